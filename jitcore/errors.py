@@ -1,0 +1,59 @@
+"""jitcore's own error kinds.
+
+Invariant: every error jitcore raises on its own account is a ``JitcoreError`` with a stable
+``code`` (each has a page under ``docs/errors/``), a one-line summary and hints that are actions.
+Errors raised by user code or by torch are never wrapped in these: they reach the user as the
+original exception.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "JitcoreError",
+    "UnsupportedOperationError",
+    "DataDependentError",
+    "UnsupportedInputError",
+]
+
+
+class JitcoreError(Exception):
+    """Base of jitcore's own errors.
+
+    Attributes:
+        code: stable identifier, e.g. ``JC-T001``; ``docs/errors/<code>.md`` explains it.
+        hints: actions the user can take.
+    """
+
+    code = "JC-0000"
+
+    def __init__(self, summary: str, *, hints: tuple[str, ...] = (), where: str | None = None) -> None:
+        self.summary = summary
+        self.hints = tuple(hints)
+        self.where = where
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        text = f"[{self.code}] {self.summary}"
+        if self.where:
+            text += f"\n  at {self.where}"
+        for hint in self.hints:
+            text += f"\n  hint: {hint}"
+        return text
+
+
+class UnsupportedOperationError(JitcoreError, TypeError):
+    """A torch callable that jitcore cannot record was reached with tensor arguments."""
+
+    code = "JC-T001"
+
+
+class DataDependentError(JitcoreError, RuntimeError):
+    """The program needs a tensor's *values* (not its metadata) while being traced."""
+
+    code = "JC-T002"
+
+
+class UnsupportedInputError(JitcoreError, TypeError):
+    """An input of a jitted function has a kind jitcore cannot accept."""
+
+    code = "JC-J001"

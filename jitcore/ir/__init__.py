@@ -1,0 +1,30 @@
+"""The trace IR: proxies, symbols, bound symbols, traces, printing and compilation.
+
+This package knows nothing of torch or of the jit: language contexts give it symbols and proxies.
+"""
+
+from jitcore.ir.codegen import compile_source, compile_trace
+from jitcore.ir.context import TraceContext, current_context, tracing
+from jitcore.ir.names import NameGenerator
+from jitcore.ir.printer import PrintedTrace, print_trace, register_literal
+from jitcore.ir.proxy import Proxy
+from jitcore.ir.symbol import BoundSymbol, SourceFrame, Symbol
+from jitcore.ir.trace import Trace, walk
+
+__all__ = [
+    "BoundSymbol",
+    "NameGenerator",
+    "PrintedTrace",
+    "Proxy",
+    "SourceFrame",
+    "Symbol",
+    "Trace",
+    "TraceContext",
+    "compile_source",
+    "compile_trace",
+    "current_context",
+    "print_trace",
+    "register_literal",
+    "tracing",
+    "walk",
+]

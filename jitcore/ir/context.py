@@ -1,0 +1,63 @@
+"""The tracing context: which trace symbol calls record into, and where in it.
+
+Invariant: the context is per thread and per task (a ``contextvars.ContextVar``), so tracing in one
+thread never records into another thread's trace. Outside ``tracing(...)`` no trace is active and
+symbols execute eagerly.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from jitcore.ir.symbol import BoundSymbol, SourceFrame, Symbol
+    from jitcore.ir.trace import Trace
+
+__all__ = ["TraceContext", "tracing", "current_context"]
+
+
+@dataclass(slots=True, eq=False)
+class TraceContext:
+    """What a symbol call needs while a trace is being built.
+
+    Attributes:
+        trace: the trace being built.
+        scopes: the bound-symbol lists currently recorded into; the last one receives new records
+            (the trace's top level, or the subsymbols of the symbol being resolved).
+        values: the language-level value state (for torch: the fake mode and the shadow -> proxy
+            map); owned by the language context that created it.
+        source_provider: returns the user's source stack at the moment of a record, or None.
+        call_handler: runs one symbol call on proxies and returns its outputs; replaced by layers
+            that resolve calls differently (tensor-subclass dispatch). Default: ``symbol.meta``.
+    """
+
+    trace: "Trace"
+    values: Any = None
+    source_provider: Callable[[], "tuple[SourceFrame, ...] | None"] | None = None
+    call_handler: "Callable[[Symbol, tuple, dict], Any] | None" = None
+    scopes: "list[list[BoundSymbol]]" = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.scopes:
+            self.scopes.append(self.trace.bound_symbols)
+
+
+_CURRENT: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar("jitcore_trace", default=None)
+
+
+def current_context() -> TraceContext | None:
+    """The active trace context of this thread/task, or None when not tracing."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def tracing(context: TraceContext | None) -> Iterator[TraceContext | None]:
+    """Make ``context`` the active trace context (None: suspend tracing) for the ``with`` body."""
+    token = _CURRENT.set(context)
+    try:
+        yield context
+    finally:
+        _CURRENT.reset(token)

@@ -1,0 +1,214 @@
+"""All printing of traces: a trace becomes valid, runnable Python source.
+
+Invariants:
+- user-controlled text (names, strings, reprs, file names, source lines) never reaches the source
+  as code: values print as Python literals (``repr`` of str/bytes/numbers), anything without a
+  literal form becomes a constant bound by reference (``__c0``) that the caller passes as a global,
+  and text inside comments is escaped to one printable line;
+- one line per bound symbol, its outputs' metadata as a trailing comment; subsymbols follow as
+  comments indented under their parent;
+- printing never changes the trace.
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from jitcore.ir.proxy import Proxy
+from jitcore.ir.symbol import BoundSymbol, SourceFrame
+from jitcore.ir.trace import Trace
+
+__all__ = ["PrintedTrace", "print_trace", "register_literal", "escape_comment", "describe_value"]
+
+INDENT = "  "
+
+# type -> function returning Python source for a value of that type (or None: bind it as a constant).
+_LITERALS: dict[type, Callable[[Any], str | None]] = {}
+
+
+def register_literal(cls: type, render: Callable[[Any], str | None]) -> None:
+    """Teach the printer the literal form of ``cls`` values (e.g. ``torch.float32``)."""
+    _LITERALS[cls] = render
+
+
+def escape_comment(text: str) -> str:
+    """``text`` as one printable comment line: control characters and line breaks escaped."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in str(text))
+
+
+def describe_value(value: Any) -> str:
+    """The metadata comment for a proxy (``cpu f32[4, 4]``), or '' for values without one."""
+    return value.describe() if isinstance(value, Proxy) else ""
+
+
+@dataclass
+class PrintedTrace:
+    """Source text of a trace and the constants its code refers to by name."""
+
+    source: str
+    constants: dict[str, Any] = field(default_factory=dict)
+
+
+class _Printer:
+    def __init__(self, trace: Trace, source_mode: str | None) -> None:
+        self.trace = trace
+        self.source_mode = source_mode
+        self.constants: dict[str, Any] = {}
+        self._constant_names: dict[int, str] = {}
+        self.lines: list[str] = []
+
+    # --- values ------------------------------------------------------------------------------------
+    def value(self, v: Any) -> str:
+        if _is_proxy(v):
+            return v.name
+        t = type(v)
+        if v is None or t is bool or v is Ellipsis:
+            return repr(v)
+        if t is int or t is str or t is bytes:
+            return repr(v)
+        if t is float:
+            return _float(v)
+        if t is complex:
+            return f"complex({_float(v.real)}, {_float(v.imag)})"
+        if t is tuple:
+            inner = ", ".join(self.value(x) for x in v)
+            return f"({inner},)" if len(v) == 1 else f"({inner})"
+        if t is list:
+            return "[" + ", ".join(self.value(x) for x in v) + "]"
+        if t is dict:
+            return "{" + ", ".join(f"{self.value(k)}: {self.value(x)}" for k, x in v.items()) + "}"
+        if t is slice:
+            return f"slice({self.value(v.start)}, {self.value(v.stop)}, {self.value(v.step)})"
+        if isinstance(v, tuple):  # namedtuple or structseq (torch.return_types.max, ...)
+            items = ", ".join(self.value(x) for x in v)
+            if hasattr(t, "_fields") and not hasattr(t, "n_sequence_fields"):
+                return f"{self.constant(t)}({items})"
+            return f"{self.constant(t)}(({items}{',' if len(v) == 1 else ''}))"
+        render = _LITERALS.get(t)
+        text = render(v) if render is not None else None
+        return text if text is not None else self.constant(v)
+
+    def constant(self, v: Any) -> str:
+        name = self._constant_names.get(id(v))
+        if name is None:
+            name = f"__c{len(self.constants)}"
+            self._constant_names[id(v)] = name
+            self.constants[name] = v
+        return name
+
+    def target(self, out: Any) -> str | None:
+        """Assignment target for a bound symbol's output; None when it binds no proxy."""
+        if _is_proxy(out):
+            return out.name
+        if isinstance(out, (tuple, list)) and any(_contains_proxy(o) for o in out):
+            parts = [self.target(o) or "_" for o in out]
+            if type(out) is list:
+                return "[" + ", ".join(parts) + "]"
+            return "(" + ", ".join(parts) + (",)" if len(parts) == 1 else ")")
+        return None
+
+    # --- statements --------------------------------------------------------------------------------
+    def call(self, bsym: BoundSymbol) -> str:
+        parts = [self.value(a) for a in bsym.args]
+        parts += [f"{k}={self.value(v)}" for k, v in bsym.kwargs.items()]
+        callee = bsym.symbol.path or self.constant(bsym.symbol.fn)
+        return f"{callee}({', '.join(parts)})"
+
+    def statement(self, bsym: BoundSymbol) -> str:
+        target = self.target(bsym.output)
+        text = self.call(bsym) if target is None else f"{target} = {self.call(bsym)}"
+        meta = ", ".join(
+            f'{p.name}: "{escape_comment(describe_value(p))}"' for p in _proxies(bsym.output) if describe_value(p)
+        )
+        return f"{text}  # {meta}" if meta else text
+
+    def bound_symbol(self, bsym: BoundSymbol, depth: int) -> None:
+        pad = INDENT * (depth + 1)
+        if depth == 0 and bsym.header:
+            self.lines.append(f"{pad}# {escape_comment(bsym.header)}")
+        if depth == 0:
+            self.lines.append(pad + self.statement(bsym))
+        else:
+            self.lines.append(f"{pad}# {self.statement(bsym)}")
+        for sub in bsym.subsymbols:
+            self.bound_symbol(sub, depth + 1)
+
+    def source_comment(self, frames: tuple[SourceFrame, ...]) -> list[str]:
+        chosen = frames if self.source_mode == "full" else frames[-1:]
+        lines = []
+        for f in chosen:
+            code = linecache.getline(f.filename, f.lineno).strip()
+            text = f"{f.filename}:{f.lineno} in {f.function}" + (f": {code}" if code else "")
+            lines.append(f"{INDENT}# {escape_comment(text)}")
+        return lines
+
+    def run(self) -> str:
+        trace = self.trace
+        for line in trace.header:
+            self.lines.append(f"# {escape_comment(line)}")
+        self.lines.extend(f"import {name}" for name in trace.imports)
+        self.lines.append("")
+        params = ", ".join(a.name if _is_proxy(a) else str(a) for a in trace.args)
+        self.lines.append(f"def {trace.name}({params}):")
+        for a in trace.args:
+            if _is_proxy(a) and describe_value(a):
+                self.lines.append(f'{INDENT}# {a.name}: "{escape_comment(describe_value(a))}"')
+        last_source: tuple | None = None
+        for bsym in trace.bound_symbols:
+            if self.source_mode and bsym.source and bsym.source != last_source:
+                self.lines.extend(self.source_comment(bsym.source))
+                last_source = bsym.source
+            self.bound_symbol(bsym, 0)
+        self.lines.append(f"{INDENT}return {self.value(trace.output)}")
+        return "\n".join(self.lines) + "\n"
+
+
+def print_trace(trace: Trace, *, source: str | None = "innermost") -> PrintedTrace:
+    """Render ``trace`` as Python source.
+
+    Args:
+        trace: the trace to print.
+        source: ``"innermost"`` prints the user line above each group of ops, ``"full"`` the whole
+            user stack, None no source lines.
+
+    Returns:
+        The source and the constants it refers to by name (to be passed as globals when run).
+    """
+    printer = _Printer(trace, source)
+    text = printer.run()
+    return PrintedTrace(text, printer.constants)
+
+
+def _float(x: float) -> str:
+    if math.isnan(x):
+        return "float('nan')"
+    if math.isinf(x):
+        return "float('inf')" if x > 0 else "-float('inf')"
+    return repr(x)
+
+
+def _is_proxy(v: Any) -> bool:
+    return isinstance(v, Proxy)
+
+
+def _contains_proxy(v: Any) -> bool:
+    if _is_proxy(v):
+        return True
+    if isinstance(v, (tuple, list)):
+        return any(_contains_proxy(x) for x in v)
+    if type(v) is dict:
+        return any(_contains_proxy(x) for x in v.values())
+    return False
+
+
+def _proxies(v: Any) -> list[Any]:
+    if _is_proxy(v):
+        return [v]
+    if isinstance(v, (tuple, list)):
+        return [p for x in v for p in _proxies(x)]
+    if type(v) is dict:
+        return [p for x in v.values() for p in _proxies(x)]
+    return []

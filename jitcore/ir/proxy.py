@@ -1,0 +1,25 @@
+"""Proxy: the base of every named stand-in for a value while a program is traced.
+
+Invariant: a proxy's ``name`` is handed out by the trace's NameGenerator, so it is a safe, unique
+identifier in that trace. Subclasses (``jitcore.proxies``) add what a kind of value knows.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Proxy"]
+
+
+class Proxy:
+    """A named stand-in for a value while tracing."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def describe(self) -> str:
+        """The metadata printed in trace comments ('' when there is none)."""
+        return ""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name})"

@@ -1,0 +1,108 @@
+"""Symbols (named operations) and bound symbols (their recorded calls).
+
+A Symbol is plain data: an id, the language context it belongs to, the callable that executes it,
+how it prints, how its output metadata is computed, an optional decomposition and tags. Rules of
+transforms (grad, dispatch, ...) live in tables owned by those transforms, keyed by symbol.
+
+Invariants:
+- calling a Symbol outside a trace executes it eagerly (``symbol.fn``); inside one it records exactly
+  one BoundSymbol into the innermost open scope and returns the outputs computed by ``meta``;
+- symbols called while another symbol's outputs are computed are recorded as its subsymbols;
+- a BoundSymbol is immutable once recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from jitcore.ir.context import current_context
+
+__all__ = ["Symbol", "BoundSymbol", "SourceFrame"]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFrame:
+    """One user frame of the Python stack that produced a bound symbol."""
+
+    filename: str
+    lineno: int
+    function: str
+    end_lineno: int | None = None
+    col: int | None = None
+    end_col: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} in {self.function}"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Symbol:
+    """A named operation.
+
+    Attributes:
+        id: unique id, e.g. ``torch.add`` or ``torch.ops.aten.add.Tensor``.
+        name: short name, e.g. ``add``.
+        langctx: the language context it belongs to (``torch``, ``aten``).
+        fn: the callable that executes it on real values.
+        path: how generated code names ``fn`` (a dotted path importable from the trace's imports);
+            None when there is none (the printer then binds ``fn`` as a constant).
+        meta: computes the outputs (proxies) of a call on proxies; the language context derives it
+            from torch itself (fake tensors), never from hand-written shape rules.
+        decomposition: optional function expressing the symbol through other symbols.
+        tags: properties transforms may rely on: ``inplace``, ``view``, ``random``, ``factory``.
+    """
+
+    id: str
+    name: str
+    langctx: str
+    fn: Callable[..., Any]
+    path: str | None
+    meta: Callable[..., Any]
+    decomposition: Callable[..., Any] | None = None
+    tags: frozenset[str] = frozenset()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        context = current_context()
+        if context is None:
+            return self.fn(*args, **kwargs)
+        return record(context, self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"Symbol({self.id})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BoundSymbol:
+    """One recorded call of a symbol.
+
+    Attributes:
+        symbol: the operation.
+        args, kwargs: proxies and constants it was called with.
+        output: proxies (in any nesting of tuples/lists) and constants it returned.
+        subsymbols: the calls that make it up (its decomposition, or a subclass's resolution).
+        source: the user's Python stack that produced it, outermost first (None when unknown).
+        header: an optional one-line comment printed above it (e.g. the dispatching subclass).
+    """
+
+    symbol: Symbol
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    output: Any
+    subsymbols: tuple["BoundSymbol", ...] = ()
+    source: tuple[SourceFrame, ...] | None = None
+    header: str | None = field(default=None)
+
+
+def record(context: Any, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
+    """Record one call of ``symbol`` into the context's innermost scope and return its outputs."""
+    source = context.source_provider() if context.source_provider is not None else None
+    subsymbols: list[BoundSymbol] = []
+    context.scopes.append(subsymbols)
+    try:
+        handler = context.call_handler
+        output = handler(symbol, args, kwargs) if handler is not None else symbol.meta(*args, **kwargs)
+    finally:
+        context.scopes.pop()
+    context.scopes[-1].append(BoundSymbol(symbol, args, kwargs, output, tuple(subsymbols), source))
+    return output

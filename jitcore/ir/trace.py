@@ -1,0 +1,63 @@
+"""Trace: an ordered program of bound symbols over named inputs, with an output.
+
+Invariants:
+- ``bound_symbols`` is in execution order; each proxy is produced once, by an input or by the
+  bound symbol that first returns it (in-place ops return their input's proxy again);
+- every name used in the trace comes from ``names``, so names are unique and never shadow builtins
+  or the trace's imports;
+- ``str(trace)`` is valid Python that defines a function computing the trace (see printer.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Iterator
+
+from jitcore.ir.names import NameGenerator
+from jitcore.ir.symbol import BoundSymbol
+
+__all__ = ["Trace", "walk"]
+
+
+@dataclass(eq=False)
+class Trace:
+    """A program of bound symbols.
+
+    Attributes:
+        name: the generated function's name (``computation``, ``prologue``, ``backward``).
+        args: the proxies (and parameter names) the generated function takes, in order.
+        bound_symbols: the recorded calls, in order.
+        output: what the function returns: proxies and constants in any nesting.
+        header: lines printed as comments at the top, naming what produced the trace.
+        imports: module name -> module, made available to the generated code by name.
+        names: the trace's name generator.
+    """
+
+    name: str = "computation"
+    args: list[Any] = field(default_factory=list)
+    bound_symbols: list[BoundSymbol] = field(default_factory=list)
+    output: Any = None
+    header: list[str] = field(default_factory=list)
+    imports: dict[str, ModuleType] = field(default_factory=dict)
+    names: NameGenerator = field(default_factory=NameGenerator)
+
+    def __str__(self) -> str:
+        from jitcore.ir.printer import print_trace
+
+        return print_trace(self).source
+
+    def python_source(self, **options: Any) -> str:
+        """The trace as Python source; options as for ``jitcore.ir.printer.print_trace``."""
+        from jitcore.ir.printer import print_trace
+
+        return print_trace(self, **options).source
+
+
+def walk(bound_symbols: list[BoundSymbol] | tuple[BoundSymbol, ...]) -> Iterator[tuple[int, BoundSymbol]]:
+    """Yield (depth, bound symbol) for every bound symbol and, depth-first, its subsymbols."""
+    stack = [(0, b) for b in reversed(bound_symbols)]
+    while stack:
+        depth, bsym = stack.pop()
+        yield depth, bsym
+        stack.extend((depth + 1, s) for s in reversed(bsym.subsymbols))

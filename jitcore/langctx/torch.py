@@ -1,0 +1,307 @@
+"""The torch language context: what users call — torch functions, Tensor methods, operators.
+
+Coverage comes from torch's own registry of overridable callables (``torch.overrides``), not from a
+hand-written list: every overridable function of ``torch``, ``torch.nn.functional``,
+``torch.linalg``, ``torch.special`` and ``torch.fft`` becomes a Symbol, and every Tensor method,
+property and operator is bound in the same table (``TORCH_TABLE``) — to the function's symbol where
+torch has one with the same name (``Tensor.exp`` -> ``torch.exp``), to an operator's function
+(``Tensor.__add__`` -> ``torch.add``), or to a method symbol (``torch.Tensor.view``).
+
+Invariants:
+- a symbol's output metadata is computed by torch on shadows (``shadows.evaluate``);
+- metadata queries (``size``, ``dim``, ``is_contiguous``, ...) are answered by TensorProxy and
+  never recorded;
+- the methods and operators of TensorProxy are generated from this table, so ``x.exp()``,
+  ``torch.exp(x)`` and ``torch.Tensor.exp(x)`` record the same symbol;
+- a torch callable jitcore cannot record raises UnsupportedOperationError naming it, never runs
+  on proxies by accident.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from jitcore.errors import UnsupportedOperationError
+from jitcore.ir import Symbol, register_literal
+from jitcore.langctx.shadows import meta_of
+from jitcore.langctx.table import SymbolTable
+from jitcore.proxies import TensorProxy
+
+__all__ = ["TORCH_TABLE", "torch_symbol", "lookup", "NAMESPACES", "UNSUPPORTED_METHODS", "QUERY_NAMES"]
+
+TORCH_TABLE = SymbolTable("torch")
+
+# Modules whose overridable functions become symbols, with the dotted path generated code uses.
+NAMESPACES: tuple[tuple[Any, str], ...] = (
+    (torch, "torch"),
+    (torch.functional, "torch.functional"),
+    (torch.nn.functional, "torch.nn.functional"),
+    (torch.linalg, "torch.linalg"),
+    (torch.special, "torch.special"),
+    (torch.fft, "torch.fft"),
+)
+
+# Answered from the proxy's shadow (TensorProxy defines them); never recorded.
+QUERY_NAMES: frozenset[str] = frozenset(
+    name for name, value in vars(TensorProxy).items() if not name.startswith("_") or name == "__len__"
+) | {"__hash__", "__class__", "__init__", "__new__", "__torch_function__", "__repr__", "__format__", "__str__"}
+
+# Tensor methods that cannot be recorded, with the reason a user reads.
+UNSUPPORTED_METHODS: dict[str, str] = {
+    "backward": "autograd inside a jitted function is not supported; call backward() on its outputs",
+    "register_hook": "tensor hooks are not supported inside a jitted function",
+    "register_post_accumulate_grad_hook": "tensor hooks are not supported inside a jitted function",
+    "retain_grad": "retain_grad() is not supported inside a jitted function",
+    "data_ptr": "a tensor's memory address is not known while tracing",
+    "const_data_ptr": "a tensor's memory address is not known while tracing",
+    "mutable_data_ptr": "a tensor's memory address is not known while tracing",
+    "storage": "storages are not supported inside a jitted function",
+    "untyped_storage": "storages are not supported inside a jitted function",
+    "_typed_storage": "storages are not supported inside a jitted function",
+    "share_memory_": "shared memory is not supported inside a jitted function",
+    "apply_": "apply_ runs a Python callable per element on real data",
+    "map_": "map_ runs a Python callable per element on real data",
+    "map2_": "map2_ runs a Python callable per element on real data",
+    "numpy": "converting a tensor to NumPy inside a jitted function is not supported yet",
+    "__array__": "converting a tensor to NumPy inside a jitted function is not supported yet",
+    "__array_wrap__": "NumPy interoperation inside a jitted function is not supported yet",
+    "__dlpack__": "DLPack export is not supported inside a jitted function",
+    "__dlpack_device__": "DLPack export is not supported inside a jitted function",
+    "__deepcopy__": "deep copies of tensors are not supported inside a jitted function",
+    "__reduce_ex__": "pickling is not supported inside a jitted function",
+    "__setstate__": "unpickling is not supported inside a jitted function",
+    "_make_subclass": "creating tensor subclasses this way is not supported inside a jitted function",
+    "grad": "reading .grad inside a jitted function is not supported",
+    "_grad": "reading .grad inside a jitted function is not supported",
+    "grad_fn": "autograd graph objects are not available while tracing",
+    "_grad_fn": "autograd graph objects are not available while tracing",
+    "_base": "view bases are not available while tracing",
+    "_cdata": "a tensor's C pointer is not known while tracing",
+    "_version": "version counters are not available while tracing",
+    "_backward_hooks": "tensor hooks are not supported inside a jitted function",
+    "_post_accumulate_grad_hooks": "tensor hooks are not supported inside a jitted function",
+}
+
+# Operators whose Tensor method means a torch function of the same arguments.
+_OPERATORS: dict[str, str] = {
+    "__add__": "add", "__radd__": "add", "__iadd__": "Tensor.add_",
+    "__sub__": "sub", "__rsub__": "rsub", "__isub__": "Tensor.sub_",
+    "__mul__": "mul", "__rmul__": "mul", "__imul__": "Tensor.mul_",
+    "__truediv__": "div", "__div__": "div", "__itruediv__": "Tensor.div_", "__idiv__": "Tensor.div_",
+    "__floordiv__": "floor_divide", "__ifloordiv__": "Tensor.floor_divide_",
+    "__mod__": "remainder", "__imod__": "Tensor.remainder_",
+    "__pow__": "pow", "__ipow__": "Tensor.pow_",
+    "__matmul__": "matmul",
+    "__and__": "bitwise_and", "__rand__": "bitwise_and", "__iand__": "Tensor.bitwise_and_",
+    "__or__": "bitwise_or", "__ror__": "bitwise_or", "__ior__": "Tensor.bitwise_or_",
+    "__xor__": "bitwise_xor", "__rxor__": "bitwise_xor", "__ixor__": "Tensor.bitwise_xor_",
+    "__eq__": "eq", "__ne__": "ne", "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge",
+    "__neg__": "neg", "__abs__": "abs", "__invert__": "bitwise_not",
+}
+# Reflected operators whose function takes the operands the other way round.
+_SWAPPED: dict[str, str] = {"__rmatmul__": "matmul", "__rpow__": "pow"}
+
+
+def torch_symbol(fn: Callable[..., Any], path: str | None, *, name: str | None = None, tags: frozenset[str] = frozenset()) -> Symbol:
+    """A symbol of the torch language context executing ``fn``, printed as ``path``."""
+    symbol_id = path or f"{getattr(fn, '__module__', None) or 'torch'}.{getattr(fn, '__qualname__', repr(fn))}"
+    existing = TORCH_TABLE._by_id.get(symbol_id)  # noqa: SLF001 - same module family
+    if existing is not None and existing.fn is fn:
+        return existing
+    symbol = Symbol(
+        id=symbol_id,
+        name=name or symbol_id.rsplit(".", 1)[-1],
+        langctx="torch",
+        fn=fn,
+        path=path,
+        meta=meta_of(fn),
+        tags=tags | _tags_of(symbol_id),
+    )
+    return TORCH_TABLE.add_symbol(symbol)
+
+
+def _tags_of(symbol_id: str) -> frozenset[str]:
+    name = symbol_id.rsplit(".", 1)[-1]
+    tags = set()
+    if name.endswith("_") and not name.endswith("__"):
+        tags.add("inplace")
+    if name in {"__setitem__", "copy_", "set_", "resize_", "resize_as_"}:
+        tags.add("inplace")
+    if any(k in name for k in ("rand", "dropout", "bernoulli", "multinomial", "normal", "uniform", "poisson")):
+        tags.add("random")
+    return frozenset(tags)
+
+
+def _method(target: Callable[..., Any]) -> Callable[..., Any]:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return target(self, *args, **kwargs)
+
+    return method
+
+
+def _operator(target: Callable[..., Any], swapped: bool = False) -> Callable[..., Any]:
+    """A binary operator: TypeError from torch means NotImplemented, as for torch.Tensor."""
+
+    def operator(self: Any, other: Any = None, *rest: Any) -> Any:
+        try:
+            return target(other, self) if swapped else target(self, other, *rest)
+        except TypeError:
+            return NotImplemented
+
+    return operator
+
+
+def _unary_operator(target: Callable[..., Any]) -> Callable[..., Any]:
+    def operator(self: Any) -> Any:
+        return target(self)
+
+    return operator
+
+
+def _unsupported(qualname: str, reason: str) -> Callable[..., Any]:
+    def unsupported(*args: Any, **kwargs: Any) -> Any:
+        raise UnsupportedOperationError(f"{qualname}: {reason}")
+
+    return unsupported
+
+
+def _register_functions() -> None:
+    overridable = torch.overrides.get_overridable_functions()
+    for module, path in NAMESPACES:
+        candidates = set(overridable.get(module, ()))
+        for attr in sorted(dir(module)):
+            fn = getattr(module, attr, None)
+            try:
+                if fn is None or fn not in candidates or fn in TORCH_TABLE:
+                    continue
+            except TypeError:  # unhashable module attributes are not functions
+                continue
+            # torch.functional's functions are re-exported by torch; prefer the shorter path.
+            owner = "torch" if path == "torch.functional" and getattr(torch, attr, None) is fn else path
+            TORCH_TABLE.bind(fn, torch_symbol(fn, f"{owner}.{attr}"))
+
+
+def _function_symbol(name: str) -> Callable[..., Any] | None:
+    if name.startswith("Tensor."):
+        return TORCH_TABLE.lookup(getattr(torch.Tensor, name.removeprefix("Tensor."), None))
+    return TORCH_TABLE.lookup(getattr(torch, name, None))
+
+
+def _register_tensor_members() -> None:
+    # Tensor properties are listed under keys of their own (their ``__get__``).
+    overridable = {
+        fn
+        for key, fns in torch.overrides.get_overridable_functions().items()
+        if key is torch.Tensor or not isinstance(key, type(torch))
+        for fn in fns
+    }
+    members: dict[str, Any] = {}
+    for klass in reversed(torch.Tensor.__mro__):
+        members.update(vars(klass))
+    # Plain methods first so that operators can refer to in-place method symbols.
+    names = sorted(members, key=lambda n: (n.startswith("__"), n))
+    for name in names:
+        member = getattr(torch.Tensor, name, None)
+        raw = members[name]
+        is_property = isinstance(raw, (property, type(torch.Tensor.T)))
+        key = raw.__get__ if is_property else member
+        try:
+            if key not in overridable and name not in UNSUPPORTED_METHODS:
+                continue
+        except TypeError:
+            continue
+        if name in QUERY_NAMES:
+            continue
+        qualname = f"torch.Tensor.{name}"
+        if name in UNSUPPORTED_METHODS:
+            target = _unsupported(qualname, UNSUPPORTED_METHODS[name])
+            TORCH_TABLE.bind(member, target)
+            _install(name, target, is_property)
+            continue
+        if is_property:
+            symbol = torch_symbol(raw.__get__, f"{qualname}.__get__", name=name)
+            TORCH_TABLE.bind(raw.__get__, symbol)
+            _install(name, symbol, is_property=True)
+            continue
+        if name in _OPERATORS or name in _SWAPPED:
+            function = _function_symbol(_OPERATORS.get(name) or _SWAPPED[name])
+            if function is not None:
+                unary = name in ("__neg__", "__abs__", "__invert__")
+                target = _unary_operator(function) if unary else _operator(function, swapped=name in _SWAPPED)
+                TORCH_TABLE.bind(member, target)
+                _install_raw(name, target)
+                continue
+        shared = TORCH_TABLE.lookup(getattr(torch, name, None)) if not name.startswith("_") else None
+        symbol = shared if isinstance(shared, Symbol) else torch_symbol(member, qualname)
+        TORCH_TABLE.bind(member, symbol)
+        if name.startswith("__") and name not in ("__getitem__", "__setitem__"):
+            _install_raw(name, _operator(symbol) if name.startswith("__r") else _method(symbol))
+        else:
+            _install(name, symbol, is_property=False)
+
+
+def _defined_by_proxy(name: str) -> bool:
+    return any(name in vars(klass) for klass in TensorProxy.__mro__ if klass is not object)
+
+
+def _install(name: str, target: Callable[..., Any], is_property: bool) -> None:
+    if _defined_by_proxy(name):
+        return
+    setattr(TensorProxy, name, property(target) if is_property else _method(target))
+
+
+def _install_raw(name: str, function: Callable[..., Any]) -> None:
+    if not _defined_by_proxy(name):
+        setattr(TensorProxy, name, function)
+
+
+def _iter(self: TensorProxy) -> Any:
+    if self.ndim == 0:
+        raise TypeError("iteration over a 0-d tensor")
+    return iter(self.unbind(0))
+
+
+def _torch_function(func: Any, args: tuple, kwargs: dict) -> Any:
+    target = TORCH_TABLE.lookup(func)
+    if target is None:
+        target = dynamic_symbol(func)
+    return target(*args, **kwargs)
+
+
+def dynamic_symbol(func: Any) -> Callable[..., Any]:
+    """A symbol for a torch callable outside the registries (``torch._C._nn.gelu``, ...).
+
+    Raises:
+        UnsupportedOperationError: ``func`` is not a torch callable.
+    """
+    module = getattr(func, "__module__", None) or ""
+    if not (module.startswith("torch") or isinstance(func, torch._ops.OpOverload)):
+        raise UnsupportedOperationError(
+            f"{getattr(func, '__qualname__', func)!r} was called with tensors being traced, "
+            "but it is not a torch operation jitcore can record"
+        )
+    symbol = torch_symbol(func, None)
+    TORCH_TABLE.bind(func, symbol)
+    return symbol
+
+
+def lookup(fn: Any) -> Callable[..., Any] | None:
+    """What runs instead of the torch callable ``fn`` while tracing (None: not a torch op)."""
+    return TORCH_TABLE.lookup(fn)
+
+
+def _register_literals() -> None:
+    register_literal(torch.dtype, str)
+    register_literal(torch.layout, str)
+    register_literal(torch.memory_format, str)
+    register_literal(torch.device, lambda d: f"torch.device({str(d)!r})")
+    register_literal(torch.Size, lambda s: f"torch.Size({list(s)!r})")
+
+
+_register_functions()
+_register_tensor_members()
+_register_literals()
+TensorProxy.__iter__ = _iter  # type: ignore[method-assign]
+TensorProxy.torch_function_handler = staticmethod(_torch_function)  # type: ignore[assignment]

@@ -1,0 +1,196 @@
+"""TensorProxy: the stand-in for a torch.Tensor while a program is traced.
+
+A TensorProxy has a name (how the trace refers to it) and a *shadow*: a FakeTensor of the trace's
+FakeTensorMode that carries the tensor's metadata (shape, strides, storage offset, dtype, device,
+requires_grad) and its aliasing relations to other shadows, but no data. Invariants:
+- every metadata query answers from the shadow, so it is exactly what torch computes;
+- a shadow belongs to at most one proxy (the trace keeps the reverse map), so an op that returns one
+  of its inputs (in-place ops, ``out=``) returns that input's proxy;
+- ``proxy.__class__`` answers ``torch.Tensor`` (subclass proxies answer the user's class), so that
+  ``isinstance(proxy, torch.Tensor)`` holds in natively run code as well as interpreted code.
+
+The torch operations on a proxy (methods, operators, ``torch.*`` functions through
+``__torch_function__``) are installed by the torch language context (``jitcore.langctx.torch``),
+which owns the one table of torch callables.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar
+
+import torch
+
+from jitcore.ir.proxy import Proxy
+
+__all__ = ["TensorProxy", "describe_tensor", "DTYPE_ABBREVIATIONS"]
+
+DTYPE_ABBREVIATIONS: dict[torch.dtype, str] = {
+    torch.float64: "f64",
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.complex32: "c32",
+    torch.complex64: "c64",
+    torch.complex128: "c128",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.uint16: "u16",
+    torch.uint32: "u32",
+    torch.uint64: "u64",
+    torch.bool: "b8",
+    torch.float8_e4m3fn: "f8e4m3fn",
+    torch.float8_e5m2: "f8e5m2",
+    torch.float8_e4m3fnuz: "f8e4m3fnuz",
+    torch.float8_e5m2fnuz: "f8e5m2fnuz",
+}
+
+
+def describe_tensor(t: Any) -> str:
+    """``cpu f32[4, 4]``: device, dtype and shape, as traces print them."""
+    dtype = DTYPE_ABBREVIATIONS.get(t.dtype, str(t.dtype).removeprefix("torch."))
+    return f"{t.device} {dtype}[{', '.join(str(s) for s in t.shape)}]"
+
+
+class TensorProxy(Proxy):
+    """A tensor while tracing: a name plus a FakeTensor shadow holding its metadata."""
+
+    __slots__ = ("shadow", "__weakref__")
+
+    # Set by the torch language context: (func, args, kwargs) -> result, for __torch_function__.
+    torch_function_handler: ClassVar[Callable[[Any, tuple, dict], Any] | None] = None
+
+    def __init__(self, name: str, shadow: torch.Tensor) -> None:
+        super().__init__(name)
+        self.shadow = shadow
+
+    # --- identity -------------------------------------------------------------------------------
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return torch.Tensor
+
+    @property
+    def python_type(self) -> type:
+        """The class the traced program sees for this value."""
+        return torch.Tensor
+
+    def describe(self) -> str:
+        return describe_tensor(self.shadow)
+
+    def __repr__(self) -> str:
+        return f'TensorProxy({self.name}, "{describe_tensor(self.shadow)}")'
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    # --- metadata, answered from the shadow ------------------------------------------------------
+    @property
+    def shape(self) -> torch.Size:
+        return self.shadow.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.shadow.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.shadow.device
+
+    @property
+    def requires_grad(self) -> bool:
+        return self.shadow.requires_grad
+
+    @property
+    def ndim(self) -> int:
+        return self.shadow.ndim
+
+    @property
+    def layout(self) -> torch.layout:
+        return self.shadow.layout
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.shadow.is_leaf
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.shadow.device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.shadow.device.type == "cpu"
+
+    @property
+    def is_meta(self) -> bool:
+        return False
+
+    @property
+    def is_sparse(self) -> bool:
+        return False
+
+    @property
+    def is_quantized(self) -> bool:
+        return False
+
+    @property
+    def is_nested(self) -> bool:
+        return False
+
+    @property
+    def itemsize(self) -> int:
+        return self.shadow.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.shadow.nbytes
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shadow.size() if dim is None else self.shadow.size(dim)
+
+    def stride(self, dim: int | None = None) -> Any:
+        return self.shadow.stride() if dim is None else self.shadow.stride(dim)
+
+    def storage_offset(self) -> int:
+        return self.shadow.storage_offset()
+
+    def dim(self) -> int:
+        return self.shadow.dim()
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return self.shadow.numel()
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self.shadow.element_size()
+
+    def is_contiguous(self, memory_format: torch.memory_format = torch.contiguous_format) -> bool:
+        return self.shadow.is_contiguous(memory_format=memory_format)
+
+    def is_floating_point(self) -> bool:
+        return self.shadow.is_floating_point()
+
+    def is_complex(self) -> bool:
+        return self.shadow.is_complex()
+
+    def is_signed(self) -> bool:
+        return self.shadow.is_signed()
+
+    def get_device(self) -> int:
+        return self.shadow.get_device()
+
+    def __len__(self) -> int:
+        if self.shadow.dim() == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shadow.shape[0]
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        handler = TensorProxy.torch_function_handler
+        if handler is None:
+            return NotImplemented
+        return handler(func, args, kwargs or {})
