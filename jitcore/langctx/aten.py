@@ -1,0 +1,80 @@
+"""The aten language context: every ``torch.ops.aten`` operator is a symbol of its own.
+
+``torch.ops.aten.add.Tensor`` (an OpOverload) and ``torch.ops.aten.add`` (an OpOverloadPacket) are
+operations in their own right, named after the aten op and printed as such — never mapped onto
+torch-level operations. Symbols are made on first use (there are thousands of overloads) and kept in
+``ATEN_TABLE``. Invariant: one symbol per operator object, with output metadata computed by torch
+on shadows like every other symbol.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch._ops import OpOverload, OpOverloadPacket
+
+from jitcore.ir import Symbol
+from jitcore.langctx.shadows import meta_of
+from jitcore.langctx.table import SymbolTable
+
+__all__ = ["ATEN_TABLE", "aten_symbol", "lookup", "is_aten_op", "aten_path"]
+
+ATEN_TABLE = SymbolTable("aten")
+
+
+def is_aten_op(fn: Any) -> bool:
+    """Whether ``fn`` is an operator (overload or packet) of the ``aten`` namespace."""
+    if isinstance(fn, OpOverload):
+        return fn.namespace == "aten"
+    if isinstance(fn, OpOverloadPacket):
+        return fn._qualified_op_name.startswith("aten::")  # noqa: SLF001 - torch's own spelling
+    return False
+
+
+def aten_path(op: OpOverload | OpOverloadPacket) -> str:
+    """``torch.ops.aten.add.Tensor`` / ``torch.ops.aten.add``: how generated code names ``op``."""
+    if isinstance(op, OpOverload):
+        return f"torch.ops.aten.{op._opname}.{op._overloadname}"  # noqa: SLF001
+    return f"torch.ops.aten.{op._qualified_op_name.split('::', 1)[1]}"  # noqa: SLF001
+
+
+def _tags(op: OpOverload | OpOverloadPacket) -> frozenset[str]:
+    if not isinstance(op, OpOverload):
+        return frozenset()
+    tags = set()
+    schema = op._schema  # noqa: SLF001
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        tags.add("inplace")
+    if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+        tags.add("view")
+    if torch.Tag.nondeterministic_seeded in op.tags:
+        tags.add("random")
+    return frozenset(tags)
+
+
+def aten_symbol(op: OpOverload | OpOverloadPacket) -> Symbol:
+    """The symbol of an aten operator, made on first use.
+
+    Raises:
+        TypeError: ``op`` is not an aten operator.
+    """
+    found = ATEN_TABLE.lookup(op)
+    if found is not None:
+        return found  # type: ignore[return-value]
+    if not is_aten_op(op):
+        raise TypeError(f"{op!r} is not a torch.ops.aten operator")
+    path = aten_path(op)
+    name = path.removeprefix("torch.ops.aten.")
+    symbol = Symbol(id=path, name=name, langctx="aten", fn=op, path=path, meta=meta_of(op), tags=_tags(op))
+    ATEN_TABLE.add_symbol(symbol)
+    ATEN_TABLE.bind(op, symbol)
+    return symbol
+
+
+def lookup(fn: Any) -> Callable[..., Any] | None:
+    """The symbol for an aten operator ``fn``, or None when ``fn`` is not one."""
+    found = ATEN_TABLE.lookup(fn)
+    if found is not None:
+        return found
+    return aten_symbol(fn) if is_aten_op(fn) else None
