@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import keyword
 import re
+from typing import Iterable
 
 __all__ = ["NameGenerator", "RESERVED_NAMES"]
 
@@ -50,6 +51,10 @@ class NameGenerator:
             self._taken.add(base)
             return base
         return self.fresh(base.strip("_") + "_" if base.strip("_") else "v")
+
+    def reserve(self, names: Iterable[str]) -> None:
+        """Never hand out ``names`` (e.g. the modules a trace imports besides ``torch``)."""
+        self._taken.update(names)
 
     def __contains__(self, name: str) -> bool:
         return name in self._taken

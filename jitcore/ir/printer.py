@@ -12,8 +12,10 @@ Invariants:
 
 from __future__ import annotations
 
+import keyword
 import linecache
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -82,14 +84,17 @@ class _Printer:
             return "{" + ", ".join(f"{self.value(k)}: {self.value(x)}" for k, x in v.items()) + "}"
         if t is slice:
             return f"slice({self.value(v.start)}, {self.value(v.stop)}, {self.value(v.step)})"
+        # Registered literals first: torch.Size is a tuple subclass with a literal form of its own.
+        render = _LITERALS.get(t)
+        text = render(v) if render is not None else None
+        if text is not None:
+            return text
         if isinstance(v, tuple):  # namedtuple or structseq (torch.return_types.max, ...)
             items = ", ".join(self.value(x) for x in v)
             if hasattr(t, "_fields") and not hasattr(t, "n_sequence_fields"):
                 return f"{self.constant(t)}({items})"
             return f"{self.constant(t)}(({items}{',' if len(v) == 1 else ''}))"
-        render = _LITERALS.get(t)
-        text = render(v) if render is not None else None
-        return text if text is not None else self.constant(v)
+        return self.constant(v)
 
     def constant(self, v: Any) -> str:
         name = self._constant_names.get(id(v))
@@ -112,9 +117,12 @@ class _Printer:
 
     # --- statements --------------------------------------------------------------------------------
     def call(self, bsym: BoundSymbol) -> str:
+        callee = bsym.symbol.path or self.constant(bsym.symbol.fn)  # first: constants number in reading order
         parts = [self.value(a) for a in bsym.args]
-        parts += [f"{k}={self.value(v)}" for k, v in bsym.kwargs.items()]
-        callee = bsym.symbol.path or self.constant(bsym.symbol.fn)
+        parts += [
+            f"{k}={self.value(v)}" if _is_identifier(k) else f"**{{{self.value(k)}: {self.value(v)}}}"
+            for k, v in bsym.kwargs.items()
+        ]
         return f"{callee}({', '.join(parts)})"
 
     def statement(self, bsym: BoundSymbol) -> str:
@@ -147,12 +155,16 @@ class _Printer:
 
     def run(self) -> str:
         trace = self.trace
-        for line in trace.header:
-            self.lines.append(f"# {escape_comment(line)}")
-        self.lines.extend(f"import {name}" for name in trace.imports)
+        params = ", ".join(_parameter(a.name if _is_proxy(a) else a) for a in trace.args)
+        for i, line in enumerate(trace.header):
+            text = escape_comment(line)
+            # Python reads a saved file's encoding from a comment on its first two lines; a header
+            # there must not choose one (``unicode_escape`` would decode a ``\u000a`` written in a
+            # later comment as a line break when the printed trace is saved and run).
+            self.lines.append("# " + (_COOKIE.sub(r"coding \1", text) if i < 2 else text))
+        self.lines.extend(f"import {_dotted(name)}" for name in trace.imports)
         self.lines.append("")
-        params = ", ".join(a.name if _is_proxy(a) else str(a) for a in trace.args)
-        self.lines.append(f"def {trace.name}({params}):")
+        self.lines.append(f"def {_identifier(trace.name)}({params}):")
         for a in trace.args:
             if _is_proxy(a) and describe_value(a):
                 self.lines.append(f'{INDENT}# {a.name}: "{escape_comment(describe_value(a))}"')
@@ -180,6 +192,33 @@ def print_trace(trace: Trace, *, source: str | None = "innermost") -> PrintedTra
     printer = _Printer(trace, source)
     text = printer.run()
     return PrintedTrace(text, printer.constants)
+
+
+_COOKIE = re.compile(r"coding([:=])")
+
+
+def _is_identifier(name: Any) -> bool:
+    return type(name) is str and name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _identifier(name: Any) -> str:
+    """``name`` unchanged when it may appear in the source as a name; ValueError otherwise."""
+    if not _is_identifier(name):
+        raise ValueError(f"{name!r} cannot be printed as a Python name")
+    return name
+
+
+def _dotted(path: Any) -> str:
+    """A module path such as ``torch.nn.functional``, checked part by part."""
+    if type(path) is not str or not all(_is_identifier(part) for part in path.split(".")):
+        raise ValueError(f"{path!r} cannot be printed as a module name")
+    return path
+
+
+def _parameter(name: Any) -> str:
+    """A parameter of the generated function: a name, ``*name`` or ``**name``."""
+    stars = len(name) - len(name.lstrip("*")) if type(name) is str else 0
+    return "*" * stars + _identifier(name[stars:] if 0 < stars <= 2 else name)
 
 
 def _float(x: float) -> str:

@@ -42,6 +42,10 @@ class Trace:
     imports: dict[str, ModuleType] = field(default_factory=dict)
     names: NameGenerator = field(default_factory=NameGenerator)
 
+    def __post_init__(self) -> None:
+        # An input named like an imported module would shadow it inside the generated function.
+        self.names.reserve(name.split(".")[0] for name in self.imports)
+
     def __str__(self) -> str:
         from jitcore.ir.printer import print_trace
 
