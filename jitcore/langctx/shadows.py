@@ -45,13 +45,16 @@ class TensorValues:
     Attributes:
         fake_mode: the FakeTensorMode all shadows of this trace belong to.
         names: the trace's name generator.
+        strides_queried: whether the traced program asked for strides or contiguity (then the
+            prologue guards the inputs' strides too).
     """
 
-    __slots__ = ("fake_mode", "names", "_by_shadow")
+    __slots__ = ("fake_mode", "names", "strides_queried", "_by_shadow")
 
     def __init__(self, names: NameGenerator) -> None:
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         self.names = names
+        self.strides_queried = False
         self._by_shadow: dict[int, TensorProxy] = {}
 
     def input_proxy(self, tensor: torch.Tensor, name: str | None = None) -> TensorProxy:

@@ -20,6 +20,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
+from jitcore.ir.context import current_context
 from jitcore.ir.proxy import Proxy
 
 __all__ = ["TensorProxy", "describe_tensor", "DTYPE_ABBREVIATIONS"]
@@ -52,6 +53,13 @@ def describe_tensor(t: Any) -> str:
     """``cpu f32[4, 4]``: device, dtype and shape, as traces print them."""
     dtype = DTYPE_ABBREVIATIONS.get(t.dtype, str(t.dtype).removeprefix("torch."))
     return f"{t.device} {dtype}[{', '.join(str(s) for s in t.shape)}]"
+
+
+def _note_layout_query() -> None:
+    """The traced program asked for strides: the prologue must then guard the inputs' strides."""
+    context = current_context()
+    if context is not None and context.values is not None:
+        context.values.strides_queried = True
 
 
 class TensorProxy(Proxy):
@@ -150,9 +158,11 @@ class TensorProxy(Proxy):
         return self.shadow.size() if dim is None else self.shadow.size(dim)
 
     def stride(self, dim: int | None = None) -> Any:
+        _note_layout_query()
         return self.shadow.stride() if dim is None else self.shadow.stride(dim)
 
     def storage_offset(self) -> int:
+        _note_layout_query()
         return self.shadow.storage_offset()
 
     def dim(self) -> int:
@@ -169,6 +179,7 @@ class TensorProxy(Proxy):
         return self.shadow.element_size()
 
     def is_contiguous(self, memory_format: torch.memory_format = torch.contiguous_format) -> bool:
+        _note_layout_query()
         return self.shadow.is_contiguous(memory_format=memory_format)
 
     def is_floating_point(self) -> bool:

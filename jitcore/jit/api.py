@@ -1,0 +1,191 @@
+"""jitcore.jit: the entry point, its cache, and the functions that inspect it.
+
+A JittedFunction keeps a list of cache entries, each a compiled prologue fused with its compiled
+computation (``cached_call``). A call tries the entries newest first; the first whose prologue
+accepts the call runs its computation. When none accepts, the function is traced again (a miss)
+and the new entry is added. Invariants:
+- a cached call runs only generated straight-line checks and the computation: no per-call work
+  that could be done once;
+- traces are recorded before they run (``last_traces`` shows them after a failure too);
+- every miss is explained (which check of which entry failed, expected vs got);
+- state lives in the JittedFunction and its entries; concurrent misses are serialised by a lock.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from jitcore.errors import DataDependentError
+from jitcore.executors import get_executor
+from jitcore.ir import Trace
+from jitcore.jit.interpretation import Pass
+from jitcore.prologue import MISS, MissReason, Prologue
+
+__all__ = [
+    "jit",
+    "JittedFunction",
+    "CacheEntry",
+    "last_traces",
+    "last_prologue_traces",
+    "cache_hits",
+    "cache_misses",
+    "miss_reasons",
+]
+
+DEFAULT_CACHE_LIMIT = 64
+
+
+@dataclass(eq=False)
+class CacheEntry:
+    """One specialization: its prologue, its computation, and the traces they came from."""
+
+    number: int
+    prologue: Prologue
+    traces: list[Trace]
+    computation: Callable[..., Any]
+    cached_call: Callable[[tuple, dict], Any]
+    miss_reasons: list[MissReason] = field(default_factory=list)
+
+
+class JittedFunction:
+    """A function (or nn.Module) compiled by jitcore; call it like the original."""
+
+    def __init__(self, fn: Callable[..., Any], *, executor: str = "torch", fallback: str | None = None,
+                 cache_limit: int = DEFAULT_CACHE_LIMIT) -> None:
+        if fallback not in (None, "eager"):
+            raise ValueError(f"fallback must be None or 'eager', not {fallback!r}")
+        self.fn = fn
+        self.executor = get_executor(executor)
+        self.fallback = fallback
+        self.cache_limit = cache_limit
+        self.entries: list[CacheEntry] = []
+        self.hits = 0
+        self.misses = 0
+        self.last_traces: list[Trace] = []
+        self.last_prologue: Prologue | None = None
+        self.miss_log: list[list[MissReason]] = []
+        self.eager_reason: BaseException | None = None
+        self._lock = threading.RLock()
+        self._label = _label_of(fn)
+        functools.update_wrapper(self, fn if not isinstance(fn, torch.nn.Module) else type(fn).forward, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for entry in reversed(self.entries):
+            out = entry.cached_call(args, kwargs)
+            if out is not MISS:
+                self.hits += 1
+                return out
+        if self.eager_reason is not None:
+            return self.fn(*args, **kwargs)
+        return self._miss(args, kwargs)
+
+    def _miss(self, args: tuple, kwargs: dict) -> Any:
+        with self._lock:
+            reasons = [MissReason(e.number, *why) for e in self.entries if (why := e.prologue.explain(args, kwargs))]
+            self.misses += 1
+            self.miss_log.append(reasons)
+            try:
+                entry = self._trace(args, kwargs)
+            except DataDependentError as exc:
+                if self.fallback != "eager":
+                    raise
+                self.eager_reason = exc
+                warnings.warn(f"jitcore: {self._label} runs eagerly from now on: {exc.summary}", stacklevel=3)
+                return self.fn(*args, **kwargs)
+            if len(self.entries) >= self.cache_limit:
+                warnings.warn(
+                    f"jitcore: {self._label} reached its cache limit of {self.cache_limit} entries; "
+                    "the oldest entry is evicted (raise cache_limit= to keep more)",
+                    stacklevel=3,
+                )
+                self.entries.pop(0)
+            self.entries.append(entry)
+        inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
+        return entry.computation(*inputs)
+
+    def _trace(self, args: tuple, kwargs: dict) -> CacheEntry:
+        number = self.misses
+        tracing_pass = Pass(self.fn, label=self._label, entry_number=number)
+        self.last_traces = [tracing_pass.trace]
+        self.last_prologue = tracing_pass.prologue
+        if isinstance(self.fn, torch.nn.Module):
+            program = tracing_pass.run(args, kwargs, target=self.fn, bound_self=self.fn)
+        else:
+            program = tracing_pass.run(args, kwargs, target=self.fn)
+        computation = self.executor.compile(program.trace)
+        cached_call = program.prologue.compile(computation)
+        return CacheEntry(number, program.prologue, [program.trace], computation, cached_call)
+
+    def __repr__(self) -> str:
+        return f"<jitcore.jit of {self._label}: {len(self.entries)} cache entries>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+
+def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """Compile ``fn`` (a function or an ``nn.Module``) with jitcore; usable as a decorator.
+
+    Args:
+        fn: the function or module.
+        executor: how computation traces run (default ``"torch"``).
+        fallback: ``"eager"`` runs the function eagerly (with a warning) when it cannot be traced
+            because it depends on tensor values; None (default) raises instead.
+        cache_limit: the most specializations kept (default 64); past it the oldest is evicted,
+            with a warning.
+
+    Returns:
+        A JittedFunction; ``jit(**options)`` without ``fn`` returns a decorator.
+    """
+    if fn is None:
+        return lambda f: JittedFunction(f, **options)
+    return JittedFunction(fn, **options)
+
+
+def _as_jitted(jfn: Any) -> JittedFunction:
+    if not isinstance(jfn, JittedFunction):
+        raise TypeError(f"expected a function returned by jitcore.jit, got {type(jfn).__qualname__}")
+    return jfn
+
+
+def last_traces(jfn: Any) -> list[Trace]:
+    """The computation traces of the most recent tracing, one per pass, each headed by its producer."""
+    return list(_as_jitted(jfn).last_traces)
+
+
+def last_prologue_traces(jfn: Any) -> list[Prologue]:
+    """The prologue of the most recent tracing (printable as Python)."""
+    prologue = _as_jitted(jfn).last_prologue
+    return [prologue] if prologue is not None else []
+
+
+def cache_hits(jfn: Any) -> int:
+    """How many calls were answered by a cache entry."""
+    return _as_jitted(jfn).hits
+
+
+def cache_misses(jfn: Any) -> int:
+    """How many calls had to trace (the first call included)."""
+    return _as_jitted(jfn).misses
+
+
+def miss_reasons(jfn: Any) -> list[list[MissReason]]:
+    """For each miss, why each existing cache entry rejected the call."""
+    return list(_as_jitted(jfn).miss_log)
+
+
+def _label_of(fn: Any) -> str:
+    if isinstance(fn, torch.nn.Module):
+        return f"module {type(fn).__qualname__}"
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+

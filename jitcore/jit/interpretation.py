@@ -1,0 +1,243 @@
+"""One tracing pass: interpret the user's function with hooks that turn torch calls into symbols.
+
+The hooks given to the interpreter:
+- lookasides / resolve_call: a torch callable (function, method, operator, property, aten op) runs
+  its symbol instead, which records a bound symbol; jitcore's own code runs natively;
+- on_load_global / on_load_deref / on_load_attr / on_load_subscr: values read from persistent state
+  are bound by the pass's Provenance (tensors become inputs, the rest is guarded);
+- on_opaque_call: Python side effects of builtins (``print``) are reported, since they happen only
+  while tracing.
+Invariant: the pass records into its own Trace and Prologue only; nothing is cached until the pass
+has finished without error.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import types
+import warnings
+from typing import Any, Callable
+
+import torch
+
+import jitcore
+from jitcore.interpreter import Hooks, current_run
+from jitcore.ir import SourceFrame, Trace, tracing
+from jitcore.langctx import aten as aten_langctx
+from jitcore.langctx import new_context
+from jitcore.langctx.torch import TORCH_TABLE
+from jitcore.prologue import Path, Prologue, Root, StateGuard
+from jitcore.prologue.guards import DEFAULT_DEVICE, STATE_READERS
+from jitcore.proxies import TensorProxy
+from jitcore.jit.provenance import Provenance
+
+__all__ = ["Pass", "TracedProgram"]
+
+_JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+class TracedProgram:
+    """What a finished pass produced: traces, prologue, and the inputs of the first call."""
+
+    def __init__(self, trace: Trace, prologue: Prologue, first_inputs: list[torch.Tensor]) -> None:
+        self.trace = trace
+        self.prologue = prologue
+        self.first_inputs = first_inputs
+
+
+class Pass:
+    """Interprets ``fn`` on proxies of one call's arguments, recording a trace and a prologue."""
+
+    def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int) -> None:
+        self.fn = fn
+        header = [f"Constructed by jitcore.jit for {label}: cache entry {entry_number}, pass 1 (interpretation)"]
+        self.trace = Trace(name="computation", header=header, imports={"torch": torch})
+        self.context = new_context(self.trace, source_provider=self._source)
+        self.prologue = Prologue(header=[f"Constructed by jitcore.jit for {label}: prologue of cache entry {entry_number}"])
+        self.provenance = Provenance(self.context.values, self.prologue)
+        self._print_warned = False
+
+    # --- driving -----------------------------------------------------------------------------------
+    def run(self, args: tuple, kwargs: dict, *, target: Any, bound_self: Any = None) -> TracedProgram:
+        """Trace one call and return the program; raises what the traced program raises."""
+        from jitcore.interpreter import interpret
+
+        if bound_self is not None:
+            self.provenance.remember(bound_self, Path(Root("bound", "self", bound_self)))
+        pargs, pkwargs = self._bind_arguments(args, kwargs)
+        self._remember_function(target)
+        with tracing(self.context):
+            output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
+        self.trace.output = output
+        self.trace.args = [proxy for _path, proxy, _t in self.provenance.inputs]
+        first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
+        self._state_guards()
+        self.provenance.finish(with_strides=self.context.values.strides_queried)
+        return TracedProgram(self.trace, self.prologue, first_inputs)
+
+    def _bind_arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        args_root, kwargs_root = Path(Root("args", "args")), Path(Root("kwargs", "kwargs"))
+        self.provenance.guard(args_root, "len", len(args))
+        self.provenance.guard(kwargs_root, "keys", tuple(kwargs))
+        names = _parameter_names(self.fn, len(args))
+        pargs = tuple(
+            self.provenance.bind_argument(a, args_root.index(i), names[i]) for i, a in enumerate(args)
+        )
+        pkwargs = {k: self.provenance.bind_argument(v, kwargs_root.key(k), k) for k, v in kwargs.items()}
+        return pargs, pkwargs
+
+    def _remember_function(self, target: Any) -> None:
+        fn = getattr(target, "__func__", target)
+        if isinstance(fn, types.FunctionType):
+            self.provenance.remember(fn, Path(Root("bound", fn.__qualname__, fn)))
+
+    def _state_guards(self) -> None:
+        for name, (reader, _expr) in STATE_READERS.items():
+            if name == DEFAULT_DEVICE and not _creates_tensors(self.trace):
+                continue
+            self.prologue.state.append(StateGuard(name, reader()))
+
+    # --- hooks -------------------------------------------------------------------------------------
+    def hooks(self) -> Hooks:
+        return Hooks(
+            lookasides=dict(TORCH_TABLE.callables()),
+            resolve_call=self._resolve_call,
+            on_opaque_call=self._opaque_call,
+            on_load_global=self._load_global,
+            on_load_deref=self._load_deref,
+            on_load_attr=self._load_attr,
+            on_load_subscr=self._load_subscr,
+        )
+
+    def _resolve_call(self, fn: Any) -> Callable[..., Any] | None:
+        if aten_langctx.is_aten_op(fn):
+            return aten_langctx.aten_symbol(fn)
+        code = getattr(fn, "__code__", None)
+        if code is not None and code.co_filename.startswith(_JITCORE_DIR):
+            return fn  # jitcore's own code (proxy methods, symbols) runs natively
+        return None
+
+    def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if fn is print and not self._print_warned:
+            self._print_warned = True
+            warnings.warn(
+                "print() inside a jitted function runs only while tracing, not on cached calls",
+                stacklevel=2,
+            )
+        return fn(*args, **kwargs)
+
+    def _load_global(self, frame: Any, name: str, value: Any) -> Any:
+        globals_ = frame.globals
+        if _is_library(frame.code.co_filename):
+            return value
+        root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
+        if name in globals_:
+            return self.provenance.bind_state(value, root.key(name), name)
+        self.provenance.guard(root, "absent", name)  # a builtin, as long as no global shadows it
+        return value
+
+    def _load_deref(self, frame: Any, name: str, value: Any) -> Any:
+        function = frame.function
+        if function is None or function.__closure__ is None or self.provenance.path_of(function) is None:
+            return value  # a cell of a function made while tracing holds a value computed while tracing
+        try:
+            cell = function.__closure__[function.__code__.co_freevars.index(name)]
+        except ValueError:
+            return value
+        path = Path(Root("bound", f"{function.__qualname__}.<cell {name}>", cell)).attr("cell_contents")
+        return self.provenance.bind_state(value, path, name)
+
+    def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
+        if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy):
+            return value
+        path = self.provenance.path_of(obj)
+        if path is None:
+            if not isinstance(obj, types.ModuleType) or _is_library_module(obj):
+                return value
+            path = Path(Root("bound", obj.__name__, obj))
+            self.provenance.remember(obj, path)
+        elif not _is_stored_attribute(obj, name):
+            return value  # computed by a descriptor or __getattr__, whose own reads are hooked
+        return self.provenance.bind_state(value, path.attr(name), name)
+
+    def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
+        path = self.provenance.path_of(container)
+        if path is None or isinstance(container, TensorProxy) or not _is_plain_key(key):
+            return value
+        return self.provenance.bind_state(value, path.key(key), str(key))
+
+    def _source(self) -> tuple[SourceFrame, ...] | None:
+        run = current_run()
+        if run is None:
+            return None
+        frames = []
+        for frame in run.frames:
+            pos = frame.position()
+            if _is_library(pos.filename):
+                continue
+            frames.append(SourceFrame(pos.filename, pos.lineno, pos.function, pos.end_lineno, pos.col, pos.end_col))
+        return tuple(frames) or None
+
+
+def _parameter_names(fn: Any, count: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
+    return [names[i] if i < len(names) else f"{var}_{i - len(names)}" for i in range(count)]
+
+
+def _is_library(filename: str) -> bool:
+    return filename.startswith(_TORCH_DIR) or filename.startswith(_JITCORE_DIR)
+
+
+def _is_library_module(module: types.ModuleType) -> bool:
+    name = module.__name__
+    return name == "torch" or name.startswith("torch.") or name.startswith("jitcore")
+
+
+def _is_stored_attribute(obj: Any, name: str) -> bool:
+    """Whether ``obj.name`` is a stored value (instance dict, module, plain class attribute)."""
+    if isinstance(obj, types.ModuleType):
+        return True
+    if isinstance(obj, type):
+        for klass in obj.__mro__:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                return not (hasattr(attr, "__get__") or hasattr(attr, "__set__"))
+        return False
+    instance_dict = getattr(obj, "__dict__", None)
+    if isinstance(instance_dict, dict) and name in instance_dict:
+        return not any(hasattr(vars(k).get(name), "__set__") for k in type(obj).__mro__ if name in vars(k))
+    for klass in type(obj).__mro__:
+        if name in vars(klass):
+            attr = vars(klass)[name]
+            if isinstance(attr, types.MemberDescriptorType):
+                return True  # a __slots__ field: stored on the instance
+            return not (hasattr(attr, "__get__") or hasattr(attr, "__set__"))
+    return False
+
+
+def _is_plain_key(key: Any) -> bool:
+    return type(key) in (int, str, bool, float, bytes, type(None)) or (
+        type(key) is tuple and all(type(k) in (int, str) for k in key)
+    )
+
+
+def _creates_tensors(trace: Trace) -> bool:
+    from jitcore.ir import Proxy
+
+    def has_proxy(v: Any) -> bool:
+        if isinstance(v, Proxy):
+            return True
+        if isinstance(v, (tuple, list)):
+            return any(has_proxy(x) for x in v)
+        if isinstance(v, dict):
+            return any(has_proxy(x) for x in v.values())
+        return False
+
+    return any(not has_proxy(b.args) and not has_proxy(b.kwargs) for b in trace.bound_symbols)

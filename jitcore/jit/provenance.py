@@ -1,0 +1,142 @@
+"""Provenance: where each value the traced program read came from, and the guards that pin it.
+
+Values enter a trace in three ways — as the call's arguments, as globals / closure cells read by
+interpreted code, and as attributes or items read from objects that entered earlier. The
+Provenance of one tracing pass binds each such value: tensors become input proxies of the
+computation (read again on every call through their path), literal values are guarded by type and
+value, containers by type and length/keys, other objects by identity; objects are remembered by id
+so that what is read from them later gets a path too.
+
+Invariants:
+- every value the trace relied on that can change between calls is either a computation input or
+  guarded; values created while tracing need no guard (they are recomputed from guarded ones);
+- a tensor object gets one proxy per pass, however many paths reach it;
+- provenance holds strong references only while the pass runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+from typing import Any
+
+import torch
+
+from jitcore.langctx.shadows import TensorValues
+from jitcore.prologue import Guard, Path, Prologue, TensorSpec
+from jitcore.prologue.guards import freeze_contents, is_literal_value
+from jitcore.proxies import TensorProxy
+
+__all__ = ["Provenance"]
+
+_CONTAINERS = (list, dict, set, tuple)
+
+
+class Provenance:
+    """Binds entering values to proxies or guards, for one tracing pass."""
+
+    def __init__(self, values: TensorValues, prologue: Prologue) -> None:
+        self.values = values
+        self.prologue = prologue
+        self.inputs: list[tuple[Path, TensorProxy, torch.Tensor]] = []
+        self._paths: dict[int, Path] = {}
+        self._keepalive: list[Any] = []
+        self._tensors: dict[int, TensorProxy] = {}
+
+    def path_of(self, obj: Any) -> Path | None:
+        """The path an object was reached through, when it entered the trace."""
+        return self._paths.get(id(obj))
+
+    def remember(self, obj: Any, path: Path) -> None:
+        if id(obj) not in self._paths:
+            self._paths[id(obj)] = path
+            self._keepalive.append(obj)
+
+    def guard(self, path: Path, kind: str, expected: Any) -> None:
+        self.prologue.guards.append(Guard(path, kind, expected))
+
+    # --- arguments ---------------------------------------------------------------------------------
+    def bind_argument(self, value: Any, path: Path, name: str) -> Any:
+        """Bind an argument (any pytree of tensors, numbers, strings, ...); returns it with proxies."""
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value, path, name)
+        t = type(value)
+        if t is tuple or t is list:
+            self.guard(path, "type", t)
+            self.guard(path, "len", len(value))
+            return t(self.bind_argument(v, path.index(i), f"{name}_{i}") for i, v in enumerate(value))
+        if t is dict:
+            self.guard(path, "type", t)
+            self.guard(path, "keys", tuple(value))
+            return {k: self.bind_argument(v, path.key(k), f"{name}_{k}") for k, v in value.items()}
+        if isinstance(value, tuple) and hasattr(t, "_fields"):  # namedtuple
+            self.guard(path, "type", t)
+            return t(*(self.bind_argument(getattr(value, f), path.attr(f), f"{name}_{f}") for f in t._fields))
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            self.guard(path, "type", t)
+            clone = copy.copy(value)
+            for f in dataclasses.fields(value):
+                bound = self.bind_argument(getattr(value, f.name), path.attr(f.name), f"{name}_{f.name}")
+                object.__setattr__(clone, f.name, bound)
+            return clone
+        return self.bind_state(value, path, name)
+
+    # --- state: globals, cells, attributes, items ----------------------------------------------------
+    def bind_state(self, value: Any, path: Path, name: str = "s") -> Any:
+        """Bind a value read from persistent state; returns what the program should see."""
+        if isinstance(value, TensorProxy):
+            return value
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value, path, name)
+        if is_literal_value(value):
+            self.guard(path, "value", value)
+            return value
+        t = type(value)
+        if t in _CONTAINERS and _all_literal(value):
+            self.guard(path, "type", t)
+            self.guard(path, "contents", freeze_contents(value))
+            return value
+        if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and self.path_of(value.__self__) is not None:
+            return value  # a bound method is made anew on every read; its function is the class's
+        self.guard(path, "identity", value)
+        if isinstance(value, (list, dict, set)):
+            self.guard(path, "len", len(value))
+        self.remember(value, path)
+        return value
+
+    def _tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
+        proxy = self._tensors.get(id(tensor))
+        if proxy is None:
+            if tensor.device.type == "meta":
+                raise _meta_input_error(path)
+            proxy = self.values.input_proxy(tensor, name)
+            self._tensors[id(tensor)] = proxy
+            self.inputs.append((path, proxy, tensor))
+            self._keepalive.append(tensor)
+        return proxy
+
+    def finish(self, *, with_strides: bool) -> None:
+        """Add the tensor guards (now that it is known whether strides were relied on)."""
+        for path, _proxy, tensor in self.inputs:
+            self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=with_strides))
+            self.prologue.inputs.append(path)
+            self.prologue.input_names.append(_proxy.name)
+        self._keepalive.clear()
+        self._paths.clear()
+        self._tensors.clear()
+
+
+def _all_literal(value: Any) -> bool:
+    if type(value) is dict:
+        return len(value) <= 64 and all(is_literal_value(k) and is_literal_value(v) for k, v in value.items())
+    return len(value) <= 64 and all(is_literal_value(v) for v in value)
+
+
+def _meta_input_error(path: Path) -> Exception:
+    from jitcore.errors import UnsupportedInputError
+
+    return UnsupportedInputError(
+        f"{path.describe()} is a meta tensor; jitcore traces real tensors (CPU or CUDA)",
+        hints=("pass a tensor with data, or call the function eagerly on meta tensors",),
+    )

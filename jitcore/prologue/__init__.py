@@ -1,0 +1,7 @@
+"""Guards, prologues and the cache: what makes a cached call safe and fast."""
+
+from jitcore.prologue.guards import Guard, StateGuard, TensorSpec
+from jitcore.prologue.paths import Path, Root
+from jitcore.prologue.prologue import MISS, MissReason, Prologue
+
+__all__ = ["Guard", "MISS", "MissReason", "Path", "Prologue", "Root", "StateGuard", "TensorSpec"]

@@ -1,0 +1,232 @@
+"""Guards: the facts about a call's inputs and state that a trace relied on.
+
+Each guard is plain data — what it looks at (a Path, or a piece of interpreter state) and what it
+expects — with two renderings: a Python expression that is true when the guard FAILS (compiled into
+the straight-line prologue) and an explanation of a failure in words (``args[0].shape[1]:
+expected 4, got 5``). Invariants:
+- a guard's ``failure`` and its rendered expression agree on every value;
+- numbers are compared by type and value, floats also by sign of zero and NaN-ness, so ``-0.0`` never
+  passes for ``0.0`` nor ``1`` (int) for ``1.0``;
+- expected values that are not plain literals reach generated code as bound constants only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from jitcore.prologue.paths import Path
+
+__all__ = ["freeze_contents", "same_contents", "Guard", "TensorSpec", "StateGuard", "STATE_READERS", "is_literal_value"]
+
+Bind = Callable[[Any], str]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """The metadata of a tensor input that the trace relied on (strides only when it asked)."""
+
+    type: type
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    requires_grad: bool
+    strides: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, t: torch.Tensor, *, with_strides: bool) -> "TensorSpec":
+        return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad,
+                   tuple(t.stride()) if with_strides else None)
+
+
+def is_literal_value(value: Any) -> bool:
+    """Values compared by type and value (everything else is compared by identity)."""
+    t = type(value)
+    if t in (int, float, bool, str, bytes, complex, type(None)):
+        return True
+    if t in (tuple, frozenset) and len(value) <= 64:
+        return all(is_literal_value(v) for v in value)
+    return t in (torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def freeze_contents(value: Any) -> tuple:
+    """A container of literals as a tuple (dicts as key/value pairs, sets sorted by repr)."""
+    if type(value) is dict:
+        return tuple(value.items())
+    if type(value) is set:
+        return tuple(sorted(value, key=repr))
+    return tuple(value)
+
+
+def same_contents(value: Any, frozen: tuple) -> bool:
+    """Whether a list/dict/set/tuple holds exactly the literals ``frozen`` (see freeze_contents)."""
+    return _same_literal(freeze_contents(value), frozen)
+
+
+def _same_literal(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) is float:
+        if math.isnan(a):
+            return math.isnan(b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if type(a) is complex:
+        return _same_literal(a.real, b.real) and _same_literal(a.imag, b.imag)
+    if type(a) in (tuple, frozenset):
+        if len(a) != len(b):
+            return False
+        if type(a) is frozenset:
+            return a == b
+        return all(_same_literal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Guard:
+    """One check on the value a path reaches.
+
+    kinds: ``type`` (exact type), ``len``, ``keys`` (dict keys, in order), ``value`` (a literal, by
+    type and value), ``contents`` (a container of literals, element by element as ``value``), ``identity`` (the same object), ``tensor`` (a TensorSpec), ``absent`` (the
+    mapping at ``path`` lacks the key ``expected``: a global that must stay unshadowed).
+    """
+
+    path: Path
+    kind: str
+    expected: Any
+
+    def failure(self, value: Any) -> str | None:
+        """None when ``value`` passes; otherwise what was expected and what was got."""
+        kind, expected = self.kind, self.expected
+        if kind == "type":
+            return None if type(value) is expected else f"expected type {expected.__qualname__}, got {type(value).__qualname__}"
+        if kind == "len":
+            return None if len(value) == expected else f"expected length {expected}, got {len(value)}"
+        if kind == "keys":
+            got = tuple(value.keys())
+            return None if got == expected else f"expected keys {list(expected)!r}, got {list(got)!r}"
+        if kind == "value":
+            return None if _same_literal(value, expected) else f"expected {expected!r}, got {value!r}"
+        if kind == "identity":
+            return None if value is expected else f"expected the object {_short(expected)}, got {_short(value)}"
+        if kind == "absent":
+            return None if expected not in value else f"expected no entry {expected!r}, but one was added"
+        if kind == "contents":
+            return None if same_contents(value, expected) else f"expected contents {expected!r}, got {value!r}"
+        if kind == "tensor":
+            return _tensor_failure(expected, value)
+        raise AssertionError(f"unknown guard kind {kind}")
+
+    def render_failure(self, v: str, bind: Bind) -> str:
+        """A Python expression over the variable ``v`` that is true when the guard fails."""
+        kind, expected = self.kind, self.expected
+        if kind == "type":
+            return f"type({v}) is not {bind(expected)}"
+        if kind == "len":
+            return f"len({v}) != {expected!r}"
+        if kind == "keys":
+            return f"tuple({v}) != {bind(expected)}"
+        if kind == "identity":
+            return f"{v} is not {bind(expected)}"
+        if kind == "absent":
+            return f"{bind(expected)} in {v}"
+        if kind == "value":
+            return _render_value_failure(v, expected, bind)
+        if kind == "contents":
+            return f"not {bind(same_contents)}({v}, {bind(expected)})"
+        if kind == "tensor":
+            return _render_tensor_failure(v, expected, bind)
+        raise AssertionError(f"unknown guard kind {kind}")
+
+
+def _short(obj: Any) -> str:
+    text = f"{type(obj).__qualname__} at {id(obj):#x}"
+    name = getattr(obj, "__qualname__", None)
+    return f"{name} ({text})" if isinstance(name, str) else text
+
+
+def _render_value_failure(v: str, expected: Any, bind: Bind) -> str:
+    t = type(expected)
+    if expected is None or t is bool:
+        return f"{v} is not {expected!r}"
+    if t is int:
+        return f"type({v}) is not int or {v} != {expected!r}"
+    if t is float:
+        if math.isnan(expected):
+            return f"type({v}) is not float or {v} == {v}"
+        if expected == 0.0:
+            return f"type({v}) is not float or {v} != 0.0 or {bind(math.copysign)}(1.0, {v}) != {math.copysign(1.0, expected)!r}"
+        return f"type({v}) is not float or {v} != {expected!r}"
+    if t in (torch.dtype, torch.layout, torch.memory_format):
+        return f"{v} is not {bind(expected)}"
+    if t in (str, bytes, torch.device):
+        return f"type({v}) is not {bind(t)} or {v} != {bind(expected)}"
+    # tuples, complex, frozensets: exact comparison in Python
+    return f"not {bind(_same_literal)}({v}, {bind(expected)})"
+
+
+def _tensor_failure(spec: TensorSpec, t: Any) -> str | None:
+    if type(t) is not spec.type:
+        return f"expected a {spec.type.__qualname__}, got {type(t).__qualname__}"
+    if tuple(t.shape) != spec.shape:
+        for i, (a, b) in enumerate(zip(spec.shape, t.shape)):
+            if a != b:
+                return f".shape[{i}]: expected {a}, got {b}"
+        return f".shape: expected {list(spec.shape)}, got {list(t.shape)}"
+    if t.dtype is not spec.dtype:
+        return f".dtype: expected {spec.dtype}, got {t.dtype}"
+    if t.device != spec.device:
+        return f".device: expected {spec.device}, got {t.device}"
+    if t.requires_grad != spec.requires_grad:
+        return f".requires_grad: expected {spec.requires_grad}, got {t.requires_grad}"
+    if spec.strides is not None and tuple(t.stride()) != spec.strides:
+        return f".stride(): expected {spec.strides}, got {tuple(t.stride())}"
+    return None
+
+
+def _render_tensor_failure(v: str, spec: TensorSpec, bind: Bind) -> str:
+    parts = [f"type({v}) is not {bind(spec.type)}", f"{v}.shape != {spec.shape!r}", f"{v}.dtype is not {bind(spec.dtype)}"]
+    if spec.device.type == "cpu":
+        parts.append(f"not {v}.is_cpu")
+    elif spec.device.type == "cuda" and spec.device.index is not None:
+        parts.append(f"{v}.get_device() != {spec.device.index!r} or not {v}.is_cuda")
+    else:
+        parts.append(f"{v}.device != {bind(spec.device)}")
+    parts.append(f"{v}.requires_grad" if not spec.requires_grad else f"not {v}.requires_grad")
+    if spec.strides is not None:
+        parts.append(f"{v}.stride() != {spec.strides!r}")
+    return " or ".join(parts)
+
+
+# Implicit state a trace depends on: name -> (reader, how generated code reads it).
+STATE_READERS: dict[str, tuple[Callable[[], Any], str]] = {
+    "grad mode": (torch.is_grad_enabled, "torch.is_grad_enabled()"),
+    "inference mode": (torch.is_inference_mode_enabled, "torch.is_inference_mode_enabled()"),
+    "default dtype": (torch.get_default_dtype, "torch.get_default_dtype()"),
+    "autocast": (torch._C._is_any_autocast_enabled, "torch._C._is_any_autocast_enabled()"),  # noqa: SLF001
+}
+# Read only when the trace creates tensors without tensor inputs (factory calls): reading it is slow.
+DEFAULT_DEVICE = "default device"
+STATE_READERS[DEFAULT_DEVICE] = (torch.get_default_device, "torch.get_default_device()")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StateGuard:
+    """A check of implicit state (grad mode, default dtype, ...) against its value at trace time."""
+
+    name: str
+    expected: Any
+
+    def failure(self) -> str | None:
+        got = STATE_READERS[self.name][0]()
+        return None if got == self.expected else f"{self.name}: expected {self.expected!r}, got {got!r}"
+
+    def render_failure(self, bind: Bind) -> str:
+        expr = STATE_READERS[self.name][1]
+        if isinstance(self.expected, bool):
+            return f"{expr} is not {self.expected!r}"
+        if isinstance(self.expected, torch.dtype):
+            return f"{expr} is not {bind(self.expected)}"
+        return f"{expr} != {bind(self.expected)}"

@@ -1,0 +1,101 @@
+"""Paths: how a value the trace relied on is reached from a call's inputs.
+
+A path starts at a root — the call's positional ``args`` tuple, its ``kwargs`` dict, or an object
+bound by reference (a function's globals dict, a closure cell, the jitted module) — and takes steps:
+index, key, attribute. Invariants:
+- a path is plain immutable data; it renders to a Python expression where every user-controlled
+  part (keys, attribute names that are not plain ASCII identifiers, root objects) is a bound
+  constant, never source text;
+- ``Path.get`` evaluates it in Python, giving the same value as the rendered expression.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["Path", "Root", "Step"]
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step of a path: ``kind`` is ``index``, ``key`` or ``attr``."""
+
+    kind: str
+    value: Any
+
+    def apply(self, obj: Any) -> Any:
+        if self.kind == "attr":
+            return getattr(obj, self.value)
+        return obj[self.value]
+
+    def describe(self) -> str:
+        if self.kind == "attr":
+            return f".{self.value}"
+        return f"[{self.value!r}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """Where a path starts: ``args``, ``kwargs`` or a bound object (``label`` names it for users)."""
+
+    kind: str
+    label: str
+    obj: Any = None
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.label, id(self.obj)))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Root) and (self.kind, self.label) == (other.kind, other.label) and self.obj is other.obj
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    """A root and the steps from it."""
+
+    root: Root
+    steps: tuple[Step, ...] = ()
+
+    def index(self, i: int) -> "Path":
+        return Path(self.root, self.steps + (Step("index", i),))
+
+    def key(self, k: Any) -> "Path":
+        return Path(self.root, self.steps + (Step("key", k),))
+
+    def attr(self, name: str) -> "Path":
+        return Path(self.root, self.steps + (Step("attr", name),))
+
+    @property
+    def parent(self) -> "Path | None":
+        return Path(self.root, self.steps[:-1]) if self.steps else None
+
+    def get(self, args: tuple, kwargs: dict) -> Any:
+        """The value this path reaches for a call with ``args`` and ``kwargs``."""
+        value = args if self.root.kind == "args" else kwargs if self.root.kind == "kwargs" else self.root.obj
+        for step in self.steps:
+            value = step.apply(value)
+        return value
+
+    def describe(self) -> str:
+        """How users read it: ``args[0].shape`` style (``x['a']`` for keyword arguments)."""
+        return self.root.label + "".join(s.describe() for s in self.steps)
+
+    def render_step(self, base: str, bind: Callable[[Any], str]) -> str:
+        """Python source for the last step applied to the expression ``base``."""
+        step = self.steps[-1]
+        if step.kind == "attr":
+            name = step.value
+            if isinstance(name, str) and _IDENT.match(name) and not keyword.iskeyword(name) and name.isascii():
+                return f"{base}.{name}"
+            return f"getattr({base}, {bind(name)})"
+        key = step.value
+        if type(key) is int or (type(key) is str and len(key) < 64 and key.isascii() and key.isprintable()):
+            return f"{base}[{key!r}]"
+        return f"{base}[{bind(key)}]"
