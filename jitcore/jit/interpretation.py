@@ -86,7 +86,28 @@ class Pass:
             self.provenance.bind_argument(a, args_root.index(i), names[i]) for i, a in enumerate(args)
         )
         pkwargs = {k: self.provenance.bind_argument(v, kwargs_root.key(k), k) for k, v in kwargs.items()}
+        pkwargs.update(self._bind_defaults(len(args), kwargs))
         return pargs, pkwargs
+
+    def _bind_defaults(self, nargs: int, kwargs: dict) -> dict[str, Any]:
+        """The defaults this call uses, bound as state of the function (they can be replaced or mutated)."""
+        fn = getattr(self.fn, "__func__", self.fn)
+        if not isinstance(fn, types.FunctionType):
+            return {}
+        code = fn.__code__
+        root = Path(Root("bound", fn.__qualname__, fn))
+        used: dict[str, Any] = {}
+        positional = code.co_varnames[: code.co_argcount]
+        defaults = fn.__defaults__ or ()
+        first_default = len(positional) - len(defaults)
+        for i, name in enumerate(positional):
+            if i >= nargs and name not in kwargs and i >= first_default:
+                path = root.attr("__defaults__").index(i - first_default)
+                used[name] = self.provenance.bind_state(defaults[i - first_default], path, name)
+        for name, value in (fn.__kwdefaults__ or {}).items():
+            if name not in kwargs:
+                used[name] = self.provenance.bind_state(value, root.attr("__kwdefaults__").key(name), name)
+        return used
 
     def _remember_function(self, target: Any) -> None:
         fn = getattr(target, "__func__", target)

@@ -127,7 +127,7 @@ class Guard:
         if kind == "len":
             return f"len({v}) != {expected!r}"
         if kind == "keys":
-            return f"tuple({v}) != {bind(expected)}"
+            return v if not expected else f"tuple({v}) != {bind(expected)}"
         if kind == "identity":
             return f"{v} is not {bind(expected)}"
         if kind == "absent":

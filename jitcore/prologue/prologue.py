@@ -44,19 +44,85 @@ class MissReason:
     detail: str
 
     def __str__(self) -> str:
+        place = f"{self.where}: " if self.where else ""
+        return f"cache entry {self.entry}: {place}{self.detail}"
+
+
+@dataclass(eq=False)
+class Prologue:
+    """Guards and input unpacking of one cache entry.
+
+    Attributes:
+        guards: checks on values reached through paths, in recording order.
+        state: checks on implicit state (grad mode, default dtype, ...).
+        inputs: paths of the computation trace's inputs, in its argument order.
+        input_names: the computation's parameter names for those inputs.
+        header: comment lines naming what produced the prologue.
+    """
+
+    guards: list[Guard] = field(default_factory=list)
+    state: list[StateGuard] = field(default_factory=list)
+    inputs: list[Path] = field(default_factory=list)
+    input_names: list[str] = field(default_factory=list)
+    header: list[str] = field(default_factory=list)
+
+    def _render(self, name: str, miss: str) -> tuple[str, dict[str, Any], list[str]]:
+        """Source of the checks (without the final return), its constants, the input variables."""
+        constants: dict[str, Any] = {}
+        by_id: dict[int, str] = {}
+
+        def bind(obj: Any) -> str:
+            found = by_id.get(id(obj))
+            if found is None:
+                found = by_id[id(obj)] = f"__c{len(constants)}"
+                constants[found] = obj
+            return found
+
+        variables: dict[Path, str] = {}
+        lines: list[str] = []
+
+        def var(path: Path) -> str:
+            if path in variables:
+                return variables[path]
+            if not path.steps:
+                root = path.root
+                expr = root.kind if root.kind in ("args", "kwargs") else bind(root.obj)
+            else:
+                base = var(path.parent)  # type: ignore[arg-type]
+                expr = f"v{sum(1 for p in variables if p.steps)}"
+                lines.append(f"  {expr} = {path.render_step(base, bind)}")
+            variables[path] = expr
+            return expr
+
+        for guard in self.guards:
+            v = var(guard.path)
+            lines.append(f"  if {guard.render_failure(v, bind)}: return {miss}")
+        for state in self.state:
+            lines.append(f"  if {state.render_failure(bind)}: return {miss}")
+        inputs = [var(p) for p in self.inputs]
+        body = "\n".join(lines) if lines else "  pass"
+        header = "".join(f"# {_escape(line)}\n" for line in self.header)
+        source = (
+            f"{header}import torch\n\n"
+            f"def {name}(args, kwargs):\n"
+            f"  try:\n{_indent(body)}\n"
+            f"  except Exception:\n    return {miss}\n"
+        )
+        return source, constants, inputs
+
+    def __str__(self) -> str:
         source, _, inputs = self._render("prologue", "None")
         return source + f"  return ({', '.join(inputs)}{',' if len(inputs) == 1 else ''})\n"
 
     def compile(self, computation: Callable[..., Any]) -> Callable[[tuple, dict], Any]:
-        """The fast path: checks, then ``computation(*inputs)``; MISS when a check fails."""
+        """The fast path: the checks, then ``computation(*inputs)``; MISS when a check fails."""
         source, constants, inputs = self._render("cached_call", "__MISS")
         source += f"  return __computation({', '.join(inputs)})\n"
         namespace = {"torch": torch, "__MISS": MISS, "__computation": computation, **constants}
         return compile_source(source, "cached_call", namespace, tag="prologue")
 
-    # --- explaining a miss -------------------------------------------------------------------------
     def explain(self, args: tuple, kwargs: dict) -> tuple[str, str] | None:
-        """The first failing check for this call as (path, detail); None when all pass."""
+        """The first failing check for this call as (where, detail); None when all pass."""
         for guard in self.guards:
             try:
                 value = guard.path.get(args, kwargs)
@@ -69,7 +135,8 @@ class MissReason:
             if detail is not None:
                 where = guard.path.describe()
                 if detail.startswith("."):
-                    where, detail = where + detail.split(":", 1)[0], detail.split(":", 1)[1].strip()
+                    attribute, _, detail = detail.partition(": ")
+                    where += attribute
                 return where, detail
         for state in self.state:
             detail = state.failure()
