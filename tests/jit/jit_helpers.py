@@ -1,0 +1,68 @@
+"""Differential helpers: run a program eagerly and under jitcore, compare everything."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import optree
+import torch
+
+import jitcore
+
+
+def clone_tree(tree: Any) -> Any:
+    """A deep copy in which tensors are cloned (keeping requires_grad)."""
+
+    def clone(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            c = v.detach().clone()
+            return c.requires_grad_(v.requires_grad) if v.is_leaf else c
+        return copy.deepcopy(v)
+
+    return optree.tree_map(clone, tree, none_is_leaf=True)
+
+
+def assert_same(actual: Any, expected: Any) -> None:
+    """Values, dtypes, devices, output types and structure all equal (NaNs equal)."""
+    assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, torch.Tensor):
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape and actual.device == expected.device
+        assert actual.requires_grad == expected.requires_grad
+        torch.testing.assert_close(actual, expected, equal_nan=True, rtol=1e-5, atol=1e-6)
+        return
+    if isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_same(a, e)
+        return
+    if isinstance(expected, dict):
+        assert list(actual) == list(expected)
+        for k in expected:
+            assert_same(actual[k], expected[k])
+        return
+    if isinstance(expected, float) and expected != expected:
+        assert actual != actual
+        return
+    assert actual == expected, (actual, expected)
+
+
+def check(fn: Callable[..., Any], *args: Any, jfn: Any = None, **kwargs: Any) -> Any:
+    """Call ``fn`` eagerly and jitted on copies of the same inputs; compare outputs and mutated inputs."""
+    jfn = jfn if jfn is not None else jitcore.jit(fn)
+    eager_args, eager_kwargs = clone_tree((args, kwargs))
+    jit_args, jit_kwargs = clone_tree((args, kwargs))
+    try:
+        expected = fn(*eager_args, **eager_kwargs)
+    except Exception as exc:  # noqa: BLE001 - the jitted call must raise the same
+        try:
+            jfn(*jit_args, **jit_kwargs)
+        except Exception as jexc:  # noqa: BLE001
+            assert type(jexc) is type(exc), (jexc, exc)
+            assert str(exc) in str(jexc), (str(jexc), str(exc))
+            return jfn
+        raise AssertionError(f"eager raised {exc!r}, jitcore did not")
+    actual = jfn(*jit_args, **jit_kwargs)
+    assert_same(actual, expected)
+    assert_same((jit_args, jit_kwargs), (eager_args, eager_kwargs))
+    return jfn
