@@ -1,0 +1,74 @@
+"""Cached-call overhead and first-call (tracing) cost of jitcore.jit, as ratios measured in one run.
+
+Prints, for a 4-op and a 20-op function on a 4-element tensor, the per-call time of eager PyTorch,
+jitcore (cached) and torch.compile(backend="eager"), with ratios against eager; then the first-call
+time of jitcore for chains of N = 10, 100, 1000 ops, per recorded op.
+Targets (issue 4): cached 4-op <= 1.3x eager, 20-op <= 1.05x eager; first call <= 1 ms per op at N=1000.
+
+Run: python benchmarks/bench_jit_overhead.py
+"""
+
+from __future__ import annotations
+
+
+import time
+import timeit
+import warnings
+
+import torch
+
+import jitcore
+
+
+def four_ops(x):
+    return ((x.sin() * 2).cos() + 1).exp()
+
+
+def twenty_ops(x):
+    for _ in range(5):
+        x = ((x.sin() * 2).cos() + 1).tanh()
+    return x
+
+
+def per_call_us(fn, arg, number: int = 20000, repeat: int = 7) -> float:
+    fn(arg)
+    return min(timeit.repeat(lambda: fn(arg), number=number, repeat=repeat)) / number * 1e6
+
+
+def chain(n: int):
+    def f(x):
+        for i in range(n):
+            x = x + i if i % 2 else x * 1.0001
+        return x
+
+    return f
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    x = torch.randn(4)
+    print(f"{'function':10} {'eager us':>9} {'jitcore us':>11} {'ratio':>6} {'compile us':>11} {'ratio':>6}")
+    for fn in (four_ops, twenty_ops):
+        eager = per_call_us(fn, x)
+        jitted = per_call_us(jitcore.jit(fn), x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled_fn = torch.compile(fn, backend="eager")
+            compiled = per_call_us(compiled_fn, x, number=5000)
+        print(f"{fn.__name__:10} {eager:9.2f} {jitted:11.2f} {jitted / eager:6.2f} {compiled:11.2f} {compiled / eager:6.2f}")
+    print()
+    print(f"{'chain N':>8} {'first call ms':>14} {'ms per op':>10}")
+    for n in (10, 100, 1000):
+        times = []
+        for _ in range(3):
+            jf = jitcore.jit(chain(n))
+            start = time.perf_counter()
+            jf(x)
+            times.append(time.perf_counter() - start)
+        best = min(times) * 1e3
+        print(f"{n:8} {best:14.1f} {best / n:10.3f}")
+
+
+
+if __name__ == "__main__":
+    main()
