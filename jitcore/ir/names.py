@@ -50,7 +50,9 @@ class NameGenerator:
         if base not in self._taken and base not in RESERVED_NAMES and not base.startswith("__"):
             self._taken.add(base)
             return base
-        return self.fresh(base.strip("_") + "_" if base.strip("_") else "v")
+        stem = base.strip("_")
+        # The stem may start with a digit once the underscores are gone ("__0", "_1abc" taken).
+        return self.fresh("v" if not stem else f"v{stem}_" if stem[0].isdigit() else f"{stem}_")
 
     def reserve(self, names: Iterable[str]) -> None:
         """Never hand out ``names`` (e.g. the modules a trace imports besides ``torch``)."""
