@@ -19,11 +19,13 @@ import types
 import warnings
 from typing import Any, Callable
 
+import optree
 import torch
 
 import jitcore
+from jitcore.dispatch import resolve_call
 from jitcore.interpreter import Hooks, current_run
-from jitcore.ir import SourceFrame, Trace, tracing
+from jitcore.ir import Proxy, SourceFrame, Trace, tracing
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx.torch import TORCH_TABLE
@@ -54,7 +56,7 @@ class Pass:
         self.fn = fn
         header = [f"Constructed by jitcore.jit for {label}: cache entry {entry_number}, pass 1 (interpretation)"]
         self.trace = Trace(name="computation", header=header, imports={"torch": torch})
-        self.context = new_context(self.trace, source_provider=self._source)
+        self.context = new_context(self.trace, source_provider=self._source, call_handler=self._call_symbol)
         self.prologue = Prologue(header=[f"Constructed by jitcore.jit for {label}: prologue of cache entry {entry_number}"])
         self.provenance = Provenance(self.context.values, self.prologue)
         self._print_warned = False
@@ -132,6 +134,17 @@ class Pass:
             on_load_subscr=self._load_subscr,
         )
 
+    def _call_symbol(self, symbol: Any, args: tuple, kwargs: dict) -> Any:
+        """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""
+        if _has_real_tensor(args) or _has_real_tensor(kwargs):
+            args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
+        return resolve_call(symbol, args, kwargs)
+
+    def _bind_leak(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and not isinstance(value, Proxy):
+            return self.provenance.bind_leaked_tensor(value)
+        return value
+
     def _resolve_call(self, fn: Any) -> Callable[..., Any] | None:
         if aten_langctx.is_aten_op(fn):
             return aten_langctx.aten_symbol(fn)
@@ -174,6 +187,9 @@ class Pass:
         if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy):
             return value
         path = self.provenance.path_of(obj)
+        if name == "__dict__" and path is not None:
+            self.provenance.remember(value, path.attr("__dict__"))  # items read from it get paths
+            return value
         if path is None:
             if not isinstance(obj, types.ModuleType) or _is_library_module(obj):
                 return value
@@ -198,8 +214,18 @@ class Pass:
             pos = frame.position()
             if _is_library(pos.filename):
                 continue
-            frames.append(SourceFrame(pos.filename, pos.lineno, pos.function, pos.end_lineno, pos.col, pos.end_col))
+            frames.append(SourceFrame(pos.filename, pos.lineno or 0, pos.function_name, pos.end_lineno, pos.col, pos.end_col))
         return tuple(frames) or None
+
+
+def _has_real_tensor(tree: Any) -> bool:
+    if isinstance(tree, torch.Tensor):
+        return not isinstance(tree, Proxy)
+    if isinstance(tree, (tuple, list)):
+        return any(_has_real_tensor(v) for v in tree)
+    if isinstance(tree, dict):
+        return any(_has_real_tensor(v) for v in tree.values())
+    return False
 
 
 def _parameter_names(fn: Any, count: int) -> list[str]:

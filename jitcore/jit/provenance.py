@@ -24,13 +24,14 @@ from typing import Any
 import torch
 
 from jitcore.langctx.shadows import TensorValues
-from jitcore.prologue import Guard, Path, Prologue, TensorSpec
+from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
 from jitcore.prologue.guards import freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
 
 __all__ = ["Provenance"]
 
 _CONTAINERS = (list, dict, set, tuple)
+_MAX_ELEMENTS = 256
 
 
 class Provenance:
@@ -99,11 +100,44 @@ class Provenance:
             return value
         if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and self.path_of(value.__self__) is not None:
             return value  # a bound method is made anew on every read; its function is the class's
+        if t in (list, tuple, dict) and len(value) <= _MAX_ELEMENTS:
+            self._container(value, path)
+            return value
         self.guard(path, "identity", value)
         if isinstance(value, (list, dict, set)):
             self.guard(path, "len", len(value))
         self.remember(value, path)
         return value
+
+    def _container(self, value: Any, path: Path) -> None:
+        """A list/tuple/dict of state (``Module._modules``, ``_parameters``): guard its shape and
+        elements, and give each element a path, since iteration reads them without hooks."""
+        self.guard(path, "type", type(value))
+        if type(value) is dict:
+            self.guard(path, "keys", tuple(value))
+            items = [(path.key(k), v) for k, v in value.items()]
+        else:
+            self.guard(path, "len", len(value))
+            items = [(path.index(i), v) for i, v in enumerate(value)]
+        self.remember(value, path)
+        for item_path, item in items:
+            if isinstance(item, torch.Tensor):
+                self.remember(item, item_path)  # becomes an input only if the program uses it
+            elif is_literal_value(item):
+                self.guard(item_path, "value", item)
+            elif type(item) in (list, tuple, dict) and len(item) <= _MAX_ELEMENTS:
+                self._container(item, item_path)
+            else:
+                self.guard(item_path, "identity", item)
+                self.remember(item, item_path)
+
+    def bind_leaked_tensor(self, tensor: torch.Tensor) -> TensorProxy:
+        """A real tensor reached a torch call without passing a hook (iteration, an opaque call):
+        bind it through the path it was remembered by, or — if none — by identity."""
+        path = self.path_of(tensor)
+        if path is None:
+            path = Path(Root("bound", f"<captured tensor {tuple(tensor.shape)}>", tensor))
+        return self._tensor(tensor, path, "c")
 
     def _tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         proxy = self._tensors.get(id(tensor))

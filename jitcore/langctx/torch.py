@@ -183,6 +183,30 @@ def _register_functions() -> None:
             TORCH_TABLE.bind(fn, torch_symbol(fn, f"{owner}.{attr}"))
 
 
+# Factories torch does not list as overridable (they take no tensors) but that traces must record.
+_NOT_FACTORIES = frozenset({"_make_dep_token", "from_file", "sparse_coo_tensor"})
+
+
+def _register_factories() -> None:
+    """torch.* functions that create tensors from Python values: ignored by torch.overrides, found
+    through their aten schemas (a Tensor result and no Tensor argument)."""
+    for fn in torch.overrides.get_ignored_functions():
+        name = getattr(fn, "__name__", "")
+        if getattr(torch, name, None) is not fn or name in _NOT_FACTORIES or fn in TORCH_TABLE:
+            continue
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue
+        overloads = [getattr(packet, o) for o in packet.overloads()]
+        if any(
+            len(o._schema.returns) == 1  # noqa: SLF001
+            and str(o._schema.returns[0].type) == "Tensor"  # noqa: SLF001
+            and not any(str(a.type).startswith("Tensor") for a in o._schema.arguments)  # noqa: SLF001
+            for o in overloads
+        ):
+            TORCH_TABLE.bind(fn, torch_symbol(fn, f"torch.{name}", tags=frozenset({"factory"})))
+
+
 def _function_symbol(name: str) -> Callable[..., Any] | None:
     if name.startswith("Tensor."):
         return TORCH_TABLE.lookup(getattr(torch.Tensor, name.removeprefix("Tensor."), None))
@@ -301,6 +325,7 @@ def _register_literals() -> None:
 
 
 _register_functions()
+_register_factories()
 _register_tensor_members()
 _register_literals()
 TensorProxy.__iter__ = _iter  # type: ignore[method-assign]

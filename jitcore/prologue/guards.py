@@ -108,7 +108,11 @@ class Guard:
             got = tuple(value.keys())
             return None if got == expected else f"expected keys {list(expected)!r}, got {list(got)!r}"
         if kind == "value":
-            return None if _same_literal(value, expected) else f"expected {expected!r}, got {value!r}"
+            if _same_literal(value, expected):
+                return None
+            if type(value) is not type(expected):
+                return f"expected {type(expected).__name__} {expected!r}, got {type(value).__name__} {value!r}"
+            return f"expected {expected!r}, got {value!r}"
         if kind == "identity":
             return None if value is expected else f"expected the object {_short(expected)}, got {_short(value)}"
         if kind == "absent":

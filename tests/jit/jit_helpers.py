@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, Callable
 
 import optree
@@ -40,6 +41,10 @@ def assert_same(actual: Any, expected: Any) -> None:
         assert list(actual) == list(expected)
         for k in expected:
             assert_same(actual[k], expected[k])
+        return
+    if dataclasses.is_dataclass(expected) and not isinstance(expected, type):
+        for f in dataclasses.fields(expected):
+            assert_same(getattr(actual, f.name), getattr(expected, f.name))
         return
     if isinstance(expected, float) and expected != expected:
         assert actual != actual

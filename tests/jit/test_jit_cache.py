@@ -53,7 +53,7 @@ def test_each_kind_of_variation_misses_and_explains() -> None:
         ((x.double(), 1), "args[0].dtype: expected torch.float32, got torch.float64"),
         ((x.clone().requires_grad_(), 1), "requires_grad"),
         ((x, 2), "args[1]: expected 1, got 2"),
-        ((x, 1.0), "args[1]: expected type int, got float"),
+        ((x, 1.0), "args[1]: expected int 1, got float 1.0"),
         (([1, 2], 1), "args[0]: expected a Tensor, got list"),
     ]
     for args, why in variations:

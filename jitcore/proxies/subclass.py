@@ -1,0 +1,159 @@
+"""SubclassTensorProxy: a traceable tensor subclass instance while tracing.
+
+A traceable wrapper subclass (made with ``torch.Tensor._make_wrapper_subclass``, defining
+``__torch_dispatch__``, ``__tensor_flatten__`` and ``__tensor_unflatten__``) is represented by a
+proxy that carries its class, its outer metadata, and — as ordinary attributes, exactly as the
+subclass's ``__init__`` stores them — its inner tensors (proxies) and other fields. Invariants:
+- ``proxy.__class__`` is the user's class, so ``isinstance`` answers as eagerly;
+- the *shadow* (a real instance of the subclass over the inner proxies' fake shadows, built with
+  the class's own ``__tensor_unflatten__``) is what torch's dispatcher sees while a call is
+  resolved; it is built on first use and belongs to this proxy only;
+- methods and properties of the user's class not shadowed by torch operations are found through the
+  class and bound to the proxy.
+"""
+
+from __future__ import annotations
+
+
+from typing import Any, Callable, ClassVar
+
+import torch
+
+from jitcore.proxies.tensor import TensorProxy, describe_tensor
+
+__all__ = ["SubclassTensorProxy", "is_traceable_subclass"]
+
+
+def is_traceable_subclass(cls: type) -> bool:
+    """Whether tensors of ``cls`` can be traced through their ``__torch_dispatch__``."""
+    return (
+        isinstance(cls, type)
+        and issubclass(cls, torch.Tensor)
+        and cls is not torch.Tensor
+        and not issubclass(cls, torch.nn.Parameter)
+        and "__torch_dispatch__" in _class_dict_chain(cls)
+        and hasattr(cls, "__tensor_flatten__")
+        and hasattr(cls, "__tensor_unflatten__")
+    )
+
+
+def _class_dict_chain(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass in (torch.Tensor, torch._C.TensorBase, object):  # noqa: SLF001
+            break
+        names.update(vars(klass))
+    return names
+
+
+class SubclassTensorProxy(TensorProxy):
+    """A tensor-subclass value while tracing: class, outer metadata and inner attributes."""
+
+    __slots__ = ("subclass", "outer", "_shadow", "__dict__")
+
+    # Set by the dispatch layer: registers a freshly built shadow so that it maps back to its proxy.
+    on_shadow: ClassVar[Callable[["SubclassTensorProxy"], None] | None] = None
+
+    def __init__(self, name: str, subclass: type, outer: torch.Tensor) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "subclass", subclass)
+        object.__setattr__(self, "outer", outer)
+        object.__setattr__(self, "_shadow", None)
+
+    # --- identity ---------------------------------------------------------------------------------
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return self.subclass
+
+    @property
+    def python_type(self) -> type:
+        return self.subclass
+
+    def describe(self) -> str:
+        return f"{self.subclass.__name__}[{describe_tensor(self.outer)}]"
+
+    def __repr__(self) -> str:
+        return f'SubclassTensorProxy({self.name}, "{self.describe()}")'
+
+    # --- the shadow: a real subclass instance over fake inner tensors --------------------------------
+    @property
+    def shadow(self) -> torch.Tensor:  # type: ignore[override]
+        built = object.__getattribute__(self, "_shadow")
+        if built is None:
+            names, ctx = self.flatten()
+            inner = {n: getattr(self, n).shadow for n in names}
+            built = self.subclass.__tensor_unflatten__(inner, ctx, self.outer.shape, self.outer.stride())
+            object.__setattr__(self, "_shadow", built)
+            if SubclassTensorProxy.on_shadow is not None:
+                SubclassTensorProxy.on_shadow(self)
+        return built
+
+    def set_shadow(self, shadow: torch.Tensor) -> None:
+        """Adopt an existing subclass instance as this proxy's shadow."""
+        object.__setattr__(self, "_shadow", shadow)
+
+    def flatten(self) -> tuple[list[str], Any]:
+        """``(inner attribute names, ctx)`` as the class's ``__tensor_flatten__`` gives them."""
+        names, ctx = self.subclass.__tensor_flatten__(self)
+        return list(names), ctx
+
+    def inner_tensors(self) -> dict[str, TensorProxy]:
+        names, _ = self.flatten()
+        return {n: getattr(self, n) for n in names}
+
+    # --- attributes: the instance's own, then the user's class ---------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("name",):
+            object.__setattr__(self, name, value)
+        else:
+            self.__dict__[name] = value
+
+    def __getattr__(self, name: str) -> Any:
+        for klass in self.subclass.__mro__:
+            if klass in (torch.Tensor, torch._C.TensorBase):  # noqa: SLF001
+                break
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                if isinstance(attr, (staticmethod, classmethod)) or hasattr(attr, "__get__"):
+                    return attr.__get__(self, self.subclass)
+                return attr
+        raise AttributeError(f"'{self.subclass.__name__}' object has no attribute '{name}'")
+
+    # outer metadata
+    @property
+    def shape(self) -> torch.Size:
+        return self.outer.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.outer.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.outer.device
+
+    @property
+    def requires_grad(self) -> bool:
+        return self.outer.requires_grad
+
+
+
+
+
+def _outer_query(name: str) -> Callable[..., Any]:
+    base = getattr(TensorProxy, name)
+
+    def query(self: SubclassTensorProxy, *args: Any, **kwargs: Any) -> Any:
+        # Outer metadata is known from _make_wrapper_subclass, before __init__ stores the inner tensors.
+        return getattr(self.outer, name)(*args, **kwargs)
+
+    query.__name__ = name
+    query.__doc__ = base.__doc__
+    return query
+
+
+for _name in ("size", "stride", "storage_offset", "dim", "ndimension", "numel", "nelement", "element_size",
+              "is_contiguous", "is_floating_point", "is_complex", "is_signed", "get_device"):
+    setattr(SubclassTensorProxy, _name, _outer_query(_name))
+for _name in ("ndim", "layout", "is_cuda", "is_cpu", "itemsize", "nbytes"):
+    setattr(SubclassTensorProxy, _name, property(lambda self, _n=_name: getattr(self.outer, _n)))
