@@ -170,9 +170,11 @@ class _Printer:
                 self.lines.append(f'{INDENT}# {a.name}: "{escape_comment(describe_value(a))}"')
         last_source: tuple | None = None
         for bsym in trace.bound_symbols:
-            if self.source_mode and bsym.source and bsym.source != last_source:
-                self.lines.extend(self.source_comment(bsym.source))
-                last_source = bsym.source
+            if self.source_mode and bsym.source:
+                key = _source_key(bsym.source, self.source_mode)
+                if key != last_source:
+                    self.lines.extend(self.source_comment(bsym.source))
+                    last_source = key
             self.bound_symbol(bsym, 0)
         self.lines.append(f"{INDENT}return {self.value(trace.output)}")
         return "\n".join(self.lines) + "\n"
@@ -219,6 +221,12 @@ def _parameter(name: Any) -> str:
     """A parameter of the generated function: a name, ``*name`` or ``**name``."""
     stars = len(name) - len(name.lstrip("*")) if type(name) is str else 0
     return "*" * stars + _identifier(name[stars:] if 0 < stars <= 2 else name)
+
+
+def _source_key(frames: tuple[SourceFrame, ...], mode: str) -> tuple:
+    """What must change for a new source comment: the lines of the frames printed."""
+    chosen = frames if mode == "full" else frames[-1:]
+    return tuple((f.filename, f.lineno, f.function) for f in chosen)
 
 
 def _float(x: float) -> str:

@@ -186,6 +186,8 @@ class Pass:
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
         if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy):
             return value
+        if isinstance(obj, types.ModuleType) and _is_library_module(obj):
+            return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
         path = self.provenance.path_of(obj)
         if name == "__dict__" and path is not None:
             self.provenance.remember(value, path.attr("__dict__"))  # items read from it get paths
