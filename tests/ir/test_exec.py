@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import linecache
 import traceback
+import weakref
 from typing import Any, Callable
 
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ir_helpers import assert_same, exec_printed, trace_fn
 
-from jitcore.ir import compile_trace, print_trace
+from jitcore.ir import Symbol, compile_trace, print_trace
 
 
 def check_three_ways(fn: Callable[..., Any], *inputs: torch.Tensor) -> None:
@@ -209,3 +210,24 @@ def test_the_file_name_is_stable_for_the_same_source() -> None:
     assert first.__code__.co_filename == second.__code__.co_filename
     other = compile_trace(trace_fn(lambda x: x.cos(), torch.randn(2)))
     assert other.__code__.co_filename != first.__code__.co_filename
+
+
+def test_intermediates_are_freed_after_their_last_use() -> None:
+    """A compiled trace frees each intermediate after its last use, as hand-written code does."""
+    refs: list[weakref.ref] = []
+    freed: list[bool] = []
+
+    def remember(a):
+        refs.append(weakref.ref(a))
+        return torch.clone(a)
+
+    def check(a):
+        freed.append(refs[-1]() is None)
+        return torch.clone(a)
+
+    sym_remember = Symbol("test.remember", "remember", "test", fn=remember, path=None, meta=torch.clone)
+    sym_check = Symbol("test.check", "check", "test", fn=check, path=None, meta=torch.clone)
+    trace = trace_fn(lambda x: sym_check(sym_remember(x.sin())), torch.randn(3))
+    for run in (compile_trace(trace), exec_printed(trace)):
+        run(torch.randn(3))
+    assert freed == [True, True]

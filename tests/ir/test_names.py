@@ -176,7 +176,7 @@ def test_traces_with_arbitrary_input_names_run(hints: list[str]) -> None:
 def text_symbol() -> Symbol:
     """A symbol taking arbitrary text arguments and keywords; it returns its tensor negated."""
 
-    def neg(a, *texts, **named):
+    def neg(a, /, *texts, **named):
         return torch.neg(a)
 
     return Symbol("test.neg_with_text", "neg_with_text", "test", fn=neg, path=None, meta=neg)

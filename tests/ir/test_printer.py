@@ -34,6 +34,7 @@ def test_header_inputs_and_one_line_per_bound_symbol() -> None:
           t0 = torch.sin(x)  # t0: "cpu f32[4, 4]"
           t1 = torch.Tensor.T.__get__(x)  # t1: "cpu f32[4, 4]"
           t2 = torch.add(t0, t1)  # t2: "cpu f32[4, 4]"
+          del t0, t1
           x = torch.Tensor.add_(x, 1)  # x: "cpu f32[4, 4]"
           return (t2, x)
         """,
@@ -80,6 +81,7 @@ def test_tuple_list_structseq_and_number_outputs() -> None:
           (t0, t1) = torch.max(x, 0)  # t0: "cpu f32[2]", t1: "cpu i64[2]"
           (t2, t3) = torch.chunk(x, 2)  # t2: "cpu f32[2, 2]", t3: "cpu f32[2, 2]"
           (t4, t5) = torch.unbind(x, 1)  # t4: "cpu f32[4]", t5: "cpu f32[4]"
+          del t5
           return [__c0((t0, t1)), (t2, t3), 8, torch.Size([4, 2]), [t4]]
         """,
     )
@@ -134,6 +136,7 @@ def test_subsymbols_print_as_comments_indented_under_their_parent() -> None:
               # t1 = torch.mul(t0, 2)  # t1: "cpu f32[3]"
             # t2 = torch.relu(t1)  # t2: "cpu f32[3]"
           t3 = torch.cos(t2)  # t3: "cpu f32[3]"
+          del t2
           return t3
         """,
     )
@@ -205,7 +208,9 @@ def test_source_lines_above_groups_of_ops(user_file: str) -> None:
           t0 = torch.sin(x)  # t0: "cpu f32[3]"
           # <user-code-for-printer-tests>:3 in f: return y.cos() + 1
           t1 = torch.cos(t0)  # t1: "cpu f32[3]"
+          del t0
           t2 = torch.add(t1, 1)  # t2: "cpu f32[3]"
+          del t1
           return t2
         """,
         source="innermost",
@@ -223,7 +228,9 @@ def test_source_lines_above_groups_of_ops(user_file: str) -> None:
           # <user-code-for-printer-tests>:1 in f: def f(x):
           # <user-code-for-printer-tests>:3 in f: return y.cos() + 1
           t1 = torch.cos(t0)  # t1: "cpu f32[3]"
+          del t0
           t2 = torch.add(t1, 1)  # t2: "cpu f32[3]"
+          del t1
           return t2
         """,
         source="full",
@@ -237,7 +244,9 @@ def test_source_lines_above_groups_of_ops(user_file: str) -> None:
           # x: "cpu f32[3]"
           t0 = torch.sin(x)  # t0: "cpu f32[3]"
           t1 = torch.cos(t0)  # t1: "cpu f32[3]"
+          del t0
           t2 = torch.add(t1, 1)  # t2: "cpu f32[3]"
+          del t1
           return t2
         """,
         source=None,
@@ -268,12 +277,18 @@ def test_constants_that_print_as_literals() -> None:
           t0 = torch.Tensor.to(x, torch.float64)  # t0: "cpu f64[4, 4]"
           t0 = torch.Tensor.to(t0, device=torch.device('cpu'))  # t0: "cpu f64[4, 4]"
           t1 = torch.Tensor.__getitem__(t0, (Ellipsis, slice(1, 3, 2), None))  # t1: "cpu f64[4, 1, 1]"
+          del t0
           t2 = torch.mul(t1, float('nan'))  # t2: "cpu f64[4, 1, 1]"
+          del t1
           t3 = torch.add(t2, -float('inf'))  # t3: "cpu f64[4, 1, 1]"
+          del t2
           t4 = torch.sub(t3, -0.0)  # t4: "cpu f64[4, 1, 1]"
+          del t3
           t5 = torch.add(t4, complex(1.0, -0.0))  # t5: "cpu c128[4, 1, 1]"
+          del t4
           t6 = torch.clamp(x, min=-0.0, max=float('inf'))  # t6: "cpu f32[4, 4]"
           t7 = torch.Tensor.view(t6, torch.Size([16]))  # t7: "cpu f32[16]"
+          del t6
           t7 = torch.Tensor.to(t7, memory_format=torch.contiguous_format)  # t7: "cpu f32[16]"
           return (t5, t7, 'it\'s "quoted"\nand\r\u2028broken', b"\x00'")
         """,
@@ -364,3 +379,37 @@ def test_printing_does_not_change_the_trace() -> None:
     before = (list(trace.bound_symbols), trace.output, list(trace.args))
     assert str(trace) == str(trace)
     assert (list(trace.bound_symbols), trace.output, list(trace.args)) == before
+
+
+def test_dead_values_are_deleted_after_their_last_use() -> None:
+    def use(a, s, d=None):
+        return torch.neg(a)
+
+    sym = Symbol("test.use", "use", "test", fn=use, path=None, meta=use)
+
+    def f(x):
+        a, b, c = x.sin(), x.cos(), x.exp()
+        unused, _ = x.split(1)
+        return sym(x, slice(a, None), d={b: c}), x
+
+    trace = trace_fn(f, torch.randn(2))
+    expect(
+        trace,
+        """
+        import torch
+
+        def computation(x):
+          # x: "cpu f32[2]"
+          t0 = torch.sin(x)  # t0: "cpu f32[2]"
+          t1 = torch.cos(x)  # t1: "cpu f32[2]"
+          t2 = torch.exp(x)  # t2: "cpu f32[2]"
+          (t3, t4) = torch.split(x, 1)  # t3: "cpu f32[1]", t4: "cpu f32[1]"
+          del t3, t4
+          t5 = __c0(x, slice(t0, None, None), d={t1: t2})  # t5: "cpu f32[2]"
+            # t5 = torch.neg(x)  # t5: "cpu f32[2]"
+          del t0, t1, t2
+          return (t5, x)
+        """,
+    )
+    x = torch.randn(2)
+    torch.testing.assert_close(exec_printed(trace)(x), (-x, x))
