@@ -69,8 +69,13 @@ class _Printer:
         t = type(v)
         if v is None or t is bool or v is Ellipsis:
             return repr(v)
-        if t is int or t is str or t is bytes:
+        if t is str or t is bytes:
             return repr(v)
+        if t is int:
+            try:
+                return repr(v)
+            except ValueError:  # longer than sys.get_int_max_str_digits(): bind it instead
+                return self.constant(v)
         if t is float:
             return _float(v)
         if t is complex:
@@ -244,7 +249,7 @@ def _dead_after(trace: Trace) -> list[list[str]]:
     keep = {p.name for p in _proxies(trace.output)} | {a.name for a in trace.args if _is_proxy(a)}
     last: dict[str, int] = {}
     for i, bsym in enumerate(trace.bound_symbols):
-        for p in _proxies((bsym.args, bsym.kwargs, bsym.output)):
+        for p in _proxies((bsym.args, bsym.kwargs)) + _bound(bsym.output):
             last[p.name] = i
     dead: list[list[str]] = [[] for _ in trace.bound_symbols]
     for name, i in last.items():
@@ -253,9 +258,18 @@ def _dead_after(trace: Trace) -> list[list[str]]:
     return dead
 
 
+def _bound(out: Any) -> list[Any]:
+    """The proxies that the assignment to ``_Printer.target(out)`` binds."""
+    if _is_proxy(out):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [p for o in out for p in _bound(o)]
+    return []
+
+
 def _float(x: float) -> str:
     if math.isnan(x):
-        return "float('nan')"
+        return "-float('nan')" if math.copysign(1.0, x) < 0 else "float('nan')"
     if math.isinf(x):
         return "float('inf')" if x > 0 else "-float('inf')"
     return repr(x)

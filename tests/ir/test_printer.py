@@ -413,3 +413,27 @@ def test_dead_values_are_deleted_after_their_last_use() -> None:
     )
     x = torch.randn(2)
     torch.testing.assert_close(exec_printed(trace)(x), (-x, x))
+
+
+def test_values_without_a_repr_and_signed_nans() -> None:
+    huge = 7**6000  # repr() refuses ints this long
+    negative_nan = -math.nan
+    trace = Trace(imports={"torch": torch})
+    trace.output = (huge, -huge, 10**1000, negative_nan, complex(negative_nan, math.nan))
+    printed = print_trace(trace)
+    assert printed.source.endswith(
+        "return (__c0, __c1, " + str(10**1000) + ", -float('nan'), complex(-float('nan'), float('nan')))\n"
+    )
+    result = exec_printed(trace)()
+    assert result[:3] == (huge, -huge, 10**1000)
+    assert math.copysign(1, result[3]) == -1 and math.copysign(1, result[4].real) == -1
+
+
+def test_proxies_a_statement_cannot_bind_are_not_deleted() -> None:
+    def pack(a):
+        return {"neg": torch.neg(a)}
+
+    sym = Symbol("test.pack", "pack", "test", fn=pack, path=None, meta=pack)
+    trace = trace_fn(lambda x: (sym(x), x.sin())[1], torch.randn(2))
+    assert "del" not in str(trace)  # t0 lives only inside a dict: no name to delete
+    torch.testing.assert_close(exec_printed(trace)(torch.ones(2)), torch.ones(2).sin())
