@@ -52,6 +52,8 @@ class PrintedTrace:
 
     source: str
     constants: dict[str, Any] = field(default_factory=dict)
+    # 1-based line of the source -> the top-level bound symbol printed there (maps errors back).
+    bound_symbol_lines: dict[int, BoundSymbol] = field(default_factory=dict)
 
 
 class _Printer:
@@ -61,6 +63,7 @@ class _Printer:
         self.constants: dict[str, Any] = {}
         self._constant_names: dict[int, str] = {}
         self.lines: list[str] = []
+        self.bound_symbol_lines: dict[int, BoundSymbol] = {}
 
     # --- values ------------------------------------------------------------------------------------
     def value(self, v: Any) -> str:
@@ -143,6 +146,7 @@ class _Printer:
         if depth == 0 and bsym.header:
             self.lines.append(f"{pad}# {escape_comment(bsym.header)}")
         if depth == 0:
+            self.bound_symbol_lines[len(self.lines) + 1] = bsym
             self.lines.append(pad + self.statement(bsym))
         else:
             self.lines.append(f"{pad}# {self.statement(bsym)}")
@@ -201,7 +205,7 @@ def print_trace(trace: Trace, *, source: str | None = "innermost") -> PrintedTra
     """
     printer = _Printer(trace, source)
     text = printer.run()
-    return PrintedTrace(text, printer.constants)
+    return PrintedTrace(text, printer.constants, printer.bound_symbol_lines)
 
 
 _COOKIE = re.compile(r"coding([:=])")
