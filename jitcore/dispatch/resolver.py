@@ -1,17 +1,233 @@
-"""Resolving a symbol call whose arguments include tensor-subclass proxies.
+"""Resolving a symbol call whose arguments include tensor-subclass proxies, while interpreting.
 
-(Filled in by the subclass work; until then every call takes the plain path.)
+The call is replayed natively on *shadows* (real subclass instances over fake inner tensors; fake
+tensors for plain proxies) under a TorchDispatchMode. torch's dispatcher does the decomposition, so
+the mode receives exactly the aten calls eager PyTorch would deliver to the subclass (after
+autograd and CompositeImplicit decompositions). For each:
+- metadata queries (``prim.device``, ``aten.sym_size``, ...) are answered natively and not recorded;
+- a call on plain tensors only is recorded as an aten symbol;
+- a call involving subclasses runs the subclasses' ``__torch_dispatch__`` — on the jitcore
+  interpreter, with proxies — in eager's order until one does not return NotImplemented; the aten
+  ops it calls on the inner tensors are recorded as aten symbols.
+What the mode returns (the shadow of the resulting proxy) is the object C++ continues with.
+
+Invariants:
+- every shadow maps back to exactly one proxy (``DispatchState``), so step k's output is step k+1's
+  input;
+- all recording happens inside the torch-level symbol's scope: the resolution is its subsymbols;
+- resolution runs under the traced grad mode, with subclass ``__torch_function__`` disabled (a
+  class's own ``__torch_function__`` was interpreted before, see ``resolve_call``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from jitcore.ir import Symbol
+import optree
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["resolve_call"]
+from jitcore.ir import Symbol, current_context
+from jitcore.langctx.aten import aten_symbol
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
+
+__all__ = ["resolve_call", "DispatchState", "has_subclass", "call_on_shadows", "call_torch_dispatch"]
+
+# Asked by the dispatcher about shadows; answered natively, never recorded.
+_METADATA_OPS = frozenset(
+    op
+    for op in (
+        torch.ops.prim.device.default,
+        torch.ops.prim.layout.default,
+        torch.ops.aten.sym_size.default,
+        torch.ops.aten.sym_size.int,
+        torch.ops.aten.sym_stride.default,
+        torch.ops.aten.sym_stride.int,
+        torch.ops.aten.sym_numel.default,
+        torch.ops.aten.sym_storage_offset.default,
+        torch.ops.aten.dim.default,
+        torch.ops.aten.is_contiguous.default,
+        torch.ops.aten.is_contiguous.memory_format,
+        torch.ops.aten.is_strides_like_format.default,
+        torch.ops.aten.is_non_overlapping_and_dense.default,
+    )
+)
+
+
+def has_subclass(tree: Any) -> bool:
+    """Whether a (shallow) argument structure holds a subclass proxy."""
+    if isinstance(tree, SubclassTensorProxy):
+        return True
+    if isinstance(tree, (tuple, list)):
+        return any(has_subclass(v) for v in tree)
+    if isinstance(tree, dict):
+        return any(has_subclass(v) for v in tree.values())
+    return False
+
+
+class DispatchState:
+    """The shadow <-> proxy map of subclass values in one trace."""
+
+    __slots__ = ("values", "_proxies", "_keepalive")
+
+    def __init__(self, values: Any) -> None:
+        self.values = values
+        self._proxies: dict[int, SubclassTensorProxy] = {}
+        self._keepalive: list[Any] = []
+
+    @staticmethod
+    def of(values: Any) -> "DispatchState":
+        """The dispatch state of a trace's tensor values (made on first use)."""
+        if values.dispatch_state is None:
+            values.dispatch_state = DispatchState(values)
+        return values.dispatch_state
+
+    @staticmethod
+    def of_current() -> "DispatchState":
+        return DispatchState.of(current_context().values)
+
+    def register(self, proxy: SubclassTensorProxy) -> None:
+        shadow = proxy.shadow
+        self._proxies[id(shadow)] = proxy
+        self._keepalive.append(shadow)
+
+    def shadow_of(self, value: Any) -> Any:
+        if isinstance(value, SubclassTensorProxy):
+            shadow = value.shadow
+            if id(shadow) not in self._proxies:
+                self._proxies[id(shadow)] = value
+                self._keepalive.append(shadow)
+            return shadow
+        if isinstance(value, TensorProxy):
+            return value.shadow
+        return value
+
+    def proxy_of(self, value: Any) -> Any:
+        if not isinstance(value, torch.Tensor) or isinstance(value, TensorProxy):
+            return value
+        proxy = self._proxies.get(id(value))
+        if proxy is not None:
+            return proxy
+        if isinstance(value, FakeTensor):
+            return self.values.proxy_for(value)
+        return self.adopt(value)
+
+    def adopt(self, shadow: torch.Tensor, name: str | None = None) -> SubclassTensorProxy:
+        """A proxy for a subclass instance over fake tensors that torch or the class itself built."""
+        cls = type(shadow)
+        with self.values.fake_mode:
+            outer = torch.empty_strided(
+                shadow.shape, shadow.stride(), dtype=shadow.dtype, device=shadow.device,
+                requires_grad=shadow.requires_grad,
+            )
+        proxy = SubclassTensorProxy(name or self.values.names.fresh("t"), cls, outer)
+        for key, value in vars(shadow).items():
+            proxy.__dict__[key] = self.proxy_of(value) if isinstance(value, torch.Tensor) else value
+        proxy.set_shadow(shadow)
+        self._proxies[id(shadow)] = proxy
+        self._keepalive.append(shadow)
+        return proxy
 
 
 def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
-    """The outputs of ``symbol(*args, **kwargs)`` on proxies."""
-    return symbol.meta(*args, **kwargs)
+    """The outputs of ``symbol(*args, **kwargs)`` on proxies (the trace context's call handler)."""
+    if not (has_subclass(args) or has_subclass(kwargs)):
+        return symbol.meta(*args, **kwargs)
+    return _resolve(symbol, args, kwargs)
+
+
+def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
+    state = DispatchState.of_current()
+    overridden = _torch_function_overrides(args, kwargs)
+    if overridden:
+        result = _run_torch_function(overridden, symbol, args, kwargs)
+        if result is not NotImplemented:
+            return result
+    shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
+    with torch._C.DisableTorchFunctionSubclass(), _ResolveMode(state):  # noqa: SLF001
+        out = symbol.fn(*shadow_args, **shadow_kwargs)
+    return _map(state.proxy_of, out)
+
+
+class _ResolveMode(TorchDispatchMode):
+    """Sees each aten call the dispatcher makes for one torch-level call on shadows."""
+
+    def __init__(self, state: DispatchState) -> None:
+        super().__init__()
+        self.state = state
+
+    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _METADATA_OPS:
+            return func(*args, **kwargs)
+        user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
+        proxy_args, proxy_kwargs = _map(self.state.proxy_of, (args, kwargs))
+        if not user_types:
+            out = aten_symbol(func)(*proxy_args, **proxy_kwargs)
+        else:
+            out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
+        return _map(self.state.shadow_of, out)
+
+
+def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs: dict) -> Any:
+    """Run the subclasses' ``__torch_dispatch__`` in eager's order on the interpreter.
+
+    Raises:
+        TypeError: every handler returned NotImplemented (as eager PyTorch does).
+    """
+    for cls in types:
+        result = _interpret(cls.__torch_dispatch__, func, types, args, kwargs)
+        if result is not NotImplemented:
+            return result
+    names = "\n".join(f"  - tensor subclass {cls}" for cls in types)
+    raise TypeError(
+        f"Multiple dispatch failed for '{func}'; all __torch_dispatch__ handlers returned NotImplemented:\n\n"
+        f"{names}\n\nFor more information, try re-running with TORCH_LOGS=not_implemented"
+    )
+
+
+def _interpret(fn: Callable[..., Any], *args: Any) -> Any:
+    from jitcore.interpreter import current_run
+
+    run = current_run()
+    return run.call(fn, *args) if run is not None else fn(*args)
+
+
+def _torch_function_overrides(args: tuple, kwargs: dict) -> list[type]:
+    if not torch._C._is_torch_function_enabled():  # noqa: SLF001 - inside DisableTorchFunction(Subclass)
+        return []
+    found: list[type] = []
+    for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
+        if isinstance(value, SubclassTensorProxy):
+            cls = value.subclass
+            impl = getattr(cls, "__torch_function__", None)
+            if impl is None or getattr(impl, "__func__", impl) in _DEFAULT_TORCH_FUNCTION or cls in found:
+                continue
+            found.append(cls)
+    return found
+
+
+_DEFAULT_TORCH_FUNCTION = (torch._C._disabled_torch_function_impl, torch.Tensor.__torch_function__.__func__)  # noqa: SLF001
+
+
+def _run_torch_function(types: list[type], symbol: Symbol, args: tuple, kwargs: dict) -> Any:
+    """A subclass's own ``__torch_function__``, interpreted, with the torch callable as ``func``."""
+    for cls in types:
+        result = _interpret(cls.__torch_function__, symbol.fn, tuple(types), args, kwargs)
+        if result is not NotImplemented:
+            return result
+    return NotImplemented
+
+
+def call_on_shadows(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """A torch C function that is not an operation (``torch._functionalize_unsafe_set``, ...) called
+    with proxies: it acts on their shadows (their metadata), and tensors it returns map back."""
+    state = DispatchState.of_current()
+    shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
+    return _map(state.proxy_of, fn(*shadow_args, **shadow_kwargs))
+
+
+def _map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    return optree.tree_map(fn, tree, none_is_leaf=True)

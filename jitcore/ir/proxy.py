@@ -17,6 +17,11 @@ class Proxy:
     def __init__(self, name: str) -> None:
         self.name = name
 
+    @property
+    def python_type(self) -> type:
+        """The class the traced program sees for this value (``type(x)`` answers it)."""
+        return type(self)
+
     def describe(self) -> str:
         """The metadata printed in trace comments ('' when there is none)."""
         return ""

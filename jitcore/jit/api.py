@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from jitcore.dispatch.flatten import flatten_subclasses
 from jitcore.errors import DataDependentError
 from jitcore.executors import get_executor
 from jitcore.ir import Trace
@@ -118,9 +119,14 @@ class JittedFunction:
             program = tracing_pass.run(args, kwargs, target=self.fn, bound_self=self.fn)
         else:
             program = tracing_pass.run(args, kwargs, target=self.fn)
-        computation = self.executor.compile(program.trace)
+        traces = [program.trace]
+        flat = flatten_subclasses(program.trace)
+        if flat is not program.trace:
+            traces.append(flat)
+            self.last_traces = list(traces)
+        computation = self.executor.compile(traces[-1])
         cached_call = program.prologue.compile(computation)
-        return CacheEntry(number, program.prologue, [program.trace], computation, cached_call)
+        return CacheEntry(number, program.prologue, traces, computation, cached_call)
 
     def __repr__(self) -> str:
         return f"<jitcore.jit of {self._label}: {len(self.entries)} cache entries>"

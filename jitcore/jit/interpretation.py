@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
+import sysconfig
 import types
 import warnings
 from typing import Any, Callable
@@ -24,6 +26,9 @@ import torch
 
 import jitcore
 from jitcore.dispatch import resolve_call
+from jitcore.dispatch.resolver import call_on_shadows
+from jitcore.dispatch.flatten import bind_subclass_input
+from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.interpreter import Hooks, current_run
 from jitcore.ir import Proxy, SourceFrame, Trace, tracing
 from jitcore.langctx import aten as aten_langctx
@@ -38,6 +43,8 @@ __all__ = ["Pass", "TracedProgram"]
 
 _JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
+_LIBRARY_DIRS = (_TORCH_DIR, _JITCORE_DIR, _STDLIB_DIR)
 
 
 class TracedProgram:
@@ -69,6 +76,10 @@ class Pass:
         if bound_self is not None:
             self.provenance.remember(bound_self, Path(Root("bound", "self", bound_self)))
         pargs, pkwargs = self._bind_arguments(args, kwargs)
+        for proxy in self.provenance.subclass_inputs:
+            bind_subclass_input(self.trace, proxy)
+        if self.provenance.subclass_inputs:
+            self.trace.imports["jitcore"] = jitcore
         self._remember_function(target)
         with tracing(self.context):
             output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
@@ -125,13 +136,14 @@ class Pass:
     # --- hooks -------------------------------------------------------------------------------------
     def hooks(self) -> Hooks:
         return Hooks(
-            lookasides=dict(TORCH_TABLE.callables()),
+            lookasides={**dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES},
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
             on_load_global=self._load_global,
             on_load_deref=self._load_deref,
             on_load_attr=self._load_attr,
             on_load_subscr=self._load_subscr,
+            type_of=python_type,
         )
 
     def _call_symbol(self, symbol: Any, args: tuple, kwargs: dict) -> Any:
@@ -154,6 +166,8 @@ class Pass:
         return None
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if _is_torch_builtin(fn) and (_has_proxy(args) or _has_proxy(kwargs)):
+            return call_on_shadows(fn, args, kwargs)
         if fn is print and not self._print_warned:
             self._print_warned = True
             warnings.warn(
@@ -220,6 +234,20 @@ class Pass:
         return tuple(frames) or None
 
 
+def _is_torch_builtin(fn: Any) -> bool:
+    return isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith("torch")
+
+
+def _has_proxy(tree: Any) -> bool:
+    if isinstance(tree, Proxy):
+        return True
+    if isinstance(tree, (tuple, list)):
+        return any(_has_proxy(v) for v in tree)
+    if isinstance(tree, dict):
+        return any(_has_proxy(v) for v in tree.values())
+    return False
+
+
 def _has_real_tensor(tree: Any) -> bool:
     if isinstance(tree, torch.Tensor):
         return not isinstance(tree, Proxy)
@@ -241,12 +269,16 @@ def _parameter_names(fn: Any, count: int) -> list[str]:
 
 
 def _is_library(filename: str) -> bool:
-    return filename.startswith(_TORCH_DIR) or filename.startswith(_JITCORE_DIR)
+    """Code whose module state is taken as constant: torch, jitcore, the standard library."""
+    return filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen ")
 
 
 def _is_library_module(module: types.ModuleType) -> bool:
     name = module.__name__
-    return name == "torch" or name.startswith("torch.") or name.startswith("jitcore")
+    if name == "torch" or name.startswith(("torch.", "jitcore")) or name in sys.builtin_module_names:
+        return True
+    filename = getattr(module, "__file__", None)
+    return filename is not None and _is_library(filename)
 
 
 def _is_stored_attribute(obj: Any, name: str) -> bool:

@@ -23,10 +23,13 @@ from typing import Any
 
 import torch
 
+from jitcore.dispatch.resolver import DispatchState
+from jitcore.errors import UnsupportedInputError
 from jitcore.langctx.shadows import TensorValues
 from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
 from jitcore.prologue.guards import freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import is_traceable_subclass
 
 __all__ = ["Provenance"]
 
@@ -44,6 +47,8 @@ class Provenance:
         self._paths: dict[int, Path] = {}
         self._keepalive: list[Any] = []
         self._tensors: dict[int, TensorProxy] = {}
+        self._guarded: set[tuple] = set()
+        self.subclass_inputs: list[TensorProxy] = []  # inner ones before the ones holding them
 
     def path_of(self, obj: Any) -> Path | None:
         """The path an object was reached through, when it entered the trace."""
@@ -55,7 +60,10 @@ class Provenance:
             self._keepalive.append(obj)
 
     def guard(self, path: Path, kind: str, expected: Any) -> None:
-        self.prologue.guards.append(Guard(path, kind, expected))
+        key = (path, kind, id(expected) if kind in ("identity", "tensor", "flatten") else repr(expected))
+        if key not in self._guarded:
+            self._guarded.add(key)
+            self.prologue.guards.append(Guard(path, kind, expected))
 
     # --- arguments ---------------------------------------------------------------------------------
     def bind_argument(self, value: Any, path: Path, name: str) -> Any:
@@ -144,10 +152,35 @@ class Provenance:
         if proxy is None:
             if tensor.device.type == "meta":
                 raise _meta_input_error(path)
-            proxy = self.values.input_proxy(tensor, name)
+            if type(tensor) in (torch.Tensor, torch.nn.Parameter):
+                proxy = self.values.input_proxy(tensor, name)
+                self.inputs.append((path, proxy, tensor))
+            else:
+                proxy = self._subclass(tensor, path, name)
             self._tensors[id(tensor)] = proxy
-            self.inputs.append((path, proxy, tensor))
             self._keepalive.append(tensor)
+        return proxy
+
+    def _subclass(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
+        """A tensor-subclass input: its structure is guarded, its inner tensors become inputs."""
+        cls = type(tensor)
+        if not is_traceable_subclass(cls):
+            raise UnsupportedInputError(
+                f"{path.describe()} is a {cls.__qualname__}, a tensor subclass jitcore cannot trace: it lacks "
+                "__tensor_flatten__/__tensor_unflatten__ or __torch_dispatch__",
+                hints=(
+                    "implement the traceable wrapper-subclass protocol (see docs/subclasses.md)",
+                    "or call the function eagerly for such inputs",
+                ),
+            )
+        names, ctx = tensor.__tensor_flatten__()
+        self.guard(path, "type", cls)
+        self.guard(path, "flatten", (cls, tuple(names), ctx))
+        self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=True))
+        inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
+        shadow = cls.__tensor_unflatten__({n: p.shadow for n, p in inner.items()}, ctx, tensor.shape, tensor.stride())
+        proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
+        self.subclass_inputs.append(proxy)
         return proxy
 
     def finish(self, *, with_strides: bool) -> None:

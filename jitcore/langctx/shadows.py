@@ -49,12 +49,13 @@ class TensorValues:
             prologue guards the inputs' strides too).
     """
 
-    __slots__ = ("fake_mode", "names", "strides_queried", "_by_shadow")
+    __slots__ = ("fake_mode", "names", "strides_queried", "dispatch_state", "_by_shadow")
 
     def __init__(self, names: NameGenerator) -> None:
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         self.names = names
         self.strides_queried = False
+        self.dispatch_state: Any = None  # owned by jitcore.dispatch: subclass shadows <-> proxies
         self._by_shadow: dict[int, TensorProxy] = {}
 
     def input_proxy(self, tensor: torch.Tensor, name: str | None = None) -> TensorProxy:

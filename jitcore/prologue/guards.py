@@ -18,9 +18,12 @@ from typing import Any, Callable
 
 import torch
 
-from jitcore.prologue.paths import Path
+from jitcore.prologue.paths import Path, safe_repr
 
-__all__ = ["freeze_contents", "same_contents", "Guard", "TensorSpec", "StateGuard", "STATE_READERS", "is_literal_value"]
+__all__ = [
+    "freeze_contents", "same_contents", "Guard", "TensorSpec", "StateGuard", "STATE_READERS", "implicit_state",
+    "is_literal_value",
+]
 
 Bind = Callable[[Any], str]
 
@@ -84,12 +87,19 @@ def _same_literal(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _same_keys(got: tuple, expected: tuple) -> bool:
+    """Keys equal by type and value: ``{1: a}``, ``{True: a}`` and ``{1.0: a}`` are different calls."""
+    return len(got) == len(expected) and all(
+        (type(g) is str and g == e) if type(e) is str else _same_literal(g, e) for g, e in zip(got, expected)
+    )
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Guard:
     """One check on the value a path reaches.
 
     kinds: ``type`` (exact type), ``len``, ``keys`` (dict keys, in order), ``value`` (a literal, by
-    type and value), ``contents`` (a container of literals, element by element as ``value``), ``identity`` (the same object), ``tensor`` (a TensorSpec), ``absent`` (the
+    type and value), ``flatten`` (a tensor subclass's ``__tensor_flatten__`` names and ctx), ``contents`` (a container of literals, element by element as ``value``), ``identity`` (the same object), ``tensor`` (a TensorSpec), ``absent`` (the
     mapping at ``path`` lacks the key ``expected``: a global that must stay unshadowed).
     """
 
@@ -106,19 +116,22 @@ class Guard:
             return None if len(value) == expected else f"expected length {expected}, got {len(value)}"
         if kind == "keys":
             got = tuple(value.keys())
-            return None if got == expected else f"expected keys {list(expected)!r}, got {list(got)!r}"
+            return None if _same_keys(got, expected) else f"expected keys {safe_repr(list(expected))}, got {safe_repr(list(got))}"
         if kind == "value":
             if _same_literal(value, expected):
                 return None
             if type(value) is not type(expected):
-                return f"expected {type(expected).__name__} {expected!r}, got {type(value).__name__} {value!r}"
-            return f"expected {expected!r}, got {value!r}"
+                return (f"expected {type(expected).__name__} {safe_repr(expected)}, "
+                        f"got {type(value).__name__} {safe_repr(value)}")
+            return f"expected {safe_repr(expected)}, got {safe_repr(value)}"
         if kind == "identity":
             return None if value is expected else f"expected the object {_short(expected)}, got {_short(value)}"
         if kind == "absent":
             return None if expected not in value else f"expected no entry {expected!r}, but one was added"
         if kind == "contents":
-            return None if same_contents(value, expected) else f"expected contents {expected!r}, got {value!r}"
+            return None if same_contents(value, expected) else f"expected contents {safe_repr(expected)}, got {safe_repr(value)}"
+        if kind == "flatten":
+            return flatten_failure(value, expected)
         if kind == "tensor":
             return _tensor_failure(expected, value)
         raise AssertionError(f"unknown guard kind {kind}")
@@ -131,7 +144,11 @@ class Guard:
         if kind == "len":
             return f"len({v}) != {expected!r}"
         if kind == "keys":
-            return v if not expected else f"tuple({v}) != {bind(expected)}"
+            if not expected:
+                return v
+            if all(type(k) is str for k in expected):
+                return f"tuple({v}) != {bind(expected)}"
+            return f"not {bind(_same_keys)}(tuple({v}), {bind(expected)})"
         if kind == "identity":
             return f"{v} is not {bind(expected)}"
         if kind == "absent":
@@ -140,9 +157,32 @@ class Guard:
             return _render_value_failure(v, expected, bind)
         if kind == "contents":
             return f"not {bind(same_contents)}({v}, {bind(expected)})"
+        if kind == "flatten":
+            return f"{bind(flatten_failure)}({v}, {bind(expected)}) is not None"
         if kind == "tensor":
             return _render_tensor_failure(v, expected, bind)
         raise AssertionError(f"unknown guard kind {kind}")
+
+
+def flatten_failure(value: Any, expected: tuple) -> str | None:
+    """A tensor subclass's structure: the inner attribute names and ctx ``__tensor_flatten__`` gives
+    (ctx compared with the class's ``__metadata_guard__`` when it has one, else with ``==``)."""
+    cls, names, ctx = expected
+    got_names, got_ctx = value.__tensor_flatten__()
+    if tuple(got_names) != names:
+        return f".__tensor_flatten__(): expected inner tensors {list(names)}, got {list(got_names)}"
+    metadata_guard = getattr(cls, "__metadata_guard__", None)
+    same = metadata_guard(ctx, got_ctx) if metadata_guard is not None else _same_ctx(ctx, got_ctx)
+    return None if same else f".__tensor_flatten__(): expected ctx {ctx!r}, got {got_ctx!r}"
+
+
+def _same_ctx(a: Any, b: Any) -> bool:
+    if is_literal_value(a) or is_literal_value(b):
+        return _same_literal(a, b)
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an incomparable ctx never matches
+        return False
 
 
 def _short(obj: Any) -> str:
@@ -156,13 +196,16 @@ def _render_value_failure(v: str, expected: Any, bind: Bind) -> str:
     if expected is None or t is bool:
         return f"{v} is not {expected!r}"
     if t is int:
-        return f"type({v}) is not int or {v} != {expected!r}"
+        # A huge int has no repr past sys.get_int_max_str_digits(): compare with a bound constant.
+        literal = repr(expected) if expected.bit_length() <= 64 else bind(expected)
+        return f"type({v}) is not int or {v} != {literal}"
     if t is float:
         if math.isnan(expected):
             return f"type({v}) is not float or {v} == {v}"
         if expected == 0.0:
             return f"type({v}) is not float or {v} != 0.0 or {bind(math.copysign)}(1.0, {v}) != {math.copysign(1.0, expected)!r}"
-        return f"type({v}) is not float or {v} != {expected!r}"
+        literal = repr(expected) if math.isfinite(expected) else bind(expected)  # repr(inf) is no literal
+        return f"type({v}) is not float or {v} != {literal}"
     if t in (torch.dtype, torch.layout, torch.memory_format):
         return f"{v} is not {bind(expected)}"
     if t in (str, bytes, torch.device):
@@ -204,8 +247,10 @@ def _render_tensor_failure(v: str, spec: TensorSpec, bind: Bind) -> str:
     return " or ".join(parts)
 
 
-# Implicit state a trace depends on: name -> (reader, how generated code reads it).
-STATE_READERS: dict[str, tuple[Callable[[], Any], str]] = {
+# Implicit state a trace depends on: name -> (reader, how generated code reads it; None: call the
+# reader bound as a constant). All of it is per thread in torch, and the prologue reads it in the
+# calling thread.
+STATE_READERS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "grad mode": (torch.is_grad_enabled, "torch.is_grad_enabled()"),
     "inference mode": (torch.is_inference_mode_enabled, "torch.is_inference_mode_enabled()"),
     "default dtype": (torch.get_default_dtype, "torch.get_default_dtype()"),
@@ -214,6 +259,35 @@ STATE_READERS: dict[str, tuple[Callable[[], Any], str]] = {
 # Read only when the trace creates tensors without tensor inputs (factory calls): reading it is slow.
 DEFAULT_DEVICE = "default device"
 STATE_READERS[DEFAULT_DEVICE] = (torch.get_default_device, "torch.get_default_device()")
+# Read only when autocast was on while tracing: which devices cast, to which dtype.
+AUTOCAST_SETTINGS = "autocast settings"
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _autocast_settings() -> tuple:
+    return tuple(
+        (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES
+    ) + (torch.is_autocast_cache_enabled(),)
+
+
+STATE_READERS[AUTOCAST_SETTINGS] = (_autocast_settings, None)
+
+
+def implicit_state(*, creates_tensors: bool) -> list["StateGuard"]:
+    """Guards pinning the implicit state of the calling thread as it is now (at the end of tracing).
+
+    Args:
+        creates_tensors: whether the trace makes tensors without tensor inputs (then the default
+            device matters).
+    """
+    guards = []
+    for name, (reader, _expr) in STATE_READERS.items():
+        if name == DEFAULT_DEVICE and not creates_tensors:
+            continue
+        if name == AUTOCAST_SETTINGS and not torch._C._is_any_autocast_enabled():  # noqa: SLF001
+            continue  # the "autocast" guard already pins "off"
+        guards.append(StateGuard(name, reader()))
+    return guards
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -228,7 +302,9 @@ class StateGuard:
         return None if got == self.expected else f"{self.name}: expected {self.expected!r}, got {got!r}"
 
     def render_failure(self, bind: Bind) -> str:
-        expr = STATE_READERS[self.name][1]
+        reader, expr = STATE_READERS[self.name]
+        if expr is None:
+            expr = f"{bind(reader)}()"
         if isinstance(self.expected, bool):
             return f"{expr} is not {self.expected!r}"
         if isinstance(self.expected, torch.dtype):

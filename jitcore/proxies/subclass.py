@@ -4,7 +4,7 @@ A traceable wrapper subclass (made with ``torch.Tensor._make_wrapper_subclass``,
 ``__torch_dispatch__``, ``__tensor_flatten__`` and ``__tensor_unflatten__``) is represented by a
 proxy that carries its class, its outer metadata, and — as ordinary attributes, exactly as the
 subclass's ``__init__`` stores them — its inner tensors (proxies) and other fields. Invariants:
-- ``proxy.__class__`` is the user's class, so ``isinstance`` answers as eagerly;
+- ``python_type`` is the user's class: ``type(x)`` and ``isinstance`` answer it in interpreted code;
 - the *shadow* (a real instance of the subclass over the inner proxies' fake shadows, built with
   the class's own ``__tensor_unflatten__``) is what torch's dispatcher sees while a call is
   resolved; it is built on first use and belongs to this proxy only;
@@ -61,10 +61,6 @@ class SubclassTensorProxy(TensorProxy):
         object.__setattr__(self, "_shadow", None)
 
     # --- identity ---------------------------------------------------------------------------------
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        return self.subclass
-
     @property
     def python_type(self) -> type:
         return self.subclass

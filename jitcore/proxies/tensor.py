@@ -6,8 +6,10 @@ requires_grad) and its aliasing relations to other shadows, but no data. Invaria
 - every metadata query answers from the shadow, so it is exactly what torch computes;
 - a shadow belongs to at most one proxy (the trace keeps the reverse map), so an op that returns one
   of its inputs (in-place ops, ``out=``) returns that input's proxy;
-- ``proxy.__class__`` answers ``torch.Tensor`` (subclass proxies answer the user's class), so that
-  ``isinstance(proxy, torch.Tensor)`` holds in natively run code as well as interpreted code.
+- ``type(proxy)`` and ``proxy.__class__`` are the proxy's own class: C code that recognises tensors
+  with ``isinstance`` would otherwise unpack a proxy as a tensor and crash. The class the traced
+  program sees (``python_type``: ``torch.Tensor``, or the user's subclass) is answered by the jit's
+  ``type``/``isinstance`` lookasides and the interpreter's ``type_of`` hook.
 
 The torch operations on a proxy (methods, operators, ``torch.*`` functions through
 ``__torch_function__``) are installed by the torch language context (``jitcore.langctx.torch``),
@@ -75,10 +77,6 @@ class TensorProxy(Proxy):
         self.shadow = shadow
 
     # --- identity -------------------------------------------------------------------------------
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        return torch.Tensor
-
     @property
     def python_type(self) -> type:
         """The class the traced program sees for this value."""

@@ -1,0 +1,111 @@
+"""The flattening pass: a trace over tensor subclasses becomes a trace over plain tensors.
+
+Pass 1 (interpretation) records each torch-level call on subclass proxies as one bound symbol whose
+subsymbols are its resolution (aten ops on the inner tensors). This pass keeps only what runs on
+plain tensors: a bound symbol that involves a subclass proxy is replaced by its (recursively
+flattened) subsymbols; the bookkeeping that rebuilds subclass inputs is dropped (the prologue passes
+their inner tensors); subclass outputs are rebuilt at the end with the class's own
+``__tensor_unflatten__``. Invariants: the result holds no subclass proxy except as the output of a
+final ``unflatten_tensor_subclass``; intermediate subclass objects are never built at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optree
+
+
+from jitcore.ir import BoundSymbol, Symbol, Trace
+from jitcore.proxies.subclass import SubclassTensorProxy
+
+__all__ = ["flatten_subclasses", "unflatten_tensor_subclass", "UNFLATTEN", "bind_subclass_input", "has_subclass_proxy"]
+
+
+def unflatten_tensor_subclass(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
+    """Build a subclass instance from its inner tensors (the class's own ``__tensor_unflatten__``)."""
+    return cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)
+
+
+def _no_meta(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("unflatten_tensor_subclass is recorded directly, never called on proxies")
+
+
+UNFLATTEN = Symbol(
+    id="unflatten_tensor_subclass",
+    name="unflatten_tensor_subclass",
+    langctx="dispatch",
+    fn=unflatten_tensor_subclass,
+    path="jitcore.dispatch.flatten.unflatten_tensor_subclass",
+    meta=_no_meta,
+    tags=frozenset({"subclass"}),
+)
+# Rebuilds a subclass input from its inner tensors in pass 1 (so that pass 1 is runnable Python too).
+UNFLATTEN_INPUT = Symbol(
+    id="unflatten_tensor_subclass_input",
+    name="unflatten_tensor_subclass",
+    langctx="dispatch",
+    fn=unflatten_tensor_subclass,
+    path="jitcore.dispatch.flatten.unflatten_tensor_subclass",
+    meta=_no_meta,
+    tags=frozenset({"subclass", "bookkeeping"}),
+)
+
+
+def _unflatten_record(symbol: Symbol, proxy: SubclassTensorProxy) -> BoundSymbol:
+    names, ctx = proxy.flatten()
+    inner = {n: getattr(proxy, n) for n in names}
+    args = (proxy.subclass, inner, ctx, tuple(proxy.shape), tuple(proxy.stride()))
+    return BoundSymbol(symbol, args, {}, proxy)
+
+
+def bind_subclass_input(trace: Trace, proxy: SubclassTensorProxy) -> None:
+    """Record, in pass 1, how a subclass input is rebuilt from its inner tensors (inner ones first)."""
+    trace.bound_symbols.append(_unflatten_record(UNFLATTEN_INPUT, proxy))
+
+
+def has_subclass_proxy(tree: Any) -> bool:
+    return any(isinstance(v, SubclassTensorProxy) for v in optree.tree_leaves(tree, none_is_leaf=True))
+
+
+def _involves_subclass(bsym: BoundSymbol) -> bool:
+    return has_subclass_proxy((bsym.args, bsym.kwargs, bsym.output))
+
+
+def _emit(bsym: BoundSymbol, out: list[BoundSymbol]) -> None:
+    if "bookkeeping" in bsym.symbol.tags:
+        return
+    if not _involves_subclass(bsym):
+        out.append(bsym)
+        return
+    for sub in bsym.subsymbols:
+        _emit(sub, out)
+
+
+def flatten_subclasses(trace: Trace) -> Trace:
+    """Pass 2: the trace that runs, over plain tensors only (``trace`` itself when it has no subclass)."""
+    if not any(_involves_subclass(b) for b in trace.bound_symbols) and not has_subclass_proxy(trace.output):
+        return trace
+    import jitcore
+
+    header = [line.replace("pass 1 (interpretation)", "pass 2 (tensor subclasses flattened)") for line in trace.header]
+    flat = Trace(name=trace.name, args=list(trace.args), header=header,
+                 imports={**trace.imports, "jitcore": jitcore}, names=trace.names)
+    for bsym in trace.bound_symbols:
+        _emit(bsym, flat.bound_symbols)
+    rebuilt: dict[int, SubclassTensorProxy] = {}
+
+    def rewrap(value: Any) -> Any:
+        if isinstance(value, SubclassTensorProxy) and id(value) not in rebuilt:
+            for inner in value.inner_tensors().values():
+                rewrap(inner)
+            flat.bound_symbols.append(_unflatten_record(UNFLATTEN, value))
+            rebuilt[id(value)] = value
+        return value
+
+    optree.tree_map(rewrap, trace.output, none_is_leaf=True)
+    flat.output = trace.output
+    return flat
+
+
+
