@@ -16,14 +16,25 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["Path", "Root", "Step"]
+__all__ = ["Path", "Root", "Step", "safe_repr"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+def safe_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` for messages: shortened, and never raising (huge ints, broken ``__repr__``)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a message must not fail
+        if type(value) is int:
+            return f"<int of {value.bit_length()} bits>"
+        return f"<{type(value).__qualname__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One step of a path: ``kind`` is ``index``, ``key`` or ``attr``."""
+    """One step of a path: ``kind`` is ``index``, ``key``, ``attr`` or ``call`` (dereference a weakref)."""
 
     kind: str
     value: Any
@@ -31,12 +42,16 @@ class Step:
     def apply(self, obj: Any) -> Any:
         if self.kind == "attr":
             return getattr(obj, self.value)
+        if self.kind == "call":
+            return obj()
         return obj[self.value]
 
     def describe(self) -> str:
         if self.kind == "attr":
             return f".{self.value}"
-        return f"[{self.value!r}]"
+        if self.kind == "call":
+            return "()"
+        return f"[{safe_repr(self.value)}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +87,9 @@ class Path:
     def attr(self, name: str) -> "Path":
         return Path(self.root, self.steps + (Step("attr", name),))
 
+    def call(self) -> "Path":
+        return Path(self.root, self.steps + (Step("call", None),))
+
     @property
     def parent(self) -> "Path | None":
         return Path(self.root, self.steps[:-1]) if self.steps else None
@@ -90,12 +108,14 @@ class Path:
     def render_step(self, base: str, bind: Callable[[Any], str]) -> str:
         """Python source for the last step applied to the expression ``base``."""
         step = self.steps[-1]
+        if step.kind == "call":
+            return f"{base}()"
         if step.kind == "attr":
             name = step.value
             if isinstance(name, str) and _IDENT.match(name) and not keyword.iskeyword(name) and name.isascii():
                 return f"{base}.{name}"
             return f"getattr({base}, {bind(name)})"
         key = step.value
-        if type(key) is int or (type(key) is str and len(key) < 64 and key.isascii() and key.isprintable()):
+        if (type(key) is int and key.bit_length() <= 64) or (type(key) is str and len(key) < 64 and key.isascii() and key.isprintable()):
             return f"{base}[{key!r}]"
         return f"{base}[{bind(key)}]"
