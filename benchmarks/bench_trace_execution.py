@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    repeat = 3 if args.quick else 7
+    repeat = 3 if args.quick else 15
     cases = [(20, (8,), 2000), (100, (8,), 400), (20, (256, 256), 50), (100, (256, 256), 10)]
     print(f"torch {torch.__version__}, python {sys.version.split()[0]}, 1 thread, best of {repeat}")
     print(

@@ -34,8 +34,8 @@ from jitcore.ir import Proxy, SourceFrame, Trace, tracing
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx.torch import TORCH_TABLE
-from jitcore.prologue import Path, Prologue, Root, StateGuard
-from jitcore.prologue.guards import DEFAULT_DEVICE, STATE_READERS
+from jitcore.prologue import Path, Prologue, Root
+from jitcore.prologue.guards import implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.jit.provenance import Provenance
 
@@ -125,13 +125,10 @@ class Pass:
     def _remember_function(self, target: Any) -> None:
         fn = getattr(target, "__func__", target)
         if isinstance(fn, types.FunctionType):
-            self.provenance.remember(fn, Path(Root("bound", fn.__qualname__, fn)))
+            self.provenance.remember_function(fn, Path(Root("bound", fn.__qualname__, fn)))
 
     def _state_guards(self) -> None:
-        for name, (reader, _expr) in STATE_READERS.items():
-            if name == DEFAULT_DEVICE and not _creates_tensors(self.trace):
-                continue
-            self.prologue.state.append(StateGuard(name, reader()))
+        self.prologue.state.extend(implicit_state(creates_tensors=_creates_tensors(self.trace)))
 
     # --- hooks -------------------------------------------------------------------------------------
     def hooks(self) -> Hooks:
@@ -212,6 +209,7 @@ class Pass:
             path = Path(Root("bound", obj.__name__, obj))
             self.provenance.remember(obj, path)
         elif not _is_stored_attribute(obj, name):
+            self.provenance.bind_class_attribute(obj, path, name)  # a method or property: pin it
             return value  # computed by a descriptor or __getattr__, whose own reads are hooked
         return self.provenance.bind_state(value, path.attr(name), name)
 

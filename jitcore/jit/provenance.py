@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -60,7 +62,7 @@ class Provenance:
             self._keepalive.append(obj)
 
     def guard(self, path: Path, kind: str, expected: Any) -> None:
-        key = (path, kind, id(expected) if kind in ("identity", "tensor", "flatten") else repr(expected))
+        key = (path, kind, id(expected) if kind in ("identity", "tensor", "flatten") else _dedup_key(expected))
         if key not in self._guarded:
             self._guarded.add(key)
             self.prologue.guards.append(Guard(path, kind, expected))
@@ -114,8 +116,44 @@ class Provenance:
         self.guard(path, "identity", value)
         if isinstance(value, (list, dict, set)):
             self.guard(path, "len", len(value))
-        self.remember(value, path)
+        self._remember_object(value, path)
         return value
+
+    def _remember_object(self, value: Any, path: Path) -> None:
+        """Remember an object guarded by identity; a function's code and defaults (read by every
+        call of it without hooks) and a partial's contents are pinned as well."""
+        first = self.path_of(value) is None
+        self.remember(value, path)
+        if not first:
+            return
+        if isinstance(value, types.FunctionType):
+            self.guard(path.attr("__code__"), "identity", value.__code__)
+            self.bind_state(value.__defaults__, path.attr("__defaults__"), "defaults")
+            self.bind_state(value.__kwdefaults__, path.attr("__kwdefaults__"), "kwdefaults")
+        elif type(value) is functools.partial:
+            self.bind_state(value.func, path.attr("func"), "func")
+            self.bind_state(value.args, path.attr("args"), "args")
+            self.bind_state(value.keywords, path.attr("keywords"), "keywords")
+
+    def remember_function(self, fn: types.FunctionType, path: Path) -> None:
+        """The jitted function itself: its code is pinned (its defaults are bound per call)."""
+        self.remember(fn, path)
+        self.guard(path.attr("__code__"), "identity", fn.__code__)
+
+    def bind_class_attribute(self, obj: Any, path: Path, name: str) -> None:
+        """``obj.name`` comes from a class (a method, property, classmethod): pin the class's entry
+        and, for an instance with a ``__dict__``, that no instance attribute shadows it. Classes of
+        torch, jitcore and builtins are taken as constant."""
+        if isinstance(obj, types.ModuleType):
+            return
+        mro = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
+        klass = next((k for k in mro if name in vars(k)), None)
+        if klass is None or _is_library_class(klass):
+            return
+        entry = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__").key(name)
+        self.bind_state(vars(klass)[name], entry, name)
+        if not isinstance(obj, type) and type(getattr(obj, "__dict__", None)) is dict:
+            self.guard(path.attr("__dict__"), "absent", name)
 
     def _container(self, value: Any, path: Path) -> None:
         """A list/tuple/dict of state (``Module._modules``, ``_parameters``): guard its shape and
@@ -137,14 +175,14 @@ class Provenance:
                 self._container(item, item_path)
             else:
                 self.guard(item_path, "identity", item)
-                self.remember(item, item_path)
+                self._remember_object(item, item_path)
 
     def bind_leaked_tensor(self, tensor: torch.Tensor) -> TensorProxy:
         """A real tensor reached a torch call without passing a hook (iteration, an opaque call):
         bind it through the path it was remembered by, or — if none — by identity."""
         path = self.path_of(tensor)
-        if path is None:
-            path = Path(Root("bound", f"<captured tensor {tuple(tensor.shape)}>", tensor))
+        if path is None:  # held weakly: once the tensor is gone, the entry misses instead of keeping it
+            path = Path(Root("bound", f"<captured tensor {tuple(tensor.shape)}>", weakref.ref(tensor))).call()
         return self._tensor(tensor, path, "c")
 
     def _tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
@@ -192,6 +230,18 @@ class Provenance:
         self._keepalive.clear()
         self._paths.clear()
         self._tensors.clear()
+
+
+def _dedup_key(expected: Any) -> Any:
+    try:
+        return repr(expected)
+    except ValueError:  # an int too long for repr: compare by identity (the guard keeps it alive)
+        return ("id", id(expected))
+
+
+def _is_library_class(klass: type) -> bool:
+    module = getattr(klass, "__module__", None) or ""
+    return module == "builtins" or module.split(".")[0] in ("torch", "jitcore")
 
 
 def _all_literal(value: Any) -> bool:

@@ -55,6 +55,8 @@ def assert_nothing_ran() -> None:
 
 def assert_inert(source: str) -> None:
     """``source`` is imports plus one function of plain statements; the payload is only ever text."""
+    # Only "\n" ends a line, so linecache (str.splitlines) and the compiler number lines alike.
+    assert source.splitlines() == source.split("\n")[:-1]
     module = ast.parse(source)
     *imports, function = module.body
     assert all(isinstance(node, ast.Import) for node in imports)
