@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import keyword
 import re
+import unicodedata
 from typing import Iterable
 
 __all__ = ["NameGenerator", "RESERVED_NAMES"]
@@ -44,7 +45,8 @@ class NameGenerator:
 
     def claim(self, hint: str) -> str:
         """A name as close to ``hint`` as allowed: sanitised to ASCII, suffixed when taken or reserved."""
-        base = _NOT_IDENT.sub("_", hint) or "v"
+        # NFKC first, as Python does to identifiers: "ﬁeld" reads as "field", "x²" as "x2".
+        base = _NOT_IDENT.sub("_", unicodedata.normalize("NFKC", hint)) or "v"
         if base[0].isdigit():
             base = "_" + base
         if base not in self._taken and base not in RESERVED_NAMES and not base.startswith("__"):

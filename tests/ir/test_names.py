@@ -104,7 +104,7 @@ def test_hostile_input_names_are_sanitised() -> None:
     names = NameGenerator()
     claimed = [names.claim(n) for n in HOSTILE_NAMES]
     assert claimed == [
-        "torch_0", "len_0", "print_0", "class_0", "x_y", "_eld", "c0_0", "t0", "_1abc", "v0", "v", "match_0", "v1",
+        "torch_0", "len_0", "print_0", "class_0", "x_y", "field", "c0_0", "t0", "_1abc", "v0", "v", "match_0", "v1",
     ]  # fmt: skip
     assert names.fresh() == "t1"  # t0 was claimed by an input
 
@@ -120,7 +120,7 @@ def test_hostile_input_names_run() -> None:
 
     trace = trace_fn(f, *inputs, names=HOSTILE_NAMES)
     source = str(trace)
-    assert source.splitlines()[2].startswith("def computation(torch_0, len_0, print_0, class_0, x_y, _eld,")
+    assert source.splitlines()[2].startswith("def computation(torch_0, len_0, print_0, class_0, x_y, field,")
     for result in run_everywhere(trace, *inputs):
         torch.testing.assert_close(result[0], torch.full((2,), float(sum(range(len(inputs))))))
         assert result[1:] == (len(inputs), print)

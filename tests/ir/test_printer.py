@@ -12,7 +12,7 @@ import pytest
 import torch
 from ir_helpers import exec_printed, trace_fn
 
-from jitcore.ir import BoundSymbol, SourceFrame, Symbol, Trace, print_trace
+from jitcore.ir import BoundSymbol, SourceFrame, Symbol, Trace, print_trace, walk
 
 
 def expect(trace: Trace, text: str, **options: object) -> None:
@@ -142,6 +142,9 @@ def test_subsymbols_print_as_comments_indented_under_their_parent() -> None:
     )
     [top, _] = trace.bound_symbols
     assert [s.symbol.id for s in top.subsymbols] == ["test.sin2", "torch.relu"]
+    assert [(depth, b.symbol.id) for depth, b in walk(trace.bound_symbols)] == [
+        (0, "test.outer"), (1, "test.sin2"), (2, "torch.sin"), (2, "torch.mul"), (1, "torch.relu"), (0, "torch.cos"),
+    ]  # fmt: skip
     x = torch.randn(3)
     torch.testing.assert_close(exec_printed(trace)(x), (torch.sin(x) * 2).relu().cos())
 
