@@ -27,6 +27,7 @@ from jitcore.executors import get_executor
 from jitcore.ir import Trace
 from jitcore.jit.interpretation import Pass
 from jitcore.prologue import MISS, MissReason, Prologue
+from jitcore.prologue.cache import EntryCache
 
 __all__ = [
     "jit",
@@ -65,7 +66,7 @@ class JittedFunction:
         self.executor = get_executor(executor)
         self.fallback = fallback
         self.cache_limit = cache_limit
-        self.entries: list[CacheEntry] = []
+        self._cache = EntryCache()  # newest first, with a dispatch table past a few entries
         self.hits = 0
         self.misses = 0
         self.last_traces: list[Trace] = []
@@ -77,7 +78,7 @@ class JittedFunction:
         functools.update_wrapper(self, fn if not isinstance(fn, torch.nn.Module) else type(fn).forward, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        for entry in reversed(self.entries):
+        for entry in self._cache.candidates(args):
             out = entry.cached_call(args, kwargs)
             if out is not MISS:
                 self.hits += 1
@@ -88,6 +89,11 @@ class JittedFunction:
 
     def _miss(self, args: tuple, kwargs: dict) -> Any:
         with self._lock:
+            for entry in self._cache.candidates(args):  # another thread may have traced this call meanwhile
+                out = entry.cached_call(args, kwargs)
+                if out is not MISS:
+                    self.hits += 1
+                    return out
             reasons = [MissReason(e.number, *why) for e in self.entries if (why := e.prologue.explain(args, kwargs))]
             self.misses += 1
             self.miss_log.append(reasons)
@@ -99,14 +105,13 @@ class JittedFunction:
                 self.eager_reason = exc
                 warnings.warn(f"jitcore: {self._label} runs eagerly from now on: {exc.summary}", stacklevel=3)
                 return self.fn(*args, **kwargs)
-            if len(self.entries) >= self.cache_limit:
+            if len(self._cache) >= self.cache_limit:
                 warnings.warn(
                     f"jitcore: {self._label} reached its cache limit of {self.cache_limit} entries; "
                     "the oldest entry is evicted (raise cache_limit= to keep more)",
                     stacklevel=3,
                 )
-                self.entries.pop(0)
-            self.entries.append(entry)
+            self._cache.add(entry, args, limit=self.cache_limit)
         inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
         return entry.computation(*inputs)
 
@@ -127,6 +132,11 @@ class JittedFunction:
         computation = self.executor.compile(traces[-1])
         cached_call = program.prologue.compile(computation)
         return CacheEntry(number, program.prologue, traces, computation, cached_call)
+
+    @property
+    def entries(self) -> list[CacheEntry]:
+        """The cache entries, oldest first (a snapshot)."""
+        return list(reversed(self._cache.newest_first))
 
     def __repr__(self) -> str:
         return f"<jitcore.jit of {self._label}: {len(self.entries)} cache entries>"

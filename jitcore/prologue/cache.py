@@ -1,0 +1,109 @@
+"""The cache of one jitted function: its entries, newest first, and a dispatch table over them.
+
+A call is answered by the first entry whose prologue accepts it. With a handful of entries they are
+simply tried in turn (the one-entry fast path stays one prologue call). Past ``SCAN_LIMIT`` entries a
+cheap *dispatch key* of the call — shape and dtype of each positional tensor, the value of each
+positional int/str/bool, the type of anything else — picks the few entries filed under the same key,
+so a cached call's cost stays flat however many entries there are (benchmarks/bench_cache_scaling.py).
+
+Invariants:
+- the key only narrows the candidates; every candidate's full prologue still decides, so a key that
+  collides (``1`` and ``True``, ``0.0`` and ``-0.0``) costs a check, never a wrong answer;
+- everything a guard pins that the key looks at is pinned exactly by the prologue (tensor shape and
+  dtype, literal type and value), so an entry filed under one key never accepts a call with another;
+- the entry tuple and the dispatch table are replaced, never mutated (copy on write): a call running
+  in one thread sees a consistent snapshot while another thread adds or evicts an entry under the
+  jitted function's lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+import torch
+
+__all__ = ["EntryCache", "dispatch_key", "SCAN_LIMIT"]
+
+# Up to this many entries a call tries them all (no key computed); past it, the dispatch table.
+SCAN_LIMIT = 4
+
+_Tensor = torch.Tensor
+_BY_VALUE = frozenset((int, str, bool))
+
+
+def dispatch_key(args: tuple) -> tuple:
+    """The key a call with positional ``args`` is filed and looked up under."""
+    return tuple(
+        (a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a) for a in args
+    )
+
+
+class EntryCache:
+    """The entries of one jitted function (any objects), newest first, with their dispatch table.
+
+    Attributes:
+        newest_first: all entries, the newest first (a tuple, replaced on every change).
+        buckets: dispatch key -> entries filed under it, newest first; None while there are at most
+            SCAN_LIMIT entries (then callers try ``newest_first``).
+    """
+
+    __slots__ = ("newest_first", "buckets", "_keys")
+
+    def __init__(self) -> None:
+        self.newest_first: tuple = ()
+        self.buckets: dict[Hashable, tuple] | None = None
+        self._keys: dict[int, Hashable] = {}
+
+    def candidates(self, args: tuple) -> tuple:
+        """The entries that may accept a call with positional ``args``, newest first."""
+        buckets = self.buckets
+        if buckets is None:
+            return self.newest_first
+        try:
+            return buckets.get(dispatch_key(args), ())
+        except Exception:  # noqa: BLE001 - see _safe_key
+            return buckets.get(_UNKEYED, ())
+
+    def add(self, entry: Any, args: tuple, *, limit: int) -> list[Any]:
+        """File ``entry`` (traced for a call with positional ``args``); evict the oldest entries past
+        ``limit``. Returns the evicted entries. Callers serialise calls of ``add``."""
+        keys = dict(self._keys)
+        keys[id(entry)] = _safe_key(args)
+        entries = (entry,) + self.newest_first
+        evicted = list(entries[max(limit, 1):])
+        entries = entries[: max(limit, 1)]
+        for old in evicted:
+            keys.pop(id(old), None)
+        buckets = None
+        if len(entries) > SCAN_LIMIT:
+            table: dict[Hashable, list] = {}
+            for e in entries:
+                table.setdefault(keys[id(e)], []).append(e)
+            buckets = {k: tuple(v) for k, v in table.items()}
+        self._keys = keys
+        # Order matters for readers in other threads: a table never names an entry that is gone
+        # from newest_first for longer than this assignment pair.
+        self.buckets = buckets
+        self.newest_first = entries
+        return evicted
+
+    def __len__(self) -> int:
+        return len(self.newest_first)
+
+
+class _Unkeyed:
+    """The key of calls whose arguments cannot be hashed: they share one bucket."""
+
+    __slots__ = ()
+
+
+_UNKEYED = _Unkeyed()
+
+
+def _safe_key(args: tuple) -> Hashable:
+    try:
+        key = dispatch_key(args)
+        hash(key)
+    except Exception:  # noqa: BLE001 - an unhashable shape or a failing __hash__: one shared bucket
+        return _UNKEYED
+    return key
