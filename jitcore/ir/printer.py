@@ -6,7 +6,9 @@ Invariants:
   literal form becomes a constant bound by reference (``__c0``) that the caller passes as a global,
   and text inside comments is escaped to one printable line;
 - one line per bound symbol, its outputs' metadata as a trailing comment; subsymbols follow as
-  comments indented under their parent;
+  comments indented under their parent; after the statement that last uses an intermediate, a
+  ``del`` line frees it (see Note [Deleting dead values]);
+- names printed as code (function, parameters, imports, keywords) are checked identifiers;
 - printing never changes the trace.
 """
 

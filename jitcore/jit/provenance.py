@@ -28,6 +28,7 @@ import torch
 from jitcore.dispatch.resolver import DispatchState
 from jitcore.errors import UnsupportedInputError
 from jitcore.langctx.shadows import TensorValues
+from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
 from jitcore.prologue.guards import freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
@@ -49,6 +50,7 @@ class Provenance:
         self._paths: dict[int, Path] = {}
         self._keepalive: list[Any] = []
         self._tensors: dict[int, TensorProxy] = {}
+        self._ndarrays: dict[int, Any] = {}  # id(NumPy array) -> the wrapper the program sees
         self._guarded: set[tuple] = set()
         self.subclass_inputs: list[TensorProxy] = []  # inner ones before the ones holding them
 
@@ -100,6 +102,8 @@ class Provenance:
             return value
         if isinstance(value, torch.Tensor):
             return self._tensor(value, path, name)
+        if is_numpy_value(value):
+            return self._numpy_value(value, path, name)
         if is_literal_value(value):
             self.guard(path, "value", value)
             return value
@@ -185,6 +189,24 @@ class Provenance:
             path = Path(Root("bound", f"<captured tensor {tuple(tensor.shape)}>", weakref.ref(tensor))).call()
         return self._tensor(tensor, path, "c")
 
+    def _numpy_value(self, value: Any, path: Path, name: str) -> Any:
+        """A NumPy array is a tensor input (read through ``from_numpy`` by the prologue) that the
+        program sees as torch._numpy's ndarray over its proxy; a NumPy scalar is a literal (docs/numpy.md)."""
+        from jitcore.numpy import boundary, bridge
+
+        if not isinstance(value, boundary.np.ndarray):
+            self.guard(path, "type", type(value))
+            self.guard(path, "value", value)
+            return value
+        wrapped = self._ndarrays.get(id(value))
+        if wrapped is None:
+            boundary.check_array(value, path.describe())
+            self.guard(path, "type", type(value))
+            proxy = self._tensor(boundary.array_to_tensor(value), boundary.tensor_path(path), name)
+            wrapped = self._ndarrays[id(value)] = bridge.wrap(proxy)
+            self._keepalive.append(value)
+        return wrapped
+
     def _tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         proxy = self._tensors.get(id(tensor))
         if proxy is None:
@@ -230,6 +252,7 @@ class Provenance:
         self._keepalive.clear()
         self._paths.clear()
         self._tensors.clear()
+        self._ndarrays.clear()
 
 
 def _dedup_key(expected: Any) -> Any:

@@ -1,0 +1,306 @@
+"""The NumPy bridge of one tracing pass: NumPy calls run as ``torch._numpy`` code on the interpreter.
+
+``torch._numpy`` is NumPy's API written in Python over torch operations. The bridge's lookasides
+send each NumPy callable to its ``torch._numpy`` counterpart, which the interpreter then runs like
+any Python code, so only its torch calls on proxies are recorded: the trace holds tensors only and
+the ``torch._numpy.ndarray`` wrappers live in the interpreted program alone.
+
+Lookasides (see ``NumpyBridge.lookasides``):
+- ``np.*`` (``numpy``, ``numpy.linalg``, ``numpy.fft``) -> the same-named ``torch._numpy`` callable,
+  interpreted, after NumPy values among the arguments (arrays, scalars, dtypes) are converted;
+- methods and operators of ``torch._numpy.ndarray`` (and of NumPy scalars meeting one) -> the same,
+  with the same argument conversion and scalar bookkeeping;
+- ``Tensor.numpy()`` on a proxy -> a wrapper of the proxy; ``torch.from_numpy(wrapper)`` -> its proxy;
+- NumPy callables without a counterpart: run natively on constants, UnsupportedNumPyError when they
+  meet traced values (``np.random.*`` always).
+
+Note [NumPy scalars]: ``torch._numpy`` returns 0-d arrays where NumPy returns scalars (``np.sum(a)``
+is an ``np.float64``). The bridge asks NumPy itself which results are scalars: when a call gives a
+0-d array, the same NumPy call runs on zero-stride placeholder arrays of the arguments' shapes and
+dtypes, and the wrapper is marked a scalar when NumPy returned one (falling back to the rule "0-d
+results are scalars except from ``ARRAY_RETURNING`` functions" when the placeholder call fails).
+Marked wrappers leave the trace as NumPy scalars and enter later placeholder calls as scalars.
+
+Invariant: the bridge never records anything itself; everything recorded comes from torch calls
+inside interpreted ``torch._numpy`` code.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch._numpy as tnp
+
+from jitcore.interpreter import current_run
+from jitcore.interpreter.calls import canonical
+from jitcore.numpy.boundary import SUPPORTED_DTYPES, Epilogue, array_to_tensor, check_array
+from jitcore.numpy.errors import unsupported
+from jitcore.numpy.table import ARRAY_RETURNING, NumpyCallable, numpy_callables
+from jitcore.proxies import TensorProxy
+
+__all__ = ["NumpyBridge", "wrap"]
+
+_FAILED = object()
+
+# Binary operators of NumPy scalars that can meet a torch._numpy.ndarray.
+_SCALAR_OPERATORS = tuple(
+    f"__{r}{op}__"
+    for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor",
+               "lshift", "rshift")
+    for r in ("", "r")
+) + ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+
+
+def wrap(tensor: torch.Tensor) -> Any:
+    """The ``torch._numpy.ndarray`` the traced program sees for ``tensor``."""
+    return tnp.ndarray(tensor)
+
+
+class NumpyBridge:
+    """One pass's NumPy state: which wrappers NumPy would have as scalars; the lookasides.
+
+    Args:
+        provenance: the pass's Provenance (binds NumPy arrays read from state or made natively).
+    """
+
+    def __init__(self, provenance: Any) -> None:
+        self.provenance = provenance
+        self._scalars: dict[int, Any] = {}
+
+    # --- scalars (Note [NumPy scalars]) -------------------------------------------------------------
+    def is_scalar(self, value: Any) -> bool:
+        return id(value) in self._scalars
+
+    def _mark(self, value: Any) -> None:
+        self._scalars[id(value)] = value  # holds the wrapper, so that its id is not reused
+
+    def _mark_result(self, result: Any, numpy_fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> None:
+        zero_d = _zero_d_positions(result)
+        if not zero_d:
+            return
+        eager = self._on_placeholders(numpy_fn, args, kwargs)
+        for position in zero_d:
+            value = result if position is None else result[position]
+            if eager is _FAILED:
+                scalar = name not in ARRAY_RETURNING
+            else:
+                real = eager if position is None else _item(eager, position)
+                scalar = isinstance(real, np.generic)
+            if scalar:
+                self._mark(value)
+
+    def _on_placeholders(self, numpy_fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        try:
+            placeholder_args, placeholder_kwargs = _map_tree(self._placeholder, (args, kwargs))
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return numpy_fn(*placeholder_args, **placeholder_kwargs)
+        except Exception:  # noqa: BLE001 - any failure means: use the rule instead
+            return _FAILED
+
+    def _placeholder(self, value: Any) -> Any:
+        if isinstance(value, tnp.ndarray):
+            dtype = np.dtype(value.dtype.name)
+            if self.is_scalar(value):
+                return np.zeros((), dtype)[()]
+            return np.broadcast_to(np.zeros((), dtype), tuple(value.shape))
+        if isinstance(value, TensorProxy):
+            raise TypeError("no placeholder for a tensor")
+        if isinstance(value, tnp.DType):
+            return np.dtype(value.name)
+        if isinstance(value, type) and issubclass(value, tnp.generic):
+            return np.dtype(tnp.dtype(value).name).type
+        return value
+
+    # --- NumPy values entering torch._numpy -------------------------------------------------------
+    def to_torch_numpy(self, value: Any) -> Any:
+        """``value`` as torch._numpy takes it: arrays bound and wrapped, scalars as marked 0-d
+        arrays, NumPy dtypes and scalar types as torch._numpy's."""
+        if isinstance(value, np.ndarray):
+            return self._bind_array(value)
+        if isinstance(value, np.generic):
+            if np.dtype(type(value)) not in SUPPORTED_DTYPES:
+                raise unsupported(f"a NumPy scalar of type {type(value).__name__}", "torch's NumPy layer has no such dtype")
+            wrapped = current_run().call(tnp.asarray, value.item(), dtype=np.dtype(type(value)).name)
+            self._mark(wrapped)
+            return wrapped
+        if isinstance(value, np.dtype):
+            return _torch_numpy_dtype(value)
+        if isinstance(value, type) and issubclass(value, np.generic):
+            return _torch_numpy_dtype(np.dtype(value)).type
+        return value
+
+    def _bind_array(self, array: np.ndarray) -> Any:
+        path = self.provenance.path_of(array)
+        if path is not None:
+            return self.provenance.bind_state(array, path)
+        check_array(array, "a NumPy array made while tracing")
+        return wrap(self.provenance.bind_leaked_tensor(array_to_tensor(array)))
+
+    def _convert_arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if not _has_numpy_value(args) and not _has_numpy_value(kwargs):
+            return args, kwargs
+        return _map_tree(self.to_torch_numpy, (args, kwargs))
+
+    # --- outputs -----------------------------------------------------------------------------------
+    def split_output(self, output: Any) -> tuple[Any, Epilogue | None]:
+        """The output with tensors in place of wrappers, and the epilogue that converts them back."""
+        return Epilogue.split(output, lambda v: isinstance(v, tnp.ndarray), self.is_scalar)
+
+    # --- lookasides --------------------------------------------------------------------------------
+    def lookasides(self) -> dict[Any, Callable[..., Any]]:
+        """Replacements for NumPy's callables and torch._numpy's methods, for this pass."""
+        table: dict[Any, Callable[..., Any]] = {}
+        for entry in numpy_callables():
+            table[canonical(entry.numpy_fn)] = self._numpy_lookaside(entry)
+        for name, fn in vars(tnp.ndarray).items():
+            if isinstance(fn, types.FunctionType):
+                table[fn] = functools.partial(self._call_method, fn, name)
+        table[tnp.DType.__eq__] = self._dtype_eq
+        for scalar_type in _numpy_scalar_types():
+            for name in _SCALAR_OPERATORS:
+                slot = getattr(scalar_type, name, None)
+                if slot is not None:
+                    table[slot] = functools.partial(self._scalar_operator, slot, name)
+        tensor_numpy = functools.partial(_tensor_numpy, self.provenance)
+        table[vars(TensorProxy)["numpy"]] = tensor_numpy
+        table[torch.Tensor.numpy] = tensor_numpy
+        table[torch.from_numpy] = self._from_numpy
+        return table
+
+    def _numpy_lookaside(self, entry: NumpyCallable) -> Callable[..., Any]:
+        if entry.torch_fn is None:
+            return functools.partial(self._call_uncovered, entry)
+        return functools.partial(self._call_numpy, entry)
+
+    def _call_numpy(self, entry: NumpyCallable, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(entry.numpy_fn, type) and not _has_traced_value((args, kwargs)):
+            return entry.numpy_fn(*args, **kwargs)  # np.float32(2.0): a constant
+        converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
+        try:
+            result = current_run().call(entry.torch_fn, *converted_args, **converted_kwargs)
+        except NotImplementedError as exc:
+            raise unsupported(entry.name, f"torch's NumPy layer does not implement this use ({exc})") from None
+        self._mark_result(result, entry.numpy_fn, entry.short_name, args, kwargs)
+        return result
+
+    def _call_uncovered(self, entry: NumpyCallable, *args: Any, **kwargs: Any) -> Any:
+        if entry.name.startswith("np.random."):
+            raise unsupported(
+                entry.name,
+                "NumPy's random generator cannot be recorded as torch operations",
+                hints=("draw the random arrays outside the jitted function and pass them in",
+                       "or use torch's generator (torch.randn, ...) on tensors"),
+            )
+        if _has_traced_value((args, kwargs)):
+            raise unsupported(entry.name, "torch's NumPy layer (torch._numpy) does not implement this function")
+        return entry.numpy_fn(*args, **kwargs)  # constants only: NumPy computes a constant
+
+    def _call_method(self, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
+        converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
+        try:
+            result = current_run().call(fn, *converted_args, **converted_kwargs)
+        except NotImplementedError as exc:
+            raise unsupported(f"ndarray.{name}", f"torch's NumPy layer does not implement this use ({exc})") from None
+        self._mark_result(result, _method_caller(name), name, args, kwargs)
+        return result
+
+    def _dtype_eq(self, dtype: Any, other: Any) -> Any:
+        other = self.to_torch_numpy(other) if isinstance(other, (np.dtype, type)) else other
+        return tnp.DType.__eq__(dtype, other)
+
+    def _scalar_operator(self, slot: Any, name: str, scalar: Any, other: Any = None) -> Any:
+        if not isinstance(other, tnp.ndarray):
+            return slot(scalar, other)
+        wrapped = self.to_torch_numpy(scalar)
+        return current_run().call(getattr(tnp.ndarray, name), wrapped, other)
+
+    def _from_numpy(self, array: Any) -> Any:
+        if isinstance(array, tnp.ndarray):
+            return array.tensor
+        if isinstance(array, np.ndarray):
+            return self._bind_array(array).tensor
+        return torch.from_numpy(array)
+
+
+def _tensor_numpy(provenance: Any, tensor: Any, *, force: bool = False) -> Any:
+    """``tensor.numpy()``: the wrapper over the tensor (sharing it, as NumPy shares memory)."""
+    if not isinstance(tensor, TensorProxy):
+        tensor = provenance.bind_leaked_tensor(tensor)
+    if tensor.requires_grad and not force:
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+    if tensor.dtype not in _TORCH_DTYPES_WITH_NUMPY:
+        raise TypeError(f"Got unsupported ScalarType {str(tensor.dtype).removeprefix('torch.').capitalize()}")
+    return wrap(tensor.detach() if force and tensor.requires_grad else tensor)
+
+
+_TORCH_DTYPES_WITH_NUMPY = frozenset({
+    torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32,
+    torch.uint64, torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+})
+
+
+@functools.cache
+def _numpy_scalar_types() -> tuple[type, ...]:
+    return tuple(sorted({np.dtype(d).type for d in SUPPORTED_DTYPES}, key=lambda t: t.__name__))
+
+
+def _torch_numpy_dtype(dtype: np.dtype) -> Any:
+    if dtype not in SUPPORTED_DTYPES:
+        raise unsupported(f"NumPy dtype {dtype}", "torch's NumPy layer supports bool, integer, float and complex dtypes")
+    return tnp.dtype(dtype.name)
+
+
+def _method_caller(name: str) -> Callable[..., Any]:
+    def call_method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, name)(*args, **kwargs)
+
+    return call_method
+
+
+def _zero_d_positions(result: Any) -> list[int | None]:
+    if isinstance(result, tnp.ndarray):
+        return [None] if result.ndim == 0 else []
+    if isinstance(result, tuple):
+        return [i for i, v in enumerate(result) if isinstance(v, tnp.ndarray) and v.ndim == 0]
+    return []
+
+
+def _item(value: Any, position: int) -> Any:
+    try:
+        return value[position]
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _map_tree(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """``fn`` on the leaves of nested tuples, lists and dicts (other containers are leaves)."""
+    t = type(tree)
+    if t is tuple or t is list:
+        return t(_map_tree(fn, v) for v in tree)
+    if t is dict:
+        return {k: _map_tree(fn, v) for k, v in tree.items()}
+    return fn(tree)
+
+
+def _any_leaf(tree: Any, test: Callable[[Any], bool]) -> bool:
+    t = type(tree)
+    if t is tuple or t is list:
+        return any(_any_leaf(v, test) for v in tree)
+    if t is dict:
+        return any(_any_leaf(v, test) for v in tree.values())
+    return test(tree)
+
+
+def _has_numpy_value(tree: Any) -> bool:
+    return _any_leaf(tree, lambda v: isinstance(v, (np.ndarray, np.generic, np.dtype))
+                     or (isinstance(v, type) and issubclass(v, np.generic)))
+
+
+def _has_traced_value(tree: Any) -> bool:
+    return _any_leaf(tree, lambda v: isinstance(v, (tnp.ndarray, TensorProxy, np.ndarray)))
