@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 import timeit
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         ratio, ratio_spelled = t["compiled"] / t["idiomatic"], t["compiled"] / t["spelled"]
         worst = max(worst, ratio)
         print(
-            f"{n:>4} {str(list(shape)):>10} {t['compiled'] * 1e6:>10.1f}us {t['idiomatic'] * 1e6:>10.1f}us"
+            f"{n:>4} {list(shape)!s:>10} {t['compiled'] * 1e6:>10.1f}us {t['idiomatic'] * 1e6:>10.1f}us"
             f" {t['spelled'] * 1e6:>10.1f}us {ratio:>6.2f} {ratio_spelled:>10.2f}"
         )
     print(f"worst compiled/idiomatic ratio {worst:.2f} (target <= {TARGET})")

@@ -130,6 +130,8 @@ class JittedFunction:
             traces.append(flat)
             self.last_traces = list(traces)
         computation = self.executor.compile(traces[-1])
+        if program.epilogue is not None:
+            computation = program.epilogue.wrap(computation)
         cached_call = program.prologue.compile(computation)
         return CacheEntry(number, program.prologue, traces, computation, cached_call)
 

@@ -34,6 +34,7 @@ from jitcore.ir import Proxy, SourceFrame, Trace, tracing
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx.torch import TORCH_TABLE
+from jitcore.numpy import new_bridge as new_numpy_bridge
 from jitcore.prologue import Path, Prologue, Root
 from jitcore.prologue.guards import implicit_state
 from jitcore.proxies import TensorProxy
@@ -54,6 +55,7 @@ class TracedProgram:
         self.trace = trace
         self.prologue = prologue
         self.first_inputs = first_inputs
+        self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
 
 
 class Pass:
@@ -66,6 +68,7 @@ class Pass:
         self.context = new_context(self.trace, source_provider=self._source, call_handler=self._call_symbol)
         self.prologue = Prologue(header=[f"Constructed by jitcore.jit for {label}: prologue of cache entry {entry_number}"])
         self.provenance = Provenance(self.context.values, self.prologue)
+        self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self._print_warned = False
 
     # --- driving -----------------------------------------------------------------------------------
@@ -83,12 +86,17 @@ class Pass:
         self._remember_function(target)
         with tracing(self.context):
             output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
+        epilogue = None
+        if self.numpy is not None:
+            output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
         self.trace.output = output
         self.trace.args = [proxy for _path, proxy, _t in self.provenance.inputs]
         first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
         self._state_guards()
         self.provenance.finish(with_strides=self.context.values.strides_queried)
-        return TracedProgram(self.trace, self.prologue, first_inputs)
+        program = TracedProgram(self.trace, self.prologue, first_inputs)
+        program.epilogue = epilogue
+        return program
 
     def _bind_arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         args_root, kwargs_root = Path(Root("args", "args")), Path(Root("kwargs", "kwargs"))
@@ -133,7 +141,10 @@ class Pass:
     # --- hooks -------------------------------------------------------------------------------------
     def hooks(self) -> Hooks:
         return Hooks(
-            lookasides={**dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES},
+            lookasides={
+                **dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES,
+                **(self.numpy.lookasides() if self.numpy is not None else {}),
+            },
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
             on_load_global=self._load_global,

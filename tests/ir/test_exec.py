@@ -10,7 +10,8 @@ import inspect
 import linecache
 import traceback
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -198,7 +199,7 @@ def test_inspect_and_linecache_find_the_compiled_source() -> None:
     assert inspect.getsourcefile(compiled) == filename
     assert "".join(linecache.getlines(filename)) == source
     assert inspect.getsource(compiled) == source[source.index("def computation") :]
-    lines, first = inspect.getsourcelines(compiled)
+    _, first = inspect.getsourcelines(compiled)
     assert first == source.splitlines().index("def computation(x):") + 1
     linecache.checkcache()  # entries without a file on disk survive cache checks
     assert linecache.getline(filename, first) == "def computation(x):\n"

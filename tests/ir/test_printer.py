@@ -380,7 +380,8 @@ def test_names_that_cannot_be_printed_are_rejected() -> None:
 def test_printing_does_not_change_the_trace() -> None:
     trace = trace_fn(lambda x: torch.max(x, 0), torch.randn(2, 2))
     before = (list(trace.bound_symbols), trace.output, list(trace.args))
-    assert str(trace) == str(trace)
+    first = str(trace)
+    assert str(trace) == first
     assert (list(trace.bound_symbols), trace.output, list(trace.args)) == before
 
 
@@ -392,7 +393,7 @@ def test_dead_values_are_deleted_after_their_last_use() -> None:
 
     def f(x):
         a, b, c = x.sin(), x.cos(), x.exp()
-        unused, _ = x.split(1)
+        _unused, _ = x.split(1)
         return sym(x, slice(a, None), d={b: c}), x
 
     trace = trace_fn(f, torch.randn(2))
