@@ -1,0 +1,129 @@
+"""The jit's error boundary: what an exception looks like when it leaves a jitted function.
+
+``on_error(jfn, exc)`` runs in ``JittedFunction.__call__``'s ``except`` clause, before a bare
+``raise`` (which adds no traceback entry of its own on CPython 3.11). It
+- keeps the exception object, type and message;
+- maps an error raised while a compiled trace runs back to the user's lines that recorded the
+  failing op (the ``<jitcore-computation-...>`` frame's line number names the bound symbol);
+- hides jitcore's own frames (the jit, the language contexts, the IR, generated code), unless
+  ``jitcore.jit(..., show_internal_frames=True)`` or ``JITCORE_SHOW_INTERNAL_FRAMES=1``;
+- adds one PEP 678 note saying what jitcore was doing (``ErrorContext.note``).
+Invariant: every frame shown is one CPython would show for the same program run eagerly, plus
+library frames (torch's) below the user's innermost frame.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from types import TracebackType
+from typing import Any
+
+import jitcore
+from jitcore.debug.context import ErrorContext, attach, context_of
+from jitcore.debug.tracebacks import entries, fake_traceback, link
+from jitcore.ir import BoundSymbol, Trace, print_trace
+
+__all__ = ["on_error", "show_internal_frames", "is_internal_file", "bound_symbol_at"]
+
+_JITCORE_DIR = os.path.dirname(os.path.abspath(jitcore.__file__)) + os.sep
+_INTERPRETATION = os.path.join(_JITCORE_DIR, "jit", "interpretation.py")
+_NOTED = "_jitcore_noted"
+
+
+def show_internal_frames(jfn: Any) -> bool:
+    """Whether ``jfn``'s errors keep jitcore's frames (its option, else ``JITCORE_SHOW_INTERNAL_FRAMES``)."""
+    option = getattr(jfn, "show_internal_frames", None)
+    if option is not None:
+        return bool(option)
+    return os.environ.get("JITCORE_SHOW_INTERNAL_FRAMES", "") not in ("", "0")
+
+
+def is_internal_file(filename: str) -> bool:
+    """Whether a frame of ``filename`` is jitcore's (its package, its generated traces)."""
+    return filename.startswith(_JITCORE_DIR) or filename.startswith("<jitcore")
+
+
+def on_error(jfn: Any, exc: BaseException) -> None:
+    """Prepare ``exc``, about to leave ``jfn``, for the user; see the module docstring."""
+    if getattr(exc, _NOTED, False):
+        return
+    tb = exc.__traceback__
+    computation = _computation_entry(tb)
+    context = context_of(exc)
+    if computation is not None:
+        context = _execution_context(jfn, computation)
+        if not show_internal_frames(jfn):
+            below = _visible(computation.tb_next)
+            exc.__traceback__ = link(fake_traceback(context.source or ()), below)
+    elif context is not None or _passes(tb, _INTERPRETATION):
+        context = (context or ErrorContext("tracing")).with_call(jfn._label, jfn.misses - 1)
+        if not show_internal_frames(jfn):
+            exc.__traceback__ = _visible(tb)
+    else:  # the eager fallback, or an error in the jit itself: only the entry point is hidden
+        if not show_internal_frames(jfn):
+            exc.__traceback__ = _visible(tb)
+        return
+    attach(exc, context)
+    try:
+        setattr(exc, _NOTED, True)
+    except (AttributeError, TypeError):
+        pass
+    if not show_internal_frames(jfn):
+        _hide_in_chain(exc)
+    exc.add_note(context.note())
+
+
+def _visible(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without jitcore's entries."""
+    kept = [t for t in entries(tb) if not is_internal_file(t.tb_frame.f_code.co_filename)]
+    if kept:
+        kept[-1].tb_next = None
+    return link(*kept)
+
+
+def _hide_in_chain(exc: BaseException) -> None:
+    seen = {id(exc)}
+    linked = exc.__cause__ or exc.__context__
+    while linked is not None and id(linked) not in seen:
+        seen.add(id(linked))
+        linked.__traceback__ = _visible(linked.__traceback__)
+        linked = linked.__cause__ or linked.__context__
+
+
+def _passes(tb: TracebackType | None, filename: str) -> bool:
+    return any(t.tb_frame.f_code.co_filename == filename for t in entries(tb))
+
+
+def _computation_entry(tb: TracebackType | None) -> TracebackType | None:
+    for t in entries(tb):
+        if t.tb_frame.f_code.co_filename.startswith("<jitcore-computation-"):
+            return t
+    return None
+
+
+def _execution_context(jfn: Any, entry: TracebackType) -> ErrorContext:
+    filename, lineno = entry.tb_frame.f_code.co_filename, entry.tb_lineno
+    for cache_entry in getattr(jfn, "entries", []):
+        found = bound_symbol_at(cache_entry.traces[-1], filename, lineno)
+        if found is not None:
+            bsym, statement = found
+            return ErrorContext("execution", jfn._label, cache_entry.number, bsym.symbol.id,
+                                statement=statement, source=bsym.source)
+    for trace in getattr(jfn, "last_traces", [])[-1:]:
+        found = bound_symbol_at(trace, filename, lineno)
+        if found is not None:
+            bsym, statement = found
+            return ErrorContext("execution", jfn._label, None, bsym.symbol.id, statement=statement, source=bsym.source)
+    return ErrorContext("execution", jfn._label)
+
+
+def bound_symbol_at(trace: Trace, filename: str, lineno: int) -> tuple[BoundSymbol, str] | None:
+    """The top-level bound symbol (and its statement) printed at ``lineno`` of the compiled trace
+    ``filename``, if ``trace`` is the trace compiled under that name; else None."""
+    printed = print_trace(trace)
+    digest = hashlib.sha1(printed.source.encode("utf-8")).hexdigest()[:12]
+    bsym = printed.bound_symbol_lines.get(lineno)
+    if not filename.endswith(f"-{digest}>") or bsym is None:
+        return None
+    return bsym, printed.source.splitlines()[lineno - 1].strip().split("  # ")[0]

@@ -1,0 +1,107 @@
+"""What jitcore knows about an error: the phase, the op being recorded or run, its inputs, the source.
+
+An ``ErrorContext`` is attached to the exception itself (``exc.jitcore_context``) so that the
+exception's type, message and identity stay the user's; ``jitcore.report`` renders it, and the
+jit's error boundary turns it into a one-line PEP 678 note.
+Invariant: attaching a context never changes an exception's type, args or message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from jitcore.ir import Proxy, SourceFrame
+
+__all__ = ["ErrorContext", "note_failed_call", "context_of", "describe_argument"]
+
+ATTRIBUTE = "jitcore_context"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorContext:
+    """Where in jitcore's work an exception arose.
+
+    Attributes:
+        phase: ``"tracing"`` (while jitcore interpreted the function) or ``"execution"`` (while a
+            compiled trace ran).
+        label: what was jitted (``model``, ``module Net``); '' until the jit's boundary fills it.
+        entry: the cache entry being traced or run, when known.
+        op: the operation (``torch.matmul``) being recorded or run, when one was.
+        inputs: (name, metadata) of the op's arguments, e.g. ``("t0", "cpu f32[4, 8]")``.
+        statement: the line of the computation trace that failed (execution errors).
+        source: the user's stack that produced the op, outermost first.
+    """
+
+    phase: str
+    label: str = ""
+    entry: int | None = None
+    op: str | None = None
+    inputs: tuple[tuple[str, str], ...] = ()
+    statement: str | None = None
+    source: tuple[SourceFrame, ...] | None = None
+    hints: tuple[str, ...] = field(default=())
+
+    def with_call(self, label: str, entry: int | None) -> "ErrorContext":
+        return replace(self, label=label, entry=entry)
+
+    def note(self) -> str:
+        """The one-line PEP 678 note: what jitcore was doing when the error arose."""
+        what = f"{self.label} (cache entry {self.entry})" if self.entry is not None else self.label
+        if self.phase == "execution":
+            text = f"jitcore: raised while running the compiled trace of {what}"
+            if self.statement:
+                text += f" at `{self.statement}`"
+        else:
+            text = f"jitcore: raised while tracing {what}"
+            if self.op:
+                args = ", ".join(f"{n}: {m}" if m else n for n, m in self.inputs)
+                text += f", recording {self.op}({args})"
+        if self.source:
+            frame = self.source[-1]
+            text += f" from {_short_path(frame.filename)}:{frame.lineno}"
+        return text
+
+
+def context_of(exc: BaseException) -> ErrorContext | None:
+    """The context jitcore attached to ``exc``, if any."""
+    context = getattr(exc, ATTRIBUTE, None)
+    return context if isinstance(context, ErrorContext) else None
+
+
+def attach(exc: BaseException, context: ErrorContext) -> None:
+    try:
+        setattr(exc, ATTRIBUTE, context)
+    except (AttributeError, TypeError):  # an exception class with __slots__ and no __dict__
+        pass
+
+
+def note_failed_call(exc: BaseException, symbol: Any, args: tuple, kwargs: dict,
+                     source: tuple[SourceFrame, ...] | None) -> None:
+    """Record on ``exc`` the symbol call that raised it while tracing (the innermost call wins)."""
+    if context_of(exc) is not None:
+        return
+    inputs = [describe_argument(a) for a in args]
+    inputs += [(f"{k}={name}", meta) for k, v in kwargs.items() for name, meta in [describe_argument(v)]]
+    attach(exc, ErrorContext("tracing", op=getattr(symbol, "id", str(symbol)), inputs=tuple(inputs), source=source))
+
+
+def describe_argument(value: Any) -> tuple[str, str]:
+    """(name, metadata) of an argument: ``("x", "cpu f32[4, 8]")`` for a proxy, ``("2", "")`` else."""
+    if isinstance(value, Proxy):
+        return value.name, value.describe()
+    if isinstance(value, (tuple, list)) and any(isinstance(v, Proxy) for v in value):
+        inner = ", ".join(describe_argument(v)[0] for v in value)
+        return f"[{inner}]", ", ".join(m for _n, m in map(describe_argument, value) if m)
+    text = repr(value)
+    return (text if len(text) <= 40 else text[:37] + "..."), ""
+
+
+def _short_path(filename: str) -> str:
+    import os
+
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return relative if not relative.startswith("..") else filename
