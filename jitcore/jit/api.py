@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 from jitcore.dispatch.flatten import flatten_subclasses
+from jitcore.debug.logs import entry_added
 from jitcore.errors import DataDependentError
 from jitcore.executors import get_executor
 from jitcore.ir import Trace
@@ -59,13 +60,14 @@ class JittedFunction:
     """A function (or nn.Module) compiled by jitcore; call it like the original."""
 
     def __init__(self, fn: Callable[..., Any], *, executor: str = "torch", fallback: str | None = None,
-                 cache_limit: int = DEFAULT_CACHE_LIMIT) -> None:
+                 cache_limit: int = DEFAULT_CACHE_LIMIT, show_internal_frames: bool | None = None) -> None:
         if fallback not in (None, "eager"):
             raise ValueError(f"fallback must be None or 'eager', not {fallback!r}")
         self.fn = fn
         self.executor = get_executor(executor)
         self.fallback = fallback
         self.cache_limit = cache_limit
+        self.show_internal_frames = show_internal_frames
         self._cache = EntryCache()  # newest first, with a dispatch table past a few entries
         self.hits = 0
         self.misses = 0
@@ -78,14 +80,20 @@ class JittedFunction:
         functools.update_wrapper(self, fn if not isinstance(fn, torch.nn.Module) else type(fn).forward, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        for entry in self._cache.candidates(args):
-            out = entry.cached_call(args, kwargs)
-            if out is not MISS:
-                self.hits += 1
-                return out
-        if self.eager_reason is not None:
-            return self.fn(*args, **kwargs)
-        return self._miss(args, kwargs)
+        try:
+            for entry in self._cache.candidates(args):
+                out = entry.cached_call(args, kwargs)
+                if out is not MISS:
+                    self.hits += 1
+                    return out
+            if self.eager_reason is not None:
+                return self.fn(*args, **kwargs)
+            return self._miss(args, kwargs)
+        except Exception as exc:
+            from jitcore.debug.boundary import on_error
+
+            on_error(self, exc)  # the user's frames and lines, plus a note (docs/debugging.md)
+            raise  # a bare raise adds no entry for this frame
 
     def _miss(self, args: tuple, kwargs: dict) -> Any:
         with self._lock:
@@ -112,6 +120,7 @@ class JittedFunction:
                     stacklevel=3,
                 )
             self._cache.add(entry, args, limit=self.cache_limit)
+            entry_added(self, entry, reasons)
         inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
         return entry.computation(*inputs)
 
@@ -159,6 +168,8 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
             because it depends on tensor values; None (default) raises instead.
         cache_limit: the most specializations kept (default 64); past it the oldest is evicted,
             with a warning.
+        show_internal_frames: keep jitcore's own frames in the tracebacks of errors (default: only
+            the user's frames, unless the environment sets ``JITCORE_SHOW_INTERNAL_FRAMES=1``).
 
     Returns:
         A JittedFunction; ``jit(**options)`` without ``fn`` returns a decorator.
