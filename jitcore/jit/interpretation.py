@@ -158,7 +158,13 @@ class Pass:
         """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""
         if _has_real_tensor(args) or _has_real_tensor(kwargs):
             args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
-        return resolve_call(symbol, args, kwargs)
+        try:
+            return resolve_call(symbol, args, kwargs)
+        except Exception as exc:
+            from jitcore.debug.context import note_failed_call
+
+            note_failed_call(exc, symbol, args, kwargs, self._source())  # for the error's note
+            raise
 
     def _bind_leak(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and not isinstance(value, Proxy):
@@ -176,6 +182,10 @@ class Pass:
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if _is_torch_builtin(fn) and (_has_proxy(args) or _has_proxy(kwargs)):
             return call_on_shadows(fn, args, kwargs)
+        if fn is breakpoint:
+            from jitcore.debug.markers import record_breakpoint
+
+            return record_breakpoint(self.trace, self._source())  # jitcore.debug stops there
         if fn is print and not self._print_warned:
             self._print_warned = True
             warnings.warn(
