@@ -11,7 +11,7 @@ import builtins
 import keyword
 import re
 import unicodedata
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["NameGenerator", "RESERVED_NAMES"]
 
