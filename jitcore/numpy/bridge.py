@@ -37,7 +37,7 @@ import torch
 import torch._numpy as tnp
 
 from jitcore.interpreter import current_run
-from jitcore.interpreter.calls import canonical
+from jitcore.interpreter.calls import call_function, canonical
 from jitcore.numpy.boundary import SUPPORTED_DTYPES, Epilogue, array_to_tensor, check_array
 from jitcore.numpy.errors import unsupported
 from jitcore.numpy.table import ARRAY_RETURNING, NumpyCallable, numpy_callables
@@ -46,6 +46,7 @@ from jitcore.proxies import TensorProxy
 __all__ = ["NumpyBridge", "wrap"]
 
 _FAILED = object()
+_DTYPE_EQ = tnp.DType.__eq__
 
 # Binary operators of NumPy scalars that can meet a torch._numpy.ndarray.
 _SCALAR_OPERATORS = tuple(
@@ -58,7 +59,9 @@ _SCALAR_OPERATORS = tuple(
 
 def wrap(tensor: torch.Tensor) -> Any:
     """The ``torch._numpy.ndarray`` the traced program sees for ``tensor``."""
-    return tnp.ndarray(tensor)
+    wrapper = tnp.ndarray.__new__(tnp.ndarray)
+    wrapper.tensor = tensor  # not through __init__: natively, a proxy is no torch.Tensor instance
+    return wrapper
 
 
 class NumpyBridge:
@@ -204,7 +207,8 @@ class NumpyBridge:
     def _call_method(self, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
         converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
         try:
-            result = current_run().call(fn, *converted_args, **converted_kwargs)
+            # interpreted directly: through ``run.call`` this lookaside would find itself again
+            result = call_function(current_run(), fn, converted_args, converted_kwargs)
         except NotImplementedError as exc:
             raise unsupported(f"ndarray.{name}", f"torch's NumPy layer does not implement this use ({exc})") from None
         self._mark_result(result, _method_caller(name), name, args, kwargs)
@@ -212,13 +216,13 @@ class NumpyBridge:
 
     def _dtype_eq(self, dtype: Any, other: Any) -> Any:
         other = self.to_torch_numpy(other) if isinstance(other, (np.dtype, type)) else other
-        return tnp.DType.__eq__(dtype, other)
+        return _DTYPE_EQ(dtype, other)
 
     def _scalar_operator(self, slot: Any, name: str, scalar: Any, other: Any = None) -> Any:
         if not isinstance(other, tnp.ndarray):
             return slot(scalar, other)
         wrapped = self.to_torch_numpy(scalar)
-        return current_run().call(getattr(tnp.ndarray, name), wrapped, other)
+        return current_run().call(getattr(tnp.ndarray, name), wrapped, other)  # its lookaside marks scalars
 
     def _from_numpy(self, array: Any) -> Any:
         if isinstance(array, tnp.ndarray):
