@@ -13,6 +13,7 @@ has finished without error.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -84,7 +85,7 @@ class Pass:
         if self.provenance.subclass_inputs:
             self.trace.imports["jitcore"] = jitcore
         self._remember_function(target)
-        with tracing(self.context):
+        with tracing(self.context), _deep_recursion():
             output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
         epilogue = None
         if self.numpy is not None:
@@ -218,6 +219,8 @@ class Pass:
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
         if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy):
             return value
+        if frame.code.co_filename.startswith(_STDLIB_DIR):
+            return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
         if isinstance(obj, types.ModuleType) and _is_library_module(obj):
             return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
         path = self.provenance.path_of(obj)
@@ -235,6 +238,8 @@ class Pass:
         return self.provenance.bind_state(value, path.attr(name), name)
 
     def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
+        if frame.code.co_filename.startswith(_STDLIB_DIR):
+            return value
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy) or not _is_plain_key(key):
             return value
@@ -251,6 +256,24 @@ class Pass:
                 continue
             frames.append(SourceFrame(pos.filename, pos.lineno or 0, pos.function_name, pos.end_lineno, pos.col, pos.end_col))
         return tuple(frames) or None
+
+
+# Every interpreted frame costs several native ones; subclass resolution nests interpreted
+# __torch_dispatch__ calls inside torch's dispatcher. CPython 3.11 runs pure-Python calls without
+# growing the C stack, so a deeper Python recursion limit is safe while tracing.
+_TRACING_RECURSION_LIMIT = 20000
+
+
+@contextlib.contextmanager
+def _deep_recursion() -> Any:
+    previous = sys.getrecursionlimit()
+    if previous < _TRACING_RECURSION_LIMIT:
+        sys.setrecursionlimit(_TRACING_RECURSION_LIMIT)
+    try:
+        yield
+    finally:
+        if previous < _TRACING_RECURSION_LIMIT:
+            sys.setrecursionlimit(previous)
 
 
 def _is_torch_builtin(fn: Any) -> bool:

@@ -64,7 +64,9 @@ class Provenance:
             self._keepalive.append(obj)
 
     def guard(self, path: Path, kind: str, expected: Any) -> None:
-        key = (path, kind, id(expected) if kind in ("identity", "tensor", "flatten") else _dedup_key(expected))
+        # The first read of a path is what the call started with; a later read of the same path in
+        # the same pass may see the program's own mutation (side effects happen while tracing only).
+        key = (path, kind)
         if key not in self._guarded:
             self._guarded.add(key)
             self.prologue.guards.append(Guard(path, kind, expected))

@@ -46,6 +46,31 @@ def _class_dict_chain(cls: type) -> set[str]:
     return names
 
 
+_MISSING = object()
+# The proxy's own machinery, never taken from the user's class.
+_PROXY_NAMES = frozenset({
+    "subclass", "outer", "_shadow", "shadow", "set_shadow", "flatten", "inner_tensors", "python_type",
+    "describe", "name", "__dict__", "__class__", "__setattr__", "__getattribute__", "__getattr__",
+})
+_USER_ATTRIBUTES: dict[tuple[type, str], Any] = {}
+
+
+def _user_attribute(cls: type, name: str) -> Any:
+    """``name`` as the user's class (below torch.Tensor) defines it, or _MISSING."""
+    key = (cls, name)
+    found = _USER_ATTRIBUTES.get(key, None)
+    if found is None:
+        found = _MISSING
+        for klass in cls.__mro__:
+            if klass in (torch.Tensor, torch._C.TensorBase, object):  # noqa: SLF001
+                break
+            if name in vars(klass):
+                found = vars(klass)[name]
+                break
+        _USER_ATTRIBUTES[key] = found
+    return found
+
+
 class SubclassTensorProxy(TensorProxy):
     """A tensor-subclass value while tracing: class, outer metadata and inner attributes."""
 
@@ -104,15 +129,21 @@ class SubclassTensorProxy(TensorProxy):
         else:
             self.__dict__[name] = value
 
+    def __getattribute__(self, name: str) -> Any:
+        # What the user's class defines (up to torch.Tensor) wins over the torch operations a proxy
+        # offers: ``x.dequantize()`` on a quantized subclass is the class's method, not the aten op.
+        if name not in _PROXY_NAMES:
+            subclass = object.__getattribute__(self, "subclass")
+            found = _user_attribute(subclass, name)
+            if found is not _MISSING:
+                instance = object.__getattribute__(self, "__dict__")
+                if name in instance and not hasattr(type(found), "__set__"):
+                    return instance[name]
+                get = getattr(type(found), "__get__", None)
+                return get(found, self, subclass) if get is not None else found
+        return object.__getattribute__(self, name)
+
     def __getattr__(self, name: str) -> Any:
-        for klass in self.subclass.__mro__:
-            if klass in (torch.Tensor, torch._C.TensorBase):  # noqa: SLF001
-                break
-            if name in vars(klass):
-                attr = vars(klass)[name]
-                if isinstance(attr, (staticmethod, classmethod)) or hasattr(attr, "__get__"):
-                    return attr.__get__(self, self.subclass)
-                return attr
         raise AttributeError(f"'{self.subclass.__name__}' object has no attribute '{name}'")
 
     # outer metadata
