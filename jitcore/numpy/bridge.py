@@ -21,6 +21,12 @@ dtypes, and the wrapper is marked a scalar when NumPy returned one (falling back
 results are scalars except from ``ARRAY_RETURNING`` functions" when the placeholder call fails).
 Marked wrappers leave the trace as NumPy scalars and enter later placeholder calls as scalars.
 
+Note [NumPy dtypes]: ``torch._numpy`` follows NumPy's promotion rules, with a few gaps (an integer
+array divided by an integer gives torch's default float, float32, where NumPy gives float64). The
+placeholder call of Note [NumPy scalars] also runs for results of up to ``_PLACEHOLDER_LIMIT``
+elements, and a result whose dtype differs from NumPy's is cast to it (recorded as a torch
+conversion), except for in-place results, which must stay the operand itself.
+
 Invariant: the bridge never records anything itself; everything recorded comes from torch calls
 inside interpreted ``torch._numpy`` code.
 """
@@ -35,6 +41,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch._numpy as tnp
+import torch._numpy._util as tnp_util
 
 from jitcore.interpreter import current_run
 from jitcore.interpreter.calls import call_function, canonical
@@ -46,6 +53,9 @@ from jitcore.proxies import TensorProxy
 __all__ = ["NumpyBridge", "wrap"]
 
 _FAILED = object()
+_ASTYPE = tnp.ndarray.astype
+# Results up to this many elements are checked against NumPy on placeholders (Note [NumPy dtypes]).
+_PLACEHOLDER_LIMIT = 1 << 16
 _DTYPE_EQ = tnp.DType.__eq__
 
 # Binary operators of NumPy scalars that can meet a torch._numpy.ndarray.
@@ -82,20 +92,24 @@ class NumpyBridge:
     def _mark(self, value: Any) -> None:
         self._scalars[id(value)] = value  # holds the wrapper, so that its id is not reused
 
-    def _mark_result(self, result: Any, numpy_fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> None:
-        zero_d = _zero_d_positions(result)
-        if not zero_d:
-            return
+    def _as_numpy_would(self, result: Any, numpy_fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:
+        """``result`` with the dtype and scalar-ness NumPy gives (Notes [NumPy scalars], [NumPy dtypes])."""
+        arrays = _array_positions(result)
+        if not arrays or all(w.ndim and w.size > _PLACEHOLDER_LIMIT for _, w in arrays):
+            return result
         eager = self._on_placeholders(numpy_fn, args, kwargs)
-        for position in zero_d:
-            value = result if position is None else result[position]
-            if eager is _FAILED:
-                scalar = name not in ARRAY_RETURNING
-            else:
-                real = eager if position is None else _item(eager, position)
-                scalar = isinstance(real, np.generic)
-            if scalar:
-                self._mark(value)
+        for position, wrapper in arrays:
+            real = eager if position is None or eager is _FAILED else _item(eager, position)
+            if position is None and isinstance(real, (np.ndarray, np.generic)) and not _is_argument(wrapper, args):
+                wrapper = result = self._cast(wrapper, real.dtype)
+            if wrapper.ndim == 0 and (isinstance(real, np.generic) if eager is not _FAILED else name not in ARRAY_RETURNING):
+                self._mark(wrapper)
+        return result
+
+    def _cast(self, wrapper: Any, dtype: np.dtype) -> Any:
+        if np.dtype(wrapper.dtype.name) == dtype or dtype not in SUPPORTED_DTYPES:
+            return wrapper
+        return call_function(current_run(), _ASTYPE, (wrapper, tnp.dtype(dtype.name)), None)
 
     def _on_placeholders(self, numpy_fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         try:
@@ -170,10 +184,13 @@ class NumpyBridge:
                 slot = getattr(scalar_type, name, None)
                 if slot is not None:
                     table[slot] = functools.partial(self._scalar_operator, slot, name)
+        for builtin, dunder in _BUILTIN_OPERATORS:
+            table[builtin] = functools.partial(_builtin_operator, builtin, dunder)
         tensor_numpy = functools.partial(_tensor_numpy, self.provenance)
         table[vars(TensorProxy)["numpy"]] = tensor_numpy
         table[torch.Tensor.numpy] = tensor_numpy
         table[torch.from_numpy] = self._from_numpy
+        table[tnp_util._try_convert_to_tensor] = _convert_to_tensor
         return table
 
     def _numpy_lookaside(self, entry: NumpyCallable) -> Callable[..., Any]:
@@ -189,8 +206,7 @@ class NumpyBridge:
             result = current_run().call(entry.torch_fn, *converted_args, **converted_kwargs)
         except NotImplementedError as exc:
             raise unsupported(entry.name, f"torch's NumPy layer does not implement this use ({exc})") from None
-        self._mark_result(result, entry.numpy_fn, entry.short_name, args, kwargs)
-        return result
+        return self._as_numpy_would(result, entry.numpy_fn, entry.short_name, args, kwargs)
 
     def _call_uncovered(self, entry: NumpyCallable, *args: Any, **kwargs: Any) -> Any:
         if entry.name.startswith("np.random."):
@@ -211,8 +227,7 @@ class NumpyBridge:
             result = call_function(current_run(), fn, converted_args, converted_kwargs)
         except NotImplementedError as exc:
             raise unsupported(f"ndarray.{name}", f"torch's NumPy layer does not implement this use ({exc})") from None
-        self._mark_result(result, _method_caller(name), name, args, kwargs)
-        return result
+        return self._as_numpy_would(result, _method_caller(name), name, args, kwargs)
 
     def _dtype_eq(self, dtype: Any, other: Any) -> Any:
         other = self.to_torch_numpy(other) if isinstance(other, (np.dtype, type)) else other
@@ -230,6 +245,36 @@ class NumpyBridge:
         if isinstance(array, np.ndarray):
             return self._bind_array(array).tensor
         return torch.from_numpy(array)
+
+
+# Builtins that call a dunder natively; on a wrapper the dunder must run on the interpreter.
+_BUILTIN_OPERATORS = ((abs, "__abs__"), (divmod, "__divmod__"), (pow, "__pow__"), (round, "__round__"))
+
+
+def _builtin_operator(builtin: Callable[..., Any], dunder: str, value: Any, *args: Any) -> Any:
+    if isinstance(value, tnp.ndarray) and not (builtin is pow and len(args) > 1):
+        return current_run().call(getattr(type(value), dunder), value, *args)
+    if builtin is divmod or builtin is pow and len(args) == 1:
+        other = args[0] if args else None
+        if isinstance(other, tnp.ndarray):
+            return current_run().call(getattr(type(other), "__r" + dunder[2:]), other, value)
+    return builtin(value, *args)
+
+
+def _convert_to_tensor(data: Any) -> Any:
+    """torch._numpy's ``torch.as_tensor(data)``, recorded with the dtype it infers now.
+
+    torch._numpy changes the default dtype around this call (to float64, as NumPy infers); the
+    recorded call must not depend on the default dtype when the trace runs, so it names the dtype.
+    """
+    run = current_run()
+    if _any_leaf(data, lambda v: isinstance(v, (TensorProxy, tnp.ndarray))):
+        return call_function(run, tnp_util._try_convert_to_tensor, (data,), None)
+    try:
+        dtype = torch.as_tensor(data).dtype  # on Python constants only
+    except Exception as exc:  # noqa: BLE001 - as torch._numpy reports it
+        raise NotImplementedError(f"failed to convert {data} to ndarray. \nInternal error is: {exc}.") from None
+    return run.call(torch.as_tensor, data, dtype=dtype)
 
 
 def _tensor_numpy(provenance: Any, tensor: Any, *, force: bool = False) -> Any:
@@ -267,12 +312,18 @@ def _method_caller(name: str) -> Callable[..., Any]:
     return call_method
 
 
-def _zero_d_positions(result: Any) -> list[int | None]:
+def _array_positions(result: Any) -> list[tuple[int | None, Any]]:
+    """The wrappers among a result: itself, or the elements of a tuple result."""
     if isinstance(result, tnp.ndarray):
-        return [None] if result.ndim == 0 else []
+        return [(None, result)]
     if isinstance(result, tuple):
-        return [i for i, v in enumerate(result) if isinstance(v, tnp.ndarray) and v.ndim == 0]
+        return [(i, v) for i, v in enumerate(result) if isinstance(v, tnp.ndarray)]
     return []
+
+
+def _is_argument(value: Any, args: tuple) -> bool:
+    """An in-place operation returns its operand: it must stay the same object."""
+    return any(value is a for a in args)
 
 
 def _item(value: Any, position: int) -> Any:
