@@ -21,6 +21,11 @@ _EXPORTS: dict[str, str] = {
     "DataDependentError": "jitcore.errors",
     "UnsupportedInputError": "jitcore.errors",
     "UnsupportedOperationError": "jitcore.errors",
+    "report": "jitcore.debug.report",
+    "install_report_hook": "jitcore.debug.report",
+    "explain": "jitcore.debug.explain",
+    "debug": "jitcore.debug",
+    "Debugger": "jitcore.debug.debugger",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -24,7 +24,7 @@ from jitcore.debug.context import ErrorContext, attach, context_of
 from jitcore.debug.tracebacks import entries, fake_traceback, link
 from jitcore.ir import BoundSymbol, Trace, print_trace
 
-__all__ = ["on_error", "show_internal_frames", "is_internal_file", "bound_symbol_at"]
+__all__ = ["bound_symbol_at", "is_internal_file", "on_error", "show_internal_frames"]
 
 _JITCORE_DIR = os.path.dirname(os.path.abspath(jitcore.__file__)) + os.sep
 _INTERPRETATION = os.path.join(_JITCORE_DIR, "jit", "interpretation.py")
@@ -41,7 +41,7 @@ def show_internal_frames(jfn: Any) -> bool:
 
 def is_internal_file(filename: str) -> bool:
     """Whether a frame of ``filename`` is jitcore's (its package, its generated traces)."""
-    return filename.startswith(_JITCORE_DIR) or filename.startswith("<jitcore")
+    return filename.startswith((_JITCORE_DIR, "<jitcore"))
 
 
 def on_error(jfn: Any, exc: BaseException) -> None:
@@ -57,7 +57,7 @@ def on_error(jfn: Any, exc: BaseException) -> None:
             below = _visible(computation.tb_next)
             exc.__traceback__ = link(fake_traceback(context.source or ()), below)
     elif context is not None or _passes(tb, _INTERPRETATION):
-        context = (context or ErrorContext("tracing")).with_call(jfn._label, jfn.misses - 1)
+        context = (context or ErrorContext("tracing")).with_call(jfn._label, jfn.misses)
         if not show_internal_frames(jfn):
             exc.__traceback__ = _visible(tb)
     else:  # the eager fallback, or an error in the jit itself: only the entry point is hidden
@@ -108,13 +108,21 @@ def _execution_context(jfn: Any, entry: TracebackType) -> ErrorContext:
         found = bound_symbol_at(cache_entry.traces[-1], filename, lineno)
         if found is not None:
             bsym, statement = found
-            return ErrorContext("execution", jfn._label, cache_entry.number, bsym.symbol.id,
-                                statement=statement, source=bsym.source)
+            return ErrorContext(
+                "execution",
+                jfn._label,
+                cache_entry.number,
+                bsym.symbol.id,
+                statement=statement,
+                source=bsym.source,
+            )
     for trace in getattr(jfn, "last_traces", [])[-1:]:
         found = bound_symbol_at(trace, filename, lineno)
         if found is not None:
             bsym, statement = found
-            return ErrorContext("execution", jfn._label, None, bsym.symbol.id, statement=statement, source=bsym.source)
+            return ErrorContext(
+                "execution", jfn._label, None, bsym.symbol.id, statement=statement, source=bsym.source
+            )
     return ErrorContext("execution", jfn._label)
 
 

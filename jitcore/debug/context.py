@@ -13,7 +13,7 @@ from typing import Any
 
 from jitcore.ir import Proxy, SourceFrame
 
-__all__ = ["ErrorContext", "note_failed_call", "context_of", "describe_argument"]
+__all__ = ["ErrorContext", "context_of", "describe_argument", "note_failed_call"]
 
 ATTRIBUTE = "jitcore_context"
 
@@ -42,7 +42,7 @@ class ErrorContext:
     source: tuple[SourceFrame, ...] | None = None
     hints: tuple[str, ...] = field(default=())
 
-    def with_call(self, label: str, entry: int | None) -> "ErrorContext":
+    def with_call(self, label: str, entry: int | None) -> ErrorContext:
         return replace(self, label=label, entry=entry)
 
     def note(self) -> str:
@@ -76,14 +76,18 @@ def attach(exc: BaseException, context: ErrorContext) -> None:
         pass
 
 
-def note_failed_call(exc: BaseException, symbol: Any, args: tuple, kwargs: dict,
-                     source: tuple[SourceFrame, ...] | None) -> None:
+def note_failed_call(
+    exc: BaseException, symbol: Any, args: tuple, kwargs: dict, source: tuple[SourceFrame, ...] | None
+) -> None:
     """Record on ``exc`` the symbol call that raised it while tracing (the innermost call wins)."""
     if context_of(exc) is not None:
         return
     inputs = [describe_argument(a) for a in args]
     inputs += [(f"{k}={name}", meta) for k, v in kwargs.items() for name, meta in [describe_argument(v)]]
-    attach(exc, ErrorContext("tracing", op=getattr(symbol, "id", str(symbol)), inputs=tuple(inputs), source=source))
+    attach(
+        exc,
+        ErrorContext("tracing", op=getattr(symbol, "id", str(symbol)), inputs=tuple(inputs), source=source),
+    )
 
 
 def describe_argument(value: Any) -> tuple[str, str]:

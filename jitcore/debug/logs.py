@@ -34,7 +34,9 @@ def configure(spec: str | None = None) -> list[str]:
     chosen = list(COMPONENTS) if "all" in names else names
     unknown = sorted(set(chosen) - set(COMPONENTS))
     if unknown:
-        raise ValueError(f"unknown JITCORE_LOGS component(s) {unknown}; choose from {list(COMPONENTS)} or 'all'")
+        raise ValueError(
+            f"unknown JITCORE_LOGS component(s) {unknown}; choose from {list(COMPONENTS)} or 'all'"
+        )
     for name, logger in _LOGGERS.items():
         for handler in [h for h in logger.handlers if getattr(h, _HANDLER_TAG, False)]:
             logger.removeHandler(handler)
@@ -52,8 +54,9 @@ def entry_added(jfn: Any, entry: Any, reasons: list[Any]) -> None:
     label = getattr(jfn, "_label", repr(jfn))
     recompiles = _LOGGERS["recompiles"]
     if reasons and recompiles.isEnabledFor(logging.INFO):
-        recompiles.info("%s: cache entry %d traced because %s", label, entry.number,
-                        "; ".join(str(r) for r in reasons))
+        recompiles.info(
+            "%s: cache entry %d traced because %s", label, entry.number, "; ".join(str(r) for r in reasons)
+        )
     traces = _LOGGERS["traces"]
     if traces.isEnabledFor(logging.INFO):
         for trace in entry.traces:
@@ -62,8 +65,12 @@ def entry_added(jfn: Any, entry: Any, reasons: list[Any]) -> None:
     if guards.isEnabledFor(logging.INFO):
         from jitcore.debug.explain import guard_lines
 
-        guards.info("%s: cache entry %d accepts a call when\n%s", label, entry.number,
-                    "\n".join(f"  {line}" for line in guard_lines(entry.prologue)))
+        guards.info(
+            "%s: cache entry %d accepts a call when\n%s",
+            label,
+            entry.number,
+            "\n".join(f"  {line}" for line in guard_lines(entry.prologue)),
+        )
 
 
 try:

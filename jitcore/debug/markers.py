@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from jitcore.ir import SourceFrame, Trace
 
-__all__ = ["Marker", "record_breakpoint", "markers_of"]
+__all__ = ["Marker", "markers_of", "record_breakpoint"]
 
-_MARKERS: "weakref.WeakKeyDictionary[Trace, list[Marker]]" = weakref.WeakKeyDictionary()
+_MARKERS: weakref.WeakKeyDictionary[Trace, list[Marker]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,17 +10,18 @@ Invariant: every entry made shows exactly the file, line, column span and functi
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
 from types import CodeType, FunctionType, TracebackType
-from typing import Iterable
 
 from jitcore.ir import SourceFrame
 
-__all__ = ["entries", "link", "fake_traceback"]
+__all__ = ["entries", "fake_traceback", "link"]
 
 
 def _template() -> CodeType:
     namespace: dict = {}
-    exec(compile("def raiser(exc):\n    raise exc\n", "<jitcore raiser>", "exec"), namespace)
+    exec(compile("def raiser(exc):\n    raise exc\n", "<jitcore raiser>", "exec"), namespace)  # noqa: S102
     return namespace["raiser"].__code__
 
 
@@ -43,7 +44,7 @@ def link(*tbs: TracebackType | None) -> TracebackType | None:
     The last argument keeps its own ``tb_next``; the others are relinked.
     """
     present = [t for t in tbs if t is not None]
-    for outer, inner in zip(present, present[1:]):
+    for outer, inner in itertools.pairwise(present):
         outer.tb_next = inner
     return present[0] if present else None
 
@@ -69,8 +70,13 @@ def _entry(frame: SourceFrame) -> TracebackType:
 
 def _code(frame: SourceFrame) -> CodeType:
     table = _linetable(frame.lineno, frame.end_lineno, frame.col, frame.end_col)
-    return _TEMPLATE.replace(co_filename=frame.filename, co_name=frame.function, co_qualname=frame.function,
-                             co_firstlineno=frame.lineno, co_linetable=table)
+    return _TEMPLATE.replace(
+        co_filename=frame.filename,
+        co_name=frame.function,
+        co_qualname=frame.function,
+        co_firstlineno=frame.lineno,
+        co_linetable=table,
+    )
 
 
 def _linetable(lineno: int, end_lineno: int | None, col: int | None, end_col: int | None) -> bytes:
@@ -78,7 +84,13 @@ def _linetable(lineno: int, end_lineno: int | None, col: int | None, end_col: in
     head = 0x80 | (_UNITS - 1)
     if col is None or end_col is None or end_lineno is None:
         return bytes([head | (13 << 3)]) + _svarint(0)  # line only
-    return bytes([head | (14 << 3)]) + _svarint(0) + _varint(end_lineno - lineno) + _varint(col + 1) + _varint(end_col + 1)
+    return (
+        bytes([head | (14 << 3)])
+        + _svarint(0)
+        + _varint(end_lineno - lineno)
+        + _varint(col + 1)
+        + _varint(end_col + 1)
+    )
 
 
 def _varint(value: int) -> bytes:

@@ -1,0 +1,325 @@
+"""``Debugger``: run a computation trace one bound symbol at a time, on the call's real inputs.
+
+The debugger finds the cache entry that accepts the call (tracing one if none does), reads the
+computation's inputs through the entry's prologue paths, and then interprets the trace itself:
+each bound symbol runs as ``bsym.symbol.fn(*args, **kwargs)`` with proxies replaced by values
+from ``values`` (keyed by proxy name), and its outputs are bound by the same structure.
+Stepping *into* a bound symbol with subsymbols (a decomposition, a tensor subclass's resolved
+aten ops) runs those one at a time instead; if they do not produce all of the parent's outputs,
+the parent runs as a whole when they are done.
+
+Invariants:
+- ``current`` is the bound symbol that runs next (None when the trace has finished);
+- a value in ``values`` is the real result of the op that produced it in this debugger; nothing
+  runs twice except a parent whose subsymbols did not produce its outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import optree
+
+from jitcore.debug.markers import markers_of
+from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Trace
+
+__all__ = ["Breakpoint", "Debugger", "debug", "find_entry"]
+
+
+@dataclass(frozen=True, slots=True)
+class Breakpoint:
+    """Stop before an op: by user line (``file.py:12``), by op (``aten.mm``), or a ``breakpoint()`` marker."""
+
+    spec: str
+    filename: str | None = None
+    lineno: int | None = None
+    op: str | None = None
+    index: int | None = None  # a marker: before top-level op ``index``
+
+    @classmethod
+    def parse(cls, spec: str) -> Breakpoint:
+        """``FILE:LINE`` or an op name (``aten.mm``, ``torch.matmul``, ``mm``).
+
+        Raises:
+            ValueError: ``spec`` is empty.
+        """
+        spec = spec.strip()
+        if not spec:
+            raise ValueError("a breakpoint needs FILE:LINE or an op name")
+        filename, sep, line = spec.rpartition(":")
+        if sep and line.isdigit() and filename:
+            return cls(spec, filename=filename, lineno=int(line))
+        return cls(spec, op=spec)
+
+    def matches(self, bsym: BoundSymbol, index: int | None = None) -> bool:
+        if self.index is not None:
+            return index == self.index
+        if self.op is not None:
+            sid = bsym.symbol.id
+            return (
+                sid == self.op
+                or sid.endswith("." + self.op)
+                or sid.replace("torch.ops.", "") == self.op
+                or sid.replace("torch.ops.", "").startswith(self.op + ".")
+            )
+        return any(
+            f.lineno == self.lineno and _same_file(f.filename, self.filename or "") for f in bsym.source or ()
+        )
+
+
+def _same_file(actual: str, wanted: str) -> bool:
+    return actual == wanted or actual.endswith("/" + wanted.lstrip("./"))
+
+
+@dataclass(slots=True)
+class _Level:
+    """One list of bound symbols being stepped through: the trace's, or a parent's subsymbols."""
+
+    bound_symbols: tuple[BoundSymbol, ...]
+    index: int = 0
+    parent: BoundSymbol | None = None
+
+
+def find_entry(jfn: Any, args: tuple, kwargs: dict) -> Any:
+    """The cache entry of ``jfn`` that accepts this call; traces (by calling ``jfn``) when none does."""
+    for attempt in range(2):
+        for entry in reversed(jfn.entries):
+            if entry.prologue.explain(args, kwargs) is None:
+                return entry
+        if attempt == 0:
+            jfn(*args, **kwargs)
+    raise RuntimeError("no cache entry accepts this call (the function runs eagerly?)")
+
+
+class Debugger:
+    """Steps through the computation trace of one call of a jitted function.
+
+    Args:
+        jfn: a function returned by ``jitcore.jit`` (None with ``trace=`` and ``inputs=``).
+        args, kwargs: the call.
+        trace: a trace to run instead of the entry's (e.g. a modified copy).
+        inputs: the trace's input values, in ``trace.args`` order (default: read by the prologue).
+    """
+
+    def __init__(
+        self,
+        jfn: Any = None,
+        args: tuple = (),
+        kwargs: dict | None = None,
+        *,
+        trace: Trace | None = None,
+        inputs: Iterable[Any] | None = None,
+    ) -> None:
+        kwargs = kwargs or {}
+        self.jfn, self.args, self.kwargs = jfn, tuple(args), kwargs
+        self.entry = None
+        marked = [trace] if trace is not None else []
+        if inputs is None or trace is None:
+            self.entry = find_entry(jfn, self.args, kwargs)
+            trace = trace if trace is not None else self.entry.traces[-1]
+            marked = list(self.entry.traces)
+            if inputs is None:
+                inputs = [path.get(self.args, kwargs) for path in self.entry.prologue.inputs]
+        self.trace: Trace = trace
+        self.values: dict[str, Any] = {}
+        for param, value in zip(trace.args, inputs):
+            self.values[param.name if isinstance(param, Proxy) else str(param)] = value
+        self._levels = [_Level(tuple(trace.bound_symbols))]
+        self.breakpoints: list[Breakpoint] = _marker_breakpoints(trace, marked)
+        self.output: Any = None
+        self.finished = not trace.bound_symbols
+        if self.finished:
+            self.output = self._resolve(trace.output)
+
+    # --- where we are ------------------------------------------------------------------------------
+    @property
+    def current(self) -> BoundSymbol | None:
+        """The bound symbol that runs next, or None when the trace has finished."""
+        if self.finished:
+            return None
+        level = self._levels[-1]
+        return level.bound_symbols[level.index]
+
+    @property
+    def depth(self) -> int:
+        """0 at the trace's top level, n inside n parents' subsymbols."""
+        return len(self._levels) - 1
+
+    @property
+    def index(self) -> int:
+        """The position of the next top-level bound symbol."""
+        return self._levels[0].index
+
+    def stack(self) -> tuple[SourceFrame, ...]:
+        """The user's stack that recorded the current op (outermost first)."""
+        bsym = self.current
+        return tuple(bsym.source or ()) if bsym is not None else ()
+
+    # --- moving ------------------------------------------------------------------------------------
+    def step(self) -> BoundSymbol | None:
+        """Step into the current op's subsymbols if it has any, else run it. Returns the new ``current``."""
+        bsym = self.current
+        if bsym is None:
+            return None
+        if bsym.subsymbols:
+            self._levels.append(_Level(tuple(bsym.subsymbols), parent=bsym))
+            return self.current
+        self._run(bsym)
+        self._advance()
+        return self.current
+
+    def next(self) -> BoundSymbol | None:
+        """Run the current op whole (subsymbols included). Returns the new ``current``."""
+        bsym = self.current
+        if bsym is None:
+            return None
+        self._run(bsym)
+        self._advance()
+        return self.current
+
+    def continue_(self) -> BoundSymbol | None:
+        """Run until a breakpoint (descending into subsymbols that hold one) or the end."""
+        first = True
+        while not self.finished:
+            bsym = self.current
+            assert bsym is not None
+            if not first and self._hits(bsym):
+                return bsym
+            first = False
+            if bsym.subsymbols and any(self._hits(s, top=False) for s in _walk(bsym.subsymbols)):
+                self.step()
+                if self.current is not None and self._hits(self.current):
+                    return self.current
+                first = True
+                continue
+            self.next()
+        return None
+
+    def run_to_end(self) -> Any:
+        """Run every remaining op, ignoring breakpoints; returns the trace's output."""
+        while not self.finished:
+            self.next()
+        return self.output
+
+    def break_at(self, spec: str) -> Breakpoint:
+        """Add a breakpoint (``FILE:LINE`` or an op name); returns it."""
+        point = Breakpoint.parse(spec)
+        self.breakpoints.append(point)
+        return point
+
+    def evaluate(self, expression: str) -> Any:
+        """Evaluate ``expression`` with the values computed so far (and ``torch``) in scope."""
+        import torch
+
+        return eval(expression, {"torch": torch, "__builtins__": __builtins__}, dict(self.values))
+
+    def diff(self) -> Any:
+        """Run the original function eagerly and return the first op whose value diverges (or None)."""
+        from jitcore.debug.diff import first_divergence
+
+        return first_divergence(self)
+
+    # --- internals ---------------------------------------------------------------------------------
+    def _hits(self, bsym: BoundSymbol, top: bool = True) -> bool:
+        index = self._levels[0].index if top and self.depth == 0 else None
+        return any(b.matches(bsym, index) for b in self.breakpoints if b.index is None or index is not None)
+
+    def _run(self, bsym: BoundSymbol) -> None:
+        args, kwargs = self._resolve((bsym.args, bsym.kwargs))
+        result = bsym.symbol.fn(*args, **kwargs)
+        self._bind(bsym.output, result)
+
+    def _advance(self) -> None:
+        while True:
+            level = self._levels[-1]
+            level.index += 1
+            if level.index < len(level.bound_symbols):
+                return
+            if level.parent is None:
+                self.finished = True
+                self.output = self._resolve(self.trace.output)
+                return
+            self._levels.pop()
+            parent = level.parent
+            if not all(p.name in self.values for p in _proxies(parent.output)):
+                self._run(parent)  # its subsymbols did not produce its outputs
+
+    def _resolve(self, tree: Any) -> Any:
+        def value(leaf: Any) -> Any:
+            if isinstance(leaf, Proxy):
+                if leaf.name not in self.values:
+                    raise KeyError(f"{leaf.name} has no value yet (it is computed by a later op)")
+                return self.values[leaf.name]
+            return leaf
+
+        return optree.tree_map(value, tree, none_is_leaf=True, is_leaf=lambda x: isinstance(x, Proxy))
+
+    def _bind(self, output: Any, result: Any) -> None:
+        if isinstance(output, Proxy):
+            self.values[output.name] = result
+        elif isinstance(output, (tuple, list)) and isinstance(result, (tuple, list)):
+            for o, r in zip(output, result):
+                self._bind(o, r)
+        elif isinstance(output, dict) and isinstance(result, dict):
+            for k, o in output.items():
+                self._bind(o, result[k])
+
+
+def _walk(bound_symbols: Iterable[BoundSymbol]) -> Iterable[BoundSymbol]:
+    for bsym in bound_symbols:
+        yield bsym
+        yield from _walk(bsym.subsymbols)
+
+
+def _proxies(value: Any) -> list[Proxy]:
+    if isinstance(value, Proxy):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [p for v in value for p in _proxies(v)]
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in _proxies(v)]
+    return []
+
+
+def _marker_breakpoints(trace: Trace, traces: list[Trace]) -> list[Breakpoint]:
+    """Breakpoints for the ``breakpoint()`` markers recorded on ``traces``, placed in ``trace``."""
+    points = []
+    for marked in traces:
+        for marker in markers_of(marked):
+            index = _place(marker.index, marked, trace)
+            if index is not None:
+                where = f" at {marker.source[-1]}" if marker.source else ""
+                points.append(Breakpoint(f"breakpoint(){where}", index=index))
+    return points
+
+
+def _place(index: int, marked: Trace, trace: Trace) -> int | None:
+    if marked is trace:
+        return index if index < len(trace.bound_symbols) else None
+    if index >= len(marked.bound_symbols):
+        return None
+    # Another pass rewrote the trace: stop at the first op recorded from the same user line.
+    source = marked.bound_symbols[index].source
+    for i, bsym in enumerate(trace.bound_symbols):
+        if bsym.source == source:
+            return i
+    return None
+
+
+def debug(jfn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """Debug one call of ``jfn`` interactively (pdb's commands; ``help`` lists them).
+
+    Args:
+        jfn: a function returned by ``jitcore.jit``.
+        args, kwargs: the call to debug.
+
+    Returns:
+        The call's result, as far as it was computed (None if the session quit early).
+    """
+    from jitcore.debug.shell import DebuggerShell
+
+    shell = DebuggerShell(Debugger(jfn, args, kwargs))
+    shell.cmdloop()
+    return shell.debugger.output

@@ -1,0 +1,191 @@
+"""``jitcore.explain(jfn)``: what the jit did for a function, in words.
+
+For each cache entry: the checks its prologue makes (``args[0].shape == (4, 8)``-style, from the
+guards), the implicit state it pins, its computation traces per pass, and — for ops that were
+resolved into subsymbols (tensor subclasses) — a dispatch map: user line -> torch op -> subclass
+-> aten ops -> the ``__torch_dispatch__`` line that issued each. Then why each retrace happened.
+Rendered with rich on a terminal, as plain text otherwise.
+Invariant: explaining reads the jitted function's records; it never traces or calls it.
+"""
+
+from __future__ import annotations
+
+import linecache
+import sys
+from dataclasses import dataclass
+from typing import IO, Any
+
+from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Trace
+
+__all__ = ["DispatchRoute", "dispatch_map", "explain", "explain_text", "guard_lines"]
+
+
+def guard_lines(prologue: Any) -> list[str]:
+    """The checks of ``prologue`` in words, one per guard, then the implicit state."""
+    lines = [_guard_words(g.path.describe(), g.kind, g.expected) for g in prologue.guards]
+    lines += [f"{s.name} is {s.expected!r}" for s in prologue.state]
+    return lines
+
+
+def _guard_words(where: str, kind: str, expected: Any) -> str:
+    if kind == "tensor":
+        words = (
+            f"{where} is a {expected.type.__qualname__} of shape {tuple(expected.shape)}, {expected.dtype}, "
+            f"on {expected.device}, requires_grad={expected.requires_grad}"
+        )
+        return words + (f", strides {expected.strides}" if expected.strides is not None else "")
+    if kind == "type":
+        return f"type({where}) is {getattr(expected, '__qualname__', expected)}"
+    if kind == "len":
+        return f"len({where}) == {expected}"
+    if kind == "keys":
+        return f"{where} has keys {list(expected)}"
+    if kind == "value":
+        return f"{where} == {expected!r}"
+    if kind == "contents":
+        return f"{where} holds {expected!r}"
+    if kind == "identity":
+        return f"{where} is the same object as when traced ({type(expected).__qualname__})"
+    if kind == "absent":
+        return f"{where} has no entry {expected!r}"
+    return f"{where}: {kind} {expected!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRoute:
+    """How one torch-level op was resolved: the user line, the op, the subclasses, the aten ops."""
+
+    source: SourceFrame | None
+    op: str
+    subclasses: tuple[str, ...]
+    aten_ops: tuple[tuple[str, SourceFrame | None], ...]  # (op id, the dispatch-code line that issued it)
+
+    def lines(self) -> list[str]:
+        where = (
+            f"{self.source.filename}:{self.source.lineno} {_code(self.source)}"
+            if self.source
+            else "(no source)"
+        )
+        head = f"{where}\n  -> {self.op}"
+        if self.subclasses:
+            head += f" -> {', '.join(self.subclasses)}"
+        out = [head]
+        for op, frame in self.aten_ops:
+            issued = (
+                f"   (issued at {frame.filename}:{frame.lineno} in {frame.function}: {_code(frame)})"
+                if frame
+                else ""
+            )
+            out.append(f"     -> {op}{issued}")
+        return out
+
+
+def dispatch_map(trace: Trace) -> list[DispatchRoute]:
+    """A route for every top-level bound symbol of ``trace`` that has subsymbols."""
+    routes = []
+    for bsym in trace.bound_symbols:
+        if not bsym.subsymbols:
+            continue
+        outer = bsym.source[-1] if bsym.source else None
+        aten = []
+        for sub in _leaves(bsym.subsymbols):
+            issued = sub.source[-1] if sub.source and sub.source != bsym.source else None
+            aten.append((sub.symbol.id, issued))
+        routes.append(DispatchRoute(outer, bsym.symbol.id, _subclasses(bsym), tuple(aten)))
+    return routes
+
+
+def _leaves(bound_symbols: tuple[BoundSymbol, ...]) -> list[BoundSymbol]:
+    out = []
+    for bsym in bound_symbols:
+        out.extend(_leaves(bsym.subsymbols) if bsym.subsymbols else [bsym])
+    return out
+
+
+def _subclasses(bsym: BoundSymbol) -> tuple[str, ...]:
+    found: list[str] = []
+    for value in list(bsym.args) + list(bsym.kwargs.values()):
+        for leaf in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(leaf, Proxy):
+                cls = leaf.python_type
+                name = getattr(cls, "__qualname__", str(cls))
+                if name != "Tensor" and name not in found and not name.endswith("Proxy"):
+                    found.append(name)
+    if not found and bsym.header:
+        found.append(bsym.header)
+    return tuple(found)
+
+
+def _code(frame: SourceFrame) -> str:
+    return linecache.getline(frame.filename, frame.lineno).strip()
+
+
+def explain_text(jfn: Any) -> str:
+    """Everything ``explain`` shows, as plain text."""
+    from jitcore.jit.api import _as_jitted
+
+    jfn = _as_jitted(jfn)
+    out = [
+        f"jitcore.explain: {jfn._label}",
+        f"  calls answered from the cache: {jfn.hits}; traced: {jfn.misses}",
+    ]
+    entries = jfn.entries
+    if not entries:
+        out.append("  no cache entries yet (call the function first)")
+    for entry in entries:
+        out.append(f"\ncache entry {entry.number}: accepts a call when")
+        out += [f"  - {line}" for line in guard_lines(entry.prologue)]
+        if entry.prologue.inputs:
+            names = ", ".join(
+                f"{n} = {p.describe()}" for n, p in zip(entry.prologue.input_names, entry.prologue.inputs)
+            )
+            out.append(f"  computation inputs: {names}")
+        for number, trace in enumerate(entry.traces, start=1):
+            out.append(f"\n  computation trace, pass {number}:")
+            out += [f"    {line}" for line in trace.python_source().splitlines()]
+        routes = [r for trace in entry.traces[:1] for r in dispatch_map(trace)]
+        if routes:
+            out.append("\n  dispatch map (user line -> torch op -> subclass -> aten ops):")
+            out += [f"    {line}" for route in routes for line in route.lines()]
+    for number, reasons in enumerate(jfn.miss_log, start=1):
+        if number == 1 and not reasons:
+            out.append("\ntrace 1: the first call")
+            continue
+        why = (
+            "; ".join(str(r) for r in reasons) or "no entry was left to try (the cache was empty or evicted)"
+        )
+        out.append(f"trace {number}: {why}")
+    if jfn.eager_reason is not None:
+        out.append(f"runs eagerly since: {jfn.eager_reason}")
+    return "\n".join(out) + "\n"
+
+
+def explain(jfn: Any, file: IO[str] | None = None, *, color: bool | None = None) -> None:
+    """Show what the jit did for ``jfn``: cache entries, their checks in words, traces, retraces.
+
+    Args:
+        jfn: a function returned by ``jitcore.jit``.
+        file: where to write (default ``sys.stdout``).
+        color: force rich rendering (True) or plain text (False); default: rich on a terminal.
+
+    Raises:
+        TypeError: ``jfn`` is not a jitted function.
+    """
+    file = sys.stdout if file is None else file
+    text = explain_text(jfn)
+    terminal = color if color is not None else bool(getattr(file, "isatty", lambda: False)())
+    if not terminal:
+        file.write(text)
+        return
+    from rich.console import Console
+    from rich.syntax import Syntax
+
+    console = Console(file=file, force_terminal=True)
+    for block in text.split("\n\n"):
+        if "computation trace" in block.splitlines()[0]:
+            header, _, body = block.partition("\n")
+            console.print(f"[bold]{header.strip()}[/bold]")
+            console.print(Syntax("\n".join(line[4:] for line in body.splitlines()), "python"))
+        else:
+            console.print(block, highlight=True, markup=False)
+        console.print()

@@ -1,0 +1,185 @@
+"""The debugger's command line: pdb's conventions over a ``Debugger``.
+
+Commands: ``n``/``next``, ``s``/``step``, ``c``/``continue``, ``b``/``break`` [FILE:LINE | op],
+``p``/``print`` EXPR, ``l``/``list``, ``w``/``where``/``bt``, ``diff``, ``q``/``quit``, ``help``.
+An empty line repeats the last command, as in pdb. Output goes to ``stdout``; tests feed
+commands through ``stdin`` (an ``io.StringIO``).
+"""
+
+from __future__ import annotations
+
+import cmd
+import linecache
+from typing import IO, Any
+
+from jitcore.debug.debugger import Debugger
+from jitcore.ir import BoundSymbol, print_trace
+
+__all__ = ["DebuggerShell"]
+
+
+class DebuggerShell(cmd.Cmd):
+    """pdb-like commands driving a Debugger."""
+
+    prompt = "(jitcore-debug) "
+
+    def __init__(
+        self, debugger: Debugger, stdin: IO[str] | None = None, stdout: IO[str] | None = None
+    ) -> None:
+        super().__init__(stdin=stdin, stdout=stdout)
+        self.use_rawinput = stdin is None
+        self.debugger = debugger
+        self.intro = (
+            f"jitcore debugger: {len(debugger.trace.bound_symbols)} ops in the computation trace; "
+            "'help' lists the commands"
+        )
+
+    # --- printing ----------------------------------------------------------------------------------
+    def say(self, text: str = "") -> None:
+        self.stdout.write(text + "\n")
+
+    def show_current(self) -> None:
+        d = self.debugger
+        bsym = d.current
+        if bsym is None:
+            self.say(f"the trace has finished; output: {_short(d.output)}")
+            return
+        self.say(f"{'  ' * d.depth}-> [{d.index}{'.' * d.depth}] {_statement(bsym)}")
+        if bsym.source:
+            frame = bsym.source[-1]
+            code = linecache.getline(frame.filename, frame.lineno).rstrip()
+            self.say(f"   {frame.filename}:{frame.lineno} in {frame.function}")
+            if code:
+                self.say(f"   >> {code.strip()}")
+                if frame.col is not None and frame.end_col is not None and frame.end_lineno == frame.lineno:
+                    indent = len(code) - len(code.lstrip())
+                    self.say("      " + " " * (frame.col - indent) + "^" * max(frame.end_col - frame.col, 1))
+        if bsym.subsymbols:
+            self.say(f"   ({len(bsym.subsymbols)} subsymbols: 's' steps into them, 'n' runs the op whole)")
+
+    def preloop(self) -> None:
+        if self.intro:
+            self.say(self.intro)
+            self.intro = None
+        self.show_current()
+
+    def emptyline(self) -> bool:
+        return self.onecmd(self.lastcmd) if self.lastcmd else False
+
+    def default(self, line: str) -> bool:
+        self.say(f"unknown command {line.split()[0]!r}; 'help' lists the commands")
+        return False
+
+    def onecmd(self, line: str) -> bool:
+        try:
+            return super().onecmd(line)
+        except Exception as exc:  # noqa: BLE001 - an error of the debugged op or expression is shown, not fatal
+            self.say(f"*** {type(exc).__name__}: {exc}")
+            return False
+
+    # --- commands ----------------------------------------------------------------------------------
+    def do_next(self, arg: str) -> bool:
+        """n(ext): run the current op (and all its subsymbols) and stop at the next one."""
+        self.debugger.next()
+        self.show_current()
+        return False
+
+    def do_step(self, arg: str) -> bool:
+        """s(tep): step into the current op's subsymbols (a subclass's aten ops), or run it."""
+        self.debugger.step()
+        self.show_current()
+        return False
+
+    def do_continue(self, arg: str) -> bool:
+        """c(ontinue): run until a breakpoint or the end of the trace."""
+        hit = self.debugger.continue_()
+        if hit is not None:
+            self.say("breakpoint")
+        self.show_current()
+        return False
+
+    def do_break(self, arg: str) -> bool:
+        """b(reak) [FILE:LINE | OP]: stop before ops recorded from that user line, or calls of that op
+        (``aten.mm``, ``torch.matmul``); without argument, list the breakpoints."""
+        if not arg.strip():
+            for i, point in enumerate(self.debugger.breakpoints):
+                self.say(f"{i}: {point.spec}")
+            if not self.debugger.breakpoints:
+                self.say("no breakpoints")
+            return False
+        point = self.debugger.break_at(arg)
+        self.say(f"breakpoint {len(self.debugger.breakpoints) - 1} at {point.spec}")
+        return False
+
+    def do_print(self, arg: str) -> bool:
+        """p(rint) EXPR: the value of a trace variable (``p t3``) or an expression over them (``p t3.sum()``)."""
+        if not arg.strip():
+            self.say("p needs a name or an expression, e.g. 'p t0'")
+            return False
+        self.say(repr(self.debugger.evaluate(arg)))
+        return False
+
+    def do_list(self, arg: str) -> bool:
+        """l(ist): the computation trace around the current op ('->' marks it)."""
+        d = self.debugger
+        printed = print_trace(d.trace)
+        lines = printed.source.splitlines()
+        current_line = (
+            next(
+                (
+                    n
+                    for n, b in printed.bound_symbol_lines.items()
+                    if b is d._levels[0].bound_symbols[min(d.index, len(d._levels[0].bound_symbols) - 1)]
+                ),
+                None,
+            )
+            if d.trace.bound_symbols
+            else None
+        )
+        start = max((current_line or 1) - 5, 1)
+        for n in range(start, min(start + 11, len(lines) + 1)):
+            self.say(f"{n:4} {'->' if n == current_line and not d.finished else '  '} {lines[n - 1]}")
+        return False
+
+    def do_where(self, arg: str) -> bool:
+        """w(here) / bt: the user's stack that recorded the current op (innermost last)."""
+        stack = self.debugger.stack()
+        if not stack:
+            self.say("no user stack recorded for this op")
+        for depth, frame in enumerate(stack):
+            code = linecache.getline(frame.filename, frame.lineno).strip()
+            self.say(f"{'  ' * depth}{frame.filename}:{frame.lineno} in {frame.function}")
+            if code:
+                self.say(f"{'  ' * depth}  {code}")
+        return False
+
+    def do_diff(self, arg: str) -> bool:
+        """diff: run the function eagerly and report the first op whose value differs."""
+        found = self.debugger.diff()
+        self.say("no divergence: every op matches eager" if found is None else str(found))
+        return False
+
+    def do_quit(self, arg: str) -> bool:
+        """q(uit): leave the debugger."""
+        return True
+
+    def do_EOF(self, arg: str) -> bool:
+        """End of input: leave the debugger."""
+        return True
+
+    do_n, do_s, do_c, do_cont, do_b, do_p = do_next, do_step, do_continue, do_continue, do_break, do_print
+    do_l, do_w, do_bt, do_q, do_exit = do_list, do_where, do_where, do_quit, do_quit
+
+
+def _statement(bsym: BoundSymbol) -> str:
+    from jitcore.ir import Trace
+
+    probe = Trace(name="probe", bound_symbols=[bsym], imports={})
+    text = print_trace(probe, source=None).source.splitlines()
+    line = next((l for l in text if l.startswith("  ") and not l.strip().startswith("#")), "")
+    return line.strip().lstrip("# ").split("  # ")[0] if line else bsym.symbol.id
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 400 else text[:400] + " ..."
