@@ -101,9 +101,10 @@ class _Printer:
             return text
         if isinstance(v, tuple):  # namedtuple or structseq (torch.return_types.max, ...)
             items = ", ".join(self.value(x) for x in v)
+            cls = _import_path(t, self.trace.imports) or self.constant(t)
             if hasattr(t, "_fields") and not hasattr(t, "n_sequence_fields"):
-                return f"{self.constant(t)}({items})"
-            return f"{self.constant(t)}(({items}{',' if len(v) == 1 else ''}))"
+                return f"{cls}({items})"
+            return f"{cls}(({items}{',' if len(v) == 1 else ''}))"
         return self.constant(v)
 
     def constant(self, v: Any) -> str:
@@ -262,6 +263,22 @@ def _dead_after(trace: Trace) -> list[list[str]]:
         if name not in keep:
             dead[i].append(name)
     return dead
+
+
+def _import_path(obj: Any, imports: dict[str, Any]) -> str | None:
+    """``torch.return_types.max`` for that class when the trace imports ``torch``; None otherwise."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if type(module) is not str or type(qualname) is not str:
+        return None
+    first, *rest = f"{module}.{qualname}".split(".")
+    found = imports.get(first)
+    try:
+        for part in rest:
+            found = getattr(found, part, None)
+    except Exception:  # noqa: BLE001 - a module's __getattr__ may raise anything: not importable
+        return None
+    path = f"{module}.{qualname}"
+    return path if found is obj and all(_is_identifier(p) for p in path.split(".")) else None
 
 
 def _bound(out: Any) -> list[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import linecache
 import math
 import textwrap
@@ -82,10 +83,10 @@ def test_tuple_list_structseq_and_number_outputs() -> None:
           (t2, t3) = torch.chunk(x, 2)  # t2: "cpu f32[2, 2]", t3: "cpu f32[2, 2]"
           (t4, t5) = torch.unbind(x, 1)  # t4: "cpu f32[4]", t5: "cpu f32[4]"
           del t5
-          return [__c0((t0, t1)), (t2, t3), 8, torch.Size([4, 2]), [t4]]
+          return [torch.return_types.max((t0, t1)), (t2, t3), 8, torch.Size([4, 2]), [t4]]
         """,
     )
-    assert print_trace(trace).constants == {"__c0": torch.return_types.max}
+    assert print_trace(trace).constants == {}
 
 
 def test_list_output_of_a_symbol_binds_a_list_target() -> None:
@@ -441,3 +442,15 @@ def test_proxies_a_statement_cannot_bind_are_not_deleted() -> None:
     trace = trace_fn(lambda x: (sym(x), x.sin())[1], torch.randn(2))
     assert "del" not in str(trace)  # t0 lives only inside a dict: no name to delete
     torch.testing.assert_close(exec_printed(trace)(torch.ones(2)), torch.ones(2).sin())
+
+
+Pair = collections.namedtuple("Pair", ["first", "second"])
+
+
+def test_tuple_types_not_reachable_from_the_imports_are_bound_by_reference() -> None:
+    trace = trace_fn(lambda x: Pair(x.sin(), torch.max(x, 0)), torch.randn(2, 2))
+    source = str(trace)
+    assert source.endswith("  return __c0(t0, torch.return_types.max((t1, t2)))\n")
+    assert print_trace(trace).constants == {"__c0": Pair}
+    result = exec_printed(trace)(torch.ones(2, 2))
+    assert type(result) is Pair and type(result.second) is torch.return_types.max
