@@ -207,11 +207,15 @@ class Pass:
 
     def _load_deref(self, frame: Any, name: str, value: Any) -> Any:
         function = frame.function
-        if function is None or function.__closure__ is None or self.provenance.path_of(function) is None:
-            return value  # a cell of a function made while tracing holds a value computed while tracing
+        if function is None or function.__closure__ is None:
+            return value
         try:
             cell = function.__closure__[function.__code__.co_freevars.index(name)]
         except ValueError:
+            return value  # a cell of the frame's own: it holds a value computed while tracing
+        if self.provenance.path_of(function) is None and self.provenance.path_of(cell) is None:
+            # A function made while tracing (a comprehension, a lambda) whose cell is not one of a
+            # persistent function's cells: the cell was made, and filled, while tracing.
             return value
         path = Path(Root("bound", f"{function.__qualname__}.<cell {name}>", cell)).attr("cell_contents")
         return self.provenance.bind_state(value, path, name)

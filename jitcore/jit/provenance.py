@@ -133,6 +133,7 @@ class Provenance:
         if not first:
             return
         if isinstance(value, types.FunctionType):
+            self._remember_cells(value)
             self.guard(path.attr("__code__"), "identity", value.__code__)
             self.bind_state(value.__defaults__, path.attr("__defaults__"), "defaults")
             self.bind_state(value.__kwdefaults__, path.attr("__kwdefaults__"), "kwdefaults")
@@ -144,7 +145,14 @@ class Provenance:
     def remember_function(self, fn: types.FunctionType, path: Path) -> None:
         """The jitted function itself: its code is pinned (its defaults are bound per call)."""
         self.remember(fn, path)
+        self._remember_cells(fn)
         self.guard(path.attr("__code__"), "identity", fn.__code__)
+
+    def _remember_cells(self, fn: types.FunctionType) -> None:
+        """A persistent function's closure cells: functions made while tracing (comprehensions,
+        lambdas, inner functions) share them, and what they read from them must be guarded too."""
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            self.remember(cell, Path(Root("bound", f"{fn.__qualname__}.<cell {name}>", cell)))
 
     def bind_class_attribute(self, obj: Any, path: Path, name: str) -> None:
         """``obj.name`` comes from a class (a method, property, classmethod): pin the class's entry
