@@ -97,7 +97,10 @@ def describe_argument(value: Any) -> tuple[str, str]:
     if isinstance(value, (tuple, list)) and any(isinstance(v, Proxy) for v in value):
         inner = ", ".join(describe_argument(v)[0] for v in value)
         return f"[{inner}]", ", ".join(m for _n, m in map(describe_argument, value) if m)
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - an int too long for repr, a broken __repr__: the user's error wins
+        text = f"<{type(value).__qualname__}>"
     return (text if len(text) <= 40 else text[:37] + "..."), ""
 
 

@@ -1,0 +1,268 @@
+"""Long sequences of calls, changing one thing at a time, each compared with eager: zero wrong answers.
+
+A *world* is a jitted function and everything it reads: its arguments (tensor shape, dtype,
+requires_grad; numbers including -0.0, NaN, inf, huge ints and bools; strings; list lengths; dict
+keys), a global, a closure cell, a module attribute, an object attribute, a helper function and a
+method that can be replaced, a mutable default argument, an ``nn.Module`` whose parameter can be
+replaced, and the implicit state of the calling thread (grad mode, inference mode, default dtype,
+autocast). Each step changes one of these, then calls eager and the jitted function on identical
+inputs and compares value, dtype, shape, requires_grad, inference-ness, and the exception raised.
+
+Profiles: by default a few hundred calls (fast enough for CI). The heavy profile runs about 10,000
+calls:
+
+    JITCORE_FUZZ_PROFILE=heavy python -m pytest tests/reliability/test_reliability_fuzz.py
+
+(documented in docs/user-guide.md, "Reliability testing").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import types
+import warnings
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import jitcore
+from reliability_helpers import outcome, same_outcome
+
+HEAVY = os.environ.get("JITCORE_FUZZ_PROFILE") == "heavy"
+# (examples, steps per example): default ~ 12 x 12 calls; heavy ~ 400 x 25 = 10,000 calls.
+EXAMPLES, STEPS = (400, 25) if HEAVY else (12, 12)
+
+# --- the state a world's function reads ---------------------------------------------------------------
+CFG = types.ModuleType("reliability_cfg")  # a module whose attribute is read
+CFG.offset = 1.0
+SCALE = 2.0  # a global
+
+
+class Holder:
+    def __init__(self) -> None:
+        self.gain = 1.0
+
+    def bump(self, y):
+        return y + 1
+
+
+HOLDER = Holder()
+
+
+def helper(y):
+    return y * 0.5
+
+
+def _replacement_helper(y):
+    return y * 0.25
+
+
+def _replacement_bump(self, y):
+    return y - 1
+
+
+def make_world():
+    """A fresh function over the shared state, and a setter for its closure cell."""
+    factor = 1.5
+
+    def set_factor(value):
+        nonlocal factor
+        factor = value
+
+    def fn(x, n, mode, xs, d, extra=[1.0]):  # noqa: B006 - the mutable default is under test
+        y = x * SCALE + CFG.offset
+        y = y * factor * HOLDER.gain
+        if mode == "add":
+            y = y + n
+        else:
+            y = y * n
+        for t in xs:
+            y = y + t.sum()
+        for k, v in d.items():
+            y = y + v * len(repr(k))
+        y = y + sum(extra) + helper(y) + HOLDER.bump(y)
+        z = torch.ones(2, 1)  # a factory: default dtype and device matter
+        out = (y @ y.transpose(0, 1)) if y.dim() == 2 else y * y
+        return out, z * 2, math.copysign(1.0, n) if type(n) is float else repr(n)[:20], repr(sorted(d, key=repr))
+
+    return fn, set_factor
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.gain = 1.0
+
+    def forward(self, x):
+        y = self.lin(x) * self.gain
+        return y.relu() if self.training else y.tanh()
+
+
+# --- one world's mutable state -------------------------------------------------------------------------
+DEFAULTS = {
+    "shape": (2, 3), "dtype": torch.float32, "requires_grad": False, "number": 1, "mode": "add",
+    "list_len": 1, "keys": ("a",), "grad": True, "inference": False, "default_dtype": torch.float32,
+    "autocast": None,
+}
+
+CHANGES = {
+    "shape": [(2, 3), (3, 3), (3,), (1, 1), (0, 3)],
+    "dtype": [torch.float32, torch.float64, torch.bfloat16],
+    "requires_grad": [False, True],
+    "number": [1, 2, True, 1.0, 0.0, -0.0, float("nan"), float("inf"), -float("inf"), 2**70, 10**5000, -3],
+    "mode": ["add", "mul"],
+    "list_len": [0, 1, 2, 3],
+    "keys": [("a",), ("a", "b"), ("b",), (1,), (True,), (1.0,), ()],
+    "grad": [True, False],
+    "inference": [False, True],
+    "default_dtype": [torch.float32, torch.float64],
+    "autocast": [None, torch.bfloat16, torch.float16],
+    # persistent state (applied by World.change):
+    "global": [2.0, 3.0, -0.0, 2],
+    "module_attr": [1.0, 0.5, 1],
+    "cell": [1.5, 2.5, float("nan")],
+    "object_attr": [1.0, 2.0],
+    "helper": ["original", "replacement"],
+    "method": ["original", "replacement"],
+    "default": [[1.0], [1.0, 2.0], [], [-0.0]],
+    "parameter": ["keep", "replace", "mutate"],
+    "net_gain": [1.0, 3.0],
+    "training": [True, False],
+}
+
+
+class World:
+    def __init__(self) -> None:
+        self.fn, self.set_factor = make_world()
+        self.jfn = jitcore.jit(self.fn)
+        self.net = Net()
+        self.jnet = jitcore.jit(self.net)
+        self.state = dict(DEFAULTS)
+
+    def change(self, kind: str, value) -> None:
+        global SCALE
+        if kind in DEFAULTS:
+            self.state[kind] = value
+        elif kind == "global":
+            SCALE = value
+        elif kind == "module_attr":
+            CFG.offset = value
+        elif kind == "cell":
+            self.set_factor(value)
+        elif kind == "object_attr":
+            HOLDER.gain = value
+        elif kind == "helper":
+            globals()["helper"] = _replacement_helper if value == "replacement" else _original_helper
+        elif kind == "method":
+            Holder.bump = _replacement_bump if value == "replacement" else _original_bump
+        elif kind == "default":
+            self.fn.__defaults__[0][:] = value  # mutated in place, not replaced
+        elif kind == "parameter":
+            if value == "replace":
+                self.net.lin.weight = nn.Parameter(torch.randn(3, 3))
+            elif value == "mutate":
+                with torch.no_grad():
+                    self.net.lin.weight.mul_(1.5)
+        elif kind == "net_gain":
+            self.net.gain = value
+        elif kind == "training":
+            self.net.train(value)
+        else:
+            raise AssertionError(kind)
+
+    def inputs(self):
+        s = self.state
+        x = torch.linspace(-2, 2, math.prod(s["shape"])).reshape(s["shape"]).to(s["dtype"])
+        if s["requires_grad"]:
+            x.requires_grad_()
+        xs = [torch.full((2,), float(i + 1)) for i in range(s["list_len"])]
+        d = {k: torch.tensor(float(i + 1)) for i, k in enumerate(s["keys"])}
+        return (x, s["number"], s["mode"], xs, d)
+
+    @contextlib.contextmanager
+    def implicit_state(self):
+        s = self.state
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(s["default_dtype"])
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(torch.set_grad_enabled(s["grad"]))
+                if s["inference"]:
+                    stack.enter_context(torch.inference_mode())
+                if s["autocast"] is not None:
+                    stack.enter_context(torch.autocast("cpu", dtype=s["autocast"]))
+                yield
+        finally:
+            torch.set_default_dtype(previous)
+
+    def step(self, where: str) -> None:
+        with self.implicit_state():
+            expected = outcome(self.fn, *self.inputs())
+            actual = outcome(self.jfn, *self.inputs())
+            same_outcome(actual, expected, where)
+            x = torch.linspace(-1, 1, 6).reshape(2, 3)
+            same_outcome(outcome(self.jnet, x), outcome(self.net, x), where + " (module)")
+
+
+_original_helper = helper
+_original_bump = Holder.bump
+
+
+@pytest.fixture(autouse=True)
+def _restore_shared_state():
+    global SCALE
+    saved = (SCALE, CFG.offset, HOLDER.gain, torch.get_default_dtype())
+    yield
+    SCALE, CFG.offset, HOLDER.gain = saved[:3]
+    torch.set_default_dtype(saved[3])
+    globals()["helper"] = _original_helper
+    Holder.bump = _original_bump
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cache-limit warnings of long sequences
+        yield
+
+
+@pytest.mark.parametrize("kind", sorted(CHANGES))
+def test_each_kind_of_change_round_trips(kind: str) -> None:
+    """Every value of one kind, then back again in reverse: every call (hit or miss) equals eager."""
+    world = World()
+    values = CHANGES[kind]
+    for i, value in enumerate(values + values[::-1] + values[:1]):
+        world.change(kind, value)
+        world.step(f"{kind}={_label(value)} (step {i})")
+
+
+_STEP = st.sampled_from(sorted(CHANGES)).flatmap(lambda k: st.tuples(st.just(k), st.sampled_from(CHANGES[k])))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_STEP, min_size=1, max_size=STEPS))
+def test_sequences_of_changes_never_give_a_wrong_answer(steps) -> None:
+    world = World()
+    try:
+        for i, (kind, value) in enumerate(steps):
+            world.change(kind, value)
+            world.step(f"step {i}: {kind}={_label(value)}")
+    finally:
+        _restore_shared_state_now()
+
+
+def _label(value) -> str:
+    return f"<int of {value.bit_length()} bits>" if type(value) is int and value > 2**64 else repr(value)
+
+
+def _restore_shared_state_now() -> None:
+    global SCALE
+    SCALE, CFG.offset, HOLDER.gain = 2.0, 1.0, 1.0
+    globals()["helper"] = _original_helper
+    Holder.bump = _original_bump
