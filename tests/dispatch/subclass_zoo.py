@@ -264,3 +264,41 @@ def dispatched_ops(log: list[tuple[str, Any]]) -> list[str]:
 
 
 
+
+
+class LinearOverrideTensor(torch.Tensor):
+    """Like quantized-weight libraries: handles F.linear in ``__torch_function__`` (dequantizing the
+    weight itself) and everything else in ``__torch_dispatch__``."""
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> Any:
+        return _wrapper(cls, elem)
+
+    def __init__(self, elem: torch.Tensor) -> None:
+        self.elem = elem
+
+    def __tensor_flatten__(self):
+        return ["elem"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return LinearOverrideTensor(inner["elem"])
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.linear:
+            LOG.debug("%s %s", "LinearOverrideTensor.__torch_function__", func.__name__)
+            x, w = args[0], args[1]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            out = torch.matmul(x, w.elem.t() * 2)
+            return out if bias is None else out + bias
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        LOG.debug("%s %s", "LinearOverrideTensor", func)
+        unwrapped = tree_map_only(LinearOverrideTensor, lambda t: t.elem, (args, kwargs or {}))
+        out = func(*unwrapped[0], **unwrapped[1])
+        return tree_map_only(torch.Tensor, LinearOverrideTensor, out)
