@@ -1,0 +1,85 @@
+"""jitcore's bytecode interpreter: runs Python functions instruction by instruction, in Python.
+
+``interpret(fn, hooks)(*args, **kwargs)`` behaves like ``fn(*args, **kwargs)`` -- same value, same
+exception object, same side effects -- while every piece of Python code reached runs on this interpreter
+and can be observed and steered through ``Hooks``. See docs/interpreter.md.
+
+Invariants:
+- The interpreter knows nothing of torch or of the jit; they stand on ``Hooks``.
+- Only the CPython versions in ``SUPPORTED_VERSIONS`` are accepted; on others ``interpret`` raises
+  ``UnsupportedPythonVersion`` naming them.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+
+from jitcore.interpreter import opcodes  # noqa: F401 - registers the opcode handlers
+from jitcore.interpreter.errors import (
+    InterpreterError,
+    JitcoreInterpreterError,
+    UnsupportedConstruct,
+    UnsupportedPythonVersion,
+)
+from jitcore.interpreter.frame import Frame, Position
+from jitcore.interpreter.hooks import Hooks
+from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.registry import SUPPORTED_VERSIONS
+from jitcore.interpreter.run import Run, active_runs, current_run
+
+__all__ = [
+    "interpret", "Hooks", "current_run", "Run", "Frame", "Instruction", "Position", "InterpreterError",
+    "UnsupportedConstruct", "UnsupportedPythonVersion", "JitcoreInterpreterError", "SUPPORTED_VERSIONS",
+]
+
+
+def _check_version() -> None:
+    if sys.version_info[:2] not in SUPPORTED_VERSIONS:
+        supported = ", ".join(f"{major}.{minor}" for major, minor in SUPPORTED_VERSIONS)
+        running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        raise UnsupportedPythonVersion(
+            f"the jitcore interpreter supports CPython {supported}; this is Python {running}",
+            hint=f"run under CPython {supported}",
+        )
+
+
+def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:
+    """Wrap ``fn`` so that calling the wrapper runs ``fn`` on the interpreter.
+
+    Args:
+        fn: any callable (a Python function, method, class, callable object or builtin).
+        hooks: the Hooks to consult (none if None).
+
+    Returns:
+        a callable with ``fn``'s signature returning what ``fn`` returns.
+
+    Raises:
+        UnsupportedPythonVersion: on a Python whose bytecode the interpreter does not know.
+        (When called) whatever ``fn`` raises -- the same exception object, with a traceback showing the
+        user's frames -- or UnsupportedConstruct / InterpreterError for jitcore's own failures.
+    """
+    _check_version()
+    hooks = hooks if hooks is not None else Hooks()
+
+    @functools.wraps(fn)
+    def interpreted(*args: object, **kwargs: object) -> object:
+        from jitcore.interpreter.calls import call
+        from jitcore.interpreter.tracebacks import strip_internal
+
+        run = Run(hooks)
+        run.native_exc = sys.exc_info()[1]
+        runs = active_runs()
+        runs.append(run)
+        try:
+            return call(run, fn, args, kwargs)
+        except BaseException as e:  # noqa: BLE001 - re-raised as is, minus the interpreter's own frames
+            if not isinstance(e, InterpreterError):
+                e.__traceback__ = strip_internal(e.__traceback__)
+            raise
+        finally:
+            runs.pop()
+
+    interpreted.__wrapped_by_jitcore__ = True
+    return interpreted

@@ -1,0 +1,214 @@
+"""The calling convention: which callables are interpreted, which are called opaquely, and how.
+
+Invariants:
+- Every call the interpreted program makes (explicit or implied by an operator, a with statement, a
+  class call, ...) goes through ``call``: first the lookaside table (one dict lookup keyed by the canonical
+  callable), then ``resolve_call`` for Python code, then interpretation; anything not interpreted goes
+  through ``opaque``, the single place that calls C code (and ``on_opaque_call``).
+- Arguments are bound to a new frame's fast locals by CPython itself (a generated native "binder" with
+  the same signature), so binding errors carry CPython's exact messages.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from types import (
+    BuiltinFunctionType,
+    BuiltinMethodType,
+    CellType,
+    FunctionType,
+    MethodDescriptorType,
+    MethodType,
+    MethodWrapperType,
+    ModuleType,
+    WrapperDescriptorType,
+)
+from typing import TYPE_CHECKING
+
+from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.instructions import CodeInfo, decode
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.run import Run
+
+__all__ = ["call", "call_function", "opaque", "canonical", "run_class_body", "NATIVE_CALLABLES"]
+
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_SIMPLE_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+NATIVE_CALLABLES = frozenset({BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType,
+                              MethodWrapperType, type(dict.fromkeys), type(int.__dict__["from_bytes"])})
+_partial = functools.partial
+
+
+def canonical(fn: object) -> object:
+    """The callable a lookaside is keyed by: ``l.append`` -> ``list.append``, a bound method -> its function."""
+    t = type(fn)
+    if t is FunctionType:
+        return fn
+    if t is MethodType:
+        return fn.__func__
+    if t is BuiltinMethodType or t is MethodWrapperType:
+        owner = fn.__self__
+        if owner is None or type(owner) is ModuleType or isinstance(owner, type):
+            return fn
+        return getattr(type(owner), fn.__name__, fn)
+    return fn
+
+
+def opaque(run: Run, fn: Callable, args: tuple | list, kwargs: dict | None) -> object:
+    """Call a callable that is not interpreted (C code, or Python code the hooks keep opaque)."""
+    if run.on_opaque_call is not None:
+        return run.on_opaque_call(fn, tuple(args), kwargs or {})
+    if kwargs:
+        return fn(*args, **kwargs)
+    return fn(*args)
+
+
+def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> object:
+    """Call ``fn(*args, **kwargs)`` the way the interpreted program does (see the module invariants)."""
+    t = type(fn)
+    lookasides = run.lookasides
+    if t is FunctionType:
+        replacement = lookasides.get(fn)
+        if replacement is not None:
+            return replacement(*args, **kwargs) if kwargs else replacement(*args)
+        if run.resolve_call is not None:
+            replacement = run.resolve(fn)
+            if replacement is not None:
+                return replacement(*args, **kwargs) if kwargs else replacement(*args)
+        return call_function(run, fn, args, kwargs)
+    if t is MethodType:
+        func = fn.__func__
+        return call(run, func, (fn.__self__, *args), kwargs)
+    try:
+        replacement = lookasides.get(canonical(fn))
+    except TypeError:  # an unhashable callable object cannot have a lookaside
+        replacement = None
+    if replacement is not None:
+        if (t is BuiltinMethodType or t is MethodWrapperType) and canonical(fn) is not fn:
+            args = (fn.__self__, *args)
+        return replacement(*args, **kwargs) if kwargs else replacement(*args)
+    if t in NATIVE_CALLABLES:
+        return opaque(run, fn, args, kwargs)
+    if isinstance(fn, type):
+        return call_class(run, fn, args, kwargs)
+    if t is _partial:
+        return call(run, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs} if kwargs else fn.keywords)
+    dunder_call = getattr(t, "__call__", None)
+    if type(dunder_call) is FunctionType:
+        if run.resolve_call is not None:
+            replacement = run.resolve(fn)
+            if replacement is not None:
+                return replacement(*args, **kwargs) if kwargs else replacement(*args)
+        return call(run, dunder_call, (fn, *args), kwargs)
+    return opaque(run, fn, args, kwargs)
+
+
+def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> object:
+    """``cls(*args, **kwargs)``: ``type.__call__`` emulated so that Python ``__new__``/``__init__`` run here."""
+    meta = type(cls)
+    if meta is not type:
+        meta_call = getattr(meta, "__call__", None)
+        if type(meta_call) is FunctionType:
+            return call(run, meta_call, (cls, *args), kwargs)
+        if meta_call is not type.__call__:
+            return opaque(run, cls, args, kwargs)
+    if cls is type:
+        return opaque(run, cls, args, kwargs)
+    new = cls.__new__
+    init = cls.__init__
+    if type(new) is not FunctionType and type(init) is not FunctionType:
+        return opaque(run, cls, args, kwargs)
+    if new is object.__new__:
+        obj = object.__new__(cls)
+    else:
+        obj = call(run, new, (cls, *args), kwargs)
+    # A stand-in object (the jit's proxies) answers, through ``hooks.type_of``, the class it stands for:
+    # its __init__ must run as it would on a real instance.
+    klass = run.type_of(obj)
+    if cls not in klass.__mro__:
+        return obj
+    init = klass.__init__
+    if type(init) is FunctionType:
+        result = call(run, init, (obj, *args), kwargs)
+        if result is not None:
+            raise TypeError(f"__init__() should return None, not '{type(result).__name__}'")
+    else:
+        call(run, init, (obj, *args), kwargs)
+    return obj
+
+
+def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict | None) -> object:
+    """Interpret the Python function ``fn`` (a generator function returns its generator, unstarted)."""
+    code = fn.__code__
+    info = decode(code)
+    frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn)
+    if kwargs or code.co_flags & _SIMPLE_FLAGS or code.co_kwonlyargcount or len(args) != code.co_argcount:
+        _bind(frame, fn, info, args, kwargs)
+    elif args:
+        frame.fast[: len(args)] = args
+    if code.co_flags & _GENERATOR_FLAGS:
+        from jitcore.interpreter.generators import make_generator
+
+        return make_generator(frame)
+    frames = run.frames
+    if frames:
+        frame.back = frames[-1]
+    run.execute(frame)
+    return frame.result
+
+
+def run_class_body(run: Run, fn: FunctionType, namespace: object) -> object:
+    """Execute a class body function with ``namespace`` as its locals; returns what the body returns."""
+    code = fn.__code__
+    info = decode(code)
+    frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, namespace)
+    if run.frames:
+        frame.back = run.frames[-1]
+    run.execute(frame)
+    return frame.result
+
+
+def _bind(frame: Frame, fn: FunctionType, info: CodeInfo, args: tuple | list, kwargs: dict | None) -> None:
+    binder = info.binder
+    if binder is None:
+        binder = info.binder = _make_binder(fn.__code__)
+    binder.__defaults__ = fn.__defaults__
+    binder.__kwdefaults__ = fn.__kwdefaults__
+    binder.__qualname__ = fn.__qualname__
+    values = binder(*args, **kwargs) if kwargs else binder(*args)
+    frame.fast[: len(values)] = values
+
+
+def _make_binder(code) -> FunctionType:
+    """A native function with ``code``'s signature that returns its arguments in localsplus order."""
+    names = tuple(n if n.isidentifier() else f"_jc_arg{k}" for k, n in enumerate(code.co_varnames))
+    npos, nposonly, nkw = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
+    head = list(names[:npos])
+    if nposonly:
+        head.insert(nposonly, "/")
+    star = []
+    j = npos + nkw
+    if code.co_flags & inspect.CO_VARARGS:
+        star.append("*" + names[j])
+        j += 1
+    elif nkw:
+        star.append("*")
+    tail = list(names[npos: npos + nkw])
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        tail.append("**" + names[j])
+        j += 1
+    i = j
+    signature = ", ".join(head + star + tail)
+    returned = ", ".join(names[:i]) + ("," if i == 1 else "")
+    source = f"def binder({signature}):\n    return ({returned})\n"
+    namespace: dict = {}
+    exec(compile(source, "<jitcore binder>", "exec"), namespace)
+    return namespace["binder"]
+
+
+def new_cell(value: object = None, empty: bool = False) -> CellType:
+    """A cell holding ``value`` (or an empty cell)."""
+    return CellType() if empty else CellType(value)

@@ -1,0 +1,118 @@
+"""Frame: the state of one interpreted function activation (value stack, fast locals, position).
+
+Invariants:
+- ``frame.index`` is the index of the *next* instruction; the instruction being executed (or, for a frame
+  that is calling out or suspended, the one it is waiting in) is ``instructions[index - 1]``.
+- ``frame.fast`` holds CPython's "localsplus" layout: locals, then cells, then free variables; an unbound
+  slot holds ``NULL``. ``frame.stack`` is a plain list holding values only (no wrappers); ``NULL`` marks
+  the "no self" slot of the 3.11 call protocol.
+- ``frame.exc_value`` is the exception this frame is currently handling (CPython's per-frame view of
+  ``exc_info``); the one a new exception is chained to is the first non-None walking ``back``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import CodeType, FunctionType
+from typing import TYPE_CHECKING
+
+from jitcore.interpreter.instructions import CodeInfo, Instruction
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.run import Run
+
+__all__ = ["Frame", "Position", "NULL"]
+
+
+class _Null:
+    """The empty slot: an unbound local, or the absent ``self`` of a 3.11 call sequence."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A source span of user code, as CPython's ``co_positions`` reports it (any part may be None)."""
+
+    filename: str
+    lineno: int | None
+    end_lineno: int | None
+    col: int | None
+    end_col: int | None
+    function_name: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} in {self.function_name}"
+
+
+class Frame:
+    """One interpreted activation. Created by the run for every interpreted call, class body or generator."""
+
+    __slots__ = (
+        "code", "info", "instructions", "fast", "stack", "index", "globals", "builtins", "locals", "run",
+        "function", "kw_names", "exc_value", "back", "result", "tb_entry", "generator", "pending",
+    )
+
+    def __init__(self, run: Run, code: CodeType, info: CodeInfo, globals: dict, builtins: dict,
+                 function: FunctionType | None, locals: dict | None = None) -> None:
+        self.run = run
+        self.code = code
+        self.info = info
+        self.instructions: list[Instruction] = info.instructions
+        self.fast: list = [NULL] * info.nlocalsplus
+        self.stack: list = []
+        self.index = 0
+        self.globals = globals
+        self.builtins = builtins
+        self.locals = locals
+        self.function = function
+        self.kw_names: tuple[str, ...] = ()
+        self.exc_value: BaseException | None = None
+        self.back: Frame | None = None
+        self.result: object = None
+        self.tb_entry = None
+        self.generator = None
+        self.pending: BaseException | None = None
+
+    @property
+    def instruction(self) -> Instruction:
+        """The instruction being executed (or waited in, for a frame that is calling out or suspended)."""
+        return self.instructions[max(self.index - 1, 0)]
+
+    def position(self) -> Position:
+        """The source span of the current instruction."""
+        inst = self.instruction
+        lineno = inst.lineno
+        if lineno is None:
+            lineno = self._nearest_line()
+        return Position(self.code.co_filename, lineno, inst.end_lineno, inst.col, inst.end_col,
+                        self.code.co_name)
+
+    def _nearest_line(self) -> int | None:
+        for inst in reversed(self.instructions[: max(self.index, 1)]):
+            if inst.lineno is not None:
+                return inst.lineno
+        return self.code.co_firstlineno
+
+    def where(self) -> str:
+        """``"file:line"`` of the current instruction, for error messages."""
+        pos = self.position()
+        return f"{pos.filename}:{pos.lineno}"
+
+    def handled_exception(self) -> BaseException | None:
+        """The exception a newly raised one gets as ``__context__`` (CPython's topmost ``exc_info``)."""
+        frame: Frame | None = self
+        while frame is not None:
+            if frame.exc_value is not None:
+                return frame.exc_value
+            frame = frame.back
+        return None
+
+    def __repr__(self) -> str:
+        return f"<Frame {self.code.co_name} at {self.where()}>"

@@ -1,0 +1,209 @@
+"""Generators, coroutines and async generators whose frames are interpreted.
+
+Each interpreted generator frame runs inside a *real* Python generator (coroutine, async generator) -- the
+"driver" -- so native consumers (``sum``, ``list``, ``asyncio``) drive it as they would any other, and
+``send``/``throw``/``close``, ``gi_running`` errors and "ignored GeneratorExit" come from CPython itself.
+
+Invariants:
+- The driver resumes the frame with the value sent (pushed on its stack, as CPython does) or with the
+  exception thrown (raised at the instruction the frame is suspended in).
+- A frame suspended in ``yield from``/``await`` (the next instruction is RESUME with arg >= 2) delegates
+  ``throw``/``close`` to the sub-iterator on top of its stack, as ``gen_throw`` does in CPython 3.11.
+- While its frame runs, the generator's Run is the current run and the resuming frame is ``frame.back``.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import TYPE_CHECKING
+
+from jitcore.interpreter.errors import JitcoreInterpreterError
+from jitcore.interpreter.run import active_runs
+from jitcore.interpreter.tracebacks import strip_internal
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.frame import Frame
+
+__all__ = ["make_generator", "AsyncGenWrapped"]
+
+_RESUME = "RESUME"
+
+
+class AsyncGenWrapped:
+    """A value yielded by ``yield`` in an async generator (ASYNC_GEN_WRAP), as opposed to an awaited one."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+class _Suspend:
+    """An awaitable that suspends the driver coroutine once, passing a raw value to the event loop."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __await__(self):
+        return (yield self.value)
+
+
+_RETURNED = object()
+
+
+def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: bool) -> object:
+    """Run ``frame`` until it yields (returns the yielded value) or returns (returns ``_RETURNED``)."""
+    run = frame.run
+    runs = active_runs()
+    caller = runs[-1].frames[-1] if runs and runs[-1].frames else None
+    frame.back = caller
+    runs.append(run)
+    saved_native = run.native_exc
+    run.native_exc = sys.exc_info()[1]
+    try:
+        if thrown is not None:
+            yielded = _throw(frame, thrown)
+            if yielded is not _NOT_DELEGATED:
+                return yielded
+            run.execute(frame, frame.pending)
+        else:
+            if not first:
+                frame.stack.append(sent)
+            run.execute(frame)
+    except BaseException as e:  # noqa: BLE001 - hide the driver's own frames, keep the user's
+        if not isinstance(e, JitcoreInterpreterError):
+            e.__traceback__ = strip_internal(e.__traceback__)
+        raise
+    finally:
+        run.native_exc = saved_native
+        runs.pop()
+        frame.back = None
+    if frame.instructions[frame.index - 1].opname == "YIELD_VALUE":
+        return frame.result
+    return _RETURNED
+
+
+_NOT_DELEGATED = object()
+
+
+def _throw(frame: Frame, exc: BaseException) -> object:
+    """Deliver a thrown exception: to the delegate of a ``yield from``/``await`` if any, else to the frame.
+
+    Returns the value to yield if the delegate yielded one; otherwise sets ``frame.pending`` (the exception
+    to raise in the frame, or None after a delegate finished) and returns ``_NOT_DELEGATED``.
+    """
+    frame.pending = exc
+    index = frame.index
+    if index == 0 or index >= len(frame.instructions):
+        return _NOT_DELEGATED
+    nxt = frame.instructions[index]
+    if nxt.opname != _RESUME or (nxt.arg or 0) < 2:
+        return _NOT_DELEGATED
+    delegate = frame.stack[-1]
+    run = frame.run
+    from jitcore.interpreter.calls import call
+
+    if isinstance(exc, GeneratorExit):
+        close = getattr(delegate, "close", None)
+        if close is not None:
+            try:
+                call(run, close, (), None)
+            except BaseException as e:  # noqa: BLE001 - the delegate's error replaces GeneratorExit
+                frame.pending = e
+        return _NOT_DELEGATED
+    throw = getattr(delegate, "throw", None)
+    if throw is None:
+        return _NOT_DELEGATED
+    try:
+        return call(run, throw, (exc,), None)
+    except StopIteration as stop:
+        value, frame.pending = stop.value, None
+    except BaseException as e:  # noqa: BLE001 - the delegate's error is raised in this frame
+        value, frame.pending = None, e
+    _finish_delegation(frame)
+    if frame.pending is None:
+        frame.stack.append(value)
+    return _NOT_DELEGATED
+
+
+def _finish_delegation(frame: Frame) -> None:
+    """Pop the delegate and jump past the SEND loop, as CPython's gen_throw does after the delegate ends."""
+    frame.stack.pop()
+    send = frame.instructions[frame.index - 2]
+    frame.index = send.argval
+    if frame.pending is not None:
+        # the exception is raised "at" the instruction before the SEND loop's exit, as in CPython
+        return
+
+
+def _generator(frame: Frame):
+    sent, thrown, first = None, None, True
+    while True:
+        value = _resume(frame, sent, thrown, first)
+        first = False
+        if value is _RETURNED:
+            return frame.result
+        try:
+            sent, thrown = (yield value), None
+        except BaseException as e:  # noqa: BLE001 - thrown into the generator: deliver to the frame
+            sent, thrown = None, e
+
+
+def _iterable_coroutine_driver(frame: Frame):
+    return (yield from _generator(frame))
+
+
+_iterable_coroutine = types.coroutine(_iterable_coroutine_driver)
+
+
+async def _coroutine(frame: Frame):
+    sent, thrown, first = None, None, True
+    while True:
+        value = _resume(frame, sent, thrown, first)
+        first = False
+        if value is _RETURNED:
+            return frame.result
+        try:
+            sent, thrown = (await _Suspend(value)), None
+        except BaseException as e:  # noqa: BLE001 - thrown into the coroutine: deliver to the frame
+            sent, thrown = None, e
+
+
+async def _async_generator(frame: Frame):
+    sent, thrown, first = None, None, True
+    while True:
+        value = _resume(frame, sent, thrown, first)
+        first = False
+        if value is _RETURNED:
+            return
+        try:
+            if type(value) is AsyncGenWrapped:
+                sent = yield value.value
+            else:
+                sent = await _Suspend(value)
+            thrown = None
+        except BaseException as e:  # noqa: BLE001 - thrown into the generator: deliver to the frame
+            sent, thrown = None, e
+
+
+def make_generator(frame: Frame) -> object:
+    """The generator/coroutine/async generator object for a frame of a generator-kind code object."""
+    import inspect
+
+    flags = frame.code.co_flags
+    if flags & inspect.CO_COROUTINE:
+        gen = _coroutine(frame)
+    elif flags & inspect.CO_ASYNC_GENERATOR:
+        gen = _async_generator(frame)
+    elif flags & inspect.CO_ITERABLE_COROUTINE:
+        gen = _iterable_coroutine(frame)
+    else:
+        gen = _generator(frame)
+    gen.__name__ = frame.code.co_name
+    function = frame.function
+    gen.__qualname__ = function.__qualname__ if function is not None else frame.code.co_qualname
+    frame.generator = gen
+    return gen

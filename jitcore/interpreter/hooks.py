@@ -1,0 +1,50 @@
+"""The hook interface through which the jit (and debuggers) observe and steer the interpreter.
+
+Invariants:
+- ``Hooks`` is immutable: a run decides once, at its start, which handler variants it needs, so a hook left
+  as ``None`` costs nothing per instruction.
+- Every replacement found through ``lookasides`` or ``resolve_call`` is called natively (not interpreted)
+  with exactly the arguments the interpreted program passed, bound ``self`` first for methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.frame import Frame
+    from jitcore.interpreter.instructions import Instruction
+
+__all__ = ["Hooks"]
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """Callbacks a run consults; see docs/interpreter.md for when each fires.
+
+    Attributes:
+        lookasides: canonical callable -> replacement called natively instead of it (one dict lookup per call).
+        resolve_call: for callables that missed ``lookasides``: a replacement to call natively, or None to
+            interpret as usual (return the function itself to run it natively).
+        on_opaque_call: performs every call of a callable that is not interpreted: ``(fn, args, kwargs) -> result``.
+        on_instruction: called before each instruction with ``(frame, instruction)``.
+        on_load_global: ``(frame, name, value) -> value`` after LOAD_GLOBAL/LOAD_NAME resolved a global/builtin.
+        on_load_deref: ``(frame, name, value) -> value`` after LOAD_DEREF/LOAD_CLASSDEREF.
+        on_load_attr: ``(frame, obj, name, value) -> value`` after LOAD_ATTR/LOAD_METHOD/getattr().
+        on_load_subscr: ``(frame, container, key, value) -> value`` after BINARY_SUBSCR.
+        type_of: ``obj -> class``: the class an object stands for, where it differs from ``type(obj)``
+            (the jit's proxies stand for tensors); consulted where CPython's semantics depend on an
+            object's type, e.g. whether ``cls(...)`` runs ``__init__`` on what ``__new__`` returned.
+    """
+
+    lookasides: Mapping[object, Callable] = field(default_factory=dict)
+    resolve_call: Callable[[object], Callable | None] | None = None
+    on_opaque_call: Callable[[Callable, tuple, dict], object] | None = None
+    on_instruction: Callable[[Frame, Instruction], None] | None = None
+    on_load_global: Callable[[Frame, str, object], object] | None = None
+    on_load_deref: Callable[[Frame, str, object], object] | None = None
+    on_load_attr: Callable[[Frame, object, str, object], object] | None = None
+    on_load_subscr: Callable[[Frame, object, object, object], object] | None = None
+    type_of: Callable[[object], type] | None = None

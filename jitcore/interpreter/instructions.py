@@ -1,0 +1,140 @@
+"""Decoding a code object, once, into the Instructions the run loop executes.
+
+Invariants:
+- A code object is decoded at most once per process (cache keyed by ``id(code)``, kept valid by a weak
+  reference whose callback drops the entry): decoding costs ~100 us, a call must not pay it.
+- Instruction indices are compact (CACHE entries are dropped); jump arguments are decoded to target
+  *indices*, so a jump is ``frame.index = inst.argval``.
+- The exception table is parsed lazily, only when an exception is raised in that code.
+"""
+
+from __future__ import annotations
+
+import dis
+import weakref
+from dataclasses import dataclass
+from types import CodeType
+
+__all__ = ["Instruction", "CodeInfo", "ExceptionEntry", "decode"]
+
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+
+
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    """One decoded bytecode instruction.
+
+    Attributes:
+        opcode: numeric opcode.
+        opname: its CPython name.
+        arg: the raw (EXTENDED_ARG-folded) argument, or None.
+        argval: the resolved argument: constant, name, comparison operator, or jump target *index*.
+        offset: byte offset in ``co_code`` (what CPython's ``f_lasti`` reports).
+        index: position in ``CodeInfo.instructions``.
+        lineno, end_lineno, col, end_col: the source span from ``co_positions`` (any may be None).
+    """
+
+    opcode: int
+    opname: str
+    arg: int | None
+    argval: object
+    offset: int
+    index: int
+    lineno: int | None
+    end_lineno: int | None
+    col: int | None
+    end_col: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExceptionEntry:
+    """One row of the exception table, in instruction indices (``start <= i < end``)."""
+
+    start: int
+    end: int
+    target: int
+    depth: int
+    lasti: bool
+
+
+class CodeInfo:
+    """Everything the interpreter derives from one code object, computed once."""
+
+    __slots__ = ("instructions", "nlocalsplus", "ncells_free", "_exception_table", "binder", "_ref",
+                 "_index_of", "raisers")
+
+    def __init__(self, code: CodeType) -> None:
+        self._ref = weakref.ref(code, lambda _ref, key=id(code): _CACHE.pop(key, None))
+        self.instructions, self._index_of = _decode_instructions(code)
+        self.nlocalsplus = (
+            len(code.co_varnames)
+            + len([c for c in code.co_cellvars if c not in code.co_varnames])
+            + len(code.co_freevars)
+        )
+        self.ncells_free = len(code.co_freevars)
+        self._exception_table: tuple[ExceptionEntry, ...] | None = None
+        self.binder = None
+        self.raisers: dict = {}
+
+    def exception_table(self) -> tuple[ExceptionEntry, ...]:
+        """The parsed exception table (parsed on first use)."""
+        if self._exception_table is None:
+            index_of = self._index_of
+            n = len(self.instructions)
+            entries = []
+            for e in dis._parse_exception_table(self._ref()):
+                end = index_of.get(e.end, n)
+                entries.append(ExceptionEntry(index_of[e.start], end, index_of[e.target], e.depth, e.lasti))
+            self._exception_table = tuple(entries)
+        return self._exception_table
+
+    def handler_for(self, index: int) -> ExceptionEntry | None:
+        """The innermost exception-table entry covering instruction ``index``, or None."""
+        for entry in self.exception_table():
+            if entry.start <= index < entry.end:
+                return entry
+        return None
+
+
+# Note [Dropped instructions]
+# PRECALL, EXTENDED_ARG and NOP do nothing in this interpreter (dis already folds EXTENDED_ARG into the
+# next argument), so they are not decoded: a jump or exception-table offset that names one of them maps to
+# the next instruction kept. RESUME stays: the generator code reads its argument to tell a suspended
+# ``yield from``/``await`` from a plain ``yield``.
+_DROPPED = frozenset(dis.opmap[name] for name in ("PRECALL", "EXTENDED_ARG", "NOP") if name in dis.opmap)
+
+
+def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, int]]:
+    raw = list(dis.get_instructions(code))
+    index_of: dict[int, int] = {}
+    kept = 0
+    for ins in raw:
+        index_of[ins.offset] = kept
+        if ins.opcode not in _DROPPED:
+            kept += 1
+    out = []
+    for ins in raw:
+        if ins.opcode in _DROPPED:
+            continue
+        argval = ins.argval
+        if ins.opcode in _JUMPS:
+            argval = index_of[ins.argval]
+        pos = ins.positions
+        out.append(
+            Instruction(ins.opcode, ins.opname, ins.arg, argval, ins.offset, len(out),
+                        pos.lineno, pos.end_lineno, pos.col_offset, pos.end_col_offset)
+        )
+    return out, index_of
+
+
+_CACHE: dict[int, CodeInfo] = {}
+
+
+def decode(code: CodeType) -> CodeInfo:
+    """The (cached) CodeInfo of ``code``."""
+    info = _CACHE.get(id(code))
+    if info is not None and info._ref() is code:
+        return info
+    info = CodeInfo(code)
+    _CACHE[id(code)] = info
+    return info

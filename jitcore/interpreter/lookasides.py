@@ -1,0 +1,384 @@
+"""Builtins that call back into Python, replaced so that the Python they call is interpreted.
+
+A lookaside has the signature of the builtin it replaces and is called natively with the same
+arguments; it finds the run with ``current_run()``. Builtins that inspect the *calling frame*
+(``super()``, ``locals()``, ``sys._getframe()``, ``sys.exc_info()``, ``eval``/``exec`` without namespaces)
+need one too: natively they would see the interpreter's frames.
+
+Invariants:
+- A lookaside gives the same result and raises the same exceptions as the builtin it replaces; lazy
+  builtins (map, filter) stay lazy and keep their types (the callable is wrapped, not the builtin).
+- User lookasides (``Hooks.lookasides``) take precedence over these.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import sys
+import types
+from collections.abc import Callable
+from types import CellType, FunctionType
+
+from jitcore.interpreter.calls import NATIVE_CALLABLES, call, run_class_body
+from jitcore.interpreter.frame import NULL, Frame
+from jitcore.interpreter.protocols import load_attr, truth
+from jitcore.interpreter.run import Run, current_run
+
+__all__ = ["builtin_lookasides", "isinstance_", "FrameProxy"]
+
+_native_isinstance = builtins.isinstance
+_native_issubclass = builtins.issubclass
+
+
+def _run() -> Run:
+    run = current_run()
+    assert run is not None, "a lookaside runs only inside a run"
+    return run
+
+
+def _through(run: Run, fn: object) -> object:
+    """``fn`` made callable from C so that its Python code is interpreted by ``run``."""
+    if fn is None or type(fn) in NATIVE_CALLABLES:
+        return fn
+
+    def interpreted(*args: object, **kwargs: object) -> object:
+        return run.call(fn, *args, **kwargs)
+
+    return interpreted
+
+
+def map_(fn: object, *iterables: object) -> map:
+    """map() whose function is interpreted."""
+    return map(_through(_run(), fn), *iterables)
+
+
+def filter_(fn: object, iterable: object) -> filter:
+    """filter() whose predicate is interpreted."""
+    return filter(_through(_run(), fn), iterable)
+
+
+def sorted_(iterable: object, /, *, key: object = None, reverse: bool = False) -> list:
+    """sorted() whose key is interpreted."""
+    return sorted(iterable, key=_through(_run(), key), reverse=reverse)
+
+
+def min_(*args: object, **kwargs: object) -> object:
+    """min() whose key is interpreted."""
+    if "key" in kwargs:
+        kwargs["key"] = _through(_run(), kwargs["key"])
+    return min(*args, **kwargs)
+
+
+def max_(*args: object, **kwargs: object) -> object:
+    """max() whose key is interpreted."""
+    if "key" in kwargs:
+        kwargs["key"] = _through(_run(), kwargs["key"])
+    return max(*args, **kwargs)
+
+
+def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> None:
+    """list.sort() whose key is interpreted."""
+    return list.sort(self, key=_through(_run(), key), reverse=reverse)
+
+
+def reduce_(fn: object, *args: object) -> object:
+    """functools.reduce() whose function is interpreted."""
+    return functools.reduce(_through(_run(), fn), *args)
+
+
+def iter_(obj: object, *sentinel: object) -> object:
+    """iter() with a Python __iter__ (or the callable of iter(fn, sentinel)) interpreted."""
+    from jitcore.interpreter.protocols import get_iter
+
+    run = _run()
+    if sentinel:
+        return iter(_through(run, obj), *sentinel)
+    return get_iter(run, obj)
+
+
+def next_(it: object, *default: object) -> object:
+    """next() with a Python __next__ interpreted."""
+    f = getattr(type(it), "__next__", None)
+    if type(f) is FunctionType:
+        try:
+            return call(_run(), f, (it,), None)
+        except StopIteration:
+            if default:
+                return default[0]
+            raise
+    return next(it, *default)
+
+
+def getattr_(obj: object, name: object, *default: object) -> object:
+    """getattr() through the interpreter's attribute protocol (and ``hooks.on_load_attr``)."""
+    run = _run()
+    if type(name) is not str:
+        return getattr(obj, name, *default)
+    try:
+        value = load_attr(run, obj, name)
+    except AttributeError:
+        if default:
+            return default[0]
+        raise
+    hook = run.hooks.on_load_attr
+    if hook is not None and run.frames:
+        value = hook(run.frames[-1], obj, name, value)
+    return value
+
+
+def hasattr_(obj: object, name: object) -> bool:
+    """hasattr() through the interpreter's attribute protocol."""
+    if type(name) is not str:
+        return hasattr(obj, name)
+    try:
+        load_attr(_run(), obj, name)
+    except AttributeError:
+        return False
+    return True
+
+
+def isinstance_(obj: object, cls: object) -> bool:
+    """isinstance() with a Python ``__instancecheck__`` interpreted."""
+    if type(obj) is cls:
+        return True
+    if type(cls) is tuple:
+        return any(isinstance_(obj, c) for c in cls)
+    check = getattr(type(cls), "__instancecheck__", None)
+    if type(check) is FunctionType:
+        run = current_run()
+        if run is not None:
+            return truth(run, call(run, check, (cls, obj), None))
+    return _native_isinstance(obj, cls)
+
+
+def issubclass_(sub: object, cls: object) -> bool:
+    """issubclass() with a Python ``__subclasscheck__`` interpreted."""
+    if type(cls) is tuple:
+        if not _native_isinstance(sub, type):
+            return _native_issubclass(sub, cls)
+        return any(issubclass_(sub, c) for c in cls)
+    check = getattr(type(cls), "__subclasscheck__", None)
+    if type(check) is FunctionType:
+        run = _run()
+        return truth(run, call(run, check, (cls, sub), None))
+    return _native_issubclass(sub, cls)
+
+
+def _caller() -> Frame:
+    run = _run()
+    if not run.frames:
+        raise RuntimeError("no interpreted frame")
+    return run.frames[-1]
+
+
+def super_(*args: object) -> super:
+    """super(); the zero-argument form reads the calling interpreted frame (first argument, __class__ cell)."""
+    if args:
+        return super(*args)
+    frame = _caller()
+    code = frame.code
+    if code.co_argcount == 0:
+        raise RuntimeError("super(): no arguments")
+    first = frame.fast[0]
+    if isinstance(first, CellType) and code.co_varnames[0] in code.co_cellvars:
+        try:
+            first = first.cell_contents
+        except ValueError:
+            first = NULL
+    if first is NULL:
+        raise RuntimeError("super(): arg[0] deleted")
+    if "__class__" not in code.co_freevars:
+        raise RuntimeError("super(): __class__ cell not found")
+    index = len(frame.fast) - len(code.co_freevars) + code.co_freevars.index("__class__")
+    try:
+        cls = frame.fast[index].cell_contents
+    except ValueError:
+        raise RuntimeError("super(): empty __class__ cell") from None
+    if not isinstance(cls, type):
+        raise RuntimeError(f"super(): __class__ is not a type ({type(cls).__name__})")
+    return super(cls, first)
+
+
+def frame_locals(frame: Frame) -> dict:
+    """What ``locals()`` returns in ``frame``."""
+    if frame.locals is not None:
+        return frame.locals
+    code = frame.code
+    cells = set(code.co_cellvars) | set(code.co_freevars)
+    out = {}
+    for i, value in enumerate(frame.fast):
+        name = code._varname_from_oparg(i)
+        if name in cells and isinstance(value, CellType):
+            try:
+                out[name] = value.cell_contents
+            except ValueError:
+                continue
+        elif value is not NULL:
+            out[name] = value
+    return out
+
+
+def locals_() -> dict:
+    """locals() of the calling interpreted frame."""
+    return frame_locals(_caller())
+
+
+def globals_() -> dict:
+    """globals() of the calling interpreted frame."""
+    return _caller().globals
+
+
+def vars_(*args: object) -> dict:
+    """vars(); without argument, the calling frame's locals."""
+    return vars(*args) if args else frame_locals(_caller())
+
+
+def dir_(*args: object) -> list:
+    """dir(); without argument, the sorted names of the calling frame's locals."""
+    return dir(*args) if args else sorted(frame_locals(_caller()))
+
+
+def _namespaces(global_ns: object, local_ns: object) -> tuple[object, object]:
+    if global_ns is None:
+        frame = _caller()
+        global_ns = frame.globals
+        if local_ns is None:
+            local_ns = frame_locals(frame)
+    return global_ns, local_ns
+
+
+def eval_(source: object, global_ns: object = None, local_ns: object = None, /) -> object:
+    """eval() defaulting to the calling interpreted frame's namespaces."""
+    global_ns, local_ns = _namespaces(global_ns, local_ns)
+    return eval(source, global_ns, local_ns)
+
+
+def exec_(source: object, global_ns: object = None, local_ns: object = None, /, **kwargs: object) -> None:
+    """exec() defaulting to the calling interpreted frame's namespaces."""
+    global_ns, local_ns = _namespaces(global_ns, local_ns)
+    return exec(source, global_ns, local_ns, **kwargs)
+
+
+def exc_info() -> tuple:
+    """sys.exc_info() as the calling interpreted frame sees it."""
+    run = _run()
+    exc = run.frames[-1].handled_exception() if run.frames else None
+    if exc is None:
+        exc = run.native_exc
+    if exc is None:
+        return (None, None, None)
+    return (type(exc), exc, exc.__traceback__)
+
+
+class FrameProxy:
+    """What ``sys._getframe()`` returns for an interpreted frame: the ``f_*`` attributes of a frame object."""
+
+    __slots__ = ("_frame", "_back")
+
+    def __init__(self, frame: Frame, back: object) -> None:
+        self._frame = frame
+        self._back = back
+
+    f_globals = property(lambda self: self._frame.globals)
+    f_builtins = property(lambda self: self._frame.builtins)
+    f_locals = property(lambda self: frame_locals(self._frame))
+    f_code = property(lambda self: self._frame.code)
+    f_lineno = property(lambda self: self._frame.position().lineno)
+    f_lasti = property(lambda self: self._frame.instruction.offset)
+    f_back = property(lambda self: self._back)
+    f_trace = None
+
+    def __repr__(self) -> str:
+        return f"<frame (interpreted) {self._frame!r}>"
+
+
+def getframe(depth: int = 0, /) -> object:
+    """sys._getframe() that sees interpreted frames (then the native frames around the run)."""
+    run = _run()
+    native = sys._getframe(0)
+    while native is not None and (native.f_code.co_filename.startswith(_PACKAGE_PREFIX)):
+        native = native.f_back
+    proxies: object = native
+    for frame in run.frames:
+        proxies = FrameProxy(frame, proxies)
+    chain = proxies
+    for _ in range(depth):
+        if chain is None:
+            break
+        chain = chain.f_back
+    if chain is None:
+        raise ValueError("call stack is not deep enough")
+    return chain
+
+
+def build_class(func: object, name: object, /, *bases: object, **kwds: object) -> type:
+    """__build_class__: the class body runs interpreted; metaclass, __prepare__ and __init_subclass__ too."""
+    run = _run()
+    if not isinstance(func, FunctionType):
+        raise TypeError("__build_class__: func must be a function")
+    if not isinstance(name, str):
+        raise TypeError("__build_class__: name is not a string")
+    orig_bases = bases
+    bases = types.resolve_bases(bases)
+    meta = kwds.pop("metaclass", None)
+    is_class = meta is None or isinstance(meta, type)
+    if meta is None:
+        meta = type(bases[0]) if bases else type
+    if is_class:
+        meta = _calculate_meta(meta, bases)
+    prepare = getattr(meta, "__prepare__", None)
+    namespace = call(run, prepare, (name, bases), kwds) if prepare is not None else {}
+    if not hasattr(type(namespace), "__getitem__"):
+        raise TypeError(f"{meta.__name__ if is_class else type(meta).__name__}.__prepare__() must return a "
+                        f"mapping, not {type(namespace).__name__}")
+    if bases is not orig_bases:
+        namespace["__orig_bases__"] = orig_bases
+    cell = run_class_body(run, func, namespace)
+    cls = call(run, meta, (name, bases, namespace), kwds)
+    if isinstance(cls, type) and isinstance(cell, CellType):
+        try:
+            cell_value = cell.cell_contents
+        except ValueError:
+            cell_value = NULL
+        if cell_value is not cls:
+            if cell_value is NULL:
+                raise RuntimeError(f"__class__ not set defining {name!r} as {cls!r}. Was __classcell__ "
+                                   "propagated to type.__new__?")
+            raise TypeError(f"__class__ set to {cell_value!r} defining {name!r} as {cls!r}")
+    return cls
+
+
+def _calculate_meta(meta: type, bases: tuple) -> type:
+    winner = meta
+    for base in bases:
+        base_meta = type(base)
+        if _native_issubclass(winner, base_meta):
+            continue
+        if _native_issubclass(base_meta, winner):
+            winner = base_meta
+            continue
+        raise TypeError("metaclass conflict: the metaclass of a derived class must be a (non-strict) subclass "
+                        "of the metaclasses of all its bases")
+    return winner
+
+
+import os as _os  # noqa: E402
+
+_PACKAGE_PREFIX = _os.path.dirname(_os.path.abspath(__file__)) + _os.sep
+
+_TABLE: dict[object, Callable] | None = None
+
+
+def builtin_lookasides() -> dict[object, Callable]:
+    """The interpreter's own lookaside table (canonical builtin -> replacement)."""
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = {
+            map: map_, filter: filter_, sorted: sorted_, min: min_, max: max_, list.sort: list_sort,
+            functools.reduce: reduce_, iter: iter_, next: next_, getattr: getattr_, hasattr: hasattr_,
+            isinstance: isinstance_, issubclass: issubclass_, super: super_, locals: locals_, globals: globals_,
+            vars: vars_, dir: dir_, eval: eval_, exec: exec_, sys.exc_info: exc_info, sys._getframe: getframe,
+            builtins.__build_class__: build_class,
+        }
+    return _TABLE

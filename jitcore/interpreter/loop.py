@@ -1,0 +1,165 @@
+"""The run loop: fetch -> dispatch -> (on exception) unwind.
+
+THE invariant: a user exception is data flowing through the interpreted program -- it is routed by the
+exception table to the user's handlers, chained and given traceback entries exactly as CPython would; an
+interpreter error (``JitcoreInterpreterError``) is a bug or a refusal of jitcore's and is reported as one:
+it never enters a user ``except`` or ``finally``.
+
+Other invariants:
+- A handler returns None to continue, or True when the frame returns or yields (``frame.result`` holds the
+  value; the generator code tells the two apart by the instruction that stopped).
+- The exception table is read only when an exception is raised.
+- The unwinding runs inside the ``except`` clause that caught the exception, and propagation out of the
+  frame is a bare ``raise``: CPython then neither re-chains ``__context__`` nor adds the loop's own
+  traceback entry.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from jitcore.interpreter.errors import JitcoreInterpreterError
+from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.tracebacks import add_frame
+
+__all__ = ["execute", "execute_traced", "unwind"]
+
+
+def execute(frame: Frame, pending: BaseException | None = None) -> None:
+    """Run ``frame`` from ``frame.index`` until it returns or yields (or raises out of it).
+
+    Args:
+        frame: the frame to run.
+        pending: an exception to raise at the current instruction first (``generator.throw``).
+    """
+    run = frame.run
+    frames = run.frames
+    frames.append(frame)
+    handlers = run.handlers
+    instructions = frame.instructions
+    try:
+        if pending is not None:
+            _raise_into(frame, pending)
+        while True:
+            try:
+                while True:
+                    inst = instructions[frame.index]
+                    frame.index += 1
+                    if handlers[inst.opcode](frame, inst) is not None:
+                        return
+            except BaseException as exc:  # noqa: BLE001 - see THE invariant above
+                if not unwind(frame, exc):
+                    raise
+    finally:
+        frames.pop()
+
+
+def execute_traced(frame: Frame, pending: BaseException | None = None) -> None:
+    """``execute`` that calls ``hooks.on_instruction(frame, instruction)`` before each instruction."""
+    run = frame.run
+    frames = run.frames
+    frames.append(frame)
+    handlers = run.handlers
+    instructions = frame.instructions
+    on_instruction = run.hooks.on_instruction
+    try:
+        if pending is not None:
+            _raise_into(frame, pending)
+        while True:
+            try:
+                while True:
+                    inst = instructions[frame.index]
+                    on_instruction(frame, inst)
+                    frame.index += 1
+                    if handlers[inst.opcode](frame, inst) is not None:
+                        return
+            except BaseException as exc:  # noqa: BLE001 - see THE invariant above
+                if not unwind(frame, exc):
+                    raise
+    finally:
+        frames.pop()
+
+
+def _raise_into(frame: Frame, exc: BaseException) -> None:
+    try:
+        raise exc
+    except BaseException as caught:  # noqa: BLE001
+        if not unwind(frame, caught):
+            raise
+
+
+def unwind(frame: Frame, exc: BaseException) -> bool:
+    """Route ``exc``, raised at the current instruction of ``frame``, to the frame's handler.
+
+    Returns:
+        True if the frame handles it (stack and index are set up for the handler); False if it must
+        propagate to the caller.
+    """
+    if isinstance(exc, JitcoreInterpreterError):
+        return False
+    run = frame.run
+    raising = run.raising
+    explicit = False
+    if raising is not None and raising[0] is exc:
+        run.raising = None
+        explicit = raising[1]
+        if not explicit:  # bare re-raise: CPython leaves __context__ alone
+            exc.__context__ = raising[2]
+    if explicit or (raising is None and _fresh(frame, exc)):
+        _chain(frame, exc)
+    add_frame(frame, exc, explicit)
+    index = frame.index - 1
+    entry = frame.info.handler_for(index)
+    if entry is None:
+        return False
+    stack = frame.stack
+    del stack[entry.depth:]
+    if entry.lasti:
+        stack.append(index)
+    stack.append(exc)
+    frame.index = entry.target
+    return True
+
+
+def _fresh(frame: Frame, exc: BaseException) -> bool:
+    """Whether ``exc`` was just raised by C code called from this frame (so its ``__context__`` is stale)."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        # came through an interpreted callee (which chained it already) or through native Python code
+        from jitcore.interpreter.tracebacks import strip_internal
+
+        if strip_internal(tb) is not None:
+            return False
+    return exc.__context__ is None or exc.__context__ is run_native_exc(frame)
+
+
+def run_native_exc(frame: Frame) -> BaseException | None:
+    """The exception the native code around the interpreter is handling (CPython's outer ``exc_info``)."""
+    return frame.run.native_exc
+
+
+def _chain(frame: Frame, exc: BaseException) -> None:
+    """Set ``exc.__context__`` to the exception being handled, as ``_PyErr_SetObject`` does."""
+    handled = frame.handled_exception()
+    if handled is None:
+        handled = frame.run.native_exc
+    if handled is None or handled is exc:
+        return
+    o, seen = handled, 0
+    while True:
+        context = o.__context__
+        if context is None:
+            break
+        if context is exc:
+            o.__context__ = None
+            break
+        o = context
+        seen += 1
+        if seen > 10_000:  # a pre-existing cycle: stop, as CPython's cycle detection would
+            break
+    exc.__context__ = handled
+
+
+def native_exception() -> BaseException | None:
+    """The exception native code is handling right now (outside any interpreter ``except``)."""
+    return sys.exc_info()[1]

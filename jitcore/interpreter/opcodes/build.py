@@ -1,0 +1,246 @@
+"""Building containers, strings and slices; unpacking.
+
+Invariant: error messages match CPython 3.11's for the same misuse (e.g. unpacking a non-iterable).
+"""
+
+from __future__ import annotations
+
+from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.protocols import EXHAUSTED, get_iter, next_value, to_format, to_repr, to_str
+from jitcore.interpreter.registry import handles
+
+
+def _pop_n(stack: list, n: int) -> list:
+    if not n:
+        return []
+    items = stack[-n:]
+    del stack[-n:]
+    return items
+
+
+@handles("BUILD_TUPLE", since=(3, 11))
+def build_tuple(frame: Frame, inst: Instruction) -> None:
+    """Push a tuple of the top inst.arg items."""
+    frame.stack.append(tuple(_pop_n(frame.stack, inst.arg)))
+
+
+@handles("BUILD_LIST", since=(3, 11))
+def build_list(frame: Frame, inst: Instruction) -> None:
+    """Push a list of the top inst.arg items."""
+    frame.stack.append(_pop_n(frame.stack, inst.arg))
+
+
+@handles("BUILD_SET", since=(3, 11))
+def build_set(frame: Frame, inst: Instruction) -> None:
+    """Push a set of the top inst.arg items."""
+    frame.stack.append(set(_pop_n(frame.stack, inst.arg)))
+
+
+@handles("BUILD_MAP", since=(3, 11))
+def build_map(frame: Frame, inst: Instruction) -> None:
+    """Push a dict of the top 2*inst.arg items (key, value, key, value, ...)."""
+    items = _pop_n(frame.stack, 2 * inst.arg)
+    result = {}
+    for i in range(0, len(items), 2):
+        result[items[i]] = items[i + 1]
+    frame.stack.append(result)
+
+
+@handles("BUILD_CONST_KEY_MAP", since=(3, 11))
+def build_const_key_map(frame: Frame, inst: Instruction) -> None:
+    """Push a dict from a tuple of keys (TOS) and inst.arg values."""
+    keys = frame.stack.pop()
+    values = _pop_n(frame.stack, inst.arg)
+    frame.stack.append(dict(zip(keys, values)))
+
+
+@handles("BUILD_STRING", since=(3, 11))
+def build_string(frame: Frame, inst: Instruction) -> None:
+    """Push the concatenation of the top inst.arg strings."""
+    frame.stack.append("".join(_pop_n(frame.stack, inst.arg)))
+
+
+@handles("BUILD_SLICE", since=(3, 11))
+def build_slice(frame: Frame, inst: Instruction) -> None:
+    """Push slice(start, stop[, step])."""
+    frame.stack.append(slice(*_pop_n(frame.stack, inst.arg)))
+
+
+@handles("LIST_APPEND", since=(3, 11))
+def list_append(frame: Frame, inst: Instruction) -> None:
+    """Append TOS to the list inst.arg deep (comprehensions)."""
+    v = frame.stack.pop()
+    frame.stack[-inst.arg].append(v)
+
+
+@handles("SET_ADD", since=(3, 11))
+def set_add(frame: Frame, inst: Instruction) -> None:
+    """Add TOS to the set inst.arg deep."""
+    v = frame.stack.pop()
+    frame.stack[-inst.arg].add(v)
+
+
+@handles("MAP_ADD", since=(3, 11))
+def map_add(frame: Frame, inst: Instruction) -> None:
+    """dict[TOS1] = TOS for the dict inst.arg deep."""
+    stack = frame.stack
+    value = stack.pop()
+    key = stack.pop()
+    stack[-inst.arg][key] = value
+
+
+@handles("LIST_EXTEND", since=(3, 11))
+def list_extend(frame: Frame, inst: Instruction) -> None:
+    """Extend the list inst.arg deep with TOS."""
+    iterable = frame.stack.pop()
+    try:
+        frame.stack[-inst.arg].extend(iterable)
+    except TypeError:
+        if not hasattr(type(iterable), "__iter__") and not hasattr(type(iterable), "__getitem__"):
+            raise TypeError(f"Value after * must be an iterable, not {type(iterable).__name__}") from None
+        raise
+
+
+@handles("SET_UPDATE", since=(3, 11))
+def set_update(frame: Frame, inst: Instruction) -> None:
+    """Update the set inst.arg deep with TOS."""
+    iterable = frame.stack.pop()
+    frame.stack[-inst.arg].update(iterable)
+
+
+@handles("DICT_UPDATE", since=(3, 11))
+def dict_update(frame: Frame, inst: Instruction) -> None:
+    """Update the dict inst.arg deep with the mapping TOS."""
+    mapping = frame.stack.pop()
+    try:
+        frame.stack[-inst.arg].update(mapping)
+    except AttributeError:
+        if not hasattr(type(mapping), "keys"):
+            raise TypeError(f"'{type(mapping).__name__}' object is not a mapping") from None
+        raise
+
+
+def _function_str(fn: object) -> str:
+    qualname = getattr(fn, "__qualname__", None)
+    if qualname is None:
+        return str(type(fn).__name__) + " object"
+    module = getattr(fn, "__module__", None)
+    if module not in (None, "builtins", "__main__"):
+        return f"{module}.{qualname}()"
+    return f"{qualname}()"
+
+
+@handles("DICT_MERGE", since=(3, 11))
+def dict_merge(frame: Frame, inst: Instruction) -> None:
+    """Merge the mapping TOS into the kwargs dict inst.arg deep, rejecting duplicate keys."""
+    stack = frame.stack
+    mapping = stack.pop()
+    target = stack[-inst.arg]
+    fn = stack[-inst.arg - 2]
+    if not hasattr(type(mapping), "keys"):
+        raise TypeError(f"{_function_str(fn)} argument after ** must be a mapping, not {type(mapping).__name__}")
+    for key in mapping.keys():
+        if key in target:
+            raise TypeError(f"{_function_str(fn)} got multiple values for keyword argument '{key}'")
+        target[key] = mapping[key]
+
+
+@handles("LIST_TO_TUPLE", since=(3, 11))
+def list_to_tuple(frame: Frame, inst: Instruction) -> None:
+    """TOS = tuple(TOS)."""
+    frame.stack[-1] = tuple(frame.stack[-1])
+
+
+def _unpack(frame: Frame, seq: object, count: int) -> list:
+    """Up to count+1 items of seq, with CPython's messages for a non-iterable."""
+    try:
+        it = get_iter(frame.run, seq)
+    except TypeError:
+        if not hasattr(type(seq), "__iter__") and not hasattr(type(seq), "__getitem__"):
+            raise TypeError(f"cannot unpack non-iterable {type(seq).__name__} object") from None
+        raise
+    items = []
+    while len(items) <= count:
+        v = next_value(frame.run, it)
+        if v is EXHAUSTED:
+            break
+        items.append(v)
+    return items
+
+
+@handles("UNPACK_SEQUENCE", since=(3, 11))
+def unpack_sequence(frame: Frame, inst: Instruction) -> None:
+    """Replace TOS by its inst.arg items, first item on top."""
+    stack = frame.stack
+    seq = stack.pop()
+    n = inst.arg
+    if (type(seq) is tuple or type(seq) is list) and len(seq) == n:
+        stack.extend(reversed(seq))
+        return
+    items = _unpack(frame, seq, n)
+    if len(items) < n:
+        raise ValueError(f"not enough values to unpack (expected {n}, got {len(items)})")
+    if len(items) > n:
+        if type(seq) in (list, tuple, dict, set, str):
+            raise ValueError(f"too many values to unpack (expected {n}, got {len(seq)})")
+        raise ValueError(f"too many values to unpack (expected {n})")
+    stack.extend(reversed(items))
+
+
+@handles("UNPACK_EX", since=(3, 11))
+def unpack_ex(frame: Frame, inst: Instruction) -> None:
+    """Unpack TOS into (low byte) items before a starred list and (high byte) items after it."""
+    stack = frame.stack
+    seq = stack.pop()
+    before, after = inst.arg & 0xFF, inst.arg >> 8
+    try:
+        it = get_iter(frame.run, seq)
+    except TypeError:
+        if not hasattr(type(seq), "__iter__") and not hasattr(type(seq), "__getitem__"):
+            raise TypeError(f"cannot unpack non-iterable {type(seq).__name__} object") from None
+        raise
+    items = []
+    while True:
+        v = next_value(frame.run, it)
+        if v is EXHAUSTED:
+            break
+        items.append(v)
+    if len(items) < before + after:
+        raise ValueError(f"not enough values to unpack (expected at least {before + after}, got {len(items)})")
+    middle = items[before: len(items) - after]
+    out = items[:before] + [middle] + items[len(items) - after:]
+    stack.extend(reversed(out))
+
+
+_CONVERSIONS = {1: to_str, 2: to_repr}
+
+
+@handles("FORMAT_VALUE", since=(3, 11))
+def format_value(frame: Frame, inst: Instruction) -> None:
+    """f-string field: convert (str/repr/ascii) then format with an optional spec."""
+    stack = frame.stack
+    flags = inst.arg
+    spec = stack.pop() if flags & 4 else ""
+    value = stack.pop()
+    conversion = flags & 3
+    run = frame.run
+    if conversion == 3:
+        value = ascii(value)
+    elif conversion:
+        value = _CONVERSIONS[conversion](run, value)
+    if type(value) is str and not spec:
+        stack.append(value)
+    else:
+        stack.append(to_format(run, value, spec))
+
+
+@handles("PRINT_EXPR", since=(3, 11))
+def print_expr(frame: Frame, inst: Instruction) -> None:
+    """Interactive-mode expression statement: sys.displayhook(TOS)."""
+    import sys
+
+    hook = getattr(sys, "displayhook", None)
+    if hook is None:
+        raise RuntimeError("lost sys.displayhook")
+    hook(frame.stack.pop())

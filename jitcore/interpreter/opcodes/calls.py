@@ -1,0 +1,85 @@
+"""Calls and function creation.
+
+Invariant: every call goes through ``calls.call`` (lookasides, resolve_call, interpretation, opaque calls).
+"""
+
+from __future__ import annotations
+
+from types import FunctionType
+
+from jitcore.interpreter.calls import call
+from jitcore.interpreter.frame import NULL, Frame
+from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.opcodes.build import _function_str
+from jitcore.interpreter.registry import handles
+
+
+@handles("KW_NAMES", since=(3, 11))
+def kw_names(frame: Frame, inst: Instruction) -> None:
+    """Record the keyword names of the next CALL."""
+    frame.kw_names = inst.argval if isinstance(inst.argval, tuple) else frame.code.co_consts[inst.arg]
+
+
+@handles("CALL", since=(3, 11))
+def call_(frame: Frame, inst: Instruction) -> None:
+    """Call with inst.arg arguments: stack is [NULL|callable, callable|self, args...]."""
+    stack = frame.stack
+    n = inst.arg
+    if n:
+        args = stack[-n:]
+        del stack[-n:]
+    else:
+        args = []
+    fn = stack.pop()
+    head = stack.pop()
+    if head is not NULL:
+        args.insert(0, fn)
+        fn = head
+    names = frame.kw_names
+    if names:
+        frame.kw_names = ()
+        k = len(names)
+        kwargs = dict(zip(names, args[-k:]))
+        del args[-k:]
+        stack.append(call(frame.run, fn, args, kwargs))
+    else:
+        stack.append(call(frame.run, fn, args, None))
+
+
+@handles("CALL_FUNCTION_EX", since=(3, 11))
+def call_function_ex(frame: Frame, inst: Instruction) -> None:
+    """Call TOS2(*TOS1, **TOS) (kwargs only if inst.arg & 1)."""
+    stack = frame.stack
+    kwargs = stack.pop() if inst.arg & 1 else None
+    args = stack.pop()
+    fn = stack.pop()
+    if stack and stack[-1] is NULL:
+        stack.pop()
+    if kwargs is not None and type(kwargs) is not dict:
+        if not hasattr(type(kwargs), "keys"):
+            raise TypeError(f"{_function_str(fn)} argument after ** must be a mapping, not {type(kwargs).__name__}")
+        kwargs = {k: kwargs[k] for k in kwargs.keys()}
+    if type(args) is not tuple:
+        if not hasattr(type(args), "__iter__") and not hasattr(type(args), "__getitem__"):
+            raise TypeError(f"{_function_str(fn)} argument after * must be an iterable, not {type(args).__name__}")
+        args = tuple(args)
+    stack.append(call(frame.run, fn, args, kwargs))
+
+
+@handles("MAKE_FUNCTION", since=(3, 11))
+def make_function(frame: Frame, inst: Instruction) -> None:
+    """Push a new function from the code object TOS (+ closure, annotations, kwdefaults, defaults)."""
+    stack = frame.stack
+    flags = inst.arg
+    code = stack.pop()
+    closure = stack.pop() if flags & 8 else None
+    annotations = stack.pop() if flags & 4 else None
+    kwdefaults = stack.pop() if flags & 2 else None
+    defaults = stack.pop() if flags & 1 else None
+    fn = FunctionType(code, frame.globals, code.co_name, defaults, closure)
+    fn.__qualname__ = code.co_qualname
+    if kwdefaults is not None:
+        fn.__kwdefaults__ = kwdefaults
+    if annotations is not None:
+        fn.__annotations__ = dict(zip(annotations[::2], annotations[1::2]))
+    stack.append(fn)

@@ -1,0 +1,104 @@
+"""Jumps, loops and returns.
+
+Invariant: a jump sets ``frame.index`` to the target index decoded in ``inst.argval``; truth tests on
+non-native values go through ``protocols.truth`` (so ``__bool__``/``__len__`` are interpreted).
+"""
+
+from __future__ import annotations
+
+from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.protocols import EXHAUSTED, get_iter, next_value, truth
+from jitcore.interpreter.registry import handles
+
+
+@handles("RETURN_VALUE", since=(3, 11))
+def return_value(frame: Frame, inst: Instruction) -> bool:
+    """Return TOS to the caller."""
+    frame.result = frame.stack.pop()
+    return True
+
+
+@handles("JUMP_FORWARD", since=(3, 11))
+@handles("JUMP_BACKWARD", since=(3, 11))
+@handles("JUMP_BACKWARD_NO_INTERRUPT", since=(3, 11))
+def jump(frame: Frame, inst: Instruction) -> None:
+    """Unconditional jump."""
+    frame.index = inst.argval
+
+
+@handles("POP_JUMP_FORWARD_IF_FALSE", since=(3, 11))
+@handles("POP_JUMP_BACKWARD_IF_FALSE", since=(3, 11))
+def pop_jump_if_false(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS; jump if it is false."""
+    v = frame.stack.pop()
+    if v is True:
+        return
+    if v is False or v is None or not truth(frame.run, v):
+        frame.index = inst.argval
+
+
+@handles("POP_JUMP_FORWARD_IF_TRUE", since=(3, 11))
+@handles("POP_JUMP_BACKWARD_IF_TRUE", since=(3, 11))
+def pop_jump_if_true(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS; jump if it is true."""
+    v = frame.stack.pop()
+    if v is False or v is None:
+        return
+    if v is True or truth(frame.run, v):
+        frame.index = inst.argval
+
+
+@handles("POP_JUMP_FORWARD_IF_NONE", since=(3, 11))
+@handles("POP_JUMP_BACKWARD_IF_NONE", since=(3, 11))
+def pop_jump_if_none(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS; jump if it is None."""
+    if frame.stack.pop() is None:
+        frame.index = inst.argval
+
+
+@handles("POP_JUMP_FORWARD_IF_NOT_NONE", since=(3, 11))
+@handles("POP_JUMP_BACKWARD_IF_NOT_NONE", since=(3, 11))
+def pop_jump_if_not_none(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS; jump if it is not None."""
+    if frame.stack.pop() is not None:
+        frame.index = inst.argval
+
+
+@handles("JUMP_IF_FALSE_OR_POP", since=(3, 11))
+def jump_if_false_or_pop(frame: Frame, inst: Instruction) -> None:
+    """If TOS is false jump (keeping it), else pop it."""
+    v = frame.stack[-1]
+    if v is False or (v is not True and not truth(frame.run, v)):
+        frame.index = inst.argval
+    else:
+        frame.stack.pop()
+
+
+@handles("JUMP_IF_TRUE_OR_POP", since=(3, 11))
+def jump_if_true_or_pop(frame: Frame, inst: Instruction) -> None:
+    """If TOS is true jump (keeping it), else pop it."""
+    v = frame.stack[-1]
+    if v is True or (v is not False and truth(frame.run, v)):
+        frame.index = inst.argval
+    else:
+        frame.stack.pop()
+
+
+@handles("GET_ITER", since=(3, 11))
+def get_iter_(frame: Frame, inst: Instruction) -> None:
+    """TOS = iter(TOS)."""
+    stack = frame.stack
+    stack[-1] = get_iter(frame.run, stack[-1])
+
+
+@handles("FOR_ITER", since=(3, 11))
+def for_iter(frame: Frame, inst: Instruction) -> None:
+    """Push next(TOS); when exhausted pop the iterator and jump past the loop."""
+    stack = frame.stack
+    v = next_value(frame.run, stack[-1])
+    if v is EXHAUSTED:
+        stack.pop()
+        frame.index = inst.argval
+    else:
+        stack.append(v)

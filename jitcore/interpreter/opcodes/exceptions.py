@@ -1,0 +1,195 @@
+"""Raising, catching and re-raising; ``with`` blocks; exception groups (``except*``).
+
+Invariants:
+- ``frame.exc_value`` mirrors CPython's per-frame exc_info: PUSH_EXC_INFO saves the previous value on the
+  stack and POP_EXCEPT restores it.
+- A handler that raises on the program's behalf records ``run.raising`` so that the loop chains
+  ``__context__`` and adds traceback entries as CPython does for that kind of raise (explicit vs. bare).
+"""
+
+from __future__ import annotations
+
+from jitcore.interpreter.calls import call
+from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.protocols import MISSING, lookup_special
+from jitcore.interpreter.registry import handles
+
+
+def _instantiate(frame: Frame, value: object) -> BaseException:
+    if isinstance(value, type) and issubclass(value, BaseException):
+        exc = call(frame.run, value, (), None)
+        if not isinstance(exc, BaseException):
+            raise TypeError(f"calling {value!r} should have returned an instance of BaseException, "
+                            f"not {type(exc).__name__}")
+        return exc
+    if isinstance(value, BaseException):
+        return value
+    raise TypeError("exceptions must derive from BaseException")
+
+
+@handles("RAISE_VARARGS", since=(3, 11))
+def raise_varargs(frame: Frame, inst: Instruction) -> None:
+    """raise (0 args: re-raise the handled exception; 1: raise TOS; 2: raise TOS1 from TOS)."""
+    stack = frame.stack
+    if inst.arg == 0:
+        exc = frame.handled_exception()
+        if exc is None:
+            exc = frame.run.native_exc
+        if exc is None:
+            raise RuntimeError("No active exception to reraise")
+        frame.run.raising = (exc, False, exc.__context__)
+        raise exc
+    cause = stack.pop() if inst.arg == 2 else MISSING
+    exc = _instantiate(frame, stack.pop())
+    if cause is not MISSING:
+        if cause is None:
+            exc.__cause__ = None
+        elif isinstance(cause, BaseException) or (isinstance(cause, type) and issubclass(cause, BaseException)):
+            exc.__cause__ = _instantiate(frame, cause)
+        else:
+            raise TypeError("exception causes must derive from BaseException")
+    frame.run.raising = (exc, True, None)
+    raise exc
+
+
+@handles("RERAISE", since=(3, 11))
+def reraise(frame: Frame, inst: Instruction) -> None:
+    """Re-raise TOS. (CPython also restores f_lasti from the stack if inst.arg; that only matters for a new
+    traceback entry, which a re-raise in the frame that caught the exception never adds.)"""
+    exc = frame.stack.pop()
+    frame.run.raising = (exc, False, exc.__context__)
+    raise exc
+
+
+@handles("PUSH_EXC_INFO", since=(3, 11))
+def push_exc_info(frame: Frame, inst: Instruction) -> None:
+    """Start handling TOS: push the previously handled exception under it."""
+    stack = frame.stack
+    exc = stack.pop()
+    stack.append(frame.exc_value)
+    stack.append(exc)
+    frame.exc_value = exc
+
+
+@handles("POP_EXCEPT", since=(3, 11))
+def pop_except(frame: Frame, inst: Instruction) -> None:
+    """Stop handling: restore the previously handled exception from TOS."""
+    frame.exc_value = frame.stack.pop()
+
+
+def _check_catchable(match_type: object) -> None:
+    types = match_type if isinstance(match_type, tuple) else (match_type,)
+    for t in types:
+        if not (isinstance(t, type) and issubclass(t, BaseException)):
+            raise TypeError("catching classes that do not inherit from BaseException is not allowed")
+
+
+def _matches(exc: object, match_type: object) -> bool:
+    mro = type(exc).__mro__
+    if isinstance(match_type, tuple):
+        return any(t in mro for t in match_type)
+    return match_type in mro
+
+
+@handles("CHECK_EXC_MATCH", since=(3, 11))
+def check_exc_match(frame: Frame, inst: Instruction) -> None:
+    """Push whether TOS1 (an exception) matches the class(es) TOS."""
+    stack = frame.stack
+    match_type = stack.pop()
+    _check_catchable(match_type)
+    stack.append(_matches(stack[-1], match_type))
+
+
+@handles("CHECK_EG_MATCH", since=(3, 11))
+def check_eg_match(frame: Frame, inst: Instruction) -> None:
+    """except*: split the exception TOS1 by the type TOS into [rest, match] (or push None: no match)."""
+    stack = frame.stack
+    match_type = stack.pop()
+    _check_catchable(match_type)
+    types = match_type if isinstance(match_type, tuple) else (match_type,)
+    if any(issubclass(t, BaseExceptionGroup) for t in types):
+        raise TypeError("catching ExceptionGroup with except* is not allowed. Use except instead.")
+    exc = stack[-1]
+    if _matches(exc, match_type):
+        match = exc if isinstance(exc, BaseExceptionGroup) else BaseExceptionGroup("", [exc])
+        rest = None
+    elif isinstance(exc, BaseExceptionGroup):
+        match, rest = exc.split(match_type)
+    else:
+        match = rest = None
+    if match is None:
+        stack.append(None)
+        return
+    stack[-1] = rest
+    stack.append(match)
+    frame.exc_value = match
+
+
+def _leaf_ids(exc: BaseException, out: set[int]) -> None:
+    if isinstance(exc, BaseExceptionGroup):
+        for e in exc.exceptions:
+            _leaf_ids(e, out)
+    else:
+        out.add(id(exc))
+
+
+def _same_metadata(a: BaseException, b: BaseException) -> bool:
+    return (getattr(a, "__notes__", None) is getattr(b, "__notes__", None) and a.__traceback__ is b.__traceback__
+            and a.__cause__ is b.__cause__ and a.__context__ is b.__context__)
+
+
+def prep_reraise_star(orig: object, excs: list) -> object:
+    """What an ``except*`` block raises: new exceptions plus the re-raised part of ``orig`` (or None)."""
+    if not excs:
+        return None
+    if not isinstance(orig, BaseExceptionGroup):
+        return excs[0]
+    raised, reraised = [], []
+    for e in excs:
+        if e is None:
+            continue
+        (reraised if _same_metadata(e, orig) else raised).append(e)
+    ids: set[int] = set()
+    for e in reraised:
+        _leaf_ids(e, ids)
+    reraised_eg = orig.split(lambda leaf: id(leaf) in ids)[0] if ids else None
+    if not raised:
+        return reraised_eg
+    if reraised_eg is not None:
+        raised.append(reraised_eg)
+    return raised[0] if len(raised) == 1 else ExceptionGroup("", raised)
+
+
+@handles("PREP_RERAISE_STAR", since=(3, 11))
+def prep_reraise_star_(frame: Frame, inst: Instruction) -> None:
+    """Combine what the except* clauses raised (TOS) with the original exception (TOS1)."""
+    stack = frame.stack
+    excs = stack.pop()
+    orig = stack.pop()
+    stack.append(prep_reraise_star(orig, excs))
+
+
+@handles("BEFORE_WITH", since=(3, 11))
+def before_with(frame: Frame, inst: Instruction) -> None:
+    """Replace the context manager TOS by its bound __exit__ and push __enter__()."""
+    stack = frame.stack
+    mgr = stack[-1]
+    enter = lookup_special(mgr, "__enter__")
+    if enter is MISSING:
+        raise TypeError(f"'{type(mgr).__name__}' object does not support the context manager protocol")
+    exit_ = lookup_special(mgr, "__exit__")
+    if exit_ is MISSING:
+        raise TypeError(f"'{type(mgr).__name__}' object does not support the context manager protocol "
+                        "(missed __exit__ method)")
+    stack[-1] = exit_
+    stack.append(call(frame.run, enter, (), None))
+
+
+@handles("WITH_EXCEPT_START", since=(3, 11))
+def with_except_start(frame: Frame, inst: Instruction) -> None:
+    """Push __exit__(type, exc, tb) for the exception TOS; the bound __exit__ is 4 deep."""
+    stack = frame.stack
+    exc = stack[-1]
+    exit_ = stack[-4]
+    stack.append(call(frame.run, exit_, (type(exc), exc, exc.__traceback__), None))

@@ -1,0 +1,381 @@
+"""Loads, stores and deletes of locals, cells, globals, names, attributes and subscripts; imports.
+
+Invariants:
+- Unbound locals and cells raise exactly CPython's UnboundLocalError/NameError messages.
+- Attribute and subscript access on non-native values goes through ``protocols`` (properties, descriptors,
+  ``__getattr__``, ``__getitem__`` are interpreted). The ``hook=`` variants are used only by runs that set
+  that hook.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import CellType
+
+from jitcore.interpreter.frame import NULL, Frame
+from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.protocols import (
+    delete_attr,
+    delete_item,
+    get_item,
+    load_attr,
+    set_item,
+    store_attr,
+)
+from jitcore.interpreter.registry import handles
+
+_UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
+_UNBOUND_FREE = "cannot access free variable '{}' where it is not associated with a value in enclosing scope"
+
+
+def _name_error(name: str) -> NameError:
+    return NameError(f"name '{name}' is not defined", name=name)
+
+
+@handles("LOAD_CONST", since=(3, 11))
+def load_const(frame: Frame, inst: Instruction) -> None:
+    """Push a constant."""
+    frame.stack.append(inst.argval)
+
+
+@handles("LOAD_FAST", since=(3, 11))
+def load_fast(frame: Frame, inst: Instruction) -> None:
+    """Push a local."""
+    v = frame.fast[inst.arg]
+    if v is NULL:
+        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+    frame.stack.append(v)
+
+
+@handles("STORE_FAST", since=(3, 11))
+def store_fast(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS into a local."""
+    frame.fast[inst.arg] = frame.stack.pop()
+
+
+@handles("DELETE_FAST", since=(3, 11))
+def delete_fast(frame: Frame, inst: Instruction) -> None:
+    """Unbind a local."""
+    if frame.fast[inst.arg] is NULL:
+        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+    frame.fast[inst.arg] = NULL
+
+
+def _global(frame: Frame, name: str) -> object:
+    try:
+        return frame.globals[name]
+    except KeyError:
+        pass
+    try:
+        return frame.builtins[name]
+    except KeyError:
+        raise _name_error(name) from None
+
+
+@handles("LOAD_GLOBAL", since=(3, 11))
+def load_global(frame: Frame, inst: Instruction) -> None:
+    """Push a global or builtin (after a NULL when the low bit of the argument is set)."""
+    if inst.arg & 1:
+        frame.stack.append(NULL)
+    name = inst.argval
+    try:
+        frame.stack.append(frame.globals[name])
+    except KeyError:
+        frame.stack.append(_global(frame, name))
+
+
+@handles("LOAD_GLOBAL", since=(3, 11), hook="on_load_global")
+def load_global_hooked(frame: Frame, inst: Instruction) -> None:
+    """LOAD_GLOBAL, passing the value through ``hooks.on_load_global``."""
+    if inst.arg & 1:
+        frame.stack.append(NULL)
+    name = inst.argval
+    frame.stack.append(frame.run.hooks.on_load_global(frame, name, _global(frame, name)))
+
+
+@handles("STORE_GLOBAL", since=(3, 11))
+def store_global(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS into a global."""
+    frame.globals[inst.argval] = frame.stack.pop()
+
+
+@handles("DELETE_GLOBAL", since=(3, 11))
+def delete_global(frame: Frame, inst: Instruction) -> None:
+    """Delete a global."""
+    try:
+        del frame.globals[inst.argval]
+    except KeyError:
+        raise _name_error(inst.argval) from None
+
+
+def _name(frame: Frame, name: str) -> object:
+    local_names = frame.locals
+    if local_names is None:
+        raise SystemError(f"no locals when loading '{name}'")
+    try:
+        return local_names[name]
+    except KeyError:
+        return _global(frame, name)
+
+
+@handles("LOAD_NAME", since=(3, 11))
+def load_name(frame: Frame, inst: Instruction) -> None:
+    """Push a name looked up in locals, globals, then builtins."""
+    frame.stack.append(_name(frame, inst.argval))
+
+
+@handles("LOAD_NAME", since=(3, 11), hook="on_load_global")
+def load_name_hooked(frame: Frame, inst: Instruction) -> None:
+    """LOAD_NAME; a value found in globals/builtins passes through ``hooks.on_load_global``."""
+    name = inst.argval
+    local_names = frame.locals
+    if local_names is not None and name in local_names:
+        frame.stack.append(local_names[name])
+        return
+    frame.stack.append(frame.run.hooks.on_load_global(frame, name, _name(frame, name)))
+
+
+@handles("STORE_NAME", since=(3, 11))
+def store_name(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS into a local name (class bodies, module code)."""
+    if frame.locals is None:
+        raise SystemError(f"no locals found when storing '{inst.argval}'")
+    frame.locals[inst.argval] = frame.stack.pop()
+
+
+@handles("DELETE_NAME", since=(3, 11))
+def delete_name(frame: Frame, inst: Instruction) -> None:
+    """Delete a local name."""
+    try:
+        del frame.locals[inst.argval]
+    except KeyError:
+        raise _name_error(inst.argval) from None
+
+
+def _cell_value(frame: Frame, inst: Instruction) -> object:
+    try:
+        return frame.fast[inst.arg].cell_contents
+    except ValueError:
+        if inst.argval in frame.code.co_freevars:
+            raise NameError(_UNBOUND_FREE.format(inst.argval), name=inst.argval) from None
+        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval)) from None
+
+
+@handles("LOAD_DEREF", since=(3, 11))
+def load_deref(frame: Frame, inst: Instruction) -> None:
+    """Push the contents of a cell."""
+    frame.stack.append(_cell_value(frame, inst))
+
+
+@handles("LOAD_DEREF", since=(3, 11), hook="on_load_deref")
+def load_deref_hooked(frame: Frame, inst: Instruction) -> None:
+    """LOAD_DEREF through ``hooks.on_load_deref``."""
+    frame.stack.append(frame.run.hooks.on_load_deref(frame, inst.argval, _cell_value(frame, inst)))
+
+
+def _classderef(frame: Frame, inst: Instruction) -> object:
+    if frame.locals is not None and inst.argval in frame.locals:
+        return frame.locals[inst.argval]
+    return _cell_value(frame, inst)
+
+
+@handles("LOAD_CLASSDEREF", since=(3, 11))
+def load_classderef(frame: Frame, inst: Instruction) -> None:
+    """Push a name from the class namespace, else from its cell."""
+    frame.stack.append(_classderef(frame, inst))
+
+
+@handles("LOAD_CLASSDEREF", since=(3, 11), hook="on_load_deref")
+def load_classderef_hooked(frame: Frame, inst: Instruction) -> None:
+    """LOAD_CLASSDEREF through ``hooks.on_load_deref``."""
+    frame.stack.append(frame.run.hooks.on_load_deref(frame, inst.argval, _classderef(frame, inst)))
+
+
+@handles("STORE_DEREF", since=(3, 11))
+def store_deref(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS into a cell."""
+    frame.fast[inst.arg].cell_contents = frame.stack.pop()
+
+
+@handles("DELETE_DEREF", since=(3, 11))
+def delete_deref(frame: Frame, inst: Instruction) -> None:
+    """Empty a cell."""
+    _cell_value(frame, inst)
+    del frame.fast[inst.arg].cell_contents
+
+
+@handles("LOAD_CLOSURE", since=(3, 11))
+def load_closure(frame: Frame, inst: Instruction) -> None:
+    """Push the cell itself (to build a closure)."""
+    frame.stack.append(frame.fast[inst.arg])
+
+
+@handles("MAKE_CELL", since=(3, 11))
+def make_cell(frame: Frame, inst: Instruction) -> None:
+    """Turn a local slot into a cell holding its current value."""
+    v = frame.fast[inst.arg]
+    frame.fast[inst.arg] = CellType() if v is NULL else CellType(v)
+
+
+@handles("COPY_FREE_VARS", since=(3, 11))
+def copy_free_vars(frame: Frame, inst: Instruction) -> None:
+    """Copy the function's closure cells into the free-variable slots."""
+    closure = frame.function.__closure__
+    frame.fast[len(frame.fast) - inst.arg:] = closure
+
+
+@handles("LOAD_ATTR", since=(3, 11))
+def load_attr_(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS.name."""
+    stack = frame.stack
+    stack[-1] = load_attr(frame.run, stack[-1], inst.argval)
+
+
+@handles("LOAD_ATTR", since=(3, 11), hook="on_load_attr")
+def load_attr_hooked(frame: Frame, inst: Instruction) -> None:
+    """LOAD_ATTR through ``hooks.on_load_attr``."""
+    stack = frame.stack
+    obj = stack[-1]
+    stack[-1] = frame.run.hooks.on_load_attr(frame, obj, inst.argval, load_attr(frame.run, obj, inst.argval))
+
+
+@handles("LOAD_METHOD", since=(3, 11))
+def load_method(frame: Frame, inst: Instruction) -> None:
+    """Replace TOS by (NULL, TOS.name): the bound attribute, called by the following CALL."""
+    stack = frame.stack
+    stack.append(load_attr(frame.run, stack[-1], inst.argval))
+    stack[-2] = NULL
+
+
+@handles("LOAD_METHOD", since=(3, 11), hook="on_load_attr")
+def load_method_hooked(frame: Frame, inst: Instruction) -> None:
+    """LOAD_METHOD through ``hooks.on_load_attr``."""
+    stack = frame.stack
+    obj = stack[-1]
+    value = frame.run.hooks.on_load_attr(frame, obj, inst.argval, load_attr(frame.run, obj, inst.argval))
+    stack.append(value)
+    stack[-2] = NULL
+
+
+@handles("STORE_ATTR", since=(3, 11))
+def store_attr_(frame: Frame, inst: Instruction) -> None:
+    """TOS.name = TOS1."""
+    stack = frame.stack
+    obj = stack.pop()
+    store_attr(frame.run, obj, inst.argval, stack.pop())
+
+
+@handles("DELETE_ATTR", since=(3, 11))
+def delete_attr_(frame: Frame, inst: Instruction) -> None:
+    """del TOS.name."""
+    delete_attr(frame.run, frame.stack.pop(), inst.argval)
+
+
+@handles("BINARY_SUBSCR", since=(3, 11))
+def binary_subscr(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS1[TOS]."""
+    stack = frame.stack
+    key = stack.pop()
+    stack[-1] = get_item(frame.run, stack[-1], key)
+
+
+@handles("BINARY_SUBSCR", since=(3, 11), hook="on_load_subscr")
+def binary_subscr_hooked(frame: Frame, inst: Instruction) -> None:
+    """BINARY_SUBSCR through ``hooks.on_load_subscr``."""
+    stack = frame.stack
+    key = stack.pop()
+    container = stack[-1]
+    value = get_item(frame.run, container, key)
+    stack[-1] = frame.run.hooks.on_load_subscr(frame, container, key, value)
+
+
+@handles("STORE_SUBSCR", since=(3, 11))
+def store_subscr(frame: Frame, inst: Instruction) -> None:
+    """TOS1[TOS] = TOS2."""
+    stack = frame.stack
+    key = stack.pop()
+    container = stack.pop()
+    set_item(frame.run, container, key, stack.pop())
+
+
+@handles("DELETE_SUBSCR", since=(3, 11))
+def delete_subscr(frame: Frame, inst: Instruction) -> None:
+    """del TOS1[TOS]."""
+    stack = frame.stack
+    key = stack.pop()
+    delete_item(frame.run, stack.pop(), key)
+
+
+@handles("IMPORT_NAME", since=(3, 11))
+def import_name(frame: Frame, inst: Instruction) -> None:
+    """TOS = __import__(name, globals, locals, fromlist=TOS, level=TOS1)."""
+    from jitcore.interpreter.calls import call
+
+    stack = frame.stack
+    fromlist = stack.pop()
+    level = stack.pop()
+    try:
+        importer = frame.builtins["__import__"]
+    except KeyError:
+        raise ImportError("__import__ not found") from None
+    args = (inst.argval, frame.globals, frame.locals, fromlist, level)
+    stack.append(call(frame.run, importer, args, None))
+
+
+@handles("IMPORT_FROM", since=(3, 11))
+def import_from(frame: Frame, inst: Instruction) -> None:
+    """Push TOS.name (falling back to ``sys.modules`` for a submodule being imported)."""
+    module = frame.stack[-1]
+    name = inst.argval
+    try:
+        frame.stack.append(getattr(module, name))
+        return
+    except AttributeError:
+        pass
+    package = getattr(module, "__name__", None)
+    if isinstance(package, str) and f"{package}.{name}" in sys.modules:
+        frame.stack.append(sys.modules[f"{package}.{name}"])
+        return
+    path = getattr(module, "__file__", None)
+    where = path if path is not None else "unknown location"
+    pkg = package if isinstance(package, str) else "<unknown module name>"
+    spec = getattr(module, "__spec__", None)
+    if getattr(spec, "_initializing", False):
+        msg = f"cannot import name '{name}' from partially initialized module '{pkg}' " \
+              f"(most likely due to a circular import) ({where})"
+    else:
+        msg = f"cannot import name '{name}' from '{pkg}' ({where})"
+    raise ImportError(msg, name=package, path=path)
+
+
+@handles("IMPORT_STAR", since=(3, 11))
+def import_star(frame: Frame, inst: Instruction) -> None:
+    """from TOS import * (into the frame's locals)."""
+    module = frame.stack.pop()
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n in vars(module) if not n.startswith("_")]
+    for name in names:
+        frame.locals[name] = getattr(module, name)
+
+
+@handles("LOAD_BUILD_CLASS", since=(3, 11))
+def load_build_class(frame: Frame, inst: Instruction) -> None:
+    """Push builtins.__build_class__."""
+    try:
+        frame.stack.append(frame.builtins["__build_class__"])
+    except KeyError:
+        raise NameError("__build_class__ not found") from None
+
+
+@handles("LOAD_ASSERTION_ERROR", since=(3, 11))
+def load_assertion_error(frame: Frame, inst: Instruction) -> None:
+    """Push AssertionError."""
+    frame.stack.append(AssertionError)
+
+
+@handles("SETUP_ANNOTATIONS", since=(3, 11))
+def setup_annotations(frame: Frame, inst: Instruction) -> None:
+    """Create ``__annotations__`` in the locals if missing."""
+    if "__annotations__" not in frame.locals:
+        frame.locals["__annotations__"] = {}

@@ -1,0 +1,72 @@
+"""Binary, unary, comparison, identity and membership operators.
+
+Invariant: native operands use the native operator; anything else follows CPython's dunder protocol in
+``protocols`` (so user ``__add__``/``__radd__``/``__eq__``... are interpreted).
+"""
+
+from __future__ import annotations
+
+from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.protocols import BINARY_OPS, NATIVE_TYPES, binary_op, compare_op, contains, truth, unary_op
+from jitcore.interpreter.registry import handles
+
+
+@handles("BINARY_OP", since=(3, 11))
+def binary_op_(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS1 <op> TOS, operator chosen by inst.arg (the full __op__/__rop__/__iop__ protocol)."""
+    stack = frame.stack
+    rhs = stack.pop()
+    lhs = stack[-1]
+    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        stack[-1] = BINARY_OPS[inst.arg][4](lhs, rhs)
+    else:
+        stack[-1] = binary_op(frame.run, inst.arg, lhs, rhs)
+
+
+@handles("COMPARE_OP", since=(3, 11))
+def compare_op_(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS1 <cmp> TOS."""
+    stack = frame.stack
+    rhs = stack.pop()
+    stack[-1] = compare_op(frame.run, inst.argval, stack[-1], rhs)
+
+
+@handles("IS_OP", since=(3, 11))
+def is_op(frame: Frame, inst: Instruction) -> None:
+    """TOS = (TOS1 is TOS) (negated if inst.arg)."""
+    stack = frame.stack
+    rhs = stack.pop()
+    stack[-1] = (stack[-1] is rhs) is not bool(inst.arg)
+
+
+@handles("CONTAINS_OP", since=(3, 11))
+def contains_op(frame: Frame, inst: Instruction) -> None:
+    """TOS = (TOS1 in TOS) (negated if inst.arg)."""
+    stack = frame.stack
+    container = stack.pop()
+    stack[-1] = contains(frame.run, container, stack[-1]) is not bool(inst.arg)
+
+
+@handles("UNARY_NEGATIVE", since=(3, 11))
+def unary_negative(frame: Frame, inst: Instruction) -> None:
+    """TOS = -TOS."""
+    frame.stack[-1] = unary_op(frame.run, "__neg__", frame.stack[-1])
+
+
+@handles("UNARY_POSITIVE", since=(3, 11))
+def unary_positive(frame: Frame, inst: Instruction) -> None:
+    """TOS = +TOS."""
+    frame.stack[-1] = unary_op(frame.run, "__pos__", frame.stack[-1])
+
+
+@handles("UNARY_INVERT", since=(3, 11))
+def unary_invert(frame: Frame, inst: Instruction) -> None:
+    """TOS = ~TOS."""
+    frame.stack[-1] = unary_op(frame.run, "__invert__", frame.stack[-1])
+
+
+@handles("UNARY_NOT", since=(3, 11))
+def unary_not(frame: Frame, inst: Instruction) -> None:
+    """TOS = not TOS."""
+    frame.stack[-1] = not truth(frame.run, frame.stack[-1])

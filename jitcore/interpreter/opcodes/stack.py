@@ -1,0 +1,45 @@
+"""Value-stack shuffling and instructions that do nothing here.
+
+Invariant: these handlers never call user code.
+"""
+
+from __future__ import annotations
+
+from jitcore.interpreter.frame import NULL, Frame
+from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.registry import handles, unsupported
+
+unsupported("CACHE", "inline-cache filler: never decoded as an instruction", since=(3, 11))
+
+
+@handles("POP_TOP", since=(3, 11))
+def pop_top(frame: Frame, inst: Instruction) -> None:
+    """Discard TOS."""
+    frame.stack.pop()
+
+
+@handles("PUSH_NULL", since=(3, 11))
+def push_null(frame: Frame, inst: Instruction) -> None:
+    """Push the NULL that marks "no self" for the following CALL."""
+    frame.stack.append(NULL)
+
+
+@handles("COPY", since=(3, 11))
+def copy(frame: Frame, inst: Instruction) -> None:
+    """Push a copy of the i-th item (1 = TOS)."""
+    frame.stack.append(frame.stack[-inst.arg])
+
+
+@handles("SWAP", since=(3, 11))
+def swap(frame: Frame, inst: Instruction) -> None:
+    """Swap TOS with the i-th item."""
+    stack = frame.stack
+    stack[-1], stack[-inst.arg] = stack[-inst.arg], stack[-1]
+
+
+@handles("NOP", since=(3, 11))
+@handles("RESUME", since=(3, 11))
+@handles("PRECALL", since=(3, 11))
+@handles("EXTENDED_ARG", since=(3, 11))
+def nop(frame: Frame, inst: Instruction) -> None:
+    """No effect here (PRECALL/EXTENDED_ARG/NOP are not even decoded: Note [Dropped instructions])."""

@@ -1,0 +1,466 @@
+"""The object protocols behind operators, attribute access, truth and iteration, run the CPython way.
+
+Every protocol has a fast path for values whose types run no Python code for it (ints, lists, ...; a type
+is checked once, then cached as "native") and otherwise emulates CPython's algorithm so that the Python
+methods involved (``__add__``/``__radd__``, properties, ``__getattr__``, ``__bool__``, ``__next__``, ...) are
+called through ``calls.call`` -- i.e. interpreted, and visible to lookasides.
+
+Invariants:
+- Only "runs no Python code" decisions are cached. A stale entry (a class changed after it was seen) makes
+  a Python method run natively -- same result, only untraced -- never a different result.
+- When both operands of an operator are native, the native operator is applied: identical semantics.
+"""
+
+from __future__ import annotations
+
+import operator
+from types import FunctionType, MethodType
+from typing import TYPE_CHECKING
+
+from jitcore.interpreter.calls import call
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.run import Run
+
+__all__ = [
+    "BINARY_OPS", "binary_op", "compare_op", "truth", "get_iter", "next_value", "load_attr", "store_attr",
+    "delete_attr", "get_item", "set_item", "delete_item", "contains", "unary_op", "lookup_special",
+    "EXHAUSTED", "NATIVE_TYPES", "to_str", "to_repr", "to_format", "length",
+]
+
+EXHAUSTED = object()
+_MISSING = object()
+
+NATIVE_TYPES = frozenset({
+    int, float, complex, bool, str, bytes, bytearray, list, tuple, dict, set, frozenset, type(None), range,
+    slice, type(...), type(NotImplemented), memoryview,
+})
+_NATIVE_ITERATORS = frozenset(type(x) for x in (
+    iter([]), iter(()), iter(range(0)), iter({}), iter({}.values()), iter({}.items()), iter(""), iter(set()),
+    enumerate([]), zip(), map(len, []), filter(None, []), reversed([]), iter(b""),
+))
+
+# (name, reflected name, symbol, native function), indexed by BINARY_OP's argument (dis._nb_ops order).
+_NB = [
+    ("add", operator.add, operator.iadd, "+"), ("and", operator.and_, operator.iand, "&"),
+    ("floordiv", operator.floordiv, operator.ifloordiv, "//"), ("lshift", operator.lshift, operator.ilshift, "<<"),
+    ("matmul", operator.matmul, operator.imatmul, "@"), ("mul", operator.mul, operator.imul, "*"),
+    ("mod", operator.mod, operator.imod, "%"), ("or", operator.or_, operator.ior, "|"),
+    ("pow", operator.pow, operator.ipow, "**"), ("rshift", operator.rshift, operator.irshift, ">>"),
+    ("sub", operator.sub, operator.isub, "-"), ("truediv", operator.truediv, operator.itruediv, "/"),
+    ("xor", operator.xor, operator.ixor, "^"),
+]
+BINARY_OPS: list[tuple] = []
+for _name, _fn, _ifn, _sym in _NB:
+    BINARY_OPS.append((f"__{_name}__", f"__r{_name}__", None, _sym, _fn))
+for _name, _fn, _ifn, _sym in _NB:
+    BINARY_OPS.append((f"__{_name}__", f"__r{_name}__", f"__i{_name}__", _sym + "=", _ifn))
+
+_COMPARE = {
+    "<": ("__lt__", "__gt__", operator.lt), "<=": ("__le__", "__ge__", operator.le),
+    "==": ("__eq__", "__eq__", operator.eq), "!=": ("__ne__", "__ne__", operator.ne),
+    ">": ("__gt__", "__lt__", operator.gt), ">=": ("__ge__", "__le__", operator.ge),
+}
+
+
+def _is_py(f: object) -> bool:
+    return type(f) is FunctionType
+
+
+# ---------------------------------------------------------------------------------------------- operators
+
+def binary_op(run: Run, op: int, a: object, b: object) -> object:
+    """``a <op> b`` for BINARY_OP argument ``op`` (in-place forms included)."""
+    ta, tb = type(a), type(b)
+    name, rname, iname, symbol, native = BINARY_OPS[op]
+    if ta in NATIVE_TYPES and tb in NATIVE_TYPES:
+        return native(a, b)
+    if iname is not None:
+        f = getattr(ta, iname, None)
+        if _is_py(f):
+            result = call(run, f, (a, b), None)
+            if result is not NotImplemented:
+                return result
+        elif f is not None and not (_is_py(getattr(ta, name, None)) or _is_py(getattr(tb, rname, None))):
+            return native(a, b)
+        elif f is not None:
+            result = f(a, b)
+            if result is not NotImplemented:
+                return result
+        return _binary(run, a, b, name, rname, symbol[:-1], BINARY_OPS[op - 13][4])
+    return _binary(run, a, b, name, rname, symbol, native)
+
+
+def _binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, native) -> object:
+    ta, tb = type(a), type(b)
+    lf = getattr(ta, name, None)
+    rf = getattr(tb, rname, None) if tb is not ta else None
+    if not _is_py(lf) and not _is_py(rf):
+        return native(a, b)
+    if rf is not None and issubclass(tb, ta) and rf is not getattr(ta, rname, None):
+        result = call(run, rf, (b, a), None)
+        if result is not NotImplemented:
+            return result
+        rf = None
+    if lf is not None:
+        result = call(run, lf, (a, b), None)
+        if result is not NotImplemented:
+            return result
+    if rf is not None:
+        result = call(run, rf, (b, a), None)
+        if result is not NotImplemented:
+            return result
+    if symbol == "**":
+        raise TypeError(f"unsupported operand type(s) for ** or pow(): '{ta.__name__}' and '{tb.__name__}'")
+    raise TypeError(f"unsupported operand type(s) for {symbol}: '{ta.__name__}' and '{tb.__name__}'")
+
+
+def compare_op(run: Run, symbol: str, a: object, b: object) -> object:
+    """``a <symbol> b`` for a rich comparison (reflection and the ``==`` identity fallback included)."""
+    ta, tb = type(a), type(b)
+    name, rname, native = _COMPARE[symbol]
+    if ta in NATIVE_TYPES and tb in NATIVE_TYPES:
+        return native(a, b)
+    lf = getattr(ta, name, None)
+    rf = getattr(tb, rname, None)
+    if not _is_py(lf) and not _is_py(rf):
+        return native(a, b)
+    reflected_done = False
+    if ta is not tb and issubclass(tb, ta) and rf is not None:
+        reflected_done = True
+        result = call(run, rf, (b, a), None)
+        if result is not NotImplemented:
+            return result
+    if lf is not None:
+        result = call(run, lf, (a, b), None)
+        if result is not NotImplemented:
+            return result
+    if not reflected_done and rf is not None:
+        result = call(run, rf, (b, a), None)
+        if result is not NotImplemented:
+            return result
+    if symbol == "==":
+        return a is b
+    if symbol == "!=":
+        return a is not b
+    raise TypeError(f"'{symbol}' not supported between instances of '{ta.__name__}' and '{tb.__name__}'")
+
+
+_UNARY = {"__neg__": operator.neg, "__pos__": operator.pos, "__invert__": operator.invert}
+
+
+def unary_op(run: Run, name: str, v: object) -> object:
+    """``-v``, ``+v`` or ``~v`` (by dunder name)."""
+    t = type(v)
+    if t not in NATIVE_TYPES:
+        f = getattr(t, name, None)
+        if _is_py(f):
+            return call(run, f, (v,), None)
+    return _UNARY[name](v)
+
+
+def truth(run: Run, v: object) -> bool:
+    """``bool(v)`` with a Python ``__bool__``/``__len__`` interpreted."""
+    t = type(v)
+    if t in NATIVE_TYPES:
+        return bool(v)
+    f = getattr(t, "__bool__", None)
+    if _is_py(f):
+        result = call(run, f, (v,), None)
+        if type(result) is not bool:
+            raise TypeError(f"__bool__ should return bool, returned {type(result).__name__}")
+        return result
+    if f is None:
+        f = getattr(t, "__len__", None)
+        if _is_py(f):
+            return length(run, v) != 0
+    return bool(v)
+
+
+def length(run: Run, v: object) -> int:
+    """``len(v)`` with a Python ``__len__`` interpreted."""
+    t = type(v)
+    if t not in NATIVE_TYPES:
+        f = getattr(t, "__len__", None)
+        if _is_py(f):
+            result = operator.index(call(run, f, (v,), None))
+            if result < 0:
+                raise ValueError("__len__() should return >= 0")
+            return result
+    return len(v)
+
+
+def contains(run: Run, container: object, item: object) -> bool:
+    """``item in container``."""
+    t = type(container)
+    if t not in NATIVE_TYPES:
+        f = getattr(t, "__contains__", None)
+        if _is_py(f):
+            return truth(run, call(run, f, (container, item), None))
+    return item in container
+
+
+# ---------------------------------------------------------------------------------------------- iteration
+
+def get_iter(run: Run, v: object) -> object:
+    """``iter(v)`` with a Python ``__iter__`` interpreted."""
+    t = type(v)
+    if t not in NATIVE_TYPES:
+        f = getattr(t, "__iter__", None)
+        if _is_py(f):
+            it = call(run, f, (v,), None)
+            if not hasattr(type(it), "__next__"):
+                raise TypeError(f"iter() returned non-iterator of type '{type(it).__name__}'")
+            return it
+    return iter(v)
+
+
+def next_value(run: Run, it: object) -> object:
+    """``next(it)``, or ``EXHAUSTED`` when it is exhausted."""
+    t = type(it)
+    if t not in _NATIVE_ITERATORS:
+        f = getattr(t, "__next__", None)
+        if _is_py(f):
+            try:
+                return call(run, f, (it,), None)
+            except StopIteration:
+                return EXHAUSTED
+        elif f is None:
+            raise TypeError(f"'{t.__name__}' object is not an iterator")
+    return next(it, EXHAUSTED)
+
+
+# ---------------------------------------------------------------------------------------------- attributes
+
+_NATIVE_ATTR: dict[type, bool] = {}
+
+
+def _attr_native(t: type) -> bool:
+    """Whether attribute access on instances of ``t`` can involve no Python code (cached)."""
+    hit = _NATIVE_ATTR.get(t)
+    if hit is None:
+        hit = _NATIVE_ATTR[t] = _compute_attr_native(t)
+    return hit
+
+
+def _compute_attr_native(t: type) -> bool:
+    for name in ("__getattribute__", "__getattr__", "__setattr__", "__delattr__"):
+        if _is_py(getattr(t, name, None)):
+            return False
+    for klass in t.__mro__:
+        for value in vars(klass).values():
+            if _is_py_descriptor(value):
+                return False
+    return True
+
+
+def _is_py_descriptor(value: object) -> bool:
+    vt = type(value)
+    if vt is FunctionType or vt in NATIVE_TYPES:
+        return False
+    if isinstance(value, property):
+        return True
+    return any(_is_py(getattr(vt, n, None)) for n in ("__get__", "__set__", "__delete__"))
+
+
+def _mro_lookup(t: type, name: str) -> object:
+    for klass in t.__mro__:
+        d = vars(klass)
+        if name in d:
+            return d[name]
+    return _MISSING
+
+
+def load_attr(run: Run, obj: object, name: str) -> object:
+    """``obj.name`` with Python descriptors, properties, ``__getattribute__`` and ``__getattr__`` interpreted."""
+    t = type(obj)
+    if _attr_native(t) and (t is not type or _attr_native(obj)) and not isinstance(obj, type):
+        return getattr(obj, name)
+    if isinstance(obj, type):
+        return _load_class_attr(run, obj, name)
+    getattr_hook = getattr(t, "__getattr__", None)
+    try:
+        return _getattribute(run, obj, t, name)
+    except AttributeError:
+        if getattr_hook is None:
+            raise
+        return call(run, getattr_hook, (obj, name), None)
+
+
+def _getattribute(run: Run, obj: object, t: type, name: str) -> object:
+    custom = getattr(t, "__getattribute__", None)
+    if _is_py(custom):
+        return call(run, custom, (obj, name), None)
+    descr = _mro_lookup(t, name)
+    if descr is _MISSING:
+        return custom(obj, name)
+    dt = type(descr)
+    get = getattr(dt, "__get__", None)
+    if not _is_py(get):
+        if isinstance(descr, property) and descr.fget is not None and dt.__get__ is property.__get__:
+            return call(run, descr.fget, (obj,), None)
+        return custom(obj, name)
+    if _is_py(getattr(dt, "__set__", None)) or _is_py(getattr(dt, "__delete__", None)) \
+            or hasattr(dt, "__set__") or hasattr(dt, "__delete__"):
+        return call(run, get, (descr, obj, t), None)
+    instance_dict = getattr(obj, "__dict__", None)
+    if type(instance_dict) is dict and name in instance_dict:
+        return instance_dict[name]
+    return call(run, get, (descr, obj, t), None)
+
+
+def _load_class_attr(run: Run, cls: type, name: str) -> object:
+    meta = type(cls)
+    if not _attr_native(meta):
+        meta_descr = _mro_lookup(meta, name)
+        if isinstance(meta_descr, property) and meta_descr.fget is not None:
+            return call(run, meta_descr.fget, (cls,), None)
+        meta_getattr = getattr(meta, "__getattr__", None)
+        if _is_py(meta_getattr):
+            try:
+                return getattr(cls, name) if _mro_lookup(cls, name) is not _MISSING else type.__getattribute__(
+                    cls, name)
+            except AttributeError:
+                return call(run, meta_getattr, (cls, name), None)
+    descr = _mro_lookup(cls, name)
+    if descr is not _MISSING:
+        get = getattr(type(descr), "__get__", None)
+        if _is_py(get):
+            return call(run, get, (descr, None, cls), None)
+    return getattr(cls, name)
+
+
+def store_attr(run: Run, obj: object, name: str, value: object) -> None:
+    """``obj.name = value`` with Python ``__setattr__``, ``__set__`` and property setters interpreted."""
+    t = type(obj)
+    if _attr_native(t) or isinstance(obj, type):
+        setattr(obj, name, value)
+        return
+    custom = getattr(t, "__setattr__", None)
+    if _is_py(custom):
+        call(run, custom, (obj, name, value), None)
+        return
+    descr = _mro_lookup(t, name)
+    if descr is not _MISSING:
+        dt = type(descr)
+        setter = getattr(dt, "__set__", None)
+        if _is_py(setter):
+            call(run, setter, (descr, obj, value), None)
+            return
+        if isinstance(descr, property) and dt.__set__ is property.__set__ and _is_py(descr.fset):
+            call(run, descr.fset, (obj, value), None)
+            return
+    setattr(obj, name, value)
+
+
+def delete_attr(run: Run, obj: object, name: str) -> None:
+    """``del obj.name`` with Python ``__delattr__``, ``__delete__`` and property deleters interpreted."""
+    t = type(obj)
+    if _attr_native(t) or isinstance(obj, type):
+        delattr(obj, name)
+        return
+    custom = getattr(t, "__delattr__", None)
+    if _is_py(custom):
+        call(run, custom, (obj, name), None)
+        return
+    descr = _mro_lookup(t, name)
+    if descr is not _MISSING:
+        dt = type(descr)
+        deleter = getattr(dt, "__delete__", None)
+        if _is_py(deleter):
+            call(run, deleter, (descr, obj), None)
+            return
+        if isinstance(descr, property) and dt.__delete__ is property.__delete__ and _is_py(descr.fdel):
+            call(run, descr.fdel, (obj,), None)
+            return
+    delattr(obj, name)
+
+
+def lookup_special(obj: object, name: str) -> object:
+    """CPython's ``_PyObject_LookupSpecial``: ``name`` looked up on the type and bound to ``obj``, or _MISSING."""
+    f = _mro_lookup(type(obj), name)
+    if f is _MISSING:
+        return _MISSING
+    if type(f) is FunctionType:
+        return MethodType(f, obj)
+    get = getattr(type(f), "__get__", None)
+    return f if get is None else get(f, obj, type(obj))
+
+
+MISSING = _MISSING
+
+
+# ---------------------------------------------------------------------------------------------- subscripts
+
+def get_item(run: Run, container: object, key: object) -> object:
+    """``container[key]`` with a Python ``__getitem__`` / ``__class_getitem__`` interpreted."""
+    t = type(container)
+    if t in NATIVE_TYPES:
+        return container[key]
+    f = getattr(t, "__getitem__", None)
+    if _is_py(f):
+        return call(run, f, (container, key), None)
+    if f is None and isinstance(container, type):
+        cg = getattr(container, "__class_getitem__", None)
+        if cg is not None and _is_py(getattr(cg, "__func__", None)):
+            return call(run, cg, (key,), None)
+    return container[key]
+
+
+def set_item(run: Run, container: object, key: object, value: object) -> None:
+    """``container[key] = value``."""
+    t = type(container)
+    if t not in NATIVE_TYPES:
+        f = getattr(t, "__setitem__", None)
+        if _is_py(f):
+            call(run, f, (container, key, value), None)
+            return
+    container[key] = value
+
+
+def delete_item(run: Run, container: object, key: object) -> None:
+    """``del container[key]``."""
+    t = type(container)
+    if t not in NATIVE_TYPES:
+        f = getattr(t, "__delitem__", None)
+        if _is_py(f):
+            call(run, f, (container, key), None)
+            return
+    del container[key]
+
+
+# ---------------------------------------------------------------------------------------------- conversions
+
+def _convert(run: Run, v: object, name: str, native, kind: str) -> str:
+    t = type(v)
+    if t is not str and t not in NATIVE_TYPES:
+        f = getattr(t, name, None)
+        if _is_py(f):
+            result = call(run, f, (v,), None)
+            if not isinstance(result, str):
+                raise TypeError(f"{name} returned non-{kind} (type {type(result).__name__})")
+            return result
+    return native(v)
+
+
+def to_str(run: Run, v: object) -> str:
+    """``str(v)``."""
+    return _convert(run, v, "__str__", str, "string")
+
+
+def to_repr(run: Run, v: object) -> str:
+    """``repr(v)``."""
+    return _convert(run, v, "__repr__", repr, "string")
+
+
+def to_format(run: Run, v: object, spec: str) -> str:
+    """``format(v, spec)``."""
+    t = type(v)
+    if t is not str and t not in NATIVE_TYPES:
+        f = getattr(t, "__format__", None)
+        if _is_py(f):
+            result = call(run, f, (v, spec), None)
+            if not isinstance(result, str):
+                raise TypeError(f"__format__ must return a str, not {type(result).__name__}")
+            return result
+    return format(v, spec)

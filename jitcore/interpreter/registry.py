@@ -1,0 +1,103 @@
+"""Which function executes which opcode, per Python version.
+
+Invariants:
+- An opcode is registered at most once per Python version, and only if it exists in ``dis.opmap`` of the
+  running Python; a mistake here fails at import time, not in the middle of a user's program.
+- Every opcode of the running Python is either handled or listed in ``UNSUPPORTED`` with a reason
+  (tests/interpreter/test_opcode_coverage.py checks this).
+- Handler variants that exist only to serve a hook (``hook="on_load_global"``) replace the plain handler in
+  the table of runs that set that hook, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from jitcore.interpreter.errors import InterpreterError, UnsupportedConstruct
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.frame import Frame
+    from jitcore.interpreter.instructions import Instruction
+
+    Handler = Callable[[Frame, Instruction], object]
+
+__all__ = ["handles", "unsupported", "HANDLERS", "VARIANTS", "UNSUPPORTED", "handler_table", "SUPPORTED_VERSIONS"]
+
+SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11),)
+_VERSION = sys.version_info[:2]
+
+HANDLERS: dict[str, Handler] = {}
+VARIANTS: dict[tuple[str, str], Handler] = {}
+UNSUPPORTED: dict[str, str] = {}
+
+
+def _applies(since: tuple[int, int], until: tuple[int, int] | None) -> bool:
+    return since <= _VERSION and (until is None or _VERSION <= until)
+
+
+def handles(
+    opname: str, since: tuple[int, int], until: tuple[int, int] | None = None, hook: str | None = None
+) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of ``opname`` for Pythons in ``[since, until]``.
+
+    Args:
+        opname: the CPython opcode name, e.g. ``"BINARY_OP"``.
+        since: first Python version (major, minor) whose bytecode this handler implements.
+        until: last such version, or None for "up to the newest supported".
+        hook: name of a ``Hooks`` field; the handler is then a variant used only by runs that set that hook.
+
+    Raises:
+        InterpreterError: the opcode does not exist on this Python, or is registered twice.
+    """
+
+    def register(fn: Handler) -> Handler:
+        if not _applies(since, until):
+            return fn
+        if opname not in dis.opmap:
+            raise InterpreterError(f"@handles({opname!r}): no such opcode on Python {_VERSION}")
+        table: dict = VARIANTS if hook else HANDLERS
+        key = (opname, hook) if hook else opname
+        if key in table:
+            raise InterpreterError(f"@handles({opname!r}, hook={hook!r}) registered twice")
+        table[key] = fn
+        return fn
+
+    return register
+
+
+def unsupported(opname: str, reason: str, since: tuple[int, int], until: tuple[int, int] | None = None) -> None:
+    """Declare that ``opname`` is deliberately not executed, and why (raises UnsupportedConstruct if met)."""
+    if _applies(since, until):
+        if opname not in dis.opmap:
+            raise InterpreterError(f"unsupported({opname!r}): no such opcode on Python {_VERSION}")
+        UNSUPPORTED[opname] = reason
+
+
+def _make_unsupported(opname: str, reason: str) -> Handler:
+    def handler(frame: Frame, inst: Instruction) -> None:
+        raise UnsupportedConstruct(f"opcode {opname} is not supported: {reason}", frame.where())
+
+    return handler
+
+
+def _make_unknown(opname: str) -> Handler:
+    def handler(frame: Frame, inst: Instruction) -> None:
+        raise InterpreterError(f"no handler for opcode {opname}", frame.where())
+
+    return handler
+
+
+def handler_table(hooks_set: frozenset[str]) -> list[Handler]:
+    """The dispatch table (indexed by opcode) for a run whose set hooks are ``hooks_set``."""
+    table: list[Handler] = [_make_unknown(dis.opname[i]) for i in range(256)]
+    for opname, reason in UNSUPPORTED.items():
+        table[dis.opmap[opname]] = _make_unsupported(opname, reason)
+    for opname, fn in HANDLERS.items():
+        table[dis.opmap[opname]] = fn
+    for (opname, hook), fn in VARIANTS.items():
+        if hook in hooks_set:
+            table[dis.opmap[opname]] = fn
+    return table

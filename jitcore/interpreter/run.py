@@ -1,0 +1,112 @@
+"""Run: one use of the interpreter (its hooks, its dispatch table, its live frames) and ``current_run()``.
+
+Invariants:
+- A Run's dispatch table and loop are chosen once, from which hooks are set; hooks left None cost nothing.
+- ``run.frames`` lists the interpreted frames executing now, innermost last (a suspended generator's frame
+  is not in it).
+- The stack of active runs is per thread. ``current_run()`` is the innermost one; runs nest (a lookaside
+  may start another run).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from jitcore.interpreter.hooks import Hooks
+from jitcore.interpreter.registry import handler_table
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.frame import Frame
+
+__all__ = ["Run", "current_run", "active_runs"]
+
+_HOOKED_FIELDS = ("on_load_global", "on_load_deref", "on_load_attr", "on_load_subscr")
+_TABLES: dict[frozenset[str], list] = {}
+
+
+class _ActiveRuns(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Run] = []
+
+
+_ACTIVE = _ActiveRuns()
+
+
+def active_runs() -> list[Run]:
+    """The stack of runs active on this thread, innermost last (the list itself; push/pop in pairs)."""
+    return _ACTIVE.stack
+
+
+def current_run() -> Run | None:
+    """The innermost active Run on this thread, or None when no interpreted code is running."""
+    stack = _ACTIVE.stack
+    return stack[-1] if stack else None
+
+
+class Run:
+    """The state of one interpretation: hooks, dispatch table, lookasides and the live frame stack.
+
+    Args:
+        hooks: the Hooks to consult (``Hooks()`` for none).
+    """
+
+    __slots__ = ("hooks", "frames", "handlers", "lookasides", "resolve_call", "on_opaque_call", "execute",
+                 "raising", "native_exc", "_resolved", "type_of")
+
+    def __init__(self, hooks: Hooks) -> None:
+        from jitcore.interpreter import loop
+        from jitcore.interpreter.lookasides import builtin_lookasides
+
+        self.hooks = hooks
+        self.frames: list[Frame] = []
+        hooks_set = frozenset(name for name in _HOOKED_FIELDS if getattr(hooks, name) is not None)
+        table = _TABLES.get(hooks_set)
+        if table is None:
+            table = _TABLES[hooks_set] = handler_table(hooks_set)
+        self.handlers = table
+        self.lookasides = {**builtin_lookasides(), **hooks.lookasides}
+        self.resolve_call = hooks.resolve_call
+        self.on_opaque_call = hooks.on_opaque_call
+        self.type_of = hooks.type_of if hooks.type_of is not None else type
+        self.execute = loop.execute_traced if hooks.on_instruction is not None else loop.execute
+        self.raising: tuple | None = None
+        self.native_exc: BaseException | None = None
+        self._resolved: dict[int, tuple[object, Callable | None]] = {}
+
+    def call(self, fn: Callable, *args: object, **kwargs: object) -> object:
+        """Call ``fn(*args, **kwargs)`` as the interpreted program would: interpreting Python code.
+
+        Returns:
+            what the call returns.
+
+        Raises:
+            whatever the call raises (the user's exception object itself).
+        """
+        from jitcore.interpreter.calls import call
+
+        stack = _ACTIVE.stack
+        stack.append(self)
+        try:
+            return call(self, fn, args, kwargs)
+        except BaseException as e:
+            from jitcore.interpreter.tracebacks import strip_internal
+
+            e.__traceback__ = strip_internal(e.__traceback__)
+            raise
+        finally:
+            stack.pop()
+
+    def resolve(self, fn: object) -> Callable | None:
+        """``hooks.resolve_call(fn)``, cached per callable for the life of the run."""
+        key = id(fn)
+        hit = self._resolved.get(key)
+        if hit is not None and hit[0] is fn:
+            return hit[1]
+        result = self.resolve_call(fn)
+        self._resolved[key] = (fn, result)
+        return result
+
+    def __repr__(self) -> str:
+        return f"<Run frames={self.frames!r}>"

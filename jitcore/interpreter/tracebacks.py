@@ -1,0 +1,114 @@
+"""Tracebacks that show the user's interpreted frames, not the interpreter's.
+
+Invariants:
+- An exception passing through an interpreted frame gets exactly one traceback entry for that frame (file,
+  line, columns and function name of the instruction that raised), as CPython would add; a bare re-raise
+  within the same frame does not add another.
+- The entry is a real traceback object: it is produced by running a one-instruction "raiser" whose code
+  object carries the user's file name, function name and position (the jinja2 ``fake_traceback`` idea).
+- Leading interpreter-internal entries are removed before an entry is added, and at every boundary where
+  an exception leaves the interpreter, so the user never sees ``jitcore/interpreter`` frames.
+"""
+
+from __future__ import annotations
+
+import os
+from types import CodeType, FunctionType, TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.frame import Frame
+
+__all__ = ["strip_internal", "add_frame", "is_internal"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_INTERNAL_NAMES = ("<jitcore binder>",)
+
+
+def _raiser_template() -> CodeType:
+    namespace: dict = {}
+    exec(compile("def raiser(exc):\n    raise exc\n", "<jitcore raiser>", "exec"), namespace)
+    return namespace["raiser"].__code__
+
+
+_TEMPLATE = _raiser_template()
+_TEMPLATE_UNITS = len(_TEMPLATE.co_code) // 2
+
+
+def is_internal(filename: str) -> bool:
+    """Whether a code object's file belongs to the interpreter itself."""
+    return filename.startswith(_PACKAGE_DIR) or filename in _INTERNAL_NAMES
+
+
+def strip_internal(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without its leading interpreter-internal entries."""
+    while tb is not None and is_internal(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
+
+
+def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
+    """Give ``exc`` a traceback entry for ``frame`` on top of its (stripped) traceback.
+
+    Args:
+        frame: the interpreted frame the exception is passing through.
+        exc: the exception.
+        always: add an entry even if the traceback already starts with this frame's last entry (an explicit
+            ``raise exc`` in the same frame adds one in CPython; a bare re-raise does not).
+    """
+    tb = strip_internal(exc.__traceback__)
+    if not always and tb is not None and tb is frame.tb_entry:
+        exc.__traceback__ = tb
+        return
+    entry = _entry(frame, exc, tb)
+    frame.tb_entry = entry
+    exc.__traceback__ = entry
+
+
+def _entry(frame: Frame, exc: BaseException, tb_next: TracebackType | None) -> TracebackType | None:
+    index = max(frame.index - 1, 0)
+    raisers = frame.info.raisers
+    raiser = raisers.get(index)
+    if raiser is None or raiser.__globals__ is not frame.globals:
+        raiser = raisers[index] = FunctionType(_raiser_code(frame), frame.globals)
+    context, suppress = exc.__context__, exc.__suppress_context__
+    exc.__traceback__ = tb_next
+    try:
+        raiser(exc)
+    except BaseException as e:  # noqa: BLE001 - the raiser raises exactly exc
+        entry = e.__traceback__.tb_next
+    exc.__context__, exc.__suppress_context__ = context, suppress
+    return entry
+
+
+def _raiser_code(frame: Frame) -> CodeType:
+    code = frame.code
+    inst = frame.instructions[max(frame.index - 1, 0)]
+    lineno = inst.lineno if inst.lineno is not None else frame.position().lineno
+    if lineno is None:
+        lineno = code.co_firstlineno
+    table = _linetable(inst.end_lineno, lineno, inst.col, inst.end_col)
+    return _TEMPLATE.replace(co_filename=code.co_filename, co_name=code.co_name, co_qualname=code.co_qualname,
+                             co_firstlineno=lineno, co_linetable=table)
+
+
+def _linetable(end_lineno: int | None, lineno: int, col: int | None, end_col: int | None) -> bytes:
+    """A 3.11 location table giving every instruction of the raiser the span ``lineno:col-end_lineno:end_col``."""
+    head = 0x80 | (_TEMPLATE_UNITS - 1)
+    if col is None or end_col is None or end_lineno is None:
+        return bytes([head | (13 << 3)]) + _svarint(0)  # line only, no columns
+    return (bytes([head | (14 << 3)]) + _svarint(0) + _varint(end_lineno - lineno)
+            + _varint(col + 1) + _varint(end_col + 1))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 64:
+        out.append(64 | (value & 63))
+        value >>= 6
+    out.append(value)
+    return bytes(out)
+
+
+def _svarint(value: int) -> bytes:
+    return _varint((-value << 1) | 1 if value < 0 else value << 1)
