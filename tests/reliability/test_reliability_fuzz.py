@@ -54,8 +54,8 @@ class Holder:
 HOLDER = Holder()
 
 
-def helper(y):
-    return y * 0.5
+def helper(y, k=[0.5]):  # noqa: B006 - the helper's mutable default is under test
+    return y * sum(k)
 
 
 def _replacement_helper(y):
@@ -83,6 +83,7 @@ def make_world():
             y = y * n
         for t in xs:
             y = y + t.sum()
+        y = y + sum(t.sum() * factor for t in xs)  # a generator made while tracing reads the cell
         for k, v in d.items():
             y = y + v * len(repr(k))
         y = y + sum(extra) + helper(y) + HOLDER.bump(y)
@@ -129,7 +130,10 @@ CHANGES = {
     "cell": [1.5, 2.5, float("nan")],
     "object_attr": [1.0, 2.0],
     "helper": ["original", "replacement"],
+    "helper_default": [[0.5], [0.5, 1.0], [-0.0]],
     "method": ["original", "replacement"],
+    "instance_method": [None, "shadow"],
+    "code": ["original", "replacement"],
     "default": [[1.0], [1.0, 2.0], [], [-0.0]],
     "parameter": ["keep", "replace", "mutate"],
     "net_gain": [1.0, 3.0],
@@ -159,6 +163,15 @@ class World:
             HOLDER.gain = value
         elif kind == "helper":
             globals()["helper"] = _replacement_helper if value == "replacement" else _original_helper
+        elif kind == "helper_default":
+            _original_helper.__defaults__[0][:] = value
+        elif kind == "instance_method":
+            if value is None:
+                HOLDER.__dict__.pop("bump", None)
+            else:
+                HOLDER.bump = lambda y: y * 3  # an instance attribute shadowing the method
+        elif kind == "code":
+            _original_helper.__code__ = _replacement_helper_code if value == "replacement" else _original_helper_code
         elif kind == "method":
             Holder.bump = _replacement_bump if value == "replacement" else _original_bump
         elif kind == "default":
@@ -212,6 +225,8 @@ class World:
 
 _original_helper = helper
 _original_bump = Holder.bump
+_original_helper_code = helper.__code__
+_replacement_helper_code = (lambda y, k=None: y * 2.0).__code__
 
 
 @pytest.fixture(autouse=True)
@@ -221,8 +236,7 @@ def _restore_shared_state():
     yield
     SCALE, CFG.offset, HOLDER.gain = saved[:3]
     torch.set_default_dtype(saved[3])
-    globals()["helper"] = _original_helper
-    Holder.bump = _original_bump
+    _restore_shared_state_now()
 
 
 @pytest.fixture(autouse=True)
@@ -265,4 +279,7 @@ def _restore_shared_state_now() -> None:
     global SCALE
     SCALE, CFG.offset, HOLDER.gain = 2.0, 1.0, 1.0
     globals()["helper"] = _original_helper
+    _original_helper.__code__ = _original_helper_code
+    _original_helper.__defaults__[0][:] = [0.5]
     Holder.bump = _original_bump
+    HOLDER.__dict__.pop("bump", None)
