@@ -65,7 +65,11 @@ def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: boo
     run.native_exc = sys.exc_info()[1]
     try:
         if thrown is not None:
-            yielded = _throw(frame, thrown)
+            run.frames.append(frame)  # so that a delegate sees this frame as its caller
+            try:
+                yielded = _throw(frame, thrown)
+            finally:
+                run.frames.pop()
             if yielded is not _NOT_DELEGATED:
                 return yielded
             run.execute(frame, frame.pending)
@@ -202,8 +206,8 @@ def make_generator(frame: Frame) -> object:
         gen = _iterable_coroutine(frame)
     else:
         gen = _generator(frame)
-    gen.__name__ = frame.code.co_name
     function = frame.function
+    gen.__name__ = function.__name__ if function is not None else frame.code.co_name
     gen.__qualname__ = function.__qualname__ if function is not None else frame.code.co_qualname
     frame.generator = gen
     return gen

@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import __future__
 import builtins
 import functools
 import sys
@@ -248,14 +249,47 @@ def _namespaces(global_ns: object, local_ns: object) -> tuple[object, object]:
     return global_ns, local_ns
 
 
+_FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+
+def _caller_future_flags() -> int:
+    run = current_run()
+    return run.frames[-1].code.co_flags & _FUTURE_FLAGS if run is not None and run.frames else 0
+
+
+# Note [Inherited compiler flags]
+# compile(), exec() and eval() of source text inherit the __future__ flags of the *calling frame*. Called
+# natively from here that would be this module's, so source is compiled here with the flags of the
+# interpreted caller and dont_inherit=True.
+
+def compile_(source: object, filename: object, mode: object, flags: int = 0, dont_inherit: bool = False,
+             optimize: int = -1, *, _feature_version: int = -1) -> object:
+    """compile() inheriting the calling interpreted frame's __future__ flags."""
+    if not dont_inherit:
+        flags |= _caller_future_flags()
+    return compile(source, filename, mode, flags, True, optimize, _feature_version=_feature_version)
+
+
+def _compiled(source: object, mode: str) -> object:
+    if isinstance(source, (str, bytes, bytearray)):
+        if isinstance(source, str) and mode == "eval":
+            source = source.lstrip(" \t")
+        return compile(source, "<string>", mode, _caller_future_flags(), True)
+    return source
+
+
 def eval_(source: object, global_ns: object = None, local_ns: object = None, /) -> object:
     """eval() defaulting to the calling interpreted frame's namespaces."""
+    source = _compiled(source, "eval")
     global_ns, local_ns = _namespaces(global_ns, local_ns)
     return eval(source, global_ns, local_ns)
 
 
 def exec_(source: object, global_ns: object = None, local_ns: object = None, /, **kwargs: object) -> None:
     """exec() defaulting to the calling interpreted frame's namespaces."""
+    source = _compiled(source, "exec")
     global_ns, local_ns = _namespaces(global_ns, local_ns)
     return exec(source, global_ns, local_ns, **kwargs)
 
@@ -269,6 +303,11 @@ def exc_info() -> tuple:
     if exc is None:
         return (None, None, None)
     return (type(exc), exc, exc.__traceback__)
+
+
+def exception() -> BaseException | None:
+    """sys.exception() as the calling interpreted frame sees it."""
+    return exc_info()[1]
 
 
 class FrameProxy:
@@ -378,7 +417,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             map: map_, filter: filter_, sorted: sorted_, min: min_, max: max_, list.sort: list_sort,
             functools.reduce: reduce_, iter: iter_, next: next_, getattr: getattr_, hasattr: hasattr_,
             isinstance: isinstance_, issubclass: issubclass_, super: super_, locals: locals_, globals: globals_,
-            vars: vars_, dir: dir_, eval: eval_, exec: exec_, sys.exc_info: exc_info, sys._getframe: getframe,
+            vars: vars_, dir: dir_, eval: eval_, exec: exec_, compile: compile_, sys.exc_info: exc_info, sys.exception: exception, sys._getframe: getframe,
             builtins.__build_class__: build_class,
         }
     return _TABLE

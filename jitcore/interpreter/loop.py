@@ -99,9 +99,9 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
         return False
     run = frame.run
     raising = run.raising
+    run.raising = None
     explicit = False
     if raising is not None and raising[0] is exc:
-        run.raising = None
         explicit = raising[1]
         if not explicit:  # bare re-raise: CPython leaves __context__ alone
             exc.__context__ = raising[2]
@@ -130,6 +130,11 @@ def _fresh(frame: Frame, exc: BaseException) -> bool:
 
         if strip_internal(tb) is not None:
             return False
+    if exc.__suppress_context__ and exc.__cause__ is None:
+        # raised by a handler with ``from None`` while translating an internal error: drop that chaining
+        exc.__suppress_context__ = False
+        exc.__context__ = None
+        return True
     return exc.__context__ is None or exc.__context__ is run_native_exc(frame)
 
 

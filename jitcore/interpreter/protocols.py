@@ -77,6 +77,8 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
         return native(a, b)
     if iname is not None:
         f = getattr(ta, iname, None)
+        if f is None and hasattr(ta, iname):  # ``__iadd__ = None`` blocks the fallback, as in CPython
+            call(run, f, (a, b), None)
         if _is_py(f):
             result = call(run, f, (a, b), None)
             if result is not NotImplemented:

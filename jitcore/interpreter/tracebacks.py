@@ -27,7 +27,8 @@ _INTERNAL_NAMES = ("<jitcore binder>",)
 
 def _raiser_template() -> CodeType:
     namespace: dict = {}
-    exec(compile("def raiser(exc):\n    raise exc\n", "<jitcore raiser>", "exec"), namespace)
+    # the exception travels in a list emptied by the raise, so the fake frame keeps no reference to it
+    exec(compile("def raiser(box):\n    raise box.pop()\n", "<jitcore raiser>", "exec"), namespace)
     return namespace["raiser"].__code__
 
 
@@ -74,9 +75,10 @@ def _entry(frame: Frame, exc: BaseException, tb_next: TracebackType | None) -> T
     context, suppress = exc.__context__, exc.__suppress_context__
     exc.__traceback__ = tb_next
     try:
-        raiser(exc)
+        raiser([exc])
     except BaseException as e:  # noqa: BLE001 - the raiser raises exactly exc
         entry = e.__traceback__.tb_next
+        del e
     exc.__context__, exc.__suppress_context__ = context, suppress
     return entry
 
@@ -94,11 +96,18 @@ def _raiser_code(frame: Frame) -> CodeType:
 
 def _linetable(end_lineno: int | None, lineno: int, col: int | None, end_col: int | None) -> bytes:
     """A 3.11 location table giving every instruction of the raiser the span ``lineno:col-end_lineno:end_col``."""
-    head = 0x80 | (_TEMPLATE_UNITS - 1)
-    if col is None or end_col is None or end_lineno is None:
-        return bytes([head | (13 << 3)]) + _svarint(0)  # line only, no columns
-    return (bytes([head | (14 << 3)]) + _svarint(0) + _varint(end_lineno - lineno)
-            + _varint(col + 1) + _varint(end_col + 1))
+    out = b""
+    remaining = _TEMPLATE_UNITS
+    while remaining:
+        units = min(remaining, 8)  # an entry covers at most 8 code units
+        remaining -= units
+        head = 0x80 | (units - 1)
+        if col is None or end_col is None or end_lineno is None:
+            out += bytes([head | (13 << 3)]) + _svarint(0)  # line only, no columns
+        else:
+            out += (bytes([head | (14 << 3)]) + _svarint(0) + _varint(end_lineno - lineno)
+                    + _varint(col + 1) + _varint(end_col + 1))
+    return out
 
 
 def _varint(value: int) -> bytes:

@@ -61,15 +61,20 @@ def delete_fast(frame: Frame, inst: Instruction) -> None:
     frame.fast[inst.arg] = NULL
 
 
+_MISSING = object()
+
+# Note [No raising inside except]
+# A handler must not raise the user-visible exception from inside an ``except`` clause (even with
+# ``from None``): CPython would chain the internal exception as __context__. Look up, leave the clause, raise.
+
+
 def _global(frame: Frame, name: str) -> object:
-    try:
-        return frame.globals[name]
-    except KeyError:
-        pass
-    try:
-        return frame.builtins[name]
-    except KeyError:
-        raise _name_error(name) from None
+    value = frame.globals.get(name, _MISSING)
+    if value is _MISSING:
+        value = frame.builtins.get(name, _MISSING)
+        if value is _MISSING:
+            raise _name_error(name)
+    return value
 
 
 @handles("LOAD_GLOBAL", since=(3, 11))
@@ -78,10 +83,8 @@ def load_global(frame: Frame, inst: Instruction) -> None:
     if inst.arg & 1:
         frame.stack.append(NULL)
     name = inst.argval
-    try:
-        frame.stack.append(frame.globals[name])
-    except KeyError:
-        frame.stack.append(_global(frame, name))
+    value = frame.globals.get(name, _MISSING)
+    frame.stack.append(_global(frame, name) if value is _MISSING else value)
 
 
 @handles("LOAD_GLOBAL", since=(3, 11), hook="on_load_global")
@@ -102,20 +105,23 @@ def store_global(frame: Frame, inst: Instruction) -> None:
 @handles("DELETE_GLOBAL", since=(3, 11))
 def delete_global(frame: Frame, inst: Instruction) -> None:
     """Delete a global."""
-    try:
-        del frame.globals[inst.argval]
-    except KeyError:
-        raise _name_error(inst.argval) from None
+    if inst.argval not in frame.globals:
+        raise _name_error(inst.argval)
+    del frame.globals[inst.argval]
 
 
 def _name(frame: Frame, name: str) -> object:
     local_names = frame.locals
     if local_names is None:
         raise SystemError(f"no locals when loading '{name}'")
-    try:
-        return local_names[name]
-    except KeyError:
+    value = local_names.get(name, _MISSING) if type(local_names) is dict else _MISSING
+    if value is _MISSING:
+        try:
+            return local_names[name]
+        except KeyError:
+            pass
         return _global(frame, name)
+    return value
 
 
 @handles("LOAD_NAME", since=(3, 11))
@@ -148,17 +154,20 @@ def delete_name(frame: Frame, inst: Instruction) -> None:
     """Delete a local name."""
     try:
         del frame.locals[inst.argval]
+        return
     except KeyError:
-        raise _name_error(inst.argval) from None
+        pass
+    raise _name_error(inst.argval)
 
 
 def _cell_value(frame: Frame, inst: Instruction) -> object:
     try:
         return frame.fast[inst.arg].cell_contents
     except ValueError:
-        if inst.argval in frame.code.co_freevars:
-            raise NameError(_UNBOUND_FREE.format(inst.argval), name=inst.argval) from None
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval)) from None
+        pass
+    if inst.argval in frame.code.co_freevars:
+        raise NameError(_UNBOUND_FREE.format(inst.argval), name=inst.argval)
+    raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
 
 
 @handles("LOAD_DEREF", since=(3, 11))
@@ -314,10 +323,9 @@ def import_name(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     fromlist = stack.pop()
     level = stack.pop()
-    try:
-        importer = frame.builtins["__import__"]
-    except KeyError:
-        raise ImportError("__import__ not found") from None
+    importer = frame.builtins.get("__import__", _MISSING)
+    if importer is _MISSING:
+        raise ImportError("__import__ not found")
     args = (inst.argval, frame.globals, frame.locals, fromlist, level)
     stack.append(call(frame.run, importer, args, None))
 
@@ -362,10 +370,10 @@ def import_star(frame: Frame, inst: Instruction) -> None:
 @handles("LOAD_BUILD_CLASS", since=(3, 11))
 def load_build_class(frame: Frame, inst: Instruction) -> None:
     """Push builtins.__build_class__."""
-    try:
-        frame.stack.append(frame.builtins["__build_class__"])
-    except KeyError:
-        raise NameError("__build_class__ not found") from None
+    value = frame.builtins.get("__build_class__", _MISSING)
+    if value is _MISSING:
+        raise NameError("__build_class__ not found")
+    frame.stack.append(value)
 
 
 @handles("LOAD_ASSERTION_ERROR", since=(3, 11))

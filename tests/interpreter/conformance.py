@@ -1,0 +1,143 @@
+"""Run CPython's own regression tests natively and through ``interpret``; compare outcomes.
+
+Used by test_cpython_conformance.py, and runnable by hand to see what fails::
+
+    python -m tests.interpreter.conformance test_grammar test_scope
+
+For every TestCase method of a module: the class is run natively (setUpClass, setUp, method, tearDown,
+tearDownClass), then again with setUp, the method and tearDown wrapped by ``interpret``. A method counts as
+passing if it ran without failure, error or skip.
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+import unittest
+import warnings
+from dataclasses import dataclass, field
+
+from jitcore.interpreter import interpret
+
+MODULES = (
+    "test_grammar", "test_scope", "test_exceptions", "test_with", "test_contextlib", "test_patma", "test_class",
+    "test_listcomps", "test_genexps", "test_generators", "test_keywordonlyarg", "test_positional_only_arg",
+    "test_unpack_ex", "test_augassign", "test_raise", "test_except_star", "test_super", "test_property",
+    "test_decorators", "test_dataclasses",
+)
+
+TIMEOUT_S = 20
+
+
+@dataclass
+class Outcome:
+    """What happened to one module's tests."""
+
+    native_pass: set[str] = field(default_factory=set)
+    interpreted_pass: set[str] = field(default_factory=set)
+    interpreted_errors: dict[str, str] = field(default_factory=dict)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    raise _Timeout(f"test took more than {TIMEOUT_S}s interpreted")
+
+
+def _test_classes(module: object) -> list[type]:
+    out = []
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == module.__name__:
+            out.append(value)
+    return out
+
+
+def _suite(cls: type, interpreted: bool) -> unittest.TestSuite:
+    tests = unittest.TestLoader().loadTestsFromTestCase(cls)
+    suite = unittest.TestSuite()
+    for test in tests:
+        if interpreted:
+            name = test._testMethodName
+            setattr(test, name, interpret(getattr(test, name)))
+            test.setUp = interpret(test.setUp)
+            test.tearDown = interpret(test.tearDown)
+        suite.addTest(test)
+    return suite
+
+
+class _Result(unittest.TestResult):
+    def __init__(self) -> None:
+        super().__init__()
+        self.passed: set[str] = set()
+        self.problems: dict[str, str] = {}
+
+    def addSuccess(self, test: unittest.TestCase) -> None:
+        self.passed.add(test.id())
+
+    def addError(self, test: unittest.TestCase, err: tuple) -> None:
+        self.problems[test.id()] = f"{err[0].__name__}: {str(err[1])[:300]}"
+
+    def addFailure(self, test: unittest.TestCase, err: tuple) -> None:
+        self.problems[test.id()] = f"{err[0].__name__}: {str(err[1])[:300]}"
+
+    def addSubTest(self, test: unittest.TestCase, subtest: unittest.TestCase, err: tuple | None) -> None:
+        if err is not None:
+            self.problems[test.id()] = f"{err[0].__name__}: {str(err[1])[:300]}"
+
+
+def _run_suite(suite: unittest.TestSuite, timeout: bool) -> _Result:
+    result = _Result()
+    old = signal.signal(signal.SIGALRM, _on_alarm) if timeout else None
+    try:
+        for test in suite:
+            single = unittest.TestSuite([test])
+            if timeout:
+                signal.alarm(TIMEOUT_S)
+            try:
+                single.run(result)
+            finally:
+                if timeout:
+                    signal.alarm(0)
+        # class fixtures: run tearDownClass of the last class
+        unittest.TestSuite()._tearDownPreviousClass(None, result)
+    finally:
+        if timeout:
+            signal.signal(signal.SIGALRM, old)
+    return {name: None for name in ()} or result
+
+
+def run_module(name: str) -> Outcome:
+    """Run ``test.<name>`` natively and interpreted."""
+    module = importlib.import_module(f"test.{name}")
+    outcome = Outcome()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for cls in _test_classes(module):
+            native = _run_suite(_suite(cls, interpreted=False), timeout=False)
+            outcome.native_pass |= {t for t in native.passed if t not in native.problems}
+            interpreted = _run_suite(_suite(cls, interpreted=True), timeout=True)
+            outcome.interpreted_pass |= {t for t in interpreted.passed if t not in interpreted.problems}
+            outcome.interpreted_errors.update(interpreted.problems)
+    return outcome
+
+
+def main(argv: list[str]) -> None:
+    """Print each module's pass rate and the natively passing tests that fail interpreted."""
+    total_native = total_both = 0
+    for name in argv or MODULES:
+        outcome = run_module(name)
+        both = outcome.native_pass & outcome.interpreted_pass
+        total_native += len(outcome.native_pass)
+        total_both += len(both)
+        rate = len(both) / max(len(outcome.native_pass), 1)
+        print(f"{name}: {len(both)}/{len(outcome.native_pass)} = {rate:.1%}", flush=True)
+        for test in sorted(outcome.native_pass - outcome.interpreted_pass):
+            print(f"    {test!r}: {outcome.interpreted_errors.get(test, 'did not pass')!r},", flush=True)
+    print(f"TOTAL: {total_both}/{total_native} = {total_both / max(total_native, 1):.1%}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
