@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from types import CodeType
 
 from jitcore.interpreter import opcodes  # noqa: F401 - registers the opcode handlers
 from jitcore.interpreter.errors import (
@@ -30,7 +31,7 @@ from jitcore.interpreter.registry import SUPPORTED_VERSIONS
 from jitcore.interpreter.run import Run, active_runs, current_run
 
 __all__ = [
-    "interpret", "Hooks", "current_run", "Run", "Frame", "Instruction", "Position", "InterpreterError",
+    "interpret", "interpret_code", "Hooks", "current_run", "Run", "Frame", "Instruction", "Position", "InterpreterError",
     "UnsupportedConstruct", "UnsupportedPythonVersion", "JitcoreInterpreterError", "SUPPORTED_VERSIONS",
 ]
 
@@ -83,3 +84,36 @@ def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:
 
     interpreted.__wrapped_by_jitcore__ = True
     return interpreted
+
+
+def interpret_code(code: CodeType, globals: dict, locals: object = None, hooks: Hooks | None = None) -> object:
+    """Run a module-level code object on the interpreter, as ``exec(code, globals, locals)`` would.
+
+    Args:
+        code: a code object compiled in "exec", "single" or "eval" mode.
+        globals: the global namespace.
+        locals: the local namespace (``globals`` if None).
+        hooks: the Hooks to consult (none if None).
+
+    Returns:
+        the value of the code ("eval" mode), else None.
+
+    Raises:
+        whatever the code raises, as ``interpret`` does.
+    """
+    _check_version()
+    from jitcore.interpreter.calls import run_code
+    from jitcore.interpreter.tracebacks import strip_internal
+
+    run = Run(hooks if hooks is not None else Hooks())
+    run.native_exc = sys.exc_info()[1]
+    runs = active_runs()
+    runs.append(run)
+    try:
+        return run_code(run, code, globals, globals if locals is None else locals)
+    except BaseException as e:  # noqa: BLE001 - re-raised as is, minus the interpreter's own frames
+        if not isinstance(e, InterpreterError):
+            e.__traceback__ = strip_internal(e.__traceback__)
+        raise
+    finally:
+        runs.pop()

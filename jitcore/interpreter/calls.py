@@ -171,6 +171,19 @@ def run_class_body(run: Run, fn: FunctionType, namespace: object) -> object:
     return frame.result
 
 
+def run_code(run: Run, code, globals: dict, locals: object) -> object:
+    """Execute a module-level code object (``exec`` semantics) with the given namespaces."""
+    import builtins
+
+    namespace = globals.get("__builtins__", builtins)
+    builtins_dict = namespace if isinstance(namespace, dict) else vars(namespace)
+    frame = Frame(run, code, decode(code), globals, builtins_dict, None, locals)
+    if run.frames:
+        frame.back = run.frames[-1]
+    run.execute(frame)
+    return frame.result
+
+
 def _bind(frame: Frame, fn: FunctionType, info: CodeInfo, args: tuple | list, kwargs: dict | None) -> None:
     binder = info.binder
     if binder is None:

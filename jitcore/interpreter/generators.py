@@ -86,7 +86,8 @@ def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: boo
         runs.pop()
         frame.back = None
     if frame.instructions[frame.index - 1].opname == "YIELD_VALUE":
-        return frame.result
+        value, frame.result = frame.result, None
+        return value
     return _RETURNED
 
 
@@ -150,8 +151,10 @@ def _generator(frame: Frame):
         first = False
         if value is _RETURNED:
             return frame.result
+        box = [value]
+        del value  # hold no reference to the yielded value while suspended (CPython does not)
         try:
-            sent, thrown = (yield value), None
+            sent, thrown = (yield box.pop()), None
         except BaseException as e:  # noqa: BLE001 - thrown into the generator: deliver to the frame
             sent, thrown = None, e
 

@@ -11,6 +11,7 @@ passing if it ran without failure, error or skip.
 
 from __future__ import annotations
 
+import doctest
 import importlib
 import signal
 import sys
@@ -18,7 +19,7 @@ import unittest
 import warnings
 from dataclasses import dataclass, field
 
-from jitcore.interpreter import interpret
+from jitcore.interpreter import interpret, interpret_code
 
 MODULES = (
     "test_grammar", "test_scope", "test_exceptions", "test_with", "test_contextlib", "test_patma", "test_class",
@@ -106,15 +107,66 @@ def _run_suite(suite: unittest.TestSuite, timeout: bool) -> _Result:
     finally:
         if timeout:
             signal.signal(signal.SIGALRM, old)
-    return {name: None for name in ()} or result
+    return result
+
+
+DOCTEST_MODULES = ("test_listcomps", "test_genexps", "test_unpack_ex")
+
+
+def _exec_interpreted(code: object, global_ns: dict, local_ns: object = None) -> None:
+    interpret_code(code, global_ns, local_ns)
+
+
+class _ExampleRunner(doctest.DocTestRunner):
+    """Records each doctest example as its own test, named by the docstring and the example's line."""
+
+    def __init__(self, name: str, passed: set[str], problems: dict[str, str]) -> None:
+        super().__init__(verbose=False, optionflags=doctest.ELLIPSIS)
+        self._name, self._passed, self._problems = name, passed, problems
+
+    def _id(self, example: doctest.Example) -> str:
+        return f"doctest:{self._name}:{example.lineno}"
+
+    def report_success(self, out: object, test: object, example: doctest.Example, got: str) -> None:
+        self._passed.add(self._id(example))
+
+    def report_failure(self, out: object, test: object, example: doctest.Example, got: str) -> None:
+        self._problems[self._id(example)] = f"got {got[:200]!r}, expected {example.want[:100]!r}"
+
+    def report_unexpected_exception(self, out: object, test: object, example: doctest.Example,
+                                    exc_info: tuple) -> None:
+        self._problems[self._id(example)] = f"{exc_info[0].__name__}: {str(exc_info[1])[:200]}"
+
+
+def _run_doctests(module: object, interpreted: bool) -> tuple[set[str], dict[str, str]]:
+    passed: set[str] = set()
+    problems: dict[str, str] = {}
+    saved = vars(doctest).get("exec")
+    if interpreted:
+        doctest.exec = _exec_interpreted  # doctest's runner calls exec(compile(example), globs)
+    try:
+        for test in doctest.DocTestFinder().find(module):
+            runner = _ExampleRunner(test.name, passed, problems)
+            runner.run(test, out=lambda text: None)
+    finally:
+        if saved is None:
+            vars(doctest).pop("exec", None)
+        else:
+            doctest.exec = saved
+    return passed, problems
 
 
 def run_module(name: str) -> Outcome:
-    """Run ``test.<name>`` natively and interpreted."""
+    """Run ``test.<name>`` natively and interpreted (its doctests too, for doctest-only modules)."""
     module = importlib.import_module(f"test.{name}")
     outcome = Outcome()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if name in DOCTEST_MODULES:
+            outcome.native_pass |= _run_doctests(module, interpreted=False)[0]
+            passed, problems = _run_doctests(module, interpreted=True)
+            outcome.interpreted_pass |= passed
+            outcome.interpreted_errors.update(problems)
         for cls in _test_classes(module):
             native = _run_suite(_suite(cls, interpreted=False), timeout=False)
             outcome.native_pass |= {t for t in native.passed if t not in native.problems}

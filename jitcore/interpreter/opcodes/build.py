@@ -113,12 +113,9 @@ def set_update(frame: Frame, inst: Instruction) -> None:
 def dict_update(frame: Frame, inst: Instruction) -> None:
     """Update the dict inst.arg deep with the mapping TOS."""
     mapping = frame.stack.pop()
-    try:
-        frame.stack[-inst.arg].update(mapping)
-    except AttributeError:
-        if not hasattr(type(mapping), "keys"):
-            raise TypeError(f"'{type(mapping).__name__}' object is not a mapping") from None
-        raise
+    if not hasattr(type(mapping), "keys"):
+        raise TypeError(f"'{type(mapping).__name__}' object is not a mapping")
+    frame.stack[-inst.arg].update(mapping)
 
 
 def _function_str(fn: object) -> str:
