@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
+
+import torch
 
 import jitcore
 from jitcore.debug.context import ErrorContext, attach, context_of
@@ -27,6 +30,8 @@ from jitcore.ir import BoundSymbol, Trace, print_trace
 __all__ = ["bound_symbol_at", "is_internal_file", "on_error", "show_internal_frames"]
 
 _JITCORE_DIR = os.path.dirname(os.path.abspath(jitcore.__file__)) + os.sep
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_FLATTEN = os.path.join(_JITCORE_DIR, "dispatch", "flatten.py")
 _INTERPRETATION = os.path.join(_JITCORE_DIR, "jit", "interpretation.py")
 _NOTED = "_jitcore_noted"
 
@@ -58,6 +63,8 @@ def on_error(jfn: Any, exc: BaseException) -> None:
             exc.__traceback__ = link(fake_traceback(context.source or ()), below)
     elif context is not None or _passes(tb, _INTERPRETATION):
         context = (context or ErrorContext("tracing")).with_call(jfn._label, jfn.misses)
+        if _in_flatten_protocol(tb):
+            context = replace(context, hints=(FLATTEN_HINT,))
         if not show_internal_frames(jfn):
             exc.__traceback__ = _visible(tb)
     else:  # the eager fallback, or an error in the jit itself: only the entry point is hidden
@@ -75,8 +82,21 @@ def on_error(jfn: Any, exc: BaseException) -> None:
 
 
 def _visible(tb: TracebackType | None) -> TracebackType | None:
-    """``tb`` without jitcore's entries."""
-    kept = [t for t in entries(tb) if not is_internal_file(t.tb_frame.f_code.co_filename)]
+    """``tb`` without jitcore's entries, nor the library (torch) entries jitcore's code called.
+
+    Torch frames the user's code called stay (eager shows them too); a run of torch frames that
+    begins right below a jitcore frame is the machinery jitcore drives (dispatch modes,
+    ``torch._dynamo.disable`` wrappers) and is hidden with it.
+    """
+    kept = []
+    below_internal = False
+    for entry in entries(tb):
+        filename = entry.tb_frame.f_code.co_filename
+        if is_internal_file(filename) or (below_internal and filename.startswith(_TORCH_DIR)):
+            below_internal = True
+            continue
+        below_internal = False
+        kept.append(entry)
     if kept:
         kept[-1].tb_next = None
     return link(*kept)
@@ -89,6 +109,22 @@ def _hide_in_chain(exc: BaseException) -> None:
         seen.add(id(linked))
         linked.__traceback__ = _visible(linked.__traceback__)
         linked = linked.__cause__ or linked.__context__
+
+
+FLATTEN_HINT = (
+    "a tensor subclass input must follow the flatten protocol: __tensor_flatten__() returns "
+    "(names of its inner-tensor attributes, ctx) and __tensor_unflatten__(inner, ctx, size, stride) rebuilds it"
+)
+_FLATTEN_NAMES = frozenset({"__tensor_flatten__", "__tensor_unflatten__", "_subclass"})
+
+
+def _in_flatten_protocol(tb: TracebackType | None) -> bool:
+    """Whether the error arose while jitcore flattened or rebuilt a tensor subclass."""
+    for entry in entries(tb):
+        code = entry.tb_frame.f_code
+        if code.co_name in _FLATTEN_NAMES or code.co_filename == _FLATTEN:
+            return True
+    return False
 
 
 def _passes(tb: TracebackType | None, filename: str) -> bool:

@@ -46,7 +46,7 @@ class ErrorContext:
         return replace(self, label=label, entry=entry)
 
     def note(self) -> str:
-        """The one-line PEP 678 note: what jitcore was doing when the error arose."""
+        """The PEP 678 note: what jitcore was doing when the error arose (one line), then hints."""
         what = f"{self.label} (cache entry {self.entry})" if self.entry is not None else self.label
         if self.phase == "execution":
             text = f"jitcore: raised while running the compiled trace of {what}"
@@ -60,7 +60,7 @@ class ErrorContext:
         if self.source:
             frame = self.source[-1]
             text += f" from {_short_path(frame.filename)}:{frame.lineno}"
-        return text
+        return "\n".join([text, *(f"hint: {hint}" for hint in self.hints)])
 
 
 def context_of(exc: BaseException) -> ErrorContext | None:

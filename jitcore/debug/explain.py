@@ -66,10 +66,8 @@ class DispatchRoute:
             if self.source
             else "(no source)"
         )
-        head = f"{where}\n  -> {self.op}"
-        if self.subclasses:
-            head += f" -> {', '.join(self.subclasses)}"
-        out = [head]
+        op = f"  -> {self.op}" + (f" -> {', '.join(self.subclasses)}" if self.subclasses else "")
+        out = [where, op]
         for op, frame in self.aten_ops:
             issued = (
                 f"   (issued at {frame.filename}:{frame.lineno} in {frame.function}: {_code(frame)})"

@@ -170,7 +170,8 @@ def _rich_report(exc: BaseException, file: IO[str]) -> None:
 def _message(exc: BaseException) -> str:
     summary = getattr(exc, "summary", None)
     if isinstance(summary, str) and getattr(exc, "code", None):
-        return f"[{exc.code}] {summary}"  # the hints are listed separately
+        where = getattr(exc, "where", None)
+        return f"[{exc.code}] {summary}" + (f" (at {where})" if where else "")  # hints are listed apart
     return str(exc)
 
 

@@ -1,0 +1,273 @@
+"""Error reports: the user's frames and lines, the original exception, one note; jitcore.report."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import traceback
+
+import debug_programs as P
+import pytest
+import torch
+from debug_subclass import Wrapped
+
+import jitcore
+from jitcore.debug.context import context_of
+from jitcore.interpreter import UnsupportedConstruct
+
+JITCORE_DIR = os.path.dirname(jitcore.__file__)
+PROGRAMS = P.__file__
+EXAMPLES = os.path.join(os.path.dirname(JITCORE_DIR), "examples")
+
+
+def raise_from(fn, *args, jit_options=None):
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError("expected an exception")
+
+
+def frames(exc):
+    return [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+
+
+def assert_user_frames(exc, expected):
+    """The traceback is this test's frame, then exactly ``expected`` (function, source text) frames."""
+    shown = traceback.extract_tb(exc.__traceback__)
+    assert not any(f.filename.startswith(JITCORE_DIR) or f.filename.startswith("<jitcore") for f in shown), (
+        shown
+    )
+    user = [(f.name, f.line) for f in shown if f.filename == PROGRAMS]
+    assert user == expected, user
+
+
+def test_shape_error_two_helpers_deep_matches_eager():
+    x, w = torch.randn(4, 8), torch.randn(5, 3)
+    eager = raise_from(P.shape_error_model, x, w)
+    jitted = raise_from(jitcore.jit(P.shape_error_model), x, w)
+    assert type(jitted) is type(eager) is RuntimeError
+    assert str(jitted) == str(eager)
+    assert frames(jitted)[1:] == frames(eager)[1:]  # the same user frames, lines and functions
+    assert_user_frames(
+        jitted,
+        [
+            ("shape_error_model", "return block(x, w) + 1"),
+            ("block", "return project(h, w)"),
+            ("project", "return h @ w"),
+        ],
+    )
+    (note,) = jitted.__notes__
+    assert (
+        "shape_error_model" in note
+        and "torch.matmul" in note
+        and "cpu f32[4, 8]" in note
+        and "cpu f32[5, 3]" in note
+    )
+    eager_lines = "".join(traceback.format_exception(eager)).splitlines()
+    jit_lines = "".join(traceback.format_exception(jitted)).splitlines()
+    assert len(jit_lines) <= len(eager_lines) + len(note.splitlines())
+
+
+def run_script(path, *argv):
+    """Run a script as ``__main__``; the traceback lines CPython would print for its error."""
+    import runpy
+
+    old = sys.argv
+    sys.argv = [path, *argv]
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except Exception as exc:  # noqa: BLE001
+        shown = exc
+    else:
+        raise AssertionError("expected an exception")
+    finally:
+        sys.argv = old
+    lines = "".join(traceback.format_exception(shown)).splitlines()
+    return [line for line in lines if "test_debug_reports.py" not in line and "runpy" not in line]
+
+
+def test_shape_error_line_count_of_the_example():
+    """The example script run as a program: eager's traceback lines plus the note, nothing more."""
+    script = os.path.join(EXAMPLES, "debug_shape_error.py")
+    eager, jitted = run_script(script, "--eager"), run_script(script)
+    assert eager[-1] == jitted[-2] == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x8 and 5x3)"
+    assert jitted[-1].startswith("jitcore: raised while tracing model")
+    assert len(jitted) <= len(eager) + 1, (eager, jitted)
+    assert not any("jitcore/" in line for line in jitted[:-1])
+
+
+def test_dtype_error_keeps_torch_message():
+    x, i = torch.randn(2, 2), torch.ones(2, 2, dtype=torch.int64)
+    eager = raise_from(P.mixed_dtypes, x, i)
+    jitted = raise_from(jitcore.jit(P.mixed_dtypes), x, i)
+    assert type(jitted) is type(eager) and str(jitted) == str(eager)
+    assert_user_frames(jitted, [("mixed_dtypes", "return torch.mm(x, i)")])
+    assert (
+        "mixed_dtypes" in jitted.__notes__[0]
+    )  # found while tracing or, if the fake tensors allow it, running
+
+
+def test_user_exception_is_caught_as_eager():
+    jfn = jitcore.jit(P.missing_key)
+    with pytest.raises(KeyError) as info:
+        jfn(torch.randn(2))
+    assert info.value.args == ("b",)
+    assert_user_frames(
+        info.value, [("missing_key", 'return x * lookup({"a": 1}, "b")'), ("lookup", "return table[name]")]
+    )
+    assert info.value.__notes__ == ["jitcore: raised while tracing missing_key (cache entry 1)"]
+
+
+def test_data_dependent_control_flow():
+    with pytest.raises(jitcore.DataDependentError) as info:
+        jitcore.jit(P.branch_on_values)(torch.randn(3))
+    exc = info.value
+    assert exc.code == "JC-T002" and exc.hints
+    assert_user_frames(exc, [("branch_on_values", "if x.sum() > 0:")])
+    assert "__bool__" in exc.__notes__[0]
+
+
+def test_unsupported_operation():
+    with pytest.raises(jitcore.UnsupportedOperationError) as info:
+        jitcore.jit(P.calls_backward)(torch.randn(3, requires_grad=True))
+    assert info.value.code == "JC-T001" and "backward" in str(info.value)
+    assert_user_frames(info.value, [("calls_backward", "y.backward()")])
+
+
+def test_unsupported_construct(monkeypatch):
+    """An interpreter error kind (an opcode it does not run) reaches the user with their frames."""
+    from jitcore.jit.interpretation import Pass
+
+    original = Pass._opaque_call
+
+    def refuse_print(self, fn, args, kwargs):
+        if fn is print:
+            raise UnsupportedConstruct("opcode LEN_TEST is not supported: testing", "debug_programs.py")
+        return original(self, fn, args, kwargs)
+
+    monkeypatch.setattr(Pass, "_opaque_call", refuse_print)
+    with pytest.raises(UnsupportedConstruct) as info:
+        jitcore.jit(P.uses_print)(torch.randn(2))
+    assert info.value.code == "JC-I001"
+    # The interpreter adds user frames only to exceptions that flow through the program; its own
+    # refusals name the user's line in their message instead (docs/errors/JC-I001.md).
+    assert "debug_programs.py" in str(info.value)
+    assert not any(f.filename.startswith(JITCORE_DIR) for f in traceback.extract_tb(info.value.__traceback__))
+    assert "See docs/errors/JC-I001.md" in render(info.value)
+
+
+def test_error_inside_torch_dispatch():
+    a, b = Wrapped(torch.randn(3)), Wrapped(torch.randn(3))
+    eager = raise_from(P.subclass_subtract, a, b)
+    jitted = raise_from(jitcore.jit(P.subclass_subtract), a, b)
+    assert type(jitted) is ValueError and str(jitted) == str(eager)
+    assert frames(jitted)[1:] == frames(eager)[1:]
+    assert [f.name for f in traceback.extract_tb(jitted.__traceback__)][-1] == "__torch_dispatch__"
+    assert "torch.sub(a: Wrapped[cpu f32[3]]" in jitted.__notes__[0]
+
+
+def test_subclass_breaking_the_flatten_protocol():
+    class Broken(Wrapped):
+        def __tensor_flatten__(self):
+            return ["missing"], None
+
+    with pytest.raises(AttributeError) as info:
+        jitcore.jit(P.scale_shift)(Broken(torch.randn(3)))
+    assert "flatten protocol" in info.value.__notes__[0]
+    assert not any(f.filename.startswith(JITCORE_DIR) for f in traceback.extract_tb(info.value.__traceback__))
+
+
+def test_execution_error_maps_to_user_line():
+    jfn = jitcore.jit(P.gather_rows)
+    jfn(torch.randn(4, 3), torch.tensor([1, 2]))  # traced with valid indices
+    bad = (torch.randn(4, 3), torch.tensor([10, 2]))
+    eager = raise_from(P.gather_rows, *bad)
+    jitted = raise_from(jfn, *bad)
+    assert type(jitted) is type(eager) is IndexError and str(jitted) == str(eager)
+    assert frames(jitted)[1:] == frames(eager)[1:]
+    assert_user_frames(
+        jitted, [("gather_rows", "return pick(y, i)"), ("pick", "return x.index_select(0, i)")]
+    )
+    context = context_of(jitted)
+    assert context.phase == "execution" and context.entry == 1 and "index_select" in context.statement
+    assert "running the compiled trace of gather_rows" in jitted.__notes__[0]
+
+
+def test_show_internal_frames(monkeypatch):
+    x, w = torch.randn(4, 8), torch.randn(5, 3)
+    shown = raise_from(jitcore.jit(P.shape_error_model, show_internal_frames=True), x, w)
+    assert any(f.filename.startswith(JITCORE_DIR) for f in traceback.extract_tb(shown.__traceback__))
+    monkeypatch.setenv("JITCORE_SHOW_INTERNAL_FRAMES", "1")
+    shown = raise_from(jitcore.jit(P.shape_error_model), x, w)
+    assert any(f.filename.startswith(JITCORE_DIR) for f in traceback.extract_tb(shown.__traceback__))
+    hidden = raise_from(jitcore.jit(P.shape_error_model, show_internal_frames=False), x, w)
+    assert not any(f.filename.startswith(JITCORE_DIR) for f in traceback.extract_tb(hidden.__traceback__))
+
+
+def test_no_note_twice_on_reraise():
+    jfn = jitcore.jit(P.missing_key)
+    exc = raise_from(jfn, torch.randn(2))
+    again = raise_from(jfn, torch.randn(2))
+    assert len(exc.__notes__) == 1 and len(again.__notes__) == 1
+
+
+def render(exc, color=False):
+    buffer = io.StringIO()
+    jitcore.report(exc, buffer, color=color)
+    return buffer.getvalue()
+
+
+def test_report_plain_text():
+    exc = raise_from(jitcore.jit(P.shape_error_model), torch.randn(4, 8), torch.randn(5, 3))
+    text = render(exc)
+    assert text.startswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+    assert "Your stack (innermost last):" in text and "return project(h, w)" in text
+    assert "Failing expression:\n      return h @ w\n             ^^^^^" in text
+    assert "Inputs of torch.matmul:\n  t0: cpu f32[4, 8]\n  w: cpu f32[5, 3]" in text
+    assert "\x1b[" not in text
+
+
+def test_report_rich():
+    exc = raise_from(jitcore.jit(P.shape_error_model), torch.randn(4, 8), torch.randn(5, 3))
+    text = render(exc, color=True)
+    assert (
+        "\x1b[" in text and "inputs of torch.matmul" in text and "project" in text and "cpu f32[5, 3]" in text
+    )
+
+
+def test_report_of_jitcore_error_lists_hints_and_page():
+    exc = raise_from(jitcore.jit(P.branch_on_values), torch.randn(3))
+    text = render(exc)
+    assert "hint: jitcore.jit(fn, fallback='eager')" in text and "See docs/errors/JC-T002.md" in text
+    assert os.path.exists(os.path.join(os.path.dirname(JITCORE_DIR), "docs", "errors", "JC-T002.md"))
+
+
+def test_report_hook(monkeypatch, capsys):
+    before = sys.excepthook
+    hook = jitcore.install_report_hook()
+    try:
+        assert sys.excepthook is hook and jitcore.install_report_hook() is hook
+        exc = raise_from(jitcore.jit(P.missing_key), torch.randn(2))
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        assert "KeyError: 'b'" in capsys.readouterr().err
+    finally:
+        jitcore.install_report_hook(False)
+    assert sys.excepthook is before
+
+
+def test_every_error_code_has_a_page():
+    """Every ``code = "JC-..."`` in jitcore's sources has docs/errors/<code>.md."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(JITCORE_DIR)
+    codes = {
+        m
+        for path in root.rglob("*.py")
+        for m in re.findall(r'^\s+code = "(JC-[A-Z0-9]+)"', path.read_text(), re.MULTILINE)
+    }
+    assert {"JC-T001", "JC-T002", "JC-J001", "JC-I001", "JC-I002", "JC-I003"} <= codes
+    pages = root.parent / "docs" / "errors"
+    assert sorted(code for code in codes if not (pages / f"{code}.md").exists()) == []
