@@ -14,6 +14,7 @@ has finished without error.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import sys
@@ -91,6 +92,7 @@ class Pass:
         if self.numpy is not None:
             output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
         self.trace.output = output
+        self._point_leaks_at_inputs()
         self.trace.args = [proxy for _path, proxy, _t in self.provenance.inputs]
         first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
         self._state_guards()
@@ -166,6 +168,22 @@ class Pass:
 
             note_failed_call(exc, symbol, args, kwargs, self._source())  # for the error's note
             raise
+
+    def _point_leaks_at_inputs(self) -> None:
+        """Note [Leaked tensors]: ``_call_symbol`` binds a real tensor that reached a symbol call as
+        an input, but the bound symbol keeps the tensor itself, which would print as a constant: stale
+        once the tensor is replaced, and kept alive. Point the records (and the output) at the inputs."""
+
+        def swap(tree: Any) -> Any:
+            if not _has_real_tensor(tree):
+                return tree
+            return optree.tree_map(self._bind_leak, tree, none_is_leaf=True)
+
+        symbols = self.trace.bound_symbols
+        for i, bsym in enumerate(symbols):
+            if _has_real_tensor(bsym.args) or _has_real_tensor(bsym.kwargs):
+                symbols[i] = dataclasses.replace(bsym, args=swap(bsym.args), kwargs=swap(bsym.kwargs))
+        self.trace.output = swap(self.trace.output)
 
     def _bind_leak(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and not isinstance(value, Proxy):
