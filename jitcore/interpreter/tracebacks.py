@@ -58,11 +58,12 @@ def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
             ``raise exc`` in the same frame adds one in CPython; a bare re-raise does not).
     """
     tb = strip_internal(exc.__traceback__)
-    if not always and tb is not None and tb is frame.tb_entry:
+    if not always and tb is not None and id(tb) == frame.tb_entry:
         exc.__traceback__ = tb
         return
     entry = _entry(frame, exc, tb)
-    frame.tb_entry = entry
+    # only the id: holding the entry would keep the exception's frames alive after the user dropped it
+    frame.tb_entry = id(entry)
     exc.__traceback__ = entry
 
 
@@ -86,27 +87,30 @@ def _entry(frame: Frame, exc: BaseException, tb_next: TracebackType | None) -> T
 def _raiser_code(frame: Frame) -> CodeType:
     code = frame.code
     inst = frame.instructions[max(frame.index - 1, 0)]
-    lineno = inst.lineno if inst.lineno is not None else frame.position().lineno
-    if lineno is None:
-        lineno = code.co_firstlineno
-    table = _linetable(inst.end_lineno, lineno, inst.col, inst.end_col)
+    table = _linetable(code.co_firstlineno, inst.lineno, inst.end_lineno, inst.col, inst.end_col)
     return _TEMPLATE.replace(co_filename=code.co_filename, co_name=code.co_name, co_qualname=code.co_qualname,
-                             co_firstlineno=lineno, co_linetable=table)
+                             co_firstlineno=code.co_firstlineno, co_linetable=table)
 
 
-def _linetable(end_lineno: int | None, lineno: int, col: int | None, end_col: int | None) -> bytes:
-    """A 3.11 location table giving every instruction of the raiser the span ``lineno:col-end_lineno:end_col``."""
+def _linetable(first: int, lineno: int | None, end_lineno: int | None, col: int | None,
+               end_col: int | None) -> bytes:
+    """A 3.11 location table giving every instruction of the raiser the span ``lineno:col-end_lineno:end_col``
+    (relative to the user's ``co_firstlineno``, so ``f_lineno`` and ``f_code.co_firstlineno`` both match)."""
     out = b""
     remaining = _TEMPLATE_UNITS
+    delta = 0 if lineno is None else lineno - first
     while remaining:
         units = min(remaining, 8)  # an entry covers at most 8 code units
         remaining -= units
         head = 0x80 | (units - 1)
-        if col is None or end_col is None or end_lineno is None:
-            out += bytes([head | (13 << 3)]) + _svarint(0)  # line only, no columns
+        if lineno is None:
+            out += bytes([head | (15 << 3)])  # no location: CPython reports f_lineno None
+        elif col is None or end_col is None or end_lineno is None:
+            out += bytes([head | (13 << 3)]) + _svarint(delta)  # line only, no columns
         else:
-            out += (bytes([head | (14 << 3)]) + _svarint(0) + _varint(end_lineno - lineno)
+            out += (bytes([head | (14 << 3)]) + _svarint(delta) + _varint(end_lineno - lineno)
                     + _varint(col + 1) + _varint(end_col + 1))
+        delta = 0
     return out
 
 
