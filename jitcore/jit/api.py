@@ -29,6 +29,7 @@ from jitcore.ir import Trace
 from jitcore.jit.interpretation import Pass
 from jitcore.prologue import MISS, MissReason, Prologue
 from jitcore.prologue.cache import EntryCache
+from jitcore.transforms import differentiate
 
 __all__ = [
     "jit",
@@ -72,6 +73,7 @@ class JittedFunction:
         self.hits = 0
         self.misses = 0
         self.last_traces: list[Trace] = []
+        self.last_backward_traces: list[Trace] = []
         self.last_prologue: Prologue | None = None
         self.miss_log: list[list[MissReason]] = []
         self.eager_reason: BaseException | None = None
@@ -138,7 +140,9 @@ class JittedFunction:
         if flat is not program.trace:
             traces.append(flat)
             self.last_traces = list(traces)
-        computation = self.executor.compile(traces[-1])
+        computation = differentiate(program, traces, self)  # inputs that require grad: docs/autograd.md
+        if computation is None:
+            computation = self.executor.compile(traces[-1])
         if program.epilogue is not None:
             computation = program.epilogue.wrap(computation)
         cached_call = program.prologue.compile(computation)

@@ -1,0 +1,139 @@
+"""Running a forward/backward pair under torch autograd: one ``torch.autograd.Function`` per call.
+
+``GradComputation`` is the computation of a cache entry whose inputs require grad. A call runs the
+compiled forward trace inside ``JitcoreFunction.forward`` (grad off: nothing is recorded twice),
+keeps the saved values with ``ctx.save_for_backward``, and returns outputs connected to autograd;
+``JitcoreFunction.backward`` checks the tangents against what was traced (tensor-subclass types and
+flatten contexts), flattens subclass tangents to their inner tensors and runs the compiled backward
+trace. Invariants:
+- the backward receives contiguous tangents (the backward trace was recorded for those);
+- a tangent of another kind than traced is an error naming the output, never a wrong gradient;
+- the function's inputs are the computation's plain inputs, then the outer tensors of subclass
+  inputs (the prologue passes both), so autograd connects to the tensors the user holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optree
+import torch
+
+from jitcore.errors import JitcoreError
+from jitcore.ir import Proxy, Trace
+from jitcore.transforms.grad import GradTraces, OutputSpec
+
+__all__ = ["GradComputation", "JitcoreFunction", "TangentMismatchError", "last_backward_traces"]
+
+
+class TangentMismatchError(JitcoreError, TypeError):
+    """The gradient reaching an output in backward is not of the kind the backward was traced for."""
+
+    code = "JC-G001"
+
+
+class GradComputation:
+    """A cache entry's computation when inputs require grad (see the module docstring)."""
+
+    def __init__(self, traces: GradTraces, compile_trace: Callable[[Trace], Callable[..., Any]], n_inputs: int) -> None:
+        self.traces = traces
+        self.forward = compile_trace(traces.forward)
+        self.backward = compile_trace(traces.backward)
+        self.n_inputs = n_inputs
+        self.output_tree = traces.output_tree
+        self.tensor_positions = [i for i, v in enumerate(traces.output_leaves) if isinstance(v, Proxy)]
+        self.output_leaves = [None if isinstance(v, Proxy) else v for v in traces.output_leaves]
+        self.differentiable = traces.differentiable
+        self.grad_inputs = traces.grad_inputs
+
+    def __call__(self, *inputs: Any) -> Any:
+        outputs = JitcoreFunction.apply(self, *inputs)
+        if not isinstance(outputs, tuple):
+            outputs = (outputs,)
+        leaves = list(self.output_leaves)
+        for position, value in zip(self.tensor_positions, outputs):
+            leaves[position] = value
+        return optree.tree_unflatten(self.output_tree, leaves)
+
+    def tangents(self, grads: tuple[Any, ...]) -> list[torch.Tensor]:
+        """The backward's tangent inputs from the gradients of the forward's outputs.
+
+        Raises:
+            TangentMismatchError: a gradient's tensor-subclass type (or flatten context) differs from
+                the one the backward was traced for.
+        """
+        flat: list[torch.Tensor] = []
+        for spec in self.differentiable:
+            grad = grads[spec.index]
+            _check_tangent(spec, grad)
+            if spec.subclass is None:
+                flat.append(grad.contiguous())
+                continue
+            flat.extend(getattr(grad, name).contiguous() for name in spec.names)
+        return flat
+
+
+def _check_tangent(spec: OutputSpec, grad: Any) -> None:
+    expected = spec.subclass or torch.Tensor
+    got = type(grad)
+    if got is torch.nn.Parameter:
+        got = torch.Tensor
+    if got is expected:
+        if spec.subclass is None:
+            return
+        _names, ctx = grad.__tensor_flatten__()
+        if ctx == spec.ctx:
+            return
+        detail = f"its __tensor_flatten__ context is {ctx!r}, traced with {spec.ctx!r}"
+    else:
+        detail = f"it is a {got.__qualname__}, the backward was traced for a {expected.__qualname__}"
+    raise TangentMismatchError(
+        f"the gradient of output {spec.index} of a jitted function is not what its backward was traced for: {detail}",
+        hints=(
+            f"pass gradients of type {expected.__qualname__}, built like the output it belongs to",
+            "or call the function eagerly when gradients of another kind must flow through it",
+        ),
+    )
+
+
+class JitcoreFunction(torch.autograd.Function):
+    """Connects one call of a forward/backward trace pair to torch autograd."""
+
+    @staticmethod
+    def forward(ctx: Any, computation: GradComputation, *inputs: Any) -> Any:  # type: ignore[override]
+        outputs, saved = computation.forward(*inputs[: computation.n_inputs])
+        ctx.computation = computation
+        ctx.save_for_backward(*saved)
+        differentiable = {spec.index for spec in computation.differentiable}
+        constant = [o for i, o in enumerate(outputs) if i not in differentiable and isinstance(o, torch.Tensor)]
+        if constant:
+            ctx.mark_non_differentiable(*constant)
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
+        computation: GradComputation = ctx.computation
+        tangents = computation.tangents(grads)
+        results = computation.backward(*ctx.saved_tensors, *tangents)
+        n_inputs = computation.n_inputs
+        grad_inputs: list[Any] = [None] * (len(ctx.needs_input_grad) - 1)
+        for (kind, i), grad in zip(computation.grad_inputs, results):
+            grad_inputs[i if kind == "arg" else n_inputs + i] = grad
+        return (None, *grad_inputs)
+
+
+def last_backward_traces(jfn: Any) -> list[Trace]:
+    """The backward traces of the most recent tracing (empty when no input required grad).
+
+    Args:
+        jfn: a function returned by ``jitcore.jit``.
+
+    Returns:
+        ``[backward]``; the forward it pairs with is the last of ``jitcore.last_traces(jfn)``.
+    """
+    from jitcore.jit.api import JittedFunction
+
+    if not isinstance(jfn, JittedFunction):
+        raise TypeError(f"expected a function returned by jitcore.jit, got {type(jfn).__qualname__}")
+    return list(getattr(jfn, "last_backward_traces", []))

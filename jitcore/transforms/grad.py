@@ -1,0 +1,274 @@
+"""The grad transform: a forward trace and a backward trace derived from torch's own autograd.
+
+Given the interpretation trace of a function (torch-level calls on proxies, tensor-subclass calls
+included), the transform
+1. makes a *shadow* for every input: a FakeTensor with the input's metadata and ``requires_grad``,
+   or, for a tensor-subclass input, a real instance of the subclass over such fake inner tensors;
+2. replays every top-level call of the trace natively on those shadows under a ``RecordingMode``
+   (recording.py): torch's autograd builds its graph on the shadows and the mode records the aten
+   ops that run below autograd — calls on subclasses are resolved by interpreting their
+   ``__torch_dispatch__`` — into the *forward* trace;
+3. calls ``torch.autograd.grad(outputs, inputs, tangents, allow_unused=True)`` on the shadows under
+   the same mode, recording the aten ops of autograd's backward formulas into the *backward* trace.
+   The tangents of subclass outputs are instances of the output's class (as eager hands them), so
+   backward ops on them resolve through the subclass's ``__torch_dispatch__`` too: the split into
+   forward and backward happens before subclass resolution, as it must (a subclass may implement an
+   op with ops that have no derivative);
+4. decides what the forward saves (saving.py) and closes both traces.
+
+Invariants:
+- both traces hold only plain tensors and aten ops (subclass outputs and gradients are rebuilt at
+  their end with the class's own ``__tensor_unflatten__``);
+- the backward's inputs are the saved forward values, then the tangents (inner tensors of subclass
+  tangents, in ``__tensor_flatten__`` order);
+- the transform never runs user tensors: it works on shadows only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optree
+import torch
+
+import jitcore
+from jitcore.dispatch import resolve_call
+from jitcore.dispatch.flatten import UNFLATTEN
+from jitcore.dispatch.resolver import DispatchState
+from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext
+from jitcore.langctx import new_context
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.transforms.recording import recording
+from jitcore.transforms.saving import split_saved
+
+__all__ = ["GradTraces", "OutputSpec", "grad_transform", "needs_grad"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """What the backward expects as the tangent of one differentiable output.
+
+    Attributes:
+        index: the output's position among the forward's tensor outputs.
+        subclass: the output's tensor-subclass type (None for a plain tensor).
+        ctx: the subclass's ``__tensor_flatten__`` context (None for a plain tensor).
+        names: the inner attribute names, in flatten order (empty for a plain tensor).
+        shape: the output's shape (the tangent's, as autograd checks it).
+    """
+
+    index: int
+    subclass: type | None
+    ctx: Any
+    names: tuple[str, ...]
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class GradTraces:
+    """The result of the grad transform.
+
+    Attributes:
+        forward: returns ``(outputs, saved)``: the tensor outputs (flat, in ``optree`` order of the
+            original output) and the values the backward needs.
+        backward: takes ``(*saved, *tangents)`` and returns one gradient (or None) per input in
+            ``grad_inputs``.
+        output_spec: the tree structure of the original output and its non-tensor leaves.
+        differentiable: the tangent each differentiable output expects, in backward argument order.
+        grad_inputs: the inputs gradients are computed for: ``("arg", i)`` for the i-th trace
+            argument, ``("subclass", i)`` for the i-th subclass input (its outer tensor).
+        subclass_inputs: the pass-1 proxies of the subclass inputs, in ``grad_inputs`` numbering.
+    """
+
+    forward: Trace
+    backward: Trace
+    output_tree: Any
+    output_leaves: list[Any]
+    differentiable: list[OutputSpec]
+    grad_inputs: list[tuple[str, int]]
+    subclass_inputs: list[SubclassTensorProxy]
+
+
+def _subclass_input_records(trace: Trace) -> list[BoundSymbol]:
+    return [b for b in trace.bound_symbols if "bookkeeping" in b.symbol.tags and "subclass" in b.symbol.tags]
+
+
+def needs_grad(trace: Trace) -> bool:
+    """Whether a call of ``trace`` must build a backward: grad mode on and an input requires grad."""
+    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+        return False
+    if any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args):
+        return True
+    return any(b.output.requires_grad for b in _subclass_input_records(trace))
+
+
+class _Replay:
+    """The state of one replay: pass-1 proxies -> proxies of the forward trace."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.source = trace
+        header = [line.replace("pass 1 (interpretation)", "forward (grad transform)") for line in trace.header]
+        self.forward = Trace(name="forward", header=header, imports={"torch": torch, "jitcore": jitcore})
+        self.context: TraceContext = new_context(self.forward, call_handler=resolve_call)
+        self.values = self.context.values
+        self.state = DispatchState.of(self.values)
+        self.env: dict[int, Proxy] = {}
+        self._keep: list[Any] = []
+
+    # --- inputs ------------------------------------------------------------------------------------
+    def bind_inputs(self) -> None:
+        for arg in self.source.args:
+            shadow = self._fake_like(arg.shadow, contiguous=False)
+            if arg.requires_grad:
+                shadow.requires_grad_(True)
+            proxy = self.values.proxy_for(shadow)
+            proxy.name = self.forward.names.claim(arg.name)
+            self._map(arg, proxy)
+            self.forward.args.append(proxy)
+        for record in _subclass_input_records(self.source):
+            cls, inner, ctx, size, stride = record.args
+            old: SubclassTensorProxy = record.output
+            shadow = cls.__tensor_unflatten__(
+                {n: self.env[id(p)].shadow for n, p in inner.items()}, ctx, torch.Size(size), tuple(stride)
+            )
+            if old.requires_grad:
+                shadow.requires_grad_(True)
+            self._map(old, self.state.adopt(shadow, self.forward.names.claim(old.name)))
+
+    def _fake_like(self, t: torch.Tensor, *, contiguous: bool) -> torch.Tensor:
+        stride = torch._prims_common.make_contiguous_strides_for(t.shape) if contiguous else t.stride()
+        with self.values.fake_mode:
+            return torch.empty_strided(tuple(t.shape), tuple(stride), dtype=t.dtype, device=t.device)
+
+    def _map(self, old: Any, new: Any) -> None:
+        self.env[id(old)] = new
+        self._keep.append(old)
+        if isinstance(old, SubclassTensorProxy) and isinstance(new, SubclassTensorProxy):
+            for name, inner in old.inner_tensors().items():
+                if id(inner) not in self.env:
+                    self._map(inner, getattr(new, name))
+
+    def lookup(self, value: Any) -> Any:
+        if isinstance(value, Proxy):
+            found = self.env.get(id(value))
+            if found is None:
+                raise AssertionError(f"grad transform: {value.name} is used before it is produced")
+            return found
+        return value
+
+    # --- the forward -------------------------------------------------------------------------------
+    def run_forward(self) -> None:
+        with recording(self.context):
+            for bsym in self.source.bound_symbols:
+                if "bookkeeping" in bsym.symbol.tags:
+                    continue
+                self._replay(bsym)
+
+    def _replay(self, bsym: BoundSymbol) -> None:
+        args, kwargs = _tree_map(lambda v: _shadow(self.lookup(v)), (bsym.args, bsym.kwargs))
+        out = bsym.symbol.fn(*args, **kwargs)
+        old_leaves = optree.tree_leaves(bsym.output, none_is_leaf=True)
+        new_leaves = optree.tree_leaves(out, none_is_leaf=True)
+        for old, new in zip(old_leaves, new_leaves):
+            if isinstance(old, Proxy) and isinstance(new, torch.Tensor):
+                self._map(old, self.state.proxy_of(new))
+
+
+def _shadow(value: Any) -> Any:
+    return value.shadow if isinstance(value, TensorProxy) else value
+
+
+def _tree_map(fn: Any, tree: Any) -> Any:
+    return optree.tree_map(fn, tree, none_is_leaf=True)
+
+
+def grad_transform(trace: Trace) -> GradTraces:
+    """Split ``trace`` (pass 1, torch level) into a forward and a backward trace over plain tensors.
+
+    Args:
+        trace: the interpretation trace of a call whose inputs require grad.
+
+    Returns:
+        The forward and backward traces and what the runtime needs to connect them to autograd.
+
+    Raises:
+        Exception: what torch's autograd raises for this program (e.g. an in-place op on a leaf
+            that requires grad), as eager would raise it.
+    """
+    replay = _Replay(trace)
+    replay.bind_inputs()
+    replay.run_forward()
+    leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)
+    outputs = [replay.lookup(v) if isinstance(v, Proxy) else v for v in leaves]
+    tensor_outputs = [o for o in outputs if isinstance(o, TensorProxy)]
+
+    grad_inputs: list[tuple[str, int]] = []
+    wrt: list[TensorProxy] = []
+    for i, arg in enumerate(trace.args):
+        if arg.requires_grad:
+            grad_inputs.append(("arg", i))
+            wrt.append(replay.env[id(arg)])
+    subclass_inputs = [b.output for b in _subclass_input_records(trace)]
+    for i, old in enumerate(subclass_inputs):
+        if old.requires_grad:
+            grad_inputs.append(("subclass", i))
+            wrt.append(replay.env[id(old)])
+
+    differentiable: list[OutputSpec] = []
+    diff_outputs: list[torch.Tensor] = []
+    tangents: list[torch.Tensor] = []
+    tangent_args: list[TensorProxy] = []
+    for index, out in enumerate(tensor_outputs):
+        shadow = out.shadow
+        if not shadow.requires_grad or any(shadow is d for d in diff_outputs):
+            continue
+        spec, tangent, inner = _tangent_for(replay, index, out)
+        differentiable.append(spec)
+        diff_outputs.append(shadow)
+        tangents.append(tangent)
+        tangent_args.extend(inner)
+
+    header = [line.replace("forward (grad transform)", "backward (grad transform)") for line in replay.forward.header]
+    backward = Trace(name="backward", header=header, imports=dict(replay.forward.imports), names=replay.forward.names)
+    grads: tuple[Any, ...] = ()
+    if diff_outputs:
+        context = TraceContext(backward, values=replay.values, call_handler=resolve_call)
+        with recording(context):
+            grads = torch.autograd.grad(
+                diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True
+            )
+    grad_proxies = [replay.state.proxy_of(g) if g is not None else None for g in grads] or [None] * len(wrt)
+
+    forward = replay.forward
+    forward_outputs = [_rebuilt(forward, o) for o in tensor_outputs]
+    backward_outputs = [_rebuilt(backward, g) if g is not None else None for g in grad_proxies]
+    saved = split_saved(forward, backward, tangent_args, backward_outputs)
+    forward.output = (tuple(forward_outputs), tuple(saved))
+    backward.args = [*saved, *tangent_args]
+    backward.output = tuple(backward_outputs)
+    return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_inputs)
+
+
+def _tangent_for(replay: _Replay, index: int, out: TensorProxy) -> tuple[OutputSpec, torch.Tensor, list[TensorProxy]]:
+    """The tangent shadow of one output: contiguous, of the output's class; and its backward inputs."""
+    if isinstance(out, SubclassTensorProxy):
+        names, ctx = out.flatten()
+        inner_shadows = {n: replay._fake_like(getattr(out, n).shadow, contiguous=True) for n in names}
+        inner = [replay.values.proxy_for(s) for s in inner_shadows.values()]
+        tangent = out.subclass.__tensor_unflatten__(inner_shadows, ctx, out.shape, out.stride())
+        replay.state.adopt(tangent)
+        spec = OutputSpec(index, out.subclass, ctx, tuple(names), tuple(out.shape))
+        return spec, tangent, inner
+    tangent = replay._fake_like(out.shadow, contiguous=True)
+    return OutputSpec(index, None, None, (), tuple(out.shape)), tangent, [replay.values.proxy_for(tangent)]
+
+
+def _rebuilt(trace: Trace, value: TensorProxy) -> TensorProxy:
+    """``value``; a subclass value is rebuilt at the end of ``trace`` from its inner tensors."""
+    if isinstance(value, SubclassTensorProxy):
+        names, ctx = value.flatten()
+        inner = {n: _rebuilt(trace, getattr(value, n)) for n in names}
+        args = (value.subclass, inner, ctx, tuple(value.shape), tuple(value.stride()))
+        trace.bound_symbols.append(BoundSymbol(UNFLATTEN, args, {}, value))
+    return value

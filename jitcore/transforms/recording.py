@@ -1,0 +1,129 @@
+"""Recording what torch's autograd runs: a TorchDispatchMode that turns aten calls into bound symbols.
+
+The grad transform replays a forward trace on *shadows* that require grad, and then calls
+``torch.autograd.grad`` on them. Both happen natively in torch: the autograd engine itself decides
+which aten ops the forward runs (after autograd's own decompositions) and which ones its backward
+formulas run. The ``RecordingMode`` below sits under autograd and sees each of those aten calls:
+- metadata queries (``aten.sym_size``, ``prim.device``, ...) are answered natively, never recorded;
+- a call on plain tensors is recorded as its aten symbol into the active trace context;
+- a call involving a tensor subclass runs the subclass's ``__torch_dispatch__`` on jitcore's
+  interpreter (``jitcore.dispatch.resolver.call_torch_dispatch``): the aten ops it calls on the
+  inner tensors are recorded, so what is recorded holds only plain tensors.
+What the mode returns (the shadow of the resulting proxy) is the very object autograd attaches its
+graph to, so step k's output is step k+1's input.
+
+Invariants:
+- every FakeTensor the mode sees maps to exactly one proxy of the recording trace (by identity);
+  a real tensor (a constant of the trace) is recorded as a constant;
+- recording happens only inside ``recording(...)``, which also makes a jitcore interpreter run
+  current, so that ``__torch_dispatch__`` is interpreted (its control flow sees the proxies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import optree
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import jitcore
+from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
+from jitcore.dispatch.resolver import DispatchState, call_torch_dispatch
+from jitcore.interpreter import Hooks, Run, active_runs
+from jitcore.ir import TraceContext, tracing
+from jitcore.langctx import aten as aten_langctx
+from jitcore.langctx.torch import TORCH_TABLE
+from jitcore.proxies.subclass import SubclassTensorProxy
+
+__all__ = ["METADATA_OPS", "RecordingMode", "recording"]
+
+# Asked by the dispatcher and the autograd engine about shadows; answered natively, never recorded.
+METADATA_OPS = frozenset(
+    op
+    for op in (
+        torch.ops.prim.device.default,
+        torch.ops.prim.layout.default,
+        torch.ops.aten.sym_size.default,
+        torch.ops.aten.sym_size.int,
+        torch.ops.aten.sym_stride.default,
+        torch.ops.aten.sym_stride.int,
+        torch.ops.aten.sym_numel.default,
+        torch.ops.aten.sym_storage_offset.default,
+        torch.ops.aten.dim.default,
+        torch.ops.aten.is_contiguous.default,
+        torch.ops.aten.is_contiguous.memory_format,
+        torch.ops.aten.is_strides_like_format.default,
+        torch.ops.aten.is_non_overlapping_and_dense.default,
+    )
+)
+
+_JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
+
+
+class RecordingMode(TorchDispatchMode):
+    """Records every aten call below autograd into the active trace context, on proxies."""
+
+    def __init__(self, state: DispatchState) -> None:
+        super().__init__()
+        self.state = state
+
+    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in METADATA_OPS:
+            return func(*args, **kwargs)
+        user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
+        proxy_args, proxy_kwargs = _map(self._proxy_of, (args, kwargs))
+        if not user_types:
+            out = aten_langctx.aten_symbol(func)(*proxy_args, **proxy_kwargs)
+        else:
+            out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
+        return _map(self.state.shadow_of, out)
+
+    def _proxy_of(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and type(value) is torch.Tensor:
+            return value  # a real constant tensor of the trace
+        return self.state.proxy_of(value)
+
+
+def _resolve_call(fn: Any) -> Any:
+    if aten_langctx.is_aten_op(fn):
+        return aten_langctx.aten_symbol(fn)
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_filename.startswith(_JITCORE_DIR):
+        return fn
+    return None
+
+
+def _hooks() -> Hooks:
+    return Hooks(
+        lookasides={**dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES},
+        resolve_call=_resolve_call,
+        type_of=python_type,
+    )
+
+
+@contextlib.contextmanager
+def recording(context: TraceContext) -> Iterator[RecordingMode]:
+    """Record aten calls into ``context`` (subclass dispatch interpreted) for the ``with`` body."""
+    state = DispatchState.of(context.values)
+    mode = RecordingMode(state)
+    runs = active_runs()
+    runs.append(Run(_hooks()))
+    try:
+        with tracing(context), torch._C.DisableTorchFunctionSubclass(), mode:
+            yield mode
+    finally:
+        runs.pop()
+
+
+def _map(fn: Any, tree: Any) -> Any:
+    return optree.tree_map(fn, tree, none_is_leaf=True)
+
+
+def is_subclass_proxy(value: Any) -> bool:
+    return isinstance(value, SubclassTensorProxy)

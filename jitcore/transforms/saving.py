@@ -1,0 +1,105 @@
+"""What the forward saves for the backward, and what the backward recomputes instead.
+
+Policy (see docs/autograd.md):
+- the backward's inputs are exactly the forward values its ops read (found by proxy identity, since
+  forward and backward were recorded over the same proxies) — nothing else is saved;
+- a saved value produced in the forward by a *cheap* op is recomputed at the start of the backward
+  instead, when everything that op reads is a forward input or is saved anyway. Cheap ops are views
+  (``t``, ``view``, ``permute``, ``expand``, ``detach``, ...: saving them saves nothing but a slot)
+  and pointwise aten ops (``mul``, ``exp``, ``gelu``, ...: recomputing them frees an activation);
+  random ops never are. The rule is applied until nothing changes;
+- when the forward mutates a tensor in place, nothing is recomputed (the value read again could
+  differ from the one autograd saved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import optree
+import torch
+
+from jitcore.ir import BoundSymbol, Proxy, Trace
+from jitcore.proxies import TensorProxy
+
+__all__ = ["proxies_in", "split_saved"]
+
+
+def proxies_in(tree: Any) -> Iterator[Proxy]:
+    """The proxies among the leaves of ``tree`` (dicts, tuples and lists looked into)."""
+    for leaf in optree.tree_leaves(tree, none_is_leaf=True):
+        if isinstance(leaf, Proxy):
+            yield leaf
+
+
+def _is_cheap(bsym: BoundSymbol) -> bool:
+    tags = bsym.symbol.tags
+    if "inplace" in tags or "random" in tags or bsym.symbol.langctx != "aten":
+        return False
+    if "view" in tags:
+        return True
+    op = bsym.symbol.fn
+    return torch.Tag.pointwise in getattr(op, "tags", ())
+
+
+def split_saved(forward: Trace, backward: Trace, tangents: list[TensorProxy], outputs: list[Any]) -> list[TensorProxy]:
+    """Choose the saved values; prepend the recomputed forward ops to ``backward``.
+
+    Args:
+        forward: the forward trace (its bound symbols are complete).
+        backward: the backward trace (its bound symbols are complete).
+        tangents: the backward's tangent inputs.
+        outputs: what the backward returns.
+
+    Returns:
+        The forward values the backward takes, in forward order (inputs first).
+    """
+    produced = {id(p) for b in backward.bound_symbols for p in proxies_in(b.output)}
+    excluded = produced | {id(t) for t in tangents}
+    needed: dict[int, Proxy] = {}
+    for bsym in backward.bound_symbols:
+        for p in proxies_in((bsym.args, bsym.kwargs)):
+            if id(p) not in excluded:
+                needed.setdefault(id(p), p)
+    for p in proxies_in(outputs):
+        if id(p) not in excluded:
+            needed.setdefault(id(p), p)
+
+    recomputed = _recompute(forward, needed)
+    order = {id(a): i for i, a in enumerate(forward.args)}
+    base = len(order)
+    for i, bsym in enumerate(forward.bound_symbols):
+        for p in proxies_in(bsym.output):
+            order.setdefault(id(p), base + i)
+    if recomputed:
+        backward.bound_symbols[:0] = sorted(recomputed, key=lambda b: forward.bound_symbols.index(b))
+    return sorted(needed.values(), key=lambda p: order.get(id(p), -1))
+
+
+def _recompute(forward: Trace, needed: dict[int, Proxy]) -> list[BoundSymbol]:
+    if any("inplace" in b.symbol.tags for b in forward.bound_symbols):
+        return []
+    producer: dict[int, BoundSymbol] = {}
+    for bsym in forward.bound_symbols:
+        for p in proxies_in(bsym.output):
+            producer.setdefault(id(p), bsym)
+    inputs = {id(a) for a in forward.args}
+    chosen: list[BoundSymbol] = []
+    changed = True
+    while changed:
+        changed = False
+        for pid in list(needed):
+            bsym = producer.get(pid)
+            if bsym is None or bsym in chosen or not _is_cheap(bsym):
+                continue
+            reads = list(proxies_in((bsym.args, bsym.kwargs)))
+            if not all(id(r) in needed or id(r) in inputs for r in reads):
+                continue
+            chosen.append(bsym)
+            for p in proxies_in(bsym.output):
+                needed.pop(id(p), None)
+            for r in reads:
+                needed.setdefault(id(r), r)
+            changed = True
+    return chosen
