@@ -37,7 +37,9 @@ from jitcore.proxies.subclass import is_traceable_subclass
 __all__ = ["Provenance"]
 
 _CONTAINERS = (list, dict, set, tuple)
-_MAX_ELEMENTS = 256
+# Containers of state up to this size are guarded element by element; larger ones (of non-literals)
+# by identity and length only (docs/user-guide.md, "What is guarded").
+_MAX_ELEMENTS = 4096
 
 
 class Provenance:
@@ -279,8 +281,8 @@ def _is_library_class(klass: type) -> bool:
 
 def _all_literal(value: Any) -> bool:
     if type(value) is dict:
-        return len(value) <= 64 and all(is_literal_value(k) and is_literal_value(v) for k, v in value.items())
-    return len(value) <= 64 and all(is_literal_value(v) for v in value)
+        return all(is_literal_value(k) and is_literal_value(v) for k, v in value.items())
+    return all(is_literal_value(v) for v in value)  # any length: one 'contents' guard compares them all
 
 
 def _meta_input_error(path: Path) -> Exception:

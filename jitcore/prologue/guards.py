@@ -64,9 +64,19 @@ def freeze_contents(value: Any) -> tuple:
     return tuple(value)
 
 
+_SCALARS = frozenset((int, float, bool, str, bytes, type(None)))
+
+
 def same_contents(value: Any, frozen: tuple) -> bool:
     """Whether a list/dict/set/tuple holds exactly the literals ``frozen`` (see freeze_contents)."""
-    return _same_literal(freeze_contents(value), frozen)
+    got = freeze_contents(value)
+    # Fast path (comparisons in C) for flat sequences of scalars: equal, with the same types, and no
+    # zero whose sign could differ. Anything else (NaNs make == fail) gets the exact comparison.
+    if got == frozen:
+        types = tuple(map(type, frozen))
+        if tuple(map(type, got)) == types and _SCALARS.issuperset(types) and 0.0 not in frozen:
+            return True
+    return _same_literal(got, frozen)
 
 
 def _same_literal(a: Any, b: Any) -> bool:

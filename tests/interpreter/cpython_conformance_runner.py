@@ -2,7 +2,7 @@
 
 Used by test_cpython_conformance.py, and runnable by hand to see what fails::
 
-    python -m tests.interpreter.conformance test_grammar test_scope
+    python tests/interpreter/cpython_conformance_runner.py test_grammar test_scope
 
 For every TestCase method of a module: the class is run natively (setUpClass, setUp, method, tearDown,
 tearDownClass), then again with setUp, the method and tearDown wrapped by ``interpret``. A method counts as
