@@ -13,6 +13,7 @@ fake results become the output proxies. Invariants:
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Callable
 
 import optree
@@ -90,8 +91,35 @@ def meta_of(fn: Callable[..., Any]) -> Callable[..., Any]:
     return meta
 
 
-def _to_shadow(value: Any) -> Any:
-    return value.shadow if isinstance(value, TensorProxy) else value
+def _to_shadow(value: Any, fake_mode: FakeTensorMode) -> Any:
+    if isinstance(value, TensorProxy):
+        return value.shadow
+    if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+        # A real tensor made while tracing (``torch.tensor(0.5)`` inside a library function) is a
+        # constant of the trace: the printer binds it by reference, its shadow gives the metadata.
+        return fake_mode.from_tensor(value, static_shapes=True)
+    return value
+
+
+# Note [Fake kernels that resize instead of raising]
+# Some fake/meta kernels (decompositions of in-place ops such as ``x.pow_(y)`` with ``y`` broadcasting
+# to a larger shape) resize an input's shadow where eager raises "output with shape ... doesn't
+# match the broadcast shape". So when a call changes the shape, strides or offset of an input shadow,
+# the call is replayed on small real tensors with the inputs' metadata from *before* the call; when
+# eager raises, its exception is the user's. Calls that legitimately change metadata (``resize_``,
+# ``t_``, ``out=`` with an empty tensor) pass the replay and keep the fake result.
+def _metadata(f: torch.Tensor) -> tuple:
+    return (tuple(f.shape), tuple(f.stride()), f.storage_offset())
+
+
+def _resized(f: torch.Tensor, before: tuple) -> bool:
+    """Whether a call changed the metadata of a shadow that had elements (``out=`` tensors with no
+    elements are resized by design)."""
+    return math.prod(before[0]) > 0 and _metadata(f) != before
+
+
+def _input_metadata(leaves: list[Any]) -> dict[int, tuple]:
+    return {id(v): _metadata(v) for v in leaves if isinstance(v, FakeTensor)}
 
 
 def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -104,25 +132,46 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     context = current_context()
     values: TensorValues = context.values
     leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
-    shadow_args, shadow_kwargs = optree.tree_unflatten(spec, [_to_shadow(v) for v in leaves])
+    shadow_leaves = [_to_shadow(v, values.fake_mode) for v in leaves]
+    shadow_args, shadow_kwargs = optree.tree_unflatten(spec, shadow_leaves)
+    before = _input_metadata(shadow_leaves)
     try:
         with values.fake_mode:
             out = fn(*shadow_args, **shadow_kwargs)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
-        raise DataDependentError(
-            f"{_name(fn)} needs the values of its tensor arguments, which are not known while tracing "
-            f"({type(exc).__name__}: {exc})",
-            hints=(
-                "keep this computation outside the jitted function, or make it independent of tensor values",
-                "jitcore.jit(fn, fallback='eager') runs such functions eagerly instead",
-            ),
-        ) from None
+        raise _data_dependent(fn, exc) from None
     except Exception as exc:
+        if isinstance(exc, RuntimeError) and _DATA_NOT_ALLOCATED in str(exc):
+            raise _data_dependent(fn, exc) from None  # a fake's data was read (``tolist``, ...)
         _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
         raise
+    resized = [v for v in shadow_leaves if isinstance(v, FakeTensor) and _resized(v, before[id(v)])]
+    if resized:
+        try:
+            _raise_eager_error(fn, shadow_args, shadow_kwargs, None, metadata=before)  # see Note above
+        except Exception:
+            with values.fake_mode:  # eager rejected the call: its inputs keep their metadata
+                for v in resized:
+                    v.as_strided_(*before[id(v)])
+            raise
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
     return optree.tree_unflatten(
         out_spec, [values.proxy_for(o) if isinstance(o, FakeTensor) else o for o in out_leaves]
+    )
+
+
+# What a fake tensor raises when code reads its data.
+_DATA_NOT_ALLOCATED = "data is not allocated yet"
+
+
+def _data_dependent(fn: Callable[..., Any], exc: Exception) -> DataDependentError:
+    return DataDependentError(
+        f"{_name(fn)} needs the values of its tensor arguments, which are not known while tracing "
+        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
+        hints=(
+            "keep this computation outside the jitted function, or make it independent of tensor values",
+            "jitcore.jit(fn, fallback='eager') runs such functions eagerly instead",
+        ),
     )
 
 
@@ -130,20 +179,36 @@ def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-def _raise_eager_error(fn: Callable[..., Any], args: tuple, kwargs: dict, fake_error: Exception) -> None:
-    """Replay a failed call on small real tensors; if eager fails too, raise eager's exception."""
+def _raise_eager_error(
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    fake_error: Exception | None,
+    metadata: dict[int, tuple] | None = None,
+) -> None:
+    """Replay a call on small real tensors; if eager fails, raise eager's exception.
+
+    Args:
+        fn, args, kwargs: the call, on shadows.
+        fake_error: what the fake call raised (None when it did not fail).
+        metadata: (shape, strides, offset) of shadows before the call, where the call changed them.
+    """
+    metadata = metadata or {}
     leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
     fakes = [v for v in leaves if isinstance(v, FakeTensor)]
-    if sum(f.numel() for f in fakes) > REPLAY_NUMEL_LIMIT:
+    shapes = {id(f): metadata.get(id(f), _metadata(f)) for f in fakes}
+    if sum(math.prod(shapes[id(f)][0]) for f in fakes) > REPLAY_NUMEL_LIMIT:
         return
     if any(f.device.type != "cpu" and not _device_available(f.device) for f in fakes):
         return
     real: dict[int, torch.Tensor] = {}
     for f in fakes:
         if id(f) not in real:
-            size = f.untyped_storage().nbytes() // max(f.element_size(), 1)
-            base = torch.zeros(max(size, f.storage_offset() + 1), dtype=f.dtype, device=f.device)
-            t = base.as_strided(f.shape, f.stride(), f.storage_offset())
+            shape, stride, offset = shapes[id(f)]
+            extent = offset + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0) + 1
+            size = max(f.untyped_storage().nbytes() // max(f.element_size(), 1), extent)
+            base = torch.zeros(size, dtype=f.dtype, device=f.device)
+            t = base.as_strided(shape, stride, offset)
             real[id(f)] = t.requires_grad_(f.requires_grad) if f.is_leaf and f.requires_grad else t
     real_args, real_kwargs = optree.tree_unflatten(
         spec, [real[id(v)] if isinstance(v, FakeTensor) else v for v in leaves]

@@ -100,6 +100,13 @@ _OPERATORS: dict[str, str] = {
     "__eq__": "eq", "__ne__": "ne", "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge",
     "__neg__": "neg", "__abs__": "abs", "__invert__": "bitwise_not",
 }
+# Tensor methods whose arguments differ from the torch function of the same name: they get a
+# symbol of their own instead of sharing the function's.
+_METHOD_DIFFERS_FROM_FUNCTION: dict[str, str] = {
+    "polygamma": "x.polygamma(n) is torch.polygamma(n, x)",
+    "where": "x.where(cond, y) is torch.where(cond, x, y)",
+    "lu": "x.lu() returns a plain tuple, torch.lu a structseq",
+}
 # Reflected operators whose function takes the operands the other way round.
 _SWAPPED: dict[str, str] = {"__rmatmul__": "matmul", "__rpow__": "pow"}
 
@@ -207,6 +214,34 @@ def _register_factories() -> None:
             TORCH_TABLE.bind(fn, torch_symbol(fn, f"torch.{name}", tags=frozenset({"factory"})))
 
 
+def _aten_op_on_tensors(name: str) -> bool:
+    """Whether ``torch.ops.aten.<name>`` exists and an overload of it takes a Tensor."""
+    packet = getattr(torch.ops.aten, name, None) if not name.startswith("__") else None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):  # noqa: SLF001
+        return False
+    return any(
+        any(str(a.type).startswith("Tensor") for a in getattr(packet, o)._schema.arguments)  # noqa: SLF001
+        for o in packet.overloads()
+    )
+
+
+def _register_unlisted_functions() -> None:
+    """torch.* builtins torch.overrides leaves out (private names like ``torch._scaled_mm``, ignored
+    ones like ``torch.as_strided``) that are aten operators on tensors: they dispatch
+    ``__torch_function__`` like the listed ones, so they are symbols too, printed by their path."""
+    for name in sorted(dir(torch._C._VariableFunctions)):  # noqa: SLF001 - torch's own function list
+        fn = getattr(torch, name, None)
+        if fn is None or name.startswith("__") or fn in TORCH_TABLE or not _aten_op_on_tensors(name):
+            continue
+        if getattr(torch._C._VariableFunctions, name, None) is not fn:  # noqa: SLF001
+            continue
+        TORCH_TABLE.bind(fn, torch_symbol(fn, f"torch.{name}"))
+    for name in ("hardswish", "hardsigmoid", "upsample", "upsample_bilinear", "upsample_nearest"):
+        fn = getattr(torch.nn.functional, name, None)
+        if fn is not None and fn not in TORCH_TABLE:  # listed as ignored, yet operations on tensors
+            TORCH_TABLE.bind(fn, torch_symbol(fn, f"torch.nn.functional.{name}"))
+
+
 def _function_symbol(name: str) -> Callable[..., Any] | None:
     if name.startswith("Tensor."):
         return TORCH_TABLE.lookup(getattr(torch.Tensor, name.removeprefix("Tensor."), None))
@@ -221,6 +256,7 @@ def _register_tensor_members() -> None:
         if key is torch.Tensor or not isinstance(key, type(torch))
         for fn in fns
     }
+    ignored = torch.overrides.get_ignored_functions()
     members: dict[str, Any] = {}
     for klass in reversed(torch.Tensor.__mro__):
         members.update(vars(klass))
@@ -232,7 +268,8 @@ def _register_tensor_members() -> None:
         is_property = isinstance(raw, (property, type(torch.Tensor.T)))
         key = raw.__get__ if is_property else member
         try:
-            if key not in overridable and name not in UNSUPPORTED_METHODS:
+            listed = key in overridable or (key in ignored and _aten_op_on_tensors(name))
+            if not listed and name not in UNSUPPORTED_METHODS:
                 continue
         except TypeError:
             continue
@@ -257,7 +294,8 @@ def _register_tensor_members() -> None:
                 TORCH_TABLE.bind(member, target)
                 _install_raw(name, target)
                 continue
-        shared = TORCH_TABLE.lookup(getattr(torch, name, None)) if not name.startswith("_") else None
+        own = name.startswith("_") or name in _METHOD_DIFFERS_FROM_FUNCTION
+        shared = TORCH_TABLE.lookup(getattr(torch, name, None)) if not own else None
         symbol = shared if isinstance(shared, Symbol) else torch_symbol(member, qualname)
         TORCH_TABLE.bind(member, symbol)
         if name.startswith("__") and name not in ("__getitem__", "__setitem__"):
@@ -326,6 +364,7 @@ def _register_literals() -> None:
 
 _register_functions()
 _register_factories()
+_register_unlisted_functions()
 _register_tensor_members()
 _register_literals()
 TensorProxy.__iter__ = _iter  # type: ignore[method-assign]
