@@ -179,8 +179,6 @@ def unpack_sequence(frame: Frame, inst: Instruction) -> None:
     if len(items) < n:
         raise ValueError(f"not enough values to unpack (expected {n}, got {len(items)})")
     if len(items) > n:
-        if type(seq) in (list, tuple, dict, set, str):
-            raise ValueError(f"too many values to unpack (expected {n}, got {len(seq)})")
         raise ValueError(f"too many values to unpack (expected {n})")
     stack.extend(reversed(items))
 
