@@ -46,6 +46,8 @@ SCALE = 2.0  # a global
 class Holder:
     def __init__(self) -> None:
         self.gain = 1.0
+        self.tensors = [torch.ones(2), torch.full((2,), 2.0)]  # read by iteration (no hook)
+        self.weights = [0.5] * 300  # a long list of numbers, summed
 
     def bump(self, y):
         return y + 1
@@ -86,7 +88,11 @@ def make_world():
         y = y + sum(t.sum() * factor for t in xs)  # a generator made while tracing reads the cell
         for k, v in d.items():
             y = y + v * len(repr(k))
-        y = y + sum(extra) + helper(y) + HOLDER.bump(y)
+        y = y + sum(extra) + helper(y) + HOLDER.bump(y) + sum(HOLDER.weights)
+        for t in HOLDER.tensors:
+            y = y + t.sum()
+        if not x.is_contiguous():
+            y = y - 1
         z = torch.ones(2, 1)  # a factory: default dtype and device matter
         out = (y @ y.transpose(0, 1)) if y.dim() == 2 else y * y
         return out, z * 2, math.copysign(1.0, n) if type(n) is float else repr(n)[:20], repr(sorted(d, key=repr))
@@ -98,10 +104,11 @@ class Net(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.lin = nn.Linear(3, 3)
+        self.extra = nn.Identity()
         self.gain = 1.0
 
     def forward(self, x):
-        y = self.lin(x) * self.gain
+        y = self.lin(x) * self.gain + self.extra(x)
         return y.relu() if self.training else y.tanh()
 
 
@@ -109,12 +116,13 @@ class Net(nn.Module):
 DEFAULTS = {
     "shape": (2, 3), "dtype": torch.float32, "requires_grad": False, "number": 1, "mode": "add",
     "list_len": 1, "keys": ("a",), "grad": True, "inference": False, "default_dtype": torch.float32,
-    "autocast": None,
+    "autocast": None, "layout": "contiguous",
 }
 
 CHANGES = {
     "shape": [(2, 3), (3, 3), (3,), (1, 1), (0, 3)],
-    "dtype": [torch.float32, torch.float64, torch.bfloat16],
+    "dtype": [torch.float32, torch.float64, torch.bfloat16, torch.int64],
+    "layout": ["contiguous", "transposed"],
     "requires_grad": [False, True],
     "number": [1, 2, True, 1.0, 0.0, -0.0, float("nan"), float("inf"), -float("inf"), 2**70, 10**5000, -3],
     "mode": ["add", "mul"],
@@ -138,6 +146,10 @@ CHANGES = {
     "parameter": ["keep", "replace", "mutate"],
     "net_gain": [1.0, 3.0],
     "training": [True, False],
+    "submodule": ["identity", "tanh", "linear"],
+    "forward_hook": [None, "double"],
+    "tensor_list": ["original", "replace_element", "append"],
+    "long_list": [0.5, 0.25],
 }
 
 
@@ -148,6 +160,7 @@ class World:
         self.net = Net()
         self.jnet = jitcore.jit(self.net)
         self.state = dict(DEFAULTS)
+        self.hooks: list = []
 
     def change(self, kind: str, value) -> None:
         global SCALE
@@ -186,12 +199,28 @@ class World:
             self.net.gain = value
         elif kind == "training":
             self.net.train(value)
+        elif kind == "submodule":
+            self.net.extra = {"identity": nn.Identity(), "tanh": nn.Tanh(), "linear": nn.Linear(3, 3)}[value]
+        elif kind == "forward_hook":
+            for handle in self.hooks:
+                handle.remove()
+            self.hooks = [] if value is None else [self.net.lin.register_forward_hook(lambda m, i, o: o * 2)]
+        elif kind == "tensor_list":
+            HOLDER.tensors = [torch.ones(2), torch.full((2,), 2.0)]
+            if value == "replace_element":
+                HOLDER.tensors[0] = torch.full((2,), 7.0)
+            elif value == "append":
+                HOLDER.tensors.append(torch.full((2,), 3.0))
+        elif kind == "long_list":
+            HOLDER.weights[123] = value  # one element of a long list, in place
         else:
             raise AssertionError(kind)
 
     def inputs(self):
         s = self.state
         x = torch.linspace(-2, 2, math.prod(s["shape"])).reshape(s["shape"]).to(s["dtype"])
+        if s["layout"] == "transposed" and x.dim() == 2:
+            x = x.T.contiguous().T  # same shape, other strides
         if s["requires_grad"]:
             x.requires_grad_()
         xs = [torch.full((2,), float(i + 1)) for i in range(s["list_len"])]
@@ -283,3 +312,5 @@ def _restore_shared_state_now() -> None:
     _original_helper.__defaults__[0][:] = [0.5]
     Holder.bump = _original_bump
     HOLDER.__dict__.pop("bump", None)
+    HOLDER.tensors = [torch.ones(2), torch.full((2,), 2.0)]
+    HOLDER.weights = [0.5] * 300
