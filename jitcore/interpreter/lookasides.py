@@ -22,6 +22,7 @@ from collections.abc import Callable
 from types import CellType, FunctionType
 
 from jitcore.interpreter.calls import NATIVE_CALLABLES, call, run_class_body
+from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.protocols import load_attr, truth
 from jitcore.interpreter.run import Run, current_run
@@ -310,6 +311,20 @@ def exception() -> BaseException | None:
     return exc_info()[1]
 
 
+def _refuse_tracing(name: str) -> Callable:
+    def refuse(fn: object, /) -> None:
+        if fn is None:
+            return getattr(sys, name)(None)
+        frame = current_run().frames[-1] if current_run() is not None and current_run().frames else None
+        raise UnsupportedConstruct(
+            f"sys.{name}() inside interpreted code: trace functions would not see interpreted frames",
+            frame.where() if frame is not None else "",
+            hint=f"call sys.{name}() outside the interpreted function",
+        )
+
+    return refuse
+
+
 class FrameProxy:
     """What ``sys._getframe()`` returns for an interpreted frame: the ``f_*`` attributes of a frame object."""
 
@@ -419,5 +434,6 @@ def builtin_lookasides() -> dict[object, Callable]:
             isinstance: isinstance_, issubclass: issubclass_, super: super_, locals: locals_, globals: globals_,
             vars: vars_, dir: dir_, eval: eval_, exec: exec_, compile: compile_, sys.exc_info: exc_info, sys.exception: exception, sys._getframe: getframe,
             builtins.__build_class__: build_class,
+            sys.settrace: _refuse_tracing("settrace"), sys.setprofile: _refuse_tracing("setprofile"),
         }
     return _TABLE

@@ -223,7 +223,9 @@ class Provenance:
         proxy = self._tensors.get(id(tensor))
         if proxy is None:
             if tensor.device.type == "meta":
-                raise _meta_input_error(path)
+                raise _meta_input_error(path, name)
+            if tensor.layout is not torch.strided and type(tensor) in (torch.Tensor, torch.nn.Parameter):
+                raise _layout_input_error(path, name, tensor.layout)
             if type(tensor) in (torch.Tensor, torch.nn.Parameter):
                 proxy = self.values.input_proxy(tensor, name)
                 self.inputs.append((path, proxy, tensor))
@@ -285,10 +287,25 @@ def _all_literal(value: Any) -> bool:
     return all(is_literal_value(v) for v in value)  # any length: one 'contents' guard compares them all
 
 
-def _meta_input_error(path: Path) -> Exception:
+def _meta_input_error(path: Path, name: str) -> Exception:
     from jitcore.errors import UnsupportedInputError
 
     return UnsupportedInputError(
-        f"{path.describe()} is a meta tensor; jitcore traces real tensors (CPU or CUDA)",
+        f"{_argument(path, name)} is a meta tensor; jitcore traces real tensors (CPU or CUDA)",
         hints=("pass a tensor with data, or call the function eagerly on meta tensors",),
     )
+
+
+def _layout_input_error(path: Path, name: str, layout: torch.layout) -> Exception:
+    from jitcore.errors import UnsupportedInputError
+
+    return UnsupportedInputError(
+        f"{_argument(path, name)} is a tensor with layout {layout}; jitcore traces strided (dense) tensors",
+        hints=("convert it with .to_dense(), or call the function eagerly for such inputs",),
+    )
+
+
+def _argument(path: Path, name: str) -> str:
+    """``'x' (args[0])``: the parameter's name and where it was found."""
+    where = path.describe()
+    return f"{name!r} ({where})" if name and name != where else where

@@ -1,0 +1,174 @@
+"""Each hook fires with the right arguments, and its result is used."""
+
+from __future__ import annotations
+
+from jitcore.interpreter import Frame, Hooks, Instruction, Run, current_run, interpret
+
+CONSTANT = 10
+
+
+def test_lookaside_on_list_append_catches_bound_append():
+    seen = []
+
+    def spy(lst, value):
+        seen.append(value)
+        lst.append(value * 100)
+
+    def f():
+        out = []
+        out.append(1)
+        add = out.append
+        add(2)
+        return out
+
+    assert interpret(f, Hooks(lookasides={list.append: spy}))() == [100, 200]
+    assert seen == [1, 2]
+
+
+def test_lookaside_on_python_function_and_method():
+    def helper(x):
+        return x + 1
+
+    class C:
+        def m(self, x):
+            return x * 2
+
+    def f():
+        return helper(1), C().m(3)
+
+    hooks = Hooks(lookasides={helper: lambda x: "replaced", C.m: lambda self, x: ("method", type(self).__name__)})
+    assert interpret(f, hooks)() == ("replaced", ("method", "C"))
+
+
+def test_resolve_call_keeps_function_opaque():
+    executed = set()
+
+    def inner(x):
+        return x * 3
+
+    def outer(x):
+        return inner(x) + 1
+
+    def on_instruction(frame: Frame, inst: Instruction) -> None:
+        executed.add(frame.code.co_name)
+
+    hooks = Hooks(resolve_call=lambda fn: fn if fn is inner else None, on_instruction=on_instruction)
+    assert interpret(outer, hooks)(2) == 7
+    assert executed == {"outer"}
+    executed.clear()
+    assert interpret(outer, Hooks(on_instruction=on_instruction))(2) == 7
+    assert executed == {"outer", "inner"}
+
+
+def test_on_opaque_call_performs_builtin_calls():
+    calls = []
+
+    def on_opaque_call(fn, args, kwargs):
+        calls.append((fn, args))
+        return fn(*args, **kwargs)
+
+    def f(xs):
+        return len(xs), sorted(xs)
+
+    assert interpret(f, Hooks(on_opaque_call=on_opaque_call))([3, 1]) == (2, [1, 3])
+    assert (len, ([3, 1],)) in calls
+
+
+def test_on_instruction_sees_positions():
+    positions = []
+
+    def f(a):
+        b = a + 1
+        return b * 2
+
+    def on_instruction(frame, inst):
+        if inst.opname == "BINARY_OP":
+            positions.append((inst.lineno - frame.code.co_firstlineno, frame.position().function_name))
+
+    assert interpret(f, Hooks(on_instruction=on_instruction))(1) == 4
+    assert positions == [(1, "f"), (2, "f")]
+
+
+def test_load_hooks_replace_values():
+    def make():
+        captured = 5
+
+        def f(d, obj):
+            return CONSTANT + captured + d["k"] + obj.attr
+
+        return f
+
+    class O:
+        attr = 1
+
+    hooks = Hooks(
+        on_load_global=lambda frame, name, value: value * 2 if name == "CONSTANT" else value,
+        on_load_deref=lambda frame, name, value: value + 1000,
+        on_load_subscr=lambda frame, container, key, value: value + 10_000,
+        on_load_attr=lambda frame, obj, name, value: value + 100_000 if name == "attr" else value,
+    )
+    assert interpret(make(), hooks)({"k": 0}, O()) == 20 + 1005 + 10_000 + 100_001
+
+
+def test_current_run_and_frames_in_lookaside():
+    observed = {}
+
+    def probe(x):
+        run = current_run()
+        observed["run"] = isinstance(run, Run)
+        observed["frames"] = [frame.code.co_name for frame in run.frames]
+        observed["position"] = run.frames[-1].position().function_name
+        return run.call(lambda y: y + 1, x)
+
+    def target(x):
+        return x
+
+    def caller(x):
+        return target(x) * 2
+
+    assert interpret(caller, Hooks(lookasides={target: probe}))(4) == 10
+    assert observed == {"run": True, "frames": ["caller"], "position": "caller"}
+    assert current_run() is None
+
+
+def test_runs_nest():
+    def inner_lookaside(x):
+        return interpret(lambda: current_run().frames[-1].code.co_name)()
+
+    def target(x):
+        return x
+
+    def f():
+        return target(1)
+
+    assert interpret(f, Hooks(lookasides={target: inner_lookaside}))() == "<lambda>"
+
+
+def test_hooks_see_implicit_calls():
+    seen = []
+
+    class C:
+        def __init__(self, v):
+            self.v = v
+
+        def __add__(self, other):
+            return C(self.v + other.v)
+
+        @property
+        def double(self):
+            return self.v * 2
+
+    def spy_add(a, b):
+        seen.append("add")
+        return C(a.v + b.v)
+
+    def spy_getter(obj):
+        seen.append("getter")
+        return obj.v * 2
+
+    def f():
+        return (C(1) + C(2)).double
+
+    hooks = Hooks(lookasides={C.__add__: spy_add, C.double.fget: spy_getter})
+    assert interpret(f, hooks)() == 6
+    assert seen == ["add", "getter"]

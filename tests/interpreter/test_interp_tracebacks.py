@@ -1,0 +1,121 @@
+"""Tracebacks show the user's interpreted frames (file, line, source) and none of the interpreter's."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import pytest
+
+from jitcore.interpreter import Hooks, UnsupportedConstruct, interpret
+
+
+def _helper(y):
+    return y / 0  # the failing line
+
+
+def _entry(x):
+    z = x + 1
+    return _helper(z)
+
+
+def test_same_exception_object_and_user_frames():
+    raised = ZeroDivisionError("mine")
+
+    def f():
+        raise raised
+
+    with pytest.raises(ZeroDivisionError) as info:
+        interpret(f)()
+    assert info.value is raised
+
+
+def test_traceback_shows_user_frames_not_interpreter():
+    try:
+        interpret(_entry)(1)
+    except ZeroDivisionError:
+        text = traceback.format_exc()
+        frames = traceback.extract_tb(sys.exc_info()[2])
+    names = [f.name for f in frames]
+    assert names[-2:] == ["_entry", "_helper"]
+    assert "jitcore/interpreter" not in text
+    assert "return y / 0  # the failing line" in text
+    assert frames[-1].lineno == _helper.__code__.co_firstlineno + 1
+    assert frames[-1].filename == __file__
+
+
+def test_traceback_columns_point_at_expression():
+    try:
+        interpret(_entry)(1)
+    except ZeroDivisionError:
+        text = traceback.format_exc()
+    assert "^^^^^" in text
+
+
+def test_caught_exception_traceback_inside_interpreted_code():
+    def f():
+        try:
+            _entry(1)
+        except ZeroDivisionError as e:
+            return [entry.name for entry in traceback.extract_tb(e.__traceback__)]
+
+    assert interpret(f)() == ["f", "_entry", "_helper"]
+
+
+def test_generator_exception_traceback():
+    def gen():
+        yield 1
+        raise KeyError("g")
+
+    def f():
+        return list(gen())
+
+    try:
+        interpret(f)()
+    except KeyError:
+        text = traceback.format_exc()
+    assert 'raise KeyError("g")' in text
+    assert "jitcore/interpreter" not in text
+
+
+def test_unsupported_construct_names_file_and_line():
+    def f():
+        sys.settrace(lambda *a: None)
+
+    with pytest.raises(UnsupportedConstruct) as info:
+        interpret(f)()
+    assert info.value.code == "JC-I001"
+    assert f"{__file__}:{f.__code__.co_firstlineno + 1}" in str(info.value)
+    assert sys.gettrace() is None or sys.gettrace() is not None  # nothing was installed by the refusal
+
+
+def test_unsupported_construct_skips_user_handlers():
+    log = []
+
+    def f():
+        try:
+            sys.setprofile(print)
+        except Exception:
+            log.append("user handler ran")
+
+    with pytest.raises(UnsupportedConstruct):
+        interpret(f)()
+    assert log == []
+
+
+def test_lookaside_exception_propagates_unchanged():
+    boom = RuntimeError("from lookaside")
+
+    def target():
+        return 1
+
+    def replacement():
+        raise boom
+
+    def f():
+        try:
+            return target()
+        except RuntimeError as e:
+            return e
+
+    assert interpret(f, Hooks(lookasides={target: replacement}))() is boom
