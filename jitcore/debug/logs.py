@@ -46,6 +46,8 @@ def configure(spec: str | None = None) -> list[str]:
             setattr(handler, _HANDLER_TAG, True)
             logger.addHandler(handler)
             logger.setLevel(logging.INFO)
+        else:
+            logger.setLevel(logging.NOTSET)
     return chosen
 
 
