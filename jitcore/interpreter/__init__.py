@@ -31,8 +31,19 @@ from jitcore.interpreter.registry import SUPPORTED_VERSIONS
 from jitcore.interpreter.run import Run, active_runs, current_run
 
 __all__ = [
-    "interpret", "interpret_code", "Hooks", "current_run", "Run", "Frame", "Instruction", "Position", "InterpreterError",
-    "UnsupportedConstruct", "UnsupportedPythonVersion", "JitcoreInterpreterError", "SUPPORTED_VERSIONS",
+    "SUPPORTED_VERSIONS",
+    "Frame",
+    "Hooks",
+    "Instruction",
+    "InterpreterError",
+    "JitcoreInterpreterError",
+    "Position",
+    "Run",
+    "UnsupportedConstruct",
+    "UnsupportedPythonVersion",
+    "current_run",
+    "interpret",
+    "interpret_code",
 ]
 
 
@@ -75,7 +86,7 @@ def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:
         runs.append(run)
         try:
             return call(run, fn, args, kwargs)
-        except BaseException as e:  # noqa: BLE001 - re-raised as is, minus the interpreter's own frames
+        except BaseException as e:
             if not isinstance(e, InterpreterError):
                 e.__traceback__ = strip_internal(e.__traceback__)
             raise
@@ -111,7 +122,7 @@ def interpret_code(code: CodeType, globals: dict, locals: object = None, hooks: 
     runs.append(run)
     try:
         return run_code(run, code, globals, globals if locals is None else locals)
-    except BaseException as e:  # noqa: BLE001 - re-raised as is, minus the interpreter's own frames
+    except BaseException as e:
         if not isinstance(e, InterpreterError):
             e.__traceback__ = strip_internal(e.__traceback__)
         raise

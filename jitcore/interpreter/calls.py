@@ -33,7 +33,7 @@ from jitcore.interpreter.instructions import CodeInfo, decode
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
-__all__ = ["call", "call_function", "opaque", "canonical", "run_class_body", "NATIVE_CALLABLES"]
+__all__ = ["NATIVE_CALLABLES", "call", "call_function", "canonical", "opaque", "run_class_body"]
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _SIMPLE_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
@@ -96,7 +96,7 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
         return call_class(run, fn, args, kwargs)
     if t is _partial:
         return call(run, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs} if kwargs else fn.keywords)
-    dunder_call = getattr(t, "__call__", None)
+    dunder_call = getattr(t, "__call__", None)  # noqa: B004 - the type slot
     if type(dunder_call) is FunctionType:
         if run.resolve_call is not None:
             replacement = run.resolve(fn)
@@ -110,7 +110,7 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
     """``cls(*args, **kwargs)``: ``type.__call__`` emulated so that Python ``__new__``/``__init__`` run here."""
     meta = type(cls)
     if meta is not type:
-        meta_call = getattr(meta, "__call__", None)
+        meta_call = getattr(meta, "__call__", None)  # noqa: B004 - the metaclass slot
         if type(meta_call) is FunctionType:
             return call(run, meta_call, (cls, *args), kwargs)
         if meta_call is not type.__call__:
@@ -218,7 +218,7 @@ def _make_binder(code) -> FunctionType:
     returned = ", ".join(names[:i]) + ("," if i == 1 else "")
     source = f"def binder({signature}):\n    return ({returned})\n"
     namespace: dict = {}
-    exec(compile(source, "<jitcore binder>", "exec"), namespace)
+    exec(compile(source, "<jitcore binder>", "exec"), namespace)  # noqa: S102 - generated from co_varnames
     return namespace["binder"]
 
 

@@ -11,7 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
-__all__ = ["JitcoreInterpreterError", "UnsupportedConstruct", "InterpreterError", "UnsupportedPythonVersion"]
+__all__ = ["InterpreterError", "JitcoreInterpreterError", "UnsupportedConstruct", "UnsupportedPythonVersion"]
 
 
 class JitcoreInterpreterError(Exception):

@@ -21,7 +21,7 @@ from jitcore.interpreter.instructions import CodeInfo, Instruction
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
-__all__ = ["Frame", "Position", "NULL"]
+__all__ = ["NULL", "Frame", "Position"]
 
 
 class _Null:
@@ -55,8 +55,24 @@ class Frame:
     """One interpreted activation. Created by the run for every interpreted call, class body or generator."""
 
     __slots__ = (
-        "code", "info", "instructions", "fast", "stack", "index", "globals", "builtins", "locals", "run",
-        "function", "kw_names", "exc_value", "back", "result", "tb_entry", "generator", "pending",
+        "back",
+        "builtins",
+        "code",
+        "exc_value",
+        "fast",
+        "function",
+        "generator",
+        "globals",
+        "index",
+        "info",
+        "instructions",
+        "kw_names",
+        "locals",
+        "pending",
+        "result",
+        "run",
+        "stack",
+        "tb_entry",
     )
 
     def __init__(self, run: Run, code: CodeType, info: CodeInfo, globals: dict, builtins: dict,

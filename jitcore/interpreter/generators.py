@@ -25,7 +25,7 @@ from jitcore.interpreter.tracebacks import strip_internal
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["make_generator", "AsyncGenWrapped"]
+__all__ = ["AsyncGenWrapped", "make_generator"]
 
 _RESUME = "RESUME"
 
@@ -77,7 +77,7 @@ def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: boo
             if not first:
                 frame.stack.append(sent)
             run.execute(frame)
-    except BaseException as e:  # noqa: BLE001 - hide the driver's own frames, keep the user's
+    except BaseException as e:
         if not isinstance(e, JitcoreInterpreterError):
             e.__traceback__ = strip_internal(e.__traceback__)
         raise

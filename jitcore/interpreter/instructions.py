@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass
 from types import CodeType
 
-__all__ = ["Instruction", "CodeInfo", "ExceptionEntry", "decode"]
+__all__ = ["CodeInfo", "ExceptionEntry", "Instruction", "decode"]
 
 _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 
@@ -60,11 +60,20 @@ class ExceptionEntry:
 class CodeInfo:
     """Everything the interpreter derives from one code object, computed once."""
 
-    __slots__ = ("instructions", "nlocalsplus", "ncells_free", "_exception_table", "binder", "_ref",
-                 "_index_of", "raisers")
+    __slots__ = (
+        "_exception_table",
+        "_index_of",
+        "_ref",
+        "binder",
+        "instructions",
+        "ncells_free",
+        "nlocalsplus",
+        "raisers",
+    )
 
     def __init__(self, code: CodeType) -> None:
-        self._ref = weakref.ref(code, lambda _ref, key=id(code): _CACHE.pop(key, None))
+        key = id(code)
+        self._ref = weakref.ref(code, lambda _ref: _CACHE.pop(key, None))
         self.instructions, self._index_of = _decode_instructions(code)
         self.nlocalsplus = (
             len(code.co_varnames)

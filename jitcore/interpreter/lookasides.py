@@ -12,8 +12,8 @@ Invariants:
 """
 
 from __future__ import annotations
-
 import __future__
+
 import builtins
 import functools
 import sys
@@ -27,7 +27,7 @@ from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.protocols import load_attr, truth
 from jitcore.interpreter.run import Run, current_run
 
-__all__ = ["builtin_lookasides", "isinstance_", "FrameProxy"]
+__all__ = ["FrameProxy", "builtin_lookasides", "isinstance_"]
 
 _native_isinstance = builtins.isinstance
 _native_issubclass = builtins.issubclass
@@ -198,7 +198,7 @@ def super_(*args: object) -> super:
     except ValueError:
         raise RuntimeError("super(): empty __class__ cell") from None
     if not isinstance(cls, type):
-        raise RuntimeError(f"super(): __class__ is not a type ({type(cls).__name__})")
+        raise RuntimeError(f"super(): __class__ is not a type ({type(cls).__name__})")  # noqa: TRY004 - as CPython
     return super(cls, first)
 
 
@@ -292,7 +292,7 @@ def exec_(source: object, global_ns: object = None, local_ns: object = None, /, 
     """exec() defaulting to the calling interpreted frame's namespaces."""
     source = _compiled(source, "exec")
     global_ns, local_ns = _namespaces(global_ns, local_ns)
-    return exec(source, global_ns, local_ns, **kwargs)
+    return exec(source, global_ns, local_ns, **kwargs)  # noqa: S102 - the lookaside *is* exec
 
 
 def exc_info() -> tuple:
@@ -328,7 +328,7 @@ def _refuse_tracing(name: str) -> Callable:
 class FrameProxy:
     """What ``sys._getframe()`` returns for an interpreted frame: the ``f_*`` attributes of a frame object."""
 
-    __slots__ = ("_frame", "_back")
+    __slots__ = ("_back", "_frame")
 
     def __init__(self, frame: Frame, back: object) -> None:
         self._frame = frame
@@ -417,7 +417,7 @@ def _calculate_meta(meta: type, bases: tuple) -> type:
     return winner
 
 
-import os as _os  # noqa: E402
+import os as _os
 
 _PACKAGE_PREFIX = _os.path.dirname(_os.path.abspath(__file__)) + _os.sep
 

@@ -47,7 +47,7 @@ def execute(frame: Frame, pending: BaseException | None = None) -> None:
                     frame.index += 1
                     if handlers[inst.opcode](frame, inst) is not None:
                         return
-            except BaseException as exc:  # noqa: BLE001 - see THE invariant above
+            except BaseException as exc:
                 if not unwind(frame, exc):
                     raise
     finally:
@@ -73,7 +73,7 @@ def execute_traced(frame: Frame, pending: BaseException | None = None) -> None:
                     frame.index += 1
                     if handlers[inst.opcode](frame, inst) is not None:
                         return
-            except BaseException as exc:  # noqa: BLE001 - see THE invariant above
+            except BaseException as exc:
                 if not unwind(frame, exc):
                     raise
     finally:
@@ -83,7 +83,7 @@ def execute_traced(frame: Frame, pending: BaseException | None = None) -> None:
 def _raise_into(frame: Frame, exc: BaseException) -> None:
     try:
         raise exc
-    except BaseException as caught:  # noqa: BLE001
+    except BaseException as caught:
         if not unwind(frame, caught):
             raise
 

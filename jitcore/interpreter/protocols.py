@@ -23,9 +23,27 @@ if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
 __all__ = [
-    "BINARY_OPS", "binary_op", "compare_op", "truth", "get_iter", "next_value", "load_attr", "store_attr",
-    "delete_attr", "get_item", "set_item", "delete_item", "contains", "unary_op", "lookup_special",
-    "EXHAUSTED", "NATIVE_TYPES", "to_str", "to_repr", "to_format", "length",
+    "BINARY_OPS",
+    "EXHAUSTED",
+    "NATIVE_TYPES",
+    "binary_op",
+    "compare_op",
+    "contains",
+    "delete_attr",
+    "delete_item",
+    "get_item",
+    "get_iter",
+    "length",
+    "load_attr",
+    "lookup_special",
+    "next_value",
+    "set_item",
+    "store_attr",
+    "to_format",
+    "to_repr",
+    "to_str",
+    "truth",
+    "unary_op",
 ]
 
 EXHAUSTED = object()

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     Handler = Callable[[Frame, Instruction], object]
 
-__all__ = ["handles", "unsupported", "HANDLERS", "VARIANTS", "UNSUPPORTED", "handler_table", "SUPPORTED_VERSIONS"]
+__all__ = ["HANDLERS", "SUPPORTED_VERSIONS", "UNSUPPORTED", "VARIANTS", "handler_table", "handles", "unsupported"]
 
 SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11),)
 _VERSION = sys.version_info[:2]

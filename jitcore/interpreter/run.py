@@ -20,7 +20,7 @@ from jitcore.interpreter.registry import handler_table
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["Run", "current_run", "active_runs"]
+__all__ = ["Run", "active_runs", "current_run"]
 
 _HOOKED_FIELDS = ("on_load_global", "on_load_deref", "on_load_attr", "on_load_subscr")
 _TABLES: dict[frozenset[str], list] = {}
@@ -52,8 +52,19 @@ class Run:
         hooks: the Hooks to consult (``Hooks()`` for none).
     """
 
-    __slots__ = ("hooks", "frames", "handlers", "lookasides", "resolve_call", "on_opaque_call", "execute",
-                 "raising", "native_exc", "_resolved", "type_of")
+    __slots__ = (
+        "_resolved",
+        "execute",
+        "frames",
+        "handlers",
+        "hooks",
+        "lookasides",
+        "native_exc",
+        "on_opaque_call",
+        "raising",
+        "resolve_call",
+        "type_of",
+    )
 
     def __init__(self, hooks: Hooks) -> None:
         from jitcore.interpreter import loop

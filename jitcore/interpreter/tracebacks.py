@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["strip_internal", "add_frame", "is_internal"]
+__all__ = ["add_frame", "is_internal", "strip_internal"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INTERNAL_NAMES = ("<jitcore binder>",)
@@ -28,7 +28,7 @@ _INTERNAL_NAMES = ("<jitcore binder>",)
 def _raiser_template() -> CodeType:
     namespace: dict = {}
     # the exception travels in a list emptied by the raise, so the fake frame keeps no reference to it
-    exec(compile("def raiser(box):\n    raise box.pop()\n", "<jitcore raiser>", "exec"), namespace)
+    exec(compile("def raiser(box):\n    raise box.pop()\n", "<jitcore raiser>", "exec"), namespace)  # noqa: S102
     return namespace["raiser"].__code__
 
 

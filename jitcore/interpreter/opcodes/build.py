@@ -137,7 +137,7 @@ def dict_merge(frame: Frame, inst: Instruction) -> None:
     fn = stack[-inst.arg - 2]
     if not hasattr(type(mapping), "keys"):
         raise TypeError(f"{_function_str(fn)} argument after ** must be a mapping, not {type(mapping).__name__}")
-    for key in mapping.keys():
+    for key in mapping.keys():  # noqa: SIM118 - the mapping protocol calls keys()
         if key in target:
             raise TypeError(f"{_function_str(fn)} got multiple values for keyword argument '{key}'")
         target[key] = mapping[key]

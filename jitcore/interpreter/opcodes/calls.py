@@ -58,7 +58,7 @@ def call_function_ex(frame: Frame, inst: Instruction) -> None:
     if kwargs is not None and type(kwargs) is not dict:
         if not hasattr(type(kwargs), "keys"):
             raise TypeError(f"{_function_str(fn)} argument after ** must be a mapping, not {type(kwargs).__name__}")
-        kwargs = {k: kwargs[k] for k in kwargs.keys()}
+        kwargs = {k: kwargs[k] for k in kwargs.keys()}  # noqa: SIM118 - mapping protocol
     if type(args) is not tuple:
         if not hasattr(type(args), "__iter__") and not hasattr(type(args), "__getitem__"):
             raise TypeError(f"{_function_str(fn)} argument after * must be an iterable, not {type(args).__name__}")

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.protocols import BINARY_OPS, NATIVE_TYPES, binary_op, compare_op, contains, truth, unary_op
+from jitcore.interpreter.protocols import (
+    BINARY_OPS,
+    NATIVE_TYPES,
+    binary_op,
+    compare_op,
+    contains,
+    truth,
+    unary_op,
+)
 from jitcore.interpreter.registry import handles
 
 
