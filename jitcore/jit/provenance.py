@@ -168,6 +168,9 @@ class Provenance:
             return
         entry = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__").key(name)
         self.bind_state(vars(klass)[name], entry, name)
+        for earlier in mro[: mro.index(klass)]:  # a subclass that later defines it would win
+            if not _is_library_class(earlier):
+                self.guard(Path(Root("bound", earlier.__qualname__, earlier)).attr("__dict__"), "absent", name)
         if not isinstance(obj, type) and type(getattr(obj, "__dict__", None)) is dict:
             self.guard(path.attr("__dict__"), "absent", name)
 
