@@ -31,6 +31,7 @@ __all__ = ["bound_symbol_at", "is_internal_file", "on_error", "show_internal_fra
 
 _JITCORE_DIR = os.path.dirname(os.path.abspath(jitcore.__file__)) + os.sep
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_TORCH_OPS = os.path.join(_TORCH_DIR, "_ops.py")
 _FLATTEN = os.path.join(_JITCORE_DIR, "dispatch", "flatten.py")
 _INTERPRETATION = os.path.join(_JITCORE_DIR, "jit", "interpretation.py")
 _NOTED = "_jitcore_noted"
@@ -59,7 +60,10 @@ def on_error(jfn: Any, exc: BaseException) -> None:
     if computation is not None:
         context = _execution_context(jfn, computation)
         if not show_internal_frames(jfn):
-            below = _visible(computation.tb_next)
+            below = computation.tb_next
+            while below is not None and below.tb_frame.f_code.co_filename == _TORCH_OPS:
+                below = below.tb_next  # the aten overload's __call__, which eager never shows
+            below = _visible(below)
             exc.__traceback__ = link(fake_traceback(context.source or ()), below)
     elif context is not None or _passes(tb, _INTERPRETATION):
         context = (context or ErrorContext("tracing")).with_call(jfn._label, jfn.misses)
@@ -132,33 +136,40 @@ def _passes(tb: TracebackType | None, filename: str) -> bool:
 
 
 def _computation_entry(tb: TracebackType | None) -> TracebackType | None:
+    """The innermost entry of generated trace code (not a prologue) in ``tb``, if any."""
+    found = None
     for t in entries(tb):
-        if t.tb_frame.f_code.co_filename.startswith("<jitcore-computation-"):
-            return t
-    return None
+        filename = t.tb_frame.f_code.co_filename
+        if filename.startswith("<jitcore-") and not filename.startswith("<jitcore-prologue-"):
+            found = t
+    return found
+
+
+def _traces_of(cache_entry: Any) -> list[Trace]:
+    """The traces whose compiled code a cache entry runs (its passes; a grad pair's forward)."""
+    traces = list(getattr(cache_entry, "traces", []))
+    grad = getattr(getattr(cache_entry, "computation", None), "traces", None)
+    traces += [
+        t for t in (getattr(grad, "forward", None), getattr(grad, "backward", None)) if isinstance(t, Trace)
+    ]
+    return traces
 
 
 def _execution_context(jfn: Any, entry: TracebackType) -> ErrorContext:
     filename, lineno = entry.tb_frame.f_code.co_filename, entry.tb_lineno
     for cache_entry in getattr(jfn, "entries", []):
-        found = bound_symbol_at(cache_entry.traces[-1], filename, lineno)
-        if found is not None:
-            bsym, statement = found
-            return ErrorContext(
-                "execution",
-                jfn._label,
-                cache_entry.number,
-                bsym.symbol.id,
-                statement=statement,
-                source=bsym.source,
-            )
-    for trace in getattr(jfn, "last_traces", [])[-1:]:
-        found = bound_symbol_at(trace, filename, lineno)
-        if found is not None:
-            bsym, statement = found
-            return ErrorContext(
-                "execution", jfn._label, None, bsym.symbol.id, statement=statement, source=bsym.source
-            )
+        for trace in reversed(_traces_of(cache_entry)):
+            found = bound_symbol_at(trace, filename, lineno)
+            if found is not None:
+                bsym, statement = found
+                return ErrorContext(
+                    "execution",
+                    jfn._label,
+                    cache_entry.number,
+                    bsym.symbol.id,
+                    statement=statement,
+                    source=bsym.source,
+                )
     return ErrorContext("execution", jfn._label)
 
 
