@@ -65,7 +65,6 @@ class Frame:
         "globals",
         "index",
         "info",
-        "instructions",
         "kw_names",
         "locals",
         "pending",
@@ -80,7 +79,6 @@ class Frame:
         self.run = run
         self.code = code
         self.info = info
-        self.instructions: list[Instruction] = info.instructions
         self.fast: list = [NULL] * info.nlocalsplus
         self.stack: list = []
         self.index = 0
@@ -91,10 +89,14 @@ class Frame:
         self.kw_names: tuple[str, ...] = ()
         self.exc_value: BaseException | None = None
         self.back: Frame | None = None
-        self.result: object = None
-        self.tb_entry = None
-        self.generator = None
-        self.pending: BaseException | None = None
+        self.tb_entry = 0
+        # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``generator`` and ``pending`` are
+        # set by the generator code: left unset here to keep frame creation cheap.
+
+    @property
+    def instructions(self) -> list[Instruction]:
+        """The decoded instructions of ``code``."""
+        return self.info.instructions
 
     @property
     def instruction(self) -> Instruction:

@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dis
 import sys
 import types
 from typing import TYPE_CHECKING
@@ -52,14 +53,16 @@ class _Suspend:
 
 
 _RETURNED = object()
+_YIELD_VALUE = dis.opmap["YIELD_VALUE"]
 
 
 def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: bool) -> object:
     """Run ``frame`` until it yields (returns the yielded value) or returns (returns ``_RETURNED``)."""
     run = frame.run
     runs = active_runs()
-    caller = runs[-1].frames[-1] if runs and runs[-1].frames else None
-    frame.back = caller
+    if runs:
+        frames = runs[-1].frames
+        frame.back = frames[-1] if frames else None
     runs.append(run)
     saved_native = run.native_exc
     run.native_exc = sys.exc_info()[1]
@@ -85,7 +88,7 @@ def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: boo
         run.native_exc = saved_native
         runs.pop()
         frame.back = None
-    if frame.instructions[frame.index - 1].opname == "YIELD_VALUE":
+    if frame.info.instructions[frame.index - 1].opcode == _YIELD_VALUE:
         value, frame.result = frame.result, None
         return value
     return _RETURNED

@@ -1,8 +1,8 @@
 """Decoding a code object, once, into the Instructions the run loop executes.
 
 Invariants:
-- A code object is decoded at most once per process (cache keyed by ``id(code)``, kept valid by a weak
-  reference whose callback drops the entry): decoding costs ~100 us, a call must not pay it.
+- A code object is decoded at most once per process (cache keyed by ``id(code)``; the entry holds the
+  code, so the id cannot be reused while cached): decoding costs ~100 us, a call must not pay it.
 - Instruction indices are compact (CACHE entries are dropped); jump arguments are decoded to target
   *indices*, so a jump is ``frame.index = inst.argval``.
 - The exception table is parsed lazily, only when an exception is raised in that code.
@@ -11,7 +11,6 @@ Invariants:
 from __future__ import annotations
 
 import dis
-import weakref
 from dataclasses import dataclass
 from types import CodeType
 
@@ -63,7 +62,7 @@ class CodeInfo:
     __slots__ = (
         "_exception_table",
         "_index_of",
-        "_ref",
+        "code",
         "binder",
         "instructions",
         "ncells_free",
@@ -72,8 +71,7 @@ class CodeInfo:
     )
 
     def __init__(self, code: CodeType) -> None:
-        key = id(code)
-        self._ref = weakref.ref(code, lambda _ref: _CACHE.pop(key, None))
+        self.code = code
         self.instructions, self._index_of = _decode_instructions(code)
         self.nlocalsplus = (
             len(code.co_varnames)
@@ -91,7 +89,7 @@ class CodeInfo:
             index_of = self._index_of
             n = len(self.instructions)
             entries = []
-            for e in dis._parse_exception_table(self._ref()):
+            for e in dis._parse_exception_table(self.code):
                 end = index_of.get(e.end, n)
                 entries.append(ExceptionEntry(index_of[e.start], end, index_of[e.target], e.depth, e.lasti))
             self._exception_table = tuple(entries)
@@ -142,7 +140,7 @@ _CACHE: dict[int, CodeInfo] = {}
 def decode(code: CodeType) -> CodeInfo:
     """The (cached) CodeInfo of ``code``."""
     info = _CACHE.get(id(code))
-    if info is not None and info._ref() is code:
+    if info is not None and info.code is code:
         return info
     info = CodeInfo(code)
     _CACHE[id(code)] = info

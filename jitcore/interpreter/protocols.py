@@ -166,6 +166,8 @@ def compare_op(run: Run, symbol: str, a: object, b: object) -> object:
     raise TypeError(f"'{symbol}' not supported between instances of '{ta.__name__}' and '{tb.__name__}'")
 
 
+NATIVE_COMPARE = {symbol: native for symbol, (_, _, native) in _COMPARE.items()}
+
 _UNARY = {"__neg__": operator.neg, "__pos__": operator.pos, "__invert__": operator.invert}
 
 
@@ -264,6 +266,8 @@ def _attr_native(t: type) -> bool:
 
 
 def _compute_attr_native(t: type) -> bool:
+    if issubclass(t, type):
+        return False  # class objects: _load_class_attr looks at the class's own MRO too
     for name in ("__getattribute__", "__getattr__", "__setattr__", "__delattr__"):
         if _is_py(getattr(t, name, None)):
             return False
@@ -291,13 +295,38 @@ def _mro_lookup(t: type, name: str) -> object:
     return _MISSING
 
 
+_NATIVE_NAMES: dict[type, set[str]] = {}
+
+
+def _name_native(t: type, name: str) -> bool:
+    """Whether ``name`` on instances of ``t`` involves no Python code: no Python getattr hooks on ``t`` and no
+    Python descriptor under that name in its MRO. Only True is cached (see the module invariants)."""
+    for hook in ("__getattribute__", "__getattr__"):
+        if _is_py(getattr(t, hook, None)):
+            return False
+    descr = _mro_lookup(t, name)
+    if descr is not _MISSING and _is_py_descriptor(descr):
+        return False
+    names = _NATIVE_NAMES.get(t)
+    if names is None:
+        names = _NATIVE_NAMES[t] = set()
+    names.add(name)
+    return True
+
+
 def load_attr(run: Run, obj: object, name: str) -> object:
     """``obj.name`` with Python descriptors, properties, ``__getattribute__`` and ``__getattr__`` interpreted."""
     t = type(obj)
-    if _attr_native(t) and (t is not type or _attr_native(obj)) and not isinstance(obj, type):
+    native = _NATIVE_ATTR.get(t)
+    if native is None:
+        native = _attr_native(t)
+    if native:
         return getattr(obj, name)
     if isinstance(obj, type):
         return _load_class_attr(run, obj, name)
+    names = _NATIVE_NAMES.get(t)
+    if (names is not None and name in names) or _name_native(t, name):
+        return getattr(obj, name)
     getattr_hook = getattr(t, "__getattr__", None)
     try:
         return _getattribute(run, obj, t, name)

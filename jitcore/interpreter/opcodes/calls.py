@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import FunctionType
 
-from jitcore.interpreter.calls import call
+from jitcore.interpreter.calls import call, call_function
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes.build import _function_str
@@ -42,8 +42,12 @@ def call_(frame: Frame, inst: Instruction) -> None:
         kwargs = dict(zip(names, args[-k:]))
         del args[-k:]
         stack.append(call(frame.run, fn, args, kwargs))
+        return
+    run = frame.run
+    if type(fn) is FunctionType and run.resolve_call is None and fn not in run.lookasides:
+        stack.append(call_function(run, fn, args, None))  # the fast path of calls.call, inlined
     else:
-        stack.append(call(frame.run, fn, args, None))
+        stack.append(call(run, fn, args, None))
 
 
 @handles("CALL_FUNCTION_EX", since=(3, 11))

@@ -10,6 +10,7 @@ from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import (
     BINARY_OPS,
+    NATIVE_COMPARE,
     NATIVE_TYPES,
     binary_op,
     compare_op,
@@ -37,7 +38,11 @@ def compare_op_(frame: Frame, inst: Instruction) -> None:
     """TOS = TOS1 <cmp> TOS."""
     stack = frame.stack
     rhs = stack.pop()
-    stack[-1] = compare_op(frame.run, inst.argval, stack[-1], rhs)
+    lhs = stack[-1]
+    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        stack[-1] = NATIVE_COMPARE[inst.argval](lhs, rhs)
+    else:
+        stack[-1] = compare_op(frame.run, inst.argval, lhs, rhs)
 
 
 @handles("IS_OP", since=(3, 11))
