@@ -62,8 +62,8 @@ class CodeInfo:
     __slots__ = (
         "_exception_table",
         "_index_of",
-        "code",
         "binder",
+        "code",
         "instructions",
         "ncells_free",
         "nlocalsplus",
