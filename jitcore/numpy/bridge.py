@@ -43,10 +43,12 @@ import torch
 import torch._numpy as tnp
 import torch._numpy._util as tnp_util
 
+from jitcore.dispatch.lookasides import isinstance_of
+from jitcore.errors import DataDependentError
 from jitcore.interpreter import current_run
 from jitcore.interpreter.calls import call_function, canonical
 from jitcore.numpy.boundary import SUPPORTED_DTYPES, Epilogue, array_to_tensor, check_array
-from jitcore.numpy.errors import unsupported
+from jitcore.numpy.errors import unsupported, user_position
 from jitcore.numpy.table import ARRAY_RETURNING, NumpyCallable, numpy_callables
 from jitcore.proxies import TensorProxy
 
@@ -160,6 +162,8 @@ class NumpyBridge:
         return wrap(self.provenance.bind_leaked_tensor(array_to_tensor(array)))
 
     def _convert_arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if kwargs.get("dtype") in (object, str, bytes):
+            raise unsupported(f"dtype={kwargs['dtype'].__name__}", "torch's NumPy layer supports bool, integer, float and complex dtypes")
         if not _has_numpy_value(args) and not _has_numpy_value(kwargs):
             return args, kwargs
         return _map_tree(self.to_torch_numpy, (args, kwargs))
@@ -179,6 +183,7 @@ class NumpyBridge:
             if isinstance(fn, types.FunctionType):
                 table[fn] = functools.partial(self._call_method, fn, name)
         table[tnp.DType.__eq__] = self._dtype_eq
+        table[isinstance] = self._isinstance
         for scalar_type in _numpy_scalar_types():
             for name in _SCALAR_OPERATORS:
                 slot = getattr(scalar_type, name, None)
@@ -221,6 +226,12 @@ class NumpyBridge:
         return entry.numpy_fn(*args, **kwargs)  # constants only: NumPy computes a constant
 
     def _call_method(self, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "tolist":
+            raise DataDependentError(
+                "ndarray.tolist() needs the array's values, which are not known while tracing",
+                hints=("return the array and call .tolist() on the result",),
+                where=user_position(),
+            )
         converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
         try:
             # interpreted directly: through ``run.call`` this lookaside would find itself again
@@ -228,6 +239,17 @@ class NumpyBridge:
         except NotImplementedError as exc:
             raise unsupported(f"ndarray.{name}", f"torch's NumPy layer does not implement this use ({exc})") from None
         return self._as_numpy_would(result, _method_caller(name), name, args, kwargs)
+
+    def _isinstance(self, value: Any, cls: Any) -> bool:
+        """``isinstance``: a wrapper is an ``np.ndarray``, or the NumPy scalar type it stands for."""
+        if type(value) is tnp.ndarray:
+            if type(cls) is tuple:
+                return any(self._isinstance(value, c) for c in cls)
+            if cls is np.ndarray:
+                return not self.is_scalar(value)
+            if isinstance(cls, type) and issubclass(cls, np.generic):
+                return self.is_scalar(value) and issubclass(np.dtype(value.dtype.name).type, cls)
+        return isinstance_of(value, cls)
 
     def _dtype_eq(self, dtype: Any, other: Any) -> Any:
         other = self.to_torch_numpy(other) if isinstance(other, (np.dtype, type)) else other

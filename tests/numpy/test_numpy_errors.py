@@ -1,0 +1,102 @@
+"""What the NumPy bridge cannot trace fails with jitcore's errors, naming the function and the line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitcore
+from jitcore.numpy import UnsupportedNumPyError
+
+A = np.random.default_rng(1).standard_normal((3, 4))
+
+
+def _raises(error: type, fn, *args) -> Exception:
+    with pytest.raises(error) as info:
+        jitcore.jit(fn)(*args)
+    return info.value
+
+
+def test_boolean_mask_indexing_is_data_dependent() -> None:
+    # The result's shape depends on the mask's values: no trace can hold it (docs/numpy.md).
+    error = _raises(jitcore.DataDependentError, lambda a: a[a > 0], A)
+    assert error.code == "JC-T002"
+
+
+def test_other_value_dependent_shapes_and_python_values() -> None:
+    _raises(jitcore.DataDependentError, lambda a: np.nonzero(a), A)
+    _raises(jitcore.DataDependentError, lambda a: np.unique(a), A)
+    _raises(jitcore.DataDependentError, lambda a: float(np.sum(a)), A)
+    _raises(jitcore.DataDependentError, lambda a: a * 2 if a.sum() > 0 else a, A)
+    _raises(jitcore.DataDependentError, lambda a: a.tolist(), A)
+
+
+def test_eager_fallback_for_boolean_masks() -> None:
+    jfn = jitcore.jit(lambda a: a[a > 0], fallback="eager")
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        out = jfn(A)
+    np.testing.assert_array_equal(out, A[A > 0])
+
+
+def test_numpy_random_inside_is_unsupported_with_the_line() -> None:
+    def f(a):
+        return a + np.random.rand(3, 4)
+
+    error = _raises(UnsupportedNumPyError, f, A)
+    assert error.code == "JC-N001"
+    assert "np.random.rand" in str(error)
+    assert f"test_numpy_errors.py:{f.__code__.co_firstlineno + 1}" in str(error)
+
+
+def test_function_missing_from_torch_numpy() -> None:
+    error = _raises(UnsupportedNumPyError, lambda a: np.interp(a, a[0], a[1]), A)
+    assert "np.interp" in str(error) and "test_numpy_errors.py" in str(error)
+
+
+def test_missing_function_on_constants_runs_natively() -> None:
+    jfn = jitcore.jit(lambda a: a * np.interp(2.5, [1.0, 2.0, 3.0], [10.0, 20.0, 30.0]))
+    out = jfn(A)
+    np.testing.assert_allclose(out, A * 25.0)
+
+
+def test_unimplemented_argument_of_a_covered_function() -> None:
+    error = _raises(UnsupportedNumPyError, lambda a: np.prod(a, axis=(0, 1)), A)
+    assert "np.prod" in str(error)
+
+
+def test_object_and_string_dtypes() -> None:
+    _raises(UnsupportedNumPyError, lambda a: a + np.array([1, "x", None], dtype=object), A)
+    _raises(UnsupportedNumPyError, lambda a: np.array(["a", "b"]), A)
+    error = _raises(UnsupportedNumPyError, lambda a: a, np.array(["x"]))
+    assert "<U1" in str(error) and "args[0]" in str(error)
+    _raises(UnsupportedNumPyError, lambda a: a, np.array([1, None], dtype=object))
+    _raises(UnsupportedNumPyError, lambda a: a.astype(np.str_), A)
+
+
+def test_array_subclasses_are_rejected_as_inputs() -> None:
+    class MyArray(np.ndarray):
+        pass
+
+    _raises(UnsupportedNumPyError, lambda a: a, A.view(MyArray))
+
+
+def test_numpy_of_a_tensor_requiring_grad_raises_like_torch() -> None:
+    x = torch.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        x.numpy()
+    _raises(RuntimeError, lambda x: x.numpy(), x)
+
+
+def test_numpy_of_a_bfloat16_tensor_raises_like_torch() -> None:
+    with pytest.raises(TypeError, match="BFloat16"):
+        torch.ones(2, dtype=torch.bfloat16).numpy()
+    _raises(TypeError, lambda x: x.numpy(), torch.ones(2, dtype=torch.bfloat16))
+
+
+def test_shape_errors_are_torchs() -> None:
+    # NumPy raises ValueError; torch._numpy (and so jitcore) raises torch's RuntimeError (docs/numpy.md).
+    with pytest.raises(ValueError):
+        np.concatenate([A, A[:, :2]], axis=0)
+    _raises(RuntimeError, lambda a: np.concatenate([a, a[:, :2]], axis=0), A)
+    _raises(RuntimeError, lambda a: a + a[:2, :3], A)
