@@ -36,7 +36,7 @@ def execute(frame: Frame, pending: BaseException | None = None) -> None:
     frames = run.frames
     frames.append(frame)
     handlers = run.handlers
-    instructions = frame.instructions
+    instructions = frame.info.instructions
     try:
         if pending is not None:
             _raise_into(frame, pending)
@@ -60,7 +60,7 @@ def execute_traced(frame: Frame, pending: BaseException | None = None) -> None:
     frames = run.frames
     frames.append(frame)
     handlers = run.handlers
-    instructions = frame.instructions
+    instructions = frame.info.instructions
     on_instruction = run.hooks.on_instruction
     try:
         if pending is not None:

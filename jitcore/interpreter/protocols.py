@@ -379,10 +379,34 @@ def _load_class_attr(run: Run, cls: type, name: str) -> object:
     return getattr(cls, name)
 
 
+_NATIVE_STORE_NAMES: dict[type, set[str]] = {}
+
+
+def _store_native(t: type, name: str) -> bool:
+    """Whether ``obj.name = v`` on instances of ``t`` runs no Python code (only True is cached)."""
+    if _is_py(getattr(t, "__setattr__", None)):
+        return False
+    descr = _mro_lookup(t, name)
+    if descr is not _MISSING and _is_py_descriptor(descr):
+        return False
+    names = _NATIVE_STORE_NAMES.get(t)
+    if names is None:
+        names = _NATIVE_STORE_NAMES[t] = set()
+    names.add(name)
+    return True
+
+
 def store_attr(run: Run, obj: object, name: str, value: object) -> None:
     """``obj.name = value`` with Python ``__setattr__``, ``__set__`` and property setters interpreted."""
     t = type(obj)
-    if _attr_native(t) or isinstance(obj, type):
+    native = _NATIVE_ATTR.get(t)
+    if native is None:
+        native = _attr_native(t)
+    if native or isinstance(obj, type):
+        setattr(obj, name, value)
+        return
+    names = _NATIVE_STORE_NAMES.get(t)
+    if (names is not None and name in names) or _store_native(t, name):
         setattr(obj, name, value)
         return
     custom = getattr(t, "__setattr__", None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.protocols import EXHAUSTED, get_iter, next_value, truth
+from jitcore.interpreter.protocols import EXHAUSTED, NATIVE_TYPES, get_iter, next_value, truth
 from jitcore.interpreter.registry import handles
 
 
@@ -34,7 +34,7 @@ def pop_jump_if_false(frame: Frame, inst: Instruction) -> None:
     v = frame.stack.pop()
     if v is True:
         return
-    if v is False or v is None or not truth(frame.run, v):
+    if v is False or v is None or not (v if type(v) in NATIVE_TYPES else truth(frame.run, v)):
         frame.index = inst.argval
 
 
@@ -45,7 +45,7 @@ def pop_jump_if_true(frame: Frame, inst: Instruction) -> None:
     v = frame.stack.pop()
     if v is False or v is None:
         return
-    if v is True or truth(frame.run, v):
+    if v is True or (v if type(v) in NATIVE_TYPES else truth(frame.run, v)):
         frame.index = inst.argval
 
 
