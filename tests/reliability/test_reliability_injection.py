@@ -188,3 +188,46 @@ def test_miss_explanations_show_payloads_as_data() -> None:
     jf(torch.ones(2))
     reasons = jitcore.miss_reasons(jf)[-1]
     assert reasons and "expected 1.0, got 2.0" in str(reasons[0])
+
+
+class _Tagged(torch.Tensor):
+    """A wrapper subclass whose flatten ctx is a user string (the tag)."""
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, tag: str):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, elem.shape, strides=elem.stride(), dtype=elem.dtype, device=elem.device,
+            requires_grad=elem.requires_grad,
+        )
+
+    def __init__(self, elem: torch.Tensor, tag: str) -> None:
+        self.elem = elem
+        self.tag = tag
+
+    def __tensor_flatten__(self):
+        return ["elem"], self.tag
+
+    @staticmethod
+    def __tensor_unflatten__(inner, tag, outer_size, outer_stride):
+        return _Tagged(inner["elem"], tag)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tags = [a.tag for a in args if isinstance(a, _Tagged)]
+        unwrapped = [a.elem if isinstance(a, _Tagged) else a for a in args]
+        out = func(*unwrapped, **kwargs)
+        return _Tagged(out, "+".join(tags)) if isinstance(out, torch.Tensor) else out
+
+
+@pytest.mark.parametrize("tag", [PAYLOADS[0], PAYLOADS[4], PAYLOADS[8]])
+def test_tensor_subclass_flatten_context(tag: str) -> None:
+    def f(t):
+        return t * 2
+
+    jf = jitcore.jit(f)
+    for t in (_Tagged(torch.ones(2), tag), _Tagged(torch.ones(2), "plain"), _Tagged(torch.ones(2), tag)):
+        expected, actual = outcome(f, t), outcome(jf, t)
+        same_outcome(actual, expected)
+        if expected[0] == "ok":
+            assert actual[1].tag == expected[1].tag
