@@ -52,6 +52,7 @@ class Provenance:
         self._paths: dict[int, Path] = {}
         self._keepalive: list[Any] = []
         self._tensors: dict[int, TensorProxy] = {}
+        self._first_paths: dict[int, Path] = {}  # where each tensor was first found
         self._ndarrays: dict[int, Any] = {}  # id(NumPy array) -> the wrapper the program sees
         self._guarded: set[tuple] = set()
         self.subclass_inputs: list[TensorProxy] = []  # inner ones before the ones holding them
@@ -235,7 +236,10 @@ class Provenance:
             else:
                 proxy = self._subclass(tensor, path, name)
             self._tensors[id(tensor)] = proxy
+            self._first_paths[id(tensor)] = path
             self._keepalive.append(tensor)
+        elif self._first_paths[id(tensor)] != path:
+            self.guard(path, "alias", self._first_paths[id(tensor)])  # one tensor, reached two ways
         return proxy
 
     def _subclass(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
@@ -266,9 +270,12 @@ class Provenance:
             self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=with_strides))
             self.prologue.inputs.append(path)
             self.prologue.input_names.append(_proxy.name)
+        if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it
+            self.guard(self.inputs[0][0], "distinct", tuple(path for path, _p, _t in self.inputs))
         self._keepalive.clear()
         self._paths.clear()
         self._tensors.clear()
+        self._first_paths.clear()
         self._ndarrays.clear()
 
 

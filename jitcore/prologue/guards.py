@@ -111,15 +111,34 @@ class Guard:
     kinds: ``type`` (exact type), ``len``, ``keys`` (dict keys, in order), ``value`` (a literal, by
     type and value), ``flatten`` (a tensor subclass's ``__tensor_flatten__`` names and ctx), ``contents`` (a container of literals, element by element as ``value``), ``identity`` (the same object), ``tensor`` (a TensorSpec), ``absent`` (the
     mapping at ``path`` lacks the key ``expected``: a global that must stay unshadowed).
+    Relational kinds compare with the values of other paths (``related``): ``alias`` (the same
+    object as at path ``expected``: one tensor reached two ways) and ``distinct`` (the tensors at the
+    paths ``expected`` are all different objects, as they were while tracing).
     """
 
     path: Path
     kind: str
     expected: Any
 
-    def failure(self, value: Any) -> str | None:
-        """None when ``value`` passes; otherwise what was expected and what was got."""
+    @property
+    def related(self) -> tuple[Path, ...]:
+        """The other paths a relational guard reads (see the class docstring); () for the rest."""
+        if self.kind == "alias":
+            return (self.expected,)
+        if self.kind == "distinct":
+            return tuple(self.expected)
+        return ()
+
+    def failure(self, value: Any, related: tuple = ()) -> str | None:
+        """None when ``value`` passes; otherwise what was expected and what was got. ``related``: the
+        values at ``self.related``."""
         kind, expected = self.kind, self.expected
+        if kind == "alias":
+            return None if value is related[0] else f"expected the same tensor as {expected.describe()}, got another"
+        if kind == "distinct":
+            if len({id(v) for v in related}) == len(related):
+                return None
+            return f"expected {len(related)} different tensors at {', '.join(p.describe() for p in expected)}, got aliases"
         if kind == "type":
             return None if type(value) is expected else f"expected type {expected.__qualname__}, got {type(value).__qualname__}"
         if kind == "len":
@@ -146,9 +165,14 @@ class Guard:
             return _tensor_failure(expected, value)
         raise AssertionError(f"unknown guard kind {kind}")
 
-    def render_failure(self, v: str, bind: Bind) -> str:
-        """A Python expression over the variable ``v`` that is true when the guard fails."""
+    def render_failure(self, v: str, bind: Bind, related: tuple[str, ...] = ()) -> str:
+        """A Python expression over the variable ``v`` that is true when the guard fails
+        (``related``: the variables holding the values at ``self.related``)."""
         kind, expected = self.kind, self.expected
+        if kind == "alias":
+            return f"{v} is not {related[0]}"
+        if kind == "distinct":
+            return f"len({{{', '.join(f'id({r})' for r in related)}}}) != {len(related)}"
         if kind == "type":
             return f"type({v}) is not {bind(expected)}"
         if kind == "len":

@@ -96,7 +96,8 @@ class Prologue:
 
         for guard in self.guards:
             v = var(guard.path)
-            lines.append(f"  if {guard.render_failure(v, bind)}: return {miss}")
+            related = tuple(var(p) for p in guard.related)
+            lines.append(f"  if {guard.render_failure(v, bind, related)}: return {miss}")
         for state in self.state:
             lines.append(f"  if {state.render_failure(bind)}: return {miss}")
         inputs = [var(p) for p in self.inputs]
@@ -126,10 +127,11 @@ class Prologue:
         for guard in self.guards:
             try:
                 value = guard.path.get(args, kwargs)
+                related = tuple(p.get(args, kwargs) for p in guard.related)
             except Exception as exc:  # noqa: BLE001 - a missing element is a failed guard
                 return guard.path.describe(), f"could not be read ({type(exc).__name__}: {exc})"
             try:
-                detail = guard.failure(value)
+                detail = guard.failure(value, related)
             except Exception as exc:  # noqa: BLE001
                 detail = f"could not be checked ({type(exc).__name__}: {exc})"
             if detail is not None:

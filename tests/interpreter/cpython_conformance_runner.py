@@ -176,8 +176,34 @@ def run_module(name: str) -> Outcome:
     return outcome
 
 
+def run_module_isolated(name: str, timeout_s: float = 900) -> Outcome:
+    """``run_module`` in a fresh interpreter process, so the CPython tests' global side effects (warnings
+    filters, signal handlers, sys.modules, ...) cannot leak into the caller."""
+    import json
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", name], capture_output=True,
+                          text=True, timeout=timeout_s, env=env, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"conformance run of {name} failed (rc={proc.returncode}): {proc.stderr[-2000:]}")
+    data = json.loads(lines[-1])
+    return Outcome(set(data["native_pass"]), set(data["interpreted_pass"]), data["interpreted_errors"])
+
+
 def main(argv: list[str]) -> None:
     """Print each module's pass rate and the natively passing tests that fail interpreted."""
+    if argv[:1] == ["--json"]:
+        import json
+
+        outcome = run_module(argv[1])
+        print(json.dumps({"native_pass": sorted(outcome.native_pass),
+                          "interpreted_pass": sorted(outcome.interpreted_pass),
+                          "interpreted_errors": outcome.interpreted_errors}))
+        return
     total_native = total_both = 0
     for name in argv or MODULES:
         outcome = run_module(name)

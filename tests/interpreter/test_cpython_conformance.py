@@ -1,6 +1,7 @@
 """CPython's own regression tests, run through ``interpret``: they must behave as natively.
 
-Each module is one test (pytest-xdist spreads them). For a module: every test method that passes natively
+Each module is one test (pytest-xdist spreads them), run in its own process so that the CPython tests'
+global side effects stay there. For a module: every test method that passes natively
 must pass interpreted unless it is listed, with its reason, in conformance_known_failures.py; every listed
 entry must still fail (so the list cannot rot); and the module's pass rate must reach MIN_MODULE_RATE.
 The overall rate (>= 97%) follows from the per-module checks and the recorded native counts.
@@ -16,7 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from conformance_known_failures import KNOWN_FAILURES
-from cpython_conformance_runner import MODULES, run_module
+from cpython_conformance_runner import MODULES, run_module_isolated
 
 MIN_OVERALL_RATE = 0.97
 # Small modules with one or two frame-introspection tests sit just under 97% (see the known failures).
@@ -35,7 +36,7 @@ NATIVE_COUNTS = {
 
 @pytest.mark.parametrize("module", MODULES)
 def test_module_conforms(module: str) -> None:
-    outcome = run_module(module)
+    outcome = run_module_isolated(module)
     known = {name for name in KNOWN_FAILURES if name.startswith(f"test.{module}.")}
     unexpected = outcome.native_pass - outcome.interpreted_pass - known
     assert not unexpected, {name: outcome.interpreted_errors.get(name, "did not pass") for name in unexpected}
