@@ -34,6 +34,7 @@ inside interpreted ``torch._numpy`` code.
 from __future__ import annotations
 
 import functools
+import os
 import types
 import warnings
 from typing import Any, Callable
@@ -59,6 +60,8 @@ _ASTYPE = tnp.ndarray.astype
 # Results up to this many elements are checked against NumPy on placeholders (Note [NumPy dtypes]).
 _PLACEHOLDER_LIMIT = 1 << 16
 _DTYPE_EQ = tnp.DType.__eq__
+_DTYPE_FGET = vars(tnp.ndarray)["dtype"].fget
+_TORCH_NUMPY_DIR = os.path.dirname(tnp.__file__) + os.sep
 
 # Binary operators of NumPy scalars that can meet a torch._numpy.ndarray.
 _SCALAR_OPERATORS = tuple(
@@ -183,6 +186,7 @@ class NumpyBridge:
             if isinstance(fn, types.FunctionType):
                 table[fn] = functools.partial(self._call_method, fn, name)
         table[tnp.DType.__eq__] = self._dtype_eq
+        table[_DTYPE_FGET] = _dtype_of
         table[isinstance] = self._isinstance
         for scalar_type in _numpy_scalar_types():
             for name in _SCALAR_OPERATORS:
@@ -281,6 +285,15 @@ def _builtin_operator(builtin: Callable[..., Any], dunder: str, value: Any, *arg
         if isinstance(other, tnp.ndarray):
             return current_run().call(getattr(type(other), "__r" + dunder[2:]), other, value)
     return builtin(value, *args)
+
+
+def _dtype_of(wrapper: Any) -> Any:
+    """``wrapper.dtype``: NumPy's own dtype for the user's code, torch._numpy's for torch._numpy."""
+    dtype = _DTYPE_FGET(wrapper)
+    frames = current_run().frames
+    if frames and not frames[-1].code.co_filename.startswith(_TORCH_NUMPY_DIR):
+        return np.dtype(dtype.name)
+    return dtype
 
 
 def _convert_to_tensor(data: Any) -> Any:
