@@ -17,6 +17,7 @@ _EXPORTS: dict[str, str] = {
     "cache_hits": "jitcore.jit.api",
     "cache_misses": "jitcore.jit.api",
     "miss_reasons": "jitcore.jit.api",
+    "last_backward_traces": "jitcore.transforms.autograd",
     "JitcoreError": "jitcore.errors",
     "DataDependentError": "jitcore.errors",
     "UnsupportedInputError": "jitcore.errors",

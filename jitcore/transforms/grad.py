@@ -43,7 +43,7 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.recording import recording
 from jitcore.transforms.saving import split_saved
 
-__all__ = ["GradTraces", "OutputSpec", "grad_transform", "needs_grad"]
+__all__ = ["GradTraces", "OutputSpec", "grad_transform", "needs_grad", "subclass_inputs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,20 +94,32 @@ def _subclass_input_records(trace: Trace) -> list[BoundSymbol]:
     return [b for b in trace.bound_symbols if "bookkeeping" in b.symbol.tags and "subclass" in b.symbol.tags]
 
 
-def needs_grad(trace: Trace) -> bool:
-    """Whether a call of ``trace`` must build a backward: grad mode on and an input requires grad."""
+def subclass_inputs(trace: Trace) -> list[SubclassTensorProxy]:
+    """The tensor-subclass inputs of a pass-1 trace, inner ones before the ones holding them."""
+    return [b.output for b in _subclass_input_records(trace)]
+
+
+def needs_grad(trace: Trace, subclass_grad: dict[int, bool]) -> bool:
+    """Whether a call of ``trace`` must build a backward: grad mode on and an input requires grad.
+
+    Args:
+        trace: the pass-1 trace.
+        subclass_grad: ``id(proxy) -> requires_grad`` of its subclass inputs (the outer tensors'
+            flag, which the prologue checks; the proxies' own metadata does not carry it).
+    """
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
         return False
     if any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args):
         return True
-    return any(b.output.requires_grad for b in _subclass_input_records(trace))
+    return any(subclass_grad.get(id(p), False) for p in subclass_inputs(trace))
 
 
 class _Replay:
     """The state of one replay: pass-1 proxies -> proxies of the forward trace."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, subclass_grad: dict[int, bool]) -> None:
         self.source = trace
+        self.subclass_grad = subclass_grad
         header = [line.replace("pass 1 (interpretation)", "forward (grad transform)") for line in trace.header]
         self.forward = Trace(name="forward", header=header, imports={"torch": torch, "jitcore": jitcore})
         self.context: TraceContext = new_context(self.forward, call_handler=resolve_call)
@@ -132,7 +144,7 @@ class _Replay:
             shadow = cls.__tensor_unflatten__(
                 {n: self.env[id(p)].shadow for n, p in inner.items()}, ctx, torch.Size(size), tuple(stride)
             )
-            if old.requires_grad:
+            if self.subclass_grad.get(id(old), False):
                 shadow.requires_grad_(True)
             self._map(old, self.state.adopt(shadow, self.forward.names.claim(old.name)))
 
@@ -183,11 +195,12 @@ def _tree_map(fn: Any, tree: Any) -> Any:
     return optree.tree_map(fn, tree, none_is_leaf=True)
 
 
-def grad_transform(trace: Trace) -> GradTraces:
+def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     """Split ``trace`` (pass 1, torch level) into a forward and a backward trace over plain tensors.
 
     Args:
         trace: the interpretation trace of a call whose inputs require grad.
+        subclass_grad: ``id(proxy) -> requires_grad`` of its subclass inputs (see ``needs_grad``).
 
     Returns:
         The forward and backward traces and what the runtime needs to connect them to autograd.
@@ -196,7 +209,7 @@ def grad_transform(trace: Trace) -> GradTraces:
         Exception: what torch's autograd raises for this program (e.g. an in-place op on a leaf
             that requires grad), as eager would raise it.
     """
-    replay = _Replay(trace)
+    replay = _Replay(trace, subclass_grad)
     replay.bind_inputs()
     replay.run_forward()
     leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)
@@ -209,9 +222,9 @@ def grad_transform(trace: Trace) -> GradTraces:
         if arg.requires_grad:
             grad_inputs.append(("arg", i))
             wrt.append(replay.env[id(arg)])
-    subclass_inputs = [b.output for b in _subclass_input_records(trace)]
-    for i, old in enumerate(subclass_inputs):
-        if old.requires_grad:
+    subclass_proxies = subclass_inputs(trace)
+    for i, old in enumerate(subclass_proxies):
+        if subclass_grad.get(id(old), False):
             grad_inputs.append(("subclass", i))
             wrt.append(replay.env[id(old)])
 
@@ -247,7 +260,7 @@ def grad_transform(trace: Trace) -> GradTraces:
     forward.output = (tuple(forward_outputs), tuple(saved))
     backward.args = [*saved, *tangent_args]
     backward.output = tuple(backward_outputs)
-    return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_inputs)
+    return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_proxies)
 
 
 def _tangent_for(replay: _Replay, index: int, out: TensorProxy) -> tuple[OutputSpec, torch.Tensor, list[TensorProxy]]:

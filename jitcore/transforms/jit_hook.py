@@ -12,7 +12,7 @@ from jitcore.ir import Trace
 from jitcore.prologue import Path
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
-from jitcore.transforms.grad import grad_transform, needs_grad
+from jitcore.transforms.grad import grad_transform, needs_grad, subclass_inputs
 
 __all__ = ["differentiate"]
 
@@ -29,15 +29,20 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
         A GradComputation taking the prologue's inputs, or None.
     """
     jfn.last_backward_traces = []
-    if not needs_grad(program.trace):
-        return None
-    grad = grad_transform(program.trace)
     prologue = program.prologue
     paths = {id(arg): path for arg, path in zip(program.trace.args, prologue.inputs)}
+    outer: list[Path] = []
+    for proxy in subclass_inputs(program.trace):
+        outer.append(_outer_path(proxy, paths))
+        paths[id(proxy)] = outer[-1]
+    specs = {g.path: g.expected for g in prologue.guards if g.kind == "tensor"}
+    subclass_grad = {id(p): bool(getattr(specs.get(paths[id(p)]), "requires_grad", False))
+                     for p in subclass_inputs(program.trace)}
+    if not needs_grad(program.trace, subclass_grad):
+        return None
+    grad = grad_transform(program.trace, subclass_grad)
     n_inputs = len(prologue.inputs)
-    for proxy in grad.subclass_inputs:
-        path = _outer_path(proxy, paths)
-        paths[id(proxy)] = path
+    for proxy, path in zip(grad.subclass_inputs, outer):
         prologue.inputs.append(path)
         prologue.input_names.append(proxy.name)
     traces.append(grad.forward)

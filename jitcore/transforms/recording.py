@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,14 +34,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import jitcore
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
-from jitcore.dispatch.resolver import DispatchState, call_torch_dispatch
+from jitcore.dispatch.resolver import DispatchState, call_on_shadows, call_torch_dispatch
 from jitcore.interpreter import Hooks, Run, active_runs
-from jitcore.ir import TraceContext, tracing
+from jitcore.ir import Proxy, Symbol, TraceContext, tracing
 from jitcore.langctx import aten as aten_langctx
+from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["METADATA_OPS", "RecordingMode", "recording"]
+__all__ = ["METADATA_OPS", "RecordingMode", "op_symbol", "recording"]
 
 # Asked by the dispatcher and the autograd engine about shadows; answered natively, never recorded.
 METADATA_OPS = frozenset(
@@ -79,7 +81,7 @@ class RecordingMode(TorchDispatchMode):
         user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
         proxy_args, proxy_kwargs = _map(self._proxy_of, (args, kwargs))
         if not user_types:
-            out = aten_langctx.aten_symbol(func)(*proxy_args, **proxy_kwargs)
+            out = op_symbol(func)(*proxy_args, **proxy_kwargs)
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
         return _map(self.state.shadow_of, out)
@@ -88,6 +90,29 @@ class RecordingMode(TorchDispatchMode):
         if isinstance(value, torch.Tensor) and type(value) is torch.Tensor:
             return value  # a real constant tensor of the trace
         return self.state.proxy_of(value)
+
+
+_OTHER_OPS: dict[Any, Symbol] = {}
+
+
+def op_symbol(op: Any) -> Symbol:
+    """The symbol of an operator autograd runs: aten's own, or one made here for other namespaces
+    (``torch.ops.prims``, custom ops), printed by its ``torch.ops`` path."""
+    if aten_langctx.is_aten_op(op):
+        return aten_langctx.aten_symbol(op)
+    symbol = _OTHER_OPS.get(op)
+    if symbol is None:
+        path = f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
+        schema = op._schema
+        tags = set()
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            tags.add("inplace")
+        if torch.Tag.nondeterministic_seeded in op.tags:
+            tags.add("random")
+        symbol = Symbol(id=path, name=path.removeprefix("torch.ops."), langctx="ops", fn=op, path=path,
+                        meta=meta_of(op), tags=frozenset(tags))
+        _OTHER_OPS[op] = symbol
+    return symbol
 
 
 def _resolve_call(fn: Any) -> Any:
@@ -99,10 +124,20 @@ def _resolve_call(fn: Any) -> Any:
     return None
 
 
+def _opaque_call(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """Torch C functions that are not operations (``torch._functionalize_unsafe_set``, used by
+    ``return_and_correct_aliasing``) act on the shadows of proxies."""
+    torch_builtin = isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith("torch")
+    if torch_builtin and any(isinstance(v, Proxy) for v in optree.tree_leaves((args, kwargs), none_is_leaf=True)):
+        return call_on_shadows(fn, args, kwargs)
+    return fn(*args, **kwargs)
+
+
 def _hooks() -> Hooks:
     return Hooks(
         lookasides={**dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES},
         resolve_call=_resolve_call,
+        on_opaque_call=_opaque_call,
         type_of=python_type,
     )
 

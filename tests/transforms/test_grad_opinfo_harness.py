@@ -1,0 +1,145 @@
+"""Forward + backward through jitcore against eager, for one OpInfo entry (helpers; no tests here).
+
+A sample's floating tensors that require grad become the arguments of a small function calling
+``op.op``; everything else in the sample is a closure constant. The function runs eagerly and
+jitted on clones of the same tensors; outputs are compared, then ``torch.autograd.grad`` of the
+floating outputs with the same random ``grad_outputs`` is compared input by input (float32, CPU).
+Run as a script to print every differentiable entry's outcome (to refresh the known-failures list).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import optree
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+
+import jitcore
+
+SAMPLES = 2
+RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "uniform", "poisson",
+                "exponential", "geometric", "cauchy", "log_normal", "random", "rrelu",
+                "fractional_max_pool", "multi_head_attention")  # the last two draw random numbers too
+
+
+def entry_name(op: Any) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+GRAD_OPS: dict[str, Any] = {
+    entry_name(op): op
+    for op in op_db
+    if op.supports_autograd and torch.float32 in op.supported_backward_dtypes("cpu")
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # "pass" or "fail"
+    detail: str = ""
+
+
+def _clone(tree: Any) -> Any:
+    def clone(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            c = v.detach().clone()
+            return c.requires_grad_(v.requires_grad)
+        return v
+
+    return optree.tree_map(clone, tree, none_is_leaf=True)
+
+
+def _function(op: Any, sample: Any) -> tuple[Any, list[torch.Tensor]]:
+    """``f(*grad_tensors)`` calling the op on the sample, and the sample's tensors that require grad."""
+    leaves, spec = optree.tree_flatten((sample.input, sample.args, sample.kwargs), none_is_leaf=True)
+    positions = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor) and v.requires_grad]
+    constants = [None if i in positions else v for i, v in enumerate(leaves)]
+    call = op.op
+
+    def f(*tensors: torch.Tensor) -> Any:
+        values = list(constants)
+        for position, tensor in zip(positions, tensors):
+            values[position] = tensor
+        inp, args, kwargs = optree.tree_unflatten(spec, values)
+        return call(inp, *args, **kwargs)
+
+    return f, [leaves[i] for i in positions]
+
+
+def _differentiable(out: Any) -> list[torch.Tensor]:
+    return [
+        t for t in optree.tree_leaves(out, none_is_leaf=True)
+        if isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())
+    ]
+
+
+def _run(f: Any, tensors: list[torch.Tensor], seed: int, grad_seed: int) -> tuple[Any, tuple]:
+    torch.manual_seed(seed)
+    out = f(*tensors)
+    outs = _differentiable(out)
+    if not outs:
+        return out, ()
+    gen = torch.Generator().manual_seed(grad_seed)
+    grad_outputs = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs]
+    grads = torch.autograd.grad(outs, tensors, grad_outputs, allow_unused=True)
+    return out, grads
+
+
+def _compare(name: str, expected: Any, got: Any, random: bool) -> None:
+    e_leaves = optree.tree_leaves(expected, none_is_leaf=True)
+    g_leaves = optree.tree_leaves(got, none_is_leaf=True)
+    if len(e_leaves) != len(g_leaves):
+        raise AssertionError(f"{name}: {len(e_leaves)} leaves eagerly, {len(g_leaves)} jitted")
+    for i, (e, g) in enumerate(zip(e_leaves, g_leaves)):
+        if isinstance(e, torch.Tensor):
+            assert isinstance(g, torch.Tensor), f"{name}[{i}]: a tensor eagerly, {type(g).__name__} jitted"
+            if e.shape != g.shape or e.dtype != g.dtype:
+                raise AssertionError(f"{name}[{i}]: {e.dtype}{list(e.shape)} eagerly, {g.dtype}{list(g.shape)} jitted")
+            if not random:
+                torch.testing.assert_close(g.detach(), e.detach(), atol=1e-4, rtol=1e-4, equal_nan=True,
+                                           msg=lambda m, n=name, i=i: f"{n}[{i}]: {m.splitlines()[0]}")
+        elif (e is None) != (g is None):
+            raise AssertionError(f"{name}[{i}]: {e!r} eagerly, {g!r} jitted")
+
+
+def check_sample(op: Any, sample: Any, random: bool) -> None:
+    f, tensors = _function(op, sample)
+    if not tensors:
+        return
+    try:
+        expected_out, expected_grads = _run(f, _clone(tensors), 0, 1)
+    except Exception:  # noqa: BLE001 - a sample eager rejects says nothing about jitcore
+        return
+    jf = jitcore.jit(f)
+    got_out, got_grads = _run(jf, _clone(tensors), 0, 1)
+    _compare("output", expected_out, got_out, random)
+    _compare("grad", expected_grads, got_grads, random)
+    if expected_grads and not jitcore.last_backward_traces(jf):
+        raise AssertionError("no backward trace was recorded")
+
+
+def check_entry(op: Any) -> Outcome:
+    """Forward values and gradients of up to ``SAMPLES`` float32 samples against eager."""
+    random = any(word in op.name for word in RANDOM_WORDS)
+    try:
+        samples = list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=True), SAMPLES))
+    except Exception as exc:  # noqa: BLE001
+        return Outcome("fail", f"no samples: {type(exc).__name__}: {exc}")
+    for sample in samples:
+        try:
+            check_sample(op, sample, random)
+        except Exception as exc:  # noqa: BLE001 - the outcome carries it
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return Outcome("fail", f"{type(exc).__name__}: {first}"[:300])
+    return Outcome("pass")
+
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or sorted(GRAD_OPS)
+    for name in names:
+        outcome = check_entry(GRAD_OPS[name])
+        print(f"{name}\t{outcome.status}\t{outcome.detail}", flush=True)
