@@ -3,7 +3,8 @@
 THE invariant: a user exception is data flowing through the interpreted program -- it is routed by the
 exception table to the user's handlers, chained and given traceback entries exactly as CPython would; an
 interpreter error (``JitcoreInterpreterError``) is a bug or a refusal of jitcore's and is reported as one:
-it never enters a user ``except`` or ``finally``.
+it never enters a user ``except`` or ``finally``. Exceptions that can only be interpreter bugs (an
+AttributeError on a Frame, a value-stack underflow in a handler) are turned into ``InterpreterError``.
 
 Other invariants:
 - A handler returns None to continue, or True when the frame returns or yields (``frame.result`` holds the
@@ -16,13 +17,17 @@ Other invariants:
 
 from __future__ import annotations
 
+import os
 import sys
 
-from jitcore.interpreter.errors import JitcoreInterpreterError
+from jitcore.interpreter.errors import InterpreterError, JitcoreInterpreterError
 from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.tracebacks import add_frame
 
 __all__ = ["execute", "execute_traced", "unwind"]
+
+_OPCODES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "opcodes") + os.sep
 
 
 def execute(frame: Frame, pending: BaseException | None = None) -> None:
@@ -97,6 +102,9 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
     """
     if isinstance(exc, JitcoreInterpreterError):
         return False
+    bug = _interpreter_bug(exc)
+    if bug is not None:
+        raise InterpreterError(f"{bug} while executing {frame.instruction.opname}", frame.where()) from exc
     run = frame.run
     raising = run.raising
     run.raising = None
@@ -119,6 +127,23 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
     stack.append(exc)
     frame.index = entry.target
     return True
+
+
+_INTERNAL_TYPES = (Frame, Instruction)
+
+
+def _interpreter_bug(exc: BaseException) -> str | None:
+    """Recognise exceptions that can only come from a bug in the interpreter itself (not from the program):
+    an attribute error on the interpreter's own objects, or a value-stack underflow in a handler."""
+    if isinstance(exc, AttributeError) and isinstance(getattr(exc, "obj", None), _INTERNAL_TYPES):
+        return f"internal attribute error ({exc})"
+    if type(exc) is IndexError and exc.args == ("pop from empty list",):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OPCODES_DIR):
+            return "value stack underflow"
+    return None
 
 
 def _fresh(frame: Frame, exc: BaseException) -> bool:

@@ -87,9 +87,19 @@ def _entry(frame: Frame, exc: BaseException, tb_next: TracebackType | None) -> T
 def _raiser_code(frame: Frame) -> CodeType:
     code = frame.code
     inst = frame.instructions[max(frame.index - 1, 0)]
-    table = _linetable(code.co_firstlineno, inst.lineno, inst.end_lineno, inst.col, inst.end_col)
+    if inst.lineno is None:
+        # an artificial instruction: report the nearest line, as CPython's tracebacks do; only a code object
+        # without any line information gets "no location" (f_lineno None)
+        table = _linetable(code.co_firstlineno, frame.position().lineno if _has_lines(frame) else None,
+                           None, None, None)
+    else:
+        table = _linetable(code.co_firstlineno, inst.lineno, inst.end_lineno, inst.col, inst.end_col)
     return _TEMPLATE.replace(co_filename=code.co_filename, co_name=code.co_name, co_qualname=code.co_qualname,
                              co_firstlineno=code.co_firstlineno, co_linetable=table)
+
+
+def _has_lines(frame: Frame) -> bool:
+    return any(inst.lineno is not None for inst in frame.instructions)
 
 
 def _linetable(first: int, lineno: int | None, end_lineno: int | None, col: int | None,

@@ -119,3 +119,40 @@ def test_lookaside_exception_propagates_unchanged():
             return e
 
     assert interpret(f, Hooks(lookasides={target: replacement}))() is boom
+
+
+def test_interpreter_bug_is_reported_as_interpreter_error(monkeypatch):
+    from jitcore.interpreter import InterpreterError, registry
+    from jitcore.interpreter.run import _TABLES
+
+    def broken_pop_top(frame, inst):
+        frame.stack.pop()
+        return frame.no_such_slot  # a bug in a handler: an AttributeError on the interpreter's own Frame
+
+    monkeypatch.setattr(registry, "HANDLERS", {**registry.HANDLERS, "POP_TOP": broken_pop_top})
+    _TABLES.clear()
+    log = []
+
+    def f():
+        try:
+            len([])
+        except Exception:  # noqa: BLE001 - must not see the interpreter's bug
+            log.append("user handler ran")
+
+    try:
+        with pytest.raises(InterpreterError) as info:
+            interpret(f)()
+    finally:
+        monkeypatch.undo()
+        _TABLES.clear()
+    assert log == []
+    assert info.value.code == "JC-I002"
+    assert "POP_TOP" in str(info.value)
+
+
+def test_user_index_error_stays_a_user_exception():
+    def f():
+        return [].pop()
+
+    with pytest.raises(IndexError, match="pop from empty list"):
+        interpret(f)()
