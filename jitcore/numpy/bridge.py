@@ -44,7 +44,7 @@ import torch
 import torch._numpy as tnp
 import torch._numpy._util as tnp_util
 
-from jitcore.dispatch.lookasides import isinstance_of
+from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES
 from jitcore.errors import DataDependentError
 from jitcore.interpreter import current_run
 from jitcore.interpreter.calls import call_function, canonical
@@ -89,6 +89,7 @@ class NumpyBridge:
     def __init__(self, provenance: Any) -> None:
         self.provenance = provenance
         self._scalars: dict[int, Any] = {}
+        self._outer_isinstance = DISPATCH_LOOKASIDES.get(isinstance, isinstance)  # what ours wraps
 
     # --- scalars (Note [NumPy scalars]) -------------------------------------------------------------
     def is_scalar(self, value: Any) -> bool:
@@ -253,7 +254,7 @@ class NumpyBridge:
                 return not self.is_scalar(value)
             if isinstance(cls, type) and issubclass(cls, np.generic):
                 return self.is_scalar(value) and issubclass(np.dtype(value.dtype.name).type, cls)
-        return isinstance_of(value, cls)
+        return self._outer_isinstance(value, cls)
 
     def _dtype_eq(self, dtype: Any, other: Any) -> Any:
         other = self.to_torch_numpy(other) if isinstance(other, (np.dtype, type)) else other

@@ -58,10 +58,9 @@ def numpy_callables() -> tuple[NumpyCallable, ...]:
     """Every public NumPy callable the bridge intercepts (classes other than scalar types excluded)."""
     entries: dict[int, NumpyCallable] = {}
     for module, torch_module, prefix in _namespaces():
-        for attr in sorted(dir(module)):
+        for attr, fn in sorted(vars(module).items()):  # vars, not dir: no lazy submodule imports
             if attr.startswith("_"):
                 continue
-            fn = getattr(module, attr, None)
             if not callable(fn) or isinstance(fn, ModuleType):
                 continue
             if isinstance(fn, type) and not issubclass(fn, np.generic):
