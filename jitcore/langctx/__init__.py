@@ -6,12 +6,13 @@ tracing, or None when ``fn`` is not an operation of a language context.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jitcore.langctx import aten, torch
 from jitcore.langctx.shadows import TensorValues, evaluate, new_context
 
-__all__ = ["lookup", "new_context", "TensorValues", "evaluate", "aten", "torch"]
+__all__ = ["TensorValues", "aten", "evaluate", "lookup", "new_context", "torch"]
 
 
 def lookup(fn: Any) -> Callable[..., Any] | None:

@@ -9,7 +9,8 @@ on shadows like every other symbol.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
@@ -18,7 +19,7 @@ from jitcore.ir import Symbol
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 
-__all__ = ["ATEN_TABLE", "aten_symbol", "lookup", "is_aten_op", "aten_path"]
+__all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup"]
 
 ATEN_TABLE = SymbolTable("aten")
 
@@ -28,22 +29,22 @@ def is_aten_op(fn: Any) -> bool:
     if isinstance(fn, OpOverload):
         return fn.namespace == "aten"
     if isinstance(fn, OpOverloadPacket):
-        return fn._qualified_op_name.startswith("aten::")  # noqa: SLF001 - torch's own spelling
+        return fn._qualified_op_name.startswith("aten::")
     return False
 
 
 def aten_path(op: OpOverload | OpOverloadPacket) -> str:
     """``torch.ops.aten.add.Tensor`` / ``torch.ops.aten.add``: how generated code names ``op``."""
     if isinstance(op, OpOverload):
-        return f"torch.ops.aten.{op._opname}.{op._overloadname}"  # noqa: SLF001
-    return f"torch.ops.aten.{op._qualified_op_name.split('::', 1)[1]}"  # noqa: SLF001
+        return f"torch.ops.aten.{op._opname}.{op._overloadname}"
+    return f"torch.ops.aten.{op._qualified_op_name.split('::', 1)[1]}"
 
 
 def _tags(op: OpOverload | OpOverloadPacket) -> frozenset[str]:
     if not isinstance(op, OpOverload):
         return frozenset()
     tags = set()
-    schema = op._schema  # noqa: SLF001
+    schema = op._schema
     if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
         tags.add("inplace")
     if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import optree
 import torch
@@ -29,7 +30,7 @@ from jitcore.errors import DataDependentError
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
 from jitcore.proxies import TensorProxy
 
-__all__ = ["TensorValues", "evaluate", "meta_of", "new_context", "REPLAY_NUMEL_LIMIT"]
+__all__ = ["REPLAY_NUMEL_LIMIT", "TensorValues", "evaluate", "meta_of", "new_context"]
 
 # Fake-tensor kernels log every failure at ERROR level before re-raising it; the exception itself is
 # what the user gets, so the log line is noise.
@@ -50,7 +51,7 @@ class TensorValues:
             prologue guards the inputs' strides too).
     """
 
-    __slots__ = ("fake_mode", "names", "strides_queried", "dispatch_state", "_by_shadow")
+    __slots__ = ("_by_shadow", "dispatch_state", "fake_mode", "names", "strides_queried")
 
     def __init__(self, names: NameGenerator) -> None:
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)

@@ -11,7 +11,8 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from jitcore.ir import Symbol
 
@@ -21,7 +22,7 @@ __all__ = ["SymbolTable"]
 class SymbolTable:
     """Callable -> Symbol (or adapter) for one language context."""
 
-    __slots__ = ("name", "_by_callable", "_by_id")
+    __slots__ = ("_by_callable", "_by_id", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name

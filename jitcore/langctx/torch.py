@@ -19,9 +19,13 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import inspect
+from collections.abc import Callable
+from typing import Any
 
 import torch
+import torch.masked
+import torch.signal.windows
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Symbol, register_literal
@@ -29,7 +33,7 @@ from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 from jitcore.proxies import TensorProxy
 
-__all__ = ["TORCH_TABLE", "torch_symbol", "lookup", "NAMESPACES", "UNSUPPORTED_METHODS", "QUERY_NAMES"]
+__all__ = ["NAMESPACES", "QUERY_NAMES", "TORCH_TABLE", "UNSUPPORTED_METHODS", "lookup", "torch_symbol"]
 
 TORCH_TABLE = SymbolTable("torch")
 
@@ -43,10 +47,26 @@ NAMESPACES: tuple[tuple[Any, str], ...] = (
     (torch.fft, "torch.fft"),
 )
 
+# Namespaces of operations that torch.overrides does not list (their functions are pure Python
+# over torch ops): every public function of theirs is a symbol.
+_UNLISTED_NAMESPACES: tuple[tuple[Any, str], ...] = (
+    (torch.masked, "torch.masked"),
+    (torch.signal.windows, "torch.signal.windows"),
+)
+
 # Answered from the proxy's shadow (TensorProxy defines them); never recorded.
 QUERY_NAMES: frozenset[str] = frozenset(
     name for name, value in vars(TensorProxy).items() if not name.startswith("_") or name == "__len__"
-) | {"__hash__", "__class__", "__init__", "__new__", "__torch_function__", "__repr__", "__format__", "__str__"}
+) | {
+    "__hash__",
+    "__class__",
+    "__init__",
+    "__new__",
+    "__torch_function__",
+    "__repr__",
+    "__format__",
+    "__str__",
+}
 
 # Tensor methods that cannot be recorded, with the reason a user reads.
 UNSUPPORTED_METHODS: dict[str, str] = {
@@ -86,19 +106,44 @@ UNSUPPORTED_METHODS: dict[str, str] = {
 
 # Operators whose Tensor method means a torch function of the same arguments.
 _OPERATORS: dict[str, str] = {
-    "__add__": "add", "__radd__": "add", "__iadd__": "Tensor.add_",
-    "__sub__": "sub", "__rsub__": "rsub", "__isub__": "Tensor.sub_",
-    "__mul__": "mul", "__rmul__": "mul", "__imul__": "Tensor.mul_",
-    "__truediv__": "div", "__div__": "div", "__itruediv__": "Tensor.div_", "__idiv__": "Tensor.div_",
-    "__floordiv__": "floor_divide", "__ifloordiv__": "Tensor.floor_divide_",
-    "__mod__": "remainder", "__imod__": "Tensor.remainder_",
-    "__pow__": "pow", "__ipow__": "Tensor.pow_",
+    "__add__": "add",
+    "__radd__": "add",
+    "__iadd__": "Tensor.add_",
+    "__sub__": "sub",
+    "__rsub__": "rsub",
+    "__isub__": "Tensor.sub_",
+    "__mul__": "mul",
+    "__rmul__": "mul",
+    "__imul__": "Tensor.mul_",
+    "__truediv__": "div",
+    "__div__": "div",
+    "__itruediv__": "Tensor.div_",
+    "__idiv__": "Tensor.div_",
+    "__floordiv__": "floor_divide",
+    "__ifloordiv__": "Tensor.floor_divide_",
+    "__mod__": "remainder",
+    "__imod__": "Tensor.remainder_",
+    "__pow__": "pow",
+    "__ipow__": "Tensor.pow_",
     "__matmul__": "matmul",
-    "__and__": "bitwise_and", "__rand__": "bitwise_and", "__iand__": "Tensor.bitwise_and_",
-    "__or__": "bitwise_or", "__ror__": "bitwise_or", "__ior__": "Tensor.bitwise_or_",
-    "__xor__": "bitwise_xor", "__rxor__": "bitwise_xor", "__ixor__": "Tensor.bitwise_xor_",
-    "__eq__": "eq", "__ne__": "ne", "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge",
-    "__neg__": "neg", "__abs__": "abs", "__invert__": "bitwise_not",
+    "__and__": "bitwise_and",
+    "__rand__": "bitwise_and",
+    "__iand__": "Tensor.bitwise_and_",
+    "__or__": "bitwise_or",
+    "__ror__": "bitwise_or",
+    "__ior__": "Tensor.bitwise_or_",
+    "__xor__": "bitwise_xor",
+    "__rxor__": "bitwise_xor",
+    "__ixor__": "Tensor.bitwise_xor_",
+    "__eq__": "eq",
+    "__ne__": "ne",
+    "__lt__": "lt",
+    "__le__": "le",
+    "__gt__": "gt",
+    "__ge__": "ge",
+    "__neg__": "neg",
+    "__abs__": "abs",
+    "__invert__": "bitwise_not",
 }
 # Tensor methods whose arguments differ from the torch function of the same name: they get a
 # symbol of their own instead of sharing the function's.
@@ -111,10 +156,14 @@ _METHOD_DIFFERS_FROM_FUNCTION: dict[str, str] = {
 _SWAPPED: dict[str, str] = {"__rmatmul__": "matmul", "__rpow__": "pow"}
 
 
-def torch_symbol(fn: Callable[..., Any], path: str | None, *, name: str | None = None, tags: frozenset[str] = frozenset()) -> Symbol:
+def torch_symbol(
+    fn: Callable[..., Any], path: str | None, *, name: str | None = None, tags: frozenset[str] = frozenset()
+) -> Symbol:
     """A symbol of the torch language context executing ``fn``, printed as ``path``."""
-    symbol_id = path or f"{getattr(fn, '__module__', None) or 'torch'}.{getattr(fn, '__qualname__', repr(fn))}"
-    existing = TORCH_TABLE._by_id.get(symbol_id)  # noqa: SLF001 - same module family
+    symbol_id = (
+        path or f"{getattr(fn, '__module__', None) or 'torch'}.{getattr(fn, '__qualname__', repr(fn))}"
+    )
+    existing = TORCH_TABLE._by_id.get(symbol_id)
     if existing is not None and existing.fn is fn:
         return existing
     symbol = Symbol(
@@ -136,7 +185,9 @@ def _tags_of(symbol_id: str) -> frozenset[str]:
         tags.add("inplace")
     if name in {"__setitem__", "copy_", "set_", "resize_", "resize_as_"}:
         tags.add("inplace")
-    if any(k in name for k in ("rand", "dropout", "bernoulli", "multinomial", "normal", "uniform", "poisson")):
+    if any(
+        k in name for k in ("rand", "dropout", "bernoulli", "multinomial", "normal", "uniform", "poisson")
+    ):
         tags.add("random")
     return frozenset(tags)
 
@@ -206,9 +257,9 @@ def _register_factories() -> None:
             continue
         overloads = [getattr(packet, o) for o in packet.overloads()]
         if any(
-            len(o._schema.returns) == 1  # noqa: SLF001
-            and str(o._schema.returns[0].type) == "Tensor"  # noqa: SLF001
-            and not any(str(a.type).startswith("Tensor") for a in o._schema.arguments)  # noqa: SLF001
+            len(o._schema.returns) == 1
+            and str(o._schema.returns[0].type) == "Tensor"
+            and not any(str(a.type).startswith("Tensor") for a in o._schema.arguments)
             for o in overloads
         ):
             TORCH_TABLE.bind(fn, torch_symbol(fn, f"torch.{name}", tags=frozenset({"factory"})))
@@ -217,10 +268,10 @@ def _register_factories() -> None:
 def _aten_op_on_tensors(name: str) -> bool:
     """Whether ``torch.ops.aten.<name>`` exists and an overload of it takes a Tensor."""
     packet = getattr(torch.ops.aten, name, None) if not name.startswith("__") else None
-    if not isinstance(packet, torch._ops.OpOverloadPacket):  # noqa: SLF001
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
         return False
     return any(
-        any(str(a.type).startswith("Tensor") for a in getattr(packet, o)._schema.arguments)  # noqa: SLF001
+        any(str(a.type).startswith("Tensor") for a in getattr(packet, o)._schema.arguments)
         for o in packet.overloads()
     )
 
@@ -229,13 +280,18 @@ def _register_unlisted_functions() -> None:
     """torch.* builtins torch.overrides leaves out (private names like ``torch._scaled_mm``, ignored
     ones like ``torch.as_strided``) that are aten operators on tensors: they dispatch
     ``__torch_function__`` like the listed ones, so they are symbols too, printed by their path."""
-    for name in sorted(dir(torch._C._VariableFunctions)):  # noqa: SLF001 - torch's own function list
+    for name in sorted(dir(torch._C._VariableFunctions)):
         fn = getattr(torch, name, None)
         if fn is None or name.startswith("__") or fn in TORCH_TABLE or not _aten_op_on_tensors(name):
             continue
-        if getattr(torch._C._VariableFunctions, name, None) is not fn:  # noqa: SLF001
+        if getattr(torch._C._VariableFunctions, name, None) is not fn:
             continue
         TORCH_TABLE.bind(fn, torch_symbol(fn, f"torch.{name}"))
+    for module, path in _UNLISTED_NAMESPACES:
+        for name in module.__all__:
+            fn = getattr(module, name, None)
+            if inspect.isfunction(fn) and "masked_tensor" not in name and fn not in TORCH_TABLE:
+                TORCH_TABLE.bind(fn, torch_symbol(fn, f"{path}.{name}"))
     for name in ("hardswish", "hardsigmoid", "upsample", "upsample_bilinear", "upsample_nearest"):
         fn = getattr(torch.nn.functional, name, None)
         if fn is not None and fn not in TORCH_TABLE:  # listed as ignored, yet operations on tensors

@@ -14,8 +14,8 @@ subclass's ``__init__`` stores them — its inner tensors (proxies) and other fi
 
 from __future__ import annotations
 
-
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 
@@ -40,7 +40,7 @@ def is_traceable_subclass(cls: type) -> bool:
 def _class_dict_chain(cls: type) -> set[str]:
     names: set[str] = set()
     for klass in cls.__mro__:
-        if klass in (torch.Tensor, torch._C.TensorBase, object):  # noqa: SLF001
+        if klass in (torch.Tensor, torch._C.TensorBase, object):
             break
         names.update(vars(klass))
     return names
@@ -62,7 +62,7 @@ def _user_attribute(cls: type, name: str) -> Any:
     if found is None:
         found = _MISSING
         for klass in cls.__mro__:
-            if klass in (torch.Tensor, torch._C.TensorBase, object):  # noqa: SLF001
+            if klass in (torch.Tensor, torch._C.TensorBase, object):
                 break
             if name in vars(klass):
                 found = vars(klass)[name]
@@ -74,10 +74,10 @@ def _user_attribute(cls: type, name: str) -> Any:
 class SubclassTensorProxy(TensorProxy):
     """A tensor-subclass value while tracing: class, outer metadata and inner attributes."""
 
-    __slots__ = ("subclass", "outer", "_shadow", "__dict__")
+    __slots__ = ("__dict__", "_shadow", "outer", "subclass")
 
     # Set by the dispatch layer: registers a freshly built shadow so that it maps back to its proxy.
-    on_shadow: ClassVar[Callable[["SubclassTensorProxy"], None] | None] = None
+    on_shadow: ClassVar[Callable[[SubclassTensorProxy], None] | None] = None
 
     def __init__(self, name: str, subclass: type, outer: torch.Tensor) -> None:
         object.__setattr__(self, "name", name)

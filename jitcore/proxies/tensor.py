@@ -18,14 +18,15 @@ which owns the one table of torch callables.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 
 from jitcore.ir.context import current_context
 from jitcore.ir.proxy import Proxy
 
-__all__ = ["TensorProxy", "describe_tensor", "DTYPE_ABBREVIATIONS"]
+__all__ = ["DTYPE_ABBREVIATIONS", "TensorProxy", "describe_tensor"]
 
 DTYPE_ABBREVIATIONS: dict[torch.dtype, str] = {
     torch.float64: "f64",
@@ -67,7 +68,7 @@ def _note_layout_query() -> None:
 class TensorProxy(Proxy):
     """A tensor while tracing: a name plus a FakeTensor shadow holding its metadata."""
 
-    __slots__ = ("shadow", "__weakref__")
+    __slots__ = ("__weakref__", "shadow")
 
     # Set by the torch language context: (func, args, kwargs) -> result, for __torch_function__.
     torch_function_handler: ClassVar[Callable[[Any, tuple, dict], Any] | None] = None

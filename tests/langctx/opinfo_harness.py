@@ -1,0 +1,444 @@
+"""Differential checks of jitcore's language contexts against eager torch, driven by OpInfo samples.
+
+Each check runs one OpInfo entry's samples eagerly and as a compiled jitcore trace, on clones of the
+same tensors, and compares outputs (values, dtypes, types, container structure), the mutation of the
+inputs (in-place and ``out=`` variants) and aliasing of outputs to inputs. The torch level traces
+``op.op`` / its method and in-place variants natively on proxies; the aten level records the aten calls
+a sample makes eagerly and replays them as aten symbols.
+
+Invariant: a check returns an ``Outcome``; it never hides a failure (a check that cannot run is a
+failure with the reason why).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optree
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import jitcore.langctx as L
+from jitcore.errors import DataDependentError
+from jitcore.ir import Trace, compile_trace, tracing
+from jitcore.langctx.aten import aten_symbol
+from jitcore.proxies import TensorProxy
+
+SAMPLES_PER_DTYPE = 3
+INTEGER_DTYPES = (torch.int64, torch.int32)
+LOW_PRECISION_DTYPES = (torch.bfloat16, torch.float16)
+
+# Ops whose outputs are random: a trace replays them under the same seed, but if their RNG
+# consumption differs from eager's (an extra internal draw) only shapes and dtypes are compared.
+RANDOM_WORDS = (
+    "rand",
+    "dropout",
+    "bernoulli",
+    "multinomial",
+    "normal",
+    "uniform",
+    "poisson",
+    "exponential",
+    "geometric",
+    "cauchy",
+    "log_normal",
+    "random",
+    "rrelu",
+)
+
+
+def entry_name(op: Any) -> str:
+    """The key of an OpInfo entry: ``name`` or ``name.variant_test_name``."""
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+OPS: dict[str, Any] = {entry_name(op): op for op in op_db}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of checking one entry: ``status`` is ``pass``, ``fail`` or ``data-dependent``."""
+
+    status: str
+    detail: str = ""
+
+
+PASS = Outcome("pass")
+
+
+class Mismatch(AssertionError):
+    """The trace disagrees with eager."""
+
+
+def pick_dtypes(op: Any) -> list[torch.dtype]:
+    """float32, one integer and one low-precision dtype, where the op supports them on CPU."""
+    supported = op.supported_dtypes("cpu")
+    chosen = []
+    for group in ((torch.float32,), INTEGER_DTYPES, LOW_PRECISION_DTYPES):
+        found = next((d for d in group if d in supported), None)
+        if found is not None:
+            chosen.append(found)
+    if not chosen and supported:  # e.g. bool-only or complex-only ops
+        chosen.append(sorted(supported, key=str)[0])
+    return chosen
+
+
+# Ops whose outputs are uninitialised memory: only shapes and dtypes are comparable.
+UNINITIALIZED = frozenset(
+    {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
+)
+
+
+def is_random(op: Any) -> bool:
+    """Random by name, or an ``op.op`` that reseeds torch itself (OpInfo's ``wrapper_set_seed``),
+    which the trace does not record: its draws then differ from eager's."""
+    code = getattr(op.op, "__code__", None)
+    reseeds = code is not None and "wrapper_set_seed" in code.co_names
+    return reseeds or any(w in op.name for w in RANDOM_WORDS)
+
+
+def values_comparable(op: Any) -> bool:
+    return op.name not in UNINITIALIZED
+
+
+def seed(n: int) -> None:
+    """Seed the CPU generator (``torch.manual_seed`` also formats a stack for lazy CUDA seeding)."""
+    torch.random.default_generator.manual_seed(n)
+
+
+def samples(op: Any, dtype: torch.dtype) -> list[Any]:
+    """The first samples of ``op`` for ``dtype``: ``op.sample_inputs`` without its wrapper, which
+    looks for the running unittest by crawling the stack for every sample (most of the time here)."""
+    seed(0)
+    return list(itertools.islice(op.sample_inputs_func(op, "cpu", dtype, False), SAMPLES_PER_DTYPE))
+
+
+def sample_call(sample: Any) -> tuple[tuple, dict]:
+    args = (sample.input, *sample.args)
+    return args, dict(sample.kwargs)
+
+
+def is_leaf_tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and not isinstance(x, TensorProxy)
+
+
+def clone_tree(tree: Any) -> Any:
+    """Clones of the tensors in ``tree`` (same strides and aliasing among them), other leaves as is."""
+    leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
+    memo: dict[int, torch.Tensor] = {}
+    out = []
+    for leaf in leaves:
+        if is_leaf_tensor(leaf):
+            if id(leaf) not in memo:
+                memo[id(leaf)] = leaf.detach().clone().requires_grad_(leaf.requires_grad)
+            out.append(memo[id(leaf)])
+        else:
+            out.append(leaf)
+    return optree.tree_unflatten(spec, out)
+
+
+def tensors_of(tree: Any) -> list[torch.Tensor]:
+    return [x for x in optree.tree_leaves(tree, none_is_leaf=True) if is_leaf_tensor(x)]
+
+
+# --- comparison ---------------------------------------------------------------------------------------
+def compare(expected: Any, actual: Any, *, values: bool, what: str) -> None:
+    """Same structure, leaf types, dtypes, shapes and (when ``values``) values."""
+    e_leaves, e_spec = optree.tree_flatten(expected, none_is_leaf=True)
+    a_leaves, a_spec = optree.tree_flatten(actual, none_is_leaf=True)
+    if e_spec != a_spec:
+        raise Mismatch(f"{what}: structure {e_spec} != {a_spec}")
+    for i, (e, a) in enumerate(zip(e_leaves, a_leaves)):
+        if type(e) is not type(a):
+            raise Mismatch(f"{what}[{i}]: type {type(e).__name__} != {type(a).__name__}")
+        if isinstance(e, torch.Tensor):
+            if e.dtype != a.dtype or e.shape != a.shape:
+                raise Mismatch(f"{what}[{i}]: {e.dtype}{list(e.shape)} != {a.dtype}{list(a.shape)}")
+            if values:
+                exact = e.dtype.itemsize == 1 and e.is_floating_point()  # float8: bitwise only
+                tol = {"atol": 0.0, "rtol": 0.0} if exact else {"atol": 1e-5, "rtol": 1e-4}
+                try:
+                    torch.testing.assert_close(a, e, equal_nan=True, check_stride=False, **tol)
+                except AssertionError as err:
+                    raise Mismatch(f"{what}[{i}]: values differ: {str(err).splitlines()[0]}") from None
+        elif values and isinstance(e, float):
+            if not (e == a or (e != e and a != a)):
+                raise Mismatch(f"{what}[{i}]: {e!r} != {a!r}")
+        elif values and e != a and not callable(e):
+            raise Mismatch(f"{what}[{i}]: {e!r} != {a!r}")
+
+
+def check_aliasing(out: Any, inputs: list[torch.Tensor], c_out: Any, c_inputs: list[torch.Tensor]) -> None:
+    """An output that *is* an input eagerly is the corresponding input under the trace too."""
+    e_leaves = optree.tree_leaves(out, none_is_leaf=True)
+    a_leaves = optree.tree_leaves(c_out, none_is_leaf=True)
+    for i, (e, a) in enumerate(zip(e_leaves, a_leaves)):
+        for k, inp in enumerate(inputs):
+            if e is inp and a is not c_inputs[k]:
+                raise Mismatch(f"output[{i}] is input {k} eagerly but not in the trace")
+
+
+# --- the torch level ----------------------------------------------------------------------------------
+def variants(op: Any) -> list[tuple[str, Callable[..., Any]]]:
+    """``op.op`` and, where they exist, its method and in-place variants called as methods.
+
+    ``torch.Tensor.add`` is a C method descriptor that rejects a non-Tensor ``self`` before any
+    ``__torch_function__`` runs, so natively the variants are called the way programs call them,
+    ``x.add(y)``; the table entry of the descriptor itself is checked by ``lookup`` tests.
+    """
+    found = []
+    for kind, variant in (
+        ("function", op.op),
+        ("method", op.method_variant),
+        ("inplace", op.inplace_variant),
+    ):
+        if variant is None:
+            continue
+        name = getattr(variant, "__name__", None)
+        if name and getattr(torch.Tensor, name, None) is variant:
+            found.append((kind, _as_method(name)))
+        else:
+            found.append((kind, variant))
+    return found
+
+
+def _as_method(name: str) -> Callable[..., Any]:
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+def trace_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[Trace, Callable[..., Any], Any]:
+    """Trace ``fn(*args, **kwargs)`` with a proxy for every tensor; return trace, compiled fn, raw out."""
+    trace = Trace(imports={"torch": torch})
+    context = L.new_context(trace)
+    leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
+    proxies: dict[int, TensorProxy] = {}
+    params = []
+    traced_leaves = []
+    for leaf in leaves:
+        if is_leaf_tensor(leaf):
+            if id(leaf) not in proxies:
+                proxies[id(leaf)] = context.values.input_proxy(leaf, f"a{len(proxies)}")
+                params.append(proxies[id(leaf)])
+            traced_leaves.append(proxies[id(leaf)])
+        else:
+            traced_leaves.append(leaf)
+    t_args, t_kwargs = optree.tree_unflatten(spec, traced_leaves)
+    trace.args = params
+    with tracing(context):
+        out = fn(*t_args, **t_kwargs)
+    trace.output = out
+    return trace, compile_trace(trace), out
+
+
+def check_torch_sample(op: Any, fn: Callable[..., Any], sample: Any) -> Outcome:
+    args, kwargs = sample_call(sample)
+    e_args, e_kwargs = clone_tree((args, kwargs))
+    e_inputs = tensors_of((e_args, e_kwargs))
+    seed(1234)
+    try:
+        expected = fn(*e_args, **e_kwargs)
+        eager_error = None
+    except Exception as err:  # noqa: BLE001 - eager's error is what the trace must reproduce
+        eager_error = err
+    t_args, t_kwargs = clone_tree((args, kwargs))
+    try:
+        _, compiled, _ = trace_call(fn, t_args, t_kwargs)
+    except DataDependentError as err:
+        if eager_error is None:
+            return Outcome("data-dependent", str(err).splitlines()[0])
+        raise Mismatch(
+            f"eager raised {type(eager_error).__name__}, trace raised DataDependentError"
+        ) from None
+    except Exception as err:  # noqa: BLE001
+        if eager_error is not None and isinstance(err, type(eager_error)):
+            return PASS
+        if eager_error is not None:
+            raise Mismatch(
+                f"eager raised {type(eager_error).__name__}, trace raised {type(err).__name__}: {err}"
+            ) from None
+        raise Mismatch(f"trace raised {type(err).__name__}: {str(err)[:300]}") from None
+    if eager_error is not None:
+        raise Mismatch(f"eager raised {type(eager_error).__name__}: {eager_error}; the trace did not")
+    c_args, c_kwargs = clone_tree((args, kwargs))
+    c_inputs = tensors_of((c_args, c_kwargs))
+    seed(1234)
+    flat_inputs = _unique(c_inputs)
+    actual = compiled(*flat_inputs)
+    random = is_random(op) or not values_comparable(op)
+    try:
+        compare(expected, actual, values=True, what="output")
+    except Mismatch:
+        if not random:
+            raise
+        compare(expected, actual, values=False, what="output")
+    compare(_unique(e_inputs), flat_inputs, values=not random, what="inputs after call")
+    check_aliasing(expected, _unique(e_inputs), actual, flat_inputs)
+    return PASS
+
+
+def _unique(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    seen: set[int] = set()
+    out = []
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+def check_entry(op: Any, check_sample: Callable[[Any, Any], Outcome]) -> Outcome:
+    """Run ``check_sample(op, sample)`` over the chosen dtypes and samples; first failure wins."""
+    data_dependent = None
+    for dtype in pick_dtypes(op):
+        try:
+            batch = samples(op, dtype)
+        except Exception as err:  # noqa: BLE001 - the sample generator itself is torch's business
+            return Outcome("fail", f"{dtype}: sample_inputs raised {type(err).__name__}: {err}")
+        for i, sample in enumerate(batch):
+            try:
+                outcome = check_sample(op, sample)
+            except Exception as err:  # noqa: BLE001 - a check that crashes is a failure, reported
+                return Outcome("fail", f"{dtype} sample {i}: {type(err).__name__}: {str(err)[:400]}")
+            if outcome.status == "data-dependent":
+                data_dependent = outcome
+    return data_dependent or PASS
+
+
+def check_torch_entry(op: Any) -> Outcome:
+    """The torch-level check of one entry: every variant (function, method, in-place) on every sample."""
+
+    def check(op: Any, sample: Any) -> Outcome:
+        result = PASS
+        for kind, fn in variants(op):
+            try:
+                outcome = check_torch_sample(op, fn, sample)
+            except Mismatch as err:
+                raise Mismatch(f"{kind}: {err}") from None
+            if outcome.status != "pass":
+                result = outcome
+        return result
+
+    return check_entry(op, check)
+
+
+# --- the aten level -----------------------------------------------------------------------------------
+@dataclass
+class AtenCall:
+    func: Any
+    args: tuple
+    kwargs: dict
+    output: Any
+
+
+class _Recorder(TorchDispatchMode):
+    """Logs every aten call made eagerly, with its (real) arguments and outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[AtenCall] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.calls.append(AtenCall(func, args, kwargs, out))
+        return out
+
+
+def check_aten_sample(op: Any, sample: Any) -> Outcome:
+    args, kwargs = sample_call(sample)
+    e_args, e_kwargs = clone_tree((args, kwargs))
+    e_inputs = _unique(tensors_of((e_args, e_kwargs)))
+    before = [t.clone() for t in e_inputs]
+    recorder = _Recorder()
+    seed(1234)
+    try:
+        with recorder:
+            op.op(*e_args, **e_kwargs)
+    except Exception:  # noqa: BLE001 - eager fails: the aten calls made before it are still replayed
+        pass
+    aten_calls = [c for c in recorder.calls if c.func.namespace == "aten"]
+    if not aten_calls:
+        return PASS
+    # Inputs are the eager input tensors, restored to their values before the call; tensors the calls
+    # made are mapped to trace values by identity; other tensors (constants created inside op.op
+    # before any aten call, e.g. by torch.tensor) become extra inputs.
+    trace = Trace(imports={"torch": torch})
+    context = L.new_context(trace)
+    env: dict[int, Any] = {}
+    real_inputs: list[torch.Tensor] = []
+
+    def add_input(key: int, value: torch.Tensor) -> Any:
+        env[key] = context.values.input_proxy(value, f"a{len(real_inputs)}")
+        trace.args.append(env[key])
+        real_inputs.append(value)
+        return env[key]
+
+    for t, saved in zip(e_inputs, before):
+        add_input(id(t), saved)
+    outputs: list[Any] = []
+
+    def to_proxy(x: Any) -> Any:
+        if not is_leaf_tensor(x):
+            return x
+        return env[id(x)] if id(x) in env else add_input(id(x), x.detach().clone())
+
+    with tracing(context):
+        for call in aten_calls:
+            p_args, p_kwargs = optree.tree_map(to_proxy, (call.args, call.kwargs), none_is_leaf=True)
+            try:
+                p_out = aten_symbol(call.func)(*p_args, **p_kwargs)
+            except DataDependentError as err:
+                return Outcome("data-dependent", f"{call.func}: {str(err).splitlines()[0]}")
+            except Exception as err:  # noqa: BLE001
+                raise Mismatch(f"{call.func}: trace raised {type(err).__name__}: {str(err)[:300]}") from None
+            e_leaves = optree.tree_leaves(call.output, none_is_leaf=True)
+            p_leaves = optree.tree_leaves(p_out, none_is_leaf=True)
+            if len(e_leaves) != len(p_leaves):
+                raise Mismatch(f"{call.func}: {len(e_leaves)} outputs eagerly, {len(p_leaves)} traced")
+            writes = _written_returns(call.func)
+            for i, (e, p) in enumerate(zip(e_leaves, p_leaves)):
+                if is_leaf_tensor(e):
+                    # In-place and out= returns are their input, in the trace as eagerly. Other
+                    # returns that eagerly are an existing tensor (``lift_fresh``) may be new values.
+                    if i in writes and id(e) in env and env[id(e)] is not p:
+                        raise Mismatch(f"{call.func}: returns its input eagerly, a new tensor traced")
+                    env.setdefault(id(e), p)
+            outputs.append((call.func, call.output, p_out))
+    trace.output = [p for _, _, p in outputs]
+    compiled = compile_trace(trace)
+    c_inputs = [t.clone() for t in real_inputs]
+    seed(1234)
+    actual = compiled(*c_inputs)
+    random = any(torch.Tag.nondeterministic_seeded in f.tags for f, _, _ in outputs) or is_random(op)
+    random = random or not values_comparable(op)
+    for (func, expected, _), got in zip(outputs, actual):
+        if func._schema.name.removeprefix("aten::") in UNINITIALIZED:
+            compare(expected, got, values=False, what=str(func))  # its writers' returns are compared
+            continue
+        try:
+            compare(expected, got, values=True, what=str(func))
+        except Mismatch:
+            if not random:
+                raise
+            compare(expected, got, values=False, what=str(func))
+    compare(e_inputs, c_inputs[: len(e_inputs)], values=not random, what="inputs after calls")
+    return PASS
+
+
+def _written_returns(func: Any) -> set[int]:
+    """Indices of the returns of an aten overload that alias a written input (``Tensor(a!)``)."""
+    returns = func._schema.returns
+    return {i for i, r in enumerate(returns) if r.alias_info is not None and r.alias_info.is_write}
+
+
+def check_aten_entry(op: Any) -> Outcome:
+    """The aten-level check of one entry: the sample's eager aten calls replayed as aten symbols."""
+    return check_entry(op, check_aten_sample)

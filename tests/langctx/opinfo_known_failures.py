@@ -1,0 +1,100 @@
+"""OpInfo entries that do not pass the differential suites, each with the real reason.
+
+``TORCH`` is for test_opinfo_torch.py, ``ATEN`` for test_opinfo_aten.py. An entry listed here must
+still fail (``check_listed``): when a fix makes it pass, the test says so and the entry is removed.
+Entries whose outputs need tensor values raise jitcore's DataDependentError by design and are listed
+with the reason ``DATA_DEPENDENT``; they are not counted as passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DATA_DEPENDENT = "data-dependent output (by design)"
+
+# --- reasons shared by several entries --------------------------------------------------------------
+DESCRIPTOR = (
+    "op.op calls the C method descriptor torch.Tensor.{m} directly; it type-checks self before any "
+    "__torch_function__, so natively it rejects a proxy (programs reach it through the interpreter, "
+    "which resolves it with lookup)"
+)
+
+SPARSE = "sparse layouts are not supported: TensorProxy shadows are strided tensors"
+INPLACE_CAST = (
+    "the fake kernel of the in-place op skips eager's check that the result type can be cast to "
+    "the input's integer dtype, so the trace does not raise eager's RuntimeError"
+)
+
+# Entries whose outputs (shapes or Python values) depend on tensor values: jitcore raises
+# DataDependentError at trace time, at both levels.
+_DATA_DEPENDENT_ENTRIES = (
+    "allclose",  # returns a Python bool computed from the values
+    "equal",  # returns a Python bool computed from the values
+    "argwhere",
+    "bincount",
+    "combinations",  # masked_select inside
+    "corrcoef",  # checks its weights with torch.equal
+    "cov",  # checks its weights with torch.equal
+    "istft",  # checks its window with torch.equal
+    "linalg.lstsq",  # output shapes depend on the driver's rank results
+    "linalg.lstsq.grad_oriented",
+    "masked_select",
+    "narrow",  # start given as a tensor
+    "nn.functional.ctc_loss",
+    "nn.functional.gaussian_nll_loss",  # raises eagerly when var has negative values
+    "nn.functional.one_hot",  # num_classes=-1 means max(input) + 1
+    "nonzero",
+    "tensor_split",  # indices given as a tensor
+    "unique",
+    "unique_consecutive",
+)
+
+TORCH: dict[str, str] = {
+    **dict.fromkeys(_DATA_DEPENDENT_ENTRIES, DATA_DEPENDENT),
+    **{
+        name: DESCRIPTOR.format(m=m)
+        for name, m in (
+            ("item", "item"),
+            ("cauchy", "cauchy_"),
+            ("exponential", "exponential_"),
+            ("geometric", "geometric_"),
+            ("log_normal", "log_normal_"),
+            ("normal.in_place", "normal_"),
+            ("uniform", "uniform_"),
+            ("multinomial", "multinomial"),
+            ("bernoulli", "bernoulli"),
+        )
+    },
+    "sparse.mm.reduce": SPARSE,
+    "sparse.sampled_addmm": SPARSE,
+    "ldexp": INPLACE_CAST,
+    "logit": INPLACE_CAST,
+    "addbmm": (
+        "in-place variant: the fake kernel of addbmm_ rejects a self that broadcasts to the result "
+        "(shape [1] vs [5, 10]) where eager accepts it"
+    ),
+    "as_strided.partial_views": (
+        "fake tensors do not check that as_strided stays inside the storage, so the trace does not "
+        "raise eager's out-of-bounds RuntimeError"
+    ),
+}
+
+ATEN: dict[str, str] = {
+    **dict.fromkeys(_DATA_DEPENDENT_ENTRIES, DATA_DEPENDENT),
+    "item": DATA_DEPENDENT,  # aten._local_scalar_dense
+    "sparse.mm.reduce": SPARSE,
+    "sparse.sampled_addmm": SPARSE,
+}
+
+
+def check_listed(name: str, outcome: Any, reason: str | None) -> None:
+    """Assert ``outcome`` agrees with the list: unlisted entries pass, listed ones still fail the
+    way their reason says (data-dependent ones with DataDependentError)."""
+    if reason is None:
+        assert outcome.status == "pass", f"{name}: {outcome.status}: {outcome.detail}"
+    elif reason == DATA_DEPENDENT:
+        assert outcome.status == "data-dependent", (
+            f"{name} is listed as data-dependent but its outcome is {outcome.status}: {outcome.detail}"
+        )
+    else:
+        assert outcome.status == "fail", f"{name} now passes: remove it from opinfo_known_failures"

@@ -1,0 +1,145 @@
+"""The torch and aten tables: every OpInfo entry reaches a symbol, and a function, its method, its
+operators and its in-place twin share one table entry; printed traces name what was called."""
+
+from __future__ import annotations
+
+import functools
+import textwrap
+
+import pytest
+import torch
+from opinfo_harness import OPS
+
+import jitcore.langctx as L
+from jitcore.ir import Symbol, Trace, compile_trace, tracing
+from jitcore.langctx.aten import aten_symbol
+from jitcore.langctx.torch import TORCH_TABLE
+
+
+def _is_wrapper(fn: object) -> bool:
+    """OpInfo's own lambdas and partials: test scaffolding, not torch callables."""
+    return isinstance(fn, functools.partial) or getattr(fn, "__name__", "") == "<lambda>"
+
+
+# op_db callables that are not tensor operations, with the reason they have no symbol.
+NOT_OPERATIONS: dict[str, str] = {
+    "broadcast_shapes": "computes a shape from shapes; runs on Python ints, no tensor is involved",
+    "max_pool2d_with_indices_backward": "op.op is a test helper that calls autograd.grad",
+    "sparse.mm.reduce": "sparse layouts are not supported: TensorProxy shadows are strided tensors",
+    "sparse.sampled_addmm": "sparse layouts are not supported: TensorProxy shadows are strided tensors",
+    **{
+        f"jiterator_{kind}": "CUDA-only kernel compiled from a string at run time (torch.cuda.jiterator)"
+        for kind in ("2inputs_2outputs", "4inputs_with_extra_args", "binary", "binary_return_by_ref", "unary")
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_entry_reaches_a_symbol(name: str) -> None:
+    op = OPS[name]
+    if name in NOT_OPERATIONS:
+        pytest.skip(NOT_OPERATIONS[name])
+    found = []
+    for kind, fn in (("op", op.op), ("method", op.method_variant), ("inplace", op.inplace_variant)):
+        if fn is None or _is_wrapper(fn):
+            continue
+        assert L.lookup(fn) is not None, f"{kind} {fn!r} has no symbol"
+        found.append(kind)
+    packet = getattr(torch.ops.aten, op.aten_name, None) if op.aten_name else None
+    if packet is not None:
+        target = L.lookup(packet)
+        assert isinstance(target, Symbol) and target.langctx == "aten"
+        found.append("aten")
+    # Entries whose callables are all OpInfo lambdas (``lambda x: x.H``) name the torch callable.
+    named = _named_callable(op.name)
+    if named is not None and L.lookup(named) is not None:
+        found.append("named")
+    assert found, f"{name}: neither its callables nor torch.ops.aten.{op.aten_name} reach a symbol"
+
+
+def _named_callable(name: str) -> object:
+    """``torch.<name>`` or the Tensor member ``name`` (a property's ``__get__``), if any."""
+    member = torch.Tensor.__dict__.get(name) or torch._C.TensorBase.__dict__.get(name)
+    if member is not None and hasattr(member, "__get__") and not callable(getattr(torch.Tensor, name)):
+        return member.__get__
+    if hasattr(torch.Tensor, name):
+        return getattr(torch.Tensor, name)
+    target: object = torch
+    for part in name.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def _symbol_of(target: object) -> object:
+    """The symbol an adapter (operator, method) calls: the closure's Symbol."""
+    if isinstance(target, Symbol):
+        return target
+    for cell in getattr(target, "__closure__", None) or ():
+        if isinstance(cell.cell_contents, Symbol):
+            return cell.cell_contents
+    return None
+
+
+def test_function_method_and_operator_share_one_symbol() -> None:
+    exp = L.lookup(torch.exp)
+    assert isinstance(exp, Symbol) and exp.id == "torch.exp"
+    assert L.lookup(torch.Tensor.exp) is exp
+    add = L.lookup(torch.add)
+    assert _symbol_of(L.lookup(torch.Tensor.__add__)) is add
+    assert _symbol_of(L.lookup(torch.Tensor.__radd__)) is add
+    add_ = L.lookup(torch.Tensor.add_)
+    assert isinstance(add_, Symbol) and "inplace" in add_.tags
+    assert _symbol_of(L.lookup(torch.Tensor.__iadd__)) is add_
+    assert L.lookup(torch.ops.aten.add.Tensor) is aten_symbol(torch.ops.aten.add.Tensor)
+    assert L.lookup(lambda x: x) is None
+
+
+def test_every_table_symbol_is_reachable_by_id() -> None:
+    for symbol in TORCH_TABLE.symbols():
+        assert TORCH_TABLE.symbol(symbol.id) is symbol
+
+
+def _traced(fn, *inputs: torch.Tensor) -> tuple[str, object]:
+    trace = Trace(imports={"torch": torch})
+    context = L.new_context(trace)
+    proxies = [context.values.input_proxy(t, f"x{i}") for i, t in enumerate(inputs)]
+    trace.args = proxies
+    with tracing(context):
+        trace.output = fn(*proxies)
+    return trace.python_source(source=None), compile_trace(trace)
+
+
+def _body(source: str) -> str:
+    """The function body, dedented."""
+    return textwrap.dedent("\n".join(line for line in source.splitlines() if line.startswith("  ")))
+
+
+def test_printed_trace_of_methods_and_reflected_operators() -> None:
+    x = torch.randn(2, 3)
+    source, compiled = _traced(lambda a: (2 + a.exp()).sub_(1) * 3, x)
+    assert _body(source) == textwrap.dedent(
+        """\
+        # x0: "cpu f32[2, 3]"
+        t0 = torch.exp(x0)  # t0: "cpu f32[2, 3]"
+        t1 = torch.add(t0, 2)  # t1: "cpu f32[2, 3]"
+        del t0
+        t1 = torch.Tensor.sub_(t1, 1)  # t1: "cpu f32[2, 3]"
+        t2 = torch.mul(t1, 3)  # t2: "cpu f32[2, 3]"
+        del t1
+        return t2"""
+    )
+    torch.testing.assert_close(compiled(x), (2 + x.exp()).sub_(1) * 3)
+
+
+def test_printed_trace_of_structseq_and_aten() -> None:
+    x = torch.randn(3, 4)
+    source, compiled = _traced(lambda a: torch.max(a, dim=1), x)
+    assert "torch.max(x0, dim=1)" in source
+    values, indices = compiled(x)
+    expected = torch.max(x, dim=1)
+    assert type(compiled(x)) is type(expected)
+    torch.testing.assert_close(values, expected.values)
+    torch.testing.assert_close(indices, expected.indices)
+    source, compiled = _traced(lambda a: aten_symbol(torch.ops.aten.mul.Tensor)(a, a), x)
+    assert "torch.ops.aten.mul.Tensor(x0, x0)" in source
+    torch.testing.assert_close(compiled(x), x * x)
