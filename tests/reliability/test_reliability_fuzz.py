@@ -314,3 +314,38 @@ def _restore_shared_state_now() -> None:
     HOLDER.__dict__.pop("bump", None)
     HOLDER.tensors = [torch.ones(2), torch.full((2,), 2.0)]
     HOLDER.weights = [0.5] * 300
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.Linear(3, 3, bias=False)
+        self.dec = nn.Linear(3, 3, bias=False)
+
+    def forward(self, x):
+        y = self.dec(self.enc(x))
+        return y * 2 if self.enc.weight is self.dec.weight else y  # identity decides
+
+
+def test_aliased_tensors_are_guarded_both_ways() -> None:
+    """One tensor passed (or reached) twice vs two tensors: traced either way first, never reused
+    for the other (in-place ops and ``is`` checks depend on it)."""
+
+    def f(x, y):
+        x.add_(1)
+        return y * 2, x is y
+
+    jf = jitcore.jit(f)
+    for aliased in (True, False, True, False, False, True):
+        a, b = torch.ones(2), torch.full((2,), 5.0)
+        a2, b2 = a.clone(), b.clone()
+        expected = outcome(f, a, a if aliased else b)
+        actual = outcome(jf, a2, a2 if aliased else b2)
+        same_outcome(actual, expected, f"aliased={aliased}")
+    net = Tied()
+    jnet = jitcore.jit(net)
+    x = torch.ones(2, 3)
+    with torch.no_grad():
+        for tie in (False, True, False, True):
+            net.dec.weight = net.enc.weight if tie else nn.Parameter(torch.randn(3, 3))
+            same_outcome(outcome(jnet, x), outcome(net, x), f"tied={tie}")
