@@ -32,7 +32,7 @@ from jitcore.dispatch.resolver import call_on_shadows
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.interpreter import Hooks, current_run
-from jitcore.ir import Proxy, SourceFrame, Trace, tracing
+from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx.torch import TORCH_TABLE
@@ -199,6 +199,19 @@ class Pass:
         return None
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if isinstance(fn, (types.BuiltinFunctionType, type)):
+            symbol = _STATE_SYMBOLS.get(fn)
+            if symbol is not None:  # Note [State changes inside the traced function]
+                out = fn(*args, **kwargs)
+                self.context.scopes[-1].append(BoundSymbol(symbol, args, kwargs, None, (), self._source()))
+                return out
+            if fn is torch._C._InferenceMode:  # noqa: SLF001
+                from jitcore.errors import UnsupportedOperationError
+
+                raise UnsupportedOperationError(
+                    "torch.inference_mode() entered inside a jitted function is not supported",
+                    hints=("enter torch.inference_mode() around the call of the jitted function instead",),
+                )
         if _is_torch_builtin(fn) and (_has_proxy(args) or _has_proxy(kwargs)):
             return call_on_shadows(fn, args, kwargs)
         if fn is breakpoint:
@@ -296,6 +309,25 @@ def _deep_recursion() -> Any:
     finally:
         if previous < _TRACING_RECURSION_LIMIT:
             sys.setrecursionlimit(previous)
+
+
+# Note [State changes inside the traced function]: torch keeps grad mode and autocast settings per
+# thread, and ``with torch.no_grad():`` (or ``torch.autocast``) inside the function changes them
+# through these builtins. They run while tracing, so the rest of the trace is computed in the new
+# state, and are recorded, so that the computation changes the state at the same points on every
+# call (otherwise ``y = x * 2`` under ``no_grad`` would require grad on cached calls).
+_STATE_CHANGES = {
+    torch._C._set_grad_enabled: "torch._C._set_grad_enabled",  # noqa: SLF001
+    torch.set_autocast_enabled: "torch.set_autocast_enabled",
+    torch.set_autocast_dtype: "torch.set_autocast_dtype",
+    torch.autocast_increment_nesting: "torch.autocast_increment_nesting",
+    torch.autocast_decrement_nesting: "torch.autocast_decrement_nesting",
+    torch.set_autocast_cache_enabled: "torch.set_autocast_cache_enabled",
+    torch.clear_autocast_cache: "torch.clear_autocast_cache",
+}
+_STATE_SYMBOLS = {
+    fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn) for fn, path in _STATE_CHANGES.items()
+}
 
 
 def _is_torch_builtin(fn: Any) -> bool:

@@ -24,8 +24,9 @@ Marked wrappers leave the trace as NumPy scalars and enter later placeholder cal
 Note [NumPy dtypes]: ``torch._numpy`` follows NumPy's promotion rules, with a few gaps (an integer
 array divided by an integer gives torch's default float, float32, where NumPy gives float64). The
 placeholder call of Note [NumPy scalars] also runs for results of up to ``_PLACEHOLDER_LIMIT``
-elements, and a result whose dtype differs from NumPy's is cast to it (recorded as a torch
-conversion), except for in-place results, which must stay the operand itself.
+elements, and a result whose dtype or shape differs from NumPy's is cast or reshaped to it
+(recorded as torch operations), except for in-place results, which must stay the operand itself;
+a list or tuple of results takes the container type NumPy gives (``np.split`` gives a list).
 
 Invariant: the bridge never records anything itself; everything recorded comes from torch calls
 inside interpreted ``torch._numpy`` code.
@@ -57,6 +58,7 @@ __all__ = ["NumpyBridge", "wrap"]
 
 _FAILED = object()
 _ASTYPE = tnp.ndarray.astype
+_RESHAPE = tnp.ndarray.reshape
 # Results up to this many elements are checked against NumPy on placeholders (Note [NumPy dtypes]).
 _PLACEHOLDER_LIMIT = 1 << 16
 _DTYPE_EQ = tnp.DType.__eq__
@@ -99,23 +101,35 @@ class NumpyBridge:
         self._scalars[id(value)] = value  # holds the wrapper, so that its id is not reused
 
     def _as_numpy_would(self, result: Any, numpy_fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:
-        """``result`` with the dtype and scalar-ness NumPy gives (Notes [NumPy scalars], [NumPy dtypes])."""
+        """``result`` with the dtype, shape, scalar-ness and container NumPy gives (Notes [NumPy
+        scalars], [NumPy dtypes])."""
         arrays = _array_positions(result)
         if not arrays or all(w.ndim and w.size > _PLACEHOLDER_LIMIT for _, w in arrays):
             return result
         eager = self._on_placeholders(numpy_fn, args, kwargs)
+        fixed: dict[int | None, Any] = {}
         for position, wrapper in arrays:
             real = eager if position is None or eager is _FAILED else _item(eager, position)
-            if position is None and isinstance(real, (np.ndarray, np.generic)) and not _is_argument(wrapper, args):
-                wrapper = result = self._cast(wrapper, real.dtype)
+            if isinstance(real, (np.ndarray, np.generic)) and not _is_argument(wrapper, args):
+                wrapper = self._conform(wrapper, real)
             if wrapper.ndim == 0 and (isinstance(real, np.generic) if eager is not _FAILED else name not in ARRAY_RETURNING):
                 self._mark(wrapper)
-        return result
+            fixed[position] = wrapper
+        if None in fixed:
+            return fixed[None]
+        if type(result) not in (tuple, list):
+            return result  # a named tuple: as torch._numpy made it
+        items = [fixed.get(i, v) for i, v in enumerate(result)]
+        container = type(eager) if type(eager) in (tuple, list) and len(eager) == len(items) else type(result)
+        return container(items)
 
-    def _cast(self, wrapper: Any, dtype: np.dtype) -> Any:
-        if np.dtype(wrapper.dtype.name) == dtype or dtype not in SUPPORTED_DTYPES:
-            return wrapper
-        return call_function(current_run(), _ASTYPE, (wrapper, tnp.dtype(dtype.name)), None)
+    def _conform(self, wrapper: Any, real: Any) -> Any:
+        """``wrapper`` cast and reshaped to what NumPy gave on placeholders, where they differ."""
+        if np.dtype(wrapper.dtype.name) != real.dtype and real.dtype in SUPPORTED_DTYPES:
+            wrapper = call_function(current_run(), _ASTYPE, (wrapper, tnp.dtype(real.dtype.name)), None)
+        if tuple(wrapper.shape) != real.shape and wrapper.size == real.size:
+            wrapper = call_function(current_run(), _RESHAPE, (wrapper, real.shape), None)
+        return wrapper
 
     def _on_placeholders(self, numpy_fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         try:
@@ -188,6 +202,7 @@ class NumpyBridge:
                 table[fn] = functools.partial(self._call_method, fn, name)
         table[tnp.DType.__eq__] = self._dtype_eq
         table[_DTYPE_FGET] = _dtype_of
+        table[vars(tnp.ndarray)["nbytes"].fget] = _nbytes
         table[isinstance] = self._isinstance
         for scalar_type in _numpy_scalar_types():
             for name in _SCALAR_OPERATORS:
@@ -297,6 +312,11 @@ def _dtype_of(wrapper: Any) -> Any:
     return dtype
 
 
+def _nbytes(wrapper: Any) -> int:
+    """``a.nbytes`` as NumPy defines it (torch._numpy reads the storage, which a proxy lacks)."""
+    return wrapper.tensor.numel() * wrapper.tensor.dtype.itemsize
+
+
 def _convert_to_tensor(data: Any) -> Any:
     """torch._numpy's ``torch.as_tensor(data)``, recorded with the dtype it infers now.
 
@@ -352,7 +372,7 @@ def _array_positions(result: Any) -> list[tuple[int | None, Any]]:
     """The wrappers among a result: itself, or the elements of a tuple result."""
     if isinstance(result, tnp.ndarray):
         return [(None, result)]
-    if isinstance(result, tuple):
+    if isinstance(result, (tuple, list)):
         return [(i, v) for i, v in enumerate(result) if isinstance(v, tnp.ndarray)]
     return []
 
