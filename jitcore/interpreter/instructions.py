@@ -31,6 +31,7 @@ class Instruction:
         offset: byte offset in ``co_code`` (what CPython's ``f_lasti`` reports).
         index: position in ``CodeInfo.instructions``.
         lineno, end_lineno, col, end_col: the source span from ``co_positions`` (any may be None).
+        next: for a fused instruction, the second instruction of the pair (Note [Fused instructions]).
     """
 
     opcode: int
@@ -43,6 +44,7 @@ class Instruction:
     end_lineno: int | None
     col: int | None
     end_col: int | None
+    next: Instruction | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class CodeInfo:
         "_index_of",
         "binder",
         "code",
+        "fused",
         "instructions",
         "ncells_free",
         "nlocalsplus",
@@ -73,6 +76,7 @@ class CodeInfo:
     def __init__(self, code: CodeType) -> None:
         self.code = code
         self.instructions, self._index_of = _decode_instructions(code)
+        self.fused = _fuse(self.instructions)
         self.nlocalsplus = (
             len(code.co_varnames)
             + len([c for c in code.co_cellvars if c not in code.co_varnames])
@@ -132,6 +136,25 @@ def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, i
                         pos.lineno, pos.end_lineno, pos.col_offset, pos.end_col_offset)
         )
     return out, index_of
+
+
+def _fuse(instructions: list[Instruction]) -> list[Instruction]:
+    """``instructions`` with frequent pairs replaced, at the first index, by a fused instruction."""
+    from jitcore.interpreter.registry import fused_opcodes
+
+    pairs = fused_opcodes()
+    out = list(instructions)
+    i = 0
+    while i < len(instructions) - 1:
+        first, second = instructions[i], instructions[i + 1]
+        opcode = pairs.get((first.opcode, second.opcode))
+        if opcode is None:
+            i += 1
+            continue
+        out[i] = Instruction(opcode, f"{first.opname}+{second.opname}", first.arg, first.argval, first.offset,
+                             first.index, first.lineno, first.end_lineno, first.col, first.end_col, second)
+        i += 2
+    return out
 
 
 _CACHE: dict[int, CodeInfo] = {}

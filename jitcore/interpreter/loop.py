@@ -41,7 +41,8 @@ def execute(frame: Frame, pending: BaseException | None = None) -> None:
     frames = run.frames
     frames.append(frame)
     handlers = run.handlers
-    instructions = frame.info.instructions
+    info = frame.info
+    instructions = info.fused if run.fused else info.instructions
     try:
         if pending is not None:
             _raise_into(frame, pending)

@@ -24,7 +24,18 @@ if TYPE_CHECKING:
 
     Handler = Callable[[Frame, Instruction], object]
 
-__all__ = ["HANDLERS", "SUPPORTED_VERSIONS", "UNSUPPORTED", "VARIANTS", "handler_table", "handles", "unsupported"]
+__all__ = [
+    "FUSED",
+    "HANDLERS",
+    "SUPPORTED_VERSIONS",
+    "UNSUPPORTED",
+    "VARIANTS",
+    "fused_opcodes",
+    "fuses",
+    "handler_table",
+    "handles",
+    "unsupported",
+]
 
 SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11),)
 _VERSION = sys.version_info[:2]
@@ -90,9 +101,44 @@ def _make_unknown(opname: str) -> Handler:
     return handler
 
 
+# Note [Fused instructions]
+# A few frequent instruction pairs have one handler for both (a "superinstruction"), saving one trip
+# through the run loop. Decoding puts the fused instruction (a synthetic opcode >= 256, ``inst.next`` = the
+# second instruction) at the first index and leaves the second instruction at its own index, so jumps into
+# it still work. A fused handler sets ``frame.index`` past the second instruction before executing it, so
+# positions and exception handling see exactly what the unfused pair would. Runs with load hooks or
+# ``on_instruction`` execute the unfused instructions.
+FUSED: dict[tuple[str, str], tuple[int, Handler]] = {}
+
+
+def fuses(first: str, second: str, since: tuple[int, int], until: tuple[int, int] | None = None
+          ) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the fused handler of the pair ``first`` + ``second``."""
+
+    def register(fn: Handler) -> Handler:
+        if not _applies(since, until):
+            return fn
+        for opname in (first, second):
+            if opname not in HANDLERS:
+                raise InterpreterError(f"@fuses({first!r}, {second!r}): {opname} has no handler")
+        if (first, second) in FUSED:
+            raise InterpreterError(f"@fuses({first!r}, {second!r}) registered twice")
+        FUSED[(first, second)] = (256 + len(FUSED), fn)
+        return fn
+
+    return register
+
+
+def fused_opcodes() -> dict[tuple[int, int], int]:
+    """(first opcode, second opcode) -> synthetic opcode of their fused handler."""
+    return {(dis.opmap[a], dis.opmap[b]): code for (a, b), (code, _) in FUSED.items()}
+
+
 def handler_table(hooks_set: frozenset[str]) -> list[Handler]:
-    """The dispatch table (indexed by opcode) for a run whose set hooks are ``hooks_set``."""
+    """The dispatch table (indexed by opcode, fused opcodes included) for a run whose set hooks are
+    ``hooks_set``."""
     table: list[Handler] = [_make_unknown(dis.opname[i]) for i in range(256)]
+    table.extend(fn for _, fn in sorted(FUSED.values(), key=lambda entry: entry[0]))
     for opname, reason in UNSUPPORTED.items():
         table[dis.opmap[opname]] = _make_unsupported(opname, reason)
     for opname, fn in HANDLERS.items():

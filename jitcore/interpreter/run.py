@@ -56,6 +56,7 @@ class Run:
         "_resolved",
         "execute",
         "frames",
+        "fused",
         "handlers",
         "hooks",
         "lookasides",
@@ -82,6 +83,8 @@ class Run:
         self.on_opaque_call = hooks.on_opaque_call
         self.type_of = hooks.type_of if hooks.type_of is not None else type
         self.execute = loop.execute_traced if hooks.on_instruction is not None else loop.execute
+        # fused instructions (Note [Fused instructions]) only where no hook must see each instruction
+        self.fused = not hooks_set and hooks.on_instruction is None
         self.raising: tuple | None = None
         self.native_exc: BaseException | None = None
         self._resolved: dict[int, tuple[object, Callable | None]] = {}

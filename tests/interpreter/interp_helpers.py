@@ -34,11 +34,11 @@ def _describe(error):
     return chain
 
 
-def check(fn, *args, **kwargs):
-    """Assert ``interpret(fn)`` matches ``fn`` on value, exception (type, args, cause, context), stdout and
+def check(fn, *args, hooks=None, **kwargs):
+    """Assert ``interpret(fn, hooks)`` matches ``fn`` on value, exception (type, args, cause, context), stdout and
     mutations of the arguments; returns the native value."""
     native = _outcome(fn, args, kwargs)
-    interpreted = _outcome(interpret(fn), args, kwargs)
+    interpreted = _outcome(interpret(fn, hooks), args, kwargs)
     assert repr(interpreted[0]) == repr(native[0])
     assert _describe(interpreted[1]) == _describe(native[1])
     assert interpreted[2] == native[2]

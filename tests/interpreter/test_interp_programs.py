@@ -8,6 +8,8 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jitcore.interpreter import Hooks
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from interp_helpers import check
@@ -57,6 +59,8 @@ def test_generated_programs_agree(source, a, b, c):
     namespace: dict = {}
     exec(compile(source, "<generated>", "exec"), namespace)  # noqa: S102 - generated test program
     check(namespace["program"], a, b, c, [a, b])
+    # the same program without fused instructions (a hooked run) must agree too
+    check(namespace["program"], a, b, c, [a, b], hooks=Hooks(on_instruction=lambda frame, inst: None))
 
 
 @settings(max_examples=40, deadline=None)

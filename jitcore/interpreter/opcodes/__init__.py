@@ -9,6 +9,7 @@ from jitcore.interpreter.opcodes import (  # noqa: F401 - imported for their reg
     calls,
     control,
     exceptions,
+    fused,
     generators,
     load_store,
     match,
