@@ -145,6 +145,13 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
     code = fn.__code__
     info = decode(code)
     frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn)
+    frames = run.frames
+    if not kwargs and info.simple_argcount == len(args):  # the common case: positional, no defaults used
+        frame.fast[: len(args)] = args
+        if frames:
+            frame.back = frames[-1]
+        run.execute(frame)
+        return frame.result
     if kwargs or code.co_flags & _SIMPLE_FLAGS or code.co_kwonlyargcount or len(args) != code.co_argcount:
         _bind(frame, fn, info, args, kwargs)
     elif args:
@@ -153,7 +160,6 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
         from jitcore.interpreter.generators import make_generator
 
         return make_generator(frame)
-    frames = run.frames
     if frames:
         frame.back = frames[-1]
     run.execute(frame)

@@ -11,12 +11,14 @@ Invariants:
 from __future__ import annotations
 
 import dis
+import inspect
 from dataclasses import dataclass
 from types import CodeType
 
 __all__ = ["CodeInfo", "ExceptionEntry", "Instruction", "decode"]
 
 _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +73,16 @@ class CodeInfo:
         "ncells_free",
         "nlocalsplus",
         "raisers",
+        "simple_argcount",
     )
 
     def __init__(self, code: CodeType) -> None:
         self.code = code
         self.instructions, self._index_of = _decode_instructions(code)
         self.fused = _fuse(self.instructions)
+        # positional-only calls with exactly this many arguments need no binding (-1: always bind)
+        simple = not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | _GENERATOR_FLAGS)
+        self.simple_argcount = code.co_argcount if simple and not code.co_kwonlyargcount else -1
         self.nlocalsplus = (
             len(code.co_varnames)
             + len([c for c in code.co_cellvars if c not in code.co_varnames])
