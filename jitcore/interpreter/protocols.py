@@ -85,6 +85,16 @@ def _is_py(f: object) -> bool:
     return type(f) is FunctionType
 
 
+def _looked_aside(run: Run, f: object) -> bool:
+    """Whether the (C) slot function ``f`` has a lookaside: then the protocol is emulated so it is used."""
+    if f is None:
+        return False
+    try:
+        return f in run.lookasides
+    except TypeError:  # unhashable
+        return False
+
+
 # ---------------------------------------------------------------------------------------------- operators
 
 def binary_op(run: Run, op: int, a: object, b: object) -> object:
@@ -115,7 +125,7 @@ def _binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, 
     ta, tb = type(a), type(b)
     lf = getattr(ta, name, None)
     rf = getattr(tb, rname, None) if tb is not ta else None
-    if not _is_py(lf) and not _is_py(rf):
+    if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
         return native(a, b)
     if rf is not None and issubclass(tb, ta) and rf is not getattr(ta, rname, None):
         result = call(run, rf, (b, a), None)
@@ -143,7 +153,7 @@ def compare_op(run: Run, symbol: str, a: object, b: object) -> object:
         return native(a, b)
     lf = getattr(ta, name, None)
     rf = getattr(tb, rname, None)
-    if not _is_py(lf) and not _is_py(rf):
+    if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
         return native(a, b)
     reflected_done = False
     if ta is not tb and issubclass(tb, ta) and rf is not None:
@@ -176,7 +186,7 @@ def unary_op(run: Run, name: str, v: object) -> object:
     t = type(v)
     if t not in NATIVE_TYPES:
         f = getattr(t, name, None)
-        if _is_py(f):
+        if _is_py(f) or _looked_aside(run, f):
             return call(run, f, (v,), None)
     return _UNARY[name](v)
 
@@ -471,7 +481,7 @@ def get_item(run: Run, container: object, key: object) -> object:
     if t in NATIVE_TYPES:
         return container[key]
     f = getattr(t, "__getitem__", None)
-    if _is_py(f):
+    if _is_py(f) or _looked_aside(run, f):
         return call(run, f, (container, key), None)
     if f is None and isinstance(container, type):
         cg = getattr(container, "__class_getitem__", None)
@@ -485,7 +495,7 @@ def set_item(run: Run, container: object, key: object, value: object) -> None:
     t = type(container)
     if t not in NATIVE_TYPES:
         f = getattr(t, "__setitem__", None)
-        if _is_py(f):
+        if _is_py(f) or _looked_aside(run, f):
             call(run, f, (container, key, value), None)
             return
     container[key] = value

@@ -172,3 +172,42 @@ def test_hooks_see_implicit_calls():
     hooks = Hooks(lookasides={C.__add__: spy_add, C.double.fget: spy_getter})
     assert interpret(f, hooks)() == 6
     assert seen == ["add", "getter"]
+
+
+def test_lookaside_on_c_slot_behind_operator():
+    import fractions
+
+    seen = []
+
+    def spy_add(a, b):
+        seen.append((a, b))
+        return fractions.Fraction.__add__(a, b)
+
+    class Num:
+        def __init__(self, v):
+            self.v = v
+
+        def __neg__(self):
+            return Num(-self.v)
+
+    def f(a, b):
+        return a + b, a[0] if isinstance(a, list) else None
+
+    half = fractions.Fraction(1, 2)
+    assert interpret(f, Hooks(lookasides={fractions.Fraction.__add__: spy_add}))(half, half) == (1, None)
+    assert seen == [(half, half)]
+
+    seen.clear()
+
+    def g(xs):
+        return xs[1]
+
+    class L(list):
+        pass
+
+    def spy_getitem(container, key):
+        seen.append(key)
+        return list.__getitem__(container, key)
+
+    assert interpret(g, Hooks(lookasides={list.__getitem__: spy_getitem}))(L([1, 2])) == 2
+    assert seen == [1]
