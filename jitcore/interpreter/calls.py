@@ -28,7 +28,7 @@ from types import (
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.frame import Frame
-from jitcore.interpreter.instructions import CodeInfo, decode
+from jitcore.interpreter.instructions import CODE_INFO, CodeInfo, decode
 
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
@@ -143,7 +143,9 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
 def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict | None) -> object:
     """Interpret the Python function ``fn`` (a generator function returns its generator, unstarted)."""
     code = fn.__code__
-    info = decode(code)
+    info = CODE_INFO.get(id(code))
+    if info is None or info.code is not code:
+        info = decode(code)
     frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn)
     frames = run.frames
     if not kwargs and info.simple_argcount == len(args):  # the common case: positional, no defaults used

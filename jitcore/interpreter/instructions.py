@@ -15,7 +15,7 @@ import inspect
 from dataclasses import dataclass
 from types import CodeType
 
-__all__ = ["CodeInfo", "ExceptionEntry", "Instruction", "decode"]
+__all__ = ["CODE_INFO", "CodeInfo", "ExceptionEntry", "Instruction", "decode"]
 
 _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -163,14 +163,16 @@ def _fuse(instructions: list[Instruction]) -> list[Instruction]:
     return out
 
 
-_CACHE: dict[int, CodeInfo] = {}
+# The decode cache, ``id(code) -> CodeInfo`` (an entry holds its code, so the id stays valid). Public so
+# that the call fast path can probe it without a function call; only ``decode`` writes it.
+CODE_INFO: dict[int, CodeInfo] = {}
 
 
 def decode(code: CodeType) -> CodeInfo:
     """The (cached) CodeInfo of ``code``."""
-    info = _CACHE.get(id(code))
+    info = CODE_INFO.get(id(code))
     if info is not None and info.code is code:
         return info
     info = CodeInfo(code)
-    _CACHE[id(code)] = info
+    CODE_INFO[id(code)] = info
     return info
