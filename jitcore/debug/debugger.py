@@ -118,7 +118,7 @@ class Debugger:
         marked = [trace] if trace is not None else []
         if inputs is None or trace is None:
             self.entry = find_entry(jfn, self.args, kwargs)
-            trace = trace if trace is not None else self.entry.traces[-1]
+            trace = trace if trace is not None else _torch_level_trace(self.entry)
             marked = list(self.entry.traces)
             if inputs is None:
                 inputs = [path.get(self.args, kwargs) for path in self.entry.prologue.inputs]
@@ -281,6 +281,17 @@ def _proxies(value: Any) -> list[Proxy]:
     if isinstance(value, dict):
         return [p for v in value.values() for p in _proxies(v)]
     return []
+
+
+def _torch_level_trace(entry: Any) -> Trace:
+    """The entry's first (torch-level) trace when it takes the prologue's inputs, else the last.
+
+    The first pass keeps tensor-subclass calls as torch-level ops whose subsymbols are the resolved
+    aten ops, so ``step`` can go into them; later passes (flattening) only inline those.
+    """
+    first = entry.traces[0]
+    names = [a.name if isinstance(a, Proxy) else str(a) for a in first.args]
+    return first if names == list(entry.prologue.input_names) else entry.traces[-1]
 
 
 def _marker_breakpoints(trace: Trace, traces: list[Trace]) -> list[Breakpoint]:
