@@ -48,7 +48,8 @@ import torch._numpy._util as tnp_util
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES
 from jitcore.errors import DataDependentError
 from jitcore.interpreter import current_run
-from jitcore.interpreter.calls import call_function, canonical
+from jitcore.interpreter.calls import call_function, canonical, opaque
+from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy.boundary import SUPPORTED_DTYPES, Epilogue, array_to_tensor, check_array
 from jitcore.numpy.errors import unsupported, user_position
 from jitcore.numpy.table import ARRAY_RETURNING, NumpyCallable, numpy_callables
@@ -215,6 +216,11 @@ class NumpyBridge:
         table[vars(TensorProxy)["numpy"]] = tensor_numpy
         table[torch.Tensor.numpy] = tensor_numpy
         table[torch.from_numpy] = self._from_numpy
+        for factory in (torch.as_tensor, torch.tensor):
+            table[factory] = functools.partial(self._tensor_from_array, TORCH_TABLE.lookup(factory) or factory)
+        table[torch.asarray] = functools.partial(self._tensor_from_array, _asarray)
+        for name in _UFUNC_METHODS:
+            table[getattr(np.ufunc, name)] = functools.partial(_ufunc_method, name)
         table[tnp_util._try_convert_to_tensor] = _convert_to_tensor
         return table
 
@@ -281,12 +287,42 @@ class NumpyBridge:
         wrapped = self.to_torch_numpy(scalar)
         return current_run().call(getattr(tnp.ndarray, name), wrapped, other)  # its lookaside marks scalars
 
+    def _tensor_from_array(self, factory: Callable[..., Any], data: Any, *args: Any, **kwargs: Any) -> Any:
+        """``torch.as_tensor(a)`` and the like on an array: the same call on the array's tensor."""
+        if isinstance(data, np.ndarray):
+            data = self._bind_array(data)
+        if isinstance(data, tnp.ndarray):
+            data = data.tensor
+        return factory(data, *args, **kwargs)
+
     def _from_numpy(self, array: Any) -> Any:
         if isinstance(array, tnp.ndarray):
             return array.tensor
         if isinstance(array, np.ndarray):
             return self._bind_array(array).tensor
         return torch.from_numpy(array)
+
+
+def _asarray(data: Any, **kwargs: Any) -> Any:
+    """``torch.asarray`` (not recordable) on a traced tensor: ``torch.as_tensor`` when equivalent."""
+    as_tensor = TORCH_TABLE.lookup(torch.as_tensor)
+    if isinstance(data, TensorProxy) and as_tensor is not None and set(kwargs) <= {"dtype", "device"}:
+        return as_tensor(data, **kwargs)
+    return opaque(current_run(), torch.asarray, (data,), kwargs)  # as if there were no lookaside
+
+
+_UFUNC_METHODS = ("reduce", "accumulate", "reduceat", "outer", "at")
+
+
+def _ufunc_method(name: str, ufunc: Any, *args: Any, **kwargs: Any) -> Any:
+    """``np.add.reduce(...)`` and other ufunc methods: torch._numpy's ufuncs have none."""
+    if _has_traced_value((args, kwargs)):
+        raise unsupported(
+            f"np.{ufunc.__name__}.{name}", "torch._numpy's ufuncs have no methods",
+            hints=("use the function form: np.add.reduce -> np.sum, np.multiply.reduce -> np.prod, "
+                   "np.maximum.reduce -> np.max, np.add.accumulate -> np.cumsum",),
+        )
+    return getattr(ufunc, name)(*args, **kwargs)
 
 
 # Builtins that call a dunder natively; on a wrapper the dunder must run on the interpreter.

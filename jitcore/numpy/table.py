@@ -2,8 +2,9 @@
 
 Each public callable of ``numpy``, ``numpy.linalg`` and ``numpy.fft`` is paired with the
 ``torch._numpy`` callable of the same name (or of the name NumPy 2 gave it an alias for), or with
-None where torch's NumPy layer has no counterpart. ``numpy.random`` is paired with None throughout:
-its values come from NumPy's own generator, which no torch operation reproduces.
+None where torch's NumPy layer has no counterpart. ``numpy.random`` (and the methods of
+``np.random.Generator``) are paired with None throughout: their values come from NumPy's own
+generators, which no torch operation reproduces.
 
 Invariant: the table only names callables; what runs for each (interpreted ``torch._numpy`` code,
 a native call on constants, or an error) is decided by ``jitcore.numpy.bridge``.
@@ -47,10 +48,13 @@ class NumpyCallable:
     torch_fn: Any
 
 
-def _namespaces() -> list[tuple[ModuleType, ModuleType | None, str]]:
+def _namespaces() -> list[tuple[Any, ModuleType | None, str]]:
     import torch._numpy as tnp
 
-    return [(np, tnp, "np"), (np.linalg, tnp.linalg, "np.linalg"), (np.fft, tnp.fft, "np.fft"), (np.random, None, "np.random")]
+    return [
+        (np, tnp, "np"), (np.linalg, tnp.linalg, "np.linalg"), (np.fft, tnp.fft, "np.fft"),
+        (np.random, None, "np.random"), (np.random.Generator, None, "np.random.Generator"),
+    ]
 
 
 @functools.cache
@@ -61,6 +65,8 @@ def numpy_callables() -> tuple[NumpyCallable, ...]:
         for attr, fn in sorted(vars(module).items()):  # vars, not dir: no lazy submodule imports
             if attr.startswith("_"):
                 continue
+            if isinstance(module, type):
+                fn = getattr(module, attr)  # a method descriptor, as calls are keyed
             if not callable(fn) or isinstance(fn, ModuleType):
                 continue
             if isinstance(fn, type) and not issubclass(fn, np.generic):

@@ -53,6 +53,8 @@ PROGRAMS = {
     "complex": (lambda a: (np.exp(1j * a), (a + 1j).real.dtype == np.float64), (A,)),
     "dtype_arguments": (lambda a: (np.sum(a, dtype=np.float32), np.zeros((2, 2), dtype="int32"), np.ones(3, np.float32),
                                    np.arange(5, dtype=np.int8)), (A,)),
+    "tensor_of_array": (lambda a: (torch.as_tensor(a) + 1, torch.tensor(a) * 2, torch.asarray(a) - 1), (A,)),
+    "array_of_tensor": (lambda x: (np.asarray(x) + 1, np.array(x) * 2), (torch.randn(3, 4),)),
     "metadata": (lambda a: (a.shape, a.ndim, a.size, len(a), a.T.shape, a.itemsize, a.nbytes, a.strides), (A,)),
 }
 

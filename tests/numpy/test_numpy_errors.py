@@ -49,6 +49,16 @@ def test_numpy_random_inside_is_unsupported_with_the_line() -> None:
     assert f"test_numpy_errors.py:{f.__code__.co_firstlineno + 1}" in str(error)
 
 
+def test_generator_objects_are_unsupported() -> None:
+    error = _raises(UnsupportedNumPyError, lambda a, rng: a + rng.normal(size=(3, 4)), A, np.random.default_rng(0))
+    assert "np.random.Generator.normal" in str(error)
+
+
+def test_ufunc_methods_name_the_function_form() -> None:
+    error = _raises(UnsupportedNumPyError, lambda a: np.add.reduce(a, axis=0), A)
+    assert "np.add.reduce" in str(error) and "np.sum" in str(error)
+
+
 def test_function_missing_from_torch_numpy() -> None:
     error = _raises(UnsupportedNumPyError, lambda a: np.interp(a, a[0], a[1]), A)
     assert "np.interp" in str(error) and "test_numpy_errors.py" in str(error)
