@@ -349,3 +349,55 @@ def test_aliased_tensors_are_guarded_both_ways() -> None:
         for tie in (False, True, False, True):
             net.dec.weight = net.enc.weight if tie else nn.Parameter(torch.randn(3, 3))
             same_outcome(outcome(jnet, x), outcome(net, x), f"tied={tie}")
+
+
+def _inner_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+    return y + 1, y, x * 3
+
+
+def _inner_enable_grad(x):
+    with torch.enable_grad():
+        return x * 2
+
+
+def _inner_set_grad_enabled(x):
+    torch.set_grad_enabled(False)
+    try:
+        return x * 2
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def _inner_autocast(a, b):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = torch.mm(a, b)
+    return y, torch.mm(a, b)
+
+
+@pytest.mark.parametrize("fn", [_inner_no_grad, _inner_enable_grad, _inner_set_grad_enabled, _inner_autocast])
+def test_state_changed_inside_the_function_is_replayed(fn) -> None:
+    """Grad mode and autocast changed inside the function: every cached call changes them at the
+    same points, and leaves the thread's state as eager does."""
+    jf = jitcore.jit(fn)
+    for grad in (True, False, True):
+        args = (torch.ones(2, 2, requires_grad=True), torch.ones(2, 2)) if fn is _inner_autocast else (
+            torch.ones(2, requires_grad=True),)
+        with torch.set_grad_enabled(grad):
+            expected = outcome(fn, *args)
+            after_eager = (torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"))
+        with torch.set_grad_enabled(grad):
+            actual = outcome(jf, *args)
+            after_jit = (torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"))
+        same_outcome(actual, expected, f"grad={grad}")
+        assert after_jit == after_eager
+
+
+def test_inference_mode_inside_the_function_is_a_clear_error() -> None:
+    def f(x):
+        with torch.inference_mode():
+            return x * 2
+
+    with pytest.raises(jitcore.UnsupportedOperationError, match="inference_mode"):
+        jitcore.jit(f)(torch.ones(2))
