@@ -221,7 +221,7 @@ class World:
         x = torch.linspace(-2, 2, math.prod(s["shape"])).reshape(s["shape"]).to(s["dtype"])
         if s["layout"] == "transposed" and x.dim() == 2:
             x = x.T.contiguous().T  # same shape, other strides
-        if s["requires_grad"]:
+        if s["requires_grad"] and x.is_floating_point():
             x.requires_grad_()
         xs = [torch.full((2,), float(i + 1)) for i in range(s["list_len"])]
         d = {k: torch.tensor(float(i + 1)) for i, k in enumerate(s["keys"])}
