@@ -178,3 +178,21 @@ def test_cli_debug_end_to_end():
     )
     assert "torch.Size([4, 16])" in out and "breakpoint\n-> [3] t3 = torch.softmax(t2, dim=-1)" in out
     assert "no divergence" in out and "the trace has finished" in out
+
+
+def test_cli_explain_shows_the_dispatch_map_of_the_subclass_example(capsys):
+    example = os.path.join(ROOT, "examples", "debug_subclass.py")
+    assert main(["explain", f"{example}:scale_shift"]) == 0
+    out = capsys.readouterr().out
+    assert "  -> torch.mul -> Logged" in out and "-> torch.ops.aten.mul.Tensor   (issued at" in out
+    assert "in __torch_dispatch__: out = func(" in out
+
+
+def test_jitcore_logs_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("JITCORE_LOGS", "recompiles")
+    try:
+        assert logs.configure() == ["recompiles"]
+        assert logging.getLogger("jitcore.recompiles").level == logging.INFO
+        assert logging.getLogger("jitcore.traces").level == logging.NOTSET
+    finally:
+        logs.configure("")
