@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BINARY_OPS",
     "EXHAUSTED",
+    "NATIVE_BINARY",
+    "NATIVE_ITERATORS",
     "NATIVE_TYPES",
     "binary_op",
     "compare_op",
@@ -53,7 +55,8 @@ NATIVE_TYPES = frozenset({
     int, float, complex, bool, str, bytes, bytearray, list, tuple, dict, set, frozenset, type(None), range,
     slice, type(...), type(NotImplemented), memoryview,
 })
-_NATIVE_ITERATORS = frozenset(type(x) for x in (
+NATIVE_ITERATORS = frozenset(type(x) for x in (
+    (i for i in ()),
     iter([]), iter(()), iter(range(0)), iter({}), iter({}.values()), iter({}.items()), iter(""), iter(set()),
     enumerate([]), zip(), map(len, []), filter(None, []), reversed([]), iter(b""),
 ))
@@ -69,10 +72,12 @@ _NB = [
     ("xor", operator.xor, operator.ixor, "^"),
 ]
 BINARY_OPS: list[tuple] = []
+NATIVE_BINARY: list = []  # BINARY_OP argument -> the native operator function
 for _name, _fn, _ifn, _sym in _NB:
     BINARY_OPS.append((f"__{_name}__", f"__r{_name}__", None, _sym, _fn))
 for _name, _fn, _ifn, _sym in _NB:
     BINARY_OPS.append((f"__{_name}__", f"__r{_name}__", f"__i{_name}__", _sym + "=", _ifn))
+NATIVE_BINARY.extend(entry[4] for entry in BINARY_OPS)
 
 _COMPARE = {
     "<": ("__lt__", "__gt__", operator.lt), "<=": ("__le__", "__ge__", operator.le),
@@ -250,7 +255,7 @@ def get_iter(run: Run, v: object) -> object:
 def next_value(run: Run, it: object) -> object:
     """``next(it)``, or ``EXHAUSTED`` when it is exhausted."""
     t = type(it)
-    if t not in _NATIVE_ITERATORS:
+    if t not in NATIVE_ITERATORS:
         f = getattr(t, "__next__", None)
         if _is_py(f):
             try:

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.protocols import EXHAUSTED, NATIVE_TYPES, get_iter, next_value, truth
+from jitcore.interpreter.protocols import (
+    EXHAUSTED,
+    NATIVE_ITERATORS,
+    NATIVE_TYPES,
+    get_iter,
+    next_value,
+    truth,
+)
 from jitcore.interpreter.registry import handles
 
 
@@ -96,7 +103,8 @@ def get_iter_(frame: Frame, inst: Instruction) -> None:
 def for_iter(frame: Frame, inst: Instruction) -> None:
     """Push next(TOS); when exhausted pop the iterator and jump past the loop."""
     stack = frame.stack
-    v = next_value(frame.run, stack[-1])
+    it = stack[-1]
+    v = next(it, EXHAUSTED) if type(it) in NATIVE_ITERATORS else next_value(frame.run, it)
     if v is EXHAUSTED:
         stack.pop()
         frame.index = inst.argval

@@ -9,7 +9,7 @@ from __future__ import annotations
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import (
-    BINARY_OPS,
+    NATIVE_BINARY,
     NATIVE_COMPARE,
     NATIVE_TYPES,
     binary_op,
@@ -28,7 +28,7 @@ def binary_op_(frame: Frame, inst: Instruction) -> None:
     rhs = stack.pop()
     lhs = stack[-1]
     if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
-        stack[-1] = BINARY_OPS[inst.arg][4](lhs, rhs)
+        stack[-1] = NATIVE_BINARY[inst.arg](lhs, rhs)
     else:
         stack[-1] = binary_op(frame.run, inst.arg, lhs, rhs)
 
