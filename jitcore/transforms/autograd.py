@@ -65,8 +65,7 @@ class GradComputation:
         """
         flat: list[torch.Tensor] = []
         for spec in self.differentiable:
-            grad = grads[spec.index]
-            _check_tangent(spec, grad)
+            grad = _checked_tangent(spec, grads[spec.index])
             if spec.subclass is None:
                 flat.append(grad.contiguous())
                 continue
@@ -74,17 +73,24 @@ class GradComputation:
         return flat
 
 
-def _check_tangent(spec: OutputSpec, grad: Any) -> None:
+def _checked_tangent(spec: OutputSpec, grad: Any) -> Any:
+    """``grad`` when it is of the traced kind, or coerced to it by the subclass's own
+    ``__coerce_same_metadata_as_tangent__`` (torch's protocol for tangents of another ctx)."""
     expected = spec.subclass or torch.Tensor
     got = type(grad)
     if got is torch.nn.Parameter:
         got = torch.Tensor
     if got is expected:
         if spec.subclass is None:
-            return
+            return grad
         _names, ctx = grad.__tensor_flatten__()
         if ctx == spec.ctx:
-            return
+            return grad
+        coerce = getattr(grad, "__coerce_same_metadata_as_tangent__", None)
+        if coerce is not None:
+            coerced = coerce(spec.ctx, expected)
+            if coerced is not None and type(coerced) is expected and coerced.__tensor_flatten__()[1] == spec.ctx:
+                return coerced
         detail = f"its __tensor_flatten__ context is {ctx!r}, traced with {spec.ctx!r}"
     else:
         detail = f"it is a {got.__qualname__}, the backward was traced for a {expected.__qualname__}"
@@ -92,6 +98,7 @@ def _check_tangent(spec: OutputSpec, grad: Any) -> None:
         f"the gradient of output {spec.index} of a jitted function is not what its backward was traced for: {detail}",
         hints=(
             f"pass gradients of type {expected.__qualname__}, built like the output it belongs to",
+            "or define __coerce_same_metadata_as_tangent__(expected_ctx, expected_type) on the subclass",
             "or call the function eagerly when gradients of another kind must flow through it",
         ),
     )

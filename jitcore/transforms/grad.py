@@ -153,6 +153,11 @@ class _Replay:
         with self.values.fake_mode:
             return torch.empty_strided(tuple(t.shape), tuple(stride), dtype=t.dtype, device=t.device)
 
+    def tangent_proxy(self, shadow: torch.Tensor, name: str) -> TensorProxy:
+        proxy = self.values.proxy_for(shadow)
+        proxy.name = self.forward.names.claim(name)
+        return proxy
+
     def _map(self, old: Any, new: Any) -> None:
         self.env[id(old)] = new
         self._keep.append(old)
@@ -268,13 +273,13 @@ def _tangent_for(replay: _Replay, index: int, out: TensorProxy) -> tuple[OutputS
     if isinstance(out, SubclassTensorProxy):
         names, ctx = out.flatten()
         inner_shadows = {n: replay._fake_like(getattr(out, n).shadow, contiguous=True) for n in names}
-        inner = [replay.values.proxy_for(s) for s in inner_shadows.values()]
+        inner = [replay.tangent_proxy(s, f"grad_{out.name}_{n}") for n, s in inner_shadows.items()]
         tangent = out.subclass.__tensor_unflatten__(inner_shadows, ctx, out.shape, out.stride())
         replay.state.adopt(tangent)
         spec = OutputSpec(index, out.subclass, ctx, tuple(names), tuple(out.shape))
         return spec, tangent, inner
     tangent = replay._fake_like(out.shadow, contiguous=True)
-    return OutputSpec(index, None, None, (), tuple(out.shape)), tangent, [replay.values.proxy_for(tangent)]
+    return OutputSpec(index, None, None, (), tuple(out.shape)), tangent, [replay.tangent_proxy(tangent, f"grad_{out.name}")]
 
 
 def _rebuilt(trace: Trace, value: TensorProxy) -> TensorProxy:
