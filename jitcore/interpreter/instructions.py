@@ -114,11 +114,18 @@ class CodeInfo:
 
 
 # Note [Dropped instructions]
-# PRECALL, EXTENDED_ARG and NOP do nothing in this interpreter (dis already folds EXTENDED_ARG into the
-# next argument), so they are not decoded: a jump or exception-table offset that names one of them maps to
+# PRECALL, EXTENDED_ARG, NOP and the RESUME at a function's start do nothing in this interpreter (dis
+# already folds EXTENDED_ARG into the next argument), so they are not decoded: a jump or exception-table offset that names one of them maps to
 # the next instruction kept. RESUME stays: the generator code reads its argument to tell a suspended
 # ``yield from``/``await`` from a plain ``yield``.
 _DROPPED = frozenset(dis.opmap[name] for name in ("PRECALL", "EXTENDED_ARG", "NOP") if name in dis.opmap)
+_RESUME = dis.opmap["RESUME"]
+
+
+def _dropped(ins: dis.Instruction) -> bool:
+    # RESUME 0 (function start) is dropped too; RESUME after a yield (arg >= 1) is kept
+    return ins.opcode in _DROPPED or (ins.opcode == _RESUME and not ins.arg)
+
 
 
 def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, int]]:
@@ -127,11 +134,11 @@ def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, i
     kept = 0
     for ins in raw:
         index_of[ins.offset] = kept
-        if ins.opcode not in _DROPPED:
+        if not _dropped(ins):
             kept += 1
     out = []
     for ins in raw:
-        if ins.opcode in _DROPPED:
+        if _dropped(ins):
             continue
         argval = ins.argval
         if ins.opcode in _JUMPS:

@@ -147,6 +147,7 @@ class Pass:
             lookasides={
                 **dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
+                **self._attribute_lookasides(),
             },
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
@@ -156,6 +157,45 @@ class Pass:
             on_load_subscr=self._load_subscr,
             type_of=python_type,
         )
+
+    def _attribute_lookasides(self) -> dict[Any, Callable[..., Any]]:
+        """getattr() with a default, hasattr() and vars() see what the attribute hook does not (an
+        attribute's absence, a whole instance dict): the interpreter's versions, guarded too."""
+        from jitcore.interpreter.lookasides import builtin_lookasides
+
+        base = builtin_lookasides()
+        base_getattr, base_hasattr, base_vars = base[getattr], base[hasattr], base[vars]
+
+        def getattr_(obj: Any, name: Any, *default: Any) -> Any:
+            if not default:
+                return base_getattr(obj, name)
+            try:
+                return base_getattr(obj, name)
+            except AttributeError:
+                self._note_attribute(obj, name, present=False)
+                return default[0]
+
+        def hasattr_(obj: Any, name: Any) -> bool:
+            present = base_hasattr(obj, name)
+            self._note_attribute(obj, name, present=present)
+            return present
+
+        def vars_(*args: Any) -> Any:
+            value = base_vars(*args)
+            path = self.provenance.path_of(args[0]) if len(args) == 1 else None
+            if path is not None and not isinstance(args[0], TensorProxy):
+                self.provenance.bind_instance_dict(args[0], value, path.attr("__dict__"))
+            return value
+
+        return {getattr: getattr_, hasattr: hasattr_, vars: vars_}
+
+    def _note_attribute(self, obj: Any, name: Any, *, present: bool) -> None:
+        path = self.provenance.path_of(obj)
+        if path is None or type(name) is not str or isinstance(obj, TensorProxy):
+            return
+        if isinstance(obj, types.ModuleType) and _is_library_module(obj):
+            return
+        self.provenance.guard(path, "hasattr", (name, present))
 
     def _call_symbol(self, symbol: Any, args: tuple, kwargs: dict) -> Any:
         """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""
@@ -260,7 +300,7 @@ class Pass:
             return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
         path = self.provenance.path_of(obj)
         if name == "__dict__" and path is not None:
-            self.provenance.remember(value, path.attr("__dict__"))  # items read from it get paths
+            self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"))
             return value
         if path is None:
             if not isinstance(obj, types.ModuleType) or _is_library_module(obj):

@@ -157,6 +157,16 @@ class Provenance:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             self.remember(cell, Path(Root("bound", f"{fn.__qualname__}.<cell {name}>", cell)))
 
+    def bind_instance_dict(self, obj: Any, value: Any, path: Path) -> None:
+        """``obj.__dict__`` (or ``vars(obj)``) read by the program: for objects of user classes its
+        keys and values are guarded (``.get``, ``in`` and iteration read it without hooks); for
+        torch's (``Module.__getattr__`` reads ``self.__dict__``) it is only remembered, so that
+        items read from it get paths."""
+        if type(value) is dict and not _is_library_class(type(obj)) and not isinstance(obj, types.ModuleType):
+            self.bind_state(value, path)
+        else:
+            self.remember(value, path)
+
     def bind_class_attribute(self, obj: Any, path: Path, name: str) -> None:
         """``obj.name`` comes from a class (a method, property, classmethod): pin the class's entry
         and, for an instance with a ``__dict__``, that no instance attribute shadows it. Classes of

@@ -111,6 +111,8 @@ class Guard:
     kinds: ``type`` (exact type), ``len``, ``keys`` (dict keys, in order), ``value`` (a literal, by
     type and value), ``flatten`` (a tensor subclass's ``__tensor_flatten__`` names and ctx), ``contents`` (a container of literals, element by element as ``value``), ``identity`` (the same object), ``tensor`` (a TensorSpec), ``absent`` (the
     mapping at ``path`` lacks the key ``expected``: a global that must stay unshadowed).
+    ``hasattr``: whether the object has the attribute ``expected[0]`` is ``expected[1]`` (an absence
+    the program observed through ``getattr`` with a default or ``hasattr``).
     Relational kinds compare with the values of other paths (``related``): ``alias`` (the same
     object as at path ``expected``: one tensor reached two ways) and ``distinct`` (the tensors at the
     paths ``expected`` are all different objects, as they were while tracing).
@@ -133,6 +135,11 @@ class Guard:
         """None when ``value`` passes; otherwise what was expected and what was got. ``related``: the
         values at ``self.related``."""
         kind, expected = self.kind, self.expected
+        if kind == "hasattr":
+            name, present = expected
+            if hasattr(value, name) is present:
+                return None
+            return f"expected {'an' if present else 'no'} attribute {safe_repr(name)}"
         if kind == "alias":
             return None if value is related[0] else f"expected the same tensor as {expected.describe()}, got another"
         if kind == "distinct":
@@ -169,6 +176,8 @@ class Guard:
         """A Python expression over the variable ``v`` that is true when the guard fails
         (``related``: the variables holding the values at ``self.related``)."""
         kind, expected = self.kind, self.expected
+        if kind == "hasattr":
+            return f"{bind(hasattr)}({v}, {bind(expected[0])}) is not {expected[1]!r}"
         if kind == "alias":
             return f"{v} is not {related[0]}"
         if kind == "distinct":

@@ -131,3 +131,12 @@ _COMPOSED = [
 ]
 for _first, _second, _h1, _h2 in _COMPOSED:
     fuses(_first, _second, since=(3, 11))(_then(_h1, _h2))
+
+
+@fuses("BINARY_OP", "RETURN_VALUE", since=(3, 11))
+def binary_op_return_value(frame: Frame, inst: Instruction) -> bool:
+    """Return the result of a binary operation."""
+    binary_op_(frame, inst)
+    frame.index += 1
+    frame.result = frame.stack.pop()
+    return True
