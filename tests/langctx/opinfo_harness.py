@@ -312,14 +312,45 @@ def check_entry(op: Any, check_sample: Callable[[Any, Any], Outcome]) -> Outcome
     return data_dependent or PASS
 
 
+@dataclass
+class _Sample:
+    input: Any
+    args: tuple
+    kwargs: dict
+
+
+def with_out(op: Any, sample: Any) -> _Sample | None:
+    """``sample`` with ``out=`` tensors shaped like eager's result, for ops that support ``out=``;
+    None when the op does not, or eager's result is not tensors."""
+    if not op.supports_out:
+        return None
+    args, kwargs = clone_tree(sample_call(sample))
+    try:
+        seed(1234)
+        result = op.op(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - the error itself is checked by the other variants
+        return None
+    leaves = optree.tree_leaves(result, none_is_leaf=True)
+    if not leaves or not all(is_leaf_tensor(t) for t in leaves):
+        return None
+    out = optree.tree_map(lambda t: torch.empty_like(t).zero_(), result, none_is_leaf=True)
+    if type(out) is not tuple and isinstance(out, tuple):  # structseq: out= takes a plain tuple
+        out = tuple(out)
+    return _Sample(sample.input, tuple(sample.args), {**sample.kwargs, "out": out})
+
+
 def check_torch_entry(op: Any) -> Outcome:
     """The torch-level check of one entry: every variant (function, method, in-place) on every sample."""
 
     def check(op: Any, sample: Any) -> Outcome:
         result = PASS
-        for kind, fn in variants(op):
+        calls = [(kind, fn, sample) for kind, fn in variants(op)]
+        out_sample = with_out(op, sample)
+        if out_sample is not None:
+            calls.append(("out=", op.op, out_sample))
+        for kind, fn, sample_ in calls:
             try:
-                outcome = check_torch_sample(op, fn, sample)
+                outcome = check_torch_sample(op, fn, sample_)
             except Mismatch as err:
                 raise Mismatch(f"{kind}: {err}") from None
             if outcome.status != "pass":

@@ -143,3 +143,31 @@ def test_printed_trace_of_structseq_and_aten() -> None:
     source, compiled = _traced(lambda a: aten_symbol(torch.ops.aten.mul.Tensor)(a, a), x)
     assert "torch.ops.aten.mul.Tensor(x0, x0)" in source
     torch.testing.assert_close(compiled(x), x * x)
+
+
+_REFLECTED = {
+    "radd": lambda a: 2 + a,
+    "rsub": lambda a: 2 - a,
+    "rmul": lambda a: 2 * a,
+    "rtruediv": lambda a: 2 / a,
+    "rfloordiv": lambda a: 7 // a,
+    "rmod": lambda a: 7 % a,
+    "rpow": lambda a: 2**a,
+    "rand": lambda a: 6 & a,
+    "ror": lambda a: 6 | a,
+    "rxor": lambda a: 6 ^ a,
+    "rlshift": lambda a: 1 << a,
+    "rrshift": lambda a: 64 >> a,
+    "neg_abs_invert": lambda a: (-a, abs(a), ~a),
+    "compare": lambda a: (3 < a, 3 >= a, 3 == a),
+    "iadd": lambda a: a.__iadd__(1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_REFLECTED))
+def test_reflected_operators_with_a_number_on_the_left(name: str) -> None:
+    fn = _REFLECTED[name]
+    x = torch.arange(1, 7).reshape(2, 3)
+    _, compiled = _traced(fn, x.clone())
+    expected, actual = fn(x.clone()), compiled(x.clone())
+    torch.testing.assert_close(actual, expected)
