@@ -21,10 +21,11 @@ import types
 from collections.abc import Callable
 from types import CellType, FunctionType
 
+from jitcore.interpreter.attributes import load_attr
 from jitcore.interpreter.calls import NATIVE_CALLABLES, call, run_class_body
 from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
-from jitcore.interpreter.protocols import load_attr, truth
+from jitcore.interpreter.protocols import truth
 from jitcore.interpreter.run import Run, current_run
 
 __all__ = ["FrameProxy", "builtin_lookasides", "isinstance_"]

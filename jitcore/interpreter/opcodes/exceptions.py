@@ -9,10 +9,10 @@ Invariants:
 
 from __future__ import annotations
 
+from jitcore.interpreter.attributes import MISSING, lookup_special
 from jitcore.interpreter.calls import call
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.protocols import MISSING, lookup_special
 from jitcore.interpreter.registry import handles
 
 

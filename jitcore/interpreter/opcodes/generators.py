@@ -12,11 +12,12 @@ from __future__ import annotations
 import inspect
 from types import CoroutineType, GeneratorType
 
+from jitcore.interpreter.attributes import MISSING, load_attr, lookup_special
 from jitcore.interpreter.calls import call
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.generators import AsyncGenWrapped
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.protocols import MISSING, get_iter, load_attr, lookup_special
+from jitcore.interpreter.protocols import get_iter
 from jitcore.interpreter.registry import handles
 
 _COROUTINE_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE

@@ -12,16 +12,10 @@ from __future__ import annotations
 import sys
 from types import CellType
 
+from jitcore.interpreter.attributes import delete_attr, load_attr, store_attr
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.protocols import (
-    delete_attr,
-    delete_item,
-    get_item,
-    load_attr,
-    set_item,
-    store_attr,
-)
+from jitcore.interpreter.protocols import delete_item, get_item, set_item
 from jitcore.interpreter.registry import handles
 
 _UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"

@@ -6,10 +6,11 @@ interpreted) and only AttributeError means "no match", as in CPython.
 
 from __future__ import annotations
 
+from jitcore.interpreter.attributes import load_attr
 from jitcore.interpreter.calls import call
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.protocols import length, load_attr
+from jitcore.interpreter.protocols import length
 from jitcore.interpreter.registry import handles
 
 _TPFLAGS_SEQUENCE = 1 << 5

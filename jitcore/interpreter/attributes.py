@@ -1,0 +1,238 @@
+"""Attribute access run the CPython way: descriptors, properties, ``__getattribute__``/``__getattr__``.
+
+Invariants:
+- The fast path is native ``getattr``/``setattr``, taken when no Python code can be involved: decided per
+  type, or per type and attribute name, and only such "native" decisions are cached, so a stale entry (a
+  class changed after it was seen) makes a Python method run natively -- same result, untraced -- never a
+  different result.
+- Otherwise ``object.__getattribute__``'s algorithm is followed (data descriptors, instance dict, non-data
+  descriptors, then ``__getattr__``) and every Python method involved is called through ``calls.call``.
+"""
+
+from __future__ import annotations
+
+from types import FunctionType, MethodType
+from typing import TYPE_CHECKING
+
+from jitcore.interpreter.calls import call
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.run import Run
+
+__all__ = ["MISSING", "delete_attr", "load_attr", "lookup_special", "store_attr"]
+
+_MISSING = object()
+_NATIVE_VALUE_TYPES = frozenset({int, float, complex, bool, str, bytes, tuple, frozenset, list, dict, set, type(None)})
+
+
+def _is_py(f: object) -> bool:
+    return type(f) is FunctionType
+
+
+_NATIVE_ATTR: dict[type, bool] = {}
+
+
+def _attr_native(t: type) -> bool:
+    """Whether attribute access on instances of ``t`` can involve no Python code (cached)."""
+    hit = _NATIVE_ATTR.get(t)
+    if hit is None:
+        hit = _NATIVE_ATTR[t] = _compute_attr_native(t)
+    return hit
+
+
+def _compute_attr_native(t: type) -> bool:
+    if issubclass(t, type):
+        return False  # class objects: _load_class_attr looks at the class's own MRO too
+    for name in ("__getattribute__", "__getattr__", "__setattr__", "__delattr__"):
+        if _is_py(getattr(t, name, None)):
+            return False
+    for klass in t.__mro__:
+        for value in vars(klass).values():
+            if _is_py_descriptor(value):
+                return False
+    return True
+
+
+def _is_py_descriptor(value: object) -> bool:
+    vt = type(value)
+    if vt is FunctionType or vt in _NATIVE_VALUE_TYPES:
+        return False
+    if isinstance(value, property):
+        return True
+    return any(_is_py(getattr(vt, n, None)) for n in ("__get__", "__set__", "__delete__"))
+
+
+def _mro_lookup(t: type, name: str) -> object:
+    for klass in t.__mro__:
+        d = vars(klass)
+        if name in d:
+            return d[name]
+    return _MISSING
+
+
+_NATIVE_NAMES: dict[type, set[str]] = {}
+
+
+def _name_native(t: type, name: str) -> bool:
+    """Whether ``name`` on instances of ``t`` involves no Python code: no Python getattr hooks on ``t`` and no
+    Python descriptor under that name in its MRO. Only True is cached (see the module invariants)."""
+    for hook in ("__getattribute__", "__getattr__"):
+        if _is_py(getattr(t, hook, None)):
+            return False
+    descr = _mro_lookup(t, name)
+    if descr is not _MISSING and _is_py_descriptor(descr):
+        return False
+    names = _NATIVE_NAMES.get(t)
+    if names is None:
+        names = _NATIVE_NAMES[t] = set()
+    names.add(name)
+    return True
+
+
+def load_attr(run: Run, obj: object, name: str) -> object:
+    """``obj.name`` with Python descriptors, properties, ``__getattribute__`` and ``__getattr__`` interpreted."""
+    t = type(obj)
+    native = _NATIVE_ATTR.get(t)
+    if native is None:
+        native = _attr_native(t)
+    if native:
+        return getattr(obj, name)
+    if isinstance(obj, type):
+        return _load_class_attr(run, obj, name)
+    names = _NATIVE_NAMES.get(t)
+    if (names is not None and name in names) or _name_native(t, name):
+        return getattr(obj, name)
+    getattr_hook = getattr(t, "__getattr__", None)
+    try:
+        return _getattribute(run, obj, t, name)
+    except AttributeError:
+        if getattr_hook is None:
+            raise
+        return call(run, getattr_hook, (obj, name), None)
+
+
+def _getattribute(run: Run, obj: object, t: type, name: str) -> object:
+    custom = getattr(t, "__getattribute__", None)
+    if _is_py(custom):
+        return call(run, custom, (obj, name), None)
+    descr = _mro_lookup(t, name)
+    if descr is _MISSING:
+        return custom(obj, name)
+    dt = type(descr)
+    get = getattr(dt, "__get__", None)
+    if not _is_py(get):
+        if isinstance(descr, property) and descr.fget is not None and dt.__get__ is property.__get__:
+            return call(run, descr.fget, (obj,), None)
+        return custom(obj, name)
+    if _is_py(getattr(dt, "__set__", None)) or _is_py(getattr(dt, "__delete__", None)) \
+            or hasattr(dt, "__set__") or hasattr(dt, "__delete__"):
+        return call(run, get, (descr, obj, t), None)
+    instance_dict = getattr(obj, "__dict__", None)
+    if type(instance_dict) is dict and name in instance_dict:
+        return instance_dict[name]
+    return call(run, get, (descr, obj, t), None)
+
+
+def _load_class_attr(run: Run, cls: type, name: str) -> object:
+    meta = type(cls)
+    if not _attr_native(meta):
+        meta_descr = _mro_lookup(meta, name)
+        if isinstance(meta_descr, property) and meta_descr.fget is not None:
+            return call(run, meta_descr.fget, (cls,), None)
+        meta_getattr = getattr(meta, "__getattr__", None)
+        if _is_py(meta_getattr):
+            try:
+                return getattr(cls, name) if _mro_lookup(cls, name) is not _MISSING else type.__getattribute__(
+                    cls, name)
+            except AttributeError:
+                return call(run, meta_getattr, (cls, name), None)
+    descr = _mro_lookup(cls, name)
+    if descr is not _MISSING:
+        get = getattr(type(descr), "__get__", None)
+        if _is_py(get):
+            return call(run, get, (descr, None, cls), None)
+    return getattr(cls, name)
+
+
+_NATIVE_STORE_NAMES: dict[type, set[str]] = {}
+
+
+def _store_native(t: type, name: str) -> bool:
+    """Whether ``obj.name = v`` on instances of ``t`` runs no Python code (only True is cached)."""
+    if _is_py(getattr(t, "__setattr__", None)):
+        return False
+    descr = _mro_lookup(t, name)
+    if descr is not _MISSING and _is_py_descriptor(descr):
+        return False
+    names = _NATIVE_STORE_NAMES.get(t)
+    if names is None:
+        names = _NATIVE_STORE_NAMES[t] = set()
+    names.add(name)
+    return True
+
+
+def store_attr(run: Run, obj: object, name: str, value: object) -> None:
+    """``obj.name = value`` with Python ``__setattr__``, ``__set__`` and property setters interpreted."""
+    t = type(obj)
+    native = _NATIVE_ATTR.get(t)
+    if native is None:
+        native = _attr_native(t)
+    if native or isinstance(obj, type):
+        setattr(obj, name, value)
+        return
+    names = _NATIVE_STORE_NAMES.get(t)
+    if (names is not None and name in names) or _store_native(t, name):
+        setattr(obj, name, value)
+        return
+    custom = getattr(t, "__setattr__", None)
+    if _is_py(custom):
+        call(run, custom, (obj, name, value), None)
+        return
+    descr = _mro_lookup(t, name)
+    if descr is not _MISSING:
+        dt = type(descr)
+        setter = getattr(dt, "__set__", None)
+        if _is_py(setter):
+            call(run, setter, (descr, obj, value), None)
+            return
+        if isinstance(descr, property) and dt.__set__ is property.__set__ and _is_py(descr.fset):
+            call(run, descr.fset, (obj, value), None)
+            return
+    setattr(obj, name, value)
+
+
+def delete_attr(run: Run, obj: object, name: str) -> None:
+    """``del obj.name`` with Python ``__delattr__``, ``__delete__`` and property deleters interpreted."""
+    t = type(obj)
+    if _attr_native(t) or isinstance(obj, type):
+        delattr(obj, name)
+        return
+    custom = getattr(t, "__delattr__", None)
+    if _is_py(custom):
+        call(run, custom, (obj, name), None)
+        return
+    descr = _mro_lookup(t, name)
+    if descr is not _MISSING:
+        dt = type(descr)
+        deleter = getattr(dt, "__delete__", None)
+        if _is_py(deleter):
+            call(run, deleter, (descr, obj), None)
+            return
+        if isinstance(descr, property) and dt.__delete__ is property.__delete__ and _is_py(descr.fdel):
+            call(run, descr.fdel, (obj,), None)
+            return
+    delattr(obj, name)
+
+
+def lookup_special(obj: object, name: str) -> object:
+    """CPython's ``_PyObject_LookupSpecial``: ``name`` looked up on the type and bound to ``obj``, or _MISSING."""
+    f = _mro_lookup(type(obj), name)
+    if f is _MISSING:
+        return _MISSING
+    if type(f) is FunctionType:
+        return MethodType(f, obj)
+    get = getattr(type(f), "__get__", None)
+    return f if get is None else get(f, obj, type(obj))
+
+
+MISSING = _MISSING
