@@ -41,6 +41,7 @@ from jitcore.prologue import Path, Prologue, Root
 from jitcore.prologue.guards import implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.jit.provenance import Provenance
+from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
 __all__ = ["Pass", "TracedProgram"]
 
@@ -145,7 +146,7 @@ class Pass:
     def hooks(self) -> Hooks:
         return Hooks(
             lookasides={
-                **dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES,
+                **dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES, **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
             },
