@@ -42,7 +42,15 @@ class GradComputation:
         self.backward = compile_trace(traces.backward)
         self.n_inputs = n_inputs
         self.output_tree = traces.output_tree
-        self.tensor_positions = [i for i, v in enumerate(traces.output_leaves) if isinstance(v, Proxy)]
+        unique: list[Proxy] = []
+        for v in traces.output_leaves:
+            if isinstance(v, Proxy) and not any(v is u for u in unique):
+                unique.append(v)
+        # (position among the output's leaves, index among the forward's outputs)
+        self.tensor_positions = [
+            (i, next(k for k, u in enumerate(unique) if u is v))
+            for i, v in enumerate(traces.output_leaves) if isinstance(v, Proxy)
+        ]
         self.output_leaves = [None if isinstance(v, Proxy) else v for v in traces.output_leaves]
         self.differentiable = traces.differentiable
         self.grad_inputs = traces.grad_inputs
@@ -52,8 +60,8 @@ class GradComputation:
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         leaves = list(self.output_leaves)
-        for position, value in zip(self.tensor_positions, outputs):
-            leaves[position] = value
+        for position, index in self.tensor_positions:
+            leaves[position] = outputs[index]
         return optree.tree_unflatten(self.output_tree, leaves)
 
     def tangents(self, grads: tuple[Any, ...]) -> list[torch.Tensor]:

@@ -219,7 +219,10 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     replay.run_forward()
     leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)
     outputs = [replay.lookup(v) if isinstance(v, Proxy) else v for v in leaves]
-    tensor_outputs = [o for o in outputs if isinstance(o, TensorProxy)]
+    tensor_outputs: list[TensorProxy] = []  # each once: a tensor returned twice is one output of the Function
+    for o in outputs:
+        if isinstance(o, TensorProxy) and not any(o is t for t in tensor_outputs):
+            tensor_outputs.append(o)
 
     grad_inputs: list[tuple[str, int]] = []
     wrt: list[TensorProxy] = []
@@ -239,7 +242,7 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     tangent_args: list[TensorProxy] = []
     for index, out in enumerate(tensor_outputs):
         shadow = out.shadow
-        if not shadow.requires_grad or any(shadow is d for d in diff_outputs):
+        if not shadow.requires_grad:
             continue
         spec, tangent, inner = _tangent_for(replay, index, out)
         differentiable.append(spec)
