@@ -216,7 +216,7 @@ def _raise_eager_error(
     )
     try:
         fn(*real_args, **real_kwargs)
-    except Exception as eager_error:  # eager rejects these arguments too: its words are the user's
+    except Exception as eager_error:  # noqa: BLE001 - eager rejects these arguments too: its words are the user's
         raise eager_error.with_traceback(None) from None
 
 

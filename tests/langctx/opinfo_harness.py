@@ -13,6 +13,7 @@ failure with the reason why).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +84,7 @@ def pick_dtypes(op: Any) -> list[torch.dtype]:
         if found is not None:
             chosen.append(found)
     if not chosen and supported:  # e.g. bool-only or complex-only ops
-        chosen.append(sorted(supported, key=str)[0])
+        chosen.append(min(supported, key=str))
     return chosen
 
 
@@ -166,7 +167,7 @@ def compare(expected: Any, actual: Any, *, values: bool, what: str) -> None:
                 except AssertionError as err:
                     raise Mismatch(f"{what}[{i}]: values differ: {str(err).splitlines()[0]}") from None
         elif values and isinstance(e, float):
-            if not (e == a or (e != e and a != a)):
+            if not (e == a or (math.isnan(e) and math.isnan(a))):
                 raise Mismatch(f"{what}[{i}]: {e!r} != {a!r}")
         elif values and e != a and not callable(e):
             raise Mismatch(f"{what}[{i}]: {e!r} != {a!r}")
@@ -393,7 +394,7 @@ def check_aten_sample(op: Any, sample: Any) -> Outcome:
     try:
         with recorder:
             op.op(*e_args, **e_kwargs)
-    except Exception:  # noqa: BLE001 - eager fails: the aten calls made before it are still replayed
+    except Exception:  # noqa: BLE001, S110 - eager fails: the aten calls made before it are still replayed
         pass
     aten_calls = [c for c in recorder.calls if c.func.namespace == "aten"]
     if not aten_calls:

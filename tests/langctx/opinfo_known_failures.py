@@ -1,7 +1,8 @@
 """OpInfo entries that do not pass the differential suites, each with the real reason.
 
-``TORCH`` is for test_langctx_opinfo_torch.py, ``ATEN`` for test_langctx_opinfo_aten.py. An entry listed here must
-still fail (``check_listed``): when a fix makes it pass, the test says so and the entry is removed.
+``TORCH`` is for test_langctx_opinfo_torch.py, ``ATEN`` for test_langctx_opinfo_aten.py. An entry
+listed here must still fail (``check_listed``): when a fix makes it pass, the test says so and the
+entry is removed.
 Entries whose outputs need tensor values raise jitcore's DataDependentError by design and are listed
 with the reason ``DATA_DEPENDENT``; they are not counted as passes.
 """
