@@ -52,6 +52,7 @@ from jitcore.interpreter.calls import call_function, canonical, opaque
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy.boundary import SUPPORTED_DTYPES, Epilogue, array_to_tensor, check_array
 from jitcore.numpy.errors import unsupported, user_position
+from jitcore.numpy.indexing import positive_steps
 from jitcore.numpy.table import ARRAY_RETURNING, NumpyCallable, numpy_callables
 from jitcore.proxies import TensorProxy
 
@@ -233,6 +234,8 @@ class NumpyBridge:
         if isinstance(entry.numpy_fn, type) and not _has_traced_value((args, kwargs)):
             return entry.numpy_fn(*args, **kwargs)  # np.float32(2.0): a constant
         converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
+        if entry.short_name in _BOOL_AS_INT:
+            converted_args = _bool_as_int(converted_args, converted_kwargs)
         try:
             result = current_run().call(entry.torch_fn, *converted_args, **converted_kwargs)
         except NotImplementedError as exc:
@@ -258,7 +261,11 @@ class NumpyBridge:
                 hints=("return the array and call .tolist() on the result",),
                 where=user_position(),
             )
+        if name == "__getitem__" and len(args) == 2:
+            args = _with_positive_steps(*args)
         converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
+        if name in _BOOL_AS_INT:
+            converted_args = _bool_as_int(converted_args, converted_kwargs)
         try:
             # interpreted directly: through ``run.call`` this lookaside would find itself again
             result = call_function(current_run(), fn, converted_args, converted_kwargs)
@@ -395,6 +402,30 @@ def _torch_numpy_dtype(dtype: np.dtype) -> Any:
     if dtype not in SUPPORTED_DTYPES:
         raise unsupported(f"NumPy dtype {dtype}", "torch's NumPy layer supports bool, integer, float and complex dtypes")
     return tnp.dtype(dtype.name)
+
+
+# Functions torch._numpy leaves to a torch kernel that has no bool version; NumPy sums booleans as
+# its default integer.
+_BOOL_AS_INT = frozenset({"cumsum", "cumprod"})
+
+
+def _bool_as_int(args: tuple, kwargs: dict) -> tuple:
+    if not args or not isinstance(args[0], tnp.ndarray) or kwargs.get("dtype") is not None:
+        return args
+    if args[0].tensor.dtype is not torch.bool:
+        return args
+    return (call_function(current_run(), _ASTYPE, (args[0], tnp.dtype("int64")), None), *args[1:])
+
+
+def _with_positive_steps(array: Any, index: Any) -> tuple[Any, Any]:
+    """``array[index]`` rewritten without negative-step slices (see jitcore/numpy/indexing.py)."""
+    rewrite = positive_steps(index, tuple(array.shape)) if isinstance(array, tnp.ndarray) else None
+    if rewrite is None:
+        return array, index
+    flips, index = rewrite
+    if flips:
+        array = current_run().call(tnp.flip, array, flips)
+    return array, index
 
 
 def _method_caller(name: str) -> Callable[..., Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -10,7 +12,9 @@ from hypothesis.extra import numpy as hnp
 from test_numpy_support import check
 
 DTYPES = st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.bool_])
-SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A fast profile by default; JITCORE_NUMPY_EXAMPLES=200 for a longer search.
+SETTINGS = settings(max_examples=int(os.environ.get("JITCORE_NUMPY_EXAMPLES", "8")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 UNARY = {
     "negative": lambda a: -a if a.dtype != np.bool_ else ~a,
@@ -71,3 +75,13 @@ def test_reductions_over_an_axis(data, shape, keepdims, reduction) -> None:
         check(lambda a: fn(a, axis=axis), a)
     else:
         check(lambda a: fn(a, axis=axis, keepdims=keepdims), a)
+
+
+@SETTINGS
+@given(data=st.data(), shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+def test_basic_and_integer_array_indexing(data, shape) -> None:
+    a = data.draw(_arrays(shape))
+    index = data.draw(hnp.basic_indices(shape, allow_newaxis=True, allow_ellipsis=True))
+    check(lambda a: a[index], a)
+    rows = data.draw(hnp.arrays(np.int64, st.integers(1, 3), elements=st.integers(-shape[0], shape[0] - 1)))
+    check(lambda a, rows: (a[rows], a[rows, ...]), a, rows)

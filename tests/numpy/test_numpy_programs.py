@@ -56,6 +56,11 @@ def test_integer_and_bool_indexing_of_numpy_arrays() -> None:
     check(f, A)
 
 
+def test_negative_step_slices() -> None:
+    # torch._numpy mistranslates the bounds of these; the bridge rewrites them (jitcore/numpy/indexing.py)
+    check(lambda a: (a[::-1], a[1::-1], a[:, 3:0:-2], a[None, 1, ::-2], a[..., -1:-4:-1], a[0:0:-1]), A)
+
+
 def test_fancy_indexing() -> None:
     def f(a, idx):
         return a[idx], a[:, idx], a[idx, idx], np.take(a, idx, axis=1)
