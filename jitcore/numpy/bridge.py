@@ -232,7 +232,7 @@ class NumpyBridge:
 
     def _call_numpy(self, entry: NumpyCallable, *args: Any, **kwargs: Any) -> Any:
         if isinstance(entry.numpy_fn, type) and not _has_traced_value((args, kwargs)):
-            return entry.numpy_fn(*args, **kwargs)  # np.float32(2.0): a constant
+            return _native(entry.numpy_fn, args, kwargs)  # np.float32(2.0): a constant
         converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
         if entry.short_name in _BOOL_AS_INT:
             converted_args = _bool_as_int(converted_args, converted_kwargs)
@@ -252,7 +252,7 @@ class NumpyBridge:
             )
         if _has_traced_value((args, kwargs)):
             raise unsupported(entry.name, "torch's NumPy layer (torch._numpy) does not implement this function")
-        return entry.numpy_fn(*args, **kwargs)  # constants only: NumPy computes a constant
+        return _native(entry.numpy_fn, args, kwargs)  # constants only: NumPy computes a constant
 
     def _call_method(self, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
         if name == "tolist":
@@ -290,7 +290,7 @@ class NumpyBridge:
 
     def _scalar_operator(self, slot: Any, name: str, scalar: Any, other: Any = None) -> Any:
         if not isinstance(other, tnp.ndarray):
-            return slot(scalar, other)
+            return _native(slot, (scalar, other), {})
         wrapped = self.to_torch_numpy(scalar)
         return current_run().call(getattr(tnp.ndarray, name), wrapped, other)  # its lookaside marks scalars
 
@@ -307,7 +307,7 @@ class NumpyBridge:
             return array.tensor
         if isinstance(array, np.ndarray):
             return self._bind_array(array).tensor
-        return torch.from_numpy(array)
+        return _native(torch.from_numpy, (array,), {})
 
 
 def _asarray(data: Any, **kwargs: Any) -> Any:
@@ -329,7 +329,7 @@ def _ufunc_method(name: str, ufunc: Any, *args: Any, **kwargs: Any) -> Any:
             hints=("use the function form: np.add.reduce -> np.sum, np.multiply.reduce -> np.prod, "
                    "np.maximum.reduce -> np.max, np.add.accumulate -> np.cumsum",),
         )
-    return getattr(ufunc, name)(*args, **kwargs)
+    return _native(getattr(ufunc, name), args, kwargs)
 
 
 # Builtins that call a dunder natively; on a wrapper the dunder must run on the interpreter.
@@ -343,7 +343,7 @@ def _builtin_operator(builtin: Callable[..., Any], dunder: str, value: Any, *arg
         other = args[0] if args else None
         if isinstance(other, tnp.ndarray):
             return current_run().call(getattr(type(other), "__r" + dunder[2:]), other, value)
-    return builtin(value, *args)
+    return _native(builtin, (value, *args), {})
 
 
 def _dtype_of(wrapper: Any) -> Any:
@@ -426,6 +426,11 @@ def _with_positive_steps(array: Any, index: Any) -> tuple[Any, Any]:
     if flips:
         array = current_run().call(tnp.flip, array, flips)
     return array, index
+
+
+def _native(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Call ``fn`` as the interpreter would have without the bridge's lookaside (opaquely)."""
+    return opaque(current_run(), fn, args, kwargs)
 
 
 def _method_caller(name: str) -> Callable[..., Any]:
