@@ -353,11 +353,61 @@ def _register_tensor_members() -> None:
         own = name.startswith("_") or name in _METHOD_DIFFERS_FROM_FUNCTION
         shared = TORCH_TABLE.lookup(getattr(torch, name, None)) if not own else None
         symbol = shared if isinstance(shared, Symbol) else torch_symbol(member, qualname)
+        if symbol is shared and name in _VARARGS_METHODS:
+            target = _varargs_method(name, symbol)  # x.reshape(2, 3) is torch.reshape(x, (2, 3))
+            TORCH_TABLE.bind(member, target)
+            _install_raw(name, target)
+            continue
         TORCH_TABLE.bind(member, symbol)
         if name.startswith("__") and name not in ("__getitem__", "__setitem__"):
             _install_raw(name, _operator(symbol) if name.startswith("__r") else _method(symbol))
         else:
             _install(name, symbol, is_property=False)
+
+
+def _takes_one_int_list(name: str) -> bool:
+    """Whether every overload of ``aten.<name>`` takes exactly (self, an int or int list): then the
+    method accepts the list spread out (``x.permute(1, 0)``) and the function does not."""
+    packet = getattr(torch.ops.aten, name, None)
+    if packet is None:
+        return False
+    overloads = [getattr(packet, o) for o in packet.overloads()]
+    found_list = False
+    for overload in overloads:
+        positional = [a for a in overload._schema.arguments if not a.kwarg_only]  # noqa: SLF001
+        if len(positional) != 2 or str(positional[0].type) != "Tensor":
+            return False
+        kind = str(positional[1].type)
+        if kind not in ("int", "SymInt", "List[int]", "List[SymInt]"):
+            return False
+        found_list |= kind.startswith("List")
+    return found_list
+
+
+_VARARGS_METHODS = frozenset(
+    name for name in dir(torch.Tensor) if not name.startswith("_") and callable(getattr(torch, name, None))
+    and _takes_one_int_list(name)
+)
+
+
+def _takes_one_int(name: str) -> bool:
+    packet = getattr(torch.ops.aten, name)
+    return any(
+        str([a for a in getattr(packet, o)._schema.arguments if not a.kwarg_only][1].type) in ("int", "SymInt")  # noqa: SLF001
+        for o in packet.overloads()
+    )
+
+
+def _varargs_method(name: str, target: Callable[..., Any]) -> Callable[..., Any]:
+    # A lone int means the int overload where there is one (x.hsplit(2): two sections).
+    least = 2 if _takes_one_int(name) else 1
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(args) >= least and not kwargs and all(type(a) is int for a in args):
+            return target(self, tuple(args))
+        return target(self, *args, **kwargs)
+
+    return method
 
 
 def _defined_by_proxy(name: str) -> bool:
