@@ -235,3 +235,15 @@ def test_decorator_with_options() -> None:
         return x.cos()
 
     assert_same(f(torch.zeros(2)), torch.ones(2))
+
+
+def test_method_forms_with_spread_out_int_lists_and_number_operands() -> None:
+    def f(x, c):
+        return (
+            torch.pow(x, 2), torch.remainder(x, 2), torch.where(c, x, 0.0), x.reshape(-1), x.permute(1, 0),
+            x.tile(2, 1), x.flip(0), torch.Tensor.reshape(x, 3, 2), x.broadcast_to(2, 2, 3), x.hsplit(3),
+            x.hsplit([1, 2]),
+        )
+
+    x = torch.randn(2, 3)
+    check(f, x, x > 0)
