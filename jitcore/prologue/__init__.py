@@ -4,4 +4,4 @@ from jitcore.prologue.guards import Guard, StateGuard, TensorSpec
 from jitcore.prologue.paths import Path, Root
 from jitcore.prologue.prologue import MISS, MissReason, Prologue
 
-__all__ = ["Guard", "MISS", "MissReason", "Path", "Prologue", "Root", "StateGuard", "TensorSpec"]
+__all__ = ["MISS", "Guard", "MissReason", "Path", "Prologue", "Root", "StateGuard", "TensorSpec"]

@@ -18,11 +18,12 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import torch
 
-__all__ = ["EntryCache", "dispatch_key", "SCAN_LIMIT"]
+__all__ = ["SCAN_LIMIT", "EntryCache", "dispatch_key"]
 
 # Up to this many entries a call tries them all (no key computed); past it, the dispatch table.
 SCAN_LIMIT = 4
@@ -47,7 +48,7 @@ class EntryCache:
             SCAN_LIMIT entries (then callers try ``newest_first``).
     """
 
-    __slots__ = ("newest_first", "buckets", "_keys")
+    __slots__ = ("_keys", "buckets", "newest_first")
 
     def __init__(self) -> None:
         self.newest_first: tuple = ()

@@ -13,16 +13,23 @@ expected 4, got 5``). Invariants:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from jitcore.prologue.paths import Path, safe_repr
 
 __all__ = [
-    "freeze_contents", "same_contents", "Guard", "TensorSpec", "StateGuard", "STATE_READERS", "implicit_state",
+    "STATE_READERS",
+    "Guard",
+    "StateGuard",
+    "TensorSpec",
+    "freeze_contents",
+    "implicit_state",
     "is_literal_value",
+    "same_contents",
 ]
 
 Bind = Callable[[Any], str]
@@ -40,7 +47,7 @@ class TensorSpec:
     strides: tuple[int, ...] | None = None
 
     @classmethod
-    def of(cls, t: torch.Tensor, *, with_strides: bool) -> "TensorSpec":
+    def of(cls, t: torch.Tensor, *, with_strides: bool) -> TensorSpec:
         return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad,
                    tuple(t.stride()) if with_strides else None)
 
@@ -297,7 +304,7 @@ STATE_READERS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "grad mode": (torch.is_grad_enabled, "torch.is_grad_enabled()"),
     "inference mode": (torch.is_inference_mode_enabled, "torch.is_inference_mode_enabled()"),
     "default dtype": (torch.get_default_dtype, "torch.get_default_dtype()"),
-    "autocast": (torch._C._is_any_autocast_enabled, "torch._C._is_any_autocast_enabled()"),  # noqa: SLF001
+    "autocast": (torch._C._is_any_autocast_enabled, "torch._C._is_any_autocast_enabled()"),
 }
 # Read only when the trace creates tensors without tensor inputs (factory calls): reading it is slow.
 DEFAULT_DEVICE = "default device"
@@ -316,7 +323,7 @@ def _autocast_settings() -> tuple:
 STATE_READERS[AUTOCAST_SETTINGS] = (_autocast_settings, None)
 
 
-def implicit_state(*, creates_tensors: bool) -> list["StateGuard"]:
+def implicit_state(*, creates_tensors: bool) -> list[StateGuard]:
     """Guards pinning the implicit state of the calling thread as it is now (at the end of tracing).
 
     Args:
@@ -327,7 +334,7 @@ def implicit_state(*, creates_tensors: bool) -> list["StateGuard"]:
     for name, (reader, _expr) in STATE_READERS.items():
         if name == DEFAULT_DEVICE and not creates_tensors:
             continue
-        if name == AUTOCAST_SETTINGS and not torch._C._is_any_autocast_enabled():  # noqa: SLF001
+        if name == AUTOCAST_SETTINGS and not torch._C._is_any_autocast_enabled():
             continue  # the "autocast" guard already pins "off"
         guards.append(StateGuard(name, reader()))
     return guards

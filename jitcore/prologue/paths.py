@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["Path", "Root", "Step", "safe_repr"]
 
@@ -78,20 +79,20 @@ class Path:
     root: Root
     steps: tuple[Step, ...] = ()
 
-    def index(self, i: int) -> "Path":
+    def index(self, i: int) -> Path:
         return Path(self.root, self.steps + (Step("index", i),))
 
-    def key(self, k: Any) -> "Path":
+    def key(self, k: Any) -> Path:
         return Path(self.root, self.steps + (Step("key", k),))
 
-    def attr(self, name: str) -> "Path":
+    def attr(self, name: str) -> Path:
         return Path(self.root, self.steps + (Step("attr", name),))
 
-    def call(self) -> "Path":
+    def call(self) -> Path:
         return Path(self.root, self.steps + (Step("call", None),))
 
     @property
-    def parent(self) -> "Path | None":
+    def parent(self) -> Path | None:
         return Path(self.root, self.steps[:-1]) if self.steps else None
 
     def get(self, args: tuple, kwargs: dict) -> Any:

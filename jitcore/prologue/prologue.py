@@ -13,8 +13,9 @@ text reaches the source only as bound constants (see paths.py and guards.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -22,7 +23,7 @@ from jitcore.ir import compile_source
 from jitcore.prologue.guards import Guard, StateGuard
 from jitcore.prologue.paths import Path
 
-__all__ = ["Prologue", "MISS", "MissReason"]
+__all__ = ["MISS", "MissReason", "Prologue"]
 
 
 class _Miss:

@@ -8,7 +8,8 @@ and values (NaNs equal); exceptions by type.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -11,9 +11,9 @@ import math
 
 import pytest
 import torch
+from reliability_helpers import outcome, same_outcome
 
 import jitcore
-from reliability_helpers import outcome, same_outcome
 
 
 def h(x, n=1, *, k=2):
@@ -93,7 +93,7 @@ def test_unsupported_tensors_get_a_jitcore_error_naming_the_argument(tensor, wor
 
 def test_nan_and_signed_zero_are_separate_specializations() -> None:
     def g(x, c):
-        return x * math.copysign(1.0, c) if c == c else x * 0, c
+        return x * math.copysign(1.0, c) if c == c else x * 0, c  # noqa: PLR0124 - a NaN test
 
     jf = jitcore.jit(g)
     for c in (0.0, -0.0, float("nan"), 0.0, -0.0, float("nan"), float("inf"), -float("inf"), float("inf")):

@@ -17,11 +17,11 @@ import weakref
 
 import pytest
 import torch
+from reliability_helpers import outcome, same_outcome
 from torch import nn
 
 import jitcore
 from jitcore.prologue.cache import SCAN_LIMIT
-from reliability_helpers import outcome, same_outcome
 
 
 def f(x, n):

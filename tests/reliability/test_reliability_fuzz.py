@@ -28,10 +28,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reliability_helpers import outcome, same_outcome
 from torch import nn
 
 import jitcore
-from reliability_helpers import outcome, same_outcome
 
 HEAVY = os.environ.get("JITCORE_FUZZ_PROFILE") == "heavy"
 # (examples, steps per example): default ~ 12 x 12 calls; heavy ~ 400 x 25 = 10,000 calls.

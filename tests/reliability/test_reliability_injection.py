@@ -15,9 +15,9 @@ import types
 
 import pytest
 import torch
+from reliability_helpers import outcome, same_outcome
 
 import jitcore
-from reliability_helpers import outcome, same_outcome
 
 _SET = "__import__('builtins').__setattr__('JITCORE_SMUGGLED', 1)"
 PAYLOADS = [
@@ -74,7 +74,7 @@ def test_attribute_names_set_with_setattr() -> None:
     jf = jitcore.jit(f)
     x = torch.ones(2)
     _check(f, jf, x)
-    setattr(holder, "field", 100.0)  # the look-alike 'ﬁeld' must not read this one
+    holder.field = 100.0  # the look-alike 'ﬁeld' must not read this one
     _check(f, jf, x)
     setattr(holder, PAYLOADS[0], -1.0)
     _check(f, jf, x)
@@ -120,7 +120,7 @@ def test_global_and_closure_string_values() -> None:
 
     jf = jitcore.jit(f)
     _check(f, jf, torch.ones(2))
-    value = PAYLOADS[4]  # noqa: F841 - read through the closure
+    value = PAYLOADS[4]
     _check(f, jf, torch.ones(2))
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import threading
 
 import torch
+from reliability_helpers import outcome, same_outcome
 
 import jitcore
-from reliability_helpers import outcome, same_outcome
 
 THREADS = 8
 CALLS = 30
