@@ -142,7 +142,7 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         raise _data_dependent(fn, exc) from None
     except Exception as exc:
-        if isinstance(exc, RuntimeError) and _DATA_NOT_ALLOCATED in str(exc):
+        if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _DATA_READ_MESSAGES):
             raise _data_dependent(fn, exc) from None  # a fake's data was read (``tolist``, ...)
         _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
         raise
@@ -161,8 +161,8 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     )
 
 
-# What a fake tensor raises when code reads its data.
-_DATA_NOT_ALLOCATED = "data is not allocated yet"
+# What fake tensors raise when code reads their data (``tolist``, a C++ kernel's data pointer).
+_DATA_READ_MESSAGES = ("data is not allocated yet", ".tolist() is not supported for tensor subclasses")
 
 
 def _data_dependent(fn: Callable[..., Any], exc: Exception) -> DataDependentError:

@@ -374,7 +374,7 @@ def _takes_one_int_list(name: str) -> bool:
     overloads = [getattr(packet, o) for o in packet.overloads()]
     found_list = False
     for overload in overloads:
-        positional = [a for a in overload._schema.arguments if not a.kwarg_only]  # noqa: SLF001
+        positional = [a for a in overload._schema.arguments if not a.kwarg_only]
         if len(positional) != 2 or str(positional[0].type) != "Tensor":
             return False
         kind = str(positional[1].type)
@@ -385,15 +385,17 @@ def _takes_one_int_list(name: str) -> bool:
 
 
 _VARARGS_METHODS = frozenset(
-    name for name in dir(torch.Tensor) if not name.startswith("_") and callable(getattr(torch, name, None))
-    and _takes_one_int_list(name)
+    name
+    for name in dir(torch.Tensor)
+    if not name.startswith("_") and callable(getattr(torch, name, None)) and _takes_one_int_list(name)
 )
 
 
 def _takes_one_int(name: str) -> bool:
     packet = getattr(torch.ops.aten, name)
     return any(
-        str([a for a in getattr(packet, o)._schema.arguments if not a.kwarg_only][1].type) in ("int", "SymInt")  # noqa: SLF001
+        str([a for a in getattr(packet, o)._schema.arguments if not a.kwarg_only][1].type)
+        in ("int", "SymInt")
         for o in packet.overloads()
     )
 

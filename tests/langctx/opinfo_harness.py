@@ -255,6 +255,8 @@ def check_torch_sample(op: Any, fn: Callable[..., Any], sample: Any) -> Outcome:
     except DataDependentError as err:
         if eager_error is None:
             return Outcome("data-dependent", str(err).splitlines()[0])
+        if isinstance(err, type(eager_error)):  # both reject the call (DataDependentError is a RuntimeError)
+            return PASS
         raise Mismatch(
             f"eager raised {type(eager_error).__name__}, trace raised DataDependentError"
         ) from None
@@ -384,9 +386,14 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
-def check_aten_sample(op: Any, sample: Any) -> Outcome:
-    args, kwargs = sample_call(sample)
-    e_args, e_kwargs = clone_tree((args, kwargs))
+def record_aten_calls(op: Any, sample: Any) -> tuple[list[torch.Tensor], list[torch.Tensor], list[AtenCall]]:
+    """Run ``op.op`` on clones of the sample under a recorder.
+
+    Returns:
+        The eager input tensors (after the call), copies of them from before the call, and the aten
+        calls made (those made before an exception, if eager raised).
+    """
+    e_args, e_kwargs = clone_tree(sample_call(sample))
     e_inputs = _unique(tensors_of((e_args, e_kwargs)))
     before = [t.clone() for t in e_inputs]
     recorder = _Recorder()
@@ -396,62 +403,81 @@ def check_aten_sample(op: Any, sample: Any) -> Outcome:
             op.op(*e_args, **e_kwargs)
     except Exception:  # noqa: BLE001, S110 - eager fails: the aten calls made before it are still replayed
         pass
-    aten_calls = [c for c in recorder.calls if c.func.namespace == "aten"]
-    if not aten_calls:
-        return PASS
-    # Inputs are the eager input tensors, restored to their values before the call; tensors the calls
-    # made are mapped to trace values by identity; other tensors (constants created inside op.op
-    # before any aten call, e.g. by torch.tensor) become extra inputs.
-    trace = Trace(imports={"torch": torch})
-    context = L.new_context(trace)
-    env: dict[int, Any] = {}
-    real_inputs: list[torch.Tensor] = []
+    return e_inputs, before, [c for c in recorder.calls if c.func.namespace == "aten"]
 
-    def add_input(key: int, value: torch.Tensor) -> Any:
-        env[key] = context.values.input_proxy(value, f"a{len(real_inputs)}")
-        trace.args.append(env[key])
-        real_inputs.append(value)
-        return env[key]
 
-    for t, saved in zip(e_inputs, before):
-        add_input(id(t), saved)
-    outputs: list[Any] = []
+class _AtenReplay:
+    """A trace of aten symbols replaying recorded calls; eager tensors map to trace values by identity.
 
-    def to_proxy(x: Any) -> Any:
+    Inputs are the eager input tensors, restored to their values before the call; tensors the calls
+    returned map to their outputs; other tensors (made inside ``op.op`` outside any recorded call)
+    become extra inputs.
+    """
+
+    def __init__(self, e_inputs: list[torch.Tensor], before: list[torch.Tensor]) -> None:
+        self.trace = Trace(imports={"torch": torch})
+        self.context = L.new_context(self.trace)
+        self.env: dict[int, Any] = {}
+        self.real_inputs: list[torch.Tensor] = []
+        self.outputs: list[tuple[Any, Any, Any]] = []  # (func, eager output, traced output)
+        for t, saved in zip(e_inputs, before):
+            self._add_input(id(t), saved)
+
+    def _add_input(self, key: int, value: torch.Tensor) -> Any:
+        self.env[key] = self.context.values.input_proxy(value, f"a{len(self.real_inputs)}")
+        self.trace.args.append(self.env[key])
+        self.real_inputs.append(value)
+        return self.env[key]
+
+    def _to_proxy(self, x: Any) -> Any:
         if not is_leaf_tensor(x):
             return x
-        return env[id(x)] if id(x) in env else add_input(id(x), x.detach().clone())
+        return self.env[id(x)] if id(x) in self.env else self._add_input(id(x), x.detach().clone())
 
-    with tracing(context):
+    def replay(self, call: AtenCall) -> None:
+        """Record ``call`` as its aten symbol (inside ``tracing``). Raises Mismatch on disagreement."""
+        p_args, p_kwargs = optree.tree_map(self._to_proxy, (call.args, call.kwargs), none_is_leaf=True)
+        try:
+            p_out = aten_symbol(call.func)(*p_args, **p_kwargs)
+        except DataDependentError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            raise Mismatch(f"{call.func}: trace raised {type(err).__name__}: {str(err)[:300]}") from None
+        e_leaves = optree.tree_leaves(call.output, none_is_leaf=True)
+        p_leaves = optree.tree_leaves(p_out, none_is_leaf=True)
+        if len(e_leaves) != len(p_leaves):
+            raise Mismatch(f"{call.func}: {len(e_leaves)} outputs eagerly, {len(p_leaves)} traced")
+        writes = _written_returns(call.func)
+        for i, (e, p) in enumerate(zip(e_leaves, p_leaves)):
+            if is_leaf_tensor(e):
+                # In-place and out= returns are their input, in the trace as eagerly. Other returns
+                # that eagerly are an existing tensor (``lift_fresh``) may be new values.
+                if i in writes and id(e) in self.env and self.env[id(e)] is not p:
+                    raise Mismatch(f"{call.func}: returns its input eagerly, a new tensor traced")
+                self.env.setdefault(id(e), p)
+        self.outputs.append((call.func, call.output, p_out))
+
+
+def check_aten_sample(op: Any, sample: Any) -> Outcome:
+    """Replay the aten calls of one sample as aten symbols; compare every output and the inputs."""
+    e_inputs, before, aten_calls = record_aten_calls(op, sample)
+    if not aten_calls:
+        return PASS
+    replay = _AtenReplay(e_inputs, before)
+    with tracing(replay.context):
         for call in aten_calls:
-            p_args, p_kwargs = optree.tree_map(to_proxy, (call.args, call.kwargs), none_is_leaf=True)
             try:
-                p_out = aten_symbol(call.func)(*p_args, **p_kwargs)
+                replay.replay(call)
             except DataDependentError as err:
                 return Outcome("data-dependent", f"{call.func}: {str(err).splitlines()[0]}")
-            except Exception as err:  # noqa: BLE001
-                raise Mismatch(f"{call.func}: trace raised {type(err).__name__}: {str(err)[:300]}") from None
-            e_leaves = optree.tree_leaves(call.output, none_is_leaf=True)
-            p_leaves = optree.tree_leaves(p_out, none_is_leaf=True)
-            if len(e_leaves) != len(p_leaves):
-                raise Mismatch(f"{call.func}: {len(e_leaves)} outputs eagerly, {len(p_leaves)} traced")
-            writes = _written_returns(call.func)
-            for i, (e, p) in enumerate(zip(e_leaves, p_leaves)):
-                if is_leaf_tensor(e):
-                    # In-place and out= returns are their input, in the trace as eagerly. Other
-                    # returns that eagerly are an existing tensor (``lift_fresh``) may be new values.
-                    if i in writes and id(e) in env and env[id(e)] is not p:
-                        raise Mismatch(f"{call.func}: returns its input eagerly, a new tensor traced")
-                    env.setdefault(id(e), p)
-            outputs.append((call.func, call.output, p_out))
-    trace.output = [p for _, _, p in outputs]
-    compiled = compile_trace(trace)
-    c_inputs = [t.clone() for t in real_inputs]
+    replay.trace.output = [p for _, _, p in replay.outputs]
+    compiled = compile_trace(replay.trace)
+    c_inputs = [t.clone() for t in replay.real_inputs]
     seed(1234)
     actual = compiled(*c_inputs)
-    random = any(torch.Tag.nondeterministic_seeded in f.tags for f, _, _ in outputs) or is_random(op)
+    random = any(torch.Tag.nondeterministic_seeded in f.tags for f, _, _ in replay.outputs) or is_random(op)
     random = random or not values_comparable(op)
-    for (func, expected, _), got in zip(outputs, actual):
+    for (func, expected, _), got in zip(replay.outputs, actual):
         if func._schema.name.removeprefix("aten::") in UNINITIALIZED:
             compare(expected, got, values=False, what=str(func))  # its writers' returns are compared
             continue

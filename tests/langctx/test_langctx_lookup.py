@@ -11,6 +11,7 @@ import torch
 from opinfo_harness import OPS
 
 import jitcore.langctx as L
+from jitcore.errors import DataDependentError
 from jitcore.ir import Symbol, Trace, compile_trace, tracing
 from jitcore.langctx.aten import aten_symbol
 from jitcore.langctx.torch import TORCH_TABLE
@@ -171,3 +172,30 @@ def test_reflected_operators_with_a_number_on_the_left(name: str) -> None:
     _, compiled = _traced(fn, x.clone())
     expected, actual = fn(x.clone()), compiled(x.clone())
     torch.testing.assert_close(actual, expected)
+
+
+_VALUE_READS = {
+    "item": lambda a: a.item(),
+    "tolist": lambda a: a.tolist(),
+    "bool": lambda a: bool(a),
+    "int": lambda a: int(a),
+    "float": lambda a: float(a),
+    "index": lambda a: [1, 2, 3][a.long()],
+    "if": lambda a: 1 if a > 0 else 2,
+    "is_nonzero": lambda a: torch.is_nonzero(a),
+    "nonzero": lambda a: a.nonzero(),
+    "masked_select": lambda a: a.masked_select(a > 0),
+    "boolean_mask": lambda a: a.reshape(1)[a.reshape(1) > 0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_VALUE_READS))
+def test_reading_tensor_values_is_a_data_dependent_error(name: str) -> None:
+    with pytest.raises(DataDependentError, match=r"JC-T002"):
+        _traced(_VALUE_READS[name], torch.tensor(1.0))
+
+
+def test_metadata_reads_are_python_values() -> None:
+    source, compiled = _traced(lambda a: (a.numel(), a.dim(), len(a), a.shape[0], a.dtype), torch.ones(3))
+    assert compiled(torch.ones(3)) == (3, 1, 3, 3, torch.float32)
+    assert "return (3, 1, 3, 3, torch.float32)" in source
