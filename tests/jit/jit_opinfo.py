@@ -1,0 +1,98 @@
+"""The OpInfo differential check rerun through ``jitcore.jit``: the function, method and in-place
+forms of every op_db entry are jitted and called (twice: the second call must hit the cache), on
+clones of the same sample tensors as eager, and compared (values, dtypes, types, mutated inputs,
+aliasing). Reuses the sample selection and comparison of tests/langctx/opinfo_harness.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
+
+import jitcore  # noqa: E402
+from jitcore.errors import DataDependentError  # noqa: E402
+from opinfo_harness import (  # noqa: E402
+    PASS,
+    Mismatch,
+    Outcome,
+    check_aliasing,
+    check_entry,
+    clone_tree,
+    compare,
+    is_random,
+    sample_call,
+    seed,
+    tensors_of,
+    values_comparable,
+    variants,
+    with_out,
+)
+
+
+def _unique(tensors: list[Any]) -> list[Any]:
+    seen: set[int] = set()
+    return [t for t in tensors if not (id(t) in seen or seen.add(id(t)))]
+
+
+def check_jit_sample(op: Any, fn: Callable[..., Any], sample: Any) -> Outcome:
+    args, kwargs = sample_call(sample)
+    e_args, e_kwargs = clone_tree((args, kwargs))
+    e_inputs = _unique(tensors_of((e_args, e_kwargs)))
+    seed(1234)
+    try:
+        expected, eager_error = fn(*e_args, **e_kwargs), None
+    except Exception as err:  # noqa: BLE001 - the jitted call must raise the same
+        expected, eager_error = None, err
+    jfn = jitcore.jit(fn)
+    random = is_random(op) or not values_comparable(op)
+    for attempt in range(2):  # the second call runs from the cache
+        j_args, j_kwargs = clone_tree((args, kwargs))
+        j_inputs = _unique(tensors_of((j_args, j_kwargs)))
+        seed(1234)
+        try:
+            actual = jfn(*j_args, **j_kwargs)
+        except DataDependentError as err:
+            if eager_error is None:
+                return Outcome("data-dependent", str(err).splitlines()[0])
+            raise Mismatch(f"eager raised {type(eager_error).__name__}, jit raised DataDependentError") from None
+        except Exception as err:  # noqa: BLE001
+            if eager_error is not None and isinstance(err, type(eager_error)):
+                return PASS
+            detail = f"eager raised {type(eager_error).__name__}, " if eager_error is not None else ""
+            raise Mismatch(f"{detail}jit raised {type(err).__name__}: {str(err)[:300]}") from None
+        if eager_error is not None:
+            raise Mismatch(f"eager raised {type(eager_error).__name__}: {eager_error}; jit did not")
+        try:
+            compare(expected, actual, values=True, what=f"output (call {attempt + 1})")
+        except Mismatch:
+            if not random:
+                raise
+            compare(expected, actual, values=False, what=f"output (call {attempt + 1})")
+        compare(e_inputs, j_inputs, values=not random, what="inputs after call")
+        check_aliasing(expected, e_inputs, actual, j_inputs)
+    if jitcore.cache_hits(jfn) != 1:
+        raise Mismatch(f"the second call did not hit the cache: {jitcore.miss_reasons(jfn)[-1]}")
+    return PASS
+
+
+def check_jit_entry(op: Any) -> Outcome:
+    """Every variant (function, method, in-place, out=) of one entry through jitcore.jit."""
+
+    def check(op: Any, sample: Any) -> Outcome:
+        result = PASS
+        calls = [(kind, fn, sample) for kind, fn in variants(op)]
+        out_sample = with_out(op, sample)
+        if out_sample is not None:
+            calls.append(("out=", op.op, out_sample))
+        for kind, fn, sample_ in calls:
+            try:
+                outcome = check_jit_sample(op, fn, sample_)
+            except Mismatch as err:
+                raise Mismatch(f"{kind}: {err}") from None
+            if outcome.status != "pass":
+                result = outcome
+        return result
+
+    return check_entry(op, check)
