@@ -269,7 +269,7 @@ class Pass:
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals
-        if _is_library(frame.code.co_filename):
+        if _is_library(frame.code.co_filename) and not _is_global_hook_registry(globals_, name):
             return value
         root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
         if name in globals_:
@@ -369,6 +369,12 @@ _STATE_CHANGES = {
 _STATE_SYMBOLS = {
     fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn) for fn, path in _STATE_CHANGES.items()
 }
+
+
+def _is_global_hook_registry(globals_: dict, name: str) -> bool:
+    """torch's module-wide hook dicts (``register_module_forward_hook`` & co.), read by every
+    ``Module.__call__``: unlike the rest of torch they change at run time, so they are guarded."""
+    return name.startswith("_global_") and globals_.get("__name__") == "torch.nn.modules.module"
 
 
 def _is_torch_builtin(fn: Any) -> bool:

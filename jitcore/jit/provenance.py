@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 import functools
 import types
 import weakref
@@ -297,8 +298,11 @@ def _dedup_key(expected: Any) -> Any:
 
 
 def _is_library_class(klass: type) -> bool:
-    module = getattr(klass, "__module__", None) or ""
-    return module == "builtins" or module.split(".")[0] in ("torch", "jitcore")
+    module = (getattr(klass, "__module__", None) or "").split(".")[0]
+    return module in ("torch", "jitcore") or module in _STDLIB  # the standard library's classes too
+
+
+_STDLIB = frozenset(sys.stdlib_module_names) | {"builtins"}
 
 
 def _all_literal(value: Any) -> bool:

@@ -302,3 +302,15 @@ class LinearOverrideTensor(torch.Tensor):
         unwrapped = tree_map_only(LinearOverrideTensor, lambda t: t.elem, (args, kwargs or {}))
         out = func(*unwrapped[0], **unwrapped[1])
         return tree_map_only(torch.Tensor, LinearOverrideTensor, out)
+
+
+class ToleranceTensor(TaggedTensor):
+    """A ctx compared by the class's own ``__metadata_guard__``: tags equal up to case match."""
+
+    @staticmethod
+    def __tensor_unflatten__(inner, tag, outer_size, outer_stride):
+        return ToleranceTensor(inner["elem"], tag)
+
+    @classmethod
+    def __metadata_guard__(cls, orig: str, other: str) -> bool:
+        return orig.lower() == other.lower()

@@ -303,3 +303,29 @@ def test_subclass_methods_and_attributes_in_user_code() -> None:
 
 
 
+
+
+def test_dispatch_returning_tuples_and_mixes() -> None:
+    def f(x):
+        values, indices = x.max(dim=0)
+        parts = torch.split(x, 1)
+        return values, indices, parts, x.unbind(1)
+
+    check(f, TwoTensor(torch.randn(2, 3), torch.randn(2, 3)))
+    check(f, TaggedTensor(torch.randn(2, 3), "t"))
+
+
+def test_metadata_guard_decides_ctx_equality() -> None:
+    from subclass_zoo import ToleranceTensor
+
+    def f(x):
+        return x * 2
+
+    jfn = jitcore.jit(f)
+    a = torch.randn(3)
+    assert_same_value(jfn(ToleranceTensor(a, "Scale")), f(ToleranceTensor(a, "Scale")))
+    jfn(ToleranceTensor(a, "SCALE"))  # equal by the class's __metadata_guard__: a cache hit
+    assert jitcore.cache_hits(jfn) == 1
+    jfn(ToleranceTensor(a, "other"))
+    assert jitcore.cache_misses(jfn) == 2
+    assert "ctx" in str(jitcore.miss_reasons(jfn)[-1][0])
