@@ -90,13 +90,44 @@ class GradTraces:
     subclass_inputs: list[SubclassTensorProxy]
 
 
-def _subclass_input_records(trace: Trace) -> list[BoundSymbol]:
-    return [b for b in trace.bound_symbols if "bookkeeping" in b.symbol.tags and "subclass" in b.symbol.tags]
-
-
 def subclass_inputs(trace: Trace) -> list[SubclassTensorProxy]:
-    """The tensor-subclass inputs of a pass-1 trace, inner ones before the ones holding them."""
-    return [b.output for b in _subclass_input_records(trace)]
+    """The tensor-subclass inputs of a pass-1 trace, inner ones before the ones holding them.
+
+    Arguments are rebuilt by bookkeeping records at the top of the trace; subclass tensors read
+    from state (a module's subclass parameter) are not, so they are found as the subclass proxies
+    the trace uses without producing them — whose inner tensors are all inputs.
+    """
+    found: list[SubclassTensorProxy] = []
+    seen: set[int] = set()
+    args = {id(a) for a in trace.args}
+
+    def visit(proxy: SubclassTensorProxy) -> bool:
+        if id(proxy) in seen:
+            return True
+        inner = list(proxy.inner_tensors().values())
+        for t in inner:
+            if isinstance(t, SubclassTensorProxy):
+                if not visit(t):
+                    return False
+            elif id(t) not in args:
+                return False
+        seen.add(id(proxy))
+        found.append(proxy)
+        return True
+
+    produced: set[int] = set()
+    for bsym in trace.bound_symbols:
+        if "bookkeeping" in bsym.symbol.tags:
+            visit(bsym.output)
+            continue
+        for value in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True):
+            if isinstance(value, SubclassTensorProxy) and id(value) not in produced:
+                visit(value)
+        produced.update(id(v) for v in optree.tree_leaves(bsym.output, none_is_leaf=True) if isinstance(v, Proxy))
+    for value in optree.tree_leaves(trace.output, none_is_leaf=True):
+        if isinstance(value, SubclassTensorProxy) and id(value) not in produced:
+            visit(value)
+    return found
 
 
 def needs_grad(trace: Trace, subclass_grad: dict[int, bool]) -> bool:
@@ -138,11 +169,10 @@ class _Replay:
             proxy.name = self.forward.names.claim(arg.name)
             self._map(arg, proxy)
             self.forward.args.append(proxy)
-        for record in _subclass_input_records(self.source):
-            cls, inner, ctx, size, stride = record.args
-            old: SubclassTensorProxy = record.output
-            shadow = cls.__tensor_unflatten__(
-                {n: self.env[id(p)].shadow for n, p in inner.items()}, ctx, torch.Size(size), tuple(stride)
+        for old in subclass_inputs(self.source):
+            names, ctx = old.flatten()
+            shadow = old.subclass.__tensor_unflatten__(
+                {n: self.env[id(getattr(old, n))].shadow for n in names}, ctx, old.shape, old.stride()
             )
             if self.subclass_grad.get(id(old), False):
                 shadow.requires_grad_(True)

@@ -76,3 +76,31 @@ def test_without_grad_the_forward_runs() -> None:
     x = torch.randn(4)
     torch.testing.assert_close(jf(x), x.exp() * 2)
     assert jitcore.last_backward_traces(jf) == []
+
+
+class CubeGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x * 3
+
+
+def test_a_function_on_a_tensor_subclass() -> None:
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def f(x):
+        return CubeGrad.apply(x).sum()
+
+    grads = []
+    for fn in (f, jitcore.jit(f)):
+        x = TwoTensor(torch.arange(3.0), torch.arange(3.0) * 2).requires_grad_()
+        fn(x).backward(TwoTensor(torch.ones(()), torch.ones(())))
+        grads.append(x.grad)
+    eager, jitted = grads
+    assert type(jitted) is type(eager) is TwoTensor
+    torch.testing.assert_close((jitted.a, jitted.b), (eager.a, eager.b))

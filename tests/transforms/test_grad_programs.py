@@ -372,3 +372,32 @@ def test_a_tangent_is_coerced_by_the_subclass_protocol() -> None:
     eager, jitted = grads
     assert type(jitted) is type(eager)
     torch.testing.assert_close(jitted, eager, rtol=2e-2, atol=2e-2)
+
+
+class TwoTensorLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        w = torch.randn(4, 6)
+        self.w = nn.Parameter(TwoTensor(w.clone(), w * 0.5))
+        self.b = nn.Parameter(torch.zeros(4))
+
+    def forward(self, x):
+        return F.linear(x, self.w, self.b).relu()
+
+
+def test_module_with_a_subclass_parameter_trains_like_eager() -> None:
+    torch.manual_seed(0)
+    model = TwoTensorLinear()
+    jitted_model = copy.deepcopy(model)
+    jmodel = jitcore.jit(jitted_model)
+    x = torch.randn(3, 6)
+    for m, fn in ((model, model), (jitted_model, jmodel)):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            out = fn(x)
+            (out * out).sum().backward()
+            opt.step()
+        assert type(m.w.grad) is TwoTensor
+    torch.testing.assert_close((jitted_model.w.a, jitted_model.w.b, jitted_model.b), (model.w.a, model.w.b, model.b))
+    assert jitcore.cache_misses(jmodel) == 1
