@@ -69,6 +69,8 @@ def on_error(jfn: Any, exc: BaseException) -> None:
         context = (context or ErrorContext("tracing")).with_call(jfn._label, jfn.misses)
         if _in_flatten_protocol(tb):
             context = replace(context, hints=(FLATTEN_HINT,))
+        elif context_of(exc) is None and _raised_by_jitcore(exc, tb):
+            context = replace(context, hints=(BUG_HINT,))
         if not show_internal_frames(jfn):
             exc.__traceback__ = _visible(tb)
     else:  # the eager fallback, or an error in the jit itself: only the entry point is hidden
@@ -120,6 +122,21 @@ FLATTEN_HINT = (
     "(names of its inner-tensor attributes, ctx) and __tensor_unflatten__(inner, ctx, size, stride) rebuilds it"
 )
 _FLATTEN_NAMES = frozenset({"__tensor_flatten__", "__tensor_unflatten__", "_subclass"})
+
+
+BUG_HINT = (
+    "this was raised by jitcore's own code, not by your program or torch: it may be a jitcore bug; "
+    "JITCORE_SHOW_INTERNAL_FRAMES=1 shows where (docs/errors/JC-I002.md says what to report)"
+)
+
+
+def _raised_by_jitcore(exc: BaseException, tb: TracebackType | None) -> bool:
+    """Whether a non-jitcore exception was raised in jitcore's code, below every user frame."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, str) and code.startswith("JC-"):
+        return False
+    found = entries(tb)
+    return bool(found) and found[-1].tb_frame.f_code.co_filename.startswith(_JITCORE_DIR)
 
 
 def _in_flatten_protocol(tb: TracebackType | None) -> bool:

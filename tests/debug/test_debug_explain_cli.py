@@ -168,7 +168,10 @@ def test_cli_debug_end_to_end():
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=120,
+        # One torch thread: on a loaded machine, idle OpenMP workers spinning for CPUs slowed
+        # this 3-second run past two minutes.
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout

@@ -287,3 +287,18 @@ def test_every_error_code_has_a_page():
     for code in sorted(codes - known):
         if not (pages / f"{code}.md").exists():
             warnings.warn(f"error code {code} has no page: add docs/errors/{code}.md", stacklevel=1)
+
+
+def test_an_error_of_jitcore_itself_says_so(monkeypatch):
+    from jitcore.debug.logs import configure
+    from jitcore.jit.interpretation import Pass
+
+    # A hook that fails inside jitcore's own code (configure rejects the name) stands for a bug.
+    monkeypatch.setattr(Pass, "_load_global", lambda self, frame, name, value: configure("no-such-component"))
+    exc = raise_from(jitcore.jit(P.shape_error_model), torch.randn(4, 8), torch.randn(5, 3))
+    assert type(exc) is ValueError and "unknown JITCORE_LOGS component" in str(exc)
+    assert "may be a jitcore bug" in exc.__notes__[0] and "JITCORE_SHOW_INTERNAL_FRAMES=1" in exc.__notes__[0]
+    assert not any(f.filename.startswith(JITCORE_DIR) for f in traceback.extract_tb(exc.__traceback__))
+    jfn = jitcore.jit(P.shape_error_model, show_internal_frames=True)
+    shown = raise_from(jfn, torch.randn(4, 8), torch.randn(5, 3))
+    assert traceback.extract_tb(shown.__traceback__)[-1].name == "configure"
