@@ -446,3 +446,17 @@ def test_observed_absence_and_instance_dicts_are_guarded(name: str) -> None:
             else:
                 setattr(bag, key, value)
         same_outcome(outcome(jf, x), outcome(fn, x), f"after {change}")
+
+
+def test_module_wide_hooks_registered_later_are_seen() -> None:
+    net = nn.Linear(3, 3)
+    jnet = jitcore.jit(net)
+    x = torch.ones(2, 3)
+    with torch.no_grad():
+        same_outcome(outcome(jnet, x), outcome(net, x))
+        handle = nn.modules.module.register_module_forward_hook(lambda module, args, out: out * 0)
+        try:
+            same_outcome(outcome(jnet, x), outcome(net, x), "with a global forward hook")
+        finally:
+            handle.remove()
+        same_outcome(outcome(jnet, x), outcome(net, x), "hook removed")
