@@ -86,7 +86,40 @@ def note_failed_call(
     inputs += [(f"{k}={name}", meta) for k, v in kwargs.items() for name, meta in [describe_argument(v)]]
     attach(
         exc,
-        ErrorContext("tracing", op=getattr(symbol, "id", str(symbol)), inputs=tuple(inputs), source=source),
+        ErrorContext(
+            "tracing",
+            op=getattr(symbol, "id", str(symbol)),
+            inputs=tuple(inputs),
+            source=source,
+            hints=_shape_hints(getattr(symbol, "name", ""), args),
+        ),
+    )
+
+
+_MATMUL_NAMES = frozenset({"matmul", "mm", "bmm", "__matmul__", "__rmatmul__"})
+
+
+def _shape_hints(name: str, args: tuple) -> tuple[str, ...]:
+    """A hint for the shape errors worth explaining: matrix products whose inner sizes differ."""
+    if name not in _MATMUL_NAMES or len(args) < 2:
+        return ()
+    a, b = args[0], args[1]
+    if name == "__rmatmul__":
+        a, b = b, a
+    shape_a, shape_b = getattr(a, "shape", None), getattr(b, "shape", None)
+    if not isinstance(a, Proxy) or not isinstance(b, Proxy) or shape_a is None or shape_b is None:
+        return ()
+    if len(shape_a) < 1 or len(shape_b) < 1:
+        return ()
+    inner_b = shape_b[-2] if len(shape_b) >= 2 else shape_b[0]
+    if shape_a[-1] == inner_b:
+        return ()
+    which = "second-to-last" if len(shape_b) >= 2 else "only"
+    return (
+        (
+            f"in a matrix product, the left operand's last size ({shape_a[-1]}) must equal the right operand's "
+            f"{which} size ({inner_b})"
+        ),
     )
 
 

@@ -70,6 +70,9 @@ def test_shape_error_two_helpers_deep_matches_eager():
     assert len(jit_lines) <= len(eager_lines) + len(note.splitlines())
 
 
+MATMUL_HINT = "in a matrix product, the left operand's last size (8) must equal the right operand's second-to-last size (5)"
+
+
 def run_script(path, *argv):
     """Run a script as ``__main__``; the traceback lines CPython would print for its error."""
     import runpy
@@ -92,10 +95,16 @@ def test_shape_error_line_count_of_the_example():
     """The example script run as a program: eager's traceback lines plus the note, nothing more."""
     script = os.path.join(EXAMPLES, "debug_shape_error.py")
     eager, jitted = run_script(script, "--eager"), run_script(script)
-    assert eager[-1] == jitted[-2] == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x8 and 5x3)"
-    assert jitted[-1].startswith("jitcore: raised while tracing model")
-    assert len(jitted) <= len(eager) + 1, (eager, jitted)
-    assert not any("jitcore/" in line for line in jitted[:-1])
+    message = "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x8 and 5x3)"
+    assert eager[-1] == message
+    note = jitted[jitted.index(message) + 1 :]
+    recording = "recording torch.matmul(t0: cpu f32[4, 8], w: cpu f32[5, 3]) from "
+    assert len(note) == 2 and note[0].startswith(
+        f"jitcore: raised while tracing model (cache entry 1), {recording}"
+    )
+    assert note[1] == f"hint: {MATMUL_HINT}"
+    assert len(jitted) <= len(eager) + len(note), (eager, jitted)
+    assert not any("jitcore/" in line for line in jitted[: -len(note)])
 
 
 def test_dtype_error_keeps_torch_message():
