@@ -4,6 +4,10 @@ This package stands on top of the jit: it reads what the jit recorded (traces, p
 symbols' source) and never changes how a program is traced or run. Its names are loaded lazily
 (the jit's error boundary imports ``jitcore.debug.boundary`` only when an error passes it).
 
+Names that are also submodules (``report``, ``explain``) are not re-exported here: the public
+functions are ``jitcore.report`` and ``jitcore.explain``, and ``jitcore.debug.report`` is always
+the module, whatever was imported first.
+
 ``jitcore.debug`` is both this package and the debugger's entry point: calling the package,
 ``jitcore.debug(jfn, *args, **kwargs)``, runs ``jitcore.debug.debugger.debug``. (A package
 attribute of ``jitcore`` named ``debug`` would otherwise hide a function of that name.)
@@ -17,13 +21,15 @@ import types
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
-    "report": "jitcore.debug.report",
     "install_report_hook": "jitcore.debug.report",
-    "explain": "jitcore.debug.explain",
     "dispatch_map": "jitcore.debug.explain",
     "Debugger": "jitcore.debug.debugger",
     "ErrorContext": "jitcore.debug.context",
 }
+
+_SUBMODULES = frozenset(
+    {"boundary", "context", "debugger", "diff", "explain", "logs", "markers", "report", "shell", "tracebacks"}
+)
 
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazily loaded names
 
@@ -31,6 +37,8 @@ __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazily loaded names
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
+        if name in _SUBMODULES:
+            return importlib.import_module(f"{__name__}.{name}")  # binds the package attribute too
         raise AttributeError(f"module 'jitcore.debug' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

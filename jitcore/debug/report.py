@@ -73,7 +73,7 @@ def error_code_page(exc: BaseException) -> str | None:
 def render_report(exc: BaseException) -> str:
     """The report of ``exc`` as plain text."""
     lines = [f"{type(exc).__qualname__}: {_message(exc)}"]
-    lines += [f"  {note}" for note in getattr(exc, "__notes__", ())]
+    lines += [f"  {line}" for note in getattr(exc, "__notes__", ()) for line in str(note).splitlines()]
     frames = user_frames(exc)
     if frames:
         lines.append("Your stack (innermost last):")
@@ -137,8 +137,10 @@ def _rich_report(exc: BaseException, file: IO[str]) -> None:
         parts.append(tree)
         last = frames[-1]
         if last.line:
-            syntax = Syntax.from_path(
-                last.filename,
+            # From linecache, not the file: notebooks and exec'd code have lines but no file.
+            syntax = Syntax(
+                "".join(linecache.getlines(last.filename)),
+                "python",
                 line_numbers=True,
                 highlight_lines={last.lineno},
                 line_range=(max(last.lineno - 2, 1), last.lineno + 1),
