@@ -74,7 +74,8 @@ class GradTraces:
             original output) and the values the backward needs.
         backward: takes ``(*saved, *tangents)`` and returns one gradient (or None) per input in
             ``grad_inputs``.
-        output_spec: the tree structure of the original output and its non-tensor leaves.
+        output_tree, output_leaves: the structure of the original output and its leaves (proxies
+            of the forward trace where the output holds tensors).
         differentiable: the tangent each differentiable output expects, in backward argument order.
         grad_inputs: the inputs gradients are computed for: ``("arg", i)`` for the i-th trace
             argument, ``("subclass", i)`` for the i-th subclass input (its outer tensor).
@@ -253,52 +254,63 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     for o in outputs:
         if isinstance(o, TensorProxy) and not any(o is t for t in tensor_outputs):
             tensor_outputs.append(o)
+    grad_inputs, wrt = _grad_inputs(trace, replay, subclass_grad)
+    differentiable, tangent_args, backward, grads = _record_backward(replay, tensor_outputs, wrt)
 
+    forward = replay.forward
+    forward_outputs = [_rebuilt(forward, o) for o in tensor_outputs]
+    backward_outputs = [_rebuilt(backward, g) if g is not None else None for g in grads]
+    saved = split_saved(forward, backward, tangent_args, backward_outputs)
+    forward.output = (tuple(forward_outputs), tuple(saved))
+    backward.args = [*saved, *tangent_args]
+    backward.output = tuple(backward_outputs)
+    return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_inputs(trace))
+
+
+def _grad_inputs(trace: Trace, replay: _Replay, subclass_grad: dict[int, bool]) -> tuple[list[tuple[str, int]], list[TensorProxy]]:
+    """The inputs that require grad, numbered as ``GradTraces.grad_inputs``, and their replay proxies."""
     grad_inputs: list[tuple[str, int]] = []
     wrt: list[TensorProxy] = []
     for i, arg in enumerate(trace.args):
         if arg.requires_grad:
             grad_inputs.append(("arg", i))
             wrt.append(replay.env[id(arg)])
-    subclass_proxies = subclass_inputs(trace)
-    for i, old in enumerate(subclass_proxies):
+    for i, old in enumerate(subclass_inputs(trace)):
         if subclass_grad.get(id(old), False):
             grad_inputs.append(("subclass", i))
             wrt.append(replay.env[id(old)])
+    return grad_inputs, wrt
 
+
+def _record_backward(
+    replay: _Replay, tensor_outputs: list[TensorProxy], wrt: list[TensorProxy]
+) -> tuple[list[OutputSpec], list[TensorProxy], Trace, list[Any]]:
+    """Run ``torch.autograd.grad`` on the shadows under the recording mode.
+
+    Returns:
+        The differentiable outputs' tangent specs, the backward's tangent inputs, the backward
+        trace (its bound symbols recorded) and one gradient proxy (or None) per ``wrt``.
+    """
     differentiable: list[OutputSpec] = []
     diff_outputs: list[torch.Tensor] = []
     tangents: list[torch.Tensor] = []
     tangent_args: list[TensorProxy] = []
     for index, out in enumerate(tensor_outputs):
-        shadow = out.shadow
-        if not shadow.requires_grad:
+        if not out.shadow.requires_grad:
             continue
         spec, tangent, inner = _tangent_for(replay, index, out)
         differentiable.append(spec)
-        diff_outputs.append(shadow)
+        diff_outputs.append(out.shadow)
         tangents.append(tangent)
         tangent_args.extend(inner)
-
     header = [line.replace("forward (grad transform)", "backward (grad transform)") for line in replay.forward.header]
     backward = Trace(name="backward", header=header, imports=dict(replay.forward.imports), names=replay.forward.names)
-    grads: tuple[Any, ...] = ()
-    if diff_outputs:
-        context = TraceContext(backward, values=replay.values, call_handler=resolve_call)
-        with recording(context):
-            grads = torch.autograd.grad(
-                diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True
-            )
-    grad_proxies = [replay.state.proxy_of(g) if g is not None else None for g in grads] or [None] * len(wrt)
-
-    forward = replay.forward
-    forward_outputs = [_rebuilt(forward, o) for o in tensor_outputs]
-    backward_outputs = [_rebuilt(backward, g) if g is not None else None for g in grad_proxies]
-    saved = split_saved(forward, backward, tangent_args, backward_outputs)
-    forward.output = (tuple(forward_outputs), tuple(saved))
-    backward.args = [*saved, *tangent_args]
-    backward.output = tuple(backward_outputs)
-    return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_proxies)
+    if not diff_outputs:
+        return differentiable, tangent_args, backward, [None] * len(wrt)
+    context = TraceContext(backward, values=replay.values, call_handler=resolve_call)
+    with recording(context):
+        grads = torch.autograd.grad(diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True)
+    return differentiable, tangent_args, backward, [replay.state.proxy_of(g) if g is not None else None for g in grads]
 
 
 def _tangent_for(replay: _Replay, index: int, out: TensorProxy) -> tuple[OutputSpec, torch.Tensor, list[TensorProxy]]:
