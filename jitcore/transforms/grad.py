@@ -36,7 +36,7 @@ import jitcore
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.flatten import UNFLATTEN
 from jitcore.dispatch.resolver import DispatchState
-from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext
+from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext
 from jitcore.langctx import new_context
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -308,9 +308,28 @@ def _record_backward(
     if not diff_outputs:
         return differentiable, tangent_args, backward, [None] * len(wrt)
     context = TraceContext(backward, values=replay.values, call_handler=resolve_call)
-    with recording(context):
-        grads = torch.autograd.grad(diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True)
+    try:
+        with recording(context):
+            grads = torch.autograd.grad(diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True)
+    except Exception as exc:  # noqa: BLE001 - eager raises it in backward(), so does the jitted function
+        backward.bound_symbols.clear()
+        backward.bound_symbols.append(BoundSymbol(RAISE, (exc,), {}, None))
+        return differentiable, tangent_args, backward, [None] * len(wrt)
     return differentiable, tangent_args, backward, [replay.state.proxy_of(g) if g is not None else None for g in grads]
+
+
+def raise_backward_error(error: BaseException) -> None:
+    """What a backward trace runs when torch's autograd could not differentiate the forward (a
+    derivative that is not implemented): eager raises the error in ``backward()``, and so does this."""
+    raise error.with_traceback(None)
+
+
+def _never_traced(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("raise_backward_error is recorded directly")
+
+
+RAISE = Symbol(id="raise_backward_error", name="raise_backward_error", langctx="grad", fn=raise_backward_error,
+               path="jitcore.transforms.grad.raise_backward_error", meta=_never_traced)
 
 
 def _tangent_for(replay: _Replay, index: int, out: TensorProxy) -> tuple[OutputSpec, torch.Tensor, list[TensorProxy]]:

@@ -56,3 +56,15 @@ def test_batch_norm_training_updates_buffers_and_gradients() -> None:
     torch.testing.assert_close(jitted_model[1].running_mean, model[1].running_mean)
     torch.testing.assert_close(jitted_model[1].running_var, model[1].running_var)
     assert jitcore.cache_misses(jmodel) == 1
+
+
+def test_a_missing_derivative_raises_in_backward_as_in_eager() -> None:
+    def f(x, y):
+        return torch.special.zeta(x, y).sum()
+
+    x, y = (torch.rand(3) + 2).requires_grad_(), torch.rand(3) + 1
+    jf = jitcore.jit(f)
+    out = jf(x, y)  # the forward works, as eagerly
+    torch.testing.assert_close(out, f(x, y))
+    with pytest.raises(NotImplementedError, match="derivative for 'zeta' is not implemented"):
+        out.backward()
