@@ -368,7 +368,9 @@ def getframe(depth: int = 0, /) -> object:
 
 
 def build_class(func: object, name: object, /, *bases: object, **kwds: object) -> type:
-    """__build_class__: the class body runs interpreted; metaclass, __prepare__ and __init_subclass__ too."""
+    """__build_class__: the class body, ``__prepare__`` and a Python metaclass run interpreted.
+
+    (``__set_name__`` and ``__init_subclass__`` are called by ``type.__new__`` from C, so they run natively.)"""
     run = _run()
     if not isinstance(func, FunctionType):
         raise TypeError("__build_class__: func must be a function")

@@ -38,7 +38,7 @@ from jitcore.langctx import new_context
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy import new_bridge as new_numpy_bridge
 from jitcore.prologue import Path, Prologue, Root
-from jitcore.prologue.guards import implicit_state
+from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.jit.provenance import Provenance
 from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
@@ -87,6 +87,7 @@ class Pass:
         if self.provenance.subclass_inputs:
             self.trace.imports["jitcore"] = jitcore
         self._remember_function(target)
+        state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
         with tracing(self.context), _deep_recursion():
             output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
         epilogue = None
@@ -96,7 +97,7 @@ class Pass:
         self._point_leaks_at_inputs()
         self.trace.args = [proxy for _path, proxy, _t in self.provenance.inputs]
         first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
-        self._state_guards()
+        self._state_guards(state_at_call)
         self.provenance.finish(with_strides=self.context.values.strides_queried)
         program = TracedProgram(self.trace, self.prologue, first_inputs)
         program.epilogue = epilogue
@@ -139,8 +140,9 @@ class Pass:
         if isinstance(fn, types.FunctionType):
             self.provenance.remember_function(fn, Path(Root("bound", fn.__qualname__, fn)))
 
-    def _state_guards(self) -> None:
-        self.prologue.state.extend(implicit_state(creates_tensors=_creates_tensors(self.trace)))
+    def _state_guards(self, state_at_call: list) -> None:
+        creates_tensors = _creates_tensors(self.trace)
+        self.prologue.state.extend(g for g in state_at_call if g.name != DEFAULT_DEVICE or creates_tensors)
 
     # --- hooks -------------------------------------------------------------------------------------
     def hooks(self) -> Hooks:

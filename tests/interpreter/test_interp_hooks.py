@@ -211,3 +211,38 @@ def test_lookaside_on_c_slot_behind_operator():
 
     assert interpret(g, Hooks(lookasides={list.__getitem__: spy_getitem}))(L([1, 2])) == 2
     assert seen == [1]
+
+
+def test_frame_positions_seen_from_a_lookaside():
+    seen = []
+
+    def probe():
+        frame = current_run().frames[-1]
+        seen.append((frame.position(), frame.instruction.opname, frame.code.co_name))
+
+    def target():
+        return None
+
+    def caller():
+        x = 1
+        target()
+        return x
+
+    interpret(caller, Hooks(lookasides={target: probe}))()
+    (position, opname, name), = seen
+    assert name == "caller" and opname == "CALL"
+    assert position.filename == __file__
+    assert position.lineno == caller.__code__.co_firstlineno + 2
+    assert position.function_name == "caller"
+    assert (position.col, position.end_col) == (8, 16)
+
+
+def test_other_python_versions_are_refused(monkeypatch):
+    import pytest
+
+    from jitcore import interpreter
+    from jitcore.interpreter import UnsupportedPythonVersion
+
+    monkeypatch.setattr(interpreter, "SUPPORTED_VERSIONS", ((3, 99),))
+    with pytest.raises(UnsupportedPythonVersion, match="supports CPython 3.99"):
+        interpret(len)
