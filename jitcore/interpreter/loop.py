@@ -120,6 +120,7 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
     index = frame.index - 1
     entry = frame.info.handler_for(index)
     if entry is None:
+        frame.stack.clear()  # as CPython clears an unwound frame's value stack (tracebacks keep frames alive)
         return False
     stack = frame.stack
     del stack[entry.depth:]

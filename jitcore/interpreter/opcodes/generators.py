@@ -130,8 +130,8 @@ def get_anext(frame: Frame, inst: Instruction) -> None:
     awaitable = call(frame.run, method, (), None)
     try:
         frame.stack.append(_awaitable(frame, awaitable, 0))
-    except TypeError:
-        raise TypeError(f"'async for' received an invalid object from __anext__: {type(awaitable).__name__}") from None
+    except Exception as e:
+        raise TypeError(f"'async for' received an invalid object from __anext__: {type(awaitable).__name__}") from e
 
 
 @handles("END_ASYNC_FOR", since=(3, 11))
