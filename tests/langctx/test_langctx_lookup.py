@@ -199,3 +199,60 @@ def test_metadata_reads_are_python_values() -> None:
     source, compiled = _traced(lambda a: (a.numel(), a.dim(), len(a), a.shape[0], a.dtype), torch.ones(3))
     assert compiled(torch.ones(3)) == (3, 1, 3, 3, torch.float32)
     assert "return (3, 1, 3, 3, torch.float32)" in source
+
+
+_INDEX = torch.tensor([2, 0])
+
+
+def _set_int(a: torch.Tensor) -> torch.Tensor:
+    a[0] = 5
+    return a
+
+
+def _set_slice(a: torch.Tensor) -> torch.Tensor:
+    a[:, 1:3] = a[:, :2] * 2
+    return a
+
+
+def _set_mask(a: torch.Tensor) -> torch.Tensor:
+    a[a > 3] = 0
+    return a
+
+
+def _set_index(a: torch.Tensor) -> torch.Tensor:
+    a[_INDEX] = 1.5
+    return a
+
+
+def _iadd_view(a: torch.Tensor) -> torch.Tensor:
+    a[..., None][1] += 1
+    return a
+
+
+_INDEXING = {
+    "int": lambda a: a[0],
+    "slice": lambda a: a[:, 1],
+    "none_ellipsis_step": lambda a: a[None, ..., 1:3:2],
+    "tensor": lambda a: a[_INDEX],  # a real tensor: a constant of the trace
+    "negative": lambda a: a[-1, -2],
+    "set_int": _set_int,
+    "set_slice": _set_slice,
+    "set_mask": _set_mask,
+    "set_index": _set_index,
+    "iadd_view": _iadd_view,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_INDEXING))
+def test_indexing_and_index_assignment(name: str) -> None:
+    fn = _INDEXING[name]
+    x = torch.arange(12.0).reshape(3, 4)
+    _, compiled = _traced(fn, x.clone())
+    torch.testing.assert_close(compiled(x.clone()), fn(x.clone()))
+
+
+def test_a_real_tensor_made_while_tracing_is_a_constant() -> None:
+    x = torch.randn(4)
+    source, compiled = _traced(lambda a: torch.where(a > 0, a, torch.tensor(0.5)), x)
+    assert "t1 = torch.where(t0, x0, __c0)" in source
+    torch.testing.assert_close(compiled(x), torch.where(x > 0, x, torch.tensor(0.5)))
