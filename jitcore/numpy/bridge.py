@@ -221,7 +221,7 @@ class NumpyBridge:
             table[factory] = functools.partial(self._tensor_from_array, TORCH_TABLE.lookup(factory) or factory)
         table[torch.asarray] = functools.partial(self._tensor_from_array, _asarray)
         for name in _UFUNC_METHODS:
-            table[getattr(np.ufunc, name)] = functools.partial(_ufunc_method, name)
+            table[getattr(np.ufunc, name)] = functools.partial(self._ufunc_method, name)
         table[tnp_util._try_convert_to_tensor] = _convert_to_tensor
         return table
 
@@ -294,6 +294,23 @@ class NumpyBridge:
         wrapped = self.to_torch_numpy(scalar)
         return current_run().call(getattr(tnp.ndarray, name), wrapped, other)  # its lookaside marks scalars
 
+    def _ufunc_method(self, name: str, ufunc: Any, *args: Any, **kwargs: Any) -> Any:
+        """``np.add.reduce(a, axis)`` and the like: as the function form (``np.sum(a, axis=0)``);
+        torch._numpy's ufuncs have no methods."""
+        if not _has_traced_value((args, kwargs)):
+            return _native(getattr(ufunc, name), args, kwargs)
+        form = _UFUNC_FORMS.get((ufunc.__name__, name))
+        if form is None or len(args) > 2 or not set(kwargs) <= {"axis", "dtype", "keepdims"}:
+            raise unsupported(
+                f"np.{ufunc.__name__}.{name}", "torch._numpy's ufuncs have no methods",
+                hints=("use the function form: np.add.reduce -> np.sum, np.multiply.reduce -> np.prod, "
+                       "np.maximum.reduce -> np.max, np.add.accumulate -> np.cumsum",),
+            )
+        if len(args) < 2:
+            kwargs.setdefault("axis", 0)  # a ufunc method's default axis, unlike the function form's
+        entry = _entries_by_function()[getattr(np, form)]
+        return self._call_numpy(entry, *args, **kwargs)
+
     def _tensor_from_array(self, factory: Callable[..., Any], data: Any, *args: Any, **kwargs: Any) -> Any:
         """``torch.as_tensor(a)`` and the like on an array: the same call on the array's tensor."""
         if isinstance(data, np.ndarray):
@@ -321,15 +338,17 @@ def _asarray(data: Any, **kwargs: Any) -> Any:
 _UFUNC_METHODS = ("reduce", "accumulate", "reduceat", "outer", "at")
 
 
-def _ufunc_method(name: str, ufunc: Any, *args: Any, **kwargs: Any) -> Any:
-    """``np.add.reduce(...)`` and other ufunc methods: torch._numpy's ufuncs have none."""
-    if _has_traced_value((args, kwargs)):
-        raise unsupported(
-            f"np.{ufunc.__name__}.{name}", "torch._numpy's ufuncs have no methods",
-            hints=("use the function form: np.add.reduce -> np.sum, np.multiply.reduce -> np.prod, "
-                   "np.maximum.reduce -> np.max, np.add.accumulate -> np.cumsum",),
-        )
-    return _native(getattr(ufunc, name), args, kwargs)
+# ufunc methods with a function form of the same meaning (given the same axis).
+_UFUNC_FORMS: dict[tuple[str, str], str] = {
+    ("add", "reduce"): "sum", ("multiply", "reduce"): "prod", ("maximum", "reduce"): "max",
+    ("minimum", "reduce"): "min", ("logical_and", "reduce"): "all", ("logical_or", "reduce"): "any",
+    ("add", "accumulate"): "cumsum", ("multiply", "accumulate"): "cumprod",
+}
+
+
+@functools.cache
+def _entries_by_function() -> dict[Any, NumpyCallable]:
+    return {entry.numpy_fn: entry for entry in numpy_callables()}
 
 
 # Builtins that call a dunder natively; on a wrapper the dunder must run on the interpreter.

@@ -55,10 +55,14 @@ PROGRAMS = {
                                    np.arange(5, dtype=np.int8)), (A,)),
     "tensor_of_array": (lambda a: (torch.as_tensor(a) + 1, torch.tensor(a) * 2, torch.asarray(a) - 1), (A,)),
     "array_of_tensor": (lambda x: (np.asarray(x) + 1, np.array(x) * 2), (torch.randn(3, 4),)),
+    "ufunc_methods": (lambda a: (np.add.reduce(a), np.multiply.reduce(a, axis=1), np.maximum.reduce(a, 1),
+                                 np.add.accumulate(a), np.logical_or.reduce(a > 0, axis=None),
+                                 np.add.reduce(a.astype(np.int32), keepdims=True)), (A,)),
     "metadata": (lambda a: (a.shape, a.ndim, a.size, len(a), a.T.shape, a.itemsize, a.nbytes, a.strides), (A,)),
 }
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # eager np.asarray(tensor) warns about copy=
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_program(name: str) -> None:
     fn, args = PROGRAMS[name]
