@@ -3,7 +3,8 @@
 Invariants:
 - A Run's dispatch table and loop are chosen once, from which hooks are set; hooks left None cost nothing.
 - ``run.frames`` lists the interpreted frames executing now, innermost last (a suspended generator's frame
-  is not in it).
+  is not in it). A run belongs to the thread that created it; ``run.call`` from another thread starts a
+  new run with the same hooks.
 - The stack of active runs is per thread. ``current_run()`` is the innermost one; runs nest (a lookaside
   may start another run).
 """
@@ -64,6 +65,7 @@ class Run:
         "on_opaque_call",
         "raising",
         "resolve_call",
+        "thread",
         "type_of",
     )
 
@@ -88,6 +90,7 @@ class Run:
         self.raising: tuple | None = None
         self.native_exc: BaseException | None = None
         self._resolved: dict[int, tuple[object, Callable | None]] = {}
+        self.thread = threading.get_ident()
 
     def call(self, fn: Callable, *args: object, **kwargs: object) -> object:
         """Call ``fn(*args, **kwargs)`` as the interpreted program would: interpreting Python code.
@@ -100,6 +103,9 @@ class Run:
         """
         from jitcore.interpreter.calls import call
 
+        if threading.get_ident() != self.thread:
+            # frames are per thread: a call arriving from another thread gets its own run, same hooks
+            return Run(self.hooks).call(fn, *args, **kwargs)
         stack = _ACTIVE.stack
         stack.append(self)
         try:
