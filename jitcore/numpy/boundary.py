@@ -16,17 +16,19 @@ Invariants:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import optree
 import torch
+import torch._numpy as tnp
 
 from jitcore.numpy.errors import UnsupportedNumPyError
 from jitcore.prologue.paths import Path, Step
 
-__all__ = ["array_to_tensor", "tensor_path", "check_array", "Epilogue", "SUPPORTED_DTYPES"]
+__all__ = ["SUPPORTED_DTYPES", "Epilogue", "array_to_tensor", "check_array", "tensor_path", "wrap"]
 
 # The dtypes torch.from_numpy accepts.
 SUPPORTED_DTYPES = frozenset(
@@ -92,6 +94,13 @@ def tensor_path(array_path: Path) -> Path:
     return _TensorOfArray(array_path.root, array_path.steps + (_AsTensor("as_tensor", None),))
 
 
+def wrap(tensor: torch.Tensor) -> Any:
+    """The ``torch._numpy.ndarray`` the traced program sees for ``tensor``."""
+    wrapper = tnp.ndarray.__new__(tnp.ndarray)
+    wrapper.tensor = tensor  # not through __init__: natively, a proxy is no torch.Tensor instance
+    return wrapper
+
+
 def _to_ndarray(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
@@ -113,7 +122,7 @@ class Epilogue:
     converters: tuple[tuple[int, Callable[[torch.Tensor], Any]], ...]
 
     @staticmethod
-    def split(output: Any, is_array: Callable[[Any], bool], is_scalar: Callable[[Any], bool]) -> tuple[Any, "Epilogue | None"]:
+    def split(output: Any, is_array: Callable[[Any], bool], is_scalar: Callable[[Any], bool]) -> tuple[Any, Epilogue | None]:
         """The output with each array wrapper replaced by its tensor, and the epilogue (None: no arrays)."""
         leaves, spec = optree.tree_flatten(output, none_is_leaf=True)
         converters = []

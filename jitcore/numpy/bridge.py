@@ -5,14 +5,17 @@ send each NumPy callable to its ``torch._numpy`` counterpart, which the interpre
 any Python code, so only its torch calls on proxies are recorded: the trace holds tensors only and
 the ``torch._numpy.ndarray`` wrappers live in the interpreted program alone.
 
-Lookasides (see ``NumpyBridge.lookasides``):
+Lookasides (see ``NumpyBridge.lookasides``; the stateless ones live in ``lookasides.py``):
 - ``np.*`` (``numpy``, ``numpy.linalg``, ``numpy.fft``) -> the same-named ``torch._numpy`` callable,
   interpreted, after NumPy values among the arguments (arrays, scalars, dtypes) are converted;
-- methods and operators of ``torch._numpy.ndarray`` (and of NumPy scalars meeting one) -> the same,
-  with the same argument conversion and scalar bookkeeping;
-- ``Tensor.numpy()`` on a proxy -> a wrapper of the proxy; ``torch.from_numpy(wrapper)`` -> its proxy;
+  ufunc methods (``np.add.reduce``) -> their function forms;
+- methods and operators of ``torch._numpy.ndarray`` (and of NumPy scalars meeting one, and the
+  builtins ``abs``/``pow``/``divmod``/``round``) -> the same, with the same argument conversion
+  and scalar bookkeeping; ``isinstance`` and ``a.dtype`` answer with NumPy's types for user code;
+- ``Tensor.numpy()`` on a proxy -> a wrapper of the proxy; ``torch.from_numpy`` / ``as_tensor`` /
+  ``tensor`` / ``asarray`` of a wrapper -> its proxy;
 - NumPy callables without a counterpart: run natively on constants, UnsupportedNumPyError when they
-  meet traced values (``np.random.*`` always).
+  meet traced values (``np.random.*`` and ``np.random.Generator`` methods always).
 
 Note [NumPy scalars]: ``torch._numpy`` returns 0-d arrays where NumPy returns scalars (``np.sum(a)``
 is an ``np.float64``). The bridge asks NumPy itself which results are scalars: when a call gives a
@@ -35,10 +38,10 @@ inside interpreted ``torch._numpy`` code.
 from __future__ import annotations
 
 import functools
-import os
 import types
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,11 +51,24 @@ import torch._numpy._util as tnp_util
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES
 from jitcore.errors import DataDependentError
 from jitcore.interpreter import current_run
-from jitcore.interpreter.calls import call_function, canonical, opaque
+from jitcore.interpreter.calls import call_function, canonical
 from jitcore.langctx.torch import TORCH_TABLE
-from jitcore.numpy.boundary import SUPPORTED_DTYPES, Epilogue, array_to_tensor, check_array
+from jitcore.numpy.boundary import SUPPORTED_DTYPES, Epilogue, array_to_tensor, check_array, wrap
 from jitcore.numpy.errors import unsupported, user_position
-from jitcore.numpy.indexing import positive_steps
+from jitcore.numpy.lookasides import (
+    BOOL_AS_INT,
+    BUILTIN_OPERATORS,
+    DTYPE_FGET,
+    asarray,
+    bool_as_int,
+    builtin_operator,
+    convert_to_tensor,
+    dtype_of,
+    native,
+    nbytes,
+    tensor_numpy,
+    with_positive_steps,
+)
 from jitcore.numpy.table import ARRAY_RETURNING, NumpyCallable, numpy_callables
 from jitcore.proxies import TensorProxy
 
@@ -64,8 +80,6 @@ _RESHAPE = tnp.ndarray.reshape
 # Results up to this many elements are checked against NumPy on placeholders (Note [NumPy dtypes]).
 _PLACEHOLDER_LIMIT = 1 << 16
 _DTYPE_EQ = tnp.DType.__eq__
-_DTYPE_FGET = vars(tnp.ndarray)["dtype"].fget
-_TORCH_NUMPY_DIR = os.path.dirname(tnp.__file__) + os.sep
 
 # Binary operators of NumPy scalars that can meet a torch._numpy.ndarray.
 _SCALAR_OPERATORS = tuple(
@@ -74,13 +88,6 @@ _SCALAR_OPERATORS = tuple(
                "lshift", "rshift")
     for r in ("", "r")
 ) + ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
-
-
-def wrap(tensor: torch.Tensor) -> Any:
-    """The ``torch._numpy.ndarray`` the traced program sees for ``tensor``."""
-    wrapper = tnp.ndarray.__new__(tnp.ndarray)
-    wrapper.tensor = tensor  # not through __init__: natively, a proxy is no torch.Tensor instance
-    return wrapper
 
 
 class NumpyBridge:
@@ -203,26 +210,26 @@ class NumpyBridge:
             if isinstance(fn, types.FunctionType):
                 table[fn] = functools.partial(self._call_method, fn, name)
         table[tnp.DType.__eq__] = self._dtype_eq
-        table[_DTYPE_FGET] = _dtype_of
-        table[vars(tnp.ndarray)["nbytes"].fget] = _nbytes
+        table[DTYPE_FGET] = dtype_of
+        table[vars(tnp.ndarray)["nbytes"].fget] = nbytes
         table[isinstance] = self._isinstance
         for scalar_type in _numpy_scalar_types():
             for name in _SCALAR_OPERATORS:
                 slot = getattr(scalar_type, name, None)
                 if slot is not None:
                     table[slot] = functools.partial(self._scalar_operator, slot, name)
-        for builtin, dunder in _BUILTIN_OPERATORS:
-            table[builtin] = functools.partial(_builtin_operator, builtin, dunder)
-        tensor_numpy = functools.partial(_tensor_numpy, self.provenance)
-        table[vars(TensorProxy)["numpy"]] = tensor_numpy
-        table[torch.Tensor.numpy] = tensor_numpy
+        for builtin, dunder in BUILTIN_OPERATORS:
+            table[builtin] = functools.partial(builtin_operator, builtin, dunder)
+        numpy_of_tensor = functools.partial(tensor_numpy, self.provenance)
+        table[vars(TensorProxy)["numpy"]] = numpy_of_tensor
+        table[torch.Tensor.numpy] = numpy_of_tensor
         table[torch.from_numpy] = self._from_numpy
         for factory in (torch.as_tensor, torch.tensor):
             table[factory] = functools.partial(self._tensor_from_array, TORCH_TABLE.lookup(factory) or factory)
-        table[torch.asarray] = functools.partial(self._tensor_from_array, _asarray)
+        table[torch.asarray] = functools.partial(self._tensor_from_array, asarray)
         for name in _UFUNC_METHODS:
             table[getattr(np.ufunc, name)] = functools.partial(self._ufunc_method, name)
-        table[tnp_util._try_convert_to_tensor] = _convert_to_tensor
+        table[tnp_util._try_convert_to_tensor] = convert_to_tensor
         return table
 
     def _numpy_lookaside(self, entry: NumpyCallable) -> Callable[..., Any]:
@@ -232,10 +239,10 @@ class NumpyBridge:
 
     def _call_numpy(self, entry: NumpyCallable, *args: Any, **kwargs: Any) -> Any:
         if isinstance(entry.numpy_fn, type) and not _has_traced_value((args, kwargs)):
-            return _native(entry.numpy_fn, args, kwargs)  # np.float32(2.0): a constant
+            return native(entry.numpy_fn, args, kwargs)  # np.float32(2.0): a constant
         converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
-        if entry.short_name in _BOOL_AS_INT:
-            converted_args = _bool_as_int(converted_args, converted_kwargs)
+        if entry.short_name in BOOL_AS_INT:
+            converted_args = bool_as_int(converted_args, converted_kwargs)
         try:
             result = current_run().call(entry.torch_fn, *converted_args, **converted_kwargs)
         except NotImplementedError as exc:
@@ -252,7 +259,7 @@ class NumpyBridge:
             )
         if _has_traced_value((args, kwargs)):
             raise unsupported(entry.name, "torch's NumPy layer (torch._numpy) does not implement this function")
-        return _native(entry.numpy_fn, args, kwargs)  # constants only: NumPy computes a constant
+        return native(entry.numpy_fn, args, kwargs)  # constants only: NumPy computes a constant
 
     def _call_method(self, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
         if name == "tolist":
@@ -262,10 +269,10 @@ class NumpyBridge:
                 where=user_position(),
             )
         if name == "__getitem__" and len(args) == 2:
-            args = _with_positive_steps(*args)
+            args = with_positive_steps(*args)
         converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
-        if name in _BOOL_AS_INT:
-            converted_args = _bool_as_int(converted_args, converted_kwargs)
+        if name in BOOL_AS_INT:
+            converted_args = bool_as_int(converted_args, converted_kwargs)
         try:
             # interpreted directly: through ``run.call`` this lookaside would find itself again
             result = call_function(current_run(), fn, converted_args, converted_kwargs)
@@ -290,7 +297,7 @@ class NumpyBridge:
 
     def _scalar_operator(self, slot: Any, name: str, scalar: Any, other: Any = None) -> Any:
         if not isinstance(other, tnp.ndarray):
-            return _native(slot, (scalar, other), {})
+            return native(slot, (scalar, other), {})
         wrapped = self.to_torch_numpy(scalar)
         return current_run().call(getattr(tnp.ndarray, name), wrapped, other)  # its lookaside marks scalars
 
@@ -298,13 +305,15 @@ class NumpyBridge:
         """``np.add.reduce(a, axis)`` and the like: as the function form (``np.sum(a, axis=0)``);
         torch._numpy's ufuncs have no methods."""
         if not _has_traced_value((args, kwargs)):
-            return _native(getattr(ufunc, name), args, kwargs)
+            return native(getattr(ufunc, name), args, kwargs)
         form = _UFUNC_FORMS.get((ufunc.__name__, name))
         if form is None or len(args) > 2 or not set(kwargs) <= {"axis", "dtype", "keepdims"}:
             raise unsupported(
                 f"np.{ufunc.__name__}.{name}", "torch._numpy's ufuncs have no methods",
-                hints=("use the function form: np.add.reduce -> np.sum, np.multiply.reduce -> np.prod, "
-                       "np.maximum.reduce -> np.max, np.add.accumulate -> np.cumsum",),
+                hints=(
+                    "use the function form: np.add.reduce -> np.sum, np.multiply.reduce -> np.prod, "
+                    "np.maximum.reduce -> np.max, np.add.accumulate -> np.cumsum",
+                ),
             )
         if len(args) < 2:
             kwargs.setdefault("axis", 0)  # a ufunc method's default axis, unlike the function form's
@@ -324,15 +333,7 @@ class NumpyBridge:
             return array.tensor
         if isinstance(array, np.ndarray):
             return self._bind_array(array).tensor
-        return _native(torch.from_numpy, (array,), {})
-
-
-def _asarray(data: Any, **kwargs: Any) -> Any:
-    """``torch.asarray`` (not recordable) on a traced tensor: ``torch.as_tensor`` when equivalent."""
-    as_tensor = TORCH_TABLE.lookup(torch.as_tensor)
-    if isinstance(data, TensorProxy) and as_tensor is not None and set(kwargs) <= {"dtype", "device"}:
-        return as_tensor(data, **kwargs)
-    return opaque(current_run(), torch.asarray, (data,), kwargs)  # as if there were no lookaside
+        return native(torch.from_numpy, (array,), {})
 
 
 _UFUNC_METHODS = ("reduce", "accumulate", "reduceat", "outer", "at")
@@ -351,67 +352,6 @@ def _entries_by_function() -> dict[Any, NumpyCallable]:
     return {entry.numpy_fn: entry for entry in numpy_callables()}
 
 
-# Builtins that call a dunder natively; on a wrapper the dunder must run on the interpreter.
-_BUILTIN_OPERATORS = ((abs, "__abs__"), (divmod, "__divmod__"), (pow, "__pow__"), (round, "__round__"))
-
-
-def _builtin_operator(builtin: Callable[..., Any], dunder: str, value: Any, *args: Any) -> Any:
-    if isinstance(value, tnp.ndarray) and not (builtin is pow and len(args) > 1):
-        return current_run().call(getattr(type(value), dunder), value, *args)
-    if builtin is divmod or builtin is pow and len(args) == 1:
-        other = args[0] if args else None
-        if isinstance(other, tnp.ndarray):
-            return current_run().call(getattr(type(other), "__r" + dunder[2:]), other, value)
-    return _native(builtin, (value, *args), {})
-
-
-def _dtype_of(wrapper: Any) -> Any:
-    """``wrapper.dtype``: NumPy's own dtype for the user's code, torch._numpy's for torch._numpy."""
-    dtype = _DTYPE_FGET(wrapper)
-    frames = current_run().frames
-    if frames and not frames[-1].code.co_filename.startswith(_TORCH_NUMPY_DIR):
-        return np.dtype(dtype.name)
-    return dtype
-
-
-def _nbytes(wrapper: Any) -> int:
-    """``a.nbytes`` as NumPy defines it (torch._numpy reads the storage, which a proxy lacks)."""
-    return wrapper.tensor.numel() * wrapper.tensor.dtype.itemsize
-
-
-def _convert_to_tensor(data: Any) -> Any:
-    """torch._numpy's ``torch.as_tensor(data)``, recorded with the dtype it infers now.
-
-    torch._numpy changes the default dtype around this call (to float64, as NumPy infers); the
-    recorded call must not depend on the default dtype when the trace runs, so it names the dtype.
-    """
-    run = current_run()
-    if _any_leaf(data, lambda v: isinstance(v, (TensorProxy, tnp.ndarray))):
-        return call_function(run, tnp_util._try_convert_to_tensor, (data,), None)
-    try:
-        dtype = torch.as_tensor(data).dtype  # on Python constants only
-    except Exception as exc:  # noqa: BLE001 - as torch._numpy reports it
-        raise NotImplementedError(f"failed to convert {data} to ndarray. \nInternal error is: {exc}.") from None
-    return run.call(torch.as_tensor, data, dtype=dtype)
-
-
-def _tensor_numpy(provenance: Any, tensor: Any, *, force: bool = False) -> Any:
-    """``tensor.numpy()``: the wrapper over the tensor (sharing it, as NumPy shares memory)."""
-    if not isinstance(tensor, TensorProxy):
-        tensor = provenance.bind_leaked_tensor(tensor)
-    if tensor.requires_grad and not force:
-        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-    if tensor.dtype not in _TORCH_DTYPES_WITH_NUMPY:
-        raise TypeError(f"Got unsupported ScalarType {str(tensor.dtype).removeprefix('torch.').capitalize()}")
-    return wrap(tensor.detach() if force and tensor.requires_grad else tensor)
-
-
-_TORCH_DTYPES_WITH_NUMPY = frozenset({
-    torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32,
-    torch.uint64, torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128,
-})
-
-
 @functools.cache
 def _numpy_scalar_types() -> tuple[type, ...]:
     return tuple(sorted({np.dtype(d).type for d in SUPPORTED_DTYPES}, key=lambda t: t.__name__))
@@ -424,34 +364,6 @@ def _torch_numpy_dtype(dtype: np.dtype) -> Any:
 
 
 # Functions torch._numpy leaves to a torch kernel that has no bool version; NumPy sums booleans as
-# its default integer.
-_BOOL_AS_INT = frozenset({"cumsum", "cumprod"})
-
-
-def _bool_as_int(args: tuple, kwargs: dict) -> tuple:
-    if not args or not isinstance(args[0], tnp.ndarray) or kwargs.get("dtype") is not None:
-        return args
-    if args[0].tensor.dtype is not torch.bool:
-        return args
-    return (call_function(current_run(), _ASTYPE, (args[0], tnp.dtype("int64")), None), *args[1:])
-
-
-def _with_positive_steps(array: Any, index: Any) -> tuple[Any, Any]:
-    """``array[index]`` rewritten without negative-step slices (see jitcore/numpy/indexing.py)."""
-    rewrite = positive_steps(index, tuple(array.shape)) if isinstance(array, tnp.ndarray) else None
-    if rewrite is None:
-        return array, index
-    flips, index = rewrite
-    if flips:
-        array = current_run().call(tnp.flip, array, flips)
-    return array, index
-
-
-def _native(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """Call ``fn`` as the interpreter would have without the bridge's lookaside (opaquely)."""
-    return opaque(current_run(), fn, args, kwargs)
-
-
 def _method_caller(name: str) -> Callable[..., Any]:
     def call_method(self: Any, *args: Any, **kwargs: Any) -> Any:
         return getattr(self, name)(*args, **kwargs)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NumpyCallable", "numpy_callables", "ARRAY_RETURNING"]
+__all__ = ["ARRAY_RETURNING", "NumpyCallable", "numpy_callables"]
 
 # NumPy 2 names torch._numpy knows under their older spelling.
 _ALIASES: dict[str, str] = {

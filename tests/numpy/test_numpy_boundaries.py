@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from test_numpy_support import assert_no_wrappers, assert_same, check
 
 import jitcore
-from test_numpy_support import assert_no_wrappers, assert_same, check
 
 RNG = np.random.default_rng(2)
 A = RNG.standard_normal((3, 4))

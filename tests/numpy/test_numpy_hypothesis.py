@@ -8,7 +8,6 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-
 from test_numpy_support import check
 
 DTYPES = st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.bool_])

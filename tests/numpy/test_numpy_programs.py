@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_numpy_support import assert_no_wrappers, assert_same, check
 
 import jitcore
-from test_numpy_support import assert_no_wrappers, assert_same, check
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((3, 4))

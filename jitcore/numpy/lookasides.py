@@ -1,0 +1,149 @@
+"""Lookasides of the NumPy bridge that hold no per-pass state: torch/NumPy interoperation and
+repairs of ``torch._numpy`` where it departs from NumPy (or from what a trace may record).
+
+Invariants: each function here is called in place of a callable of the interpreted program, with
+that callable's arguments; what it cannot handle it passes on as the interpreter would have
+(``native``: an opaque call), so a program that never meets NumPy behaves as without the bridge.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch._numpy as tnp
+import torch._numpy._util as tnp_util
+
+from jitcore.interpreter import current_run
+from jitcore.interpreter.calls import call_function, opaque
+from jitcore.langctx.torch import TORCH_TABLE
+from jitcore.numpy.boundary import wrap
+from jitcore.numpy.indexing import positive_steps
+from jitcore.proxies import TensorProxy
+
+__all__ = [
+    "BOOL_AS_INT",
+    "BUILTIN_OPERATORS",
+    "DTYPE_FGET",
+    "asarray",
+    "bool_as_int",
+    "builtin_operator",
+    "convert_to_tensor",
+    "dtype_of",
+    "native",
+    "nbytes",
+    "tensor_numpy",
+    "with_positive_steps",
+]
+
+_ASTYPE = tnp.ndarray.astype
+DTYPE_FGET = vars(tnp.ndarray)["dtype"].fget
+_TORCH_NUMPY_DIR = os.path.dirname(tnp.__file__) + os.sep
+
+
+def asarray(data: Any, **kwargs: Any) -> Any:
+    """``torch.asarray`` (not recordable) on a traced tensor: ``torch.as_tensor`` when equivalent."""
+    as_tensor = TORCH_TABLE.lookup(torch.as_tensor)
+    if isinstance(data, TensorProxy) and as_tensor is not None and set(kwargs) <= {"dtype", "device"}:
+        return as_tensor(data, **kwargs)
+    return opaque(current_run(), torch.asarray, (data,), kwargs)  # as if there were no lookaside
+
+
+# Builtins that call a dunder natively; on a wrapper the dunder must run on the interpreter.
+BUILTIN_OPERATORS = ((abs, "__abs__"), (divmod, "__divmod__"), (pow, "__pow__"), (round, "__round__"))
+
+
+def builtin_operator(builtin: Callable[..., Any], dunder: str, value: Any, *args: Any) -> Any:
+    if isinstance(value, tnp.ndarray) and not (builtin is pow and len(args) > 1):
+        return current_run().call(getattr(type(value), dunder), value, *args)
+    if builtin is divmod or builtin is pow and len(args) == 1:
+        other = args[0] if args else None
+        if isinstance(other, tnp.ndarray):
+            return current_run().call(getattr(type(other), "__r" + dunder[2:]), other, value)
+    return native(builtin, (value, *args), {})
+
+
+def dtype_of(wrapper: Any) -> Any:
+    """``wrapper.dtype``: NumPy's own dtype for the user's code, torch._numpy's for torch._numpy."""
+    dtype = DTYPE_FGET(wrapper)
+    frames = current_run().frames
+    if frames and not frames[-1].code.co_filename.startswith(_TORCH_NUMPY_DIR):
+        return np.dtype(dtype.name)
+    return dtype
+
+
+def nbytes(wrapper: Any) -> int:
+    """``a.nbytes`` as NumPy defines it (torch._numpy reads the storage, which a proxy lacks)."""
+    return wrapper.tensor.numel() * wrapper.tensor.dtype.itemsize
+
+
+def convert_to_tensor(data: Any) -> Any:
+    """torch._numpy's ``torch.as_tensor(data)``, recorded with the dtype it infers now.
+
+    torch._numpy changes the default dtype around this call (to float64, as NumPy infers); the
+    recorded call must not depend on the default dtype when the trace runs, so it names the dtype.
+    """
+    run = current_run()
+    if _holds_traced(data):
+        return call_function(run, tnp_util._try_convert_to_tensor, (data,), None)
+    try:
+        dtype = torch.as_tensor(data).dtype  # on Python constants only
+    except Exception as exc:  # noqa: BLE001 - as torch._numpy reports it
+        raise NotImplementedError(f"failed to convert {data} to ndarray. \nInternal error is: {exc}.") from None
+    return run.call(torch.as_tensor, data, dtype=dtype)
+
+
+def tensor_numpy(provenance: Any, tensor: Any, *, force: bool = False) -> Any:
+    """``tensor.numpy()``: the wrapper over the tensor (sharing it, as NumPy shares memory)."""
+    if not isinstance(tensor, TensorProxy):
+        tensor = provenance.bind_leaked_tensor(tensor)
+    if tensor.requires_grad and not force:
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+    if tensor.dtype not in TORCH_DTYPES_WITH_NUMPY:
+        raise TypeError(f"Got unsupported ScalarType {str(tensor.dtype).removeprefix('torch.').capitalize()}")
+    return wrap(tensor.detach() if force and tensor.requires_grad else tensor)
+
+
+TORCH_DTYPES_WITH_NUMPY = frozenset({
+    torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32,
+    torch.uint64, torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+})
+
+
+# its default integer.
+BOOL_AS_INT = frozenset({"cumsum", "cumprod"})
+
+
+def bool_as_int(args: tuple, kwargs: dict) -> tuple:
+    if not args or not isinstance(args[0], tnp.ndarray) or kwargs.get("dtype") is not None:
+        return args
+    if args[0].tensor.dtype is not torch.bool:
+        return args
+    return (call_function(current_run(), _ASTYPE, (args[0], tnp.dtype("int64")), None), *args[1:])
+
+
+def with_positive_steps(array: Any, index: Any) -> tuple[Any, Any]:
+    """``array[index]`` rewritten without negative-step slices (see jitcore/numpy/indexing.py)."""
+    rewrite = positive_steps(index, tuple(array.shape)) if isinstance(array, tnp.ndarray) else None
+    if rewrite is None:
+        return array, index
+    flips, index = rewrite
+    if flips:
+        array = current_run().call(tnp.flip, array, flips)
+    return array, index
+
+
+def native(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Call ``fn`` as the interpreter would have without the bridge's lookaside (opaquely)."""
+    return opaque(current_run(), fn, args, kwargs)
+
+
+def _holds_traced(data: Any) -> bool:
+    if isinstance(data, (TensorProxy, tnp.ndarray)):
+        return True
+    if isinstance(data, (list, tuple)):
+        return any(_holds_traced(v) for v in data)
+    return False
