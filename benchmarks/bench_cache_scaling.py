@@ -1,7 +1,7 @@
 """Cached-call cost of jitcore.jit as the cache grows: 1, 10, 100 and 300 entries.
 
-Each entry is one specialization of the same function for a different input shape (``(n, 4)`` for
-n = 1..N). The call measured is a cache hit on the *oldest* entry (the worst case for a linear scan
+Each entry is one specialization of the same function for a different input shape (``(n,)`` for
+n = 1..N; small, so that the newest entry's larger input adds little compute). The call measured is a cache hit on the *oldest* entry (the worst case for a linear scan
 of the entries newest first) and on the newest one; times are per call, with the ratio to the
 1-entry case, and — for reference — what trying every entry in turn (a linear scan, as before the
 dispatch table) costs for the same hit on the oldest entry. Past a few entries a call is dispatched on a cheap key of its arguments (tensor shapes
@@ -52,7 +52,7 @@ def linear_scan(jf):
 def main(rounds: int = 5) -> None:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    inputs = [torch.randn(n, 4) for n in range(1, max(SIZES) + 1)]
+    inputs = [torch.randn(n) for n in range(1, max(SIZES) + 1)]
     jitted = {}
     for size in SIZES:
         jf = jitcore.jit(f, cache_limit=max(SIZES))
