@@ -310,10 +310,7 @@ class NumpyBridge:
         if form is None or len(args) > 2 or not set(kwargs) <= {"axis", "dtype", "keepdims"}:
             raise unsupported(
                 f"np.{ufunc.__name__}.{name}", "torch._numpy's ufuncs have no methods",
-                hints=(
-                    "use the function form: np.add.reduce -> np.sum, np.multiply.reduce -> np.prod, "
-                    "np.maximum.reduce -> np.max, np.add.accumulate -> np.cumsum",
-                ),
+                hints=(_UFUNC_HINT,),
             )
         if len(args) < 2:
             kwargs.setdefault("axis", 0)  # a ufunc method's default axis, unlike the function form's
@@ -338,6 +335,11 @@ class NumpyBridge:
 
 _UFUNC_METHODS = ("reduce", "accumulate", "reduceat", "outer", "at")
 
+
+_UFUNC_HINT = (
+    "use the function form: np.add.reduce -> np.sum, np.multiply.reduce -> np.prod, "
+    "np.maximum.reduce -> np.max, np.add.accumulate -> np.cumsum"
+)
 
 # ufunc methods with a function form of the same meaning (given the same axis).
 _UFUNC_FORMS: dict[tuple[str, str], str] = {
