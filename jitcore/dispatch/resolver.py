@@ -33,10 +33,10 @@ from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["resolve_call", "DispatchState", "has_subclass", "call_on_shadows", "call_torch_dispatch"]
+__all__ = ["METADATA_OPS", "resolve_call", "DispatchState", "has_subclass", "call_on_shadows", "call_torch_dispatch"]
 
-# Asked by the dispatcher about shadows; answered natively, never recorded.
-_METADATA_OPS = frozenset(
+# Asked by the dispatcher (and the autograd engine) about shadows; answered natively, never recorded.
+METADATA_OPS = frozenset(
     op
     for op in (
         torch.ops.prim.device.default,
@@ -160,7 +160,7 @@ class _ResolveMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if func in _METADATA_OPS:
+        if func in METADATA_OPS:
             return func(*args, **kwargs)
         user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
         proxy_args, proxy_kwargs = _map(self.state.proxy_of, (args, kwargs))

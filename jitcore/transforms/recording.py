@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import jitcore
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
-from jitcore.dispatch.resolver import DispatchState, call_on_shadows, call_torch_dispatch
+from jitcore.dispatch.resolver import METADATA_OPS, DispatchState, call_on_shadows, call_torch_dispatch
 from jitcore.interpreter import Hooks, Run, active_runs
 from jitcore.ir import Proxy, Symbol, TraceContext, tracing
 from jitcore.langctx import aten as aten_langctx
@@ -44,25 +44,6 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["METADATA_OPS", "RecordingMode", "op_symbol", "recording"]
 
-# Asked by the dispatcher and the autograd engine about shadows; answered natively, never recorded.
-METADATA_OPS = frozenset(
-    op
-    for op in (
-        torch.ops.prim.device.default,
-        torch.ops.prim.layout.default,
-        torch.ops.aten.sym_size.default,
-        torch.ops.aten.sym_size.int,
-        torch.ops.aten.sym_stride.default,
-        torch.ops.aten.sym_stride.int,
-        torch.ops.aten.sym_numel.default,
-        torch.ops.aten.sym_storage_offset.default,
-        torch.ops.aten.dim.default,
-        torch.ops.aten.is_contiguous.default,
-        torch.ops.aten.is_contiguous.memory_format,
-        torch.ops.aten.is_strides_like_format.default,
-        torch.ops.aten.is_non_overlapping_and_dense.default,
-    )
-)
 
 _JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
 
