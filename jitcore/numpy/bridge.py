@@ -64,6 +64,7 @@ from jitcore.numpy.lookasides import (
     builtin_operator,
     convert_to_tensor,
     dtype_of,
+    in_user_code,
     native,
     nbytes,
     tensor_numpy,
@@ -100,7 +101,8 @@ class NumpyBridge:
     def __init__(self, provenance: Any) -> None:
         self.provenance = provenance
         self._scalars: dict[int, Any] = {}
-        self._outer_isinstance = DISPATCH_LOOKASIDES.get(isinstance, isinstance)  # what ours wraps
+        self._outer_isinstance = DISPATCH_LOOKASIDES.get(isinstance, isinstance)  # what ours wrap
+        self._outer_type = DISPATCH_LOOKASIDES.get(type, type)
 
     # --- scalars (Note [NumPy scalars]) -------------------------------------------------------------
     def is_scalar(self, value: Any) -> bool:
@@ -213,6 +215,7 @@ class NumpyBridge:
         table[DTYPE_FGET] = dtype_of
         table[vars(tnp.ndarray)["nbytes"].fget] = nbytes
         table[isinstance] = self._isinstance
+        table[type] = self._type
         for scalar_type in _numpy_scalar_types():
             for name in _SCALAR_OPERATORS:
                 slot = getattr(scalar_type, name, None)
@@ -290,6 +293,13 @@ class NumpyBridge:
             if isinstance(cls, type) and issubclass(cls, np.generic):
                 return self.is_scalar(value) and issubclass(np.dtype(value.dtype.name).type, cls)
         return self._outer_isinstance(value, cls)
+
+    def _type(self, *args: Any) -> Any:
+        """``type(a)`` in user code: ``np.ndarray``, or the NumPy scalar type a scalar stands for."""
+        if len(args) == 1 and type(args[0]) is tnp.ndarray and in_user_code():
+            wrapper = args[0]
+            return np.dtype(wrapper.dtype.name).type if self.is_scalar(wrapper) else np.ndarray
+        return self._outer_type(*args)
 
     def _dtype_eq(self, dtype: Any, other: Any) -> Any:
         other = self.to_torch_numpy(other) if isinstance(other, (np.dtype, type)) else other

@@ -66,13 +66,16 @@ def builtin_operator(builtin: Callable[..., Any], dunder: str, value: Any, *args
     return native(builtin, (value, *args), {})
 
 
+def in_user_code() -> bool:
+    """Whether the interpreted frame making the current call is outside torch._numpy."""
+    frames = current_run().frames
+    return bool(frames) and not frames[-1].code.co_filename.startswith(_TORCH_NUMPY_DIR)
+
+
 def dtype_of(wrapper: Any) -> Any:
     """``wrapper.dtype``: NumPy's own dtype for the user's code, torch._numpy's for torch._numpy."""
     dtype = DTYPE_FGET(wrapper)
-    frames = current_run().frames
-    if frames and not frames[-1].code.co_filename.startswith(_TORCH_NUMPY_DIR):
-        return np.dtype(dtype.name)
-    return dtype
+    return np.dtype(dtype.name) if in_user_code() else dtype
 
 
 def nbytes(wrapper: Any) -> int:

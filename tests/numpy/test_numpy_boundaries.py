@@ -124,9 +124,10 @@ def test_in_place_on_tensor_numpy_view_reaches_the_tensor() -> None:
     assert_same(x, y)
 
 
-def test_isinstance_sees_numpy_types() -> None:
+def test_isinstance_and_type_see_numpy_types() -> None:
     def f(a):
         s = np.sum(a)
-        return isinstance(a, np.ndarray), isinstance(s, np.ndarray), isinstance(s, np.floating), isinstance(a[0], (np.ndarray, int))
+        return (isinstance(a, np.ndarray), isinstance(s, np.ndarray), isinstance(s, np.floating),
+                isinstance(a[0], (np.ndarray, int)), type(a) is np.ndarray, type(s).__name__, type(a[0, 0]) is np.float64)
 
     check(f, A)
