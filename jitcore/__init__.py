@@ -1,45 +1,43 @@
 """jitcore: a JIT for PyTorch programs that resolves tensor subclasses while interpreting.
 
-This module holds the public API only. Its names are loaded on first use, so that importing a
-lower layer (``jitcore.ir``, ``jitcore.interpreter``) does not import the jit.
+This module holds the public API only. ``jitcore.jit`` and ``jitcore.debug`` are functions here,
+although packages of the same names exist: the names below are bound when this module is imported,
+after those packages, so the functions win.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jitcore.debug.debugger import Debugger, debug
+from jitcore.debug.explain import explain
+from jitcore.debug.report import install_report_hook, report
+from jitcore.errors import DataDependentError, JitcoreError, UnsupportedInputError, UnsupportedOperationError
+from jitcore.jit.api import (
+    JittedFunction,
+    cache_hits,
+    cache_misses,
+    jit,
+    last_prologue_traces,
+    last_traces,
+    miss_reasons,
+)
+from jitcore.transforms.autograd import last_backward_traces
 
-_EXPORTS: dict[str, str] = {
-    "jit": "jitcore.jit.api",
-    "JittedFunction": "jitcore.jit.api",
-    "last_traces": "jitcore.jit.api",
-    "last_prologue_traces": "jitcore.jit.api",
-    "cache_hits": "jitcore.jit.api",
-    "cache_misses": "jitcore.jit.api",
-    "miss_reasons": "jitcore.jit.api",
-    "last_backward_traces": "jitcore.transforms.autograd",
-    "JitcoreError": "jitcore.errors",
-    "DataDependentError": "jitcore.errors",
-    "UnsupportedInputError": "jitcore.errors",
-    "UnsupportedOperationError": "jitcore.errors",
-    "report": "jitcore.debug.report",
-    "install_report_hook": "jitcore.debug.report",
-    "explain": "jitcore.debug.explain",
-    "debug": "jitcore.debug",
-    "Debugger": "jitcore.debug.debugger",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jitcore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__ = [
+    "DataDependentError",
+    "Debugger",
+    "JitcoreError",
+    "JittedFunction",
+    "UnsupportedInputError",
+    "UnsupportedOperationError",
+    "cache_hits",
+    "cache_misses",
+    "debug",
+    "explain",
+    "install_report_hook",
+    "jit",
+    "last_backward_traces",
+    "last_prologue_traces",
+    "last_traces",
+    "miss_reasons",
+    "report",
+]

@@ -8,16 +8,13 @@ Names that are also submodules (``report``, ``explain``) are not re-exported her
 functions are ``jitcore.report`` and ``jitcore.explain``, and ``jitcore.debug.report`` is always
 the module, whatever was imported first.
 
-``jitcore.debug`` is both this package and the debugger's entry point: calling the package,
-``jitcore.debug(jfn, *args, **kwargs)``, runs ``jitcore.debug.debugger.debug``. (A package
-attribute of ``jitcore`` named ``debug`` would otherwise hide a function of that name.)
+The public entry point ``jitcore.debug(jfn, *args, **kwargs)`` is the function
+``jitcore.debug.debugger.debug``, bound by ``jitcore/__init__.py`` over this package's name.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
@@ -44,15 +41,3 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-
-class _DebugPackage(types.ModuleType):
-    """The module type of ``jitcore.debug``: calling it starts the debugger."""
-
-    def __call__(self, jfn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        from jitcore.debug.debugger import debug as run_debugger
-
-        return run_debugger(jfn, *args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _DebugPackage
-debug = sys.modules[__name__]  # ``jitcore._EXPORTS["debug"]`` resolves to the callable package

@@ -207,4 +207,6 @@ def test_jitcore_debug_is_callable(mlp, monkeypatch, capsys):
     out = jitcore.debug(jfn, *args)
     torch.testing.assert_close(out, P.mlp(*args))
     assert "jitcore debugger: 5 ops" in capsys.readouterr().out
-    assert callable(jitcore.debug) and jitcore.debug.report.report is jitcore.report
+    from jitcore.debug.report import report
+
+    assert callable(jitcore.debug) and report is jitcore.report
