@@ -151,6 +151,7 @@ class Pass:
                 **dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES, **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
+                **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
             },
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
@@ -191,6 +192,17 @@ class Pass:
             return value
 
         return {getattr: getattr_, hasattr: hasattr_, vars: vars_}
+
+    def _state_change(self, fn: Callable[..., Any], symbol: Symbol) -> Callable[..., Any]:
+        """``fn`` run now and recorded for the computation to run at the same point (Note [State
+        changes inside the traced function])."""
+
+        def run_and_record(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            self.context.scopes[-1].append(BoundSymbol(symbol, args, kwargs, None, (), self._source()))
+            return out
+
+        return run_and_record
 
     def _note_attribute(self, obj: Any, name: Any, *, present: bool) -> None:
         path = self.provenance.path_of(obj)
@@ -245,9 +257,7 @@ class Pass:
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
             if symbol is not None:  # Note [State changes inside the traced function]
-                out = fn(*args, **kwargs)
-                self.context.scopes[-1].append(BoundSymbol(symbol, args, kwargs, None, (), self._source()))
-                return out
+                return self._state_change(fn, symbol)(*args, **kwargs)
             if fn is torch._C._InferenceMode:  # noqa: SLF001
                 from jitcore.errors import UnsupportedOperationError
 
@@ -370,6 +380,12 @@ _STATE_CHANGES = {
 }
 _STATE_SYMBOLS = {
     fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn) for fn, path in _STATE_CHANGES.items()
+}
+# Python functions of torch that change such state (the RNG seed of every device, the default dtype):
+# replaced by lookasides that run and record them whole.
+_STATE_FUNCTION_SYMBOLS = {
+    fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn)
+    for fn, path in {torch.manual_seed: "torch.manual_seed", torch.set_default_dtype: "torch.set_default_dtype"}.items()
 }
 
 

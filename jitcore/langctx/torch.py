@@ -229,7 +229,12 @@ def _register_functions() -> None:
     overridable = torch.overrides.get_overridable_functions()
     for module, path in NAMESPACES:
         candidates = set(overridable.get(module, ()))
-        for attr in sorted(dir(module)):
+        # Canonical names first: aliases of one C function compare equal (torch.dsmm == torch.mm,
+        # torch.spmm), so the name that is an aten operator's, then torch's own name, wins.
+        names = sorted(dir(module), key=lambda a: (
+            not hasattr(torch.ops.aten, a), getattr(getattr(module, a, None), "__name__", None) != a, a,
+        ))
+        for attr in names:
             fn = getattr(module, attr, None)
             try:
                 if fn is None or fn not in candidates or fn in TORCH_TABLE:
