@@ -136,6 +136,7 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     shadow_leaves = [_to_shadow(v, values.fake_mode) for v in leaves]
     shadow_args, shadow_kwargs = optree.tree_unflatten(spec, shadow_leaves)
     before = _input_metadata(shadow_leaves)
+    storage_sizes = {id(v): v.untyped_storage().nbytes() for v in shadow_leaves if isinstance(v, FakeTensor)}
     try:
         with values.fake_mode:
             out = fn(*shadow_args, **shadow_kwargs)
@@ -146,19 +147,41 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             raise _data_dependent(fn, exc) from None  # a fake's data was read (``tolist``, ...)
         _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
         raise
-    resized = [v for v in shadow_leaves if isinstance(v, FakeTensor) and _resized(v, before[id(v)])]
+    _check_input_changes(values, fn, (shadow_args, shadow_kwargs), shadow_leaves, before, storage_sizes)
+    out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
+    return optree.tree_unflatten(
+        out_spec, [values.proxy_for(o) if isinstance(o, FakeTensor) else o for o in out_leaves]
+    )
+
+
+def _check_input_changes(
+    values: TensorValues,
+    fn: Callable[..., Any],
+    call: tuple[tuple, dict],
+    shadow_leaves: list[Any],
+    before: dict[int, tuple],
+    storage_sizes: dict[int, int],
+) -> None:
+    """Replay a call on real tensors when it resized an input's shadow or grew its storage.
+
+    Fake kernels resize where eager raises (Note [Fake kernels that resize instead of raising]) and
+    grow the storage of a view reaching beyond it (``as_strided``) where eager raises.
+
+    Raises:
+        Exception: eager's exception, when eager rejects the call; resized shadows are restored.
+    """
+    fakes = [v for v in shadow_leaves if isinstance(v, FakeTensor)]
+    resized = [v for v in fakes if _resized(v, before[id(v)])]
     if resized:
         try:
-            _raise_eager_error(fn, shadow_args, shadow_kwargs, None, metadata=before)  # see Note above
+            _raise_eager_error(fn, *call, None, metadata=before, storage_sizes=storage_sizes)
         except Exception:
             with values.fake_mode:  # eager rejected the call: its inputs keep their metadata
                 for v in resized:
                     v.as_strided_(*before[id(v)])
             raise
-    out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
-    return optree.tree_unflatten(
-        out_spec, [values.proxy_for(o) if isinstance(o, FakeTensor) else o for o in out_leaves]
-    )
+    elif any(v.untyped_storage().nbytes() > storage_sizes[id(v)] for v in fakes):
+        _raise_eager_error(fn, *call, None, storage_sizes=storage_sizes)
 
 
 # What fake tensors raise when code reads their data (``tolist``, a C++ kernel's data pointer).
@@ -186,6 +209,7 @@ def _raise_eager_error(
     kwargs: dict,
     fake_error: Exception | None,
     metadata: dict[int, tuple] | None = None,
+    storage_sizes: dict[int, int] | None = None,
 ) -> None:
     """Replay a call on small real tensors; if eager fails, raise eager's exception.
 
@@ -193,6 +217,7 @@ def _raise_eager_error(
         fn, args, kwargs: the call, on shadows.
         fake_error: what the fake call raised (None when it did not fail).
         metadata: (shape, strides, offset) of shadows before the call, where the call changed them.
+        storage_sizes: storage sizes in bytes of shadows before the call, where the call grew them.
     """
     metadata = metadata or {}
     leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
@@ -207,7 +232,8 @@ def _raise_eager_error(
         if id(f) not in real:
             shape, stride, offset = shapes[id(f)]
             extent = offset + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0) + 1
-            size = max(f.untyped_storage().nbytes() // max(f.element_size(), 1), extent)
+            nbytes = (storage_sizes or {}).get(id(f), f.untyped_storage().nbytes())
+            size = max(nbytes // max(f.element_size(), 1), extent)
             base = torch.zeros(size, dtype=f.dtype, device=f.device)
             t = base.as_strided(shape, stride, offset)
             real[id(f)] = t.requires_grad_(f.requires_grad) if f.is_leaf and f.requires_grad else t

@@ -74,10 +74,6 @@ TORCH: dict[str, str] = {
         "in-place variant: the fake kernel of addbmm_ rejects a self that broadcasts to the result "
         "(shape [1] vs [5, 10]) where eager accepts it"
     ),
-    "as_strided.partial_views": (
-        "fake tensors do not check that as_strided stays inside the storage, so the trace does not "
-        "raise eager's out-of-bounds RuntimeError"
-    ),
 }
 
 ATEN: dict[str, str] = {
