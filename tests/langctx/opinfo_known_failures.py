@@ -22,8 +22,9 @@ DESCRIPTOR = (
 
 SPARSE = "sparse layouts are not supported: TensorProxy shadows are strided tensors"
 INPLACE_CAST = (
-    "the fake kernel of the in-place op skips eager's check that the result type can be cast to "
-    "the input's integer dtype, so the trace does not raise eager's RuntimeError"
+    "in-place variant on int64: torch's fake kernel of {m} computes in float and copies back without "
+    "eager's check that the result type can be cast to the input's dtype (other in-place kernels, "
+    "sin_, div_, sqrt_, do check), so the trace does not raise eager's RuntimeError"
 )
 
 # Entries whose outputs (shapes or Python values) depend on tensor values: jitcore raises
@@ -42,7 +43,7 @@ _DATA_DEPENDENT_ENTRIES = (
     "masked_select",
     "narrow",  # start given as a tensor
     "nn.functional.ctc_loss",
-    "nn.functional.gaussian_nll_loss",  # raises eagerly when var has negative values
+    "nn.functional.gaussian_nll_loss",  # checks torch.any(var < 0) to raise eagerly
     "nn.functional.one_hot",  # num_classes=-1 means max(input) + 1
     "nonzero",
     "tensor_split",  # indices given as a tensor
@@ -55,7 +56,6 @@ TORCH: dict[str, str] = {
     **{
         name: DESCRIPTOR.format(m=m)
         for name, m in (
-            ("item", "item"),
             ("cauchy", "cauchy_"),
             ("exponential", "exponential_"),
             ("geometric", "geometric_"),
@@ -66,10 +66,11 @@ TORCH: dict[str, str] = {
             ("bernoulli", "bernoulli"),
         )
     },
+    "item": DESCRIPTOR.format(m="item") + "; x.item() itself raises DataDependentError by design",
     "sparse.mm.reduce": SPARSE,
     "sparse.sampled_addmm": SPARSE,
-    "ldexp": INPLACE_CAST,
-    "logit": INPLACE_CAST,
+    "ldexp": INPLACE_CAST.format(m="ldexp_"),
+    "logit": INPLACE_CAST.format(m="logit_"),
     "addbmm": (
         "in-place variant: the fake kernel of addbmm_ rejects a self that broadcasts to the result "
         "(shape [1] vs [5, 10]) where eager accepts it"
