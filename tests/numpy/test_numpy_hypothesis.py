@@ -84,3 +84,18 @@ def test_basic_and_integer_array_indexing(data, shape) -> None:
     check(lambda a: a[index], a)
     rows = data.draw(hnp.arrays(np.int64, st.integers(1, 3), elements=st.integers(-shape[0], shape[0] - 1)))
     check(lambda a, rows: (a[rows], a[rows, ...]), a, rows)
+
+
+@SETTINGS
+@given(data=st.data(), shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1, max_dims=3, max_side=4))
+def test_mixed_tensor_and_array_programs(data, shapes) -> None:
+    import torch
+
+    x = torch.from_numpy(data.draw(_arrays(shapes.input_shapes[0])))
+    a = data.draw(_arrays(shapes.input_shapes[1]))
+
+    def f(x, a):
+        b = x.numpy() + a
+        return torch.from_numpy(np.asarray(b)) * 2, np.sum(b), b.astype(np.float64)
+
+    check(f, x, a)
