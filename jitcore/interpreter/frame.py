@@ -12,6 +12,10 @@ Invariants:
 
 from __future__ import annotations
 
+# Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
+# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+__builtins__ = dict(vars(__import__("builtins")))
+
 from dataclasses import dataclass
 from types import CodeType, FunctionType
 from typing import TYPE_CHECKING

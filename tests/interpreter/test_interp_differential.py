@@ -476,3 +476,17 @@ def test_recursion(n):
         return k if k < 2 else fib(k - 1) + fib(k - 2)
 
     check(fib, n)
+
+
+def test_program_replacing_builtins_does_not_break_the_interpreter():
+    import builtins
+
+    def f():
+        old = builtins.len
+        try:
+            builtins.len = functools.lru_cache(4)(len)
+            return [len("abcdef"[:i]) for i in range(5)]
+        finally:
+            builtins.len = old
+
+    check(f)

@@ -5,6 +5,10 @@ Invariant: error messages match CPython 3.11's for the same misuse (e.g. unpacki
 
 from __future__ import annotations
 
+# Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
+# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+__builtins__ = dict(vars(__import__("builtins")))
+
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import EXHAUSTED, get_iter, next_value, to_format, to_repr, to_str

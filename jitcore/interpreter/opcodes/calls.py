@@ -5,6 +5,10 @@ Invariant: every call goes through ``calls.call`` (lookasides, resolve_call, int
 
 from __future__ import annotations
 
+# Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
+# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+__builtins__ = dict(vars(__import__("builtins")))
+
 from types import FunctionType
 
 from jitcore.interpreter.calls import call, call_function

@@ -6,6 +6,10 @@ the second instruction before executing it, so an exception raised by either hal
 
 from __future__ import annotations
 
+# Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
+# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+__builtins__ = dict(vars(__import__("builtins")))
+
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes.calls import call_
