@@ -376,14 +376,31 @@ def _inner_autocast(a, b):
     return y, torch.mm(a, b)
 
 
-@pytest.mark.parametrize("fn", [_inner_no_grad, _inner_enable_grad, _inner_set_grad_enabled, _inner_autocast])
+def _inner_seed(x):
+    torch.manual_seed(1234)
+    return x + torch.rand(x.shape)
+
+
+def _inner_default_dtype(x):
+    torch.set_default_dtype(torch.float64)
+    try:
+        return x + torch.ones(x.shape)
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [_inner_no_grad, _inner_enable_grad, _inner_set_grad_enabled, _inner_autocast, _inner_seed, _inner_default_dtype],
+)
 def test_state_changed_inside_the_function_is_replayed(fn) -> None:
-    """Grad mode and autocast changed inside the function: every cached call changes them at the
-    same points, and leaves the thread's state as eager does."""
+    """Grad mode, autocast, the RNG seed and the default dtype changed inside the function: every
+    cached call changes them at the same points, and leaves the thread's state as eager does."""
     jf = jitcore.jit(fn)
     for grad in (True, False, True):
+        requires_grad = fn not in (_inner_seed, _inner_default_dtype)  # see the xfail below
         args = (torch.ones(2, 2, requires_grad=True), torch.ones(2, 2)) if fn is _inner_autocast else (
-            torch.ones(2, requires_grad=True),)
+            torch.ones(2, requires_grad=requires_grad),)
         with torch.set_grad_enabled(grad):
             expected = outcome(fn, *args)
             after_eager = (torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"))
@@ -392,6 +409,20 @@ def test_state_changed_inside_the_function_is_replayed(fn) -> None:
             after_jit = (torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"))
         same_outcome(actual, expected, f"grad={grad}")
         assert after_jit == after_eager
+
+
+@pytest.mark.xfail(
+    reason="with inputs that require grad the grad transform's forward trace is re-recorded from aten "
+    "calls and drops the recorded manual_seed / set_default_dtype calls (jitcore/transforms; "
+    "/work/shared/notes/reliability-findings.md)",
+    strict=False,
+)
+@pytest.mark.parametrize("fn", [_inner_seed, _inner_default_dtype])
+def test_state_changed_inside_a_function_with_grad_inputs(fn) -> None:
+    jf = jitcore.jit(fn)
+    x = torch.ones(2, requires_grad=True)
+    for _ in range(2):
+        same_outcome(outcome(jf, x), outcome(fn, x))
 
 
 def test_inference_mode_inside_the_function_is_a_clear_error() -> None:
