@@ -34,7 +34,7 @@ import torch
 
 import jitcore
 from jitcore.dispatch import resolve_call
-from jitcore.dispatch.flatten import UNFLATTEN
+from jitcore.dispatch.flatten import UNFLATTEN, has_subclass_proxy
 from jitcore.dispatch.resolver import DispatchState
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext
 from jitcore.langctx import new_context
@@ -258,6 +258,8 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     differentiable, tangent_args, backward, grads = _record_backward(replay, tensor_outputs, wrt)
 
     forward = replay.forward
+    forward.bound_symbols[:] = _plain_only(forward.bound_symbols)
+    backward.bound_symbols[:] = _plain_only(backward.bound_symbols)
     forward_outputs = [_rebuilt(forward, o) for o in tensor_outputs]
     backward_outputs = [_rebuilt(backward, g) if g is not None else None for g in grads]
     saved = split_saved(forward, backward, tangent_args, backward_outputs)
@@ -265,6 +267,20 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     backward.args = [*saved, *tangent_args]
     backward.output = tuple(backward_outputs)
     return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_inputs(trace))
+
+
+def _plain_only(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
+    """The bound symbols that run on plain tensors: one that involves a subclass value is replaced
+    by its (plain) subsymbols. Such records are ``__torch_dispatch__``'s fix-ups of the *outer*
+    wrapper (``return_and_correct_aliasing`` re-running an in-place view op on it): the inner
+    tensors' ops are recorded on their own, and intermediate wrappers never exist at run time."""
+    out: list[BoundSymbol] = []
+    for bsym in bsyms:
+        if has_subclass_proxy((bsym.args, bsym.kwargs, bsym.output)):
+            out.extend(_plain_only(list(bsym.subsymbols)))
+        else:
+            out.append(bsym)
+    return out
 
 
 def _grad_inputs(trace: Trace, replay: _Replay, subclass_grad: dict[int, bool]) -> tuple[list[tuple[str, int]], list[TensorProxy]]:
