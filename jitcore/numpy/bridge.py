@@ -119,15 +119,18 @@ class NumpyBridge:
             return result
         eager = self._on_placeholders(numpy_fn, args, kwargs)
         fixed: dict[int | None, Any] = {}
+        operands = (*args, *kwargs.values())
         for position, wrapper in arrays:
+            if _is_argument(wrapper, operands):
+                continue  # an in-place result (``a += 1``, ``out=``) stays the operand itself
             real = eager if position is None or eager is _FAILED else _item(eager, position)
-            if isinstance(real, (np.ndarray, np.generic)) and not _is_argument(wrapper, args):
+            if isinstance(real, (np.ndarray, np.generic)):
                 wrapper = self._conform(wrapper, real)
             if wrapper.ndim == 0 and (isinstance(real, np.generic) if eager is not _FAILED else name not in ARRAY_RETURNING):
                 self._mark(wrapper)
             fixed[position] = wrapper
-        if None in fixed:
-            return fixed[None]
+        if isinstance(result, tnp.ndarray):
+            return fixed.get(None, result)
         if type(result) not in (tuple, list):
             return result  # a named tuple: as torch._numpy made it
         items = [fixed.get(i, v) for i, v in enumerate(result)]

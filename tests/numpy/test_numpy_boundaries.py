@@ -86,8 +86,15 @@ def test_non_contiguous_read_only_and_negatively_strided_arrays() -> None:
         check(lambda a: (a * 3, np.sum(a, axis=1)), array)
 
 
+def _add_in_place(a):
+    a += 1
+    return a
+
+
 def test_zero_d_and_empty_arrays() -> None:
     check(lambda a: (a + 1, a * a), np.array(3.0))
+    check(_add_in_place, np.array(3.0))  # an in-place result stays a 0-d array
+    check(lambda a: np.add(a, 1, out=np.zeros_like(a)), np.array(3.0))
     check(lambda a: (a + 1, np.sum(a)), np.zeros((0, 3)))
 
 
