@@ -34,8 +34,8 @@ _BY_VALUE = frozenset((int, str, bool))
 
 def dispatch_key(args: tuple) -> tuple:
     """The key a call with positional ``args`` is filed and looked up under."""
-    return tuple(
-        (a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a) for a in args
+    return tuple(  # a list comprehension: faster than a generator here
+        [(a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a) for a in args]
     )
 
 
