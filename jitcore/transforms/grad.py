@@ -354,9 +354,11 @@ def _tangent_for(replay: _Replay, index: int, out: TensorProxy) -> tuple[OutputS
         names, ctx = out.flatten()
         inner_shadows = {n: replay._fake_like(getattr(out, n).shadow, contiguous=True) for n in names}
         inner = [replay.tangent_proxy(s, f"grad_{out.name}_{n}") for n, s in inner_shadows.items()]
-        tangent = out.subclass.__tensor_unflatten__(inner_shadows, ctx, out.shape, out.stride())
+        # the shadow's outer metadata, not the proxy's: an in-place view op on the wrapper
+        # (``return_and_correct_aliasing``) updates the shadow only
+        tangent = out.subclass.__tensor_unflatten__(inner_shadows, ctx, out.shadow.shape, out.shadow.stride())
         replay.state.adopt(tangent)
-        spec = OutputSpec(index, out.subclass, ctx, tuple(names), tuple(out.shape))
+        spec = OutputSpec(index, out.subclass, ctx, tuple(names), tuple(out.shadow.shape))
         return spec, tangent, inner
     tangent = replay._fake_like(out.shadow, contiguous=True)
     return OutputSpec(index, None, None, (), tuple(out.shape)), tangent, [replay.tangent_proxy(tangent, f"grad_{out.name}")]
@@ -367,6 +369,7 @@ def _rebuilt(trace: Trace, value: TensorProxy) -> TensorProxy:
     if isinstance(value, SubclassTensorProxy):
         names, ctx = value.flatten()
         inner = {n: _rebuilt(trace, getattr(value, n)) for n in names}
-        args = (value.subclass, inner, ctx, tuple(value.shape), tuple(value.stride()))
+        shadow = value.shadow  # its outer metadata is current (see _tangent_for)
+        args = (value.subclass, inner, ctx, tuple(shadow.shape), tuple(shadow.stride()))
         trace.bound_symbols.append(BoundSymbol(UNFLATTEN, args, {}, value))
     return value
