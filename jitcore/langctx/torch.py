@@ -151,6 +151,7 @@ _METHOD_DIFFERS_FROM_FUNCTION: dict[str, str] = {
     "polygamma": "x.polygamma(n) is torch.polygamma(n, x)",
     "where": "x.where(cond, y) is torch.where(cond, x, y)",
     "lu": "x.lu() returns a plain tuple, torch.lu a structseq",
+    "norm": "x.norm(p, dim, keepdim, dtype) but torch.norm(x, p, dim, keepdim, out, dtype)",
 }
 # Reflected operators whose function takes the operands the other way round.
 _SWAPPED: dict[str, str] = {"__rmatmul__": "matmul", "__rpow__": "pow"}

@@ -256,3 +256,21 @@ def test_a_real_tensor_made_while_tracing_is_a_constant() -> None:
     source, compiled = _traced(lambda a: torch.where(a > 0, a, torch.tensor(0.5)), x)
     assert "t1 = torch.where(t0, x0, __c0)" in source
     torch.testing.assert_close(compiled(x), torch.where(x > 0, x, torch.tensor(0.5)))
+
+
+_METHODS_UNLIKE_FUNCTIONS = {
+    "polygamma": lambda a: a.polygamma(1),
+    "where": lambda a: a.where(a > 0, -a),
+    "lu": lambda a: a.lu(),
+    "norm": lambda a: a.norm(2, 0, False, torch.float64),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_METHODS_UNLIKE_FUNCTIONS))
+def test_methods_whose_arguments_differ_from_their_function(name: str) -> None:
+    fn = _METHODS_UNLIKE_FUNCTIONS[name]
+    x = torch.randn(3, 3)
+    _, compiled = _traced(fn, x)
+    expected, actual = fn(x), compiled(x)
+    assert type(actual) is type(expected)
+    torch.testing.assert_close(actual, expected)

@@ -191,3 +191,36 @@ def test_complex_and_integer_dtypes() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.bool_])
 def test_inputs_of_each_dtype(dtype) -> None:
     check(lambda a: (a * 2, np.sum(a, axis=0), a[0]), (A > 0).astype(dtype) if dtype is np.bool_ else (A * 3).astype(dtype))
+
+
+def _softmax(a):
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _cross_entropy(a, labels):
+    return -np.mean(np.log(_softmax(a)[np.arange(len(labels)), labels] + 1e-12))
+
+
+LOGITS = RNG.standard_normal((5, 4))
+LABELS = RNG.integers(0, 4, size=5)
+REALISTIC = {
+    "softmax": (_softmax, (LOGITS,)),
+    "cross_entropy": (_cross_entropy, (LOGITS, LABELS)),
+    "one_hot": (lambda labels: np.eye(4)[labels], (LABELS,)),
+    "relu": (lambda a: (np.maximum(0, a), np.maximum(a, 0.0), np.where(a > 0, a, 0)), (LOGITS,)),
+    "norms": (lambda a: (np.linalg.norm(a, axis=1), a / np.linalg.norm(a, axis=1, keepdims=True)), (LOGITS,)),
+    "pairwise_distances": (lambda a: np.sqrt(((a[:, None, :] - a[None, :, :]) ** 2).sum(-1)), (LOGITS,)),
+    "standardize": (lambda a: (a - a.mean(0)) / (a.std(0) + 1e-8), (LOGITS,)),
+    "gather_argmax": (lambda a: a[np.arange(a.shape[0]), np.argmax(a, axis=1)], (LOGITS,)),
+    "special_values": (lambda a: (np.sqrt(a), a / 0.0, np.isclose(a, 0.5), a.astype(bool), np.nan_to_num(np.log(a))),
+                       (LOGITS,)),
+    "integer_wraparound": (lambda a: (a.astype(np.int32) * np.int32(2**30), np.uint8(250) + a.astype(np.uint8)),
+                           (LOGITS * 10,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REALISTIC))
+def test_realistic_programs(name: str) -> None:
+    fn, args = REALISTIC[name]
+    check(fn, *args)
