@@ -30,9 +30,16 @@ def twenty_ops(x):
     return x
 
 
-def per_call_us(fn, arg, number: int = 20000, repeat: int = 7) -> float:
-    fn(arg)
-    return min(timeit.repeat(lambda: fn(arg), number=number, repeat=repeat)) / number * 1e6
+def per_call_us(fns: list, arg, number: int = 20000, repeat: int = 9) -> list[float]:
+    """Best per-call time of each of ``fns``, measured interleaved (fn0, fn1, ... per round) so that
+    drift in the machine's speed affects all of them alike."""
+    for fn in fns:
+        fn(arg)
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], timeit.timeit(lambda: fn(arg), number=number))
+    return [b / number * 1e6 for b in best]
 
 
 def chain(n: int):
@@ -49,12 +56,10 @@ def main() -> None:
     x = torch.randn(4)
     print(f"{'function':10} {'eager us':>9} {'jitcore us':>11} {'ratio':>6} {'compile us':>11} {'ratio':>6}")
     for fn in (four_ops, twenty_ops):
-        eager = per_call_us(fn, x)
-        jitted = per_call_us(jitcore.jit(fn), x)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled_fn = torch.compile(fn, backend="eager")
-            compiled = per_call_us(compiled_fn, x, number=5000)
+            eager, jitted, compiled = per_call_us([fn, jitcore.jit(fn), compiled_fn], x)
         print(f"{fn.__name__:10} {eager:9.2f} {jitted:11.2f} {jitted / eager:6.2f} {compiled:11.2f} {compiled / eager:6.2f}")
     print()
     print(f"{'chain N':>8} {'first call ms':>14} {'ms per op':>10}")

@@ -4,15 +4,23 @@ Invariants:
 - the source compiled is exactly the printed trace (so what a user reads is what runs);
 - it is compiled under a stable file name derived from its content and registered in ``linecache``,
   so tracebacks, ``inspect`` and pdb show the trace's own lines;
-- user-controlled values reach the code only as bound constants (see printer.py).
+- user-controlled values reach the code only as bound constants (see printer.py);
+- an imported module named in ``fast_imports`` is replaced, after the module body ran, by a snapshot
+  module holding just the attribute chains the source reads from it (``torch.ops.aten.mul.Tensor``
+  costs one specialised module lookup per dot instead of ``_OpNamespace.__getattr__`` calls). The
+  text is unchanged; a name the snapshot lacks is looked up on the real object (PEP 562
+  ``__getattr__``), so a debugger's expressions still work. Only import roots are snapshotted, never
+  bound constants: a guard reading a user module's attribute must read it live.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import hashlib
 import linecache
-from typing import Any, Callable
+import types
+from typing import Any, Callable, Iterable
 
 from jitcore.ir.printer import print_trace
 from jitcore.ir.trace import Trace
@@ -20,7 +28,8 @@ from jitcore.ir.trace import Trace
 __all__ = ["compile_trace", "compile_source"]
 
 
-def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: str = "trace") -> Callable[..., Any]:
+def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: str = "trace",
+                   fast_imports: Iterable[str] = ()) -> Callable[..., Any]:
     """Compile ``source`` (which defines function ``name``) and return that function.
 
     Args:
@@ -28,6 +37,8 @@ def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: st
         name: the function to return.
         namespace: the globals the code runs with (imports, constants).
         tag: a word for the file name, e.g. ``computation`` or ``prologue``.
+        fast_imports: module names imported by ``source`` whose attribute chains are snapshotted
+            (see the module docstring).
 
     Returns:
         The compiled function. Its code's ``co_filename`` is ``<jitcore-{tag}-{hash}>``, whose lines
@@ -40,7 +51,53 @@ def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: st
     code = compile(source, filename, "exec")
     globals_ = {"__builtins__": builtins, "__name__": f"jitcore_{tag}", **namespace}
     exec(code, globals_)
+    fast_imports = [n for n in fast_imports if isinstance(globals_.get(n), types.ModuleType)]
+    if fast_imports:
+        for root, chains in _attribute_chains(ast.parse(source), fast_imports).items():
+            globals_[root] = _snapshot(globals_[root], chains, root)
     return globals_[name]
+
+
+# A trie of attribute names: name -> sub-trie; _VALUE marks a chain that is read as a value itself.
+_Trie = dict
+_VALUE = ""
+
+
+def _attribute_chains(tree: ast.AST, roots: list[str]) -> dict[str, _Trie]:
+    """For each root name, the trie of the attribute chains read from it (``torch.ops.aten.mul``)."""
+    tries: dict[str, _Trie] = {root: {} for root in roots}
+    inner: set[int] = set()  # ids of nodes that are the .value of an enclosing Attribute
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            inner.add(id(node.value))
+    for node in ast.walk(tree):
+        if id(node) in inner or not isinstance(node, (ast.Attribute, ast.Name)):
+            continue
+        names = []
+        while isinstance(node, ast.Attribute):
+            names.append(node.attr)
+            node = node.value
+        if not (isinstance(node, ast.Name) and node.id in tries):
+            continue
+        trie = tries[node.id]
+        for attr in reversed(names):
+            trie = trie.setdefault(attr, {})
+        trie[_VALUE] = True
+    return tries
+
+
+def _snapshot(obj: Any, trie: _Trie, label: str) -> Any:
+    """A module holding ``obj``'s attributes along ``trie``; ``obj`` itself where it is read as a value."""
+    if _VALUE in trie or not trie:
+        return obj
+    snapshot = types.ModuleType(label, f"jitcore snapshot of {label}'s attributes read by generated code")
+    for attr, sub in trie.items():
+        try:
+            setattr(snapshot, attr, _snapshot(getattr(obj, attr), sub, f"{label}.{attr}"))
+        except AttributeError:
+            pass  # read lazily through __getattr__ below (and fails there as it would have)
+    snapshot.__getattr__ = lambda attr: getattr(obj, attr)  # type: ignore[attr-defined]
+    return snapshot
 
 
 def compile_trace(trace: Trace) -> Callable[..., Any]:
@@ -51,4 +108,4 @@ def compile_trace(trace: Trace) -> Callable[..., Any]:
     """
     printed = print_trace(trace)
     namespace = {**trace.imports, **printed.constants}
-    return compile_source(printed.source, trace.name, namespace, tag=trace.name)
+    return compile_source(printed.source, trace.name, namespace, tag=trace.name, fast_imports=trace.imports)

@@ -121,7 +121,7 @@ class Prologue:
         source, constants, inputs = self._render("cached_call", "__MISS")
         source += f"  return __computation({', '.join(inputs)})\n"
         namespace = {"torch": torch, "__MISS": MISS, "__computation": computation, **constants}
-        return compile_source(source, "cached_call", namespace, tag="prologue")
+        return compile_source(source, "cached_call", namespace, tag="prologue", fast_imports=("torch",))
 
     def explain(self, args: tuple, kwargs: dict) -> tuple[str, str] | None:
         """The first failing check for this call as (where, detail); None when all pass."""

@@ -232,3 +232,40 @@ def test_intermediates_are_freed_after_their_last_use() -> None:
     for run in (compile_trace(trace), exec_printed(trace)):
         run(torch.randn(3))
     assert freed == [True, True]
+
+
+def test_imported_modules_are_snapshotted_along_the_chains_the_source_reads() -> None:
+    from jitcore.ir import compile_source
+
+    source = (
+        "import torch\n\n"
+        "def f(x):\n"
+        "  a = torch.ops.aten.mul.Tensor(x, x)\n"
+        "  b = torch.ops.aten.add(a, x)\n"  # a packet read as a value and, below, through it
+        "  c = torch.ops.aten.add.Tensor(b, 1)\n"
+        "  return torch.nn.functional.relu(c), torch\n"
+    )
+    fn = compile_source(source, "f", {}, fast_imports=("torch",))
+    x = torch.randn(3)
+    out, module = fn(x)
+    torch.testing.assert_close(out, torch.relu(x * x + x + 1))
+    assert module is torch  # the bare name is read as a value: never replaced
+    fn = compile_source(source.replace(", torch\n", ", 0\n"), "f", {}, fast_imports=("torch",))
+    snapshot = fn.__globals__["torch"]
+    assert snapshot is not torch and "jitcore snapshot" in snapshot.__doc__
+    assert snapshot.ops.aten.mul.Tensor is torch.ops.aten.mul.Tensor
+    assert snapshot.ops.aten.add is torch.ops.aten.add  # read as a value: the real packet
+    assert snapshot.nn.functional.relu is torch.nn.functional.relu
+    assert snapshot.randn is torch.randn  # not read by the source: looked up on the real module
+    torch.testing.assert_close(fn(x)[0], out)
+
+
+def test_bound_constants_are_never_snapshotted() -> None:
+    from jitcore.ir import compile_source
+    import types
+
+    config = types.ModuleType("config")
+    config.scale = 2.0
+    fn = compile_source("def f():\n  return cfg.scale\n", "f", {"cfg": config}, fast_imports=("torch",))
+    config.scale = 3.0
+    assert fn() == 3.0
