@@ -109,6 +109,25 @@ def _to_shadow(value: Any, fake_mode: FakeTensorMode) -> Any:
 # the call is replayed on small real tensors with the inputs' metadata from *before* the call; when
 # eager raises, its exception is the user's. Calls that legitimately change metadata (``resize_``,
 # ``t_``, ``out=`` with an empty tensor) pass the replay and keep the fake result.
+#
+# Note [FakeTensor cache and in-place resizes]
+# torch's fake-dispatch cache is shared by all FakeTensorModes of the process, and a cache hit of an
+# in-place call returns the (aliased) input without replaying the kernel's metadata change: the second
+# ``a.lt_(b)`` with ``a`` [5, 1] and ``b`` [5, 5] leaves ``a`` at [5, 1], so the resize above goes
+# unnoticed and eager's error is lost (measured in torch 2.13). Calls that may write their inputs skip
+# the cache; the others keep it (it halves first-call time).
+def _may_write_inputs(fn: Any, kwargs: dict) -> bool:
+    """Whether a call of ``fn`` may write a tensor argument (in-place, ``out=``, ``__setitem__``)."""
+    if "out" in kwargs or kwargs.get("inplace") is True:
+        return True
+    if isinstance(fn, torch._ops.OpOverload):
+        return any(a.alias_info is not None and a.alias_info.is_write for a in fn._schema.arguments)
+    name = getattr(fn, "__name__", "") or ""
+    if name.startswith("__") and name.endswith("__"):
+        return name.startswith("__i") or name == "__setitem__"
+    return name.endswith("_")
+
+
 def _metadata(f: torch.Tensor) -> tuple:
     return (tuple(f.shape), tuple(f.stride()), f.storage_offset())
 
@@ -137,8 +156,12 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     shadow_args, shadow_kwargs = optree.tree_unflatten(spec, shadow_leaves)
     before = _input_metadata(shadow_leaves)
     storage_sizes = {id(v): v.untyped_storage().nbytes() for v in shadow_leaves if isinstance(v, FakeTensor)}
+    fake_mode = values.fake_mode
+    cache_enabled = fake_mode.cache_enabled
+    if cache_enabled and _may_write_inputs(fn, shadow_kwargs):
+        fake_mode.cache_enabled = False  # Note [FakeTensor cache and in-place resizes]
     try:
-        with values.fake_mode:
+        with fake_mode:
             out = fn(*shadow_args, **shadow_kwargs)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         raise _data_dependent(fn, exc) from None
@@ -147,6 +170,8 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             raise _data_dependent(fn, exc) from None  # a fake's data was read (``tolist``, ...)
         _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
         raise
+    finally:
+        fake_mode.cache_enabled = cache_enabled
     _check_input_changes(values, fn, (shadow_args, shadow_kwargs), shadow_leaves, before, storage_sizes)
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
     return optree.tree_unflatten(

@@ -29,6 +29,7 @@ import torch.signal.windows
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Symbol, register_literal
+from jitcore.langctx.aten import aten_symbol, is_aten_op
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 from jitcore.proxies import TensorProxy
@@ -449,9 +450,14 @@ def _torch_function(func: Any, args: tuple, kwargs: dict) -> Any:
 def dynamic_symbol(func: Any) -> Callable[..., Any]:
     """A symbol for a torch callable outside the registries (``torch._C._nn.gelu``, ...).
 
+    An aten operator reaching ``__torch_function__`` (``OpOverload.__call__`` on a proxy) is the aten
+    symbol, never a torch-level one: binding it here would shadow the aten table for every later trace.
+
     Raises:
         UnsupportedOperationError: ``func`` is not a torch callable.
     """
+    if is_aten_op(func):
+        return aten_symbol(func)
     module = getattr(func, "__module__", None) or ""
     if not (module.startswith("torch") or isinstance(func, torch._ops.OpOverload)):
         raise UnsupportedOperationError(

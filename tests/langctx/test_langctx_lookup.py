@@ -274,3 +274,37 @@ def test_methods_whose_arguments_differ_from_their_function(name: str) -> None:
     expected, actual = fn(x), compiled(x)
     assert type(actual) is type(expected)
     torch.testing.assert_close(actual, expected)
+
+
+_IN_PLACE_RESIZES = {
+    "lt_": lambda a, b: a.lt_(b),
+    "pow_": lambda a, b: a.pow_(b),
+    "__iadd__": lambda a, b: a.__iadd__(b),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_IN_PLACE_RESIZES))
+def test_an_in_place_resize_eager_rejects_is_rejected_on_every_trace(name: str) -> None:
+    """torch's fake-dispatch cache, shared by all traces of a process, must not hide eager's error the
+    second time (Note [FakeTensor cache and in-place resizes])."""
+    call = _IN_PLACE_RESIZES[name]
+    a, b = torch.randn(5, 1), torch.randn(5, 5)
+    with pytest.raises(RuntimeError) as eager:
+        call(a.clone(), b)
+    for _ in range(2):
+        with pytest.raises(RuntimeError) as traced:
+            _traced(call, a.clone(), b)
+        assert str(traced.value) == str(eager.value)
+
+
+def test_an_aten_op_reaching_torch_function_is_the_aten_symbol() -> None:
+    """OpOverload.__call__ on a proxy arrives at __torch_function__; it must record the aten symbol and
+    leave the lookup of that op to the aten table for later traces."""
+    op = torch.ops.aten.max_pool2d_with_indices_backward.default
+    x = torch.randn(1, 2, 4, 4)
+    out, idx = torch.ops.aten.max_pool2d_with_indices.default(x, [2, 2])
+    grad = torch.randn_like(out)
+    source, compiled = _traced(lambda g, a, i: op(g, a, [2, 2], [2, 2], [0, 0], [1, 1], False, i), grad, x, idx)
+    assert "torch.ops.aten.max_pool2d_with_indices_backward.default(" in source
+    assert L.lookup(op).langctx == "aten"
+    torch.testing.assert_close(compiled(grad, x, idx), op(grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx))
