@@ -23,7 +23,7 @@ from jitcore.interpreter.calls import call
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
-__all__ = ["MISSING", "delete_attr", "load_attr", "lookup_special", "store_attr"]
+__all__ = ["MISSING", "NATIVE_NAMES", "NATIVE_STORE_NAMES", "delete_attr", "load_attr", "lookup_special", "store_attr"]
 
 _MISSING = object()
 _NATIVE_VALUE_TYPES = frozenset({int, float, complex, bool, str, bytes, tuple, frozenset, list, dict, set, type(None)})
@@ -75,6 +75,9 @@ def _mro_lookup(t: type, name: str) -> object:
 
 
 _NATIVE_NAMES: dict[type, set[str]] = {}
+# Public for the opcode handlers' inlined fast path: ``name in NATIVE_NAMES.get(type(obj))`` means a
+# native getattr is right (never holds for a class object: its type, a metaclass, is never entered).
+NATIVE_NAMES = _NATIVE_NAMES
 
 
 def _name_native(t: type, name: str) -> bool:
@@ -159,6 +162,7 @@ def _load_class_attr(run: Run, cls: type, name: str) -> object:
 
 
 _NATIVE_STORE_NAMES: dict[type, set[str]] = {}
+NATIVE_STORE_NAMES = _NATIVE_STORE_NAMES  # the same, for setattr
 
 
 def _store_native(t: type, name: str) -> bool:

@@ -86,6 +86,11 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
     if t is MethodType:
         func = fn.__func__
         return call(run, func, (fn.__self__, *args), kwargs)
+    if t is type:  # a class of metaclass ``type``: its own lookaside key (canonical(cls) is cls)
+        replacement = lookasides.get(fn)
+        if replacement is not None:
+            return replacement(*args, **kwargs) if kwargs else replacement(*args)
+        return call_class(run, fn, args, kwargs)
     try:
         replacement = lookasides.get(canonical(fn))
     except TypeError:  # an unhashable callable object cannot have a lookaside
@@ -136,7 +141,10 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
         return obj
     init = klass.__init__
     if type(init) is FunctionType:
-        result = call(run, init, (obj, *args), kwargs)
+        if run.resolve_call is None and init not in run.lookasides:  # the fast path of call, inlined
+            result = call_function(run, init, (obj, *args), kwargs)
+        else:
+            result = call(run, init, (obj, *args), kwargs)
         if result is not None:
             raise TypeError(f"__init__() should return None, not '{type(result).__name__}'")
     else:

@@ -157,21 +157,41 @@ def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, i
 
 def _fuse(instructions: list[Instruction]) -> list[Instruction]:
     """``instructions`` with frequent pairs replaced, at the first index, by a fused instruction."""
-    from jitcore.interpreter.registry import fused_opcodes
+    from jitcore.interpreter.registry import fused_jumps, fused_opcodes
 
     pairs = fused_opcodes()
     out = list(instructions)
+    n = len(instructions)
+    # fused[i]: the synthetic opcode fusing instructions i and i+1, if registered. The pairs are chosen
+    # to leave the fewest dispatches on straight-line code (a maximum matching of adjacent pairs, by
+    # dynamic programming from the end): greedy pairing from the start can miss one in two.
+    fused = [pairs.get((instructions[i].opcode, instructions[i + 1].opcode)) for i in range(n - 1)] + [None]
+    best = [0] * (n + 2)  # best[i]: dispatches needed for instructions[i:]
+    for i in range(n - 1, -1, -1):
+        best[i] = 1 + best[i + 1]
+        if fused[i] is not None:
+            best[i] = min(best[i], 1 + best[i + 2])
     i = 0
-    while i < len(instructions) - 1:
-        first, second = instructions[i], instructions[i + 1]
-        opcode = pairs.get((first.opcode, second.opcode))
-        if opcode is None:
+    while i < n:
+        if fused[i] is not None and best[i] == 1 + best[i + 2]:
+            first, second = instructions[i], instructions[i + 1]
+            out[i] = Instruction(fused[i], f"{first.opname}+{second.opname}", first.arg, first.argval,
+                                 first.offset, first.index, first.lineno, first.end_lineno, first.col,
+                                 first.end_col, second)
+            i += 2
+        else:
             i += 1
-            continue
-        out[i] = Instruction(opcode, f"{first.opname}+{second.opname}", first.arg, first.argval, first.offset,
-                             first.index, first.lineno, first.end_lineno, first.col, first.end_col, second)
-        i += 2
+    jumps = fused_jumps()  # Note [Fused jumps]
+    for i, inst in enumerate(instructions):
+        target = out[inst.argval] if inst.opcode in _BACKWARD_JUMPS else None
+        opcode = jumps.get((inst.opcode, target.opname)) if target is not None else None
+        if opcode is not None:
+            out[i] = Instruction(opcode, f"{inst.opname}->{target.opname}", inst.arg, inst.argval, inst.offset,
+                                 inst.index, inst.lineno, inst.end_lineno, inst.col, inst.end_col, target)
     return out
+
+
+_BACKWARD_JUMPS = frozenset(dis.opmap[name] for name in ("JUMP_BACKWARD",) if name in dis.opmap)
 
 
 # The decode cache, ``id(code) -> CodeInfo`` (an entry holds its code, so the id stays valid). Public so

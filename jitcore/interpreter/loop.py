@@ -27,7 +27,7 @@ import sys
 from jitcore.interpreter.errors import InterpreterError, JitcoreInterpreterError
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.tracebacks import add_frame
+from jitcore.interpreter.tracebacks import add_frame, strip_internal
 
 __all__ = ["execute", "execute_traced", "unwind"]
 
@@ -157,8 +157,6 @@ def _fresh(frame: Frame, exc: BaseException) -> bool:
     tb = exc.__traceback__
     if tb is not None and tb.tb_next is not None:
         # came through an interpreted callee (which chained it already) or through native Python code
-        from jitcore.interpreter.tracebacks import strip_internal
-
         if strip_internal(tb) is not None:
             return False
     if exc.__suppress_context__ and exc.__cause__ is None:

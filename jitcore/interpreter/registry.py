@@ -34,8 +34,11 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "UNSUPPORTED",
     "VARIANTS",
+    "JUMP_FUSED",
+    "fused_jumps",
     "fused_opcodes",
     "fuses",
+    "fuses_jump",
     "handler_table",
     "handles",
     "unsupported",
@@ -127,10 +130,40 @@ def fuses(first: str, second: str, since: tuple[int, int], until: tuple[int, int
                 raise InterpreterError(f"@fuses({first!r}, {second!r}): {opname} has no handler")
         if (first, second) in FUSED:
             raise InterpreterError(f"@fuses({first!r}, {second!r}) registered twice")
-        FUSED[(first, second)] = (256 + len(FUSED), fn)
+        FUSED[(first, second)] = (256 + len(FUSED) + len(JUMP_FUSED), fn)
         return fn
 
     return register
+
+
+# Note [Fused jumps]
+# The back edge of a loop and the instruction it jumps to (``JUMP_BACKWARD`` -> ``FOR_ITER``) run as one
+# handler: decoding replaces a ``JUMP_BACKWARD`` whose target's opname (a fused one included, such as
+# ``FOR_ITER+STORE_FAST``) has a registered jump handler by a synthetic instruction whose ``next`` is the
+# target instruction. The handler sets ``frame.index`` as if the target had been fetched, then executes it.
+JUMP_FUSED: dict[tuple[str, str], tuple[int, Handler]] = {}
+
+
+def fuses_jump(jump: str, target: str, since: tuple[int, int], until: tuple[int, int] | None = None
+               ) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the handler of ``jump`` when it lands on ``target``."""
+
+    def register(fn: Handler) -> Handler:
+        if not _applies(since, until):
+            return fn
+        if jump not in HANDLERS:
+            raise InterpreterError(f"@fuses_jump({jump!r}, {target!r}): {jump} has no handler")
+        if (jump, target) in JUMP_FUSED:
+            raise InterpreterError(f"@fuses_jump({jump!r}, {target!r}) registered twice")
+        JUMP_FUSED[(jump, target)] = (256 + len(FUSED) + len(JUMP_FUSED), fn)
+        return fn
+
+    return register
+
+
+def fused_jumps() -> dict[tuple[int, str], int]:
+    """(jump opcode, target opname) -> synthetic opcode of their fused handler."""
+    return {(dis.opmap[jump], target): code for (jump, target), (code, _) in JUMP_FUSED.items()}
 
 
 def fused_opcodes() -> dict[tuple[int, int], int]:
@@ -142,7 +175,7 @@ def handler_table(hooks_set: frozenset[str]) -> list[Handler]:
     """The dispatch table (indexed by opcode, fused opcodes included) for a run whose set hooks are
     ``hooks_set``."""
     table: list[Handler] = [_make_unknown(dis.opname[i]) for i in range(256)]
-    table.extend(fn for _, fn in sorted(FUSED.values(), key=lambda entry: entry[0]))
+    table.extend(fn for _, fn in sorted([*FUSED.values(), *JUMP_FUSED.values()], key=lambda entry: entry[0]))
     for opname, reason in UNSUPPORTED.items():
         table[dis.opmap[opname]] = _make_unsupported(opname, reason)
     for opname, fn in HANDLERS.items():

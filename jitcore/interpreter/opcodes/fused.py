@@ -10,13 +10,28 @@ from __future__ import annotations
 # (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
 __builtins__ = dict(vars(__import__("builtins")))
 
+from collections.abc import Callable
+
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes.calls import call_
-from jitcore.interpreter.opcodes.control import pop_jump_if_false, pop_jump_if_true
-from jitcore.interpreter.opcodes.load_store import load_attr_, load_global, load_method, store_attr_
-from jitcore.interpreter.opcodes.operators import binary_op_, compare_op_
-from jitcore.interpreter.registry import fuses
+from jitcore.interpreter.attributes import NATIVE_NAMES, load_attr
+from jitcore.interpreter.opcodes.load_store import load_global, load_method, store_attr_
+from jitcore.interpreter.opcodes.operators import binary_op_
+from jitcore.interpreter.protocols import (
+    EXHAUSTED,
+    NATIVE_BINARY,
+    NATIVE_COMPARE,
+    NATIVE_ITERATORS,
+    NATIVE_TYPES,
+    binary_op,
+    compare_op,
+    next_value,
+    truth,
+)
+from jitcore.interpreter.registry import fuses, fuses_jump
+
+Handler = Callable[[Frame, Instruction], object]
 
 _UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
 
@@ -93,48 +108,182 @@ def load_fast_return_value(frame: Frame, inst: Instruction) -> bool:
     return True
 
 
-def _then(first, second):
+def _after_load_fast(second: Handler) -> Handler:
+    """LOAD_FAST, then ``second`` (one Python call fewer than dispatching both)."""
+
     def fused(frame: Frame, inst: Instruction) -> object:
-        first(frame, inst)
+        a = frame.fast[inst.arg]
+        if a is NULL:
+            raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        frame.stack.append(a)
         frame.index += 1
         return second(frame, inst.next)
 
-    fused.__name__ = f"{first.__name__}_{second.__name__}"
-    fused.__doc__ = f"{first.__name__} then {second.__name__}."
+    fused.__name__ = f"load_fast_{second.__name__}"
+    fused.__doc__ = f"LOAD_FAST then {second.__name__}."
     return fused
 
 
-def _load_fast(frame: Frame, inst: Instruction) -> None:
-    a = frame.fast[inst.arg]
-    if a is NULL:
+def _after_load_const(second: Handler) -> Handler:
+    """LOAD_CONST, then ``second``."""
+
+    def fused(frame: Frame, inst: Instruction) -> object:
+        frame.stack.append(inst.argval)
+        frame.index += 1
+        return second(frame, inst.next)
+
+    fused.__name__ = f"load_const_{second.__name__}"
+    fused.__doc__ = f"LOAD_CONST then {second.__name__}."
+    return fused
+
+
+@fuses("LOAD_FAST", "LOAD_ATTR", since=(3, 11))
+def load_fast_load_attr(frame: Frame, inst: Instruction) -> None:
+    """Push local.name."""
+    obj = frame.fast[inst.arg]
+    if obj is NULL:
         raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
-    frame.stack.append(a)
+    frame.index += 1
+    name = inst.next.argval
+    names = NATIVE_NAMES.get(type(obj))
+    frame.stack.append(getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name))
 
 
-def _load_const(frame: Frame, inst: Instruction) -> None:
-    frame.stack.append(inst.argval)
+for _second, _handler in (("LOAD_METHOD", load_method), ("STORE_ATTR", store_attr_), ("CALL", call_)):
+    fuses("LOAD_FAST", _second, since=(3, 11))(_after_load_fast(_handler))
+fuses("LOAD_CONST", "CALL", since=(3, 11))(_after_load_const(call_))
 
 
-def _store_fast(frame: Frame, inst: Instruction) -> None:
-    frame.fast[inst.arg] = frame.stack.pop()
+@fuses("LOAD_FAST", "BINARY_OP", since=(3, 11))
+def load_fast_binary_op(frame: Frame, inst: Instruction) -> None:
+    """Push a local, then TOS = TOS1 <op> local."""
+    rhs = frame.fast[inst.arg]
+    if rhs is NULL:
+        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+    frame.index += 1
+    stack = frame.stack
+    lhs = stack[-1]
+    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        stack[-1] = NATIVE_BINARY[inst.next.arg](lhs, rhs)
+    else:
+        stack[-1] = binary_op(frame.run, inst.next.arg, lhs, rhs)
 
 
-_COMPOSED = [
-    ("LOAD_FAST", "LOAD_ATTR", _load_fast, load_attr_),
-    ("LOAD_FAST", "LOAD_METHOD", _load_fast, load_method),
-    ("LOAD_FAST", "BINARY_OP", _load_fast, binary_op_),
-    ("LOAD_CONST", "BINARY_OP", _load_const, binary_op_),
-    ("LOAD_FAST", "STORE_ATTR", _load_fast, store_attr_),
-    ("LOAD_FAST", "CALL", _load_fast, call_),
-    ("LOAD_CONST", "CALL", _load_const, call_),
-    ("BINARY_OP", "STORE_FAST", binary_op_, _store_fast),
-    ("COMPARE_OP", "POP_JUMP_FORWARD_IF_FALSE", compare_op_, pop_jump_if_false),
-    ("COMPARE_OP", "POP_JUMP_FORWARD_IF_TRUE", compare_op_, pop_jump_if_true),
-    ("LOAD_GLOBAL", "LOAD_FAST", load_global, _load_fast),
-    ("LOAD_CONST", "LOAD_FAST", _load_const, _load_fast),
-]
-for _first, _second, _h1, _h2 in _COMPOSED:
-    fuses(_first, _second, since=(3, 11))(_then(_h1, _h2))
+@fuses("LOAD_CONST", "BINARY_OP", since=(3, 11))
+def load_const_binary_op(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS <op> constant."""
+    rhs = inst.argval
+    frame.index += 1
+    stack = frame.stack
+    lhs = stack[-1]
+    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        stack[-1] = NATIVE_BINARY[inst.next.arg](lhs, rhs)
+    else:
+        stack[-1] = binary_op(frame.run, inst.next.arg, lhs, rhs)
+
+
+@fuses("BINARY_OP", "STORE_FAST", since=(3, 11))
+def binary_op_store_fast(frame: Frame, inst: Instruction) -> None:
+    """Pop two operands; store their <op> into a local."""
+    stack = frame.stack
+    rhs = stack.pop()
+    lhs = stack.pop()
+    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        value = NATIVE_BINARY[inst.arg](lhs, rhs)
+    else:
+        value = binary_op(frame.run, inst.arg, lhs, rhs)
+    frame.index += 1
+    frame.fast[inst.next.arg] = value
+
+
+def _compare_then_jump(jump_if: bool) -> Handler:
+    def fused(frame: Frame, inst: Instruction) -> None:
+        stack = frame.stack
+        rhs = stack.pop()
+        lhs = stack.pop()
+        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            v = NATIVE_COMPARE[inst.argval](lhs, rhs)
+        else:
+            v = compare_op(frame.run, inst.argval, lhs, rhs)
+        frame.index += 1
+        if v is True or v is False:
+            if v is jump_if:
+                frame.index = inst.next.argval
+        elif (v if type(v) in NATIVE_TYPES else truth(frame.run, v)) if v is not None else False:
+            if jump_if:
+                frame.index = inst.next.argval
+        elif not jump_if:
+            frame.index = inst.next.argval
+
+    fused.__name__ = f"compare_op_pop_jump_if_{str(jump_if).lower()}"
+    fused.__doc__ = f"Compare, then pop and jump if the result is {jump_if}."
+    return fused
+
+
+def _binary_op_then_jump(jump_if: bool) -> Handler:
+    def fused(frame: Frame, inst: Instruction) -> None:
+        stack = frame.stack
+        rhs = stack.pop()
+        lhs = stack.pop()
+        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            v = NATIVE_BINARY[inst.arg](lhs, rhs)
+        else:
+            v = binary_op(frame.run, inst.arg, lhs, rhs)
+        frame.index += 1
+        if (v if type(v) in NATIVE_TYPES else truth(frame.run, v)) if v is not None else False:
+            if jump_if:
+                frame.index = inst.next.argval
+        elif not jump_if:
+            frame.index = inst.next.argval
+
+    fused.__name__ = f"binary_op_pop_jump_if_{str(jump_if).lower()}"
+    fused.__doc__ = f"A binary operation, then pop and jump if the result is {jump_if}."
+    return fused
+
+
+fuses("BINARY_OP", "POP_JUMP_FORWARD_IF_FALSE", since=(3, 11))(_binary_op_then_jump(False))
+fuses("BINARY_OP", "POP_JUMP_FORWARD_IF_TRUE", since=(3, 11))(_binary_op_then_jump(True))
+fuses("COMPARE_OP", "POP_JUMP_FORWARD_IF_FALSE", since=(3, 11))(_compare_then_jump(False))
+fuses("COMPARE_OP", "POP_JUMP_FORWARD_IF_TRUE", since=(3, 11))(_compare_then_jump(True))
+
+
+@fuses("LOAD_GLOBAL", "LOAD_FAST", since=(3, 11))
+def load_global_load_fast(frame: Frame, inst: Instruction) -> None:
+    """Push a global (or builtin), then a local."""
+    load_global(frame, inst)
+    second = inst.next
+    frame.index += 1
+    b = frame.fast[second.arg]
+    if b is NULL:
+        raise UnboundLocalError(_UNBOUND_LOCAL.format(second.argval))
+    frame.stack.append(b)
+
+
+@fuses("LOAD_CONST", "LOAD_FAST", since=(3, 11))
+def load_const_load_fast(frame: Frame, inst: Instruction) -> None:
+    """Push a constant, then a local."""
+    second = inst.next
+    b = frame.fast[second.arg]
+    frame.index += 1
+    if b is NULL:
+        raise UnboundLocalError(_UNBOUND_LOCAL.format(second.argval))
+    stack = frame.stack
+    stack.append(inst.argval)
+    stack.append(b)
+
+
+@fuses("FOR_ITER", "STORE_FAST", since=(3, 11))
+def for_iter_store_fast(frame: Frame, inst: Instruction) -> None:
+    """Store next(TOS) into a local; when exhausted pop the iterator and jump past the loop."""
+    stack = frame.stack
+    it = stack[-1]
+    v = next(it, EXHAUSTED) if type(it) in NATIVE_ITERATORS else next_value(frame.run, it)
+    if v is EXHAUSTED:
+        stack.pop()
+        frame.index = inst.argval
+    else:
+        frame.index += 1
+        frame.fast[inst.next.arg] = v
 
 
 @fuses("BINARY_OP", "RETURN_VALUE", since=(3, 11))
@@ -144,3 +293,34 @@ def binary_op_return_value(frame: Frame, inst: Instruction) -> bool:
     frame.index += 1
     frame.result = frame.stack.pop()
     return True
+
+
+@fuses_jump("JUMP_BACKWARD", "FOR_ITER", since=(3, 11))
+def jump_backward_for_iter(frame: Frame, inst: Instruction) -> None:
+    """The loop's back edge, then its FOR_ITER (Note [Fused jumps])."""
+    target = inst.next
+    frame.index = target.index + 1
+    stack = frame.stack
+    it = stack[-1]
+    v = next(it, EXHAUSTED) if type(it) in NATIVE_ITERATORS else next_value(frame.run, it)
+    if v is EXHAUSTED:
+        stack.pop()
+        frame.index = target.argval
+    else:
+        stack.append(v)
+
+
+@fuses_jump("JUMP_BACKWARD", "FOR_ITER+STORE_FAST", since=(3, 11))
+def jump_backward_for_iter_store_fast(frame: Frame, inst: Instruction) -> None:
+    """The loop's back edge, then its FOR_ITER and the STORE_FAST of the loop variable."""
+    target = inst.next
+    frame.index = target.index + 1
+    stack = frame.stack
+    it = stack[-1]
+    v = next(it, EXHAUSTED) if type(it) in NATIVE_ITERATORS else next_value(frame.run, it)
+    if v is EXHAUSTED:
+        stack.pop()
+        frame.index = target.argval
+    else:
+        frame.index += 1
+        frame.fast[target.next.arg] = v

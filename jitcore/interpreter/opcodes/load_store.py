@@ -16,7 +16,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 import sys
 from types import CellType
 
-from jitcore.interpreter.attributes import delete_attr, load_attr, store_attr
+from jitcore.interpreter.attributes import NATIVE_NAMES, NATIVE_STORE_NAMES, delete_attr, load_attr, store_attr
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import delete_item, get_item, set_item
@@ -235,7 +235,10 @@ def copy_free_vars(frame: Frame, inst: Instruction) -> None:
 def load_attr_(frame: Frame, inst: Instruction) -> None:
     """TOS = TOS.name."""
     stack = frame.stack
-    stack[-1] = load_attr(frame.run, stack[-1], inst.argval)
+    obj = stack[-1]
+    name = inst.argval
+    names = NATIVE_NAMES.get(type(obj))  # load_attr's cached fast path, inlined
+    stack[-1] = getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
 
 
 @handles("LOAD_ATTR", since=(3, 11), hook="on_load_attr")
@@ -269,7 +272,12 @@ def store_attr_(frame: Frame, inst: Instruction) -> None:
     """TOS.name = TOS1."""
     stack = frame.stack
     obj = stack.pop()
-    store_attr(frame.run, obj, inst.argval, stack.pop())
+    name = inst.argval
+    names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
+    if names is not None and name in names:
+        setattr(obj, name, stack.pop())
+    else:
+        store_attr(frame.run, obj, name, stack.pop())
 
 
 @handles("DELETE_ATTR", since=(3, 11))

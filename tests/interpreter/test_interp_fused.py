@@ -1,0 +1,145 @@
+"""The fused handlers (Note [Fused instructions], Note [Fused jumps]) behave as their instructions in
+sequence: values, truthiness of non-bool results, exceptions and the line they are reported at."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from interp_helpers import check
+
+from jitcore.interpreter import interpret
+from jitcore.interpreter.instructions import decode
+
+
+class Truthy:
+    """A comparison/arithmetic result that is not a bool: its __bool__ decides the jump."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __bool__(self):
+        return bool(self.v)
+
+    def __lt__(self, other):
+        return Truthy(self.v < other)
+
+    def __mod__(self, other):
+        return Truthy(self.v % other)
+
+
+class Countdown:
+    """A Python iterator: FOR_ITER on it is not native."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.n == 0:
+            raise StopIteration
+        self.n -= 1
+        return self.n
+
+
+def loops(n, items):
+    total = 0
+    for x in items:  # FOR_ITER+STORE_FAST, then JUMP_BACKWARD->FOR_ITER+STORE_FAST
+        if x % 3:  # LOAD_CONST+BINARY_OP / BINARY_OP+POP_JUMP
+            total += x  # BINARY_OP+STORE_FAST
+        elif x < n:  # COMPARE_OP+POP_JUMP
+            total -= 1
+    for x in Countdown(max(n, 0)):
+        total += x
+    for a, b in zip(items, items[1:]):  # FOR_ITER + UNPACK_SEQUENCE: JUMP_BACKWARD->FOR_ITER
+        total += a * b
+    return total
+
+
+def user_types(n):
+    hits = 0
+    for i in range(n):
+        if Truthy(i) % 2:
+            hits += 1
+        if Truthy(i) < 3:
+            hits += 10
+    return hits
+
+
+def test_the_benchmark_shapes_are_fused() -> None:
+    names = {inst.opname for inst in decode(loops.__code__).fused}
+    assert "FOR_ITER+STORE_FAST" in names
+    assert "JUMP_BACKWARD->FOR_ITER+STORE_FAST" in names
+    assert "BINARY_OP+STORE_FAST" in names
+    assert "JUMP_BACKWARD->FOR_ITER" in names
+
+
+@given(st.integers(-5, 20), st.lists(st.integers(-50, 50), max_size=12))
+def test_loops(n, items) -> None:
+    check(loops, n, items)
+
+
+@given(st.integers(0, 12))
+def test_non_bool_results_of_operators_decide_jumps_by_their_truth(n) -> None:
+    check(user_types, n)
+
+
+def _unbound(flag):
+    if flag:
+        x = 1
+    return x + 1  # LOAD_FAST of an unbound local, fused with what follows
+
+
+def test_unbound_local_in_a_fused_pair() -> None:
+    check(_unbound, True)
+    check(_unbound, False)
+
+
+def _fails_in_second_half(d):
+    a = 1
+    b = a + d["k"]  # the BINARY_OP half raises TypeError
+    return b
+
+
+def test_exception_in_the_second_half_points_at_its_line() -> None:
+    check(_fails_in_second_half, {"k": "s"})
+    with pytest.raises(TypeError) as info:
+        interpret(_fails_in_second_half)({"k": "s"})
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert frames[-1].name == "_fails_in_second_half"
+    assert frames[-1].lineno == _fails_in_second_half.__code__.co_firstlineno + 2
+
+
+def _raises_from_iterator():
+    total = 0
+    for x in Countdown(3):
+        total += 1 / x  # ZeroDivisionError on the last item, inside the loop body
+    return total
+
+
+def test_exception_raised_by_the_loop_body_and_by_next() -> None:
+    check(_raises_from_iterator)
+
+    def broken():
+        for x in iter(lambda: 1 / 0, None):
+            return x
+
+    check(broken)
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="3.11 bytecode")
+def test_jump_into_the_second_instruction_of_a_fused_pair() -> None:
+    def f(items):
+        out = []
+        for x in items:
+            if x:
+                continue  # jumps back to FOR_ITER, which is the first half of a fused pair
+            out.append(x)
+        return out
+
+    check(f, [0, 1, 0, 2, 0])
