@@ -96,6 +96,8 @@ def dispatch_map(trace: Trace) -> list[DispatchRoute]:
 def _leaves(bound_symbols: tuple[BoundSymbol, ...]) -> list[BoundSymbol]:
     out = []
     for bsym in bound_symbols:
+        if "bookkeeping" in bsym.symbol.tags:  # how a subclass output is rebuilt: not an aten op of the route
+            continue
         out.extend(_leaves(bsym.subsymbols) if bsym.subsymbols else [bsym])
     return out
 

@@ -19,7 +19,8 @@ import optree
 from jitcore.ir import BoundSymbol, Symbol, Trace
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["flatten_subclasses", "unflatten_tensor_subclass", "UNFLATTEN", "bind_subclass_input", "has_subclass_proxy"]
+__all__ = ["flatten_subclasses", "unflatten_tensor_subclass", "UNFLATTEN", "UNFLATTEN_RESULT", "bind_subclass_input",
+           "has_subclass_proxy", "record_subclass_results"]
 
 
 def unflatten_tensor_subclass(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
@@ -50,13 +51,33 @@ UNFLATTEN_INPUT = Symbol(
     meta=_no_meta,
     tags=frozenset({"subclass", "bookkeeping"}),
 )
+# Closes the resolution of a torch-level call with a subclass output in pass 1: how the output is
+# built from the inner tensors the resolution computed (shown in the trace, never executed: pass 2
+# drops it and keeps the inner tensors).
+UNFLATTEN_RESULT = Symbol(
+    id="unflatten_tensor_subclass_result",
+    name="unflatten_tensor_subclass",
+    langctx="dispatch",
+    fn=unflatten_tensor_subclass,
+    path="jitcore.dispatch.flatten.unflatten_tensor_subclass",
+    meta=_no_meta,
+    tags=frozenset({"subclass", "bookkeeping"}),
+)
 
 
-def _unflatten_record(symbol: Symbol, proxy: SubclassTensorProxy) -> BoundSymbol:
+def record_subclass_results(scope: list[BoundSymbol], outputs: Any, source: Any = None) -> None:
+    """Append to ``scope`` (a resolution's subsymbols) how each subclass output is built; ``source``
+    is the user's stack of the call."""
+    for value in optree.tree_leaves(outputs, none_is_leaf=True):
+        if isinstance(value, SubclassTensorProxy):
+            scope.append(_unflatten_record(UNFLATTEN_RESULT, value, source))
+
+
+def _unflatten_record(symbol: Symbol, proxy: SubclassTensorProxy, source: Any = None) -> BoundSymbol:
     names, ctx = proxy.flatten()
     inner = {n: getattr(proxy, n) for n in names}
     args = (proxy.subclass, inner, ctx, tuple(proxy.shape), tuple(proxy.stride()))
-    return BoundSymbol(symbol, args, {}, proxy)
+    return BoundSymbol(symbol, args, {}, proxy, source=source)
 
 
 def bind_subclass_input(trace: Trace, proxy: SubclassTensorProxy) -> None:

@@ -28,6 +28,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Symbol, current_context
 from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies import TensorProxy
@@ -148,7 +149,11 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
     with torch._C.DisableTorchFunctionSubclass(), _ResolveMode(state):  # noqa: SLF001
         out = symbol.fn(*shadow_args, **shadow_kwargs)
-    return _map(state.proxy_of, out)
+    result = _map(state.proxy_of, out)
+    context = current_context()
+    provider = context.source_provider
+    record_subclass_results(context.scopes[-1], result, provider() if provider is not None else None)
+    return result
 
 
 class _ResolveMode(TorchDispatchMode):

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from jitcore.ir.names import RESERVED_NAMES
 from jitcore.ir.proxy import Proxy
 from jitcore.ir.symbol import BoundSymbol, SourceFrame
 from jitcore.ir.trace import Trace
@@ -110,9 +111,23 @@ class _Printer:
     def constant(self, v: Any) -> str:
         name = self._constant_names.get(id(v))
         if name is None:
-            name = f"__c{len(self.constants)}"
+            name = self._class_name(v) or f"__c{len(self.constants)}"
             self._constant_names[id(v)] = name
             self.constants[name] = v
+        return name
+
+    def _class_name(self, v: Any) -> str | None:
+        """A class constant is named after the class (``TwoTensor``) when that name is a plain
+        identifier no other name of the trace uses (proxies, imports, builtins, other constants)."""
+        if not isinstance(v, type):
+            return None
+        name = getattr(v, "__name__", None)
+        # ASCII only: Python folds identifiers by NFKC, so a look-alike could name another global
+        if (type(name) is not str or not name.isascii() or not name.isidentifier() or keyword.iskeyword(name)
+                or name.startswith("__")
+                or name in RESERVED_NAMES or name in self.trace.imports or name in self.constants
+                or name in self.trace.names):
+            return None
         return name
 
     def target(self, out: Any) -> str | None:

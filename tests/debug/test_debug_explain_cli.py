@@ -51,8 +51,10 @@ def test_source_includes_torch_dispatch_frames():
     jfn(Wrapped(torch.randn(3)))
     first = jitcore.last_traces(jfn)[0]
     mul = next(b for b in first.bound_symbols if b.subsymbols)
-    (aten_mul,) = mul.subsymbols
+    aten_mul, rebuild = mul.subsymbols
     assert [f.function for f in aten_mul.source] == ["scale_shift", "__torch_dispatch__"]
+    assert rebuild.symbol.id == "unflatten_tensor_subclass_result" and rebuild.output is mul.output
+    assert [f.function for f in rebuild.source] == ["scale_shift"]
 
 
 def test_explain_text():

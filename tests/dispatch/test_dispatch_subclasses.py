@@ -115,6 +115,10 @@ def test_two_tensor_end_to_end_and_trace_shape() -> None:
     first, executed = (str(t) for t in jitcore.last_traces(jfn))
     assert 't2 = torch.add(x, 1)  # t2: "TwoTensor[cpu f32[4, 4]]"' in first
     assert "    # t0 = torch.ops.aten.add.Tensor(x_a, 1)" in first
+    assert "    # t1 = torch.ops.aten.add.Tensor(x_b, 1)" in first
+    # the resolution ends with how the output is built: the class by name, inner tensors, ctx, size, strides
+    assert ("    # t2 = jitcore.dispatch.flatten.unflatten_tensor_subclass(TwoTensor, {'a': t0, 'b': t1}, None, "
+            "(4, 4), (4, 1))") in first
     assert "torch.ops.aten.mm.default(t0, t3)" in executed
     assert _executed_ops(jfn) == [
         "torch.ops.aten.add.Tensor", "torch.ops.aten.add.Tensor", "torch.ops.aten.t.default",

@@ -450,7 +450,7 @@ Pair = collections.namedtuple("Pair", ["first", "second"])
 def test_tuple_types_not_reachable_from_the_imports_are_bound_by_reference() -> None:
     trace = trace_fn(lambda x: Pair(x.sin(), torch.max(x, 0)), torch.randn(2, 2))
     source = str(trace)
-    assert source.endswith("  return __c0(t0, torch.return_types.max((t1, t2)))\n")
-    assert print_trace(trace).constants == {"__c0": Pair}
+    assert source.endswith("  return Pair(t0, torch.return_types.max((t1, t2)))\n")  # a class: named after itself
+    assert print_trace(trace).constants == {"Pair": Pair}
     result = exec_printed(trace)(torch.ones(2, 2))
     assert type(result) is Pair and type(result.second) is torch.return_types.max
