@@ -154,7 +154,13 @@ class _Replay:
         self.subclass_grad = subclass_grad
         header = [line.replace("pass 1 (interpretation)", "forward (grad transform)") for line in trace.header]
         self.forward = Trace(name="forward", header=header, imports={"torch": torch, "jitcore": jitcore})
-        self.context: TraceContext = new_context(self.forward, call_handler=resolve_call)
+        # the forward's records carry the user stack of the pass-1 op being replayed, so an error
+        # raised while the forward runs is reported at the user's line
+        self.replaying: BoundSymbol | None = None
+        self.context: TraceContext = new_context(
+            self.forward, call_handler=resolve_call,
+            source_provider=lambda: self.replaying.source if self.replaying is not None else None,
+        )
         self.values = self.context.values
         self.state = DispatchState.of(self.values)
         self.env: dict[int, Proxy] = {}
@@ -215,7 +221,11 @@ class _Replay:
 
     def _replay(self, bsym: BoundSymbol) -> None:
         args, kwargs = _tree_map(lambda v: _shadow(self.lookup(v)), (bsym.args, bsym.kwargs))
-        out = bsym.symbol.fn(*args, **kwargs)
+        self.replaying = bsym
+        try:
+            out = bsym.symbol.fn(*args, **kwargs)
+        finally:
+            self.replaying = None
         old_leaves = optree.tree_leaves(bsym.output, none_is_leaf=True)
         new_leaves = optree.tree_leaves(out, none_is_leaf=True)
         for old, new in zip(old_leaves, new_leaves):

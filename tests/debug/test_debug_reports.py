@@ -204,6 +204,22 @@ def test_execution_error_maps_to_user_line():
     assert "running the compiled trace of gather_rows" in jitted.__notes__[0]
 
 
+def test_execution_error_with_grad_maps_to_user_line():
+    """With inputs that require grad the forward trace of the grad transform runs: its ops carry the
+    user stack of the op they were replayed from."""
+    jfn = jitcore.jit(P.gather_rows)
+    jfn(torch.randn(4, 3, requires_grad=True), torch.tensor([1, 2]))
+    assert jitcore.last_backward_traces(jfn)  # the grad transform ran
+    bad = (torch.randn(4, 3, requires_grad=True), torch.tensor([10, 2]))
+    eager = raise_from(P.gather_rows, *bad)
+    jitted = raise_from(jfn, *bad)
+    assert type(jitted) is type(eager) is IndexError and str(jitted) == str(eager)
+    assert_user_frames(
+        jitted, [("gather_rows", "return pick(y, i)"), ("pick", "return x.index_select(0, i)")]
+    )
+    assert context_of(jitted).phase == "execution"
+
+
 def test_show_internal_frames(monkeypatch):
     x, w = torch.randn(4, 8), torch.randn(5, 3)
     shown = raise_from(jitcore.jit(P.shape_error_model, show_internal_frames=True), x, w)
