@@ -128,7 +128,7 @@ def test_forward_saves_what_backward_needs_and_recomputes_cheap_ops() -> None:
     jf(torch.randn(3, 4), torch.randn(5, 4, requires_grad=True)).backward()
     forward = jitcore.last_traces(jf)[-1]
     backward = jitcore.last_backward_traces(jf)[0]
-    assert str(forward).splitlines()[3:] == """
+    assert forward.python_source(source=None).splitlines()[3:] == """
 def forward(x, w):
   # x: "cpu f32[3, 4]"
   # w: "cpu f32[5, 4]"
