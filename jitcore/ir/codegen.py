@@ -3,7 +3,8 @@
 Invariants:
 - the source compiled is exactly the printed trace (so what a user reads is what runs);
 - it is compiled under a stable file name derived from its content and registered in ``linecache``,
-  so tracebacks, ``inspect`` and pdb show the trace's own lines;
+  so tracebacks, ``inspect`` and pdb show the trace's own lines, for as long as a function compiled
+  from it is alive (Note [linecache entries]);
 - user-controlled values reach the code only as bound constants (see printer.py);
 - an imported module named in ``fast_imports`` is replaced, after the module body ran, by a snapshot
   module holding just the attribute chains the source reads from it (``torch.ops.aten.mul.Tensor``
@@ -21,6 +22,7 @@ import builtins
 import hashlib
 import linecache
 import types
+import weakref
 from typing import Any, Callable, Iterable
 
 import torch
@@ -54,11 +56,32 @@ def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: st
     code = compile(source, filename, "exec")
     globals_ = {"__builtins__": builtins, "__name__": f"jitcore_{tag}", **namespace}
     exec(code, globals_)
+    _keep_lines_while_alive(globals_[name], filename)
     fast_imports = [n for n in fast_imports if isinstance(globals_.get(n), types.ModuleType)]
     if fast_imports:
         for root, chains in _attribute_chains(ast.parse(source), fast_imports).items():
             globals_[root] = _snapshot(globals_[root], chains, root)
     return globals_[name]
+
+
+# Note [linecache entries]: a compiled trace's lines stay in ``linecache`` while some function
+# compiled from that source is alive (sources are keyed by content, so two cache entries can share
+# one); then they are dropped, so a long-running program that retraces does not grow without bound.
+_LIVE_SOURCES: dict[str, int] = {}
+
+
+def _keep_lines_while_alive(fn: Callable[..., Any], filename: str) -> None:
+    _LIVE_SOURCES[filename] = _LIVE_SOURCES.get(filename, 0) + 1
+    weakref.finalize(fn, _release_lines, filename)
+
+
+def _release_lines(filename: str) -> None:
+    left = _LIVE_SOURCES.get(filename, 1) - 1
+    if left > 0:
+        _LIVE_SOURCES[filename] = left
+        return
+    _LIVE_SOURCES.pop(filename, None)
+    linecache.cache.pop(filename, None)
 
 
 # A trie of attribute names: name -> sub-trie; _VALUE marks a chain that is read as a value itself.

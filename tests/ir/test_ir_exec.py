@@ -269,3 +269,21 @@ def test_bound_constants_are_never_snapshotted() -> None:
     fn = compile_source("def f():\n  return cfg.scale\n", "f", {"cfg": config}, fast_imports=("torch",))
     config.scale = 3.0
     assert fn() == 3.0
+
+
+def test_linecache_entries_live_as_long_as_a_function_compiled_from_them() -> None:
+    import gc
+
+    from jitcore.ir import compile_source
+
+    source = "def f(x):\n  return x + 12345\n"
+    first = compile_source(source, "f", {})
+    second = compile_source(source, "f", {})  # same content, same file name
+    filename = first.__code__.co_filename
+    assert linecache.getline(filename, 2).strip() == "return x + 12345"
+    del first
+    gc.collect()
+    assert linecache.getline(filename, 2).strip() == "return x + 12345"  # the second still uses it
+    del second
+    gc.collect()
+    assert filename not in linecache.cache
