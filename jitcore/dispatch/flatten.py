@@ -76,7 +76,8 @@ def record_subclass_results(scope: list[BoundSymbol], outputs: Any, source: Any 
 def _unflatten_record(symbol: Symbol, proxy: SubclassTensorProxy, source: Any = None) -> BoundSymbol:
     names, ctx = proxy.flatten()
     inner = {n: getattr(proxy, n) for n in names}
-    args = (proxy.subclass, inner, ctx, tuple(proxy.shape), tuple(proxy.stride()))
+    outer = proxy.current_outer()  # after an in-place view op on the wrapper (x.t_()), its new shape
+    args = (proxy.subclass, inner, ctx, tuple(outer.shape), tuple(outer.stride()))
     return BoundSymbol(symbol, args, {}, proxy, source=source)
 
 
@@ -103,8 +104,14 @@ def _emit(bsym: BoundSymbol, out: list[BoundSymbol]) -> None:
         _emit(sub, out)
 
 
-def flatten_subclasses(trace: Trace) -> Trace:
-    """Pass 2: the trace that runs, over plain tensors only (``trace`` itself when it has no subclass)."""
+def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ()) -> Trace:
+    """Pass 2: the trace that runs, over plain tensors only (``trace`` itself when it has no subclass).
+
+    Args:
+        trace: pass 1.
+        keep: subclass inputs returned as they came: they become trailing arguments of pass 2 and
+            are returned as passed, instead of being rebuilt from their inner tensors.
+    """
     if not any(_involves_subclass(b) for b in trace.bound_symbols) and not has_subclass_proxy(trace.output):
         return trace
     import jitcore
@@ -114,7 +121,8 @@ def flatten_subclasses(trace: Trace) -> Trace:
                  imports={**trace.imports, "jitcore": jitcore}, names=trace.names)
     for bsym in trace.bound_symbols:
         _emit(bsym, flat.bound_symbols)
-    rebuilt: dict[int, SubclassTensorProxy] = {}
+    rebuilt: dict[int, SubclassTensorProxy] = {id(p): p for p in keep}
+    flat.args.extend(keep)
 
     def rewrap(value: Any) -> Any:
         if isinstance(value, SubclassTensorProxy) and id(value) not in rebuilt:

@@ -30,6 +30,7 @@ from jitcore.jit.interpretation import Pass
 from jitcore.prologue import MISS, MissReason, Prologue
 from jitcore.prologue.cache import EntryCache
 from jitcore.transforms import differentiate
+from jitcore.transforms.jit_hook import returned_subclass_inputs
 
 __all__ = [
     "jit",
@@ -142,6 +143,13 @@ class JittedFunction:
             self.last_traces = list(traces)
         computation = differentiate(program, traces, self)  # inputs that require grad: docs/autograd.md
         if computation is None:
+            kept = returned_subclass_inputs(program) if flat is not program.trace else []
+            if kept:  # returned as passed: the caller's object comes back (f(x) is x), not a rebuilt one
+                traces[-1] = flatten_subclasses(program.trace, keep=tuple(p for p, _ in kept))
+                self.last_traces = list(traces)
+                for proxy, path in kept:
+                    program.prologue.inputs.append(path)
+                    program.prologue.input_names.append(proxy.name)
             computation = self.executor.compile(traces[-1])
         if program.epilogue is not None:
             computation = program.epilogue.wrap(computation)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import optree
+
 from jitcore.ir import Trace
 from jitcore.prologue import Path
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -58,3 +60,28 @@ def _outer_path(proxy: SubclassTensorProxy, paths: dict[int, Path]) -> Path:
         if path is not None and path.parent is not None:
             return path.parent
     raise AssertionError(f"grad transform: no path to the subclass input {proxy.name}")
+
+
+def returned_subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path]]:
+    """The tensor-subclass arguments the function returns as they came (same object, same outer
+    shape and strides), with their paths: the computation returns the caller's object for them, as
+    eager does (``f(x) is x``), instead of rebuilding an equal one from the inner tensors."""
+    from jitcore.dispatch.flatten import UNFLATTEN_INPUT
+
+    bound = {id(b.output): b for b in program.trace.bound_symbols if b.symbol is UNFLATTEN_INPUT}
+    returned = {id(v) for v in optree.tree_leaves(program.trace.output, none_is_leaf=True)}
+    paths = {id(arg): path for arg, path in zip(program.trace.args, program.prologue.inputs)}
+    kept = []
+    for proxy in subclass_inputs(program.trace):
+        record = bound.get(id(proxy))
+        path = _outer_path(proxy, paths)
+        paths[id(proxy)] = path
+        if (record is not None and id(proxy) in returned
+                and _outer_metadata(proxy) == (record.args[3], record.args[4])):
+            kept.append((proxy, path))
+    return kept
+
+
+def _outer_metadata(proxy: SubclassTensorProxy) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    outer = proxy.current_outer()
+    return tuple(outer.shape), tuple(outer.stride())

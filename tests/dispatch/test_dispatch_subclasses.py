@@ -333,3 +333,39 @@ def test_metadata_guard_decides_ctx_equality() -> None:
     jfn(ToleranceTensor(a, "other"))
     assert jitcore.cache_misses(jfn) == 2
     assert "ctx" in str(jitcore.miss_reasons(jfn)[-1][0])
+
+
+def test_a_subclass_argument_returned_as_it_came_is_the_callers_object() -> None:
+    """eager returns the very object (``f(x) is x``); so does every call of the jitted function."""
+
+    def mutate_and_return(x):
+        x.add_(1)
+        return x
+
+    def return_in_structures(x, y):
+        return x, x.a, {"k": x}, y * 2
+
+    x = TwoTensor(torch.randn(3), torch.randn(3))
+    expected_a = x.a + 2
+    jfn = jitcore.jit(mutate_and_return)
+    assert jfn(x) is x and jfn(x) is x  # traced call, then a cached call
+    torch.testing.assert_close(x.a, expected_a)
+    out = jitcore.jit(return_in_structures)(x, x)
+    assert out[0] is x and out[1] is x.a and out[2]["k"] is x and out[3] is not x
+    assert "def computation(x_a, x_b, x):" in str(jitcore.last_traces(jfn)[-1])  # the object is an argument
+
+
+def test_an_in_place_view_op_on_a_subclass_argument_gives_eagers_shape() -> None:
+    def transpose_in_place(x):
+        return x.t_()
+
+    def make():
+        return TwoTensor(torch.arange(6.0).view(2, 3), torch.arange(6.0).view(2, 3) * 2)
+
+    expected = transpose_in_place(make())
+    jfn = jitcore.jit(transpose_in_place)
+    for _ in range(2):
+        out = jfn(make())
+        assert type(out) is TwoTensor and out.shape == expected.shape == (3, 2)
+        torch.testing.assert_close(out.a, expected.a)
+        torch.testing.assert_close(out.b, expected.b)
