@@ -37,6 +37,8 @@ class Hooks:
         on_load_global: ``(frame, name, value) -> value`` after LOAD_GLOBAL/LOAD_NAME resolved a global/builtin.
         on_load_deref: ``(frame, name, value) -> value`` after LOAD_DEREF/LOAD_CLASSDEREF.
         on_load_attr: ``(frame, obj, name, value) -> value`` after LOAD_ATTR/LOAD_METHOD/getattr().
+        on_missing_attr: ``(frame, obj, name) -> None`` when LOAD_ATTR/LOAD_METHOD raise
+            AttributeError (before the program sees it); only in runs that set ``on_load_attr``.
         on_load_subscr: ``(frame, container, key, value) -> value`` after BINARY_SUBSCR.
         type_of: ``obj -> class``: the class an object stands for, where it differs from ``type(obj)``
             (the jit's proxies stand for tensors); consulted where CPython's semantics depend on an
@@ -50,5 +52,6 @@ class Hooks:
     on_load_global: Callable[[Frame, str, object], object] | None = None
     on_load_deref: Callable[[Frame, str, object], object] | None = None
     on_load_attr: Callable[[Frame, object, str, object], object] | None = None
+    on_missing_attr: Callable[[Frame, object, str], None] | None = None
     on_load_subscr: Callable[[Frame, object, object, object], object] | None = None
     type_of: Callable[[object], type] | None = None

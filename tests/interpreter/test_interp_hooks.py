@@ -246,3 +246,27 @@ def test_other_python_versions_are_refused(monkeypatch):
     monkeypatch.setattr(interpreter, "SUPPORTED_VERSIONS", ((3, 99),))
     with pytest.raises(UnsupportedPythonVersion, match="supports CPython 3.99"):
         interpret(len)
+
+
+def test_on_missing_attr_sees_failed_attribute_loads_the_program_catches() -> None:
+    class Bag:
+        present = 1
+
+    def f(bag):
+        out = []
+        for name in ("present", "absent"):
+            try:
+                out.append(getattr(bag, name) if name == "present" else bag.absent)
+            except AttributeError:
+                out.append(None)
+        try:
+            bag.method_absent()
+        except AttributeError as e:
+            out.append(type(e).__name__)
+        return out
+
+    missing = []
+    hooks = Hooks(on_load_attr=lambda frame, obj, name, value: value,
+                  on_missing_attr=lambda frame, obj, name: missing.append((frame.code.co_name, name)))
+    assert interpret(f, hooks=hooks)(Bag()) == f(Bag()) == [1, None, "AttributeError"]
+    assert missing == [("f", "absent"), ("f", "method_absent")]

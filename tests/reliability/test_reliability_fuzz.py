@@ -440,13 +440,7 @@ class _Bag:
 
 @pytest.mark.parametrize(
     "name",
-    ["getattr_default", "hasattr", "vars", "dict_get", "setattr_later",
-     pytest.param("try_attribute", marks=pytest.mark.xfail(
-         strict=True,
-         reason="an attribute lookup that fails in LOAD_ATTR (caught by the program) is not reported by "
-         "the interpreter's hooks, so its absence cannot be guarded yet (reported to the interpreter; "
-         "/work/shared/notes/reliability-findings.md)")),
-     ],
+    ["getattr_default", "hasattr", "vars", "dict_get", "setattr_later", "try_attribute"],
 )
 def test_observed_absence_and_instance_dicts_are_guarded(name: str) -> None:
     bag = _Bag()

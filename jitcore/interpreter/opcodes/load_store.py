@@ -241,12 +241,23 @@ def load_attr_(frame: Frame, inst: Instruction) -> None:
     stack[-1] = getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
 
 
+def _hooked_load(frame: Frame, obj: object, name: str) -> object:
+    """``obj.name``, telling ``hooks.on_missing_attr`` when it raises AttributeError."""
+    try:
+        return load_attr(frame.run, obj, name)
+    except AttributeError:
+        missing = frame.run.hooks.on_missing_attr
+        if missing is not None:
+            missing(frame, obj, name)
+        raise
+
+
 @handles("LOAD_ATTR", since=(3, 11), hook="on_load_attr")
 def load_attr_hooked(frame: Frame, inst: Instruction) -> None:
     """LOAD_ATTR through ``hooks.on_load_attr``."""
     stack = frame.stack
     obj = stack[-1]
-    stack[-1] = frame.run.hooks.on_load_attr(frame, obj, inst.argval, load_attr(frame.run, obj, inst.argval))
+    stack[-1] = frame.run.hooks.on_load_attr(frame, obj, inst.argval, _hooked_load(frame, obj, inst.argval))
 
 
 @handles("LOAD_METHOD", since=(3, 11))
@@ -262,7 +273,7 @@ def load_method_hooked(frame: Frame, inst: Instruction) -> None:
     """LOAD_METHOD through ``hooks.on_load_attr``."""
     stack = frame.stack
     obj = stack[-1]
-    value = frame.run.hooks.on_load_attr(frame, obj, inst.argval, load_attr(frame.run, obj, inst.argval))
+    value = frame.run.hooks.on_load_attr(frame, obj, inst.argval, _hooked_load(frame, obj, inst.argval))
     stack.append(value)
     stack[-2] = NULL
 
