@@ -50,7 +50,8 @@ class Symbol:
         meta: computes the outputs (proxies) of a call on proxies; the language context derives it
             from torch itself (fake tensors), never from hand-written shape rules.
         decomposition: optional function expressing the symbol through other symbols.
-        tags: properties transforms may rely on: ``inplace``, ``view``, ``random``, ``factory``.
+        tags: properties transforms may rely on: ``inplace``, ``view``, ``random``, ``factory``,
+            ``global_state`` (changes thread state the forward of the grad transform must change too).
     """
 
     id: str

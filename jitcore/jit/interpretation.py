@@ -384,8 +384,9 @@ _STATE_SYMBOLS = {
 }
 # Python functions of torch that change such state (the RNG seed of every device, the default dtype):
 # replaced by lookasides that run and record them whole.
+# Tagged "global_state": the grad transform's forward trace runs them at the same points too.
 _STATE_FUNCTION_SYMBOLS = {
-    fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn)
+    fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn, tags=frozenset({"global_state"}))
     for fn, path in {torch.manual_seed: "torch.manual_seed", torch.set_default_dtype: "torch.set_default_dtype"}.items()
 }
 

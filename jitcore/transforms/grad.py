@@ -217,6 +217,8 @@ class _Replay:
             for bsym in self.source.bound_symbols:
                 if "bookkeeping" in bsym.symbol.tags:
                     continue
+                if "global_state" in bsym.symbol.tags:  # torch.manual_seed, set_default_dtype
+                    self.forward.bound_symbols.append(bsym)  # run at this point on every call, as eagerly
                 self._replay(bsym)
 
     def _replay(self, bsym: BoundSymbol) -> None:

@@ -398,7 +398,7 @@ def test_state_changed_inside_the_function_is_replayed(fn) -> None:
     cached call changes them at the same points, and leaves the thread's state as eager does."""
     jf = jitcore.jit(fn)
     for grad in (True, False, True):
-        requires_grad = fn not in (_inner_seed, _inner_default_dtype)  # see the xfail below
+        requires_grad = fn not in (_inner_seed, _inner_default_dtype)  # with grad: the test below
         args = (torch.ones(2, 2, requires_grad=True), torch.ones(2, 2)) if fn is _inner_autocast else (
             torch.ones(2, requires_grad=requires_grad),)
         with torch.set_grad_enabled(grad):
@@ -411,12 +411,6 @@ def test_state_changed_inside_the_function_is_replayed(fn) -> None:
         assert after_jit == after_eager
 
 
-@pytest.mark.xfail(
-    reason="with inputs that require grad the grad transform's forward trace is re-recorded from aten "
-    "calls and drops the recorded manual_seed / set_default_dtype calls (jitcore/transforms; "
-    "/work/shared/notes/reliability-findings.md)",
-    strict=False,
-)
 @pytest.mark.parametrize("fn", [_inner_seed, _inner_default_dtype])
 def test_state_changed_inside_a_function_with_grad_inputs(fn) -> None:
     jf = jitcore.jit(fn)
