@@ -32,37 +32,27 @@ def _no_meta(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("unflatten_tensor_subclass is recorded directly, never called on proxies")
 
 
-UNFLATTEN = Symbol(
-    id="unflatten_tensor_subclass",
-    name="unflatten_tensor_subclass",
-    langctx="dispatch",
-    fn=unflatten_tensor_subclass,
-    path="jitcore.dispatch.flatten.unflatten_tensor_subclass",
-    meta=_no_meta,
-    tags=frozenset({"subclass"}),
-)
+def _unflatten_symbol(role: str, *tags: str) -> Symbol:
+    """A symbol calling ``unflatten_tensor_subclass``; ``role`` tells the records apart."""
+    return Symbol(
+        id=f"unflatten_tensor_subclass{role}",
+        name="unflatten_tensor_subclass",
+        langctx="dispatch",
+        fn=unflatten_tensor_subclass,
+        path="jitcore.dispatch.flatten.unflatten_tensor_subclass",
+        meta=_no_meta,
+        tags=frozenset({"subclass", *tags}),
+    )
+
+
+# Rebuilds a subclass output at the end of pass 2.
+UNFLATTEN = _unflatten_symbol("")
 # Rebuilds a subclass input from its inner tensors in pass 1 (so that pass 1 is runnable Python too).
-UNFLATTEN_INPUT = Symbol(
-    id="unflatten_tensor_subclass_input",
-    name="unflatten_tensor_subclass",
-    langctx="dispatch",
-    fn=unflatten_tensor_subclass,
-    path="jitcore.dispatch.flatten.unflatten_tensor_subclass",
-    meta=_no_meta,
-    tags=frozenset({"subclass", "bookkeeping"}),
-)
+UNFLATTEN_INPUT = _unflatten_symbol("_input", "bookkeeping")
 # Closes the resolution of a torch-level call with a subclass output in pass 1: how the output is
 # built from the inner tensors the resolution computed (shown in the trace, never executed: pass 2
 # drops it and keeps the inner tensors).
-UNFLATTEN_RESULT = Symbol(
-    id="unflatten_tensor_subclass_result",
-    name="unflatten_tensor_subclass",
-    langctx="dispatch",
-    fn=unflatten_tensor_subclass,
-    path="jitcore.dispatch.flatten.unflatten_tensor_subclass",
-    meta=_no_meta,
-    tags=frozenset({"subclass", "bookkeeping"}),
-)
+UNFLATTEN_RESULT = _unflatten_symbol("_result", "bookkeeping")
 
 
 def record_subclass_results(scope: list[BoundSymbol], outputs: Any, source: Any = None) -> None:

@@ -2,6 +2,10 @@
 
 Invariant: a fused handler behaves exactly as the two handlers in sequence: it sets ``frame.index`` past
 the second instruction before executing it, so an exception raised by either half is located at that half.
+
+The bodies repeat the fast paths of their instructions' handlers (native operands, native iterators, the
+cached native-attribute check) on purpose: one Python call per pair instead of three is the point of
+fusing. tests/interpreter/test_interp_fused.py checks them against CPython.
 """
 
 from __future__ import annotations
