@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import optree
+import torch
+from torch.utils._mode_utils import no_dispatch
 
 
 from jitcore.ir import BoundSymbol, Symbol, Trace
@@ -26,6 +28,13 @@ __all__ = ["flatten_subclasses", "unflatten_tensor_subclass", "UNFLATTEN", "UNFL
 def unflatten_tensor_subclass(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
     """Build a subclass instance from its inner tensors (the class's own ``__tensor_unflatten__``)."""
     return cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)
+
+
+def restride_wrapper(obj: torch.Tensor, size: tuple, stride: tuple, offset: int) -> None:
+    """Give the caller's wrapper-subclass object new outer metadata, as ``return_and_correct_aliasing``
+    does eagerly after an in-place view op (``x.t_()``): a metadata change below ``__torch_dispatch__``."""
+    with no_dispatch():
+        torch.Tensor.as_strided_(obj, size, stride, offset)
 
 
 def _no_meta(*args: Any, **kwargs: Any) -> Any:
@@ -45,6 +54,15 @@ def _unflatten_symbol(role: str, *tags: str) -> Symbol:
     )
 
 
+RESTRIDE = Symbol(
+    id="restride_wrapper",
+    name="restride_wrapper",
+    langctx="dispatch",
+    fn=restride_wrapper,
+    path="jitcore.dispatch.flatten.restride_wrapper",
+    meta=_no_meta,
+    tags=frozenset({"subclass", "inplace"}),
+)
 # Rebuilds a subclass output at the end of pass 2.
 UNFLATTEN = _unflatten_symbol("")
 # Rebuilds a subclass input from its inner tensors in pass 1 (so that pass 1 is runnable Python too).
@@ -99,8 +117,9 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
 
     Args:
         trace: pass 1.
-        keep: subclass inputs returned as they came: they become trailing arguments of pass 2 and
-            are returned as passed, instead of being rebuilt from their inner tensors.
+        keep: subclass inputs returned as themselves: they become trailing arguments of pass 2 and
+            are returned as passed (their outer metadata updated where an in-place view op changed
+            it), instead of being rebuilt from their inner tensors.
     """
     if not any(_involves_subclass(b) for b in trace.bound_symbols) and not has_subclass_proxy(trace.output):
         return trace
@@ -113,6 +132,12 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
         _emit(bsym, flat.bound_symbols)
     rebuilt: dict[int, SubclassTensorProxy] = {id(p): p for p in keep}
     flat.args.extend(keep)
+    as_bound = {id(b.output): b for b in trace.bound_symbols if b.symbol is UNFLATTEN_INPUT}
+    for proxy in keep:  # an in-place view op changed a kept argument's outer metadata: change it too
+        outer, record = proxy.current_outer(), as_bound.get(id(proxy))
+        if record is not None and (tuple(outer.shape), tuple(outer.stride())) != (record.args[3], record.args[4]):
+            metadata = (tuple(outer.shape), tuple(outer.stride()), outer.storage_offset())
+            flat.bound_symbols.append(BoundSymbol(RESTRIDE, (proxy, *metadata), {}, None))
 
     def rewrap(value: Any) -> Any:
         if isinstance(value, SubclassTensorProxy) and id(value) not in rebuilt:

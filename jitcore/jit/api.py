@@ -30,7 +30,7 @@ from jitcore.jit.interpretation import Pass
 from jitcore.prologue import MISS, MissReason, Prologue
 from jitcore.prologue.cache import EntryCache
 from jitcore.transforms import differentiate
-from jitcore.transforms.jit_hook import returned_subclass_inputs
+from jitcore.transforms.jit_hook import subclass_arguments_passed_whole
 
 __all__ = [
     "jit",
@@ -143,8 +143,8 @@ class JittedFunction:
             self.last_traces = list(traces)
         computation = differentiate(program, traces, self)  # inputs that require grad: docs/autograd.md
         if computation is None:
-            kept = returned_subclass_inputs(program) if flat is not program.trace else []
-            if kept:  # returned as passed: the caller's object comes back (f(x) is x), not a rebuilt one
+            kept = subclass_arguments_passed_whole(program) if flat is not program.trace else []
+            if kept:  # the caller's objects: returned as such (f(x) is x), restrided by x.t_() as eagerly
                 traces[-1] = flatten_subclasses(program.trace, keep=tuple(p for p, _ in kept))
                 self.last_traces = list(traces)
                 for proxy, path in kept:

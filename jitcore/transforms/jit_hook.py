@@ -62,10 +62,11 @@ def _outer_path(proxy: SubclassTensorProxy, paths: dict[int, Path]) -> Path:
     raise AssertionError(f"grad transform: no path to the subclass input {proxy.name}")
 
 
-def returned_subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path]]:
-    """The tensor-subclass arguments the function returns as they came (same object, same outer
-    shape and strides), with their paths: the computation returns the caller's object for them, as
-    eager does (``f(x) is x``), instead of rebuilding an equal one from the inner tensors."""
+def subclass_arguments_passed_whole(program: Any) -> list[tuple[SubclassTensorProxy, Path]]:
+    """The tensor-subclass arguments the computation takes as objects, with their paths: those the
+    function returns as themselves (the caller's object comes back, as eagerly: ``f(x) is x``,
+    instead of an equal one rebuilt from the inner tensors), and those whose outer metadata an
+    in-place view op changed (``x.t_()``: the caller's wrapper changes too, as eagerly)."""
     from jitcore.dispatch.flatten import UNFLATTEN_INPUT
 
     bound = {id(b.output): b for b in program.trace.bound_symbols if b.symbol is UNFLATTEN_INPUT}
@@ -76,12 +77,11 @@ def returned_subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Pa
         record = bound.get(id(proxy))
         path = _outer_path(proxy, paths)
         paths[id(proxy)] = path
-        if (record is not None and id(proxy) in returned
-                and _outer_metadata(proxy) == (record.args[3], record.args[4])):
+        if record is None:
+            continue
+        outer = proxy.current_outer()
+        restrided = (tuple(outer.shape), tuple(outer.stride())) != (record.args[3], record.args[4])
+        if id(proxy) in returned or restrided:
             kept.append((proxy, path))
     return kept
 
-
-def _outer_metadata(proxy: SubclassTensorProxy) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    outer = proxy.current_outer()
-    return tuple(outer.shape), tuple(outer.stride())

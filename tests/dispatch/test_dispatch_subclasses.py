@@ -355,17 +355,29 @@ def test_a_subclass_argument_returned_as_it_came_is_the_callers_object() -> None
     assert "def computation(x_a, x_b, x):" in str(jitcore.last_traces(jfn)[-1])  # the object is an argument
 
 
-def test_an_in_place_view_op_on_a_subclass_argument_gives_eagers_shape() -> None:
+def test_an_in_place_view_op_on_a_subclass_argument_restrides_the_callers_object() -> None:
     def transpose_in_place(x):
         return x.t_()
 
     def make():
         return TwoTensor(torch.arange(6.0).view(2, 3), torch.arange(6.0).view(2, 3) * 2)
 
+    def transpose_in_place_and_sum(x):
+        x.t_()
+        return x.sum()
+
     expected = transpose_in_place(make())
     jfn = jitcore.jit(transpose_in_place)
     for _ in range(2):
-        out = jfn(make())
+        arg = make()
+        out = jfn(arg)
+        assert out is arg  # eagerly the same object, its wrapper restrided by return_and_correct_aliasing
         assert type(out) is TwoTensor and out.shape == expected.shape == (3, 2)
+        assert out.stride() == expected.stride()
         torch.testing.assert_close(out.a, expected.a)
         torch.testing.assert_close(out.b, expected.b)
+    jfn = jitcore.jit(transpose_in_place_and_sum)
+    for _ in range(2):
+        eager_arg, arg = make(), make()
+        torch.testing.assert_close(jfn(arg), transpose_in_place_and_sum(eager_arg))
+        assert (arg.shape, arg.stride()) == (eager_arg.shape, eager_arg.stride()) == ((3, 2), (1, 3))
