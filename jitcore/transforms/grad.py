@@ -165,6 +165,8 @@ class _Replay:
         self.state = DispatchState.of(self.values)
         self.env: dict[int, Proxy] = {}
         self._keep: list[Any] = []
+        # autograd node -> the user stack of the pass-1 op whose replay created it (id -> (node, source))
+        self.node_sources: dict[int, tuple[Any, Any]] = {}
 
     # --- inputs ------------------------------------------------------------------------------------
     def bind_inputs(self) -> None:
@@ -228,11 +230,24 @@ class _Replay:
             out = bsym.symbol.fn(*args, **kwargs)
         finally:
             self.replaying = None
+        self._note_nodes(out, bsym.source)
         old_leaves = optree.tree_leaves(bsym.output, none_is_leaf=True)
         new_leaves = optree.tree_leaves(out, none_is_leaf=True)
         for old, new in zip(old_leaves, new_leaves):
             if isinstance(old, Proxy) and isinstance(new, torch.Tensor):
                 self._map(old, self.state.proxy_of(new))
+
+
+    def _note_nodes(self, out: Any, source: Any) -> None:
+        """The autograd nodes this op's replay created (those not seen before, reached from its
+        outputs) carry its user stack: the backward ops they run are reported at that line."""
+        pending = [t.grad_fn for t in optree.tree_leaves(out, none_is_leaf=True) if isinstance(t, torch.Tensor)]
+        while pending:
+            node = pending.pop()
+            if node is None or id(node) in self.node_sources:
+                continue
+            self.node_sources[id(node)] = (node, source)
+            pending.extend(n for n, _ in node.next_functions)
 
 
 def _shadow(value: Any) -> Any:
@@ -335,7 +350,11 @@ def _record_backward(
     backward = Trace(name="backward", header=header, imports=dict(replay.forward.imports), names=replay.forward.names)
     if not diff_outputs:
         return differentiable, tangent_args, backward, [None] * len(wrt)
-    context = TraceContext(backward, values=replay.values, call_handler=resolve_call)
+    running: list[Any] = [None]  # the user stack of the node autograd runs now (set by its pre-hook)
+    context = TraceContext(backward, values=replay.values, call_handler=resolve_call,
+                           source_provider=lambda: running[0])
+    handles = [node.register_prehook(lambda _grads, source=source: running.__setitem__(0, source))
+               for node, source in replay.node_sources.values()]
     try:
         with recording(context):
             grads = torch.autograd.grad(diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True)
@@ -343,6 +362,9 @@ def _record_backward(
         backward.bound_symbols.clear()
         backward.bound_symbols.append(BoundSymbol(RAISE, (exc,), {}, None))
         return differentiable, tangent_args, backward, [None] * len(wrt)
+    finally:
+        for handle in handles:
+            handle.remove()
     return differentiable, tangent_args, backward, [replay.state.proxy_of(g) if g is not None else None for g in grads]
 
 

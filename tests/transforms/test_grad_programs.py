@@ -140,7 +140,7 @@ def forward(x, w):
   del t4
   return ((t5,), (x, t3))""".splitlines()
     # the gelu output is not saved (gelu_backward reads its input); only w's gradient is computed
-    assert str(backward).splitlines()[3:] == """
+    assert backward.python_source(source=None).splitlines()[3:] == """
 def backward(x, t3, grad_t5):
   # x: "cpu f32[3, 4]"
   # t3: "cpu f32[3, 5]"
@@ -401,3 +401,21 @@ def test_module_with_a_subclass_parameter_trains_like_eager() -> None:
         assert type(m.w.grad) is TwoTensor
     torch.testing.assert_close((jitted_model.w.a, jitted_model.w.b, jitted_model.b), (model.w.a, model.w.b, model.b))
     assert jitcore.cache_misses(jmodel) == 1
+
+
+def test_backward_ops_carry_the_user_line_of_the_forward_op_they_differentiate() -> None:
+    def helper(h):
+        return torch.nn.functional.gelu(h)
+
+    def f(x, w):
+        y = x @ w
+        return helper(y).sum()
+
+    jf = jitcore.jit(f)
+    jf(torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)).backward()
+    backward = jitcore.last_backward_traces(jf)[0]
+    lines = {b.symbol.id: b.source[-1] for b in backward.bound_symbols if b.source}
+    assert lines["torch.ops.aten.gelu_backward.default"].function == "helper"
+    assert lines["torch.ops.aten.mm.default"].function == "f"
+    assert lines["torch.ops.aten.mm.default"].lineno == f.__code__.co_firstlineno + 1
+    assert "in helper" in str(backward)
