@@ -3,7 +3,7 @@
 This package knows nothing of torch or of the jit: language contexts give it symbols and proxies.
 """
 
-from jitcore.ir.codegen import compile_source, compile_trace
+from jitcore.ir.codegen import compile_source, compile_trace, register_call_target
 from jitcore.ir.context import TraceContext, current_context, tracing
 from jitcore.ir.names import NameGenerator
 from jitcore.ir.printer import PrintedTrace, print_trace, register_literal
@@ -22,6 +22,7 @@ __all__ = [
     "TraceContext",
     "compile_source",
     "compile_trace",
+    "register_call_target",
     "current_context",
     "print_trace",
     "register_literal",

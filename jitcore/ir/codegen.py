@@ -10,8 +10,9 @@ Invariants:
   module holding just the attribute chains the source reads from it (``torch.ops.aten.mul.Tensor``
   costs one specialised module lookup per dot instead of ``_OpNamespace.__getattr__`` calls). The
   text is unchanged; a name the snapshot lacks is looked up on the real object (PEP 562
-  ``__getattr__``), so a debugger's expressions still work. An aten ``OpOverload`` read as a call
-  target is bound to the C function its ``__call__`` forwards to. Only import roots are snapshotted, never
+  ``__getattr__``), so a debugger's expressions still work. A leaf of a type registered with
+  ``register_call_target`` (the aten language context registers ``OpOverload``) is bound to what its
+  ``__call__`` forwards to. Only import roots are snapshotted, never
   bound constants: a guard reading a user module's attribute must read it live.
 """
 
@@ -25,12 +26,10 @@ import types
 import weakref
 from typing import Any, Callable, Iterable
 
-import torch
-
 from jitcore.ir.printer import print_trace
 from jitcore.ir.trace import Trace
 
-__all__ = ["compile_trace", "compile_source"]
+__all__ = ["compile_trace", "compile_source", "register_call_target"]
 
 
 def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: str = "trace",
@@ -84,6 +83,16 @@ def _release_lines(filename: str) -> None:
     linecache.cache.pop(filename, None)
 
 
+# type -> how to get what a callable of that type forwards its calls to (Note above: fast_imports).
+_CALL_TARGETS: dict[type, Callable[[Any], Any]] = {}
+
+
+def register_call_target(cls: type, unwrap: Callable[[Any], Any]) -> None:
+    """Let generated code call ``unwrap(obj)`` for a module attribute ``obj`` of type ``cls``; it must
+    behave exactly as calling ``obj`` (e.g. ``OpOverload._op``, what ``OpOverload.__call__`` calls)."""
+    _CALL_TARGETS[cls] = unwrap
+
+
 # A trie of attribute names: name -> sub-trie; _VALUE marks a chain that is read as a value itself.
 _Trie = dict
 _VALUE = ""
@@ -115,9 +124,8 @@ def _attribute_chains(tree: ast.AST, roots: list[str]) -> dict[str, _Trie]:
 def _snapshot(obj: Any, trie: _Trie, label: str) -> Any:
     """A module holding ``obj``'s attributes along ``trie``; ``obj`` itself where it is read as a value."""
     if _VALUE in trie:
-        if len(trie) == 1 and type(obj) is torch._ops.OpOverload:
-            return obj._op  # what OpOverload.__call__ calls, without its Python frame (0.3 us a call)
-        return obj
+        unwrap = _CALL_TARGETS.get(type(obj)) if len(trie) == 1 else None
+        return unwrap(obj) if unwrap is not None else obj
     snapshot = types.ModuleType(label, f"jitcore snapshot of {label}'s attributes read by generated code")
     for attr, sub in trie.items():
         try:

@@ -15,13 +15,15 @@ from typing import Any
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
-from jitcore.ir import Symbol
+from jitcore.ir import Symbol, register_call_target
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 
 __all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup"]
 
 ATEN_TABLE = SymbolTable("aten")
+# Generated code calls what OpOverload.__call__ forwards to, without its Python frame (0.3 us a call).
+register_call_target(OpOverload, lambda op: op._op)
 
 
 def is_aten_op(fn: Any) -> bool:
