@@ -36,8 +36,10 @@ class TangentMismatchError(JitcoreError, TypeError):
 class GradComputation:
     """A cache entry's computation when inputs require grad (see the module docstring)."""
 
-    def __init__(self, traces: GradTraces, compile_trace: Callable[[Trace], Callable[..., Any]], n_inputs: int) -> None:
+    def __init__(self, traces: GradTraces, compile_trace: Callable[[Trace], Callable[..., Any]], n_inputs: int,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
         self.traces = traces
+        self.on_error = on_error  # prepares an error the backward trace raised for the user (user lines)
         self.forward = compile_trace(traces.forward)
         self.backward = compile_trace(traces.backward)
         self.n_inputs = n_inputs
@@ -130,7 +132,12 @@ class JitcoreFunction(torch.autograd.Function):
     def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
         computation: GradComputation = ctx.computation
         tangents = computation.tangents(grads)
-        results = computation.backward(*ctx.saved_tensors, *tangents)
+        try:
+            results = computation.backward(*ctx.saved_tensors, *tangents)
+        except Exception as exc:
+            if computation.on_error is not None:
+                computation.on_error(exc)  # the user line of the forward op whose backward failed
+            raise
         n_inputs = computation.n_inputs
         grad_inputs: list[Any] = [None] * (len(ctx.needs_input_grad) - 1)
         for (kind, i), grad in zip(computation.grad_inputs, results):

@@ -6,6 +6,7 @@ same state the prologue checks, so a cache entry made here is only ever used und
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import optree
@@ -50,7 +51,15 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
     traces.append(grad.forward)
     jfn.last_traces = list(traces)
     jfn.last_backward_traces = [grad.backward]
-    return GradComputation(grad, jfn.executor.compile, n_inputs)
+    owner = weakref.ref(jfn)  # no cycle through the cache entry that holds this computation
+
+    def on_error(exc: BaseException) -> None:
+        from jitcore.debug.boundary import on_error as prepare
+
+        if owner() is not None:
+            prepare(owner(), exc)
+
+    return GradComputation(grad, jfn.executor.compile, n_inputs, on_error)
 
 
 def _outer_path(proxy: SubclassTensorProxy, paths: dict[int, Path]) -> Path:

@@ -220,6 +220,31 @@ def test_execution_error_with_grad_maps_to_user_line():
     assert context_of(jitted).phase == "execution"
 
 
+def test_error_raised_by_the_backward_trace_maps_to_the_forward_user_line():
+    """A backward op that fails at run time (planted here: a backward op given a bad argument) is
+    reported at the user line of the forward op it differentiates, with jitcore's frames hidden."""
+    import dataclasses
+
+    from jitcore.ir import compile_trace
+
+    jfn = jitcore.jit(P.gather_rows)
+    x = torch.randn(4, 3, requires_grad=True)
+    jfn(x, torch.tensor([1, 2])).sum().backward()
+    computation = jfn.entries[0].computation
+    backward = computation.traces.backward
+    index = next(i for i, b in enumerate(backward.bound_symbols) if b.source and b.source[-1].function == "gather_rows")
+    planted = backward.bound_symbols[index]
+    backward.bound_symbols[index] = dataclasses.replace(planted, args=("not a tensor",) + tuple(planted.args[1:]))
+    computation.backward = compile_trace(backward)
+    out = jfn(x, torch.tensor([1, 2])).sum()
+    exc = raise_from(out.backward)
+    assert type(exc) in (TypeError, RuntimeError)
+    shown = traceback.extract_tb(exc.__traceback__)
+    assert not any(f.filename.startswith(JITCORE_DIR) or f.filename.startswith("<jitcore") for f in shown), shown
+    assert [(f.name, f.line) for f in shown if f.filename == PROGRAMS] == [("gather_rows", "y = x * 2")]
+    assert context_of(exc).phase == "execution" and "gather_rows" in exc.__notes__[0]
+
+
 def test_show_internal_frames(monkeypatch):
     x, w = torch.randn(4, 8), torch.randn(5, 3)
     shown = raise_from(jitcore.jit(P.shape_error_model, show_internal_frames=True), x, w)
