@@ -105,7 +105,8 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
         True if the frame handles it (stack and index are set up for the handler); False if it must
         propagate to the caller.
     """
-    if isinstance(exc, JitcoreInterpreterError):
+    if isinstance(exc, JitcoreInterpreterError):  # never routed to the program's handlers, but
+        add_frame(frame, exc, False)  # its traceback shows the program's frames, as for its own errors
         return False
     bug = _interpreter_bug(exc)
     if bug is not None:

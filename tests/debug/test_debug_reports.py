@@ -160,10 +160,10 @@ def test_unsupported_construct(monkeypatch):
     with pytest.raises(UnsupportedConstruct) as info:
         jitcore.jit(P.uses_print)(torch.randn(2))
     assert info.value.code == "JC-I001"
-    # The interpreter adds user frames only to exceptions that flow through the program; its own
-    # refusals name the user's line in their message instead (docs/errors/JC-I001.md).
+    # The interpreter's own refusals name the user's line in their message and show the user's frames.
     assert "debug_programs.py" in str(info.value)
     assert not any(f.filename.startswith(JITCORE_DIR) for f in traceback.extract_tb(info.value.__traceback__))
+    assert [f.name for f in traceback.extract_tb(info.value.__traceback__) if f.filename == PROGRAMS] == ["uses_print"]
     assert "See docs/errors/JC-I001.md" in render(info.value)
 
 
