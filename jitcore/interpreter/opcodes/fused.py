@@ -20,8 +20,8 @@ from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes.calls import call_
 from jitcore.interpreter.attributes import NATIVE_NAMES, load_attr
-from jitcore.interpreter.opcodes.load_store import load_global, load_method, store_attr_
-from jitcore.interpreter.opcodes.operators import binary_op_
+from jitcore.interpreter.opcodes import operators as _operators  # noqa: F401 - registered before the pairs
+from jitcore.interpreter.opcodes.load_store import global_value, load_method, store_attr_
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
     NATIVE_BINARY,
@@ -37,6 +37,7 @@ from jitcore.interpreter.registry import fuses, fuses_jump
 
 Handler = Callable[[Frame, Instruction], object]
 
+_MISSING = object()
 _UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
 
 
@@ -254,13 +255,19 @@ fuses("COMPARE_OP", "POP_JUMP_FORWARD_IF_TRUE", since=(3, 11))(_compare_then_jum
 @fuses("LOAD_GLOBAL", "LOAD_FAST", since=(3, 11))
 def load_global_load_fast(frame: Frame, inst: Instruction) -> None:
     """Push a global (or builtin), then a local."""
-    load_global(frame, inst)
+    stack = frame.stack
+    if inst.arg & 1:
+        stack.append(NULL)
+    value = frame.globals.get(inst.argval, _MISSING)
+    if value is _MISSING:
+        value = global_value(frame, inst.argval)  # a builtin, or NameError at this instruction
     second = inst.next
     frame.index += 1
     b = frame.fast[second.arg]
     if b is NULL:
         raise UnboundLocalError(_UNBOUND_LOCAL.format(second.argval))
-    frame.stack.append(b)
+    stack.append(value)
+    stack.append(b)
 
 
 @fuses("LOAD_CONST", "LOAD_FAST", since=(3, 11))
@@ -293,9 +300,15 @@ def for_iter_store_fast(frame: Frame, inst: Instruction) -> None:
 @fuses("BINARY_OP", "RETURN_VALUE", since=(3, 11))
 def binary_op_return_value(frame: Frame, inst: Instruction) -> bool:
     """Return the result of a binary operation."""
-    binary_op_(frame, inst)
+    stack = frame.stack
+    rhs = stack.pop()
+    lhs = stack.pop()
+    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        result = NATIVE_BINARY[inst.arg](lhs, rhs)
+    else:
+        result = binary_op(frame.run, inst.arg, lhs, rhs)
     frame.index += 1
-    frame.result = frame.stack.pop()
+    frame.result = result
     return True
 
 

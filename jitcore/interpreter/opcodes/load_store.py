@@ -66,7 +66,8 @@ _MISSING = object()
 # ``from None``): CPython would chain the internal exception as __context__. Look up, leave the clause, raise.
 
 
-def _global(frame: Frame, name: str) -> object:
+def global_value(frame: Frame, name: str) -> object:
+    """The global or builtin ``name`` as LOAD_GLOBAL finds it (NameError when neither exists)."""
     value = frame.globals.get(name, _MISSING)
     if value is _MISSING:
         value = frame.builtins.get(name, _MISSING)
@@ -82,7 +83,7 @@ def load_global(frame: Frame, inst: Instruction) -> None:
         frame.stack.append(NULL)
     name = inst.argval
     value = frame.globals.get(name, _MISSING)
-    frame.stack.append(_global(frame, name) if value is _MISSING else value)
+    frame.stack.append(global_value(frame, name) if value is _MISSING else value)
 
 
 @handles("LOAD_GLOBAL", since=(3, 11), hook="on_load_global")
@@ -91,7 +92,7 @@ def load_global_hooked(frame: Frame, inst: Instruction) -> None:
     if inst.arg & 1:
         frame.stack.append(NULL)
     name = inst.argval
-    frame.stack.append(frame.run.hooks.on_load_global(frame, name, _global(frame, name)))
+    frame.stack.append(frame.run.hooks.on_load_global(frame, name, global_value(frame, name)))
 
 
 @handles("STORE_GLOBAL", since=(3, 11))
@@ -118,7 +119,7 @@ def _name(frame: Frame, name: str) -> object:
             return local_names[name]
         except KeyError:
             pass
-        return _global(frame, name)
+        return global_value(frame, name)
     return value
 
 
