@@ -88,9 +88,21 @@ def subclass_arguments_passed_whole(program: Any) -> list[tuple[SubclassTensorPr
         paths[id(proxy)] = path
         if record is None:
             continue
+        names, ctx = proxy.flatten()
+        inner_at_call = record.args[1]
+        if (set(names) != set(inner_at_call) or any(getattr(proxy, n) is not inner_at_call[n] for n in names)
+                or not _same_ctx(ctx, record.args[2])):
+            continue  # ``x.a = ...`` or a new ctx: the result is rebuilt from what it holds now
         outer = proxy.current_outer()
         restrided = (tuple(outer.shape), tuple(outer.stride())) != (record.args[3], record.args[4])
         if id(proxy) in returned or restrided:
             kept.append((proxy, path))
     return kept
 
+
+
+def _same_ctx(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:  # noqa: BLE001 - a ctx without a usable ==: treat as changed
+        return False

@@ -381,3 +381,20 @@ def test_an_in_place_view_op_on_a_subclass_argument_restrides_the_callers_object
         eager_arg, arg = make(), make()
         torch.testing.assert_close(jfn(arg), transpose_in_place_and_sum(eager_arg))
         assert (arg.shape, arg.stride()) == (eager_arg.shape, eager_arg.stride()) == ((3, 2), (1, 3))
+
+
+def test_a_subclass_argument_whose_inner_tensor_is_replaced_is_returned_with_the_new_one() -> None:
+    def replace_inner(x):
+        x.a = x.a * 10
+        return x
+
+    def make():
+        return TwoTensor(torch.ones(3), torch.ones(3))
+
+    expected = replace_inner(make())
+    jfn = jitcore.jit(replace_inner)
+    for _ in range(2):
+        out = jfn(make())
+        assert type(out) is TwoTensor
+        torch.testing.assert_close(out.a, expected.a)
+        torch.testing.assert_close(out.b, expected.b)
