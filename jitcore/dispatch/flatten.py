@@ -84,8 +84,7 @@ def record_subclass_results(scope: list[BoundSymbol], outputs: Any, source: Any 
 def _unflatten_record(symbol: Symbol, proxy: SubclassTensorProxy, source: Any = None) -> BoundSymbol:
     names, ctx = proxy.flatten()
     inner = {n: getattr(proxy, n) for n in names}
-    outer = proxy.current_outer()  # after an in-place view op on the wrapper (x.t_()), its new shape
-    args = (proxy.subclass, inner, ctx, tuple(outer.shape), tuple(outer.stride()))
+    args = (proxy.subclass, inner, ctx, tuple(proxy.shape), tuple(proxy.stride()))
     return BoundSymbol(symbol, args, {}, proxy, source=source)
 
 
@@ -134,9 +133,9 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
     flat.args.extend(keep)
     as_bound = {id(b.output): b for b in trace.bound_symbols if b.symbol is UNFLATTEN_INPUT}
     for proxy in keep:  # an in-place view op changed a kept argument's outer metadata: change it too
-        outer, record = proxy.current_outer(), as_bound.get(id(proxy))
-        if record is not None and (tuple(outer.shape), tuple(outer.stride())) != (record.args[3], record.args[4]):
-            metadata = (tuple(outer.shape), tuple(outer.stride()), outer.storage_offset())
+        record = as_bound.get(id(proxy))
+        if record is not None and (tuple(proxy.shape), tuple(proxy.stride())) != (record.args[3], record.args[4]):
+            metadata = (tuple(proxy.shape), tuple(proxy.stride()), proxy.storage_offset())
             flat.bound_symbols.append(BoundSymbol(RESTRIDE, (proxy, *metadata), {}, None))
 
     def rewrap(value: Any) -> Any:

@@ -115,15 +115,26 @@ class DispatchState:
             return self.values.proxy_for(value)
         return self.adopt(value)
 
-    def adopt(self, shadow: torch.Tensor, name: str | None = None) -> SubclassTensorProxy:
-        """A proxy for a subclass instance over fake tensors that torch or the class itself built."""
-        cls = type(shadow)
+    def _outer_like(self, shadow: torch.Tensor) -> torch.Tensor:
+        """A fake tensor with the outer metadata of the subclass instance ``shadow``."""
         with self.values.fake_mode:
-            outer = torch.empty_strided(
+            return torch.empty_strided(
                 shadow.shape, shadow.stride(), dtype=shadow.dtype, device=shadow.device,
                 requires_grad=shadow.requires_grad,
             )
-        proxy = SubclassTensorProxy(name or self.values.names.fresh("t"), cls, outer)
+
+    def refresh_outer(self, proxy: SubclassTensorProxy) -> None:
+        """An in-place view op on a wrapper (``x.t_()``) changes its shadow's outer metadata through
+        ``return_and_correct_aliasing``: the proxy follows, so code after it sees eager's shape."""
+        shadow = proxy.shadow
+        outer = proxy.outer
+        if (shadow.shape, shadow.stride(), shadow.requires_grad) != (outer.shape, outer.stride(), outer.requires_grad):
+            proxy.set_outer(self._outer_like(shadow))
+
+    def adopt(self, shadow: torch.Tensor, name: str | None = None) -> SubclassTensorProxy:
+        """A proxy for a subclass instance over fake tensors that torch or the class itself built."""
+        cls = type(shadow)
+        proxy = SubclassTensorProxy(name or self.values.names.fresh("t"), cls, self._outer_like(shadow))
         for key, value in vars(shadow).items():
             proxy.__dict__[key] = self.proxy_of(value) if isinstance(value, torch.Tensor) else value
         proxy.set_shadow(shadow)
@@ -150,6 +161,9 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     with torch._C.DisableTorchFunctionSubclass(), _ResolveMode(state):  # noqa: SLF001
         out = symbol.fn(*shadow_args, **shadow_kwargs)
     result = _map(state.proxy_of, out)
+    for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
+        if isinstance(value, SubclassTensorProxy) and "inplace" in symbol.tags:
+            state.refresh_outer(value)
     context = current_context()
     provider = context.source_provider
     record_subclass_results(context.scopes[-1], result, provider() if provider is not None else None)

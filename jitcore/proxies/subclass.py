@@ -113,12 +113,9 @@ class SubclassTensorProxy(TensorProxy):
         """Adopt an existing subclass instance as this proxy's shadow."""
         object.__setattr__(self, "_shadow", shadow)
 
-    def current_outer(self) -> torch.Tensor:
-        """What holds the outer metadata now: the shadow once built (an in-place view op on the
-        wrapper, ``x.t_()``, changes the shadow's metadata through ``return_and_correct_aliasing``
-        but not ``outer``, which keeps what ``_make_wrapper_subclass`` gave), else ``outer``."""
-        built = object.__getattribute__(self, "_shadow")
-        return built if built is not None else self.outer
+    def set_outer(self, outer: torch.Tensor) -> None:
+        """Replace the tensor holding the outer metadata (after an in-place view op on the wrapper)."""
+        object.__setattr__(self, "outer", outer)
 
     def flatten(self) -> tuple[list[str], Any]:
         """``(inner attribute names, ctx)`` as the class's ``__tensor_flatten__`` gives them."""

@@ -93,8 +93,7 @@ def subclass_arguments_passed_whole(program: Any) -> list[tuple[SubclassTensorPr
         if (set(names) != set(inner_at_call) or any(getattr(proxy, n) is not inner_at_call[n] for n in names)
                 or not _same_ctx(ctx, record.args[2])):
             continue  # ``x.a = ...`` or a new ctx: the result is rebuilt from what it holds now
-        outer = proxy.current_outer()
-        restrided = (tuple(outer.shape), tuple(outer.stride())) != (record.args[3], record.args[4])
+        restrided = (tuple(proxy.shape), tuple(proxy.stride())) != (record.args[3], record.args[4])
         if id(proxy) in returned or restrided:
             kept.append((proxy, path))
     return kept

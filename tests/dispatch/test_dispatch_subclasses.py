@@ -376,6 +376,14 @@ def test_an_in_place_view_op_on_a_subclass_argument_restrides_the_callers_object
         assert out.stride() == expected.stride()
         torch.testing.assert_close(out.a, expected.a)
         torch.testing.assert_close(out.b, expected.b)
+    def shape_after_transpose_in_place(x):
+        x.t_()
+        return x.shape, x.sum(0)  # code after the op sees eager's new shape
+
+    eager_shape, eager_sum = shape_after_transpose_in_place(make())
+    shape, summed = jitcore.jit(shape_after_transpose_in_place)(make())
+    assert shape == eager_shape == (3, 2)
+    torch.testing.assert_close(summed.a, eager_sum.a)
     jfn = jitcore.jit(transpose_in_place_and_sum)
     for _ in range(2):
         eager_arg, arg = make(), make()
