@@ -74,10 +74,10 @@ def _mro_lookup(t: type, name: str) -> object:
     return _MISSING
 
 
-_NATIVE_NAMES: dict[type, set[str]] = {}
-# Public for the opcode handlers' inlined fast path: ``name in NATIVE_NAMES.get(type(obj))`` means a
-# native getattr is right (never holds for a class object: its type, a metaclass, is never entered).
-NATIVE_NAMES = _NATIVE_NAMES
+# type -> names whose lookup on its instances runs no Python code. Public for the opcode handlers'
+# inlined fast path: ``name in NATIVE_NAMES.get(type(obj))`` means a native getattr is right (never
+# holds for a class object: its type, a metaclass, is never entered).
+NATIVE_NAMES: dict[type, set[str]] = {}
 
 
 def _name_native(t: type, name: str) -> bool:
@@ -89,9 +89,9 @@ def _name_native(t: type, name: str) -> bool:
     descr = _mro_lookup(t, name)
     if descr is not _MISSING and _is_py_descriptor(descr):
         return False
-    names = _NATIVE_NAMES.get(t)
+    names = NATIVE_NAMES.get(t)
     if names is None:
-        names = _NATIVE_NAMES[t] = set()
+        names = NATIVE_NAMES[t] = set()
     names.add(name)
     return True
 
@@ -106,7 +106,7 @@ def load_attr(run: Run, obj: object, name: str) -> object:
         return getattr(obj, name)
     if isinstance(obj, type):
         return _load_class_attr(run, obj, name)
-    names = _NATIVE_NAMES.get(t)
+    names = NATIVE_NAMES.get(t)
     if (names is not None and name in names) or _name_native(t, name):
         return getattr(obj, name)
     getattr_hook = getattr(t, "__getattr__", None)
@@ -161,8 +161,7 @@ def _load_class_attr(run: Run, cls: type, name: str) -> object:
     return getattr(cls, name)
 
 
-_NATIVE_STORE_NAMES: dict[type, set[str]] = {}
-NATIVE_STORE_NAMES = _NATIVE_STORE_NAMES  # the same, for setattr
+NATIVE_STORE_NAMES: dict[type, set[str]] = {}  # the same, for setattr
 
 
 def _store_native(t: type, name: str) -> bool:
@@ -172,9 +171,9 @@ def _store_native(t: type, name: str) -> bool:
     descr = _mro_lookup(t, name)
     if descr is not _MISSING and _is_py_descriptor(descr):
         return False
-    names = _NATIVE_STORE_NAMES.get(t)
+    names = NATIVE_STORE_NAMES.get(t)
     if names is None:
-        names = _NATIVE_STORE_NAMES[t] = set()
+        names = NATIVE_STORE_NAMES[t] = set()
     names.add(name)
     return True
 
@@ -188,7 +187,7 @@ def store_attr(run: Run, obj: object, name: str, value: object) -> None:
     if native or isinstance(obj, type):
         setattr(obj, name, value)
         return
-    names = _NATIVE_STORE_NAMES.get(t)
+    names = NATIVE_STORE_NAMES.get(t)
     if (names is not None and name in names) or _store_native(t, name):
         setattr(obj, name, value)
         return

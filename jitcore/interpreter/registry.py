@@ -130,7 +130,7 @@ def fuses(first: str, second: str, since: tuple[int, int], until: tuple[int, int
                 raise InterpreterError(f"@fuses({first!r}, {second!r}): {opname} has no handler")
         if (first, second) in FUSED:
             raise InterpreterError(f"@fuses({first!r}, {second!r}) registered twice")
-        FUSED[(first, second)] = (256 + len(FUSED) + len(JUMP_FUSED), fn)
+        FUSED[(first, second)] = (_next_synthetic_opcode(), fn)
         return fn
 
     return register
@@ -155,10 +155,15 @@ def fuses_jump(jump: str, target: str, since: tuple[int, int], until: tuple[int,
             raise InterpreterError(f"@fuses_jump({jump!r}, {target!r}): {jump} has no handler")
         if (jump, target) in JUMP_FUSED:
             raise InterpreterError(f"@fuses_jump({jump!r}, {target!r}) registered twice")
-        JUMP_FUSED[(jump, target)] = (256 + len(FUSED) + len(JUMP_FUSED), fn)
+        JUMP_FUSED[(jump, target)] = (_next_synthetic_opcode(), fn)
         return fn
 
     return register
+
+
+def _next_synthetic_opcode() -> int:
+    """Fused handlers take the opcodes past CPython's 0..255, in registration order."""
+    return 256 + len(FUSED) + len(JUMP_FUSED)
 
 
 def fused_jumps() -> dict[tuple[int, str], int]:

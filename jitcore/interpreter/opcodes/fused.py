@@ -19,6 +19,7 @@ from collections.abc import Callable
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes.calls import call_
+from jitcore.interpreter.opcodes.control import for_iter
 from jitcore.interpreter.attributes import NATIVE_NAMES, load_attr
 from jitcore.interpreter.opcodes import operators as _operators  # noqa: F401 - registered before the pairs
 from jitcore.interpreter.opcodes.load_store import global_value, load_method, store_attr_
@@ -317,14 +318,7 @@ def jump_backward_for_iter(frame: Frame, inst: Instruction) -> None:
     """The loop's back edge, then its FOR_ITER (Note [Fused jumps])."""
     target = inst.next
     frame.index = target.index + 1
-    stack = frame.stack
-    it = stack[-1]
-    v = next(it, EXHAUSTED) if type(it) in NATIVE_ITERATORS else next_value(frame.run, it)
-    if v is EXHAUSTED:
-        stack.pop()
-        frame.index = target.argval
-    else:
-        stack.append(v)
+    for_iter(frame, target)
 
 
 @fuses_jump("JUMP_BACKWARD", "FOR_ITER+STORE_FAST", since=(3, 11))
