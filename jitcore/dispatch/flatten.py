@@ -93,6 +93,16 @@ def bind_subclass_input(trace: Trace, proxy: SubclassTensorProxy) -> None:
     trace.bound_symbols.append(_unflatten_record(UNFLATTEN_INPUT, proxy))
 
 
+def subclass_input_records(trace: Trace) -> dict[int, BoundSymbol]:
+    """``id(proxy) -> `` the pass-1 record rebuilding that subclass argument (its state at the call)."""
+    return {id(b.output): b for b in trace.bound_symbols if b.symbol is UNFLATTEN_INPUT}
+
+
+def restrided(proxy: SubclassTensorProxy, record: BoundSymbol) -> bool:
+    """Whether an in-place view op changed the outer shape or strides of the argument since ``record``."""
+    return (tuple(proxy.shape), tuple(proxy.stride())) != (record.args[3], record.args[4])
+
+
 def has_subclass_proxy(tree: Any) -> bool:
     return any(isinstance(v, SubclassTensorProxy) for v in optree.tree_leaves(tree, none_is_leaf=True))
 
@@ -131,10 +141,10 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
         _emit(bsym, flat.bound_symbols)
     rebuilt: dict[int, SubclassTensorProxy] = {id(p): p for p in keep}
     flat.args.extend(keep)
-    as_bound = {id(b.output): b for b in trace.bound_symbols if b.symbol is UNFLATTEN_INPUT}
+    records = subclass_input_records(trace)
     for proxy in keep:  # an in-place view op changed a kept argument's outer metadata: change it too
-        record = as_bound.get(id(proxy))
-        if record is not None and (tuple(proxy.shape), tuple(proxy.stride())) != (record.args[3], record.args[4]):
+        record = records.get(id(proxy))
+        if record is not None and restrided(proxy, record):
             metadata = (tuple(proxy.shape), tuple(proxy.stride()), proxy.storage_offset())
             flat.bound_symbols.append(BoundSymbol(RESTRIDE, (proxy, *metadata), {}, None))
 

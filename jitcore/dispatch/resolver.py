@@ -161,12 +161,12 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     with torch._C.DisableTorchFunctionSubclass(), _ResolveMode(state):  # noqa: SLF001
         out = symbol.fn(*shadow_args, **shadow_kwargs)
     result = _map(state.proxy_of, out)
-    for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
-        if isinstance(value, SubclassTensorProxy) and "inplace" in symbol.tags:
-            state.refresh_outer(value)
+    if "inplace" in symbol.tags:
+        for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
+            if isinstance(value, SubclassTensorProxy):
+                state.refresh_outer(value)
     context = current_context()
-    provider = context.source_provider
-    record_subclass_results(context.scopes[-1], result, provider() if provider is not None else None)
+    record_subclass_results(context.scopes[-1], result, context.source())
     return result
 
 

@@ -44,6 +44,10 @@ class TraceContext:
         if not self.scopes:
             self.scopes.append(self.trace.bound_symbols)
 
+    def source(self) -> "tuple[SourceFrame, ...] | None":
+        """The user's source stack at this moment (None when no provider knows it)."""
+        return self.source_provider() if self.source_provider is not None else None
+
 
 _CURRENT: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar("jitcore_trace", default=None)
 

@@ -97,7 +97,7 @@ class BoundSymbol:
 
 def record(context: Any, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     """Record one call of ``symbol`` into the context's innermost scope and return its outputs."""
-    source = context.source_provider() if context.source_provider is not None else None
+    source = context.source()
     subsymbols: list[BoundSymbol] = []
     context.scopes.append(subsymbols)
     try:

@@ -76,9 +76,9 @@ def subclass_arguments_passed_whole(program: Any) -> list[tuple[SubclassTensorPr
     function returns as themselves (the caller's object comes back, as eagerly: ``f(x) is x``,
     instead of an equal one rebuilt from the inner tensors), and those whose outer metadata an
     in-place view op changed (``x.t_()``: the caller's wrapper changes too, as eagerly)."""
-    from jitcore.dispatch.flatten import UNFLATTEN_INPUT
+    from jitcore.dispatch.flatten import restrided, subclass_input_records
 
-    bound = {id(b.output): b for b in program.trace.bound_symbols if b.symbol is UNFLATTEN_INPUT}
+    bound = subclass_input_records(program.trace)
     returned = {id(v) for v in optree.tree_leaves(program.trace.output, none_is_leaf=True)}
     paths = {id(arg): path for arg, path in zip(program.trace.args, program.prologue.inputs)}
     kept = []
@@ -93,8 +93,7 @@ def subclass_arguments_passed_whole(program: Any) -> list[tuple[SubclassTensorPr
         if (set(names) != set(inner_at_call) or any(getattr(proxy, n) is not inner_at_call[n] for n in names)
                 or not _same_ctx(ctx, record.args[2])):
             continue  # ``x.a = ...`` or a new ctx: the result is rebuilt from what it holds now
-        restrided = (tuple(proxy.shape), tuple(proxy.stride())) != (record.args[3], record.args[4])
-        if id(proxy) in returned or restrided:
+        if id(proxy) in returned or restrided(proxy, record):
             kept.append((proxy, path))
     return kept
 
