@@ -3,7 +3,6 @@ sequence: values, truthiness of non-bool results, exceptions and the line they a
 
 from __future__ import annotations
 
-import sys
 import traceback
 
 import pytest
@@ -132,7 +131,6 @@ def test_exception_raised_by_the_loop_body_and_by_next() -> None:
     check(broken)
 
 
-@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="3.11 bytecode")
 def test_jump_into_the_second_instruction_of_a_fused_pair() -> None:
     def f(items):
         out = []
