@@ -14,6 +14,7 @@ and the new entry is added. Invariants:
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -62,15 +63,17 @@ class JittedFunction:
     """A function (or nn.Module) compiled by jitcore; call it like the original."""
 
     def __init__(self, fn: Callable[..., Any], *, executor: str = "torch", fallback: str | None = None,
-                 cache_limit: int = DEFAULT_CACHE_LIMIT, show_internal_frames: bool | None = None) -> None:
+                 cache_limit: int = DEFAULT_CACHE_LIMIT, show_internal_frames: bool | None = None,
+                 dynamic_numbers: Any = ()) -> None:
         if fallback not in (None, "eager"):
             raise ValueError(f"fallback must be None or 'eager', not {fallback!r}")
         self.fn = fn
+        self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
         self.executor = get_executor(executor)
         self.fallback = fallback
         self.cache_limit = cache_limit
         self.show_internal_frames = show_internal_frames
-        self._cache = EntryCache()  # newest first, with a dispatch table past a few entries
+        self._cache = EntryCache(typed_positions)  # newest first, with a dispatch table past a few entries
         self.hits = 0
         self.misses = 0
         self.last_traces: list[Trace] = []
@@ -129,7 +132,7 @@ class JittedFunction:
 
     def _trace(self, args: tuple, kwargs: dict) -> CacheEntry:
         number = self.misses
-        tracing_pass = Pass(self.fn, label=self._label, entry_number=number)
+        tracing_pass = Pass(self.fn, label=self._label, entry_number=number, dynamic_numbers=self.dynamic_numbers)
         self.last_traces = [tracing_pass.trace]
         self.last_prologue = tracing_pass.prologue
         if isinstance(self.fn, torch.nn.Module):
@@ -182,6 +185,9 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
             with a warning.
         show_internal_frames: keep jitcore's own frames in the tracebacks of errors (default: only
             the user's frames, unless the environment sets ``JITCORE_SHOW_INTERNAL_FRAMES=1``).
+        dynamic_numbers: parameter names whose int or float arguments are inputs of the computation
+            instead of specialized constants (``True``: every int or float argument); a use that
+            needs the value (``if n > 0``, a shape) specializes it again. See docs/user-guide.md.
 
     Returns:
         A JittedFunction; ``jit(**options)`` without ``fn`` returns a decorator.
@@ -221,6 +227,36 @@ def cache_misses(jfn: Any) -> int:
 def miss_reasons(jfn: Any) -> list[list[MissReason]]:
     """For each miss, why each existing cache entry rejected the call."""
     return list(_as_jitted(jfn).miss_log)
+
+
+def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, frozenset[int]]:
+    """The ``dynamic_numbers`` option checked against ``fn``'s parameters, and the positions of the
+    named positional parameters (the cache files calls by those arguments' types, not values)."""
+    if names is True:
+        return True, frozenset(range(256))
+    if names is False or names is None:
+        return frozenset(), frozenset()
+    if isinstance(names, str):
+        names = (names,)
+    names = frozenset(names)
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError("dynamic_numbers must be True or a collection of parameter names")
+    if not names:
+        return names, frozenset()
+    try:
+        parameters = list(inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values())
+    except (TypeError, ValueError):
+        return names, frozenset()  # a callable without a signature: names are matched per call
+    if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+        unknown = sorted(names - {p.name for p in parameters})
+        if unknown:
+            raise ValueError(
+                f"dynamic_numbers names {', '.join(map(repr, unknown))}, which "
+                f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} of {_label_of(fn)} "
+                f"(its parameters: {', '.join(p.name for p in parameters) or 'none'})"
+            )
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names, frozenset(i for i, name in enumerate(positional) if name in names)
 
 
 def _label_of(fn: Any) -> str:

@@ -35,11 +35,15 @@ from jitcore.interpreter import Hooks, current_run
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
+from jitcore.langctx import python as python_langctx
+from jitcore.langctx.scalars import bind_numbers
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy import new_bridge as new_numpy_bridge
-from jitcore.prologue import Path, Prologue, Root
+from jitcore.prologue import Guard, Path, Prologue, Root
 from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy, specialize_all
+from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.jit.provenance import Provenance
 from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
@@ -54,18 +58,38 @@ _LIBRARY_DIRS = (_TORCH_DIR, _JITCORE_DIR, _STDLIB_DIR)
 class TracedProgram:
     """What a finished pass produced: traces, prologue, and the inputs of the first call."""
 
-    def __init__(self, trace: Trace, prologue: Prologue, first_inputs: list[torch.Tensor]) -> None:
+    def __init__(self, trace: Trace, prologue: Prologue, first_inputs: list[torch.Tensor],
+                 number_inputs: list[tuple[Path, NumberProxy]] | None = None) -> None:
         self.trace = trace
         self.prologue = prologue
         self.first_inputs = first_inputs
+        self.number_inputs = number_inputs or []  # dynamic numbers: trailing arguments of the trace
         self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
+
+    def specialize_numbers(self) -> None:
+        """Make every dynamic number a constant of this entry: guarded by value and no longer an
+        argument. For transforms that record below torch's Python layer, where numbers are values
+        (the grad transform: autograd runs aten ops on them); their traces read ``NumberProxy.value``."""
+        if not self.number_inputs:
+            return
+        numbers = {id(proxy) for _path, proxy in self.number_inputs}
+        for path, proxy in self.number_inputs:
+            self.prologue.guards.append(Guard(path, "value", proxy.value))
+        kept = [(a, p, n) for a, p, n in zip(self.trace.args, self.prologue.inputs, self.prologue.input_names)
+                if id(a) not in numbers]
+        self.trace.args = [a for a, _p, _n in kept]
+        self.prologue.inputs = [p for _a, p, _n in kept]
+        self.prologue.input_names = [n for _a, _p, n in kept]
+        self.number_inputs = []
 
 
 class Pass:
     """Interprets ``fn`` on proxies of one call's arguments, recording a trace and a prologue."""
 
-    def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int) -> None:
+    def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int,
+                 dynamic_numbers: frozenset[str] | bool = frozenset()) -> None:
         self.fn = fn
+        self.dynamic_numbers = dynamic_numbers  # parameter names, or True for every number argument
         header = [f"Constructed by jitcore.jit for {label}: cache entry {entry_number}, pass 1 (interpretation)"]
         self.trace = Trace(name="computation", header=header, imports={"torch": torch})
         self.context = new_context(self.trace, source_provider=self._source, call_handler=self._call_symbol)
@@ -96,10 +120,11 @@ class Pass:
         self.trace.output = output
         self._point_leaks_at_inputs()
         self.trace.args = [proxy for _path, proxy, _t in self.provenance.inputs]
+        self.trace.args += [proxy for _path, proxy in self.provenance.number_inputs]
         first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
         self._state_guards(state_at_call)
         self.provenance.finish(with_strides=self.context.values.strides_queried)
-        program = TracedProgram(self.trace, self.prologue, first_inputs)
+        program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
         program.epilogue = epilogue
         return program
 
@@ -108,12 +133,16 @@ class Pass:
         self.provenance.guard(args_root, "len", len(args))
         self.provenance.guard(kwargs_root, "keys", tuple(kwargs))
         names = _parameter_names(self.fn, len(args))
-        pargs = tuple(
-            self.provenance.bind_argument(a, args_root.index(i), names[i]) for i, a in enumerate(args)
-        )
-        pkwargs = {k: self.provenance.bind_argument(v, kwargs_root.key(k), k) for k, v in kwargs.items()}
+        pargs = tuple(self._bind_argument(a, args_root.index(i), names[i]) for i, a in enumerate(args))
+        pkwargs = {k: self._bind_argument(v, kwargs_root.key(k), k) for k, v in kwargs.items()}
         pkwargs.update(self._bind_defaults(len(args), kwargs))
         return pargs, pkwargs
+
+    def _bind_argument(self, value: Any, path: Path, name: str) -> Any:
+        dynamic = self.dynamic_numbers
+        if type(value) in (int, float) and (dynamic is True or (dynamic and name in dynamic)):
+            return self.provenance.bind_dynamic_number(value, path, name)
+        return self.provenance.bind_argument(value, path, name)
 
     def _bind_defaults(self, nargs: int, kwargs: dict) -> dict[str, Any]:
         """The defaults this call uses, bound as state of the function (they can be replaced or mutated)."""
@@ -152,6 +181,7 @@ class Pass:
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
+                **(python_langctx.LOOKASIDES if self.provenance.number_inputs else {}),
             },
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
@@ -217,6 +247,10 @@ class Pass:
         """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""
         if _has_real_tensor(args) or _has_real_tensor(kwargs):
             args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
+        if self.provenance.number_inputs and _has_number(args, kwargs):
+            # a dynamic number stays a name only where torch takes it as a value; torch's dispatcher
+            # needs the values of all of them when a tensor subclass is involved
+            args, kwargs = bind_numbers(symbol, args, kwargs, specialize_every=_has_subclass(args, kwargs))
         try:
             return resolve_call(symbol, args, kwargs)
         except Exception as exc:
@@ -255,6 +289,8 @@ class Pass:
         return None
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if self.provenance.number_inputs and not isinstance(fn, _SLOT_TYPES) and _has_number(args, kwargs):
+            args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
             if symbol is not None:  # Note [State changes inside the traced function]
@@ -411,6 +447,26 @@ def _has_proxy(tree: Any) -> bool:
     return False
 
 
+# ``int.__sub__(1, n)`` (the interpreter trying an operator's slots): a number's slot returns
+# NotImplemented for a proxy, others read the value through the proxy's own methods.
+_SLOT_TYPES = (types.WrapperDescriptorType, types.MethodWrapperType)
+
+
+def _has_number(*trees: Any) -> bool:
+    for tree in trees:
+        if isinstance(tree, NumberProxy):
+            return True
+        if isinstance(tree, (tuple, list)) and _has_number(*tree):
+            return True
+        if isinstance(tree, dict) and _has_number(*tree.values()):
+            return True
+    return False
+
+
+def _has_subclass(*trees: Any) -> bool:
+    return any(isinstance(v, SubclassTensorProxy) for v in optree.tree_leaves(trees, none_is_leaf=True))
+
+
 def _has_real_tensor(tree: Any) -> bool:
     if isinstance(tree, torch.Tensor):
         return not isinstance(tree, Proxy)
@@ -423,7 +479,7 @@ def _has_real_tensor(tree: Any) -> bool:
 
 def _parameter_names(fn: Any, count: int) -> list[str]:
     try:
-        params = list(inspect.signature(fn).parameters.values())
+        params = list(inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values())
     except (TypeError, ValueError):
         params = []
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

@@ -3,8 +3,9 @@
 Values enter a trace in three ways — as the call's arguments, as globals / closure cells read by
 interpreted code, and as attributes or items read from objects that entered earlier. The
 Provenance of one tracing pass binds each such value: tensors become input proxies of the
-computation (read again on every call through their path), literal values are guarded by type and
-value, containers by type and length/keys, other objects by identity; objects are remembered by id
+computation (read again on every call through their path), so are numbers the user declared dynamic
+(guarded by type, and by value once the program needs it), other literal values are guarded by type
+and value, containers by type and length/keys, other objects by identity; objects are remembered by id
 so that what is read from them later gets a path too.
 
 Invariants:
@@ -33,6 +34,7 @@ from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
 from jitcore.prologue.guards import freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import is_traceable_subclass
 
 __all__ = ["Provenance"]
@@ -57,6 +59,8 @@ class Provenance:
         self._ndarrays: dict[int, Any] = {}  # id(NumPy array) -> the wrapper the program sees
         self._guarded: set[tuple] = set()
         self.subclass_inputs: list[TensorProxy] = []  # inner ones before the ones holding them
+        self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order
+        self._finished = False
 
     def path_of(self, obj: Any) -> Path | None:
         """The path an object was reached through, when it entered the trace."""
@@ -100,6 +104,19 @@ class Provenance:
                 object.__setattr__(clone, f.name, bound)
             return clone
         return self.bind_state(value, path, name)
+
+    def bind_dynamic_number(self, value: int | float, path: Path, name: str) -> NumberProxy:
+        """A number argument declared dynamic: an input of the computation, guarded by type only
+        until the program needs its value (then by value too: ``NumberProxy.specialize``)."""
+        self.guard(path, "type", type(value))
+
+        def pin() -> None:
+            if not self._finished:  # a proxy that escaped into user state is its traced value
+                self.guard(path, "value", value)
+
+        proxy = NumberProxy(self.values.names.claim(name), value, on_specialize=pin)
+        self.number_inputs.append((path, proxy))
+        return proxy
 
     # --- state: globals, cells, attributes, items ----------------------------------------------------
     def bind_state(self, value: Any, path: Path, name: str = "s") -> Any:
@@ -283,6 +300,10 @@ class Provenance:
             self.prologue.input_names.append(_proxy.name)
         if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it
             self.guard(self.inputs[0][0], "distinct", tuple(path for path, _p, _t in self.inputs))
+        for path, number in self.number_inputs:  # after the tensors, as in the computation's signature
+            self.prologue.inputs.append(path)
+            self.prologue.input_names.append(number.name)
+        self._finished = True
         self._keepalive.clear()
         self._paths.clear()
         self._tensors.clear()

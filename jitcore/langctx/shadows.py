@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import (
 from jitcore.errors import DataDependentError
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 
 __all__ = ["REPLAY_NUMEL_LIMIT", "TensorValues", "evaluate", "meta_of", "new_context"]
 
@@ -95,6 +96,8 @@ def meta_of(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _to_shadow(value: Any, fake_mode: FakeTensorMode) -> Any:
     if isinstance(value, TensorProxy):
         return value.shadow
+    if isinstance(value, NumberProxy):
+        return value.value  # metadata does not depend on it (langctx.scalars), only its type does
     if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
         # A real tensor made while tracing (``torch.tensor(0.5)`` inside a library function) is a
         # constant of the trace: the printer binds it by reference, its shadow gives the metadata.

@@ -3,7 +3,7 @@
 A call is answered by the first entry whose prologue accepts it. With a handful of entries they are
 simply tried in turn (the one-entry fast path stays one prologue call). Past ``SCAN_LIMIT`` entries a
 cheap *dispatch key* of the call — shape and dtype of each positional tensor, the value of each
-positional int/str/bool, the type of anything else — picks the few entries filed under the same key,
+positional int/str/bool (the type of a dynamic number), the type of anything else — picks the few entries filed under the same key,
 so a cached call's cost stays flat however many entries there are (benchmarks/bench_cache_scaling.py).
 
 Invariants:
@@ -30,10 +30,17 @@ SCAN_LIMIT = 4
 
 _Tensor = torch.Tensor
 _BY_VALUE = frozenset((int, str, bool))
+_DYNAMIC = frozenset((int, float))
 
 
-def dispatch_key(args: tuple) -> tuple:
-    """The key a call with positional ``args`` is filed and looked up under."""
+def dispatch_key(args: tuple, typed: frozenset[int] = frozenset()) -> tuple:
+    """The key a call with positional ``args`` is filed and looked up under (the arguments at
+    positions ``typed``, dynamic numbers, by their type only)."""
+    if typed:
+        return tuple(
+            [type(a) if i in typed and type(a) in _DYNAMIC else (a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE
+             else type(a) for i, a in enumerate(args)]
+        )
     return tuple(  # a list comprehension: faster than a generator here
         [(a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a) for a in args]
     )
@@ -48,9 +55,10 @@ class EntryCache:
             SCAN_LIMIT entries (then callers try ``newest_first``).
     """
 
-    __slots__ = ("_keys", "buckets", "newest_first")
+    __slots__ = ("_keys", "_typed", "buckets", "newest_first")
 
-    def __init__(self) -> None:
+    def __init__(self, typed: frozenset[int] = frozenset()) -> None:
+        self._typed = typed  # positions of dynamic numbers: keyed by type, since entries take any value
         self.newest_first: tuple = ()
         self.buckets: dict[Hashable, tuple] | None = None
         self._keys: dict[int, Hashable] = {}
@@ -61,7 +69,7 @@ class EntryCache:
         if buckets is None:
             return self.newest_first
         try:
-            return buckets.get(dispatch_key(args), ())
+            return buckets.get(dispatch_key(args, self._typed), ())
         except Exception:  # noqa: BLE001 - see _safe_key
             return buckets.get(_UNKEYED, ())
 
@@ -69,7 +77,7 @@ class EntryCache:
         """File ``entry`` (traced for a call with positional ``args``); evict the oldest entries past
         ``limit``. Returns the evicted entries. Callers serialise calls of ``add``."""
         keys = dict(self._keys)
-        keys[id(entry)] = _safe_key(args)
+        keys[id(entry)] = _safe_key(args, self._typed)
         entries = (entry,) + self.newest_first
         evicted = list(entries[max(limit, 1):])
         entries = entries[: max(limit, 1)]
@@ -101,9 +109,9 @@ class _Unkeyed:
 _UNKEYED = _Unkeyed()
 
 
-def _safe_key(args: tuple) -> Hashable:
+def _safe_key(args: tuple, typed: frozenset[int]) -> Hashable:
     try:
-        key = dispatch_key(args)
+        key = dispatch_key(args, typed)
         hash(key)
     except Exception:  # noqa: BLE001 - an unhashable shape or a failing __hash__: one shared bucket
         return _UNKEYED

@@ -39,6 +39,7 @@ from jitcore.dispatch.resolver import DispatchState
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext
 from jitcore.langctx import new_context
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.recording import recording
 from jitcore.transforms.saving import split_saved
@@ -206,6 +207,8 @@ class _Replay:
                     self._map(inner, getattr(new, name))
 
     def lookup(self, value: Any) -> Any:
+        if isinstance(value, NumberProxy):
+            return value.value  # the entry's dynamic numbers were specialized before the replay
         if isinstance(value, Proxy):
             found = self.env.get(id(value))
             if found is None:

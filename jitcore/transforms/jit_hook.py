@@ -43,6 +43,7 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
                      for p in subclass_inputs(program.trace)}
     if not needs_grad(program.trace, subclass_grad):
         return None
+    program.specialize_numbers()  # autograd records aten ops on values (docs/user-guide.md)
     grad = grad_transform(program.trace, subclass_grad)
     n_inputs = len(prologue.inputs)
     for proxy, path in zip(grad.subclass_inputs, outer):

@@ -1,0 +1,94 @@
+"""The python language context: arithmetic on dynamic numbers (``jitcore.proxies.number``).
+
+``n * 2`` on a NumberProxy records ``n1 = operator.mul(n, 2)`` and returns a NumberProxy ``n1``
+whose value is the product for the call being traced; the computation recomputes it from its input
+on every call. ``float(n)``, ``int(n)`` and ``abs(n)`` in the traced program do the same through
+lookasides (``LOOKASIDES``).
+
+Invariants:
+- an operation is recorded only when its result type follows from its operands' types alone (which
+  the prologue guards): ``int ** int`` (an int, or a float for a negative exponent) and results
+  that are not int or float (``(-1.0) ** 0.5`` is complex) specialize their operands instead;
+- the operation runs on the values while tracing, so it raises what Python raises
+  (``ZeroDivisionError``) at the same point as eagerly;
+- outside a trace everything computes on values (a proxy that escaped into user state is its
+  traced value).
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from jitcore.ir import BoundSymbol, Symbol, current_context
+from jitcore.proxies.number import NumberProxy
+
+__all__ = ["LOOKASIDES", "apply", "symbol_of"]
+
+_PATHS: dict[Callable[..., Any], str] = {
+    **{op: f"operator.{op.__name__}" for op in (
+        operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+        operator.pow, operator.neg, operator.pos, operator.abs,
+    )},
+    builtins.float: "builtins.float",
+    builtins.int: "builtins.int",
+}
+_SYMBOLS: dict[Callable[..., Any], Symbol] = {
+    fn: Symbol(id=path, name=path.rsplit(".", 1)[1], langctx="python", fn=fn, path=path, meta=fn)
+    for fn, path in _PATHS.items()
+}
+_MODULES = {"operator": operator, "builtins": builtins}
+
+
+def symbol_of(fn: Callable[..., Any]) -> Symbol:
+    """The symbol recording ``fn`` (one of ``operator``'s arithmetic functions, ``float``, ``int``)."""
+    return _SYMBOLS[fn]
+
+
+def apply(fn: Callable[..., Any], *operands: Any) -> Any:
+    """``fn(*operands)`` where some operands are NumberProxies: recorded while tracing."""
+    values = [o.value if isinstance(o, NumberProxy) else o for o in operands]
+    result = fn(*values)
+    context = current_context()
+    proxies = [o for o in operands if isinstance(o, NumberProxy)]
+    if context is None or not proxies:
+        return result
+    both_int = fn is operator.pow and all(type(v) in (int, bool) for v in values)
+    if type(result) not in (int, float) or both_int:
+        for p in proxies:
+            p.specialize()
+        return result
+    roots: dict[int, NumberProxy] = {}
+    for p in proxies:
+        roots.update((id(r), r) for r in p.roots)
+    out = NumberProxy(context.trace.names.fresh("n"), result, tuple(roots.values()))
+    module = _PATHS[fn].split(".", 1)[0]
+    context.trace.imports.setdefault(module, _MODULES[module])
+    context.scopes[-1].append(BoundSymbol(_SYMBOLS[fn], tuple(operands), {}, out, (), context.source()))
+    return out
+
+
+def _converter(cls: type) -> Callable[..., Any]:
+    def convert(*args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], NumberProxy):
+            if type(args[0].value) is cls:
+                return args[0]  # int(n) of an int, float(n) of a float: n itself, as in CPython
+            return apply(cls, args[0])
+        return cls(*args, **kwargs)
+
+    convert.__name__ = cls.__name__
+    return convert
+
+
+def _abs(x: Any) -> Any:
+    return apply(operator.abs, x) if isinstance(x, NumberProxy) else builtins.abs(x)
+
+
+# What the traced program's ``float(n)``, ``int(n)`` and ``abs(n)`` run instead.
+LOOKASIDES: dict[Any, Callable[..., Any]] = {
+    builtins.float: _converter(builtins.float),
+    builtins.int: _converter(builtins.int),
+    builtins.abs: _abs,
+}

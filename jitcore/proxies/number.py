@@ -1,0 +1,181 @@
+"""NumberProxy: a Python number the user declared dynamic (``jitcore.jit(fn, dynamic_numbers=...)``).
+
+A dynamic number is an input of the computation instead of a constant of it. While tracing, the
+program sees a NumberProxy standing for an ``int`` or a ``float`` (``type(n)``, ``isinstance`` and
+``n.__class__`` answer that class through the jit's lookasides):
+- Python arithmetic with numbers (``n * 2``, ``1 - n``, ``-n``, ``abs(n)``, ``float(n)``) is
+  recorded as a symbol of the python language context and gives a new NumberProxy;
+- as an operand torch takes as a value (``x * n``, ``torch.clamp(x, max=n)``; decided by
+  ``jitcore.langctx.scalars``) it stays a name in the trace;
+- every other use needs the value itself — a comparison, ``bool``, an int in a shape or an index,
+  formatting, hashing, a C function — and *specializes* the number: the value is returned and the
+  dynamic inputs it was computed from are guarded by value, as if they had not been declared
+  dynamic.
+
+Invariants:
+- ``value`` is what the proxy computes for the call being traced; code outside this module and
+  ``jitcore.langctx.python`` reads it only through ``specialize()``, which records the guards first
+  (the grad transform reads ``value`` directly after specializing every input);
+- ``roots`` are the dynamic inputs the value depends on (an input is its own root);
+- the number's type (int or float) is guarded for every dynamic input, so the result type of every
+  recorded arithmetic operation is fixed for the cache entry.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from jitcore.ir import Proxy
+
+__all__ = ["NumberProxy", "specialize_all"]
+
+
+class NumberProxy(Proxy):
+    """A named int or float whose value is an input of the trace."""
+
+    __slots__ = ("value", "roots", "on_specialize")
+
+    def __init__(self, name: str, value: int | float, roots: tuple[NumberProxy, ...] = (),
+                 on_specialize: Callable[[], None] | None = None) -> None:
+        super().__init__(name)
+        self.value = value
+        self.roots = roots or (self,)
+        self.on_specialize = on_specialize
+
+    @property
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def describe(self) -> str:
+        return type(self.value).__name__
+
+    def specialize(self) -> int | float:
+        """The value, with the dynamic inputs it depends on guarded by value from now on."""
+        for root in self.roots:
+            if root.on_specialize is not None:
+                root.on_specialize()
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.specialize())
+
+    def __str__(self) -> str:
+        return str(self.specialize())
+
+    def __format__(self, spec: str) -> str:
+        return format(self.specialize(), spec)
+
+    def __hash__(self) -> int:
+        return hash(self.specialize())
+
+    def __bool__(self) -> bool:
+        return bool(self.specialize())
+
+    def __int__(self) -> int:
+        return int(self.specialize())
+
+    def __float__(self) -> float:
+        return float(self.specialize())
+
+    def __complex__(self) -> complex:
+        return complex(self.specialize())
+
+    def __index__(self) -> int:
+        if type(self.value) is not int:
+            raise TypeError(f"'{type(self.value).__name__}' object cannot be interpreted as an integer")
+        return self.specialize()
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        return round(self.specialize(), ndigits)
+
+    def __trunc__(self) -> int:
+        return self.specialize().__trunc__()
+
+    def __floor__(self) -> int:
+        return self.specialize().__floor__()
+
+    def __ceil__(self) -> int:
+        return self.specialize().__ceil__()
+
+    def __getattr__(self, name: str) -> Any:
+        # ``n.real``, ``n.is_integer()``: the number's own attributes need its value. Other names
+        # (duck-typing probes such as ``__tensor_flatten__``) are absent, as on a number.
+        if name.startswith("__") or not hasattr(type(self.value), name):
+            raise AttributeError(f"'{type(self.value).__name__}' object has no attribute '{name}'")
+        return getattr(self.specialize(), name)
+
+    # --- comparisons need the value; with a tensor, the tensor's reflected operator records them ---
+    def __eq__(self, other: Any) -> Any:
+        return _compare(operator.eq, self, other)
+
+    def __ne__(self, other: Any) -> Any:
+        return _compare(operator.ne, self, other)
+
+    def __lt__(self, other: Any) -> Any:
+        return _compare(operator.lt, self, other)
+
+    def __le__(self, other: Any) -> Any:
+        return _compare(operator.le, self, other)
+
+    def __gt__(self, other: Any) -> Any:
+        return _compare(operator.gt, self, other)
+
+    def __ge__(self, other: Any) -> Any:
+        return _compare(operator.ge, self, other)
+
+
+_NUMBERS = (int, float, bool)
+
+
+def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
+    if isinstance(b, NumberProxy):
+        return op(a.specialize(), b.specialize())
+    if type(b) in _NUMBERS:
+        return op(a.specialize(), b)
+    return NotImplemented
+
+
+def _arithmetic(op: Callable[..., Any], *, reflected: bool = False) -> Callable[[NumberProxy, Any], Any]:
+    def method(self: NumberProxy, other: Any) -> Any:
+        if not (isinstance(other, NumberProxy) or type(other) in _NUMBERS):
+            return NotImplemented  # a tensor's reflected operator (x.__rmul__(n)), a list's repetition, ...
+        from jitcore.langctx.python import apply
+
+        return apply(op, other, self) if reflected else apply(op, self, other)
+
+    method.__name__ = f"__{'r' if reflected else ''}{op.__name__.strip('_')}__"
+    return method
+
+
+def _unary(op: Callable[[Any], Any]) -> Callable[[NumberProxy], Any]:
+    def method(self: NumberProxy) -> Any:
+        from jitcore.langctx.python import apply
+
+        return apply(op, self)
+
+    method.__name__ = f"__{op.__name__.strip('_')}__"
+    return method
+
+
+for _op in (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+            operator.pow):
+    _name = _op.__name__.strip("_")
+    setattr(NumberProxy, f"__{_name}__", _arithmetic(_op))
+    setattr(NumberProxy, f"__r{_name}__", _arithmetic(_op, reflected=True))
+for _op in (operator.neg, operator.pos, operator.abs):
+    setattr(NumberProxy, f"__{_op.__name__.strip('_')}__", _unary(_op))
+del _op, _name
+
+
+def specialize_all(tree: Any) -> Any:
+    """``tree`` (nested tuples, lists, dicts) with each NumberProxy replaced by its specialized value."""
+    if isinstance(tree, NumberProxy):
+        return tree.specialize()
+    t = type(tree)
+    if t is tuple or t is list:
+        return t(specialize_all(v) for v in tree)
+    if t is dict:
+        return {k: specialize_all(v) for k, v in tree.items()}
+    return tree

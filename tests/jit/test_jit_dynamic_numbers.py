@@ -1,0 +1,326 @@
+"""Dynamic numbers (``jitcore.jit(fn, dynamic_numbers=...)``): a number argument that is an input of
+the computation. Differential: every call is compared with eager (values, dtypes, output types,
+exceptions); cache behaviour is checked where the number stays symbolic (one entry for every value)
+and where the program needs its value (specialized again: one entry per value, never a stale one)."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+from jitcore.langctx.scalars import takes_value
+from jitcore.langctx.torch import TORCH_TABLE
+from tests.jit.jit_helpers import assert_same
+
+
+def same(actual, expected) -> None:
+    """assert_same, with numbers compared exactly (type, sign of zero, NaN)."""
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        assert type(actual) is type(expected), (actual, expected)
+        assert (math.isnan(actual) and math.isnan(expected)) or (actual == expected and math.copysign(1, actual) == math.copysign(1, expected)), (actual, expected)
+        return
+    if isinstance(expected, tuple):
+        assert type(actual) is tuple and len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            same(a, e)
+        return
+    assert_same(actual, expected)
+
+
+def run_both(fn, jfn, *args, **kwargs):
+    try:
+        expected = fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the jitted call must raise the same
+        with pytest.raises(type(exc)):
+            jfn(*args, **kwargs)
+        return None
+    actual = jfn(*args, **kwargs)
+    same(actual, expected)
+    return actual
+
+
+def scaled(x, lr):
+    y = x * lr + (1 - lr) * 2
+    z = torch.clamp(y, max=lr * 3, min=-abs(lr))
+    return z / lr, -lr, float(lr), lr // 2, lr % 3
+
+
+def test_symbolic_number_is_one_entry_for_every_value():
+    jf = jitcore.jit(scaled, dynamic_numbers=("lr",))
+    x = torch.randn(4, 5)
+    for lr in (0.5, -0.25, 2.0, 1e-3, 7.0, -0.0):
+        run_both(scaled, jf, x, lr)
+    assert jitcore.cache_misses(jf) == 1
+    trace = str(jitcore.last_traces(jf)[0])
+    assert "def computation(x, lr)" in trace and "operator.mul(lr, 3)" in trace
+    prologue = str(jitcore.last_prologue_traces(jf)[0])
+    assert "!= 0.5" not in prologue  # guarded by type only
+
+
+def test_type_is_guarded_int_and_float_are_two_entries():
+    jf = jitcore.jit(scaled, dynamic_numbers=("lr",))
+    x = torch.arange(6).reshape(2, 3)  # an int tensor: int * int stays int, int * float is float
+    for lr in (3, 0.5, 5, 2.5, -4):
+        run_both(scaled, jf, x, lr)
+    assert jitcore.cache_misses(jf) == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(lr=st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.integers(-10**6, 10**6)))
+def test_hypothesis_values_match_eager(lr):
+    x = torch.linspace(-3, 3, 7)
+    run_both(scaled, _HYPOTHESIS_JF, x, lr)
+
+
+_HYPOTHESIS_JF = jitcore.jit(scaled, dynamic_numbers=("lr",))
+
+
+def test_control_flow_specializes_the_number():
+    def f(x, t):
+        if t > 0:
+            return x * t
+        return x - t
+
+    jf = jitcore.jit(f, dynamic_numbers=("t",))
+    x = torch.randn(3)
+    for t in (1.0, -1.0, 2.0, 1.0, -1.0):
+        run_both(f, jf, x, t)
+    assert jitcore.cache_misses(jf) == 3  # 1.0, -1.0, 2.0: each value its own entry, reused
+
+
+def test_derived_number_in_control_flow_specializes_its_input():
+    def f(x, t):
+        s = t * 2 - 1
+        return x + (s if s > 0 else -s)
+
+    jf = jitcore.jit(f, dynamic_numbers=("t",))
+    x = torch.randn(3)
+    for t in (2.0, 0.0, 2.0, 3.0):
+        run_both(f, jf, x, t)
+    assert jitcore.cache_misses(jf) == 3
+
+
+@pytest.mark.parametrize("program", [
+    lambda x, n: x.view(n, -1),
+    lambda x, n: torch.arange(n) * x.sum(),
+    lambda x, n: torch.linspace(0, 1, n) + x.mean(),
+    lambda x, n: x[n],
+    lambda x, n: x.sum(dim=n % 2),
+    lambda x, n: sum(x[i] for i in range(n)),
+    lambda x, n: torch.full((n, 2), 1.5),
+    lambda x, n: F.pad(x, (n, n)),
+    lambda x, n: x.repeat(n, 1),
+    lambda x, n: torch.topk(x.flatten(), n).values,
+])
+def test_shapes_and_indices_specialize(program):
+    jf = jitcore.jit(program, dynamic_numbers=("n",))
+    x = torch.randn(4, 6)
+    for n in (2, 3, 2, 1, 3):
+        run_both(program, jf, x, n)
+    assert jitcore.cache_misses(jf) == 3
+
+
+@pytest.mark.parametrize("program", [
+    lambda x, v: x * v,
+    lambda x, v: v * x,
+    lambda x, v: v / x,
+    lambda x, v: v - x,
+    lambda x, v: x ** v,
+    lambda x, v: v ** x,
+    lambda x, v: torch.add(x, x, alpha=v),
+    lambda x, v: torch.where(x > 0, x, v),
+    lambda x, v: x.masked_fill(x < 0, v),
+    lambda x, v: torch.full_like(x, v),
+    lambda x, v: torch.full((2, 3), v),
+    lambda x, v: x.clone().mul_(v).add_(v),
+    lambda x, v: F.leaky_relu(x, v),
+    lambda x, v: F.elu(x, v),
+    lambda x, v: F.hardtanh(x, -abs(v), abs(v) + 1),
+    lambda x, v: torch.lerp(x, x * 2, v),
+    lambda x, v: torch.nan_to_num(x / 0, posinf=v),
+    lambda x, v: x > v,
+    lambda x, v: x.eq(v),
+    lambda x, v: (x.sum() + v, v),
+    lambda x, v: F.layer_norm(x, (x.shape[-1],), eps=abs(v) + 1e-5),
+])
+def test_value_operands_stay_symbolic(program):
+    jf = jitcore.jit(program, dynamic_numbers=("v",))
+    x = torch.randn(3, 4)
+    for v in (0.5, -1.25, 3.0, 0.1):
+        run_both(program, jf, x, v)
+    assert jitcore.cache_misses(jf) == 1, jitcore.last_prologue_traces(jf)[0]
+
+
+def test_python_semantics_of_the_number():
+    def f(x, n):
+        kinds = (type(n).__name__, isinstance(n, int), isinstance(n, float), n.__class__ is type(n))
+        text = f"{n:>5}|{n!r}|{str(n)}"
+        table = {n: "hit"}
+        return x * n, kinds, text, table.get(n), n.is_integer() if isinstance(n, float) else n.bit_length()
+
+    for dynamic in (("n",), True):
+        jf = jitcore.jit(f, dynamic_numbers=dynamic)
+        x = torch.ones(2)
+        for n in (3, 2.5, 3, 4.0):
+            expected = f(x, n)
+            actual = jf(x, n)
+            same(actual[0], expected[0])
+            assert actual[1:] == expected[1:]
+
+
+def test_int_power_and_division_follow_python():
+    def f(x, n):
+        return x + n ** 2, x + 2 ** n, 7 / n, 7 // n
+
+    jf = jitcore.jit(f, dynamic_numbers=("n",))
+    x = torch.zeros(1)
+    for n in (2, -1, 3, 0, 2):
+        run_both(f, jf, x, n)  # n == 0 raises ZeroDivisionError in both
+
+
+def test_division_by_zero_on_a_cached_call_raises_like_eager():
+    def f(x, d):
+        return x * (1.0 / d)
+
+    jf = jitcore.jit(f, dynamic_numbers=("d",))
+    x = torch.ones(2)
+    run_both(f, jf, x, 2.0)
+    with pytest.raises(ZeroDivisionError):
+        f(x, 0.0)
+    with pytest.raises(ZeroDivisionError):
+        jf(x, 0.0)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def test_keyword_and_module_arguments():
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x, scale=1.0, *, shift):
+            return self.lin(x) * scale + shift
+
+    m = Scale()
+    jm = jitcore.jit(m, dynamic_numbers=("scale", "shift"))
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        for scale, shift in ((0.5, 1.0), (2.0, -3.0), (1.5, 0.25)):
+            run_both(m, jm, x, scale, shift=shift)
+            run_both(m, jm, x, scale=scale, shift=shift)
+    assert jitcore.cache_misses(jm) == 2  # positional and keyword calls are two entries
+
+
+def test_dispatch_table_files_dynamic_numbers_by_type():
+    def f(x, lr):
+        return x * lr
+
+    jf = jitcore.jit(f, dynamic_numbers=("lr",))
+    shapes = [(i + 1,) for i in range(6)]  # more entries than the prologues tried in turn
+    for lr in (0.5, 1.5, 2.5):
+        for shape in shapes:
+            run_both(f, jf, torch.ones(shape), lr)
+    assert jitcore.cache_misses(jf) == len(shapes)
+
+
+def test_requires_grad_specializes_and_matches_eager_gradients():
+    def f(w, lr):
+        return (w * lr).sum()
+
+    jf = jitcore.jit(f, dynamic_numbers=("lr",))
+    for lr in (0.5, 2.0, 0.5):
+        w1 = torch.randn(3, requires_grad=True)
+        w2 = w1.detach().clone().requires_grad_(True)
+        f(w1, lr).backward()
+        jf(w2, lr).backward()
+        torch.testing.assert_close(w2.grad, w1.grad)
+    assert jitcore.cache_misses(jf) == 2  # under autograd the number is specialized (docs/user-guide.md)
+    with torch.no_grad():
+        jf(torch.randn(3), 0.5)
+        jf(torch.randn(3), 0.75)
+    assert jitcore.cache_misses(jf) == 3  # without grad it is an input again
+
+
+def test_subclass_arguments_get_the_value():
+    def f(x, s):
+        return x * s + 1
+
+    jf = jitcore.jit(f, dynamic_numbers=("s",))
+    for s in (2.0, 3.0, 2.0):
+        x = TwoTensor(torch.randn(3), torch.randn(3))
+        out, ref = jf(x, s), f(x, s)
+        assert type(out) is TwoTensor
+        torch.testing.assert_close(out.a, ref.a)
+        torch.testing.assert_close(out.b, ref.b)
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_other_arguments_and_bools_stay_specialized():
+    def f(x, flag, n):
+        return x * n if flag else x
+
+    jf = jitcore.jit(f, dynamic_numbers=True)
+    x = torch.ones(2)
+    for flag, n in ((True, 2), (False, 2), (True, 3), (True, 2)):
+        run_both(f, jf, x, flag, n)
+    assert jitcore.cache_misses(jf) == 2  # the bool is a constant; n stays symbolic
+
+
+def test_unknown_parameter_names_are_rejected():
+    def f(x, lr):
+        return x * lr
+
+    with pytest.raises(ValueError, match="'rate', which is not a parameter of .*f.*its parameters: x, lr"):
+        jitcore.jit(f, dynamic_numbers=("rate",))
+    with pytest.raises(TypeError, match="dynamic_numbers"):
+        jitcore.jit(f, dynamic_numbers=(1,))
+
+
+def test_threads_with_different_numbers():
+    def f(x, lr):
+        return torch.sin(x) * lr - lr ** 2
+
+    jf = jitcore.jit(f, dynamic_numbers=("lr",))
+    x = torch.randn(64)
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(30):
+                lr = (k * 31 + i) / 7
+                torch.testing.assert_close(jf(x, lr), f(x, lr))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _torch_symbol(name):
+    return TORCH_TABLE.symbol(name)
+
+
+def test_value_parameters_come_from_aten_schemas():
+    assert takes_value(_torch_symbol("torch.mul"), 1)
+    assert takes_value(_torch_symbol("torch.add"), "alpha")
+    assert takes_value(_torch_symbol("torch.clamp"), "max")
+    assert not takes_value(_torch_symbol("torch.Tensor.view"), 1)
+    assert not takes_value(_torch_symbol("torch.arange"), 0)
+    assert not takes_value(_torch_symbol("torch.sum"), "dim")
+    elu = _torch_symbol("torch.nn.functional.elu")
+    assert takes_value(elu, 1) and not takes_value(elu, 2)  # F.elu(x, alpha, inplace): aten's third is 'scale'
+    assert takes_value(_torch_symbol("torch.nn.functional.dropout"), "p")
+    assert not takes_value(_torch_symbol("torch.nn.functional.dropout"), "training")
