@@ -144,9 +144,10 @@ def _binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, 
         result = call(run, rf, (b, a), None)
         if result is not NotImplemented:
             return result
+    na, nb = run.type_of(a).__name__, run.type_of(b).__name__  # a stand-in is named as what it stands for
     if symbol == "**":
-        raise TypeError(f"unsupported operand type(s) for ** or pow(): '{ta.__name__}' and '{tb.__name__}'")
-    raise TypeError(f"unsupported operand type(s) for {symbol}: '{ta.__name__}' and '{tb.__name__}'")
+        raise TypeError(f"unsupported operand type(s) for ** or pow(): '{na}' and '{nb}'")
+    raise TypeError(f"unsupported operand type(s) for {symbol}: '{na}' and '{nb}'")
 
 
 def compare_op(run: Run, symbol: str, a: object, b: object) -> object:
@@ -177,7 +178,9 @@ def compare_op(run: Run, symbol: str, a: object, b: object) -> object:
         return a is b
     if symbol == "!=":
         return a is not b
-    raise TypeError(f"'{symbol}' not supported between instances of '{ta.__name__}' and '{tb.__name__}'")
+    raise TypeError(
+        f"'{symbol}' not supported between instances of '{run.type_of(a).__name__}' and '{run.type_of(b).__name__}'"
+    )
 
 
 NATIVE_COMPARE = {symbol: native for symbol, (_, _, native) in _COMPARE.items()}

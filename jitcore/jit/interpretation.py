@@ -119,6 +119,8 @@ class Pass:
             output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
         self.trace.output = output
         self._point_leaks_at_inputs()
+        if self.provenance.number_inputs:
+            _drop_unused_arithmetic(self.trace)
         self.trace.args = [proxy for _path, proxy, _t in self.provenance.inputs]
         self.trace.args += [proxy for _path, proxy in self.provenance.number_inputs]
         first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
@@ -445,6 +447,23 @@ def _has_proxy(tree: Any) -> bool:
     if isinstance(tree, dict):
         return any(_has_proxy(v) for v in tree.values())
     return False
+
+
+def _drop_unused_arithmetic(trace: Trace) -> None:
+    """Remove recorded arithmetic on dynamic numbers whose result nothing uses (library code computes
+    numbers it then discards, or that it specialized): it is pure, so the trace need not run it."""
+    used: set[int] = {id(v) for v in optree.tree_leaves(trace.output, none_is_leaf=True)}
+    kept: list[BoundSymbol] = []
+    for bsym in reversed(trace.bound_symbols):
+        if bsym.symbol.langctx == "python" and id(bsym.output) not in used:
+            continue
+        kept.append(bsym)
+        pending = [bsym]
+        while pending:
+            b = pending.pop()
+            used.update(id(v) for v in optree.tree_leaves((b.args, b.kwargs), none_is_leaf=True))
+            pending.extend(b.subsymbols)
+    trace.bound_symbols[:] = reversed(kept)
 
 
 # ``int.__sub__(1, n)`` (the interpreter trying an operator's slots): a number's slot returns

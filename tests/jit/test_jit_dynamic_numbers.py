@@ -324,3 +324,65 @@ def test_value_parameters_come_from_aten_schemas():
     assert takes_value(elu, 1) and not takes_value(elu, 2)  # F.elu(x, alpha, inplace): aten's third is 'scale'
     assert takes_value(_torch_symbol("torch.nn.functional.dropout"), "p")
     assert not takes_value(_torch_symbol("torch.nn.functional.dropout"), "training")
+
+
+def test_unused_arithmetic_is_not_in_the_trace():
+    def f(x, t):
+        unused = t * 10  # noqa: F841 - computed and dropped
+        return x + t
+
+    jf = jitcore.jit(f, dynamic_numbers=("t",))
+    run_both(f, jf, torch.ones(2), 0.5)
+    assert "operator.mul" not in str(jitcore.last_traces(jf)[0])
+
+
+def test_errors_of_cached_calls_name_the_user_line():
+    import traceback
+
+    def f(x, d):
+        scale = 1.0 / d
+        return x * scale
+
+    jf = jitcore.jit(f, dynamic_numbers=("d",))
+    jf(torch.ones(2), 2.0)
+    with pytest.raises(ZeroDivisionError) as info:
+        jf(torch.ones(2), 0.0)
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert frames[-1].name == "f" and frames[-1].line == "scale = 1.0 / d"
+    assert jitcore.cache_misses(jf) == 1
+
+
+def test_debugger_steps_through_number_arithmetic():
+    from jitcore.debug.debugger import Debugger
+
+    def f(x, lr):
+        return x * (lr * 2) + lr
+
+    jf = jitcore.jit(f, dynamic_numbers=("lr",))
+    x = torch.randn(3)
+    jf(x, 0.5)
+    d = Debugger(jf, (x, 0.75))
+    assert set(d.values) == {"x", "lr"} and d.current.symbol.id == "operator.mul"
+    d.next()
+    assert d.values["n0"] == 1.5
+    torch.testing.assert_close(d.run_to_end(), f(x, 0.75))
+
+
+@pytest.mark.parametrize("program", [
+    lambda x, n: n + "a",
+    lambda x, n: n < "a",
+    lambda x, n: [0] * n,
+    lambda x, n: "ab"[n],
+    lambda x, n: divmod(n, 3),
+    lambda x, n: round(n) + math.floor(n) + math.trunc(n),
+    lambda x, n: (n.real, n.imag, n.conjugate()),
+    lambda x, n: pow(n, 2, 5),
+    lambda x, n: sorted([n, 2, 1]),
+    lambda x, n: torch.tensor([n, 1.0]) + x,
+    lambda x, n: max(n, 1),
+])
+def test_other_python_uses_behave_as_eagerly(program):
+    jf = jitcore.jit(program, dynamic_numbers=True)
+    x = torch.ones(2)
+    for n in (1, 3, 1, 2.5):
+        run_both(program, jf, x, n)
