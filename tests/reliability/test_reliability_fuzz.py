@@ -5,7 +5,8 @@ requires_grad; numbers including -0.0, NaN, inf, huge ints and bools; strings; l
 keys), a global, a closure cell, a module attribute, an object attribute, a helper function and a
 method that can be replaced, a mutable default argument, an ``nn.Module`` whose parameter can be
 replaced, and the implicit state of the calling thread (grad mode, inference mode, default dtype,
-autocast). Each step changes one of these, then calls eager and the jitted function on identical
+autocast). The function is jitted twice, with its number argument specialized and declared dynamic,
+next to a program where the dynamic number mostly stays symbolic. Each step changes one of these, then calls eager and the jitted function on identical
 inputs and compares value, dtype, shape, requires_grad, inference-ness, and the exception raised.
 
 Profiles: by default a few hundred calls (fast enough for CI). The heavy profile runs about 10,000
@@ -100,6 +101,17 @@ def make_world():
     return fn, set_factor
 
 
+def number_program(x, n, mode):
+    """Jitted with ``dynamic_numbers=("n",)``: in mode "mul" n stays symbolic (arithmetic, torch
+    operands); in mode "add" a comparison specializes it."""
+    y = x * n + (n - 1) * 2
+    if mode == "mul":
+        y = y * n
+    elif n == n and n > 0:  # a comparison: specializes n (NaN takes the other branch)
+        y = y - 1
+    return y, -n, n / 4 if type(n) is float else n // 3
+
+
 class Net(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -157,6 +169,8 @@ class World:
     def __init__(self) -> None:
         self.fn, self.set_factor = make_world()
         self.jfn = jitcore.jit(self.fn)
+        self.jfn_dynamic = jitcore.jit(self.fn, dynamic_numbers=("n",))
+        self.jnumber = jitcore.jit(number_program, dynamic_numbers=("n",))
         self.net = Net()
         self.jnet = jitcore.jit(self.net)
         self.state = dict(DEFAULTS)
@@ -248,6 +262,9 @@ class World:
             expected = outcome(self.fn, *self.inputs())
             actual = outcome(self.jfn, *self.inputs())
             same_outcome(actual, expected, where)
+            same_outcome(outcome(self.jfn_dynamic, *self.inputs()), expected, where + " (dynamic n)")
+            x, n, mode = self.inputs()[:3]
+            same_outcome(outcome(self.jnumber, x, n, mode), outcome(number_program, x, n, mode), where + " (number program)")
             x = torch.linspace(-1, 1, 6).reshape(2, 3)
             same_outcome(outcome(self.jnet, x), outcome(self.net, x), where + " (module)")
 
