@@ -66,6 +66,11 @@ class TracedProgram:
         self.number_inputs = number_inputs or []  # dynamic numbers: trailing arguments of the trace
         self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
 
+    def symbolic_numbers(self) -> list[NumberProxy]:
+        """The dynamic numbers the traced program did not specialize (no value guard on them)."""
+        pinned = {g.path for g in self.prologue.guards if g.kind == "value"}
+        return [proxy for path, proxy in self.number_inputs if path not in pinned]
+
     def specialize_numbers(self) -> None:
         """Make every dynamic number a constant of this entry: guarded by value and no longer an
         argument. For transforms that record below torch's Python layer, where numbers are values

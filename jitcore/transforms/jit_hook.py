@@ -29,7 +29,8 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
         jfn: the JittedFunction (its ``last_traces`` / ``last_backward_traces`` are updated).
 
     Returns:
-        A GradComputation taking the prologue's inputs, or None.
+        A GradComputation taking the prologue's inputs, or None: no input requires grad, or the
+        trace keeps a dynamic number symbolic (then the computation runs under torch's autograd).
     """
     jfn.last_backward_traces = []
     prologue = program.prologue
@@ -43,7 +44,9 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
                      for p in subclass_inputs(program.trace)}
     if not needs_grad(program.trace, subclass_grad):
         return None
-    program.specialize_numbers()  # autograd records aten ops on values (docs/user-guide.md)
+    if len(traces) == 1 and program.symbolic_numbers():
+        return None  # Note [Dynamic numbers under autograd]
+    program.specialize_numbers()  # autograd records aten ops on values
     grad = grad_transform(program.trace, subclass_grad)
     n_inputs = len(prologue.inputs)
     for proxy, path in zip(grad.subclass_inputs, outer):
@@ -61,6 +64,16 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
             prepare(owner(), exc)
 
     return GradComputation(grad, jfn.executor.compile, n_inputs, on_error)
+
+
+# Note [Dynamic numbers under autograd]
+# The grad transform records the aten ops autograd runs on shadows, where a number is only a value:
+# a dynamic number would be baked into the forward and backward traces. A trace over plain tensors
+# that keeps a dynamic number symbolic is therefore not split: its computation (the torch-level
+# calls of pass 1) runs under torch's own autograd, which records the graph as eagerly (same ops,
+# same nodes, the number as passed). There is no backward trace to print for such an entry. With
+# tensor subclasses involved (the flattened trace that runs is not the torch-level one) the numbers
+# are specialized instead and the grad transform runs.
 
 
 def _outer_path(proxy: SubclassTensorProxy, paths: dict[int, Path]) -> Path:

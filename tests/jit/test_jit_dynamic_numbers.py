@@ -231,22 +231,55 @@ def test_dispatch_table_files_dynamic_numbers_by_type():
     assert jitcore.cache_misses(jf) == len(shapes)
 
 
-def test_requires_grad_specializes_and_matches_eager_gradients():
+def _grads_match(f, jf, lr, *, shape=(3,)):
+    w1 = torch.randn(*shape, requires_grad=True)
+    w2 = w1.detach().clone().requires_grad_(True)
+    expected, actual = f(w1, lr), jf(w2, lr)
+    torch.testing.assert_close(actual, expected)
+    assert type(actual.grad_fn) is type(expected.grad_fn) or jitcore.last_backward_traces(jf)
+    expected.backward()
+    actual.backward()
+    torch.testing.assert_close(w2.grad, w1.grad)
+
+
+def test_under_autograd_a_symbolic_number_stays_an_input():
     def f(w, lr):
-        return (w * lr).sum()
+        return ((w * lr).relu() + lr ** 2 * w).sum()
 
     jf = jitcore.jit(f, dynamic_numbers=("lr",))
-    for lr in (0.5, 2.0, 0.5):
-        w1 = torch.randn(3, requires_grad=True)
-        w2 = w1.detach().clone().requires_grad_(True)
-        f(w1, lr).backward()
-        jf(w2, lr).backward()
-        torch.testing.assert_close(w2.grad, w1.grad)
-    assert jitcore.cache_misses(jf) == 2  # under autograd the number is specialized (docs/user-guide.md)
+    for lr in (0.5, 2.0, -0.5, 0.5):
+        _grads_match(f, jf, lr)
+    assert jitcore.cache_misses(jf) == 1
+    assert jitcore.last_backward_traces(jf) == []  # torch's autograd runs the computation's ops
     with torch.no_grad():
-        jf(torch.randn(3), 0.5)
         jf(torch.randn(3), 0.75)
-    assert jitcore.cache_misses(jf) == 3  # without grad it is an input again
+    assert jitcore.cache_misses(jf) == 2  # grad mode is guarded: its own entry
+
+
+def test_under_autograd_a_specialized_number_uses_the_grad_transform():
+    def f(w, lr):
+        return (w * lr).sum() if lr > 1 else (w - lr).sum()
+
+    jf = jitcore.jit(f, dynamic_numbers=("lr",))
+    for lr in (2.0, 0.5, 2.0):
+        _grads_match(f, jf, lr)
+        assert jitcore.last_backward_traces(jf)
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_under_autograd_with_a_subclass_the_number_is_specialized():
+    def f(w, s):
+        return (w * s).sum()
+
+    jf = jitcore.jit(f, dynamic_numbers=("s",))
+    for s in (2.0, 3.0, 2.0):
+        a = torch.randn(3)
+        w1 = TwoTensor(a.clone(), a.clone()).requires_grad_(True)
+        w2 = TwoTensor(a.clone(), a.clone()).requires_grad_(True)
+        f(w1, s).backward()
+        jf(w2, s).backward()
+        torch.testing.assert_close(w2.grad.a, w1.grad.a)
+    assert jitcore.cache_misses(jf) == 2
 
 
 def test_subclass_arguments_get_the_value():
