@@ -1,7 +1,7 @@
 """User-controlled text never runs as code in generated prologues and traces.
 
 Each payload is placed where user text can reach generated source: attribute names (``setattr``),
-dict keys, keyword-argument names, string values, function names and qualnames, a module's
+dict keys, keyword-argument names (also as parameters of the computation, for dynamic numbers), string values, function names and qualnames, a module's
 ``__name__``, a code object's ``co_filename`` and ``co_name``, dataclass field names. A payload that
 ran would set ``builtins.JITCORE_SMUGGLED`` (the sentinel); each test checks that it is unset, that the
 jitted results equal eager's, and that the printed prologue and trace still compile.
@@ -100,6 +100,20 @@ def test_keyword_argument_names() -> None:
     kwargs = {name: torch.full((2,), float(i)) for i, name in enumerate(PAYLOADS) if name not in ("x",)}
     _check(f, jf, x, **kwargs)
     _check(f, jf, x, **{PAYLOADS[0]: x})
+
+
+def test_keyword_argument_names_of_dynamic_numbers() -> None:
+    """Dynamic numbers become parameters of the computation named after their keyword."""
+
+    def f(x, **kwargs):
+        return [x * v + v for v in kwargs.values()]
+
+    jf = jitcore.jit(f, dynamic_numbers=True)
+    x = torch.ones(2)
+    kwargs = {name: float(i) for i, name in enumerate(PAYLOADS) if name not in ("x",)}
+    _check(f, jf, x, **kwargs)
+    _check(f, jf, x, **{k: v + 0.5 for k, v in kwargs.items()})
+    assert jitcore.cache_misses(jf) == 1
 
 
 def test_string_values() -> None:
