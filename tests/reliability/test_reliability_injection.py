@@ -1,8 +1,9 @@
 """User-controlled text never runs as code in generated prologues and traces.
 
 Each payload is placed where user text can reach generated source: attribute names (``setattr``),
-dict keys, keyword-argument names (also as parameters of the computation, for dynamic numbers), string values, function names and qualnames, a module's
-``__name__``, a code object's ``co_filename`` and ``co_name``, dataclass field names. A payload that
+dict keys, keyword-argument names (also as the computation's parameters, for dynamic numbers),
+string values, function names and qualnames, a module's ``__name__``, a code object's
+``co_filename`` and ``co_name``, dataclass field names. A payload that
 ran would set ``builtins.JITCORE_SMUGGLED`` (the sentinel); each test checks that it is unset, that the
 jitted results equal eager's, and that the printed prologue and trace still compile.
 """
