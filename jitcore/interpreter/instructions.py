@@ -14,6 +14,7 @@ from __future__ import annotations
 # (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
 __builtins__ = dict(vars(__import__("builtins")))
 
+import dataclasses
 import dis
 import inspect
 from dataclasses import dataclass
@@ -37,7 +38,8 @@ class Instruction:
         offset: byte offset in ``co_code`` (what CPython's ``f_lasti`` reports).
         index: position in ``CodeInfo.instructions``.
         lineno, end_lineno, col, end_col: the source span from ``co_positions`` (any may be None).
-        next: for a fused instruction, the second instruction of the pair (Note [Fused instructions]).
+        next: for a fused instruction, the second instruction of its run, whose ``next`` is the third
+            (Note [Fused instructions]).
     """
 
     opcode: int
@@ -156,31 +158,42 @@ def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, i
 
 
 def _fuse(instructions: list[Instruction]) -> list[Instruction]:
-    """``instructions`` with frequent pairs replaced, at the first index, by a fused instruction."""
+    """``instructions`` with registered runs replaced, at their first index, by a fused instruction."""
     from jitcore.interpreter.registry import fused_jumps, fused_opcodes
 
-    pairs = fused_opcodes()
+    runs = fused_opcodes()
+    lengths = sorted({len(k) for k in runs})
     out = list(instructions)
     n = len(instructions)
-    # fused[i]: the synthetic opcode fusing instructions i and i+1, if registered. The pairs are chosen
-    # to leave the fewest dispatches on straight-line code (a maximum matching of adjacent pairs, by
-    # dynamic programming from the end): greedy pairing from the start can miss one in two.
-    fused = [pairs.get((instructions[i].opcode, instructions[i + 1].opcode)) for i in range(n - 1)] + [None]
-    best = [0] * (n + 2)  # best[i]: dispatches needed for instructions[i:]
+    opcodes = [inst.opcode for inst in instructions]
+    # The runs are chosen to leave the fewest dispatches on straight-line code (dynamic programming from
+    # the end over the registered runs starting at each index): greedy fusing from the start can miss
+    # one in two. On a tie, fusing (and the longer run) wins.
+    best = [0] * (n + 1)  # best[i]: dispatches needed for instructions[i:]
+    choice: list[tuple[int, int] | None] = [None] * n  # (length, synthetic opcode) of the run fused at i
     for i in range(n - 1, -1, -1):
         best[i] = 1 + best[i + 1]
-        if fused[i] is not None:
-            best[i] = min(best[i], 1 + best[i + 2])
+        for length in lengths:
+            if i + length <= n:
+                code = runs.get(tuple(opcodes[i : i + length]))
+                if code is not None and 1 + best[i + length] <= best[i]:
+                    best[i] = 1 + best[i + length]
+                    choice[i] = (length, code)
     i = 0
     while i < n:
-        if fused[i] is not None and best[i] == 1 + best[i + 2]:
-            first, second = instructions[i], instructions[i + 1]
-            out[i] = Instruction(fused[i], f"{first.opname}+{second.opname}", first.arg, first.argval,
-                                 first.offset, first.index, first.lineno, first.end_lineno, first.col,
-                                 first.end_col, second)
-            i += 2
-        else:
+        if choice[i] is None:
             i += 1
+            continue
+        length, code = choice[i]
+        run = instructions[i : i + length]
+        chained = run[-1] if length == 2 else None  # a pair's second half is the shared instruction itself
+        if chained is None:
+            for inst in reversed(run[1:]):
+                chained = dataclasses.replace(inst, next=chained)
+        first = run[0]
+        out[i] = Instruction(code, "+".join(inst.opname for inst in run), first.arg, first.argval, first.offset,
+                             first.index, first.lineno, first.end_lineno, first.col, first.end_col, chained)
+        i += length
     jumps = fused_jumps()  # Note [Fused jumps]
     for i, inst in enumerate(instructions):
         target = out[inst.argval] if inst.opcode in _BACKWARD_JUMPS else None

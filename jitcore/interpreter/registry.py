@@ -109,28 +109,33 @@ def _make_unknown(opname: str) -> Handler:
 
 
 # Note [Fused instructions]
-# A few frequent instruction pairs have one handler for both (a "superinstruction"), saving one trip
-# through the run loop. Decoding puts the fused instruction (a synthetic opcode >= 256, ``inst.next`` = the
-# second instruction) at the first index and leaves the second instruction at its own index, so jumps into
-# it still work. A fused handler sets ``frame.index`` past the second instruction before executing it, so
-# positions and exception handling see exactly what the unfused pair would. Runs with load hooks or
-# ``on_instruction`` execute the unfused instructions.
-FUSED: dict[tuple[str, str], tuple[int, Handler]] = {}
+# Frequent runs of instructions (pairs, and a few runs of three or four: two operand loads and a binary
+# operation or comparison, possibly with the store or jump after it) have one handler for all of them (a
+# "superinstruction"), saving trips through the run loop. Decoding puts the fused instruction (a synthetic
+# opcode >= 256; ``inst.next`` = the second instruction, whose ``next`` is the third, ...) at the first
+# index and leaves the other instructions at their own indices, so jumps into them still work. A fused
+# handler advances ``frame.index`` past each instruction before executing it, so positions and exception
+# handling see exactly what the unfused instructions would. Runs with load hooks or ``on_instruction``
+# execute the unfused instructions.
+FUSED: dict[tuple[str, ...], tuple[int, Handler]] = {}
 
 
-def fuses(first: str, second: str, since: tuple[int, int], until: tuple[int, int] | None = None
+def fuses(*opnames: str, since: tuple[int, int], until: tuple[int, int] | None = None
           ) -> Callable[[Handler], Handler]:
-    """Register the decorated function as the fused handler of the pair ``first`` + ``second``."""
+    """Register the decorated function as the fused handler of the run of instructions ``opnames``
+    (a pair, or a longer superinstruction)."""
 
     def register(fn: Handler) -> Handler:
         if not _applies(since, until):
             return fn
-        for opname in (first, second):
+        if len(opnames) < 2:
+            raise InterpreterError(f"@fuses{opnames!r}: a fused handler covers at least two instructions")
+        for opname in opnames:
             if opname not in HANDLERS:
-                raise InterpreterError(f"@fuses({first!r}, {second!r}): {opname} has no handler")
-        if (first, second) in FUSED:
-            raise InterpreterError(f"@fuses({first!r}, {second!r}) registered twice")
-        FUSED[(first, second)] = (_next_synthetic_opcode(), fn)
+                raise InterpreterError(f"@fuses{opnames!r}: {opname} has no handler")
+        if opnames in FUSED:
+            raise InterpreterError(f"@fuses{opnames!r} registered twice")
+        FUSED[opnames] = (_next_synthetic_opcode(), fn)
         return fn
 
     return register
@@ -171,9 +176,9 @@ def fused_jumps() -> dict[tuple[int, str], int]:
     return {(dis.opmap[jump], target): code for (jump, target), (code, _) in JUMP_FUSED.items()}
 
 
-def fused_opcodes() -> dict[tuple[int, int], int]:
-    """(first opcode, second opcode) -> synthetic opcode of their fused handler."""
-    return {(dis.opmap[a], dis.opmap[b]): code for (a, b), (code, _) in FUSED.items()}
+def fused_opcodes() -> dict[tuple[int, ...], int]:
+    """(opcodes of a fused run) -> synthetic opcode of its fused handler."""
+    return {tuple(dis.opmap[name] for name in names): code for names, (code, _) in FUSED.items()}
 
 
 def handler_table(hooks_set: frozenset[str]) -> list[Handler]:

@@ -141,3 +141,93 @@ def test_jump_into_the_second_instruction_of_a_fused_pair() -> None:
         return out
 
     check(f, [0, 1, 0, 2, 0])
+
+
+def operand_runs(a, b, items):
+    """Two operand loads + BINARY_OP/COMPARE_OP (+ STORE_FAST / POP_JUMP_*): the superinstructions."""
+    total = 0
+    for x in items:
+        if x % 3:  # LOAD_FAST LOAD_CONST BINARY_OP POP_JUMP_FORWARD_IF_FALSE
+            total += x  # LOAD_FAST LOAD_FAST BINARY_OP STORE_FAST
+        if a < x:  # LOAD_FAST LOAD_FAST COMPARE_OP POP_JUMP_FORWARD_IF_FALSE
+            total -= 1
+        if not x > b:  # ... POP_JUMP_FORWARD_IF_TRUE
+            total += 2
+        y = 10 - x  # LOAD_CONST LOAD_FAST BINARY_OP STORE_FAST
+        total = total + (x * y if y else a == b)  # a run leaving its result on the stack
+    return total
+
+
+def test_the_superinstructions_are_chosen() -> None:
+    names = {inst.opname for inst in decode(operand_runs.__code__).fused}
+    assert "LOAD_FAST+LOAD_CONST+BINARY_OP+POP_JUMP_FORWARD_IF_FALSE" in names
+    assert "LOAD_FAST+LOAD_FAST+BINARY_OP+STORE_FAST" in names
+    assert "LOAD_FAST+LOAD_FAST+COMPARE_OP+POP_JUMP_FORWARD_IF_FALSE" in names
+    assert "LOAD_CONST+LOAD_FAST+BINARY_OP+STORE_FAST" in names
+
+
+@given(st.one_of(st.integers(-5, 5), st.floats(allow_nan=True, width=16)), st.integers(-5, 5),
+       st.lists(st.integers(-20, 20), max_size=10))
+def test_superinstructions_match_cpython(a, b, items) -> None:
+    check(operand_runs, a, b, items)
+
+
+def test_superinstructions_on_user_types_and_errors() -> None:
+    def truthy_runs(n):
+        hits = 0
+        for i in range(n):
+            t = Truthy(i)
+            if t % 2:
+                hits += 1
+            if t < 3:
+                hits += 10
+        return hits
+
+    check(truthy_runs, 7)
+
+    def unbound_second(flag):
+        if flag:
+            y = 2
+        x = 1
+        return x + y  # the second operand is unbound
+
+    check(unbound_second, True)
+    check(unbound_second, False)
+
+    def raises_in_operation(s):
+        n = 1
+        m = n + s  # TypeError at the BINARY_OP of a superinstruction
+        return m
+
+    check(raises_in_operation, "s")
+    with pytest.raises(TypeError) as info:
+        interpret(raises_in_operation)("s")
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert frames[-1].lineno == raises_in_operation.__code__.co_firstlineno + 2
+
+    class BadBool:
+        def __lt__(self, other):
+            return self
+
+        def __bool__(self):
+            raise ValueError("no truth")
+
+        def __repr__(self):
+            return "BadBool()"
+
+    def bad_truth(x, y):
+        if x < y:  # the jump's truth test raises, at the jump
+            return 1
+        return 2
+
+    check(bad_truth, BadBool(), 1)
+
+
+def test_jump_into_the_middle_of_a_superinstruction() -> None:
+    def f(items, k):
+        total = 0
+        for x in items:
+            total = total + (x if x else k) * 2  # a conditional expression jumps to the middle of a run
+        return total
+
+    check(f, [0, 1, 2, 0], 5)

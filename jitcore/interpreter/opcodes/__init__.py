@@ -15,4 +15,5 @@ from jitcore.interpreter.opcodes import (  # noqa: F401 - imported for their reg
     match,
     operators,
     stack,
+    superinstructions,
 )

@@ -1,0 +1,109 @@
+"""Superinstructions: two operand loads and a binary operation or comparison, with the store or the
+conditional jump that consumes the result (Note [Fused instructions] in registry.py).
+
+``x % 3`` then ``if``, ``total += x``, ``i < n`` then ``if``, ``a + b``: CPython compiles them to
+``LOAD_FAST``/``LOAD_CONST`` twice, ``BINARY_OP``/``COMPARE_OP`` and often ``STORE_FAST`` or
+``POP_JUMP_FORWARD_IF_*``. One handler runs the whole run of three or four instructions: the
+instruction that dominates loops of pure-Python code costs one trip through the run loop instead of
+two or three.
+
+Invariants (as for every fused handler):
+- it behaves exactly as its instructions in sequence; ``frame.index`` is advanced past each
+  instruction before that instruction executes, so an unbound local, an operator's exception or a
+  failing ``__bool__`` is located at its own instruction (and line);
+- the operator and truth fast paths repeat those of operators.py and fused.py on purpose (see
+  fused.py); tests/interpreter/test_interp_fused.py checks them against CPython.
+"""
+
+from __future__ import annotations
+
+# Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
+# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+__builtins__ = dict(vars(__import__("builtins")))
+
+from collections.abc import Callable
+
+from jitcore.interpreter.frame import NULL, Frame
+from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.opcodes import fused as _fused  # noqa: F401 - the pairs are registered first
+from jitcore.interpreter.protocols import NATIVE_BINARY, NATIVE_COMPARE, NATIVE_TYPES, binary_op, compare_op, truth
+from jitcore.interpreter.registry import fuses
+
+Handler = Callable[[Frame, Instruction], object]
+
+_UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
+_LOADS = ("LOAD_FAST", "LOAD_CONST")
+_JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True}
+
+
+def _superinstruction(first: str, second: str, operation: str, tail: str | None) -> Handler:
+    """The handler of ``first second operation [tail]``; ``first``/``second`` load the operands."""
+    lhs_local = first == "LOAD_FAST"
+    rhs_local = second == "LOAD_FAST"
+    compare = operation == "COMPARE_OP"
+    store = tail == "STORE_FAST"
+    jump = tail is not None and not store
+    jump_if = _JUMPS.get(tail or "", False)
+
+    def handler(frame: Frame, inst: Instruction) -> None:
+        nxt = inst.next
+        op = nxt.next
+        if lhs_local:
+            lhs = frame.fast[inst.arg]
+            if lhs is NULL:
+                raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        else:
+            lhs = inst.argval
+        frame.index += 1
+        if rhs_local:
+            rhs = frame.fast[nxt.arg]
+            if rhs is NULL:
+                raise UnboundLocalError(_UNBOUND_LOCAL.format(nxt.argval))
+        else:
+            rhs = nxt.argval
+        frame.index += 1
+        if compare:
+            if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+                v = NATIVE_COMPARE[op.argval](lhs, rhs)
+            else:
+                v = compare_op(frame.run, op.argval, lhs, rhs)
+        elif type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            v = NATIVE_BINARY[op.arg](lhs, rhs)
+        else:
+            v = binary_op(frame.run, op.arg, lhs, rhs)
+        if store:
+            frame.index += 1
+            frame.fast[op.next.arg] = v
+        elif jump:
+            frame.index += 1
+            if v is True or v is False:
+                if v is jump_if:
+                    frame.index = op.next.argval
+            elif (v if type(v) in NATIVE_TYPES else truth(frame.run, v)) if v is not None else False:
+                if jump_if:
+                    frame.index = op.next.argval
+            elif not jump_if:
+                frame.index = op.next.argval
+        else:
+            frame.stack.append(v)
+
+    parts = [first, second, operation] + ([tail] if tail else [])
+    handler.__name__ = "_".join(p.lower() for p in parts)
+    handler.__doc__ = f"{' + '.join(parts)} as one instruction."
+    return handler
+
+
+def _register() -> None:
+    for first in _LOADS:
+        for second in _LOADS:
+            if first == second == "LOAD_CONST":
+                continue  # the compiler folds constant operands
+            for operation in ("BINARY_OP", "COMPARE_OP"):
+                for tail in (None, "STORE_FAST", *_JUMPS):
+                    if operation == "COMPARE_OP" and tail == "STORE_FAST":
+                        continue  # rare: a comparison stored to a local
+                    names = (first, second, operation) + ((tail,) if tail else ())
+                    fuses(*names, since=(3, 11), until=(3, 12))(_superinstruction(first, second, operation, tail))
+
+
+_register()
