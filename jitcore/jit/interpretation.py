@@ -125,6 +125,7 @@ class Pass:
         self.trace.output = output
         self._point_leaks_at_inputs()
         if self.provenance.number_inputs:
+            _fold_specialized_numbers(self.trace, self.provenance.specialized_numbers())
             _drop_unused_arithmetic(self.trace)
         self.trace.args = [proxy for _path, proxy, _t in self.provenance.inputs]
         self.trace.args += [proxy for _path, proxy in self.provenance.number_inputs]
@@ -452,6 +453,26 @@ def _has_proxy(tree: Any) -> bool:
     if isinstance(tree, dict):
         return any(_has_proxy(v) for v in tree.values())
     return False
+
+
+def _fold_specialized_numbers(trace: Trace, specialized: set[int]) -> None:
+    """Write a dynamic number, and what was computed from it, as a constant wherever the program
+    specialized it (its value is guarded for the whole entry): the trace reads as it runs."""
+    if not specialized:
+        return
+
+    def fold(value: Any) -> Any:
+        if isinstance(value, NumberProxy) and all(id(r) in specialized for r in value.roots):
+            return value.value
+        return value
+
+    def rewrite(bsym: BoundSymbol) -> BoundSymbol:
+        args, kwargs = optree.tree_map(fold, (bsym.args, bsym.kwargs), none_is_leaf=True)
+        subsymbols = tuple(rewrite(b) for b in bsym.subsymbols)
+        return dataclasses.replace(bsym, args=args, kwargs=kwargs, subsymbols=subsymbols)
+
+    trace.bound_symbols[:] = [rewrite(b) for b in trace.bound_symbols]
+    trace.output = optree.tree_map(fold, trace.output, none_is_leaf=True)
 
 
 def _drop_unused_arithmetic(trace: Trace) -> None:

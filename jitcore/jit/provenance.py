@@ -118,6 +118,10 @@ class Provenance:
         self.number_inputs.append((path, proxy))
         return proxy
 
+    def specialized_numbers(self) -> set[int]:
+        """``id`` of each dynamic-number input the program specialized (guarded by value)."""
+        return {id(proxy) for path, proxy in self.number_inputs if (path, "value") in self._guarded}
+
     # --- state: globals, cells, attributes, items ----------------------------------------------------
     def bind_state(self, value: Any, path: Path, name: str = "s") -> Any:
         """Bind a value read from persistent state; returns what the program should see."""

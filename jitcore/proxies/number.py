@@ -35,7 +35,7 @@ __all__ = ["NumberProxy", "specialize_all"]
 class NumberProxy(Proxy):
     """A named int or float whose value is an input of the trace."""
 
-    __slots__ = ("value", "roots", "on_specialize")
+    __slots__ = ("value", "roots", "on_specialize", "specialized")
 
     def __init__(self, name: str, value: int | float, roots: tuple[NumberProxy, ...] = (),
                  on_specialize: Callable[[], None] | None = None) -> None:
@@ -43,19 +43,22 @@ class NumberProxy(Proxy):
         self.value = value
         self.roots = roots or (self,)
         self.on_specialize = on_specialize
+        self.specialized = False  # set on an input once the program needed its value
 
     @property
     def python_type(self) -> type:
         return type(self.value)
 
     def describe(self) -> str:
-        return type(self.value).__name__
+        kind = type(self.value).__name__
+        return f"{kind}, specialized to {self.value!r}" if self.specialized else kind
 
     def specialize(self) -> int | float:
         """The value, with the dynamic inputs it depends on guarded by value from now on."""
         for root in self.roots:
             if root.on_specialize is not None:
                 root.on_specialize()
+                root.specialized = True
         return self.value
 
     def __repr__(self) -> str:

@@ -419,3 +419,15 @@ def test_other_python_uses_behave_as_eagerly(program):
     x = torch.ones(2)
     for n in (1, 3, 1, 2.5):
         run_both(program, jf, x, n)
+
+
+def test_a_specialized_number_prints_as_the_constant_it_is():
+    def f(x, n, lr):
+        return x.view(n, -1) * lr, x.sum(n - 1)
+
+    jf = jitcore.jit(f, dynamic_numbers=("n", "lr"))
+    run_both(f, jf, torch.randn(4, 6), 2, 0.5)
+    trace = str(jitcore.last_traces(jf)[0])
+    assert "torch.Tensor.view(x, 2, -1)" in trace and "torch.mul(t0, lr)" in trace
+    assert "operator.sub" not in trace  # n - 1 was folded with n
+    assert '# n: "int, specialized to 2"' in trace and '# lr: "float"' in trace
