@@ -212,13 +212,7 @@ def _compare_then_jump(jump_if: bool) -> Handler:
         else:
             v = compare_op(frame.run, inst.argval, lhs, rhs)
         frame.index += 1
-        if v is True or v is False:
-            if v is jump_if:
-                frame.index = inst.next.argval
-        elif (v if type(v) in NATIVE_TYPES else truth(frame.run, v)) if v is not None else False:
-            if jump_if:
-                frame.index = inst.next.argval
-        elif not jump_if:
+        if (v if v is True or v is False else truth(frame.run, v)) is jump_if:
             frame.index = inst.next.argval
 
     fused.__name__ = f"compare_op_pop_jump_if_{str(jump_if).lower()}"
@@ -236,10 +230,7 @@ def _binary_op_then_jump(jump_if: bool) -> Handler:
         else:
             v = binary_op(frame.run, inst.arg, lhs, rhs)
         frame.index += 1
-        if (v if type(v) in NATIVE_TYPES else truth(frame.run, v)) if v is not None else False:
-            if jump_if:
-                frame.index = inst.next.argval
-        elif not jump_if:
+        if (v if v is True or v is False else truth(frame.run, v)) is jump_if:
             frame.index = inst.next.argval
 
     fused.__name__ = f"binary_op_pop_jump_if_{str(jump_if).lower()}"

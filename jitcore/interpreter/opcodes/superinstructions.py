@@ -76,13 +76,7 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
             frame.fast[op.next.arg] = v
         elif jump:
             frame.index += 1
-            if v is True or v is False:
-                if v is jump_if:
-                    frame.index = op.next.argval
-            elif (v if type(v) in NATIVE_TYPES else truth(frame.run, v)) if v is not None else False:
-                if jump_if:
-                    frame.index = op.next.argval
-            elif not jump_if:
+            if (v if v is True or v is False else truth(frame.run, v)) is jump_if:
                 frame.index = op.next.argval
         else:
             frame.stack.append(v)
