@@ -56,6 +56,7 @@ def main(size: int = 256) -> None:
         "torch.compile(eager)": lambda: torch.compile(step, backend="eager"),
     }
     times = {}
+    run(step, tensors, 20)  # warm eager's kernels and allocator, so that its loop is not charged for them
     for name, make in variants.items():
         torch._dynamo.reset()  # noqa: SLF001
         fn = make()
