@@ -72,6 +72,7 @@ class CodeInfo:
     __slots__ = (
         "_exception_table",
         "_index_of",
+        "_fused_hooked",
         "binder",
         "code",
         "fused",
@@ -86,6 +87,7 @@ class CodeInfo:
         self.code = code
         self.instructions, self._index_of = _decode_instructions(code)
         self.fused = _fuse(self.instructions)
+        self._fused_hooked: dict[frozenset[int], list[Instruction]] = {}
         # positional-only calls with exactly this many arguments need no binding (-1: always bind)
         simple = not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | _GENERATOR_FLAGS)
         self.simple_argcount = code.co_argcount if simple and not code.co_kwonlyargcount else -1
@@ -98,6 +100,16 @@ class CodeInfo:
         self._exception_table: tuple[ExceptionEntry, ...] | None = None
         self.binder = None
         self.raisers: dict = {}
+
+    def fused_without(self, hooked: frozenset[int]) -> list[Instruction]:
+        """The fused instructions for a run whose load hooks must see the opcodes ``hooked``: only
+        runs free of them are fused (computed once per code object and set of opcodes)."""
+        if not hooked:
+            return self.fused
+        found = self._fused_hooked.get(hooked)
+        if found is None:
+            found = self._fused_hooked[hooked] = _fuse(self.instructions, hooked)
+        return found
 
     def exception_table(self) -> tuple[ExceptionEntry, ...]:
         """The parsed exception table (parsed on first use)."""
@@ -157,11 +169,12 @@ def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, i
     return out, index_of
 
 
-def _fuse(instructions: list[Instruction]) -> list[Instruction]:
-    """``instructions`` with registered runs replaced, at their first index, by a fused instruction."""
+def _fuse(instructions: list[Instruction], hooked: frozenset[int] = frozenset()) -> list[Instruction]:
+    """``instructions`` with registered runs replaced, at their first index, by a fused instruction
+    (runs containing an opcode of ``hooked`` excepted: a hook must see those one by one)."""
     from jitcore.interpreter.registry import fused_jumps, fused_opcodes
 
-    runs = fused_opcodes()
+    runs = {k: v for k, v in fused_opcodes().items() if not hooked.intersection(k)} if hooked else fused_opcodes()
     lengths = sorted({len(k) for k in runs})
     out = list(instructions)
     n = len(instructions)

@@ -46,7 +46,7 @@ def execute(frame: Frame, pending: BaseException | None = None) -> None:
     frames.append(frame)
     handlers = run.handlers
     info = frame.info
-    instructions = info.fused if run.fused else info.instructions
+    instructions = (info.fused if not run.hooked else info.fused_without(run.hooked)) if run.fused else info.instructions
     try:
         if pending is not None:
             _raise_into(frame, pending)

@@ -41,6 +41,7 @@ __all__ = [
     "fuses_jump",
     "handler_table",
     "handles",
+    "hooked_opcodes",
     "unsupported",
 ]
 
@@ -115,8 +116,9 @@ def _make_unknown(opname: str) -> Handler:
 # opcode >= 256; ``inst.next`` = the second instruction, whose ``next`` is the third, ...) at the first
 # index and leaves the other instructions at their own indices, so jumps into them still work. A fused
 # handler advances ``frame.index`` past each instruction before executing it, so positions and exception
-# handling see exactly what the unfused instructions would. Runs with load hooks or ``on_instruction``
-# execute the unfused instructions.
+# handling see exactly what the unfused instructions would. A run with ``on_instruction`` executes the
+# unfused instructions; a run with load hooks (the jit's) fuses only runs free of the hooked opcodes
+# (``CodeInfo.fused_without``), so every LOAD_GLOBAL/LOAD_ATTR/... it hooks still goes through its hook.
 FUSED: dict[tuple[str, ...], tuple[int, Handler]] = {}
 
 
@@ -174,6 +176,11 @@ def _next_synthetic_opcode() -> int:
 def fused_jumps() -> dict[tuple[int, str], int]:
     """(jump opcode, target opname) -> synthetic opcode of their fused handler."""
     return {(dis.opmap[jump], target): code for (jump, target), (code, _) in JUMP_FUSED.items()}
+
+
+def hooked_opcodes(hooks_set: frozenset[str]) -> frozenset[int]:
+    """The opcodes whose handler is a hook variant in a run with these hooks set (never fused there)."""
+    return frozenset(dis.opmap[opname] for opname, hook in VARIANTS if hook in hooks_set)
 
 
 def fused_opcodes() -> dict[tuple[int, ...], int]:

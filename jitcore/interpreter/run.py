@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.hooks import Hooks
-from jitcore.interpreter.registry import handler_table
+from jitcore.interpreter.registry import handler_table, hooked_opcodes
 
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
@@ -62,6 +62,7 @@ class Run:
         "execute",
         "frames",
         "fused",
+        "hooked",
         "handlers",
         "hooks",
         "lookasides",
@@ -89,8 +90,10 @@ class Run:
         self.on_opaque_call = hooks.on_opaque_call
         self.type_of = hooks.type_of if hooks.type_of is not None else type
         self.execute = loop.execute_traced if hooks.on_instruction is not None else loop.execute
-        # fused instructions (Note [Fused instructions]) only where no hook must see each instruction
-        self.fused = not hooks_set and hooks.on_instruction is None
+        # fused instructions (Note [Fused instructions]) unless a hook must see every instruction; the
+        # opcodes whose load hooks are set are never fused
+        self.fused = hooks.on_instruction is None
+        self.hooked = hooked_opcodes(hooks_set)
         self.raising: tuple | None = None
         self.native_exc: BaseException | None = None
         self._resolved: dict[int, tuple[object, Callable | None]] = {}

@@ -270,3 +270,33 @@ def test_on_missing_attr_sees_failed_attribute_loads_the_program_catches() -> No
                   on_missing_attr=lambda frame, obj, name: missing.append((frame.code.co_name, name)))
     assert interpret(f, hooks=hooks)(Bag()) == f(Bag()) == [1, None, "AttributeError"]
     assert missing == [("f", "absent"), ("f", "method_absent")]
+
+
+def test_load_hooks_see_every_hooked_load_while_the_rest_is_fused():
+    from jitcore.interpreter.instructions import decode
+
+    class P:
+        k = 3
+
+    p = P()
+
+    def f(n):
+        total = 0
+        for i in range(n):
+            if i % 2:  # a superinstruction (no hooked opcode in it)
+                total += p.k  # LOAD_ATTR: hooked, never fused away
+        return total
+
+    seen = []
+
+    def on_load_attr(frame, obj, name, value):
+        seen.append(name)
+        return value * 10
+
+    run = Run(Hooks(on_load_attr=on_load_attr))
+    assert interpret(f, Hooks(on_load_attr=on_load_attr))(6) == 90
+    assert seen == ["k"] * 3
+    fused = decode(f.__code__).fused_without(run.hooked)
+    names = {inst.opname for inst in fused}
+    assert "LOAD_FAST+LOAD_CONST+BINARY_OP+POP_JUMP_FORWARD_IF_FALSE" in names
+    assert not any("LOAD_ATTR" in name and "+" in name for name in names)
