@@ -7,7 +7,7 @@ Invariants:
   from it is alive (Note [linecache entries]);
 - user-controlled values reach the code only as bound constants (see printer.py);
 - an imported module named in ``fast_imports`` is replaced, after the module body ran, by a snapshot
-  module holding just the attribute chains the source reads from it (``torch.ops.aten.mul.Tensor``
+  module holding just the attribute chains the compiled code reads from it (found in its bytecode) (``torch.ops.aten.mul.Tensor``
   costs one specialised module lookup per dot instead of ``_OpNamespace.__getattr__`` calls). The
   text is unchanged; a name the snapshot lacks is looked up on the real object (PEP 562
   ``__getattr__``), so a debugger's expressions still work. A leaf of a type registered with
@@ -18,10 +18,11 @@ Invariants:
 
 from __future__ import annotations
 
-import ast
 import builtins
+import dis
 import hashlib
 import linecache
+import sys
 import types
 import weakref
 from typing import Any, Callable, Iterable
@@ -58,7 +59,7 @@ def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: st
     _keep_lines_while_alive(globals_[name], filename)
     fast_imports = [n for n in fast_imports if isinstance(globals_.get(n), types.ModuleType)]
     if fast_imports:
-        for root, chains in _attribute_chains(ast.parse(source), fast_imports).items():
+        for root, chains in _attribute_chains(code, fast_imports).items():
             globals_[root] = _snapshot(globals_[root], chains, root)
     return globals_[name]
 
@@ -98,27 +99,54 @@ _Trie = dict
 _VALUE = ""
 
 
-def _attribute_chains(tree: ast.AST, roots: list[str]) -> dict[str, _Trie]:
-    """For each root name, the trie of the attribute chains read from it (``torch.ops.aten.mul``)."""
+def _attribute_chains(code: types.CodeType, roots: list[str]) -> dict[str, _Trie]:
+    """For each root name, the trie of the attribute chains the compiled ``code`` (and the code
+    objects nested in it) reads from it: a global load of the root followed by attribute or method
+    loads (``torch.ops.aten.mul.Tensor``). Read from the bytecode, so that names in strings and
+    comments never count, at a fraction of the cost of parsing the source again."""
     tries: dict[str, _Trie] = {root: {} for root in roots}
-    inner: set[int] = set()  # ids of nodes that are the .value of an enclosing Attribute
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            inner.add(id(node.value))
-    for node in ast.walk(tree):
-        if id(node) in inner or not isinstance(node, (ast.Attribute, ast.Name)):
-            continue
-        names = []
-        while isinstance(node, ast.Attribute):
-            names.append(node.attr)
-            node = node.value
-        if not (isinstance(node, ast.Name) and node.id in tries):
-            continue
-        trie = tries[node.id]
-        for attr in reversed(names):
-            trie = trie.setdefault(attr, {})
-        trie[_VALUE] = True
+
+    def finish(chain: list[str] | None) -> None:
+        if chain is not None:
+            trie = tries[chain[0]]
+            for attr in chain[1:]:
+                trie = trie.setdefault(attr, {})
+            trie[_VALUE] = True
+
+    pending = [code]
+    while pending:
+        co = pending.pop()
+        pending.extend(c for c in co.co_consts if isinstance(c, types.CodeType))
+        raw, names = co.co_code, co.co_names
+        chain: list[str] | None = None
+        extended = 0
+        for i in range(0, len(raw), 2):
+            op, arg = raw[i], raw[i + 1] | extended
+            if op == _EXTENDED_ARG:
+                extended = arg << 8
+                continue
+            extended = 0
+            if op == _CACHE:
+                continue
+            if op in _ATTRIBUTE_LOADS and chain is not None:
+                chain.append(names[arg >> _ATTR_SHIFT])
+                continue
+            finish(chain)
+            chain = None
+            if op == _LOAD_GLOBAL or op == _LOAD_NAME:
+                name = names[arg >> 1 if op == _LOAD_GLOBAL else arg]
+                if name in tries:
+                    chain = [name]
+        finish(chain)
     return tries
+
+
+_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
+_CACHE = dis.opmap.get("CACHE", -1)
+_LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]  # its argument is the name's index shifted left by one (3.11+)
+_LOAD_NAME = dis.opmap["LOAD_NAME"]
+_ATTRIBUTE_LOADS = frozenset(dis.opmap[n] for n in ("LOAD_ATTR", "LOAD_METHOD") if n in dis.opmap)
+_ATTR_SHIFT = 1 if sys.version_info >= (3, 12) else 0  # 3.12 folds LOAD_METHOD into LOAD_ATTR's low bit
 
 
 def _snapshot(obj: Any, trie: _Trie, label: str) -> Any:
