@@ -258,6 +258,12 @@ def test_imported_modules_are_snapshotted_along_the_chains_the_source_reads() ->
     assert snapshot.nn.functional.relu is torch.nn.functional.relu
     assert snapshot.randn is torch.randn  # not read by the source: looked up on the real module
     torch.testing.assert_close(fn(x)[0], out)
+    quoted = compile_source(
+        "import torch\n\ndef f():\n  return 'torch.cuda.x', torch.sin  # torch.distributed.y\n",
+        "f", {}, fast_imports=("torch",),
+    )
+    assert set(vars(quoted.__globals__["torch"])) & {"cuda", "distributed"} == set()  # strings, comments
+    assert quoted() == ("torch.cuda.x", torch.sin)
 
 
 def test_bound_constants_are_never_snapshotted() -> None:
