@@ -67,9 +67,10 @@ class TracedProgram:
         self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
 
     def symbolic_numbers(self) -> list[NumberProxy]:
-        """The dynamic numbers the traced program did not specialize (no value guard on them)."""
+        """The dynamic numbers the trace uses that the program did not specialize (no value guard)."""
         pinned = {g.path for g in self.prologue.guards if g.kind == "value"}
-        return [proxy for path, proxy in self.number_inputs if path not in pinned]
+        used = _number_roots_used(self.trace)
+        return [proxy for path, proxy in self.number_inputs if path not in pinned and id(proxy) in used]
 
     def specialize_numbers(self) -> None:
         """Make every dynamic number a constant of this entry: guarded by value and no longer an
@@ -78,8 +79,11 @@ class TracedProgram:
         if not self.number_inputs:
             return
         numbers = {id(proxy) for _path, proxy in self.number_inputs}
+        used = _number_roots_used(self.trace)
+        pinned = {g.path for g in self.prologue.guards if g.kind == "value"}
         for path, proxy in self.number_inputs:
-            self.prologue.guards.append(Guard(path, "value", proxy.value))
+            if id(proxy) in used and path not in pinned:  # an unused number needs no guard
+                self.prologue.guards.append(Guard(path, "value", proxy.value))
         kept = [(a, p, n) for a, p, n in zip(self.trace.args, self.prologue.inputs, self.prologue.input_names)
                 if id(a) not in numbers]
         self.trace.args = [a for a, _p, _n in kept]
@@ -453,6 +457,21 @@ def _has_proxy(tree: Any) -> bool:
     if isinstance(tree, dict):
         return any(_has_proxy(v) for v in tree.values())
     return False
+
+
+def _number_roots_used(trace: Trace) -> set[int]:
+    """``id`` of each dynamic-number input the trace's records or output depend on."""
+    used: set[int] = set()
+    pending = list(trace.bound_symbols)
+    leaves = optree.tree_leaves(trace.output, none_is_leaf=True)
+    while pending:
+        bsym = pending.pop()
+        leaves.extend(optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True))
+        pending.extend(bsym.subsymbols)
+    for leaf in leaves:
+        if isinstance(leaf, NumberProxy):
+            used.update(id(root) for root in leaf.roots)
+    return used
 
 
 def _fold_specialized_numbers(trace: Trace, specialized: set[int]) -> None:

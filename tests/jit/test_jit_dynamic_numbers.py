@@ -431,3 +431,18 @@ def test_a_specialized_number_prints_as_the_constant_it_is():
     assert "torch.Tensor.view(x, 2, -1)" in trace and "torch.mul(t0, lr)" in trace
     assert "operator.sub" not in trace  # n - 1 was folded with n
     assert '# n: "int, specialized to 2"' in trace and '# lr: "float"' in trace
+
+
+def test_under_the_grad_transform_an_unused_number_is_not_guarded():
+    def f(w, unused, s):
+        return (w * 2).sum() if s > 0 else w.sum()  # s specialized, unused never read
+
+    jf = jitcore.jit(f, dynamic_numbers=("unused", "s"))
+    for unused in (1.0, 2.0, 3.0):
+        w1 = torch.randn(3, requires_grad=True)
+        w2 = w1.detach().clone().requires_grad_(True)
+        f(w1, unused, 1.0).backward()
+        jf(w2, unused, 1.0).backward()
+        torch.testing.assert_close(w2.grad, w1.grad)
+    assert jitcore.cache_misses(jf) == 1
+    assert jitcore.last_backward_traces(jf)
