@@ -39,11 +39,12 @@ from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy import new_bridge as new_numpy_bridge
-from jitcore.prologue import Guard, Path, Prologue, Root
+from jitcore.prologue import Path, Prologue, Root
 from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.jit import numbers
 from jitcore.jit.provenance import Provenance
 from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
@@ -67,28 +68,12 @@ class TracedProgram:
         self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
 
     def symbolic_numbers(self) -> list[NumberProxy]:
-        """The dynamic numbers the trace uses that the program did not specialize (no value guard)."""
-        pinned = {g.path for g in self.prologue.guards if g.kind == "value"}
-        used = _number_roots_used(self.trace)
-        return [proxy for path, proxy in self.number_inputs if path not in pinned and id(proxy) in used]
+        """The dynamic numbers the trace uses that the program did not specialize."""
+        return numbers.symbolic(self.trace, self.prologue, self.number_inputs)
 
     def specialize_numbers(self) -> None:
-        """Make every dynamic number a constant of this entry: guarded by value and no longer an
-        argument. For transforms that record below torch's Python layer, where numbers are values
-        (the grad transform: autograd runs aten ops on them); their traces read ``NumberProxy.value``."""
-        if not self.number_inputs:
-            return
-        numbers = {id(proxy) for _path, proxy in self.number_inputs}
-        used = _number_roots_used(self.trace)
-        pinned = {g.path for g in self.prologue.guards if g.kind == "value"}
-        for path, proxy in self.number_inputs:
-            if id(proxy) in used and path not in pinned:  # an unused number needs no guard
-                self.prologue.guards.append(Guard(path, "value", proxy.value))
-        kept = [(a, p, n) for a, p, n in zip(self.trace.args, self.prologue.inputs, self.prologue.input_names)
-                if id(a) not in numbers]
-        self.trace.args = [a for a, _p, _n in kept]
-        self.prologue.inputs = [p for _a, p, _n in kept]
-        self.prologue.input_names = [n for _a, _p, n in kept]
+        """Make every dynamic number a constant of this entry (see ``numbers.specialize``)."""
+        numbers.specialize(self.trace, self.prologue, self.number_inputs)
         self.number_inputs = []
 
 
@@ -129,8 +114,8 @@ class Pass:
         self.trace.output = output
         self._point_leaks_at_inputs()
         if self.provenance.number_inputs:
-            _fold_specialized_numbers(self.trace, self.provenance.specialized_numbers())
-            _drop_unused_arithmetic(self.trace)
+            numbers.fold_specialized(self.trace, self.provenance.specialized_numbers())
+            numbers.drop_unused_arithmetic(self.trace)
         self.trace.args = [proxy for _path, proxy, _t in self.provenance.inputs]
         self.trace.args += [proxy for _path, proxy in self.provenance.number_inputs]
         first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
@@ -259,7 +244,7 @@ class Pass:
         """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""
         if _has_real_tensor(args) or _has_real_tensor(kwargs):
             args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
-        if self.provenance.number_inputs and _has_number(args, kwargs):
+        if self.provenance.number_inputs and numbers.has_number(args, kwargs):
             # a dynamic number stays a name only where torch takes it as a value; torch's dispatcher
             # needs the values of all of them when a tensor subclass is involved
             args, kwargs = bind_numbers(symbol, args, kwargs, specialize_every=_has_subclass(args, kwargs))
@@ -301,7 +286,7 @@ class Pass:
         return None
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        if self.provenance.number_inputs and not isinstance(fn, _SLOT_TYPES) and _has_number(args, kwargs):
+        if self.provenance.number_inputs and not isinstance(fn, numbers.SLOT_TYPES) and numbers.has_number(args, kwargs):
             args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
@@ -456,74 +441,6 @@ def _has_proxy(tree: Any) -> bool:
         return any(_has_proxy(v) for v in tree)
     if isinstance(tree, dict):
         return any(_has_proxy(v) for v in tree.values())
-    return False
-
-
-def _number_roots_used(trace: Trace) -> set[int]:
-    """``id`` of each dynamic-number input the trace's records or output depend on."""
-    used: set[int] = set()
-    pending = list(trace.bound_symbols)
-    leaves = optree.tree_leaves(trace.output, none_is_leaf=True)
-    while pending:
-        bsym = pending.pop()
-        leaves.extend(optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True))
-        pending.extend(bsym.subsymbols)
-    for leaf in leaves:
-        if isinstance(leaf, NumberProxy):
-            used.update(id(root) for root in leaf.roots)
-    return used
-
-
-def _fold_specialized_numbers(trace: Trace, specialized: set[int]) -> None:
-    """Write a dynamic number, and what was computed from it, as a constant wherever the program
-    specialized it (its value is guarded for the whole entry): the trace reads as it runs."""
-    if not specialized:
-        return
-
-    def fold(value: Any) -> Any:
-        if isinstance(value, NumberProxy) and all(id(r) in specialized for r in value.roots):
-            return value.value
-        return value
-
-    def rewrite(bsym: BoundSymbol) -> BoundSymbol:
-        args, kwargs = optree.tree_map(fold, (bsym.args, bsym.kwargs), none_is_leaf=True)
-        subsymbols = tuple(rewrite(b) for b in bsym.subsymbols)
-        return dataclasses.replace(bsym, args=args, kwargs=kwargs, subsymbols=subsymbols)
-
-    trace.bound_symbols[:] = [rewrite(b) for b in trace.bound_symbols]
-    trace.output = optree.tree_map(fold, trace.output, none_is_leaf=True)
-
-
-def _drop_unused_arithmetic(trace: Trace) -> None:
-    """Remove recorded arithmetic on dynamic numbers whose result nothing uses (library code computes
-    numbers it then discards, or that it specialized): it is pure, so the trace need not run it."""
-    used: set[int] = {id(v) for v in optree.tree_leaves(trace.output, none_is_leaf=True)}
-    kept: list[BoundSymbol] = []
-    for bsym in reversed(trace.bound_symbols):
-        if bsym.symbol.langctx == "python" and id(bsym.output) not in used:
-            continue
-        kept.append(bsym)
-        pending = [bsym]
-        while pending:
-            b = pending.pop()
-            used.update(id(v) for v in optree.tree_leaves((b.args, b.kwargs), none_is_leaf=True))
-            pending.extend(b.subsymbols)
-    trace.bound_symbols[:] = reversed(kept)
-
-
-# ``int.__sub__(1, n)`` (the interpreter trying an operator's slots): a number's slot returns
-# NotImplemented for a proxy, others read the value through the proxy's own methods.
-_SLOT_TYPES = (types.WrapperDescriptorType, types.MethodWrapperType)
-
-
-def _has_number(*trees: Any) -> bool:
-    for tree in trees:
-        if isinstance(tree, NumberProxy):
-            return True
-        if isinstance(tree, (tuple, list)) and _has_number(*tree):
-            return True
-        if isinstance(tree, dict) and _has_number(*tree.values()):
-            return True
     return False
 
 
