@@ -347,7 +347,8 @@ class Pass:
             return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
         path = self.provenance.path_of(obj)
         if name == "__dict__" and path is not None:
-            self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"))
+            by_torch = frame.code.co_filename.startswith(_TORCH_DIR)
+            self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch)
             return value
         if path is None:
             if not isinstance(obj, types.ModuleType) or _is_library_module(obj):

@@ -179,15 +179,21 @@ class Provenance:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             self.remember(cell, Path(Root("bound", f"{fn.__qualname__}.<cell {name}>", cell)))
 
-    def bind_instance_dict(self, obj: Any, value: Any, path: Path) -> None:
+    def bind_instance_dict(self, obj: Any, value: Any, path: Path, *, by_torch: bool = False) -> None:
         """``obj.__dict__`` (or ``vars(obj)``) read by the program: for objects of user classes its
         keys and values are guarded (``.get``, ``in`` and iteration read it without hooks); for
         torch's (``Module.__getattr__`` reads ``self.__dict__``) it is only remembered, so that
-        items read from it get paths."""
-        if type(value) is dict and not _is_library_class(type(obj)) and not isinstance(obj, types.ModuleType):
-            self.bind_state(value, path)
-        else:
+        items read from it get paths. ``by_torch``: an ``nn.Module``'s dict read by torch's own
+        module code, which reads its items by subscript (each guarded on its own path): only its
+        keys are guarded (an instance attribute added later would shadow what ``__getattr__`` found)."""
+        if type(value) is not dict or _is_library_class(type(obj)) or isinstance(obj, types.ModuleType):
             self.remember(value, path)
+        elif by_torch and isinstance(obj, torch.nn.Module):
+            self.guard(path, "type", dict)
+            self.guard(path, "keys", tuple(value))
+            self.remember(value, path)
+        else:
+            self.bind_state(value, path)
 
     def bind_class_attribute(self, obj: Any, path: Path, name: str) -> None:
         """``obj.name`` comes from a class (a method, property, classmethod): pin the class's entry

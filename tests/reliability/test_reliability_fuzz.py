@@ -496,3 +496,37 @@ def test_module_wide_hooks_registered_later_are_seen() -> None:
         finally:
             handle.remove()
         same_outcome(outcome(jnet, x), outcome(net, x), "hook removed")
+
+
+class _Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(3, 3)
+        self.scale = 2.0
+
+    def forward(self, x):
+        return self.inner(x) * self.scale
+
+
+@pytest.mark.parametrize("change", ["shadow_submodule", "replace_submodule", "plain_attribute", "new_attribute",
+                                    "modules_dict", "delete_scale"])
+def test_module_dicts_read_by_torch_are_guarded_where_it_matters(change: str) -> None:
+    """A user module's ``__dict__`` read by torch's ``Module.__getattr__`` is guarded by its keys; every
+    value the call relied on is guarded where it is read (docs/user-guide.md, "What is guarded")."""
+    m = _Outer()
+    jm = jitcore.jit(m)
+    x = torch.randn(2, 3)
+    same_outcome(outcome(jm, x), outcome(m, x))
+    if change == "shadow_submodule":  # bypasses Module.__setattr__: an instance attribute now wins
+        m.__dict__["inner"] = nn.Identity()
+    elif change == "replace_submodule":
+        m.inner = nn.Linear(3, 3)
+    elif change == "plain_attribute":
+        m.scale = 3.0
+    elif change == "new_attribute":
+        m.unused = 1
+    elif change == "modules_dict":
+        m._modules["inner"] = nn.Tanh()
+    elif change == "delete_scale":
+        del m.scale
+    same_outcome(outcome(jm, x), outcome(m, x))
