@@ -14,7 +14,7 @@ from __future__ import annotations
 import keyword
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Path", "Root", "Step", "safe_repr"]
@@ -74,10 +74,18 @@ class Root:
 
 @dataclass(frozen=True, slots=True)
 class Path:
-    """A root and the steps from it."""
+    """A root and the steps from it (hashed once: guards are deduplicated by path while tracing)."""
 
     root: Root
     steps: tuple[Step, ...] = ()
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if not h:
+            h = hash((self.root, self.steps)) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def index(self, i: int) -> Path:
         return Path(self.root, self.steps + (Step("index", i),))
