@@ -81,6 +81,7 @@ class Prologue:
 
         variables: dict[Path, str] = {}
         lines: list[str] = []
+        locals_made = [0]  # ``v0``, ``v1``, ...: one per path with steps, in reading order
 
         def var(path: Path) -> str:
             if path in variables:
@@ -90,7 +91,8 @@ class Prologue:
                 expr = root.kind if root.kind in ("args", "kwargs") else bind(root.obj)
             else:
                 base = var(path.parent)  # type: ignore[arg-type]
-                expr = f"v{sum(1 for p in variables if p.steps)}"
+                expr = f"v{locals_made[0]}"
+                locals_made[0] += 1
                 lines.append(f"  {expr} = {path.render_step(base, bind)}")
             variables[path] = expr
             return expr
