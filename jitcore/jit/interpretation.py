@@ -6,7 +6,7 @@ The hooks given to the interpreter:
 - on_load_global / on_load_deref / on_load_attr / on_load_subscr: values read from persistent state
   are bound by the pass's Provenance (tensors become inputs, the rest is guarded);
 - on_opaque_call: Python side effects of builtins (``print``) are reported, since they happen only
-  while tracing.
+  while tracing; dynamic numbers (jitcore/jit/numbers.py) handed to C code are specialized first.
 Invariant: the pass records into its own Trace and Prologue only; nothing is cached until the pass
 has finished without error.
 """
@@ -286,7 +286,8 @@ class Pass:
         return None
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        if self.provenance.number_inputs and not isinstance(fn, numbers.SLOT_TYPES) and numbers.has_number(args, kwargs):
+        if self.provenance.number_inputs and not isinstance(fn, numbers.SLOT_TYPES) \
+                and numbers.has_number(args, kwargs):
             args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
