@@ -252,7 +252,32 @@ def _namespaces(global_ns: object, local_ns: object) -> tuple[object, object]:
         global_ns = frame.globals
         if local_ns is None:
             local_ns = frame_locals(frame)
+    elif type(global_ns) is dict and "__builtins__" not in global_ns:
+        global_ns["__builtins__"] = _caller_builtins()  # Note [Builtins of new namespaces]
     return global_ns, local_ns
+
+
+# Note [Builtins of new namespaces]
+# exec()/eval() with a globals dict lacking ``__builtins__``, and ``FunctionType(code, globals)`` with
+# one, take the builtins of the *calling frame* (CPython's PyEval_GetBuiltins). Called natively from
+# here, that would be this module's snapshot (Note [Builtins snapshot]), leaking into the program:
+# the lookasides supply the calling interpreted frame's builtins instead (exec and eval insert them
+# into the dict, as CPython does; a function only records them).
+def _caller_builtins() -> dict:
+    run = current_run()
+    frames = run.frames if run is not None else None
+    return frames[-1].builtins if frames else vars(builtins)
+
+
+def function_(code: object, global_ns: object, *args: object, **kwargs: object) -> FunctionType:
+    """``types.FunctionType(code, globals, ...)`` with the calling interpreted frame's builtins."""
+    if type(global_ns) is not dict or "__builtins__" in global_ns:
+        return FunctionType(code, global_ns, *args, **kwargs)
+    global_ns["__builtins__"] = _caller_builtins()
+    try:
+        return FunctionType(code, global_ns, *args, **kwargs)
+    finally:
+        del global_ns["__builtins__"]
 
 
 _FUTURE_FLAGS = 0
@@ -440,7 +465,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             functools.reduce: reduce_, iter: iter_, next: next_, getattr: getattr_, hasattr: hasattr_,
             isinstance: isinstance_, issubclass: issubclass_, super: super_, locals: locals_, globals: globals_,
             vars: vars_, dir: dir_, eval: eval_, exec: exec_, compile: compile_, sys.exc_info: exc_info, sys.exception: exception, sys._getframe: getframe,
-            builtins.__build_class__: build_class,
+            builtins.__build_class__: build_class, FunctionType: function_,
             sys.settrace: _refuse_tracing("settrace"), sys.setprofile: _refuse_tracing("setprofile"),
         }
     return _TABLE

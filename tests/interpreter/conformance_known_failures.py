@@ -24,6 +24,13 @@ KNOWN_FAILURES: dict[str, str] = {
         "sys._getframe() returns a frame proxy, which types.TracebackType does not accept",
     "test.test_generators.YieldFromTests.test_generator_gi_yieldfrom":
         "gi_yieldfrom/gi_frame of an interpreted generator describe its native driver, not the interpreted frame",
+    # --- builtins seen through the interpreter's lookasides
+    "test.test_iter.TestCase.test_iter_callable":
+        "iter(callable, sentinel) holds the interpreter's wrapper of the callable (so that it stays "
+        "interpreted); pickling the iterator pickles that local wrapper",
+    "test.test_iter.TestCase.test_reduce_mutating_builtins_iter":
+        "replaces builtins.iter from inside __reduce__; the interpreter's iter() is its lookaside, "
+        "not the builtins module's current entry",
     # --- sys.settrace: the interpreter does not emit trace events for interpreted frames, so installing a
     # trace function from interpreted code is refused (UnsupportedConstruct) instead of silently differing
     "test.test_scope.ScopeTests.testLocalsClass_WithTrace": "calls sys.settrace() inside interpreted code",

@@ -26,6 +26,11 @@ MODULES = (
     "test_listcomps", "test_genexps", "test_generators", "test_keywordonlyarg", "test_positional_only_arg",
     "test_unpack_ex", "test_augassign", "test_raise", "test_except_star", "test_super", "test_property",
     "test_decorators", "test_dataclasses",
+    # operators, comprehensions, iteration, functions, async: added 2026-11-30
+    "test_opcodes", "test_unary", "test_binop", "test_compare", "test_named_expressions", "test_dictcomps",
+    "test_fstring", "test_iter", "test_enumerate", "test_sort", "test_slice", "test_funcattrs", "test_isinstance",
+    "test_bool", "test_string_literals", "test_contextlib_async", "test_asyncgen", "test_typechecks",
+    "test_int_literal", "test_global",
 )
 
 TIMEOUT_S = 20

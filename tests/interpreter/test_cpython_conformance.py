@@ -30,7 +30,11 @@ NATIVE_COUNTS = {
     "test_patma": 310, "test_class": 18, "test_listcomps": 38, "test_genexps": 81, "test_generators": 29,
     "test_keywordonlyarg": 11, "test_positional_only_arg": 28, "test_unpack_ex": 91, "test_augassign": 7,
     "test_raise": 36, "test_except_star": 59, "test_super": 23, "test_property": 23, "test_decorators": 18,
-    "test_dataclasses": 223,
+    "test_dataclasses": 223, "test_opcodes": 8, "test_unary": 6, "test_binop": 12, "test_compare": 16,
+    "test_named_expressions": 67, "test_dictcomps": 9, "test_fstring": 68, "test_iter": 56, "test_enumerate": 92,
+    "test_sort": 20, "test_slice": 11, "test_funcattrs": 32, "test_isinstance": 23, "test_bool": 30,
+    "test_string_literals": 19, "test_contextlib_async": 57, "test_asyncgen": 65, "test_typechecks": 6,
+    "test_int_literal": 6, "test_global": 4,
 }
 
 
