@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 import torch
 
@@ -229,11 +230,11 @@ def miss_reasons(jfn: Any) -> list[list[MissReason]]:
     return list(_as_jitted(jfn).miss_log)
 
 
-def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, frozenset[int]]:
+def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Container[int]]:
     """The ``dynamic_numbers`` option checked against ``fn``'s parameters, and the positions of the
     named positional parameters (the cache files calls by those arguments' types, not values)."""
     if names is True:
-        return True, frozenset(range(256))
+        return True, range(sys.maxsize)  # every position
     if names is False or names is None:
         return frozenset(), frozenset()
     if isinstance(names, str):

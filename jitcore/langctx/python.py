@@ -25,7 +25,7 @@ from typing import Any
 from jitcore.ir import BoundSymbol, Symbol, current_context
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["LOOKASIDES", "apply", "symbol_of"]
+__all__ = ["LOOKASIDES", "apply"]
 
 _PATHS: dict[Callable[..., Any], str] = {
     **{op: f"operator.{op.__name__}" for op in (
@@ -40,11 +40,6 @@ _SYMBOLS: dict[Callable[..., Any], Symbol] = {
     for fn, path in _PATHS.items()
 }
 _MODULES = {"operator": operator, "builtins": builtins}
-
-
-def symbol_of(fn: Callable[..., Any]) -> Symbol:
-    """The symbol recording ``fn`` (one of ``operator``'s arithmetic functions, ``float``, ``int``)."""
-    return _SYMBOLS[fn]
 
 
 def apply(fn: Callable[..., Any], *operands: Any) -> Any:

@@ -18,7 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Container, Hashable
 from typing import Any
 
 import torch
@@ -33,17 +33,20 @@ _BY_VALUE = frozenset((int, str, bool))
 _DYNAMIC = frozenset((int, float))
 
 
-def dispatch_key(args: tuple, typed: frozenset[int] = frozenset()) -> tuple:
-    """The key a call with positional ``args`` is filed and looked up under (the arguments at
-    positions ``typed``, dynamic numbers, by their type only)."""
+def dispatch_key(args: tuple, typed: Container[int] = ()) -> tuple:
+    """The key a call with positional ``args`` is filed and looked up under (an int or float at a
+    position in ``typed``, a dynamic number, by its type only)."""
     if typed:
-        return tuple(
-            [type(a) if i in typed and type(a) in _DYNAMIC else (a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE
-             else type(a) for i, a in enumerate(args)]
-        )
+        return tuple([
+            type(a) if type(a) in _DYNAMIC and i in typed else _key_of(a) for i, a in enumerate(args)
+        ])
     return tuple(  # a list comprehension: faster than a generator here
         [(a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a) for a in args]
     )
+
+
+def _key_of(a: Any) -> Hashable:
+    return (a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a)
 
 
 class EntryCache:
@@ -57,7 +60,7 @@ class EntryCache:
 
     __slots__ = ("_keys", "_typed", "buckets", "newest_first")
 
-    def __init__(self, typed: frozenset[int] = frozenset()) -> None:
+    def __init__(self, typed: Container[int] = ()) -> None:
         self._typed = typed  # positions of dynamic numbers: keyed by type, since entries take any value
         self.newest_first: tuple = ()
         self.buckets: dict[Hashable, tuple] | None = None
@@ -109,7 +112,7 @@ class _Unkeyed:
 _UNKEYED = _Unkeyed()
 
 
-def _safe_key(args: tuple, typed: frozenset[int]) -> Hashable:
+def _safe_key(args: tuple, typed: Container[int]) -> Hashable:
     try:
         key = dispatch_key(args, typed)
         hash(key)

@@ -202,30 +202,19 @@ def binary_op_store_fast(frame: Frame, inst: Instruction) -> None:
     frame.fast[inst.next.arg] = value
 
 
-def _compare_then_jump(jump_if: bool) -> Handler:
+def _operation_then_jump(compare: bool, jump_if: bool) -> Handler:
+    """COMPARE_OP (``compare``) or BINARY_OP, then pop the result and jump if its truth is ``jump_if``."""
+
     def fused(frame: Frame, inst: Instruction) -> None:
         stack = frame.stack
         rhs = stack.pop()
         lhs = stack.pop()
-        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
-            v = NATIVE_COMPARE[inst.argval](lhs, rhs)
-        else:
-            v = compare_op(frame.run, inst.argval, lhs, rhs)
-        frame.index += 1
-        if (v if v is True or v is False else truth(frame.run, v)) is jump_if:
-            frame.index = inst.next.argval
-
-    fused.__name__ = f"compare_op_pop_jump_if_{str(jump_if).lower()}"
-    fused.__doc__ = f"Compare, then pop and jump if the result is {jump_if}."
-    return fused
-
-
-def _binary_op_then_jump(jump_if: bool) -> Handler:
-    def fused(frame: Frame, inst: Instruction) -> None:
-        stack = frame.stack
-        rhs = stack.pop()
-        lhs = stack.pop()
-        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        if compare:
+            if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+                v = NATIVE_COMPARE[inst.argval](lhs, rhs)
+            else:
+                v = compare_op(frame.run, inst.argval, lhs, rhs)
+        elif type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
             v = NATIVE_BINARY[inst.arg](lhs, rhs)
         else:
             v = binary_op(frame.run, inst.arg, lhs, rhs)
@@ -233,15 +222,15 @@ def _binary_op_then_jump(jump_if: bool) -> Handler:
         if (v if v is True or v is False else truth(frame.run, v)) is jump_if:
             frame.index = inst.next.argval
 
-    fused.__name__ = f"binary_op_pop_jump_if_{str(jump_if).lower()}"
-    fused.__doc__ = f"A binary operation, then pop and jump if the result is {jump_if}."
+    operation = "compare_op" if compare else "binary_op"
+    fused.__name__ = f"{operation}_pop_jump_if_{str(jump_if).lower()}"
+    fused.__doc__ = f"{operation.upper()}, then pop and jump if the result is {jump_if}."
     return fused
 
 
-fuses("BINARY_OP", "POP_JUMP_FORWARD_IF_FALSE", since=(3, 11))(_binary_op_then_jump(False))
-fuses("BINARY_OP", "POP_JUMP_FORWARD_IF_TRUE", since=(3, 11))(_binary_op_then_jump(True))
-fuses("COMPARE_OP", "POP_JUMP_FORWARD_IF_FALSE", since=(3, 11))(_compare_then_jump(False))
-fuses("COMPARE_OP", "POP_JUMP_FORWARD_IF_TRUE", since=(3, 11))(_compare_then_jump(True))
+for _operation in ("BINARY_OP", "COMPARE_OP"):
+    for _jump, _jump_if in (("POP_JUMP_FORWARD_IF_FALSE", False), ("POP_JUMP_FORWARD_IF_TRUE", True)):
+        fuses(_operation, _jump, since=(3, 11))(_operation_then_jump(_operation == "COMPARE_OP", _jump_if))
 
 
 @fuses("LOAD_GLOBAL", "LOAD_FAST", since=(3, 11))
