@@ -11,7 +11,10 @@ the parent runs as a whole when they are done.
 Invariants:
 - ``current`` is the bound symbol that runs next (None when the trace has finished);
 - a value in ``values`` is the real result of the op that produced it in this debugger; nothing
-  runs twice except a parent whose subsymbols did not produce its outputs.
+  runs twice except a parent whose subsymbols did not produce its outputs;
+- a tensor-subclass value's inner tensors are in ``values`` too, under their proxies' names
+  (Note [Inner values]): the subsymbols of a later op read them, whether or not the op that
+  produced the subclass value was stepped into.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import optree
 
 from jitcore.debug.markers import markers_of
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Trace
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["Breakpoint", "Debugger", "debug", "find_entry"]
 
@@ -259,6 +263,11 @@ class Debugger:
     def _bind(self, output: Any, result: Any) -> None:
         if isinstance(output, Proxy):
             self.values[output.name] = result
+            if isinstance(output, SubclassTensorProxy) and hasattr(result, "__tensor_flatten__"):
+                # Note [Inner values]: the subsymbols of later ops read the inner tensors by name.
+                names, _ctx = output.flatten()
+                for name in names:
+                    self._bind(getattr(output, name), getattr(result, name, None))
         elif isinstance(output, (tuple, list)) and isinstance(result, (tuple, list)):
             for o, r in zip(output, result):
                 self._bind(o, r)

@@ -212,3 +212,62 @@ def test_jitcore_debug_is_callable(mlp, monkeypatch, capsys):
     from jitcore.debug.report import report
 
     assert callable(jitcore.debug) and report is jitcore.report
+
+
+# --- issue 18 -------------------------------------------------------------------------------------
+
+
+def two_tensor_sqrt():
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    jf = jitcore.jit(lambda x: (x * 2).sqrt())
+    x = TwoTensor(torch.rand(3), torch.rand(3))
+    return jf, x
+
+
+@pytest.mark.parametrize("move", ["continue_", "next", "step"])
+def test_moving_on_from_a_breakpoint_on_an_aten_op_inside_a_subclass_op(move):
+    """Issue 18.1: after ``b aten.sqrt.default`` and ``c`` the debugger stops inside ``torch.sqrt``'s
+    subsymbols; the next move needs the inner tensors of ``x * 2``, which ran whole."""
+    jf, x = two_tensor_sqrt()
+    d = jitcore.Debugger(jf, (x,), {})
+    d.break_at("aten.sqrt.default")
+    hit = d.continue_()
+    assert hit is not None and hit.symbol.id == "torch.ops.aten.sqrt.default" and d.depth == 1
+    getattr(d, move)()  # raised KeyError: 't0 has no value yet (it is computed by a later op)'
+    if move == "continue_":  # the second aten.sqrt (on the other inner tensor) is a hit too
+        assert d.current.symbol.id == "torch.ops.aten.sqrt.default"
+        torch.testing.assert_close(d.evaluate(d.current.args[0].name), x.b * 2)
+    d.run_to_end()
+    torch.testing.assert_close(d.output.a, (x.a * 2).sqrt())
+    torch.testing.assert_close(d.output.b, (x.b * 2).sqrt())
+
+
+def run_cli(target, commands, *extra):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(jitcore.__file__))
+    return subprocess.run(
+        [sys.executable, "-m", "jitcore", *extra, "debug", target],
+        check=False,
+        input=commands,
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+
+
+def test_cli_continue_twice_after_an_aten_breakpoint_in_a_subclass_op():
+    """Issue 18.1 from ``python -m jitcore debug file.py:model``: ``b aten.sqrt.default``, ``c``, ``c``."""
+    import debug_scripts
+
+    done = run_cli(f"{debug_scripts.__file__}:sqrt_of_double", "b aten.sqrt.default\nc\nc\nc\nq\n")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "***" not in out, out
+    assert out.count("breakpoint\n") == 2 and "-> [2.] t3 = torch.ops.aten.sqrt.default(t0)" in out
+    assert "-> [2.] t4 = torch.ops.aten.sqrt.default(t1)" in out and "the trace has finished" in out
