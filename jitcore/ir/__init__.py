@@ -8,11 +8,12 @@ from jitcore.ir.context import TraceContext, current_context, tracing
 from jitcore.ir.names import NameGenerator
 from jitcore.ir.printer import PrintedTrace, print_trace, register_literal
 from jitcore.ir.proxy import Proxy
-from jitcore.ir.symbol import BoundSymbol, SourceFrame, Symbol
+from jitcore.ir.symbol import BoundSymbol, Inlined, SourceFrame, Symbol
 from jitcore.ir.trace import Trace, walk
 
 __all__ = [
     "BoundSymbol",
+    "Inlined",
     "NameGenerator",
     "PrintedTrace",
     "Proxy",

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from jitcore.ir.context import current_context
 
-__all__ = ["Symbol", "BoundSymbol", "SourceFrame"]
+__all__ = ["Symbol", "BoundSymbol", "Inlined", "SourceFrame"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ class Symbol:
     decomposition: Callable[..., Any] | None = None
     tags: frozenset[str] = frozenset()
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         context = current_context()
         if context is None:
             return self.fn(*args, **kwargs)
@@ -95,6 +95,14 @@ class BoundSymbol:
     header: str | None = field(default=None)
 
 
+@dataclass(frozen=True, slots=True)
+class Inlined:
+    """What a call handler returns for a call it expressed through other records of the enclosing
+    scope (a data-dependent op as a checked read plus static ops): the call itself is not recorded."""
+
+    output: Any
+
+
 def record(context: Any, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     """Record one call of ``symbol`` into the context's innermost scope and return its outputs."""
     source = context.source()
@@ -105,5 +113,7 @@ def record(context: Any, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         output = handler(symbol, args, kwargs) if handler is not None else symbol.meta(*args, **kwargs)
     finally:
         context.scopes.pop()
+    if type(output) is Inlined:
+        return output.output
     context.scopes[-1].append(BoundSymbol(symbol, args, kwargs, output, tuple(subsymbols), source))
     return output

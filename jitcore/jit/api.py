@@ -29,6 +29,8 @@ from jitcore.errors import DataDependentError
 from jitcore.executors import get_executor
 from jitcore.ir import Trace
 from jitcore.jit.interpretation import Pass
+from jitcore.jit.value_reads import nondeterministic_read, with_rollback
+from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.prologue import MISS, MissReason, Prologue
 from jitcore.prologue.cache import EntryCache
 from jitcore.transforms import differentiate
@@ -65,10 +67,11 @@ class JittedFunction:
 
     def __init__(self, fn: Callable[..., Any], *, executor: str = "torch", fallback: str | None = None,
                  cache_limit: int = DEFAULT_CACHE_LIMIT, show_internal_frames: bool | None = None,
-                 dynamic_numbers: Any = ()) -> None:
+                 dynamic_numbers: Any = (), fullgraph: bool = False) -> None:
         if fallback not in (None, "eager"):
             raise ValueError(f"fallback must be None or 'eager', not {fallback!r}")
         self.fn = fn
+        self.fullgraph = fullgraph
         self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
         self.executor = get_executor(executor)
         self.fallback = fallback
@@ -86,30 +89,42 @@ class JittedFunction:
         self._label = _label_of(fn)
         functools.update_wrapper(self, fn if not isinstance(fn, torch.nn.Module) else type(fn).forward, updated=())
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         try:
+            read_misses: list[MissReason] = []
             for entry in self._cache.candidates(args):
-                out = entry.cached_call(args, kwargs)
+                try:
+                    out = entry.cached_call(args, kwargs)
+                except ValueCheckFailed as failed:  # a value read while tracing differs: next entry
+                    read_misses.append(MissReason(entry.number, "value read", str(failed)))
+                    continue
                 if out is not MISS:
                     self.hits += 1
                     return out
             if self.eager_reason is not None:
                 return self.fn(*args, **kwargs)
-            return self._miss(args, kwargs)
+            return self._miss(args, kwargs, read_misses)
         except Exception as exc:
             from jitcore.debug.boundary import on_error
 
             on_error(self, exc)  # the user's frames and lines, plus a note (docs/debugging.md)
             raise  # a bare raise adds no entry for this frame
 
-    def _miss(self, args: tuple, kwargs: dict) -> Any:
+    def _miss(self, args: tuple, kwargs: dict, read_misses: list[MissReason]) -> Any:
         with self._lock:
             for entry in self._cache.candidates(args):  # another thread may have traced this call meanwhile
-                out = entry.cached_call(args, kwargs)
+                if any(m.entry == entry.number for m in read_misses):
+                    continue
+                try:
+                    out = entry.cached_call(args, kwargs)
+                except ValueCheckFailed as failed:
+                    read_misses.append(MissReason(entry.number, "value read", str(failed)))
+                    continue
                 if out is not MISS:
                     self.hits += 1
                     return out
             reasons = [MissReason(e.number, *why) for e in self.entries if (why := e.prologue.explain(args, kwargs))]
+            reasons += read_misses
             self.misses += 1
             self.miss_log.append(reasons)
             try:
@@ -129,11 +144,15 @@ class JittedFunction:
             self._cache.add(entry, args, limit=self.cache_limit)
             entry_added(self, entry, reasons)
         inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
-        return entry.computation(*inputs)
+        try:
+            return entry.computation(*inputs)
+        except ValueCheckFailed as failed:  # the probe and the computation disagree: not reproducible
+            raise nondeterministic_read(failed) from None
 
     def _trace(self, args: tuple, kwargs: dict) -> CacheEntry:
         number = self.misses
-        tracing_pass = Pass(self.fn, label=self._label, entry_number=number, dynamic_numbers=self.dynamic_numbers)
+        tracing_pass = Pass(self.fn, label=self._label, entry_number=number, dynamic_numbers=self.dynamic_numbers,
+                            fullgraph=self.fullgraph)
         self.last_traces = [tracing_pass.trace]
         self.last_prologue = tracing_pass.prologue
         if isinstance(self.fn, torch.nn.Module):
@@ -157,6 +176,9 @@ class JittedFunction:
             computation = self.executor.compile(traces[-1])
         if program.epilogue is not None:
             computation = program.epilogue.wrap(computation)
+        if program.structure is not None:
+            computation = program.structure.wrap(computation)
+        computation = with_rollback(program.trace, computation)  # undo writes before a failed read check
         cached_call = program.prologue.compile(computation)
         return CacheEntry(number, program.prologue, traces, computation, cached_call)
 
@@ -189,6 +211,9 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         dynamic_numbers: parameter names whose int or float arguments are inputs of the computation
             instead of specialized constants (``True``: every int or float argument); a use that
             needs the value (``if n > 0``, a shape) specializes it again. See docs/user-guide.md.
+        fullgraph: refuse programs that read tensor values while traced (``if t.any():``,
+            ``t.item()``, ``x[mask]``) with DataDependentError (JC-T002) instead of reading the value
+            and checking it on every call (docs/user-guide.md, "Value reads").
 
     Returns:
         A JittedFunction; ``jit(**options)`` without ``fn`` returns a decorator.

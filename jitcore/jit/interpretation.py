@@ -31,6 +31,7 @@ from jitcore.dispatch import resolve_call
 from jitcore.dispatch.resolver import call_on_shadows
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
+from jitcore.errors import DataDependentError
 from jitcore.interpreter import Hooks, current_run
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing
 from jitcore.langctx import aten as aten_langctx
@@ -44,8 +45,10 @@ from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
-from jitcore.jit import numbers
+from jitcore.jit import numbers, outputs
+from jitcore.jit.probe import Probe
 from jitcore.jit.provenance import Provenance
+from jitcore.jit.value_reads import ValueReads
 from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
 __all__ = ["Pass", "TracedProgram"]
@@ -66,6 +69,7 @@ class TracedProgram:
         self.first_inputs = first_inputs
         self.number_inputs = number_inputs or []  # dynamic numbers: trailing arguments of the trace
         self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
+        self.structure: outputs.OutputStructure | None = None  # rebuilds output objects (jit/outputs.py)
 
     def symbolic_numbers(self) -> list[NumberProxy]:
         """The dynamic numbers the trace uses that the program did not specialize."""
@@ -81,8 +85,9 @@ class Pass:
     """Interprets ``fn`` on proxies of one call's arguments, recording a trace and a prologue."""
 
     def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int,
-                 dynamic_numbers: frozenset[str] | bool = frozenset()) -> None:
+                 dynamic_numbers: frozenset[str] | bool = frozenset(), fullgraph: bool = False) -> None:
         self.fn = fn
+        self.fullgraph = fullgraph  # refuse value reads (DataDependentError) instead of checking them
         self.dynamic_numbers = dynamic_numbers  # parameter names, or True for every number argument
         header = [f"Constructed by jitcore.jit for {label}: cache entry {entry_number}, pass 1 (interpretation)"]
         self.trace = Trace(name="computation", header=header, imports={"torch": torch})
@@ -90,6 +95,7 @@ class Pass:
         self.prologue = Prologue(header=[f"Constructed by jitcore.jit for {label}: prologue of cache entry {entry_number}"])
         self.provenance = Provenance(self.context.values, self.prologue)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
+        self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values))
         self._print_warned = False
 
     # --- driving -----------------------------------------------------------------------------------
@@ -108,9 +114,11 @@ class Pass:
         state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
         with tracing(self.context), _deep_recursion():
             output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
+        output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
         epilogue = None
         if self.numpy is not None:
             output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
+        self._refuse_escapes(output, (args, kwargs, bound_self))
         self.trace.output = output
         self._point_leaks_at_inputs()
         if self.provenance.number_inputs:
@@ -123,7 +131,31 @@ class Pass:
         self.provenance.finish(with_strides=self.context.values.strides_queried)
         program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
         program.epilogue = epilogue
+        program.structure = structure
         return program
+
+    def _refuse_escapes(self, output: Any, caller_values: tuple) -> None:
+        """Note [Nothing traced escapes]: a proxy must never reach the caller. Outputs are mapped
+        completely (``outputs.split``); a proxy still inside an output object, or stored into an
+        object of the caller's or of persistent state, is refused with the place it was found."""
+        from jitcore.errors import UnsupportedOperationError
+
+        for leaf in optree.tree_leaves(output, none_is_leaf=True):
+            if not isinstance(leaf, Proxy) and outputs.escaped(leaf) is not None:
+                raise UnsupportedOperationError(
+                    f"the function returns a {type(leaf).__qualname__} holding traced tensors that jitcore "
+                    "cannot take apart",
+                    hints=("register its class with torch.utils._pytree.register_pytree_node",),
+                )
+        for value in (*caller_values, *self.provenance.remembered()):
+            found = outputs.escaped(value)
+            if found is not None:
+                raise UnsupportedOperationError(
+                    f"a tensor computed inside the function ({found.name}) was stored into "
+                    f"{type(value).__qualname__} object that outlives the call; jitcore does not replay "
+                    "such stores yet",
+                    hints=("return the tensor instead, and store it after the call",),
+                )
 
     def _bind_arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         args_root, kwargs_root = Path(Root("args", "args")), Path(Root("kwargs", "kwargs"))
@@ -249,7 +281,12 @@ class Pass:
             # needs the values of all of them when a tensor subclass is involved
             args, kwargs = bind_numbers(symbol, args, kwargs, specialize_every=_has_subclass(args, kwargs))
         try:
-            return resolve_call(symbol, args, kwargs)
+            try:
+                return resolve_call(symbol, args, kwargs)
+            except DataDependentError as exc:
+                if self.fullgraph:
+                    raise
+                return self.reads.read(symbol, args, kwargs, exc, self._source())  # checked reads
         except Exception as exc:
             from jitcore.debug.context import note_failed_call
 

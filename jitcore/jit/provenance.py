@@ -52,11 +52,14 @@ class Provenance:
         self.values = values
         self.prologue = prologue
         self.inputs: list[tuple[Path, TensorProxy, torch.Tensor]] = []
+        self.real_values: dict[int, torch.Tensor] = {}  # id(proxy) -> the tensor it stands for (the probe's inputs)
         self._paths: dict[int, Path] = {}
         self._keepalive: list[Any] = []
         self._tensors: dict[int, TensorProxy] = {}
         self._first_paths: dict[int, Path] = {}  # where each tensor was first found
         self._ndarrays: dict[int, Any] = {}  # id(NumPy array) -> the wrapper the program sees
+        self._binding: dict[int, tuple[Path, Any]] = {}  # containers being bound (Note [Cyclic arguments])
+        self._container_paths: dict[int, Path] = {}  # state containers guarded element by element
         self._guarded: set[tuple] = set()
         self.subclass_inputs: list[TensorProxy] = []  # inner ones before the ones holding them
         self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order
@@ -65,6 +68,10 @@ class Provenance:
     def path_of(self, obj: Any) -> Path | None:
         """The path an object was reached through, when it entered the trace."""
         return self._paths.get(id(obj))
+
+    def remembered(self) -> list[Any]:
+        """The objects of the caller's and of persistent state the program reached (while it runs)."""
+        return [obj for obj in self._keepalive if not isinstance(obj, torch.Tensor)]
 
     def remember(self, obj: Any, path: Path) -> None:
         if id(obj) not in self._paths:
@@ -81,29 +88,67 @@ class Provenance:
 
     # --- arguments ---------------------------------------------------------------------------------
     def bind_argument(self, value: Any, path: Path, name: str) -> Any:
-        """Bind an argument (any pytree of tensors, numbers, strings, ...); returns it with proxies."""
+        """Bind an argument (any pytree of tensors, numbers, strings, ...); returns it with proxies.
+
+        A container reached again while it is being bound (``l.append(l)``) is guarded as the same
+        object as where it was first reached (Note [Cyclic arguments])."""
         if isinstance(value, torch.Tensor):
             return self._tensor(value, path, name)
+        t = type(value)
+        structured = t in (tuple, list, dict) or (isinstance(value, tuple) and hasattr(t, "_fields")) or (
+            dataclasses.is_dataclass(value) and not isinstance(value, type))
+        if not structured:
+            return self.bind_state(value, path, name)
+        entered = self._binding.get(id(value))
+        if entered is not None:
+            first_path, rebuilt = entered
+            self.guard(path, "alias", first_path)
+            if rebuilt is None:  # a tuple: the caller's, its items read as state through the first path
+                self.remember(value, first_path)
+                return value
+            return rebuilt
+        self._binding[id(value)] = (path, None)
+        try:
+            return self._bind_structure(value, path, name)
+        finally:
+            del self._binding[id(value)]
+
+    # Note [Cyclic arguments]
+    # A list or dict that contains itself (directly or through other containers) would be bound
+    # forever. While a container is being bound, ``_binding`` maps its id to its path and to the
+    # container the program will see (lists, dicts and dataclass copies are made first and filled
+    # after, so a cycle closes on the rebuilt object itself). Reaching it again adds an ``alias``
+    # guard: on later calls the value at that path must be the very object at the first path, whose
+    # contents are guarded there. A tuple cannot be made before its elements: a cycle through one
+    # leaves the program the caller's tuple at the inner path (read through it, its items are state).
+    def _bind_structure(self, value: Any, path: Path, name: str) -> Any:
         t = type(value)
         if t is tuple or t is list:
             self.guard(path, "type", t)
             self.guard(path, "len", len(value))
-            return t(self.bind_argument(v, path.index(i), f"{name}_{i}") for i, v in enumerate(value))
+            if t is tuple:
+                return tuple(self.bind_argument(v, path.index(i), f"{name}_{i}") for i, v in enumerate(value))
+            out: list = []
+            self._binding[id(value)] = (path, out)
+            out.extend(self.bind_argument(v, path.index(i), f"{name}_{i}") for i, v in enumerate(value))
+            return out
         if t is dict:
             self.guard(path, "type", t)
             self.guard(path, "keys", tuple(value))
-            return {k: self.bind_argument(v, path.key(k), f"{name}_{k}") for k, v in value.items()}
-        if isinstance(value, tuple) and hasattr(t, "_fields"):  # namedtuple
-            self.guard(path, "type", t)
+            bound: dict = {}
+            self._binding[id(value)] = (path, bound)
+            for k, v in value.items():
+                bound[k] = self.bind_argument(v, path.key(k), f"{name}_{k}")
+            return bound
+        self.guard(path, "type", t)
+        if isinstance(value, tuple):  # namedtuple
             return t(*(self.bind_argument(getattr(value, f), path.attr(f), f"{name}_{f}") for f in t._fields))
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            self.guard(path, "type", t)
-            clone = copy.copy(value)
-            for f in dataclasses.fields(value):
-                bound = self.bind_argument(getattr(value, f.name), path.attr(f.name), f"{name}_{f.name}")
-                object.__setattr__(clone, f.name, bound)
-            return clone
-        return self.bind_state(value, path, name)
+        clone = copy.copy(value)  # a dataclass instance
+        self._binding[id(value)] = (path, clone)
+        for f in dataclasses.fields(value):
+            bound_field = self.bind_argument(getattr(value, f.name), path.attr(f.name), f"{name}_{f.name}")
+            object.__setattr__(clone, f.name, bound_field)
+        return clone
 
     def bind_dynamic_number(self, value: int | float, path: Path, name: str) -> NumberProxy:
         """A number argument declared dynamic: an input of the computation, guarded by type only
@@ -216,6 +261,7 @@ class Provenance:
     def _container(self, value: Any, path: Path) -> None:
         """A list/tuple/dict of state (``Module._modules``, ``_parameters``): guard its shape and
         elements, and give each element a path, since iteration reads them without hooks."""
+        self._container_paths[id(value)] = path
         self.guard(path, "type", type(value))
         if type(value) is dict:
             self.guard(path, "keys", tuple(value))
@@ -229,6 +275,8 @@ class Provenance:
                 self.remember(item, item_path)  # becomes an input only if the program uses it
             elif is_literal_value(item):
                 self.guard(item_path, "value", item)
+            elif id(item) in self._container_paths:  # reached again (a cycle, or shared): the same object
+                self.guard(item_path, "alias", self._container_paths[id(item)])
             elif type(item) in (list, tuple, dict) and len(item) <= _MAX_ELEMENTS:
                 self._container(item, item_path)
             else:
@@ -264,8 +312,6 @@ class Provenance:
     def _tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         proxy = self._tensors.get(id(tensor))
         if proxy is None:
-            if tensor.device.type == "meta":
-                raise _meta_input_error(path, name)
             if tensor.layout is not torch.strided and type(tensor) in (torch.Tensor, torch.nn.Parameter):
                 raise _layout_input_error(path, name, tensor.layout)
             if type(tensor) in (torch.Tensor, torch.nn.Parameter):
@@ -274,6 +320,7 @@ class Provenance:
             else:
                 proxy = self._subclass(tensor, path, name)
             self._tensors[id(tensor)] = proxy
+            self.real_values[id(proxy)] = tensor
             self._first_paths[id(tensor)] = path
             self._keepalive.append(tensor)
         elif self._first_paths[id(tensor)] != path:
@@ -315,10 +362,12 @@ class Provenance:
             self.prologue.input_names.append(number.name)
         self._finished = True
         self._keepalive.clear()
+        self.real_values.clear()
         self._paths.clear()
         self._tensors.clear()
         self._first_paths.clear()
         self._ndarrays.clear()
+        self._container_paths.clear()
 
 
 def _dedup_key(expected: Any) -> Any:
@@ -340,15 +389,6 @@ def _all_literal(value: Any) -> bool:
     if type(value) is dict:
         return all(is_literal_value(k) and is_literal_value(v) for k, v in value.items())
     return all(is_literal_value(v) for v in value)  # any length: one 'contents' guard compares them all
-
-
-def _meta_input_error(path: Path, name: str) -> Exception:
-    from jitcore.errors import UnsupportedInputError
-
-    return UnsupportedInputError(
-        f"{_argument(path, name)} is a meta tensor; jitcore traces real tensors (CPU or CUDA)",
-        hints=("pass a tensor with data, or call the function eagerly on meta tensors",),
-    )
 
 
 def _layout_input_error(path: Path, name: str, layout: torch.layout) -> Exception:

@@ -26,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,9 +223,27 @@ class _Replay:
             for bsym in self.source.bound_symbols:
                 if "bookkeeping" in bsym.symbol.tags:
                     continue
+                if "check" in bsym.symbol.tags or "data_dependent" in bsym.symbol.tags:
+                    self._copy_record(bsym)  # value reads (jitcore/langctx/reads.py): run as recorded
+                    continue
                 if "global_state" in bsym.symbol.tags:  # torch.manual_seed, set_default_dtype
                     self.forward.bound_symbols.append(bsym)  # run at this point on every call, as eagerly
                 self._replay(bsym)
+
+    def _copy_record(self, bsym: BoundSymbol) -> None:
+        """A record that runs in the forward as it is: its tensor outputs (value-shaped, never
+        differentiable) become forward values with the recorded metadata."""
+        args, kwargs = _tree_map(self.lookup, (bsym.args, bsym.kwargs))
+
+        def output(old: Any) -> Any:
+            if not isinstance(old, TensorProxy):
+                return old
+            new = self.values.proxy_for(self._fake_like(old.shadow, contiguous=False))
+            self._map(old, new)
+            return new
+
+        self.forward.bound_symbols.append(dataclasses.replace(
+            bsym, args=args, kwargs=kwargs, output=_tree_map(output, bsym.output), subsymbols=()))
 
     def _replay(self, bsym: BoundSymbol) -> None:
         args, kwargs = _tree_map(lambda v: _shadow(self.lookup(v)), (bsym.args, bsym.kwargs))
@@ -363,7 +382,7 @@ def _record_backward(
             grads = torch.autograd.grad(diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True)
     except Exception as exc:  # noqa: BLE001 - eager raises it in backward(), so does the jitted function
         backward.bound_symbols.clear()
-        backward.bound_symbols.append(BoundSymbol(RAISE, (exc,), {}, None))
+        backward.bound_symbols.append(BoundSymbol(RAISE, (exc, _kept_traceback(exc)), {}, None))
         return differentiable, tangent_args, backward, [None] * len(wrt)
     finally:
         for handle in handles:
@@ -371,10 +390,36 @@ def _record_backward(
     return differentiable, tangent_args, backward, [replay.state.proxy_of(g) if g is not None else None for g in grads]
 
 
-def raise_backward_error(error: BaseException) -> None:
+def raise_backward_error(error: BaseException, traceback: Any = None) -> None:
     """What a backward trace runs when torch's autograd could not differentiate the forward (a
-    derivative that is not implemented): eager raises the error in ``backward()``, and so does this."""
-    raise error.with_traceback(None)
+    derivative that is not implemented, a user ``backward`` or ``__torch_dispatch__`` that raises):
+    eager raises the error in ``backward()``, and so does this, a fresh copy each time, with the
+    frames autograd ran when it raised (``traceback``: the user's ``backward`` or
+    ``__torch_dispatch__`` line; jitcore's error boundary shows them as eager does)."""
+    import copy
+
+    try:
+        fresh = copy.copy(error)
+        fresh.__notes__ = list(getattr(error, "__notes__", ()))
+        if not fresh.__notes__:
+            del fresh.__notes__
+    except Exception:  # noqa: BLE001 - an exception that cannot be copied is raised itself
+        fresh = error
+    raise fresh.with_traceback(traceback)
+
+
+def _kept_traceback(exc: BaseException) -> Any:
+    """The entries below ``_record_backward`` of an error autograd raised: finished frames, whose
+    locals (shadows, the replay) are cleared so that the cache entry does not keep them alive."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    entry = tb
+    while entry is not None:
+        try:
+            entry.tb_frame.clear()
+        except RuntimeError:  # a frame still running (never expected here): keep its locals
+            pass
+        entry = entry.tb_next
+    return tb
 
 
 def _never_traced(*args: Any, **kwargs: Any) -> Any:

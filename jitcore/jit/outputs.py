@@ -1,0 +1,159 @@
+"""The structure of what a traced function returns: mapped completely, so nothing traced escapes.
+
+The computation returns a flat tree that optree understands (tuples, lists, dicts, namedtuples).
+Anything else a program returns around its tensors is taken apart here and rebuilt around the
+computation's results on every call, a fresh object each time as eagerly:
+- classes registered with torch's pytree (``transformers``' ``ModelOutput``, ``torch.Size`` ...),
+  through their registered flatten/unflatten functions;
+- dataclasses and other objects whose attributes hold tensors: a shallow copy of the traced object
+  with those attributes replaced.
+Invariant: after ``split``, no proxy is reachable from the output except as a leaf of the returned
+flat tree; ``escaped`` finds any that is (a proxy left inside an object jitcore cannot take apart),
+and the jit refuses such a trace rather than hand a proxy to the caller.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import types
+from collections.abc import Callable
+from typing import Any
+
+import optree
+import torch.utils._pytree as torch_pytree
+
+from jitcore.ir import Proxy
+
+__all__ = ["OutputStructure", "escaped", "split"]
+
+_OPTREE_NODES = (tuple, list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
+_MAX_DEPTH = 64
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OutputStructure:
+    """Rebuilds the program's output from the computation's flat results."""
+
+    rebuild: Callable[[Any], Any]
+
+    def wrap(self, computation: Callable[..., Any]) -> Callable[..., Any]:
+        """``computation`` followed by the rebuilding of the program's output objects."""
+        rebuild = self.rebuild
+
+        def run(*inputs: Any) -> Any:
+            return rebuild(computation(*inputs))
+
+        return run
+
+
+def split(output: Any) -> tuple[Any, OutputStructure | None]:
+    """The output as a tree optree flattens completely, and how to rebuild the original (None: the
+    output already is such a tree)."""
+    flat, rebuild = _split(output, 0)
+    if rebuild is None:
+        return output, None
+    return flat, OutputStructure(rebuild)
+
+
+def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
+    """(value with foreign nodes replaced by tuples of their children, rebuild or None)."""
+    if depth > _MAX_DEPTH or isinstance(value, Proxy) or not _holds_proxy(value, depth):
+        return value, None
+    kind = type(value)
+    if kind in _OPTREE_NODES or _is_namedtuple(value):
+        children, spec = optree.tree_flatten(value, is_leaf=lambda v: v is not value, none_is_leaf=True)
+        parts = [_split(c, depth + 1) for c in children]
+        if all(r is None for _, r in parts):
+            return value, None
+        flat = optree.tree_unflatten(spec, [p for p, _ in parts])
+        rebuilds = [r for _, r in parts]
+
+        def rebuild_node(results: Any) -> Any:
+            leaves = optree.tree_flatten(results, is_leaf=lambda v: v is not results, none_is_leaf=True)[0]
+            return optree.tree_unflatten(spec, [r(x) if r is not None else x for r, x in zip(rebuilds, leaves)])
+
+        return flat, rebuild_node
+    node = torch_pytree.SUPPORTED_NODES.get(kind)
+    if node is not None:
+        children, context = node.flatten_fn(value)
+        return _node(tuple(children), lambda kids: node.unflatten_fn(list(kids), context), depth)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value)]
+    else:
+        names = [n for n, v in getattr(value, "__dict__", {}).items() if _holds_proxy(v, depth + 1)]
+    template = value
+
+    def rebuild_object(kids: tuple) -> Any:
+        obj = copy.copy(template)
+        for name, kid in zip(names, kids):
+            object.__setattr__(obj, name, kid)
+        return obj
+
+    return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth)
+
+
+def _node(children: tuple, make: Callable[[tuple], Any], depth: int) -> tuple[Any, Callable[[Any], Any]]:
+    parts = [_split(c, depth + 1) for c in children]
+    flat = tuple(p for p, _ in parts)
+    rebuilds = [r for _, r in parts]
+
+    def rebuild(results: tuple) -> Any:
+        return make(tuple(r(x) if r is not None else x for r, x in zip(rebuilds, results)))
+
+    return flat, rebuild
+
+
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def _holds_proxy(value: Any, depth: int) -> bool:
+    return escaped(value, depth) is not None
+
+
+def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None) -> Proxy | None:
+    """A proxy reachable from ``value`` through containers, pytree nodes, dataclass fields, instance
+    dicts and slots (None: none is)."""
+    if isinstance(value, Proxy):
+        return value
+    if depth > _MAX_DEPTH or value is None or type(value) in (int, float, bool, str, bytes, complex):
+        return None
+    seen = _seen if _seen is not None else set()
+    if id(value) in seen:
+        return None
+    seen.add(id(value))
+    for child in _children(value):
+        found = escaped(child, depth + 1, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _children(value: Any) -> list[Any]:
+    if isinstance(value, (tuple, list, set, frozenset, collections.deque)):
+        return list(value)
+    if isinstance(value, dict):
+        return list(value.values())
+    if isinstance(value, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):
+        return []
+    if isinstance(value, types.FunctionType):  # a closure returned or stored: what its cells hold
+        return [c.cell_contents for c in value.__closure__ or () if c.cell_contents is not None] \
+            if all(_filled(c) for c in value.__closure__ or ()) else []
+    children = list(getattr(value, "__dict__", {}).values()) if hasattr(value, "__dict__") else []
+    for klass in type(value).__mro__:
+        for slot in getattr(klass, "__slots__", ()):
+            if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
+                child = getattr(value, slot, None)
+                if child is not None:
+                    children.append(child)
+    return children
+
+
+def _filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,164 @@
+"""The probe: real values of traced tensors, computed while tracing when the program reads them.
+
+A traced program that needs a tensor's *values* (``if t.any():``, ``t.item()``, the size of
+``x[mask]``) gets them from the probe: it runs the pass's top-level records so far on the call's real
+inputs, eagerly, and keeps going from where it stopped at the next read (each record runs once per
+pass). The reads are then checked on every cached call (jitcore/langctx/reads.py), so a value the
+probe saw is never reused for a call where it differs.
+
+Invariants:
+- the probe never changes what the caller can observe: an input storage that a record writes is
+  copied first (copy on write, views included), and the thread's grad mode, autocast settings and
+  RNG state are as they were after each probe;
+- the probe's RNG stream is the one the first call's computation will draw from: it starts at the
+  state the call began with and continues across probes, so random ops before a read give the value
+  the computation will see;
+- it runs under ``torch.no_grad()`` (values only; the computation builds the autograd graph).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import optree
+import torch
+
+from jitcore.ir import BoundSymbol, Proxy, Trace
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
+
+__all__ = ["Probe", "may_write"]
+
+
+class Probe:
+    """Runs one pass's records on the real inputs, incrementally, to answer value reads."""
+
+    def __init__(self, trace: Trace, real_inputs: dict[int, Any]) -> None:
+        """Args:
+            trace: the pass's trace; its top-level records are run in order.
+            real_inputs: ``id(input proxy) -> real tensor``, filled by the pass as inputs are bound.
+        """
+        self._trace = trace
+        self._real_inputs = real_inputs
+        self._env: dict[int, Any] = {}
+        self._keep: list[Any] = []  # proxies whose ids key _env stay alive while the pass runs
+        self._done = 0  # records of the trace already run
+        self._rng: tuple[torch.Tensor, list[torch.Tensor]] = _rng_state()  # as the call began
+        self._copies: dict[int, Any] = {}  # caller's storage key -> the probe's private copy of it
+
+    def values(self, tree: Any) -> Any:
+        """``tree`` with every proxy replaced by its real value (numbers by their traced value)."""
+        self._run_pending()
+        return optree.tree_map(self._value, tree, none_is_leaf=True)
+
+    # --- running records ---------------------------------------------------------------------------
+    def _run_pending(self) -> None:
+        records = self._trace.bound_symbols[self._done:]
+        if not records:
+            return
+        with _restored_thread_state(), torch.no_grad():
+            _set_rng_state(self._rng)
+            try:
+                for bsym in records:
+                    self._run(bsym)
+                    self._done += 1
+            finally:
+                self._rng = _rng_state()
+
+    def _run(self, bsym: BoundSymbol) -> None:
+        if "bookkeeping" in bsym.symbol.tags:
+            return
+        args, kwargs = optree.tree_map(self._value, (bsym.args, bsym.kwargs), none_is_leaf=True)
+        if may_write(bsym):
+            self._copy_shared(optree.tree_leaves((args, kwargs), none_is_leaf=True))
+            args, kwargs = optree.tree_map(self._value, (bsym.args, bsym.kwargs), none_is_leaf=True)
+        out = bsym.symbol.fn(*args, **kwargs)
+        old = optree.tree_leaves(bsym.output, none_is_leaf=True)
+        new = optree.tree_leaves(out, none_is_leaf=True)
+        if len(old) != len(new):  # a record whose structure the fn does not reproduce: map what matches
+            new = [out] if len(old) == 1 else new
+        for proxy, value in zip(old, new):
+            if isinstance(proxy, Proxy):
+                self._env[id(proxy)] = value
+                self._keep.append(proxy)
+
+    def _value(self, leaf: Any) -> Any:
+        if isinstance(leaf, NumberProxy):
+            return leaf.value
+        if not isinstance(leaf, TensorProxy):
+            return leaf
+        found = self._env.get(id(leaf))
+        if found is None:
+            found = self._real_inputs.get(id(leaf))
+            if found is None:
+                raise LookupError(f"{leaf.name} has no value: it was not computed by the records so far")
+            if self._copies and _is_plain(found) and _storage_key(found) in self._copies:
+                found = self._env[id(leaf)] = _view_of(self._copies[_storage_key(found)], found)
+        return found
+
+    # --- copy on write -----------------------------------------------------------------------------
+    def _copy_shared(self, leaves: list[Any]) -> None:
+        """Give every caller-owned storage about to be written a private copy (views follow)."""
+        shared = {_storage_key(t) for t in self._real_inputs.values() if _is_plain(t)} - self._copies.keys()
+        for key in {_storage_key(t) for t in leaves if _is_plain(t)} & shared:
+            original = next(t for t in leaves if _is_plain(t) and _storage_key(t) == key)
+            copy = self._copies[key] = original.untyped_storage().clone()
+            for pid, value in list(self._env.items()):
+                if _is_plain(value) and _storage_key(value) == key:
+                    self._env[pid] = _view_of(copy, value)
+
+
+def _view_of(storage: Any, like: torch.Tensor) -> torch.Tensor:
+    view = torch.empty(0, dtype=like.dtype, device=like.device)
+    return view.set_(storage, like.storage_offset(), like.size(), like.stride())
+
+
+def may_write(bsym: BoundSymbol) -> bool:
+    """Whether a record may write one of its tensor arguments (in place, ``out=``)."""
+    if "inplace" in bsym.symbol.tags or "out" in bsym.kwargs:
+        return True
+    fn = bsym.symbol.fn
+    if isinstance(fn, torch._ops.OpOverload):
+        return any(a.alias_info is not None and a.alias_info.is_write for a in fn._schema.arguments)
+    return False
+
+
+def _is_plain(value: Any) -> bool:
+    return type(value) in (torch.Tensor, torch.nn.Parameter) and value.layout is torch.strided
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1]:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+@contextlib.contextmanager
+def _restored_thread_state() -> Iterator[None]:
+    """Grad mode, autocast settings and the RNG as they were (records may change them)."""
+    grad = torch.is_grad_enabled()
+    rng = _rng_state()
+    autocast = [
+        (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) for device in ("cpu", "cuda")
+    ]
+    cache = torch.is_autocast_cache_enabled()
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(grad)
+        _set_rng_state(rng)
+        for device, enabled, dtype in autocast:
+            torch.set_autocast_enabled(device, enabled)
+            torch.set_autocast_dtype(device, dtype)
+        torch.set_autocast_cache_enabled(cache)

@@ -1,0 +1,185 @@
+"""The pass's answer to operations that need tensor values: read them, check them on every call.
+
+When a symbol call of the pass cannot compute its outputs from metadata alone (DataDependentError
+from jitcore/langctx/shadows.py), ``ValueReads.read`` replaces the refusal:
+- ops with value-dependent output shapes that have a static expression (``nonzero``, masks, ...:
+  ``reads.DATA_DEPENDENT_DECOMPOSITIONS``) are recorded as that expression;
+- any other call runs on the probe's real values (jitcore/jit/probe.py); a Python result (``bool``,
+  ``item``, ``tolist``, ``equal``) becomes a constant of the rest of the trace behind a
+  ``check_read``; tensor results become proxies with the real shapes, each shape checked.
+Every read is logged (``JITCORE_LOGS=graph_breaks``) and listed in ``jitcore.explain``.
+
+Invariants: records go to the trace's top level in program order (a read inside a tensor subclass's
+``__torch_dispatch__`` or with ``fullgraph=True`` keeps the refusal); a read value reaches the trace
+only through its check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import optree
+import torch
+
+import jitcore
+from jitcore.errors import DataDependentError
+from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceContext
+from jitcore.jit.probe import Probe, may_write
+from jitcore.langctx.reads import DATA_DEPENDENT_DECOMPOSITIONS, READ, ReadSite, ValueCheckFailed
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
+
+__all__ = ["ValueReads", "has_reads", "nondeterministic_read", "read_sites", "with_rollback"]
+
+_LOG = logging.getLogger("jitcore.graph_breaks")
+
+
+class ValueReads:
+    """The value reads of one pass."""
+
+    def __init__(self, context: TraceContext, probe: Probe) -> None:
+        self.context = context
+        self.probe = probe
+        self.sites: list[ReadSite] = []
+
+    def read(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
+             source: tuple[SourceFrame, ...] | None) -> Inlined:
+        """The outputs of a data-dependent call, recorded as checked reads (see the module doc).
+
+        Raises:
+            DataDependentError: ``error``, where no read applies (inside a subclass's dispatch, on a
+                tensor-subclass value, or a value-shaped tensor that must carry gradients).
+        """
+        if len(self.context.scopes) != 2 or _has(SubclassTensorProxy, (args, kwargs)):
+            raise error
+        decomposition = DATA_DEPENDENT_DECOMPOSITIONS.get(symbol.fn)
+        if decomposition is not None:
+            with self._enclosing_scope():
+                out = decomposition(*args, **kwargs)
+            if out is not NotImplemented:
+                return Inlined(out)
+        real_args, real_kwargs = self.probe.values((args, kwargs))
+        out = symbol.fn(*real_args, **real_kwargs)
+        site = ReadSite(_describe(symbol, out), source)
+        if not _has(torch.Tensor, out):
+            self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
+            self._log(site, out)
+            return Inlined(out)
+        return Inlined(self._value_shaped(symbol, args, kwargs, out, site, error))
+
+    def _value_shaped(self, symbol: Symbol, args: tuple, kwargs: dict, out: Any, site: ReadSite,
+                      error: DataDependentError) -> Any:
+        """Tensor outputs whose shapes the values decided: proxies with the real metadata, checked."""
+        leaves, spec = optree.tree_flatten(out, none_is_leaf=True)
+        inputs = optree.tree_leaves((args, kwargs), none_is_leaf=True)
+        if torch.is_grad_enabled() and any(isinstance(v, TensorProxy) and v.requires_grad for v in inputs):
+            raise error  # autograd needs the op's derivative on shadows, which it cannot shape
+        if not all(isinstance(v, torch.Tensor) for v in leaves):
+            raise error
+        values = self.context.values
+        proxies = [values.proxy_for(values.fake_mode.from_tensor(t, static_shapes=True)) for t in leaves]
+        output = optree.tree_unflatten(spec, proxies)
+        recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})
+        self._record(BoundSymbol(recorded, args, kwargs, output, (), site.source))
+        for proxy, real in zip(proxies, leaves):
+            shape_site = ReadSite(f"the shape of {site.what}", site.source)
+            self._record(BoundSymbol(READ, (shape_site, tuple(real.shape), _shape, proxy), {}, None, (), site.source))
+        self._log(site, [tuple(t.shape) for t in leaves])
+        return output
+
+    def _record(self, bsym: BoundSymbol) -> None:
+        self.context.trace.imports.setdefault("jitcore", jitcore)  # check_read's path
+        self.context.scopes[-2].append(bsym)
+
+    def _log(self, site: ReadSite, value: Any) -> None:
+        self.sites.append(site)
+        if _LOG.isEnabledFor(logging.INFO):
+            _LOG.info("value read %s: traced with %r, checked on every call", site, value)
+
+    @contextlib.contextmanager
+    def _enclosing_scope(self) -> Iterator[None]:
+        own = self.context.scopes.pop()
+        try:
+            yield
+        finally:
+            self.context.scopes.append(own)
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _has(kind: type, tree: Any) -> bool:
+    return any(isinstance(v, kind) for v in optree.tree_leaves(tree, none_is_leaf=True))
+
+
+def _describe(symbol: Symbol, out: Any) -> str:
+    name = symbol.id.removeprefix("torch.Tensor.").removeprefix("torch._C.TensorBase.")
+    return f"{name}()" if not _has(torch.Tensor, out) else f"{name}(...)"
+
+
+def has_reads(bound_symbols: list[BoundSymbol]) -> bool:
+    """Whether a trace checks values it read while tracing."""
+    return any(b.symbol is READ for b in bound_symbols)
+
+
+def read_sites(bound_symbols: list[BoundSymbol]) -> list[ReadSite]:
+    """The read sites a trace checks, in order."""
+    return [b.args[0] for b in bound_symbols if b.symbol is READ]
+
+
+def nondeterministic_read(failed: Exception) -> DataDependentError:
+    """The error when a new entry's first run reads another value than its trace saw."""
+    return DataDependentError(
+        f"the value read {failed} although the trace was just made from this very call: "
+        "the computation before the read is not deterministic",
+        hints=(
+            "make the computation before this read deterministic (seeded random ops, deterministic kernels)",
+            "or keep the read outside the jitted function",
+        ),
+    )
+
+
+def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
+    """``computation``, undoing its writes to its inputs and its RNG draws when a read check fails
+    (the call then runs another entry, which must find the inputs as the caller passed them).
+
+    Only inputs whose storage a record before the last read may write are copied, only when there
+    is such a record; a trace without reads is returned as it is.
+    """
+    records = trace.bound_symbols
+    last_read = max((i for i, b in enumerate(records) if b.symbol is READ), default=-1)
+    if last_read < 0:
+        return computation
+    before = records[:last_read]
+    written: set[int] = set()
+    for bsym in before:
+        if may_write(bsym):
+            written |= {_storage(v) for v in optree.tree_leaves((bsym.args, bsym.kwargs)) if isinstance(v, TensorProxy)}
+    positions = [i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written]
+    random = any("random" in b.symbol.tags for b in before)
+    if not positions and not random:
+        return computation
+
+    def run(*inputs: Any) -> Any:
+        saved = [inputs[i].detach().clone() for i in positions]
+        rng = torch.get_rng_state() if random else None
+        try:
+            return computation(*inputs)
+        except ValueCheckFailed:
+            with torch.no_grad():
+                for i, copy in zip(positions, saved):
+                    inputs[i].copy_(copy)
+            if rng is not None:
+                torch.set_rng_state(rng)
+            raise
+
+    return run
+
+
+def _storage(proxy: TensorProxy) -> int:
+    return proxy.shadow.untyped_storage()._cdata

@@ -1,0 +1,182 @@
+"""Value reads: operations whose results depend on tensor values, traced as checked reads.
+
+``bool(t)``, ``t.item()``, ``t.tolist()``, ``torch.equal`` and the like give Python values that the
+rest of the program branches on or computes with; ``nonzero``, boolean-mask indexing and
+``masked_select`` give tensors whose *shapes* depend on values. While tracing, the jit reads such a
+value from the probe (jitcore/jit/probe.py) and records a ``check_read`` that recomputes it on every
+cached call: when it differs, the computation raises ``ValueCheckFailed`` and the call goes to another
+cache entry (or is traced again), after the computation's writes to its inputs are undone.
+Data-dependent shapes are expressed through one checked read, the element count, and static ops:
+``nonzero(x)`` is ``nonzero_static(x, size=n)`` with ``n = count_nonzero(x).item()`` checked, and
+``x[mask]`` indexes with those coordinates, so autograd and tensor subclasses need nothing special.
+
+Invariants:
+- a value read while tracing is used by the rest of the trace only behind a ``check_read`` that
+  compares it exactly (type, value, sign of zero, NaN) with what the call computes;
+- ``ValueCheckFailed`` is control flow between cache entries, never shown to the user.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from jitcore.ir import SourceFrame, Symbol
+from jitcore.proxies import TensorProxy
+
+__all__ = [
+    "DATA_DEPENDENT_DECOMPOSITIONS",
+    "READ",
+    "ReadSite",
+    "ValueCheckFailed",
+    "check_read",
+    "same_value",
+]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ReadSite:
+    """Where a traced program read a tensor value: what it read and the user's line."""
+
+    what: str
+    source: tuple[SourceFrame, ...] | None
+
+    def __str__(self) -> str:
+        where = f" at {self.source[-1]}" if self.source else ""
+        return f"{self.what}{where}"
+
+    def __repr__(self) -> str:
+        return f"<read {self}>"
+
+
+class ValueCheckFailed(Exception):
+    """A cached computation read another value than the one its trace was made with."""
+
+    def __init__(self, site: ReadSite, expected: Any, got: Any) -> None:
+        super().__init__(f"{site}: traced with {expected!r}, this call has {got!r}")
+        self.site = site
+        self.expected = expected
+        self.got = got
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Exact equality of read values: same type, ``-0.0`` is not ``0.0``, NaN equals NaN."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is float:
+        return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)
+    if type(a) is complex:
+        return same_value(a.real, b.real) and same_value(a.imag, b.imag)
+    if type(a) in (list, tuple):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def check_read(site: ReadSite, expected: Any, read: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Run on every call: ``read(*args, **kwargs)`` must give what the trace was made with.
+
+    Raises:
+        ValueCheckFailed: it does not (the call goes to another cache entry).
+    """
+    got = read(*args, **kwargs)
+    if not same_value(got, expected):
+        raise ValueCheckFailed(site, expected, got)
+
+
+def _never_traced(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("check_read is recorded directly, never called on proxies")
+
+
+READ = Symbol(
+    id="check_read",
+    name="check_read",
+    langctx="jitcore",
+    fn=check_read,
+    path="jitcore.langctx.reads.check_read",
+    meta=_never_traced,
+    tags=frozenset({"check"}),
+)
+
+
+# --- data-dependent shapes through one checked count --------------------------------------------
+def _count(x: Any) -> int:
+    return int(torch.count_nonzero(x).item())
+
+
+def _nonzero(x: Any, *, out: Any = None, as_tuple: bool = False) -> Any:
+    if out is not None:
+        return NotImplemented
+    coordinates = torch.nonzero_static(x, size=_count(x))
+    if not as_tuple:
+        return coordinates
+    if x.ndim == 0:
+        return (coordinates.reshape(-1),) if coordinates.shape[0] else (coordinates.new_zeros(0),)
+    return tuple(coordinates.unbind(1))
+
+
+def _argwhere(x: Any) -> Any:
+    return _nonzero(x)
+
+
+def _masked_select(x: Any, mask: Any, *, out: Any = None) -> Any:
+    if out is not None:
+        return NotImplemented
+    x, mask = torch.broadcast_tensors(x, mask)
+    return x[mask]
+
+
+def _where(condition: Any, *rest: Any, **kwargs: Any) -> Any:
+    if rest or kwargs:
+        return NotImplemented
+    return _nonzero(condition, as_tuple=True)
+
+
+def _is_mask(value: Any) -> bool:
+    return isinstance(value, TensorProxy) and value.dtype in (torch.bool, torch.uint8)
+
+
+def _coordinate_index(index: Any) -> Any:
+    """A boolean-mask index as the coordinate tensors of its true elements (NotImplemented: none,
+    or a 0-d mask, whose meaning depends on its position)."""
+    items = index if type(index) is tuple else (index,)
+    if not any(_is_mask(i) for i in items) or any(_is_mask(i) and i.ndim == 0 for i in items):
+        return NotImplemented
+    out: list[Any] = []
+    for item in items:
+        if _is_mask(item):
+            out.extend(_nonzero(item.bool(), as_tuple=True))
+        else:
+            out.append(item)
+    return tuple(out)
+
+
+def _getitem(x: Any, index: Any) -> Any:
+    coordinates = _coordinate_index(index)
+    return NotImplemented if coordinates is NotImplemented else x[coordinates]
+
+
+def _setitem(x: Any, index: Any, value: Any) -> Any:
+    coordinates = _coordinate_index(index)
+    if coordinates is NotImplemented:
+        return NotImplemented
+    x[coordinates] = value
+    return None
+
+
+# torch callable -> its expression through a checked count and static ops (NotImplemented: the
+# arguments are outside what the expression covers; the generic read applies).
+DATA_DEPENDENT_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
+    torch.nonzero: _nonzero,
+    torch.Tensor.nonzero: _nonzero,
+    torch.argwhere: _argwhere,
+    torch.Tensor.argwhere: _argwhere,
+    torch.masked_select: _masked_select,
+    torch.Tensor.masked_select: _masked_select,
+    torch.where: _where,
+    torch.Tensor.__getitem__: _getitem,
+    torch.Tensor.__setitem__: _setitem,
+}
