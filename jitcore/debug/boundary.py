@@ -25,7 +25,7 @@ import torch
 import jitcore
 from jitcore.debug.context import ErrorContext, attach, context_of
 from jitcore.debug.tracebacks import entries, fake_traceback, link
-from jitcore.ir import BoundSymbol, Trace, print_trace
+from jitcore.ir import BoundSymbol, SourceFrame, Trace, print_trace
 
 __all__ = ["bound_symbol_at", "is_internal_file", "on_error", "show_internal_frames"]
 
@@ -59,7 +59,12 @@ def on_error(jfn: Any, exc: BaseException) -> None:
     context = context_of(exc)
     if computation is not None:
         context = _execution_context(jfn, computation)
-        if not show_internal_frames(jfn):
+        replayed = _replayed_backward_error(computation)
+        if replayed is not None:  # Note [Errors autograd raised while jitcore derived the backward]
+            context = ErrorContext("backward", jfn._label, context.entry)
+            if not show_internal_frames(jfn):
+                exc.__traceback__ = _engine_tail(replayed)
+        elif not show_internal_frames(jfn):
             below = computation.tb_next
             while below is not None and below.tb_frame.f_code.co_filename == _TORCH_OPS:
                 below = below.tb_next  # the aten overload's __call__, which eager never shows
@@ -87,6 +92,52 @@ def on_error(jfn: Any, exc: BaseException) -> None:
     exc.add_note(context.note())
 
 
+# Note [Errors autograd raised while jitcore derived the backward]
+# Autograd runs the user's ``backward`` and ``__torch_dispatch__`` while jitcore derives the backward
+# trace; an error then is re-raised by every later ``backward()`` (``raise_backward_error``), with
+# the entries recorded when it was first raised. Eagerly, the same entries follow torch's
+# ``_engine_run_backward`` frame: those after that frame are shown, less jitcore's own and the
+# torch frames that only lead into jitcore (its recording mode's wrappers).
+_ENGINE = os.path.join(_TORCH_DIR, "autograd", "graph.py")
+
+
+def _replayed_backward_error(computation: TracebackType) -> TracebackType | None:
+    """The entries recorded when autograd first raised, if this error is one ``raise_backward_error`` re-raised."""
+    from jitcore.transforms.grad import raise_backward_error
+
+    for entry in entries(computation):
+        if entry.tb_frame.f_code is raise_backward_error.__code__:
+            return entry.tb_next
+    return None
+
+
+def _engine_tail(recorded: TracebackType | None) -> TracebackType | None:
+    """Fresh copies of the entries of ``recorded`` below autograd's engine that eager would show."""
+    found = entries(recorded)
+    engine = [i for i, e in enumerate(found) if e.tb_frame.f_code.co_filename == _ENGINE]
+    tail = found[engine[-1] + 1 :] if engine else found
+    kept = []
+    for i, entry in enumerate(tail):
+        filename = entry.tb_frame.f_code.co_filename
+        if is_internal_file(filename):
+            continue
+        if filename.startswith(_TORCH_DIR):
+            above = next((e for e in reversed(tail[:i]) if not _is_torch(e)), None)
+            below = next((e for e in tail[i + 1 :] if not _is_torch(e)), None)
+            if below is None or _is_internal(below) or (above is not None and _is_internal(above)):
+                continue
+        kept.append(TracebackType(None, entry.tb_frame, entry.tb_lasti, entry.tb_lineno))
+    return link(*kept)
+
+
+def _is_torch(entry: TracebackType) -> bool:
+    return entry.tb_frame.f_code.co_filename.startswith(_TORCH_DIR)
+
+
+def _is_internal(entry: TracebackType) -> bool:
+    return is_internal_file(entry.tb_frame.f_code.co_filename)
+
+
 def _visible(tb: TracebackType | None) -> TracebackType | None:
     """``tb`` without jitcore's entries, nor the library (torch) entries jitcore's code called.
 
@@ -100,12 +151,55 @@ def _visible(tb: TracebackType | None) -> TracebackType | None:
         filename = entry.tb_frame.f_code.co_filename
         if is_internal_file(filename) or (below_internal and filename.startswith(_TORCH_DIR)):
             below_internal = True
+            stand_in = _eager_stand_in(entry.tb_frame.f_code)
+            if stand_in is not None:
+                kept.append(stand_in)
             continue
         below_internal = False
         kept.append(entry)
     if kept:
         kept[-1].tb_next = None
     return link(*kept)
+
+
+def _eager_stand_in(code: Any) -> TracebackType | None:
+    """The torch frame eager shows where jitcore's ``code`` ran the user's code in its place, if any.
+
+    ``MyFunction.apply(x)`` runs the user's ``forward`` on the interpreter from jitcore's lookaside;
+    eagerly it runs from torch's ``Function.apply``, whose frame eager shows above ``forward``.
+    """
+    from jitcore.transforms.autograd_function import _forward
+
+    if code is not _forward.__code__:
+        return None
+    return fake_traceback([_FUNCTION_APPLY_FRAME]) if _FUNCTION_APPLY_FRAME is not None else None
+
+
+def _call_site(function: Any) -> SourceFrame | None:
+    """The position of ``function``'s first ``f(*args, **kwargs)`` call: ``Function.apply``'s
+    ``super().apply(*args, **kwargs)``, where eager's traceback shows that frame."""
+    import dis
+    import inspect
+    import linecache
+
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return None
+    filename = inspect.getsourcefile(function) or code.co_filename
+    calls = [
+        i
+        for i in dis.get_instructions(code)
+        if i.opname == "CALL_FUNCTION_EX"
+        and i.positions.lineno
+        and "super().apply(" in linecache.getline(filename, i.positions.lineno)
+    ]
+    if not calls:
+        return None
+    where = calls[0].positions
+    return SourceFrame(filename, where.lineno, code.co_name, where.end_lineno, where.col_offset, where.end_col_offset)
+
+
+_FUNCTION_APPLY_FRAME = _call_site(torch.autograd.Function.apply.__func__)
 
 
 def _hide_in_chain(exc: BaseException) -> None:

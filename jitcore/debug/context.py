@@ -23,8 +23,9 @@ class ErrorContext:
     """Where in jitcore's work an exception arose.
 
     Attributes:
-        phase: ``"tracing"`` (while jitcore interpreted the function) or ``"execution"`` (while a
-            compiled trace ran).
+        phase: ``"tracing"`` (while jitcore interpreted the function), ``"execution"`` (while a
+            compiled trace ran) or ``"backward"`` (an error autograd raised when jitcore derived
+            the backward, raised again by ``backward()``).
         label: what was jitted (``model``, ``module Net``); '' until the jit's boundary fills it.
         entry: the cache entry being traced or run, when known.
         op: the operation (``torch.matmul``) being recorded or run, when one was.
@@ -48,7 +49,12 @@ class ErrorContext:
     def note(self) -> str:
         """The PEP 678 note: what jitcore was doing when the error arose (one line), then hints."""
         what = f"{self.label} (cache entry {self.entry})" if self.entry is not None else self.label
-        if self.phase == "execution":
+        if self.phase == "backward":
+            text = (
+                f"jitcore: raised in the backward of {what}, as eagerly: autograd raised it when jitcore "
+                "derived the backward, and every backward() through this entry raises it again"
+            )
+        elif self.phase == "execution":
             text = f"jitcore: raised while running the compiled trace of {what}"
             if self.statement:
                 text += f" at `{self.statement}`"

@@ -22,7 +22,7 @@ import torch
 
 from jitcore.errors import JitcoreError
 from jitcore.ir import Proxy, Trace
-from jitcore.transforms.grad import GradTraces, OutputSpec
+from jitcore.transforms.grad import RAISE, GradTraces, OutputSpec
 
 __all__ = ["GradComputation", "JitcoreFunction", "TangentMismatchError", "last_backward_traces"]
 
@@ -56,15 +56,36 @@ class GradComputation:
         self.output_leaves = [None if isinstance(v, Proxy) else v for v in traces.output_leaves]
         self.differentiable = traces.differentiable
         self.grad_inputs = traces.grad_inputs
+        self.backward_raises = any(b.symbol is RAISE for b in traces.backward.bound_symbols)
+
+
+# Note [A backward that raises]
+# When autograd raised while the backward was derived (a user ``backward`` or ``__torch_dispatch__``
+# that raises, a derivative torch does not implement), the backward trace only re-raises it. It
+# runs from a pre-hook on the call's autograd node rather than from ``JitcoreFunction.backward``, so
+# that no frame of torch's ``Function.apply`` sits between autograd's engine and the user's frames
+# (eager shows that frame only for an ``autograd.Function``, and the kept frames include it then).
 
     def __call__(self, *inputs: Any) -> Any:
         outputs = JitcoreFunction.apply(self, *inputs)
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
+        if self.backward_raises:  # Note [A backward that raises]
+            node = next((o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
+            if node is not None:
+                node.register_prehook(self._raise_before_backward)
         leaves = list(self.output_leaves)
         for position, index in self.tensor_positions:
             leaves[position] = outputs[index]
         return optree.tree_unflatten(self.output_tree, leaves)
+
+    def _raise_before_backward(self, grads: Any) -> None:
+        try:
+            self.backward(*[None] * len(self.traces.backward.args))
+        except Exception as exc:
+            if self.on_error is not None:
+                self.on_error(exc)  # the user's frames that raised when the backward was derived
+            raise
 
     def tangents(self, grads: tuple[Any, ...]) -> list[torch.Tensor]:
         """The backward's tangent inputs from the gradients of the forward's outputs.
