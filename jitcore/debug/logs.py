@@ -78,6 +78,6 @@ def entry_added(jfn: Any, entry: Any, reasons: list[Any]) -> None:
 try:
     configure()
 except ValueError as _error:
-    import warnings
+    from jitcore.debug.user_warnings import warn_at_caller
 
-    warnings.warn(f"jitcore: JITCORE_LOGS ignored: {_error}", stacklevel=2)
+    warn_at_caller(f"jitcore: JITCORE_LOGS ignored: {_error}")  # at the user's line that imported jitcore

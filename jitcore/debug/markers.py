@@ -2,17 +2,17 @@
 
 While tracing, ``breakpoint()`` is not called (a debugger opened then would show proxies, and a
 cached call never reaches the line): the pass records a ``Marker`` (where in the trace, which user
-line) and warns once that the call has no effect at run time. ``jitcore.debug`` and ``Debugger``
+line) and warns once, at the user's line, that the call has no effect at run time. ``jitcore.debug`` and ``Debugger``
 start with a breakpoint before the first op recorded after each marker.
 Invariant: markers never change a trace; they live beside it, keyed by the trace object.
 """
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from dataclasses import dataclass
 
+from jitcore.debug.user_warnings import warn_user
 from jitcore.ir import SourceFrame, Trace
 
 __all__ = ["Marker", "markers_of", "record_breakpoint"]
@@ -32,11 +32,10 @@ def record_breakpoint(trace: Trace, source: tuple[SourceFrame, ...] | None) -> N
     """Record a ``breakpoint()`` call at the current end of ``trace`` (called by the tracing pass)."""
     marks = _MARKERS.setdefault(trace, [])
     if not marks:
-        where = f" at {source[-1]}" if source else ""
-        warnings.warn(
-            f"breakpoint(){where} inside a jitted function does not stop when the compiled function runs; "
+        warn_user(
+            "breakpoint() inside a jitted function does not stop when the compiled function runs; "
             "jitcore.debug(fn, *args) stops there (docs/debugging.md)",
-            stacklevel=3,
+            source,
         )
     marks.append(Marker(len(trace.bound_symbols), source))
 

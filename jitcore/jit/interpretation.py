@@ -20,7 +20,6 @@ import os
 import sys
 import sysconfig
 import types
-import warnings
 from typing import Any, Callable
 
 import optree
@@ -345,10 +344,9 @@ class Pass:
             return record_breakpoint(self.trace, self._source())  # jitcore.debug stops there
         if fn is print and not self._print_warned:
             self._print_warned = True
-            warnings.warn(
-                "print() inside a jitted function runs only while tracing, not on cached calls",
-                stacklevel=2,
-            )
+            from jitcore.debug.user_warnings import warn_user  # at the user's line, not this one
+
+            warn_user("print() inside a jitted function runs only while tracing, not on cached calls", self._source())
         return fn(*args, **kwargs)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
