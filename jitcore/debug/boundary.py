@@ -71,7 +71,7 @@ def on_error(jfn: Any, exc: BaseException) -> None:
             below = _visible(below)
             exc.__traceback__ = link(fake_traceback(context.source or ()), below)
     elif context is not None or _passes(tb, _INTERPRETATION):
-        context = (context or ErrorContext("tracing")).with_call(jfn._label, jfn.misses)
+        context = (context or ErrorContext("tracing")).with_attempt(jfn._label, jfn.misses)
         if _in_flatten_protocol(tb):
             context = replace(context, hints=(FLATTEN_HINT,))
         elif context_of(exc) is None and _raised_by_jitcore(exc, tb):

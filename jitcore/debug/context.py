@@ -27,11 +27,13 @@ class ErrorContext:
             compiled trace ran) or ``"backward"`` (an error autograd raised when jitcore derived
             the backward, raised again by ``backward()``).
         label: what was jitted (``model``, ``module Net``); '' until the jit's boundary fills it.
-        entry: the cache entry being traced or run, when known.
+        entry: the cache entry being run, when known (an existing entry's number, as ``repr(jfn)``
+            and ``explain`` count them).
         op: the operation (``torch.matmul``) being recorded or run, when one was.
         inputs: (name, metadata) of the op's arguments, e.g. ``("t0", "cpu f32[4, 8]")``.
         statement: the line of the computation trace that failed (execution errors).
         source: the user's stack that produced the op, outermost first.
+        attempt: while tracing, which trace of the function this was (failed ones included).
     """
 
     phase: str
@@ -43,12 +45,27 @@ class ErrorContext:
     source: tuple[SourceFrame, ...] | None = None
     hints: tuple[str, ...] = field(default=())
 
+    attempt: int | None = None
+
     def with_call(self, label: str, entry: int | None) -> ErrorContext:
         return replace(self, label=label, entry=entry)
 
+    def with_attempt(self, label: str, attempt: int) -> ErrorContext:
+        """The context of an error while tracing: which trace of ``label`` (1 for the first) failed."""
+        return replace(self, label=label, attempt=attempt, entry=None)
+
     def note(self) -> str:
-        """The PEP 678 note: what jitcore was doing when the error arose (one line), then hints."""
-        what = f"{self.label} (cache entry {self.entry})" if self.entry is not None else self.label
+        """The PEP 678 note: what jitcore was doing when the error arose (one line), then hints.
+
+        Only cache entries that exist are numbered; a trace that failed made none, so it is named
+        by its trace attempt (the function's n-th trace, failed ones included).
+        """
+        if self.entry is not None:
+            what = f"{self.label} (cache entry {self.entry})"
+        elif self.attempt is not None:
+            what = f"{self.label} (trace attempt {self.attempt})"
+        else:
+            what = self.label
         if self.phase == "backward":
             text = (
                 f"jitcore: raised in the backward of {what}, as eagerly: autograd raised it when jitcore "

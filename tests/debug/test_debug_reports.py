@@ -100,7 +100,7 @@ def test_shape_error_line_count_of_the_example():
     note = jitted[jitted.index(message) + 1 :]
     recording = "recording torch.matmul(t0: cpu f32[4, 8], w: cpu f32[5, 3]) from "
     assert len(note) == 2 and note[0].startswith(
-        f"jitcore: raised while tracing model (cache entry 1), {recording}"
+        f"jitcore: raised while tracing model (trace attempt 1), {recording}"
     )
     assert note[1] == f"hint: {MATMUL_HINT}"
     assert len(jitted) <= len(eager) + len(note), (eager, jitted)
@@ -126,12 +126,12 @@ def test_user_exception_is_caught_as_eager():
     assert_user_frames(
         info.value, [("missing_key", 'return x * lookup({"a": 1}, "b")'), ("lookup", "return table[name]")]
     )
-    assert info.value.__notes__ == ["jitcore: raised while tracing missing_key (cache entry 1)"]
+    assert info.value.__notes__ == ["jitcore: raised while tracing missing_key (trace attempt 1)"]
 
 
 def test_data_dependent_control_flow():
     with pytest.raises(jitcore.DataDependentError) as info:
-        jitcore.jit(P.branch_on_values)(torch.randn(3))
+        jitcore.jit(P.branch_on_values, fullgraph=True)(torch.randn(3))
     exc = info.value
     assert exc.code == "JC-T002" and exc.hints
     assert_user_frames(exc, [("branch_on_values", "if x.sum() > 0:")])
@@ -288,7 +288,7 @@ def test_report_rich():
 
 
 def test_report_of_jitcore_error_lists_hints_and_page():
-    exc = raise_from(jitcore.jit(P.branch_on_values), torch.randn(3))
+    exc = raise_from(jitcore.jit(P.branch_on_values, fullgraph=True), torch.randn(3))
     text = render(exc)
     assert "hint: jitcore.jit(fn, fallback='eager')" in text and "See docs/errors/JC-T002.md" in text
     assert os.path.exists(os.path.join(os.path.dirname(JITCORE_DIR), "docs", "errors", "JC-T002.md"))
@@ -352,3 +352,18 @@ def test_an_error_of_jitcore_itself_says_so(monkeypatch):
     jfn = jitcore.jit(P.shape_error_model, show_internal_frames=True)
     shown = raise_from(jfn, torch.randn(4, 8), torch.randn(5, 3))
     assert traceback.extract_tb(shown.__traceback__)[-1].name == "configure"
+
+
+def test_a_failed_trace_is_not_numbered_as_a_cache_entry():
+    """Issue 18.8: three failed traces said "cache entry 3" while ``repr(jf)`` said 0 entries."""
+    jfn = jitcore.jit(P.missing_key)
+    for _ in range(3):
+        exc = raise_from(jfn, torch.randn(2))
+    assert "0 cache entries" in repr(jfn) and not jfn.entries
+    assert exc.__notes__ == ["jitcore: raised while tracing missing_key (trace attempt 3)"]
+    jfn = jitcore.jit(P.shape_error_model)
+    jfn(torch.randn(4, 5), torch.randn(5, 3))  # cache entry 1
+    exc = raise_from(jfn, torch.randn(4, 8), torch.randn(5, 3))
+    assert len(jfn.entries) == 1 and "1 cache entr" in repr(jfn)
+    assert exc.__notes__[0].startswith("jitcore: raised while tracing shape_error_model (trace attempt 2), ")
+    assert "cache entry 2" not in exc.__notes__[0]
