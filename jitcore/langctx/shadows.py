@@ -167,9 +167,11 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         with fake_mode:
             out = fn(*shadow_args, **shadow_kwargs)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        _raise_meta_error(fn, shadow_args, shadow_kwargs, shadow_leaves, exc)
         raise _data_dependent(fn, exc) from None
     except Exception as exc:
         if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _DATA_READ_MESSAGES):
+            _raise_meta_error(fn, shadow_args, shadow_kwargs, shadow_leaves, exc)
             raise _data_dependent(fn, exc) from None  # a fake's data was read (``tolist``, ...)
         _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
         raise
@@ -214,6 +216,13 @@ def _check_input_changes(
 
 # What fake tensors raise when code reads their data (``tolist``, a C++ kernel's data pointer).
 _DATA_READ_MESSAGES = ("data is not allocated yet", ".tolist() is not supported for tensor subclasses")
+
+
+def _raise_meta_error(fn: Callable[..., Any], args: tuple, kwargs: dict, leaves: list[Any], exc: Exception) -> None:
+    """A call on meta tensors that needs values: eager has none either, so eager's error is the
+    user's (``nonzero``, ``item`` on meta raise in eager), not a data-dependence refusal."""
+    if any(isinstance(v, FakeTensor) and v.device.type == "meta" for v in leaves):
+        _raise_eager_error(fn, args, kwargs, exc)
 
 
 def _data_dependent(fn: Callable[..., Any], exc: Exception) -> DataDependentError:
@@ -277,4 +286,4 @@ def _raise_eager_error(
 def _device_available(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_available()
-    return device.type == "cpu"
+    return device.type in ("cpu", "meta")  # a meta replay computes no values: it is always possible

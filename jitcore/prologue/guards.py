@@ -123,6 +123,7 @@ class Guard:
     Relational kinds compare with the values of other paths (``related``): ``alias`` (the same
     object as at path ``expected``: one tensor reached two ways) and ``distinct`` (the tensors at the
     paths ``expected`` are all different objects, as they were while tracing).
+    ``alias`` also pins a container that contains itself (Note [Cyclic arguments] in jitcore/jit/provenance.py).
     """
 
     path: Path
@@ -148,7 +149,7 @@ class Guard:
                 return None
             return f"expected {'an' if present else 'no'} attribute {safe_repr(name)}"
         if kind == "alias":
-            return None if value is related[0] else f"expected the same tensor as {expected.describe()}, got another"
+            return None if value is related[0] else f"expected the same object as {expected.describe()}, got another"
         if kind == "distinct":
             if len({id(v) for v in related}) == len(related):
                 return None
@@ -287,6 +288,8 @@ def _render_tensor_failure(v: str, spec: TensorSpec, bind: Bind) -> str:
     parts = [f"type({v}) is not {bind(spec.type)}", f"{v}.shape != {spec.shape!r}", f"{v}.dtype is not {bind(spec.dtype)}"]
     if spec.device.type == "cpu":
         parts.append(f"not {v}.is_cpu")
+    elif spec.device.type == "meta":
+        parts.append(f"not {v}.is_meta")
     elif spec.device.type == "cuda" and spec.device.index is not None:
         parts.append(f"{v}.get_device() != {spec.device.index!r} or not {v}.is_cuda")
     else:

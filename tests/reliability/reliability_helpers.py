@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 
-def outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[str, Any]:
+def outcome(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> tuple[str, Any]:
     """``("ok", value)`` or ``("raised", exception)`` for one call."""
     try:
         return "ok", fn(*args, **kwargs)
