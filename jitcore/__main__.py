@@ -42,17 +42,53 @@ def load(target: str) -> tuple[Any, tuple, dict]:
     return jfn, tuple(args), dict(kwargs)
 
 
+SCRIPT_HELP = """\
+FILE must define FUNCTION (a function, an nn.Module instance, or a jitcore.jit result)
+and example_inputs(), returning (args, kwargs) for one call. For example, model.py:
+
+    import torch
+
+    def model(x, w):
+        return torch.relu(x @ w)
+
+    def example_inputs():
+        return (torch.randn(4, 8), torch.randn(8, 3)), {}
+
+then:
+
+    python -m jitcore explain model.py:model
+    python -m jitcore debug model.py:model     # 'help' at the (jitcore-debug) prompt lists commands
+    python -m jitcore run model.py:model
+
+The script is loaded with __name__ == "__jitcore_example__": its `if __name__ == "__main__":`
+block does not run. See docs/debugging.md.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m jitcore", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m jitcore",
+        description=__doc__.splitlines()[0],
+        epilog=SCRIPT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for command, text in (
         ("explain", "what the jit did for one call"),
         ("debug", "step through the trace of one call"),
         ("run", "call the function once; report an error"),
     ):
-        sub = commands.add_parser(command, help=text)
-        sub.add_argument("target", metavar="FILE:FUNCTION")
+        sub = commands.add_parser(
+            command,
+            help=text,
+            description=text,
+            epilog=SCRIPT_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.add_argument(
+            "target", metavar="FILE:FUNCTION", help="a script defining FUNCTION and example_inputs()"
+        )
     options = parser.parse_args(argv)
     jfn, args, kwargs = load(options.target)
     from jitcore.debug.explain import explain

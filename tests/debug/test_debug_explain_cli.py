@@ -201,3 +201,15 @@ def test_jitcore_logs_reads_the_environment(monkeypatch):
         assert logging.getLogger("jitcore.traces").level == logging.NOTSET
     finally:
         logs.configure("")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["debug", "--help"], ["explain", "--help"]])
+def test_cli_help_says_what_the_script_must_define(argv, capsys):
+    """Issue 18.9: ``--help`` must say that the script defines example_inputs(), with an example."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "example_inputs()" in out and "(args, kwargs)" in out
+    assert "def example_inputs():\n        return (torch.randn(4, 8), torch.randn(8, 3)), {}" in out
+    assert "python -m jitcore debug model.py:model" in out
