@@ -60,8 +60,6 @@ class Provenance:
         self._ndarrays: dict[int, Any] = {}  # id(NumPy array) -> the wrapper the program sees
         self._binding: dict[int, tuple[Path, Any]] = {}  # containers being bound (Note [Cyclic arguments])
         self._container_paths: dict[int, Path] = {}  # state containers guarded element by element
-        self._binding: dict[int, tuple[Path, Any]] = {}  # containers being bound (Note [Cyclic arguments])
-        self._container_paths: dict[int, Path] = {}  # state containers guarded element by element
         self._guarded: set[tuple] = set()
         self.subclass_inputs: list[TensorProxy] = []  # inner ones before the ones holding them
         self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order
@@ -264,7 +262,6 @@ class Provenance:
         """A list/tuple/dict of state (``Module._modules``, ``_parameters``): guard its shape and
         elements, and give each element a path, since iteration reads them without hooks."""
         self._container_paths[id(value)] = path
-        self._container_paths[id(value)] = path
         self.guard(path, "type", type(value))
         if type(value) is dict:
             self.guard(path, "keys", tuple(value))
@@ -278,8 +275,6 @@ class Provenance:
                 self.remember(item, item_path)  # becomes an input only if the program uses it
             elif is_literal_value(item):
                 self.guard(item_path, "value", item)
-            elif id(item) in self._container_paths:  # reached again (a cycle, or shared): the same object
-                self.guard(item_path, "alias", self._container_paths[id(item)])
             elif id(item) in self._container_paths:  # reached again (a cycle, or shared): the same object
                 self.guard(item_path, "alias", self._container_paths[id(item)])
             elif type(item) in (list, tuple, dict) and len(item) <= _MAX_ELEMENTS:
@@ -372,7 +367,6 @@ class Provenance:
         self._tensors.clear()
         self._first_paths.clear()
         self._ndarrays.clear()
-        self._container_paths.clear()
         self._container_paths.clear()
 
 
