@@ -6,8 +6,8 @@ and can be observed and steered through ``Hooks``. See docs/interpreter.md.
 
 Invariants:
 - The interpreter knows nothing of torch or of the jit; they stand on ``Hooks``.
-- Only the CPython versions in ``SUPPORTED_VERSIONS`` are accepted; on others ``interpret`` raises
-  ``UnsupportedPythonVersion`` naming them.
+- Only the CPython versions in ``SUPPORTED_VERSIONS`` (3.11 and 3.13: those CI tests) are accepted; on others
+  importing this package raises ``UnsupportedPythonVersion`` naming them, before any handler is registered.
 """
 
 from __future__ import annotations
@@ -21,17 +21,31 @@ import sys
 from collections.abc import Callable
 from types import CodeType
 
-from jitcore.interpreter import opcodes  # noqa: F401 - registers the opcode handlers
 from jitcore.interpreter.errors import (
     InterpreterError,
     JitcoreInterpreterError,
     UnsupportedConstruct,
     UnsupportedPythonVersion,
 )
+from jitcore.interpreter.registry import SUPPORTED_VERSIONS
+
+
+def _check_version() -> None:
+    if sys.version_info[:2] not in SUPPORTED_VERSIONS:
+        supported = " and ".join(f"{major}.{minor}" for major, minor in SUPPORTED_VERSIONS)
+        running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        raise UnsupportedPythonVersion(
+            f"jitcore supports CPython {supported} (the versions it is tested on); this is Python {running}",
+            hint=f"run under CPython {supported}",
+        )
+
+
+_check_version()  # before the handlers register: their opcodes exist only on the supported versions
+
+from jitcore.interpreter import opcodes  # noqa: E402, F401 - registers the opcode handlers
 from jitcore.interpreter.frame import Frame, Position
 from jitcore.interpreter.hooks import Hooks
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.registry import SUPPORTED_VERSIONS
 from jitcore.interpreter.run import Run, active_runs, current_run
 
 __all__ = [
@@ -49,16 +63,6 @@ __all__ = [
     "interpret",
     "interpret_code",
 ]
-
-
-def _check_version() -> None:
-    if sys.version_info[:2] not in SUPPORTED_VERSIONS:
-        supported = ", ".join(f"{major}.{minor}" for major, minor in SUPPORTED_VERSIONS)
-        running = f"{sys.version_info[0]}.{sys.version_info[1]}"
-        raise UnsupportedPythonVersion(
-            f"the jitcore interpreter supports CPython {supported}; this is Python {running}",
-            hint=f"run under CPython {supported}",
-        )
 
 
 def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:

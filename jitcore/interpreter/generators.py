@@ -7,8 +7,10 @@ Each interpreted generator frame runs inside a *real* Python generator (coroutin
 Invariants:
 - The driver resumes the frame with the value sent (pushed on its stack, as CPython does) or with the
   exception thrown (raised at the instruction the frame is suspended in).
-- A frame suspended in ``yield from``/``await`` (the next instruction is RESUME with arg >= 2) delegates
-  ``throw``/``close`` to the sub-iterator on top of its stack, as ``gen_throw`` does in CPython 3.11.
+- A frame suspended in ``yield from``/``await`` (the next instruction is RESUME whose location bits are >= 2)
+  delegates ``throw``/``close`` to the sub-iterator on top of its stack, as ``gen_throw`` does: on 3.11 a
+  delegate that finishes is popped here and the frame jumps past its SEND loop; on 3.13 whatever the
+  delegate raises (StopIteration included) is raised in the frame, whose CLEANUP_THROW sorts it out.
 - While its frame runs, the generator's Run is the current run and the resuming frame is ``frame.back``.
 """
 
@@ -57,6 +59,7 @@ class _Suspend:
 
 
 _RETURNED = object()
+_CLEANUP_THROW = sys.version_info >= (3, 12)  # the frame's CLEANUP_THROW ends a delegation cut short by throw
 _YIELD_VALUE = dis.opmap["YIELD_VALUE"]
 
 
@@ -112,7 +115,7 @@ def _throw(frame: Frame, exc: BaseException) -> object:
     if index == 0 or index >= len(frame.instructions):
         return _NOT_DELEGATED
     nxt = frame.instructions[index]
-    if nxt.opname != _RESUME or (nxt.arg or 0) < 2:
+    if nxt.opname != _RESUME or (nxt.arg or 0) & 3 < 2:  # 3.13 adds an except-depth bit (4) to the location
         return _NOT_DELEGATED
     delegate = frame.stack[-1]
     run = frame.run
@@ -128,6 +131,12 @@ def _throw(frame: Frame, exc: BaseException) -> object:
         return _NOT_DELEGATED
     throw = getattr(delegate, "throw", None)
     if throw is None:
+        return _NOT_DELEGATED
+    if _CLEANUP_THROW:
+        try:
+            return call(run, throw, (exc,), None)
+        except BaseException as e:  # noqa: BLE001 - raised in this frame, at the delegation's CLEANUP_THROW
+            frame.pending = e
         return _NOT_DELEGATED
     try:
         return call(run, throw, (exc,), None)

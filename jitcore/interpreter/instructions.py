@@ -17,6 +17,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 import dataclasses
 import dis
 import inspect
+import sys
 from dataclasses import dataclass
 from types import CodeType
 
@@ -146,6 +147,15 @@ def _dropped(ins: dis.Instruction) -> bool:
 
 
 
+# Note [FOR_ITER targets]
+# On 3.13 a ``for`` loop ends with ``END_FOR; POP_TOP`` and FOR_ITER's argument names the END_FOR, but an
+# exhausted FOR_ITER pops the iterator itself and skips both (``JUMPBY(oparg + 2)``): END_FOR is reached
+# only by other jumps. Decoding points FOR_ITER's jump past the two, so the handler stays ``frame.index =
+# inst.argval`` on every version. (3.11's FOR_ITER jumps straight past the loop.)
+_FOR_ITER = dis.opmap["FOR_ITER"]
+_FOR_ITER_SKIP = 2 if sys.version_info >= (3, 13) else 0
+
+
 def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, int]]:
     raw = list(dis.get_instructions(code))
     index_of: dict[int, int] = {}
@@ -161,6 +171,8 @@ def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, i
         argval = ins.argval
         if ins.opcode in _JUMPS:
             argval = index_of[ins.argval]
+            if ins.opcode == _FOR_ITER:
+                argval += _FOR_ITER_SKIP
         pos = ins.positions
         out.append(
             Instruction(ins.opcode, ins.opname, ins.arg, argval, ins.offset, len(out),

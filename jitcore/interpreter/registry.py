@@ -45,8 +45,17 @@ __all__ = [
     "unsupported",
 ]
 
-SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11),)
+# The versions whose bytecode has a complete handler table here and whose tests run in CI (.ci/run). Others
+# (3.12, 3.14, ...) are refused at import (jitcore/interpreter/__init__.py): 3.12 shares most of 3.13's
+# instruction set but its CALL/LOAD_GLOBAL/LOAD_ATTR put NULL on the other side of the callable, untested.
+SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 13))
 _VERSION = sys.version_info[:2]
+
+# CPython 3.12+ lists pseudo-instructions (SETUP_FINALLY, LOAD_METHOD, JUMP, ...) in ``dis.opmap`` with numbers
+# from 256 on: the compiler replaces them before bytecode exists, so they are never dispatched (and their
+# numbers would collide with the synthetic opcodes of fused handlers).
+_MIN_PSEUDO = 256
+_REAL_OPCODES = frozenset(name for name, code in dis.opmap.items() if code < _MIN_PSEUDO)
 
 HANDLERS: dict[str, Handler] = {}
 VARIANTS: dict[tuple[str, str], Handler] = {}
@@ -75,7 +84,7 @@ def handles(
     def register(fn: Handler) -> Handler:
         if not _applies(since, until):
             return fn
-        if opname not in dis.opmap:
+        if opname not in _REAL_OPCODES:
             raise InterpreterError(f"@handles({opname!r}): no such opcode on Python {_VERSION}")
         table: dict = VARIANTS if hook else HANDLERS
         key = (opname, hook) if hook else opname
@@ -90,9 +99,22 @@ def handles(
 def unsupported(opname: str, reason: str, since: tuple[int, int], until: tuple[int, int] | None = None) -> None:
     """Declare that ``opname`` is deliberately not executed, and why (raises UnsupportedConstruct if met)."""
     if _applies(since, until):
-        if opname not in dis.opmap:
+        if opname not in _REAL_OPCODES:
             raise InterpreterError(f"unsupported({opname!r}): no such opcode on Python {_VERSION}")
         UNSUPPORTED[opname] = reason
+
+
+def _declare_pseudo_and_instrumented() -> None:
+    """Pseudo-instructions and sys.monitoring's INSTRUMENTED_* opcodes never reach the run loop: ``co_code``
+    (what ``dis`` decodes) is de-instrumented, and pseudo-instructions exist only inside the compiler."""
+    for opname, code in dis.opmap.items():
+        if code >= _MIN_PSEUDO:
+            UNSUPPORTED[opname] = "pseudo-instruction: the compiler replaces it before bytecode exists"
+        elif opname.startswith("INSTRUMENTED_"):
+            UNSUPPORTED[opname] = "sys.monitoring instrumentation: co_code (what is decoded) is de-instrumented"
+
+
+_declare_pseudo_and_instrumented()
 
 
 def _make_unsupported(opname: str, reason: str) -> Handler:
@@ -194,7 +216,8 @@ def handler_table(hooks_set: frozenset[str]) -> list[Handler]:
     table: list[Handler] = [_make_unknown(dis.opname[i]) for i in range(256)]
     table.extend(fn for _, fn in sorted([*FUSED.values(), *JUMP_FUSED.values()], key=lambda entry: entry[0]))
     for opname, reason in UNSUPPORTED.items():
-        table[dis.opmap[opname]] = _make_unsupported(opname, reason)
+        if opname in _REAL_OPCODES:
+            table[dis.opmap[opname]] = _make_unsupported(opname, reason)
     for opname, fn in HANDLERS.items():
         table[dis.opmap[opname]] = fn
     for (opname, hook), fn in VARIANTS.items():

@@ -1,10 +1,13 @@
-"""CPython regression tests that pass natively but not under ``interpret``, each with the reason.
+"""CPython regression tests that pass natively but not under ``interpret``, each with the reason, per
+Python version (each version runs its own stdlib's test modules).
 
 test_cpython_conformance.py checks that every entry still fails (remove an entry when it starts passing)
 and that nothing else fails.
 """
 
-KNOWN_FAILURES: dict[str, str] = {
+import sys
+
+KNOWN_FAILURES_311: dict[str, str] = {
     # --- frames: interpreted frames are not CPython frame objects
     "test.test_exceptions.PEP626Tests.test_lineno_after_other_except":
         "tb_frame.f_lineno of an interpreted frame is the raising line, not the frame's last executed line",
@@ -42,3 +45,8 @@ KNOWN_FAILURES: dict[str, str] = {
     "test.test_patma.TestTracing.test_only_default_wildcard": "sys.settrace line events are not emitted",
     "test.test_patma.TestTracing.test_unreachable_code": "sys.settrace line events are not emitted",
 }
+
+KNOWN_FAILURES_313: dict[str, str] = {
+}
+
+KNOWN_FAILURES: dict[str, str] = {(3, 11): KNOWN_FAILURES_311, (3, 13): KNOWN_FAILURES_313}[sys.version_info[:2]]

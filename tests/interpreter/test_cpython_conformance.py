@@ -4,7 +4,8 @@ Each module is one test (pytest-xdist spreads them), run in its own process so t
 global side effects stay there. For a module: every test method that passes natively
 must pass interpreted unless it is listed, with its reason, in conformance_known_failures.py; every listed
 entry must still fail (so the list cannot rot); and the module's pass rate must reach MIN_MODULE_RATE.
-The overall rate (>= 97%) follows from the per-module checks and the recorded native counts.
+The overall rate (>= 98%) follows from the per-module checks and the recorded native counts. Each supported
+Python runs its own stdlib's test modules, with its own native counts and known failures.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conformance_known_failures import KNOWN_FAILURES
 from cpython_conformance_runner import MODULES, run_module_isolated
 
-MIN_OVERALL_RATE = 0.97
+MIN_OVERALL_RATE = 0.98
 # Small modules with one or two frame-introspection tests sit just under 97% (see the known failures).
 MIN_MODULE_RATE = 0.94
 
-# Natively passing test methods (or doctest examples) per module on CPython 3.11 with its test package;
-# each module's test checks that at least this many pass natively, which keeps the overall bound honest.
-NATIVE_COUNTS = {
+# Natively passing test methods (or doctest examples) per module on each CPython with its test package; each
+# module's test checks that at least this many pass natively, which keeps the overall bound honest.
+NATIVE_COUNTS_311 = {
     "test_grammar": 78, "test_scope": 40, "test_exceptions": 106, "test_with": 50, "test_contextlib": 89,
     "test_patma": 310, "test_class": 18, "test_listcomps": 38, "test_genexps": 81, "test_generators": 29,
     "test_keywordonlyarg": 11, "test_positional_only_arg": 28, "test_unpack_ex": 91, "test_augassign": 7,
@@ -36,6 +37,9 @@ NATIVE_COUNTS = {
     "test_string_literals": 19, "test_contextlib_async": 57, "test_asyncgen": 65, "test_typechecks": 6,
     "test_int_literal": 6, "test_global": 4,
 }
+NATIVE_COUNTS_313 = {
+}
+NATIVE_COUNTS = {(3, 11): NATIVE_COUNTS_311, (3, 13): NATIVE_COUNTS_313}[sys.version_info[:2]]
 
 
 @pytest.mark.parametrize("module", MODULES)

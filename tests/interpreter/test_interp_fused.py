@@ -3,6 +3,7 @@ sequence: values, truthiness of non-bool results, exceptions and the line they a
 
 from __future__ import annotations
 
+import sys
 import traceback
 
 import pytest
@@ -75,7 +76,7 @@ def user_types(n):
     return hits
 
 
-_EXPECTED_FUSED = {
+_EXPECTED_FUSED_311 = {
     "loops": {"FOR_ITER+STORE_FAST", "JUMP_BACKWARD->FOR_ITER+STORE_FAST", "BINARY_OP+STORE_FAST",
               "JUMP_BACKWARD->FOR_ITER"},
     "operand_runs": {"LOAD_FAST+LOAD_CONST+BINARY_OP+POP_JUMP_FORWARD_IF_FALSE",
@@ -83,6 +84,15 @@ _EXPECTED_FUSED = {
                      "LOAD_FAST+LOAD_FAST+COMPARE_OP+POP_JUMP_FORWARD_IF_FALSE",
                      "LOAD_CONST+LOAD_FAST+BINARY_OP+STORE_FAST"},
 }
+_EXPECTED_FUSED_313 = {  # 3.13 loads two locals with LOAD_FAST_LOAD_FAST and tests with TO_BOOL
+    "loops": {"FOR_ITER+STORE_FAST", "JUMP_BACKWARD->FOR_ITER+STORE_FAST", "JUMP_BACKWARD->FOR_ITER"},
+    "operand_runs": {"LOAD_FAST+LOAD_CONST+BINARY_OP+TO_BOOL+POP_JUMP_IF_FALSE",
+                     "LOAD_FAST_LOAD_FAST+BINARY_OP+STORE_FAST",
+                     "LOAD_FAST_LOAD_FAST+COMPARE_OP+POP_JUMP_IF_FALSE",
+                     "LOAD_FAST_LOAD_FAST+COMPARE_OP+POP_JUMP_IF_TRUE",
+                     "LOAD_CONST+LOAD_FAST+BINARY_OP+STORE_FAST", "TO_BOOL+POP_JUMP_IF_FALSE"},
+}
+_EXPECTED_FUSED = _EXPECTED_FUSED_311 if sys.version_info < (3, 12) else _EXPECTED_FUSED_313
 
 
 @pytest.mark.parametrize("name", sorted(_EXPECTED_FUSED))

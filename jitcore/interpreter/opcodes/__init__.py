@@ -11,6 +11,7 @@ from jitcore.interpreter.opcodes import (  # noqa: F401 - imported for their reg
     exceptions,
     fused,
     generators,
+    intrinsics,
     load_store,
     match,
     operators,

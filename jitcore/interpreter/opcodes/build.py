@@ -9,6 +9,8 @@ from __future__ import annotations
 # (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
 __builtins__ = dict(vars(__import__("builtins")))
 
+import sys
+
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import EXHAUSTED, get_iter, next_value, to_format, to_repr, to_str
@@ -132,13 +134,18 @@ def _function_str(fn: object) -> str:
     return f"{qualname}()"
 
 
+# How deep the callable sits under the kwargs dict of DICT_MERGE: 3.11 ``NULL|callable, callable|self, args,
+# kwargs``; 3.13 ``callable, self|NULL, args, kwargs``.
+_CALLABLE_DEPTH = 2 if sys.version_info < (3, 12) else 3
+
+
 @handles("DICT_MERGE", since=(3, 11))
 def dict_merge(frame: Frame, inst: Instruction) -> None:
     """Merge the mapping TOS into the kwargs dict inst.arg deep, rejecting duplicate keys."""
     stack = frame.stack
     mapping = stack.pop()
     target = stack[-inst.arg]
-    fn = stack[-inst.arg - 2]
+    fn = stack[-inst.arg - _CALLABLE_DEPTH]
     if not hasattr(type(mapping), "keys"):
         raise TypeError(f"{_function_str(fn)} argument after ** must be a mapping, not {type(mapping).__name__}")
     for key in mapping.keys():  # noqa: SIM118 - the mapping protocol calls keys()
@@ -147,7 +154,7 @@ def dict_merge(frame: Frame, inst: Instruction) -> None:
         target[key] = mapping[key]
 
 
-@handles("LIST_TO_TUPLE", since=(3, 11))
+@handles("LIST_TO_TUPLE", since=(3, 11), until=(3, 11))
 def list_to_tuple(frame: Frame, inst: Instruction) -> None:
     """TOS = tuple(TOS)."""
     frame.stack[-1] = tuple(frame.stack[-1])
@@ -215,7 +222,7 @@ def unpack_ex(frame: Frame, inst: Instruction) -> None:
 _CONVERSIONS = {1: to_str, 2: to_repr}
 
 
-@handles("FORMAT_VALUE", since=(3, 11))
+@handles("FORMAT_VALUE", since=(3, 11), until=(3, 12))
 def format_value(frame: Frame, inst: Instruction) -> None:
     """f-string field: convert (str/repr/ascii) then format with an optional spec."""
     stack = frame.stack
@@ -234,12 +241,38 @@ def format_value(frame: Frame, inst: Instruction) -> None:
         stack.append(to_format(run, value, spec))
 
 
-@handles("PRINT_EXPR", since=(3, 11))
-def print_expr(frame: Frame, inst: Instruction) -> None:
-    """Interactive-mode expression statement: sys.displayhook(TOS)."""
-    import sys
+@handles("CONVERT_VALUE", since=(3, 13))
+def convert_value(frame: Frame, inst: Instruction) -> None:
+    """f-string ``!s``/``!r``/``!a``: TOS = str/repr/ascii(TOS) (inst.arg 1/2/3)."""
+    value = frame.stack[-1]
+    frame.stack[-1] = ascii(value) if inst.arg == 3 else _CONVERSIONS[inst.arg](frame.run, value)
 
+
+@handles("FORMAT_SIMPLE", since=(3, 13))
+def format_simple(frame: Frame, inst: Instruction) -> None:
+    """f-string field without a spec: TOS = format(TOS, "")."""
+    value = frame.stack[-1]
+    if type(value) is not str:
+        frame.stack[-1] = to_format(frame.run, value, "")
+
+
+@handles("FORMAT_WITH_SPEC", since=(3, 13))
+def format_with_spec(frame: Frame, inst: Instruction) -> None:
+    """f-string field with a spec: TOS = format(TOS1, TOS)."""
+    stack = frame.stack
+    spec = stack.pop()
+    stack[-1] = to_format(frame.run, stack[-1], spec)
+
+
+def print_expr(frame: Frame, value: object) -> None:
+    """Interactive-mode expression statement: ``sys.displayhook(value)``."""
     hook = getattr(sys, "displayhook", None)
     if hook is None:
         raise RuntimeError("lost sys.displayhook")
-    hook(frame.stack.pop())
+    hook(value)
+
+
+@handles("PRINT_EXPR", since=(3, 11), until=(3, 11))
+def print_expr_(frame: Frame, inst: Instruction) -> None:
+    """Interactive-mode expression statement: sys.displayhook(TOS)."""
+    print_expr(frame, frame.stack.pop())

@@ -9,7 +9,7 @@ from __future__ import annotations
 # (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
 __builtins__ = dict(vars(__import__("builtins")))
 
-from types import FunctionType
+from types import CellType, FunctionType
 
 from jitcore.interpreter.calls import call, call_function
 from jitcore.interpreter.frame import NULL, Frame
@@ -18,13 +18,13 @@ from jitcore.interpreter.opcodes.build import _function_str
 from jitcore.interpreter.registry import handles
 
 
-@handles("KW_NAMES", since=(3, 11))
+@handles("KW_NAMES", since=(3, 11), until=(3, 12))
 def kw_names(frame: Frame, inst: Instruction) -> None:
     """Record the keyword names of the next CALL."""
     frame.kw_names = inst.argval if isinstance(inst.argval, tuple) else frame.code.co_consts[inst.arg]
 
 
-@handles("CALL", since=(3, 11))
+@handles("CALL", since=(3, 11), until=(3, 12))
 def call_(frame: Frame, inst: Instruction) -> None:
     """Call with inst.arg arguments: stack is [NULL|callable, callable|self, args...]."""
     stack = frame.stack
@@ -54,14 +54,55 @@ def call_(frame: Frame, inst: Instruction) -> None:
         stack.append(call(run, fn, args, None))
 
 
+@handles("CALL", since=(3, 13))
+def call_313(frame: Frame, inst: Instruction) -> None:
+    """Call with inst.arg arguments: stack is [callable, self|NULL, args...] (3.13's order)."""
+    stack = frame.stack
+    n = inst.arg
+    if n:
+        args = stack[-n:]
+        del stack[-n:]
+    else:
+        args = []
+    self_ = stack.pop()
+    fn = stack.pop()
+    if self_ is not NULL:
+        args.insert(0, self_)
+    run = frame.run
+    if type(fn) is FunctionType and run.resolve_call is None and fn not in run.lookasides:
+        stack.append(call_function(run, fn, args, None))  # the fast path of calls.call, inlined
+    else:
+        stack.append(call(run, fn, args, None))
+
+
+@handles("CALL_KW", since=(3, 13))
+def call_kw(frame: Frame, inst: Instruction) -> None:
+    """Call with inst.arg arguments, the last ones named by the tuple TOS: [callable, self|NULL, args..., names]."""
+    stack = frame.stack
+    names = stack.pop()
+    n = inst.arg
+    args = stack[-n:] if n else []
+    del stack[len(stack) - n:]
+    self_ = stack.pop()
+    fn = stack.pop()
+    if self_ is not NULL:
+        args.insert(0, self_)
+    k = len(names)
+    kwargs = dict(zip(names, args[len(args) - k:]))
+    del args[len(args) - k:]
+    stack.append(call(frame.run, fn, args, kwargs))
+
+
 @handles("CALL_FUNCTION_EX", since=(3, 11))
 def call_function_ex(frame: Frame, inst: Instruction) -> None:
-    """Call TOS2(*TOS1, **TOS) (kwargs only if inst.arg & 1)."""
+    """Call TOS2(*TOS1, **TOS) (kwargs only if inst.arg & 1); a NULL sits under (3.11) or above (3.13) it."""
     stack = frame.stack
     kwargs = stack.pop() if inst.arg & 1 else None
     args = stack.pop()
     fn = stack.pop()
-    if stack and stack[-1] is NULL:
+    if fn is NULL:  # 3.13: callable, NULL, args[, kwargs]
+        fn = stack.pop()
+    elif stack and stack[-1] is NULL:
         stack.pop()
     if kwargs is not None and type(kwargs) is not dict:
         if not hasattr(type(kwargs), "keys"):
@@ -74,7 +115,7 @@ def call_function_ex(frame: Frame, inst: Instruction) -> None:
     stack.append(call(frame.run, fn, args, kwargs))
 
 
-@handles("MAKE_FUNCTION", since=(3, 11))
+@handles("MAKE_FUNCTION", since=(3, 11), until=(3, 12))
 def make_function(frame: Frame, inst: Instruction) -> None:
     """Push a new function from the code object TOS (+ closure, annotations, kwdefaults, defaults)."""
     stack = frame.stack
@@ -91,3 +132,35 @@ def make_function(frame: Frame, inst: Instruction) -> None:
     if annotations is not None:
         fn.__annotations__ = dict(zip(annotations[::2], annotations[1::2]))
     stack.append(fn)
+
+
+@handles("MAKE_FUNCTION", since=(3, 13))
+def make_function_313(frame: Frame, inst: Instruction) -> None:
+    """Push a new function from the code object TOS; SET_FUNCTION_ATTRIBUTE instructions then give it its
+    closure, annotations, keyword defaults and defaults."""
+    code = frame.stack[-1]
+    # a function object cannot be made without its closure: empty cells stand in until SET_FUNCTION_ATTRIBUTE
+    closure = tuple(CellType() for _ in code.co_freevars) if code.co_freevars else None
+    fn = FunctionType(code, frame.globals, code.co_name, None, closure)
+    fn.__qualname__ = code.co_qualname
+    frame.stack[-1] = fn
+
+
+@handles("SET_FUNCTION_ATTRIBUTE", since=(3, 13))
+def set_function_attribute(frame: Frame, inst: Instruction) -> None:
+    """Set the function TOS's defaults (1), keyword defaults (2), annotations (4) or closure (8) to TOS1."""
+    stack = frame.stack
+    fn = stack.pop()
+    value = stack[-1]
+    flag = inst.arg
+    if flag == 8:
+        # the closure comes first (codegen order), before anything else was set: make the function anew
+        fn = FunctionType(fn.__code__, fn.__globals__, fn.__name__, None, value)
+        fn.__qualname__ = fn.__code__.co_qualname
+    elif flag == 4:
+        fn.__annotations__ = dict(zip(value[::2], value[1::2])) if type(value) is tuple else value
+    elif flag == 2:
+        fn.__kwdefaults__ = value
+    else:
+        fn.__defaults__ = value
+    stack[-1] = fn

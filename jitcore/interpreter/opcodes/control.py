@@ -30,6 +30,13 @@ def return_value(frame: Frame, inst: Instruction) -> bool:
     return True
 
 
+@handles("RETURN_CONST", since=(3, 12))
+def return_const(frame: Frame, inst: Instruction) -> bool:
+    """Return a constant."""
+    frame.result = inst.argval
+    return True
+
+
 @handles("JUMP_FORWARD", since=(3, 11))
 @handles("JUMP_BACKWARD", since=(3, 11))
 @handles("JUMP_BACKWARD_NO_INTERRUPT", since=(3, 11))
@@ -38,8 +45,9 @@ def jump(frame: Frame, inst: Instruction) -> None:
     frame.index = inst.argval
 
 
-@handles("POP_JUMP_FORWARD_IF_FALSE", since=(3, 11))
-@handles("POP_JUMP_BACKWARD_IF_FALSE", since=(3, 11))
+@handles("POP_JUMP_FORWARD_IF_FALSE", since=(3, 11), until=(3, 11))
+@handles("POP_JUMP_BACKWARD_IF_FALSE", since=(3, 11), until=(3, 11))
+@handles("POP_JUMP_IF_FALSE", since=(3, 12))
 def pop_jump_if_false(frame: Frame, inst: Instruction) -> None:
     """Pop TOS; jump if it is false."""
     v = frame.stack.pop()
@@ -49,8 +57,9 @@ def pop_jump_if_false(frame: Frame, inst: Instruction) -> None:
         frame.index = inst.argval
 
 
-@handles("POP_JUMP_FORWARD_IF_TRUE", since=(3, 11))
-@handles("POP_JUMP_BACKWARD_IF_TRUE", since=(3, 11))
+@handles("POP_JUMP_FORWARD_IF_TRUE", since=(3, 11), until=(3, 11))
+@handles("POP_JUMP_BACKWARD_IF_TRUE", since=(3, 11), until=(3, 11))
+@handles("POP_JUMP_IF_TRUE", since=(3, 12))
 def pop_jump_if_true(frame: Frame, inst: Instruction) -> None:
     """Pop TOS; jump if it is true."""
     v = frame.stack.pop()
@@ -60,23 +69,25 @@ def pop_jump_if_true(frame: Frame, inst: Instruction) -> None:
         frame.index = inst.argval
 
 
-@handles("POP_JUMP_FORWARD_IF_NONE", since=(3, 11))
-@handles("POP_JUMP_BACKWARD_IF_NONE", since=(3, 11))
+@handles("POP_JUMP_FORWARD_IF_NONE", since=(3, 11), until=(3, 11))
+@handles("POP_JUMP_BACKWARD_IF_NONE", since=(3, 11), until=(3, 11))
+@handles("POP_JUMP_IF_NONE", since=(3, 12))
 def pop_jump_if_none(frame: Frame, inst: Instruction) -> None:
     """Pop TOS; jump if it is None."""
     if frame.stack.pop() is None:
         frame.index = inst.argval
 
 
-@handles("POP_JUMP_FORWARD_IF_NOT_NONE", since=(3, 11))
-@handles("POP_JUMP_BACKWARD_IF_NOT_NONE", since=(3, 11))
+@handles("POP_JUMP_FORWARD_IF_NOT_NONE", since=(3, 11), until=(3, 11))
+@handles("POP_JUMP_BACKWARD_IF_NOT_NONE", since=(3, 11), until=(3, 11))
+@handles("POP_JUMP_IF_NOT_NONE", since=(3, 12))
 def pop_jump_if_not_none(frame: Frame, inst: Instruction) -> None:
     """Pop TOS; jump if it is not None."""
     if frame.stack.pop() is not None:
         frame.index = inst.argval
 
 
-@handles("JUMP_IF_FALSE_OR_POP", since=(3, 11))
+@handles("JUMP_IF_FALSE_OR_POP", since=(3, 11), until=(3, 11))
 def jump_if_false_or_pop(frame: Frame, inst: Instruction) -> None:
     """If TOS is false jump (keeping it), else pop it."""
     v = frame.stack[-1]
@@ -86,7 +97,7 @@ def jump_if_false_or_pop(frame: Frame, inst: Instruction) -> None:
         frame.stack.pop()
 
 
-@handles("JUMP_IF_TRUE_OR_POP", since=(3, 11))
+@handles("JUMP_IF_TRUE_OR_POP", since=(3, 11), until=(3, 11))
 def jump_if_true_or_pop(frame: Frame, inst: Instruction) -> None:
     """If TOS is true jump (keeping it), else pop it."""
     v = frame.stack[-1]
@@ -105,7 +116,8 @@ def get_iter_(frame: Frame, inst: Instruction) -> None:
 
 @handles("FOR_ITER", since=(3, 11))
 def for_iter(frame: Frame, inst: Instruction) -> None:
-    """Push next(TOS); when exhausted pop the iterator and jump past the loop."""
+    """Push next(TOS); when exhausted pop the iterator and jump past the loop (on 3.13, past the loop's
+    ``END_FOR; POP_TOP``: decoding points the jump there, Note [FOR_ITER targets] in instructions.py)."""
     stack = frame.stack
     it = stack[-1]
     v = next(it, EXHAUSTED) if type(it) in NATIVE_ITERATORS else next_value(frame.run, it)
@@ -114,3 +126,9 @@ def for_iter(frame: Frame, inst: Instruction) -> None:
         frame.index = inst.argval
     else:
         stack.append(v)
+
+
+@handles("END_FOR", since=(3, 13))
+def end_for(frame: Frame, inst: Instruction) -> None:
+    """Pop the value of a finished iteration (only reached by jumps, e.g. from a generator expression)."""
+    frame.stack.pop()

@@ -165,7 +165,7 @@ def prep_reraise_star(orig: object, excs: list) -> object:
     return raised[0] if len(raised) == 1 else ExceptionGroup("", raised)
 
 
-@handles("PREP_RERAISE_STAR", since=(3, 11))
+@handles("PREP_RERAISE_STAR", since=(3, 11), until=(3, 11))
 def prep_reraise_star_(frame: Frame, inst: Instruction) -> None:
     """Combine what the except* clauses raised (TOS) with the original exception (TOS1)."""
     stack = frame.stack

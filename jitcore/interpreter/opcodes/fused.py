@@ -18,11 +18,13 @@ from collections.abc import Callable
 
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.opcodes.calls import call_
+import sys
+
+from jitcore.interpreter.opcodes.calls import call_, call_313
 from jitcore.interpreter.opcodes.control import for_iter
 from jitcore.interpreter.attributes import NATIVE_NAMES, load_attr
 from jitcore.interpreter.opcodes import operators as _operators  # noqa: F401 - registered before the pairs
-from jitcore.interpreter.opcodes.load_store import global_value, load_method, store_attr_
+from jitcore.interpreter.opcodes.load_store import global_value, store_attr_
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
     NATIVE_BINARY,
@@ -143,7 +145,7 @@ def _after_load_const(second: Handler) -> Handler:
     return fused
 
 
-@fuses("LOAD_FAST", "LOAD_ATTR", since=(3, 11))
+@fuses("LOAD_FAST", "LOAD_ATTR", since=(3, 11), until=(3, 11))
 def load_fast_load_attr(frame: Frame, inst: Instruction) -> None:
     """Push local.name."""
     obj = frame.fast[inst.arg]
@@ -155,9 +157,30 @@ def load_fast_load_attr(frame: Frame, inst: Instruction) -> None:
     frame.stack.append(getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name))
 
 
-for _second, _handler in (("LOAD_METHOD", load_method), ("STORE_ATTR", store_attr_), ("CALL", call_)):
+@fuses("LOAD_FAST", "LOAD_ATTR", since=(3, 13))
+def load_fast_load_attr_313(frame: Frame, inst: Instruction) -> None:
+    """Push local.name (then NULL for a method call: the low bit of LOAD_ATTR's argument)."""
+    obj = frame.fast[inst.arg]
+    if obj is NULL:
+        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+    frame.index += 1
+    attr = inst.next
+    name = attr.argval
+    names = NATIVE_NAMES.get(type(obj))
+    stack = frame.stack
+    stack.append(getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name))
+    if attr.arg & 1:
+        stack.append(NULL)
+
+
+if sys.version_info < (3, 12):
+    from jitcore.interpreter.opcodes.load_store import load_method
+
+    fuses("LOAD_FAST", "LOAD_METHOD", since=(3, 11), until=(3, 11))(_after_load_fast(load_method))
+_CALL = call_ if sys.version_info < (3, 12) else call_313
+for _second, _handler in (("STORE_ATTR", store_attr_), ("CALL", _CALL)):
     fuses("LOAD_FAST", _second, since=(3, 11))(_after_load_fast(_handler))
-fuses("LOAD_CONST", "CALL", since=(3, 11))(_after_load_const(call_))
+fuses("LOAD_CONST", "CALL", since=(3, 11))(_after_load_const(_CALL))
 
 
 @fuses("LOAD_FAST", "BINARY_OP", since=(3, 11))
@@ -230,10 +253,74 @@ def _operation_then_jump(compare: bool, jump_if: bool) -> Handler:
 
 for _operation in ("BINARY_OP", "COMPARE_OP"):
     for _jump, _jump_if in (("POP_JUMP_FORWARD_IF_FALSE", False), ("POP_JUMP_FORWARD_IF_TRUE", True)):
-        fuses(_operation, _jump, since=(3, 11))(_operation_then_jump(_operation == "COMPARE_OP", _jump_if))
+        fuses(_operation, _jump, since=(3, 11), until=(3, 11))(
+            _operation_then_jump(_operation == "COMPARE_OP", _jump_if))
 
 
-@fuses("LOAD_GLOBAL", "LOAD_FAST", since=(3, 11))
+def _binary_op_to_bool_then_jump(jump_if: bool) -> Handler:
+    """3.13's ``BINARY_OP; TO_BOOL; POP_JUMP_IF_*`` (``if x % 3:``): each part located at its own instruction."""
+
+    def fused(frame: Frame, inst: Instruction) -> None:
+        stack = frame.stack
+        rhs = stack.pop()
+        lhs = stack.pop()
+        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            v = NATIVE_BINARY[inst.arg](lhs, rhs)
+        else:
+            v = binary_op(frame.run, inst.arg, lhs, rhs)
+        frame.index += 1
+        if v is not True and v is not False:
+            v = truth(frame.run, v)
+        frame.index += 1
+        if v is jump_if:
+            frame.index = inst.next.next.argval
+
+    fused.__name__ = f"binary_op_to_bool_pop_jump_if_{str(jump_if).lower()}"
+    fused.__doc__ = f"BINARY_OP, TO_BOOL, then pop and jump if the result is {jump_if}."
+    return fused
+
+
+def _to_bool_then_jump(jump_if: bool) -> Handler:
+    """3.13's ``TO_BOOL; POP_JUMP_IF_*`` (``if x:``)."""
+
+    def fused(frame: Frame, inst: Instruction) -> None:
+        v = frame.stack.pop()
+        if v is not True and v is not False:
+            v = truth(frame.run, v)
+        frame.index += 1
+        if v is jump_if:
+            frame.index = inst.next.argval
+
+    fused.__name__ = f"to_bool_pop_jump_if_{str(jump_if).lower()}"
+    fused.__doc__ = f"TO_BOOL, then pop and jump if the value is {jump_if}."
+    return fused
+
+
+for _jump, _jump_if in (("POP_JUMP_IF_FALSE", False), ("POP_JUMP_IF_TRUE", True)):
+    fuses("COMPARE_OP", _jump, since=(3, 13))(_operation_then_jump(True, _jump_if))
+    fuses("BINARY_OP", "TO_BOOL", _jump, since=(3, 13))(_binary_op_to_bool_then_jump(_jump_if))
+    fuses("TO_BOOL", _jump, since=(3, 13))(_to_bool_then_jump(_jump_if))
+
+
+@fuses("LOAD_GLOBAL", "LOAD_FAST", since=(3, 13))
+def load_global_load_fast_313(frame: Frame, inst: Instruction) -> None:
+    """Push a global (or builtin) (then NULL, 3.13's order), then a local."""
+    stack = frame.stack
+    value = frame.globals.get(inst.argval, _MISSING)
+    if value is _MISSING:
+        value = global_value(frame, inst.argval)  # a builtin, or NameError at this instruction
+    second = inst.next
+    frame.index += 1
+    b = frame.fast[second.arg]
+    if b is NULL:
+        raise UnboundLocalError(_UNBOUND_LOCAL.format(second.argval))
+    stack.append(value)
+    if inst.arg & 1:
+        stack.append(NULL)
+    stack.append(b)
+
+
+@fuses("LOAD_GLOBAL", "LOAD_FAST", since=(3, 11), until=(3, 11))
 def load_global_load_fast(frame: Frame, inst: Instruction) -> None:
     """Push a global (or builtin), then a local."""
     stack = frame.stack

@@ -40,13 +40,13 @@ def yield_value(frame: Frame, inst: Instruction) -> bool:
     return True
 
 
-@handles("ASYNC_GEN_WRAP", since=(3, 11))
+@handles("ASYNC_GEN_WRAP", since=(3, 11), until=(3, 11))
 def async_gen_wrap(frame: Frame, inst: Instruction) -> None:
     """Mark TOS as a value yielded by an async generator (not one passed up by an await)."""
     frame.stack[-1] = AsyncGenWrapped(frame.stack[-1])
 
 
-@handles("SEND", since=(3, 11))
+@handles("SEND", since=(3, 11), until=(3, 11))
 def send(frame: Frame, inst: Instruction) -> None:
     """Send TOS into the delegate TOS1; push what it yields, or replace it by its return value and jump."""
     stack = frame.stack
@@ -65,6 +65,49 @@ def send(frame: Frame, inst: Instruction) -> None:
         frame.index = inst.argval
         return
     stack.append(result)
+
+
+def _send_to(frame: Frame, receiver: object, value: object) -> object:
+    """What ``receiver`` yields when sent ``value`` (``PyIter_Send``); StopIteration when it returns."""
+    t = type(receiver)
+    if t is GeneratorType or t is CoroutineType:
+        return receiver.send(value)
+    if value is None:
+        return call(frame.run, lookup_special(receiver, "__next__"), (), None)
+    return call(frame.run, load_attr(frame.run, receiver, "send"), (value,), None)
+
+
+@handles("SEND", since=(3, 12))
+def send_312(frame: Frame, inst: Instruction) -> None:
+    """Send TOS into the delegate TOS1 and replace TOS by what it yields; when it returns, by its return
+    value, and jump to the END_SEND that drops the delegate."""
+    stack = frame.stack
+    try:
+        stack[-1] = _send_to(frame, stack[-2], stack[-1])
+    except StopIteration as stop:
+        stack[-1] = stop.value
+        frame.index = inst.argval
+
+
+@handles("END_SEND", since=(3, 12))
+def end_send(frame: Frame, inst: Instruction) -> None:
+    """Drop the delegate under TOS (the end of ``yield from``/``await``)."""
+    del frame.stack[-2]
+
+
+@handles("CLEANUP_THROW", since=(3, 12))
+def cleanup_throw(frame: Frame, inst: Instruction) -> None:
+    """An exception thrown into the delegate of ``yield from``/``await`` came out of it (TOS): a StopIteration
+    ends the delegation with its value (``delegate, sent, exc -> None, value``), anything else is re-raised."""
+    stack = frame.stack
+    exc = stack[-1]
+    if isinstance(exc, StopIteration):
+        del stack[-3:]
+        stack.append(None)
+        stack.append(exc.value)
+        return
+    frame.run.raising = (exc, False, exc.__context__)
+    raise exc
 
 
 @handles("GET_YIELD_FROM_ITER", since=(3, 11))

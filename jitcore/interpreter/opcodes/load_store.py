@@ -37,6 +37,7 @@ def load_const(frame: Frame, inst: Instruction) -> None:
 
 
 @handles("LOAD_FAST", since=(3, 11))
+@handles("LOAD_FAST_CHECK", since=(3, 12))
 def load_fast(frame: Frame, inst: Instruction) -> None:
     """Push a local."""
     v = frame.fast[inst.arg]
@@ -49,6 +50,42 @@ def load_fast(frame: Frame, inst: Instruction) -> None:
 def store_fast(frame: Frame, inst: Instruction) -> None:
     """Pop TOS into a local."""
     frame.fast[inst.arg] = frame.stack.pop()
+
+
+@handles("LOAD_FAST_AND_CLEAR", since=(3, 12))
+def load_fast_and_clear(frame: Frame, inst: Instruction) -> None:
+    """Push a local (NULL if unbound) and unbind it: saves an outer variable around an inlined
+    comprehension (PEP 709), whose STORE_FAST later restores it, NULL included."""
+    fast = frame.fast
+    frame.stack.append(fast[inst.arg])
+    fast[inst.arg] = NULL
+
+
+@handles("LOAD_FAST_LOAD_FAST", since=(3, 13))
+def load_fast_load_fast(frame: Frame, inst: Instruction) -> None:
+    """Push the locals ``arg >> 4`` and ``arg & 15`` (the compiler emits it only for bound locals)."""
+    fast = frame.fast
+    stack = frame.stack
+    stack.append(fast[inst.arg >> 4])
+    stack.append(fast[inst.arg & 15])
+
+
+@handles("STORE_FAST_STORE_FAST", since=(3, 13))
+def store_fast_store_fast(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS into the local ``arg >> 4``, then the next into ``arg & 15``."""
+    fast = frame.fast
+    stack = frame.stack
+    fast[inst.arg >> 4] = stack.pop()
+    fast[inst.arg & 15] = stack.pop()
+
+
+@handles("STORE_FAST_LOAD_FAST", since=(3, 13))
+def store_fast_load_fast(frame: Frame, inst: Instruction) -> None:
+    """Pop TOS into the local ``arg >> 4``, then push the local ``arg & 15``."""
+    fast = frame.fast
+    stack = frame.stack
+    fast[inst.arg >> 4] = stack.pop()
+    stack.append(fast[inst.arg & 15])
 
 
 @handles("DELETE_FAST", since=(3, 11))
@@ -76,7 +113,7 @@ def global_value(frame: Frame, name: str) -> object:
     return value
 
 
-@handles("LOAD_GLOBAL", since=(3, 11))
+@handles("LOAD_GLOBAL", since=(3, 11), until=(3, 12))
 def load_global(frame: Frame, inst: Instruction) -> None:
     """Push a global or builtin (after a NULL when the low bit of the argument is set)."""
     if inst.arg & 1:
@@ -86,13 +123,33 @@ def load_global(frame: Frame, inst: Instruction) -> None:
     frame.stack.append(global_value(frame, name) if value is _MISSING else value)
 
 
-@handles("LOAD_GLOBAL", since=(3, 11), hook="on_load_global")
+@handles("LOAD_GLOBAL", since=(3, 11), until=(3, 12), hook="on_load_global")
 def load_global_hooked(frame: Frame, inst: Instruction) -> None:
     """LOAD_GLOBAL, passing the value through ``hooks.on_load_global``."""
     if inst.arg & 1:
         frame.stack.append(NULL)
     name = inst.argval
     frame.stack.append(frame.run.hooks.on_load_global(frame, name, global_value(frame, name)))
+
+
+@handles("LOAD_GLOBAL", since=(3, 13))
+def load_global_313(frame: Frame, inst: Instruction) -> None:
+    """Push a global or builtin (then a NULL when the low bit of the argument is set: 3.13's CALL
+    expects ``callable, self_or_NULL``)."""
+    name = inst.argval
+    value = frame.globals.get(name, _MISSING)
+    frame.stack.append(global_value(frame, name) if value is _MISSING else value)
+    if inst.arg & 1:
+        frame.stack.append(NULL)
+
+
+@handles("LOAD_GLOBAL", since=(3, 13), hook="on_load_global")
+def load_global_313_hooked(frame: Frame, inst: Instruction) -> None:
+    """3.13's LOAD_GLOBAL, passing the value through ``hooks.on_load_global``."""
+    name = inst.argval
+    frame.stack.append(frame.run.hooks.on_load_global(frame, name, global_value(frame, name)))
+    if inst.arg & 1:
+        frame.stack.append(NULL)
 
 
 @handles("STORE_GLOBAL", since=(3, 11))
@@ -187,16 +244,57 @@ def _classderef(frame: Frame, inst: Instruction) -> object:
     return _cell_value(frame, inst)
 
 
-@handles("LOAD_CLASSDEREF", since=(3, 11))
+@handles("LOAD_CLASSDEREF", since=(3, 11), until=(3, 11))
 def load_classderef(frame: Frame, inst: Instruction) -> None:
     """Push a name from the class namespace, else from its cell."""
     frame.stack.append(_classderef(frame, inst))
 
 
-@handles("LOAD_CLASSDEREF", since=(3, 11), hook="on_load_deref")
+@handles("LOAD_CLASSDEREF", since=(3, 11), until=(3, 11), hook="on_load_deref")
 def load_classderef_hooked(frame: Frame, inst: Instruction) -> None:
     """LOAD_CLASSDEREF through ``hooks.on_load_deref``."""
     frame.stack.append(frame.run.hooks.on_load_deref(frame, inst.argval, _classderef(frame, inst)))
+
+
+def _dict_or_deref(frame: Frame, inst: Instruction) -> object:
+    mapping = frame.stack.pop()
+    value = mapping.get(inst.argval, _MISSING) if type(mapping) is dict else _mapping_get(mapping, inst.argval)
+    return _cell_value(frame, inst) if value is _MISSING else value
+
+
+def _mapping_get(mapping: object, name: str) -> object:
+    try:
+        return mapping[name]
+    except KeyError:
+        return _MISSING
+
+
+@handles("LOAD_FROM_DICT_OR_DEREF", since=(3, 12))
+def load_from_dict_or_deref(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS[name] if the mapping TOS (a class namespace) has it, else the cell's contents."""
+    frame.stack.append(_dict_or_deref(frame, inst))
+
+
+@handles("LOAD_FROM_DICT_OR_DEREF", since=(3, 12), hook="on_load_deref")
+def load_from_dict_or_deref_hooked(frame: Frame, inst: Instruction) -> None:
+    """LOAD_FROM_DICT_OR_DEREF through ``hooks.on_load_deref``."""
+    frame.stack.append(frame.run.hooks.on_load_deref(frame, inst.argval, _dict_or_deref(frame, inst)))
+
+
+@handles("LOAD_FROM_DICT_OR_GLOBALS", since=(3, 12))
+def load_from_dict_or_globals(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS[name] if the mapping TOS has it, else the global or builtin (annotation scopes)."""
+    mapping = frame.stack.pop()
+    value = _mapping_get(mapping, inst.argval)
+    frame.stack.append(global_value(frame, inst.argval) if value is _MISSING else value)
+
+
+@handles("LOAD_LOCALS", since=(3, 12))
+def load_locals(frame: Frame, inst: Instruction) -> None:
+    """Push the frame's locals mapping (class bodies, module code)."""
+    if frame.locals is None:
+        raise SystemError("no locals found")
+    frame.stack.append(frame.locals)
 
 
 @handles("STORE_DEREF", since=(3, 11))
@@ -212,7 +310,7 @@ def delete_deref(frame: Frame, inst: Instruction) -> None:
     del frame.fast[inst.arg].cell_contents
 
 
-@handles("LOAD_CLOSURE", since=(3, 11))
+@handles("LOAD_CLOSURE", since=(3, 11), until=(3, 12))
 def load_closure(frame: Frame, inst: Instruction) -> None:
     """Push the cell itself (to build a closure)."""
     frame.stack.append(frame.fast[inst.arg])
@@ -232,7 +330,7 @@ def copy_free_vars(frame: Frame, inst: Instruction) -> None:
     frame.fast[len(frame.fast) - inst.arg:] = closure
 
 
-@handles("LOAD_ATTR", since=(3, 11))
+@handles("LOAD_ATTR", since=(3, 11), until=(3, 11))
 def load_attr_(frame: Frame, inst: Instruction) -> None:
     """TOS = TOS.name."""
     stack = frame.stack
@@ -253,7 +351,7 @@ def _hooked_load(frame: Frame, obj: object, name: str) -> object:
         raise
 
 
-@handles("LOAD_ATTR", since=(3, 11), hook="on_load_attr")
+@handles("LOAD_ATTR", since=(3, 11), until=(3, 11), hook="on_load_attr")
 def load_attr_hooked(frame: Frame, inst: Instruction) -> None:
     """LOAD_ATTR through ``hooks.on_load_attr``."""
     stack = frame.stack
@@ -261,7 +359,7 @@ def load_attr_hooked(frame: Frame, inst: Instruction) -> None:
     stack[-1] = frame.run.hooks.on_load_attr(frame, obj, inst.argval, _hooked_load(frame, obj, inst.argval))
 
 
-@handles("LOAD_METHOD", since=(3, 11))
+@handles("LOAD_METHOD", since=(3, 11), until=(3, 11))
 def load_method(frame: Frame, inst: Instruction) -> None:
     """Replace TOS by (NULL, TOS.name): the bound attribute, called by the following CALL."""
     stack = frame.stack
@@ -269,7 +367,7 @@ def load_method(frame: Frame, inst: Instruction) -> None:
     stack[-2] = NULL
 
 
-@handles("LOAD_METHOD", since=(3, 11), hook="on_load_attr")
+@handles("LOAD_METHOD", since=(3, 11), until=(3, 11), hook="on_load_attr")
 def load_method_hooked(frame: Frame, inst: Instruction) -> None:
     """LOAD_METHOD through ``hooks.on_load_attr``."""
     stack = frame.stack
@@ -277,6 +375,61 @@ def load_method_hooked(frame: Frame, inst: Instruction) -> None:
     value = frame.run.hooks.on_load_attr(frame, obj, inst.argval, _hooked_load(frame, obj, inst.argval))
     stack.append(value)
     stack[-2] = NULL
+
+
+@handles("LOAD_ATTR", since=(3, 13))
+def load_attr_313(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS.name; with the low bit of the argument (3.11's LOAD_METHOD), push ``TOS.name, NULL``: the
+    bound attribute, called by the following CALL."""
+    stack = frame.stack
+    obj = stack[-1]
+    name = inst.argval
+    names = NATIVE_NAMES.get(type(obj))  # load_attr's cached fast path, inlined
+    stack[-1] = getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
+    if inst.arg & 1:
+        stack.append(NULL)
+
+
+@handles("LOAD_ATTR", since=(3, 13), hook="on_load_attr")
+def load_attr_313_hooked(frame: Frame, inst: Instruction) -> None:
+    """3.13's LOAD_ATTR through ``hooks.on_load_attr``."""
+    stack = frame.stack
+    obj = stack[-1]
+    stack[-1] = frame.run.hooks.on_load_attr(frame, obj, inst.argval, _hooked_load(frame, obj, inst.argval))
+    if inst.arg & 1:
+        stack.append(NULL)
+
+
+def _super_attr(frame: Frame, inst: Instruction) -> tuple[object, str]:
+    """Pop ``super, class, self``; the super object and the attribute name (``super().name``)."""
+    from jitcore.interpreter.calls import call
+
+    stack = frame.stack
+    first = stack.pop()
+    cls = stack.pop()
+    global_super = stack.pop()
+    if global_super is super and isinstance(cls, type):
+        return super(cls, first), inst.argval
+    # ``super`` rebound, or a class that is not a type: call it as CPython does (zero-argument form: no args)
+    return call(frame.run, global_super, (cls, first) if inst.arg & 2 else (), None), inst.argval
+
+
+@handles("LOAD_SUPER_ATTR", since=(3, 13))
+def load_super_attr(frame: Frame, inst: Instruction) -> None:
+    """``super().name`` (``super(cls, self).name``): push the attribute (then NULL for a method call)."""
+    proxy, name = _super_attr(frame, inst)
+    frame.stack.append(load_attr(frame.run, proxy, name))
+    if inst.arg & 1:
+        frame.stack.append(NULL)
+
+
+@handles("LOAD_SUPER_ATTR", since=(3, 13), hook="on_load_attr")
+def load_super_attr_hooked(frame: Frame, inst: Instruction) -> None:
+    """LOAD_SUPER_ATTR through ``hooks.on_load_attr``."""
+    proxy, name = _super_attr(frame, inst)
+    frame.stack.append(frame.run.hooks.on_load_attr(frame, proxy, name, _hooked_load(frame, proxy, name)))
+    if inst.arg & 1:
+        frame.stack.append(NULL)
 
 
 @handles("STORE_ATTR", since=(3, 11))
@@ -314,6 +467,35 @@ def binary_subscr_hooked(frame: Frame, inst: Instruction) -> None:
     container = stack[-1]
     value = get_item(frame.run, container, key)
     stack[-1] = frame.run.hooks.on_load_subscr(frame, container, key, value)
+
+
+@handles("BINARY_SLICE", since=(3, 12))
+def binary_slice(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS2[TOS1:TOS]."""
+    stack = frame.stack
+    stop = stack.pop()
+    start = stack.pop()
+    stack[-1] = get_item(frame.run, stack[-1], slice(start, stop))
+
+
+@handles("BINARY_SLICE", since=(3, 12), hook="on_load_subscr")
+def binary_slice_hooked(frame: Frame, inst: Instruction) -> None:
+    """BINARY_SLICE through ``hooks.on_load_subscr`` (the key is the slice)."""
+    stack = frame.stack
+    stop = stack.pop()
+    key = slice(stack.pop(), stop)
+    container = stack[-1]
+    stack[-1] = frame.run.hooks.on_load_subscr(frame, container, key, get_item(frame.run, container, key))
+
+
+@handles("STORE_SLICE", since=(3, 12))
+def store_slice(frame: Frame, inst: Instruction) -> None:
+    """TOS2[TOS1:TOS] = TOS3."""
+    stack = frame.stack
+    stop = stack.pop()
+    start = stack.pop()
+    container = stack.pop()
+    set_item(frame.run, container, slice(start, stop), stack.pop())
 
 
 @handles("STORE_SUBSCR", since=(3, 11))
@@ -374,15 +556,19 @@ def import_from(frame: Frame, inst: Instruction) -> None:
     raise ImportError(msg, name=package, path=path)
 
 
-@handles("IMPORT_STAR", since=(3, 11))
-def import_star(frame: Frame, inst: Instruction) -> None:
-    """from TOS import * (into the frame's locals)."""
-    module = frame.stack.pop()
+def import_star(frame: Frame, module: object) -> None:
+    """``from module import *`` into the frame's locals (IMPORT_STAR; 3.12+: CALL_INTRINSIC_1)."""
     names = getattr(module, "__all__", None)
     if names is None:
         names = [n for n in vars(module) if not n.startswith("_")]
     for name in names:
         frame.locals[name] = getattr(module, name)
+
+
+@handles("IMPORT_STAR", since=(3, 11), until=(3, 11))
+def import_star_(frame: Frame, inst: Instruction) -> None:
+    """from TOS import * (into the frame's locals)."""
+    import_star(frame, frame.stack.pop())
 
 
 @handles("LOAD_BUILD_CLASS", since=(3, 11))

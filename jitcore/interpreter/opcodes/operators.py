@@ -37,7 +37,7 @@ def binary_op_(frame: Frame, inst: Instruction) -> None:
         stack[-1] = binary_op(frame.run, inst.arg, lhs, rhs)
 
 
-@handles("COMPARE_OP", since=(3, 11))
+@handles("COMPARE_OP", since=(3, 11), until=(3, 12))
 def compare_op_(frame: Frame, inst: Instruction) -> None:
     """TOS = TOS1 <cmp> TOS."""
     stack = frame.stack
@@ -47,6 +47,28 @@ def compare_op_(frame: Frame, inst: Instruction) -> None:
         stack[-1] = NATIVE_COMPARE[inst.argval](lhs, rhs)
     else:
         stack[-1] = compare_op(frame.run, inst.argval, lhs, rhs)
+
+
+@handles("COMPARE_OP", since=(3, 13))
+def compare_op_313(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS1 <cmp> TOS (operator ``inst.argval``); with bit 16 of the argument, ``bool()`` of it (3.13 folds
+    the TO_BOOL of a comparison tested by a jump into the comparison)."""
+    stack = frame.stack
+    rhs = stack.pop()
+    lhs = stack[-1]
+    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        v = NATIVE_COMPARE[inst.argval](lhs, rhs)
+    else:
+        v = compare_op(frame.run, inst.argval, lhs, rhs)
+    stack[-1] = (v if v is True or v is False else truth(frame.run, v)) if inst.arg & 16 else v
+
+
+@handles("TO_BOOL", since=(3, 13))
+def to_bool(frame: Frame, inst: Instruction) -> None:
+    """TOS = bool(TOS) (a Python ``__bool__``/``__len__`` interpreted)."""
+    v = frame.stack[-1]
+    if v is not True and v is not False:
+        frame.stack[-1] = truth(frame.run, v)
 
 
 @handles("IS_OP", since=(3, 11))
@@ -71,7 +93,7 @@ def unary_negative(frame: Frame, inst: Instruction) -> None:
     frame.stack[-1] = unary_op(frame.run, "__neg__", frame.stack[-1])
 
 
-@handles("UNARY_POSITIVE", since=(3, 11))
+@handles("UNARY_POSITIVE", since=(3, 11), until=(3, 11))
 def unary_positive(frame: Frame, inst: Instruction) -> None:
     """TOS = +TOS."""
     frame.stack[-1] = unary_op(frame.run, "__pos__", frame.stack[-1])

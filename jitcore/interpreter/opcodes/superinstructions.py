@@ -1,9 +1,10 @@
 """Superinstructions: two operand loads and a binary operation or comparison, with the store or the
 conditional jump that consumes the result (Note [Fused instructions] in registry.py).
 
-``x % 3`` then ``if``, ``total += x``, ``i < n`` then ``if``, ``a + b``: CPython compiles them to
+``x % 3`` then ``if``, ``total += x``, ``i < n`` then ``if``, ``a + b``: CPython 3.11 compiles them to
 ``LOAD_FAST``/``LOAD_CONST`` twice, ``BINARY_OP``/``COMPARE_OP`` and often ``STORE_FAST`` or
-``POP_JUMP_FORWARD_IF_*``. One handler runs the whole run of three or four instructions: the
+``POP_JUMP_FORWARD_IF_*``; 3.13 loads two locals with one ``LOAD_FAST_LOAD_FAST`` and tests a binary
+operation's result with ``TO_BOOL`` + ``POP_JUMP_IF_*`` (each version has its own table below). One handler runs the whole run of three or four instructions: the
 instruction that dominates loops of pure-Python code costs one trip through the run loop instead of
 two or three.
 
@@ -34,6 +35,7 @@ Handler = Callable[[Frame, Instruction], object]
 _UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
 _LOADS = ("LOAD_FAST", "LOAD_CONST")
 _JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True}
+_JUMPS_313 = {"POP_JUMP_IF_FALSE": False, "POP_JUMP_IF_TRUE": True}
 
 
 def _superinstruction(first: str, second: str, operation: str, tail: str | None) -> Handler:
@@ -101,3 +103,90 @@ def _register() -> None:
 
 
 _register()
+
+
+# 3.13: ``i < n`` compiles to LOAD_FAST_LOAD_FAST (both operands in one instruction) + COMPARE_OP (with the
+# bool() bit) + POP_JUMP_IF_*; ``x % 3`` then ``if`` to LOAD_FAST + LOAD_CONST + BINARY_OP + TO_BOOL +
+# POP_JUMP_IF_*; ``total += x`` to LOAD_FAST_LOAD_FAST + BINARY_OP + STORE_FAST.
+def _superinstruction_313(loads: tuple[str, ...], operation: str, tail: tuple[str, ...]) -> Handler:
+    """The handler of ``*loads operation *tail`` on 3.13 (``loads``: one LOAD_FAST_LOAD_FAST or two loads)."""
+    paired = loads == ("LOAD_FAST_LOAD_FAST",)
+    lhs_local = loads[0] == "LOAD_FAST"
+    rhs_local = not paired and loads[1] == "LOAD_FAST"
+    compare = operation == "COMPARE_OP"
+    store = tail == ("STORE_FAST",)
+    to_bool = bool(tail) and tail[0] == "TO_BOOL"
+    jump = bool(tail) and not store
+    jump_if = _JUMPS_313.get(tail[-1] if tail else "", False)
+
+    def handler(frame: Frame, inst: Instruction) -> None:
+        if paired:
+            op = inst.next
+            fast = frame.fast
+            lhs = fast[inst.arg >> 4]
+            rhs = fast[inst.arg & 15]
+        else:
+            nxt = inst.next
+            op = nxt.next
+            if lhs_local:
+                lhs = frame.fast[inst.arg]
+                if lhs is NULL:
+                    raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+            else:
+                lhs = inst.argval
+            frame.index += 1
+            if rhs_local:
+                rhs = frame.fast[nxt.arg]
+                if rhs is NULL:
+                    raise UnboundLocalError(_UNBOUND_LOCAL.format(nxt.argval))
+            else:
+                rhs = nxt.argval
+        frame.index += 1
+        if compare:
+            if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+                v = NATIVE_COMPARE[op.argval](lhs, rhs)
+            else:
+                v = compare_op(frame.run, op.argval, lhs, rhs)
+            if op.arg & 16 and v is not True and v is not False:
+                v = truth(frame.run, v)
+        elif type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            v = NATIVE_BINARY[op.arg](lhs, rhs)
+        else:
+            v = binary_op(frame.run, op.arg, lhs, rhs)
+        if store:
+            frame.index += 1
+            frame.fast[op.next.arg] = v
+        elif jump:
+            last = op.next
+            if to_bool:
+                frame.index += 1
+                if v is not True and v is not False:
+                    v = truth(frame.run, v)
+                last = last.next
+            frame.index += 1
+            if (v if v is True or v is False else truth(frame.run, v)) is jump_if:
+                frame.index = last.argval
+        else:
+            frame.stack.append(v)
+
+    parts = [*loads, operation, *tail]
+    handler.__name__ = "_".join(p.lower() for p in parts)
+    handler.__doc__ = f"{' + '.join(parts)} as one instruction."
+    return handler
+
+
+def _register_313() -> None:
+    operand_loads = [("LOAD_FAST_LOAD_FAST",), ("LOAD_FAST", "LOAD_FAST"), ("LOAD_FAST", "LOAD_CONST"),
+                     ("LOAD_CONST", "LOAD_FAST")]
+    for loads in operand_loads:
+        for operation in ("BINARY_OP", "COMPARE_OP"):
+            tails: list[tuple[str, ...]] = [()]
+            if operation == "BINARY_OP":
+                tails += [("STORE_FAST",), *(("TO_BOOL", jump) for jump in _JUMPS_313)]
+            else:  # the comparison carries its own bool() (bit 16 of its argument)
+                tails += [(jump,) for jump in _JUMPS_313]
+            for tail in tails:
+                fuses(*loads, operation, *tail, since=(3, 13))(_superinstruction_313(loads, operation, tail))
+
+
+_register_313()
