@@ -21,34 +21,12 @@ __all__ = ["DispatchRoute", "dispatch_map", "explain", "explain_text", "guard_li
 
 
 def guard_lines(prologue: Any) -> list[str]:
-    """The checks of ``prologue`` in words, one per guard, then the implicit state."""
-    lines = [_guard_words(g.path.describe(), g.kind, g.expected) for g in prologue.guards]
-    lines += [f"{s.name} is {s.expected!r}" for s in prologue.state]
-    return lines
+    """The checks of ``prologue`` in words, one per guard, then the implicit state.
 
-
-def _guard_words(where: str, kind: str, expected: Any) -> str:
-    if kind == "tensor":
-        words = (
-            f"{where} is a {expected.type.__qualname__} of shape {tuple(expected.shape)}, {expected.dtype}, "
-            f"on {expected.device}, requires_grad={expected.requires_grad}"
-        )
-        return words + (f", strides {expected.strides}" if expected.strides is not None else "")
-    if kind == "type":
-        return f"type({where}) is {getattr(expected, '__qualname__', expected)}"
-    if kind == "len":
-        return f"len({where}) == {expected}"
-    if kind == "keys":
-        return f"{where} has keys {list(expected)}"
-    if kind == "value":
-        return f"{where} == {expected!r}"
-    if kind == "contents":
-        return f"{where} holds {expected!r}"
-    if kind == "identity":
-        return f"{where} is the same object as when traced ({type(expected).__qualname__})"
-    if kind == "absent":
-        return f"{where} has no entry {expected!r}"
-    return f"{where}: {kind} {expected!r}"
+    The sentences are the guards' own (``Guard.describe``, Note [Guard sentences] in
+    jitcore/prologue/guards.py), so explain and the ``jitcore.guards`` log say the same.
+    """
+    return [g.describe() for g in prologue.guards] + [s.describe() for s in prologue.state]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +98,24 @@ def _code(frame: SourceFrame) -> str:
     return linecache.getline(frame.filename, frame.lineno).strip()
 
 
+def _read_lines(trace: Any) -> list[str]:
+    """The tensor values the trace read while tracing (its splits), each with the ops around it."""
+    from jitcore.langctx.reads import READ
+
+    records = trace.bound_symbols
+    positions = [i for i, b in enumerate(records) if b.symbol is READ]
+    if not positions:
+        return []
+    lines = ["\n  value reads (checked on every call; another value sends the call to another entry):"]
+    start = 0
+    for i in positions:
+        site, value = records[i].args[0], records[i].args[1]
+        lines.append(f"    - {site}: traced with {value!r} ({i - start} ops since the previous read)")
+        start = i + 1
+    lines.append(f"    {len(records) - start} ops after the last read")
+    return lines
+
+
 def explain_text(jfn: Any) -> str:
     """Everything ``explain`` shows, as plain text."""
     from jitcore.jit.api import _as_jitted
@@ -143,6 +139,7 @@ def explain_text(jfn: Any) -> str:
         for number, trace in enumerate(entry.traces, start=1):
             out.append(f"\n  computation trace, pass {number}:")
             out += [f"    {line}" for line in trace.python_source().splitlines()]
+        out += _read_lines(entry.traces[0])
         routes = [r for trace in entry.traces[:1] for r in dispatch_map(trace)]
         if routes:
             out.append("\n  dispatch map (user line -> torch op -> subclass -> aten ops):")

@@ -1,8 +1,9 @@
 """``JITCORE_LOGS``: what the jit did, on stdlib logging, quiet by default.
 
 Components are loggers under ``jitcore``: ``jitcore.traces`` (each computation trace made),
-``jitcore.guards`` (each prologue, its checks in words) and ``jitcore.recompiles`` (why a call
-missed every cache entry). ``JITCORE_LOGS=traces,guards`` or ``JITCORE_LOGS=all`` attaches a
+``jitcore.guards`` (each prologue, its checks in words), ``jitcore.recompiles`` (why a call
+missed every cache entry) and ``jitcore.graph_breaks`` (each tensor value a trace reads and checks,
+with the user's line: jitcore/jit/value_reads.py). ``JITCORE_LOGS=traces,guards`` or ``JITCORE_LOGS=all`` attaches a
 stderr handler to the chosen ones at INFO; applications may configure the loggers themselves.
 Invariant: with nothing enabled, a miss costs one ``isEnabledFor`` check per component.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 __all__ = ["COMPONENTS", "configure", "entry_added"]
 
-COMPONENTS = ("traces", "guards", "recompiles")
+COMPONENTS = ("traces", "guards", "recompiles", "graph_breaks")
 _LOGGERS = {name: logging.getLogger(f"jitcore.{name}") for name in COMPONENTS}
 _HANDLER_TAG = "_jitcore_logs_handler"
 

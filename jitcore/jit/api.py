@@ -29,6 +29,7 @@ from jitcore.errors import DataDependentError
 from jitcore.executors import get_executor
 from jitcore.ir import Trace
 from jitcore.jit.interpretation import Pass
+from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
 from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.prologue import MISS, MissReason, Prologue
@@ -155,10 +156,7 @@ class JittedFunction:
                             fullgraph=self.fullgraph)
         self.last_traces = [tracing_pass.trace]
         self.last_prologue = tracing_pass.prologue
-        if isinstance(self.fn, torch.nn.Module):
-            program = tracing_pass.run(args, kwargs, target=self.fn, bound_self=self.fn)
-        else:
-            program = tracing_pass.run(args, kwargs, target=self.fn)
+        program = self._run_pass(tracing_pass, args, kwargs)
         traces = [program.trace]
         flat = flatten_subclasses(program.trace)
         if flat is not program.trace:
@@ -174,13 +172,21 @@ class JittedFunction:
                     program.prologue.inputs.append(path)
                     program.prologue.input_names.append(proxy.name)
             computation = self.executor.compile(traces[-1])
-        if program.epilogue is not None:
-            computation = program.epilogue.wrap(computation)
         if program.structure is not None:
             computation = program.structure.wrap(computation)
+        if program.epilogue is not None:
+            computation = program.epilogue.wrap(computation)
         computation = with_rollback(program.trace, computation)  # undo writes before a failed read check
         cached_call = program.prologue.compile(computation)
+        note_state_inputs(program.prologue.inputs, program.prologue.input_names,
+                          [*traces, *self.last_traces, *self.last_backward_traces])  # linear1_weight: linear1.weight
         return CacheEntry(number, program.prologue, traces, computation, cached_call)
+
+    def _run_pass(self, tracing_pass: Pass, args: tuple, kwargs: dict) -> Any:
+        """Interpret one call (jitcore/jit/module.py interprets a module's forward instead)."""
+        if isinstance(self.fn, torch.nn.Module):
+            return tracing_pass.run(args, kwargs, target=self.fn, bound_self=self.fn)
+        return tracing_pass.run(args, kwargs, target=self.fn)
 
     @property
     def entries(self) -> list[CacheEntry]:
@@ -219,11 +225,24 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         A JittedFunction; ``jit(**options)`` without ``fn`` returns a decorator.
     """
     if fn is None:
-        return lambda f: JittedFunction(f, **options)
+        return lambda f: jit(f, **options)
+    if isinstance(fn, torch.nn.Module) or _is_module_forward(fn):
+        from jitcore.jit.module import jit_module
+
+        return jit_module(fn, **options)
     return JittedFunction(fn, **options)
 
 
+def _is_module_forward(fn: Any) -> bool:
+    """``module.forward`` (bound): jitted with the module's state named and guarded as for modules."""
+    return isinstance(getattr(fn, "__self__", None), torch.nn.Module) and getattr(fn, "__name__", None) == "forward"
+
+
 def _as_jitted(jfn: Any) -> JittedFunction:
+    from jitcore.jit.module import JittedModule
+
+    if isinstance(jfn, JittedModule):
+        jfn = jfn.jitted_forward
     if not isinstance(jfn, JittedFunction):
         raise TypeError(f"expected a function returned by jitcore.jit, got {type(jfn).__qualname__}")
     return jfn

@@ -56,6 +56,7 @@ _JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
 _LIBRARY_DIRS = (_TORCH_DIR, _JITCORE_DIR, _STDLIB_DIR)
+_TORCH_MODULES_DIR = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
 
 
 class TracedProgram:
@@ -113,10 +114,10 @@ class Pass:
         state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
         with tracing(self.context), _deep_recursion():
             output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
-        output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
         epilogue = None
         if self.numpy is not None:
             output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
+        output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
         self._refuse_escapes(output, (args, kwargs, bound_self))
         self.trace.output = output
         self._point_leaks_at_inputs()
@@ -408,13 +409,15 @@ class Pass:
         run = current_run()
         if run is None:
             return None
-        frames = []
+        frames, module_frames = [], []
         for frame in run.frames:
             pos = frame.position()
-            if _is_library(pos.filename):
-                continue
-            frames.append(SourceFrame(pos.filename, pos.lineno or 0, pos.function_name, pos.end_lineno, pos.col, pos.end_col))
-        return tuple(frames) or None
+            kept = frames if not _is_library(pos.filename) else \
+                module_frames if pos.filename.startswith(_TORCH_MODULES_DIR) else None
+            if kept is not None:
+                kept.append(SourceFrame(pos.filename, pos.lineno or 0, pos.function_name, pos.end_lineno, pos.col, pos.end_col))
+        # torch's own modules (nn.Linear, nn.TransformerEncoderLayer) jitted directly: their lines
+        return tuple(frames or module_frames) or None
 
 
 # Every interpreted frame costs several native ones; subclass resolution nests interpreted

@@ -36,6 +36,7 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 __all__ = ["ValueReads", "has_reads", "nondeterministic_read", "read_sites", "with_rollback"]
 
 _LOG = logging.getLogger("jitcore.graph_breaks")
+_REFUSED = object()
 
 
 class ValueReads:
@@ -77,7 +78,10 @@ class ValueReads:
         leaves, spec = optree.tree_flatten(out, none_is_leaf=True)
         inputs = optree.tree_leaves((args, kwargs), none_is_leaf=True)
         if torch.is_grad_enabled() and any(isinstance(v, TensorProxy) and v.requires_grad for v in inputs):
-            raise error  # autograd needs the op's derivative on shadows, which it cannot shape
+            retried = self._with_read_arguments(symbol, args, kwargs)
+            if retried is _REFUSED:
+                raise error  # autograd needs the op's derivative on shadows, which it cannot shape
+            return retried
         if not all(isinstance(v, torch.Tensor) for v in leaves):
             raise error
         values = self.context.values
@@ -90,6 +94,28 @@ class ValueReads:
             self._record(BoundSymbol(READ, (shape_site, tuple(real.shape), _shape, proxy), {}, None, (), site.source))
         self._log(site, [tuple(t.shape) for t in leaves])
         return output
+
+    def _with_read_arguments(self, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
+        """The call again with its integer tensor arguments read as Python numbers (``narrow``'s
+        tensor start, ``tensor_split``'s tensor indices): when that makes its shapes static, it is
+        recorded as an ordinary, differentiable op behind the reads' checks (_REFUSED: it does not)."""
+
+        def read(value: Any) -> Any:
+            if isinstance(value, TensorProxy) and not value.requires_grad and value.ndim <= 1 \
+                    and not value.dtype.is_floating_point and not value.dtype.is_complex:
+                return value.item() if value.ndim == 0 else value.tolist()
+            return value
+
+        with self._enclosing_scope():
+            leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
+            read_leaves = [read(v) for v in leaves]
+            if all(a is b for a, b in zip(leaves, read_leaves)):
+                return _REFUSED
+            read_args, read_kwargs = optree.tree_unflatten(spec, read_leaves)
+            try:
+                return symbol(*read_args, **read_kwargs)
+            except (DataDependentError, TypeError, RuntimeError):
+                return _REFUSED
 
     def _record(self, bsym: BoundSymbol) -> None:
         self.context.trace.imports.setdefault("jitcore", jitcore)  # check_read's path

@@ -14,17 +14,17 @@ A = np.random.default_rng(1).standard_normal((3, 4))
 
 def _raises(error: type, fn, *args) -> Exception:
     with pytest.raises(error) as info:
-        jitcore.jit(fn)(*args)
+        jitcore.jit(fn, fullgraph=True)(*args)
     return info.value
 
 
-def test_boolean_mask_indexing_is_data_dependent() -> None:
-    # The result's shape depends on the mask's values: no trace can hold it (docs/numpy.md).
+def test_boolean_mask_indexing_is_data_dependent_with_fullgraph() -> None:
+    # The result's shape depends on the mask's values: fullgraph=True refuses it (docs/numpy.md).
     error = _raises(jitcore.DataDependentError, lambda a: a[a > 0], A)
     assert error.code == "JC-T002"
 
 
-def test_other_value_dependent_shapes_and_python_values() -> None:
+def test_other_value_dependent_shapes_and_python_values_with_fullgraph() -> None:
     _raises(jitcore.DataDependentError, lambda a: np.nonzero(a), A)
     _raises(jitcore.DataDependentError, lambda a: np.unique(a), A)
     _raises(jitcore.DataDependentError, lambda a: float(np.sum(a)), A)
@@ -32,8 +32,22 @@ def test_other_value_dependent_shapes_and_python_values() -> None:
     _raises(jitcore.DataDependentError, lambda a: a.tolist(), A)
 
 
+@pytest.mark.parametrize("fn", [
+    lambda a: a[a > 0], lambda a: np.nonzero(a), lambda a: np.unique(a), lambda a: float(np.sum(a)),
+    lambda a: a * 2 if a.sum() > 0 else a,
+], ids=["mask", "nonzero", "unique", "float", "branch"])
+def test_value_reads_match_numpy_on_every_call(fn) -> None:
+    # By default such reads are checked reads (docs/user-guide.md, "Value reads"), cached calls included.
+    jfn = jitcore.jit(fn)
+    for a in (A, A, -A, A[::-1].copy(), -A):
+        got, expected = jfn(a), fn(a)
+        assert type(got) is type(expected)
+        for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+            np.testing.assert_array_equal(g, e)
+
+
 def test_eager_fallback_for_boolean_masks() -> None:
-    jfn = jitcore.jit(lambda a: a[a > 0], fallback="eager")
+    jfn = jitcore.jit(lambda a: a[a > 0], fallback="eager", fullgraph=True)
     with pytest.warns(UserWarning, match="runs eagerly"):
         out = jfn(A)
     np.testing.assert_array_equal(out, A[A > 0])

@@ -1,0 +1,212 @@
+"""Value reads (jitcore/jit/value_reads.py): programs that need tensor values run as eagerly.
+
+Every test is differential: each call's result and every mutated input are compared with eager,
+over sequences of calls that take the cached path, another entry, or a new trace.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jit_helpers import assert_same, clone_tree
+
+import jitcore
+from jitcore.debug.logs import configure
+from jitcore.langctx.reads import same_value
+
+
+def run_sequence(fn, calls, **options):
+    """Call ``fn`` eagerly and jitted on each argument tuple; compare results and mutated inputs."""
+    jfn = jitcore.jit(fn, **options)
+    for args in calls:
+        eager_args, jit_args = clone_tree(args), clone_tree(args)
+        try:
+            expected = fn(*eager_args)
+        except Exception as exc:  # noqa: BLE001 - the jitted call must raise the same
+            with pytest.raises(type(exc)):
+                jfn(*jit_args)
+            continue
+        assert_same(jfn(*jit_args), expected)
+        assert_same(jit_args, eager_args)
+    return jfn
+
+
+def branch(x):
+    y = x * 2
+    if y.sum() > 0:
+        return y + 1
+    return y - 1
+
+
+def test_branch_on_a_value_takes_each_path_as_eager_and_caches_both():
+    jfn = run_sequence(branch, [(torch.ones(3),), (-torch.ones(3),), (torch.ones(3),), (-torch.ones(3),)])
+    assert jitcore.cache_misses(jfn) == 2 and jitcore.cache_hits(jfn) == 2
+    reasons = jitcore.miss_reasons(jfn)[1]
+    assert [r.where for r in reasons] == ["value read"] and "traced with True" in reasons[0].detail
+    assert "test_jit_value_reads.py" in reasons[0].detail  # the user's line
+
+
+def test_item_tolist_and_python_values():
+    def f(x, k):
+        n = int(x.sum().item())
+        scale = x.max().item()
+        return x * scale + n, x.tolist(), bool(x.any()), torch.equal(x, k), x[0].item() > 0
+
+    run_sequence(f, [(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]))] * 2
+                 + [(torch.tensor([-1.0, 0.5]), torch.tensor([1.0, 2.0]))])
+
+
+def test_data_dependent_shapes_and_their_gradients():
+    def f(x, m):
+        return x[m].sum() * x.nonzero().shape[0] + x.masked_select(m).mean() + torch.argwhere(x > 0).sum()
+
+    calls = []
+    for seed in range(4):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(6, generator=g)
+        calls.append((x, x > 0))
+    run_sequence(f, calls)
+    x = torch.randn(6, requires_grad=True)
+    jfn = jitcore.jit(f)
+    jfn(x, x.detach() > 0).backward()
+    x_eager = x.detach().clone().requires_grad_()
+    f(x_eager, x_eager.detach() > 0).backward()
+    assert_same(x.grad, x_eager.grad)
+
+
+def test_mask_assignment_and_tuple_nonzero():
+    def f(x):
+        y = x.clone()
+        y[y < 0] = 0.0
+        rows, cols = torch.nonzero(y > 0.5, as_tuple=True)
+        return y, rows, cols, torch.where(y > 1)[0]
+
+    run_sequence(f, [(torch.randn(3, 4),) for _ in range(3)])
+
+
+def test_ops_with_value_dependent_shapes_and_tensor_arguments():
+    def f(x, idx):
+        return torch.unique(x), torch.tensor_split(x, idx), torch.bincount(x)
+
+    run_sequence(f, [(torch.tensor([1, 2, 2, 5]), torch.tensor([1, 3])), (torch.tensor([1, 2, 2, 5]), torch.tensor([1, 3])),
+                     (torch.tensor([0, 0, 3, 3]), torch.tensor([2]))])
+    x = torch.randn(5, 3, requires_grad=True)
+    for fn in (lambda x, s: torch.narrow(x, 0, s, 2), lambda x, s: torch.tensor_split(x, s)[0]):
+        out = jitcore.jit(fn)(x, torch.tensor(1))
+        out.sum().backward()
+        assert_same(out, fn(x, torch.tensor(1)))
+
+
+def test_writes_before_a_failed_read_are_undone():
+    def f(x, log):
+        x.add_(1)
+        log.mul_(2)
+        if x.sum() > 0:
+            return x * 2
+        return x * 3
+
+    calls = [(torch.full((3,), v), torch.ones(2)) for v in (1.0, -5.0, 1.0, -5.0, 2.0)]
+    jfn = run_sequence(f, calls)
+    assert jitcore.cache_misses(jfn) == 2
+
+
+def test_random_ops_before_a_read_see_eagers_stream():
+    def f(x):
+        y = torch.nn.functional.dropout(x, 0.5, training=True)
+        return y * y.sum().item()
+
+    jfn = jitcore.jit(f)
+    for seed in range(4):
+        torch.manual_seed(seed)
+        got = jfn(torch.ones(16))
+        torch.manual_seed(seed)
+        assert_same(got, f(torch.ones(16)))
+
+
+def test_reads_under_autograd_and_counts_of_traces():
+    def f(x, w):
+        h = x @ w
+        if (h > 0).any():
+            h = h.relu()
+        return (h * h.abs().max().item()).sum()
+
+    w = torch.randn(4, 3, requires_grad=True)
+    jfn = jitcore.jit(f)
+    for seed in range(3):
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(seed))
+        w.grad = None
+        jfn(x, w).backward()
+        got = w.grad.clone()
+        w.grad = None
+        f(x, w).backward()
+        assert_same(got, w.grad)
+
+
+def test_fullgraph_keeps_the_refusal():
+    with pytest.raises(jitcore.DataDependentError) as info:
+        jitcore.jit(branch, fullgraph=True)(torch.ones(3))
+    assert info.value.code == "JC-T002"
+
+
+def test_reads_are_logged(caplog):
+    configure("graph_breaks")
+    try:
+        with caplog.at_level(logging.INFO, logger="jitcore.graph_breaks"):
+            jitcore.jit(branch)(torch.ones(3))
+    finally:
+        configure("")
+    assert any("value read __bool__()" in r.getMessage() and "test_jit_value_reads.py" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_explain_lists_reads():
+    jfn = jitcore.jit(branch)
+    jfn(torch.ones(3))
+    out = io.StringIO()
+    jitcore.explain(jfn, out, color=False)
+    text = out.getvalue()
+    assert "value reads" in text and "__bool__() at" in text and "traced with True (3 ops since" in text
+
+
+def test_cached_calls_do_not_reinterpret():
+    jfn = jitcore.jit(branch)
+    jfn(torch.ones(3))
+    jfn(-torch.ones(3))
+    entries = len(jfn.entries)
+    for _ in range(20):
+        jfn(torch.ones(3))
+        jfn(-torch.ones(3))
+    assert len(jfn.entries) == entries and jitcore.cache_misses(jfn) == 2
+
+
+def test_same_value_is_exact():
+    assert same_value(0.0, 0.0) and not same_value(0.0, -0.0) and same_value(float("nan"), float("nan"))
+    assert not same_value(1, 1.0) and not same_value(True, 1) and same_value([1, [2.0]], [1, [2.0]])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.floats(-3, 3, allow_nan=False), min_size=4, max_size=4), min_size=1, max_size=5),
+       st.booleans())
+def test_mixed_programs_match_eager(values, in_place):
+    def f(x):
+        if in_place:
+            x.mul_(2)
+        y = x[x > 0]
+        total = y.sum()
+        if total.item() > 1.0:
+            z = x * total
+        else:
+            z = x - y.numel()
+        return z, y, x.nonzero()
+
+    jfn = jitcore.jit(f)
+    for row in values:
+        x = torch.tensor(row)
+        a, b = x.clone(), x.clone()
+        assert_same(jfn(a), f(b))
+        assert_same(a, b)
