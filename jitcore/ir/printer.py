@@ -194,7 +194,9 @@ class _Printer:
         self.lines.append(f"def {_identifier(trace.name)}({params}):")
         for a in trace.args:
             if _is_proxy(a) and describe_value(a):
-                self.lines.append(f'{INDENT}# {a.name}: "{escape_comment(describe_value(a))}"')
+                note = trace.input_notes.get(a.name)
+                self.lines.append(f'{INDENT}# {a.name}: "{escape_comment(describe_value(a))}"'
+                                  + (f" {escape_comment(note)}" if note else ""))
         last_source: tuple | None = None
         dead = _dead_after(trace)
         for i, bsym in enumerate(trace.bound_symbols):

@@ -32,6 +32,8 @@ class Trace:
         header: lines printed as comments at the top, naming what produced the trace.
         imports: module name -> module, made available to the generated code by name.
         names: the trace's name generator.
+        input_notes: argument name -> where the input comes from, printed next to its metadata
+            (``linear1.weight`` for module state named ``linear1_weight``).
     """
 
     name: str = "computation"
@@ -41,6 +43,7 @@ class Trace:
     header: list[str] = field(default_factory=list)
     imports: dict[str, ModuleType] = field(default_factory=dict)
     names: NameGenerator = field(default_factory=NameGenerator)
+    input_notes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # An input named like an imported module would shadow it inside the generated function.

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from jitcore.dispatch.resolver import DispatchState
+from jitcore.jit.state_names import qualified_name
 from jitcore.errors import UnsupportedInputError
 from jitcore.langctx.shadows import TensorValues
 from jitcore.numpy import is_numpy_value
@@ -315,7 +316,7 @@ class Provenance:
             if tensor.layout is not torch.strided and type(tensor) in (torch.Tensor, torch.nn.Parameter):
                 raise _layout_input_error(path, name, tensor.layout)
             if type(tensor) in (torch.Tensor, torch.nn.Parameter):
-                proxy = self.values.input_proxy(tensor, name)
+                proxy = self.values.input_proxy(tensor, qualified_name(path) or name)  # linear1.weight -> linear1_weight
                 self.inputs.append((path, proxy, tensor))
             else:
                 proxy = self._subclass(tensor, path, name)

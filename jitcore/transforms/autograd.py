@@ -175,8 +175,6 @@ def last_backward_traces(jfn: Any) -> list[Trace]:
     Returns:
         ``[backward]``; the forward it pairs with is the last of ``jitcore.last_traces(jfn)``.
     """
-    from jitcore.jit.api import JittedFunction
+    from jitcore.jit.api import _as_jitted
 
-    if not isinstance(jfn, JittedFunction):
-        raise TypeError(f"expected a function returned by jitcore.jit, got {type(jfn).__qualname__}")
-    return list(getattr(jfn, "last_backward_traces", []))
+    return list(getattr(_as_jitted(jfn), "last_backward_traces", []))

@@ -1,0 +1,344 @@
+"""jitcore.jit(module): the wrapper module, differentially against eager and torch.compile's OptimizedModule.
+
+Each scenario builds three copies of one module (same state): eager, ``jitcore.jit`` and
+``torch.compile(backend="eager")``, drives them through the same sequence (calls, train/eval,
+load_state_dict, hooks, .to(), zero_grad) and compares outputs, state and what the module API answers.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import jitcore
+from jitcore.jit.module import JittedModule
+
+from jit_helpers import assert_same
+
+
+class Net(nn.Module):
+    """A forward that depends on the mode, a buffer and a plain attribute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 3)
+        self.register_buffer("shift", torch.linspace(-1, 1, 3))
+        self.scale = 2.0
+
+    def forward(self, x: torch.Tensor, *, bias: float = 0.0) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        h = h * self.scale if self.training else h / self.scale
+        return self.fc2(h) + self.shift + bias
+
+
+def three(module: nn.Module) -> tuple[nn.Module, JittedModule, nn.Module]:
+    """Eager, jitcore and torch.compile copies of ``module`` with the same state."""
+    torch._dynamo.reset()  # each scenario compiles afresh (Dynamo's cache is keyed by code, shared by instances)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return module, jitcore.jit(copy.deepcopy(module)), torch.compile(copy.deepcopy(module), backend="eager")
+
+
+def call_all(models: tuple, *args, **kwargs) -> list:
+    outs = [m(*args, **kwargs) for m in models]
+    for out, label in ((outs[1], "jitcore"), (outs[2], "torch.compile")):
+        try:
+            assert_same(out, outs[0])
+        except AssertionError as exc:
+            raise AssertionError(f"{label} differs from eager: {exc}") from None
+    return outs
+
+
+def state_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict with torch.compile's ``_orig_mod.`` prefix removed (jitcore's keys have none)."""
+    return {k.removeprefix("_orig_mod."): v for k, v in model.state_dict().items()}
+
+
+def test_calls_modes_and_load_state_dict_match_eager_and_torch_compile():
+    torch.manual_seed(0)
+    models = three(Net())
+    x = torch.randn(5, 4)
+    call_all(models, x)
+    call_all(models, x, bias=1.5)
+    for m in models:
+        m.eval()
+    assert [m.training for m in models] == [False, False, False]
+    assert all(not sub.training for sub in models[1].modules())
+    call_all(models, x)
+    new_state = {k: torch.randn_like(v) for k, v in models[0].state_dict().items()}
+    models[0].load_state_dict(new_state)
+    models[1].load_state_dict(new_state)  # the original's keys
+    models[2].load_state_dict({f"_orig_mod.{k}": v for k, v in new_state.items()})  # torch.compile prefixes them
+    call_all(models, x)
+    for m in models:
+        m.train()
+    call_all(models, x)
+    assert jitcore.cache_misses(models[1]) == 3  # train, train with bias=, eval; not load_state_dict, not train again
+    reasons = [str(r) for rs in jitcore.miss_reasons(models[1]) for r in rs]
+    assert any("training" in r for r in reasons), reasons
+
+
+def test_state_dict_keys_are_the_original_modules():
+    eager, jitted, compiled = three(Net())
+    assert list(jitted.state_dict()) == list(eager.state_dict()) == list(state_of(compiled))
+    assert [n for n, _ in jitted.named_parameters()] == [n for n, _ in eager.named_parameters()]
+    assert [n for n, _ in jitted.named_buffers()] == ["shift"]
+    assert len(list(jitted.parameters())) == len(list(compiled.parameters())) == 4
+    assert [n for n, _ in jitted.named_children()] == ["fc1", "fc2"]
+    plain = Net()
+    plain.load_state_dict(jitted.state_dict())  # moves freely between the module and its wrapper
+    for k, v in plain.state_dict().items():
+        assert torch.equal(v, jitted.state_dict()[k])
+
+
+def test_attribute_access_reaches_the_original():
+    module = Net()
+    jitted = jitcore.jit(module)
+    assert jitted.fc1 is module.fc1 and jitted.scale == 2.0
+    jitted.scale = 4.0
+    assert module.scale == 4.0
+    x = torch.randn(2, 4)
+    assert_same(jitted(x), module(x))  # the changed attribute is seen (a guard failed: retraced)
+    jitted.extra = 1
+    assert module.extra == 1
+    del jitted.extra
+    assert not hasattr(module, "extra")
+    with pytest.raises(AttributeError):
+        jitted.no_such_attribute  # noqa: B018
+    assert "jitcore.jit(" in repr(jitted) and "Linear(in_features=4" in repr(jitted)
+    assert "fc1" in dir(jitted)
+
+
+def test_to_zero_grad_and_requires_grad_match_eager_and_torch_compile():
+    torch.manual_seed(1)
+    models = three(Net())
+    x = torch.randn(3, 4)
+    for m in models:
+        m(x).sum().backward()
+    grads = [[p.grad.clone() for p in m.parameters()] for m in models]
+    for a, b, c in zip(*grads):
+        torch.testing.assert_close(b, a)
+        torch.testing.assert_close(c, a)
+    for m in models:
+        m.zero_grad()
+    assert all(p.grad is None for m in models for p in m.parameters())
+    assert all(m.to(torch.float64) is m for m in models)  # .to() returns the wrapper itself
+    assert all(p.dtype is torch.float64 for m in models for p in m.parameters())
+    call_all(models, x.double())
+    for m in models:
+        m.requires_grad_(False)
+    call_all(models, x.double())
+
+
+def test_container_modules_index_and_iterate_as_the_original():
+    seq = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+    jitted = jitcore.jit(seq)
+    assert len(jitted) == 3 and jitted[0] is seq[0] and list(jitted) == list(seq) and bool(jitted)
+    x = torch.randn(2, 4)
+    assert_same(jitted(x), seq(x))
+
+
+def test_hooks_run_as_eagerly_on_every_call():
+    torch.manual_seed(2)
+    models = three(Net())
+    seen: dict[int, list] = {id(m): [] for m in models}
+
+    def pre(module, args):
+        return (args[0] * 2,)
+
+    def post_kwargs(module, args, kwargs, out):
+        return out + kwargs.get("bias", 0.0) * 10
+
+    x = torch.randn(4, 4)
+    handles = []
+    for m in models:
+        handles.append(m.register_forward_pre_hook(pre))  # through the wrapper: lands on the original
+        handles.append(m.register_forward_hook(post_kwargs, with_kwargs=True))
+        handles.append(m.register_forward_hook(lambda mod, a, out, key=id(m): seen[key].append(out.detach())))
+    for _ in range(3):
+        call_all(models, x, bias=0.5)
+    assert [len(v) for v in seen.values()] == [3, 3, 3]  # a side effect on every call, not only while tracing
+    for a, b in zip(seen[id(models[0])], seen[id(models[1])]):
+        torch.testing.assert_close(b, a)
+    for h in handles:
+        h.remove()
+    call_all(models, x)
+    assert [len(v) for v in seen.values()] == [3, 3, 3]
+
+
+def test_pre_hook_with_kwargs_and_always_call_hook_on_error():
+    models = three(Net())
+    calls = []
+
+    def pre_kwargs(module, args, kwargs):
+        return (args[0] + 1,), {"bias": kwargs.get("bias", 0.0) - 1}
+
+    def always(module, args, out):
+        calls.append(out is None)
+
+    for m in models:
+        m.register_forward_pre_hook(pre_kwargs, with_kwargs=True)
+        m.register_forward_hook(always, always_call=True)
+    call_all(models, torch.randn(2, 4), bias=2.0)
+    assert calls == [False, False, False]
+    calls.clear()
+    for m in models:
+        with pytest.raises(RuntimeError):
+            m(torch.randn(2, 5))  # wrong width: forward raises, the always_call hook still runs
+    assert calls == [True, True, True]
+
+
+def test_submodule_hooks_and_global_hooks():
+    torch.manual_seed(3)
+    models = three(Net())
+    x = torch.randn(3, 4)
+    for m in models:
+        m.fc1.register_forward_hook(lambda mod, a, out: out * -1)
+    call_all(models, x)
+    fired = []
+    handle = nn.modules.module.register_module_forward_hook(lambda mod, a, out: fired.append(type(mod).__name__))
+    try:
+        eager_out = models[0](x)
+        eager_fired, fired[:] = list(fired), []
+        assert_same(models[1](x), eager_out)
+        assert fired == eager_fired  # once per module, as eagerly: Linear, Linear, Net
+    finally:
+        handle.remove()
+
+
+def test_backward_hooks_run():
+    models = three(Net())
+    grads = {id(m): [] for m in models}
+    for m in models:
+        m.register_full_backward_hook(lambda mod, gin, gout, key=id(m): grads[key].append(gout[0].clone()))
+    x = torch.randn(2, 4, requires_grad=True)
+    for m in models:
+        m(x).sum().backward()
+    # torch.compile(backend="eager") of torch 2.13 does not fire it (grads[id(models[2])] stays empty)
+    assert [len(grads[id(m)]) for m in models[:2]] == [1, 1]
+    torch.testing.assert_close(grads[id(models[1])][0], grads[id(models[0])][0])
+
+
+def test_inspection_apis_accept_the_wrapper():
+    jitted = jitcore.jit(Net())
+    x = torch.randn(2, 4, requires_grad=True)
+    jitted(x)
+    jitted(x)
+    assert jitcore.cache_hits(jitted) == 1 and jitcore.cache_misses(jitted) == 1
+    assert jitcore.last_traces(jitted) and jitcore.last_prologue_traces(jitted)
+    assert jitcore.miss_reasons(jitted) == [[]]
+    assert jitcore.last_backward_traces(jitted)
+    out = io.StringIO()
+    jitcore.explain(jitted, file=out, color=False)
+    assert "module Net" in out.getvalue()
+    debugger = jitcore.Debugger(jitted, (x,))
+    assert_same(debugger.run_to_end(), jitted(x))
+
+
+def test_trace_inputs_are_named_after_qualified_names():
+    torch.manual_seed(4)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)  # train mode: no fused fast path
+    jitted = jitcore.jit(layer)
+    x = torch.randn(2, 5, 16)
+    assert_same(jitted(x), layer(x))
+    trace = jitcore.last_traces(jitted)[0]
+    names = [a.name for a in trace.args]
+    assert {"linear1_weight", "linear2_bias", "self_attn_in_proj_weight", "self_attn_out_proj_weight",
+            "norm1_weight"} <= set(names), names
+    text = str(trace)
+    assert '# linear1_weight: "cpu f32[32, 16]" linear1.weight' in text
+    assert '# self_attn_out_proj_weight: "cpu f32[16, 16]" self_attn.out_proj.weight' in text
+    # torch's own module code carries its source lines, as user functions do
+    assert all(b.source for b in trace.bound_symbols), [b for b in trace.bound_symbols if not b.source]
+    assert "transformer.py" in text and "linear.py" in text
+
+
+def test_names_of_nested_state_in_the_grad_trace():
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+    jitted = jitcore.jit(Outer())
+    jitted(torch.randn(2, 3))
+    forward = str(jitcore.last_traces(jitted)[-1])  # the grad transform's forward keeps the notes
+    assert '# blocks_1_weight: "cpu f32[3, 3]" blocks.1.weight' in forward, forward
+    backward = str(jitcore.last_backward_traces(jitted)[0])
+    assert "blocks_1_weight" in backward
+
+
+class Decorated(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    @jitcore.jit
+    def forward(self, x):
+        return torch.tanh(self.fc(x)) * (2 if self.training else 3)
+
+
+class Plain(Decorated):
+    forward = Decorated.forward.__wrapped__
+
+
+def test_decorator_on_a_forward_method():
+    torch.manual_seed(5)
+    a, b = Decorated(), Decorated()
+    plain = Plain()
+    x = torch.randn(3, 4)
+    for module in (a, b):
+        plain.load_state_dict(module.state_dict())
+        assert_same(module(x), plain(x))
+        module.eval(), plain.eval()
+        assert_same(module(x), plain(x))
+        plain.train()
+    trace = jitcore.last_traces(Decorated.forward)[0]
+    assert [p.name for p in trace.args][1:] == ["fc_weight", "fc_bias"]
+    assert "fc.weight" in str(trace)
+
+
+def test_jit_of_a_bound_forward_and_a_replaced_forward():
+    module = Net()
+    x = torch.randn(2, 4)
+    jitted_forward = jitcore.jit(module.forward)
+    assert_same(jitted_forward(x), module.forward(x))
+    assert "fc1_weight" in str(jitcore.last_traces(jitted_forward)[0])
+    jitted = jitcore.jit(module)
+    assert_same(jitted(x), module(x))
+    module.forward = lambda x, **kw: x.sum(-1)  # eager calls the instance's forward from now on
+    assert_same(jitted(x), module(x))
+    del module.forward
+    assert_same(jitted(x), module(x))
+
+
+def test_copy_and_pickle_rebuild_the_wrapper():
+    jitted = jitcore.jit(Net(), cache_limit=8)
+    x = torch.randn(2, 4)
+    jitted(x)
+    for clone in (copy.deepcopy(jitted), pickle.loads(pickle.dumps(jitted))):
+        assert isinstance(clone, JittedModule) and clone.jitted_forward.cache_limit == 8
+        assert clone.fc1 is not jitted.fc1
+        assert_same(clone(x), jitted(x))
+
+
+def test_a_stub_forward_would_fail_these_tests():
+    """Guard against a wrapper that forgets to call the module: outputs must track the weights."""
+    module = Net()
+    jitted = jitcore.jit(module)
+    x = torch.randn(2, 4)
+    before = jitted(x)
+    with torch.no_grad():
+        module.fc2.bias += 1
+    assert_same(jitted(x), before + 1)
