@@ -214,6 +214,48 @@ class Guard:
             return _render_tensor_failure(v, expected, bind)
         raise AssertionError(f"unknown guard kind {kind}")
 
+    def describe(self) -> str:
+        """The check in one sentence (what explain, the guards log and the prologue's comments say).
+
+        Note [Guard sentences]: each kind's sentence is written here, next to its ``failure`` and
+        ``render_failure``; a kind without one is described by its kind and path, never by the
+        raw objects it holds (paths hold modules, whose repr runs for pages).
+        """
+        where, kind, expected = self.path.describe(), self.kind, self.expected
+        if kind == "tensor":
+            words = (f"{where} is a {expected.type.__qualname__} of shape {tuple(expected.shape)}, {expected.dtype}, "
+                     f"on {expected.device}, requires_grad={expected.requires_grad}")
+            words += f", strides {expected.strides}" if expected.strides is not None else ""
+            offset = getattr(expected, "storage_offset", None)
+            return words + (f", storage offset {offset}" if offset is not None else "")
+        if kind == "type":
+            return f"type({where}) is {getattr(expected, '__qualname__', safe_repr(expected))}"
+        if kind == "len":
+            return f"len({where}) == {expected}"
+        if kind == "keys":
+            return f"{where} has keys {safe_repr(list(expected))}"
+        if kind == "value":
+            return f"{where} == {safe_repr(expected)}"
+        if kind == "contents":
+            return f"{where} holds {safe_repr(expected)}"
+        if kind == "identity":
+            return f"{where} is the same object as when traced ({type(expected).__qualname__})"
+        if kind == "absent":
+            return f"{where} has no entry {safe_repr(expected)}"
+        if kind == "hasattr":
+            name, present = expected
+            return f"{where} has {'an' if present else 'no'} attribute {safe_repr(name)}"
+        if kind == "alias":
+            return f"{where} is the same object as {expected.describe()}"
+        if kind == "distinct":
+            paths = ", ".join(p.describe() for p in expected)
+            return f"{paths} are {len(expected)} different objects (no input aliases another, as when traced)"
+        if kind == "flatten":
+            cls, names, ctx = expected
+            return (f"{where}.__tensor_flatten__() gives the inner tensors {list(names)} and a ctx equal to "
+                    f"{safe_repr(ctx)} ({cls.__qualname__})")
+        return f"{where} passes the {kind} check"
+
 
 def flatten_failure(value: Any, expected: tuple) -> str | None:
     """A tensor subclass's structure: the inner attribute names and ctx ``__tensor_flatten__`` gives
@@ -353,6 +395,10 @@ class StateGuard:
     def failure(self) -> str | None:
         got = STATE_READERS[self.name][0]()
         return None if got == self.expected else f"{self.name}: expected {self.expected!r}, got {got!r}"
+
+    def describe(self) -> str:
+        """The check in one sentence (Note [Guard sentences])."""
+        return f"{self.name} is {self.expected!r}"
 
     def render_failure(self, bind: Bind) -> str:
         reader, expr = STATE_READERS[self.name]

@@ -13,6 +13,7 @@ text reaches the source only as bound constants (see paths.py and guards.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,10 +73,12 @@ class Prologue:
         constants: dict[str, Any] = {}
         by_id: dict[int, str] = {}
 
+        hint = [""]  # what the guard being rendered reads: names the objects it binds
+
         def bind(obj: Any) -> str:
             found = by_id.get(id(obj))
             if found is None:
-                found = by_id[id(obj)] = f"__c{len(constants)}"
+                found = by_id[id(obj)] = _constant_name(obj, hint[0], constants)
                 constants[found] = obj
             return found
 
@@ -88,6 +91,7 @@ class Prologue:
                 return variables[path]
             if not path.steps:
                 root = path.root
+                hint[0] = f"root:{root.label}"  # a bound object is named after its label (``__self``)
                 expr = root.kind if root.kind in ("args", "kwargs") else bind(root.obj)
             else:
                 base = var(path.parent)  # type: ignore[arg-type]
@@ -100,6 +104,7 @@ class Prologue:
         for guard in self.guards:
             v = var(guard.path)
             related = tuple(var(p) for p in guard.related)
+            hint[0] = guard.path.describe()
             lines.append(f"  if {guard.render_failure(v, bind, related)}: return {miss}")
         for state in self.state:
             lines.append(f"  if {state.render_failure(bind)}: return {miss}")
@@ -148,6 +153,46 @@ class Prologue:
             if detail is not None:
                 return "", detail
         return None
+
+
+# Note [Named constants]: a prologue binds the objects its checks compare with (types, dtypes,
+# helper functions, the objects of identity checks) as constants; each is named after what it is
+# (``__Tensor``, ``__float32``, ``__same_contents``) or, for an object of an identity check, after
+# the path it checks (``__is_self__backward_hooks``), so that a printed prologue reads on its own.
+# Names are ASCII identifiers starting with ``__``: they never meet the prologue's own names.
+_RESERVED = frozenset({"__MISS", "__computation"})
+
+
+def _constant_name(obj: Any, hint: str, taken: dict[str, Any]) -> str:
+    """A fresh identifier for the constant ``obj`` bound while rendering a check of ``hint``."""
+    if hint.startswith("root:"):
+        stem = hint.removeprefix("root:")
+    elif isinstance(obj, type):
+        stem = obj.__qualname__
+    elif isinstance(obj, torch.dtype):
+        stem = str(obj).removeprefix("torch.")
+    elif isinstance(obj, torch.device):
+        stem = f"device_{obj}"
+    elif callable(obj) and isinstance(getattr(obj, "__name__", None), str):
+        stem = obj.__name__
+    elif isinstance(obj, str) and obj.isidentifier():
+        stem = f"str_{obj}"
+    elif isinstance(obj, (tuple, str, bytes, int, float, complex, frozenset)):
+        stem = f"{type(obj).__name__}_for_{hint}" if hint else type(obj).__name__
+    else:
+        stem = f"is_{hint}" if hint else type(obj).__name__
+    stem = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_]", "_", stem)).strip("_")
+    if len(stem) > 40:  # the end of a path names the object; its start is shared by its siblings
+        prefix = "is_" if stem.startswith("is_") else ""
+        tail = stem[-(40 - len(prefix)) :]
+        if stem[-len(tail) - 1] != "_":
+            tail = tail.partition("_")[2] or tail  # start at a word
+        stem = prefix + tail.lstrip("_")
+    stem = stem or "c"
+    name, n = f"__{stem}", 2
+    while name in taken or name in _RESERVED:
+        name, n = f"__{stem}_{n}", n + 1
+    return name
 
 
 def _indent(text: str) -> str:

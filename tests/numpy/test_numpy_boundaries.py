@@ -48,7 +48,7 @@ def test_prologue_reads_arrays_through_from_numpy() -> None:
     jfn(A)
     text = str(jitcore.last_prologue_traces(jfn)[-1])
     # the array's type is checked, then the tensor read from it (a bound converter) like any tensor
-    assert "type(v0) is not __c0" in text
+    assert "type(v0) is not __ndarray" in text
     assert "shape != (3, 4)" in text and "dtype is not" in text
 
 

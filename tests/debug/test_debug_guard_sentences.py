@@ -1,0 +1,102 @@
+"""Issue 18.4: every guard kind reads as a sentence (explain, logs), and printed prologues name
+their constants after what they check."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+import torch
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+from jitcore.debug.explain import explain_text, guard_lines
+from jitcore.debug.logs import entry_added
+from jitcore.prologue import guards as G
+from jitcore.prologue.paths import Path, Root
+
+RAW = re.compile(r"Path\(|Root\(|Step\(|object at 0x")
+
+
+def all_kinds():
+    """Every guard kind ``Guard.failure`` knows, read from its source (a new kind joins this test)."""
+    import inspect
+
+    return sorted(set(re.findall(r'kind == "(\w+)"', inspect.getsource(G.Guard.failure))))
+
+
+def example_guard(kind):
+    args = Path(Root("args", "args"))
+    x, y = args.index(0), args.index(1)
+    expected = {
+        "tensor": G.TensorSpec.of(torch.zeros(2, 3), with_strides=True),
+        "type": torch.Tensor,
+        "len": 2,
+        "keys": ("a", "b"),
+        "value": 3,
+        "contents": (1, 2),
+        "identity": torch.nn.Linear(2, 2),
+        "absent": "name",
+        "hasattr": ("weight", True),
+        "alias": y,
+        "distinct": (x, y),
+        "flatten": (TwoTensor, ("a", "b"), None),
+    }
+    return G.Guard(x, kind, expected[kind])
+
+
+@pytest.mark.parametrize("kind", all_kinds())
+def test_every_guard_kind_has_a_sentence(kind):
+    sentence = example_guard(kind).describe()
+    assert "args[0]" in sentence and not RAW.search(sentence), sentence
+    assert "check" not in sentence or kind == "distinct", sentence  # not the generic fallback
+    assert "\n" not in sentence
+
+
+def test_distinct_guard_of_a_subclass_input_reads_as_words():
+    """The reproduction: ``args[0].a: distinct (Path(root=Root(kind='args', ...`` in explain."""
+    jf = jitcore.jit(lambda x: x * 2)
+    jf(TwoTensor(torch.rand(3), torch.rand(3)))
+    text = explain_text(jf)
+    assert not RAW.search(text), text
+    assert "args[0].a, args[0].b are 2 different objects" in text
+
+
+def test_explain_of_a_transformer_layer_is_one_line_per_guard():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0).eval()
+    jf = jitcore.jit(layer)
+    jf(torch.randn(4, 2, 16))
+    text = explain_text(jf)
+    assert not RAW.search(text)
+    (entry,) = jf.entries
+    checks = text.split("accepts a call when\n", 1)[1].split("\n  computation inputs:", 1)[0].splitlines()
+    assert len(checks) == len(entry.prologue.guards) + len(entry.prologue.state)
+    assert checks == [f"  - {line}" for line in guard_lines(entry.prologue)]
+    prologue = str(jitcore.last_prologue_traces(jf)[-1])
+    assert not re.search(r"__c\d+\b", prologue), "constants must be named after what they check"
+    assert re.search(r"v\d+ = __self\.", prologue)  # the module, named after its label
+    assert re.search(r"if v\d+ is not __is_self_dict_modules_\w+: return None", prologue)  # identity checks
+    assert "is not __float32" in prologue and "is not __Parameter" in prologue
+
+
+def test_logs_use_the_same_sentences(caplog):
+    jf = jitcore.jit(lambda x: x * 2)
+    jf(TwoTensor(torch.rand(3), torch.rand(3)))
+    with caplog.at_level(logging.INFO, logger="jitcore.guards"):
+        entry_added(jf, jf.entries[0], [])
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "jitcore.guards")
+    assert all(line in logged for line in guard_lines(jf.entries[0].prologue))
+    assert not RAW.search(logged)
+
+
+def test_named_constants_still_compile_and_check():
+    """The named constants are the prologue's bindings: the compiled fast path uses them too."""
+    jf = jitcore.jit(lambda x, d: x * d["k"])
+    x = torch.rand(3)
+    assert torch.equal(jf(x, {"k": 2.0}), x * 2.0)
+    assert torch.equal(jf(x.double(), {"k": 2.0}), x.double() * 2.0)  # another dtype: a miss, retraced
+    assert jf.misses == 2
+    text = str(jitcore.last_prologue_traces(jf)[-1])
+    assert not re.search(r"__c\d+\b", text) and "__float64" in text
