@@ -3,7 +3,8 @@
 For each cache entry: the checks its prologue makes (``args[0].shape == (4, 8)``-style, from the
 guards), the implicit state it pins, its computation traces per pass, and — for ops that were
 resolved into subsymbols (tensor subclasses) — a dispatch map: user line -> torch op -> subclass
--> aten ops -> the ``__torch_dispatch__`` line that issued each. Then why each retrace happened.
+-> aten ops (on which inner tensors) -> the ``__torch_dispatch__`` line that issued each, the ops
+of one user line grouped under it. Then why each retrace happened.
 Rendered with rich on a terminal, as plain text otherwise.
 Invariant: explaining reads the jitted function's records; it never traces or calls it.
 """
@@ -15,9 +16,12 @@ import sys
 from dataclasses import dataclass
 from typing import IO, Any
 
-from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Trace
+import optree
 
-__all__ = ["DispatchRoute", "dispatch_map", "explain", "explain_text", "guard_lines"]
+from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Trace
+from jitcore.prologue.paths import safe_repr
+
+__all__ = ["DispatchRoute", "dispatch_map", "render_dispatch_map", "explain", "explain_text", "guard_lines"]
 
 
 def guard_lines(prologue: Any) -> list[str]:
@@ -31,29 +35,46 @@ def guard_lines(prologue: Any) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class DispatchRoute:
-    """How one torch-level op was resolved: the user line, the op, the subclasses, the aten ops."""
+    """How one torch-level op was resolved: the user line, the op, the subclasses, the aten ops.
+
+    ``operands[i]`` says what ``aten_ops[i]`` acts on and makes: its arguments with inner tensors
+    named after their subclass value and attribute (``(x.a, y.a) -> t0``), which the flattened
+    trace cannot show (there ``x.a`` is only ``x_a``).
+    """
 
     source: SourceFrame | None
     op: str
     subclasses: tuple[str, ...]
     aten_ops: tuple[tuple[str, SourceFrame | None], ...]  # (op id, the dispatch-code line that issued it)
+    operands: tuple[str, ...] = ()
 
-    def lines(self) -> list[str]:
-        where = (
-            f"{self.source.filename}:{self.source.lineno} {_code(self.source)}"
-            if self.source
-            else "(no source)"
-        )
+    def where(self) -> str:
+        """The user line, as the map's group header."""
+        return f"{self.source.filename}:{self.source.lineno} {_code(self.source)}" if self.source else "(no source)"
+
+    def lines(self, *, with_source: bool = True) -> list[str]:
         op = f"  -> {self.op}" + (f" -> {', '.join(self.subclasses)}" if self.subclasses else "")
-        out = [where, op]
-        for op, frame in self.aten_ops:
+        out = [self.where(), op] if with_source else [op]
+        for i, (op, frame) in enumerate(self.aten_ops):
             issued = (
                 f"   (issued at {frame.filename}:{frame.lineno} in {frame.function}: {_code(frame)})"
                 if frame
                 else ""
             )
-            out.append(f"     -> {op}{issued}")
+            operands = self.operands[i] if i < len(self.operands) else ""
+            out.append(f"     -> {op}{operands}{issued}")
         return out
+
+
+def render_dispatch_map(routes: list[DispatchRoute]) -> list[str]:
+    """The map's lines: routes grouped under their user line (consecutive routes of one line share it)."""
+    out: list[str] = []
+    previous: object = object()
+    for route in routes:
+        key = (route.source.filename, route.source.lineno) if route.source else None
+        out += route.lines(with_source=key != previous)
+        previous = key
+    return out
 
 
 def dispatch_map(trace: Trace) -> list[DispatchRoute]:
@@ -63,12 +84,48 @@ def dispatch_map(trace: Trace) -> list[DispatchRoute]:
         if not bsym.subsymbols:
             continue
         outer = bsym.source[-1] if bsym.source else None
-        aten = []
+        aten, operands = [], []
+        names = _inner_names(bsym)
         for sub in _leaves(bsym.subsymbols):
             issued = sub.source[-1] if sub.source and sub.source != bsym.source else None
             aten.append((sub.symbol.id, issued))
-        routes.append(DispatchRoute(outer, bsym.symbol.id, _subclasses(bsym), tuple(aten)))
+            operands.append(_operands(sub, names))
+        routes.append(DispatchRoute(outer, bsym.symbol.id, _subclasses(bsym), tuple(aten), tuple(operands)))
     return routes
+
+
+def _inner_names(bsym: BoundSymbol) -> dict[str, str]:
+    """Proxy name -> ``outer.attr`` for the inner tensors of the subclass values ``bsym`` reads."""
+    from jitcore.proxies.subclass import SubclassTensorProxy
+
+    names: dict[str, str] = {}
+
+    def visit(value: Any, label: str) -> None:
+        if isinstance(value, SubclassTensorProxy):
+            attrs, _ctx = value.flatten()
+            for attr in attrs:
+                inner = getattr(value, attr)
+                names.setdefault(inner.name, f"{label}.{attr}")
+                visit(inner, f"{label}.{attr}")
+
+    for value in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True, is_leaf=lambda v: isinstance(v, Proxy)):
+        if isinstance(value, Proxy):
+            visit(value, value.name)
+    return names
+
+
+def _operands(bsym: BoundSymbol, names: dict[str, str]) -> str:
+    def show(value: Any) -> str:
+        if isinstance(value, Proxy):
+            return names.get(value.name, value.name)
+        if isinstance(value, (tuple, list)):
+            inner = ", ".join(show(v) for v in value)
+            return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+        return safe_repr(value, 40)
+
+    parts = [show(a) for a in bsym.args] + [f"{k}={show(v)}" for k, v in bsym.kwargs.items()]
+    outputs = [p.name for p in optree.tree_leaves(bsym.output, none_is_leaf=True, is_leaf=lambda v: isinstance(v, Proxy)) if isinstance(p, Proxy)]
+    return f"({', '.join(parts)})" + (f" -> {', '.join(outputs)}" if outputs else "")
 
 
 def _leaves(bound_symbols: tuple[BoundSymbol, ...]) -> list[BoundSymbol]:
@@ -142,8 +199,8 @@ def explain_text(jfn: Any) -> str:
         out += _read_lines(entry.traces[0])
         routes = [r for trace in entry.traces[:1] for r in dispatch_map(trace)]
         if routes:
-            out.append("\n  dispatch map (user line -> torch op -> subclass -> aten ops):")
-            out += [f"    {line}" for route in routes for line in route.lines()]
+            out.append("\n  dispatch map (user line -> torch op -> subclass -> aten ops, on which inner tensors):")
+            out += [f"    {line}" for line in render_dispatch_map(routes)]
     for number, reasons in enumerate(jfn.miss_log, start=1):
         if number == 1 and not reasons:
             out.append("\ntrace 1: the first call")

@@ -100,7 +100,7 @@ def test_dispatch_map_of_a_subclass_call():
     assert op.endswith("aten.mul.Tensor") and frame.function == "__torch_dispatch__"
     assert routes[0].source.lineno == P.line_of(P.scale_shift, "return a * 2 + 1")
     text = explain_text(jfn)
-    assert "dispatch map (user line -> torch op -> subclass -> aten ops):" in text
+    assert "dispatch map (user line -> torch op -> subclass -> aten ops, on which inner tensors):" in text
     assert "  -> torch.mul -> Wrapped" in text and "in __torch_dispatch__: out = func(" in text
 
 
@@ -189,7 +189,7 @@ def test_cli_explain_shows_the_dispatch_map_of_the_subclass_example(capsys):
     example = os.path.join(ROOT, "examples", "debug_subclass.py")
     assert main(["explain", f"{example}:scale_shift"]) == 0
     out = capsys.readouterr().out
-    assert "  -> torch.mul -> Logged" in out and "-> torch.ops.aten.mul.Tensor   (issued at" in out
+    assert "  -> torch.mul -> Logged" in out and "-> torch.ops.aten.mul.Tensor(a.inner, 2) -> t0   (issued at" in out
     assert "in __torch_dispatch__: out = func(" in out
 
 
@@ -213,3 +213,27 @@ def test_cli_help_says_what_the_script_must_define(argv, capsys):
     assert "example_inputs()" in out and "(args, kwargs)" in out
     assert "def example_inputs():\n        return (torch.randn(4, 8), torch.randn(8, 3)), {}" in out
     assert "python -m jitcore debug model.py:model" in out
+
+
+def test_dispatch_map_groups_aten_ops_under_the_user_line_and_names_inner_tensors():
+    """Issue 18.5: one user line with two torch ops printed it twice, and a TwoTensor add showed two
+    bare ``aten.add.Tensor`` lines without saying which inner tensors each one adds."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def f(x, y):
+        return (x + y) * 2
+
+    jf = jitcore.jit(f)
+    jf(TwoTensor(torch.rand(3), torch.rand(3)), TwoTensor(torch.rand(3), torch.rand(3)))
+    text = explain_text(jf)
+    block = text.split("dispatch map", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    line = "return (x + y) * 2"
+    assert [b for b in block if line in b] == [f"    {__file__}:{f.__code__.co_firstlineno + 1} {line}"]
+    assert block[1:] == [
+        "      -> torch.add -> TwoTensor",
+        "         -> torch.ops.aten.add.Tensor(x.a, y.a) -> t0",
+        "         -> torch.ops.aten.add.Tensor(x.b, y.b) -> t1",
+        "      -> torch.mul -> TwoTensor",
+        "         -> torch.ops.aten.mul.Tensor(t2.a, 2) -> t3",
+        "         -> torch.ops.aten.mul.Tensor(t2.b, 2) -> t4",
+    ]
