@@ -351,9 +351,11 @@ class Provenance:
         return proxy
 
     def finish(self, *, with_strides: bool) -> None:
-        """Add the tensor guards (now that it is known whether strides were relied on)."""
+        """Add the tensor guards (now that it is known whether strides were relied on: asked for by
+        the program, ``with_strides``, or relied on by a recorded aten op, jitcore/langctx/layout.py)."""
+        layout = self.values.layout
         for path, _proxy, tensor in self.inputs:
-            self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=with_strides))
+            self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=with_strides or layout.relies_on(_proxy)))
             self.prologue.inputs.append(path)
             self.prologue.input_names.append(_proxy.name)
         if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it

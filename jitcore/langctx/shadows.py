@@ -28,6 +28,7 @@ from torch._subclasses.fake_tensor import (
 
 from jitcore.errors import DataDependentError
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
+from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 
@@ -50,21 +51,26 @@ class TensorValues:
         names: the trace's name generator.
         strides_queried: whether the traced program asked for strides or contiguity (then the
             prologue guards the inputs' strides too).
+        layout: which inputs' strides and storage offset the recorded calls relied on
+            (jitcore/langctx/layout.py).
     """
 
-    __slots__ = ("_by_shadow", "dispatch_state", "fake_mode", "names", "strides_queried")
+    __slots__ = ("_by_shadow", "dispatch_state", "fake_mode", "layout", "names", "strides_queried")
 
     def __init__(self, names: NameGenerator) -> None:
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
         self.names = names
         self.strides_queried = False
+        self.layout = LayoutReliance()
         self.dispatch_state: Any = None  # owned by jitcore.dispatch: subclass shadows <-> proxies
         self._by_shadow: dict[int, TensorProxy] = {}
 
     def input_proxy(self, tensor: torch.Tensor, name: str | None = None) -> TensorProxy:
         """A proxy for a real input tensor (its shadow keeps shape, strides, dtype, device, grad)."""
         shadow = self.fake_mode.from_tensor(tensor, static_shapes=True)
-        return self._bind(shadow, self.names.claim(name) if name else self.names.fresh("t"))
+        proxy = self._bind(shadow, self.names.claim(name) if name else self.names.fresh("t"))
+        self.layout.seed(shadow, proxy)
+        return proxy
 
     def proxy_for(self, shadow: torch.Tensor) -> TensorProxy:
         """The proxy of ``shadow``: the existing one, or a new one with a fresh name."""
@@ -179,6 +185,11 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         fake_mode.cache_enabled = cache_enabled
     _check_input_changes(values, fn, (shadow_args, shadow_kwargs), shadow_leaves, before, storage_sizes)
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
+    in_fakes = [v for v in shadow_leaves if isinstance(v, FakeTensor)]
+    out_fakes = [o for o in out_leaves if isinstance(o, FakeTensor)]
+    values.layout.record(fn, shadow_kwargs, in_fakes, out_fakes)  # where decompositions rely on layouts
+    if in_fakes and out_fakes and not _may_write_inputs(fn, shadow_kwargs):
+        values.layout.returned_inputs(fn, shadow_kwargs, in_fakes, out_fakes)
     return optree.tree_unflatten(
         out_spec, [values.proxy_for(o) if isinstance(o, FakeTensor) else o for o in out_leaves]
     )

@@ -37,7 +37,8 @@ Bind = Callable[[Any], str]
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
-    """The metadata of a tensor input that the trace relied on (strides only when it asked)."""
+    """The metadata of a tensor input that the trace relied on: its layout (strides and storage
+    offset) only when the program asked for it or a recorded op relied on it (None: not checked)."""
 
     type: type
     shape: tuple[int, ...]
@@ -45,11 +46,13 @@ class TensorSpec:
     device: torch.device
     requires_grad: bool
     strides: tuple[int, ...] | None = None
+    storage_offset: int | None = None
 
     @classmethod
     def of(cls, t: torch.Tensor, *, with_strides: bool) -> TensorSpec:
-        return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad,
-                   tuple(t.stride()) if with_strides else None)
+        if not with_strides:
+            return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad)
+        return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad, tuple(t.stride()), t.storage_offset())
 
 
 def is_literal_value(value: Any) -> bool:
@@ -323,6 +326,8 @@ def _tensor_failure(spec: TensorSpec, t: Any) -> str | None:
         return f".requires_grad: expected {spec.requires_grad}, got {t.requires_grad}"
     if spec.strides is not None and tuple(t.stride()) != spec.strides:
         return f".stride(): expected {spec.strides}, got {tuple(t.stride())}"
+    if spec.storage_offset is not None and t.storage_offset() != spec.storage_offset:
+        return f".storage_offset(): expected {spec.storage_offset}, got {t.storage_offset()}"
     return None
 
 
@@ -339,6 +344,8 @@ def _render_tensor_failure(v: str, spec: TensorSpec, bind: Bind) -> str:
     parts.append(f"{v}.requires_grad" if not spec.requires_grad else f"not {v}.requires_grad")
     if spec.strides is not None:
         parts.append(f"{v}.stride() != {spec.strides!r}")
+    if spec.storage_offset is not None:
+        parts.append(f"{v}.storage_offset() != {spec.storage_offset!r}")
     return " or ".join(parts)
 
 

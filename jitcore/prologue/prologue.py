@@ -14,6 +14,7 @@ text reaches the source only as bound constants (see paths.py and guards.py).
 from __future__ import annotations
 
 import re
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,14 @@ class Prologue:
     inputs: list[Path] = field(default_factory=list)
     input_names: list[str] = field(default_factory=list)
     header: list[str] = field(default_factory=list)
+
+    def pin_layout(self, path: Path, strides: tuple[int, ...], storage_offset: int) -> None:
+        """Make the tensor guard at ``path`` check the input's strides and storage offset too (a
+        trace recorded after the guards were made relied on them: the grad transform's)."""
+        for i, guard in enumerate(self.guards):
+            if guard.kind == "tensor" and guard.path == path and guard.expected.strides is None:
+                spec = dataclasses.replace(guard.expected, strides=tuple(strides), storage_offset=storage_offset)
+                self.guards[i] = Guard(path, "tensor", spec)
 
     def _render(self, name: str, miss: str) -> tuple[str, dict[str, Any], list[str]]:
         """Source of the checks (without the final return), its constants, the input variables."""

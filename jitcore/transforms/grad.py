@@ -39,6 +39,7 @@ from jitcore.dispatch.flatten import UNFLATTEN, has_subclass_proxy
 from jitcore.dispatch.resolver import DispatchState
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext
 from jitcore.langctx import new_context
+from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -82,6 +83,8 @@ class GradTraces:
         grad_inputs: the inputs gradients are computed for: ``("arg", i)`` for the i-th trace
             argument, ``("subclass", i)`` for the i-th subclass input (its outer tensor).
         subclass_inputs: the pass-1 proxies of the subclass inputs, in ``grad_inputs`` numbering.
+        layout: which pass-1 inputs' strides and storage offset the forward and backward traces
+            rely on (``layout.relies_on(arg)``; jitcore/langctx/layout.py).
     """
 
     forward: Trace
@@ -91,6 +94,7 @@ class GradTraces:
     differentiable: list[OutputSpec]
     grad_inputs: list[tuple[str, int]]
     subclass_inputs: list[SubclassTensorProxy]
+    layout: LayoutReliance | None = None
 
 
 def subclass_inputs(trace: Trace) -> list[SubclassTensorProxy]:
@@ -178,6 +182,7 @@ class _Replay:
                 shadow.requires_grad_(True)
             proxy = self.values.proxy_for(shadow)
             proxy.name = self.forward.names.claim(arg.name)
+            self.values.layout.seed(shadow, arg)  # reliance found here is on pass 1's input
             self._map(arg, proxy)
             self.forward.args.append(proxy)
         for old in subclass_inputs(self.source):
@@ -190,9 +195,18 @@ class _Replay:
             self._map(old, self.state.adopt(shadow, self.forward.names.claim(old.name)))
 
     def _fake_like(self, t: torch.Tensor, *, contiguous: bool) -> torch.Tensor:
-        stride = torch._prims_common.make_contiguous_strides_for(t.shape) if contiguous else t.stride()
+        """A fresh shadow like ``t``: contiguous, or with ``t``'s strides, storage offset and storage
+        size (ops autograd records with absolute offsets, ``as_strided`` and its backward, must
+        compute them from the caller's layout, which the prologue then guards)."""
+        if contiguous:
+            stride = torch._prims_common.make_contiguous_strides_for(t.shape)
+            with self.values.fake_mode:
+                return torch.empty_strided(tuple(t.shape), tuple(stride), dtype=t.dtype, device=t.device)
         with self.values.fake_mode:
-            return torch.empty_strided(tuple(t.shape), tuple(stride), dtype=t.dtype, device=t.device)
+            size = max(t.untyped_storage().nbytes() // max(t.element_size(), 1), 1)
+            storage = torch.empty(size, dtype=t.dtype, device=t.device).untyped_storage()
+            shadow = torch.empty(0, dtype=t.dtype, device=t.device)
+            return shadow.set_(storage, t.storage_offset(), tuple(t.shape), tuple(t.stride()))
 
     def tangent_proxy(self, shadow: torch.Tensor, name: str) -> TensorProxy:
         proxy = self.values.proxy_for(shadow)
@@ -253,12 +267,24 @@ class _Replay:
         finally:
             self.replaying = None
         self._note_nodes(out, bsym.source)
+        self._note_returned_inputs(bsym, (args, kwargs), out)
         old_leaves = optree.tree_leaves(bsym.output, none_is_leaf=True)
         new_leaves = optree.tree_leaves(out, none_is_leaf=True)
         for old, new in zip(old_leaves, new_leaves):
             if isinstance(old, Proxy) and isinstance(new, torch.Tensor):
                 self._map(old, self.state.proxy_of(new))
 
+
+    def _note_returned_inputs(self, bsym: BoundSymbol, call: tuple, out: Any) -> None:
+        """A torch-level call that returned an argument itself recorded nothing: its composite
+        decided so from that argument's layout (``contiguous()``, ``reshape`` to the same shape),
+        so the layout is relied on (jitcore/langctx/layout.py). In-place calls return their
+        argument by definition."""
+        if "inplace" in bsym.symbol.tags or "out" in bsym.kwargs:
+            return
+        arguments = [a for a in optree.tree_leaves(call, none_is_leaf=True) if isinstance(a, torch.Tensor)]
+        outputs = [o for o in optree.tree_leaves(out, none_is_leaf=True) if isinstance(o, torch.Tensor)]
+        self.values.layout.returned_inputs(bsym.symbol.fn, bsym.kwargs, arguments, outputs)
 
     def _note_nodes(self, out: Any, source: Any) -> None:
         """The autograd nodes this op's replay created (those not seen before, reached from its
@@ -315,7 +341,8 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     forward.output = (tuple(forward_outputs), tuple(saved))
     backward.args = [*saved, *tangent_args]
     backward.output = tuple(backward_outputs)
-    return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_inputs(trace))
+    return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_inputs(trace),
+                      replay.values.layout)
 
 
 def _plain_only(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:

@@ -13,6 +13,7 @@ import optree
 
 from jitcore.ir import Trace
 from jitcore.prologue import Path
+from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.grad import grad_transform, needs_grad, subclass_inputs
@@ -48,6 +49,9 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
         return None  # Note [Dynamic numbers under autograd]
     program.specialize_numbers()  # autograd records aten ops on values
     grad = grad_transform(program.trace, subclass_grad)
+    for arg, path in zip(program.trace.args, prologue.inputs):  # tensor inputs come first
+        if isinstance(arg, TensorProxy) and grad.layout is not None and grad.layout.relies_on(arg):
+            prologue.pin_layout(path, tuple(arg.shadow.stride()), arg.shadow.storage_offset())
     n_inputs = len(prologue.inputs)
     for proxy, path in zip(grad.subclass_inputs, outer):
         prologue.inputs.append(path)
