@@ -1,12 +1,15 @@
 """``diff``: the first op of a trace whose value differs from the same op run eagerly.
 
 The original function runs eagerly under a TorchDispatchMode that records every aten op's outputs
-with the user line that called it. The trace runs in a fresh Debugger. Each top-level op's tensor
-outputs are then matched, in order, to eager records from the same user line with the same shape
-and dtype: a record with close values is a match (and later ops match only later records); when
-records with that metadata exist but none is close, that op is the divergence.
-Invariant: ops without tensor outputs, or with no eager record of their metadata on their line,
-are skipped rather than guessed.
+with the stack of lines (outside jitcore) that called it. The trace then runs in a fresh Debugger,
+from the same RNG state as the eager run (random ops draw the same numbers; the state is restored
+afterwards). Each top-level op's tensor outputs are matched, in order, to eager records made from
+the op's user line with the same shape and dtype: a record with close values is a match (and later
+ops match only later records); when records with that metadata exist but none is close, that op is
+the divergence; when there is none at all, the op has no eager counterpart (the trace no longer
+matches the program: code changed since it was traced) and is reported as such.
+Invariants: ops without tensor outputs, and ops that return one of their inputs unchanged
+(``x.to(x.dtype)``), are skipped; ``breakpoint()`` in the program does not stop the eager run.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+import optree
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -24,19 +28,27 @@ from jitcore.ir import BoundSymbol, Proxy
 
 __all__ = ["Divergence", "first_divergence", "record_eager"]
 
-_SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(jitcore.__file__) + os.sep)
+_JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
 
 
 @dataclass(frozen=True, slots=True)
 class Divergence:
-    """The first op whose value under jitcore differs from eager."""
+    """The first op whose value under jitcore differs from eager, or that eager never ran.
+
+    ``eager_value`` is None (and ``max_abs_diff`` nan) for an op with no eager counterpart.
+    """
 
     index: int
     bound_symbol: BoundSymbol
     name: str
     max_abs_diff: float
     jit_value: torch.Tensor
-    eager_value: torch.Tensor
+    eager_value: torch.Tensor | None
+
+    @property
+    def unmatched(self) -> bool:
+        """Whether eager made no tensor of this op's metadata at its line (a stale trace)."""
+        return self.eager_value is None
 
     def __str__(self) -> str:
         where = ""
@@ -46,10 +58,15 @@ class Divergence:
 
             code = linecache.getline(frame.filename, frame.lineno).strip()
             where = f" from {frame.filename}:{frame.lineno} in {frame.function}: {code}"
-        return (
-            f"op {self.index} ({self.bound_symbol.symbol.id} -> {self.name}) diverges{where}; "
-            f"max |jit - eager| = {self.max_abs_diff:.4g}"
-        )
+        op = f"op {self.index} ({self.bound_symbol.symbol.id} -> {self.name})"
+        if self.unmatched:
+            meta = f"{tuple(self.jit_value.shape)} {self.jit_value.dtype}"
+            return (
+                f"{op}{where} has no eager counterpart: the eager run made no {meta} tensor at that line. "
+                "The trace no longer matches the program (was code changed, or a class or function "
+                "swapped, since it was traced?); 'restart' after retracing, or compare from here on with care"
+            )
+        return f"{op} diverges{where}; max |jit - eager| = {self.max_abs_diff:.4g}"
 
 
 class _Recorder(TorchDispatchMode):
@@ -61,20 +78,23 @@ class _Recorder(TorchDispatchMode):
         self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         out = func(*args, **(kwargs or {}))
-        line = _user_line()
+        lines = _calling_lines()
         for leaf in _tensors(out):
-            self.records.append((line, leaf.detach().clone()))
+            self.records.append((lines, leaf.detach().clone()))
         return out
 
 
-def _user_line() -> tuple[str, int] | None:
+def _calling_lines() -> frozenset[tuple[str, int]]:
+    """The (file, line) of every frame calling the op, torch's included (a trace op's innermost
+    line is torch's own module code when no user frame produced it), jitcore's excluded."""
+    lines = set()
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not name.startswith(_SKIP_DIRS) and not name.startswith("<"):
-            return name, frame.f_lineno
+        if not name.startswith(_JITCORE_DIR) and not name.startswith("<"):
+            lines.add((name, frame.f_lineno))
         frame = frame.f_back
-    return None
+    return frozenset(lines)
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -85,15 +105,41 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def record_eager(fn: Any, args: tuple, kwargs: dict) -> list[tuple[tuple[str, int] | None, torch.Tensor]]:
-    """Run ``fn`` eagerly; every aten op's tensor outputs with the user line that called it."""
+Record = tuple[frozenset[tuple[str, int]], torch.Tensor]
+
+
+def record_eager(fn: Any, args: tuple, kwargs: dict) -> list[Record]:
+    """Run ``fn`` eagerly; every aten op's tensor outputs with the lines that called it.
+
+    A ``breakpoint()`` in ``fn`` does nothing during this run (``diff`` is not a debugging session).
+    """
     import copy
 
     args, kwargs = copy.deepcopy((args, kwargs))  # the eager run must not mutate the debugged inputs
     recorder = _Recorder()
-    with recorder:
-        fn(*args, **kwargs)
+    hook, sys.breakpointhook = sys.breakpointhook, _no_breakpoint
+    try:
+        with recorder:
+            fn(*args, **kwargs)
+    finally:
+        sys.breakpointhook = hook
     return recorder.records
+
+
+def _no_breakpoint(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def first_divergence(debugger: Any) -> Divergence | None:
@@ -108,22 +154,34 @@ def first_divergence(debugger: Any) -> Divergence | None:
     original = getattr(debugger.jfn, "fn", None)
     if original is None:
         raise ValueError("diff needs the jitted function to run it eagerly")
-    records = record_eager(original, debugger.args, debugger.kwargs)
+    rng = _rng_state()
+    try:
+        records = record_eager(original, debugger.args, debugger.kwargs)
+        _set_rng_state(rng)  # the trace draws the numbers eager drew
+        return _first(fresh, debugger.trace.bound_symbols, records)
+    finally:
+        _set_rng_state(rng)
+
+
+def _first(fresh: Any, bound_symbols: list[BoundSymbol], records: list[Record]) -> Divergence | None:
     position = 0
-    for index, bsym in enumerate(debugger.trace.bound_symbols):
+    for index, bsym in enumerate(bound_symbols):
         fresh.next()
         line = (bsym.source[-1].filename, bsym.source[-1].lineno) if bsym.source else None
+        inputs = [v for v in optree.tree_leaves(fresh._resolve((bsym.args, bsym.kwargs))) if isinstance(v, torch.Tensor)]
         for proxy in _output_proxies(bsym.output):
             value = fresh.values.get(proxy.name)
-            if not isinstance(value, torch.Tensor):
-                continue
+            if not isinstance(value, torch.Tensor) or any(value is v for v in inputs):
+                continue  # no tensor, or an input returned as it was: eager dispatches nothing
             candidates = [
                 (i, v)
                 for i, (where, v) in enumerate(records[position:], start=position)
-                if where == line and v.shape == value.shape and v.dtype == value.dtype
+                if line in where and v.shape == value.shape and v.dtype == value.dtype
             ]
             if not candidates:
-                continue
+                if line is None or any(line in where for where, _v in records):
+                    continue  # ran at that line, with other metadata: not guessed
+                return Divergence(index, bsym, proxy.name, float("nan"), value, None)
             close = [i for i, v in candidates if _close(v, value.detach())]
             if close:
                 position = close[0] + 1
