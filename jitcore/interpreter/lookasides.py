@@ -18,6 +18,7 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 import __future__
 
+import abc
 import builtins
 import functools
 import sys
@@ -145,11 +146,29 @@ def hasattr_(obj: object, name: object) -> bool:
     return True
 
 
+_NESTING_LOOKED_AT = 32
+
+
+def _python_check_in(classes: tuple, attr: str, depth: int = 0) -> bool:
+    """Whether a class in the (nested) tuple ``classes`` has a Python ``attr`` (``__instancecheck__``...).
+    Tuples nested deeper than ``_NESTING_LOOKED_AT`` are left to the native check (its RecursionError
+    included): their Python checks, if any, then run natively (same result, untraced)."""
+    for c in classes:
+        if type(c) is tuple:
+            if depth < _NESTING_LOOKED_AT and _python_check_in(c, attr, depth + 1):
+                return True
+        elif type(getattr(type(c), attr, None)) is FunctionType:
+            return True
+    return False
+
+
 def isinstance_(obj: object, cls: object) -> bool:
     """isinstance() with a Python ``__instancecheck__`` interpreted."""
     if type(obj) is cls:
         return True
     if type(cls) is tuple:
+        if not _python_check_in(cls, "__instancecheck__"):
+            return _native_isinstance(obj, cls)
         return any(isinstance_(obj, c) for c in cls)
     check = getattr(type(cls), "__instancecheck__", None)
     if type(check) is FunctionType:
@@ -162,7 +181,7 @@ def isinstance_(obj: object, cls: object) -> bool:
 def issubclass_(sub: object, cls: object) -> bool:
     """issubclass() with a Python ``__subclasscheck__`` interpreted."""
     if type(cls) is tuple:
-        if not _native_isinstance(sub, type):
+        if not _native_isinstance(sub, type) or not _python_check_in(cls, "__subclasscheck__"):
             return _native_issubclass(sub, cls)
         return any(issubclass_(sub, c) for c in cls)
     check = getattr(type(cls), "__subclasscheck__", None)
@@ -396,6 +415,21 @@ def getframe(depth: int = 0, /) -> object:
     return chain
 
 
+def getframemodulename(depth: int = 0) -> str | None:
+    """sys._getframemodulename() (3.12+; dataclasses and typing ask who called them) seeing interpreted
+    frames: the module of the frame's function, else of its globals."""
+    frames = _run().frames
+    if 0 <= depth < len(frames):
+        frame = frames[-1 - depth]
+        function = frame.function
+        return function.__module__ if function is not None else frame.globals.get("__name__")
+    try:
+        frame = getframe(depth)
+    except ValueError:
+        return None
+    return frame.f_globals.get("__name__")
+
+
 def build_class(func: object, name: object, /, *bases: object, **kwds: object) -> type:
     """__build_class__: the class body, ``__prepare__`` and a Python metaclass run interpreted.
 
@@ -468,4 +502,12 @@ def builtin_lookasides() -> dict[object, Callable]:
             builtins.__build_class__: build_class, FunctionType: function_,
             sys.settrace: _refuse_tracing("settrace"), sys.setprofile: _refuse_tracing("setprofile"),
         }
+        # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ only call C (_abc),
+        # which calls any Python __subclasshook__/__subclasscheck__ natively anyway; running them natively
+        # keeps their frame (module "abc") where typing's protocol checks look for it (3.12+ typing asks
+        # sys._getframemodulename whether abc/functools is the caller).
+        _TABLE[abc.ABCMeta.__instancecheck__] = abc.ABCMeta.__instancecheck__
+        _TABLE[abc.ABCMeta.__subclasscheck__] = abc.ABCMeta.__subclasscheck__
+        if hasattr(sys, "_getframemodulename"):
+            _TABLE[sys._getframemodulename] = getframemodulename
     return _TABLE

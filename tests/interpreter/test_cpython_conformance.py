@@ -38,6 +38,15 @@ NATIVE_COUNTS_311 = {
     "test_int_literal": 6, "test_global": 4,
 }
 NATIVE_COUNTS_313 = {
+    "test_grammar": 79, "test_scope": 41, "test_exceptions": 100, "test_with": 51, "test_contextlib": 91,
+    "test_patma": 327, "test_class": 34, "test_listcomps": 77, "test_genexps": 81, "test_generators": 42,
+    "test_keywordonlyarg": 11, "test_positional_only_arg": 28, "test_unpack_ex": 93, "test_augassign": 7,
+    "test_raise": 37, "test_except_star": 60, "test_super": 36, "test_property": 29, "test_decorators": 16,
+    "test_dataclasses": 249, "test_opcodes": 8, "test_unary": 6, "test_binop": 12, "test_compare": 16,
+    "test_named_expressions": 74, "test_dictcomps": 10, "test_fstring": 88, "test_iter": 57, "test_enumerate": 92,
+    "test_sort": 21, "test_slice": 11, "test_funcattrs": 35, "test_isinstance": 23, "test_bool": 31,
+    "test_string_literals": 20, "test_contextlib_async": 58, "test_asyncgen": 84, "test_typechecks": 6,
+    "test_int_literal": 6, "test_global": 4,
 }
 NATIVE_COUNTS = {(3, 11): NATIVE_COUNTS_311, (3, 13): NATIVE_COUNTS_313}[sys.version_info[:2]]
 

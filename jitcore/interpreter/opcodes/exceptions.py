@@ -13,6 +13,8 @@ from __future__ import annotations
 # (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
 __builtins__ = dict(vars(__import__("builtins")))
 
+import sys
+
 from jitcore.interpreter.attributes import MISSING, lookup_special
 from jitcore.interpreter.calls import call
 from jitcore.interpreter.frame import Frame
@@ -119,7 +121,7 @@ def check_eg_match(frame: Frame, inst: Instruction) -> None:
         match = exc if isinstance(exc, BaseExceptionGroup) else BaseExceptionGroup("", [exc])
         rest = None
     elif isinstance(exc, BaseExceptionGroup):
-        match, rest = exc.split(match_type)
+        match, rest = _split(exc, match_type)
     else:
         match = rest = None
     if match is None:
@@ -128,6 +130,18 @@ def check_eg_match(frame: Frame, inst: Instruction) -> None:
     stack[-1] = rest
     stack.append(match)
     frame.exc_value = match
+
+
+def _split(exc: BaseExceptionGroup, match_type: object) -> tuple[object, object]:
+    """``exc.split(match_type)``; 3.13 checks what a subclass's ``split`` returns (gh-128049)."""
+    pair = exc.split(match_type)
+    if sys.version_info < (3, 13):
+        return pair
+    if type(pair) is not tuple:
+        raise TypeError(f"{type(exc).__name__}.split must return a tuple, not {type(pair).__name__}")
+    if len(pair) < 2:
+        raise TypeError(f"{type(exc).__name__}.split must return a 2-tuple, got tuple of size {len(pair)}")
+    return pair[0], pair[1]
 
 
 def _leaf_ids(exc: BaseException, out: set[int]) -> None:

@@ -91,7 +91,8 @@ def _invalid(frame: Frame, *operands: object) -> object:
 # ``def f(a): return +a`` compiles to ``RESUME; LOAD_FAST a; CALL_INTRINSIC_1 <UNARY_POSITIVE>;
 # RETURN_VALUE`` and ``def f(a, b): return a + b`` has as many code units as ``RESUME; LOAD_FAST a;
 # LOAD_FAST b; CALL_INTRINSIC_2 k; RETURN_VALUE``. Replacing the bytecode (same length, so the line table
-# still fits; no instruction of it has inline caches) gives a native function per intrinsic.
+# still fits; no instruction of it has inline caches) gives a native function per intrinsic, made with the
+# interpreted frame's globals so that TypeVar & co. record the user's module.
 def _native_intrinsic(arity: int, index: int) -> Callable:
     namespace: dict = {}
     source = "def f(a): return +a\n" if arity == 1 else "def f(a, b): return a + b\n"
@@ -105,10 +106,10 @@ def _native_intrinsic(arity: int, index: int) -> Callable:
     if len(body) != len(template.co_code):
         raise InterpreterError(f"intrinsic template of arity {arity} has an unexpected size")
     code = template.replace(co_code=bytes(body), co_stacksize=arity, co_name=f"intrinsic_{arity}_{index}")
-    native = FunctionType(code, {})
 
     def intrinsic(frame: Frame, *operands: object) -> object:
-        return native(*operands)
+        # run with the frame's globals: the typing intrinsics read the caller's ``__name__`` (``__module__``)
+        return FunctionType(code, frame.globals)(*operands)
 
     return intrinsic
 
