@@ -28,6 +28,7 @@ from jitcore.debug.logs import entry_added
 from jitcore.errors import DataDependentError
 from jitcore.executors import get_executor
 from jitcore.ir import Trace
+from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
@@ -61,6 +62,7 @@ class CacheEntry:
     computation: Callable[..., Any]
     cached_call: Callable[[tuple, dict], Any]
     miss_reasons: list[MissReason] = field(default_factory=list)
+    effects: Effects | None = None  # Python side effects performed after the computation
 
 
 class JittedFunction:
@@ -146,9 +148,10 @@ class JittedFunction:
             entry_added(self, entry, reasons)
         inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
         try:
-            return entry.computation(*inputs)
+            result = entry.computation(*inputs)
         except ValueCheckFailed as failed:  # the probe and the computation disagree: not reproducible
             raise nondeterministic_read(failed) from None
+        return result if entry.effects is None else entry.effects.finish(args, kwargs, result)
 
     def _trace(self, args: tuple, kwargs: dict) -> CacheEntry:
         number = self.misses
@@ -172,15 +175,21 @@ class JittedFunction:
                     program.prologue.inputs.append(path)
                     program.prologue.input_names.append(proxy.name)
             computation = self.executor.compile(traces[-1])
+        effects = program.effects
+        post = computation if effects is None else _identity  # effects are performed before the output's rebuild
         if program.structure is not None:
-            computation = program.structure.wrap(computation)
+            post = program.structure.wrap(post)
         if program.epilogue is not None:
-            computation = program.epilogue.wrap(computation)
+            post = program.epilogue.wrap(post)
+        computation = post if effects is None else computation
         computation = with_rollback(program.trace, computation)  # undo writes before a failed read check
         cached_call = program.prologue.compile(computation)
+        if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
+            effects.post = post
+            cached_call = effects.around(cached_call, MISS)
         note_state_inputs(program.prologue.inputs, program.prologue.input_names,
                           [*traces, *self.last_traces, *self.last_backward_traces])  # linear1_weight: linear1.weight
-        return CacheEntry(number, program.prologue, traces, computation, cached_call)
+        return CacheEntry(number, program.prologue, traces, computation, cached_call, effects=effects)
 
     def _run_pass(self, tracing_pass: Pass, args: tuple, kwargs: dict) -> Any:
         """Interpret one call (jitcore/jit/module.py interprets a module's forward instead)."""
@@ -302,6 +311,10 @@ def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Contai
             )
     positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return names, frozenset(i for i, name in enumerate(positional) if name in names)
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 def _label_of(fn: Any) -> str:

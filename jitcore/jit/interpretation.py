@@ -45,6 +45,7 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.jit import numbers, outputs
+from jitcore.jit.effects import Effects, StateSnapshots
 from jitcore.jit.probe import Probe
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.value_reads import ValueReads
@@ -70,6 +71,7 @@ class TracedProgram:
         self.number_inputs = number_inputs or []  # dynamic numbers: trailing arguments of the trace
         self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
         self.structure: outputs.OutputStructure | None = None  # rebuilds output objects (jit/outputs.py)
+        self.effects: Effects | None = None  # side effects replayed after the computation (jit/effects.py)
 
     def symbolic_numbers(self) -> list[NumberProxy]:
         """The dynamic numbers the trace uses that the program did not specialize."""
@@ -96,6 +98,7 @@ class Pass:
         self.provenance = Provenance(self.context.values, self.prologue)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values))
+        self.snapshots = StateSnapshots()
         self._print_warned = False
 
     # --- driving -----------------------------------------------------------------------------------
@@ -103,23 +106,31 @@ class Pass:
         """Trace one call and return the program; raises what the traced program raises."""
         from jitcore.interpreter import interpret
 
-        if bound_self is not None:
-            self.provenance.remember(bound_self, Path(Root("bound", "self", bound_self)))
-        pargs, pkwargs = self._bind_arguments(args, kwargs)
-        for proxy in self.provenance.subclass_inputs:
-            bind_subclass_input(self.trace, proxy)
-        if self.provenance.subclass_inputs:
-            self.trace.imports["jitcore"] = jitcore
-        self._remember_function(target)
-        state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
-        with tracing(self.context), _deep_recursion():
-            output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
-        epilogue = None
-        if self.numpy is not None:
-            output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
-        output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
+        self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
+        try:
+            if bound_self is not None:
+                self.provenance.remember(bound_self, Path(Root("bound", "self", bound_self)))
+            pargs, pkwargs = self._bind_arguments(args, kwargs)
+            for copy_, path in self.provenance.argument_copies:
+                self.snapshots.take(copy_, path, stands_in=True)
+            for proxy in self.provenance.subclass_inputs:
+                bind_subclass_input(self.trace, proxy)
+            if self.provenance.subclass_inputs:
+                self.trace.imports["jitcore"] = jitcore
+            self._remember_function(target)
+            state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
+            with tracing(self.context), _deep_recursion():
+                output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
+            epilogue = None
+            if self.numpy is not None:
+                output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
+            output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
+            changes = self.snapshots.effects()
+        finally:
+            self.snapshots.restore()  # the caller's objects as the call found them
         self._refuse_escapes(output, (args, kwargs, bound_self))
-        self.trace.output = output
+        effects = Effects(changes, self.snapshots.reached) if changes else None
+        self.trace.output = output if effects is None else (output, effects.proxies)
         self._point_leaks_at_inputs()
         if self.provenance.number_inputs:
             numbers.fold_specialized(self.trace, self.provenance.specialized_numbers())
@@ -132,6 +143,7 @@ class Pass:
         program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
         program.epilogue = epilogue
         program.structure = structure
+        program.effects = effects
         return program
 
     def _refuse_escapes(self, output: Any, caller_values: tuple) -> None:
@@ -147,13 +159,15 @@ class Pass:
                     "cannot take apart",
                     hints=("register its class with torch.utils._pytree.register_pytree_node",),
                 )
-        for value in (*caller_values, *self.provenance.remembered()):
+        reached = [(v, self.provenance.path_of(v)) for v in (*caller_values, *self.provenance.remembered())]
+        for value, path in (*self.snapshots.objects(), *reached):
             found = outputs.escaped(value)
             if found is not None:
+                where = path.describe() if path is not None else f"a {type(value).__qualname__} argument"
                 raise UnsupportedOperationError(
-                    f"a tensor computed inside the function ({found.name}) was stored into "
-                    f"{type(value).__qualname__} object that outlives the call; jitcore does not replay "
-                    "such stores yet",
+                    f"a tensor computed inside the function ({found.name}) was stored into {where}, "
+                    "which outlives the call, in a way jitcore cannot replay (an object without an "
+                    "instance dict, or one the program reached without a path from the call)",
                     hints=("return the tensor instead, and store it after the call",),
                 )
 
@@ -197,6 +211,9 @@ class Pass:
         fn = getattr(target, "__func__", target)
         if isinstance(fn, types.FunctionType):
             self.provenance.remember_function(fn, Path(Root("bound", fn.__qualname__, fn)))
+            if not _is_library(fn.__code__.co_filename):  # ``global N; N = 1`` writes it unread
+                label = f"{fn.__globals__.get('__name__', '?')}.__dict__"
+                self.snapshots.take(fn.__globals__, Path(Root("bound", label, fn.__globals__)))
 
     def _state_guards(self, state_at_call: list) -> None:
         creates_tensors = _creates_tensors(self.trace)
@@ -355,6 +372,7 @@ class Pass:
         if _is_library(frame.code.co_filename) and not _is_global_hook_registry(globals_, name):
             return value
         root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
+        self.snapshots.take(globals_, root)
         if name in globals_:
             return self.provenance.bind_state(value, root.key(name), name)
         self.provenance.guard(root, "absent", name)  # a builtin, as long as no global shadows it

@@ -83,7 +83,7 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
         names = [f.name for f in dataclasses.fields(value)]
     else:
         names = [n for n, v in getattr(value, "__dict__", {}).items() if _holds_proxy(v, depth + 1)]
-    template = value
+    template = copy.copy(value)  # as it is now: the pass restores the caller's objects afterwards
 
     def rebuild_object(kids: tuple) -> Any:
         obj = copy.copy(template)
@@ -132,6 +132,8 @@ def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None) -> Proxy 
 
 
 def _children(value: Any) -> list[Any]:
+    if (type(value).__module__ or "").startswith("jitcore"):
+        return []  # jitcore's own records (a jitted function's traces) hold proxies by design
     if isinstance(value, (tuple, list, set, frozenset, collections.deque)):
         return list(value)
     if isinstance(value, dict):

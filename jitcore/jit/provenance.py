@@ -23,6 +23,7 @@ import sys
 import functools
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -53,6 +54,8 @@ class Provenance:
         self.values = values
         self.prologue = prologue
         self.inputs: list[tuple[Path, TensorProxy, torch.Tensor]] = []
+        self.on_remember: Callable[[Any, Path], None] | None = None  # the pass's state snapshots
+        self.argument_copies: list[tuple[Any, Path]] = []  # containers the program sees for the caller's
         self.real_values: dict[int, torch.Tensor] = {}  # id(proxy) -> the tensor it stands for (the probe's inputs)
         self._paths: dict[int, Path] = {}
         self._keepalive: list[Any] = []
@@ -78,6 +81,8 @@ class Provenance:
         if id(obj) not in self._paths:
             self._paths[id(obj)] = path
             self._keepalive.append(obj)
+            if self.on_remember is not None:
+                self.on_remember(obj, path)
 
     def guard(self, path: Path, kind: str, expected: Any) -> None:
         # The first read of a path is what the call started with; a later read of the same path in
@@ -132,6 +137,7 @@ class Provenance:
             out: list = []
             self._binding[id(value)] = (path, out)
             out.extend(self.bind_argument(v, path.index(i), f"{name}_{i}") for i, v in enumerate(value))
+            self.argument_copies.append((out, path))
             return out
         if t is dict:
             self.guard(path, "type", t)
@@ -140,6 +146,7 @@ class Provenance:
             self._binding[id(value)] = (path, bound)
             for k, v in value.items():
                 bound[k] = self.bind_argument(v, path.key(k), f"{name}_{k}")
+            self.argument_copies.append((bound, path))
             return bound
         self.guard(path, "type", t)
         if isinstance(value, tuple):  # namedtuple
@@ -149,6 +156,7 @@ class Provenance:
         for f in dataclasses.fields(value):
             bound_field = self.bind_argument(getattr(value, f.name), path.attr(f.name), f"{name}_{f.name}")
             object.__setattr__(clone, f.name, bound_field)
+        self.argument_copies.append((clone, path))
         return clone
 
     def bind_dynamic_number(self, value: int | float, path: Path, name: str) -> NumberProxy:
@@ -184,6 +192,8 @@ class Provenance:
         if t in _CONTAINERS and _all_literal(value):
             self.guard(path, "type", t)
             self.guard(path, "contents", freeze_contents(value))
+            if self.on_remember is not None:
+                self.on_remember(value, path)  # the program may still write into it
             return value
         if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and self.path_of(value.__self__) is not None:
             return value  # a bound method is made anew on every read; its function is the class's

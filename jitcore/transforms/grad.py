@@ -145,11 +145,21 @@ def needs_grad(trace: Trace, subclass_grad: dict[int, bool]) -> bool:
         subclass_grad: ``id(proxy) -> requires_grad`` of its subclass inputs (the outer tensors'
             flag, which the prologue checks; the proxies' own metadata does not carry it).
     """
-    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or _reaches_no_graph(trace):
         return False
     if any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args):
         return True
     return any(subclass_grad.get(id(p), False) for p in subclass_inputs(trace))
+
+
+def _reaches_no_graph(trace: Trace) -> bool:
+    """No output requires grad and nothing is written in place: whatever graph eager would build,
+    the caller cannot reach it (``model.generate`` under ``no_grad``, an ``argmax``), so the
+    computation needs no backward."""
+    for leaf in optree.tree_leaves(trace.output, none_is_leaf=True):
+        if isinstance(leaf, SubclassTensorProxy) or (isinstance(leaf, TensorProxy) and leaf.requires_grad):
+            return False
+    return not any("inplace" in b.symbol.tags or "out" in b.kwargs for b in trace.bound_symbols)
 
 
 class _Replay:

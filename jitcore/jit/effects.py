@@ -1,0 +1,254 @@
+"""Python side effects of a traced function, replayed on every call as eager has them.
+
+While tracing, the program mutates the caller's objects for real (it must see its own writes). This
+module snapshots each object of the caller's or of persistent state when the program first reaches
+it (arguments, globals, closure cells, module and object attributes, list/dict/set contents), and
+when the pass ends it
+1. diffs every snapshot against the object's final state into ``Effect`` records (attribute set or
+   deleted, item set or deleted, list or set contents, cell contents);
+2. restores every snapshot, so the trace leaves the caller's objects as it found them;
+3. hands the effects to the entry, which applies them after each run of the computation, the first
+   call's included. Tensors written into objects are outputs of the computation; objects made by
+   the program and stored (holding tensors) are rebuilt on every call, as eager makes them anew.
+
+Invariants: after a call the caller's objects hold real tensors, never proxies; the final state of
+every reached object is eager's final state for a call that took the same path (values the program
+read are guarded by the prologue, so a counter read and incremented retraces rather than repeating
+a stale value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable
+from typing import Any, Literal
+
+import optree
+
+from jitcore.ir import Proxy
+from jitcore.jit.outputs import split
+from jitcore.prologue import Path
+
+__all__ = ["Effect", "Effects", "StateSnapshots"]
+
+EffectKind = Literal["setattr", "delattr", "setitem", "delitem", "contents", "cell"]
+_MISSING = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Effect:
+    """One change of a reached object's state, replayed after the computation.
+
+    Attributes:
+        path: how the object is reached from the call (its root may bind the object itself).
+        kind: what changes: an attribute, an item, the whole contents (list/set), a cell.
+        key: the attribute name or item key (None for contents and cells).
+        value: the new value, with proxies and rebuilt objects as slots filled per call.
+    """
+
+    path: Path
+    kind: EffectKind
+    key: Any
+    value: Any
+
+    def describe(self) -> str:
+        where = self.path.describe()
+        if self.kind in ("setattr", "delattr"):
+            where = f"{where}.{self.key}"
+        elif self.kind in ("setitem", "delitem"):
+            where = f"{where}[{self.key!r}]"
+        return f"{self.kind} {where}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Snapshot:
+    obj: Any
+    path: Path
+    state: Any
+    stands_in: bool  # the program's copy of a caller's argument container, not the caller's object
+
+
+class StateSnapshots:
+    """The state of each reached object as the program first reached it (one pass)."""
+
+    def __init__(self) -> None:
+        self._snapshots: dict[int, _Snapshot] = {}
+
+    def take(self, obj: Any, path: Path, *, stands_in: bool = False) -> None:
+        """Remember ``obj``'s state now (the first time it is reached); ``path`` reaches it per call
+        (``stands_in``: ``obj`` is the program's copy of the caller's container at ``path``)."""
+        if id(obj) in self._snapshots or isinstance(obj, (type, types.ModuleType, types.FunctionType, Proxy)):
+            return
+        state = _state_of(obj)
+        if state is not None:
+            self._snapshots[id(obj)] = _Snapshot(obj, path, state, stands_in)
+
+    def effects(self) -> list[Effect]:
+        """The changes of every reached object since it was reached, as effects."""
+        out: list[Effect] = []
+        for snap in self._snapshots.values():
+            out += _diff(snap.obj, snap.path, snap.state, _state_of(snap.obj))
+        return out
+
+    def restore(self) -> None:
+        """Put every reached object back into its snapshot state."""
+        for snap in reversed(list(self._snapshots.values())):
+            _restore(snap.obj, snap.state)
+
+    def reached(self, obj: Any) -> bool:
+        """Whether ``obj`` is one of the caller's objects the program reached."""
+        return id(obj) in self._snapshots
+
+    def objects(self) -> list[tuple[Any, Path]]:
+        """The reached objects with their paths."""
+        return [(snap.obj, snap.path) for snap in self._snapshots.values() if not snap.stands_in]
+
+
+class Effects:
+    """The effects of one entry, applied after its computation.
+
+    The computation returns ``(output, slots)``: ``slots`` are the proxies the effects' values hold,
+    in order; ``finish`` fills them in, performs the effects on the call's objects and returns the
+    output passed through ``post`` (the output's own rebuilding, jitcore/jit/outputs.py).
+    """
+
+    def __init__(self, effects: list[Effect], reached: Callable[[Any], bool]) -> None:
+        self.references: list[Any] = []
+        values = [self._template(e.value, reached) for e in effects]
+        flat, structure = split(values)
+        self._leaves, self._spec = optree.tree_flatten(flat, none_is_leaf=True)
+        self._slots = [i for i, leaf in enumerate(self._leaves) if isinstance(leaf, Proxy)]
+        self._rebuild = structure.rebuild if structure is not None else None
+        self.effects = effects
+        self.proxies = tuple(self._leaves[i] for i in self._slots)
+        self.post: Callable[[Any], Any] = _identity
+
+    def finish(self, args: tuple, kwargs: dict, result: tuple) -> Any:
+        """Perform the effects with this call's values; the program's output."""
+        output, slots = result
+        leaves = list(self._leaves)
+        for i, value in zip(self._slots, slots):
+            leaves[i] = value
+        values = optree.tree_unflatten(self._spec, leaves)
+        if self._rebuild is not None:
+            values = self._rebuild(values)
+        for effect, value in zip(self.effects, values):
+            _perform(effect, effect.path.get(args, kwargs), self._unwrap(value))
+        return self.post(output)
+
+    def around(self, cached_call: Callable[[tuple, dict], Any], miss: Any) -> Callable[[tuple, dict], Any]:
+        """``cached_call`` (prologue + computation) followed by ``finish``."""
+
+        def call(args: tuple, kwargs: dict) -> Any:
+            result = cached_call(args, kwargs)
+            if result is miss:
+                return result
+            return self.finish(args, kwargs, result)
+
+        return call
+
+    def _template(self, value: Any, reached: Callable[[Any], bool]) -> Any:
+        """A value to store: objects of the caller's by reference, lists element by element, the
+        rest as it is (rebuilt per call when it holds proxies, by ``outputs.split``)."""
+        if reached(value):
+            self.references.append(value)
+            return _Reference(len(self.references) - 1)
+        if type(value) is list:
+            return [self._template(v, reached) for v in value]
+        return value
+
+    def _unwrap(self, value: Any) -> Any:
+        if type(value) is _Reference:
+            return self.references[value.index]
+        if type(value) is list:
+            return [self._unwrap(v) for v in value]
+        return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Reference:
+    """An object of the caller's stored somewhere else: stored as the very object."""
+
+    index: int
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+# --- state of one object ----------------------------------------------------------------------------
+def _state_of(obj: Any) -> Any:
+    kind = type(obj)
+    if kind is types.CellType:
+        try:
+            return ("cell", obj.cell_contents)
+        except ValueError:
+            return ("cell", _MISSING)
+    # the built-in types' own methods: a subclass's overrides (a registry's ``get``) are the program's
+    if isinstance(obj, list):
+        return ("list", list(list.__iter__(obj)))
+    if isinstance(obj, dict):
+        return ("dict", dict(dict.items(obj)))
+    if isinstance(obj, set):
+        return ("set", set(set.__iter__(obj)))
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict):
+        return ("attrs", dict(attrs))
+    return None
+
+
+def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
+    kind, old = before
+    new = after[1]
+    if kind == "cell":
+        return [] if new is old else [Effect(path, "cell", None, new)]
+    if kind in ("list", "set"):
+        same = len(new) == len(old) and all(a is b for a, b in zip(new, old)) if kind == "list" else new == old
+        return [] if same else [Effect(path, "contents", None, list(new) if kind == "list" else new)]
+    setter, deleter = ("setitem", "delitem") if kind == "dict" else ("setattr", "delattr")
+    effects = [Effect(path, deleter, k, None) for k in old if k not in new]
+    effects += [Effect(path, setter, k, v) for k, v in new.items() if dict.get(old, k, _MISSING) is not v]
+    return effects
+
+
+def _restore(obj: Any, state: Any) -> None:
+    kind, old = state
+    if kind == "cell":
+        if old is _MISSING:
+            try:
+                del obj.cell_contents
+            except ValueError:
+                pass
+        else:
+            obj.cell_contents = old
+    elif kind == "list":
+        list.__setitem__(obj, slice(None), old)
+    elif kind in ("dict", "attrs"):
+        target = obj if kind == "dict" else obj.__dict__
+        if dict.__len__(target) != len(old) or any(dict.get(target, k, _MISSING) is not v for k, v in old.items()):
+            dict.clear(target)
+            dict.update(target, old)
+    elif kind == "set":
+        set.clear(obj)
+        set.update(obj, old)
+
+
+def _perform(effect: Effect, target: Any, value: Any) -> None:
+    kind = effect.kind
+    if kind == "setattr":  # the instance dict was diffed: it is written as the traced __setattr__ left it
+        vars(target)[effect.key] = value
+    elif kind == "delattr":
+        del vars(target)[effect.key]
+    elif kind == "setitem":
+        target[effect.key] = value
+    elif kind == "delitem":
+        del target[effect.key]
+    elif kind == "contents":
+        if isinstance(target, list):
+            target[:] = value
+        else:
+            target.clear()
+            target.update(value)
+    elif kind == "cell":
+        target.cell_contents = value
