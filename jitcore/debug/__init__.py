@@ -25,7 +25,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 _SUBMODULES = frozenset(
-    {"boundary", "context", "debugger", "diff", "explain", "logs", "markers", "report", "shell", "tracebacks", "user_warnings"}
+    {"boundary", "context", "debugger", "diff", "explain", "logs", "markers", "report", "shell", "tracebacks", "user_warnings", "breakpoints", "names"}
 )
 
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazily loaded names

@@ -8,6 +8,11 @@ Stepping *into* a bound symbol with subsymbols (a decomposition, a tensor subcla
 aten ops) runs those one at a time instead; if they do not produce all of the parent's outputs,
 the parent runs as a whole when they are done.
 
+Breakpoints (jitcore/debug/breakpoints.py) that can never be hit are refused with the reason;
+an op breakpoint also stops before a torch-level op that runs that aten op. Expressions see the
+trace's names, the user's names that hold them (jitcore/debug/names.py: ``hidden`` -> ``t1``)
+and names set with ``execute``.
+
 Invariants:
 - ``current`` is the bound symbol that runs next (None when the trace has finished);
 - a value in ``values`` is the real result of the op that produced it in this debugger; nothing
@@ -25,56 +30,13 @@ from typing import Any
 
 import optree
 
+from jitcore.debug.breakpoints import Breakpoint, op_names, refusal
+from jitcore.debug.names import Binding, user_bindings
 from jitcore.debug.markers import markers_of
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Trace
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["Breakpoint", "Debugger", "debug", "find_entry"]
-
-
-@dataclass(frozen=True, slots=True)
-class Breakpoint:
-    """Stop before an op: by user line (``file.py:12``), by op (``aten.mm``), or a ``breakpoint()`` marker."""
-
-    spec: str
-    filename: str | None = None
-    lineno: int | None = None
-    op: str | None = None
-    index: int | None = None  # a marker: before top-level op ``index``
-
-    @classmethod
-    def parse(cls, spec: str) -> Breakpoint:
-        """``FILE:LINE`` or an op name (``aten.mm``, ``torch.matmul``, ``mm``).
-
-        Raises:
-            ValueError: ``spec`` is empty.
-        """
-        spec = spec.strip()
-        if not spec:
-            raise ValueError("a breakpoint needs FILE:LINE or an op name")
-        filename, sep, line = spec.rpartition(":")
-        if sep and line.isdigit() and filename:
-            return cls(spec, filename=filename, lineno=int(line))
-        return cls(spec, op=spec)
-
-    def matches(self, bsym: BoundSymbol, index: int | None = None) -> bool:
-        if self.index is not None:
-            return index == self.index
-        if self.op is not None:
-            sid = bsym.symbol.id
-            return (
-                sid == self.op
-                or sid.endswith("." + self.op)
-                or sid.replace("torch.ops.", "") == self.op
-                or sid.replace("torch.ops.", "").startswith(self.op + ".")
-            )
-        return any(
-            f.lineno == self.lineno and _same_file(f.filename, self.filename or "") for f in bsym.source or ()
-        )
-
-
-def _same_file(actual: str, wanted: str) -> bool:
-    return actual == wanted or actual.endswith("/" + wanted.lstrip("./"))
 
 
 @dataclass(slots=True)
@@ -129,10 +91,13 @@ class Debugger:
         self.trace: Trace = trace
         self.values: dict[str, Any] = {}
         for param, value in zip(trace.args, inputs):
-            self.values[param.name if isinstance(param, Proxy) else str(param)] = value
+            self.values[_name(param)] = value
+        self._initial = dict(self.values)
         self._levels = [_Level(tuple(trace.bound_symbols))]
         self.breakpoints: list[Breakpoint] = _marker_breakpoints(trace, marked)
         self.output: Any = None
+        self.scratch: dict[str, Any] = {}  # names the user assigned with ``!name = ...``
+        self._bindings: list[Binding] | None = None
         self.finished = not trace.bound_symbols
         if self.finished:
             self.output = self._resolve(trace.output)
@@ -208,16 +173,104 @@ class Debugger:
         return self.output
 
     def break_at(self, spec: str) -> Breakpoint:
-        """Add a breakpoint (``FILE:LINE`` or an op name); returns it."""
+        """Add a breakpoint (``FILE:LINE`` or an op name); returns it.
+
+        Raises:
+            ValueError: the breakpoint can never be hit in this trace (the message says why: no
+                such file, a line past its end or without ops, an op the trace never runs).
+        """
         point = Breakpoint.parse(spec)
+        reason = refusal(point, self.trace)
+        if reason is not None:
+            raise ValueError(f"cannot stop at {spec}: {reason}")
         self.breakpoints.append(point)
         return point
 
+    def hit_detail(self, bsym: BoundSymbol) -> str | None:
+        """How an op breakpoint stops before ``bsym`` when ``bsym`` is not that op but runs it."""
+        for point in self.breakpoints:
+            aten = point.runs_op(bsym)
+            if aten is not None and point.op not in op_names(bsym.symbol.id):
+                return f"{bsym.symbol.id} runs {aten.removeprefix('torch.ops.')} here"
+        return None
+
+    # --- the user's names --------------------------------------------------------------------------
+    def bindings(self) -> list[Binding]:
+        """Which trace value each of the user's assignments holds (jitcore/debug/names.py)."""
+        if self._bindings is None:
+            self._bindings = user_bindings(self.trace.bound_symbols)
+        return self._bindings
+
+    def user_names(self) -> dict[str, Any]:
+        """The user's names whose values are computed by now (the latest assignment of each)."""
+        done = self.index if not self.finished else len(self.trace.bound_symbols)
+        return {b.name: self.values[b.proxy] for b in self.bindings() if b.index < done and b.proxy in self.values}
+
+    def binding_of(self, name: str) -> Binding | None:
+        """The assignment of ``name`` that holds now, else the next one (for 'computed by a later op')."""
+        done = self.index if not self.finished else len(self.trace.bound_symbols)
+        made = [b for b in self.bindings() if b.name == name]
+        before = [b for b in made if b.index < done]
+        return before[-1] if before else (made[0] if made else None)
+
+    def _namespace(self) -> dict[str, Any]:
+        return {**self.user_names(), **self.scratch, **self.values}
+
     def evaluate(self, expression: str) -> Any:
-        """Evaluate ``expression`` with the values computed so far (and ``torch``) in scope."""
+        """Evaluate ``expression`` with the values computed so far (and ``torch``) in scope: trace
+        names (``t3``), the user's names that hold them (``hidden``), names set with ``execute``.
+
+        Raises:
+            NameError: a name is unknown; for a user name whose value a later op computes, the
+                message names that op and its trace value.
+        """
         import torch
 
-        return eval(expression, {"torch": torch, "__builtins__": __builtins__}, dict(self.values))
+        try:
+            return eval(expression, {"torch": torch, "__builtins__": __builtins__}, self._namespace())
+        except NameError as exc:
+            raise self._explained(exc) from None
+
+    def execute(self, statement: str) -> None:
+        """Run a statement (``!t3 = t3 * 0``): assigning a trace name changes that value for the ops
+        that follow; other names are kept for later expressions."""
+        import torch
+
+        namespace = self._namespace()
+        before = dict(namespace)
+        try:
+            exec(statement, {"torch": torch, "__builtins__": __builtins__}, namespace)  # noqa: S102
+        except NameError as exc:
+            raise self._explained(exc) from None
+        for name, value in namespace.items():
+            if name in before and before[name] is value:
+                continue
+            if name in self.values:
+                self.values[name] = value
+            else:
+                self.scratch[name] = value
+
+    def _explained(self, exc: NameError) -> NameError:
+        name = getattr(exc, "name", None)
+        binding = self.binding_of(name) if name else None
+        if binding is None:
+            return exc
+        op = self.trace.bound_symbols[binding.index]
+        return NameError(
+            f"{binding}, computed by op [{binding.index}] ({op.symbol.id}), which has not run yet; "
+            "'c' with a breakpoint after it, or 'n', gets there",
+            name=name,
+        )
+
+    def restarted(self) -> Debugger:
+        """A new debugger for the same call, from the first op, with this one's breakpoints."""
+        fresh = (
+            Debugger(self.jfn, self.args, self.kwargs)
+            if self.entry is not None
+            else Debugger(trace=self.trace, inputs=[self._initial.get(_name(a)) for a in self.trace.args])
+        )
+        fresh.breakpoints += [p for p in self.breakpoints if p.index is None and p not in fresh.breakpoints]
+        return fresh
 
     def diff(self) -> Any:
         """Run the original function eagerly and return the first op whose value diverges (or None)."""
@@ -274,6 +327,10 @@ class Debugger:
         elif isinstance(output, dict) and isinstance(result, dict):
             for k, o in output.items():
                 self._bind(o, result[k])
+
+
+def _name(param: Any) -> str:
+    return param.name if isinstance(param, Proxy) else str(param)
 
 
 def _walk(bound_symbols: Iterable[BoundSymbol]) -> Iterable[BoundSymbol]:

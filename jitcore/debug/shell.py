@@ -1,15 +1,21 @@
 """The debugger's command line: pdb's conventions over a ``Debugger``.
 
 Commands: ``n``/``next``, ``s``/``step``, ``c``/``continue``, ``b``/``break`` [FILE:LINE | op],
-``p``/``print`` EXPR, ``l``/``list``, ``w``/``where``/``bt``, ``diff``, ``q``/``quit``, ``help``.
-An empty line repeats the last command, as in pdb. Output goes to ``stdout``; tests feed
-commands through ``stdin`` (an ``io.StringIO``).
+``p``/``print`` EXPR, ``pp`` EXPR, ``!``STATEMENT, a bare expression, ``l``/``list``,
+``w``/``where``/``bt``, ``u``/``up``, ``d``/``down``, ``restart``, ``diff``, ``q``/``quit``,
+``help``. An empty line repeats the last command, as in pdb. Reading from the terminal goes
+through ``input()`` with readline loaded (line editing, the Up arrow recalls history); tests feed
+commands through ``stdin`` (an ``io.StringIO``, or the process's standard input).
+Invariant: an error of a command (of the debugged op, of an expression) is printed as ``***``
+and the session goes on.
 """
 
 from __future__ import annotations
 
 import cmd
 import linecache
+import pprint
+import sys
 from typing import IO, Any
 
 from jitcore.debug.debugger import Debugger
@@ -27,8 +33,10 @@ class DebuggerShell(cmd.Cmd):
         self, debugger: Debugger, stdin: IO[str] | None = None, stdout: IO[str] | None = None
     ) -> None:
         super().__init__(stdin=stdin, stdout=stdout)
-        self.use_rawinput = stdin is None
+        # input() with readline for the process's own standard input: line editing and history
+        self.use_rawinput = stdin is None or stdin is sys.stdin
         self.debugger = debugger
+        self.frame_offset = 0  # 0: the innermost user frame of the current op; 'up' counts outwards
         self.intro = (
             f"jitcore debugger: {len(debugger.trace.bound_symbols)} ops in the computation trace; "
             "'help' lists the commands"
@@ -67,7 +75,23 @@ class DebuggerShell(cmd.Cmd):
         return self.onecmd(self.lastcmd) if self.lastcmd else False
 
     def default(self, line: str) -> bool:
-        self.say(f"unknown command {line.split()[0]!r}; 'help' lists the commands")
+        """``!statement``, or a bare expression or statement over the values (as pdb)."""
+        text = line[1:] if line.startswith("!") else line
+        try:
+            code = compile(text, "<jitcore-debug>", "eval")
+        except SyntaxError:
+            try:
+                compile(text, "<jitcore-debug>", "exec")
+            except SyntaxError:
+                word = line.split()[0] if line.split() else line
+                self.say(f"unknown command {word!r}; 'help' lists the commands")
+                return False
+            self.debugger.execute(text)
+            return False
+        del code
+        value = self.debugger.evaluate(text)
+        if value is not None:
+            self.say(repr(value))
         return False
 
     def onecmd(self, line: str) -> bool:
@@ -81,21 +105,60 @@ class DebuggerShell(cmd.Cmd):
     def do_next(self, arg: str) -> bool:
         """n(ext): run the current op (and all its subsymbols) and stop at the next one."""
         self.debugger.next()
+        self.frame_offset = 0
         self.show_current()
         return False
 
     def do_step(self, arg: str) -> bool:
         """s(tep): step into the current op's subsymbols (a subclass's aten ops), or run it."""
         self.debugger.step()
+        self.frame_offset = 0
         self.show_current()
         return False
 
     def do_continue(self, arg: str) -> bool:
         """c(ontinue): run until a breakpoint or the end of the trace."""
         hit = self.debugger.continue_()
+        self.frame_offset = 0
         if hit is not None:
             self.say("breakpoint")
         self.show_current()
+        detail = self.debugger.hit_detail(hit) if hit is not None else None
+        if detail:
+            self.say(f"   ({detail}: 'n' runs it)")
+        return False
+
+    def do_restart(self, arg: str) -> bool:
+        """restart: start the call over from the first op, keeping the breakpoints."""
+        self.debugger = self.debugger.restarted()
+        self.frame_offset = 0
+        self.say("restarted")
+        self.show_current()
+        return False
+
+    def do_up(self, arg: str) -> bool:
+        """u(p): select the frame that called the selected one (the user's stack of the current op)."""
+        return self._move_frame(+1)
+
+    def do_down(self, arg: str) -> bool:
+        """d(own): select the frame the selected one called."""
+        return self._move_frame(-1)
+
+    def _move_frame(self, by: int) -> bool:
+        stack = self.debugger.stack()
+        if not stack:
+            self.say("*** no user stack recorded for this op")
+            return False
+        wanted = self.frame_offset + by
+        if not 0 <= wanted < len(stack):
+            self.say("*** oldest frame" if by > 0 else "*** newest frame")
+            return False
+        self.frame_offset = wanted
+        frame = stack[len(stack) - 1 - wanted]
+        self.say(f"> {frame.filename}:{frame.lineno} in {frame.function}")
+        code = linecache.getline(frame.filename, frame.lineno).strip()
+        if code:
+            self.say(f"  {code}")
         return False
 
     def do_break(self, arg: str) -> bool:
@@ -107,7 +170,11 @@ class DebuggerShell(cmd.Cmd):
             if not self.debugger.breakpoints:
                 self.say("no breakpoints")
             return False
-        point = self.debugger.break_at(arg)
+        try:
+            point = self.debugger.break_at(arg)
+        except ValueError as exc:  # a breakpoint that can never be hit, refused with the reason
+            self.say(f"*** {exc}")
+            return False
         self.say(f"breakpoint {len(self.debugger.breakpoints) - 1} at {point.spec}")
         return False
 
@@ -117,7 +184,24 @@ class DebuggerShell(cmd.Cmd):
             self.say("p needs a name or an expression, e.g. 'p t0'")
             return False
         self.say(repr(self.debugger.evaluate(arg)))
+        self._say_trace_name(arg)
         return False
+
+    def do_pp(self, arg: str) -> bool:
+        """pp EXPR: like p, pretty-printed."""
+        if not arg.strip():
+            self.say("pp needs a name or an expression, e.g. 'pp t0'")
+            return False
+        self.say(pprint.pformat(self.debugger.evaluate(arg)))
+        self._say_trace_name(arg)
+        return False
+
+    def _say_trace_name(self, arg: str) -> None:
+        name = arg.strip()
+        if name.isidentifier() and name not in self.debugger.values and name not in self.debugger.scratch:
+            binding = self.debugger.binding_of(name)
+            if binding is not None:
+                self.say(f"({binding})")
 
     def do_list(self, arg: str) -> bool:
         """l(ist): the computation trace around the current op ('->' marks it)."""
@@ -146,9 +230,11 @@ class DebuggerShell(cmd.Cmd):
         stack = self.debugger.stack()
         if not stack:
             self.say("no user stack recorded for this op")
+        selected = len(stack) - 1 - self.frame_offset
         for depth, frame in enumerate(stack):
             code = linecache.getline(frame.filename, frame.lineno).strip()
-            self.say(f"{'  ' * depth}{frame.filename}:{frame.lineno} in {frame.function}")
+            mark = "> " if depth == selected and self.frame_offset else ""
+            self.say(f"{'  ' * depth}{mark}{frame.filename}:{frame.lineno} in {frame.function}")
             if code:
                 self.say(f"{'  ' * depth}  {code}")
         return False
@@ -169,6 +255,7 @@ class DebuggerShell(cmd.Cmd):
 
     do_n, do_s, do_c, do_cont, do_b, do_p = do_next, do_step, do_continue, do_continue, do_break, do_print
     do_l, do_w, do_bt, do_q, do_exit = do_list, do_where, do_where, do_quit, do_quit
+    do_u, do_d = do_up, do_down
 
 
 def _statement(bsym: BoundSymbol) -> str:

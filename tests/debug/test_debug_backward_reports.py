@@ -14,6 +14,7 @@ import traceback
 import debug_errors as E
 import pytest
 import torch
+from traceback_lines import printed_lines
 
 import jitcore
 
@@ -27,7 +28,7 @@ def printed(fn, x, backward):
         if backward:
             out.backward()
     except Exception as exc:  # noqa: BLE001
-        return exc, "".join(traceback.format_exception(exc)).splitlines()
+        return exc, printed_lines(exc)
     raise AssertionError("expected an exception")
 
 

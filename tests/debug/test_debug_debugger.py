@@ -145,7 +145,7 @@ def test_shell_commands(mlp):
             "s",
             "",
             "c",
-            "frobnicate",
+            "frobnicate now",
             "q",
         ],
     )
@@ -167,7 +167,7 @@ def test_shell_commands(mlp):
     assert "breakpoint\n-> [3] t3 = torch.sum(t2, dim=0)" in text  # continue stops at the line
     assert "-> [4] t4 = torch.add(t3, 1)" in text  # step
     assert "the trace has finished; output: tensor(" in text  # the empty line repeated step
-    assert "unknown command 'frobnicate'" in text
+    assert "unknown command 'frobnicate'" in text  # not Python: a bare expression is evaluated (as pdb)
 
 
 def test_shell_diff_finds_a_planted_divergence(mlp):
