@@ -2,7 +2,8 @@
 
 While tracing, the program mutates the caller's objects for real (it must see its own writes). This
 module snapshots each object of the caller's or of persistent state when the program first reaches
-it (arguments, globals, closure cells, module and object attributes, list/dict/set contents), and
+it (arguments, globals, closure cells, module and object attributes and slots, list/dict/set
+contents), and
 when the pass ends it
 1. diffs every snapshot against the object's final state into ``Effect`` records (attribute set or
    deleted, item set or deleted, list or set contents, cell contents);
@@ -32,7 +33,7 @@ from jitcore.prologue import Path
 
 __all__ = ["Effect", "Effects", "StateSnapshots"]
 
-EffectKind = Literal["setattr", "delattr", "setitem", "delitem", "contents", "cell"]
+EffectKind = Literal["setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "cell"]
 _MISSING = object()
 
 
@@ -54,7 +55,7 @@ class Effect:
 
     def describe(self) -> str:
         where = self.path.describe()
-        if self.kind in ("setattr", "delattr"):
+        if self.kind in ("setattr", "delattr", "setslot", "delslot"):
             where = f"{where}.{self.key}"
         elif self.kind in ("setitem", "delitem"):
             where = f"{where}[{self.key!r}]"
@@ -195,7 +196,19 @@ def _state_of(obj: Any) -> Any:
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):
         return ("attrs", dict(attrs))
+    slots = _slot_names(type(obj))
+    if slots:
+        return ("slots", {name: getattr(obj, name, _MISSING) for name in slots})
     return None
+
+
+def _slot_names(cls: type) -> list[str]:
+    names = []
+    for klass in cls.__mro__:
+        for name in getattr(klass, "__slots__", ()):
+            if isinstance(name, str) and name not in ("__dict__", "__weakref__"):
+                names.append(name)
+    return names
 
 
 def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
@@ -206,7 +219,11 @@ def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
     if kind in ("list", "set"):
         same = len(new) == len(old) and all(a is b for a, b in zip(new, old)) if kind == "list" else new == old
         return [] if same else [Effect(path, "contents", None, list(new) if kind == "list" else new)]
-    setter, deleter = ("setitem", "delitem") if kind == "dict" else ("setattr", "delattr")
+    setter, deleter = {"dict": ("setitem", "delitem"), "attrs": ("setattr", "delattr"),
+                       "slots": ("setslot", "delslot")}[kind]
+    if kind == "slots":
+        old = {k: v for k, v in old.items() if v is not _MISSING}
+        new = {k: v for k, v in new.items() if v is not _MISSING}
     effects = [Effect(path, deleter, k, None) for k in old if k not in new]
     effects += [Effect(path, setter, k, v) for k, v in new.items() if dict.get(old, k, _MISSING) is not v]
     return effects
@@ -232,6 +249,21 @@ def _restore(obj: Any, state: Any) -> None:
     elif kind == "set":
         set.clear(obj)
         set.update(obj, old)
+    elif kind == "slots":
+        for name, value in old.items():
+            _set_slot(obj, name, value)
+
+
+def _set_slot(obj: Any, name: str, value: Any) -> None:
+    """Write a ``__slots__`` field through its descriptor (not the class's ``__setattr__``)."""
+    descriptor = next(vars(k)[name] for k in type(obj).__mro__ if name in vars(k))
+    if value is _MISSING:
+        try:
+            descriptor.__delete__(obj)
+        except AttributeError:
+            pass
+    else:
+        descriptor.__set__(obj, value)
 
 
 def _perform(effect: Effect, target: Any, value: Any) -> None:
@@ -240,6 +272,10 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
         vars(target)[effect.key] = value
     elif kind == "delattr":
         del vars(target)[effect.key]
+    elif kind == "setslot":
+        _set_slot(target, effect.key, value)
+    elif kind == "delslot":
+        _set_slot(target, effect.key, _MISSING)
     elif kind == "setitem":
         target[effect.key] = value
     elif kind == "delitem":

@@ -79,6 +79,8 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     if node is not None:
         children, context = node.flatten_fn(value)
         return _node(tuple(children), lambda kids: node.unflatten_fn(list(kids), context), depth)
+    if isinstance(value, (dict, list)):  # a subclass no registry knows: its items, then its attributes
+        return _split_container_subclass(value, depth)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = [f.name for f in dataclasses.fields(value)]
     else:
@@ -92,6 +94,25 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
         return obj
 
     return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth)
+
+
+def _split_container_subclass(value: dict | list, depth: int) -> tuple[Any, Callable[[Any], Any]]:
+    keys = list(dict.keys(value)) if isinstance(value, dict) else list(range(list.__len__(value)))
+    getitem = dict.__getitem__ if isinstance(value, dict) else list.__getitem__
+    names = [n for n, v in getattr(value, "__dict__", {}).items() if _holds_proxy(v, depth + 1)]
+    template = copy.copy(value)
+    count = len(keys)
+
+    def rebuild(kids: tuple) -> Any:
+        obj = copy.copy(template)
+        for key, kid in zip(keys, kids[:count]):
+            (dict.__setitem__ if isinstance(obj, dict) else list.__setitem__)(obj, key, kid)
+        for name, kid in zip(names, kids[count:]):
+            object.__setattr__(obj, name, kid)
+        return obj
+
+    children = tuple(getitem(value, k) for k in keys) + tuple(getattr(value, n) for n in names)
+    return _node(children, rebuild, depth)
 
 
 def _node(children: tuple, make: Callable[[tuple], Any], depth: int) -> tuple[Any, Callable[[Any], Any]]:

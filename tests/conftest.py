@@ -1,0 +1,33 @@
+"""Suite-wide checks.
+
+Nothing traced ever escapes (issue 13): every call of a jitted function anywhere in the suite is
+checked, after it returns, for a proxy (or any other jitcore tracing object) reachable from its
+result or from the arguments it may have mutated. A leak fails the test that made the call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jitcore.jit.api import JittedFunction
+from jitcore.jit.outputs import escaped
+
+_CALL = JittedFunction.__call__
+
+
+def _checked_call(self: JittedFunction, /, *args: Any, **kwargs: Any) -> Any:
+    result = _CALL(self, *args, **kwargs)
+    leaked = escaped((result, args, kwargs))
+    if leaked is not None:
+        pytest.fail(f"a traced value escaped from a call of {self!r}: {leaked!r}", pytrace=False)
+    return result
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_proxy_escapes() -> Any:
+    JittedFunction.__call__ = _checked_call  # type: ignore[method-assign]
+    yield
+    JittedFunction.__call__ = _CALL  # type: ignore[method-assign]
+

@@ -1,0 +1,155 @@
+"""Hugging Face ``transformers`` models, built from tiny configs (no downloads), as users call them.
+
+Each program runs eagerly and under jitcore (the model object jitted, and a function calling it);
+logits, losses, parameter gradients, returned caches and generated tokens are compared.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import jitcore
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+VOCAB = 64
+
+
+def _llama():
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return transformers.LlamaForCausalLM(config)
+
+
+def _qwen2():
+    config = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return transformers.Qwen2ForCausalLM(config)
+
+
+def _gpt2():
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                     bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def _bert():
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=64)
+    return transformers.BertModel(config)
+
+
+def _t5():
+    config = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                   decoder_start_token_id=0)
+    return transformers.T5ForConditionalGeneration(config)
+
+
+def _vit():
+    config = transformers.ViTConfig(image_size=16, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=64)
+    return transformers.ViTModel(config)
+
+
+def _model(make):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make().eval()
+
+
+def _ids(seed: int = 0, shape=(2, 8)) -> torch.Tensor:
+    return torch.randint(1, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _padding_mask() -> torch.Tensor:
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 5:] = 0
+    return mask
+
+
+def _first(out):
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def _assert_close(a, b):
+    assert type(a) is torch.Tensor and type(b) is torch.Tensor
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [_llama, _qwen2, _gpt2, _bert], ids=lambda m: m.__name__[1:])
+@pytest.mark.parametrize("how", ["module", "function"])
+def test_forward_with_and_without_padding(make, how):
+    model = _model(make)
+    jitted = jitcore.jit(model) if how == "module" else jitcore.jit(lambda ids, mask: model(ids, attention_mask=mask))
+    for seed, mask in [(0, None), (1, _padding_mask()), (2, _padding_mask())]:
+        ids = _ids(seed)
+        mask_arg = mask if mask is not None else torch.ones_like(ids)
+        expected = model(ids, attention_mask=mask_arg)
+        got = jitted(ids, attention_mask=mask_arg) if how == "module" else jitted(ids, mask_arg)
+        assert type(got) is type(expected)
+        _assert_close(_first(got), _first(expected))
+
+
+def test_encoder_decoder_and_vision_models():
+    t5 = _model(_t5)
+    jt5 = jitcore.jit(t5)
+    for seed in range(2):
+        ids, dec = _ids(seed), _ids(seed + 10, (2, 5))
+        _assert_close(jt5(input_ids=ids, decoder_input_ids=dec).logits, t5(input_ids=ids, decoder_input_ids=dec).logits)
+    vit = _model(_vit)
+    jvit = jitcore.jit(vit)
+    for seed in range(2):
+        pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(seed))
+        _assert_close(jvit(pixels).last_hidden_state, vit(pixels).last_hidden_state)
+
+
+@pytest.mark.parametrize("make", [_llama, _gpt2], ids=lambda m: m.__name__[1:])
+def test_training_step_loss_and_gradients(make):
+    model = _model(make).train()
+    jitted = jitcore.jit(model)
+    for seed in range(2):
+        ids = _ids(seed)
+        model.zero_grad()
+        torch.manual_seed(seed)
+        loss = jitted(ids, labels=ids).loss
+        loss.backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        torch.manual_seed(seed)
+        expected = model(ids, labels=ids).loss
+        expected.backward()
+        _assert_close(loss.detach(), expected.detach())
+        for g, p in zip(got, model.parameters()):
+            _assert_close(g, p.grad)
+
+
+def test_kv_cache_fed_back_into_the_next_call():
+    model = _model(_llama)
+    jitted = jitcore.jit(model)
+    ids = _ids(0)
+    got, expected = jitted(ids, use_cache=True), model(ids, use_cache=True)
+    assert type(got.past_key_values) is type(expected.past_key_values)
+    for step in range(3):
+        token = _ids(step + 1, (2, 1))
+        got = jitted(token, past_key_values=got.past_key_values, use_cache=True)
+        expected = model(token, past_key_values=expected.past_key_values, use_cache=True)
+        _assert_close(got.logits, expected.logits)
+        for g, e in zip(got.past_key_values.layers, expected.past_key_values.layers):
+            _assert_close(g.keys, e.keys)
+            _assert_close(g.values, e.values)
+
+
+def test_greedy_generate():
+    model = _model(_llama)
+    generate = jitcore.jit(model.generate)
+    for seed in range(2):
+        ids = _ids(seed)
+        got = generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, pad_token_id=0)
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False,
+                                  pad_token_id=0)
+        assert torch.equal(got, expected)

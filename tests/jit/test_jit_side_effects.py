@@ -1,0 +1,248 @@
+"""Python side effects (jitcore/jit/effects.py) and outputs of any structure (jitcore/jit/outputs.py).
+
+Differential: each program runs a sequence of calls eagerly and under jitcore on twin copies of its
+state; every result and every piece of state is compared after every call.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+
+import pytest
+import torch
+import torch.utils._pytree as torch_pytree
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jit_helpers import assert_same
+
+import jitcore
+from jitcore.jit.api import JittedFunction
+from jitcore.jit.outputs import escaped
+
+
+def _same_state(a, b):
+    if isinstance(a, torch.Tensor):
+        assert_same(a, b)
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same_state(x, y)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _same_state(a[k], b[k])
+    elif hasattr(a, "__dict__") and not isinstance(a, type):
+        _same_state(vars(a), vars(b))
+    else:
+        assert a == b, (a, b)
+
+
+class Box:
+    def __init__(self):
+        self.count = 0
+        self.items = []
+
+
+def test_arguments_are_mutated_as_eagerly():
+    def f(x, acc, table, box):
+        acc.append(x * 2)
+        table["last"] = x + 1
+        table.setdefault("first", x)
+        box.items.append(x.sum())
+        box.latest = x.mean()
+        return x * 3
+
+    state = ([], {}, Box())
+    twin = copy.deepcopy(state)
+    jf = jitcore.jit(f)
+    for i in range(4):
+        x = torch.full((3,), float(i))
+        assert_same(jf(x, *state), f(x, *twin))
+        _same_state(state, twin)
+
+
+COUNTER = {"calls": 0}
+LOG: list = []
+
+
+def test_globals_and_closures():
+    history = []
+
+    def f(x):
+        COUNTER["calls"] += 1
+        LOG.append(x.max())
+        history.append(x.min())
+        return x + 1
+
+    jf = jitcore.jit(f)
+    COUNTER["calls"] = 0
+    LOG.clear()
+    for i in range(3):
+        assert_same(jf(torch.full((2,), float(i))), torch.full((2,), float(i + 1)))
+    assert COUNTER["calls"] == 3 and len(LOG) == 3 and len(history) == 3
+    assert all(type(t) is torch.Tensor for t in (*LOG, *history))
+    assert [t.item() for t in history] == [0.0, 1.0, 2.0]
+
+
+def test_global_and_nonlocal_stores():
+    step = 0
+
+    def make():
+        def f(x):
+            nonlocal step
+            step = step + 1
+            global LAST
+            LAST = x * 2
+            return x
+
+        return f
+
+    jf = jitcore.jit(make())
+    jf(torch.ones(2))
+    assert step == 1 and type(LAST) is torch.Tensor  # noqa: F821 - set by the jitted function
+    assert_same(LAST, torch.full((2,), 2.0))  # noqa: F821
+
+
+def test_module_state_written_in_forward():
+    class Tracker(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.register_buffer("running", torch.zeros(3))
+            self.seen = []
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.running = self.running * 0.9 + y.detach().mean(0) * 0.1
+            self.seen.append(y.shape[0])
+            self.last_output = y.detach()
+            return y
+
+    torch.manual_seed(0)
+    eager = Tracker()
+    jitted_model = copy.deepcopy(eager)
+    jm = jitcore.jit(jitted_model)
+    for i in range(3):
+        x = torch.randn(2, 3, generator=torch.Generator().manual_seed(i))
+        assert_same(jm(x), eager(x))
+        assert_same(jitted_model.running, eager.running)
+        assert_same(jitted_model.last_output, eager.last_output)
+        assert jitted_model.seen == eager.seen
+
+
+def test_objects_made_inside_and_stored_are_new_each_call():
+    registry: dict = {}
+
+    @dataclasses.dataclass
+    class Record:
+        value: torch.Tensor
+        tag: str
+
+    def f(x):
+        registry[len(registry)] = Record(x * 2, "r")
+        return x
+
+    jf = jitcore.jit(f)
+    jf(torch.ones(1))
+    jf(torch.ones(1) * 3)
+    values = [r.value.item() for r in registry.values()]
+    assert values == [2.0, 6.0] and registry[0] is not registry[1]
+
+
+@dataclasses.dataclass
+class Pair:
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+class Holder:
+    def __init__(self, t):
+        self.t = t
+
+
+class Registered:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+torch_pytree.register_pytree_node(
+    Registered, lambda r: ([r.a, r.b], None), lambda children, _ctx: Registered(*children),
+)
+Named = collections.namedtuple("Named", "x y")
+
+
+class Ordered(collections.OrderedDict):
+    pass
+
+
+@pytest.mark.parametrize("build", [
+    lambda a, b: Pair(a + 1, b * 2),
+    lambda a, b: Holder(a * b),
+    lambda a, b: Registered(a, b - 1),
+    lambda a, b: Named(a, [b, {"z": a + b}]),
+    lambda a, b: Ordered(p=a, q=b),
+    lambda a, b: {"nested": (Pair(a, b), [Holder(b)])},
+], ids=["dataclass", "object", "pytree", "namedtuple", "dict-subclass", "nested"])
+def test_outputs_of_any_structure(build):
+    jf = jitcore.jit(build)
+    for i in range(2):
+        a, b = torch.randn(2), torch.randn(2)
+        got, expected = jf(a, b), build(a, b)
+        assert escaped(got) is None
+        assert type(got) is type(expected)
+        _same_state(got, expected)
+    assert jf(a, b) is not jf(a, b)
+
+
+def test_slots_are_replayed_and_unknown_containers_refused():
+    class Slotted:
+        __slots__ = ("t",)
+
+    holder = Slotted()
+    holder.t = None
+
+    def f(x, log):
+        holder.t = x * 2
+        return x
+
+    jf = jitcore.jit(f)
+    jf(torch.ones(2), [])
+    assert_same(holder.t, torch.full((2,), 2.0))
+    jf(torch.full((2,), 3.0), [])
+    assert_same(holder.t, torch.full((2,), 6.0))
+
+    queue = collections.deque([None])
+
+    def g(x):
+        queue.append(x * 2)  # a deque's contents are not snapshotted: the store cannot be replayed
+        return x
+
+    with pytest.raises(jitcore.UnsupportedOperationError, match="stored into"):
+        jitcore.jit(g)(torch.ones(2))
+
+
+def test_the_suite_checks_every_call_for_escapes():
+    assert JittedFunction.__call__.__name__ == "_checked_call"  # tests/conftest.py
+    assert escaped([{"a": (Holder(object()),)}]) is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.floats(-2, 2), st.booleans()), min_size=1, max_size=6))
+def test_side_effects_and_reads_over_call_sequences(calls):
+    def f(x, state):
+        if x.sum() > 0:
+            state["pos"].append(x * 2)
+        else:
+            state["neg"] = state.get("neg", 0) + 1
+        state["last"] = x
+        return x.abs()
+
+    eager_state = {"pos": []}
+    jit_state = {"pos": []}
+    jf = jitcore.jit(f)
+    for value, negate in calls:
+        x = torch.full((2,), -value if negate else value)
+        assert_same(jf(x.clone(), jit_state), f(x.clone(), eager_state))
+        _same_state(jit_state, eager_state)
