@@ -3,7 +3,7 @@
 The decoder (RMSNorm, rotary embedding, attention through ``F.scaled_dot_product_attention``, SwiGLU
 MLP) is called on a (2, 16) batch of token ids. Printed, from one run: the per-call time of eager
 PyTorch, of the cached ``jitcore.jit(model)`` and of ``torch.compile(model, backend="eager")``, with
-ratios against eager; then each one's first call (jitcore: interpretation and compilation; torch.compile:
+ratios against eager (CPU time of this process); the cached entry's prologue alone; then each one's first call (jitcore: interpretation and compilation; torch.compile:
 Dynamo's trace). Target (issue 16): cached call <= 1.05x eager.
 
 Run: python benchmarks/bench_module_llama.py
@@ -105,19 +105,20 @@ class Decoder(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-def per_call_us(fns: list, arg: torch.Tensor, number: int = 200, repeat: int = 15) -> list[float]:
-    """Best per-call time of each of ``fns``, interleaved so that machine drift affects all alike."""
+def per_call_us(fns: list, arg: torch.Tensor, number: int = 100, repeat: int = 9) -> list[float]:
+    """Best per-call CPU time of each of ``fns`` (this process's, so that other jobs on a shared
+    machine count less), interleaved so that machine drift affects all alike."""
     best = [math.inf] * len(fns)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
-            best[i] = min(best[i], timeit.timeit(lambda: fn(arg), number=number))
+            best[i] = min(best[i], timeit.Timer(lambda: fn(arg), timer=time.process_time).timeit(number=number))
     return [b / number * 1e6 for b in best]
 
 
-def first_call_ms(make, arg: torch.Tensor) -> float:
-    start = time.perf_counter()
-    make()(arg)
-    return (time.perf_counter() - start) * 1e3
+def first_call_ms(fn, arg: torch.Tensor) -> float:
+    start = time.process_time()
+    fn(arg)
+    return (time.process_time() - start) * 1e3
 
 
 def main() -> None:
@@ -127,8 +128,8 @@ def main() -> None:
     tokens = torch.randint(0, 256, (2, 16))
     warnings.simplefilter("ignore")
     jitted, compiled = jitcore.jit(model), torch.compile(model, backend="eager")
-    first_jit = first_call_ms(lambda: jitted, tokens)
-    first_compile = first_call_ms(lambda: compiled, tokens)
+    first_jit = first_call_ms(jitted, tokens)
+    first_compile = first_call_ms(compiled, tokens)
     for mode in ("train", "eval"):
         getattr(model, mode)()
         with torch.no_grad():
@@ -140,6 +141,9 @@ def main() -> None:
             label = f"cached, {mode}, {'grad' if grad else 'no_grad'}"
             print(f"{label:26} eager {eager:8.1f} us | jitcore {jit_us:8.1f} us {jit_us / eager:5.2f}x"
                   f" | torch.compile {compile_us:8.1f} us {compile_us / eager:5.2f}x")
+    prologue = jitted.entries[-1].prologue.compile(lambda *inputs: None)  # its checks alone
+    (check_us,) = per_call_us([lambda t: prologue((t,), {})], tokens, number=1000)
+    print(f"{'prologue alone (grad)':26} {check_us:8.1f} us ({check_us / eager:.1%} of an eager call)")
     print(f"{'first call':26} jitcore {first_jit:8.1f} ms | torch.compile {first_compile:8.1f} ms"
           f" ({first_jit / first_compile:.2f}x torch.compile's)")
     print(f"prologue lines: {str(jitcore.last_prologue_traces(jitted)[0]).count(chr(10))},"

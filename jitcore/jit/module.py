@@ -29,6 +29,7 @@ from torch.nn.modules import module as _torch_module
 
 from jitcore.jit.api import JittedFunction, _label_of
 from jitcore.jit.interpretation import Pass, TracedProgram
+from jitcore.jit.module_guards import group_hook_guards, group_state_guards
 from jitcore.prologue import Path, Root
 
 __all__ = ["ForwardJit", "JittedModule", "call_with_hooks", "jit_module"]
@@ -49,7 +50,13 @@ class ForwardJit(JittedFunction):
 
     def _trace(self, args: tuple, kwargs: dict) -> Any:
         self.fn = self.module.forward  # as Module.__call__ reads it now (guarded in _run_pass)
-        return super()._trace(args, kwargs)
+        entry = super()._trace(args, kwargs)
+        # Once every pass has added its guards (the grad transform pins strides): the module's state
+        # as one check (jitcore/jit/module_guards.py), and the fast path compiled again around it.
+        group_hook_guards(entry.prologue)
+        group_state_guards(entry.prologue, self.module)
+        entry.cached_call = entry.prologue.compile(entry.computation)
+        return entry
 
     def _run_pass(self, tracing_pass: Pass, args: tuple, kwargs: dict) -> TracedProgram:
         module = self.module

@@ -342,3 +342,67 @@ def test_a_stub_forward_would_fail_these_tests():
     with torch.no_grad():
         module.fc2.bias += 1
     assert_same(jitted(x), before + 1)
+
+
+class Stack(nn.Module):
+    """``n`` residual blocks of (norm, linear): 3 parameters and 2 submodules per block."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8)) for _ in range(n))
+        self.eps = 0.5
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x) * self.eps
+        return x
+
+
+def prologue_lines(model: nn.Module) -> int:
+    jitted = jitcore.jit(model)
+    with torch.no_grad():
+        jitted(torch.randn(2, 8))
+    return str(jitcore.last_prologue_traces(jitted)[0]).count("\n")
+
+
+def test_prologue_checks_module_state_as_one_check_and_grows_slowly():
+    small, large = prologue_lines(Stack(2)), prologue_lines(Stack(8))
+    tensors_added = 6 * 4  # 6 more blocks of 4 tensors
+    assert (large - small) / tensors_added <= 4, (small, large)  # reading each input, ~3 lines
+    jitted = jitcore.jit(Stack(2))
+    with torch.no_grad():
+        jitted(torch.randn(2, 8))
+    text = str(jitcore.last_prologue_traces(jitted)[0])
+    assert "__state_of_Stack()" in text and "._forward_hooks" not in text, text
+
+
+def test_grouped_state_still_catches_every_change_and_says_which():
+    torch.manual_seed(6)
+    model = Stack(2)
+    jitted = jitcore.jit(copy.deepcopy(model))
+    x = torch.randn(3, 8)
+
+    def same_and_reason() -> str:
+        with torch.no_grad():
+            assert_same(jitted(x), model(x))
+        return " | ".join(str(r) for r in jitcore.miss_reasons(jitted)[-1])
+
+    same_and_reason()
+    for m in (model, jitted):
+        m.blocks[1][0].register_forward_hook(lambda mod, a, out: out * 3)
+    assert "blocks.1.0 has forward hooks" in same_and_reason()
+    for m in (model, jitted):
+        m.eps = 0.25
+    assert "eps" in same_and_reason()
+    weight = torch.randn(8, 8)
+    for m in (model, jitted):
+        m.blocks[0][1].weight = nn.Parameter(weight.clone())
+    same_and_reason()  # a replaced parameter: a new object at the same path is read as the input
+    for m in (model, jitted):
+        m.blocks[0][1].bias.requires_grad_(False)
+    assert "requires_grad" in same_and_reason()
+    for m in (model, jitted):
+        m.blocks.append(nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 8)))
+        m.blocks[2].load_state_dict(m.blocks[1].state_dict())
+    assert "keys" in same_and_reason() or "length" in same_and_reason()
+    assert jitcore.cache_misses(jitted) >= 5
