@@ -25,7 +25,10 @@ _EXPORTS: dict[str, str] = {
 }
 
 _SUBMODULES = frozenset(
-    {"boundary", "context", "debugger", "diff", "explain", "logs", "markers", "report", "shell", "tracebacks", "user_warnings", "breakpoints", "names"}
+    {
+        "boundary", "breakpoints", "context", "debugger", "diff", "explain", "logs", "markers", "names",
+        "report", "shell", "tracebacks", "user_warnings",
+    }
 )
 
 __all__ = sorted(_EXPORTS)  # noqa: PLE0605 - the lazily loaded names

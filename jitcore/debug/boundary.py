@@ -102,7 +102,7 @@ _ENGINE = os.path.join(_TORCH_DIR, "autograd", "graph.py")
 
 
 def _replayed_backward_error(computation: TracebackType) -> TracebackType | None:
-    """The entries recorded when autograd first raised, if this error is one ``raise_backward_error`` re-raised."""
+    """The entries recorded when autograd first raised, if ``raise_backward_error`` re-raised this error."""
     from jitcore.transforms.grad import raise_backward_error
 
     for entry in entries(computation):
@@ -196,7 +196,9 @@ def _call_site(function: Any) -> SourceFrame | None:
     if not calls:
         return None
     where = calls[0].positions
-    return SourceFrame(filename, where.lineno, code.co_name, where.end_lineno, where.col_offset, where.end_col_offset)
+    return SourceFrame(
+        filename, where.lineno, code.co_name, where.end_lineno, where.col_offset, where.end_col_offset
+    )
 
 
 _FUNCTION_APPLY_FRAME = _call_site(torch.autograd.Function.apply.__func__)

@@ -103,7 +103,9 @@ class _AtenOps(TorchDispatchMode):
         super().__init__()
         self.ops: list[str] = []
 
-    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         self.ops.append(f"torch.ops.{func}")
         return func(*args, **(kwargs or {}))
 
@@ -116,9 +118,12 @@ def decomposition(bsym: BoundSymbol) -> tuple[str, ...]:
         return cached[1]
     found: tuple[str, ...] = ()
     symbol = bsym.symbol
-    if not bsym.subsymbols and symbol.langctx == "torch" and not symbol.tags & {"global_state", "autograd_function"}:
+    runnable = not symbol.tags & {"global_state", "autograd_function"}  # no state changes, no user code
+    if not bsym.subsymbols and symbol.langctx == "torch" and runnable:
         try:
-            args, kwargs = optree.tree_map(_meta, (bsym.args, bsym.kwargs), is_leaf=lambda v: isinstance(v, Proxy))
+            args, kwargs = optree.tree_map(
+                _meta, (bsym.args, bsym.kwargs), is_leaf=lambda v: isinstance(v, Proxy)
+            )
             mode = _AtenOps()
             with mode:
                 symbol.fn(*args, **kwargs)

@@ -204,7 +204,9 @@ class Debugger:
     def user_names(self) -> dict[str, Any]:
         """The user's names whose values are computed by now (the latest assignment of each)."""
         done = self.index if not self.finished else len(self.trace.bound_symbols)
-        return {b.name: self.values[b.proxy] for b in self.bindings() if b.index < done and b.proxy in self.values}
+        return {
+            b.name: self.values[b.proxy] for b in self.bindings() if b.index < done and b.proxy in self.values
+        }
 
     def binding_of(self, name: str) -> Binding | None:
         """The assignment of ``name`` that holds now, else the next one (for 'computed by a later op')."""

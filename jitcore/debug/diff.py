@@ -131,8 +131,8 @@ def _no_breakpoint(*args: Any, **kwargs: Any) -> None:
 
 
 def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    return torch.get_rng_state(), cuda
+    cuda_used = torch.cuda.is_available() and torch.cuda.is_initialized()
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda_used else None
 
 
 def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
@@ -168,7 +168,8 @@ def _first(fresh: Any, bound_symbols: list[BoundSymbol], records: list[Record]) 
     for index, bsym in enumerate(bound_symbols):
         fresh.next()
         line = (bsym.source[-1].filename, bsym.source[-1].lineno) if bsym.source else None
-        inputs = [v for v in optree.tree_leaves(fresh._resolve((bsym.args, bsym.kwargs))) if isinstance(v, torch.Tensor)]
+        operands = optree.tree_leaves(fresh._resolve((bsym.args, bsym.kwargs)))
+        inputs = [v for v in operands if isinstance(v, torch.Tensor)]
         for proxy in _output_proxies(bsym.output):
             value = fresh.values.get(proxy.name)
             if not isinstance(value, torch.Tensor) or any(value is v for v in inputs):

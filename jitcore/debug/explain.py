@@ -50,7 +50,9 @@ class DispatchRoute:
 
     def where(self) -> str:
         """The user line, as the map's group header."""
-        return f"{self.source.filename}:{self.source.lineno} {_code(self.source)}" if self.source else "(no source)"
+        if self.source is None:
+            return "(no source)"
+        return f"{self.source.filename}:{self.source.lineno} {_code(self.source)}"
 
     def lines(self, *, with_source: bool = True) -> list[str]:
         op = f"  -> {self.op}" + (f" -> {', '.join(self.subclasses)}" if self.subclasses else "")
@@ -64,6 +66,9 @@ class DispatchRoute:
             operands = self.operands[i] if i < len(self.operands) else ""
             out.append(f"     -> {op}{operands}{issued}")
         return out
+
+
+DISPATCH_MAP_TITLE = "dispatch map (user line -> torch op -> subclass -> aten ops, on which inner tensors):"
 
 
 def render_dispatch_map(routes: list[DispatchRoute]) -> list[str]:
@@ -108,9 +113,8 @@ def _inner_names(bsym: BoundSymbol) -> dict[str, str]:
                 names.setdefault(inner.name, f"{label}.{attr}")
                 visit(inner, f"{label}.{attr}")
 
-    for value in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True, is_leaf=lambda v: isinstance(v, Proxy)):
-        if isinstance(value, Proxy):
-            visit(value, value.name)
+    for value in _proxy_leaves((bsym.args, bsym.kwargs)):
+        visit(value, value.name)
     return names
 
 
@@ -124,8 +128,13 @@ def _operands(bsym: BoundSymbol, names: dict[str, str]) -> str:
         return safe_repr(value, 40)
 
     parts = [show(a) for a in bsym.args] + [f"{k}={show(v)}" for k, v in bsym.kwargs.items()]
-    outputs = [p.name for p in optree.tree_leaves(bsym.output, none_is_leaf=True, is_leaf=lambda v: isinstance(v, Proxy)) if isinstance(p, Proxy)]
+    outputs = [p.name for p in _proxy_leaves(bsym.output)]
     return f"({', '.join(parts)})" + (f" -> {', '.join(outputs)}" if outputs else "")
+
+
+def _proxy_leaves(tree: Any) -> list[Proxy]:
+    leaves = optree.tree_leaves(tree, none_is_leaf=True, is_leaf=lambda v: isinstance(v, Proxy))
+    return [v for v in leaves if isinstance(v, Proxy)]
 
 
 def _leaves(bound_symbols: tuple[BoundSymbol, ...]) -> list[BoundSymbol]:
@@ -199,7 +208,7 @@ def explain_text(jfn: Any) -> str:
         out += _read_lines(entry.traces[0])
         routes = [r for trace in entry.traces[:1] for r in dispatch_map(trace)]
         if routes:
-            out.append("\n  dispatch map (user line -> torch op -> subclass -> aten ops, on which inner tensors):")
+            out.append(f"\n  {DISPATCH_MAP_TITLE}")
             out += [f"    {line}" for line in render_dispatch_map(routes)]
     for number, reasons in enumerate(jfn.miss_log, start=1):
         if number == 1 and not reasons:

@@ -2,8 +2,9 @@
 
 While tracing, ``breakpoint()`` is not called (a debugger opened then would show proxies, and a
 cached call never reaches the line): the pass records a ``Marker`` (where in the trace, which user
-line) and warns once, at the user's line, that the call has no effect at run time. ``jitcore.debug`` and ``Debugger``
-start with a breakpoint before the first op recorded after each marker.
+line) and warns once, at the user's line, that the call has no effect at run time.
+``jitcore.debug`` and ``Debugger`` start with a breakpoint before the first op recorded after
+each marker.
 Invariant: markers never change a trace; they live beside it, keyed by the trace object.
 """
 

@@ -32,7 +32,8 @@ class Binding:
     frame: SourceFrame
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.frame.function}, {self.frame.filename}:{self.frame.lineno}) is {self.proxy}"
+        frame = self.frame
+        return f"{self.name} ({frame.function}, {frame.filename}:{frame.lineno}) is {self.proxy}"
 
 
 def user_bindings(bound_symbols: list[BoundSymbol] | tuple[BoundSymbol, ...]) -> list[Binding]:
@@ -60,7 +61,8 @@ def _bind(index: int, bsym: BoundSymbol, frame: SourceFrame) -> list[Binding]:
     if len(targets) == 1 and isinstance(targets[0], tuple) and isinstance(output, (tuple, list)):
         names = targets[0]
         if len(names) == len(output):
-            return [Binding(n, o.name, index, frame) for n, o in zip(names, output) if n and isinstance(o, Proxy)]
+            pairs = [(n, o) for n, o in zip(names, output) if n and isinstance(o, Proxy)]
+            return [Binding(n, o.name, index, frame) for n, o in pairs]
     return []
 
 
