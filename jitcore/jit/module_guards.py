@@ -89,7 +89,7 @@ def group_hook_guards(prologue: Prologue) -> None:
         return
     check = SubmoduleHooks(tuple(modules), tuple(n if n != "self" else "the module" for n in names))
     label = f"hooks_of_{len(modules)}_submodules"
-    group = Guard(Path(Root("bound", label, check)).call(), "value", None)
+    group = Guard(Path(Root("bound", label, check)).call(), "check", None)
     first = next(i for i, g in enumerate(prologue.guards) if id(g) in dropped)
     kept = [g for g in prologue.guards if id(g) not in dropped]
     kept.insert(first, group)
@@ -118,17 +118,24 @@ class ModuleState:
     """Called by a prologue: None while the jitted module's state passes every grouped check (its
     own compiled prologue, ``checks``); otherwise the first failing one, in words."""
 
-    __slots__ = ("checks", "_run")
+    __slots__ = ("checks", "_run", "_names")
 
     def __init__(self, checks: Prologue) -> None:
         self.checks = checks
         self._run = checks.compile(_accept)
+        # torch's bookkeeping in a failing check's path, as a user names it: self.__dict__['_modules']
+        # ['blocks']._modules['0'].__dict__['_parameters']['weight'] -> self.blocks.0.weight
+        paths = {g.path.describe(): qualified_name(g.path) for g in checks.guards}
+        self._names = sorted(((d, f"self.{q}") for d, q in paths.items() if q), key=lambda p: -len(p[0]))
 
     def __call__(self) -> str | None:
         if self._run((), {}) is not MISS:
             return None
         why = self.checks.explain((), {})
-        return f"{why[0]}: {why[1]}" if why is not None else "a check failed"
+        if why is None:
+            return "a check failed"
+        where = next((name + why[0][len(d):] for d, name in self._names if why[0].startswith(d)), why[0])
+        return f"{where}: {why[1]}"
 
     def __repr__(self) -> str:
         return f"<{len(self.checks.guards)} checks of module state>"
@@ -148,7 +155,7 @@ def group_state_guards(prologue: Prologue, module: torch.nn.Module) -> None:
     dropped = {id(g) for g in grouped}
     check = ModuleState(Prologue(guards=grouped))
     label = f"state_of_{type(module).__name__}"
-    group = Guard(Path(Root("bound", label, check)).call(), "value", None)
+    group = Guard(Path(Root("bound", label, check)).call(), "check", None)
     kept = [g for g in prologue.guards if id(g) not in dropped]
     last = len(kept) if not kept or kept[-1].kind != "distinct" else len(kept) - 1
     kept.insert(last, group)  # after the cheap checks of the call's arguments

@@ -181,6 +181,8 @@ class Guard:
             return flatten_failure(value, expected)
         if kind == "tensor":
             return _tensor_failure(expected, value)
+        if kind == "check":  # a grouped check (jitcore/jit/module_guards.py): None, or what failed
+            return None if value is None else str(value)
         raise AssertionError(f"unknown guard kind {kind}")
 
     def render_failure(self, v: str, bind: Bind, related: tuple[str, ...] = ()) -> str:
@@ -217,6 +219,8 @@ class Guard:
             return f"{bind(flatten_failure)}({v}, {bind(expected)}) is not None"
         if kind == "tensor":
             return _render_tensor_failure(v, expected, bind)
+        if kind == "check":
+            return f"{v} is not None"
         raise AssertionError(f"unknown guard kind {kind}")
 
     def describe(self) -> str:
