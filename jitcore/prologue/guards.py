@@ -263,6 +263,8 @@ class Guard:
             cls, names, ctx = expected
             return (f"{where}.__tensor_flatten__() gives the inner tensors {list(names)} and a ctx equal to "
                     f"{safe_repr(ctx)} ({cls.__qualname__})")
+        if kind == "check":  # a grouped check (jitcore/jit/module_guards.py): one call standing for many
+            return f"{where} finds nothing changed (one call checking a group of guards)"
         return f"{where} passes the {kind} check"
 
 

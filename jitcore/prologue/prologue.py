@@ -45,10 +45,12 @@ class MissReason:
     entry: int
     where: str
     detail: str
+    check: str = ""  # the failing guard's sentence (Note [Guard sentences] in guards.py)
 
     def __str__(self) -> str:
         place = f"{self.where}: " if self.where else ""
-        return f"cache entry {self.entry}: {place}{self.detail}"
+        needs = f" (the check: {self.check})" if self.check else ""
+        return f"cache entry {self.entry}: {place}{self.detail}{needs}"
 
 
 @dataclass(eq=False)
@@ -139,14 +141,16 @@ class Prologue:
         namespace = {"torch": torch, "__MISS": MISS, "__computation": computation, **constants}
         return compile_source(source, "cached_call", namespace, tag="prologue", fast_imports=("torch",))
 
-    def explain(self, args: tuple, kwargs: dict) -> tuple[str, str] | None:
-        """The first failing check for this call as (where, detail); None when all pass."""
+    def explain(self, args: tuple, kwargs: dict) -> tuple[str, str, str] | None:
+        """The first failing check for this call as (where, detail, the check's sentence); None
+        when all pass."""
         for guard in self.guards:
             try:
                 value = guard.path.get(args, kwargs)
                 related = tuple(p.get(args, kwargs) for p in guard.related)
             except Exception as exc:  # noqa: BLE001 - a missing element is a failed guard
-                return guard.path.describe(), f"could not be read ({type(exc).__name__}: {exc})"
+                detail = f"could not be read ({type(exc).__name__}: {exc})"
+                return guard.path.describe(), detail, guard.describe()
             try:
                 detail = guard.failure(value, related)
             except Exception as exc:  # noqa: BLE001
@@ -156,11 +160,11 @@ class Prologue:
                 if detail.startswith("."):
                     attribute, _, detail = detail.partition(": ")
                     where += attribute
-                return where, detail
+                return where, detail, guard.describe()
         for state in self.state:
             detail = state.failure()
             if detail is not None:
-                return "", detail
+                return "", detail, ""  # the detail names the state already
         return None
 
 

@@ -42,15 +42,17 @@ def example_guard(kind):
         "alias": y,
         "distinct": (x, y),
         "flatten": (TwoTensor, ("a", "b"), None),
+        "check": None,
+        "storages": ((x, y), (0, 0)),
     }
-    return G.Guard(x, kind, expected[kind])
+    return G.Guard(x, kind, expected.get(kind))
 
 
 @pytest.mark.parametrize("kind", all_kinds())
 def test_every_guard_kind_has_a_sentence(kind):
     sentence = example_guard(kind).describe()
     assert "args[0]" in sentence and not RAW.search(sentence), sentence
-    assert "check" not in sentence or kind == "distinct", sentence  # not the generic fallback
+    assert not sentence.endswith(f"passes the {kind} check"), sentence  # not the generic fallback
     assert "\n" not in sentence
 
 
@@ -99,3 +101,17 @@ def test_named_constants_still_compile_and_check():
     assert jf.misses == 2
     text = str(jitcore.last_prologue_traces(jf)[-1])
     assert not re.search(r"__c\d+\b", text) and "__float64" in text
+
+
+def test_miss_messages_quote_the_same_sentence():
+    jf = jitcore.jit(lambda x: x * 2)
+    jf(torch.rand(4, 8))
+    jf(torch.rand(2, 8))
+    (reason,) = jitcore.miss_reasons(jf)[-1]
+    first = next(e for e in jf.entries if e.number == 1)
+    (guard,) = [g for g in first.prologue.guards if g.kind == "tensor"]
+    assert str(reason) == (
+        "cache entry 1: args[0].shape[0]: expected 4, got 2 "
+        "(the check: args[0] is a Tensor of shape (4, 8), torch.float32, on cpu, requires_grad=False)"
+    )
+    assert reason.check == guard.describe() and reason.check in explain_text(jf)
