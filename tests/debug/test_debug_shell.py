@@ -180,3 +180,41 @@ def test_b_aten_mm_stops_where_torch_matmul_decomposes_to_it():
     text = run_shell(Debugger(jfn, args), "b aten.mm", "c", "q")
     assert "breakpoint\n-> [1] t1 = torch.matmul(t0, w)" in text
     assert "(torch.matmul runs aten.mm.default here: 'n' runs it)" in text
+
+
+def test_the_habits_through_python_m_jitcore_debug_standard_input():
+    """The same habits typed into ``python -m jitcore debug`` (its standard input is a pipe here)."""
+    commands = [
+        "b nosuchfile.py:3",
+        "b aten.mm",
+        "c",
+        "p hidden",
+        "pp hidden.shape",
+        "restart",
+        "up",
+        "where",
+        "down",
+        "!scaled = x * 0",
+        "scaled.abs().sum().item()",
+        "q",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "jitcore", "debug", f"{EXAMPLE}:mlp"],
+        check=False,
+        input="\n".join(commands) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "*** cannot stop at nosuchfile.py:3: no such file: nosuchfile.py" in out
+    assert "breakpoint\n-> [2] t2 = torch.matmul(t1, w2)" in out
+    assert "(torch.matmul runs aten.mm.default here: 'n' runs it)" in out
+    assert f"(hidden (mlp, {EXAMPLE}:19) is t1)" in out and "torch.Size([4, 16])" in out
+    assert "restarted\n-> [0] t0 = torch.matmul(x, w1)" in out
+    assert f"> {EXAMPLE}:15 in block" in out and f"  > {EXAMPLE}:15 in block\n" in out  # up, then where marks it
+    assert f"> {EXAMPLE}:11 in project" in out and "(jitcore-debug) 0.0\n" in out
+    assert "***" not in out.replace("*** cannot stop at nosuchfile.py:3", "")
