@@ -35,6 +35,9 @@ def printed(fn, x, backward):
 CASES = {
     "forward, plain tensors": (E.matmul_mismatch, lambda: torch.rand(3, 4), False),
     "forward, __torch_dispatch__": (E.subclass_subtract, lambda: E.NoCos(torch.rand(3)), False),
+    "forward, __torch_dispatch__, requires grad": (
+        E.subclass_subtract, lambda: E.NoCos(torch.rand(3)).requires_grad_(), False
+    ),
     "forward, autograd.Function": (E.function_forward_raises, lambda: torch.rand(3, requires_grad=True), False),
     "backward, plain tensors": (E.no_derivative, lambda: torch.rand(3, requires_grad=True), True),
     "backward, __torch_dispatch__": (E.sin_sum, lambda: E.NoCos(torch.rand(3)).requires_grad_(), True),
