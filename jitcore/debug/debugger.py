@@ -255,11 +255,19 @@ class Debugger:
     def _explained(self, exc: NameError) -> NameError:
         name = getattr(exc, "name", None)
         binding = self.binding_of(name) if name else None
-        if binding is None:
-            return exc
-        op = self.trace.bound_symbols[binding.index]
+        if binding is not None:
+            what, index = str(binding), binding.index
+        else:  # a trace name of a later op?
+            index = next(
+                (i for i, b in enumerate(self.trace.bound_symbols) if name in {p.name for p in _proxies(b.output)}),
+                None,
+            )
+            if index is None:
+                return exc
+            what = f"{name} is a trace value"
+        op = self.trace.bound_symbols[index]
         return NameError(
-            f"{binding}, computed by op [{binding.index}] ({op.symbol.id}), which has not run yet; "
+            f"{what}, computed by op [{index}] ({op.symbol.id}), which has not run yet; "
             "'c' with a breakpoint after it, or 'n', gets there",
             name=name,
         )

@@ -131,8 +131,9 @@ def test_restart_keeps_breakpoints(mlp):
 def test_p_of_a_user_variable_name(mlp):
     """``p hidden``: the user's name maps to the trace value it holds, and says which one."""
     jfn, args, namespace = mlp
-    before = run_shell(Debugger(jfn, args), "p hidden", "q")
+    before = run_shell(Debugger(jfn, args), "p hidden", "p t3", "q")
     assert "*** NameError: hidden (mlp," in before and "is t1, computed by op [1] (torch.relu)" in before
+    assert "*** NameError: t3 is a trace value, computed by op [3] (torch.softmax), which has not run yet" in before
     text = run_shell(Debugger(jfn, args), "n", "n", "p hidden.shape", "p hidden", "hidden.sum() == t1.sum()", "q")
     x, w1, _w2 = args
     assert "torch.Size([4, 16])" in text and f"(hidden (mlp, {EXAMPLE}:19) is t1)" in text
