@@ -258,10 +258,8 @@ class Debugger:
         if binding is not None:
             what, index = str(binding), binding.index
         else:  # a trace name of a later op?
-            index = next(
-                (i for i, b in enumerate(self.trace.bound_symbols) if name in {p.name for p in _proxies(b.output)}),
-                None,
-            )
+            made = [{p.name for p in _proxies(b.output)} for b in self.trace.bound_symbols]
+            index = next((i for i, names in enumerate(made) if name in names), None)
             if index is None:
                 return exc
             what = f"{name} is a trace value"
