@@ -125,7 +125,9 @@ class Guard:
     the program observed through ``getattr`` with a default or ``hasattr``).
     Relational kinds compare with the values of other paths (``related``): ``alias`` (the same
     object as at path ``expected``: one tensor reached two ways) and ``distinct`` (the tensors at the
-    paths ``expected`` are all different objects, as they were while tracing).
+    paths ``expected`` are all different objects, as they were while tracing), ``storages`` (the
+    tensors at the paths ``expected[0]`` share storages as the pattern ``expected[1]`` says:
+    ``storage_pattern``).
     ``alias`` also pins a container that contains itself (Note [Cyclic arguments] in jitcore/jit/provenance.py).
     """
 
@@ -140,6 +142,8 @@ class Guard:
             return (self.expected,)
         if self.kind == "distinct":
             return tuple(self.expected)
+        if self.kind == "storages":
+            return tuple(self.expected[0])
         return ()
 
     def failure(self, value: Any, related: tuple = ()) -> str | None:
@@ -153,6 +157,12 @@ class Guard:
             return f"expected {'an' if present else 'no'} attribute {safe_repr(name)}"
         if kind == "alias":
             return None if value is related[0] else f"expected the same object as {expected.describe()}, got another"
+        if kind == "storages":
+            got = storage_pattern(related)
+            if got == expected[1]:
+                return None
+            return (f"expected the tensors at {', '.join(p.describe() for p in expected[0])} to share storage as "
+                    f"{_sharing(expected[1])}, got {_sharing(got)}")
         if kind == "distinct":
             if len({id(v) for v in related}) == len(related):
                 return None
@@ -193,6 +203,8 @@ class Guard:
             return f"{bind(hasattr)}({v}, {bind(expected[0])}) is not {expected[1]!r}"
         if kind == "alias":
             return f"{v} is not {related[0]}"
+        if kind == "storages":
+            return f"{bind(storage_pattern)}(({', '.join(related)},)) != {expected[1]!r}"
         if kind == "distinct":
             return f"len({{{', '.join(f'id({r})' for r in related)}}}) != {len(related)}"
         if kind == "type":
@@ -265,7 +277,22 @@ class Guard:
                     f"{safe_repr(ctx)} ({cls.__qualname__})")
         if kind == "check":  # a grouped check (jitcore/jit/module_guards.py): one call standing for many
             return f"{where} finds nothing changed (one call checking a group of guards)"
+        if kind == "storages":
+            where = ", ".join(p.describe() for p in expected[0])
+            return f"the tensors at {where} share storage as while tracing: {_sharing(expected[1])}"
         return f"{where} passes the {kind} check"
+
+
+def storage_pattern(tensors: tuple) -> tuple[int, ...]:
+    """Which tensors share a storage: for each, the index of the first one over the same storage
+    (``(0, 1, 0)``: the first and the third share one). Meta tensors have storages of their own too."""
+    firsts: dict[int, int] = {}
+    return tuple(firsts.setdefault(t.untyped_storage()._cdata, i) for i, t in enumerate(tensors))
+
+
+def _sharing(pattern: tuple[int, ...]) -> str:
+    groups = [i for i, first in enumerate(pattern) if first != i]
+    return "all separate" if not groups else ", ".join(f"#{i} with #{pattern[i]}" for i in groups)
 
 
 def flatten_failure(value: Any, expected: tuple) -> str | None:

@@ -12,7 +12,8 @@ from typing import Any
 import optree
 
 from jitcore.ir import Trace
-from jitcore.prologue import Path
+from jitcore.prologue import Guard, Path
+from jitcore.prologue.guards import storage_pattern
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
@@ -47,6 +48,8 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
         return None
     if len(traces) == 1 and program.symbolic_numbers():
         return None  # Note [Dynamic numbers under autograd]
+    if _pin_storage_sharing(program) and len(traces) == 1:
+        return None  # Note [Inputs sharing storage under autograd]
     program.specialize_numbers()  # autograd records aten ops on values
     grad = grad_transform(program.trace, subclass_grad)
     for arg, path in zip(program.trace.args, prologue.inputs):  # tensor inputs come first
@@ -78,6 +81,29 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
 # same nodes, the number as passed). There is no backward trace to print for such an entry. With
 # tensor subclasses involved (the flattened trace that runs is not the torch-level one) the numbers
 # are specialized instead and the grad transform runs.
+
+
+# Note [Inputs sharing storage under autograd]
+# The grad transform replays the program on fresh shadows, one storage each: autograd's checks that
+# depend on two inputs sharing memory (a write through ``y = x.detach()`` bumps the version of ``x``,
+# which eager's backward then refuses to use) are not in the traces it records, which would compute
+# a gradient where eager raises. So when the program writes in place and has several tensor inputs,
+# which of them share a storage is guarded (``storages``), and an entry whose inputs do share one
+# runs the torch-level calls of pass 1 under torch's own autograd, which sees the real tensors.
+def _pin_storage_sharing(program: Any) -> bool:
+    """Guard which tensor inputs share storage when it matters (the Note above); returns whether
+    some do."""
+    tensors = program.first_inputs
+    if len(tensors) < 2 or not _writes_in_place(program.trace):
+        return False
+    paths = tuple(program.prologue.inputs[: len(tensors)])
+    pattern = storage_pattern(tuple(tensors))
+    program.prologue.guards.append(Guard(paths[0], "storages", (paths, pattern)))
+    return pattern != tuple(range(len(pattern)))
+
+
+def _writes_in_place(trace: Trace) -> bool:
+    return any("inplace" in b.symbol.tags or "out" in b.kwargs for b in trace.bound_symbols)
 
 
 def _outer_path(proxy: SubclassTensorProxy, paths: dict[int, Path]) -> Path:

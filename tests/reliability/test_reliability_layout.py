@@ -88,8 +88,15 @@ def mutate_alias(x, y):
     return x + y.reshape(x.shape)
 
 
+def write_after_save(x, y):
+    s = (x * 1.5).sin()  # saves x * 1.5 for the backward (not x: a write to y may still touch x)
+    t = x.cos()  # saves x
+    y.add_(1)  # when y shares x's storage, eager's backward refuses the modified x
+    return s + t
+
+
 FUNCTIONS = [reshape_slice, view_flat, flatten_mul, unfold_sum, diagonal, as_strided_rel, as_strided_abs,
-             expand_reshape, transpose_view, contiguous_out, reshape_then_write, mutate_alias]
+             expand_reshape, transpose_view, contiguous_out, reshape_then_write, mutate_alias, write_after_save]
 
 # --- inputs: properties changed one at a time --------------------------------------------------------
 LAYOUTS = ["contiguous", "transposed", "stepped", "expanded", "offset"]
@@ -255,3 +262,12 @@ def test_as_strided_with_an_absolute_offset_reads_the_callers_elements(offset: i
         _compare(out, expected, f"offset {start}")
         (g,), (e,) = torch.autograd.grad(out.sum(), [x]), torch.autograd.grad(expected.sum(), [y])
         _compare(g, e, f"offset {start} gradient", strides=False)
+
+
+def test_a_write_through_another_view_of_an_input_saved_for_backward() -> None:
+    jf = jitcore.jit(write_after_save)
+    for sharing in ("independent", "shared_storage", "shared_storage", "independent"):
+        props = dict(START, requires_grad=True, aliasing=sharing)
+        check_call(write_after_save, jf, props, 0, sharing)
+    assert jitcore.cache_misses(jf) == 2
+    assert "share storage" in str(jitcore.miss_reasons(jf)[1][0])
