@@ -192,6 +192,7 @@ class Pass:
         fn = getattr(self.fn, "__func__", self.fn)
         if not isinstance(fn, types.FunctionType):
             return {}
+        nargs += isinstance(self.fn, types.MethodType)  # a bound method's self is its first positional
         code = fn.__code__
         root = Path(Root("bound", fn.__qualname__, fn))
         used: dict[str, Any] = {}

@@ -406,3 +406,22 @@ def test_grouped_state_still_catches_every_change_and_says_which():
         m.blocks[2].load_state_dict(m.blocks[1].state_dict())
     assert "keys" in same_and_reason() or "length" in same_and_reason()
     assert jitcore.cache_misses(jitted) >= 5
+
+
+def test_forward_defaults_are_bound_and_guarded():
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x, scale=2.0, *, shift=0.5):
+            return self.fc(x) * scale + shift
+
+    model = Scaled()
+    jitted = jitcore.jit(model)
+    x = torch.randn(2, 3)
+    assert_same(jitted(x), model(x))
+    assert_same(jitted(x, 3.0), model(x, 3.0))
+    Scaled.forward.__defaults__ = (4.0,)
+    Scaled.forward.__kwdefaults__ = {"shift": -1.0}
+    assert_same(jitted(x), model(x))
