@@ -440,8 +440,12 @@ def raise_backward_error(error: BaseException, traceback: Any = None) -> None:
         fresh.__notes__ = list(getattr(error, "__notes__", ()))
         if not fresh.__notes__:
             del fresh.__notes__
-    except Exception:  # noqa: BLE001 - an exception that cannot be copied is raised itself
-        fresh = error
+    except Exception:  # noqa: BLE001 - an exception that cannot be copied is raised itself,
+        fresh = error  # without what the error boundary attached when it was last raised
+        vars(fresh).pop("_jitcore_noted", None)
+        notes = [n for n in getattr(fresh, "__notes__", ()) if not str(n).startswith("jitcore: ")]
+        if hasattr(fresh, "__notes__"):
+            fresh.__notes__ = notes
     raise fresh.with_traceback(traceback)
 
 

@@ -82,3 +82,25 @@ def sin_sum(x: torch.Tensor) -> torch.Tensor:
 
 def function_backward_raises(x: torch.Tensor) -> torch.Tensor:
     return BadBackward.apply(x).sum()
+
+
+class CodedError(RuntimeError):
+    """An exception whose ``__init__`` takes more than its ``args``: ``copy.copy`` cannot rebuild it."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code_number = code
+
+
+class CodedBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise CodedError("no backward", 7)
+
+
+def coded_backward_raises(x: torch.Tensor) -> torch.Tensor:
+    return CodedBackward.apply(x).sum()

@@ -41,6 +41,9 @@ CASES = {
     "forward, autograd.Function": (E.function_forward_raises, lambda: torch.rand(3, requires_grad=True), False),
     "backward, plain tensors": (E.no_derivative, lambda: torch.rand(3, requires_grad=True), True),
     "backward, __torch_dispatch__": (E.sin_sum, lambda: E.NoCos(torch.rand(3)).requires_grad_(), True),
+    "backward, autograd.Function, an exception copy cannot rebuild": (
+        E.coded_backward_raises, lambda: torch.rand(3, requires_grad=True), True
+    ),
     "backward, autograd.Function": (E.function_backward_raises, lambda: torch.rand(3, requires_grad=True), True),
 }
 
