@@ -64,6 +64,11 @@ class CacheEntry:
     miss_reasons: list[MissReason] = field(default_factory=list)
     effects: Effects | None = None  # Python side effects performed after the computation
 
+    def compile_fast_path(self) -> Callable[[tuple, dict], Any]:
+        """The cached call: the prologue's checks, the computation, then the side effects."""
+        cached_call = self.prologue.compile(self.computation)
+        return cached_call if self.effects is None else self.effects.around(cached_call, MISS)
+
 
 class JittedFunction:
     """A function (or nn.Module) compiled by jitcore; call it like the original."""
@@ -75,6 +80,7 @@ class JittedFunction:
             raise ValueError(f"fallback must be None or 'eager', not {fallback!r}")
         self.fn = fn
         self.fullgraph = fullgraph
+        self._counters: frozenset = frozenset()  # state numbers read and written back: dynamic
         self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
         self.executor = get_executor(executor)
         self.fallback = fallback
@@ -156,10 +162,13 @@ class JittedFunction:
     def _trace(self, args: tuple, kwargs: dict) -> CacheEntry:
         number = self.misses
         tracing_pass = Pass(self.fn, label=self._label, entry_number=number, dynamic_numbers=self.dynamic_numbers,
-                            fullgraph=self.fullgraph)
+                            fullgraph=self.fullgraph, counters=self._counters)
         self.last_traces = [tracing_pass.trace]
         self.last_prologue = tracing_pass.prologue
         program = self._run_pass(tracing_pass, args, kwargs)
+        if tracing_pass.found_counters - self._counters:  # traced again with them dynamic (jit/effects.py)
+            self._counters |= tracing_pass.found_counters
+            return self._trace(args, kwargs)
         traces = [program.trace]
         flat = flatten_subclasses(program.trace)
         if flat is not program.trace:
@@ -183,13 +192,13 @@ class JittedFunction:
             post = program.epilogue.wrap(post)
         computation = post if effects is None else computation
         computation = with_rollback(program.trace, computation)  # undo writes before a failed read check
-        cached_call = program.prologue.compile(computation)
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
-            cached_call = effects.around(cached_call, MISS)
         note_state_inputs(program.prologue.inputs, program.prologue.input_names,
                           [*traces, *self.last_traces, *self.last_backward_traces])  # linear1_weight: linear1.weight
-        return CacheEntry(number, program.prologue, traces, computation, cached_call, effects=effects)
+        entry = CacheEntry(number, program.prologue, traces, computation, _not_compiled, effects=effects)
+        entry.cached_call = entry.compile_fast_path()
+        return entry
 
     def _run_pass(self, tracing_pass: Pass, args: tuple, kwargs: dict) -> Any:
         """Interpret one call (jitcore/jit/module.py interprets a module's forward instead)."""
@@ -315,6 +324,10 @@ def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Contai
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _not_compiled(args: tuple, kwargs: dict) -> Any:
+    raise AssertionError("a cache entry is called before its fast path is compiled")
 
 
 def _label_of(fn: Any) -> str:

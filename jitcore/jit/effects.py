@@ -31,7 +31,7 @@ from jitcore.ir import Proxy
 from jitcore.jit.outputs import split
 from jitcore.prologue import Path
 
-__all__ = ["Effect", "Effects", "StateSnapshots"]
+__all__ = ["Effect", "Effects", "StateSnapshots", "counters"]
 
 EffectKind = Literal["setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "cell"]
 _MISSING = object()
@@ -52,6 +52,19 @@ class Effect:
     kind: EffectKind
     key: Any
     value: Any
+
+    def locations(self) -> tuple[Path, ...]:
+        """The paths the written value is read through (none for whole contents and cells)."""
+        if self.kind in ("setattr", "setslot"):
+            return (self.path.attr(self.key),)
+        if self.kind == "setitem":
+            by_key = self.path.key(self.key)
+            found = (self.path.index(self.key), by_key) if type(self.key) is int else (by_key,)
+            steps = self.path.steps
+            if steps and steps[-1].kind == "attr" and steps[-1].value == "__dict__" and type(self.key) is str:
+                found += (Path(self.path.root, steps[:-1]).attr(self.key),)  # obj.__dict__[k] is obj.k
+            return found
+        return ()
 
     def describe(self) -> str:
         where = self.path.describe()
@@ -216,8 +229,10 @@ def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
     new = after[1]
     if kind == "cell":
         return [] if new is old else [Effect(path, "cell", None, new)]
+    if kind == "list" and len(new) == len(old):  # items replaced in place: each its own effect
+        return [Effect(path, "setitem", i, b) for i, (a, b) in enumerate(zip(old, new)) if a is not b]
     if kind in ("list", "set"):
-        same = len(new) == len(old) and all(a is b for a, b in zip(new, old)) if kind == "list" else new == old
+        same = new == old if kind == "set" else False
         return [] if same else [Effect(path, "contents", None, list(new) if kind == "list" else new)]
     setter, deleter = {"dict": ("setitem", "delitem"), "attrs": ("setattr", "delattr"),
                        "slots": ("setslot", "delslot")}[kind]
@@ -288,3 +303,17 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
             target.update(value)
     elif kind == "cell":
         target.cell_contents = value
+
+
+def counters(effects: list[Effect], value_guarded: Callable[[Path], bool]) -> set[Path]:
+    """Paths of numbers the program read and wrote back (``counter[0] += 1``, ``self.steps += 1``).
+
+    Pinned by value, such a number would retrace every call; the jit traces again with them as
+    dynamic numbers (jitcore/jit/numbers.py), so the write is replayed as arithmetic on the value
+    each call finds, and the value is guarded only where the program branches on it.
+    """
+    found: set[Path] = set()
+    for effect in effects:
+        if type(effect.value) in (int, float):
+            found.update(p for p in effect.locations() if value_guarded(p))
+    return found

@@ -45,7 +45,7 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.jit import numbers, outputs
-from jitcore.jit.effects import Effects, StateSnapshots
+from jitcore.jit.effects import Effects, StateSnapshots, counters
 from jitcore.jit.probe import Probe
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.value_reads import ValueReads
@@ -87,7 +87,8 @@ class Pass:
     """Interprets ``fn`` on proxies of one call's arguments, recording a trace and a prologue."""
 
     def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int,
-                 dynamic_numbers: frozenset[str] | bool = frozenset(), fullgraph: bool = False) -> None:
+                 dynamic_numbers: frozenset[str] | bool = frozenset(), fullgraph: bool = False,
+                 counters: frozenset[Path] = frozenset()) -> None:
         self.fn = fn
         self.fullgraph = fullgraph  # refuse value reads (DataDependentError) instead of checking them
         self.dynamic_numbers = dynamic_numbers  # parameter names, or True for every number argument
@@ -99,6 +100,8 @@ class Pass:
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values))
         self.snapshots = StateSnapshots()
+        self.provenance.counters = counters
+        self.found_counters: set[Path] = set()
         self._print_warned = False
 
     # --- driving -----------------------------------------------------------------------------------
@@ -129,6 +132,7 @@ class Pass:
         finally:
             self.snapshots.restore()  # the caller's objects as the call found them
         self._refuse_escapes(output, (args, kwargs, bound_self))
+        self.found_counters = counters(changes, self.provenance.pins_value)  # read-modify-write numbers
         effects = Effects(changes, self.snapshots.reached) if changes else None
         self.trace.output = output if effects is None else (output, effects.proxies)
         self._point_leaks_at_inputs()
@@ -228,7 +232,7 @@ class Pass:
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
-                **(python_langctx.LOOKASIDES if self.provenance.number_inputs else {}),
+                **(python_langctx.LOOKASIDES if self.provenance.number_inputs or self.provenance.counters else {}),
             },
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,

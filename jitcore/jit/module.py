@@ -55,7 +55,7 @@ class ForwardJit(JittedFunction):
         # as one check (jitcore/jit/module_guards.py), and the fast path compiled again around it.
         group_hook_guards(entry.prologue)
         group_state_guards(entry.prologue, self.module)
-        entry.cached_call = entry.prologue.compile(entry.computation)
+        entry.cached_call = entry.compile_fast_path()
         return entry
 
     def _run_pass(self, tracing_pass: Pass, args: tuple, kwargs: dict) -> TracedProgram:

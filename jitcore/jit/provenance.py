@@ -55,6 +55,8 @@ class Provenance:
         self.prologue = prologue
         self.inputs: list[tuple[Path, TensorProxy, torch.Tensor]] = []
         self.on_remember: Callable[[Any, Path], None] | None = None  # the pass's state snapshots
+        self.counters: frozenset[Path] = frozenset()  # numbers of state bound as dynamic numbers
+
         self.argument_copies: list[tuple[Any, Path]] = []  # containers the program sees for the caller's
         self.real_values: dict[int, torch.Tensor] = {}  # id(proxy) -> the tensor it stands for (the probe's inputs)
         self._paths: dict[int, Path] = {}
@@ -72,6 +74,15 @@ class Provenance:
     def path_of(self, obj: Any) -> Path | None:
         """The path an object was reached through, when it entered the trace."""
         return self._paths.get(id(obj))
+
+    def pins_value(self, path: Path) -> bool:
+        """Whether the value at ``path`` is guarded (on its own, or by its container's contents)."""
+        if (path, "value") in self._guarded:
+            return True
+        return bool(path.steps) and (Path(path.root, path.steps[:-1]), "contents") in self._guarded
+
+    def _holds_counter(self, path: Path) -> bool:
+        return any(c.steps[:-1] == path.steps and c.root == path.root for c in self.counters)
 
     def remembered(self) -> list[Any]:
         """The objects of the caller's and of persistent state the program reached (while it runs)."""
@@ -185,11 +196,13 @@ class Provenance:
             return self._tensor(value, path, name)
         if is_numpy_value(value):
             return self._numpy_value(value, path, name)
+        if type(value) in (int, float) and path in self.counters:  # read and written back: jit/effects.py
+            return self.bind_dynamic_number(value, path, name)
         if is_literal_value(value):
             self.guard(path, "value", value)
             return value
         t = type(value)
-        if t in _CONTAINERS and _all_literal(value):
+        if t in _CONTAINERS and _all_literal(value) and not (self.counters and self._holds_counter(path)):
             self.guard(path, "type", t)
             self.guard(path, "contents", freeze_contents(value))
             if self.on_remember is not None:
@@ -285,7 +298,8 @@ class Provenance:
             if isinstance(item, torch.Tensor):
                 self.remember(item, item_path)  # becomes an input only if the program uses it
             elif is_literal_value(item):
-                self.guard(item_path, "value", item)
+                if item_path not in self.counters:  # a counter is read as a dynamic number (bind_state)
+                    self.guard(item_path, "value", item)
             elif id(item) in self._container_paths:  # reached again (a cycle, or shared): the same object
                 self.guard(item_path, "alias", self._container_paths[id(item)])
             elif type(item) in (list, tuple, dict) and len(item) <= _MAX_ELEMENTS:
