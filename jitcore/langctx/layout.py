@@ -122,7 +122,9 @@ class LayoutReliance:
             if not any(out is i for i in inputs):  # an in-place result keeps its own sources
                 self._sources[id(out)] = (out, sources)
 
-    def returned_inputs(self, fn: Any, kwargs: dict, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+    def returned_inputs(
+        self, fn: Any, kwargs: dict, inputs: list[torch.Tensor], outputs: list[torch.Tensor]
+    ) -> None:
         """A call returned an argument itself (checked by the caller to write no input): outside the
         conversions that decide by dtype or device alone, it decided so from the layout."""
         if getattr(fn, "__name__", None) in _DTYPE_DEVICE_CONVERSIONS and "memory_format" not in kwargs:

@@ -41,7 +41,8 @@ def test_keyword_only_and_var_keyword_parameters_named_like_internals() -> None:
         jf = jitcore.jit(f)
         for _ in range(2):
             same_outcome(outcome(jf, x, **kwargs), outcome(f, x, **kwargs))
-        same_outcome(outcome(jf, x, self=1.0), outcome(f, x, self=1.0))  # a missing keyword: eager's TypeError
+        # a missing keyword: eager's TypeError
+        same_outcome(outcome(jf, x, self=1.0), outcome(f, x, self=1.0))
 
 
 def test_a_method_whose_parameter_is_passed_by_keyword() -> None:

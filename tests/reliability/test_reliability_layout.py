@@ -96,7 +96,8 @@ def write_after_save(x, y):
 
 
 FUNCTIONS = [reshape_slice, view_flat, flatten_mul, unfold_sum, diagonal, as_strided_rel, as_strided_abs,
-             expand_reshape, transpose_view, contiguous_out, reshape_then_write, mutate_alias, write_after_save]
+             expand_reshape, transpose_view, contiguous_out, reshape_then_write, mutate_alias,
+             write_after_save]
 
 # --- inputs: properties changed one at a time --------------------------------------------------------
 LAYOUTS = ["contiguous", "transposed", "stepped", "expanded", "offset"]
@@ -115,7 +116,9 @@ START = {"shape": (3, 4), "dtype": torch.float32, "layout": "contiguous", "requi
          "device": "cpu", "aliasing": "independent"}
 
 
-def _laid_out(shape: tuple[int, int], layout: str, dtype: torch.dtype, device: str, gen: torch.Generator) -> torch.Tensor:
+def _laid_out(
+    shape: tuple[int, int], layout: str, dtype: torch.dtype, device: str, gen: torch.Generator
+) -> torch.Tensor:
     """A tensor of ``shape`` with the given layout (its values drawn from ``gen``)."""
     rows, cols = shape
 
@@ -142,8 +145,8 @@ def make_inputs(props: dict[str, Any], seed: int) -> tuple[torch.Tensor, torch.T
     dtype, device = props["dtype"], props["device"]
     base = _laid_out(props["shape"], props["layout"], dtype, device, gen)
     if device == "meta":  # .to("meta") keeps shape, not strides: lay it out on meta directly
-        base = torch.empty_strided(base.shape, _laid_out(props["shape"], props["layout"], dtype, "cpu", gen).stride(),
-                                   dtype=dtype, device="meta")
+        strides = _laid_out(props["shape"], props["layout"], dtype, "cpu", gen).stride()
+        base = torch.empty_strided(base.shape, strides, dtype=dtype, device="meta")
     grad = props["requires_grad"] and dtype.is_floating_point
     x = base.detach().requires_grad_(grad)  # a leaf with the same strides and storage offset
     if props["aliasing"] == "same":
@@ -170,16 +173,20 @@ def _compare(actual: Any, expected: Any, where: str, strides: bool = True) -> No
         assert actual == expected, f"{where}: {actual!r} != {expected!r}"
         return
     for attr in ("dtype", "shape", "device", "requires_grad"):
-        assert getattr(actual, attr) == getattr(expected, attr), f"{where}.{attr}: {getattr(actual, attr)} != {getattr(expected, attr)}"
+        got, want = getattr(actual, attr), getattr(expected, attr)
+        assert got == want, f"{where}.{attr}: {got} != {want}"
     if strides:
-        assert actual.stride() == expected.stride(), f"{where}.stride(): {actual.stride()} != {expected.stride()}"
+        got, want = actual.stride(), expected.stride()
+        assert got == want, f"{where}.stride(): {got} != {want}"
     if expected.device.type != "meta":
-        torch.testing.assert_close(actual.detach(), expected.detach(), equal_nan=True, msg=lambda m: f"{where}: {m}")
+        torch.testing.assert_close(actual.detach(), expected.detach(), equal_nan=True,
+                                   msg=lambda m: f"{where}: {m}")
 
 
 def _grads(result: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
     """Gradients of the sum of the result's tensors that require grad, w.r.t. the inputs that do."""
-    outs = [t for t in (result if isinstance(result, tuple) else (result,)) if isinstance(t, torch.Tensor) and t.requires_grad]
+    results = result if isinstance(result, tuple) else (result,)
+    outs = [t for t in results if isinstance(t, torch.Tensor) and t.requires_grad]
     wrt = [t for t in dict.fromkeys(inputs) if t.requires_grad]
     if not outs or not wrt:
         return None
@@ -189,7 +196,8 @@ def _grads(result: Any, inputs: tuple[torch.Tensor, ...]) -> Any:
 def check_call(fn: Any, jfn: Any, props: dict[str, Any], seed: int, where: str) -> None:
     eager_inputs, jit_inputs = make_inputs(props, seed), make_inputs(props, seed)
     expected, actual = outcome(fn, *eager_inputs), outcome(jfn, *jit_inputs)
-    assert actual[0] == expected[0], f"{where}: jit {actual[0]} {actual[1]!r}, eager {expected[0]} {expected[1]!r}"
+    assert actual[0] == expected[0], (
+        f"{where}: jit {actual[0]} {actual[1]!r}, eager {expected[0]} {expected[1]!r}")
     _compare(actual[1], expected[1], where)
     if expected[0] == "ok":
         for i, (a, e) in enumerate(zip(jit_inputs, eager_inputs)):  # writes into the inputs match too
@@ -204,7 +212,8 @@ def check_call(fn: Any, jfn: Any, props: dict[str, Any], seed: int, where: str) 
 STEP = st.sampled_from(sorted(CHANGES)).flatmap(lambda k: st.tuples(st.just(k), st.sampled_from(CHANGES[k])))
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=not HEAVY)
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
+          derandomize=not HEAVY)
 @given(st.sampled_from(FUNCTIONS), st.lists(STEP, min_size=STEPS, max_size=STEPS), st.booleans(),
        st.integers(0, 2**16))
 def test_changing_one_input_property_at_a_time_matches_eager(fn, steps, grad_mode, seed) -> None:

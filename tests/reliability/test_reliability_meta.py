@@ -78,12 +78,14 @@ def test_meta_gradients_match_eager() -> None:
 
     jf = jitcore.jit(f)
     for _ in range(2):
-        xs = [torch.empty(4, 3, device=META, requires_grad=True), torch.empty(3, 2, device=META, requires_grad=True)]
+        xs = [torch.empty(4, 3, device=META, requires_grad=True),
+              torch.empty(3, 2, device=META, requires_grad=True)]
         ys = [t.detach().requires_grad_() for t in xs]
         jf(*xs).backward()
         f(*ys).backward()
         for a, e in zip(xs, ys):
-            assert a.grad.shape == e.grad.shape and a.grad.device == e.grad.device and a.grad.dtype == e.grad.dtype
+            for attr in ("shape", "device", "dtype"):
+                assert getattr(a.grad, attr) == getattr(e.grad, attr), attr
 
 
 def test_a_meta_call_does_not_change_cpu_answers() -> None:
