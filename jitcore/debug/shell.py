@@ -77,21 +77,16 @@ class DebuggerShell(cmd.Cmd):
     def default(self, line: str) -> bool:
         """``!statement``, or a bare expression or statement over the values (as pdb)."""
         text = line[1:] if line.startswith("!") else line
-        try:
-            code = compile(text, "<jitcore-debug>", "eval")
-        except SyntaxError:
-            try:
-                compile(text, "<jitcore-debug>", "exec")
-            except SyntaxError:
-                word = line.split()[0] if line.split() else line
-                self.say(f"unknown command {word!r}; 'help' lists the commands")
-                return False
+        mode = _python_mode(text)
+        if mode is None:
+            word = line.split()[0] if line.split() else line
+            self.say(f"unknown command {word!r}; 'help' lists the commands")
+        elif mode == "exec":
             self.debugger.execute(text)
-            return False
-        del code
-        value = self.debugger.evaluate(text)
-        if value is not None:
-            self.say(repr(value))
+        else:
+            value = self.debugger.evaluate(text)
+            if value is not None:
+                self.say(repr(value))
         return False
 
     def onecmd(self, line: str) -> bool:
@@ -256,6 +251,17 @@ class DebuggerShell(cmd.Cmd):
     do_n, do_s, do_c, do_cont, do_b, do_p = do_next, do_step, do_continue, do_continue, do_break, do_print
     do_l, do_w, do_bt, do_q, do_exit = do_list, do_where, do_where, do_quit, do_quit
     do_u, do_d = do_up, do_down
+
+
+def _python_mode(text: str) -> str | None:
+    """``"eval"`` for an expression, ``"exec"`` for other statements, None for what is not Python."""
+    for mode in ("eval", "exec"):
+        try:
+            compile(text, "<jitcore-debug>", mode)
+        except SyntaxError:
+            continue
+        return mode
+    return None
 
 
 def _statement(bsym: BoundSymbol) -> str:
