@@ -425,3 +425,34 @@ def test_forward_defaults_are_bound_and_guarded():
     Scaled.forward.__defaults__ = (4.0,)
     Scaled.forward.__kwdefaults__ = {"shift": -1.0}
     assert_same(jitted(x), model(x))
+
+
+def test_optimizer_steps_between_calls_match_eager_and_torch_compile():
+    torch.manual_seed(7)
+    models = three(Net())
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in models]
+    x = torch.randn(6, 4)
+    for _ in range(3):
+        outs = call_all(models, x)
+        for out, opt in zip(outs, optimizers):
+            opt.zero_grad()
+            out.square().mean().backward()
+            opt.step()
+    assert jitcore.cache_misses(models[1]) == 1  # in-place updates of the parameters never retrace
+    for name, value in models[0].state_dict().items():
+        torch.testing.assert_close(models[1].state_dict()[name], value)
+        torch.testing.assert_close(state_of(models[2])[name], value)
+
+
+def test_lazy_module_initializes_through_its_eager_pre_hook():
+    torch.manual_seed(8)
+    lazy = nn.Sequential(nn.LazyLinear(5), nn.ReLU())
+    jitted = jitcore.jit(copy.deepcopy(lazy))
+    x = torch.randn(2, 7)
+    torch.manual_seed(9)
+    expected = lazy(x)
+    torch.manual_seed(9)
+    assert_same(jitted(x), expected)  # the first call runs eagerly: LazyLinear makes its weight
+    assert jitcore.cache_misses(jitted) == 0 and jitted[0].weight.shape == (5, 7)
+    assert_same(jitted(x), expected)  # traced now
+    assert jitcore.cache_misses(jitted) == 1 and "_0_weight" in str(jitcore.last_traces(jitted)[0])
