@@ -1,10 +1,11 @@
 """Cached-call and first-call cost of ``jitcore.jit(module)`` on a 2-layer Llama-style decoder.
 
 The decoder (RMSNorm, rotary embedding, attention through ``F.scaled_dot_product_attention``, SwiGLU
-MLP) is called on a (2, 16) batch of token ids. Printed, from one run: the per-call time of eager
-PyTorch, of the cached ``jitcore.jit(model)`` and of ``torch.compile(model, backend="eager")``, with
-ratios against eager (CPU time of this process); the cached entry's prologue alone; then each one's first call (jitcore: interpretation and compilation; torch.compile:
-Dynamo's trace). Target (issue 16): cached call <= 1.05x eager.
+MLP) is called on a (2, 16) batch of token ids. Printed, from one run: the per-call CPU time of eager
+PyTorch, of the cached ``jitcore.jit(model)`` and of ``torch.compile(model, backend="eager")`` in
+train/eval mode, with and without grad, with ratios against eager; the cached entry's prologue alone;
+then each one's first call (jitcore: interpretation and compilation; torch.compile: Dynamo's trace).
+Target (issue 16): cached call <= 1.05x eager.
 
 Run: python benchmarks/bench_module_llama.py
 """
@@ -60,7 +61,8 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
-        q, k, v = (p(x).view(b, s, self.heads, self.head_dim).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (p(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
         q, k = self.rotary(q), self.rotary(k)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, d))
@@ -91,7 +93,8 @@ class DecoderLayer(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, vocab: int = 256, dim: int = 64, heads: int = 4, hidden: int = 176, layers: int = 2) -> None:
+    def __init__(self, vocab: int = 256, dim: int = 64, heads: int = 4, hidden: int = 176,
+                 layers: int = 2) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.layers = nn.ModuleList(DecoderLayer(dim, heads, hidden) for _ in range(layers))
@@ -111,7 +114,8 @@ def per_call_us(fns: list, arg: torch.Tensor, number: int = 100, repeat: int = 9
     best = [math.inf] * len(fns)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
-            best[i] = min(best[i], timeit.Timer(lambda: fn(arg), timer=time.process_time).timeit(number=number))
+            timer = timeit.Timer(lambda: fn(arg), timer=time.process_time)
+            best[i] = min(best[i], timer.timeit(number=number))
     return [b / number * 1e6 for b in best]
 
 

@@ -68,7 +68,8 @@ class ForwardJit(JittedFunction):
         path = Path(Root("bound", "self", module))
         tracing_pass.provenance.remember(module, path)
         if "forward" in vars(module):  # an instance attribute shadows the class's forward
-            tracing_pass.provenance.bind_state(vars(module)["forward"], path.attr("__dict__").key("forward"), "forward")
+            shadowing = path.attr("__dict__").key("forward")
+            tracing_pass.provenance.bind_state(vars(module)["forward"], shadowing, "forward")
         else:
             tracing_pass.provenance.bind_class_attribute(module, path, "forward")
         return tracing_pass.run(args, kwargs, target=self.fn, bound_self=module)
@@ -223,7 +224,9 @@ def call_with_hooks(module: torch.nn.Module, forward: Callable[..., Any], args: 
     called_always: set[int] = set()
     result = None
     try:
-        backward_pre = module._get_backward_pre_hooks() if module._backward_pre_hooks or m._global_backward_pre_hooks else []
+        backward_pre = []
+        if module._backward_pre_hooks or m._global_backward_pre_hooks:
+            backward_pre = module._get_backward_pre_hooks()
         full_backward, non_full_backward = ([], [])
         if module._backward_hooks or m._global_backward_hooks:
             full_backward, non_full_backward = module._get_backward_hooks()
@@ -234,7 +237,8 @@ def call_with_hooks(module: torch.nn.Module, forward: Callable[..., Any], args: 
             args = backward_hook.setup_input_hook(args)
         result = forward(*args, **kwargs)
         for hook_id, hook in (*m._global_forward_hooks.items(), *module._forward_hooks.items()):
-            if hook_id in module._forward_hooks_always_called or hook_id in m._global_forward_hooks_always_called:
+            if hook_id in module._forward_hooks_always_called or \
+                    hook_id in m._global_forward_hooks_always_called:
                 called_always.add(hook_id)
             if hook_id in module._forward_hooks_with_kwargs or hook_id in m._global_forward_hooks_with_kwargs:
                 hook_result = hook(module, args, kwargs, result)
@@ -244,8 +248,8 @@ def call_with_hooks(module: torch.nn.Module, forward: Callable[..., Any], args: 
                 result = hook_result
         if backward_hook is not None:
             if not isinstance(result, (torch.Tensor, tuple)):
-                warnings.warn("For backward hooks to be called, module output should be a Tensor or a tuple of "
-                              f"Tensors but received {type(result)}", stacklevel=3)
+                warnings.warn("For backward hooks to be called, module output should be a Tensor or a "
+                              f"tuple of Tensors but received {type(result)}", stacklevel=3)
             result = backward_hook.setup_output_hook(result)
         if non_full_backward:
             _register_non_full_backward_hooks(module, non_full_backward, args, result)
@@ -256,13 +260,14 @@ def call_with_hooks(module: torch.nn.Module, forward: Callable[..., Any], args: 
 
 
 def _run_pre_hooks(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    for hook_id, hook in (*_torch_module._global_forward_pre_hooks.items(), *module._forward_pre_hooks.items()):
+    hooks = (*_torch_module._global_forward_pre_hooks.items(), *module._forward_pre_hooks.items())
+    for hook_id, hook in hooks:
         if hook_id in module._forward_pre_hooks_with_kwargs:
             out = hook(module, args, kwargs)
             if out is not None:
                 if not (isinstance(out, tuple) and len(out) == 2):
-                    raise RuntimeError("forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
-                                       f"but got {out}.")
+                    raise RuntimeError("forward pre-hook must return None or a tuple of "
+                                       f"(new_args, new_kwargs), but got {out}.")
                 args, kwargs = out
         else:
             out = hook(module, args)
@@ -274,7 +279,10 @@ def _run_pre_hooks(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[
 def _register_non_full_backward_hooks(module: torch.nn.Module, hooks: list, args: tuple, result: Any) -> None:
     var = result
     while not isinstance(var, torch.Tensor):
-        var = next(v for v in var.values() if isinstance(v, torch.Tensor)) if isinstance(var, dict) else var[0]
+        if isinstance(var, dict):
+            var = next(v for v in var.values() if isinstance(v, torch.Tensor))
+        else:
+            var = var[0]
     grad_fn = var.grad_fn
     if grad_fn is not None:
         for hook in hooks:
@@ -292,8 +300,8 @@ def _run_always_called_hooks(module: torch.nn.Module, args: tuple, kwargs: dict,
                 if hook_result is not None:
                     result = hook_result
             except Exception as exc:  # noqa: BLE001 - as torch: silenced, the forward's error wins
-                warnings.warn("global module forward hook with ``always_call=True`` raised an exception that was "
-                              f"silenced as another error was raised in forward: {exc}", stacklevel=4)
+                warnings.warn("global module forward hook with ``always_call=True`` raised an exception that "
+                              f"was silenced as another error was raised in forward: {exc}", stacklevel=4)
     for hook_id, hook in module._forward_hooks.items():
         if hook_id in module._forward_hooks_always_called and hook_id not in called:
             try:

@@ -57,7 +57,7 @@ class SubmoduleHooks:
         return f"{name} has {', '.join(found)}"
 
     def __repr__(self) -> str:
-        return f"<no hooks on {len(self.modules)} submodules>"
+        return f"no hooks on {len(self.modules)} submodules"
 
 
 def group_hook_guards(prologue: Prologue) -> None:
@@ -138,7 +138,7 @@ class ModuleState:
         return f"{where}: {why[1]}"
 
     def __repr__(self) -> str:
-        return f"<{len(self.checks.guards)} checks of module state>"
+        return f"{len(self.checks.guards)} checks of the module's state"
 
 
 def group_state_guards(prologue: Prologue, module: torch.nn.Module) -> None:

@@ -280,6 +280,8 @@ class Guard:
         if kind == "storages":
             where = ", ".join(p.describe() for p in expected[0])
             return f"the tensors at {where} share storage as while tracing: {_sharing(expected[1])}"
+        if kind == "check":  # jitcore/jit/module_guards.py: the check's object says what it covers
+            return f"{where} finds no change: {safe_repr(self.path.root.obj)}"
         return f"{where} passes the {kind} check"
 
 

@@ -40,10 +40,12 @@ class Net(nn.Module):
 
 def three(module: nn.Module) -> tuple[nn.Module, JittedModule, nn.Module]:
     """Eager, jitcore and torch.compile copies of ``module`` with the same state."""
-    torch._dynamo.reset()  # each scenario compiles afresh (Dynamo's cache is keyed by code, shared by instances)
+    # each scenario compiles afresh (Dynamo's cache is keyed by code, shared by instances)
+    torch._dynamo.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return module, jitcore.jit(copy.deepcopy(module)), torch.compile(copy.deepcopy(module), backend="eager")
+        compiled = torch.compile(copy.deepcopy(module), backend="eager")
+        return module, jitcore.jit(copy.deepcopy(module)), compiled
 
 
 def call_all(models: tuple, *args, **kwargs) -> list:
@@ -75,12 +77,13 @@ def test_calls_modes_and_load_state_dict_match_eager_and_torch_compile():
     new_state = {k: torch.randn_like(v) for k, v in models[0].state_dict().items()}
     models[0].load_state_dict(new_state)
     models[1].load_state_dict(new_state)  # the original's keys
-    models[2].load_state_dict({f"_orig_mod.{k}": v for k, v in new_state.items()})  # torch.compile prefixes them
+    models[2].load_state_dict({f"_orig_mod.{k}": v for k, v in new_state.items()})  # torch.compile prefixes
     call_all(models, x)
     for m in models:
         m.train()
     call_all(models, x)
-    assert jitcore.cache_misses(models[1]) == 3  # train, train with bias=, eval; not load_state_dict, not train again
+    # train, train with bias=, eval; not load_state_dict, not train again
+    assert jitcore.cache_misses(models[1]) == 3
     reasons = [str(r) for rs in jitcore.miss_reasons(models[1]) for r in rs]
     assert any("training" in r for r in reasons), reasons
 
@@ -203,7 +206,8 @@ def test_submodule_hooks_and_global_hooks():
         m.fc1.register_forward_hook(lambda mod, a, out: out * -1)
     call_all(models, x)
     fired = []
-    handle = nn.modules.module.register_module_forward_hook(lambda mod, a, out: fired.append(type(mod).__name__))
+    register = nn.modules.module.register_module_forward_hook
+    handle = register(lambda mod, a, out: fired.append(type(mod).__name__))
     try:
         eager_out = models[0](x)
         eager_fired, fired[:] = list(fired), []
@@ -244,7 +248,8 @@ def test_inspection_apis_accept_the_wrapper():
 
 def test_trace_inputs_are_named_after_qualified_names():
     torch.manual_seed(4)
-    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)  # train mode: no fused fast path
+    # in train mode: not the fused fast path (one op)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
     jitted = jitcore.jit(layer)
     x = torch.randn(2, 5, 16)
     assert_same(jitted(x), layer(x))
