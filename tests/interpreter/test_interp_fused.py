@@ -236,3 +236,29 @@ def test_jump_into_the_middle_of_a_superinstruction() -> None:
         return total
 
     check(f, [0, 1, 2, 0], 5)
+
+
+class _Point:
+    def __init__(self, x, y):
+        self.x = x  # 3.13: LOAD_FAST_LOAD_FAST+STORE_ATTR
+        self.y = y
+
+
+def shapes_313(n, items):
+    """Fused runs that exist on 3.13 only (and run unfused, as plain instructions, on 3.11)."""
+    evens = [i for i in items if i % 2]  # JUMP_BACKWARD->FOR_ITER+STORE_FAST_LOAD_FAST, LOAD_CONST+...+TO_BOOL+...
+
+    def gen():
+        for i in range(n):
+            yield i  # RESUME+POP_TOP after the yield
+    points = [_Point(i, -i) for i in gen()]
+    return evens, [(p.x, p.y) for p in points], [Truthy(i).v for i in items if Truthy(i) % 2]
+
+
+@given(st.integers(0, 6), st.lists(st.integers(-9, 9), max_size=8))
+def test_shapes_fused_on_313(n, items) -> None:
+    check(shapes_313, n, items)
+    if sys.version_info >= (3, 13):
+        fused = {inst.opname for code in (shapes_313.__code__, _Point.__init__.__code__)
+                 for inst in decode(code).fused}
+        assert {"JUMP_BACKWARD->FOR_ITER+STORE_FAST_LOAD_FAST", "LOAD_FAST_LOAD_FAST+STORE_ATTR"} <= fused

@@ -14,16 +14,16 @@ from __future__ import annotations
 # (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
 __builtins__ = dict(vars(__import__("builtins")))
 
+import sys
 from collections.abc import Callable
 
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
-import sys
-
 from jitcore.interpreter.opcodes.calls import call_, call_313
 from jitcore.interpreter.opcodes.control import for_iter
-from jitcore.interpreter.attributes import NATIVE_NAMES, load_attr
+from jitcore.interpreter.attributes import NATIVE_NAMES, NATIVE_STORE_NAMES, load_attr, store_attr
 from jitcore.interpreter.opcodes import operators as _operators  # noqa: F401 - registered before the pairs
+from jitcore.interpreter.opcodes import stack as _stack  # noqa: F401 - registered before the pairs
 from jitcore.interpreter.opcodes.load_store import global_value, store_attr_
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
@@ -402,3 +402,86 @@ def jump_backward_for_iter_store_fast(frame: Frame, inst: Instruction) -> None:
     else:
         frame.index += 1
         frame.fast[target.next.arg] = v
+
+
+# --- 3.13 only: pairs around its own superinstructions (measured on bench_interpreter's workloads)
+
+
+@fuses("LOAD_FAST_LOAD_FAST", "STORE_ATTR", since=(3, 13))
+def load_fast_load_fast_store_attr(frame: Frame, inst: Instruction) -> None:
+    """``self.x = x``: the local ``arg >> 4`` stored as an attribute of the local ``arg & 15``."""
+    fast = frame.fast
+    value = fast[inst.arg >> 4]
+    obj = fast[inst.arg & 15]
+    frame.index += 1
+    name = inst.next.argval
+    names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
+    if names is not None and name in names:
+        setattr(obj, name, value)
+    else:
+        store_attr(frame.run, obj, name, value)
+
+
+@fuses("RESUME", "POP_TOP", since=(3, 13))
+def resume_pop_top(frame: Frame, inst: Instruction) -> None:
+    """A generator resumed after a ``yield`` statement: drop the value sent."""
+    frame.index += 1
+    frame.stack.pop()
+
+
+def _for_iter_store_fast_load_fast(frame: Frame, target: Instruction) -> None:
+    stack = frame.stack
+    it = stack[-1]
+    v = next(it, EXHAUSTED) if type(it) in NATIVE_ITERATORS else next_value(frame.run, it)
+    if v is EXHAUSTED:
+        stack.pop()
+        frame.index = target.argval
+    else:
+        frame.index += 1
+        arg = target.next.arg
+        fast = frame.fast
+        fast[arg >> 4] = v
+        stack.append(fast[arg & 15])
+
+
+@fuses("FOR_ITER", "STORE_FAST_LOAD_FAST", since=(3, 13))
+def for_iter_store_fast_load_fast(frame: Frame, inst: Instruction) -> None:
+    """``for i in ...: <use of i>``: store next(TOS) into a local and push a local; when exhausted pop the
+    iterator and jump past the loop."""
+    _for_iter_store_fast_load_fast(frame, inst)
+
+
+@fuses_jump("JUMP_BACKWARD", "FOR_ITER+STORE_FAST_LOAD_FAST", since=(3, 13))
+def jump_backward_for_iter_store_fast_load_fast(frame: Frame, inst: Instruction) -> None:
+    """The loop's back edge, then its FOR_ITER and the STORE_FAST_LOAD_FAST after it."""
+    target = inst.next
+    frame.index = target.index + 1
+    _for_iter_store_fast_load_fast(frame, target)
+
+
+def _load_const_binary_op_to_bool_then_jump(jump_if: bool) -> Handler:
+    """3.13's ``LOAD_CONST; BINARY_OP; TO_BOOL; POP_JUMP_IF_*`` (``if i % 2`` with ``i`` already pushed)."""
+
+    def fused(frame: Frame, inst: Instruction) -> None:
+        rhs = inst.argval
+        frame.index += 1
+        op = inst.next
+        lhs = frame.stack.pop()
+        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            v = NATIVE_BINARY[op.arg](lhs, rhs)
+        else:
+            v = binary_op(frame.run, op.arg, lhs, rhs)
+        frame.index += 1
+        if v is not True and v is not False:
+            v = truth(frame.run, v)
+        frame.index += 1
+        if v is jump_if:
+            frame.index = op.next.next.argval
+
+    fused.__name__ = f"load_const_binary_op_to_bool_pop_jump_if_{str(jump_if).lower()}"
+    fused.__doc__ = f"LOAD_CONST, BINARY_OP, TO_BOOL, then pop and jump if the result is {jump_if}."
+    return fused
+
+
+for _jump, _jump_if in (("POP_JUMP_IF_FALSE", False), ("POP_JUMP_IF_TRUE", True)):
+    fuses("LOAD_CONST", "BINARY_OP", "TO_BOOL", _jump, since=(3, 13))(_load_const_binary_op_to_bool_then_jump(_jump_if))
