@@ -38,13 +38,17 @@ CASES = {
     "forward, __torch_dispatch__, requires grad": (
         E.subclass_subtract, lambda: E.NoCos(torch.rand(3)).requires_grad_(), False
     ),
-    "forward, autograd.Function": (E.function_forward_raises, lambda: torch.rand(3, requires_grad=True), False),
+    "forward, autograd.Function": (
+        E.function_forward_raises, lambda: torch.rand(3, requires_grad=True), False
+    ),
     "backward, plain tensors": (E.no_derivative, lambda: torch.rand(3, requires_grad=True), True),
     "backward, __torch_dispatch__": (E.sin_sum, lambda: E.NoCos(torch.rand(3)).requires_grad_(), True),
     "backward, autograd.Function, an exception copy cannot rebuild": (
         E.coded_backward_raises, lambda: torch.rand(3, requires_grad=True), True
     ),
-    "backward, autograd.Function": (E.function_backward_raises, lambda: torch.rand(3, requires_grad=True), True),
+    "backward, autograd.Function": (
+        E.function_backward_raises, lambda: torch.rand(3, requires_grad=True), True
+    ),
 }
 
 
@@ -85,5 +89,6 @@ def test_report_points_at_the_user_backward_line():
     jitcore.report(exc, buffer, color=False)
     text = buffer.getvalue()
     stack = text.split("Your stack (innermost last):\n", 1)[1]
-    assert 'raise ValueError("BadBackward has no backward")' in stack.split("Failing expression:")[0].splitlines()[-1]
+    innermost = stack.split("Failing expression:")[0].splitlines()[-1]
+    assert 'raise ValueError("BadBackward has no backward")' in innermost
     assert "user_fn(self, *args)" not in text.split("Failing expression:")[1]

@@ -94,11 +94,13 @@ def test_up_and_down_walk_the_user_stack(mlp):
     jfn, args, _ = mlp
     text = run_shell(Debugger(jfn, args), "up", "up", "up", "where", "down", "down", "down", "q")
     lines = text.splitlines()
-    assert f"(jitcore-debug) > {EXAMPLE}:15 in block" in lines and "  return torch.relu(project(x, w))" in lines
+    assert f"(jitcore-debug) > {EXAMPLE}:15 in block" in lines
+    assert "  return torch.relu(project(x, w))" in lines
     assert f"(jitcore-debug) > {EXAMPLE}:19 in mlp" in lines and "  hidden = block(x, w1)" in lines
     assert "(jitcore-debug) *** oldest frame" in lines
     assert f"(jitcore-debug) > {EXAMPLE}:19 in mlp" in lines  # where marks the selected frame
-    assert f"(jitcore-debug) > {EXAMPLE}:11 in project" in lines and "(jitcore-debug) *** newest frame" in lines
+    assert f"(jitcore-debug) > {EXAMPLE}:11 in project" in lines
+    assert "(jitcore-debug) *** newest frame" in lines
 
 
 def test_pp_bare_expressions_and_bang_statements(mlp):
@@ -133,8 +135,10 @@ def test_p_of_a_user_variable_name(mlp):
     jfn, args, namespace = mlp
     before = run_shell(Debugger(jfn, args), "p hidden", "p t3", "q")
     assert "*** NameError: hidden (mlp," in before and "is t1, computed by op [1] (torch.relu)" in before
-    assert "*** NameError: t3 is a trace value, computed by op [3] (torch.softmax), which has not run yet" in before
-    text = run_shell(Debugger(jfn, args), "n", "n", "p hidden.shape", "p hidden", "hidden.sum() == t1.sum()", "q")
+    later = "*** NameError: t3 is a trace value, computed by op [3] (torch.softmax), which has not run yet"
+    assert later in before
+    commands = ("n", "n", "p hidden.shape", "p hidden", "hidden.sum() == t1.sum()", "q")
+    text = run_shell(Debugger(jfn, args), *commands)
     x, w1, _w2 = args
     assert "torch.Size([4, 16])" in text and f"(hidden (mlp, {EXAMPLE}:19) is t1)" in text
     assert "tensor(True)" in text
@@ -148,7 +152,10 @@ def test_p_of_a_user_variable_name(mlp):
     [
         ("nosuchfile.py:3", "no such file: nosuchfile.py"),
         ("debug_mlp.py:999", "debug_mlp.py has only {n} lines"),
-        ("debug_mlp.py:7", "no op of the trace was recorded from debug_mlp.py:7 (lines with ops: 11, 15, 19, 20)"),
+        (
+            "debug_mlp.py:7",
+            "no op of the trace was recorded from debug_mlp.py:7 (lines with ops: 11, 15, 19, 20)",
+        ),
         ("aten.nosuchop", "unknown op 'aten.nosuchop'"),
         ("frobnicate", "unknown op 'frobnicate'"),
         ("aten.conv2d", "the trace never runs aten.conv2d"),
@@ -216,6 +223,7 @@ def test_the_habits_through_python_m_jitcore_debug_standard_input():
     assert "(torch.matmul runs aten.mm.default here: 'n' runs it)" in out
     assert f"(hidden (mlp, {EXAMPLE}:19) is t1)" in out and "torch.Size([4, 16])" in out
     assert "restarted\n-> [0] t0 = torch.matmul(x, w1)" in out
-    assert f"> {EXAMPLE}:15 in block" in out and f"  > {EXAMPLE}:15 in block\n" in out  # up, then where marks it
+    assert f"> {EXAMPLE}:15 in block" in out  # up
+    assert f"  > {EXAMPLE}:15 in block\n" in out  # where marks the selected frame
     assert f"> {EXAMPLE}:11 in project" in out and "(jitcore-debug) 0.0\n" in out
     assert "***" not in out.replace("*** cannot stop at nosuchfile.py:3", "")

@@ -28,7 +28,8 @@ def test_print_in_a_jitted_function_warns_at_the_print_line():
 
 
 def test_breakpoint_in_a_jitted_function_warns_at_the_breakpoint_line():
-    (found,) = [w for w in caught(jitcore.jit(P.with_breakpoint), torch.randn(2)) if "breakpoint()" in str(w.message)]
+    found = caught(jitcore.jit(P.with_breakpoint), torch.randn(2))
+    (found,) = [w for w in found if "breakpoint()" in str(w.message)]
     assert (found.filename, found.lineno) == (P.__file__, P.line_of(P.with_breakpoint, "breakpoint()"))
 
 
@@ -45,5 +46,6 @@ def test_unknown_jitcore_logs_name_warns_at_the_import_line(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert f"{script}:2: UserWarning: jitcore: JITCORE_LOGS ignored: unknown JITCORE_LOGS component" in done.stderr
+    warning = f"{script}:2: UserWarning: jitcore: JITCORE_LOGS ignored: unknown JITCORE_LOGS component"
+    assert warning in done.stderr
     assert "jitcore/" not in done.stderr.split("UserWarning")[0]

@@ -31,4 +31,5 @@ def printed_lines(exc: BaseException) -> list[str]:
 
 def frames(exc: BaseException) -> list[tuple[str, int, str]]:
     """(file, line, function) of each traceback entry, without the suite's own frames."""
-    return [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__) if not is_suite_frame(f.filename)]
+    entries = traceback.extract_tb(exc.__traceback__)
+    return [(f.filename, f.lineno, f.name) for f in entries if not is_suite_frame(f.filename)]
