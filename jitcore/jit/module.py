@@ -82,6 +82,8 @@ def _has_lazy_state(module: torch.nn.Module) -> bool:
 
 def jit_module(fn: Any, /, **options: Any) -> Any:
     """``jitcore.jit`` of a module (a JittedModule) or of a module's bound ``forward`` (a ForwardJit)."""
+    if isinstance(fn, JittedModule):
+        fn = fn._orig_mod  # jitting a jitted module again: the original, with these options
     if isinstance(fn, torch.nn.Module):
         return JittedModule(fn, **options)
     return ForwardJit(fn.__self__, **options)

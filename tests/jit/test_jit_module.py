@@ -461,3 +461,30 @@ def test_lazy_module_initializes_through_its_eager_pre_hook():
     assert jitcore.cache_misses(jitted) == 0 and jitted[0].weight.shape == (5, 7)
     assert_same(jitted(x), expected)  # traced now
     assert jitcore.cache_misses(jitted) == 1 and "_0_weight" in str(jitcore.last_traces(jitted)[0])
+
+
+def test_tied_weights_and_jitting_a_jitted_module():
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(10, 4)
+            self.head = nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, tokens):
+            return self.head(self.embed(tokens))
+
+    torch.manual_seed(10)
+    model = Tied()
+    jitted = jitcore.jit(copy.deepcopy(model))
+    tokens = torch.tensor([[1, 2, 3]])
+    assert_same(jitted(tokens), model(tokens))
+    assert [a.name for a in jitcore.last_traces(jitted)[0].args] == ["tokens", "embed_weight"]  # one input
+    untied = nn.Parameter(torch.randn(10, 4))
+    model.head.weight = untied
+    jitted.head.weight = nn.Parameter(untied.detach().clone())
+    assert_same(jitted(tokens), model(tokens))  # the alias guard failed: traced again, two inputs
+    assert jitcore.cache_misses(jitted) == 2
+    again = jitcore.jit(jitted, cache_limit=3)
+    assert isinstance(again, JittedModule) and again._orig_mod is jitted._orig_mod
+    assert_same(again(tokens), model(tokens))
