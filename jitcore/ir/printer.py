@@ -176,7 +176,7 @@ class _Printer:
         lines = []
         for f in chosen:
             code = linecache.getline(f.filename, f.lineno).strip()
-            text = f"{f.filename}:{f.lineno} in {f.function}" + (f": {code}" if code else "")
+            text = f"{_shown_path(f.filename)}:{f.lineno} in {f.function}" + (f": {code}" if code else "")
             lines.append(f"{INDENT}# {escape_comment(text)}")
         return lines
 
@@ -210,6 +210,12 @@ class _Printer:
                 self.lines.append(f"{INDENT}del {', '.join(dead[i])}")
         self.lines.append(f"{INDENT}return {self.value(trace.output)}")
         return "\n".join(self.lines) + "\n"
+
+
+def _shown_path(filename: str) -> str:
+    """An installed package's file as its import path shows it (``torch/nn/modules/linear.py``)."""
+    _, found, inside = filename.replace("\\", "/").rpartition("/site-packages/")
+    return inside if found else filename
 
 
 def print_trace(trace: Trace, *, source: str | None = "innermost") -> PrintedTrace:

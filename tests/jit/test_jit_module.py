@@ -488,3 +488,11 @@ def test_tied_weights_and_jitting_a_jitted_module():
     again = jitcore.jit(jitted, cache_limit=3)
     assert isinstance(again, JittedModule) and again._orig_mod is jitted._orig_mod
     assert_same(again(tokens), model(tokens))
+
+
+def test_torch_module_lines_print_with_the_package_path():
+    jitted = jitcore.jit(nn.Sequential(nn.Linear(3, 3), nn.ReLU()))
+    jitted(torch.randn(2, 3))
+    forward = str(jitcore.last_traces(jitted)[-1])  # the grad transform's forward keeps them
+    assert "  # torch/nn/modules/linear.py:" in forward and " in forward: return F.linear(" in forward, forward
+    assert "  # torch/nn/modules/activation.py:" in forward
