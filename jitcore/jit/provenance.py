@@ -190,8 +190,8 @@ class Provenance:
     # --- state: globals, cells, attributes, items ----------------------------------------------------
     def bind_state(self, value: Any, path: Path, name: str = "s") -> Any:
         """Bind a value read from persistent state; returns what the program should see."""
-        if isinstance(value, TensorProxy):
-            return value
+        if isinstance(value, (TensorProxy, NumberProxy)):
+            return value  # the program's own value, stored there earlier in this pass
         if isinstance(value, torch.Tensor):
             return self._tensor(value, path, name)
         if is_numpy_value(value):
@@ -295,6 +295,8 @@ class Provenance:
             items = [(path.index(i), v) for i, v in enumerate(value)]
         self.remember(value, path)
         for item_path, item in items:
+            if isinstance(item, NumberProxy):
+                continue  # the program's own value, stored there earlier in this pass
             if isinstance(item, torch.Tensor):
                 self.remember(item, item_path)  # becomes an input only if the program uses it
             elif is_literal_value(item):

@@ -246,3 +246,48 @@ def test_side_effects_and_reads_over_call_sequences(calls):
         x = torch.full((2,), -value if negate else value)
         assert_same(jf(x.clone(), jit_state), f(x.clone(), eager_state))
         _same_state(jit_state, eager_state)
+
+
+def test_read_modify_write_counters_do_not_retrace():
+    counter = [0]
+    totals = {"sum": 0.0}
+
+    class Stepper(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.steps = 0
+
+        def forward(self, x):
+            self.steps += 1
+            counter[0] += 1
+            totals["sum"] = totals["sum"] + 0.5
+            return self.lin(x) * 2
+
+    model = Stepper()
+    jm = jitcore.jit(model)
+    for _ in range(100):
+        jm(torch.ones(2))
+    assert model.steps == 100 and counter == [100] and totals == {"sum": 50.0}
+    assert jitcore.cache_misses(jm) == 1
+
+
+def test_a_counter_used_for_control_flow_is_still_exact():
+    state = {"n": 0}
+
+    def f(x):
+        state["n"] += 1
+        if state["n"] % 2:  # branching on it pins its value: each parity is its own entry
+            return x + 1
+        return x - 1
+
+    twin = {"n": 0}
+
+    def g(x):
+        twin["n"] += 1
+        return x + 1 if twin["n"] % 2 else x - 1
+
+    jf = jitcore.jit(f)
+    for _ in range(6):
+        assert_same(jf(torch.zeros(1)), g(torch.zeros(1)))
+    assert state == twin

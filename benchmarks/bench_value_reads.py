@@ -1,0 +1,96 @@
+"""Programs that read tensor values (issue 14) and a tiny Hugging Face Llama (issue 13), in one run.
+
+1. A 20-op elementwise function with one ``nonzero`` in the middle (its count is a checked read):
+   the cached call of jitcore vs eager and ``torch.compile(backend="eager")`` (which splits its
+   graph there). Goal: <= 1.1x eager.
+2. ``jitcore.jit(model)`` on a 2-layer ``transformers`` Llama from a tiny config, forward in eval
+   mode: first call (tracing included) and cached call vs eager and torch.compile(backend="eager").
+
+Ratios are to eager's time for the same calls. Run: python benchmarks/bench_value_reads.py
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import torch
+
+import jitcore
+
+
+def twenty_ops(x):
+    y = (x * 1.5 + 0.25).sin()
+    y = y * y - x
+    y = y.abs().sqrt() + 1
+    y = torch.tanh(y) * 3
+    idx = torch.nonzero(y > 2.0)
+    z = y.exp() - idx.shape[0]
+    z = z / (z.abs() + 1)
+    z = z.cos() + z.sin()
+    z = z.clamp(-1.0, 1.0) * 2
+    return z.relu() + idx.sum()
+
+
+def per_call_us(fn, args, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def first_call_ms(make, args) -> tuple[float, object]:
+    torch._dynamo.reset()  # noqa: SLF001
+    fn = make()
+    start = time.perf_counter()
+    fn(*args)
+    return (time.perf_counter() - start) * 1e3, fn
+
+
+def report(title: str, makes: dict, args: tuple, calls: int) -> None:
+    print(title)
+    results = {}
+    for name, make in makes.items():
+        first, fn = first_call_ms(make, args)
+        per_call_us(fn, args, 10)  # warm
+        results[name] = (first, per_call_us(fn, args, calls))
+    eager_first, eager_call = results["eager"]
+    compiled_call = results["torch.compile(eager)"][1]
+    for name, (first, call) in results.items():
+        print(f"  {name:22s} first call {first:9.1f} ms   cached call {call:9.1f} us   "
+              f"{call / eager_call:6.2f}x eager   {call / compiled_call:6.2f}x torch.compile(eager)")
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    x = torch.randn(256)
+    makes = {
+        "eager": lambda: twenty_ops,
+        "jitcore": lambda: jitcore.jit(twenty_ops),
+        "torch.compile(eager)": lambda: torch.compile(twenty_ops, backend="eager"),
+    }
+    per_call_us(twenty_ops, (x,), 50)
+    report("20 ops with a nonzero in the middle, 256 elements:", makes, (x,), 2000)
+
+    try:
+        import transformers
+    except ImportError:
+        print("transformers is not installed: the Llama part is skipped")
+        return
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 128, (1, 16))
+    with torch.no_grad():
+        model_makes = {
+            "eager": lambda: model,
+            "jitcore": lambda: jitcore.jit(model),
+            "torch.compile(eager)": lambda: torch.compile(model, backend="eager"),
+        }
+        report("2-layer transformers Llama (hidden 64), batch 1 x 16 tokens, eval, no_grad:", model_makes, (ids,), 200)
+
+
+if __name__ == "__main__":
+    main()
