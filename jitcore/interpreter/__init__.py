@@ -36,7 +36,7 @@ def _check_version() -> None:
         running = f"{sys.version_info[0]}.{sys.version_info[1]}"
         raise UnsupportedPythonVersion(
             f"jitcore supports CPython {supported} (the versions it is tested on); this is Python {running}",
-            hint=f"run under CPython {supported}",
+            hint="run under CPython " + " or ".join(f"{major}.{minor}" for major, minor in SUPPORTED_VERSIONS),
         )
 
 

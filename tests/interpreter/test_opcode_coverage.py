@@ -38,3 +38,20 @@ def test_unknown_opcode_fails() -> None:
 def test_handler_for_other_versions_is_not_registered() -> None:
     fn = handles("NOT_AN_OPCODE_EITHER", since=(3, 99))(lambda frame, inst: None)
     assert fn not in HANDLERS.values()
+
+
+@pytest.mark.parametrize("version", [(3, 12), (3, 14)])
+def test_untested_versions_are_refused_at_import(version: tuple[int, int]) -> None:
+    """``import jitcore`` on a Python CI does not test fails at once, naming the tested versions."""
+    import subprocess
+    import sys
+
+    # the libraries jitcore imports are imported first, under the real version (they check it too)
+    fake = ("import sys, collections, torch, numpy, optree, rich; sys.version_info = collections.namedtuple('v', "
+            f"'major minor micro releaselevel serial')({version[0]}, {version[1]}, 0, 'final', 0)")
+    proc = subprocess.run([sys.executable, "-c", f"{fake}; import jitcore"], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "UnsupportedPythonVersion" in last and "[JC-I003]" in last, last
+    assert "CPython 3.11 and 3.13" in last and f"this is Python {version[0]}.{version[1]}" in last, last
