@@ -80,7 +80,6 @@ class _Snapshot:
     obj: Any
     path: Path
     state: Any
-    stands_in: bool  # the program's copy of a caller's argument container, not the caller's object
 
 
 class StateSnapshots:
@@ -89,14 +88,14 @@ class StateSnapshots:
     def __init__(self) -> None:
         self._snapshots: dict[int, _Snapshot] = {}
 
-    def take(self, obj: Any, path: Path, *, stands_in: bool = False) -> None:
+    def take(self, obj: Any, path: Path) -> None:
         """Remember ``obj``'s state now (the first time it is reached); ``path`` reaches it per call
-        (``stands_in``: ``obj`` is the program's copy of the caller's container at ``path``)."""
+        (for the program's copy of an argument container, the caller's container is at ``path``)."""
         if id(obj) in self._snapshots or isinstance(obj, (type, types.ModuleType, types.FunctionType, Proxy)):
             return
         state = _state_of(obj)
         if state is not None:
-            self._snapshots[id(obj)] = _Snapshot(obj, path, state, stands_in)
+            self._snapshots[id(obj)] = _Snapshot(obj, path, state)
 
     def effects(self) -> list[Effect]:
         """The changes of every reached object since it was reached, as effects."""
@@ -113,10 +112,6 @@ class StateSnapshots:
     def reached(self, obj: Any) -> bool:
         """Whether ``obj`` is one of the caller's objects the program reached."""
         return id(obj) in self._snapshots
-
-    def objects(self) -> list[tuple[Any, Path]]:
-        """The reached objects with their paths."""
-        return [(snap.obj, snap.path) for snap in self._snapshots.values() if not snap.stands_in]
 
 
 class Effects:

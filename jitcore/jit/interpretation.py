@@ -115,7 +115,7 @@ class Pass:
                 self.provenance.remember(bound_self, Path(Root("bound", "self", bound_self)))
             pargs, pkwargs = self._bind_arguments(args, kwargs)
             for copy_, path in self.provenance.argument_copies:
-                self.snapshots.take(copy_, path, stands_in=True)
+                self.snapshots.take(copy_, path)
             for proxy in self.provenance.subclass_inputs:
                 bind_subclass_input(self.trace, proxy)
             if self.provenance.subclass_inputs:
@@ -163,9 +163,10 @@ class Pass:
                     "cannot take apart",
                     hints=("register its class with torch.utils._pytree.register_pytree_node",),
                 )
-        reached = [(v, self.provenance.path_of(v)) for v in (*caller_values, *self.provenance.remembered())]
-        for value, path in (*self.snapshots.objects(), *reached):
-            found = outputs.escaped(value)
+        # Every object of the caller's the program could write into was reached through a path, so
+        # it is remembered: what each holds directly is checked (the snapshotted ones were restored).
+        for value, path in [(v, self.provenance.path_of(v)) for v in (*caller_values, *self.provenance.remembered())]:
+            found = outputs.held(value)
             if found is not None:
                 where = path.describe() if path is not None else f"a {type(value).__qualname__} argument"
                 raise UnsupportedOperationError(

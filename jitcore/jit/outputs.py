@@ -26,7 +26,7 @@ import torch.utils._pytree as torch_pytree
 
 from jitcore.ir import Proxy
 
-__all__ = ["OutputStructure", "escaped", "split"]
+__all__ = ["OutputStructure", "escaped", "held", "split"]
 
 _OPTREE_NODES = (tuple, list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
 _MAX_DEPTH = 64
@@ -136,7 +136,7 @@ def _holds_proxy(value: Any, depth: int) -> bool:
 
 def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None) -> Proxy | None:
     """A proxy reachable from ``value`` through containers, pytree nodes, dataclass fields, instance
-    dicts and slots (None: none is)."""
+    dicts and slots, at most ``_MAX_DEPTH - depth`` steps away (None: none is)."""
     if isinstance(value, Proxy):
         return value
     if depth > _MAX_DEPTH or value is None or type(value) in (int, float, bool, str, bytes, complex):
@@ -180,3 +180,10 @@ def _filled(cell: types.CellType) -> bool:
     except ValueError:
         return False
     return True
+
+
+def held(value: Any) -> Proxy | None:
+    """A proxy ``value`` holds directly: as an item, a dict value, an attribute or a slot."""
+    if isinstance(value, Proxy):
+        return value
+    return escaped(value, _MAX_DEPTH - 1)
