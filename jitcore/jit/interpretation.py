@@ -340,6 +340,10 @@ class Pass:
     def _resolve_call(self, fn: Any) -> Callable[..., Any] | None:
         if aten_langctx.is_aten_op(fn):
             return aten_langctx.aten_symbol(fn)
+        if isinstance(fn, torch._ops.OpOverload):  # a custom op (torch.library) of any namespace
+            return aten_langctx.op_symbol(fn)
+        if isinstance(fn, torch._ops.OpOverloadPacket) and fn.overloads() == ["default"]:
+            return aten_langctx.op_symbol(fn.default)
         code = getattr(fn, "__code__", None)
         if code is not None and code.co_filename.startswith(_JITCORE_DIR):
             return fn  # jitcore's own code (proxy methods, symbols) runs natively

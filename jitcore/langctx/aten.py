@@ -19,7 +19,7 @@ from jitcore.ir import Symbol, register_call_target
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 
-__all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup"]
+__all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup", "op_symbol"]
 
 ATEN_TABLE = SymbolTable("aten")
 # Generated code calls what OpOverload.__call__ forwards to, without its Python frame (0.3 us a call).
@@ -81,3 +81,27 @@ def lookup(fn: Any) -> Callable[..., Any] | None:
     if found is not None:
         return found
     return aten_symbol(fn) if is_aten_op(fn) else None
+
+
+_OTHER_OPS: dict[Any, Symbol] = {}
+
+
+def op_symbol(op: OpOverload) -> Symbol:
+    """The symbol of an operator of any namespace: aten's own, or one made here for the others
+    (``torch.ops.prims``, ``torch.library`` custom ops of any library), printed by its ``torch.ops``
+    path; its outputs come from the op's fake (meta) kernel."""
+    if is_aten_op(op):
+        return aten_symbol(op)
+    symbol = _OTHER_OPS.get(op)
+    if symbol is None:
+        path = f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
+        schema = op._schema
+        tags = set()
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            tags.add("inplace")
+        if torch.Tag.nondeterministic_seeded in op.tags:
+            tags.add("random")
+        symbol = Symbol(id=path, name=path.removeprefix("torch.ops."), langctx="ops", fn=op, path=path,
+                        meta=meta_of(op), tags=frozenset(tags))
+        _OTHER_OPS[op] = symbol
+    return symbol

@@ -42,7 +42,7 @@ from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["METADATA_OPS", "RecordingMode", "op_symbol", "recording"]
+__all__ = ["METADATA_OPS", "RecordingMode", "recording"]
 
 
 _JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
@@ -62,7 +62,7 @@ class RecordingMode(TorchDispatchMode):
         user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
         proxy_args, proxy_kwargs = _map(self._proxy_of, (args, kwargs))
         if not user_types:
-            out = op_symbol(func)(*proxy_args, **proxy_kwargs)
+            out = aten_langctx.op_symbol(func)(*proxy_args, **proxy_kwargs)
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
         return _map(self.state.shadow_of, out)
@@ -71,29 +71,6 @@ class RecordingMode(TorchDispatchMode):
         if isinstance(value, torch.Tensor) and type(value) is torch.Tensor:
             return value  # a real constant tensor of the trace
         return self.state.proxy_of(value)
-
-
-_OTHER_OPS: dict[Any, Symbol] = {}
-
-
-def op_symbol(op: Any) -> Symbol:
-    """The symbol of an operator autograd runs: aten's own, or one made here for other namespaces
-    (``torch.ops.prims``, custom ops), printed by its ``torch.ops`` path."""
-    if aten_langctx.is_aten_op(op):
-        return aten_langctx.aten_symbol(op)
-    symbol = _OTHER_OPS.get(op)
-    if symbol is None:
-        path = f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
-        schema = op._schema
-        tags = set()
-        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
-            tags.add("inplace")
-        if torch.Tag.nondeterministic_seeded in op.tags:
-            tags.add("random")
-        symbol = Symbol(id=path, name=path.removeprefix("torch.ops."), langctx="ops", fn=op, path=path,
-                        meta=meta_of(op), tags=frozenset(tags))
-        _OTHER_OPS[op] = symbol
-    return symbol
 
 
 def _resolve_call(fn: Any) -> Any:

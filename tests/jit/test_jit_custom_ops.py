@@ -1,0 +1,93 @@
+"""Custom operators (``torch.library``) and C functions reached with traced tensors: recorded as
+bound symbols of their own, executed, differentiated through their registered autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from jit_helpers import assert_same
+
+import jitcore
+
+
+@torch.library.custom_op("jitcore_test::scale_add", mutates_args=())
+def scale_add(a: torch.Tensor, b: torch.Tensor, s: float) -> torch.Tensor:
+    return a * s + b
+
+
+@scale_add.register_fake
+def _scale_add_fake(a, b, s):
+    return torch.empty_like(a)
+
+
+def _scale_add_backward(ctx, grad):
+    return grad * ctx.s, grad, None
+
+
+def _scale_add_setup(ctx, inputs, output):
+    ctx.s = inputs[2]
+
+
+scale_add.register_autograd(_scale_add_backward, setup_context=_scale_add_setup)
+
+
+@torch.library.custom_op("jitcore_test::no_fake", mutates_args=())
+def no_fake(a: torch.Tensor) -> torch.Tensor:
+    return a.clone()
+
+
+def test_custom_op_is_its_own_symbol_and_matches_eager():
+    def f(a, b):
+        return scale_add(a, b, 2.0).sin() + torch.ops.jitcore_test.scale_add(b, a, 0.5)
+
+    jf = jitcore.jit(f)
+    for _ in range(2):
+        a, b = torch.randn(3), torch.randn(3)
+        assert_same(jf(a, b), f(a, b))
+    assert "torch.ops.jitcore_test.scale_add.default(" in str(jitcore.last_traces(jf)[-1])
+
+
+def test_custom_op_gradients_use_its_registered_autograd():
+    def f(a, b):
+        return scale_add(a, b, 3.0).sum()
+
+    a, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    jitcore.jit(f)(a, b).backward()
+    ea, eb = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    f(ea, eb).backward()
+    assert_same(a.grad, ea.grad)
+    assert_same(b.grad, eb.grad)
+
+
+def test_custom_op_without_a_fake_kernel_is_a_clear_error():
+    def f(a):
+        return no_fake(a) + 1
+
+    with pytest.raises(Exception) as info:
+        jitcore.jit(f, fullgraph=True)(torch.randn(2))
+    text = str(info.value) + "".join(getattr(info.value, "__notes__", []))
+    assert "no_fake" in text
+
+
+@pytest.mark.parametrize("fn, make", [
+    (lambda a, b: torch._int_mm(a, b),
+     lambda: (torch.randint(-5, 5, (32, 32), dtype=torch.int8), torch.randint(-5, 5, (32, 32), dtype=torch.int8))),
+    (lambda a, b: torch.Tensor.__getitem__(a, 0) + b[0], lambda: (torch.randn(3, 2), torch.randn(3, 2))),
+    (lambda a, b: torch._C.TensorBase.add(a, b), lambda: (torch.randn(3), torch.randn(3))),
+    (lambda a, b: torch._C._nn.linear(a, b), lambda: (torch.randn(2, 3), torch.randn(4, 3))),
+], ids=["int_mm", "getitem-descriptor", "tensorbase-method", "C-linear"])
+def test_c_functions_on_traced_tensors(fn, make):
+    jf = jitcore.jit(fn)
+    for _ in range(2):
+        args = make()
+        assert_same(jf(*args), fn(*args))
+
+
+def test_linear_with_torch_function_disabled():
+    def f(a, b):
+        with torch._C.DisableTorchFunctionSubclass():
+            return F.linear(a, b)
+
+    a, b = torch.randn(2, 3), torch.randn(4, 3)
+    assert_same(jitcore.jit(f)(a, b), f(a, b))
