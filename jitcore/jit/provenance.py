@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import sys
@@ -372,6 +373,11 @@ class Provenance:
         self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=True))
         inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
         shadow = cls.__tensor_unflatten__({n: p.shadow for n, p in inner.items()}, ctx, tensor.shape, tensor.stride())
+        if type(shadow) is not cls and issubclass(cls, type(shadow)):
+            # an inherited __tensor_unflatten__ that names its own class (TwoTensor's): the
+            # dispatcher must see the caller's class, whose __torch_dispatch__ may override
+            with contextlib.suppress(TypeError):  # a layout Python cannot switch: the base's class
+                shadow.__class__ = cls
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
         self.subclass_inputs.append(proxy)
         return proxy
