@@ -19,6 +19,7 @@ from types import FunctionType, MethodType
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.calls import call
+from jitcore.interpreter.generators import FRAME_ATTRIBUTES, GENERATOR_TYPES, NOT_INTERPRETED, frame_attribute
 
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
@@ -83,6 +84,8 @@ NATIVE_NAMES: dict[type, set[str]] = {}
 def _name_native(t: type, name: str) -> bool:
     """Whether ``name`` on instances of ``t`` involves no Python code: no Python getattr hooks on ``t`` and no
     Python descriptor under that name in its MRO. Only True is cached (see the module invariants)."""
+    if t in GENERATOR_TYPES and name in FRAME_ATTRIBUTES:
+        return False  # answered by the interpreted frame (Note [Generator frame attributes])
     for hook in ("__getattribute__", "__getattr__"):
         if _is_py(getattr(t, hook, None)):
             return False
@@ -99,6 +102,10 @@ def _name_native(t: type, name: str) -> bool:
 def load_attr(run: Run, obj: object, name: str) -> object:
     """``obj.name`` with Python descriptors, properties, ``__getattribute__`` and ``__getattr__`` interpreted."""
     t = type(obj)
+    if t in GENERATOR_TYPES and name in FRAME_ATTRIBUTES:  # Note [Generator frame attributes]
+        value = frame_attribute(obj, name)
+        if value is not NOT_INTERPRETED:
+            return value
     native = _NATIVE_ATTR.get(t)
     if native is None:
         native = _attr_native(t)

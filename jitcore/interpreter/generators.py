@@ -32,7 +32,7 @@ from jitcore.interpreter.tracebacks import strip_internal
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["AsyncGenWrapped", "make_generator"]
+__all__ = ["FRAME_ATTRIBUTES", "GENERATOR_TYPES", "AsyncGenWrapped", "frame_attribute", "make_generator"]
 
 _RESUME = "RESUME"
 
@@ -230,3 +230,47 @@ def make_generator(frame: Frame) -> object:
     gen.__qualname__ = function.__qualname__ if function is not None else frame.code.co_qualname
     frame.generator = gen
     return gen
+
+
+# Note [Generator frame attributes]
+# An interpreted generator is a native driver generator, so its own ``gi_code``/``gi_frame``/``gi_yieldfrom``
+# (``cr_*``, ``ag_*``) would describe the driver. Attribute loads made by interpreted code answer them from the
+# interpreted frame instead (attributes.load_attr asks ``frame_attribute``); native code still sees the driver.
+GENERATOR_TYPES = frozenset({types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType})
+# cr_frame/ag_frame stay the driver's (a real frame object: isinstance(..., FrameType), .clear() work)
+FRAME_ATTRIBUTES = frozenset({"gi_code", "gi_frame", "gi_yieldfrom", "cr_code", "cr_await", "ag_code", "ag_await"})
+_DRIVER_CODES = frozenset({_generator.__code__, _iterable_coroutine_driver.__code__, _coroutine.__code__,
+                           _async_generator.__code__})
+_NOT_INTERPRETED = object()
+
+
+def _driven_frame(gen: object) -> Frame | None:
+    """The interpreted frame a driver generator runs (None once it finished, or for another generator)."""
+    prefix = "gi" if type(gen) is types.GeneratorType else "cr" if type(gen) is types.CoroutineType else "ag"
+    if getattr(gen, f"{prefix}_code") not in _DRIVER_CODES:
+        return None
+    native = getattr(gen, f"{prefix}_frame")
+    return None if native is None else native.f_locals.get("frame")
+
+
+def frame_attribute(gen: object, name: str) -> object:
+    """``gen.<name>`` for one of FRAME_ATTRIBUTES as seen by interpreted code; ``_NOT_INTERPRETED`` when
+    ``gen`` is not an interpreted generator (or has finished): then the native attribute is right."""
+    frame = _driven_frame(gen)
+    if frame is None:
+        return _NOT_INTERPRETED
+    kind = name[3:]
+    if kind == "code":
+        return frame.code
+    if kind == "frame":
+        from jitcore.interpreter.lookasides import FrameProxy
+
+        return FrameProxy(frame, None)
+    index = frame.index  # yieldfrom/await: the delegate of a frame suspended in yield from / await
+    instructions = frame.instructions
+    if 0 < index < len(instructions) and instructions[index].opname == _RESUME and (instructions[index].arg or 0) & 3 >= 2:
+        return frame.stack[-1]
+    return None
+
+
+NOT_INTERPRETED = _NOT_INTERPRETED

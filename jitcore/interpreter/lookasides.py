@@ -23,7 +23,7 @@ import builtins
 import functools
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from types import CellType, FunctionType
 
 from jitcore.interpreter.attributes import load_attr
@@ -385,7 +385,7 @@ class FrameProxy:
 
     f_globals = property(lambda self: self._frame.globals)
     f_builtins = property(lambda self: self._frame.builtins)
-    f_locals = property(lambda self: frame_locals(self._frame))
+    f_locals = property(lambda self: _f_locals(self._frame))
     f_code = property(lambda self: self._frame.code)
     f_lineno = property(lambda self: self._frame.position().lineno)
     f_lasti = property(lambda self: self._frame.instruction.offset)
@@ -394,6 +394,47 @@ class FrameProxy:
 
     def __repr__(self) -> str:
         return f"<frame (interpreted) {self._frame!r}>"
+
+
+class FrameLocals(MutableMapping):
+    """``frame.f_locals`` of an interpreted function frame on 3.13: PEP 667's write-through view of its
+    fast locals (3.11 and ``locals()`` keep returning snapshots)."""
+
+    __slots__ = ("_frame",)
+
+    def __init__(self, frame: Frame) -> None:
+        self._frame = frame
+
+    def __getitem__(self, name: str) -> object:
+        return frame_locals(self._frame)[name]
+
+    def __setitem__(self, name: str, value: object) -> None:
+        frame = self._frame
+        code = frame.code
+        for i in range(len(frame.fast)):
+            if code._varname_from_oparg(i) == name:
+                slot = frame.fast[i]
+                if isinstance(slot, CellType) and (name in code.co_cellvars or name in code.co_freevars):
+                    slot.cell_contents = value
+                else:
+                    frame.fast[i] = value
+                return
+        raise KeyError(name)  # PEP 667 keeps extra names in a side dict; not emulated
+
+    def __delitem__(self, name: str) -> None:
+        raise ValueError("cannot remove local variables from FrameLocalsProxy")
+
+    def __iter__(self):
+        return iter(frame_locals(self._frame))
+
+    def __len__(self) -> int:
+        return len(frame_locals(self._frame))
+
+
+def _f_locals(frame: Frame) -> object:
+    if frame.locals is None and sys.version_info >= (3, 13):
+        return FrameLocals(frame)
+    return frame_locals(frame)
 
 
 def getframe(depth: int = 0, /) -> object:
@@ -508,6 +549,12 @@ def builtin_lookasides() -> dict[object, Callable]:
         # sys._getframemodulename whether abc/functools is the caller).
         _TABLE[abc.ABCMeta.__instancecheck__] = abc.ABCMeta.__instancecheck__
         _TABLE[abc.ABCMeta.__subclasscheck__] = abc.ABCMeta.__subclasscheck__
+        # The interpreter's own view of frames runs natively: interpreted, it would read the NULL of an unbound
+        # slot as an unbound local of its own.
+        for value in [*vars(FrameProxy).values(), *vars(FrameLocals).values()]:
+            function = value.fget if isinstance(value, property) else value
+            if type(function) is FunctionType:
+                _TABLE[function] = function
         if hasattr(sys, "_getframemodulename"):
             _TABLE[sys._getframemodulename] = getframemodulename
     return _TABLE

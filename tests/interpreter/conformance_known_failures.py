@@ -25,8 +25,6 @@ KNOWN_FAILURES_311: dict[str, str] = {
         "sys._getframe() returns a frame proxy, which is not the frame object of the traceback entry",
     "test.test_raise.TestTracebackType.test_constructor":
         "sys._getframe() returns a frame proxy, which types.TracebackType does not accept",
-    "test.test_generators.YieldFromTests.test_generator_gi_yieldfrom":
-        "gi_yieldfrom/gi_frame of an interpreted generator describe its native driver, not the interpreted frame",
     # --- builtins seen through the interpreter's lookasides
     "test.test_iter.TestCase.test_iter_callable":
         "iter(callable, sentinel) holds the interpreter's wrapper of the callable (so that it stays "
@@ -46,7 +44,7 @@ KNOWN_FAILURES_311: dict[str, str] = {
     "test.test_patma.TestTracing.test_unreachable_code": "sys.settrace line events are not emitted",
 }
 
-# The same kinds of difference on 3.13, plus two of its generator and frame-introspection tests.
+# The same differences on 3.13.
 _SAME_ON_313 = (
     "test.test_exceptions.PEP626Tests.test_lineno_after_other_except",
     "test.test_exceptions.PEP626Tests.test_lineno_in_try",
@@ -55,7 +53,6 @@ _SAME_ON_313 = (
     "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler",
     "test.test_raise.TestTracebackType.test_attrs",
     "test.test_raise.TestTracebackType.test_constructor",
-    "test.test_generators.YieldFromTests.test_generator_gi_yieldfrom",
     "test.test_iter.TestCase.test_iter_callable",
     "test.test_iter.TestCase.test_reduce_mutating_builtins_iter",
     "test.test_scope.ScopeTests.testLocalsClass_WithTrace",
@@ -69,11 +66,6 @@ _SAME_ON_313 = (
 )
 KNOWN_FAILURES_313: dict[str, str] = {
     **{name: KNOWN_FAILURES_311[name] for name in _SAME_ON_313},
-    "test.test_generators.ModifyUnderlyingIterableTest.test_modify_f_locals":
-        "writes through gi_frame.f_locals (PEP 667's write-through proxy); gi_frame of an interpreted "
-        "generator is its native driver's frame",
-    "test.test_generators.ModifyUnderlyingIterableTest.test_new_gen_from_gi_code":
-        "makes a new function from gi_code; gi_code of an interpreted generator is its native driver's code",
 }
 
 KNOWN_FAILURES: dict[str, str] = {(3, 11): KNOWN_FAILURES_311, (3, 13): KNOWN_FAILURES_313}[sys.version_info[:2]]
