@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 from torch.nn.modules import module as _torch_module
 
+from jitcore.interpreter import current_run
 from jitcore.jit.api import JittedFunction, _label_of
 from jitcore.jit.interpretation import Pass, TracedProgram
 from jitcore.jit.module_guards import group_hook_guards, group_state_guards
@@ -121,6 +122,9 @@ class JittedModule(torch.nn.Module):
 
     # --- calls -------------------------------------------------------------------------------------
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        run = current_run()
+        if run is not None:  # Note [A jitted module inside a traced program]
+            return run.call(_CALL_ORIGINAL, self, *args, **kwargs)
         module = self._orig_mod
         if (module._forward_pre_hooks or module._forward_hooks or module._backward_hooks
                 or module._backward_pre_hooks or _has_global_hooks()):
@@ -185,6 +189,19 @@ class JittedModule(torch.nn.Module):
     def __reduce__(self) -> tuple:
         """Pickled (and deep-copied) as the original module plus the options: the cache is rebuilt."""
         return (_rebuild, (self._orig_mod, self._options))
+
+
+# Note [A jitted module inside a traced program]: a jitted module called by a program jitcore is
+# tracing (a jitted submodule of a jitted model, a jitted module called from a jitted function) is
+# the original module there: its call is interpreted as part of the outer trace, hooks and all,
+# instead of starting a trace of its own on the outer trace's proxies. The call goes through
+# ``wrapper._orig_mod`` read by interpreted code, so that the outer trace has a path to the original
+# (its parameters become inputs, the wrapper's ``_orig_mod`` is guarded). That code is compiled with a
+# "<frozen ...>" file name: the interpreter treats it as library code (no source line of its own).
+_CALL_ORIGINAL = {}
+exec(compile("def call_original(wrapper, /, *args, **kwargs):\n    return wrapper._orig_mod(*args, **kwargs)\n",
+             "<frozen jitcore.jit.module>", "exec"), _CALL_ORIGINAL)
+_CALL_ORIGINAL = _CALL_ORIGINAL["call_original"]
 
 
 def _rebuild(module: torch.nn.Module, options: dict) -> JittedModule:

@@ -20,6 +20,9 @@ __all__ = ["note_state_inputs", "qualified_name"]
 
 # torch.nn.Module's registries: the step after one of them is a user-visible name.
 _REGISTRIES = frozenset({"_modules", "_parameters", "_buffers"})
+# Attribute steps that name nothing: an instance dict, and a jitted submodule's original (jitcore's
+# JittedModule keeps it out of ``_modules``: ``named_parameters()`` call it ``inner.weight``).
+_TRANSPARENT = frozenset({"__dict__", "_orig_mod"})
 
 
 def qualified_name(path: Path) -> str | None:
@@ -44,7 +47,7 @@ def qualified_name(path: Path) -> str | None:
     parts: list[str] = []
     through_registry = root.kind == "bound"
     for step in steps:
-        if step.kind == "attr" and step.value == "__dict__":
+        if step.kind == "attr" and step.value in _TRANSPARENT:
             continue
         if step.kind not in ("attr", "key", "index") or not isinstance(step.value, (str, int)):
             return None

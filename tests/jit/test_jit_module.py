@@ -496,3 +496,32 @@ def test_torch_module_lines_print_with_the_package_path():
     forward = str(jitcore.last_traces(jitted)[-1])  # the grad transform's forward keeps them
     assert "  # torch/nn/modules/linear.py:" in forward and " in forward: return F.linear(" in forward, forward
     assert "  # torch/nn/modules/activation.py:" in forward
+
+
+def test_a_jitted_submodule_inside_a_jitted_model_is_part_of_its_trace():
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = jitcore.jit(nn.Linear(3, 3))
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.fc(self.inner(x).relu())
+
+    torch.manual_seed(11)
+    model = Outer()
+    x = torch.randn(2, 3)
+    expected = model(x)
+    assert jitcore.cache_misses(model.inner) == 1
+    jitted = jitcore.jit(model)
+    assert_same(jitted(x), expected)
+    assert_same(jitted(x), expected)
+    names = [a.name for a in jitcore.last_traces(jitted)[0].args]
+    assert names == ["x", "inner_weight", "inner_bias", "fc_weight", "fc_bias"], names
+    assert [n for n, _ in model.named_parameters()] == ["inner.weight", "inner.bias", "fc.weight", "fc.bias"]
+    assert jitcore.cache_misses(model.inner) == 1  # the inner wrapper did not trace on the outer's proxies
+    twice = jitcore.jit(lambda t: model.inner(t) * 2)
+    assert_same(twice(x), model.inner(x) * 2)
+    with torch.no_grad():
+        model.inner.bias += 1  # state read afresh by both
+    assert_same(jitted(x), model(x))
