@@ -198,9 +198,12 @@ class JittedModule(torch.nn.Module):
 # ``wrapper._orig_mod`` read by interpreted code, so that the outer trace has a path to the original
 # (its parameters become inputs, the wrapper's ``_orig_mod`` is guarded). That code is compiled with a
 # "<frozen ...>" file name: the interpreter treats it as library code (no source line of its own).
-_CALL_ORIGINAL_SOURCE = "def call_original(wrapper, /, *args, **kwargs):\n    return wrapper._orig_mod(*args, **kwargs)\n"
+_CALL_ORIGINAL_SOURCE = (
+    "def call_original(wrapper, /, *args, **kwargs):\n"
+    "    return wrapper._orig_mod(*args, **kwargs)\n"
+)
 _namespace: dict[str, Any] = {}
-exec(compile(_CALL_ORIGINAL_SOURCE, "<frozen jitcore.jit.module>", "exec"), _namespace)  # noqa: S102 - our text
+exec(compile(_CALL_ORIGINAL_SOURCE, "<frozen jitcore.jit.module>", "exec"), _namespace)  # noqa: S102
 _CALL_ORIGINAL = _namespace["call_original"]
 
 
