@@ -49,6 +49,12 @@ class ForwardJit(JittedFunction):
         self.module = module
         self._label = _label_of(module)
 
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        run = current_run()
+        if run is not None:  # Note [A jitted module inside a traced program]
+            return run.call(_CALL_FORWARD, self, *args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
     def _miss(self, args: tuple, kwargs: dict, *rest: Any) -> Any:
         if _has_lazy_state(self.module):  # LazyLinear & co. make their parameters on their first call
             return self.fn(*args, **kwargs)  # eagerly, then traced from the next call on
@@ -193,7 +199,7 @@ class JittedModule(torch.nn.Module):
 
 # Note [A jitted module inside a traced program]: a jitted module called by a program jitcore is
 # tracing (a jitted submodule of a jitted model, a jitted module called from a jitted function) is
-# the original module there: its call is interpreted as part of the outer trace, hooks and all,
+# the original module there (and ``jitcore.jit(module.forward)`` that module's forward): its call is interpreted as part of the outer trace, hooks and all,
 # instead of starting a trace of its own on the outer trace's proxies. The call goes through
 # ``wrapper._orig_mod`` read by interpreted code, so that the outer trace has a path to the original
 # (its parameters become inputs, the wrapper's ``_orig_mod`` is guarded). That code is compiled with a
@@ -205,6 +211,12 @@ _CALL_ORIGINAL_SOURCE = (
 _namespace: dict[str, Any] = {}
 exec(compile(_CALL_ORIGINAL_SOURCE, "<frozen jitcore.jit.module>", "exec"), _namespace)  # noqa: S102
 _CALL_ORIGINAL = _namespace["call_original"]
+_CALL_FORWARD_SOURCE = (
+    "def call_forward(jitted, /, *args, **kwargs):\n"
+    "    return jitted.module.forward(*args, **kwargs)\n"
+)
+exec(compile(_CALL_FORWARD_SOURCE, "<frozen jitcore.jit.module>", "exec"), _namespace)  # noqa: S102
+_CALL_FORWARD = _namespace["call_forward"]
 
 
 def _rebuild(module: torch.nn.Module, options: dict) -> JittedModule:

@@ -523,6 +523,11 @@ def test_a_jitted_submodule_inside_a_jitted_model_is_part_of_its_trace():
     assert jitcore.cache_misses(model.inner) == 1  # the inner wrapper did not trace on the outer's proxies
     twice = jitcore.jit(lambda t: model.inner(t) * 2)
     assert_same(twice(x), model.inner(x) * 2)
+    inner_forward = jitcore.jit(model.fc.forward)
+    thrice = jitcore.jit(lambda t: inner_forward(t) * 3)
+    assert_same(thrice(x), model.fc(x) * 3)
+    assert jitcore.cache_misses(inner_forward) == 0  # inlined into the lambda's trace, not traced alone
+    assert [a.name for a in jitcore.last_traces(thrice)[0].args] == ["t", "weight", "bias"]
     with torch.no_grad():
         model.inner.bias += 1  # state read afresh by both
     assert_same(jitted(x), model(x))
