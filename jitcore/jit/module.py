@@ -199,8 +199,9 @@ class JittedModule(torch.nn.Module):
 
 # Note [A jitted module inside a traced program]: a jitted module called by a program jitcore is
 # tracing (a jitted submodule of a jitted model, a jitted module called from a jitted function) is
-# the original module there (and ``jitcore.jit(module.forward)`` that module's forward): its call is interpreted as part of the outer trace, hooks and all,
-# instead of starting a trace of its own on the outer trace's proxies. The call goes through
+# the original module there (and ``jitcore.jit(module.forward)`` that module's forward): its call is
+# interpreted as part of the outer trace, hooks and all, instead of starting a trace of its own on the
+# outer trace's proxies. The call goes through
 # ``wrapper._orig_mod`` read by interpreted code, so that the outer trace has a path to the original
 # (its parameters become inputs, the wrapper's ``_orig_mod`` is guarded). That code is compiled with a
 # "<frozen ...>" file name: the interpreter treats it as library code (no source line of its own).
