@@ -100,6 +100,7 @@ class Pass:
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values))
         self.snapshots = StateSnapshots()
+        self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.provenance.counters = counters
         self.found_counters: set[Path] = set()
         self._print_warned = False
@@ -109,7 +110,6 @@ class Pass:
         """Trace one call and return the program; raises what the traced program raises."""
         from jitcore.interpreter import interpret
 
-        self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         try:
             if bound_self is not None:
                 self.provenance.remember(bound_self, Path(Root("bound", "self", bound_self)))
@@ -165,7 +165,12 @@ class Pass:
                 )
         # Every object of the caller's the program could write into was reached through a path, so
         # it is remembered: what each holds directly is checked (the snapshotted ones were restored).
+        # An object the program made and stored, then read back, is remembered too: once its store
+        # is undone it is out of the caller's reach (a replayed effect makes it anew per call).
+        args, kwargs = caller_values[0], caller_values[1]
         for value, path in [(v, self.provenance.path_of(v)) for v in (*caller_values, *self.provenance.remembered())]:
+            if path is not None and not _reaches(path, args, kwargs, value):
+                continue
             found = outputs.held(value)
             if found is not None:
                 where = path.describe() if path is not None else f"a {type(value).__qualname__} argument"
@@ -496,6 +501,14 @@ def _is_global_hook_registry(globals_: dict, name: str) -> bool:
     """torch's module-wide hook dicts (``register_module_forward_hook`` & co.), read by every
     ``Module.__call__``: unlike the rest of torch they change at run time, so they are guarded."""
     return name.startswith("_global_") and globals_.get("__name__") == "torch.nn.modules.module"
+
+
+def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:
+    """Whether ``path`` leads to ``value`` in the caller's state as it is now."""
+    try:
+        return path.get(args, kwargs) is value
+    except Exception:  # noqa: BLE001 - a path that no longer resolves reaches nothing
+        return False
 
 
 def _is_torch_builtin(fn: Any) -> bool:

@@ -186,4 +186,6 @@ def held(value: Any) -> Proxy | None:
     """A proxy ``value`` holds directly: as an item, a dict value, an attribute or a slot."""
     if isinstance(value, Proxy):
         return value
-    return escaped(value, _MAX_DEPTH - 1)
+    if value is None or type(value) in (int, float, bool, str, bytes, complex):
+        return None
+    return next((child for child in _children(value) if isinstance(child, Proxy)), None)
