@@ -13,6 +13,7 @@ has finished without error.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import inspect
@@ -71,16 +72,21 @@ class TracedProgram:
         self.number_inputs = number_inputs or []  # dynamic numbers: trailing arguments of the trace
         self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
         self.structure: outputs.OutputStructure | None = None  # rebuilds output objects (jit/outputs.py)
+        self.read_numbers: list[NumberProxy] = []  # t.item() results the computation computes
         self.effects: Effects | None = None  # side effects replayed after the computation (jit/effects.py)
 
     def symbolic_numbers(self) -> list[NumberProxy]:
         """The dynamic numbers the trace uses that the program did not specialize."""
-        return numbers.symbolic(self.trace, self.prologue, self.number_inputs)
+        read = [n for n in self.read_numbers if not n.specialized]
+        return numbers.symbolic(self.trace, self.prologue, self.number_inputs) + read
 
     def specialize_numbers(self) -> None:
-        """Make every dynamic number a constant of this entry (see ``numbers.specialize``)."""
+        """Make every dynamic number a constant of this entry (see ``numbers.specialize``), and check
+        every number read from a tensor (jit/value_reads.py)."""
         numbers.specialize(self.trace, self.prologue, self.number_inputs)
         self.number_inputs = []
+        for number in self.read_numbers:
+            number.specialize()
 
 
 class Pass:
@@ -145,6 +151,7 @@ class Pass:
         self._state_guards(state_at_call)
         self.provenance.finish(with_strides=self.context.values.strides_queried)
         program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
+        program.read_numbers = self.reads.numbers
         program.epilogue = epilogue
         program.structure = structure
         program.effects = effects
@@ -238,7 +245,7 @@ class Pass:
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
-                **(python_langctx.LOOKASIDES if self.provenance.number_inputs or self.provenance.counters else {}),
+                **python_langctx.LOOKASIDES,  # float(n), int(n), abs(n) on numbers that stay names
             },
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
@@ -304,7 +311,7 @@ class Pass:
         """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""
         if _has_real_tensor(args) or _has_real_tensor(kwargs):
             args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
-        if self.provenance.number_inputs and numbers.has_number(args, kwargs):
+        if self._has_numbers() and numbers.has_number(args, kwargs):
             # a dynamic number stays a name only where torch takes it as a value; torch's dispatcher
             # needs the values of all of them when a tensor subclass is involved
             args, kwargs = bind_numbers(symbol, args, kwargs, specialize_every=_has_subclass(args, kwargs))
@@ -320,6 +327,10 @@ class Pass:
 
             note_failed_call(exc, symbol, args, kwargs, self._source())  # for the error's note
             raise
+
+    def _has_numbers(self) -> bool:
+        """Whether the program has seen a number that is a name of the computation."""
+        return bool(self.provenance.number_inputs or self.reads.numbers)
 
     def _point_leaks_at_inputs(self) -> None:
         """Note [Leaked tensors]: ``_call_symbol`` binds a real tensor that reached a symbol call as
@@ -355,7 +366,7 @@ class Pass:
         return None
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        if self.provenance.number_inputs and not isinstance(fn, numbers.SLOT_TYPES) \
+        if self._has_numbers() and not isinstance(fn, numbers.SLOT_TYPES) and not _stores(fn) \
                 and numbers.has_number(args, kwargs):
             args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
         if isinstance(fn, (types.BuiltinFunctionType, type)):
@@ -501,6 +512,19 @@ def _is_global_hook_registry(globals_: dict, name: str) -> bool:
     """torch's module-wide hook dicts (``register_module_forward_hook`` & co.), read by every
     ``Module.__call__``: unlike the rest of torch they change at run time, so they are guarded."""
     return name.startswith("_global_") and globals_.get("__name__") == "torch.nn.modules.module"
+
+
+_STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setdefault", "update", "add",
+                              "appendleft", "extendleft"})
+
+
+def _stores(fn: Any) -> bool:
+    """A C method that only stores its arguments in a container (``log.append(loss.item())``): a
+    number stays a name there (the effect stores its value per call, jitcore/jit/effects.py)."""
+    if fn is setattr:
+        return True
+    owner = getattr(fn, "__self__", None)
+    return isinstance(owner, (list, dict, set, collections.deque)) and getattr(fn, "__name__", "") in _STORING_METHODS
 
 
 def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:

@@ -31,6 +31,7 @@ from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceCo
 from jitcore.jit.probe import Probe, may_write
 from jitcore.langctx.reads import DATA_DEPENDENT_DECOMPOSITIONS, READ, ReadSite, ValueCheckFailed
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["ValueReads", "has_reads", "nondeterministic_read", "read_sites", "with_rollback"]
@@ -46,6 +47,7 @@ class ValueReads:
         self.context = context
         self.probe = probe
         self.sites: list[ReadSite] = []
+        self.numbers: list[NumberProxy] = []  # numbers read with ``item()``, names of the computation
 
     def read(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
              source: tuple[SourceFrame, ...] | None) -> Inlined:
@@ -66,11 +68,35 @@ class ValueReads:
         real_args, real_kwargs = self.probe.values((args, kwargs))
         out = symbol.fn(*real_args, **real_kwargs)
         site = ReadSite(_describe(symbol, out), source)
+        if symbol.fn in _NUMBER_READS and type(out) in (int, float):
+            return Inlined(self._number(symbol, args, kwargs, out, site))
         if not _has(torch.Tensor, out):
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
             return Inlined(out)
         return Inlined(self._value_shaped(symbol, args, kwargs, out, site, error))
+
+    def _number(self, symbol: Symbol, args: tuple, kwargs: dict, value: int | float, site: ReadSite) -> NumberProxy:
+        """``t.item()``: a number the computation reads on every call. It stays
+        a name (arithmetic on it is recorded, torch takes it as a Scalar: ``loss.item()`` logged or
+        ``x * t.max().item()`` need no entry per value); where the program needs its value (``if``,
+        a shape), it is checked from there on, as any read."""
+        checked = False
+
+        def check() -> None:
+            nonlocal checked
+            if not checked:
+                checked = True
+                self.context.trace.imports.setdefault("jitcore", jitcore)
+                self.context.trace.bound_symbols.append(
+                    BoundSymbol(READ, (site, value, symbol.fn, *args), kwargs, None, (), site.source))
+
+        number = NumberProxy(self.context.values.names.fresh("n"), value, on_specialize=check)
+        recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
+        self._record(BoundSymbol(recorded, args, kwargs, number, (), site.source))
+        self.numbers.append(number)
+        self._log(site, value)
+        return number
 
     def _value_shaped(self, symbol: Symbol, args: tuple, kwargs: dict, out: Any, site: ReadSite,
                       error: DataDependentError) -> Any:
@@ -133,6 +159,11 @@ class ValueReads:
             yield
         finally:
             self.context.scopes.append(own)
+
+
+# Reads whose result is one number that stays symbolic until the program needs its value. Not
+# ``float(t)``/``int(t)``: Python's protocol requires a real float/int from ``__float__``/``__int__``.
+_NUMBER_READS = frozenset({torch.Tensor.item})
 
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:

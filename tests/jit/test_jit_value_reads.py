@@ -210,3 +210,45 @@ def test_mixed_programs_match_eager(values, in_place):
         a, b = x.clone(), x.clone()
         assert_same(jfn(a), f(b))
         assert_same(a, b)
+
+
+def test_numbers_read_with_item_stay_names_until_needed():
+    def step(x, w):
+        loss = (x @ w).pow(2).mean()
+        scale = x.abs().max().item()
+        return x * scale + 1, loss.item(), loss.item() * 2
+
+    jfn = jitcore.jit(step)
+    w = torch.randn(4, 2)
+    for seed in range(6):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(seed))
+        assert_same(jfn(x, w), step(x, w))
+    assert jitcore.cache_misses(jfn) == 1  # no entry per value: the numbers are computed per call
+    assert "check_read" not in str(jitcore.last_traces(jfn)[-1])
+
+
+def test_a_number_read_then_branched_on_is_checked():
+    def f(x):
+        n = x.sum().item()
+        if n > 0:
+            return x + n
+        return x - n
+
+    run_sequence(f, [(torch.full((2,), v),) for v in (1.0, -1.0, 2.0, 1.0, -3.0)])
+
+
+def test_item_numbers_under_autograd():
+    def f(x, w):
+        h = x @ w
+        return h * h.detach().abs().max().item()
+
+    w = torch.randn(4, 3, requires_grad=True)
+    jfn = jitcore.jit(f)
+    for seed in range(3):
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(seed))
+        w.grad = None
+        jfn(x, w).sum().backward()
+        got = w.grad.clone()
+        w.grad = None
+        f(x, w).sum().backward()
+        assert_same(got, w.grad)
