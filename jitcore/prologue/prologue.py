@@ -13,8 +13,8 @@ text reaches the source only as bound constants (see paths.py and guards.py).
 
 from __future__ import annotations
 
-import re
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
