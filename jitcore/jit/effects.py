@@ -3,8 +3,7 @@
 While tracing, the program mutates the caller's objects for real (it must see its own writes). This
 module snapshots each object of the caller's or of persistent state when the program first reaches
 it (arguments, globals, closure cells, module and object attributes and slots, list/dict/set
-contents), and
-when the pass ends it
+contents), and when the pass ends it
 1. diffs every snapshot against the object's final state into ``Effect`` records (attribute set or
    deleted, item set or deleted, list or set contents, cell contents);
 2. restores every snapshot, so the trace leaves the caller's objects as it found them;
@@ -14,8 +13,8 @@ when the pass ends it
 
 Invariants: after a call the caller's objects hold real tensors, never proxies; the final state of
 every reached object is eager's final state for a call that took the same path (values the program
-read are guarded by the prologue, so a counter read and incremented retraces rather than repeating
-a stale value).
+read are guarded by the prologue; a number read and written back is traced again as a dynamic
+number, ``counters``, so the write is computed from the value each call finds).
 """
 
 from __future__ import annotations
