@@ -245,7 +245,9 @@ class Pass:
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
-                **python_langctx.LOOKASIDES,  # float(n), int(n), abs(n) on numbers that stay names
+                # float(n), int(n), abs(n) of dynamic numbers stay names (they call builtins natively
+                # otherwise, so only where numbers are inputs; a t.item() number they specialize)
+                **(python_langctx.LOOKASIDES if self.provenance.number_inputs or self.provenance.counters else {}),
             },
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
