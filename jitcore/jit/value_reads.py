@@ -103,7 +103,9 @@ class ValueReads:
         """Tensor outputs whose shapes the values decided: proxies with the real metadata, checked."""
         leaves, spec = optree.tree_flatten(out, none_is_leaf=True)
         inputs = optree.tree_leaves((args, kwargs), none_is_leaf=True)
-        if torch.is_grad_enabled() and any(isinstance(v, TensorProxy) and v.requires_grad for v in inputs):
+        differentiable = any(isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in leaves)
+        if differentiable and torch.is_grad_enabled() and any(
+                isinstance(v, TensorProxy) and v.requires_grad for v in inputs):
             retried = self._with_read_arguments(symbol, args, kwargs)
             if retried is _REFUSED:
                 raise error  # autograd needs the op's derivative on shadows, which it cannot shape

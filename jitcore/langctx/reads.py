@@ -6,9 +6,9 @@ rest of the program branches on or computes with; ``nonzero``, boolean-mask inde
 value from the probe (jitcore/jit/probe.py) and records a ``check_read`` that recomputes it on every
 cached call: when it differs, the computation raises ``ValueCheckFailed`` and the call goes to another
 cache entry (or is traced again), after the computation's writes to its inputs are undone.
-Data-dependent shapes are expressed through one checked read, the element count, and static ops:
-``nonzero(x)`` is ``nonzero_static(x, size=n)`` with ``n = count_nonzero(x).item()`` checked, and
-``x[mask]`` indexes with those coordinates, so autograd and tensor subclasses need nothing special.
+A data-dependent shape is checked after the op that makes it (``nonzero``: its ``(n, ndim)``);
+differentiable ones are expressed through it: ``x[mask]`` and ``masked_select`` index with the
+coordinates ``nonzero(mask)`` gives, so autograd differentiates an ordinary index.
 
 Invariants:
 - a value read while tracing is used by the rest of the trace only behind a ``check_read`` that
@@ -103,25 +103,6 @@ READ = Symbol(
 
 
 # --- data-dependent shapes through one checked count --------------------------------------------
-def _count(x: Any) -> int:
-    return int(torch.count_nonzero(x).item())
-
-
-def _nonzero(x: Any, *, out: Any = None, as_tuple: bool = False) -> Any:
-    if out is not None:
-        return NotImplemented
-    coordinates = torch.nonzero_static(x, size=_count(x))
-    if not as_tuple:
-        return coordinates
-    if x.ndim == 0:
-        return (coordinates.reshape(-1),) if coordinates.shape[0] else (coordinates.new_zeros(0),)
-    return tuple(coordinates.unbind(1))
-
-
-def _argwhere(x: Any) -> Any:
-    return _nonzero(x)
-
-
 def _masked_select(x: Any, mask: Any, *, out: Any = None) -> Any:
     if out is not None:
         return NotImplemented
@@ -132,7 +113,7 @@ def _masked_select(x: Any, mask: Any, *, out: Any = None) -> Any:
 def _where(condition: Any, *rest: Any, **kwargs: Any) -> Any:
     if rest or kwargs:
         return NotImplemented
-    return _nonzero(condition, as_tuple=True)
+    return torch.nonzero(condition, as_tuple=True)
 
 
 def _is_mask(value: Any) -> bool:
@@ -148,7 +129,7 @@ def _coordinate_index(index: Any) -> Any:
     out: list[Any] = []
     for item in items:
         if _is_mask(item):
-            out.extend(_nonzero(item.bool(), as_tuple=True))
+            out.extend(torch.nonzero(item, as_tuple=True))
         else:
             out.append(item)
     return tuple(out)
@@ -170,10 +151,6 @@ def _setitem(x: Any, index: Any, value: Any) -> Any:
 # torch callable -> its expression through a checked count and static ops (NotImplemented: the
 # arguments are outside what the expression covers; the generic read applies).
 DATA_DEPENDENT_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
-    torch.nonzero: _nonzero,
-    torch.Tensor.nonzero: _nonzero,
-    torch.argwhere: _argwhere,
-    torch.Tensor.argwhere: _argwhere,
     torch.masked_select: _masked_select,
     torch.Tensor.masked_select: _masked_select,
     torch.where: _where,

@@ -32,6 +32,7 @@ from typing import Any
 
 import optree
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 import jitcore
 from jitcore.dispatch import resolve_call
@@ -262,7 +263,9 @@ class _Replay:
         def output(old: Any) -> Any:
             if not isinstance(old, TensorProxy):
                 return old
-            new = self.values.proxy_for(self._fake_like(old.shadow, contiguous=False))
+            with _disable_current_modes():  # made here, not recorded by the RecordingMode
+                shadow = self._fake_like(old.shadow, contiguous=False)
+            new = self.values.proxy_for(shadow)
             self._map(old, new)
             return new
 
