@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -108,9 +109,20 @@ class StateSnapshots:
         for snap in reversed(list(self._snapshots.values())):
             _restore(snap.obj, snap.state)
 
-    def reached(self, obj: Any) -> bool:
-        """Whether ``obj`` is one of the caller's objects the program reached."""
-        return id(obj) in self._snapshots
+    def preexisting(self, args: tuple, kwargs: dict) -> Callable[[Any], bool]:
+        """Whether an object is one of the caller's: reached, and where its path leads once the
+        snapshots are restored (an object the program made, stored and read back is not)."""
+
+        def check(obj: Any) -> bool:
+            snap = self._snapshots.get(id(obj))
+            if snap is None:
+                return False
+            try:
+                return snap.path.get(args, kwargs) is obj
+            except Exception:  # noqa: BLE001 - a path that no longer resolves reaches nothing
+                return False
+
+        return check
 
 
 class Effects:
@@ -121,8 +133,10 @@ class Effects:
     output passed through ``post`` (the output's own rebuilding, jitcore/jit/outputs.py).
     """
 
-    def __init__(self, effects: list[Effect], reached: Callable[[Any], bool]) -> None:
+    def __init__(self, effects: list[Effect], reached: Callable[[Any], bool],
+                 input_paths: dict[int, Path] | None = None) -> None:
         self.references: list[Any] = []
+        self._input_paths = input_paths or {}  # id(input proxy) -> where the call passes its tensor
         values = [self._template(e.value, reached) for e in effects]
         flat, structure = split(values)
         self._leaves, self._spec = optree.tree_flatten(flat, none_is_leaf=True)
@@ -142,7 +156,7 @@ class Effects:
         if self._rebuild is not None:
             values = self._rebuild(values)
         for effect, value in zip(self.effects, values):
-            _perform(effect, effect.path.get(args, kwargs), self._unwrap(value))
+            _perform(effect, effect.path.get(args, kwargs), self._unwrap(value, args, kwargs))
         return self.post(output)
 
     def around(self, cached_call: Callable[[tuple, dict], Any], miss: Any) -> Callable[[tuple, dict], Any]:
@@ -162,16 +176,32 @@ class Effects:
         if reached(value):
             self.references.append(value)
             return _Reference(len(self.references) - 1)
+        if isinstance(value, Proxy) and id(value) in self._input_paths:
+            return _FromCall(self._input_paths[id(value)])  # the caller's tensor itself, not a copy
+        if type(value) is weakref.ref and id(value()) in self._input_paths:  # LSTM's _flat_weight_refs
+            return _FromCall(self._input_paths[id(value())], weak=True)
         if type(value) is list:
             return [self._template(v, reached) for v in value]
         return value
 
-    def _unwrap(self, value: Any) -> Any:
+    def _unwrap(self, value: Any, args: tuple, kwargs: dict) -> Any:
         if type(value) is _Reference:
             return self.references[value.index]
+        if type(value) is _FromCall:
+            found = value.path.get(args, kwargs)
+            return weakref.ref(found) if value.weak else found
         if type(value) is list:
-            return [self._unwrap(v) for v in value]
+            return [self._unwrap(v, args, kwargs) for v in value]
         return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _FromCall:
+    """An input tensor stored somewhere (``self._flat_weights = [self.weight, ...]``): the object the
+    call passes at ``path``, so its identity is eager's (a Parameter stays that Parameter)."""
+
+    path: Path
+    weak: bool = False  # a weak reference to it
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

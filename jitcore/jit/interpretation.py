@@ -139,7 +139,8 @@ class Pass:
             self.snapshots.restore()  # the caller's objects as the call found them
         self._refuse_escapes(output, (args, kwargs, bound_self))
         self.found_counters = counters(changes, self.provenance.pins_value)  # read-modify-write numbers
-        effects = Effects(changes, self.snapshots.reached) if changes else None
+        input_paths = {id(proxy): path for path, proxy, _tensor in self.provenance.inputs}
+        effects = Effects(changes, self.snapshots.preexisting(args, kwargs), input_paths) if changes else None
         self.trace.output = output if effects is None else (output, effects.proxies)
         self._point_leaks_at_inputs()
         if self.provenance.number_inputs:

@@ -18,6 +18,7 @@ import collections
 import copy
 import dataclasses
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -157,6 +158,9 @@ def _children(value: Any) -> list[Any]:
         return []  # jitcore's own records (a jitted function's traces) hold proxies by design
     if isinstance(value, (tuple, list, set, frozenset, collections.deque)):
         return list(value)
+    if type(value) is weakref.ref:  # a weak reference to a proxy leaks it as surely as a strong one
+        target = value()
+        return [] if target is None else [target]
     if isinstance(value, dict):
         return list(value.values())
     if isinstance(value, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):

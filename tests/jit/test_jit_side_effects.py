@@ -291,3 +291,18 @@ def test_a_counter_used_for_control_flow_is_still_exact():
     for _ in range(6):
         assert_same(jf(torch.zeros(1)), g(torch.zeros(1)))
     assert state == twin
+
+
+def test_library_modules_that_rewrite_their_own_state():
+    # nn.LSTM rebuilds its _flat_weights list when its parameters' identities change (a trace sees
+    # proxies): the store is replayed with the real parameters, never left holding traced values.
+    torch.manual_seed(0)
+    eager = torch.nn.LSTM(4, 8, batch_first=True)
+    jitted_model = copy.deepcopy(eager)
+    jm = jitcore.jit(jitted_model)
+    for seed in range(3):
+        x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(seed))
+        got, expected = jm(x), eager(x)
+        assert_same(got[0], expected[0])
+        assert all(type(w) is torch.nn.Parameter for w in jitted_model._flat_weights)
+        assert all(a is b for a, b in zip(jitted_model._flat_weights, jitted_model.parameters()))
