@@ -133,11 +133,11 @@ class Effects:
     output passed through ``post`` (the output's own rebuilding, jitcore/jit/outputs.py).
     """
 
-    def __init__(self, effects: list[Effect], reached: Callable[[Any], bool],
+    def __init__(self, effects: list[Effect], preexisting: Callable[[Any], bool],
                  input_paths: dict[int, Path] | None = None) -> None:
         self.references: list[Any] = []
         self._input_paths = input_paths or {}  # id(input proxy) -> where the call passes its tensor
-        values = [self._template(e.value, reached) for e in effects]
+        values = [self._template(e.value, preexisting) for e in effects]
         flat, structure = split(values)
         self._leaves, self._spec = optree.tree_flatten(flat, none_is_leaf=True)
         self._slots = [i for i, leaf in enumerate(self._leaves) if isinstance(leaf, Proxy)]
@@ -170,10 +170,10 @@ class Effects:
 
         return call
 
-    def _template(self, value: Any, reached: Callable[[Any], bool]) -> Any:
+    def _template(self, value: Any, preexisting: Callable[[Any], bool]) -> Any:
         """A value to store: objects of the caller's by reference, lists element by element, the
         rest as it is (rebuilt per call when it holds proxies, by ``outputs.split``)."""
-        if reached(value):
+        if preexisting(value):
             self.references.append(value)
             return _Reference(len(self.references) - 1)
         if isinstance(value, Proxy) and id(value) in self._input_paths:
@@ -181,7 +181,7 @@ class Effects:
         if type(value) is weakref.ref and id(value()) in self._input_paths:  # LSTM's _flat_weight_refs
             return _FromCall(self._input_paths[id(value())], weak=True)
         if type(value) is list:
-            return [self._template(v, reached) for v in value]
+            return [self._template(v, preexisting) for v in value]
         return value
 
     def _unwrap(self, value: Any, args: tuple, kwargs: dict) -> Any:
