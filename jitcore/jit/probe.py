@@ -26,6 +26,7 @@ import optree
 import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace
+from jitcore.langctx.shadows import may_write_inputs
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 
@@ -117,12 +118,7 @@ def _view_of(storage: Any, like: torch.Tensor) -> torch.Tensor:
 
 def may_write(bsym: BoundSymbol) -> bool:
     """Whether a record may write one of its tensor arguments (in place, ``out=``)."""
-    if "inplace" in bsym.symbol.tags or "out" in bsym.kwargs:
-        return True
-    fn = bsym.symbol.fn
-    if isinstance(fn, torch._ops.OpOverload):
-        return any(a.alias_info is not None and a.alias_info.is_write for a in fn._schema.arguments)
-    return False
+    return "inplace" in bsym.symbol.tags or may_write_inputs(bsym.symbol.fn, bsym.kwargs)
 
 
 def _is_plain(value: Any) -> bool:

@@ -32,7 +32,7 @@ from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["REPLAY_NUMEL_LIMIT", "TensorValues", "evaluate", "meta_of", "new_context"]
+__all__ = ["REPLAY_NUMEL_LIMIT", "TensorValues", "evaluate", "may_write_inputs", "meta_of", "new_context"]
 
 # Fake-tensor kernels log every failure at ERROR level before re-raising it; the exception itself is
 # what the user gets, so the log line is noise.
@@ -125,7 +125,7 @@ def _to_shadow(value: Any, fake_mode: FakeTensorMode) -> Any:
 # ``a.lt_(b)`` with ``a`` [5, 1] and ``b`` [5, 5] leaves ``a`` at [5, 1], so the resize above goes
 # unnoticed and eager's error is lost (measured in torch 2.13). Calls that may write their inputs skip
 # the cache; the others keep it (it halves first-call time).
-def _may_write_inputs(fn: Any, kwargs: dict) -> bool:
+def may_write_inputs(fn: Any, kwargs: dict) -> bool:
     """Whether a call of ``fn`` may write a tensor argument (in-place, ``out=``, ``__setitem__``)."""
     if "out" in kwargs or kwargs.get("inplace") is True:
         return True
@@ -167,7 +167,7 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     storage_sizes = {id(v): v.untyped_storage().nbytes() for v in shadow_leaves if isinstance(v, FakeTensor)}
     fake_mode = values.fake_mode
     cache_enabled = fake_mode.cache_enabled
-    if cache_enabled and _may_write_inputs(fn, shadow_kwargs):
+    if cache_enabled and may_write_inputs(fn, shadow_kwargs):
         fake_mode.cache_enabled = False  # Note [FakeTensor cache and in-place resizes]
     try:
         with fake_mode:
@@ -188,7 +188,7 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     in_fakes = [v for v in shadow_leaves if isinstance(v, FakeTensor)]
     out_fakes = [o for o in out_leaves if isinstance(o, FakeTensor)]
     values.layout.record(fn, shadow_kwargs, in_fakes, out_fakes)  # where decompositions rely on layouts
-    if in_fakes and out_fakes and not _may_write_inputs(fn, shadow_kwargs):
+    if in_fakes and out_fakes and not may_write_inputs(fn, shadow_kwargs):
         values.layout.returned_inputs(fn, shadow_kwargs, in_fakes, out_fakes)
     return optree.tree_unflatten(
         out_spec, [values.proxy_for(o) if isinstance(o, FakeTensor) else o for o in out_leaves]

@@ -10,10 +10,9 @@ import warnings
 
 import pytest
 import torch
+import transformers  # in the test extras: a missing install fails here, it is never skipped
 
 import jitcore
-
-transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 VOCAB = 64
