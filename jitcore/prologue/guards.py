@@ -1,10 +1,12 @@
 """Guards: the facts about a call's inputs and state that a trace relied on.
 
 Each guard is plain data — what it looks at (a Path, or a piece of interpreter state) and what it
-expects — with two renderings: a Python expression that is true when the guard FAILS (compiled into
-the straight-line prologue) and an explanation of a failure in words (``args[0].shape[1]:
-expected 4, got 5``). Invariants:
-- a guard's ``failure`` and its rendered expression agree on every value;
+expects. Its kind is one entry of the table GUARD_KINDS, which holds the kind's three readings side by
+side: ``check`` (what failed, in words: ``args[0].shape[1]: expected 4, got 5``, the miss message),
+``render`` (a Python expression that is true when the guard FAILS, compiled into the straight-line
+prologue) and ``describe`` (the check as one sentence: explain, the guards log). Invariants:
+- every kind has all three; a guard of a kind not in the table cannot be made;
+- a guard's ``check`` and its rendered expression agree on every value;
 - numbers are compared by type and value, floats also by sign of zero and NaN-ness, so ``-0.0`` never
   passes for ``0.0`` nor ``1`` (int) for ``1.0``;
 - expected values that are not plain literals reach generated code as bound constants only.
@@ -15,15 +17,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from jitcore.prologue.paths import Path, safe_repr
 
 __all__ = [
+    "GUARD_KINDS",
     "STATE_READERS",
     "Guard",
+    "GuardKind",
+    "GuardKindName",
     "StateGuard",
     "TensorSpec",
     "freeze_contents",
@@ -52,7 +57,8 @@ class TensorSpec:
     def of(cls, t: torch.Tensor, *, with_strides: bool) -> TensorSpec:
         if not with_strides:
             return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad)
-        return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad, tuple(t.stride()), t.storage_offset())
+        layout = tuple(t.stride()), t.storage_offset()
+        return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad, *layout)
 
 
 def is_literal_value(value: Any) -> bool:
@@ -114,175 +120,257 @@ def _same_keys(got: tuple, expected: tuple) -> bool:
     )
 
 
+GuardKindName = Literal[
+    "type", "len", "keys", "value", "contents", "identity", "absent", "hasattr",
+    "alias", "distinct", "storages", "flatten", "tensor", "check",
+]
+
+
+def _no_related(expected: Any) -> tuple[Path, ...]:
+    return ()
+
+
+def _paths(paths: tuple[Path, ...]) -> str:
+    return ", ".join(p.describe() for p in paths)
+
+
+def _qualname(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or safe_repr(obj)
+
+
+def _an_or_no(expected: tuple[str, bool]) -> str:
+    return "an" if expected[1] else "no"
+
+
+@dataclass(frozen=True, slots=True)
+class GuardKind:
+    """One kind of guard, its three readings side by side (Note [Guard sentences]).
+
+    Attributes:
+        check: ``(value, expected, related values) -> None`` when the value passes, else what was
+            expected and what was got (the miss message; a detail starting with ``.`` names an
+            attribute of the path: ``.shape[1]: expected 4, got 5``).
+        render: ``(variable, expected, bind, related variables) -> Python`` true when the check fails
+            (compiled into the prologue; agrees with ``check`` on every value).
+        describe: ``(where, expected) -> the check in one sentence`` (explain, the guards log, miss
+            messages).
+        related: ``expected -> the other paths a relational kind reads`` (() for the rest).
+    """
+
+    check: Callable[[Any, Any, tuple], str | None]
+    render: Callable[[str, Any, Bind, tuple[str, ...]], str]
+    describe: Callable[[str, Any], str]
+    related: Callable[[Any], tuple[Path, ...]] = _no_related
+
+
+# Note [Guard sentences]: every kind of guard is one entry of this table, its check, its rendering and
+# its sentence next to each other, so that a new kind cannot be checked without being explained.
+# A sentence never shows the raw objects a guard holds (paths hold modules, whose repr runs for pages).
+GUARD_KINDS: dict[str, GuardKind] = {}
+
+
+def _kind(name: GuardKindName, kind: GuardKind) -> None:
+    assert name not in GUARD_KINDS, f"guard kind {name} registered twice"
+    GUARD_KINDS[name] = kind
+
+
+# type: the exact type.
+_kind("type", GuardKind(
+    check=lambda value, expected, _r: None if type(value) is expected
+    else f"expected type {expected.__qualname__}, got {type(value).__qualname__}",
+    render=lambda v, expected, bind, _r: f"type({v}) is not {bind(expected)}",
+    describe=lambda where, expected: f"type({where}) is {_qualname(expected)}",
+))
+# len: the length of a container.
+_kind("len", GuardKind(
+    check=lambda value, expected, _r: None if len(value) == expected
+    else f"expected length {expected}, got {len(value)}",
+    render=lambda v, expected, _b, _r: f"len({v}) != {expected!r}",
+    describe=lambda where, expected: f"len({where}) == {expected}",
+))
+
+
+def _keys_check(value: Any, expected: tuple, _related: tuple) -> str | None:
+    got = tuple(value.keys())
+    if _same_keys(got, expected):
+        return None
+    return f"expected keys {safe_repr(list(expected))}, got {safe_repr(list(got))}"
+
+
+def _keys_render(v: str, expected: tuple, bind: Bind, _related: tuple[str, ...]) -> str:
+    if not expected:
+        return v
+    if all(type(k) is str for k in expected):
+        return f"tuple({v}) != {bind(expected)}"
+    return f"not {bind(_same_keys)}(tuple({v}), {bind(expected)})"
+
+
+# keys: a dict's keys, in order, by type and value.
+_kind("keys", GuardKind(
+    _keys_check, _keys_render, lambda where, expected: f"{where} has keys {safe_repr(list(expected))}"
+))
+
+
+def _value_check(value: Any, expected: Any, _related: tuple) -> str | None:
+    if _same_literal(value, expected):
+        return None
+    if type(value) is not type(expected):
+        return (f"expected {type(expected).__name__} {safe_repr(expected)}, "
+                f"got {type(value).__name__} {safe_repr(value)}")
+    return f"expected {safe_repr(expected)}, got {safe_repr(value)}"
+
+
+# value: a literal, by type and value (see is_literal_value).
+_kind("value", GuardKind(
+    _value_check,
+    lambda v, expected, bind, _r: _render_value_failure(v, expected, bind),
+    lambda where, expected: f"{where} == {safe_repr(expected)}",
+))
+# contents: a container of literals, element by element as ``value``.
+_kind("contents", GuardKind(
+    check=lambda value, expected, _r: None if same_contents(value, expected)
+    else f"expected contents {safe_repr(expected)}, got {safe_repr(value)}",
+    # an empty container (a module's empty _buffers) needs no call
+    render=lambda v, expected, bind, _r: f"len({v}) != 0" if expected == ()
+    else f"not {bind(same_contents)}({v}, {bind(expected)})",
+    describe=lambda where, expected: f"{where} holds {safe_repr(expected)}",
+))
+# identity: the same object as while tracing.
+_kind("identity", GuardKind(
+    check=lambda value, expected, _r: None if value is expected
+    else f"expected the object {_short(expected)}, got {_short(value)}",
+    render=lambda v, expected, bind, _r: f"{v} is not {bind(expected)}",
+    describe=lambda where, expected: f"{where} is the same object as when traced "
+    f"({type(expected).__qualname__})",
+))
+# absent: the mapping lacks the key ``expected`` (a global that must stay unshadowed).
+_kind("absent", GuardKind(
+    check=lambda value, expected, _r: None if expected not in value
+    else f"expected no entry {expected!r}, but one was added",
+    render=lambda v, expected, bind, _r: f"{bind(expected)} in {v}",
+    describe=lambda where, expected: f"{where} has no entry {safe_repr(expected)}",
+))
+# hasattr: whether the object has the attribute ``expected[0]`` is ``expected[1]`` (an absence the program
+# observed through ``getattr`` with a default or ``hasattr``).
+_kind("hasattr", GuardKind(
+    check=lambda value, expected, _r: None if hasattr(value, expected[0]) is expected[1]
+    else f"expected {_an_or_no(expected)} attribute {safe_repr(expected[0])}",
+    render=lambda v, expected, bind, _r: f"{bind(hasattr)}({v}, {bind(expected[0])}) is not {expected[1]!r}",
+    describe=lambda where, expected: f"{where} has {_an_or_no(expected)} attribute {safe_repr(expected[0])}",
+))
+# alias (relational): the same object as at the path ``expected`` (one tensor reached two ways; also pins a
+# container that contains itself: Note [Cyclic arguments] in jitcore/jit/provenance.py).
+_kind("alias", GuardKind(
+    check=lambda value, expected, related: None if value is related[0]
+    else f"expected the same object as {expected.describe()}, got another",
+    render=lambda v, _e, _b, related: f"{v} is not {related[0]}",
+    describe=lambda where, expected: f"{where} is the same object as {expected.describe()}",
+    related=lambda expected: (expected,),
+))
+
+
+def _distinct_check(_value: Any, expected: tuple[Path, ...], related: tuple) -> str | None:
+    if len({id(v) for v in related}) == len(related):
+        return None
+    return f"expected {len(related)} different tensors at {_paths(expected)}, got aliases"
+
+
+# distinct (relational): the tensors at the paths ``expected`` are all different objects, as while tracing.
+_kind("distinct", GuardKind(
+    _distinct_check,
+    lambda _v, _e, _b, related: f"len({{{', '.join(f'id({r})' for r in related)}}}) != {len(related)}",
+    lambda _where, expected: f"{_paths(expected)} are {len(expected)} different objects "
+    "(no input aliases another, as when traced)",
+    related=tuple,
+))
+
+
+def _storages_check(_value: Any, expected: tuple, related: tuple) -> str | None:
+    got = storage_pattern(related)
+    if got == expected[1]:
+        return None
+    return (f"expected the tensors at {_paths(expected[0])} to share storage as "
+            f"{_sharing(expected[1])}, got {_sharing(got)}")
+
+
+# storages (relational): the tensors at the paths ``expected[0]`` share storages as the pattern
+# ``expected[1]`` says (storage_pattern).
+_kind("storages", GuardKind(
+    _storages_check,
+    lambda _v, expected, bind, rel: f"{bind(storage_pattern)}(({', '.join(rel)},)) != {expected[1]!r}",
+    lambda _where, expected: f"the tensors at {_paths(expected[0])} share storage as "
+    f"while tracing: {_sharing(expected[1])}",
+    related=lambda expected: tuple(expected[0]),
+))
+
+
+def _flatten_describe(where: str, expected: tuple) -> str:
+    cls, names, ctx = expected
+    return (f"{where}.__tensor_flatten__() gives the inner tensors {list(names)} and a ctx equal to "
+            f"{safe_repr(ctx)} ({cls.__qualname__})")
+
+
+# flatten: a tensor subclass's ``__tensor_flatten__`` names and ctx (flatten_failure).
+_kind("flatten", GuardKind(
+    lambda value, expected, _r: flatten_failure(value, expected),
+    lambda v, expected, bind, _r: f"{bind(flatten_failure)}({v}, {bind(expected)}) is not None",
+    _flatten_describe,
+))
+
+
+def _tensor_describe(where: str, spec: TensorSpec) -> str:
+    words = (f"{where} is a {spec.type.__qualname__} of shape {tuple(spec.shape)}, {spec.dtype}, "
+             f"on {spec.device}, requires_grad={spec.requires_grad}")
+    words += f", strides {spec.strides}" if spec.strides is not None else ""
+    return words + (f", storage offset {spec.storage_offset}" if spec.storage_offset is not None else "")
+
+
+# tensor: a TensorSpec (type, shape, dtype, device, requires_grad, the layout where it was relied on).
+_kind("tensor", GuardKind(
+    lambda value, expected, _r: _tensor_failure(expected, value),
+    lambda v, expected, bind, _r: _render_tensor_failure(v, expected, bind),
+    _tensor_describe,
+))
+# check: a grouped check (jitcore/jit/module_guards.py): the path calls it; None, or what failed.
+_kind("check", GuardKind(
+    check=lambda value, _e, _r: None if value is None else str(value),
+    render=lambda v, _e, _b, _r: f"{v} is not None",
+    describe=lambda where, _e: f"{where} finds nothing changed (one call checking a group of guards)",
+))
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Guard:
-    """One check on the value a path reaches.
-
-    kinds: ``type`` (exact type), ``len``, ``keys`` (dict keys, in order), ``value`` (a literal, by
-    type and value), ``flatten`` (a tensor subclass's ``__tensor_flatten__`` names and ctx), ``contents`` (a container of literals, element by element as ``value``), ``identity`` (the same object), ``tensor`` (a TensorSpec), ``absent`` (the
-    mapping at ``path`` lacks the key ``expected``: a global that must stay unshadowed).
-    ``hasattr``: whether the object has the attribute ``expected[0]`` is ``expected[1]`` (an absence
-    the program observed through ``getattr`` with a default or ``hasattr``).
-    Relational kinds compare with the values of other paths (``related``): ``alias`` (the same
-    object as at path ``expected``: one tensor reached two ways) and ``distinct`` (the tensors at the
-    paths ``expected`` are all different objects, as they were while tracing), ``storages`` (the
-    tensors at the paths ``expected[0]`` share storages as the pattern ``expected[1]`` says:
-    ``storage_pattern``).
-    ``alias`` also pins a container that contains itself (Note [Cyclic arguments] in jitcore/jit/provenance.py).
-    """
+    """One check on the value a path reaches; ``kind`` names its entry of GUARD_KINDS, whose comments
+    say what ``expected`` holds for it. Relational kinds also read the values of other paths
+    (``related``)."""
 
     path: Path
     kind: str
     expected: Any
 
+    def __post_init__(self) -> None:
+        if self.kind not in GUARD_KINDS:
+            raise AssertionError(f"unknown guard kind {self.kind}")
+
     @property
     def related(self) -> tuple[Path, ...]:
-        """The other paths a relational guard reads (see the class docstring); () for the rest."""
-        if self.kind == "alias":
-            return (self.expected,)
-        if self.kind == "distinct":
-            return tuple(self.expected)
-        if self.kind == "storages":
-            return tuple(self.expected[0])
-        return ()
+        """The other paths a relational guard reads; () for the rest."""
+        return GUARD_KINDS[self.kind].related(self.expected)
 
     def failure(self, value: Any, related: tuple = ()) -> str | None:
         """None when ``value`` passes; otherwise what was expected and what was got. ``related``: the
         values at ``self.related``."""
-        kind, expected = self.kind, self.expected
-        if kind == "hasattr":
-            name, present = expected
-            if hasattr(value, name) is present:
-                return None
-            return f"expected {'an' if present else 'no'} attribute {safe_repr(name)}"
-        if kind == "alias":
-            return None if value is related[0] else f"expected the same object as {expected.describe()}, got another"
-        if kind == "storages":
-            got = storage_pattern(related)
-            if got == expected[1]:
-                return None
-            return (f"expected the tensors at {', '.join(p.describe() for p in expected[0])} to share storage as "
-                    f"{_sharing(expected[1])}, got {_sharing(got)}")
-        if kind == "distinct":
-            if len({id(v) for v in related}) == len(related):
-                return None
-            return f"expected {len(related)} different tensors at {', '.join(p.describe() for p in expected)}, got aliases"
-        if kind == "type":
-            return None if type(value) is expected else f"expected type {expected.__qualname__}, got {type(value).__qualname__}"
-        if kind == "len":
-            return None if len(value) == expected else f"expected length {expected}, got {len(value)}"
-        if kind == "keys":
-            got = tuple(value.keys())
-            return None if _same_keys(got, expected) else f"expected keys {safe_repr(list(expected))}, got {safe_repr(list(got))}"
-        if kind == "value":
-            if _same_literal(value, expected):
-                return None
-            if type(value) is not type(expected):
-                return (f"expected {type(expected).__name__} {safe_repr(expected)}, "
-                        f"got {type(value).__name__} {safe_repr(value)}")
-            return f"expected {safe_repr(expected)}, got {safe_repr(value)}"
-        if kind == "identity":
-            return None if value is expected else f"expected the object {_short(expected)}, got {_short(value)}"
-        if kind == "absent":
-            return None if expected not in value else f"expected no entry {expected!r}, but one was added"
-        if kind == "contents":
-            return None if same_contents(value, expected) else f"expected contents {safe_repr(expected)}, got {safe_repr(value)}"
-        if kind == "flatten":
-            return flatten_failure(value, expected)
-        if kind == "tensor":
-            return _tensor_failure(expected, value)
-        if kind == "check":  # a grouped check (jitcore/jit/module_guards.py): None, or what failed
-            return None if value is None else str(value)
-        raise AssertionError(f"unknown guard kind {kind}")
+        return GUARD_KINDS[self.kind].check(value, self.expected, related)
 
     def render_failure(self, v: str, bind: Bind, related: tuple[str, ...] = ()) -> str:
         """A Python expression over the variable ``v`` that is true when the guard fails
         (``related``: the variables holding the values at ``self.related``)."""
-        kind, expected = self.kind, self.expected
-        if kind == "hasattr":
-            return f"{bind(hasattr)}({v}, {bind(expected[0])}) is not {expected[1]!r}"
-        if kind == "alias":
-            return f"{v} is not {related[0]}"
-        if kind == "storages":
-            return f"{bind(storage_pattern)}(({', '.join(related)},)) != {expected[1]!r}"
-        if kind == "distinct":
-            return f"len({{{', '.join(f'id({r})' for r in related)}}}) != {len(related)}"
-        if kind == "type":
-            return f"type({v}) is not {bind(expected)}"
-        if kind == "len":
-            return f"len({v}) != {expected!r}"
-        if kind == "keys":
-            if not expected:
-                return v
-            if all(type(k) is str for k in expected):
-                return f"tuple({v}) != {bind(expected)}"
-            return f"not {bind(_same_keys)}(tuple({v}), {bind(expected)})"
-        if kind == "identity":
-            return f"{v} is not {bind(expected)}"
-        if kind == "absent":
-            return f"{bind(expected)} in {v}"
-        if kind == "value":
-            return _render_value_failure(v, expected, bind)
-        if kind == "contents":
-            if expected == ():  # an empty container (a module's empty _buffers): no call needed
-                return f"len({v}) != 0"
-            return f"not {bind(same_contents)}({v}, {bind(expected)})"
-        if kind == "flatten":
-            return f"{bind(flatten_failure)}({v}, {bind(expected)}) is not None"
-        if kind == "tensor":
-            return _render_tensor_failure(v, expected, bind)
-        if kind == "check":
-            return f"{v} is not None"
-        raise AssertionError(f"unknown guard kind {kind}")
+        return GUARD_KINDS[self.kind].render(v, self.expected, bind, related)
 
     def describe(self) -> str:
-        """The check in one sentence (what explain, the guards log and the prologue's comments say).
-
-        Note [Guard sentences]: each kind's sentence is written here, next to its ``failure`` and
-        ``render_failure``; a kind without one is described by its kind and path, never by the
-        raw objects it holds (paths hold modules, whose repr runs for pages).
-        """
-        where, kind, expected = self.path.describe(), self.kind, self.expected
-        if kind == "tensor":
-            words = (f"{where} is a {expected.type.__qualname__} of shape {tuple(expected.shape)}, {expected.dtype}, "
-                     f"on {expected.device}, requires_grad={expected.requires_grad}")
-            words += f", strides {expected.strides}" if expected.strides is not None else ""
-            offset = getattr(expected, "storage_offset", None)
-            return words + (f", storage offset {offset}" if offset is not None else "")
-        if kind == "type":
-            return f"type({where}) is {getattr(expected, '__qualname__', safe_repr(expected))}"
-        if kind == "len":
-            return f"len({where}) == {expected}"
-        if kind == "keys":
-            return f"{where} has keys {safe_repr(list(expected))}"
-        if kind == "value":
-            return f"{where} == {safe_repr(expected)}"
-        if kind == "contents":
-            return f"{where} holds {safe_repr(expected)}"
-        if kind == "identity":
-            return f"{where} is the same object as when traced ({type(expected).__qualname__})"
-        if kind == "absent":
-            return f"{where} has no entry {safe_repr(expected)}"
-        if kind == "hasattr":
-            name, present = expected
-            return f"{where} has {'an' if present else 'no'} attribute {safe_repr(name)}"
-        if kind == "alias":
-            return f"{where} is the same object as {expected.describe()}"
-        if kind == "distinct":
-            paths = ", ".join(p.describe() for p in expected)
-            return f"{paths} are {len(expected)} different objects (no input aliases another, as when traced)"
-        if kind == "flatten":
-            cls, names, ctx = expected
-            return (f"{where}.__tensor_flatten__() gives the inner tensors {list(names)} and a ctx equal to "
-                    f"{safe_repr(ctx)} ({cls.__qualname__})")
-        if kind == "check":  # a grouped check (jitcore/jit/module_guards.py): one call standing for many
-            return f"{where} finds nothing changed (one call checking a group of guards)"
-        if kind == "storages":
-            where = ", ".join(p.describe() for p in expected[0])
-            return f"the tensors at {where} share storage as while tracing: {_sharing(expected[1])}"
-        if kind == "check":  # jitcore/jit/module_guards.py: the check's object says what it covers
-            return f"{where} finds no change: {safe_repr(self.path.root.obj)}"
-        return f"{where} passes the {kind} check"
+        """The check in one sentence (what explain, the guards log and the prologue's comments say)."""
+        return GUARD_KINDS[self.kind].describe(self.path.describe(), self.expected)
 
 
 def storage_pattern(tensors: tuple) -> tuple[int, ...]:
@@ -336,7 +424,8 @@ def _render_value_failure(v: str, expected: Any, bind: Bind) -> str:
         if math.isnan(expected):
             return f"type({v}) is not float or {v} == {v}"
         if expected == 0.0:
-            return f"type({v}) is not float or {v} != 0.0 or {bind(math.copysign)}(1.0, {v}) != {math.copysign(1.0, expected)!r}"
+            sign = math.copysign(1.0, expected)
+            return f"type({v}) is not float or {v} != 0.0 or {bind(math.copysign)}(1.0, {v}) != {sign!r}"
         literal = repr(expected) if math.isfinite(expected) else bind(expected)  # repr(inf) is no literal
         return f"type({v}) is not float or {v} != {literal}"
     if t in (torch.dtype, torch.layout, torch.memory_format):
@@ -369,7 +458,11 @@ def _tensor_failure(spec: TensorSpec, t: Any) -> str | None:
 
 
 def _render_tensor_failure(v: str, spec: TensorSpec, bind: Bind) -> str:
-    parts = [f"type({v}) is not {bind(spec.type)}", f"{v}.shape != {spec.shape!r}", f"{v}.dtype is not {bind(spec.dtype)}"]
+    parts = [
+        f"type({v}) is not {bind(spec.type)}",
+        f"{v}.shape != {spec.shape!r}",
+        f"{v}.dtype is not {bind(spec.dtype)}",
+    ]
     if spec.device.type == "cpu":
         parts.append(f"not {v}.is_cpu")
     elif spec.device.type == "meta":
