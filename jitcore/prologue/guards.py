@@ -22,6 +22,7 @@ from typing import Any, Literal
 import torch
 
 from jitcore.prologue.paths import Path, safe_repr
+from jitcore.prologue.shape_guards import shape_check, shape_describe, shape_render
 
 __all__ = [
     "GUARD_KINDS",
@@ -43,22 +44,31 @@ Bind = Callable[[Any], str]
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
     """The metadata of a tensor input that the trace relied on: its layout (strides and storage
-    offset) only when the program asked for it or a recorded op relied on it (None: not checked)."""
+    offset) only when the program asked for it or a recorded op relied on it (None: not checked).
+    A size or stride that is symbolic in the trace is None here: ``shape`` guards check it
+    (jitcore/prologue/shape_guards.py)."""
 
     type: type
-    shape: tuple[int, ...]
+    shape: tuple[int | None, ...]
     dtype: torch.dtype
     device: torch.device
     requires_grad: bool
-    strides: tuple[int, ...] | None = None
+    strides: tuple[int | None, ...] | None = None
     storage_offset: int | None = None
 
     @classmethod
-    def of(cls, t: torch.Tensor, *, with_strides: bool) -> TensorSpec:
+    def of(cls, t: torch.Tensor, *, with_strides: bool, shadow: torch.Tensor | None = None) -> TensorSpec:
+        """The spec of ``t``; sizes and strides symbolic in its ``shadow`` are left to shape guards."""
+        shape = tuple(t.shape) if shadow is None else _static(t.shape, shadow.shape)
         if not with_strides:
-            return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad)
-        layout = tuple(t.stride()), t.storage_offset()
-        return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad, *layout)
+            return cls(type(t), shape, t.dtype, t.device, t.requires_grad)
+        strides = tuple(t.stride()) if shadow is None else _static(t.stride(), shadow.stride())
+        offset = t.storage_offset() if shadow is None or type(shadow.storage_offset()) is int else None
+        return cls(type(t), shape, t.dtype, t.device, t.requires_grad, strides, offset)
+
+
+def _static(real: tuple, traced: tuple) -> tuple[int | None, ...]:
+    return tuple(r if type(s) is int else None for r, s in zip(real, traced))
 
 
 def is_literal_value(value: Any) -> bool:
@@ -122,7 +132,7 @@ def _same_keys(got: tuple, expected: tuple) -> bool:
 
 GuardKindName = Literal[
     "type", "len", "keys", "value", "contents", "identity", "absent", "hasattr",
-    "alias", "distinct", "storages", "flatten", "tensor", "check",
+    "alias", "distinct", "storages", "flatten", "tensor", "check", "shape",
 ]
 
 
@@ -319,9 +329,9 @@ _kind("flatten", GuardKind(
 
 
 def _tensor_describe(where: str, spec: TensorSpec) -> str:
-    words = (f"{where} is a {spec.type.__qualname__} of shape {tuple(spec.shape)}, {spec.dtype}, "
+    words = (f"{where} is a {spec.type.__qualname__} of shape {_dims(spec.shape)}, {spec.dtype}, "
              f"on {spec.device}, requires_grad={spec.requires_grad}")
-    words += f", strides {spec.strides}" if spec.strides is not None else ""
+    words += f", strides {_dims(spec.strides)}" if spec.strides is not None else ""
     return words + (f", storage offset {spec.storage_offset}" if spec.storage_offset is not None else "")
 
 
@@ -337,6 +347,11 @@ _kind("check", GuardKind(
     render=lambda v, _e, _b, _r: f"{v} is not None",
     describe=lambda where, _e: f"{where} finds nothing changed (one call checking a group of guards)",
 ))
+
+
+# shape (relational): a condition torch's ShapeEnv recorded on symbolic sizes (a ShapeCondition over the
+# tensors at its paths; jitcore/prologue/shape_guards.py).
+_kind("shape", GuardKind(shape_check, shape_render, shape_describe, related=lambda expected: expected.paths))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -436,22 +451,27 @@ def _render_value_failure(v: str, expected: Any, bind: Bind) -> str:
     return f"not {bind(_same_literal)}({v}, {bind(expected)})"
 
 
+def _dims(sizes: tuple) -> str:
+    """``(s, 8)``: a shape or strides with its symbolic entries (checked by shape guards) as ``s``."""
+    return "(" + ", ".join("s" if d is None else str(d) for d in sizes) + ("," if len(sizes) == 1 else "") + ")"
+
+
 def _tensor_failure(spec: TensorSpec, t: Any) -> str | None:
     if type(t) is not spec.type:
         return f"expected a {spec.type.__qualname__}, got {type(t).__qualname__}"
-    if tuple(t.shape) != spec.shape:
+    if len(t.shape) != len(spec.shape) or any(a is not None and a != b for a, b in zip(spec.shape, t.shape)):
         for i, (a, b) in enumerate(zip(spec.shape, t.shape)):
-            if a != b:
+            if a is not None and a != b:
                 return f".shape[{i}]: expected {a}, got {b}"
-        return f".shape: expected {list(spec.shape)}, got {list(t.shape)}"
+        return f".shape: expected {_dims(spec.shape)}, got {list(t.shape)}"
     if t.dtype is not spec.dtype:
         return f".dtype: expected {spec.dtype}, got {t.dtype}"
     if t.device != spec.device:
         return f".device: expected {spec.device}, got {t.device}"
     if t.requires_grad != spec.requires_grad:
         return f".requires_grad: expected {spec.requires_grad}, got {t.requires_grad}"
-    if spec.strides is not None and tuple(t.stride()) != spec.strides:
-        return f".stride(): expected {spec.strides}, got {tuple(t.stride())}"
+    if spec.strides is not None and any(a is not None and a != b for a, b in zip(spec.strides, t.stride())):
+        return f".stride(): expected {_dims(spec.strides)}, got {tuple(t.stride())}"
     if spec.storage_offset is not None and t.storage_offset() != spec.storage_offset:
         return f".storage_offset(): expected {spec.storage_offset}, got {t.storage_offset()}"
     return None
@@ -460,7 +480,7 @@ def _tensor_failure(spec: TensorSpec, t: Any) -> str | None:
 def _render_tensor_failure(v: str, spec: TensorSpec, bind: Bind) -> str:
     parts = [
         f"type({v}) is not {bind(spec.type)}",
-        f"{v}.shape != {spec.shape!r}",
+        *_render_sizes(f"{v}.shape", spec.shape),
         f"{v}.dtype is not {bind(spec.dtype)}",
     ]
     if spec.device.type == "cpu":
@@ -473,10 +493,17 @@ def _render_tensor_failure(v: str, spec: TensorSpec, bind: Bind) -> str:
         parts.append(f"{v}.device != {bind(spec.device)}")
     parts.append(f"{v}.requires_grad" if not spec.requires_grad else f"not {v}.requires_grad")
     if spec.strides is not None:
-        parts.append(f"{v}.stride() != {spec.strides!r}")
+        parts.extend(_render_sizes(f"{v}.stride()", spec.strides))
     if spec.storage_offset is not None:
         parts.append(f"{v}.storage_offset() != {spec.storage_offset!r}")
     return " or ".join(parts)
+
+
+def _render_sizes(expr: str, sizes: tuple) -> list[str]:
+    """Checks of a shape or strides: one comparison, or one per static entry when some are symbolic."""
+    if None not in sizes:
+        return [f"{expr} != {sizes!r}"]
+    return [f"len({expr}) != {len(sizes)}", *(f"{expr}[{i}] != {d}" for i, d in enumerate(sizes) if d is not None)]
 
 
 # Implicit state a trace depends on: name -> (reader, how generated code reads it; None: call the

@@ -15,6 +15,7 @@ from jitcore.debug.explain import explain_text, guard_lines
 from jitcore.debug.logs import entry_added
 from jitcore.prologue import guards as G
 from jitcore.prologue.paths import Path, Root
+from jitcore.prologue.shape_guards import ShapeCondition
 
 RAW = re.compile(r"Path\(|Root\(|Step\(|object at 0x")
 
@@ -42,6 +43,7 @@ def example_guard(kind):
         "flatten": (TwoTensor, ("a", "b"), None),
         "check": None,
         "storages": ((x, y), (0, 0)),
+        "shape": ShapeCondition("{0}.size()[0] == {1}.size()[0]", (x, y)),
     }
     assert kind in expected, f"guard kind {kind} has no example here"
     return G.Guard(x, kind, expected[kind])
@@ -61,7 +63,7 @@ def test_guard_kinds_are_a_table():
 
     assert set(G.GUARD_KINDS) == set(typing.get_args(G.GuardKindName))
     with pytest.raises(AssertionError, match="unknown guard kind"):
-        G.Guard(Path(Root("args", "args")), "shape", 3)
+        G.Guard(Path(Root("args", "args")), "no such kind", 3)
 
 
 def test_distinct_guard_of_a_subclass_input_reads_as_words():
