@@ -1,43 +1,68 @@
-"""Executors: how a computation trace runs.
+"""Executors: how a computation trace runs (docs/executors.md).
 
-An executor turns a finished computation trace into a callable. The default one, ``torch``, runs
-the trace's generated Python, which calls torch (and aten) directly.
+An executor claims bound symbols of a final computation trace (flattened: plain tensors, torch and
+aten ops). ``torch`` runs the trace's generated Python, calling torch directly; ``inductor`` compiles
+regions of it with torch's inductor. ``jit(fn, executors=("inductor", "torch"))`` lists them in
+priority order; by default an entry is fused once it is hot (plan.py, Note [The default fusion
+policy]). A user adds an executor with ``register_executor`` or by passing the object.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
-from jitcore.ir import Trace, compile_trace
+from jitcore.executors.inductor import InductorExecutor
+from jitcore.executors.interface import (
+    Executor,
+    FusionExecutor,
+    OperatorExecutor,
+    Region,
+    get_executor,
+    register_executor,
+    registered_executors,
+)
+from jitcore.executors.plan import (
+    DEFAULT_FUSE_AFTER,
+    FUSE_AFTER_ENV,
+    Executors,
+    executors_from_options,
+    record_lowered,
+)
+from jitcore.ir import BoundSymbol, Trace, compile_trace
 
-__all__ = ["Executor", "TorchExecutor", "get_executor"]
-
-
-class Executor(Protocol):
-    name: str
-
-    def compile(self, trace: Trace) -> Callable[..., Any]: ...
+__all__ = [
+    "DEFAULT_FUSE_AFTER",
+    "FUSE_AFTER_ENV",
+    "Executor",
+    "Executors",
+    "FusionExecutor",
+    "InductorExecutor",
+    "OperatorExecutor",
+    "Region",
+    "TorchExecutor",
+    "executors_from_options",
+    "record_lowered",
+    "get_executor",
+    "register_executor",
+    "registered_executors",
+]
 
 
 class TorchExecutor:
-    """Runs the trace as generated Python calling torch directly."""
+    """Runs the trace as generated Python calling torch directly: claims everything, changes nothing."""
 
     name = "torch"
 
-    def compile(self, trace: Trace) -> Callable[..., Any]:
+    def claim(self, bsym: BoundSymbol) -> str | None:
+        return None
+
+    def implement(self, bsym: BoundSymbol) -> Callable[..., Any]:
+        return bsym.symbol.fn
+
+    def compile(self, trace: Trace, on_lowered: Any = None, *, grad_off: bool = False) -> Callable[..., Any]:
+        """The trace as compiled Python (``Executors.compile``'s signature; nothing is lowered)."""
         return compile_trace(trace)
 
 
-_EXECUTORS: dict[str, Executor] = {"torch": TorchExecutor()}
-
-
-def get_executor(name: str) -> Executor:
-    """The executor called ``name``.
-
-    Raises:
-        ValueError: no executor has that name.
-    """
-    try:
-        return _EXECUTORS[name]
-    except KeyError:
-        raise ValueError(f"unknown executor {name!r}; available: {sorted(_EXECUTORS)}") from None
+register_executor(TorchExecutor())
+register_executor(InductorExecutor())

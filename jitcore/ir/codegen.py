@@ -164,12 +164,17 @@ def _snapshot(obj: Any, trie: _Trie, label: str) -> Any:
     return snapshot
 
 
-def compile_trace(trace: Trace) -> Callable[..., Any]:
+def compile_trace(trace: Trace, callables: dict[str, Any] | None = None) -> Callable[..., Any]:
     """Compile ``trace`` into a Python callable taking ``trace.args`` positionally.
+
+    Args:
+        trace: the trace.
+        callables: globals the trace's symbols name by ``path`` without an import (an executor's
+            ``fusion0``: jitcore/executors).
 
     Returns:
         A function whose source is ``print_trace(trace).source``.
     """
     printed = print_trace(trace)
-    namespace = {**trace.imports, **printed.constants}
+    namespace = {**trace.imports, **printed.constants, **(callables or {})}
     return compile_source(printed.source, trace.name, namespace, tag=trace.name, fast_imports=trace.imports)

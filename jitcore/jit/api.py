@@ -26,7 +26,7 @@ import torch
 from jitcore.dispatch.flatten import flatten_subclasses
 from jitcore.debug.logs import entry_added
 from jitcore.errors import DataDependentError
-from jitcore.executors import get_executor
+from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass
@@ -73,7 +73,8 @@ class CacheEntry:
 class JittedFunction:
     """A function (or nn.Module) compiled by jitcore; call it like the original."""
 
-    def __init__(self, fn: Callable[..., Any], *, executor: str = "torch", fallback: str | None = None,
+    def __init__(self, fn: Callable[..., Any], *, executor: str | None = None, executors: Any = None,
+                 fuse_after: int | None = None, fallback: str | None = None,
                  cache_limit: int = DEFAULT_CACHE_LIMIT, show_internal_frames: bool | None = None,
                  dynamic_numbers: Any = (), fullgraph: bool = False) -> None:
         if fallback not in (None, "eager"):
@@ -82,7 +83,7 @@ class JittedFunction:
         self.fullgraph = fullgraph
         self._counters: frozenset = frozenset()  # state numbers read and written back: dynamic
         self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
-        self.executor = get_executor(executor)
+        self.executor = executors_from_options(executor, executors, fuse_after)
         self.fallback = fallback
         self.cache_limit = cache_limit
         self.show_internal_frames = show_internal_frames
@@ -183,7 +184,7 @@ class JittedFunction:
                 for proxy, path in kept:
                     program.prologue.inputs.append(path)
                     program.prologue.input_names.append(proxy.name)
-            computation = self.executor.compile(traces[-1])
+            computation = self.executor.compile(traces[-1], record_lowered(traces, self.last_traces))
         effects = program.effects
         post = computation if effects is None else _identity  # effects are performed before the output's rebuild
         if program.structure is not None:
@@ -225,7 +226,12 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
 
     Args:
         fn: the function or module.
-        executor: how computation traces run (default ``"torch"``).
+        executors: executors (names or objects) in priority order, e.g. ``("inductor", "torch")``:
+            traces are lowered with them from the first call. Default: ``("inductor", "torch")``
+            once a cache entry has run ``fuse_after`` times (docs/executors.md).
+        fuse_after: cached calls of an entry before it is lowered (default 100, or
+            ``$JITCORE_FUSE_AFTER``; ``0`` with ``executors=``).
+        executor: the older single-executor option; ``"torch"`` never lowers.
         fallback: ``"eager"`` runs the function eagerly (with a warning) when it cannot be traced
             because it depends on tensor values; None (default) raises instead.
         cache_limit: the most specializations kept (default 64); past it the oldest is evicted,

@@ -11,6 +11,7 @@ from typing import Any
 
 import optree
 
+from jitcore.executors import record_lowered
 from jitcore.ir import Trace
 from jitcore.prologue import Guard, Path
 from jitcore.prologue.guards import storage_pattern
@@ -70,7 +71,12 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
         if owner() is not None:
             prepare(owner(), exc)
 
-    return GradComputation(grad, jfn.executor.compile, n_inputs, on_error)
+    lowered_into = {id(grad.forward): (traces, jfn.last_traces), id(grad.backward): (jfn.last_backward_traces,)}
+
+    def compile_trace(trace: Trace) -> Any:  # each lowered trace is shown beside the one it lowers
+        return jfn.executor.compile(trace, record_lowered(*lowered_into[id(trace)]), grad_off=True)
+
+    return GradComputation(grad, compile_trace, n_inputs, on_error)
 
 
 # Note [Dynamic numbers under autograd]

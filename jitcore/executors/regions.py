@@ -1,0 +1,178 @@
+"""Partitioning a trace among executors, and the trace that results.
+
+``partition`` walks the top-level bound symbols in order and gives each to the first executor, in
+priority order, that claims it; consecutive symbols given to the same fusion executor form one
+region. ``lower`` then asks each executor for its callables and writes the *execution trace*: the
+same function with each lowered region as one call (``fusion0``, ``my_gelu0``) whose subsymbols are
+the calls it replaces, so the printed trace still shows every op and the user line it came from.
+
+Invariants:
+- the execution trace has the same arguments, output and observable order of effects as the trace
+  it was made from: only regions of claimed (effect-free) symbols are replaced, in place;
+- a region whose executor declines (raises) is kept as it was (the torch executor runs it), and
+  the reason is logged on ``jitcore.executors``;
+- no executor's callable is called here: lowering compiles, it never runs the program.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from jitcore.executors.interface import Executor, FusionExecutor, Region
+from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace
+
+__all__ = ["Assignment", "partition", "lower", "proxies_in", "ExecutionTrace", "LOG"]
+
+LOG = logging.getLogger("jitcore.executors")
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A run of consecutive top-level bound symbols and the executor that runs them (None: torch)."""
+
+    executor: Executor | None
+    bound_symbols: tuple[BoundSymbol, ...]
+
+
+@dataclass(eq=False)
+class ExecutionTrace:
+    """The trace that runs and the callables its lowered calls name (``fusion0`` -> compiled code)."""
+
+    trace: Trace
+    callables: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    lowered: list[str] = field(default_factory=list)  # one line per lowered region, for the header
+
+
+def proxies_in(value: Any) -> list[Proxy]:
+    """Every proxy in ``value`` (nested tuples, lists, dicts, slices), in order."""
+    if isinstance(value, Proxy):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [p for v in value for p in proxies_in(v)]
+    if type(value) is dict:
+        return [p for kv in value.items() for v in kv for p in proxies_in(v)]
+    if type(value) is slice:
+        return proxies_in((value.start, value.stop, value.step))
+    return []
+
+
+def partition(trace: Trace, executors: Sequence[Executor]) -> list[Assignment]:
+    """The trace's top-level bound symbols grouped by the executor that claims them.
+
+    Args:
+        trace: a final computation trace (plain tensors).
+        executors: in priority order; a symbol no executor claims runs on torch (None).
+
+    Returns:
+        Consecutive runs, in trace order; runs of a fusion executor are its regions, runs of an
+        operator executor have one symbol each.
+    """
+    runs: list[Assignment] = []
+    for bsym in trace.bound_symbols:
+        chosen = None
+        for executor in executors:
+            if getattr(executor, "name", None) == "torch":
+                break
+            if executor.claim(bsym) is None:
+                chosen = executor
+                break
+        last = runs[-1] if runs else None
+        if (last is not None and last.executor is chosen
+                and (chosen is None or isinstance(chosen, FusionExecutor))):
+            runs[-1] = Assignment(chosen, last.bound_symbols + (bsym,))
+        else:
+            runs.append(Assignment(chosen, (bsym,)))
+    return runs
+
+
+def region_of(bound_symbols: tuple[BoundSymbol, ...], read_later: set[int]) -> Region:
+    """The region of ``bound_symbols``: inputs read from outside, outputs read in ``read_later``
+    (ids of proxies read after the region)."""
+    produced: set[int] = set()
+    inputs: list[Proxy] = []
+    outputs: list[Proxy] = []
+    for bsym in bound_symbols:
+        for p in proxies_in((bsym.args, bsym.kwargs)):
+            if id(p) not in produced and not any(p is q for q in inputs):
+                inputs.append(p)
+        for p in proxies_in(bsym.output):
+            if id(p) not in produced:
+                produced.add(id(p))
+                if id(p) in read_later:
+                    outputs.append(p)
+    return Region(tuple(bound_symbols), tuple(inputs), tuple(outputs))
+
+
+def lower(trace: Trace, runs: list[Assignment]) -> ExecutionTrace:
+    """The execution trace of ``trace`` with each run lowered by its executor.
+
+    Args:
+        trace: the trace ``runs`` partitions.
+        runs: from ``partition``. A fusion executor's region of fewer symbols than its
+            ``min_region`` attribute (default 1) stays on torch.
+    """
+    later: list[set[int]] = []  # for each run: ids of the proxies read after it
+    seen = {id(p) for p in proxies_in(trace.output)}
+    for run in reversed(runs):
+        later.append(set(seen))
+        for bsym in run.bound_symbols:
+            seen.update(id(p) for p in proxies_in((bsym.args, bsym.kwargs)))
+    later.reverse()
+    result = ExecutionTrace(trace)
+    body: list[BoundSymbol] = []
+    for run, read_later in zip(runs, later):
+        executor = run.executor
+        if executor is None:
+            body.extend(run.bound_symbols)
+        elif isinstance(executor, FusionExecutor):
+            body.extend(_fused(trace, executor, region_of(run.bound_symbols, read_later), result))
+        else:
+            body.append(_implemented(trace, executor, run.bound_symbols[0], result))
+    if result.lowered:
+        result.trace = Trace(trace.name, trace.args, body, trace.output,
+                             [*trace.header, *result.lowered], trace.imports, trace.names, trace.input_notes)
+    return result
+
+
+def _fused(trace: Trace, executor: FusionExecutor, region: Region, result: ExecutionTrace) -> list[BoundSymbol]:
+    if len(region.bound_symbols) < getattr(executor, "min_region", 1):
+        return list(region.bound_symbols)
+    if not region.outputs:  # nothing read later: dead code the torch executor runs as recorded
+        return list(region.bound_symbols)
+    try:
+        fn = executor.fuse(region)
+    except Exception as exc:  # noqa: BLE001 - any failure to compile declines the region
+        LOG.info("%s declined %d ops (%s): %s: %s; they run on torch", executor.name, len(region.bound_symbols),
+                 _span(region.bound_symbols), type(exc).__name__, exc)
+        return list(region.bound_symbols)
+    name = trace.names.fresh("fusion")
+    result.callables[name] = fn
+    result.lowered.append(f"{name}: {len(region.bound_symbols)} ops fused by {executor.name}")
+    symbol = Symbol(f"{executor.name}.{name}", name, executor.name, fn, name, _not_traceable,
+                    tags=frozenset({"fusion"}))
+    return [BoundSymbol(symbol, region.inputs, {}, region.outputs, region.bound_symbols,
+                        region.bound_symbols[0].source)]
+
+
+def _implemented(trace: Trace, executor: Any, bsym: BoundSymbol, result: ExecutionTrace) -> BoundSymbol:
+    try:
+        fn = executor.implement(bsym)
+    except Exception as exc:  # noqa: BLE001 - declines this symbol
+        LOG.info("%s declined %s: %s: %s; it runs on torch", executor.name, bsym.symbol.id, type(exc).__name__, exc)
+        return bsym
+    name = trace.names.fresh(f"{executor.name}_{bsym.symbol.name}".replace(".", "_"))
+    result.callables[name] = fn
+    result.lowered.append(f"{name}: {bsym.symbol.id} run by {executor.name}")
+    symbol = Symbol(f"{executor.name}.{name}", name, executor.name, fn, name, _not_traceable, tags=bsym.symbol.tags)
+    return BoundSymbol(symbol, bsym.args, bsym.kwargs, bsym.output, (bsym,), bsym.source, bsym.header)
+
+
+def _span(bound_symbols: tuple[BoundSymbol, ...]) -> str:
+    names = [b.symbol.id for b in bound_symbols]
+    return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])}, ... {names[-1]}"
+
+
+def _not_traceable(*args: Any, **kwargs: Any) -> Any:
+    raise TypeError("an executor's lowered call runs only in the execution trace; it is not traced again")
