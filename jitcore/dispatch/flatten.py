@@ -18,7 +18,7 @@ import torch
 from torch.utils._mode_utils import no_dispatch
 
 
-from jitcore.ir import BoundSymbol, Symbol, Trace
+from jitcore.ir import BoundSymbol, Symbol, SymbolTag, Trace
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["flatten_subclasses", "unflatten_tensor_subclass", "UNFLATTEN", "UNFLATTEN_RESULT", "bind_subclass_input",
@@ -41,7 +41,7 @@ def _no_meta(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("unflatten_tensor_subclass is recorded directly, never called on proxies")
 
 
-def _unflatten_symbol(role: str, *tags: str) -> Symbol:
+def _unflatten_symbol(role: str, *tags: SymbolTag) -> Symbol:
     """A symbol calling ``unflatten_tensor_subclass``; ``role`` tells the records apart."""
     return Symbol(
         id=f"unflatten_tensor_subclass{role}",
@@ -50,7 +50,7 @@ def _unflatten_symbol(role: str, *tags: str) -> Symbol:
         fn=unflatten_tensor_subclass,
         path="jitcore.dispatch.flatten.unflatten_tensor_subclass",
         meta=_no_meta,
-        tags=frozenset({"subclass", *tags}),
+        tags=frozenset(tags),
     )
 
 
@@ -61,7 +61,7 @@ RESTRIDE = Symbol(
     fn=restride_wrapper,
     path="jitcore.dispatch.flatten.restride_wrapper",
     meta=_no_meta,
-    tags=frozenset({"subclass", "inplace"}),
+    tags=frozenset({"inplace"}),
 )
 # Rebuilds a subclass output at the end of pass 2.
 UNFLATTEN = _unflatten_symbol("")

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from types import (
     BuiltinFunctionType,
     BuiltinMethodType,
-    CellType,
     FunctionType,
     MethodDescriptorType,
     MethodType,
@@ -240,8 +239,3 @@ def _make_binder(code) -> FunctionType:
     namespace: dict = {}
     exec(compile(source, "<jitcore binder>", "exec"), namespace)  # noqa: S102 - generated from co_varnames
     return namespace["binder"]
-
-
-def new_cell(value: object = None, empty: bool = False) -> CellType:
-    """A cell holding ``value`` (or an empty cell)."""
-    return CellType() if empty else CellType(value)

@@ -22,7 +22,6 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 
 import os
-import sys
 
 from jitcore.interpreter.errors import InterpreterError, JitcoreInterpreterError
 from jitcore.interpreter.frame import Frame
@@ -193,8 +192,3 @@ def _chain(frame: Frame, exc: BaseException) -> None:
         if seen > 10_000:  # a pre-existing cycle: stop, as CPython's cycle detection would
             break
     exc.__context__ = handled
-
-
-def native_exception() -> BaseException | None:
-    """The exception native code is handling right now (outside any interpreter ``except``)."""
-    return sys.exc_info()[1]

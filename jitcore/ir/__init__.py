@@ -8,7 +8,7 @@ from jitcore.ir.context import TraceContext, current_context, tracing
 from jitcore.ir.names import NameGenerator
 from jitcore.ir.printer import PrintedTrace, print_trace, register_literal
 from jitcore.ir.proxy import Proxy
-from jitcore.ir.symbol import BoundSymbol, Inlined, SourceFrame, Symbol
+from jitcore.ir.symbol import BoundSymbol, Inlined, SourceFrame, Symbol, SymbolTag
 from jitcore.ir.trace import Trace, walk
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Proxy",
     "SourceFrame",
     "Symbol",
+    "SymbolTag",
     "Trace",
     "TraceContext",
     "compile_source",

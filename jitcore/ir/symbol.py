@@ -14,11 +14,15 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from jitcore.ir.context import current_context
 
-__all__ = ["Symbol", "BoundSymbol", "Inlined", "SourceFrame"]
+__all__ = ["Symbol", "BoundSymbol", "Inlined", "SourceFrame", "SymbolTag"]
+
+SymbolTag = Literal[
+    "inplace", "view", "random", "global_state", "autograd_function", "bookkeeping", "check", "data_dependent"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +54,11 @@ class Symbol:
         meta: computes the outputs (proxies) of a call on proxies; the language context derives it
             from torch itself (fake tensors), never from hand-written shape rules.
         decomposition: optional function expressing the symbol through other symbols.
-        tags: properties transforms may rely on: ``inplace``, ``view``, ``random``, ``factory``,
-            ``global_state`` (changes thread state the forward of the grad transform must change too).
+        tags: properties transforms may rely on (SymbolTag): ``inplace``, ``view``, ``random`` (draws
+            from the RNG: aten's ``nondeterministic_seeded``), ``global_state`` (changes thread state
+            the forward of the grad transform must change too), ``autograd_function`` (runs user code),
+            ``bookkeeping`` (rebuilds a subclass value; not an op of the program), ``check`` (a value
+            read's check) and ``data_dependent`` (its outputs depend on tensor values).
     """
 
     id: str
@@ -61,7 +68,7 @@ class Symbol:
     path: str | None
     meta: Callable[..., Any]
     decomposition: Callable[..., Any] | None = None
-    tags: frozenset[str] = frozenset()
+    tags: frozenset[SymbolTag] = frozenset()
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         context = current_context()

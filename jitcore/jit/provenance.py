@@ -405,13 +405,6 @@ class Provenance:
         self._container_paths.clear()
 
 
-def _dedup_key(expected: Any) -> Any:
-    try:
-        return repr(expected)
-    except ValueError:  # an int too long for repr: compare by identity (the guard keeps it alive)
-        return ("id", id(expected))
-
-
 def _is_library_class(klass: type) -> bool:
     module = (getattr(klass, "__module__", None) or "").split(".")[0]
     return module in ("torch", "jitcore") or module in _STDLIB  # the standard library's classes too

@@ -20,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ import torch.masked
 import torch.signal.windows
 
 from jitcore.errors import UnsupportedOperationError
-from jitcore.ir import Symbol, register_literal
+from jitcore.ir import Symbol, SymbolTag, register_literal
 from jitcore.langctx.aten import aten_symbol, is_aten_op
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
@@ -180,18 +181,34 @@ def torch_symbol(
     return TORCH_TABLE.add_symbol(symbol)
 
 
-def _tags_of(symbol_id: str) -> frozenset[str]:
-    name = symbol_id.rsplit(".", 1)[-1]
-    tags = set()
+def _tags_of(symbol_id: str) -> frozenset[SymbolTag]:
+    module, _, name = symbol_id.rpartition(".")
+    tags: set[SymbolTag] = set()
     if name.endswith("_") and not name.endswith("__"):
         tags.add("inplace")
     if name in {"__setitem__", "copy_", "set_", "resize_", "resize_as_"}:
         tags.add("inplace")
-    if any(
-        k in name for k in ("rand", "dropout", "bernoulli", "multinomial", "normal", "uniform", "poisson")
-    ):
+    if module in _ATEN_NAMED_MODULES and _seeded(name):
         tags.add("random")
     return frozenset(tags)
+
+
+# Modules whose functions are named after the aten operator they run (``torch.nn.functional.dropout``
+# runs ``aten::dropout``); elsewhere a name may be another's (``torch.signal.windows.exponential``).
+_ATEN_NAMED_MODULES = frozenset({"torch", "torch.Tensor", "torch.nn.functional", "torch.special", "torch.linalg"})
+
+
+def _seeded(name: str) -> bool:
+    """Whether the aten operator named ``name`` draws random numbers: its schema's tag
+    ``nondeterministic_seeded`` (``F.dropout2d`` is ``aten::dropout``'s: the dimension suffix is dropped;
+    ``F.normalize`` has no such operator and is not random)."""
+    for candidate in (name, re.sub(r"[123]d$", "", name)):
+        packet = getattr(torch.ops.aten, candidate, None)
+        if isinstance(packet, torch._ops.OpOverloadPacket) and any(
+            torch.Tag.nondeterministic_seeded in getattr(packet, o).tags for o in packet.overloads()
+        ):
+            return True
+    return False
 
 
 def _method(target: Callable[..., Any]) -> Callable[..., Any]:
@@ -269,7 +286,7 @@ def _register_factories() -> None:
             and not any(str(a.type).startswith("Tensor") for a in o._schema.arguments)
             for o in overloads
         ):
-            TORCH_TABLE.bind(fn, torch_symbol(fn, f"torch.{name}", tags=frozenset({"factory"})))
+            TORCH_TABLE.bind(fn, torch_symbol(fn, f"torch.{name}"))
 
 
 def _aten_op_on_tensors(name: str) -> bool:

@@ -15,7 +15,7 @@ subclass's ``__init__`` stores them — its inner tensors (proxies) and other fi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -76,9 +76,6 @@ class SubclassTensorProxy(TensorProxy):
 
     __slots__ = ("__dict__", "_shadow", "outer", "subclass")
 
-    # Set by the dispatch layer: registers a freshly built shadow so that it maps back to its proxy.
-    on_shadow: ClassVar[Callable[[SubclassTensorProxy], None] | None] = None
-
     def __init__(self, name: str, subclass: type, outer: torch.Tensor) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "subclass", subclass)
@@ -105,8 +102,6 @@ class SubclassTensorProxy(TensorProxy):
             inner = {n: getattr(self, n).shadow for n in names}
             built = self.subclass.__tensor_unflatten__(inner, ctx, self.outer.shape, self.outer.stride())
             object.__setattr__(self, "_shadow", built)
-            if SubclassTensorProxy.on_shadow is not None:
-                SubclassTensorProxy.on_shadow(self)
         return built
 
     def set_shadow(self, shadow: torch.Tensor) -> None:

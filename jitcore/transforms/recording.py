@@ -40,7 +40,6 @@ from jitcore.ir import Proxy, Symbol, TraceContext, tracing
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.torch import TORCH_TABLE
-from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["METADATA_OPS", "RecordingMode", "recording"]
 
@@ -116,7 +115,3 @@ def recording(context: TraceContext) -> Iterator[RecordingMode]:
 
 def _map(fn: Any, tree: Any) -> Any:
     return optree.tree_map(fn, tree, none_is_leaf=True)
-
-
-def is_subclass_proxy(value: Any) -> bool:
-    return isinstance(value, SubclassTensorProxy)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,21 +36,19 @@ LOW_PRECISION_DTYPES = (torch.bfloat16, torch.float16)
 
 # Ops whose outputs are random: a trace replays them under the same seed, but if their RNG
 # consumption differs from eager's (an extra internal draw) only shapes and dtypes are compared.
-RANDOM_WORDS = (
-    "rand",
-    "dropout",
-    "bernoulli",
-    "multinomial",
-    "normal",
-    "uniform",
-    "poisson",
-    "exponential",
-    "geometric",
-    "cauchy",
-    "log_normal",
-    "random",
-    "rrelu",
-)
+RANDOM_WORDS = frozenset({
+    "rand", "randn", "randint", "randperm", "dropout", "dropout2d", "dropout3d", "bernoulli", "multinomial",
+    "normal", "uniform", "poisson", "exponential", "geometric", "cauchy", "random", "rrelu",
+})
+
+
+def random_by_name(name: str) -> bool:
+    """Whether an OpInfo name says its op draws random numbers: by whole words of the name, so that
+    ``normalize`` is not ``normal``, ``__rand__`` (bitwise and) not ``rand`` and the window function
+    ``signal.windows.exponential`` not a random draw."""
+    if name.startswith(("__", "signal.windows.")):
+        return False
+    return not RANDOM_WORDS.isdisjoint(re.split(r"[._]", name))
 
 
 def entry_name(op: Any) -> str:
@@ -99,7 +98,7 @@ def is_random(op: Any) -> bool:
     which the trace does not record: its draws then differ from eager's."""
     code = getattr(op.op, "__code__", None)
     reseeds = code is not None and "wrapper_set_seed" in code.co_names
-    return reseeds or any(w in op.name for w in RANDOM_WORDS)
+    return reseeds or random_by_name(op.name)
 
 
 def values_comparable(op: Any) -> bool:

@@ -95,6 +95,23 @@ def test_function_method_and_operator_share_one_symbol() -> None:
     assert L.lookup(lambda x: x) is None
 
 
+def test_random_tag_comes_from_aten_schema_tags() -> None:
+    """``random`` is aten's ``nondeterministic_seeded`` for the operator a function is named after: not a
+    substring of the name (``F.normalize`` is no ``normal``, the window ``exponential`` no draw)."""
+    random = {
+        torch.rand, torch.randn_like, torch.nn.functional.dropout, torch.nn.functional.dropout2d,
+        torch.Tensor.exponential_, torch.Tensor.bernoulli_, torch.normal, torch.nn.functional.rrelu,
+    }
+    not_random = {
+        torch.nn.functional.normalize, torch.nn.functional.poisson_nll_loss, torch.signal.windows.exponential,
+        torch.Tensor.__rand__, torch.exp,
+    }
+    for fn in random | not_random:
+        symbol = _symbol_of(L.lookup(fn))
+        assert isinstance(symbol, Symbol), fn
+        assert ("random" in symbol.tags) == (fn in random), (symbol.id, symbol.tags)
+
+
 def test_every_table_symbol_is_reachable_by_id() -> None:
     for symbol in TORCH_TABLE.symbols():
         assert TORCH_TABLE.symbol(symbol.id) is symbol

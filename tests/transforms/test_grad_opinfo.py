@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import torch
 from test_grad_known_failures import KNOWN_FAILURES
 from test_grad_opinfo_harness import GRAD_OPS, check_entry
 
@@ -34,3 +35,22 @@ def test_forward_and_backward_match_eager(name: str) -> None:
         assert outcome.status == "pass", outcome.detail
     else:
         assert outcome.status == "fail", f"{name} passes now: remove it from KNOWN_FAILURES ({reason})"
+
+
+def test_an_entry_with_no_sample_compared_fails() -> None:
+    """Eager raising for every sample leaves nothing compared: that is a failure, not a pass."""
+    from test_grad_opinfo_harness import check_entry
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    class RejectedEverywhere:
+        name, variant_test_name = "rejected_everywhere", ""
+
+        @staticmethod
+        def op(x):
+            raise RuntimeError("eager rejects every sample")
+
+        def sample_inputs(self, device, dtype, requires_grad):
+            yield SampleInput(torch.rand(3, requires_grad=requires_grad))
+
+    outcome = check_entry(RejectedEverywhere())
+    assert outcome.status == "fail" and "no sample was compared" in outcome.detail, outcome

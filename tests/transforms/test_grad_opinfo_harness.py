@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +21,12 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 import jitcore
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
+from opinfo_harness import random_by_name  # noqa: E402
+
 SAMPLES = 2
-RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "uniform", "poisson",
-                "exponential", "geometric", "cauchy", "log_normal", "random", "rrelu",
-                "fractional_max_pool", "multi_head_attention")  # the last two draw random numbers too
+# Entries that draw random numbers although their names do not say so (see random_by_name).
+ALSO_RANDOM = ("nn.functional.fractional_max_pool", "nn.functional.multi_head_attention")
 
 
 def entry_name(op: Any) -> str:
@@ -106,35 +109,42 @@ def _compare(name: str, expected: Any, got: Any, random: bool) -> None:
             raise AssertionError(f"{name}[{i}]: {e!r} eagerly, {g!r} jitted")
 
 
-def check_sample(op: Any, sample: Any, random: bool) -> None:
+def check_sample(op: Any, sample: Any, random: bool) -> bool:
+    """Compare one sample; False when there was nothing to compare (no tensor requires grad, or
+    eager rejects the sample: that says nothing about jitcore)."""
     f, tensors = _function(op, sample)
     if not tensors:
-        return
+        return False
     try:
         expected_out, expected_grads = _run(f, _clone(tensors), 0, 1)
-    except Exception:  # noqa: BLE001 - a sample eager rejects says nothing about jitcore
-        return
+    except Exception:  # noqa: BLE001 - a sample eager rejects is not compared
+        return False
     jf = jitcore.jit(f)
     got_out, got_grads = _run(jf, _clone(tensors), 0, 1)
     _compare("output", expected_out, got_out, random)
     _compare("grad", expected_grads, got_grads, random)
     if expected_grads and not jitcore.last_backward_traces(jf):
         raise AssertionError("no backward trace was recorded")
+    return True
 
 
 def check_entry(op: Any) -> Outcome:
-    """Forward values and gradients of up to ``SAMPLES`` float32 samples against eager."""
-    random = any(word in op.name for word in RANDOM_WORDS)
+    """Forward values and gradients of up to ``SAMPLES`` float32 samples against eager; an entry
+    none of whose samples could be compared fails (it would otherwise pass with nothing checked)."""
+    random = random_by_name(entry_name(op)) or entry_name(op).startswith(ALSO_RANDOM)
     try:
         samples = list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=True), SAMPLES))
     except Exception as exc:  # noqa: BLE001
         return Outcome("fail", f"no samples: {type(exc).__name__}: {exc}")
+    compared = 0
     for sample in samples:
         try:
-            check_sample(op, sample, random)
+            compared += check_sample(op, sample, random)
         except Exception as exc:  # noqa: BLE001 - the outcome carries it
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return Outcome("fail", f"{type(exc).__name__}: {first}"[:300])
+    if not compared:
+        return Outcome("fail", f"no sample was compared: eager rejected all {len(samples)} (or none requires grad)")
     return Outcome("pass")
 
 
