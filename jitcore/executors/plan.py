@@ -102,9 +102,9 @@ class Executors:
 
     def _warming(self, trace: Trace, on_torch: Callable[..., Any],
                  on_lowered: OnLowered | None, grad_off: bool) -> Callable[..., Any]:
-        """Runs ``on_torch`` and, on the call after ``fuse_after`` calls, lowers the trace."""
+        """Runs ``on_torch`` for the entry's first ``fuse_after`` runs, then lowers the trace."""
         current = on_torch
-        left = self.fuse_after
+        left = self.fuse_after + 1  # runs 0 .. fuse_after - 1 on torch (the tracing call is run 0)
 
         def computation(*inputs: Any) -> Any:
             nonlocal current, left

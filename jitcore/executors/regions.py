@@ -136,7 +136,8 @@ def lower(trace: Trace, runs: list[Assignment]) -> ExecutionTrace:
     return result
 
 
-def _fused(trace: Trace, executor: FusionExecutor, region: Region, result: ExecutionTrace) -> list[BoundSymbol]:
+def _fused(trace: Trace, executor: FusionExecutor, region: Region,
+           result: ExecutionTrace) -> list[BoundSymbol]:
     if len(region.bound_symbols) < getattr(executor, "min_region", 1):
         return list(region.bound_symbols)
     if not region.outputs:  # nothing read later: dead code the torch executor runs as recorded
@@ -144,8 +145,8 @@ def _fused(trace: Trace, executor: FusionExecutor, region: Region, result: Execu
     try:
         fn = executor.fuse(region)
     except Exception as exc:  # noqa: BLE001 - any failure to compile declines the region
-        LOG.info("%s declined %d ops (%s): %s: %s; they run on torch", executor.name, len(region.bound_symbols),
-                 _span(region.bound_symbols), type(exc).__name__, exc)
+        LOG.info("%s declined %d ops (%s): %s: %s; they run on torch", executor.name,
+                 len(region.bound_symbols), _span(region.bound_symbols), type(exc).__name__, exc)
         return list(region.bound_symbols)
     name = trace.names.fresh("fusion")
     result.callables[name] = fn
@@ -160,12 +161,14 @@ def _implemented(trace: Trace, executor: Any, bsym: BoundSymbol, result: Executi
     try:
         fn = executor.implement(bsym)
     except Exception as exc:  # noqa: BLE001 - declines this symbol
-        LOG.info("%s declined %s: %s: %s; it runs on torch", executor.name, bsym.symbol.id, type(exc).__name__, exc)
+        LOG.info("%s declined %s: %s: %s; it runs on torch", executor.name, bsym.symbol.id,
+                 type(exc).__name__, exc)
         return bsym
     name = trace.names.fresh(f"{executor.name}_{bsym.symbol.name}".replace(".", "_"))
     result.callables[name] = fn
     result.lowered.append(f"{name}: {bsym.symbol.id} run by {executor.name}")
-    symbol = Symbol(f"{executor.name}.{name}", name, executor.name, fn, name, _not_traceable, tags=bsym.symbol.tags)
+    symbol = Symbol(f"{executor.name}.{name}", name, executor.name, fn, name, _not_traceable,
+                    tags=bsym.symbol.tags)
     return BoundSymbol(symbol, bsym.args, bsym.kwargs, bsym.output, (bsym,), bsym.source, bsym.header)
 
 

@@ -1,0 +1,161 @@
+"""Executors: per-call and first-call time of jitcore with the inductor executor, as ratios measured
+in one run against eager, torch.compile(backend="eager") and torch.compile (inductor).
+
+Rows:
+- a 20-op elementwise chain on a 4-element tensor, cached call (goal: jitcore+inductor <= 0.3x
+  eager and <= 1.2x torch.compile's);
+- a TwoTensor chain of 50 elementwise ops and a matmul on 8x8 inner tensors (goal <= 0.015x eager);
+- one training step (forward, backward, SGD update) of a small MLP (64 -> 256 -> 256 -> 10);
+- the first call of the 20-op chain in a fresh process, with an empty and with a warm inductor disk
+  cache (``TORCHINDUCTOR_CACHE_DIR`` pointed at a new directory, then reused).
+``jitcore (torch)`` is ``executor="torch"`` (the trace as generated Python), ``jitcore (inductor)``
+is ``executors=("inductor", "torch")``. Per-call times are the best of interleaved rounds, one thread.
+
+Run: python benchmarks/bench_executors.py [--quick]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+import warnings
+
+import torch
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+
+
+def twenty_ops(x):
+    for _ in range(5):
+        x = ((x.sin() * 2).cos() + 1).tanh()
+    return x
+
+
+def two_tensor_chain(x, w):
+    for _ in range(10):
+        x = ((x + 1) * 0.5).sin().cos() - 0.25
+    return x @ w
+
+
+def variants(fn):
+    """(name, callable) for each way of running ``fn``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [
+            ("eager", fn),
+            ("torch.compile(backend='eager')", torch.compile(fn, backend="eager")),
+            ("torch.compile (inductor)", torch.compile(fn)),
+            ("jitcore (torch)", jitcore.jit(fn, executor="torch")),
+            ("jitcore (inductor)", jitcore.jit(fn, executors=("inductor", "torch"))),
+        ]
+
+
+def per_call_us(fns: list, call, number: int, repeat: int) -> list[float]:
+    """Best per-call time of ``call(fn)`` for each of ``fns``, measured interleaved."""
+    for fn in fns:
+        for _ in range(3):
+            call(fn)
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], timeit.timeit(lambda: call(fn), number=number))
+    return [b / number * 1e6 for b in best]
+
+
+def table(title: str, names: list[str], times: list[float]) -> None:
+    eager, inductor = times[0], times[2]
+    print(f"\n{title}")
+    print(f"  {'variant':32} {'us/call':>10} {'vs eager':>9} {'vs inductor':>12}")
+    for name, t in zip(names, times):
+        print(f"  {name:32} {t:10.1f} {t / eager:9.3f} {t / inductor:12.2f}")
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256),
+                                       torch.nn.GELU(), torch.nn.Linear(256, 10))
+
+    def forward(self, x, y):
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+
+def training_steps(quick: bool) -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    base = MLP()
+    steps = []
+    names = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, wrap in [("eager", lambda m: m), ("torch.compile(backend='eager')",
+                                                    lambda m: torch.compile(m, backend="eager")),
+                           ("torch.compile (inductor)", torch.compile),
+                           ("jitcore (torch)", lambda m: jitcore.jit(m, executor="torch")),
+                           ("jitcore (inductor)", lambda m: jitcore.jit(m, executors=("inductor", "torch")))]:
+            model = MLP()
+            model.load_state_dict(base.state_dict())
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            fn = wrap(model)
+
+            def step(fn=fn, opt=opt):
+                opt.zero_grad(set_to_none=True)
+                fn(x, y).backward()
+                opt.step()
+
+            steps.append(step)
+            names.append(name)
+    times = per_call_us(steps, lambda s: s(), number=20 if quick else 100, repeat=5)
+    table("training step of an MLP 64-256-256-10, batch 32 (forward, backward, SGD)", names, times)
+
+
+FIRST_CALL = """
+import time, torch, jitcore
+from benchmarks_bench_executors import twenty_ops
+kind = {kind!r}
+t0 = time.perf_counter()
+fn = torch.compile(twenty_ops) if kind == "torch.compile" else jitcore.jit(twenty_ops, executors=("inductor", "torch"))
+fn(torch.randn(4))
+print(time.perf_counter() - t0)
+"""
+
+
+def first_calls() -> None:
+    print("\nfirst call of the 20-op chain in a new process (seconds, imports excluded)")
+    here = os.path.dirname(os.path.abspath(__file__))
+    for kind in ("jitcore", "torch.compile"):
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "PYTHONPATH": here}
+            script = FIRST_CALL.format(kind=kind).replace("benchmarks_bench_executors", "bench_executors")
+            times = [float(subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True,
+                                          text=True).stdout.split()[-1]) for _ in range(2)]
+        print(f"  {kind:14} empty disk cache {times[0]:6.2f} s   warm disk cache {times[1]:6.2f} s")
+    t0 = time.perf_counter()
+    jitcore.jit(twenty_ops, executor="torch")(torch.randn(4))
+    print(f"  {'jitcore (torch executor, this process)':40} {time.perf_counter() - t0:6.3f} s")
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    torch.set_num_threads(1)
+    named = variants(twenty_ops)
+    x = torch.randn(4)
+    times = per_call_us([f for _, f in named], lambda f: f(x), number=2000 if quick else 20000, repeat=7)
+    table("20-op elementwise chain, 4 elements, cached call (goal: inductor row <= 0.3x eager, <= 1.2x inductor)",
+          [n for n, _ in named], times)
+    named = variants(two_tensor_chain)
+    t, w = TwoTensor(torch.randn(8, 8), torch.randn(8, 8)), TwoTensor(torch.randn(8, 8), torch.randn(8, 8))
+    times = per_call_us([f for _, f in named], lambda f: f(t, w), number=200 if quick else 1000, repeat=5)
+    table("TwoTensor chain, 50 elementwise ops + matmul, 8x8 (goal: inductor row <= 0.015x eager)",
+          [n for n, _ in named], times)
+    training_steps(quick)
+    first_calls()
+
+
+if __name__ == "__main__":
+    main()

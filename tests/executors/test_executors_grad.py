@@ -1,0 +1,83 @@
+"""Autograd through the inductor executor: the forward and backward traces of the grad transform are
+lowered separately; gradients match eager's; a trace that runs under torch's own autograd (its inputs
+require grad) is not lowered."""
+
+from __future__ import annotations
+
+import torch
+from executor_helpers import INDUCTOR, clone_tree, executor_log, fused, lowered_trace
+
+import jitcore
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4), torch.nn.Tanh())
+
+
+def test_training_steps_of_a_small_mlp_match_eager() -> None:
+    eager, jitted = _mlp(), _mlp()
+    step = jitcore.jit(jitted, executors=INDUCTOR)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_j = torch.optim.SGD(jitted.parameters(), lr=0.1)
+    x, target = torch.randn(5, 8), torch.randn(5, 4)
+    for _ in range(3):
+        for model, fn, opt in ((eager, eager, opt_e), (jitted, step, opt_j)):
+            opt.zero_grad()
+            loss = ((fn(x) - target) ** 2).mean()
+            loss.backward()
+            opt.step()
+        for pe, pj in zip(eager.parameters(), jitted.parameters()):
+            torch.testing.assert_close(pj.grad, pe.grad)
+            torch.testing.assert_close(pj, pe)
+    forward = lowered_trace(step)
+    backward = str(jitcore.last_backward_traces(step)[-1])
+    assert forward.startswith("# Constructed by jitcore.jit") and "def forward(" in forward
+    assert fused(forward) and fused(backward), (forward, backward)
+
+
+def test_forward_and_backward_are_lowered_separately() -> None:
+    def f(x, w):
+        return (torch.nn.functional.gelu(x @ w) * 2).tanh().sum()
+
+    jfn = jitcore.jit(f, executors=INDUCTOR)
+    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+    with executor_log() as log:
+        (wj,) = torch.autograd.grad(jfn(x, w), w)
+    (we,) = torch.autograd.grad(f(x, w), w)
+    torch.testing.assert_close(wj, we)
+    assert any(m.startswith("forward lowered: fusion") for m in log), log
+    assert any(m.startswith("backward lowered: fusion") for m in log), log
+    assert "fusion" in str(jitcore.last_backward_traces(jfn)[-1])
+
+
+def test_a_trace_run_under_torch_autograd_is_not_lowered() -> None:
+    def f(x, n):
+        return (x * n).sin().cos()
+
+    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic_numbers=("n",))  # Note [Dynamic numbers under autograd]
+    x = torch.randn(4, requires_grad=True)
+    with executor_log() as log:
+        out = jfn(x, 3)
+    (gj,) = torch.autograd.grad(out.sum(), x)
+    (ge,) = torch.autograd.grad(f(x, 3).sum(), x)
+    torch.testing.assert_close(gj, ge)
+    assert any("not lowered: its inputs x require grad" in m for m in log), log
+    assert "fusion" not in lowered_trace(jfn)
+
+
+def test_gradients_of_several_inputs_and_outputs() -> None:
+    def f(a, b):
+        c = a * b + a.exp()
+        return c.sum(0), (c / (b.abs() + 1)).mean()
+
+    a, b = torch.randn(3, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+    jfn = jitcore.jit(f, executors=INDUCTOR)
+    for _ in range(2):
+        ea, eb = clone_tree((a, b))
+        ja, jb = clone_tree((a, b))
+        oe, oj = f(ea, eb), jfn(ja, jb)
+        grads_e = torch.autograd.grad((oe[0].sum() + oe[1]), (ea, eb))
+        grads_j = torch.autograd.grad((oj[0].sum() + oj[1]), (ja, jb))
+        for ge, gj in zip(grads_e, grads_j):
+            torch.testing.assert_close(gj, ge)
