@@ -70,6 +70,9 @@ class Provenance:
         self._guarded: set[tuple] = set()
         self.subclass_inputs: list[TensorProxy] = []  # inner ones before the ones holding them
         self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order
+        # which dimensions of a tensor input are symbolic (jitcore/jit/shapes.py); None: all static
+        self.dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
+        self._static_only = 0  # > 0 while a subclass's inner tensors are bound: they keep static shapes
         self._finished = False
 
     def path_of(self, obj: Any) -> Path | None:
@@ -343,7 +346,8 @@ class Provenance:
             if tensor.layout is not torch.strided and type(tensor) in (torch.Tensor, torch.nn.Parameter):
                 raise _layout_input_error(path, name, tensor.layout)
             if type(tensor) in (torch.Tensor, torch.nn.Parameter):
-                proxy = self.values.input_proxy(tensor, qualified_name(path) or name)  # linear1.weight -> linear1_weight
+                dims = self.dynamic_dims(path, tensor) if self.dynamic_dims and not self._static_only else frozenset()
+                proxy = self.values.input_proxy(tensor, qualified_name(path) or name, dims)  # linear1.weight -> linear1_weight
                 self.inputs.append((path, proxy, tensor))
             else:
                 proxy = self._subclass(tensor, path, name)
@@ -371,7 +375,11 @@ class Provenance:
         self.guard(path, "type", cls)
         self.guard(path, "flatten", (cls, tuple(names), ctx))
         self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=True))
-        inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
+        self._static_only += 1
+        try:
+            inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
+        finally:
+            self._static_only -= 1
         shadow = cls.__tensor_unflatten__({n: p.shadow for n, p in inner.items()}, ctx, tensor.shape, tensor.stride())
         if type(shadow) is not cls and issubclass(cls, type(shadow)):
             # an inherited __tensor_unflatten__ that names its own class (TwoTensor's): the
@@ -387,7 +395,8 @@ class Provenance:
         the program, ``with_strides``, or relied on by a recorded aten op, jitcore/langctx/layout.py)."""
         layout = self.values.layout
         for path, _proxy, tensor in self.inputs:
-            self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=with_strides or layout.relies_on(_proxy)))
+            strides = with_strides or layout.relies_on(_proxy)
+            self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=strides, shadow=_proxy.shadow))
             self.prologue.inputs.append(path)
             self.prologue.input_names.append(_proxy.name)
         if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it

@@ -7,7 +7,11 @@ fake results become the output proxies. Invariants:
   shadow (in-place ops, ``out=``) returns that input's proxy;
 - an argument torch rejects raises the exception eager torch raises, with eager's message (the call
   is replayed on small real tensors when fake tensors word it differently);
-- a call whose outputs depend on tensor *values* raises DataDependentError, never a guess.
+- a call whose outputs depend on tensor *values* raises DataDependentError, never a guess;
+- a trace with symbolic sizes (``TensorValues(symbolic=True)``) has one ShapeEnv: input dimensions
+  named dynamic get a symbol there (``s0``, ``s1``, ... in order of creation), every other size is
+  static, and what torch assumed about the symbols is recorded there as guards
+  (jitcore/jit/shapes.py turns them into prologue checks).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from torch._subclasses.fake_tensor import (
     FakeTensor,
     FakeTensorMode,
 )
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from jitcore.errors import DataDependentError
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
@@ -55,20 +60,34 @@ class TensorValues:
             (jitcore/langctx/layout.py).
     """
 
-    __slots__ = ("_by_shadow", "dispatch_state", "fake_mode", "layout", "names", "strides_queried")
+    __slots__ = ("_by_shadow", "dispatch_state", "fake_mode", "layout", "names", "shape_env", "strides_queried")
 
-    def __init__(self, names: NameGenerator) -> None:
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+    def __init__(self, names: NameGenerator, *, symbolic: bool = False) -> None:
+        self.shape_env: ShapeEnv | None = _shape_env() if symbolic else None
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
         self.names = names
         self.strides_queried = False
         self.layout = LayoutReliance()
         self.dispatch_state: Any = None  # owned by jitcore.dispatch: subclass shadows <-> proxies
         self._by_shadow: dict[int, TensorProxy] = {}
 
-    def input_proxy(self, tensor: torch.Tensor, name: str | None = None) -> TensorProxy:
-        """A proxy for a real input tensor (its shadow keeps shape, strides, dtype, device, grad)."""
-        shadow = self.fake_mode.from_tensor(tensor, static_shapes=True)
-        proxy = self._bind(shadow, self.names.claim(name) if name else self.names.fresh("t"))
+    def input_proxy(self, tensor: torch.Tensor, name: str | None = None,
+                    dynamic_dims: frozenset[int] = frozenset()) -> TensorProxy:
+        """A proxy for a real input tensor (its shadow keeps shape, strides, dtype, device, grad).
+
+        ``dynamic_dims``: dimensions whose size is a symbol of the ShapeEnv (sizes 0 and 1 stay
+        static, as in torch); only for a symbolic TensorValues."""
+        name = self.names.claim(name) if name else self.names.fresh("t")
+        if dynamic_dims and self.shape_env is not None:
+            from torch._dynamo.source import LocalSource
+            from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+            sizes = [DimDynamic.DYNAMIC if i in dynamic_dims else DimDynamic.STATIC for i in range(tensor.dim())]
+            context = StatelessSymbolicContext(dynamic_sizes=sizes)
+            shadow = self.fake_mode.from_tensor(tensor, symbolic_context=context, source=LocalSource(name))
+        else:
+            shadow = self.fake_mode.from_tensor(tensor, static_shapes=True)
+        proxy = self._bind(shadow, name)
         self.layout.seed(shadow, proxy)
         return proxy
 
@@ -85,9 +104,25 @@ class TensorValues:
         return proxy
 
 
-def new_context(trace: Trace, **options: Any) -> TraceContext:
-    """A TraceContext for ``trace`` with fresh tensor state; ``options`` go to TraceContext."""
-    return TraceContext(trace, values=TensorValues(trace.names), **options)
+class _ShapeEnv(ShapeEnv):
+    """Names its symbols ``s0``, ``s1``, ... in order of creation (torch's names hash the source)."""
+
+    def _generate_unique_id(self, source_name: str) -> int:
+        n = len(self.unique_ids)
+        self.unique_ids.add(n)
+        return n
+
+
+def _shape_env() -> ShapeEnv:
+    """A ShapeEnv that leaves value-dependent outputs to jitcore's value reads: ``item`` and
+    ``nonzero`` raise on shadows as without a ShapeEnv, rather than making unbacked symbols."""
+    return _ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+
+
+def new_context(trace: Trace, *, symbolic: bool = False, **options: Any) -> TraceContext:
+    """A TraceContext for ``trace`` with fresh tensor state (a ShapeEnv when ``symbolic``);
+    ``options`` go to TraceContext."""
+    return TraceContext(trace, values=TensorValues(trace.names, symbolic=symbolic), **options)
 
 
 def meta_of(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -12,7 +12,8 @@ import jitcore
 
 def _mlp() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4), torch.nn.Tanh())
+    layers = (torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4), torch.nn.Tanh())
+    return torch.nn.Sequential(*layers)
 
 
 def test_training_steps_of_a_small_mlp_match_eager() -> None:

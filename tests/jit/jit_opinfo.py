@@ -36,7 +36,7 @@ def _unique(tensors: list[Any]) -> list[Any]:
     return [t for t in tensors if not (id(t) in seen or seen.add(id(t)))]
 
 
-def check_jit_sample(op: Any, fn: Callable[..., Any], sample: Any) -> Outcome:
+def check_jit_sample(op: Any, fn: Callable[..., Any], sample: Any, **jit_options: Any) -> Outcome:
     args, kwargs = sample_call(sample)
     e_args, e_kwargs = clone_tree((args, kwargs))
     e_inputs = _unique(tensors_of((e_args, e_kwargs)))
@@ -45,7 +45,7 @@ def check_jit_sample(op: Any, fn: Callable[..., Any], sample: Any) -> Outcome:
         expected, eager_error = fn(*e_args, **e_kwargs), None
     except Exception as err:  # noqa: BLE001 - the jitted call must raise the same
         expected, eager_error = None, err
-    jfn = jitcore.jit(fn)
+    jfn = jitcore.jit(fn, **jit_options)  # e.g. executors= (tests/executors/executors_opinfo.py)
     random = is_random(op) or not values_comparable(op)
     for attempt in range(2):  # the second call runs from the cache
         j_args, j_kwargs = clone_tree((args, kwargs))
