@@ -18,11 +18,11 @@ from jitcore.jit.api import (
     cache_hits,
     cache_misses,
     jit,
+    last_backward_traces,
     last_prologue_traces,
     last_traces,
     miss_reasons,
 )
-from jitcore.transforms.autograd import last_backward_traces
 
 __all__ = [
     "DataDependentError",

@@ -1,8 +1,9 @@
-"""Debugging tools: error reports, ``explain``, the stepping debugger and logging.
+"""Debugging tools that read a jitted function: error reports, ``explain``, the stepping debugger.
 
 This package stands on top of the jit: it reads what the jit recorded (traces, prologues, bound
-symbols' source) and never changes how a program is traced or run. Its names are loaded lazily
-(the jit's error boundary imports ``jitcore.debug.boundary`` only when an error passes it).
+symbols' source) and never changes how a program is traced or run. The hooks the jit itself calls
+(error context and boundary, logs, warnings, breakpoint markers) are ``jitcore/diagnostics/``,
+below the jit. Its names are loaded lazily.
 
 Names that are also submodules (``report``, ``explain``) are not re-exported here: the public
 functions are ``jitcore.report`` and ``jitcore.explain``, and ``jitcore.debug.report`` is always
@@ -21,13 +22,11 @@ _EXPORTS: dict[str, str] = {
     "install_report_hook": "jitcore.debug.report",
     "dispatch_map": "jitcore.debug.explain",
     "Debugger": "jitcore.debug.debugger",
-    "ErrorContext": "jitcore.debug.context",
 }
 
 _SUBMODULES = frozenset(
     {
-        "boundary", "breakpoints", "context", "debugger", "diff", "explain", "logs", "markers", "names",
-        "report", "shell", "tracebacks", "user_warnings",
+        "breakpoints", "debugger", "diff", "explain", "names", "report", "shell",
     }
 )
 

@@ -32,7 +32,7 @@ import optree
 
 from jitcore.debug.breakpoints import Breakpoint, op_names, refusal
 from jitcore.debug.names import Binding, user_bindings
-from jitcore.debug.markers import markers_of
+from jitcore.diagnostics.markers import markers_of
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Trace
 from jitcore.proxies.subclass import SubclassTensorProxy
 

@@ -14,7 +14,6 @@ Invariants: ops without tensor outputs, and ops that return one of their inputs 
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +22,10 @@ import optree
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import jitcore
+from jitcore.diagnostics import JITCORE_DIR
 from jitcore.ir import BoundSymbol, Proxy
 
 __all__ = ["Divergence", "first_divergence", "record_eager"]
-
-_JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +88,7 @@ def _calling_lines() -> frozenset[tuple[str, int]]:
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not name.startswith(_JITCORE_DIR) and not name.startswith("<"):
+        if not name.startswith(JITCORE_DIR) and not name.startswith("<"):
             lines.add((name, frame.f_lineno))
         frame = frame.f_back
     return frozenset(lines)

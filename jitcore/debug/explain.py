@@ -21,16 +21,7 @@ import optree
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Trace
 from jitcore.prologue.paths import safe_repr
 
-__all__ = ["DispatchRoute", "dispatch_map", "render_dispatch_map", "explain", "explain_text", "guard_lines"]
-
-
-def guard_lines(prologue: Any) -> list[str]:
-    """The checks of ``prologue`` in words, one per guard, then the implicit state.
-
-    The sentences are the guards' own (``Guard.describe``, Note [Guard sentences] in
-    jitcore/prologue/guards.py), so explain and the ``jitcore.guards`` log say the same.
-    """
-    return [g.describe() for g in prologue.guards] + [s.describe() for s in prologue.state]
+__all__ = ["DispatchRoute", "dispatch_map", "render_dispatch_map", "explain", "explain_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +175,9 @@ def _read_lines(trace: Any) -> list[str]:
 
 def explain_text(jfn: Any) -> str:
     """Everything ``explain`` shows, as plain text."""
-    from jitcore.jit.api import _as_jitted
+    from jitcore.jit.api import as_jitted
 
-    jfn = _as_jitted(jfn)
+    jfn = as_jitted(jfn)
     out = [
         f"jitcore.explain: {jfn._label}",
         f"  calls answered from the cache: {jfn.hits}; traced: {jfn.misses}",
@@ -196,7 +187,7 @@ def explain_text(jfn: Any) -> str:
         out.append("  no cache entries yet (call the function first)")
     for entry in entries:
         out.append(f"\ncache entry {entry.number}: accepts a call when")
-        out += [f"  - {line}" for line in guard_lines(entry.prologue)]
+        out += [f"  - {line}" for line in entry.prologue.sentences()]
         if entry.prologue.inputs:
             names = ", ".join(
                 f"{n} = {p.describe()}" for n, p in zip(entry.prologue.input_names, entry.prologue.inputs)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any
 
-from jitcore.debug.boundary import is_internal_file
-from jitcore.debug.context import context_of
-from jitcore.debug.tracebacks import entries
+from jitcore.diagnostics.boundary import is_internal_file
+from jitcore.diagnostics.context import context_of
+from jitcore.diagnostics.tracebacks import entries
 
 __all__ = ["error_code_page", "install_report_hook", "render_report", "report", "user_frames"]
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Container
 import torch
 
 from jitcore.dispatch.flatten import flatten_subclasses
-from jitcore.debug.logs import entry_added
+from jitcore.diagnostics.logs import entry_added
 from jitcore.errors import DataDependentError
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
@@ -42,7 +42,9 @@ __all__ = [
     "jit",
     "JittedFunction",
     "CacheEntry",
+    "as_jitted",
     "last_traces",
+    "last_backward_traces",
     "last_prologue_traces",
     "cache_hits",
     "cache_misses",
@@ -115,7 +117,7 @@ class JittedFunction:
                 return self.fn(*args, **kwargs)
             return self._miss(args, kwargs, read_misses)
         except Exception as exc:
-            from jitcore.debug.boundary import on_error
+            from jitcore.diagnostics.boundary import on_error
 
             on_error(self, exc)  # the user's frames and lines, plus a note (docs/debugging.md)
             raise  # a bare raise adds no entry for this frame
@@ -262,7 +264,7 @@ def _is_module_forward(fn: Any) -> bool:
     return isinstance(getattr(fn, "__self__", None), torch.nn.Module) and getattr(fn, "__name__", None) == "forward"
 
 
-def _as_jitted(jfn: Any) -> JittedFunction:
+def as_jitted(jfn: Any) -> JittedFunction:
     from jitcore.jit.module import JittedModule
 
     if isinstance(jfn, JittedModule):
@@ -274,28 +276,34 @@ def _as_jitted(jfn: Any) -> JittedFunction:
 
 def last_traces(jfn: Any) -> list[Trace]:
     """The computation traces of the most recent tracing, one per pass, each headed by its producer."""
-    return list(_as_jitted(jfn).last_traces)
+    return list(as_jitted(jfn).last_traces)
+
+
+def last_backward_traces(jfn: Any) -> list[Trace]:
+    """The backward traces of the most recent tracing (empty when no input required grad):
+    ``[backward]``; the forward it pairs with is the last of ``last_traces(jfn)``."""
+    return list(as_jitted(jfn).last_backward_traces)
 
 
 def last_prologue_traces(jfn: Any) -> list[Prologue]:
     """The prologue of the most recent tracing (printable as Python)."""
-    prologue = _as_jitted(jfn).last_prologue
+    prologue = as_jitted(jfn).last_prologue
     return [prologue] if prologue is not None else []
 
 
 def cache_hits(jfn: Any) -> int:
     """How many calls were answered by a cache entry."""
-    return _as_jitted(jfn).hits
+    return as_jitted(jfn).hits
 
 
 def cache_misses(jfn: Any) -> int:
     """How many calls had to trace (the first call included)."""
-    return _as_jitted(jfn).misses
+    return as_jitted(jfn).misses
 
 
 def miss_reasons(jfn: Any) -> list[list[MissReason]]:
     """For each miss, why each existing cache entry rejected the call."""
-    return list(_as_jitted(jfn).miss_log)
+    return list(as_jitted(jfn).miss_log)
 
 
 def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Container[int]]:

@@ -326,7 +326,7 @@ class Pass:
                     raise
                 return self.reads.read(symbol, args, kwargs, exc, self._source())  # checked reads
         except Exception as exc:
-            from jitcore.debug.context import note_failed_call
+            from jitcore.diagnostics.context import note_failed_call
 
             note_failed_call(exc, symbol, args, kwargs, self._source())  # for the error's note
             raise
@@ -386,12 +386,12 @@ class Pass:
         if _is_torch_builtin(fn) and (_has_proxy(args) or _has_proxy(kwargs)):
             return call_on_shadows(fn, args, kwargs)
         if fn is breakpoint:
-            from jitcore.debug.markers import record_breakpoint
+            from jitcore.diagnostics.markers import record_breakpoint
 
             return record_breakpoint(self.trace, self._source())  # jitcore.debug stops there
         if fn is print and not self._print_warned:
             self._print_warned = True
-            from jitcore.debug.user_warnings import warn_user  # at the user's line, not this one
+            from jitcore.diagnostics.user_warnings import warn_user  # at the user's line, not this one
 
             warn_user("print() inside a jitted function runs only while tracing, not on cached calls", self._source())
         return fn(*args, **kwargs)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jitcore.ir import BoundSymbol, Symbol, current_context
-from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.number import NumberProxy, records_arithmetic
 
 __all__ = ["LOOKASIDES", "apply"]
 
@@ -42,6 +42,7 @@ _SYMBOLS: dict[Callable[..., Any], Symbol] = {
 _MODULES = {"operator": operator, "builtins": builtins}
 
 
+@records_arithmetic
 def apply(fn: Callable[..., Any], *operands: Any) -> Any:
     """``fn(*operands)`` where some operands are NumberProxies: recorded while tracing."""
     values = [o.value if isinstance(o, NumberProxy) else o for o in operands]

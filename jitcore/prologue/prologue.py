@@ -79,6 +79,11 @@ class Prologue:
                 spec = dataclasses.replace(guard.expected, strides=tuple(strides), storage_offset=storage_offset)
                 self.guards[i] = Guard(path, "tensor", spec)
 
+    def sentences(self) -> list[str]:
+        """The checks in words, one per guard, then the implicit state: what explain, the
+        ``jitcore.guards`` log and miss messages say (Note [Guard sentences] in guards.py)."""
+        return [g.describe() for g in self.guards] + [s.describe() for s in self.state]
+
     def _render(self, name: str, miss: str) -> tuple[str, dict[str, Any], list[str]]:
         """Source of the checks (without the final return), its constants, the input variables."""
         constants: dict[str, Any] = {}

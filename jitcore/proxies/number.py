@@ -29,7 +29,7 @@ from typing import Any
 
 from jitcore.ir import Proxy
 
-__all__ = ["NumberProxy", "specialize_all"]
+__all__ = ["NumberProxy", "records_arithmetic", "specialize_all"]
 
 
 class NumberProxy(Proxy):
@@ -140,12 +140,22 @@ def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
     return NotImplemented
 
 
+# How arithmetic on NumberProxies is recorded: the python language context's ``apply``, which registers
+# itself when it is imported (the language contexts stand on the proxies: this module never imports them).
+_ARITHMETIC: list[Callable[..., Any]] = []
+
+
+def records_arithmetic(apply: Callable[..., Any]) -> Callable[..., Any]:
+    """Register ``apply(fn, *operands)`` as what NumberProxy operators call (jitcore/langctx/python.py)."""
+    _ARITHMETIC[:] = [apply]
+    return apply
+
+
 def _arithmetic(op: Callable[..., Any], *, reflected: bool = False) -> Callable[[NumberProxy, Any], Any]:
     def method(self: NumberProxy, other: Any) -> Any:
         if not (isinstance(other, NumberProxy) or type(other) in _NUMBERS):
             return NotImplemented  # a tensor's reflected operator (x.__rmul__(n)), a list's repetition, ...
-        from jitcore.langctx.python import apply
-
+        apply = _ARITHMETIC[0]
         return apply(op, other, self) if reflected else apply(op, self, other)
 
     method.__name__ = f"__{'r' if reflected else ''}{op.__name__.strip('_')}__"
@@ -154,9 +164,7 @@ def _arithmetic(op: Callable[..., Any], *, reflected: bool = False) -> Callable[
 
 def _unary(op: Callable[[Any], Any]) -> Callable[[NumberProxy], Any]:
     def method(self: NumberProxy) -> Any:
-        from jitcore.langctx.python import apply
-
-        return apply(op, self)
+        return _ARITHMETIC[0](op, self)
 
     method.__name__ = f"__{op.__name__.strip('_')}__"
     return method

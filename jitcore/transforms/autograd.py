@@ -24,7 +24,7 @@ from jitcore.errors import JitcoreError
 from jitcore.ir import Proxy, Trace
 from jitcore.transforms.grad import RAISE, GradTraces, OutputSpec
 
-__all__ = ["GradComputation", "JitcoreFunction", "TangentMismatchError", "last_backward_traces"]
+__all__ = ["GradComputation", "JitcoreFunction", "TangentMismatchError"]
 
 
 class TangentMismatchError(JitcoreError, TypeError):
@@ -164,17 +164,3 @@ class JitcoreFunction(torch.autograd.Function):
         for (kind, i), grad in zip(computation.grad_inputs, results):
             grad_inputs[i if kind == "arg" else n_inputs + i] = grad
         return (None, *grad_inputs)
-
-
-def last_backward_traces(jfn: Any) -> list[Trace]:
-    """The backward traces of the most recent tracing (empty when no input required grad).
-
-    Args:
-        jfn: a function returned by ``jitcore.jit``.
-
-    Returns:
-        ``[backward]``; the forward it pairs with is the last of ``jitcore.last_traces(jfn)``.
-    """
-    from jitcore.jit.api import _as_jitted
-
-    return list(getattr(_as_jitted(jfn), "last_backward_traces", []))

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 import jitcore
+from jitcore.diagnostics.boundary import runs_as_function_apply
 from jitcore.interpreter import current_run
 from jitcore.ir import Symbol, current_context
 from jitcore.proxies import TensorProxy
@@ -61,6 +62,7 @@ def _uses_setup_context(cls: type) -> bool:
     )
 
 
+@runs_as_function_apply
 def _forward(cls: type, *args: Any, **kwargs: Any) -> Any:
     """The outputs of the user's forward, interpreted on proxies (its ops become subsymbols)."""
     context = current_context()

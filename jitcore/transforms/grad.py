@@ -35,6 +35,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 import jitcore
+from jitcore.diagnostics.boundary import replays_backward_errors
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.flatten import UNFLATTEN, has_subclass_proxy
 from jitcore.dispatch.resolver import DispatchState
@@ -430,6 +431,7 @@ def _record_backward(
     return differentiable, tangent_args, backward, [replay.state.proxy_of(g) if g is not None else None for g in grads]
 
 
+@replays_backward_errors
 def raise_backward_error(error: BaseException, traceback: Any = None) -> None:
     """What a backward trace runs when torch's autograd could not differentiate the forward (a
     derivative that is not implemented, a user ``backward`` or ``__torch_dispatch__`` that raises):

@@ -66,7 +66,7 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
     owner = weakref.ref(jfn)  # no cycle through the cache entry that holds this computation
 
     def on_error(exc: BaseException) -> None:
-        from jitcore.debug.boundary import on_error as prepare
+        from jitcore.diagnostics.boundary import on_error as prepare
 
         if owner() is not None:
             prepare(owner(), exc)

@@ -15,8 +15,8 @@ from debug_subclass import Wrapped
 
 import jitcore
 from jitcore.__main__ import main
-from jitcore.debug import logs
-from jitcore.debug.explain import dispatch_map, explain_text, guard_lines
+from jitcore.diagnostics import logs
+from jitcore.debug.explain import dispatch_map, explain_text
 from jitcore.ir import BoundSymbol, Symbol, Trace
 
 PROGRAMS = P.__file__
@@ -84,7 +84,7 @@ def test_explain_text():
 def test_guard_lines_read_as_words():
     jfn = jitcore.jit(P.mlp)
     jfn(torch.randn(4, 3), torch.randn(3, 5))
-    lines = guard_lines(jfn.entries[-1].prologue)
+    lines = jfn.entries[-1].prologue.sentences()
     assert "kwargs has keys []" in lines and "default dtype is torch.float32" in lines
 
 

@@ -11,8 +11,8 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
-from jitcore.debug.explain import explain_text, guard_lines
-from jitcore.debug.logs import entry_added
+from jitcore.debug.explain import explain_text
+from jitcore.diagnostics.logs import entry_added
 from jitcore.prologue import guards as G
 from jitcore.prologue.paths import Path, Root
 from jitcore.prologue.shape_guards import ShapeCondition
@@ -85,7 +85,7 @@ def test_explain_of_a_transformer_layer_is_one_line_per_guard():
     (entry,) = jf.entries
     checks = text.split("accepts a call when\n", 1)[1].split("\n  computation inputs:", 1)[0].splitlines()
     assert len(checks) == len(entry.prologue.guards) + len(entry.prologue.state)
-    assert checks == [f"  - {line}" for line in guard_lines(entry.prologue)]
+    assert checks == [f"  - {line}" for line in entry.prologue.sentences()]
     prologue = str(jitcore.last_prologue_traces(jf)[-1])
     assert not re.search(r"__c\d+\b", prologue), "constants must be named after what they check"
     assert re.search(r"if v\d+ is not __is_\w+: return None", prologue)  # identity checks name their path
@@ -98,7 +98,7 @@ def test_logs_use_the_same_sentences(caplog):
     with caplog.at_level(logging.INFO, logger="jitcore.guards"):
         entry_added(jf, jf.entries[0], [])
     logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "jitcore.guards")
-    assert all(line in logged for line in guard_lines(jf.entries[0].prologue))
+    assert all(line in logged for line in jf.entries[0].prologue.sentences())
     assert not RAW.search(logged)
 
 

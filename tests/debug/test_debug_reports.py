@@ -14,7 +14,7 @@ import traceback_lines
 from debug_subclass import Wrapped
 
 import jitcore
-from jitcore.debug.context import context_of
+from jitcore.diagnostics.context import context_of
 from jitcore.interpreter import UnsupportedConstruct
 
 JITCORE_DIR = os.path.dirname(jitcore.__file__)
@@ -340,7 +340,7 @@ def test_every_error_code_has_a_page():
 
 
 def test_an_error_of_jitcore_itself_says_so(monkeypatch):
-    from jitcore.debug.logs import configure
+    from jitcore.diagnostics.logs import configure
     from jitcore.jit.interpretation import Pass
 
     # A hook that fails inside jitcore's own code (configure rejects the name) stands for a bug.

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jit_helpers import assert_same, clone_tree
 
 import jitcore
-from jitcore.debug.logs import configure
+from jitcore.diagnostics.logs import configure
 from jitcore.langctx.reads import same_value
 
 

@@ -66,19 +66,17 @@ def entry_added(jfn: Any, entry: Any, reasons: list[Any]) -> None:
             traces.info("%s: cache entry %d\n%s", label, entry.number, trace)
     guards = _LOGGERS["guards"]
     if guards.isEnabledFor(logging.INFO):
-        from jitcore.debug.explain import guard_lines
-
         guards.info(
             "%s: cache entry %d accepts a call when\n%s",
             label,
             entry.number,
-            "\n".join(f"  {line}" for line in guard_lines(entry.prologue)),
+            "\n".join(f"  {line}" for line in entry.prologue.sentences()),
         )
 
 
 try:
     configure()
 except ValueError as _error:
-    from jitcore.debug.user_warnings import warn_at_caller
+    from jitcore.diagnostics.user_warnings import warn_at_caller
 
     warn_at_caller(f"jitcore: JITCORE_LOGS ignored: {_error}")  # at the user's line that imported jitcore

@@ -17,23 +17,26 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import replace
-from types import TracebackType
-from typing import Any
+from collections.abc import Callable
+from types import CodeType, TracebackType
+from typing import Any, TypeVar
 
 import torch
 
-import jitcore
-from jitcore.debug.context import ErrorContext, attach, context_of
-from jitcore.debug.tracebacks import entries, fake_traceback, link
+from jitcore.diagnostics import JITCORE_DIR
+from jitcore.diagnostics.context import ErrorContext, attach, context_of
+from jitcore.diagnostics.tracebacks import entries, fake_traceback, link
 from jitcore.ir import BoundSymbol, SourceFrame, Trace, print_trace
 
-__all__ = ["bound_symbol_at", "is_internal_file", "on_error", "show_internal_frames"]
+__all__ = [
+    "bound_symbol_at", "is_internal_file", "on_error", "replays_backward_errors", "runs_as_function_apply",
+    "show_internal_frames",
+]
 
-_JITCORE_DIR = os.path.dirname(os.path.abspath(jitcore.__file__)) + os.sep
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _TORCH_OPS = os.path.join(_TORCH_DIR, "_ops.py")
-_FLATTEN = os.path.join(_JITCORE_DIR, "dispatch", "flatten.py")
-_INTERPRETATION = os.path.join(_JITCORE_DIR, "jit", "interpretation.py")
+_FLATTEN = os.path.join(JITCORE_DIR, "dispatch", "flatten.py")
+_INTERPRETATION = os.path.join(JITCORE_DIR, "jit", "interpretation.py")
 _NOTED = "_jitcore_noted"
 
 
@@ -47,7 +50,7 @@ def show_internal_frames(jfn: Any) -> bool:
 
 def is_internal_file(filename: str) -> bool:
     """Whether a frame of ``filename`` is jitcore's (its package, its generated traces)."""
-    return filename.startswith((_JITCORE_DIR, "<jitcore"))
+    return filename.startswith((JITCORE_DIR, "<jitcore"))
 
 
 def on_error(jfn: Any, exc: BaseException) -> None:
@@ -101,12 +104,31 @@ def on_error(jfn: Any, exc: BaseException) -> None:
 _ENGINE = os.path.join(_TORCH_DIR, "autograd", "graph.py")
 
 
-def _replayed_backward_error(computation: TracebackType) -> TracebackType | None:
-    """The entries recorded when autograd first raised, if ``raise_backward_error`` re-raised this error."""
-    from jitcore.transforms.grad import raise_backward_error
+# Code of the layers above whose frames the boundary reads specially; their owners register it when
+# they are imported (this package never imports those layers).
+_BACKWARD_REPLAYS: set[CodeType] = set()
+_FUNCTION_APPLY_STAND_INS: set[CodeType] = set()
+F = TypeVar("F", bound=Callable[..., Any])
 
+
+def replays_backward_errors(function: F) -> F:
+    """Register ``function`` as the one that re-raises an error autograd raised while jitcore derived
+    the backward (the grad transform's ``raise_backward_error``; the Note above)."""
+    _BACKWARD_REPLAYS.add(function.__code__)
+    return function
+
+
+def runs_as_function_apply(function: F) -> F:
+    """Register ``function`` as running a user's ``autograd.Function.forward`` where eager runs it from
+    ``Function.apply`` (whose frame eager shows above ``forward``)."""
+    _FUNCTION_APPLY_STAND_INS.add(function.__code__)
+    return function
+
+
+def _replayed_backward_error(computation: TracebackType) -> TracebackType | None:
+    """The entries recorded when autograd first raised, if a registered replay re-raised this error."""
     for entry in entries(computation):
-        if entry.tb_frame.f_code is raise_backward_error.__code__:
+        if entry.tb_frame.f_code in _BACKWARD_REPLAYS:
             return entry.tb_next
     return None
 
@@ -168,9 +190,7 @@ def _eager_stand_in(code: Any) -> TracebackType | None:
     ``MyFunction.apply(x)`` runs the user's ``forward`` on the interpreter from jitcore's lookaside;
     eagerly it runs from torch's ``Function.apply``, whose frame eager shows above ``forward``.
     """
-    from jitcore.transforms.autograd_function import _forward
-
-    if code is not _forward.__code__:
+    if code not in _FUNCTION_APPLY_STAND_INS:
         return None
     return fake_traceback([_FUNCTION_APPLY_FRAME]) if _FUNCTION_APPLY_FRAME is not None else None
 
@@ -232,7 +252,7 @@ def _raised_by_jitcore(exc: BaseException, tb: TracebackType | None) -> bool:
     if isinstance(code, str) and code.startswith("JC-"):
         return False
     found = entries(tb)
-    return bool(found) and found[-1].tb_frame.f_code.co_filename.startswith(_JITCORE_DIR)
+    return bool(found) and found[-1].tb_frame.f_code.co_filename.startswith(JITCORE_DIR)
 
 
 def _in_flatten_protocol(tb: TracebackType | None) -> bool:

@@ -16,11 +16,11 @@ import warnings
 from collections.abc import Sequence
 from types import FrameType
 
+from jitcore.diagnostics import JITCORE_DIR
 from jitcore.ir import SourceFrame
 
 __all__ = ["warn_at_caller", "warn_user"]
 
-_JITCORE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _REGISTRIES: dict[str, dict] = {}
 
 
@@ -65,7 +65,7 @@ def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
 def _first_user_frame(frame: FrameType | None) -> FrameType | None:
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith((_JITCORE_DIR, "<frozen", "<jitcore")):
+        if not filename.startswith((JITCORE_DIR, "<frozen", "<jitcore")):
             return frame
         frame = frame.f_back
     return None

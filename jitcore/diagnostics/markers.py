@@ -13,7 +13,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from jitcore.debug.user_warnings import warn_user
+from jitcore.diagnostics.user_warnings import warn_user
 from jitcore.ir import SourceFrame, Trace
 
 __all__ = ["Marker", "markers_of", "record_breakpoint"]
