@@ -1,10 +1,12 @@
 """Cached-call cost of jitcore.jit as the cache grows: 1, 10, 100 and 300 entries.
 
 Each entry is one specialization of the same function for a different input shape (``(n,)`` for
-n = 1..N; small, so that the newest entry's larger input adds little compute). The call measured is a cache hit on the *oldest* entry (the worst case for a linear scan
+n = 1..N; small, so that the newest entry's larger input adds little compute). The call measured is a cache
+hit on the *oldest* entry (the worst case for a linear scan
 of the entries newest first) and on the newest one; times are per call, with the ratio to the
 1-entry case, and — for reference — what trying every entry in turn (a linear scan, as before the
-dispatch table) costs for the same hit on the oldest entry. Past a few entries a call is dispatched on a cheap key of its arguments (tensor shapes
+dispatch table) costs for the same hit on the oldest entry. Past a few entries a call is dispatched on a cheap
+key of its arguments (tensor shapes
 and dtypes) to the candidate entries, so the ratio should stay near 1 (docs/user-guide.md, "The
 cache"). Eager's time for the same call is printed for scale.
 
@@ -72,7 +74,10 @@ def main(rounds: int = 5) -> None:
     for size, jf in jitted.items():
         assert jitcore.cache_misses(jf) == size  # every measured call was a hit
     print(f"eager: {eager:.2f} us per call (CPU time)")
-    print(f"{'entries':>8} {'oldest us':>10} {'ratio':>6} {'newest us':>10} {'ratio':>6} {'scan us':>9} {'ratio':>6}")
+    print(
+        f"{'entries':>8} {'oldest us':>10} {'ratio':>6} "
+        f"{'newest us':>10} {'ratio':>6} {'scan us':>9} {'ratio':>6}"
+    )
     base = best[SIZES[0], "oldest"]
     for size in SIZES:
         o, n, s = best[size, "oldest"], best[size, "newest"], best[size, "scan"]

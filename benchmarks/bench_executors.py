@@ -136,7 +136,9 @@ def first_calls() -> None:
             env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "PYTHONPATH": here}
             script = FIRST_CALL.format(kind=kind)
             command = [sys.executable, "-c", script]
-            runs = [subprocess.run(command, env=env, check=True, capture_output=True, text=True) for _ in range(2)]
+            runs = [
+                subprocess.run(command, env=env, check=True, capture_output=True, text=True) for _ in range(2)
+            ]
             times = [float(run.stdout.split()[-1]) for run in runs]
         print(f"  {kind:14} empty disk cache {times[0]:6.2f} s   warm disk cache {times[1]:6.2f} s")
     t0 = time.perf_counter()

@@ -60,7 +60,10 @@ def main() -> None:
             warnings.simplefilter("ignore")
             compiled_fn = torch.compile(fn, backend="eager")
             eager, jitted, compiled = per_call_us([fn, jitcore.jit(fn), compiled_fn], x)
-        print(f"{fn.__name__:10} {eager:9.2f} {jitted:11.2f} {jitted / eager:6.2f} {compiled:11.2f} {compiled / eager:6.2f}")
+        print(
+            f"{fn.__name__:10} {eager:9.2f} {jitted:11.2f} {jitted / eager:6.2f} "
+            f"{compiled:11.2f} {compiled / eager:6.2f}"
+        )
     print()
     print(f"{'chain N':>8} {'first call ms':>14} {'ms per op':>10}")
     for n in (10, 100, 1000):

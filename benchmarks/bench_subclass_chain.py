@@ -53,8 +53,12 @@ def main() -> None:
             compiled = float("nan")
             print(f"torch.compile(aot_eager) failed: {type(exc).__name__}: {exc}")
     print(f"{'variant':34} {'us/call':>9} {'vs eager':>9} {'vs flattened':>13}")
-    for name, t in [("eager (TwoTensor)", eager), ("jitcore (TwoTensor)", jitted),
-                    ("torch.compile aot_eager (TwoTensor)", compiled), ("flattened chain, plain tensors", plain)]:
+    for name, t in [
+        ("eager (TwoTensor)", eager),
+        ("jitcore (TwoTensor)", jitted),
+        ("torch.compile aot_eager (TwoTensor)", compiled),
+        ("flattened chain, plain tensors", plain),
+    ]:
         print(f"{name:34} {t:9.1f} {t / eager:9.3f} {t / plain:13.2f}")
 
 

@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = [(20, (8,), 2000), (100, (8,), 400), (20, (256, 256), 50), (100, (256, 256), 10)]
     print(f"torch {torch.__version__}, python {sys.version.split()[0]}, 1 thread, best of {repeat}")
     print(
-        f"{'ops':>4} {'shape':>10} {'compiled':>12} {'idiomatic':>12} {'spelled':>12} {'ratio':>6} {'vs spelled':>10}"
+        f"{'ops':>4} {'shape':>10} {'compiled':>12} {'idiomatic':>12} "
+        f"{'spelled':>12} {'ratio':>6} {'vs spelled':>10}"
     )
     worst = 0.0
     for n, shape, number in cases:

@@ -83,7 +83,10 @@ def main(quick: bool = False) -> None:
     torch.manual_seed(0)
     sizes = [(2, 16, 64), (8, 128, 256)]
     iters, rounds = (5, 2) if quick else (20, 5)
-    print(f"torch {torch.__version__}, 1 thread; CPU ms per training step (best of {rounds} x {iters}), ratio to eager")
+    print(
+        f"torch {torch.__version__}, 1 thread; CPU ms per training step (best of {rounds} x {iters}), "
+        f"ratio to eager"
+    )
     print(f"{'batch x seq x dim':>20} {'eager':>9} {'jitcore':>16} {'aot_eager':>16}  saved (jitcore)")
     for b, t, dim in sizes:
         base = Block(dim)

@@ -79,8 +79,15 @@ def main() -> None:
     except ImportError:
         print("transformers is not installed: the Llama part is skipped")
         return
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     model = transformers.LlamaForCausalLM(config).eval()
     ids = torch.randint(0, 128, (1, 16))
     with torch.no_grad():
@@ -89,7 +96,12 @@ def main() -> None:
             "jitcore": lambda: jitcore.jit(model),
             "torch.compile(eager)": lambda: torch.compile(model, backend="eager"),
         }
-        report("2-layer transformers Llama (hidden 64), batch 1 x 16 tokens, eval, no_grad:", model_makes, (ids,), 200)
+        report(
+            "2-layer transformers Llama (hidden 64), batch 1 x 16 tokens, eval, no_grad:",
+            model_makes,
+            (ids,),
+            200,
+        )
 
 
 if __name__ == "__main__":

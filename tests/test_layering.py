@@ -82,7 +82,9 @@ def check(module: str, path: Path, rank: dict[str, int]) -> tuple[list[str], lis
             if dest in rank and rank[dest] > rank[unit]:
                 upward.append(f"{where}: {unit} imports {imported} ({dest} is above it)")
         if unit_of(target) != unit and target != "jitcore":
-            private += [f"{where}: {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")]
+            private += [
+                f"{where}: {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")
+            ]
     return upward, private
 
 

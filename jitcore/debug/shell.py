@@ -174,7 +174,8 @@ class DebuggerShell(cmd.Cmd):
         return False
 
     def do_print(self, arg: str) -> bool:
-        """p(rint) EXPR: the value of a trace variable (``p t3``) or an expression over them (``p t3.sum()``)."""
+        """p(rint) EXPR: the value of a trace variable (``p t3``) or an expression over them (``p
+        t3.sum()``)."""
         if not arg.strip():
             self.say("p needs a name or an expression, e.g. 'p t0'")
             return False
@@ -269,7 +270,7 @@ def _statement(bsym: BoundSymbol) -> str:
 
     probe = Trace(name="probe", bound_symbols=[bsym], imports={})
     text = print_trace(probe, source=None).source.splitlines()
-    line = next((l for l in text if l.startswith("  ") and not l.strip().startswith("#")), "")
+    line = next((row for row in text if row.startswith("  ") and not row.strip().startswith("#")), "")
     return line.strip().lstrip("# ").split("  # ")[0] if line else bsym.symbol.id
 
 

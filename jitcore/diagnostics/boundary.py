@@ -235,7 +235,8 @@ def _hide_in_chain(exc: BaseException) -> None:
 
 FLATTEN_HINT = (
     "a tensor subclass input must follow the flatten protocol: __tensor_flatten__() returns "
-    "(names of its inner-tensor attributes, ctx) and __tensor_unflatten__(inner, ctx, size, stride) rebuilds it"
+    "(names of its inner-tensor attributes, ctx) and __tensor_unflatten__(inner, ctx, size, stride) "
+    "rebuilds it"
 )
 _FLATTEN_NAMES = frozenset({"__tensor_flatten__", "__tensor_unflatten__", "_subclass"})
 

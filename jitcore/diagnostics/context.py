@@ -140,7 +140,8 @@ def _shape_hints(name: str, args: tuple) -> tuple[str, ...]:
     which = "second-to-last" if len(shape_b) >= 2 else "only"
     return (
         (
-            f"in a matrix product, the left operand's last size ({shape_a[-1]}) must equal the right operand's "
+            f"in a matrix product, the left operand's last size ({shape_a[-1]}) "
+            f"must equal the right operand's "
             f"{which} size ({inner_b})"
         ),
     )

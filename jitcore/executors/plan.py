@@ -26,7 +26,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from jitcore.executors.interface import Executor, get_executor
-from jitcore.executors.regions import LOG, lower, partition, proxies_in
+from jitcore.executors.regions import LOG, lower, partition
 from jitcore.ir import Trace, compile_trace
 from jitcore.proxies import TensorProxy
 

@@ -36,7 +36,8 @@ def _check_version() -> None:
         running = f"{sys.version_info[0]}.{sys.version_info[1]}"
         raise UnsupportedPythonVersion(
             f"jitcore supports CPython {supported} (the versions it is tested on); this is Python {running}",
-            hint="run under CPython " + " or ".join(f"{major}.{minor}" for major, minor in SUPPORTED_VERSIONS),
+            hint="run under CPython "
+            + " or ".join(f"{major}.{minor}" for major, minor in SUPPORTED_VERSIONS),
         )
 
 
@@ -105,7 +106,9 @@ def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:
     return interpreted
 
 
-def interpret_code(code: CodeType, globals: dict, locals: object = None, hooks: Hooks | None = None) -> object:
+def interpret_code(
+    code: CodeType, globals: dict, locals: object = None, hooks: Hooks | None = None
+) -> object:
     """Run a module-level code object on the interpreter, as ``exec(code, globals, locals)`` would.
 
     Args:

@@ -24,10 +24,20 @@ from jitcore.interpreter.generators import FRAME_ATTRIBUTES, GENERATOR_TYPES, NO
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
-__all__ = ["MISSING", "NATIVE_NAMES", "NATIVE_STORE_NAMES", "delete_attr", "load_attr", "lookup_special", "store_attr"]
+__all__ = [
+    "MISSING",
+    "NATIVE_NAMES",
+    "NATIVE_STORE_NAMES",
+    "delete_attr",
+    "load_attr",
+    "lookup_special",
+    "store_attr",
+]
 
 _MISSING = object()
-_NATIVE_VALUE_TYPES = frozenset({int, float, complex, bool, str, bytes, tuple, frozenset, list, dict, set, type(None)})
+_NATIVE_VALUE_TYPES = frozenset(
+    {int, float, complex, bool, str, bytes, tuple, frozenset, list, dict, set, type(None)}
+)
 
 
 def _is_py(f: object) -> bool:
@@ -100,7 +110,8 @@ def _name_native(t: type, name: str) -> bool:
 
 
 def load_attr(run: Run, obj: object, name: str) -> object:
-    """``obj.name`` with Python descriptors, properties, ``__getattribute__`` and ``__getattr__`` interpreted."""
+    """``obj.name`` with Python descriptors, properties, ``__getattribute__`` and ``__getattr__``
+    interpreted."""
     t = type(obj)
     if t in GENERATOR_TYPES and name in FRAME_ATTRIBUTES:  # Note [Generator frame attributes]
         value = frame_attribute(obj, name)
@@ -160,8 +171,11 @@ def _load_class_attr(run: Run, cls: type, name: str) -> object:
         meta_getattr = getattr(meta, "__getattr__", None)
         if _is_py(meta_getattr):
             try:
-                return getattr(cls, name) if _mro_lookup(cls, name) is not _MISSING else type.__getattribute__(
-                    cls, name)
+                return (
+                    getattr(cls, name)
+                    if _mro_lookup(cls, name) is not _MISSING
+                    else type.__getattribute__(cls, name)
+                )
             except AttributeError:
                 return call(run, meta_getattr, (cls, name), None)
     descr = _mro_lookup(cls, name)
@@ -243,7 +257,8 @@ def delete_attr(run: Run, obj: object, name: str) -> None:
 
 
 def lookup_special(obj: object, name: str) -> object:
-    """CPython's ``_PyObject_LookupSpecial``: ``name`` looked up on the type and bound to ``obj``, or _MISSING."""
+    """CPython's ``_PyObject_LookupSpecial``: ``name`` looked up on the type and bound to ``obj``, or
+    _MISSING."""
     f = _mro_lookup(type(obj), name)
     if f is _MISSING:
         return _MISSING

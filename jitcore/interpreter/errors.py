@@ -42,7 +42,8 @@ class JitcoreInterpreterError(Exception):
 
 
 class UnsupportedConstruct(JitcoreInterpreterError):
-    """The interpreted program uses a construct this interpreter does not run (rather than running it wrong)."""
+    """The interpreted program uses a construct this interpreter does not run (rather than running it
+    wrong)."""
 
     code = "JC-I001"
 

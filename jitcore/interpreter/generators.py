@@ -234,11 +234,15 @@ def make_generator(frame: Frame) -> object:
 
 # Note [Generator frame attributes]
 # An interpreted generator is a native driver generator, so its own ``gi_code``/``gi_frame``/``gi_yieldfrom``
-# (``cr_*``, ``ag_*``) would describe the driver. Attribute loads made by interpreted code answer them from the
-# interpreted frame instead (attributes.load_attr asks ``frame_attribute``); native code still sees the driver.
+# (``cr_*``, ``ag_*``) would describe the driver. Attribute loads made by interpreted code answer them from
+# the
+# interpreted frame instead (attributes.load_attr asks ``frame_attribute``); native code still sees the
+# driver.
 GENERATOR_TYPES = frozenset({types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType})
 # cr_frame/ag_frame stay the driver's (a real frame object: isinstance(..., FrameType), .clear() work)
-FRAME_ATTRIBUTES = frozenset({"gi_code", "gi_frame", "gi_yieldfrom", "cr_code", "cr_await", "ag_code", "ag_await"})
+FRAME_ATTRIBUTES = frozenset(
+    {"gi_code", "gi_frame", "gi_yieldfrom", "cr_code", "cr_await", "ag_code", "ag_await"}
+)
 _DRIVER_CODES = frozenset({_generator.__code__, _iterable_coroutine_driver.__code__, _coroutine.__code__,
                            _async_generator.__code__})
 _NOT_INTERPRETED = object()
@@ -268,7 +272,11 @@ def frame_attribute(gen: object, name: str) -> object:
         return FrameProxy(frame, None)
     index = frame.index  # yieldfrom/await: the delegate of a frame suspended in yield from / await
     instructions = frame.instructions
-    if 0 < index < len(instructions) and instructions[index].opname == _RESUME and (instructions[index].arg or 0) & 3 >= 2:
+    if (
+        0 < index < len(instructions)
+        and instructions[index].opname == _RESUME
+        and (instructions[index].arg or 0) & 3 >= 2
+    ):
         return frame.stack[-1]
     return None
 

@@ -29,12 +29,15 @@ class Hooks:
     """Callbacks a run consults; see docs/interpreter.md for when each fires.
 
     Attributes:
-        lookasides: canonical callable -> replacement called natively instead of it (one dict lookup per call).
+        lookasides: canonical callable -> replacement called natively instead of it (one dict lookup per
+        call).
         resolve_call: for callables that missed ``lookasides``: a replacement to call natively, or None to
             interpret as usual (return the function itself to run it natively).
-        on_opaque_call: performs every call of a callable that is not interpreted: ``(fn, args, kwargs) -> result``.
+        on_opaque_call: performs every call of a callable that is not interpreted: ``(fn, args, kwargs) ->
+        result``.
         on_instruction: called before each instruction with ``(frame, instruction)``.
-        on_load_global: ``(frame, name, value) -> value`` after LOAD_GLOBAL/LOAD_NAME resolved a global/builtin.
+        on_load_global: ``(frame, name, value) -> value`` after LOAD_GLOBAL/LOAD_NAME resolved a
+        global/builtin.
         on_load_deref: ``(frame, name, value) -> value`` after LOAD_DEREF/LOAD_CLASSDEREF.
         on_load_attr: ``(frame, obj, name, value) -> value`` after LOAD_ATTR/LOAD_METHOD/getattr().
         on_missing_attr: ``(frame, obj, name) -> None`` when LOAD_ATTR/LOAD_METHOD raise

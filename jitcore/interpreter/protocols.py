@@ -62,12 +62,18 @@ NATIVE_ITERATORS = frozenset(type(x) for x in (
 
 # (name, reflected name, symbol, native function), indexed by BINARY_OP's argument (dis._nb_ops order).
 _NB = [
-    ("add", operator.add, operator.iadd, "+"), ("and", operator.and_, operator.iand, "&"),
-    ("floordiv", operator.floordiv, operator.ifloordiv, "//"), ("lshift", operator.lshift, operator.ilshift, "<<"),
-    ("matmul", operator.matmul, operator.imatmul, "@"), ("mul", operator.mul, operator.imul, "*"),
-    ("mod", operator.mod, operator.imod, "%"), ("or", operator.or_, operator.ior, "|"),
-    ("pow", operator.pow, operator.ipow, "**"), ("rshift", operator.rshift, operator.irshift, ">>"),
-    ("sub", operator.sub, operator.isub, "-"), ("truediv", operator.truediv, operator.itruediv, "/"),
+    ("add", operator.add, operator.iadd, "+"),
+    ("and", operator.and_, operator.iand, "&"),
+    ("floordiv", operator.floordiv, operator.ifloordiv, "//"),
+    ("lshift", operator.lshift, operator.ilshift, "<<"),
+    ("matmul", operator.matmul, operator.imatmul, "@"),
+    ("mul", operator.mul, operator.imul, "*"),
+    ("mod", operator.mod, operator.imod, "%"),
+    ("or", operator.or_, operator.ior, "|"),
+    ("pow", operator.pow, operator.ipow, "**"),
+    ("rshift", operator.rshift, operator.irshift, ">>"),
+    ("sub", operator.sub, operator.isub, "-"),
+    ("truediv", operator.truediv, operator.itruediv, "/"),
     ("xor", operator.xor, operator.ixor, "^"),
 ]
 BINARY_OPS: list[tuple] = []
@@ -179,7 +185,8 @@ def compare_op(run: Run, symbol: str, a: object, b: object) -> object:
     if symbol == "!=":
         return a is not b
     raise TypeError(
-        f"'{symbol}' not supported between instances of '{run.type_of(a).__name__}' and '{run.type_of(b).__name__}'"
+        f"'{symbol}' not supported between instances of '{run.type_of(a).__name__}' "
+        f"and '{run.type_of(b).__name__}'"
     )
 
 

@@ -51,7 +51,8 @@ __all__ = [
 SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 13))
 _VERSION = sys.version_info[:2]
 
-# CPython 3.12+ lists pseudo-instructions (SETUP_FINALLY, LOAD_METHOD, JUMP, ...) in ``dis.opmap`` with numbers
+# CPython 3.12+ lists pseudo-instructions (SETUP_FINALLY, LOAD_METHOD, JUMP, ...) in ``dis.opmap`` with
+# numbers
 # from 256 on: the compiler replaces them before bytecode exists, so they are never dispatched (and their
 # numbers would collide with the synthetic opcodes of fused handlers).
 _MIN_PSEUDO = 256
@@ -96,7 +97,9 @@ def handles(
     return register
 
 
-def unsupported(opname: str, reason: str, since: tuple[int, int], until: tuple[int, int] | None = None) -> None:
+def unsupported(
+    opname: str, reason: str, since: tuple[int, int], until: tuple[int, int] | None = None
+) -> None:
     """Declare that ``opname`` is deliberately not executed, and why (raises UnsupportedConstruct if met)."""
     if _applies(since, until):
         if opname not in _REAL_OPCODES:
@@ -111,7 +114,9 @@ def _declare_pseudo_and_instrumented() -> None:
         if code >= _MIN_PSEUDO:
             UNSUPPORTED[opname] = "pseudo-instruction: the compiler replaces it before bytecode exists"
         elif opname.startswith("INSTRUMENTED_"):
-            UNSUPPORTED[opname] = "sys.monitoring instrumentation: co_code (what is decoded) is de-instrumented"
+            UNSUPPORTED[opname] = (
+                "sys.monitoring instrumentation: co_code (what is decoded) is de-instrumented"
+            )
 
 
 _declare_pseudo_and_instrumented()

@@ -7,7 +7,8 @@ Invariants:
   from it is alive (Note [linecache entries]);
 - user-controlled values reach the code only as bound constants (see printer.py);
 - an imported module named in ``fast_imports`` is replaced, after the module body ran, by a snapshot
-  module holding just the attribute chains the compiled code reads from it (found in its bytecode) (``torch.ops.aten.mul.Tensor``
+  module holding just the attribute chains the compiled code reads from it (found in its bytecode)
+  (``torch.ops.aten.mul.Tensor``
   costs one specialised module lookup per dot instead of ``_OpNamespace.__getattr__`` calls). The
   text is unchanged; a name the snapshot lacks is looked up on the real object (PEP 562
   ``__getattr__``), so a debugger's expressions still work. A leaf of a type registered with

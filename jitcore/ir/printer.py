@@ -155,7 +155,9 @@ class _Printer:
         target = self.target(bsym.output)
         text = self.call(bsym) if target is None else f"{target} = {self.call(bsym)}"
         meta = ", ".join(
-            f'{p.name}: "{escape_comment(describe_value(p))}"' for p in _proxies(bsym.output) if describe_value(p)
+            f'{p.name}: "{escape_comment(describe_value(p))}"'
+            for p in _proxies(bsym.output)
+            if describe_value(p)
         )
         return f"{text}  # {meta}" if meta else text
 

@@ -282,7 +282,9 @@ def _restore(obj: Any, state: Any) -> None:
         list.__setitem__(obj, slice(None), old)
     elif kind in ("dict", "attrs"):
         target = obj if kind == "dict" else obj.__dict__
-        if dict.__len__(target) != len(old) or any(dict.get(target, k, _MISSING) is not v for k, v in old.items()):
+        if dict.__len__(target) != len(old) or any(
+            dict.get(target, k, _MISSING) is not v for k, v in old.items()
+        ):
             dict.clear(target)
             dict.update(target, old)
     elif kind == "set":

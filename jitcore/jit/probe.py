@@ -146,7 +146,8 @@ def _restored_thread_state() -> Iterator[None]:
     grad = torch.is_grad_enabled()
     rng = _rng_state()
     autocast = [
-        (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) for device in ("cpu", "cuda")
+        (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        for device in ("cpu", "cuda")
     ]
     cache = torch.is_autocast_cache_enabled()
     try:

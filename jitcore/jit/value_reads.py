@@ -76,7 +76,9 @@ class ValueReads:
             return Inlined(out)
         return Inlined(self._value_shaped(symbol, args, kwargs, out, site, error))
 
-    def _number(self, symbol: Symbol, args: tuple, kwargs: dict, value: int | float, site: ReadSite) -> NumberProxy:
+    def _number(
+        self, symbol: Symbol, args: tuple, kwargs: dict, value: int | float, site: ReadSite
+    ) -> NumberProxy:
         """``t.item()``: a number the computation reads on every call. It stays
         a name (arithmetic on it is recorded, torch takes it as a Scalar: ``loss.item()`` logged or
         ``x * t.max().item()`` need no entry per value); where the program needs its value (``if``,
@@ -103,7 +105,9 @@ class ValueReads:
         """Tensor outputs whose shapes the values decided: proxies with the real metadata, checked."""
         leaves, spec = optree.tree_flatten(out, none_is_leaf=True)
         inputs = optree.tree_leaves((args, kwargs), none_is_leaf=True)
-        differentiable = any(isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in leaves)
+        differentiable = any(
+            isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in leaves
+        )
         if differentiable and torch.is_grad_enabled() and any(
                 isinstance(v, TensorProxy) and v.requires_grad for v in inputs):
             retried = self._with_read_arguments(symbol, args, kwargs)
@@ -119,7 +123,9 @@ class ValueReads:
         self._record(BoundSymbol(recorded, args, kwargs, output, (), site.source))
         for proxy, real in zip(proxies, leaves):
             shape_site = ReadSite(f"the shape of {site.what}", site.source)
-            self._record(BoundSymbol(READ, (shape_site, tuple(real.shape), _shape, proxy), {}, None, (), site.source))
+            self._record(
+                BoundSymbol(READ, (shape_site, tuple(real.shape), _shape, proxy), {}, None, (), site.source)
+            )
         self._log(site, [tuple(t.shape) for t in leaves])
         return output
 
@@ -218,7 +224,11 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
     written: set[int] = set()
     for bsym in before:
         if may_write(bsym):
-            written |= {_storage(v) for v in optree.tree_leaves((bsym.args, bsym.kwargs)) if isinstance(v, TensorProxy)}
+            written |= {
+                _storage(v)
+                for v in optree.tree_leaves((bsym.args, bsym.kwargs))
+                if isinstance(v, TensorProxy)
+            }
     positions = [i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written]
     random = any("random" in b.symbol.tags for b in before)
     if not positions and not random:

@@ -113,15 +113,19 @@ def takes_value(symbol: Symbol, key: int | str) -> bool:
     return key in positions
 
 
-def bind_numbers(symbol: Symbol, args: tuple, kwargs: dict, *, specialize_every: bool = False) -> tuple[tuple, dict]:
+def bind_numbers(
+    symbol: Symbol, args: tuple, kwargs: dict, *, specialize_every: bool = False
+) -> tuple[tuple, dict]:
     """``args``/``kwargs`` of a symbol call with every NumberProxy that may not stay symbolic
     replaced by its specialized value (``specialize_every``: all of them, e.g. for a subclass call)."""
     if specialize_every:
         return specialize_all(args), specialize_all(kwargs)
     new_args = tuple(
-        a if isinstance(a, NumberProxy) and takes_value(symbol, i) else specialize_all(a) for i, a in enumerate(args)
+        a if isinstance(a, NumberProxy) and takes_value(symbol, i) else specialize_all(a)
+        for i, a in enumerate(args)
     )
     new_kwargs = {
-        k: v if isinstance(v, NumberProxy) and takes_value(symbol, k) else specialize_all(v) for k, v in kwargs.items()
+        k: v if isinstance(v, NumberProxy) and takes_value(symbol, k) else specialize_all(v)
+        for k, v in kwargs.items()
     }
     return new_args, new_kwargs

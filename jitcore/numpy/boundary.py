@@ -122,7 +122,9 @@ class Epilogue:
     converters: tuple[tuple[int, Callable[[torch.Tensor], Any]], ...]
 
     @staticmethod
-    def split(output: Any, is_array: Callable[[Any], bool], is_scalar: Callable[[Any], bool]) -> tuple[Any, Epilogue | None]:
+    def split(
+        output: Any, is_array: Callable[[Any], bool], is_scalar: Callable[[Any], bool]
+    ) -> tuple[Any, Epilogue | None]:
         """The output with each array wrapper replaced by its tensor, and the epilogue (None: no arrays)."""
         leaves, spec = optree.tree_flatten(output, none_is_leaf=True)
         converters = []

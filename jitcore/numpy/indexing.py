@@ -77,7 +77,9 @@ def _flipped_slice(s: slice, size: int) -> tuple[bool, slice] | None:
     """For a negative-step slice of a dimension of ``size``: whether to flip it, and the slice of
     the flipped dimension selecting the same elements in the same order."""
     try:
-        selected = range(size)[slice(*(None if v is None else operator.index(v) for v in (s.start, s.stop, s.step)))]
+        selected = range(size)[
+            slice(*(None if v is None else operator.index(v) for v in (s.start, s.stop, s.step)))
+        ]
     except TypeError:
         return None
     if len(selected) == 0:

@@ -95,7 +95,9 @@ def convert_to_tensor(data: Any) -> Any:
     try:
         dtype = torch.as_tensor(data).dtype  # on Python constants only
     except Exception as exc:  # noqa: BLE001 - as torch._numpy reports it
-        raise NotImplementedError(f"failed to convert {data} to ndarray. \nInternal error is: {exc}.") from None
+        raise NotImplementedError(
+            f"failed to convert {data} to ndarray. \nInternal error is: {exc}."
+        ) from None
     return run.call(torch.as_tensor, data, dtype=dtype)
 
 
@@ -104,7 +106,9 @@ def tensor_numpy(provenance: Any, tensor: Any, *, force: bool = False) -> Any:
     if not isinstance(tensor, TensorProxy):
         tensor = provenance.bind_leaked_tensor(tensor)
     if tensor.requires_grad and not force:
-        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        raise RuntimeError(
+            "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+        )
     if tensor.dtype not in TORCH_DTYPES_WITH_NUMPY:
         raise TypeError(f"Got unsupported ScalarType {str(tensor.dtype).removeprefix('torch.').capitalize()}")
     return wrap(tensor.detach() if force and tensor.requires_grad else tensor)

@@ -3,7 +3,8 @@
 A call is answered by the first entry whose prologue accepts it. With a handful of entries they are
 simply tried in turn (the one-entry fast path stays one prologue call). Past ``SCAN_LIMIT`` entries a
 cheap *dispatch key* of the call — shape and dtype of each positional tensor, the value of each
-positional int/str/bool (the type of a dynamic number), the type of anything else — picks the few entries filed under the same key,
+positional int/str/bool (the type of a dynamic number), the type of anything else — picks the few entries
+filed under the same key,
 so a cached call's cost stays flat however many entries there are (benchmarks/bench_cache_scaling.py).
 
 Invariants:
@@ -41,7 +42,10 @@ def dispatch_key(args: tuple, typed: Container[int] = ()) -> tuple:
             type(a) if type(a) in _DYNAMIC and i in typed else _key_of(a) for i, a in enumerate(args)
         ])
     return tuple(  # a list comprehension: faster than a generator here
-        [(a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a) for a in args]
+        [
+            (a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a)
+            for a in args
+        ]
     )
 
 

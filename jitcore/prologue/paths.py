@@ -68,7 +68,9 @@ class Root:
 
     def __eq__(self, other: object) -> bool:
         return (
-            isinstance(other, Root) and (self.kind, self.label) == (other.kind, other.label) and self.obj is other.obj
+            isinstance(other, Root)
+            and (self.kind, self.label) == (other.kind, other.label)
+            and self.obj is other.obj
         )
 
 
@@ -121,10 +123,17 @@ class Path:
             return f"{base}()"
         if step.kind == "attr":
             name = step.value
-            if isinstance(name, str) and _IDENT.match(name) and not keyword.iskeyword(name) and name.isascii():
+            if (
+                isinstance(name, str)
+                and _IDENT.match(name)
+                and not keyword.iskeyword(name)
+                and name.isascii()
+            ):
                 return f"{base}.{name}"
             return f"getattr({base}, {bind(name)})"
         key = step.value
-        if (type(key) is int and key.bit_length() <= 64) or (type(key) is str and len(key) < 64 and key.isascii() and key.isprintable()):
+        if (type(key) is int and key.bit_length() <= 64) or (
+            type(key) is str and len(key) < 64 and key.isascii() and key.isprintable()
+        ):
             return f"{base}[{key!r}]"
         return f"{base}[{bind(key)}]"

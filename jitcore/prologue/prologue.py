@@ -76,7 +76,9 @@ class Prologue:
         trace recorded after the guards were made relied on them: the grad transform's)."""
         for i, guard in enumerate(self.guards):
             if guard.kind == "tensor" and guard.path == path and guard.expected.strides is None:
-                spec = dataclasses.replace(guard.expected, strides=tuple(strides), storage_offset=storage_offset)
+                spec = dataclasses.replace(
+                    guard.expected, strides=tuple(strides), storage_offset=storage_offset
+                )
                 self.guards[i] = Guard(path, "tensor", spec)
 
     def sentences(self) -> list[str]:

@@ -63,7 +63,9 @@ def shape_check(_value: Any, condition: ShapeCondition, related: tuple) -> str |
     return f"expected {shape_describe('', condition)}, got {got}"
 
 
-def shape_render(_v: str, condition: ShapeCondition, bind: Callable[[Any], str], related: tuple[str, ...]) -> str:
+def shape_render(
+    _v: str, condition: ShapeCondition, bind: Callable[[Any], str], related: tuple[str, ...]
+) -> str:
     """Python that is true when the condition fails, over the variables holding the tensors."""
     namespace = _namespace()
     code = _PLACEHOLDER.sub(lambda m: related[int(m.group(1))], condition.expression)

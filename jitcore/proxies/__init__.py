@@ -1,4 +1,5 @@
-"""Proxies: TensorProxy (and SubclassTensorProxy in ``subclass``) for tensors, NumberProxy for dynamic numbers."""
+"""Proxies: TensorProxy (and SubclassTensorProxy in ``subclass``) for tensors, NumberProxy for dynamic
+numbers."""
 
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.tensor import DTYPE_ABBREVIATIONS, TensorProxy, describe_tensor

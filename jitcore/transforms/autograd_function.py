@@ -58,7 +58,9 @@ class TracingContext:
 def _uses_setup_context(cls: type) -> bool:
     return getattr(cls, "setup_context", None) is not None and (
         getattr(cls.setup_context, "__func__", cls.setup_context)
-        is not getattr(torch.autograd.Function.setup_context, "__func__", torch.autograd.Function.setup_context)
+        is not getattr(
+            torch.autograd.Function.setup_context, "__func__", torch.autograd.Function.setup_context
+        )
     )
 
 

@@ -71,7 +71,10 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
         if owner() is not None:
             prepare(owner(), exc)
 
-    lowered_into = {id(grad.forward): (traces, jfn.last_traces), id(grad.backward): (jfn.last_backward_traces,)}
+    lowered_into = {
+        id(grad.forward): (traces, jfn.last_traces),
+        id(grad.backward): (jfn.last_backward_traces,),
+    }
 
     def compile_trace(trace: Trace) -> Any:  # each lowered trace is shown beside the one it lowers
         return jfn.executor.compile(trace, record_lowered(*lowered_into[id(trace)]), grad_off=True)

@@ -54,7 +54,9 @@ class RecordingMode(TorchDispatchMode):
         super().__init__()
         self.state = state
 
-    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func in METADATA_OPS:
             return func(*args, **kwargs)
@@ -84,8 +86,12 @@ def _resolve_call(fn: Any) -> Any:
 def _opaque_call(fn: Any, args: tuple, kwargs: dict) -> Any:
     """Torch C functions that are not operations (``torch._functionalize_unsafe_set``, used by
     ``return_and_correct_aliasing``) act on the shadows of proxies."""
-    torch_builtin = isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith("torch")
-    if torch_builtin and any(isinstance(v, Proxy) for v in optree.tree_leaves((args, kwargs), none_is_leaf=True)):
+    torch_builtin = isinstance(fn, types.BuiltinFunctionType) and (
+        getattr(fn, "__module__", None) or ""
+    ).startswith("torch")
+    if torch_builtin and any(
+        isinstance(v, Proxy) for v in optree.tree_leaves((args, kwargs), none_is_leaf=True)
+    ):
         return call_on_shadows(fn, args, kwargs)
     return fn(*args, **kwargs)
 

@@ -43,7 +43,9 @@ def _is_cheap(bsym: BoundSymbol) -> bool:
     return torch.Tag.pointwise in getattr(op, "tags", ())
 
 
-def split_saved(forward: Trace, backward: Trace, tangents: list[TensorProxy], outputs: list[Any]) -> list[TensorProxy]:
+def split_saved(
+    forward: Trace, backward: Trace, tangents: list[TensorProxy], outputs: list[Any]
+) -> list[TensorProxy]:
     """Choose the saved values; prepend the recomputed forward ops to ``backward``.
 
     Args:

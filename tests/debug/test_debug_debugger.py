@@ -106,9 +106,18 @@ def test_subclass_trace_subsymbols():
     while d.current is not None:
         seen.append((d.depth, d.current.symbol.id.replace("torch.ops.", "")))
         d.step()
-    rebuild = (1, "unflatten_tensor_subclass_result")  # how the subclass output is built from the inner tensor
-    assert seen[1:] == [(0, "torch.mul"), (1, "aten.mul.Tensor"), rebuild, (0, "torch.add"), (1, "aten.add.Tensor"),
-                        rebuild]
+    rebuild = (
+        1,
+        "unflatten_tensor_subclass_result",
+    )  # how the subclass output is built from the inner tensor
+    assert seen[1:] == [
+        (0, "torch.mul"),
+        (1, "aten.mul.Tensor"),
+        rebuild,
+        (0, "torch.add"),
+        (1, "aten.add.Tensor"),
+        rebuild,
+    ]
     assert type(d.output) is Wrapped
     torch.testing.assert_close(d.output.inner, expected.inner)
     d = Debugger(jfn, (a,))

@@ -189,7 +189,10 @@ def test_cli_explain_shows_the_dispatch_map_of_the_subclass_example(capsys):
     example = os.path.join(ROOT, "examples", "debug_subclass.py")
     assert main(["explain", f"{example}:scale_shift"]) == 0
     out = capsys.readouterr().out
-    assert "  -> torch.mul -> Logged" in out and "-> torch.ops.aten.mul.Tensor(a.inner, 2) -> t0   (issued at" in out
+    assert (
+        "  -> torch.mul -> Logged" in out
+        and "-> torch.ops.aten.mul.Tensor(a.inner, 2) -> t0   (issued at" in out
+    )
     assert "in __torch_dispatch__: out = func(" in out
 
 

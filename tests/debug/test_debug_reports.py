@@ -70,7 +70,10 @@ def test_shape_error_two_helpers_deep_matches_eager():
     assert len(jit_lines) <= len(eager_lines) + len(note.splitlines())
 
 
-MATMUL_HINT = "in a matrix product, the left operand's last size (8) must equal the right operand's second-to-last size (5)"
+MATMUL_HINT = (
+    "in a matrix product, the left operand's last size (8) must equal the right operand's "
+    "second-to-last size (5)"
+)
 
 
 def run_script(path, *argv):
@@ -163,7 +166,9 @@ def test_unsupported_construct(monkeypatch):
     # The interpreter's own refusals name the user's line in their message and show the user's frames.
     assert "debug_programs.py" in str(info.value)
     assert not any(f.filename.startswith(JITCORE_DIR) for f in traceback.extract_tb(info.value.__traceback__))
-    assert [f.name for f in traceback.extract_tb(info.value.__traceback__) if f.filename == PROGRAMS] == ["uses_print"]
+    assert [f.name for f in traceback.extract_tb(info.value.__traceback__) if f.filename == PROGRAMS] == [
+        "uses_print"
+    ]
     assert "See docs/errors/JC-I001.md" in render(info.value)
 
 
@@ -232,15 +237,21 @@ def test_error_raised_by_the_backward_trace_maps_to_the_forward_user_line():
     jfn(x, torch.tensor([1, 2])).sum().backward()
     computation = jfn.entries[0].computation
     backward = computation.traces.backward
-    index = next(i for i, b in enumerate(backward.bound_symbols) if b.source and b.source[-1].function == "gather_rows")
+    index = next(
+        i for i, b in enumerate(backward.bound_symbols) if b.source and b.source[-1].function == "gather_rows"
+    )
     planted = backward.bound_symbols[index]
-    backward.bound_symbols[index] = dataclasses.replace(planted, args=("not a tensor",) + tuple(planted.args[1:]))
+    backward.bound_symbols[index] = dataclasses.replace(
+        planted, args=("not a tensor",) + tuple(planted.args[1:])
+    )
     computation.backward = compile_trace(backward)
     out = jfn(x, torch.tensor([1, 2])).sum()
     exc = raise_from(out.backward)
     assert type(exc) in (TypeError, RuntimeError)
     shown = traceback.extract_tb(exc.__traceback__)
-    assert not any(f.filename.startswith(JITCORE_DIR) or f.filename.startswith("<jitcore") for f in shown), shown
+    assert not any(f.filename.startswith(JITCORE_DIR) or f.filename.startswith("<jitcore") for f in shown), (
+        shown
+    )
     assert [(f.name, f.line) for f in shown if f.filename == PROGRAMS] == [("gather_rows", "y = x * 2")]
     assert context_of(exc).phase == "execution" and "gather_rows" in exc.__notes__[0]
 

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import debug_programs as P
 import debug_scripts
 import pytest
 import torch

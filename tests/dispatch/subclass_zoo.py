@@ -39,8 +39,13 @@ _VIEW_OPS = {aten.t.default, aten.view.default, aten.transpose.int, aten.permute
 
 def _wrapper(cls: type, like: torch.Tensor, dtype: torch.dtype | None = None) -> Any:
     return torch.Tensor._make_wrapper_subclass(
-        cls, like.shape, strides=like.stride(), storage_offset=like.storage_offset(), dtype=dtype or like.dtype,
-        device=like.device, requires_grad=False,
+        cls,
+        like.shape,
+        strides=like.stride(),
+        storage_offset=like.storage_offset(),
+        dtype=dtype or like.dtype,
+        device=like.device,
+        requires_grad=False,
     )
 
 
@@ -82,7 +87,11 @@ class ScaledTensor(torch.Tensor):
             x = args[0]
             out = func(x.data_, *args[1:], **kwargs)
             return ScaledTensor(out, x.scale, x.orig_dtype)
-        if func is aten.mul.Tensor and isinstance(args[0], ScaledTensor) and isinstance(args[1], (int, float)):
+        if (
+            func is aten.mul.Tensor
+            and isinstance(args[0], ScaledTensor)
+            and isinstance(args[1], (int, float))
+        ):
             return ScaledTensor(args[0].data_, args[0].scale * args[1], args[0].orig_dtype)
         plain_args, plain_kwargs = tree_map_only(ScaledTensor, lambda t: t.dequantize(), (args, kwargs))
         return func(*plain_args, **plain_kwargs)

@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
-from subclass_zoo import DISPATCH_LOG, ClampedTensor, LinearOverrideTensor, MirrorTensor, ScaledTensor, TaggedTensor
+from subclass_zoo import (
+    DISPATCH_LOG,
+    ClampedTensor,
+    LinearOverrideTensor,
+    MirrorTensor,
+    ScaledTensor,
+    TaggedTensor,
+)
 from test_dispatch_subclasses import assert_runs_on_plain_tensors, assert_same_value
 
 _UNARY = {

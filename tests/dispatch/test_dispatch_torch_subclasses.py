@@ -55,7 +55,11 @@ def _same(actual, expected) -> None:
     if not isinstance(expected, torch.Tensor):
         assert actual == expected
         return
-    assert actual.shape == expected.shape and actual.dtype == expected.dtype and actual.stride() == expected.stride()
+    assert (
+        actual.shape == expected.shape
+        and actual.dtype == expected.dtype
+        and actual.stride() == expected.stride()
+    )
     if type(expected) is not torch.Tensor:
         assert actual.__tensor_flatten__()[1] == expected.__tensor_flatten__()[1]  # the flatten context
     torch.testing.assert_close(_inner(actual), _inner(expected))

@@ -18,20 +18,21 @@ KNOWN_FAILURES_311: dict[str, str] = {
     "test.test_exceptions.ExceptionTests.testSettingException":
         "inspects the native frame of an exception raised from __init__ called by C code",
     "test.test_exceptions.ExceptionTests.testExceptionCleanupState":
-        "the interpreter's frames, reachable from the traceback, keep the raising frame's locals alive longer",
+        "the interpreter's frames, reachable from the traceback, "
+        "keep the raising frame's locals alive longer",
     "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler":
         "each interpreted call uses several native frames, so RecursionError comes at a different depth",
-    "test.test_raise.TestTracebackType.test_attrs":
-        "sys._getframe() returns a frame proxy, which is not the frame object of the traceback entry",
-    "test.test_raise.TestTracebackType.test_constructor":
-        "sys._getframe() returns a frame proxy, which types.TracebackType does not accept",
+    "test.test_raise.TestTracebackType.test_attrs": "sys._getframe() returns a frame proxy, "
+        "which is not the frame object of the traceback entry",
+    "test.test_raise.TestTracebackType.test_constructor": "sys._getframe() returns a frame proxy, "
+        "which types.TracebackType does not accept",
     # --- builtins seen through the interpreter's lookasides
     "test.test_iter.TestCase.test_iter_callable":
         "iter(callable, sentinel) holds the interpreter's wrapper of the callable (so that it stays "
-        "interpreted); pickling the iterator pickles that local wrapper",
+    "interpreted); pickling the iterator pickles that local wrapper",
     "test.test_iter.TestCase.test_reduce_mutating_builtins_iter":
         "replaces builtins.iter from inside __reduce__; the interpreter's iter() is its lookaside, "
-        "not the builtins module's current entry",
+    "not the builtins module's current entry",
     # --- sys.settrace: the interpreter does not emit trace events for interpreted frames, so installing a
     # trace function from interpreted code is refused (UnsupportedConstruct) instead of silently differing
     "test.test_scope.ScopeTests.testLocalsClass_WithTrace": "calls sys.settrace() inside interpreted code",
@@ -68,4 +69,6 @@ KNOWN_FAILURES_313: dict[str, str] = {
     **{name: KNOWN_FAILURES_311[name] for name in _SAME_ON_313},
 }
 
-KNOWN_FAILURES: dict[str, str] = {(3, 11): KNOWN_FAILURES_311, (3, 13): KNOWN_FAILURES_313}[sys.version_info[:2]]
+KNOWN_FAILURES: dict[str, str] = {(3, 11): KNOWN_FAILURES_311, (3, 13): KNOWN_FAILURES_313}[
+    sys.version_info[:2]
+]

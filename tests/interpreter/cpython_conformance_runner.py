@@ -22,15 +22,47 @@ from dataclasses import dataclass, field
 from jitcore.interpreter import interpret, interpret_code
 
 MODULES = (
-    "test_grammar", "test_scope", "test_exceptions", "test_with", "test_contextlib", "test_patma", "test_class",
-    "test_listcomps", "test_genexps", "test_generators", "test_keywordonlyarg", "test_positional_only_arg",
-    "test_unpack_ex", "test_augassign", "test_raise", "test_except_star", "test_super", "test_property",
-    "test_decorators", "test_dataclasses",
+    "test_grammar",
+    "test_scope",
+    "test_exceptions",
+    "test_with",
+    "test_contextlib",
+    "test_patma",
+    "test_class",
+    "test_listcomps",
+    "test_genexps",
+    "test_generators",
+    "test_keywordonlyarg",
+    "test_positional_only_arg",
+    "test_unpack_ex",
+    "test_augassign",
+    "test_raise",
+    "test_except_star",
+    "test_super",
+    "test_property",
+    "test_decorators",
+    "test_dataclasses",
     # operators, comprehensions, iteration, functions, async: added 2026-11-30
-    "test_opcodes", "test_unary", "test_binop", "test_compare", "test_named_expressions", "test_dictcomps",
-    "test_fstring", "test_iter", "test_enumerate", "test_sort", "test_slice", "test_funcattrs", "test_isinstance",
-    "test_bool", "test_string_literals", "test_contextlib_async", "test_asyncgen", "test_typechecks",
-    "test_int_literal", "test_global",
+    "test_opcodes",
+    "test_unary",
+    "test_binop",
+    "test_compare",
+    "test_named_expressions",
+    "test_dictcomps",
+    "test_fstring",
+    "test_iter",
+    "test_enumerate",
+    "test_sort",
+    "test_slice",
+    "test_funcattrs",
+    "test_isinstance",
+    "test_bool",
+    "test_string_literals",
+    "test_contextlib_async",
+    "test_asyncgen",
+    "test_typechecks",
+    "test_int_literal",
+    "test_global",
 )
 
 TIMEOUT_S = 20
@@ -56,7 +88,11 @@ def _on_alarm(signum: int, frame: object) -> None:
 def _test_classes(module: object) -> list[type]:
     out = []
     for value in vars(module).values():
-        if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == module.__name__:
+        if (
+            isinstance(value, type)
+            and issubclass(value, unittest.TestCase)
+            and value.__module__ == module.__name__
+        ):
             out.append(value)
     return out
 

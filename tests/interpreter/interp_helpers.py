@@ -35,7 +35,8 @@ def _describe(error):
 
 
 def check(fn, *args, hooks=None, **kwargs):
-    """Assert ``interpret(fn, hooks)`` matches ``fn`` on value, exception (type, args, cause, context), stdout and
+    """Assert ``interpret(fn, hooks)`` matches ``fn`` on value, exception (type, args, cause, context), stdout
+    and
     mutations of the arguments; returns the native value."""
     native = _outcome(fn, args, kwargs)
     interpreted = _outcome(interpret(fn, hooks), args, kwargs)

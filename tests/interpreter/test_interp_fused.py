@@ -246,7 +246,9 @@ class _Point:
 
 def shapes_313(n, items):
     """Fused runs that exist on 3.13 only (and run unfused, as plain instructions, on 3.11)."""
-    evens = [i for i in items if i % 2]  # JUMP_BACKWARD->FOR_ITER+STORE_FAST_LOAD_FAST, LOAD_CONST+...+TO_BOOL+...
+    evens = [
+        i for i in items if i % 2
+    ]  # JUMP_BACKWARD->FOR_ITER+STORE_FAST_LOAD_FAST, LOAD_CONST+...+TO_BOOL+...
 
     def gen():
         for i in range(n):

@@ -38,7 +38,9 @@ def test_lookaside_on_python_function_and_method():
     def f():
         return helper(1), C().m(3)
 
-    hooks = Hooks(lookasides={helper: lambda x: "replaced", C.m: lambda self, x: ("method", type(self).__name__)})
+    hooks = Hooks(
+        lookasides={helper: lambda x: "replaced", C.m: lambda self, x: ("method", type(self).__name__)}
+    )
     assert interpret(f, hooks)() == ("replaced", ("method", "C"))
 
 

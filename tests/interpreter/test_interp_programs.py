@@ -42,11 +42,22 @@ def programs(draw):
         elif kind == "if":
             lines += [f"    if {e1}:", f"        acc.append({e2})", "    else:", "        acc.append('else')"]
         elif kind == "loop":
-            lines += ["    for i in range(3):", f"        b = {e1}", "        if b == 2:", "            break",
-                      "        acc.append(b)"]
+            lines += [
+                "    for i in range(3):",
+                f"        b = {e1}",
+                "        if b == 2:",
+                "            break",
+                "        acc.append(b)",
+            ]
         elif kind == "try":
-            lines += ["    try:", f"        acc.append({e1})", "    except (ZeroDivisionError, TypeError) as e:",
-                      "        acc.append(type(e).__name__)", "    finally:", "        acc.append('f')"]
+            lines += [
+                "    try:",
+                f"        acc.append({e1})",
+                "    except (ZeroDivisionError, TypeError) as e:",
+                "        acc.append(type(e).__name__)",
+                "    finally:",
+                "        acc.append('f')",
+            ]
         else:
             lines += [f"    acc.append([{e1} for a in range(3) if {e2}])"]
     lines.append("    return acc")

@@ -47,8 +47,10 @@ def test_untested_versions_are_refused_at_import(version: tuple[int, int]) -> No
     import sys
 
     # the libraries jitcore imports are imported first, under the real version (they check it too)
-    fake = ("import sys, collections, torch, numpy, optree, rich; sys.version_info = collections.namedtuple('v', "
-            f"'major minor micro releaselevel serial')({version[0]}, {version[1]}, 0, 'final', 0)")
+    fake = (
+        "import sys, collections, torch, numpy, optree, rich; sys.version_info = collections.namedtuple('v', "
+        f"'major minor micro releaselevel serial')({version[0]}, {version[1]}, 0, 'final', 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", f"{fake}; import jitcore"], capture_output=True, text=True,
                           check=False, timeout=120)
     assert proc.returncode != 0

@@ -104,7 +104,8 @@ def test_hostile_input_names_are_sanitised() -> None:
     names = NameGenerator()
     claimed = [names.claim(n) for n in HOSTILE_NAMES]
     assert claimed == [
-        "torch_0", "len_0", "print_0", "class_0", "x_y", "field", "c0_0", "t0", "_1abc", "v0", "v", "match_0", "v1",
+        "torch_0", "len_0", "print_0", "class_0", "x_y", "field", "c0_0", "t0", "_1abc", "v0", "v", "match_0",
+        "v1",
     ]  # fmt: skip
     assert names.fresh() == "t1"  # t0 was claimed by an input
 
@@ -229,7 +230,7 @@ def test_arbitrary_text_never_executes(text: str, line: str) -> None:
     register_user_file(filename, [line + "\n"])
     frames = (SourceFrame(filename, 1, text),)
     sym = text_symbol()
-    trace = trace_fn(lambda x: (sym(x, text, **{text: text}), text), torch.ones(1), source_provider=lambda: frames,
-                     header=[text, line])  # fmt: skip
+    trace = trace_fn(lambda x: (sym(x, text, **{text: text}), text), torch.ones(1),
+                     source_provider=lambda: frames, header=[text, line])  # fmt: skip
     for result in run_everywhere(trace, torch.ones(1)):
         assert result[1] == text

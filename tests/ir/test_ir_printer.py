@@ -144,7 +144,8 @@ def test_subsymbols_print_as_comments_indented_under_their_parent() -> None:
     [top, _] = trace.bound_symbols
     assert [s.symbol.id for s in top.subsymbols] == ["test.sin2", "torch.relu"]
     assert [(depth, b.symbol.id) for depth, b in walk(trace.bound_symbols)] == [
-        (0, "test.outer"), (1, "test.sin2"), (2, "torch.sin"), (2, "torch.mul"), (1, "torch.relu"), (0, "torch.cos"),
+        (0, "test.outer"), (1, "test.sin2"), (2, "torch.sin"), (2, "torch.mul"), (1, "torch.relu"),
+        (0, "torch.cos"),
     ]  # fmt: skip
     x = torch.randn(3)
     torch.testing.assert_close(exec_printed(trace)(x), (torch.sin(x) * 2).relu().cos())
@@ -450,7 +451,9 @@ Pair = collections.namedtuple("Pair", ["first", "second"])
 def test_tuple_types_not_reachable_from_the_imports_are_bound_by_reference() -> None:
     trace = trace_fn(lambda x: Pair(x.sin(), torch.max(x, 0)), torch.randn(2, 2))
     source = str(trace)
-    assert source.endswith("  return Pair(t0, torch.return_types.max((t1, t2)))\n")  # a class: named after itself
+    assert source.endswith(
+        "  return Pair(t0, torch.return_types.max((t1, t2)))\n"
+    )  # a class: named after itself
     assert print_trace(trace).constants == {"Pair": Pair}
     result = exec_printed(trace)(torch.ones(2, 2))
     assert type(result) is Pair and type(result.second) is torch.return_types.max

@@ -28,7 +28,11 @@ def assert_same(actual: Any, expected: Any) -> None:
     """Values, dtypes, devices, output types and structure all equal (NaNs equal)."""
     assert type(actual) is type(expected), (type(actual), type(expected))
     if isinstance(expected, torch.Tensor):
-        assert actual.dtype == expected.dtype and actual.shape == expected.shape and actual.device == expected.device
+        assert (
+            actual.dtype == expected.dtype
+            and actual.shape == expected.shape
+            and actual.device == expected.device
+        )
         assert actual.requires_grad == expected.requires_grad
         torch.testing.assert_close(actual, expected, equal_nan=True, rtol=1e-5, atol=1e-6)
         return

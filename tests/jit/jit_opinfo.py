@@ -56,7 +56,9 @@ def check_jit_sample(op: Any, fn: Callable[..., Any], sample: Any, **jit_options
         except DataDependentError as err:
             if eager_error is None:
                 return Outcome("data-dependent", str(err).splitlines()[0])
-            raise Mismatch(f"eager raised {type(eager_error).__name__}, jit raised DataDependentError") from None
+            raise Mismatch(
+                f"eager raised {type(eager_error).__name__}, jit raised DataDependentError"
+            ) from None
         except Exception as err:  # noqa: BLE001
             if eager_error is not None and isinstance(err, type(eager_error)):
                 return PASS

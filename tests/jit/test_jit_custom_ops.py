@@ -70,13 +70,22 @@ def test_custom_op_without_a_fake_kernel_is_a_clear_error():
     assert "no_fake" in text
 
 
-@pytest.mark.parametrize("fn, make", [
-    (lambda a, b: torch._int_mm(a, b),
-     lambda: (torch.randint(-5, 5, (32, 32), dtype=torch.int8), torch.randint(-5, 5, (32, 32), dtype=torch.int8))),
-    (lambda a, b: torch.Tensor.__getitem__(a, 0) + b[0], lambda: (torch.randn(3, 2), torch.randn(3, 2))),
-    (lambda a, b: torch._C.TensorBase.add(a, b), lambda: (torch.randn(3), torch.randn(3))),
-    (lambda a, b: torch._C._nn.linear(a, b), lambda: (torch.randn(2, 3), torch.randn(4, 3))),
-], ids=["int_mm", "getitem-descriptor", "tensorbase-method", "C-linear"])
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (
+            lambda a, b: torch._int_mm(a, b),
+            lambda: (
+                torch.randint(-5, 5, (32, 32), dtype=torch.int8),
+                torch.randint(-5, 5, (32, 32), dtype=torch.int8),
+            ),
+        ),
+        (lambda a, b: torch.Tensor.__getitem__(a, 0) + b[0], lambda: (torch.randn(3, 2), torch.randn(3, 2))),
+        (lambda a, b: torch._C.TensorBase.add(a, b), lambda: (torch.randn(3), torch.randn(3))),
+        (lambda a, b: torch._C._nn.linear(a, b), lambda: (torch.randn(2, 3), torch.randn(4, 3))),
+    ],
+    ids=["int_mm", "getitem-descriptor", "tensorbase-method", "C-linear"],
+)
 def test_c_functions_on_traced_tensors(fn, make):
     jf = jitcore.jit(fn)
     for _ in range(2):

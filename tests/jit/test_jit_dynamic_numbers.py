@@ -25,7 +25,9 @@ def same(actual, expected) -> None:
     """assert_same, with numbers compared exactly (type, sign of zero, NaN)."""
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         assert type(actual) is type(expected), (actual, expected)
-        assert (math.isnan(actual) and math.isnan(expected)) or (actual == expected and math.copysign(1, actual) == math.copysign(1, expected)), (actual, expected)
+        assert (math.isnan(actual) and math.isnan(expected)) or (
+            actual == expected and math.copysign(1, actual) == math.copysign(1, expected)
+        ), (actual, expected)
         return
     if isinstance(expected, tuple):
         assert type(actual) is tuple and len(actual) == len(expected)
@@ -354,7 +356,9 @@ def test_value_parameters_come_from_aten_schemas():
     assert not takes_value(_torch_symbol("torch.arange"), 0)
     assert not takes_value(_torch_symbol("torch.sum"), "dim")
     elu = _torch_symbol("torch.nn.functional.elu")
-    assert takes_value(elu, 1) and not takes_value(elu, 2)  # F.elu(x, alpha, inplace): aten's third is 'scale'
+    assert takes_value(elu, 1) and not takes_value(
+        elu, 2
+    )  # F.elu(x, alpha, inplace): aten's third is 'scale'
     assert takes_value(_torch_symbol("torch.nn.functional.dropout"), "p")
     assert not takes_value(_torch_symbol("torch.nn.functional.dropout"), "training")
 

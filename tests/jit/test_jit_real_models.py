@@ -19,14 +19,28 @@ VOCAB = 64
 
 
 def _llama():
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return transformers.LlamaForCausalLM(config)
 
 
 def _qwen2():
-    config = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return transformers.Qwen2ForCausalLM(config)
 
 
@@ -37,8 +51,14 @@ def _gpt2():
 
 
 def _bert():
-    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=64, max_position_embeddings=64)
+    config = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     return transformers.BertModel(config)
 
 
@@ -84,7 +104,11 @@ def _assert_close(a, b):
 @pytest.mark.parametrize("how", ["module", "function"])
 def test_forward_with_and_without_padding(make, how):
     model = _model(make)
-    jitted = jitcore.jit(model) if how == "module" else jitcore.jit(lambda ids, mask: model(ids, attention_mask=mask))
+    jitted = (
+        jitcore.jit(model)
+        if how == "module"
+        else jitcore.jit(lambda ids, mask: model(ids, attention_mask=mask))
+    )
     for seed, mask in [(0, None), (1, _padding_mask()), (2, _padding_mask())]:
         ids = _ids(seed)
         mask_arg = mask if mask is not None else torch.ones_like(ids)
@@ -99,7 +123,9 @@ def test_encoder_decoder_and_vision_models():
     jt5 = jitcore.jit(t5)
     for seed in range(2):
         ids, dec = _ids(seed), _ids(seed + 10, (2, 5))
-        _assert_close(jt5(input_ids=ids, decoder_input_ids=dec).logits, t5(input_ids=ids, decoder_input_ids=dec).logits)
+        _assert_close(
+            jt5(input_ids=ids, decoder_input_ids=dec).logits, t5(input_ids=ids, decoder_input_ids=dec).logits
+        )
     vit = _model(_vit)
     jvit = jitcore.jit(vit)
     for seed in range(2):
@@ -148,7 +174,9 @@ def test_greedy_generate():
     generate = jitcore.jit(model.generate)
     for seed in range(2):
         ids = _ids(seed)
-        got = generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, pad_token_id=0)
+        got = generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, pad_token_id=0
+        )
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False,
                                   pad_token_id=0)
         assert torch.equal(got, expected)

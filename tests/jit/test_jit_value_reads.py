@@ -93,8 +93,14 @@ def test_ops_with_value_dependent_shapes_and_tensor_arguments():
     def f(x, idx):
         return torch.unique(x), torch.tensor_split(x, idx), torch.bincount(x)
 
-    run_sequence(f, [(torch.tensor([1, 2, 2, 5]), torch.tensor([1, 3])), (torch.tensor([1, 2, 2, 5]), torch.tensor([1, 3])),
-                     (torch.tensor([0, 0, 3, 3]), torch.tensor([2]))])
+    run_sequence(
+        f,
+        [
+            (torch.tensor([1, 2, 2, 5]), torch.tensor([1, 3])),
+            (torch.tensor([1, 2, 2, 5]), torch.tensor([1, 3])),
+            (torch.tensor([0, 0, 3, 3]), torch.tensor([2])),
+        ],
+    )
     x = torch.randn(5, 3, requires_grad=True)
     for fn in (lambda x, s: torch.narrow(x, 0, s, 2), lambda x, s: torch.tensor_split(x, s)[0]):
         out = jitcore.jit(fn)(x, torch.tensor(1))

@@ -322,7 +322,11 @@ def test_an_aten_op_reaching_torch_function_is_the_aten_symbol() -> None:
     x = torch.randn(1, 2, 4, 4)
     out, idx = torch.ops.aten.max_pool2d_with_indices.default(x, [2, 2])
     grad = torch.randn_like(out)
-    source, compiled = _traced(lambda g, a, i: op(g, a, [2, 2], [2, 2], [0, 0], [1, 1], False, i), grad, x, idx)
+    source, compiled = _traced(
+        lambda g, a, i: op(g, a, [2, 2], [2, 2], [0, 0], [1, 1], False, i), grad, x, idx
+    )
     assert "torch.ops.aten.max_pool2d_with_indices_backward.default(" in source
     assert L.lookup(op).langctx == "aten"
-    torch.testing.assert_close(compiled(grad, x, idx), op(grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx))
+    torch.testing.assert_close(
+        compiled(grad, x, idx), op(grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx)
+    )

@@ -68,7 +68,9 @@ def test_arrays_in_containers_and_keywords() -> None:
 
     jfn = jitcore.jit(f)
     for _ in range(2):
-        assert_same(jfn([A, A.T.copy().T], scale=np.float64(2.0)), f([A, A.T.copy().T], scale=np.float64(2.0)))
+        assert_same(
+            jfn([A, A.T.copy().T], scale=np.float64(2.0)), f([A, A.T.copy().T], scale=np.float64(2.0))
+        )
 
 
 def test_the_same_array_twice_is_one_input() -> None:
@@ -134,7 +136,14 @@ def test_in_place_on_tensor_numpy_view_reaches_the_tensor() -> None:
 def test_isinstance_and_type_see_numpy_types() -> None:
     def f(a):
         s = np.sum(a)
-        return (isinstance(a, np.ndarray), isinstance(s, np.ndarray), isinstance(s, np.floating),
-                isinstance(a[0], (np.ndarray, int)), type(a) is np.ndarray, type(s).__name__, type(a[0, 0]) is np.float64)
+        return (
+            isinstance(a, np.ndarray),
+            isinstance(s, np.ndarray),
+            isinstance(s, np.floating),
+            isinstance(a[0], (np.ndarray, int)),
+            type(a) is np.ndarray,
+            type(s).__name__,
+            type(a[0, 0]) is np.float64,
+        )
 
     check(f, A)

@@ -29,36 +29,98 @@ def _set_through_mask(a):
 
 
 PROGRAMS = {
-    "linalg": (lambda m: (np.linalg.svd(m)[1], np.linalg.qr(m)[1].shape, np.linalg.eigvalsh(m + m.T),
-                          np.linalg.matrix_rank(m), np.linalg.slogdet(m)[1]), (M,)),
+    "linalg": (
+        lambda m: (
+            np.linalg.svd(m)[1],
+            np.linalg.qr(m)[1].shape,
+            np.linalg.eigvalsh(m + m.T),
+            np.linalg.matrix_rank(m),
+            np.linalg.slogdet(m)[1],
+        ),
+        (M,),
+    ),
     "fft": (lambda v: (np.fft.fft(v), np.abs(np.fft.rfft(v)), np.fft.ifft(np.fft.fft(v)).real), (V,)),
-    "contractions": (lambda a, m: (np.einsum("ij,jk->ik", a, m), np.tensordot(a, m, axes=1), np.matmul(a, m),
-                                   np.inner(a, a)), (A, M)),
+    "contractions": (
+        lambda a, m: (
+            np.einsum("ij,jk->ik", a, m),
+            np.tensordot(a, m, axes=1),
+            np.matmul(a, m),
+            np.inner(a, a),
+        ),
+        (A, M),
+    ),
     "setitem": (_setitem, (A,)),
     "masked_write": (_set_through_mask, (A,)),
     "iteration": (lambda a: [r.sum() for r in a], (A,)),
-    "constant_from_numpy": (lambda a: a[0, :2] * np.interp([1.5, 2.5], [1.0, 2.0, 3.0], [10.0, 20.0, 30.0]), (A,)),
+    "constant_from_numpy": (
+        lambda a: a[0, :2] * np.interp([1.5, 2.5], [1.0, 2.0, 3.0], [10.0, 20.0, 30.0]),
+        (A,),
+    ),
     "scalar_types_called": (lambda a: (np.float64(a.sum()), np.float32(a[0]), np.int64(3) + a), (A,)),
-    "sorting_and_statistics": (lambda a: (np.sort(a, axis=1), np.argsort(a, axis=0), np.median(a),
-                                          np.percentile(a, 50.0), np.quantile(a, 0.5)), (A,)),
-    "misc": (lambda a: (np.isnan(a).any(), np.round(a, 2), np.floor(a), np.diff(a), np.tile(a, 2),
-                        np.repeat(a, 2, axis=0)), (A,)),
+    "sorting_and_statistics": (
+        lambda a: (
+            np.sort(a, axis=1),
+            np.argsort(a, axis=0),
+            np.median(a),
+            np.percentile(a, 50.0),
+            np.quantile(a, 0.5),
+        ),
+        (A,),
+    ),
+    "misc": (
+        lambda a: (
+            np.isnan(a).any(),
+            np.round(a, 2),
+            np.floor(a),
+            np.diff(a),
+            np.tile(a, 2),
+            np.repeat(a, 2, axis=0),
+        ),
+        (A,),
+    ),
     "splitting": (lambda a: (np.split(a, 2, axis=1), np.array_split(a, 3), np.meshgrid(a[0], a[1])), (A,)),
-    "integers": (lambda a: ((a * 10).astype(np.int32) // 3, np.remainder((a * 10).astype(np.int64), 4),
-                            np.power(2, np.arange(4)), 2**a), (A,)),
-    "scalar_arithmetic": (lambda a: (a.sum() / a.size, a.max() - a.min(), np.sqrt(a.sum() ** 2), -a.sum(),
-                                     abs(a.sum())), (A,)),
+    "integers": (
+        lambda a: (
+            (a * 10).astype(np.int32) // 3,
+            np.remainder((a * 10).astype(np.int64), 4),
+            np.power(2, np.arange(4)),
+            2**a,
+        ),
+        (A,),
+    ),
+    "scalar_arithmetic": (
+        lambda a: (a.sum() / a.size, a.max() - a.min(), np.sqrt(a.sum() ** 2), -a.sum(), abs(a.sum())),
+        (A,),
+    ),
     "arg_reductions": (lambda a: (np.argmax(a), a.argmin(), np.argmax(a, axis=1)), (A,)),
     "booleans": (lambda a: (np.all(a > -10), np.any(a > 10), (a > 0).sum(), np.count_nonzero(a > 0)), (A,)),
     "complex": (lambda a: (np.exp(1j * a), (a + 1j).real.dtype == np.float64), (A,)),
-    "dtype_arguments": (lambda a: (np.sum(a, dtype=np.float32), np.zeros((2, 2), dtype="int32"), np.ones(3, np.float32),
-                                   np.arange(5, dtype=np.int8)), (A,)),
+    "dtype_arguments": (
+        lambda a: (
+            np.sum(a, dtype=np.float32),
+            np.zeros((2, 2), dtype="int32"),
+            np.ones(3, np.float32),
+            np.arange(5, dtype=np.int8),
+        ),
+        (A,),
+    ),
     "tensor_of_array": (lambda a: (torch.as_tensor(a) + 1, torch.tensor(a) * 2, torch.asarray(a) - 1), (A,)),
     "array_of_tensor": (lambda x: (np.asarray(x) + 1, np.array(x) * 2), (torch.randn(3, 4),)),
-    "ufunc_methods": (lambda a: (np.add.reduce(a), np.multiply.reduce(a, axis=1), np.maximum.reduce(a, 1),
-                                 np.add.accumulate(a), np.logical_or.reduce(a > 0, axis=None),
-                                 np.add.reduce(a.astype(np.int32), keepdims=True)), (A,)),
-    "metadata": (lambda a: (a.shape, a.ndim, a.size, len(a), a.T.shape, a.itemsize, a.nbytes, a.strides), (A,)),
+    "ufunc_methods": (
+        lambda a: (
+            np.add.reduce(a),
+            np.multiply.reduce(a, axis=1),
+            np.maximum.reduce(a, 1),
+            np.add.accumulate(a),
+            np.logical_or.reduce(a > 0, axis=None),
+            np.add.reduce(a.astype(np.int32), keepdims=True),
+        ),
+        (A,),
+    ),
+    "metadata": (
+        lambda a: (a.shape, a.ndim, a.size, len(a), a.T.shape, a.itemsize, a.nbytes, a.strides),
+        (A,),
+    ),
 }
 
 

@@ -42,7 +42,10 @@ def test_value_reads_match_numpy_on_every_call(fn) -> None:
     for a in (A, A, -A, A[::-1].copy(), -A):
         got, expected = jfn(a), fn(a)
         assert type(got) is type(expected)
-        for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+        for g, e in zip(
+            got if isinstance(got, tuple) else (got,),
+            expected if isinstance(expected, tuple) else (expected,),
+        ):
             np.testing.assert_array_equal(g, e)
 
 
@@ -64,7 +67,9 @@ def test_numpy_random_inside_is_unsupported_with_the_line() -> None:
 
 
 def test_generator_objects_are_unsupported() -> None:
-    error = _raises(UnsupportedNumPyError, lambda a, rng: a + rng.normal(size=(3, 4)), A, np.random.default_rng(0))
+    error = _raises(
+        UnsupportedNumPyError, lambda a, rng: a + rng.normal(size=(3, 4)), A, np.random.default_rng(0)
+    )
     assert "np.random.Generator.normal" in str(error)
 
 

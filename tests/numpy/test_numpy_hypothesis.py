@@ -48,7 +48,11 @@ def _arrays(shape):
 
 
 @SETTINGS
-@given(data=st.data(), shape=hnp.array_shapes(min_dims=0, max_dims=3, max_side=4), op=st.sampled_from(sorted(UNARY)))
+@given(
+    data=st.data(),
+    shape=hnp.array_shapes(min_dims=0, max_dims=3, max_side=4),
+    op=st.sampled_from(sorted(UNARY)),
+)
 def test_unary_programs(data, shape, op) -> None:
     a = data.draw(_arrays(shape))
     check(UNARY[op], a)
@@ -64,8 +68,12 @@ def test_binary_programs_with_broadcasting(data, shapes, op) -> None:
 
 
 @SETTINGS
-@given(data=st.data(), shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
-       keepdims=st.booleans(), reduction=st.sampled_from(["sum", "mean", "max", "min", "prod", "argmax", "std"]))
+@given(
+    data=st.data(),
+    shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
+    keepdims=st.booleans(),
+    reduction=st.sampled_from(["sum", "mean", "max", "min", "prod", "argmax", "std"]),
+)
 def test_reductions_over_an_axis(data, shape, keepdims, reduction) -> None:
     a = data.draw(_arrays(shape))
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
@@ -87,7 +95,9 @@ def test_basic_and_integer_array_indexing(data, shape) -> None:
 
 
 @SETTINGS
-@given(data=st.data(), shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1, max_dims=3, max_side=4))
+@given(
+    data=st.data(), shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1, max_dims=3, max_side=4)
+)
 def test_mixed_tensor_and_array_programs(data, shapes) -> None:
     import torch
 

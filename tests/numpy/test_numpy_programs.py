@@ -31,8 +31,17 @@ def test_tensor_numpy_then_numpy_calls() -> None:
 
 def test_reductions_with_axis_and_keepdims() -> None:
     def f(a):
-        return (np.sum(a), np.sum(a, axis=0), np.mean(a, axis=1, keepdims=True), a.max(axis=-1), np.min(a, axis=(0, 1)),
-                np.argmax(a, axis=0), a.std(), np.prod(a, axis=1), np.cumsum(a, axis=1))
+        return (
+            np.sum(a),
+            np.sum(a, axis=0),
+            np.mean(a, axis=1, keepdims=True),
+            a.max(axis=-1),
+            np.min(a, axis=(0, 1)),
+            np.argmax(a, axis=0),
+            a.std(),
+            np.prod(a, axis=1),
+            np.cumsum(a, axis=1),
+        )
 
     check(f, A)
 
@@ -46,7 +55,9 @@ def test_broadcasting() -> None:
 
 
 def test_mixed_precision_follows_numpy_promotion() -> None:
-    check(lambda a, b: (a + b, b * 2.0, b + np.float64(1.0), b.astype(np.float64), a.astype(np.float32)), A, B)
+    check(
+        lambda a, b: (a + b, b * 2.0, b + np.float64(1.0), b.astype(np.float64), a.astype(np.float32)), A, B
+    )
 
 
 def test_integer_and_bool_indexing_of_numpy_arrays() -> None:
@@ -85,7 +96,14 @@ def test_concatenate_and_stack() -> None:
 
 def test_linalg_basics() -> None:
     def f(m, v):
-        return m @ v, np.dot(m, m), np.linalg.inv(m), np.linalg.norm(v), np.linalg.det(m), np.linalg.solve(m, v)
+        return (
+            m @ v,
+            np.dot(m, m),
+            np.linalg.inv(m),
+            np.linalg.norm(v),
+            np.linalg.det(m),
+            np.linalg.solve(m, v),
+        )
 
     check(f, M, V)
 
@@ -108,7 +126,13 @@ def test_mixed_tensor_and_ndarray_program() -> None:
 
 def test_array_creation_inside() -> None:
     def f(a):
-        return np.zeros_like(a) + np.ones(4), np.arange(4) * a, np.linspace(0, 1, 4), np.eye(3) @ a, np.array(2.0)
+        return (
+            np.zeros_like(a) + np.ones(4),
+            np.arange(4) * a,
+            np.linspace(0, 1, 4),
+            np.eye(3) @ a,
+            np.array(2.0),
+        )
 
     check(f, A)
 
@@ -190,7 +214,10 @@ def test_complex_and_integer_dtypes() -> None:
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.bool_])
 def test_inputs_of_each_dtype(dtype) -> None:
-    check(lambda a: (a * 2, np.sum(a, axis=0), a[0]), (A > 0).astype(dtype) if dtype is np.bool_ else (A * 3).astype(dtype))
+    check(
+        lambda a: (a * 2, np.sum(a, axis=0), a[0]),
+        (A > 0).astype(dtype) if dtype is np.bool_ else (A * 3).astype(dtype),
+    )
 
 
 def _softmax(a):
@@ -213,10 +240,14 @@ REALISTIC = {
     "pairwise_distances": (lambda a: np.sqrt(((a[:, None, :] - a[None, :, :]) ** 2).sum(-1)), (LOGITS,)),
     "standardize": (lambda a: (a - a.mean(0)) / (a.std(0) + 1e-8), (LOGITS,)),
     "gather_argmax": (lambda a: a[np.arange(a.shape[0]), np.argmax(a, axis=1)], (LOGITS,)),
-    "special_values": (lambda a: (np.sqrt(a), a / 0.0, np.isclose(a, 0.5), a.astype(bool), np.nan_to_num(np.log(a))),
-                       (LOGITS,)),
-    "integer_wraparound": (lambda a: (a.astype(np.int32) * np.int32(2**30), np.uint8(250) + a.astype(np.uint8)),
-                           (LOGITS * 10,)),
+    "special_values": (
+        lambda a: (np.sqrt(a), a / 0.0, np.isclose(a, 0.5), a.astype(bool), np.nan_to_num(np.log(a))),
+        (LOGITS,),
+    ),
+    "integer_wraparound": (
+        lambda a: (a.astype(np.int32) * np.int32(2**30), np.uint8(250) + a.astype(np.uint8)),
+        (LOGITS * 10,),
+    ),
 }
 
 

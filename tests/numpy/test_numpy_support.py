@@ -14,7 +14,10 @@ WRAPPER_NAMES = ("ndarray", "_numpy", "numpy", "tnp", "np.")
 
 
 def copy_inputs(args: tuple) -> tuple:
-    return tuple(a.copy() if isinstance(a, np.ndarray) else a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    return tuple(
+        a.copy() if isinstance(a, np.ndarray) else a.clone() if isinstance(a, torch.Tensor) else a
+        for a in args
+    )
 
 
 def assert_same(got: Any, expected: Any) -> None:
@@ -28,7 +31,9 @@ def assert_same(got: Any, expected: Any) -> None:
             assert g.dtype == e.dtype, f"dtype {g.dtype} != {e.dtype}"
             assert np.shape(g) == np.shape(e), f"shape {np.shape(g)} != {np.shape(e)}"
             tol = {"rtol": 1e-3, "atol": 1e-3} if e.dtype in (np.float16, np.float32, np.complex64) else {}
-            np.testing.assert_allclose(g, e, equal_nan=True, **tol) if e.dtype.kind in "fc" else np.testing.assert_array_equal(g, e)
+            np.testing.assert_allclose(
+                g, e, equal_nan=True, **tol
+            ) if e.dtype.kind in "fc" else np.testing.assert_array_equal(g, e)
         elif isinstance(e, torch.Tensor):
             assert g.dtype == e.dtype and g.shape == e.shape
             torch.testing.assert_close(g, e, equal_nan=True)

@@ -29,9 +29,13 @@ def same(actual: Any, expected: Any, where: str = "output") -> None:
         return
     if isinstance(expected, torch.Tensor):
         for attr in ("dtype", "shape", "device", "requires_grad"):
-            assert getattr(actual, attr) == getattr(expected, attr), f"{where}.{attr}: {getattr(actual, attr)} != {getattr(expected, attr)}"
+            assert getattr(actual, attr) == getattr(expected, attr), (
+                f"{where}.{attr}: {getattr(actual, attr)} != {getattr(expected, attr)}"
+            )
         assert actual.is_inference() == expected.is_inference(), f"{where}: is_inference differs"
-        assert torch.equal(actual.isnan(), expected.isnan()) if actual.is_floating_point() else True, f"{where}: NaNs differ"
+        assert torch.equal(actual.isnan(), expected.isnan()) if actual.is_floating_point() else True, (
+            f"{where}: NaNs differ"
+        )
         torch.testing.assert_close(actual.detach(), expected.detach(), equal_nan=True, rtol=1e-5, atol=1e-5,
                                    msg=lambda m: f"{where}: {m}")
         return
@@ -50,11 +54,15 @@ def same(actual: Any, expected: Any, where: str = "output") -> None:
         if math.isnan(expected):
             assert math.isnan(actual), f"{where}: {actual} is not NaN"
             return
-        assert actual == expected and math.copysign(1, actual) == math.copysign(1, expected), f"{where}: {actual!r} != {expected!r}"
+        assert actual == expected and math.copysign(1, actual) == math.copysign(1, expected), (
+            f"{where}: {actual!r} != {expected!r}"
+        )
         return
     assert actual == expected, f"{where}: {actual!r} != {expected!r}"
 
 
 def same_outcome(actual: tuple[str, Any], expected: tuple[str, Any], where: str = "output") -> None:
-    assert actual[0] == expected[0], f"{where}: jit {actual[0]} {actual[1]!r}, eager {expected[0]} {expected[1]!r}"
+    assert actual[0] == expected[0], (
+        f"{where}: jit {actual[0]} {actual[1]!r}, eager {expected[0]} {expected[1]!r}"
+    )
     same(actual[1], expected[1], where)

@@ -1,7 +1,8 @@
 """Bad input gets the exception eager raises, or a clear jitcore error naming the argument.
 
 Wrong argument counts, unexpected or duplicate keywords, unsupported input types, sparse tensors
-(meta tensors are ordinary inputs: tests/reliability/test_reliability_meta.py), 0-dim and empty tensors, huge integers, NaN and infinities — on the first call (tracing)
+(meta tensors are ordinary inputs: tests/reliability/test_reliability_meta.py), 0-dim and empty tensors, huge
+integers, NaN and infinities — on the first call (tracing)
 and on later calls (cached), never an interpreter crash or a hang.
 """
 

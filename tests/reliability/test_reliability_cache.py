@@ -71,7 +71,11 @@ def test_dispatch_table_with_keyword_and_unusual_arguments() -> None:
 
     jf = jitcore.jit(g, cache_limit=100)
     calls = [((torch.ones(i),), {}) for i in range(1, 8)]
-    calls += [((torch.ones(2), [1], {2: 3}), {"scale": 2.0}), ((torch.ones(2),), {"scale": -0.0}), ((torch.ones(2),), {})]
+    calls += [
+        ((torch.ones(2), [1], {2: 3}), {"scale": 2.0}),
+        ((torch.ones(2),), {"scale": -0.0}),
+        ((torch.ones(2),), {}),
+    ]
     for _ in range(2):
         for args, kwargs in calls:
             same_outcome(outcome(jf, *args, **kwargs), outcome(g, *args, **kwargs))

@@ -6,7 +6,8 @@ keys), a global, a closure cell, a module attribute, an object attribute, a help
 method that can be replaced, a mutable default argument, an ``nn.Module`` whose parameter can be
 replaced, and the implicit state of the calling thread (grad mode, inference mode, default dtype,
 autocast). The function is jitted twice, with its number argument specialized and declared dynamic,
-next to a program where the dynamic number mostly stays symbolic. Each step changes one of these, then calls eager and the jitted function on identical
+next to a program where the dynamic number mostly stays symbolic. Each step changes one of these, then calls
+eager and the jitted function on identical
 inputs and compares value, dtype, shape, requires_grad, inference-ness, and the exception raised.
 
 Profiles: by default a few hundred calls (fast enough for CI). The heavy profile runs about 10,000
@@ -96,7 +97,12 @@ def make_world():
             y = y - 1
         z = torch.ones(2, 1)  # a factory: default dtype and device matter
         out = (y @ y.transpose(0, 1)) if y.dim() == 2 else y * y
-        return out, z * 2, math.copysign(1.0, n) if type(n) is float else repr(n)[:20], repr(sorted(d, key=repr))
+        return (
+            out,
+            z * 2,
+            math.copysign(1.0, n) if type(n) is float else repr(n)[:20],
+            repr(sorted(d, key=repr)),
+        )
 
     return fn, set_factor
 
@@ -198,7 +204,9 @@ class World:
             else:
                 HOLDER.bump = lambda y: y * 3  # an instance attribute shadowing the method
         elif kind == "code":
-            _original_helper.__code__ = _replacement_helper_code if value == "replacement" else _original_helper_code
+            _original_helper.__code__ = (
+                _replacement_helper_code if value == "replacement" else _original_helper_code
+            )
         elif kind == "method":
             Holder.bump = _replacement_bump if value == "replacement" else _original_bump
         elif kind == "default":
@@ -264,7 +272,11 @@ class World:
             same_outcome(actual, expected, where)
             same_outcome(outcome(self.jfn_dynamic, *self.inputs()), expected, where + " (dynamic n)")
             x, n, mode = self.inputs()[:3]
-            same_outcome(outcome(self.jnumber, x, n, mode), outcome(number_program, x, n, mode), where + " (number program)")
+            same_outcome(
+                outcome(self.jnumber, x, n, mode),
+                outcome(number_program, x, n, mode),
+                where + " (number program)",
+            )
             x = torch.linspace(-1, 1, 6).reshape(2, 3)
             same_outcome(outcome(self.jnet, x), outcome(self.net, x), where + " (module)")
 
@@ -408,7 +420,14 @@ def _inner_default_dtype(x):
 
 @pytest.mark.parametrize(
     "fn",
-    [_inner_no_grad, _inner_enable_grad, _inner_set_grad_enabled, _inner_autocast, _inner_seed, _inner_default_dtype],
+    [
+        _inner_no_grad,
+        _inner_enable_grad,
+        _inner_set_grad_enabled,
+        _inner_autocast,
+        _inner_seed,
+        _inner_default_dtype,
+    ],
 )
 def test_state_changed_inside_the_function_is_replayed(fn) -> None:
     """Grad mode, autocast, the RNG seed and the default dtype changed inside the function: every
@@ -508,8 +527,17 @@ class _Outer(nn.Module):
         return self.inner(x) * self.scale
 
 
-@pytest.mark.parametrize("change", ["shadow_submodule", "replace_submodule", "plain_attribute", "new_attribute",
-                                    "modules_dict", "delete_scale"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "shadow_submodule",
+        "replace_submodule",
+        "plain_attribute",
+        "new_attribute",
+        "modules_dict",
+        "delete_scale",
+    ],
+)
 def test_module_dicts_read_by_torch_are_guarded_where_it_matters(change: str) -> None:
     """A user module's ``__dict__`` read by torch's ``Module.__getattr__`` is guarded by its keys; every
     value the call relied on is guarded where it is read (docs/user-guide.md, "What is guarded")."""

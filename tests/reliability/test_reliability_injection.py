@@ -178,7 +178,8 @@ def test_code_filename_and_name(filename: str) -> None:
 
 def test_dataclass_field_names() -> None:
     """Field names must be identifiers (Python rejects 'ﬁeld' in make_dataclass): names that clash
-    with generated code's own names, and non-ASCII ones, whose NFKC form is the same (NFKC-changing names break make_dataclass itself)."""
+    with generated code's own names, and non-ASCII ones, whose NFKC form is the same (NFKC-changing names
+    break make_dataclass itself)."""
     names = ["torch", "args", "kwargs", "__c0", "v0", "t0", "x", "\u00e9t\u00e9"]
     Point = dataclasses.make_dataclass("Point", [(n, torch.Tensor) for n in names])
 

@@ -52,7 +52,9 @@ def test_batch_norm_training_updates_buffers_and_gradients() -> None:
     for _ in range(2):
         model(img).sum().backward()
         jmodel(img).sum().backward()
-    torch.testing.assert_close([p.grad for p in jitted_model.parameters()], [p.grad for p in model.parameters()])
+    torch.testing.assert_close(
+        [p.grad for p in jitted_model.parameters()], [p.grad for p in model.parameters()]
+    )
     torch.testing.assert_close(jitted_model[1].running_mean, model[1].running_mean)
     torch.testing.assert_close(jitted_model[1].running_var, model[1].running_var)
     assert jitcore.cache_misses(jmodel) == 1

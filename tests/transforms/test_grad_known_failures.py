@@ -9,11 +9,15 @@ cannot read there. jitcore traces dense tensors only.
 
 from __future__ import annotations
 
-DATA_DEPENDENT = ("data-dependent inside a composite op whose inputs require grad: the grad transform's replay "
-                  "on shadows cannot read values there (DataDependentError)")
+DATA_DEPENDENT = (
+    "data-dependent inside a composite op whose inputs require grad: the grad transform's replay "
+    "on shadows cannot read values there (DataDependentError)"
+)
 SPARSE = "sparse CSR inputs: jitcore traces strided (dense) tensors only (UnsupportedInputError, by design)"
-NOTHING_TO_COMPARE = ("OpInfo's samples hold no tensor that requires grad (mean and size are numbers): the harness "
-                      "has nothing to differentiate, and an entry with no sample compared fails")
+NOTHING_TO_COMPARE = (
+    "OpInfo's samples hold no tensor that requires grad (mean and size are numbers): the harness "
+    "has nothing to differentiate, and an entry with no sample compared fails"
+)
 
 KNOWN_FAILURES: dict[str, str] = {
     "combinations": DATA_DEPENDENT,

@@ -101,7 +101,9 @@ def _compare(name: str, expected: Any, got: Any, random: bool) -> None:
         if isinstance(e, torch.Tensor):
             assert isinstance(g, torch.Tensor), f"{name}[{i}]: a tensor eagerly, {type(g).__name__} jitted"
             if e.shape != g.shape or e.dtype != g.dtype:
-                raise AssertionError(f"{name}[{i}]: {e.dtype}{list(e.shape)} eagerly, {g.dtype}{list(g.shape)} jitted")
+                raise AssertionError(
+                    f"{name}[{i}]: {e.dtype}{list(e.shape)} eagerly, {g.dtype}{list(g.shape)} jitted"
+                )
             if not random:
                 torch.testing.assert_close(g.detach(), e.detach(), atol=1e-4, rtol=1e-4, equal_nan=True,
                                            msg=lambda m, n=name, i=i: f"{n}[{i}]: {m.splitlines()[0]}")
@@ -144,7 +146,9 @@ def check_entry(op: Any) -> Outcome:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return Outcome("fail", f"{type(exc).__name__}: {first}"[:300])
     if not compared:
-        return Outcome("fail", f"no sample was compared: eager rejected all {len(samples)} (or none requires grad)")
+        return Outcome(
+            "fail", f"no sample was compared: eager rejected all {len(samples)} (or none requires grad)"
+        )
     return Outcome("pass")
 
 

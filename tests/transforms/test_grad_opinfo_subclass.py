@@ -76,8 +76,13 @@ def test_two_tensor_forward_and_backward_match_eager(name: str) -> None:
         got = _run(jfn, tensors)
     e, g = _flat(expected), _flat(got)
     assert [x for x in g if isinstance(x, type)] == [x for x in e if isinstance(x, type)]
-    torch.testing.assert_close([x for x in g if not isinstance(x, type)], [x for x in e if not isinstance(x, type)],
-                               atol=1e-4, rtol=1e-4, equal_nan=True)
+    torch.testing.assert_close(
+        [x for x in g if not isinstance(x, type)],
+        [x for x in e if not isinstance(x, type)],
+        atol=1e-4,
+        rtol=1e-4,
+        equal_nan=True,
+    )
     if expected[1]:
         backward = jitcore.last_backward_traces(jfn)[0]
         others = [b for b in backward.bound_symbols

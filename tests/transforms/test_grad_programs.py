@@ -210,7 +210,9 @@ def test_two_tensor_gradients_match_eager() -> None:
     (ex, ew), (jx, jw) = results
     assert type(jx) is type(ex) is TwoTensor and type(jw) is type(ew)
     torch.testing.assert_close((jx.a, jx.b), (ex.a, ex.b))
-    torch.testing.assert_close(jw.a if isinstance(jw, TwoTensor) else jw, ew.a if isinstance(ew, TwoTensor) else ew)
+    torch.testing.assert_close(
+        jw.a if isinstance(jw, TwoTensor) else jw, ew.a if isinstance(ew, TwoTensor) else ew
+    )
 
 
 def test_backward_trace_of_a_subclass_holds_plain_tensors_only() -> None:
@@ -228,13 +230,23 @@ class Scaled(torch.Tensor):
     multiplication by a Python number stay Scaled (a new scale); everything else dequantizes. (clone
     stays Scaled too: autograd clones a gradient it cannot steal before storing it in ``.grad``.)"""
 
-    _VIEWS: ClassVar = {aten.t.default, aten.view.default, aten.transpose.int, aten.permute.default, aten.clone.default,
-              aten.detach.default, aten.alias.default, aten._unsafe_view.default, aten.expand.default}
+    _VIEWS: ClassVar = {
+        aten.t.default,
+        aten.view.default,
+        aten.transpose.int,
+        aten.permute.default,
+        aten.clone.default,
+        aten.detach.default,
+        aten.alias.default,
+        aten._unsafe_view.default,
+        aten.expand.default,
+    }
 
     @staticmethod
     def __new__(cls, data: torch.Tensor, scale: float):
-        return torch.Tensor._make_wrapper_subclass(cls, data.shape, strides=data.stride(), dtype=torch.float32,
-                                                   device=data.device)
+        return torch.Tensor._make_wrapper_subclass(
+            cls, data.shape, strides=data.stride(), dtype=torch.float32, device=data.device
+        )
 
     def __init__(self, data: torch.Tensor, scale: float) -> None:
         self.data_ = data
@@ -293,7 +305,10 @@ def test_scaled_tensor_backward_ops_dispatch_through_the_subclass() -> None:
     assert type(jitted) is type(eager)
     torch.testing.assert_close(jitted, eager)
     backward = jitcore.last_backward_traces(jf)[0]
-    assert [b.symbol.id for b in backward.bound_symbols] == ["torch.ops.aten.t.default", "unflatten_tensor_subclass"]
+    assert [b.symbol.id for b in backward.bound_symbols] == [
+        "torch.ops.aten.t.default",
+        "unflatten_tensor_subclass",
+    ]
     assert backward.bound_symbols[-1].args[2] == 36.0  # t and mul ran Scaled's dispatch: a new scale
 
 
@@ -339,8 +354,9 @@ class CoercibleScaled(Scaled):
 
     @staticmethod
     def __new__(cls, data, scale):
-        return torch.Tensor._make_wrapper_subclass(cls, data.shape, strides=data.stride(), dtype=torch.float32,
-                                                   device=data.device)
+        return torch.Tensor._make_wrapper_subclass(
+            cls, data.shape, strides=data.stride(), dtype=torch.float32, device=data.device
+        )
 
     @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
@@ -399,7 +415,9 @@ def test_module_with_a_subclass_parameter_trains_like_eager() -> None:
             (out * out).sum().backward()
             opt.step()
         assert type(m.w.grad) is TwoTensor
-    torch.testing.assert_close((jitted_model.w.a, jitted_model.w.b, jitted_model.b), (model.w.a, model.w.b, model.b))
+    torch.testing.assert_close(
+        (jitted_model.w.a, jitted_model.w.b, jitted_model.b), (model.w.a, model.w.b, model.b)
+    )
     assert jitcore.cache_misses(jmodel) == 1
 
 

@@ -147,7 +147,9 @@ def dict_merge(frame: Frame, inst: Instruction) -> None:
     target = stack[-inst.arg]
     fn = stack[-inst.arg - _CALLABLE_DEPTH]
     if not hasattr(type(mapping), "keys"):
-        raise TypeError(f"{_function_str(fn)} argument after ** must be a mapping, not {type(mapping).__name__}")
+        raise TypeError(
+            f"{_function_str(fn)} argument after ** must be a mapping, not {type(mapping).__name__}"
+        )
     for key in mapping.keys():  # noqa: SIM118 - the mapping protocol calls keys()
         if key in target:
             raise TypeError(f"{_function_str(fn)} got multiple values for keyword argument '{key}'")
@@ -213,7 +215,9 @@ def unpack_ex(frame: Frame, inst: Instruction) -> None:
             break
         items.append(v)
     if len(items) < before + after:
-        raise ValueError(f"not enough values to unpack (expected at least {before + after}, got {len(items)})")
+        raise ValueError(
+            f"not enough values to unpack (expected at least {before + after}, got {len(items)})"
+        )
     middle = items[before: len(items) - after]
     out = items[:before] + [middle] + items[len(items) - after:]
     stack.extend(reversed(out))

@@ -51,7 +51,9 @@ def raise_varargs(frame: Frame, inst: Instruction) -> None:
     if cause is not MISSING:
         if cause is None:
             exc.__cause__ = None
-        elif isinstance(cause, BaseException) or (isinstance(cause, type) and issubclass(cause, BaseException)):
+        elif isinstance(cause, BaseException) or (
+            isinstance(cause, type) and issubclass(cause, BaseException)
+        ):
             exc.__cause__ = _instantiate(frame, cause)
         else:
             raise TypeError("exception causes must derive from BaseException")
@@ -153,8 +155,12 @@ def _leaf_ids(exc: BaseException, out: set[int]) -> None:
 
 
 def _same_metadata(a: BaseException, b: BaseException) -> bool:
-    return (getattr(a, "__notes__", None) is getattr(b, "__notes__", None) and a.__traceback__ is b.__traceback__
-            and a.__cause__ is b.__cause__ and a.__context__ is b.__context__)
+    return (
+        getattr(a, "__notes__", None) is getattr(b, "__notes__", None)
+        and a.__traceback__ is b.__traceback__
+        and a.__cause__ is b.__cause__
+        and a.__context__ is b.__context__
+    )
 
 
 def prep_reraise_star(orig: object, excs: list) -> object:

@@ -154,7 +154,9 @@ def load_fast_load_attr(frame: Frame, inst: Instruction) -> None:
     frame.index += 1
     name = inst.next.argval
     names = NATIVE_NAMES.get(type(obj))
-    frame.stack.append(getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name))
+    frame.stack.append(
+        getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
+    )
 
 
 @fuses("LOAD_FAST", "LOAD_ATTR", since=(3, 13))
@@ -168,7 +170,9 @@ def load_fast_load_attr_313(frame: Frame, inst: Instruction) -> None:
     name = attr.argval
     names = NATIVE_NAMES.get(type(obj))
     stack = frame.stack
-    stack.append(getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name))
+    stack.append(
+        getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
+    )
     if attr.arg & 1:
         stack.append(NULL)
 
@@ -258,7 +262,8 @@ for _operation in ("BINARY_OP", "COMPARE_OP"):
 
 
 def _binary_op_to_bool_then_jump(jump_if: bool) -> Handler:
-    """3.13's ``BINARY_OP; TO_BOOL; POP_JUMP_IF_*`` (``if x % 3:``): each part located at its own instruction."""
+    """3.13's ``BINARY_OP; TO_BOOL; POP_JUMP_IF_*`` (``if x % 3:``): each part located at its own
+    instruction."""
 
     def fused(frame: Frame, inst: Instruction) -> None:
         stack = frame.stack
@@ -484,4 +489,6 @@ def _load_const_binary_op_to_bool_then_jump(jump_if: bool) -> Handler:
 
 
 for _jump, _jump_if in (("POP_JUMP_IF_FALSE", False), ("POP_JUMP_IF_TRUE", True)):
-    fuses("LOAD_CONST", "BINARY_OP", "TO_BOOL", _jump, since=(3, 13))(_load_const_binary_op_to_bool_then_jump(_jump_if))
+    fuses("LOAD_CONST", "BINARY_OP", "TO_BOOL", _jump, since=(3, 13))(
+        _load_const_binary_op_to_bool_then_jump(_jump_if)
+    )

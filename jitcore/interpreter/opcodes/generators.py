@@ -98,7 +98,8 @@ def end_send(frame: Frame, inst: Instruction) -> None:
 @handles("CLEANUP_THROW", since=(3, 12))
 def cleanup_throw(frame: Frame, inst: Instruction) -> None:
     """An exception thrown into the delegate of ``yield from``/``await`` came out of it (TOS): a StopIteration
-    ends the delegation with its value (``delegate, sent, exc -> None, value``), anything else is re-raised."""
+    ends the delegation with its value (``delegate, sent, exc -> None, value``), anything else is
+    re-raised."""
     stack = frame.stack
     exc = stack[-1]
     if isinstance(exc, StopIteration):
@@ -133,14 +134,20 @@ def _awaitable(frame: Frame, v: object, where: int) -> object:
     method = lookup_special(v, "__await__")
     if method is MISSING:
         if where == 1:
-            raise TypeError("'async with' received an object from __aenter__ that does not implement __await__: "
-                            f"{t.__name__}")
+            raise TypeError(
+                "'async with' received an object from __aenter__ that does not implement __await__: "
+                f"{t.__name__}"
+            )
         if where == 2:
-            raise TypeError("'async with' received an object from __aexit__ that does not implement __await__: "
-                            f"{t.__name__}")
+            raise TypeError(
+                "'async with' received an object from __aexit__ that does not implement __await__: "
+                f"{t.__name__}"
+            )
         raise TypeError(f"object {t.__name__} can't be used in 'await' expression")
     it = call(frame.run, method, (), None)
-    if type(it) is CoroutineType or (type(it) is GeneratorType and it.gi_code.co_flags & inspect.CO_ITERABLE_COROUTINE):
+    if type(it) is CoroutineType or (
+        type(it) is GeneratorType and it.gi_code.co_flags & inspect.CO_ITERABLE_COROUTINE
+    ):
         raise TypeError("__await__() returned a coroutine")
     if not hasattr(type(it), "__next__"):
         raise TypeError(f"__await__() returned non-iterator of type '{type(it).__name__}'")
@@ -178,7 +185,9 @@ def get_anext(frame: Frame, inst: Instruction) -> None:
     try:
         frame.stack.append(_awaitable(frame, awaitable, 0))
     except Exception as e:
-        raise TypeError(f"'async for' received an invalid object from __anext__: {type(awaitable).__name__}") from e
+        raise TypeError(
+            f"'async for' received an invalid object from __anext__: {type(awaitable).__name__}"
+        ) from e
 
 
 @handles("END_ASYNC_FOR", since=(3, 11))
@@ -200,7 +209,9 @@ def before_async_with(frame: Frame, inst: Instruction) -> None:
     mgr = stack[-1]
     enter = lookup_special(mgr, "__aenter__")
     if enter is MISSING:
-        raise TypeError(f"'{type(mgr).__name__}' object does not support the asynchronous context manager protocol")
+        raise TypeError(
+            f"'{type(mgr).__name__}' object does not support the asynchronous context manager protocol"
+        )
     exit_ = lookup_special(mgr, "__aexit__")
     if exit_ is MISSING:
         raise TypeError(f"'{type(mgr).__name__}' object does not support the asynchronous context manager "

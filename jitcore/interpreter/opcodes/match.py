@@ -82,11 +82,15 @@ def _match_class(frame: Frame, subject: object, cls: object, count: int, names: 
             match_self = bool(cls.__flags__ & _TPFLAGS_MATCH_SELF)
             positional = ()
         if not isinstance(positional, tuple):
-            raise TypeError(f"{cls.__name__}.__match_args__ must be a tuple (got {type(positional).__name__})")
+            raise TypeError(
+                f"{cls.__name__}.__match_args__ must be a tuple (got {type(positional).__name__})"
+            )
         allowed = 1 if match_self else len(positional)
         if allowed < count:
             plural = "" if allowed == 1 else "s"
-            raise TypeError(f"{cls.__name__}() accepts {allowed} positional sub-pattern{plural} ({count} given)")
+            raise TypeError(
+                f"{cls.__name__}() accepts {allowed} positional sub-pattern{plural} ({count} given)"
+            )
         if match_self:
             attrs.append(subject)
             positional = ()

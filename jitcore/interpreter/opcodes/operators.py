@@ -51,7 +51,8 @@ def compare_op_(frame: Frame, inst: Instruction) -> None:
 
 @handles("COMPARE_OP", since=(3, 13))
 def compare_op_313(frame: Frame, inst: Instruction) -> None:
-    """TOS = TOS1 <cmp> TOS (operator ``inst.argval``); with bit 16 of the argument, ``bool()`` of it (3.13 folds
+    """TOS = TOS1 <cmp> TOS (operator ``inst.argval``); with bit 16 of the argument, ``bool()`` of it (3.13
+    folds
     the TO_BOOL of a comparison tested by a jump into the comparison)."""
     stack = frame.stack
     rhs = stack.pop()

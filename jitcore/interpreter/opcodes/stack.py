@@ -15,10 +15,16 @@ from jitcore.interpreter.registry import handles, unsupported
 
 unsupported("CACHE", "inline-cache filler: never decoded as an instruction", since=(3, 11))
 unsupported("RESERVED", "a placeholder number the compiler never emits", since=(3, 13))
-unsupported("INTERPRETER_EXIT", "ends CPython's own C-level evaluation loop; never in a code object's co_code",
-            since=(3, 13))
-unsupported("ENTER_EXECUTOR", "tier-2 optimizer entry; co_code (what is decoded) shows the original instruction",
-            since=(3, 13))
+unsupported(
+    "INTERPRETER_EXIT",
+    "ends CPython's own C-level evaluation loop; never in a code object's co_code",
+    since=(3, 13),
+)
+unsupported(
+    "ENTER_EXECUTOR",
+    "tier-2 optimizer entry; co_code (what is decoded) shows the original instruction",
+    since=(3, 13),
+)
 unsupported("EXIT_INIT_CHECK", "only follows a specialized class call (CALL_ALLOC_AND_ENTER_INIT), never in "
             "co_code", since=(3, 13))
 

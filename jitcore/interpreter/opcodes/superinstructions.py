@@ -4,7 +4,8 @@ conditional jump that consumes the result (Note [Fused instructions] in registry
 ``x % 3`` then ``if``, ``total += x``, ``i < n`` then ``if``, ``a + b``: CPython 3.11 compiles them to
 ``LOAD_FAST``/``LOAD_CONST`` twice, ``BINARY_OP``/``COMPARE_OP`` and often ``STORE_FAST`` or
 ``POP_JUMP_FORWARD_IF_*``; 3.13 loads two locals with one ``LOAD_FAST_LOAD_FAST`` and tests a binary
-operation's result with ``TO_BOOL`` + ``POP_JUMP_IF_*`` (each version has its own table below). One handler runs the whole run of three or four instructions: the
+operation's result with ``TO_BOOL`` + ``POP_JUMP_IF_*`` (each version has its own table below). One handler
+runs the whole run of three or four instructions: the
 instruction that dominates loops of pure-Python code costs one trip through the run loop instead of
 two or three.
 
@@ -27,7 +28,14 @@ from collections.abc import Callable
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes import fused as _fused  # noqa: F401 - the pairs are registered first
-from jitcore.interpreter.protocols import NATIVE_BINARY, NATIVE_COMPARE, NATIVE_TYPES, binary_op, compare_op, truth
+from jitcore.interpreter.protocols import (
+    NATIVE_BINARY,
+    NATIVE_COMPARE,
+    NATIVE_TYPES,
+    binary_op,
+    compare_op,
+    truth,
+)
 from jitcore.interpreter.registry import fuses
 
 Handler = Callable[[Frame, Instruction], object]
@@ -99,7 +107,9 @@ def _register() -> None:
                     if operation == "COMPARE_OP" and tail == "STORE_FAST":
                         continue  # rare: a comparison stored to a local
                     names = (first, second, operation) + ((tail,) if tail else ())
-                    fuses(*names, since=(3, 11), until=(3, 12))(_superinstruction(first, second, operation, tail))
+                    fuses(*names, since=(3, 11), until=(3, 12))(
+                        _superinstruction(first, second, operation, tail)
+                    )
 
 
 _register()
