@@ -121,7 +121,7 @@ def test_no_module_imports_another_packages_private_name() -> None:
     [
         ("from jitcore.jit.api import jit\n", "upward"),
         ("def f():\n    from jitcore.debug.explain import explain\n", "upward"),
-        ("from jitcore.ir.printer import _contains_proxy\n", "private"),
+        ("from jitcore.ir.printer import _private_helper\n", "private"),
         ("from jitcore.ir import Trace\nimport jitcore\n", None),
     ],
 )

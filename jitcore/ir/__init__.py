@@ -10,6 +10,7 @@ from jitcore.ir.printer import PrintedTrace, print_trace, register_literal
 from jitcore.ir.proxy import Proxy
 from jitcore.ir.symbol import BoundSymbol, Inlined, SourceFrame, Symbol, SymbolTag
 from jitcore.ir.trace import Trace, walk
+from jitcore.ir.tree import tree_any, tree_has
 
 __all__ = [
     "BoundSymbol",
@@ -29,5 +30,7 @@ __all__ = [
     "print_trace",
     "register_literal",
     "tracing",
+    "tree_any",
+    "tree_has",
     "walk",
 ]

@@ -25,6 +25,7 @@ from jitcore.ir.names import RESERVED_NAMES
 from jitcore.ir.proxy import Proxy
 from jitcore.ir.symbol import BoundSymbol, SourceFrame
 from jitcore.ir.trace import Trace
+from jitcore.ir.tree import tree_has
 
 __all__ = ["PrintedTrace", "print_trace", "register_literal", "escape_comment", "describe_value"]
 
@@ -134,7 +135,7 @@ class _Printer:
         """Assignment target for a bound symbol's output; None when it binds no proxy."""
         if _is_proxy(out):
             return out.name
-        if isinstance(out, (tuple, list)) and any(_contains_proxy(o) for o in out):
+        if isinstance(out, (tuple, list)) and tree_has(out, Proxy):
             parts = [self.target(o) or "_" for o in out]
             if type(out) is list:
                 return "[" + ", ".join(parts) + "]"
@@ -325,16 +326,6 @@ def _float(x: float) -> str:
 
 def _is_proxy(v: Any) -> bool:
     return isinstance(v, Proxy)
-
-
-def _contains_proxy(v: Any) -> bool:
-    if _is_proxy(v):
-        return True
-    if isinstance(v, (tuple, list)):
-        return any(_contains_proxy(x) for x in v)
-    if type(v) is dict:
-        return any(_contains_proxy(x) for x in v.values())
-    return False
 
 
 def _proxies(v: Any) -> list[Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import optree
 
-from jitcore.ir import BoundSymbol, Trace
+from jitcore.ir import BoundSymbol, Trace, tree_has
 from jitcore.prologue import Guard, Path, Prologue
 from jitcore.proxies.number import NumberProxy
 
@@ -115,11 +115,4 @@ SLOT_TYPES = (types.WrapperDescriptorType, types.MethodWrapperType)
 
 def has_number(*trees: Any) -> bool:
     """Whether a NumberProxy is among ``trees`` or inside their tuples, lists and dicts."""
-    for tree in trees:
-        if isinstance(tree, NumberProxy):
-            return True
-        if isinstance(tree, (tuple, list)) and has_number(*tree):
-            return True
-        if isinstance(tree, dict) and has_number(*tree.values()):
-            return True
-    return False
+    return tree_has(trees, NumberProxy)

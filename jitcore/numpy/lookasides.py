@@ -19,6 +19,7 @@ import torch._numpy._util as tnp_util
 
 from jitcore.interpreter import current_run
 from jitcore.interpreter.calls import call_function, opaque
+from jitcore.ir import tree_has
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy.boundary import wrap
 from jitcore.numpy.indexing import positive_steps
@@ -90,7 +91,7 @@ def convert_to_tensor(data: Any) -> Any:
     recorded call must not depend on the default dtype when the trace runs, so it names the dtype.
     """
     run = current_run()
-    if _holds_traced(data):
+    if tree_has(data, (TensorProxy, tnp.ndarray)):
         return call_function(run, tnp_util._try_convert_to_tensor, (data,), None)
     try:
         dtype = torch.as_tensor(data).dtype  # on Python constants only
@@ -146,11 +147,3 @@ def with_positive_steps(array: Any, index: Any) -> tuple[Any, Any]:
 def native(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """Call ``fn`` as the interpreter would have without the bridge's lookaside (opaquely)."""
     return opaque(current_run(), fn, args, kwargs)
-
-
-def _holds_traced(data: Any) -> bool:
-    if isinstance(data, (TensorProxy, tnp.ndarray)):
-        return True
-    if isinstance(data, (list, tuple)):
-        return any(_holds_traced(v) for v in data)
-    return False
