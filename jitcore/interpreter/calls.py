@@ -30,7 +30,7 @@ from types import (
 )
 from typing import TYPE_CHECKING
 
-from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import CODE_INFO, CodeInfo, decode
 
 if TYPE_CHECKING:
@@ -46,7 +46,8 @@ _partial = functools.partial
 
 
 def canonical(fn: object) -> object:
-    """The callable a lookaside is keyed by: ``l.append`` -> ``list.append``, a bound method -> its function."""
+    """The callable a lookaside is keyed by: ``l.append`` -> ``list.append``, a bound method -> its
+    function."""
     t = type(fn)
     if t is FunctionType:
         return fn
@@ -115,7 +116,8 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
 
 
 def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> object:
-    """``cls(*args, **kwargs)``: ``type.__call__`` emulated so that Python ``__new__``/``__init__`` run here."""
+    """``cls(*args, **kwargs)``: ``type.__call__`` emulated so that Python ``__new__``/``__init__`` run
+    here."""
     meta = type(cls)
     if meta is not type:
         meta_call = getattr(meta, "__call__", None)  # noqa: B004 - the metaclass slot
@@ -157,14 +159,13 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
     info = CODE_INFO.get(id(code))
     if info is None or info.code is not code:
         info = decode(code)
-    frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn)
     frames = run.frames
     if not kwargs and info.simple_argcount == len(args):  # the common case: positional, no defaults used
-        frame.fast[: len(args)] = args
-        if frames:
-            frame.back = frames[-1]
+        frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, [*args, *info.unbound_after_args],
+                      frames[-1] if frames else None)
         run.execute(frame)
         return frame.result
+    frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, [NULL] * info.nlocalsplus, None)
     if kwargs or code.co_flags & _SIMPLE_FLAGS or code.co_kwonlyargcount or len(args) != code.co_argcount:
         _bind(frame, fn, info, args, kwargs)
     elif args:
@@ -183,9 +184,9 @@ def run_class_body(run: Run, fn: FunctionType, namespace: object) -> object:
     """Execute a class body function with ``namespace`` as its locals; returns what the body returns."""
     code = fn.__code__
     info = decode(code)
-    frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, namespace)
-    if run.frames:
-        frame.back = run.frames[-1]
+    frames = run.frames
+    frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, [NULL] * info.nlocalsplus,
+                  frames[-1] if frames else None, namespace)
     run.execute(frame)
     return frame.result
 
@@ -196,9 +197,10 @@ def run_code(run: Run, code, globals: dict, locals: object) -> object:
 
     namespace = globals.get("__builtins__", builtins)
     builtins_dict = namespace if isinstance(namespace, dict) else vars(namespace)
-    frame = Frame(run, code, decode(code), globals, builtins_dict, None, locals)
-    if run.frames:
-        frame.back = run.frames[-1]
+    info = decode(code)
+    frames = run.frames
+    frame = Frame(run, code, info, globals, builtins_dict, None, [NULL] * info.nlocalsplus,
+                  frames[-1] if frames else None, locals)
     run.execute(frame)
     return frame.result
 

@@ -79,11 +79,12 @@ class Frame:
     )
 
     def __init__(self, run: Run, code: CodeType, info: CodeInfo, globals: dict, builtins: dict,
-                 function: FunctionType | None, locals: dict | None = None) -> None:
+                 function: FunctionType | None, fast: list, back: Frame | None,
+                 locals: dict | None = None) -> None:
         self.run = run
         self.code = code
         self.info = info
-        self.fast: list = [NULL] * info.nlocalsplus
+        self.fast = fast  # the caller builds it (arguments first), ``info.nlocalsplus`` slots
         self.stack: list = []
         self.index = 0
         self.globals = globals
@@ -92,7 +93,7 @@ class Frame:
         self.function = function
         self.kw_names: tuple[str, ...] = ()
         self.exc_value: BaseException | None = None
-        self.back: Frame | None = None
+        self.back = back
         self.tb_entry = 0
         # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``generator`` and ``pending`` are
         # set by the generator code: left unset here to keep frame creation cheap.

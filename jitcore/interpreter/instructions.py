@@ -41,6 +41,8 @@ class Instruction:
         lineno, end_lineno, col, end_col: the source span from ``co_positions`` (any may be None).
         next: for a fused instruction, the second instruction of its run, whose ``next`` is the third
             (Note [Fused instructions]).
+        after: ``index + 1``, what the run loop sets ``frame.index`` to when it fetches this instruction
+            (precomputed: one attribute load per dispatch instead of an addition).
     """
 
     opcode: int
@@ -54,6 +56,10 @@ class Instruction:
     col: int | None
     end_col: int | None
     next: Instruction | None = None
+    after: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "after", self.index + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,7 @@ class CodeInfo:
         "nlocalsplus",
         "raisers",
         "simple_argcount",
+        "unbound_after_args",
     )
 
     def __init__(self, code: CodeType) -> None:
@@ -98,6 +105,10 @@ class CodeInfo:
             + len(code.co_freevars)
         )
         self.ncells_free = len(code.co_freevars)
+        from jitcore.interpreter.frame import NULL  # frame.py imports this module
+
+        # what follows the arguments in the fast locals of a call that needs no binding (all unbound)
+        self.unbound_after_args = (NULL,) * (self.nlocalsplus - max(self.simple_argcount, 0))
         self._exception_table: tuple[ExceptionEntry, ...] | None = None
         self.binder = None
         self.raisers: dict = {}
@@ -134,9 +145,9 @@ class CodeInfo:
 
 # Note [Dropped instructions]
 # PRECALL, EXTENDED_ARG, NOP and the RESUME at a function's start do nothing in this interpreter (dis
-# already folds EXTENDED_ARG into the next argument), so they are not decoded: a jump or exception-table offset that names one of them maps to
-# the next instruction kept. RESUME stays: the generator code reads its argument to tell a suspended
-# ``yield from``/``await`` from a plain ``yield``.
+# already folds EXTENDED_ARG into the next argument), so they are not decoded: a jump or exception-table
+# offset that names one of them maps to the next instruction kept. RESUME stays: the generator code reads
+# its argument to tell a suspended ``yield from``/``await`` from a plain ``yield``.
 _DROPPED = frozenset(dis.opmap[name] for name in ("PRECALL", "EXTENDED_ARG", "NOP") if name in dis.opmap)
 _RESUME = dis.opmap["RESUME"]
 
@@ -186,7 +197,9 @@ def _fuse(instructions: list[Instruction], hooked: frozenset[int] = frozenset())
     (runs containing an opcode of ``hooked`` excepted: a hook must see those one by one)."""
     from jitcore.interpreter.registry import fused_jumps, fused_opcodes
 
-    runs = {k: v for k, v in fused_opcodes().items() if not hooked.intersection(k)} if hooked else fused_opcodes()
+    runs = fused_opcodes()
+    if hooked:
+        runs = {k: v for k, v in runs.items() if not hooked.intersection(k)}
     lengths = sorted({len(k) for k in runs})
     out = list(instructions)
     n = len(instructions)
@@ -215,17 +228,16 @@ def _fuse(instructions: list[Instruction], hooked: frozenset[int] = frozenset())
         if chained is None:
             for inst in reversed(run[1:]):
                 chained = dataclasses.replace(inst, next=chained)
-        first = run[0]
-        out[i] = Instruction(code, "+".join(inst.opname for inst in run), first.arg, first.argval, first.offset,
-                             first.index, first.lineno, first.end_lineno, first.col, first.end_col, chained)
+        opname = "+".join(inst.opname for inst in run)
+        out[i] = dataclasses.replace(run[0], opcode=code, opname=opname, next=chained)
         i += length
     jumps = fused_jumps()  # Note [Fused jumps]
     for i, inst in enumerate(instructions):
         target = out[inst.argval] if inst.opcode in _BACKWARD_JUMPS else None
         opcode = jumps.get((inst.opcode, target.opname)) if target is not None else None
         if opcode is not None:
-            out[i] = Instruction(opcode, f"{inst.opname}->{target.opname}", inst.arg, inst.argval, inst.offset,
-                                 inst.index, inst.lineno, inst.end_lineno, inst.col, inst.end_col, target)
+            opname = f"{inst.opname}->{target.opname}"
+            out[i] = dataclasses.replace(inst, opcode=opcode, opname=opname, next=target)
     return out
 
 

@@ -22,11 +22,15 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 
 import os
+from typing import TYPE_CHECKING
 
 from jitcore.interpreter.errors import InterpreterError, JitcoreInterpreterError
 from jitcore.interpreter.frame import Frame
-from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.instructions import CodeInfo, Instruction
 from jitcore.interpreter.tracebacks import add_frame, strip_internal
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.run import Run
 
 __all__ = ["execute", "execute_traced", "unwind"]
 
@@ -44,8 +48,7 @@ def execute(frame: Frame, pending: BaseException | None = None) -> None:
     frames = run.frames
     frames.append(frame)
     handlers = run.handlers
-    info = frame.info
-    instructions = (info.fused if not run.hooked else info.fused_without(run.hooked)) if run.fused else info.instructions
+    instructions = frame.info.fused if run.plain else _instructions(run, frame.info)
     try:
         if pending is not None:
             _raise_into(frame, pending)
@@ -53,7 +56,7 @@ def execute(frame: Frame, pending: BaseException | None = None) -> None:
             try:
                 while True:
                     inst = instructions[frame.index]
-                    frame.index += 1
+                    frame.index = inst.after
                     if handlers[inst.opcode](frame, inst) is not None:
                         return
             except BaseException as exc:
@@ -61,6 +64,11 @@ def execute(frame: Frame, pending: BaseException | None = None) -> None:
                     raise
     finally:
         frames.pop()
+
+
+def _instructions(run: Run, info: CodeInfo) -> list[Instruction]:
+    """What a run that is not ``plain`` executes: unfused, or fused except where its hooks must see each."""
+    return info.fused_without(run.hooked) if run.fused else info.instructions
 
 
 def execute_traced(frame: Frame, pending: BaseException | None = None) -> None:
@@ -79,7 +87,7 @@ def execute_traced(frame: Frame, pending: BaseException | None = None) -> None:
                 while True:
                     inst = instructions[frame.index]
                     on_instruction(frame, inst)
-                    frame.index += 1
+                    frame.index = inst.after
                     if handlers[inst.opcode](frame, inst) is not None:
                         return
             except BaseException as exc:

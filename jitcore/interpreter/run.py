@@ -68,6 +68,7 @@ class Run:
         "lookasides",
         "native_exc",
         "on_opaque_call",
+        "plain",
         "raising",
         "resolve_call",
         "thread",
@@ -94,6 +95,7 @@ class Run:
         # opcodes whose load hooks are set are never fused
         self.fused = hooks.on_instruction is None
         self.hooked = hooked_opcodes(hooks_set)
+        self.plain = self.fused and not self.hooked  # executes ``CodeInfo.fused`` (the loop's fast path)
         self.raising: tuple | None = None
         self.native_exc: BaseException | None = None
         self._resolved: dict[int, tuple[object, Callable | None]] = {}

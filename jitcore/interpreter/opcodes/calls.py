@@ -9,9 +9,9 @@ from __future__ import annotations
 # (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
 __builtins__ = dict(vars(__import__("builtins")))
 
-from types import CellType, FunctionType
+from types import CellType, FunctionType, MethodType
 
-from jitcore.interpreter.calls import call, call_function
+from jitcore.interpreter.calls import call, call_class, call_function
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes.build import _function_str
@@ -48,8 +48,11 @@ def call_(frame: Frame, inst: Instruction) -> None:
         stack.append(call(frame.run, fn, args, kwargs))
         return
     run = frame.run
-    if type(fn) is FunctionType and run.resolve_call is None and fn not in run.lookasides:
-        stack.append(call_function(run, fn, args, None))  # the fast path of calls.call, inlined
+    t = type(fn)
+    if t is FunctionType and run.resolve_call is None and fn not in run.lookasides:
+        stack.append(call_function(run, fn, args, None))  # the fast paths of calls.call, inlined
+    elif t is type and fn not in run.lookasides:
+        stack.append(call_class(run, fn, args, None))
     else:
         stack.append(call(run, fn, args, None))
 
@@ -58,19 +61,20 @@ def call_(frame: Frame, inst: Instruction) -> None:
 def call_313(frame: Frame, inst: Instruction) -> None:
     """Call with inst.arg arguments: stack is [callable, self|NULL, args...] (3.13's order)."""
     stack = frame.stack
-    n = inst.arg
-    if n:
-        args = stack[-n:]
-        del stack[-n:]
-    else:
-        args = []
-    self_ = stack.pop()
-    fn = stack.pop()
-    if self_ is not NULL:
-        args.insert(0, self_)
+    base = len(stack) - inst.arg - 2  # the callable's slot
+    fn = stack[base]
+    args = stack[base + 1:] if stack[base + 1] is not NULL else stack[base + 2:]
+    del stack[base:]
+    t = type(fn)
+    if t is MethodType:  # as calls.call does: the function, self first (``obj.method`` loaded bound)
+        args.insert(0, fn.__self__)
+        fn = fn.__func__
+        t = type(fn)
     run = frame.run
-    if type(fn) is FunctionType and run.resolve_call is None and fn not in run.lookasides:
-        stack.append(call_function(run, fn, args, None))  # the fast path of calls.call, inlined
+    if t is FunctionType and run.resolve_call is None and fn not in run.lookasides:
+        stack.append(call_function(run, fn, args, None))  # the fast paths of calls.call, inlined
+    elif t is type and fn not in run.lookasides:
+        stack.append(call_class(run, fn, args, None))
     else:
         stack.append(call(run, fn, args, None))
 
