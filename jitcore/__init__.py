@@ -23,6 +23,7 @@ from jitcore.jit.api import (
     last_traces,
     miss_reasons,
 )
+from jitcore.jit.shapes import mark_dynamic
 
 __all__ = [
     "DataDependentError",
@@ -40,6 +41,7 @@ __all__ = [
     "last_backward_traces",
     "last_prologue_traces",
     "last_traces",
+    "mark_dynamic",
     "miss_reasons",
     "report",
 ]

@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-__all__ = ["COMPONENTS", "configure", "entry_added"]
+__all__ = ["COMPONENTS", "configure", "entry_added", "static_shapes", "symbolic_sizes"]
 
 COMPONENTS = ("traces", "guards", "recompiles", "graph_breaks")
 _LOGGERS = {name: logging.getLogger(f"jitcore.{name}") for name in COMPONENTS}
@@ -72,6 +72,22 @@ def entry_added(jfn: Any, entry: Any, reasons: list[Any]) -> None:
             entry.number,
             "\n".join(f"  {line}" for line in entry.prologue.sentences()),
         )
+
+
+def symbolic_sizes(jfn: Any, number: int, sizes: list[str]) -> None:
+    """Log that cache entry ``number`` of ``jfn`` keeps ``sizes`` symbolic (jitcore/jit/shapes.py)."""
+    recompiles = _LOGGERS["recompiles"]
+    if recompiles.isEnabledFor(logging.INFO):
+        label = getattr(jfn, "_label", repr(jfn))
+        recompiles.info("%s: cache entry %d traced with symbolic sizes %s", label, number, ", ".join(sizes))
+
+
+def static_shapes(jfn: Any, number: int, reason: str) -> None:
+    """Log that cache entry ``number`` of ``jfn`` is traced again with static shapes, and why."""
+    recompiles = _LOGGERS["recompiles"]
+    if recompiles.isEnabledFor(logging.INFO):
+        label = getattr(jfn, "_label", repr(jfn))
+        recompiles.info("%s: cache entry %d traced with static shapes: %s", label, number, reason)
 
 
 try:

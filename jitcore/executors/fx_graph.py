@@ -78,8 +78,9 @@ def _leaves_like(result: Any, traced: Any) -> list[Any]:
     return []
 
 
-def example_inputs(region: Region) -> list[torch.Tensor]:
-    """Tensors with the metadata of the region's inputs (their values are never read: compilers trace
-    them as fake tensors)."""
-    return [torch.empty_strided(tuple(p.shadow.shape), tuple(p.shadow.stride()), dtype=p.shadow.dtype,
-                                device=p.shadow.device) for p in region.inputs]
+def example_inputs(region: Region, fake_mode: Any) -> list[torch.Tensor]:
+    """Fake tensors of ``fake_mode`` with the exact metadata (sizes, strides, dtype, device) of the
+    region's inputs: compilers trace them, static shapes."""
+    with fake_mode:
+        return [torch.empty_strided(tuple(p.shadow.shape), tuple(p.shadow.stride()), dtype=p.shadow.dtype,
+                                    device=p.shadow.device) for p in region.inputs]

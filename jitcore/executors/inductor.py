@@ -86,12 +86,19 @@ class InductorExecutor:
         return None
 
     def fuse(self, region: Region) -> Callable[..., Any]:
-        from torch._inductor.compile_fx import compile_fx  # imported on first use: ~1 s
+        from torch._guards import TracingContext, tracing  # imported on first use: ~1 s
+        from torch._inductor.compile_fx import compile_fx
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         graph = region_graph(region)
-        inputs = example_inputs(region)
-        compiled = compile_fx(graph, inputs)
-        strides = tuple(t.stride() for t in inputs)
+        # Note [Inductor's disk cache]: the FX graph cache needs a ShapeEnv (dynamo always has one);
+        # without one every compile bypasses it. Inputs are static-shaped fakes of that mode.
+        fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+        inputs = example_inputs(region, fake_mode)
+        with tracing(TracingContext(fake_mode)):
+            compiled = compile_fx(graph, inputs)
+        strides = tuple(tuple(t.stride()) for t in inputs)
 
         def fusion(*args: Any) -> Any:
             try:

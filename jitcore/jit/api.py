@@ -24,12 +24,14 @@ from typing import Any, Callable, Container
 import torch
 
 from jitcore.dispatch.flatten import flatten_subclasses
-from jitcore.diagnostics.logs import entry_added
+from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
 from jitcore.errors import DataDependentError
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
 from jitcore.jit.effects import Effects
+from jitcore.jit import shapes
 from jitcore.jit.interpretation import Pass
+from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
 from jitcore.langctx.reads import ValueCheckFailed
@@ -78,13 +80,14 @@ class JittedFunction:
     def __init__(self, fn: Callable[..., Any], *, executor: str | None = None, executors: Any = None,
                  fuse_after: int | None = None, fallback: str | None = None,
                  cache_limit: int = DEFAULT_CACHE_LIMIT, show_internal_frames: bool | None = None,
-                 dynamic_numbers: Any = (), fullgraph: bool = False) -> None:
+                 dynamic_numbers: Any = (), fullgraph: bool = False, dynamic: bool | None = None) -> None:
         if fallback not in (None, "eager"):
             raise ValueError(f"fallback must be None or 'eager', not {fallback!r}")
         self.fn = fn
         self.fullgraph = fullgraph
         self._counters: frozenset = frozenset()  # state numbers read and written back: dynamic
         self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
+        self._shapes = ShapePolicy(dynamic)  # which sizes are symbolic (jit/shapes.py)
         self.executor = executors_from_options(executor, executors, fuse_after)
         self.fallback = fallback
         self.cache_limit = cache_limit
@@ -140,7 +143,7 @@ class JittedFunction:
             self.misses += 1
             self.miss_log.append(reasons)
             try:
-                entry = self._trace(args, kwargs)
+                entry = self._trace(args, kwargs, any(".shape" in r.where for r in reasons))
             except DataDependentError as exc:
                 if self.fallback != "eager":
                     raise
@@ -162,16 +165,12 @@ class JittedFunction:
             raise nondeterministic_read(failed) from None
         return result if entry.effects is None else entry.effects.finish(args, kwargs, result)
 
-    def _trace(self, args: tuple, kwargs: dict) -> CacheEntry:
+    def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> CacheEntry:
         number = self.misses
-        tracing_pass = Pass(self.fn, label=self._label, entry_number=number, dynamic_numbers=self.dynamic_numbers,
-                            fullgraph=self.fullgraph, counters=self._counters)
-        self.last_traces = [tracing_pass.trace]
-        self.last_prologue = tracing_pass.prologue
-        program = self._run_pass(tracing_pass, args, kwargs)
+        tracing_pass, program = self._interpret(number, args, kwargs, shape_changed)
         if tracing_pass.found_counters - self._counters:  # traced again with them dynamic (jit/effects.py)
             self._counters |= tracing_pass.found_counters
-            return self._trace(args, kwargs)
+            return self._trace(args, kwargs, shape_changed)
         traces = [program.trace]
         flat = flatten_subclasses(program.trace)
         if flat is not program.trace:
@@ -202,6 +201,34 @@ class JittedFunction:
         entry = CacheEntry(number, program.prologue, traces, computation, _not_compiled, effects=effects)
         entry.cached_call = entry.compile_fast_path()
         return entry
+
+    def _interpret(self, number: int, args: tuple, kwargs: dict, shape_changed: bool,
+                   symbolic: bool | None = None) -> tuple[Pass, Any]:
+        """One pass over the call, with symbolic sizes where the shape policy asks for them; again
+        with static shapes, logged, where the symbolic path cannot handle the program (jit/shapes.py)."""
+        if symbolic is None:
+            symbolic = self._shapes.symbolic_pass(args, kwargs, shape_changed)
+        tracing_pass = Pass(self.fn, label=self._label, entry_number=number, dynamic_numbers=self.dynamic_numbers,
+                            fullgraph=self.fullgraph, counters=self._counters,
+                            shapes=self._shapes if symbolic else None)
+        self.last_traces = [tracing_pass.trace]
+        self.last_prologue = tracing_pass.prologue
+        try:
+            program = self._run_pass(tracing_pass, args, kwargs)
+            sizes = shapes.finish(program, tracing_pass.provenance, tracing_pass.context.values) if symbolic else []
+        except shapes.StaticShapes as exc:  # from now on, this function traces static shapes only
+            self._shapes.refuse(str(exc))
+            static_shapes(self, number, str(exc))
+            return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
+        except Exception as exc:  # noqa: BLE001 - a static pass raises what the program raises
+            if not symbolic:
+                raise
+            static_shapes(self, number, f"tracing with symbolic sizes raised {type(exc).__name__}: {exc}")
+            return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
+        if sizes:
+            symbolic_sizes(self, number, sizes)
+        self._shapes.seen(program.prologue.inputs, program.first_inputs)  # tensor inputs come first
+        return tracing_pass, program
 
     def _run_pass(self, tracing_pass: Pass, args: tuple, kwargs: dict) -> Any:
         """Interpret one call (jitcore/jit/module.py interprets a module's forward instead)."""
@@ -243,6 +270,11 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         dynamic_numbers: parameter names whose int or float arguments are inputs of the computation
             instead of specialized constants (``True``: every int or float argument); a use that
             needs the value (``if n > 0``, a shape) specializes it again. See docs/user-guide.md.
+        dynamic: which sizes are symbolic, as for torch.compile: None (default) makes a dimension
+            symbolic once it has been seen with two sizes, True makes every dimension of every
+            argument symbolic from the first call, False keeps every size static (one entry per
+            shape); ``jitcore.mark_dynamic(t, dim)`` marks a dimension in every mode. Guards come
+            from torch's ShapeEnv; sizes 0 and 1 are specialized. See docs/user-guide.md.
         fullgraph: refuse programs that read tensor values while traced (``if t.any():``,
             ``t.item()``, ``x[mask]``) with DataDependentError (JC-T002) instead of reading the value
             and checking it on every call (docs/user-guide.md, "Value reads").

@@ -24,6 +24,7 @@ import types
 from typing import Any, Callable
 
 import optree
+import sympy
 import torch
 
 import jitcore
@@ -74,11 +75,13 @@ class TracedProgram:
         self.structure: outputs.OutputStructure | None = None  # rebuilds output objects (jit/outputs.py)
         self.read_numbers: list[NumberProxy] = []  # t.item() results the computation computes
         self.effects: Effects | None = None  # side effects replayed after the computation (jit/effects.py)
+        self.size_inputs: list[tuple[Path, NumberProxy]] = []  # symbolic sizes: trailing arguments (jit/shapes.py)
 
     def symbolic_numbers(self) -> list[NumberProxy]:
-        """The dynamic numbers the trace uses that the program did not specialize."""
+        """The dynamic numbers the trace uses that the program did not specialize (symbolic sizes too)."""
         read = [n for n in self.read_numbers if not n.specialized]
-        return numbers.symbolic(self.trace, self.prologue, self.number_inputs) + read
+        sizes = [n for _path, n in self.size_inputs]
+        return numbers.symbolic(self.trace, self.prologue, self.number_inputs) + read + sizes
 
     def specialize_numbers(self) -> None:
         """Make every dynamic number a constant of this entry (see ``numbers.specialize``), and check
@@ -94,13 +97,14 @@ class Pass:
 
     def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int,
                  dynamic_numbers: frozenset[str] | bool = frozenset(), fullgraph: bool = False,
-                 counters: frozenset[Path] = frozenset()) -> None:
+                 counters: frozenset[Path] = frozenset(), shapes: Any = None) -> None:
         self.fn = fn
         self.fullgraph = fullgraph  # refuse value reads (DataDependentError) instead of checking them
         self.dynamic_numbers = dynamic_numbers  # parameter names, or True for every number argument
         header = [f"Constructed by jitcore.jit for {label}: cache entry {entry_number}, pass 1 (interpretation)"]
         self.trace = Trace(name="computation", header=header, imports={"torch": torch})
-        self.context = new_context(self.trace, source_provider=self._source, call_handler=self._call_symbol)
+        self.context = new_context(self.trace, source_provider=self._source, call_handler=self._call_symbol,
+                                   symbolic=shapes is not None)  # shapes: a ShapePolicy (jit/shapes.py)
         self.prologue = Prologue(header=[f"Constructed by jitcore.jit for {label}: prologue of cache entry {entry_number}"])
         self.provenance = Provenance(self.context.values, self.prologue)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
@@ -108,6 +112,7 @@ class Pass:
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.provenance.counters = counters
+        self.provenance.dynamic_dims = shapes.dims_for if shapes is not None else None
         self.found_counters: set[Path] = set()
         self._print_warned = False
 
@@ -366,6 +371,8 @@ class Pass:
         code = getattr(fn, "__code__", None)
         if code is not None and code.co_filename.startswith(_JITCORE_DIR):
             return fn  # jitcore's own code (proxy methods, symbols) runs natively
+        if code is not None and _is_symbolic_shapes_code(fn, code):
+            return fn  # arithmetic on symbolic sizes: torch's ShapeEnv records its guards (jit/shapes.py)
         return None
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -509,6 +516,23 @@ _STATE_FUNCTION_SYMBOLS = {
     fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn, tags=frozenset({"global_state"}))
     for fn, path in {torch.manual_seed: "torch.manual_seed", torch.set_default_dtype: "torch.set_default_dtype"}.items()
 }
+
+
+def _is_symbolic_shapes_code(fn: Any, code: types.CodeType) -> bool:
+    """torch.SymInt's methods and the sympy machinery behind them: they run natively, as in eager,
+    so that what they assume about sizes is recorded by the ShapeEnv and nothing else."""
+    filename = code.co_filename
+    if filename.startswith(_SYMBOLIC_DIRS):
+        return True
+    return filename == _TORCH_INIT and getattr(fn, "__qualname__", "").startswith(("SymInt.", "SymFloat.", "SymBool."))
+
+
+_TORCH_INIT = os.path.join(_TORCH_DIR, "__init__.py")
+_SYMBOLIC_DIRS = (
+    os.path.join(_TORCH_DIR, "fx", "experimental") + os.sep,
+    os.path.join(_TORCH_DIR, "utils", "_sympy") + os.sep,
+    os.path.dirname(sympy.__file__) + os.sep,
+)
 
 
 def _is_global_hook_registry(globals_: dict, name: str) -> bool:

@@ -60,9 +60,9 @@ class ForwardJit(JittedFunction):
             return self.fn(*args, **kwargs)  # eagerly, then traced from the next call on
         return super()._miss(args, kwargs, *rest)
 
-    def _trace(self, args: tuple, kwargs: dict) -> Any:
+    def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> Any:
         self.fn = self.module.forward  # as Module.__call__ reads it now (guarded in _run_pass)
-        entry = super()._trace(args, kwargs)
+        entry = super()._trace(args, kwargs, shape_changed)
         # Once every pass has added its guards (the grad transform pins strides): the module's state
         # as one check (jitcore/jit/module_guards.py), and the fast path compiled again around it.
         group_hook_guards(entry.prologue)

@@ -429,7 +429,7 @@ def _varargs_method(name: str, target: Callable[..., Any]) -> Callable[..., Any]
     least = 2 if _takes_one_int(name) else 1
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if len(args) >= least and not kwargs and all(type(a) is int for a in args):
+        if len(args) >= least and not kwargs and all(type(a) in (int, torch.SymInt) for a in args):
             return target(self, tuple(args))
         return target(self, *args, **kwargs)
 

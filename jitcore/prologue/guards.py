@@ -63,12 +63,17 @@ class TensorSpec:
         if not with_strides:
             return cls(type(t), shape, t.dtype, t.device, t.requires_grad)
         strides = tuple(t.stride()) if shadow is None else _static(t.stride(), shadow.stride())
-        offset = t.storage_offset() if shadow is None or type(shadow.storage_offset()) is int else None
+        offset = t.storage_offset() if shadow is None or _is_static(shadow.storage_offset()) else None
         return cls(type(t), shape, t.dtype, t.device, t.requires_grad, strides, offset)
 
 
 def _static(real: tuple, traced: tuple) -> tuple[int | None, ...]:
-    return tuple(r if type(s) is int else None for r, s in zip(real, traced))
+    return tuple(r if _is_static(s) else None for r, s in zip(real, traced))
+
+
+def _is_static(size: Any) -> bool:
+    """An int, or a SymInt its ShapeEnv has specialized to one (its guards then say nothing of it)."""
+    return type(size) is int or size.node.maybe_as_int() is not None
 
 
 def is_literal_value(value: Any) -> bool:

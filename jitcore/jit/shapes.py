@@ -1,0 +1,332 @@
+"""Dynamic shapes: which input sizes a trace keeps symbolic, and the entry such a trace becomes.
+
+``jitcore.jit(fn, dynamic=None|True|False)`` has torch.compile's meaning:
+- ``None`` (automatic): every input is static until a dimension of it is seen with two different
+  sizes; the next trace makes that dimension symbolic (it stays so for that input);
+- ``True``: every dimension of every argument tensor is symbolic from the first call (module
+  parameters and buffers stay static);
+- ``False``: every size is static (an entry per shape), except dimensions marked with
+  ``jitcore.mark_dynamic(t, dim)``, which are symbolic in every mode.
+
+A symbolic dimension is a symbol of the pass's ShapeEnv (``s0``, ``s1``, ...) on the input's shadow
+(jitcore/langctx/shadows.py); torch computes every size from it and records, as guards, whatever it
+assumed (0 and 1 are specialized, relations between inputs, every size Python code compared or used
+as an int). After the pass, ``finish`` turns the trace into one that runs for every size the guards
+accept: each symbol is an input of the computation read from its tensor (``s0 = x.shape[1]`` in the
+prologue), each size an op was given (``view``, ``expand``, ``arange(n)``) is computed from them by
+recorded arithmetic (``n1 = operator.mul(s0, 4)``), and each ShapeEnv guard is a ``shape`` check of
+the prologue.
+
+Invariants:
+- a cached call never returns what eager would not: every guard the ShapeEnv produced is checked,
+  and a size the program read in Python is guarded or specialized by torch itself;
+- what the symbolic path cannot handle (tensor-subclass inputs, side effects holding sizes, a size
+  expression without a Python form, a size only a stride determines) raises StaticShapes: the jit
+  traces the call again with static shapes and logs why (docs/user-guide.md, "When jitcore retraces");
+- a symbolic entry is never differentiated by the grad transform: its sizes are numbers of the
+  computation, so it runs under torch's autograd (Note [Dynamic numbers under autograd]).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import optree
+import sympy
+import torch
+
+from jitcore.ir import BoundSymbol, TraceContext, tracing
+from jitcore.prologue import Guard, Path
+from jitcore.prologue.shape_guards import ShapeCondition
+from jitcore.proxies.number import NumberProxy
+
+__all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "mark_dynamic"]
+
+# The attribute ``mark_dynamic`` sets on a tensor: the set of its dimensions that are symbolic.
+MARK = "_jitcore_dynamic_dims"
+_TORCH_MARK = "_dynamo_dynamic_indices"  # torch._dynamo.mark_dynamic's, honoured too
+
+
+class StaticShapes(Exception):
+    """The symbolic path cannot handle this program; the message says why (it is logged)."""
+
+
+def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> None:
+    """Make dimension ``dim`` of ``t`` symbolic in every trace that reads ``t``, from its first call.
+
+    As ``torch._dynamo.mark_dynamic`` (whose marks jitcore honours too). A size of 0 or 1 is still
+    specialized, and a size the program needs as a Python int (``range(x.shape[0])``) is guarded to
+    its value, as torch does; neither is an error.
+
+    Args:
+        t: a tensor argument.
+        dim: a dimension, or several.
+
+    Raises:
+        IndexError: a dimension out of range for ``t``.
+    """
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(t, MARK, ()))
+    for d in dims:
+        if not -t.dim() <= d < t.dim():
+            raise IndexError(f"mark_dynamic: dimension {d} out of range for a tensor with {t.dim()} dimensions")
+        marked.add(d % t.dim())
+    setattr(t, MARK, marked)
+
+
+def _marked(t: torch.Tensor) -> frozenset[int]:
+    return frozenset(getattr(t, MARK, ())) | frozenset(getattr(t, _TORCH_MARK, ()))
+
+
+class ShapePolicy:
+    """One jitted function's choice of symbolic dimensions (the ``dynamic=`` option), and what its
+    misses taught it (automatic mode)."""
+
+    def __init__(self, dynamic: bool | None) -> None:
+        if dynamic not in (None, True, False):
+            raise ValueError(f"dynamic must be None, True or False, not {dynamic!r}")
+        self.dynamic = dynamic
+        self.refused: str | None = None  # why the symbolic path is off for this function (logged once)
+        self._seen: dict[Path, tuple[int, ...]] = {}  # the last shape of each tensor input
+        self._dims: dict[Path, frozenset[int]] = {}  # dimensions found to change (automatic mode)
+
+    def symbolic_pass(self, args: tuple, kwargs: dict, shape_changed: bool) -> bool:
+        """Whether the next trace should have a ShapeEnv: sizes may be symbolic in it."""
+        if self.refused is not None:
+            return False
+        if self.dynamic is True or (self.dynamic is None and (shape_changed or self._dims)):
+            return True
+        return any(isinstance(t, torch.Tensor) and _marked(t) for t in optree.tree_leaves((args, kwargs)))
+
+    def dims_for(self, path: Path, tensor: torch.Tensor) -> frozenset[int]:
+        """The dimensions of the input ``tensor`` (found at ``path``) that the pass makes symbolic."""
+        dims = _marked(tensor)
+        if self.dynamic is True and path.root.kind in ("args", "kwargs"):
+            return frozenset(range(tensor.dim()))
+        if self.dynamic is None:
+            before = self._seen.get(path)
+            changed = frozenset(i for i, (a, b) in enumerate(zip(before or (), tensor.shape)) if a != b)
+            if before is not None and len(before) == tensor.dim() and changed:
+                self._dims[path] = self._dims.get(path, frozenset()) | changed
+            dims |= self._dims.get(path, frozenset())
+        return frozenset(d for d in dims if d < tensor.dim())
+
+    def seen(self, paths: list[Path], tensors: list[torch.Tensor]) -> None:
+        """Remember the shapes of a traced call's tensor inputs."""
+        for path, tensor in zip(paths, tensors):
+            self._seen[path] = tuple(tensor.shape)
+
+    def refuse(self, reason: str) -> None:
+        """Turn the symbolic path off for this function (traces are static from now on)."""
+        self.refused = reason
+
+
+def finish(program: Any, provenance: Any, values: Any) -> list[str]:
+    """Make a pass's trace run for every size its ShapeEnv's guards accept (see the module docstring).
+
+    Args:
+        program: the TracedProgram (its trace, prologue and number inputs are completed).
+        provenance: the pass's Provenance (its tensor inputs and their paths).
+        values: the pass's TensorValues (its ShapeEnv).
+
+    Returns:
+        The symbolic sizes, described (``args[0].shape[1] (s0)``); empty when every size was static.
+
+    Raises:
+        StaticShapes: the symbolic path cannot handle this program.
+    """
+    env = values.shape_env
+    dynamic = [(path, proxy) for path, proxy, _t in provenance.inputs if _has_symbols(proxy.shadow)]
+    if not dynamic:
+        return []
+    if provenance.subclass_inputs:
+        raise StaticShapes("tensor-subclass inputs keep static shapes")
+    if program.effects is not None:
+        raise StaticShapes("the function has side effects on Python state, which keep static shapes")
+    sources = _symbol_sources(dynamic)
+    rewriter = _SizeRewriter(program, env, sources)
+    rewriter.rewrite_trace()
+    _add_guards(program, env, dynamic)
+    return [f"{path.describe()}.shape[{i}] ({proxy.name})" for proxy, (path, i) in rewriter.inputs]
+
+
+def _has_symbols(shadow: torch.Tensor) -> bool:
+    """Whether a size or stride of ``shadow`` is a SymInt (symbolic, or specialized by a guard)."""
+    return any(type(s) is torch.SymInt for s in (*shadow.shape, *shadow.stride()))
+
+
+def _symbol_sources(dynamic: list[tuple[Path, Any]]) -> dict[sympy.Symbol, tuple[Path, int, int]]:
+    """Each size symbol's first place among the inputs: (tensor path, dimension, traced value)."""
+    sources: dict[sympy.Symbol, tuple[Path, int, int]] = {}
+    for path, proxy in dynamic:
+        for i, size in enumerate(proxy.shadow.shape):
+            if type(size) is torch.SymInt and isinstance(size.node.expr, sympy.Symbol):
+                sources.setdefault(size.node.expr, (path, i, size.node.hint))
+    return sources
+
+
+class _SizeRewriter:
+    """Replaces the SymInts a trace recorded by ints or NumberProxies computed from size inputs."""
+
+    def __init__(self, program: Any, env: Any, sources: dict[sympy.Symbol, tuple[Path, int, int]]) -> None:
+        self.program = program
+        self.env = env
+        self.sources = sources
+        self.inputs: list[tuple[NumberProxy, tuple[Path, int]]] = []
+        self._symbols: dict[sympy.Symbol, NumberProxy] = {}
+        self._computed: dict[sympy.Expr, NumberProxy] = {}
+        self._pending: list[BoundSymbol] = []
+        self._source: Any = None  # the record being rewritten: arithmetic for it is printed under its line
+        self._context = TraceContext(program.trace, scopes=[self._pending], source_provider=lambda: self._source)
+
+    def rewrite_trace(self) -> None:
+        trace = self.program.trace
+        rewritten: list[BoundSymbol] = []
+        with tracing(self._context):
+            for bsym in trace.bound_symbols:
+                self._source = bsym.source
+                new = self._bound_symbol(bsym)
+                rewritten.extend(self._pending)
+                self._pending.clear()
+                rewritten.append(new)
+            trace.output = self._map(trace.output)
+            rewritten.extend(self._pending)
+        trace.bound_symbols[:] = rewritten
+        self.inputs.sort(key=lambda item: _symbol_number(item[0].name))
+        for proxy, (path, dim) in self.inputs:  # after the tensors and numbers, as the prologue reads them
+            size_path = path.attr("shape").index(dim)
+            trace.args.append(proxy)
+            self.program.prologue.inputs.append(size_path)
+            self.program.prologue.input_names.append(proxy.name)
+            self.program.size_inputs.append((size_path, proxy))
+
+    def _bound_symbol(self, bsym: BoundSymbol) -> BoundSymbol:
+        args, kwargs = self._map((bsym.args, bsym.kwargs))
+        subsymbols = tuple(self._bound_symbol(b) for b in bsym.subsymbols)
+        if args is bsym.args and kwargs is bsym.kwargs and all(a is b for a, b in zip(subsymbols, bsym.subsymbols)):
+            return bsym
+        return BoundSymbol(bsym.symbol, args, kwargs, bsym.output, subsymbols, bsym.source, bsym.header)
+
+    def _map(self, tree: Any) -> Any:
+        """``tree`` with each SymInt replaced (tuples, lists, dicts, slices and torch.Size walked)."""
+        if type(tree) is torch.SymInt:
+            return self._size(tree)
+        if type(tree) in (torch.SymFloat, torch.SymBool):
+            raise StaticShapes(f"a symbolic {type(tree).__name__[3:].lower()} reached a recorded call")
+        if isinstance(tree, (tuple, list)):
+            items = [self._map(v) for v in tree]
+            if all(a is b for a, b in zip(items, tree)):
+                return tree
+            if type(tree) is torch.Size:
+                return items  # a size argument: torch takes a list of ints as well
+            return type(tree)(items) if type(tree) in (tuple, list) else type(tree)(*items)
+        if type(tree) is dict:
+            items = {k: self._map(v) for k, v in tree.items()}
+            return tree if all(items[k] is v for k, v in tree.items()) else items
+        if type(tree) is slice:
+            parts = [self._map(v) for v in (tree.start, tree.stop, tree.step)]
+            return slice(*parts)
+        return tree
+
+    def _size(self, size: torch.SymInt) -> int | NumberProxy:
+        expr = self.env.simplify(size.node.expr)
+        if expr.is_number:
+            return int(expr)
+        return self._expr(expr)
+
+    def _expr(self, expr: sympy.Expr) -> Any:
+        """The value of a size expression: an int, a size input, or recorded arithmetic on them."""
+        if expr.is_Integer:
+            return int(expr)
+        if expr in self._computed:
+            return self._computed[expr]
+        if isinstance(expr, sympy.Symbol):
+            value = self._symbol(expr)
+        else:
+            value = self._operation(expr)
+        self._computed[expr] = value
+        return value
+
+    def _symbol(self, symbol: sympy.Symbol) -> NumberProxy:
+        found = self._symbols.get(symbol)
+        if found is None:
+            source = self.sources.get(symbol)
+            if source is None:
+                raise StaticShapes(f"the size {symbol} is not the size of an input dimension")
+            path, dim, hint = source
+            found = NumberProxy(self.program.trace.names.claim(str(symbol)), int(hint))
+            self._symbols[symbol] = found
+            self.inputs.append((found, (path, dim)))
+        return found
+
+    def _operation(self, expr: sympy.Expr) -> Any:
+        from jitcore.langctx.python import apply
+
+        name = type(expr).__name__
+        operands = [self._expr(a) for a in expr.args]
+        if isinstance(expr, (sympy.Add, sympy.Mul)):
+            if any(not a.is_integer for a in expr.args):
+                raise StaticShapes(f"the size {expr} has a non-integer term")
+            op = operator.add if isinstance(expr, sympy.Add) else operator.mul
+            value = operands[0]
+            for operand in operands[1:]:
+                value = apply(op, value, operand)
+            return value
+        if name in _BINARY and len(operands) == 2:
+            return apply(_BINARY[name], *operands)
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) >= 1:
+            value = operands[0]
+            for _ in range(int(expr.exp) - 1):
+                value = apply(operator.mul, value, operands[0])
+            return value
+        raise StaticShapes(f"the size {expr} has no Python form jitcore records ({name})")
+
+
+def _symbol_number(name: str) -> int:
+    """``s12`` -> 12: size inputs follow the symbols' order of creation (other names last)."""
+    digits = name[1:]
+    return int(digits) if name.startswith("s") and digits.isdigit() else 1 << 30
+
+
+# torch's sympy functions on sizes (torch.utils._sympy.functions) and the Python operator of each.
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "FloorDiv": operator.floordiv,
+    "CleanDiv": operator.floordiv,
+    "Mod": operator.mod,
+    "PythonMod": operator.mod,
+}
+
+
+def _add_guards(program: Any, env: Any, dynamic: list[tuple[Path, Any]]) -> None:
+    """Each guard of the ShapeEnv as a ``shape`` check over the tensors it reads."""
+    from torch._dynamo.source import LocalSource, TensorProperty
+
+    paths = [path for path, _proxy in dynamic]
+    index = {proxy.name: i for i, (_path, proxy) in enumerate(dynamic)}
+
+    def source_ref(source: Any) -> str:
+        tensor = "{%d}" % index[source.base.local_name]
+        if source.prop is TensorProperty.SIZE:
+            return f"{tensor}.shape[{source.idx}]"
+        if source.prop is TensorProperty.STRIDE:
+            return f"{tensor}.stride()[{source.idx}]"
+        return f"{tensor}.storage_offset()"
+
+    shadows = [proxy.shadow for _path, proxy in dynamic]
+    for expression in env.produce_guards(shadows, [LocalSource(proxy.name) for _p, proxy in dynamic],
+                                         source_ref=source_ref):
+        used = sorted({int(n) for n in _placeholders(expression)})
+        renumbered = expression
+        for new, old in enumerate(used):
+            renumbered = renumbered.replace("{%d}" % old, "{#%d}" % new)
+        renumbered = renumbered.replace("{#", "{")
+        condition = ShapeCondition(renumbered, tuple(paths[i] for i in used))
+        program.prologue.guards.append(Guard(condition.paths[0], "shape", condition))
+
+
+def _placeholders(expression: str) -> list[str]:
+    import re
+
+    return re.findall(r"\{(\d+)\}", expression)
