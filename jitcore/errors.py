@@ -13,6 +13,7 @@ __all__ = [
     "UnsupportedOperationError",
     "DataDependentError",
     "UnsupportedInputError",
+    "EagerOnlySubclass",
 ]
 
 
@@ -57,3 +58,11 @@ class UnsupportedInputError(JitcoreError, TypeError):
     """An input of a jitted function has a kind jitcore cannot accept."""
 
     code = "JC-J001"
+
+
+class EagerOnlySubclass(UnsupportedInputError):
+    """A tensor subclass whose operations jitcore runs eagerly, not traced (its values share a plain
+    tensor's storage and it defines ``__torch_dispatch__``). The jit runs such calls eagerly with a
+    warning instead of raising (docs/errors/JC-J002.md)."""
+
+    code = "JC-J002"

@@ -19,6 +19,7 @@ from torch.utils._mode_utils import no_dispatch
 
 
 from jitcore.ir import BoundSymbol, Symbol, SymbolTag, Trace
+from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["flatten_subclasses", "unflatten_tensor_subclass", "UNFLATTEN", "UNFLATTEN_RESULT", "bind_subclass_input",
@@ -26,8 +27,8 @@ __all__ = ["flatten_subclasses", "unflatten_tensor_subclass", "UNFLATTEN", "UNFL
 
 
 def unflatten_tensor_subclass(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
-    """Build a subclass instance from its inner tensors (the class's own ``__tensor_unflatten__``)."""
-    return cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)
+    """Build a subclass instance from its inner tensors (jitcore/proxies/protocol.py)."""
+    return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
 
 
 def restride_wrapper(obj: torch.Tensor, size: tuple, stride: tuple, offset: int) -> None:

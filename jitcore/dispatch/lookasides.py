@@ -5,7 +5,11 @@
   stores the inner tensors on it as on a real instance.
 - ``type(x)`` and ``isinstance(x, cls)`` answer with the class a proxy stands for (``TwoTensor``,
   ``torch.Tensor``), never a proxy class.
-Invariant: outside a trace both behave exactly as the originals.
+- torch's default ``Tensor.__torch_function__`` (also reached through ``super()``), ``as_subclass``
+  and ``_make_subclass`` give proxies the user's class (jitcore/proxies/typed.py) instead of
+  making real instances; a subclass with a ``__torch_dispatch__`` of its own that these would
+  make is not traceable this way (EagerOnlySubclass).
+Invariant: outside a trace all of them behave exactly as the originals.
 """
 
 from __future__ import annotations
@@ -13,11 +17,18 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
+import optree
 import torch
 
 from jitcore.ir import Proxy, current_context
 from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
+from jitcore.interpreter.lookasides import super_arguments
+from jitcore.errors import EagerOnlySubclass
+from jitcore.interpreter import current_run
+from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.tensor import TensorProxy
+from jitcore.proxies.typed import is_plain_subclass, retype
 
 __all__ = ["DISPATCH_LOOKASIDES", "isinstance_of", "make_wrapper_subclass", "python_type", "type_of"]
 
@@ -68,8 +79,135 @@ def isinstance_of(obj: Any, cls: Any) -> bool:
     return _interpreted_isinstance(obj, cls)
 
 
+class ProxySuper:
+    """``super(cls, proxy)``: attributes after ``cls`` in the MRO of the class the proxy stands for,
+    bound to the proxy (a builtin ``super`` refuses a proxy, which is not an instance of ``cls``).
+    What torch's own classes define is the proxy's own (its methods record torch operations)."""
+
+    __slots__ = ("_cls", "_proxy")
+
+    def __init__(self, cls: type, proxy: Proxy) -> None:
+        object.__setattr__(self, "_cls", cls)
+        object.__setattr__(self, "_proxy", proxy)
+
+    def __getattribute__(self, name: str) -> Any:
+        cls, proxy = object.__getattribute__(self, "_cls"), object.__getattribute__(self, "_proxy")
+        if name == "__thisclass__":
+            return cls
+        if name in ("__self__", "__self_class__"):
+            return proxy if name == "__self__" else proxy.python_type
+        mro = proxy.python_type.__mro__
+        for klass in mro[mro.index(cls) + 1:]:
+            if klass in _TORCH_BASES:
+                if name == "__init__":
+                    return _object_init(proxy.python_type)
+                return getattr(proxy, name)
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                get = getattr(builtins.type(attr), "__get__", None)
+                return get(attr, proxy, proxy.python_type) if get is not None else attr
+        raise AttributeError(f"'super' object has no attribute '{name}'")
+
+
+_TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # noqa: SLF001
+
+
+def _object_init(cls: type) -> Any:
+    """``object.__init__`` bound to an instance of ``cls``: extra arguments are refused as CPython
+    refuses them (a class that overrides ``__init__``)."""
+
+    def init(*args: Any, **kwargs: Any) -> None:
+        if (args or kwargs) and cls.__init__ is not object.__init__:
+            raise TypeError("object.__init__() takes exactly one argument (the instance to initialize)")
+
+    return init
+
+
+def super_of(*args: Any) -> Any:
+    """``super()`` and ``super(cls, obj)`` for interpreted code, proxies included."""
+    cls, first = args if args else super_arguments()
+    if isinstance(first, Proxy) and isinstance(cls, type) and issubclass(first.python_type, cls):
+        return ProxySuper(cls, first)
+    return super(cls, first)
+
+
+_DEFAULT_TORCH_FUNCTION = torch.Tensor.__torch_function__.__func__
+_AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
+_MAKE_SUBCLASS = torch.Tensor._make_subclass  # noqa: SLF001
+
+
+def default_torch_function(cls: type, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+    """torch's ``Tensor.__torch_function__`` while tracing: ``func`` runs (interpreted, so it is
+    recorded) with subclass ``__torch_function__`` disabled, then tensor results take ``cls``."""
+    from torch.overrides import get_default_nowrap_functions
+
+    if not builtins.all(issubclass(cls, t) for t in types):
+        return NotImplemented
+    run = current_run()
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+        ret = run.call(func, *args, **(kwargs or {})) if run is not None else func(*args, **(kwargs or {}))
+        if func in get_default_nowrap_functions():
+            return ret
+        arguments = {id(v) for v in optree.tree_leaves((args, kwargs), none_is_leaf=True) if isinstance(v, TensorProxy)}
+        return _convert(ret, cls, arguments)
+
+
+def _convert(ret: Any, cls: type, arguments: set[int]) -> Any:
+    """torch's ``_convert``: tensors take ``cls``; a fresh proxy takes it in place (no record)."""
+    if cls is torch.Tensor:
+        return ret
+    if isinstance(ret, TensorProxy):
+        if isinstance(ret, SubclassTensorProxy) or issubclass(ret.python_type, cls):
+            return ret
+        if id(ret) in arguments:
+            return as_subclass(ret, cls)
+        retype(ret, cls)
+        return ret
+    if isinstance(ret, torch.Tensor) and not isinstance(ret, cls):
+        return ret.as_subclass(cls)
+    if builtins.type(ret) in (tuple, list):
+        return builtins.type(ret)(_convert(r, cls, arguments) for r in ret)
+    return ret
+
+
+def as_subclass(tensor: Any, cls: type) -> Any:
+    """``t.as_subclass(cls)``: on a proxy, an alias of it whose class is ``cls``."""
+    if not isinstance(tensor, TensorProxy) or isinstance(tensor, SubclassTensorProxy):
+        return _AS_SUBCLASS(tensor, cls)
+    _check_plain(cls, "as_subclass")
+    out = aten_symbol(torch.ops.aten.alias.default)(tensor)
+    retype(out, cls)
+    return out
+
+
+def make_subclass(cls: type, data: Any, require_grad: bool = False, *args: Any, **kwargs: Any) -> Any:
+    """``torch.Tensor._make_subclass(cls, data)``: on a proxy, a detached alias whose class is ``cls``."""
+    if not isinstance(data, TensorProxy) or isinstance(data, SubclassTensorProxy) or args or kwargs:
+        return _MAKE_SUBCLASS(cls, data, require_grad, *args, **kwargs)
+    _check_plain(cls, "_make_subclass")
+    out = aten_symbol(torch.ops.aten.detach.default)(data)
+    if require_grad:
+        out = out.requires_grad_(True)
+    retype(out, cls)
+    return out
+
+
+def _check_plain(cls: type, how: str) -> None:
+    if cls is not torch.Tensor and not is_plain_subclass(cls):
+        raise EagerOnlySubclass(
+            f"a {cls.__qualname__} is made with torch.Tensor.{how}: a subclass whose values share a plain "
+            "tensor's storage and define __torch_dispatch__ is run eagerly, not traced"
+        )
+
+
+TensorProxy.as_subclass = as_subclass  # a method of proxies, as of tensors (the lookaside below is for real ones)
+
 DISPATCH_LOOKASIDES: dict[Any, Any] = {
     builtins.isinstance: isinstance_of,
     _make_wrapper_subclass: make_wrapper_subclass,
     builtins.type: type_of,
+    builtins.super: super_of,
+    _DEFAULT_TORCH_FUNCTION: default_torch_function,
+    _AS_SUBCLASS: as_subclass,
+    _MAKE_SUBCLASS: make_subclass,
 }

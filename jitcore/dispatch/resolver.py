@@ -29,10 +29,12 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.dispatch.flatten import record_subclass_results
-from jitcore.ir import Symbol, current_context
+from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code
 from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.typed import has_torch_function
 
 __all__ = ["METADATA_OPS", "resolve_call", "DispatchState", "has_subclass", "call_on_shadows", "call_torch_dispatch"]
 
@@ -135,7 +137,7 @@ class DispatchState:
         """A proxy for a subclass instance over fake tensors that torch or the class itself built."""
         cls = type(shadow)
         proxy = SubclassTensorProxy(name or self.values.names.fresh("t"), cls, self._outer_like(shadow))
-        for key, value in vars(shadow).items():
+        for key, value in instance_attributes(shadow).items():  # slots too
             proxy.__dict__[key] = self.proxy_of(value) if isinstance(value, torch.Tensor) else value
         proxy.set_shadow(shadow)
         self._proxies[id(shadow)] = proxy
@@ -145,18 +147,40 @@ class DispatchState:
 
 def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     """The outputs of ``symbol(*args, **kwargs)`` on proxies (the trace context's call handler)."""
+    if not (_has_overloaded(args) or _has_overloaded(kwargs)):
+        return symbol.meta(*args, **kwargs)
+    context = current_context()
+    func, context.called_as = context.called_as or symbol.fn, None  # nested calls are their own
+    # autograd.Function.apply is C code that never asks __torch_function__ (its forward's ops do)
+    overridden = _torch_function_overrides(args, kwargs) if "autograd_function" not in symbol.tags else []
+    if overridden:
+        result = _run_torch_function(overridden, func, args, kwargs)
+        if result is not NotImplemented:
+            if has_subclass(args) or has_subclass(kwargs):
+                return result  # flattening (dispatch/flatten.py) puts the resolution in the call's place
+            return Inlined(result, splice=True)  # the operations it ran are what runs
+        names = ", ".join(cls.__qualname__ for cls in overridden)
+        raise TypeError(f"no implementation found for '{getattr(func, '__name__', symbol.name)}' on types "
+                        f"that implement __torch_function__: [{names}]")
     if not (has_subclass(args) or has_subclass(kwargs)):
         return symbol.meta(*args, **kwargs)
     return _resolve(symbol, args, kwargs)
 
 
+def _has_overloaded(tree: Any) -> bool:
+    """Whether a (shallow) argument structure holds a subclass proxy or a typed proxy whose class
+    runs a ``__torch_function__`` (jitcore/proxies/typed.py)."""
+    if isinstance(tree, TensorProxy):
+        return type(tree) is not TensorProxy
+    if isinstance(tree, (tuple, list)):
+        return any(_has_overloaded(v) for v in tree)
+    if isinstance(tree, dict):
+        return any(_has_overloaded(v) for v in tree.values())
+    return False
+
+
 def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     state = DispatchState.of_current()
-    overridden = _torch_function_overrides(args, kwargs)
-    if overridden:
-        result = _run_torch_function(overridden, symbol, args, kwargs)
-        if result is not NotImplemented:
-            return result
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
     with torch._C.DisableTorchFunctionSubclass(), _ResolveMode(state):  # noqa: SLF001
         out = symbol.fn(*shadow_args, **shadow_kwargs)
@@ -183,6 +207,11 @@ class _ResolveMode(TorchDispatchMode):
             return func(*args, **kwargs)
         user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
         proxy_args, proxy_kwargs = _map(self.state.proxy_of, (args, kwargs))
+        if not user_types and (has_subclass(proxy_args) or has_subclass(proxy_kwargs)):
+            # a mode is not always told the subclasses of the arguments (``aten.lift_fresh``)
+            user_types = tuple(dict.fromkeys(
+                v.python_type for v in optree.tree_leaves((proxy_args, proxy_kwargs)) if isinstance(v, SubclassTensorProxy)
+            ))
         if not user_types:
             out = aten_symbol(func)(*proxy_args, **proxy_kwargs)
         else:
@@ -208,33 +237,46 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
 
 
 def _interpret(fn: Callable[..., Any], *args: Any) -> Any:
+    """A subclass's protocol method, interpreted (see ``TraceContext.subclass_code``)."""
     from jitcore.interpreter import current_run
 
     run = current_run()
-    return run.call(fn, *args) if run is not None else fn(*args)
+    with in_subclass_code():
+        return run.call(fn, *args) if run is not None else fn(*args)
 
 
 def _torch_function_overrides(args: tuple, kwargs: dict) -> list[type]:
+    """The classes whose ``__torch_function__`` eager would call, in its order: left to right, a
+    subclass before its base (torch's ``_get_overloaded_args``)."""
     if not torch._C._is_torch_function_enabled():  # noqa: SLF001 - inside DisableTorchFunction(Subclass)
         return []
     found: list[type] = []
     for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
+        if not isinstance(value, TensorProxy) or type(value) is TensorProxy:
+            continue
+        cls = value.python_type
+        if cls in found:
+            continue
+        impl = getattr(cls, "__torch_function__", None)
         if isinstance(value, SubclassTensorProxy):
-            cls = value.subclass
-            impl = getattr(cls, "__torch_function__", None)
-            if impl is None or getattr(impl, "__func__", impl) in _DEFAULT_TORCH_FUNCTION or cls in found:
+            # a wrapper subclass's default __torch_function__ only converts what __torch_dispatch__
+            # already returned as the subclass: skipped
+            if impl is None or getattr(impl, "__func__", impl) in _DEFAULT_TORCH_FUNCTION:
                 continue
-            found.append(cls)
+        elif not has_torch_function(cls):
+            continue
+        position = next((i for i, seen in enumerate(found) if issubclass(cls, seen)), len(found))
+        found.insert(position, cls)
     return found
 
 
 _DEFAULT_TORCH_FUNCTION = (torch._C._disabled_torch_function_impl, torch.Tensor.__torch_function__.__func__)  # noqa: SLF001
 
 
-def _run_torch_function(types: list[type], symbol: Symbol, args: tuple, kwargs: dict) -> Any:
+def _run_torch_function(types: list[type], func: Any, args: tuple, kwargs: dict) -> Any:
     """A subclass's own ``__torch_function__``, interpreted, with the torch callable as ``func``."""
     for cls in types:
-        result = _interpret(cls.__torch_function__, symbol.fn, tuple(types), args, kwargs)
+        result = _interpret(cls.__torch_function__, func, tuple(types), args, kwargs)
         if result is not NotImplemented:
             return result
     return NotImplemented
@@ -243,6 +285,13 @@ def _run_torch_function(types: list[type], symbol: Symbol, args: tuple, kwargs: 
 def call_on_shadows(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """A torch C function that is not an operation (``torch._functionalize_unsafe_set``, ...) called
     with proxies: it acts on their shadows (their metadata), and tensors it returns map back."""
+    if fn is torch._C._disabled_torch_dispatch_impl:  # noqa: SLF001 - would re-enter the resolving mode without end
+        from jitcore.errors import UnsupportedOperationError
+
+        raise UnsupportedOperationError(
+            "torch._C._disabled_torch_dispatch_impl (torch.Tensor.__torch_dispatch__) called on traced values: "
+            "redispatching below a subclass's __torch_dispatch__ is not supported while tracing"
+        )
     state = DispatchState.of_current()
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
     return _map(state.proxy_of, fn(*shadow_args, **shadow_kwargs))

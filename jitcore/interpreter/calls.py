@@ -141,6 +141,10 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
     if cls not in klass.__mro__:
         return obj
     init = klass.__init__
+    if init is object.__init__:  # CPython's object_init: extra arguments are fine when __new__ is overridden
+        if (args or kwargs) and klass.__new__ is object.__new__:
+            raise TypeError(f"{klass.__name__}() takes no arguments")
+        return obj
     if type(init) is FunctionType:
         if run.resolve_call is None and init not in run.lookasides:  # the fast path of call, inlined
             result = call_function(run, init, (obj, *args), kwargs)

@@ -33,7 +33,7 @@ from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.protocols import truth
 from jitcore.interpreter.run import Run, current_run
 
-__all__ = ["FrameProxy", "builtin_lookasides", "isinstance_"]
+__all__ = ["FrameProxy", "builtin_lookasides", "isinstance_", "super_arguments"]
 
 _native_isinstance = builtins.isinstance
 _native_issubclass = builtins.issubclass
@@ -200,8 +200,11 @@ def _caller() -> Frame:
 
 def super_(*args: object) -> super:
     """super(); the zero-argument form reads the calling interpreted frame (first argument, __class__ cell)."""
-    if args:
-        return super(*args)
+    return super(*args) if args else super(*super_arguments())
+
+
+def super_arguments() -> tuple[type, object]:
+    """``(__class__, first argument)`` of the calling interpreted frame: what ``super()`` binds."""
     frame = _caller()
     code = frame.code
     if code.co_argcount == 0:
@@ -223,7 +226,7 @@ def super_(*args: object) -> super:
         raise RuntimeError("super(): empty __class__ cell") from None
     if not isinstance(cls, type):
         raise RuntimeError(f"super(): __class__ is not a type ({type(cls).__name__})")  # noqa: TRY004 - as CPython
-    return super(cls, first)
+    return cls, first
 
 
 def frame_locals(frame: Frame) -> dict:

@@ -4,7 +4,7 @@ This package knows nothing of torch or of the jit: language contexts give it sym
 """
 
 from jitcore.ir.codegen import compile_source, compile_trace, register_call_target
-from jitcore.ir.context import TraceContext, current_context, tracing
+from jitcore.ir.context import TraceContext, current_context, in_subclass_code, tracing
 from jitcore.ir.names import NameGenerator
 from jitcore.ir.printer import PrintedTrace, print_trace, register_literal
 from jitcore.ir.proxy import Proxy
@@ -27,6 +27,7 @@ __all__ = [
     "compile_trace",
     "register_call_target",
     "current_context",
+    "in_subclass_code",
     "print_trace",
     "register_literal",
     "tracing",

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from jitcore.ir.symbol import BoundSymbol, SourceFrame, Symbol
     from jitcore.ir.trace import Trace
 
-__all__ = ["TraceContext", "tracing", "current_context"]
+__all__ = ["TraceContext", "tracing", "current_context", "in_subclass_code"]
 
 
 @dataclass(slots=True, eq=False)
@@ -32,6 +32,11 @@ class TraceContext:
         source_provider: returns the user's source stack at the moment of a record, or None.
         call_handler: runs one symbol call on proxies and returns its outputs; replaced by layers
             that resolve calls differently (tensor-subclass dispatch). Default: ``symbol.meta``.
+        subclass_code: how deep the interpreter is in a tensor subclass's ``__torch_function__`` or
+            ``__torch_dispatch__`` (0: the program's own code). State such code reads and writes
+            is taken as it is while tracing, as torch.compile's AOTAutograd takes it.
+        called_as: the callable the program called when it records another one's symbol
+            (``x.exp()`` records ``torch.exp``): what a ``__torch_function__`` is handed as ``func``.
     """
 
     trace: "Trace"
@@ -39,6 +44,8 @@ class TraceContext:
     source_provider: Callable[[], "tuple[SourceFrame, ...] | None"] | None = None
     call_handler: "Callable[[Symbol, tuple, dict], Any] | None" = None
     scopes: "list[list[BoundSymbol]]" = field(default_factory=list)
+    subclass_code: int = 0
+    called_as: Any = None
 
     def __post_init__(self) -> None:
         if not self.scopes:
@@ -50,6 +57,20 @@ class TraceContext:
 
 
 _CURRENT: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar("jitcore_trace", default=None)
+
+
+@contextmanager
+def in_subclass_code() -> Iterator[None]:
+    """Mark the body as a tensor subclass's protocol code (``TraceContext.subclass_code``)."""
+    context = _CURRENT.get()
+    if context is None:
+        yield
+        return
+    context.subclass_code += 1
+    try:
+        yield
+    finally:
+        context.subclass_code -= 1
 
 
 def current_context() -> TraceContext | None:

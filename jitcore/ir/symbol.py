@@ -105,9 +105,12 @@ class BoundSymbol:
 @dataclass(frozen=True, slots=True)
 class Inlined:
     """What a call handler returns for a call it expressed through other records of the enclosing
-    scope (a data-dependent op as a checked read plus static ops): the call itself is not recorded."""
+    scope (a data-dependent op as a checked read plus static ops): the call itself is not recorded.
+    ``splice``: the records made while the call was handled take its place (a ``__torch_function__``
+    that computed the call through other operations)."""
 
     output: Any
+    splice: bool = False
 
 
 def record(context: Any, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
@@ -121,6 +124,8 @@ def record(context: Any, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     finally:
         context.scopes.pop()
     if type(output) is Inlined:
+        if output.splice:
+            context.scopes[-1].extend(subsymbols)
         return output.output
     context.scopes[-1].append(BoundSymbol(symbol, args, kwargs, output, tuple(subsymbols), source))
     return output

@@ -23,9 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 import optree
+import torch
 import torch.utils._pytree as torch_pytree
 
 from jitcore.ir import Proxy
+from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.typed import is_plain_subclass
+
+_AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
 
 __all__ = ["OutputStructure", "escaped", "held", "split"]
 
@@ -53,6 +58,8 @@ def split(output: Any) -> tuple[Any, OutputStructure | None]:
     """The output as a tree optree flattens completely, and how to rebuild the original (None: the
     output already is such a tree)."""
     flat, rebuild = _split(output, 0)
+    if rebuild is None and isinstance(flat, Proxy) and _retyped(flat) is not None:
+        rebuild = _retyped(flat)
     if rebuild is None:
         return output, None
     return flat, OutputStructure(rebuild)
@@ -60,7 +67,9 @@ def split(output: Any) -> tuple[Any, OutputStructure | None]:
 
 def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     """(value with foreign nodes replaced by tuples of their children, rebuild or None)."""
-    if depth > _MAX_DEPTH or isinstance(value, Proxy) or not _holds_proxy(value, depth):
+    if isinstance(value, Proxy):
+        return value, _retyped(value) if depth else None  # the top level: ``split`` itself
+    if depth > _MAX_DEPTH or not _holds_proxy(value, depth):
         return value, None
     kind = type(value)
     if kind in _OPTREE_NODES or _is_namedtuple(value):
@@ -95,6 +104,19 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
         return obj
 
     return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth)
+
+
+def _retyped(proxy: Proxy) -> Callable[[Any], Any] | None:
+    """How a result gets the class of a proxy of a subclass without ``__torch_dispatch__``
+    (jitcore/proxies/typed.py): the computation runs on plain tensors."""
+    cls = proxy.python_type
+    if not is_plain_subclass(cls) or isinstance(proxy, SubclassTensorProxy):
+        return None
+
+    def retype(result: Any) -> Any:
+        return result if type(result) is cls else _AS_SUBCLASS(result, cls)
+
+    return retype
 
 
 def _split_container_subclass(value: dict | list, depth: int) -> tuple[Any, Callable[[Any], Any]]:

@@ -31,14 +31,16 @@ import torch
 
 from jitcore.dispatch.resolver import DispatchState
 from jitcore.jit.state_names import qualified_name
-from jitcore.errors import UnsupportedInputError
+from jitcore.errors import EagerOnlySubclass, UnsupportedInputError
 from jitcore.langctx.shadows import TensorValues
 from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
 from jitcore.prologue.guards import freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.protocol import has_own_protocol, is_wrapper, tensor_flatten, tensor_unflatten
 from jitcore.proxies.subclass import is_traceable_subclass
+from jitcore.proxies.typed import is_plain_subclass, retype
 
 __all__ = ["Provenance"]
 
@@ -345,9 +347,11 @@ class Provenance:
         if proxy is None:
             if tensor.layout is not torch.strided and type(tensor) in (torch.Tensor, torch.nn.Parameter):
                 raise _layout_input_error(path, name, tensor.layout)
-            if type(tensor) in (torch.Tensor, torch.nn.Parameter):
+            if type(tensor) in (torch.Tensor, torch.nn.Parameter) or is_plain_subclass(type(tensor)):
                 dims = self.dynamic_dims(path, tensor) if self.dynamic_dims and not self._static_only else frozenset()
                 proxy = self.values.input_proxy(tensor, qualified_name(path) or name, dims)  # linear1.weight -> linear1_weight
+                if type(tensor) is not torch.Tensor:  # nn.Parameter, Tagged(torch.Tensor): jitcore/proxies/typed.py
+                    retype(proxy, type(tensor))
                 self.inputs.append((path, proxy, tensor))
             else:
                 proxy = self._subclass(tensor, path, name)
@@ -362,6 +366,12 @@ class Provenance:
     def _subclass(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         """A tensor-subclass input: its structure is guarded, its inner tensors become inputs."""
         cls = type(tensor)
+        if is_traceable_subclass(cls) and not has_own_protocol(cls) and not is_wrapper(tensor):
+            raise EagerOnlySubclass(
+                f"{path.describe()} is a {cls.__qualname__}: a tensor subclass with __torch_dispatch__ whose "
+                "values hold storage of their own (torch.Tensor._make_subclass) and no __tensor_flatten__",
+                hints=("make it a wrapper subclass (torch.Tensor._make_wrapper_subclass), see docs/subclasses.md",),
+            )
         if not is_traceable_subclass(cls):
             raise UnsupportedInputError(
                 f"{path.describe()} is a {cls.__qualname__}, a tensor subclass jitcore cannot trace: it lacks "
@@ -371,7 +381,7 @@ class Provenance:
                     "or call the function eagerly for such inputs",
                 ),
             )
-        names, ctx = tensor.__tensor_flatten__()
+        names, ctx = tensor_flatten(tensor)
         self.guard(path, "type", cls)
         self.guard(path, "flatten", (cls, tuple(names), ctx))
         self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=True))
@@ -380,7 +390,7 @@ class Provenance:
             inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
         finally:
             self._static_only -= 1
-        shadow = cls.__tensor_unflatten__({n: p.shadow for n, p in inner.items()}, ctx, tensor.shape, tensor.stride())
+        shadow = tensor_unflatten(cls, {n: p.shadow for n, p in inner.items()}, ctx, tensor.shape, tensor.stride())
         if type(shadow) is not cls and issubclass(cls, type(shadow)):
             # an inherited __tensor_unflatten__ that names its own class (TwoTensor's): the
             # dispatcher must see the caller's class, whose __torch_dispatch__ may override

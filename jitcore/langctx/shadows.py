@@ -85,8 +85,11 @@ class TensorValues:
             sizes = [DimDynamic.DYNAMIC if i in dynamic_dims else DimDynamic.STATIC for i in range(tensor.dim())]
             context = StatelessSymbolicContext(dynamic_sizes=sizes)
             shadow = self.fake_mode.from_tensor(tensor, symbolic_context=context, source=LocalSource(name))
-        else:
+        elif type(tensor) is torch.Tensor:
             shadow = self.fake_mode.from_tensor(tensor, static_shapes=True)
+        else:  # nn.Parameter, a subclass without __torch_dispatch__: its __torch_function__ is not run
+            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+                shadow = self.fake_mode.from_tensor(tensor, static_shapes=True)
         proxy = self._bind(shadow, name)
         self.layout.seed(shadow, proxy)
         return proxy

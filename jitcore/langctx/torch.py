@@ -29,7 +29,7 @@ import torch.masked
 import torch.signal.windows
 
 from jitcore.errors import UnsupportedOperationError
-from jitcore.ir import Symbol, SymbolTag, register_literal
+from jitcore.ir import Symbol, SymbolTag, current_context, register_literal
 from jitcore.langctx.aten import aten_symbol, is_aten_op
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
@@ -386,7 +386,7 @@ def _register_tensor_members() -> None:
         if name.startswith("__") and name not in ("__getitem__", "__setitem__"):
             _install_raw(name, _operator(symbol) if name.startswith("__r") else _method(symbol))
         else:
-            _install(name, symbol, is_property=False)
+            _install(name, symbol if symbol is not shared else _called_as(member, symbol), is_property=False)
 
 
 def _takes_one_int_list(name: str) -> bool:
@@ -438,6 +438,23 @@ def _varargs_method(name: str, target: Callable[..., Any]) -> Callable[..., Any]
 
 def _defined_by_proxy(name: str) -> bool:
     return any(name in vars(klass) for klass in TensorProxy.__mro__ if klass is not object)
+
+
+def _called_as(member: Any, symbol: Symbol) -> Callable[..., Any]:
+    """``x.exp()`` records ``torch.exp``'s symbol; a subclass's ``__torch_function__`` is still
+    handed ``torch.Tensor.exp``, the callable eager hands it (``TraceContext.called_as``)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        context = current_context()
+        if context is None:
+            return symbol(*args, **kwargs)
+        context.called_as = member
+        try:
+            return symbol(*args, **kwargs)
+        finally:
+            context.called_as = None
+
+    return call
 
 
 def _install(name: str, target: Callable[..., Any], is_property: bool) -> None:

@@ -23,6 +23,7 @@ import torch
 
 from jitcore.prologue.paths import Path, safe_repr
 from jitcore.prologue.shape_guards import shape_check, shape_describe, shape_render
+from jitcore.proxies.protocol import tensor_flatten
 
 __all__ = [
     "GUARD_KINDS",
@@ -409,7 +410,7 @@ def flatten_failure(value: Any, expected: tuple) -> str | None:
     """A tensor subclass's structure: the inner attribute names and ctx ``__tensor_flatten__`` gives
     (ctx compared with the class's ``__metadata_guard__`` when it has one, else with ``==``)."""
     cls, names, ctx = expected
-    got_names, got_ctx = value.__tensor_flatten__()
+    got_names, got_ctx = tensor_flatten(value)
     if tuple(got_names) != names:
         return f".__tensor_flatten__(): expected inner tensors {list(names)}, got {list(got_names)}"
     metadata_guard = getattr(cls, "__metadata_guard__", None)

@@ -14,26 +14,27 @@ subclass's ``__init__`` stores them — its inner tensors (proxies) and other fi
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from jitcore.proxies.protocol import tensor_flatten, tensor_unflatten
 from jitcore.proxies.tensor import TensorProxy, describe_tensor
 
 __all__ = ["SubclassTensorProxy", "is_traceable_subclass"]
 
 
 def is_traceable_subclass(cls: type) -> bool:
-    """Whether tensors of ``cls`` can be traced through their ``__torch_dispatch__``."""
+    """Whether tensors of ``cls`` can be traced through their ``__torch_dispatch__`` (wrapper values
+    of a class without the flatten protocol get a derived one: jitcore/proxies/protocol.py)."""
     return (
         isinstance(cls, type)
         and issubclass(cls, torch.Tensor)
         and cls is not torch.Tensor
         and not issubclass(cls, torch.nn.Parameter)
         and "__torch_dispatch__" in _class_dict_chain(cls)
-        and hasattr(cls, "__tensor_flatten__")
-        and hasattr(cls, "__tensor_unflatten__")
     )
 
 
@@ -47,6 +48,7 @@ def _class_dict_chain(cls: type) -> set[str]:
 
 
 _MISSING = object()
+_SLOT = types.MemberDescriptorType
 # The proxy's own machinery, never taken from the user's class.
 _PROXY_NAMES = frozenset({
     "subclass", "outer", "_shadow", "shadow", "set_shadow", "flatten", "inner_tensors", "python_type",
@@ -100,7 +102,7 @@ class SubclassTensorProxy(TensorProxy):
         if built is None:
             names, ctx = self.flatten()
             inner = {n: getattr(self, n).shadow for n in names}
-            built = self.subclass.__tensor_unflatten__(inner, ctx, self.outer.shape, self.outer.stride())
+            built = tensor_unflatten(self.subclass, inner, ctx, self.outer.shape, self.outer.stride())
             object.__setattr__(self, "_shadow", built)
         return built
 
@@ -114,8 +116,7 @@ class SubclassTensorProxy(TensorProxy):
 
     def flatten(self) -> tuple[list[str], Any]:
         """``(inner attribute names, ctx)`` as the class's ``__tensor_flatten__`` gives them."""
-        names, ctx = self.subclass.__tensor_flatten__(self)
-        return list(names), ctx
+        return tensor_flatten(self, self.subclass)
 
     def inner_tensors(self) -> dict[str, TensorProxy]:
         names, _ = self.flatten()
@@ -136,6 +137,10 @@ class SubclassTensorProxy(TensorProxy):
             found = _user_attribute(subclass, name)
             if found is not _MISSING:
                 instance = object.__getattribute__(self, "__dict__")
+                if isinstance(found, _SLOT):  # a __slots__ field: stored in the proxy's dict
+                    if name in instance:
+                        return instance[name]
+                    raise AttributeError(f"'{subclass.__name__}' object has no attribute '{name}'")
                 if name in instance and not hasattr(type(found), "__set__"):
                     return instance[name]
                 get = getattr(type(found), "__get__", None)

@@ -22,6 +22,7 @@ import torch
 
 from jitcore.errors import JitcoreError
 from jitcore.ir import Proxy, Trace
+from jitcore.proxies.protocol import tensor_flatten
 from jitcore.transforms.grad import RAISE, GradTraces, OutputSpec
 
 __all__ = ["GradComputation", "JitcoreFunction", "TangentMismatchError"]
@@ -114,13 +115,13 @@ def _checked_tangent(spec: OutputSpec, grad: Any) -> Any:
     if got is expected:
         if spec.subclass is None:
             return grad
-        _names, ctx = grad.__tensor_flatten__()
+        _names, ctx = tensor_flatten(grad)
         if ctx == spec.ctx:
             return grad
         coerce = getattr(grad, "__coerce_same_metadata_as_tangent__", None)
         if coerce is not None:
             coerced = coerce(spec.ctx, expected)
-            if coerced is not None and type(coerced) is expected and coerced.__tensor_flatten__()[1] == spec.ctx:
+            if coerced is not None and type(coerced) is expected and tensor_flatten(coerced)[1] == spec.ctx:
                 return coerced
         detail = f"its __tensor_flatten__ context is {ctx!r}, traced with {spec.ctx!r}"
     else:

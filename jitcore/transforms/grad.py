@@ -44,6 +44,7 @@ from jitcore.langctx import new_context
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.recording import recording
 from jitcore.transforms.saving import split_saved
@@ -199,8 +200,8 @@ class _Replay:
             self.forward.args.append(proxy)
         for old in subclass_inputs(self.source):
             names, ctx = old.flatten()
-            shadow = old.subclass.__tensor_unflatten__(
-                {n: self.env[id(getattr(old, n))].shadow for n in names}, ctx, old.shape, old.stride()
+            shadow = tensor_unflatten(
+                old.subclass, {n: self.env[id(getattr(old, n))].shadow for n in names}, ctx, old.shape, old.stride()
             )
             if self.subclass_grad.get(id(old), False):
                 shadow.requires_grad_(True)
@@ -484,7 +485,7 @@ def _tangent_for(replay: _Replay, index: int, out: TensorProxy) -> tuple[OutputS
         inner = [replay.tangent_proxy(s, f"grad_{out.name}_{n}") for n, s in inner_shadows.items()]
         # the shadow's outer metadata, not the proxy's: an in-place view op on the wrapper
         # (``return_and_correct_aliasing``) updates the shadow only
-        tangent = out.subclass.__tensor_unflatten__(inner_shadows, ctx, out.shadow.shape, out.shadow.stride())
+        tangent = tensor_unflatten(out.subclass, inner_shadows, ctx, out.shadow.shape, out.shadow.stride())
         replay.state.adopt(tangent)
         spec = OutputSpec(index, out.subclass, ctx, tuple(names), tuple(out.shadow.shape))
         return spec, tangent, inner

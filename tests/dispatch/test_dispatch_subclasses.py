@@ -10,7 +10,6 @@ import optree
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.testing._internal.logging_tensor import LoggingTensor
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
@@ -265,12 +264,6 @@ def test_exception_inside_torch_dispatch_reaches_the_user() -> None:
 
     text = "".join(traceback.format_exception(info.value))
     assert "return x @ x" in text and "subclass_zoo.py" in text
-
-
-def test_logging_tensor_without_flatten_protocol_is_a_clear_error() -> None:
-    x = LoggingTensor(torch.randn(2))
-    with pytest.raises(jitcore.UnsupportedInputError, match="args\\[0\\] is a LoggingTensor"):
-        jitcore.jit(lambda t: t + 1)(x)
 
 
 def test_cache_misses_for_every_structural_change() -> None:

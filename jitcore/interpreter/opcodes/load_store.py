@@ -408,7 +408,7 @@ def _super_attr(frame: Frame, inst: Instruction) -> tuple[object, str]:
     first = stack.pop()
     cls = stack.pop()
     global_super = stack.pop()
-    if global_super is super and isinstance(cls, type):
+    if global_super is super and isinstance(cls, type) and isinstance(first, cls):
         return super(cls, first), inst.argval
     # ``super`` rebound, or a class that is not a type: call it as CPython does (zero-argument form: no args)
     return call(frame.run, global_super, (cls, first) if inst.arg & 2 else (), None), inst.argval

@@ -1,0 +1,99 @@
+"""The flatten protocol of a tensor subclass: its own, or one derived from its attributes.
+
+Tracing a subclass value needs its inner tensors (``__tensor_flatten__``) and a way to rebuild it
+around new ones (``__tensor_unflatten__``). Subclasses written for torch.compile define both. Many
+others (``torch.masked.MaskedTensor``, ``logging_tensor.LoggingTensor``, most subclasses written before
+torch.compile) are wrapper subclasses (``_make_wrapper_subclass`` + ``__torch_dispatch__``) that keep
+their inner tensors as ordinary attributes or slots. For those the protocol is derived:
+- flatten: the attributes (instance dict and ``__slots__``) holding tensors, sorted by name; the ctx
+  is the other attributes' values plus the outer dtype and device;
+- unflatten: a wrapper of the class (``_make_wrapper_subclass``, the class's own ``__new__`` and
+  ``__init__`` are not run) with those attributes set.
+Invariants: every caller goes through ``tensor_flatten``/``tensor_unflatten``, so a class's own
+protocol is used whenever it has one; a subclass whose values hold storage of their own (made with
+``_make_subclass``) and define ``__torch_dispatch__`` has no protocol (``is_wrapper`` is False): it
+runs eagerly (jitcore.errors.EagerOnlySubclass).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from jitcore.proxies.tensor import TensorProxy
+
+__all__ = ["DerivedContext", "has_own_protocol", "instance_attributes", "is_wrapper", "tensor_flatten", "tensor_unflatten"]
+
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass  # noqa: SLF001
+_TENSORS = (torch.Tensor, TensorProxy)
+_TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # noqa: SLF001
+
+
+def has_own_protocol(cls: type) -> bool:
+    """Whether ``cls`` defines ``__tensor_flatten__`` and ``__tensor_unflatten__``."""
+    return hasattr(cls, "__tensor_flatten__") and hasattr(cls, "__tensor_unflatten__")
+
+
+def is_wrapper(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a wrapper subclass instance (metadata only, no storage of its own)."""
+    try:
+        tensor.untyped_storage().data_ptr()
+    except RuntimeError:
+        return True
+    return False
+
+
+class DerivedContext(tuple):
+    """The ctx of a derived flatten: ``(non-tensor attributes as (name, value) pairs, dtype, device)``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        attrs, dtype, device = self
+        shown = ", ".join(f"{name}={value!r}" for name, value in attrs)
+        return f"attributes({shown}; {dtype}, {device})"
+
+
+def instance_attributes(value: Any) -> dict[str, Any]:
+    """The attributes an instance holds: its slots (of classes below torch.Tensor), then its dict."""
+    found: dict[str, Any] = {}
+    for klass in type(value).__mro__:
+        if klass in _TORCH_BASES:
+            break
+        for slot in getattr(klass, "__slots__", ()):
+            if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
+                try:
+                    found[slot] = object.__getattribute__(value, slot)
+                except AttributeError:
+                    pass
+    instance = getattr(value, "__dict__", None)
+    if isinstance(instance, dict):
+        found.update(instance)
+    return found
+
+
+def tensor_flatten(value: Any, cls: type | None = None) -> tuple[list[str], Any]:
+    """``(inner tensor attribute names, ctx)`` of a subclass value (a real instance, or a proxy of
+    ``cls`` whose attributes are the ones the class's code stored)."""
+    cls = cls or type(value)
+    if has_own_protocol(cls):
+        names, ctx = cls.__tensor_flatten__(value)
+        return list(names), ctx
+    attributes = instance_attributes(value) if cls is type(value) else dict(vars(value))
+    names = sorted(n for n, v in attributes.items() if isinstance(v, _TENSORS))
+    others = tuple(sorted((n, v) for n, v in attributes.items() if not isinstance(v, _TENSORS)))
+    return names, DerivedContext((others, value.dtype, value.device))
+
+
+def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
+    """A value of ``cls`` around ``inner`` (the class's own ``__tensor_unflatten__`` when it has one)."""
+    if has_own_protocol(cls):
+        return cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)
+    others, dtype, device = ctx
+    out = _make_wrapper_subclass(cls, outer_size, strides=outer_stride, dtype=dtype, device=device)
+    for name, tensor in inner.items():
+        object.__setattr__(out, name, tensor)
+    for name, value in others:
+        object.__setattr__(out, name, value)
+    return out

@@ -1,0 +1,81 @@
+"""Proxies of tensor subclasses without ``__torch_dispatch__``: plain data, the user's class on top.
+
+A subclass that only adds Python behaviour (``class Tagged(torch.Tensor)`` with methods, a
+``__torch_function__`` that logs or rewrites calls, ``nn.Parameter``) holds an ordinary tensor: the
+dispatcher never sees the class. While tracing, such a value is a TensorProxy of a class made for
+the user's class (``typed_proxy_class``). Invariants:
+- ``python_type`` is the user's class, so ``type(x)``/``isinstance`` answer as eagerly; what the
+  user's class defines below ``torch.Tensor`` (methods, properties, class attributes) is found on the
+  proxy, and wins over the torch operations a proxy offers, as on the real class;
+- the proxy class adds no instance layout (``__slots__ = ()``): a fresh proxy that a torch call
+  returned can take the user's class in place, as torch's ``_convert`` gives it eagerly;
+- the recorded operations act on the data only: a computation runs on plain tensors
+  (``disables_torch_function``), and outputs get the user's class back at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from jitcore.proxies.tensor import TensorProxy
+
+__all__ = ["has_torch_function", "is_plain_subclass", "retype", "typed_proxy_class"]
+
+# The names a proxy class never takes from the user's class: type machinery and the protocols that
+# jitcore itself answers (__torch_function__ runs through the resolver, in eager's order).
+_NOT_COPIED = frozenset({
+    "__dict__", "__weakref__", "__slots__", "__module__", "__qualname__", "__doc__", "__new__", "__init__",
+    "__torch_function__", "__torch_dispatch__", "__init_subclass__", "__class_getitem__", "__annotations__",
+    "__reduce_ex__", "__deepcopy__", "__repr__", "__getattribute__", "__getattr__", "__setattr__",
+    "__delattr__", "__class__", "__hash__", "__eq__", "__firstlineno__", "__static_attributes__",
+})
+_TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # noqa: SLF001
+
+
+def is_plain_subclass(cls: type) -> bool:
+    """Whether ``cls`` is a tensor subclass the dispatcher never sees (no ``__torch_dispatch__`` of its own)."""
+    return (
+        isinstance(cls, type) and issubclass(cls, torch.Tensor) and cls is not torch.Tensor
+        and getattr(cls.__torch_dispatch__, "__func__", cls.__torch_dispatch__) is torch._C._disabled_torch_dispatch_impl  # noqa: SLF001
+    )
+
+
+def has_torch_function(cls: type) -> bool:
+    """Whether tensors of ``cls`` run a ``__torch_function__`` (torch's default one included)."""
+    impl = getattr(cls, "__torch_function__", None)
+    return impl is not None and getattr(impl, "__func__", impl) is not torch._C._disabled_torch_function_impl  # noqa: SLF001
+
+
+class _UserClassBound:
+    """A classmethod of the user's class, bound to that class (not to the proxy class)."""
+
+    __slots__ = ("method", "owner")
+
+    def __init__(self, method: classmethod, owner: type) -> None:
+        self.method = method
+        self.owner = owner
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self.method.__get__(None, self.owner)
+
+
+@functools.cache
+def typed_proxy_class(cls: type) -> type[TensorProxy]:
+    """The TensorProxy class whose instances stand for tensors of ``cls`` (made once per class)."""
+    namespace: dict[str, Any] = {"__slots__": (), "python_type": cls, "__module__": __name__}
+    for klass in reversed(cls.__mro__):
+        if klass in _TORCH_BASES or klass is torch.nn.Parameter:
+            continue
+        for name, value in vars(klass).items():
+            if name in _NOT_COPIED:
+                continue
+            namespace[name] = _UserClassBound(value, cls) if isinstance(value, classmethod) else value
+    return type(f"{cls.__name__}Proxy", (TensorProxy,), namespace)
+
+
+def retype(proxy: TensorProxy, cls: type) -> None:
+    """Give a proxy that a torch call just returned the user's class (torch's ``_convert``)."""
+    proxy.__class__ = TensorProxy if cls is torch.Tensor else typed_proxy_class(cls)

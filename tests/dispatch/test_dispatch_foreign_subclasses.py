@@ -1,0 +1,272 @@
+"""Tensor subclasses written as people write them, not for jitcore, differentially against eager.
+
+- subclasses without ``__torch_dispatch__`` (a plain ``class T(torch.Tensor)``, a logging or
+  rewriting ``__torch_function__``, ``nn.Parameter``): traced on the data, the user's class on top;
+- wrapper subclasses without the flatten protocol (``LoggingTensor``, ``MaskedTensor``): traced with a
+  protocol derived from their attributes;
+- Python object behaviour of subclass values while traced: ``__slots__``, ``super()``, class
+  attributes read through ``type(self)``, ``object.__init__``;
+- a subclass whose values hold storage and define ``__torch_dispatch__``: run eagerly (JC-J002).
+Each test compares values, exact output types and, where it matters, what the subclass's own code
+saw on a warm call.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.masked import masked_tensor
+from torch.testing._internal.logging_tensor import LoggingTensor, capture_logs
+from torch.utils._pytree import tree_map
+
+import jitcore
+
+warnings.filterwarnings("ignore", message="The PyTorch API of MaskedTensors")
+
+
+def _same(actual: Any, expected: Any) -> None:
+    assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _same(a, e)
+    elif type(expected).__name__ == "MaskedTensor":
+        torch.testing.assert_close(actual.get_mask(), expected.get_mask())
+        mask = expected.get_mask()
+        torch.testing.assert_close(actual.get_data()[mask], expected.get_data()[mask])
+    elif isinstance(expected, LoggingTensor):
+        torch.testing.assert_close(actual.elem, expected.elem)
+    elif isinstance(expected, torch.Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            torch.testing.assert_close(actual, expected)
+    else:
+        assert actual == expected
+
+
+def _check(fn: Any, *args: Any, calls: int = 3) -> Any:
+    expected = fn(*args)
+    jitted = jitcore.jit(fn)
+    for _ in range(calls):
+        _same(jitted(*args), expected)
+    return jitted
+
+
+# --- subclasses the dispatcher never sees --------------------------------------------------------------
+class Plain(torch.Tensor):
+    pass
+
+
+class Logged(torch.Tensor):
+    """Counts its __torch_function__ calls and has methods and class attributes of its own."""
+
+    calls: list[str] = []
+    SCALE = 3.0
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        cls.calls.append(getattr(func, "__name__", str(func)))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+    def doubled(self) -> torch.Tensor:
+        return self * 2
+
+    @property
+    def scaled(self) -> torch.Tensor:
+        return self * type(self).SCALE
+
+
+class Rewriting(torch.Tensor):
+    """A __torch_function__ that changes what add computes (a subtract), as eagerly."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        if func in (torch.add, torch.Tensor.add, torch.Tensor.__add__):
+            func = torch.sub
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_plain_subclass_keeps_its_class_through_operations() -> None:
+    x = torch.randn(3, 4).as_subclass(Plain)
+    _check(lambda a: ((a * 2).sin() + 1, a.sum(dim=0), a.shape[0]), x)
+
+
+def test_torch_function_subclass_runs_its_methods_and_class_attributes() -> None:
+    x = torch.randn(4).as_subclass(Logged)
+    y = torch.randn(4)
+    jitted = _check(lambda a, b: ((a.doubled() + b).cos(), a.scaled, isinstance(a, Logged), type(a) is Logged), x, y)
+    assert jitted.misses == 1
+
+
+def test_torch_function_runs_only_while_tracing() -> None:
+    """A cached call runs the recorded operations on the data: no __torch_function__ call."""
+    x = torch.randn(4).as_subclass(Logged)
+    jitted = jitcore.jit(lambda a: (a * 2).exp())
+    jitted(x)
+    Logged.calls.clear()
+    out = jitted(x)
+    assert Logged.calls == [] and type(out) is Logged
+    assert jitted.misses == 1
+
+
+def test_torch_function_that_rewrites_the_call() -> None:
+    x = torch.randn(5).as_subclass(Rewriting)
+    _check(lambda a, b: a + b, x, torch.ones(5))
+
+
+def test_subclass_made_inside_with_as_subclass() -> None:
+    _check(lambda t: (t.as_subclass(Plain) * 3, t.as_subclass(Logged).doubled()), torch.randn(3))
+
+
+def test_parameter_is_a_parameter_while_traced() -> None:
+    p = torch.nn.Parameter(torch.randn(2, 2))
+
+    def f(w: torch.Tensor) -> Any:
+        return (w @ w if isinstance(w, torch.nn.Parameter) else w), type(w).__name__
+
+    _check(f, p)
+
+
+def test_torch_function_subclass_under_grad() -> None:
+    def f(a: torch.Tensor) -> torch.Tensor:
+        return (a.doubled() * a).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    x_eager = x.detach().clone().requires_grad_(True)
+    f(x_eager.as_subclass(Logged)).backward()
+    jitted = jitcore.jit(f)
+    out = jitted(x.as_subclass(Logged))
+    out.backward()
+    assert type(out) is Logged
+    torch.testing.assert_close(x.grad, x_eager.grad)
+
+
+# --- wrapper subclasses without the flatten protocol ------------------------------------------------------
+def test_logging_tensor_is_traced_with_a_derived_protocol() -> None:
+    x = LoggingTensor(torch.randn(3, 4))
+    jitted = _check(lambda a, b: ((a * 2).sin() + b, (a @ a.t()).sum()), x, torch.randn(3, 4))
+    logger = logging.getLogger("LoggingTensor")
+    level, propagate = logger.level, logger.propagate
+    try:
+        with capture_logs() as logs:  # leaves the logger at INFO, not propagating
+            jitted(x, torch.randn(3, 4))
+    finally:
+        logger.setLevel(level)
+        logger.propagate = propagate
+    assert logs == []  # the cached call runs the inner tensors' operations only
+    assert "elem" in str(jitcore.last_traces(jitted)[-1])
+
+
+def test_logging_tensor_made_inside_the_function() -> None:
+    _check(lambda t: LoggingTensor(t).cos() * 2, torch.randn(3))
+
+
+def test_masked_tensor_pointwise_softmax_and_made_inside() -> None:
+    mask = torch.tensor([[True, False, True, True], [False, True, True, False]])
+    m = masked_tensor(torch.randn(2, 4), mask)
+    _check(lambda t: t * 2 + 1, m)
+    _check(lambda t: torch.softmax(t, -1), m)
+    _check(lambda d, k: masked_tensor(d, k).sin(), torch.randn(2, 4), mask)
+
+
+def test_derived_protocol_guards_the_structure() -> None:
+    """Another mask pattern or a non-tensor attribute's value is another specialization."""
+    jitted = jitcore.jit(lambda t: t * 2)
+    a = LoggingTensor(torch.randn(3))
+    _same(jitted(a), a * 2)
+    b = LoggingTensor(torch.randn(2, 2))
+    _same(jitted(b), b * 2)
+    assert jitted.misses == 2
+
+
+# --- Python object behaviour of subclass values --------------------------------------------------------------
+class Slotted(torch.Tensor):
+    """A traceable wrapper with __slots__, super().__init__() and class attributes through type(self)."""
+
+    __slots__ = ("elem",)
+    FACTOR = 2.0
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> "Slotted":
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem: torch.Tensor) -> None:
+        super().__init__()
+        self.elem = elem
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["elem"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> "Slotted":
+        return Slotted(inner["elem"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        def unwrap(t: Any) -> Any:
+            return t.elem * cls.FACTOR / cls.FACTOR if isinstance(t, Slotted) else t
+
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        return tree_map(lambda t: cls(t) if isinstance(t, torch.Tensor) else t, out)
+
+    def scale(self) -> torch.Tensor:
+        return self.elem * type(self).FACTOR
+
+
+def _unwrapped(out: Any) -> Any:
+    return tree_map(lambda t: ("Slotted", t.elem) if isinstance(t, Slotted) else t, out)
+
+
+@pytest.mark.parametrize("program", [
+    lambda s: (s + 1) * s,
+    lambda s: (s.scale(), type(s) is Slotted, isinstance(s, Slotted), s.FACTOR, s.elem.shape),
+])
+def test_slots_super_and_class_attributes_of_an_input(program: Any) -> None:
+    s = Slotted(torch.randn(3, 4))
+    expected = _unwrapped(program(s))
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        got = _unwrapped(jitted(s))
+        assert str(got) == str(expected) or torch.testing.assert_close(got, expected) is None
+
+
+def test_slotted_subclass_made_inside() -> None:
+    def f(t: torch.Tensor) -> Any:
+        s = Slotted(t)
+        return s * 3, s.scale()
+
+    t = torch.randn(3)
+    expected = _unwrapped(f(t))
+    got = _unwrapped(jitcore.jit(f)(t))
+    torch.testing.assert_close(got[1], expected[1])
+    assert got[0][0] == "Slotted"
+    torch.testing.assert_close(got[0][1], expected[0][1])
+
+
+# --- subclasses that run eagerly -------------------------------------------------------------------------------
+class StorageDispatch(torch.Tensor):
+    """Holds storage of its own (``_make_subclass``) and defines __torch_dispatch__: no protocol."""
+
+    @staticmethod
+    def __new__(cls, t: torch.Tensor) -> "StorageDispatch":
+        return torch.Tensor._make_subclass(cls, t)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        with torch._C._DisableTorchDispatch():
+            return func(*args, **(kwargs or {}))
+
+
+def test_storage_subclass_with_dispatch_runs_eagerly_with_a_warning() -> None:
+    x = StorageDispatch(torch.randn(3))
+    f = lambda a: (a * 2).sin()  # noqa: E731
+    jitted = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="runs eagerly for this call.*JC-J002|runs eagerly for this call"):
+        out = jitted(x)
+    torch.testing.assert_close(out, f(x))
+    assert isinstance(jitted.fallback_reason, jitcore.errors.EagerOnlySubclass)
+    torch.testing.assert_close(jitted(torch.ones(3)), f(torch.ones(3)))  # plain inputs are traced
+    assert len(jitted.entries) == 1
