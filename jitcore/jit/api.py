@@ -176,15 +176,21 @@ class JittedFunction:
         if flat is not program.trace:
             traces.append(flat)
             self.last_traces = list(traces)
-        computation = differentiate(program, traces, self)  # inputs that require grad: docs/autograd.md
-        if computation is None:
+        self.last_backward_traces = []
+        grad = differentiate(program, traces, self.executor, self)  # inputs that require grad: docs/autograd.md
+        if grad is not None:
+            computation = grad.computation
+            traces = self.last_traces = grad.traces  # one list: a lowered forward is appended once
+            self.last_backward_traces = grad.backward_traces
+            for path, name in grad.inputs:
+                program.prologue.add_input(path, name)
+        else:
             kept = subclass_arguments_passed_whole(program) if flat is not program.trace else []
             if kept:  # the caller's objects: returned as such (f(x) is x), restrided by x.t_() as eagerly
                 traces[-1] = flatten_subclasses(program.trace, keep=tuple(p for p, _ in kept))
                 self.last_traces = list(traces)
                 for proxy, path in kept:
-                    program.prologue.inputs.append(path)
-                    program.prologue.input_names.append(proxy.name)
+                    program.prologue.add_input(path, proxy.name)
             computation = self.executor.compile(traces[-1], record_lowered(traces, self.last_traces))
         effects = program.effects
         post = computation if effects is None else _identity  # effects are performed before the output's rebuild

@@ -46,14 +46,9 @@ def specialize(trace: Trace, prologue: Prologue, inputs: list[tuple[Path, Number
     for path, proxy in inputs:
         if id(proxy) in used and path not in pinned:  # an unused number needs no guard
             prologue.guards.append(Guard(path, "value", proxy.value))
-    kept = [
-        (a, p, n)
-        for a, p, n in zip(trace.args, prologue.inputs, prologue.input_names)
-        if id(a) not in numbers
-    ]
-    trace.args = [a for a, _p, _n in kept]
-    prologue.inputs = [p for _a, p, _n in kept]
-    prologue.input_names = [n for _a, _p, n in kept]
+    dropped = {i for i, a in enumerate(trace.args) if id(a) in numbers}
+    trace.args = [a for i, a in enumerate(trace.args) if i not in dropped]
+    prologue.drop_inputs(dropped)
 
 
 def roots_used(trace: Trace) -> set[int]:

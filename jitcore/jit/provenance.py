@@ -407,13 +407,11 @@ class Provenance:
         for path, _proxy, tensor in self.inputs:
             strides = with_strides or layout.relies_on(_proxy)
             self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=strides, shadow=_proxy.shadow))
-            self.prologue.inputs.append(path)
-            self.prologue.input_names.append(_proxy.name)
+            self.prologue.add_input(path, _proxy.name)
         if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it
             self.guard(self.inputs[0][0], "distinct", tuple(path for path, _p, _t in self.inputs))
         for path, number in self.number_inputs:  # after the tensors, as in the computation's signature
-            self.prologue.inputs.append(path)
-            self.prologue.input_names.append(number.name)
+            self.prologue.add_input(path, number.name)
         self._finished = True
         self._keepalive.clear()
         self.real_values.clear()

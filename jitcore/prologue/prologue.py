@@ -71,6 +71,18 @@ class Prologue:
     input_names: list[str] = field(default_factory=list)
     header: list[str] = field(default_factory=list)
 
+    def add_input(self, path: Path, name: str) -> None:
+        """Make the value at ``path`` the computation's next input, its parameter named ``name``: the
+        one way ``inputs`` and ``input_names`` grow (they stay parallel)."""
+        self.inputs.append(path)
+        self.input_names.append(name)
+
+    def drop_inputs(self, positions: set[int]) -> None:
+        """Remove the computation inputs at ``positions`` (both lists alike)."""
+        kept = [i for i in range(len(self.inputs)) if i not in positions]
+        self.inputs = [self.inputs[i] for i in kept]
+        self.input_names = [self.input_names[i] for i in kept]
+
     def pin_layout(self, path: Path, strides: tuple[int, ...], storage_offset: int) -> None:
         """Make the tensor guard at ``path`` check the input's strides and storage offset too (a
         trace recorded after the guards were made relied on them: the grad transform's)."""

@@ -7,10 +7,12 @@ same state the prologue checks, so a cache entry made here is only ever used und
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import optree
 
+from jitcore.diagnostics.boundary import on_error as prepare_error
 from jitcore.executors import record_lowered
 from jitcore.ir import Trace
 from jitcore.prologue import Guard, Path
@@ -20,22 +22,41 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.grad import grad_transform, needs_grad, subclass_inputs
 
-__all__ = ["differentiate"]
+__all__ = ["Differentiated", "differentiate"]
 
 
-def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputation | None:
-    """The computation of a cache entry whose inputs require grad, or None when none does.
+@dataclass(frozen=True, slots=True)
+class Differentiated:
+    """What the grad transform made of a cache entry's program.
+
+    Attributes:
+        computation: takes the prologue's inputs, then ``inputs``; connects the call to torch autograd.
+        traces: the entry's computation traces, the forward trace last (what ``last_traces`` shows; a
+            trace an executor lowers the forward to is appended when it is compiled).
+        backward_traces: ``[backward]`` (what ``last_backward_traces`` shows; its lowering appended too).
+        inputs: the computation's further inputs, (path, name) each: the subclass inputs as objects.
+    """
+
+    computation: GradComputation
+    traces: list[Trace]
+    backward_traces: list[Trace]
+    inputs: list[tuple[Path, str]]
+
+
+def differentiate(program: Any, traces: list[Trace], executor: Any, owner: Any) -> Differentiated | None:
+    """The grad transform of a cache entry whose inputs require grad, or None when none does.
 
     Args:
-        program: the TracedProgram of the miss (its prologue gets the subclass inputs' outer paths).
-        traces: the entry's computation traces; the forward trace is appended.
-        jfn: the JittedFunction (its ``last_traces`` / ``last_backward_traces`` are updated).
+        program: the TracedProgram of the miss (its prologue gets the guards the transform relies on:
+            layouts, storage sharing).
+        traces: the entry's computation traces so far (not changed).
+        executor: compiles the forward and backward traces.
+        owner: the JittedFunction whose errors these are, held weakly, for the error boundary only.
 
     Returns:
-        A GradComputation taking the prologue's inputs, or None: no input requires grad, or the
-        trace keeps a dynamic number symbolic (then the computation runs under torch's autograd).
+        A Differentiated, or None: no input requires grad, or the trace keeps a dynamic number
+        symbolic (then the computation runs under torch's autograd).
     """
-    jfn.last_backward_traces = []
     prologue = program.prologue
     paths = {id(arg): path for arg, path in zip(program.trace.args, prologue.inputs)}
     outer: list[Path] = []
@@ -49,6 +70,31 @@ def differentiate(program: Any, traces: list[Trace], jfn: Any) -> GradComputatio
         return None
     if len(traces) == 1 and program.symbolic_numbers():
         return None  # Note [Dynamic numbers under autograd]
+    if _pin_storage_sharing(program) and len(traces) == 1:
+        return None  # Note [Inputs sharing storage under autograd]
+    program.specialize_numbers()  # autograd records aten ops on values
+    grad = grad_transform(program.trace, subclass_grad)
+    for arg, path in zip(program.trace.args, prologue.inputs):  # tensor inputs come first
+        if isinstance(arg, TensorProxy) and grad.layout is not None and grad.layout.relies_on(arg):
+            prologue.pin_layout(path, tuple(arg.shadow.stride()), arg.shadow.storage_offset())
+    forward_traces, backward_traces = [*traces, grad.forward], [grad.backward]
+    jfn = weakref.ref(owner)  # no cycle through the cache entry that holds this computation
+
+    def on_error(exc: BaseException) -> None:
+        if jfn() is not None:
+            prepare_error(jfn(), exc)
+
+    lowered_into = {id(grad.forward): forward_traces, id(grad.backward): backward_traces}
+
+    def compile_trace(trace: Trace) -> Any:  # each lowered trace is shown beside the one it lowers
+        return executor.compile(trace, record_lowered(lowered_into[id(trace)]), grad_off=True)
+
+    computation = GradComputation(grad, compile_trace, len(prologue.inputs), on_error)
+    inputs = [(path, proxy.name) for proxy, path in zip(grad.subclass_inputs, outer)]
+    return Differentiated(computation, forward_traces, backward_traces, inputs)
+
+
+# Note [Dynamic numbers under autograd]
     if _pin_storage_sharing(program) and len(traces) == 1:
         return None  # Note [Inputs sharing storage under autograd]
     program.specialize_numbers()  # autograd records aten ops on values
