@@ -264,3 +264,74 @@ def test_shapes_fused_on_313(n, items) -> None:
         fused = {inst.opname for code in (shapes_313.__code__, _Point.__init__.__code__)
                  for inst in decode(code).fused}
         assert {"JUMP_BACKWARD->FOR_ITER+STORE_FAST_LOAD_FAST", "LOAD_FAST_LOAD_FAST+STORE_ATTR"} <= fused
+
+
+def except_clauses(items, catch):
+    """The head and end of except clauses (opcodes/except_clauses.py): a match, a miss that falls through to
+    the next clause, a named exception (``e = None; del e`` at the end), a tuple, a class from a local."""
+    log = []
+    for x in items:
+        try:
+            if x == 0:
+                raise ValueError(x)
+            if x == 1:
+                raise KeyError(x)
+            if x == 2:
+                raise TypeError(x)
+            log.append(1 / (x - 3))
+        except ValueError:
+            log.append("value")
+        except KeyError as e:
+            log.append(("key", e.args, sys.exc_info()[0].__name__))
+        except (TypeError, ZeroDivisionError) as e:
+            log.append(type(e).__name__)
+        finally:
+            log.append(sys.exc_info()[0])
+        try:
+            if x < 0:
+                raise OSError(x)
+        except catch:  # a local class (not LOAD_GLOBAL) or a non-exception: TypeError, chained
+            log.append("caught")
+        except OSError:
+            log.append("os")
+    return log, sys.exc_info()
+
+
+def _name_error_in_except_head(x):
+    try:
+        raise ValueError(x)
+    except UndefinedName:  # noqa: F821 - NameError raised at the LOAD_GLOBAL of a fused head
+        return "unreachable"
+
+
+class _NotAnException:
+    pass
+
+
+def _type_error_in_except_head(x):
+    try:
+        raise ValueError(x)
+    except _NotAnException:  # TypeError at the CHECK_EXC_MATCH of a fused head, chained to the ValueError
+        return "unreachable"
+
+
+@given(st.lists(st.integers(-2, 5), max_size=8),
+       st.sampled_from([OSError, ValueError, (KeyError, OSError), int]))
+def test_except_clauses_match_cpython(items, catch) -> None:
+    check(except_clauses, items, catch)
+
+
+def test_errors_in_a_fused_except_head() -> None:
+    check(_name_error_in_except_head, 1)
+    check(_type_error_in_except_head, 1)
+    for fn in (_name_error_in_except_head, _type_error_in_except_head):
+        with pytest.raises((NameError, TypeError)) as info:
+            interpret(fn)(1)
+        assert type(info.value.__context__) is ValueError
+        frames = traceback.extract_tb(info.value.__traceback__)
+        assert frames[-1].lineno == fn.__code__.co_firstlineno + 3
+    fused = {inst.opname for inst in decode(except_clauses.__code__).fused}
+    jump = "POP_JUMP_FORWARD_IF_FALSE" if sys.version_info < (3, 12) else "POP_JUMP_IF_FALSE"
+    assert {f"PUSH_EXC_INFO+LOAD_GLOBAL+CHECK_EXC_MATCH+{jump}+POP_TOP",  # except ValueError:
+            f"LOAD_GLOBAL+CHECK_EXC_MATCH+{jump}+STORE_FAST"} <= fused  # later clause: except KeyError as e
+    assert any(name.startswith("POP_EXCEPT+LOAD_CONST+STORE_FAST+DELETE_FAST+") for name in fused)

@@ -8,6 +8,7 @@ from jitcore.interpreter.opcodes import (  # noqa: F401 - imported for their reg
     build,
     calls,
     control,
+    except_clauses,
     exceptions,
     fused,
     generators,

@@ -86,14 +86,16 @@ def pop_except(frame: Frame, inst: Instruction) -> None:
     frame.exc_value = frame.stack.pop()
 
 
-def _check_catchable(match_type: object) -> None:
+def check_catchable(match_type: object) -> None:
+    """Raise CPython's TypeError unless ``match_type`` is an exception class or a tuple of them."""
     types = match_type if isinstance(match_type, tuple) else (match_type,)
     for t in types:
         if not (isinstance(t, type) and issubclass(t, BaseException)):
             raise TypeError("catching classes that do not inherit from BaseException is not allowed")
 
 
-def _matches(exc: object, match_type: object) -> bool:
+def exception_matches(exc: object, match_type: object) -> bool:
+    """Whether ``exc`` is an instance of the (checked) class or tuple of classes ``match_type``."""
     mro = type(exc).__mro__
     if isinstance(match_type, tuple):
         return any(t in mro for t in match_type)
@@ -105,8 +107,8 @@ def check_exc_match(frame: Frame, inst: Instruction) -> None:
     """Push whether TOS1 (an exception) matches the class(es) TOS."""
     stack = frame.stack
     match_type = stack.pop()
-    _check_catchable(match_type)
-    stack.append(_matches(stack[-1], match_type))
+    check_catchable(match_type)
+    stack.append(exception_matches(stack[-1], match_type))
 
 
 @handles("CHECK_EG_MATCH", since=(3, 11))
@@ -114,12 +116,12 @@ def check_eg_match(frame: Frame, inst: Instruction) -> None:
     """except*: split the exception TOS1 by the type TOS into [rest, match] (or push None: no match)."""
     stack = frame.stack
     match_type = stack.pop()
-    _check_catchable(match_type)
+    check_catchable(match_type)
     types = match_type if isinstance(match_type, tuple) else (match_type,)
     if any(issubclass(t, BaseExceptionGroup) for t in types):
         raise TypeError("catching ExceptionGroup with except* is not allowed. Use except instead.")
     exc = stack[-1]
-    if _matches(exc, match_type):
+    if exception_matches(exc, match_type):
         match = exc if isinstance(exc, BaseExceptionGroup) else BaseExceptionGroup("", [exc])
         rest = None
     elif isinstance(exc, BaseExceptionGroup):
