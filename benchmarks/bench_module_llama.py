@@ -50,14 +50,14 @@ class Rotary(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, max_len: int = 64) -> None:
         super().__init__()
         self.heads, self.head_dim = heads, dim // heads
         self.q_proj = nn.Linear(dim, dim, bias=False)
         self.k_proj = nn.Linear(dim, dim, bias=False)
         self.v_proj = nn.Linear(dim, dim, bias=False)
         self.o_proj = nn.Linear(dim, dim, bias=False)
-        self.rotary = Rotary(self.head_dim)
+        self.rotary = Rotary(self.head_dim, max_len)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, d = x.shape
@@ -80,10 +80,10 @@ class SwiGLU(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+    def __init__(self, dim: int, heads: int, hidden: int, max_len: int = 64) -> None:
         super().__init__()
         self.input_norm = RMSNorm(dim)
-        self.attn = Attention(dim, heads)
+        self.attn = Attention(dim, heads, max_len)
         self.post_attn_norm = RMSNorm(dim)
         self.mlp = SwiGLU(dim, hidden)
 
@@ -94,10 +94,10 @@ class DecoderLayer(nn.Module):
 
 class Decoder(nn.Module):
     def __init__(self, vocab: int = 256, dim: int = 64, heads: int = 4, hidden: int = 176,
-                 layers: int = 2) -> None:
+                 layers: int = 2, max_len: int = 64) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList(DecoderLayer(dim, heads, hidden) for _ in range(layers))
+        self.layers = nn.ModuleList(DecoderLayer(dim, heads, hidden, max_len) for _ in range(layers))
         self.norm = RMSNorm(dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
 

@@ -149,7 +149,9 @@ def finish(program: Any, provenance: Any, values: Any) -> list[str]:
     rewriter = _SizeRewriter(program, env, sources)
     rewriter.rewrite_trace()
     _add_guards(program, env, dynamic)
-    return [f"{path.describe()}.shape[{i}] ({proxy.name})" for proxy, (path, i) in rewriter.inputs]
+    return [f"{path.describe()}.shape[{i}] ({expr})" for path, proxy in dynamic
+            for i, size in enumerate(proxy.shadow.shape)
+            if type(size) is torch.SymInt and not (expr := env.simplify(size.node.expr)).is_number]
 
 
 def _has_symbols(shadow: torch.Tensor) -> bool:
@@ -213,8 +215,10 @@ class _SizeRewriter:
         """``tree`` with each SymInt replaced (tuples, lists, dicts, slices and torch.Size walked)."""
         if type(tree) is torch.SymInt:
             return self._size(tree)
-        if type(tree) in (torch.SymFloat, torch.SymBool):
-            raise StaticShapes(f"a symbolic {type(tree).__name__[3:].lower()} reached a recorded call")
+        if type(tree) is torch.SymFloat:  # a float computed from sizes (``d ** 0.5``): specialized, guarded
+            return tree.node.guard_float("", 0)
+        if type(tree) is torch.SymBool:
+            return tree.node.guard_bool("", 0)
         if isinstance(tree, (tuple, list)):
             items = [self._map(v) for v in tree]
             if all(a is b for a, b in zip(items, tree)):

@@ -225,7 +225,7 @@ def test_dispatch_table_files_dynamic_numbers_by_type():
     def f(x, lr):
         return x * lr
 
-    jf = jitcore.jit(f, dynamic_numbers=("lr",))
+    jf = jitcore.jit(f, dynamic_numbers=("lr",), dynamic=False)  # an entry per shape
     shapes = [(i + 1,) for i in range(6)]  # more entries than the prologues tried in turn
     for lr in (0.5, 1.5, 2.5):
         for shape in shapes:

@@ -1,0 +1,248 @@
+"""Dynamic shapes (``jitcore.jit(fn, dynamic=None|True|False)``, ``jitcore.mark_dynamic``).
+
+Differential: every call is compared with eager (values, dtypes, exceptions). Cache behaviour is
+checked by counting traces: a dimension seen with two sizes is traced once more symbolic and then
+needs no trace per size; sizes 0 and 1 are specialized; a relation between inputs, and a size Python
+code compared, are guarded, so that a call where they differ traces again instead of reusing a trace
+that does not hold for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+from tests.jit.jit_helpers import assert_same
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from bench_module_llama import Decoder  # noqa: E402
+
+
+def run_both(fn, jfn, *args, **kwargs):
+    try:
+        expected = fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the jitted call must raise the same
+        with pytest.raises(type(exc)):
+            jfn(*args, **kwargs)
+        return None
+    actual = jfn(*args, **kwargs)
+    assert_same(actual, expected)
+    return actual
+
+
+def attention_like(x, w):
+    """Sizes flow into view/reshape/expand, arange and zeros: all must follow the call's sizes."""
+    b, s, d = x.shape
+    h = (x @ w).view(b, s, 2, d // 2).transpose(1, 2)
+    scores = h @ h.transpose(-1, -2) / (d // 2) ** 0.5
+    mask = torch.arange(s)[None, :] > torch.arange(s)[:, None]
+    scores = scores.masked_fill(mask, float("-inf")).softmax(-1)
+    out = (scores @ h).transpose(1, 2).reshape(b, s, d)
+    return out + torch.zeros(x.shape) + torch.ones(b, s, 1).expand(b, s, d)
+
+
+def test_sequence_lengths_1_to_64_trace_twice():
+    jf = jitcore.jit(attention_like)
+    w = torch.randn(8, 8)
+    for s in range(1, 65):
+        run_both(attention_like, jf, torch.randn(2, s, 8), w)
+    # 1 (static), then 2 differs from 1: one trace with the sequence length symbolic (s >= 2)
+    assert jitcore.cache_misses(jf) == 2
+    assert "s0" in str(jitcore.last_traces(jf)[-1])
+
+
+def test_batch_sizes_1_to_8_and_lengths_1_to_64():
+    jf = jitcore.jit(attention_like)
+    w = torch.randn(8, 8)
+    for b in range(1, 9):
+        for s in range(1, 65, 7):
+            run_both(attention_like, jf, torch.randn(b, s, 8), w)
+    # (1, 1) static; (1, s>=2) length symbolic; (2, 1) batch symbolic with the length 1
+    # specialized; (2, s>=2) both symbolic: every other call hits one of these four
+    assert jitcore.cache_misses(jf) == 4
+    rng = random.Random(0)
+    for _ in range(20):
+        run_both(attention_like, jf, torch.randn(rng.randint(2, 8), rng.randint(2, 64), 8), w)
+    assert jitcore.cache_misses(jf) == 4
+
+
+def test_size_one_is_specialized():
+    def f(x):
+        return x.sum(1, keepdim=True).expand(x.shape) * x.shape[1]
+
+    jf = jitcore.jit(f, dynamic=True)
+    for s in (3, 4, 5):
+        run_both(f, jf, torch.randn(2, s))
+    assert jitcore.cache_misses(jf) == 1
+    run_both(f, jf, torch.randn(2, 1))  # 1 is not a value of s0 (s0 >= 2): a new, specialized entry
+    assert jitcore.cache_misses(jf) == 2
+    assert any("2 <= args[0].shape[1]" in r.check for r in jitcore.miss_reasons(jf)[-1])
+    run_both(f, jf, torch.randn(2, 6))
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_relation_between_inputs_is_guarded():
+    def f(x, y):
+        return (x + y).view(x.shape[0] * 4)
+
+    jf = jitcore.jit(f, dynamic=True)
+    run_both(f, jf, torch.randn(5, 4), torch.randn(5, 4))
+    run_both(f, jf, torch.randn(7, 4), torch.randn(7, 4))
+    assert jitcore.cache_misses(jf) == 1
+    prologue = str(jitcore.last_prologue_traces(jf)[0])
+    assert re.search(r"if not \(v\d+\.shape\[0\] == v\d+\.shape\[0\]\): return None", prologue), prologue
+    run_both(f, jf, torch.randn(7, 4), torch.randn(6, 4))  # eager raises: so must the call
+    run_both(f, jf, torch.randn(6, 4), torch.randn(1, 4))  # broadcasts: traced again, not reused
+    assert jitcore.cache_misses(jf) == 3
+
+
+def test_python_reads_of_sizes_are_guarded():
+    def f(x):
+        if x.shape[1] > 4:
+            return x * 2
+        return x - 1
+
+    jf = jitcore.jit(f, dynamic=True)
+    for s in range(2, 12):
+        run_both(f, jf, torch.randn(3, s))
+    assert jitcore.cache_misses(jf) == 2  # one entry for s > 4, one for s <= 4
+
+
+def test_sizes_used_as_python_ints_are_specialized():
+    def f(x):
+        total = x[:, 0]
+        for i in range(1, x.shape[1]):  # range() needs an int: the size is guarded to its value
+            total = total + x[:, i] * i
+        return total, x.view(-1).shape[0] // 2
+
+    jf = jitcore.jit(f, dynamic=True)
+    for s in (2, 3, 3, 4):
+        run_both(f, jf, torch.randn(5, s))
+    assert jitcore.cache_misses(jf) == 3
+
+
+def test_dynamic_false_traces_every_shape():
+    jf = jitcore.jit(attention_like, dynamic=False)
+    w = torch.randn(8, 8)
+    for s in range(1, 7):
+        run_both(attention_like, jf, torch.randn(2, s, 8), w)
+    assert jitcore.cache_misses(jf) == 6
+    assert "s0" not in str(jitcore.last_traces(jf)[-1])
+
+
+def test_dynamic_true_is_symbolic_from_the_first_call():
+    jf = jitcore.jit(attention_like, dynamic=True)
+    w = torch.randn(8, 8)
+    for b, s in ((2, 3), (3, 5), (4, 9), (2, 64)):
+        run_both(attention_like, jf, torch.randn(b, s, 8), w)
+    assert jitcore.cache_misses(jf) == 1
+    trace = str(jitcore.last_traces(jf)[-1])
+    assert "def computation(x, w, s0, s1" in trace and '# x: "cpu f32[s0, s1, s2]"' in trace, trace
+    # ``(d // 2) ** 0.5`` is a float computed from the feature size: specialized (guarded to 8)
+    run_both(attention_like, jf, torch.randn(3, 4, 6), torch.randn(6, 6))
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_mark_dynamic_marks_one_dimension():
+    jf = jitcore.jit(attention_like, dynamic=False)
+    w = torch.randn(8, 8)
+    for s in (2, 5, 9):
+        x = torch.randn(2, s, 8)
+        jitcore.mark_dynamic(x, 1)
+        run_both(attention_like, jf, x, w)
+    assert jitcore.cache_misses(jf) == 1
+    x = torch.randn(3, 4, 8)  # the batch is not marked: static
+    jitcore.mark_dynamic(x, -2)
+    run_both(attention_like, jf, x, w)
+    assert jitcore.cache_misses(jf) == 2
+    with pytest.raises(IndexError):
+        jitcore.mark_dynamic(x, 3)
+
+
+def test_torch_dynamo_mark_dynamic_is_honoured():
+    jf = jitcore.jit(attention_like, dynamic=False)
+    w = torch.randn(8, 8)
+    for s in (2, 5):
+        x = torch.randn(2, s, 8)
+        torch._dynamo.mark_dynamic(x, 1)
+        run_both(attention_like, jf, x, w)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def test_grad_with_symbolic_sizes():
+    def f(x, w):
+        b, s, d = x.shape
+        return F.silu(x @ w).view(b * s, d).pow(2).mean()
+
+    jf = jitcore.jit(f)
+    w = torch.randn(4, 4, requires_grad=True)
+    for s in range(1, 9):
+        x = torch.randn(2, s, 4, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_(True)
+        expected = f(x, w)
+        (gx, gw) = torch.autograd.grad(expected, (x, w))
+        actual = jf(x2, w)
+        (jx, jw) = torch.autograd.grad(actual, (x2, w))
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(jx, gx)
+        torch.testing.assert_close(jw, gw)
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_module_sequence_lengths():
+    torch.manual_seed(0)
+    model = Decoder(max_len=80).eval()
+    jm = jitcore.jit(model)
+    with torch.no_grad():
+        for s in range(1, 65):
+            tokens = torch.randint(0, 256, (2, s))
+            torch.testing.assert_close(jm(tokens), model(tokens))
+    assert jitcore.cache_misses(jm) == 2
+    tokens = torch.randint(0, 256, (2, 81))  # longer than the rotary table: eager raises, so must jm
+    with pytest.raises(RuntimeError):
+        model(tokens)
+    with pytest.raises(RuntimeError), torch.no_grad():
+        jm(tokens)
+
+
+def test_symbolic_and_static_entries_are_logged(caplog):
+    jf = jitcore.jit(attention_like)
+    w = torch.randn(8, 8)
+    with caplog.at_level(logging.INFO, logger="jitcore.recompiles"):
+        for s in (3, 4):
+            jf(torch.randn(2, s, 8), w)
+    assert "attention_like: cache entry 2 traced with symbolic sizes args[0].shape[1] (s0)" in caplog.text
+
+
+def test_subclass_inputs_keep_static_shapes(caplog):
+    def f(x, y):
+        return (x * 2).sum(0) + y.sum()
+
+    jf = jitcore.jit(f, dynamic=True)
+    with caplog.at_level(logging.INFO, logger="jitcore.recompiles"):
+        for n in (3, 4, 5):
+            t = TwoTensor(torch.randn(n, 2), torch.randn(n, 2))
+            run_both(f, jf, t, torch.randn(n))
+    assert jitcore.cache_misses(jf) == 3  # one entry per shape
+    assert "traced with static shapes: tensor-subclass inputs keep static shapes" in caplog.text
+
+
+def test_factories_take_sizes_from_the_call():
+    def f(x):
+        n = x.shape[0]
+        eye = torch.eye(n)
+        return (x.T @ eye).T + torch.full((n, x.shape[1]), 0.5) + torch.arange(n * 2).view(n, 2).sum(1, keepdim=True)
+
+    jf = jitcore.jit(f, dynamic=True)
+    for n in (2, 3, 7):
+        run_both(f, jf, torch.randn(n, 2))
+    assert jitcore.cache_misses(jf) == 1
