@@ -94,39 +94,6 @@ def differentiate(program: Any, traces: list[Trace], executor: Any, owner: Any) 
     return Differentiated(computation, forward_traces, backward_traces, inputs)
 
 
-# Note [Dynamic numbers under autograd]
-    if _pin_storage_sharing(program) and len(traces) == 1:
-        return None  # Note [Inputs sharing storage under autograd]
-    program.specialize_numbers()  # autograd records aten ops on values
-    grad = grad_transform(program.trace, subclass_grad)
-    for arg, path in zip(program.trace.args, prologue.inputs):  # tensor inputs come first
-        if isinstance(arg, TensorProxy) and grad.layout is not None and grad.layout.relies_on(arg):
-            prologue.pin_layout(path, tuple(arg.shadow.stride()), arg.shadow.storage_offset())
-    n_inputs = len(prologue.inputs)
-    for proxy, path in zip(grad.subclass_inputs, outer):
-        prologue.inputs.append(path)
-        prologue.input_names.append(proxy.name)
-    traces.append(grad.forward)
-    jfn.last_traces = list(traces)
-    jfn.last_backward_traces = [grad.backward]
-    owner = weakref.ref(jfn)  # no cycle through the cache entry that holds this computation
-
-    def on_error(exc: BaseException) -> None:
-        from jitcore.diagnostics.boundary import on_error as prepare
-
-        if owner() is not None:
-            prepare(owner(), exc)
-
-    lowered_into = {
-        id(grad.forward): (traces, jfn.last_traces),
-        id(grad.backward): (jfn.last_backward_traces,),
-    }
-
-    def compile_trace(trace: Trace) -> Any:  # each lowered trace is shown beside the one it lowers
-        return jfn.executor.compile(trace, record_lowered(*lowered_into[id(trace)]), grad_off=True)
-
-    return GradComputation(grad, compile_trace, n_inputs, on_error)
-
 
 # Note [Dynamic numbers under autograd]
 # The grad transform records the aten ops autograd runs on shadows, where a number is only a value:
