@@ -200,8 +200,7 @@ class _SizeRewriter:
         for proxy, (path, dim) in self.inputs:  # after the tensors and numbers, as the prologue reads them
             size_path = path.attr("shape").index(dim)
             trace.args.append(proxy)
-            self.program.prologue.inputs.append(size_path)
-            self.program.prologue.input_names.append(proxy.name)
+            self.program.prologue.add_input(size_path, proxy.name)
             self.program.size_inputs.append((size_path, proxy))
 
     def _bound_symbol(self, bsym: BoundSymbol) -> BoundSymbol:

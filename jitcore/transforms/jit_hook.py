@@ -94,7 +94,6 @@ def differentiate(program: Any, traces: list[Trace], executor: Any, owner: Any) 
     return Differentiated(computation, forward_traces, backward_traces, inputs)
 
 
-
 # Note [Dynamic numbers under autograd]
 # The grad transform records the aten ops autograd runs on shadows, where a number is only a value:
 # a dynamic number would be baked into the forward and backward traces. A trace over plain tensors
