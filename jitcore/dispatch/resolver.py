@@ -156,9 +156,9 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     if overridden:
         result = _run_torch_function(overridden, func, args, kwargs)
         if result is not NotImplemented:
-            if has_subclass(args) or has_subclass(kwargs):
-                return result  # flattening (dispatch/flatten.py) puts the resolution in the call's place
-            return Inlined(result, splice=True)  # the operations it ran are what runs
+            # what the __torch_function__ ran is what runs (and what autograd sees), not the call:
+            # torchao's F.linear on a quantized weight is its own ops, never aten.t + aten.mm
+            return Inlined(result, splice=True)
         names = ", ".join(cls.__qualname__ for cls in overridden)
         raise TypeError(f"no implementation found for '{getattr(func, '__name__', symbol.name)}' on types "
                         f"that implement __torch_function__: [{names}]")

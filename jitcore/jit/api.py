@@ -25,7 +25,7 @@ import torch
 
 from jitcore.dispatch.flatten import flatten_subclasses
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
-from jitcore.errors import DataDependentError
+from jitcore.errors import DataDependentError, EagerOnlySubclass
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
 from jitcore.jit.effects import Effects
@@ -35,6 +35,7 @@ from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
 from jitcore.langctx.reads import ValueCheckFailed
+from jitcore.proxies.typed import has_torch_function
 from jitcore.prologue import MISS, MissReason, Prologue
 from jitcore.prologue.cache import EntryCache
 from jitcore.transforms import differentiate
@@ -67,11 +68,13 @@ class CacheEntry:
     cached_call: Callable[[tuple, dict], Any]
     miss_reasons: list[MissReason] = field(default_factory=list)
     effects: Effects | None = None  # Python side effects performed after the computation
+    plain_data: bool = False  # inputs run a __torch_function__ the trace resolved: checked and run without it
 
     def compile_fast_path(self) -> Callable[[tuple, dict], Any]:
         """The cached call: the prologue's checks, the computation, then the side effects."""
         cached_call = self.prologue.compile(self.computation)
-        return cached_call if self.effects is None else self.effects.around(cached_call, MISS)
+        cached_call = cached_call if self.effects is None else self.effects.around(cached_call, MISS)
+        return _without_torch_function(cached_call) if self.plain_data else cached_call
 
 
 class JittedFunction:
@@ -100,6 +103,7 @@ class JittedFunction:
         self.last_prologue: Prologue | None = None
         self.miss_log: list[list[MissReason]] = []
         self.eager_reason: BaseException | None = None
+        self.fallback_reason: BaseException | None = None  # the last call run eagerly (EagerOnlySubclass)
         self._lock = threading.RLock()
         self._label = _label_of(fn)
         functools.update_wrapper(self, fn if not isinstance(fn, torch.nn.Module) else type(fn).forward, updated=())
@@ -144,6 +148,11 @@ class JittedFunction:
             self.miss_log.append(reasons)
             try:
                 entry = self._trace(args, kwargs, any(".shape" in r.where for r in reasons))
+            except EagerOnlySubclass as exc:  # this call runs eagerly; later calls are tried again
+                if self.fallback_reason is None:
+                    warnings.warn(f"jitcore: {self._label} runs eagerly for this call: {exc.summary}", stacklevel=3)
+                self.fallback_reason = exc
+                return self.fn(*args, **kwargs)
             except DataDependentError as exc:
                 if self.fallback != "eager":
                     raise
@@ -192,6 +201,9 @@ class JittedFunction:
                 for proxy, path in kept:
                     program.prologue.add_input(path, proxy.name)
             computation = self.executor.compile(traces[-1], record_lowered(traces, self.last_traces))
+        plain_data = _runs_torch_function(program)
+        if plain_data:
+            computation = _without_torch_function(computation)  # recorded on the data: jitcore/proxies/typed.py
         effects = program.effects
         post = computation if effects is None else _identity  # effects are performed before the output's rebuild
         if program.structure is not None:
@@ -204,7 +216,8 @@ class JittedFunction:
             effects.post = post
         note_state_inputs(program.prologue.inputs, program.prologue.input_names,
                           [*traces, *self.last_traces, *self.last_backward_traces])  # linear1_weight: linear1.weight
-        entry = CacheEntry(number, program.prologue, traces, computation, _not_compiled, effects=effects)
+        entry = CacheEntry(number, program.prologue, traces, computation, _not_compiled, effects=effects,
+                           plain_data=plain_data)
         entry.cached_call = entry.compile_fast_path()
         return entry
 
@@ -295,6 +308,27 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
 
         return jit_module(fn, **options)
     return JittedFunction(fn, **options)
+
+
+def _runs_torch_function(program: Any) -> bool:
+    """Whether an input's class has a ``__torch_function__`` that reading its metadata or running
+    operations on it would call (a subclass checked by the prologue included)."""
+    if any(has_torch_function(type(t)) for t in program.first_inputs if type(t) is not torch.Tensor):
+        return True
+    return any(g.kind == "type" and isinstance(g.expected, type) and issubclass(g.expected, torch.Tensor)
+               and has_torch_function(g.expected) for g in program.prologue.guards)
+
+
+def _without_torch_function(computation: Callable[..., Any]) -> Callable[..., Any]:
+    """``computation`` run with subclass ``__torch_function__`` disabled: inputs of a subclass without
+    ``__torch_dispatch__`` are plain data to the guards and the recorded operations."""
+    disabled = torch._C.DisableTorchFunctionSubclass  # noqa: SLF001
+
+    def run(*args: Any) -> Any:
+        with disabled():
+            return computation(*args)
+
+    return run
 
 
 def _is_module_forward(fn: Any) -> bool:

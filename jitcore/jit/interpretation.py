@@ -309,7 +309,7 @@ class Pass:
 
     def _note_attribute(self, obj: Any, name: Any, *, present: bool) -> None:
         path = self.provenance.path_of(obj)
-        if path is None or type(name) is not str or isinstance(obj, TensorProxy):
+        if path is None or type(name) is not str or isinstance(obj, TensorProxy) or self.context.subclass_code:
             return
         if isinstance(obj, types.ModuleType) and _is_library_module(obj):
             return
@@ -404,6 +404,8 @@ class Pass:
         return fn(*args, **kwargs)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
+        if self.context.subclass_code:
+            return value  # a subclass's protocol code: taken as it is while tracing
         globals_ = frame.globals
         if _is_library(frame.code.co_filename) and not _is_global_hook_registry(globals_, name):
             return value
@@ -416,7 +418,7 @@ class Pass:
 
     def _load_deref(self, frame: Any, name: str, value: Any) -> Any:
         function = frame.function
-        if function is None or function.__closure__ is None:
+        if function is None or self.context.subclass_code or function.__closure__ is None:
             return value
         try:
             cell = function.__closure__[function.__code__.co_freevars.index(name)]
@@ -430,7 +432,7 @@ class Pass:
         return self.provenance.bind_state(value, path, name)
 
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
-        if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy):
+        if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy) or self.context.subclass_code:
             return value
         if frame.code.co_filename.startswith(_STDLIB_DIR):
             return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
@@ -452,7 +454,7 @@ class Pass:
         return self.provenance.bind_state(value, path.attr(name), name)
 
     def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
-        if frame.code.co_filename.startswith(_STDLIB_DIR):
+        if frame.code.co_filename.startswith(_STDLIB_DIR) or self.context.subclass_code:
             return value
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy) or not _is_plain_key(key):

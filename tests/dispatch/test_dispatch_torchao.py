@@ -1,0 +1,99 @@
+"""torchao's quantized tensor subclasses under jitcore.jit, as its users call them (``quantize_`` on
+a model), differentially against eager: outputs, input gradients, and no torchao
+``__torch_function__``/``__torch_dispatch__`` call on a cached call.
+
+torchao handles ``F.linear`` on a quantized weight in ``__torch_function__`` (its ``implements``
+table); the aten ops a decomposition would produce (``aten.t`` + ``aten.mm``) never reach its
+``__torch_dispatch__`` eagerly, and must not under jitcore either.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import torchao.quantization as Q  # a test extra: a missing install fails here, not skips
+
+import jitcore
+
+CONFIGS: dict[str, tuple[Callable[[], Any], torch.dtype]] = {
+    "int8_weight_only": (lambda: Q.Int8WeightOnlyConfig(), torch.float32),
+    "int8_dynamic_activation": (lambda: Q.Int8DynamicActivationInt8WeightConfig(), torch.float32),
+    "float8_weight_only_bf16": (lambda: Q.Float8WeightOnlyConfig(), torch.bfloat16),
+    "intx_weight_only": (lambda: Q.IntxWeightOnlyConfig(), torch.float32),
+}
+
+
+def _model(dtype: torch.dtype) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32)).to(dtype)
+
+
+def _quantized(name: str) -> tuple[torch.nn.Module, torch.dtype]:
+    make_config, dtype = CONFIGS[name]
+    model = _model(dtype)
+    Q.quantize_(model, make_config())
+    return model, dtype
+
+
+def _subclasses(model: torch.nn.Module) -> set[type]:
+    return {type(p) for p in model.parameters() if type(p) not in (torch.Tensor, torch.nn.Parameter)}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_quantized_model_matches_eager(name: str) -> None:
+    model, dtype = _quantized(name)
+    assert _subclasses(model), "quantize_ made no tensor subclass"
+    x = torch.randn(8, 64, dtype=dtype)
+    expected = model(x)
+    jitted = jitcore.jit(model)
+    for _ in range(3):
+        torch.testing.assert_close(jitted(x), expected)
+    assert jitcore.cache_misses(jitted) == 1
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_cached_call_runs_no_torchao_code(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, dtype = _quantized(name)
+    x = torch.randn(4, 64, dtype=dtype)
+    jitted = jitcore.jit(model)
+    jitted(x)
+    calls: list[str] = []
+    for cls in _subclasses(model):
+        for protocol in ("__torch_function__", "__torch_dispatch__"):
+            original = getattr(cls, protocol).__func__
+
+            def counting(klass: type, func: Any, types: Any, args: Any = (), kwargs: Any = None,
+                         _original: Any = original, _protocol: str = protocol) -> Any:
+                calls.append(f"{_protocol} {func}")
+                return _original(klass, func, types, args, kwargs)
+
+            monkeypatch.setattr(cls, protocol, classmethod(counting))
+    eager_calls_before = len(calls)
+    model(x)
+    assert len(calls) > eager_calls_before  # the counters see eager's calls
+    calls.clear()
+    jitted(x)
+    assert calls == []
+
+
+def test_input_gradient_through_a_quantized_weight() -> None:
+    model, dtype = _quantized("int8_weight_only")
+    x = torch.randn(4, 64, requires_grad=True)
+    x_eager = x.detach().clone().requires_grad_(True)
+    model(x_eager).sum().backward()
+    jitcore.jit(model)(x).sum().backward()
+    torch.testing.assert_close(x.grad, x_eager.grad)
+
+
+def test_a_function_calling_the_quantized_model() -> None:
+    model, dtype = _quantized("int8_dynamic_activation")
+
+    def step(batch: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(model(batch), dim=-1).argmax(dim=-1)
+
+    x = torch.randn(6, 64)
+    torch.testing.assert_close(jitcore.jit(step)(x), step(x))
