@@ -37,6 +37,7 @@ __all__ = [
     "implicit_state",
     "is_literal_value",
     "same_contents",
+    "same_ctx",
 ]
 
 Bind = Callable[[Any], str]
@@ -414,11 +415,15 @@ def flatten_failure(value: Any, expected: tuple) -> str | None:
     if tuple(got_names) != names:
         return f".__tensor_flatten__(): expected inner tensors {list(names)}, got {list(got_names)}"
     metadata_guard = getattr(cls, "__metadata_guard__", None)
-    same = metadata_guard(ctx, got_ctx) if metadata_guard is not None else _same_ctx(ctx, got_ctx)
+    same = metadata_guard(ctx, got_ctx) if metadata_guard is not None else same_ctx(ctx, got_ctx)
     return None if same else f".__tensor_flatten__(): expected ctx {ctx!r}, got {got_ctx!r}"
 
 
-def _same_ctx(a: Any, b: Any) -> bool:
+def same_ctx(a: Any, b: Any) -> bool:
+    """Whether two ``__tensor_flatten__`` contexts are the same: literals by type and value (as ``value``
+    guards compare), other objects by identity or ``==``; an incomparable ctx never matches."""
+    if a is b:
+        return True
     if is_literal_value(a) or is_literal_value(b):
         return _same_literal(a, b)
     try:

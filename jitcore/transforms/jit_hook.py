@@ -16,7 +16,7 @@ from jitcore.diagnostics.boundary import on_error as prepare_error
 from jitcore.executors import record_lowered
 from jitcore.ir import Trace
 from jitcore.prologue import Guard, Path
-from jitcore.prologue.guards import storage_pattern
+from jitcore.prologue.guards import same_ctx, storage_pattern
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
@@ -156,16 +156,8 @@ def subclass_arguments_passed_whole(program: Any) -> list[tuple[SubclassTensorPr
         names, ctx = proxy.flatten()
         inner_at_call = record.args[1]
         if (set(names) != set(inner_at_call) or any(getattr(proxy, n) is not inner_at_call[n] for n in names)
-                or not _same_ctx(ctx, record.args[2])):
+                or not same_ctx(ctx, record.args[2])):
             continue  # ``x.a = ...`` or a new ctx: the result is rebuilt from what it holds now
         if id(proxy) in returned or restrided(proxy, record):
             kept.append((proxy, path))
     return kept
-
-
-
-def _same_ctx(a: Any, b: Any) -> bool:
-    try:
-        return a is b or bool(a == b)
-    except Exception:  # noqa: BLE001 - a ctx without a usable ==: treat as changed
-        return False
