@@ -162,7 +162,9 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         names = ", ".join(cls.__qualname__ for cls in overridden)
         raise TypeError(f"no implementation found for '{getattr(func, '__name__', symbol.name)}' on types "
                         f"that implement __torch_function__: [{names}]")
-    if not (has_subclass(args) or has_subclass(kwargs)):
+    if not (has_subclass(args) or has_subclass(kwargs)) or "autograd_function" in symbol.tags:
+        # a Function's forward is interpreted on the proxies (its meta): eagerly it runs with
+        # __torch_function__ enabled, so its operations are resolved one by one
         return symbol.meta(*args, **kwargs)
     return _resolve(symbol, args, kwargs)
 

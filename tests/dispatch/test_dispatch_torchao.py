@@ -97,3 +97,39 @@ def test_a_function_calling_the_quantized_model() -> None:
 
     x = torch.randn(6, 64)
     torch.testing.assert_close(jitcore.jit(step)(x), step(x))
+
+
+def test_nf4_weight_in_f_linear() -> None:
+    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import to_nf4
+
+    torch.manual_seed(0)
+    weight = to_nf4(torch.randn(256, 256, dtype=torch.bfloat16))
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(t, weight).relu()
+
+    jitted = jitcore.jit(f)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(x), f(x))
+
+
+def test_float8_training_forward_and_gradients() -> None:
+    from torchao.float8 import convert_to_float8_training
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64, bias=False), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 16, bias=False))
+        convert_to_float8_training(model)
+        return model
+
+    eager_model, jit_model = build(), build()
+    x = torch.randn(16, 32)
+    eager_loss = eager_model(x).square().mean()
+    eager_loss.backward()
+    jit_loss = jitcore.jit(jit_model)(x).square().mean()
+    jit_loss.backward()
+    torch.testing.assert_close(jit_loss, eager_loss)
+    for p_jit, p_eager in zip(jit_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(p_jit.grad, p_eager.grad)
