@@ -26,6 +26,7 @@ from jitcore.interpreter.lookasides import super_arguments
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
 from jitcore.langctx.aten import aten_symbol
+from jitcore.proxies.protocol import eager_only_reason
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import TensorProxy
 from jitcore.proxies.typed import is_plain_subclass, retype
@@ -46,6 +47,9 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
             cls, size, strides=strides, storage_offset=storage_offset, memory_format=memory_format,
             dtype=dtype, layout=layout, device=device, pin_memory=pin_memory, requires_grad=requires_grad, **kwargs,
         )
+    reason = eager_only_reason(cls)
+    if reason is not None:
+        raise EagerOnlySubclass(f"a {cls.__qualname__} is made inside the function: {reason}")
     values = context.values
     size = tuple(size)
     if strides is None:

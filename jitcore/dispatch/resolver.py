@@ -288,11 +288,11 @@ def call_on_shadows(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """A torch C function that is not an operation (``torch._functionalize_unsafe_set``, ...) called
     with proxies: it acts on their shadows (their metadata), and tensors it returns map back."""
     if fn is torch._C._disabled_torch_dispatch_impl:  # noqa: SLF001 - would re-enter the resolving mode without end
-        from jitcore.errors import UnsupportedOperationError
+        from jitcore.errors import EagerOnlySubclass
 
-        raise UnsupportedOperationError(
-            "torch._C._disabled_torch_dispatch_impl (torch.Tensor.__torch_dispatch__) called on traced values: "
-            "redispatching below a subclass's __torch_dispatch__ is not supported while tracing"
+        raise EagerOnlySubclass(
+            "torch.Tensor.__torch_dispatch__ (torch._C._disabled_torch_dispatch_impl) is called on traced "
+            "values: redispatching below a subclass's __torch_dispatch__ is not traced"
         )
     state = DispatchState.of_current()
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))

@@ -38,7 +38,9 @@ from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
 from jitcore.prologue.guards import freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
-from jitcore.proxies.protocol import has_own_protocol, is_wrapper, tensor_flatten, tensor_unflatten
+from jitcore.proxies.protocol import (
+    eager_only_reason, has_own_protocol, is_wrapper, tensor_flatten, tensor_unflatten,
+)
 from jitcore.proxies.subclass import is_traceable_subclass
 from jitcore.proxies.typed import is_plain_subclass, retype
 
@@ -366,6 +368,9 @@ class Provenance:
     def _subclass(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         """A tensor-subclass input: its structure is guarded, its inner tensors become inputs."""
         cls = type(tensor)
+        reason = eager_only_reason(cls)
+        if reason is not None:
+            raise EagerOnlySubclass(f"{path.describe()} is a {cls.__qualname__}: {reason}")
         if is_traceable_subclass(cls) and not has_own_protocol(cls) and not is_wrapper(tensor):
             raise EagerOnlySubclass(
                 f"{path.describe()} is a {cls.__qualname__}: a tensor subclass with __torch_dispatch__ whose "

@@ -23,11 +23,34 @@ import torch
 
 from jitcore.proxies.tensor import TensorProxy
 
-__all__ = ["DerivedContext", "has_own_protocol", "instance_attributes", "is_wrapper", "tensor_flatten", "tensor_unflatten"]
+__all__ = ["DerivedContext", "WithConstants", "eager_only_reason", "has_own_protocol", "instance_attributes", "is_wrapper", "tensor_flatten", "tensor_unflatten"]
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass  # noqa: SLF001
 _TENSORS = (torch.Tensor, TensorProxy)
 _TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # noqa: SLF001
+
+
+# Subclasses jitcore runs eagerly (jitcore.errors.EagerOnlySubclass), by the class that defines them,
+# and why. A subclass of one of them inherits its reason.
+_EAGER_ONLY = {
+    "torch.distributed.tensor.DTensor": (
+        "DTensor's operations are dispatched by torch's C++ DTensor dispatcher (its Python "
+        "__torch_dispatch__ only re-enters it), which tracing cannot run on traced values"
+    ),
+    "torch.nested._internal.nested_tensor.NestedTensor": (
+        "a nested jagged tensor's ragged size is a nested int (a SymInt of torch's ShapeEnv), which "
+        "jitcore's tracing does not carry yet"
+    ),
+}
+
+
+def eager_only_reason(cls: type) -> str | None:
+    """Why tensors of ``cls`` run eagerly instead of being traced (None: they are traced)."""
+    for klass in getattr(cls, "__mro__", ()):
+        reason = _EAGER_ONLY.get(f"{klass.__module__}.{klass.__qualname__}")
+        if reason is not None:
+            return reason
+    return None
 
 
 def has_own_protocol(cls: type) -> bool:
@@ -55,6 +78,18 @@ class DerivedContext(tuple):
         return f"attributes({shown}; {dtype}, {device})"
 
 
+class WithConstants(tuple):
+    """The ctx of a class whose ``__tensor_flatten__`` names attributes that are not tensors:
+    ``(its own ctx, those attributes as (name, value) pairs)``; they go back to its
+    ``__tensor_unflatten__`` among the inner tensors, as it expects them."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        ctx, constants = self
+        return f"{ctx!r} with {', '.join(f'{n}={v!r}' for n, v in constants)}"
+
+
 def instance_attributes(value: Any) -> dict[str, Any]:
     """The attributes an instance holds: its slots (of classes below torch.Tensor), then its dict."""
     found: dict[str, Any] = {}
@@ -79,6 +114,9 @@ def tensor_flatten(value: Any, cls: type | None = None) -> tuple[list[str], Any]
     cls = cls or type(value)
     if has_own_protocol(cls):
         names, ctx = cls.__tensor_flatten__(value)
+        tensors = [n for n in names if isinstance(getattr(value, n), _TENSORS)]
+        if len(tensors) < len(names):  # DTensor lists its device_mesh: passed back to unflatten as it is
+            return tensors, WithConstants((ctx, tuple((n, getattr(value, n)) for n in names if n not in tensors)))
         return list(names), ctx
     attributes = instance_attributes(value) if cls is type(value) else dict(vars(value))
     names = sorted(n for n, v in attributes.items() if isinstance(v, _TENSORS))
@@ -89,6 +127,9 @@ def tensor_flatten(value: Any, cls: type | None = None) -> tuple[list[str], Any]
 def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
     """A value of ``cls`` around ``inner`` (the class's own ``__tensor_unflatten__`` when it has one)."""
     if has_own_protocol(cls):
+        if type(ctx) is WithConstants:
+            ctx, constants = ctx
+            inner = {**inner, **dict(constants)}
         return cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)
     others, dtype, device = ctx
     out = _make_wrapper_subclass(cls, outer_size, strides=outer_stride, dtype=dtype, device=device)

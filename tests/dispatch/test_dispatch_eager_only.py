@@ -1,0 +1,152 @@
+"""torch's own subclasses that jitcore runs eagerly (jitcore.errors.EagerOnlySubclass, JC-J002),
+differentially against eager: nested jagged tensors, DTensor (gloo on 127.0.0.1, world sizes 1 and
+2), and MaskedTensor reductions. A call that meets one runs as eager runs it, with one warning per
+jitted function and the reason in ``fallback_reason``; calls without one are traced as usual.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.masked import masked_tensor
+
+import jitcore
+from jitcore.errors import EagerOnlySubclass
+
+warnings.filterwarnings("ignore", message="The PyTorch API of MaskedTensors")
+
+
+def _same(actual: Any, expected: Any) -> None:
+    assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, (tuple, list)):
+        for a, e in zip(actual, expected, strict=True):
+            _same(a, e)
+    elif isinstance(expected, torch.Tensor) and expected.is_nested:
+        for a, e in zip(actual.unbind(), expected.unbind(), strict=True):
+            torch.testing.assert_close(a, e)
+    elif type(expected).__name__ == "MaskedTensor":
+        torch.testing.assert_close(actual.get_mask(), expected.get_mask())
+        torch.testing.assert_close(actual.get_data()[expected.get_mask()], expected.get_data()[expected.get_mask()])
+    elif type(expected).__name__ == "DTensor":
+        assert actual.placements == expected.placements
+        torch.testing.assert_close(actual.full_tensor(), expected.full_tensor())
+    elif isinstance(expected, torch.Tensor):
+        torch.testing.assert_close(actual, expected)
+    else:
+        assert actual == expected
+
+
+def _runs_eagerly(fn: Callable[..., Any], *args: Any) -> jitcore.JittedFunction:
+    jitted = jitcore.jit(fn)
+    with pytest.warns(UserWarning, match="runs eagerly for this call"):
+        _same(jitted(*args), fn(*args))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")  # warned once per jitted function
+        _same(jitted(*args), fn(*args))
+    assert isinstance(jitted.fallback_reason, EagerOnlySubclass)
+    return jitted
+
+
+def _njt() -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.nested.nested_tensor([torch.randn(2, 8), torch.randn(5, 8)], layout=torch.jagged)
+
+
+@pytest.mark.parametrize("program", [
+    lambda n: n.sin() * 2 + 1,
+    lambda n: torch.nn.functional.linear(n, torch.ones(4, 8)),
+    lambda n: torch.softmax(n, dim=-1),
+    lambda n: n.to_padded_tensor(0.0),
+    lambda n: n.sum(dim=-1),
+])
+def test_nested_jagged_tensor_input(program: Callable[..., Any]) -> None:
+    jitted = _runs_eagerly(program, _njt())
+    assert "nested int" in str(jitted.fallback_reason)
+
+
+def test_nested_jagged_tensor_made_inside() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.nested.nested_tensor([a, b], layout=torch.jagged).cos().to_padded_tensor(0.0)
+
+    _runs_eagerly(f, torch.randn(2, 3), torch.randn(4, 3))
+
+
+def test_plain_calls_are_still_traced_after_an_eager_one() -> None:
+    f = lambda t: t * 2  # noqa: E731
+    jitted = _runs_eagerly(f, _njt())
+    torch.testing.assert_close(jitted(torch.ones(3)), torch.ones(3) * 2)
+    assert len(jitted.entries) == 1
+
+
+def test_masked_tensor_reduction() -> None:
+    mask = torch.tensor([[True, False, True], [False, True, True]])
+    m = masked_tensor(torch.randn(2, 3), mask)
+    _runs_eagerly(lambda t: (t * 2).sum(), m)
+
+
+# --- DTensor over gloo on 127.0.0.1 -----------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dtensor_programs(rank: int, world_size: int, port: int, failures: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+        mesh = init_device_mesh("cpu", (world_size,))
+        torch.manual_seed(0)
+        a = distribute_tensor(torch.randn(4, 4), mesh, [Shard(0)])
+        b = distribute_tensor(torch.randn(4, 4), mesh, [Replicate()])
+        programs = {
+            "pointwise": lambda x, y: x * 2 + y,
+            "matmul": lambda x, y: x @ y,
+            "redistribute": lambda x, y: x.redistribute(mesh, [Replicate()]) + y,
+            "full_tensor": lambda x, y: (x + 1).full_tensor(),
+        }
+        for name, program in programs.items():
+            try:
+                jitted = jitcore.jit(program)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    for _ in range(2):
+                        _same(jitted(a, b), program(a, b))
+                assert isinstance(jitted.fallback_reason, EagerOnlySubclass)
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                failures.put(f"rank {rank} {name}: {type(exc).__name__}: {exc}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_dtensor_programs(world_size: int) -> None:
+    context = mp.get_context("spawn")
+    failures = context.Queue()
+    port = _free_port()
+    processes = [context.Process(target=_dtensor_programs, args=(rank, world_size, port, failures))
+                 for rank in range(world_size)]
+    for p in processes:
+        p.start()
+    try:
+        for p in processes:
+            p.join(timeout=240)
+    finally:
+        for p in processes:
+            if p.is_alive():
+                p.kill()
+    assert all(p.exitcode == 0 for p in processes), [p.exitcode for p in processes]
+    found = []
+    while not failures.empty():
+        found.append(failures.get())
+    assert found == []
