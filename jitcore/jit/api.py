@@ -165,7 +165,7 @@ class JittedFunction:
                     "the oldest entry is evicted (raise cache_limit= to keep more)",
                     stacklevel=3,
                 )
-            self._cache.add(entry, args, limit=self.cache_limit)
+            self._cache.add(entry, args, limit=self.cache_limit, any_shape=shapes.is_symbolic(entry.prologue))
             entry_added(self, entry, reasons)
         inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
         try:

@@ -42,7 +42,7 @@ from jitcore.prologue import Guard, Path
 from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "mark_dynamic"]
+__all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "is_symbolic", "mark_dynamic"]
 
 # The attribute ``mark_dynamic`` sets on a tensor: the set of its dimensions that are symbolic.
 MARK = "_jitcore_dynamic_dims"
@@ -71,7 +71,7 @@ def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> Non
     marked = set(getattr(t, MARK, ()))
     for d in dims:
         if not -t.dim() <= d < t.dim():
-            raise IndexError(f"mark_dynamic: dimension {d} out of range for a tensor with {t.dim()} dimensions")
+            raise IndexError(f"mark_dynamic: dimension {d} out of range for a tensor of {t.dim()} dimensions")
         marked.add(d % t.dim())
     setattr(t, MARK, marked)
 
@@ -154,6 +154,12 @@ def finish(program: Any, provenance: Any, values: Any) -> list[str]:
             if type(size) is torch.SymInt and not (expr := env.simplify(size.node.expr)).is_number]
 
 
+def is_symbolic(prologue: Any) -> bool:
+    """Whether a cache entry's prologue accepts tensors of more than one shape (its sizes are
+    checked by ``shape`` guards): the cache files it under every dispatch key."""
+    return any(g.kind == "tensor" and None in g.expected.shape for g in prologue.guards)
+
+
 def _has_symbols(shadow: torch.Tensor) -> bool:
     """Whether a size or stride of ``shadow`` is a SymInt (symbolic, or specialized by a guard)."""
     return any(type(s) is torch.SymInt for s in (*shadow.shape, *shadow.stride()))
@@ -181,7 +187,8 @@ class _SizeRewriter:
         self._computed: dict[sympy.Expr, NumberProxy] = {}
         self._pending: list[BoundSymbol] = []
         self._source: Any = None  # the record being rewritten: arithmetic for it is printed under its line
-        self._context = TraceContext(program.trace, scopes=[self._pending], source_provider=lambda: self._source)
+        self._context = TraceContext(program.trace, scopes=[self._pending],
+                                     source_provider=lambda: self._source)
 
     def rewrite_trace(self) -> None:
         trace = self.program.trace
@@ -206,7 +213,8 @@ class _SizeRewriter:
     def _bound_symbol(self, bsym: BoundSymbol) -> BoundSymbol:
         args, kwargs = self._map((bsym.args, bsym.kwargs))
         subsymbols = tuple(self._bound_symbol(b) for b in bsym.subsymbols)
-        if args is bsym.args and kwargs is bsym.kwargs and all(a is b for a, b in zip(subsymbols, bsym.subsymbols)):
+        unchanged = all(a is b for a, b in zip(subsymbols, bsym.subsymbols))
+        if args is bsym.args and kwargs is bsym.kwargs and unchanged:
             return bsym
         return BoundSymbol(bsym.symbol, args, kwargs, bsym.output, subsymbols, bsym.source, bsym.header)
 

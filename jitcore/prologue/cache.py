@@ -12,6 +12,8 @@ Invariants:
   collides (``1`` and ``True``, ``0.0`` and ``-0.0``) costs a check, never a wrong answer;
 - everything a guard pins that the key looks at is pinned exactly by the prologue (tensor shape and
   dtype, literal type and value), so an entry filed under one key never accepts a call with another;
+  an entry with symbolic sizes (jitcore/jit/shapes.py) accepts calls of many shapes: it is filed
+  under every key, a candidate of every call (after the entries of the call's own key that are newer);
 - the entry tuple and the dispatch table are replaced, never mutated (copy on write): a call running
   in one thread sees a consistent snapshot while another thread adds or evicts an entry under the
   jitted function's lock.
@@ -62,13 +64,14 @@ class EntryCache:
             SCAN_LIMIT entries (then callers try ``newest_first``).
     """
 
-    __slots__ = ("_keys", "_typed", "buckets", "newest_first")
+    __slots__ = ("_anywhere", "_keys", "_typed", "buckets", "newest_first")
 
     def __init__(self, typed: Container[int] = ()) -> None:
         self._typed = typed  # positions of dynamic numbers: keyed by type, since entries take any value
         self.newest_first: tuple = ()
         self.buckets: dict[Hashable, tuple] | None = None
         self._keys: dict[int, Hashable] = {}
+        self._anywhere: tuple = ()  # the entries filed under every key, newest first
 
     def candidates(self, args: tuple) -> tuple:
         """The entries that may accept a call with positional ``args``, newest first."""
@@ -76,26 +79,30 @@ class EntryCache:
         if buckets is None:
             return self.newest_first
         try:
-            return buckets.get(dispatch_key(args, self._typed), ())
+            return buckets.get(dispatch_key(args, self._typed), self._anywhere)
         except Exception:  # noqa: BLE001 - see _safe_key
-            return buckets.get(_UNKEYED, ())
+            return buckets.get(_UNKEYED, self._anywhere)
 
-    def add(self, entry: Any, args: tuple, *, limit: int) -> list[Any]:
-        """File ``entry`` (traced for a call with positional ``args``); evict the oldest entries past
-        ``limit``. Returns the evicted entries. Callers serialise calls of ``add``."""
+    def add(self, entry: Any, args: tuple, *, limit: int, any_shape: bool = False) -> list[Any]:
+        """File ``entry`` (traced for a call with positional ``args``; under every key when it
+        accepts ``any_shape``); evict the oldest entries past ``limit``. Returns the evicted
+        entries. Callers serialise calls of ``add``."""
         keys = dict(self._keys)
-        keys[id(entry)] = _safe_key(args, self._typed)
+        keys[id(entry)] = _ANYWHERE if any_shape else _safe_key(args, self._typed)
         entries = (entry,) + self.newest_first
         evicted = list(entries[max(limit, 1):])
         entries = entries[: max(limit, 1)]
         for old in evicted:
             keys.pop(id(old), None)
         buckets = None
+        anywhere = tuple(e for e in entries if keys[id(e)] is _ANYWHERE)
         if len(entries) > SCAN_LIMIT:
-            table: dict[Hashable, list] = {}
+            table: dict[Hashable, list] = {keys[id(e)]: [] for e in entries if keys[id(e)] is not _ANYWHERE}
             for e in entries:
-                table.setdefault(keys[id(e)], []).append(e)
+                for bucket in table.values() if keys[id(e)] is _ANYWHERE else (table[keys[id(e)]],):
+                    bucket.append(e)
             buckets = {k: tuple(v) for k, v in table.items()}
+        self._anywhere = anywhere
         self._keys = keys
         # Order matters for readers in other threads: a table never names an entry that is gone
         # from newest_first for longer than this assignment pair.
@@ -114,6 +121,7 @@ class _Unkeyed:
 
 
 _UNKEYED = _Unkeyed()
+_ANYWHERE = _Unkeyed()  # the key of entries with symbolic sizes: filed in every bucket
 
 
 def _safe_key(args: tuple, typed: Container[int]) -> Hashable:

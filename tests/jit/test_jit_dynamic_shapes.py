@@ -21,22 +21,10 @@ import torch.nn.functional as F
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
-from tests.jit.jit_helpers import assert_same
+from tests.jit.test_jit_dynamic_numbers import run_both  # eager vs jitted: values, dtypes, exceptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_module_llama import Decoder  # noqa: E402
-
-
-def run_both(fn, jfn, *args, **kwargs):
-    try:
-        expected = fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the jitted call must raise the same
-        with pytest.raises(type(exc)):
-            jfn(*args, **kwargs)
-        return None
-    actual = jfn(*args, **kwargs)
-    assert_same(actual, expected)
-    return actual
 
 
 def attention_like(x, w):
@@ -240,9 +228,24 @@ def test_factories_take_sizes_from_the_call():
     def f(x):
         n = x.shape[0]
         eye = torch.eye(n)
-        return (x.T @ eye).T + torch.full((n, x.shape[1]), 0.5) + torch.arange(n * 2).view(n, 2).sum(1, keepdim=True)
+        counts = torch.arange(n * 2).view(n, 2).sum(1, keepdim=True)
+        return (x.T @ eye).T + torch.full((n, x.shape[1]), 0.5) + counts
 
     jf = jitcore.jit(f, dynamic=True)
     for n in (2, 3, 7):
         run_both(f, jf, torch.randn(n, 2))
     assert jitcore.cache_misses(jf) == 1
+
+
+def test_symbolic_entries_are_found_past_the_dispatch_table():
+    """Past 4 entries the cache files entries by the call's shapes; a symbolic entry is in every bucket."""
+
+    def f(x, k):
+        return x.sum(1) * k
+
+    jf = jitcore.jit(f)
+    for k in range(6):
+        for s in (3, 5, 7, 9):
+            run_both(f, jf, torch.randn(2, s), k)
+    # k=0: 3 static, then 5 symbolic; every later k: one symbolic entry, whatever the length
+    assert jitcore.cache_misses(jf) == 7
