@@ -26,7 +26,7 @@ import types
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.errors import JitcoreInterpreterError
-from jitcore.interpreter.run import active_runs
+from jitcore.interpreter.run import ACTIVE
 from jitcore.interpreter.tracebacks import strip_internal
 
 if TYPE_CHECKING:
@@ -66,13 +66,13 @@ _YIELD_VALUE = dis.opmap["YIELD_VALUE"]
 def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: bool) -> object:
     """Run ``frame`` until it yields (returns the yielded value) or returns (returns ``_RETURNED``)."""
     run = frame.run
-    runs = active_runs()
+    runs = ACTIVE.stack
     if runs:
         frames = runs[-1].frames
         frame.back = frames[-1] if frames else None
     runs.append(run)
     saved_native = run.native_exc
-    run.native_exc = sys.exc_info()[1]
+    run.native_exc = sys.exception()
     try:
         if thrown is not None:
             run.frames.append(frame)  # so that a delegate sees this frame as its caller

@@ -25,7 +25,7 @@ from jitcore.interpreter.registry import handler_table, hooked_opcodes
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["Run", "active_runs", "current_run"]
+__all__ = ["ACTIVE", "Run", "active_runs", "current_run"]
 
 _HOOKED_FIELDS = ("on_load_global", "on_load_deref", "on_load_attr", "on_load_subscr")
 _TABLES: dict[frozenset[str], list] = {}
@@ -36,17 +36,18 @@ class _ActiveRuns(threading.local):
         self.stack: list[Run] = []
 
 
-_ACTIVE = _ActiveRuns()
+# Public for the generators' resume path, which reads ``ACTIVE.stack`` (= ``active_runs()``) without a call.
+ACTIVE = _ActiveRuns()
 
 
 def active_runs() -> list[Run]:
     """The stack of runs active on this thread, innermost last (the list itself; push/pop in pairs)."""
-    return _ACTIVE.stack
+    return ACTIVE.stack
 
 
 def current_run() -> Run | None:
     """The innermost active Run on this thread, or None when no interpreted code is running."""
-    stack = _ACTIVE.stack
+    stack = ACTIVE.stack
     return stack[-1] if stack else None
 
 
@@ -115,7 +116,7 @@ class Run:
         if threading.get_ident() != self.thread:
             # frames are per thread: a call arriving from another thread gets its own run, same hooks
             return Run(self.hooks).call(fn, *args, **kwargs)
-        stack = _ACTIVE.stack
+        stack = ACTIVE.stack
         stack.append(self)
         try:
             return call(self, fn, args, kwargs)

@@ -335,3 +335,37 @@ def test_errors_in_a_fused_except_head() -> None:
     assert {f"PUSH_EXC_INFO+LOAD_GLOBAL+CHECK_EXC_MATCH+{jump}+POP_TOP",  # except ValueError:
             f"LOAD_GLOBAL+CHECK_EXC_MATCH+{jump}+STORE_FAST"} <= fused  # later clause: except KeyError as e
     assert any(name.startswith("POP_EXCEPT+LOAD_CONST+STORE_FAST+DELETE_FAST+") for name in fused)
+
+
+
+
+def _yielding(items, k):
+    for x in items:
+        y = yield x  # LOAD_FAST + YIELD_VALUE; the value sent comes back
+        yield x * k  # LOAD_FAST + BINARY_OP + YIELD_VALUE
+        yield (y or x) // 3  # LOAD_CONST + BINARY_OP + YIELD_VALUE
+        yield Truthy(x) % 2  # a user type's __mod__
+    if k == 0:
+        if items:
+            last = items[-1]
+        yield last  # UnboundLocalError when there are no items (3.11: a fused LOAD_FAST + YIELD_VALUE)
+
+
+def yields(items, k):
+    """A value computed and yielded (LOAD_FAST/LOAD_CONST + BINARY_OP + YIELD_VALUE, LOAD_FAST + YIELD_VALUE),
+    on native and user types, with values sent in and a possibly unbound local yielded."""
+    g = _yielding(items, k)
+    out = []
+    for i, v in enumerate(g):
+        out.append(v)
+        if i % 4 == 0:
+            out.append(g.send(i))
+    return [v.v if isinstance(v, Truthy) else v for v in out]
+
+
+@given(st.lists(st.one_of(st.integers(-9, 9), st.floats(-3, 3)), max_size=6), st.integers(0, 3))
+def test_yields_match_cpython(items, k) -> None:
+    check(yields, items, k)
+    names = {inst.opname for inst in decode(_yielding.__code__).fused}
+    two_locals = "LOAD_FAST+BINARY_OP" if sys.version_info < (3, 12) else "LOAD_FAST_LOAD_FAST+BINARY_OP"
+    assert {"LOAD_FAST+YIELD_VALUE", f"{two_locals}+YIELD_VALUE", "LOAD_CONST+BINARY_OP+YIELD_VALUE"} <= names

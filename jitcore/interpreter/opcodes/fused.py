@@ -23,6 +23,7 @@ from jitcore.interpreter.opcodes.calls import call_, call_313
 from jitcore.interpreter.opcodes.control import for_iter
 from jitcore.interpreter.attributes import NATIVE_NAMES, NATIVE_STORE_NAMES, load_attr, store_attr
 from jitcore.interpreter.opcodes import operators as _operators  # noqa: F401 - registered before the pairs
+from jitcore.interpreter.opcodes import generators as _generators  # noqa: F401 - registered before the pairs
 from jitcore.interpreter.opcodes import stack as _stack  # noqa: F401 - registered before the pairs
 from jitcore.interpreter.opcodes.load_store import global_value, store_attr_
 from jitcore.interpreter.protocols import (
@@ -492,3 +493,57 @@ for _jump, _jump_if in (("POP_JUMP_IF_FALSE", False), ("POP_JUMP_IF_TRUE", True)
     fuses("LOAD_CONST", "BINARY_OP", "TO_BOOL", _jump, since=(3, 13))(
         _load_const_binary_op_to_bool_then_jump(_jump_if)
     )
+
+
+# --- a value computed and yielded: ``yield x``, ``(i * i for i in ...)``
+
+
+@fuses("LOAD_FAST", "YIELD_VALUE", since=(3, 11))
+def load_fast_yield_value(frame: Frame, inst: Instruction) -> bool:
+    """Suspend the frame, yielding a local."""
+    value = frame.fast[inst.arg]
+    if value is NULL:
+        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+    frame.index += 1
+    frame.result = value
+    return True
+
+
+def _binary_op_then_yield(operand: str | None) -> Handler:
+    """[``operand``: the right operand (LOAD_FAST, LOAD_CONST) or both (3.13's LOAD_FAST_LOAD_FAST),]
+    BINARY_OP, then yield the result."""
+
+    def fused(frame: Frame, inst: Instruction) -> bool:
+        stack = frame.stack
+        if operand is None:
+            op = inst
+            rhs = stack.pop()
+            lhs = stack.pop()
+        else:
+            op = inst.next
+            if operand == "LOAD_FAST_LOAD_FAST":  # two locals the compiler knows are bound
+                lhs, rhs = frame.fast[inst.arg >> 4], frame.fast[inst.arg & 15]
+            else:
+                rhs = frame.fast[inst.arg] if operand == "LOAD_FAST" else inst.argval
+                if rhs is NULL:
+                    raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+                lhs = stack.pop()
+            frame.index += 1
+        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            value = NATIVE_BINARY[op.arg](lhs, rhs)
+        else:
+            value = binary_op(frame.run, op.arg, lhs, rhs)
+        frame.index += 1
+        frame.result = value
+        return True
+
+    parts = [operand] * bool(operand) + ["BINARY_OP", "YIELD_VALUE"]
+    fused.__name__ = "_".join(part.lower() for part in parts)
+    fused.__doc__ = f"{' + '.join(parts)}: suspend the frame, yielding the operation's result."
+    return fused
+
+
+for _operand in (None, "LOAD_FAST", "LOAD_CONST", "LOAD_FAST_LOAD_FAST"):
+    _since = (3, 13) if _operand == "LOAD_FAST_LOAD_FAST" else (3, 11)
+    _names = (*(_operand,) * bool(_operand), "BINARY_OP", "YIELD_VALUE")
+    fuses(*_names, since=_since)(_binary_op_then_yield(_operand))
