@@ -24,7 +24,8 @@ import torch
 import jitcore
 from bench_module_llama import Decoder, per_call_us
 
-LENGTHS = [random.Random(0).randint(1, 512) for _ in range(100)]
+_RNG = random.Random(0)
+LENGTHS = [_RNG.randint(1, 512) for _ in range(100)]
 
 
 def tokens(length: int, batch: int = 2) -> torch.Tensor:
