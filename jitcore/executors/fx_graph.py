@@ -27,7 +27,7 @@ def region_graph(region: Region) -> fx.GraphModule:
     graph = fx.Graph()
     nodes: dict[int, fx.Node] = {}
     for proxy in region.inputs:
-        nodes[id(proxy)] = graph.placeholder(proxy.name)
+        nodes[id(proxy)] = graph.placeholder(f"in_{proxy.name}")  # a trace may name an input ``self``
     for bsym in region.bound_symbols:
         reads = proxies_in((bsym.args, bsym.kwargs))
         unique = list({id(p): p for p in reads}.values())

@@ -16,10 +16,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jit"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "transforms"))
 
 import torch  # noqa: E402
 from jit_opinfo import check_jit_sample  # noqa: E402
 from opinfo_harness import PASS, Mismatch, Outcome, seed  # noqa: E402
+from test_grad_opinfo_harness import ALSO_RANDOM, check_sample, entry_name, random_by_name  # noqa: E402
 
 from executor_helpers import executor_log  # noqa: E402
 
@@ -27,7 +29,7 @@ from jitcore.executors import InductorExecutor  # noqa: E402
 
 SWEEP = InductorExecutor("inductor_sweep", min_region=1)
 
-__all__ = ["SWEEP", "check_inductor_entry", "first_sample"]
+__all__ = ["SWEEP", "check_inductor_entry", "check_inductor_grad_entry", "first_sample"]
 
 
 def first_sample(op: Any) -> tuple[torch.dtype, Any] | None:
@@ -56,3 +58,22 @@ def check_inductor_entry(op: Any) -> tuple[Outcome, bool]:
             return Outcome("fail", f"{dtype}: {type(err).__name__}: {str(err)[:300]}"), False
     lowered = any("fused by inductor_sweep" in m for m in log)
     return outcome if outcome.status != "pass" else PASS, lowered
+
+
+def check_inductor_grad_entry(op: Any) -> tuple[Outcome, bool]:
+    """(outcome, fused) of forward values and gradients on the first float32 sample that eager
+    accepts, through the inductor executor (tests/transforms/test_grad_opinfo_harness.py's check):
+    the grad transform's forward and backward traces are each lowered."""
+    random = random_by_name(entry_name(op)) or entry_name(op).startswith(ALSO_RANDOM)
+    try:
+        samples = list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=True), 2))
+    except Exception as err:  # noqa: BLE001 - the sample generator itself is torch's business
+        return Outcome("fail", f"no samples: {type(err).__name__}: {err}"), False
+    with executor_log() as log:
+        for sample in samples:
+            try:
+                if check_sample(op, sample, random, executors=(SWEEP, "torch")):
+                    return PASS, any("fused by inductor_sweep" in m for m in log)
+            except Exception as err:  # noqa: BLE001 - a mismatch or crash is a failure, reported
+                return Outcome("fail", f"{type(err).__name__}: {str(err)[:300]}"), False
+    return Outcome("fail", "no sample was compared"), False

@@ -183,3 +183,10 @@ def test_other_float_dtypes(dtype: torch.dtype) -> None:
     tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype is torch.bfloat16 else {}
     assert actual.dtype == expected.dtype
     torch.testing.assert_close(actual, expected, **tol)
+
+
+def test_an_input_named_self() -> None:
+    fn = eval("lambda self, other: torch.where(self > 0, self, other) * 2")  # noqa: S307 - names a parameter self
+    jfn = jitcore.jit(fn, executors=INDUCTOR)
+    check(fn, torch.randn(4), torch.randn(4), jfn=jfn)
+    assert fused(lowered_trace(jfn)), lowered_trace(jfn)

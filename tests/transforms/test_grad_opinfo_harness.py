@@ -111,7 +111,7 @@ def _compare(name: str, expected: Any, got: Any, random: bool) -> None:
             raise AssertionError(f"{name}[{i}]: {e!r} eagerly, {g!r} jitted")
 
 
-def check_sample(op: Any, sample: Any, random: bool) -> bool:
+def check_sample(op: Any, sample: Any, random: bool, **jit_options: Any) -> bool:
     """Compare one sample; False when there was nothing to compare (no tensor requires grad, or
     eager rejects the sample: that says nothing about jitcore)."""
     f, tensors = _function(op, sample)
@@ -121,7 +121,7 @@ def check_sample(op: Any, sample: Any, random: bool) -> bool:
         expected_out, expected_grads = _run(f, _clone(tensors), 0, 1)
     except Exception:  # noqa: BLE001 - a sample eager rejects is not compared
         return False
-    jf = jitcore.jit(f)
+    jf = jitcore.jit(f, **jit_options)  # e.g. executors= (tests/executors/executors_opinfo.py)
     got_out, got_grads = _run(jf, _clone(tensors), 0, 1)
     _compare("output", expected_out, got_out, random)
     _compare("grad", expected_grads, got_grads, random)
