@@ -138,9 +138,10 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
     # A stand-in object (the jit's proxies) answers, through ``hooks.type_of``, the class it stands for:
     # its __init__ must run as it would on a real instance.
     klass = run.type_of(obj)
-    if cls not in klass.__mro__:
-        return obj
-    init = klass.__init__
+    if klass is not cls:  # (the common case, ``klass is cls``, has its __init__ already)
+        if cls not in klass.__mro__:
+            return obj
+        init = klass.__init__
     if init is object.__init__:  # CPython's object_init: extra arguments are fine when __new__ is overridden
         if (args or kwargs) and klass.__new__ is object.__new__:
             raise TypeError(f"{klass.__name__}() takes no arguments")
