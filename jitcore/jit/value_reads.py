@@ -26,7 +26,7 @@ import optree
 import torch
 
 import jitcore
-from jitcore.errors import DataDependentError
+from jitcore.errors import DataDependentError, EagerOnlySubclass
 from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceContext
 from jitcore.jit.probe import Probe, may_write
 from jitcore.langctx.reads import DATA_DEPENDENT_DECOMPOSITIONS, READ, ReadSite, ValueCheckFailed
@@ -54,10 +54,15 @@ class ValueReads:
         """The outputs of a data-dependent call, recorded as checked reads (see the module doc).
 
         Raises:
-            DataDependentError: ``error``, where no read applies (inside a subclass's dispatch, on a
-                tensor-subclass value, or a value-shaped tensor that must carry gradients).
+            EagerOnlySubclass: inside a subclass's ``__torch_function__``/``__torch_dispatch__`` or on
+                a subclass value: the call runs eagerly (docs/errors/JC-J002.md).
+            DataDependentError: ``error``, where no read applies (inside another symbol's resolution,
+                or a value-shaped tensor that must carry gradients).
         """
-        if len(self.context.scopes) != 2 or _has(SubclassTensorProxy, (args, kwargs)):
+        if self.context.subclass_code or _has(SubclassTensorProxy, (args, kwargs)):
+            # a subclass's dispatch that reads values (a codebook's .item()): this call runs eagerly
+            raise EagerOnlySubclass(f"a tensor subclass's code reads tensor values ({error.summary})") from error
+        if len(self.context.scopes) != 2:
             raise error
         decomposition = DATA_DEPENDENT_DECOMPOSITIONS.get(symbol.fn)
         if decomposition is not None:

@@ -28,7 +28,7 @@ import torch
 import torch.masked
 import torch.signal.windows
 
-from jitcore.errors import UnsupportedOperationError
+from jitcore.errors import JitcoreError, UnsupportedOperationError
 from jitcore.ir import Symbol, SymbolTag, current_context, register_literal
 from jitcore.langctx.aten import aten_symbol, is_aten_op
 from jitcore.langctx.shadows import meta_of
@@ -224,6 +224,8 @@ def _operator(target: Callable[..., Any], swapped: bool = False) -> Callable[...
     def operator(self: Any, other: Any = None, *rest: Any) -> Any:
         try:
             return target(other, self) if swapped else target(self, other, *rest)
+        except JitcoreError:
+            raise  # jitcore's own errors (some are TypeErrors) are not an operand torch refuses
         except TypeError:
             return NotImplemented
 

@@ -270,3 +270,41 @@ def test_storage_subclass_with_dispatch_runs_eagerly_with_a_warning() -> None:
     assert isinstance(jitted.fallback_reason, jitcore.errors.EagerOnlySubclass)
     torch.testing.assert_close(jitted(torch.ones(3)), f(torch.ones(3)))  # plain inputs are traced
     assert len(jitted.entries) == 1
+
+
+class ItemReading(torch.Tensor):
+    """A wrapper whose __torch_dispatch__ reads a value (``.item()``), as a codebook's lookup does."""
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, scale: torch.Tensor) -> "ItemReading":
+        return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype, device=data.device)
+
+    def __init__(self, data: torch.Tensor, scale: torch.Tensor) -> None:
+        self.data_ = data
+        self.scale = scale
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["data_", "scale"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> "ItemReading":
+        return ItemReading(inner["data_"], inner["scale"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        def plain(t: Any) -> Any:
+            return t.data_ * t.scale.item() if isinstance(t, ItemReading) else t
+
+        return func(*tree_map(plain, args), **tree_map(plain, kwargs or {}))
+
+
+def test_value_read_inside_torch_dispatch_runs_the_call_eagerly() -> None:
+    x = ItemReading(torch.randn(4), torch.tensor(3.0))
+    f = lambda a, b: (a + b).sin()  # noqa: E731
+    jitted = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="runs eagerly for this call"):
+        torch.testing.assert_close(jitted(x, torch.ones(4)), f(x, torch.ones(4)))
+    assert isinstance(jitted.fallback_reason, jitcore.errors.EagerOnlySubclass)
+    assert "reads tensor values" in str(jitted.fallback_reason)
+    with pytest.raises(jitcore.DataDependentError):  # fullgraph keeps the refusal
+        jitcore.jit(f, fullgraph=True)(x, torch.ones(4))
