@@ -203,6 +203,9 @@ class _SizeRewriter:
             trace.output = self._map(trace.output)
             rewritten.extend(self._pending)
         trace.bound_symbols[:] = rewritten
+        for symbol in self.sources:  # unused sizes are inputs too: the entry is symbolic (autograd: see above)
+            if self.env.simplify(symbol) == symbol:
+                self._symbol(symbol)
         self.inputs.sort(key=lambda item: _symbol_number(item[0].name))
         for proxy, (path, dim) in self.inputs:  # after the tensors and numbers, as the prologue reads them
             size_path = path.attr("shape").index(dim)

@@ -249,3 +249,18 @@ def test_symbolic_entries_are_found_past_the_dispatch_table():
             run_both(f, jf, torch.randn(2, s), k)
     # k=0: 3 static, then 5 symbolic; every later k: one symbolic entry, whatever the length
     assert jitcore.cache_misses(jf) == 7
+
+
+def test_grad_when_the_trace_uses_no_size():
+    """Sizes the trace never passes to an op are still inputs: the entry runs under torch's autograd
+    (the aten-level grad transform would bake the sizes into its backward)."""
+
+    def f(x):
+        return (x.reshape(-1)[1:] * 2).sum()
+
+    jf = jitcore.jit(f, dynamic=True)
+    for n in (3, 4, 6):
+        x = torch.randn(n, 4, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_(True)
+        torch.testing.assert_close(torch.autograd.grad(jf(x2), x2)[0], torch.autograd.grad(f(x), x)[0])
+    assert jitcore.cache_misses(jf) == 1

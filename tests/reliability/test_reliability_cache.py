@@ -29,7 +29,7 @@ def f(x, n):
 
 
 def test_cache_limit_evicts_oldest_with_a_warning() -> None:
-    jf = jitcore.jit(f, cache_limit=3)
+    jf = jitcore.jit(f, cache_limit=3, dynamic=False)  # an entry per shape
     shapes = [(1,), (2,), (3,), (4,), (5,)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -136,7 +136,7 @@ def test_captured_tensor_without_provenance_is_held_weakly() -> None:
 
 @pytest.mark.parametrize("limit", [1, 2])
 def test_tiny_cache_limits(limit: int) -> None:
-    jf = jitcore.jit(f, cache_limit=limit)
+    jf = jitcore.jit(f, cache_limit=limit, dynamic=False)  # an entry per shape
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i in [1, 2, 3, 1, 2, 3]:
