@@ -13,7 +13,8 @@ Invariants:
 from __future__ import annotations
 
 # Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
-# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+# (``builtins.len = ...``), so each of its modules resolves builtins in a copy taken at import: the line
+# ``__builtins__ = dict(vars(__import__("builtins")))`` near its top, which refers to this note.
 __builtins__ = dict(vars(__import__("builtins")))
 
 import functools

@@ -10,8 +10,7 @@ fusing. tests/interpreter/test_interp_fused.py checks them against CPython.
 
 from __future__ import annotations
 
-# Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
-# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+# the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
 import sys
@@ -25,7 +24,7 @@ from jitcore.interpreter.attributes import NATIVE_NAMES, NATIVE_STORE_NAMES, loa
 from jitcore.interpreter.opcodes import operators as _operators  # noqa: F401 - registered before the pairs
 from jitcore.interpreter.opcodes import generators as _generators  # noqa: F401 - registered before the pairs
 from jitcore.interpreter.opcodes import stack as _stack  # noqa: F401 - registered before the pairs
-from jitcore.interpreter.opcodes.load_store import global_value, store_attr_
+from jitcore.interpreter.opcodes.load_store import UNBOUND_LOCAL, global_value, store_attr_
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
     NATIVE_BINARY,
@@ -42,7 +41,6 @@ from jitcore.interpreter.registry import fuses, fuses_jump
 Handler = Callable[[Frame, Instruction], object]
 
 _MISSING = object()
-_UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
 
 
 @fuses("LOAD_FAST", "LOAD_FAST", since=(3, 11))
@@ -51,12 +49,12 @@ def load_fast_load_fast(frame: Frame, inst: Instruction) -> None:
     fast = frame.fast
     a = fast[inst.arg]
     if a is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     second = inst.next
     frame.index += 1
     b = fast[second.arg]
     if b is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(second.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))
     stack = frame.stack
     stack.append(a)
     stack.append(b)
@@ -67,7 +65,7 @@ def load_fast_load_const(frame: Frame, inst: Instruction) -> None:
     """Push a local and a constant."""
     a = frame.fast[inst.arg]
     if a is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     frame.index += 1
     stack = frame.stack
     stack.append(a)
@@ -84,7 +82,7 @@ def store_fast_load_fast(frame: Frame, inst: Instruction) -> None:
     frame.index += 1
     b = fast[second.arg]
     if b is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(second.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))
     stack.append(b)
 
 
@@ -111,7 +109,7 @@ def load_fast_return_value(frame: Frame, inst: Instruction) -> bool:
     """Return a local."""
     a = frame.fast[inst.arg]
     if a is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     frame.index += 1
     frame.result = a
     return True
@@ -123,7 +121,7 @@ def _after_load_fast(second: Handler) -> Handler:
     def fused(frame: Frame, inst: Instruction) -> object:
         a = frame.fast[inst.arg]
         if a is NULL:
-            raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+            raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
         frame.stack.append(a)
         frame.index += 1
         return second(frame, inst.next)
@@ -151,7 +149,7 @@ def load_fast_load_attr(frame: Frame, inst: Instruction) -> None:
     """Push local.name."""
     obj = frame.fast[inst.arg]
     if obj is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     frame.index += 1
     name = inst.next.argval
     names = NATIVE_NAMES.get(type(obj))
@@ -165,7 +163,7 @@ def load_fast_load_attr_313(frame: Frame, inst: Instruction) -> None:
     """Push local.name (then NULL for a method call: the low bit of LOAD_ATTR's argument)."""
     obj = frame.fast[inst.arg]
     if obj is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     frame.index += 1
     attr = inst.next
     name = attr.argval
@@ -193,7 +191,7 @@ def load_fast_binary_op(frame: Frame, inst: Instruction) -> None:
     """Push a local, then TOS = TOS1 <op> local."""
     rhs = frame.fast[inst.arg]
     if rhs is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     frame.index += 1
     stack = frame.stack
     lhs = stack[-1]
@@ -319,7 +317,7 @@ def load_global_load_fast_313(frame: Frame, inst: Instruction) -> None:
     frame.index += 1
     b = frame.fast[second.arg]
     if b is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(second.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))
     stack.append(value)
     if inst.arg & 1:
         stack.append(NULL)
@@ -339,7 +337,7 @@ def load_global_load_fast(frame: Frame, inst: Instruction) -> None:
     frame.index += 1
     b = frame.fast[second.arg]
     if b is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(second.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))
     stack.append(value)
     stack.append(b)
 
@@ -351,7 +349,7 @@ def load_const_load_fast(frame: Frame, inst: Instruction) -> None:
     b = frame.fast[second.arg]
     frame.index += 1
     if b is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(second.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))
     stack = frame.stack
     stack.append(inst.argval)
     stack.append(b)
@@ -503,7 +501,7 @@ def load_fast_yield_value(frame: Frame, inst: Instruction) -> bool:
     """Suspend the frame, yielding a local."""
     value = frame.fast[inst.arg]
     if value is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     frame.index += 1
     frame.result = value
     return True
@@ -526,7 +524,7 @@ def _binary_op_then_yield(operand: str | None) -> Handler:
             else:
                 rhs = frame.fast[inst.arg] if operand == "LOAD_FAST" else inst.argval
                 if rhs is NULL:
-                    raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+                    raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
                 lhs = stack.pop()
             frame.index += 1
         if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:

@@ -9,8 +9,7 @@ Invariants:
 
 from __future__ import annotations
 
-# Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
-# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+# the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
 import sys
@@ -22,7 +21,8 @@ from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import delete_item, get_item, set_item
 from jitcore.interpreter.registry import handles
 
-_UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
+# UnboundLocalError's message (the fused handlers and superinstructions raise it too)
+UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
 _UNBOUND_FREE = "cannot access free variable '{}' where it is not associated with a value in enclosing scope"
 
 
@@ -42,7 +42,7 @@ def load_fast(frame: Frame, inst: Instruction) -> None:
     """Push a local."""
     v = frame.fast[inst.arg]
     if v is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     frame.stack.append(v)
 
 
@@ -92,7 +92,7 @@ def store_fast_load_fast(frame: Frame, inst: Instruction) -> None:
 def delete_fast(frame: Frame, inst: Instruction) -> None:
     """Unbind a local."""
     if frame.fast[inst.arg] is NULL:
-        raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     frame.fast[inst.arg] = NULL
 
 
@@ -223,7 +223,7 @@ def _cell_value(frame: Frame, inst: Instruction) -> object:
         pass
     if inst.argval in frame.code.co_freevars:
         raise NameError(_UNBOUND_FREE.format(inst.argval), name=inst.argval)
-    raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+    raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
 
 
 @handles("LOAD_DEREF", since=(3, 11))

@@ -6,8 +6,7 @@ interpreted) and only AttributeError means "no match", as in CPython.
 
 from __future__ import annotations
 
-# Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
-# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+# the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
 from jitcore.interpreter.attributes import load_attr

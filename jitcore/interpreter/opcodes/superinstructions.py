@@ -19,8 +19,7 @@ Invariants (as for every fused handler):
 
 from __future__ import annotations
 
-# Note [Builtins snapshot]: the interpreter's own code must not see a program's replacement of a builtin
-# (``builtins.len = ...``), so this module's functions resolve builtins in a copy taken at import.
+# the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes import fused as _fused  # noqa: F401 - the pairs are registered first
+from jitcore.interpreter.opcodes.load_store import UNBOUND_LOCAL
 from jitcore.interpreter.protocols import (
     NATIVE_BINARY,
     NATIVE_COMPARE,
@@ -40,7 +40,6 @@ from jitcore.interpreter.registry import fuses
 
 Handler = Callable[[Frame, Instruction], object]
 
-_UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
 _LOADS = ("LOAD_FAST", "LOAD_CONST")
 _JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True}
 _JUMPS_313 = {"POP_JUMP_IF_FALSE": False, "POP_JUMP_IF_TRUE": True}
@@ -61,14 +60,14 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
         if lhs_local:
             lhs = frame.fast[inst.arg]
             if lhs is NULL:
-                raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+                raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
         else:
             lhs = inst.argval
         frame.index += 1
         if rhs_local:
             rhs = frame.fast[nxt.arg]
             if rhs is NULL:
-                raise UnboundLocalError(_UNBOUND_LOCAL.format(nxt.argval))
+                raise UnboundLocalError(UNBOUND_LOCAL.format(nxt.argval))
         else:
             rhs = nxt.argval
         frame.index += 1
@@ -141,14 +140,14 @@ def _superinstruction_313(loads: tuple[str, ...], operation: str, tail: tuple[st
             if lhs_local:
                 lhs = frame.fast[inst.arg]
                 if lhs is NULL:
-                    raise UnboundLocalError(_UNBOUND_LOCAL.format(inst.argval))
+                    raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
             else:
                 lhs = inst.argval
             frame.index += 1
             if rhs_local:
                 rhs = frame.fast[nxt.arg]
                 if rhs is NULL:
-                    raise UnboundLocalError(_UNBOUND_LOCAL.format(nxt.argval))
+                    raise UnboundLocalError(UNBOUND_LOCAL.format(nxt.argval))
             else:
                 rhs = nxt.argval
         frame.index += 1
