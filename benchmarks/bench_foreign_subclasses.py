@@ -67,12 +67,14 @@ def main() -> None:
         ("__torch_function__ subclass, 20 ops", chain, (torch.randn(16, 16).as_subclass(Counted),)),
         ("LoggingTensor (no flatten), 20 ops", chain, (LoggingTensor(torch.randn(16, 16)),)),
     ]
-    print(f"{'program':38} {'eager us':>9} {'jitcore us':>11} {'aot_eager us':>13} {'jit/eager':>10} {'jit/aot':>8}")
+    print(f"{'program':38} {'eager us':>9} {'jitcore us':>11} {'aot_eager us':>13} "
+          f"{'jit/eager':>10} {'jit/aot':>8}")
     for name, fn, args in programs:
         eager = per_call_us(fn, *args)
         jitted = per_call_us(jitcore.jit(fn), *args, number=1000)
         compiled = compiled_us(fn, *args)
-        print(f"{name:38} {eager:9.1f} {jitted:11.1f} {compiled:13.1f} {jitted / eager:9.2f}x {jitted / compiled:7.2f}x")
+        print(f"{name:38} {eager:9.1f} {jitted:11.1f} {compiled:13.1f} "
+              f"{jitted / eager:9.2f}x {jitted / compiled:7.2f}x")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,10 @@ import torch
 
 from jitcore.proxies.tensor import TensorProxy
 
-__all__ = ["DerivedContext", "WithConstants", "eager_only_reason", "has_own_protocol", "instance_attributes", "is_wrapper", "tensor_flatten", "tensor_unflatten"]
+__all__ = [
+    "DerivedContext", "WithConstants", "eager_only_reason", "has_own_protocol", "instance_attributes",
+    "is_wrapper", "tensor_flatten", "tensor_unflatten",
+]
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass  # noqa: SLF001
 _TENSORS = (torch.Tensor, TensorProxy)
@@ -116,7 +119,8 @@ def tensor_flatten(value: Any, cls: type | None = None) -> tuple[list[str], Any]
         names, ctx = cls.__tensor_flatten__(value)
         tensors = [n for n in names if isinstance(getattr(value, n), _TENSORS)]
         if len(tensors) < len(names):  # DTensor lists its device_mesh: passed back to unflatten as it is
-            return tensors, WithConstants((ctx, tuple((n, getattr(value, n)) for n in names if n not in tensors)))
+            constants = tuple((n, getattr(value, n)) for n in names if n not in tensors)
+            return tensors, WithConstants((ctx, constants))
         return list(names), ctx
     attributes = instance_attributes(value) if cls is type(value) else dict(vars(value))
     names = sorted(n for n, v in attributes.items() if isinstance(v, _TENSORS))

@@ -36,11 +36,12 @@ _TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # noqa: SLF001
 
 
 def is_plain_subclass(cls: type) -> bool:
-    """Whether ``cls`` is a tensor subclass the dispatcher never sees (no ``__torch_dispatch__`` of its own)."""
-    return (
-        isinstance(cls, type) and issubclass(cls, torch.Tensor) and cls is not torch.Tensor
-        and getattr(cls.__torch_dispatch__, "__func__", cls.__torch_dispatch__) is torch._C._disabled_torch_dispatch_impl  # noqa: SLF001
-    )
+    """Whether ``cls`` is a tensor subclass the dispatcher never sees (no ``__torch_dispatch__`` of
+    its own)."""
+    if not (isinstance(cls, type) and issubclass(cls, torch.Tensor)) or cls is torch.Tensor:
+        return False
+    impl = cls.__torch_dispatch__
+    return getattr(impl, "__func__", impl) is torch._C._disabled_torch_dispatch_impl  # noqa: SLF001
 
 
 def has_torch_function(cls: type) -> bool:

@@ -33,7 +33,8 @@ def _same(actual: Any, expected: Any) -> None:
             torch.testing.assert_close(a, e)
     elif type(expected).__name__ == "MaskedTensor":
         torch.testing.assert_close(actual.get_mask(), expected.get_mask())
-        torch.testing.assert_close(actual.get_data()[expected.get_mask()], expected.get_data()[expected.get_mask()])
+        mask = expected.get_mask()
+        torch.testing.assert_close(actual.get_data()[mask], expected.get_data()[mask])
     elif type(expected).__name__ == "DTensor":
         assert actual.placements == expected.placements
         torch.testing.assert_close(actual.full_tensor(), expected.full_tensor())
@@ -91,7 +92,7 @@ def test_masked_tensor_reduction() -> None:
     _runs_eagerly(lambda t: (t * 2).sum(), m)
 
 
-# --- DTensor over gloo on 127.0.0.1 -----------------------------------------------------------------------------
+# --- DTensor over gloo on 127.0.0.1 ---------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -97,7 +97,10 @@ def test_plain_subclass_keeps_its_class_through_operations() -> None:
 def test_torch_function_subclass_runs_its_methods_and_class_attributes() -> None:
     x = torch.randn(4).as_subclass(Logged)
     y = torch.randn(4)
-    jitted = _check(lambda a, b: ((a.doubled() + b).cos(), a.scaled, isinstance(a, Logged), type(a) is Logged), x, y)
+    def program(a: torch.Tensor, b: torch.Tensor) -> Any:
+        return (a.doubled() + b).cos(), a.scaled, isinstance(a, Logged), type(a) is Logged
+
+    jitted = _check(program, x, y)
     assert jitted.misses == 1
 
 
@@ -182,7 +185,7 @@ def test_derived_protocol_guards_the_structure() -> None:
     assert jitted.misses == 2
 
 
-# --- Python object behaviour of subclass values --------------------------------------------------------------
+# --- Python object behaviour of subclass values ------------------------------------------------
 class Slotted(torch.Tensor):
     """A traceable wrapper with __slots__, super().__init__() and class attributes through type(self)."""
 
@@ -246,7 +249,7 @@ def test_slotted_subclass_made_inside() -> None:
     torch.testing.assert_close(got[0][1], expected[0][1])
 
 
-# --- subclasses that run eagerly -------------------------------------------------------------------------------
+# --- subclasses that run eagerly ---------------------------------------------------------------
 class StorageDispatch(torch.Tensor):
     """Holds storage of its own (``_make_subclass``) and defines __torch_dispatch__: no protocol."""
 

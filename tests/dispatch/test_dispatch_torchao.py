@@ -9,7 +9,6 @@ table); the aten ops a decomposition would produce (``aten.t`` + ``aten.mm``) ne
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable
 
 import pytest
