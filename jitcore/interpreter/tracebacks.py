@@ -46,7 +46,10 @@ def is_internal(filename: str) -> bool:
 
 def strip_internal(tb: TracebackType | None) -> TracebackType | None:
     """``tb`` without its leading interpreter-internal entries."""
-    while tb is not None and is_internal(tb.tb_frame.f_code.co_filename):
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR) and filename not in _INTERNAL_NAMES:  # is_internal, inlined
+            break
         tb = tb.tb_next
     return tb
 
