@@ -77,6 +77,8 @@ class Provenance:
         # which dimensions of a tensor input are symbolic (jitcore/jit/shapes.py); None: all static
         self.dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
         self._static_only = 0  # > 0 while a subclass's inner tensors are bound: they keep static shapes
+        self.bound_layouts: dict[int, tuple] = {}  # id(input proxy) -> its shadow's sizes, strides, offset
+        # when bound, in a pass with symbolic sizes (an in-place op may change the shadow later)
         self._finished = False
 
     def path_of(self, obj: Any) -> Path | None:
@@ -350,8 +352,13 @@ class Provenance:
             if tensor.layout is not torch.strided and type(tensor) in (torch.Tensor, torch.nn.Parameter):
                 raise _layout_input_error(path, name, tensor.layout)
             if type(tensor) in (torch.Tensor, torch.nn.Parameter) or is_plain_subclass(type(tensor)):
-                dims = self.dynamic_dims(path, tensor) if self.dynamic_dims and not self._static_only else frozenset()
-                proxy = self.values.input_proxy(tensor, qualified_name(path) or name, dims)  # linear1.weight -> linear1_weight
+                symbolic = self.dynamic_dims is not None and not self._static_only
+                dims = self.dynamic_dims(path, tensor) if symbolic else frozenset()  # jit/shapes.py
+                name = qualified_name(path) or name  # linear1.weight -> linear1_weight
+                proxy = self.values.input_proxy(tensor, name, dims)
+                if self.values.shape_env is not None:
+                    shadow = proxy.shadow
+                    self.bound_layouts[id(proxy)] = tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset()
                 if type(tensor) is not torch.Tensor:  # nn.Parameter, Tagged(torch.Tensor): jitcore/proxies/typed.py
                     retype(proxy, type(tensor))
                 self.inputs.append((path, proxy, tensor))
@@ -411,7 +418,8 @@ class Provenance:
         layout = self.values.layout
         for path, _proxy, tensor in self.inputs:
             strides = with_strides or layout.relies_on(_proxy)
-            self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=strides, shadow=_proxy.shadow))
+            traced = self.bound_layouts.get(id(_proxy))
+            self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=strides, traced=traced))
             self.prologue.add_input(path, _proxy.name)
         if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it
             self.guard(self.inputs[0][0], "distinct", tuple(path for path, _p, _t in self.inputs))

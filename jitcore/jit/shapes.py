@@ -145,6 +145,9 @@ def finish(program: Any, provenance: Any, values: Any) -> list[str]:
         raise StaticShapes("tensor-subclass inputs keep static shapes")
     if program.effects is not None:
         raise StaticShapes("the function has side effects on Python state, which keep static shapes")
+    layouts = provenance.bound_layouts
+    if any(not _same_layout(_layout(proxy.shadow), layouts[id(proxy)]) for _path, proxy in dynamic):
+        raise StaticShapes("an input's shape or strides changed in place (resize_, squeeze_, t_, ...)")
     sources = _symbol_sources(dynamic)
     rewriter = _SizeRewriter(program, env, sources)
     rewriter.rewrite_trace()
@@ -158,6 +161,20 @@ def is_symbolic(prologue: Any) -> bool:
     """Whether a cache entry's prologue accepts tensors of more than one shape (its sizes are
     checked by ``shape`` guards): the cache files it under every dispatch key."""
     return any(g.kind == "tensor" and None in g.expected.shape for g in prologue.guards)
+
+
+def _layout(shadow: torch.Tensor) -> tuple:
+    return tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset()
+
+
+def _same_layout(a: tuple, b: tuple) -> bool:
+    """Sizes, strides and offsets compared without guards (SymInts by their expressions)."""
+    def same(x: Any, y: Any) -> bool:
+        if type(x) is torch.SymInt and type(y) is torch.SymInt:
+            return x.node.expr == y.node.expr
+        return type(x) is type(y) and x == y
+
+    return all(len(p) == len(q) and all(map(same, p, q)) for p, q in zip(a[:2], b[:2])) and same(a[2], b[2])
 
 
 def _has_symbols(shadow: torch.Tensor) -> bool:
@@ -203,7 +220,7 @@ class _SizeRewriter:
             trace.output = self._map(trace.output)
             rewritten.extend(self._pending)
         trace.bound_symbols[:] = rewritten
-        for symbol in self.sources:  # unused sizes are inputs too: the entry is symbolic (autograd: see above)
+        for symbol in self.sources:  # unused sizes are inputs too: the entry is symbolic (see finish)
             if self.env.simplify(symbol) == symbol:
                 self._symbol(symbol)
         self.inputs.sort(key=lambda item: _symbol_number(item[0].name))

@@ -59,13 +59,14 @@ class TensorSpec:
     storage_offset: int | None = None
 
     @classmethod
-    def of(cls, t: torch.Tensor, *, with_strides: bool, shadow: torch.Tensor | None = None) -> TensorSpec:
-        """The spec of ``t``; sizes and strides symbolic in its ``shadow`` are left to shape guards."""
-        shape = tuple(t.shape) if shadow is None else _static(t.shape, shadow.shape)
+    def of(cls, t: torch.Tensor, *, with_strides: bool, traced: tuple | None = None) -> TensorSpec:
+        """The spec of ``t``; sizes and strides symbolic where it was traced (``traced``: its shadow's
+        sizes, strides and storage offset as bound) are left to shape guards."""
+        shape = tuple(t.shape) if traced is None else _static(t.shape, traced[0])
         if not with_strides:
             return cls(type(t), shape, t.dtype, t.device, t.requires_grad)
-        strides = tuple(t.stride()) if shadow is None else _static(t.stride(), shadow.stride())
-        offset = t.storage_offset() if shadow is None or _is_static(shadow.storage_offset()) else None
+        strides = tuple(t.stride()) if traced is None else _static(t.stride(), traced[1])
+        offset = t.storage_offset() if traced is None or _is_static(traced[2]) else None
         return cls(type(t), shape, t.dtype, t.device, t.requires_grad, strides, offset)
 
 
@@ -464,7 +465,8 @@ def _render_value_failure(v: str, expected: Any, bind: Bind) -> str:
 
 def _dims(sizes: tuple) -> str:
     """``(s, 8)``: a shape or strides with its symbolic entries (checked by shape guards) as ``s``."""
-    return "(" + ", ".join("s" if d is None else str(d) for d in sizes) + ("," if len(sizes) == 1 else "") + ")"
+    text = ", ".join("s" if d is None else str(d) for d in sizes)
+    return f"({text},)" if len(sizes) == 1 else f"({text})"
 
 
 def _tensor_failure(spec: TensorSpec, t: Any) -> str | None:
@@ -514,7 +516,8 @@ def _render_sizes(expr: str, sizes: tuple) -> list[str]:
     """Checks of a shape or strides: one comparison, or one per static entry when some are symbolic."""
     if None not in sizes:
         return [f"{expr} != {sizes!r}"]
-    return [f"len({expr}) != {len(sizes)}", *(f"{expr}[{i}] != {d}" for i, d in enumerate(sizes) if d is not None)]
+    static = (f"{expr}[{i}] != {d}" for i, d in enumerate(sizes) if d is not None)
+    return [f"len({expr}) != {len(sizes)}", *static]
 
 
 # Implicit state a trace depends on: name -> (reader, how generated code reads it; None: call the
