@@ -211,6 +211,8 @@ def explain_text(jfn: Any) -> str:
         out.append(f"trace {number}: {why}")
     if jfn.eager_reason is not None:
         out.append(f"runs eagerly since: {jfn.eager_reason}")
+    if getattr(jfn, "fallback_reason", None) is not None:
+        out.append(f"a call ran eagerly (the last one shown; docs/errors/JC-J002.md): {jfn.fallback_reason}")
     return "\n".join(out) + "\n"
 
 

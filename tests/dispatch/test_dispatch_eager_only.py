@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from torch.masked import masked_tensor
 
 import jitcore
+from jitcore.debug.explain import explain_text
 from jitcore.errors import EagerOnlySubclass
 
 warnings.filterwarnings("ignore", message="The PyTorch API of MaskedTensors")
@@ -84,6 +85,8 @@ def test_plain_calls_are_still_traced_after_an_eager_one() -> None:
     jitted = _runs_eagerly(f, _njt())
     torch.testing.assert_close(jitted(torch.ones(3)), torch.ones(3) * 2)
     assert len(jitted.entries) == 1
+    text = explain_text(jitted)
+    assert "a call ran eagerly" in text and "JC-J002" in text and "NestedTensor" in text
 
 
 def test_masked_tensor_reduction() -> None:
