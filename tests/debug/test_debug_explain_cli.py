@@ -127,7 +127,8 @@ def test_jitcore_logs(caplog):
         jfn = jitcore.jit(P.mlp)
         jfn(torch.randn(4, 3), torch.randn(3, 5))
         jfn(torch.randn(2, 3), torch.randn(3, 5))
-        names = {r.name for r in caplog.records}
+        # (torch's own DEBUG records of the symbolic trace, torch.__trace, are torch's to configure)
+        names = {r.name for r in caplog.records if r.name.startswith("jitcore")}
         assert names == {"jitcore.traces", "jitcore.recompiles"}
         assert any("args[0].shape[0]: expected 4, got 2" in r.getMessage() for r in caplog.records)
         assert logs.configure("all") == list(logs.COMPONENTS)
