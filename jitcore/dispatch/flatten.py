@@ -18,12 +18,12 @@ import torch
 from torch.utils._mode_utils import no_dispatch
 
 
-from jitcore.ir import BoundSymbol, Symbol, SymbolTag, Trace
+from jitcore.ir import BoundSymbol, Symbol, SymbolTag, Trace, tree_has
 from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["flatten_subclasses", "unflatten_tensor_subclass", "UNFLATTEN", "UNFLATTEN_RESULT", "bind_subclass_input",
-           "has_subclass_proxy", "record_subclass_results"]
+           "record_subclass_results"]
 
 
 def unflatten_tensor_subclass(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
@@ -104,12 +104,8 @@ def restrided(proxy: SubclassTensorProxy, record: BoundSymbol) -> bool:
     return (tuple(proxy.shape), tuple(proxy.stride())) != (record.args[3], record.args[4])
 
 
-def has_subclass_proxy(tree: Any) -> bool:
-    return any(isinstance(v, SubclassTensorProxy) for v in optree.tree_leaves(tree, none_is_leaf=True))
-
-
 def _involves_subclass(bsym: BoundSymbol) -> bool:
-    return has_subclass_proxy((bsym.args, bsym.kwargs, bsym.output))
+    return tree_has((bsym.args, bsym.kwargs, bsym.output), SubclassTensorProxy)
 
 
 def _emit(bsym: BoundSymbol, out: list[BoundSymbol]) -> None:
@@ -131,7 +127,9 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
             are returned as passed (their outer metadata updated where an in-place view op changed
             it), instead of being rebuilt from their inner tensors.
     """
-    if not any(_involves_subclass(b) for b in trace.bound_symbols) and not has_subclass_proxy(trace.output):
+    if not any(_involves_subclass(b) for b in trace.bound_symbols) and not tree_has(
+        trace.output, SubclassTensorProxy
+    ):
         return trace
     import jitcore
 

@@ -29,14 +29,14 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.dispatch.flatten import record_subclass_results
-from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code
+from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
 from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.typed import has_torch_function
 
-__all__ = ["METADATA_OPS", "resolve_call", "DispatchState", "has_subclass", "call_on_shadows", "call_torch_dispatch"]
+__all__ = ["METADATA_OPS", "resolve_call", "DispatchState", "call_on_shadows", "call_torch_dispatch"]
 
 # Asked by the dispatcher (and the autograd engine) about shadows; answered natively, never recorded.
 METADATA_OPS = frozenset(
@@ -57,17 +57,6 @@ METADATA_OPS = frozenset(
         torch.ops.aten.is_non_overlapping_and_dense.default,
     )
 )
-
-
-def has_subclass(tree: Any) -> bool:
-    """Whether a (shallow) argument structure holds a subclass proxy."""
-    if isinstance(tree, SubclassTensorProxy):
-        return True
-    if isinstance(tree, (tuple, list)):
-        return any(has_subclass(v) for v in tree)
-    if isinstance(tree, dict):
-        return any(has_subclass(v) for v in tree.values())
-    return False
 
 
 class DispatchState:
@@ -147,7 +136,7 @@ class DispatchState:
 
 def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     """The outputs of ``symbol(*args, **kwargs)`` on proxies (the trace context's call handler)."""
-    if not (_has_overloaded(args) or _has_overloaded(kwargs)):
+    if not (tree_any(args, _overloaded) or tree_any(kwargs, _overloaded)):
         return symbol.meta(*args, **kwargs)
     context = current_context()
     func, context.called_as = context.called_as or symbol.fn, None  # nested calls are their own
@@ -162,24 +151,17 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         names = ", ".join(cls.__qualname__ for cls in overridden)
         raise TypeError(f"no implementation found for '{getattr(func, '__name__', symbol.name)}' on types "
                         f"that implement __torch_function__: [{names}]")
-    if not (has_subclass(args) or has_subclass(kwargs)) or "autograd_function" in symbol.tags:
+    if not (tree_has(args, SubclassTensorProxy) or tree_has(kwargs, SubclassTensorProxy)) or "autograd_function" in symbol.tags:
         # a Function's forward is interpreted on the proxies (its meta): eagerly it runs with
         # __torch_function__ enabled, so its operations are resolved one by one
         return symbol.meta(*args, **kwargs)
     return _resolve(symbol, args, kwargs)
 
 
-def _has_overloaded(tree: Any) -> bool:
-    """Whether a (shallow) argument structure holds a subclass proxy or a typed proxy whose class
+def _overloaded(value: Any) -> bool:
+    """Whether a value is a subclass proxy or a typed proxy whose class
     runs a ``__torch_function__`` (jitcore/proxies/typed.py)."""
-    if isinstance(tree, TensorProxy):
-        return type(tree) is not TensorProxy
-    if isinstance(tree, (tuple, list)):
-        return any(_has_overloaded(v) for v in tree)
-    if isinstance(tree, dict):
-        return any(_has_overloaded(v) for v in tree.values())
-    return False
-
+    return isinstance(value, TensorProxy) and type(value) is not TensorProxy
 
 def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     state = DispatchState.of_current()
@@ -209,7 +191,7 @@ class _ResolveMode(TorchDispatchMode):
             return func(*args, **kwargs)
         user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
         proxy_args, proxy_kwargs = _map(self.state.proxy_of, (args, kwargs))
-        if not user_types and (has_subclass(proxy_args) or has_subclass(proxy_kwargs)):
+        if not user_types and tree_has((proxy_args, proxy_kwargs), SubclassTensorProxy):
             # a mode is not always told the subclasses of the arguments (``aten.lift_fresh``)
             user_types = tuple(dict.fromkeys(
                 v.python_type for v in optree.tree_leaves((proxy_args, proxy_kwargs)) if isinstance(v, SubclassTensorProxy)

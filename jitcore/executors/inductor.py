@@ -27,7 +27,7 @@ import torch
 from jitcore.executors.fx_graph import example_inputs, region_graph
 from jitcore.executors.interface import Region
 from jitcore.executors.regions import proxies_in
-from jitcore.ir import BoundSymbol, Proxy
+from jitcore.ir import BoundSymbol, Proxy, tree_any
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
@@ -78,7 +78,7 @@ class InductorExecutor:
             why = _refused_input(value)
             if why is not None:
                 return why
-        if _holds_tensor(bsym.args) or _holds_tensor(bsym.kwargs):
+        if tree_any((bsym.args, bsym.kwargs), _real_tensor):
             return "reads a tensor constant"
         outputs = proxies_in(bsym.output)
         if not outputs or not _only_proxies(bsym.output) or any(_refused_input(p) for p in outputs):
@@ -123,17 +123,8 @@ def _refused_input(value: Proxy) -> str | None:
     return None
 
 
-def _holds_tensor(value: Any) -> bool:
-    if isinstance(value, Proxy):
-        return False
-    if isinstance(value, torch.Tensor):
-        return True
-    if isinstance(value, (tuple, list)):
-        return any(_holds_tensor(v) for v in value)
-    if type(value) is dict:
-        return any(_holds_tensor(v) for v in value.values())
-    return False
-
+def _real_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not isinstance(value, Proxy)
 
 def _only_proxies(value: Any) -> bool:
     if isinstance(value, Proxy):

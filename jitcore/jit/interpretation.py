@@ -34,7 +34,8 @@ from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.errors import DataDependentError
 from jitcore.interpreter import Hooks, current_run
-from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing
+from jitcore.diagnostics import JITCORE_DIR
+from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
@@ -55,10 +56,9 @@ from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
 __all__ = ["Pass", "TracedProgram"]
 
-_JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
-_LIBRARY_DIRS = (_TORCH_DIR, _JITCORE_DIR, _STDLIB_DIR)
+_LIBRARY_DIRS = (_TORCH_DIR, JITCORE_DIR, _STDLIB_DIR)
 _TORCH_MODULES_DIR = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
 
 
@@ -317,12 +317,12 @@ class Pass:
 
     def _call_symbol(self, symbol: Any, args: tuple, kwargs: dict) -> Any:
         """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""
-        if _has_real_tensor(args) or _has_real_tensor(kwargs):
+        if tree_any(args, _real_tensor) or tree_any(kwargs, _real_tensor):
             args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
-        if self._has_numbers() and numbers.has_number(args, kwargs):
+        if self._has_numbers() and tree_has((args, kwargs), NumberProxy):
             # a dynamic number stays a name only where torch takes it as a value; torch's dispatcher
             # needs the values of all of them when a tensor subclass is involved
-            args, kwargs = bind_numbers(symbol, args, kwargs, specialize_every=_has_subclass(args, kwargs))
+            args, kwargs = bind_numbers(symbol, args, kwargs, specialize_every=_subclass_in(args, kwargs))
         try:
             try:
                 return resolve_call(symbol, args, kwargs)
@@ -346,13 +346,13 @@ class Pass:
         once the tensor is replaced, and kept alive. Point the records (and the output) at the inputs."""
 
         def swap(tree: Any) -> Any:
-            if not _has_real_tensor(tree):
+            if not tree_any(tree, _real_tensor):
                 return tree
             return optree.tree_map(self._bind_leak, tree, none_is_leaf=True)
 
         symbols = self.trace.bound_symbols
         for i, bsym in enumerate(symbols):
-            if _has_real_tensor(bsym.args) or _has_real_tensor(bsym.kwargs):
+            if tree_any(bsym.args, _real_tensor) or tree_any(bsym.kwargs, _real_tensor):
                 symbols[i] = dataclasses.replace(bsym, args=swap(bsym.args), kwargs=swap(bsym.kwargs))
         self.trace.output = swap(self.trace.output)
 
@@ -369,7 +369,7 @@ class Pass:
         if isinstance(fn, torch._ops.OpOverloadPacket) and fn.overloads() == ["default"]:
             return aten_langctx.op_symbol(fn.default)
         code = getattr(fn, "__code__", None)
-        if code is not None and code.co_filename.startswith(_JITCORE_DIR):
+        if code is not None and code.co_filename.startswith(JITCORE_DIR):
             return fn  # jitcore's own code (proxy methods, symbols) runs natively
         if code is not None and _is_symbolic_shapes_code(fn, code):
             return fn  # arithmetic on symbolic sizes: torch's ShapeEnv records its guards (jit/shapes.py)
@@ -377,7 +377,7 @@ class Pass:
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self._has_numbers() and not isinstance(fn, numbers.SLOT_TYPES) and not _stores(fn) \
-                and numbers.has_number(args, kwargs):
+                and tree_has((args, kwargs), NumberProxy):
             args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
@@ -390,7 +390,7 @@ class Pass:
                     "torch.inference_mode() entered inside a jitted function is not supported",
                     hints=("enter torch.inference_mode() around the call of the jitted function instead",),
                 )
-        if _is_torch_builtin(fn) and (_has_proxy(args) or _has_proxy(kwargs)):
+        if _is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):
             return call_on_shadows(fn, args, kwargs)
         if fn is breakpoint:
             from jitcore.diagnostics.markers import record_breakpoint
@@ -568,28 +568,12 @@ def _is_torch_builtin(fn: Any) -> bool:
     return isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith("torch")
 
 
-def _has_proxy(tree: Any) -> bool:
-    if isinstance(tree, Proxy):
-        return True
-    if isinstance(tree, (tuple, list)):
-        return any(_has_proxy(v) for v in tree)
-    if isinstance(tree, dict):
-        return any(_has_proxy(v) for v in tree.values())
-    return False
+def _subclass_in(*trees: Any) -> bool:
+    return tree_has(trees, SubclassTensorProxy)
 
 
-def _has_subclass(*trees: Any) -> bool:
-    return any(isinstance(v, SubclassTensorProxy) for v in optree.tree_leaves(trees, none_is_leaf=True))
-
-
-def _has_real_tensor(tree: Any) -> bool:
-    if isinstance(tree, torch.Tensor):
-        return not isinstance(tree, Proxy)
-    if isinstance(tree, (tuple, list)):
-        return any(_has_real_tensor(v) for v in tree)
-    if isinstance(tree, dict):
-        return any(_has_real_tensor(v) for v in tree.values())
-    return False
+def _real_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not isinstance(value, Proxy)
 
 
 def _parameter_names(fn: Any, count: int) -> list[str]:
@@ -644,15 +628,4 @@ def _is_plain_key(key: Any) -> bool:
 
 
 def _creates_tensors(trace: Trace) -> bool:
-    from jitcore.ir import Proxy
-
-    def has_proxy(v: Any) -> bool:
-        if isinstance(v, Proxy):
-            return True
-        if isinstance(v, (tuple, list)):
-            return any(has_proxy(x) for x in v)
-        if isinstance(v, dict):
-            return any(has_proxy(x) for x in v.values())
-        return False
-
-    return any(not has_proxy(b.args) and not has_proxy(b.kwargs) for b in trace.bound_symbols)
+    return any(not tree_has((b.args, b.kwargs), Proxy) for b in trace.bound_symbols)

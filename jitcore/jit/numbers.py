@@ -18,11 +18,11 @@ from typing import Any
 
 import optree
 
-from jitcore.ir import BoundSymbol, Trace, tree_has
+from jitcore.ir import BoundSymbol, Trace
 from jitcore.prologue import Guard, Path, Prologue
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["SLOT_TYPES", "drop_unused_arithmetic", "fold_specialized", "has_number", "roots_used",
+__all__ = ["SLOT_TYPES", "drop_unused_arithmetic", "fold_specialized", "roots_used",
            "specialize", "symbolic"]
 
 
@@ -106,8 +106,3 @@ def drop_unused_arithmetic(trace: Trace) -> None:
 # ``int.__sub__(1, n)`` (the interpreter trying an operator's slots): a number's slot returns
 # NotImplemented for a proxy, others read the value through the proxy's own methods.
 SLOT_TYPES = (types.WrapperDescriptorType, types.MethodWrapperType)
-
-
-def has_number(*trees: Any) -> bool:
-    """Whether a NumberProxy is among ``trees`` or inside their tuples, lists and dicts."""
-    return tree_has(trees, NumberProxy)

@@ -51,6 +51,7 @@ import torch._numpy._util as tnp_util
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES
 from jitcore.errors import DataDependentError
 from jitcore.interpreter import current_run
+from jitcore.ir import tree_any
 from jitcore.interpreter.calls import call_function, canonical
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy.boundary import SUPPORTED_DTYPES, Epilogue, array_to_tensor, check_array, wrap
@@ -417,19 +418,10 @@ def _map_tree(fn: Callable[[Any], Any], tree: Any) -> Any:
     return fn(tree)
 
 
-def _any_leaf(tree: Any, test: Callable[[Any], bool]) -> bool:
-    t = type(tree)
-    if t is tuple or t is list:
-        return any(_any_leaf(v, test) for v in tree)
-    if t is dict:
-        return any(_any_leaf(v, test) for v in tree.values())
-    return test(tree)
-
-
 def _has_numpy_value(tree: Any) -> bool:
-    return _any_leaf(tree, lambda v: isinstance(v, (np.ndarray, np.generic, np.dtype))
+    return tree_any(tree, lambda v: isinstance(v, (np.ndarray, np.generic, np.dtype))
                      or (isinstance(v, type) and issubclass(v, np.generic)))
 
 
 def _has_traced_value(tree: Any) -> bool:
-    return _any_leaf(tree, lambda v: isinstance(v, (tnp.ndarray, TensorProxy, np.ndarray)))
+    return tree_any(tree, lambda v: isinstance(v, (tnp.ndarray, TensorProxy, np.ndarray)))

@@ -24,13 +24,13 @@ def user_position() -> str | None:
 
     import torch
 
-    import jitcore
+    from jitcore.diagnostics import JITCORE_DIR
     from jitcore.interpreter import current_run
 
     run = current_run()
     if run is None:
         return None
-    libraries = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(jitcore.__file__) + os.sep)
+    libraries = (os.path.dirname(torch.__file__) + os.sep, JITCORE_DIR)
     for frame in reversed(run.frames):
         position = frame.position()
         if not position.filename.startswith(libraries):

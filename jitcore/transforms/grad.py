@@ -37,9 +37,9 @@ from torch.utils._python_dispatch import _disable_current_modes
 import jitcore
 from jitcore.diagnostics.boundary import replays_backward_errors
 from jitcore.dispatch import resolve_call
-from jitcore.dispatch.flatten import UNFLATTEN, has_subclass_proxy
+from jitcore.dispatch.flatten import UNFLATTEN
 from jitcore.dispatch.resolver import DispatchState
-from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext
+from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext, tree_has
 from jitcore.langctx import new_context
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
@@ -367,7 +367,7 @@ def _plain_only(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
     tensors' ops are recorded on their own, and intermediate wrappers never exist at run time."""
     out: list[BoundSymbol] = []
     for bsym in bsyms:
-        if has_subclass_proxy((bsym.args, bsym.kwargs, bsym.output)):
+        if tree_has((bsym.args, bsym.kwargs, bsym.output), SubclassTensorProxy):
             out.extend(_plain_only(list(bsym.subsymbols)))
         else:
             out.append(bsym)

@@ -22,7 +22,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import os
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -32,19 +31,15 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import jitcore
+from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.resolver import METADATA_OPS, DispatchState, call_on_shadows, call_torch_dispatch
 from jitcore.interpreter import Hooks, Run, active_runs
-from jitcore.ir import Proxy, Symbol, TraceContext, tracing
+from jitcore.ir import Proxy, TraceContext, tracing
 from jitcore.langctx import aten as aten_langctx
-from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.torch import TORCH_TABLE
 
 __all__ = ["METADATA_OPS", "RecordingMode", "recording"]
-
-
-_JITCORE_DIR = os.path.dirname(jitcore.__file__) + os.sep
 
 
 class RecordingMode(TorchDispatchMode):
@@ -78,7 +73,7 @@ def _resolve_call(fn: Any) -> Any:
     if aten_langctx.is_aten_op(fn):
         return aten_langctx.aten_symbol(fn)
     code = getattr(fn, "__code__", None)
-    if code is not None and code.co_filename.startswith(_JITCORE_DIR):
+    if code is not None and code.co_filename.startswith(JITCORE_DIR):
         return fn
     return None
 
