@@ -16,8 +16,7 @@ import torch
 import torch.fx as fx
 
 from jitcore.executors.interface import Region
-from jitcore.executors.regions import proxies_in
-from jitcore.ir import BoundSymbol, Proxy
+from jitcore.ir import BoundSymbol, Proxy, proxies_in
 
 __all__ = ["region_graph", "example_inputs"]
 

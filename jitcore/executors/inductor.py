@@ -26,8 +26,7 @@ import torch
 
 from jitcore.executors.fx_graph import example_inputs, region_graph
 from jitcore.executors.interface import Region
-from jitcore.executors.regions import proxies_in
-from jitcore.ir import BoundSymbol, Proxy, tree_any
+from jitcore.ir import BoundSymbol, Proxy, proxies_in, tree_any
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
@@ -78,7 +77,7 @@ class InductorExecutor:
             why = _refused_input(value)
             if why is not None:
                 return why
-        if tree_any((bsym.args, bsym.kwargs), _real_tensor):
+        if tree_any((bsym.args, bsym.kwargs), _is_tensor_constant):
             return "reads a tensor constant"
         outputs = proxies_in(bsym.output)
         if not outputs or not _only_proxies(bsym.output) or any(_refused_input(p) for p in outputs):
@@ -123,12 +122,9 @@ def _refused_input(value: Proxy) -> str | None:
     return None
 
 
-def _real_tensor(value: Any) -> bool:
+def _is_tensor_constant(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and not isinstance(value, Proxy)
 
+
 def _only_proxies(value: Any) -> bool:
-    if isinstance(value, Proxy):
-        return True
-    if isinstance(value, (tuple, list)):
-        return all(_only_proxies(v) for v in value)
-    return False
+    return not tree_any(value, lambda leaf: not isinstance(leaf, Proxy))

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from jitcore.executors.interface import Executor, FusionExecutor, Region
-from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace
+from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, proxies_in
 
-__all__ = ["Assignment", "partition", "lower", "proxies_in", "ExecutionTrace", "LOG"]
+__all__ = ["Assignment", "partition", "lower", "region_of", "ExecutionTrace", "LOG"]
 
 LOG = logging.getLogger("jitcore.executors")
 
@@ -43,19 +43,6 @@ class ExecutionTrace:
     trace: Trace
     callables: dict[str, Callable[..., Any]] = field(default_factory=dict)
     lowered: list[str] = field(default_factory=list)  # one line per lowered region, for the header
-
-
-def proxies_in(value: Any) -> list[Proxy]:
-    """Every proxy in ``value`` (nested tuples, lists, dicts, slices), in order."""
-    if isinstance(value, Proxy):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [p for v in value for p in proxies_in(v)]
-    if type(value) is dict:
-        return [p for kv in value.items() for v in kv for p in proxies_in(v)]
-    if type(value) is slice:
-        return proxies_in((value.start, value.stop, value.step))
-    return []
 
 
 def partition(trace: Trace, executors: Sequence[Executor]) -> list[Assignment]:

@@ -6,7 +6,7 @@ This package knows nothing of torch or of the jit: language contexts give it sym
 from jitcore.ir.codegen import compile_source, compile_trace, register_call_target
 from jitcore.ir.context import TraceContext, current_context, in_subclass_code, tracing
 from jitcore.ir.names import NameGenerator
-from jitcore.ir.printer import PrintedTrace, print_trace, register_literal
+from jitcore.ir.printer import PrintedTrace, print_trace, proxies_in, register_literal
 from jitcore.ir.proxy import Proxy
 from jitcore.ir.symbol import BoundSymbol, Inlined, SourceFrame, Symbol, SymbolTag
 from jitcore.ir.trace import Trace, walk
@@ -29,6 +29,7 @@ __all__ = [
     "current_context",
     "in_subclass_code",
     "print_trace",
+    "proxies_in",
     "register_literal",
     "tracing",
     "tree_any",

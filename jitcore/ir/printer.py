@@ -27,7 +27,8 @@ from jitcore.ir.symbol import BoundSymbol, SourceFrame
 from jitcore.ir.trace import Trace
 from jitcore.ir.tree import tree_has
 
-__all__ = ["PrintedTrace", "print_trace", "register_literal", "escape_comment", "describe_value"]
+__all__ = ["PrintedTrace", "print_trace", "proxies_in", "register_literal", "escape_comment",
+           "describe_value"]
 
 INDENT = "  "
 
@@ -157,7 +158,7 @@ class _Printer:
         text = self.call(bsym) if target is None else f"{target} = {self.call(bsym)}"
         meta = ", ".join(
             f'{p.name}: "{escape_comment(describe_value(p))}"'
-            for p in _proxies(bsym.output)
+            for p in proxies_in(bsym.output)
             if describe_value(p)
         )
         return f"{text}  # {meta}" if meta else text
@@ -279,10 +280,10 @@ def _dead_after(trace: Trace) -> list[list[str]]:
     fit in cache, several times the run time (benchmarks/bench_trace_execution.py). Inputs and
     outputs are never deleted.
     """
-    keep = {p.name for p in _proxies(trace.output)} | {a.name for a in trace.args if _is_proxy(a)}
+    keep = {p.name for p in proxies_in(trace.output)} | {a.name for a in trace.args if _is_proxy(a)}
     last: dict[str, int] = {}
     for i, bsym in enumerate(trace.bound_symbols):
-        for p in _proxies((bsym.args, bsym.kwargs)) + _bound(bsym.output):
+        for p in proxies_in((bsym.args, bsym.kwargs)) + _bound(bsym.output):
             last[p.name] = i
     dead: list[list[str]] = [[] for _ in trace.bound_symbols]
     for name, i in last.items():
@@ -328,14 +329,15 @@ def _is_proxy(v: Any) -> bool:
     return isinstance(v, Proxy)
 
 
-def _proxies(v: Any) -> list[Any]:
-    """Every proxy ``_Printer.value`` would print for ``v``, in printing order."""
+def proxies_in(v: Any) -> list[Any]:
+    """Every proxy in ``v`` (nested tuples, lists, dicts, slices): those ``_Printer.value`` would
+    print for it, in printing order."""
     if _is_proxy(v):
         return [v]
     if isinstance(v, (tuple, list)):
-        return [p for x in v for p in _proxies(x)]
+        return [p for x in v for p in proxies_in(x)]
     if type(v) is dict:
-        return [p for kv in v.items() for x in kv for p in _proxies(x)]
+        return [p for kv in v.items() for x in kv for p in proxies_in(x)]
     if type(v) is slice:
-        return _proxies((v.start, v.stop, v.step))
+        return proxies_in((v.start, v.stop, v.step))
     return []

@@ -186,7 +186,7 @@ def test_other_float_dtypes(dtype: torch.dtype) -> None:
 
 
 def test_an_input_named_self() -> None:
-    fn = eval("lambda self, other: torch.where(self > 0, self, other) * 2")  # noqa: S307 - names a parameter self
+    fn = eval("lambda self, other: torch.where(self > 0, self, other) * 2")  # noqa: S307 - a parameter: self
     jfn = jitcore.jit(fn, executors=INDUCTOR)
     check(fn, torch.randn(4), torch.randn(4), jfn=jfn)
     assert fused(lowered_trace(jfn)), lowered_trace(jfn)
