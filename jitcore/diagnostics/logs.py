@@ -3,7 +3,8 @@
 Components are loggers under ``jitcore``: ``jitcore.traces`` (each computation trace made),
 ``jitcore.guards`` (each prologue, its checks in words), ``jitcore.recompiles`` (why a call
 missed every cache entry) and ``jitcore.graph_breaks`` (each tensor value a trace reads and checks,
-with the user's line: jitcore/jit/value_reads.py). ``JITCORE_LOGS=traces,guards`` or ``JITCORE_LOGS=all`` attaches a
+with the user's line: jitcore/jit/value_reads.py). ``JITCORE_LOGS=traces,guards`` or ``JITCORE_LOGS=all``
+attaches a
 stderr handler to the chosen ones at INFO; applications may configure the loggers themselves.
 Invariant: with nothing enabled, a miss costs one ``isEnabledFor`` check per component.
 """

@@ -22,11 +22,19 @@ from jitcore.ir import BoundSymbol, Symbol, SymbolTag, Trace, tree_has
 from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["flatten_subclasses", "unflatten_tensor_subclass", "UNFLATTEN", "UNFLATTEN_RESULT", "bind_subclass_input",
-           "record_subclass_results"]
+__all__ = [
+    "flatten_subclasses",
+    "unflatten_tensor_subclass",
+    "UNFLATTEN",
+    "UNFLATTEN_RESULT",
+    "bind_subclass_input",
+    "record_subclass_results",
+]
 
 
-def unflatten_tensor_subclass(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
+def unflatten_tensor_subclass(
+    cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any
+) -> Any:
     """Build a subclass instance from its inner tensors (jitcore/proxies/protocol.py)."""
     return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
 
@@ -133,7 +141,10 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
         return trace
     import jitcore
 
-    header = [line.replace("pass 1 (interpretation)", "pass 2 (tensor subclasses flattened)") for line in trace.header]
+    header = [
+        line.replace("pass 1 (interpretation)", "pass 2 (tensor subclasses flattened)")
+        for line in trace.header
+    ]
     flat = Trace(name=trace.name, args=list(trace.args), header=header,
                  imports={**trace.imports, "jitcore": jitcore}, names=trace.names)
     for bsym in trace.bound_symbols:

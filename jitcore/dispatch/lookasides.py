@@ -44,8 +44,17 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
     context = current_context()
     if context is None or context.values is None:
         return _make_wrapper_subclass(
-            cls, size, strides=strides, storage_offset=storage_offset, memory_format=memory_format,
-            dtype=dtype, layout=layout, device=device, pin_memory=pin_memory, requires_grad=requires_grad, **kwargs,
+            cls,
+            size,
+            strides=strides,
+            storage_offset=storage_offset,
+            memory_format=memory_format,
+            dtype=dtype,
+            layout=layout,
+            device=device,
+            pin_memory=pin_memory,
+            requires_grad=requires_grad,
+            **kwargs,
         )
     reason = eager_only_reason(cls)
     if reason is not None:
@@ -140,7 +149,9 @@ _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
 _MAKE_SUBCLASS = torch.Tensor._make_subclass  # noqa: SLF001
 
 
-def default_torch_function(cls: type, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+def default_torch_function(
+    cls: type, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
+) -> Any:
     """torch's ``Tensor.__torch_function__`` while tracing: ``func`` runs (interpreted, so it is
     recorded) with subclass ``__torch_function__`` disabled, then tensor results take ``cls``."""
     from torch.overrides import get_default_nowrap_functions
@@ -152,7 +163,9 @@ def default_torch_function(cls: type, func: Any, types: tuple, args: tuple = (),
         ret = run.call(func, *args, **(kwargs or {})) if run is not None else func(*args, **(kwargs or {}))
         if func in get_default_nowrap_functions():
             return ret
-        arguments = {id(v) for v in optree.tree_leaves((args, kwargs), none_is_leaf=True) if isinstance(v, TensorProxy)}
+        arguments = {
+            id(v) for v in optree.tree_leaves((args, kwargs), none_is_leaf=True) if isinstance(v, TensorProxy)
+        }
         return _convert(ret, cls, arguments)
 
 
@@ -204,7 +217,9 @@ def _check_plain(cls: type, how: str) -> None:
         )
 
 
-TensorProxy.as_subclass = as_subclass  # a method of proxies, as of tensors (the lookaside below is for real ones)
+TensorProxy.as_subclass = (
+    as_subclass  # a method of proxies, as of tensors (the lookaside below is for real ones)
+)
 
 DISPATCH_LOOKASIDES: dict[Any, Any] = {
     builtins.isinstance: isinstance_of,

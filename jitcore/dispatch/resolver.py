@@ -119,7 +119,11 @@ class DispatchState:
         ``return_and_correct_aliasing``: the proxy follows, so code after it sees eager's shape."""
         shadow = proxy.shadow
         outer = proxy.outer
-        if (shadow.shape, shadow.stride(), shadow.requires_grad) != (outer.shape, outer.stride(), outer.requires_grad):
+        if (shadow.shape, shadow.stride(), shadow.requires_grad) != (
+            outer.shape,
+            outer.stride(),
+            outer.requires_grad,
+        ):
             proxy.set_outer(self._outer_like(shadow))
 
     def adopt(self, shadow: torch.Tensor, name: str | None = None) -> SubclassTensorProxy:
@@ -151,7 +155,10 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         names = ", ".join(cls.__qualname__ for cls in overridden)
         raise TypeError(f"no implementation found for '{getattr(func, '__name__', symbol.name)}' on types "
                         f"that implement __torch_function__: [{names}]")
-    if not (tree_has(args, SubclassTensorProxy) or tree_has(kwargs, SubclassTensorProxy)) or "autograd_function" in symbol.tags:
+    if (
+        not (tree_has(args, SubclassTensorProxy) or tree_has(kwargs, SubclassTensorProxy))
+        or "autograd_function" in symbol.tags
+    ):
         # a Function's forward is interpreted on the proxies (its meta): eagerly it runs with
         # __torch_function__ enabled, so its operations are resolved one by one
         return symbol.meta(*args, **kwargs)
@@ -185,7 +192,9 @@ class _ResolveMode(TorchDispatchMode):
         super().__init__()
         self.state = state
 
-    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func in METADATA_OPS:
             return func(*args, **kwargs)
@@ -193,9 +202,13 @@ class _ResolveMode(TorchDispatchMode):
         proxy_args, proxy_kwargs = _map(self.state.proxy_of, (args, kwargs))
         if not user_types and tree_has((proxy_args, proxy_kwargs), SubclassTensorProxy):
             # a mode is not always told the subclasses of the arguments (``aten.lift_fresh``)
-            user_types = tuple(dict.fromkeys(
-                v.python_type for v in optree.tree_leaves((proxy_args, proxy_kwargs)) if isinstance(v, SubclassTensorProxy)
-            ))
+            user_types = tuple(
+                dict.fromkeys(
+                    v.python_type
+                    for v in optree.tree_leaves((proxy_args, proxy_kwargs))
+                    if isinstance(v, SubclassTensorProxy)
+                )
+            )
         if not user_types:
             out = aten_symbol(func)(*proxy_args, **proxy_kwargs)
         else:

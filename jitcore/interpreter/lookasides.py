@@ -198,7 +198,8 @@ def _caller() -> Frame:
 
 
 def super_(*args: object) -> super:
-    """super(); the zero-argument form reads the calling interpreted frame (first argument, __class__ cell)."""
+    """super(); the zero-argument form reads the calling interpreted frame (first argument, __class__
+    cell)."""
     return super(*args) if args else super(*super_arguments())
 
 
@@ -476,7 +477,8 @@ def getframemodulename(depth: int = 0) -> str | None:
 def build_class(func: object, name: object, /, *bases: object, **kwds: object) -> type:
     """__build_class__: the class body, ``__prepare__`` and a Python metaclass run interpreted.
 
-    (``__set_name__`` and ``__init_subclass__`` are called by ``type.__new__`` from C, so they run natively.)"""
+    (``__set_name__`` and ``__init_subclass__`` are called by ``type.__new__`` from C, so they run
+    natively.)"""
     run = _run()
     if not isinstance(func, FunctionType):
         raise TypeError("__build_class__: func must be a function")
@@ -521,8 +523,10 @@ def _calculate_meta(meta: type, bases: tuple) -> type:
         if _native_issubclass(base_meta, winner):
             winner = base_meta
             continue
-        raise TypeError("metaclass conflict: the metaclass of a derived class must be a (non-strict) subclass "
-                        "of the metaclasses of all its bases")
+        raise TypeError(
+            "metaclass conflict: the metaclass of a derived class must be a (non-strict) subclass "
+            "of the metaclasses of all its bases"
+        )
     return winner
 
 
@@ -538,12 +542,34 @@ def builtin_lookasides() -> dict[object, Callable]:
     global _TABLE
     if _TABLE is None:
         _TABLE = {
-            map: map_, filter: filter_, sorted: sorted_, min: min_, max: max_, list.sort: list_sort,
-            functools.reduce: reduce_, iter: iter_, next: next_, getattr: getattr_, hasattr: hasattr_,
-            isinstance: isinstance_, issubclass: issubclass_, super: super_, locals: locals_, globals: globals_,
-            vars: vars_, dir: dir_, eval: eval_, exec: exec_, compile: compile_, sys.exc_info: exc_info, sys.exception: exception, sys._getframe: getframe,
-            builtins.__build_class__: build_class, FunctionType: function_,
-            sys.settrace: _refuse_tracing("settrace"), sys.setprofile: _refuse_tracing("setprofile"),
+            map: map_,
+            filter: filter_,
+            sorted: sorted_,
+            min: min_,
+            max: max_,
+            list.sort: list_sort,
+            functools.reduce: reduce_,
+            iter: iter_,
+            next: next_,
+            getattr: getattr_,
+            hasattr: hasattr_,
+            isinstance: isinstance_,
+            issubclass: issubclass_,
+            super: super_,
+            locals: locals_,
+            globals: globals_,
+            vars: vars_,
+            dir: dir_,
+            eval: eval_,
+            exec: exec_,
+            compile: compile_,
+            sys.exc_info: exc_info,
+            sys.exception: exception,
+            sys._getframe: getframe,
+            builtins.__build_class__: build_class,
+            FunctionType: function_,
+            sys.settrace: _refuse_tracing("settrace"),
+            sys.setprofile: _refuse_tracing("setprofile"),
         }
         # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ only call C (_abc),
         # which calls any Python __subclasshook__/__subclasscheck__ natively anyway; running them natively
@@ -551,7 +577,8 @@ def builtin_lookasides() -> dict[object, Callable]:
         # sys._getframemodulename whether abc/functools is the caller).
         _TABLE[abc.ABCMeta.__instancecheck__] = abc.ABCMeta.__instancecheck__
         _TABLE[abc.ABCMeta.__subclasscheck__] = abc.ABCMeta.__subclasscheck__
-        # The interpreter's own view of frames runs natively: interpreted, it would read the NULL of an unbound
+        # The interpreter's own view of frames runs natively: interpreted, it would read the NULL of an
+        # unbound
         # slot as an unbound local of its own.
         for value in [*vars(FrameProxy).values(), *vars(FrameLocals).values()]:
             function = value.fget if isinstance(value, property) else value

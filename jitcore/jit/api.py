@@ -106,7 +106,9 @@ class JittedFunction:
         self.fallback_reason: BaseException | None = None  # the last call run eagerly (EagerOnlySubclass)
         self._lock = threading.RLock()
         self._label = _label_of(fn)
-        functools.update_wrapper(self, fn if not isinstance(fn, torch.nn.Module) else type(fn).forward, updated=())
+        functools.update_wrapper(
+            self, fn if not isinstance(fn, torch.nn.Module) else type(fn).forward, updated=()
+        )
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -142,7 +144,9 @@ class JittedFunction:
                 if out is not MISS:
                     self.hits += 1
                     return out
-            reasons = [MissReason(e.number, *why) for e in self.entries if (why := e.prologue.explain(args, kwargs))]
+            reasons = [
+                MissReason(e.number, *why) for e in self.entries if (why := e.prologue.explain(args, kwargs))
+            ]
             reasons += read_misses
             self.misses += 1
             self.miss_log.append(reasons)
@@ -150,7 +154,9 @@ class JittedFunction:
                 entry = self._trace(args, kwargs, any(".shape" in r.where for r in reasons))
             except EagerOnlySubclass as exc:  # this call runs eagerly; later calls are tried again
                 if self.fallback_reason is None:
-                    warnings.warn(f"jitcore: {self._label} runs eagerly for this call: {exc.summary}", stacklevel=3)
+                    warnings.warn(
+                        f"jitcore: {self._label} runs eagerly for this call: {exc.summary}", stacklevel=3
+                    )
                 self.fallback_reason = exc
                 return self.fn(*args, **kwargs)
             except DataDependentError as exc:
@@ -186,7 +192,9 @@ class JittedFunction:
             traces.append(flat)
             self.last_traces = list(traces)
         self.last_backward_traces = []
-        grad = differentiate(program, traces, self.executor, self)  # inputs that require grad: docs/autograd.md
+        grad = differentiate(
+            program, traces, self.executor, self
+        )  # inputs that require grad: docs/autograd.md
         if grad is not None:
             computation = grad.computation
             traces = self.last_traces = grad.traces  # one list: a lowered forward is appended once
@@ -203,9 +211,13 @@ class JittedFunction:
             computation = self.executor.compile(traces[-1], record_lowered(traces, self.last_traces))
         plain_data = _runs_torch_function(program)
         if plain_data:
-            computation = _without_torch_function(computation)  # recorded on the data: jitcore/proxies/typed.py
+            computation = _without_torch_function(
+                computation
+            )  # recorded on the data: jitcore/proxies/typed.py
         effects = program.effects
-        post = computation if effects is None else _identity  # effects are performed before the output's rebuild
+        post = (
+            computation if effects is None else _identity
+        )  # effects are performed before the output's rebuild
         if program.structure is not None:
             post = program.structure.wrap(post)
         if program.epilogue is not None:
@@ -214,8 +226,11 @@ class JittedFunction:
         computation = with_rollback(program.trace, computation)  # undo writes before a failed read check
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
-        note_state_inputs(program.prologue.inputs, program.prologue.input_names,
-                          [*traces, *self.last_traces, *self.last_backward_traces])  # linear1_weight: linear1.weight
+        note_state_inputs(
+            program.prologue.inputs,
+            program.prologue.input_names,
+            [*traces, *self.last_traces, *self.last_backward_traces],
+        )  # linear1_weight: linear1.weight
         entry = CacheEntry(number, program.prologue, traces, computation, _not_compiled, effects=effects,
                            plain_data=plain_data)
         entry.cached_call = entry.compile_fast_path()
@@ -227,14 +242,24 @@ class JittedFunction:
         with static shapes, logged, where the symbolic path cannot handle the program (jit/shapes.py)."""
         if symbolic is None:
             symbolic = self._shapes.symbolic_pass(args, kwargs, shape_changed)
-        tracing_pass = Pass(self.fn, label=self._label, entry_number=number, dynamic_numbers=self.dynamic_numbers,
-                            fullgraph=self.fullgraph, counters=self._counters,
-                            shapes=self._shapes if symbolic else None)
+        tracing_pass = Pass(
+            self.fn,
+            label=self._label,
+            entry_number=number,
+            dynamic_numbers=self.dynamic_numbers,
+            fullgraph=self.fullgraph,
+            counters=self._counters,
+            shapes=self._shapes if symbolic else None,
+        )
         self.last_traces = [tracing_pass.trace]
         self.last_prologue = tracing_pass.prologue
         try:
             program = self._run_pass(tracing_pass, args, kwargs)
-            sizes = shapes.finish(program, tracing_pass.provenance, tracing_pass.context.values) if symbolic else []
+            sizes = (
+                shapes.finish(program, tracing_pass.provenance, tracing_pass.context.values)
+                if symbolic
+                else []
+            )
         except shapes.StaticShapes as exc:  # from now on, this function traces static shapes only
             self._shapes.refuse(str(exc))
             static_shapes(self, number, str(exc))
@@ -333,7 +358,10 @@ def _without_torch_function(computation: Callable[..., Any]) -> Callable[..., An
 
 def _is_module_forward(fn: Any) -> bool:
     """``module.forward`` (bound): jitted with the module's state named and guarded as for modules."""
-    return isinstance(getattr(fn, "__self__", None), torch.nn.Module) and getattr(fn, "__name__", None) == "forward"
+    return (
+        isinstance(getattr(fn, "__self__", None), torch.nn.Module)
+        and getattr(fn, "__name__", None) == "forward"
+    )
 
 
 def as_jitted(jfn: Any) -> JittedFunction:
@@ -393,7 +421,9 @@ def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Contai
     if not names:
         return names, frozenset()
     try:
-        parameters = list(inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values())
+        parameters = list(
+            inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values()
+        )
     except (TypeError, ValueError):
         return names, frozenset()  # a callable without a signature: names are matched per call
     if not any(p.kind == p.VAR_KEYWORD for p in parameters):

@@ -82,7 +82,9 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
 
         def rebuild_node(results: Any) -> Any:
             leaves = optree.tree_flatten(results, is_leaf=lambda v: v is not results, none_is_leaf=True)[0]
-            return optree.tree_unflatten(spec, [r(x) if r is not None else x for r, x in zip(rebuilds, leaves)])
+            return optree.tree_unflatten(
+                spec, [r(x) if r is not None else x for r, x in zip(rebuilds, leaves)]
+            )
 
         return flat, rebuild_node
     node = torch_pytree.SUPPORTED_NODES.get(kind)

@@ -61,7 +61,9 @@ class ValueReads:
         """
         if self.context.subclass_code or _has(SubclassTensorProxy, (args, kwargs)):
             # a subclass's dispatch that reads values (a codebook's .item()): this call runs eagerly
-            raise EagerOnlySubclass(f"a tensor subclass's code reads tensor values ({error.summary})") from error
+            raise EagerOnlySubclass(
+                f"a tensor subclass's code reads tensor values ({error.summary})"
+            ) from error
         if len(self.context.scopes) != 2:
             raise error
         decomposition = DATA_DEPENDENT_DECOMPOSITIONS.get(symbol.fn)

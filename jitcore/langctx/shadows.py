@@ -60,7 +60,15 @@ class TensorValues:
             (jitcore/langctx/layout.py).
     """
 
-    __slots__ = ("_by_shadow", "dispatch_state", "fake_mode", "layout", "names", "shape_env", "strides_queried")
+    __slots__ = (
+        "_by_shadow",
+        "dispatch_state",
+        "fake_mode",
+        "layout",
+        "names",
+        "shape_env",
+        "strides_queried",
+    )
 
     def __init__(self, names: NameGenerator, *, symbolic: bool = False) -> None:
         self.shape_env: ShapeEnv | None = _shape_env() if symbolic else None
@@ -82,7 +90,9 @@ class TensorValues:
             from torch._dynamo.source import LocalSource
             from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
-            sizes = [DimDynamic.DYNAMIC if i in dynamic_dims else DimDynamic.STATIC for i in range(tensor.dim())]
+            sizes = [
+                DimDynamic.DYNAMIC if i in dynamic_dims else DimDynamic.STATIC for i in range(tensor.dim())
+            ]
             context = StatelessSymbolicContext(dynamic_sizes=sizes)
             shadow = self.fake_mode.from_tensor(tensor, symbolic_context=context, source=LocalSource(name))
         elif type(tensor) is torch.Tensor:
@@ -267,7 +277,9 @@ def _check_input_changes(
 _DATA_READ_MESSAGES = ("data is not allocated yet", ".tolist() is not supported for tensor subclasses")
 
 
-def _raise_meta_error(fn: Callable[..., Any], args: tuple, kwargs: dict, leaves: list[Any], exc: Exception) -> None:
+def _raise_meta_error(
+    fn: Callable[..., Any], args: tuple, kwargs: dict, leaves: list[Any], exc: Exception
+) -> None:
     """A call on meta tensors that needs values: eager has none either, so eager's error is the
     user's (``nonzero``, ``item`` on meta raise in eager), not a data-dependence refusal."""
     if any(isinstance(v, FakeTensor) and v.device.type == "meta" for v in leaves):

@@ -195,7 +195,9 @@ def _tags_of(symbol_id: str) -> frozenset[SymbolTag]:
 
 # Modules whose functions are named after the aten operator they run (``torch.nn.functional.dropout``
 # runs ``aten::dropout``); elsewhere a name may be another's (``torch.signal.windows.exponential``).
-_ATEN_NAMED_MODULES = frozenset({"torch", "torch.Tensor", "torch.nn.functional", "torch.special", "torch.linalg"})
+_ATEN_NAMED_MODULES = frozenset(
+    {"torch", "torch.Tensor", "torch.nn.functional", "torch.special", "torch.linalg"}
+)
 
 
 def _seeded(name: str) -> bool:

@@ -37,8 +37,13 @@ class TangentMismatchError(JitcoreError, TypeError):
 class GradComputation:
     """A cache entry's computation when inputs require grad (see the module docstring)."""
 
-    def __init__(self, traces: GradTraces, compile_trace: Callable[[Trace], Callable[..., Any]], n_inputs: int,
-                 on_error: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        traces: GradTraces,
+        compile_trace: Callable[[Trace], Callable[..., Any]],
+        n_inputs: int,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self.traces = traces
         self.on_error = on_error  # prepares an error the backward trace raised for the user (user lines)
         self.forward = compile_trace(traces.forward)
@@ -72,7 +77,9 @@ class GradComputation:
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         if self.backward_raises:  # Note [A backward that raises]
-            node = next((o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
+            node = next(
+                (o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None
+            )
             if node is not None:
                 node.register_prehook(self._raise_before_backward)
         leaves = list(self.output_leaves)
@@ -127,7 +134,8 @@ def _checked_tangent(spec: OutputSpec, grad: Any) -> Any:
     else:
         detail = f"it is a {got.__qualname__}, the backward was traced for a {expected.__qualname__}"
     raise TangentMismatchError(
-        f"the gradient of output {spec.index} of a jitted function is not what its backward was traced for: {detail}",
+        f"the gradient of output {spec.index} of a jitted function is not what its backward was traced for: "
+        f"{detail}",
         hints=(
             f"pass gradients of type {expected.__qualname__}, built like the output it belongs to",
             "or define __coerce_same_metadata_as_tangent__(expected_ctx, expected_type) on the subclass",
@@ -145,7 +153,9 @@ class JitcoreFunction(torch.autograd.Function):
         ctx.computation = computation
         ctx.save_for_backward(*saved)
         differentiable = {spec.index for spec in computation.differentiable}
-        constant = [o for i, o in enumerate(outputs) if i not in differentiable and isinstance(o, torch.Tensor)]
+        constant = [
+            o for i, o in enumerate(outputs) if i not in differentiable and isinstance(o, torch.Tensor)
+        ]
         if constant:
             ctx.mark_non_differentiable(*constant)
         return tuple(outputs)

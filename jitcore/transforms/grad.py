@@ -133,7 +133,9 @@ def subclass_inputs(trace: Trace) -> list[SubclassTensorProxy]:
         for value in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True):
             if isinstance(value, SubclassTensorProxy) and id(value) not in produced:
                 visit(value)
-        produced.update(id(v) for v in optree.tree_leaves(bsym.output, none_is_leaf=True) if isinstance(v, Proxy))
+        produced.update(
+            id(v) for v in optree.tree_leaves(bsym.output, none_is_leaf=True) if isinstance(v, Proxy)
+        )
     for value in optree.tree_leaves(trace.output, none_is_leaf=True):
         if isinstance(value, SubclassTensorProxy) and id(value) not in produced:
             visit(value)
@@ -171,7 +173,9 @@ class _Replay:
     def __init__(self, trace: Trace, subclass_grad: dict[int, bool]) -> None:
         self.source = trace
         self.subclass_grad = subclass_grad
-        header = [line.replace("pass 1 (interpretation)", "forward (grad transform)") for line in trace.header]
+        header = [
+            line.replace("pass 1 (interpretation)", "forward (grad transform)") for line in trace.header
+        ]
         self.forward = Trace(name="forward", header=header, imports={"torch": torch, "jitcore": jitcore})
         # the forward's records carry the user stack of the pass-1 op being replayed, so an error
         # raised while the forward runs is reported at the user's line
@@ -201,7 +205,11 @@ class _Replay:
         for old in subclass_inputs(self.source):
             names, ctx = old.flatten()
             shadow = tensor_unflatten(
-                old.subclass, {n: self.env[id(getattr(old, n))].shadow for n in names}, ctx, old.shape, old.stride()
+                old.subclass,
+                {n: self.env[id(getattr(old, n))].shadow for n in names},
+                ctx,
+                old.shape,
+                old.stride(),
             )
             if self.subclass_grad.get(id(old), False):
                 shadow.requires_grad_(True)
@@ -304,7 +312,9 @@ class _Replay:
     def _note_nodes(self, out: Any, source: Any) -> None:
         """The autograd nodes this op's replay created (those not seen before, reached from its
         outputs) carry its user stack: the backward ops they run are reported at that line."""
-        pending = [t.grad_fn for t in optree.tree_leaves(out, none_is_leaf=True) if isinstance(t, torch.Tensor)]
+        pending = [
+            t.grad_fn for t in optree.tree_leaves(out, none_is_leaf=True) if isinstance(t, torch.Tensor)
+        ]
         while pending:
             node = pending.pop()
             if node is None or id(node) in self.node_sources:
@@ -374,7 +384,9 @@ def _plain_only(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
     return out
 
 
-def _grad_inputs(trace: Trace, replay: _Replay, subclass_grad: dict[int, bool]) -> tuple[list[tuple[str, int]], list[TensorProxy]]:
+def _grad_inputs(
+    trace: Trace, replay: _Replay, subclass_grad: dict[int, bool]
+) -> tuple[list[tuple[str, int]], list[TensorProxy]]:
     """The inputs that require grad, numbered as ``GradTraces.grad_inputs``, and their replay proxies."""
     grad_inputs: list[tuple[str, int]] = []
     wrt: list[TensorProxy] = []
@@ -410,8 +422,13 @@ def _record_backward(
         diff_outputs.append(out.shadow)
         tangents.append(tangent)
         tangent_args.extend(inner)
-    header = [line.replace("forward (grad transform)", "backward (grad transform)") for line in replay.forward.header]
-    backward = Trace(name="backward", header=header, imports=dict(replay.forward.imports), names=replay.forward.names)
+    header = [
+        line.replace("forward (grad transform)", "backward (grad transform)")
+        for line in replay.forward.header
+    ]
+    backward = Trace(
+        name="backward", header=header, imports=dict(replay.forward.imports), names=replay.forward.names
+    )
     if not diff_outputs:
         return differentiable, tangent_args, backward, [None] * len(wrt)
     running: list[Any] = [None]  # the user stack of the node autograd runs now (set by its pre-hook)
@@ -421,7 +438,9 @@ def _record_backward(
                for node, source in replay.node_sources.values()]
     try:
         with recording(context):
-            grads = torch.autograd.grad(diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True)
+            grads = torch.autograd.grad(
+                diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True
+            )
     except Exception as exc:  # noqa: BLE001 - eager raises it in backward(), so does the jitted function
         backward.bound_symbols.clear()
         backward.bound_symbols.append(BoundSymbol(RAISE, (exc, _kept_traceback(exc)), {}, None))
@@ -429,7 +448,12 @@ def _record_backward(
     finally:
         for handle in handles:
             handle.remove()
-    return differentiable, tangent_args, backward, [replay.state.proxy_of(g) if g is not None else None for g in grads]
+    return (
+        differentiable,
+        tangent_args,
+        backward,
+        [replay.state.proxy_of(g) if g is not None else None for g in grads],
+    )
 
 
 @replays_backward_errors
@@ -473,11 +497,19 @@ def _never_traced(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("raise_backward_error is recorded directly")
 
 
-RAISE = Symbol(id="raise_backward_error", name="raise_backward_error", langctx="grad", fn=raise_backward_error,
-               path="jitcore.transforms.grad.raise_backward_error", meta=_never_traced)
+RAISE = Symbol(
+    id="raise_backward_error",
+    name="raise_backward_error",
+    langctx="grad",
+    fn=raise_backward_error,
+    path="jitcore.transforms.grad.raise_backward_error",
+    meta=_never_traced,
+)
 
 
-def _tangent_for(replay: _Replay, index: int, out: TensorProxy) -> tuple[OutputSpec, torch.Tensor, list[TensorProxy]]:
+def _tangent_for(
+    replay: _Replay, index: int, out: TensorProxy
+) -> tuple[OutputSpec, torch.Tensor, list[TensorProxy]]:
     """The tangent shadow of one output: contiguous, of the output's class; and its backward inputs."""
     if isinstance(out, SubclassTensorProxy):
         names, ctx = out.flatten()
@@ -490,7 +522,11 @@ def _tangent_for(replay: _Replay, index: int, out: TensorProxy) -> tuple[OutputS
         spec = OutputSpec(index, out.subclass, ctx, tuple(names), tuple(out.shadow.shape))
         return spec, tangent, inner
     tangent = replay._fake_like(out.shadow, contiguous=True)
-    return OutputSpec(index, None, None, (), tuple(out.shape)), tangent, [replay.tangent_proxy(tangent, f"grad_{out.name}")]
+    return (
+        OutputSpec(index, None, None, (), tuple(out.shape)),
+        tangent,
+        [replay.tangent_proxy(tangent, f"grad_{out.name}")],
+    )
 
 
 def _rebuilt(trace: Trace, value: TensorProxy) -> TensorProxy:

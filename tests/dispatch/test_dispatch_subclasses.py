@@ -116,8 +116,10 @@ def test_two_tensor_end_to_end_and_trace_shape() -> None:
     assert "    # t0 = torch.ops.aten.add.Tensor(x_a, 1)" in first
     assert "    # t1 = torch.ops.aten.add.Tensor(x_b, 1)" in first
     # the resolution ends with how the output is built: the class by name, inner tensors, ctx, size, strides
-    assert ("    # t2 = jitcore.dispatch.flatten.unflatten_tensor_subclass(TwoTensor, {'a': t0, 'b': t1}, None, "
-            "(4, 4), (4, 1))") in first
+    assert (
+        "    # t2 = jitcore.dispatch.flatten.unflatten_tensor_subclass(TwoTensor, {'a': t0, 'b': t1}, None, "
+        "(4, 4), (4, 1))"
+    ) in first
     assert "torch.ops.aten.mm.default(t0, t3)" in executed
     assert _executed_ops(jfn) == [
         "torch.ops.aten.add.Tensor", "torch.ops.aten.add.Tensor", "torch.ops.aten.t.default",
@@ -130,7 +132,9 @@ def test_linear_reaches_subclass_decomposed_never_as_linear() -> None:
     def f(x, w, b):
         return F.linear(x, w, b)
 
-    _, _, eager_ops, traced_ops, _ = run_both(f, ScaledTensor.quantize(torch.randn(2, 3, 4)), torch.randn(5, 4), torch.randn(5))
+    _, _, eager_ops, traced_ops, _ = run_both(
+        f, ScaledTensor.quantize(torch.randn(2, 3, 4)), torch.randn(5, 4), torch.randn(5)
+    )
     assert traced_ops == eager_ops
     assert not any("linear" in op for op in traced_ops)
 

@@ -15,7 +15,13 @@ __builtins__ = dict(vars(__import__("builtins")))
 import sys
 from types import CellType
 
-from jitcore.interpreter.attributes import NATIVE_NAMES, NATIVE_STORE_NAMES, delete_attr, load_attr, store_attr
+from jitcore.interpreter.attributes import (
+    NATIVE_NAMES,
+    NATIVE_STORE_NAMES,
+    delete_attr,
+    load_attr,
+    store_attr,
+)
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import delete_item, get_item, set_item
@@ -258,7 +264,9 @@ def load_classderef_hooked(frame: Frame, inst: Instruction) -> None:
 
 def _dict_or_deref(frame: Frame, inst: Instruction) -> object:
     mapping = frame.stack.pop()
-    value = mapping.get(inst.argval, _MISSING) if type(mapping) is dict else _mapping_get(mapping, inst.argval)
+    value = (
+        mapping.get(inst.argval, _MISSING) if type(mapping) is dict else _mapping_get(mapping, inst.argval)
+    )
     return _cell_value(frame, inst) if value is _MISSING else value
 
 
