@@ -459,6 +459,8 @@ class Pass:
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy) or not _is_plain_key(key):
             return value
+        if isinstance(value, Proxy):
+            return value  # a proxy read back: stored while tracing (nn.LSTM's _flat_weights), not state
         return self.provenance.bind_state(value, path.key(key), str(key))
 
     def _source(self) -> tuple[SourceFrame, ...] | None:

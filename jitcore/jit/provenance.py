@@ -305,8 +305,8 @@ class Provenance:
             items = [(path.index(i), v) for i, v in enumerate(value)]
         self.remember(value, path)
         for item_path, item in items:
-            if isinstance(item, NumberProxy):
-                continue  # the program's own value, stored there earlier in this pass
+            if isinstance(item, (NumberProxy, TensorProxy)):
+                continue  # the program's own value, stored there earlier in this pass (nn.LSTM's weights)
             if isinstance(item, torch.Tensor):
                 self.remember(item, item_path)  # becomes an input only if the program uses it
             elif is_literal_value(item):

@@ -180,3 +180,20 @@ def test_greedy_generate():
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False,
                                   pad_token_id=0)
         assert torch.equal(got, expected)
+
+
+
+def test_lstm_traces_once_and_matches_eager() -> None:
+    """nn.LSTM rebuilds its _flat_weights list from its parameters in forward: what it stores while
+    traced is the program's own value, not state to guard (it retraced on every call before)."""
+    torch.manual_seed(0)
+    model = torch.nn.LSTM(8, 16, batch_first=True)
+    jitted = jitcore.jit(model)
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(2, 5, 8)
+            out, (h, c) = jitted(x)
+            out_eager, (h_eager, c_eager) = model(x)
+            for got, want in ((out, out_eager), (h, h_eager), (c, c_eager)):
+                torch.testing.assert_close(got, want)
+    assert jitcore.cache_misses(jitted) == 1
