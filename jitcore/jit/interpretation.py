@@ -75,7 +75,9 @@ class TracedProgram:
         self.structure: outputs.OutputStructure | None = None  # rebuilds output objects (jit/outputs.py)
         self.read_numbers: list[NumberProxy] = []  # t.item() results the computation computes
         self.effects: Effects | None = None  # side effects replayed after the computation (jit/effects.py)
-        self.size_inputs: list[tuple[Path, NumberProxy]] = []  # symbolic sizes: trailing arguments (jit/shapes.py)
+        self.size_inputs: list[
+            tuple[Path, NumberProxy]
+        ] = []  # symbolic sizes: trailing arguments (jit/shapes.py)
 
     def symbolic_numbers(self) -> list[NumberProxy]:
         """The dynamic numbers the trace uses that the program did not specialize (symbolic sizes too)."""
@@ -101,11 +103,15 @@ class Pass:
         self.fn = fn
         self.fullgraph = fullgraph  # refuse value reads (DataDependentError) instead of checking them
         self.dynamic_numbers = dynamic_numbers  # parameter names, or True for every number argument
-        header = [f"Constructed by jitcore.jit for {label}: cache entry {entry_number}, pass 1 (interpretation)"]
+        header = [
+            f"Constructed by jitcore.jit for {label}: cache entry {entry_number}, pass 1 (interpretation)"
+        ]
         self.trace = Trace(name="computation", header=header, imports={"torch": torch})
         self.context = new_context(self.trace, source_provider=self._source, call_handler=self._call_symbol,
                                    symbolic=shapes is not None)  # shapes: a ShapePolicy (jit/shapes.py)
-        self.prologue = Prologue(header=[f"Constructed by jitcore.jit for {label}: prologue of cache entry {entry_number}"])
+        self.prologue = Prologue(
+            header=[f"Constructed by jitcore.jit for {label}: prologue of cache entry {entry_number}"]
+        )
         self.provenance = Provenance(self.context.values, self.prologue)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values))
@@ -181,7 +187,9 @@ class Pass:
         # An object the program made and stored, then read back, is remembered too: once its store
         # is undone it is out of the caller's reach (a replayed effect makes it anew per call).
         args, kwargs = caller_values[0], caller_values[1]
-        for value, path in [(v, self.provenance.path_of(v)) for v in (*caller_values, *self.provenance.remembered())]:
+        for value, path in [
+            (v, self.provenance.path_of(v)) for v in (*caller_values, *self.provenance.remembered())
+        ]:
             if path is not None and not _reaches(path, args, kwargs, value):
                 continue
             found = outputs.held(value)
@@ -247,13 +255,19 @@ class Pass:
     def hooks(self) -> Hooks:
         return Hooks(
             lookasides={
-                **dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES, **AUTOGRAD_FUNCTION_LOOKASIDES,
+                **dict(TORCH_TABLE.callables()),
+                **DISPATCH_LOOKASIDES,
+                **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
                 # float(n), int(n), abs(n) of dynamic numbers stay names (they call builtins natively
                 # otherwise, so only where numbers are inputs; a t.item() number they specialize)
-                **(python_langctx.LOOKASIDES if self.provenance.number_inputs or self.provenance.counters else {}),
+                **(
+                    python_langctx.LOOKASIDES
+                    if self.provenance.number_inputs or self.provenance.counters
+                    else {}
+                ),
             },
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
@@ -309,7 +323,12 @@ class Pass:
 
     def _note_attribute(self, obj: Any, name: Any, *, present: bool) -> None:
         path = self.provenance.path_of(obj)
-        if path is None or type(name) is not str or isinstance(obj, TensorProxy) or self.context.subclass_code:
+        if (
+            path is None
+            or type(name) is not str
+            or isinstance(obj, TensorProxy)
+            or self.context.subclass_code
+        ):
             return
         if isinstance(obj, types.ModuleType) and _is_library_module(obj):
             return
@@ -400,7 +419,10 @@ class Pass:
             self._print_warned = True
             from jitcore.diagnostics.user_warnings import warn_user  # at the user's line, not this one
 
-            warn_user("print() inside a jitted function runs only while tracing, not on cached calls", self._source())
+            warn_user(
+                "print() inside a jitted function runs only while tracing, not on cached calls",
+                self._source(),
+            )
         return fn(*args, **kwargs)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
@@ -473,7 +495,11 @@ class Pass:
             kept = frames if not _is_library(pos.filename) else \
                 module_frames if pos.filename.startswith(_TORCH_MODULES_DIR) else None
             if kept is not None:
-                kept.append(SourceFrame(pos.filename, pos.lineno or 0, pos.function_name, pos.end_lineno, pos.col, pos.end_col))
+                kept.append(
+                    SourceFrame(
+                        pos.filename, pos.lineno or 0, pos.function_name, pos.end_lineno, pos.col, pos.end_col
+                    )
+                )
         # torch's own modules (nn.Linear, nn.TransformerEncoderLayer) jitted directly: their lines
         return tuple(frames or module_frames) or None
 
@@ -518,7 +544,10 @@ _STATE_SYMBOLS = {
 # Tagged "global_state": the grad transform's forward trace runs them at the same points too.
 _STATE_FUNCTION_SYMBOLS = {
     fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn, tags=frozenset({"global_state"}))
-    for fn, path in {torch.manual_seed: "torch.manual_seed", torch.set_default_dtype: "torch.set_default_dtype"}.items()
+    for fn, path in {
+        torch.manual_seed: "torch.manual_seed",
+        torch.set_default_dtype: "torch.set_default_dtype",
+    }.items()
 }
 
 
@@ -528,7 +557,9 @@ def _is_symbolic_shapes_code(fn: Any, code: types.CodeType) -> bool:
     filename = code.co_filename
     if filename.startswith(_SYMBOLIC_DIRS):
         return True
-    return filename == _TORCH_INIT and getattr(fn, "__qualname__", "").startswith(("SymInt.", "SymFloat.", "SymBool."))
+    return filename == _TORCH_INIT and getattr(fn, "__qualname__", "").startswith(
+        ("SymInt.", "SymFloat.", "SymBool.")
+    )
 
 
 _TORCH_INIT = os.path.join(_TORCH_DIR, "__init__.py")
@@ -555,7 +586,10 @@ def _stores(fn: Any) -> bool:
     if fn is setattr:
         return True
     owner = getattr(fn, "__self__", None)
-    return isinstance(owner, (list, dict, set, collections.deque)) and getattr(fn, "__name__", "") in _STORING_METHODS
+    return (
+        isinstance(owner, (list, dict, set, collections.deque))
+        and getattr(fn, "__name__", "") in _STORING_METHODS
+    )
 
 
 def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:
@@ -567,7 +601,9 @@ def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:
 
 
 def _is_torch_builtin(fn: Any) -> bool:
-    return isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith("torch")
+    return isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith(
+        "torch"
+    )
 
 
 def _subclass_in(*trees: Any) -> bool:
@@ -580,7 +616,9 @@ def _real_tensor(value: Any) -> bool:
 
 def _parameter_names(fn: Any, count: int) -> list[str]:
     try:
-        params = list(inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values())
+        params = list(
+            inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values()
+        )
     except (TypeError, ValueError):
         params = []
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

@@ -63,7 +63,9 @@ class Provenance:
         self.counters: frozenset[Path] = frozenset()  # numbers of state bound as dynamic numbers
 
         self.argument_copies: list[tuple[Any, Path]] = []  # containers the program sees for the caller's
-        self.real_values: dict[int, torch.Tensor] = {}  # id(proxy) -> the tensor it stands for (the probe's inputs)
+        self.real_values: dict[
+            int, torch.Tensor
+        ] = {}  # id(proxy) -> the tensor it stands for (the probe's inputs)
         self._paths: dict[int, Path] = {}
         self._keepalive: list[Any] = []
         self._tensors: dict[int, TensorProxy] = {}
@@ -218,7 +220,10 @@ class Provenance:
             if self.on_remember is not None:
                 self.on_remember(value, path)  # the program may still write into it
             return value
-        if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and self.path_of(value.__self__) is not None:
+        if (
+            isinstance(value, (types.MethodType, types.BuiltinMethodType))
+            and self.path_of(value.__self__) is not None
+        ):
             return value  # a bound method is made anew on every read; its function is the class's
         if t in (list, tuple, dict) and len(value) <= _MAX_ELEMENTS:
             self._container(value, path)
@@ -288,7 +293,9 @@ class Provenance:
         self.bind_state(vars(klass)[name], entry, name)
         for earlier in mro[: mro.index(klass)]:  # a subclass that later defines it would win
             if not _is_library_class(earlier):
-                self.guard(Path(Root("bound", earlier.__qualname__, earlier)).attr("__dict__"), "absent", name)
+                self.guard(
+                    Path(Root("bound", earlier.__qualname__, earlier)).attr("__dict__"), "absent", name
+                )
         if not isinstance(obj, type) and type(getattr(obj, "__dict__", None)) is dict:
             self.guard(path.attr("__dict__"), "absent", name)
 
@@ -358,8 +365,14 @@ class Provenance:
                 proxy = self.values.input_proxy(tensor, name, dims)
                 if self.values.shape_env is not None:
                     shadow = proxy.shadow
-                    self.bound_layouts[id(proxy)] = tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset()
-                if type(tensor) is not torch.Tensor:  # nn.Parameter, Tagged(torch.Tensor): jitcore/proxies/typed.py
+                    self.bound_layouts[id(proxy)] = (
+                        tuple(shadow.shape),
+                        tuple(shadow.stride()),
+                        shadow.storage_offset(),
+                    )
+                if (
+                    type(tensor) is not torch.Tensor
+                ):  # nn.Parameter, Tagged(torch.Tensor): jitcore/proxies/typed.py
                     retype(proxy, type(tensor))
                 self.inputs.append((path, proxy, tensor))
             else:
@@ -382,11 +395,15 @@ class Provenance:
             raise EagerOnlySubclass(
                 f"{path.describe()} is a {cls.__qualname__}: a tensor subclass with __torch_dispatch__ whose "
                 "values hold storage of their own (torch.Tensor._make_subclass) and no __tensor_flatten__",
-                hints=("make it a wrapper subclass (torch.Tensor._make_wrapper_subclass), see docs/subclasses.md",),
+                hints=(
+                    "make it a wrapper subclass (torch.Tensor._make_wrapper_subclass), "
+                    "see docs/subclasses.md",
+                ),
             )
         if not is_traceable_subclass(cls):
             raise UnsupportedInputError(
-                f"{path.describe()} is a {cls.__qualname__}, a tensor subclass jitcore cannot trace: it lacks "
+                f"{path.describe()} is a {cls.__qualname__}, a tensor subclass jitcore cannot trace: "
+                "it lacks "
                 "__tensor_flatten__/__tensor_unflatten__ or __torch_dispatch__",
                 hints=(
                     "implement the traceable wrapper-subclass protocol (see docs/subclasses.md)",
@@ -402,7 +419,9 @@ class Provenance:
             inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
         finally:
             self._static_only -= 1
-        shadow = tensor_unflatten(cls, {n: p.shadow for n, p in inner.items()}, ctx, tensor.shape, tensor.stride())
+        shadow = tensor_unflatten(
+            cls, {n: p.shadow for n, p in inner.items()}, ctx, tensor.shape, tensor.stride()
+        )
         if type(shadow) is not cls and issubclass(cls, type(shadow)):
             # an inherited __tensor_unflatten__ that names its own class (TwoTensor's): the
             # dispatcher must see the caller's class, whose __torch_dispatch__ may override
