@@ -112,7 +112,9 @@ class NumpyBridge:
     def _mark(self, value: Any) -> None:
         self._scalars[id(value)] = value  # holds the wrapper, so that its id is not reused
 
-    def _as_numpy_would(self, result: Any, numpy_fn: Callable[..., Any], name: str, args: tuple, kwargs: dict) -> Any:
+    def _as_numpy_would(
+        self, result: Any, numpy_fn: Callable[..., Any], name: str, args: tuple, kwargs: dict
+    ) -> Any:
         """``result`` with the dtype, shape, scalar-ness and container NumPy gives (Notes [NumPy
         scalars], [NumPy dtypes])."""
         arrays = _array_positions(result)
@@ -127,7 +129,9 @@ class NumpyBridge:
             real = eager if position is None or eager is _FAILED else _item(eager, position)
             if isinstance(real, (np.ndarray, np.generic)):
                 wrapper = self._conform(wrapper, real)
-            if wrapper.ndim == 0 and (isinstance(real, np.generic) if eager is not _FAILED else name not in ARRAY_RETURNING):
+            if wrapper.ndim == 0 and (
+                isinstance(real, np.generic) if eager is not _FAILED else name not in ARRAY_RETURNING
+            ):
                 self._mark(wrapper)
             fixed[position] = wrapper
         if isinstance(result, tnp.ndarray):
@@ -177,7 +181,9 @@ class NumpyBridge:
             return self._bind_array(value)
         if isinstance(value, np.generic):
             if np.dtype(type(value)) not in SUPPORTED_DTYPES:
-                raise unsupported(f"a NumPy scalar of type {type(value).__name__}", "torch's NumPy layer has no such dtype")
+                raise unsupported(
+                    f"a NumPy scalar of type {type(value).__name__}", "torch's NumPy layer has no such dtype"
+                )
             wrapped = current_run().call(tnp.asarray, value.item(), dtype=np.dtype(type(value)).name)
             self._mark(wrapped)
             return wrapped
@@ -196,7 +202,10 @@ class NumpyBridge:
 
     def _convert_arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if kwargs.get("dtype") in (object, str, bytes):
-            raise unsupported(f"dtype={kwargs['dtype'].__name__}", "torch's NumPy layer supports bool, integer, float and complex dtypes")
+            raise unsupported(
+                f"dtype={kwargs['dtype'].__name__}",
+                "torch's NumPy layer supports bool, integer, float and complex dtypes",
+            )
         if not _has_numpy_value(args) and not _has_numpy_value(kwargs):
             return args, kwargs
         return _map_tree(self.to_torch_numpy, (args, kwargs))
@@ -232,7 +241,9 @@ class NumpyBridge:
         table[torch.Tensor.numpy] = numpy_of_tensor
         table[torch.from_numpy] = self._from_numpy
         for factory in (torch.as_tensor, torch.tensor):
-            table[factory] = functools.partial(self._tensor_from_array, TORCH_TABLE.lookup(factory) or factory)
+            table[factory] = functools.partial(
+                self._tensor_from_array, TORCH_TABLE.lookup(factory) or factory
+            )
         table[torch.asarray] = functools.partial(self._tensor_from_array, asarray)
         for name in _UFUNC_METHODS:
             table[getattr(np.ufunc, name)] = functools.partial(self._ufunc_method, name)
@@ -253,7 +264,9 @@ class NumpyBridge:
         try:
             result = current_run().call(entry.torch_fn, *converted_args, **converted_kwargs)
         except NotImplementedError as exc:
-            raise unsupported(entry.name, f"torch's NumPy layer does not implement this use ({exc})") from None
+            raise unsupported(
+                entry.name, f"torch's NumPy layer does not implement this use ({exc})"
+            ) from None
         return self._as_numpy_would(result, entry.numpy_fn, entry.short_name, args, kwargs)
 
     def _call_uncovered(self, entry: NumpyCallable, *args: Any, **kwargs: Any) -> Any:
@@ -265,7 +278,9 @@ class NumpyBridge:
                        "or use torch's generator (torch.randn, ...) on tensors"),
             )
         if _has_traced_value((args, kwargs)):
-            raise unsupported(entry.name, "torch's NumPy layer (torch._numpy) does not implement this function")
+            raise unsupported(
+                entry.name, "torch's NumPy layer (torch._numpy) does not implement this function"
+            )
         return native(entry.numpy_fn, args, kwargs)  # constants only: NumPy computes a constant
 
     def _call_method(self, fn: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> Any:
@@ -284,7 +299,9 @@ class NumpyBridge:
             # interpreted directly: through ``run.call`` this lookaside would find itself again
             result = call_function(current_run(), fn, converted_args, converted_kwargs)
         except NotImplementedError as exc:
-            raise unsupported(f"ndarray.{name}", f"torch's NumPy layer does not implement this use ({exc})") from None
+            raise unsupported(
+                f"ndarray.{name}", f"torch's NumPy layer does not implement this use ({exc})"
+            ) from None
         return self._as_numpy_would(result, _method_caller(name), name, args, kwargs)
 
     def _isinstance(self, value: Any, cls: Any) -> bool:
@@ -375,7 +392,9 @@ def _numpy_scalar_types() -> tuple[type, ...]:
 
 def _torch_numpy_dtype(dtype: np.dtype) -> Any:
     if dtype not in SUPPORTED_DTYPES:
-        raise unsupported(f"NumPy dtype {dtype}", "torch's NumPy layer supports bool, integer, float and complex dtypes")
+        raise unsupported(
+            f"NumPy dtype {dtype}", "torch's NumPy layer supports bool, integer, float and complex dtypes"
+        )
     return tnp.dtype(dtype.name)
 
 
