@@ -16,7 +16,7 @@ from types import CodeType, FunctionType, TracebackType
 
 from jitcore.ir import SourceFrame
 
-__all__ = ["entries", "fake_traceback", "link"]
+__all__ = ["entries", "fake_traceback", "link", "svarint", "varint"]
 
 
 def _template() -> CodeType:
@@ -83,17 +83,18 @@ def _linetable(lineno: int, end_lineno: int | None, col: int | None, end_col: in
     """A 3.11 location table giving every instruction the span ``lineno:col-end_lineno:end_col``."""
     head = 0x80 | (_UNITS - 1)
     if col is None or end_col is None or end_lineno is None:
-        return bytes([head | (13 << 3)]) + _svarint(0)  # line only
+        return bytes([head | (13 << 3)]) + svarint(0)  # line only
     return (
         bytes([head | (14 << 3)])
-        + _svarint(0)
-        + _varint(end_lineno - lineno)
-        + _varint(col + 1)
-        + _varint(end_col + 1)
+        + svarint(0)
+        + varint(end_lineno - lineno)
+        + varint(col + 1)
+        + varint(end_col + 1)
     )
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """CPython's location-table varint: 6 bits a byte, the 7th set on all but the last."""
     out = bytearray()
     while value >= 64:
         out.append(64 | (value & 63))
@@ -102,5 +103,6 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _svarint(value: int) -> bytes:
-    return _varint((-value << 1) | 1 if value < 0 else value << 1)
+def svarint(value: int) -> bytes:
+    """A signed location-table varint (the sign in the lowest bit)."""
+    return varint((-value << 1) | 1 if value < 0 else value << 1)

@@ -19,6 +19,8 @@ import os
 from types import CodeType, FunctionType, TracebackType
 from typing import TYPE_CHECKING
 
+from jitcore.diagnostics.tracebacks import svarint, varint
+
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
@@ -122,22 +124,9 @@ def _linetable(first: int, lineno: int | None, end_lineno: int | None, col: int 
         if lineno is None:
             out += bytes([head | (15 << 3)])  # no location: CPython reports f_lineno None
         elif col is None or end_col is None or end_lineno is None:
-            out += bytes([head | (13 << 3)]) + _svarint(delta)  # line only, no columns
+            out += bytes([head | (13 << 3)]) + svarint(delta)  # line only, no columns
         else:
-            out += (bytes([head | (14 << 3)]) + _svarint(delta) + _varint(end_lineno - lineno)
-                    + _varint(col + 1) + _varint(end_col + 1))
+            out += (bytes([head | (14 << 3)]) + svarint(delta) + varint(end_lineno - lineno)
+                    + varint(col + 1) + varint(end_col + 1))
         delta = 0
     return out
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 64:
-        out.append(64 | (value & 63))
-        value >>= 6
-    out.append(value)
-    return bytes(out)
-
-
-def _svarint(value: int) -> bytes:
-    return _varint((-value << 1) | 1 if value < 0 else value << 1)
