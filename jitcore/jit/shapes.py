@@ -33,7 +33,6 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-import optree
 import sympy
 import torch
 
@@ -98,7 +97,7 @@ class ShapePolicy:
             return False
         if self.dynamic is True or (self.dynamic is None and (shape_changed or self._dims)):
             return True
-        return any(isinstance(t, torch.Tensor) and _marked(t) for t in optree.tree_leaves((args, kwargs)))
+        return any(_marked(t) for t in _tensors((args, kwargs)))
 
     def dims_for(self, path: Path, tensor: torch.Tensor) -> frozenset[int]:
         """The dimensions of the input ``tensor`` (found at ``path``) that the pass makes symbolic."""
@@ -361,3 +360,18 @@ def _placeholders(expression: str) -> list[str]:
     import re
 
     return re.findall(r"\{(\d+)\}", expression)
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    """The tensors in a tree of tuples, lists and dicts, each container visited once (an argument may
+    contain itself)."""
+    found: list[torch.Tensor] = []
+    stack, seen = [tree], set()
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (tuple, list, dict)) and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend(value.values() if isinstance(value, dict) else value)
+    return found
