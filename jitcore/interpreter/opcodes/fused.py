@@ -106,7 +106,7 @@ def load_const_return_value(frame: Frame, inst: Instruction) -> bool:
 
 @fuses("LOAD_FAST", "RETURN_VALUE", since=(3, 11))
 def load_fast_return_value(frame: Frame, inst: Instruction) -> bool:
-    """Return a local."""
+    """Return (or, registered for YIELD_VALUE too, yield) a local."""
     a = frame.fast[inst.arg]
     if a is NULL:
         raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
@@ -496,15 +496,9 @@ for _jump, _jump_if in (("POP_JUMP_IF_FALSE", False), ("POP_JUMP_IF_TRUE", True)
 # --- a value computed and yielded: ``yield x``, ``(i * i for i in ...)``
 
 
-@fuses("LOAD_FAST", "YIELD_VALUE", since=(3, 11))
-def load_fast_yield_value(frame: Frame, inst: Instruction) -> bool:
-    """Suspend the frame, yielding a local."""
-    value = frame.fast[inst.arg]
-    if value is NULL:
-        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
-    frame.index += 1
-    frame.result = value
-    return True
+# ``yield x``: the same handler as ``return x`` (the generator code tells the two apart by the opcode at
+# ``frame.index - 1``, which the handler has advanced to).
+fuses("LOAD_FAST", "YIELD_VALUE", since=(3, 11))(load_fast_return_value)
 
 
 def _binary_op_then_yield(operand: str | None) -> Handler:
