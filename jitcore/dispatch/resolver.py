@@ -144,8 +144,12 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         return symbol.meta(*args, **kwargs)
     context = current_context()
     func, context.called_as = context.called_as or symbol.fn, None  # nested calls are their own
-    # autograd.Function.apply is C code that never asks __torch_function__ (its forward's ops do)
-    overridden = _torch_function_overrides(args, kwargs) if "autograd_function" not in symbol.tags else []
+    if "autograd_function" in symbol.tags:
+        # autograd.Function.apply is C code that never asks __torch_function__; its forward is
+        # interpreted on the proxies (the symbol's meta) with __torch_function__ enabled, as eagerly,
+        # so each of its operations is resolved on its own
+        return symbol.meta(*args, **kwargs)
+    overridden = _torch_function_overrides(args, kwargs)
     if overridden:
         result = _run_torch_function(overridden, func, args, kwargs)
         if result is not NotImplemented:
@@ -155,20 +159,16 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         names = ", ".join(cls.__qualname__ for cls in overridden)
         raise TypeError(f"no implementation found for '{getattr(func, '__name__', symbol.name)}' on types "
                         f"that implement __torch_function__: [{names}]")
-    if (
-        not (tree_has(args, SubclassTensorProxy) or tree_has(kwargs, SubclassTensorProxy))
-        or "autograd_function" in symbol.tags
-    ):
-        # a Function's forward is interpreted on the proxies (its meta): eagerly it runs with
-        # __torch_function__ enabled, so its operations are resolved one by one
+    if not (tree_has(args, SubclassTensorProxy) or tree_has(kwargs, SubclassTensorProxy)):
         return symbol.meta(*args, **kwargs)
     return _resolve(symbol, args, kwargs)
 
 
 def _overloaded(value: Any) -> bool:
-    """Whether a value is a subclass proxy or a typed proxy whose class
-    runs a ``__torch_function__`` (jitcore/proxies/typed.py)."""
+    """Whether a value is a subclass proxy or a typed proxy (jitcore/proxies/typed.py): a call on it
+    may run a ``__torch_function__`` or ``__torch_dispatch__``."""
     return isinstance(value, TensorProxy) and type(value) is not TensorProxy
+
 
 def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     state = DispatchState.of_current()
