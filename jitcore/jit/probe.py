@@ -26,6 +26,7 @@ import optree
 import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace
+from jitcore.langctx.thread_state import ThreadState
 from jitcore.langctx.shadows import may_write_inputs
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
@@ -142,20 +143,11 @@ def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
 
 @contextlib.contextmanager
 def _restored_thread_state() -> Iterator[None]:
-    """Grad mode, autocast settings and the RNG as they were (records may change them)."""
-    grad = torch.is_grad_enabled()
+    """Grad mode, autocast settings, the default dtype and the RNG as they were (records may change them)."""
+    state = ThreadState.take()
     rng = _rng_state()
-    autocast = [
-        (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
-        for device in ("cpu", "cuda")
-    ]
-    cache = torch.is_autocast_cache_enabled()
     try:
         yield
     finally:
-        torch.set_grad_enabled(grad)
+        state.restore()
         _set_rng_state(rng)
-        for device, enabled, dtype in autocast:
-            torch.set_autocast_enabled(device, enabled)
-            torch.set_autocast_dtype(device, dtype)
-        torch.set_autocast_cache_enabled(cache)

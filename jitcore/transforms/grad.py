@@ -39,9 +39,10 @@ from jitcore.diagnostics.boundary import replays_backward_errors
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.flatten import UNFLATTEN
 from jitcore.dispatch.resolver import DispatchState
-from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext, tree_has
+from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext, tree_any, tree_has
 from jitcore.langctx import new_context
 from jitcore.langctx.layout import LayoutReliance
+from jitcore.langctx.thread_state import ThreadState
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import tensor_unflatten
@@ -164,7 +165,14 @@ def _reaches_no_graph(trace: Trace) -> bool:
     for leaf in optree.tree_leaves(trace.output, none_is_leaf=True):
         if isinstance(leaf, SubclassTensorProxy) or (isinstance(leaf, TensorProxy) and leaf.requires_grad):
             return False
-    return not any("inplace" in b.symbol.tags or "out" in b.kwargs for b in trace.bound_symbols)
+    return not any(
+        ("inplace" in b.symbol.tags or "out" in b.kwargs) and tree_any((b.args, b.kwargs), _requires_grad)
+        for b in trace.bound_symbols
+    )
+
+
+def _requires_grad(value: Any) -> bool:
+    return isinstance(value, SubclassTensorProxy) or (isinstance(value, TensorProxy) and value.requires_grad)
 
 
 class _Replay:
@@ -254,6 +262,16 @@ class _Replay:
 
     # --- the forward -------------------------------------------------------------------------------
     def run_forward(self) -> None:
+        """Replay pass 1 under the recording mode. Its ``global_state`` records (``no_grad``'s
+        ``_set_grad_enabled``) change the thread's settings as they run; they are as the trace left
+        them afterwards, also when the replay raises."""
+        state = ThreadState.take()
+        try:
+            self._run_forward()
+        finally:
+            state.restore()
+
+    def _run_forward(self) -> None:
         with recording(self.context):
             for bsym in self.source.bound_symbols:
                 if "bookkeeping" in bsym.symbol.tags:
@@ -283,6 +301,11 @@ class _Replay:
             bsym, args=args, kwargs=kwargs, output=_tree_map(output, bsym.output), subsymbols=()))
 
     def _replay(self, bsym: BoundSymbol) -> None:
+        if _is_constant_value(bsym.output) and not ("inplace" in bsym.symbol.tags or "out" in bsym.kwargs):
+            # its output is a constant of the trace (``bool(t)`` of a tensor made from a Python
+            # number: the fake mode knew its value): nothing for autograd, and the replay's copies of
+            # the shadows no longer carry that value
+            return
         args, kwargs = _tree_map(lambda v: _shadow(self.lookup(v)), (bsym.args, bsym.kwargs))
         self.replaying = bsym
         try:
@@ -321,6 +344,11 @@ class _Replay:
                 continue
             self.node_sources[id(node)] = (node, source)
             pending.extend(n for n, _ in node.next_functions)
+
+
+def _is_constant_value(output: Any) -> bool:
+    leaves = optree.tree_leaves(output, none_is_leaf=True)
+    return bool(leaves) and all(type(v) in (bool, int, float, complex) for v in leaves)
 
 
 def _shadow(value: Any) -> Any:

@@ -169,18 +169,20 @@ def test_kv_cache_fed_back_into_the_next_call():
             _assert_close(g.values, e.values)
 
 
-def test_greedy_generate():
-    model = _model(_llama)
+@pytest.mark.parametrize("make", [_llama, _gpt2, _t5], ids=lambda m: m.__name__[1:])
+def test_greedy_generate(make):
+    """``generate`` runs under ``no_grad`` and writes its token buffers in place, with parameters
+    that require grad: no backward is built, and the caller's grad mode is as it was."""
+    model = _model(make)
     generate = jitcore.jit(model.generate)
     for seed in range(2):
         ids = _ids(seed)
-        got = generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, pad_token_id=0
-        )
-        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False,
-                                  pad_token_id=0)
+        options = dict(attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, pad_token_id=0)
+        got = generate(ids, **options)
+        assert torch.is_grad_enabled()
+        expected = model.generate(ids, **options)
         assert torch.equal(got, expected)
-
+    assert not generate.last_backward_traces
 
 
 def test_lstm_traces_once_and_matches_eager() -> None:
