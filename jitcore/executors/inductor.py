@@ -51,14 +51,18 @@ _UNINITIALIZED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empt
 class InductorExecutor:
     """Fuses regions of plain-tensor torch/aten calls with inductor (see the module docstring)."""
 
-    def __init__(self, name: str = "inductor", *, min_region: int = 2) -> None:
+    def __init__(self, name: str = "inductor", *, min_region: int = 2, recompute: bool = True) -> None:
         """Args:
             name: the executor's name (another instance may be registered under another name).
             min_region: fewer consecutive claimed ops stay on torch: fusing one op saves nothing
                 measurable and costs a compile.
+            recompute: the grad transform's saved values are chosen for fusion when this executor
+                fuses the traces: the backward recomputes the cheap ops it fuses instead of saving
+                their outputs (jitcore/transforms/mincut.py).
         """
         self.name = name
         self.min_region = min_region
+        self.recompute = recompute
 
     def claim(self, bsym: BoundSymbol) -> str | None:
         symbol = bsym.symbol

@@ -17,17 +17,19 @@ Invariants:
 - a cache entry's computation computes the same thing before and after it is lowered;
 - lowering never raises to the user: a failure is logged and the entry keeps running on torch;
 - a trace whose inputs require grad is not lowered (it runs under torch's autograd, which a fused
-  inference graph would cut); traces of the grad transform (forward, backward) are lowered each.
+  inference graph would cut); traces of the grad transform (forward, backward) are lowered each,
+  at the same run (``compile_together``), and the forward chooses the backward of its call: what it
+  saved is what that backward takes, even when the pair switches between the forward and backward.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
-from jitcore.executors.interface import Executor, get_executor
+from jitcore.executors.interface import Executor, FusionExecutor, get_executor
 from jitcore.executors.regions import LOG, lower, partition
-from jitcore.ir import Trace, compile_trace
+from jitcore.ir import BoundSymbol, Trace, compile_trace
 from jitcore.proxies import TensorProxy
 
 __all__ = ["Executors", "DEFAULT_FUSE_AFTER", "FUSE_AFTER_ENV", "executors_from_options", "record_lowered"]
@@ -37,6 +39,10 @@ FUSE_AFTER_ENV = "JITCORE_FUSE_AFTER"
 NEVER = -1
 
 OnLowered = Callable[[Trace], None]
+# given ``Executors.fuses``, traces suited to fusion that compute what the given ones compute
+Alternative = Callable[[Callable[[BoundSymbol], bool]], Sequence[Trace] | None]
+T = TypeVar("T")
+Callables = tuple[Callable[..., Any], ...]
 
 
 class Executors:
@@ -73,14 +79,67 @@ class Executors:
         on_torch = compile_trace(trace)
         if not self.lowers:
             return on_torch
+
+        def lower() -> Callable[..., Any] | None:
+            return self.lowered(trace, on_lowered, grad_off=grad_off)
+
         if self.fuse_after == 0:
-            return self.lowered(trace, on_lowered, grad_off=grad_off) or on_torch
-        return self._warming(trace, on_torch, on_lowered, grad_off)
+            return lower() or on_torch
+        select = self._when_hot(on_torch, lower)
+        return lambda *inputs: select()(*inputs)
+
+    def compile_together(self, traces: Sequence[Trace], on_lowered: Sequence[OnLowered | None],
+                         alternative: Alternative | None = None) -> Callable[[], Callables]:
+        """Traces that run together (the grad transform's forward and the backward that takes what
+        it saved): they are lowered at the same run, so a call never mixes two choices.
+
+        Args:
+            traces: the traces, each run with grad mode off.
+            on_lowered: per trace, as for ``compile``.
+            alternative: given which bound symbols the executors fuse, other traces computing the
+                same thing that suit fusion (transforms/mincut.py: fewer saved values, cheap ops
+                recomputed), or None. Used only when every one of them is lowered; otherwise
+                ``traces`` are lowered.
+
+        Returns:
+            ``select()``: the callables of one run (one per trace, in order); each call of it counts
+            a run towards ``fuse_after``. Call it once per run and use what it returned throughout.
+        """
+        on_torch = tuple(compile_trace(t) for t in traces)
+        if not self.lowers:
+            return lambda: on_torch
+
+        def lower() -> tuple[Callable[..., Any], ...] | None:
+            return self._lowered_together(traces, on_lowered, alternative)
+
+        if self.fuse_after == 0:
+            chosen = lower() or on_torch
+            return lambda: chosen
+        return self._when_hot(on_torch, lower)
+
+    def fuses(self, bsym: BoundSymbol) -> bool:
+        """Whether ``bsym`` would be claimed by a fusion executor that asks for recomputation
+        (``recompute`` attribute true): the first executor claiming it is one."""
+        for executor in self.executors:
+            if executor.name == "torch":
+                return False
+            if executor.claim(bsym) is None:
+                return isinstance(executor, FusionExecutor) and bool(getattr(executor, "recompute", False))
+        return False
 
     def lowered(self, trace: Trace, on_lowered: OnLowered | None = None, *,
                 grad_off: bool = False) -> Callable[..., Any] | None:
         """``trace`` lowered by the executors, or None when nothing was lowered (then it runs on
         torch as compiled by ``compile_trace``); ``grad_off`` as for ``compile``."""
+        made = self._lower(trace, grad_off)
+        if made is None:
+            return None
+        if on_lowered is not None:
+            on_lowered(made[1])
+        return made[0]
+
+    def _lower(self, trace: Trace, grad_off: bool) -> tuple[Callable[..., Any], Trace] | None:
+        """The lowered computation and its execution trace, or None (nothing lowered, logged)."""
         grad = [] if grad_off else [a.name for a in trace.args
                                     if isinstance(a, TensorProxy) and a.shadow.requires_grad]
         if grad:
@@ -96,25 +155,49 @@ class Executors:
             LOG.warning("%s not lowered: %s: %s; it runs on torch", trace.name, type(exc).__name__, exc)
             return None
         LOG.info("%s lowered: %s", trace.name, "; ".join(result.lowered))
-        if on_lowered is not None:
-            on_lowered(result.trace)
-        return computation
+        return computation, result.trace
 
-    def _warming(self, trace: Trace, on_torch: Callable[..., Any],
-                 on_lowered: OnLowered | None, grad_off: bool) -> Callable[..., Any]:
-        """Runs ``on_torch`` for the entry's first ``fuse_after`` runs, then lowers the trace."""
+    def _lowered_together(self, traces: Sequence[Trace], on_lowered: Sequence[OnLowered | None],
+                          alternative: Alternative | None) -> tuple[Callable[..., Any], ...] | None:
+        """``compile_together``'s callables once lowered, or None when nothing was lowered."""
+        candidates = [traces]
+        if alternative is not None and any(getattr(e, "recompute", False) for e in self.executors):
+            try:
+                other = alternative(self.fuses)
+            except Exception as exc:  # noqa: BLE001 - Note above: lowering never raises
+                LOG.warning("%s: no alternative for fusion: %s: %s", traces[0].name, type(exc).__name__, exc)
+                other = None
+            if other is not None:
+                candidates.insert(0, other)
+        for chosen in candidates:
+            made = [self._lower(t, grad_off=True) for t in chosen]
+            if chosen is not traces and any(m is None for m in made):
+                LOG.info("%s: the traces chosen for fusion were not all lowered; the others are",
+                         "/".join(t.name for t in traces))
+                continue
+            if all(m is None for m in made):
+                return None
+            for m, callback in zip(made, on_lowered):
+                if m is not None and callback is not None:
+                    callback(m[1])
+            return tuple(m[0] if m is not None else compile_trace(t) for m, t in zip(made, chosen))
+        return None
+
+    def _when_hot(self, on_torch: T, lower: Callable[[], T | None]) -> Callable[[], T]:
+        """``select()``: ``on_torch`` for an entry's first ``fuse_after`` runs (the tracing call is
+        run 0), then what ``lower()`` returned at run ``fuse_after`` (``on_torch`` when None)."""
         current = on_torch
-        left = self.fuse_after + 1  # runs 0 .. fuse_after - 1 on torch (the tracing call is run 0)
+        left = self.fuse_after + 1
 
-        def computation(*inputs: Any) -> Any:
+        def select() -> T:
             nonlocal current, left
             if left:
                 left -= 1
                 if not left:
-                    current = self.lowered(trace, on_lowered, grad_off=grad_off) or on_torch
-            return current(*inputs)
+                    current = lower() or on_torch
+            return current
 
-        return computation
+        return select
 
 
 def executors_from_options(executor: str | None, executors: Sequence[Any] | None,

@@ -21,7 +21,7 @@ import optree
 import torch
 
 from jitcore.errors import JitcoreError
-from jitcore.ir import Proxy, Trace
+from jitcore.ir import Proxy
 from jitcore.proxies.protocol import tensor_flatten
 from jitcore.transforms.grad import RAISE, GradTraces, OutputSpec
 
@@ -40,14 +40,21 @@ class GradComputation:
     def __init__(
         self,
         traces: GradTraces,
-        compile_trace: Callable[[Trace], Callable[..., Any]],
+        select: Callable[[], tuple[Callable[..., Any], ...]],
         n_inputs: int,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
+        """Args:
+            traces: the grad transform's result.
+            select: the compiled (forward, backward) of one call (``Executors.compile_together``);
+                the pair may change between calls (once lowered), never within one.
+            n_inputs: the prologue's inputs (the rest are subclass inputs' outer tensors).
+            on_error: prepares an error the backward raised for the user (user lines).
+        """
         self.traces = traces
-        self.on_error = on_error  # prepares an error the backward trace raised for the user (user lines)
-        self.forward = compile_trace(traces.forward)
-        self.backward = compile_trace(traces.backward)
+        self.on_error = on_error
+        self.select = select
+        self.backward: Callable[..., Any] | None = None  # the latest call's (Note [A backward that raises])
         self.n_inputs = n_inputs
         self.output_tree = traces.output_tree
         unique: list[Proxy] = []
@@ -149,8 +156,10 @@ class JitcoreFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, computation: GradComputation, *inputs: Any) -> Any:  # type: ignore[override]
-        outputs, saved = computation.forward(*inputs[: computation.n_inputs])
-        ctx.computation = computation
+        forward, backward = computation.select()
+        outputs, saved = forward(*inputs[: computation.n_inputs])
+        ctx.computation, ctx.backward = computation, backward  # the backward taking what was saved
+        computation.backward = backward
         ctx.save_for_backward(*saved)
         differentiable = {spec.index for spec in computation.differentiable}
         constant = [
@@ -165,7 +174,7 @@ class JitcoreFunction(torch.autograd.Function):
         computation: GradComputation = ctx.computation
         tangents = computation.tangents(grads)
         try:
-            results = computation.backward(*ctx.saved_tensors, *tangents)
+            results = ctx.backward(*ctx.saved_tensors, *tangents)
         except Exception as exc:
             if computation.on_error is not None:
                 computation.on_error(exc)  # the user line of the forward op whose backward failed

@@ -89,6 +89,8 @@ class GradTraces:
         subclass_inputs: the pass-1 proxies of the subclass inputs, in ``grad_inputs`` numbering.
         layout: which pass-1 inputs' strides and storage offset the forward and backward traces
             rely on (``layout.relies_on(arg)``; jitcore/langctx/layout.py).
+        backward_body: the backward's own ops, without the forward ops saving.py made it recompute
+            (what mincut.py chooses saved values from when the traces are fused).
     """
 
     forward: Trace
@@ -99,6 +101,7 @@ class GradTraces:
     grad_inputs: list[tuple[str, int]]
     subclass_inputs: list[SubclassTensorProxy]
     layout: LayoutReliance | None = None
+    backward_body: tuple[BoundSymbol, ...] = ()
 
 
 def subclass_inputs(trace: Trace) -> list[SubclassTensorProxy]:
@@ -390,12 +393,13 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     backward.bound_symbols[:] = _plain_only(backward.bound_symbols)
     forward_outputs = [_rebuilt(forward, o) for o in tensor_outputs]
     backward_outputs = [_rebuilt(backward, g) if g is not None else None for g in grads]
+    body = tuple(backward.bound_symbols)
     saved = split_saved(forward, backward, tangent_args, backward_outputs)
     forward.output = (tuple(forward_outputs), tuple(saved))
     backward.args = [*saved, *tangent_args]
     backward.output = tuple(backward_outputs)
     return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_inputs(trace),
-                      replay.values.layout)
+                      replay.values.layout, body)
 
 
 def _plain_only(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:

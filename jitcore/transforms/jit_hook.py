@@ -20,7 +20,8 @@ from jitcore.prologue.guards import same_ctx, storage_pattern
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
-from jitcore.transforms.grad import grad_transform, needs_grad, subclass_inputs
+from jitcore.transforms.grad import RAISE, grad_transform, needs_grad, subclass_inputs
+from jitcore.transforms.mincut import saved_for_fusion
 
 __all__ = ["Differentiated", "differentiate"]
 
@@ -50,7 +51,8 @@ def differentiate(program: Any, traces: list[Trace], executor: Any, owner: Any) 
         program: the TracedProgram of the miss (its prologue gets the guards the transform relies on:
             layouts, storage sharing).
         traces: the entry's computation traces so far (not changed).
-        executor: compiles the forward and backward traces.
+        executor: compiles the forward and backward traces (``Executors.compile_together``: lowered
+            at the same run; when fused, with the saved values chosen for fusion, mincut.py).
         owner: the JittedFunction whose errors these are, held weakly, for the error boundary only.
 
     Returns:
@@ -84,12 +86,14 @@ def differentiate(program: Any, traces: list[Trace], executor: Any, owner: Any) 
         if jfn() is not None:
             prepare_error(jfn(), exc)
 
-    lowered_into = {id(grad.forward): forward_traces, id(grad.backward): backward_traces}
+    def for_fusion(fusible: Any) -> tuple[Trace, Trace] | None:
+        return saved_for_fusion(grad.forward, grad.backward, grad.backward_body, fusible)
 
-    def compile_trace(trace: Trace) -> Any:  # each lowered trace is shown beside the one it lowers
-        return executor.compile(trace, record_lowered(lowered_into[id(trace)]), grad_off=True)
-
-    computation = GradComputation(grad, compile_trace, len(prologue.inputs), on_error)
+    # each lowered trace is shown beside the one it lowers
+    select = executor.compile_together(
+        (grad.forward, grad.backward), (record_lowered(forward_traces), record_lowered(backward_traces)),
+        None if any(b.symbol is RAISE for b in grad.backward.bound_symbols) else for_fusion)
+    computation = GradComputation(grad, select, len(prologue.inputs), on_error)
     inputs = [(path, proxy.name) for proxy, path in zip(grad.subclass_inputs, outer)]
     return Differentiated(computation, forward_traces, backward_traces, inputs)
 

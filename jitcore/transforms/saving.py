@@ -14,7 +14,7 @@ Policy (see docs/autograd.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import optree
@@ -23,7 +23,7 @@ import torch
 from jitcore.ir import BoundSymbol, Proxy, Trace
 from jitcore.proxies import TensorProxy
 
-__all__ = ["proxies_in", "split_saved"]
+__all__ = ["backward_reads", "in_forward_order", "is_cheap", "proxies_in", "split_saved"]
 
 
 def proxies_in(tree: Any) -> Iterator[Proxy]:
@@ -33,7 +33,8 @@ def proxies_in(tree: Any) -> Iterator[Proxy]:
             yield leaf
 
 
-def _is_cheap(bsym: BoundSymbol) -> bool:
+def is_cheap(bsym: BoundSymbol) -> bool:
+    """A view or a pointwise aten op, neither random nor in place: worth recomputing rather than saving."""
     tags = bsym.symbol.tags
     if "inplace" in tags or "random" in tags or bsym.symbol.langctx != "aten":
         return False
@@ -57,26 +58,39 @@ def split_saved(
     Returns:
         The forward values the backward takes, in forward order (inputs first).
     """
-    produced = {id(p) for b in backward.bound_symbols for p in proxies_in(b.output)}
+    needed = backward_reads(backward.bound_symbols, tangents, outputs)
+    recomputed = _recompute(forward, needed)
+    if recomputed:
+        backward.bound_symbols[:0] = sorted(recomputed, key=lambda b: forward.bound_symbols.index(b))
+    return in_forward_order(forward, needed.values())
+
+
+def backward_reads(
+    backward: list[BoundSymbol], tangents: list[TensorProxy], outputs: list[Any]
+) -> dict[int, Proxy]:
+    """The forward values the backward's ops read or return (``id -> proxy``, in order of first
+    read): what it takes besides the tangents when nothing is recomputed."""
+    produced = {id(p) for b in backward for p in proxies_in(b.output)}
     excluded = produced | {id(t) for t in tangents}
     needed: dict[int, Proxy] = {}
-    for bsym in backward.bound_symbols:
+    for bsym in backward:
         for p in proxies_in((bsym.args, bsym.kwargs)):
             if id(p) not in excluded:
                 needed.setdefault(id(p), p)
     for p in proxies_in(outputs):
         if id(p) not in excluded:
             needed.setdefault(id(p), p)
+    return needed
 
-    recomputed = _recompute(forward, needed)
+
+def in_forward_order(forward: Trace, values: Iterable[Proxy]) -> list[Any]:
+    """``values`` sorted as the forward makes them: its inputs first, then by producing op."""
     order = {id(a): i for i, a in enumerate(forward.args)}
     base = len(order)
     for i, bsym in enumerate(forward.bound_symbols):
         for p in proxies_in(bsym.output):
             order.setdefault(id(p), base + i)
-    if recomputed:
-        backward.bound_symbols[:0] = sorted(recomputed, key=lambda b: forward.bound_symbols.index(b))
-    return sorted(needed.values(), key=lambda p: order.get(id(p), -1))
+    return sorted(values, key=lambda p: order.get(id(p), -1))
 
 
 def _recompute(forward: Trace, needed: dict[int, Proxy]) -> list[BoundSymbol]:
@@ -93,7 +107,7 @@ def _recompute(forward: Trace, needed: dict[int, Proxy]) -> list[BoundSymbol]:
         changed = False
         for pid in list(needed):
             bsym = producer.get(pid)
-            if bsym is None or bsym in chosen or not _is_cheap(bsym):
+            if bsym is None or bsym in chosen or not is_cheap(bsym):
                 continue
             reads = list(proxies_in((bsym.args, bsym.kwargs)))
             if not all(id(r) in needed or id(r) in inputs for r in reads):

@@ -244,7 +244,8 @@ def test_error_raised_by_the_backward_trace_maps_to_the_forward_user_line():
     backward.bound_symbols[index] = dataclasses.replace(
         planted, args=("not a tensor",) + tuple(planted.args[1:])
     )
-    computation.backward = compile_trace(backward)
+    forward, planted_backward = computation.select()[0], compile_trace(backward)
+    computation.select = lambda: (forward, planted_backward)  # each call's (forward, backward)
     out = jfn(x, torch.tensor([1, 2])).sum()
     exc = raise_from(out.backward)
     assert type(exc) in (TypeError, RuntimeError)
