@@ -5,8 +5,10 @@ computation's inputs through the entry's prologue paths, and then interprets the
 each bound symbol runs as ``bsym.symbol.fn(*args, **kwargs)`` with proxies replaced by values
 from ``values`` (keyed by proxy name), and its outputs are bound by the same structure.
 Stepping *into* a bound symbol with subsymbols (a decomposition, a tensor subclass's resolved
-aten ops) runs those one at a time instead; if they do not produce all of the parent's outputs,
-the parent runs as a whole when they are done.
+aten ops, the ops of a region an executor fused) runs those one at a time instead; if they do not
+produce all of the parent's outputs, the parent runs as a whole when they are done. With
+``executed=True`` the trace is the one that runs (fused regions as calls): ``next`` runs a region's
+compiled code, ``step`` its ops one by one on torch, ``diff_region`` compares the two.
 
 Breakpoints (jitcore/debug/breakpoints.py) that can never be hit are refused with the reason;
 an op breakpoint also stops before a torch-level op that runs that aten op. Expressions see the
@@ -67,6 +69,9 @@ class Debugger:
         args, kwargs: the call.
         trace: a trace to run instead of the entry's (e.g. a modified copy).
         inputs: the trace's input values, in ``trace.args`` order (default: read by the prologue).
+        executed: step the entry's last trace, the one that runs (for a lowered entry: fused regions
+            as calls, whose subsymbols ``step`` runs one by one on torch; docs/executors.md),
+            instead of the torch-level trace.
     """
 
     def __init__(
@@ -77,14 +82,17 @@ class Debugger:
         *,
         trace: Trace | None = None,
         inputs: Iterable[Any] | None = None,
+        executed: bool = False,
     ) -> None:
         kwargs = kwargs or {}
         self.jfn, self.args, self.kwargs = jfn, tuple(args), kwargs
         self.entry = None
+        self.executed = executed
         marked = [trace] if trace is not None else []
         if inputs is None or trace is None:
             self.entry = find_entry(jfn, self.args, kwargs)
-            trace = trace if trace is not None else _torch_level_trace(self.entry)
+            if trace is None:
+                trace = self.entry.traces[-1] if executed else _torch_level_trace(self.entry)
             marked = list(self.entry.traces)
             if inputs is None:
                 inputs = [path.get(self.args, kwargs) for path in self.entry.prologue.inputs]
@@ -273,7 +281,7 @@ class Debugger:
     def restarted(self) -> Debugger:
         """A new debugger for the same call, from the first op, with this one's breakpoints."""
         fresh = (
-            Debugger(self.jfn, self.args, self.kwargs)
+            Debugger(self.jfn, self.args, self.kwargs, executed=self.executed)
             if self.entry is not None
             else Debugger(trace=self.trace, inputs=[self._initial.get(_name(a)) for a in self.trace.args])
         )
@@ -285,6 +293,19 @@ class Debugger:
         from jitcore.debug.diff import first_divergence
 
         return first_divergence(self)
+
+    def diff_region(self) -> Any:
+        """Compare the current op, a fused region (or another call an executor made), with its
+        subsymbols run one by one on torch, on the values computed so far (``RegionDiff``).
+
+        Raises:
+            ValueError: the current op is not such a call.
+        """
+        from jitcore.debug.diff import region_divergence
+
+        if self.current is None:
+            raise ValueError("the trace has finished")
+        return region_divergence(self.current, self.values)
 
     # --- internals ---------------------------------------------------------------------------------
     def _hits(self, bsym: BoundSymbol, top: bool = True) -> bool:

@@ -10,6 +10,11 @@ the divergence; when there is none at all, the op has no eager counterpart (the 
 matches the program: code changed since it was traced) and is reported as such.
 Invariants: ops without tensor outputs, and ops that return one of their inputs unchanged
 (``x.to(x.dtype)``), are skipped; ``breakpoint()`` in the program does not stop the eager run.
+
+Through an execution trace (fused regions as calls, docs/executors.md): each output of a lowered
+call is matched at the user line of the subsymbol that makes it; ``region_divergence`` compares a
+lowered call's outputs with its subsymbols run one by one on the torch executor (the same ops
+eager runs), on the same inputs.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.diagnostics import JITCORE_DIR
-from jitcore.ir import BoundSymbol, Proxy
+from jitcore.executors import is_lowered
+from jitcore.ir import BoundSymbol, Proxy, Trace, proxies_in
 
-__all__ = ["Divergence", "first_divergence", "record_eager"]
+__all__ = ["Divergence", "OutputDiff", "RegionDiff", "first_divergence", "record_eager", "region_divergence"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +170,12 @@ def _first(fresh: Any, bound_symbols: list[BoundSymbol], records: list[Record]) 
     position = 0
     for index, bsym in enumerate(bound_symbols):
         fresh.next()
-        line = (bsym.source[-1].filename, bsym.source[-1].lineno) if bsym.source else None
         operands = optree.tree_leaves(fresh._resolve((bsym.args, bsym.kwargs)))
         inputs = [v for v in operands if isinstance(v, torch.Tensor)]
+        makers = _makers(bsym)
         for proxy in _output_proxies(bsym.output):
+            maker = makers.get(id(proxy), bsym)
+            line = (maker.source[-1].filename, maker.source[-1].lineno) if maker.source else None
             value = fresh.values.get(proxy.name)
             if not isinstance(value, torch.Tensor) or any(value is v for v in inputs):
                 continue  # no tensor, or an input returned as it was: eager dispatches nothing
@@ -191,10 +199,106 @@ def _first(fresh: Any, bound_symbols: list[BoundSymbol], records: list[Record]) 
     return None
 
 
+def _makers(bsym: BoundSymbol) -> dict[int, BoundSymbol]:
+    """For a lowered call: ``id(output) -> the subsymbol that makes it`` (its user line is the
+    output's); empty for other ops (their own line is every output's)."""
+    if not is_lowered(bsym):
+        return {}
+    return {id(p): sub for sub in bsym.subsymbols for p in _output_proxies(sub.output)}
+
+
 def _close(eager: torch.Tensor, jit: torch.Tensor) -> bool:
     if eager.is_floating_point() or eager.is_complex():
         return torch.allclose(eager, jit, rtol=1e-4, atol=1e-5, equal_nan=True)
     return torch.equal(eager, jit)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputDiff:
+    """One output of a lowered call: its value from the lowered code and from its subsymbols."""
+
+    name: str
+    maker: BoundSymbol  # the subsymbol that makes it
+    max_abs_diff: float
+    close: bool
+    lowered_value: Any
+    torch_value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RegionDiff:
+    """A lowered call's outputs compared with its subsymbols run one by one on torch."""
+
+    bound_symbol: BoundSymbol
+    outputs: tuple[OutputDiff, ...]
+
+    @property
+    def diverges(self) -> bool:
+        return not all(o.close for o in self.outputs)
+
+    def __str__(self) -> str:
+        name = self.bound_symbol.symbol.name
+        ops = len(self.bound_symbol.subsymbols)
+        worst = max((o.max_abs_diff for o in self.outputs), default=0.0)
+        if not self.diverges:
+            return (f"{name} ({ops} ops): its {len(self.outputs)} outputs match its ops run one by one on "
+                    f"torch (max |{name} - torch| = {worst:.4g})")
+        lines = [f"{name} ({ops} ops) differs from its ops run one by one on torch:"]
+        for o in self.outputs:
+            if o.close:
+                continue
+            where = ""
+            if o.maker.source:
+                frame = o.maker.source[-1]
+                where = f", made at {frame.filename}:{frame.lineno} in {frame.function}"
+            lines.append(f"  {o.name} = {o.maker.symbol.id}(...){where}: max |{name} - torch| = "
+                         f"{o.max_abs_diff:.4g}")
+        return "\n".join(lines)
+
+
+def region_divergence(bsym: BoundSymbol, values: dict[str, Any]) -> RegionDiff:
+    """Run the lowered call ``bsym`` and, on the same inputs, its subsymbols one by one on torch
+    (a fresh Debugger over them), and compare each output (the tolerances of ``diff``).
+
+    Args:
+        bsym: a lowered call of an execution trace (``jitcore.executors.is_lowered``).
+        values: the values of the trace so far by proxy name (``Debugger.values``): its inputs.
+
+    Raises:
+        ValueError: ``bsym`` is not a lowered call.
+    """
+    from jitcore.debug.debugger import Debugger
+
+    if not is_lowered(bsym) or not bsym.subsymbols:
+        raise ValueError(f"{bsym.symbol.id} is not a call an executor made (a fused region)")
+    inputs = list({id(p): p for p in proxies_in((bsym.args, bsym.kwargs))}.values())
+    region = Trace(bsym.symbol.name, list(inputs), list(bsym.subsymbols), bsym.output)
+    reference = Debugger(trace=region, inputs=[values[p.name] for p in inputs])
+    rng = _rng_state()
+    try:
+        lowered = Debugger(trace=Trace(bsym.symbol.name, list(inputs), [bsym], bsym.output),
+                           inputs=[values[p.name] for p in inputs]).run_to_end()
+        _set_rng_state(rng)
+        on_torch = reference.run_to_end()
+    finally:
+        _set_rng_state(rng)
+    makers = _makers(bsym)
+    outputs = []
+    for proxy, got, want in zip(_output_proxies(bsym.output), _leaves(lowered), _leaves(on_torch)):
+        if isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor):
+            close = got.shape == want.shape and got.dtype == want.dtype and _close(want, got.detach())
+            diff = (got.detach().double() - want.detach().double()).abs().max().item() \
+                if got.shape == want.shape and got.numel() else 0.0
+        else:
+            close, diff = got == want, 0.0
+        outputs.append(OutputDiff(proxy.name, makers.get(id(proxy), bsym), diff, bool(close), got, want))
+    return RegionDiff(bsym, tuple(outputs))
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
 
 
 def _name(param: Any) -> str:

@@ -2,7 +2,8 @@
 
 Commands: ``n``/``next``, ``s``/``step``, ``c``/``continue``, ``b``/``break`` [FILE:LINE | op],
 ``p``/``print`` EXPR, ``pp`` EXPR, ``!``STATEMENT, a bare expression, ``l``/``list``,
-``w``/``where``/``bt``, ``u``/``up``, ``d``/``down``, ``restart``, ``diff``, ``q``/``quit``,
+``w``/``where``/``bt``, ``u``/``up``, ``d``/``down``, ``restart``, ``diff`` [all],
+``trace`` run|torch, ``q``/``quit``,
 ``help``. An empty line repeats the last command, as in pdb. Reading from the terminal goes
 through ``input()`` with readline loaded (line editing, the Up arrow recalls history); tests feed
 commands through ``stdin`` (an ``io.StringIO``, or the process's standard input).
@@ -19,6 +20,7 @@ import sys
 from typing import IO, Any
 
 from jitcore.debug.debugger import Debugger
+from jitcore.executors import is_lowered
 from jitcore.ir import BoundSymbol, print_trace
 
 __all__ = ["DebuggerShell"]
@@ -236,9 +238,34 @@ class DebuggerShell(cmd.Cmd):
         return False
 
     def do_diff(self, arg: str) -> bool:
-        """diff: run the function eagerly and report the first op whose value differs."""
+        """diff: run the function eagerly and report the first op whose value differs. At a fused
+        region (a call an executor made), compare its outputs with its ops run one by one on torch
+        instead; 'diff all' always compares the whole call with eager."""
+        current = self.debugger.current
+        if arg.strip() != "all" and current is not None and is_lowered(current):
+            self.say(str(self.debugger.diff_region()))
+            return False
         found = self.debugger.diff()
         self.say("no divergence: every op matches eager" if found is None else str(found))
+        return False
+
+    def do_trace(self, arg: str) -> bool:
+        """trace run | trace torch: restart on the trace that runs (fused regions as calls, 's'
+        steps into one), or on the torch-level trace (the default), keeping the breakpoints."""
+        choice = arg.strip()
+        if choice not in ("run", "torch"):
+            self.say("*** trace run | trace torch")
+            return False
+        old = self.debugger
+        if old.entry is None:
+            self.say("*** this debugger runs a given trace")
+            return False
+        self.debugger = Debugger(old.jfn, old.args, old.kwargs, executed=choice == "run")
+        self.debugger.breakpoints += [p for p in old.breakpoints if p.index is None]
+        self.frame_offset = 0
+        self.say(f"restarted on the {'trace that runs' if choice == 'run' else 'torch-level trace'}: "
+                 f"{len(self.debugger.trace.bound_symbols)} ops")
+        self.show_current()
         return False
 
     def do_quit(self, arg: str) -> bool:

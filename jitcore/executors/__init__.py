@@ -28,6 +28,7 @@ from jitcore.executors.plan import (
     executors_from_options,
     record_lowered,
 )
+from jitcore.executors.regions import is_lowered
 from jitcore.ir import BoundSymbol, Trace, compile_trace
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "Region",
     "TorchExecutor",
     "executors_from_options",
+    "is_lowered",
     "record_lowered",
     "get_executor",
     "register_executor",

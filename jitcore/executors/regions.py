@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 from jitcore.executors.interface import Executor, FusionExecutor, Region
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, proxies_in
 
-__all__ = ["Assignment", "partition", "lower", "region_of", "ExecutionTrace", "LOG"]
+__all__ = ["Assignment", "partition", "lower", "region_of", "ExecutionTrace", "LOG", "is_lowered"]
 
 LOG = logging.getLogger("jitcore.executors")
 
@@ -162,6 +162,12 @@ def _implemented(trace: Trace, executor: Any, bsym: BoundSymbol, result: Executi
 def _span(bound_symbols: tuple[BoundSymbol, ...]) -> str:
     names = [b.symbol.id for b in bound_symbols]
     return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])}, ... {names[-1]}"
+
+
+def is_lowered(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` is a call an executor made (a fused region, an implemented op): its
+    subsymbols are the calls it replaces, which the torch executor runs one by one."""
+    return bsym.symbol.meta is _not_traceable
 
 
 def _not_traceable(*args: Any, **kwargs: Any) -> Any:
