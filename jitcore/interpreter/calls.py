@@ -42,6 +42,7 @@ _SIMPLE_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
 NATIVE_CALLABLES = frozenset({BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType,
                               MethodWrapperType, type(dict.fromkeys), type(int.__dict__["from_bytes"])})
 _partial = functools.partial
+_new_frame = object.__new__
 
 
 def canonical(fn: object) -> object:
@@ -165,8 +166,23 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
         info = decode(code)
     frames = run.frames
     if not kwargs and info.simple_argcount == len(args):  # the common case: positional, no defaults used
-        frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, [*args, *info.unbound_after_args],
-                      frames[-1] if frames else None)
+        # Frame(...) written out: a class call with __init__ costs more than the stores themselves (Note
+        # [Frames of plain calls] in frame.py; test_frames_of_plain_calls checks that both set the same slots)
+        frame = _new_frame(Frame)
+        frame.run = run
+        frame.code = code
+        frame.info = info
+        frame.fast = [*args, *info.unbound_after_args]
+        frame.stack = []
+        frame.index = 0
+        frame.globals = fn.__globals__
+        frame.builtins = fn.__builtins__
+        frame.locals = None
+        frame.function = fn
+        frame.kw_names = ()
+        frame.exc_value = None
+        frame.back = frames[-1] if frames else None
+        frame.tb_entry = 0
         run.execute(frame)
         return frame.result
     frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, [NULL] * info.nlocalsplus, None)

@@ -58,6 +58,7 @@ class _Suspend:
 
 
 _RETURNED = object()
+_exception = sys.exception
 _CLEANUP_THROW = sys.version_info >= (3, 12)  # the frame's CLEANUP_THROW ends a delegation cut short by throw
 _YIELD_VALUE = dis.opmap["YIELD_VALUE"]
 
@@ -160,18 +161,42 @@ def _finish_delegation(frame: Frame) -> None:
 
 
 def _generator(frame: Frame):
-    sent, thrown, first = None, None, True
-    while True:
-        value = _resume(frame, sent, thrown, first)
-        first = False
-        if value is _RETURNED:
-            return frame.result
+    value = _resume(frame, None, None, True)
+    run = frame.run
+    stack = frame.stack
+    instructions = frame.info.instructions
+    while value is not _RETURNED:
         box = [value]
         del value  # hold no reference to the yielded value while suspended (CPython does not)
         try:
-            sent, thrown = (yield box.pop()), None
+            sent = yield box.pop()
         except BaseException as e:  # noqa: BLE001 - thrown into the generator: deliver to the frame
-            sent, thrown = None, e
+            value = _resume(frame, None, e, False)
+            continue
+        # _resume(frame, sent, None, False) inlined: a value sent, nothing thrown (every ``for``/``next``)
+        runs = ACTIVE.stack
+        if runs:
+            frames = runs[-1].frames
+            frame.back = frames[-1] if frames else None
+        runs.append(run)
+        saved_native = run.native_exc
+        run.native_exc = _exception()
+        stack.append(sent)
+        try:
+            run.execute(frame)
+        except BaseException as e:
+            if not isinstance(e, JitcoreInterpreterError):
+                e.__traceback__ = strip_internal(e.__traceback__)
+            raise
+        finally:
+            run.native_exc = saved_native
+            runs.pop()
+            frame.back = None
+        if instructions[frame.index - 1].opcode == _YIELD_VALUE:
+            value, frame.result = frame.result, None
+        else:
+            value = _RETURNED
+    return frame.result
 
 
 def _iterable_coroutine_driver(frame: Frame):

@@ -135,6 +135,32 @@ def test_current_run_and_frames_in_lookaside():
     assert current_run() is None
 
 
+def test_frames_of_plain_calls():
+    """A plain call's frame (built slot by slot in calls.call_function, Note [Frames of plain calls]) has
+    the slots Frame(...) sets, with the same values."""
+    seen = []
+
+    def probe():
+        seen.append(current_run().frames[-1])
+
+    def callee(a, b):
+        probe()
+        return a + b
+
+    def caller(a):
+        return callee(a, 2)
+
+    assert interpret(caller, Hooks(lookasides={probe: probe}))(1) == 3
+    (frame,) = seen
+    assert frame.code is callee.__code__ and frame.back.code is caller.__code__
+    made = Frame(frame.run, frame.code, frame.info, frame.globals, frame.builtins, frame.function,
+                 list(frame.fast), frame.back)
+    for name in set(Frame.__slots__) - {"stack", "index", "result"}:  # these three changed as it ran
+        assert hasattr(frame, name) == hasattr(made, name), name
+        if hasattr(made, name):
+            assert getattr(frame, name) == getattr(made, name), name
+
+
 def test_runs_nest():
     def inner_lookaside(x):
         return interpret(lambda: current_run().frames[-1].code.co_name)()

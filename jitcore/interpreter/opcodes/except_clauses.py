@@ -6,9 +6,10 @@ CHECK_EXC_MATCH; POP_JUMP_(FORWARD_)IF_FALSE`` and then ``POP_TOP`` or ``STORE_F
 dispatch here instead of four to six, which is most of what a caught exception costs besides the raise.
 
 Invariants (as for every fused handler):
-- it behaves exactly as its instructions in sequence; ``frame.index`` is advanced past each instruction
-  before that instruction executes, so a NameError for ``E`` or the TypeError for a class that is not an
-  exception is located (and chained to the exception being handled) at its own instruction;
+- it behaves exactly as its instructions in sequence; ``frame.index`` is set past LOAD_GLOBAL or
+  CHECK_EXC_MATCH before either raises, so a NameError for ``E`` or the TypeError for a class that is not
+  an exception is located (and chained to the exception being handled) at its own instruction, and the
+  handler ends with it past the run or at the next clause;
 - the bodies repeat those of PUSH_EXC_INFO, LOAD_GLOBAL, CHECK_EXC_MATCH and POP_EXCEPT on purpose (one
   Python call instead of several); tests/interpreter/test_interp_fused.py checks them against CPython.
 - ``LOAD_GLOBAL`` before ``CHECK_EXC_MATCH`` never has its "push NULL" bit (the compiler sets it only for a
@@ -54,24 +55,33 @@ def _except_head(push: bool, tail: str | None) -> Handler:
             stack.append(exc)
             frame.exc_value = exc
             load = inst.next
-            frame.index += 1
         else:
             load = inst
         name = load.argval
         match_type = frame.globals.get(name, _MISSING)
         if match_type is _MISSING:
-            match_type = global_value(frame, name)  # a builtin, or NameError at this instruction
-        frame.index += 1
-        check_catchable(match_type)
-        jump = load.next.next
-        frame.index += 1
-        if not exception_matches(exc, match_type):
+            match_type = frame.builtins.get(name, _MISSING)  # ``except ValueError``: a builtin
+            if match_type is _MISSING:
+                frame.index = load.after
+                match_type = global_value(frame, name)  # NameError at this instruction
+        check = load.next
+        jump = check.next
+        if type(match_type) is type and BaseException in match_type.__mro__:  # one class: check_catchable's
+            matches = match_type in type(exc).__mro__  # case, and exception_matches inlined
+        else:
+            frame.index = check.after
+            check_catchable(match_type)  # TypeError at CHECK_EXC_MATCH
+            matches = exception_matches(exc, match_type)
+        if not matches:
             frame.index = jump.argval
         elif tail is not None:
-            frame.index += 1
+            last = jump.next
+            frame.index = last.after
             value = stack.pop()
             if store:
-                frame.fast[jump.next.arg] = value
+                frame.fast[last.arg] = value
+        else:
+            frame.index = jump.after
 
     parts = ["PUSH_EXC_INFO"] * push + ["LOAD_GLOBAL", "CHECK_EXC_MATCH", _JUMP_IF_FALSE]
     parts += [tail] * bool(tail)

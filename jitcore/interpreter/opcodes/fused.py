@@ -51,7 +51,7 @@ def load_fast_load_fast(frame: Frame, inst: Instruction) -> None:
     if a is NULL:
         raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     second = inst.next
-    frame.index += 1
+    frame.index = second.after
     b = fast[second.arg]
     if b is NULL:
         raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))
@@ -79,7 +79,7 @@ def store_fast_load_fast(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     fast[inst.arg] = stack.pop()
     second = inst.next
-    frame.index += 1
+    frame.index = second.after
     b = fast[second.arg]
     if b is NULL:
         raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))
@@ -314,7 +314,7 @@ def load_global_load_fast_313(frame: Frame, inst: Instruction) -> None:
     if value is _MISSING:
         value = global_value(frame, inst.argval)  # a builtin, or NameError at this instruction
     second = inst.next
-    frame.index += 1
+    frame.index = second.after
     b = frame.fast[second.arg]
     if b is NULL:
         raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))
@@ -334,7 +334,7 @@ def load_global_load_fast(frame: Frame, inst: Instruction) -> None:
     if value is _MISSING:
         value = global_value(frame, inst.argval)  # a builtin, or NameError at this instruction
     second = inst.next
-    frame.index += 1
+    frame.index = second.after
     b = frame.fast[second.arg]
     if b is NULL:
         raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))

@@ -10,9 +10,10 @@ instruction that dominates loops of pure-Python code costs one trip through the 
 two or three.
 
 Invariants (as for every fused handler):
-- it behaves exactly as its instructions in sequence; ``frame.index`` is advanced past each
-  instruction before that instruction executes, so an unbound local, an operator's exception or a
-  failing ``__bool__`` is located at its own instruction (and line);
+- it behaves exactly as its instructions in sequence; before an instruction of the run that can raise
+  executes, ``frame.index`` is set past it (its ``after``), so an unbound local, an operator's exception
+  or a failing ``__bool__`` is located at its own instruction (and line); loads and stores that cannot
+  raise leave ``frame.index`` alone, and the handler ends with it past the run (or at the jump's target);
 - the operator and truth fast paths repeat those of operators.py and fused.py on purpose (see
   fused.py); tests/interpreter/test_interp_fused.py checks them against CPython.
 """
@@ -63,14 +64,14 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
                 raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
         else:
             lhs = inst.argval
-        frame.index += 1
         if rhs_local:
             rhs = frame.fast[nxt.arg]
             if rhs is NULL:
+                frame.index = nxt.after
                 raise UnboundLocalError(UNBOUND_LOCAL.format(nxt.argval))
         else:
             rhs = nxt.argval
-        frame.index += 1
+        frame.index = op.after
         if compare:
             if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
                 v = NATIVE_COMPARE[op.argval](lhs, rhs)
@@ -81,12 +82,15 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
         else:
             v = binary_op(frame.run, op.arg, lhs, rhs)
         if store:
-            frame.index += 1
-            frame.fast[op.next.arg] = v
+            last = op.next
+            frame.index = last.after
+            frame.fast[last.arg] = v
         elif jump:
-            frame.index += 1
-            if (v if v is True or v is False else truth(frame.run, v)) is jump_if:
-                frame.index = op.next.argval
+            last = op.next
+            if v is not True and v is not False:
+                frame.index = last.after
+                v = truth(frame.run, v)
+            frame.index = last.argval if v is jump_if else last.after
         else:
             frame.stack.append(v)
 
@@ -143,14 +147,14 @@ def _superinstruction_313(loads: tuple[str, ...], operation: str, tail: tuple[st
                     raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
             else:
                 lhs = inst.argval
-            frame.index += 1
             if rhs_local:
                 rhs = frame.fast[nxt.arg]
                 if rhs is NULL:
+                    frame.index = nxt.after
                     raise UnboundLocalError(UNBOUND_LOCAL.format(nxt.argval))
             else:
                 rhs = nxt.argval
-        frame.index += 1
+        frame.index = op.after
         if compare:
             if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
                 v = NATIVE_COMPARE[op.argval](lhs, rhs)
@@ -163,18 +167,20 @@ def _superinstruction_313(loads: tuple[str, ...], operation: str, tail: tuple[st
         else:
             v = binary_op(frame.run, op.arg, lhs, rhs)
         if store:
-            frame.index += 1
-            frame.fast[op.next.arg] = v
+            last = op.next
+            frame.index = last.after
+            frame.fast[last.arg] = v
         elif jump:
             last = op.next
             if to_bool:
-                frame.index += 1
                 if v is not True and v is not False:
+                    frame.index = last.after  # a failing __bool__ is located at TO_BOOL
                     v = truth(frame.run, v)
                 last = last.next
-            frame.index += 1
-            if (v if v is True or v is False else truth(frame.run, v)) is jump_if:
-                frame.index = last.argval
+            if v is not True and v is not False:
+                frame.index = last.after
+                v = truth(frame.run, v)
+            frame.index = last.argval if v is jump_if else last.after
         else:
             frame.stack.append(v)
 
