@@ -5,13 +5,16 @@ Rows:
 - a 20-op elementwise chain on a 4-element tensor, cached call (goal: jitcore+inductor <= 0.3x
   eager and <= 1.2x torch.compile's);
 - a TwoTensor chain of 50 elementwise ops and a matmul on 8x8 inner tensors (goal <= 0.015x eager);
-- one training step (forward, backward, SGD update) of a small MLP (64 -> 256 -> 256 -> 10);
+- one training step (forward, backward, SGD update) of a small MLP (64 -> 256 -> 256 -> 10), and of
+  a pointwise-heavy model (a linear layer and 40 pointwise ops), each with the bytes the step saves
+  for its backward; ``jitcore (inductor, no recompute)`` saves what the torch executor saves (the
+  saved values are not chosen for fusion: jitcore/transforms/mincut.py);
 - the first call of the 20-op chain in a fresh process, with an empty and with a warm inductor disk
   cache (``TORCHINDUCTOR_CACHE_DIR`` pointed at a new directory, then reused).
 ``jitcore (torch)`` is ``executor="torch"`` (the trace as generated Python), ``jitcore (inductor)``
 is ``executors=("inductor", "torch")``. Per-call times are the best of interleaved rounds, one thread.
 
-Run: python benchmarks/bench_executors.py [--quick]
+Run: python benchmarks/bench_executors.py [--quick] [--no-first-call]
 """
 
 from __future__ import annotations
@@ -85,10 +88,37 @@ class MLP(torch.nn.Module):
         return torch.nn.functional.cross_entropy(self.net(x), y)
 
 
-def training_steps(quick: bool) -> None:
+class Pointwise(torch.nn.Module):
+    """A linear layer followed by 40 pointwise ops (arithmetic and one sigmoid per round, as SiLU):
+    the backward reads many activations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(256, 256)
+
+    def forward(self, x, y):
+        h = self.linear(x)
+        for _ in range(4):
+            h = torch.where(h > 0, h * 1.5, h * 0.1) + (h - 0.5).clamp(-2, 2) * 0.5
+            h = h * torch.sigmoid(h) - h.abs() * 0.25
+        return ((h - y) ** 2).mean()
+
+
+def saved_bytes(step) -> int:
+    """Bytes of the tensors one training step hands to autograd to keep for its backward."""
+    packed: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        step()
+    return sum(t.numel() * t.element_size() for t in packed)
+
+
+def training_steps(quick: bool, title: str, make, x, y) -> None:
+    """One training step (forward, backward, SGD) per variant, with the bytes saved for backward."""
+    from jitcore.executors import InductorExecutor
+
+    saving_all = InductorExecutor("inductor_saving_all", recompute=False)
     torch.manual_seed(0)
-    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
-    base = MLP()
+    base = make()
     steps = []
     names = []
     with warnings.catch_warnings():
@@ -97,8 +127,10 @@ def training_steps(quick: bool) -> None:
                                                     lambda m: torch.compile(m, backend="eager")),
                            ("torch.compile (inductor)", torch.compile),
                            ("jitcore (torch)", lambda m: jitcore.jit(m, executor="torch")),
-                           ("jitcore (inductor)", lambda m: jitcore.jit(m, executors=("inductor", "torch")))]:
-            model = MLP()
+                           ("jitcore (inductor)", lambda m: jitcore.jit(m, executors=("inductor", "torch"))),
+                           ("jitcore (inductor, no recompute)",
+                            lambda m: jitcore.jit(m, executors=(saving_all, "torch")))]:
+            model = make()
             model.load_state_dict(base.state_dict())
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
             fn = wrap(model)
@@ -111,7 +143,9 @@ def training_steps(quick: bool) -> None:
             steps.append(step)
             names.append(name)
     times = per_call_us(steps, lambda s: s(), number=20 if quick else 100, repeat=5)
-    table("training step of an MLP 64-256-256-10, batch 32 (forward, backward, SGD)", names, times)
+    table(title, names, times)
+    print("  saved for backward per step (bytes): " + ", ".join(
+        f"{name} {saved_bytes(step)}" for name, step in zip(names, steps) if "torch.compile" not in name))
 
 
 FIRST_CALL = """
@@ -159,8 +193,12 @@ def main() -> None:
     times = per_call_us([f for _, f in named], lambda f: f(t, w), number=200 if quick else 1000, repeat=5)
     table("TwoTensor chain, 50 elementwise ops + matmul, 8x8 (goal: inductor row <= 0.015x eager)",
           [n for n, _ in named], times)
-    training_steps(quick)
-    first_calls()
+    training_steps(quick, "training step of an MLP 64-256-256-10, batch 32 (forward, backward, SGD)", MLP,
+                   torch.randn(32, 64), torch.randint(0, 10, (32,)))
+    training_steps(quick, "training step of a linear layer + 40 pointwise ops, 64x256 (forward, backward, "
+                   "SGD)", Pointwise, torch.randn(64, 256), torch.randn(64, 256))
+    if "--no-first-call" not in sys.argv:
+        first_calls()
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ backward can recompute everything it reads, recomputing only ops the executor fu
 
 Invariants:
 - the pair computes what the grad transform's own pair (saving.py) computes: the same forward ops
-  in the same order, the same backward ops, plus recomputed forward ops at the start of the
-  backward (the same aten calls on the same values, so the same results);
+  in the same order, the same backward ops, plus recomputed forward ops in the backward, each just
+  before its first use (the same aten calls on the same values, so the same results);
 - only *cheap* ops (views, pointwise aten ops; saving.is_cheap) that the executor fuses, and views,
   are recomputed; random ops and ops of a forward that writes in place never are;
 - values the forward gets from its caller cost one slot, not their bytes (the caller holds them);
@@ -70,16 +70,40 @@ def saved_for_fusion(forward: Trace, backward: Trace, backward_body: tuple[Bound
     if choice is None:
         return None
     saved, recomputed = choice
-    if {id(p) for p in saved} == {id(p) for p in saved_before}:
-        return None
+    inputs = {id(a) for a in forward.args}
+    if _saving_cost(saved, inputs) >= _saving_cost(saved_before, inputs):
+        return None  # never more memory than the torch executor's pair (Note [Recomputing on CPU])
     note = (f"saved for fusion: {len(saved)} values ({saved_bytes(saved)} bytes) instead of "
             f"{len(saved_before)} ({saved_bytes(saved_before)} bytes); the backward recomputes "
             f"{len(recomputed)} ops")
     new_forward = dataclasses.replace(forward, bound_symbols=list(forward.bound_symbols),
                                       output=(outputs, tuple(saved)), header=[*forward.header, note])
     new_backward = dataclasses.replace(backward, args=[*saved, *tangents], header=[*backward.header, note],
-                                       bound_symbols=[*recomputed, *backward_body])
+                                       bound_symbols=_placed(recomputed, backward_body, backward.output))
     return new_forward, new_backward
+
+
+def _placed(recomputed: list[BoundSymbol], body: tuple[BoundSymbol, ...], output: Any) -> list[BoundSymbol]:
+    """The backward's ops with each recomputed op just before the first op that reads what it makes
+    (after what it reads): it lands in the fused region that uses it, not in an earlier one that
+    would then write it to memory for the later one."""
+    makes = {id(p): b for b in recomputed for p in proxies_in(b.output)}
+    placed: set[int] = set()
+    result: list[BoundSymbol] = []
+
+    def place(value: Any) -> None:
+        for read in proxies_in(value):
+            bsym = makes.get(id(read))
+            if bsym is not None and id(bsym) not in placed:
+                placed.add(id(bsym))
+                place((bsym.args, bsym.kwargs))
+                result.append(bsym)
+
+    for bsym in body:
+        place((bsym.args, bsym.kwargs))
+        result.append(bsym)
+    place(output)
+    return result
 
 
 def min_cut_saved(forward: Trace, needed: list[Proxy],
@@ -110,10 +134,16 @@ def min_cut_saved(forward: Trace, needed: list[Proxy],
         if cost is None:
             return None
         graph.add_edge((id(value), "in"), (id(value), "out"), capacity=cost)
-        reads = _recomputable_reads(producer.get(id(value)), producer, inputs, fusible)
+        bsym = producer.get(id(value))
+        reads = _recomputable_reads(bsym, producer, inputs, fusible)
         if reads is None:
             graph.add_edge(_SOURCE, (id(value), "in"))
-        for read in reads or ():
+            continue
+        assert bsym is not None
+        recompute = _recompute_cost(bsym, value)
+        if recompute:
+            graph.add_edge(_SOURCE, (id(value), "in"), capacity=recompute)
+        for read in reads:
             graph.add_edge((id(read), "out"), (id(value), "in"))
     for value in needed:
         graph.add_edge((id(value), "out"), _SINK)
@@ -131,6 +161,39 @@ def _cost(value: TensorProxy, is_input: bool) -> int | None:
         return int(shadow.numel()) * shadow.element_size() + 1
     except TypeError:  # a symbolic size
         return None
+
+
+# Note [Recomputing on CPU]
+# On a GPU a fused pointwise kernel is bound by memory: recomputing a pointwise op inside it costs
+# less than writing and reading back its output, so recomputing costs nothing in the cut. On CPU,
+# transcendental functions (exp, tanh, gelu, sin, sigmoid, ...) are bound by arithmetic: recomputing
+# all of them made the measured pointwise training step 1.3x slower than saving their outputs
+# (benchmarks/bench_executors.py, 64x256 and 512x1024). So on CPU recomputing such an op costs its
+# output's bytes times CPU_RECOMPUTE_FACTOR in the cut (an edge source -> v.in: paid when v lies
+# behind the cut, i.e. is recomputed): it is recomputed only where that saves twice what it costs.
+# Arithmetic (an instruction or two per element) and views cost nothing to recompute. A cut that
+# would keep more bytes alive than the grad transform's own choice (saving.py recomputes any
+# pointwise op whose inputs are saved anyway, e.g. gelu) is not used.
+CPU_RECOMPUTE_FACTOR = 2
+ARITHMETIC = frozenset({
+    "add", "sub", "rsub", "mul", "div", "neg", "abs", "sign", "reciprocal", "square", "sqrt", "rsqrt",
+    "relu", "threshold", "threshold_backward", "clamp", "clamp_min", "clamp_max", "where", "maximum",
+    "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or",
+    "bitwise_not", "bitwise_and", "bitwise_or", "masked_fill", "fill", "_to_copy", "clone", "lerp",
+    "addcmul", "addcdiv", "floor", "ceil", "round", "trunc", "copy", "hardtanh", "hardtanh_backward",
+    "leaky_relu", "leaky_relu_backward", "tanh_backward", "sigmoid_backward",
+})
+
+
+def _recompute_cost(bsym: BoundSymbol, value: TensorProxy) -> int:
+    """Note [Recomputing on CPU]: what recomputing ``bsym`` (which makes ``value``) costs in the cut."""
+    if "view" in bsym.symbol.tags or value.shadow.device.type != "cpu":
+        return 0
+    name = getattr(bsym.symbol.fn, "name", None)
+    op = name().split("::")[-1].split(".")[0] if callable(name) else ""
+    if op in ARITHMETIC:
+        return 0
+    return CPU_RECOMPUTE_FACTOR * int(value.shadow.numel()) * value.shadow.element_size()
 
 
 def _recomputable_reads(bsym: BoundSymbol | None, producer: dict[int, BoundSymbol], inputs: set[int],
@@ -161,6 +224,10 @@ def _recomputed(forward: Trace, needed: list[Proxy], saved: list[Proxy],
         available.update(id(p) for p in proxies_in(bsym.output))
         pending.extend(proxies_in((bsym.args, bsym.kwargs)))
     return [b for b in forward.bound_symbols if id(b) in chosen]
+
+
+def _saving_cost(values: Any, inputs: set[int]) -> int:
+    return sum(_cost(p, id(p) in inputs) or 0 for p in proxies_in(values) if isinstance(p, TensorProxy))
 
 
 def saved_bytes(values: Any) -> int:
