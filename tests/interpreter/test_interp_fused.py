@@ -369,3 +369,41 @@ def test_yields_match_cpython(items, k) -> None:
     names = {inst.opname for inst in decode(_yielding.__code__).fused}
     two_locals = "LOAD_FAST+BINARY_OP" if sys.version_info < (3, 12) else "LOAD_FAST_LOAD_FAST+BINARY_OP"
     assert {"LOAD_FAST+YIELD_VALUE", f"{two_locals}+YIELD_VALUE", "LOAD_CONST+BINARY_OP+YIELD_VALUE"} <= names
+
+
+def _statement_yields(items, k):
+    for x in items:
+        yield x * k  # 3.11: LOAD_FAST+LOAD_FAST+BINARY_OP+YIELD_VALUE; its statement ends RESUME+POP_TOP
+        yield x % 3  # LOAD_FAST+LOAD_CONST+BINARY_OP+YIELD_VALUE
+    i = 0
+    while i < k:  # 3.11: the loop's test at its end jumps backward (COMPARE_OP+POP_JUMP_BACKWARD_IF_TRUE)
+        i += 1
+        yield i
+
+
+def filters_and_statement_yields(items, k):
+    """Runs ending in a backward conditional jump (a comprehension's filter, a while loop's test at its end:
+    3.11 only) or in a yield; yield statements whose value sent the driver drops without a dispatch (Note
+    [Yield statements]), resumed by next(), by send() and by throw() into one of them."""
+    kept = [x for x in items if x % 2]  # 3.11: ...BINARY_OP+POP_JUMP_BACKWARD_IF_FALSE
+    squares = sum(a * a for a in items if Truthy(a) % 2)  # a user type's truth decides the backward jump
+    g = _statement_yields(items, k)
+    out = [next(g, None)]
+    try:
+        out.append(g.send("dropped"))
+        out.append(g.throw(KeyError(k)))
+    except (StopIteration, KeyError) as e:
+        out.append((type(e).__name__, e.args))
+    return kept, squares, out, list(_statement_yields(items, k))
+
+
+@given(st.lists(st.one_of(st.integers(-9, 9), st.floats(-3, 3)), max_size=6), st.integers(0, 3))
+def test_filters_and_statement_yields_match_cpython(items, k) -> None:
+    check(filters_and_statement_yields, items, k)
+    if sys.version_info < (3, 12):
+        fused = {inst.opname for code in (_statement_yields.__code__, *(
+            c for c in filters_and_statement_yields.__code__.co_consts if hasattr(c, "co_code")))
+                 for inst in decode(code).fused}
+        assert {"LOAD_FAST+LOAD_FAST+BINARY_OP+YIELD_VALUE", "LOAD_FAST+LOAD_CONST+BINARY_OP+YIELD_VALUE",
+                "LOAD_FAST+LOAD_CONST+BINARY_OP+POP_JUMP_BACKWARD_IF_FALSE",
+                "LOAD_FAST+LOAD_FAST+COMPARE_OP+POP_JUMP_BACKWARD_IF_TRUE", "RESUME+POP_TOP"} <= fused

@@ -255,7 +255,8 @@ def _operation_then_jump(compare: bool, jump_if: bool) -> Handler:
 
 
 for _operation in ("BINARY_OP", "COMPARE_OP"):
-    for _jump, _jump_if in (("POP_JUMP_FORWARD_IF_FALSE", False), ("POP_JUMP_FORWARD_IF_TRUE", True)):
+    for _jump, _jump_if in (("POP_JUMP_FORWARD_IF_FALSE", False), ("POP_JUMP_FORWARD_IF_TRUE", True),
+                            ("POP_JUMP_BACKWARD_IF_FALSE", False), ("POP_JUMP_BACKWARD_IF_TRUE", True)):
         fuses(_operation, _jump, since=(3, 11), until=(3, 11))(
             _operation_then_jump(_operation == "COMPARE_OP", _jump_if))
 
@@ -426,9 +427,10 @@ def load_fast_load_fast_store_attr(frame: Frame, inst: Instruction) -> None:
         store_attr(frame.run, obj, name, value)
 
 
-@fuses("RESUME", "POP_TOP", since=(3, 13))
+@fuses("RESUME", "POP_TOP", since=(3, 11))
 def resume_pop_top(frame: Frame, inst: Instruction) -> None:
-    """A generator resumed after a ``yield`` statement: drop the value sent."""
+    """A generator resumed after a ``yield`` statement: drop the value sent. (The generator driver skips this
+    instruction itself when it resumes a plain run's frame: Note [Yield statements] in generators.py.)"""
     frame.index += 1
     frame.stack.pop()
 

@@ -1,5 +1,6 @@
-"""Superinstructions: two operand loads and a binary operation or comparison, with the store or the
-conditional jump that consumes the result (Note [Fused instructions] in registry.py).
+"""Superinstructions: two operand loads and a binary operation or comparison, with the store, the
+conditional jump (either direction) or, on 3.11, the ``yield`` that consumes the result (Note [Fused
+instructions] in registry.py).
 
 ``x % 3`` then ``if``, ``total += x``, ``i < n`` then ``if``, ``a + b``: CPython 3.11 compiles them to
 ``LOAD_FAST``/``LOAD_CONST`` twice, ``BINARY_OP``/``COMPARE_OP`` and often ``STORE_FAST`` or
@@ -42,7 +43,10 @@ from jitcore.interpreter.registry import fuses
 Handler = Callable[[Frame, Instruction], object]
 
 _LOADS = ("LOAD_FAST", "LOAD_CONST")
-_JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True}
+# 3.11's conditional jumps, forward (``if``) and backward (a comprehension's or generator expression's filter,
+# ``while`` conditions at the loop's end): one handler each way, as in control.py
+_JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True,
+          "POP_JUMP_BACKWARD_IF_FALSE": False, "POP_JUMP_BACKWARD_IF_TRUE": True}
 _JUMPS_313 = {"POP_JUMP_IF_FALSE": False, "POP_JUMP_IF_TRUE": True}
 
 
@@ -52,10 +56,11 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
     rhs_local = second == "LOAD_FAST"
     compare = operation == "COMPARE_OP"
     store = tail == "STORE_FAST"
-    jump = tail is not None and not store
+    yields = tail == "YIELD_VALUE"
+    jump = tail is not None and not store and not yields
     jump_if = _JUMPS.get(tail or "", False)
 
-    def handler(frame: Frame, inst: Instruction) -> None:
+    def handler(frame: Frame, inst: Instruction) -> bool | None:
         nxt = inst.next
         op = nxt.next
         if lhs_local:
@@ -91,8 +96,13 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
                 frame.index = last.after
                 v = truth(frame.run, v)
             frame.index = last.argval if v is jump_if else last.after
+        elif yields:  # ``yield a * b`` (fused.py's yields, with both operands loaded here)
+            frame.index = op.next.after
+            frame.result = v
+            return True
         else:
             frame.stack.append(v)
+        return None
 
     parts = [first, second, operation] + ([tail] if tail else [])
     handler.__name__ = "_".join(p.lower() for p in parts)
@@ -106,9 +116,9 @@ def _register() -> None:
             if first == second == "LOAD_CONST":
                 continue  # the compiler folds constant operands
             for operation in ("BINARY_OP", "COMPARE_OP"):
-                for tail in (None, "STORE_FAST", *_JUMPS):
-                    if operation == "COMPARE_OP" and tail == "STORE_FAST":
-                        continue  # rare: a comparison stored to a local
+                for tail in (None, "STORE_FAST", "YIELD_VALUE", *_JUMPS):
+                    if operation == "COMPARE_OP" and tail in ("STORE_FAST", "YIELD_VALUE"):
+                        continue  # rare: a comparison stored to a local or yielded
                     names = (first, second, operation) + ((tail,) if tail else ())
                     fuses(*names, since=(3, 11), until=(3, 12))(
                         _superinstruction(first, second, operation, tail)
