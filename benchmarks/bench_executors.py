@@ -10,11 +10,14 @@ Rows:
   for its backward; ``jitcore (inductor, no recompute)`` saves what the torch executor saves (the
   saved values are not chosen for fusion: jitcore/transforms/mincut.py);
 - the first call of the 20-op chain in a fresh process, with an empty and with a warm inductor disk
-  cache (``TORCHINDUCTOR_CACHE_DIR`` pointed at a new directory, then reused).
+  cache (``TORCHINDUCTOR_CACHE_DIR`` pointed at a new directory, then reused);
+- the hot call of the default policy (``--hot-call``: only this): the longest call of a loop whose
+  entry becomes hot at run 20, lowered on the hot call or in the background, the calls served on
+  torch meanwhile and how long until the fused code serves.
 ``jitcore (torch)`` is ``executor="torch"`` (the trace as generated Python), ``jitcore (inductor)``
 is ``executors=("inductor", "torch")``. Per-call times are the best of interleaved rounds, one thread.
 
-Run: python benchmarks/bench_executors.py [--quick] [--no-first-call]
+Run: python benchmarks/bench_executors.py [--quick] [--no-first-call] | --hot-call
 """
 
 from __future__ import annotations
@@ -180,8 +183,46 @@ def first_calls() -> None:
     print(f"  {'jitcore (torch executor, this process)':40} {time.perf_counter() - t0:6.3f} s")
 
 
+HOT_CALL = """
+import time, torch, jitcore
+from bench_executors import twenty_ops
+fn = jitcore.jit(twenty_ops, fuse_after=20)  # the default executors; hot at run 20
+x = torch.randn(4)
+traces = jitcore.last_traces
+longest, calls, hot_at, t_start = 0.0, 0, None, time.perf_counter()
+while time.perf_counter() - t_start < 120:
+    t0 = time.perf_counter()
+    fn(x)
+    took = time.perf_counter() - t0
+    longest, calls = max(longest, took), calls + 1
+    if calls == 21:
+        hot_at = time.perf_counter()
+    if hot_at is not None and "fusion" in str(traces(fn)[-1].header):
+        break
+print(longest, calls - 21, time.perf_counter() - hot_at)
+"""
+
+
+def hot_call_stalls() -> None:
+    print("\nthe hot call (run 20 of the 20-op chain, default executors, empty disk cache), new process")
+    here = os.path.dirname(os.path.abspath(__file__))
+    for background in ("0", "1"):
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "PYTHONPATH": here,
+                   "JITCORE_BACKGROUND_COMPILE": background}
+            run = subprocess.run([sys.executable, "-c", HOT_CALL], env=env, check=True, capture_output=True,
+                                 text=True)
+        longest, served, until = run.stdout.split()[-3:]
+        mode = "in the background" if background == "1" else "on the hot call"
+        print(f"  lowered {mode:18} longest call {float(longest) * 1e3:8.1f} ms   calls served on torch "
+              f"while compiling {int(served):6d}   fused after {float(until):5.2f} s")
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
+    if "--hot-call" in sys.argv:
+        hot_call_stalls()
+        return
     torch.set_num_threads(1)
     named = variants(twenty_ops)
     x = torch.randn(4)
@@ -199,6 +240,7 @@ def main() -> None:
                    "SGD)", Pointwise, torch.randn(64, 256), torch.randn(64, 256))
     if "--no-first-call" not in sys.argv:
         first_calls()
+        hot_call_stalls()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from jitcore.executors.background import BACKGROUND_ENV, wait_for_compiles
 from jitcore.executors.inductor import InductorExecutor
 from jitcore.executors.interface import (
     Executor,
@@ -32,6 +33,7 @@ from jitcore.executors.regions import is_lowered
 from jitcore.ir import BoundSymbol, Trace, compile_trace
 
 __all__ = [
+    "BACKGROUND_ENV",
     "DEFAULT_FUSE_AFTER",
     "FUSE_AFTER_ENV",
     "Executor",
@@ -47,6 +49,7 @@ __all__ = [
     "get_executor",
     "register_executor",
     "registered_executors",
+    "wait_for_compiles",
 ]
 
 

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import torch
 
+import jitcore.executors.background as background
 from jitcore.executors.fx_graph import example_inputs, region_graph
 from jitcore.executors.interface import Region
 from jitcore.ir import BoundSymbol, Proxy, proxies_in, tree_any
@@ -99,7 +100,8 @@ class InductorExecutor:
         # without one every compile bypasses it. Inputs are static-shaped fakes of that mode.
         fake_mode = FakeTensorMode(shape_env=ShapeEnv())
         inputs = example_inputs(region, fake_mode)
-        with tracing(TracingContext(fake_mode)):
+        # inductor's configuration is process-global: Note [Compiling in the background]
+        with background.COMPILE_LOCK, tracing(TracingContext(fake_mode)):
             compiled = compile_fx(graph, inputs)
         strides = tuple(tuple(t.stride()) for t in inputs)
 

@@ -11,7 +11,9 @@ few times (a script, a test) never earns that back; a loop does. So by default (
 a cache entry runs on torch and counts its calls; after ``fuse_after`` of them (default 100, or
 ``$JITCORE_FUSE_AFTER``) it is lowered with ``("inductor", "torch")`` and its later calls run the
 fused code. ``executors=(...)`` given explicitly lowers on the first call (``fuse_after=0``);
-``executor="torch"`` (or ``JITCORE_FUSE_AFTER=never``) never lowers.
+``executor="torch"`` (or ``JITCORE_FUSE_AFTER=never``) never lowers. The hot call does not wait for
+the compile: it is done on a background thread while the entry keeps running on torch
+(background.py, Note [Compiling in the background]; ``JITCORE_BACKGROUND_COMPILE=0``: on the hot call).
 
 Invariants:
 - a cache entry's computation computes the same thing before and after it is lowered;
@@ -27,6 +29,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence, TypeVar
 
+from jitcore.executors.background import background_enabled, submit
 from jitcore.executors.interface import Executor, FusionExecutor, get_executor
 from jitcore.executors.regions import LOG, lower, partition
 from jitcore.ir import BoundSymbol, Trace, compile_trace
@@ -51,11 +54,20 @@ class Executors:
     Attributes:
         executors: the executors tried for each bound symbol, first claim wins; torch runs the rest.
         fuse_after: cached calls before an entry is lowered; 0: at once; -1: never.
+        background: whether the hot call hands the lowering to the background thread (and keeps
+            running on torch until it is done) rather than lowering before it runs.
     """
 
-    def __init__(self, executors: Sequence[Executor], fuse_after: int) -> None:
+    def __init__(self, executors: Sequence[Executor], fuse_after: int,
+                 background: bool | None = None) -> None:
+        """Args:
+            executors, fuse_after: as the attributes.
+            background: lower a hot entry in the background (None: ``$JITCORE_BACKGROUND_COMPILE``,
+                default on; background.py, Note [Compiling in the background]).
+        """
         self.executors = tuple(executors)
         self.fuse_after = fuse_after
+        self.background = background_enabled() if background is None else background
         self.name = ",".join(e.name for e in self.executors)
 
     @property
@@ -85,7 +97,7 @@ class Executors:
 
         if self.fuse_after == 0:
             return lower() or on_torch
-        select = self._when_hot(on_torch, lower)
+        select = self._when_hot(on_torch, lower, trace.name)
         return lambda *inputs: select()(*inputs)
 
     def compile_together(self, traces: Sequence[Trace], on_lowered: Sequence[OnLowered | None],
@@ -115,7 +127,7 @@ class Executors:
         if self.fuse_after == 0:
             chosen = lower() or on_torch
             return lambda: chosen
-        return self._when_hot(on_torch, lower)
+        return self._when_hot(on_torch, lower, "/".join(t.name for t in traces))
 
     def fuses(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` would be claimed by a fusion executor that asks for recomputation
@@ -183,18 +195,29 @@ class Executors:
             return tuple(m[0] if m is not None else compile_trace(t) for m, t in zip(made, chosen))
         return None
 
-    def _when_hot(self, on_torch: T, lower: Callable[[], T | None]) -> Callable[[], T]:
+    def _when_hot(self, on_torch: T, lower: Callable[[], T | None], what: str) -> Callable[[], T]:
         """``select()``: ``on_torch`` for an entry's first ``fuse_after`` runs (the tracing call is
-        run 0), then what ``lower()`` returned at run ``fuse_after`` (``on_torch`` when None)."""
+        run 0), then what ``lower()`` returns (``on_torch`` when None), made at run ``fuse_after``:
+        before it runs, or, with ``background``, on the background thread while it and later runs
+        use ``on_torch`` until the lowered one is swapped in."""
         current = on_torch
         left = self.fuse_after + 1
+
+        def swap_in() -> None:
+            nonlocal current
+            made = lower()
+            if made is not None:
+                current = made  # one assignment: a run reads either the old or the new
 
         def select() -> T:
             nonlocal current, left
             if left:
                 left -= 1
                 if not left:
-                    current = lower() or on_torch
+                    if self.background:
+                        submit(what, swap_in)
+                    else:
+                        current = lower() or on_torch
             return current
 
         return select

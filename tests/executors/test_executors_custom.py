@@ -9,7 +9,7 @@ import torch
 from executor_helpers import check, executor_log, fused, lowered_trace
 
 import jitcore
-from jitcore.executors import get_executor, register_executor, registered_executors
+from jitcore.executors import BACKGROUND_ENV, get_executor, register_executor, registered_executors
 from jitcore.executors.plan import DEFAULT_FUSE_AFTER, FUSE_AFTER_ENV, executors_from_options
 from jitcore.ir import BoundSymbol
 
@@ -103,10 +103,11 @@ def test_the_default_policy_reads_the_environment(monkeypatch: pytest.MonkeyPatc
         executors_from_options(None, None, None)
 
 
-def test_by_default_an_entry_is_fused_once_hot() -> None:
+def test_by_default_an_entry_is_fused_once_hot(monkeypatch) -> None:
     def f(x):
         return ((x * 2).sin() + 1).exp()
 
+    monkeypatch.setenv(BACKGROUND_ENV, "0")  # lowered on the hot call (test_executors_background.py)
     jfn = jitcore.jit(f, fuse_after=3)
     x = torch.randn(4)
     with executor_log() as log:

@@ -9,7 +9,7 @@ import torch
 from executor_helpers import INDUCTOR, executor_log, fused
 
 import jitcore
-from jitcore.executors import InductorExecutor, is_lowered
+from jitcore.executors import BACKGROUND_ENV, InductorExecutor, is_lowered
 
 
 def chain(x, w):
@@ -105,8 +105,9 @@ def test_a_reduction_is_saved_and_the_pointwise_ops_around_it_recomputed() -> No
     torch.testing.assert_close(gj, ge)
 
 
-def test_each_backward_takes_what_its_own_forward_saved_across_the_switch() -> None:
+def test_each_backward_takes_what_its_own_forward_saved_across_the_switch(monkeypatch) -> None:
     x, w = torch.randn(8, 16), torch.randn(16, 16, requires_grad=True)
+    monkeypatch.setenv(BACKGROUND_ENV, "0")  # lowered on the hot call
     jfn = jitcore.jit(chain, executors=INDUCTOR, fuse_after=1)
     with executor_log() as log:
         before = jfn(x, w)  # run 0: the torch executor's pair (7 values saved)
