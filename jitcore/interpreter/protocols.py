@@ -120,10 +120,12 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
             result = call(run, f, (a, b), None)
             if result is not NotImplemented:
                 return result
-        elif f is not None and not (_is_py(getattr(ta, name, None)) or _is_py(getattr(tb, rname, None))):
+        elif f is not None and not (
+            _looked_aside(run, f) or _is_py(getattr(ta, name, None)) or _is_py(getattr(tb, rname, None))
+        ):
             return native(a, b)
-        elif f is not None:
-            result = f(a, b)
+        elif f is not None:  # through its lookaside, if any (a C ``Tensor.__iadd__``: a recorded add_)
+            result = call(run, f, (a, b), None)
             if result is not NotImplemented:
                 return result
         return _binary(run, a, b, name, rname, symbol[:-1], BINARY_OPS[op - 13][4])

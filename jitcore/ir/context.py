@@ -37,6 +37,8 @@ class TraceContext:
             is taken as it is while tracing, as torch.compile's AOTAutograd takes it.
         called_as: the callable the program called when it records another one's symbol
             (``x.exp()`` records ``torch.exp``): what a ``__torch_function__`` is handed as ``func``.
+        autograd: the tracing pass's autograd calls (``proxy.grad``, ``proxy.backward()``:
+            jitcore/jit/autograd_calls.py); None where no pass runs them.
     """
 
     trace: "Trace"
@@ -46,6 +48,7 @@ class TraceContext:
     scopes: "list[list[BoundSymbol]]" = field(default_factory=list)
     subclass_code: int = 0
     called_as: Any = None
+    autograd: Any = None
 
     def __post_init__(self) -> None:
         if not self.scopes:

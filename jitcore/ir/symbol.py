@@ -21,7 +21,8 @@ from jitcore.ir.context import current_context
 __all__ = ["Symbol", "BoundSymbol", "Inlined", "SourceFrame", "SymbolTag"]
 
 SymbolTag = Literal[
-    "inplace", "view", "random", "global_state", "autograd_function", "bookkeeping", "check", "data_dependent"
+    "inplace", "view", "random", "global_state", "autograd_function", "bookkeeping", "check",
+    "data_dependent", "backward",
 ]
 
 
@@ -58,7 +59,8 @@ class Symbol:
             from the RNG: aten's ``nondeterministic_seeded``), ``global_state`` (changes thread state
             the forward of the grad transform must change too), ``autograd_function`` (runs user code),
             ``bookkeeping`` (rebuilds a subclass value; not an op of the program), ``check`` (a value
-            read's check) and ``data_dependent`` (its outputs depend on tensor values).
+            read's check), ``data_dependent`` (its outputs depend on tensor values) and ``backward``
+            (runs the autograd engine: the trace always goes through the grad transform).
     """
 
     id: str

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import optree
+import torch
 
 from jitcore.ir import Proxy
 from jitcore.jit.outputs import split
@@ -33,7 +34,9 @@ from jitcore.prologue import Path
 
 __all__ = ["Effect", "Effects", "StateSnapshots", "counters"]
 
-EffectKind = Literal["setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "cell"]
+EffectKind = Literal[
+    "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "cell", "grad"
+]
 _MISSING = object()
 
 
@@ -55,7 +58,7 @@ class Effect:
 
     def locations(self) -> tuple[Path, ...]:
         """The paths the written value is read through (none for whole contents and cells)."""
-        if self.kind in ("setattr", "setslot"):
+        if self.kind in ("setattr", "setslot", "grad"):
             return (self.path.attr(self.key),)
         if self.kind == "setitem":
             by_key = self.path.key(self.key)
@@ -68,7 +71,7 @@ class Effect:
 
     def describe(self) -> str:
         where = self.path.describe()
-        if self.kind in ("setattr", "delattr", "setslot", "delslot"):
+        if self.kind in ("setattr", "delattr", "setslot", "delslot", "grad"):
             where = f"{where}.{self.key}"
         elif self.kind in ("setitem", "delitem"):
             where = f"{where}[{self.key!r}]"
@@ -96,6 +99,43 @@ class StateSnapshots:
         state = _state_of(obj)
         if state is not None:
             self._snapshots[id(obj)] = _Snapshot(obj, path, state)
+
+    def written(self, obj: Any, key: Any, value: Any) -> bool:
+        """Whether ``value``, read as ``obj.key`` or ``obj[key]``, is one the program stored there
+        itself in this pass (not the one the object held when the program reached it). Such a read
+        is the program's own value: binding it to the call's state would read what the object holds
+        before the write (``self.x = 5; y = self.x`` must give 5 on every call)."""
+        snap = self._snapshots.get(id(obj))
+        if snap is None:
+            return False
+        kind, state = snap.state
+        if kind == "tensor":
+            attrs, grad = state
+            if key == "grad":
+                return grad is not value
+            kind, state = "attrs", attrs
+        if kind == "attrs":
+            current = getattr(obj, "__dict__", None)
+            in_dict = isinstance(current, dict) and key in current
+            return in_dict and dict.get(state, key, _MISSING) is not value
+        if kind == "slots":
+            return key in state and state[key] is not value
+        if kind == "dict":
+            return dict.get(state, key, _MISSING) is not value
+        if kind == "list" and type(key) is int:
+            return not -len(state) <= key < len(state) or state[key] is not value
+        return False
+
+    def first_contents(self, obj: list) -> list | None:
+        """The contents of a reached list as the program first reached it, when the program has
+        changed them since (None: not reached, or unchanged)."""
+        snap = self._snapshots.get(id(obj))
+        if snap is None or snap.state[0] != "list":
+            return None
+        first = snap.state[1]
+        current = list(list.__iter__(obj))
+        changed = len(first) != len(current) or any(a is not b for a, b in zip(first, current))
+        return first if changed else None
 
     def effects(self) -> list[Effect]:
         """The changes of every reached object since it was reached, as effects."""
@@ -231,6 +271,10 @@ def _state_of(obj: Any) -> Any:
     if isinstance(obj, set):
         return ("set", set(set.__iter__(obj)))
     attrs = getattr(obj, "__dict__", None)
+    if isinstance(obj, torch.Tensor) and not isinstance(obj, Proxy):
+        # a tensor of the caller's: its Python attributes and its ``.grad`` (optimizers and
+        # ``zero_grad`` set it)
+        return ("tensor", (dict(attrs) if isinstance(attrs, dict) else {}, obj.grad))
     if isinstance(attrs, dict):
         return ("attrs", dict(attrs))
     slots = _slot_names(type(obj))
@@ -251,10 +295,16 @@ def _slot_names(cls: type) -> list[str]:
 def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
     kind, old = before
     new = after[1]
+    if kind == "tensor":
+        (old_attrs, old_grad), (new_attrs, new_grad) = old, new
+        effects = [] if new_grad is old_grad else [Effect(path, "grad", "grad", new_grad)]
+        return effects + _diff(obj, path, ("attrs", old_attrs), ("attrs", new_attrs))
     if kind == "cell":
         return [] if new is old else [Effect(path, "cell", None, new)]
     if kind == "list" and len(new) == len(old):  # items replaced in place: each its own effect
         return [Effect(path, "setitem", i, b) for i, (a, b) in enumerate(zip(old, new)) if a is not b]
+    if kind == "list" and len(new) > len(old) and all(a is b for a, b in zip(old, new)):
+        return [Effect(path, "extend", None, new[len(old):])]  # appended to: whatever the call's list holds
     if kind in ("list", "set"):
         same = new == old if kind == "set" else False
         return [] if same else [Effect(path, "contents", None, list(new) if kind == "list" else new)]
@@ -280,6 +330,12 @@ def _restore(obj: Any, state: Any) -> None:
             obj.cell_contents = old
     elif kind == "list":
         list.__setitem__(obj, slice(None), old)
+    elif kind == "tensor":
+        attrs, grad = old
+        if obj.grad is not grad:
+            obj.grad = grad
+        if attrs or vars(obj):
+            _restore(obj, ("attrs", attrs))
     elif kind in ("dict", "attrs"):
         target = obj if kind == "dict" else obj.__dict__
         if dict.__len__(target) != len(old) or any(
@@ -321,6 +377,8 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
         target[effect.key] = value
     elif kind == "delitem":
         del target[effect.key]
+    elif kind == "extend":
+        list.extend(target, value)
     elif kind == "contents":
         if isinstance(target, list):
             target[:] = value
@@ -329,6 +387,8 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
             target.update(value)
     elif kind == "cell":
         target.cell_contents = value
+    elif kind == "grad":
+        target.grad = value
 
 
 def counters(effects: list[Effect], value_guarded: Callable[[Path], bool]) -> set[Path]:

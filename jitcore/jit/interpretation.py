@@ -26,6 +26,7 @@ from typing import Any, Callable
 import optree
 import sympy
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
 from jitcore.dispatch import resolve_call
@@ -40,7 +41,7 @@ from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
-from jitcore.langctx.torch import TORCH_TABLE
+from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
 from jitcore.numpy import new_bridge as new_numpy_bridge
 from jitcore.prologue import Path, Prologue, Root
 from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
@@ -48,7 +49,8 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.jit import numbers, outputs
-from jitcore.jit.effects import Effects, StateSnapshots, counters
+from jitcore.jit.autograd_calls import AutogradCalls
+from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters
 from jitcore.jit.probe import Probe
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.value_reads import ValueReads
@@ -121,6 +123,8 @@ class Pass:
         self.provenance.dynamic_dims = shapes.dims_for if shapes is not None else None
         self.found_counters: set[Path] = set()
         self._print_warned = False
+        self.autograd = AutogradCalls(self)  # loss.backward(), p.grad: jitcore/jit/autograd_calls.py
+        self.context.autograd = self.autograd
 
     # --- driving -----------------------------------------------------------------------------------
     def run(self, args: tuple, kwargs: dict, *, target: Any, bound_self: Any = None) -> TracedProgram:
@@ -145,7 +149,7 @@ class Pass:
             if self.numpy is not None:
                 output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
             output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
-            changes = self.snapshots.effects()
+            changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
         finally:
             self.snapshots.restore()  # the caller's objects as the call found them
         self._refuse_escapes(output, (args, kwargs, bound_self))
@@ -257,6 +261,7 @@ class Pass:
             lookasides={
                 **dict(TORCH_TABLE.callables()),
                 **DISPATCH_LOOKASIDES,
+                **self.autograd.lookasides(),
                 **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
@@ -410,7 +415,9 @@ class Pass:
                     hints=("enter torch.inference_mode() around the call of the jitted function instead",),
                 )
         if _is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):
-            return call_on_shadows(fn, args, kwargs)
+            if _is_unlisted_operation(fn):  # torch._foreach_norm: an operation, recorded
+                return dynamic_symbol(fn, f"torch.{fn.__name__}")(*args, **kwargs)
+            return call_on_shadows(fn, args, kwargs)  # metadata only (torch._C._group_tensors_...)
         if fn is breakpoint:
             from jitcore.diagnostics.markers import record_breakpoint
 
@@ -425,6 +432,19 @@ class Pass:
             )
         return fn(*args, **kwargs)
 
+    def _bind_state(self, frame: Any, value: Any, path: Path, name: str) -> Any:
+        """A value read from persistent state (``Provenance.bind_state``), with two list rules:
+        a read that only looks ``append``/``extend`` up on the list guards its type alone, and a read
+        of a list the program has changed in this pass guards the contents the call started with."""
+        if type(value) is list:
+            if _only_appended_to(frame):
+                return self.provenance.bind_appended_list(value, path)
+            first = self.snapshots.first_contents(value)
+            if first is not None:  # the guards are about the call's list, the program sees its own
+                self.provenance.bind_state(first, path, name)
+                return value
+        return self.provenance.bind_state(value, path, name)
+
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         if self.context.subclass_code:
             return value  # a subclass's protocol code: taken as it is while tracing
@@ -434,7 +454,7 @@ class Pass:
         root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
         self.snapshots.take(globals_, root)
         if name in globals_:
-            return self.provenance.bind_state(value, root.key(name), name)
+            return self._bind_state(frame, value, root.key(name), name)
         self.provenance.guard(root, "absent", name)  # a builtin, as long as no global shadows it
         return value
 
@@ -451,7 +471,7 @@ class Pass:
             # persistent function's cells: the cell was made, and filled, while tracing.
             return value
         path = Path(Root("bound", f"{function.__qualname__}.<cell {name}>", cell)).attr("cell_contents")
-        return self.provenance.bind_state(value, path, name)
+        return self._bind_state(frame, value, path, name)
 
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
         if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy) or self.context.subclass_code:
@@ -461,6 +481,10 @@ class Pass:
         if isinstance(obj, types.ModuleType) and _is_library_module(obj):
             return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
         path = self.provenance.path_of(obj)
+        if name == "grad" and path is not None and isinstance(obj, torch.Tensor):
+            return self.grad_value(obj, path)  # an optimizer's p.grad
+        if path is not None and self.snapshots.written(obj, name, value):
+            return value  # stored by the program earlier in this pass: its own value, not the call's
         if name == "__dict__" and path is not None:
             by_torch = frame.code.co_filename.startswith(_TORCH_DIR)
             self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch)
@@ -473,7 +497,17 @@ class Pass:
         elif not _is_stored_attribute(obj, name):
             self.provenance.bind_class_attribute(obj, path, name)  # a method or property: pin it
             return value  # computed by a descriptor or __getattr__, whose own reads are hooked
-        return self.provenance.bind_state(value, path.attr(name), name)
+        return self._bind_state(frame, value, path.attr(name), name)
+
+    def grad_value(self, tensor: torch.Tensor, path: Path) -> Any:
+        """``tensor.grad`` of a tensor of the caller's: read through its path, or the program's own
+        value (set by a backward or by the program in this pass)."""
+        grad = tensor.grad
+        if isinstance(grad, FakeTensor):  # a backward of this pass set it (autograd_calls.py)
+            return self.context.values.proxy_for(grad)
+        if self.snapshots.written(tensor, "grad", grad):
+            return grad  # ``p.grad = None`` earlier in this pass
+        return self.provenance.bind_state(grad, path.attr("grad"), "grad")
 
     def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
         if frame.code.co_filename.startswith(_STDLIB_DIR) or self.context.subclass_code:
@@ -481,9 +515,9 @@ class Pass:
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy) or not _is_plain_key(key):
             return value
-        if isinstance(value, Proxy):
-            return value  # a proxy read back: stored while tracing (nn.LSTM's _flat_weights), not state
-        return self.provenance.bind_state(value, path.key(key), str(key))
+        if isinstance(value, Proxy) or self.snapshots.written(container, key, value):
+            return value  # stored while tracing (nn.LSTM's _flat_weights, cache[k] = v): not the call's
+        return self._bind_state(frame, value, path.key(key), str(key))
 
     def _source(self) -> tuple[SourceFrame, ...] | None:
         run = current_run()
@@ -604,6 +638,33 @@ def _is_torch_builtin(fn: Any) -> bool:
     return isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith(
         "torch"
     )
+
+
+_APPENDING = frozenset({"append", "extend"})
+
+
+def _only_appended_to(frame: Any) -> bool:
+    """Whether the value the current load pushes is consumed by looking ``append``/``extend`` up on
+    it (the next instruction), so the program cannot read the list through it."""
+    instructions = frame.info.instructions
+    following = instructions[frame.index] if frame.index < len(instructions) else None
+    return following is not None and following.opname in ("LOAD_METHOD", "LOAD_ATTR") and \
+        following.argval in _APPENDING
+
+
+def _grad_as_proxy(effect: Effect, values: Any) -> Effect:
+    """A ``.grad`` a backward of the pass set holds the gradient's shadow: the effect stores the
+    computed gradient, its proxy."""
+    if effect.kind == "grad" and isinstance(effect.value, FakeTensor):
+        return dataclasses.replace(effect, value=values.proxy_for(effect.value))
+    return effect
+
+
+def _is_unlisted_operation(fn: Any) -> bool:
+    """A torch function that is an aten operator of the same name but that torch's overrides do not
+    list, so no symbol table has it (the ``torch._foreach_*`` family)."""
+    name = getattr(fn, "__name__", "")
+    return getattr(torch, name, None) is fn and hasattr(torch.ops.aten, name)
 
 
 def _subclass_in(*trees: Any) -> bool:

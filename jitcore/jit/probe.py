@@ -13,7 +13,8 @@ Invariants:
 - the probe's RNG stream is the one the first call's computation will draw from: it starts at the
   state the call began with and continues across probes, so random ops before a read give the value
   the computation will see;
-- it runs under ``torch.no_grad()`` (values only; the computation builds the autograd graph).
+- it runs with the program's grad mode (the call's, changed by the ``no_grad()`` records it runs): a
+  backward the program runs (jitcore/jit/autograd_calls.py) needs the graph of the forward records.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Probe:
         self._done = 0  # records of the trace already run
         self._rng: tuple[torch.Tensor, list[torch.Tensor]] = _rng_state()  # as the call began
         self._copies: dict[int, Any] = {}  # caller's storage key -> the probe's private copy of it
+        self._grad = torch.is_grad_enabled()  # the program's grad mode where the records stopped
 
     def values(self, tree: Any) -> Any:
         """``tree`` with every proxy replaced by its real value (numbers by their traced value)."""
@@ -60,7 +62,8 @@ class Probe:
         records = self._trace.bound_symbols[self._done:]
         if not records:
             return
-        with _restored_thread_state(), torch.no_grad():
+        with _restored_thread_state():
+            torch.set_grad_enabled(self._grad)
             _set_rng_state(self._rng)
             try:
                 for bsym in records:
@@ -68,6 +71,7 @@ class Probe:
                     self._done += 1
             finally:
                 self._rng = _rng_state()
+                self._grad = torch.is_grad_enabled()  # as the records left it (``no_grad()`` records)
 
     def _run(self, bsym: BoundSymbol) -> None:
         if "bookkeeping" in bsym.symbol.tags:
@@ -90,6 +94,10 @@ class Probe:
         if isinstance(leaf, NumberProxy):
             return leaf.value
         if not isinstance(leaf, TensorProxy):
+            if self._copies and _is_plain(leaf) and _storage_key(leaf) in self._copies:
+                # a caller's tensor a record holds itself until the pass ends (Note [Leaked tensors]):
+                # the probe's private copy of it, as for its proxy
+                return _view_of(self._copies[_storage_key(leaf)], leaf)
             return leaf
         found = self._env.get(id(leaf))
         if found is None:

@@ -83,6 +83,13 @@ class Provenance:
         # when bound, in a pass with symbolic sizes (an in-place op may change the shadow later)
         self._finished = False
 
+    def input_of(self, proxy: TensorProxy) -> tuple[Path, torch.Tensor] | None:
+        """The path and the real tensor of an input proxy (None: the program made it)."""
+        tensor = self.real_values.get(id(proxy))
+        if tensor is None:
+            return None
+        return self._first_paths[id(tensor)], tensor
+
     def path_of(self, obj: Any) -> Path | None:
         """The path an object was reached through, when it entered the trace."""
         return self._paths.get(id(obj))
@@ -232,6 +239,14 @@ class Provenance:
         if isinstance(value, (list, dict, set)):
             self.guard(path, "len", len(value))
         self._remember_object(value, path)
+        return value
+
+    def bind_appended_list(self, value: list, path: Path) -> list:
+        """A list this read only looks ``append``/``extend`` up on (``losses.append(loss.item())``):
+        its type is guarded, not its contents, so appending does not make every call a new entry;
+        the appends are replayed onto the list each call finds (jit/effects.py's ``extend``)."""
+        self.guard(path, "type", list)
+        self.remember(value, path)
         return value
 
     def _remember_object(self, value: Any, path: Path) -> None:

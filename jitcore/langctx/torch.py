@@ -72,7 +72,6 @@ QUERY_NAMES: frozenset[str] = frozenset(
 
 # Tensor methods that cannot be recorded, with the reason a user reads.
 UNSUPPORTED_METHODS: dict[str, str] = {
-    "backward": "autograd inside a jitted function is not supported; call backward() on its outputs",
     "register_hook": "tensor hooks are not supported inside a jitted function",
     "register_post_accumulate_grad_hook": "tensor hooks are not supported inside a jitted function",
     "retain_grad": "retain_grad() is not supported inside a jitted function",
@@ -95,9 +94,7 @@ UNSUPPORTED_METHODS: dict[str, str] = {
     "__reduce_ex__": "pickling is not supported inside a jitted function",
     "__setstate__": "unpickling is not supported inside a jitted function",
     "_make_subclass": "creating tensor subclasses this way is not supported inside a jitted function",
-    "grad": "reading .grad inside a jitted function is not supported",
     "_grad": "reading .grad inside a jitted function is not supported",
-    "grad_fn": "autograd graph objects are not available while tracing",
     "_grad_fn": "autograd graph objects are not available while tracing",
     "_base": "view bases are not available while tracing",
     "_cdata": "a tensor's C pointer is not known while tracing",
@@ -485,8 +482,9 @@ def _torch_function(func: Any, args: tuple, kwargs: dict) -> Any:
     return target(*args, **kwargs)
 
 
-def dynamic_symbol(func: Any) -> Callable[..., Any]:
-    """A symbol for a torch callable outside the registries (``torch._C._nn.gelu``, ...).
+def dynamic_symbol(func: Any, path: str | None = None) -> Callable[..., Any]:
+    """A symbol for a torch callable outside the registries (``torch._C._nn.gelu``, ...), printed
+    as ``path`` where one is given (``torch._foreach_norm``).
 
     An aten operator reaching ``__torch_function__`` (``OpOverload.__call__`` on a proxy) is the aten
     symbol, never a torch-level one: binding it here would shadow the aten table for every later trace.
@@ -502,7 +500,7 @@ def dynamic_symbol(func: Any) -> Callable[..., Any]:
             f"{getattr(func, '__qualname__', func)!r} was called with tensors being traced, "
             "but it is not a torch operation jitcore can record"
         )
-    symbol = torch_symbol(func, None)
+    symbol = torch_symbol(func, path)
     TORCH_TABLE.bind(func, symbol)
     return symbol
 

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from jitcore.errors import UnsupportedOperationError
 from jitcore.ir.context import current_context
 from jitcore.ir.proxy import Proxy
 
@@ -122,6 +123,33 @@ class TensorProxy(Proxy):
         return self.shadow.is_leaf
 
     @property
+    def grad(self) -> Any:
+        """An input's ``.grad``, read through its path by the tracing pass (an optimizer, gradient
+        clipping), or one a backward of the pass set."""
+        return _autograd_calls("torch.Tensor.grad").read_grad(self)
+
+    @grad.setter
+    def grad(self, value: Any) -> None:
+        raise UnsupportedOperationError(
+            "torch.Tensor.grad: assigning .grad of a traced tensor is not supported; assign it outside "
+            "the jitted function")
+
+    def backward(self, gradient: Any = None, retain_graph: Any = None, create_graph: bool = False,
+                 inputs: Any = None) -> None:
+        """``loss.backward()`` inside the traced program (jitcore/jit/autograd_calls.py)."""
+        _autograd_calls("torch.Tensor.backward").tensor_backward(self, gradient, retain_graph, create_graph,
+                                                                 inputs)
+
+    @property
+    def grad_fn(self) -> None:
+        """None where eager's is None whatever the values (no grad required: ``zero_grad`` tests
+        ``p.grad.grad_fn``); the autograd graph object itself does not exist while tracing."""
+        if not self.shadow.requires_grad:
+            return None
+        raise UnsupportedOperationError(
+            "torch.Tensor.grad_fn: autograd graph objects are not available while tracing")
+
+    @property
     def is_cuda(self) -> bool:
         return self.shadow.device.type == "cuda"
 
@@ -204,3 +232,11 @@ class TensorProxy(Proxy):
         if handler is None:
             return NotImplemented
         return handler(func, args, kwargs or {})
+
+
+def _autograd_calls(what: str) -> Any:
+    context = current_context()
+    calls = context.autograd if context is not None else None
+    if calls is None:
+        raise UnsupportedOperationError(f"{what} is not supported here")
+    return calls

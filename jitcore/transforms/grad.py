@@ -154,6 +154,8 @@ def needs_grad(trace: Trace, subclass_grad: dict[int, bool]) -> bool:
         subclass_grad: ``id(proxy) -> requires_grad`` of its subclass inputs (the outer tensors'
             flag, which the prologue checks; the proxies' own metadata does not carry it).
     """
+    if any("backward" in b.symbol.tags for b in trace.bound_symbols):
+        return True  # the program runs a backward itself (jitcore/jit/autograd_calls.py)
     if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or _reaches_no_graph(trace):
         return False
     if any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args):

@@ -153,6 +153,34 @@ def test_training_step_loss_and_gradients(make):
             _assert_close(g, p.grad)
 
 
+@pytest.mark.parametrize("make", [_llama, _gpt2], ids=lambda m: m.__name__[1:])
+def test_training_step_inside_the_jitted_function(make):
+    """Forward with labels, ``loss.backward()`` and an AdamW step, all in the jitted function."""
+
+    def setup():
+        model = _model(make).train()
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def step(model, opt, ids):
+        opt.zero_grad()
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    eager_model, eager_opt = setup()
+    model, opt = setup()
+    jitted = jitcore.jit(step)
+    for seed in range(3):
+        ids = _ids(seed)
+        torch.manual_seed(seed)
+        got = jitted(model, opt, ids)
+        torch.manual_seed(seed)
+        _assert_close(got, step(eager_model, eager_opt, ids))
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            _assert_close(p.detach(), q.detach())
+
+
 def test_kv_cache_fed_back_into_the_next_call():
     model = _model(_llama)
     jitted = jitcore.jit(model)

@@ -306,3 +306,96 @@ def test_library_modules_that_rewrite_their_own_state():
         assert_same(got[0], expected[0])
         assert all(type(w) is torch.nn.Parameter for w in jitted_model._flat_weights)
         assert all(a is b for a, b in zip(jitted_model._flat_weights, jitted_model.parameters()))
+
+
+def test_a_value_the_program_wrote_is_read_back_as_written():
+    """``s.x = 5; y = s.x``: the read is the program's own value, not the state the call found
+    (it was bound to the call's ``s.x`` and returned t * 0, t * 1, ... before)."""
+
+    class S:
+        pass
+
+    eager, jitted = S(), S()
+
+    def program(s):
+        def f(t):
+            s.x = 5
+            s.items = {"k": t.sum().item()}
+            return t * s.x + s.items["k"]
+        return f
+
+    jf = jitcore.jit(program(jitted))
+    for i in range(4):
+        eager.x = jitted.x = i
+        t = torch.full((2,), float(i))
+        assert_same(jf(t), program(eager)(t))
+        assert jitted.x == eager.x == 5
+
+
+def test_in_place_operators_on_state_tensors_are_recorded():
+    """``step += 1`` on a tensor held by a dict keyed by an object (an optimizer's state) runs
+    ``Tensor.__iadd__``, a C slot: it is recorded, once per call (it ran untraced and then twice
+    on the tracing call before)."""
+    key = object()
+    eager_state = {key: {"step": torch.tensor(0.0)}}
+    jit_state = {key: {"step": torch.tensor(0.0)}}
+
+    def program(state):
+        def f(x):
+            steps = [state[key]["step"]]
+            for s in steps:
+                s += 1
+            return x * steps[0].item()
+        return f
+
+    jf = jitcore.jit(program(jit_state))
+    for i in range(4):
+        x = torch.full((2,), float(i))
+        assert_same(jf(x), program(eager_state)(x))
+        assert_same(jit_state[key]["step"], eager_state[key]["step"])
+
+
+def test_appending_to_a_list_does_not_retrace():
+    """``losses.append(loss.item())`` on an attribute or a closure's list: the read only looks
+    ``append`` up, so the list's contents are not guarded; the appends are replayed onto the list
+    each call finds."""
+
+    class Trainer:
+        def __init__(self):
+            self.history = []
+
+    def program(trainer, losses):
+        def f(x):
+            loss = (x * 2).sum()
+            trainer.history.append(loss.detach())
+            losses.append(loss.item())
+            losses.extend([1, 2])
+            return loss
+        return f
+
+    jitted, eager = Trainer(), Trainer()
+    jit_losses, eager_losses = [], []
+    jf = jitcore.jit(program(jitted, jit_losses))
+    for i in range(20):
+        x = torch.full((3,), float(i))
+        assert_same(jf(x), program(eager, eager_losses)(x))
+    _same_state(jitted.history, eager.history)
+    assert jit_losses == eager_losses
+    assert jitcore.cache_misses(jf) == 1
+
+
+def test_a_list_read_after_the_program_appended_to_it():
+    """The same list read again after an append: its guards are on the contents the call started
+    with (guarding what the program made of it would match the next call's list, wrongly)."""
+    jit_items, eager_items = [], []
+
+    def program(items):
+        def f(x):
+            items.append(1)
+            return x * len(items) + sum(items)
+        return f
+
+    jf = jitcore.jit(program(jit_items))
+    for _ in range(5):
+        assert_same(jf(torch.ones(2)), program(eager_items)(torch.ones(2)))
+    assert jit_items == eager_items

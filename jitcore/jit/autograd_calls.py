@@ -1,0 +1,151 @@
+"""Autograd called by the traced program: ``loss.backward()``, ``torch.autograd.backward`` and
+``torch.autograd.grad`` inside a jitted function (a training step: forward, backward, optimizer).
+
+While tracing, a backward is one record, ``autograd_grad(outputs, inputs, grad_outputs)``
+(jitcore/langctx/backward.py): its
+gradients are computed on the shadows' autograd graph (torch's own engine on fake tensors), so
+their metadata is exact and an error eager would raise (a non-scalar output without a gradient, an
+output that does not require grad) is raised at the user's line. Every trace holding such a record
+goes through the grad transform (jitcore/transforms/grad.py), whose replay runs the record under its
+recording mode: the executed trace holds the backward's aten ops, like any other op.
+
+``.grad`` is kept as eager keeps it:
+- an input's gradient that exists when the backward runs is accumulated into in place (the caller's
+  gradient tensor is written, as eager's ``AccumulateGrad`` does with grad mode off);
+- where there is none, the input's ``.grad`` is set: to the gradient's shadow while tracing (native
+  reads such as an optimizer's ``p.grad`` then see it and map it back to its proxy), and on every
+  call to the computed gradient, by the side-effect replay (jitcore/jit/effects.py);
+- a tensor made inside the function that requires grad keeps its gradient for the rest of the pass.
+
+Invariant: ``create_graph=True`` (double backward) is refused with a clear error, never
+approximated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import jitcore
+from jitcore.errors import UnsupportedOperationError
+from jitcore.langctx.backward import AUTOGRAD_GRAD
+from jitcore.proxies import TensorProxy
+
+__all__ = ["AutogradCalls"]
+
+
+class AutogradCalls:
+    """The autograd calls of one tracing pass (the pass hands itself in: its provenance, snapshots
+    and tensor values)."""
+
+    def __init__(self, tracing_pass: Any) -> None:
+        self._pass = tracing_pass
+        self._inner_grads: dict[int, Any] = {}  # id(proxy made inside) -> its gradient, this pass
+
+    # --- what the program calls ----------------------------------------------------------------------
+    def lookasides(self) -> dict[Any, Callable[..., Any]]:
+        return {torch.autograd.backward: self.backward, torch.autograd.grad: self.grad}
+
+    def tensor_backward(self, tensor: TensorProxy, gradient: Any = None, retain_graph: Any = None,
+                        create_graph: bool = False, inputs: Any = None) -> None:
+        """``tensor.backward(...)``."""
+        self.backward(tensor, gradient, retain_graph, create_graph, inputs=inputs)
+
+    def backward(self, tensors: Any, grad_tensors: Any = None, retain_graph: Any = None,
+                 create_graph: bool = False, grad_variables: Any = None, inputs: Any = None) -> None:
+        """``torch.autograd.backward``: gradients accumulated into the leaves' ``.grad``."""
+        _refuse_double_backward(create_graph)
+        outputs = _as_list(tensors)
+        grad_outputs = _as_list(grad_tensors) if grad_tensors is not None else [None] * len(outputs)
+        leaves = _as_list(inputs) if inputs is not None else self._leaves(outputs)
+        for leaf, grad in zip(leaves, self._record(outputs, leaves, grad_outputs)):
+            if grad is not None:
+                self._accumulate(leaf, grad)
+
+    def grad(self, outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None,
+             create_graph: bool = False, only_inputs: bool = True, allow_unused: bool | None = None,
+             is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple[Any, ...]:
+        """``torch.autograd.grad``: the gradients themselves; no ``.grad`` is touched."""
+        _refuse_double_backward(create_graph)
+        if is_grads_batched:
+            raise UnsupportedOperationError("torch.autograd.grad(is_grads_batched=True) inside a jitted "
+                                            "function is not supported")
+        outs, ins = _as_list(outputs), _as_list(inputs)
+        grad_outs = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outs)
+        grads = self._record(outs, ins, grad_outs)
+        if not (allow_unused or materialize_grads) and any(g is None for g in grads):
+            raise RuntimeError("One of the differentiated Tensors appears to not have been used in the "
+                               "graph. Set allow_unused=True if this is the desired behavior.")
+        if materialize_grads:
+            grads = tuple(torch.zeros_like(i) if g is None else g for g, i in zip(grads, ins))
+        return tuple(grads)
+
+    def read_grad(self, proxy: TensorProxy) -> Any:
+        """``proxy.grad``: an input's, read through its path; one a backward of this pass set."""
+        if id(proxy) in self._inner_grads:
+            return self._inner_grads[id(proxy)]
+        found = self._pass.provenance.input_of(proxy)
+        if found is None:
+            raise UnsupportedOperationError(
+                f"torch.Tensor.grad: {proxy.name} is computed by the program and no backward of this "
+                "function set its gradient")
+        path, tensor = found
+        return self._pass.grad_value(tensor, path)
+
+    # --- recording -------------------------------------------------------------------------------
+    def _record(self, outputs: list, inputs: list, grad_outputs: list) -> tuple[Any, ...]:
+        for i, (out, grad) in enumerate(zip(outputs, grad_outputs)):  # eager's checks and messages
+            if isinstance(out, TensorProxy) and not out.requires_grad:
+                raise RuntimeError(
+                    f"element {i} of tensors does not require grad and does not have a grad_fn")
+            if grad is None and isinstance(out, TensorProxy) and out.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        self._pass.trace.imports.setdefault("jitcore", jitcore)
+        return tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs))
+
+    def _leaves(self, outputs: list) -> list[TensorProxy]:
+        """The leaves the outputs' graph reaches (what ``backward()`` accumulates into), in the
+        order the graph is walked from the outputs."""
+        values = self._pass.context.values
+        seen: set[int] = set()
+        leaves: list[TensorProxy] = []
+        pending = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
+        while pending:
+            node = pending.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            variable = getattr(node, "variable", None)
+            if isinstance(variable, torch.Tensor):
+                leaves.append(values.proxy_for(variable))
+            pending.extend(n for n, _ in reversed(node.next_functions))
+        return leaves
+
+    def _accumulate(self, leaf: TensorProxy, grad: TensorProxy) -> None:
+        found = self._pass.provenance.input_of(leaf)
+        if found is None:  # made inside the function: its gradient lives as long as the pass
+            old = self._inner_grads.get(id(leaf))
+            self._inner_grads[id(leaf)] = grad if old is None else old.add_(grad)
+            return
+        path, tensor = found
+        old = self._pass.grad_value(tensor, path)
+        if old is None:
+            self._pass.snapshots.take(tensor, path)  # the set is an effect, replayed on every call
+            tensor.grad = grad.shadow  # native reads (p.grad) see it: Pass.grad_value maps it back
+        else:
+            old.add_(grad)  # in place into the caller's gradient tensor, as eager accumulates
+
+
+def _as_list(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def _refuse_double_backward(create_graph: bool) -> None:
+    if create_graph:
+        raise UnsupportedOperationError(
+            "create_graph=True (a backward that is itself differentiated) inside a jitted function is "
+            "not supported", hints=("compute higher-order gradients outside the jitted function",))

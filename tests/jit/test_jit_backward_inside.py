@@ -1,0 +1,141 @@
+"""Autograd inside a jitted function (jitcore/jit/autograd_calls.py): ``loss.backward()``,
+``torch.autograd.backward`` and ``torch.autograd.grad`` in the traced program.
+
+Differential: each program runs eagerly and jitted on twin copies of its state over several calls;
+outputs, parameters, ``.grad`` of every leaf and optimizer state are compared after every call.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jit_helpers import assert_same
+
+import jitcore
+
+
+def _mlp(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+
+
+def _same_params_and_grads(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert_same(p.detach(), q.detach())
+        if q.grad is None:
+            assert p.grad is None
+        else:
+            assert_same(p.grad, q.grad)
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_a_whole_training_step(optimizer):
+    def setup():
+        model = _mlp()
+        return model, getattr(torch.optim, optimizer)(model.parameters(), lr=0.05)
+
+    def step(model, opt, x, y):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    eager_model, eager_opt = setup()
+    model, opt = setup()
+    jitted = jitcore.jit(step)
+    for i in range(5):
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(8, 3, generator=g), torch.randn(8, 2, generator=g)
+        assert_same(jitted(model, opt, x, y), step(eager_model, eager_opt, x, y))
+        _same_params_and_grads(model, eager_model)
+    assert jitcore.cache_misses(jitted) <= 3  # no gradients yet; gradients; optimizer state made
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.sampled_from(["backward", "zero", "none", "scaled"]), min_size=1, max_size=5))
+def test_gradients_accumulate_as_eagerly(calls):
+    """Backward into existing gradients accumulates in place; into none, sets them; zero_grad in
+    both forms; a gradient argument scales the seed."""
+
+    def f(model, x, how):
+        if how == "zero":
+            model.zero_grad(set_to_none=False)
+        elif how == "none":
+            model.zero_grad(set_to_none=True)
+        out = model(x).sum()
+        if how == "scaled":
+            torch.autograd.backward([out], [torch.tensor(0.5)])
+        else:
+            out.backward()
+        return out.detach()
+
+    eager, model = _mlp(), _mlp()
+    jf = jitcore.jit(f)
+    for i, how in enumerate(calls):
+        x = torch.randn(2, 3, generator=torch.Generator().manual_seed(i))
+        assert_same(jf(model, x, how), f(eager, x, how))
+        _same_params_and_grads(model, eager)
+
+
+def test_the_caller_sees_gradient_tensors_updated_in_place():
+    model = _mlp()
+    held = []
+
+    def f(x):
+        model(x).sum().backward()
+        return model[0].weight.grad * 1
+
+    jf = jitcore.jit(f)
+    jf(torch.ones(1, 3))
+    held.append(model[0].weight.grad)  # eager's AccumulateGrad writes this very tensor next time
+    before = held[0].clone()
+    out = jf(torch.ones(1, 3))
+    assert model[0].weight.grad is held[0]
+    assert_same(held[0], before * 2)
+    assert_same(out, before * 2)
+
+
+def test_autograd_grad_inside():
+    def f(w, x):
+        y = (x @ w).tanh().sum()
+        (g,) = torch.autograd.grad(y, [w])
+        return w - 0.1 * g.detach(), g
+
+    w = torch.randn(3, 2, requires_grad=True)
+    jf = jitcore.jit(f)
+    for i in range(3):
+        x = torch.randn(4, 3, generator=torch.Generator().manual_seed(i))
+        got, expected = jf(w, x), f(w, x)
+        for a, b in zip(got, expected):
+            assert_same(a.detach(), b.detach())
+    assert w.grad is None
+
+
+def test_backward_with_inputs_and_a_leaf_made_inside():
+    def f(a, b):
+        c = torch.ones(3, requires_grad=True)
+        loss = (a * b * c).sum()
+        loss.backward(inputs=[a, c])
+        return c.grad * 2
+
+    a, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    jf = jitcore.jit(f)
+    for _ in range(2):
+        assert_same(jf(a2, b2), f(a, b))
+        assert_same(a2.grad, a.grad)
+        assert b.grad is None and b2.grad is None
+
+
+def test_refusals_and_eager_errors():
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(jitcore.UnsupportedOperationError, match="create_graph=True"):
+        jitcore.jit(lambda w: torch.autograd.grad((w * w).sum(), [w], create_graph=True))(w)
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
+        jitcore.jit(lambda w: (w * 2).backward())(w)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        jitcore.jit(lambda x: x.sum().backward())(torch.randn(3))
+    assert torch.is_grad_enabled()

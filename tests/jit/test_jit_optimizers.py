@@ -1,0 +1,114 @@
+"""``torch.optim`` optimizers under jitcore, as training loops call them.
+
+Each loop runs twice from the same start, eagerly and with ``opt.step()`` / ``opt.zero_grad()``
+jitted (the forward and backward stay eager); parameters, gradients and every optimizer state
+tensor are compared after every step. What these programs need: ``p.grad`` read through the
+parameter's path (a new gradient tensor every step), ``p.grad = None`` replayed on every call,
+``step_t += 1`` on a state tensor recorded, and state created by the first step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from jit_helpers import assert_same
+
+import jitcore
+
+OPTIMIZERS = {
+    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1),
+    "SGD-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=0.1),
+    "AdamW-amsgrad": lambda ps: torch.optim.AdamW(ps, lr=0.1, amsgrad=True),
+    "RMSprop": lambda ps: torch.optim.RMSprop(ps, lr=0.01, momentum=0.5),
+    "Adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1),
+    "NAdam": lambda ps: torch.optim.NAdam(ps, lr=0.1),
+}
+
+
+def _setup(make):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    return model, make(model.parameters())
+
+
+def _same_optimizer_state(a, b):
+    assert len(a.state) == len(b.state)
+    for state_a, state_b in zip(a.state.values(), b.state.values()):
+        assert list(state_a) == list(state_b)
+        for k in state_a:
+            assert_same(state_a[k], state_b[k])
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_training_loop_with_a_jitted_step(name, set_to_none):
+    eager_model, eager_opt = _setup(OPTIMIZERS[name])
+    model, opt = _setup(OPTIMIZERS[name])
+    step = jitcore.jit(lambda: opt.step())
+    zero_grad = jitcore.jit(lambda: opt.zero_grad(set_to_none=set_to_none))
+    for i in range(5):
+        x = torch.randn(8, 3, generator=torch.Generator().manual_seed(i))
+        for m, o, s, z in ((eager_model, eager_opt, eager_opt.step, lambda: eager_opt.zero_grad(set_to_none)),
+                           (model, opt, step, zero_grad)):
+            z()
+            m(x).square().mean().backward()
+            s()
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            assert_same(p.detach(), q.detach())
+            assert_same(p.grad, q.grad)
+        _same_optimizer_state(opt, eager_opt)
+    assert jitcore.cache_misses(step) <= 2  # the first step creates the state, the second reads it
+    assert jitcore.cache_misses(zero_grad) <= 2  # no gradients yet at the first call, then gradients
+
+
+def test_step_and_zero_grad_in_one_jitted_function():
+    eager_model, eager_opt = _setup(OPTIMIZERS["Adam"])
+    model, opt = _setup(OPTIMIZERS["Adam"])
+
+    def update(o):
+        o.step()
+        o.zero_grad()
+
+    jitted = jitcore.jit(update)
+    for i in range(4):
+        x = torch.randn(8, 3, generator=torch.Generator().manual_seed(i))
+        eager_model(x).sum().backward()
+        update(eager_opt)
+        model(x).sum().backward()
+        jitted(opt)
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            assert_same(p.detach(), q.detach())
+            assert p.grad is None and q.grad is None
+
+
+def test_gradient_clipping_reads_each_new_gradient():
+    """``clip_grad_norm_`` reads ``p.grad`` of every parameter (new tensors after every backward)
+    and runs ``torch._foreach_norm``/``_foreach_mul_``, operations torch's overrides do not list."""
+    torch.manual_seed(0)
+    eager, model = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    model.load_state_dict(eager.state_dict())
+    clip = jitcore.jit(lambda m: torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5))
+    for i in range(3):
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
+        for m in (eager, model):
+            m.zero_grad()
+            m(x).square().sum().backward()
+        assert_same(clip(model), torch.nn.utils.clip_grad_norm_(eager.parameters(), 0.5))
+        for p, q in zip(model.parameters(), eager.parameters()):
+            assert_same(p.grad, q.grad)
+    assert jitcore.cache_misses(clip) == 1
+
+
+def test_grad_of_an_argument():
+    def f(w, x):
+        return (w.grad * x).sum() if w.grad is not None else x.sum()
+
+    jf = jitcore.jit(f)
+    w = torch.randn(3, requires_grad=True)
+    for i in range(3):
+        x = torch.randn(3)
+        assert_same(jf(w, x), f(w, x))
+        w.grad = torch.full((3,), float(i))
+    with pytest.raises(jitcore.UnsupportedOperationError, match="assigning .grad"):
+        jitcore.jit(lambda w, x: setattr(w, "grad", x))(w, torch.ones(3))
