@@ -48,6 +48,7 @@ class ForwardJit(JittedFunction):
         super().__init__(module.forward, **options)
         self.module = module
         self._label = _label_of(module)
+        self._forward = module.forward  # what ``model.forward = jitcore.jit(model.forward)`` replaces
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         run = current_run()
@@ -61,7 +62,8 @@ class ForwardJit(JittedFunction):
         return super()._miss(args, kwargs, *rest)
 
     def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> Any:
-        self.fn = self.module.forward  # as Module.__call__ reads it now (guarded in _run_pass)
+        current = self.module.forward  # as Module.__call__ reads it now (guarded in _run_pass)
+        self.fn = self._forward if current is self else current  # installed as the module's forward
         entry = super()._trace(args, kwargs, shape_changed)
         # Once every pass has added its guards (the grad transform pins strides): the module's state
         # as one check (jitcore/jit/module_guards.py), and the fast path compiled again around it.

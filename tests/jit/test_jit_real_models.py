@@ -213,6 +213,18 @@ def test_greedy_generate(make):
     assert not generate.last_backward_traces
 
 
+def test_jitted_forward_installed_on_the_model():
+    """``model.forward = jitcore.jit(model.forward)`` (torch.compile's idiom) and then ``generate``:
+    the jitted forward traces the class's forward, not itself (that recursed without end)."""
+    model = _model(_llama)
+    eager = _model(_llama)
+    model.forward = jitcore.jit(model.forward)
+    ids = _ids(0)
+    options = dict(attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(ids, **options), eager.generate(ids, **options))
+    assert jitcore.cache_misses(model.forward) >= 1
+
+
 def test_lstm_traces_once_and_matches_eager() -> None:
     """nn.LSTM rebuilds its _flat_weights list from its parameters in forward: what it stores while
     traced is the program's own value, not state to guard (it retraced on every call before)."""
