@@ -22,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -58,7 +59,8 @@ class RecordingMode(TorchDispatchMode):
         user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
         proxy_args, proxy_kwargs = _map(self._proxy_of, (args, kwargs))
         if not user_types:
-            out = aten_langctx.op_symbol(func)(*proxy_args, **proxy_kwargs)
+            symbol = GRAD_MODE_OUTPUTS.get(func) or aten_langctx.op_symbol(func)
+            out = symbol(*proxy_args, **proxy_kwargs)
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
         return _map(self.state.shadow_of, out)
@@ -67,6 +69,29 @@ class RecordingMode(TorchDispatchMode):
         if isinstance(value, torch.Tensor) and type(value) is torch.Tensor:
             return value  # a real constant tensor of the trace
         return self.state.proxy_of(value)
+
+
+# Note [Outputs that exist only with grad mode on]: the grad transform's forward trace runs inside an
+# autograd.Function's forward, where grad mode is off, and mkldnn's RNN layer (nn.LSTM/GRU on CPU)
+# returns the workspace its backward needs only with grad mode on (None otherwise). Such an op is
+# recorded as a function that runs it with grad mode on and detaches its outputs.
+def mkldnn_rnn_layer_with_grad(*args: Any, **kwargs: Any) -> Any:
+    """``aten.mkldnn_rnn_layer`` with grad mode on (Note [Outputs that exist only with grad mode on])."""
+    with torch.enable_grad():
+        out = torch.ops.aten.mkldnn_rnn_layer.default(*args, **kwargs)
+    return tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in out)
+
+
+def _with_grad_symbol(op: Any, fn: Any) -> Any:
+    symbol = aten_langctx.op_symbol(op)
+    path = f"jitcore.transforms.recording.{fn.__name__}"
+    return dataclasses.replace(symbol, id=path, name=fn.__name__, fn=fn, path=path)
+
+
+GRAD_MODE_OUTPUTS = {
+    torch.ops.aten.mkldnn_rnn_layer.default: _with_grad_symbol(
+        torch.ops.aten.mkldnn_rnn_layer.default, mkldnn_rnn_layer_with_grad),
+}
 
 
 def _resolve_call(fn: Any) -> Any:

@@ -239,3 +239,28 @@ def test_lstm_traces_once_and_matches_eager() -> None:
             for got, want in ((out, out_eager), (h, h_eager), (c, c_eager)):
                 torch.testing.assert_close(got, want)
     assert jitcore.cache_misses(jitted) == 1
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_recurrent_layer_gradients(cell) -> None:
+    """An LSTM's backward through jitcore: mkldnn's RNN layer keeps its workspace only with grad mode
+    on, which the grad transform's forward does not have (Note [Outputs that exist only with grad
+    mode on]); the backward failed for want of it."""
+    torch.manual_seed(0)
+    model = getattr(torch.nn, cell)(8, 16, batch_first=True, num_layers=2)
+    jitted = jitcore.jit(model)
+    for seed in range(2):
+        x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+        out, state = jitted(x)
+        (out.sum() + state[0].sum()).backward()
+        got = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+        x.grad = None
+        model.zero_grad()
+        out_eager, state_eager = model(x)
+        (out_eager.sum() + state_eager[0].sum()).backward()
+        expected = [x.grad] + [p.grad for p in model.parameters()]
+        _assert_close(out.detach(), out_eager.detach())
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+        x.grad = None
+        model.zero_grad()
