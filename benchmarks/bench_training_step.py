@@ -6,7 +6,10 @@ per-op Python overhead dominates, and a larger one where the kernels do. Times a
 step (process time: other processes on a busy machine do not count), the best of several rounds,
 and are printed as ratios to eager, all measured in this one run. ``aot_eager`` is torch.compile's
 AOTAutograd forward/backward split run by eager kernels: the closest thing in torch to what
-jitcore does. Also printed: how many values the forward saves for the backward under each.
+jitcore does. Also printed: how many values the forward saves for the backward under each, and the
+whole step jitted (``jitcore.jit(step)``: forward, backward and AdamW update in one trace,
+jitcore/jit/autograd_calls.py) beside torch.compile of the whole step (which breaks its graph at
+``backward()``).
 
 Run: python benchmarks/bench_training_step.py [--quick]
 """
@@ -87,7 +90,8 @@ def main(quick: bool = False) -> None:
         f"torch {torch.__version__}, 1 thread; CPU ms per training step (best of {rounds} x {iters}), "
         f"ratio to eager"
     )
-    print(f"{'batch x seq x dim':>20} {'eager':>9} {'jitcore':>16} {'aot_eager':>16}  saved (jitcore)")
+    print(f"{'batch x seq x dim':>20} {'eager':>9} {'jitcore':>16} {'aot_eager':>16} "
+          f"{'jit(step)':>16} {'compile(step)':>16}  saved (jitcore)")
     for b, t, dim in sizes:
         base = Block(dim)
         x, y = torch.randn(b, t, dim), torch.randn(b, t, dim)
@@ -97,10 +101,18 @@ def main(quick: bool = False) -> None:
         eager = per_step_ms(make_step(eager_model, eager_model), x, y, iters, rounds)
         jitted = per_step_ms(make_step(jit_model, jfn), x, y, iters, rounds)
         aot = per_step_ms(make_step(aot_model, compiled), x, y, iters, rounds)
+        whole_model, whole_aot_model = copy.deepcopy(base), copy.deepcopy(base)
+        whole = jitcore.jit(make_step(whole_model, whole_model))
+        whole_ms = per_step_ms(whole, x, y, iters, rounds)
+        compiled_step = torch.compile(make_step(whole_aot_model, whole_aot_model), backend="aot_eager")
+        whole_aot = per_step_ms(compiled_step, x, y, iters, rounds)
         saved = len(jitcore.last_traces(jfn)[-1].output[1])
         print(f"{f'{b} x {t} x {dim}':>20} {eager:9.3f} {jitted:9.3f} ({jitted / eager:4.2f}x) "
-              f"{aot:9.3f} ({aot / eager:4.2f}x)  {saved}")
+              f"{aot:9.3f} ({aot / eager:4.2f}x) {whole_ms:9.3f} ({whole_ms / eager:4.2f}x) "
+              f"{whole_aot:9.3f} ({whole_aot / eager:4.2f}x)  {saved}")
         assert jitcore.cache_misses(jfn) == 1, "the training step must not retrace"
+        # the whole step: no gradients yet, gradients, AdamW's state made by the first update
+        assert jitcore.cache_misses(whole) <= 3, jitcore.miss_reasons(whole)
 
 
 if __name__ == "__main__":
