@@ -36,9 +36,9 @@ def branch_on_values(x: torch.Tensor) -> torch.Tensor:
     return x - 1
 
 
-def calls_backward(x: torch.Tensor) -> torch.Tensor:
+def calls_double_backward(x: torch.Tensor) -> torch.Tensor:
     y = (x * 2).sum()
-    y.backward()
+    y.backward(create_graph=True)
     return y
 
 
