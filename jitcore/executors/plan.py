@@ -30,6 +30,7 @@ import os
 from typing import Any, Callable, Sequence, TypeVar
 
 from jitcore.executors.background import background_enabled, submit
+from jitcore.executors.functional import out_of_place
 from jitcore.executors.interface import Executor, FusionExecutor, get_executor
 from jitcore.executors.regions import LOG, lower, partition
 from jitcore.ir import BoundSymbol, Trace, compile_trace
@@ -159,7 +160,8 @@ class Executors:
                      trace.name, ", ".join(grad))
             return None
         try:
-            result = lower(trace, partition(trace, self.executors))
+            rewritten = out_of_place(trace)  # private in-place writes do not split regions
+            result = lower(rewritten, partition(rewritten, self.executors))
             if not result.lowered:
                 return None
             computation = compile_trace(result.trace, result.callables)

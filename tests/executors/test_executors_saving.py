@@ -60,10 +60,11 @@ def test_a_pointwise_chain_saves_fewer_tensors_and_bytes_when_fused() -> None:
     backward = str(jitcore.last_backward_traces(on_inductor)[-1])
     note = "saved for fusion: 2 values (1024 bytes) instead of 7 (2816 bytes); the backward recomputes 20 ops"
     assert f"# {note}" in backward
-    # the recomputed ops run inside fused regions: what runs on torch is clamp's backward's logical_and_
+    # the recomputed ops run inside the backward's one fused region (clamp's backward's logical_and_
+    # runs out of place: test_executors_out_of_place.py)
     on_torch_ops = [b.symbol.id for b in jitcore.last_backward_traces(on_inductor)[-1].bound_symbols
                     if not is_lowered(b)]
-    assert set(on_torch_ops) == {"torch.ops.aten.logical_and_.default"}, on_torch_ops
+    assert on_torch_ops == [] and len(fused(backward)) == 1, backward
     (we,) = torch.autograd.grad(chain(x, w), w)
     for jfn in (on_torch, on_inductor):
         (wj,) = torch.autograd.grad(jfn(x, w), w)
