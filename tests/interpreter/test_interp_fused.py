@@ -407,3 +407,37 @@ def test_filters_and_statement_yields_match_cpython(items, k) -> None:
         assert {"LOAD_FAST+LOAD_FAST+BINARY_OP+YIELD_VALUE", "LOAD_FAST+LOAD_CONST+BINARY_OP+YIELD_VALUE",
                 "LOAD_FAST+LOAD_CONST+BINARY_OP+POP_JUMP_BACKWARD_IF_FALSE",
                 "LOAD_FAST+LOAD_FAST+COMPARE_OP+POP_JUMP_BACKWARD_IF_TRUE", "RESUME+POP_TOP"} <= fused
+
+
+def _replacing_what_is_thrown():
+    try:
+        yield  # a yield statement: resumed past RESUME; POP_TOP by the driver, or thrown into
+    except BaseException:
+        exc = KeyError("replaced")
+        try:
+            raise exc
+        finally:
+            exc.__context__ = None  # as contextlib's tests do: the chaining undone
+
+
+def thrown_into_a_yield_statement(handling):
+    """A generator thrown into at a yield statement raises a new exception whose context it clears, while its
+    caller handles another exception or none. (The driver resumes a frame thrown into outside the except
+    clause that received the exception: test_contextlib_async's test_exit_exception_explicit_none_context
+    in the conformance suite is what showed it; this simpler program passes either way.)"""
+    g = _replacing_what_is_thrown()
+    next(g)
+    try:
+        if handling:
+            try:
+                raise ValueError("being handled by the caller")
+            except ValueError:
+                g.throw(IndexError())
+        g.throw(IndexError())
+    except KeyError as e:
+        return repr(e.__context__), repr(e.__cause__), e.__suppress_context__
+
+
+@pytest.mark.parametrize("handling", [False, True])
+def test_thrown_into_a_yield_statement(handling) -> None:
+    check(thrown_into_a_yield_statement, handling)
