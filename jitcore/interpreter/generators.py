@@ -183,7 +183,7 @@ def _generator(frame: Frame):
         try:
             sent = yield box.pop()
         except BaseException as e:  # noqa: BLE001 - thrown into the generator: deliver to the frame
-            thrown = e  # outside this clause: sys.exception() in the frame is then the consumer's, as natively
+            thrown = e  # outside this clause: sys.exception() in the frame is the consumer's, as natively
         if thrown is not None:
             value = _resume(frame, None, thrown, False)
             continue
