@@ -75,3 +75,17 @@ def check(fn: Callable[..., Any], *args: Any, jfn: Any = None, **kwargs: Any) ->
     assert_same(actual, expected)
     assert_same((jit_args, jit_kwargs), (eager_args, eager_kwargs))
     return jfn
+
+
+def training_step(loss_of: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The training step users write, ``loss_of(model, *inputs)`` as its loss: zero the gradients,
+    backward, optimizer step, return the detached loss (the program jitted whole in the tests)."""
+
+    def step(model: torch.nn.Module, opt: torch.optim.Optimizer, *inputs: Any) -> torch.Tensor:
+        opt.zero_grad()
+        loss = loss_of(model, *inputs)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step

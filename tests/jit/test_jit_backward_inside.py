@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jit_helpers import assert_same
+from jit_helpers import assert_same, training_step
 
 import jitcore
 
@@ -36,12 +36,7 @@ def test_a_whole_training_step(optimizer):
         model = _mlp()
         return model, getattr(torch.optim, optimizer)(model.parameters(), lr=0.05)
 
-    def step(model, opt, x, y):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
+    step = training_step(lambda model, x, y: torch.nn.functional.mse_loss(model(x), y))
 
     eager_model, eager_opt = setup()
     model, opt = setup()

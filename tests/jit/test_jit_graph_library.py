@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from jit_helpers import assert_same
+from jit_helpers import assert_same, training_step
 from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv, global_mean_pool
 from torch_geometric.utils import add_self_loops, degree, scatter
 
@@ -78,12 +78,8 @@ def test_training_step_inside_the_jitted_function():
         net = _Net()
         return net, torch.optim.Adam(net.parameters(), lr=0.01)
 
-    def step(net, opt, x, edge_index, batch, target):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(net(x, edge_index, batch), target)
-        loss.backward()
-        opt.step()
-        return loss.detach()
+    step = training_step(lambda net, x, edge_index, batch, target:
+                         torch.nn.functional.cross_entropy(net(x, edge_index, batch), target))
 
     eager_net, eager_opt = setup()
     net, opt = setup()

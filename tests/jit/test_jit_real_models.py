@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 import transformers  # in the test extras: a missing install fails here, it is never skipped
+from jit_helpers import training_step
 
 import jitcore
 
@@ -161,12 +162,7 @@ def test_training_step_inside_the_jitted_function(make):
         model = _model(make).train()
         return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
 
-    def step(model, opt, ids):
-        opt.zero_grad()
-        loss = model(ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        return loss.detach()
+    step = training_step(lambda model, ids: model(ids, labels=ids).loss)
 
     eager_model, eager_opt = setup()
     model, opt = setup()
