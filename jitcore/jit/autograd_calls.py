@@ -17,6 +17,10 @@ recording mode: the executed trace holds the backward's aten ops, like any other
   call to the computed gradient, by the side-effect replay (jitcore/jit/effects.py);
 - a tensor made inside the function that requires grad keeps its gradient for the rest of the pass.
 
+torch's function transforms (``torch.func.vmap``, ``grad``, ``jacrev``, ...) wrap tensors in
+functorch's own levels, which tracing does not model: a call that reaches one runs eagerly, with one
+warning (JC-J002), instead of tracing a wrong program.
+
 Invariant: ``create_graph=True`` (double backward) is refused with a clear error, never
 approximated.
 """
@@ -29,7 +33,7 @@ from typing import Any
 import torch
 
 import jitcore
-from jitcore.errors import UnsupportedOperationError
+from jitcore.errors import EagerOnlySubclass, UnsupportedOperationError
 from jitcore.langctx.backward import AUTOGRAD_GRAD
 from jitcore.proxies import TensorProxy
 
@@ -46,7 +50,11 @@ class AutogradCalls:
 
     # --- what the program calls ----------------------------------------------------------------------
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
-        return {torch.autograd.backward: self.backward, torch.autograd.grad: self.grad}
+        found: dict[Any, Callable[..., Any]] = {torch.autograd.backward: self.backward,
+                                                torch.autograd.grad: self.grad}
+        for fn, name in _function_transforms():
+            found[fn] = _runs_eagerly(name)
+        return found
 
     def tensor_backward(self, tensor: TensorProxy, gradient: Any = None, retain_graph: Any = None,
                         create_graph: bool = False, inputs: Any = None) -> None:
@@ -149,3 +157,26 @@ def _refuse_double_backward(create_graph: bool) -> None:
         raise UnsupportedOperationError(
             "create_graph=True (a backward that is itself differentiated) inside a jitted function is "
             "not supported", hints=("compute higher-order gradients outside the jitted function",))
+
+
+def _function_transforms() -> list[tuple[Any, str]]:
+    """Where torch.func's transforms start working on tensors (the public functions only wrap):
+    ``grad(f)(x)`` runs ``grad_impl``, ``jacrev`` runs ``_vjp_with_argnums`` under ``vmap_impl``."""
+    import torch._functorch.eager_transforms as eager
+    import torch._functorch.vmap as vmap
+
+    names = [
+        (eager, "grad_impl", "torch.func.grad"), (eager, "grad_and_value_impl", "torch.func.grad_and_value"),
+        (eager, "_vjp_with_argnums", "torch.func.vjp"), (eager, "_jvp_with_argnums", "torch.func.jvp"),
+        (eager, "linearize", "torch.func.linearize"), (vmap, "vmap_impl", "torch.func.vmap"),
+    ]
+    return [(getattr(module, attr), name) for module, attr, name in names if hasattr(module, attr)]
+
+
+def _runs_eagerly(name: str) -> Callable[..., Any]:
+    def transform(*args: Any, **kwargs: Any) -> Any:
+        raise EagerOnlySubclass(f"{name} (a function transform of torch.func) is not traced: the call runs "
+                                "eagerly")
+
+    return transform
+

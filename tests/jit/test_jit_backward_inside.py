@@ -134,3 +134,20 @@ def test_refusals_and_eager_errors():
     with pytest.raises(RuntimeError, match="does not require grad"):
         jitcore.jit(lambda x: x.sum().backward())(torch.randn(3))
     assert torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("transform", ["vmap", "grad", "jacrev"])
+def test_function_transforms_run_eagerly(transform):
+    """torch.func's transforms are not traced: the call runs eagerly with one warning (JC-J002),
+    with eager's values (vmap made an internal error before)."""
+    wrapped = getattr(torch.func, transform)(lambda r: r.sin().sum())
+
+    def f(x):
+        return wrapped(x) if transform != "vmap" else torch.func.vmap(lambda r: r.sin().sum())(x)
+
+    jf = jitcore.jit(f)
+    x = torch.randn(4, 3)
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        got = jf(x)
+    assert_same(got, f(x))
+    assert jf.fallback_reason.code == "JC-J002"

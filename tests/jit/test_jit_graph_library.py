@@ -11,10 +11,17 @@ from __future__ import annotations
 import pytest
 import torch
 from jit_helpers import assert_same, training_step
-from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv, global_mean_pool
-from torch_geometric.utils import add_self_loops, degree, scatter
 
-import jitcore
+# torch_geometric replaces torch.index_select and torch.select with wrappers of its own when imported
+# (for its HashTensor); the rest of the suite, run in the same worker, compares with torch's own.
+_TORCH_OWN = {"index_select": torch.index_select, "select": torch.select}
+from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv, global_mean_pool  # noqa: E402
+from torch_geometric.utils import add_self_loops, degree, scatter  # noqa: E402
+
+for _name, _fn in _TORCH_OWN.items():
+    setattr(torch, _name, _fn)
+
+import jitcore  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 FEATURES = 4
