@@ -392,6 +392,9 @@ class Pass:
             return aten_langctx.op_symbol(fn)
         if isinstance(fn, torch._ops.OpOverloadPacket) and fn.overloads() == ["default"]:
             return aten_langctx.op_symbol(fn.default)
+        original = _compiled_original(fn)
+        if original is not None:  # torch.compile(f) called by the program: f is what jitcore traces
+            return lambda *args, **kwargs: current_run().call(original, *args, **kwargs)
         code = getattr(fn, "__code__", None)
         if code is not None and code.co_filename.startswith(JITCORE_DIR):
             return fn  # jitcore's own code (proxy methods, symbols) runs natively
@@ -658,6 +661,14 @@ def _grad_as_proxy(effect: Effect, values: Any) -> Effect:
     if effect.kind == "grad" and isinstance(effect.value, FakeTensor):
         return dataclasses.replace(effect, value=values.proxy_for(effect.value))
     return effect
+
+
+def _compiled_original(fn: Any) -> Any:
+    """The function a ``torch.compile`` wrapper compiles (torchao's 8-bit optimizers compile their
+    per-parameter step): interpreted instead, so its ops join the trace (dynamo cannot trace
+    jitcore's values), or None."""
+    original = getattr(fn, "_torchdynamo_orig_callable", None)
+    return original if callable(original) and getattr(fn, "__code__", None) is not None else None
 
 
 def _is_unlisted_operation(fn: Any) -> bool:

@@ -247,3 +247,22 @@ def test_method_forms_with_spread_out_int_lists_and_number_operands() -> None:
 
     x = torch.randn(2, 3)
     check(f, x, x > 0)
+
+
+def test_a_torch_compiled_helper_is_traced_as_its_function():
+    """``torch.compile(helper)`` called inside a jitted function: the helper's own code is interpreted
+    (dynamo cannot trace jitcore's values; torchao's optimizers compile their per-parameter step)."""
+
+    @torch.compile(fullgraph=True)
+    def helper(x, y):
+        return (x * y).sin() + 1
+
+    def f(x, y):
+        return helper(x, y).sum(-1)
+
+    jf = jitcore.jit(f)
+    for seed in range(2):
+        g = torch.Generator().manual_seed(seed)
+        x, y = torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)
+        torch.testing.assert_close(jf(x, y), f(x, y))
+    assert "torch.sin" in str(jitcore.last_traces(jf)[0])
