@@ -516,8 +516,10 @@ class Pass:
         if frame.code.co_filename.startswith(_STDLIB_DIR) or self.context.subclass_code:
             return value
         path = self.provenance.path_of(container)
-        if path is None or isinstance(container, TensorProxy) or not _is_plain_key(key):
+        if path is None or isinstance(container, TensorProxy):
             return value
+        if not _is_plain_key(key) and not (isinstance(key, torch.Tensor) and self.provenance.path_of(key)):
+            return value  # a key jitcore cannot name; a reached tensor keys by identity (optimizer state)
         if isinstance(value, Proxy) or self.snapshots.written(container, key, value):
             return value  # stored while tracing (nn.LSTM's _flat_weights, cache[k] = v): not the call's
         return self._bind_state(frame, value, path.key(key), str(key))

@@ -54,6 +54,20 @@ class Step:
             return "()"
         return f"[{safe_repr(self.value)}]"
 
+    def __eq__(self, other: object) -> bool:
+        """Keys compare by identity first; an object key that is not a plain value (a Parameter
+        keying an optimizer's state) only by identity (a tensor's ``==`` is elementwise)."""
+        if not isinstance(other, Step) or self.kind != other.kind:
+            return False
+        if self.value is other.value:
+            return True
+        plain = (int, str, bool, float, bytes, tuple, type(None))
+        same_type = type(self.value) is type(other.value)
+        return same_type and type(self.value) in plain and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.value))
+
 
 @dataclass(frozen=True, slots=True)
 class Root:

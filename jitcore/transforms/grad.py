@@ -260,10 +260,25 @@ class _Replay:
             return value.value  # the entry's dynamic numbers were specialized before the replay
         if isinstance(value, Proxy):
             found = self.env.get(id(value))
+            if found is None and isinstance(value, SubclassTensorProxy):
+                found = self._made_inside(value)
             if found is None:
                 raise AssertionError(f"grad transform: {value.name} is used before it is produced")
             return found
         return value
+
+    def _made_inside(self, old: SubclassTensorProxy) -> Any:
+        """A subclass value the program made from its inner tensors (``OptimState8bit(codes, ...)``
+        in torchao's optimizers): no op makes it, so the replay builds it over the inner tensors'
+        replayed values as it builds a subclass input (None: an inner tensor is not produced yet)."""
+        names, ctx = old.flatten()
+        inner = {n: self.env.get(id(getattr(old, n))) for n in names}
+        if any(v is None for v in inner.values()):
+            return None
+        shadow = tensor_unflatten(old.subclass, {n: v.shadow for n, v in inner.items()}, ctx, old.shape,
+                                  old.stride())
+        self._map(old, self.state.adopt(shadow, self.forward.names.claim(old.name)))
+        return self.env[id(old)]
 
     # --- the forward -------------------------------------------------------------------------------
     def run_forward(self) -> None:
