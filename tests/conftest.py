@@ -2,7 +2,9 @@
 
 Nothing traced ever escapes (issue 13): every call of a jitted function anywhere in the suite is
 checked, after it returns, for a proxy (or any other jitcore tracing object) reachable from its
-result or from the arguments it may have mutated. A leak fails the test that made the call.
+result, from the arguments it may have mutated, or from the jitted function itself (its closure
+cells, a bound method's object: the state a program mutates, such as an optimizer's). A leak fails
+the test that made the call.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ _CALL = JittedFunction.__call__
 
 def _checked_call(self: JittedFunction, /, *args: Any, **kwargs: Any) -> Any:
     result = _CALL(self, *args, **kwargs)
-    leaked = escaped((result, args, kwargs))
+    leaked = escaped((result, args, kwargs, self.fn))
     if leaked is not None:
         pytest.fail(f"a traced value escaped from a call of {self!r}: {leaked!r}", pytrace=False)
     return result
