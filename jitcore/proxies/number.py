@@ -181,12 +181,17 @@ del _op, _name
 
 
 def specialize_all(tree: Any) -> Any:
-    """``tree`` (nested tuples, lists, dicts) with each NumberProxy replaced by its specialized value."""
+    """``tree`` (nested tuples, lists, dicts) with each NumberProxy replaced by its specialized value.
+
+    Only containers that hold a NumberProxy are copied; every other one is passed as the very object
+    (``zip(opt.param_groups, lrs)`` must hand the optimizer's own dicts to the loop that writes them)."""
     if isinstance(tree, NumberProxy):
         return tree.specialize()
     t = type(tree)
     if t is tuple or t is list:
-        return t(specialize_all(v) for v in tree)
+        items = [specialize_all(v) for v in tree]
+        return tree if all(a is b for a, b in zip(items, tree)) else t(items)
     if t is dict:
-        return {k: specialize_all(v) for k, v in tree.items()}
+        items = {k: specialize_all(v) for k, v in tree.items()}
+        return tree if all(items[k] is v for k, v in tree.items()) else items
     return tree

@@ -112,3 +112,29 @@ def test_grad_of_an_argument():
         w.grad = torch.full((3,), float(i))
     with pytest.raises(jitcore.UnsupportedOperationError, match="assigning .grad"):
         jitcore.jit(lambda w, x: setattr(w, "grad", x))(w, torch.ones(3))
+
+
+def test_learning_rate_scheduler_step():
+    """``StepLR.step()`` writes ``group["lr"]`` through ``zip(param_groups, values)``; the values are
+    dynamic numbers there, and passing them to ``zip`` copied the optimizer's dicts, so the write went
+    to a copy: the learning rate never changed. The optimizer's own dicts are passed now."""
+    eager_model, eager_opt = _setup(OPTIMIZERS["SGD"])
+    model, opt = _setup(OPTIMIZERS["SGD"])
+    eager_sched = torch.optim.lr_scheduler.StepLR(eager_opt, 2, 0.5)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 2, 0.5)
+
+    def step(m, o, s, x):
+        o.zero_grad()
+        m(x).square().mean().backward()
+        o.step()
+        s.step()
+        return torch.tensor(o.param_groups[0]["lr"])
+
+    jitted = jitcore.jit(step)
+    for i in range(5):
+        x = torch.randn(8, 3, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(model, opt, sched, x), step(eager_model, eager_opt, eager_sched, x))
+        assert opt.param_groups[0]["lr"] == eager_opt.param_groups[0]["lr"]
+        assert sched.last_epoch == eager_sched.last_epoch
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            assert_same(p.detach(), q.detach())

@@ -399,3 +399,28 @@ def test_a_list_read_after_the_program_appended_to_it():
     for _ in range(5):
         assert_same(jf(torch.ones(2)), program(eager_items)(torch.ones(2)))
     assert jit_items == eager_items
+
+
+def test_a_dict_written_through_zip_with_dynamic_numbers():
+    """A read-modify-write number makes ``lr`` dynamic; ``zip(groups, values)`` hands C code the
+    values, and must still hand it the program's own dicts (it handed copies: the write was lost)."""
+
+    class Holder:
+        pass
+
+    def program(o):
+        def f():
+            o.epoch += 1
+            values = [g["lr"] * 0.5 for g in o.groups]
+            for g, v in zip(o.groups, values):
+                g["lr"] = v
+            return [g["lr"] for g in o.groups]
+        return f
+
+    jitted, eager = Holder(), Holder()
+    for h in (jitted, eager):
+        h.groups, h.epoch = [{"lr": 0.1}, {"lr": 1.0}], 0
+    jf = jitcore.jit(program(jitted))
+    for _ in range(4):
+        assert jf() == program(eager)()
+        assert jitted.groups == eager.groups and jitted.epoch == eager.epoch
