@@ -93,20 +93,21 @@ class Probe:
     def _value(self, leaf: Any) -> Any:
         if isinstance(leaf, NumberProxy):
             return leaf.value
-        if not isinstance(leaf, TensorProxy):
-            if self._copies and _is_plain(leaf) and _storage_key(leaf) in self._copies:
-                # a caller's tensor a record holds itself until the pass ends (Note [Leaked tensors]):
-                # the probe's private copy of it, as for its proxy
-                return _view_of(self._copies[_storage_key(leaf)], leaf)
-            return leaf
+        if not isinstance(leaf, TensorProxy):  # a constant, or a caller's tensor a record holds itself
+            return self._private(leaf)  # until the pass ends (Note [Leaked tensors])
         found = self._env.get(id(leaf))
         if found is None:
             found = self._real_inputs.get(id(leaf))
             if found is None:
                 raise LookupError(f"{leaf.name} has no value: it was not computed by the records so far")
-            if self._copies and _is_plain(found) and _storage_key(found) in self._copies:
-                found = self._env[id(leaf)] = _view_of(self._copies[_storage_key(found)], found)
+            found = self._env[id(leaf)] = self._private(found)
         return found
+
+    def _private(self, value: Any) -> Any:
+        """The probe's private copy of a caller's tensor it has written (copy on write), else the value."""
+        if self._copies and _is_plain(value) and _storage_key(value) in self._copies:
+            return _view_of(self._copies[_storage_key(value)], value)
+        return value
 
     # --- copy on write -----------------------------------------------------------------------------
     def _copy_shared(self, leaves: list[Any]) -> None:

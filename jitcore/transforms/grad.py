@@ -216,17 +216,21 @@ class _Replay:
             self._map(arg, proxy)
             self.forward.args.append(proxy)
         for old in subclass_inputs(self.source):
-            names, ctx = old.flatten()
-            shadow = tensor_unflatten(
-                old.subclass,
-                {n: self.env[id(getattr(old, n))].shadow for n in names},
-                ctx,
-                old.shape,
-                old.stride(),
-            )
-            if self.subclass_grad.get(id(old), False):
-                shadow.requires_grad_(True)
-            self._map(old, self.state.adopt(shadow, self.forward.names.claim(old.name)))
+            self._rebuild_subclass(old, requires_grad=self.subclass_grad.get(id(old), False))
+
+    def _rebuild_subclass(self, old: SubclassTensorProxy, *, requires_grad: bool = False) -> Any:
+        """A subclass value as an instance of its class over its inner tensors' replayed shadows
+        (None: an inner tensor is not produced yet)."""
+        names, ctx = old.flatten()
+        inner = {n: self.env.get(id(getattr(old, n))) for n in names}
+        if any(v is None for v in inner.values()):
+            return None
+        shadow = tensor_unflatten(old.subclass, {n: v.shadow for n, v in inner.items()}, ctx, old.shape,
+                                  old.stride())
+        if requires_grad:
+            shadow.requires_grad_(True)
+        self._map(old, self.state.adopt(shadow, self.forward.names.claim(old.name)))
+        return self.env[id(old)]
 
     def _fake_like(self, t: torch.Tensor, *, contiguous: bool) -> torch.Tensor:
         """A fresh shadow like ``t``: contiguous, or with ``t``'s strides, storage offset and storage
@@ -261,24 +265,13 @@ class _Replay:
         if isinstance(value, Proxy):
             found = self.env.get(id(value))
             if found is None and isinstance(value, SubclassTensorProxy):
-                found = self._made_inside(value)
+                # made by the program from its inner tensors (``OptimState8bit(codes, ...)`` in
+                # torchao's optimizers): no op makes it, so it is rebuilt as a subclass input is
+                found = self._rebuild_subclass(value)
             if found is None:
                 raise AssertionError(f"grad transform: {value.name} is used before it is produced")
             return found
         return value
-
-    def _made_inside(self, old: SubclassTensorProxy) -> Any:
-        """A subclass value the program made from its inner tensors (``OptimState8bit(codes, ...)``
-        in torchao's optimizers): no op makes it, so the replay builds it over the inner tensors'
-        replayed values as it builds a subclass input (None: an inner tensor is not produced yet)."""
-        names, ctx = old.flatten()
-        inner = {n: self.env.get(id(getattr(old, n))) for n in names}
-        if any(v is None for v in inner.values()):
-            return None
-        shadow = tensor_unflatten(old.subclass, {n: v.shadow for n, v in inner.items()}, ctx, old.shape,
-                                  old.stride())
-        self._map(old, self.state.adopt(shadow, self.forward.names.claim(old.name)))
-        return self.env[id(old)]
 
     # --- the forward -------------------------------------------------------------------------------
     def run_forward(self) -> None:
