@@ -1,15 +1,30 @@
 """A region of a trace as a ``torch.fx.GraphModule``: the form torch's compilers take.
 
-Each bound symbol becomes one ``call_function`` node whose target calls the symbol's callable with
-its recorded constants and the node's tensor inputs in place of the proxies (constants stay Python
-values, never FX literals, so any constant a trace may hold survives); a symbol with several outputs
-is followed by ``getitem`` nodes, one per output proxy. Invariant: calling the module on real
-tensors computes what running the region's bound symbols on them computes.
+Each bound symbol becomes one ``call_function`` node. When the symbol's callable is one inductor's
+caches can key by name (a builtin torch function such as ``torch.add``, an aten operator, an
+``operator`` function; ``torch.Tensor.view``-style methods become ``call_method`` nodes) and its
+constants are values FX prints (numbers, strings, dtypes, devices, slices and containers of them),
+the node calls it directly, with the constants as the node's arguments: such a graph is what
+AOTAutograd's disk cache accepts (Note [Inductor's disk cache] in inductor.py). Otherwise the
+node's target is a closure calling the symbol's callable with its recorded constants and the node's
+inputs in place of the proxies (constants stay Python values, never FX literals, so any constant a
+trace may hold survives). A symbol with several outputs is followed by ``getitem`` nodes, one per
+output proxy.
+
+Inputs that are numbers (symbolic sizes, dynamic numbers) are placeholders too. With
+``floats_as_tensors`` a float input is instead a 0-d float64 tensor (inductor's kernels take no
+float arguments) and each op reading it gets it converted to the op's computation dtype, its result
+converted to the traced dtype: what eager does with a Python scalar (Note [Dynamic floats as
+tensors] in symbolic.py).
+
+Invariant: calling the module on real values computes what running the region's bound symbols on
+them computes (with ``floats_as_tensors``, floats passed as 0-d float64 tensors).
 """
 
 from __future__ import annotations
 
 import operator
+import types
 from typing import Any, Callable
 
 import torch
@@ -18,19 +33,40 @@ import torch.fx as fx
 from jitcore.executors.interface import Region
 from jitcore.ir import BoundSymbol, Proxy, proxies_in
 
-__all__ = ["region_graph", "example_inputs"]
+__all__ = ["region_graph", "is_float_number", "FLOAT_SCALAR_OPS"]
+
+# torch functions that take a float number as their second operand in a fused region, rewritten
+# to the same function of a 0-d tensor (their only float uses a region may hold; symbolic.py)
+FLOAT_SCALAR_OPS = frozenset({torch.mul, torch.add, torch.sub, torch.div, torch.true_divide,
+                              torch.multiply, torch.subtract})
+_FX_CONSTANTS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+                 torch.memory_format)
 
 
-def region_graph(region: Region) -> fx.GraphModule:
+def is_float_number(proxy: Proxy) -> bool:
+    """Whether ``proxy`` stands for a Python float (a dynamic number)."""
+    return getattr(proxy, "python_type", None) is float
+
+
+def region_graph(region: Region, *, floats_as_tensors: bool = False) -> fx.GraphModule:
     """The FX graph computing ``region``: placeholders for its inputs, a tuple of its outputs."""
     graph = fx.Graph()
     nodes: dict[int, fx.Node] = {}
+    floats: set[int] = set()
     for proxy in region.inputs:
-        nodes[id(proxy)] = graph.placeholder(f"in_{proxy.name}")  # a trace may name an input ``self``
+        node = graph.placeholder(f"in_{proxy.name}")  # a trace may name an input ``self``
+        nodes[id(proxy)] = node
+        if floats_as_tensors and is_float_number(proxy):
+            floats.add(id(proxy))
     for bsym in region.bound_symbols:
-        reads = proxies_in((bsym.args, bsym.kwargs))
-        unique = list({id(p): p for p in reads}.values())
-        call = graph.call_function(_target(bsym, unique), tuple(nodes[id(p)] for p in unique))
+        if floats.intersection(id(p) for p in proxies_in((bsym.args, bsym.kwargs))):
+            call = _float_call(graph, bsym, nodes)
+        elif _direct(bsym):
+            call = _direct_call(graph, bsym, nodes)
+        else:
+            reads = proxies_in((bsym.args, bsym.kwargs))
+            unique = list({id(p): p for p in reads}.values())
+            call = graph.call_function(_target(bsym, unique), tuple(nodes[id(p)] for p in unique))
         produced = proxies_in(bsym.output)
         if len(produced) == 1 and isinstance(bsym.output, Proxy):
             nodes[id(produced[0])] = call
@@ -41,14 +77,57 @@ def region_graph(region: Region) -> fx.GraphModule:
     return fx.GraphModule(torch.nn.Module(), graph)
 
 
+def _direct(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` can be a node calling its callable by name, with FX-printable constants."""
+    fn = bsym.symbol.fn
+    ops = (types.BuiltinFunctionType, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+    nameable = isinstance(fn, ops) or (type(fn).__name__ == "method_descriptor"
+                                       and getattr(fn, "__objclass__", None) is torch._C.TensorBase)
+    output = bsym.output
+    flat = isinstance(output, Proxy) or (type(output) in (tuple, list)
+                                         and all(isinstance(o, Proxy) for o in output))
+    return nameable and flat and _printable((bsym.args, bsym.kwargs))
+
+
+def _printable(value: Any) -> bool:
+    if isinstance(value, Proxy) or type(value) in _FX_CONSTANTS:
+        return True
+    if type(value) in (tuple, list):
+        return all(_printable(v) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _printable(v) for k, v in value.items())
+    if type(value) is slice:
+        return all(_printable(v) for v in (value.start, value.stop, value.step))
+    return False
+
+
+def _direct_call(graph: fx.Graph, bsym: BoundSymbol, nodes: dict[int, fx.Node]) -> fx.Node:
+    args, kwargs = _substitute((bsym.args, bsym.kwargs), nodes)
+    fn = bsym.symbol.fn
+    if type(fn).__name__ == "method_descriptor":  # torch.Tensor.view(t, ...) -> t.view(...)
+        return graph.call_method(fn.__name__, tuple(args), kwargs)
+    return graph.call_function(fn, tuple(args), kwargs)
+
+
+def _float_call(graph: fx.Graph, bsym: BoundSymbol, nodes: dict[int, fx.Node]) -> fx.Node:
+    """``op(t, x)`` of a float ``x`` passed as a 0-d float64 tensor: ``x`` converted to the
+    computation dtype of the traced output, the result converted to the traced dtype."""
+    tensor, number = bsym.args
+    dtype = bsym.output.shadow.dtype
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    scalar = graph.call_function(torch.ops.aten._to_copy.default, (nodes[id(number)],), {"dtype": compute})
+    result = graph.call_function(bsym.symbol.fn, (nodes[id(tensor)], scalar))
+    return graph.call_function(torch.ops.aten._to_copy.default, (result,), {"dtype": dtype})
+
+
 def _target(bsym: BoundSymbol, reads: list[Proxy]) -> Callable[..., Any]:
-    """A function of the read tensors running ``bsym`` (its leaf outputs flattened when several)."""
+    """A function of the read values running ``bsym`` (its leaf outputs flattened when several)."""
     fn, args, kwargs, output = bsym.symbol.fn, bsym.args, bsym.kwargs, bsym.output
     single = isinstance(output, Proxy)
 
-    def call(*tensors: Any) -> Any:
-        values = {id(p): t for p, t in zip(reads, tensors)}
-        result = fn(*_substitute(args, values), **_substitute(kwargs, values))
+    def call(*values: Any) -> Any:
+        by_id = {id(p): v for p, v in zip(reads, values)}
+        result = fn(*_substitute(args, by_id), **_substitute(kwargs, by_id))
         return result if single else tuple(_leaves_like(result, output))
 
     call.__name__ = call.__qualname__ = bsym.symbol.name.strip("_") or "op"
@@ -75,11 +154,3 @@ def _leaves_like(result: Any, traced: Any) -> list[Any]:
     if isinstance(traced, (tuple, list)):
         return [leaf for r, t in zip(result, traced) for leaf in _leaves_like(r, t)]
     return []
-
-
-def example_inputs(region: Region, fake_mode: Any) -> list[torch.Tensor]:
-    """Fake tensors of ``fake_mode`` with the exact metadata (sizes, strides, dtype, device) of the
-    region's inputs: compilers trace them, static shapes."""
-    with fake_mode:
-        return [torch.empty_strided(tuple(p.shadow.shape), tuple(p.shadow.stride()), dtype=p.shadow.dtype,
-                                    device=p.shadow.device) for p in region.inputs]

@@ -9,13 +9,20 @@ What it does not claim (those run on torch, and the reason is what ``claim`` ret
 - tags ``inplace`` (and ``out=``), ``random`` (eager's RNG stream must be matched draw for draw),
   ``global_state``, ``check`` and ``data_dependent`` (value reads), ``subclass`` (wrapper
   rebuilds), ``autograd_function``;
-- calls reading dynamic numbers, tensor-subclass proxies, tensor constants or non-strided tensors,
-  and calls whose outputs are not all plain tensors; ``empty``-like factories (their memory is
-  uninitialized, so no compiler may reuse or reorder it unseen).
+- calls reading tensor-subclass proxies, tensor constants or non-strided tensors, a float number
+  other than as ``t (op) x`` (Note [Dynamic floats as tensors] in symbolic.py), and calls whose
+  outputs are not all plain tensors (or, for int arithmetic on numbers, ints); ``empty``-like
+  factories (their memory is uninitialized, so no compiler may reuse or reorder it unseen).
 
-Invariant: a compiled region is called only with inputs of the strides it was compiled for; a call
-with other strides (the prologue does not always guard strides) runs the region's FX graph instead,
-which calls the same torch functions the torch executor would.
+Symbolic sizes and int numbers are compiled symbolically, floats as 0-d tensors (symbolic.py, Note
+[Symbolic regions]); a region running under torch's autograd (``Region.grad``) is compiled with the
+inputs that require grad requiring it, so inductor (through AOTAutograd) compiles its forward and
+backward, as torch.compile does for a training graph.
+
+Invariant: a compiled region is called only with inputs of the strides it was compiled for and on
+which the guards its compile added hold; any other call (the prologue does not always guard
+strides) runs the region's FX graph instead, which calls the same torch functions the torch
+executor would.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ from typing import Any, Callable
 import torch
 
 import jitcore.executors.background as background
-from jitcore.executors.fx_graph import example_inputs, region_graph
+from jitcore.executors.fx_graph import FLOAT_SCALAR_OPS, is_float_number, region_graph
 from jitcore.executors.interface import Region
+from jitcore.executors.regions import LOG
+from jitcore.executors.symbolic import compile_inputs
 from jitcore.ir import BoundSymbol, Proxy, proxies_in, tree_any
-from jitcore.proxies import TensorProxy
+from jitcore.proxies import NumberProxy, TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["InductorExecutor", "REFUSED_TAGS"]
@@ -47,6 +56,9 @@ REFUSED_TAGS: dict[str, str] = {
 _LANGUAGES = ("torch", "aten")
 _OWN_OPERATORS = ("torch.ops.aten.", "torch.ops.prims.")
 _UNINITIALIZED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
+# Python arithmetic on ints (sizes computed from sizes, int dynamic numbers) fused with the tensors
+_INT_ARITHMETIC = ("operator.add", "operator.sub", "operator.mul", "operator.floordiv", "operator.mod",
+                   "operator.neg", "operator.pos")
 
 
 class InductorExecutor:
@@ -65,8 +77,15 @@ class InductorExecutor:
         self.min_region = min_region
         self.recompute = recompute
 
+    trains = True  # compiles regions that run under torch's autograd (Region.grad)
+
     def claim(self, bsym: BoundSymbol) -> str | None:
         symbol = bsym.symbol
+        if symbol.id in _INT_ARITHMETIC:
+            values = [*proxies_in((bsym.args, bsym.kwargs)), *proxies_in(bsym.output)]
+            if all(isinstance(p, NumberProxy) and p.python_type is int for p in values):
+                return None
+            return "is arithmetic on other than ints"
         if symbol.langctx not in _LANGUAGES:
             return f"is a {symbol.langctx} symbol"
         if symbol.id.startswith("torch.ops.") and not symbol.id.startswith(_OWN_OPERATORS):
@@ -79,52 +98,77 @@ class InductorExecutor:
         if symbol.name.split(".")[0] in _UNINITIALIZED:
             return "returns uninitialized memory"
         for value in proxies_in((bsym.args, bsym.kwargs)):
-            why = _refused_input(value)
+            why = _refused_float(bsym) if is_float_number(value) else _refused_input(value)
             if why is not None:
                 return why
         if tree_any((bsym.args, bsym.kwargs), _is_tensor_constant):
             return "reads a tensor constant"
         outputs = proxies_in(bsym.output)
-        if not outputs or not _only_proxies(bsym.output) or any(_refused_input(p) for p in outputs):
+        if (not outputs or not _only_proxies(bsym.output)
+                or any(not isinstance(p, TensorProxy) or _refused_input(p) for p in outputs)):
             return "returns something other than plain tensors"
         return None
 
     def fuse(self, region: Region) -> Callable[..., Any]:
         from torch._guards import TracingContext, tracing  # imported on first use: ~1 s
         from torch._inductor.compile_fx import compile_fx
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-        graph = region_graph(region)
-        # Note [Inductor's disk cache]: the FX graph cache needs a ShapeEnv (dynamo always has one);
-        # without one every compile bypasses it. Inputs are static-shaped fakes of that mode.
-        fake_mode = FakeTensorMode(shape_env=ShapeEnv())
-        inputs = example_inputs(region, fake_mode)
+        inputs = compile_inputs(region)
+        graph = region_graph(region, floats_as_tensors=bool(inputs.floats))
         # inductor's configuration is process-global: Note [Compiling in the background]
-        with background.COMPILE_LOCK, tracing(TracingContext(fake_mode)):
-            compiled = compile_fx(graph, inputs)
-        strides = tuple(tuple(t.stride()) for t in inputs)
+        with background.COMPILE_LOCK, tracing(TracingContext(inputs.fake_mode)), \
+                torch.set_grad_enabled(region.grad):
+            compiled = compile_fx(graph, inputs.examples)
+        return _guarded(compiled, region_graph(region), inputs)
 
-        def fusion(*args: Any) -> Any:
-            try:
-                return compiled(*args)
-            except AssertionError:  # inductor's own input checks: sizes and strides
-                if tuple(a.stride() for a in args) == strides:
-                    raise
-            return graph(*args)  # other strides than compiled for: the same torch calls
 
-        return fusion
+def _guarded(compiled: Callable[..., Any], graph: Callable[..., Any], inputs: Any) -> Callable[..., Any]:
+    """``compiled``, called when the guards its compile added hold and the strides are those it
+    was compiled for; ``graph`` (the same torch calls) otherwise."""
+    guards = inputs.guards()
+    convert = inputs.converter()
+    strides = [tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in inputs.examples]
+    declined: list[str] = []
+
+    def fusion(*args: Any) -> Any:
+        values = convert(args) if convert is not None else args
+        if guards is not None and not guards(values):
+            if not declined:
+                declined.append("guards")
+                LOG.info("a fused region's guards failed for sizes %s; it runs on torch for them",
+                         [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args])
+            return graph(*args)
+        try:
+            return compiled(*values)
+        except AssertionError:  # inductor's own input checks: sizes and strides
+            if not any(isinstance(a, torch.Tensor) and isinstance(s, tuple) and len(s) == a.dim()
+                       and any(type(x) is int and x != y for x, y in zip(s, a.stride()))
+                       for a, s in zip(args, strides)):
+                raise
+        return graph(*args)  # other strides than compiled for: the same torch calls
+
+    return fusion
+
+
+def _refused_float(bsym: BoundSymbol) -> str | None:
+    """None when a float number is read as ``t (op) x`` (Note [Dynamic floats as tensors])."""
+    args, output = bsym.args, bsym.output
+    if (bsym.symbol.fn in FLOAT_SCALAR_OPS and not bsym.kwargs and len(args) == 2
+            and isinstance(args[0], TensorProxy) and is_float_number(args[1])
+            and isinstance(output, TensorProxy) and output.shadow.dtype.is_floating_point):
+        return None
+    return "reads a float number other than as a tensor's operand"
 
 
 def _refused_input(value: Proxy) -> str | None:
     if isinstance(value, SubclassTensorProxy):
         return "reads a tensor subclass"
+    if isinstance(value, NumberProxy):
+        return None if value.python_type is int else f"reads a {value.python_type.__name__} number"
     if not isinstance(value, TensorProxy):
         return f"reads a {type(value).__name__}"
     if value.shadow.layout != torch.strided:
         return "reads a non-strided tensor"
-    if not all(type(n) is int for n in (*value.shadow.shape, *value.shadow.stride())):
-        return "has symbolic sizes"  # inductor is given static shapes (docs/executors.md)
     return None
 
 

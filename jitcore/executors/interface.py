@@ -66,11 +66,15 @@ class Region:
         bound_symbols: the calls, in trace order.
         inputs: the proxies the calls read that none of them produces, in order of first use.
         outputs: the proxies the calls produce that are read after the region (or returned).
+        grad: the region runs under torch's autograd (a trace whose inputs require grad that the
+            grad transform did not split): what it returns must keep the autograd graph, so inputs
+            that require grad are differentiated through it.
     """
 
     bound_symbols: tuple[BoundSymbol, ...]
     inputs: tuple[Proxy, ...]
     outputs: tuple[Proxy, ...]
+    grad: bool = False
 
 
 _REGISTRY: dict[str, Executor] = {}

@@ -18,8 +18,10 @@ the compile: it is done on a background thread while the entry keeps running on 
 Invariants:
 - a cache entry's computation computes the same thing before and after it is lowered;
 - lowering never raises to the user: a failure is logged and the entry keeps running on torch;
-- a trace whose inputs require grad is not lowered (it runs under torch's autograd, which a fused
-  inference graph would cut); traces of the grad transform (forward, backward) are lowered each,
+- a trace whose inputs require grad runs under torch's autograd: it is lowered only by executors
+  that compile for autograd (``trains``: the inductor executor compiles such a region's forward and
+  backward through AOTAutograd, as torch.compile does), never into an inference graph that would
+  cut the autograd graph; traces of the grad transform (forward, backward) are lowered each,
   at the same run (``compile_together``), and the forward chooses the backward of its call: what it
   saved is what that backward takes, even when the pair switches between the forward and backward.
 """
@@ -155,13 +157,13 @@ class Executors:
         """The lowered computation and its execution trace, or None (nothing lowered, logged)."""
         grad = [] if grad_off else [a.name for a in trace.args
                                     if isinstance(a, TensorProxy) and a.shadow.requires_grad]
-        if grad:
-            LOG.info("%s not lowered: its inputs %s require grad (it runs under torch's autograd)",
-                     trace.name, ", ".join(grad))
+        if grad and not all(getattr(e, "trains", False) for e in self.executors if e.name != "torch"):
+            LOG.info("%s not lowered: its inputs %s require grad (it runs under torch's autograd) and "
+                     "not every executor compiles for autograd", trace.name, ", ".join(grad))
             return None
         try:
             rewritten = out_of_place(trace)  # private in-place writes do not split regions
-            result = lower(rewritten, partition(rewritten, self.executors))
+            result = lower(rewritten, partition(rewritten, self.executors), grad=bool(grad))
             if not result.lowered:
                 return None
             computation = compile_trace(result.trace, result.callables)

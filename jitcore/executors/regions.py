@@ -74,9 +74,17 @@ def partition(trace: Trace, executors: Sequence[Executor]) -> list[Assignment]:
     return runs
 
 
-def region_of(bound_symbols: tuple[BoundSymbol, ...], read_later: set[int]) -> Region:
+def region_of(bound_symbols: tuple[BoundSymbol, ...], read_later: set[int],
+              sizes: dict[str, Proxy] | None = None, grad: bool = False) -> Region:
     """The region of ``bound_symbols``: inputs read from outside, outputs read in ``read_later``
-    (ids of proxies read after the region)."""
+    (ids of proxies read after the region).
+
+    Args:
+        sizes: the trace's size inputs by name (``s0``): those whose symbol appears in the sizes or
+            strides of a tensor the region reads are inputs too, so a compiler can read every
+            symbol from an input (a tensor of size ``4*s0`` alone does not give ``s0``).
+        grad: as ``Region.grad``.
+    """
     produced: set[int] = set()
     inputs: list[Proxy] = []
     outputs: list[Proxy] = []
@@ -89,16 +97,34 @@ def region_of(bound_symbols: tuple[BoundSymbol, ...], read_later: set[int]) -> R
                 produced.add(id(p))
                 if id(p) in read_later:
                     outputs.append(p)
-    return Region(tuple(bound_symbols), tuple(inputs), tuple(outputs))
+    for name in _symbols_of(inputs) if sizes else ():
+        size = sizes.get(name)
+        if size is not None and not any(size is q for q in inputs):
+            inputs.append(size)
+    return Region(tuple(bound_symbols), tuple(inputs), tuple(outputs), grad)
 
 
-def lower(trace: Trace, runs: list[Assignment]) -> ExecutionTrace:
+def _symbols_of(inputs: list[Proxy]) -> list[str]:
+    """The names of the size symbols in the sizes and strides of ``inputs``' shadows, in order."""
+    names: dict[str, None] = {}
+    for p in inputs:
+        shadow = getattr(p, "shadow", None)
+        if shadow is None:
+            continue
+        for n in (*shadow.shape, *shadow.stride()):
+            if type(n) is not int and hasattr(n, "node"):
+                names.update((str(s), None) for s in sorted(n.node.expr.free_symbols, key=str))
+    return list(names)
+
+
+def lower(trace: Trace, runs: list[Assignment], grad: bool = False) -> ExecutionTrace:
     """The execution trace of ``trace`` with each run lowered by its executor.
 
     Args:
         trace: the trace ``runs`` partitions.
         runs: from ``partition``. A fusion executor's region of fewer symbols than its
             ``min_region`` attribute (default 1) stays on torch.
+        grad: the trace runs under torch's autograd (``Region.grad``).
     """
     later: list[set[int]] = []  # for each run: ids of the proxies read after it
     seen = {id(p) for p in proxies_in(trace.output)}
@@ -108,13 +134,15 @@ def lower(trace: Trace, runs: list[Assignment]) -> ExecutionTrace:
             seen.update(id(p) for p in proxies_in((bsym.args, bsym.kwargs)))
     later.reverse()
     result = ExecutionTrace(trace)
+    sizes = {a.name: a for a in trace.args if isinstance(a, Proxy) and getattr(a, "python_type", None) is int}
     body: list[BoundSymbol] = []
     for run, read_later in zip(runs, later):
         executor = run.executor
         if executor is None:
             body.extend(run.bound_symbols)
         elif isinstance(executor, FusionExecutor):
-            body.extend(_fused(trace, executor, region_of(run.bound_symbols, read_later), result))
+            region = region_of(run.bound_symbols, read_later, sizes, grad)
+            body.extend(_fused(trace, executor, region, result))
         else:
             body.append(_implemented(trace, executor, run.bound_symbols[0], result))
     if result.lowered:

@@ -1,6 +1,7 @@
 """Autograd through the inductor executor: the forward and backward traces of the grad transform are
 lowered separately; gradients match eager's; a trace that runs under torch's own autograd (its inputs
-require grad) is not lowered."""
+require grad) is compiled for autograd (forward and backward through AOTAutograd), or not lowered by
+an executor that does not compile for autograd."""
 
 from __future__ import annotations
 
@@ -52,11 +53,38 @@ def test_forward_and_backward_are_lowered_separately() -> None:
     assert "fusion" in str(jitcore.last_backward_traces(jfn)[-1])
 
 
-def test_a_trace_run_under_torch_autograd_is_not_lowered() -> None:
+def test_a_trace_run_under_torch_autograd_is_fused_for_autograd() -> None:
+    """A dynamic number keeps the trace under torch's autograd (Note [Dynamic numbers under
+    autograd]): its region is compiled with AOTAutograd (forward and backward), never as an
+    inference graph that would cut the autograd graph."""
     def f(x, n):
         return (x * n).sin().cos()
 
-    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic_numbers=("n",))  # Note [Dynamic numbers under autograd]
+    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic_numbers=("n",))
+    for n in (3, 5):
+        x = torch.randn(4, requires_grad=True)
+        out = jfn(x, n)
+        assert out.requires_grad and "Compiled" in type(out.grad_fn).__name__
+        (gj,) = torch.autograd.grad(out.sum(), x)
+        (ge,) = torch.autograd.grad(f(x, n).sum(), x)
+        torch.testing.assert_close(gj, ge)
+    assert "fusion0(x, n)" in lowered_trace(jfn)
+
+
+def test_an_executor_that_does_not_train_leaves_a_trace_under_autograd_on_torch() -> None:
+    class TanhOnly:
+        name = "tanh_only"
+
+        def claim(self, bsym):
+            return None if bsym.symbol.id == "torch.tanh" else "not tanh"
+
+        def implement(self, bsym):
+            return bsym.symbol.fn
+
+    def f(x, n):
+        return (x * n).tanh()
+
+    jfn = jitcore.jit(f, executors=(TanhOnly(), "torch"), dynamic_numbers=("n",))
     x = torch.randn(4, requires_grad=True)
     with executor_log() as log:
         out = jfn(x, 3)
@@ -64,7 +92,7 @@ def test_a_trace_run_under_torch_autograd_is_not_lowered() -> None:
     (ge,) = torch.autograd.grad(f(x, 3).sum(), x)
     torch.testing.assert_close(gj, ge)
     assert any("not lowered: its inputs x require grad" in m for m in log), log
-    assert "fusion" not in lowered_trace(jfn)
+    assert "tanh_only" not in lowered_trace(jfn)
 
 
 def test_gradients_of_several_inputs_and_outputs() -> None:

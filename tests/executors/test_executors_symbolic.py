@@ -1,0 +1,142 @@
+"""Symbolic sizes and dynamic numbers through the inductor executor (jitcore/executors/symbolic.py,
+Note [Symbolic regions]): regions of an entry with symbolic sizes, int and float dynamic numbers are
+compiled once for every size and value, values and dtypes match eager, a training step with a
+dynamic batch size is fused forward and backward, and a region whose compile added a guard that a
+call breaks runs on torch for that call."""
+
+from __future__ import annotations
+
+import torch
+from executor_helpers import INDUCTOR, assert_same, executor_log, fused, lowered_trace
+
+import jitcore
+import jitcore.executors.inductor as inductor_module
+
+
+def _lowerings(log: list[str]) -> list[str]:
+    return [m for m in log if " lowered: " in m]
+
+
+def test_symbolic_sizes_are_fused_once_for_every_later_size() -> None:
+    def f(x, y):
+        z = (x * 2 + y).sin()
+        return z.view(x.shape[0] * x.shape[1], -1).sum(1), z.amax(0)
+
+    jfn = jitcore.jit(f, executors=INDUCTOR)
+    with executor_log() as log:
+        for b in (3, 5, 7, 9, 12):
+            x, y = torch.randn(b, 4, 6), torch.randn(b, 4, 6)
+            assert_same(jfn(x, y), f(x, y))
+    # the static entry of size 3, then the symbolic entry: compiled at 5, reused at 7, 9 and 12
+    # (torch.compile's automatic dynamic shapes compile the same two graphs)
+    assert len(_lowerings(log)) == 2, log
+    trace = lowered_trace(jfn)
+    assert '"cpu f32[s0, 4, 6]"' in trace and len(fused(trace)) == 1, trace
+    assert "operator.mul" in trace.split("= fusion0")[1], trace  # size arithmetic inside the region
+    assert not any("guards failed" in m for m in log), log
+
+
+def test_dynamic_shapes_from_the_first_call() -> None:
+    def f(x, w):
+        return torch.relu(x @ w + 1).tanh() * 3
+
+    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic=True)
+    w = torch.randn(8, 5)
+    with executor_log() as log:
+        for b in (2, 6, 11):
+            x = torch.randn(b, 8)
+            assert_same(jfn(x, w), f(x, w))
+    assert len(_lowerings(log)) == 1, log
+
+
+def test_int_and_float_dynamic_numbers_are_fused() -> None:
+    def f(x, lr, n):
+        return ((x * lr + 1 - lr) * n).relu() / lr
+
+    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic_numbers=("lr", "n"))
+    x = torch.randn(6, 5)
+    with executor_log() as log:
+        for lr, n in ((0.1, 3), (2.5, -4), (1e-3, 0), (0.3, 1)):
+            assert_same(jfn(x, lr, n), f(x, lr, n))
+    assert len(_lowerings(log)) == 1, log
+    trace = lowered_trace(jfn)
+    assert len(fused(trace)) == 1 and "fusion0(x, lr, n)" in trace, trace
+
+
+def test_a_float_number_converts_as_eager_converts_a_scalar() -> None:
+    def f(x, lr):
+        return (x * lr + x) - lr
+
+    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic_numbers=("lr",))
+    for x in (torch.arange(12).reshape(3, 4), torch.randn(3, 4, dtype=torch.float64),
+              torch.randn(3, 4).to(torch.bfloat16), torch.tensor(2.0, dtype=torch.float16)):
+        for lr in (0.1, 1 / 3):
+            got, want = jfn(x, lr), f(x, lr)
+            assert got.dtype == want.dtype  # an int tensor times a float is the default dtype
+            torch.testing.assert_close(got, want, rtol=1.6e-2 if x.dtype == torch.bfloat16 else None,
+                                       atol=None if x.dtype != torch.bfloat16 else 1e-2)
+    assert "fusion" in lowered_trace(jfn)
+
+
+def test_a_float_read_other_than_as_an_operand_stays_on_torch() -> None:
+    def f(x, lr):
+        return torch.clamp(x.sin() * 2, max=lr).cos() + 1
+
+    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic_numbers=("lr",))
+    x = torch.randn(4, 4)
+    with executor_log():
+        for lr in (0.2, 0.7):
+            assert_same(jfn(x, lr), f(x, lr))
+    trace = lowered_trace(jfn)
+    assert "= torch.clamp(" in trace.replace("# t", "#t"), trace  # the clamp is a call of its own
+
+
+def test_a_training_step_with_a_dynamic_batch_size_is_fused_forward_and_backward() -> None:
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(8, 16, requires_grad=True), torch.randn(16, 3, requires_grad=True)
+
+    def loss(x, t):
+        h = torch.nn.functional.gelu(x @ w1) * 0.5 + 1
+        return ((h.tanh() @ w2 - t) ** 2).mean()
+
+    jfn = jitcore.jit(loss, executors=INDUCTOR)
+    with executor_log() as log:
+        for b in (4, 6, 10, 13):
+            x, t = torch.randn(b, 8), torch.randn(b, 3)
+            grads = []
+            for fn in (loss, jfn):
+                w1.grad = w2.grad = None
+                value = fn(x, t)
+                value.backward()
+                grads.append((value.detach(), w1.grad.clone(), w2.grad.clone()))
+            for got, want in zip(grads[1], grads[0]):
+                torch.testing.assert_close(got, want)
+            if b > 4:  # the symbolic entry runs under torch's autograd: one compiled forward/backward
+                assert "Compiled" in type(value.grad_fn).__name__, value.grad_fn
+    assert sum("computation lowered" in m for m in log) == 1, log  # once for sizes 6, 10 and 13
+    trace = lowered_trace(jfn)
+    assert '"cpu f32[s0, 8]"' in trace and len(fused(trace)) == 1, trace
+
+
+def test_a_region_whose_compile_guard_fails_runs_on_torch(monkeypatch) -> None:
+    """A compile that specializes a size (as inductor may) leaves a guard in the region's ShapeEnv;
+    a call of another size runs the region on torch, with its values, and says so once."""
+    made = inductor_module.compile_inputs
+
+    def specialized(region):
+        inputs = made(region)
+        size = next(e for e in inputs.examples if isinstance(e, torch.Tensor)).shape[0]
+        assert bool(size == size.node.hint)  # a guard: the traced size
+        return inputs
+
+    monkeypatch.setattr(inductor_module, "compile_inputs", specialized)
+
+    def f(x):
+        return (x.sin() + 1).cos() * 2
+
+    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic=True)
+    with executor_log() as log:
+        for b in (5, 7, 5, 9):
+            x = torch.randn(b, 3)
+            assert_same(jfn(x), f(x))
+    assert len(_lowerings(log)) == 1 and sum("guards failed" in m for m in log) == 1, log
