@@ -33,7 +33,7 @@ import torch.fx as fx
 from jitcore.executors.interface import Region
 from jitcore.ir import BoundSymbol, Proxy, proxies_in
 
-__all__ = ["region_graph", "is_float_number", "FLOAT_SCALAR_OPS"]
+__all__ = ["region_graph", "is_float_number", "annotate_examples", "FLOAT_SCALAR_OPS"]
 
 # torch functions that take a float number as their second operand in a fused region, rewritten
 # to the same function of a 0-d tensor (their only float uses a region may hold; symbolic.py)
@@ -75,6 +75,20 @@ def region_graph(region: Region, *, floats_as_tensors: bool = False) -> fx.Graph
             nodes.setdefault(id(proxy), graph.call_function(operator.getitem, (call, i)))
     graph.output(tuple(nodes[id(p)] for p in region.outputs))
     return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def annotate_examples(gm: fx.GraphModule, fake_mode: Any, examples: list[Any]) -> None:
+    """Give each node its example value (``meta["example_value"]``, as dynamo's graphs have): the
+    cache checks that a ``call_method`` node is called on a tensor by it. Only graphs with such
+    nodes are propagated (running the graph on ``examples`` in ``fake_mode``)."""
+    if not any(node.op == "call_method" for node in gm.graph.nodes):
+        return
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    FakeTensorProp(gm, fake_mode).propagate_dont_convert_inputs(*examples)
+    for node in gm.graph.nodes:
+        if "val" in node.meta:
+            node.meta.setdefault("example_value", node.meta["val"])
 
 
 def _direct(bsym: BoundSymbol) -> bool:

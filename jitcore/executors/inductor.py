@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 
 import jitcore.executors.background as background
-from jitcore.executors.fx_graph import FLOAT_SCALAR_OPS, is_float_number, region_graph
+from jitcore.executors.fx_graph import FLOAT_SCALAR_OPS, annotate_examples, is_float_number, region_graph
 from jitcore.executors.interface import Region
 from jitcore.executors.regions import LOG
 from jitcore.executors.symbolic import compile_inputs
@@ -115,6 +115,7 @@ class InductorExecutor:
 
         inputs = compile_inputs(region)
         graph = region_graph(region, floats_as_tensors=bool(inputs.floats))
+        annotate_examples(graph, inputs.fake_mode, inputs.examples)
         # inductor's configuration is process-global: Note [Compiling in the background]
         with background.COMPILE_LOCK, tracing(TracingContext(inputs.fake_mode)), \
                 torch.set_grad_enabled(region.grad):
