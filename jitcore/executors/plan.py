@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from jitcore.executors.background import background_enabled, submit
 from jitcore.executors.functional import out_of_place
 from jitcore.executors.interface import Executor, FusionExecutor, get_executor
-from jitcore.executors.regions import LOG, lower, partition
+from jitcore.executors.regions import LOG, lower, merge_regions, partition
 from jitcore.ir import BoundSymbol, Trace, compile_trace
 from jitcore.proxies import TensorProxy
 
@@ -163,7 +163,7 @@ class Executors:
             return None
         try:
             rewritten = out_of_place(trace)  # private in-place writes do not split regions
-            result = lower(rewritten, partition(rewritten, self.executors), grad=bool(grad))
+            result = lower(rewritten, merge_regions(partition(rewritten, self.executors)), grad=bool(grad))
             if not result.lowered:
                 return None
             computation = compile_trace(result.trace, result.callables)

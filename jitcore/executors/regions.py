@@ -23,7 +23,8 @@ from typing import Any, Callable, Sequence
 from jitcore.executors.interface import Executor, FusionExecutor, Region
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, proxies_in
 
-__all__ = ["Assignment", "partition", "lower", "region_of", "ExecutionTrace", "LOG", "is_lowered"]
+__all__ = ["Assignment", "partition", "merge_regions", "lower", "region_of", "ExecutionTrace", "LOG",
+           "is_lowered"]
 
 LOG = logging.getLogger("jitcore.executors")
 
@@ -72,6 +73,66 @@ def partition(trace: Trace, executors: Sequence[Executor]) -> list[Assignment]:
         else:
             runs.append(Assignment(chosen, (bsym,)))
     return runs
+
+
+# Note [Moving calls out of a region's way]
+# An unclaimed call between two runs of one fusion executor splits them into two regions, each
+# reading and writing memory. ``merge_regions`` moves such calls out of the way when that cannot
+# change what the program computes: every moved call is *pure* (a torch/aten op or Python arithmetic
+# with none of the tags of effects, value reads or random draws, no ``out=``, not lowered), the
+# regions it moves past are pure too (a fusion executor claims nothing else), and data dependences
+# are kept: the calls go before the first run when they read nothing it makes, else after the
+# second when it reads nothing they make. Calls with effects keep their place, so effects keep
+# their order.
+_EFFECTS = frozenset({"inplace", "random", "global_state", "autograd_function", "bookkeeping", "check",
+                      "data_dependent", "backward", "fusion"})
+_OWN_OPERATORS = ("torch.ops.aten.", "torch.ops.prims.")
+
+
+def merge_regions(runs: list[Assignment]) -> list[Assignment]:
+    """``runs`` with pure unclaimed calls moved out from between two runs of the same fusion
+    executor, which become one (Note [Moving calls out of a region's way])."""
+    runs = list(runs)
+    i = 0
+    while i + 2 < len(runs):
+        first, between, second = runs[i], runs[i + 1], runs[i + 2]
+        if (between.executor is not None or first.executor is not second.executor
+                or not isinstance(first.executor, FusionExecutor)
+                or not all(_pure(b) for b in between.bound_symbols)):
+            i += 1
+            continue
+        merged = Assignment(first.executor, first.bound_symbols + second.bound_symbols)
+        if not _reads(between.bound_symbols, _made(first.bound_symbols)):
+            runs[i:i + 3] = [between, merged]
+            if i and runs[i - 1].executor is None:  # two unclaimed runs in a row are one
+                runs[i - 1:i + 1] = [Assignment(None, runs[i - 1].bound_symbols + between.bound_symbols)]
+                i -= 1
+        elif not _reads(second.bound_symbols, _made(between.bound_symbols)):
+            runs[i:i + 3] = [merged, between]
+        else:
+            i += 1
+            continue
+        i = max(i - 1, 0)  # the merged run may now merge with its neighbours
+    return runs
+
+
+def _pure(bsym: BoundSymbol) -> bool:
+    symbol = bsym.symbol
+    if symbol.langctx == "python":
+        return symbol.id.startswith("operator.")
+    if symbol.langctx not in ("torch", "aten") or "out" in bsym.kwargs or is_lowered(bsym):
+        return False
+    if symbol.id.startswith("torch.ops.") and not symbol.id.startswith(_OWN_OPERATORS):
+        return False  # a custom operator may have effects its schema does not show
+    return not (symbol.tags & _EFFECTS)
+
+
+def _made(bound_symbols: tuple[BoundSymbol, ...]) -> set[int]:
+    return {id(p) for b in bound_symbols for p in proxies_in(b.output)}
+
+
+def _reads(bound_symbols: tuple[BoundSymbol, ...], made: set[int]) -> bool:
+    return any(id(p) in made for b in bound_symbols for p in proxies_in((b.args, b.kwargs)))
 
 
 def region_of(bound_symbols: tuple[BoundSymbol, ...], read_later: set[int],
