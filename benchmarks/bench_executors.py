@@ -9,6 +9,10 @@ Rows:
   a pointwise-heavy model (a linear layer and 40 pointwise ops), each with the bytes the step saves
   for its backward; ``jitcore (inductor, no recompute)`` saves what the torch executor saves (the
   saved values are not chosen for fusion: jitcore/transforms/mincut.py);
+- varying batch size (``--dynamic``, and in the default run): the two training steps above,
+  cycling through batch sizes, against eager and torch.compile(dynamic=True); jitcore's entry
+  becomes symbolic at the second size (its default dynamic=None) and the regions of that entry are
+  compiled once for all sizes (the count of AOTAutograd compiles during the warm-up is printed);
 - the first call of the 20-op chain in a fresh process, with an empty and with a warm inductor disk
   cache (``TORCHINDUCTOR_CACHE_DIR`` pointed at a new directory, then reused);
 - the hot call of the default policy (``--hot-call``: only this): the longest call of a loop whose
@@ -17,7 +21,7 @@ Rows:
 ``jitcore (torch)`` is ``executor="torch"`` (the trace as generated Python), ``jitcore (inductor)``
 is ``executors=("inductor", "torch")``. Per-call times are the best of interleaved rounds, one thread.
 
-Run: python benchmarks/bench_executors.py [--quick] [--no-first-call] | --hot-call
+Run: python benchmarks/bench_executors.py [--quick] [--no-first-call] | --hot-call | --dynamic
 """
 
 from __future__ import annotations
@@ -151,6 +155,52 @@ def training_steps(quick: bool, title: str, make, x, y) -> None:
         f"{name} {saved_bytes(step)}" for name, step in zip(names, steps) if "torch.compile" not in name))
 
 
+BATCHES = (16, 24, 40, 64, 96, 128)
+INDUCTOR = ("inductor", "torch")
+
+
+def dynamic_batches(quick: bool) -> None:
+    """Per-step time averaged over a cycle of batch sizes, after each variant saw every size once."""
+    from torch._dynamo.utils import counters
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for title, make, data in (
+                ("training step of the MLP 64-256-256-10", MLP,
+                 [(torch.randn(b, 64), torch.randint(0, 10, (b,))) for b in BATCHES]),
+                ("training step of a linear layer + 40 pointwise ops, (batch, 256)", Pointwise,
+                 [(torch.randn(b, 256), torch.randn(b, 256)) for b in BATCHES])):
+            torch.manual_seed(0)
+            base = make()
+            names, steps, compiles = [], [], []
+            for name, wrap in [("eager", lambda m: m),
+                               ("torch.compile(dynamic=True)", lambda m: torch.compile(m, dynamic=True)),
+                               ("jitcore (torch)", lambda m: jitcore.jit(m, executor="torch")),
+                               ("jitcore (inductor)", lambda m: jitcore.jit(m, executors=INDUCTOR))]:
+                model = make()
+                model.load_state_dict(base.state_dict())
+                opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+                def step(fn=wrap(model), opt=opt):
+                    for x, y in data:
+                        opt.zero_grad(set_to_none=True)
+                        fn(x, y).backward()
+                        opt.step()
+
+                before = counters["aot_autograd"]["total"]
+                step()
+                compiles.append(counters["aot_autograd"]["total"] - before)
+                names.append(name)
+                steps.append(step)
+            times = per_call_us(steps, lambda s: s(), number=3 if quick else 20, repeat=5)
+            times = [t / len(BATCHES) for t in times]
+            eager, compiled = times[0], times[1]
+            print(f"\nvarying batch size {BATCHES}, {title} (forward, backward, SGD)")
+            print(f"  {'variant':32} {'us/step':>10} {'vs eager':>9} {'vs tc(dynamic)':>15} {'compiles':>9}")
+            for name, t, n in zip(names, times, compiles):
+                print(f"  {name:32} {t:10.1f} {t / eager:9.3f} {t / compiled:15.2f} {n:9d}")
+
+
 FIRST_CALL = """
 import time, torch, jitcore
 from bench_executors import twenty_ops
@@ -224,6 +274,9 @@ def main() -> None:
         hot_call_stalls()
         return
     torch.set_num_threads(1)
+    if "--dynamic" in sys.argv:
+        dynamic_batches(quick)
+        return
     named = variants(twenty_ops)
     x = torch.randn(4)
     times = per_call_us([f for _, f in named], lambda f: f(x), number=2000 if quick else 20000, repeat=7)
@@ -238,6 +291,7 @@ def main() -> None:
                    torch.randn(32, 64), torch.randint(0, 10, (32,)))
     training_steps(quick, "training step of a linear layer + 40 pointwise ops, 64x256 (forward, backward, "
                    "SGD)", Pointwise, torch.randn(64, 256), torch.randn(64, 256))
+    dynamic_batches(quick)
     if "--no-first-call" not in sys.argv:
         first_calls()
         hot_call_stalls()
