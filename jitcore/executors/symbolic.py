@@ -10,9 +10,10 @@ each other int input an unspecified symbol; tensors get sizes and strides that a
 expressions of the new symbols (``4*s0`` stays ``4*s0``). A fresh ShapeEnv, rather than the trace's,
 because inductor may add guards while it compiles, and the entry's prologue was made before: the
 guards the compile added are returned (``CompileInputs.guards``) and checked on each call of the
-compiled region; a call where one fails runs the region's FX graph (torch) instead. Every symbol
-must be readable from a placeholder (the size inputs are added to a region that needs them:
-regions.py); a region where one is not is declined.
+compiled region, with the relations between sizes and symbolic strides; a call where one fails runs
+the region's FX graph (torch) instead, as does a call whose strides inductor's code rejects.
+Every symbol must be readable from a placeholder (the size inputs are added to a region that needs
+them: regions.py); a region where one is not is declined.
 
 Note [Dynamic floats as tensors]
 Inductor's kernels take no float arguments, so a float input is passed as a 0-d float64 tensor
@@ -68,6 +69,7 @@ class CompileInputs:
         from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
         env = self.fake_mode.shape_env
+        # static sizes and strides are the prologue's and inductor's (its code asserts them)
         code = env.produce_guards_expression(self.examples)
         if not code:
             return None

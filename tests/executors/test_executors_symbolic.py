@@ -49,6 +49,25 @@ def test_dynamic_shapes_from_the_first_call() -> None:
     assert len(_lowerings(log)) == 1, log
 
 
+def test_inputs_with_other_strides_than_compiled_for_run_the_same_ops() -> None:
+    """Transposed and sliced inputs: entries of their own (the prologue guards the stride relations
+    of symbolic sizes), a sliced input's region declined (its stride is a symbol no input gives),
+    and a transposed input handed to the region compiled for contiguous ones runs it on torch."""
+    def f(x):
+        return (x.sin() + 1) * 2
+
+    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic=True)
+    for x in (torch.randn(5, 6), torch.randn(6, 7).t(), torch.randn(7, 10)[:, :6], torch.randn(3, 4),
+              torch.randn(8, 9).t()):
+        assert_same(jfn(x), f(x))
+    contiguous = jitcore.jit(f, executors=INDUCTOR, dynamic=True)
+    contiguous(torch.randn(5, 6))
+    trace = jitcore.last_traces(contiguous)[-1]
+    (call,) = [b for b in trace.bound_symbols if b.symbol.name == "fusion0"]
+    x = torch.randn(6, 7).t()
+    assert_same(call.symbol.fn(x, 7, 6)[0], f(x))  # (x, s0, s1)
+
+
 def test_int_and_float_dynamic_numbers_are_fused() -> None:
     def f(x, lr, n):
         return ((x * lr + 1 - lr) * n).relu() / lr
