@@ -159,3 +159,29 @@ def test_a_region_whose_compile_guard_fails_runs_on_torch(monkeypatch) -> None:
             x = torch.randn(b, 3)
             assert_same(jfn(x), f(x))
     assert len(_lowerings(log)) == 1 and sum("guards failed" in m for m in log) == 1, log
+
+
+def test_the_default_policy_fuses_a_symbolic_training_entry_in_the_background() -> None:
+    torch.manual_seed(0)
+    w = torch.randn(8, 4, requires_grad=True)
+
+    def loss(x):
+        return ((x @ w).sin() * 2 + 1).pow(2).mean()
+
+    jfn = jitcore.jit(loss, fuse_after=2)  # default executors: inductor once hot, in the background
+    for i, b in enumerate((3, 5, 6, 7, 9, 11, 12)):
+        x = torch.randn(b, 8)
+        w.grad = None
+        want = loss(x)
+        want.backward()
+        expected = w.grad.clone()
+        w.grad = None
+        got = jfn(x)
+        got.backward()
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(w.grad, expected)
+        if i == 4:
+            assert jitcore.executors.wait_for_compiles(timeout=600)
+    trace = lowered_trace(jfn)
+    assert '"cpu f32[s0, 8]"' in trace and len(fused(trace)) == 1, trace
+    assert "Compiled" in type(got.grad_fn).__name__
