@@ -10,9 +10,14 @@ __all__ = ["Proxy"]
 
 
 class Proxy:
-    """A named stand-in for a value while tracing."""
+    """A named stand-in for a value while tracing.
 
-    __slots__ = ("name",)
+    The class adds no instance layout (``__slots__ = ()``), so a proxy kind can also derive from a
+    C type with a layout of its own (TensorProxy is a ``torch.Tensor``); each kind declares ``name``.
+    """
+
+    __slots__ = ()
+    name: str
 
     def __init__(self, name: str) -> None:
         self.name = name

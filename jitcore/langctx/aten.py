@@ -18,6 +18,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 from jitcore.ir import Symbol, register_call_target
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
+from jitcore.proxies.tensor import TensorProxy
 
 __all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup", "op_symbol"]
 
@@ -105,3 +106,12 @@ def op_symbol(op: OpOverload) -> Symbol:
                         meta=meta_of(op), tags=frozenset(tags))
         _OTHER_OPS[op] = symbol
     return symbol
+
+
+def _torch_dispatch(op: OpOverload, args: tuple, kwargs: dict) -> Any:
+    """An operator that reached torch's dispatcher with a proxy among its arguments (a C function
+    called with torch functions disabled, ``torch._int_mm``, a custom op): recorded as its own symbol."""
+    return op_symbol(op)(*args, **kwargs)
+
+
+TensorProxy.torch_dispatch_handler = staticmethod(_torch_dispatch)  # type: ignore[assignment]

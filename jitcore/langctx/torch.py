@@ -437,8 +437,11 @@ def _varargs_method(name: str, target: Callable[..., Any]) -> Callable[..., Any]
     return method
 
 
+_TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # what a proxy inherits, not what it defines
+
+
 def _defined_by_proxy(name: str) -> bool:
-    return any(name in vars(klass) for klass in TensorProxy.__mro__ if klass is not object)
+    return any(name in vars(klass) for klass in TensorProxy.__mro__ if klass not in _TORCH_BASES)
 
 
 def _called_as(member: Any, symbol: Symbol) -> Callable[..., Any]:

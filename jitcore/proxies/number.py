@@ -35,7 +35,7 @@ __all__ = ["NumberProxy", "records_arithmetic", "specialize_all"]
 class NumberProxy(Proxy):
     """A named int or float whose value is an input of the trace."""
 
-    __slots__ = ("value", "roots", "on_specialize", "specialized")
+    __slots__ = ("name", "value", "roots", "on_specialize", "specialized")
 
     def __init__(self, name: str, value: int | float, roots: tuple[NumberProxy, ...] = (),
                  on_specialize: Callable[[], None] | None = None) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from jitcore.proxies.protocol import tensor_flatten, tensor_unflatten
-from jitcore.proxies.tensor import TensorProxy, describe_tensor
+from jitcore.proxies.tensor import TensorProxy, wrapper_tensor, describe_tensor
 
 __all__ = ["SubclassTensorProxy", "is_traceable_subclass"]
 
@@ -76,7 +76,11 @@ def _user_attribute(cls: type, name: str) -> Any:
 class SubclassTensorProxy(TensorProxy):
     """A tensor-subclass value while tracing: class, outer metadata and inner attributes."""
 
-    __slots__ = ("__dict__", "_shadow", "outer", "subclass")
+    __slots__ = ("_shadow", "outer", "subclass")
+
+    @staticmethod
+    def __new__(cls, name: str, subclass: type, outer: torch.Tensor) -> SubclassTensorProxy:
+        return wrapper_tensor(cls, outer)
 
     def __init__(self, name: str, subclass: type, outer: torch.Tensor) -> None:
         object.__setattr__(self, "name", name)

@@ -27,7 +27,7 @@ from jitcore.errors import UnsupportedOperationError
 from jitcore.ir.context import current_context
 from jitcore.ir.proxy import Proxy
 
-__all__ = ["DTYPE_ABBREVIATIONS", "TensorProxy", "describe_tensor"]
+__all__ = ["DTYPE_ABBREVIATIONS", "TensorProxy", "describe_tensor", "wrapper_tensor"]
 
 DTYPE_ABBREVIATIONS: dict[torch.dtype, str] = {
     torch.float64: "f64",
@@ -66,16 +66,29 @@ def _note_layout_query() -> None:
         context.values.strides_queried = True
 
 
-class TensorProxy(Proxy):
-    """A tensor while tracing: a name plus a FakeTensor shadow holding its metadata."""
+class TensorProxy(Proxy, torch.Tensor):
+    """A tensor while tracing: a name plus a FakeTensor shadow holding its metadata.
 
-    __slots__ = ("__weakref__", "shadow")
+    A proxy is itself a ``torch.Tensor`` (a wrapper subclass with the shadow's sizes, strides,
+    dtype and device, and no storage), so C functions, descriptors and operators of any namespace
+    accept it. What jitcore intercepts at the torch level arrives through ``__torch_function__``;
+    what reaches torch's dispatcher (a C function called with torch functions disabled, a custom op)
+    arrives through ``__torch_dispatch__`` and is recorded as that operator's symbol.
+    """
+
+    __slots__ = ("name", "shadow")
 
     # Set by the torch language context: (func, args, kwargs) -> result, for __torch_function__.
     torch_function_handler: ClassVar[Callable[[Any, tuple, dict], Any] | None] = None
+    # Set by the aten language context: (op, args, kwargs) -> result, for __torch_dispatch__.
+    torch_dispatch_handler: ClassVar[Callable[[Any, tuple, dict], Any] | None] = None
+
+    @staticmethod
+    def __new__(cls, name: str, shadow: torch.Tensor, *rest: Any) -> TensorProxy:
+        return wrapper_tensor(cls, shadow)
 
     def __init__(self, name: str, shadow: torch.Tensor) -> None:
-        super().__init__(name)
+        self.name = name
         self.shadow = shadow
 
     # --- identity -------------------------------------------------------------------------------
@@ -232,6 +245,24 @@ class TensorProxy(Proxy):
         if handler is None:
             return NotImplemented
         return handler(func, args, kwargs or {})
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        handler = TensorProxy.torch_dispatch_handler
+        if handler is None:
+            return NotImplemented
+        return handler(func, args, kwargs or {})
+
+
+def wrapper_tensor(cls: type, meta: torch.Tensor) -> Any:
+    """A storage-less tensor of class ``cls`` with ``meta``'s metadata. It never requires grad:
+    jitcore differentiates the trace itself, so an op reaching the dispatcher skips autograd."""
+    if meta.layout is torch.strided:
+        return torch.Tensor._make_wrapper_subclass(
+            cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(), dtype=meta.dtype,
+            device=meta.device, requires_grad=False)
+    return torch.Tensor._make_wrapper_subclass(cls, meta.size(), dtype=meta.dtype, layout=meta.layout,
+                                               device=meta.device, requires_grad=False)
 
 
 def _autograd_calls(what: str) -> Any:

@@ -322,7 +322,13 @@ class _Replay:
         args, kwargs = _tree_map(lambda v: _shadow(self.lookup(v)), (bsym.args, bsym.kwargs))
         self.replaying = bsym
         try:
-            out = bsym.symbol.fn(*args, **kwargs)
+            if "autograd_function" in bsym.symbol.tags:
+                # the user's forward runs natively here, with __torch_function__ on as eagerly
+                # (a quantized weight's ``.to(dtype)`` dequantizes in its __torch_function__)
+                with torch._C._EnableTorchFunction():  # noqa: SLF001
+                    out = bsym.symbol.fn(*args, **kwargs)
+            else:
+                out = bsym.symbol.fn(*args, **kwargs)
         finally:
             self.replaying = None
         self._note_nodes(out, bsym.source)
@@ -479,7 +485,9 @@ def _record_backward(
     handles = [node.register_prehook(lambda _grads, source=source: running.__setitem__(0, source))
                for node, source in replay.node_sources.values()]
     try:
-        with recording(context):
+        # Python backward code (an autograd.Function's backward) runs with __torch_function__ on, as
+        # eagerly: NF4's ``weight.to(dtype)`` in its backward dequantizes there
+        with recording(context), torch._C._EnableTorchFunction():  # noqa: SLF001
             grads = torch.autograd.grad(
                 diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True
             )

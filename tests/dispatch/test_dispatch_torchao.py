@@ -113,6 +113,32 @@ def test_nf4_weight_in_f_linear() -> None:
         torch.testing.assert_close(jitted(x), f(x))
 
 
+def test_nf4_linear_with_an_input_requiring_grad() -> None:
+    """QLoRA's frozen NF4 base weight: ``linear_nf4`` is an autograd.Function whose forward
+    dequantizes in NF4's ``__torch_function__`` (``weight.to(dtype)``); the gradient is its own
+    backward's. The weight is not square, so a transposed weight could not pass unnoticed."""
+    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4, to_nf4
+
+    torch.manual_seed(0)
+    weight = to_nf4(torch.randn(128, 256, dtype=torch.bfloat16))
+    lora_a = torch.randn(256, 8, dtype=torch.bfloat16, requires_grad=True)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return linear_nf4(t, weight) + (t @ lora_a).sum(-1, keepdim=True)
+
+    jitted = jitcore.jit(f)
+    for seed in range(2):
+        x = torch.randn(4, 256, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(seed),
+                        requires_grad=True)
+        ex = x.detach().clone().requires_grad_()
+        got, want = jitted(x), f(ex)
+        torch.testing.assert_close(got, want)
+        got_grads = torch.autograd.grad(got.float().square().sum(), (x, lora_a))
+        want_grads = torch.autograd.grad(want.float().square().sum(), (ex, lora_a))
+        for g, w in zip(got_grads, want_grads):
+            torch.testing.assert_close(g, w)
+
+
 def test_float8_training_forward_and_gradients() -> None:
     from torchao.float8 import convert_to_float8_training
 

@@ -14,12 +14,6 @@ from typing import Any
 DATA_DEPENDENT = "data-dependent output (by design)"
 
 # --- reasons shared by several entries --------------------------------------------------------------
-DESCRIPTOR = (
-    "op.op calls the C method descriptor torch.Tensor.{m} directly; it type-checks self before any "
-    "__torch_function__, so natively it rejects a proxy (programs reach it through the interpreter, "
-    "which resolves it with lookup)"
-)
-
 SPARSE = "sparse layouts are not supported: TensorProxy shadows are strided tensors"
 INPLACE_CAST = (
     "in-place variant on int64: torch's fake kernel of {m} computes in float and copies back without "
@@ -53,20 +47,7 @@ _DATA_DEPENDENT_ENTRIES = (
 
 TORCH: dict[str, str] = {
     **dict.fromkeys(_DATA_DEPENDENT_ENTRIES, DATA_DEPENDENT),
-    **{
-        name: DESCRIPTOR.format(m=m)
-        for name, m in (
-            ("cauchy", "cauchy_"),
-            ("exponential", "exponential_"),
-            ("geometric", "geometric_"),
-            ("log_normal", "log_normal_"),
-            ("normal.in_place", "normal_"),
-            ("uniform", "uniform_"),
-            ("multinomial", "multinomial"),
-            ("bernoulli", "bernoulli"),
-        )
-    },
-    "item": DESCRIPTOR.format(m="item") + "; x.item() itself raises DataDependentError by design",
+    "item": DATA_DEPENDENT,  # aten._local_scalar_dense, reached through the C method descriptor
     "sparse.mm.reduce": SPARSE,
     "sparse.sampled_addmm": SPARSE,
     "ldexp": INPLACE_CAST.format(m="ldexp_"),
