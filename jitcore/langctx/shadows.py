@@ -274,7 +274,10 @@ def _check_input_changes(
 
 
 # What fake tensors raise when code reads their data (``tolist``, a C++ kernel's data pointer).
-_DATA_READ_MESSAGES = ("data is not allocated yet", ".tolist() is not supported for tensor subclasses")
+# A fake's data was read, or an operator has no fake (meta) kernel (a custom op registered without
+# ``register_fake``): either way only a run on the values gives the outputs' metadata.
+_DATA_READ_MESSAGES = ("data is not allocated yet", ".tolist() is not supported for tensor subclasses",
+                       "There was no fake impl registered for")
 
 
 def _raise_meta_error(
@@ -287,6 +290,15 @@ def _raise_meta_error(
 
 
 def _data_dependent(fn: Callable[..., Any], exc: Exception) -> DataDependentError:
+    if "There was no fake impl registered for" in str(exc):
+        return DataDependentError(
+            f"{_name(fn)} has no fake (meta) kernel, so the metadata of its outputs is known only by "
+            "running it on the values",
+            hints=(f"register one with torch.library.register_fake('{_name(fn)}') (or the custom op's "
+                   ".register_fake) to trace it without running it",
+                   "without fullgraph=True jitcore runs it on the values and checks the outputs' metadata "
+                   "on every call"),
+        )
     return DataDependentError(
         f"{_name(fn)} needs the values of its tensor arguments, which are not known while tracing "
         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",

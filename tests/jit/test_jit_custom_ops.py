@@ -3,6 +3,9 @@ bound symbols of their own, executed, differentiated through their registered au
 
 from __future__ import annotations
 
+import functools
+import traceback
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -67,7 +70,22 @@ def test_custom_op_without_a_fake_kernel_is_a_clear_error():
     with pytest.raises(Exception) as info:
         jitcore.jit(f, fullgraph=True)(torch.randn(2))
     text = str(info.value) + "".join(getattr(info.value, "__notes__", []))
-    assert "no_fake" in text
+    assert "no_fake has no fake (meta) kernel" in text
+    assert "return no_fake(a) + 1" in "".join(traceback.format_exception(info.value))
+
+
+def test_custom_op_without_a_fake_kernel_runs_on_the_values():
+    """Without fullgraph, the op runs on the values while tracing (its outputs' metadata is then
+    known) and a cached call checks that metadata, as for ``nonzero``."""
+    def f(a):
+        return no_fake(a.sin()) * 2
+
+    jf = jitcore.jit(f)
+    for _ in range(3):
+        a = torch.randn(4)
+        assert_same(jf(a), f(a))
+    assert jitcore.cache_misses(jf) == 1
+    assert "torch.ops.jitcore_test.no_fake.default(" in str(jitcore.last_traces(jf)[-1])
 
 
 @pytest.mark.parametrize(
@@ -100,3 +118,35 @@ def test_linear_with_torch_function_disabled():
 
     a, b = torch.randn(2, 3), torch.randn(4, 3)
     assert_same(jitcore.jit(f)(a, b), f(a, b))
+
+
+def test_torch_called_by_native_code_with_torch_function_disabled():
+    """Code jitcore does not interpret (``functools.reduce``, C) calls torch with torch functions off:
+    the traced tensors reach torch's dispatcher, and each aten op is recorded, at the user's line."""
+    def f(a, b):
+        with torch._C.DisableTorchFunctionSubclass():
+            product = functools.reduce(torch.mul, [a, b, a])
+        return product.sin()
+
+    jf = jitcore.jit(f)
+    for _ in range(2):
+        a, b = torch.randn(3), torch.randn(3)
+        assert_same(jf(a, b), f(a, b))
+    trace = str(jitcore.last_traces(jf)[-1])
+    assert trace.count("torch.ops.aten.mul.Tensor(") == 2
+    assert "product = functools.reduce(torch.mul, [a, b, a])" in trace
+
+
+def test_custom_op_called_by_native_code_with_torch_function_disabled():
+    def f(a, b):
+        with torch._C.DisableTorchFunctionSubclass():
+            out = functools.reduce(lambda x, y: torch.ops.jitcore_test.scale_add(x, y, 2.0), [a, b, a])
+        return out + 1
+
+    jf = jitcore.jit(f)
+    a, b = torch.randn(3, requires_grad=True), torch.randn(3)
+    got, want = jf(a, b), f(a, b)
+    assert_same(got, want)
+    (ga,) = torch.autograd.grad(got.sum(), a)
+    (wa,) = torch.autograd.grad(want.sum(), a)
+    assert_same(ga, wa)
