@@ -17,6 +17,7 @@ import collections
 import contextlib
 import dataclasses
 import inspect
+import operator
 import os
 import sys
 import sysconfig
@@ -403,6 +404,9 @@ class Pass:
         return None
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if self.provenance.has_loose():
+            for arg in _identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
+                self.provenance.pin(arg)
         if self._has_numbers() and not isinstance(fn, numbers.SLOT_TYPES) and not _stores(fn) \
                 and tree_has((args, kwargs), NumberProxy):
             args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
@@ -513,6 +517,8 @@ class Pass:
         return self.provenance.bind_state(grad, path.attr("grad"), "grad")
 
     def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
+        if self.provenance.is_loose(key):
+            self.provenance.pin(key)  # a caller's object as a dict key: its identity decides the item
         if frame.code.co_filename.startswith(_STDLIB_DIR) or self.context.subclass_code:
             return value
         path = self.provenance.path_of(container)
@@ -733,6 +739,32 @@ def _is_stored_attribute(obj: Any, name: str) -> bool:
                 return True  # a __slots__ field: stored on the instance
             return not (hasattr(attr, "__get__") or hasattr(attr, "__set__"))
     return False
+
+
+_IDENTITY_FUNCTIONS = frozenset({id, hash, operator.is_, operator.is_not, operator.contains, operator.eq,
+                                  operator.ne, operator.countOf, operator.indexOf})
+_HASHING_TYPES = (dict, set, frozenset)
+_KEY_METHODS = frozenset({"__getitem__", "__setitem__", "__delitem__", "__contains__", "get", "pop",
+                          "setdefault", "add", "discard", "remove"})
+_SEQUENCE_TYPES = (list, tuple, collections.deque)
+_COMPARING_METHODS = frozenset({"index", "count", "remove", "__contains__"})
+
+
+def _identity_arguments(fn: Any, args: tuple) -> tuple:
+    """The arguments whose identity ``fn`` may look at: all of them for ``id``/``hash``/``is``, the key
+    of a dict's or set's key method (hashed by identity), the value a sequence searches for (compared
+    with the default ``==``)."""
+    if fn in _IDENTITY_FUNCTIONS:
+        return args
+    if not args:
+        return ()
+    owner = fn.__objclass__ if isinstance(fn, types.MethodDescriptorType) else type(getattr(fn, "__self__", None))
+    name = getattr(fn, "__name__", "")
+    if issubclass(owner, _HASHING_TYPES) and name in _KEY_METHODS:
+        return args[:1]
+    if issubclass(owner, _SEQUENCE_TYPES) and name in _COMPARING_METHODS:
+        return args[:1]
+    return ()
 
 
 def _is_plain_key(key: Any) -> bool:

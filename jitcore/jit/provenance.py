@@ -21,6 +21,7 @@ import contextlib
 import copy
 import dataclasses
 import sys
+import enum
 import functools
 import types
 import weakref
@@ -67,6 +68,8 @@ class Provenance:
             int, torch.Tensor
         ] = {}  # id(proxy) -> the tensor it stands for (the probe's inputs)
         self._paths: dict[int, Path] = {}
+        self._loose: dict[int, Path] = {}  # objects guarded by their class only (Note [Objects the caller passes])
+        self._loose_types: dict[Path, type] = {}
         self._keepalive: list[Any] = []
         self._tensors: dict[int, TensorProxy] = {}
         self._first_paths: dict[int, Path] = {}  # where each tensor was first found
@@ -235,11 +238,65 @@ class Provenance:
         if t in (list, tuple, dict) and len(value) <= _MAX_ELEMENTS:
             self._container(value, path)
             return value
+        if path.root.kind in ("args", "kwargs") and _is_plain_instance(value):
+            self._bind_loose(value, path)
+            return value
+        self.pin(value)
         self.guard(path, "identity", value)
         if isinstance(value, (list, dict, set)):
             self.guard(path, "len", len(value))
         self._remember_object(value, path)
         return value
+
+    # Note [Objects the caller passes]
+    # An instance of a Python class that the call passes (``model(ids, past_key_values=cache)``, or
+    # reached from an argument: ``cache.layers[0]``) is guarded by its class, not by its identity:
+    # every attribute the program reads from it is bound through its path as it is read (values,
+    # tensors' metadata, absent attributes), so another object of the class with the same reads
+    # is just as good, and a cache made anew per call does not make every call a new entry. What
+    # depends on the identity itself pins it (an identity guard): the object reached again through
+    # another path (``a is b``, an argument that is also held by state), ``id(obj)``, ``hash(obj)``,
+    # the object as a dict key or in a dict/set method call (``pin``, from jit/interpretation.py).
+    def _bind_loose(self, value: Any, path: Path) -> None:
+        first = self.path_of(value)
+        if first is None:
+            self.guard(path, "type", type(value))
+            self.remember(value, path)
+            self._loose[id(value)] = path
+            self._loose_types[path] = type(value)
+        elif first != path and not (first.root == path.root and first.describe() == path.describe()):
+            # reached again elsewhere (not just ``layers[0]`` by iteration and by subscript): the
+            # same object on every call
+            self.pin(value)
+            self.guard(path, "identity", value)
+
+    def _distinct_loose_objects(self) -> None:
+        """Each object guarded by its class only is guarded to be none of the other reached objects
+        of its class, as when traced (``box is DEFAULT`` was False: it stays False on a hit)."""
+        if not self._loose:
+            return
+        by_type: dict[type, list[Path]] = {}
+        for obj in self._keepalive:
+            path = self._paths.get(id(obj))
+            if path is not None and not isinstance(obj, torch.Tensor):
+                by_type.setdefault(type(obj), []).append(path)
+        for path in self._loose.values():
+            group = by_type.get(self._loose_types[path], ())
+            if len(group) > 1:
+                self.guard(group[0], "distinct", tuple(group))
+                by_type.pop(self._loose_types[path])
+
+    def pin(self, obj: Any) -> None:
+        """Guard an object the call passes by its identity from now on (Note [Objects the caller passes])."""
+        path = self._loose.pop(id(obj), None)
+        if path is not None:
+            self.guard(path, "identity", obj)
+
+    def is_loose(self, obj: Any) -> bool:
+        return bool(self._loose) and id(obj) in self._loose
+
+    def has_loose(self) -> bool:
+        return bool(self._loose)
 
     def bind_appended_list(self, value: list, path: Path) -> list:
         """A list this read only looks ``append``/``extend`` up on (``losses.append(loss.item())``):
@@ -338,7 +395,10 @@ class Provenance:
                 self.guard(item_path, "alias", self._container_paths[id(item)])
             elif type(item) in (list, tuple, dict) and len(item) <= _MAX_ELEMENTS:
                 self._container(item, item_path)
+            elif item_path.root.kind in ("args", "kwargs") and _is_plain_instance(item):
+                self._bind_loose(item, item_path)
             else:
+                self.pin(item)
                 self.guard(item_path, "identity", item)
                 self._remember_object(item, item_path)
 
@@ -457,6 +517,7 @@ class Provenance:
             self.prologue.add_input(path, _proxy.name)
         if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it
             self.guard(self.inputs[0][0], "distinct", tuple(path for path, _p, _t in self.inputs))
+        self._distinct_loose_objects()
         for path, number in self.number_inputs:  # after the tensors, as in the computation's signature
             self.prologue.add_input(path, number.name)
         self._finished = True
@@ -496,3 +557,15 @@ def _argument(path: Path, name: str) -> str:
     """``'x' (args[0])``: the parameter's name and where it was found."""
     where = path.describe()
     return f"{name!r} ({where})" if name and name != where else where
+
+
+def _is_plain_instance(value: Any) -> bool:
+    """An instance of a Python class holding its state in its ``__dict__`` (not a function, class,
+    module, torch module or other object whose behaviour lives outside the attributes read)."""
+    t = type(value)
+    return (
+        hasattr(value, "__dict__")
+        and t.__module__ not in ("builtins", "types", "functools")
+        and not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType,
+                                   functools.partial, torch.nn.Module, torch.Tensor, enum.Enum))
+    )

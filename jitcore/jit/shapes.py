@@ -142,8 +142,10 @@ def finish(program: Any, provenance: Any, values: Any) -> list[str]:
         return []
     if provenance.subclass_inputs:
         raise StaticShapes("tensor-subclass inputs keep static shapes")
-    if program.effects is not None:
-        raise StaticShapes("the function has side effects on Python state, which keep static shapes")
+    if program.effects is not None and _holds_sizes([(e.key, e.value) for e in program.effects.effects]):
+        # a tensor stored into state is a proxy, filled per call; a size stored there would be the
+        # traced one on every call
+        raise StaticShapes("a size is stored into Python state by a side effect, which keeps static shapes")
     layouts = provenance.bound_layouts
     if any(not _same_layout(_layout(proxy.shadow), layouts[id(proxy)]) for _path, proxy in dynamic):
         raise StaticShapes("an input's shape or strides changed in place (resize_, squeeze_, t_, ...)")
@@ -154,6 +156,29 @@ def finish(program: Any, provenance: Any, values: Any) -> list[str]:
     return [f"{path.describe()}.shape[{i}] ({expr})" for path, proxy in dynamic
             for i, size in enumerate(proxy.shadow.shape)
             if type(size) is torch.SymInt and not (expr := env.simplify(size.node.expr)).is_number]
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _holds_sizes(tree: Any) -> bool:
+    """Whether a symbolic size is reachable from ``tree`` (containers and objects' attributes)."""
+    stack, seen = [tree], set()
+    while stack:
+        value = stack.pop()
+        if isinstance(value, _SYMBOLIC):
+            return True
+        if id(value) in seen or isinstance(value, (torch.Tensor, type, str, bytes, int, float)):
+            continue
+        seen.add(id(value))
+        if isinstance(value, (tuple, list, set, frozenset)):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif hasattr(value, "__dict__") and not callable(value):
+            stack.extend(vars(value).values())
+    return False
 
 
 def is_symbolic(prologue: Any) -> bool:

@@ -221,6 +221,24 @@ def test_jitted_forward_installed_on_the_model():
     assert jitcore.cache_misses(model.forward) >= 1
 
 
+@pytest.mark.parametrize("make", [_llama, _gpt2], ids=lambda m: m.__name__[1:])
+def test_jitted_forward_traces_a_few_times_per_generation(make):
+    """``generate`` makes a new cache object per call and grows it by one token per step: the cache
+    is guarded by its class and what forward reads from it, and its length becomes a symbolic size
+    once it has changed, so the steps reuse entries (prefill, first step, all later steps) and a
+    second ``generate`` traces nothing new — as torch.compile's recompilations go."""
+    model, eager = _model(make), _model(make)
+    model.forward = jitcore.jit(model.forward)
+    for seed in range(2):
+        ids = _ids(seed)
+        options = dict(attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False, pad_token_id=0)
+        assert torch.equal(model.generate(ids, **options), eager.generate(ids, **options))
+        if seed == 0:
+            misses = jitcore.cache_misses(model.forward)
+    assert misses <= 3
+    assert jitcore.cache_misses(model.forward) == misses
+
+
 def test_lstm_traces_once_and_matches_eager() -> None:
     """nn.LSTM rebuilds its _flat_weights list from its parameters in forward: what it stores while
     traced is the program's own value, not state to guard (it retraced on every call before)."""

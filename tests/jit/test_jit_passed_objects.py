@@ -1,0 +1,129 @@
+"""Objects of Python classes that the caller passes (Note [Objects the caller passes] in
+jitcore/jit/provenance.py): guarded by their class and by what the program reads from them, so a new
+object per call (a model's cache) is a cache hit; whatever depends on the object's identity (``is``,
+``id``, dict keys, the same object reached twice) still gives eager's answer.
+
+Differential: each program runs a sequence of calls eagerly and under jitcore, on twin objects.
+"""
+
+from __future__ import annotations
+
+import torch
+from jit_helpers import assert_same
+
+import jitcore
+
+
+class Box:
+    def __init__(self, scale: float, t: torch.Tensor | None = None) -> None:
+        self.scale = scale
+        self.t = t
+
+
+DEFAULT = Box(1.0)
+REGISTRY: dict = {}
+
+
+def _run(fn, calls):
+    jitted = jitcore.jit(fn)
+    for args in calls:
+        assert_same(jitted(*args), fn(*args))
+    return jitted
+
+
+def test_a_new_object_per_call_is_a_cache_hit():
+    def f(x, box):
+        return x * box.scale + box.t
+
+    x = torch.randn(3)
+    jitted = _run(f, [(x, Box(2.0, torch.randn(3))) for _ in range(4)])
+    assert jitcore.cache_misses(jitted) == 1
+
+
+def test_what_is_read_from_the_object_is_guarded():
+    def f(x, box):
+        if hasattr(box, "extra"):
+            return x + box.extra
+        return x * box.scale
+
+    x = torch.randn(3)
+    with_extra = Box(2.0)
+    with_extra.extra = 5.0
+    calls = [(x, Box(2.0)), (x, Box(3.0)), (x, with_extra), (x, Box(2.0)), (x, with_extra)]
+    jitted = _run(f, calls)
+    assert jitcore.cache_misses(jitted) == 3
+
+
+def test_identity_against_a_global_object():
+    def f(x, box):
+        if box is DEFAULT:
+            return x + 100
+        return x * box.scale
+
+    x = torch.randn(2)
+    _run(f, [(x, Box(2.0)), (x, DEFAULT), (x, Box(1.0)), (x, DEFAULT), (x, Box(1.0))])
+
+
+def test_two_arguments_that_are_the_same_object_or_not():
+    def f(x, a, b):
+        return x + (1 if a is b else 2) + a.scale
+
+    x = torch.randn(2)
+    shared = Box(2.0)
+    _run(f, [(x, shared, shared), (x, Box(2.0), Box(2.0)), (x, shared, shared), (x, Box(2.0), Box(2.0))])
+
+
+def test_id_and_dict_keys_pin_the_object():
+    def by_id(x, box):
+        return x + (1 if id(box) in REGISTRY else 2)
+
+    def by_key(x, box):
+        return x + REGISTRY.get(box, 0)
+
+    x = torch.randn(2)
+    known = Box(3.0)
+    REGISTRY[id(known)] = 1
+    REGISTRY[known] = 5
+    try:
+        _run(by_id, [(x, Box(1.0)), (x, known), (x, Box(1.0)), (x, known)])
+        _run(by_key, [(x, Box(1.0)), (x, known), (x, Box(1.0)), (x, known)])
+    finally:
+        REGISTRY.clear()
+
+
+def test_side_effects_go_to_the_object_of_each_call():
+    def f(x, box):
+        box.t = x * box.scale
+        box.count = getattr(box, "count", 0) + 1
+        return x.sum()
+
+    jitted = jitcore.jit(f)
+    x = torch.randn(3)
+    for _ in range(3):
+        eager_box, jit_box = Box(2.0), Box(2.0)
+        assert_same(jitted(x, jit_box), f(x, eager_box))
+        assert_same(jit_box.t, eager_box.t)
+        assert jit_box.count == eager_box.count == 1
+    assert jitcore.cache_misses(jitted) == 1
+
+
+def test_objects_in_a_list_of_an_argument():
+    class Layer:
+        def __init__(self, w):
+            self.w = w
+
+    class Stack:
+        def __init__(self, n):
+            self.layers = [Layer(torch.randn(3)) for _ in range(n)]
+
+    def f(x, stack):
+        for layer in stack.layers:
+            x = x * stack.layers[0].w + layer.w
+        return x
+
+    x = torch.randn(3)
+    jitted = _run(f, [(x, Stack(2)) for _ in range(3)])
+    assert jitcore.cache_misses(jitted) == 1
+    shared = Stack(2)
+    shared.layers[1] = shared.layers[0]  # the same layer twice: the traced entry must not be reused
+    _run(f, [(x, Stack(2)), (x, shared), (x, Stack(2))])
