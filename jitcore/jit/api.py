@@ -17,6 +17,7 @@ import functools
 import inspect
 import sys
 import threading
+import types
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Container
@@ -278,6 +279,8 @@ class JittedFunction:
         """Interpret one call (jitcore/jit/module.py interprets a module's forward instead)."""
         if isinstance(self.fn, torch.nn.Module):
             return tracing_pass.run(args, kwargs, target=self.fn, bound_self=self.fn)
+        if isinstance(self.fn, types.MethodType):  # ``jit(obj.method)``: obj's state is read and written
+            return tracing_pass.run(args, kwargs, target=self.fn, bound_self=self.fn.__self__)
         return tracing_pass.run(args, kwargs, target=self.fn)
 
     @property

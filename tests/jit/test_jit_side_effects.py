@@ -384,6 +384,33 @@ def test_appending_to_a_list_does_not_retrace():
     assert jitcore.cache_misses(jf) == 1
 
 
+def test_a_jitted_bound_method_reads_and_writes_its_object():
+    """``jitcore.jit(obj.method)``: the object's attributes are state read through ``self`` (a
+    changed attribute is a miss, not the traced value) and what the method writes into it is
+    performed on it after every call (a tensor stored there was once left as a traced value)."""
+
+    class Trainer:
+        def __init__(self):
+            self.scale = 2.0
+            self.history = []
+
+        def step(self, x):
+            loss = (x * self.scale).sum()
+            self.history.append(loss.detach())
+            self.last = loss.detach() * 2
+            return loss
+
+    jitted, eager = Trainer(), Trainer()
+    step = jitcore.jit(jitted.step)
+    for i in range(4):
+        if i == 2:
+            jitted.scale = eager.scale = 3.0
+        x = torch.full((3,), float(i))
+        assert_same(step(x), eager.step(x))
+        _same_state(jitted, eager)
+    assert jitcore.cache_misses(step) == 2
+
+
 def test_a_list_read_after_the_program_appended_to_it():
     """The same list read again after an append: its guards are on the contents the call started
     with (guarding what the program made of it would match the next call's list, wrongly)."""
