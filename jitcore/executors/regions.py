@@ -79,7 +79,8 @@ def partition(trace: Trace, executors: Sequence[Executor]) -> list[Assignment]:
 # An unclaimed call between two runs of one fusion executor splits them into two regions, each
 # reading and writing memory. ``merge_regions`` moves such calls out of the way when that cannot
 # change what the program computes: every moved call is *pure* (a torch/aten op or Python arithmetic
-# with none of the tags of effects, value reads or random draws, no ``out=``, not lowered), the
+# with none of the tags of effects, value reads or random draws, no ``out=``, not lowered, no
+# trailing underscore, no autograd hooks), the
 # regions it moves past are pure too (a fusion executor claims nothing else), and data dependences
 # are kept: the calls go before the first run when they read nothing it makes, else after the
 # second when it reads nothing they make. Calls with effects keep their place, so effects keep
@@ -87,6 +88,10 @@ def partition(trace: Trace, executors: Sequence[Executor]) -> list[Assignment]:
 _EFFECTS = frozenset({"inplace", "random", "global_state", "autograd_function", "bookkeeping", "check",
                       "data_dependent", "backward", "fusion"})
 _OWN_OPERATORS = ("torch.ops.aten.", "torch.ops.prims.")
+_ARITHMETIC = frozenset(f"operator.{op}" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
+                                                     "neg", "pos", "abs"))
+_AUTOGRAD_STATE = frozenset({"retain_grad", "register_hook", "register_post_accumulate_grad_hook",
+                             "backward", "detach_"})
 
 
 def merge_regions(runs: list[Assignment]) -> list[Assignment]:
@@ -119,12 +124,14 @@ def merge_regions(runs: list[Assignment]) -> list[Assignment]:
 def _pure(bsym: BoundSymbol) -> bool:
     symbol = bsym.symbol
     if symbol.langctx == "python":
-        return symbol.id.startswith("operator.")
+        return symbol.id in _ARITHMETIC
     if symbol.langctx not in ("torch", "aten") or "out" in bsym.kwargs or is_lowered(bsym):
         return False
     if symbol.id.startswith("torch.ops.") and not symbol.id.startswith(_OWN_OPERATORS):
         return False  # a custom operator may have effects its schema does not show
-    return not (symbol.tags & _EFFECTS)
+    # a trailing underscore (``requires_grad_``, dunders) or autograd state: kept in place too
+    name = symbol.name.split(".")[-1]
+    return not (symbol.tags & _EFFECTS) and not name.endswith("_") and name not in _AUTOGRAD_STATE
 
 
 def _made(bound_symbols: tuple[BoundSymbol, ...]) -> set[int]:
