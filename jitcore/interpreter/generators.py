@@ -167,7 +167,6 @@ def _finish_delegation(frame: Frame) -> None:
 # instruction instead of pushing the value for it to drop: one dispatch fewer per value a generator
 # expression produces (on 3.11, whose DP may leave RESUME and POP_TOP unfused, the skip applies only where
 # they were fused). RESUME does nothing here, and neither part can raise.
-_YIELD_STATEMENT_END = "RESUME+POP_TOP"
 
 
 def _generator(frame: Frame):
@@ -175,10 +174,12 @@ def _generator(frame: Frame):
     run = frame.run
     stack = frame.stack
     instructions = frame.info.instructions
-    executed = frame.info.fused if run.plain else None  # what loop.execute runs (Note [Yield statements])
+    # where the RESUME; POP_TOP that loop.execute would run drops the value sent (Note [Yield statements])
+    skips = frame.info.yield_statement_ends if run.plain else _NO_SKIPS
+    box = []  # the yielded value until ``yield`` takes it: the driver keeps no reference while suspended
     while value is not _RETURNED:
-        box = [value]
-        del value  # hold no reference to the yielded value while suspended (CPython does not)
+        box.append(value)
+        del value  # (CPython keeps none either)
         thrown = None
         try:
             sent = yield box.pop()
@@ -198,7 +199,7 @@ def _generator(frame: Frame):
         saved_native = run.native_exc
         run.native_exc = _exception()
         index = frame.index
-        if executed is not None and executed[index].opname == _YIELD_STATEMENT_END:
+        if index in skips:
             frame.index = index + 2  # RESUME; POP_TOP: the value sent is dropped
         else:
             stack.append(sent)
@@ -217,6 +218,9 @@ def _generator(frame: Frame):
         else:
             value = _RETURNED
     return frame.result
+
+
+_NO_SKIPS: frozenset[int] = frozenset()
 
 
 def _iterable_coroutine_driver(frame: Frame):

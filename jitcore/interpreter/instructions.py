@@ -88,12 +88,18 @@ class CodeInfo:
         "raisers",
         "simple_argcount",
         "unbound_after_args",
+        "yield_statement_ends",
     )
 
     def __init__(self, code: CodeType) -> None:
         self.code = code
         self.instructions, self._index_of = _decode_instructions(code)
         self.fused = _fuse(self.instructions)
+        # where a generator resumed with ``fused`` skips the fused RESUME; POP_TOP of a yield statement (Note
+        # [Yield statements] in generators.py)
+        self.yield_statement_ends = frozenset(
+            inst.index for inst in self.fused if inst.opname == _YIELD_STATEMENT_END
+        )
         self._fused_hooked: dict[frozenset[int], list[Instruction]] = {}
         # positional-only calls with exactly this many arguments need no binding (-1: always bind)
         simple = not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | _GENERATOR_FLAGS)
@@ -140,6 +146,9 @@ class CodeInfo:
             if entry.start <= index < entry.end:
                 return entry
         return None
+
+
+_YIELD_STATEMENT_END = "RESUME+POP_TOP"
 
 
 # Note [Dropped instructions]

@@ -240,8 +240,9 @@ def test_jump_into_the_middle_of_a_superinstruction() -> None:
 
 class _Point:
     def __init__(self, x, y):
-        self.x = x  # 3.13: LOAD_FAST_LOAD_FAST+STORE_ATTR
+        self.x = x  # 3.13: LOAD_FAST_LOAD_FAST+STORE_ATTR, twice as one run
         self.y = y
+        self.z = x  # the third one alone: LOAD_FAST_LOAD_FAST+STORE_ATTR
 
 
 def shapes_313(n, items):
@@ -254,7 +255,7 @@ def shapes_313(n, items):
         for i in range(n):
             yield i  # RESUME+POP_TOP after the yield
     points = [_Point(i, -i) for i in gen()]
-    return evens, [(p.x, p.y) for p in points], [Truthy(i).v for i in items if Truthy(i) % 2]
+    return evens, [(p.x, p.y, p.z) for p in points], [Truthy(i).v for i in items if Truthy(i) % 2]
 
 
 @given(st.integers(0, 6), st.lists(st.integers(-9, 9), max_size=8))
@@ -263,7 +264,8 @@ def test_shapes_fused_on_313(n, items) -> None:
     if sys.version_info >= (3, 13):
         fused = {inst.opname for code in (shapes_313.__code__, _Point.__init__.__code__)
                  for inst in decode(code).fused}
-        assert {"JUMP_BACKWARD->FOR_ITER+STORE_FAST_LOAD_FAST", "LOAD_FAST_LOAD_FAST+STORE_ATTR"} <= fused
+        assert {"JUMP_BACKWARD->FOR_ITER+STORE_FAST_LOAD_FAST", "LOAD_FAST_LOAD_FAST+STORE_ATTR",
+                "LOAD_FAST_LOAD_FAST+STORE_ATTR+LOAD_FAST_LOAD_FAST+STORE_ATTR"} <= fused
 
 
 def except_clauses(items, catch):

@@ -186,6 +186,15 @@ for _second, _handler in (("STORE_ATTR", store_attr_), ("CALL", _CALL)):
 fuses("LOAD_CONST", "CALL", since=(3, 11))(_after_load_const(_CALL))
 
 
+@fuses("CALL", "RETURN_VALUE", since=(3, 11))
+def call_return_value(frame: Frame, inst: Instruction) -> bool:
+    """``return f(...)``: call, then return what the call returned."""
+    _CALL(frame, inst)
+    frame.index += 1
+    frame.result = frame.stack.pop()
+    return True
+
+
 @fuses("LOAD_FAST", "BINARY_OP", since=(3, 11))
 def load_fast_binary_op(frame: Frame, inst: Instruction) -> None:
     """Push a local, then TOS = TOS1 <op> local."""
@@ -420,6 +429,44 @@ def load_fast_load_fast_store_attr(frame: Frame, inst: Instruction) -> None:
     obj = fast[inst.arg & 15]
     frame.index += 1
     name = inst.next.argval
+    names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
+    if names is not None and name in names:
+        setattr(obj, name, value)
+    else:
+        store_attr(frame.run, obj, name, value)
+
+
+@fuses("LOAD_FAST_LOAD_FAST", "STORE_ATTR", "LOAD_FAST_LOAD_FAST", "STORE_ATTR", since=(3, 13))
+def two_local_attribute_stores(frame: Frame, inst: Instruction) -> None:
+    """``self.x = x; self.y = y`` (an ``__init__``): two locals stored as attributes of locals."""
+    fast = frame.fast
+    for loads in (inst, inst.next.next):
+        store = loads.next
+        frame.index = store.after
+        obj = fast[loads.arg & 15]
+        name = store.argval
+        names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
+        if names is not None and name in names:
+            setattr(obj, name, fast[loads.arg >> 4])
+        else:
+            store_attr(frame.run, obj, name, fast[loads.arg >> 4])
+
+
+@fuses("LOAD_FAST", "LOAD_FAST", "STORE_ATTR", since=(3, 11), until=(3, 11))
+def local_attribute_store(frame: Frame, inst: Instruction) -> None:
+    """3.11's ``self.x = x``: a local stored as an attribute of a local."""
+    fast = frame.fast
+    value = fast[inst.arg]
+    if value is NULL:
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
+    second = inst.next
+    frame.index = second.after
+    obj = fast[second.arg]
+    if obj is NULL:
+        raise UnboundLocalError(UNBOUND_LOCAL.format(second.argval))
+    store = second.next
+    frame.index = store.after
+    name = store.argval
     names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
     if names is not None and name in names:
         setattr(obj, name, value)
