@@ -281,6 +281,8 @@ class JittedFunction:
             return tracing_pass.run(args, kwargs, target=self.fn, bound_self=self.fn)
         if isinstance(self.fn, types.MethodType):  # ``jit(obj.method)``: obj's state is read and written
             return tracing_pass.run(args, kwargs, target=self.fn, bound_self=self.fn.__self__)
+        if not isinstance(self.fn, types.FunctionType):  # a callable object, a functools.partial
+            return tracing_pass.run(args, kwargs, target=self.fn, bound_self=self.fn)
         return tracing_pass.run(args, kwargs, target=self.fn)
 
     @property

@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import inspect
 import operator
 import os
@@ -133,7 +134,9 @@ class Pass:
         from jitcore.interpreter import interpret
 
         try:
-            if bound_self is not None:
+            if type(bound_self) is functools.partial:  # its arguments and keywords are state
+                self.provenance.bind_state(bound_self, Path(Root("bound", "self", bound_self)))
+            elif bound_self is not None:
                 self.provenance.remember(bound_self, Path(Root("bound", "self", bound_self)))
             pargs, pkwargs = self._bind_arguments(args, kwargs)
             for copy_, path in self.provenance.argument_copies:

@@ -318,6 +318,8 @@ class Provenance:
             self.guard(path.attr("__code__"), "identity", value.__code__)
             self.bind_state(value.__defaults__, path.attr("__defaults__"), "defaults")
             self.bind_state(value.__kwdefaults__, path.attr("__kwdefaults__"), "kwdefaults")
+        elif isinstance(value, types.MethodType):  # its object's state is read through it
+            self.remember(value.__self__, path.attr("__self__"))
         elif type(value) is functools.partial:
             self.bind_state(value.func, path.attr("func"), "func")
             self.bind_state(value.args, path.attr("args"), "args")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -409,6 +410,35 @@ def test_a_jitted_bound_method_reads_and_writes_its_object():
         assert_same(step(x), eager.step(x))
         _same_state(jitted, eager)
     assert jitcore.cache_misses(step) == 2
+
+
+def test_jitted_callable_objects_and_partials_read_their_state():
+    """``jitcore.jit(obj)`` of a callable object and of a ``functools.partial`` (of a function with a
+    mutable keyword, or of a bound method): a changed attribute, list item or keyword is a miss."""
+
+    class Scaler:
+        def __init__(self):
+            self.scale = 2.0
+
+        def __call__(self, x):
+            return x * self.scale
+
+        def shifted(self, x, shift):
+            return x * self.scale + shift
+
+    def scaled(x, scale):
+        return x * scale[0]
+
+    obj, factors = Scaler(), [2.0]
+    programs = [obj, functools.partial(scaled, scale=factors), functools.partial(obj.shifted, shift=1.0)]
+    x = torch.ones(3)
+    for program in programs:
+        jitted = jitcore.jit(program)
+        obj.scale, factors[0] = 2.0, 2.0
+        assert_same(jitted(x), program(x))
+        obj.scale, factors[0] = 3.0, 3.0
+        assert_same(jitted(x), program(x))
+        assert jitcore.cache_misses(jitted) == 2
 
 
 def test_a_list_read_after_the_program_appended_to_it():
