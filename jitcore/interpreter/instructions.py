@@ -77,6 +77,7 @@ class CodeInfo:
 
     __slots__ = (
         "_exception_table",
+        "_handler_at",
         "_index_of",
         "_fused_hooked",
         "binder",
@@ -115,6 +116,7 @@ class CodeInfo:
         # what follows the arguments in the fast locals of a call that needs no binding (all unbound)
         self.unbound_after_args = (NULL,) * (self.nlocalsplus - max(self.simple_argcount, 0))
         self._exception_table: tuple[ExceptionEntry, ...] | None = None
+        self._handler_at: list[ExceptionEntry | None] | None = None
         self.binder = None
         self.raisers: dict = {}
 
@@ -142,10 +144,14 @@ class CodeInfo:
 
     def handler_for(self, index: int) -> ExceptionEntry | None:
         """The innermost exception-table entry covering instruction ``index``, or None."""
-        for entry in self.exception_table():
-            if entry.start <= index < entry.end:
-                return entry
-        return None
+        handlers = self._handler_at
+        if handlers is None:  # per instruction, made on the first exception raised in this code
+            table = self.exception_table()
+            handlers = self._handler_at = [
+                next((entry for entry in table if entry.start <= i < entry.end), None)
+                for i in range(len(self.instructions))
+            ]
+        return handlers[index]
 
 
 _YIELD_STATEMENT_END = "RESUME+POP_TOP"

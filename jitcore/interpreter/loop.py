@@ -114,9 +114,11 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
     if isinstance(exc, JitcoreInterpreterError):  # never routed to the program's handlers, but
         add_frame(frame, exc, False)  # its traceback shows the program's frames, as for its own errors
         return False
-    bug = _interpreter_bug(exc)
-    if bug is not None:
-        raise InterpreterError(f"{bug} while executing {frame.instruction.opname}", frame.where()) from exc
+    if isinstance(exc, _BUG_TYPES):
+        bug = _interpreter_bug(exc)
+        if bug is not None:
+            where = frame.where()
+            raise InterpreterError(f"{bug} while executing {frame.instruction.opname}", where) from exc
     run = frame.run
     raising = run.raising
     run.raising = None
@@ -143,6 +145,7 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
 
 
 _INTERNAL_TYPES = (Frame, Instruction)
+_BUG_TYPES = (AttributeError, IndexError)  # what _interpreter_bug can recognise
 
 
 def _interpreter_bug(exc: BaseException) -> str | None:

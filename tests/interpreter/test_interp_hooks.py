@@ -332,3 +332,30 @@ def test_load_hooks_see_every_hooked_load_while_the_rest_is_fused():
     jump = "POP_JUMP_FORWARD_IF_FALSE" if sys.version_info < (3, 12) else "TO_BOOL+POP_JUMP_IF_TRUE"
     assert f"LOAD_FAST+LOAD_CONST+BINARY_OP+{jump}" in names
     assert not any("LOAD_ATTR" in name and "+" in name for name in names)
+
+
+def test_raising_a_builtin_exception_class_is_seen_by_lookasides_and_the_opaque_call_hook():
+    """``raise KeyError`` instantiates the class directly only when no lookaside or opaque-call hook is to see
+    the call (opcodes/exceptions.py, _BUILTIN_EXCEPTIONS)."""
+
+    def f(k):
+        try:
+            raise KeyError
+        except KeyError as e:
+            return type(e).__name__, e.args, k
+
+    assert interpret(f)(1) == f(1) == ("KeyError", (), 1)
+    seen = []
+
+    def on_opaque_call(fn, args, kwargs):
+        seen.append(fn)
+        return fn(*args, **kwargs)
+
+    assert interpret(f, Hooks(on_opaque_call=on_opaque_call))(2) == ("KeyError", (), 2)
+    assert KeyError in seen
+
+    class Replaced(KeyError):
+        pass
+
+    assert interpret(f, Hooks(lookasides={KeyError: lambda: Replaced("from the lookaside")}))(3) == (
+        "Replaced", ("from the lookaside",), 3)

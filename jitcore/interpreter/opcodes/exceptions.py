@@ -21,7 +21,18 @@ from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.registry import handles
 
 
+# The exception classes of the builtins module: ``raise ValueError`` calls one directly (what calls.call would
+# come to: no Python __new__/__init__) unless a lookaside or the opaque-call hook is to see the call.
+_BUILTIN_EXCEPTIONS = frozenset(
+    v for v in vars(__import__("builtins")).values() if isinstance(v, type) and issubclass(v, BaseException)
+)
+
+
 def _instantiate(frame: Frame, value: object) -> BaseException:
+    if value in _BUILTIN_EXCEPTIONS:
+        run = frame.run
+        if run.on_opaque_call is None and value not in run.lookasides:
+            return value()
     if isinstance(value, type) and issubclass(value, BaseException):
         exc = call(frame.run, value, (), None)
         if not isinstance(exc, BaseException):

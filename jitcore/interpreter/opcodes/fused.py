@@ -254,7 +254,9 @@ def _operation_then_jump(compare: bool, jump_if: bool) -> Handler:
         else:
             v = binary_op(frame.run, inst.arg, lhs, rhs)
         frame.index += 1
-        if (v if v is True or v is False else truth(frame.run, v)) is jump_if:
+        if v is not True and v is not False:
+            v = bool(v) if type(v) in NATIVE_TYPES else truth(frame.run, v)
+        if v is jump_if:
             frame.index = inst.next.argval
 
     operation = "compare_op" if compare else "binary_op"
@@ -284,7 +286,7 @@ def _binary_op_to_bool_then_jump(jump_if: bool) -> Handler:
             v = binary_op(frame.run, inst.arg, lhs, rhs)
         frame.index += 1
         if v is not True and v is not False:
-            v = truth(frame.run, v)
+            v = bool(v) if type(v) in NATIVE_TYPES else truth(frame.run, v)
         frame.index += 1
         if v is jump_if:
             frame.index = inst.next.next.argval
@@ -300,7 +302,7 @@ def _to_bool_then_jump(jump_if: bool) -> Handler:
     def fused(frame: Frame, inst: Instruction) -> None:
         v = frame.stack.pop()
         if v is not True and v is not False:
-            v = truth(frame.run, v)
+            v = bool(v) if type(v) in NATIVE_TYPES else truth(frame.run, v)
         frame.index += 1
         if v is jump_if:
             frame.index = inst.next.argval
@@ -526,7 +528,7 @@ def _load_const_binary_op_to_bool_then_jump(jump_if: bool) -> Handler:
             v = binary_op(frame.run, op.arg, lhs, rhs)
         frame.index += 1
         if v is not True and v is not False:
-            v = truth(frame.run, v)
+            v = bool(v) if type(v) in NATIVE_TYPES else truth(frame.run, v)
         frame.index += 1
         if v is jump_if:
             frame.index = op.next.next.argval

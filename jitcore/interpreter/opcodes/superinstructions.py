@@ -96,7 +96,7 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
             last = op.next
             if v is not True and v is not False:
                 frame.index = last.after
-                v = truth(frame.run, v)
+                v = bool(v) if type(v) in NATIVE_TYPES else truth(frame.run, v)
             frame.index = last.argval if v is jump_if else last.after
         elif yields:  # ``yield a * b`` (fused.py's yields, with both operands loaded here)
             frame.index = op.next.after
@@ -173,7 +173,7 @@ def _superinstruction_313(loads: tuple[str, ...], operation: str, tail: tuple[st
             else:
                 v = compare_op(frame.run, op.argval, lhs, rhs)
             if op.arg & 16 and v is not True and v is not False:
-                v = truth(frame.run, v)
+                v = bool(v) if type(v) in NATIVE_TYPES else truth(frame.run, v)
         elif type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
             v = NATIVE_BINARY[op.arg](lhs, rhs)
         else:
@@ -187,11 +187,11 @@ def _superinstruction_313(loads: tuple[str, ...], operation: str, tail: tuple[st
             if to_bool:
                 if v is not True and v is not False:
                     frame.index = last.after  # a failing __bool__ is located at TO_BOOL
-                    v = truth(frame.run, v)
+                    v = bool(v) if type(v) in NATIVE_TYPES else truth(frame.run, v)
                 last = last.next
             if v is not True and v is not False:
                 frame.index = last.after
-                v = truth(frame.run, v)
+                v = bool(v) if type(v) in NATIVE_TYPES else truth(frame.run, v)
             frame.index = last.argval if v is jump_if else last.after
         else:
             frame.stack.append(v)
