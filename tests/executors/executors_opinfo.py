@@ -43,15 +43,16 @@ def first_sample(op: Any) -> tuple[torch.dtype, Any] | None:
     return None if sample is None else (dtype, sample)
 
 
-def check_inductor_entry(op: Any) -> tuple[Outcome, bool]:
-    """(outcome, fused): the differential outcome and whether a region was lowered by inductor."""
+def check_inductor_entry(op: Any, **jit_options: Any) -> tuple[Outcome, bool]:
+    """(outcome, fused): the differential outcome and whether a region was lowered by inductor;
+    ``jit_options`` go to ``jitcore.jit`` too (``dynamic=True``: every size symbolic)."""
     chosen = first_sample(op)
     if chosen is None:
         return Outcome("fail", "no sample"), False
     dtype, sample = chosen
     with executor_log() as log:
         try:
-            outcome = check_jit_sample(op, op.op, sample, executors=(SWEEP, "torch"))
+            outcome = check_jit_sample(op, op.op, sample, executors=(SWEEP, "torch"), **jit_options)
         except Mismatch as err:
             return Outcome("fail", f"{dtype}: {err}"), False
         except Exception as err:  # noqa: BLE001 - a crash is a failure, reported

@@ -14,7 +14,7 @@ import os
 
 import pytest
 from executors_opinfo import check_inductor_entry, check_inductor_grad_entry
-from executors_opinfo_known_failures import INDUCTOR, INDUCTOR_GRAD
+from executors_opinfo_known_failures import INDUCTOR, INDUCTOR_GRAD, INDUCTOR_SYMBOLIC
 from opinfo_harness import OPS, Outcome
 from test_grad_opinfo_harness import GRAD_OPS
 
@@ -34,6 +34,7 @@ def _check_against_known(name: str, outcome: Outcome, known: dict[str, str]) -> 
 
 def test_known_failures_are_entries() -> None:
     assert set(INDUCTOR) <= set(OPS) and set(INDUCTOR_GRAD) <= set(GRAD_OPS)
+    assert set(INDUCTOR_SYMBOLIC) <= set(OPS)
 
 
 @pytest.mark.parametrize("name", SAMPLE)
@@ -46,9 +47,17 @@ def test_op_gradients_through_inductor_match_eager(name: str) -> None:
     _check_against_known(name, check_inductor_grad_entry(GRAD_OPS[name])[0], INDUCTOR_GRAD)
 
 
+@pytest.mark.parametrize("name", sorted(OPS)[5::2 * STEP])
+def test_op_with_symbolic_sizes_through_inductor_matches_eager(name: str) -> None:
+    """``dynamic=True``: every size symbolic from the first call (regions compiled symbolically,
+    or the entry traced static where the symbolic path cannot hold it)."""
+    _check_against_known(name, check_inductor_entry(OPS[name], dynamic=True)[0], INDUCTOR_SYMBOLIC)
+
+
 @pytest.mark.parametrize("name", ["add", "softmax", "sum", "where", "nn.functional.gelu"])
-def test_common_ops_are_fused(name: str) -> None:
-    outcome, fused = check_inductor_entry(OPS[name])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_common_ops_are_fused(name: str, dynamic: bool) -> None:
+    outcome, fused = check_inductor_entry(OPS[name], dynamic=dynamic)
     assert outcome.status == "pass" and fused, (outcome, fused)
 
 
