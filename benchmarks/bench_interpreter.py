@@ -1,8 +1,9 @@
 """Interpreted/native time ratios of jitcore's interpreter on fixed pure-Python workloads.
 
-Run: ``python benchmarks/bench_interpreter.py`` (add ``--quick`` for fewer repeats, ``--unfused`` to switch
-the fused handlers and superinstructions off). Prints the Python version, one line per workload and the
-median ratio. Target (see the interpreter issues): median slowdown at most 30x, on 3.11 and on 3.13.
+Run: ``python benchmarks/bench_interpreter.py`` (add ``--quick`` for fewer repeats, ``--repeats N`` for more
+on a busy machine, ``--unfused`` to switch the fused handlers and superinstructions off). Prints the Python
+version, one line per workload and the median ratio. Target (see the interpreter issues): median slowdown at
+most 30x, on 3.11 and on 3.13.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def _best_pair(native: Callable, interpreted: Callable, args: tuple, repeats: in
 def main(argv: list[str]) -> None:
     """Measure and print each workload's interpreted/native ratio and the median."""
     repeats = 2 if "--quick" in argv else 7
+    if "--repeats" in argv:
+        repeats = int(argv[argv.index("--repeats") + 1])
     if "--unfused" in argv:  # decode every code object without fusing (Note [Fused instructions])
         from jitcore.interpreter import instructions
 
