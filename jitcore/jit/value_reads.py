@@ -72,6 +72,12 @@ class ValueReads:
                 out = decomposition(*args, **kwargs)
             if out is not NotImplemented:
                 return Inlined(out)
+        if _needs_grad(args, kwargs) and symbol.langctx == "torch" and not _has(NumberProxy, (args, kwargs)):
+            # Note [Composites that read values under grad]
+            with self._enclosing_scope(), torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+                out = _natively(symbol.fn, args, kwargs)
+            if out is not NotImplemented:
+                return Inlined(out)
         real_args, real_kwargs = self.probe.values((args, kwargs))
         out = symbol.fn(*real_args, **real_kwargs)
         site = ReadSite(_describe(symbol, out), source)
@@ -179,6 +185,26 @@ class ValueReads:
 # Reads whose result is one number that stays symbolic until the program needs its value. Not
 # ``float(t)``/``int(t)``: Python's protocol requires a real float/int from ``__float__``/``__int__``.
 _NUMBER_READS = frozenset({torch.Tensor.item})
+
+
+# Note [Composites that read values under grad]
+# A torch function whose C++ composite reads values inside (``torch.cov`` checks its weights with
+# ``torch.equal``, ``gaussian_nll_loss`` checks ``var < 0`` with ``item``) fails on shadows as a
+# whole. Read as a whole on the values, its outputs would carry no derivative. Where inputs require
+# grad it runs natively instead, with torch functions off: traced tensors are tensors, so each aten
+# op of the composite reaches their ``__torch_dispatch__`` and is recorded (and differentiated) on its
+# own, and only the op that reads values becomes a checked read. When that fails too (an op whose
+# output shape the values decide must carry a gradient), the original error stands.
+def _natively(fn: Any, args: tuple, kwargs: dict) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except DataDependentError:
+        return NotImplemented
+
+
+def _needs_grad(args: tuple, kwargs: dict) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(v, TensorProxy) and v.requires_grad for v in optree.tree_leaves((args, kwargs), none_is_leaf=True))
 
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:

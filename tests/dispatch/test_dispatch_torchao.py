@@ -23,6 +23,7 @@ CONFIGS: dict[str, tuple[Callable[[], Any], torch.dtype]] = {
     "int8_dynamic_activation": (lambda: Q.Int8DynamicActivationInt8WeightConfig(), torch.float32),
     "float8_weight_only_bf16": (lambda: Q.Float8WeightOnlyConfig(), torch.bfloat16),
     "intx_weight_only": (lambda: Q.IntxWeightOnlyConfig(), torch.float32),
+    "int8_dynamic_activation_intx_weight": (lambda: Q.Int8DynamicActivationIntxWeightConfig(), torch.float32),
 }
 
 

@@ -258,3 +258,36 @@ def test_item_numbers_under_autograd():
         w.grad = None
         f(x, w).sum().backward()
         assert_same(got, w.grad)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["cov", "corrcoef", "gaussian_nll_loss", "combinations"],
+)
+def test_composites_that_read_values_while_inputs_require_grad(name):
+    """Note [Composites that read values under grad]: torch's composite runs natively on the traced
+    tensors, each aten op recorded on its own; values and gradients as eager, over several calls,
+    and eager's error where the read value changes (a negative variance)."""
+    weights = torch.tensor([1, 2, 1, 1, 3])
+    programs = {
+        "cov": lambda x, v: torch.cov(x, fweights=weights, aweights=v[0].abs()),
+        "corrcoef": lambda x, v: torch.corrcoef(x) * v.sum(),
+        "gaussian_nll_loss": lambda x, v: torch.nn.functional.gaussian_nll_loss(x, torch.zeros(3, 5), v),
+        "combinations": lambda x, v: torch.combinations(x[0] * v[0], 2),
+    }
+    fn = programs[name]
+    jfn = jitcore.jit(fn)
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(3, 5, generator=g, requires_grad=True)
+        v = (torch.rand(3, 5, generator=g) + 0.1).requires_grad_()
+        ex, ev = x.detach().clone().requires_grad_(), v.detach().clone().requires_grad_()
+        got, expected = jfn(x, v), fn(ex, ev)
+        assert_same(got, expected)
+        assert_same(torch.autograd.grad(got.sum(), (x, v)), torch.autograd.grad(expected.sum(), (ex, ev)))
+    if name == "gaussian_nll_loss":
+        x = torch.randn(3, 5, requires_grad=True)
+        with pytest.raises(ValueError, match="negative"):
+            fn(x, -torch.ones(3, 5))
+        with pytest.raises(ValueError, match="negative"):
+            jfn(x, -torch.ones(3, 5))

@@ -1,17 +1,25 @@
 """OpInfo entries whose forward + backward through jitcore does not match eager, each with its reason.
 
 Used by test_grad_opinfo.py: a listed entry must still fail (so the list cannot rot). Reads of tensor
-values are checked reads (docs/user-guide.md, "Value reads"), but not yet where a composite op reads
-values of its own inputs inside torch's decomposition while they require grad (``cov`` checks
-``aten.equal``, ``gaussian_nll_loss`` an ``item``): the grad transform replays the op on shadows and
-cannot read there. jitcore traces dense tensors only.
+values are checked reads (docs/user-guide.md, "Value reads"). A composite op that reads values of its
+own inputs inside torch's decomposition while they require grad runs natively on the traced tensors,
+its aten ops recorded one by one (Note [Composites that read values under grad], jit/value_reads.py):
+``gaussian_nll_loss`` passes that way. Where the op's output shape is decided by values and must carry
+a gradient (``ctc_loss``, ``lstsq``, boolean ``index_put``), it is still refused. jitcore traces dense
+tensors only.
 """
 
 from __future__ import annotations
 
 DATA_DEPENDENT = (
-    "data-dependent inside a composite op whose inputs require grad: the grad transform's replay "
-    "on shadows cannot read values there (DataDependentError)"
+    "an op whose output shape the values decide, inside a composite op whose inputs require grad: "
+    "its output must carry a gradient, which a read on the values cannot give (DataDependentError)"
+)
+UNDER_TORCH_AUTOGRAD = (
+    "values and gradients match eager, but the harness requires a backward trace: the composite's value "
+    "reads (cov, corrcoef: a number read from the weights; combinations: masked_select's count) make "
+    "the entry run its trace under torch's own autograd (Note [Dynamic numbers under autograd]), "
+    "which records none"
 )
 SPARSE = "sparse CSR inputs: jitcore traces strided (dense) tensors only (UnsupportedInputError, by design)"
 NOTHING_TO_COMPARE = (
@@ -20,15 +28,14 @@ NOTHING_TO_COMPARE = (
 )
 
 KNOWN_FAILURES: dict[str, str] = {
-    "combinations": DATA_DEPENDENT,
-    "corrcoef": DATA_DEPENDENT,
-    "cov": DATA_DEPENDENT,
+    "combinations": UNDER_TORCH_AUTOGRAD,
+    "corrcoef": UNDER_TORCH_AUTOGRAD,
+    "cov": UNDER_TORCH_AUTOGRAD,
     "index_fill": DATA_DEPENDENT,
     "index_put": DATA_DEPENDENT,
     "linalg.lstsq": DATA_DEPENDENT,
     "linalg.lstsq.grad_oriented": DATA_DEPENDENT,
     "nn.functional.ctc_loss": DATA_DEPENDENT,
-    "nn.functional.gaussian_nll_loss": DATA_DEPENDENT,
     "normal.number_mean": NOTHING_TO_COMPARE,
     "sparse.mm.reduce": SPARSE,
     "sparse.sampled_addmm": SPARSE,
