@@ -359,3 +359,14 @@ def test_raising_a_builtin_exception_class_is_seen_by_lookasides_and_the_opaque_
 
     assert interpret(f, Hooks(lookasides={KeyError: lambda: Replaced("from the lookaside")}))(3) == (
         "Replaced", ("from the lookaside",), 3)
+
+    class Unhashable(Exception):
+        __hash__ = None
+
+    def raise_unhashable():
+        try:
+            raise Unhashable("u")
+        except Unhashable as e:
+            return e.args
+
+    assert interpret(raise_unhashable)() == raise_unhashable() == ("u",)

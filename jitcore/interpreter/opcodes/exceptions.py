@@ -29,7 +29,7 @@ _BUILTIN_EXCEPTIONS = frozenset(
 
 
 def _instantiate(frame: Frame, value: object) -> BaseException:
-    if value in _BUILTIN_EXCEPTIONS:
+    if type(value) is type and value in _BUILTIN_EXCEPTIONS:  # (an instance may be unhashable)
         run = frame.run
         if run.on_opaque_call is None and value not in run.lookasides:
             return value()
