@@ -89,13 +89,16 @@ def main() -> None:
     rows.append((f"generate {options.new_tokens} tokens, first call", None, firsts["jitcore"],
                  firsts["torch.compile"]))
 
-    print(f"{'program':38s} {'eager':>10s} {'jitcore':>10s} {'tc(eager)':>10s} {'jc/eager':>9s} {'jc/tc':>7s}")
+    widths = ((38, "<"), (10, ">"), (10, ">"), (10, ">"), (9, ">"), (7, ">"))
+    header = ("program", "eager", "jitcore", "tc(eager)", "jc/eager", "jc/tc")
+    print(" ".join(f"{h:{a}{w}s}" for h, (w, a) in zip(header, widths)))
     for name, e, j, c in rows:
         unit = 1e3 if e is not None else 1.0
         suffix = "ms" if e is not None else "s"
         eager_text = f"{e * unit:8.2f}{suffix}" if e is not None else f"{'':>10s}"
         ratio = f"{j / e:8.2f}x" if e is not None else f"{'':>9s}"
-        print(f"{name:38s} {eager_text} {j * unit:8.2f}{suffix} {c * unit:8.2f}{suffix} {ratio} {j / c:6.2f}x")
+        jit_text, compile_text = f"{j * unit:8.2f}{suffix}", f"{c * unit:8.2f}{suffix}"
+        print(f"{name:38s} {eager_text} {jit_text} {compile_text} {ratio} {j / c:6.2f}x")
     print(f"traces made by the first generate: jitcore {traces['jitcore']}, "
           f"torch.compile {traces['torch.compile']} graphs")
 

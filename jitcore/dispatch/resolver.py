@@ -30,13 +30,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
-from jitcore.langctx.aten import aten_symbol
+from jitcore.langctx.aten import op_symbol
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.typed import has_torch_function
 
-__all__ = ["METADATA_OPS", "resolve_call", "DispatchState", "call_on_shadows", "call_torch_dispatch"]
+__all__ = [
+    "METADATA_OPS",
+    "DispatchState",
+    "ShadowDispatchMode",
+    "call_on_shadows",
+    "call_torch_dispatch",
+    "resolve_call",
+]
 
 # Asked by the dispatcher (and the autograd engine) about shadows; answered natively, never recorded.
 METADATA_OPS = frozenset(
@@ -173,7 +180,7 @@ def _overloaded(value: Any) -> bool:
 def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     state = DispatchState.of_current()
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
-    with torch._C.DisableTorchFunctionSubclass(), _ResolveMode(state):  # noqa: SLF001
+    with torch._C.DisableTorchFunctionSubclass(), ShadowDispatchMode(state):  # noqa: SLF001
         out = symbol.fn(*shadow_args, **shadow_kwargs)
     result = _map(state.proxy_of, out)
     if "inplace" in symbol.tags:
@@ -185,12 +192,26 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     return result
 
 
-class _ResolveMode(TorchDispatchMode):
-    """Sees each aten call the dispatcher makes for one torch-level call on shadows."""
+class ShadowDispatchMode(TorchDispatchMode):
+    """Sees each aten call the dispatcher makes on shadows (one torch-level call being resolved, or
+    the grad transform's replay: transforms/recording.py). A call on plain shadows is recorded as its
+    operator's symbol on the proxies; one involving a subclass runs the subclass's
+    ``__torch_dispatch__`` on the interpreter, in eager's order."""
 
     def __init__(self, state: DispatchState) -> None:
         super().__init__()
         self.state = state
+
+    def symbol_for(self, func: Any) -> Any:
+        """What records a call of ``func`` on plain values (an aten op or one of any namespace)."""
+        return op_symbol(func)
+
+    def proxy_of(self, value: Any) -> Any:
+        """The proxy of a value the dispatcher handed over; a real plain tensor (a constant made by
+        torch itself) stays what it is."""
+        if type(value) is torch.Tensor:
+            return value
+        return self.state.proxy_of(value)
 
     def __torch_dispatch__(
         self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
@@ -199,7 +220,7 @@ class _ResolveMode(TorchDispatchMode):
         if func in METADATA_OPS:
             return func(*args, **kwargs)
         user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
-        proxy_args, proxy_kwargs = _map(self.state.proxy_of, (args, kwargs))
+        proxy_args, proxy_kwargs = _map(self.proxy_of, (args, kwargs))
         if not user_types and tree_has((proxy_args, proxy_kwargs), SubclassTensorProxy):
             # a mode is not always told the subclasses of the arguments (``aten.lift_fresh``)
             user_types = tuple(
@@ -210,7 +231,7 @@ class _ResolveMode(TorchDispatchMode):
                 )
             )
         if not user_types:
-            out = aten_symbol(func)(*proxy_args, **proxy_kwargs)
+            out = self.symbol_for(func)(*proxy_args, **proxy_kwargs)
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
         return _map(self.state.shadow_of, out)

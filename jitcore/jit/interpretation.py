@@ -761,7 +761,10 @@ def _identity_arguments(fn: Any, args: tuple) -> tuple:
         return args
     if not args:
         return ()
-    owner = fn.__objclass__ if isinstance(fn, types.MethodDescriptorType) else type(getattr(fn, "__self__", None))
+    if isinstance(fn, types.MethodDescriptorType):
+        owner = fn.__objclass__
+    else:
+        owner = type(getattr(fn, "__self__", None))
     name = getattr(fn, "__name__", "")
     if issubclass(owner, _HASHING_TYPES) and name in _KEY_METHODS:
         return args[:1]

@@ -68,7 +68,8 @@ class Provenance:
             int, torch.Tensor
         ] = {}  # id(proxy) -> the tensor it stands for (the probe's inputs)
         self._paths: dict[int, Path] = {}
-        self._loose: dict[int, Path] = {}  # objects guarded by their class only (Note [Objects the caller passes])
+        # objects guarded by their class only (Note [Objects the caller passes])
+        self._loose: dict[int, Path] = {}
         self._loose_types: dict[Path, type] = {}
         self._keepalive: list[Any] = []
         self._tensors: dict[int, TensorProxy] = {}

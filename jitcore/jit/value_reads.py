@@ -204,7 +204,8 @@ def _natively(fn: Any, args: tuple, kwargs: dict) -> Any:
 
 def _needs_grad(args: tuple, kwargs: dict) -> bool:
     return torch.is_grad_enabled() and any(
-        isinstance(v, TensorProxy) and v.requires_grad for v in optree.tree_leaves((args, kwargs), none_is_leaf=True))
+        isinstance(v, TensorProxy) and v.requires_grad
+        for v in optree.tree_leaves((args, kwargs), none_is_leaf=True))
 
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:

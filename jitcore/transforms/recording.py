@@ -29,12 +29,10 @@ from typing import Any
 
 import optree
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
-from jitcore.dispatch.resolver import METADATA_OPS, DispatchState, call_on_shadows, call_torch_dispatch
+from jitcore.dispatch.resolver import METADATA_OPS, DispatchState, ShadowDispatchMode, call_on_shadows
 from jitcore.interpreter import Hooks, Run, active_runs
 from jitcore.ir import Proxy, TraceContext, tracing
 from jitcore.langctx import aten as aten_langctx
@@ -43,32 +41,12 @@ from jitcore.langctx.torch import TORCH_TABLE
 __all__ = ["METADATA_OPS", "RecordingMode", "recording"]
 
 
-class RecordingMode(TorchDispatchMode):
-    """Records every aten call below autograd into the active trace context, on proxies."""
+class RecordingMode(ShadowDispatchMode):
+    """Records every aten call below autograd into the active trace context, on proxies (the
+    grad transform's replay); a few ops record a stand-in that keeps grad mode's outputs."""
 
-    def __init__(self, state: DispatchState) -> None:
-        super().__init__()
-        self.state = state
-
-    def __torch_dispatch__(
-        self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        if func in METADATA_OPS:
-            return func(*args, **kwargs)
-        user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
-        proxy_args, proxy_kwargs = _map(self._proxy_of, (args, kwargs))
-        if not user_types:
-            symbol = GRAD_MODE_OUTPUTS.get(func) or aten_langctx.op_symbol(func)
-            out = symbol(*proxy_args, **proxy_kwargs)
-        else:
-            out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
-        return _map(self.state.shadow_of, out)
-
-    def _proxy_of(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and type(value) is torch.Tensor:
-            return value  # a real constant tensor of the trace
-        return self.state.proxy_of(value)
+    def symbol_for(self, func: Any) -> Any:
+        return GRAD_MODE_OUTPUTS.get(func) or aten_langctx.op_symbol(func)
 
 
 # Note [Outputs that exist only with grad mode on]: the grad transform's forward trace runs inside an
