@@ -169,6 +169,16 @@ def default_torch_function(
         return _convert(ret, cls, arguments)
 
 
+def skip_one_hop_torch_function(func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+    """``torch.overrides.redispatch_function`` (``torch._C._skip_one_hop_torch_function``) in a
+    subclass's ``__torch_function__`` while tracing: ``func`` runs (interpreted, so it is recorded)
+    without that hop, the subclasses' ``__torch_function__`` off for it; results stay as ``func``
+    returns them (no conversion, as eagerly)."""
+    run = current_run()
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+        return run.call(func, *args, **(kwargs or {})) if run is not None else func(*args, **(kwargs or {}))
+
+
 def _convert(ret: Any, cls: type, arguments: set[int]) -> Any:
     """torch's ``_convert``: tensors take ``cls``; a fresh proxy takes it in place (no record)."""
     if cls is torch.Tensor:
@@ -229,4 +239,5 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     _DEFAULT_TORCH_FUNCTION: default_torch_function,
     _AS_SUBCLASS: as_subclass,
     _MAKE_SUBCLASS: make_subclass,
+    torch._C._skip_one_hop_torch_function: skip_one_hop_torch_function,  # noqa: SLF001
 }

@@ -20,6 +20,7 @@ number, ``counters``, so the write is computed from the value each call finds).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import weakref
 from collections.abc import Callable
@@ -31,6 +32,8 @@ import torch
 from jitcore.ir import Proxy
 from jitcore.jit.outputs import split
 from jitcore.prologue import Path
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["Effect", "Effects", "StateSnapshots", "counters"]
 
@@ -94,8 +97,10 @@ class StateSnapshots:
     def take(self, obj: Any, path: Path) -> None:
         """Remember ``obj``'s state now (the first time it is reached); ``path`` reaches it per call
         (for the program's copy of an argument container, the caller's container is at ``path``)."""
-        if id(obj) in self._snapshots or isinstance(obj, (type, types.ModuleType, types.FunctionType, Proxy)):
+        if id(obj) in self._snapshots or isinstance(obj, (type, types.ModuleType, types.FunctionType)):
             return
+        if isinstance(obj, Proxy) and not _is_typed_proxy(obj):
+            return  # a typed proxy's attributes are its tensor's (Provenance._bind_tensor_attributes)
         state = _state_of(obj)
         if state is not None:
             self._snapshots[id(obj)] = _Snapshot(obj, path, state)
@@ -256,6 +261,12 @@ def _identity(value: Any) -> Any:
 
 
 # --- state of one object ----------------------------------------------------------------------------
+def _is_typed_proxy(obj: Any) -> bool:
+    """A proxy of a plain subclass's tensor (jitcore/proxies/typed.py): its instance dict holds that
+    tensor's Python attributes."""
+    return isinstance(obj, TensorProxy) and type(obj) is not TensorProxy and not isinstance(obj, SubclassTensorProxy)
+
+
 def _state_of(obj: Any) -> Any:
     kind = type(obj)
     if kind is types.CellType:
@@ -351,6 +362,15 @@ def _restore(obj: Any, state: Any) -> None:
             _set_slot(obj, name, value)
 
 
+@functools.cache
+def _is_slot(cls: type, name: Any) -> bool:
+    """Whether ``name`` is a ``__slots__`` field of ``cls`` (its descriptor found first in the MRO)."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return isinstance(vars(klass)[name], types.MemberDescriptorType)
+    return False
+
+
 def _set_slot(obj: Any, name: str, value: Any) -> None:
     """Write a ``__slots__`` field through its descriptor (not the class's ``__setattr__``)."""
     descriptor = next(vars(k)[name] for k in type(obj).__mro__ if name in vars(k))
@@ -366,9 +386,15 @@ def _set_slot(obj: Any, name: str, value: Any) -> None:
 def _perform(effect: Effect, target: Any, value: Any) -> None:
     kind = effect.kind
     if kind == "setattr":  # the instance dict was diffed: it is written as the traced __setattr__ left it
-        vars(target)[effect.key] = value
+        if _is_slot(type(target), effect.key):  # a typed proxy's dict held the tensor's slot field
+            _set_slot(target, effect.key, value)
+        else:
+            vars(target)[effect.key] = value
     elif kind == "delattr":
-        del vars(target)[effect.key]
+        if _is_slot(type(target), effect.key):
+            _set_slot(target, effect.key, _MISSING)
+        else:
+            del vars(target)[effect.key]
     elif kind == "setslot":
         _set_slot(target, effect.key, value)
     elif kind == "delslot":

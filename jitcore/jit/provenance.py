@@ -40,7 +40,7 @@ from jitcore.prologue.guards import freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import (
-    eager_only_reason, has_own_protocol, is_wrapper, tensor_flatten, tensor_unflatten,
+    eager_only_reason, has_own_protocol, instance_attributes, is_wrapper, tensor_flatten, tensor_unflatten,
 )
 from jitcore.proxies.subclass import is_traceable_subclass
 from jitcore.proxies.typed import is_plain_subclass, retype
@@ -452,6 +452,7 @@ class Provenance:
                     type(tensor) is not torch.Tensor
                 ):  # nn.Parameter, Tagged(torch.Tensor): jitcore/proxies/typed.py
                     retype(proxy, type(tensor))
+                    self._bind_tensor_attributes(proxy, tensor, path)
                 self.inputs.append((path, proxy, tensor))
             else:
                 proxy = self._subclass(tensor, path, name)
@@ -508,6 +509,16 @@ class Provenance:
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
         self.subclass_inputs.append(proxy)
         return proxy
+
+    def _bind_tensor_attributes(self, proxy: TensorProxy, tensor: torch.Tensor, path: Path) -> None:
+        """The Python attributes of a plain subclass's tensor (``t.tag``, a ``__slots__`` field):
+        on its proxy, each bound as state through the tensor's path; what the program writes there
+        is performed on the tensor after each call (its snapshot: jit/effects.py)."""
+        attributes = instance_attributes(tensor)
+        for key, value in attributes.items():
+            proxy.__dict__[key] = self.bind_state(value, path.attr(key), key)
+        if self.on_remember is not None:
+            self.on_remember(proxy, path)
 
     def finish(self, *, with_strides: bool) -> None:
         """Add the tensor guards (now that it is known whether strides were relied on: asked for by

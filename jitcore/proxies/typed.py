@@ -8,7 +8,9 @@ the user's class (``typed_proxy_class``). Invariants:
   user's class defines below ``torch.Tensor`` (methods, properties, class attributes) is found on the
   proxy, and wins over the torch operations a proxy offers, as on the real class;
 - the proxy class adds no instance layout (``__slots__ = ()``): a fresh proxy that a torch call
-  returned can take the user's class in place, as torch's ``_convert`` gives it eagerly;
+  returned can take the user's class in place, as torch's ``_convert`` gives it eagerly; the user's
+  ``__slots__`` fields and instance attributes live in the proxy's ``__dict__`` (an input's are bound
+  as state and written back to its tensor: jit/provenance.py, jit/effects.py);
 - the recorded operations act on the data only: a computation runs on plain tensors
   (``disables_torch_function``), and outputs get the user's class back at the end.
 """
@@ -16,6 +18,7 @@ the user's class (``typed_proxy_class``). Invariants:
 from __future__ import annotations
 
 import functools
+import types
 from typing import Any
 
 import torch
@@ -71,8 +74,8 @@ def typed_proxy_class(cls: type) -> type[TensorProxy]:
         if klass in _TORCH_BASES or klass is torch.nn.Parameter:
             continue
         for name, value in vars(klass).items():
-            if name in _NOT_COPIED:
-                continue
+            if name in _NOT_COPIED or isinstance(value, types.MemberDescriptorType):
+                continue  # a __slots__ field of the user's class: held in the proxy's __dict__
             namespace[name] = _UserClassBound(value, cls) if isinstance(value, classmethod) else value
     return type(f"{cls.__name__}Proxy", (TensorProxy,), namespace)
 

@@ -148,6 +148,45 @@ def test_torch_function_subclass_under_grad() -> None:
 
 
 # --- wrapper subclasses without the flatten protocol ------------------------------------------------------
+class Noted(torch.Tensor):
+    """A plain subclass whose instances carry Python attributes: one in a slot, one in the dict."""
+
+    __slots__ = ["log"]
+
+
+def test_attributes_of_a_plain_subclass_input_are_state() -> None:
+    """``x.scale`` and a slot field of an input: read as eagerly, a changed value is a miss, and a
+    value the program stores there is on the caller's tensor after every call."""
+
+    def f(x):
+        x.log = x.log + [len(x.log)]
+        return x * x.scale + len(x.log)
+
+    def make():
+        t = torch.arange(3.0).as_subclass(Noted)
+        t.log, t.scale = [], 2.0
+        return t
+
+    jitted = jitcore.jit(f)
+    eager_x, jit_x = make(), make()
+    for i in range(4):
+        if i == 2:
+            eager_x.scale = jit_x.scale = 3.0
+        _same(jitted(jit_x), f(eager_x))
+        assert jit_x.log == eager_x.log
+    assert jitcore.cache_misses(jitted) >= 2
+
+
+def test_redispatch_function_in_torch_function() -> None:
+    """torch's own RedispatchTensor (a slot for its call log, ``torch.overrides.redispatch_function``
+    in its ``__torch_function__``)."""
+    from torch.testing._internal.common_subclass import RedispatchTensor
+
+    x = RedispatchTensor(torch.randn(3, 3))
+    for program in (lambda t: t * 2 + 1, lambda t: (t @ t.t()).sum(), lambda t: t.clone().view(-1)[:3]):
+        _check(program, x)
+
+
 def test_logging_tensor_is_traced_with_a_derived_protocol() -> None:
     x = LoggingTensor(torch.randn(3, 4))
     jitted = _check(lambda a, b: ((a * 2).sin() + b, (a @ a.t()).sum()), x, torch.randn(3, 4))
