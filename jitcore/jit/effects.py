@@ -264,7 +264,8 @@ def _identity(value: Any) -> Any:
 def _is_typed_proxy(obj: Any) -> bool:
     """A proxy of a plain subclass's tensor (jitcore/proxies/typed.py): its instance dict holds that
     tensor's Python attributes."""
-    return isinstance(obj, TensorProxy) and type(obj) is not TensorProxy and not isinstance(obj, SubclassTensorProxy)
+    return (isinstance(obj, TensorProxy) and type(obj) is not TensorProxy
+            and not isinstance(obj, SubclassTensorProxy))
 
 
 def _state_of(obj: Any) -> Any:
