@@ -33,7 +33,6 @@ from jitcore.ir import Proxy
 from jitcore.jit.outputs import split
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["Effect", "Effects", "StateSnapshots", "counters"]
 
@@ -99,8 +98,9 @@ class StateSnapshots:
         (for the program's copy of an argument container, the caller's container is at ``path``)."""
         if id(obj) in self._snapshots or isinstance(obj, (type, types.ModuleType, types.FunctionType)):
             return
-        if isinstance(obj, Proxy) and not _is_typed_proxy(obj):
-            return  # a typed proxy's attributes are its tensor's (Provenance._bind_tensor_attributes)
+        if isinstance(obj, Proxy) and (type(obj) is TensorProxy or not isinstance(obj, TensorProxy)):
+            return  # a subclass input's proxy holds its tensor's attributes (Provenance._subclass and
+            # _bind_tensor_attributes): what the program sets there is set on the tensor
         state = _state_of(obj)
         if state is not None:
             self._snapshots[id(obj)] = _Snapshot(obj, path, state)
@@ -261,13 +261,6 @@ def _identity(value: Any) -> Any:
 
 
 # --- state of one object ----------------------------------------------------------------------------
-def _is_typed_proxy(obj: Any) -> bool:
-    """A proxy of a plain subclass's tensor (jitcore/proxies/typed.py): its instance dict holds that
-    tensor's Python attributes."""
-    return (isinstance(obj, TensorProxy) and type(obj) is not TensorProxy
-            and not isinstance(obj, SubclassTensorProxy))
-
-
 def _state_of(obj: Any) -> Any:
     kind = type(obj)
     if kind is types.CellType:

@@ -508,6 +508,8 @@ class Provenance:
                 shadow.__class__ = cls
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
         self.subclass_inputs.append(proxy)
+        if self.on_remember is not None:  # attributes the program sets on it are set on the caller's
+            self.on_remember(proxy, path)
         return proxy
 
     def _bind_tensor_attributes(self, proxy: TensorProxy, tensor: torch.Tensor, path: Path) -> None:

@@ -177,6 +177,35 @@ def test_attributes_of_a_plain_subclass_input_are_state() -> None:
     assert jitcore.cache_misses(jitted) >= 2
 
 
+def test_attributes_set_on_a_wrapper_subclass_input_are_set_on_the_callers_value() -> None:
+    """Writes to a traceable subclass input: its flatten context (torch's
+    ConstantExtraMetadataTensor.add_constant) and an inner tensor replaced (``x.a = x.a * 2`` on a
+    TwoTensor) happen on the caller's value after every call, as eagerly."""
+    from torch.testing._internal.custom_tensor import ConstantExtraMetadataTensor
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def bump(x):
+        x.add_constant(3)
+        return x.elem * 2
+
+    eager_x, jit_x = (ConstantExtraMetadataTensor(torch.arange(3.0)) for _ in range(2))
+    jitted = jitcore.jit(bump)
+    for _ in range(3):
+        _same(jitted(jit_x), bump(eager_x))
+        assert jit_x.constant_attribute == eager_x.constant_attribute
+
+    def double_a(x):
+        x.a = x.a * 2
+        return x.b + 1
+
+    eager_t, jit_t = (TwoTensor(torch.ones(3), torch.full((3,), 3.0)) for _ in range(2))
+    jitted = jitcore.jit(double_a)
+    for _ in range(3):
+        _same(jitted(jit_t), double_a(eager_t))
+        _same(jit_t.a, eager_t.a)
+    assert jitcore.cache_misses(jitted) == 1
+
+
 def test_redispatch_function_in_torch_function() -> None:
     """torch's own RedispatchTensor (a slot for its call log, ``torch.overrides.redispatch_function``
     in its ``__torch_function__``)."""
