@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import sys
 import enum
 import functools
+import sys
 import types
 import weakref
 from collections.abc import Callable

@@ -74,10 +74,13 @@ class ValueReads:
                 return Inlined(out)
         if _needs_grad(args, kwargs) and symbol.langctx == "torch" and not _has(NumberProxy, (args, kwargs)):
             # Note [Composites that read values under grad]
+            scope = self.context.scopes[-2]
+            recorded = len(scope)
             with self._enclosing_scope(), torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
                 out = _natively(symbol.fn, args, kwargs)
             if out is not NotImplemented:
                 return Inlined(out)
+            del scope[recorded:]  # what the attempt recorded before it failed
         real_args, real_kwargs = self.probe.values((args, kwargs))
         out = symbol.fn(*real_args, **real_kwargs)
         site = ReadSite(_describe(symbol, out), source)

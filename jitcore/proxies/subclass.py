@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from jitcore.proxies.protocol import tensor_flatten, tensor_unflatten
-from jitcore.proxies.tensor import TensorProxy, wrapper_tensor, describe_tensor
+from jitcore.proxies.tensor import TensorProxy, describe_tensor, wrapper_tensor
 
 __all__ = ["SubclassTensorProxy", "is_traceable_subclass"]
 

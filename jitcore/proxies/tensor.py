@@ -6,10 +6,13 @@ requires_grad) and its aliasing relations to other shadows, but no data. Invaria
 - every metadata query answers from the shadow, so it is exactly what torch computes;
 - a shadow belongs to at most one proxy (the trace keeps the reverse map), so an op that returns one
   of its inputs (in-place ops, ``out=``) returns that input's proxy;
-- ``type(proxy)`` and ``proxy.__class__`` are the proxy's own class: C code that recognises tensors
-  with ``isinstance`` would otherwise unpack a proxy as a tensor and crash. The class the traced
-  program sees (``python_type``: ``torch.Tensor``, or the user's subclass) is answered by the jit's
-  ``type``/``isinstance`` lookasides and the interpreter's ``type_of`` hook.
+- a proxy is a ``torch.Tensor`` to C code too: a storage-less wrapper tensor with the shadow's sizes,
+  strides, dtype and device that never requires grad (jitcore differentiates the trace itself). A
+  call that reaches torch's dispatcher with it arrives at ``__torch_dispatch__`` and is recorded as
+  its operator's symbol; a C function that needs data fails as on a meta tensor;
+- ``type(proxy)`` is the proxy's own class; the class the traced program sees (``python_type``:
+  ``torch.Tensor``, or the user's subclass) is answered by the jit's ``type``/``isinstance``
+  lookasides and the interpreter's ``type_of`` hook.
 
 The torch operations on a proxy (methods, operators, ``torch.*`` functions through
 ``__torch_function__``) are installed by the torch language context (``jitcore.langctx.torch``),
@@ -84,7 +87,7 @@ class TensorProxy(Proxy, torch.Tensor):
     torch_dispatch_handler: ClassVar[Callable[[Any, tuple, dict], Any] | None] = None
 
     @staticmethod
-    def __new__(cls, name: str, shadow: torch.Tensor, *rest: Any) -> TensorProxy:
+    def __new__(cls, name: str, shadow: torch.Tensor) -> TensorProxy:
         return wrapper_tensor(cls, shadow)
 
     def __init__(self, name: str, shadow: torch.Tensor) -> None:
