@@ -200,8 +200,12 @@ class Effects:
         values = optree.tree_unflatten(self._spec, leaves)
         if self._rebuild is not None:
             values = self._rebuild(values)
-        for effect, value in zip(self.effects, values):
-            _perform(effect, effect.path.get(args, kwargs), self._unwrap(value, args, kwargs))
+        # each object is the one its path reached when the call began: an effect that replaces an
+        # object (``self._states = defaultdict(...)``, GradScaler.update) must not redirect the
+        # changes diffed on the object it replaced
+        targets = [effect.path.get(args, kwargs) for effect in self.effects]
+        for effect, target, value in zip(self.effects, targets, values):
+            _perform(effect, target, self._unwrap(value, args, kwargs))
         return self.post(output)
 
     def around(self, cached_call: Callable[[tuple, dict], Any], miss: Any) -> Callable[[tuple, dict], Any]:

@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -236,7 +237,7 @@ class Provenance:
             and self.path_of(value.__self__) is not None
         ):
             return value  # a bound method is made anew on every read; its function is the class's
-        if t in (list, tuple, dict) and len(value) <= _MAX_ELEMENTS:
+        if _is_structured(value):
             self._container(value, path)
             return value
         if path.root.kind in ("args", "kwargs") and _is_plain_instance(value):
@@ -379,9 +380,11 @@ class Provenance:
         elements, and give each element a path, since iteration reads them without hooks."""
         self._container_paths[id(value)] = path
         self.guard(path, "type", type(value))
-        if type(value) is dict:
+        if isinstance(value, dict):
             self.guard(path, "keys", tuple(value))
             items = [(path.key(k), v) for k, v in value.items()]
+            if type(value) is collections.defaultdict:  # what a missing key reads
+                self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
         else:
             self.guard(path, "len", len(value))
             items = [(path.index(i), v) for i, v in enumerate(value)]
@@ -396,7 +399,7 @@ class Provenance:
                     self.guard(item_path, "value", item)
             elif id(item) in self._container_paths:  # reached again (a cycle, or shared): the same object
                 self.guard(item_path, "alias", self._container_paths[id(item)])
-            elif type(item) in (list, tuple, dict) and len(item) <= _MAX_ELEMENTS:
+            elif _is_structured(item):
                 self._container(item, item_path)
             elif item_path.root.kind in ("args", "kwargs") and _is_plain_instance(item):
                 self._bind_loose(item, item_path)
@@ -585,3 +588,16 @@ def _is_plain_instance(value: Any) -> bool:
         and not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType,
                                    functools.partial, torch.nn.Module, torch.Tensor, enum.Enum))
     )
+
+
+def _is_structured(value: Any) -> bool:
+    """Whether a container of state is guarded element by element (``_container``), not by identity:
+    lists, tuples and dicts up to ``_MAX_ELEMENTS``; a ``defaultdict`` whose keys are plain
+    (GradScaler's per-optimizer states by ``id``, remade by every ``update()``; an optimizer's state,
+    keyed by parameters, stays an object of its own). Modules' OrderedDicts keep their identity
+    guards (jit/module_guards.py groups them)."""
+    t = type(value)
+    if t in (list, tuple, dict):
+        return len(value) <= _MAX_ELEMENTS
+    return (t is collections.defaultdict and len(value) <= _MAX_ELEMENTS
+            and all(type(k) in (int, str) for k in value))

@@ -138,3 +138,34 @@ def test_learning_rate_scheduler_step():
         assert sched.last_epoch == eager_sched.last_epoch
         for p, q in zip(model.parameters(), eager_model.parameters()):
             assert_same(p.detach(), q.detach())
+
+
+def test_grad_scaler_training_step():
+    """torch.amp.GradScaler in a jitted step: ``update()`` replaces its per-optimizer state dict, and
+    the changes the step made to the dict it replaced must not be redirected to the new one (they
+    were: the next call raised 'step() has already been called since the last update()'). The
+    scaler's defaultdict is guarded by its contents, not its identity: after the first call (no
+    gradients yet) the steps share one entry."""
+
+    def step(model, opt, scaler, x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 1)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1), torch.amp.GradScaler("cpu", init_scale=4.0)
+
+    jitted, eager = make(), make()
+    jstep = jitcore.jit(step)
+    for seed in range(4):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(seed))
+        assert_same(jstep(*jitted, x), step(*eager, x))
+        for p, q in zip(jitted[0].parameters(), eager[0].parameters()):
+            assert_same(p.detach(), q.detach())
+        assert jitted[2].get_scale() == eager[2].get_scale()
+    assert jitcore.cache_misses(jstep) == 2
