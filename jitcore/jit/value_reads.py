@@ -72,15 +72,29 @@ class ValueReads:
                 out = decomposition(*args, **kwargs)
             if out is not NotImplemented:
                 return Inlined(out)
-        if _needs_grad(args, kwargs) and symbol.langctx == "torch" and not _has(NumberProxy, (args, kwargs)):
-            # Note [Composites that read values under grad]
-            scope = self.context.scopes[-2]
-            recorded = len(scope)
-            with self._enclosing_scope(), torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
-                out = _natively(symbol.fn, args, kwargs)
-            if out is not NotImplemented:
-                return Inlined(out)
+        try:
+            return self._read_on_values(symbol, args, kwargs, error, source)
+        except DataDependentError:
+            if not (_needs_grad(args, kwargs) and symbol.langctx == "torch"
+                    and not _has(NumberProxy, (args, kwargs))):
+                raise
+        # Note [Composites that read values under grad]
+        scope = self.context.scopes[-2]
+        recorded = len(scope)
+        with self._enclosing_scope(), torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            out = _natively(symbol.fn, args, kwargs)
+        if out is NotImplemented:
             del scope[recorded:]  # what the attempt recorded before it failed
+            raise error
+        return Inlined(out)
+
+    def _read_on_values(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
+                        source: tuple[SourceFrame, ...] | None) -> Inlined:
+        """The call run on the values, its outputs checked reads (value-shaped tensors included).
+
+        Raises:
+            DataDependentError: ``error``, where the outputs must carry gradients that a read cannot give.
+        """
         real_args, real_kwargs = self.probe.values((args, kwargs))
         out = symbol.fn(*real_args, **real_kwargs)
         site = ReadSite(_describe(symbol, out), source)
@@ -193,16 +207,22 @@ _NUMBER_READS = frozenset({torch.Tensor.item})
 # Note [Composites that read values under grad]
 # A torch function whose C++ composite reads values inside (``torch.cov`` checks its weights with
 # ``torch.equal``, ``gaussian_nll_loss`` checks ``var < 0`` with ``item``) fails on shadows as a
-# whole. Read as a whole on the values, its outputs would carry no derivative. Where inputs require
-# grad it runs natively instead, with torch functions off: traced tensors are tensors, so each aten
-# op of the composite reaches their ``__torch_dispatch__`` and is recorded (and differentiated) on its
-# own, and only the op that reads values becomes a checked read. When that fails too (an op whose
-# output shape the values decide must carry a gradient), the original error stands.
+# whole. Read as a whole on the values, its outputs would carry no derivative. Where that read is
+# refused because inputs require grad (``narrow`` and ``tensor_split`` with tensor arguments are
+# read as numbers first, and pass), it runs natively instead, with torch functions off: traced
+# tensors are tensors, so each aten op of the composite reaches their ``__torch_dispatch__`` and is
+# recorded (and differentiated) on its own, and only the op that reads values becomes a checked read.
+# When that fails too (an op whose output shape the values decide must carry a gradient, or C++ that
+# reads a traced tensor's data directly), what it recorded is dropped and the original error stands.
 def _natively(fn: Any, args: tuple, kwargs: dict) -> Any:
     try:
         return fn(*args, **kwargs)
     except DataDependentError:
         return NotImplemented
+    except RuntimeError as exc:  # C++ read a traced tensor's data directly (it has none)
+        if "data is not allocated yet" in str(exc):
+            return NotImplemented
+        raise
 
 
 def _needs_grad(args: tuple, kwargs: dict) -> bool:
