@@ -1,7 +1,8 @@
 """A Hugging Face ``transformers`` Llama (2 layers, tiny config, no download) as users call it.
 
 Printed, from one run, with ratios against eager and against ``torch.compile(backend="eager")``
-(Dynamo's capture without inductor: the comparison of tracing front ends):
+(Dynamo's capture without inductor: the comparison of tracing front ends, so jitcore runs with
+``executor="torch"``, no fusion):
 - forward: the first call (jitcore: interpretation and compilation; torch.compile: Dynamo) and the
   best cached call (CPU time) of ``model(ids)`` in eval mode under ``no_grad``;
 - greedy ``generate`` with the model's forward replaced by the jitted one (torch.compile's idiom,
@@ -59,7 +60,7 @@ def main() -> None:
                pad_token_id=0)
 
     eager, jitted_model, compiled_model = _model(), _model(), _model()
-    jitted = jitcore.jit(jitted_model)
+    jitted = jitcore.jit(jitted_model, executor="torch")
     compiled = torch.compile(compiled_model, backend="eager")
     rows = []
     with torch.no_grad():
@@ -71,7 +72,7 @@ def main() -> None:
     rows.append(("forward, first call", None, first["jitcore"], first["torch.compile"]))
 
     g_eager, g_jit, g_compile = _model(), _model(), _model()
-    g_jit.forward = jitcore.jit(g_jit.forward)
+    g_jit.forward = jitcore.jit(g_jit.forward, executor="torch")
     g_compile.forward = torch.compile(g_compile.forward, backend="eager")
     torch._dynamo.utils.counters.clear()
     firsts = {name: _first(lambda m=m: m.generate(ids, **gen))
