@@ -12,8 +12,12 @@ far has finished (tests, benchmarks: deterministic).
 Invariants:
 - jobs run one at a time, in the order they were handed over, on one thread;
 - a job never raises into the caller: what lowering does not catch itself is logged;
-- inductor compiles, from this thread and from any other, hold ``COMPILE_LOCK`` (inductor's
-  configuration is process-global while it compiles), so two compiles never overlap;
+- a job runs in a copy of the context (``contextvars``) of the thread that handed it over, as it
+  was then: torch's configuration modules keep their settings per thread in context variables, so
+  the compile sees the settings the hot call saw (the same as lowering on the hot call);
+- inductor compiles, from this thread and from any other, hold ``COMPILE_LOCK`` and Dynamo's compile
+  lock (isolation.py, Note [Torch's process-global state while compiling]), so two compiles never
+  overlap, and what a compile sets process-wide is kept from the program's other threads;
 - after ``fork`` the child starts with no jobs (the parent's pending ones are not copied: those
   entries keep running on torch in the child); at exit, jobs not yet started are dropped.
 """
@@ -21,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import atexit
+import contextvars
 import os
 import threading
 from collections import deque
@@ -28,7 +33,8 @@ from collections.abc import Callable
 
 from jitcore.executors.regions import LOG
 
-__all__ = ["BACKGROUND_ENV", "COMPILE_LOCK", "background_enabled", "submit", "wait_for_compiles"]
+__all__ = ["BACKGROUND_ENV", "COMPILE_LOCK", "background_enabled", "on_compile_thread", "submit",
+           "wait_for_compiles"]
 
 BACKGROUND_ENV = "JITCORE_BACKGROUND_COMPILE"
 COMPILE_LOCK = threading.RLock()
@@ -38,7 +44,7 @@ class _Compiler:
     """The jobs handed over and the one thread running them."""
 
     def __init__(self) -> None:
-        self.jobs: deque[tuple[str, Callable[[], None]]] = deque()
+        self.jobs: deque[tuple[str, Callable[[], None], contextvars.Context]] = deque()
         self.pending = 0  # handed over and not finished
         self.changed = threading.Condition()
         self.thread: threading.Thread | None = None
@@ -48,7 +54,7 @@ class _Compiler:
         with self.changed:
             if self.closing:
                 return
-            self.jobs.append((what, job))
+            self.jobs.append((what, job, contextvars.copy_context()))
             self.pending += 1
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="jitcore-compile", daemon=True)
@@ -64,9 +70,9 @@ class _Compiler:
                     self.pending = 0
                     self.changed.notify_all()
                     return
-                what, job = self.jobs.popleft()
+                what, job, context = self.jobs.popleft()
             try:
-                job()
+                context.run(job)
             except Exception as exc:  # noqa: BLE001 - a job never raises into anyone (Note above)
                 LOG.warning("%s: lowering in the background failed: %s: %s; it runs on torch",
                             what, type(exc).__name__, exc)
@@ -108,6 +114,11 @@ def background_enabled() -> bool:
     if text not in ("0", "1", "off", "on", ""):
         raise ValueError(f"${BACKGROUND_ENV} must be 1 or 0, not {text!r}")
     return text not in ("0", "off")
+
+
+def on_compile_thread() -> bool:
+    """Whether the calling thread is the background thread running the lowerings."""
+    return threading.current_thread() is _COMPILER.thread
 
 
 def submit(what: str, job: Callable[[], None]) -> None:

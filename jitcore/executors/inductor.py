@@ -31,9 +31,9 @@ from typing import Any, Callable
 
 import torch
 
-import jitcore.executors.background as background
 from jitcore.executors.fx_graph import FLOAT_SCALAR_OPS, annotate_examples, is_float_number, region_graph
 from jitcore.executors.interface import Region
+from jitcore.executors.isolation import compiling
 from jitcore.executors.regions import LOG
 from jitcore.executors.symbolic import compile_inputs
 from jitcore.ir import BoundSymbol, Proxy, proxies_in, tree_any
@@ -113,13 +113,13 @@ class InductorExecutor:
         from torch._guards import TracingContext, tracing  # imported on first use: ~1 s
         from torch._inductor.compile_fx import compile_fx
 
-        inputs = compile_inputs(region)
-        graph = region_graph(region, floats_as_tensors=bool(inputs.floats))
-        annotate_examples(graph, inputs.fake_mode, inputs.examples)
-        # inductor's configuration is process-global: Note [Compiling in the background]
-        with background.COMPILE_LOCK, tracing(TracingContext(inputs.fake_mode)), \
-                torch.set_grad_enabled(region.grad):
-            compiled = compile_fx(graph, inputs.examples)
+        # what compiling sets process-wide: isolation.py, Note [Torch's process-global state while compiling]
+        with compiling():
+            inputs = compile_inputs(region)
+            graph = region_graph(region, floats_as_tensors=bool(inputs.floats))
+            annotate_examples(graph, inputs.fake_mode, inputs.examples)
+            with tracing(TracingContext(inputs.fake_mode)), torch.set_grad_enabled(region.grad):
+                compiled = compile_fx(graph, inputs.examples)
         return _guarded(compiled, region_graph(region), inputs)
 
 
