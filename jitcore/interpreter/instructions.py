@@ -86,8 +86,8 @@ class CodeInfo:
         "instructions",
         "ncells_free",
         "nlocalsplus",
-        "raisers",
         "simple_argcount",
+        "tb_frames",
         "unbound_after_args",
         "yield_statement_ends",
     )
@@ -118,7 +118,7 @@ class CodeInfo:
         self._exception_table: tuple[ExceptionEntry, ...] | None = None
         self._handler_at: list[ExceptionEntry | None] | None = None
         self.binder = None
-        self.raisers: dict = {}
+        self.tb_frames: dict = {}  # instruction index -> its traceback frame object (tracebacks.py)
 
     def fused_without(self, hooked: frozenset[int]) -> list[Instruction]:
         """The fused instructions for a run whose load hooks must see the opcodes ``hooked``: only

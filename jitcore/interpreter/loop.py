@@ -12,7 +12,8 @@ Other invariants:
 - The exception table is read only when an exception is raised.
 - The unwinding runs inside the ``except`` clause that caught the exception, and propagation out of the
   frame is a bare ``raise``: CPython then neither re-chains ``__context__`` nor adds the loop's own
-  traceback entry.
+  traceback entry. (A ``raise`` statement that its own frame catches is unwound by RAISE_VARARGS itself,
+  without raising: Note [Raises caught in their frame] in opcodes/exceptions.py.)
 """
 
 from __future__ import annotations

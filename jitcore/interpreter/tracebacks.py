@@ -4,8 +4,10 @@ Invariants:
 - An exception passing through an interpreted frame gets exactly one traceback entry for that frame (file,
   line, columns and function name of the instruction that raised), as CPython would add; a bare re-raise
   within the same frame does not add another.
-- The entry is a real traceback object: it is produced by running a one-instruction "raiser" whose code
-  object carries the user's file name, function name and position (the jinja2 ``fake_traceback`` idea).
+- The entry is a real traceback object (``TracebackType(tb_next, frame object, lasti, lineno)``) over a real
+  frame object whose code carries the user's file name, function name, ``co_firstlineno`` and the
+  instruction's line/column span in every code unit, and whose globals are the frame's (Note [Traceback
+  frame objects]).
 - Leading interpreter-internal entries are removed before an entry is added, and at every boundary where
   an exception leaves the interpreter, so the user never sees ``jitcore/interpreter`` frames.
 """
@@ -16,7 +18,8 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 
 import os
-from types import CodeType, FunctionType, TracebackType
+import sys
+from types import CodeType, FrameType, FunctionType, TracebackType
 from typing import TYPE_CHECKING
 
 from jitcore.diagnostics.tracebacks import svarint, varint
@@ -32,12 +35,13 @@ _INTERNAL_NAMES = ("<jitcore binder>",)
 
 def _raiser_template() -> CodeType:
     namespace: dict = {}
-    # the exception travels in a list emptied by the raise, so the fake frame keeps no reference to it
-    exec(compile("def raiser(box):\n    raise box.pop()\n", "<jitcore raiser>", "exec"), namespace)  # noqa: S102
+    exec(compile("def raiser(getframe):\n    return getframe()\n", "<jitcore raiser>", "exec"), namespace)  # noqa: S102
     return namespace["raiser"].__code__
 
 
 _TEMPLATE = _raiser_template()
+_TracebackType = TracebackType
+_getframe = sys._getframe
 _TEMPLATE_UNITS = len(_TEMPLATE.co_code) // 2
 
 
@@ -69,27 +73,67 @@ def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
     if not always and tb is not None and id(tb) == frame.tb_entry:
         exc.__traceback__ = tb
         return
-    entry = _entry(frame, exc, tb)
+    entry = _entry(frame, tb)
     # only the id: holding the entry would keep the exception's frames alive after the user dropped it
     frame.tb_entry = id(entry)
     exc.__traceback__ = entry
 
 
-def _entry(frame: Frame, exc: BaseException, tb_next: TracebackType | None) -> TracebackType | None:
-    index = max(frame.index - 1, 0)
-    raisers = frame.info.raisers
-    raiser = raisers.get(index)
-    if raiser is None or raiser.__globals__ is not frame.globals:
-        raiser = raisers[index] = FunctionType(_raiser_code(frame), frame.globals)
-    context, suppress = exc.__context__, exc.__suppress_context__
-    exc.__traceback__ = tb_next
+# Note [Traceback frame objects]
+# A traceback entry needs a real frame object (``tb_frame``: printing reads its code and globals and, with
+# ``tb_lasti``, the code's positions). One is made per instruction that raises, cached per code object
+# (``CodeInfo.tb_frames``), by calling a function whose code carries the user's file, name and position in
+# every code unit (the jinja2 ``fake_traceback`` idea) and returns its own frame; an entry is then one
+# ``TracebackType(...)`` call (raising and catching through such a function per entry cost ~5,000 more machine
+# instructions per raise). A finished frame's ``f_back`` is the frame that called it, for ever (``clear()``
+# keeps it): the function is called inside ``_MAKER``, a generator suspended for the life of the process, so
+# that the cached frames keep alive only that generator's frame (whose ``f_back`` is None while suspended),
+# not the frames of the program that raised first. ``clear()`` drops the frame's argument: its locals are
+# empty, its ``f_lineno`` the instruction's line. The frame object is shared by all entries of that
+# instruction, which the program cannot tell apart from separate ones.
+
+
+def _entry(frame: Frame, tb_next: TracebackType | None) -> TracebackType:
+    index = frame.index - 1 if frame.index else 0
+    tb_frames = frame.info.tb_frames
+    made = tb_frames.get(index)
+    if made is None or made[0].f_globals is not frame.globals:
+        made = _tb_frame(frame)
+        if made[2]:
+            tb_frames[index] = made
+    return _TracebackType(tb_next, made[0], 0, made[1])
+
+
+def _frame_maker():
+    raiser = yield
+    while True:
+        raiser = yield raiser(_getframe)
+
+
+def _new_maker():
+    maker = _frame_maker()
+    next(maker)
+    return maker
+
+
+_MAKER = _new_maker()
+
+
+def _tb_frame(frame: Frame) -> tuple[FrameType, int, bool]:
+    """A frame object for the current instruction of ``frame`` (Note [Traceback frame objects]), the
+    ``tb_lineno`` of its entries (-1: no line) and whether it may be cached."""
+    global _MAKER
+    raiser = FunctionType(_raiser_code(frame), frame.globals)
     try:
-        raiser([exc])
-    except BaseException as e:  # noqa: BLE001 - the raiser raises exactly exc
-        entry = e.__traceback__.tb_next
-        del e
-    exc.__context__, exc.__suppress_context__ = context, suppress
-    return entry
+        made, cached = _MAKER.send(raiser), True
+    except ValueError:  # the maker is running (in another thread, or below a signal handler): not cached
+        made, cached = raiser(_getframe), False
+    except StopIteration:  # an asynchronous exception (KeyboardInterrupt) ended the maker while it ran
+        _MAKER = _new_maker()
+        made, cached = _MAKER.send(raiser), True
+    made.clear()
+    lineno = made.f_lineno
+    return made, -1 if lineno is None else lineno, cached
 
 
 def _raiser_code(frame: Frame) -> CodeType:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+import weakref
 
 import pytest
 
@@ -163,3 +164,82 @@ def test_user_index_error_stays_a_user_exception():
 
     with pytest.raises(IndexError, match="pop from empty list"):
         interpret(f)()
+
+
+def _entries(tb) -> list[tuple]:
+    return [(s.name, s.lineno, s.end_lineno, s.colno, s.end_colno, s.line) for s in traceback.extract_tb(tb)]
+
+
+def _raises_caught_in_their_frame():
+    seen = []
+    reused = KeyError("reused")
+    stale = LookupError("stale")
+    stale.__context__ = IndexError("an old context")
+    for i in range(3):
+        try:
+            if i == 0:
+                raise ValueError(i)  # a class called: the fast path for builtin exception classes
+            if i == 1:
+                raise reused from TypeError("cause")
+            try:
+                raise reused  # a second raise of an instance that has a traceback already
+            finally:
+                seen.append("finally")
+        except (ValueError, KeyError) as e:
+            try:
+                raise RuntimeError("while handling")  # chained to the exception being handled
+            except RuntimeError as inner:
+                seen.append((repr(inner.__context__), _entries(inner.__traceback__)))
+            try:
+                raise stale  # an explicit raise re-chains even an instance that has a context already
+            except LookupError as again:
+                seen.append(repr(again.__context__))
+            seen.append((repr(e), repr(e.__cause__), e.__suppress_context__, repr(e.__context__),
+                         _entries(e.__traceback__)))
+    return seen
+
+
+def test_raises_caught_in_their_frame_chain_and_locate_as_natively():
+    # RAISE_VARARGS routes a raise inside a ``try`` to its handler without raising natively (Note [Raises
+    # caught in their frame]): chaining, causes and traceback entries must be CPython's
+    assert interpret(_raises_caught_in_their_frame)() == _raises_caught_in_their_frame()
+
+
+class _Payload:
+    pass
+
+
+def _raise_in_callee():
+    raise ValueError("deep")
+
+
+def _catch_and_forget():
+    payload = _Payload()
+    try:
+        _raise_in_callee()
+    except ValueError as e:
+        text = "".join(traceback.format_tb(e.__traceback__))
+    return weakref.ref(payload), text
+
+
+def test_traceback_entries_keep_no_program_frames_alive():
+    # the frame objects of traceback entries are cached per instruction (Note [Traceback frame objects]);
+    # they must not keep the frames that raised first alive (with their locals) once the exception is gone
+    ref, text = interpret(_catch_and_forget)()
+    assert ref() is None
+    assert "_raise_in_callee()" in text and 'raise ValueError("deep")' in text
+    ref, text_again = interpret(_catch_and_forget)()  # the cached frame objects: the same entries
+    assert ref() is None and text_again == text
+    try:
+        interpret(_raise_in_callee)()
+    except ValueError as e:
+        frames = [tb.tb_frame for tb in _walk(e.__traceback__)][1:]
+    assert [f.f_code.co_name for f in frames] == ["_raise_in_callee"]
+    assert frames[0].f_locals == {} and frames[0].f_globals is globals()
+    assert frames[0].f_lineno == _raise_in_callee.__code__.co_firstlineno + 1
+
+
+def _walk(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next

@@ -18,6 +18,7 @@ from jitcore.interpreter.attributes import MISSING, lookup_special
 from jitcore.interpreter.calls import call
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.loop import unwind
 from jitcore.interpreter.registry import handles
 
 
@@ -68,6 +69,13 @@ def raise_varargs(frame: Frame, inst: Instruction) -> None:
         else:
             raise TypeError("exception causes must derive from BaseException")
     frame.run.raising = (exc, True, None)
+    # Note [Raises caught in their frame]
+    # A raise inside a ``try`` is routed to its handler here, by the loop's own ``unwind`` (chaining, the
+    # traceback entry, the exception table), without raising natively: raising through this handler and the
+    # run loop costs CPython traceback entries and frame objects for both, which ``unwind`` then strips
+    # (~10,000 machine instructions per raise). Anything else is raised and unwound by the loop as before.
+    if frame.info.handler_for(frame.index - 1) is not None and unwind(frame, exc):
+        return
     raise exc
 
 
