@@ -19,7 +19,18 @@ Symbolic sizes and int numbers are compiled symbolically, floats as 0-d tensors 
 inputs that require grad requiring it, so inductor (through AOTAutograd) compiles its forward and
 backward, as torch.compile does for a training graph.
 
-Invariant: a compiled region is called only with inputs of the strides it was compiled for and on
+Note [Variants of a region]
+A symbolic region's compile may add guards (a size it specialized, a relation it assumed) that a
+later call breaks. As torch.compile recompiles a frame, such a call makes a new *variant*: the
+region compiled again with the call's sizes as the symbols' hints (symbolic.compile_inputs), so its
+guards are chosen for them. The call itself, and calls taken by no variant while it compiles, run
+the region's FX graph on torch; the variant is compiled on the background thread (on the call when
+the background is off) and is then tried after the earlier ones, first whose guards hold wins. At
+most ``VARIANT_LIMIT`` (8, torch.compile's ``recompile_limit``) variants; after that, or after a
+variant that fails to compile or does not take the sizes it was made for, sizes no variant takes
+run on torch. Each step is logged.
+
+Invariant: a compiled variant is called only with inputs of the strides it was compiled for and on
 which the guards its compile added hold; any other call (the prologue does not always guard
 strides) runs the region's FX graph instead, which calls the same torch functions the torch
 executor would.
@@ -27,9 +38,12 @@ executor would.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import torch
+
+import jitcore.executors.background as background
 
 from jitcore.executors.fx_graph import FLOAT_SCALAR_OPS, annotate_examples, is_float_number, region_graph
 from jitcore.executors.interface import Region
@@ -110,44 +124,102 @@ class InductorExecutor:
         return None
 
     def fuse(self, region: Region) -> Callable[..., Any]:
-        from torch._guards import TracingContext, tracing  # imported on first use: ~1 s
-        from torch._inductor.compile_fx import compile_fx
-
-        # what compiling sets process-wide: isolation.py, Note [Torch's process-global state while compiling]
-        with compiling():
-            inputs = compile_inputs(region)
-            graph = region_graph(region, floats_as_tensors=bool(inputs.floats))
-            annotate_examples(graph, inputs.fake_mode, inputs.examples)
-            with tracing(TracingContext(inputs.fake_mode)), torch.set_grad_enabled(region.grad):
-                compiled = compile_fx(graph, inputs.examples)
-        return _guarded(compiled, region_graph(region), inputs)
+        return _Variants(region, _compile(region, None)).call
 
 
-def _guarded(compiled: Callable[..., Any], graph: Callable[..., Any], inputs: Any) -> Callable[..., Any]:
-    """``compiled``, called when the guards its compile added hold and the strides are those it
-    was compiled for; ``graph`` (the same torch calls) otherwise."""
-    guards = inputs.guards()
-    convert = inputs.converter()
-    strides = [tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in inputs.examples]
-    declined: list[str] = []
+VARIANT_LIMIT = 8  # compiled variants of one region at most (torch.compile's recompile_limit)
 
-    def fusion(*args: Any) -> Any:
-        values = convert(args) if convert is not None else args
-        if guards is not None and not guards(values):
-            if not declined:
-                declined.append("guards")
-                LOG.info("a fused region's guards failed for sizes %s; it runs on torch for them",
-                         [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args])
-            return graph(*args)
-        try:
-            return compiled(*values)
-        except AssertionError:  # inductor's own input checks: sizes and strides
-            if all(s is None or (all(type(n) is int for n in s) and s == a.stride())
-                   for a, s in zip(args, strides)):
-                raise  # the strides it was compiled for: not a layout the code rejects
-        return graph(*args)  # other strides than compiled for: the same torch calls
 
-    return fusion
+@dataclass(frozen=True)
+class _Variant:
+    """One compile of a region: its code, the guards the compile added, the strides it takes."""
+
+    compiled: Callable[..., Any]
+    guards: Callable[[Sequence[Any]], bool] | None
+    strides: tuple[tuple[Any, ...] | None, ...]
+    convert: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None  # floats to 0-d tensors
+
+
+def _compile(region: Region, shapes: Sequence[Any] | None) -> _Variant:
+    """``region`` compiled for its traced sizes, or (``shapes``) for those of a call."""
+    from torch._guards import TracingContext, tracing  # imported on first use: ~1 s
+    from torch._inductor.compile_fx import compile_fx
+
+    # what compiling sets process-wide: isolation.py, Note [Torch's process-global state while compiling]
+    with compiling():
+        inputs = compile_inputs(region, shapes)
+        graph = region_graph(region, floats_as_tensors=bool(inputs.floats))
+        annotate_examples(graph, inputs.fake_mode, inputs.examples)
+        with tracing(TracingContext(inputs.fake_mode)), torch.set_grad_enabled(region.grad):
+            compiled = compile_fx(graph, inputs.examples)
+    strides = tuple(tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in inputs.examples)
+    return _Variant(compiled, inputs.guards(), strides, inputs.converter())
+
+
+class _Variants:
+    """A fused region's compiled variants (Note [Variants of a region]); ``call`` runs it."""
+
+    def __init__(self, region: Region, first: _Variant) -> None:
+        self.region = region
+        self.variants: tuple[_Variant, ...] = (first,)  # replaced whole: a call reads one tuple
+        self.graph = region_graph(region)
+        self.convert = first.convert
+        self.compiling = False
+        self.closed = False  # no further variants: the limit was reached or a compile failed
+
+    def call(self, *args: Any) -> Any:
+        values = self.convert(args) if self.convert is not None else args
+        for variant in self.variants:
+            if variant.guards is None or variant.guards(values):
+                try:
+                    return variant.compiled(*values)
+                except AssertionError:  # inductor's own input checks: sizes and strides
+                    if all(s is None or (all(type(n) is int for n in s) and s == a.stride())
+                           for a, s in zip(args, variant.strides)):
+                        raise  # the strides it was compiled for: not a layout the code rejects
+                return self.graph(*args)  # other strides than compiled for: the same torch calls
+        self._add_variant(args)
+        return self.graph(*args)
+
+    def _add_variant(self, args: tuple[Any, ...]) -> None:
+        """Compile a variant for ``args``' sizes (in the background when it is on) unless one is
+        being compiled or no further one is made; this call runs on torch."""
+        if self.compiling or self.closed:
+            return
+        sizes = [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]
+        if len(self.variants) >= VARIANT_LIMIT:
+            self.closed = True
+            LOG.warning("a fused region's guards failed for sizes %s and it has %d variants (the "
+                        "limit): sizes none of them takes run on torch", sizes, VARIANT_LIMIT)
+            return
+        shapes = [(tuple(a.shape), tuple(a.stride())) if isinstance(a, torch.Tensor) else a for a in args]
+        LOG.info("a fused region's guards failed for sizes %s: compiling variant %d for them (they "
+                 "run on torch until it is ready)", sizes, len(self.variants) + 1)
+        self.compiling = True
+
+        def add() -> None:
+            try:
+                variant = _compile(self.region, shapes)
+                if variant.guards is not None and not variant.guards(self._stand_ins(shapes)):
+                    raise ValueError(f"the variant compiled for sizes {sizes} does not take them")
+                self.variants = (*self.variants, variant)
+            except Exception as exc:  # noqa: BLE001 - a failed variant leaves those sizes on torch
+                self.closed = True  # a further variant would most likely fail the same way
+                LOG.warning("a variant of a fused region failed: %s: %s; sizes its variants do not "
+                            "take run on torch", type(exc).__name__, exc)
+            finally:
+                self.compiling = False
+
+        if background.background_enabled() and not background.on_compile_thread():
+            background.submit("a fused region's variant", add)
+        else:
+            add()
+
+    def _stand_ins(self, shapes: Sequence[Any]) -> tuple[Any, ...]:
+        """Arguments of ``shapes``' sizes and strides (meta tensors) for checking guards."""
+        args = tuple(torch.empty_strided(*shape, device="meta") if isinstance(shape, tuple) else shape
+                     for shape in shapes)
+        return self.convert(args) if self.convert is not None else args
 
 
 def _refused_float(bsym: BoundSymbol) -> str | None:

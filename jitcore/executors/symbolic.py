@@ -11,7 +11,8 @@ expressions of the new symbols (``4*s0`` stays ``4*s0``). A fresh ShapeEnv, rath
 because inductor may add guards while it compiles, and the entry's prologue was made before: the
 guards the compile added are returned (``CompileInputs.guards``) and checked on each call of the
 compiled region, with the relations between sizes and symbolic strides; a call where one fails runs
-the region's FX graph (torch) instead, as does a call whose strides inductor's code rejects.
+the region's FX graph (torch) and has a variant compiled with its sizes as the hints (Note [Variants
+of a region] in inductor.py); a call whose strides inductor's code rejects runs the FX graph too.
 Every symbol must be readable from a placeholder (the size inputs are added to a region that needs
 them: regions.py); a region where one is not is declined.
 
@@ -92,8 +93,14 @@ class CompileInputs:
         return convert
 
 
-def compile_inputs(region: Region) -> CompileInputs:
+def compile_inputs(region: Region, shapes: Sequence[Any] | None = None) -> CompileInputs:
     """Fake example inputs for ``region`` in a fresh ShapeEnv (Note [Symbolic regions]).
+
+    Args:
+        region: the region.
+        shapes: for a variant (Note [Variants of a region] in inductor.py), per region input the
+            call's ``(sizes, strides)`` of a tensor or its number: the symbols' hints are taken from
+            them instead of the traced values, so the compile's guards are chosen for that call.
 
     Raises:
         ValueError: a symbol of the region's sizes is not readable from any of its inputs.
@@ -103,7 +110,7 @@ def compile_inputs(region: Region) -> CompileInputs:
 
     # Note [Inductor's disk cache] (inductor.py): the FX graph cache needs a ShapeEnv.
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
-    symbols = _Symbols(fake_mode.shape_env, region)
+    symbols = _Symbols(fake_mode.shape_env, region, shapes)
     examples: list[Any] = []
     floats: list[int] = []
     with fake_mode:
@@ -118,7 +125,7 @@ def compile_inputs(region: Region) -> CompileInputs:
                 floats.append(i)
                 examples.append(torch.empty((), dtype=torch.float64))
             else:
-                examples.append(symbols.number(proxy))
+                examples.append(symbols.number(proxy, None if shapes is None else shapes[i]))
     symbols.check_bound(examples)
     return CompileInputs(fake_mode, examples, tuple(floats), bool(symbols.fresh))
 
@@ -131,7 +138,7 @@ def _traced_values(env: Any) -> dict[sympy.Symbol, Any]:
 class _Symbols:
     """The trace's size symbols and int inputs as symbols of a fresh ShapeEnv."""
 
-    def __init__(self, env: Any, region: Region) -> None:
+    def __init__(self, env: Any, region: Region, shapes: Sequence[Any] | None) -> None:
         self.env = env
         self.fresh: dict[sympy.Symbol, sympy.Expr] = {}  # a trace symbol -> its symbol here
         self.hints: dict[sympy.Symbol, int] = {}
@@ -141,6 +148,16 @@ class _Symbols:
                     if is_symbolic_size(n):
                         self.hints.update(_traced_values(n.node.shape_env))
         self.by_name = {str(s): s for s in self.hints}
+        if shapes is not None:  # a variant: every symbol is a whole size somewhere (check_bound)
+            self.hints = {}
+            for proxy, shape in zip(region.inputs, shapes):
+                if isinstance(proxy, TensorProxy):
+                    traced = (*proxy.shadow.shape, *proxy.shadow.stride())
+                    for n, value in zip(traced, (*shape[0], *shape[1])):
+                        if is_symbolic_size(n) and isinstance(n.node.expr, sympy.Symbol):
+                            self.hints[n.node.expr] = value
+                elif proxy.name in self.by_name:
+                    self.hints[self.by_name[proxy.name]] = shape
 
     def size(self, value: Any) -> Any:
         if type(value) is int:
@@ -149,13 +166,14 @@ class _Symbols:
         if expr.is_number:
             return int(expr)
         mapping = {s: self._symbol(s, int(self.hints[s])) for s in expr.free_symbols}
-        return self.env.create_symintnode(expr.xreplace(mapping), hint=int(value.node.hint))
+        return self.env.create_symintnode(expr.xreplace(mapping), hint=int(expr.xreplace(self.hints)))
 
-    def number(self, proxy: Proxy) -> Any:
+    def number(self, proxy: Proxy, value: int | None) -> Any:
+        """The example of an int input: ``value`` (a variant's) or the traced one as hint."""
         from torch._dynamo.source import ConstantSource
         from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-        value = proxy.value
+        value = proxy.value if value is None else value
         traced = self.by_name.get(proxy.name)
         if traced is not None:  # a size input: the symbol the tensors' sizes use
             return self.env.create_symintnode(self._symbol(traced, int(value)), hint=int(value))

@@ -10,7 +10,6 @@ import torch
 from executor_helpers import INDUCTOR, assert_same, executor_log, fused, lowered_trace
 
 import jitcore
-import jitcore.executors.inductor as inductor_module
 
 
 def _lowerings(log: list[str]) -> list[str]:
@@ -135,30 +134,6 @@ def test_a_training_step_with_a_dynamic_batch_size_is_fused_forward_and_backward
     assert sum("computation lowered" in m for m in log) == 1, log  # once for sizes 6, 10 and 13
     trace = lowered_trace(jfn)
     assert '"cpu f32[s0, 8]"' in trace and len(fused(trace)) == 1, trace
-
-
-def test_a_region_whose_compile_guard_fails_runs_on_torch(monkeypatch) -> None:
-    """A compile that specializes a size (as inductor may) leaves a guard in the region's ShapeEnv;
-    a call of another size runs the region on torch, with its values, and says so once."""
-    made = inductor_module.compile_inputs
-
-    def specialized(region):
-        inputs = made(region)
-        size = next(e for e in inputs.examples if isinstance(e, torch.Tensor)).shape[0]
-        assert bool(size == size.node.hint)  # a guard: the traced size
-        return inputs
-
-    monkeypatch.setattr(inductor_module, "compile_inputs", specialized)
-
-    def f(x):
-        return (x.sin() + 1).cos() * 2
-
-    jfn = jitcore.jit(f, executors=INDUCTOR, dynamic=True)
-    with executor_log() as log:
-        for b in (5, 7, 5, 9):
-            x = torch.randn(b, 3)
-            assert_same(jfn(x), f(x))
-    assert len(_lowerings(log)) == 1 and sum("guards failed" in m for m in log) == 1, log
 
 
 def test_the_default_policy_fuses_a_symbolic_training_entry_in_the_background() -> None:
