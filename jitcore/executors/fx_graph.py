@@ -15,7 +15,7 @@ Inputs that are numbers (symbolic sizes, dynamic numbers) are placeholders too. 
 ``floats_as_tensors`` a float input is instead a 0-d float64 tensor (inductor's kernels take no
 float arguments) and each op reading it gets it converted to the op's computation dtype, its result
 converted to the traced dtype: what eager does with a Python scalar (Note [Dynamic floats as
-tensors] in symbolic.py).
+tensors] in symbolic.py, Note [Float reads in a region] in float_reads.py).
 
 Invariant: calling the module on real values computes what running the region's bound symbols on
 them computes (with ``floats_as_tensors``, floats passed as 0-d float64 tensors).
@@ -30,22 +30,14 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from jitcore.executors.float_reads import float_call, is_float_number
 from jitcore.executors.interface import Region
 from jitcore.ir import BoundSymbol, Proxy, proxies_in
 
-__all__ = ["region_graph", "is_float_number", "annotate_examples", "FLOAT_SCALAR_OPS"]
+__all__ = ["region_graph", "annotate_examples"]
 
-# torch functions that take a float number as their second operand in a fused region, rewritten
-# to the same function of a 0-d tensor (their only float uses a region may hold; symbolic.py)
-FLOAT_SCALAR_OPS = frozenset({torch.mul, torch.add, torch.sub, torch.div, torch.true_divide,
-                              torch.multiply, torch.subtract})
 _FX_CONSTANTS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
                  torch.memory_format)
-
-
-def is_float_number(proxy: Proxy) -> bool:
-    """Whether ``proxy`` stands for a Python float (a dynamic number)."""
-    return getattr(proxy, "python_type", None) is float
 
 
 def region_graph(region: Region, *, floats_as_tensors: bool = False) -> fx.GraphModule:
@@ -60,7 +52,7 @@ def region_graph(region: Region, *, floats_as_tensors: bool = False) -> fx.Graph
             floats.add(id(proxy))
     for bsym in region.bound_symbols:
         if floats.intersection(id(p) for p in proxies_in((bsym.args, bsym.kwargs))):
-            call = _float_call(graph, bsym, nodes)
+            call = float_call(graph, bsym, nodes)
         elif _direct(bsym):
             call = _direct_call(graph, bsym, nodes)
         else:
@@ -121,17 +113,6 @@ def _direct_call(graph: fx.Graph, bsym: BoundSymbol, nodes: dict[int, fx.Node]) 
     if type(fn).__name__ == "method_descriptor":  # torch.Tensor.view(t, ...) -> t.view(...)
         return graph.call_method(fn.__name__, tuple(args), kwargs)
     return graph.call_function(fn, tuple(args), kwargs)
-
-
-def _float_call(graph: fx.Graph, bsym: BoundSymbol, nodes: dict[int, fx.Node]) -> fx.Node:
-    """``op(t, x)`` of a float ``x`` passed as a 0-d float64 tensor: ``x`` converted to the
-    computation dtype of the traced output, the result converted to the traced dtype."""
-    tensor, number = bsym.args
-    dtype = bsym.output.shadow.dtype
-    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    scalar = graph.call_function(torch.ops.aten._to_copy.default, (nodes[id(number)],), {"dtype": compute})
-    result = graph.call_function(bsym.symbol.fn, (nodes[id(tensor)], scalar))
-    return graph.call_function(torch.ops.aten._to_copy.default, (result,), {"dtype": dtype})
 
 
 def _target(bsym: BoundSymbol, reads: list[Proxy]) -> Callable[..., Any]:

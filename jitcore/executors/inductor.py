@@ -10,7 +10,8 @@ What it does not claim (those run on torch, and the reason is what ``claim`` ret
   ``global_state``, ``check`` and ``data_dependent`` (value reads), ``subclass`` (wrapper
   rebuilds), ``autograd_function``;
 - calls reading tensor-subclass proxies, tensor constants or non-strided tensors, a float number
-  other than as ``t (op) x`` (Note [Dynamic floats as tensors] in symbolic.py), and calls whose
+  other than as an operand, ``alpha=`` or clamp bound (Note [Float reads in a region] in
+  float_reads.py), and calls whose
   outputs are not all plain tensors (or, for int arithmetic on numbers, ints); ``empty``-like
   factories (their memory is uninitialized, so no compiler may reuse or reorder it unseen).
 
@@ -45,7 +46,8 @@ import torch
 
 import jitcore.executors.background as background
 
-from jitcore.executors.fx_graph import FLOAT_SCALAR_OPS, annotate_examples, is_float_number, region_graph
+from jitcore.executors.float_reads import is_float_number, reads_floats_as_eager
+from jitcore.executors.fx_graph import annotate_examples, region_graph
 from jitcore.executors.interface import Region
 from jitcore.executors.isolation import compiling
 from jitcore.executors.regions import LOG
@@ -223,13 +225,11 @@ class _Variants:
 
 
 def _refused_float(bsym: BoundSymbol) -> str | None:
-    """None when a float number is read as ``t (op) x`` (Note [Dynamic floats as tensors])."""
-    args, output = bsym.args, bsym.output
-    if (bsym.symbol.fn in FLOAT_SCALAR_OPS and not bsym.kwargs and len(args) == 2
-            and isinstance(args[0], TensorProxy) and is_float_number(args[1])
-            and isinstance(output, TensorProxy) and output.shadow.dtype.is_floating_point):
+    """None when a float number is read as eager reads it in a region (Note [Float reads in a
+    region] in float_reads.py)."""
+    if reads_floats_as_eager(bsym):
         return None
-    return "reads a float number other than as a tensor's operand"
+    return "reads a float number other than as an operand, alpha or clamp bound"
 
 
 def _refused_input(value: Proxy) -> str | None:

@@ -21,8 +21,9 @@ Inductor's kernels take no float arguments, so a float input is passed as a 0-d 
 (made per call from the Python float), as dynamo's unspecialized floats are. Eager converts a Python
 scalar operand to the computation dtype of the op (float32 for float16/bfloat16 results) and the
 result keeps the tensor operand's dtype; fx_graph.py converts the 0-d tensor and the result to those
-dtypes, so values and dtypes are eager's. Only ``t (op) x`` for ``op`` in ``FLOAT_SCALAR_OPS`` with a
-floating-point result reads a float inside a region (inductor.py claims no other float use).
+dtypes, so values and dtypes are eager's. Which calls read a float inside a region, and how each
+rounds it as eager does: float_reads.py, Note [Float reads in a region] (inductor.py claims no other
+float use).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from jitcore.executors.fx_graph import is_float_number
+from jitcore.executors.float_reads import is_float_number
 from jitcore.executors.interface import Region
 from jitcore.ir import Proxy
 from jitcore.proxies import TensorProxy
