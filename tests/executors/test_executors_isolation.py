@@ -121,3 +121,25 @@ def test_the_background_compile_sees_the_settings_of_the_thread_that_made_the_en
     assert seen == ["jitcore-compile"], seen
     assert fused(lowered_trace(jfn)), lowered_trace(jfn)
     check(f, torch.randn(5), torch.randn(5), jfn=jfn)
+
+
+def test_a_torch_compile_on_another_thread_waits_for_the_region_and_then_compiles(monkeypatch) -> None:
+    """Dynamo's compile lock, held by jitcore's compile, is taken by a new torch.compile graph on
+    another thread: it compiles after the region (no deadlock, no overlap), with eager's values."""
+    model, x = Model(), torch.randn(3, 8)
+    f = _program()
+    jfn = jitcore.jit(f, fuse_after=1)
+    held = Held(monkeypatch)
+    for _ in range(2):
+        check(f, torch.randn(6), torch.randn(6), jfn=jfn)
+    assert held.inside.wait(120), "the background compile never traced the region"
+    results: list[torch.Tensor] = []
+    other = threading.Thread(target=lambda: results.append(torch.compile(model, backend="eager")(x)))
+    try:
+        other.start()  # its first call compiles: it waits for Dynamo's lock
+    finally:
+        held.release()
+    other.join(120)
+    assert not other.is_alive() and wait_for_compiles(120)
+    torch.testing.assert_close(results[0], model(x), rtol=0, atol=0)
+    assert fused(lowered_trace(jfn)), lowered_trace(jfn)
