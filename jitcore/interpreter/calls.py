@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import CODE_INFO, CodeInfo, decode
+from jitcore.interpreter.loop import unwind
 
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
@@ -183,6 +184,23 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
         frame.exc_value = None
         frame.back = frames[-1] if frames else None
         frame.tb_entry = 0
+        if run.plain:  # loop.execute's loop, written out (Note [Loops written out] in loop.py)
+            handlers = run.handlers
+            instructions = info.fused
+            frames.append(frame)
+            try:
+                while True:
+                    try:
+                        while True:
+                            inst = instructions[frame.index]
+                            frame.index = inst.after
+                            if handlers[inst.opcode](frame, inst) is not None:
+                                return frame.result
+                    except BaseException as exc:
+                        if not unwind(frame, exc):
+                            raise
+            finally:
+                frames.pop()
         run.execute(frame)
         return frame.result
     frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, [NULL] * info.nlocalsplus, None)

@@ -19,12 +19,12 @@ from __future__ import annotations
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
-import dis
 import sys
 import types
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.errors import JitcoreInterpreterError
+from jitcore.interpreter.loop import unwind
 from jitcore.interpreter.run import ACTIVE
 from jitcore.interpreter.tracebacks import strip_internal
 
@@ -60,7 +60,6 @@ class _Suspend:
 _RETURNED = object()
 _exception = sys.exception
 _CLEANUP_THROW = sys.version_info >= (3, 12)  # the frame's CLEANUP_THROW ends a delegation cut short by throw
-_YIELD_VALUE = dis.opmap["YIELD_VALUE"]
 
 
 def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: bool) -> object:
@@ -95,7 +94,7 @@ def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: boo
         run.native_exc = saved_native
         runs.pop()
         frame.back = None
-    if frame.info.instructions[frame.index - 1].opcode == _YIELD_VALUE:
+    if frame.index in frame.info.yield_resumes:
         value, frame.result = frame.result, None
         return value
     return _RETURNED
@@ -171,15 +170,19 @@ def _finish_delegation(frame: Frame) -> None:
 
 def _generator(frame: Frame):
     value = _resume(frame, None, None, True)
+    if value is _RETURNED:
+        return frame.result
     run = frame.run
     stack = frame.stack
-    instructions = frame.info.instructions
+    info = frame.info
+    yield_resumes = info.yield_resumes
+    plain = run.plain
     # where the RESUME; POP_TOP that loop.execute would run drops the value sent (Note [Yield statements])
-    skips = frame.info.yield_statement_ends if run.plain else _NO_SKIPS
-    box = []  # the yielded value until ``yield`` takes it: the driver keeps no reference while suspended
-    while value is not _RETURNED:
-        box.append(value)
-        del value  # (CPython keeps none either)
+    skips = info.yield_statement_ends if plain else _NO_SKIPS
+    fused, handlers, run_frames = info.fused, run.handlers, run.frames  # Note [Loops written out] in loop.py
+    box = [value]  # the yielded value until ``yield`` takes it: the driver keeps no reference while suspended
+    del value  # (CPython keeps none either)
+    while True:
         thrown = None
         try:
             sent = yield box.pop()
@@ -187,6 +190,10 @@ def _generator(frame: Frame):
             thrown = e  # outside this clause: sys.exception() in the frame is the consumer's, as natively
         if thrown is not None:
             value = _resume(frame, None, thrown, False)
+            if value is _RETURNED:
+                return frame.result
+            box.append(value)
+            del value
             continue
         # _resume(frame, sent, None, False), its lines repeated on purpose: a value sent, nothing thrown
         # (every ``for``/``next``/``send``) costs one Python call fewer per value; coroutines and async
@@ -204,7 +211,24 @@ def _generator(frame: Frame):
         else:
             stack.append(sent)
         try:
-            run.execute(frame)
+            if plain:  # loop.execute's loop (Note [Loops written out] in loop.py)
+                run_frames.append(frame)
+                try:
+                    while True:
+                        try:
+                            while True:
+                                inst = fused[frame.index]
+                                frame.index = inst.after
+                                if handlers[inst.opcode](frame, inst) is not None:
+                                    break
+                            break
+                        except BaseException as exc:
+                            if not unwind(frame, exc):
+                                raise
+                finally:
+                    run_frames.pop()
+            else:
+                run.execute(frame)
         except BaseException as e:
             if not isinstance(e, JitcoreInterpreterError):
                 e.__traceback__ = strip_internal(e.__traceback__)
@@ -213,11 +237,10 @@ def _generator(frame: Frame):
             run.native_exc = saved_native
             runs.pop()
             frame.back = None
-        if instructions[frame.index - 1].opcode == _YIELD_VALUE:
-            value, frame.result = frame.result, None
-        else:
-            value = _RETURNED
-    return frame.result
+        if frame.index not in yield_resumes:
+            return frame.result
+        box.append(frame.result)
+        frame.result = None
 
 
 _NO_SKIPS: frozenset[int] = frozenset()

@@ -86,9 +86,10 @@ class CodeInfo:
         "instructions",
         "ncells_free",
         "nlocalsplus",
+        "raisers",
         "simple_argcount",
-        "tb_frames",
         "unbound_after_args",
+        "yield_resumes",
         "yield_statement_ends",
     )
 
@@ -101,6 +102,10 @@ class CodeInfo:
         self.yield_statement_ends = frozenset(
             inst.index for inst in self.fused if inst.opname == _YIELD_STATEMENT_END
         )
+        # where a frame that yielded stops (the index after each YIELD_VALUE): the generator driver tells a
+        # yield from a return by it
+        self.yield_resumes = frozenset(inst.index + 1 for inst in self.instructions
+                                       if inst.opname == "YIELD_VALUE")
         self._fused_hooked: dict[frozenset[int], list[Instruction]] = {}
         # positional-only calls with exactly this many arguments need no binding (-1: always bind)
         simple = not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | _GENERATOR_FLAGS)
@@ -118,7 +123,7 @@ class CodeInfo:
         self._exception_table: tuple[ExceptionEntry, ...] | None = None
         self._handler_at: list[ExceptionEntry | None] | None = None
         self.binder = None
-        self.tb_frames: dict = {}  # instruction index -> its traceback frame object (tracebacks.py)
+        self.raisers: dict = {}  # instruction index -> its traceback entries' raiser (tracebacks.py)
 
     def fused_without(self, hooked: frozenset[int]) -> list[Instruction]:
         """The fused instructions for a run whose load hooks must see the opcodes ``hooked``: only

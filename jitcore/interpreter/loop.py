@@ -66,6 +66,17 @@ def execute(frame: Frame, pending: BaseException | None = None) -> None:
         frames.pop()
 
 
+# Note [Loops written out]
+# ``execute``'s fetch-dispatch-unwind loop is written out, for plain runs (``run.plain``: no hook sees
+# instructions, ``info.fused`` is executed), in the two places that start the most frames:
+# ``calls.call_function`` (every interpreted call with plain positional arguments) and the generator driver
+# ``generators._generator`` (every resumption of a generator sent a value), which read the run's handlers
+# and the frame's instructions once per call, or once per generator. This saves ``execute``'s call and setup,
+# ~1,000-1,300 of the ~15,000 machine instructions of an interpreted call and of the ~12,000 of a generator
+# resumption. The copies must stay this loop: the frame is on ``run.frames`` while it runs, a handler's
+# non-None result ends it, and ``unwind`` routes every exception (re-raised when it returns False).
+
+
 def _instructions(run: Run, info: CodeInfo) -> list[Instruction]:
     """What a run that is not ``plain`` executes: unfused, or fused except where its hooks must see each."""
     return info.fused_without(run.hooked) if run.fused else info.instructions

@@ -6,8 +6,8 @@ Invariants:
   within the same frame does not add another.
 - The entry is a real traceback object (``TracebackType(tb_next, frame object, lasti, lineno)``) over a real
   frame object whose code carries the user's file name, function name, ``co_firstlineno`` and the
-  instruction's line/column span in every code unit, and whose globals are the frame's (Note [Traceback
-  frame objects]).
+  instruction's line/column span in every code unit, whose globals are the frame's, and which keeps the
+  interpreted frame alive as long as the entry lives (Note [Traceback frame objects]).
 - Leading interpreter-internal entries are removed before an entry is added, and at every boundary where
   an exception leaves the interpreter, so the user never sees ``jitcore/interpreter`` frames.
 """
@@ -19,7 +19,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 import os
 import sys
-from types import CodeType, FrameType, FunctionType, TracebackType
+from types import CodeType, FunctionType, TracebackType
 from typing import TYPE_CHECKING
 
 from jitcore.diagnostics.tracebacks import svarint, varint
@@ -35,7 +35,10 @@ _INTERNAL_NAMES = ("<jitcore binder>",)
 
 def _raiser_template() -> CodeType:
     namespace: dict = {}
-    exec(compile("def raiser(getframe):\n    return getframe()\n", "<jitcore raiser>", "exec"), namespace)  # noqa: S102
+    # (``frame`` is the interpreted Frame: the entry's frame object keeps it alive, as a traceback keeps the
+    # frames it passed through and their locals alive in CPython)
+    source = "def raiser(frame, getframe):\n    return getframe()\n"
+    exec(compile(source, "<jitcore raiser>", "exec"), namespace)  # noqa: S102
     return namespace["raiser"].__code__
 
 
@@ -81,33 +84,42 @@ def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
 
 # Note [Traceback frame objects]
 # A traceback entry needs a real frame object (``tb_frame``: printing reads its code and globals and, with
-# ``tb_lasti``, the code's positions). One is made per instruction that raises, cached per code object
-# (``CodeInfo.tb_frames``), by calling a function whose code carries the user's file, name and position in
-# every code unit (the jinja2 ``fake_traceback`` idea) and returns its own frame; an entry is then one
-# ``TracebackType(...)`` call (raising and catching through such a function per entry cost ~5,000 more machine
-# instructions per raise). A finished frame's ``f_back`` is the frame that called it, for ever (``clear()``
-# keeps it): the function is called inside ``_MAKER``, a generator suspended for the life of the process, so
-# that the cached frames keep alive only that generator's frame (whose ``f_back`` is None while suspended),
-# not the frames of the program that raised first. ``clear()`` drops the frame's argument: its locals are
-# empty, its ``f_lineno`` the instruction's line. The frame object is shared by all entries of that
-# instruction, which the program cannot tell apart from separate ones.
+# ``tb_lasti``, the code's positions). It is made by calling a "raiser", a function whose code carries the
+# user's file, name and position in every code unit (the jinja2 ``fake_traceback`` idea), made once per
+# instruction that raises (``CodeInfo.raisers``) and returning its own frame, with the interpreted Frame as
+# an argument: the entry keeps that Frame and its locals alive, as CPython's tracebacks keep their frames
+# (test_exceptions' test_memory_error_cleanup). An entry is then one ``TracebackType(...)`` call; raising
+# through the raiser and catching the exception cost ~5,000 more machine instructions per entry. The raiser
+# is called inside ``_MAKER``, a generator suspended between calls and holding nothing then: a finished
+# frame's ``f_back`` is its caller, and called from here the raiser's would be this module's frames, all of
+# them made into frame objects as they return (~7,000 machine instructions) and kept alive by the entry. (One
+# frame object per instruction, shared by all its entries, would be cheaper still but keeps no locals alive.)
 
 
 def _entry(frame: Frame, tb_next: TracebackType | None) -> TracebackType:
+    global _MAKER
     index = frame.index - 1 if frame.index else 0
-    tb_frames = frame.info.tb_frames
-    made = tb_frames.get(index)
-    if made is None or made[0].f_globals is not frame.globals:
-        made = _tb_frame(frame)
-        if made[2]:
-            tb_frames[index] = made
-    return _TracebackType(tb_next, made[0], 0, made[1])
+    raisers = frame.info.raisers
+    made = raisers.get(index)
+    if made is None or made[0].__globals__ is not frame.globals:
+        made = raisers[index] = _raiser(frame)
+    try:
+        tb_frame = _MAKER.send((made[0], frame))
+    except ValueError:  # the maker is running (in another thread, or below a signal handler)
+        tb_frame = made[0](frame, _getframe)
+    except StopIteration:  # an asynchronous exception (KeyboardInterrupt) ended the maker while it ran
+        _MAKER = _new_maker()
+        tb_frame = _MAKER.send((made[0], frame))
+    return _TracebackType(tb_next, tb_frame, 0, made[1])
 
 
 def _frame_maker():
-    raiser = yield
+    box = []
+    request = yield
     while True:
-        raiser = yield raiser(_getframe)
+        box.append(request[0](request[1], _getframe))
+        del request
+        request = yield box.pop()
 
 
 def _new_maker():
@@ -119,21 +131,14 @@ def _new_maker():
 _MAKER = _new_maker()
 
 
-def _tb_frame(frame: Frame) -> tuple[FrameType, int, bool]:
-    """A frame object for the current instruction of ``frame`` (Note [Traceback frame objects]), the
-    ``tb_lineno`` of its entries (-1: no line) and whether it may be cached."""
-    global _MAKER
-    raiser = FunctionType(_raiser_code(frame), frame.globals)
-    try:
-        made, cached = _MAKER.send(raiser), True
-    except ValueError:  # the maker is running (in another thread, or below a signal handler): not cached
-        made, cached = raiser(_getframe), False
-    except StopIteration:  # an asynchronous exception (KeyboardInterrupt) ended the maker while it ran
-        _MAKER = _new_maker()
-        made, cached = _MAKER.send(raiser), True
-    made.clear()
-    lineno = made.f_lineno
-    return made, -1 if lineno is None else lineno, cached
+def _raiser(frame: Frame) -> tuple[FunctionType, int]:
+    """The raiser of the current instruction of ``frame`` (Note [Traceback frame objects]) and the
+    ``tb_lineno`` of its entries (-1: no line)."""
+    inst = frame.instructions[max(frame.index - 1, 0)]
+    lineno = inst.lineno
+    if lineno is None and _has_lines(frame):
+        lineno = frame.position().lineno
+    return FunctionType(_raiser_code(frame), frame.globals), -1 if lineno is None else lineno
 
 
 def _raiser_code(frame: Frame) -> CodeType:

@@ -17,9 +17,6 @@ KNOWN_FAILURES_311: dict[str, str] = {
         "'Did you mean' reads tb_frame.f_locals; the traceback entry's frame does not hold the user's locals",
     "test.test_exceptions.ExceptionTests.testSettingException":
         "inspects the native frame of an exception raised from __init__ called by C code",
-    "test.test_exceptions.ExceptionTests.testExceptionCleanupState":
-        "the interpreter's frames, reachable from the traceback, "
-        "keep the raising frame's locals alive longer",
     "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler":
         "each interpreted call uses several native frames, so RecursionError comes at a different depth",
     "test.test_raise.TestTracebackType.test_attrs": "sys._getframe() returns a frame proxy, "
@@ -50,7 +47,6 @@ _SAME_ON_313 = (
     "test.test_exceptions.PEP626Tests.test_lineno_after_other_except",
     "test.test_exceptions.PEP626Tests.test_lineno_in_try",
     "test.test_exceptions.ExceptionTests.testSettingException",
-    "test.test_exceptions.ExceptionTests.testExceptionCleanupState",
     "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler",
     "test.test_raise.TestTracebackType.test_attrs",
     "test.test_raise.TestTracebackType.test_constructor",
