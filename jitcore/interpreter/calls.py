@@ -43,7 +43,8 @@ _SIMPLE_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
 NATIVE_CALLABLES = frozenset({BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType,
                               MethodWrapperType, type(dict.fromkeys), type(int.__dict__["from_bytes"])})
 _partial = functools.partial
-_new_frame = object.__new__
+_new_frame = _object_new = object.__new__
+_object_init = object.__init__
 
 
 def canonical(fn: object) -> object:
@@ -132,8 +133,8 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
     init = cls.__init__
     if type(new) is not FunctionType and type(init) is not FunctionType:
         return opaque(run, cls, args, kwargs)
-    if new is object.__new__:
-        obj = object.__new__(cls)
+    if new is _object_new:
+        obj = _object_new(cls)
     else:
         obj = call(run, new, (cls, *args), kwargs)
     # A stand-in object (the jit's proxies) answers, through ``hooks.type_of``, the class it stands for:
@@ -143,8 +144,8 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
         if cls not in klass.__mro__:
             return obj
         init = klass.__init__
-    if init is object.__init__:  # CPython's object_init: extra arguments are fine when __new__ is overridden
-        if (args or kwargs) and klass.__new__ is object.__new__:
+    if init is _object_init:  # CPython's object_init: extra arguments are fine when __new__ is overridden
+        if (args or kwargs) and klass.__new__ is _object_new:
             raise TypeError(f"{klass.__name__}() takes no arguments")
         return obj
     if type(init) is FunctionType:
@@ -183,7 +184,6 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
         frame.kw_names = ()
         frame.exc_value = None
         frame.back = frames[-1] if frames else None
-        frame.tb_entry = 0
         if run.plain:  # loop.execute's loop, written out (Note [Loops written out] in loop.py)
             handlers = run.handlers
             instructions = info.fused

@@ -98,9 +98,9 @@ class Frame:
         self.kw_names: tuple[str, ...] = ()
         self.exc_value: BaseException | None = None
         self.back = back
-        self.tb_entry = 0
         # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``generator`` and ``pending`` are
-        # set by the generator code: left unset here to keep frame creation cheap.
+        # set by the generator code, ``tb_entry`` by tracebacks.add_frame (which reads it with a default):
+        # left unset here to keep frame creation cheap.
 
     @property
     def instructions(self) -> list[Instruction]:

@@ -73,7 +73,7 @@ def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
             ``raise exc`` in the same frame adds one in CPython; a bare re-raise does not).
     """
     tb = strip_internal(exc.__traceback__)
-    if not always and tb is not None and id(tb) == frame.tb_entry:
+    if not always and tb is not None and id(tb) == getattr(frame, "tb_entry", 0):  # (unset: no entry yet)
         exc.__traceback__ = tb
         return
     entry = _entry(frame, tb)

@@ -442,16 +442,25 @@ def load_fast_load_fast_store_attr(frame: Frame, inst: Instruction) -> None:
 def two_local_attribute_stores(frame: Frame, inst: Instruction) -> None:
     """``self.x = x; self.y = y`` (an ``__init__``): two locals stored as attributes of locals."""
     fast = frame.fast
-    for loads in (inst, inst.next.next):
-        store = loads.next
-        frame.index = store.after
-        obj = fast[loads.arg & 15]
-        name = store.argval
-        names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
-        if names is not None and name in names:
-            setattr(obj, name, fast[loads.arg >> 4])
-        else:
-            store_attr(frame.run, obj, name, fast[loads.arg >> 4])
+    store = inst.next
+    frame.index = store.after
+    obj = fast[inst.arg & 15]
+    name = store.argval
+    names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
+    if names is not None and name in names:
+        setattr(obj, name, fast[inst.arg >> 4])
+    else:
+        store_attr(frame.run, obj, name, fast[inst.arg >> 4])
+    loads = store.next  # the second pair, written out (a loop over the two costs more than the lines)
+    store = loads.next
+    frame.index = store.after
+    obj = fast[loads.arg & 15]
+    name = store.argval
+    names = NATIVE_STORE_NAMES.get(type(obj))
+    if names is not None and name in names:
+        setattr(obj, name, fast[loads.arg >> 4])
+    else:
+        store_attr(frame.run, obj, name, fast[loads.arg >> 4])
 
 
 @fuses("LOAD_FAST", "LOAD_FAST", "STORE_ATTR", since=(3, 11), until=(3, 11))
