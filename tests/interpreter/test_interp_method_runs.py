@@ -93,8 +93,10 @@ def methods(items, k):
 
 
 _EXPECTED = {
-    "scaled": {"LOAD_FAST+LOAD_ATTR+LOAD_FAST+BINARY_OP", "CALL+RETURN_VALUE"},
-    "__add__": {"LOAD_FAST+LOAD_ATTR+LOAD_FAST+LOAD_ATTR+BINARY_OP", "CALL+RETURN_VALUE"},
+    "scaled": {"LOAD_GLOBAL+LOAD_FAST+LOAD_ATTR+LOAD_FAST+BINARY_OP", "LOAD_FAST+LOAD_ATTR+LOAD_FAST+BINARY_OP",
+               "CALL+RETURN_VALUE"},
+    "__add__": {"LOAD_GLOBAL+LOAD_FAST+LOAD_ATTR+LOAD_FAST+LOAD_ATTR+BINARY_OP",
+                "LOAD_FAST+LOAD_ATTR+LOAD_FAST+LOAD_ATTR+BINARY_OP", "CALL+RETURN_VALUE"},
     "__init__": ({"LOAD_FAST+LOAD_FAST+STORE_ATTR"} if sys.version_info < (3, 12)
                  else {"LOAD_FAST_LOAD_FAST+STORE_ATTR+LOAD_FAST_LOAD_FAST+STORE_ATTR"}),
 }
@@ -231,3 +233,27 @@ def test_return_of_a_call() -> None:
         return countdown(n - 1)
 
     check(countdown, 50)
+
+
+def _double(x):
+    return x * 2
+
+
+def _calls_a_global(n, m):
+    return _double(n - 1) + _double(n * m)  # LOAD_GLOBAL + a superinstruction for each first argument
+
+
+def _calls_a_missing_global(n):
+    return _no_such_function(n - 1)  # noqa: F821 - NameError at the LOAD_GLOBAL of the run
+
+
+def test_a_global_called_with_a_computed_first_argument() -> None:
+    names = {inst.opname for inst in decode(_calls_a_global.__code__).fused}
+    assert {"LOAD_GLOBAL+LOAD_FAST+LOAD_CONST+BINARY_OP"} <= names
+    for args in [(3, 4), (2.5, -1), (Meters(2), 3), (Meters(2), "s"), ("s", 2)]:  # the last two: TypeErrors
+        check(_calls_a_global, *args)
+        native, interpreted = _traceback_positions(_calls_a_global, *args)
+        assert native == interpreted
+    check(_calls_a_missing_global, 1)
+    native, interpreted = _traceback_positions(_calls_a_missing_global, 1)
+    assert native == interpreted

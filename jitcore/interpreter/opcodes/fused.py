@@ -144,6 +144,34 @@ def _after_load_const(second: Handler) -> Handler:
     return fused
 
 
+_NULL_FIRST = sys.version_info < (3, 12)  # LOAD_GLOBAL's NULL: before the value on 3.11, after on 3.13
+
+
+def after_load_global(second: Handler) -> Handler:
+    """LOAD_GLOBAL, then ``second`` (a superinstruction computing a call's first argument: ``f(self.x * k)``,
+    ``fib(n - 1)``; registered in superinstructions.py)."""
+
+    def fused(frame: Frame, inst: Instruction) -> object:
+        value = frame.globals.get(inst.argval, _MISSING)
+        if value is _MISSING:
+            value = global_value(frame, inst.argval)  # a builtin, or NameError at this instruction
+        stack = frame.stack
+        if not inst.arg & 1:
+            stack.append(value)
+        elif _NULL_FIRST:
+            stack.append(NULL)
+            stack.append(value)
+        else:
+            stack.append(value)
+            stack.append(NULL)
+        frame.index += 1
+        return second(frame, inst.next)
+
+    fused.__name__ = f"load_global_{second.__name__}"
+    fused.__doc__ = f"LOAD_GLOBAL then {second.__name__}."
+    return fused
+
+
 @fuses("LOAD_FAST", "LOAD_ATTR", since=(3, 11), until=(3, 11))
 def load_fast_load_attr(frame: Frame, inst: Instruction) -> None:
     """Push local.name."""

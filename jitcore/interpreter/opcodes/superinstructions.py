@@ -31,6 +31,7 @@ from jitcore.interpreter.attributes import NATIVE_NAMES, load_attr
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes import fused as _fused  # noqa: F401 - the pairs are registered first
+from jitcore.interpreter.opcodes.fused import after_load_global
 from jitcore.interpreter.opcodes.load_store import UNBOUND_LOCAL
 from jitcore.interpreter.protocols import (
     NATIVE_BINARY,
@@ -122,9 +123,10 @@ def _register() -> None:
                     if operation == "COMPARE_OP" and tail in ("STORE_FAST", "YIELD_VALUE"):
                         continue  # rare: a comparison stored to a local or yielded
                     names = (first, second, operation) + ((tail,) if tail else ())
-                    fuses(*names, since=(3, 11), until=(3, 12))(
-                        _superinstruction(first, second, operation, tail)
-                    )
+                    handler = _superinstruction(first, second, operation, tail)
+                    fuses(*names, since=(3, 11), until=(3, 12))(handler)
+                    if operation == "BINARY_OP" and tail is None:  # ``f(n - 1)``: a call's first argument
+                        fuses("LOAD_GLOBAL", *names, since=(3, 11), until=(3, 12))(after_load_global(handler))
 
 
 _register()
@@ -213,7 +215,10 @@ def _register_313() -> None:
             else:  # the comparison carries its own bool() (bit 16 of its argument)
                 tails += [(jump,) for jump in _JUMPS_313]
             for tail in tails:
-                fuses(*loads, operation, *tail, since=(3, 13))(_superinstruction_313(loads, operation, tail))
+                handler = _superinstruction_313(loads, operation, tail)
+                fuses(*loads, operation, *tail, since=(3, 13))(handler)
+                if operation == "BINARY_OP" and not tail:  # ``f(n - 1)``: a call's first argument
+                    fuses("LOAD_GLOBAL", *loads, operation, since=(3, 13))(after_load_global(handler))
 
 
 _register_313()
@@ -268,4 +273,6 @@ def _attribute_operation(rhs_attribute: bool) -> Handler:
 
 for _rhs_attribute in (False, True):
     _names = ("LOAD_FAST", "LOAD_ATTR", "LOAD_FAST", *("LOAD_ATTR",) * _rhs_attribute, "BINARY_OP")
-    fuses(*_names, since=(3, 11))(_attribute_operation(_rhs_attribute))
+    _handler = _attribute_operation(_rhs_attribute)
+    fuses(*_names, since=(3, 11))(_handler)
+    fuses("LOAD_GLOBAL", *_names, since=(3, 11))(after_load_global(_handler))  # ``f(self.x * k)``
