@@ -9,12 +9,15 @@
   and ``_make_subclass`` give proxies the user's class (jitcore/proxies/typed.py) instead of
   making real instances; a subclass with a ``__torch_dispatch__`` of its own that these would
   make is not traceable this way (EagerOnlySubclass).
+- a ``__slots__`` field's descriptor applied directly (``Cls.field.__get__(x)``, ``__set__``,
+  ``__delete__``) reads and writes the field where a proxy holds it (its ``__dict__``).
 Invariant: outside a trace all of them behave exactly as the originals.
 """
 
 from __future__ import annotations
 
 import builtins
+import types
 from typing import Any
 
 import optree
@@ -27,7 +30,7 @@ from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
 from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies.protocol import eager_only_reason
-from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy, missing_slot
 from jitcore.proxies.tensor import TensorProxy
 from jitcore.proxies.typed import is_plain_subclass, retype
 
@@ -144,6 +147,49 @@ def super_of(*args: Any) -> Any:
     return super(cls, first)
 
 
+def _slot_field(descriptor: Any, obj: Any) -> str | None:
+    """The field a member descriptor of the user's class names on a proxy of that class, or None."""
+    if isinstance(obj, Proxy) and isinstance(descriptor, types.MemberDescriptorType) \
+            and issubclass(obj.python_type, descriptor.__objclass__):
+        return descriptor.__name__
+    return None
+
+
+def member_get(descriptor: Any, obj: Any, owner: Any = None) -> Any:
+    """``Cls.field.__get__(x)``: a proxy holds its class's ``__slots__`` fields in its ``__dict__``."""
+    name = _slot_field(descriptor, obj)
+    if name is None:
+        return _MEMBER_GET(descriptor, obj, owner)
+    fields = object.__getattribute__(obj, "__dict__")
+    if name not in fields:
+        raise missing_slot(obj.python_type, name)
+    return fields[name]
+
+
+def member_set(descriptor: Any, obj: Any, value: Any) -> None:
+    """``Cls.field.__set__(x, value)`` on a proxy: as ``x.field = value``."""
+    name = _slot_field(descriptor, obj)
+    if name is None:
+        _MEMBER_SET(descriptor, obj, value)
+    else:
+        setattr(obj, name, value)
+
+
+def member_delete(descriptor: Any, obj: Any) -> None:
+    """``Cls.field.__delete__(x)`` on a proxy: as ``del x.field``."""
+    name = _slot_field(descriptor, obj)
+    if name is None:
+        _MEMBER_DELETE(descriptor, obj)
+        return
+    fields = object.__getattribute__(obj, "__dict__")
+    if name not in fields:
+        raise missing_slot(obj.python_type, name)
+    del fields[name]
+
+
+_MEMBER_GET = types.MemberDescriptorType.__get__
+_MEMBER_SET = types.MemberDescriptorType.__set__
+_MEMBER_DELETE = types.MemberDescriptorType.__delete__
 _DEFAULT_TORCH_FUNCTION = torch.Tensor.__torch_function__.__func__
 _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
 _MAKE_SUBCLASS = torch.Tensor._make_subclass  # noqa: SLF001
@@ -240,4 +286,7 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     _AS_SUBCLASS: as_subclass,
     _MAKE_SUBCLASS: make_subclass,
     torch._C._skip_one_hop_torch_function: skip_one_hop_torch_function,  # noqa: SLF001
+    _MEMBER_GET: member_get,
+    _MEMBER_SET: member_set,
+    _MEMBER_DELETE: member_delete,
 }

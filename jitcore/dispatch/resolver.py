@@ -67,37 +67,31 @@ METADATA_OPS = frozenset(
 
 
 class DispatchState:
-    """The shadow <-> proxy map of subclass values in one trace."""
+    """Subclass values of one trace, shadows and proxies both ways, kept in the trace's one shadow
+    map (``TensorValues.known``/``bind``)."""
 
-    __slots__ = ("values", "_proxies", "_keepalive")
+    __slots__ = ("values",)
 
     def __init__(self, values: Any) -> None:
         self.values = values
-        self._proxies: dict[int, SubclassTensorProxy] = {}
-        self._keepalive: list[Any] = []
 
     @staticmethod
     def of(values: Any) -> "DispatchState":
-        """The dispatch state of a trace's tensor values (made on first use)."""
-        if values.dispatch_state is None:
-            values.dispatch_state = DispatchState(values)
-        return values.dispatch_state
+        """The dispatch state of a trace's tensor values."""
+        return DispatchState(values)
 
     @staticmethod
     def of_current() -> "DispatchState":
-        return DispatchState.of(current_context().values)
+        return DispatchState(current_context().values)
 
     def register(self, proxy: SubclassTensorProxy) -> None:
-        shadow = proxy.shadow
-        self._proxies[id(shadow)] = proxy
-        self._keepalive.append(shadow)
+        self.values.bind(proxy.shadow, proxy)
 
     def shadow_of(self, value: Any) -> Any:
         if isinstance(value, SubclassTensorProxy):
             shadow = value.shadow
-            if id(shadow) not in self._proxies:
-                self._proxies[id(shadow)] = value
-                self._keepalive.append(shadow)
+            if self.values.known(shadow) is None:
+                self.values.bind(shadow, value)
             return shadow
         if isinstance(value, TensorProxy):
             return value.shadow
@@ -106,7 +100,7 @@ class DispatchState:
     def proxy_of(self, value: Any) -> Any:
         if not isinstance(value, torch.Tensor) or isinstance(value, TensorProxy):
             return value
-        proxy = self._proxies.get(id(value))
+        proxy = self.values.known(value)
         if proxy is not None:
             return proxy
         if isinstance(value, FakeTensor):
@@ -140,8 +134,7 @@ class DispatchState:
         for key, value in instance_attributes(shadow).items():  # slots too
             proxy.__dict__[key] = self.proxy_of(value) if isinstance(value, torch.Tensor) else value
         proxy.set_shadow(shadow)
-        self._proxies[id(shadow)] = proxy
-        self._keepalive.append(shadow)
+        self.values.bind(shadow, proxy)
         return proxy
 
 

@@ -20,7 +20,7 @@ from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 from jitcore.proxies.tensor import TensorProxy
 
-__all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup", "op_symbol"]
+__all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup", "op_symbol", "operator_symbol"]
 
 ATEN_TABLE = SymbolTable("aten")
 # Generated code calls what OpOverload.__call__ forwards to, without its Python frame (0.3 us a call).
@@ -106,6 +106,19 @@ def op_symbol(op: OpOverload) -> Symbol:
                         meta=meta_of(op), tags=frozenset(tags))
         _OTHER_OPS[op] = symbol
     return symbol
+
+
+def operator_symbol(fn: Any) -> Symbol | None:
+    """What records a call of ``fn`` when it is an operator the interpreter reaches as a callable: an
+    aten op (overload or packet), an overload of any other namespace, or such a packet with one
+    overload; None for anything else."""
+    if is_aten_op(fn):
+        return aten_symbol(fn)
+    if isinstance(fn, OpOverload):  # a custom op (torch.library) of any namespace
+        return op_symbol(fn)
+    if isinstance(fn, OpOverloadPacket) and fn.overloads() == ["default"]:
+        return op_symbol(fn.default)
+    return None
 
 
 def _torch_dispatch(op: OpOverload, args: tuple, kwargs: dict) -> Any:

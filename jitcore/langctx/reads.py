@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -135,16 +136,41 @@ def _coordinate_index(index: Any) -> Any:
     return tuple(out)
 
 
+def _read_slice_bounds(index: Any) -> Any:
+    """``index`` with the tensor bounds of its slices read as ints (``x[:, :n]`` with a 0-dim ``n``:
+    Hugging Face's beam search crops its sequences so), each a checked read of its own."""
+    items = index if type(index) is tuple else (index,)
+
+    def read(bound: Any) -> Any:
+        return operator.index(bound) if isinstance(bound, TensorProxy) else bound
+
+    out = [slice(read(i.start), read(i.stop), read(i.step))
+           if type(i) is slice and any(isinstance(b, TensorProxy) for b in (i.start, i.stop, i.step)) else i
+           for i in items]
+    if all(a is b for a, b in zip(out, items)):
+        return index
+    return tuple(out) if type(index) is tuple else out[0]
+
+
+def _static_index(index: Any) -> Any:
+    """The index with masks as coordinates and tensor slice bounds read (NotImplemented: neither)."""
+    read = _read_slice_bounds(index)
+    coordinates = _coordinate_index(read)
+    if coordinates is not NotImplemented:
+        return coordinates
+    return NotImplemented if read is index else read
+
+
 def _getitem(x: Any, index: Any) -> Any:
-    coordinates = _coordinate_index(index)
-    return NotImplemented if coordinates is NotImplemented else x[coordinates]
+    static = _static_index(index)
+    return NotImplemented if static is NotImplemented else x[static]
 
 
 def _setitem(x: Any, index: Any, value: Any) -> Any:
-    coordinates = _coordinate_index(index)
-    if coordinates is NotImplemented:
+    static = _static_index(index)
+    if static is NotImplemented:
         return NotImplemented
-    x[coordinates] = value
+    x[static] = value
     return None
 
 

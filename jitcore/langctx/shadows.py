@@ -16,8 +16,10 @@ fake results become the output proxies. Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +39,8 @@ from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["REPLAY_NUMEL_LIMIT", "TensorValues", "evaluate", "may_write_inputs", "meta_of", "new_context"]
+__all__ = ["REPLAY_NUMEL_LIMIT", "STATEFUL", "TensorValues", "evaluate", "may_write_inputs", "meta_of",
+           "new_context"]
 
 # Fake-tensor kernels log every failure at ERROR level before re-raising it; the exception itself is
 # what the user gets, so the log line is noise.
@@ -46,10 +49,17 @@ logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
 # Largest total element count for which a failed call is replayed on real tensors to obtain eager's
 # exact error message.
 REPLAY_NUMEL_LIMIT = 1 << 22
+# Functions whose errors depend on state beyond their arguments' metadata (a backward over an autograd
+# graph whose buffers an earlier backward freed): what they raise on the shadows is eager's error, never
+# replayed on zero-filled tensors (which have no such state).
+STATEFUL: set[Callable[..., Any]] = set()
 
 
 class TensorValues:
-    """The tensor state of one trace: its fake mode and the shadow -> proxy map.
+    """The tensor state of one trace: its fake mode and its one shadow -> proxy map (plain shadows,
+    and the shadows of subclass values: real instances of the subclass over fake inner tensors,
+    bound by jitcore/dispatch/resolver.py). A proxy holds its shadow, so a mapped id is never reused
+    while the map lives; an entry counts only while the proxy still has that shadow.
 
     Attributes:
         fake_mode: the FakeTensorMode all shadows of this trace belong to.
@@ -62,7 +72,6 @@ class TensorValues:
 
     __slots__ = (
         "_by_shadow",
-        "dispatch_state",
         "fake_mode",
         "layout",
         "names",
@@ -76,7 +85,6 @@ class TensorValues:
         self.names = names
         self.strides_queried = False
         self.layout = LayoutReliance()
-        self.dispatch_state: Any = None  # owned by jitcore.dispatch: subclass shadows <-> proxies
         self._by_shadow: dict[int, TensorProxy] = {}
 
     def input_proxy(self, tensor: torch.Tensor, name: str | None = None,
@@ -106,10 +114,19 @@ class TensorValues:
 
     def proxy_for(self, shadow: torch.Tensor) -> TensorProxy:
         """The proxy of ``shadow``: the existing one, or a new one with a fresh name."""
-        proxy = self._by_shadow.get(id(shadow))
-        if proxy is not None and proxy.shadow is shadow:
+        proxy = self.known(shadow)
+        if proxy is not None:
             return proxy
         return self._bind(shadow, self.names.fresh("t"))
+
+    def known(self, shadow: torch.Tensor) -> TensorProxy | None:
+        """The proxy ``shadow`` belongs to, or None."""
+        proxy = self._by_shadow.get(id(shadow))
+        return proxy if proxy is not None and proxy.shadow is shadow else None
+
+    def bind(self, shadow: torch.Tensor, proxy: TensorProxy) -> None:
+        """Make ``proxy`` the one of ``shadow`` (a subclass value, whose shadow its class built)."""
+        self._by_shadow[id(shadow)] = proxy
 
     def _bind(self, shadow: torch.Tensor, name: str) -> TensorProxy:
         proxy = TensorProxy(name, shadow)
@@ -227,8 +244,13 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _DATA_READ_MESSAGES):
             _raise_meta_error(fn, shadow_args, shadow_kwargs, shadow_leaves, exc)
             raise _data_dependent(fn, exc) from None  # a fake's data was read (``tolist``, ...)
-        _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
-        raise
+        if fn in STATEFUL:
+            raise
+        if not (isinstance(exc, RuntimeError) and _is_kernel(fn)) or may_write_inputs(fn, shadow_kwargs) \
+                or any(isinstance(v, FakeTensor) and v.device.type == "meta" for v in shadow_leaves):
+            _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
+            raise
+        out = _outputs_of_eager_kernel(fn, shadow_args, shadow_kwargs, exc, fake_mode)
     finally:
         fake_mode.cache_enabled = cache_enabled
     _check_input_changes(values, fn, (shadow_args, shadow_kwargs), shadow_leaves, before, storage_sizes)
@@ -309,8 +331,33 @@ def _data_dependent(fn: Callable[..., Any], exc: Exception) -> DataDependentErro
     )
 
 
+# Note [Fake kernels stricter than eager]
+# Some fake (meta) kernels reject arguments that the eager kernel of the device takes:
+# ``torch._grouped_mm``'s meta kernel demands bfloat16 (the CUDA kernel's rule) while its CPU kernel
+# takes float32 (Hugging Face's Mixtral and Qwen2-MoE call it so on CPU). When the fake call raises
+# a RuntimeError and eager accepts the same metadata on zero-filled tensors, the fake kernel is wrong
+# for this call, not the program. A meta kernel exists only for an op whose output metadata follows
+# from its inputs' metadata (one whose outputs depend on values raises DynamicOutputShapeException
+# instead), so the eager kernel run on zero-filled tensors of the same metadata gives the outputs'
+# metadata: their shadows are made from it (``_outputs_of_eager_kernel``), and autograd runs the
+# same way (the op's backward reaches this fallback again where its own fake kernel is as strict).
+# Where eager cannot be asked cheaply (inputs over REPLAY_NUMEL_LIMIT elements, symbolic sizes, a
+# device this machine lacks), the call becomes a value read instead: run on the real values while
+# tracing, its outputs' metadata checked on every call (jitcore/jit/value_reads.py); with
+# ``fullgraph=True`` that is a clear refusal.
+def _stricter_fake(fn: Callable[..., Any], exc: Exception) -> DataDependentError:
+    return DataDependentError(
+        f"the fake (meta) kernel of {_name(fn)} rejects arguments that its eager kernel accepts "
+        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}), so the metadata of its outputs "
+        "is known only by running it on the values",
+        hints=("without fullgraph=True jitcore runs it on the values and checks the outputs' metadata "
+               "on every call",),
+    )
+
+
 def _name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"torch.{fn.__name__}" if name.startswith("_VariableFunctionsClass.") else name
 
 
 def _raise_eager_error(
@@ -329,14 +376,39 @@ def _raise_eager_error(
         metadata: (shape, strides, offset) of shadows before the call, where the call changed them.
         storage_sizes: storage sizes in bytes of shadows before the call, where the call grew them.
     """
+    _on_zeros(fn, args, kwargs, metadata, storage_sizes)
+
+
+_NOT_REPLAYED = object()
+
+
+def _on_zeros(
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    metadata: dict[int, tuple] | None = None,
+    storage_sizes: dict[int, int] | None = None,
+    *,
+    grad_inputs: bool = False,
+) -> Any:
+    """``fn`` run on zero-filled real tensors with the shadows' metadata: its outputs, or _NOT_REPLAYED
+    (too large to replay, or on a device this machine does not have).
+
+    ``grad_inputs``: every tensor whose shadow requires grad is a leaf that requires grad (so that
+    the outputs require grad as eager's would); otherwise only leaves do (an in-place op on a leaf
+    that requires grad raises as eagerly).
+
+    Raises:
+        Exception: eager's exception for these arguments, with its traceback dropped.
+    """
     metadata = metadata or {}
     leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
     fakes = [v for v in leaves if isinstance(v, FakeTensor)]
     shapes = {id(f): metadata.get(id(f), _metadata(f)) for f in fakes}
     if sum(math.prod(shapes[id(f)][0]) for f in fakes) > REPLAY_NUMEL_LIMIT:
-        return
+        return _NOT_REPLAYED
     if any(f.device.type != "cpu" and not _device_available(f.device) for f in fakes):
-        return
+        return _NOT_REPLAYED
     real: dict[int, torch.Tensor] = {}
     for f in fakes:
         if id(f) not in real:
@@ -346,14 +418,62 @@ def _raise_eager_error(
             size = max(nbytes // max(f.element_size(), 1), extent)
             base = torch.zeros(size, dtype=f.dtype, device=f.device)
             t = base.as_strided(shape, stride, offset)
-            real[id(f)] = t.requires_grad_(f.requires_grad) if f.is_leaf and f.requires_grad else t
+            if f.requires_grad and (grad_inputs or f.is_leaf):
+                t.requires_grad_(True)
+            real[id(f)] = t
     real_args, real_kwargs = optree.tree_unflatten(
         spec, [real[id(v)] if isinstance(v, FakeTensor) else v for v in leaves]
     )
+    devices = sorted({f.device.index or 0 for f in fakes if f.device.type == "cuda"})
     try:
-        fn(*real_args, **real_kwargs)
+        with torch.random.fork_rng(devices=devices):  # the program's random stream is not consumed
+            return fn(*real_args, **real_kwargs)
     except Exception as eager_error:  # noqa: BLE001 - eager rejects these arguments too: its words are the user's
         raise eager_error.with_traceback(None) from None
+
+
+def _is_kernel(fn: Any) -> bool:
+    """An operator with kernels (an OpOverload, or a torch builtin that dispatches to one): its fake
+    kernel and its eager kernel see the same arguments. A Python function's RuntimeError may come from
+    state that zero-filled tensors do not have (an autograd graph already freed)."""
+    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True
+    native = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
+    return isinstance(fn, native) and (getattr(fn, "__module__", None) or "torch").startswith("torch")
+
+
+def _outputs_of_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dict, exc: Exception,
+                             fake_mode: Any) -> Any:
+    """The outputs' shadows of an out-of-place call whose fake kernel raised ``exc`` (a RuntimeError),
+    made from the eager kernel's outputs on zero-filled tensors (Note [Fake kernels stricter than
+    eager]).
+
+    Raises:
+        Exception: eager's own exception for these arguments (the fake kernel was right).
+        DataDependentError: eager accepts the call but cannot stand in for the fake kernel (a call too
+            large to replay, outputs that are not tensors or numbers): the call becomes a value read.
+    """
+    leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
+    if any(not all(type(n) is int for n in _metadata(f)[0] + _metadata(f)[1]) for f in leaves
+           if isinstance(f, FakeTensor)):
+        raise _stricter_fake(fn, exc) from None  # symbolic sizes: the zero-filled run needs static ones
+    below_autograd = isinstance(fn, torch._ops.OpOverload)  # autograd was applied above this call
+    with torch.no_grad() if below_autograd else contextlib.nullcontext():
+        out = _on_zeros(fn, args, kwargs, grad_inputs=not below_autograd)
+    if out is _NOT_REPLAYED:
+        raise _stricter_fake(fn, exc) from None
+    out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
+    if not all(isinstance(o, torch.Tensor) or o is None or type(o) in (
+            int, float, bool) for o in out_leaves):
+        raise _stricter_fake(fn, exc) from None
+    shadows = []
+    for o in out_leaves:
+        if isinstance(o, torch.Tensor):
+            shadow = fake_mode.from_tensor(o.detach(), static_shapes=True)
+            shadows.append(shadow.requires_grad_(True) if o.requires_grad else shadow)
+        else:
+            shadows.append(o)
+    return optree.tree_unflatten(out_spec, shadows)
 
 
 def _device_available(device: torch.device) -> bool:

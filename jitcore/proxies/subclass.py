@@ -14,6 +14,7 @@ subclass's ``__init__`` stores them — its inner tensors (proxies) and other fi
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ import torch
 from jitcore.proxies.protocol import tensor_flatten, tensor_unflatten
 from jitcore.proxies.tensor import TensorProxy, describe_tensor, wrapper_tensor
 
-__all__ = ["SubclassTensorProxy", "is_traceable_subclass"]
+__all__ = ["SubclassTensorProxy", "is_traceable_subclass", "missing_slot"]
 
 
 def is_traceable_subclass(cls: type) -> bool:
@@ -45,6 +46,15 @@ def _class_dict_chain(cls: type) -> set[str]:
             break
         names.update(vars(klass))
     return names
+
+
+def missing_slot(cls: type, name: str) -> AttributeError:
+    """CPython's error for an unset ``__slots__`` field: the class by name, by its fully qualified
+    name since 3.13."""
+    shown = cls.__name__
+    if sys.version_info >= (3, 13) and cls.__module__ != "builtins":
+        shown = f"{cls.__module__}.{cls.__qualname__}"
+    return AttributeError(f"'{shown}' object has no attribute '{name}'")
 
 
 _MISSING = object()
@@ -144,7 +154,7 @@ class SubclassTensorProxy(TensorProxy):
                 if isinstance(found, _SLOT):  # a __slots__ field: stored in the proxy's dict
                     if name in instance:
                         return instance[name]
-                    raise AttributeError(f"'{subclass.__name__}' object has no attribute '{name}'")
+                    raise missing_slot(subclass, name)
                 if name in instance and not hasattr(type(found), "__set__"):
                     return instance[name]
                 get = getattr(type(found), "__get__", None)

@@ -73,8 +73,9 @@ GRAD_MODE_OUTPUTS = {
 
 
 def _resolve_call(fn: Any) -> Any:
-    if aten_langctx.is_aten_op(fn):
-        return aten_langctx.aten_symbol(fn)
+    symbol = aten_langctx.operator_symbol(fn)
+    if symbol is not None:
+        return symbol
     code = getattr(fn, "__code__", None)
     if code is not None and code.co_filename.startswith(JITCORE_DIR):
         return fn

@@ -294,6 +294,7 @@ def _unwrapped(out: Any) -> Any:
 @pytest.mark.parametrize("program", [
     lambda s: (s + 1) * s,
     lambda s: (s.scale(), type(s) is Slotted, isinstance(s, Slotted), s.FACTOR, s.elem.shape),
+    lambda s: Slotted.elem.__get__(s) * 2 + type(s).__dict__["elem"].__get__(s, Slotted),
 ])
 def test_slots_super_and_class_attributes_of_an_input(program: Any) -> None:
     s = Slotted(torch.randn(3, 4))
@@ -315,6 +316,32 @@ def test_slotted_subclass_made_inside() -> None:
     torch.testing.assert_close(got[1], expected[1])
     assert got[0][0] == "Slotted"
     torch.testing.assert_close(got[0][1], expected[0][1])
+
+
+def test_slot_descriptor_applied_to_values_made_inside_and_inputs() -> None:
+    """``Slotted.elem.__set__``/``__get__``/``__delete__`` on traced subclass values, as eagerly (on an
+    input, the field set is the caller's after the call)."""
+
+    def f(s: Slotted, t: torch.Tensor) -> Any:
+        made = Slotted(t)
+        Slotted.elem.__set__(made, t * 3)
+        Slotted.elem.__set__(s, Slotted.elem.__get__(s) + 1)
+        missing = Slotted(t)
+        Slotted.elem.__delete__(missing)
+        try:
+            Slotted.elem.__get__(missing)
+        except AttributeError as error:
+            message = str(error)
+        return Slotted.elem.__get__(made) + s.elem, message
+
+    eager_s, jit_s = Slotted(torch.arange(3.0)), Slotted(torch.arange(3.0))
+    jitted = jitcore.jit(f)
+    for _ in range(2):
+        t = torch.randn(3)
+        (got, got_message), (expected, expected_message) = jitted(jit_s, t), f(eager_s, t)
+        torch.testing.assert_close(got, expected)
+        assert got_message == expected_message
+        torch.testing.assert_close(jit_s.elem, eager_s.elem)
 
 
 # --- subclasses that run eagerly ---------------------------------------------------------------

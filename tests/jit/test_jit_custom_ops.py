@@ -150,3 +150,83 @@ def test_custom_op_called_by_native_code_with_torch_function_disabled():
     (ga,) = torch.autograd.grad(got.sum(), a)
     (wa,) = torch.autograd.grad(want.sum(), a)
     assert_same(ga, wa)
+
+
+@torch.library.custom_op("jitcore_test::strict_fake", mutates_args=())
+def strict_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.shape[-1] != b.shape[0]:
+        raise RuntimeError("strict_fake: inner sizes differ")
+    return (a @ b).relu()
+
+
+@strict_fake.register_fake
+def _strict_fake_fake(a, b):
+    # stricter than the kernel, as torch._grouped_mm's meta kernel is on CPU (it demands bfloat16)
+    torch._check(a.dtype == torch.bfloat16, lambda: "Expected inputs of BF16 type")
+    return a.new_empty(a.shape[0], b.shape[1])
+
+
+def _strict_fake_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad = grad * ((a @ b) > 0)
+    return grad @ b.T, a.T @ grad
+
+
+strict_fake.register_autograd(
+    _strict_fake_backward, setup_context=lambda ctx, inputs, output: ctx.save_for_backward(*inputs)
+)
+
+
+def test_fake_kernel_stricter_than_eager_takes_the_eager_kernels_metadata():
+    """Note [Fake kernels stricter than eager]: the fake kernel rejects float32, the kernel takes it;
+    the op is traced with the metadata of its eager outputs (no value read: one trace, fullgraph works)."""
+    def f(a, b):
+        return strict_fake(a.sin(), b) * 2
+
+    jf = jitcore.jit(f, fullgraph=True)
+    for _ in range(3):
+        a, b = torch.randn(4, 3), torch.randn(3, 5)
+        assert_same(jf(a, b), f(a, b))
+    assert jitcore.cache_misses(jf) == 1
+    assert "torch.ops.jitcore_test.strict_fake.default(" in str(jitcore.last_traces(jf)[-1])
+
+
+def test_fake_kernel_stricter_than_eager_under_grad():
+    def f(a, b):
+        return strict_fake(a, b).sum()
+
+    a, b = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+    ea, eb = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    jitcore.jit(f)(a, b).backward()
+    f(ea, eb).backward()
+    assert_same(a.grad, ea.grad)
+    assert_same(b.grad, eb.grad)
+
+
+def test_fake_kernel_stricter_than_eager_keeps_eagers_errors():
+    def f(a, b):
+        return strict_fake(a, b)
+
+    a, b = torch.randn(4, 3), torch.randn(2, 5)
+    with pytest.raises(RuntimeError, match="inner sizes differ"):
+        f(a, b)
+    with pytest.raises(RuntimeError, match="inner sizes differ"):
+        jitcore.jit(f)(a, b)
+
+
+def test_grouped_mm_on_cpu_float32_with_gradients():
+    """``torch._grouped_mm`` (mixture-of-experts layers): float32 on CPU, which its meta kernel refuses."""
+    def f(x, w, offs):
+        return torch._grouped_mm(x, w.transpose(-2, -1), offs=offs).tanh().sum(0)
+
+    offs = torch.tensor([3, 3, 8, 12], dtype=torch.int32)
+    jf = jitcore.jit(f)
+    for _ in range(2):
+        x, w = torch.randn(12, 8, requires_grad=True), torch.randn(4, 16, 8, requires_grad=True)
+        ex, ew = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        got, expected = jf(x, w, offs), f(ex, ew, offs)
+        assert_same(got, expected)
+        got.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(x.grad, ex.grad)
+        torch.testing.assert_close(w.grad, ew.grad)

@@ -45,6 +45,23 @@ def _qwen2():
     return transformers.Qwen2ForCausalLM(config)
 
 
+def _mixtral():
+    """Mixture of experts: its experts run ``torch._grouped_mm``, whose fake kernel demands bfloat16
+    while the CPU kernel takes float32 (Note [Fake kernels stricter than eager])."""
+    config = transformers.MixtralConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+    )
+    return transformers.MixtralForCausalLM(config)
+
+
 def _gpt2():
     config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                                      bos_token_id=0, eos_token_id=0)
@@ -134,7 +151,7 @@ def test_encoder_decoder_and_vision_models():
         _assert_close(jvit(pixels).last_hidden_state, vit(pixels).last_hidden_state)
 
 
-@pytest.mark.parametrize("make", [_llama, _gpt2], ids=lambda m: m.__name__[1:])
+@pytest.mark.parametrize("make", [_llama, _mixtral, _gpt2], ids=lambda m: m.__name__[1:])
 def test_training_step_loss_and_gradients(make):
     model = _model(make).train()
     jitted = jitcore.jit(model)
@@ -207,6 +224,18 @@ def test_greedy_generate(make):
         expected = model.generate(ids, **options)
         assert torch.equal(got, expected)
     assert not generate.last_backward_traces
+
+
+@pytest.mark.parametrize("make", [_llama, _t5], ids=lambda m: m.__name__[1:])
+def test_beam_search_generate(make):
+    """Beam search crops its sequences by a length it computes as a 0-dim tensor
+    (``sequences[:, :output_length]``): a slice bound read as a checked int."""
+    model = _model(make)
+    generate = jitcore.jit(model.generate)
+    for seed in range(2):
+        ids = _ids(seed)
+        options = dict(max_new_tokens=4, num_beams=2, do_sample=False, pad_token_id=0)
+        assert torch.equal(generate(ids, **options), model.generate(ids, **options))
 
 
 def test_jitted_forward_installed_on_the_model():
