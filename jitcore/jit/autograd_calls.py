@@ -21,8 +21,10 @@ torch's function transforms (``torch.func.vmap``, ``grad``, ``jacrev``, ...) wra
 functorch's own levels, which tracing does not model: a call that reaches one runs eagerly, with one
 warning (JC-J002), instead of tracing a wrong program.
 
-Invariant: ``create_graph=True`` (double backward) is refused with a clear error, never
-approximated.
+``create_graph=True`` (a gradient penalty, a Hessian-vector product) records a backward whose ops are
+themselves differentiated by the grad transform. Without ``retain_graph`` (or ``create_graph``), the
+graph's saved buffers are freed on the pass's shadows as eagerly, so a second backward through them
+raises eager's error at the user's line.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch
 
 import jitcore
 from jitcore.errors import EagerOnlySubclass, UnsupportedOperationError
-from jitcore.langctx.backward import AUTOGRAD_GRAD
+from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph
 from jitcore.proxies import TensorProxy
 
 __all__ = ["AutogradCalls"]
@@ -64,11 +66,11 @@ class AutogradCalls:
     def backward(self, tensors: Any, grad_tensors: Any = None, retain_graph: Any = None,
                  create_graph: bool = False, grad_variables: Any = None, inputs: Any = None) -> None:
         """``torch.autograd.backward``: gradients accumulated into the leaves' ``.grad``."""
-        _refuse_double_backward(create_graph)
         outputs = _as_list(tensors)
         grad_outputs = _as_list(grad_tensors) if grad_tensors is not None else [None] * len(outputs)
         leaves = _as_list(inputs) if inputs is not None else self._leaves(outputs)
-        for leaf, grad in zip(leaves, self._record(outputs, leaves, grad_outputs)):
+        grads = self._record(outputs, leaves, grad_outputs, bool(create_graph), retain_graph)
+        for leaf, grad in zip(leaves, grads):
             if grad is not None:
                 self._accumulate(leaf, grad)
 
@@ -76,13 +78,12 @@ class AutogradCalls:
              create_graph: bool = False, only_inputs: bool = True, allow_unused: bool | None = None,
              is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple[Any, ...]:
         """``torch.autograd.grad``: the gradients themselves; no ``.grad`` is touched."""
-        _refuse_double_backward(create_graph)
         if is_grads_batched:
             raise UnsupportedOperationError("torch.autograd.grad(is_grads_batched=True) inside a jitted "
                                             "function is not supported")
         outs, ins = _as_list(outputs), _as_list(inputs)
         grad_outs = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outs)
-        grads = self._record(outs, ins, grad_outs)
+        grads = self._record(outs, ins, grad_outs, bool(create_graph), retain_graph)
         if not (allow_unused or materialize_grads) and any(g is None for g in grads):
             raise RuntimeError("One of the differentiated Tensors appears to not have been used in the "
                                "graph. Set allow_unused=True if this is the desired behavior.")
@@ -103,7 +104,8 @@ class AutogradCalls:
         return self._pass.grad_value(tensor, path)
 
     # --- recording -------------------------------------------------------------------------------
-    def _record(self, outputs: list, inputs: list, grad_outputs: list) -> tuple[Any, ...]:
+    def _record(self, outputs: list, inputs: list, grad_outputs: list, create_graph: bool,
+                retain_graph: Any) -> tuple[Any, ...]:
         for i, (out, grad) in enumerate(zip(outputs, grad_outputs)):  # eager's checks and messages
             if isinstance(out, TensorProxy) and not out.requires_grad:
                 raise RuntimeError(
@@ -111,7 +113,14 @@ class AutogradCalls:
             if grad is None and isinstance(out, TensorProxy) and out.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
         self._pass.trace.imports.setdefault("jitcore", jitcore)
-        return tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs))
+        if create_graph:
+            grads = tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs, create_graph=True))
+        else:
+            grads = tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs))
+        if not (create_graph if retain_graph is None else retain_graph):  # eager frees the graph's buffers
+            fake_mode = self._pass.context.values.fake_mode
+            free_graph(_shadows(outputs), _shadows(inputs), _shadows(grad_outputs), fake_mode)
+        return grads
 
     def _leaves(self, outputs: list) -> list[TensorProxy]:
         """The leaves the outputs' graph reaches (what ``backward()`` accumulates into), in the
@@ -146,17 +155,14 @@ class AutogradCalls:
             old.add_(grad)  # in place into the caller's gradient tensor, as eager accumulates
 
 
+def _shadows(values: list) -> list:
+    return [v.shadow if isinstance(v, TensorProxy) else v for v in values]
+
+
 def _as_list(value: Any) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value]
-
-
-def _refuse_double_backward(create_graph: bool) -> None:
-    if create_graph:
-        raise UnsupportedOperationError(
-            "create_graph=True (a backward that is itself differentiated) inside a jitted function is "
-            "not supported", hints=("compute higher-order gradients outside the jitted function",))
 
 
 def _function_transforms() -> list[tuple[Any, str]]:

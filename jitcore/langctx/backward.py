@@ -2,7 +2,9 @@
 ``torch.autograd.grad``; the calls are handled by jitcore/jit/autograd_calls.py).
 
 Invariant: ``autograd_grad`` keeps the graph (``retain_graph=True``): the grad transform differentiates
-the same graph again for the trace's outputs, and its replay records the backward's aten ops.
+the same graph again for the trace's outputs, and its replay records the backward's aten ops. The
+program's ``retain_graph`` is honoured on the tracing pass's own shadows instead (``free_graph``), so a
+second backward through freed buffers raises eager's error at the user's line.
 """
 
 from __future__ import annotations
@@ -12,18 +14,33 @@ from typing import Any
 
 import torch
 
+from jitcore.langctx.shadows import STATEFUL
 from jitcore.langctx.torch import torch_symbol
 
-__all__ = ["AUTOGRAD_GRAD", "autograd_grad"]
+__all__ = ["AUTOGRAD_GRAD", "autograd_grad", "free_graph"]
 
 
 def autograd_grad(
-    outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any]
+    outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any],
+    create_graph: bool = False,
 ) -> tuple[torch.Tensor | None, ...]:
-    """The gradients of ``outputs`` with respect to ``inputs`` (None where unused); the graph is kept."""
+    """The gradients of ``outputs`` with respect to ``inputs`` (None where unused); the graph is kept.
+    With ``create_graph`` the backward's own ops are differentiable (a gradient penalty, a
+    Hessian-vector product): the grad transform's replay records them with their autograd graph,
+    so the trace's own backward differentiates through them."""
     return torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), retain_graph=True,
-                               allow_unused=True)
+                               create_graph=create_graph, allow_unused=True)
 
 
+def free_graph(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any],
+               fake_mode: Any) -> None:
+    """Free the saved buffers of the shadows' graph as a backward without ``retain_graph`` frees eager's:
+    the same backward run again natively, not retained, on the shadows (nothing is recorded)."""
+    with fake_mode:
+        torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), retain_graph=False,
+                            allow_unused=True)
+
+
+STATEFUL.add(autograd_grad)
 AUTOGRAD_GRAD = torch_symbol(autograd_grad, "jitcore.langctx.backward.autograd_grad",
                              tags=frozenset({"backward"}))

@@ -7,6 +7,8 @@ outputs, parameters, ``.grad`` of every leaf and optimizer state are compared af
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -127,13 +129,93 @@ def test_backward_with_inputs_and_a_leaf_made_inside():
 
 def test_refusals_and_eager_errors():
     w = torch.randn(3, requires_grad=True)
-    with pytest.raises(jitcore.UnsupportedOperationError, match="create_graph=True"):
-        jitcore.jit(lambda w: torch.autograd.grad((w * w).sum(), [w], create_graph=True))(w)
     with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
         jitcore.jit(lambda w: (w * 2).backward())(w)
     with pytest.raises(RuntimeError, match="does not require grad"):
         jitcore.jit(lambda x: x.sum().backward())(torch.randn(3))
     assert torch.is_grad_enabled()
+
+
+def test_gradient_penalty_training_step():
+    """A WGAN-GP critic step: ``autograd.grad(create_graph=True)`` on the inputs, a penalty on the
+    gradient's norm, ``backward()`` through it into the parameters, an optimizer step."""
+
+    def step(critic, opt, real, fake):
+        opt.zero_grad()
+        mix = (0.3 * real + 0.7 * fake).requires_grad_(True)
+        grad, = torch.autograd.grad(critic(mix).sum(), mix, create_graph=True)
+        penalty = ((grad.norm(dim=1) - 1) ** 2).mean()
+        loss = critic(fake).mean() - critic(real).mean() + 10 * penalty
+        loss.backward()
+        opt.step()
+        return loss.detach(), penalty.detach()
+
+    def setup():
+        critic = _mlp(1)
+        return critic, torch.optim.Adam(critic.parameters(), lr=0.01)
+
+    eager_critic, eager_opt = setup()
+    critic, opt = setup()
+    jitted = jitcore.jit(step)
+    for i in range(4):
+        g = torch.Generator().manual_seed(i)
+        real, fake = torch.randn(6, 3, generator=g), torch.randn(6, 3, generator=g)
+        assert_same(jitted(critic, opt, real, fake), step(eager_critic, eager_opt, real, fake))
+        _same_params_and_grads(critic, eager_critic)
+    assert jitcore.cache_misses(jitted) <= 3
+
+
+def test_hessian_vector_product_and_backward_with_create_graph():
+    def hvp(x, v):
+        g, = torch.autograd.grad((x ** 3).sin().sum(), x, create_graph=True)
+        h, = torch.autograd.grad(g, x, grad_outputs=v)
+        return g.detach(), h
+
+    def second(x):
+        (x.sin() * x).sum().backward(create_graph=True)
+        return x.grad * 2
+
+    jitted_hvp, jitted_second = jitcore.jit(hvp), jitcore.jit(second)
+    for i in range(2):
+        g = torch.Generator().manual_seed(i)
+        x, v = torch.randn(5, generator=g), torch.randn(5, generator=g)
+        assert_same(jitted_hvp(x.clone().requires_grad_(), v), hvp(x.clone().requires_grad_(), v))
+        jx, ex = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got, expected = jitted_second(jx), second(ex)
+        assert_same(got, expected)
+        assert got.requires_grad and expected.requires_grad
+        got.sum().backward()  # through the gradient: the second derivative accumulates into .grad
+        expected.sum().backward()
+        assert_same(jx.grad, ex.grad)
+    assert "create_graph=True" in str(jitcore.last_traces(jitted_hvp)[0])
+
+
+def _twice(retain):
+    def f(x):
+        y = (x.sin() * x).sum()
+        y.backward(retain_graph=retain)
+        if retain is None:
+            torch.autograd.grad(y, x)  # frees nothing more: the first backward freed the buffers
+        y.backward()
+        return x.grad * 1
+    return f
+
+
+@pytest.mark.parametrize("retain", [None, False, True])
+def test_a_second_backward_through_freed_buffers_raises_as_eagerly(retain):
+    """Without retain_graph eager frees the graph's saved tensors: a second backward through them
+    raises, at the user's line; with it, gradients accumulate."""
+    f = _twice(retain)
+    if retain:
+        x, ex = torch.arange(3.0, requires_grad=True), torch.arange(3.0, requires_grad=True)
+        assert_same(jitcore.jit(f)(x), f(ex))
+        return
+    with pytest.raises(RuntimeError, match="backward through the graph a second time") as eager_error:
+        f(torch.arange(3.0, requires_grad=True))
+    with pytest.raises(RuntimeError, match="backward through the graph a second time") as jit_error:
+        jitcore.jit(f)(torch.arange(3.0, requires_grad=True))
+    assert type(jit_error.value) is type(eager_error.value)
+    assert "test_jit_backward_inside.py" in "".join(traceback.format_exception(jit_error.value))
 
 
 @pytest.mark.parametrize("transform", ["vmap", "grad", "jacrev"])
