@@ -52,6 +52,7 @@ from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.jit import numbers, outputs
 from jitcore.jit.autograd_calls import AutogradCalls
+from jitcore.jit.appends import appended_parameters, only_appended_to
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters
 from jitcore.jit.probe import Probe
 from jitcore.jit.provenance import Provenance
@@ -224,6 +225,9 @@ class Pass:
         dynamic = self.dynamic_numbers
         if type(value) in (int, float) and (dynamic is True or (dynamic and name in dynamic)):
             return self.provenance.bind_dynamic_number(value, path, name)
+        if type(value) is list and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
+                and name in appended_parameters(self.fn):
+            return self.provenance.bind_appended_argument(value, path)  # jit/appends.py
         return self.provenance.bind_argument(value, path, name)
 
     def _bind_defaults(self, nargs: int, kwargs: dict) -> dict[str, Any]:
@@ -270,13 +274,9 @@ class Pass:
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
-                # float(n), int(n), abs(n) of dynamic numbers stay names (they call builtins natively
-                # otherwise, so only where numbers are inputs; a t.item() number they specialize)
-                **(
-                    python_langctx.LOOKASIDES
-                    if self.provenance.number_inputs or self.provenance.counters
-                    else {}
-                ),
+                # float(n), int(n), abs(n), math.cos(n) of numbers that are names (dynamic numbers,
+                # t.item() reads) stay names; float(t) of a one-element tensor is read as t.item()
+                **python_langctx.LOOKASIDES,
             },
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
@@ -390,12 +390,9 @@ class Pass:
         return value
 
     def _resolve_call(self, fn: Any) -> Callable[..., Any] | None:
-        if aten_langctx.is_aten_op(fn):
-            return aten_langctx.aten_symbol(fn)
-        if isinstance(fn, torch._ops.OpOverload):  # a custom op (torch.library) of any namespace
-            return aten_langctx.op_symbol(fn)
-        if isinstance(fn, torch._ops.OpOverloadPacket) and fn.overloads() == ["default"]:
-            return aten_langctx.op_symbol(fn.default)
+        symbol = aten_langctx.operator_symbol(fn)
+        if symbol is not None:
+            return symbol
         original = _compiled_original(fn)
         if original is not None:  # torch.compile(f) called by the program: f is what jitcore traces
             return lambda *args, **kwargs: current_run().call(original, *args, **kwargs)
@@ -411,7 +408,7 @@ class Pass:
             for arg in _identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
                 self.provenance.pin(arg)
         if self._has_numbers() and not isinstance(fn, numbers.SLOT_TYPES) and not _stores(fn) \
-                and tree_has((args, kwargs), NumberProxy):
+                and not _passes_numbers(fn) and tree_has((args, kwargs), NumberProxy):
             args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
@@ -447,7 +444,7 @@ class Pass:
         a read that only looks ``append``/``extend`` up on the list guards its type alone, and a read
         of a list the program has changed in this pass guards the contents the call started with."""
         if type(value) is list:
-            if _only_appended_to(frame):
+            if only_appended_to(frame):
                 return self.provenance.bind_appended_list(value, path)
             first = self.snapshots.first_contents(value)
             if first is not None:  # the guards are about the call's list, the program sees its own
@@ -628,6 +625,18 @@ _STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setd
                               "appendleft", "extendleft"})
 
 
+# Builtins that hand their arguments' elements on without reading them (``zip(param_groups, lrs)`` in
+# an LR scheduler): dynamic numbers stay names through them.
+_PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, len, isinstance, issubclass, type})
+
+
+def _passes_numbers(fn: Any) -> bool:
+    try:
+        return fn in _PASSES_NUMBERS
+    except TypeError:  # an unhashable callable
+        return False
+
+
 def _stores(fn: Any) -> bool:
     """A C method that only stores its arguments in a container (``log.append(loss.item())``): a
     number stays a name there (the effect stores its value per call, jitcore/jit/effects.py)."""
@@ -652,18 +661,6 @@ def _is_torch_builtin(fn: Any) -> bool:
     return isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith(
         "torch"
     )
-
-
-_APPENDING = frozenset({"append", "extend"})
-
-
-def _only_appended_to(frame: Any) -> bool:
-    """Whether the value the current load pushes is consumed by looking ``append``/``extend`` up on
-    it (the next instruction), so the program cannot read the list through it."""
-    instructions = frame.info.instructions
-    following = instructions[frame.index] if frame.index < len(instructions) else None
-    return following is not None and following.opname in ("LOAD_METHOD", "LOAD_ATTR") and \
-        following.argval in _APPENDING
 
 
 def _grad_as_proxy(effect: Effect, values: Any) -> Effect:

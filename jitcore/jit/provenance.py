@@ -37,9 +37,9 @@ from jitcore.errors import EagerOnlySubclass, UnsupportedInputError
 from jitcore.langctx.shadows import TensorValues
 from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
-from jitcore.prologue.guards import freeze_contents, is_literal_value
+from jitcore.prologue.guards import Predicate, freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.number import NumberProxy, formula
 from jitcore.proxies.protocol import (
     eager_only_reason, has_own_protocol, instance_attributes, is_wrapper, tensor_flatten, tensor_unflatten,
 )
@@ -204,8 +204,25 @@ class Provenance:
                 self.guard(path, "value", value)
 
         proxy = NumberProxy(self.values.names.claim(name), value, on_specialize=pin)
+        proxy.on_predicate = self._guard_predicate
         self.number_inputs.append((path, proxy))
         return proxy
+
+    def _guard_predicate(self, number: NumberProxy, outcome: bool) -> bool:
+        """Guard the truth of ``number`` as a predicate over the dynamic-number inputs it is computed
+        from (Note [Predicate guards] in jitcore/proxies/number.py); False where it cannot be (an
+        input of another kind, or the pass is over)."""
+        paths = {id(proxy): path for path, proxy in self.number_inputs}
+        if self._finished or any(id(root) not in paths for root in number.roots):
+            return False
+        compute, text = formula(number)
+        root_paths = tuple(paths[id(root)] for root in number.roots)
+        predicate = Predicate(compute, root_paths, outcome, text([p.describe() for p in root_paths]))
+        key = (root_paths[0], "predicate", predicate.text, outcome)
+        if key not in self._guarded:
+            self._guarded.add(key)
+            self.prologue.guards.append(Guard(root_paths[0], "predicate", predicate))
+        return True
 
     def specialized_numbers(self) -> set[int]:
         """``id`` of each dynamic-number input the program specialized (guarded by value)."""
@@ -307,6 +324,15 @@ class Provenance:
         self.guard(path, "type", list)
         self.remember(value, path)
         return value
+
+    def bind_appended_argument(self, value: list, path: Path) -> list:
+        """A list argument the function only appends to (``log.append(float(loss))``, proved by
+        jitcore/jit/appends.py): its type is guarded, not its contents; the program appends to a
+        list of its own, and the appends are replayed onto the caller's list on every call."""
+        self.guard(path, "type", list)
+        own: list = []
+        self.argument_copies.append((own, path))
+        return own
 
     def _remember_object(self, value: Any, path: Path) -> None:
         """Remember an object guarded by identity; a function's code and defaults (read by every

@@ -2,8 +2,10 @@
 
 ``n * 2`` on a NumberProxy records ``n1 = operator.mul(n, 2)`` and returns a NumberProxy ``n1``
 whose value is the product for the call being traced; the computation recomputes it from its input
-on every call. ``float(n)``, ``int(n)`` and ``abs(n)`` in the traced program do the same through
-lookasides (``LOOKASIDES``).
+on every call. ``float(n)``, ``int(n)`` (also of a one-element tensor: read as ``t.item()``),
+``abs(n)``, ``math.cos(n)`` and the other functions of ``_MATH`` in the traced program do the same
+through lookasides (``LOOKASIDES``); a comparison (``n % 2 == 0``) gives a NumberProxy of a bool,
+whose truth is guarded as a predicate (Note [Predicate guards] in jitcore/proxies/number.py).
 
 Invariants:
 - an operation is recorded only when its result type follows from its operands' types alone (which
@@ -18,28 +20,35 @@ Invariants:
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
 
 from jitcore.ir import BoundSymbol, Symbol, current_context
 from jitcore.proxies.number import NumberProxy, records_arithmetic
+from jitcore.proxies.tensor import TensorProxy
 
 __all__ = ["LOOKASIDES", "apply"]
 
+# The math functions of numbers that schedules compute with (a cosine learning-rate schedule).
+_MATH = ("cos", "sin", "tan", "acos", "asin", "atan", "cosh", "sinh", "tanh", "exp", "expm1", "log", "log1p",
+         "log2", "log10", "sqrt", "floor", "ceil", "trunc", "fabs")
+_COMPARISONS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
 _PATHS: dict[Callable[..., Any], str] = {
     **{op: f"operator.{op.__name__}" for op in (
         operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
-        operator.pow, operator.neg, operator.pos, operator.abs,
+        operator.pow, operator.neg, operator.pos, operator.abs, *_COMPARISONS,
     )},
     builtins.float: "builtins.float",
     builtins.int: "builtins.int",
+    **{getattr(math, name): f"math.{name}" for name in _MATH},
 }
 _SYMBOLS: dict[Callable[..., Any], Symbol] = {
     fn: Symbol(id=path, name=path.rsplit(".", 1)[1], langctx="python", fn=fn, path=path, meta=fn)
     for fn, path in _PATHS.items()
 }
-_MODULES = {"operator": operator, "builtins": builtins}
+_MODULES = {"operator": operator, "builtins": builtins, "math": math}
 
 
 @records_arithmetic
@@ -52,14 +61,16 @@ def apply(fn: Callable[..., Any], *operands: Any) -> Any:
     if context is None or not proxies:
         return result
     both_int = fn is operator.pow and all(type(v) in (int, bool) for v in values)
-    if type(result) not in (int, float) or both_int:
+    compared = type(result) is bool and fn in _COMPARISONS  # n % 2 == 0 (Note [Predicate guards])
+    if (type(result) not in (int, float) and not compared) or both_int:
         for p in proxies:
             p.specialize()
         return result
     roots: dict[int, NumberProxy] = {}
     for p in proxies:
         roots.update((id(r), r) for r in p.roots)
-    out = NumberProxy(context.trace.names.fresh("n"), result, tuple(roots.values()))
+    out = NumberProxy(context.trace.names.fresh("n"), result, tuple(roots.values()),
+                      made_by=(fn, operands))
     module = _PATHS[fn].split(".", 1)[0]
     context.trace.imports.setdefault(module, _MODULES[module])
     context.scopes[-1].append(BoundSymbol(_SYMBOLS[fn], tuple(operands), {}, out, (), context.source()))
@@ -68,11 +79,16 @@ def apply(fn: Callable[..., Any], *operands: Any) -> Any:
 
 def _converter(cls: type) -> Callable[..., Any]:
     def convert(*args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and not kwargs and isinstance(args[0], NumberProxy):
-            if type(args[0].value) is cls:
-                return args[0]  # int(n) of an int, float(n) of a float: n itself, as in CPython
-            return apply(cls, args[0])
-        return cls(*args, **kwargs)
+        if len(args) != 1 or kwargs:
+            return cls(*args, **kwargs)
+        value = args[0]
+        if type(value) is TensorProxy and not value.dtype.is_complex and value.numel() == 1:
+            value = value.item()  # float(loss): a read of the value, a name in the trace as t.item() is
+        if isinstance(value, NumberProxy):
+            if type(value.value) is cls:
+                return value  # int(n) of an int, float(n) of a float: n itself, as in CPython
+            return apply(cls, value)
+        return cls(value)
 
     convert.__name__ = cls.__name__
     return convert
@@ -82,9 +98,18 @@ def _abs(x: Any) -> Any:
     return apply(operator.abs, x) if isinstance(x, NumberProxy) else builtins.abs(x)
 
 
-# What the traced program's ``float(n)``, ``int(n)`` and ``abs(n)`` run instead.
+def _math(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def compute(*args: Any) -> Any:
+        return apply(fn, *args) if any(isinstance(a, NumberProxy) for a in args) else fn(*args)
+
+    compute.__name__ = fn.__name__
+    return compute
+
+
+# What the traced program's ``float(n)``, ``int(n)``, ``abs(n)`` and ``math.cos(n)`` & co. run instead.
 LOOKASIDES: dict[Any, Callable[..., Any]] = {
     builtins.float: _converter(builtins.float),
     builtins.int: _converter(builtins.int),
     builtins.abs: _abs,
+    **{getattr(math, name): _math(getattr(math, name)) for name in _MATH},
 }

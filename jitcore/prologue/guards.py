@@ -31,6 +31,7 @@ __all__ = [
     "Guard",
     "GuardKind",
     "GuardKindName",
+    "Predicate",
     "StateGuard",
     "TensorSpec",
     "freeze_contents",
@@ -140,7 +141,7 @@ def _same_keys(got: tuple, expected: tuple) -> bool:
 
 GuardKindName = Literal[
     "type", "len", "keys", "value", "contents", "identity", "absent", "hasattr",
-    "alias", "distinct", "storages", "flatten", "tensor", "check", "shape",
+    "alias", "distinct", "storages", "flatten", "tensor", "check", "shape", "predicate",
 ]
 
 
@@ -319,6 +320,40 @@ _kind("storages", GuardKind(
     lambda _where, expected: f"the tensors at {_paths(expected[0])} share storage as "
     f"while tracing: {_sharing(expected[1])}",
     related=lambda expected: tuple(expected[0]),
+))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Predicate:
+    """The truth of a number computed from dynamic-number inputs (Note [Predicate guards] in
+    jitcore/proxies/number.py): ``compute`` takes the values at ``paths`` and gives the number (it may
+    raise, as the program would); ``text`` is the number as an expression over the paths."""
+
+    compute: Callable[..., Any]
+    paths: tuple[Path, ...]
+    outcome: bool
+    text: str
+
+    def holds(self, *values: Any) -> bool:
+        try:
+            return bool(self.compute(*values)) is self.outcome
+        except Exception:  # noqa: BLE001 - the program raises there (n % 0): a miss, traced again
+            return False
+
+
+def _predicate_check(_value: Any, expected: Predicate, related: tuple) -> str | None:
+    if expected.holds(*related):
+        return None
+    return f"expected {expected.text} to be {'true' if expected.outcome else 'false'}, got the opposite"
+
+
+# predicate (relational): the truth of a number computed from the dynamic numbers at ``expected.paths``
+# is ``expected.outcome``, as while tracing (a branch on a counter, not its value).
+_kind("predicate", GuardKind(
+    _predicate_check,
+    lambda _v, expected, bind, related: f"not {bind(expected.holds)}({', '.join(related)})",
+    lambda _where, expected: f"{expected.text} is {'true' if expected.outcome else 'false'}",
+    related=lambda expected: expected.paths,
 ))
 
 

@@ -7,10 +7,14 @@ program sees a NumberProxy standing for an ``int`` or a ``float`` (``type(n)``, 
   recorded as a symbol of the python language context and gives a new NumberProxy;
 - as an operand torch takes as a value (``x * n``, ``torch.clamp(x, max=n)``; decided by
   ``jitcore.langctx.scalars``) it stays a name in the trace;
-- every other use needs the value itself — a comparison, ``bool``, an int in a shape or an index,
-  formatting, hashing, a C function — and *specializes* the number: the value is returned and the
-  dynamic inputs it was computed from are guarded by value, as if they had not been declared
-  dynamic.
+- a comparison (``n % 2 == 0``) is recorded the same way and gives a NumberProxy of a ``bool``;
+- the truth of a number (``if n % 2 == 0:``, ``while i < n``, ``not n``) is guarded as a *predicate*
+  where its inputs allow (Note [Predicate guards]): the outcome, recomputed from the inputs' values
+  in the prologue, not the values themselves, so a counter that a branch tests does not make a new
+  cache entry per value;
+- every other use needs the value itself — an int in a shape or an index, formatting, hashing, a
+  C function — and *specializes* the number: the value is returned and the dynamic inputs it was
+  computed from are guarded by value, as if they had not been declared dynamic.
 
 Invariants:
 - ``value`` is what the proxy computes for the call being traced; code outside this module and
@@ -35,15 +39,20 @@ __all__ = ["NumberProxy", "records_arithmetic", "specialize_all"]
 class NumberProxy(Proxy):
     """A named int or float whose value is an input of the trace."""
 
-    __slots__ = ("name", "value", "roots", "on_specialize", "specialized")
+    __slots__ = ("name", "value", "roots", "on_specialize", "on_predicate", "specialized", "made_by")
 
     def __init__(self, name: str, value: int | float, roots: tuple[NumberProxy, ...] = (),
-                 on_specialize: Callable[[], None] | None = None) -> None:
+                 on_specialize: Callable[[], None] | None = None,
+                 made_by: tuple[Callable[..., Any], tuple] | None = None) -> None:
         super().__init__(name)
         self.value = value
         self.roots = roots or (self,)
         self.on_specialize = on_specialize
+        # an input's: guards the truth of a number computed from inputs; False when it cannot
+        # (Note [Predicate guards])
+        self.on_predicate: Callable[[NumberProxy, bool], bool] | None = None
         self.specialized = False  # set on an input once the program needed its value
+        self.made_by = made_by  # (fn, operands) for a number computed by recorded arithmetic
 
     @property
     def python_type(self) -> type:
@@ -74,6 +83,10 @@ class NumberProxy(Proxy):
         return hash(self.specialize())
 
     def __bool__(self) -> bool:
+        outcome = bool(self.value)
+        hook = self.roots[0].on_predicate
+        if hook is not None and hook(self, outcome):
+            return outcome
         return bool(self.specialize())
 
     def __int__(self) -> int:
@@ -109,7 +122,7 @@ class NumberProxy(Proxy):
             raise AttributeError(f"'{type(self.value).__name__}' object has no attribute '{name}'")
         return getattr(self.specialize(), name)
 
-    # --- comparisons need the value; with a tensor, the tensor's reflected operator records them ---
+    # --- comparisons are recorded; with a tensor, the tensor's reflected operator records them ----
     def __eq__(self, other: Any) -> Any:
         return _compare(operator.eq, self, other)
 
@@ -133,11 +146,55 @@ _NUMBERS = (int, float, bool)
 
 
 def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
-    if isinstance(b, NumberProxy):
-        return op(a.specialize(), b.specialize())
-    if type(b) in _NUMBERS:
-        return op(a.specialize(), b)
+    if isinstance(b, NumberProxy) or type(b) in _NUMBERS:
+        return _ARITHMETIC[0](op, a, b)
     return NotImplemented
+
+
+# Note [Predicate guards]
+# A branch on a dynamic number (``if self.last_epoch % self.step_size != 0:`` in an LR scheduler, a
+# counter that a schedule tests) needs only the branch's outcome, not the number's value. Guarding the
+# value would make a new cache entry for every value of a counter the program increments. Instead,
+# the inputs' provenance (``on_predicate``, set on each input) guards the outcome: the prologue
+# recomputes the number from the inputs' values with ``formula`` and compares its truth with the
+# traced one. A predicate whose inputs are not all such inputs (a number read from a tensor) falls back
+# to specializing. A predicate whose recomputation raises (``n % m`` with m == 0) fails, so the call
+# is traced again and raises where eager does.
+_SIGNS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+          operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.eq: "==",
+          operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}
+_PREFIXES = {operator.neg: "-", operator.pos: "+"}
+
+
+def formula(number: NumberProxy) -> tuple[Callable[..., Any], Callable[[list[str]], str]]:
+    """``number`` as a function of its roots' values (in ``number.roots`` order; it raises what Python
+    raises for them), and as text over names for the roots."""
+    index = {id(r): i for i, r in enumerate(number.roots)}
+
+    def value(node: Any, roots: tuple) -> Any:
+        if not isinstance(node, NumberProxy):
+            return node
+        i = index.get(id(node))
+        if i is not None:
+            return roots[i]
+        fn, operands = node.made_by
+        return fn(*(value(o, roots) for o in operands))
+
+    def text(node: Any, names: list[str]) -> str:
+        if not isinstance(node, NumberProxy):
+            return repr(node)
+        i = index.get(id(node))
+        if i is not None:
+            return names[i]
+        fn, operands = node.made_by
+        parts = [text(o, names) for o in operands]
+        if fn in _SIGNS:
+            return f"({parts[0]} {_SIGNS[fn]} {parts[1]})"
+        if fn in _PREFIXES:
+            return f"{_PREFIXES[fn]}{parts[0]}"
+        return f"{getattr(fn, '__name__', fn)}({', '.join(parts)})"
+
+    return (lambda *roots: value(number, roots)), lambda names: text(number, names)
 
 
 # How arithmetic on NumberProxies is recorded: the python language context's ``apply``, which registers

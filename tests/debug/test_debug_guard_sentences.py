@@ -44,6 +44,7 @@ def example_guard(kind):
         "check": None,
         "storages": ((x, y), (0, 0)),
         "shape": ShapeCondition("{0}.size()[0] == {1}.size()[0]", (x, y)),
+        "predicate": G.Predicate(lambda a, b: a % b == 0, (x, y), True, "((args[0] % args[1]) == 0)"),
     }
     assert kind in expected, f"guard kind {kind} has no example here"
     return G.Guard(x, kind, expected[kind])
@@ -64,6 +65,25 @@ def test_guard_kinds_are_a_table():
     assert set(G.GUARD_KINDS) == set(typing.get_args(G.GuardKindName))
     with pytest.raises(AssertionError, match="unknown guard kind"):
         G.Guard(Path(Root("args", "args")), "no such kind", 3)
+
+
+def test_predicate_guard_checks_renders_and_explains_alike():
+    """A branch on dynamic numbers (Note [Predicate guards]): the check, the prologue's expression and
+    the sentence agree; a recomputation that raises is a failure, not an error."""
+    guard = example_guard("predicate")
+    assert guard.failure(None, (6, 3)) is None
+    assert "to be true" in guard.failure(None, (7, 3))
+    assert guard.failure(None, (7, 0)) is not None  # 7 % 0 raises: the call is traced again
+    bound: dict[str, object] = {}
+
+    def bind(value):
+        bound[f"c{len(bound)}"] = value
+        return f"c{len(bound) - 1}"
+
+    expression = guard.render_failure("v", bind, ("a", "b"))
+    assert eval(expression, dict(bound), {"a": 6, "b": 3}) is False  # noqa: S307 - the generated check
+    assert eval(expression, dict(bound), {"a": 7, "b": 0}) is True  # noqa: S307
+    assert guard.describe() == "((args[0] % args[1]) == 0) is true"
 
 
 def test_distinct_guard_of_a_subclass_input_reads_as_words():

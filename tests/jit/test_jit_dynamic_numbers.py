@@ -85,7 +85,8 @@ def test_hypothesis_values_match_eager(lr):
 _HYPOTHESIS_JF = jitcore.jit(scaled, dynamic_numbers=("lr",))
 
 
-def test_control_flow_specializes_the_number():
+def test_control_flow_guards_the_branch_not_the_value():
+    """Note [Predicate guards]: ``if t > 0`` guards the outcome; ``t`` stays an input of the trace."""
     def f(x, t):
         if t > 0:
             return x * t
@@ -93,12 +94,41 @@ def test_control_flow_specializes_the_number():
 
     jf = jitcore.jit(f, dynamic_numbers=("t",))
     x = torch.randn(3)
-    for t in (1.0, -1.0, 2.0, 1.0, -1.0):
+    for t in (1.0, -1.0, 2.0, 1.0, -1.0, 0.0, 5.5):
         run_both(f, jf, x, t)
-    assert jitcore.cache_misses(jf) == 3  # 1.0, -1.0, 2.0: each value its own entry, reused
+    assert jitcore.cache_misses(jf) == 2  # t > 0 and t <= 0
+    assert "(args[1] > 0) is false" in [g.describe() for g in jitcore.last_prologue_traces(jf)[-1].guards]
 
 
-def test_derived_number_in_control_flow_specializes_its_input():
+def test_predicates_over_several_numbers_and_arithmetic():
+    def f(x, i, n):
+        if (i + 1) % n == 0 and not i < 2:
+            return x * i
+        while i < n:
+            x = x + 1
+            i = i + 1
+        return x
+
+    jf = jitcore.jit(f, dynamic_numbers=("i", "n"))
+    x = torch.randn(3)
+    for i, n in ((0, 3), (2, 3), (5, 3), (1, 3), (5, 2), (0, 0)):
+        run_both(f, jf, x, i, n)
+
+
+def test_predicate_that_raises_is_traced_again_and_raises_as_eagerly():
+    def f(x, i, n):
+        return x * 2 if i % n else x
+
+    jf = jitcore.jit(f, dynamic_numbers=("i", "n"))
+    x = torch.randn(3)
+    run_both(f, jf, x, 3, 2)
+    with pytest.raises(ZeroDivisionError):
+        f(x, 3, 0)
+    with pytest.raises(ZeroDivisionError):
+        jf(x, 3, 0)
+
+
+def test_derived_number_in_control_flow_guards_the_branch():
     def f(x, t):
         s = t * 2 - 1
         return x + (s if s > 0 else -s)
@@ -107,7 +137,7 @@ def test_derived_number_in_control_flow_specializes_its_input():
     x = torch.randn(3)
     for t in (2.0, 0.0, 2.0, 3.0):
         run_both(f, jf, x, t)
-    assert jitcore.cache_misses(jf) == 3
+    assert jitcore.cache_misses(jf) == 2  # ((t * 2) - 1) > 0, and not
 
 
 @pytest.mark.parametrize("program", [
@@ -258,9 +288,20 @@ def test_under_autograd_a_symbolic_number_stays_an_input():
     assert jitcore.cache_misses(jf) == 2  # grad mode is guarded: its own entry
 
 
-def test_under_autograd_a_specialized_number_uses_the_grad_transform():
+def test_under_autograd_a_branch_on_the_number_keeps_it_an_input():
     def f(w, lr):
         return (w * lr).sum() if lr > 1 else (w - lr).sum()
+
+    jf = jitcore.jit(f, dynamic_numbers=("lr",))
+    for lr in (2.0, 0.5, 3.0, 0.25):
+        _grads_match(f, jf, lr)
+        assert jitcore.last_backward_traces(jf) == []  # a predicate guard: lr is still an input
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_under_autograd_a_specialized_number_uses_the_grad_transform():
+    def f(w, lr):
+        return (w * lr).sum() if round(lr) > 1 else (w - lr).sum()  # round() needs the value
 
     jf = jitcore.jit(f, dynamic_numbers=("lr",))
     for lr in (2.0, 0.5, 2.0):

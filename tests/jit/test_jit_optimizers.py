@@ -114,14 +114,25 @@ def test_grad_of_an_argument():
         jitcore.jit(lambda w, x: setattr(w, "grad", x))(w, torch.ones(3))
 
 
-def test_learning_rate_scheduler_step():
-    """``StepLR.step()`` writes ``group["lr"]`` through ``zip(param_groups, values)``; the values are
-    dynamic numbers there, and passing them to ``zip`` copied the optimizer's dicts, so the write went
-    to a copy: the learning rate never changed. The optimizer's own dicts are passed now."""
+SCHEDULERS = {
+    "StepLR": (lambda o: torch.optim.lr_scheduler.StepLR(o, 2, 0.5), 3),
+    "ExponentialLR": (lambda o: torch.optim.lr_scheduler.ExponentialLR(o, 0.9), 2),
+    "CosineAnnealingLR": (lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=4), 3),
+    "LambdaLR": (lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda epoch: 0.95 ** epoch), 2),
+    "LinearLR": (lambda o: torch.optim.lr_scheduler.LinearLR(o, start_factor=0.5, total_iters=4), 3),
+}  # name: (make, most cache entries over 10 steps; one per branch the schedule takes, not per step)
+
+
+@pytest.mark.parametrize("name", list(SCHEDULERS))
+def test_learning_rate_scheduler_stepped_inside(name):
+    """``sched.step()`` inside the jitted step: ``last_epoch`` and ``group["lr"]`` are numbers the step
+    reads and writes back (dynamic numbers), the branches on them are predicate guards (Note [Predicate
+    guards]), ``math.cos`` of them is recorded: a schedule does not make a cache entry per step.
+    ``zip(param_groups, values)`` passes the optimizer's own dicts (a copy once lost the write)."""
+    make, most_entries = SCHEDULERS[name]
     eager_model, eager_opt = _setup(OPTIMIZERS["SGD"])
     model, opt = _setup(OPTIMIZERS["SGD"])
-    eager_sched = torch.optim.lr_scheduler.StepLR(eager_opt, 2, 0.5)
-    sched = torch.optim.lr_scheduler.StepLR(opt, 2, 0.5)
+    eager_sched, sched = make(eager_opt), make(opt)
 
     def step(m, o, s, x):
         o.zero_grad()
@@ -131,13 +142,15 @@ def test_learning_rate_scheduler_step():
         return torch.tensor(o.param_groups[0]["lr"])
 
     jitted = jitcore.jit(step)
-    for i in range(5):
+    for i in range(10):
         x = torch.randn(8, 3, generator=torch.Generator().manual_seed(i))
         assert_same(jitted(model, opt, sched, x), step(eager_model, eager_opt, eager_sched, x))
         assert opt.param_groups[0]["lr"] == eager_opt.param_groups[0]["lr"]
         assert sched.last_epoch == eager_sched.last_epoch
+        assert sched.get_last_lr() == eager_sched.get_last_lr()
         for p, q in zip(model.parameters(), eager_model.parameters()):
             assert_same(p.detach(), q.detach())
+    assert jitcore.cache_misses(jitted) <= most_entries, jitcore.miss_reasons(jitted)[-1]
 
 
 def test_grad_scaler_training_step():

@@ -292,6 +292,7 @@ def test_a_counter_used_for_control_flow_is_still_exact():
     for _ in range(6):
         assert_same(jf(torch.zeros(1)), g(torch.zeros(1)))
     assert state == twin
+    assert jitcore.cache_misses(jf) <= 3  # Note [Predicate guards]: one entry per parity, not per value
 
 
 def test_library_modules_that_rewrite_their_own_state():
@@ -383,6 +384,63 @@ def test_appending_to_a_list_does_not_retrace():
     _same_state(jitted.history, eager.history)
     assert jit_losses == eager_losses
     assert jitcore.cache_misses(jf) == 1
+
+
+def test_a_list_argument_only_appended_to_does_not_retrace():
+    """``log.append(float(loss))`` on a list the caller passes: the function's bytecode only looks
+    ``append``/``extend`` up on the parameter (jitcore/jit/appends.py), so its length and contents are
+    not guarded, and the appends reach the caller's list on every call. A parameter the function also
+    reads (``len(seen)``) keeps its guards."""
+
+    def step(w, x, log, seen):
+        loss = (w * x).sum()
+        log.append(float(loss))
+        log.extend([loss.item() * 2, "tag"])
+        seen.append(len(seen))
+        return loss
+
+    jf = jitcore.jit(step)
+    w = torch.randn(4)
+    eager_log, jit_log = [], []
+    for i in range(5):
+        x = torch.randn(4, generator=torch.Generator().manual_seed(i))
+        assert_same(jf(w, x, jit_log, []), step(w, x, eager_log, []))
+        assert jit_log == eager_log
+    assert jitcore.cache_misses(jf) == 1
+
+    eager_seen, jit_seen = [], []
+    for i in range(3):
+        x = torch.randn(4, generator=torch.Generator().manual_seed(i))
+        assert_same(jf(w, x, jit_log, jit_seen), step(w, x, eager_log, eager_seen))
+        assert jit_seen == eager_seen and jit_log == eager_log
+    assert jitcore.cache_misses(jf) == 3  # the read list: one entry per length (0 was cached)
+
+
+def test_appended_parameters_are_proved_from_the_bytecode():
+    from jitcore.jit.appends import appended_parameters
+
+    def only(a, b, *, c):
+        a.append(1)
+        b.extend([2])
+        c.append(a)  # a is stored into c: c is only appended to, a escapes
+        return None
+
+    def escapes(a, b, c, d):
+        a.append(1)
+        b.append(1)
+        c.append(1)
+        d.append(1)
+        print(a)  # passed on
+        b = []  # noqa: F841 - rebound
+        return (lambda: c)()  # captured by a closure
+
+    def reads_locals(a):
+        a.append(1)
+        return locals()
+
+    assert appended_parameters(only) == {"b", "c"}
+    assert appended_parameters(escapes) == {"d"}
+    assert appended_parameters(reads_locals) == frozenset()
 
 
 def test_a_jitted_bound_method_reads_and_writes_its_object():

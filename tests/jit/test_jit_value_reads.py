@@ -233,6 +233,47 @@ def test_numbers_read_with_item_stay_names_until_needed():
     assert "check_read" not in str(jitcore.last_traces(jfn)[-1])
 
 
+def test_float_and_int_of_a_tensor_are_reads_that_stay_names():
+    """``float(loss)`` logged per step, ``int(x.argmax())`` returned, ``1.0 / float(count)`` (BatchNorm
+    with momentum=None): read as ``t.item()`` is, so a new value is not a new cache entry."""
+    log: list[float] = []
+
+    def step(x, w):
+        loss = (x @ w).pow(2).mean()
+        log.append(float(loss))
+        return loss * 2, int(x.sum(1).argmax()), x / float(x.abs().max().long() + 1)
+
+    jfn = jitcore.jit(step)
+    w = torch.randn(4, 2)
+    for seed in range(5):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(seed)) * (seed + 1)
+        assert_same(jfn(x, w), step(x, w))
+        assert log[-1] == log[-2] and type(log[-1]) is float
+    assert jitcore.cache_misses(jfn) == 1
+
+    bn = torch.nn.BatchNorm1d(3, momentum=None)
+    eager_bn = torch.nn.BatchNorm1d(3, momentum=None)
+    jitted_bn = jitcore.jit(bn)
+    for seed in range(4):
+        x = torch.randn(5, 3, generator=torch.Generator().manual_seed(seed))
+        assert_same(jitted_bn(x), eager_bn(x))
+        assert_same(bn.running_mean, eager_bn.running_mean)
+    assert jitcore.cache_misses(jitted_bn) == 1
+
+
+def test_slices_with_tensor_bounds():
+    """``x[:, :n]`` and ``x[n:] = v`` with a 0-dim tensor ``n`` computed from values: the bound is a
+    checked read made before the indexing (it used to be refused inside ``__getitem__``)."""
+    def f(x, m):
+        n = (m > 0).sum()
+        y = x[:, :n] * 2
+        x[n:] = 0.5
+        return y, x[1 : n + 1 : torch.tensor(2)]
+
+    run_sequence(f, [(torch.randn(4, 4), torch.tensor(v)) for v in ([1.0, -1, 1, 1], [-1.0, 1, -1, -1],
+                                                                   [1.0, -1, 1, 1], [-1.0, -1, -1, -1])])
+
+
 def test_a_number_read_then_branched_on_is_checked():
     def f(x):
         n = x.sum().item()
