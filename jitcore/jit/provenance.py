@@ -39,7 +39,7 @@ from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
 from jitcore.prologue.guards import Predicate, freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.number import NumberProxy, formula
+from jitcore.proxies.number import NumberProxy, formula, operations
 from jitcore.proxies.protocol import (
     eager_only_reason, has_own_protocol, instance_attributes, is_wrapper, tensor_flatten, tensor_unflatten,
 )
@@ -52,6 +52,9 @@ _CONTAINERS = (list, dict, set, tuple)
 # Containers of state up to this size are guarded element by element; larger ones (of non-literals)
 # by identity and length only (docs/user-guide.md, "What is guarded").
 _MAX_ELEMENTS = 4096
+# Predicates are recomputed by every call's prologue: past these a branch specializes its numbers.
+_MAX_PREDICATES = 64
+_MAX_PREDICATE_OPS = 16
 
 
 class Provenance:
@@ -87,6 +90,7 @@ class Provenance:
         self.bound_layouts: dict[int, tuple] = {}  # id(input proxy) -> its shadow's sizes, strides, offset
         # when bound, in a pass with symbolic sizes (an in-place op may change the shadow later)
         self._finished = False
+        self._predicates = 0  # predicate guards made (Note [Predicate guards])
 
     def input_of(self, proxy: TensorProxy) -> tuple[Path, torch.Tensor] | None:
         """The path and the real tensor of an input proxy (None: the program made it)."""
@@ -215,12 +219,15 @@ class Provenance:
         paths = {id(proxy): path for path, proxy in self.number_inputs}
         if self._finished or any(id(root) not in paths for root in number.roots):
             return False
+        if self._predicates >= _MAX_PREDICATES or operations(number, _MAX_PREDICATE_OPS) > _MAX_PREDICATE_OPS:
+            return False  # cheaper as one value guard (Note [Predicate guards])
         compute, text = formula(number)
         root_paths = tuple(paths[id(root)] for root in number.roots)
         predicate = Predicate(compute, root_paths, outcome, text([p.describe() for p in root_paths]))
         key = (root_paths[0], "predicate", predicate.text, outcome)
         if key not in self._guarded:
             self._guarded.add(key)
+            self._predicates += 1
             self.prologue.guards.append(Guard(root_paths[0], "predicate", predicate))
         return True
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from jitcore.ir import Proxy
 
-__all__ = ["NumberProxy", "records_arithmetic", "specialize_all"]
+__all__ = ["NumberProxy", "formula", "operations", "records_arithmetic", "specialize_all"]
 
 
 class NumberProxy(Proxy):
@@ -159,11 +159,25 @@ def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
 # recomputes the number from the inputs' values with ``formula`` and compares its truth with the
 # traced one. A predicate whose inputs are not all such inputs (a number read from a tensor) falls back
 # to specializing. A predicate whose recomputation raises (``n % m`` with m == 0) fails, so the call
-# is traced again and raises where eager does.
+# is traced again and raises where eager does. The prologue recomputes every predicate on every call,
+# so a long one (``while n > 0: n -= 1`` makes the k-th test k operations deep) or one past a pass's
+# budget of predicates specializes instead: one value guard is then cheaper than the predicates.
 _SIGNS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
           operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.eq: "==",
           operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}
 _PREFIXES = {operator.neg: "-", operator.pos: "+"}
+
+
+def operations(number: NumberProxy, limit: int) -> int:
+    """How many recorded operations ``number`` is computed by (counting stops past ``limit``)."""
+    seen: set[int] = set()
+    pending = [number]
+    while pending and len(seen) <= limit:
+        node = pending.pop()
+        if isinstance(node, NumberProxy) and node.made_by is not None and id(node) not in seen:
+            seen.add(id(node))
+            pending.extend(node.made_by[1])
+    return len(seen)
 
 
 def formula(number: NumberProxy) -> tuple[Callable[..., Any], Callable[[list[str]], str]]:

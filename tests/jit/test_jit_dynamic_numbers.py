@@ -115,6 +115,26 @@ def test_predicates_over_several_numbers_and_arithmetic():
         run_both(f, jf, x, i, n)
 
 
+def test_long_predicates_specialize_instead():
+    """``while n > 0: n -= 1`` makes its k-th test k operations deep and a loop many tests: past a
+    pass's budget (Note [Predicate guards]) the number is pinned by value, one cheap guard."""
+    def countdown(x, n):
+        while n > 0:
+            x = x + 1
+            n -= 1
+        return x
+
+    jf = jitcore.jit(countdown, dynamic_numbers=("n",))
+    x = torch.zeros(2)
+    run_both(countdown, jf, x, 40)
+    guards = jitcore.last_prologue_traces(jf)[-1].guards
+    assert sum(g.kind == "predicate" for g in guards) <= 16
+    assert any(g.kind == "value" and g.expected == 40 for g in guards)
+    for n in (40, 3, 40, 3):
+        run_both(countdown, jf, x, n)
+    assert jitcore.cache_misses(jf) == 2
+
+
 def test_predicate_that_raises_is_traced_again_and_raises_as_eagerly():
     def f(x, i, n):
         return x * 2 if i % n else x
