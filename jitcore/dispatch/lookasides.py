@@ -217,9 +217,10 @@ def default_torch_function(
 
 def skip_one_hop_torch_function(func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
     """``torch.overrides.redispatch_function`` (``torch._C._skip_one_hop_torch_function``) in a
-    subclass's ``__torch_function__`` while tracing: ``func`` runs (interpreted, so it is recorded)
-    without that hop, the subclasses' ``__torch_function__`` off for it; results stay as ``func``
-    returns them (no conversion, as eagerly)."""
+    subclass's ``__torch_function__``, or ``torch._C._disabled_torch_function_impl`` called directly,
+    while tracing: ``func`` runs (interpreted, so it is recorded) with the subclasses'
+    ``__torch_function__`` off; results stay as ``func`` returns them (no conversion, as eagerly).
+    Run natively on shadows instead, the ops would be computed but never recorded."""
     run = current_run()
     with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
         return run.call(func, *args, **(kwargs or {})) if run is not None else func(*args, **(kwargs or {}))
@@ -286,6 +287,7 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     _AS_SUBCLASS: as_subclass,
     _MAKE_SUBCLASS: make_subclass,
     torch._C._skip_one_hop_torch_function: skip_one_hop_torch_function,  # noqa: SLF001
+    torch._C._disabled_torch_function_impl: skip_one_hop_torch_function,  # noqa: SLF001
     _MEMBER_GET: member_get,
     _MEMBER_SET: member_set,
     _MEMBER_DELETE: member_delete,

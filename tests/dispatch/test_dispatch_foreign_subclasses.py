@@ -216,6 +216,20 @@ def test_redispatch_function_in_torch_function() -> None:
         _check(program, x)
 
 
+def test_disabled_torch_function_impl_called_directly() -> None:
+    """``torch._C._disabled_torch_function_impl(func, types, args, kwargs)`` called by a program: its
+    ops are recorded (run natively on the shadows they were computed but lost: the trace named
+    tensors it never made)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def program(t):
+        doubled = torch._C._disabled_torch_function_impl(torch.mul, (TwoTensor,), (t, 2), {})
+        return torch._C._disabled_torch_function_impl(torch.Tensor.add, (TwoTensor,), (doubled, t), {})
+
+    _check(program, TwoTensor(torch.randn(3, 3), torch.randn(3, 3)))
+    _check(program, torch.randn(2).as_subclass(Plain))  # no conversion: a plain tensor comes back
+
+
 def test_logging_tensor_is_traced_with_a_derived_protocol() -> None:
     x = LoggingTensor(torch.randn(3, 4))
     jitted = _check(lambda a, b: ((a * 2).sin() + b, (a @ a.t()).sum()), x, torch.randn(3, 4))
