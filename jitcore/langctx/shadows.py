@@ -451,7 +451,8 @@ def _outputs_of_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dict, 
     Raises:
         Exception: eager's own exception for these arguments (the fake kernel was right).
         DataDependentError: eager accepts the call but cannot stand in for the fake kernel (a call too
-            large to replay, outputs that are not tensors or numbers): the call becomes a value read.
+            large to replay, symbolic sizes, outputs that are numbers or views): the call becomes a
+            value read.
     """
     leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
     if any(not all(type(n) is int for n in _metadata(f)[0] + _metadata(f)[1]) for f in leaves
@@ -463,8 +464,8 @@ def _outputs_of_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dict, 
     if out is _NOT_REPLAYED:
         raise _stricter_fake(fn, exc) from None
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
-    if not all(isinstance(o, torch.Tensor) or o is None or type(o) in (
-            int, float, bool) for o in out_leaves):
+    if not all(o is None or (isinstance(o, torch.Tensor) and not o._is_view()) for o in out_leaves):
+        # a number may come from the zeros' values, a view would lose its aliasing: read on the values
         raise _stricter_fake(fn, exc) from None
     shadows = []
     for o in out_leaves:
