@@ -35,8 +35,9 @@ from typing import Any
 import torch
 
 import jitcore
-from jitcore.errors import EagerOnlySubclass, UnsupportedOperationError
+from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph
+from jitcore.langctx.reads import runs_under_autograd
 from jitcore.proxies import TensorProxy
 
 __all__ = ["AutogradCalls"]
@@ -106,6 +107,12 @@ class AutogradCalls:
     # --- recording -------------------------------------------------------------------------------
     def _record(self, outputs: list, inputs: list, grad_outputs: list, create_graph: bool,
                 retain_graph: Any) -> tuple[Any, ...]:
+        eager_op = runs_under_autograd(self._pass.trace.bound_symbols)
+        if eager_op is not None:  # Note [Value-shaped ops under grad] in jitcore/jit/value_reads.py
+            raise DataDependentError(
+                f"a backward inside the jitted function through {eager_op.symbol.name}, whose outputs' "
+                "shapes depend on tensor values: its gradient graph exists only when it runs",
+                hints=("call backward() on the jitted function's output, outside it",))
         for i, (out, grad) in enumerate(zip(outputs, grad_outputs)):  # eager's checks and messages
             if isinstance(out, TensorProxy) and not out.requires_grad:
                 raise RuntimeError(

@@ -28,7 +28,7 @@ import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace
 from jitcore.langctx.thread_state import ThreadState
-from jitcore.langctx.shadows import may_write_inputs
+from jitcore.langctx.shadows import WRITES_NO_DATA, may_write_inputs
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 
@@ -128,6 +128,8 @@ def _view_of(storage: Any, like: torch.Tensor) -> torch.Tensor:
 
 def may_write(bsym: BoundSymbol) -> bool:
     """Whether a record may write one of its tensor arguments (in place, ``out=``)."""
+    if getattr(bsym.symbol.fn, "__name__", None) in WRITES_NO_DATA:
+        return False  # requires_grad_: flags, not data
     return "inplace" in bsym.symbol.tags or may_write_inputs(bsym.symbol.fn, bsym.kwargs)
 
 

@@ -29,7 +29,9 @@ import jitcore
 from jitcore.errors import DataDependentError, EagerOnlySubclass
 from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceContext
 from jitcore.jit.probe import Probe, may_write
-from jitcore.langctx.reads import DATA_DEPENDENT_DECOMPOSITIONS, READ, ReadSite, ValueCheckFailed
+from jitcore.langctx.reads import (
+    DATA_DEPENDENT_DECOMPOSITIONS, READ, UNDER_AUTOGRAD, ReadSite, ValueCheckFailed,
+)
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -85,8 +87,54 @@ class ValueReads:
             out = _natively(symbol.fn, args, kwargs)
         if out is NotImplemented:
             del scope[recorded:]  # what the attempt recorded before it failed
-            raise error
+            return Inlined(self._under_autograd(symbol, args, kwargs, error, source))
         return Inlined(out)
+
+    # Note [Value-shaped ops under grad]
+    # An op whose output shapes the values decide and whose outputs must carry gradients (``ctc_loss``,
+    # ``linalg.lstsq``, an RNN over a PackedSequence) cannot go through the grad transform: it replays
+    # every op on fake tensors, where such an op has no shapes. It is recorded as a value read whose
+    # outputs require grad as eager's do, and the entry runs its torch-level trace under torch's own
+    # autograd (jitcore/transforms/jit_hook.py, ``differentiate``), as an entry with dynamic numbers
+    # does: the op runs natively on every call and autograd differentiates it as eagerly; its outputs'
+    # shapes are checked on every call. What the grad transform must handle (tensor subclasses, a
+    # backward inside the function) raises the refusal instead.
+    def _under_autograd(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
+                        source: tuple[SourceFrame, ...] | None) -> Any:
+        real_args, real_kwargs = self.probe.values((args, kwargs))
+
+        def as_input(proxy: Any, real: Any) -> Any:
+            needs = isinstance(proxy, TensorProxy) and proxy.requires_grad and isinstance(real, torch.Tensor)
+            return real.detach().requires_grad_(True) if needs else real
+
+        leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
+        real_leaves = optree.tree_leaves((real_args, real_kwargs), none_is_leaf=True)
+        grad_args, grad_kwargs = optree.tree_unflatten(
+            spec, [as_input(p, r) for p, r in zip(leaves, real_leaves)])
+        with torch.enable_grad(), torch.random.fork_rng(devices=[]):
+            out = symbol.fn(*grad_args, **grad_kwargs)
+        out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
+        if not all(t is None or isinstance(t, torch.Tensor) for t in out_leaves):
+            raise error
+        values = self.context.values
+        proxies: list[Any] = []
+        for t in out_leaves:
+            if t is None:
+                proxies.append(None)
+                continue
+            shadow = values.fake_mode.from_tensor(t.detach(), static_shapes=True)
+            proxies.append(values.proxy_for(shadow.requires_grad_(True) if t.requires_grad else shadow))
+        output = optree.tree_unflatten(out_spec, proxies)
+        site = ReadSite(_describe(symbol, out), source)
+        recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent", UNDER_AUTOGRAD})
+        self._record(BoundSymbol(recorded, args, kwargs, output, (), source))
+        for proxy, real in zip(proxies, out_leaves):
+            if proxy is not None:
+                shape_site = ReadSite(f"the shape of {site.what}", source)
+                self._record(BoundSymbol(READ, (shape_site, tuple(real.shape), _shape, proxy), {}, None, (),
+                                         source))
+        self._log(site, [tuple(t.shape) for t in out_leaves if t is not None])
+        return output
 
     def _read_on_values(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                         source: tuple[SourceFrame, ...] | None) -> Inlined:
@@ -170,6 +218,8 @@ class ValueReads:
                 return value.item() if value.ndim == 0 else value.tolist()
             return value
 
+        scope = self.context.scopes[-2]
+        marks = len(scope), len(self.sites), len(self.numbers)
         with self._enclosing_scope():
             leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
             read_leaves = [read(v) for v in leaves]
@@ -179,6 +229,9 @@ class ValueReads:
             try:
                 return symbol(*read_args, **read_kwargs)
             except (DataDependentError, TypeError, RuntimeError):
+                # the reads made for the attempt are not the program's (ctc_loss's targets: one entry
+                # per label sequence otherwise)
+                del scope[marks[0]:], self.sites[marks[1]:], self.numbers[marks[2]:]
                 return _REFUSED
 
     def _record(self, bsym: BoundSymbol) -> None:

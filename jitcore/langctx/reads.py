@@ -32,9 +32,11 @@ from jitcore.proxies import TensorProxy
 __all__ = [
     "DATA_DEPENDENT_DECOMPOSITIONS",
     "READ",
+    "UNDER_AUTOGRAD",
     "ReadSite",
     "ValueCheckFailed",
     "check_read",
+    "runs_under_autograd",
     "same_value",
 ]
 
@@ -101,6 +103,16 @@ READ = Symbol(
     meta=_never_traced,
     tags=frozenset({"check"}),
 )
+
+
+# A value-shaped op whose outputs carry gradients: its entry runs under torch's own autograd (Note
+# [Value-shaped ops under grad] in jitcore/jit/value_reads.py).
+UNDER_AUTOGRAD = "under_autograd"
+
+
+def runs_under_autograd(bound_symbols: list[Any]) -> Any:
+    """The first record tagged UNDER_AUTOGRAD, or None."""
+    return next((b for b in bound_symbols if UNDER_AUTOGRAD in b.symbol.tags), None)
 
 
 # --- data-dependent shapes through one checked count --------------------------------------------

@@ -39,8 +39,8 @@ from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["REPLAY_NUMEL_LIMIT", "STATEFUL", "TensorValues", "evaluate", "may_write_inputs", "meta_of",
-           "new_context"]
+__all__ = ["REPLAY_NUMEL_LIMIT", "STATEFUL", "WRITES_NO_DATA", "TensorValues", "evaluate", "may_write_inputs",
+           "meta_of", "new_context"]
 
 # Fake-tensor kernels log every failure at ERROR level before re-raising it; the exception itself is
 # what the user gets, so the log line is noise.
@@ -53,6 +53,10 @@ REPLAY_NUMEL_LIMIT = 1 << 22
 # graph whose buffers an earlier backward freed): what they raise on the shadows is eager's error, never
 # replayed on zero-filled tensors (which have no such state).
 STATEFUL: set[Callable[..., Any]] = set()
+# In-place methods by name that change a tensor's autograd or sharing flags, never its data: a copy
+# of the tensor taken to undo writes (a failed value check) must not be made or restored for them
+# (restoring bumps the caller's version counter, which breaks eager graphs that saved the tensor).
+WRITES_NO_DATA = frozenset({"requires_grad_", "share_memory_"})
 
 
 class TensorValues:
@@ -199,7 +203,7 @@ def may_write_inputs(fn: Any, kwargs: dict) -> bool:
     name = getattr(fn, "__name__", "") or ""
     if name.startswith("__") and name.endswith("__"):
         return name.startswith("__i") or name == "__setitem__"
-    return name.endswith("_")
+    return name.endswith("_") and name not in WRITES_NO_DATA
 
 
 def _metadata(f: torch.Tensor) -> tuple:

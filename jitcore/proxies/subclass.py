@@ -140,6 +140,8 @@ class SubclassTensorProxy(TensorProxy):
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("name",):
             object.__setattr__(self, name, value)
+        elif name == "requires_grad":
+            self.requires_grad_(value)  # as on a tensor: ``x.requires_grad = True`` is ``requires_grad_``
         else:
             self.__dict__[name] = value
 

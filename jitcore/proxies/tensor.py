@@ -126,6 +126,10 @@ class TensorProxy(Proxy, torch.Tensor):
     def requires_grad(self) -> bool:
         return self.shadow.requires_grad
 
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self.requires_grad_(value)  # ``t.requires_grad = True`` is ``t.requires_grad_(True)``, recorded
+
     @property
     def ndim(self) -> int:
         return self.shadow.ndim

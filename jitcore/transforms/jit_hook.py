@@ -13,8 +13,10 @@ from typing import Any
 import optree
 
 from jitcore.diagnostics.boundary import on_error as prepare_error
+from jitcore.errors import DataDependentError
 from jitcore.executors import record_lowered
 from jitcore.ir import Trace
+from jitcore.langctx.reads import runs_under_autograd
 from jitcore.prologue import Guard, Path
 from jitcore.prologue.guards import same_ctx, storage_pattern
 from jitcore.proxies import TensorProxy
@@ -72,6 +74,17 @@ def differentiate(program: Any, traces: list[Trace], executor: Any, owner: Any) 
         return None
     if len(traces) == 1 and program.symbolic_numbers():
         return None  # Note [Dynamic numbers under autograd]
+    eager_op = runs_under_autograd(program.trace.bound_symbols)
+    if eager_op is not None:  # Note [Value-shaped ops under grad] in jitcore/jit/value_reads.py
+        backward = next((b for b in program.trace.bound_symbols if "backward" in b.symbol.tags), None)
+        if len(traces) == 1 and backward is None:
+            return None
+        raise DataDependentError(
+            f"{eager_op.symbol.name} has outputs whose shapes depend on tensor values and that carry "
+            "gradients; " + ("with tensor subclasses" if backward is None else "with a backward inside the "
+                             "function") + " the grad transform would have to replay it on fake tensors",
+            hints=("keep the op or the backward outside the jitted function",),
+        )
     if _pin_storage_sharing(program) and len(traces) == 1:
         return None  # Note [Inputs sharing storage under autograd]
     program.specialize_numbers()  # autograd records aten ops on values

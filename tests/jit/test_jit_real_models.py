@@ -171,6 +171,38 @@ def test_training_step_loss_and_gradients(make):
             _assert_close(g, p.grad)
 
 
+def test_speech_model_with_ctc_loss_training():
+    """Wav2Vec2ForCTC with labels: ``ctc_loss`` (output shapes decided by the label lengths, gradients
+    through it: Note [Value-shaped ops under grad]) and ``hidden_states.requires_grad = True`` on an
+    intermediate. Loss and every parameter gradient equal eager's; labels of another length are a
+    new entry, the same lengths are not."""
+    config = transformers.Wav2Vec2Config(
+        vocab_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        conv_dim=(8, 8), conv_stride=(5, 2), conv_kernel=(10, 3), num_feat_extract_layers=2,
+        num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2, pad_token_id=0, mask_time_prob=0.0,
+        hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, feat_proj_dropout=0.0,
+        layerdrop=0.0, final_dropout=0.0)
+    torch.manual_seed(0)
+    eager = transformers.Wav2Vec2ForCTC(config).train()
+    torch.manual_seed(0)
+    model = transformers.Wav2Vec2ForCTC(config).train()
+    jitted = jitcore.jit(model)
+    for seed in range(4):
+        g = torch.Generator().manual_seed(seed)
+        audio, labels = torch.randn(2, 800, generator=g), torch.randint(1, 8, (2, 5), generator=g)
+        labels[1, 3 + seed % 2:] = -100
+        eager.zero_grad()
+        model.zero_grad()
+        expected, got = eager(audio, labels=labels).loss, jitted(audio, labels=labels).loss
+        expected.backward()
+        got.backward()
+        _assert_close(got.detach(), expected.detach())
+        for p, q in zip(model.parameters(), eager.parameters()):
+            if q.grad is not None:
+                _assert_close(p.grad, q.grad)
+    assert jitcore.cache_misses(jitted) == 2
+
+
 @pytest.mark.parametrize("make", [_llama, _gpt2], ids=lambda m: m.__name__[1:])
 def test_training_step_inside_the_jitted_function(make):
     """Forward with labels, ``loss.backward()`` and an AdamW step, all in the jitted function."""

@@ -332,3 +332,91 @@ def test_composites_that_read_values_while_inputs_require_grad(name):
             fn(x, -torch.ones(3, 5))
         with pytest.raises(ValueError, match="negative"):
             jfn(x, -torch.ones(3, 5))
+
+
+def _grads_of(fn, args):
+    """``fn``'s output and the gradients of its inputs that require grad (backward of the output's sum)."""
+    args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    out = fn(*args)
+    out.sum().backward()
+    return out.detach(), [a.grad for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+
+
+def _packed_gru(gru):
+    def f(x, lengths):
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        return torch.nn.utils.rnn.pad_packed_sequence(gru(packed)[0], batch_first=True)[0]
+    return f
+
+
+def _ctc(logits, targets, target_lengths):
+    log_probs = logits.log_softmax(-1).transpose(0, 1)
+    input_lengths = torch.full((logits.shape[0],), logits.shape[1])
+    return torch.nn.functional.ctc_loss(log_probs, targets, input_lengths, target_lengths, zero_infinity=True)
+
+
+def _zero_positives(x):
+    y = x.clone()
+    y[x > 0] = 0.0
+    return y * x
+
+
+@pytest.mark.parametrize("name", ["ctc_loss", "lstsq", "packed_gru", "bool_index_put"])
+def test_value_shaped_ops_whose_outputs_carry_gradients(name):
+    """Note [Value-shaped ops under grad]: the op runs natively on every call and torch's autograd
+    differentiates it (they were refused with JC-T002); values and input gradients equal eager's."""
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(4, 3, batch_first=True)
+
+    def make(seed):
+        g = torch.Generator().manual_seed(seed)
+        if name == "ctc_loss":
+            flat = torch.randint(1, 5, (2 + seed,), generator=g)  # concatenated targets, lengths vary
+            return _ctc, (torch.randn(2, 8, 5, generator=g, requires_grad=True), flat,
+                          torch.tensor([1, 1 + seed]))
+        if name == "lstsq":
+            a, b = torch.randn(6, 3, generator=g), torch.randn(6, 2, generator=g)
+            return (lambda a, b: torch.linalg.lstsq(a, b).solution), (a.requires_grad_(), b.requires_grad_())
+        if name == "packed_gru":
+            x = torch.randn(2, 5, 4, generator=g, requires_grad=True)
+            return _packed_gru(gru), (x, torch.tensor([5, 3]))
+        return _zero_positives, (torch.randn(6, generator=g, requires_grad=True),)
+
+    fn, _ = make(0)
+    jfn = jitcore.jit(fn)
+    for seed in range(3):
+        _, args = make(seed)
+        got, expected = _grads_of(jfn, args), _grads_of(fn, args)
+        torch.testing.assert_close(got, expected)
+    if name != "bool_index_put":  # (a mask's coordinates: a checked count, then static ops)
+        assert "check_read" in str(jitcore.last_traces(jfn)[0])  # the outputs' shapes are checked
+
+
+def test_a_backward_inside_through_a_value_shaped_op_is_a_clear_refusal():
+    def step(logits, targets, target_lengths):
+        loss = _ctc(logits, targets, target_lengths)
+        loss.backward()
+        return loss.detach()
+
+    with pytest.raises(jitcore.DataDependentError, match="backward inside the jitted function through"):
+        jitcore.jit(step)(torch.randn(2, 8, 5, requires_grad=True), torch.randint(1, 5, (3,)),
+                          torch.tensor([1, 2]))
+
+
+def test_requires_grad_flags_are_not_data_writes():
+    """``h.requires_grad_(True)`` before a value read whose check fails on a later call: the caller's
+    tensor is not 'restored' (which bumped its version and broke an eager graph that saved it:
+    Wav2Vec2's feature encoder does ``hidden_states.requires_grad = True``)."""
+    def f(x):
+        h = x[:, None]
+        h.requires_grad = True
+        y = (h * 2).sum()
+        return y if x.sum() > 0 else -y
+
+    jfn = jitcore.jit(f)
+    w = torch.randn(3, requires_grad=True)
+    for sign in (1.0, -1.0, 1.0):
+        x = torch.full((3,), sign)
+        saved = (w * x).sum()  # eager's graph saves x
+        assert_same(jfn(x), f(x))
+        saved.backward()  # raised "modified by an inplace operation" when x was restored

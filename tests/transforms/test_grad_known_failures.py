@@ -4,8 +4,10 @@ Used by test_grad_opinfo.py: a listed entry must still fail (so the list cannot 
 values are checked reads (docs/user-guide.md, "Value reads"). A composite op that reads values of its
 own inputs inside torch's decomposition while they require grad runs natively on the traced tensors,
 its aten ops recorded one by one (Note [Composites that read values under grad], jit/value_reads.py):
-``gaussian_nll_loss`` passes that way. Where the op's output shape is decided by values and must carry
-a gradient (``ctc_loss``, ``lstsq``, boolean ``index_put``), it is still refused. jitcore traces dense
+``gaussian_nll_loss`` passes that way. An op whose output shape the values decide and whose outputs
+carry gradients (``ctc_loss``, ``lstsq``) runs under torch's own autograd (Note [Value-shaped ops under
+grad], jit/value_reads.py): values and gradients equal eager's, with no backward trace. Inside another
+op's decomposition (boolean ``index_put``, ``index_fill``) it is still refused. jitcore traces dense
 tensors only.
 """
 
@@ -21,6 +23,11 @@ UNDER_TORCH_AUTOGRAD = (
     "the entry run its trace under torch's own autograd (Note [Dynamic numbers under autograd]), "
     "which records none"
 )
+VALUE_SHAPED_UNDER_AUTOGRAD = (
+    "values and gradients match eager, but the harness requires a backward trace: the op's output shapes "
+    "depend on values and its outputs carry gradients, so the entry runs its trace under torch's own "
+    "autograd (Note [Value-shaped ops under grad]), which records none"
+)
 SPARSE = "sparse CSR inputs: jitcore traces strided (dense) tensors only (UnsupportedInputError, by design)"
 NOTHING_TO_COMPARE = (
     "OpInfo's samples hold no tensor that requires grad (mean and size are numbers): the harness "
@@ -33,9 +40,9 @@ KNOWN_FAILURES: dict[str, str] = {
     "cov": UNDER_TORCH_AUTOGRAD,
     "index_fill": DATA_DEPENDENT,
     "index_put": DATA_DEPENDENT,
-    "linalg.lstsq": DATA_DEPENDENT,
-    "linalg.lstsq.grad_oriented": DATA_DEPENDENT,
-    "nn.functional.ctc_loss": DATA_DEPENDENT,
+    "linalg.lstsq": VALUE_SHAPED_UNDER_AUTOGRAD,
+    "linalg.lstsq.grad_oriented": VALUE_SHAPED_UNDER_AUTOGRAD,
+    "nn.functional.ctc_loss": VALUE_SHAPED_UNDER_AUTOGRAD,
     "normal.number_mean": NOTHING_TO_COMPARE,
     "sparse.mm.reduce": SPARSE,
     "sparse.sampled_addmm": SPARSE,
