@@ -266,7 +266,7 @@ class Pass:
     # --- hooks -------------------------------------------------------------------------------------
     def hooks(self) -> Hooks:
         return Hooks(
-            lookasides={
+            lookasides=_numbers_first({
                 **dict(TORCH_TABLE.callables()),
                 **DISPATCH_LOOKASIDES,
                 **self.autograd.lookasides(),
@@ -274,10 +274,7 @@ class Pass:
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
-                # float(n), int(n), abs(n), math.cos(n) of numbers that are names (dynamic numbers,
-                # t.item() reads) stay names; float(t) of a one-element tensor is read as t.item()
-                **python_langctx.LOOKASIDES,
-            },
+            }),
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
             on_load_global=self._load_global,
@@ -628,6 +625,25 @@ _STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setd
 # Builtins that hand their arguments' elements on without reading them (``zip(param_groups, lrs)`` in
 # an LR scheduler): dynamic numbers stay names through them.
 _PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, len, isinstance, issubclass, type})
+
+
+def _numbers_first(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """``table`` with the python language context's lookasides: ``float(n)``, ``int(n)``, ``abs(n)``,
+    ``math.cos(n)`` of numbers that are names (dynamic numbers, ``t.item()`` reads) stay names, and
+    ``float(t)`` of a one-element tensor is read as ``t.item()``. Where the table has its own (NumPy's
+    ``abs`` of an array), that one serves every call without a number proxy."""
+    merged = dict(table)
+    for fn, for_numbers in python_langctx.LOOKASIDES.items():
+        other = table.get(fn)
+        merged[fn] = for_numbers if other is None else functools.partial(_by_argument, for_numbers, other)
+    return merged
+
+
+def _by_argument(for_numbers: Callable[..., Any], other: Callable[..., Any], *args: Any,
+                 **kwargs: Any) -> Any:
+    if any(isinstance(a, NumberProxy) for a in args):
+        return for_numbers(*args, **kwargs)
+    return other(*args, **kwargs)
 
 
 def _passes_numbers(fn: Any) -> bool:
