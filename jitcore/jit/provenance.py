@@ -224,7 +224,7 @@ class Provenance:
         compute, text = formula(number)
         root_paths = tuple(paths[id(root)] for root in number.roots)
         predicate = Predicate(compute, root_paths, outcome, text([p.describe() for p in root_paths]))
-        key = (root_paths[0], "predicate", predicate.text, outcome)
+        key = (root_paths[0], "predicate", id(number), outcome)  # the number is held by its record
         if key not in self._guarded:
             self._guarded.add(key)
             self._predicates += 1

@@ -166,6 +166,7 @@ _SIGNS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.true
           operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.eq: "==",
           operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}
 _PREFIXES = {operator.neg: "-", operator.pos: "+"}
+_TEXT_LIMIT = 240
 
 
 def operations(number: NumberProxy, limit: int) -> int:
@@ -182,33 +183,64 @@ def operations(number: NumberProxy, limit: int) -> int:
 
 def formula(number: NumberProxy) -> tuple[Callable[..., Any], Callable[[list[str]], str]]:
     """``number`` as a function of its roots' values (in ``number.roots`` order; it raises what Python
-    raises for them), and as text over names for the roots."""
+    raises for them), and as text over names for the roots. Each operation is computed once per call
+    (the prologue runs this on every call)."""
     index = {id(r): i for i, r in enumerate(number.roots)}
+    order = _operations_in_order(number, index)  # each shared operation once (n2 = n1 + n1)
 
-    def value(node: Any, roots: tuple) -> Any:
-        if not isinstance(node, NumberProxy):
-            return node
-        i = index.get(id(node))
-        if i is not None:
-            return roots[i]
-        fn, operands = node.made_by
-        return fn(*(value(o, roots) for o in operands))
+    def compute(*roots: Any) -> Any:
+        done: dict[int, Any] = {}
 
-    def text(node: Any, names: list[str]) -> str:
-        if not isinstance(node, NumberProxy):
-            return repr(node)
-        i = index.get(id(node))
-        if i is not None:
-            return names[i]
-        fn, operands = node.made_by
-        parts = [text(o, names) for o in operands]
-        if fn in _SIGNS:
-            return f"({parts[0]} {_SIGNS[fn]} {parts[1]})"
-        if fn in _PREFIXES:
-            return f"{_PREFIXES[fn]}{parts[0]}"
-        return f"{getattr(fn, '__name__', fn)}({', '.join(parts)})"
+        def value(node: Any) -> Any:
+            if not isinstance(node, NumberProxy):
+                return node
+            i = index.get(id(node))
+            return roots[i] if i is not None else done[id(node)]
 
-    return (lambda *roots: value(number, roots)), lambda names: text(number, names)
+        for node in order:
+            fn, operands = node.made_by
+            done[id(node)] = fn(*(value(o) for o in operands))
+        return value(number)
+
+    def text(names: list[str]) -> str:
+        done: dict[int, str] = {}
+
+        def part(node: Any) -> str:
+            if not isinstance(node, NumberProxy):
+                return repr(node)
+            i = index.get(id(node))
+            return names[i] if i is not None else done[id(node)]
+
+        for node in order:
+            fn, operands = node.made_by
+            parts = [part(o) for o in operands]
+            if fn in _SIGNS:
+                done[id(node)] = f"({parts[0]} {_SIGNS[fn]} {parts[1]})"
+            elif fn in _PREFIXES:
+                done[id(node)] = f"{_PREFIXES[fn]}{parts[0]}"
+            else:
+                done[id(node)] = f"{getattr(fn, '__name__', fn)}({', '.join(parts)})"
+        shown = part(number)  # a shared operand is written out at each use: cut what no one reads
+        return shown if len(shown) <= _TEXT_LIMIT else shown[:_TEXT_LIMIT] + "..."
+
+    return compute, text
+
+
+def _operations_in_order(number: NumberProxy, roots: dict[int, int]) -> list[NumberProxy]:
+    """The operations ``number`` is computed by, each once, operands before their users."""
+    order: list[NumberProxy] = []
+    seen: set[int] = set()
+
+    def visit(node: Any) -> None:
+        if not isinstance(node, NumberProxy) or id(node) in roots or id(node) in seen:
+            return
+        seen.add(id(node))
+        for operand in node.made_by[1]:
+            visit(operand)
+        order.append(node)
+
+    visit(number)
+    return order
 
 
 # How arithmetic on NumberProxies is recorded: the python language context's ``apply``, which registers
