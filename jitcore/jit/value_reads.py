@@ -125,15 +125,9 @@ class ValueReads:
             shadow = values.fake_mode.from_tensor(t.detach(), static_shapes=True)
             proxies.append(values.proxy_for(shadow.requires_grad_(True) if t.requires_grad else shadow))
         output = optree.tree_unflatten(out_spec, proxies)
-        site = ReadSite(_describe(symbol, out), source)
-        recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent", UNDER_AUTOGRAD})
-        self._record(BoundSymbol(recorded, args, kwargs, output, (), source))
-        for proxy, real in zip(proxies, out_leaves):
-            if proxy is not None:
-                shape_site = ReadSite(f"the shape of {site.what}", source)
-                self._record(BoundSymbol(READ, (shape_site, tuple(real.shape), _shape, proxy), {}, None, (),
-                                         source))
-        self._log(site, [tuple(t.shape) for t in out_leaves if t is not None])
+        pairs = [(p, t) for p, t in zip(proxies, out_leaves) if p is not None]
+        self._record_shaped(symbol, args, kwargs, output, pairs, ReadSite(_describe(symbol, out), source),
+                            {"data_dependent", UNDER_AUTOGRAD})
         return output
 
     def _read_on_values(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
@@ -197,15 +191,22 @@ class ValueReads:
         values = self.context.values
         proxies = [values.proxy_for(values.fake_mode.from_tensor(t, static_shapes=True)) for t in leaves]
         output = optree.tree_unflatten(spec, proxies)
-        recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})
+        pairs = list(zip(proxies, leaves))
+        self._record_shaped(symbol, args, kwargs, output, pairs, site, {"data_dependent"})
+        return output
+
+    def _record_shaped(self, symbol: Symbol, args: tuple, kwargs: dict, output: Any,
+                       pairs: list[tuple[TensorProxy, torch.Tensor]], site: ReadSite, tags: set[str]) -> None:
+        """A value-shaped call: the op with ``tags``, a check of each output proxy's shape against the
+        real output's, and the log line."""
+        recorded = dataclasses.replace(symbol, tags=symbol.tags | tags)
         self._record(BoundSymbol(recorded, args, kwargs, output, (), site.source))
-        for proxy, real in zip(proxies, leaves):
+        for proxy, real in pairs:
             shape_site = ReadSite(f"the shape of {site.what}", site.source)
             self._record(
                 BoundSymbol(READ, (shape_site, tuple(real.shape), _shape, proxy), {}, None, (), site.source)
             )
-        self._log(site, [tuple(t.shape) for t in leaves])
-        return output
+        self._log(site, [tuple(real.shape) for _, real in pairs])
 
     def _with_read_arguments(self, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         """The call again with its integer tensor arguments read as Python numbers (``narrow``'s

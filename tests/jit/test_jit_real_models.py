@@ -19,46 +19,23 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 VOCAB = 64
 
 
+# The decoder-only models' shared tiny sizes (grouped-query attention: 4 heads over 2 key/value heads).
+_DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+
+
 def _llama():
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return transformers.LlamaForCausalLM(config)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**_DECODER))
 
 
 def _qwen2():
-    config = transformers.Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return transformers.Qwen2ForCausalLM(config)
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**_DECODER))
 
 
 def _mixtral():
     """Mixture of experts: its experts run ``torch._grouped_mm``, whose fake kernel demands bfloat16
     while the CPU kernel takes float32 (Note [Fake kernels stricter than eager])."""
-    config = transformers.MixtralConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-    )
+    config = transformers.MixtralConfig(**_DECODER, num_local_experts=4, num_experts_per_tok=2)
     return transformers.MixtralForCausalLM(config)
 
 
