@@ -83,6 +83,9 @@ class TracedProgram:
         self.size_inputs: list[
             tuple[Path, NumberProxy]
         ] = []  # symbolic sizes: trailing arguments (jit/shapes.py)
+        # tensor-subclass inputs and the paths they were bound at (Provenance._subclass), inner ones
+        # first: the computation takes their inner tensors; the grad transform, the outer ones too
+        self.subclass_inputs: list[tuple[SubclassTensorProxy, Path]] = []
 
     def symbolic_numbers(self) -> list[NumberProxy]:
         """The dynamic numbers the trace uses that the program did not specialize (symbolic sizes too)."""
@@ -142,7 +145,7 @@ class Pass:
             pargs, pkwargs = self._bind_arguments(args, kwargs)
             for copy_, path in self.provenance.argument_copies:
                 self.snapshots.take(copy_, path)
-            for proxy in self.provenance.subclass_inputs:
+            for proxy, _path in self.provenance.subclass_inputs:
                 bind_subclass_input(self.trace, proxy)
             if self.provenance.subclass_inputs:
                 self.trace.imports["jitcore"] = jitcore
@@ -173,6 +176,7 @@ class Pass:
         self.provenance.finish(with_strides=self.context.values.strides_queried)
         program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
         program.read_numbers = self.reads.numbers
+        program.subclass_inputs = list(self.provenance.subclass_inputs)
         program.epilogue = epilogue
         program.structure = structure
         program.effects = effects

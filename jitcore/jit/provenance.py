@@ -82,7 +82,8 @@ class Provenance:
         self._binding: dict[int, tuple[Path, Any]] = {}  # containers being bound (Note [Cyclic arguments])
         self._container_paths: dict[int, Path] = {}  # state containers guarded element by element
         self._guarded: set[tuple] = set()
-        self.subclass_inputs: list[TensorProxy] = []  # inner ones before the ones holding them
+        # tensor-subclass inputs with the path each was bound at, inner ones before the ones holding them
+        self.subclass_inputs: list[tuple[TensorProxy, Path]] = []
         self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order
         # which dimensions of a tensor input are symbolic (jitcore/jit/shapes.py); None: all static
         self.dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
@@ -543,7 +544,7 @@ class Provenance:
             with contextlib.suppress(TypeError):  # a layout Python cannot switch: the base's class
                 shadow.__class__ = cls
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
-        self.subclass_inputs.append(proxy)
+        self.subclass_inputs.append((proxy, path))
         if self.on_remember is not None:  # attributes the program sets on it are set on the caller's
             self.on_remember(proxy, path)
         return proxy
