@@ -116,7 +116,11 @@ def _retyped(proxy: Proxy) -> Callable[[Any], Any] | None:
         return None
 
     def retype(result: Any) -> Any:
-        return result if type(result) is cls else _AS_SUBCLASS(result, cls)
+        if type(result) is cls:
+            return result
+        if result.is_leaf and result.requires_grad:  # a leaf stays a leaf (``copy.deepcopy(param)``)
+            return torch.Tensor._make_subclass(cls, result, True)  # noqa: SLF001
+        return _AS_SUBCLASS(result, cls)
 
     return retype
 

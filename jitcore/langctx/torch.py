@@ -90,7 +90,6 @@ UNSUPPORTED_METHODS: dict[str, str] = {
     "__array_wrap__": "NumPy interoperation inside a jitted function is not supported yet",
     "__dlpack__": "DLPack export is not supported inside a jitted function",
     "__dlpack_device__": "DLPack export is not supported inside a jitted function",
-    "__deepcopy__": "deep copies of tensors are not supported inside a jitted function",
     "__reduce_ex__": "pickling is not supported inside a jitted function",
     "__setstate__": "unpickling is not supported inside a jitted function",
     "_make_subclass": "creating tensor subclasses this way is not supported inside a jitted function",
@@ -102,6 +101,9 @@ UNSUPPORTED_METHODS: dict[str, str] = {
     "_backward_hooks": "tensor hooks are not supported inside a jitted function",
     "_post_accumulate_grad_hooks": "tensor hooks are not supported inside a jitted function",
 }
+
+# Python's copy protocol on tensors: copies recorded as operations (jitcore/langctx/copying.py binds it).
+_COPY_PROTOCOL = frozenset({"__deepcopy__"})
 
 # Operators whose Tensor method means a torch function of the same arguments.
 _OPERATORS: dict[str, str] = {
@@ -354,7 +356,7 @@ def _register_tensor_members() -> None:
                 continue
         except TypeError:
             continue
-        if name in QUERY_NAMES:
+        if name in QUERY_NAMES or name in _COPY_PROTOCOL:
             continue
         qualname = f"torch.Tensor.{name}"
         if name in UNSUPPORTED_METHODS:

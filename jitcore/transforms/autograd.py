@@ -70,6 +70,7 @@ class GradComputation:
         self.differentiable = traces.differentiable
         self.grad_inputs = traces.grad_inputs
         self.backward_raises = any(b.symbol is RAISE for b in traces.backward.bound_symbols)
+        self.fresh_leaves = traces.fresh_leaves
 
 
 # Note [A backward that raises]
@@ -89,6 +90,8 @@ class GradComputation:
             )
             if node is not None:
                 node.register_prehook(self._raise_before_backward)
+        for index in self.fresh_leaves:  # marked non-differentiable: leaves, given requires_grad as eagerly
+            outputs[index].requires_grad_(True)
         leaves = list(self.output_leaves)
         for position, index in self.tensor_positions:
             leaves[position] = outputs[index]

@@ -91,6 +91,9 @@ class GradTraces:
             rely on (``layout.relies_on(arg)``; jitcore/langctx/layout.py).
         backward_body: the backward's own ops, without the forward ops saving.py made it recompute
             (what mincut.py chooses saved values from when the traces are fused).
+        fresh_leaves: the forward's outputs that are leaves requiring grad made by the program
+            (``y = x.detach().requires_grad_()``, ``copy.deepcopy(p)``): not differentiable, they
+            are given ``requires_grad`` after the call, so that they come back leaves as eagerly.
     """
 
     forward: Trace
@@ -102,6 +105,7 @@ class GradTraces:
     subclass_inputs: list[SubclassTensorProxy]
     layout: LayoutReliance | None = None
     backward_body: tuple[BoundSymbol, ...] = ()
+    fresh_leaves: tuple[int, ...] = ()
 
 
 def subclass_inputs(trace: Trace) -> list[SubclassTensorProxy]:
@@ -402,7 +406,8 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
         if isinstance(o, TensorProxy) and not any(o is t for t in tensor_outputs):
             tensor_outputs.append(o)
     grad_inputs, wrt = _grad_inputs(trace, replay, subclass_grad)
-    differentiable, tangent_args, backward, grads = _record_backward(replay, tensor_outputs, wrt)
+    fresh = _fresh_leaves(tensor_outputs, replay)
+    differentiable, tangent_args, backward, grads = _record_backward(replay, tensor_outputs, wrt, fresh)
 
     forward = replay.forward
     forward.bound_symbols[:] = _plain_only(forward.bound_symbols)
@@ -415,7 +420,17 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     backward.args = [*saved, *tangent_args]
     backward.output = tuple(backward_outputs)
     return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_inputs(trace),
-                      replay.values.layout, body)
+                      replay.values.layout, body, fresh)
+
+
+def _fresh_leaves(tensor_outputs: list[TensorProxy], replay: _Replay) -> tuple[int, ...]:
+    """Positions of the outputs that are leaves requiring grad and not inputs (GradTraces.fresh_leaves)."""
+    inputs = {id(p.shadow) for p in replay.forward.args}
+    inputs.update(id(replay.env[id(p)].shadow) for p in subclass_inputs(replay.source) if id(p) in replay.env)
+    return tuple(
+        i for i, out in enumerate(tensor_outputs)
+        if out.shadow.requires_grad and out.shadow.is_leaf and id(out.shadow) not in inputs
+    )
 
 
 def _plain_only(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
@@ -450,7 +465,7 @@ def _grad_inputs(
 
 
 def _record_backward(
-    replay: _Replay, tensor_outputs: list[TensorProxy], wrt: list[TensorProxy]
+    replay: _Replay, tensor_outputs: list[TensorProxy], wrt: list[TensorProxy], fresh: tuple[int, ...] = ()
 ) -> tuple[list[OutputSpec], list[TensorProxy], Trace, list[Any]]:
     """Run ``torch.autograd.grad`` on the shadows under the recording mode.
 
@@ -463,7 +478,7 @@ def _record_backward(
     tangents: list[torch.Tensor] = []
     tangent_args: list[TensorProxy] = []
     for index, out in enumerate(tensor_outputs):
-        if not out.shadow.requires_grad:
+        if not out.shadow.requires_grad or index in fresh:
             continue
         spec, tangent, inner = _tangent_for(replay, index, out)
         differentiable.append(spec)

@@ -1,0 +1,193 @@
+"""``copy.copy`` and ``copy.deepcopy`` of traced tensors, as eager's ``Tensor.__reduce_ex__`` and
+``Tensor.__deepcopy__`` (torch/_tensor.py) give them, recorded as operations on proxies.
+
+Eagerly, ``copy.deepcopy(t)`` copies ``t``'s storage into a new leaf tensor (``requires_grad`` as
+``t``'s, its ``.grad`` and instance attributes deep-copied too) and refuses a tensor that is not a
+graph leaf; ``copy.copy(t)`` pickles and rebuilds it: a new leaf tensor over the *same* storage.
+While tracing there is no data to copy, so the copies are recorded: ``detach`` (+ ``clone`` for a
+deep copy) and ``requires_grad_`` where the source requires grad. Invariants:
+- the result has the source's class (``python_type``), values, dtype, device, shape and
+  ``requires_grad``, and is a leaf; a deep copy shares nothing with its source, a shallow one shares
+  its data (writes through one are seen through the other, as eagerly);
+- the memo is honoured: the same tensor reached twice in one ``deepcopy`` gives one copy;
+- what cannot be mirrored is refused with a clear error instead of copied differently: two
+  *different* tensors of one storage in one ``deepcopy`` (eager keeps them sharing), a source whose
+  ``.grad`` is set (the copy's ``.grad`` cannot be assigned while tracing);
+- a class's own ``__deepcopy__`` (``nn.Parameter``'s, a subclass's) runs on the interpreter, as
+  eagerly; eager's errors keep eager's messages.
+
+Known difference: a deep copy of a view is a compact tensor (eager copies the whole storage, so its
+``storage_offset()`` and the storage's size are the source's); values, shape and dtype agree.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from jitcore.errors import UnsupportedOperationError
+from jitcore.interpreter.calls import call_function
+from jitcore.interpreter.run import current_run
+from jitcore.langctx.torch import TORCH_TABLE
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
+
+__all__ = ["copy_tensor", "deepcopy_tensor"]
+
+# torch's message for a deepcopy of a tensor that is not a graph leaf (torch/_tensor.py).
+NOT_A_LEAF = (
+    "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the "
+    "moment.  If you were attempting to deepcopy a module, this may be because of a "
+    "torch.nn.utils.weight_norm usage, see https://github.com/pytorch/pytorch/pull/103001"
+)
+# Memo key under which the storages deep-copied so far are kept (eager keeps its own under "torch").
+_STORAGES = "jitcore.storages"
+
+
+def deepcopy_tensor(self: Any, memo: dict | None = None) -> Any:
+    """``self.__deepcopy__(memo)`` of a traced tensor, as ``torch.Tensor.__deepcopy__``.
+
+    Raises:
+        RuntimeError: eager's, for a tensor that is not a graph leaf.
+        UnsupportedOperationError: a copy eager makes that a trace cannot mirror (module docstring).
+    """
+    memo = {} if memo is None else memo
+    own = _own_deepcopy(_class_of(self))
+    if own is not None:  # nn.Parameter.__deepcopy__, a subclass's: the class decides
+        return _interpreted(own, self, memo)
+    if not self.is_leaf:
+        raise RuntimeError(NOT_A_LEAF)
+    if id(self) in memo:
+        return memo[id(self)]
+    _check_storage(self, memo)
+    _check_no_grad(self, "copy.deepcopy")
+    new = _leaf_copy(self, deep=True)
+    for name, value in _instance_state(self).items():
+        setattr(new, name, _interpreted(copy.deepcopy, value, memo))
+    memo[id(self)] = new
+    return new
+
+
+def copy_tensor(x: Any) -> Any:
+    """``copy.copy(x)``: for a traced tensor, eager's pickle-and-rebuild (a new leaf over the same
+    data, ``requires_grad`` and instance attributes kept); anything else runs ``copy.copy`` on the
+    interpreter."""
+    if not isinstance(x, torch.Tensor):
+        return _interpreted(copy.copy, x)
+    new = _leaf_copy(x, deep=False)
+    for name, value in _instance_state(x).items():
+        setattr(new, name, value)
+    return new
+
+
+def _leaf_copy(x: Any, *, deep: bool) -> Any:
+    # through the table's symbols, not methods: a real tensor the program reached (a module's buffer
+    # inside ``deepcopy(module)``) is bound as an input of the trace like at any other torch call
+    new = _op(torch.Tensor.detach)(x)
+    if deep:
+        new = _op(torch.Tensor.clone)(new, memory_format=torch.preserve_format)
+    if x.requires_grad:
+        new = _op(torch.Tensor.requires_grad_)(new, True)
+    if _class_of(new) is not _class_of(x):  # eager's check (a subclass whose clone changes class)
+        raise RuntimeError(
+            "Type of deepcopy result does not match the type of the source tensor. "
+            "If you encounter this, please open an issue on PyTorch's GitHub.")
+    return new
+
+
+def _op(fn: Any) -> Any:
+    return TORCH_TABLE.lookup(fn)
+
+
+def _class_of(x: Any) -> type:
+    """The class the program sees: a proxy's ``python_type``, a real tensor's own."""
+    return getattr(x, "python_type", type(x))
+
+
+def _own_deepcopy(cls: type) -> Any:
+    """``cls.__deepcopy__`` where a class below ``torch.Tensor`` defines it, else None."""
+    for klass in cls.__mro__:
+        if klass is torch.Tensor:
+            return None
+        if "__deepcopy__" in vars(klass):
+            return vars(klass)["__deepcopy__"]
+    return None
+
+
+def _instance_state(x: Any) -> dict[str, Any]:
+    """The attributes eager's copies carry over: the instance's own, less a wrapper subclass's inner
+    tensors (the recorded ``detach``/``clone`` made the new value's)."""
+    state = dict(getattr(x, "__dict__", {}))
+    if isinstance(x, SubclassTensorProxy):
+        inner = x.flatten()[0]
+    elif isinstance(x, TensorProxy) or not hasattr(type(x), "__tensor_flatten__"):
+        inner = ()
+    else:
+        inner = x.__tensor_flatten__()[0]
+    for name in inner:
+        state.pop(name, None)
+    return state
+
+
+def _check_storage(x: Any, memo: dict) -> None:
+    storages = memo.setdefault(_STORAGES, {})
+    try:
+        key = (x.shadow if isinstance(x, TensorProxy) else x).untyped_storage()._cdata
+    except (NotImplementedError, RuntimeError):  # a wrapper subclass's outer tensor has no storage
+        return
+    first = storages.setdefault(key, x)
+    if first is not x:
+        raise UnsupportedOperationError(
+            f"copy.deepcopy: {_named(x)} and {_named(first)} share one storage (one is a view of the other); "
+            "eager's deep copies would share their new storage too, which jitcore does not record yet. "
+            "Deep-copy them in separate deepcopy calls, or copy the base and take the view of the copy.")
+
+
+def _named(x: Any) -> str:
+    return x.name if isinstance(x, TensorProxy) else "a tensor"
+
+
+def _check_no_grad(x: Any, what: str) -> None:
+    if isinstance(x, TensorProxy):
+        calls = _autograd_calls()
+        if calls is None:
+            return
+        try:
+            grad = calls.read_grad(x)
+        except UnsupportedOperationError:  # computed by the program: it has no .grad
+            return
+    else:
+        grad = x.grad
+    if grad is not None:
+        raise UnsupportedOperationError(
+            f"{what}: {_named(x)} has a .grad; eager's copy would carry a copy of it, and a traced "
+            "tensor's .grad cannot be assigned. Copy it outside the jitted function.")
+
+
+def _autograd_calls() -> Any:
+    from jitcore.ir.context import current_context
+
+    context = current_context()
+    return getattr(context, "autograd", None) if context is not None else None
+
+
+def _interpreted(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on the running interpreter (Python code of the program's libraries and classes
+    is traced, not run natively), or natively where no run is active."""
+    run = current_run()
+    if run is None:
+        return fn(*args)
+    return call_function(run, fn, args, None)
+
+
+def _register() -> None:
+    # copy.copy of a tensor is eagerly ``Tensor.__reduce_ex__``, which a traced tensor refuses
+    # (pickling): ``copy.copy`` itself is looked aside, and interpreted for anything but a tensor.
+    TORCH_TABLE.bind(copy.copy, copy_tensor)
+    TORCH_TABLE.bind(torch.Tensor.__deepcopy__, deepcopy_tensor)
+    TensorProxy.__deepcopy__ = deepcopy_tensor  # type: ignore[method-assign]
+
+
+_register()
