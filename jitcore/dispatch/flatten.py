@@ -19,6 +19,7 @@ from torch.utils._mode_utils import no_dispatch
 
 
 from jitcore.ir import BoundSymbol, Symbol, SymbolTag, Trace, tree_has
+from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 
@@ -112,6 +113,16 @@ def restrided(proxy: SubclassTensorProxy, record: BoundSymbol) -> bool:
     return (tuple(proxy.shape), tuple(proxy.stride())) != (record.args[3], record.args[4])
 
 
+# Note [Subclass values that require grad]
+# ``requires_grad_()`` on a subclass value the program made sets its *outer* tensor's flag: below
+# autograd, ``__torch_dispatch__`` sees no operation, so the call's resolution is empty and pass 2
+# (used only when no input requires grad) would drop it. A subclass output whose pass-1 value
+# requires grad (the flagged value itself, or one computed from it) gets the flag back once rebuilt.
+# It is then a leaf: eagerly a value computed from the flagged one has a grad_fn reaching a leaf the
+# program dropped (nothing the caller can read from it differs but ``is_leaf``/``grad_fn``).
+_REQUIRES_GRAD = TORCH_TABLE.lookup(torch.Tensor.requires_grad_)
+
+
 def _involves_subclass(bsym: BoundSymbol) -> bool:
     return tree_has((bsym.args, bsym.kwargs, bsym.output), SubclassTensorProxy)
 
@@ -163,6 +174,8 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
             for inner in value.inner_tensors().values():
                 rewrap(inner)
             flat.bound_symbols.append(_unflatten_record(UNFLATTEN, value))
+            if value.shadow.requires_grad:  # Note [Subclass values that require grad]
+                flat.bound_symbols.append(BoundSymbol(_REQUIRES_GRAD, (value, True), {}, value))
             rebuilt[id(value)] = value
         return value
 

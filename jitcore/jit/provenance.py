@@ -544,6 +544,8 @@ class Provenance:
             with contextlib.suppress(TypeError):  # a layout Python cannot switch: the base's class
                 shadow.__class__ = cls
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
+        if tensor.requires_grad:  # ``x.requires_grad`` as eagerly (the grad transform reads the guard)
+            proxy.outer.requires_grad_(True)
         self.subclass_inputs.append((proxy, path))
         if self.on_remember is not None:  # attributes the program sets on it are set on the caller's
             self.on_remember(proxy, path)

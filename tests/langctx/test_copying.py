@@ -151,6 +151,18 @@ def test_deepcopy_of_a_subclass_value() -> None:
     assert len(jf.entries) == 1
 
 
+def test_deepcopy_of_a_subclass_requiring_grad() -> None:
+    def f(x):
+        return copy.deepcopy(x)
+
+    x = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
+    expected, actual = f(x), jitcore.jit(f)(x)
+    assert type(actual) is TwoTensor and actual.requires_grad and actual.is_leaf
+    assert expected.requires_grad and expected.is_leaf
+    torch.testing.assert_close(actual.a, expected.a)
+    torch.testing.assert_close(actual.b, expected.b)
+
+
 def test_deepcopy_of_a_subclass_made_inside() -> None:
     def f(a, b):
         y = copy.deepcopy(TwoTensor(a.sin(), b))
