@@ -171,6 +171,7 @@ class Pass:
             numbers.drop_unused_arithmetic(self.trace)
         self.trace.args = [proxy for _path, proxy, _t in self.provenance.inputs]
         self.trace.args += [proxy for _path, proxy in self.provenance.number_inputs]
+        self.trace.args += [proxy for _path, proxy in self.provenance.generator_inputs]
         first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
         self._state_guards(state_at_call)
         self.provenance.finish(with_strides=self.context.values.strides_queried)

@@ -94,6 +94,11 @@ class Probe:
         if isinstance(leaf, NumberProxy):
             return leaf.value
         if not isinstance(leaf, TensorProxy):  # a constant, or a caller's tensor a record holds itself
+            if isinstance(leaf, Proxy):  # a generator: the program's own, or a copy of the caller's
+                found = self._env.get(id(leaf))
+                if found is None:
+                    found = self._env[id(leaf)] = _generator_copy(self._real_inputs[id(leaf)])
+                return found
             return self._private(leaf)  # until the pass ends (Note [Leaked tensors])
         found = self._env.get(id(leaf))
         if found is None:
@@ -119,6 +124,13 @@ class Probe:
             for pid, value in list(self._env.items()):
                 if _is_plain(value) and _storage_key(value) == key:
                     self._env[pid] = _view_of(copy, value)
+
+
+def _generator_copy(generator: torch.Generator) -> torch.Generator:
+    """A generator in ``generator``'s state: the probe's draws must not advance the caller's."""
+    copy = torch.Generator(device=generator.device)
+    copy.set_state(generator.get_state())
+    return copy
 
 
 def _view_of(storage: Any, like: torch.Tensor) -> torch.Tensor:

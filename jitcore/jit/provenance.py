@@ -39,6 +39,7 @@ from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
 from jitcore.prologue.guards import Predicate, freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy, formula, operations
 from jitcore.proxies.protocol import (
     eager_only_reason, has_own_protocol, instance_attributes, is_wrapper, tensor_flatten, tensor_unflatten,
@@ -85,6 +86,9 @@ class Provenance:
         # tensor-subclass inputs with the path each was bound at, inner ones before the ones holding them
         self.subclass_inputs: list[tuple[TensorProxy, Path]] = []
         self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order
+        # torch.Generator objects the call passes (Note [Generators the caller passes]), in binding order
+        self.generator_inputs: list[tuple[Path, GeneratorProxy]] = []
+        self._generators: dict[int, tuple[GeneratorProxy, Path]] = {}
         # which dimensions of a tensor input are symbolic (jitcore/jit/shapes.py); None: all static
         self.dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
         self._static_only = 0  # > 0 while a subclass's inner tensors are bound: they keep static shapes
@@ -243,6 +247,8 @@ class Provenance:
             return value  # the program's own value, stored there earlier in this pass
         if isinstance(value, torch.Tensor):
             return self._tensor(value, path, name)
+        if isinstance(value, torch.Generator):
+            return self._generator(value, path, name)
         if is_numpy_value(value):
             return self._numpy_value(value, path, name)
         if type(value) in (int, float) and path in self.counters:  # read and written back: jit/effects.py
@@ -274,6 +280,26 @@ class Provenance:
             self.guard(path, "len", len(value))
         self._remember_object(value, path)
         return value
+
+    # Note [Generators the caller passes]
+    # Eagerly a draw with ``generator=g`` uses and advances g's state. The generator is an input of
+    # the computation (after the numbers), guarded by type and device, not identity: a generator made
+    # anew per call (``f(x, torch.Generator().manual_seed(i))``) hits the cache, and each call's draws
+    # come from the generator it passes. The same generator reached twice is one input (alias guard).
+    def _generator(self, generator: torch.Generator, path: Path, name: str) -> GeneratorProxy:
+        found = self._generators.get(id(generator))
+        if found is not None:
+            if found[1] != path:
+                self.guard(path, "alias", found[1])
+            return found[0]
+        self.guard(path, "type", torch.Generator)
+        self.guard(path.attr("device"), "value", generator.device)
+        proxy = GeneratorProxy(self.values.names.claim(qualified_name(path) or name), generator.device)
+        self._generators[id(generator)] = (proxy, path)
+        self.generator_inputs.append((path, proxy))
+        self.real_values[id(proxy)] = generator  # the probe draws from a copy of it (jit/probe.py)
+        self._keepalive.append(generator)
+        return proxy
 
     # Note [Objects the caller passes]
     # An instance of a Python class that the call passes (``model(ids, past_key_values=cache)``, or
@@ -575,11 +601,14 @@ class Provenance:
         self._distinct_loose_objects()
         for path, number in self.number_inputs:  # after the tensors, as in the computation's signature
             self.prologue.add_input(path, number.name)
+        for path, generator in self.generator_inputs:  # then the generators
+            self.prologue.add_input(path, generator.name)
         self._finished = True
         self._keepalive.clear()
         self.real_values.clear()
         self._paths.clear()
         self._tensors.clear()
+        self._generators.clear()
         self._first_paths.clear()
         self._ndarrays.clear()
         self._container_paths.clear()

@@ -33,6 +33,7 @@ from jitcore.langctx.reads import (
     DATA_DEPENDENT_DECOMPOSITIONS, READ, UNDER_AUTOGRAD, ReadSite, ValueCheckFailed,
 )
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
@@ -345,9 +346,13 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
     if not positions and not random:
         return computation
 
+    # the caller's generators (Note [Generators the caller passes]) are put back as the global one is
+    generators = [i for i, a in enumerate(trace.args) if isinstance(a, GeneratorProxy)] if random else []
+
     def run(*inputs: Any) -> Any:
         saved = [inputs[i].detach().clone() for i in positions]
         rng = torch.get_rng_state() if random else None
+        states = [inputs[i].get_state() for i in generators]
         try:
             return computation(*inputs)
         except ValueCheckFailed:
@@ -356,6 +361,8 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
                     inputs[i].copy_(copy)
             if rng is not None:
                 torch.set_rng_state(rng)
+            for i, state in zip(generators, states):
+                inputs[i].set_state(state)
             raise
 
     return run

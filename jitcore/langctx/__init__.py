@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from jitcore.langctx import aten, copying, torch
+from jitcore.langctx import aten, copying, generators, torch
 from jitcore.langctx.shadows import TensorValues, evaluate, new_context
 
-__all__ = ["TensorValues", "aten", "copying", "evaluate", "lookup", "new_context", "torch"]
+__all__ = ["TensorValues", "aten", "copying", "evaluate", "generators", "lookup", "new_context", "torch"]
 
 
 def lookup(fn: Any) -> Callable[..., Any] | None:

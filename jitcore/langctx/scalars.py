@@ -92,8 +92,16 @@ def _python_parameter_names(fn: Any) -> tuple[str, ...] | None:
     return tuple(p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
+# Symbols with no aten schema whose arguments are values, by symbol id (a generator's seed:
+# jitcore/langctx/generators.py registers it).
+VALUE_ARGUMENTS: dict[str, frozenset[int | str]] = {}
+
+
 def takes_value(symbol: Symbol, key: int | str) -> bool:
     """Whether argument ``key`` (a position or a keyword) of a call of ``symbol`` is taken as a value."""
+    registered = VALUE_ARGUMENTS.get(symbol.id)
+    if registered is not None:
+        return key in registered
     if symbol.langctx == "aten":
         if isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
             positions, names = _overload_parameters(symbol.fn)

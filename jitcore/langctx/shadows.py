@@ -37,6 +37,7 @@ from jitcore.errors import DataDependentError
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["REPLAY_NUMEL_LIMIT", "STATEFUL", "WRITES_NO_DATA", "TensorValues", "evaluate", "may_write_inputs",
@@ -171,6 +172,8 @@ def meta_of(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _to_shadow(value: Any, fake_mode: FakeTensorMode) -> Any:
     if isinstance(value, TensorProxy):
         return value.shadow
+    if isinstance(value, GeneratorProxy):
+        return value.placeholder  # a generator the program made (jitcore/langctx/generators.py)
     if isinstance(value, NumberProxy):
         return value.value  # metadata does not depend on it (langctx.scalars), only its type does
     if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):

@@ -39,11 +39,13 @@ from jitcore.diagnostics.boundary import replays_backward_errors
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.flatten import UNFLATTEN
 from jitcore.dispatch.resolver import DispatchState
+from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext, tree_any, tree_has
 from jitcore.langctx import new_context
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.langctx.thread_state import ThreadState
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -211,6 +213,9 @@ class _Replay:
     # --- inputs ------------------------------------------------------------------------------------
     def bind_inputs(self) -> None:
         for arg in self.source.args:
+            if isinstance(arg, GeneratorProxy):  # a generator the call passes: itself in the forward
+                self.forward.args.append(arg)
+                continue
             shadow = self._fake_like(arg.shadow, contiguous=False)
             if arg.requires_grad:
                 shadow.requires_grad_(True)
@@ -264,6 +269,8 @@ class _Replay:
                     self._map(inner, getattr(new, name))
 
     def lookup(self, value: Any) -> Any:
+        if isinstance(value, GeneratorProxy):
+            return value  # made by the forward's own records, as in pass 1
         if isinstance(value, NumberProxy):
             return value.value  # the entry's dynamic numbers were specialized before the replay
         if isinstance(value, Proxy):
@@ -296,9 +303,25 @@ class _Replay:
                 if "check" in bsym.symbol.tags or "data_dependent" in bsym.symbol.tags:
                     self._copy_record(bsym)  # value reads (jitcore/langctx/reads.py): run as recorded
                     continue
+                if tree_has((bsym.args, bsym.kwargs, bsym.output), GeneratorProxy):
+                    self._copy_draw(bsym)  # a generator the program made, and the draws from it
+                    continue
                 if "global_state" in bsym.symbol.tags:  # torch.manual_seed, set_default_dtype
                     self.forward.bound_symbols.append(bsym)  # run at this point on every call, as eagerly
                 self._replay(bsym)
+
+    def _copy_draw(self, bsym: BoundSymbol) -> None:
+        """A generator's creation, seeding or a draw from it (jitcore/langctx/generators.py): run as
+        recorded; a draw is not differentiable, so one from tensors that require grad is refused."""
+        if torch.is_grad_enabled() and tree_any(
+            _tree_map(self.lookup, (bsym.args, bsym.kwargs)),
+            lambda v: isinstance(v, TensorProxy) and v.shadow.requires_grad,
+        ):
+            raise UnsupportedOperationError(
+                f"{bsym.symbol.name}: a draw from a generator made inside the jitted function, from "
+                "tensors that require grad, is not differentiated by jitcore",
+                hints=("draw under torch.no_grad(), or pass the generator in from outside",))
+        self._copy_record(bsym)
 
     def _copy_record(self, bsym: BoundSymbol) -> None:
         """A record that runs in the forward as it is: its tensor outputs (value-shaped, never
@@ -425,7 +448,7 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
 
 def _fresh_leaves(tensor_outputs: list[TensorProxy], replay: _Replay) -> tuple[int, ...]:
     """Positions of the outputs that are leaves requiring grad and not inputs (GradTraces.fresh_leaves)."""
-    inputs = {id(p.shadow) for p in replay.forward.args}
+    inputs = {id(p.shadow) for p in replay.forward.args if isinstance(p, TensorProxy)}
     inputs.update(id(replay.env[id(p)].shadow) for p in subclass_inputs(replay.source) if id(p) in replay.env)
     return tuple(
         i for i, out in enumerate(tensor_outputs)
@@ -454,7 +477,7 @@ def _grad_inputs(
     grad_inputs: list[tuple[str, int]] = []
     wrt: list[TensorProxy] = []
     for i, arg in enumerate(trace.args):
-        if arg.requires_grad:
+        if isinstance(arg, TensorProxy) and arg.requires_grad:
             grad_inputs.append(("arg", i))
             wrt.append(replay.env[id(arg)])
     for i, old in enumerate(subclass_inputs(trace)):

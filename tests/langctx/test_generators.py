@@ -1,0 +1,142 @@
+"""``torch.Generator`` objects in jitted functions (jitcore/langctx/generators.py, Note [Generators
+the caller passes] in jitcore/jit/provenance.py): draws equal eager's, the caller's generator is
+advanced as eagerly, a generator made per call neither retraces nor continues an old stream."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jitcore
+from jitcore.errors import UnsupportedOperationError
+
+
+def _states_equal(a: torch.Generator, b: torch.Generator) -> bool:
+    return torch.equal(a.get_state(), b.get_state())
+
+
+def _draws(x, g):
+    return x + torch.randn(3, generator=g), torch.randint(0, 100, (4,), generator=g)
+
+
+def test_a_generator_passed_anew_per_call_is_one_entry() -> None:
+    jf = jitcore.jit(_draws)
+    x = torch.zeros(3)
+    for seed in range(4):
+        eager, jitted = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        expected, actual = _draws(x, eager), jf(x, jitted)
+        assert all(torch.equal(a, e) and a.dtype == e.dtype for a, e in zip(actual, expected))
+        assert _states_equal(jitted, eager)  # the caller's generator advanced as eagerly
+    assert len(jf.entries) == 1
+
+
+def test_the_same_generator_across_calls_continues_its_stream() -> None:
+    jf = jitcore.jit(_draws)
+    eager, jitted = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    x = torch.zeros(3)
+    for _ in range(3):
+        assert all(torch.equal(a, e) for a, e in zip(jf(x, jitted), _draws(x, eager)))
+    assert _states_equal(jitted, eager)
+    assert len(jf.entries) == 1
+
+
+def test_one_generator_passed_twice_and_a_keyword() -> None:
+    def f(x, g1, g2, *, gen):
+        return x + torch.rand(3, generator=g1) + torch.rand(3, generator=g2) + torch.rand(3, generator=gen)
+
+    jf = jitcore.jit(f)
+    x = torch.zeros(3)
+    e, j = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    assert torch.equal(jf(x, j, j, gen=j), f(x, e, e, gen=e))
+    e1, e2, j1, j2 = (torch.Generator().manual_seed(s) for s in (2, 3, 2, 3))
+    assert torch.equal(jf(x, j1, j2, gen=j1), f(x, e1, e2, gen=e1))  # traced with one: retraced
+    assert _states_equal(j1, e1) and _states_equal(j2, e2)
+
+
+def _seeded_inside(x, seed):
+    g = torch.Generator().manual_seed(seed)
+    return x * torch.rand(3, generator=g), torch.randperm(5, generator=g), g.initial_seed()
+
+
+def test_a_generator_made_inside_starts_again_every_call() -> None:
+    jf = jitcore.jit(_seeded_inside)
+    x = torch.ones(3)
+    for seed in (3, 3, 3, 4):  # the same seed again: the cached call must not continue the stream
+        expected, actual = _seeded_inside(x, seed), jf(x, seed)
+        assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
+        assert actual[2] == expected[2]
+    assert len(jf.entries) == 2  # an int argument is specialized, one entry per seed
+
+
+def test_a_dynamic_seed_is_one_entry() -> None:
+    def f(x, seed):
+        g = torch.Generator()
+        g.manual_seed(seed)
+        return x + torch.randn(3, generator=g)
+
+    jf = jitcore.jit(f, dynamic_numbers=["seed"])
+    x = torch.zeros(3)
+    for seed in range(4):
+        assert torch.equal(jf(x, seed), f(x, seed))
+    assert len(jf.entries) == 1
+
+
+def test_generators_under_autograd() -> None:
+    def f(w, g, seed):
+        noise = torch.randn(3, generator=g)
+        mine = torch.Generator().manual_seed(seed)
+        return (w * noise + torch.rand(3, generator=mine)).sum()
+
+    w_e, w_j = torch.randn(3, requires_grad=True), None
+    w_j = w_e.detach().clone().requires_grad_()
+    jf = jitcore.jit(f)
+    for seed in (0, 0):
+        ge, gj = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+        expected, actual = f(w_e, ge, seed), jf(w_j, gj, seed)
+        expected.backward()
+        actual.backward()
+        torch.testing.assert_close(actual, expected)
+        torch.testing.assert_close(w_j.grad, w_e.grad)
+    assert len(jf.entries) == 1
+
+
+def test_a_value_read_after_draws_does_not_advance_the_callers_generator() -> None:
+    def f(x, g):
+        y = x + torch.rand(3, generator=g)
+        if y.sum() > 1.5:  # a value read: the probe draws from a copy of g
+            y = y * torch.rand(3, generator=g)
+        return y
+
+    jf = jitcore.jit(f)
+    x = torch.zeros(3)
+    for seed in range(4):
+        e, j = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        assert torch.equal(jf(x, j), f(x, e))
+        assert _states_equal(j, e)
+
+
+def test_a_generator_made_inside_can_be_returned() -> None:
+    def f(x):
+        g = torch.Generator().manual_seed(11)
+        return x + torch.rand(2, generator=g), g
+
+    out, g = jitcore.jit(f)(torch.zeros(2))
+    eager_out, eager_g = f(torch.zeros(2))
+    assert type(g) is torch.Generator and torch.equal(out, eager_out) and _states_equal(g, eager_g)
+
+
+def test_a_generators_state_inside_is_refused() -> None:
+    def f(x):
+        return x, torch.Generator().get_state()
+
+    with pytest.raises(UnsupportedOperationError, match="get_state"):
+        jitcore.jit(f)(torch.zeros(2))
+
+
+def test_a_differentiable_draw_from_a_generator_made_inside_is_refused() -> None:
+    def f(mean):
+        g = torch.Generator().manual_seed(0)
+        return torch.normal(mean, 1.0, generator=g)
+
+    with pytest.raises(UnsupportedOperationError, match="not differentiated"):
+        jitcore.jit(f)(torch.zeros(3, requires_grad=True))
