@@ -295,7 +295,9 @@ def _run_torch_function(types: list[type], func: Any, args: tuple, kwargs: dict)
 
 def call_on_shadows(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """A torch C function that is not an operation (``torch._functionalize_unsafe_set``, ...) called
-    with proxies: it acts on their shadows (their metadata), and tensors it returns map back."""
+    with proxies: it acts on their shadows (their metadata), and tensors it returns map back. One
+    that turns out to make tensors is called on the proxies instead, so that its operations are
+    recorded (Note [C functions that compute])."""
     if fn is torch._C._disabled_torch_dispatch_impl:  # noqa: SLF001 - would re-enter the resolving mode without end
         from jitcore.errors import EagerOnlySubclass
 
@@ -305,7 +307,43 @@ def call_on_shadows(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         )
     state = DispatchState.of_current()
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
-    return _map(state.proxy_of, fn(*shadow_args, **shadow_kwargs))
+    if torch.utils._python_dispatch._get_current_dispatch_mode() is not None:  # noqa: SLF001
+        # a subclass's resolution (ShadowDispatchMode) or the grad replay: that mode records the ops
+        return _map(state.proxy_of, fn(*shadow_args, **shadow_kwargs))
+    try:
+        with _TensorOpsStop():
+            out = fn(*shadow_args, **shadow_kwargs)
+    except _MakesTensors:  # Note [C functions that compute]
+        return fn(*args, **kwargs)
+    return _map(state.proxy_of, out)
+
+
+# Note [C functions that compute]
+# A torch C function the tables do not know (``torch._C._nn.elu``, ``unflatten_dense_tensors``) is
+# run on the shadows, as a metadata function (``torch._functionalize_unsafe_set``, grouping tensors
+# by device) must be. Were it to compute, its ops would run on fake tensors and never be recorded:
+# the trace would use values nothing produces. So the shadow run stops at its first operation that
+# makes or writes a tensor (before running it: the shadows are untouched), and the function is
+# called on the proxies themselves, which are tensors: its operations reach ``__torch_function__``
+# or ``__torch_dispatch__`` and are recorded at the user's line like any other.
+class _MakesTensors(Exception):
+    """Raised by _TensorOpsStop at an operation returning tensors."""
+
+
+class _TensorOpsStop(TorchDispatchMode):
+    """Lets only metadata operations through (those returning no tensor)."""
+
+    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func not in METADATA_OPS and _returns_tensors(func):
+            raise _MakesTensors(func)
+        return func(*args, **(kwargs or {}))
+
+
+def _returns_tensors(func: Any) -> bool:
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return True
+    return any("Tensor" in str(r.type) for r in schema.returns)
 
 
 def _map(fn: Callable[[Any], Any], tree: Any) -> Any:
