@@ -10,9 +10,12 @@ deep copy) and ``requires_grad_`` where the source requires grad. Invariants:
   ``requires_grad``, and is a leaf; a deep copy shares nothing with its source, a shallow one shares
   its data (writes through one are seen through the other, as eagerly);
 - the memo is honoured: the same tensor reached twice in one ``deepcopy`` gives one copy;
-- what cannot be mirrored is refused with a clear error instead of copied differently: two
-  *different* tensors of one storage in one ``deepcopy`` (eager keeps them sharing), a source whose
-  ``.grad`` is set (the copy's ``.grad`` cannot be assigned while tracing);
+- tensors of one storage in one ``deepcopy`` share their copies' storage, as eagerly: a tensor
+  covering the storage whole copied first, the others are views of its copy (``as_strided`` with
+  their own sizes, strides and offset);
+- what cannot be mirrored is refused with a clear error instead of copied differently: a view copied
+  before (or without) the whole-storage tensor of its storage, a source whose ``.grad`` is set (the
+  copy's ``.grad`` cannot be assigned while tracing);
 - a class's own ``__deepcopy__`` (``nn.Parameter``'s, a subclass's) runs on the interpreter, as
   eagerly; eager's errors keep eager's messages.
 
@@ -61,9 +64,13 @@ def deepcopy_tensor(self: Any, memo: dict | None = None) -> Any:
         raise RuntimeError(NOT_A_LEAF)
     if id(self) in memo:
         return memo[id(self)]
-    _check_storage(self, memo)
+    base = _copied_storage(self, memo)
     _check_no_grad(self, "copy.deepcopy")
-    new = _leaf_copy(self, deep=True)
+    if base is None:
+        new = _leaf_copy(self, deep=True)
+        _note_storage(self, new, memo)
+    else:
+        new = _view_copy(self, base)
     for name, value in _instance_state(self).items():
         setattr(new, name, _interpreted(copy.deepcopy, value, memo))
     memo[id(self)] = new
@@ -131,18 +138,55 @@ def _instance_state(x: Any) -> dict[str, Any]:
     return state
 
 
-def _check_storage(x: Any, memo: dict) -> None:
-    storages = memo.setdefault(_STORAGES, {})
+def _storage_key(x: Any) -> int | None:
     try:
-        key = (x.shadow if isinstance(x, TensorProxy) else x).untyped_storage()._cdata
+        return (x.shadow if isinstance(x, TensorProxy) else x).untyped_storage()._cdata
     except (NotImplementedError, RuntimeError):  # a wrapper subclass's outer tensor has no storage
-        return
-    first = storages.setdefault(key, x)
-    if first is not x:
-        raise UnsupportedOperationError(
-            f"copy.deepcopy: {_named(x)} and {_named(first)} share one storage (one is a view of the other); "
-            "eager's deep copies would share their new storage too, which jitcore does not record yet. "
-            "Deep-copy them in separate deepcopy calls, or copy the base and take the view of the copy.")
+        return None
+
+
+def _copied_storage(x: Any, memo: dict) -> Any:
+    """The copy, made earlier in this deepcopy, of a tensor covering ``x``'s whole storage (eager's
+    copies share one new storage: ``x``'s copy is a view of it), or None where none was copied.
+
+    Raises:
+        UnsupportedOperationError: another tensor of the storage was copied first, but not one
+            covering it whole (its copy is compact: the storage's layout is not there to view).
+    """
+    key = _storage_key(x)
+    found = memo.get(_STORAGES, {}).get(key) if key is not None else None
+    if found is None:
+        return None
+    first, first_copy = found
+    if _covers_storage(first) and first.dtype == x.dtype:
+        return first_copy
+    raise UnsupportedOperationError(
+        f"copy.deepcopy: {_named(x)} and {_named(first)} share one storage (one is a view of the other) "
+        "and the first copied does not cover it whole; eager's deep copies would share their new "
+        "storage, which jitcore records only as views of a whole-storage tensor copied first.",
+        hints=("put the base tensor before its views in what is deep-copied",))
+
+
+def _note_storage(x: Any, new: Any, memo: dict) -> None:
+    key = _storage_key(x)
+    if key is not None:
+        memo.setdefault(_STORAGES, {}).setdefault(key, (x, new))
+
+
+def _covers_storage(t: Any) -> bool:
+    """Whether ``t`` is its whole storage, contiguous from offset 0 (then so is its deep copy)."""
+    shadow = t.shadow if isinstance(t, TensorProxy) else t
+    return (shadow.storage_offset() == 0 and shadow.is_contiguous()
+            and shadow.numel() * shadow.element_size() == shadow.untyped_storage().nbytes())
+
+
+def _view_copy(x: Any, base: Any) -> Any:
+    """``x``'s deep copy as a leaf over ``base``'s storage (eager: ``set_`` onto the copied storage)."""
+    view = _op(torch.Tensor.as_strided)(_op(torch.Tensor.detach)(base), x.size(), x.stride(), x.storage_offset())
+    new = _op(torch.Tensor.detach)(view)
+    if x.requires_grad:
+        new = _op(torch.Tensor.requires_grad_)(new, True)
+    return new
 
 
 def _named(x: Any) -> str:

@@ -110,9 +110,24 @@ def test_deepcopy_memo_gives_one_copy_per_tensor() -> None:
     assert len(jf.entries) == 1
 
 
-def test_deepcopy_of_views_of_one_storage_is_refused() -> None:
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_deepcopy_of_a_base_and_its_views_shares_the_new_storage(requires_grad: bool) -> None:
     def f(x):
-        return copy.deepcopy([x, x[1:]])
+        base, first, last = copy.deepcopy([x, x[1:3], x.view(2, 2).t()])
+        base.mul_(10)  # eagerly seen through the copied views too, never through x
+        return base, first, last, first.is_leaf, last.stride()
+
+    jf = jitcore.jit(f)
+    x = torch.randn(4, requires_grad=requires_grad)
+    with torch.no_grad():
+        expected = f(x)
+        actual = jf(x.detach().clone().requires_grad_(requires_grad))
+    assert_same(actual, expected)
+
+
+def test_deepcopy_of_a_view_before_its_base_is_refused() -> None:
+    def f(x):
+        return copy.deepcopy([x[1:], x])
 
     f(torch.randn(4))  # eager copies them sharing one new storage
     with pytest.raises(UnsupportedOperationError, match="share one storage"):
