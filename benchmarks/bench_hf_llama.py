@@ -110,14 +110,16 @@ def main() -> None:
     print(f"traces made by the first generate: jitcore {traces['jitcore']}, "
           f"torch.compile {traces['torch.compile']} graphs")
     print()
-    print("what users get by default: jitcore's executors (torch, inductor once hot) vs torch.compile() (inductor)")
+    print("what users get by default: jitcore's executors (torch, inductor once hot) "
+          "vs torch.compile() (inductor)")
     print(" ".join(f"{h:{a}{w}s}" for h, (w, a) in zip(
         ("program", "eager", "jc(default)", "tc(ind)", "jc/eager", "jc/tc"), widths)))
     for name, e, j, c in default_rows:
         eager_text = f"{e * 1e3:8.2f}ms" if e is not None else f"{'':>10s}"
         ratio = f"{j / e:8.2f}x" if e is not None else f"{'':>9s}"
         unit, suffix = (1e3, "ms") if e is not None else (1.0, "s")
-        print(f"{name:38s} {eager_text} {j * unit:8.2f}{suffix} {c * unit:8.2f}{suffix} {ratio} {j / c:6.2f}x")
+        jit_text, compile_text = f"{j * unit:8.2f}{suffix}", f"{c * unit:8.2f}{suffix}"
+        print(f"{name:38s} {eager_text} {jit_text} {compile_text} {ratio} {j / c:6.2f}x")
 
 
 def _default_executors(ids: torch.Tensor, eager: torch.nn.Module, eager_cached: float) -> list[tuple]:

@@ -333,7 +333,9 @@ class _MakesTensors(Exception):
 class _TensorOpsStop(TorchDispatchMode):
     """Lets only metadata operations through (those returning no tensor)."""
 
-    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         if func not in METADATA_OPS and _returns_tensors(func):
             raise _MakesTensors(func)
         return func(*args, **(kwargs or {}))

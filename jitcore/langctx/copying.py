@@ -100,7 +100,8 @@ def _leaf_copy(x: Any, *, deep: bool) -> Any:
     if _class_of(new) is not _class_of(x):  # eager's check (a subclass whose clone changes class)
         raise RuntimeError(
             "Type of deepcopy result does not match the type of the source tensor. "
-            "If you encounter this, please open an issue on PyTorch's GitHub.")
+            "If you encounter this, please open an issue on PyTorch's GitHub."
+        )
     return new
 
 
@@ -164,7 +165,8 @@ def _copied_storage(x: Any, memo: dict) -> Any:
         f"copy.deepcopy: {_named(x)} and {_named(first)} share one storage (one is a view of the other) "
         "and the first copied does not cover it whole; eager's deep copies would share their new "
         "storage, which jitcore records only as views of a whole-storage tensor copied first.",
-        hints=("put the base tensor before its views in what is deep-copied",))
+        hints=("put the base tensor before its views in what is deep-copied",),
+    )
 
 
 def _note_storage(x: Any, new: Any, memo: dict) -> None:
@@ -176,13 +178,17 @@ def _note_storage(x: Any, new: Any, memo: dict) -> None:
 def _covers_storage(t: Any) -> bool:
     """Whether ``t`` is its whole storage, contiguous from offset 0 (then so is its deep copy)."""
     shadow = t.shadow if isinstance(t, TensorProxy) else t
-    return (shadow.storage_offset() == 0 and shadow.is_contiguous()
-            and shadow.numel() * shadow.element_size() == shadow.untyped_storage().nbytes())
+    return (
+        shadow.storage_offset() == 0
+        and shadow.is_contiguous()
+        and shadow.numel() * shadow.element_size() == shadow.untyped_storage().nbytes()
+    )
 
 
 def _view_copy(x: Any, base: Any) -> Any:
     """``x``'s deep copy as a leaf over ``base``'s storage (eager: ``set_`` onto the copied storage)."""
-    view = _op(torch.Tensor.as_strided)(_op(torch.Tensor.detach)(base), x.size(), x.stride(), x.storage_offset())
+    detached = _op(torch.Tensor.detach)(base)
+    view = _op(torch.Tensor.as_strided)(detached, x.size(), x.stride(), x.storage_offset())
     new = _op(torch.Tensor.detach)(view)
     if x.requires_grad:
         new = _op(torch.Tensor.requires_grad_)(new, True)
@@ -207,7 +213,8 @@ def _check_no_grad(x: Any, what: str) -> None:
     if grad is not None:
         raise UnsupportedOperationError(
             f"{what}: {_named(x)} has a .grad; eager's copy would carry a copy of it, and a traced "
-            "tensor's .grad cannot be assigned. Copy it outside the jitted function.")
+            "tensor's .grad cannot be assigned. Copy it outside the jitted function."
+        )
 
 
 def _autograd_calls() -> Any:

@@ -36,12 +36,22 @@ def _manual_seed_meta(generator: GeneratorProxy, seed: Any) -> GeneratorProxy:
 
 
 NEW_GENERATOR = Symbol(
-    id="torch.Generator", name="Generator", langctx="torch", fn=torch.Generator, path="torch.Generator",
-    meta=_new_meta, tags=frozenset({"random"}),
+    id="torch.Generator",
+    name="Generator",
+    langctx="torch",
+    fn=torch.Generator,
+    path="torch.Generator",
+    meta=_new_meta,
+    tags=frozenset({"random"}),
 )
 MANUAL_SEED = Symbol(
-    id="torch.Generator.manual_seed", name="manual_seed", langctx="torch", fn=torch.Generator.manual_seed,
-    path="torch.Generator.manual_seed", meta=_manual_seed_meta, tags=frozenset({"random", "inplace"}),
+    id="torch.Generator.manual_seed",
+    name="manual_seed",
+    langctx="torch",
+    fn=torch.Generator.manual_seed,
+    path="torch.Generator.manual_seed",
+    meta=_manual_seed_meta,
+    tags=frozenset({"random", "inplace"}),
 )
 
 
