@@ -569,9 +569,9 @@ class Provenance:
             # dispatcher must see the caller's class, whose __torch_dispatch__ may override
             with contextlib.suppress(TypeError):  # a layout Python cannot switch: the base's class
                 shadow.__class__ = cls
+        if tensor.requires_grad:  # as eagerly: ``x.requires_grad``, ``(x * 2).is_leaf`` (the grad
+            shadow.requires_grad_(True)  # transform reads the guard, not this)
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
-        if tensor.requires_grad:  # ``x.requires_grad`` as eagerly (the grad transform reads the guard)
-            proxy.outer.requires_grad_(True)
         self.subclass_inputs.append((proxy, path))
         if self.on_remember is not None:  # attributes the program sets on it are set on the caller's
             self.on_remember(proxy, path)

@@ -181,7 +181,9 @@ class SubclassTensorProxy(TensorProxy):
 
     @property
     def requires_grad(self) -> bool:
-        return self.outer.requires_grad
+        # the shadow where it exists: autograd flags a result after its outer tensor was made
+        built = object.__getattribute__(self, "_shadow")
+        return self.outer.requires_grad or (built is not None and built.requires_grad)
 
 
 

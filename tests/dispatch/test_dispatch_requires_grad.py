@@ -92,3 +92,26 @@ def test_a_subclass_input_requiring_grad_says_so_inside() -> None:
 
     x = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
     assert jitcore.jit(f)(x)[1:] == f(x)[1:] == (True, True)
+
+
+def test_a_value_computed_from_a_subclass_input_requiring_grad() -> None:
+    def f(x):
+        y = x * 2
+        return y.requires_grad, y.is_leaf
+
+    x = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
+    assert jitcore.jit(f)(x) == f(x) == (True, False)
+
+
+def test_deepcopy_of_a_non_leaf_subclass_raises_eagers_error() -> None:
+    import copy
+
+    def f(x):
+        return copy.deepcopy(x * 2)
+
+    x = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
+    with pytest.raises(RuntimeError, match="graph leaves") as eager:
+        f(x)
+    with pytest.raises(RuntimeError, match="graph leaves") as jitted:
+        jitcore.jit(f)(x)
+    assert str(jitted.value) == str(eager.value)
