@@ -5,26 +5,36 @@ subsymbols are its resolution (aten ops on the inner tensors). This pass keeps o
 plain tensors: a bound symbol that involves a subclass proxy is replaced by its (recursively
 flattened) subsymbols; the bookkeeping that rebuilds subclass inputs is dropped (the prologue passes
 their inner tensors); subclass outputs are rebuilt at the end with the class's own
-``__tensor_unflatten__``. Invariants: the result holds no subclass proxy except as the output of a
-final ``unflatten_tensor_subclass``; intermediate subclass objects are never built at run time.
+``__tensor_unflatten__``, except the subclass arguments the computation takes whole (returned as
+themselves, or restrided in place: ``subclass_arguments_passed_whole``). It serves the entries whose
+inputs need no grad (the grad transform flattens its own forward and backward traces). Invariants:
+the result holds no subclass proxy except as a trailing argument taken whole or the output of a final
+``unflatten_tensor_subclass``; intermediate subclass objects are never built at run time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import optree
 import torch
 from torch.utils._mode_utils import no_dispatch
 
-
 from jitcore.ir import BoundSymbol, Symbol, SymbolTag, Trace, tree_has
 from jitcore.langctx.torch import TORCH_TABLE
+from jitcore.prologue import Path
+from jitcore.prologue.guards import same_ctx
 from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = [
+    "Flattened",
+    "flatten_program",
     "flatten_subclasses",
+    "involves_subclasses",
+    "subclass_arguments_passed_whole",
     "unflatten_tensor_subclass",
     "UNFLATTEN",
     "UNFLATTEN_RESULT",
@@ -137,6 +147,73 @@ def _emit(bsym: BoundSymbol, out: list[BoundSymbol]) -> None:
         _emit(sub, out)
 
 
+def involves_subclasses(trace: Trace) -> bool:
+    """Whether a pass-1 trace has a record or an output that holds a subclass proxy (else it is
+    its own pass 2, and runs as it is)."""
+    return any(_involves_subclass(b) for b in trace.bound_symbols) or tree_has(
+        trace.output, SubclassTensorProxy
+    )
+
+
+def subclass_arguments_passed_whole(
+    trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensorProxy, Path]]
+) -> list[tuple[SubclassTensorProxy, Path]]:
+    """The tensor-subclass arguments the computation takes as objects, with their paths: those the
+    function returns as themselves (the caller's object comes back, as eagerly: ``f(x) is x``,
+    instead of an equal one rebuilt from the inner tensors), and those whose outer metadata an
+    in-place view op changed (``x.t_()``: the caller's wrapper changes too, as eagerly).
+
+    Args:
+        trace: pass 1.
+        subclass_inputs: the subclass inputs bound for it, with the paths they were bound at
+            (``TracedProgram.subclass_inputs``); only arguments have a record rebuilding them.
+    """
+    bound = subclass_input_records(trace)
+    returned = {id(v) for v in optree.tree_leaves(trace.output, none_is_leaf=True)}
+    kept = []
+    for proxy, path in subclass_inputs:
+        record = bound.get(id(proxy))
+        if record is None:
+            continue
+        names, ctx = proxy.flatten()
+        inner_at_call = record.args[1]
+        if (set(names) != set(inner_at_call) or any(getattr(proxy, n) is not inner_at_call[n] for n in names)
+                or not same_ctx(ctx, record.args[2])):
+            continue  # ``x.a = ...`` or a new ctx: the result is rebuilt from what it holds now
+        if id(proxy) in returned or restrided(proxy, record):
+            kept.append((proxy, path))
+    return kept
+
+
+@dataclass(frozen=True, slots=True)
+class Flattened:
+    """The flattening stage's result.
+
+    Attributes:
+        trace: pass 2, or pass 1 itself when it involves no subclass.
+        inputs: the computation's further inputs, (path, name) each: the subclass arguments it takes
+            whole (``subclass_arguments_passed_whole``), its trailing arguments.
+    """
+
+    trace: Trace
+    inputs: list[tuple[Path, str]]
+
+
+def flatten_program(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensorProxy, Path]]) -> Flattened:
+    """The flattening stage of an entry whose inputs need no grad: pass 2, with the subclass
+    arguments it takes whole as trailing inputs.
+
+    Args:
+        trace: pass 1.
+        subclass_inputs: its bound subclass inputs with their paths (``TracedProgram.subclass_inputs``).
+    """
+    # a kept argument is returned or restrided, so the trace involves it: flatten_subclasses does not
+    # return pass 1 itself then
+    kept = subclass_arguments_passed_whole(trace, subclass_inputs) if subclass_inputs else []
+    flat = flatten_subclasses(trace, keep=tuple(proxy for proxy, _path in kept))
+    return Flattened(flat, [(path, proxy.name) for proxy, path in kept])
+
+
 def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ()) -> Trace:
     """Pass 2: the trace that runs, over plain tensors only (``trace`` itself when it has no subclass).
 
@@ -146,9 +223,7 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
             are returned as passed (their outer metadata updated where an in-place view op changed
             it), instead of being rebuilt from their inner tensors.
     """
-    if not any(_involves_subclass(b) for b in trace.bound_symbols) and not tree_has(
-        trace.output, SubclassTensorProxy
-    ):
+    if not involves_subclasses(trace):
         return trace
     import jitcore
 
@@ -182,6 +257,3 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
     optree.tree_map(rewrap, trace.output, none_is_leaf=True)
     flat.output = trace.output
     return flat
-
-
-

@@ -24,7 +24,7 @@ from typing import Any, Callable, Container
 
 import torch
 
-from jitcore.dispatch.flatten import flatten_subclasses
+from jitcore.dispatch.flatten import flatten_program
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
 from jitcore.errors import DataDependentError, EagerOnlySubclass
 from jitcore.executors import executors_from_options, record_lowered
@@ -37,10 +37,9 @@ from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
 from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.proxies.typed import has_torch_function
-from jitcore.prologue import MISS, MissReason, Prologue
+from jitcore.prologue import MISS, MissReason, Path, Prologue
 from jitcore.prologue.cache import EntryCache
-from jitcore.transforms import differentiate
-from jitcore.transforms.jit_hook import subclass_arguments_passed_whole
+from jitcore.transforms import GradStage, differentiate
 
 __all__ = [
     "jit",
@@ -187,29 +186,20 @@ class JittedFunction:
         if tracing_pass.found_counters - self._counters:  # traced again with them dynamic (jit/effects.py)
             self._counters |= tracing_pass.found_counters
             return self._trace(args, kwargs, shape_changed)
-        traces = [program.trace]
-        flat = flatten_subclasses(program.trace)
-        if flat is not program.trace:
-            traces.append(flat)
-            self.last_traces = list(traces)
-        self.last_backward_traces = []
-        grad = differentiate(
-            program, traces, self.executor, self
-        )  # inputs that require grad: docs/autograd.md
-        if grad is not None:
-            computation = grad.computation
-            traces = self.last_traces = grad.traces  # one list: a lowered forward is appended once
-            self.last_backward_traces = grad.backward_traces
-            for path, name in grad.inputs:
-                program.prologue.add_input(path, name)
+        # the pipeline of a miss (docs/architecture.md): interpret -> grad -> flatten -> executors -> prologue
+        grad = differentiate(program, self.executor, self)  # inputs that require grad: docs/autograd.md
+        if grad.differentiated is not None:  # flat already, compiled with its backward
+            computation = grad.differentiated.computation
+            traces = grad.differentiated.traces  # one list: a lowered forward is appended once
+            backward_traces, inputs = grad.differentiated.backward_traces, grad.differentiated.inputs
+            self.last_traces, self.last_backward_traces = traces, backward_traces
         else:
-            kept = subclass_arguments_passed_whole(program) if flat is not program.trace else []
-            if kept:  # the caller's objects: returned as such (f(x) is x), restrided by x.t_() as eagerly
-                traces[-1] = flatten_subclasses(program.trace, keep=tuple(p for p, _ in kept))
-                self.last_traces = list(traces)
-                for proxy, path in kept:
-                    program.prologue.add_input(path, proxy.name)
-            computation = self.executor.compile(traces[-1], record_lowered(traces, self.last_traces))
+            flat = flatten_program(program.trace, program.subclass_inputs)
+            traces = [program.trace] if flat.trace is program.trace else [program.trace, flat.trace]
+            backward_traces, inputs = [], flat.inputs
+            self.last_traces = traces  # recorded before they run; a lowered trace is appended once
+            computation = self.executor.compile(flat.trace, record_lowered(traces))
+        _add_to_prologue(program.prologue, grad, inputs)
         plain_data = _runs_torch_function(program)
         if plain_data:
             computation = _without_torch_function(
@@ -228,9 +218,7 @@ class JittedFunction:
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
         note_state_inputs(
-            program.prologue.inputs,
-            program.prologue.input_names,
-            [*traces, *self.last_traces, *self.last_backward_traces],
+            program.prologue.inputs, program.prologue.input_names, [*traces, *backward_traces]
         )  # linear1_weight: linear1.weight
         entry = CacheEntry(number, program.prologue, traces, computation, _not_compiled, effects=effects,
                            plain_data=plain_data)
@@ -252,7 +240,7 @@ class JittedFunction:
             counters=self._counters,
             shapes=self._shapes if symbolic else None,
         )
-        self.last_traces = [tracing_pass.trace]
+        self.last_traces, self.last_backward_traces = [tracing_pass.trace], []
         self.last_prologue = tracing_pass.prologue
         try:
             program = self._run_pass(tracing_pass, args, kwargs)
@@ -338,6 +326,18 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
 
         return jit_module(fn, **options)
     return JittedFunction(fn, **options)
+
+
+def _add_to_prologue(prologue: Prologue, grad: GradStage, inputs: list[tuple[Path, str]]) -> None:
+    """What the stages after interpretation add to the entry's prologue: the guards the grad stage
+    relies on (storage sharing, the layouts its traces rely on), then the computation's trailing
+    inputs (the subclass arguments it takes whole)."""
+    prologue.guards.extend(grad.guards)
+    if grad.differentiated is not None:
+        for path, strides, storage_offset in grad.differentiated.layouts:
+            prologue.pin_layout(path, strides, storage_offset)
+    for path, name in inputs:
+        prologue.add_input(path, name)
 
 
 def _runs_torch_function(program: Any) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import optree
@@ -52,7 +53,9 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.recording import recording
 from jitcore.transforms.saving import split_saved
 
-__all__ = ["GradTraces", "OutputSpec", "grad_transform", "needs_grad", "subclass_inputs"]
+__all__ = [
+    "GradTraces", "OutputSpec", "SubclassInputs", "grad_transform", "needs_grad", "unproduced_subclasses",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +90,8 @@ class GradTraces:
             of the forward trace where the output holds tensors).
         differentiable: the tangent each differentiable output expects, in backward argument order.
         grad_inputs: the inputs gradients are computed for: ``("arg", i)`` for the i-th trace
-            argument, ``("subclass", i)`` for the i-th subclass input (its outer tensor).
-        subclass_inputs: the pass-1 proxies of the subclass inputs, in ``grad_inputs`` numbering.
+            argument, ``("subclass", i)`` for the i-th subclass input (its outer tensor, in the
+            order of the transform's ``subclass_inputs``).
         layout: which pass-1 inputs' strides and storage offset the forward and backward traces
             rely on (``layout.relies_on(arg)``; jitcore/langctx/layout.py).
         backward_body: the backward's own ops, without the forward ops saving.py made it recompute
@@ -104,18 +107,26 @@ class GradTraces:
     output_leaves: list[Any]
     differentiable: list[OutputSpec]
     grad_inputs: list[tuple[str, int]]
-    subclass_inputs: list[SubclassTensorProxy]
     layout: LayoutReliance | None = None
     backward_body: tuple[BoundSymbol, ...] = ()
     fresh_leaves: tuple[int, ...] = ()
 
 
-def subclass_inputs(trace: Trace) -> list[SubclassTensorProxy]:
-    """The tensor-subclass inputs of a pass-1 trace, inner ones before the ones holding them.
+# (proxy, requires_grad) of each tensor-subclass input, inner ones first: the inputs the
+# interpretation bound (TracedProgram.subclass_inputs), with the flag of the caller's outer tensor,
+# which the prologue checks (the proxies' own metadata does not carry it)
+SubclassInputs = Sequence[tuple[SubclassTensorProxy, bool]]
 
-    Arguments are rebuilt by bookkeeping records at the top of the trace; subclass tensors read
-    from state (a module's subclass parameter) are not, so they are found as the subclass proxies
-    the trace uses without producing them — whose inner tensors are all inputs.
+
+def unproduced_subclasses(trace: Trace) -> list[SubclassTensorProxy]:
+    """The tensor-subclass values a pass-1 trace uses without any record producing them, each over
+    input tensors only, inner ones before the ones holding them.
+
+    These are its subclass inputs (arguments, rebuilt by bookkeeping records at the top of the
+    trace; subclass tensors read from state, which are not) and the subclass values the program
+    assembles from input tensors (``TwoTensor(a, b)``, ``OptimState8bit(codes, ...)``: no op makes
+    them). The replay rebuilds each over its inner tensors before it runs; only the inputs among
+    them (``SubclassInputs``) are inputs of the computation.
     """
     found: list[SubclassTensorProxy] = []
     seen: set[int] = set()
@@ -152,13 +163,12 @@ def subclass_inputs(trace: Trace) -> list[SubclassTensorProxy]:
     return found
 
 
-def needs_grad(trace: Trace, subclass_grad: dict[int, bool]) -> bool:
+def needs_grad(trace: Trace, subclass_inputs: SubclassInputs) -> bool:
     """Whether a call of ``trace`` must build a backward: grad mode on and an input requires grad.
 
     Args:
         trace: the pass-1 trace.
-        subclass_grad: ``id(proxy) -> requires_grad`` of its subclass inputs (the outer tensors'
-            flag, which the prologue checks; the proxies' own metadata does not carry it).
+        subclass_inputs: its subclass inputs, each with whether the caller's tensor requires grad.
     """
     if any("backward" in b.symbol.tags for b in trace.bound_symbols):
         return True  # the program runs a backward itself (jitcore/jit/autograd_calls.py)
@@ -166,7 +176,7 @@ def needs_grad(trace: Trace, subclass_grad: dict[int, bool]) -> bool:
         return False
     if any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args):
         return True
-    return any(subclass_grad.get(id(p), False) for p in subclass_inputs(trace))
+    return any(requires_grad for _proxy, requires_grad in subclass_inputs)
 
 
 def _reaches_no_graph(trace: Trace) -> bool:
@@ -189,9 +199,10 @@ def _requires_grad(value: Any) -> bool:
 class _Replay:
     """The state of one replay: pass-1 proxies -> proxies of the forward trace."""
 
-    def __init__(self, trace: Trace, subclass_grad: dict[int, bool]) -> None:
+    def __init__(self, trace: Trace, subclass_inputs: SubclassInputs) -> None:
         self.source = trace
-        self.subclass_grad = subclass_grad
+        self.subclass_inputs = [proxy for proxy, _requires_grad in subclass_inputs]
+        self.subclass_grad = {id(proxy): requires_grad for proxy, requires_grad in subclass_inputs}
         header = [
             line.replace("pass 1 (interpretation)", "forward (grad transform)") for line in trace.header
         ]
@@ -224,7 +235,7 @@ class _Replay:
             self.values.layout.seed(shadow, arg)  # reliance found here is on pass 1's input
             self._map(arg, proxy)
             self.forward.args.append(proxy)
-        for old in subclass_inputs(self.source):
+        for old in unproduced_subclasses(self.source):
             self._rebuild_subclass(old, requires_grad=self.subclass_grad.get(id(old), False))
 
     def _rebuild_subclass(self, old: SubclassTensorProxy, *, requires_grad: bool = False) -> Any:
@@ -405,12 +416,13 @@ def _tree_map(fn: Any, tree: Any) -> Any:
     return optree.tree_map(fn, tree, none_is_leaf=True)
 
 
-def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
+def grad_transform(trace: Trace, subclass_inputs: SubclassInputs) -> GradTraces:
     """Split ``trace`` (pass 1, torch level) into a forward and a backward trace over plain tensors.
 
     Args:
         trace: the interpretation trace of a call whose inputs require grad.
-        subclass_grad: ``id(proxy) -> requires_grad`` of its subclass inputs (see ``needs_grad``).
+        subclass_inputs: its subclass inputs with their flags (see ``SubclassInputs``): the
+            computation's trailing inputs, numbered so in ``GradTraces.grad_inputs``.
 
     Returns:
         The forward and backward traces and what the runtime needs to connect them to autograd.
@@ -419,7 +431,7 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
         Exception: what torch's autograd raises for this program (e.g. an in-place op on a leaf
             that requires grad), as eager would raise it.
     """
-    replay = _Replay(trace, subclass_grad)
+    replay = _Replay(trace, subclass_inputs)
     replay.bind_inputs()
     replay.run_forward()
     leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)
@@ -428,7 +440,7 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     for o in outputs:
         if isinstance(o, TensorProxy) and not any(o is t for t in tensor_outputs):
             tensor_outputs.append(o)
-    grad_inputs, wrt = _grad_inputs(trace, replay, subclass_grad)
+    grad_inputs, wrt = _grad_inputs(trace, replay, subclass_inputs)
     fresh = _fresh_leaves(tensor_outputs, replay)
     differentiable, tangent_args, backward, grads = _record_backward(replay, tensor_outputs, wrt, fresh)
 
@@ -442,14 +454,16 @@ def grad_transform(trace: Trace, subclass_grad: dict[int, bool]) -> GradTraces:
     forward.output = (tuple(forward_outputs), tuple(saved))
     backward.args = [*saved, *tangent_args]
     backward.output = tuple(backward_outputs)
-    return GradTraces(forward, backward, tree, outputs, differentiable, grad_inputs, subclass_inputs(trace),
-                      replay.values.layout, body, fresh)
+    return GradTraces(
+        forward, backward, tree, outputs, differentiable, grad_inputs, replay.values.layout, body, fresh
+    )
 
 
 def _fresh_leaves(tensor_outputs: list[TensorProxy], replay: _Replay) -> tuple[int, ...]:
-    """Positions of the outputs that are leaves requiring grad and not inputs (GradTraces.fresh_leaves)."""
+    """Positions of the outputs that are leaves requiring grad and not inputs (GradTraces.fresh_leaves):
+    a subclass value the program assembles from input tensors and flags is one (it is no input)."""
     inputs = {id(p.shadow) for p in replay.forward.args if isinstance(p, TensorProxy)}
-    inputs.update(id(replay.env[id(p)].shadow) for p in subclass_inputs(replay.source) if id(p) in replay.env)
+    inputs.update(id(replay.env[id(p)].shadow) for p in replay.subclass_inputs if id(p) in replay.env)
     return tuple(
         i for i, out in enumerate(tensor_outputs)
         if out.shadow.requires_grad and out.shadow.is_leaf and id(out.shadow) not in inputs
@@ -471,7 +485,7 @@ def _plain_only(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:
 
 
 def _grad_inputs(
-    trace: Trace, replay: _Replay, subclass_grad: dict[int, bool]
+    trace: Trace, replay: _Replay, subclass_inputs: SubclassInputs
 ) -> tuple[list[tuple[str, int]], list[TensorProxy]]:
     """The inputs that require grad, numbered as ``GradTraces.grad_inputs``, and their replay proxies."""
     grad_inputs: list[tuple[str, int]] = []
@@ -480,8 +494,8 @@ def _grad_inputs(
         if isinstance(arg, TensorProxy) and arg.requires_grad:
             grad_inputs.append(("arg", i))
             wrt.append(replay.env[id(arg)])
-    for i, old in enumerate(subclass_inputs(trace)):
-        if subclass_grad.get(id(old), False):
+    for i, (old, requires_grad) in enumerate(subclass_inputs):
+        if requires_grad:
             grad_inputs.append(("subclass", i))
             wrt.append(replay.env[id(old)])
     return grad_inputs, wrt
