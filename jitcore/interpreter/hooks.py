@@ -42,6 +42,9 @@ class Hooks:
         on_missing_attr: ``(frame, obj, name) -> None`` when LOAD_ATTR/LOAD_METHOD raise
             AttributeError (before the program sees it); only in runs that set ``on_load_attr``.
         on_load_subscr: ``(frame, container, key, value) -> value`` after BINARY_SUBSCR.
+        on_contains: ``(frame, container, item) -> answer`` for CONTAINS_OP: an object whose truth is the
+            answer of ``item in container`` where the jit gives one (a dynamic number in a dict's keys), or
+            NotImplemented for Python's own.
         type_of: ``obj -> class``: the class an object stands for, where it differs from ``type(obj)``
             (the jit's proxies stand for tensors); consulted where CPython's semantics depend on an
             object's type, e.g. whether ``cls(...)`` runs ``__init__`` on what ``__new__`` returned.
@@ -56,4 +59,5 @@ class Hooks:
     on_load_attr: Callable[[Frame, object, str, object], object] | None = None
     on_missing_attr: Callable[[Frame, object, str], None] | None = None
     on_load_subscr: Callable[[Frame, object, object, object], object] | None = None
+    on_contains: Callable[[Frame, object, object], object] | None = None
     type_of: Callable[[object], type] | None = None

@@ -10,9 +10,12 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). Two places p
   to look ``append``/``extend`` up on them: never stored, deleted, captured by a closure, passed on,
   returned, or reachable through ``locals()``, ``vars()``, ``eval``/``exec`` or frame objects.
 
-Invariant: a list proved so is never read by the program in this pass; anything less than a proof
-keeps the length and contents guarded (a list in a dict of state: ``d["log"].append`` is read through
-``d``, which the program could also iterate).
+- ``subscripted_by(frame)``: a read of a dict from state whose value is consumed by subscripting it
+  with a constant (``self.log["losses"].append``): the dict is guarded by its type and that key, and
+  the item read is bound on its own (a list there only appended to: its type).
+Invariant: a list or dict so read is not read any other way through that load; a later read of it
+(the program iterating the dict, ``len(self.losses)``) binds it again, with the guards of the contents
+the call started with (``StateSnapshots.first_state``), not the ones the program's appends made.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import inspect
 import types
 from typing import Any
 
-__all__ = ["appended_parameters", "only_appended_to"]
+__all__ = ["appended_parameters", "only_appended_to", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
 _LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
@@ -39,6 +42,28 @@ def only_appended_to(frame: Any) -> bool:
     instructions = frame.info.instructions
     following = instructions[frame.index] if frame.index < len(instructions) else None
     return following is not None and following.opname in _LOOKUPS and following.argval in _APPENDING
+
+
+# What may consume ``d[k]`` with ``d`` and the constant ``k`` on the stack: a read, a store, a delete, or
+# the read-and-store of ``d[k] += 1`` (``COPY 2; COPY 2; BINARY_SUBSCR``).
+_SUBSCRIPTS = frozenset({"BINARY_SUBSCR", "STORE_SUBSCR", "DELETE_SUBSCR"})
+_KEYS = (str, int)
+
+
+def subscripted_by(frame: Any) -> Any:
+    """The constant key, when the value the current load pushes is consumed by subscripting it with
+    that key (``self.log["losses"].append(x)``, ``self.stats["n"] += 1``), so the program cannot read
+    any other item through it; None otherwise."""
+    instructions = frame.info.instructions
+    i = frame.index
+    if i + 1 >= len(instructions) or instructions[i].opname != "LOAD_CONST" \
+            or type(instructions[i].argval) not in _KEYS:
+        return None
+    following = instructions[i + 1]
+    if following.opname == "COPY" and i + 3 < len(instructions) and following.arg == 2 \
+            and instructions[i + 2].opname == "COPY" and instructions[i + 2].arg == 2:
+        following = instructions[i + 3]
+    return instructions[i].argval if following.opname in _SUBSCRIPTS else None
 
 
 def appended_parameters(fn: Any) -> frozenset[str]:

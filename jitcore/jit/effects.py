@@ -33,6 +33,7 @@ from jitcore.ir import Proxy
 from jitcore.jit.outputs import split
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 
 __all__ = ["Effect", "Effects", "StateSnapshots", "counters"]
 
@@ -131,16 +132,32 @@ class StateSnapshots:
             return not -len(state) <= key < len(state) or state[key] is not value
         return False
 
-    def first_contents(self, obj: list) -> list | None:
-        """The contents of a reached list as the program first reached it, when the program has
-        changed them since (None: not reached, or unchanged)."""
+    def first_state(self, obj: Any) -> Any:
+        """A reached list, dict or set as the program first reached it (a copy), when the program has
+        changed it since; the object itself otherwise (not reached, unchanged, or another kind)."""
         snap = self._snapshots.get(id(obj))
-        if snap is None or snap.state[0] != "list":
-            return None
-        first = snap.state[1]
-        current = list(list.__iter__(obj))
-        changed = len(first) != len(current) or any(a is not b for a, b in zip(first, current))
-        return first if changed else None
+        if snap is None:
+            return obj
+        kind, first = snap.state
+        if kind == "list":
+            current = list(list.__iter__(obj))
+            changed = len(first) != len(current) or any(a is not b for a, b in zip(first, current))
+        elif kind == "dict":
+            current = dict(dict.items(obj))
+            changed = first.keys() != current.keys() or any(first[k] is not current[k] for k in first)
+        elif kind == "set":
+            changed = first != set(set.__iter__(obj))
+        else:
+            return obj
+        return first if changed else obj
+
+    def first_members(self, obj: Any) -> Any:
+        """What ``in`` looks at in a list, dict or set (its elements, a dict's keys) as the program
+        first reached it: the object itself when it was not reached or not changed since."""
+        snap = self._snapshots.get(id(obj))
+        if snap is None or snap.state[0] not in ("list", "dict", "set"):
+            return obj
+        return snap.state[1]
 
     def effects(self) -> list[Effect]:
         """The changes of every reached object since it was reached, as effects."""
@@ -424,6 +441,6 @@ def counters(effects: list[Effect], value_guarded: Callable[[Path], bool]) -> se
     """
     found: set[Path] = set()
     for effect in effects:
-        if type(effect.value) in (int, float):
+        if type(effect.value) in (int, float) or isinstance(effect.value, NumberProxy):  # best = loss.item()
             found.update(p for p in effect.locations() if value_guarded(p))
     return found

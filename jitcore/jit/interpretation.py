@@ -13,6 +13,7 @@ has finished without error.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import dataclasses
@@ -52,7 +53,7 @@ from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.jit import numbers, outputs
 from jitcore.jit.autograd_calls import AutogradCalls
-from jitcore.jit.appends import appended_parameters, only_appended_to
+from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters
 from jitcore.jit.probe import Probe
 from jitcore.jit.provenance import Provenance
@@ -125,6 +126,7 @@ class Pass:
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values))
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
+        self.provenance.first_state = self.snapshots.first_state
         self.provenance.counters = counters
         self.provenance.dynamic_dims = shapes.dims_for if shapes is not None else None
         self.found_counters: set[Path] = set()
@@ -287,6 +289,7 @@ class Pass:
             on_load_attr=self._load_attr,
             on_missing_attr=lambda _frame, obj, name: self._note_attribute(obj, name, present=False),
             on_load_subscr=self._load_subscr,
+            on_contains=self._contains,
             type_of=python_type,
         )
 
@@ -442,16 +445,17 @@ class Pass:
         return fn(*args, **kwargs)
 
     def _bind_state(self, frame: Any, value: Any, path: Path, name: str) -> Any:
-        """A value read from persistent state (``Provenance.bind_state``), with two list rules:
-        a read that only looks ``append``/``extend`` up on the list guards its type alone, and a read
-        of a list the program has changed in this pass guards the contents the call started with."""
-        if type(value) is list:
-            if only_appended_to(frame):
-                return self.provenance.bind_appended_list(value, path)
-            first = self.snapshots.first_contents(value)
-            if first is not None:  # the guards are about the call's list, the program sees its own
-                self.provenance.bind_state(first, path, name)
-                return value
+        """A value read from persistent state (``Provenance.bind_state``, whose guards are about the
+        contents the call started with), with two rules that narrow them (jit/appends.py): a read that
+        only looks ``append``/``extend`` up on a list guards its type alone, and a read of a dict that
+        only subscripts it with a constant (``self.log["losses"].append``, ``d["n"] += 1``) guards its
+        type and that key's presence, not every item."""
+        if type(value) is list and only_appended_to(frame):
+            return self.provenance.bind_appended_list(value, path)
+        if type(value) in (dict, collections.defaultdict):
+            key = subscripted_by(frame)
+            if key is not None:
+                return self.provenance.bind_subscripted_dict(value, path, key)
         return self.provenance.bind_state(value, path, name)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
@@ -531,6 +535,31 @@ class Pass:
         if isinstance(value, Proxy) or self.snapshots.written(container, key, value):
             return value  # stored while tracing (nn.LSTM's _flat_weights, cache[k] = v): not the call's
         return self._bind_state(frame, value, path.key(key), str(key))
+
+    def _contains(self, frame: Any, container: Any, item: Any) -> Any:
+        """``item in container``: a dynamic number in constants is a recorded predicate, not a hash of
+        its value (``last_epoch in self.milestones``); a caller's object is found by its identity. The
+        answer is guarded where the container's guards do not imply it: by the members a number is
+        tested against, by the answer for a constant."""
+        if self.provenance.is_loose(item):
+            self.provenance.pin(item)
+        path = self.provenance.path_of(container)
+        if path is None or self.context.subclass_code or isinstance(container, TensorProxy):
+            return python_langctx.member(item, container) if isinstance(item, NumberProxy) else NotImplemented
+        first = self.snapshots.first_members(container)  # the call's container, not the program's changes
+        implied = self.provenance.guards_elements(path, first)
+        if isinstance(item, NumberProxy):
+            frozen = python_langctx.members(first)
+            if frozen is None and not implied:
+                return NotImplemented  # the number's value decides: Python hashes it (specialized)
+            answer = python_langctx.member(item, container)
+            if answer is not NotImplemented and not implied:
+                self.provenance.guard(path, "members", frozen)
+            return answer
+        if not implied and _is_plain_key(item) and python_langctx.members(first) is not None \
+                and not frame.code.co_filename.startswith(_STDLIB_DIR):  # as _load_subscr does
+            self.provenance.guard(path, "member", (item, item in first), per_expected=True)
+        return NotImplemented
 
     def _source(self) -> tuple[SourceFrame, ...] | None:
         run = current_run()
@@ -629,7 +658,10 @@ _STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setd
 
 # Builtins that hand their arguments' elements on without reading them (``zip(param_groups, lrs)`` in
 # an LR scheduler): dynamic numbers stay names through them.
-_PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, len, isinstance, issubclass, type})
+# ``bisect`` compares its argument with the list's elements: each comparison of a dynamic number is a
+# predicate (``bisect_right(self._milestones, self.last_epoch)`` in SequentialLR).
+_PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, len, isinstance, issubclass, type,
+                             bisect.bisect_left, bisect.bisect_right})
 
 
 def _numbers_first(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:

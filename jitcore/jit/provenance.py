@@ -66,6 +66,9 @@ class Provenance:
         self.prologue = prologue
         self.inputs: list[tuple[Path, TensorProxy, torch.Tensor]] = []
         self.on_remember: Callable[[Any, Path], None] | None = None  # the pass's state snapshots
+        # a reached container as the call started with it, before the program's own changes
+        # (StateSnapshots.first_state): what its guards are about
+        self.first_state: Callable[[Any], Any] = _unchanged
         self.counters: frozenset[Path] = frozenset()  # numbers of state bound as dynamic numbers
 
         self.argument_copies: list[tuple[Any, Path]] = []  # containers the program sees for the caller's
@@ -114,6 +117,14 @@ class Provenance:
             return True
         return bool(path.steps) and (Path(path.root, path.steps[:-1]), "contents") in self._guarded
 
+    def guards_elements(self, path: Path, first: Any) -> bool:
+        """Whether the guards of the container at ``path`` fix its elements (``first``: as the call
+        started with them): its keys, its contents, or its length when it was empty."""
+        guarded = self._guarded
+        return (path, "keys") in guarded or (path, "contents") in guarded or (
+            (path, "len") in guarded and len(first) == 0
+        )
+
     def _holds_counter(self, path: Path) -> bool:
         return any(c.steps[:-1] == path.steps and c.root == path.root for c in self.counters)
 
@@ -128,10 +139,11 @@ class Provenance:
             if self.on_remember is not None:
                 self.on_remember(obj, path)
 
-    def guard(self, path: Path, kind: str, expected: Any) -> None:
+    def guard(self, path: Path, kind: str, expected: Any, *, per_expected: bool = False) -> None:
         # The first read of a path is what the call started with; a later read of the same path in
         # the same pass may see the program's own mutation (side effects happen while tracing only).
-        key = (path, kind)
+        # A kind that tests one thing about the value (``member``) keeps one guard per thing tested.
+        key = (path, kind, expected) if per_expected else (path, kind)
         if key not in self._guarded:
             self._guarded.add(key)
             self.prologue.guards.append(Guard(path, kind, expected))
@@ -257,9 +269,10 @@ class Provenance:
             self.guard(path, "value", value)
             return value
         t = type(value)
-        if t in _CONTAINERS and _all_literal(value) and not (self.counters and self._holds_counter(path)):
+        first = self.first_state(value) if t in _CONTAINERS or isinstance(value, (list, dict, set)) else value
+        if t in _CONTAINERS and _all_literal(first) and not (self.counters and self._holds_counter(path)):
             self.guard(path, "type", t)
-            self.guard(path, "contents", freeze_contents(value))
+            self.guard(path, "contents", freeze_contents(first))
             if self.on_remember is not None:
                 self.on_remember(value, path)  # the program may still write into it
             return value
@@ -277,7 +290,7 @@ class Provenance:
         self.pin(value)
         self.guard(path, "identity", value)
         if isinstance(value, (list, dict, set)):
-            self.guard(path, "len", len(value))
+            self.guard(path, "len", len(first))
         self._remember_object(value, path)
         return value
 
@@ -300,6 +313,17 @@ class Provenance:
         self.real_values[id(proxy)] = generator  # the probe draws from a copy of it (jit/probe.py)
         self._keepalive.append(generator)
         return proxy
+
+    def bind_subscripted_dict(self, value: dict, path: Path, key: Any) -> dict:
+        """A dict of state this read only subscripts with the constant ``key`` (jit/appends.py,
+        ``subscripted_by``): guarded by its type and whether it holds ``key`` as the call started,
+        not item by item; the item is bound on its own when it is read."""
+        self.guard(path, "type", type(value))
+        self.guard(path, "member", (key, key in self.first_state(value)), per_expected=True)
+        if type(value) is collections.defaultdict:  # what a missing key reads
+            self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
+        self.remember(value, path)
+        return value
 
     # Note [Objects the caller passes]
     # An instance of a Python class that the call passes (``model(ids, past_key_values=cache)``, or
@@ -440,14 +464,15 @@ class Provenance:
         elements, and give each element a path, since iteration reads them without hooks."""
         self._container_paths[id(value)] = path
         self.guard(path, "type", type(value))
+        first = self.first_state(value)  # the guards are about the call's container, not the program's
         if isinstance(value, dict):
-            self.guard(path, "keys", tuple(value))
-            items = [(path.key(k), v) for k, v in value.items()]
+            self.guard(path, "keys", tuple(first))
+            items = [(path.key(k), v) for k, v in first.items()]
             if type(value) is collections.defaultdict:  # what a missing key reads
                 self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
         else:
-            self.guard(path, "len", len(value))
-            items = [(path.index(i), v) for i, v in enumerate(value)]
+            self.guard(path, "len", len(first))
+            items = [(path.index(i), v) for i, v in enumerate(first)]
         self.remember(value, path)
         for item_path, item in items:
             if isinstance(item, (NumberProxy, TensorProxy)):
@@ -612,6 +637,10 @@ class Provenance:
         self._first_paths.clear()
         self._ndarrays.clear()
         self._container_paths.clear()
+
+
+def _unchanged(obj: Any) -> Any:
+    return obj
 
 
 def _is_library_class(klass: type) -> bool:

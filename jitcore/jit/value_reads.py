@@ -27,7 +27,7 @@ import torch
 
 import jitcore
 from jitcore.errors import DataDependentError, EagerOnlySubclass
-from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceContext
+from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceContext, current_context
 from jitcore.jit.probe import Probe, may_write
 from jitcore.langctx.reads import (
     DATA_DEPENDENT_DECOMPOSITIONS, READ, UNDER_AUTOGRAD, ReadSite, ValueCheckFailed,
@@ -167,11 +167,27 @@ class ValueReads:
                     BoundSymbol(READ, (site, value, symbol.fn, *args), kwargs, None, (), site.source))
 
         number = NumberProxy(self.context.values.names.fresh("n"), value, on_specialize=check)
+        number.on_predicate = self._check_predicate
         recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
         self._record(BoundSymbol(recorded, args, kwargs, number, (), site.source))
         self.numbers.append(number)
         self._log(site, value)
         return number
+
+    def _check_predicate(self, number: NumberProxy, outcome: bool) -> bool:
+        """The truth of ``number`` computed from a read (``if loss.item() < best:``), checked by the
+        computation where it is computed: a call whose outcome differs goes to another cache entry,
+        and one whose read value differs but not the outcome stays in this one (Note [Predicate
+        guards] in jitcore/proxies/number.py). False (the value itself is checked) inside another
+        symbol's resolution or after the pass."""
+        if current_context() is not self.context or len(self.context.scopes) != 1:
+            return False
+        site = ReadSite(f"the truth of {number.name}", self.context.source())
+        self.context.trace.imports.setdefault("jitcore", jitcore)
+        check = BoundSymbol(READ, (site, outcome, bool, number), {}, None, (), site.source)
+        self.context.scopes[-1].append(check)
+        self._log(site, outcome)
+        return True
 
     def _value_shaped(self, symbol: Symbol, args: tuple, kwargs: dict, out: Any, site: ReadSite,
                       error: DataDependentError) -> Any:

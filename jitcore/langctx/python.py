@@ -29,16 +29,19 @@ from jitcore.ir import BoundSymbol, Symbol, current_context
 from jitcore.proxies.number import NumberProxy, records_arithmetic
 from jitcore.proxies.tensor import TensorProxy
 
-__all__ = ["LOOKASIDES", "apply"]
+__all__ = ["LOOKASIDES", "apply", "member", "members"]
 
 # The math functions of numbers that schedules compute with (a cosine learning-rate schedule).
 _MATH = ("cos", "sin", "tan", "acos", "asin", "atan", "cosh", "sinh", "tanh", "exp", "expm1", "log", "log1p",
          "log2", "log10", "sqrt", "floor", "ceil", "trunc", "fabs")
-_COMPARISONS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
+# operations whose bool result is a predicate (Note [Predicate guards])
+_PREDICATES = (
+    operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.contains,
+)
 _PATHS: dict[Callable[..., Any], str] = {
     **{op: f"operator.{op.__name__}" for op in (
         operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
-        operator.pow, operator.neg, operator.pos, operator.abs, *_COMPARISONS,
+        operator.pow, operator.neg, operator.pos, operator.abs, *_PREDICATES,
     )},
     builtins.float: "builtins.float",
     builtins.int: "builtins.int",
@@ -61,7 +64,7 @@ def apply(fn: Callable[..., Any], *operands: Any) -> Any:
     if context is None or not proxies:
         return result
     both_int = fn is operator.pow and all(type(v) in (int, bool) for v in values)
-    compared = type(result) is bool and fn in _COMPARISONS  # n % 2 == 0 (Note [Predicate guards])
+    compared = type(result) is bool and fn in _PREDICATES  # n % 2 == 0 (Note [Predicate guards])
     if (type(result) not in (int, float) and not compared) or both_int:
         for p in proxies:
             p.specialize()
@@ -75,6 +78,36 @@ def apply(fn: Callable[..., Any], *operands: Any) -> Any:
     context.trace.imports.setdefault(module, _MODULES[module])
     context.scopes[-1].append(BoundSymbol(_SYMBOLS[fn], tuple(operands), {}, out, (), context.source()))
     return out
+
+
+# The containers whose ``in`` is CPython's own, and the constant each is taken as: a frozenset where
+# ``in`` hashes (equal numbers hash alike, so the answer is the same), the sequence itself otherwise.
+_MEMBERSHIP: dict[Any, Callable[[Any], Any]] = {
+    dict.__contains__: frozenset, set.__contains__: frozenset, frozenset.__contains__: frozenset,
+    list.__contains__: tuple, tuple.__contains__: tuple, range.__contains__: lambda r: r,
+}
+_CONSTANTS = (int, float, bool, str, type(None))
+
+
+def members(container: Any) -> Any:
+    """What ``in`` looks at in ``container`` as a constant (a frozenset of a dict's keys or a set's
+    elements, a tuple of a list's, a range itself), or None: its ``in`` is not CPython's own, or it
+    holds something other than constants (the program's own numbers, objects)."""
+    freeze = _MEMBERSHIP.get(getattr(type(container), "__contains__", None))
+    if freeze is None:
+        return None
+    if type(container) is not range and not all(type(e) in _CONSTANTS for e in container):
+        return None
+    return freeze(container)
+
+
+def member(item: NumberProxy, container: Any) -> Any:
+    """``item in container`` for a container of constants (``last_epoch in self.milestones``, a Counter):
+    recorded as ``operator.contains`` of its ``members`` as they are now, a predicate whose truth is
+    guarded (Note [Predicate guards]), where hashing would have specialized the number. NotImplemented
+    for any other container: Python answers, as it would."""
+    frozen = members(container)
+    return NotImplemented if frozen is None else apply(operator.contains, frozen, item)
 
 
 def _converter(cls: type) -> Callable[..., Any]:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 
+from jitcore.langctx.python import members
 from jitcore.prologue.paths import Path, safe_repr
 from jitcore.prologue.shape_guards import shape_check, shape_describe, shape_render
 from jitcore.proxies.protocol import tensor_flatten
@@ -140,8 +141,8 @@ def _same_keys(got: tuple, expected: tuple) -> bool:
 
 
 GuardKindName = Literal[
-    "type", "len", "keys", "value", "contents", "identity", "absent", "hasattr",
-    "alias", "distinct", "storages", "flatten", "tensor", "check", "shape", "predicate",
+    "type", "len", "keys", "value", "contents", "identity", "absent", "hasattr", "alias", "distinct",
+    "storages", "flatten", "tensor", "check", "shape", "predicate", "members", "member",
 ]
 
 
@@ -253,6 +254,22 @@ _kind("contents", GuardKind(
     render=lambda v, expected, bind, _r: f"len({v}) != 0" if expected == ()
     else f"not {bind(same_contents)}({v}, {bind(expected)})",
     describe=lambda where, expected: f"{where} holds {safe_repr(expected)}",
+))
+# members: what ``in`` looks at in a container (a dict's keys, a set's or list's elements), as
+# ``jitcore.langctx.python.members`` freezes it: a dynamic number tested with ``in`` against it is a
+# predicate over these constants (Note [Predicate guards] in jitcore/proxies/number.py).
+_kind("members", GuardKind(
+    check=lambda value, expected, _r: None if members(value) == expected
+    else f"expected members {safe_repr(expected)}, got {safe_repr(members(value))}",
+    render=lambda v, expected, bind, _r: f"{bind(members)}({v}) != {bind(expected)}",
+    describe=lambda where, expected: f"{where} has the members {safe_repr(expected)}",
+))
+# member: whether ``expected[0] in`` the container is ``expected[1]`` (a constant the program tested).
+_kind("member", GuardKind(
+    check=lambda value, expected, _r: None if (expected[0] in value) is expected[1]
+    else f"expected {safe_repr(expected[0])} {'' if expected[1] else 'not '}in it",
+    render=lambda v, expected, bind, _r: f"({bind(expected[0])} in {v}) is not {expected[1]!r}",
+    describe=lambda where, expected: f"{safe_repr(expected[0])} {'in' if expected[1] else 'not in'} {where}",
 ))
 # identity: the same object as while tracing.
 _kind("identity", GuardKind(

@@ -84,9 +84,10 @@ class NumberProxy(Proxy):
 
     def __bool__(self) -> bool:
         outcome = bool(self.value)
-        hook = self.roots[0].on_predicate
-        if hook is not None and hook(self, outcome):
-            return outcome
+        for root in self.roots:  # the prologue's guard (inputs only), or the computation's check (reads)
+            hook = root.on_predicate
+            if hook is not None and hook(self, outcome):
+                return outcome
         return bool(self.specialize())
 
     def __int__(self) -> int:
@@ -162,6 +163,15 @@ def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
 # is traced again and raises where eager does. The prologue recomputes every predicate on every call,
 # so a long one (``while n > 0: n -= 1`` makes the k-th test k operations deep) or one past a pass's
 # budget of predicates specializes instead: one value guard is then cheaper than the predicates.
+# ``n in container`` (``last_epoch in self.milestones``, a Counter) would hash the number: when the
+# container holds constants and its ``in`` is CPython's own, it is recorded as ``operator.contains``
+# of those constants instead (jitcore/langctx/python.py ``member``), a predicate like any other, and
+# the container's members are guarded where its own guards do not fix them. C code that only compares
+# (``bisect``) is handed the proxy, so each of its comparisons is a predicate.
+# A number read from a tensor (``t.item()``, ``float(loss)``) is not known in the prologue: a predicate
+# over one (``if loss.item() < best:``) is checked inside the computation where its operands are
+# computed, as a read is (jitcore/jit/value_reads.py); a call whose outcome differs runs another entry.
+# Every root's hook is asked, so a predicate mixing inputs and reads is checked in the computation.
 _SIGNS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
           operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.eq: "==",
           operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}
@@ -214,7 +224,9 @@ def formula(number: NumberProxy) -> tuple[Callable[..., Any], Callable[[list[str
         for node in order:
             fn, operands = node.made_by
             parts = [part(o) for o in operands]
-            if fn in _SIGNS:
+            if fn is operator.contains:
+                done[id(node)] = f"({parts[1]} in {parts[0]})"
+            elif fn in _SIGNS:
                 done[id(node)] = f"({parts[0]} {_SIGNS[fn]} {parts[1]})"
             elif fn in _PREFIXES:
                 done[id(node)] = f"{_PREFIXES[fn]}{parts[0]}"

@@ -44,6 +44,8 @@ def example_guard(kind):
         "check": None,
         "storages": ((x, y), (0, 0)),
         "shape": ShapeCondition("{0}.size()[0] == {1}.size()[0]", (x, y)),
+        "members": frozenset({2, 5}),
+        "member": ("gelu", False),
         "predicate": G.Predicate(lambda a, b: a % b == 0, (x, y), True, "((args[0] % args[1]) == 0)"),
     }
     assert kind in expected, f"guard kind {kind} has no example here"

@@ -168,6 +168,33 @@ def test_closure_cell_is_guarded() -> None:
     assert_same(jf(x), f(x))
 
 
+class Registry(dict):
+    """A dict of the program's state reached by identity (not a plain dict: guarded by its length)."""
+
+
+REGISTRY = Registry(relu=1, tanh=2)
+
+
+def test_membership_tests_of_state_are_guarded() -> None:
+    """``"gelu" in REGISTRY`` on state guarded by identity and length: after the keys change (same
+    object, same length), a cached call must not answer with the old membership."""
+    def f(x):
+        if "gelu" in REGISTRY:
+            return x * 2
+        return x + 1 if "relu" in REGISTRY else x - 1
+
+    jf = jitcore.jit(f)
+    x = torch.ones(2)
+    assert_same(jf(x), f(x))
+    del REGISTRY["tanh"]
+    REGISTRY["gelu"] = 3
+    assert_same(jf(x), f(x))
+    del REGISTRY["relu"], REGISTRY["gelu"]
+    REGISTRY["sigmoid"], REGISTRY["tanh"] = 4, 5
+    assert_same(jf(x), f(x))
+    assert jitcore.cache_misses(jf) == 3
+
+
 _CALL = st.one_of(
     st.tuples(st.just("shape"), st.sampled_from([(2,), (3,), (2, 2)])),
     st.tuples(st.just("dtype"), st.sampled_from([torch.float32, torch.float64])),

@@ -5,6 +5,7 @@ and where the program needs its value (specialized again: one entry per value, n
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 
@@ -98,6 +99,53 @@ def test_control_flow_guards_the_branch_not_the_value():
         run_both(f, jf, x, t)
     assert jitcore.cache_misses(jf) == 2  # t > 0 and t <= 0
     assert "(args[1] > 0) is false" in [g.describe() for g in jitcore.last_prologue_traces(jf)[-1].guards]
+
+
+def test_membership_of_a_dynamic_number_is_a_predicate():
+    """``i in milestones`` (a Counter, a set, a tuple, a range) hashes or compares the number: it is
+    recorded as ``operator.contains`` of the container's constants and guarded by its outcome, so only
+    the values that take another branch (and need ``i`` itself: ``milestones[i]``) make entries."""
+    milestones = collections.Counter([2, 5, 5])
+
+    def f(x, i):
+        if i in milestones:
+            return x * milestones[i]
+        if i not in {7, 8.0}:
+            return x + 1 if i in range(10, 20, 3) else x - 1
+        return x / 2
+
+    jf = jitcore.jit(f, dynamic_numbers=("i",))
+    x = torch.randn(3)
+    for i in (0, 1, 3, 2, 4, 6, 5, 7, 8, 8.0, 9, 10, 11, 13, 19, 2, 5, 0):
+        run_both(f, jf, x, i)
+    # outcomes: not in any (0,1,3,4,6,9,11), in the range (10,13,19), in the set (7,8), milestones
+    # 2 and 5 (each pinned by milestones[i]), and the float 8.0: its own type
+    assert jitcore.cache_misses(jf) == 6
+    guards = [g.describe() for g in jitcore.last_prologue_traces(jf)[-1].guards]  # i in the range
+    assert "(args[1] in range(10, 20, 3)) is true" in guards, guards
+    assert any(g.endswith("has the members frozenset({2, 5})") for g in guards), guards
+    del milestones[5]  # the same Counter, the same length, other keys: the cached entries must not answer
+    milestones[11] = 3
+    for i in (11, 5, 4):
+        run_both(f, jf, x, i)
+
+
+def test_membership_in_what_is_not_constants_is_pythons():
+    """A container of other objects (the program's own numbers, tensors as keys) answers ``in`` as
+    Python does; a container with a Python ``__contains__`` runs it."""
+    class Evens:
+        def __contains__(self, n):
+            return n % 2 == 0
+
+    def f(x, i, j):
+        if i in [j, 3] or i in Evens():
+            return x * 2
+        return x
+
+    jf = jitcore.jit(f, dynamic_numbers=("i", "j"))
+    x = torch.randn(2)
+    for i, j in ((1, 1), (2, 5), (3, 0), (5, 7), (4, 4)):
+        run_both(f, jf, x, i, j)
 
 
 def test_predicates_over_several_numbers_and_arithmetic():

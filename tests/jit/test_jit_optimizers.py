@@ -120,6 +120,13 @@ SCHEDULERS = {
     "CosineAnnealingLR": (lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=4), 3),
     "LambdaLR": (lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda epoch: 0.95 ** epoch), 2),
     "LinearLR": (lambda o: torch.optim.lr_scheduler.LinearLR(o, start_factor=0.5, total_iters=4), 3),
+    # ``last_epoch in self.milestones`` (a Counter): a membership predicate, not a hash of the number
+    "MultiStepLR": (lambda o: torch.optim.lr_scheduler.MultiStepLR(o, milestones=[2, 5], gamma=0.5), 4),
+    # ``bisect_right(self._milestones, self.last_epoch)``: bisect's comparisons are predicates
+    "SequentialLR": (lambda o: torch.optim.lr_scheduler.SequentialLR(o, [
+        torch.optim.lr_scheduler.LinearLR(o, 0.5, total_iters=3),
+        torch.optim.lr_scheduler.ExponentialLR(o, 0.9),
+    ], milestones=[3]), 5),
 }  # name: (make, most cache entries over 10 steps; one per branch the schedule takes, not per step)
 
 
@@ -151,6 +158,37 @@ def test_learning_rate_scheduler_stepped_inside(name):
         for p, q in zip(model.parameters(), eager_model.parameters()):
             assert_same(p.detach(), q.detach())
     assert jitcore.cache_misses(jitted) <= most_entries, jitcore.miss_reasons(jitted)[-1]
+
+
+def test_reduce_lr_on_plateau_stepped_inside():
+    """``sched.step(loss)`` inside the step: ``float(loss)`` is a read the computation makes, ``best``
+    a number the step reads and writes back. The branch ``current < best * (1 - threshold)`` is checked
+    by its outcome inside the computation, not by the loss's value, so the entries follow the branches
+    the schedule takes (and each learning rate it reduces to), not the steps."""
+    eager_model, eager_opt = _setup(OPTIMIZERS["SGD"])
+    model, opt = _setup(OPTIMIZERS["SGD"])
+
+    def make(o):
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(o, patience=1, factor=0.5)
+
+    eager_sched, sched = make(eager_opt), make(opt)
+
+    def step(m, o, s, x):
+        o.zero_grad()
+        loss = m(x).square().mean()
+        loss.backward()
+        o.step()
+        s.step(loss.detach())
+        return loss.detach()
+
+    jitted = jitcore.jit(step)
+    for i in range(16):
+        x = torch.randn(8, 3, generator=torch.Generator().manual_seed(i % 3))  # the loss plateaus
+        assert_same(jitted(model, opt, sched, x), step(eager_model, eager_opt, eager_sched, x))
+        assert opt.param_groups[0]["lr"] == eager_opt.param_groups[0]["lr"]
+        assert (sched.best, sched.num_bad_epochs) == (eager_sched.best, eager_sched.num_bad_epochs)
+    assert eager_opt.param_groups[0]["lr"] < 0.05  # the schedule reduced it more than once
+    assert jitcore.cache_misses(jitted) <= 8, jitcore.miss_reasons(jitted)[-1]
 
 
 def test_grad_scaler_training_step():

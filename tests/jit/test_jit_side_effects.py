@@ -516,6 +516,55 @@ def test_a_list_read_after_the_program_appended_to_it():
     assert jit_items == eager_items
 
 
+def test_appending_to_a_list_inside_a_dict_of_state_does_not_retrace():
+    """``self.log["losses"].append(...)``, ``self.log["n"] += 1`` and a ``defaultdict(list)`` history:
+    each read of the dict only subscripts it with a constant (jitcore/jit/appends.py), so it is
+    guarded by its type and that key, not item by item, and the list only appended to by its type."""
+
+    class Trainer:
+        def __init__(self):
+            self.log = {"losses": [], "n": 0, "name": "run"}
+            self.history = collections.defaultdict(list)
+
+    def step(trainer, x):
+        loss = (x * 2).sum()
+        trainer.log["losses"].append(loss.item())
+        trainer.log["n"] += 1
+        trainer.history["loss"].append(loss.detach())
+        return loss * trainer.log["n"]
+
+    jitted, eager = Trainer(), Trainer()
+    jf = jitcore.jit(step)
+    for i in range(8):
+        x = torch.full((3,), float(i))
+        assert_same(jf(jitted, x), step(eager, x))
+        assert jitted.log == eager.log
+        _same_state(jitted.history, eager.history)
+    assert jitcore.cache_misses(jf) == 2  # the history's key: absent on the first call, then present
+
+
+def test_a_dict_of_state_read_whole_after_the_program_changed_it():
+    """After ``d["losses"].append`` the program reads the list's length and iterates the dict: those
+    reads are guarded with the contents the call started with, so each call that starts otherwise is
+    another entry, never a stale one."""
+
+    def program(log):
+        def f(x):
+            log["losses"].append(x.sum().item())
+            log["seen"] = True
+            n = len(log["losses"])
+            return x * n + sum(len(v) for v in log.values() if isinstance(v, list))
+        return f
+
+    jit_log, eager_log = {"losses": []}, {"losses": []}
+    jf = jitcore.jit(program(jit_log))
+    for i in range(4):
+        x = torch.full((2,), float(i))
+        assert_same(jf(x), program(eager_log)(x))
+        assert jit_log == eager_log
+    assert jitcore.cache_misses(jf) == 4  # the program reads the length: one entry per length
+
+
 def test_a_dict_written_through_zip_with_dynamic_numbers():
     """A read-modify-write number makes ``lr`` dynamic; ``zip(groups, values)`` hands C code the
     values, and must still hand it the program's own dicts (it handed copies: the write was lost)."""

@@ -275,13 +275,45 @@ def test_slices_with_tensor_bounds():
 
 
 def test_a_number_read_then_branched_on_is_checked():
+    """``if n > 0`` on a read number is checked by its outcome in the computation (Note [Predicate
+    guards]): one entry per branch, not per value."""
     def f(x):
         n = x.sum().item()
         if n > 0:
             return x + n
         return x - n
 
-    run_sequence(f, [(torch.full((2,), v),) for v in (1.0, -1.0, 2.0, 1.0, -3.0)])
+    jfn = run_sequence(f, [(torch.full((2,), v),) for v in (1.0, -1.0, 2.0, 1.0, -3.0, 0.5, 0.0)])
+    assert jitcore.cache_misses(jfn) == 2
+    assert "the truth of" in jitcore.miss_reasons(jfn)[1][0].detail
+
+
+def test_a_branch_on_a_read_and_on_state_checks_the_outcome():
+    """ReduceLROnPlateau's pattern: ``loss < best`` where ``loss`` is read from a tensor and ``best`` is
+    state the step writes back (a dynamic number): the predicate mixes a read and an input, and is
+    checked in the computation; a call whose outcome differs runs another entry, with eager's state."""
+    def make():
+        state = {"best": float("inf"), "bad": 0}
+
+        def step(x):
+            loss = x.square().mean().item()
+            if loss < state["best"] * 0.99:
+                state["best"] = loss
+                state["bad"] = 0
+            else:
+                state["bad"] += 1
+            return x * 2 if state["bad"] < 2 else x / 2
+
+        return step, state
+
+    eager, eager_state = make()
+    fn, state = make()
+    jfn = jitcore.jit(fn)
+    for v in (3.0, 2.0, 2.5, 1.0, 0.5, 0.6, 0.7, 0.8, 0.1, 0.2, 0.05, 0.3):
+        x = torch.full((3,), v)
+        assert_same(jfn(x), eager(x))
+        assert state == eager_state
+    assert jitcore.cache_misses(jfn) <= 6  # 12 calls; the value of every loss differs
 
 
 def test_item_numbers_under_autograd():

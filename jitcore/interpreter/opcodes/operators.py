@@ -87,6 +87,17 @@ def contains_op(frame: Frame, inst: Instruction) -> None:
     stack[-1] = contains(frame.run, container, stack[-1]) is not bool(inst.arg)
 
 
+@handles("CONTAINS_OP", since=(3, 11), hook="on_contains")
+def contains_op_hooked(frame: Frame, inst: Instruction) -> None:
+    """CONTAINS_OP through ``hooks.on_contains``: the truth of its answer, as ``in`` takes it."""
+    stack = frame.stack
+    container = stack.pop()
+    run = frame.run
+    answer = run.hooks.on_contains(frame, container, stack[-1])
+    found = contains(run, container, stack[-1]) if answer is NotImplemented else truth(run, answer)
+    stack[-1] = found is not bool(inst.arg)
+
+
 @handles("UNARY_NEGATIVE", since=(3, 11))
 def unary_negative(frame: Frame, inst: Instruction) -> None:
     """TOS = -TOS."""
