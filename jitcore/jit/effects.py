@@ -151,14 +151,6 @@ class StateSnapshots:
             return obj
         return first if changed else obj
 
-    def first_members(self, obj: Any) -> Any:
-        """What ``in`` looks at in a list, dict or set (its elements, a dict's keys) as the program
-        first reached it: the object itself when it was not reached or not changed since."""
-        snap = self._snapshots.get(id(obj))
-        if snap is None or snap.state[0] not in ("list", "dict", "set"):
-            return obj
-        return snap.state[1]
-
     def effects(self) -> list[Effect]:
         """The changes of every reached object since it was reached, as effects."""
         out: list[Effect] = []

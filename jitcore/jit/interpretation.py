@@ -13,7 +13,6 @@ has finished without error.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import contextlib
 import dataclasses
@@ -273,7 +272,7 @@ class Pass:
     # --- hooks -------------------------------------------------------------------------------------
     def hooks(self) -> Hooks:
         return Hooks(
-            lookasides=_numbers_first({
+            lookasides=numbers.with_number_lookasides({
                 **dict(TORCH_TABLE.callables()),
                 **DISPATCH_LOOKASIDES,
                 **self.autograd.lookasides(),
@@ -412,8 +411,7 @@ class Pass:
         if self.provenance.has_loose():
             for arg in _identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
                 self.provenance.pin(arg)
-        if self._has_numbers() and not isinstance(fn, numbers.SLOT_TYPES) and not _stores(fn) \
-                and not _passes_numbers(fn) and tree_has((args, kwargs), NumberProxy):
+        if self._has_numbers() and not numbers.keeps_numbers(fn) and tree_has((args, kwargs), NumberProxy):
             args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
@@ -546,7 +544,7 @@ class Pass:
         path = self.provenance.path_of(container)
         if path is None or self.context.subclass_code or isinstance(container, TensorProxy):
             return python_langctx.member(item, container) if isinstance(item, NumberProxy) else NotImplemented
-        first = self.snapshots.first_members(container)  # the call's container, not the program's changes
+        first = self.snapshots.first_state(container)  # the call's container, not the program's changes
         implied = self.provenance.guards_elements(path, first)
         if isinstance(item, NumberProxy):
             frozen = python_langctx.members(first)
@@ -650,56 +648,6 @@ def _is_global_hook_registry(globals_: dict, name: str) -> bool:
     """torch's module-wide hook dicts (``register_module_forward_hook`` & co.), read by every
     ``Module.__call__``: unlike the rest of torch they change at run time, so they are guarded."""
     return name.startswith("_global_") and globals_.get("__name__") == "torch.nn.modules.module"
-
-
-_STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setdefault", "update", "add",
-                              "appendleft", "extendleft"})
-
-
-# Builtins that hand their arguments' elements on without reading them (``zip(param_groups, lrs)`` in
-# an LR scheduler): dynamic numbers stay names through them.
-# ``bisect`` compares its argument with the list's elements: each comparison of a dynamic number is a
-# predicate (``bisect_right(self._milestones, self.last_epoch)`` in SequentialLR).
-_PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, len, isinstance, issubclass, type,
-                             bisect.bisect_left, bisect.bisect_right})
-
-
-def _numbers_first(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
-    """``table`` with the python language context's lookasides: ``float(n)``, ``int(n)``, ``abs(n)``,
-    ``math.cos(n)`` of numbers that are names (dynamic numbers, ``t.item()`` reads) stay names, and
-    ``float(t)`` of a one-element tensor is read as ``t.item()``. Where the table has its own (NumPy's
-    ``abs`` of an array), that one serves every call without a number proxy."""
-    merged = dict(table)
-    for fn, for_numbers in python_langctx.LOOKASIDES.items():
-        other = table.get(fn)
-        merged[fn] = for_numbers if other is None else functools.partial(_by_argument, for_numbers, other)
-    return merged
-
-
-def _by_argument(for_numbers: Callable[..., Any], other: Callable[..., Any], *args: Any,
-                 **kwargs: Any) -> Any:
-    if any(isinstance(a, NumberProxy) for a in args):
-        return for_numbers(*args, **kwargs)
-    return other(*args, **kwargs)
-
-
-def _passes_numbers(fn: Any) -> bool:
-    try:
-        return fn in _PASSES_NUMBERS
-    except TypeError:  # an unhashable callable
-        return False
-
-
-def _stores(fn: Any) -> bool:
-    """A C method that only stores its arguments in a container (``log.append(loss.item())``): a
-    number stays a name there (the effect stores its value per call, jitcore/jit/effects.py)."""
-    if fn is setattr:
-        return True
-    owner = getattr(fn, "__self__", None)
-    return (
-        isinstance(owner, (list, dict, set, collections.deque))
-        and getattr(fn, "__name__", "") in _STORING_METHODS
-    )
 
 
 def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:

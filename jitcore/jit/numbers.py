@@ -1,9 +1,12 @@
 """Dynamic numbers in a tracing pass (``jit(fn, dynamic_numbers=...)``, jitcore/proxies/number.py).
 
-After interpretation the pass writes every dynamic number the program specialized as the constant it
-is for the entry (``fold_specialized``) and drops recorded arithmetic nobody uses
-(``drop_unused_arithmetic``); transforms that record below torch's Python layer ask which numbers are
-still symbolic (``symbolic``) or make them all constants (``specialize``).
+While interpreting, C code that only hands numbers on (``zip``, ``list.append``, ``bisect``'s
+comparisons: ``keeps_numbers``) gets the proxies, any other gets their values, and the python language
+context's lookasides (``float(n)``, ``math.cos(n)``) are merged into the pass's tables
+(``with_number_lookasides``). After interpretation the pass writes every dynamic number the program
+specialized as the constant it is for the entry (``fold_specialized``) and drops recorded
+arithmetic nobody uses (``drop_unused_arithmetic``); transforms that record below torch's Python
+layer ask which numbers are still symbolic (``symbolic``) or make them all constants (``specialize``).
 
 Invariants:
 - a number input is guarded by value exactly when something the entry runs depends on its value;
@@ -12,18 +15,23 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
+import collections
 import dataclasses
+import functools
 import types
+from collections.abc import Callable
 from typing import Any
 
 import optree
 
 from jitcore.ir import BoundSymbol, Trace
+from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Guard, Path, Prologue
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["SLOT_TYPES", "drop_unused_arithmetic", "fold_specialized", "roots_used",
-           "specialize", "symbolic"]
+__all__ = ["SLOT_TYPES", "drop_unused_arithmetic", "fold_specialized", "keeps_numbers", "roots_used",
+           "specialize", "symbolic", "with_number_lookasides"]
 
 
 def symbolic(trace: Trace, prologue: Prologue, inputs: list[tuple[Path, NumberProxy]]) -> list[NumberProxy]:
@@ -106,3 +114,57 @@ def drop_unused_arithmetic(trace: Trace) -> None:
 # ``int.__sub__(1, n)`` (the interpreter trying an operator's slots): a number's slot returns
 # NotImplemented for a proxy, others read the value through the proxy's own methods.
 SLOT_TYPES = (types.WrapperDescriptorType, types.MethodWrapperType)
+
+
+_STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setdefault", "update", "add",
+                              "appendleft", "extendleft"})
+
+
+# Builtins that hand their arguments' elements on without reading them (``zip(param_groups, lrs)`` in
+# an LR scheduler): dynamic numbers stay names through them.
+# ``bisect`` compares its argument with the list's elements: each comparison of a dynamic number is a
+# predicate (``bisect_right(self._milestones, self.last_epoch)`` in SequentialLR).
+_PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, len, isinstance, issubclass, type,
+                             bisect.bisect_left, bisect.bisect_right})
+
+
+def with_number_lookasides(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """``table`` with the python language context's lookasides: ``float(n)``, ``int(n)``, ``abs(n)``,
+    ``math.cos(n)`` of numbers that are names (dynamic numbers, ``t.item()`` reads) stay names, and
+    ``float(t)`` of a one-element tensor is read as ``t.item()``. Where the table has its own (NumPy's
+    ``abs`` of an array), that one serves every call without a number proxy."""
+    merged = dict(table)
+    for fn, for_numbers in python_langctx.LOOKASIDES.items():
+        other = table.get(fn)
+        merged[fn] = for_numbers if other is None else functools.partial(_by_argument, for_numbers, other)
+    return merged
+
+
+def _by_argument(for_numbers: Callable[..., Any], other: Callable[..., Any], *args: Any,
+                 **kwargs: Any) -> Any:
+    if any(isinstance(a, NumberProxy) for a in args):
+        return for_numbers(*args, **kwargs)
+    return other(*args, **kwargs)
+
+
+def keeps_numbers(fn: Any) -> bool:
+    """Whether the C callable ``fn`` is handed dynamic numbers as they are (a slot wrapper, a method
+    that stores them, a builtin that passes or only compares them), not their values."""
+    if isinstance(fn, SLOT_TYPES) or _stores(fn):
+        return True
+    try:
+        return fn in _PASSES_NUMBERS
+    except TypeError:  # an unhashable callable
+        return False
+
+
+def _stores(fn: Any) -> bool:
+    """A C method that only stores its arguments in a container (``log.append(loss.item())``): a
+    number stays a name there (the effect stores its value per call, jitcore/jit/effects.py)."""
+    if fn is setattr:
+        return True
+    owner = getattr(fn, "__self__", None)
+    return (
+        isinstance(owner, (list, dict, set, collections.deque))
+        and getattr(fn, "__name__", "") in _STORING_METHODS
+    )
