@@ -89,6 +89,7 @@ class JittedFunction:
         self.fn = fn
         self.fullgraph = fullgraph
         self._counters: frozenset = frozenset()  # state numbers read and written back: dynamic
+        self._read_lists: frozenset = frozenset()  # list arguments appended to and read another way
         self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
         self._shapes = ShapePolicy(dynamic)  # which sizes are symbolic (jit/shapes.py)
         self.executor = executors_from_options(executor, executors, fuse_after)
@@ -186,6 +187,9 @@ class JittedFunction:
         if tracing_pass.found_counters - self._counters:  # traced again with them dynamic (jit/effects.py)
             self._counters |= tracing_pass.found_counters
             return self._trace(args, kwargs, shape_changed)
+        if tracing_pass.provenance.appended_read - self._read_lists:  # Note [Containers reached twice]
+            self._read_lists |= tracing_pass.provenance.appended_read
+            return self._trace(args, kwargs, shape_changed)
         # the pipeline of a miss (docs/architecture.md): interpret -> grad -> flatten -> executors -> prologue
         grad = differentiate(program, self.executor, self)  # inputs that require grad: docs/autograd.md
         if grad.differentiated is not None:  # flat already, compiled with its backward
@@ -239,6 +243,7 @@ class JittedFunction:
             fullgraph=self.fullgraph,
             counters=self._counters,
             shapes=self._shapes if symbolic else None,
+            read_lists=self._read_lists,
         )
         self.last_traces, self.last_backward_traces = [tracing_pass.trace], []
         self.last_prologue = tracing_pass.prologue

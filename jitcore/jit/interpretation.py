@@ -107,8 +107,10 @@ class Pass:
 
     def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int,
                  dynamic_numbers: frozenset[str] | bool = frozenset(), fullgraph: bool = False,
-                 counters: frozenset[Path] = frozenset(), shapes: Any = None) -> None:
+                 counters: frozenset[Path] = frozenset(), shapes: Any = None,
+                 read_lists: frozenset[Path] = frozenset()) -> None:
         self.fn = fn
+        self.read_lists = read_lists  # list arguments only appended to but also read: bound whole
         self.fullgraph = fullgraph  # refuse value reads (DataDependentError) instead of checking them
         self.dynamic_numbers = dynamic_numbers  # parameter names, or True for every number argument
         header = [
@@ -175,7 +177,8 @@ class Pass:
         self.trace.args += [proxy for _path, proxy in self.provenance.generator_inputs]
         first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
         self._state_guards(state_at_call)
-        self.provenance.finish(with_strides=self.context.values.strides_queried)
+        written = frozenset(e.path for e in changes if e.kind in ("setitem", "delitem", "contents", "extend"))
+        self.provenance.finish(with_strides=self.context.values.strides_queried, written=written)
         program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
         program.read_numbers = self.reads.numbers
         program.subclass_inputs = list(self.provenance.subclass_inputs)
@@ -232,7 +235,7 @@ class Pass:
         if type(value) in (int, float) and (dynamic is True or (dynamic and name in dynamic)):
             return self.provenance.bind_dynamic_number(value, path, name)
         if type(value) is list and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
-                and name in appended_parameters(self.fn):
+                and name in appended_parameters(self.fn) and path not in self.read_lists:
             return self.provenance.bind_appended_argument(value, path)  # jit/appends.py
         return self.provenance.bind_argument(value, path, name)
 

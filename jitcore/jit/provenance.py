@@ -50,6 +50,9 @@ from jitcore.proxies.typed import is_plain_subclass, retype
 __all__ = ["Provenance"]
 
 _CONTAINERS = (list, dict, set, tuple)
+# torch's own containers in every nn.Module (``_modules``, ``_parameters``, hook dicts): only assigning
+# one to another attribute would make it alias a container of the program's (Note [Containers reached twice])
+_MODULE_REGISTRIES = frozenset(k for k, v in vars(torch.nn.Module()).items() if isinstance(v, (dict, set)))
 # Containers of state up to this size are guarded element by element; larger ones (of non-literals)
 # by identity and length only (docs/user-guide.md, "What is guarded").
 _MAX_ELEMENTS = 4096
@@ -83,7 +86,14 @@ class Provenance:
         self._tensors: dict[int, TensorProxy] = {}
         self._first_paths: dict[int, Path] = {}  # where each tensor was first found
         self._ndarrays: dict[int, Any] = {}  # id(NumPy array) -> the wrapper the program sees
-        self._binding: dict[int, tuple[Path, Any]] = {}  # containers being bound (Note [Cyclic arguments])
+        # argument containers being bound, and the lists, dicts and dataclasses bound (Note [Cyclic
+        # arguments]): id -> (path, what the program sees)
+        self._binding: dict[int, tuple[Path, Any]] = {}
+        # every list, dict and set reached: id -> (type, first path) (Note [Containers reached twice])
+        self._mutable: dict[int, tuple[type, Path]] = {}
+        self._reached_again: list[tuple[type, Path, Path]] = []  # (type, path, the first path)
+        self._appended: dict[int, Path] = {}  # list arguments bound as only appended to: id -> path
+        self.appended_read: set[Path] = set()  # those of them the program reached another way as well
         self._container_paths: dict[int, Path] = {}  # state containers guarded element by element
         self._guarded: set[tuple] = set()
         # tensor-subclass inputs with the path each was bound at, inner ones before the ones holding them
@@ -173,7 +183,8 @@ class Provenance:
         try:
             return self._bind_structure(value, path, name)
         finally:
-            del self._binding[id(value)]
+            if self._binding[id(value)][1] is None:  # a tuple (or namedtuple): immutable, bound per path
+                del self._binding[id(value)]
 
     # Note [Cyclic arguments]
     # A list or dict that contains itself (directly or through other containers) would be bound
@@ -183,11 +194,15 @@ class Provenance:
     # guard: on later calls the value at that path must be the very object at the first path, whose
     # contents are guarded there. A tuple cannot be made before its elements: a cycle through one
     # leaves the program the caller's tuple at the inner path (read through it, its items are state).
+    # A list, dict or dataclass stays in ``_binding`` once bound: passed twice (``f(l, l)``) or also
+    # read from state (a global the call passes), the program sees one copy, as eagerly one object.
     def _bind_structure(self, value: Any, path: Path, name: str) -> Any:
         t = type(value)
         if t is tuple or t is list:
             self.guard(path, "type", t)
             self.guard(path, "len", len(value))
+            if t is list:
+                self.reach_container(value, path)
             if t is tuple:
                 return tuple(self.bind_argument(v, path.index(i), f"{name}_{i}") for i, v in enumerate(value))
             out: list = []
@@ -198,6 +213,7 @@ class Provenance:
         if t is dict:
             self.guard(path, "type", t)
             self.guard(path, "keys", tuple(value))
+            self.reach_container(value, path)
             bound: dict = {}
             self._binding[id(value)] = (path, bound)
             for k, v in value.items():
@@ -261,6 +277,12 @@ class Provenance:
             return self._tensor(value, path, name)
         if isinstance(value, torch.Generator):
             return self._generator(value, path, name)
+        if isinstance(value, (list, dict, set)):
+            bound = self._binding.get(id(value))
+            if bound is not None and bound[1] is not None:  # the caller passed it: the program's copy
+                self.guard(path, "alias", bound[0])
+                return bound[1]
+            self.reach_container(value, path)
         if is_numpy_value(value):
             return self._numpy_value(value, path, name)
         if type(value) in (int, float) and path in self.counters:  # read and written back: jit/effects.py
@@ -319,6 +341,7 @@ class Provenance:
         ``subscripted_by``): guarded by its type and whether it holds ``key`` as the call started,
         not item by item; the item is bound on its own when it is read."""
         self.guard(path, "type", type(value))
+        self.reach_container(value, path)
         self.guard(path, "member", (key, key in self.first_state(value)), per_expected=True)
         if type(value) is collections.defaultdict:  # what a missing key reads
             self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
@@ -380,15 +403,24 @@ class Provenance:
         its type is guarded, not its contents, so appending does not make every call a new entry;
         the appends are replayed onto the list each call finds (jit/effects.py's ``extend``)."""
         self.guard(path, "type", list)
+        self.reach_container(value, path)
         self.remember(value, path)
         return value
 
     def bind_appended_argument(self, value: list, path: Path) -> list:
         """A list argument the function only appends to (``log.append(float(loss))``, proved by
         jitcore/jit/appends.py): its type is guarded, not its contents; the program appends to a
-        list of its own, and the appends are replayed onto the caller's list on every call."""
+        list of its own, and the appends are replayed onto the caller's list on every call. The same
+        list reached another way (passed twice, or a global) is read after all: ``appended_read``
+        asks for a pass that binds it whole (Note [Containers reached twice])."""
+        bound = self._binding.get(id(value))
+        if bound is not None:
+            self.guard(path, "alias", bound[0])
+            return bound[1]
         self.guard(path, "type", list)
+        self.reach_container(value, path)
         own: list = []
+        self._appended[id(value)] = path
         self.argument_copies.append((own, path))
         return own
 
@@ -463,6 +495,7 @@ class Provenance:
         """A list/tuple/dict of state (``Module._modules``, ``_parameters``): guard its shape and
         elements, and give each element a path, since iteration reads them without hooks."""
         self._container_paths[id(value)] = path
+        self.reach_container(value, path)
         self.guard(path, "type", type(value))
         first = self.first_state(value)  # the guards are about the call's container, not the program's
         if isinstance(value, dict):
@@ -492,6 +525,46 @@ class Provenance:
                 self.pin(item)
                 self.guard(item_path, "identity", item)
                 self._remember_object(item, item_path)
+
+    # Note [Containers reached twice]
+    # Guards read a container's contents as the call starts; the program's writes into a list, dict or
+    # set are replayed after the computation (jitcore/jit/effects.py). Both are per path, so what one
+    # path's write does to what another path reads depends on whether the two are the same object:
+    # ``a.append(1); len(b)`` is 1 when ``a is b`` and 0 otherwise. So when the program wrote into a
+    # container, the reached containers of its type are related as when traced: one reached again
+    # through another path is guarded as the same object as at its first path (``alias``), the others
+    # as different objects (``distinct``). Containers of a type the program did not write into are not
+    # related: reading alone gives the same answers aliased or not. Argument containers are always
+    # related (Note [Cyclic arguments]): the program sees one copy of a container passed twice. An
+    # object's own ``__dict__`` and torch's registries in a module (``_modules``, ``_parameters``) are
+    # not such containers: they alias another only after ``obj.__dict__ = d`` or ``m._modules = d``,
+    # and relating them would make every module program that writes a dict check dozens of paths.
+    # A list argument only appended to that is reached another way as well is read after all:
+    # ``appended_read`` asks for a pass that binds it whole.
+    def reach_container(self, value: list | dict | set, path: Path) -> None:
+        """Record a list, dict or set reached at ``path`` (Note [Containers reached twice])."""
+        if _is_module_registry(path):
+            return
+        appended = self._appended.get(id(value)) if self._appended else None
+        if appended is not None and appended != path:
+            self.appended_read.add(appended)
+        first = self._mutable.setdefault(id(value), (type(value), path))[1]
+        if first != path and not (first.root == path.root and first.describe() == path.describe()):
+            self._reached_again.append((type(value), path, first))
+
+    def _keep_apart(self, written: frozenset[Path]) -> None:
+        """Relate the containers of each type the program wrote into as when traced: a container
+        reached again is the same object as at its first path, the others are different objects."""
+        by_type: dict[type, list[Path]] = {}
+        for t, path in self._mutable.values():
+            by_type.setdefault(t, []).append(path)
+        related = {t for t, paths in by_type.items() if not written.isdisjoint(paths)}
+        for t, path, first in self._reached_again:
+            if t in related:
+                self.guard(path, "alias", first)
+        for t in related:
+            if len(by_type[t]) > 1:
+                self.guard(by_type[t][0], "distinct", tuple(by_type[t]))
 
     def bind_leaked_tensor(self, tensor: torch.Tensor) -> TensorProxy:
         """A real tensor reached a torch call without passing a hook (iteration, an opaque call):
@@ -612,9 +685,11 @@ class Provenance:
         if self.on_remember is not None:
             self.on_remember(proxy, path)
 
-    def finish(self, *, with_strides: bool) -> None:
+    def finish(self, *, with_strides: bool, written: frozenset[Path] = frozenset()) -> None:
         """Add the tensor guards (now that it is known whether strides were relied on: asked for by
-        the program, ``with_strides``, or relied on by a recorded aten op, jitcore/langctx/layout.py)."""
+        the program, ``with_strides``, or relied on by a recorded aten op, jitcore/langctx/layout.py),
+        and keep the containers the program wrote into (``written``, their paths) apart from the others
+        (Note [Containers reached twice])."""
         layout = self.values.layout
         for path, _proxy, tensor in self.inputs:
             strides = with_strides or layout.relies_on(_proxy)
@@ -624,6 +699,7 @@ class Provenance:
         if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it
             self.guard(self.inputs[0][0], "distinct", tuple(path for path, _p, _t in self.inputs))
         self._distinct_loose_objects()
+        self._keep_apart(written)
         for path, number in self.number_inputs:  # after the tensors, as in the computation's signature
             self.prologue.add_input(path, number.name)
         for path, generator in self.generator_inputs:  # then the generators
@@ -637,6 +713,20 @@ class Provenance:
         self._first_paths.clear()
         self._ndarrays.clear()
         self._container_paths.clear()
+        self._mutable.clear()
+        self._reached_again.clear()
+        self._binding.clear()
+
+
+def _is_module_registry(path: Path) -> bool:
+    """Whether ``path`` ends at a torch registry of a module: ``m._modules``, ``m.__dict__['_modules']``."""
+    steps = path.steps
+    if not steps or steps[-1].value not in _MODULE_REGISTRIES:
+        return False
+    last = steps[-1]
+    return last.kind == "attr" or (
+        last.kind == "key" and len(steps) > 1 and steps[-2].kind == "attr" and steps[-2].value == "__dict__"
+    )
 
 
 def _unchanged(obj: Any) -> Any:

@@ -308,10 +308,11 @@ _kind("alias", GuardKind(
 def _distinct_check(_value: Any, expected: tuple[Path, ...], related: tuple) -> str | None:
     if len({id(v) for v in related}) == len(related):
         return None
-    return f"expected {len(related)} different tensors at {_paths(expected)}, got aliases"
+    return f"expected {len(related)} different objects at {_paths(expected)}, got aliases"
 
 
-# distinct (relational): the tensors at the paths ``expected`` are all different objects, as while tracing.
+# distinct (relational): the tensors (or containers, or objects) at the paths ``expected`` are all different
+# objects, as while tracing.
 _kind("distinct", GuardKind(
     _distinct_check,
     lambda _v, _e, _b, related: f"len({{{', '.join(f'id({r})' for r in related)}}}) != {len(related)}",
