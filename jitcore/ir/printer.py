@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import linecache
 import math
@@ -112,11 +113,18 @@ class _Printer:
 
     def constant(self, v: Any) -> str:
         name = self._constant_names.get(id(v))
+        if name is None and self._builtin_name(v):  # ``bool``, ``len``: the generated code's builtins
+            return v.__name__
         if name is None:
             name = self._class_name(v) or f"__c{len(self.constants)}"
             self._constant_names[id(v)] = name
             self.constants[name] = v
         return name
+
+    def _builtin_name(self, v: Any) -> bool:
+        name = getattr(v, "__name__", None)
+        return (type(name) is str and getattr(builtins, name, None) is v and name not in self.trace.imports
+                and name not in self.constants and name not in self.trace.names)
 
     def _class_name(self, v: Any) -> str | None:
         """A class constant is named after the class (``TwoTensor``) when that name is a plain

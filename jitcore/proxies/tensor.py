@@ -109,6 +109,10 @@ class TensorProxy(Proxy, torch.Tensor):
     def __hash__(self) -> int:
         return id(self)
 
+    def __getattr__(self, name: str) -> Any:
+        # only for names the class does not have: eager's error names the program's class, not the proxy's
+        raise AttributeError(f"'{self.python_type.__name__}' object has no attribute '{name}'", name=name)
+
     # --- metadata, answered from the shadow ------------------------------------------------------
     @property
     def shape(self) -> torch.Size:

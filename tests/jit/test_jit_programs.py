@@ -229,6 +229,13 @@ def test_torch_rejecting_arguments_raises_torchs_error() -> None:
     check(f, torch.randn(3), torch.randn(4))
 
 
+def test_a_missing_tensor_attribute_raises_eagers_error() -> None:
+    """The message names the program's class (Tensor, Parameter), not the tracing proxy's."""
+    check(lambda t: t.append(1), torch.randn(2))
+    check(lambda t: torch.nn.Parameter(t).not_there, torch.randn(2))
+    check(lambda t: (getattr(t, "absent", 3), hasattr(t, "absent")), torch.randn(2))
+
+
 def test_decorator_with_options() -> None:
     @jitcore.jit(cache_limit=4)
     def f(x):
