@@ -233,7 +233,12 @@ class Provenance:
 
     def bind_dynamic_number(self, value: int | float, path: Path, name: str) -> NumberProxy:
         """A number argument declared dynamic: an input of the computation, guarded by type only
-        until the program needs its value (then by value too: ``NumberProxy.specialize``)."""
+        until the program needs its value (then by value too: ``NumberProxy.specialize``). A path
+        read again holding the same number (a counter read twice, ``group['lr']`` per parameter) is
+        the same input."""
+        for bound_path, bound in self.number_inputs:
+            if bound_path == path and type(bound.value) is type(value) and bound.value is value:
+                return bound
         self.guard(path, "type", type(value))
 
         def pin() -> None:

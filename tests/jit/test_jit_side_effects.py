@@ -273,6 +273,26 @@ def test_read_modify_write_counters_do_not_retrace():
     assert jitcore.cache_misses(jm) == 1
 
 
+def test_a_counter_read_twice_is_one_computation_input():
+    """SGD reads ``group['lr']`` once per parameter: one input per path, not one per read."""
+    rates, twin = {"lr": 0.5}, {"lr": 0.5}
+
+    def make(state):
+        def f(x):
+            y = x * state["lr"] + state["lr"]
+            state["lr"] = state["lr"] * 0.5
+            return y
+
+        return f
+
+    jf, eager = jitcore.jit(make(rates)), make(twin)
+    for i in range(4):
+        assert_same(jf(torch.full((2,), float(i))), eager(torch.full((2,), float(i))))
+        assert rates == twin
+    assert jitcore.cache_misses(jf) == 1
+    assert [a.name for a in jitcore.last_traces(jf)[0].args] == ["x", "lr"]
+
+
 def test_a_counter_used_for_control_flow_is_still_exact():
     state = {"n": 0}
 
