@@ -5,10 +5,11 @@
   stores the inner tensors on it as on a real instance.
 - ``type(x)`` and ``isinstance(x, cls)`` answer with the class a proxy stands for (``TwoTensor``,
   ``torch.Tensor``), never a proxy class.
-- torch's default ``Tensor.__torch_function__`` (also reached through ``super()``), ``as_subclass``
-  and ``_make_subclass`` give proxies the user's class (jitcore/proxies/typed.py) instead of
-  making real instances; a subclass with a ``__torch_dispatch__`` of its own that these would
-  make is not traceable this way (EagerOnlySubclass).
+- torch's default ``Tensor.__torch_function__`` (also reached through ``super()``), ``as_subclass``,
+  ``_make_subclass`` and ``Tensor.__new__(cls, tensor)`` give proxies the user's class
+  (jitcore/proxies/typed.py) instead of making real instances; a subclass with a
+  ``__torch_dispatch__`` of its own that these would make is not traceable this way
+  (EagerOnlySubclass).
 - a ``__slots__`` field's descriptor applied directly (``Cls.field.__get__(x)``, ``__set__``,
   ``__delete__``) reads and writes the field where a proxy holds it (its ``__dict__``).
 Invariant: outside a trace all of them behave exactly as the originals.
@@ -117,7 +118,7 @@ class ProxySuper:
             if klass in _TORCH_BASES:
                 if name == "__init__":
                     return _object_init(proxy.python_type)
-                return getattr(proxy, name)
+                return _torch_level(proxy, name)
             if name in vars(klass):
                 attr = vars(klass)[name]
                 get = getattr(builtins.type(attr), "__get__", None)
@@ -126,6 +127,16 @@ class ProxySuper:
 
 
 _TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # noqa: SLF001
+
+
+def _torch_level(proxy: Proxy, name: str) -> Any:
+    """``name`` as torch defines it, bound to ``proxy``: past the copies of the user's methods that a
+    typed proxy class holds (jitcore/proxies/typed.py), so that ``super().clone()`` in a subclass
+    overriding ``clone`` reaches torch's ``clone``, not the override again."""
+    copies = [k for k in builtins.type(proxy).__mro__ if isinstance(vars(k).get("python_type"), type)]
+    if not copies:
+        return getattr(proxy, name)
+    return getattr(super(copies[-1], proxy), name)
 
 
 def _object_init(cls: type) -> Any:
@@ -193,6 +204,7 @@ _MEMBER_DELETE = types.MemberDescriptorType.__delete__
 _DEFAULT_TORCH_FUNCTION = torch.Tensor.__torch_function__.__func__
 _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
 _MAKE_SUBCLASS = torch.Tensor._make_subclass  # noqa: SLF001
+_TENSOR_NEW = torch._C.TensorBase.__new__  # noqa: SLF001
 
 
 def default_torch_function(
@@ -249,9 +261,19 @@ def as_subclass(tensor: Any, cls: type) -> Any:
     if not isinstance(tensor, TensorProxy) or isinstance(tensor, SubclassTensorProxy):
         return _AS_SUBCLASS(tensor, cls)
     _check_plain(cls, "as_subclass")
-    out = aten_symbol(torch.ops.aten.alias.default)(tensor)
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Ignored by __torch_function__]
+        out = aten_symbol(torch.ops.aten.alias.default)(tensor)
     retype(out, cls)
     return out
+
+
+def tensor_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``torch.Tensor.__new__(cls, t)`` (a subclass's ``super().__new__(cls, data)``): on a proxy, as
+    eagerly, an alias of ``t`` whose class is ``cls`` (differentiable, as ``as_subclass``)."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], TensorProxy) \
+            and not isinstance(args[0], SubclassTensorProxy):
+        return as_subclass(args[0], cls)
+    return _TENSOR_NEW(cls, *args, **kwargs)
 
 
 def make_subclass(cls: type, data: Any, require_grad: bool = False, *args: Any, **kwargs: Any) -> Any:
@@ -259,13 +281,19 @@ def make_subclass(cls: type, data: Any, require_grad: bool = False, *args: Any, 
     if not isinstance(data, TensorProxy) or isinstance(data, SubclassTensorProxy) or args or kwargs:
         return _MAKE_SUBCLASS(cls, data, require_grad, *args, **kwargs)
     _check_plain(cls, "_make_subclass")
-    out = aten_symbol(torch.ops.aten.detach.default)(data)
-    if require_grad:
-        out = out.requires_grad_(True)
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Ignored by __torch_function__]
+        out = aten_symbol(torch.ops.aten.detach.default)(data)
+        if require_grad:
+            out = out.requires_grad_(True)
     retype(out, cls)
     return out
 
 
+# Note [Ignored by __torch_function__]
+# ``as_subclass`` and ``_make_subclass`` are among torch's ignored functions: eagerly they never
+# reach a ``__torch_function__``. The alias (detach) that stands for them in the trace is recorded
+# with subclass ``__torch_function__`` off, or a ``__torch_function__`` that unwraps its arguments
+# with ``x.as_subclass(torch.Tensor)`` would be handed that alias, unwrap again, and never end.
 def _check_plain(cls: type, how: str) -> None:
     if cls is not torch.Tensor and not is_plain_subclass(cls):
         raise EagerOnlySubclass(
@@ -286,6 +314,7 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     _DEFAULT_TORCH_FUNCTION: default_torch_function,
     _AS_SUBCLASS: as_subclass,
     _MAKE_SUBCLASS: make_subclass,
+    _TENSOR_NEW: tensor_new,
     torch._C._skip_one_hop_torch_function: skip_one_hop_torch_function,  # noqa: SLF001
     torch._C._disabled_torch_function_impl: skip_one_hop_torch_function,  # noqa: SLF001
     _MEMBER_GET: member_get,

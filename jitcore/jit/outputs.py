@@ -58,8 +58,6 @@ def split(output: Any) -> tuple[Any, OutputStructure | None]:
     """The output as a tree optree flattens completely, and how to rebuild the original (None: the
     output already is such a tree)."""
     flat, rebuild = _split(output, 0)
-    if rebuild is None and isinstance(flat, Proxy) and _retyped(flat) is not None:
-        rebuild = _retyped(flat)
     if rebuild is None:
         return output, None
     return flat, OutputStructure(rebuild)
@@ -68,7 +66,7 @@ def split(output: Any) -> tuple[Any, OutputStructure | None]:
 def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     """(value with foreign nodes replaced by tuples of their children, rebuild or None)."""
     if isinstance(value, Proxy):
-        return value, _retyped(value) if depth else None  # the top level: ``split`` itself
+        return _split_typed(value, depth)
     if depth > _MAX_DEPTH or not _holds_proxy(value, depth):
         return value, None
     kind = type(value)
@@ -106,6 +104,42 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
         return obj
 
     return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth)
+
+
+def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
+    """A proxy of a subclass without ``__torch_dispatch__``: the computation returns its data (and
+    the tensors its attributes hold); the result gets the class and the attributes back."""
+    retype = _retyped(proxy)
+    if retype is None:
+        return proxy, None
+    attributes = dict(object.__getattribute__(proxy, "__dict__"))
+    if not attributes:
+        return proxy, retype
+    traced = [n for n, v in attributes.items() if _holds_proxy(v, depth + 1)]
+    constants = {n: v for n, v in attributes.items() if n not in traced}
+    parts = [_split(attributes[n], depth + 1) for n in traced]
+
+    def rebuild(results: Any) -> Any:
+        data, kids = (results[0], results[1:]) if traced else (results, ())
+        if type(data) is proxy.python_type:  # the caller's own tensor, returned as it came
+            return data
+        out = retype(data)
+        for name, value in constants.items():  # Note [Attributes of a subclass output]
+            out.__dict__[name] = copy.deepcopy(value) if type(value) in _FRESH_PER_CALL else value
+        for name, (_, kid_rebuild), kid in zip(traced, parts, kids):
+            out.__dict__[name] = kid_rebuild(kid) if kid_rebuild is not None else kid
+        return out
+
+    return ((proxy, *(p for p, _ in parts)) if traced else proxy), rebuild
+
+
+# Note [Attributes of a subclass output]
+# A subclass without ``__torch_dispatch__`` carries Python attributes (``t.tag``, a
+# ``__torch_function__`` that stores ``extra_state`` on what it returns): while tracing they are in
+# its proxy's ``__dict__``. The computation returns plain data, so each call sets them on the result
+# as the trace left them: tensors among them are outputs of the computation, containers made by the
+# program are copied per call (eager makes a new one each call), other objects are shared.
+_FRESH_PER_CALL = (dict, list, set)
 
 
 def _retyped(proxy: Proxy) -> Callable[[Any], Any] | None:

@@ -154,8 +154,43 @@ _METHOD_DIFFERS_FROM_FUNCTION: dict[str, str] = {
     "lu": "x.lu() returns a plain tuple, torch.lu a structseq",
     "norm": "x.norm(p, dim, keepdim, dtype) but torch.norm(x, p, dim, keepdim, out, dtype)",
 }
+# Tensor methods torch lists as ignored by __torch_function__ that still hand it the call eagerly.
+_HANDED_THOUGH_IGNORED = frozenset({"new_tensor"})
 # Reflected operators whose function takes the operands the other way round.
 _SWAPPED: dict[str, str] = {"__rmatmul__": "matmul", "__rpow__": "pow"}
+
+
+class _Handed(Exception):
+    """Stops an operator at the first ``__torch_function__`` it asks."""
+
+
+class _Recorder(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        raise _Handed(func)
+
+
+def _handed_by_operators() -> dict[str, Any]:
+    """What eager hands a ``__torch_function__`` for each operator (``x + y``: ``Tensor.add``;
+    ``x // y``: ``Tensor.__floordiv__``; ``x & y``: ``Tensor.__and__``), asked of torch once, on a
+    tensor of a class that records it: a table of handlers keyed by ``torch.add`` must not fire on
+    ``x + y`` where eager's does not."""
+    handed: dict[str, Any] = {}
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+        one = torch.ones(1, 1, dtype=torch.int64)
+        operand = one.as_subclass(_Recorder)
+    for name in _OPERATORS:
+        try:
+            method = getattr(torch.Tensor, name)
+            method(operand) if name in ("__neg__", "__abs__", "__invert__") else method(operand, one)
+        except _Handed as asked:
+            handed[name] = asked.args[0]
+        except (TypeError, AttributeError, RuntimeError):
+            continue
+    return handed
+
+
+_HANDED = _handed_by_operators()
 
 
 def torch_symbol(
@@ -351,7 +386,9 @@ def _register_tensor_members() -> None:
         is_property = isinstance(raw, (property, type(torch.Tensor.T)))
         key = raw.__get__ if is_property else member
         try:
-            listed = key in overridable or (key in ignored and _aten_op_on_tensors(name))
+            listed = key in overridable or name in _HANDED_THOUGH_IGNORED or (
+                key in ignored and _aten_op_on_tensors(name)
+            )
             if not listed and name not in UNSUPPORTED_METHODS:
                 continue
         except TypeError:
@@ -373,6 +410,8 @@ def _register_tensor_members() -> None:
             function = _function_symbol(_OPERATORS.get(name) or _SWAPPED[name])
             if function is not None:
                 unary = name in ("__neg__", "__abs__", "__invert__")
+                if name in _HANDED and name not in _SWAPPED:
+                    function = _called_as(_HANDED[name], function)
                 target = _unary_operator(function) if unary else _operator(function, swapped=name in _SWAPPED)
                 TORCH_TABLE.bind(member, target)
                 _install_raw(name, target)

@@ -72,12 +72,14 @@ def _named_callable(name: str) -> object:
 
 
 def _symbol_of(target: object) -> object:
-    """The symbol an adapter (operator, method) calls: the closure's Symbol."""
+    """The symbol an adapter (operator, method) calls: the closure's Symbol, through adapters of
+    adapters (an operator handing ``__torch_function__`` eager's callable)."""
     if isinstance(target, Symbol):
         return target
     for cell in getattr(target, "__closure__", None) or ():
-        if isinstance(cell.cell_contents, Symbol):
-            return cell.cell_contents
+        found = _symbol_of(cell.cell_contents) if callable(cell.cell_contents) else None
+        if found is not None:
+            return found
     return None
 
 
