@@ -91,6 +91,11 @@ class Debugger:
         marked = [trace] if trace is not None else []
         if inputs is None or trace is None:
             self.entry = find_entry(jfn, self.args, kwargs)
+            if self.entry.eager_reason is not None:
+                raise ValueError(
+                    f"cache entry {self.entry.number} runs the function eagerly (no trace to step through): "
+                    f"{self.entry.eager_reason}"
+                )
             if trace is None:
                 trace = self.entry.traces[-1] if executed else _torch_level_trace(self.entry)
             marked = list(self.entry.traces)

@@ -188,6 +188,12 @@ def explain_text(jfn: Any) -> str:
     for entry in entries:
         out.append(f"\ncache entry {entry.number}: accepts a call when")
         out += [f"  - {line}" for line in entry.prologue.sentences()]
+        if entry.eager_reason is not None:  # Note [Eager entries] in jitcore/jit/api.py
+            out.append(
+                "  an eager entry: the calls it accepts run the function eagerly, because "
+                f"{entry.eager_reason}"
+            )
+            continue
         if entry.prologue.inputs:
             names = ", ".join(
                 f"{n} = {p.describe()}" for n, p in zip(entry.prologue.input_names, entry.prologue.inputs)

@@ -69,6 +69,7 @@ class CacheEntry:
     miss_reasons: list[MissReason] = field(default_factory=list)
     effects: Effects | None = None  # Python side effects performed after the computation
     plain_data: bool = False  # inputs run a __torch_function__ the trace resolved: checked and run without it
+    eager_reason: BaseException | None = None  # an eager entry: calls it accepts run the function eagerly
 
     def compile_fast_path(self) -> Callable[[tuple, dict], Any]:
         """The cached call: the prologue's checks, the computation, then the side effects."""
@@ -153,19 +154,19 @@ class JittedFunction:
             self.miss_log.append(reasons)
             try:
                 entry = self._trace(args, kwargs, any(".shape" in r.where for r in reasons))
-            except EagerOnlySubclass as exc:  # this call runs eagerly; later calls are tried again
-                if self.fallback_reason is None:
-                    warnings.warn(
-                        f"jitcore: {self._label} runs eagerly for this call: {exc.summary}", stacklevel=3
-                    )
-                self.fallback_reason = exc
-                return self.fn(*args, **kwargs)
+            except EagerOnlySubclass as exc:  # Note [Eager entries]
+                entry = self._eager_entry(exc)
             except DataDependentError as exc:
-                if self.fallback != "eager":
+                if not self.fullgraph:
+                    entry = self._eager_entry(exc)
+                elif self.fallback != "eager":
                     raise
-                self.eager_reason = exc
-                warnings.warn(f"jitcore: {self._label} runs eagerly from now on: {exc.summary}", stacklevel=3)
-                return self.fn(*args, **kwargs)
+                else:
+                    self.eager_reason = exc
+                    warnings.warn(
+                        f"jitcore: {self._label} runs eagerly from now on: {exc.summary}", stacklevel=3
+                    )
+                    return self.fn(*args, **kwargs)
             if len(self._cache) >= self.cache_limit:
                 warnings.warn(
                     f"jitcore: {self._label} reached its cache limit of {self.cache_limit} entries; "
@@ -174,6 +175,8 @@ class JittedFunction:
                 )
             self._cache.add(entry, args, limit=self.cache_limit, any_shape=shapes.is_symbolic(entry.prologue))
             entry_added(self, entry, reasons)
+        if entry.eager_reason is not None:
+            return self.fn(*args, **kwargs)
         inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
         try:
             result = entry.computation(*inputs)
@@ -228,6 +231,36 @@ class JittedFunction:
                            plain_data=plain_data)
         entry.cached_call = entry.compile_fast_path()
         return entry
+
+    # Note [Eager entries]
+    # A call jitcore cannot trace (a subclass it runs eagerly, JC-J002: DTensor, nested jagged tensors;
+    # an op whose output shapes depend on values under a backward inside the function, JC-T002)
+    # still runs: eagerly, with one warning. It also becomes a cache entry, so that calls like it do not
+    # interpret the function again each time only to fail at the same place: the entry's prologue is
+    # what the pass guarded before it stopped (always with the type of the value it stopped at), and
+    # a call it accepts runs the function eagerly. Any set of guards is sound here: eager is what the
+    # call would compute. Under ``fullgraph=True`` a value-dependent program raises (or, with
+    # ``fallback="eager"``, runs eagerly from then on) instead.
+    def _eager_entry(self, reason: BaseException) -> CacheEntry:
+        traced = self.last_prologue if self.last_prologue is not None else Prologue()
+        prologue = Prologue(guards=list(traced.guards), state=list(traced.state), header=[
+            f"Constructed by jitcore.jit for {self._label}: prologue of cache entry {self.misses}, "
+            "an eager entry (the calls it accepts run eagerly)"])
+        check = prologue.compile(_accept)
+        fn = self.fn
+
+        def cached_call(args: tuple, kwargs: dict) -> Any:
+            return MISS if check(args, kwargs) is MISS else fn(*args, **kwargs)
+
+        if self.fallback_reason is None:
+            summary = getattr(reason, "summary", str(reason))
+            warnings.warn(
+                f"jitcore: {self._label} runs eagerly for this call and calls like it: {summary}",
+                stacklevel=4,
+            )
+        self.fallback_reason = reason
+        self.last_traces, self.last_backward_traces = [], []
+        return CacheEntry(self.misses, prologue, [], _not_compiled, cached_call, eager_reason=reason)
 
     def _interpret(self, number: int, args: tuple, kwargs: dict, shape_changed: bool,
                    symbolic: bool | None = None) -> tuple[Pass, Any]:
@@ -450,6 +483,10 @@ def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Contai
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _accept(*_inputs: Any) -> bool:
+    return True
 
 
 def _not_compiled(args: tuple, kwargs: dict) -> Any:

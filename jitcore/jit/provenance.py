@@ -635,8 +635,10 @@ class Provenance:
         cls = type(tensor)
         reason = eager_only_reason(cls)
         if reason is not None:
+            self.guard(path, "type", cls)  # what the eager entry accepts (Note [Eager entries], jit/api.py)
             raise EagerOnlySubclass(f"{path.describe()} is a {cls.__qualname__}: {reason}")
         if is_traceable_subclass(cls) and not has_own_protocol(cls) and not is_wrapper(tensor):
+            self.guard(path, "type", cls)
             raise EagerOnlySubclass(
                 f"{path.describe()} is a {cls.__qualname__}: a tensor subclass with __torch_dispatch__ whose "
                 "values hold storage of their own (torch.Tensor._make_subclass) and no __tensor_flatten__",

@@ -53,6 +53,9 @@ def _runs_eagerly(fn: Callable[..., Any], *args: Any) -> jitcore.JittedFunction:
         warnings.filterwarnings("error", message="jitcore")  # warned once per jitted function
         _same(jitted(*args), fn(*args))
     assert isinstance(jitted.fallback_reason, EagerOnlySubclass)
+    # Note [Eager entries]: the second call is answered by the eager entry, not interpreted again
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
+    assert jitted.entries[0].eager_reason is jitted.fallback_reason
     return jitted
 
 
@@ -84,9 +87,11 @@ def test_plain_calls_are_still_traced_after_an_eager_one() -> None:
     f = lambda t: t * 2  # noqa: E731
     jitted = _runs_eagerly(f, _njt())
     torch.testing.assert_close(jitted(torch.ones(3)), torch.ones(3) * 2)
-    assert len(jitted.entries) == 1
+    assert [entry.eager_reason is None for entry in jitted.entries] == [False, True]  # eager, then traced
     text = explain_text(jitted)
     assert "a call ran eagerly" in text and "JC-J002" in text and "NestedTensor" in text
+    assert "an eager entry: the calls it accepts run the function eagerly" in text
+    assert "type(args[0]) is NestedTensor" in text
 
 
 def test_masked_tensor_reduction() -> None:

@@ -381,7 +381,9 @@ def test_storage_subclass_with_dispatch_runs_eagerly_with_a_warning() -> None:
     torch.testing.assert_close(out, f(x))
     assert isinstance(jitted.fallback_reason, jitcore.errors.EagerOnlySubclass)
     torch.testing.assert_close(jitted(torch.ones(3)), f(torch.ones(3)))  # plain inputs are traced
-    assert len(jitted.entries) == 1
+    assert [entry.eager_reason is not None for entry in jitted.entries] == [True, False]
+    torch.testing.assert_close(jitted(x), f(x))  # the eager entry answers (Note [Eager entries])
+    assert jitcore.cache_misses(jitted) == 2
 
 
 class ItemReading(torch.Tensor):
@@ -418,5 +420,7 @@ def test_value_read_inside_torch_dispatch_runs_the_call_eagerly() -> None:
         torch.testing.assert_close(jitted(x, torch.ones(4)), f(x, torch.ones(4)))
     assert isinstance(jitted.fallback_reason, jitcore.errors.EagerOnlySubclass)
     assert "reads tensor values" in str(jitted.fallback_reason)
+    torch.testing.assert_close(jitted(x, torch.ones(4)), f(x, torch.ones(4)))
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
     with pytest.raises(jitcore.DataDependentError):  # fullgraph keeps the refusal
         jitcore.jit(f, fullgraph=True)(x, torch.ones(4))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import warnings
 
 import pytest
 import torch
@@ -424,15 +425,57 @@ def test_value_shaped_ops_whose_outputs_carry_gradients(name):
         assert "check_read" in str(jitcore.last_traces(jfn)[0])  # the outputs' shapes are checked
 
 
-def test_a_backward_inside_through_a_value_shaped_op_is_a_clear_refusal():
+def test_a_backward_inside_through_a_value_shaped_op_runs_eagerly():
+    """Note [Eager entries]: the call runs eagerly (gradients as eager's), later calls like it are
+    answered by an eager entry without interpreting again; ``fullgraph=True`` keeps the refusal."""
     def step(logits, targets, target_lengths):
         loss = _ctc(logits, targets, target_lengths)
         loss.backward()
         return loss.detach()
 
-    with pytest.raises(jitcore.DataDependentError, match="backward inside the jitted function through"):
-        jitcore.jit(step)(torch.randn(2, 8, 5, requires_grad=True), torch.randint(1, 5, (3,)),
-                          torch.tensor([1, 2]))
+    torch.manual_seed(0)
+    jf = jitcore.jit(step)
+    for call in range(2):
+        logits, targets = torch.randn(2, 8, 5), torch.randint(1, 5, (3,))
+        eager_logits, jit_logits = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = jf(jit_logits, targets, torch.tensor([1, 2]))
+        assert [str(w.message).startswith(f"jitcore: {jf._label} runs eagerly") for w in caught] == (
+            [True] if call == 0 else [])
+        assert_same(got, step(eager_logits, targets, torch.tensor([1, 2])))
+        assert_same(jit_logits.grad, eager_logits.grad)
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 1)
+    assert isinstance(jf.fallback_reason, jitcore.DataDependentError)
+    with pytest.raises(jitcore.DataDependentError, match="ctc_loss needs the values"):
+        jitcore.jit(step, fullgraph=True)(torch.randn(2, 8, 5, requires_grad=True),
+                                          torch.randint(1, 5, (3,)), torch.tensor([1, 2]))
+
+
+def test_a_value_shaped_op_with_gradients_next_to_a_subclass_runs_eagerly():
+    """The grad transform replays on fake tensors what involves subclasses; ctc_loss's outputs have no
+    shapes there: the call runs eagerly (an eager entry), values and gradients as eager's."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def f(w, logits, targets, target_lengths):
+        return _ctc(logits, targets, target_lengths) + (w * 2).sum()
+
+    torch.manual_seed(0)
+    logits, targets = torch.randn(2, 8, 5), torch.randint(1, 5, (3,))
+    w = TwoTensor(torch.randn(3), torch.randn(3))
+    jf = jitcore.jit(f)
+    for _ in range(2):
+        (ew, jw), (el, jl) = [(t.clone().requires_grad_(), t.clone().requires_grad_()) for t in (w, logits)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = jf(jw, jl, targets, torch.tensor([1, 2]))
+        expected = f(ew, el, targets, torch.tensor([1, 2]))
+        assert type(got) is type(expected) and got.requires_grad
+        assert_same(got.detach(), expected.detach())
+        got.backward(torch.ones_like(got))
+        expected.backward(torch.ones_like(expected))
+        assert_same((jl.grad, jw.grad.a, jw.grad.b), (el.grad, ew.grad.a, ew.grad.b))
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 1)
 
 
 def test_requires_grad_flags_are_not_data_writes():
