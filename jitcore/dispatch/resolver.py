@@ -150,6 +150,8 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         # so each of its operations is resolved on its own
         return symbol.meta(*args, **kwargs)
     overridden = _torch_function_overrides(args, kwargs)
+    if overridden and _value_read_through_default(overridden, func, symbol):
+        return symbol.meta(*args, **kwargs)
     if overridden:
         result = _run_torch_function(overridden, func, args, kwargs)
         if result is not NotImplemented:
@@ -282,6 +284,25 @@ def _torch_function_overrides(args: tuple, kwargs: dict) -> list[type]:
 
 
 _DEFAULT_TORCH_FUNCTION = (torch._C._disabled_torch_function_impl, torch.Tensor.__torch_function__.__func__)  # noqa: SLF001
+
+
+# Note [Value reads of plain subclasses]
+# torch's default ``Tensor.__torch_function__`` gives a call's non-tensor results back unchanged
+# (``_convert`` retypes tensors only), so ``x.item()``, ``bool(x)``, ``x.tolist()`` on a subclass
+# without a ``__torch_function__`` of its own are reads of its data. Resolved as such, they are value
+# reads at the program's level, checked on every call like a plain tensor's (interpreted through the
+# default ``__torch_function__`` they were subclass code, and the call ran eagerly).
+_VALUE_METHODS = frozenset({
+    torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+    torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.__complex__,
+})
+
+
+def _value_read_through_default(types: list[type], func: Any, symbol: Symbol) -> bool:
+    if func not in _VALUE_METHODS and symbol.fn not in _VALUE_METHODS:
+        return False
+    default = _DEFAULT_TORCH_FUNCTION[1]
+    return all(getattr(cls.__torch_function__, "__func__", None) is default for cls in types)
 
 
 def _run_torch_function(types: list[type], func: Any, args: tuple, kwargs: dict) -> Any:

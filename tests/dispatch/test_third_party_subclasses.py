@@ -191,3 +191,24 @@ def test_new_tensor(cls: type) -> None:
         return x.new_tensor([1.0, 2.0]), x.new_tensor(3, dtype=torch.int32), x + x.new_tensor(0.5)
 
     _check(program, lambda: (torch.randn(2, dtype=torch.float64).as_subclass(cls),))
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda x: x.sum().item() * 2,
+        lambda x: x * 2 if x.sum() > 0 else x * 3,
+        lambda x: x.tolist(),
+        lambda x: x * float(x.amax()),
+    ],
+    ids=["item", "bool", "tolist", "float"],
+)
+def test_value_reads_of_a_subclass_without_its_own_torch_function_are_traced(
+    program: Callable[..., Any],
+) -> None:
+    """Note [Value reads of plain subclasses]: read and checked per call, not run eagerly."""
+    jitted = _check(program, lambda: (torch.randn(3).as_subclass(Noted),))
+    assert jitted.fallback_reason is None
+    for sign in (1.0, -1.0):  # the other branch: the read's check sends the call to another entry
+        x = (sign * torch.randn(3).abs()).as_subclass(Noted)
+        _same(jitted(x), program(x))
