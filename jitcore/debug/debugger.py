@@ -352,7 +352,7 @@ class Debugger:
             self.values[output.name] = result
             if isinstance(output, SubclassTensorProxy) and hasattr(result, "__tensor_flatten__"):
                 # Note [Inner values]: the subsymbols of later ops read the inner tensors by name.
-                names, _ctx = output.flatten()
+                names, _ctx = output.inner_flatten()
                 for name in names:
                     self._bind(getattr(output, name), getattr(result, name, None))
         elif isinstance(output, (tuple, list)) and isinstance(result, (tuple, list)):

@@ -98,7 +98,7 @@ def _inner_names(bsym: BoundSymbol) -> dict[str, str]:
 
     def visit(value: Any, label: str) -> None:
         if isinstance(value, SubclassTensorProxy):
-            attrs, _ctx = value.flatten()
+            attrs, _ctx = value.inner_flatten()
             for attr in attrs:
                 inner = getattr(value, attr)
                 names.setdefault(inner.name, f"{label}.{attr}")

@@ -102,7 +102,7 @@ def record_subclass_results(scope: list[BoundSymbol], outputs: Any, source: Any 
 
 
 def _unflatten_record(symbol: Symbol, proxy: SubclassTensorProxy, source: Any = None) -> BoundSymbol:
-    names, ctx = proxy.flatten()
+    names, ctx = proxy.inner_flatten()
     inner = {n: getattr(proxy, n) for n in names}
     args = (proxy.subclass, inner, ctx, tuple(proxy.shape), tuple(proxy.stride()))
     return BoundSymbol(symbol, args, {}, proxy, source=source)
@@ -175,7 +175,7 @@ def subclass_arguments_passed_whole(
         record = bound.get(id(proxy))
         if record is None:
             continue
-        names, ctx = proxy.flatten()
+        names, ctx = proxy.inner_flatten()
         inner_at_call = record.args[1]
         if (set(names) != set(inner_at_call) or any(getattr(proxy, n) is not inner_at_call[n] for n in names)
                 or not same_ctx(ctx, record.args[2])):

@@ -1,8 +1,8 @@
 """Lookasides that make tensor-subclass code see subclass proxies while it is interpreted.
 
 - ``torch.Tensor._make_wrapper_subclass(cls, size, ...)``, called by a subclass's ``__new__``,
-  returns a SubclassTensorProxy of ``cls`` with that outer metadata; the class's ``__init__`` then
-  stores the inner tensors on it as on a real instance.
+  returns a SubclassTensorProxy of ``cls`` (an instance of ``cls``: jitcore/proxies/subclass.py)
+  with that outer metadata; the class's ``__init__`` then stores the inner tensors on it.
 - ``type(x)`` and ``isinstance(x, cls)`` answer with the class a proxy stands for (``TwoTensor``,
   ``torch.Tensor``), never a proxy class.
 - torch's default ``Tensor.__torch_function__`` (also reached through ``super()``), ``as_subclass``,
@@ -10,8 +10,10 @@
   (jitcore/proxies/typed.py) instead of making real instances; a subclass with a
   ``__torch_dispatch__`` of its own that these would make is not traceable this way
   (EagerOnlySubclass).
-- a ``__slots__`` field's descriptor applied directly (``Cls.field.__get__(x)``, ``__set__``,
-  ``__delete__``) reads and writes the field where a proxy holds it (its ``__dict__``).
+- ``super()`` and a ``__slots__`` field's descriptor applied directly (``Cls.field.__get__(x)``,
+  ``__set__``, ``__delete__``) on the proxy of a plain subclass (jitcore/proxies/typed.py, not an
+  instance of the user's class): the attributes after the class, the field where the proxy holds it
+  (its ``__dict__``).
 Invariant: outside a trace all of them behave exactly as the originals.
 """
 
@@ -31,7 +33,7 @@ from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
 from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies.protocol import eager_only_reason
-from jitcore.proxies.subclass import SubclassTensorProxy, missing_slot
+from jitcore.proxies.subclass import SubclassTensorProxy, missing_slot, subclass_proxy
 from jitcore.proxies.tensor import TensorProxy
 from jitcore.proxies.typed import is_plain_subclass, retype
 
@@ -72,7 +74,7 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
             size, tuple(strides), dtype=dtype or torch.get_default_dtype(), device=device or "cpu",
             requires_grad=bool(requires_grad),
         )
-    return SubclassTensorProxy(values.names.fresh("t"), cls, outer)
+    return subclass_proxy(values.names.fresh("t"), cls, outer)
 
 
 def type_of(*args: Any) -> Any:
@@ -153,14 +155,16 @@ def _object_init(cls: type) -> Any:
 def super_of(*args: Any) -> Any:
     """``super()`` and ``super(cls, obj)`` for interpreted code, proxies included."""
     cls, first = args if args else super_arguments()
-    if isinstance(first, Proxy) and isinstance(cls, type) and issubclass(first.python_type, cls):
-        return ProxySuper(cls, first)
+    if isinstance(first, Proxy) and not isinstance(first, SubclassTensorProxy) and isinstance(cls, type) \
+            and issubclass(first.python_type, cls):
+        return ProxySuper(cls, first)  # a subclass proxy is an instance of its class: the builtin serves
     return super(cls, first)
 
 
 def _slot_field(descriptor: Any, obj: Any) -> str | None:
     """The field a member descriptor of the user's class names on a proxy of that class, or None."""
-    if isinstance(obj, Proxy) and isinstance(descriptor, types.MemberDescriptorType) \
+    if isinstance(obj, Proxy) and not isinstance(obj, SubclassTensorProxy) \
+            and isinstance(descriptor, types.MemberDescriptorType) \
             and issubclass(obj.python_type, descriptor.__objclass__):
         return descriptor.__name__
     return None

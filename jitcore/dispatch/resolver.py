@@ -32,8 +32,9 @@ from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.protocol import instance_attributes
-from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy, subclass_proxy
 from jitcore.proxies.typed import has_torch_function
 
 __all__ = [
@@ -130,9 +131,9 @@ class DispatchState:
     def adopt(self, shadow: torch.Tensor, name: str | None = None) -> SubclassTensorProxy:
         """A proxy for a subclass instance over fake tensors that torch or the class itself built."""
         cls = type(shadow)
-        proxy = SubclassTensorProxy(name or self.values.names.fresh("t"), cls, self._outer_like(shadow))
+        proxy = subclass_proxy(name or self.values.names.fresh("t"), cls, self._outer_like(shadow))
         for key, value in instance_attributes(shadow).items():  # slots too
-            proxy.__dict__[key] = self.proxy_of(value) if isinstance(value, torch.Tensor) else value
+            proxy.hold(key, self.proxy_of(value) if isinstance(value, torch.Tensor) else value)
         proxy.set_shadow(shadow)
         self.values.bind(shadow, proxy)
         return proxy
@@ -169,7 +170,7 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
 def _overloaded(value: Any) -> bool:
     """Whether a value is a subclass proxy or a typed proxy (jitcore/proxies/typed.py): a call on it
     may run a ``__torch_function__`` or ``__torch_dispatch__``."""
-    return isinstance(value, TensorProxy) and type(value) is not TensorProxy
+    return isinstance(value, TensorProxy) and type(value) is not PlainTensorProxy
 
 
 def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
@@ -265,7 +266,7 @@ def _torch_function_overrides(args: tuple, kwargs: dict) -> list[type]:
         return []
     found: list[type] = []
     for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
-        if not isinstance(value, TensorProxy) or type(value) is TensorProxy:
+        if not isinstance(value, TensorProxy) or type(value) is PlainTensorProxy:
             continue
         cls = value.python_type
         if cls in found:

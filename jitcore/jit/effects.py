@@ -33,7 +33,10 @@ from jitcore.ir import Proxy
 from jitcore.jit.outputs import split
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.protocol import instance_attributes
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["Effect", "Effects", "StateSnapshots", "counters"]
 
@@ -99,7 +102,7 @@ class StateSnapshots:
         (for the program's copy of an argument container, the caller's container is at ``path``)."""
         if id(obj) in self._snapshots or isinstance(obj, (type, types.ModuleType, types.FunctionType)):
             return
-        if isinstance(obj, Proxy) and (type(obj) is TensorProxy or not isinstance(obj, TensorProxy)):
+        if isinstance(obj, Proxy) and (type(obj) is PlainTensorProxy or not isinstance(obj, TensorProxy)):
             return  # a subclass input's proxy holds its tensor's attributes (Provenance._subclass and
             # _bind_tensor_attributes): what the program sets there is set on the tensor
         state = _state_of(obj)
@@ -121,7 +124,7 @@ class StateSnapshots:
                 return grad is not value
             kind, state = "attrs", attrs
         if kind == "attrs":
-            current = getattr(obj, "__dict__", None)
+            current = _attributes(obj)
             in_dict = isinstance(current, dict) and key in current
             return in_dict and dict.get(state, key, _MISSING) is not value
         if kind == "slots":
@@ -288,7 +291,7 @@ def _state_of(obj: Any) -> Any:
         return ("dict", dict(dict.items(obj)))
     if isinstance(obj, set):
         return ("set", set(set.__iter__(obj)))
-    attrs = getattr(obj, "__dict__", None)
+    attrs = _attributes(obj)
     if isinstance(obj, torch.Tensor) and not isinstance(obj, Proxy):
         # a tensor of the caller's: its Python attributes and its ``.grad`` (optimizers and
         # ``zero_grad`` set it)
@@ -299,6 +302,14 @@ def _state_of(obj: Any) -> Any:
     if slots:
         return ("slots", {name: getattr(obj, name, _MISSING) for name in slots})
     return None
+
+
+def _attributes(obj: Any) -> Any:
+    """``obj.__dict__`` (None without one); for a subclass value's proxy, its class's slots too (they are
+    real slots of the proxy, as of the caller's tensor)."""
+    if isinstance(obj, SubclassTensorProxy):
+        return instance_attributes(obj, obj.python_type)
+    return getattr(obj, "__dict__", None)
 
 
 def _slot_names(cls: type) -> list[str]:
@@ -354,6 +365,14 @@ def _restore(obj: Any, state: Any) -> None:
             obj.grad = grad
         if attrs or vars(obj):
             _restore(obj, ("attrs", attrs))
+    elif kind == "attrs" and isinstance(obj, SubclassTensorProxy):
+        for name in _attributes(obj).keys() - old.keys():
+            if _is_slot(obj.python_type, name):
+                _set_slot(obj, name, _MISSING)
+            else:
+                del obj.__dict__[name]
+        for name, value in old.items():
+            obj.hold(name, value)
     elif kind in ("dict", "attrs"):
         target = obj if kind == "dict" else obj.__dict__
         if dict.__len__(target) != len(old) or any(

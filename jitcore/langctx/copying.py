@@ -35,6 +35,7 @@ from jitcore.interpreter.calls import call_function
 from jitcore.interpreter.run import current_run
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["copy_tensor", "deepcopy_tensor"]
@@ -129,7 +130,8 @@ def _instance_state(x: Any) -> dict[str, Any]:
     tensors (the recorded ``detach``/``clone`` made the new value's)."""
     state = dict(getattr(x, "__dict__", {}))
     if isinstance(x, SubclassTensorProxy):
-        inner = x.flatten()[0]
+        state = instance_attributes(x, x.python_type)  # its class's slots are real slots too
+        inner = x.inner_flatten()[0]
     elif isinstance(x, TensorProxy) or not hasattr(type(x), "__tensor_flatten__"):
         inner = ()
     else:

@@ -27,7 +27,7 @@ from typing import Any
 
 from jitcore.ir import BoundSymbol, Symbol, current_context
 from jitcore.proxies.number import NumberProxy, records_arithmetic
-from jitcore.proxies.tensor import TensorProxy
+from jitcore.proxies.tensor import PlainTensorProxy
 
 __all__ = ["LOOKASIDES", "apply", "member", "members"]
 
@@ -115,7 +115,7 @@ def _converter(cls: type) -> Callable[..., Any]:
         if len(args) != 1 or kwargs:
             return cls(*args, **kwargs)
         value = args[0]
-        if type(value) is TensorProxy and not value.dtype.is_complex and value.numel() == 1:
+        if type(value) is PlainTensorProxy and not value.dtype.is_complex and value.numel() == 1:
             value = value.item()  # float(loss): a read of the value, a name in the trace as t.item() is
         if isinstance(value, NumberProxy):
             if type(value.value) is cls:

@@ -93,10 +93,11 @@ class WithConstants(tuple):
         return f"{ctx!r} with {', '.join(f'{n}={v!r}' for n, v in constants)}"
 
 
-def instance_attributes(value: Any) -> dict[str, Any]:
-    """The attributes an instance holds: its slots (of classes below torch.Tensor), then its dict."""
+def instance_attributes(value: Any, cls: type | None = None) -> dict[str, Any]:
+    """The attributes an instance of ``cls`` (its type by default; a proxy's user class) holds: its
+    slots (of classes below torch.Tensor), then its dict."""
     found: dict[str, Any] = {}
-    for klass in type(value).__mro__:
+    for klass in (cls or type(value)).__mro__:
         if klass in _TORCH_BASES:
             break
         for slot in getattr(klass, "__slots__", ()):
@@ -122,7 +123,7 @@ def tensor_flatten(value: Any, cls: type | None = None) -> tuple[list[str], Any]
             constants = tuple((n, getattr(value, n)) for n in names if n not in tensors)
             return tensors, WithConstants((ctx, constants))
         return list(names), ctx
-    attributes = instance_attributes(value) if cls is type(value) else dict(vars(value))
+    attributes = instance_attributes(value, cls)
     names = sorted(n for n, v in attributes.items() if isinstance(v, _TENSORS))
     others = tuple(sorted((n, v) for n, v in attributes.items() if not isinstance(v, _TENSORS)))
     return names, DerivedContext((others, value.dtype, value.device))

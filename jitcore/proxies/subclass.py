@@ -4,19 +4,27 @@ A traceable wrapper subclass (made with ``torch.Tensor._make_wrapper_subclass``,
 ``__torch_dispatch__``, ``__tensor_flatten__`` and ``__tensor_unflatten__``) is represented by a
 proxy that carries its class, its outer metadata, and — as ordinary attributes, exactly as the
 subclass's ``__init__`` stores them — its inner tensors (proxies) and other fields. Invariants:
-- ``python_type`` is the user's class: ``type(x)`` and ``isinstance`` answer it in interpreted code;
+- a proxy is a real instance of the user's class: its class (``proxy_class(cls)``, made once per
+  user class) derives from ``cls`` and from SubclassTensorProxy, in that order, so native code sees
+  what it sees eagerly: ``isinstance`` against ``cls`` and its bases, ``super()``, the class's
+  ``__slots__`` (real slots), class attributes through ``type(x)``, ``x.__class__``, the class's
+  methods and properties before the torch operations a proxy offers (by the MRO);
+- only jitcore's own machinery is the proxy class's own (``_OWN``: the ``name`` and the proxy's
+  fields, ``shadow``, ``__torch_function__``/``__torch_dispatch__`` that record, ``__repr__``),
+  so it wins over the user's class; ``type(x)`` under interpretation answers ``python_type``, the
+  user's class (natively ``type(x)`` is the proxy class, named as the user's class);
 - the *shadow* (a real instance of the subclass over the inner proxies' fake shadows, built with
   the class's own ``__tensor_unflatten__``) is what torch's dispatcher sees while a call is
-  resolved; it is built on first use and belongs to this proxy only;
-- methods and properties of the user's class not shadowed by torch operations are found through the
-  class and bound to the proxy.
+  resolved; it is built on first use and belongs to this proxy only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -24,7 +32,7 @@ import torch
 from jitcore.proxies.protocol import tensor_flatten, tensor_unflatten
 from jitcore.proxies.tensor import TensorProxy, describe_tensor, wrapper_tensor
 
-__all__ = ["SubclassTensorProxy", "is_traceable_subclass", "missing_slot"]
+__all__ = ["SubclassTensorProxy", "is_traceable_subclass", "missing_slot", "proxy_class", "subclass_proxy"]
 
 
 def is_traceable_subclass(cls: type) -> bool:
@@ -57,46 +65,24 @@ def missing_slot(cls: type, name: str) -> AttributeError:
     return AttributeError(f"'{shown}' object has no attribute '{name}'")
 
 
-_MISSING = object()
-_SLOT = types.MemberDescriptorType
-# The proxy's own machinery, never taken from the user's class.
-_PROXY_NAMES = frozenset({
-    "subclass", "outer", "_shadow", "shadow", "set_shadow", "flatten", "inner_tensors", "python_type",
-    "describe", "name", "__dict__", "__class__", "__setattr__", "__getattribute__", "__getattr__",
-})
-_USER_ATTRIBUTES: dict[tuple[type, str], Any] = {}
-
-
-def _user_attribute(cls: type, name: str) -> Any:
-    """``name`` as the user's class (below torch.Tensor) defines it, or _MISSING."""
-    key = (cls, name)
-    found = _USER_ATTRIBUTES.get(key, None)
-    if found is None:
-        found = _MISSING
-        for klass in cls.__mro__:
-            if klass in (torch.Tensor, torch._C.TensorBase, object):
-                break
-            if name in vars(klass):
-                found = vars(klass)[name]
-                break
-        _USER_ATTRIBUTES[key] = found
-    return found
+_set = object.__setattr__
+_get = object.__getattribute__
 
 
 class SubclassTensorProxy(TensorProxy):
-    """A tensor-subclass value while tracing: class, outer metadata and inner attributes."""
+    """A tensor-subclass value while tracing: the base of each user class's proxy class
+    (``proxy_class``), never made itself. Its fields are slots of the proxy class."""
 
-    __slots__ = ("_shadow", "outer", "subclass")
+    __slots__ = ()
+    subclass: type  # the user's class: a class attribute of each proxy class
+    _jitcore_outer: torch.Tensor  # a fake tensor with the outer metadata
+    _jitcore_shadow: torch.Tensor | None
 
-    @staticmethod
-    def __new__(cls, name: str, subclass: type, outer: torch.Tensor) -> SubclassTensorProxy:
-        return wrapper_tensor(cls, outer)
-
-    def __init__(self, name: str, subclass: type, outer: torch.Tensor) -> None:
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "subclass", subclass)
-        object.__setattr__(self, "outer", outer)
-        object.__setattr__(self, "_shadow", None)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # ``object.__init__`` as the user's class reaches it (``super().__init__()`` from its own):
+        # extra arguments are refused where CPython refuses them, a class overriding __init__
+        if (args or kwargs) and type(self).__init__ is not SubclassTensorProxy.__init__:
+            raise TypeError("object.__init__() takes exactly one argument (the instance to initialize)")
 
     # --- identity ---------------------------------------------------------------------------------
     @property
@@ -104,7 +90,7 @@ class SubclassTensorProxy(TensorProxy):
         return self.subclass
 
     def describe(self) -> str:
-        return f"{self.subclass.__name__}[{describe_tensor(self.outer)}]"
+        return f"{self.subclass.__name__}[{describe_tensor(self._jitcore_outer)}]"
 
     def __repr__(self) -> str:
         return f'SubclassTensorProxy({self.name}, "{self.describe()}")'
@@ -112,81 +98,126 @@ class SubclassTensorProxy(TensorProxy):
     # --- the shadow: a real subclass instance over fake inner tensors --------------------------------
     @property
     def shadow(self) -> torch.Tensor:  # type: ignore[override]
-        built = object.__getattribute__(self, "_shadow")
+        built = self._jitcore_shadow
         if built is None:
-            names, ctx = self.flatten()
+            names, ctx = self.inner_flatten()
             inner = {n: getattr(self, n).shadow for n in names}
-            built = tensor_unflatten(self.subclass, inner, ctx, self.outer.shape, self.outer.stride())
-            object.__setattr__(self, "_shadow", built)
+            outer = self._jitcore_outer
+            built = tensor_unflatten(self.subclass, inner, ctx, outer.shape, outer.stride())
+            _set(self, "_jitcore_shadow", built)
         return built
 
     def set_shadow(self, shadow: torch.Tensor) -> None:
         """Adopt an existing subclass instance as this proxy's shadow."""
-        object.__setattr__(self, "_shadow", shadow)
+        _set(self, "_jitcore_shadow", shadow)
+
+    @property
+    def outer(self) -> torch.Tensor:
+        """The fake tensor holding the outer metadata."""
+        return self._jitcore_outer
 
     def set_outer(self, outer: torch.Tensor) -> None:
         """Replace the tensor holding the outer metadata (after an in-place view op on the wrapper)."""
-        object.__setattr__(self, "outer", outer)
+        _set(self, "_jitcore_outer", outer)
 
-    def flatten(self) -> tuple[list[str], Any]:
-        """``(inner attribute names, ctx)`` as the class's ``__tensor_flatten__`` gives them."""
+    def inner_flatten(self) -> tuple[list[str], Any]:
+        """``(inner attribute names, ctx)`` as the class's ``__tensor_flatten__`` gives them (not
+        ``flatten``: that is the torch operation, as on any tensor)."""
         return tensor_flatten(self, self.subclass)
 
     def inner_tensors(self) -> dict[str, TensorProxy]:
-        names, _ = self.flatten()
+        names, _ = self.inner_flatten()
         return {n: getattr(self, n) for n in names}
 
-    # --- attributes: the instance's own, then the user's class ---------------------------------------
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("name",):
-            object.__setattr__(self, name, value)
-        elif name == "requires_grad":
-            self.requires_grad_(value)  # as on a tensor: ``x.requires_grad = True`` is ``requires_grad_``
+    def hold(self, name: str, value: Any) -> None:
+        """Set an attribute where the user's class holds it (a slot, else the instance dict), without
+        running the class's ``__setattr__`` or a property setter: an adopted instance's state."""
+        if name in _OWN or not isinstance(getattr(self.subclass, name, None), _SLOT):
+            _get(self, "__dict__")[name] = value
         else:
-            self.__dict__[name] = value
-
-    def __getattribute__(self, name: str) -> Any:
-        # What the user's class defines (up to torch.Tensor) wins over the torch operations a proxy
-        # offers: ``x.dequantize()`` on a quantized subclass is the class's method, not the aten op.
-        if name not in _PROXY_NAMES:
-            subclass = object.__getattribute__(self, "subclass")
-            found = _user_attribute(subclass, name)
-            if found is not _MISSING:
-                instance = object.__getattribute__(self, "__dict__")
-                if isinstance(found, _SLOT):  # a __slots__ field: stored in the proxy's dict
-                    if name in instance:
-                        return instance[name]
-                    raise missing_slot(subclass, name)
-                if name in instance and not hasattr(type(found), "__set__"):
-                    return instance[name]
-                get = getattr(type(found), "__get__", None)
-                return get(found, self, subclass) if get is not None else found
-        return object.__getattribute__(self, name)
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"'{self.subclass.__name__}' object has no attribute '{name}'")
+            _set(self, name, value)
 
     # outer metadata
     @property
     def shape(self) -> torch.Size:
-        return self.outer.shape
+        return self._jitcore_outer.shape
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.outer.dtype
+        return self._jitcore_outer.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.outer.device
+        return self._jitcore_outer.device
 
     @property
     def requires_grad(self) -> bool:
         # the shadow where it exists: autograd flags a result after its outer tensor was made
-        built = object.__getattribute__(self, "_shadow")
-        return self.outer.requires_grad or (built is not None and built.requires_grad)
+        built = self._jitcore_shadow
+        return self._jitcore_outer.requires_grad or (built is not None and built.requires_grad)
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self.requires_grad_(value)  # ``x.requires_grad = True`` is ``requires_grad_``, recorded
 
 
+_SLOT = types.MemberDescriptorType
+# The proxy class's own: its fields (slots), what identifies the proxy, and the protocols through
+# which torch reaches jitcore. Everything else is looked up through the user's class first.
+_FIELDS = ("name", "_jitcore_outer", "_jitcore_shadow")
+_OWN = frozenset({
+    *_FIELDS, "subclass", "python_type", "shadow", "set_shadow", "set_outer", "inner_flatten",
+    "inner_tensors", "hold", "describe", "__repr__", "__torch_function__", "__torch_dispatch__", "__hash__",
+})
 
+
+def _machinery(name: str) -> Any:
+    return next(vars(k)[name] for k in SubclassTensorProxy.__mro__ if name in vars(k))
+
+
+@functools.cache
+def proxy_class(cls: type) -> type[SubclassTensorProxy]:
+    """The class of proxies standing for values of ``cls``: ``cls`` first, then SubclassTensorProxy
+    (made once per class; named and placed as ``cls``, so messages read as eagerly)."""
+    namespace = {name: _machinery(name) for name in _OWN - {*_FIELDS, "subclass", "python_type"}}
+    namespace.update({
+        "__slots__": _FIELDS, "subclass": cls, "python_type": cls, "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+        "__class__": property(lambda self: cls, doc="The user's class, as on the eager value."),
+    })
+    with _init_subclass_skipped(cls):
+        return type(cls)(cls.__name__, (cls, SubclassTensorProxy), namespace)
+
+
+@contextlib.contextmanager
+def _init_subclass_skipped(cls: type) -> Iterator[None]:
+    """The user's ``__init_subclass__`` (a registry of subclasses) does not see jitcore's class."""
+    own = vars(cls).get("__init_subclass__", _MISSING)
+    type.__setattr__(cls, "__init_subclass__", classmethod(_ignore))
+    try:
+        yield
+    finally:
+        if own is _MISSING:
+            type.__delattr__(cls, "__init_subclass__")
+        else:
+            type.__setattr__(cls, "__init_subclass__", own)
+
+
+def _ignore(cls: type, **kwargs: Any) -> None:
+    pass
+
+
+_MISSING = object()
+
+
+def subclass_proxy(name: str, cls: type, outer: torch.Tensor) -> SubclassTensorProxy:
+    """A proxy named ``name`` for a value of ``cls`` whose outer metadata is ``outer``'s (its
+    attributes are set by the class's own code, or by ``hold``)."""
+    proxy = wrapper_tensor(proxy_class(cls), outer)
+    _set(proxy, "name", name)
+    _set(proxy, "_jitcore_outer", outer)
+    _set(proxy, "_jitcore_shadow", None)
+    return proxy
 
 
 def _outer_query(name: str) -> Callable[..., Any]:
@@ -194,7 +225,7 @@ def _outer_query(name: str) -> Callable[..., Any]:
 
     def query(self: SubclassTensorProxy, *args: Any, **kwargs: Any) -> Any:
         # Outer metadata is known from _make_wrapper_subclass, before __init__ stores the inner tensors.
-        return getattr(self.outer, name)(*args, **kwargs)
+        return getattr(self._jitcore_outer, name)(*args, **kwargs)
 
     query.__name__ = name
     query.__doc__ = base.__doc__
@@ -205,4 +236,4 @@ for _name in ("size", "stride", "storage_offset", "dim", "ndimension", "numel", 
               "is_contiguous", "is_floating_point", "is_complex", "is_signed", "get_device"):
     setattr(SubclassTensorProxy, _name, _outer_query(_name))
 for _name in ("ndim", "layout", "is_cuda", "is_cpu", "itemsize", "nbytes"):
-    setattr(SubclassTensorProxy, _name, property(lambda self, _n=_name: getattr(self.outer, _n)))
+    setattr(SubclassTensorProxy, _name, property(lambda self, _n=_name: getattr(self._jitcore_outer, _n)))

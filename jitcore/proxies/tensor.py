@@ -12,7 +12,11 @@ requires_grad) and its aliasing relations to other shadows, but no data. Invaria
   its operator's symbol; a C function that needs data fails as on a meta tensor;
 - ``type(proxy)`` is the proxy's own class; the class the traced program sees (``python_type``:
   ``torch.Tensor``, or the user's subclass) is answered by the jit's ``type``/``isinstance``
-  lookasides and the interpreter's ``type_of`` hook.
+  lookasides and the interpreter's ``type_of`` hook;
+- ``TensorProxy`` adds no instance layout: a plain tensor's proxy is a ``PlainTensorProxy`` (its
+  ``name`` and ``shadow`` in slots), so a subclass value's proxy can also be an instance of a user's
+  class that has ``__slots__`` of its own (jitcore/proxies/subclass.py). ``isinstance(x,
+  TensorProxy)`` holds for every tensor proxy; ``type(x) is PlainTensorProxy`` for plain ones.
 
 The torch operations on a proxy (methods, operators, ``torch.*`` functions through
 ``__torch_function__``) are installed by the torch language context (``jitcore.langctx.torch``),
@@ -30,7 +34,7 @@ from jitcore.errors import UnsupportedOperationError
 from jitcore.ir.context import current_context
 from jitcore.ir.proxy import Proxy
 
-__all__ = ["DTYPE_ABBREVIATIONS", "TensorProxy", "describe_tensor", "wrapper_tensor"]
+__all__ = ["DTYPE_ABBREVIATIONS", "PlainTensorProxy", "TensorProxy", "describe_tensor", "wrapper_tensor"]
 
 DTYPE_ABBREVIATIONS: dict[torch.dtype, str] = {
     torch.float64: "f64",
@@ -79,7 +83,9 @@ class TensorProxy(Proxy, torch.Tensor):
     arrives through ``__torch_dispatch__`` and is recorded as that operator's symbol.
     """
 
-    __slots__ = ("name", "shadow")
+    __slots__ = ()  # no layout: PlainTensorProxy holds name and shadow, a subclass proxy's class its own
+    name: str
+    shadow: torch.Tensor
 
     # Set by the torch language context: (func, args, kwargs) -> result, for __torch_function__.
     torch_function_handler: ClassVar[Callable[[Any, tuple, dict], Any] | None] = None
@@ -88,7 +94,7 @@ class TensorProxy(Proxy, torch.Tensor):
 
     @staticmethod
     def __new__(cls, name: str, shadow: torch.Tensor) -> TensorProxy:
-        return wrapper_tensor(cls, shadow)
+        return wrapper_tensor(PlainTensorProxy if cls is TensorProxy else cls, shadow)
 
     def __init__(self, name: str, shadow: torch.Tensor) -> None:
         self.name = name
@@ -263,6 +269,12 @@ class TensorProxy(Proxy, torch.Tensor):
         if handler is None:
             return NotImplemented
         return handler(func, args, kwargs or {})
+
+
+class PlainTensorProxy(TensorProxy):
+    """A plain tensor's proxy (what ``TensorProxy(name, shadow)`` makes): the layout of its fields."""
+
+    __slots__ = ("name", "shadow")
 
 
 def wrapper_tensor(cls: type, meta: torch.Tensor) -> Any:

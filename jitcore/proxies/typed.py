@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from jitcore.proxies.tensor import TensorProxy
+from jitcore.proxies.tensor import PlainTensorProxy, TensorProxy
 
 __all__ = ["has_torch_function", "is_plain_subclass", "retype", "typed_proxy_class"]
 
@@ -77,9 +77,9 @@ def typed_proxy_class(cls: type) -> type[TensorProxy]:
             if name in _NOT_COPIED or isinstance(value, types.MemberDescriptorType):
                 continue  # a __slots__ field of the user's class: held in the proxy's __dict__
             namespace[name] = _UserClassBound(value, cls) if isinstance(value, classmethod) else value
-    return type(f"{cls.__name__}Proxy", (TensorProxy,), namespace)
+    return type(f"{cls.__name__}Proxy", (PlainTensorProxy,), namespace)
 
 
 def retype(proxy: TensorProxy, cls: type) -> None:
     """Give a proxy that a torch call just returned the user's class (torch's ``_convert``)."""
-    proxy.__class__ = TensorProxy if cls is torch.Tensor else typed_proxy_class(cls)
+    proxy.__class__ = PlainTensorProxy if cls is torch.Tensor else typed_proxy_class(cls)

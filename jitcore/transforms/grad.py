@@ -241,7 +241,7 @@ class _Replay:
     def _rebuild_subclass(self, old: SubclassTensorProxy, *, requires_grad: bool = False) -> Any:
         """A subclass value as an instance of its class over its inner tensors' replayed shadows
         (None: an inner tensor is not produced yet)."""
-        names, ctx = old.flatten()
+        names, ctx = old.inner_flatten()
         inner = {n: self.env.get(id(getattr(old, n))) for n in names}
         if any(v is None for v in inner.values()):
             return None
@@ -614,7 +614,7 @@ def _tangent_for(
 ) -> tuple[OutputSpec, torch.Tensor, list[TensorProxy]]:
     """The tangent shadow of one output: contiguous, of the output's class; and its backward inputs."""
     if isinstance(out, SubclassTensorProxy):
-        names, ctx = out.flatten()
+        names, ctx = out.inner_flatten()
         inner_shadows = {n: replay._fake_like(getattr(out, n).shadow, contiguous=True) for n in names}
         inner = [replay.tangent_proxy(s, f"grad_{out.name}_{n}") for n, s in inner_shadows.items()]
         # the shadow's outer metadata, not the proxy's: an in-place view op on the wrapper
@@ -634,7 +634,7 @@ def _tangent_for(
 def _rebuilt(trace: Trace, value: TensorProxy) -> TensorProxy:
     """``value``; a subclass value is rebuilt at the end of ``trace`` from its inner tensors."""
     if isinstance(value, SubclassTensorProxy):
-        names, ctx = value.flatten()
+        names, ctx = value.inner_flatten()
         inner = {n: _rebuilt(trace, getattr(value, n)) for n in names}
         shadow = value.shadow  # its outer metadata is current (see _tangent_for)
         args = (value.subclass, inner, ctx, tuple(shadow.shape), tuple(shadow.stride()))
