@@ -28,7 +28,7 @@ import torch
 
 from jitcore.ir import Proxy, current_context
 from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
-from jitcore.interpreter.lookasides import super_arguments
+from jitcore.interpreter.lookasides import super_arguments, type_
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
 from jitcore.langctx.aten import aten_symbol
@@ -81,7 +81,7 @@ def type_of(*args: Any) -> Any:
     """``type(x)``: the class a proxy stands for; otherwise the builtin ``type``."""
     if len(args) == 1 and isinstance(args[0], Proxy):
         return args[0].python_type
-    return builtins.type(*args)
+    return type_(*args)
 
 
 def python_type(obj: Any) -> type:

@@ -121,7 +121,7 @@ def load_attr(run: Run, obj: object, name: str) -> object:
         native = _attr_native(t)
     if native:
         return getattr(obj, name)
-    if isinstance(obj, type):
+    if issubclass(t, type):  # not isinstance: it would ask obj.__class__ through a __getattribute__ hook
         return _load_class_attr(run, obj, name)
     if name == "__class__" and run.type_of is not type:
         klass = run.type_of(obj)  # a stand-in object answers the class it stands for, as type() does
@@ -130,16 +130,29 @@ def load_attr(run: Run, obj: object, name: str) -> object:
     names = NATIVE_NAMES.get(t)
     if (names is not None and name in names) or _name_native(t, name):
         return getattr(obj, name)
-    getattr_hook = getattr(t, "__getattr__", None)
+    getattr_hook = _mro_lookup(t, "__getattr__")
     try:
         return _getattribute(run, obj, t, name)
     except AttributeError:
-        if getattr_hook is None:
+        if getattr_hook is _MISSING:
             raise
-        return call(run, getattr_hook, (obj, name), None)
+        return _call_hook(run, obj, t, getattr_hook, name)
+
+
+def _call_hook(run: Run, obj: object, t: type, hook: object, name: str) -> object:
+    """Call the ``__getattribute__``/``__getattr__`` found in t's MRO as CPython's slot does: a function
+    with ``(obj, name)``, any other descriptor bound to ``obj`` by its ``__get__`` first."""
+    if type(hook) is not FunctionType:
+        get = getattr(type(hook), "__get__", None)
+        if get is not None:
+            return call(run, call(run, get, (hook, obj, t), None), (name,), None)
+    return call(run, hook, (obj, name), None)
 
 
 def _getattribute(run: Run, obj: object, t: type, name: str) -> object:
+    hook = _mro_lookup(t, "__getattribute__")
+    if type(hook) is not FunctionType and _is_py(getattr(type(hook), "__get__", None)):
+        return _call_hook(run, obj, t, hook, name)  # a Python descriptor as the hook
     custom = getattr(t, "__getattribute__", None)
     if _is_py(custom):
         return call(run, custom, (obj, name), None)
@@ -208,7 +221,7 @@ def store_attr(run: Run, obj: object, name: str, value: object) -> None:
     native = _NATIVE_ATTR.get(t)
     if native is None:
         native = _attr_native(t)
-    if native or isinstance(obj, type):
+    if native or issubclass(t, type):  # (as in load_attr: no obj.__class__ lookup)
         setattr(obj, name, value)
         return
     names = NATIVE_STORE_NAMES.get(t)
@@ -235,7 +248,7 @@ def store_attr(run: Run, obj: object, name: str, value: object) -> None:
 def delete_attr(run: Run, obj: object, name: str) -> None:
     """``del obj.name`` with Python ``__delattr__``, ``__delete__`` and property deleters interpreted."""
     t = type(obj)
-    if _attr_native(t) or isinstance(obj, type):
+    if _attr_native(t) or issubclass(t, type):
         delattr(obj, name)
         return
     custom = getattr(t, "__delattr__", None)

@@ -27,16 +27,11 @@ if TYPE_CHECKING:
 __all__ = ["NULL", "Frame", "Position"]
 
 
-class _Null:
-    """The empty slot: an unbound local, or the absent ``self`` of a 3.11 call sequence."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NULL"
-
-
-NULL = _Null()
+# The empty slot: an unbound local, or the absent ``self`` of a 3.11 call sequence. A plain ``object()``,
+# which the garbage collector does not track: an instance of a Python class would be listed by
+# ``gc.get_objects()``, and a program looping over those (``for o in gc.get_objects():``, a memory
+# debugging idiom) would store it in a local and then find that local unbound.
+NULL = object()
 
 
 @dataclass(frozen=True, slots=True)

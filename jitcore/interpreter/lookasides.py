@@ -22,6 +22,7 @@ import builtins
 import functools
 import sys
 import types
+import warnings
 from collections.abc import Callable, MutableMapping
 from types import CellType, FunctionType
 
@@ -44,15 +45,32 @@ def _run() -> Run:
     return run
 
 
+class _Interpreted:
+    """``fn`` made callable from C (``map``, ``sorted``'s key, ``iter(fn, sentinel)``) so that its Python
+    code is interpreted by ``run``; pickled as ``fn`` itself (a pickled ``map`` or callable iterator
+    holds the user's function, as eagerly)."""
+
+    __slots__ = ("fn", "run")
+
+    def __init__(self, run: Run, fn: object) -> None:
+        self.run, self.fn = run, fn
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self.run.call(self.fn, *args, **kwargs)
+
+    def __reduce__(self) -> tuple:
+        return _same, (self.fn,)
+
+
+def _same(fn: object) -> object:
+    return fn
+
+
 def _through(run: Run, fn: object) -> object:
     """``fn`` made callable from C so that its Python code is interpreted by ``run``."""
     if fn is None or type(fn) in NATIVE_CALLABLES:
         return fn
-
-    def interpreted(*args: object, **kwargs: object) -> object:
-        return run.call(fn, *args, **kwargs)
-
-    return interpreted
+    return _Interpreted(run, fn)
 
 
 def map_(fn: object, *iterables: object) -> map:
@@ -94,12 +112,18 @@ def reduce_(fn: object, *args: object) -> object:
     return functools.reduce(_through(_run(), fn), *args)
 
 
-def iter_(obj: object, *sentinel: object) -> object:
+def iter_(*args: object) -> object:
     """iter() with a Python __iter__ (or the callable of iter(fn, sentinel)) interpreted."""
     from jitcore.interpreter.protocols import get_iter
 
+    if not 1 <= len(args) <= 2:
+        raise TypeError(f"iter expected {'at least 1 argument' if not args else 'at most 2 arguments'}, "
+                        f"got {len(args)}")
+    obj, sentinel = args[0], args[1:]
     run = _run()
     if sentinel:
+        if not callable(obj):
+            raise TypeError("iter(v, w): v must be callable")
         return iter(_through(run, obj), *sentinel)
     return get_iter(run, obj)
 
@@ -195,6 +219,30 @@ def _caller() -> Frame:
     if not run.frames:
         raise RuntimeError("no interpreted frame")
     return run.frames[-1]
+
+
+def _in_caller_module(args: tuple) -> tuple:
+    """``(name, bases, ns, ...)`` of a class made by ``type(...)``/``type.__new__``, ``ns`` given the
+    calling interpreted frame's module as ``__module__`` where it has none: CPython reads the running
+    frame's globals, which for a native call from here would be jitcore's."""
+    if len(args) >= 3 and _native_isinstance(args[2], dict) and "__module__" not in args[2]:
+        run = current_run()
+        module = run.frames[-1].globals.get("__name__") if run is not None and run.frames else None
+        if module is not None:
+            args = (args[0], args[1], {**args[2], "__module__": module}, *args[3:])
+    return args
+
+
+def type_(*args: object, **kwargs: object) -> object:
+    """type(obj), or type(name, bases, ns) made in the caller's module."""
+    if len(args) == 1 and not kwargs:
+        return type(args[0])
+    return type(*_in_caller_module(args), **kwargs)
+
+
+def type_new(meta: object, *args: object, **kwargs: object) -> object:
+    """type.__new__(meta, name, bases, ns) (a metaclass's ``super().__new__``), in the caller's module."""
+    return type.__new__(meta, *_in_caller_module(args), **kwargs)
 
 
 def super_(*args: object) -> super:
@@ -459,6 +507,43 @@ def getframe(depth: int = 0, /) -> object:
     return chain
 
 
+def _is_internal_frame(frame: object) -> bool:
+    filename = frame.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename
+
+
+def warn(message: object, category: object = None, stacklevel: int = 1, source: object = None, *,
+         skip_file_prefixes: tuple[str, ...] = ()) -> None:
+    """warnings.warn() blaming the frame ``stacklevel`` levels up among the interpreted frames (then the
+    native ones around the run): CPython's reads the native stack, which here is jitcore's own, so the
+    location, ``-W``/``filterwarnings(module=...)`` filters and the once-per-location registries would
+    all be jitcore's."""
+    if isinstance(message, Warning):
+        category = message.__class__
+    if category is None:
+        category = UserWarning
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        raise TypeError(f"category must be a Warning subclass, not '{type(category).__name__}'")
+    if skip_file_prefixes:
+        stacklevel = max(2, stacklevel)
+    frame: object = getframe(0)
+    skip_internal = stacklevel > 0 and not _is_internal_frame(frame)
+    for _ in range(stacklevel - 1):
+        frame = frame.f_back
+        while frame is not None and skip_internal and (
+                _is_internal_frame(frame) or frame.f_code.co_filename.startswith(skip_file_prefixes)):
+            frame = frame.f_back
+        if frame is None:
+            break
+    if frame is None:
+        globals_, filename, lineno = sys.__dict__, "sys", 1
+    else:
+        globals_, filename, lineno = frame.f_globals, frame.f_code.co_filename, frame.f_lineno
+    registry = globals_.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, category, filename, lineno, globals_.get("__name__", "<string>"),
+                           registry, globals_, source)
+
+
 def getframemodulename(depth: int = 0) -> str | None:
     """sys._getframemodulename() (3.12+; dataclasses and typing ask who called them) seeing interpreted
     frames: the module of the frame's function, else of its globals."""
@@ -556,6 +641,8 @@ def builtin_lookasides() -> dict[object, Callable]:
             isinstance: isinstance_,
             issubclass: issubclass_,
             super: super_,
+            type: type_,
+            type.__new__: type_new,
             locals: locals_,
             globals: globals_,
             vars: vars_,
@@ -566,6 +653,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             sys.exc_info: exc_info,
             sys.exception: exception,
             sys._getframe: getframe,
+            warnings.warn: warn,
             builtins.__build_class__: build_class,
             FunctionType: function_,
             sys.settrace: _refuse_tracing("settrace"),

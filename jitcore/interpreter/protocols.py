@@ -17,7 +17,7 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 
 import operator
-from types import FunctionType
+from types import BuiltinMethodType, FunctionType, MethodType, MethodWrapperType
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.calls import call
@@ -106,6 +106,24 @@ def _looked_aside(run: Run, f: object) -> bool:
 
 # ---------------------------------------------------------------------------------------------- operators
 
+_BOUND_METHODS = (MethodWrapperType, BuiltinMethodType, MethodType)
+# ``+`` and ``*`` of builtin sequences are their sequence slots (sq_concat, sq_repeat), which CPython
+# tries only after the numeric slots of both operands: ``"ab" + UserString`` reaches the right
+# operand's ``__radd__`` first, where calling ``str.__add__`` first would raise TypeError.
+_SEQUENCE_SLOTS = frozenset(
+    getattr(t, name) for t in (str, bytes, bytearray, list, tuple) for name in ("__add__", "__mul__")
+)
+
+
+def _slot(t: type, name: str) -> object:
+    """``name`` as instances of ``t`` find it (CPython's ``_PyType_Lookup``, t's MRO only), not a method
+    of t's metaclass that ``getattr(t, name)`` also finds (``type.__or__`` for ``None | List[int]``)."""
+    f = getattr(t, name, None)
+    if type(f) in _BOUND_METHODS and f.__self__ is t and not any(name in vars(k) for k in t.__mro__):
+        return None
+    return f
+
+
 def binary_op(run: Run, op: int, a: object, b: object) -> object:
     """``a <op> b`` for BINARY_OP argument ``op`` (in-place forms included)."""
     ta, tb = type(a), type(b)
@@ -113,7 +131,7 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
     if ta in NATIVE_TYPES and tb in NATIVE_TYPES:
         return native(a, b)
     if iname is not None:
-        f = getattr(ta, iname, None)
+        f = _slot(ta, iname)
         if f is None and hasattr(ta, iname):  # ``__iadd__ = None`` blocks the fallback, as in CPython
             call(run, f, (a, b), None)
         if _is_py(f):
@@ -121,7 +139,7 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
             if result is not NotImplemented:
                 return result
         elif f is not None and not (
-            _looked_aside(run, f) or _is_py(getattr(ta, name, None)) or _is_py(getattr(tb, rname, None))
+            _looked_aside(run, f) or _is_py(_slot(ta, name)) or _is_py(_slot(tb, rname))
         ):
             return native(a, b)
         elif f is not None:  # through its lookaside, if any (a C ``Tensor.__iadd__``: a recorded add_)
@@ -134,11 +152,11 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
 
 def _binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, native) -> object:
     ta, tb = type(a), type(b)
-    lf = getattr(ta, name, None)
-    rf = getattr(tb, rname, None) if tb is not ta else None
+    lf = _slot(ta, name)
+    rf = _slot(tb, rname) if tb is not ta else None
     if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
         return native(a, b)
-    if rf is not None and issubclass(tb, ta) and rf is not getattr(ta, rname, None):
+    if rf is not None and (issubclass(tb, ta) and rf is not _slot(ta, rname) or lf in _SEQUENCE_SLOTS):
         result = call(run, rf, (b, a), None)
         if result is not NotImplemented:
             return result

@@ -24,9 +24,6 @@ KNOWN_FAILURES_311: dict[str, str] = {
     "test.test_raise.TestTracebackType.test_constructor": "sys._getframe() returns a frame proxy, "
         "which types.TracebackType does not accept",
     # --- builtins seen through the interpreter's lookasides
-    "test.test_iter.TestCase.test_iter_callable":
-        "iter(callable, sentinel) holds the interpreter's wrapper of the callable (so that it stays "
-    "interpreted); pickling the iterator pickles that local wrapper",
     "test.test_iter.TestCase.test_reduce_mutating_builtins_iter":
         "replaces builtins.iter from inside __reduce__; the interpreter's iter() is its lookaside, "
     "not the builtins module's current entry",
@@ -50,7 +47,6 @@ _SAME_ON_313 = (
     "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler",
     "test.test_raise.TestTracebackType.test_attrs",
     "test.test_raise.TestTracebackType.test_constructor",
-    "test.test_iter.TestCase.test_iter_callable",
     "test.test_iter.TestCase.test_reduce_mutating_builtins_iter",
     "test.test_scope.ScopeTests.testLocalsClass_WithTrace",
     "test.test_scope.ScopeTests.testInteractionWithTraceFunc",

@@ -63,6 +63,14 @@ MODULES = (
     "test_typechecks",
     "test_int_literal",
     "test_global",
+    # builtin containers and protocols: added 2026-12-01 (test_userlist found str + UserList's order)
+    "test_list",
+    "test_userlist",
+    "test_userdict",
+    "test_defaultdict",
+    "test_operator",
+    "test_string",
+    "test_abc",
 )
 
 TIMEOUT_S = 20

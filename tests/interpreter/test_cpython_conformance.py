@@ -67,6 +67,13 @@ NATIVE_COUNTS_311 = {
     "test_typechecks": 6,
     "test_int_literal": 6,
     "test_global": 4,
+    "test_list": 58,
+    "test_userlist": 50,
+    "test_userdict": 25,
+    "test_defaultdict": 11,
+    "test_operator": 94,
+    "test_string": 38,
+    "test_abc": 36,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
@@ -109,6 +116,13 @@ NATIVE_COUNTS_313 = {
     "test_typechecks": 6,
     "test_int_literal": 6,
     "test_global": 4,
+    "test_list": 65,
+    "test_userlist": 51,
+    "test_userdict": 25,
+    "test_defaultdict": 11,
+    "test_operator": 106,
+    "test_string": 38,
+    "test_abc": 36,
 }
 NATIVE_COUNTS = {(3, 11): NATIVE_COUNTS_311, (3, 13): NATIVE_COUNTS_313}[sys.version_info[:2]]
 

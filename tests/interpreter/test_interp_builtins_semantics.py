@@ -1,0 +1,113 @@
+"""Builtins and protocols whose CPython behaviour depends on who is calling (the running frame) or on
+slot lookup rules: each program agrees natively and interpreted (found by running more of CPython's
+own test modules: test_builtin, test_descr, test_types, test_userlist)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import sys
+import typing
+from collections import UserList, UserString
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from interp_helpers import check
+
+
+def test_classes_made_by_type_belong_to_the_callers_module() -> None:
+    class Meta(type):
+        def __new__(mcs, name, bases, ns):
+            return super().__new__(mcs, name, bases, ns)
+
+    def program():
+        made = type("Made", (), {})
+        by_meta = Meta("ByMeta", (), {})
+        named = type("Named", (), {"__module__": "elsewhere"})
+        return made.__module__, made.__qualname__, by_meta.__module__, named.__module__, type(3)
+
+    assert check(program)[0] == __name__
+
+
+@pytest.mark.parametrize("program", [
+    lambda: None | typing.List[int],  # NoneType has no __or__: typing's __ror__, not type.__or__
+    lambda: int | typing.List[int],
+    lambda: typing.List[int] | None,
+    lambda: "ab" + UserString("c"),  # str's + is sq_concat: the right operand's __radd__ comes first
+    lambda: [1] + UserList([2]),
+    lambda: [1] * 2 + [3],
+    lambda: "x" * 3 + "y",
+])
+def test_binary_operators_look_slots_up_on_the_type(program) -> None:
+    check(program)
+
+
+@pytest.mark.parametrize("args", [(), (42, 42), (1, 2, 3)])
+def test_iter_argument_errors(args) -> None:
+    check(lambda: iter(*args))
+
+
+def test_a_loop_over_the_garbage_collectors_objects() -> None:
+    def program():
+        count = 0
+        for obj in gc.get_objects():  # the interpreter's own sentinels must not be among them
+            count += obj is not None
+        return count > 0
+
+    check(program)
+
+
+def test_descriptors_as_attribute_hooks_are_bound_first() -> None:
+    def program():
+        class Descriptor:
+            counter = 0
+
+            def __get__(self, obj, objtype=None):
+                def getter(name):
+                    self.counter += 1
+                    raise AttributeError(name)
+
+                return getter
+
+        descr = Descriptor()
+
+        class A:
+            __getattribute__ = descr
+
+        class B:
+            __getattr__ = descr
+
+        class C:
+            __getattribute__ = descr
+            __getattr__ = descr
+
+        counts = []
+        for cls in (A, B, C):
+            try:
+                getattr(cls(), "attr")
+            except AttributeError:
+                counts.append(descr.counter)
+        return counts
+
+    assert check(program) == [1, 2, 4]
+
+
+def test_map_and_filter_of_interpreted_functions_pickle() -> None:
+    def program():
+        doubled = map(abs, [-1, 2])
+        evens = filter(callable, [len, 1])
+        return [list(pickle.loads(pickle.dumps(it))) for it in (doubled, evens)]
+
+    check(program)
+
+    def with_python_function():
+        return list(pickle.loads(pickle.dumps(map(_double, [1, 2]))))
+
+    assert check(with_python_function) == [2, 4]
+
+
+def _double(x):
+    return 2 * x
