@@ -53,6 +53,7 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.jit import numbers, outputs
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
+from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters
 from jitcore.jit.probe import Probe
 from jitcore.jit.provenance import Provenance
@@ -282,6 +283,7 @@ class Pass:
                 **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
+                **dict_read_lookasides(self._load_subscr, self._native_arguments, self.provenance),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
             }),
             resolve_call=self._resolve_call,
@@ -410,12 +412,17 @@ class Pass:
             return fn  # arithmetic on symbolic sizes: torch's ShapeEnv records its guards (jit/shapes.py)
         return None
 
-    def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def _native_arguments(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """What C code is handed: a caller's object it uses by identity pins it, numbers are values."""
         if self.provenance.has_loose():
             for arg in _identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
                 self.provenance.pin(arg)
         if self._has_numbers() and not numbers.keeps_numbers(fn) and tree_has((args, kwargs), NumberProxy):
             args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
+        return args, kwargs
+
+    def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        args, kwargs = self._native_arguments(fn, args, kwargs)
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
             if symbol is not None:  # Note [State changes inside the traced function]

@@ -21,9 +21,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
-import enum
 import functools
-import sys
 import types
 import weakref
 from collections.abc import Callable
@@ -32,6 +30,9 @@ from typing import Any
 import torch
 
 from jitcore.dispatch.resolver import DispatchState
+from jitcore.jit.state_kinds import (
+    all_literal, is_library_class, is_module_registry, is_plain_instance, is_structured,
+)
 from jitcore.jit.state_names import qualified_name
 from jitcore.errors import EagerOnlySubclass, UnsupportedInputError
 from jitcore.langctx.shadows import TensorValues
@@ -50,12 +51,6 @@ from jitcore.proxies.typed import is_plain_subclass, retype
 __all__ = ["Provenance"]
 
 _CONTAINERS = (list, dict, set, tuple)
-# torch's own containers in every nn.Module (``_modules``, ``_parameters``, hook dicts): only assigning
-# one to another attribute would make it alias a container of the program's (Note [Containers reached twice])
-_MODULE_REGISTRIES = frozenset(k for k, v in vars(torch.nn.Module()).items() if isinstance(v, (dict, set)))
-# Containers of state up to this size are guarded element by element; larger ones (of non-literals)
-# by identity and length only (docs/user-guide.md, "What is guarded").
-_MAX_ELEMENTS = 4096
 # Predicates are recomputed by every call's prologue: past these a branch specializes its numbers.
 _MAX_PREDICATES = 64
 _MAX_PREDICATE_OPS = 16
@@ -73,6 +68,9 @@ class Provenance:
         # (StateSnapshots.first_state): what its guards are about
         self.first_state: Callable[[Any], Any] = _unchanged
         self.counters: frozenset[Path] = frozenset()  # numbers of state bound as dynamic numbers
+        # counters a container walk left unguarded, with their value (Note [Counters read natively])
+        self._walked_counters: dict[Path, Any] = {}
+        self.native_reads: set[Path] = set()  # counters the program also read past bind_state
 
         self.argument_copies: list[tuple[Any, Path]] = []  # containers the program sees for the caller's
         self.real_values: dict[
@@ -297,7 +295,7 @@ class Provenance:
             return value
         t = type(value)
         first = self.first_state(value) if t in _CONTAINERS or isinstance(value, (list, dict, set)) else value
-        if t in _CONTAINERS and _all_literal(first) and not (self.counters and self._holds_counter(path)):
+        if t in _CONTAINERS and all_literal(first) and not (self.counters and self._holds_counter(path)):
             self.guard(path, "type", t)
             self.guard(path, "contents", freeze_contents(first))
             if self.on_remember is not None:
@@ -308,10 +306,10 @@ class Provenance:
             and self.path_of(value.__self__) is not None
         ):
             return value  # a bound method is made anew on every read; its function is the class's
-        if _is_structured(value):
+        if is_structured(value):
             self._container(value, path)
             return value
-        if path.root.kind in ("args", "kwargs") and _is_plain_instance(value):
+        if path.root.kind in ("args", "kwargs") and is_plain_instance(value):
             self._bind_loose(value, path)
             return value
         self.pin(value)
@@ -467,7 +465,7 @@ class Provenance:
         items read from it get paths. ``by_torch``: an ``nn.Module``'s dict read by torch's own
         module code, which reads its items by subscript (each guarded on its own path): only its
         keys are guarded (an instance attribute added later would shadow what ``__getattr__`` found)."""
-        if type(value) is not dict or _is_library_class(type(obj)) or isinstance(obj, types.ModuleType):
+        if type(value) is not dict or is_library_class(type(obj)) or isinstance(obj, types.ModuleType):
             self.remember(value, path)
         elif by_torch and isinstance(obj, torch.nn.Module):
             self.guard(path, "type", dict)
@@ -484,12 +482,12 @@ class Provenance:
             return
         mro = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
         klass = next((k for k in mro if name in vars(k)), None)
-        if klass is None or _is_library_class(klass):
+        if klass is None or is_library_class(klass):
             return
         entry = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__").key(name)
         self.bind_state(vars(klass)[name], entry, name)
         for earlier in mro[: mro.index(klass)]:  # a subclass that later defines it would win
-            if not _is_library_class(earlier):
+            if not is_library_class(earlier):
                 self.guard(
                     Path(Root("bound", earlier.__qualname__, earlier)).attr("__dict__"), "absent", name
                 )
@@ -520,11 +518,13 @@ class Provenance:
             elif is_literal_value(item):
                 if item_path not in self.counters:  # a counter is read as a dynamic number (bind_state)
                     self.guard(item_path, "value", item)
+                else:
+                    self._walked_counters[item_path] = item  # Note [Counters read natively]
             elif id(item) in self._container_paths:  # reached again (a cycle, or shared): the same object
                 self.guard(item_path, "alias", self._container_paths[id(item)])
-            elif _is_structured(item):
+            elif is_structured(item):
                 self._container(item, item_path)
-            elif item_path.root.kind in ("args", "kwargs") and _is_plain_instance(item):
+            elif item_path.root.kind in ("args", "kwargs") and is_plain_instance(item):
                 self._bind_loose(item, item_path)
             else:
                 self.pin(item)
@@ -548,7 +548,7 @@ class Provenance:
     # ``appended_read`` asks for a pass that binds it whole.
     def reach_container(self, value: list | dict | set, path: Path) -> None:
         """Record a list, dict or set reached at ``path`` (Note [Containers reached twice])."""
-        if _is_module_registry(path):
+        if is_module_registry(path):
             return
         appended = self._appended.get(id(value)) if self._appended else None
         if appended is not None and appended != path:
@@ -570,6 +570,23 @@ class Provenance:
         for t in related:
             if len(by_type[t]) > 1:
                 self.guard(by_type[t][0], "distinct", tuple(by_type[t]))
+
+    # Note [Counters read natively]
+    # A counter (a number of state the program reads and writes back, jit/effects.py) is bound as a
+    # dynamic number where the program reads it through a hook (a subscript, an attribute), so the
+    # write replayed on each call is computed from the value that call finds. A container walk
+    # therefore leaves its value unguarded. A read that passes no hook (``d.get('m', 0)`` in library
+    # code, a C helper such as Counter's ``_count_elements``, ``d.pop``) gives the program the real
+    # number: what it writes back is then a constant of the trace, right only for that value. Such a
+    # counter is guarded by value (an entry per value, as before it was a counter): one the pass never
+    # bound, or one it read past the hooks (``native_reads``, jit/interpretation.py's dict methods).
+    def _guard_counters_read_natively(self) -> None:
+        # a list item walked by index is bound by key (``l[0]``): the same place, described alike
+        bound = {path.describe() for path, _number in self.number_inputs}
+        native = {path.describe() for path in self.native_reads}
+        for path, value in self._walked_counters.items():
+            if path.describe() not in bound or path.describe() in native:
+                self.guard(path, "value", value)
 
     def bind_leaked_tensor(self, tensor: torch.Tensor) -> TensorProxy:
         """A real tensor reached a torch call without passing a hook (iteration, an opaque call):
@@ -707,6 +724,7 @@ class Provenance:
             self.guard(self.inputs[0][0], "distinct", tuple(path for path, _p, _t in self.inputs))
         self._distinct_loose_objects()
         self._keep_apart(written)
+        self._guard_counters_read_natively()
         for path, number in self.number_inputs:  # after the tensors, as in the computation's signature
             self.prologue.add_input(path, number.name)
         for path, generator in self.generator_inputs:  # then the generators
@@ -725,33 +743,8 @@ class Provenance:
         self._binding.clear()
 
 
-def _is_module_registry(path: Path) -> bool:
-    """Whether ``path`` ends at a torch registry of a module: ``m._modules``, ``m.__dict__['_modules']``."""
-    steps = path.steps
-    if not steps or steps[-1].value not in _MODULE_REGISTRIES:
-        return False
-    last = steps[-1]
-    return last.kind == "attr" or (
-        last.kind == "key" and len(steps) > 1 and steps[-2].kind == "attr" and steps[-2].value == "__dict__"
-    )
-
-
 def _unchanged(obj: Any) -> Any:
     return obj
-
-
-def _is_library_class(klass: type) -> bool:
-    module = (getattr(klass, "__module__", None) or "").split(".")[0]
-    return module in ("torch", "jitcore") or module in _STDLIB  # the standard library's classes too
-
-
-_STDLIB = frozenset(sys.stdlib_module_names) | {"builtins"}
-
-
-def _all_literal(value: Any) -> bool:
-    if type(value) is dict:
-        return all(is_literal_value(k) and is_literal_value(v) for k, v in value.items())
-    return all(is_literal_value(v) for v in value)  # any length: one 'contents' guard compares them all
 
 
 def _layout_input_error(path: Path, name: str, layout: torch.layout) -> Exception:
@@ -767,28 +760,3 @@ def _argument(path: Path, name: str) -> str:
     """``'x' (args[0])``: the parameter's name and where it was found."""
     where = path.describe()
     return f"{name!r} ({where})" if name and name != where else where
-
-
-def _is_plain_instance(value: Any) -> bool:
-    """An instance of a Python class holding its state in its ``__dict__`` (not a function, class,
-    module, torch module or other object whose behaviour lives outside the attributes read)."""
-    t = type(value)
-    return (
-        hasattr(value, "__dict__")
-        and t.__module__ not in ("builtins", "types", "functools")
-        and not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType,
-                                   functools.partial, torch.nn.Module, torch.Tensor, enum.Enum))
-    )
-
-
-def _is_structured(value: Any) -> bool:
-    """Whether a container of state is guarded element by element (``_container``), not by identity:
-    lists, tuples and dicts up to ``_MAX_ELEMENTS``; a ``defaultdict`` whose keys are plain
-    (GradScaler's per-optimizer states by ``id``, remade by every ``update()``; an optimizer's state,
-    keyed by parameters, stays an object of its own). Modules' OrderedDicts keep their identity
-    guards (jit/module_guards.py groups them)."""
-    t = type(value)
-    if t in (list, tuple, dict):
-        return len(value) <= _MAX_ELEMENTS
-    return (t is collections.defaultdict and len(value) <= _MAX_ELEMENTS
-            and all(type(k) in (int, str) for k in value))

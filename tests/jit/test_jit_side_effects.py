@@ -608,3 +608,67 @@ def test_a_dict_written_through_zip_with_dynamic_numbers():
     for _ in range(4):
         assert jf() == program(eager)()
         assert jitted.groups == eager.groups and jitted.epoch == eager.epoch
+
+
+def _counted_with_get(state):
+    def f(x):
+        state["m"] = state.get("m", 0) + 1
+        return x * state["m"]
+
+    return f
+
+
+def _counted_with_pop(state):
+    def f(x):
+        v = state.pop("m", 0)
+        state["m"] = v + 1
+        return x * v
+
+    return f
+
+
+def _counted_with_setdefault(state):
+    def f(x):
+        state.setdefault("m", 0)
+        state["m"] += 1
+        return x * state["m"]
+
+    return f
+
+
+def _counter_updated_with_a_list(state):
+    counts = state.setdefault("counts", collections.Counter())
+
+    def f(x):
+        counts["n"] += 1
+        counts.update(["m"])  # Counter's C helper reads the count past every hook
+        return x * counts["n"] + counts["m"]
+
+    return f
+
+
+def _counter_updated_with_a_dict(state):
+    counts = state.setdefault("counts", collections.Counter(a=1))
+
+    def f(x):
+        counts.update({"a": 2})  # library code reads counts["a"] with self.get
+        return x * counts["a"]
+
+    return f
+
+
+@pytest.mark.parametrize("make, entries", [
+    (_counted_with_get, 2), (_counted_with_pop, 2), (_counted_with_setdefault, 2),  # first: no "m" yet
+    (_counter_updated_with_a_list, None), (_counter_updated_with_a_dict, None),
+])
+def test_numbers_of_state_read_past_the_subscript_hook(make, entries):
+    """Note [Counters read natively]: a count read by a dict method or by library code and written
+    back is computed from the value each call finds (the cached write was a constant: state drifted
+    from eager's on every hit)."""
+    eager_state, jit_state = {}, {}
+    eager, jf = make(eager_state), jitcore.jit(make(jit_state))
+    for i in range(5):
+        assert_same(jf(torch.full((2,), float(i))), eager(torch.full((2,), float(i))))
+        assert jit_state == eager_state
+    if entries is not None:  # read through the hook: a dynamic number, one entry for every count
+        assert jitcore.cache_misses(jf) == entries

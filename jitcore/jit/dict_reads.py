@@ -1,0 +1,68 @@
+"""Reads of a dict's items through its C methods, bound as subscripts are.
+
+``d.get(k, 0)``, ``d.pop(k)`` and ``d.setdefault(k, v)`` read an item without BINARY_SUBSCR, so the
+interpreter's subscript hook never sees them: on a dict of state the value read would be a constant
+of the trace. These lookasides read the item through that hook (``Pass._load_subscr``), so the
+value is bound to its path like ``d[k]``: guarded, or a dynamic number when the program writes it
+back (a counter: ``d["m"] = d.get("m", 0) + 1`` is one cache entry, not one per value). A read the
+hook leaves unbound (library code, which jitcore does not bind item by item) of an item that is a
+counter is reported to ``Provenance.native_reads``, which guards it by value (Note [Counters read
+natively] in jitcore/jit/provenance.py).
+
+Invariants: each replacement behaves as the dict method (same result, same errors, same change of
+the dict); dict subclasses that override the method never reach it (their own method is called).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from jitcore.interpreter import current_run
+
+__all__ = ["dict_read_lookasides"]
+
+_ABSENT = object()
+
+
+def dict_read_lookasides(
+    load_subscr: Callable[[Any, Any, Any, Any], Any],
+    native_arguments: Callable[[Any, tuple, dict], tuple[tuple, dict]],
+    provenance: Any,
+) -> dict[Any, Callable[..., Any]]:
+    """``{dict.get: ..., dict.pop: ..., dict.setdefault: ...}`` reading present items through
+    ``load_subscr(frame, container, key, value)``; their arguments are first what C code is handed
+    (``native_arguments(fn, args, kwargs)``: a caller's object as a key pins its identity, numbers
+    are values), as for any opaque call."""
+
+    def read(d: dict, key: Any, value: Any) -> Any:
+        run = current_run()
+        if run is None or not run.frames:
+            return value
+        bound = load_subscr(run.frames[-1], d, key, value)
+        if bound is value and provenance.counters:
+            path = provenance.path_of(d)
+            if path is not None and path.key(key) in provenance.counters:
+                provenance.native_reads.add(path.key(key))
+        return bound
+
+    def get(d: dict, key: Any, default: Any = None, /) -> Any:
+        (key, default), _ = native_arguments(dict.get.__get__(d), (key, default), {})
+        value = dict.get(d, key, _ABSENT)
+        return default if value is _ABSENT else read(d, key, value)
+
+    def pop(d: dict, key: Any, /, *default: Any) -> Any:
+        (key, *default), _ = native_arguments(dict.pop.__get__(d), (key, *default), {})
+        value = dict.get(d, key, _ABSENT)
+        if value is _ABSENT:
+            return dict.pop(d, key, *default)
+        bound = read(d, key, value)
+        dict.pop(d, key)
+        return bound
+
+    def setdefault(d: dict, key: Any, default: Any = None, /) -> Any:
+        (key, default), _ = native_arguments(dict.setdefault.__get__(d), (key, default), {})
+        value = dict.get(d, key, _ABSENT)
+        return dict.setdefault(d, key, default) if value is _ABSENT else read(d, key, value)
+
+    return {dict.get: get, dict.pop: pop, dict.setdefault: setdefault}

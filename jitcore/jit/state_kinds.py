@@ -1,0 +1,88 @@
+"""What kind of value of persistent state a reached object is, for guarding it (jitcore/jit/provenance.py).
+
+Pure predicates on values and paths, no guards made here:
+- ``is_structured``: a container guarded element by element rather than by identity;
+- ``is_plain_instance``: an object of a Python class guarded by its class and the attributes read;
+- ``all_literal``: a container whose contents one ``contents`` guard compares;
+- ``is_library_class``: a class of torch, jitcore or the standard library, taken as constant;
+- ``is_module_registry``: a path ending at torch's own containers inside an ``nn.Module``.
+Invariant: each answer depends only on the value (and path) given, never on the pass.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import functools
+import sys
+import types
+from typing import Any
+
+import torch
+
+from jitcore.prologue import Path
+from jitcore.prologue.guards import is_literal_value
+
+__all__ = [
+    "MAX_ELEMENTS", "all_literal", "is_library_class", "is_module_registry", "is_plain_instance",
+    "is_structured",
+]
+
+# Containers of state up to this size are guarded element by element; larger ones (of non-literals)
+# by identity and length only (docs/user-guide.md, "What is guarded").
+MAX_ELEMENTS = 4096
+# torch's own containers in every nn.Module (``_modules``, ``_parameters``, hook dicts): only assigning
+# one to another attribute would make it alias a container of the program's (Note [Containers reached
+# twice] in jitcore/jit/provenance.py)
+_MODULE_REGISTRIES = frozenset(k for k, v in vars(torch.nn.Module()).items() if isinstance(v, (dict, set)))
+
+
+def is_module_registry(path: Path) -> bool:
+    """Whether ``path`` ends at a torch registry of a module: ``m._modules``, ``m.__dict__['_modules']``."""
+    steps = path.steps
+    if not steps or steps[-1].value not in _MODULE_REGISTRIES:
+        return False
+    last = steps[-1]
+    return last.kind == "attr" or (
+        last.kind == "key" and len(steps) > 1 and steps[-2].kind == "attr" and steps[-2].value == "__dict__"
+    )
+
+
+def is_library_class(klass: type) -> bool:
+    module = (getattr(klass, "__module__", None) or "").split(".")[0]
+    return module in ("torch", "jitcore") or module in _STDLIB  # the standard library's classes too
+
+
+_STDLIB = frozenset(sys.stdlib_module_names) | {"builtins"}
+
+
+def all_literal(value: Any) -> bool:
+    if type(value) is dict:
+        return all(is_literal_value(k) and is_literal_value(v) for k, v in value.items())
+    return all(is_literal_value(v) for v in value)  # any length: one 'contents' guard compares them all
+
+
+def is_plain_instance(value: Any) -> bool:
+    """An instance of a Python class holding its state in its ``__dict__`` (not a function, class,
+    module, torch module or other object whose behaviour lives outside the attributes read)."""
+    t = type(value)
+    return (
+        hasattr(value, "__dict__")
+        and t.__module__ not in ("builtins", "types", "functools")
+        and not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType,
+                                   functools.partial, torch.nn.Module, torch.Tensor, enum.Enum))
+    )
+
+
+def is_structured(value: Any) -> bool:
+    """Whether a container of state is guarded element by element (``_container``), not by identity:
+    lists, tuples and dicts up to ``MAX_ELEMENTS``; a ``defaultdict`` whose keys are plain
+    (GradScaler's per-optimizer states by ``id``, remade by every ``update()``; an optimizer's state,
+    keyed by parameters, stays an object of its own), and a ``Counter`` whose keys are plain (its
+    ``update`` reads counts in library and C code, past the hooks: Note [Counters read natively]).
+    Modules' OrderedDicts keep their identity guards (jit/module_guards.py groups them)."""
+    t = type(value)
+    if t in (list, tuple, dict):
+        return len(value) <= MAX_ELEMENTS
+    return (t in (collections.defaultdict, collections.Counter) and len(value) <= MAX_ELEMENTS
+            and all(type(k) in (int, str) for k in value))
