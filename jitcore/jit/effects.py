@@ -19,6 +19,7 @@ number, ``counters``, so the write is computed from the value each call finds).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import types
@@ -142,8 +143,8 @@ class StateSnapshots:
         if snap is None:
             return obj
         kind, first = snap.state
-        if kind == "list":
-            current = list(list.__iter__(obj))
+        if kind in ("list", "deque"):
+            current = list(obj) if kind == "deque" else list(list.__iter__(obj))
             changed = len(first) != len(current) or any(a is not b for a, b in zip(first, current))
         elif kind == "dict":
             current = dict(dict.items(obj))
@@ -284,6 +285,8 @@ def _state_of(obj: Any) -> Any:
             return ("cell", obj.cell_contents)
         except ValueError:
             return ("cell", _MISSING)
+    if isinstance(obj, collections.deque):
+        return ("deque", list(obj))
     # the built-in types' own methods: a subclass's overrides (a registry's ``get``) are the program's
     if isinstance(obj, list):
         return ("list", list(list.__iter__(obj)))
@@ -330,6 +333,11 @@ def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
         return effects + _diff(obj, path, ("attrs", old_attrs), ("attrs", new_attrs))
     if kind == "cell":
         return [] if new is old else [Effect(path, "cell", None, new)]
+    if kind == "deque":
+        tail = _appended(old, new, obj.maxlen)
+        if tail is not None:
+            return [Effect(path, "extend", None, tail)] if tail else []
+        return [Effect(path, "contents", None, new)]
     if kind == "list" and len(new) == len(old):  # items replaced in place: each its own effect
         return [Effect(path, "setitem", i, b) for i, (a, b) in enumerate(zip(old, new)) if a is not b]
     if kind == "list" and len(new) > len(old) and all(a is b for a, b in zip(old, new)):
@@ -347,6 +355,19 @@ def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
     return effects
 
 
+def _appended(old: list, new: list, maxlen: int | None) -> list | None:
+    """The items a deque was extended by, when appending them to ``old`` gives ``new`` (a deque with
+    ``maxlen`` drops as many from its left); None for any other change (``popleft``, ``rotate``)."""
+    for dropped in range(len(old) + 1):
+        kept = old[dropped:]
+        if len(new) >= len(kept) and all(a is b for a, b in zip(kept, new)):
+            tail = new[len(kept):]
+            if dropped == 0 or (maxlen is not None and len(new) == maxlen
+                                and len(old) + len(tail) - maxlen == dropped):
+                return tail
+    return None
+
+
 def _restore(obj: Any, state: Any) -> None:
     kind, old = state
     if kind == "cell":
@@ -359,6 +380,9 @@ def _restore(obj: Any, state: Any) -> None:
             obj.cell_contents = old
     elif kind == "list":
         list.__setitem__(obj, slice(None), old)
+    elif kind == "deque":
+        obj.clear()
+        obj.extend(old)
     elif kind == "tensor":
         attrs, grad = old
         if obj.grad is not grad:
@@ -430,10 +454,13 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
     elif kind == "delitem":
         del target[effect.key]
     elif kind == "extend":
-        list.extend(target, value)
+        target.extend(value) if isinstance(target, collections.deque) else list.extend(target, value)
     elif kind == "contents":
         if isinstance(target, list):
             target[:] = value
+        elif isinstance(target, collections.deque):
+            target.clear()
+            target.extend(value)
         else:
             target.clear()
             target.update(value)

@@ -50,7 +50,7 @@ from jitcore.proxies.typed import is_plain_subclass, retype
 
 __all__ = ["Provenance"]
 
-_CONTAINERS = (list, dict, set, tuple)
+_CONTAINERS = (list, dict, set, tuple, collections.deque)
 # Predicates are recomputed by every call's prologue: past these a branch specializes its numbers.
 _MAX_PREDICATES = 64
 _MAX_PREDICATE_OPS = 16
@@ -280,7 +280,9 @@ class Provenance:
             return self._tensor(value, path, name)
         if isinstance(value, torch.Generator):
             return self._generator(value, path, name)
-        if isinstance(value, (list, dict, set)):
+        if type(value) is collections.deque:  # how many items it keeps decides what appending does
+            self.guard(path.attr("maxlen"), "value", value.maxlen)
+        if isinstance(value, (list, dict, set, collections.deque)):
             bound = self._binding.get(id(value))
             if bound is not None and bound[1] is not None:  # the caller passed it: the program's copy
                 self.guard(path, "alias", bound[0])
@@ -314,7 +316,7 @@ class Provenance:
             return value
         self.pin(value)
         self.guard(path, "identity", value)
-        if isinstance(value, (list, dict, set)):
+        if isinstance(value, (list, dict, set, collections.deque)):
             self.guard(path, "len", len(first))
         self._remember_object(value, path)
         return value

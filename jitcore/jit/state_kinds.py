@@ -76,13 +76,13 @@ def is_plain_instance(value: Any) -> bool:
 
 def is_structured(value: Any) -> bool:
     """Whether a container of state is guarded element by element (``_container``), not by identity:
-    lists, tuples and dicts up to ``MAX_ELEMENTS``; a ``defaultdict`` whose keys are plain
+    lists, tuples, dicts and deques up to ``MAX_ELEMENTS``; a ``defaultdict`` whose keys are plain
     (GradScaler's per-optimizer states by ``id``, remade by every ``update()``; an optimizer's state,
     keyed by parameters, stays an object of its own), and a ``Counter`` whose keys are plain (its
     ``update`` reads counts in library and C code, past the hooks: Note [Counters read natively]).
     Modules' OrderedDicts keep their identity guards (jit/module_guards.py groups them)."""
     t = type(value)
-    if t in (list, tuple, dict):
+    if t in (list, tuple, dict, collections.deque):
         return len(value) <= MAX_ELEMENTS
     return (t in (collections.defaultdict, collections.Counter) and len(value) <= MAX_ELEMENTS
             and all(type(k) in (int, str) for k in value))

@@ -197,7 +197,7 @@ def test_outputs_of_any_structure(build):
     assert jf(a, b) is not jf(a, b)
 
 
-def test_slots_are_replayed_and_unknown_containers_refused():
+def test_slots_and_deques_are_replayed():
     class Slotted:
         __slots__ = ("t",)
 
@@ -214,14 +214,17 @@ def test_slots_are_replayed_and_unknown_containers_refused():
     jf(torch.full((2,), 3.0), [])
     assert_same(holder.t, torch.full((2,), 6.0))
 
-    queue = collections.deque([None])
+    queue = collections.deque([None], maxlen=2)
 
     def g(x):
-        queue.append(x * 2)  # a deque's contents are not snapshotted: the store cannot be replayed
+        queue.append(x * 2)  # replayed onto the call's deque: a tensor of each call's values
         return x
 
-    with pytest.raises(jitcore.UnsupportedOperationError, match="stored into"):
-        jitcore.jit(g)(torch.ones(2))
+    jg = jitcore.jit(g)
+    for value in (1.0, 2.0, 3.0):
+        jg(torch.full((2,), value))
+    assert len(queue) == 2 and type(queue[0]) is torch.Tensor
+    assert_same(list(queue), [torch.full((2,), 4.0), torch.full((2,), 6.0)])
 
 
 def test_the_suite_checks_every_call_for_escapes():
@@ -672,3 +675,33 @@ def test_numbers_of_state_read_past_the_subscript_hook(make, entries):
         assert jit_state == eager_state
     if entries is not None:  # read through the hook: a dynamic number, one entry for every count
         assert jitcore.cache_misses(jf) == entries
+
+
+@pytest.mark.parametrize("change", ["append", "append_read", "popleft", "rotate"])
+def test_a_deque_of_state(change):
+    """A deque (a replay buffer, a window of recent losses) changes as eagerly on every call: appends
+    (past maxlen they drop from the left) replay onto the call's deque, other changes replace its
+    contents, and what the program reads from it is guarded (it was neither: the first call's append
+    was never replayed, and len() stayed the traced one)."""
+
+    def make(window):
+        def f(x):
+            if change == "append":
+                window.append(1)
+            elif change == "append_read":
+                window.append(float(x.sum()))
+            elif change == "popleft":
+                window.append(2)
+                window.popleft()
+            else:
+                window.rotate(1)
+            return x * len(window) + window[0]
+
+        return f
+
+    eager_window = collections.deque([5, 6], maxlen=3)
+    jit_window = collections.deque([5, 6], maxlen=3)
+    eager, jf = make(eager_window), jitcore.jit(make(jit_window))
+    for i in range(5):
+        assert_same(jf(torch.full((2,), float(i))), eager(torch.full((2,), float(i))))
+        assert list(jit_window) == list(eager_window)
