@@ -20,9 +20,9 @@ import time
 import warnings
 
 import torch
+from bench_module_llama import Decoder, per_call_us
 
 import jitcore
-from bench_module_llama import Decoder, per_call_us
 
 _RNG = random.Random(0)
 LENGTHS = [_RNG.randint(1, 512) for _ in range(100)]

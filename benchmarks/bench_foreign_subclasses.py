@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import timeit
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.testing._internal.logging_tensor import LoggingTensor

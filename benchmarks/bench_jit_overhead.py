@@ -10,7 +10,6 @@ Run: python benchmarks/bench_jit_overhead.py
 
 from __future__ import annotations
 
-
 import time
 import timeit
 import warnings

@@ -7,13 +7,14 @@ after those packages, so the functions win.
 
 from __future__ import annotations
 
-# first: refuses a CPython other than the tested ones (UnsupportedPythonVersion) before anything
-# version-specific
-from jitcore.interpreter import SUPPORTED_VERSIONS  # noqa: F401, I001
 from jitcore.debug.debugger import Debugger, debug
 from jitcore.debug.explain import explain
 from jitcore.debug.report import install_report_hook, report
 from jitcore.errors import DataDependentError, JitcoreError, UnsupportedInputError, UnsupportedOperationError
+
+# first: refuses a CPython other than the tested ones (UnsupportedPythonVersion) before anything
+# version-specific
+from jitcore.interpreter import SUPPORTED_VERSIONS  # noqa: F401, I001
 from jitcore.jit.api import (
     JittedFunction,
     cache_hits,

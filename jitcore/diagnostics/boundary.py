@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from types import CodeType, TracebackType
 from typing import Any, TypeVar
 

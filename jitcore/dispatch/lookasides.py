@@ -26,11 +26,11 @@ from typing import Any
 import optree
 import torch
 
-from jitcore.ir import Proxy, current_context
-from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
-from jitcore.interpreter.lookasides import super_arguments, type_
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
+from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
+from jitcore.interpreter.lookasides import super_arguments, type_
+from jitcore.ir import Proxy, current_context
 from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies.protocol import eager_only_reason
 from jitcore.proxies.subclass import SubclassTensorProxy, missing_slot, subclass_proxy

@@ -21,7 +21,8 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import optree
 import torch
@@ -32,9 +33,9 @@ from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy, subclass_proxy
+from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.typed import has_torch_function
 
 __all__ = [
@@ -77,12 +78,12 @@ class DispatchState:
         self.values = values
 
     @staticmethod
-    def of(values: Any) -> "DispatchState":
+    def of(values: Any) -> DispatchState:
         """The dispatch state of a trace's tensor values."""
         return DispatchState(values)
 
     @staticmethod
-    def of_current() -> "DispatchState":
+    def of_current() -> DispatchState:
         return DispatchState(current_context().values)
 
     def register(self, proxy: SubclassTensorProxy) -> None:

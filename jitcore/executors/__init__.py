@@ -9,7 +9,8 @@ policy]). A user adds an executor with ``register_executor`` or by passing the o
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jitcore.executors.background import BACKGROUND_ENV, wait_for_compiles
 from jitcore.executors.inductor import InductorExecutor

@@ -35,7 +35,8 @@ other keyword arguments are taken. Not taken, and why:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx as fx

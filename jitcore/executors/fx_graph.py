@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import operator
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx as fx

@@ -39,13 +39,13 @@ executor would.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
 import jitcore.executors.background as background
-
 from jitcore.executors.float_reads import is_float_number, reads_floats_as_eager
 from jitcore.executors.fx_graph import annotate_examples, region_graph
 from jitcore.executors.interface import Region

@@ -19,8 +19,9 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from jitcore.ir import BoundSymbol, Proxy
 
@@ -52,7 +53,7 @@ class OperatorExecutor(Executor, Protocol):
 class FusionExecutor(Executor, Protocol):
     """Runs regions of consecutive bound symbols as one call."""
 
-    def fuse(self, region: "Region") -> Callable[..., Any]:
+    def fuse(self, region: Region) -> Callable[..., Any]:
         """A callable taking the region's inputs (real tensors, in order) and returning its outputs
         (a sequence, in order)."""
         ...

@@ -29,7 +29,8 @@ Invariants:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from jitcore.executors.background import background_enabled, submit
 from jitcore.executors.functional import out_of_place

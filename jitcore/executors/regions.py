@@ -17,8 +17,9 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from jitcore.executors.interface import Executor, FusionExecutor, Region
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, proxies_in

@@ -26,7 +26,8 @@ import linecache
 import sys
 import types
 import weakref
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from jitcore.ir.printer import print_trace
 from jitcore.ir.trace import Trace

@@ -8,9 +8,10 @@ symbols execute eagerly.
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jitcore.ir.symbol import BoundSymbol, SourceFrame, Symbol
@@ -41,11 +42,11 @@ class TraceContext:
             jitcore/jit/autograd_calls.py); None where no pass runs them.
     """
 
-    trace: "Trace"
+    trace: Trace
     values: Any = None
-    source_provider: Callable[[], "tuple[SourceFrame, ...] | None"] | None = None
-    call_handler: "Callable[[Symbol, tuple, dict], Any] | None" = None
-    scopes: "list[list[BoundSymbol]]" = field(default_factory=list)
+    source_provider: Callable[[], tuple[SourceFrame, ...] | None] | None = None
+    call_handler: Callable[[Symbol, tuple, dict], Any] | None = None
+    scopes: list[list[BoundSymbol]] = field(default_factory=list)
     subclass_code: int = 0
     called_as: Any = None
     autograd: Any = None
@@ -54,7 +55,7 @@ class TraceContext:
         if not self.scopes:
             self.scopes.append(self.trace.bound_symbols)
 
-    def source(self) -> "tuple[SourceFrame, ...] | None":
+    def source(self) -> tuple[SourceFrame, ...] | None:
         """The user's source stack at this moment (None when no provider knows it)."""
         return self.source_provider() if self.source_provider is not None else None
 

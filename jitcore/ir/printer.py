@@ -19,8 +19,9 @@ import keyword
 import linecache
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from jitcore.ir.names import RESERVED_NAMES
 from jitcore.ir.proxy import Proxy

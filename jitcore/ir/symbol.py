@@ -13,8 +13,9 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from jitcore.ir.context import current_context
 
@@ -99,7 +100,7 @@ class BoundSymbol:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     output: Any
-    subsymbols: tuple["BoundSymbol", ...] = ()
+    subsymbols: tuple[BoundSymbol, ...] = ()
     source: tuple[SourceFrame, ...] | None = None
     header: str | None = field(default=None)
 

@@ -10,9 +10,10 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 from jitcore.ir.names import NameGenerator
 from jitcore.ir.symbol import BoundSymbol

@@ -19,26 +19,27 @@ import sys
 import threading
 import types
 import warnings
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
-from typing import Any, Callable, Container
+from typing import Any
 
 import torch
 
-from jitcore.dispatch.flatten import flatten_program
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
+from jitcore.dispatch.flatten import flatten_program
 from jitcore.errors import DataDependentError, EagerOnlySubclass
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
-from jitcore.jit.effects import Effects
 from jitcore.jit import shapes
+from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
 from jitcore.langctx.reads import ValueCheckFailed
-from jitcore.proxies.typed import has_torch_function
 from jitcore.prologue import MISS, MissReason, Path, Prologue
 from jitcore.prologue.cache import EntryCache
+from jitcore.proxies.typed import has_torch_function
 from jitcore.transforms import GradStage, differentiate
 
 __all__ = [

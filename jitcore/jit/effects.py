@@ -34,10 +34,10 @@ from jitcore.ir import Proxy
 from jitcore.jit.outputs import split
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.tensor import PlainTensorProxy
 
 __all__ = ["Effect", "Effects", "StateSnapshots", "counters"]
 

@@ -23,7 +23,8 @@ import os
 import sys
 import sysconfig
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import optree
 import sympy
@@ -31,14 +32,22 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
+from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch import resolve_call
-from jitcore.dispatch.resolver import call_on_shadows
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
+from jitcore.dispatch.resolver import call_on_shadows
 from jitcore.errors import DataDependentError
 from jitcore.interpreter import Hooks, current_run
-from jitcore.diagnostics import JITCORE_DIR
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
+from jitcore.jit import numbers, outputs
+from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
+from jitcore.jit.autograd_calls import AutogradCalls
+from jitcore.jit.dict_reads import dict_read_lookasides
+from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters
+from jitcore.jit.probe import Probe
+from jitcore.jit.provenance import Provenance
+from jitcore.jit.value_reads import ValueReads
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
@@ -50,14 +59,6 @@ from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
-from jitcore.jit import numbers, outputs
-from jitcore.jit.autograd_calls import AutogradCalls
-from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
-from jitcore.jit.dict_reads import dict_read_lookasides
-from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters
-from jitcore.jit.probe import Probe
-from jitcore.jit.provenance import Provenance
-from jitcore.jit.value_reads import ValueReads
 from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
 __all__ = ["Pass", "TracedProgram"]

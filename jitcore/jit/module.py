@@ -22,7 +22,8 @@ Invariants:
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.nn.modules import module as _torch_module

@@ -27,8 +27,8 @@ import optree
 import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace
-from jitcore.langctx.thread_state import ThreadState
 from jitcore.langctx.shadows import WRITES_NO_DATA, may_write_inputs
+from jitcore.langctx.thread_state import ThreadState
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 

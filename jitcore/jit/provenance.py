@@ -30,11 +30,15 @@ from typing import Any
 import torch
 
 from jitcore.dispatch.resolver import DispatchState
+from jitcore.errors import EagerOnlySubclass, UnsupportedInputError
 from jitcore.jit.state_kinds import (
-    all_literal, is_library_class, is_module_registry, is_plain_instance, is_structured,
+    all_literal,
+    is_library_class,
+    is_module_registry,
+    is_plain_instance,
+    is_structured,
 )
 from jitcore.jit.state_names import qualified_name
-from jitcore.errors import EagerOnlySubclass, UnsupportedInputError
 from jitcore.langctx.shadows import TensorValues
 from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
@@ -43,7 +47,12 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy, formula, operations
 from jitcore.proxies.protocol import (
-    eager_only_reason, has_own_protocol, instance_attributes, is_wrapper, tensor_flatten, tensor_unflatten,
+    eager_only_reason,
+    has_own_protocol,
+    instance_attributes,
+    is_wrapper,
+    tensor_flatten,
+    tensor_unflatten,
 )
 from jitcore.proxies.subclass import is_traceable_subclass
 from jitcore.proxies.typed import is_plain_subclass, retype

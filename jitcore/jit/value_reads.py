@@ -30,7 +30,11 @@ from jitcore.errors import DataDependentError, EagerOnlySubclass
 from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceContext, current_context
 from jitcore.jit.probe import Probe, may_write
 from jitcore.langctx.reads import (
-    DATA_DEPENDENT_DECOMPOSITIONS, READ, UNDER_AUTOGRAD, ReadSite, ValueCheckFailed,
+    DATA_DEPENDENT_DECOMPOSITIONS,
+    READ,
+    UNDER_AUTOGRAD,
+    ReadSite,
+    ValueCheckFailed,
 )
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy

@@ -44,7 +44,7 @@ _REFLECTED = frozenset({
 })
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _value_parameters(aten_name: str) -> tuple[frozenset[int], frozenset[str]]:
     """Positions and names typed as values in the tensor-returning aten overloads of ``aten_name``."""
     if aten_name.startswith("__") or aten_name in _LENGTH_FROM_SCALARS or "quantize" in aten_name:
@@ -70,7 +70,7 @@ def _collect(schema: Any, positions: set[int], names: set[str]) -> None:
                 positions.add(i)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _overload_parameters(op: Any) -> tuple[frozenset[int], frozenset[str]]:
     positions: set[int] = set()
     names: set[str] = set()
@@ -80,7 +80,7 @@ def _overload_parameters(op: Any) -> tuple[frozenset[int], frozenset[str]]:
     return frozenset(positions), frozenset(names)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _python_parameter_names(fn: Any) -> tuple[str, ...] | None:
     """The positional parameter names of a Python function (None for C functions)."""
     if not inspect.isfunction(fn):

@@ -51,8 +51,8 @@ import torch._numpy._util as tnp_util
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES
 from jitcore.errors import DataDependentError
 from jitcore.interpreter import current_run
-from jitcore.ir import tree_any
 from jitcore.interpreter.calls import call_function, canonical
+from jitcore.ir import tree_any
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy.boundary import SUPPORTED_DTYPES, Epilogue, array_to_tensor, check_array, wrap
 from jitcore.numpy.errors import unsupported, user_position

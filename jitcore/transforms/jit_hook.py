@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jitcore.diagnostics.boundary import on_error as prepare_error
-from jitcore.errors import DataDependentError
 from jitcore.dispatch.flatten import involves_subclasses
+from jitcore.errors import DataDependentError
 from jitcore.executors import record_lowered
 from jitcore.ir import Trace
 from jitcore.langctx.reads import runs_under_autograd

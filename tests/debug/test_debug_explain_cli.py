@@ -15,8 +15,8 @@ from debug_subclass import Wrapped
 
 import jitcore
 from jitcore.__main__ import main
-from jitcore.diagnostics import logs
 from jitcore.debug.explain import dispatch_map, explain_text
+from jitcore.diagnostics import logs
 from jitcore.ir import BoundSymbol, Symbol, Trace
 
 PROGRAMS = P.__file__

@@ -62,7 +62,7 @@ class ScaledTensor(torch.Tensor):
         self.orig_dtype = orig_dtype
 
     @classmethod
-    def quantize(cls, x: torch.Tensor) -> "ScaledTensor":
+    def quantize(cls, x: torch.Tensor) -> ScaledTensor:
         scale = 2.0
         return cls((x / scale).to(torch.bfloat16), scale, x.dtype)
 
@@ -109,7 +109,7 @@ class Int8RowwiseTensor(torch.Tensor):
         self.scale = scale
 
     @classmethod
-    def quantize(cls, x: torch.Tensor) -> "Int8RowwiseTensor":
+    def quantize(cls, x: torch.Tensor) -> Int8RowwiseTensor:
         scale = x.abs().amax(dim=-1, keepdim=True).clamp(min=1e-6) / 127
         return cls(torch.round(x / scale).to(torch.int8), scale)
 

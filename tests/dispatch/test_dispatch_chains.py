@@ -6,9 +6,6 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.testing._internal.two_tensor import TwoTensor
-
-import jitcore
 from subclass_zoo import (
     DISPATCH_LOG,
     ClampedTensor,
@@ -18,6 +15,9 @@ from subclass_zoo import (
     TaggedTensor,
 )
 from test_dispatch_subclasses import assert_runs_on_plain_tensors, assert_same_value
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
 
 _UNARY = {
     "sin": torch.sin,

@@ -275,7 +275,7 @@ class Slotted(torch.Tensor):
     FACTOR = 2.0
 
     @staticmethod
-    def __new__(cls, elem: torch.Tensor) -> "Slotted":
+    def __new__(cls, elem: torch.Tensor) -> Slotted:
         return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
 
     def __init__(self, elem: torch.Tensor) -> None:
@@ -286,7 +286,7 @@ class Slotted(torch.Tensor):
         return ["elem"], None
 
     @staticmethod
-    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> "Slotted":
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> Slotted:
         return Slotted(inner["elem"])
 
     @classmethod
@@ -363,7 +363,7 @@ class StorageDispatch(torch.Tensor):
     """Holds storage of its own (``_make_subclass``) and defines __torch_dispatch__: no protocol."""
 
     @staticmethod
-    def __new__(cls, t: torch.Tensor) -> "StorageDispatch":
+    def __new__(cls, t: torch.Tensor) -> StorageDispatch:
         return torch.Tensor._make_subclass(cls, t)
 
     @classmethod
@@ -390,7 +390,7 @@ class ItemReading(torch.Tensor):
     """A wrapper whose __torch_dispatch__ reads a value (``.item()``), as a codebook's lookup does."""
 
     @staticmethod
-    def __new__(cls, data: torch.Tensor, scale: torch.Tensor) -> "ItemReading":
+    def __new__(cls, data: torch.Tensor, scale: torch.Tensor) -> ItemReading:
         return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype, device=data.device)
 
     def __init__(self, data: torch.Tensor, scale: torch.Tensor) -> None:
@@ -401,7 +401,7 @@ class ItemReading(torch.Tensor):
         return ["data_", "scale"], None
 
     @staticmethod
-    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> "ItemReading":
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> ItemReading:
         return ItemReading(inner["data_"], inner["scale"])
 
     @classmethod

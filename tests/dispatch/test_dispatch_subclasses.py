@@ -5,14 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-
 import optree
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.testing._internal.two_tensor import TwoTensor
-
-import jitcore
 from subclass_zoo import (
     DISPATCH_LOG,
     ClampedTensor,
@@ -24,6 +20,9 @@ from subclass_zoo import (
     UnsupportedOpTensor,
     dispatched_ops,
 )
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
 
 torch.manual_seed(0)
 

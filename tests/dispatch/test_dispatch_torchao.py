@@ -9,11 +9,11 @@ table); the aten ops a decomposition would produce (``aten.t`` + ``aten.mm``) ne
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
-
 import torchao.quantization as Q  # a test extra: a missing install fails here, not skips
 
 import jitcore

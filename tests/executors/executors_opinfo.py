@@ -19,11 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "transforms"))
 
 import torch  # noqa: E402
+from executor_helpers import executor_log  # noqa: E402
 from jit_opinfo import check_jit_sample  # noqa: E402
 from opinfo_harness import PASS, Mismatch, Outcome, seed  # noqa: E402
 from test_grad_opinfo_harness import ALSO_RANDOM, check_sample, entry_name, random_by_name  # noqa: E402
-
-from executor_helpers import executor_log  # noqa: E402
 
 from jitcore.executors import InductorExecutor  # noqa: E402
 

@@ -267,8 +267,9 @@ def test_imported_modules_are_snapshotted_along_the_chains_the_source_reads() ->
 
 
 def test_bound_constants_are_never_snapshotted() -> None:
-    from jitcore.ir import compile_source
     import types
+
+    from jitcore.ir import compile_source
 
     config = types.ModuleType("config")
     config.scale = 2.0

@@ -6,13 +6,12 @@ aliasing). Reuses the sample selection and comparison of tests/langctx/opinfo_ha
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
 
-import jitcore  # noqa: E402
-from jitcore.errors import DataDependentError  # noqa: E402
 from opinfo_harness import (  # noqa: E402
     PASS,
     Mismatch,
@@ -29,6 +28,9 @@ from opinfo_harness import (  # noqa: E402
     variants,
     with_out,
 )
+
+import jitcore  # noqa: E402
+from jitcore.errors import DataDependentError  # noqa: E402
 
 
 def _unique(tensors: list[Any]) -> list[Any]:

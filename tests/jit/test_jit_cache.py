@@ -7,10 +7,10 @@ import math
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jit_helpers import assert_same
 from torch import nn
 
 import jitcore
-from jit_helpers import assert_same
 
 SCALE = 0.5
 

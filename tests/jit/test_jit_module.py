@@ -14,12 +14,11 @@ import warnings
 
 import pytest
 import torch
+from jit_helpers import assert_same
 from torch import nn
 
 import jitcore
 from jitcore.jit.module import JittedModule
-
-from jit_helpers import assert_same
 
 
 class Net(nn.Module):

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
+from jit_helpers import assert_same, check
 from torch import nn
 
 import jitcore
-from jit_helpers import assert_same, check
 
 torch.manual_seed(0)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import itertools
 import sys
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optree

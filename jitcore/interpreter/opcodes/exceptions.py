@@ -21,7 +21,6 @@ from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.loop import unwind
 from jitcore.interpreter.registry import handles
 
-
 # The exception classes of the builtins module: ``raise ValueError`` calls one directly (what calls.call would
 # come to: no Python __new__/__init__) unless a lookaside or the opaque-call hook is to see the call.
 _BUILTIN_EXCEPTIONS = frozenset(

@@ -16,14 +16,14 @@ __builtins__ = dict(vars(__import__("builtins")))
 import sys
 from collections.abc import Callable
 
+from jitcore.interpreter.attributes import NATIVE_NAMES, NATIVE_STORE_NAMES, load_attr, store_attr
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
+from jitcore.interpreter.opcodes import generators as _generators  # noqa: F401 - registered before the pairs
+from jitcore.interpreter.opcodes import operators as _operators  # noqa: F401 - registered before the pairs
+from jitcore.interpreter.opcodes import stack as _stack  # noqa: F401 - registered before the pairs
 from jitcore.interpreter.opcodes.calls import call_, call_313
 from jitcore.interpreter.opcodes.control import for_iter
-from jitcore.interpreter.attributes import NATIVE_NAMES, NATIVE_STORE_NAMES, load_attr, store_attr
-from jitcore.interpreter.opcodes import operators as _operators  # noqa: F401 - registered before the pairs
-from jitcore.interpreter.opcodes import generators as _generators  # noqa: F401 - registered before the pairs
-from jitcore.interpreter.opcodes import stack as _stack  # noqa: F401 - registered before the pairs
 from jitcore.interpreter.opcodes.load_store import UNBOUND_LOCAL, global_value, store_attr_
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
