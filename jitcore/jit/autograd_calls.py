@@ -157,6 +157,7 @@ class AutogradCalls:
         old = self._pass.grad_value(tensor, path)
         if old is None:
             self._pass.snapshots.take(tensor, path)  # the set is an effect, replayed on every call
+            self._pass.context.values.bind(grad.shadow, grad)  # (a subclass gradient's shadow too)
             tensor.grad = grad.shadow  # native reads (p.grad) see it: Pass.grad_value maps it back
         else:
             old.add_(grad)  # in place into the caller's gradient tensor, as eager accumulates

@@ -190,9 +190,9 @@ class Pass:
         return program
 
     def _refuse_escapes(self, output: Any, caller_values: tuple) -> None:
-        """Note [Nothing traced escapes]: a proxy must never reach the caller. Outputs are mapped
-        completely (``outputs.split``); a proxy still inside an output object, or stored into an
-        object of the caller's or of persistent state, is refused with the place it was found."""
+        """Note [Nothing traced escapes]: a proxy or a shadow must never reach the caller. Outputs are
+        mapped completely (``outputs.split``); a proxy still inside an output object, or stored into
+        an object of the caller's or of persistent state, is refused with the place it was found."""
         from jitcore.errors import UnsupportedOperationError
 
         for leaf in optree.tree_leaves(output, none_is_leaf=True):
@@ -525,8 +525,9 @@ class Pass:
         """``tensor.grad`` of a tensor of the caller's: read through its path, or the program's own
         value (set by a backward or by the program in this pass)."""
         grad = tensor.grad
-        if isinstance(grad, FakeTensor):  # a backward of this pass set it (autograd_calls.py)
-            return self.context.values.proxy_for(grad)
+        known = self.context.values.known(grad) if isinstance(grad, torch.Tensor) else None
+        if known is not None or isinstance(grad, FakeTensor):  # set by a backward of this pass
+            return known if known is not None else self.context.values.proxy_for(grad)
         if self.snapshots.written(tensor, "grad", grad):
             return grad  # ``p.grad = None`` earlier in this pass
         return self.provenance.bind_state(grad, path.attr("grad"), "grad")
@@ -676,9 +677,14 @@ def _is_torch_builtin(fn: Any) -> bool:
 
 
 def _grad_as_proxy(effect: Effect, values: Any) -> Effect:
-    """A ``.grad`` a backward of the pass set holds the gradient's shadow: the effect stores the
-    computed gradient, its proxy."""
-    if effect.kind == "grad" and isinstance(effect.value, FakeTensor):
+    """A ``.grad`` a backward of the pass set holds the gradient's shadow (a FakeTensor, or a subclass
+    instance over fake inner tensors): the effect stores the computed gradient, its proxy."""
+    if effect.kind != "grad" or not isinstance(effect.value, torch.Tensor) or isinstance(effect.value, Proxy):
+        return effect
+    known = values.known(effect.value)
+    if known is not None:
+        return dataclasses.replace(effect, value=known)
+    if isinstance(effect.value, FakeTensor):
         return dataclasses.replace(effect, value=values.proxy_for(effect.value))
     return effect
 

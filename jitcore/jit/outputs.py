@@ -25,6 +25,7 @@ from typing import Any
 import optree
 import torch
 import torch.utils._pytree as torch_pytree
+from torch._subclasses.fake_tensor import FakeTensor
 
 from jitcore.ir import Proxy
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -197,10 +198,11 @@ def _holds_proxy(value: Any, depth: int) -> bool:
     return escaped(value, depth) is not None
 
 
-def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None) -> Proxy | None:
-    """A proxy reachable from ``value`` through containers, pytree nodes, dataclass fields, instance
-    dicts and slots, at most ``_MAX_DEPTH - depth`` steps away (None: none is)."""
-    if isinstance(value, Proxy):
+def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None) -> Any:
+    """A proxy, or a fake tensor (a shadow: a subclass value's inner tensor, a gradient), reachable from
+    ``value`` through containers, pytree nodes, dataclass fields, instance dicts, slots and tensors'
+    ``.grad``, at most ``_MAX_DEPTH - depth`` steps away (None: none is)."""
+    if isinstance(value, (Proxy, FakeTensor)):
         return value
     if depth > _MAX_DEPTH or value is None or type(value) in (int, float, bool, str, bytes, complex):
         return None
@@ -231,6 +233,11 @@ def _children(value: Any) -> list[Any]:
         return [c.cell_contents for c in value.__closure__ or () if c.cell_contents is not None] \
             if all(_filled(c) for c in value.__closure__ or ()) else []
     children = list(getattr(value, "__dict__", {}).values()) if hasattr(value, "__dict__") else []
+    if isinstance(value, torch.Tensor):
+        with torch._C.DisableTorchFunctionSubclass():  # a subclass's __torch_function__ sees no read
+            grad = value.grad if value.is_leaf else None  # (a non-leaf's .grad warns and is unused)
+        if grad is not None:
+            children.append(grad)  # set by a backward the program ran
     for klass in type(value).__mro__:
         for slot in getattr(klass, "__slots__", ()):
             if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):

@@ -233,3 +233,32 @@ def test_function_transforms_run_eagerly(transform):
         got = jf(x)
     assert_same(got, f(x))
     assert jf.fallback_reason.code == "JC-J002"
+
+
+@pytest.mark.parametrize("how", ["backward", "autograd_backward", "sgd_step"])
+def test_a_backward_inside_into_a_subclass_parameter(how):
+    """The gradient of a TwoTensor leaf is set by the replay to the computed TwoTensor; it was the
+    gradient's shadow (a TwoTensor over fake tensors) that escaped to the caller."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def step(w, x):
+        loss = (w * x).sin().sum()
+        if how == "autograd_backward":
+            torch.autograd.backward(loss)
+        else:
+            loss.backward()
+        if how == "sgd_step":
+            with torch.no_grad():
+                w.sub_(0.1 * w.grad)
+        return loss.detach()
+
+    torch.manual_seed(0)
+    a, b = torch.randn(3), torch.randn(3)
+    eager_w, jit_w = (TwoTensor(a.clone(), b.clone()).requires_grad_() for _ in range(2))
+    jf = jitcore.jit(step)
+    for i in range(3):
+        x = torch.randn(3, generator=torch.Generator().manual_seed(i))
+        assert_same(jf(jit_w, x), step(eager_w, x))
+        assert type(jit_w.grad) is TwoTensor and type(jit_w.grad.a) is torch.Tensor
+        assert_same((jit_w.grad.a, jit_w.grad.b), (eager_w.grad.a, eager_w.grad.b))
+        assert_same((jit_w.a.detach(), jit_w.b.detach()), (eager_w.a.detach(), eager_w.b.detach()))
