@@ -96,7 +96,7 @@ class Provenance:
         # argument containers being bound, and the lists, dicts and dataclasses bound (Note [Cyclic
         # arguments]): id -> (path, what the program sees)
         self._binding: dict[int, tuple[Path, Any]] = {}
-        # every list, dict and set reached: id -> (type, first path) (Note [Containers reached twice])
+        # every list, dict, set and deque reached: id -> (type, first path) (Note [Containers reached twice])
         self._mutable: dict[int, tuple[type, Path]] = {}
         self._reached_again: list[tuple[type, Path, Path]] = []  # (type, path, the first path)
         self._appended: dict[int, Path] = {}  # list arguments bound as only appended to: id -> path
@@ -543,8 +543,8 @@ class Provenance:
                 self._remember_object(item, item_path)
 
     # Note [Containers reached twice]
-    # Guards read a container's contents as the call starts; the program's writes into a list, dict or
-    # set are replayed after the computation (jitcore/jit/effects.py). Both are per path, so what one
+    # Guards read a container's contents as the call starts; the program's writes into a list, dict,
+    # set or deque are replayed after the computation (jitcore/jit/effects.py). Both are per path, so what one
     # path's write does to what another path reads depends on whether the two are the same object:
     # ``a.append(1); len(b)`` is 1 when ``a is b`` and 0 otherwise. So when the program wrote into a
     # container, the reached containers of its type are related as when traced: one reached again
@@ -558,7 +558,7 @@ class Provenance:
     # A list argument only appended to that is reached another way as well is read after all:
     # ``appended_read`` asks for a pass that binds it whole.
     def reach_container(self, value: list | dict | set, path: Path) -> None:
-        """Record a list, dict or set reached at ``path`` (Note [Containers reached twice])."""
+        """Record a list, dict, set or deque reached at ``path`` (Note [Containers reached twice])."""
         if is_module_registry(path):
             return
         appended = self._appended.get(id(value)) if self._appended else None
@@ -590,7 +590,7 @@ class Provenance:
     # code, a C helper such as Counter's ``_count_elements``, ``d.pop``) gives the program the real
     # number: what it writes back is then a constant of the trace, right only for that value. Such a
     # counter is guarded by value (an entry per value, as before it was a counter): one the pass never
-    # bound, or one it read past the hooks (``native_reads``, jit/interpretation.py's dict methods).
+    # bound, or one it read past the hooks (``native_reads``, filled by jit/dict_reads.py).
     def _guard_counters_read_natively(self) -> None:
         # a list item walked by index is bound by key (``l[0]``): the same place, described alike
         bound = {path.describe() for path, _number in self.number_inputs}
