@@ -507,6 +507,9 @@ def getframe(depth: int = 0, /) -> object:
     return chain
 
 
+_PAST_THE_STACK = ("<sys>", 0) if sys.version_info >= (3, 12) else ("sys", 1)
+
+
 def _is_internal_frame(frame: object) -> bool:
     filename = frame.f_code.co_filename
     return "importlib" in filename and "_bootstrap" in filename
@@ -535,8 +538,8 @@ def warn(message: object, category: object = None, stacklevel: int = 1, source: 
             frame = frame.f_back
         if frame is None:
             break
-    if frame is None:
-        globals_, filename, lineno = sys.__dict__, "sys", 1
+    if frame is None:  # past the outermost frame: CPython blames "sys" (3.12+: "<sys>", line 0)
+        globals_, filename, lineno = sys.__dict__, *_PAST_THE_STACK
     else:
         globals_, filename, lineno = frame.f_globals, frame.f_code.co_filename, frame.f_lineno
     registry = globals_.setdefault("__warningregistry__", {})
