@@ -3,7 +3,10 @@
 - an MLP (64 -> 128 -> 32, batch 8) quantized with torchao's ``Int8WeightOnlyConfig``;
 - a 20-op elementwise chain on a ``__torch_function__`` subclass that counts its calls;
 - a 20-op elementwise chain on ``torch.testing._internal.logging_tensor.LoggingTensor`` (a wrapper
-  subclass without ``__tensor_flatten__``).
+  subclass without ``__tensor_flatten__``);
+- a DTensor matmul + redistribute (``x @ w`` with x Shard(0), w Replicate, then to Replicate and
+  ``full_tensor()``), world size 1 (gloo, in this process): eager runs DTensor's dispatch and sharding
+  propagation per op; a cached jitcore call runs the local ops only.
 Eager runs the subclasses' Python code on every op; jitcore resolves it while tracing and a cached
 call runs the recorded ops on plain tensors. Ratios are measured in one run (machines are shared:
 compare the ratios, not the absolute times).
@@ -19,6 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.testing._internal.logging_tensor import LoggingTensor
 
 import jitcore
@@ -39,6 +45,11 @@ def chain(x: torch.Tensor) -> torch.Tensor:
     for _ in range(5):
         x = ((x + 1) * 0.5).sin() - 0.25
     return x
+
+
+def dtensor_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    y = (x @ w).relu() + 1
+    return y.redistribute(y.device_mesh, [Replicate()]).full_tensor()
 
 
 def per_call_us(fn: Callable[..., Any], *args: Any, number: int = 200, repeat: int = 5) -> float:
@@ -63,10 +74,15 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
     Q.quantize_(model, Q.Int8WeightOnlyConfig())
     x = torch.randn(8, 64)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    mesh = init_device_mesh("cpu", (1,))
+    xs = distribute_tensor(torch.randn(16, 16), mesh, [Shard(0)])
+    ws = distribute_tensor(torch.randn(16, 16), mesh, [Replicate()])
     programs = [
         ("torchao int8 weight-only MLP", model, (x,)),
         ("__torch_function__ subclass, 20 ops", chain, (torch.randn(16, 16).as_subclass(Counted),)),
         ("LoggingTensor (no flatten), 20 ops", chain, (LoggingTensor(torch.randn(16, 16)),)),
+        ("DTensor matmul + redistribute", dtensor_matmul, (xs, ws)),
     ]
     print(f"{'program':38} {'eager us':>9} {'jitcore us':>11} {'aot_eager us':>13} "
           f"{'jit/eager':>10} {'jit/aot':>8}")
@@ -76,6 +92,7 @@ def main() -> None:
         compiled = compiled_us(fn, *args)
         print(f"{name:38} {eager:9.1f} {jitted:11.1f} {compiled:13.1f} "
               f"{jitted / eager:9.2f}x {jitted / compiled:7.2f}x")
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import Any
 import optree
 import torch
 
+from jitcore.dispatch.dtensor import DTENSOR_LOOKASIDES
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
 from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
@@ -324,4 +325,5 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     _MEMBER_GET: member_get,
     _MEMBER_SET: member_set,
     _MEMBER_DELETE: member_delete,
+    **DTENSOR_LOOKASIDES,
 }

@@ -8,7 +8,9 @@ autograd and CompositeImplicit decompositions). For each:
 - a call on plain tensors only is recorded as an aten symbol;
 - a call involving subclasses runs the subclasses' ``__torch_dispatch__`` — on the jitcore
   interpreter, with proxies — in eager's order until one does not return NotImplemented; the aten
-  ops it calls on the inner tensors are recorded as aten symbols.
+  ops it calls on the inner tensors are recorded as aten symbols;
+- a call involving a DTensor is declined: torch's C++ DTensor dispatch runs it natively, and the
+  local ops and collectives it issues come back to the mode as calls on plain tensors.
 What the mode returns (the shadow of the resulting proxy) is the object C++ continues with.
 
 Invariants:
@@ -29,6 +31,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from jitcore.dispatch.dtensor import is_natively_dispatched
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol
@@ -227,6 +230,10 @@ class ShadowDispatchMode(TorchDispatchMode):
                     if isinstance(v, SubclassTensorProxy)
                 )
             )
+        if any(is_natively_dispatched(t) for t in user_types):
+            # DTensor: torch's C++ dispatch runs natively with this mode still on the stack; the local
+            # ops and collectives it issues come back here as plain calls (dispatch/dtensor.py)
+            return NotImplemented
         if not user_types:
             out = self.symbol_for(func)(*proxy_args, **proxy_kwargs)
         else:

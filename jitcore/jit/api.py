@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
+from jitcore.dispatch.dtensor import untraced
 from jitcore.dispatch.flatten import flatten_program
 from jitcore.errors import DataDependentError, EagerOnlySubclass
 from jitcore.executors import executors_from_options, record_lowered
@@ -104,6 +105,7 @@ class JittedFunction:
         self.last_traces: list[Trace] = []
         self.last_backward_traces: list[Trace] = []
         self.last_prologue: Prologue | None = None
+        self._pass_values: Any = None  # the tensor values of the pass being traced
         self.miss_log: list[list[MissReason]] = []
         self.eager_reason: BaseException | None = None
         self.fallback_reason: BaseException | None = None  # the last call run eagerly (EagerOnlySubclass)
@@ -168,6 +170,13 @@ class JittedFunction:
                         f"jitcore: {self._label} runs eagerly from now on: {exc.summary}", stacklevel=3
                     )
                     return self.fn(*args, **kwargs)
+            except Exception as exc:  # Note [DTensor programs jitcore cannot trace]
+                reason = untraced(exc, self._pass_values)
+                if reason is None:
+                    raise
+                entry = self._eager_entry(reason)
+            finally:
+                self._pass_values = None  # its fake tensors are not kept
             if len(self._cache) >= self.cache_limit:
                 warnings.warn(
                     f"jitcore: {self._label} reached its cache limit of {self.cache_limit} entries; "
@@ -234,7 +243,7 @@ class JittedFunction:
         return entry
 
     # Note [Eager entries]
-    # A call jitcore cannot trace (a subclass it runs eagerly, JC-J002: DTensor, nested jagged tensors;
+    # A call jitcore cannot trace (a subclass it runs eagerly, JC-J002: nested jagged tensors, FSDP2;
     # an op whose output shapes depend on values under a backward inside the function, JC-T002)
     # still runs: eagerly, with one warning. It also becomes a cache entry, so that calls like it do not
     # interpret the function again each time only to fail at the same place: the entry's prologue is
@@ -281,6 +290,7 @@ class JittedFunction:
         )
         self.last_traces, self.last_backward_traces = [tracing_pass.trace], []
         self.last_prologue = tracing_pass.prologue
+        self._pass_values = tracing_pass.context.values  # what untraced() looks at
         try:
             program = self._run_pass(tracing_pass, args, kwargs)
             sizes = (

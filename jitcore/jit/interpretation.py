@@ -34,6 +34,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 import jitcore
 from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch import resolve_call
+from jitcore.dispatch.dtensor import fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.resolver import call_on_shadows
@@ -280,6 +281,7 @@ class Pass:
             lookasides=numbers.with_number_lookasides({
                 **dict(TORCH_TABLE.callables()),
                 **DISPATCH_LOOKASIDES,
+                **fsdp_lookasides(),
                 **self.autograd.lookasides(),
                 **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
@@ -759,8 +761,8 @@ def _is_stored_attribute(obj: Any, name: str) -> bool:
     return False
 
 
-_IDENTITY_FUNCTIONS = frozenset({id, hash, operator.is_, operator.is_not, operator.contains, operator.eq,
-                                  operator.ne, operator.countOf, operator.indexOf})
+_IDENTITY_FUNCTIONS = (id, hash, operator.is_, operator.is_not, operator.contains, operator.eq,
+                       operator.ne, operator.countOf, operator.indexOf)
 _HASHING_TYPES = (dict, set, frozenset)
 _KEY_METHODS = frozenset({"__getitem__", "__setitem__", "__delitem__", "__contains__", "get", "pop",
                           "setdefault", "add", "discard", "remove"})
@@ -772,7 +774,7 @@ def _identity_arguments(fn: Any, args: tuple) -> tuple:
     """The arguments whose identity ``fn`` may look at: all of them for ``id``/``hash``/``is``, the key
     of a dict's or set's key method (hashed by identity), the value a sequence searches for (compared
     with the default ``==``)."""
-    if fn in _IDENTITY_FUNCTIONS:
+    if any(fn is f for f in _IDENTITY_FUNCTIONS):  # not ``in``: a pybind11 property getter is unhashable
         return args
     if not args:
         return ()

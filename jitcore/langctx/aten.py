@@ -93,6 +93,8 @@ def op_symbol(op: OpOverload) -> Symbol:
     path; its outputs come from the op's fake (meta) kernel."""
     if is_aten_op(op):
         return aten_symbol(op)
+    if op.namespace == "_c10d_functional" and op._opname == "_wrap_tensor_autograd":  # noqa: SLF001
+        op = torch.ops._c10d_functional.wait_tensor.default  # Note [Collectives are waited for]
     symbol = _OTHER_OPS.get(op)
     if symbol is None:
         path = f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}"
@@ -108,6 +110,12 @@ def op_symbol(op: OpOverload) -> Symbol:
     return symbol
 
 
+# Note [Collectives are waited for]
+# Eagerly, a functional collective's result (``torch.ops._c10d_functional.all_gather_into_tensor``,
+# issued by DTensor's redistribution) is wrapped by ``_wrap_tensor_autograd`` in an
+# ``AsyncCollectiveTensor``, a subclass that waits for the collective at its first use. Recorded, it
+# is ``wait_tensor`` where it is made, as torch.compile traces it (``_are_we_tracing``): the values are
+# the same, and a cached call runs no subclass dispatch.
 def operator_symbol(fn: Any) -> Symbol | None:
     """What records a call of ``fn`` when it is an operator the interpreter reaches as a callable: an
     aten op (overload or packet), an overload of any other namespace, or such a packet with one

@@ -129,6 +129,10 @@ class TensorValues:
         proxy = self._by_shadow.get(id(shadow))
         return proxy if proxy is not None and proxy.shadow is shadow else None
 
+    def proxies(self) -> list[TensorProxy]:
+        """The proxies of this trace's values so far (plain and subclass)."""
+        return list(self._by_shadow.values())
+
     def bind(self, shadow: torch.Tensor, proxy: TensorProxy) -> None:
         """Make ``proxy`` the one of ``shadow`` (a subclass value, whose shadow its class built)."""
         self._by_shadow[id(shadow)] = proxy

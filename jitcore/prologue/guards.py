@@ -24,7 +24,7 @@ import torch
 from jitcore.langctx.python import members
 from jitcore.prologue.paths import Path, safe_repr
 from jitcore.prologue.shape_guards import shape_check, shape_describe, shape_render
-from jitcore.proxies.protocol import tensor_flatten
+from jitcore.proxies.protocol import WithConstants, tensor_flatten
 
 __all__ = [
     "GUARD_KINDS",
@@ -468,6 +468,13 @@ def flatten_failure(value: Any, expected: tuple) -> str | None:
     got_names, got_ctx = tensor_flatten(value)
     if tuple(got_names) != names:
         return f".__tensor_flatten__(): expected inner tensors {list(names)}, got {list(got_names)}"
+    if type(ctx) is WithConstants:  # DTensor's device mesh: the computation rebuilds outputs with it
+        if type(got_ctx) is not WithConstants or [n for n, _ in ctx[1]] != [n for n, _ in got_ctx[1]]:
+            return f".__tensor_flatten__(): expected ctx {ctx!r}, got {got_ctx!r}"
+        for (name, constant), (_, got) in zip(ctx[1], got_ctx[1]):
+            if got is not constant:
+                return f".{name}: expected the object the trace holds ({_short(constant)}), got {_short(got)}"
+        ctx, got_ctx = ctx[0], got_ctx[0]
     metadata_guard = getattr(cls, "__metadata_guard__", None)
     same = metadata_guard(ctx, got_ctx) if metadata_guard is not None else same_ctx(ctx, got_ctx)
     return None if same else f".__tensor_flatten__(): expected ctx {ctx!r}, got {got_ctx!r}"

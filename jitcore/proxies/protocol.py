@@ -36,10 +36,6 @@ _TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # noqa: SLF001
 # Subclasses jitcore runs eagerly (jitcore.errors.EagerOnlySubclass), by the class that defines them,
 # and why. A subclass of one of them inherits its reason.
 _EAGER_ONLY = {
-    "torch.distributed.tensor.DTensor": (
-        "DTensor's operations are dispatched by torch's C++ DTensor dispatcher (its Python "
-        "__torch_dispatch__ only re-enters it), which tracing cannot run on traced values"
-    ),
     "torch.nested._internal.nested_tensor.NestedTensor": (
         "a nested jagged tensor's ragged size is a nested int (a SymInt of torch's ShapeEnv), which "
         "jitcore's tracing does not carry yet"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import optree
 import torch
 
 import jitcore
@@ -22,6 +23,8 @@ from jitcore.diagnostics.boundary import runs_as_function_apply
 from jitcore.interpreter import current_run
 from jitcore.ir import Symbol, current_context
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.protocol import tensor_flatten
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_function"]
 
@@ -38,6 +41,7 @@ class TracingContext:
         self.needs_input_grad = tuple(isinstance(a, TensorProxy) and a.requires_grad for a in args)
         self.saved_tensors: tuple[Any, ...] = ()
         self.materialize_grads = True
+        self.non_differentiable: tuple[Any, ...] = ()
 
     def save_for_backward(self, *tensors: Any) -> None:
         self.saved_tensors = tensors
@@ -46,7 +50,7 @@ class TracingContext:
         pass
 
     def mark_non_differentiable(self, *tensors: Any) -> None:
-        pass
+        self.non_differentiable = tensors
 
     def mark_dirty(self, *tensors: Any) -> None:
         pass
@@ -76,8 +80,58 @@ def _forward(cls: type, *args: Any, **kwargs: Any) -> Any:
     if _uses_setup_context(cls):
         output = call(cls.forward, *args, **kwargs)
         call(cls.setup_context, ctx, args, output)
-        return output
-    return call(cls.forward, ctx, *args, **kwargs)
+    else:
+        output = call(cls.forward, ctx, *args, **kwargs)
+    _require_grad_as_apply(output, (args, kwargs), ctx)
+    return output
+
+
+def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext) -> None:
+    """``Function.apply`` makes the floating outputs require grad when an input does, whatever the
+    forward computed them from (DTensor's ``to_local`` returns its local tensor, which does not).
+    Such an output's shadow is joined to the inputs' in the shadow graph (``_Joined``), so the
+    program after the call sees eager's ``requires_grad`` and a backward inside it reaches eager's
+    leaves; the gradients themselves are the Function's backward's, computed at the replay."""
+    if not torch.is_grad_enabled():
+        return
+    tensors = [v for v in optree.tree_leaves(inputs, none_is_leaf=True) if isinstance(v, TensorProxy)]
+    needing = [v for v in tensors if v.requires_grad]
+    if not needing:
+        return
+    excluded = {id(t) for t in (*ctx.non_differentiable, *tensors)}  # an input returned stays itself
+    for value in optree.tree_leaves(output, none_is_leaf=True):
+        if not isinstance(value, TensorProxy) or id(value) in excluded \
+                or not (value.dtype.is_floating_point or value.dtype.is_complex):
+            continue
+        shadow = value.shadow
+        if shadow.requires_grad and shadow.grad_fn is not None:
+            continue  # computed from the inputs on the shadow graph
+        values = current_context().values
+        with values.fake_mode:
+            joined = _Joined.apply(shadow.detach(), *(v.shadow for v in needing))
+        if isinstance(value, SubclassTensorProxy):
+            # the joined wrapper keeps the inner tensors (shadows mapped to their proxies) of the
+            # one the forward made (a DTensor made with requires_grad=True is a leaf of its own)
+            for name in tensor_flatten(shadow)[0]:
+                object.__setattr__(joined, name, getattr(shadow, name))
+            value.set_shadow(joined)
+        else:
+            value.shadow = joined
+        values.bind(joined, value)
+
+
+class _Joined(torch.autograd.Function):
+    """An alias of a shadow whose autograd node has the given shadows as its inputs (pass 1 finds a
+    backward's leaves and the gradients' metadata on this graph; the values are the replay's)."""
+
+    @staticmethod
+    def forward(ctx: Any, shadow: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        ctx.inputs = inputs
+        return shadow.view_as(shadow)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return (None, *(torch.zeros_like(i) for i in ctx.inputs))
 
 
 AUTOGRAD_FUNCTION = Symbol(

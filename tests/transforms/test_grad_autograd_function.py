@@ -104,3 +104,37 @@ def test_a_function_on_a_tensor_subclass() -> None:
     eager, jitted = grads
     assert type(jitted) is type(eager) is TwoTensor
     torch.testing.assert_close((jitted.a, jitted.b), (eager.a, eager.b))
+
+
+class DetachedDouble(torch.autograd.Function):
+    """A forward computed from a detached input, and another output marked non-differentiable:
+    apply makes the first require grad (its backward is the Function's), not the second."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.detach() * 2
+        mask = (x > 0).to(x.dtype)
+        ctx.mark_non_differentiable(mask)
+        return y, mask
+
+    @staticmethod
+    def backward(ctx, grad, _mask_grad):
+        return grad * 3
+
+
+def test_a_forward_computed_from_detached_tensors_gives_outputs_that_require_grad() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y, mask = DetachedDouble.apply(x)
+        loss = (y * mask).sum()
+        loss.backward()  # raised: "element 0 of tensors does not require grad"
+        return loss, y.requires_grad, mask.requires_grad
+
+    jitted = jitcore.jit(f)
+    for _ in range(2):
+        x = torch.randn(5, requires_grad=True)
+        ex = x.detach().clone().requires_grad_(True)
+        out, expected = jitted(x), f(ex)
+        torch.testing.assert_close(out[0], expected[0])
+        assert out[1:] == expected[1:] == (True, False)
+        torch.testing.assert_close(x.grad, ex.grad)
+    assert jitcore.cache_hits(jitted) == 1

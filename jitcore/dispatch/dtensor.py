@@ -1,0 +1,108 @@
+"""DTensor (``torch.distributed.tensor``): dispatched by torch's own C++ DTensor dispatcher on shadows.
+
+DTensor's ``__torch_dispatch__`` is not where its operations are decided: the C++ dispatcher
+(``dispatchDTensorOp``, torch #167051) propagates sharding (metadata only), redistributes the
+arguments' local tensors (functional collectives, ``torch.ops._c10d_functional.*``), runs the op on
+the local tensors and wraps the results. So a DTensor is traced the way AOTAutograd traces it: its
+shadow is a real DTensor over a fake local tensor (``__tensor_flatten__``: ``_local_tensor``; the
+ctx is its placements, tensor meta, shard order and requires_grad; the device mesh rides along as a
+constant, proxies/protocol.py ``WithConstants``, guarded by identity since outputs are rebuilt with
+it: prologue/guards.py ``flatten_failure``), the resolving mode declines an aten call on a
+DTensor (``NotImplemented``), and torch runs its C++ DTensor dispatch natively with the mode back
+on the stack, so the local aten ops and collectives it issues reach the mode as plain-tensor calls
+and are recorded (dispatch/resolver.py). A cached call runs those local ops and collectives only.
+
+Invariants:
+- only a class whose ``__torch_dispatch__`` is DTensor's own is dispatched natively (a subclass of
+  DTensor with a dispatch of its own is resolved as other subclasses are; not tested);
+- a DTensor that DTensor's Python code builds around a traced local tensor (``DTensor(local, spec,
+  requires_grad=...)``: ``from_local``, ``redistribute``, ``full_tensor``'s autograd functions) is
+  a proxy of DTensor whose shadow torch built around the local tensor's shadow;
+- a functional collective's result is waited for where it is made (``wait_tensor``, as under
+  torch.compile), not wrapped in an ``AsyncCollectiveTensor`` (Note [Collectives are waited for],
+  langctx/aten.py): the values are eager's and no subclass reaches the executed trace;
+- what does not trace runs eagerly, never raises or guesses: FSDP2's hooks (``fsdp_lookasides``),
+  and any DTensor program whose tracing raised (``untraced``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from jitcore.errors import EagerOnlySubclass
+from jitcore.ir import current_context
+
+__all__ = ["DTENSOR_LOOKASIDES", "fsdp_lookasides", "is_natively_dispatched", "untraced"]
+
+_DTENSOR_NEW = getattr(torch.Tensor, "_dtensor__new__", None)  # DTensor.__new__ (torch #167051)
+
+
+def is_natively_dispatched(cls: type) -> bool:
+    """Whether torch's C++ DTensor dispatcher decides the operations on values of ``cls``."""
+    dtensor = _dtensor_class()
+    if dtensor is None or not issubclass(cls, dtensor):
+        return False
+    return getattr(cls.__torch_dispatch__, "__func__", None) is dtensor.__torch_dispatch__.__func__
+
+
+def _dtensor_class() -> type | None:
+    """DTensor's class, if torch.distributed.tensor is imported (a DTensor value implies it is)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
+
+
+def dtensor_new(cls: type, local_tensor: Any, spec: Any, *, requires_grad: bool = False) -> Any:
+    """``DTensor(local_tensor, spec, requires_grad=...)`` (``torch.Tensor._dtensor__new__``): around a
+    traced local tensor, a proxy of ``cls`` whose shadow torch builds around the local tensor's."""
+    from jitcore.dispatch.resolver import DispatchState
+    from jitcore.proxies.tensor import TensorProxy
+
+    context = current_context()
+    if context is None or context.values is None or not isinstance(local_tensor, TensorProxy):
+        return _DTENSOR_NEW(cls, local_tensor, spec, requires_grad=requires_grad)
+    state = DispatchState.of_current()
+    shadow = _DTENSOR_NEW(cls, state.shadow_of(local_tensor), spec, requires_grad=requires_grad)
+    return state.adopt(shadow)
+
+
+DTENSOR_LOOKASIDES: dict[Any, Any] = {_DTENSOR_NEW: dtensor_new} if _DTENSOR_NEW is not None else {}
+
+
+def fsdp_lookasides() -> dict[Any, Any]:
+    """FSDP2's (``fully_shard``) forward hooks, when FSDP2 is imported: reaching one makes the call run
+    eagerly before any of its code runs. Its hooks all-gather the parameters into storage they resize
+    in place and swap the module's parameters (state the trace does not model); interpreted part
+    way, the module's FSDP state would be left half-initialized for the eager run."""
+    module = sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_state")
+    if module is None:
+        return {}
+    return {vars(module.FSDPState)[name]: _refuse_fsdp for name in ("_pre_forward", "_post_forward")}
+
+
+def _refuse_fsdp(*args: Any, **kwargs: Any) -> Any:
+    raise EagerOnlySubclass(
+        "a fully_shard (FSDP2) module's forward hook is reached: its hooks all-gather parameters into "
+        "storage resized in place and swap the module's parameters, which tracing does not model"
+    )
+
+
+# Note [DTensor programs jitcore cannot trace]
+# Tracing runs DTensor's own Python (``redistribute``, ``from_local``, the tensor-parallel styles'
+# hooks) and C++ dispatch on traced values; where some of it cannot be traced (an op or a library
+# call jitcore does not record, a collective without a traced form), the error is the reason the call runs
+# eagerly (an eager entry, Note [Eager entries] in jit/api.py), never raised: eager is what the call
+# computes, and an error of the program itself is then raised by the eager run, as eagerly.
+def untraced(error: Exception, values: Any) -> EagerOnlySubclass | None:
+    """The reason a call runs eagerly when tracing it raised ``error`` after meeting a DTensor value
+    (None when it met none: the error is the program's or jitcore's, raised as usual)."""
+    if values is None or not any(is_natively_dispatched(p.python_type) for p in values.proxies()):
+        return None
+    message = str(error).strip().splitlines()
+    reason = EagerOnlySubclass(
+        f"tracing a DTensor program raised {type(error).__name__}: {message[0] if message else ''}"
+    )
+    reason.__cause__ = error
+    return reason

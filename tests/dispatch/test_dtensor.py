@@ -1,0 +1,322 @@
+"""DTensor (torch.distributed.tensor, gloo on 127.0.0.1) traced, differentially against eager.
+
+torch's C++ DTensor dispatch runs natively on the shadows while tracing, so the executed trace holds
+the local tensors' aten ops and the functional collectives only (jitcore/dispatch/dtensor.py). Each
+program is compared with eager: output type (an AsyncCollectiveTensor eager returns counts as the
+plain tensor it waits for), placements, mesh, local tensor, full tensor, gradients; the second call
+is a cache hit, and on it no operation reaches DTensor's dispatch (counted by a dispatch mode that
+lets DTensor handle every call it sees). World size 1 runs in this process; world size 2 spawns two
+processes on 127.0.0.1 inside the test and always ends them.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import traceback
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import jitcore
+from jitcore.errors import EagerOnlySubclass
+
+
+# --- comparing with eager ------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    return value.wait() if isinstance(value, AsyncCollectiveTensor) else value
+
+
+def _same(actual: Any, expected: Any) -> None:
+    requires_grad = getattr(expected, "requires_grad", None)  # an AsyncCollectiveTensor's own
+    actual, expected = _plain(actual), _plain(expected)
+    assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, (tuple, list)):
+        for a, e in zip(actual, expected, strict=True):
+            _same(a, e)
+    elif isinstance(expected, DTensor):
+        assert actual.placements == expected.placements
+        assert actual.device_mesh == expected.device_mesh
+        assert actual.requires_grad == expected.requires_grad
+        torch.testing.assert_close(_plain(actual.to_local()), _plain(expected.to_local()))
+        torch.testing.assert_close(_plain(actual.full_tensor()), _plain(expected.full_tensor()))
+    elif isinstance(expected, torch.Tensor):
+        assert actual.requires_grad == requires_grad
+        torch.testing.assert_close(actual, expected)
+    else:
+        assert actual == expected
+
+
+class _DTensorDispatches(TorchDispatchMode):
+    """Counts the operations that reach DTensor's dispatch (each is then handled by DTensor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(
+        self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        if any(issubclass(t, DTensor) for t in types):
+            self.count += 1
+            return NotImplemented
+        return func(*args, **(kwargs or {}))
+
+
+def _dtensor_dispatches(fn: Callable[..., Any], *args: Any) -> int:
+    with _DTensorDispatches() as mode:
+        fn(*args)
+    return mode.count
+
+
+# --- the programs --------------------------------------------------------------------------------
+def _inputs(mesh: DeviceMesh, requires_grad: bool = False) -> tuple[DTensor, DTensor]:
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    return (distribute_tensor(a, mesh, [Shard(0)]).requires_grad_(requires_grad),
+            distribute_tensor(b, mesh, [Replicate()]))
+
+
+def _programs(mesh: DeviceMesh) -> dict[str, Callable[..., Any]]:
+    def made_inside(x: DTensor, y: DTensor) -> Any:
+        local = DTensor.from_local(x.to_local() * 3, mesh, [Shard(0)])
+        return local + y, local.full_tensor()
+
+    return {
+        "pointwise": lambda x, y: x * 2 + y,
+        "matmul": lambda x, y: x @ y,
+        "replicate_matmul_shard": lambda x, y: y @ x,
+        "reduction": lambda x, y: (x * y).sum(),
+        "redistribute_to_replicate": lambda x, y: x.redistribute(mesh, [Replicate()]) + y,
+        "redistribute_to_shard": lambda x, y: y.redistribute(mesh, [Shard(1)]) * 2,
+        "full_tensor": lambda x, y: (x + 1).full_tensor(),
+        "to_local": lambda x, y: (x @ y).to_local(),
+        "from_local_inside": made_inside,
+    }
+
+
+def _check_program(name: str, program: Callable[..., Any], mesh: DeviceMesh) -> None:
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")  # traced: no eager entry
+        _same(jitted(*_inputs(mesh)), program(*_inputs(mesh)))
+        _same(jitted(*_inputs(mesh)), program(*_inputs(mesh)))
+    assert jitted.fallback_reason is None, name
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1), name
+    # a warm call runs the local ops and collectives only; eagerly, DTensor dispatches each op
+    assert _dtensor_dispatches(jitted, *_inputs(mesh)) == 0, name
+    assert jitcore.cache_hits(jitted) == 2, name
+    assert _dtensor_dispatches(program, *_inputs(mesh)) > 0, name
+
+
+def _check_gradients(mesh: DeviceMesh) -> None:
+    def backward_inside(x: DTensor, y: DTensor) -> DTensor:
+        loss = (x @ y).sum()
+        loss.backward()
+        return loss
+
+    def through_full_tensor(x: DTensor, y: DTensor) -> torch.Tensor:
+        loss = (x * y).full_tensor().sum()
+        loss.backward()
+        return loss
+
+    def through_redistribute(x: DTensor, y: DTensor) -> torch.Tensor:
+        out = (x * 2).redistribute(mesh, [Replicate()]).to_local().sum()
+        out.backward()
+        return out
+
+    def through_from_local(x: DTensor, y: DTensor) -> DTensor:
+        made = DTensor.from_local(x.to_local() * 3, mesh, [Shard(0)])
+        loss = (made * made + y).sum()
+        loss.backward()
+        return loss
+
+    for program in (backward_inside, through_full_tensor, through_redistribute, through_from_local):
+        jitted = jitcore.jit(program)
+        for _ in range(2):
+            (x, y), (ex, ey) = _inputs(mesh, True), _inputs(mesh, True)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", message="jitcore")
+                _same(jitted(x, y), program(ex, ey))
+            _same(x.grad, ex.grad)
+        assert jitcore.cache_hits(jitted) == 1, program.__name__
+
+    # an output with gradients, differentiated outside the function
+    matmul = lambda x, y: (x @ y).to_local()  # noqa: E731
+    jitted = jitcore.jit(matmul)
+    for _ in range(2):
+        (x, y), (ex, ey) = _inputs(mesh, True), _inputs(mesh, True)
+        out, expected = jitted(x, y), matmul(ex, ey)
+        _same(out, expected)
+        (out * out).sum().backward()
+        (expected * expected).sum().backward()
+        _same(x.grad, ex.grad)
+    assert jitcore.cache_hits(jitted) == 1
+
+
+def _check_tensor_parallel(mesh: DeviceMesh) -> None:
+    torch.manual_seed(1)
+    base = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    plan = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+    model = parallelize_module(copy.deepcopy(base), mesh, plan)
+    reference = parallelize_module(copy.deepcopy(base), mesh, plan)
+    x = torch.randn(3, 8)
+
+    def step(m: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+        out = m(inputs)
+        out.sum().backward()
+        return out
+
+    jitted = jitcore.jit(step)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")
+        for _ in range(3):  # the first call finds no .grad, the next ones accumulate into it
+            _same(jitted(model, x), step(reference, x))
+            for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters(), strict=True):
+                assert isinstance(p, DTensor), name
+                _same(p.grad, q.grad)
+    assert jitted.fallback_reason is None
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 1), jitted.miss_log
+    forward = jitcore.jit(model)
+    _same(forward(x), reference(x))
+    assert _dtensor_dispatches(forward, x) == 0 and jitcore.cache_hits(forward) == 1
+    assert _dtensor_dispatches(reference, x) > 0
+
+
+def _check_fully_shard_runs_eagerly(mesh: DeviceMesh) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(2)
+    base = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def sharded() -> nn.Module:
+        model = copy.deepcopy(base)
+        for layer in (model[0], model[2], model):
+            fully_shard(layer, mesh=mesh)
+        return model
+
+    def step(m: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+        out = m(inputs)
+        out.sum().backward()
+        return out
+
+    model, reference, x = sharded(), sharded(), torch.randn(3, 8)
+    jitted = jitcore.jit(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            _same(jitted(model, x), step(reference, x))
+            for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+                _same(p.grad, q.grad)
+    assert isinstance(jitted.fallback_reason, EagerOnlySubclass)
+    assert "fully_shard" in str(jitted.fallback_reason)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
+
+
+def _check_guards(mesh: DeviceMesh) -> None:
+    jitted = jitcore.jit(lambda x, y: x * 2 + y)
+    a, b = _inputs(mesh)
+    _same(jitted(a, b), a * 2 + b)
+    _same(jitted(b, a), b * 2 + a)  # other placements: another entry
+    named = init_device_mesh("cpu", (mesh.size(),), mesh_dim_names=("tp",))
+    c = distribute_tensor(a.full_tensor(), named, [Shard(0)])
+    d = distribute_tensor(b.full_tensor(), named, [Replicate()])
+    out = jitted(c, d)  # another mesh: another entry, and the output is on the caller's mesh
+    _same(out, c * 2 + d)
+    assert out.device_mesh is named
+    # an equal mesh that is another object: another entry too, since the computation rebuilds
+    # outputs with the mesh it traced and runs the collectives on that mesh's groups
+    equal = DeviceMesh("cpu", list(range(mesh.size())))
+    assert equal == mesh and equal is not mesh
+    e = DTensor.from_local(a.to_local(), equal, [Shard(0)])
+    f = DTensor.from_local(b.to_local(), equal, [Replicate()])
+    _same(jitted(e, f), e * 2 + f)  # (eagerly too, the output's mesh is only equal to the inputs')
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (4, 0)
+    _same(jitted(a, b), a * 2 + b)
+    assert jitcore.cache_hits(jitted) == 1
+
+
+CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
+    "gradients": _check_gradients,
+    "tensor_parallel": _check_tensor_parallel,
+    "fully_shard": _check_fully_shard_runs_eagerly,
+    "guards": _check_guards,
+}
+
+
+# --- world size 1, in this process ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def mesh() -> Any:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1,))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("name", list(_programs(None)))  # type: ignore[arg-type]
+def test_dtensor_program_world_size_1(mesh: DeviceMesh, name: str) -> None:
+    _check_program(name, _programs(mesh)[name], mesh)
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
+def test_dtensor_world_size_1(mesh: DeviceMesh, check: str) -> None:
+    CHECKS[check](mesh)
+
+
+# --- world size 2: two processes on 127.0.0.1 ------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, world_size: int, port: int, failures: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        mesh = init_device_mesh("cpu", (world_size,))
+        checks = {**{f"program {n}": (lambda m, n=n, p=p: _check_program(n, p, m))
+                     for n, p in _programs(mesh).items()}, **CHECKS}
+        for name, check in checks.items():
+            try:
+                check(mesh)
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                failures.put(f"rank {rank} {name}: {type(exc).__name__}: {exc} (line {where.lineno})")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dtensor_world_size_2() -> None:
+    context = mp.get_context("spawn")
+    failures = context.Queue()
+    port = _free_port()
+    processes = [context.Process(target=_rank, args=(rank, 2, port, failures)) for rank in range(2)]
+    for p in processes:
+        p.start()
+    try:
+        for p in processes:
+            p.join(timeout=400)
+    finally:
+        for p in processes:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    found = []
+    while not failures.empty():
+        found.append(failures.get())
+    assert found == []
+    assert [p.exitcode for p in processes] == [0, 0]
