@@ -95,12 +95,20 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
         return call_class(run, fn, args, kwargs)
     try:
         replacement = lookasides.get(canonical(fn))
-    except TypeError:  # an unhashable callable object cannot have a lookaside
+    except (TypeError, ValueError):  # unhashable (a weakref to a writable memoryview): no lookaside
         replacement = None
     if replacement is not None:
+        given = args
         if (t is BuiltinMethodType or t is MethodWrapperType) and canonical(fn) is not fn:
             args = (fn.__self__, *args)
-        return replacement(*args, **kwargs) if kwargs else replacement(*args)
+        try:
+            return replacement(*args, **kwargs) if kwargs else replacement(*args)
+        except TypeError as exc:
+            if exc.__traceback__ is None or exc.__traceback__.tb_next is not None:
+                raise
+        # the arguments do not bind to the lookaside's Python signature: the builtin's own error
+        # (``getattr()`` without arguments: "getattr expected at least 2 arguments, got 0")
+        return fn(*given, **kwargs) if kwargs else fn(*given)
     if t in NATIVE_CALLABLES:
         return opaque(run, fn, args, kwargs)
     if isinstance(fn, type):

@@ -14,11 +14,15 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 
 import dataclasses
-import dis
 import inspect
 import sys
 from dataclasses import dataclass
 from types import CodeType
+from typing import Any
+
+from jitcore.interpreter.private_modules import private_copy
+
+dis = private_copy("dis")  # decoding must not see a program's builtins.len (private_modules.py)
 
 __all__ = ["CODE_INFO", "CodeInfo", "ExceptionEntry", "Instruction", "decode"]
 
@@ -171,7 +175,7 @@ _DROPPED = frozenset(dis.opmap[name] for name in ("PRECALL", "EXTENDED_ARG", "NO
 _RESUME = dis.opmap["RESUME"]
 
 
-def _dropped(ins: dis.Instruction) -> bool:
+def _dropped(ins: Any) -> bool:  # a dis.Instruction
     # RESUME 0 (function start) is dropped too; RESUME after a yield (arg >= 1) is kept
     return ins.opcode in _DROPPED or (ins.opcode == _RESUME and not ins.arg)
 

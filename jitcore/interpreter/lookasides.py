@@ -20,6 +20,7 @@ import __future__
 import abc
 import builtins
 import functools
+import operator
 import sys
 import types
 import warnings
@@ -73,12 +74,12 @@ def _through(run: Run, fn: object) -> object:
     return _Interpreted(run, fn)
 
 
-def map_(fn: object, *iterables: object) -> map:
+def map_(fn: object, /, *iterables: object) -> map:
     """map() whose function is interpreted."""
     return map(_through(_run(), fn), *iterables)
 
 
-def filter_(fn: object, iterable: object) -> filter:
+def filter_(fn: object, iterable: object, /) -> filter:
     """filter() whose predicate is interpreted."""
     return filter(_through(_run(), fn), iterable)
 
@@ -128,10 +129,10 @@ def iter_(*args: object) -> object:
     return get_iter(run, obj)
 
 
-def next_(it: object, *default: object) -> object:
+def next_(it: object, /, *default: object) -> object:
     """next() with a Python __next__ interpreted."""
     f = getattr(type(it), "__next__", None)
-    if type(f) is FunctionType:
+    if type(f) is FunctionType and len(default) <= 1:
         try:
             return call(_run(), f, (it,), None)
         except StopIteration:
@@ -141,10 +142,10 @@ def next_(it: object, *default: object) -> object:
     return next(it, *default)
 
 
-def getattr_(obj: object, name: object, *default: object) -> object:
+def getattr_(obj: object, name: object, /, *default: object) -> object:
     """getattr() through the interpreter's attribute protocol (and ``hooks.on_load_attr``)."""
     run = _run()
-    if type(name) is not str:
+    if type(name) is not str or len(default) > 1:  # (the builtin's errors for these)
         return getattr(obj, name, *default)
     try:
         value = load_attr(run, obj, name)
@@ -158,7 +159,7 @@ def getattr_(obj: object, name: object, *default: object) -> object:
     return value
 
 
-def hasattr_(obj: object, name: object) -> bool:
+def hasattr_(obj: object, name: object, /) -> bool:
     """hasattr() through the interpreter's attribute protocol."""
     if type(name) is not str:
         return hasattr(obj, name)
@@ -185,7 +186,7 @@ def _python_check_in(classes: tuple, attr: str, depth: int = 0) -> bool:
     return False
 
 
-def isinstance_(obj: object, cls: object) -> bool:
+def isinstance_(obj: object, cls: object, /) -> bool:
     """isinstance() with a Python ``__instancecheck__`` interpreted."""
     if type(obj) is cls:
         return True
@@ -201,7 +202,7 @@ def isinstance_(obj: object, cls: object) -> bool:
     return _native_isinstance(obj, cls)
 
 
-def issubclass_(sub: object, cls: object) -> bool:
+def issubclass_(sub: object, cls: object, /) -> bool:
     """issubclass() with a Python ``__subclasscheck__`` interpreted."""
     if type(cls) is tuple:
         if not _native_isinstance(sub, type) or not _python_check_in(cls, "__subclasscheck__"):
@@ -369,7 +370,7 @@ def compile_(source: object, filename: object, mode: object, flags: int = 0, don
              optimize: int = -1, *, _feature_version: int = -1) -> object:
     """compile() inheriting the calling interpreted frame's __future__ flags."""
     if not dont_inherit:
-        flags |= _caller_future_flags()
+        flags = operator.index(flags) | _caller_future_flags()
     return compile(source, filename, mode, flags, True, optimize, _feature_version=_feature_version)
 
 

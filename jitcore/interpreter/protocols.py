@@ -100,7 +100,7 @@ def _looked_aside(run: Run, f: object) -> bool:
         return False
     try:
         return f in run.lookasides
-    except TypeError:  # unhashable
+    except (TypeError, ValueError):  # unhashable
         return False
 
 

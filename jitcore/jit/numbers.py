@@ -154,7 +154,7 @@ def keeps_numbers(fn: Any) -> bool:
         return True
     try:
         return fn in _PASSES_NUMBERS
-    except TypeError:  # an unhashable callable
+    except (TypeError, ValueError):  # an unhashable callable
         return False
 
 

@@ -44,7 +44,7 @@ class SymbolTable:
         """What runs instead of ``fn`` while tracing, or None when ``fn`` is not in the table."""
         try:
             return self._by_callable.get(fn)
-        except TypeError:  # unhashable callables are never in the table
+        except (TypeError, ValueError):  # unhashable callables (a weakref to a memoryview) are never in it
             return None
 
     def symbol(self, symbol_id: str) -> Symbol:

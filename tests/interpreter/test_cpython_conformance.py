@@ -74,6 +74,13 @@ NATIVE_COUNTS_311 = {
     "test_operator": 94,
     "test_string": 38,
     "test_abc": 36,
+    "test_call": 165,
+    "test_dynamic": 11,
+    "test_exception_group": 49,
+    "test_exception_variations": 30,
+    "test_baseexception": 11,
+    "test_dictviews": 16,
+    "test_contains": 4,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
@@ -123,6 +130,13 @@ NATIVE_COUNTS_313 = {
     "test_operator": 106,
     "test_string": 38,
     "test_abc": 36,
+    "test_call": 184,
+    "test_dynamic": 11,
+    "test_exception_group": 50,
+    "test_exception_variations": 30,
+    "test_baseexception": 11,
+    "test_dictviews": 16,
+    "test_contains": 4,
 }
 NATIVE_COUNTS = {(3, 11): NATIVE_COUNTS_311, (3, 13): NATIVE_COUNTS_313}[sys.version_info[:2]]
 

@@ -111,3 +111,69 @@ def test_map_and_filter_of_interpreted_functions_pickle() -> None:
 
 def _double(x):
     return 2 * x
+
+
+def _len_of_three() -> int:
+    return len([1, 2, 3])
+
+
+def test_a_builtin_replaced_in_the_builtins_module() -> None:
+    """The program sees the replacement; the interpreter's own decoding does not (it broke on ``dis``)."""
+    import builtins
+
+    def program():
+        before = _len_of_three()
+        builtins.len = lambda x: 7
+        try:
+            return before, _len_of_three(), (lambda: len("ab"))()
+        finally:
+            builtins.len = len_
+
+    len_ = len
+    assert check(program) == (3, 7, 7)
+
+
+def test_globals_that_are_a_dict_subclass_with_missing() -> None:
+    class Globals(dict):
+        def __missing__(self, key):
+            if not key.startswith("_n"):
+                raise KeyError(key)  # then LOAD_GLOBAL looks in the builtins
+            return int(key.removeprefix("_n"))
+
+    def program():
+        return eval("lambda: _n1 + _n2 + len('abc')", Globals())()
+
+    assert check(program) == 6
+
+
+@pytest.mark.parametrize("call", [
+    lambda: getattr(),
+    lambda: getattr(1, "real", 2, 3),
+    lambda: hasattr(1, x="real"),
+    lambda: next(x=iter([])),
+    lambda: getattr(1, name="real"),
+    lambda: next(iter([]), 1, 2),
+])
+def test_argument_errors_of_builtins_with_lookasides(call) -> None:
+    """The builtin's own message, not the lookaside's Python signature (``getattr_() missing ...``)."""
+    check(call)
+
+
+def test_compile_flags_given_by_index() -> None:
+    class Flags:
+        def __index__(self):
+            return 0
+
+    check(lambda: compile("1 + 1", "<s>", "eval", Flags()).co_name)
+
+
+def test_calling_a_weakref_whose_referent_cannot_be_hashed() -> None:
+    """Looking a weakref up among the lookasides hashes its referent: a writable memoryview raises
+    ValueError there, not TypeError (CPython's test_memoryview ``test_weakref``)."""
+    import weakref
+
+    def program():
+        m = memoryview(bytearray(b"abc"))
+        return weakref.ref(m)() is m
+
+    assert check(program) is True

@@ -110,10 +110,21 @@ _MISSING = object()
 
 
 def global_value(frame: Frame, name: str) -> object:
-    """The global or builtin ``name`` as LOAD_GLOBAL finds it (NameError when neither exists)."""
-    value = frame.globals.get(name, _MISSING)
+    """The global or builtin ``name`` as LOAD_GLOBAL finds it (NameError when neither exists). Globals
+    or builtins that are not exactly dicts are subscripted, as CPython does (a ``__missing__`` runs)."""
+    globals_, builtins = frame.globals, frame.builtins
+    if type(globals_) is not dict or type(builtins) is not dict:
+        try:
+            return globals_[name]
+        except KeyError:
+            pass
+        try:
+            return builtins[name]
+        except KeyError:
+            raise _name_error(name) from None
+    value = globals_.get(name, _MISSING)
     if value is _MISSING:
-        value = frame.builtins.get(name, _MISSING)
+        value = builtins.get(name, _MISSING)
         if value is _MISSING:
             raise _name_error(name)
     return value
