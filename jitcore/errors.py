@@ -13,6 +13,7 @@ __all__ = [
     "UnsupportedOperationError",
     "DataDependentError",
     "UnsupportedInputError",
+    "EagerOnlyValue",
     "EagerOnlySubclass",
 ]
 
@@ -26,6 +27,10 @@ class JitcoreError(Exception):
     """
 
     code = "JC-0000"
+    # Whether an ``except`` clause of the traced program may catch it (jitcore/interpreter/opcodes/
+    # exceptions.py). False for an error that stops tracing the call and makes it run eagerly: eager
+    # raises nothing there, so a handler of the program must not run (``finally`` clauses still do).
+    reaches_program = True
 
     def __init__(self, summary: str, *, hints: tuple[str, ...] = (), where: str | None = None) -> None:
         self.summary = summary
@@ -46,12 +51,14 @@ class UnsupportedOperationError(JitcoreError, TypeError):
     """A torch callable that jitcore cannot record was reached with tensor arguments."""
 
     code = "JC-T001"
+    reaches_program = False
 
 
 class DataDependentError(JitcoreError, RuntimeError):
     """The program needs a tensor's *values* (not its metadata) while being traced."""
 
     code = "JC-T002"
+    reaches_program = False
 
 
 class UnsupportedInputError(JitcoreError, TypeError):
@@ -60,9 +67,16 @@ class UnsupportedInputError(JitcoreError, TypeError):
     code = "JC-J001"
 
 
-class EagerOnlySubclass(UnsupportedInputError):
-    """A tensor subclass whose operations jitcore runs eagerly, not traced (its values share a plain
-    tensor's storage and it defines ``__torch_dispatch__``). The jit runs such calls eagerly with a
-    warning instead of raising (docs/errors/JC-J002.md)."""
+class EagerOnlyValue(UnsupportedInputError):
+    """A value whose operations jitcore runs eagerly, not traced: a tensor that is not strided
+    (sparse, quantized, mkldnn, a strided nested tensor), an eager-only tensor subclass
+    (``EagerOnlySubclass``), a function transform of ``torch.func``. The jit runs such calls eagerly
+    with a warning instead of raising (docs/errors/JC-J002.md)."""
 
     code = "JC-J002"
+    reaches_program = False
+
+
+class EagerOnlySubclass(EagerOnlyValue):
+    """A tensor subclass whose operations jitcore runs eagerly (docs/subclasses.md, "What counts as
+    traceable")."""

@@ -35,6 +35,7 @@ from jitcore.dispatch.dtensor import is_natively_dispatched
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol
+from jitcore.langctx.shadows import data_read_error
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy, subclass_proxy
@@ -180,8 +181,14 @@ def _overloaded(value: Any) -> bool:
 def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     state = DispatchState.of_current()
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
-    with torch._C.DisableTorchFunctionSubclass(), ShadowDispatchMode(state):  # noqa: SLF001
-        out = symbol.fn(*shadow_args, **shadow_kwargs)
+    try:
+        with torch._C.DisableTorchFunctionSubclass(), ShadowDispatchMode(state):  # noqa: SLF001
+            out = symbol.fn(*shadow_args, **shadow_kwargs)
+    except RuntimeError as exc:  # C++ code before any dispatch read a shadow's data (tensor_split's indices)
+        read = data_read_error(symbol.fn, exc)
+        if read is None:
+            raise
+        raise read from None
     result = _map(state.proxy_of, out)
     if "inplace" in symbol.tags:
         for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):

@@ -28,7 +28,7 @@ import torch
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
 from jitcore.dispatch.dtensor import untraced
 from jitcore.dispatch.flatten import flatten_program
-from jitcore.errors import DataDependentError, EagerOnlySubclass
+from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
 from jitcore.jit import shapes
@@ -108,7 +108,7 @@ class JittedFunction:
         self._pass_values: Any = None  # the tensor values of the pass being traced
         self.miss_log: list[list[MissReason]] = []
         self.eager_reason: BaseException | None = None
-        self.fallback_reason: BaseException | None = None  # the last call run eagerly (EagerOnlySubclass)
+        self.fallback_reason: BaseException | None = None  # the last call run eagerly (EagerOnlyValue)
         self._lock = threading.RLock()
         self._label = _label_of(fn)
         functools.update_wrapper(
@@ -157,9 +157,9 @@ class JittedFunction:
             self.miss_log.append(reasons)
             try:
                 entry = self._trace(args, kwargs, any(".shape" in r.where for r in reasons))
-            except EagerOnlySubclass as exc:  # Note [Eager entries]
+            except EagerOnlyValue as exc:  # Note [Eager entries]
                 entry = self._eager_entry(exc)
-            except DataDependentError as exc:
+            except (DataDependentError, UnsupportedOperationError) as exc:
                 if not self.fullgraph:
                     entry = self._eager_entry(exc)
                 elif self.fallback != "eager":
@@ -243,14 +243,17 @@ class JittedFunction:
         return entry
 
     # Note [Eager entries]
-    # A call jitcore cannot trace (a subclass it runs eagerly, JC-J002: nested jagged tensors, FSDP2;
-    # an op whose output shapes depend on values under a backward inside the function, JC-T002)
-    # still runs: eagerly, with one warning. It also becomes a cache entry, so that calls like it do not
-    # interpret the function again each time only to fail at the same place: the entry's prologue is
+    # A call jitcore cannot trace (a value it runs eagerly, JC-J002: nested jagged tensors, FSDP2, a
+    # sparse or quantized tensor; an op whose output shapes depend on values under a backward inside
+    # the function, JC-T002; a call it cannot record, JC-T001: ``register_hook``, ``Generator.get_state``)
+    # still runs: eagerly, with one warning. The error that stopped the pass is never caught by
+    # the program's own ``except`` (``JitcoreError.reaches_program``): eager raised nothing there. It also
+    # becomes a cache entry, so that calls like it do not interpret the function again each time only
+    # to fail at the same place: the entry's prologue is
     # what the pass guarded before it stopped (always with the type of the value it stopped at), and
     # a call it accepts runs the function eagerly. Any set of guards is sound here: eager is what the
-    # call would compute. Under ``fullgraph=True`` a value-dependent program raises (or, with
-    # ``fallback="eager"``, runs eagerly from then on) instead.
+    # call would compute. Under ``fullgraph=True`` a value-dependent program or an unrecordable call
+    # raises (or, with ``fallback="eager"``, runs eagerly from then on) instead.
     def _eager_entry(self, reason: BaseException) -> CacheEntry:
         traced = self.last_prologue if self.last_prologue is not None else Prologue()
         prologue = Prologue(guards=list(traced.guards), state=list(traced.state), header=[
@@ -363,7 +366,9 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
             from torch's ShapeEnv; sizes 0 and 1 are specialized. See docs/user-guide.md.
         fullgraph: refuse programs that read tensor values while traced (``if t.any():``,
             ``t.item()``, ``x[mask]``) with DataDependentError (JC-T002) instead of reading the value
-            and checking it on every call (docs/user-guide.md, "Value reads").
+            and checking it on every call (docs/user-guide.md, "Value reads"), and programs that call
+            what jitcore cannot record (``register_hook``, ...) with UnsupportedOperationError (JC-T001)
+            instead of running such calls eagerly.
 
     Returns:
         A JittedFunction; ``jit(**options)`` without ``fn`` returns a decorator.

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 import jitcore
-from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
+from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
 from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph
 from jitcore.langctx.reads import runs_under_autograd
 from jitcore.proxies import TensorProxy
@@ -189,7 +189,7 @@ def _function_transforms() -> list[tuple[Any, str]]:
 
 def _runs_eagerly(name: str) -> Callable[..., Any]:
     def transform(*args: Any, **kwargs: Any) -> Any:
-        raise EagerOnlySubclass(f"{name} (a function transform of torch.func) is not traced: the call runs "
+        raise EagerOnlyValue(f"{name} (a function transform of torch.func) is not traced: the call runs "
                                 "eagerly")
 
     return transform

@@ -53,6 +53,7 @@ from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
+from jitcore.langctx.thread_state import restored_on_refusal
 from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
 from jitcore.numpy import new_bridge as new_numpy_bridge
 from jitcore.prologue import Path, Prologue, Root
@@ -157,7 +158,7 @@ class Pass:
                 self.trace.imports["jitcore"] = jitcore
             self._remember_function(target)
             state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
-            with tracing(self.context), _deep_recursion():
+            with tracing(self.context), _deep_recursion(), restored_on_refusal():
                 output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
             epilogue = None
             if self.numpy is not None:

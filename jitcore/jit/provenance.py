@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from jitcore.dispatch.resolver import DispatchState
-from jitcore.errors import EagerOnlySubclass, UnsupportedInputError
+from jitcore.errors import EagerOnlySubclass, EagerOnlyValue
 from jitcore.jit.state_kinds import (
     all_literal,
     is_library_class,
@@ -39,7 +39,7 @@ from jitcore.jit.state_kinds import (
     is_structured,
 )
 from jitcore.jit.state_names import qualified_name
-from jitcore.langctx.shadows import TensorValues
+from jitcore.langctx.shadows import TensorValues, untraced_kind
 from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
 from jitcore.prologue.guards import Predicate, freeze_contents, is_literal_value
@@ -628,8 +628,11 @@ class Provenance:
     def _tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         proxy = self._tensors.get(id(tensor))
         if proxy is None:
-            if tensor.layout is not torch.strided and type(tensor) in (torch.Tensor, torch.nn.Parameter):
-                raise _layout_input_error(path, name, tensor.layout)
+            kind = untraced_kind(tensor) if type(tensor) in (torch.Tensor, torch.nn.Parameter) else None
+            if kind is not None:  # what the eager entry accepts (Note [Eager entries], jit/api.py)
+                self.guard(path, "type", type(tensor))
+                self.guard(path.attr(kind[0]), "value", kind[1])
+                raise EagerOnlyValue(f"{_argument(path, name)} is {kind[2]}: jitcore traces strided tensors")
             if type(tensor) in (torch.Tensor, torch.nn.Parameter) or is_plain_subclass(type(tensor)):
                 symbolic = self.dynamic_dims is not None and not self._static_only
                 dims = self.dynamic_dims(path, tensor) if symbolic else frozenset()  # jit/shapes.py
@@ -676,14 +679,11 @@ class Provenance:
                 ),
             )
         if not is_traceable_subclass(cls):
-            raise UnsupportedInputError(
+            self.guard(path, "type", cls)
+            raise EagerOnlySubclass(
                 f"{path.describe()} is a {cls.__qualname__}, a tensor subclass jitcore cannot trace: "
-                "it lacks "
-                "__tensor_flatten__/__tensor_unflatten__ or __torch_dispatch__",
-                hints=(
-                    "implement the traceable wrapper-subclass protocol (see docs/subclasses.md)",
-                    "or call the function eagerly for such inputs",
-                ),
+                "it lacks __tensor_flatten__/__tensor_unflatten__ or __torch_dispatch__",
+                hints=("implement the traceable wrapper-subclass protocol (see docs/subclasses.md)",),
             )
         names, ctx = tensor_flatten(tensor)
         self.guard(path, "type", cls)
@@ -756,15 +756,6 @@ class Provenance:
 
 def _unchanged(obj: Any) -> Any:
     return obj
-
-
-def _layout_input_error(path: Path, name: str, layout: torch.layout) -> Exception:
-    from jitcore.errors import UnsupportedInputError
-
-    return UnsupportedInputError(
-        f"{_argument(path, name)} is a tensor with layout {layout}; jitcore traces strided (dense) tensors",
-        hints=("convert it with .to_dense(), or call the function eagerly for such inputs",),
-    )
 
 
 def _argument(path: Path, name: str) -> str:

@@ -33,7 +33,7 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from jitcore.errors import DataDependentError
+from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
@@ -41,7 +41,7 @@ from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["REPLAY_NUMEL_LIMIT", "STATEFUL", "WRITES_NO_DATA", "TensorValues", "evaluate", "may_write_inputs",
-           "meta_of", "new_context"]
+           "data_read_error", "meta_of", "new_context", "untraced_kind"]
 
 # Fake-tensor kernels log every failure at ERROR level before re-raising it; the exception itself is
 # what the user gets, so the log line is noise.
@@ -143,6 +143,19 @@ class TensorValues:
         return proxy
 
 
+def untraced_kind(tensor: torch.Tensor) -> tuple[str, Any, str] | None:
+    """What makes a plain ``tensor`` one jitcore does not trace (a layout other than strided, a
+    quantized or a strided nested tensor), as ``(attribute, its value, in words)``; None for a tensor
+    it traces. Tensor subclasses (a nested jagged tensor is one) are decided by jitcore/proxies."""
+    if tensor.layout is not torch.strided:
+        return "layout", tensor.layout, f"a tensor with layout {tensor.layout}"
+    if tensor.is_quantized:
+        return "is_quantized", True, f"a quantized tensor ({tensor.dtype})"
+    if tensor.is_nested and type(tensor) in (torch.Tensor, torch.nn.Parameter, FakeTensor):
+        return "is_nested", True, "a nested tensor with layout torch.strided"
+    return None
+
+
 class _ShapeEnv(ShapeEnv):
     """Names its symbols ``s0``, ``s1``, ... in order of creation (torch's names hash the source)."""
 
@@ -239,6 +252,11 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
     shadow_leaves = [_to_shadow(v, values.fake_mode) for v in leaves]
     shadow_args, shadow_kwargs = optree.tree_unflatten(spec, shadow_leaves)
+    for v in shadow_leaves:  # a sparse result can be returned, not computed on (its fake has no storage)
+        kind = untraced_kind(v) if isinstance(v, FakeTensor) else None
+        if kind is not None:
+            raise EagerOnlyValue(f"{getattr(fn, '__qualname__', fn)} is called on {kind[2]} the program "
+                                 "made: jitcore traces strided tensors")
     before = _input_metadata(shadow_leaves)
     storage_sizes = {id(v): v.untyped_storage().nbytes() for v in shadow_leaves if isinstance(v, FakeTensor)}
     fake_mode = values.fake_mode
@@ -252,9 +270,10 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         _raise_meta_error(fn, shadow_args, shadow_kwargs, shadow_leaves, exc)
         raise _data_dependent(fn, exc) from None
     except Exception as exc:
-        if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _DATA_READ_MESSAGES):
+        read = data_read_error(fn, exc)
+        if read is not None:
             _raise_meta_error(fn, shadow_args, shadow_kwargs, shadow_leaves, exc)
-            raise _data_dependent(fn, exc) from None  # a fake's data was read (``tolist``, ...)
+            raise read from None  # a fake's data was read (``tolist``, ...)
         if fn in STATEFUL:
             raise
         if not (isinstance(exc, RuntimeError) and _is_kernel(fn)) or may_write_inputs(fn, shadow_kwargs) \
@@ -320,6 +339,14 @@ def _raise_meta_error(
     user's (``nonzero``, ``item`` on meta raise in eager), not a data-dependence refusal."""
     if any(isinstance(v, FakeTensor) and v.device.type == "meta" for v in leaves):
         _raise_eager_error(fn, args, kwargs, exc)
+
+
+def data_read_error(fn: Callable[..., Any], exc: BaseException) -> DataDependentError | None:
+    """The DataDependentError for ``exc`` when it says that a fake tensor's data was read (C++ code
+    reading an index tensor, ``tolist``, an op without a fake kernel); None for any other exception."""
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _DATA_READ_MESSAGES):
+        return _data_dependent(fn, exc)
+    return None
 
 
 def _data_dependent(fn: Callable[..., Any], exc: Exception) -> DataDependentError:

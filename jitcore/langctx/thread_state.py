@@ -6,16 +6,23 @@ transform replays them on shadows. Both put the settings back afterwards, also w
 (a replay that stopped inside ``generate``'s ``no_grad`` left grad mode off in the caller's thread).
 
 Invariant: ``ThreadState.take()`` followed by ``restore()`` leaves grad mode, the autocast settings of
-each device type, the autocast cache flag and the default dtype as they were at ``take()``.
+each device type, the autocast cache flag and the default dtype as they were at ``take()``. A pass that
+stops with one of jitcore's own errors puts them back too (``restored_on_refusal``), whatever the
+program's ``with`` exits did with the error on its way out.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ThreadState"]
+from jitcore.errors import JitcoreError
+from jitcore.interpreter.errors import JitcoreInterpreterError
+
+__all__ = ["ThreadState", "restored_on_refusal"]
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
@@ -43,3 +50,16 @@ class ThreadState:
             torch.set_autocast_dtype(device, dtype)
         torch.set_autocast_cache_enabled(self.autocast_cache)
         torch.set_default_dtype(self.default_dtype)
+
+
+@contextlib.contextmanager
+def restored_on_refusal() -> Iterator[None]:
+    """The thread's settings as they were on entry, when the block raises an error of jitcore's own
+    (the call then runs eagerly from the caller's settings); other exceptions leave them as the
+    program's own handlers left them, as eagerly."""
+    state = ThreadState.take()
+    try:
+        yield
+    except (JitcoreError, JitcoreInterpreterError):
+        state.restore()
+        raise

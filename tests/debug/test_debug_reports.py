@@ -143,7 +143,7 @@ def test_data_dependent_control_flow():
 
 def test_unsupported_operation():
     with pytest.raises(jitcore.UnsupportedOperationError) as info:
-        jitcore.jit(P.registers_a_hook)(torch.randn(3, requires_grad=True))
+        jitcore.jit(P.registers_a_hook, fullgraph=True)(torch.randn(3, requires_grad=True))
     assert info.value.code == "JC-T001" and "register_hook" in str(info.value)
     assert_user_frames(info.value, [("registers_a_hook", "y.register_hook(print)")])
 

@@ -212,3 +212,14 @@ def test_value_reads_of_a_subclass_without_its_own_torch_function_are_traced(
     for sign in (1.0, -1.0):  # the other branch: the read's check sends the call to another entry
         x = (sign * torch.randn(3).abs()).as_subclass(Noted)
         _same(jitted(x), program(x))
+
+
+def test_tensor_split_at_a_tensor_of_indices_on_a_wrapper_subclass() -> None:
+    """torch's C++ reads the index tensor's values before any dispatch: it raised "data is not
+    allocated yet" under jit; the call now runs eagerly (a subclass call that reads values, JC-J002)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def make() -> tuple:
+        return TwoTensor(torch.randn(6), torch.randn(6)), torch.tensor([1, 4])
+
+    _check(lambda x, idx: torch.tensor_split(x, idx), make)

@@ -28,6 +28,10 @@ def clone_tree(tree: Any) -> Any:
 def assert_same(actual: Any, expected: Any) -> None:
     """Values, dtypes, devices, output types and structure all equal (NaNs equal)."""
     assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, torch.Tensor) and expected.is_nested and expected.layout == torch.strided:
+        assert actual.is_nested and actual.layout == expected.layout  # its sizes are not one shape
+        assert_same(list(actual.unbind()), list(expected.unbind()))
+        return
     if isinstance(expected, torch.Tensor):
         assert (
             actual.dtype == expected.dtype
@@ -35,6 +39,11 @@ def assert_same(actual: Any, expected: Any) -> None:
             and actual.device == expected.device
         )
         assert actual.requires_grad == expected.requires_grad
+        if expected.layout == torch._mkldnn or expected.is_quantized:  # noqa: SLF001 - compared dense
+            assert actual.layout == expected.layout and actual.is_quantized == expected.is_quantized
+            actual, expected = actual.to_dense(), expected.to_dense()
+            if expected.is_quantized:
+                actual, expected = actual.dequantize(), expected.dequantize()
         torch.testing.assert_close(actual, expected, equal_nan=True, rtol=1e-5, atol=1e-6)
         return
     if isinstance(expected, (list, tuple)):
@@ -75,6 +84,30 @@ def check(fn: Callable[..., Any], *args: Any, jfn: Any = None, **kwargs: Any) ->
     actual = jfn(*jit_args, **jit_kwargs)
     assert_same(actual, expected)
     assert_same((jit_args, jit_kwargs), (eager_args, eager_kwargs))
+    return jfn
+
+
+def check_eager_entry(fn: Callable[..., Any], *args: Any, error: type[BaseException], match: str) -> Any:
+    """A call jitcore cannot trace runs eagerly (Note [Eager entries], jitcore/jit/api.py): equal to
+    eager with one warning, the second call answered by the eager entry without interpreting. With
+    ``fullgraph=True`` an unrecordable call (JC-T001) raises ``error`` instead; a value jitcore runs
+    eagerly (JC-J002) runs eagerly there too."""
+    import re
+
+    import pytest
+
+    jfn = jitcore.jit(fn)
+    with pytest.warns(UserWarning, match="runs eagerly for this call"):
+        check(fn, *args, jfn=jfn)
+    check(fn, *args, jfn=jfn)
+    assert isinstance(jfn.fallback_reason, error), jfn.fallback_reason
+    assert re.search(match, str(jfn.fallback_reason)), str(jfn.fallback_reason)
+    assert (jitcore.cache_misses(jfn), jitcore.cache_hits(jfn)) == (1, 1)
+    if issubclass(error, jitcore.errors.EagerOnlyValue):
+        check(fn, *args, jfn=jitcore.jit(fn, fullgraph=True))
+    else:
+        with pytest.raises(error, match=match):
+            jitcore.jit(fn, fullgraph=True)(*clone_tree(args))
     return jfn
 
 

@@ -9,7 +9,4 @@ JIT: dict[str, str] = {
     "addbmm": "eager addbmm_ resizes a broadcastable [1] input to [5, 10] in place (deprecated); "
         "torch's fake "
     "kernel, which computes jitcore's metadata, rejects it",
-    "sparse.mm.reduce": "sparse CSR inputs: jitcore traces strided tensors (UnsupportedInputError JC-J001)",
-    "sparse.sampled_addmm": "sparse CSR inputs: jitcore traces strided tensors "
-        "(UnsupportedInputError JC-J001)",
 }

@@ -110,8 +110,13 @@ def test_grad_of_an_argument():
         x = torch.randn(3)
         assert_same(jf(w, x), f(w, x))
         w.grad = torch.full((3,), float(i))
+    jf = jitcore.jit(lambda w, x: setattr(w, "grad", x))
+    with pytest.warns(UserWarning, match="runs eagerly for this call"):  # Note [Eager entries]
+        jf(w, torch.ones(3))
+    assert torch.equal(w.grad, torch.ones(3))
+    assert isinstance(jf.fallback_reason, jitcore.UnsupportedOperationError)
     with pytest.raises(jitcore.UnsupportedOperationError, match="assigning .grad"):
-        jitcore.jit(lambda w, x: setattr(w, "grad", x))(w, torch.ones(3))
+        jitcore.jit(lambda w, x: setattr(w, "grad", x), fullgraph=True)(w, torch.ones(3))
 
 
 SCHEDULERS = {

@@ -16,7 +16,7 @@ import jitcore
 from jitcore.errors import UnsupportedOperationError
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "jit"))
-from jit_helpers import assert_same, check  # noqa: E402
+from jit_helpers import assert_same, check, check_eager_entry  # noqa: E402
 
 
 def _same_leaves(actual, expected) -> None:
@@ -125,24 +125,26 @@ def test_deepcopy_of_a_base_and_its_views_shares_the_new_storage(requires_grad: 
     assert_same(actual, expected)
 
 
-def test_deepcopy_of_a_view_before_its_base_is_refused() -> None:
+def test_deepcopy_of_a_view_before_its_base_runs_eagerly() -> None:
     def f(x):
-        return copy.deepcopy([x[1:], x])
+        return copy.deepcopy([x[1:], x])  # eager copies them sharing one new storage
 
-    f(torch.randn(4))  # eager copies them sharing one new storage
-    with pytest.raises(UnsupportedOperationError, match="share one storage"):
-        jitcore.jit(f)(torch.randn(4))
+    check_eager_entry(f, torch.randn(4), error=UnsupportedOperationError, match="share one storage")
 
 
-def test_deepcopy_of_a_tensor_with_a_grad_is_refused() -> None:
+def test_deepcopy_of_a_tensor_with_a_grad_runs_eagerly() -> None:
     def f(x):
-        return copy.deepcopy(x)
+        y = copy.deepcopy(x)
+        return y, y.grad  # eager copies the .grad too
 
     x = torch.randn(3, requires_grad=True)
     x.grad = torch.ones(3)
-    assert f(x).grad is not None  # eager copies the .grad too
+    jfn = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="runs eagerly for this call"):
+        y, grad = jfn(x)
+    assert torch.equal(y, x) and y is not x and torch.equal(grad, x.grad) and grad is not x.grad
     with pytest.raises(UnsupportedOperationError, match="has a .grad"):
-        jitcore.jit(f)(x)
+        jitcore.jit(f, fullgraph=True)(x)
 
 
 def test_deepcopy_of_a_parameter_is_a_parameter() -> None:

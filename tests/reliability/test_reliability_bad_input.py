@@ -83,13 +83,14 @@ def test_argument_errors_keep_eager_messages() -> None:
     "tensor, words",
     [(torch.ones(2).to_sparse(), "layout torch.sparse_coo")],
 )
-def test_unsupported_tensors_get_a_jitcore_error_naming_the_argument(tensor, words) -> None:
+def test_untraced_tensors_run_eagerly_naming_the_argument(tensor, words) -> None:
     jf = jitcore.jit(h)
-    with pytest.raises(jitcore.UnsupportedInputError) as info:
-        jf(X, k=tensor)
-    message = str(info.value)
+    with pytest.warns(UserWarning, match="runs eagerly for this call"):  # Note [Eager entries]
+        same_outcome(outcome(jf, X, k=tensor), outcome(h, X, k=tensor))
+    message = str(jf.fallback_reason)
+    assert isinstance(jf.fallback_reason, jitcore.UnsupportedInputError)  # JC-J002's EagerOnlyValue
     assert words in message and "'k'" in message and "kwargs['k']" in message
-    same_outcome(outcome(jf, X), outcome(h, X))  # the function still works afterwards
+    same_outcome(outcome(jf, X), outcome(h, X))  # dense calls are traced as before
 
 
 def test_nan_and_signed_zero_are_separate_specializations() -> None:

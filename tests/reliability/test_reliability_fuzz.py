@@ -455,13 +455,18 @@ def test_state_changed_inside_a_function_with_grad_inputs(fn) -> None:
         same_outcome(outcome(jf, x), outcome(fn, x))
 
 
-def test_inference_mode_inside_the_function_is_a_clear_error() -> None:
+def test_inference_mode_inside_the_function_runs_eagerly() -> None:
     def f(x):
         with torch.inference_mode():
             return x * 2
 
+    jf = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="runs eagerly for this call"):  # Note [Eager entries]
+        out = jf(torch.ones(2))
+    assert out.is_inference() and torch.equal(out, f(torch.ones(2)))
+    assert not torch.is_inference_mode_enabled()
     with pytest.raises(jitcore.UnsupportedOperationError, match="inference_mode"):
-        jitcore.jit(f)(torch.ones(2))
+        jitcore.jit(f, fullgraph=True)(torch.ones(2))
 
 
 class _Bag:

@@ -28,7 +28,10 @@ VALUE_SHAPED_UNDER_AUTOGRAD = (
     "depend on values and its outputs carry gradients, so the entry runs its trace under torch's own "
     "autograd (Note [Value-shaped ops under grad]), which records none"
 )
-SPARSE = "sparse CSR inputs: jitcore traces strided (dense) tensors only (UnsupportedInputError, by design)"
+SPARSE = (
+    "sparse CSR inputs run eagerly (JC-J002: jitcore traces strided tensors), so no backward trace is "
+    "recorded; the values and gradients are eager's"
+)
 NOTHING_TO_COMPARE = (
     "OpInfo's samples hold no tensor that requires grad (mean and size are numbers): the harness "
     "has nothing to differentiate, and an entry with no sample compared fails"

@@ -29,7 +29,7 @@ from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes import control as _control  # noqa: F401 - registered before the runs
 from jitcore.interpreter.opcodes import exceptions as _exceptions  # noqa: F401 - registered before the runs
 from jitcore.interpreter.opcodes import stack as _stack  # noqa: F401 - registered before the runs
-from jitcore.interpreter.opcodes.exceptions import check_catchable, exception_matches
+from jitcore.interpreter.opcodes.exceptions import check_catchable, exception_matches, hidden_from_program
 from jitcore.interpreter.opcodes.load_store import global_value
 from jitcore.interpreter.registry import fuses
 
@@ -67,7 +67,7 @@ def _except_head(push: bool, tail: str | None) -> Handler:
         check = load.next
         jump = check.next
         if type(match_type) is type and BaseException in match_type.__mro__:  # one class: check_catchable's
-            matches = match_type in type(exc).__mro__  # case, and exception_matches inlined
+            matches = match_type in type(exc).__mro__ and not hidden_from_program(exc)  # exception_matches
         else:
             frame.index = check.after
             check_catchable(match_type)  # TypeError at CHECK_EXC_MATCH

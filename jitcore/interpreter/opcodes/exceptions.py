@@ -14,6 +14,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 import sys
 
+from jitcore.errors import JitcoreError
 from jitcore.interpreter.attributes import MISSING, lookup_special
 from jitcore.interpreter.calls import call
 from jitcore.interpreter.frame import Frame
@@ -111,8 +112,17 @@ def check_catchable(match_type: object) -> None:
             raise TypeError("catching classes that do not inherit from BaseException is not allowed")
 
 
+def hidden_from_program(exc: object) -> bool:
+    """Whether no ``except`` clause of the program may catch ``exc``: a jitcore error that stops tracing
+    (``JitcoreError.reaches_program`` False; the call then runs eagerly, where nothing raised it). It
+    still passes through the program's ``finally`` clauses and ``with`` exits, which restore state."""
+    return isinstance(exc, JitcoreError) and not exc.reaches_program
+
+
 def exception_matches(exc: object, match_type: object) -> bool:
     """Whether ``exc`` is an instance of the (checked) class or tuple of classes ``match_type``."""
+    if hidden_from_program(exc):
+        return False
     mro = type(exc).__mro__
     if isinstance(match_type, tuple):
         return any(t in mro for t in match_type)

@@ -1,0 +1,141 @@
+"""Calls jitcore cannot trace run eagerly and become eager entries (Note [Eager entries],
+jitcore/jit/api.py), differentially against eager: tensors that are not strided (sparse, quantized,
+mkldnn, strided nested tensors) as inputs or made inside, calls jitcore cannot record (JC-T001).
+The error that stops the pass is never caught by the program's own ``except`` (its ``finally`` clauses
+and ``with`` exits run), and the thread's settings are put back after it."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from jit_helpers import check, check_eager_entry
+
+import jitcore
+from jitcore.errors import EagerOnlyValue, UnsupportedOperationError
+
+_INPUTS = {
+    "sparse_coo": (
+        lambda: torch.randn(3, 3).to_sparse(), lambda x: (x * 2).to_dense(), "layout torch.sparse_coo"
+    ),
+    "sparse_csr": (lambda: torch.randn(3, 3).to_sparse_csr(), lambda x: x.to_dense() + 1, "torch.sparse_csr"),
+    "quantized": (
+        lambda: torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8),
+        lambda x: x.dequantize() * 2,
+        "a quantized tensor",
+    ),
+    "mkldnn": (lambda: torch.randn(4).to_mkldnn(), lambda x: x.to_dense() * 2, "torch._mkldnn"),
+    "nested_strided": (
+        lambda: torch.nested.nested_tensor([torch.randn(2), torch.randn(3)]),
+        lambda x: x.sin().unbind()[1],
+        "a nested tensor",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_INPUTS))
+def test_an_untraced_tensor_argument_runs_eagerly(kind: str) -> None:
+    make, fn, match = _INPUTS[kind]
+    torch.manual_seed(0)
+    check_eager_entry(fn, make(), error=EagerOnlyValue, match=match)
+
+
+def test_dense_calls_stay_traced_next_to_a_sparse_entry() -> None:
+    def f(x, s):
+        return x * 2 + s.to_dense()
+
+    jf = jitcore.jit(f)
+    x = torch.randn(3, 3)
+    check(f, x, x.clone(), jfn=jf)
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        check(f, x, x.to_sparse(), jfn=jf)
+    check(f, x, x.clone(), jfn=jf)
+    traced, eager = jf.entries
+    assert traced.eager_reason is None and isinstance(eager.eager_reason, EagerOnlyValue)
+    assert jitcore.cache_hits(jf) == 1  # the third call: the traced entry
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (x.to_sparse() * 2).to_dense(),
+        lambda x: torch.sparse.mm(x.to_sparse(), x),
+        lambda x: (x.to_sparse_csr() @ x).sum(0),
+    ],
+    ids=["to_sparse", "sparse_mm", "csr_matmul"],
+)
+def test_a_sparse_tensor_made_inside_runs_eagerly(fn) -> None:
+    check_eager_entry(fn, torch.randn(3, 3), error=EagerOnlyValue, match="layout torch.sparse")
+
+
+def test_the_stop_never_reaches_the_programs_except() -> None:
+    """Eager raises nothing at ``to_sparse``: the program's handler must not run (it did: wrong answer)."""
+
+    def f(x):
+        try:
+            r = (x.to_sparse() * 2).to_dense()
+        except Exception:
+            return x * 0
+        return r + 1
+
+    def g(x):
+        try:
+            return torch.nested.nested_tensor([x, x], layout=torch.jagged).sin().values()
+        except Exception:
+            return x
+
+    for fn in (f, g):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check(fn, torch.randn(3, 3))
+
+
+def test_the_thread_settings_are_put_back_after_a_stop_inside_no_grad() -> None:
+    def f(x):
+        with torch.no_grad():
+            try:
+                return (x.to_sparse() * 2).to_dense()
+            finally:
+                x.add_(0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(f, torch.randn(3, 3, requires_grad=True).detach())
+    assert torch.is_grad_enabled()
+
+
+def test_with_exits_run_for_the_stop() -> None:
+    """A stop inside ``with DisableTorchFunctionSubclass()`` (torch's own code does this) exits it: the
+    thread's torch-function state was left disabled when the stop skipped the exit."""
+
+    def f(x):
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            return (x.to_sparse() * 2).to_dense()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(f, torch.randn(3, 3))
+    assert torch._C._is_torch_function_enabled()  # noqa: SLF001
+
+
+def test_an_unrecordable_call_runs_eagerly() -> None:
+    """A tensor hook (JC-T001) inside the function: eagerly registered on every call."""
+    seen = []
+
+    def f(x):
+        y = x * 2
+        y.register_hook(lambda g: seen.append(g.sum().item()))
+        y.sum().backward()
+        return x.grad
+
+    jf = jitcore.jit(f)
+    for i in range(3):
+        x = torch.full((3,), float(i), requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert torch.equal(jf(x), torch.full((3,), 2.0))
+    assert seen == [3.0, 3.0, 3.0]
+    assert isinstance(jf.fallback_reason, UnsupportedOperationError) and jitcore.cache_hits(jf) == 2
+    with pytest.raises(UnsupportedOperationError, match="register_hook"):
+        jitcore.jit(f, fullgraph=True)(torch.ones(3, requires_grad=True))
