@@ -66,6 +66,12 @@ class ValueReads:
             DataDependentError: ``error``, where no read applies (inside another symbol's resolution,
                 or a value-shaped tensor that must carry gradients).
         """
+        if _has(SubclassTensorProxy, (args, kwargs)) and not self.context.subclass_code \
+                and len(self.context.scopes) == 2:
+            # torch's C++ reading a plain index tensor next to a subclass (tensor_split(x, idx))
+            retried = self._with_read_arguments(symbol, args, kwargs)
+            if retried is not _REFUSED:
+                return Inlined(retried)
         if self.context.subclass_code or _has(SubclassTensorProxy, (args, kwargs)):
             # a subclass's dispatch that reads values (a codebook's .item()): this call runs eagerly
             raise EagerOnlySubclass(
@@ -235,7 +241,8 @@ class ValueReads:
         recorded as an ordinary, differentiable op behind the reads' checks (_REFUSED: it does not)."""
 
         def read(value: Any) -> Any:
-            if isinstance(value, TensorProxy) and not value.requires_grad and value.ndim <= 1 \
+            if isinstance(value, TensorProxy) and not isinstance(value, SubclassTensorProxy) \
+                    and not value.requires_grad and value.ndim <= 1 \
                     and not value.dtype.is_floating_point and not value.dtype.is_complex:
                 return value.item() if value.ndim == 0 else value.tolist()
             return value

@@ -216,10 +216,13 @@ def test_value_reads_of_a_subclass_without_its_own_torch_function_are_traced(
 
 def test_tensor_split_at_a_tensor_of_indices_on_a_wrapper_subclass() -> None:
     """torch's C++ reads the index tensor's values before any dispatch: it raised "data is not
-    allocated yet" under jit; the call now runs eagerly (a subclass call that reads values, JC-J002)."""
+    allocated yet" under jit. The indices are read (checked on every call) and the split is traced on
+    the inner tensors; other indices make another entry."""
     from torch.testing._internal.two_tensor import TwoTensor
 
-    def make() -> tuple:
-        return TwoTensor(torch.randn(6), torch.randn(6)), torch.tensor([1, 4])
+    for indices in ([1, 4], [2, 3]):
+        def make(indices: list[int] = indices) -> tuple:
+            return TwoTensor(torch.randn(6), torch.randn(6)), torch.tensor(indices)
 
-    _check(lambda x, idx: torch.tensor_split(x, idx), make)
+        jitted = _check(lambda x, idx: torch.tensor_split(x, idx), make)
+        assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) == 1
