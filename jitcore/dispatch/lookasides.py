@@ -25,17 +25,18 @@ from typing import Any
 
 import optree
 import torch
+from torch.nested._internal import nested_tensor
 
 from jitcore.dispatch.dtensor import DTENSOR_LOOKASIDES
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
 from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
 from jitcore.interpreter.lookasides import super_arguments, type_
-from jitcore.ir import Proxy, current_context
+from jitcore.ir import Proxy, current_context, tracing
 from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies.protocol import eager_only_reason
 from jitcore.proxies.subclass import SubclassTensorProxy, missing_slot, subclass_proxy
-from jitcore.proxies.tensor import TensorProxy
+from jitcore.proxies.tensor import TensorProxy, jagged_outer
 from jitcore.proxies.typed import is_plain_subclass, retype
 
 __all__ = ["DISPATCH_LOOKASIDES", "isinstance_of", "make_wrapper_subclass", "python_type", "type_of"]
@@ -46,7 +47,7 @@ _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass  # noqa: SLF001
 def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_offset: Any = None,
                           memory_format: Any = None, dtype: Any = None, layout: Any = torch.strided,
                           device: Any = None, pin_memory: bool = False, requires_grad: bool = False,
-                          **kwargs: Any) -> Any:
+                          *more: Any, **kwargs: Any) -> Any:
     """``_make_wrapper_subclass`` while tracing: a SubclassTensorProxy with this outer metadata."""
     context = current_context()
     if context is None or context.values is None:
@@ -61,6 +62,7 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
             device=device,
             pin_memory=pin_memory,
             requires_grad=requires_grad,
+            *more,
             **kwargs,
         )
     reason = eager_only_reason(cls)
@@ -70,6 +72,9 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
     size = tuple(size)
     if strides is None:
         strides = torch._prims_common.make_contiguous_strides_for(size) if size else ()  # noqa: SLF001
+    if layout is torch.jagged:  # a nested jagged tensor's: its ragged sizes are nested ints
+        outer = jagged_outer(size, tuple(strides), dtype, device, bool(requires_grad))
+        return subclass_proxy(values.names.fresh("t"), cls, outer)
     with values.fake_mode:
         outer = torch.empty_strided(
             size, tuple(strides), dtype=dtype or torch.get_default_dtype(), device=device or "cpu",
@@ -307,6 +312,33 @@ def _check_plain(cls: type, how: str) -> None:
         )
 
 
+_GET_TENSOR_SYMINT = nested_tensor.get_tensor_symint
+
+
+def get_tensor_symint(tensor: Any, *, coeff: Any = 1) -> Any:
+    """A nested jagged tensor's ragged size from its offsets (or lengths): for a traced tensor, its
+    shadow's nested int (one symbol per shadow, in the trace's ShapeEnv), so that values built in the
+    function from the same offsets share it, as eagerly (Note [Nested ints], jitcore/langctx/shadows.py)."""
+    context = current_context()
+    if not isinstance(tensor, TensorProxy) or context is None or context.values is None:
+        return _GET_TENSOR_SYMINT(tensor, coeff=coeff)
+    values = context.values
+    values.allow_nested_ints()
+    with values.fake_mode:
+        return _GET_TENSOR_SYMINT(tensor.shadow, coeff=coeff)
+
+
+_NT_VIEW_DUMMY = nested_tensor._nt_view_dummy
+
+
+def nt_view_dummy() -> torch.Tensor:
+    """The nested jagged tensor (of meta tensors) that torch passes to ``_nested_view_from_jagged``
+    only to reach NestedTensor's dispatch: made natively, so that the module global caching it is a
+    real tensor (made while tracing, it was the trace's value, left in torch's module)."""
+    with tracing(None):
+        return _NT_VIEW_DUMMY()
+
+
 TensorProxy.as_subclass = (
     as_subclass  # a method of proxies, as of tensors (the lookaside below is for real ones)
 )
@@ -326,4 +358,6 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     _MEMBER_SET: member_set,
     _MEMBER_DELETE: member_delete,
     **DTENSOR_LOOKASIDES,
+    _GET_TENSOR_SYMINT: get_tensor_symint,
+    _NT_VIEW_DUMMY: nt_view_dummy,
 }

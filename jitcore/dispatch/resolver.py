@@ -114,7 +114,11 @@ class DispatchState:
         return self.adopt(value)
 
     def _outer_like(self, shadow: torch.Tensor) -> torch.Tensor:
-        """A fake tensor with the outer metadata of the subclass instance ``shadow``."""
+        """A fake tensor with the outer metadata of the subclass instance ``shadow`` (a nested jagged
+        tensor's own: its ragged sizes are nested ints, which no plain tensor can have, Note [Nested
+        ints])."""
+        if shadow.layout is torch.jagged:
+            return shadow
         with self.values.fake_mode:
             return torch.empty_strided(
                 shadow.shape, shadow.stride(), dtype=shadow.dtype, device=shadow.device,
@@ -138,7 +142,11 @@ class DispatchState:
         cls = type(shadow)
         proxy = subclass_proxy(name or self.values.names.fresh("t"), cls, self._outer_like(shadow))
         for key, value in instance_attributes(shadow).items():  # slots too
-            proxy.hold(key, self.proxy_of(value) if isinstance(value, torch.Tensor) else value)
+            if isinstance(value, torch.Tensor):
+                value = self.proxy_of(value)
+            elif type(value) is dict:  # NJT's _metadata_cache: {'max_seqlen': its inner tensor}
+                value = {k: self.proxy_of(v) if isinstance(v, torch.Tensor) else v for k, v in value.items()}
+            proxy.hold(key, value)
         proxy.set_shadow(shadow)
         self.values.bind(shadow, proxy)
         return proxy

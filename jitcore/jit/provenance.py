@@ -48,6 +48,7 @@ from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy, formula, operations
 from jitcore.proxies.protocol import (
     eager_only_reason,
+    has_nested_ints,
     has_own_protocol,
     instance_attributes,
     is_wrapper,
@@ -688,15 +689,22 @@ class Provenance:
         names, ctx = tensor_flatten(tensor)
         self.guard(path, "type", cls)
         self.guard(path, "flatten", (cls, tuple(names), ctx))
-        self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=True))
+        nested = has_nested_ints(tensor)  # Note [Nested ints], jitcore/langctx/shadows.py
+        spec = TensorSpec.of_nested(tensor) if nested else TensorSpec.of(tensor, with_strides=True)
+        self.guard(path, "tensor", spec)
+        if nested:
+            self.values.allow_nested_ints()
         self._static_only += 1
         try:
             inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
         finally:
             self._static_only -= 1
-        shadow = tensor_unflatten(
-            cls, {n: p.shadow for n, p in inner.items()}, ctx, tensor.shape, tensor.stride()
-        )
+        shadows = {n: p.shadow for n, p in inner.items()}
+        size, stride = tensor.shape, tensor.stride()
+        if nested:
+            size, stride = (self.values.nested_sizes(s, list(shadows.values())) for s in (size, stride))
+        with self.values.fake_mode if nested else contextlib.nullcontext():
+            shadow = tensor_unflatten(cls, shadows, ctx, size, stride)
         if type(shadow) is not cls and issubclass(cls, type(shadow)):
             # an inherited __tensor_unflatten__ that names its own class (TwoTensor's): the
             # dispatcher must see the caller's class, whose __torch_dispatch__ may override

@@ -31,7 +31,8 @@ from torch._subclasses.fake_tensor import (
     FakeTensor,
     FakeTensorMode,
 )
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, is_nested_int
+from torch.nested._internal.nested_tensor import _tensor_symint_registry
 
 from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
@@ -99,6 +100,8 @@ class TensorValues:
         ``dynamic_dims``: dimensions whose size is a symbol of the ShapeEnv (sizes 0 and 1 stay
         static, as in torch); only for a symbolic TensorValues."""
         name = self.names.claim(name) if name else self.names.fresh("t")
+        if tensor.dim() == 1 and _tensor_symint_registry.get(tensor) is not None:
+            self.allow_nested_ints()  # the offsets of a nested jagged tensor: its shadow gets the nested int
         if dynamic_dims and self.shape_env is not None:
             from torch._dynamo.source import LocalSource
             from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
@@ -116,6 +119,32 @@ class TensorValues:
         proxy = self._bind(shadow, name)
         self.layout.seed(shadow, proxy)
         return proxy
+
+    def allow_nested_ints(self) -> None:
+        """Give the fake mode a ShapeEnv, so that the shadow of a tensor holding a nested int (a nested
+        jagged tensor's offsets) gets one, and a nested jagged tensor built over shadows (under the
+        fake mode) has one for its ragged size: ``FakeTensor.get_nested_int``, one symbol per offsets
+        shadow (Note [Nested ints]). A static pass gets a ShapeEnv of its own for them, which
+        ``shape_env`` does not name: its sizes stay static."""
+        if self.fake_mode.shape_env is None:
+            self.fake_mode.shape_env = _shape_env()
+
+    @staticmethod
+    def nested_sizes(sizes: Any, shadows: list[torch.Tensor]) -> tuple:
+        """``sizes`` (a real tensor's shape or strides) with each nested int replaced by the symbol
+        of the shadow that holds it (``j1`` -> ``s0``, ``3*j1`` -> ``3*s0``): the outer size a subclass
+        built over ``shadows`` is given (Note [Nested ints])."""
+        symbols = {}
+        for shadow in shadows:
+            memo = getattr(shadow, "nested_int_memo", None)
+            if memo is not None and is_nested_int(memo.node.hint):
+                symbols[memo.node.hint.node.nested_int()] = memo
+        out = []
+        for size in sizes:
+            if is_nested_int(size) and size.node.nested_int() in symbols:
+                size = symbols[size.node.nested_int()] * size.node.nested_int_coeff()
+            out.append(size)
+        return tuple(out)
 
     def proxy_for(self, shadow: torch.Tensor) -> TensorProxy:
         """The proxy of ``shadow``: the existing one, or a new one with a fresh name."""
@@ -156,6 +185,26 @@ def untraced_kind(tensor: torch.Tensor) -> tuple[str, Any, str] | None:
     return None
 
 
+# Note [Nested ints]
+# A nested jagged tensor (NJT) of shape (B, j0, D) holds values (sum of lengths, D) and offsets (B+1);
+# its ragged size j0 is a nested int that torch ties to the offsets *object* (nested_tensor.py's
+# ``get_tensor_symint``): NJTs over one offsets tensor share j0, others get j1, j2..., and ops between
+# NJTs of different nested ints raise. Traced, as torch.compile does (meta_utils.py):
+# - the fake mode gets a ShapeEnv (``allow_nested_ints``; a static pass's own, its sizes stay static)
+#   before the offsets are bound, so the offsets' shadow has a symbol (``FakeTensor.nested_int_memo``)
+#   whose hint is the caller's j; the NJT's shadow is built over the inner shadows with that symbol as
+#   its outer size (``nested_sizes``), under the fake mode;
+# - an NJT made while tracing asks ``get_tensor_symint`` of its offsets proxy: the lookaside answers
+#   the shadow's symbol (jitcore/dispatch/lookasides.py), so an output over the input's offsets shares
+#   its nested int, as eagerly; its outer metadata is a ``JaggedOuter`` (no size arithmetic on nested
+#   ints), computed queries (``is_contiguous``) ask the NJT shadow;
+# - the prologue never reads an NJT's outer sizes (``TensorSpec.outer_from_inner``: reading them runs
+#   its ``__torch_dispatch__``): they follow from its inner tensors (guarded, static) and its ctx; which
+#   NJT inputs share an offsets tensor is the inner tensors' alias/distinct guards, so a call sharing
+#   otherwise than traced misses (eager raises there, or does not);
+# - the executed trace holds the inner tensors' aten ops; the output is rebuilt by
+#   ``__tensor_unflatten__``, which computes the nested int from the real offsets (its outer-size
+#   argument is ignored for real tensors), the caller's own when they are the caller's offsets.
 class _ShapeEnv(ShapeEnv):
     """Names its symbols ``s0``, ``s1``, ... in order of creation (torch's names hash the source)."""
 

@@ -282,6 +282,39 @@ def _unsupported(qualname: str, reason: str) -> Callable[..., Any]:
     return unsupported
 
 
+class StorageMetadata:
+    """What ``x.untyped_storage()`` of a traced tensor answers in a tensor subclass's protocol code:
+    its size in bytes (a nested jagged tensor's constructor gives it to ``_make_wrapper_subclass``,
+    whose wrapper the executed trace never builds); anything else of a storage (its data, address,
+    sharing) raises JC-T001, as does ``untyped_storage()`` in the program itself (the storage size is
+    not guarded)."""
+
+    __slots__ = ("_nbytes", "_refuse")
+
+    def __init__(self, nbytes: int, refuse: Callable[..., Any]) -> None:
+        self._nbytes = nbytes
+        self._refuse = refuse
+
+    def size(self) -> int:
+        return self._nbytes
+
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    def __getattr__(self, name: str) -> Any:
+        self._refuse()
+
+
+def _storage_metadata(refuse: Callable[..., Any]) -> Callable[..., Any]:
+    def untyped_storage(self: Any) -> StorageMetadata:
+        context = current_context()
+        if not isinstance(self, TensorProxy) or context is None or not context.subclass_code:
+            refuse()
+        return StorageMetadata(self.shadow.untyped_storage().nbytes(), refuse)
+
+    return untyped_storage
+
+
 def _register_functions() -> None:
     overridable = torch.overrides.get_overridable_functions()
     for module, path in NAMESPACES:
@@ -398,6 +431,8 @@ def _register_tensor_members() -> None:
         qualname = f"torch.Tensor.{name}"
         if name in UNSUPPORTED_METHODS:
             target = _unsupported(qualname, UNSUPPORTED_METHODS[name])
+            if name == "untyped_storage":
+                target = _storage_metadata(target)
             TORCH_TABLE.bind(member, target)
             _install(name, target, is_property)
             continue

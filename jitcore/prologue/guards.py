@@ -50,7 +50,9 @@ class TensorSpec:
     """The metadata of a tensor input that the trace relied on: its layout (strides and storage
     offset) only when the program asked for it or a recorded op relied on it (None: not checked).
     A size or stride that is symbolic in the trace is None here: ``shape`` guards check it
-    (jitcore/prologue/shape_guards.py)."""
+    (jitcore/prologue/shape_guards.py). ``outer_from_inner``: a nested jagged tensor's outer sizes,
+    strides and offset are not read (they follow from its inner tensors, guarded on their own, and
+    reading them runs its ``__torch_dispatch__``: Note [Nested ints], jitcore/langctx/shadows.py)."""
 
     type: type
     shape: tuple[int | None, ...]
@@ -59,6 +61,14 @@ class TensorSpec:
     requires_grad: bool
     strides: tuple[int | None, ...] | None = None
     storage_offset: int | None = None
+    outer_from_inner: bool = False
+
+    @classmethod
+    def of_nested(cls, t: torch.Tensor) -> TensorSpec:
+        """The spec of a nested jagged tensor: its type, dtype, device and grad flag (``shape`` shows
+        its static sizes, unchecked)."""
+        shape = tuple(s if type(s) is int else None for s in t.shape)
+        return cls(type(t), shape, t.dtype, t.device, t.requires_grad, outer_from_inner=True)
 
     @classmethod
     def of(cls, t: torch.Tensor, *, with_strides: bool, traced: tuple | None = None) -> TensorSpec:
@@ -392,6 +402,8 @@ _kind("flatten", GuardKind(
 def _tensor_describe(where: str, spec: TensorSpec) -> str:
     words = (f"{where} is a {spec.type.__qualname__} of shape {_dims(spec.shape)}, {spec.dtype}, "
              f"on {spec.device}, requires_grad={spec.requires_grad}")
+    if spec.outer_from_inner:
+        words += " (its sizes are its inner tensors')"
     words += f", strides {_dims(spec.strides)}" if spec.strides is not None else ""
     return words + (f", storage offset {spec.storage_offset}" if spec.storage_offset is not None else "")
 
@@ -532,7 +544,12 @@ def _dims(sizes: tuple) -> str:
 def _tensor_failure(spec: TensorSpec, t: Any) -> str | None:
     if type(t) is not spec.type:
         return f"expected a {spec.type.__qualname__}, got {type(t).__qualname__}"
-    if len(t.shape) != len(spec.shape) or any(a is not None and a != b for a, b in zip(spec.shape, t.shape)):
+    if spec.outer_from_inner:
+        shape_differs = False
+    else:
+        shape_differs = len(t.shape) != len(spec.shape) or any(
+            a is not None and a != b for a, b in zip(spec.shape, t.shape))
+    if shape_differs:
         for i, (a, b) in enumerate(zip(spec.shape, t.shape)):
             if a is not None and a != b:
                 return f".shape[{i}]: expected {a}, got {b}"
@@ -553,7 +570,7 @@ def _tensor_failure(spec: TensorSpec, t: Any) -> str | None:
 def _render_tensor_failure(v: str, spec: TensorSpec, bind: Bind) -> str:
     parts = [
         f"type({v}) is not {bind(spec.type)}",
-        *_render_sizes(f"{v}.shape", spec.shape),
+        *(() if spec.outer_from_inner else _render_sizes(f"{v}.shape", spec.shape)),
         f"{v}.dtype is not {bind(spec.dtype)}",
     ]
     if spec.device.type == "cpu":

@@ -24,8 +24,8 @@ import torch
 from jitcore.proxies.tensor import TensorProxy
 
 __all__ = [
-    "DerivedContext", "WithConstants", "eager_only_reason", "has_own_protocol", "instance_attributes",
-    "is_wrapper", "tensor_flatten", "tensor_unflatten",
+    "DerivedContext", "WithConstants", "eager_only_reason", "has_nested_ints", "has_own_protocol",
+    "instance_attributes", "is_wrapper", "tensor_flatten", "tensor_unflatten",
 ]
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass  # noqa: SLF001
@@ -34,13 +34,9 @@ _TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # noqa: SLF001
 
 
 # Subclasses jitcore runs eagerly (jitcore.errors.EagerOnlySubclass), by the class that defines them,
-# and why. A subclass of one of them inherits its reason.
-_EAGER_ONLY = {
-    "torch.nested._internal.nested_tensor.NestedTensor": (
-        "a nested jagged tensor's ragged size is a nested int (a SymInt of torch's ShapeEnv), which "
-        "jitcore's tracing does not carry yet"
-    ),
-}
+# and why. A subclass of one of them inherits its reason. None at present: DTensor and nested jagged
+# tensors are traced; calls whose subclass code jitcore cannot trace become eager entries one by one.
+_EAGER_ONLY: dict[str, str] = {}
 
 
 def eager_only_reason(cls: type) -> str | None:
@@ -50,6 +46,13 @@ def eager_only_reason(cls: type) -> str | None:
         if reason is not None:
             return reason
     return None
+
+
+def has_nested_ints(tensor: torch.Tensor) -> bool:
+    """Whether a size of ``tensor`` is a SymInt: a nested jagged tensor's ragged size (a nested int,
+    ``j0``), which its class computes from the offsets tensor (Note [Nested ints],
+    jitcore/langctx/shadows.py)."""
+    return any(type(size) is torch.SymInt for size in tensor.shape)
 
 
 def has_own_protocol(cls: type) -> bool:

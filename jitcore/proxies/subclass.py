@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from jitcore.proxies.protocol import tensor_flatten, tensor_unflatten
-from jitcore.proxies.tensor import TensorProxy, describe_tensor, wrapper_tensor
+from jitcore.proxies.tensor import JaggedOuter, TensorProxy, describe_tensor, wrapper_tensor
 
 __all__ = ["SubclassTensorProxy", "is_traceable_subclass", "missing_slot", "proxy_class", "subclass_proxy"]
 
@@ -220,12 +220,21 @@ def subclass_proxy(name: str, cls: type, outer: torch.Tensor) -> SubclassTensorP
     return proxy
 
 
+_STORED = frozenset({"size", "stride", "storage_offset", "dim", "ndimension", "get_device", "element_size"})
+
+
 def _outer_query(name: str) -> Callable[..., Any]:
     base = getattr(TensorProxy, name)
 
     def query(self: SubclassTensorProxy, *args: Any, **kwargs: Any) -> Any:
         # Outer metadata is known from _make_wrapper_subclass, before __init__ stores the inner tensors.
-        return getattr(self._jitcore_outer, name)(*args, **kwargs)
+        outer = self._jitcore_outer
+        if type(outer) is JaggedOuter and name not in _STORED:
+            # computed from nested ints (``is_contiguous``, ``numel``): the nested jagged tensor's own
+            # answer, once its inner tensors are stored
+            with contextlib.suppress(AttributeError):
+                outer = self.shadow
+        return getattr(outer, name)(*args, **kwargs)
 
     query.__name__ = name
     query.__doc__ = base.__doc__

@@ -277,9 +277,30 @@ class PlainTensorProxy(TensorProxy):
     __slots__ = ("name", "shadow")
 
 
+class JaggedOuter(torch.Tensor):
+    """The outer metadata of a nested jagged tensor made while tracing (before its inner tensors
+    are stored): sizes, strides, dtype, device. Its ragged sizes are nested ints; no op runs on it."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        raise NotImplementedError(f"{func} on the outer metadata of a nested jagged tensor")
+
+
+def jagged_outer(size: Any, strides: Any, dtype: torch.dtype | None, device: Any, requires_grad: bool,
+                 cls: type = JaggedOuter) -> Any:
+    """A storage-less tensor (of class ``cls``) with a nested jagged tensor's outer metadata: its
+    ragged sizes are nested ints, on which no size arithmetic (contiguous strides, storage size) is
+    done."""
+    return torch.Tensor._make_wrapper_subclass(  # noqa: SLF001
+        cls, size, strides=strides, dtype=dtype or torch.get_default_dtype(), layout=torch.jagged,
+        device=device or "cpu", requires_grad=requires_grad, storage_size=0)
+
+
 def wrapper_tensor(cls: type, meta: torch.Tensor) -> Any:
     """A storage-less tensor of class ``cls`` with ``meta``'s metadata. It never requires grad:
     jitcore differentiates the trace itself, so an op reaching the dispatcher skips autograd."""
+    if meta.layout is torch.jagged or type(meta) is JaggedOuter:
+        return jagged_outer(meta.size(), meta.stride(), meta.dtype, meta.device, False, cls)
     if meta.layout is torch.strided:
         return torch.Tensor._make_wrapper_subclass(
             cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(), dtype=meta.dtype,

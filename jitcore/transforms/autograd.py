@@ -122,6 +122,14 @@ class GradComputation:
         return flat
 
 
+def _same_but_grad_flag(ctx: Any, expected: Any) -> bool:
+    """Whether two flatten contexts differ only in the wrapper's ``requires_grad`` (a nested jagged
+    tensor's ctx holds it): a tangent's own flag, which its inner tensors do not depend on."""
+    if type(ctx) is not dict or type(expected) is not dict or "requires_grad" not in ctx:
+        return False
+    return {**ctx, "requires_grad": None} == {**expected, "requires_grad": None}
+
+
 def _checked_tangent(spec: OutputSpec, grad: Any) -> Any:
     """``grad`` when it is of the traced kind, or coerced to it by the subclass's own
     ``__coerce_same_metadata_as_tangent__`` (torch's protocol for tangents of another ctx)."""
@@ -133,7 +141,7 @@ def _checked_tangent(spec: OutputSpec, grad: Any) -> Any:
         if spec.subclass is None:
             return grad
         _names, ctx = tensor_flatten(grad)
-        if ctx == spec.ctx:
+        if ctx == spec.ctx or _same_but_grad_flag(ctx, spec.ctx):
             return grad
         coerce = getattr(grad, "__coerce_same_metadata_as_tangent__", None)
         if coerce is not None:

@@ -1,8 +1,8 @@
 """torch's own subclasses that jitcore runs eagerly (jitcore.errors.EagerOnlySubclass, JC-J002),
-differentially against eager: nested jagged tensors and MaskedTensor reductions (DTensor is traced:
-tests/dispatch/test_dtensor.py, where FSDP2's eager entry is tested too). A call that meets one runs
-as eager runs it, with one warning per jitted function and the reason in ``fallback_reason``; calls
-without one are traced as usual.
+differentially against eager: MaskedTensor reductions (DTensor is traced: tests/dispatch/test_dtensor.py,
+where FSDP2's eager entry is tested too; nested jagged tensors: tests/dispatch/test_nested_jagged.py). A
+call that meets one runs as eager runs it, with one warning per jitted function and the reason in
+``fallback_reason``; calls without one are traced as usual.
 """
 
 from __future__ import annotations
@@ -54,42 +54,21 @@ def _runs_eagerly(fn: Callable[..., Any], *args: Any) -> jitcore.JittedFunction:
     return jitted
 
 
-def _njt() -> torch.Tensor:
-    torch.manual_seed(0)
-    return torch.nested.nested_tensor([torch.randn(2, 8), torch.randn(5, 8)], layout=torch.jagged)
-
-
-@pytest.mark.parametrize("program", [
-    lambda n: n.sin() * 2 + 1,
-    lambda n: torch.nn.functional.linear(n, torch.ones(4, 8)),
-    lambda n: torch.softmax(n, dim=-1),
-    lambda n: n.to_padded_tensor(0.0),
-    lambda n: n.sum(dim=-1),
-])
-def test_nested_jagged_tensor_input(program: Callable[..., Any]) -> None:
-    jitted = _runs_eagerly(program, _njt())
-    assert "nested int" in str(jitted.fallback_reason)
-
-
-def test_nested_jagged_tensor_made_inside() -> None:
-    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.nested.nested_tensor([a, b], layout=torch.jagged).cos().to_padded_tensor(0.0)
-
-    _runs_eagerly(f, torch.randn(2, 3), torch.randn(4, 3))
+def _masked() -> torch.Tensor:
+    mask = torch.tensor([[True, False, True], [False, True, True]])
+    return masked_tensor(torch.randn(2, 3), mask)
 
 
 def test_plain_calls_are_still_traced_after_an_eager_one() -> None:
-    f = lambda t: t * 2  # noqa: E731
-    jitted = _runs_eagerly(f, _njt())
-    torch.testing.assert_close(jitted(torch.ones(3)), torch.ones(3) * 2)
+    f = lambda t: (t * 2).sum()  # noqa: E731
+    jitted = _runs_eagerly(f, _masked())
+    torch.testing.assert_close(jitted(torch.ones(3)), torch.ones(3).sum() * 2)
     assert [entry.eager_reason is None for entry in jitted.entries] == [False, True]  # eager, then traced
     text = explain_text(jitted)
-    assert "a call ran eagerly" in text and "JC-J002" in text and "NestedTensor" in text
+    assert "a call ran eagerly" in text and "JC-J002" in text and "MaskedTensor" in text
     assert "an eager entry: the calls it accepts run the function eagerly" in text
-    assert "type(args[0]) is NestedTensor" in text
+    assert "type(args[0]) is MaskedTensor" in text
 
 
 def test_masked_tensor_reduction() -> None:
-    mask = torch.tensor([[True, False, True], [False, True, True]])
-    m = masked_tensor(torch.randn(2, 3), mask)
-    _runs_eagerly(lambda t: (t * 2).sum(), m)
+    _runs_eagerly(lambda t: (t * 2).sum(), _masked())
