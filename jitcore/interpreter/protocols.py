@@ -345,6 +345,7 @@ def _convert(run: Run, v: object, name: str, native, kind: str) -> str:
             if not isinstance(result, str):
                 raise TypeError(f"{name} returned non-{kind} (type {type(result).__name__})")
             return result
+        return call(run, native, (v,), None)  # as a call of the program's (hooks see ``str(x)``)
     return native(v)
 
 

@@ -38,7 +38,7 @@ from jitcore.dispatch.dtensor import fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.resolver import call_on_shadows
-from jitcore.errors import DataDependentError
+from jitcore.errors import DataDependentError, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.jit import numbers, outputs
@@ -53,6 +53,7 @@ from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
+from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
 from jitcore.langctx.thread_state import restored_on_refusal
 from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
 from jitcore.numpy import new_bridge as new_numpy_bridge
@@ -195,8 +196,6 @@ class Pass:
         """Note [Nothing traced escapes]: a proxy or a shadow must never reach the caller. Outputs are
         mapped completely (``outputs.split``); a proxy still inside an output object, or stored into
         an object of the caller's or of persistent state, is refused with the place it was found."""
-        from jitcore.errors import UnsupportedOperationError
-
         for leaf in optree.tree_leaves(output, none_is_leaf=True):
             if not isinstance(leaf, Proxy) and outputs.escaped(leaf) is not None:
                 raise UnsupportedOperationError(
@@ -283,7 +282,7 @@ class Pass:
                 **dict(TORCH_TABLE.callables()),
                 **DISPATCH_LOOKASIDES,
                 **fsdp_lookasides(),
-                **self.autograd.lookasides(),
+                **self.autograd.lookasides(), **text_lookasides(),
                 **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
@@ -426,14 +425,13 @@ class Pass:
         return args, kwargs
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
         args, kwargs = self._native_arguments(fn, args, kwargs)
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
             if symbol is not None:  # Note [State changes inside the traced function]
                 return self._state_change(fn, symbol)(*args, **kwargs)
             if fn is torch._C._InferenceMode:  # noqa: SLF001
-                from jitcore.errors import UnsupportedOperationError
-
                 raise UnsupportedOperationError(
                     "torch.inference_mode() entered inside a jitted function is not supported",
                     hints=("enter torch.inference_mode() around the call of the jitted function instead",),

@@ -33,6 +33,7 @@ from jitcore.ir import Symbol, SymbolTag, current_context, register_literal
 from jitcore.langctx.aten import aten_symbol, is_aten_op
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
+from jitcore.langctx.tensor_text import TENSOR_TEXT_METHODS, refuse_text
 from jitcore.proxies import TensorProxy
 
 __all__ = ["NAMESPACES", "QUERY_NAMES", "TORCH_TABLE", "UNSUPPORTED_METHODS", "lookup", "torch_symbol"]
@@ -556,6 +557,8 @@ def _iter(self: TensorProxy) -> Any:
 
 def _torch_function(func: Any, args: tuple, kwargs: dict) -> Any:
     target = TORCH_TABLE.lookup(func)
+    if target is None and any(func is m for m in TENSOR_TEXT_METHODS):
+        refuse_text(func.__qualname__)  # "{}".format(x) from C: never a symbol (langctx/tensor_text.py)
     if target is None:
         target = dynamic_symbol(func)
     return target(*args, **kwargs)

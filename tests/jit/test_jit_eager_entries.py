@@ -119,6 +119,41 @@ def test_with_exits_run_for_the_stop() -> None:
     assert torch._C._is_torch_function_enabled()  # noqa: SLF001
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: repr(x * 2),
+        lambda x: str(x * 2),
+        lambda x: f"{x * 2}",
+        lambda x: f"{x * 2!r}|{x!s}",
+        lambda x: "{}".format(x * 2),  # noqa: UP032 - the C path under test
+        lambda x: format(x),
+        lambda x: (print([x * 2]), x + 1)[1],
+    ],
+    ids=["repr", "str", "fstring", "fstring_conversions", "str_format", "format", "print"],
+)
+def test_the_text_of_a_tensor_runs_eagerly(fn, capsys) -> None:
+    """A traced tensor's text was jitcore's (``TensorProxy(t0, "cpu f32[4]")``): a wrong answer."""
+    x = torch.arange(4.0)
+    expected, printed = fn(x), capsys.readouterr().out
+    jfn = jitcore.jit(fn)
+    for _ in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert str(jfn(x)) == str(expected)
+        assert capsys.readouterr().out == printed  # printed on every call, as eagerly
+    assert isinstance(jfn.fallback_reason, UnsupportedOperationError)
+
+
+def test_the_text_of_a_number_read_from_a_tensor_stays_traced() -> None:
+    """``f"{loss:.2f}"`` of a 0-dim tensor reads its value (checked on every call). It raised in every
+    trace after a ``"{}".format(x)`` somewhere had made ``Tensor.__format__`` a symbol."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        jitcore.jit(lambda x: "{}".format(x * 2))(torch.arange(4.0))  # noqa: UP032 - the C path under test
+    check(lambda x: f"{x.sum():.2f}", torch.arange(4.0))
+
+
 def test_an_unrecordable_call_runs_eagerly() -> None:
     """A tensor hook (JC-T001) inside the function: eagerly registered on every call."""
     seen = []

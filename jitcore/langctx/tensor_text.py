@@ -1,0 +1,57 @@
+"""The text of a traced tensor: ``repr``, ``str``, ``format`` and ``print`` of a tensor show its values.
+
+While tracing, a tensor is a proxy without values, and its own text (``TensorProxy(t0, "cpu f32[6]")``)
+is jitcore's. A program that turns a tensor into text (returns ``repr(x)``, prints ``x`` on every step,
+formats it into a message) saw that text: a wrong answer, and a ``print`` that ran only while tracing.
+Such a call now stops tracing with UnsupportedOperationError (JC-T001): without ``fullgraph`` the call
+runs eagerly (Note [Eager entries], jit/api.py), as torch.compile breaks its graph at ``print``.
+
+Invariant: the check is made where the program calls a text builtin (``Pass._opaque_call``), where
+the interpreter calls a proxy's ``__repr__`` itself (an f-string's ``!r``, a Python ``__repr__`` calling
+``repr(self.weight)``), and where C code the program called reaches ``Tensor.__format__`` or
+``Tensor.__repr__`` through ``__torch_function__`` (``"{}".format(x)``: langctx/torch.py), which must
+never make them symbols (a symbol of ``Tensor.__format__`` ran on fake tensors from then on, and
+``f"{loss:.2f}"`` of a 0-dim tensor raised in every later trace). jitcore's own messages call them
+natively, outside ``__torch_function__``, and keep the proxy's text. ``"%s" % x`` (``str`` called by
+C code) is not seen: it still gives the proxy's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from jitcore.errors import UnsupportedOperationError
+from jitcore.ir import tree_has
+from jitcore.proxies import TensorProxy
+
+__all__ = ["TENSOR_TEXT_METHODS", "refuse_text", "refuse_text_of_tensors", "text_lookasides"]
+
+_TEXT_FUNCTIONS = (repr, str, ascii, format, print, object.__format__, object.__str__, object.__repr__)
+TENSOR_TEXT_METHODS = (torch.Tensor.__format__, torch.Tensor.__repr__)
+
+
+def refuse_text_of_tensors(fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    """Raise JC-T001 when ``fn`` turns a traced tensor among its arguments into text."""
+    if any(fn is f for f in _TEXT_FUNCTIONS) and tree_has((args, kwargs), TensorProxy):
+        refuse_text(getattr(fn, "__qualname__", str(fn)))
+
+
+def refuse_text(name: str) -> None:
+    """Raise JC-T001: ``name`` would turn a traced tensor into text."""
+    raise UnsupportedOperationError(
+        f"{name}() of a traced tensor shows its values, which are not known while tracing",
+        hints=("return the tensor and turn it into text outside the jitted function",),
+    )
+
+
+def _proxy_repr(self: TensorProxy) -> str:
+    refuse_text("repr")
+    return ""  # not reached
+
+
+def text_lookasides() -> dict[Any, Callable[..., Any]]:
+    """What the interpreter calls instead of a proxy's own ``__repr__`` when the program reaches it."""
+    return {TensorProxy.__repr__: _proxy_repr}
