@@ -760,8 +760,8 @@ def _is_stored_attribute(obj: Any, name: str) -> bool:
     return False
 
 
-_IDENTITY_FUNCTIONS = (id, hash, operator.is_, operator.is_not, operator.contains, operator.eq,
-                       operator.ne, operator.countOf, operator.indexOf)
+_IDENTITY_FUNCTIONS = frozenset(map(id, (id, hash, operator.is_, operator.is_not, operator.contains,
+                                         operator.eq, operator.ne, operator.countOf, operator.indexOf)))
 _HASHING_TYPES = (dict, set, frozenset)
 _KEY_METHODS = frozenset({"__getitem__", "__setitem__", "__delitem__", "__contains__", "get", "pop",
                           "setdefault", "add", "discard", "remove"})
@@ -773,7 +773,7 @@ def _identity_arguments(fn: Any, args: tuple) -> tuple:
     """The arguments whose identity ``fn`` may look at: all of them for ``id``/``hash``/``is``, the key
     of a dict's or set's key method (hashed by identity), the value a sequence searches for (compared
     with the default ``==``)."""
-    if any(fn is f for f in _IDENTITY_FUNCTIONS):  # not ``in``: a pybind11 property getter is unhashable
+    if id(fn) in _IDENTITY_FUNCTIONS:  # by identity: a pybind11 property getter is unhashable
         return args
     if not args:
         return ()

@@ -29,13 +29,14 @@ from jitcore.proxies import TensorProxy
 
 __all__ = ["TENSOR_TEXT_METHODS", "refuse_text", "refuse_text_of_tensors", "text_lookasides"]
 
-_TEXT_FUNCTIONS = (repr, str, ascii, format, print, object.__format__, object.__str__, object.__repr__)
+_TEXT_FUNCTIONS = frozenset(map(id, (repr, str, ascii, format, print, object.__format__, object.__str__,
+                                     object.__repr__)))  # by identity: some callables are unhashable
 TENSOR_TEXT_METHODS = (torch.Tensor.__format__, torch.Tensor.__repr__)
 
 
 def refuse_text_of_tensors(fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
     """Raise JC-T001 when ``fn`` turns a traced tensor among its arguments into text."""
-    if any(fn is f for f in _TEXT_FUNCTIONS) and tree_has((args, kwargs), TensorProxy):
+    if id(fn) in _TEXT_FUNCTIONS and tree_has((args, kwargs), TensorProxy):
         refuse_text(getattr(fn, "__qualname__", str(fn)))
 
 

@@ -110,24 +110,27 @@ _MISSING = object()
 
 
 def global_value(frame: Frame, name: str) -> object:
-    """The global or builtin ``name`` as LOAD_GLOBAL finds it (NameError when neither exists). Globals
-    or builtins that are not exactly dicts are subscripted, as CPython does (a ``__missing__`` runs)."""
-    globals_, builtins = frame.globals, frame.builtins
-    if type(globals_) is not dict or type(builtins) is not dict:
-        try:
-            return globals_[name]
-        except KeyError:
-            pass
-        try:
-            return builtins[name]
-        except KeyError:
-            raise _name_error(name) from None
-    value = globals_.get(name, _MISSING)
+    """The global or builtin ``name`` as LOAD_GLOBAL finds it (NameError when neither exists)."""
+    value = frame.globals.get(name, _MISSING)
     if value is _MISSING:
-        value = builtins.get(name, _MISSING)
+        value = frame.builtins.get(name, _MISSING)
         if value is _MISSING:
-            raise _name_error(name)
+            value = _subscripted(frame.globals, frame.builtins, name)
+            if value is _MISSING:
+                raise _name_error(name)
     return value
+
+
+def _subscripted(globals_: dict, builtins: dict, name: str) -> object:
+    """A name neither namespace holds, looked up again by subscript where one is not exactly a dict,
+    as CPython does there (a ``__missing__`` runs); _MISSING when that finds nothing either."""
+    for namespace in (globals_, builtins):
+        if type(namespace) is not dict:
+            try:
+                return namespace[name]
+            except KeyError:
+                pass
+    return _MISSING
 
 
 @handles("LOAD_GLOBAL", since=(3, 11), until=(3, 12))
