@@ -10,6 +10,8 @@ contents), and when the pass ends it
 3. hands the effects to the entry, which applies them after each run of the computation, the first
    call's included. Tensors written into objects are outputs of the computation; objects made by
    the program and stored (holding tensors) are rebuilt on every call, as eager makes them anew.
+The program's ``print`` calls join them as effects of kind ``"print"``, after the diffs and in program
+order (jitcore/jit/printing.py).
 
 Invariants: after a call the caller's objects hold real tensors, never proxies; the final state of
 every reached object is eager's final state for a call that took the same path (values the program
@@ -39,11 +41,13 @@ from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 
-__all__ = ["Effect", "Effects", "StateSnapshots", "counters"]
+__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "counters", "print_line"]
 
 EffectKind = Literal[
-    "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "cell", "grad"
+    "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "cell", "grad",
+    "print",
 ]
+PRINT_STREAMS = ("stdout", "stderr")  # the streams a recorded print writes to (jit/printing.py)
 _MISSING = object()
 
 
@@ -53,8 +57,10 @@ class Effect:
 
     Attributes:
         path: how the object is reached from the call (its root may bind the object itself).
-        kind: what changes: an attribute, an item, the whole contents (list/set), a cell.
-        key: the attribute name or item key (None for contents and cells).
+        kind: what changes: an attribute, an item, the whole contents (list/set), a cell; or
+            ``"print"``, a line the program prints to the stream at ``path`` (jit/printing.py).
+        key: the attribute name or item key (None for contents and cells; ``(sep, end, flush)``
+            for a print).
         value: the new value, with proxies and rebuilt objects as slots filled per call.
     """
 
@@ -468,6 +474,14 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
         target.cell_contents = value
     elif kind == "grad":
         target.grad = value
+    elif kind == "print":
+        print_line(effect, target, value)
+
+
+def print_line(effect: Effect, stream: Any, pieces: list) -> None:
+    """Perform a ``"print"`` effect: its pieces (text, or this call's numbers) to ``stream``."""
+    sep, end, flush = effect.key
+    print(*pieces, sep=sep, end=end, file=stream, flush=flush)
 
 
 def counters(effects: list[Effect], value_guarded: Callable[[Path], bool]) -> set[Path]:

@@ -46,6 +46,7 @@ from jitcore.jit.appends import appended_parameters, only_appended_to, subscript
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters
+from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.value_reads import ValueReads
@@ -136,7 +137,7 @@ class Pass:
         self.provenance.counters = counters
         self.provenance.dynamic_dims = shapes.dims_for if shapes is not None else None
         self.found_counters: set[Path] = set()
-        self._print_warned = False
+        self.prints = Prints(final=shapes is None)  # print(): jit/printing.py
         self.autograd = AutogradCalls(self)  # loss.backward(), p.grad: jitcore/jit/autograd_calls.py
         self.context.autograd = self.autograd
 
@@ -159,13 +160,15 @@ class Pass:
                 self.trace.imports["jitcore"] = jitcore
             self._remember_function(target)
             state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
-            with tracing(self.context), _deep_recursion(), restored_on_refusal():
+            with tracing(self.context), _deep_recursion(), restored_on_refusal(), \
+                    self.prints.printed_on_error():
                 output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
             epilogue = None
             if self.numpy is not None:
                 output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
             output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
+            changes += self.prints.effects
         finally:
             self.snapshots.restore()  # the caller's objects as the call found them
         self._refuse_escapes(output, (args, kwargs, bound_self))
@@ -282,7 +285,7 @@ class Pass:
                 **dict(TORCH_TABLE.callables()),
                 **DISPATCH_LOOKASIDES,
                 **fsdp_lookasides(),
-                **self.autograd.lookasides(), **text_lookasides(),
+                **self.autograd.lookasides(), **text_lookasides(), print: self.prints.print,
                 **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
@@ -444,14 +447,6 @@ class Pass:
             from jitcore.diagnostics.markers import record_breakpoint
 
             return record_breakpoint(self.trace, self._source())  # jitcore.debug stops there
-        if fn is print and not self._print_warned:
-            self._print_warned = True
-            from jitcore.diagnostics.user_warnings import warn_user  # at the user's line, not this one
-
-            warn_user(
-                "print() inside a jitted function runs only while tracing, not on cached calls",
-                self._source(),
-            )
         return fn(*args, **kwargs)
 
     def _bind_state(self, frame: Any, value: Any, path: Path, name: str) -> Any:

@@ -11,9 +11,10 @@ the interpreter calls a proxy's ``__repr__`` itself (an f-string's ``!r``, a Pyt
 ``repr(self.weight)``), and where C code the program called reaches ``Tensor.__format__`` or
 ``Tensor.__repr__`` through ``__torch_function__`` (``"{}".format(x)``: langctx/torch.py), which must
 never make them symbols (a symbol of ``Tensor.__format__`` ran on fake tensors from then on, and
-``f"{loss:.2f}"`` of a 0-dim tensor raised in every later trace). jitcore's own messages call them
-natively, outside ``__torch_function__``, and keep the proxy's text. ``"%s" % x`` (``str`` called by
-C code) is not seen: it still gives the proxy's text.
+``f"{loss:.2f}"`` of a 0-dim tensor raised in every later trace). ``"%s" % x`` is ``str.__mod__``, a text
+function the program calls (its C code calls ``str`` on the proxy). jitcore's own messages call them
+natively, outside ``__torch_function__``, and keep the proxy's text. A ``print`` of anything else is
+replayed on every call (jit/printing.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from jitcore.proxies import TensorProxy
 __all__ = ["TENSOR_TEXT_METHODS", "refuse_text", "refuse_text_of_tensors", "text_lookasides"]
 
 _TEXT_FUNCTIONS = frozenset(map(id, (repr, str, ascii, format, print, object.__format__, object.__str__,
-                                     object.__repr__)))  # by identity: some callables are unhashable
+                                     object.__repr__, str.__mod__)))  # by identity: some are unhashable
 TENSOR_TEXT_METHODS = (torch.Tensor.__format__, torch.Tensor.__repr__)
 
 

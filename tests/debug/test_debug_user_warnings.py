@@ -22,11 +22,6 @@ def caught(fn, *args):
     return found
 
 
-def test_print_in_a_jitted_function_warns_at_the_print_line():
-    (found,) = [w for w in caught(jitcore.jit(P.uses_print), torch.randn(2)) if "print()" in str(w.message)]
-    assert (found.filename, found.lineno) == (P.__file__, P.line_of(P.uses_print, 'print("tracing")'))
-
-
 def test_breakpoint_in_a_jitted_function_warns_at_the_breakpoint_line():
     found = caught(jitcore.jit(P.with_breakpoint), torch.randn(2))
     (found,) = [w for w in found if "breakpoint()" in str(w.message)]

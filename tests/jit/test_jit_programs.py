@@ -210,18 +210,6 @@ def test_fallback_eager_runs_data_dependent_functions() -> None:
     assert_same(jf(-x), f(-x))
 
 
-def test_print_warns_and_runs_only_while_tracing(capsys) -> None:
-    def f(x):
-        print("tracing")
-        return x + 1
-
-    jf = jitcore.jit(f)
-    with pytest.warns(UserWarning, match="only while tracing"):
-        jf(torch.randn(2))
-    jf(torch.randn(2))
-    assert capsys.readouterr().out == "tracing\n"
-
-
 def test_torch_rejecting_arguments_raises_torchs_error() -> None:
     def f(x, y):
         return x + y

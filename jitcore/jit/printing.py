@@ -1,0 +1,94 @@
+"""The program's ``print`` calls: recorded while tracing, printed on every call as eagerly.
+
+A ``print`` inside a jitted function is a Python side effect like a list append: eager prints on every
+call. While tracing, ``Prints.print`` (the pass's lookaside for the builtin) does not print; it records
+the call as an ``Effect`` of kind ``"print"`` (jitcore/jit/effects.py), which the entry performs after
+each run of the computation, the first call's included, in program order among the prints:
+- each argument's text is made while tracing, through the interpreter (``str(obj)`` runs the
+  object's own ``__str__`` interpreted, so what it reads is guarded as any read of the program);
+- a number read from a tensor (``print(loss.item())``) or a dynamic number stays a name: it is an
+  output of the computation, and its text is made from each call's value (no guard on the value);
+- ``file`` may be omitted, ``None``, ``sys.stdout`` or ``sys.stderr``: the stream is looked up in
+  ``sys`` on each call (``contextlib.redirect_stdout`` around the jitted call is honoured).
+
+When the program raises its own exception, the pass prints what it recorded before re-raising.
+A print whose text would show a traced tensor's values (``print(x)``) or that writes to another file
+stops tracing with JC-T001 (langctx/tensor_text.py): without ``fullgraph`` that call runs eagerly.
+A print inside a tensor subclass's ``__torch_dispatch__``/``__torch_function__`` that the pass
+interprets is recorded the same way (eager prints it on every call too). Code that the grad transform
+runs after the pass (a subclass's dispatch of a backward op) prints natively, while tracing only.
+
+Invariants: a recorded print's text is, on every call, the text eager prints for a call taking the
+same path (the pieces not named by a number are guarded through the reads that made them); nothing
+is printed while tracing a pass that records it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from jitcore.errors import JitcoreError, UnsupportedOperationError
+from jitcore.interpreter import JitcoreInterpreterError, current_run
+from jitcore.interpreter.protocols import to_str
+from jitcore.ir import tree_has
+from jitcore.jit.effects import PRINT_STREAMS, Effect, print_line
+from jitcore.langctx.tensor_text import refuse_text
+from jitcore.prologue import Path, Root
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
+
+__all__ = ["Prints"]
+
+_SYS = Path(Root("bound", "sys", sys))
+
+
+class Prints:
+    """The print calls of one pass, as effects in program order."""
+
+    def __init__(self, *, final: bool) -> None:
+        self.final = final  # an error of the program's in this pass reaches the user (no pass follows)
+        self.effects: list[Effect] = []
+
+    def print(self, *objects: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None,
+              flush: bool = False) -> None:
+        """The lookaside for ``print``: records the call (see the module docstring)."""
+        if tree_has(objects, TensorProxy):
+            refuse_text("print")
+        for name, value in (("sep", sep), ("end", end)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
+        stream = _stream_name(file)
+        run = current_run()
+        pieces = [obj if isinstance(obj, NumberProxy) else to_str(run, obj) for obj in objects]
+        self.effects.append(Effect(_SYS.attr(stream), "print", (
+            " " if sep is None else sep, "\n" if end is None else end, bool(flush)), pieces))
+        return None
+
+    @contextlib.contextmanager
+    def printed_on_error(self) -> Iterator[None]:
+        """Around the program's interpretation: when the program raises (its own exception, which
+        reaches the caller), what it printed before is printed, as eager printed it before raising."""
+        try:
+            yield
+        except Exception as exc:
+            if self.final and not isinstance(exc, (JitcoreError, JitcoreInterpreterError)):
+                for effect in self.effects:  # the numbers as this call computed them
+                    pieces = [p.value if isinstance(p, NumberProxy) else p for p in effect.value]
+                    print_line(effect, effect.path.get((), {}), pieces)
+            raise
+
+
+def _stream_name(file: Any) -> str:
+    if file is None:
+        return "stdout"
+    for name in PRINT_STREAMS:
+        if file is getattr(sys, name):
+            return name
+    raise UnsupportedOperationError(
+        f"print(..., file=<{type(file).__qualname__}>) writes to a stream jitcore cannot replay on "
+        "cached calls",
+        hints=("print to sys.stdout or sys.stderr, or write outside the jitted function",),
+    )

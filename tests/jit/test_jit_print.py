@@ -1,0 +1,227 @@
+"""``print`` inside a jitted function prints on every call, as eagerly (jitcore/jit/printing.py).
+
+Each program runs eagerly and under ``jitcore.jit`` for the same calls; what each wrote to stdout and
+stderr, and what it returned or raised, must be equal, call by call. A print used to run only while
+tracing (with a warning): cached calls printed nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from jit_helpers import assert_same, check_eager_entry
+
+import jitcore
+from jitcore.errors import UnsupportedOperationError
+
+COUNT = {"n": 0}
+
+
+class Labelled:
+    def __str__(self) -> str:
+        return f"Labelled({COUNT['n']})"
+
+
+class Logged(torch.Tensor):
+    """A wrapper subclass whose ``__torch_dispatch__`` prints each op, as debugging code does."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> Logged:
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)  # noqa: SLF001
+
+    def __init__(self, inner: torch.Tensor) -> None:
+        self.inner = inner
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, meta: Any, outer_size: Any, outer_stride: Any) -> Logged:
+        return Logged(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any, kwargs: Any = None) -> Any:
+        print("dispatch", func)
+        unwrapped = [a.inner if isinstance(a, Logged) else a for a in args]
+        out = func(*unwrapped, **(kwargs or {}))
+        return Logged(out) if isinstance(out, torch.Tensor) else out
+
+
+def _run(fn: Callable[..., Any], calls: list[tuple], before: Callable[[], None] | None) -> list[tuple]:
+    seen = []
+    for args in calls:
+        if before is not None:
+            before()
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                result: Any = fn(*args)
+            except Exception as exc:  # noqa: BLE001 - compared with eager's
+                result = (type(exc), str(exc))
+        seen.append((out.getvalue(), err.getvalue(), result))
+    return seen
+
+
+def check_prints(fn: Callable[..., Any], calls: list[tuple], *, misses: int = 1,
+                 before: Callable[[], None] | None = None, **options: Any) -> Any:
+    """Eager and jitted runs of ``calls`` print, warn and return the same; ``misses`` traces."""
+    COUNT["n"] = 0
+    expected = _run(fn, calls, before)
+    COUNT["n"] = 0
+    jfn = jitcore.jit(fn, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "runs only while tracing", no eager entry
+        got = _run(jfn, calls, before)
+    for (out, err, result), (e_out, e_err, e_result) in zip(got, expected):
+        assert (out, err) == (e_out, e_err)
+        assert_same(result, e_result)
+    assert jitcore.cache_misses(jfn) == misses
+    assert jitcore.cache_hits(jfn) == len(calls) - misses
+    return jfn
+
+
+X = torch.arange(4.0)
+
+
+def test_a_constant_print_runs_on_every_call() -> None:
+    def f(x):
+        print("step")
+        return x + 1
+
+    check_prints(f, [(X,), (X * 2,), (X,)])
+
+
+def test_sizes_dtypes_and_keywords() -> None:
+    def f(x):
+        print(x.shape, x.dtype, "n", x.shape[0], sep=" | ", end=" <\n")
+        print("to stderr", x.ndim, file=sys.stderr, flush=True)
+        print()
+        return x * 2
+
+    check_prints(f, [(X,), (X + 1,), (torch.ones(2, 3),), (torch.zeros(2, 3),)], misses=2)
+
+
+def test_prints_in_a_loop_keep_their_order() -> None:
+    def f(x):
+        for i in range(3):
+            print(i, end=" ")
+            x = x + i
+        print("done")
+        return x
+
+    check_prints(f, [(X,), (X,)])
+
+
+def test_a_number_read_from_a_tensor_is_printed_from_each_call() -> None:
+    """``print(loss.item())`` needs no entry per value: the number is an output of the computation."""
+
+    def f(x):
+        loss = (x * x).sum()
+        print("loss", loss.item(), "max", x.max().item())
+        return loss
+
+    check_prints(f, [(X,), (X * 2,), (X - 3,)])
+
+
+def test_a_dynamic_number_is_printed_from_each_call() -> None:
+    def f(x, lr):
+        print("lr", lr, lr * 2)
+        return x * lr
+
+    check_prints(f, [(X, 0.1), (X, 0.2), (X, 0.3)], dynamic_numbers=("lr",))
+
+
+def test_a_print_inside_a_modules_forward() -> None:
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            print("forward", tuple(x.shape))
+            return self.linear(x)
+
+    net = Net()
+    check_prints(lambda x: net(x), [(torch.ones(3, 4),), (torch.zeros(3, 4),)])
+
+
+def test_an_objects_text_is_made_by_its_own_str_and_guarded() -> None:
+    """``print(obj)`` runs ``obj.__str__``, interpreted: what it reads is guarded (here a new entry per
+    value of the counter it prints)."""
+
+    def f(x):
+        print(Labelled())
+        return x + 1
+
+    def bump() -> None:
+        COUNT["n"] += 1
+
+    check_prints(f, [(X,), (X,), (X,)], misses=3, before=bump)
+
+
+def test_a_list_printed_before_and_after_it_changes() -> None:
+    def f(x):
+        items = [1]
+        print(items)
+        items.append(2)
+        print(items)
+        return x
+
+    check_prints(f, [(X,), (X,)])
+
+
+def test_what_was_printed_before_the_program_raises_is_printed() -> None:
+    def f(x):
+        print("before", x.sum().item())
+        if x.shape[0] == 4:
+            raise ValueError("four")
+        return x
+
+    expected = _run(f, [(X,)], None)
+    with pytest.raises(ValueError, match="four"):
+        f(X)
+    assert _run(jitcore.jit(f), [(X,)], None) == expected
+
+
+def test_prints_inside_a_subclass_dispatch_run_on_every_call_in_order() -> None:
+    def f(t):
+        print("start")
+        return (t * 2).inner
+
+    check_prints(f, [(Logged(X),), (Logged(X * 2),)])
+
+
+def test_the_stream_is_the_one_the_call_finds() -> None:
+    """``contextlib.redirect_stdout`` around a cached call receives its prints."""
+
+    def f(x):
+        print("hello")
+        return x
+
+    jfn = jitcore.jit(f)
+    jfn(X)  # traced, printed to the real stdout
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        jfn(X)
+    assert (out.getvalue(), jitcore.cache_hits(jfn)) == ("hello\n", 1)
+
+
+def test_a_print_to_another_file_runs_eagerly() -> None:
+    def f(x):
+        buffer = io.StringIO()
+        print("text", file=buffer)
+        return x + len(buffer.getvalue())
+
+    check_eager_entry(f, X, error=UnsupportedOperationError, match="file=<StringIO>")
+
+
+def test_the_percent_format_of_a_tensor_runs_eagerly() -> None:
+    """``"%s" % x`` (``str`` called by C code) gave the proxy's text: a wrong answer."""
+    check_eager_entry(lambda x: "%s" % (x * 2), X, error=UnsupportedOperationError, match="__mod__")
