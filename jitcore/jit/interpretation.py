@@ -431,6 +431,8 @@ class Pass:
         refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
         args, kwargs = self._native_arguments(fn, args, kwargs)
         if isinstance(fn, (types.BuiltinFunctionType, type)):
+            if fn.__name__ == "write" and (written := self.prints.write(fn, args, kwargs)) is not None:
+                return written  # sys.stderr.write(...) of a logging handler: jit/printing.py
             symbol = _STATE_SYMBOLS.get(fn)
             if symbol is not None:  # Note [State changes inside the traced function]
                 return self._state_change(fn, symbol)(*args, **kwargs)

@@ -10,6 +10,8 @@ each run of the computation, the first call's included, in program order among t
   output of the computation, and its text is made from each call's value (no guard on the value);
 - ``file`` may be omitted, ``None``, ``sys.stdout`` or ``sys.stderr``: the stream is looked up in
   ``sys`` on each call (``contextlib.redirect_stdout`` around the jitted call is honoured).
+A ``write`` of text on ``sys.stdout``/``sys.stderr`` that interpreted code calls (a logging handler's
+``emit``: ``logger.warning(...)`` inside the function) is recorded the same way, as a print of that text.
 
 When the program raises its own exception, the pass prints what it recorded before re-raising.
 A print whose text would show a traced tensor's values (``print(x)``) or that writes to another file
@@ -66,6 +68,17 @@ class Prints:
         self.effects.append(Effect(_SYS.attr(stream), "print", (
             " " if sep is None else sep, "\n" if end is None else end, bool(flush)), pieces))
         return None
+
+    def write(self, fn: Any, args: tuple, kwargs: dict) -> int | None:
+        """``stream.write(text)`` called by the program (a logging handler's ``emit``) on ``sys.stdout``
+        or ``sys.stderr``: recorded as a print of ``text`` alone; its result, the length written. None
+        (the call runs natively) for any other ``write``."""
+        stream = getattr(fn, "__self__", None)
+        name = next((n for n in PRINT_STREAMS if stream is getattr(sys, n)), None)
+        if name is None or kwargs or len(args) != 1 or type(args[0]) is not str:
+            return None
+        self.effects.append(Effect(_SYS.attr(name), "print", ("", "", False), [args[0]]))
+        return len(args[0])
 
     @contextlib.contextmanager
     def printed_on_error(self) -> Iterator[None]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import sys
 import warnings
 from collections.abc import Callable
@@ -225,3 +226,39 @@ def test_a_print_to_another_file_runs_eagerly() -> None:
 def test_the_percent_format_of_a_tensor_runs_eagerly() -> None:
     """``"%s" % x`` (``str`` called by C code) gave the proxy's text: a wrong answer."""
     check_eager_entry(lambda x: "%s" % (x * 2), X, error=UnsupportedOperationError, match="__mod__")
+
+
+def test_a_logging_warning_and_a_direct_write_are_written_on_every_call() -> None:
+    """``logger.warning(...)`` reaches ``sys.stderr.write`` through logging's handler (interpreted): the
+    text is recorded as a print of it."""
+    logger = logging.getLogger("jitcore_test_print")
+
+    def f(x):
+        logger.warning("shape %s", tuple(x.shape))
+        sys.stdout.write("direct\n")
+        return x + 1
+
+    check_prints(f, [(X,), (X,), (torch.ones(2),)], misses=2)
+
+
+def test_a_handler_writing_to_stdout_with_its_format() -> None:
+    logger = logging.getLogger("jitcore_test_print_stdout")
+    logger.propagate = False
+
+    def f(x):
+        logger.error("sum of a %s tensor", x.dtype)
+        return x.sum()
+
+    written = []
+    for fn in (f, jitcore.jit(f)):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            handler = logging.StreamHandler(sys.stdout)  # the stream each call finds as sys.stdout
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            logger.addHandler(handler)
+            try:
+                fn(X), fn(X)
+            finally:
+                logger.removeHandler(handler)
+        written.append(out.getvalue())
+    assert written == ["ERROR jitcore_test_print_stdout: sum of a torch.float32 tensor\n" * 2] * 2
