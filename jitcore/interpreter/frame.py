@@ -59,7 +59,6 @@ class Frame:
         "exc_value",
         "fast",
         "function",
-        "generator",
         "globals",
         "index",
         "info",
@@ -93,9 +92,9 @@ class Frame:
         self.kw_names: tuple[str, ...] = ()
         self.exc_value: BaseException | None = None
         self.back = back
-        # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``generator`` and ``pending`` are
-        # set by the generator code, ``tb_entry`` by tracebacks.add_frame (which reads it with a default):
-        # left unset here to keep frame creation cheap.
+        # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``pending`` is set by the
+        # generator code, ``tb_entry`` by tracebacks.add_frame (which reads it with a default): left unset
+        # here to keep frame creation cheap.
 
     @property
     def instructions(self) -> list[Instruction]:

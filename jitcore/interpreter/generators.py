@@ -19,6 +19,7 @@ from __future__ import annotations
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
+import functools
 import sys
 import types
 from typing import TYPE_CHECKING
@@ -121,7 +122,11 @@ def _throw(frame: Frame, exc: BaseException) -> object:
     from jitcore.interpreter.calls import call
 
     if isinstance(exc, GeneratorExit):
-        close = getattr(delegate, "close", None)
+        try:
+            close = getattr(delegate, "close", None)
+        except Exception as e:  # noqa: BLE001 - CPython reports a failed lookup and closes the frame
+            close = None
+            write_unraisable(e, delegate)
         if close is not None:
             try:
                 call(run, close, (), None)
@@ -299,7 +304,8 @@ def make_generator(frame: Frame) -> object:
     function = frame.function
     gen.__name__ = function.__name__ if function is not None else frame.code.co_name
     gen.__qualname__ = function.__qualname__ if function is not None else frame.code.co_qualname
-    frame.generator = gen
+    # the frame holds no reference to its generator: with one, every generator would be in a cycle, kept
+    # alive (its ``finally`` blocks not run) until the cyclic GC, where CPython frees it when dropped
     return gen
 
 
@@ -353,3 +359,27 @@ def frame_attribute(gen: object, name: str) -> object:
 
 
 NOT_INTERPRETED = _NOT_INTERPRETED
+
+
+@functools.cache
+def _unraisable_args_type() -> type:
+    """``sys.UnraisableHookArgs`` (not exposed by ``sys``): the type the hook receives, taken once from
+    an exception ignored in a ``__del__``."""
+    found: list[type] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda args: found.append(type(args))
+
+    class _Ignored:
+        def __del__(self) -> None:
+            raise RuntimeError
+
+    try:
+        _Ignored()
+    finally:
+        sys.unraisablehook = hook
+    return found[0]
+
+
+def write_unraisable(exc: BaseException, obj: object) -> None:
+    """CPython's ``PyErr_WriteUnraisable(obj)`` for ``exc``: ``sys.unraisablehook`` reports it."""
+    sys.unraisablehook(_unraisable_args_type()((type(exc), exc, exc.__traceback__, None, obj)))

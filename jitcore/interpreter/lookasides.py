@@ -237,7 +237,8 @@ def _in_caller_module(args: tuple) -> tuple:
 def type_(*args: object, **kwargs: object) -> object:
     """type(obj), or type(name, bases, ns) made in the caller's module."""
     if len(args) == 1 and not kwargs:
-        return type(args[0])
+        found = type(args[0])
+        return types.FrameType if found is FrameProxy else found  # a frame proxy stands for a frame
     return type(*_in_caller_module(args), **kwargs)
 
 
@@ -426,6 +427,10 @@ def _refuse_tracing(name: str) -> Callable:
     return refuse
 
 
+def _no_module(self: object) -> str:
+    raise AttributeError("'frame' object has no attribute '__module__'")
+
+
 class FrameProxy:
     """What ``sys._getframe()`` returns for an interpreted frame: the ``f_*`` attributes of a frame object."""
 
@@ -443,6 +448,11 @@ class FrameProxy:
     f_lasti = property(lambda self: self._frame.instruction.offset)
     f_back = property(lambda self: self._back)
     f_trace = None
+    # ``isinstance(f, types.FrameType)`` (inspect.isframe) holds, through ``__class__``, so Python code
+    # that takes frames (``inspect.stack()``, ``inspect.getframeinfo``, ``traceback.walk_stack``) accepts
+    # it; C code that needs a frame object still refuses it (its type is this class).
+    __class__ = property(lambda self: types.FrameType)  # type: ignore[assignment]
+    __module__ = property(_no_module)  # type: ignore[assignment]  # a frame has none (inspect.getmodule)
 
     def __repr__(self) -> str:
         return f"<frame (interpreted) {self._frame!r}>"

@@ -80,6 +80,12 @@ MODULES = (
     "test_baseexception",
     "test_dictviews",
     "test_contains",
+    # generators' delegation and frames, hashing, __index__, modules, generic aliases: added 2026-12-02
+    "test_yield_from",
+    "test_index",
+    "test_hash",
+    "test_module",
+    "test_genericalias",
 )
 
 TIMEOUT_S = 20

@@ -81,6 +81,11 @@ NATIVE_COUNTS_311 = {
     "test_baseexception": 11,
     "test_dictviews": 16,
     "test_contains": 4,
+    "test_yield_from": 33,
+    "test_index": 55,
+    "test_hash": 30,
+    "test_module": 36,
+    "test_genericalias": 31,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
@@ -137,6 +142,11 @@ NATIVE_COUNTS_313 = {
     "test_baseexception": 11,
     "test_dictviews": 16,
     "test_contains": 4,
+    "test_yield_from": 42,
+    "test_index": 55,
+    "test_hash": 30,
+    "test_module": 39,
+    "test_genericalias": 31,
 }
 NATIVE_COUNTS = {(3, 11): NATIVE_COUNTS_311, (3, 13): NATIVE_COUNTS_313}[sys.version_info[:2]]
 

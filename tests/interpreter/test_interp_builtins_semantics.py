@@ -177,3 +177,19 @@ def test_calling_a_weakref_whose_referent_cannot_be_hashed() -> None:
         return weakref.ref(m)() is m
 
     assert check(program) is True
+
+
+def _takes_nothing() -> None:
+    pass
+
+
+@pytest.mark.parametrize("program", [
+    lambda: None(*_takes_nothing),  # noqa: B018
+    lambda: (3)(**_takes_nothing),
+    lambda: _takes_nothing(**[]),
+    lambda: dir(*_takes_nothing),
+], ids=["none_star", "int_starstar", "function_starstar", "builtin_star"])
+def test_the_callable_named_by_a_bad_star_argument_error(program) -> None:
+    """CPython names the callable by ``str()`` when it has no ``__qualname__`` (test_extcall): it was
+    ``NoneType object argument after * ...`` for ``None(*f)``."""
+    check(program)

@@ -124,11 +124,13 @@ def dict_update(frame: Frame, inst: Instruction) -> None:
 
 
 def _function_str(fn: object) -> str:
-    qualname = getattr(fn, "__qualname__", None)
-    if qualname is None:
-        return str(type(fn).__name__) + " object"
+    """CPython's ``_PyObject_FunctionStr``: ``module.qualname()``, else ``str(fn)``."""
+    try:
+        qualname = fn.__qualname__
+    except AttributeError:
+        return str(fn)
     module = getattr(fn, "__module__", None)
-    if module not in (None, "builtins", "__main__"):
+    if module is not None and module != "builtins":
         return f"{module}.{qualname}()"
     return f"{qualname}()"
 
