@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from jitcore.errors import EagerOnlySubclass
+from jitcore.errors import EagerOnlySubclass, EagerOnlyValue
 from jitcore.ir import current_context
 
 __all__ = ["DTENSOR_LOOKASIDES", "fsdp_lookasides", "is_natively_dispatched", "untraced"]
@@ -83,7 +83,8 @@ def fsdp_lookasides() -> dict[Any, Any]:
 
 
 def _refuse_fsdp(*args: Any, **kwargs: Any) -> Any:
-    raise EagerOnlySubclass(
+    # EagerOnlyValue, not EagerOnlySubclass: what runs eagerly is the module's hook, no subclass value
+    raise EagerOnlyValue(
         "a fully_shard (FSDP2) module's forward hook is reached: its hooks all-gather parameters into "
         "storage resized in place and swap the module's parameters, which tracing does not model"
     )
@@ -94,10 +95,16 @@ def _refuse_fsdp(*args: Any, **kwargs: Any) -> Any:
 # hooks) and C++ dispatch on traced values; where some of it cannot be traced (an op or a library
 # call jitcore does not record, a collective without a traced form), the error is the reason the call runs
 # eagerly (an eager entry, Note [Eager entries] in jit/api.py), never raised: eager is what the call
-# computes, and an error of the program itself is then raised by the eager run, as eagerly.
+# computes, and an error of the program itself is then raised by the eager run, as eagerly. This is
+# one rule of the jit's table of errors that make eager entries (``RULES``, jit/eager_entries.py).
 def untraced(error: Exception, values: Any) -> EagerOnlySubclass | None:
     """The reason a call runs eagerly when tracing it raised ``error`` after meeting a DTensor value
-    (None when it met none: the error is the program's or jitcore's, raised as usual)."""
+    (None when it met none: the error is the program's or jitcore's, raised as usual).
+
+    Args:
+        error: what the pass, or a stage after it, raised.
+        values: the stopped pass's TensorValues (None: no pass had started).
+    """
     if values is None or not any(is_natively_dispatched(p.python_type) for p in values.proxies()):
         return None
     message = str(error).strip().splitlines()

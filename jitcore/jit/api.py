@@ -26,14 +26,13 @@ from typing import Any
 import torch
 
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
-from jitcore.dispatch.dtensor import untraced
 from jitcore.dispatch.flatten import flatten_program
-from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
-from jitcore.jit import shapes
+from jitcore.jit import eager_entries, shapes
+from jitcore.jit.eager_entries import Eager
 from jitcore.jit.effects import Effects
-from jitcore.jit.interpretation import Pass
+from jitcore.jit.interpretation import Pass, TracedProgram
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
@@ -105,7 +104,6 @@ class JittedFunction:
         self.last_traces: list[Trace] = []
         self.last_backward_traces: list[Trace] = []
         self.last_prologue: Prologue | None = None
-        self._pass_values: Any = None  # the tensor values of the pass being traced
         self.miss_log: list[list[MissReason]] = []
         self.eager_reason: BaseException | None = None
         self.fallback_reason: BaseException | None = None  # the last call run eagerly (EagerOnlyValue)
@@ -155,28 +153,14 @@ class JittedFunction:
             reasons += read_misses
             self.misses += 1
             self.miss_log.append(reasons)
-            try:
-                entry = self._trace(args, kwargs, any(".shape" in r.where for r in reasons))
-            except EagerOnlyValue as exc:  # Note [Eager entries]
-                entry = self._eager_entry(exc)
-            except (DataDependentError, UnsupportedOperationError) as exc:
-                if not self.fullgraph:
-                    entry = self._eager_entry(exc)
-                elif self.fallback != "eager":
-                    raise
-                else:
-                    self.eager_reason = exc
-                    warnings.warn(
-                        f"jitcore: {self._label} runs eagerly from now on: {exc.summary}", stacklevel=3
-                    )
-                    return self.fn(*args, **kwargs)
-            except Exception as exc:  # Note [DTensor programs jitcore cannot trace]
-                reason = untraced(exc, self._pass_values)
-                if reason is None:
-                    raise
-                entry = self._eager_entry(reason)
-            finally:
-                self._pass_values = None  # its fake tensors are not kept
+            outcome = self._trace(args, kwargs, any(".shape" in r.where for r in reasons))
+            if isinstance(outcome, Eager) and outcome.from_now_on:
+                self.eager_reason = outcome.reason
+                warnings.warn(
+                    f"jitcore: {self._label} runs eagerly from now on: {outcome.reason.summary}", stacklevel=3
+                )
+                return self.fn(*args, **kwargs)
+            entry = self._eager_entry(outcome.reason) if isinstance(outcome, Eager) else outcome
             if len(self._cache) >= self.cache_limit:
                 warnings.warn(
                     f"jitcore: {self._label} reached its cache limit of {self.cache_limit} entries; "
@@ -194,15 +178,34 @@ class JittedFunction:
             raise nondeterministic_read(failed) from None
         return result if entry.effects is None else entry.effects.finish(args, kwargs, result)
 
-    def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> CacheEntry:
+    def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> CacheEntry | Eager:
+        """The pipeline of a miss; an error that stops it is decided on with the values of the pass
+        it stopped (``eager_entries.decide``): an Eager outcome, or raised."""
         number = self.misses
         tracing_pass, program = self._interpret(number, args, kwargs, shape_changed)
+        if isinstance(program, Eager):
+            return program
         if tracing_pass.found_counters - self._counters:  # traced again with them dynamic (jit/effects.py)
             self._counters |= tracing_pass.found_counters
             return self._trace(args, kwargs, shape_changed)
         if tracing_pass.provenance.appended_read - self._read_lists:  # Note [Containers reached twice]
             self._read_lists |= tracing_pass.provenance.appended_read
             return self._trace(args, kwargs, shape_changed)
+        try:
+            return self._compile(number, program)
+        except Exception as exc:  # Note [Eager entries]
+            outcome = self._decide(exc, tracing_pass)
+            if outcome is None:
+                raise
+            return outcome
+
+    def _decide(self, error: Exception, tracing_pass: Pass) -> Eager | None:
+        """Whether the pass that ``error`` stopped runs eagerly (jit/eager_entries.py), or None: raised."""
+        return eager_entries.decide(error, tracing_pass.context.values, fullgraph=self.fullgraph,
+                                    fallback=self.fallback)
+
+    def _compile(self, number: int, program: TracedProgram) -> CacheEntry:
+        """The stages after interpretation: grad, flatten, executors, prologue; the new cache entry."""
         # the pipeline of a miss (docs/architecture.md): interpret -> grad -> flatten -> executors -> prologue
         grad = differentiate(program, self.executor, self)  # inputs that require grad: docs/autograd.md
         if grad.differentiated is not None:  # flat already, compiled with its backward
@@ -253,7 +256,10 @@ class JittedFunction:
     # what the pass guarded before it stopped (always with the type of the value it stopped at), and
     # a call it accepts runs the function eagerly. Any set of guards is sound here: eager is what the
     # call would compute. Under ``fullgraph=True`` a value-dependent program or an unrecordable call
-    # raises (or, with ``fallback="eager"``, runs eagerly from then on) instead.
+    # raises (or, with ``fallback="eager"``, runs eagerly from then on) instead. Which errors make an
+    # eager entry is one table, ``RULES`` in jit/eager_entries.py, read with the values of the pass the
+    # error stopped (a DTensor program's rule looks at them): ``_interpret`` and ``_trace``, which run
+    # the pass and the stages after it, ask it (``_decide``) and return its ``Eager`` outcome.
     def _eager_entry(self, reason: BaseException) -> CacheEntry:
         traced = self.last_prologue if self.last_prologue is not None else Prologue()
         prologue = Prologue(guards=list(traced.guards), state=list(traced.state), header=[
@@ -276,9 +282,10 @@ class JittedFunction:
         return CacheEntry(self.misses, prologue, [], _not_compiled, cached_call, eager_reason=reason)
 
     def _interpret(self, number: int, args: tuple, kwargs: dict, shape_changed: bool,
-                   symbolic: bool | None = None) -> tuple[Pass, Any]:
+                   symbolic: bool | None = None) -> tuple[Pass, TracedProgram | Eager]:
         """One pass over the call, with symbolic sizes where the shape policy asks for them; again
-        with static shapes, logged, where the symbolic path cannot handle the program (jit/shapes.py)."""
+        with static shapes, logged, where the symbolic path cannot handle the program (jit/shapes.py).
+        A static pass that raises returns what ``_decide`` makes of the error, or raises it."""
         if symbolic is None:
             symbolic = self._shapes.symbolic_pass(args, kwargs, shape_changed)
         tracing_pass = Pass(
@@ -293,7 +300,6 @@ class JittedFunction:
         )
         self.last_traces, self.last_backward_traces = [tracing_pass.trace], []
         self.last_prologue = tracing_pass.prologue
-        self._pass_values = tracing_pass.context.values  # what untraced() looks at
         try:
             program = self._run_pass(tracing_pass, args, kwargs)
             sizes = (
@@ -307,7 +313,10 @@ class JittedFunction:
             return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
         except Exception as exc:  # noqa: BLE001 - a static pass raises what the program raises
             if not symbolic:
-                raise
+                outcome = self._decide(exc, tracing_pass)
+                if outcome is None:
+                    raise
+                return tracing_pass, outcome
             static_shapes(self, number, f"tracing with symbolic sizes raised {type(exc).__name__}: {exc}")
             return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
         if sizes:

@@ -29,7 +29,7 @@ import torch
 from torch.nn.modules import module as _torch_module
 
 from jitcore.interpreter import current_run
-from jitcore.jit.api import JittedFunction, _label_of
+from jitcore.jit.api import CacheEntry, JittedFunction, _label_of
 from jitcore.jit.interpretation import Pass, TracedProgram
 from jitcore.jit.module_guards import group_hook_guards, group_state_guards
 from jitcore.prologue import Path, Root
@@ -66,6 +66,8 @@ class ForwardJit(JittedFunction):
         current = self.module.forward  # as Module.__call__ reads it now (guarded in _run_pass)
         self.fn = self._forward if current is self else current  # installed as the module's forward
         entry = super()._trace(args, kwargs, shape_changed)
+        if not isinstance(entry, CacheEntry):  # the call runs eagerly (jit/eager_entries.py)
+            return entry
         # Once every pass has added its guards (the grad transform pins strides): the module's state
         # as one check (jitcore/jit/module_guards.py), and the fast path compiled again around it.
         group_hook_guards(entry.prologue)

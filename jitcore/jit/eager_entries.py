@@ -1,0 +1,93 @@
+"""Which errors that stop a tracing pass make the call run eagerly instead (Note [Eager entries], jit/api.py).
+
+A pass stops on an error: the program's own, jitcore's, or one of the errors that say a value or a call
+cannot be traced. ``decide`` maps the error, with the tensor values the stopped pass had traced, to what
+the jit does with it: an eager entry with a reason, the function run eagerly from now on, or the error
+raised. The rules are one table, ``RULES``, tried in order; the first whose error class matches decides.
+
+Invariants:
+- eager is only chosen where eager computes what the call means (a refusal of jitcore's, or an error
+  of a DTensor program's tracing, which the eager run raises again if it is the program's);
+- a rule reads the stopped pass's values and keeps none of them: the caller drops the pass after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jitcore.dispatch.dtensor import untraced
+from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
+
+__all__ = ["Eager", "RULES", "decide"]
+
+
+@dataclass(frozen=True, slots=True)
+class Eager:
+    """The call runs eagerly.
+
+    Attributes:
+        reason: the error shown as the reason (``fallback_reason``, the eager entry's ``eager_reason``).
+        from_now_on: the function runs eagerly for every call from now on and adds no entry
+            (``fullgraph=True, fallback="eager"``); otherwise an eager entry is added to the cache.
+    """
+
+    reason: BaseException
+    from_now_on: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The jit options a rule reads: ``jit(fullgraph=, fallback=)``."""
+
+    fullgraph: bool
+    fallback: str | None
+
+
+# A rule: (the error, the stopped pass's TensorValues or None, the options) -> Eager, or None to raise it.
+Rule = Callable[[Exception, Any, Options], Eager | None]
+
+
+def _eager_only_value(error: Exception, _values: Any, _options: Options) -> Eager:
+    """JC-J002: a value jitcore runs eagerly (a sparse tensor, an eager-only subclass, FSDP2)."""
+    return Eager(error)
+
+
+def _unrecordable(error: Exception, _values: Any, options: Options) -> Eager | None:
+    """JC-T001 and JC-T002: an eager entry, except under ``fullgraph=True`` (raised, or with
+    ``fallback="eager"`` the function runs eagerly from now on)."""
+    if not options.fullgraph:
+        return Eager(error)
+    return Eager(error, from_now_on=True) if options.fallback == "eager" else None
+
+
+def _dtensor_program(error: Exception, values: Any, _options: Options) -> Eager | None:
+    """Note [DTensor programs jitcore cannot trace] (dispatch/dtensor.py)."""
+    reason = untraced(error, values)
+    return None if reason is None else Eager(reason)
+
+
+RULES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], Rule], ...] = (
+    (EagerOnlyValue, _eager_only_value),
+    ((DataDependentError, UnsupportedOperationError), _unrecordable),
+    (Exception, _dtensor_program),
+)
+
+
+def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | None) -> Eager | None:
+    """What the jit does with ``error``, which stopped a pass that had traced ``values``.
+
+    Args:
+        error: the error the pass (or a stage after it) raised.
+        values: the stopped pass's TensorValues (None when no pass had started).
+        fullgraph, fallback: the jit's options.
+
+    Returns:
+        Eager (an eager entry, or eager from now on), or None: the error is raised.
+    """
+    options = Options(fullgraph, fallback)
+    for classes, rule in RULES:
+        if isinstance(error, classes):
+            return rule(error, values, options)
+    return None
