@@ -32,8 +32,9 @@ def dict_read_lookasides(
 ) -> dict[Any, Callable[..., Any]]:
     """``{dict.get: ..., dict.pop: ..., dict.setdefault: ...}`` reading present items through
     ``load_subscr(frame, container, key, value)``; their arguments are first what C code is handed
-    (``native_arguments(fn, args, kwargs)``: a caller's object as a key pins its identity, numbers
-    are values), as for any opaque call."""
+    (``native_arguments(fn, args, kwargs)``, called with the method descriptor and the dict as its
+    first argument, as the interpreter calls it: a caller's object as a key pins its identity,
+    numbers are values), as for any opaque call."""
 
     def read(d: dict, key: Any, value: Any) -> Any:
         run = current_run()
@@ -47,12 +48,12 @@ def dict_read_lookasides(
         return bound
 
     def get(d: dict, key: Any, default: Any = None, /) -> Any:
-        (key, default), _ = native_arguments(dict.get.__get__(d), (key, default), {})
+        (_, key, default), _ = native_arguments(dict.get, (d, key, default), {})
         value = dict.get(d, key, _ABSENT)
         return default if value is _ABSENT else read(d, key, value)
 
     def pop(d: dict, key: Any, /, *default: Any) -> Any:
-        (key, *default), _ = native_arguments(dict.pop.__get__(d), (key, *default), {})
+        (_, key, *default), _ = native_arguments(dict.pop, (d, key, *default), {})
         value = dict.get(d, key, _ABSENT)
         if value is _ABSENT:
             return dict.pop(d, key, *default)
@@ -61,7 +62,7 @@ def dict_read_lookasides(
         return bound
 
     def setdefault(d: dict, key: Any, default: Any = None, /) -> Any:
-        (key, default), _ = native_arguments(dict.setdefault.__get__(d), (key, default), {})
+        (_, key, default), _ = native_arguments(dict.setdefault, (d, key, default), {})
         value = dict.get(d, key, _ABSENT)
         return dict.setdefault(d, key, default) if value is _ABSENT else read(d, key, value)
 

@@ -774,8 +774,8 @@ def _identity_arguments(fn: Any, args: tuple) -> tuple:
         return args
     if not args:
         return ()
-    if isinstance(fn, types.MethodDescriptorType):
-        owner = fn.__objclass__
+    if isinstance(fn, types.MethodDescriptorType):  # ``dict.get(d, key)``: the receiver comes first
+        owner, args = fn.__objclass__, args[1:]
     else:
         owner = type(getattr(fn, "__self__", None))
     name = getattr(fn, "__name__", "")

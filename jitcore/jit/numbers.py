@@ -163,8 +163,8 @@ def _stores(fn: Any) -> bool:
     number stays a name there (the effect stores its value per call, jitcore/jit/effects.py)."""
     if fn is setattr:
         return True
-    owner = getattr(fn, "__self__", None)
-    return (
-        isinstance(owner, (list, dict, set, collections.deque))
-        and getattr(fn, "__name__", "") in _STORING_METHODS
-    )
+    if isinstance(fn, types.MethodDescriptorType):  # ``list.append(log, n)``: called with its receiver
+        owner = fn.__objclass__
+    else:
+        owner = type(getattr(fn, "__self__", None))
+    return issubclass(owner, (list, dict, set, collections.deque)) and getattr(fn, "__name__", "") in _STORING_METHODS

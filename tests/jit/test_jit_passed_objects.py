@@ -91,6 +91,25 @@ def test_id_and_dict_keys_pin_the_object():
         REGISTRY.clear()
 
 
+def test_a_key_method_called_through_its_class_pins_the_key():
+    # ``dict.__contains__(REGISTRY, box)``, ``list.index(boxes, box)``: C methods called with their
+    # receiver first; the key (not the receiver) is what they use by identity
+    def contains(x, box):
+        return x + (1 if dict.__contains__(REGISTRY, box) else 2)
+
+    def index(x, box, boxes):
+        return x + list.count(boxes, box)
+
+    x = torch.randn(2)
+    known = Box(3.0)
+    REGISTRY[known] = 5
+    try:
+        _run(contains, [(x, known), (x, Box(1.0)), (x, known), (x, Box(1.0))])
+        _run(index, [(x, known, [known]), (x, Box(1.0), [known]), (x, known, [known])])
+    finally:
+        REGISTRY.clear()
+
+
 def test_side_effects_go_to_the_object_of_each_call():
     def f(x, box):
         box.t = x * box.scale
