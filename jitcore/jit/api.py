@@ -37,7 +37,7 @@ from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
 from jitcore.langctx.reads import ValueCheckFailed
-from jitcore.prologue import MISS, MissReason, Path, Prologue
+from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
 from jitcore.proxies.typed import has_torch_function
 from jitcore.transforms import GradStage, differentiate
@@ -103,7 +103,7 @@ class JittedFunction:
         self.misses = 0
         self.last_traces: list[Trace] = []
         self.last_backward_traces: list[Trace] = []
-        self.last_prologue: Prologue | None = None
+        self.last_prologue: Prologue | PrologueBuilder | None = None  # a builder while its pass runs
         self.miss_log: list[list[MissReason]] = []
         self.eager_reason: BaseException | None = None
         self.fallback_reason: BaseException | None = None  # the last call run eagerly (EagerOnlyValue)
@@ -219,7 +219,8 @@ class JittedFunction:
             backward_traces, inputs = [], flat.inputs
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once
             computation = self.executor.compile(flat.trace, record_lowered(traces))
-        _add_to_prologue(program.prologue, grad, inputs)
+        prologue = self._finish_prologue(_prologue_of(program.prologue, grad, inputs))
+        self.last_prologue = prologue
         plain_data = _runs_torch_function(program)
         if plain_data:
             computation = _without_torch_function(
@@ -234,16 +235,20 @@ class JittedFunction:
         if program.epilogue is not None:
             post = program.epilogue.wrap(post)
         computation = post if effects is None else computation
-        computation = with_rollback(program.trace, computation)  # undo writes before a failed read check
+        computation = with_rollback(traces[0], computation)  # undo writes before a failed read check
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
         note_state_inputs(
-            program.prologue.inputs, program.prologue.input_names, [*traces, *backward_traces]
+            prologue.inputs, prologue.input_names, [*traces, *backward_traces]
         )  # linear1_weight: linear1.weight
-        entry = CacheEntry(number, program.prologue, traces, computation, _not_compiled, effects=effects,
+        entry = CacheEntry(number, prologue, traces, computation, _not_compiled, effects=effects,
                            plain_data=plain_data)
         entry.cached_call = entry.compile_fast_path()
         return entry
+
+    def _finish_prologue(self, prologue: Prologue) -> Prologue:
+        """The entry's prologue as it is compiled (a jitted module groups its state's checks)."""
+        return prologue
 
     # Note [Eager entries]
     # A call jitcore cannot trace (a value it runs eagerly, JC-J002: nested jagged tensors, FSDP2, a
@@ -391,16 +396,21 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     return JittedFunction(fn, **options)
 
 
-def _add_to_prologue(prologue: Prologue, grad: GradStage, inputs: list[tuple[Path, str]]) -> None:
-    """What the stages after interpretation add to the entry's prologue: the guards the grad stage
-    relies on (storage sharing, the layouts its traces rely on), then the computation's trailing
-    inputs (the subclass arguments it takes whole)."""
-    prologue.guards.extend(grad.guards)
+def _prologue_of(prologue: PrologueBuilder, grad: GradStage, inputs: list[tuple[Path, str]]) -> Prologue:
+    """The entry's prologue: what interpretation recorded, then what the stages after it add: the
+    guards the grad stage relies on (the dynamic numbers it made constants, storage sharing, the
+    layouts its traces rely on), then the computation's trailing inputs (the subclass arguments it
+    takes whole). The program's own builder is not changed."""
+    builder = prologue.copy()
+    for guard in grad.guards:
+        builder.add_guard(guard)
+    builder.drop_inputs(grad.dropped_inputs)
     if grad.differentiated is not None:
         for path, strides, storage_offset in grad.differentiated.layouts:
-            prologue.pin_layout(path, strides, storage_offset)
+            builder.pin_layout(path, strides, storage_offset)
     for path, name in inputs:
-        prologue.add_input(path, name)
+        builder.add_input(path, name)
+    return builder.build()
 
 
 def _runs_torch_function(program: Any) -> bool:
@@ -456,6 +466,8 @@ def last_backward_traces(jfn: Any) -> list[Trace]:
 def last_prologue_traces(jfn: Any) -> list[Prologue]:
     """The prologue of the most recent tracing (printable as Python)."""
     prologue = as_jitted(jfn).last_prologue
+    if isinstance(prologue, PrologueBuilder):  # the pass stopped: what it had recorded
+        prologue = prologue.build()
     return [prologue] if prologue is not None else []
 
 

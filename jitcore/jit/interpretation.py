@@ -48,6 +48,7 @@ from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters
 from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
+from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.value_reads import ValueReads
 from jitcore.langctx import aten as aten_langctx
@@ -58,7 +59,7 @@ from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
 from jitcore.langctx.thread_state import restored_on_refusal
 from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
 from jitcore.numpy import new_bridge as new_numpy_bridge
-from jitcore.prologue import Path, Prologue, Root
+from jitcore.prologue import Path, PrologueBuilder, Root
 from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
@@ -71,41 +72,6 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
 _LIBRARY_DIRS = (_TORCH_DIR, JITCORE_DIR, _STDLIB_DIR)
 _TORCH_MODULES_DIR = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
-
-
-class TracedProgram:
-    """What a finished pass produced: traces, prologue, and the inputs of the first call."""
-
-    def __init__(self, trace: Trace, prologue: Prologue, first_inputs: list[torch.Tensor],
-                 number_inputs: list[tuple[Path, NumberProxy]] | None = None) -> None:
-        self.trace = trace
-        self.prologue = prologue
-        self.first_inputs = first_inputs
-        self.number_inputs = number_inputs or []  # dynamic numbers: trailing arguments of the trace
-        self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
-        self.structure: outputs.OutputStructure | None = None  # rebuilds output objects (jit/outputs.py)
-        self.read_numbers: list[NumberProxy] = []  # t.item() results the computation computes
-        self.effects: Effects | None = None  # side effects replayed after the computation (jit/effects.py)
-        self.size_inputs: list[
-            tuple[Path, NumberProxy]
-        ] = []  # symbolic sizes: trailing arguments (jit/shapes.py)
-        # tensor-subclass inputs and the paths they were bound at (Provenance._subclass), inner ones
-        # first: the computation takes their inner tensors; the grad transform, the outer ones too
-        self.subclass_inputs: list[tuple[SubclassTensorProxy, Path]] = []
-
-    def symbolic_numbers(self) -> list[NumberProxy]:
-        """The dynamic numbers the trace uses that the program did not specialize (symbolic sizes too)."""
-        read = [n for n in self.read_numbers if not n.specialized]
-        sizes = [n for _path, n in self.size_inputs]
-        return numbers.symbolic(self.trace, self.prologue, self.number_inputs) + read + sizes
-
-    def specialize_numbers(self) -> None:
-        """Make every dynamic number a constant of this entry (see ``numbers.specialize``), and check
-        every number read from a tensor (jit/value_reads.py)."""
-        numbers.specialize(self.trace, self.prologue, self.number_inputs)
-        self.number_inputs = []
-        for number in self.read_numbers:
-            number.specialize()
 
 
 class Pass:
@@ -125,7 +91,7 @@ class Pass:
         self.trace = Trace(name="computation", header=header, imports={"torch": torch})
         self.context = new_context(self.trace, source_provider=self._source, call_handler=self._call_symbol,
                                    symbolic=shapes is not None)  # shapes: a ShapePolicy (jit/shapes.py)
-        self.prologue = Prologue(
+        self.prologue = PrologueBuilder(
             header=[f"Constructed by jitcore.jit for {label}: prologue of cache entry {entry_number}"]
         )
         self.provenance = Provenance(self.context.values, self.prologue)
@@ -188,7 +154,7 @@ class Pass:
         written = frozenset(e.path for e in changes if e.kind in ("setitem", "delitem", "contents", "extend"))
         self.provenance.finish(with_strides=self.context.values.strides_queried, written=written)
         program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
-        program.read_numbers = self.reads.numbers
+        program.read_numbers = list(self.reads.numbers)
         program.subclass_inputs = list(self.provenance.subclass_inputs)
         program.epilogue = epilogue
         program.structure = structure
@@ -276,7 +242,7 @@ class Pass:
 
     def _state_guards(self, state_at_call: list) -> None:
         creates_tensors = _creates_tensors(self.trace)
-        self.prologue.state.extend(g for g in state_at_call if g.name != DEFAULT_DEVICE or creates_tensors)
+        self.prologue.add_state(g for g in state_at_call if g.name != DEFAULT_DEVICE or creates_tensors)
 
     # --- hooks -------------------------------------------------------------------------------------
     def hooks(self) -> Hooks:

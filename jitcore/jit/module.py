@@ -29,10 +29,10 @@ import torch
 from torch.nn.modules import module as _torch_module
 
 from jitcore.interpreter import current_run
-from jitcore.jit.api import CacheEntry, JittedFunction, _label_of
+from jitcore.jit.api import JittedFunction, _label_of
 from jitcore.jit.interpretation import Pass, TracedProgram
 from jitcore.jit.module_guards import group_hook_guards, group_state_guards
-from jitcore.prologue import Path, Root
+from jitcore.prologue import Path, Prologue, Root
 
 __all__ = ["ForwardJit", "JittedModule", "call_with_hooks", "jit_module"]
 
@@ -65,15 +65,12 @@ class ForwardJit(JittedFunction):
     def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> Any:
         current = self.module.forward  # as Module.__call__ reads it now (guarded in _run_pass)
         self.fn = self._forward if current is self else current  # installed as the module's forward
-        entry = super()._trace(args, kwargs, shape_changed)
-        if not isinstance(entry, CacheEntry):  # the call runs eagerly (jit/eager_entries.py)
-            return entry
-        # Once every pass has added its guards (the grad transform pins strides): the module's state
-        # as one check (jitcore/jit/module_guards.py), and the fast path compiled again around it.
-        group_hook_guards(entry.prologue)
-        group_state_guards(entry.prologue, self.module)
-        entry.cached_call = entry.compile_fast_path()
-        return entry
+        return super()._trace(args, kwargs, shape_changed)
+
+    def _finish_prologue(self, prologue: Prologue) -> Prologue:
+        # Once every stage has added its guards (the grad transform pins strides): the module's state
+        # as one check (jitcore/jit/module_guards.py).
+        return group_state_guards(group_hook_guards(prologue), self.module)
 
     def _run_pass(self, tracing_pass: Pass, args: tuple, kwargs: dict) -> TracedProgram:
         module = self.module

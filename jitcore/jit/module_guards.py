@@ -21,6 +21,8 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from jitcore.jit.state_names import qualified_name
@@ -60,8 +62,8 @@ class SubmoduleHooks:
         return f"no hooks on {len(self.modules)} submodules"
 
 
-def group_hook_guards(prologue: Prologue) -> None:
-    """Replace the per-submodule hook guards of ``prologue`` by one SubmoduleHooks check.
+def group_hook_guards(prologue: Prologue) -> Prologue:
+    """``prologue`` with its per-submodule hook guards replaced by one SubmoduleHooks check.
 
     Args:
         prologue: a finished pass's prologue (guards on state reached through bound objects are
@@ -86,14 +88,14 @@ def group_hook_guards(prologue: Prologue) -> None:
         names.append(qualified_name(owner) or owner.describe())
         dropped.update(id(g) for g in guards)
     if not modules:
-        return
+        return prologue
     check = SubmoduleHooks(tuple(modules), tuple(n if n != "self" else "the module" for n in names))
     label = f"hooks_of_{len(modules)}_submodules"
     group = Guard(Path(Root("bound", label, check)).call(), "check", None)
     first = next(i for i, g in enumerate(prologue.guards) if id(g) in dropped)
     kept = [g for g in prologue.guards if id(g) not in dropped]
     kept.insert(first, group)
-    prologue.guards[:] = kept
+    return dataclasses.replace(prologue, guards=tuple(kept))
 
 
 def _hook_owner(guard: Guard) -> Path | None:
@@ -141,8 +143,9 @@ class ModuleState:
         return f"{len(self.checks.guards)} checks of the module's state"
 
 
-def group_state_guards(prologue: Prologue, module: torch.nn.Module) -> None:
-    """Move the checks of ``module``'s state into one ModuleState check (Note [Module state as one check]).
+def group_state_guards(prologue: Prologue, module: torch.nn.Module) -> Prologue:
+    """``prologue`` with the checks of ``module``'s state moved into one ModuleState check (Note
+    [Module state as one check]).
 
     Args:
         prologue: a finished pass's prologue of ``module``'s forward, bound to it as ``self``.
@@ -151,7 +154,7 @@ def group_state_guards(prologue: Prologue, module: torch.nn.Module) -> None:
     classes = {type(m) for m in module.modules()}
     grouped = [g for g in prologue.guards if _is_state_check(g, module, classes)]
     if len(grouped) < 2:
-        return
+        return prologue
     dropped = {id(g) for g in grouped}
     check = ModuleState(Prologue(guards=grouped))
     label = f"state_of_{type(module).__name__}"
@@ -159,7 +162,7 @@ def group_state_guards(prologue: Prologue, module: torch.nn.Module) -> None:
     kept = [g for g in prologue.guards if id(g) not in dropped]
     last = len(kept) if not kept or kept[-1].kind != "distinct" else len(kept) - 1
     kept.insert(last, group)  # after the cheap checks of the call's arguments
-    prologue.guards[:] = kept
+    return dataclasses.replace(prologue, guards=tuple(kept))
 
 
 def _is_state_check(guard: Guard, module: torch.nn.Module, classes: set[type]) -> bool:

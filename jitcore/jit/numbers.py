@@ -27,36 +27,35 @@ import optree
 
 from jitcore.ir import BoundSymbol, Trace
 from jitcore.langctx import python as python_langctx
-from jitcore.prologue import Guard, Path, Prologue
+from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["SLOT_TYPES", "drop_unused_arithmetic", "fold_specialized", "keeps_numbers", "roots_used",
            "specialize", "symbolic", "with_number_lookasides"]
 
 
-def symbolic(trace: Trace, prologue: Prologue, inputs: list[tuple[Path, NumberProxy]]) -> list[NumberProxy]:
+def symbolic(trace: Trace, prologue: PrologueBuilder,
+             inputs: list[tuple[Path, NumberProxy]]) -> list[NumberProxy]:
     """The number inputs the trace uses that the program did not specialize (no value guard)."""
     pinned = {g.path for g in prologue.guards if g.kind == "value"}
     used = roots_used(trace)
     return [proxy for path, proxy in inputs if path not in pinned and id(proxy) in used]
 
 
-def specialize(trace: Trace, prologue: Prologue, inputs: list[tuple[Path, NumberProxy]]) -> None:
-    """Make every number input a constant of the entry: guarded by value where the trace uses it,
-    and no longer an argument. For transforms that record below torch's Python layer, where numbers
-    are values (the grad transform: autograd runs aten ops on them); their traces read
-    ``NumberProxy.value``."""
+def specialize(trace: Trace, prologue: PrologueBuilder,
+               inputs: list[tuple[Path, NumberProxy]]) -> tuple[tuple[Guard, ...], frozenset[int]]:
+    """What makes every number input a constant of the entry: a value guard for each the trace uses,
+    and the positions of the trace's arguments (and the prologue's inputs) it no longer takes. For
+    transforms that record below torch's Python layer, where numbers are values (the grad transform:
+    autograd runs aten ops on them); their traces read ``NumberProxy.value``. Changes nothing."""
     if not inputs:
-        return
+        return (), frozenset()
     numbers = {id(proxy) for _path, proxy in inputs}
     used = roots_used(trace)
     pinned = {g.path for g in prologue.guards if g.kind == "value"}
-    for path, proxy in inputs:
-        if id(proxy) in used and path not in pinned:  # an unused number needs no guard
-            prologue.guards.append(Guard(path, "value", proxy.value))
-    dropped = {i for i, a in enumerate(trace.args) if id(a) in numbers}
-    trace.args = [a for i, a in enumerate(trace.args) if i not in dropped]
-    prologue.drop_inputs(dropped)
+    guards = tuple(Guard(path, "value", proxy.value) for path, proxy in inputs
+                   if id(proxy) in used and path not in pinned)  # an unused number needs no guard
+    return guards, frozenset(i for i, a in enumerate(trace.args) if id(a) in numbers)
 
 
 def roots_used(trace: Trace) -> set[int]:
@@ -167,4 +166,5 @@ def _stores(fn: Any) -> bool:
         owner = fn.__objclass__
     else:
         owner = type(getattr(fn, "__self__", None))
-    return issubclass(owner, (list, dict, set, collections.deque)) and getattr(fn, "__name__", "") in _STORING_METHODS
+    stores = getattr(fn, "__name__", "") in _STORING_METHODS
+    return stores and issubclass(owner, (list, dict, set, collections.deque))

@@ -41,7 +41,7 @@ from jitcore.jit.state_kinds import (
 from jitcore.jit.state_names import qualified_name
 from jitcore.langctx.shadows import TensorValues, untraced_kind
 from jitcore.numpy import is_numpy_value
-from jitcore.prologue import Guard, Path, Prologue, Root, TensorSpec
+from jitcore.prologue import Guard, Path, PrologueBuilder, Root, TensorSpec
 from jitcore.prologue.guards import Predicate, freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
@@ -69,7 +69,7 @@ _MAX_PREDICATE_OPS = 16
 class Provenance:
     """Binds entering values to proxies or guards, for one tracing pass."""
 
-    def __init__(self, values: TensorValues, prologue: Prologue) -> None:
+    def __init__(self, values: TensorValues, prologue: PrologueBuilder) -> None:
         self.values = values
         self.prologue = prologue
         self.inputs: list[tuple[Path, TensorProxy, torch.Tensor]] = []
@@ -164,7 +164,7 @@ class Provenance:
         key = (path, kind, expected) if per_expected else (path, kind)
         if key not in self._guarded:
             self._guarded.add(key)
-            self.prologue.guards.append(Guard(path, kind, expected))
+            self.prologue.add_guard(Guard(path, kind, expected))
 
     # --- arguments ---------------------------------------------------------------------------------
     def bind_argument(self, value: Any, path: Path, name: str) -> Any:
@@ -274,7 +274,7 @@ class Provenance:
         if key not in self._guarded:
             self._guarded.add(key)
             self._predicates += 1
-            self.prologue.guards.append(Guard(root_paths[0], "predicate", predicate))
+            self.prologue.add_guard(Guard(root_paths[0], "predicate", predicate))
         return True
 
     def specialized_numbers(self) -> set[int]:

@@ -378,7 +378,7 @@ def _add_guards(program: Any, env: Any, dynamic: list[tuple[Path, Any]]) -> None
             renumbered = renumbered.replace("{%d}" % old, "{#%d}" % new)
         renumbered = renumbered.replace("{#", "{")
         condition = ShapeCondition(renumbered, tuple(paths[i] for i in used))
-        program.prologue.guards.append(Guard(condition.paths[0], "shape", condition))
+        program.prologue.add_guard(Guard(condition.paths[0], "shape", condition))
 
 
 def _placeholders(expression: str) -> list[str]:

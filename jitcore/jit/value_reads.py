@@ -54,7 +54,9 @@ class ValueReads:
         self.context = context
         self.probe = probe
         self.sites: list[ReadSite] = []
-        self.numbers: list[NumberProxy] = []  # numbers read with ``item()``, names of the computation
+        # numbers read with ``item()`` (names of the computation), each with the record that checks
+        # its value where the program needs it (added to the trace once: ``NumberProxy.specialize``)
+        self.numbers: list[tuple[NumberProxy, BoundSymbol]] = []
 
     def read(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
              source: tuple[SourceFrame, ...] | None) -> Inlined:
@@ -167,20 +169,20 @@ class ValueReads:
         ``x * t.max().item()`` need no entry per value); where the program needs its value (``if``,
         a shape), it is checked from there on, as any read."""
         checked = False
+        record = BoundSymbol(READ, (site, value, symbol.fn, *args), kwargs, None, (), site.source)
 
         def check() -> None:
             nonlocal checked
             if not checked:
                 checked = True
                 self.context.trace.imports.setdefault("jitcore", jitcore)
-                self.context.trace.bound_symbols.append(
-                    BoundSymbol(READ, (site, value, symbol.fn, *args), kwargs, None, (), site.source))
+                self.context.trace.bound_symbols.append(record)
 
         number = NumberProxy(self.context.values.names.fresh("n"), value, on_specialize=check)
         number.on_predicate = self._check_predicate
         recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
         self._record(BoundSymbol(recorded, args, kwargs, number, (), site.source))
-        self.numbers.append(number)
+        self.numbers.append((number, record))
         self._log(site, value)
         return number
 

@@ -2,6 +2,8 @@
 
 from jitcore.prologue.guards import Guard, StateGuard, TensorSpec
 from jitcore.prologue.paths import Path, Root
-from jitcore.prologue.prologue import MISS, MissReason, Prologue
+from jitcore.prologue.prologue import MISS, MissReason, Prologue, PrologueBuilder
 
-__all__ = ["MISS", "Guard", "MissReason", "Path", "Prologue", "Root", "StateGuard", "TensorSpec"]
+__all__ = [
+    "MISS", "Guard", "MissReason", "Path", "Prologue", "PrologueBuilder", "Root", "StateGuard", "TensorSpec",
+]

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,7 +25,7 @@ from jitcore.ir import compile_source
 from jitcore.prologue.guards import Guard, StateGuard
 from jitcore.prologue.paths import Path
 
-__all__ = ["MISS", "MissReason", "Prologue"]
+__all__ = ["MISS", "MissReason", "Prologue", "PrologueBuilder"]
 
 
 class _Miss:
@@ -53,45 +53,29 @@ class MissReason:
         return f"cache entry {self.entry}: {place}{self.detail}{needs}"
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Prologue:
-    """Guards and input unpacking of one cache entry.
+    """Guards and input unpacking of one cache entry: a finished record (``PrologueBuilder.build``).
 
     Attributes:
         guards: checks on values reached through paths, in recording order.
         state: checks on implicit state (grad mode, default dtype, ...).
         inputs: paths of the computation trace's inputs, in its argument order.
-        input_names: the computation's parameter names for those inputs.
+        input_names: the computation's parameter names for those inputs (parallel to ``inputs``).
         header: comment lines naming what produced the prologue.
     """
 
-    guards: list[Guard] = field(default_factory=list)
-    state: list[StateGuard] = field(default_factory=list)
-    inputs: list[Path] = field(default_factory=list)
-    input_names: list[str] = field(default_factory=list)
-    header: list[str] = field(default_factory=list)
+    guards: tuple[Guard, ...] = ()
+    state: tuple[StateGuard, ...] = ()
+    inputs: tuple[Path, ...] = ()
+    input_names: tuple[str, ...] = ()
+    header: tuple[str, ...] = ()
 
-    def add_input(self, path: Path, name: str) -> None:
-        """Make the value at ``path`` the computation's next input, its parameter named ``name``: the
-        one way ``inputs`` and ``input_names`` grow (they stay parallel)."""
-        self.inputs.append(path)
-        self.input_names.append(name)
-
-    def drop_inputs(self, positions: set[int]) -> None:
-        """Remove the computation inputs at ``positions`` (both lists alike)."""
-        kept = [i for i in range(len(self.inputs)) if i not in positions]
-        self.inputs = [self.inputs[i] for i in kept]
-        self.input_names = [self.input_names[i] for i in kept]
-
-    def pin_layout(self, path: Path, strides: tuple[int, ...], storage_offset: int) -> None:
-        """Make the tensor guard at ``path`` check the input's strides and storage offset too (a
-        trace recorded after the guards were made relied on them: the grad transform's)."""
-        for i, guard in enumerate(self.guards):
-            if guard.kind == "tensor" and guard.path == path and guard.expected.strides is None:
-                spec = dataclasses.replace(
-                    guard.expected, strides=tuple(strides), storage_offset=storage_offset
-                )
-                self.guards[i] = Guard(path, "tensor", spec)
+    def __post_init__(self) -> None:
+        for name in ("guards", "state", "inputs", "input_names", "header"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if len(self.inputs) != len(self.input_names):
+            raise ValueError("a prologue's inputs and input names differ in length")
 
     def sentences(self) -> list[str]:
         """The checks in words, one per guard, then the implicit state: what explain, the
@@ -185,6 +169,77 @@ class Prologue:
             if detail is not None:
                 return "", detail, ""  # the detail names the state already
         return None
+
+
+class PrologueBuilder:
+    """A prologue being recorded: a tracing pass, then the stages after it, add to it; ``build``
+    makes the finished, immutable Prologue of the cache entry.
+
+    ``guards`` and ``state`` are read while recording (what is guarded already); the computation's
+    inputs grow only through ``add_input`` (``inputs`` and ``input_names`` stay parallel).
+    """
+
+    __slots__ = ("header", "guards", "state", "_inputs", "_input_names")
+
+    def __init__(self, header: list[str] | tuple[str, ...] = ()) -> None:
+        self.header = tuple(header)
+        self.guards: list[Guard] = []
+        self.state: list[StateGuard] = []
+        self._inputs: list[Path] = []
+        self._input_names: list[str] = []
+
+    @property
+    def inputs(self) -> tuple[Path, ...]:
+        """The paths of the computation's inputs so far, in its argument order."""
+        return tuple(self._inputs)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(self._input_names)
+
+    def add_guard(self, guard: Guard) -> None:
+        """Check ``guard`` after the guards added before it."""
+        self.guards.append(guard)
+
+    def add_state(self, guards: Iterable[StateGuard]) -> None:
+        """Check the implicit state ``guards`` after the path guards."""
+        self.state.extend(guards)
+
+    def add_input(self, path: Path, name: str) -> None:
+        """Make the value at ``path`` the computation's next input, its parameter named ``name``: the
+        one way the inputs grow."""
+        self._inputs.append(path)
+        self._input_names.append(name)
+
+    def drop_inputs(self, positions: Collection[int]) -> None:
+        """Remove the computation inputs at ``positions``."""
+        self._inputs = [p for i, p in enumerate(self._inputs) if i not in positions]
+        self._input_names = [n for i, n in enumerate(self._input_names) if i not in positions]
+
+    def pin_layout(self, path: Path, strides: tuple[int, ...], storage_offset: int) -> None:
+        """Make the tensor guard at ``path`` check the input's strides and storage offset too (a
+        trace recorded after the guards were made relied on them: the grad transform's)."""
+        for i, guard in enumerate(self.guards):
+            if guard.kind == "tensor" and guard.path == path and guard.expected.strides is None:
+                spec = dataclasses.replace(
+                    guard.expected, strides=tuple(strides), storage_offset=storage_offset
+                )
+                self.guards[i] = Guard(path, "tensor", spec)
+
+    def copy(self) -> PrologueBuilder:
+        """Another builder holding what this one recorded so far (added to apart from it)."""
+        other = PrologueBuilder(self.header)
+        other.guards, other.state = list(self.guards), list(self.state)
+        other._inputs, other._input_names = list(self._inputs), list(self._input_names)
+        return other
+
+    def build(self) -> Prologue:
+        """The finished prologue: what was recorded so far, as an immutable record."""
+        return Prologue(tuple(self.guards), tuple(self.state), tuple(self._inputs), tuple(self._input_names),
+                        self.header)
+
+    def __str__(self) -> str:
+        return str(self.build())
 
 
 # Note [Named constants]: a prologue binds the objects its checks compare with (types, dtypes,

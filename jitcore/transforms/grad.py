@@ -222,7 +222,7 @@ class _Replay:
         self.node_sources: dict[int, tuple[Any, Any]] = {}
 
     # --- inputs ------------------------------------------------------------------------------------
-    def bind_inputs(self) -> None:
+    def bind_inputs(self, unproduced: Sequence[SubclassTensorProxy]) -> None:
         for arg in self.source.args:
             if isinstance(arg, GeneratorProxy):  # a generator the call passes: itself in the forward
                 self.forward.args.append(arg)
@@ -235,7 +235,7 @@ class _Replay:
             self.values.layout.seed(shadow, arg)  # reliance found here is on pass 1's input
             self._map(arg, proxy)
             self.forward.args.append(proxy)
-        for old in unproduced_subclasses(self.source):
+        for old in unproduced:
             self._rebuild_subclass(old, requires_grad=self.subclass_grad.get(id(old), False))
 
     def _rebuild_subclass(self, old: SubclassTensorProxy, *, requires_grad: bool = False) -> Any:
@@ -416,13 +416,16 @@ def _tree_map(fn: Any, tree: Any) -> Any:
     return optree.tree_map(fn, tree, none_is_leaf=True)
 
 
-def grad_transform(trace: Trace, subclass_inputs: SubclassInputs) -> GradTraces:
+def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
+                   unproduced: Sequence[SubclassTensorProxy]) -> GradTraces:
     """Split ``trace`` (pass 1, torch level) into a forward and a backward trace over plain tensors.
 
     Args:
         trace: the interpretation trace of a call whose inputs require grad.
         subclass_inputs: its subclass inputs with their flags (see ``SubclassInputs``): the
             computation's trailing inputs, numbered so in ``GradTraces.grad_inputs``.
+        unproduced: ``unproduced_subclasses(trace)`` (``TracedProgram.unproduced_subclasses``: pass 1
+            walked once per program): rebuilt by the replay before it runs.
 
     Returns:
         The forward and backward traces and what the runtime needs to connect them to autograd.
@@ -432,7 +435,7 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs) -> GradTraces:
             that requires grad), as eager would raise it.
     """
     replay = _Replay(trace, subclass_inputs)
-    replay.bind_inputs()
+    replay.bind_inputs(unproduced)
     replay.run_forward()
     leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)
     outputs = [replay.lookup(v) if isinstance(v, Proxy) else v for v in leaves]

@@ -21,7 +21,7 @@ from jitcore.prologue.guards import storage_pattern
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
-from jitcore.transforms.grad import RAISE, grad_transform, needs_grad, unproduced_subclasses
+from jitcore.transforms.grad import RAISE, grad_transform, needs_grad
 from jitcore.transforms.mincut import saved_for_fusion
 
 __all__ = ["Differentiated", "GradStage", "differentiate"]
@@ -55,11 +55,15 @@ class GradStage:
     Attributes:
         differentiated: the transform's result, or None: no input requires grad, or the entry runs
             pass 1 under torch's own autograd (the Notes below).
-        guards: checks that answer relies on, for the prologue (which inputs share storage).
+        guards: checks that answer relies on, for the prologue: the values of the dynamic numbers
+            the transform made constants, which inputs share storage.
+        dropped_inputs: positions of the prologue's inputs the computation no longer takes (the
+            dynamic numbers made constants).
     """
 
     differentiated: Differentiated | None
     guards: tuple[Guard, ...] = ()
+    dropped_inputs: frozenset[int] = frozenset()
 
 
 def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
@@ -67,8 +71,9 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
 
     Args:
         program: the TracedProgram of the miss: pass 1, its prologue, its subclass inputs with the
-            paths they were bound at. Read, not changed, except that its dynamic numbers are
-            specialized when the transform runs (autograd records aten ops on values).
+            paths they were bound at. Read, not changed: where the transform runs, it runs on the
+            program with its dynamic numbers made constants (``TracedProgram.specialized``: autograd
+            records aten ops on values), and returns the guards and dropped inputs that takes.
         executor: compiles the forward and backward traces (``Executors.compile_together``: lowered
             at the same run; when fused, with the saved values chosen for fusion, mincut.py).
         owner: the JittedFunction whose errors these are, held weakly, for the error boundary only.
@@ -101,13 +106,16 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     guards = () if sharing is None else (sharing,)
     if sharing is not None and _shares(sharing) and runs_pass_1:
         return GradStage(None, guards)  # Note [Inputs sharing storage under autograd]
-    program.specialize_numbers()  # autograd records aten ops on values
-    grad = grad_transform(trace, flags)
+    specialized = program.specialized()  # autograd records aten ops on values
+    trace = specialized.trace
+    guards = (*specialized.guards, *guards)
+    grad = grad_transform(trace, flags, program.unproduced_subclasses)
     layouts = [
         (path, tuple(arg.shadow.stride()), arg.shadow.storage_offset())
         for arg, path in zip(trace.args, prologue.inputs)  # tensor inputs come first
         if isinstance(arg, TensorProxy) and grad.layout is not None and grad.layout.relies_on(arg)
     ]
+    n_inputs = len(prologue.inputs) - len(specialized.dropped)
     forward_traces, backward_traces = [trace, grad.forward], [grad.backward]
     jfn = weakref.ref(owner)  # no cycle through the cache entry that holds this computation
 
@@ -122,9 +130,10 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     select = executor.compile_together(
         (grad.forward, grad.backward), (record_lowered(forward_traces), record_lowered(backward_traces)),
         None if any(b.symbol is RAISE for b in grad.backward.bound_symbols) else for_fusion)
-    computation = GradComputation(grad, select, len(prologue.inputs), on_error)
+    computation = GradComputation(grad, select, n_inputs, on_error)
     inputs = [(path, proxy.name) for proxy, path, _requires_grad in subclass_inputs]
-    return GradStage(Differentiated(computation, forward_traces, backward_traces, inputs, layouts), guards)
+    differentiated = Differentiated(computation, forward_traces, backward_traces, inputs, layouts)
+    return GradStage(differentiated, guards, specialized.dropped)
 
 
 def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool]]:
@@ -134,7 +143,7 @@ def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool
     program replaced (``x.a = y``), is not one of them: nothing of its own reaches the trace."""
     if not program.subclass_inputs:
         return []
-    used = {id(p) for p in unproduced_subclasses(program.trace)}
+    used = {id(p) for p in program.unproduced_subclasses}
     specs = {g.path: g.expected for g in program.prologue.guards if g.kind == "tensor"}
     return [(proxy, path, bool(getattr(specs.get(path), "requires_grad", False)))
             for proxy, path in program.subclass_inputs if id(proxy) in used]

@@ -1,0 +1,85 @@
+"""The program one tracing pass produced: pass 1, its prologue, and what the stages after it read.
+
+``Pass.run`` (jit/interpretation.py) makes a TracedProgram; the stages of a miss (jit/api.py: grad,
+flatten, executors, prologue) read it. Invariants:
+- the stages read a TracedProgram and do not change it: what they make of it (``specialized``: its
+  numbers as constants) is a new value they return;
+- ``trace.args`` are the tensor inputs (``first_inputs`` in the same order), then the dynamic
+  numbers, then the generators, as the prologue's ``inputs`` are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import torch
+
+import jitcore
+from jitcore.ir import BoundSymbol, Trace
+from jitcore.jit import numbers, outputs
+from jitcore.jit.effects import Effects
+from jitcore.prologue import Guard, Path, PrologueBuilder
+from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.transforms.grad import unproduced_subclasses
+
+__all__ = ["Specialized", "TracedProgram"]
+
+
+class TracedProgram:
+    """What a finished pass produced: traces, prologue, and the inputs of the first call."""
+
+    def __init__(self, trace: Trace, prologue: PrologueBuilder, first_inputs: list[torch.Tensor],
+                 number_inputs: list[tuple[Path, NumberProxy]] | None = None) -> None:
+        self.trace = trace
+        self.prologue = prologue
+        self.first_inputs = first_inputs
+        self.number_inputs = number_inputs or []  # dynamic numbers: trailing arguments of the trace
+        self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
+        self.structure: outputs.OutputStructure | None = None  # rebuilds output objects (jit/outputs.py)
+        self.read_numbers: list[tuple[NumberProxy, BoundSymbol]] = []  # t.item() results, with their checks
+        self.effects: Effects | None = None  # side effects replayed after the computation (jit/effects.py)
+        self.size_inputs: list[
+            tuple[Path, NumberProxy]
+        ] = []  # symbolic sizes: trailing arguments (jit/shapes.py)
+        # tensor-subclass inputs and the paths they were bound at (Provenance._subclass), inner ones
+        # first: the computation takes their inner tensors; the grad transform, the outer ones too
+        self.subclass_inputs: list[tuple[SubclassTensorProxy, Path]] = []
+
+    def symbolic_numbers(self) -> list[NumberProxy]:
+        """The dynamic numbers the trace uses that the program did not specialize (symbolic sizes too)."""
+        read = [n for n, _check in self.read_numbers if not n.specialized]
+        sizes = [n for _path, n in self.size_inputs]
+        return numbers.symbolic(self.trace, self.prologue, self.number_inputs) + read + sizes
+
+    def specialized(self) -> Specialized:
+        """The program with every dynamic number a constant of its entry (``numbers.specialize``) and
+        every number read from a tensor checked (jit/value_reads.py); this program is not changed."""
+        guards, dropped = numbers.specialize(self.trace, self.prologue, self.number_inputs)
+        checks = [check for n, check in self.read_numbers if not n.specialized]
+        if not dropped and not checks:
+            return Specialized(self.trace, guards, dropped)
+        trace = dataclasses.replace(
+            self.trace, args=[a for i, a in enumerate(self.trace.args) if i not in dropped],
+            bound_symbols=[*self.trace.bound_symbols, *checks], imports=dict(self.trace.imports))
+        if checks:
+            trace.imports.setdefault("jitcore", jitcore)
+        return Specialized(trace, guards, dropped)
+
+    @functools.cached_property
+    def unproduced_subclasses(self) -> list[SubclassTensorProxy]:
+        """``grad.unproduced_subclasses`` of pass 1, walked once per program (the grad stage's two uses)."""
+        return unproduced_subclasses(self.trace)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Specialized:
+    """A program's pass 1 with its dynamic numbers made constants: the trace (a copy where it differs:
+    the numbers are no longer arguments, the read numbers' checks are recorded), the value guards
+    the prologue must add, and the positions of the prologue's inputs it no longer passes."""
+
+    trace: Trace
+    guards: tuple[Guard, ...]
+    dropped: frozenset[int]
