@@ -86,14 +86,12 @@ class Provenance:
         self.real_values: dict[
             int, torch.Tensor
         ] = {}  # id(proxy) -> the tensor it stands for (the probe's inputs)
-        self._paths: dict[int, Path] = {}
+        # every object the pass reached or bound by identity: remembered objects, tensors, generators,
+        # NumPy arrays (Note [One map of reached objects])
+        self._reached: dict[int, Reached] = {}
         # objects guarded by their class only (Note [Objects the caller passes])
         self._loose: dict[int, Path] = {}
         self._loose_types: dict[Path, type] = {}
-        self._keepalive: list[Any] = []
-        self._tensors: dict[int, TensorProxy] = {}
-        self._first_paths: dict[int, Path] = {}  # where each tensor was first found
-        self._ndarrays: dict[int, Any] = {}  # id(NumPy array) -> the wrapper the program sees
         # argument containers being bound, and the lists, dicts and dataclasses bound (Note [Cyclic
         # arguments]): id -> (path, what the program sees)
         self._binding: dict[int, tuple[Path, Any]] = {}
@@ -109,7 +107,6 @@ class Provenance:
         self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order
         # torch.Generator objects the call passes (Note [Generators the caller passes]), in binding order
         self.generator_inputs: list[tuple[Path, GeneratorProxy]] = []
-        self._generators: dict[int, tuple[GeneratorProxy, Path]] = {}
         # which dimensions of a tensor input are symbolic (jitcore/jit/shapes.py); None: all static
         self.dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
         self._static_only = 0  # > 0 while a subclass's inner tensors are bound: they keep static shapes
@@ -123,11 +120,12 @@ class Provenance:
         tensor = self.real_values.get(id(proxy))
         if tensor is None:
             return None
-        return self._first_paths[id(tensor)], tensor
+        return self._reached[id(tensor)].bound_at, tensor
 
     def path_of(self, obj: Any) -> Path | None:
         """The path an object was reached through, when it entered the trace."""
-        return self._paths.get(id(obj))
+        reached = self._reached.get(id(obj))
+        return None if reached is None else reached.path
 
     def pins_value(self, path: Path) -> bool:
         """Whether the value at ``path`` is guarded (on its own, or by its container's contents)."""
@@ -148,12 +146,14 @@ class Provenance:
 
     def remembered(self) -> list[Any]:
         """The objects of the caller's and of persistent state the program reached (while it runs)."""
-        return [obj for obj in self._keepalive if not isinstance(obj, torch.Tensor)]
+        return [r.obj for r in self._reached.values() if not isinstance(r.obj, torch.Tensor)]
 
     def remember(self, obj: Any, path: Path) -> None:
-        if id(obj) not in self._paths:
-            self._paths[id(obj)] = path
-            self._keepalive.append(obj)
+        reached = self._reached.get(id(obj))
+        if reached is None:
+            reached = self._reached[id(obj)] = Reached(obj)
+        if reached.path is None:
+            reached.path = path
             if self.on_remember is not None:
                 self.on_remember(obj, path)
 
@@ -337,18 +337,17 @@ class Provenance:
     # anew per call (``f(x, torch.Generator().manual_seed(i))``) hits the cache, and each call's draws
     # come from the generator it passes. The same generator reached twice is one input (alias guard).
     def _generator(self, generator: torch.Generator, path: Path, name: str) -> GeneratorProxy:
-        found = self._generators.get(id(generator))
-        if found is not None:
-            if found[1] != path:
-                self.guard(path, "alias", found[1])
-            return found[0]
+        found = self._reached.get(id(generator))
+        if found is not None and found.bound is not None:
+            if found.bound_at != path:
+                self.guard(path, "alias", found.bound_at)
+            return found.bound
         self.guard(path, "type", torch.Generator)
         self.guard(path.attr("device"), "value", generator.device)
         proxy = GeneratorProxy(self.values.names.claim(qualified_name(path) or name), generator.device)
-        self._generators[id(generator)] = (proxy, path)
+        self._bound(generator, proxy, path)
         self.generator_inputs.append((path, proxy))
         self.real_values[id(proxy)] = generator  # the probe draws from a copy of it (jit/probe.py)
-        self._keepalive.append(generator)
         return proxy
 
     def bind_subscripted_dict(self, value: dict, path: Path, key: Any) -> dict:
@@ -391,10 +390,9 @@ class Provenance:
         if not self._loose:
             return
         by_type: dict[type, list[Path]] = {}
-        for obj in self._keepalive:
-            path = self._paths.get(id(obj))
-            if path is not None and not isinstance(obj, torch.Tensor):
-                by_type.setdefault(type(obj), []).append(path)
+        for reached in self._reached.values():
+            if reached.path is not None and not isinstance(reached.obj, torch.Tensor):
+                by_type.setdefault(type(reached.obj), []).append(reached.path)
         for path in self._loose.values():
             group = by_type.get(self._loose_types[path], ())
             if len(group) > 1:
@@ -617,17 +615,19 @@ class Provenance:
             self.guard(path, "type", type(value))
             self.guard(path, "value", value)
             return value
-        wrapped = self._ndarrays.get(id(value))
+        found = self._reached.get(id(value))
+        wrapped = None if found is None else found.bound
         if wrapped is None:
             boundary.check_array(value, path.describe())
             self.guard(path, "type", type(value))
             proxy = self._tensor(boundary.array_to_tensor(value), boundary.tensor_path(path), name)
-            wrapped = self._ndarrays[id(value)] = bridge.wrap(proxy)
-            self._keepalive.append(value)
+            wrapped = bridge.wrap(proxy)
+            self._bound(value, wrapped, path)
         return wrapped
 
     def _tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
-        proxy = self._tensors.get(id(tensor))
+        found = self._reached.get(id(tensor))
+        proxy = None if found is None else found.bound
         if proxy is None:
             kind = untraced_kind(tensor) if type(tensor) in (torch.Tensor, torch.nn.Parameter) else None
             if kind is not None:  # what the eager entry accepts (Note [Eager entries], jit/api.py)
@@ -654,13 +654,18 @@ class Provenance:
                 self.inputs.append((path, proxy, tensor))
             else:
                 proxy = self._subclass(tensor, path, name)
-            self._tensors[id(tensor)] = proxy
+            self._bound(tensor, proxy, path)
             self.real_values[id(proxy)] = tensor
-            self._first_paths[id(tensor)] = path
-            self._keepalive.append(tensor)
-        elif self._first_paths[id(tensor)] != path:
-            self.guard(path, "alias", self._first_paths[id(tensor)])  # one tensor, reached two ways
+        elif found.bound_at != path:
+            self.guard(path, "alias", found.bound_at)  # one tensor, reached two ways
         return proxy
+
+    def _bound(self, obj: Any, bound: Any, path: Path) -> None:
+        """Record that ``obj``, first found at ``path``, is ``bound`` for the program."""
+        reached = self._reached.get(id(obj))
+        if reached is None:
+            reached = self._reached[id(obj)] = Reached(obj)
+        reached.bound, reached.bound_at = bound, path
 
     def _subclass(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         """A tensor-subclass input: its structure is guarded, its inner tensors become inputs."""
@@ -749,17 +754,28 @@ class Provenance:
         for path, generator in self.generator_inputs:  # then the generators
             self.prologue.add_input(path, generator.name)
         self._finished = True
-        self._keepalive.clear()
         self.real_values.clear()
-        self._paths.clear()
-        self._tensors.clear()
-        self._generators.clear()
-        self._first_paths.clear()
-        self._ndarrays.clear()
+        self._reached.clear()
         self._container_paths.clear()
         self._mutable.clear()
         self._reached_again.clear()
         self._binding.clear()
+
+
+# Note [One map of reached objects]
+# An object the pass reached is known by its id for the pass's length: remembered (the program reads
+# attributes or items from it: ``path``), bound to what the program sees (a tensor's proxy, a
+# generator's, a NumPy array's wrapper: ``bound``, first found at ``bound_at``), or both (a tensor
+# held by a remembered container, then used). One record per id holds the object itself, so no id is
+# reused while the pass runs; ``finish`` drops them all.
+@dataclasses.dataclass(slots=True, eq=False)
+class Reached:
+    """What the pass knows of one object it reached (Note [One map of reached objects])."""
+
+    obj: Any
+    path: Path | None = None  # where it was remembered
+    bound: Any = None  # what the program sees for it: a TensorProxy, a GeneratorProxy, an ndarray wrapper
+    bound_at: Path | None = None  # where it was first bound
 
 
 def _unchanged(obj: Any) -> Any:
