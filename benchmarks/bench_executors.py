@@ -73,7 +73,7 @@ def per_call_us(fns: list, call, number: int, repeat: int) -> list[float]:
     best = [float("inf")] * len(fns)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
-            best[i] = min(best[i], timeit.timeit(lambda: call(fn), number=number))
+            best[i] = min(best[i], timeit.timeit(lambda: call(fn), number=number))  # noqa: B023 - timed now
     return [b / number * 1e6 for b in best]
 
 
@@ -181,7 +181,7 @@ def dynamic_batches(quick: bool) -> None:
                 model.load_state_dict(base.state_dict())
                 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
-                def step(fn=wrap(model), opt=opt):
+                def step(fn=wrap(model), opt=opt, data=data):  # noqa: B008 - this iteration's model, wrapped once
                     for x, y in data:
                         opt.zero_grad(set_to_none=True)
                         fn(x, y).backward()

@@ -114,7 +114,7 @@ def per_call_us(fns: list, arg: torch.Tensor, number: int = 100, repeat: int = 9
     best = [math.inf] * len(fns)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
-            timer = timeit.Timer(lambda: fn(arg), timer=time.process_time)
+            timer = timeit.Timer(lambda: fn(arg), timer=time.process_time)  # noqa: B023 - timed now
             best[i] = min(best[i], timer.timeit(number=number))
     return [b / number * 1e6 for b in best]
 

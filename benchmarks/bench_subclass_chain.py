@@ -21,13 +21,13 @@ import jitcore
 
 
 def chain(x, w):
-    for i in range(10):
+    for _ in range(10):
         x = ((x + 1) * 0.5).sin().cos() - 0.25
     return x @ w
 
 
 def flattened(a, b, wa, wb):
-    for i in range(10):
+    for _ in range(10):
         a = ((a + 1) * 0.5).sin().cos() - 0.25
         b = ((b + 1) * 0.5).sin().cos() - 0.25
     return a @ wa, b @ wb

@@ -51,19 +51,9 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
     """``_make_wrapper_subclass`` while tracing: a SubclassTensorProxy with this outer metadata."""
     context = current_context()
     if context is None or context.values is None:
-        return _make_wrapper_subclass(
-            cls,
-            size,
-            strides=strides,
-            storage_offset=storage_offset,
-            memory_format=memory_format,
-            dtype=dtype,
-            layout=layout,
-            device=device,
-            pin_memory=pin_memory,
-            requires_grad=requires_grad,
-            *more,
-            **kwargs,
+        return _make_wrapper_subclass(  # positionally: ``more`` follows requires_grad, as it was passed
+            cls, size, strides, storage_offset, memory_format, dtype, layout, device, pin_memory,
+            requires_grad, *more, **kwargs,
         )
     reason = eager_only_reason(cls)
     if reason is not None:

@@ -249,7 +249,7 @@ def _children(value: Any) -> list[Any]:
 
 def _filled(cell: types.CellType) -> bool:
     try:
-        cell.cell_contents
+        cell.cell_contents  # noqa: B018 - reading an empty cell raises ValueError
     except ValueError:
         return False
     return True

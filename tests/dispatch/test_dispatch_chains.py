@@ -78,7 +78,7 @@ def test_generated_chains_match_eager(kind, other, steps) -> None:
         except Exception as jexc:  # noqa: BLE001
             assert type(jexc) is type(exc), (jexc, exc)
             return
-        raise AssertionError(f"eager raised {exc!r}; jitcore did not")
+        raise AssertionError(f"eager raised {exc!r}; jitcore did not") from exc
     jfn = jitcore.jit(program)
     assert_same_value(jfn(x, y), expected)
     assert_same_value(jfn(x, y), expected)

@@ -24,7 +24,7 @@ def test_training_steps_of_a_small_mlp_match_eager() -> None:
     opt_j = torch.optim.SGD(jitted.parameters(), lr=0.1)
     x, target = torch.randn(5, 8), torch.randn(5, 4)
     for _ in range(3):
-        for model, fn, opt in ((eager, eager, opt_e), (jitted, step, opt_j)):
+        for _model, fn, opt in ((eager, eager, opt_e), (jitted, step, opt_j)):
             opt.zero_grad()
             loss = ((fn(x) - target) ** 2).mean()
             loss.backward()

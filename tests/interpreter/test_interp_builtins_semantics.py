@@ -87,7 +87,7 @@ def test_descriptors_as_attribute_hooks_are_bound_first() -> None:
         counts = []
         for cls in (A, B, C):
             try:
-                getattr(cls(), "attr")
+                getattr(cls(), "attr")  # noqa: B009 - the builtin getattr is the behaviour under test
             except AttributeError:
                 counts.append(descr.counter)
         return counts

@@ -318,7 +318,7 @@ def test_with_and_exceptions():
             try:
                 {}["k"]
             except KeyError:
-                raise ValueError("v")
+                raise ValueError("v")  # noqa: B904 - the implicit __context__ is what is compared
         except ValueError as e:
             return type(e.__context__).__name__, e.__suppress_context__
 

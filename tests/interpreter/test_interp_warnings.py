@@ -35,9 +35,9 @@ def test_the_blamed_frame_is_eagers(stacklevel: int) -> None:
 
 def test_a_warning_instance_and_a_bad_category() -> None:
     def program():
-        warnings.warn(RuntimeWarning("as an instance"))
+        warnings.warn(RuntimeWarning("as an instance"))  # noqa: B028 - the default stacklevel is tested
         try:
-            warnings.warn("x", category=int)
+            warnings.warn("x", category=int)  # noqa: B028
         except TypeError as exc:
             return str(exc)
 

@@ -80,7 +80,7 @@ def check(fn: Callable[..., Any], *args: Any, jfn: Any = None, **kwargs: Any) ->
             assert type(jexc) is type(exc), (jexc, exc)
             assert str(exc) in str(jexc), (str(jexc), str(exc))
             return jfn
-        raise AssertionError(f"eager raised {exc!r}, jitcore did not")
+        raise AssertionError(f"eager raised {exc!r}, jitcore did not") from exc
     actual = jfn(*jit_args, **jit_kwargs)
     assert_same(actual, expected)
     assert_same((jit_args, jit_kwargs), (eager_args, eager_kwargs))

@@ -163,7 +163,8 @@ def test_hooks_run_as_eagerly_on_every_call():
     for m in models:
         handles.append(m.register_forward_pre_hook(pre))  # through the wrapper: lands on the original
         handles.append(m.register_forward_hook(post_kwargs, with_kwargs=True))
-        handles.append(m.register_forward_hook(lambda mod, a, out, key=id(m): seen[key].append(out.detach())))
+        handles.append(m.register_forward_hook(
+            lambda mod, a, out, key=id(m): seen[key].append(out.detach())))  # noqa: B008 - this module's id
     for _ in range(3):
         call_all(models, x, bias=0.5)
     assert [len(v) for v in seen.values()] == [3, 3, 3]  # a side effect on every call, not only while tracing
@@ -220,7 +221,8 @@ def test_backward_hooks_run():
     models = three(Net())
     grads = {id(m): [] for m in models}
     for m in models:
-        m.register_full_backward_hook(lambda mod, gin, gout, key=id(m): grads[key].append(gout[0].clone()))
+        m.register_full_backward_hook(
+            lambda mod, gin, gout, key=id(m): grads[key].append(gout[0].clone()))  # noqa: B008 - this module's id
     x = torch.randn(2, 4, requires_grad=True)
     for m in models:
         m(x).sum().backward()

@@ -49,8 +49,9 @@ def test_training_loop_with_a_jitted_step(name, set_to_none):
     zero_grad = jitcore.jit(lambda: opt.zero_grad(set_to_none=set_to_none))
     for i in range(5):
         x = torch.randn(8, 3, generator=torch.Generator().manual_seed(i))
-        for m, o, s, z in ((eager_model, eager_opt, eager_opt.step, lambda: eager_opt.zero_grad(set_to_none)),
-                           (model, opt, step, zero_grad)):
+        for m, _o, s, z in ((eager_model, eager_opt, eager_opt.step,
+                             lambda: eager_opt.zero_grad(set_to_none)),
+                            (model, opt, step, zero_grad)):
             z()
             m(x).square().mean().backward()
             s()

@@ -188,7 +188,7 @@ class Ordered(collections.OrderedDict):
 ], ids=["dataclass", "object", "pytree", "namedtuple", "dict-subclass", "nested"])
 def test_outputs_of_any_structure(build):
     jf = jitcore.jit(build)
-    for i in range(2):
+    for _ in range(2):
         a, b = torch.randn(2), torch.randn(2)
         got, expected = jf(a, b), build(a, b)
         assert escaped(got) is None

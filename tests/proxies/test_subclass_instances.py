@@ -250,7 +250,7 @@ def test_unset_slot_raises_eagers_error() -> None:
     def f(x: torch.Tensor) -> Any:
         t = _wrapper(SlotTensor, x)
         try:
-            t.elem
+            t.elem  # noqa: B018 - the attribute read is what raises
         except AttributeError as e:
             return str(e), x + 1
         return "", x
