@@ -31,10 +31,11 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch.dtensor import is_natively_dispatched
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
-from jitcore.langctx.aten import op_symbol
+from jitcore.langctx.aten import op_symbol, operator_symbol
 from jitcore.langctx.shadows import data_read_error
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import instance_attributes
@@ -49,6 +50,7 @@ __all__ = [
     "call_on_shadows",
     "call_torch_dispatch",
     "resolve_call",
+    "resolve_operator_or_own",
 ]
 
 # Asked by the dispatcher (and the autograd engine) about shadows; answered natively, never recorded.
@@ -205,6 +207,19 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     context = current_context()
     record_subclass_results(context.scopes[-1], result, context.source())
     return result
+
+
+def resolve_operator_or_own(fn: Any) -> Any:
+    """The ``resolve_call`` hook's part shared by every interpretation of torch code (a tracing
+    pass, the grad transform's recording): an aten operator is its symbol (the call is recorded),
+    jitcore's own code (proxy methods, symbols) runs natively; None for anything else."""
+    symbol = operator_symbol(fn)
+    if symbol is not None:
+        return symbol
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_filename.startswith(JITCORE_DIR):
+        return fn
+    return None
 
 
 class ShadowDispatchMode(TorchDispatchMode):

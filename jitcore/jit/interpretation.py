@@ -37,7 +37,7 @@ from jitcore.dispatch import resolve_call
 from jitcore.dispatch.dtensor import fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
-from jitcore.dispatch.resolver import call_on_shadows
+from jitcore.dispatch.resolver import call_on_shadows, resolve_operator_or_own
 from jitcore.errors import DataDependentError, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
@@ -51,7 +51,6 @@ from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.value_reads import ValueReads
-from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
@@ -371,15 +370,13 @@ class Pass:
         return value
 
     def _resolve_call(self, fn: Any) -> Callable[..., Any] | None:
-        symbol = aten_langctx.operator_symbol(fn)
-        if symbol is not None:
-            return symbol
+        resolved = resolve_operator_or_own(fn)  # an aten op's symbol, or jitcore's own code natively
+        if resolved is not None:
+            return resolved
         original = _compiled_original(fn)
         if original is not None:  # torch.compile(f) called by the program: f is what jitcore traces
             return lambda *args, **kwargs: current_run().call(original, *args, **kwargs)
         code = getattr(fn, "__code__", None)
-        if code is not None and code.co_filename.startswith(JITCORE_DIR):
-            return fn  # jitcore's own code (proxy methods, symbols) runs natively
         if code is not None and _is_symbolic_shapes_code(fn, code):
             return fn  # arithmetic on symbolic sizes: torch's ShapeEnv records its guards (jit/shapes.py)
         return None

@@ -30,9 +30,14 @@ from typing import Any
 import optree
 import torch
 
-from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
-from jitcore.dispatch.resolver import METADATA_OPS, DispatchState, ShadowDispatchMode, call_on_shadows
+from jitcore.dispatch.resolver import (
+    METADATA_OPS,
+    DispatchState,
+    ShadowDispatchMode,
+    call_on_shadows,
+    resolve_operator_or_own,
+)
 from jitcore.interpreter import Hooks, Run, active_runs
 from jitcore.ir import Proxy, TraceContext, tracing
 from jitcore.langctx import aten as aten_langctx
@@ -72,16 +77,6 @@ GRAD_MODE_OUTPUTS = {
 }
 
 
-def _resolve_call(fn: Any) -> Any:
-    symbol = aten_langctx.operator_symbol(fn)
-    if symbol is not None:
-        return symbol
-    code = getattr(fn, "__code__", None)
-    if code is not None and code.co_filename.startswith(JITCORE_DIR):
-        return fn
-    return None
-
-
 def _opaque_call(fn: Any, args: tuple, kwargs: dict) -> Any:
     """Torch C functions that are not operations (``torch._functionalize_unsafe_set``, used by
     ``return_and_correct_aliasing``) act on the shadows of proxies."""
@@ -98,7 +93,7 @@ def _opaque_call(fn: Any, args: tuple, kwargs: dict) -> Any:
 def _hooks() -> Hooks:
     return Hooks(
         lookasides={**dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES},
-        resolve_call=_resolve_call,
+        resolve_call=resolve_operator_or_own,
         on_opaque_call=_opaque_call,
         type_of=python_type,
     )
