@@ -434,7 +434,7 @@ class Guard:
     (``related``)."""
 
     path: Path
-    kind: str
+    kind: GuardKindName
     expected: Any
 
     def __post_init__(self) -> None:

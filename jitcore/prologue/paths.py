@@ -15,9 +15,12 @@ import keyword
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["Path", "Root", "Step", "safe_repr"]
+__all__ = ["Path", "Root", "RootKind", "Step", "StepKind", "safe_repr"]
+
+StepKind = Literal["index", "key", "attr", "call"]
+RootKind = Literal["args", "kwargs", "bound"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -37,7 +40,7 @@ def safe_repr(value: Any, limit: int = 200) -> str:
 class Step:
     """One step of a path: ``kind`` is ``index``, ``key``, ``attr`` or ``call`` (dereference a weakref)."""
 
-    kind: str
+    kind: StepKind
     value: Any
 
     def apply(self, obj: Any) -> Any:
@@ -73,7 +76,7 @@ class Step:
 class Root:
     """Where a path starts: ``args``, ``kwargs`` or a bound object (``label`` names it for users)."""
 
-    kind: str
+    kind: RootKind
     label: str
     obj: Any = None
 
