@@ -2,8 +2,8 @@
 
 While tracing, the program mutates the caller's objects for real (it must see its own writes). This
 module snapshots each object of the caller's or of persistent state when the program first reaches
-it (arguments, globals, closure cells, module and object attributes and slots, list/dict/set
-contents), and when the pass ends it
+it (arguments, globals, closure cells, module and object attributes and slots, a class's own
+attributes, list/dict/set contents), and when the pass ends it
 1. diffs every snapshot against the object's final state into ``Effect`` records (attribute set or
    deleted, item set or deleted, list or set contents, cell contents);
 2. restores every snapshot, so the trace leaves the caller's objects as it found them;
@@ -107,7 +107,8 @@ class StateSnapshots:
     def take(self, obj: Any, path: Path) -> None:
         """Remember ``obj``'s state now (the first time it is reached); ``path`` reaches it per call
         (for the program's copy of an argument container, the caller's container is at ``path``)."""
-        if id(obj) in self._snapshots or isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+        if id(obj) in self._snapshots or isinstance(obj, (types.ModuleType, types.FunctionType)) or (
+                isinstance(obj, type) and obj.__module__ == "builtins"):
             return
         if isinstance(obj, Proxy) and (type(obj) is PlainTensorProxy or not isinstance(obj, TensorProxy)):
             return  # a subclass input's proxy holds its tensor's attributes (Provenance._subclass and
@@ -130,9 +131,9 @@ class StateSnapshots:
             if key == "grad":
                 return grad is not value
             kind, state = "attrs", attrs
-        if kind == "attrs":
+        if kind in ("attrs", "class"):
             current = _attributes(obj)
-            in_dict = isinstance(current, dict) and key in current
+            in_dict = isinstance(current, (dict, types.MappingProxyType)) and key in current
             return in_dict and dict.get(state, key, _MISSING) is not value
         if kind == "slots":
             return key in state and state[key] is not value
@@ -300,6 +301,8 @@ def _state_of(obj: Any) -> Any:
         return ("dict", dict(dict.items(obj)))
     if isinstance(obj, set):
         return ("set", set(set.__iter__(obj)))
+    if isinstance(obj, type):  # a class's own attributes (``Counter.calls += 1``)
+        return ("class", dict(vars(obj)))
     attrs = _attributes(obj)
     if isinstance(obj, torch.Tensor) and not isinstance(obj, Proxy):
         # a tensor of the caller's: its Python attributes and its ``.grad`` (optimizers and
@@ -352,7 +355,7 @@ def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
         same = new == old if kind == "set" else False
         return [] if same else [Effect(path, "contents", None, list(new) if kind == "list" else new)]
     setter, deleter = {"dict": ("setitem", "delitem"), "attrs": ("setattr", "delattr"),
-                       "slots": ("setslot", "delslot")}[kind]
+                       "class": ("setattr", "delattr"), "slots": ("setslot", "delslot")}[kind]
     if kind == "slots":
         old = {k: v for k, v in old.items() if v is not _MISSING}
         new = {k: v for k, v in new.items() if v is not _MISSING}
@@ -403,6 +406,12 @@ def _restore(obj: Any, state: Any) -> None:
                 del obj.__dict__[name]
         for name, value in old.items():
             obj.hold(name, value)
+    elif kind == "class":
+        for name in vars(obj).keys() - old.keys():
+            type.__delattr__(obj, name)
+        for name, value in old.items():
+            if vars(obj).get(name, _MISSING) is not value:
+                type.__setattr__(obj, name, value)
     elif kind in ("dict", "attrs"):
         target = obj if kind == "dict" else obj.__dict__
         if dict.__len__(target) != len(old) or any(
@@ -442,12 +451,16 @@ def _set_slot(obj: Any, name: str, value: Any) -> None:
 def _perform(effect: Effect, target: Any, value: Any) -> None:
     kind = effect.kind
     if kind == "setattr":  # the instance dict was diffed: it is written as the traced __setattr__ left it
-        if _is_slot(type(target), effect.key):  # a typed proxy's dict held the tensor's slot field
+        if isinstance(target, type):
+            type.__setattr__(target, effect.key, value)
+        elif _is_slot(type(target), effect.key):  # a typed proxy's dict held the tensor's slot field
             _set_slot(target, effect.key, value)
         else:
             vars(target)[effect.key] = value
     elif kind == "delattr":
-        if _is_slot(type(target), effect.key):
+        if isinstance(target, type):
+            type.__delattr__(target, effect.key)
+        elif _is_slot(type(target), effect.key):
             _set_slot(target, effect.key, _MISSING)
         else:
             del vars(target)[effect.key]

@@ -429,8 +429,6 @@ class Pass:
         return self.provenance.bind_state(value, path, name)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
-        if self.context.subclass_code:
-            return value  # a subclass's protocol code: taken as it is while tracing
         globals_ = frame.globals
         if _is_library(frame.code.co_filename) and not _is_global_hook_registry(globals_, name):
             return value
@@ -457,9 +455,10 @@ class Pass:
         return self._bind_state(frame, value, path, name)
 
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
-        if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy) or self.context.subclass_code:
+        if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy):
             return value
-        if frame.code.co_filename.startswith(_STDLIB_DIR):
+        if frame.code.co_filename.startswith(_STDLIB_DIR) or (
+                self.context.subclass_code and _is_library(frame.code.co_filename)):
             return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
         if isinstance(obj, types.ModuleType) and _is_library_module(obj):
             return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
@@ -473,9 +472,11 @@ class Pass:
             self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch)
             return value
         if path is None:
-            if not isinstance(obj, types.ModuleType) or _is_library_module(obj):
+            user_class = self.context.subclass_code and isinstance(obj, type) and not _is_library_module(
+                sys.modules.get(obj.__module__, sys))  # ``cls.calls`` in a user's dispatch
+            if not user_class and (not isinstance(obj, types.ModuleType) or _is_library_module(obj)):
                 return value
-            path = Path(Root("bound", obj.__name__, obj))
+            path = Path(Root("bound", obj.__qualname__ if user_class else obj.__name__, obj))
             self.provenance.remember(obj, path)
         elif not _is_stored_attribute(obj, name):
             self.provenance.bind_class_attribute(obj, path, name)  # a method or property: pin it
@@ -496,7 +497,8 @@ class Pass:
     def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
         if self.provenance.is_loose(key):
             self.provenance.pin(key)  # a caller's object as a dict key: its identity decides the item
-        if frame.code.co_filename.startswith(_STDLIB_DIR) or self.context.subclass_code:
+        if frame.code.co_filename.startswith(_STDLIB_DIR) or (
+                self.context.subclass_code and _is_library(frame.code.co_filename)):
             return value
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy):

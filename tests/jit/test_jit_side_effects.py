@@ -705,3 +705,32 @@ def test_a_deque_of_state(change):
     for i in range(5):
         assert_same(jf(torch.full((2,), float(i))), eager(torch.full((2,), float(i))))
         assert list(jit_window) == list(eager_window)
+
+
+def test_class_attribute_counters_do_not_retrace():
+    """``Cls.calls += 1`` is state like ``self.steps += 1``: a class's own attributes are snapshotted and
+    their writes replayed (each call retraced before: the value was guarded and the write left by the
+    trace itself)."""
+
+    def make():
+        class Registry:
+            calls = 0
+            scale = 1.0
+
+        def f(x):
+            Registry.calls += 1
+            Registry.scale = Registry.scale * 0.5
+            y = x * Registry.calls + Registry.scale  # read back: the program's own values
+            if not hasattr(Registry, "seen"):
+                Registry.seen = True
+            return y
+
+        return Registry, f
+
+    (jit_cls, jf), (eager_cls, eager) = make(), make()
+    jf = jitcore.jit(jf)
+    for i in range(20):
+        assert_same(jf(torch.full((2,), float(i))), eager(torch.full((2,), float(i))))
+        for name in ("calls", "scale", "seen"):
+            assert getattr(jit_cls, name) == getattr(eager_cls, name)
+    assert jitcore.cache_misses(jf) == 2  # without Registry.seen, then with it

@@ -1,0 +1,88 @@
+"""Python side effects inside a tensor subclass's ``__torch_dispatch__`` happen on every call, as eagerly.
+
+A counter kept on the class or in a global, or a log appended to, advanced only while tracing: cached
+calls skip the dispatch (the trace holds its aten ops), so the counter stopped. Subclass code that is
+not a library's is now state-tracked like the program's own code (jitcore/jit/interpretation.py): its
+reads of globals, class attributes and items are bound, its writes replayed (jitcore/jit/effects.py), a
+read-modify-write number replayed as arithmetic on each call's value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import jitcore
+
+LOG: list[str] = []
+COUNTS: dict[str, int] = {}
+TOTAL = [0]
+
+
+class Counting(torch.Tensor):
+    """A wrapper whose dispatch counts calls on its class, per op in a global dict, and logs ops."""
+
+    calls = 0
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> Counting:
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)  # noqa: SLF001
+
+    def __init__(self, inner: torch.Tensor) -> None:
+        self.inner = inner
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, meta: Any, outer_size: Any, outer_stride: Any) -> Counting:
+        return Counting(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any, kwargs: Any = None) -> Any:
+        cls.calls += 1
+        TOTAL[0] += 1
+        COUNTS[str(func)] = COUNTS.get(str(func), 0) + 1
+        LOG.append(f"{func}")
+        unwrapped = [a.inner if isinstance(a, Counting) else a for a in args]
+        out = func(*unwrapped, **(kwargs or {}))
+        return Counting(out) if isinstance(out, torch.Tensor) else out
+
+
+def _reset() -> None:
+    Counting.calls, TOTAL[0] = 0, 0
+    COUNTS.clear()
+    LOG.clear()
+
+
+def _state() -> tuple:
+    return Counting.calls, TOTAL[0], dict(COUNTS), list(LOG)
+
+
+def test_counters_and_logs_inside_dispatch_advance_on_every_call() -> None:
+    def f(t):
+        return (t * 2 + 1).sin()
+
+    runs = []
+    for fn in (f, jitcore.jit(f)):
+        _reset()
+        outs = [fn(Counting(torch.full((3,), float(i)))) for i in range(5)]
+        runs.append(([o.inner for o in outs], _state()))
+    (eager_outs, eager_state), (jit_outs, jit_state) = runs
+    for a, b in zip(eager_outs, jit_outs):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+    assert jit_state == eager_state
+    assert eager_state[0] == 15
+
+
+def test_the_counters_are_computation_inputs_not_guards() -> None:
+    def f(t):
+        return t * 3
+
+    _reset()
+    jf = jitcore.jit(f)
+    for i in range(6):
+        jf(Counting(torch.ones(2) * i))
+    assert Counting.calls == 6 and TOTAL[0] == 6
+    assert jitcore.cache_misses(jf) <= 2  # COUNTS has no key on the first call, one on the second
