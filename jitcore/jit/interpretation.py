@@ -386,8 +386,12 @@ class Pass:
         if self.provenance.has_loose():
             for arg in _identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
                 self.provenance.pin(arg)
-        if self._has_numbers() and not numbers.keeps_numbers(fn) and tree_has((args, kwargs), NumberProxy):
-            args, kwargs = specialize_all(args), specialize_all(kwargs)  # C code needs the values
+        # C code needs the values; a container method's receiver (``dict.get(d, k)``) keeps the program's
+        # own numbers in it, as for a bound method (``d.get(k)``)
+        own = 1 if isinstance(fn, types.MethodDescriptorType) else 0
+        passed = args[own:]
+        if self._has_numbers() and not numbers.keeps_numbers(fn) and tree_has((passed, kwargs), NumberProxy):
+            args, kwargs = (*args[:own], *specialize_all(passed)), specialize_all(kwargs)
         return args, kwargs
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:

@@ -734,3 +734,23 @@ def test_class_attribute_counters_do_not_retrace():
         for name in ("calls", "scale", "seen"):
             assert getattr(jit_cls, name) == getattr(eager_cls, name)
     assert jitcore.cache_misses(jf) == 2  # without Registry.seen, then with it
+
+
+def test_counters_read_with_dict_get_do_not_retrace():
+    """The second ``d.get`` saw the first counter's new value inside ``d`` and pinned it (``dict.get``'s
+    receiver was handed to C code as a value): every call retraced."""
+    counts, twin = {"a": 0}, {"a": 0}
+
+    def make(state):
+        def f(x):
+            state["a"] = state.get("a", 0) + 1
+            state["b"] = state.get("b", 0) + 2
+            return x + state["a"]
+
+        return f
+
+    jf, eager = jitcore.jit(make(counts)), make(twin)
+    for i in range(6):
+        assert_same(jf(torch.full((2,), float(i))), eager(torch.full((2,), float(i))))
+        assert counts == twin
+    assert jitcore.cache_misses(jf) == 2  # without the key "b", then with it
