@@ -49,6 +49,7 @@ __all__ = [
     "ShadowDispatchMode",
     "call_on_shadows",
     "call_torch_dispatch",
+    "handle_torch_function",
     "resolve_call",
     "resolve_operator_or_own",
 ]
@@ -164,6 +165,12 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         # autograd.Function.apply is C code that never asks __torch_function__; its forward is
         # interpreted on the proxies (the symbol's meta) with __torch_function__ enabled, as eagerly,
         # so each of its operations is resolved on its own
+        return symbol.meta(*args, **kwargs)
+    if "backward" in symbol.tags:
+        # the program's torch.autograd.grad/backward asked __torch_function__ already, with eager's
+        # callable (handle_torch_function, from jitcore/jit/autograd_calls.py); the record is below it
+        if tree_has(args, SubclassTensorProxy) or tree_has(kwargs, SubclassTensorProxy):
+            return _resolve(symbol, args, kwargs)
         return symbol.meta(*args, **kwargs)
     overridden = _torch_function_overrides(args, kwargs)
     if overridden and _value_read_through_default(overridden, func, symbol):
@@ -342,6 +349,24 @@ def _value_read_through_default(types: list[type], func: Any, symbol: Symbol) ->
         return False
     default = _DEFAULT_TORCH_FUNCTION[1]
     return all(getattr(cls.__torch_function__, "__func__", None) is default for cls in types)
+
+
+NO_OVERRIDE = object()
+
+
+def handle_torch_function(func: Any, relevant: tuple, args: tuple, kwargs: dict) -> Any:
+    """torch's ``handle_torch_function`` for a torch callable jitcore handles itself
+    (``torch.autograd.grad``): the ``__torch_function__`` of the subclasses among ``relevant``,
+    interpreted with ``func`` as eager hands it; ``NO_OVERRIDE`` where eager would call none."""
+    overridden = _torch_function_overrides(relevant, {})
+    if not overridden:
+        return NO_OVERRIDE
+    result = _run_torch_function(overridden, func, args, kwargs)
+    if result is NotImplemented:
+        names = ", ".join(cls.__qualname__ for cls in overridden)
+        raise TypeError(f"no implementation found for '{getattr(func, '__name__', func)}' on types "
+                        f"that implement __torch_function__: [{names}]")
+    return result
 
 
 def _run_torch_function(types: list[type], func: Any, args: tuple, kwargs: dict) -> Any:

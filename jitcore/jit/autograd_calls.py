@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 import jitcore
+from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
 from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph
 from jitcore.langctx.reads import runs_under_autograd
@@ -68,6 +69,12 @@ class AutogradCalls:
                  create_graph: bool = False, grad_variables: Any = None, inputs: Any = None) -> None:
         """``torch.autograd.backward``: gradients accumulated into the leaves' ``.grad``."""
         outputs = _as_list(tensors)
+        relevant = _tensors(outputs) + (_tensors(_as_list(inputs)) if inputs is not None else ())
+        overridden = handle_torch_function(torch.autograd.backward, relevant, (tuple(outputs),), dict(
+            grad_tensors=grad_tensors, retain_graph=retain_graph, create_graph=create_graph,
+            inputs=tuple(_as_list(inputs)) if inputs is not None else None))
+        if overridden is not NO_OVERRIDE:  # a subclass's __torch_function__ handled it, as eagerly
+            return overridden
         grad_outputs = _as_list(grad_tensors) if grad_tensors is not None else [None] * len(outputs)
         leaves = _as_list(inputs) if inputs is not None else self._leaves(outputs)
         grads = self._record(outputs, leaves, grad_outputs, bool(create_graph), retain_graph)
@@ -83,6 +90,13 @@ class AutogradCalls:
             raise UnsupportedOperationError("torch.autograd.grad(is_grads_batched=True) inside a jitted "
                                             "function is not supported")
         outs, ins = _as_list(outputs), _as_list(inputs)
+        overridden = handle_torch_function(torch.autograd.grad, _tensors(outs) + _tensors(ins), (tuple(outs), tuple(ins)),
+                                           dict(grad_outputs=grad_outputs, retain_graph=retain_graph,
+                                                create_graph=create_graph, only_inputs=only_inputs,
+                                                allow_unused=allow_unused, is_grads_batched=is_grads_batched,
+                                                materialize_grads=materialize_grads))
+        if overridden is not NO_OVERRIDE:  # a subclass's __torch_function__ handled it, as eagerly
+            return overridden
         grad_outs = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outs)
         grads = self._record(outs, ins, grad_outs, bool(create_graph), retain_graph)
         if not (allow_unused or materialize_grads) and any(g is None for g in grads):
@@ -165,6 +179,10 @@ class AutogradCalls:
 
 def _shadows(values: list) -> list:
     return [v.shadow if isinstance(v, TensorProxy) else v for v in values]
+
+
+def _tensors(values: list) -> tuple:
+    return tuple(v for v in values if isinstance(v, torch.Tensor))
 
 
 def _as_list(value: Any) -> list:
