@@ -126,9 +126,9 @@ def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | 
             return data
         out = retype(data)
         for name, value in constants.items():  # Note [Attributes of a subclass output]
-            out.__dict__[name] = copy.deepcopy(value) if type(value) in _FRESH_PER_CALL else value
+            _set_attribute(out, name, copy.deepcopy(value) if type(value) in _FRESH_PER_CALL else value)
         for name, (_, kid_rebuild), kid in zip(traced, parts, kids):
-            out.__dict__[name] = kid_rebuild(kid) if kid_rebuild is not None else kid
+            _set_attribute(out, name, kid_rebuild(kid) if kid_rebuild is not None else kid)
         return out
 
     return ((proxy, *(p for p, _ in parts)) if traced else proxy), rebuild
@@ -141,6 +141,20 @@ def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | 
 # as the trace left them: tensors among them are outputs of the computation, containers made by the
 # program are copied per call (eager makes a new one each call), other objects are shared.
 _FRESH_PER_CALL = (dict, list, set)
+
+
+def _set_attribute(obj: torch.Tensor, name: str, value: Any) -> None:
+    """An attribute the proxy held in its ``__dict__``, set where the class keeps it: a field of its
+    ``__slots__`` (torch's RedispatchTensor's ``call_log``) through the member descriptor, which
+    wins over the instance dict, the rest in the instance dict."""
+    for klass in type(obj).__mro__:
+        found = vars(klass).get(name)
+        if found is not None:
+            if isinstance(found, types.MemberDescriptorType):
+                found.__set__(obj, value)
+                return
+            break
+    obj.__dict__[name] = value
 
 
 def _retyped(proxy: Proxy) -> Callable[[Any], Any] | None:

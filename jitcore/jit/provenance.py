@@ -625,39 +625,49 @@ class Provenance:
             self._bound(value, wrapped, path)
         return wrapped
 
+    # Note [Reading the caller's tensors]
+    # jitcore's own reads of a tensor's metadata (to bind and guard it) run with subclass
+    # ``__torch_function__`` off: eager never runs it for them, and torch's RedispatchTensor logs every
+    # call into a list it carries (the log grew by jitcore's reads; its length guarded never matched).
     def _tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         found = self._reached.get(id(tensor))
         proxy = None if found is None else found.bound
         if proxy is None:
-            kind = untraced_kind(tensor) if type(tensor) in (torch.Tensor, torch.nn.Parameter) else None
-            if kind is not None:  # what the eager entry accepts (Note [Eager entries], jit/api.py)
-                self.guard(path, "type", type(tensor))
-                self.guard(path.attr(kind[0]), "value", kind[1])
-                raise EagerOnlyValue(f"{_argument(path, name)} is {kind[2]}: jitcore traces strided tensors")
-            if type(tensor) in (torch.Tensor, torch.nn.Parameter) or is_plain_subclass(type(tensor)):
-                symbolic = self.dynamic_dims is not None and not self._static_only
-                dims = self.dynamic_dims(path, tensor) if symbolic else frozenset()  # jit/shapes.py
-                name = qualified_name(path) or name  # linear1.weight -> linear1_weight
-                proxy = self.values.input_proxy(tensor, name, dims)
-                if self.values.shape_env is not None:
-                    shadow = proxy.shadow
-                    self.bound_layouts[id(proxy)] = (
-                        tuple(shadow.shape),
-                        tuple(shadow.stride()),
-                        shadow.storage_offset(),
-                    )
-                if (
-                    type(tensor) is not torch.Tensor
-                ):  # nn.Parameter, Tagged(torch.Tensor): jitcore/proxies/typed.py
-                    retype(proxy, type(tensor))
-                    self._bind_tensor_attributes(proxy, tensor, path)
-                self.inputs.append((path, proxy, tensor))
-            else:
-                proxy = self._subclass(tensor, path, name)
-            self._bound(tensor, proxy, path)
-            self.real_values[id(proxy)] = tensor
+            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
+                proxy = self._new_tensor(tensor, path, name)
         elif found.bound_at != path:
             self.guard(path, "alias", found.bound_at)  # one tensor, reached two ways
+        return proxy
+
+    def _new_tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
+        """A tensor the pass binds for the first time: its proxy, registered."""
+        kind = untraced_kind(tensor) if type(tensor) in (torch.Tensor, torch.nn.Parameter) else None
+        if kind is not None:  # what the eager entry accepts (Note [Eager entries], jit/api.py)
+            self.guard(path, "type", type(tensor))
+            self.guard(path.attr(kind[0]), "value", kind[1])
+            raise EagerOnlyValue(f"{_argument(path, name)} is {kind[2]}: jitcore traces strided tensors")
+        if type(tensor) in (torch.Tensor, torch.nn.Parameter) or is_plain_subclass(type(tensor)):
+            symbolic = self.dynamic_dims is not None and not self._static_only
+            dims = self.dynamic_dims(path, tensor) if symbolic else frozenset()  # jit/shapes.py
+            name = qualified_name(path) or name  # linear1.weight -> linear1_weight
+            proxy = self.values.input_proxy(tensor, name, dims)
+            if self.values.shape_env is not None:
+                shadow = proxy.shadow
+                self.bound_layouts[id(proxy)] = (
+                    tuple(shadow.shape),
+                    tuple(shadow.stride()),
+                    shadow.storage_offset(),
+                )
+            if (
+                type(tensor) is not torch.Tensor
+            ):  # nn.Parameter, Tagged(torch.Tensor): jitcore/proxies/typed.py
+                retype(proxy, type(tensor))
+                self._bind_tensor_attributes(proxy, tensor, path)
+            self.inputs.append((path, proxy, tensor))
+        else:
+            proxy = self._subclass(tensor, path, name)
+        self._bound(tensor, proxy, path)
+        self.real_values[id(proxy)] = tensor
         return proxy
 
     def _bound(self, obj: Any, bound: Any, path: Path) -> None:
@@ -742,7 +752,8 @@ class Provenance:
         for path, _proxy, tensor in self.inputs:
             strides = with_strides or layout.relies_on(_proxy)
             traced = self.bound_layouts.get(id(_proxy))
-            self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=strides, traced=traced))
+            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
+                self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=strides, traced=traced))
             self.prologue.add_input(path, _proxy.name)
         if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it
             self.guard(self.inputs[0][0], "distinct", tuple(path for path, _p, _t in self.inputs))

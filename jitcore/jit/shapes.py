@@ -114,8 +114,9 @@ class ShapePolicy:
 
     def seen(self, paths: list[Path], tensors: list[torch.Tensor]) -> None:
         """Remember the shapes of a traced call's tensor inputs."""
-        for path, tensor in zip(paths, tensors):
-            self._seen[path] = tuple(tensor.shape)
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - no subclass code for jitcore's reads
+            for path, tensor in zip(paths, tensors):
+                self._seen[path] = tuple(tensor.shape)
 
     def refuse(self, reason: str) -> None:
         """Turn the symbolic path off for this function (traces are static from now on)."""

@@ -33,6 +33,7 @@ SCAN_LIMIT = 4
 
 _Tensor = torch.Tensor
 _BY_VALUE = frozenset((int, str, bool))
+_NO_SUBCLASS_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass  # noqa: SLF001
 _DYNAMIC = frozenset((int, float))
 
 
@@ -45,14 +46,19 @@ def dispatch_key(args: tuple, typed: Container[int] = ()) -> tuple:
         ])
     return tuple(  # a list comprehension: faster than a generator here
         [
-            (a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a)
+            (a.shape, a.dtype) if type(a) is _Tensor else a if type(a) in _BY_VALUE else _key_of(a)
             for a in args
         ]
     )
 
 
 def _key_of(a: Any) -> Hashable:
-    return (a.shape, a.dtype) if isinstance(a, _Tensor) else a if type(a) in _BY_VALUE else type(a)
+    if isinstance(a, _Tensor):
+        if type(a) is _Tensor:
+            return a.shape, a.dtype
+        with _NO_SUBCLASS_TORCH_FUNCTION():  # a subclass's own __torch_function__ never runs for the key
+            return a.shape, a.dtype
+    return a if type(a) in _BY_VALUE else type(a)
 
 
 class EntryCache:

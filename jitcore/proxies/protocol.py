@@ -122,10 +122,18 @@ def tensor_flatten(value: Any, cls: type | None = None) -> tuple[list[str], Any]
             constants = tuple((n, getattr(value, n)) for n in names if n not in tensors)
             return tensors, WithConstants((ctx, constants))
         return list(names), ctx
-    attributes = instance_attributes(value, cls)
+    attributes = {n: v for n, v in instance_attributes(value, cls).items() if n not in _TORCH_CACHES}
     names = sorted(n for n, v in attributes.items() if isinstance(v, _TENSORS))
     others = tuple(sorted((n, v) for n, v in attributes.items() if not isinstance(v, _TENSORS)))
     return names, DerivedContext((others, value.dtype, value.device))
+
+
+# What torch's C++ caches on a wrapper with ``dispatch_sizes_strides_policy`` the first time its sizes
+# or strides are asked (the answers of its __torch_dispatch__, as capsules): not the value's state,
+# and present or not depending on whether anything asked yet (a gradient built by autograd has none).
+_TORCH_CACHES = frozenset(
+    f"_{sym}{kind}_capsule{suffix}" for sym in ("", "sym_") for kind in ("sizes", "strides") for suffix in ("", "_len")
+)
 
 
 def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
