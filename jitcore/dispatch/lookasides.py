@@ -19,6 +19,7 @@ Invariant: outside a trace all of them behave exactly as the originals.
 
 from __future__ import annotations
 
+import abc
 import builtins
 import types
 from typing import Any
@@ -90,8 +91,20 @@ def isinstance_of(obj: Any, cls: Any) -> bool:
     if isinstance(obj, Proxy):
         if builtins.type(cls) is tuple:
             return any(isinstance_of(obj, c) for c in cls)
-        return issubclass(obj.python_type, cls)
+        if issubclass(obj.python_type, cls):
+            return True
+        if isinstance(obj, TensorProxy) and _checks_instances(builtins.type(cls)):  # nn.Parameter: _is_param
+            return _interpreted_isinstance(obj, cls)
+        return False
     return _interpreted_isinstance(obj, cls)
+
+
+def _checks_instances(meta: type) -> bool:
+    """Whether a metaclass decides instances in Python beyond the class hierarchy (torch's
+    ``_ParameterMeta``: ``nn.Parameter(TwoTensor(...))`` is a TwoTensor that is a Parameter). Not
+    ABCMeta, whose registry jitcore answers from the class a proxy stands for."""
+    check = getattr(meta, "__instancecheck__", None)
+    return isinstance(check, types.FunctionType) and not issubclass(meta, abc.ABCMeta)
 
 
 class ProxySuper:

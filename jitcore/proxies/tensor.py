@@ -176,8 +176,19 @@ class TensorProxy(Proxy, torch.Tensor):
         ``p.grad.grad_fn``); the autograd graph object itself does not exist while tracing."""
         if not self.shadow.requires_grad:
             return None
+        if self.shadow.grad_fn is None and self._is_parameter():
+            # a parameter is a leaf (nn.Parameter detaches its data; ops on it return plain tensors):
+            # register_parameter's check of a module made inside the function (nn.Linear(...))
+            return None
         raise UnsupportedOperationError(
             "torch.Tensor.grad_fn: autograd graph objects are not available while tracing")
+
+    def _is_parameter(self) -> bool:
+        """An ``nn.Parameter``, or a subclass value ``nn.Parameter(...)`` marked (``_is_param``)."""
+        if issubclass(self.python_type, torch.nn.Parameter):
+            return True
+        fields = getattr(self, "__dict__", None)
+        return isinstance(fields, dict) and fields.get("_is_param") is True
 
     @property
     def is_cuda(self) -> bool:
