@@ -17,6 +17,7 @@ runs eagerly (jitcore.errors.EagerOnlySubclass).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -136,13 +137,25 @@ _TORCH_CACHES = frozenset(
 )
 
 
+# Note [An inherited __tensor_unflatten__]
+# A subclass of a subclass often inherits its base's ``__tensor_unflatten__``, which names the base
+# (TwoTensor's builds ``TwoTensor(a, b)``) while its ``__torch_dispatch__`` builds ``cls(a, b)``:
+# eagerly the values are of the derived class. Built through the protocol (an input's shadow, the
+# outputs a computation rebuilds) the value takes the derived class back; the base's layout is its
+# own (no fields of the derived class's own are missing: its ctx says nothing of them).
+
+
 def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
     """A value of ``cls`` around ``inner`` (the class's own ``__tensor_unflatten__`` when it has one)."""
     if has_own_protocol(cls):
         if type(ctx) is WithConstants:
             ctx, constants = ctx
             inner = {**inner, **dict(constants)}
-        return cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)
+        out = cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)
+        if type(out) is not cls and isinstance(out, torch.Tensor) and issubclass(cls, type(out)):
+            with contextlib.suppress(TypeError):  # Note [An inherited __tensor_unflatten__]
+                out.__class__ = cls  # (a derived class with slots of its own keeps the base's value)
+        return out
     others, dtype, device = ctx
     out = _make_wrapper_subclass(cls, outer_size, strides=outer_stride, dtype=dtype, device=device)
     for name, tensor in inner.items():
