@@ -90,7 +90,8 @@ class AutogradCalls:
             raise UnsupportedOperationError("torch.autograd.grad(is_grads_batched=True) inside a jitted "
                                             "function is not supported")
         outs, ins = _as_list(outputs), _as_list(inputs)
-        overridden = handle_torch_function(torch.autograd.grad, _tensors(outs) + _tensors(ins), (tuple(outs), tuple(ins)),
+        relevant = _tensors(outs) + _tensors(ins)
+        overridden = handle_torch_function(torch.autograd.grad, relevant, (tuple(outs), tuple(ins)),
                                            dict(grad_outputs=grad_outputs, retain_graph=retain_graph,
                                                 create_graph=create_graph, only_inputs=only_inputs,
                                                 allow_unused=allow_unused, is_grads_batched=is_grads_batched,

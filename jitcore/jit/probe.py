@@ -31,6 +31,7 @@ from jitcore.langctx.shadows import WRITES_NO_DATA, may_write_inputs
 from jitcore.langctx.thread_state import ThreadState
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["Probe", "may_write"]
 
@@ -51,10 +52,32 @@ class Probe:
         self._rng: tuple[torch.Tensor, list[torch.Tensor]] = _rng_state()  # as the call began
         self._copies: dict[int, Any] = {}  # caller's storage key -> the probe's private copy of it
         self._grad = torch.is_grad_enabled()  # the program's grad mode where the records stopped
+        self._nested_done: set[int] = set()  # records of open scopes already run (values_within)
 
     def values(self, tree: Any) -> Any:
         """``tree`` with every proxy replaced by its real value (numbers by their traced value)."""
         self._run_pending()
+        return optree.tree_map(self._value, tree, none_is_leaf=True)
+
+    def real_inputs(self) -> list[Any]:
+        """The caller's tensors bound so far."""
+        return list(self._real_inputs.values())
+
+    def values_within(self, scopes: list[list[BoundSymbol]], tree: Any) -> Any:
+        """``tree`` with its real values, where it was computed inside a call still being recorded (a
+        subclass's ``__torch_dispatch__`` reading an inner tensor): the top-level records so far, then
+        the records of the open ``scopes`` (outermost first), each run once. The caller makes sure
+        none of them writes a tensor or draws random numbers (the whole call runs again at the top
+        level once recorded)."""
+        self._run_pending()
+        pending = [b for scope in scopes for b in scope if id(b) not in self._nested_done]
+        if pending:
+            with _restored_thread_state():
+                torch.set_grad_enabled(self._grad)
+                for bsym in pending:
+                    self._run(bsym)
+                    self._nested_done.add(id(bsym))
+                    self._keep.append(bsym)
         return optree.tree_map(self._value, tree, none_is_leaf=True)
 
     # --- running records ---------------------------------------------------------------------------
@@ -87,8 +110,19 @@ class Probe:
             new = [out] if len(old) == 1 else new
         for proxy, value in zip(old, new):
             if isinstance(proxy, Proxy):
-                self._env[id(proxy)] = value
-                self._keep.append(proxy)
+                self._bind(proxy, value)
+
+    def _bind(self, proxy: Proxy, value: Any) -> None:
+        """``proxy``'s value; a subclass value's inner proxies get its inner tensors (a read inside a
+        later ``__torch_dispatch__`` asks for them)."""
+        self._env[id(proxy)] = value
+        self._keep.append(proxy)
+        if isinstance(proxy, SubclassTensorProxy) and isinstance(value, torch.Tensor) \
+                and type(value) is not torch.Tensor:
+            for name, inner in proxy.inner_tensors().items():
+                real = getattr(value, name, None)
+                if isinstance(inner, Proxy) and isinstance(real, torch.Tensor):
+                    self._bind(inner, real)
 
     def _value(self, leaf: Any) -> Any:
         if isinstance(leaf, NumberProxy):

@@ -9,9 +9,10 @@ from jitcore/langctx/shadows.py), ``ValueReads.read`` replaces the refusal:
   ``check_read``; tensor results become proxies with the real shapes, each shape checked.
 Every read is logged (``JITCORE_LOGS=graph_breaks``) and listed in ``jitcore.explain``.
 
-Invariants: records go to the trace's top level in program order (a read inside a tensor subclass's
-``__torch_dispatch__`` or with ``fullgraph=True`` keeps the refusal); a read value reaches the trace
-only through its check.
+Invariants: records go to the trace's top level in program order, except a read inside a tensor
+subclass's code, which goes among the subclass call's operations (Note [Reads inside a subclass's
+code]); with ``fullgraph=True`` every read keeps the refusal; a read value reaches the trace only
+through its check.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ class ValueReads:
         """The outputs of a data-dependent call, recorded as checked reads (see the module doc).
 
         Raises:
-            EagerOnlySubclass: inside a subclass's ``__torch_function__``/``__torch_dispatch__`` or on
-                a subclass value: the call runs eagerly (docs/errors/JC-J002.md).
+            EagerOnlySubclass: inside a subclass's ``__torch_function__``/``__torch_dispatch__`` where
+                the read cannot be made there (Note [Reads inside a subclass's code]), or on a subclass
+                value: the call runs eagerly (docs/errors/JC-J002.md).
             DataDependentError: ``error``, where no read applies (inside another symbol's resolution,
                 or a value-shaped tensor that must carry gradients).
         """
@@ -74,8 +76,13 @@ class ValueReads:
             retried = self._with_read_arguments(symbol, args, kwargs)
             if retried is not _REFUSED:
                 return Inlined(retried)
+        if self.context.subclass_code and not _has(SubclassTensorProxy, (args, kwargs)):
+            read = self._read_in_subclass_code(symbol, args, kwargs, error, source)
+            if read is not _REFUSED:
+                return read
         if self.context.subclass_code or _has(SubclassTensorProxy, (args, kwargs)):
-            # a subclass's dispatch that reads values (a codebook's .item()): this call runs eagerly
+            # a subclass's dispatch that reads values it cannot read (under grad, after writes or
+            # random draws in the same call): this call runs eagerly
             raise EagerOnlySubclass(
                 f"a tensor subclass's code reads tensor values ({error.summary})"
             ) from error
@@ -102,6 +109,56 @@ class ValueReads:
             del scope[recorded:]  # what the attempt recorded before it failed
             return Inlined(self._under_autograd(symbol, args, kwargs, error, source))
         return Inlined(out)
+
+    # Note [Reads inside a subclass's code]
+    # A subclass's ``__torch_dispatch__`` that reads values of its inner tensors (``t._scale.item()``,
+    # ``bool(e.count_nonzero() == ...)``, ``nonzero`` in a sparse format, TwoTensor's ``item``) reads
+    # them as the program would: the probe runs the records so far, then those of the calls still
+    # being resolved (``Probe.values_within``), and the value becomes a constant behind a check
+    # recorded where the read happened, among the call's subsymbols (the flattened computation runs
+    # it on the inner tensors on every call; a differing value goes to another entry). Refused, so
+    # the call runs eagerly as before: under grad (the grad transform replays subclass code on fake
+    # tensors, which have no values), where a record of the open calls draws random numbers or
+    # writes a tensor it did not make (the probe runs them here, and the whole call again once it is
+    # recorded: SparseTensor's ``res[indices] = values`` into its own ``zeros`` runs twice harmlessly), and
+    # after a write to a subclass value (the probe would write the caller's); in a pass with symbolic
+    # sizes or nested ints (a nested jagged tensor's SDPA splits it by its offsets' values).
+    def _read_in_subclass_code(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
+                               source: tuple[SourceFrame, ...] | None) -> Any:
+        open_scopes = self.context.scopes[1:-1]
+        if self.context.values.fake_mode.shape_env is not None:
+            return _REFUSED  # symbolic sizes or nested ints (an NJT's SDPA splits by its offsets' values)
+        if torch.is_grad_enabled() and (self._grad_anywhere() or _needs_grad(args, kwargs)):
+            return _REFUSED
+        records = [b for scope in open_scopes for b in scope]
+        if any("random" in b.symbol.tags for b in records) or _writes_outside(records):
+            return _REFUSED
+        top = self.context.scopes[0]
+        if any(may_write(b) and _has(SubclassTensorProxy, (b.args, b.kwargs)) for b in top):
+            return _REFUSED  # the probe copies plain storages before writing them, not a subclass's
+        try:
+            real_args, real_kwargs = self.probe.values_within(open_scopes, (args, kwargs))
+        except LookupError:  # a value the records so far do not compute
+            return _REFUSED
+        out = symbol.fn(*real_args, **real_kwargs)
+        site = ReadSite(_describe(symbol, out), source)
+        if not _has(torch.Tensor, out):
+            self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
+            self._log(site, out)
+            return Inlined(out)
+        leaves = optree.tree_leaves(out, none_is_leaf=True)
+        if not all(isinstance(v, torch.Tensor) for v in leaves):
+            return _REFUSED
+        values = self.context.values
+        proxies = [values.proxy_for(values.fake_mode.from_tensor(t, static_shapes=True)) for t in leaves]
+        output = optree.tree_unflatten(optree.tree_structure(out, none_is_leaf=True), proxies)
+        pairs = list(zip(proxies, leaves))
+        self._record_shaped(symbol, args, kwargs, output, pairs, site, {"data_dependent"})
+        return Inlined(output)
+
+    def _grad_anywhere(self) -> bool:
+        """Whether a tensor the pass has bound so far requires grad (its trace will be differentiated)."""
+        return any(isinstance(t, torch.Tensor) and t.requires_grad for t in self.probe.real_inputs())
 
     # Note [Value-shaped ops under grad]
     # An op whose output shapes the values decide and whose outputs must carry gradients (``ctc_loss``,
@@ -309,6 +366,29 @@ def _natively(fn: Any, args: tuple, kwargs: dict) -> Any:
         raise
 
 
+def _writes_outside(records: list[BoundSymbol]) -> bool:
+    """Whether one of ``records`` writes a tensor whose storage none of them made."""
+    made: set[int] = set()
+    for bsym in records:
+        if may_write(bsym):
+            written = [bsym.args[0] if bsym.args else None, bsym.kwargs.get("out")]
+            for value in optree.tree_leaves(written, none_is_leaf=True):
+                if isinstance(value, TensorProxy) and _storage_or_none(value) not in made:
+                    return True
+        for value in optree.tree_leaves(bsym.output, none_is_leaf=True):
+            if isinstance(value, TensorProxy) and not _has(TensorProxy, (bsym.args, bsym.kwargs)) \
+                    and (key := _storage_or_none(value)) is not None:
+                made.add(key)  # a factory (zeros, empty): a fresh storage
+    return False
+
+
+def _storage_or_none(proxy: TensorProxy) -> int | None:
+    try:
+        return _storage(proxy)
+    except (RuntimeError, NotImplementedError):  # a wrapper subclass: no storage of its own
+        return None
+
+
 def _needs_grad(args: tuple, kwargs: dict) -> bool:
     return torch.is_grad_enabled() and any(
         isinstance(v, TensorProxy) and v.requires_grad
@@ -326,6 +406,11 @@ def _has(kind: type, tree: Any) -> bool:
 def _describe(symbol: Symbol, out: Any) -> str:
     name = symbol.id.removeprefix("torch.Tensor.").removeprefix("torch._C.TensorBase.")
     return f"{name}()" if not _has(torch.Tensor, out) else f"{name}(...)"
+
+
+def _holds_read(bsym: BoundSymbol) -> bool:
+    """A read, or a call whose resolution reads (Note [Reads inside a subclass's code])."""
+    return bsym.symbol is READ or any(_holds_read(sub) for sub in bsym.subsymbols)
 
 
 def has_reads(bound_symbols: list[BoundSymbol]) -> bool:
@@ -358,7 +443,7 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
     is such a record; a trace without reads is returned as it is.
     """
     records = trace.bound_symbols
-    last_read = max((i for i, b in enumerate(records) if b.symbol is READ), default=-1)
+    last_read = max((i for i, b in enumerate(records) if _holds_read(b)), default=-1)
     if last_read < 0:
         return computation
     before = records[:last_read]

@@ -133,7 +133,8 @@ def tensor_flatten(value: Any, cls: type | None = None) -> tuple[list[str], Any]
 # or strides are asked (the answers of its __torch_dispatch__, as capsules): not the value's state,
 # and present or not depending on whether anything asked yet (a gradient built by autograd has none).
 _TORCH_CACHES = frozenset(
-    f"_{sym}{kind}_capsule{suffix}" for sym in ("", "sym_") for kind in ("sizes", "strides") for suffix in ("", "_len")
+    f"_{sym}{kind}_capsule{suffix}"
+    for sym in ("", "sym_") for kind in ("sizes", "strides") for suffix in ("", "_len")
 )
 
 
