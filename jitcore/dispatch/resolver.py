@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -285,7 +286,8 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
         TypeError: every handler returned NotImplemented (as eager PyTorch does).
     """
     for cls in types:
-        result = _interpret(cls.__torch_dispatch__, func, types, args, kwargs)
+        method = _protocol_method(cls, "__torch_dispatch__", args, kwargs)
+        result = _interpret(method, func, types, args, kwargs)
         if result is not NotImplemented:
             return result
     names = "\n".join(f"  - tensor subclass {cls}" for cls in types)
@@ -293,6 +295,24 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
         f"Multiple dispatch failed for '{func}'; all __torch_dispatch__ handlers returned NotImplemented:\n\n"
         f"{names}\n\nFor more information, try re-running with TORCH_LOGS=not_implemented"
     )
+
+
+def _protocol_method(cls: type, name: str, args: tuple, kwargs: dict) -> Callable[..., Any]:
+    """``cls.__torch_dispatch__`` (or ``__torch_function__``) as torch calls it: torch reads it from
+    the first argument of ``cls``, so one defined as a plain method (deprecated, still accepted, as in
+    albanD/subclass_zoo's ComplexTensor) is bound to that argument, not called with ``func`` as self."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            raw = vars(klass)[name]
+            break
+    else:
+        return getattr(cls, name)
+    if not isinstance(raw, types.FunctionType):  # a classmethod, staticmethod or builtin: as it is
+        return getattr(cls, name)
+    for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
+        if isinstance(value, torch.Tensor) and getattr(value, "python_type", type(value)) is cls:
+            return types.MethodType(raw, value)
+    return getattr(cls, name)
 
 
 def _interpret(fn: Callable[..., Any], *args: Any) -> Any:
@@ -372,7 +392,8 @@ def handle_torch_function(func: Any, relevant: tuple, args: tuple, kwargs: dict)
 def _run_torch_function(types: list[type], func: Any, args: tuple, kwargs: dict) -> Any:
     """A subclass's own ``__torch_function__``, interpreted, with the torch callable as ``func``."""
     for cls in types:
-        result = _interpret(cls.__torch_function__, func, tuple(types), args, kwargs)
+        method = _protocol_method(cls, "__torch_function__", args, kwargs)
+        result = _interpret(method, func, tuple(types), args, kwargs)
         if result is not NotImplemented:
             return result
     return NotImplemented

@@ -338,3 +338,41 @@ def test_a_parameter_of_a_subclass_is_a_parameter_inside() -> None:
         return isinstance(p, nn.Parameter), type(p) is TwoTensor, p.grad_fn is None, p.requires_grad
 
     _check(program, lambda: (torch.randn(3),))
+
+
+class MethodDispatch(torch.Tensor):
+    """A complex number as two real tensors, its ``__torch_dispatch__`` a plain method (deprecated but
+    accepted: torch binds it to the first argument of the class)."""
+
+    def __new__(cls, re: torch.Tensor, im: torch.Tensor) -> MethodDispatch:
+        return torch.Tensor._make_wrapper_subclass(cls, re.size(), strides=re.stride(), dtype=torch.complex64)
+
+    def __init__(self, re: torch.Tensor, im: torch.Tensor) -> None:
+        self.re, self.im = re, im
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["re", "im"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> MethodDispatch:
+        return MethodDispatch(inner["re"], inner["im"])
+
+    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        assert isinstance(self, MethodDispatch)
+        x, y = args
+        if func is aten.mm.default:
+            return MethodDispatch(x.re @ y.re - x.im @ y.im, x.re @ y.im + x.im @ y.re)
+        if func is aten.add.Tensor:
+            return MethodDispatch(x.re + y.re, x.im + y.im)
+        raise NotImplementedError(func)
+
+
+def test_torch_dispatch_defined_as_a_plain_method() -> None:
+    def make() -> tuple:
+        return tuple(MethodDispatch(torch.randn(2, 2), torch.randn(2, 2)) for _ in range(2))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch's, for the plain method
+        _check(lambda x, y: x @ y + x, make)
+        _check(lambda a, b: MethodDispatch(a, b) @ MethodDispatch(b, a),
+               lambda: (torch.randn(2, 2), torch.randn(2, 2)))
