@@ -258,7 +258,9 @@ def _convert(ret: Any, cls: type, arguments: set[int]) -> Any:
     if isinstance(ret, TensorProxy):
         if isinstance(ret, SubclassTensorProxy) or issubclass(ret.python_type, cls):
             return ret
-        if id(ret) in arguments:
+        if id(ret) in arguments or (ret.shadow.requires_grad and ret.shadow.grad_fn is None):
+            # an argument, or a fresh leaf requiring grad (``x.new_tensor(v, requires_grad=True)``):
+            # eager's ``as_subclass`` makes an alias, not a leaf
             return as_subclass(ret, cls)
         retype(ret, cls)
         return ret

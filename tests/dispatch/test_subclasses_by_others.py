@@ -376,3 +376,13 @@ def test_torch_dispatch_defined_as_a_plain_method() -> None:
         _check(lambda x, y: x @ y + x, make)
         _check(lambda a, b: MethodDispatch(a, b) @ MethodDispatch(b, a),
                lambda: (torch.randn(2, 2), torch.randn(2, 2)))
+
+
+@pytest.mark.parametrize("cls", [Plain, LoggingFunction])
+def test_new_tensor_requiring_grad_on_a_subclass_is_not_a_leaf(cls: type) -> None:
+    """torch's default ``__torch_function__`` converts the fresh leaf with ``as_subclass``: an alias."""
+    def program(x: torch.Tensor) -> tuple:
+        w = x.new_tensor([1.0, 2.0], requires_grad=True)
+        return w, w.is_leaf, w.requires_grad
+
+    _check(program, lambda: (torch.randn(2).as_subclass(cls),))
