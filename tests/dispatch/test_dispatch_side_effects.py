@@ -86,3 +86,43 @@ def test_the_counters_are_computation_inputs_not_guards() -> None:
         jf(Counting(torch.ones(2) * i))
     assert Counting.calls == 6 and TOTAL[0] == 6
     assert jitcore.cache_misses(jf) <= 2  # COUNTS has no key on the first call, one on the second
+
+
+class Switched(torch.Tensor):
+    """A wrapper whose dispatch reads a class setting: the setting is guarded, as the program's reads are."""
+
+    unwrap_outputs = False
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> Switched:
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)  # noqa: SLF001
+
+    def __init__(self, inner: torch.Tensor) -> None:
+        self.inner = inner
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, meta: Any, outer_size: Any, outer_stride: Any) -> Switched:
+        return Switched(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any, kwargs: Any = None) -> Any:
+        out = func(*[a.inner if isinstance(a, Switched) else a for a in args], **(kwargs or {}))
+        return out if cls.unwrap_outputs or not isinstance(out, torch.Tensor) else Switched(out)
+
+
+def test_a_class_setting_read_in_dispatch_is_guarded() -> None:
+    """Changing the setting after tracing gave the traced answer (a Switched where eager returns a plain
+    tensor): the dispatch code's reads were not guarded."""
+    jf = jitcore.jit(lambda t: t * 2)
+    x = Switched(torch.ones(2))
+    try:
+        assert type(jf(x)) is Switched
+        Switched.unwrap_outputs = True
+        assert type(jf(x)) is torch.Tensor and type(x * 2) is torch.Tensor
+    finally:
+        Switched.unwrap_outputs = False
+    assert type(jf(x)) is Switched
+    assert jitcore.cache_misses(jf) == 2
