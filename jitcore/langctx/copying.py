@@ -19,8 +19,10 @@ deep copy) and ``requires_grad_`` where the source requires grad. Invariants:
 - a class's own ``__deepcopy__`` (``nn.Parameter``'s, a subclass's) runs on the interpreter, as
   eagerly; eager's errors keep eager's messages.
 
-Known difference: a deep copy of a view is a compact tensor (eager copies the whole storage, so its
-``storage_offset()`` and the storage's size are the source's); values, shape and dtype agree.
+A deep copy of a view alone copies the whole storage as eagerly (its strides, ``storage_offset()`` and
+the storage's size are the source's): the storage is cloned through a traced tensor covering it. Known
+difference: a view passed in is traced as covering its own storage, so its deep copy is compact (offset
+0, the view's size) where eager's keeps the caller's storage layout; values, shape and dtype agree.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import torch
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter.calls import call_function
 from jitcore.interpreter.run import current_run
+from jitcore.ir import current_context
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import instance_attributes
@@ -67,6 +70,10 @@ def deepcopy_tensor(self: Any, memo: dict | None = None) -> Any:
         return memo[id(self)]
     base = _copied_storage(self, memo)
     _check_no_grad(self, "copy.deepcopy")
+    holder = _storage_holder(self) if base is None and not _covers_storage(self) else None
+    if holder is not None:  # a view alone: eager copies its whole storage (offset and strides kept)
+        base = _op(torch.Tensor.clone)(_op(torch.Tensor.detach)(holder), memory_format=torch.preserve_format)
+        _note_storage(holder, base, memo)
     if base is None:
         new = _leaf_copy(self, deep=True)
         _note_storage(self, new, memo)
@@ -185,6 +192,18 @@ def _covers_storage(t: Any) -> bool:
         and shadow.is_contiguous()
         and shadow.numel() * shadow.element_size() == shadow.untyped_storage().nbytes()
     )
+
+
+def _storage_holder(x: Any) -> TensorProxy | None:
+    """A traced tensor covering ``x``'s whole storage, with ``x``'s dtype (an input ``x[:, ::2]`` was
+    sliced from), or None."""
+    key = _storage_key(x)
+    if key is None or not isinstance(x, TensorProxy):
+        return None
+    for proxy in current_context().values.proxies():
+        if proxy.dtype == x.dtype and _storage_key(proxy) == key and _covers_storage(proxy):
+            return proxy
+    return None
 
 
 def _view_copy(x: Any, base: Any) -> Any:

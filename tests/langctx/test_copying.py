@@ -16,7 +16,7 @@ import jitcore
 from jitcore.errors import UnsupportedOperationError
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "jit"))
-from jit_helpers import assert_same, check, check_eager_entry  # noqa: E402
+from jit_helpers import assert_same, check  # noqa: E402
 
 
 def _same_leaves(actual, expected) -> None:
@@ -125,11 +125,28 @@ def test_deepcopy_of_a_base_and_its_views_shares_the_new_storage(requires_grad: 
     assert_same(actual, expected)
 
 
-def test_deepcopy_of_a_view_before_its_base_runs_eagerly() -> None:
-    def f(x):
-        return copy.deepcopy([x[1:], x])  # eager copies them sharing one new storage
+def test_deepcopy_of_a_view_alone_copies_its_whole_storage() -> None:
+    """Eager copies the view's whole storage: the copy keeps the view's strides and offset. It was a
+    compact tensor (strides (3, 1) where eager's are (6, 2))."""
 
-    check_eager_entry(f, torch.randn(4), error=UnsupportedOperationError, match="share one storage")
+    def f(x):
+        y = x * 2
+        copies = copy.deepcopy(x[:, ::2]), copy.deepcopy(y[1:]), copy.deepcopy(x.view(torch.int32)[1:])
+        return [(c, c.stride(), c.storage_offset()) for c in copies]
+
+    jf = check(f, torch.randn(4, 6))
+    check(f, torch.randn(4, 6), jfn=jf)
+    assert len(jf.entries) == 1 and jf.fallback_reason is None
+
+
+def test_deepcopy_of_a_view_before_its_base_shares_the_new_storage() -> None:
+    def f(x):
+        first, base = copy.deepcopy([x[1:], x])  # eager copies them sharing one new storage
+        base.add_(1)  # seen through the copied view too
+        return first, base
+
+    jf = check(f, torch.randn(4))
+    assert len(jf.entries) == 1 and jf.fallback_reason is None
 
 
 def test_deepcopy_of_a_tensor_with_a_grad_runs_eagerly() -> None:
