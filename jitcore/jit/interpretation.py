@@ -432,9 +432,17 @@ class Pass:
                 return self.provenance.bind_subscripted_dict(value, path, key)
         return self.provenance.bind_state(value, path, name)
 
+    def _untracked_subclass_code(self, frame: Any) -> bool:
+        """Subclass code whose Python state is taken as it is while tracing: a library's, or any under the
+        grad transform (inputs that require grad), which specializes its numbers (a counter kept there
+        would make an entry per call). A user's other subclass code is state, as the program's."""
+        return bool(self.context.subclass_code) and (_is_library(frame.code.co_filename) or (
+            torch.is_grad_enabled() and any(t.requires_grad for _p, _x, t in self.provenance.inputs)))
+
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals
-        if _is_library(frame.code.co_filename) and not _is_global_hook_registry(globals_, name):
+        if (_is_library(frame.code.co_filename) and not _is_global_hook_registry(globals_, name)) or \
+                self._untracked_subclass_code(frame):
             return value
         root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
         self.snapshots.take(globals_, root)
@@ -461,8 +469,7 @@ class Pass:
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
         if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy):
             return value
-        if frame.code.co_filename.startswith(_STDLIB_DIR) or (
-                self.context.subclass_code and _is_library(frame.code.co_filename)):
+        if frame.code.co_filename.startswith(_STDLIB_DIR) or self._untracked_subclass_code(frame):
             return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
         if isinstance(obj, types.ModuleType) and _is_library_module(obj):
             return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
@@ -501,8 +508,7 @@ class Pass:
     def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
         if self.provenance.is_loose(key):
             self.provenance.pin(key)  # a caller's object as a dict key: its identity decides the item
-        if frame.code.co_filename.startswith(_STDLIB_DIR) or (
-                self.context.subclass_code and _is_library(frame.code.co_filename)):
+        if frame.code.co_filename.startswith(_STDLIB_DIR) or self._untracked_subclass_code(frame):
             return value
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy):

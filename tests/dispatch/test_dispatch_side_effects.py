@@ -126,3 +126,21 @@ def test_a_class_setting_read_in_dispatch_is_guarded() -> None:
         Switched.unwrap_outputs = False
     assert type(jf(x)) is Switched
     assert jitcore.cache_misses(jf) == 2
+
+
+def test_under_grad_dispatch_code_is_taken_as_it_is() -> None:
+    """With inputs that require grad the grad transform specializes numbers, so a counter kept in dispatch
+    code would make a new entry per call: there the code's state is taken as it is while tracing (the
+    counter advances while tracing only), and cached calls hit."""
+
+    def f(t, w):
+        return (t * w).sin().sum()
+
+    _reset()
+    jf = jitcore.jit(f)
+    for i in range(4):
+        w = torch.ones(3, requires_grad=True)
+        out = jf(Counting(torch.full((3,), float(i))), w)
+        out.backward()
+        assert w.grad is not None
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 3)
