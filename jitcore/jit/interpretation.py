@@ -436,8 +436,10 @@ class Pass:
         """Subclass code whose Python state is taken as it is while tracing: a library's, or any under the
         grad transform (inputs that require grad), which specializes its numbers (a counter kept there
         would make an entry per call). A user's other subclass code is state, as the program's."""
-        return bool(self.context.subclass_code) and (_is_library(frame.code.co_filename) or (
-            torch.is_grad_enabled() and any(t.requires_grad for _p, _x, t in self.provenance.inputs)))
+        if not self.context.subclass_code or _is_library(frame.code.co_filename):
+            return bool(self.context.subclass_code)
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
+            return torch.is_grad_enabled() and any(t.requires_grad for _p, _x, t in self.provenance.inputs)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals
