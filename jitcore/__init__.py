@@ -22,6 +22,7 @@ from jitcore.jit.api import (
     jit,
     last_backward_traces,
     last_prologue_traces,
+    last_rederived_traces,
     last_traces,
     miss_reasons,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "jit",
     "last_backward_traces",
     "last_prologue_traces",
+    "last_rederived_traces",
     "last_traces",
     "mark_dynamic",
     "miss_reasons",

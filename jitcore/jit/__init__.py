@@ -8,6 +8,7 @@ from jitcore.jit.api import (
     jit,
     last_backward_traces,
     last_prologue_traces,
+    last_rederived_traces,
     last_traces,
     miss_reasons,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "jit",
     "last_backward_traces",
     "last_prologue_traces",
+    "last_rederived_traces",
     "last_traces",
     "miss_reasons",
 ]

@@ -49,6 +49,7 @@ __all__ = [
     "as_jitted",
     "last_traces",
     "last_backward_traces",
+    "last_rederived_traces",
     "last_prologue_traces",
     "cache_hits",
     "cache_misses",
@@ -103,6 +104,7 @@ class JittedFunction:
         self.misses = 0
         self.last_traces: list[Trace] = []
         self.last_backward_traces: list[Trace] = []
+        self.last_rederived_traces: list[Trace] = []  # backwards derived for other gradient kinds
         self.last_prologue: Prologue | PrologueBuilder | None = None  # a builder while its pass runs
         self.miss_log: list[list[MissReason]] = []
         self.eager_reason: BaseException | None = None
@@ -213,11 +215,13 @@ class JittedFunction:
             traces = grad.differentiated.traces  # one list: a lowered forward is appended once
             backward_traces, inputs = grad.differentiated.backward_traces, grad.differentiated.inputs
             self.last_traces, self.last_backward_traces = traces, backward_traces
+            self.last_rederived_traces = computation.rederived_traces  # filled as gradients come
         else:
             flat = flatten_program(program.trace, program.subclass_inputs)
             traces = [program.trace] if flat.trace is program.trace else [program.trace, flat.trace]
             backward_traces, inputs = [], flat.inputs
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once
+            self.last_rederived_traces = []
             computation = self.executor.compile(flat.trace, record_lowered(traces))
         prologue = self._finish_prologue(_prologue_of(program.prologue, grad, inputs))
         self.last_prologue = prologue
@@ -283,7 +287,7 @@ class JittedFunction:
                 stacklevel=4,
             )
         self.fallback_reason = reason
-        self.last_traces, self.last_backward_traces = [], []
+        self.last_traces, self.last_backward_traces, self.last_rederived_traces = [], [], []
         return CacheEntry(self.misses, prologue, [], _not_compiled, cached_call, eager_reason=reason)
 
     def _interpret(self, number: int, args: tuple, kwargs: dict, shape_changed: bool,
@@ -303,7 +307,7 @@ class JittedFunction:
             shapes=self._shapes if symbolic else None,
             read_lists=self._read_lists,
         )
-        self.last_traces, self.last_backward_traces = [tracing_pass.trace], []
+        self.last_traces, self.last_backward_traces, self.last_rederived_traces = [tracing_pass.trace], [], []
         self.last_prologue = tracing_pass.prologue
         try:
             program = self._run_pass(tracing_pass, args, kwargs)
@@ -461,6 +465,13 @@ def last_backward_traces(jfn: Any) -> list[Trace]:
     """The backward traces of the most recent tracing (empty when no input required grad):
     ``[backward]``; the forward it pairs with is the last of ``last_traces(jfn)``."""
     return list(as_jitted(jfn).last_backward_traces)
+
+
+def last_rederived_traces(jfn: Any) -> list[Trace]:
+    """The backward traces derived, for the most recent tracing's entry, for gradients of other kinds
+    than its backward was traced for (a plain gradient reaching a subclass output, another flatten
+    context: docs/autograd.md), one per kinds, in the order the gradients came."""
+    return list(as_jitted(jfn).last_rederived_traces)
 
 
 def last_prologue_traces(jfn: Any) -> list[Prologue]:

@@ -14,16 +14,18 @@ trace. Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optree
 import torch
 
 from jitcore.errors import JitcoreError
-from jitcore.ir import Proxy
-from jitcore.proxies.protocol import tensor_flatten
+from jitcore.ir import Proxy, Trace, compile_trace
 from jitcore.transforms.grad import RAISE, GradTraces, OutputSpec
+from jitcore.transforms.rederive import Unsaved, describe_unsaved, rederived_backward
+from jitcore.transforms.tangents import TangentKind, flatten_tangent, kind_of_gradient
 
 __all__ = ["GradComputation", "JitcoreFunction", "TangentMismatchError"]
 
@@ -43,6 +45,7 @@ class GradComputation:
         select: Callable[[], tuple[Callable[..., Any], ...]],
         n_inputs: int,
         on_error: Callable[[BaseException], None] | None = None,
+        saved_of: Callable[[Callable[..., Any]], Sequence[Any]] | None = None,
     ) -> None:
         """Args:
             traces: the grad transform's result.
@@ -50,6 +53,8 @@ class GradComputation:
                 the pair may change between calls (once lowered), never within one.
             n_inputs: the prologue's inputs (the rest are subclass inputs' outer tensors).
             on_error: prepares an error the backward raised for the user (user lines).
+            saved_of: the forward values (proxies of ``traces.forward``) that the forward paired with
+                a backward callable of ``select`` saves; default: ``traces.forward``'s own.
         """
         self.traces = traces
         self.on_error = on_error
@@ -71,6 +76,12 @@ class GradComputation:
         self.grad_inputs = traces.grad_inputs
         self.backward_raises = any(b.symbol is RAISE for b in traces.backward.bound_symbols)
         self.fresh_leaves = traces.fresh_leaves
+        own_saved = traces.forward.output[1] if isinstance(traces.forward.output, tuple) else ()
+        self.saved_of = saved_of or (lambda _backward: own_saved)
+        # backwards derived for other tangent kinds: (saved values, kinds, callable), and their traces
+        self.rederived: list[tuple[Sequence[Any], list[TangentKind], Callable[..., Any]]] = []
+        self.rederived_traces: list[Trace] = []
+        self._lock = threading.Lock()
 
 
 # Note [A backward that raises]
@@ -105,59 +116,86 @@ class GradComputation:
                 self.on_error(exc)  # the user's frames that raised when the backward was derived
             raise
 
-    def tangents(self, grads: tuple[Any, ...]) -> list[torch.Tensor]:
-        """The backward's tangent inputs from the gradients of the forward's outputs.
+    def tangents(
+        self, grads: tuple[Any, ...], backward: Callable[..., Any]
+    ) -> tuple[Callable[..., Any], list[torch.Tensor]]:
+        """The backward to run for ``grads`` (the gradients of the forward's outputs) and its tangent
+        inputs: ``backward`` when each gradient is of the kind it was traced for, else one derived
+        for theirs (Note [A backward for other tangent kinds], grad.py), made once per kinds.
 
         Raises:
-            TangentMismatchError: a gradient's tensor-subclass type (or flatten context) differs from
-                the one the backward was traced for.
+            TangentMismatchError: no backward could be derived for a gradient's kind (the message
+                says why and names the output).
         """
         flat: list[torch.Tensor] = []
-        for spec in self.differentiable:
-            grad = _checked_tangent(spec, grads[spec.index])
-            if spec.subclass is None:
+        kinds: list[TangentKind] | None = None
+        for k, spec in enumerate(self.differentiable):
+            grad = grads[spec.index]
+            if spec.kind.subclass is None and type(grad) in _PLAIN:  # the common case, checked first
                 flat.append(grad.contiguous())
                 continue
-            flat.extend(getattr(grad, name).contiguous() for name in spec.names)
-        return flat
+            kind = _kind_of(spec, grad)
+            if kind != spec.kind:
+                kinds = kinds or [s.kind for s in self.differentiable]
+                kinds[k] = kind
+            flatten_tangent(grad, kind, flat)
+        if kinds is None:
+            return backward, flat
+        return self._rederived(kinds, backward), flat
+
+    def _rederived(self, kinds: list[TangentKind], backward: Callable[..., Any]) -> Callable[..., Any]:
+        """The backward for tangents of ``kinds`` that takes what ``backward``'s forward saved."""
+        saved = self.saved_of(backward)
+        made = self._known(saved, kinds)
+        if made is not None:
+            return made
+        with self._lock:
+            made = self._known(saved, kinds)
+            if made is None:
+                trace = self._derive(kinds, saved)
+                made = compile_trace(trace)
+                self.rederived.append((saved, kinds, made))
+                self.rederived_traces.append(trace)
+        return made
+
+    def _known(self, saved: Sequence[Any], kinds: list[TangentKind]) -> Callable[..., Any] | None:
+        for done_saved, done_kinds, made in self.rederived:
+            if done_saved is saved and done_kinds == kinds:
+                return made
+        return None
+
+    def _derive(self, kinds: list[TangentKind], saved: Sequence[Any]) -> Trace:
+        spec, kind = next((s, k) for s, k in zip(self.differentiable, kinds) if k != s.kind)
+        if self.traces.deriver is None:  # not reached: such a backward raises before (a pre-hook)
+            raise _mismatch(spec, kind, "autograd could not differentiate the function")
+        try:
+            return rederived_backward(self.traces, kinds, saved)
+        except Unsaved as error:
+            why, where = describe_unsaved(error)
+            raise _mismatch(spec, kind, why, where) from None
 
 
-def _same_but_grad_flag(ctx: Any, expected: Any) -> bool:
-    """Whether two flatten contexts differ only in the wrapper's ``requires_grad`` (a nested jagged
-    tensor's ctx holds it): a tangent's own flag, which its inner tensors do not depend on."""
-    if type(ctx) is not dict or type(expected) is not dict or "requires_grad" not in ctx:
-        return False
-    return {**ctx, "requires_grad": None} == {**expected, "requires_grad": None}
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def _checked_tangent(spec: OutputSpec, grad: Any) -> Any:
-    """``grad`` when it is of the traced kind, or coerced to it by the subclass's own
-    ``__coerce_same_metadata_as_tangent__`` (torch's protocol for tangents of another ctx)."""
-    expected = spec.subclass or torch.Tensor
-    got = type(grad)
-    if got is torch.nn.Parameter:
-        got = torch.Tensor
-    if got is expected:
-        if spec.subclass is None:
-            return grad
-        _names, ctx = tensor_flatten(grad)
-        if ctx == spec.ctx or _same_but_grad_flag(ctx, spec.ctx):
-            return grad
-        coerce = getattr(grad, "__coerce_same_metadata_as_tangent__", None)
-        if coerce is not None:
-            coerced = coerce(spec.ctx, expected)
-            if coerced is not None and type(coerced) is expected and tensor_flatten(coerced)[1] == spec.ctx:
-                return coerced
-        detail = f"its __tensor_flatten__ context is {ctx!r}, traced with {spec.ctx!r}"
-    else:
-        detail = f"it is a {got.__qualname__}, the backward was traced for a {expected.__qualname__}"
-    raise TangentMismatchError(
-        f"the gradient of output {spec.index} of a jitted function is not what its backward was traced for: "
-        f"{detail}",
+def _kind_of(spec: OutputSpec, grad: Any) -> TangentKind:
+    try:
+        return kind_of_gradient(grad)
+    except Exception as exc:  # noqa: BLE001 - a subclass jitcore cannot flatten: nothing to trace
+        raise _mismatch(spec, None, f"a {type(grad).__qualname__} cannot be flattened ({exc})") from exc
+
+
+def _mismatch(
+    spec: OutputSpec, kind: TangentKind | None, why: str, where: str | None = None
+) -> TangentMismatchError:
+    got = f"is {kind.describe()} " if kind is not None else ""
+    return TangentMismatchError(
+        f"the gradient of output {spec.index} of a jitted function {got}where its backward was traced for "
+        f"{spec.kind.describe()}, and no backward could be derived for it: {why}",
+        where=where,
         hints=(
-            f"pass gradients of type {expected.__qualname__}, built like the output it belongs to",
-            "or define __coerce_same_metadata_as_tangent__(expected_ctx, expected_type) on the subclass",
-            "or call the function eagerly when gradients of another kind must flow through it",
+            f"pass a gradient of the kind the backward was traced for ({spec.kind.describe()})",
+            "or call the function eagerly when gradients of this kind must flow through it",
         ),
     )
 
@@ -183,9 +221,9 @@ class JitcoreFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
         computation: GradComputation = ctx.computation
-        tangents = computation.tangents(grads)
+        backward, tangents = computation.tangents(grads, ctx.backward)
         try:
-            results = ctx.backward(*ctx.saved_tensors, *tangents)
+            results = backward(*ctx.saved_tensors, *tangents)
         except Exception as exc:
             if computation.on_error is not None:
                 computation.on_error(exc)  # the user line of the forward op whose backward failed

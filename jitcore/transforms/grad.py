@@ -27,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,9 +53,11 @@ from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.recording import recording
 from jitcore.transforms.saving import split_saved
+from jitcore.transforms.tangents import TangentKind, kind_of_output, tangent_shadow
 
 __all__ = [
-    "GradTraces", "OutputSpec", "SubclassInputs", "grad_transform", "needs_grad", "unproduced_subclasses",
+    "BackwardDeriver", "DerivedBackward", "GradTraces", "OutputSpec", "SubclassInputs", "grad_transform",
+    "needs_grad", "unproduced_subclasses",
 ]
 
 
@@ -64,17 +67,19 @@ class OutputSpec:
 
     Attributes:
         index: the output's position among the forward's tensor outputs.
-        subclass: the output's tensor-subclass type (None for a plain tensor).
-        ctx: the subclass's ``__tensor_flatten__`` context (None for a plain tensor).
-        names: the inner attribute names, in flatten order (empty for a plain tensor).
+        kind: the tangent's kind (type, flatten context and inner tensors, nested ones included;
+            jitcore/transforms/tangents.py): the backward takes its plain tensors.
         shape: the output's shape (the tangent's, as autograd checks it).
     """
 
     index: int
-    subclass: type | None
-    ctx: Any
-    names: tuple[str, ...]
+    kind: TangentKind
     shape: tuple[int, ...]
+
+    @property
+    def subclass(self) -> type | None:
+        """The tangent's tensor-subclass type (None for a plain tensor)."""
+        return self.kind.subclass
 
 
 @dataclass(eq=False)
@@ -99,6 +104,8 @@ class GradTraces:
         fresh_leaves: the forward's outputs that are leaves requiring grad made by the program
             (``y = x.detach().requires_grad_()``, ``copy.deepcopy(p)``): not differentiable, they
             are given ``requires_grad`` after the call, so that they come back leaves as eagerly.
+        deriver: records backwards for tangents of other kinds than ``differentiable`` names (Note
+            [A backward for other tangent kinds]); None when autograd raised while deriving.
     """
 
     forward: Trace
@@ -110,6 +117,7 @@ class GradTraces:
     layout: LayoutReliance | None = None
     backward_body: tuple[BoundSymbol, ...] = ()
     fresh_leaves: tuple[int, ...] = ()
+    deriver: BackwardDeriver | None = None
 
 
 # (proxy, requires_grad) of each tensor-subclass input, inner ones first: the inputs the
@@ -445,21 +453,84 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
             tensor_outputs.append(o)
     grad_inputs, wrt = _grad_inputs(trace, replay, subclass_inputs)
     fresh = _fresh_leaves(tensor_outputs, replay)
-    differentiable, tangent_args, backward, grads = _record_backward(replay, tensor_outputs, wrt, fresh)
+    deriver = BackwardDeriver(replay, tensor_outputs, wrt, fresh)
+    derived = deriver.derive()
 
     forward = replay.forward
     forward.bound_symbols[:] = _plain_only(forward.bound_symbols)
-    backward.bound_symbols[:] = _plain_only(backward.bound_symbols)
     forward_outputs = [_rebuilt(forward, o) for o in tensor_outputs]
-    backward_outputs = [_rebuilt(backward, g) if g is not None else None for g in grads]
+    backward = derived.backward
     body = tuple(backward.bound_symbols)
-    saved = split_saved(forward, backward, tangent_args, backward_outputs)
+    saved = split_saved(forward, backward, derived.tangent_args, derived.outputs)
     forward.output = (tuple(forward_outputs), tuple(saved))
-    backward.args = [*saved, *tangent_args]
-    backward.output = tuple(backward_outputs)
-    return GradTraces(
-        forward, backward, tree, outputs, differentiable, grad_inputs, replay.values.layout, body, fresh
-    )
+    backward.args = [*saved, *derived.tangent_args]
+    backward.output = tuple(derived.outputs)
+    if derived.raises:
+        deriver = None  # Note [A backward for other tangent kinds]: autograd raised, as it would again
+    return GradTraces(forward, backward, tree, outputs, derived.differentiable, grad_inputs,
+                      replay.values.layout, body, fresh, deriver)
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedBackward:
+    """A backward trace recorded by ``BackwardDeriver.derive`` (its ``args`` not yet set).
+
+    Attributes:
+        differentiable: the tangent each differentiable output takes, in backward argument order.
+        tangent_args: the backward's tangent inputs (the tangents' plain tensors).
+        backward: the trace; its bound symbols are plain-only, subclass gradients rebuilt at its end.
+        outputs: one gradient proxy (or None) per input gradients are computed for.
+        raises: autograd raised: the trace only re-raises it (``raise_backward_error``).
+    """
+
+    differentiable: list[OutputSpec]
+    tangent_args: list[TensorProxy]
+    backward: Trace
+    outputs: list[Any]
+    raises: bool
+
+
+# Note [A backward for other tangent kinds]
+# The backward trace is recorded for one tangent per output, of the output's own kind (class, flatten
+# context, inner tensors). Eagerly a gradient of another kind (a plain gradient reaching a subclass
+# output, a subclass one reaching a plain output, another ctx) runs the same autograd formulas with
+# other ops below them: its class's ``__torch_dispatch__`` resolves them. So the replay's autograd
+# graph on shadows is kept (``retain_graph``) and ``BackwardDeriver.derive`` runs
+# ``torch.autograd.grad`` on it again with tangent shadows of the received kinds, recording another
+# backward over the same forward proxies. jitcore/transforms/rederive.py then makes it take what the
+# forward saved (recomputing forward ops from saved values where it reads other ones) and the
+# runtime caches it by tangent kinds. Kept alive: the shadows' graph (fake tensors and autograd
+# nodes, no data), as the traces already keep the shadows themselves.
+
+
+class BackwardDeriver:
+    """Records backward traces of one replay for given tangent kinds (Note above)."""
+
+    def __init__(self, replay: _Replay, tensor_outputs: list[TensorProxy], wrt: list[TensorProxy],
+                 fresh: tuple[int, ...]) -> None:
+        self._replay = replay
+        self._outputs = [
+            (index, out) for index, out in enumerate(tensor_outputs)
+            if out.shadow.requires_grad and index not in fresh
+        ]
+        self._wrt = wrt
+        self._lock = threading.Lock()  # one autograd.grad on the kept graph at a time
+
+    @property
+    def forward(self) -> Trace:
+        """The forward trace the backwards read values of."""
+        return self._replay.forward
+
+    def derive(self, kinds: Sequence[TangentKind] | None = None) -> DerivedBackward:
+        """A backward for tangents of ``kinds`` (one per differentiable output, in order; None: each
+        output's own kind), recorded on the replay's autograd graph, which is kept for the next."""
+        with self._lock:
+            differentiable, tangent_args, backward, grads = _record_backward(
+                self._replay, self._outputs, self._wrt, kinds)
+        raises = any(b.symbol is RAISE for b in backward.bound_symbols)
+        backward.bound_symbols[:] = _plain_only(backward.bound_symbols)
+        outputs = [_rebuilt(backward, g) if g is not None else None for g in grads]
+        return DerivedBackward(differentiable, tangent_args, backward, outputs, raises)
 
 
 def _fresh_leaves(tensor_outputs: list[TensorProxy], replay: _Replay) -> tuple[int, ...]:
@@ -505,9 +576,14 @@ def _grad_inputs(
 
 
 def _record_backward(
-    replay: _Replay, tensor_outputs: list[TensorProxy], wrt: list[TensorProxy], fresh: tuple[int, ...] = ()
+    replay: _Replay, outputs: list[tuple[int, TensorProxy]], wrt: list[TensorProxy],
+    kinds: Sequence[TangentKind] | None,
 ) -> tuple[list[OutputSpec], list[TensorProxy], Trace, list[Any]]:
-    """Run ``torch.autograd.grad`` on the shadows under the recording mode.
+    """Run ``torch.autograd.grad`` on the shadows under the recording mode, keeping their graph.
+
+    Args:
+        outputs: the differentiable outputs, each with its index among the tensor outputs.
+        kinds: the tangents' kinds, one per output (None: each output's own).
 
     Returns:
         The differentiable outputs' tangent specs, the backward's tangent inputs, the backward
@@ -517,10 +593,8 @@ def _record_backward(
     diff_outputs: list[torch.Tensor] = []
     tangents: list[torch.Tensor] = []
     tangent_args: list[TensorProxy] = []
-    for index, out in enumerate(tensor_outputs):
-        if not out.shadow.requires_grad or index in fresh:
-            continue
-        spec, tangent, inner = _tangent_for(replay, index, out)
+    for k, (index, out) in enumerate(outputs):
+        spec, tangent, inner = _tangent_for(replay, index, out, None if kinds is None else kinds[k])
         differentiable.append(spec)
         diff_outputs.append(out.shadow)
         tangents.append(tangent)
@@ -544,7 +618,8 @@ def _record_backward(
         # eagerly: NF4's ``weight.to(dtype)`` in its backward dequantizes there
         with recording(context), torch._C._EnableTorchFunction():  # noqa: SLF001
             grads = torch.autograd.grad(
-                diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True
+                diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True,
+                retain_graph=True,  # Note [A backward for other tangent kinds]
             )
     except Exception as exc:  # noqa: BLE001 - eager raises it in backward(), so does the jitted function
         backward.bound_symbols.clear()
@@ -613,25 +688,29 @@ RAISE = Symbol(
 
 
 def _tangent_for(
-    replay: _Replay, index: int, out: TensorProxy
+    replay: _Replay, index: int, out: TensorProxy, kind: TangentKind | None
 ) -> tuple[OutputSpec, torch.Tensor, list[TensorProxy]]:
-    """The tangent shadow of one output: contiguous, of the output's class; and its backward inputs."""
-    if isinstance(out, SubclassTensorProxy):
-        names, ctx = out.inner_flatten()
-        inner_shadows = {n: replay._fake_like(getattr(out, n).shadow, contiguous=True) for n in names}
-        inner = [replay.tangent_proxy(s, f"grad_{out.name}_{n}") for n, s in inner_shadows.items()]
-        # the shadow's outer metadata, not the proxy's: an in-place view op on the wrapper
-        # (``return_and_correct_aliasing``) updates the shadow only
-        tangent = tensor_unflatten(out.subclass, inner_shadows, ctx, out.shadow.shape, out.shadow.stride())
-        replay.state.adopt(tangent)
-        spec = OutputSpec(index, out.subclass, ctx, tuple(names), tuple(out.shadow.shape))
-        return spec, tangent, inner
-    tangent = replay._fake_like(out.shadow, contiguous=True)
-    return (
-        OutputSpec(index, None, None, (), tuple(out.shape)),
-        tangent,
-        [replay.tangent_proxy(tangent, f"grad_{out.name}")],
-    )
+    """The tangent shadow of one output, of ``kind`` (None: the output's own kind, nested subclasses
+    included), its plain tensors contiguous; and its backward inputs (those plain tensors)."""
+    kind = kind_of_output(out) if kind is None else kind
+    spec = OutputSpec(index, kind, tuple(out.shadow.shape))
+    inner: list[TensorProxy] = []
+
+    def leaf(k: TangentKind, path: str) -> torch.Tensor:
+        stride = torch._prims_common.make_contiguous_strides_for(k.shape)  # noqa: SLF001
+        with replay.values.fake_mode:
+            shadow = torch.empty_strided(k.shape, tuple(stride), dtype=k.dtype, device=k.device)
+        inner.append(replay.tangent_proxy(shadow, f"grad_{out.name}_{path}" if path else f"grad_{out.name}"))
+        return shadow
+
+    if kind.subclass is None:
+        return spec, leaf(kind, ""), inner
+    # the shadow's outer metadata, not the proxy's: an in-place view op on the wrapper
+    # (``return_and_correct_aliasing``) updates the shadow only
+    own = isinstance(out, SubclassTensorProxy) and out.subclass is kind.subclass
+    tangent = tangent_shadow(kind, leaf, out.shadow.shape, out.shadow.stride() if own else None)
+    replay.state.adopt(tangent)
+    return spec, tangent, inner
 
 
 def _rebuilt(trace: Trace, value: TensorProxy) -> TensorProxy:

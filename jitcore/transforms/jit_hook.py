@@ -126,14 +126,44 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     def for_fusion(fusible: Any) -> tuple[Trace, Trace] | None:
         return saved_for_fusion(grad.forward, grad.backward, grad.backward_body, fusible)
 
+    saved = _SavedValues(grad.forward.output[1], record_lowered(forward_traces))
     # each lowered trace is shown beside the one it lowers
     select = executor.compile_together(
-        (grad.forward, grad.backward), (record_lowered(forward_traces), record_lowered(backward_traces)),
+        (grad.forward, grad.backward), (saved.lowered, record_lowered(backward_traces)),
         None if any(b.symbol is RAISE for b in grad.backward.bound_symbols) else for_fusion)
-    computation = GradComputation(grad, select, n_inputs, on_error)
+    computation = GradComputation(grad, saved.tracking(select), n_inputs, on_error, saved.of)
     inputs = [(path, proxy.name) for proxy, path, _requires_grad in subclass_inputs]
     differentiated = Differentiated(computation, forward_traces, backward_traces, inputs, layouts)
     return GradStage(differentiated, guards, specialized.dropped)
+
+
+class _SavedValues:
+    """Which forward values the forward paired with each backward callable saves: the grad
+    transform's own choice, or the lowered forward's (the pair chosen for fusion, mincut.py), so that
+    a backward derived for other tangent kinds takes what the call's forward saved (rederive.py)."""
+
+    def __init__(self, own: Any, record: Any) -> None:
+        self._own, self._record = own, record
+        self._lowered: Any = None  # the lowered forward's saved values, once lowered
+        self._by_backward: dict[int, tuple[Any, Any]] = {}  # id -> (backward callable, saved)
+
+    def lowered(self, trace: Trace) -> None:
+        """``on_lowered`` of the forward: runs before its pair is first selected."""
+        self._record(trace)
+        self._lowered = trace.output[1]
+
+    def tracking(self, select: Any) -> Any:
+        def tracked() -> Any:
+            pair = select()
+            if id(pair[1]) not in self._by_backward:  # first seen: the pair lowered last, if any
+                saved = self._own if self._lowered is None else self._lowered
+                self._by_backward[id(pair[1])] = (pair[1], saved)
+            return pair
+
+        return tracked
+
+    def of(self, backward: Any) -> Any:
+        return self._by_backward[id(backward)][1]
 
 
 def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool]]:

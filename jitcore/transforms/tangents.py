@@ -1,0 +1,137 @@
+"""Tangent kinds: what a backward trace was recorded for, as the type, flatten context and inner
+tensors of the gradient reaching one output.
+
+A backward trace takes plain tensors only, so a gradient of a tensor-subclass type reaches it as
+its inner tensors (``__tensor_flatten__`` order, recursively for a subclass nested in another). Which
+ops the backward runs depends on the gradient's class and ctx (its ``__torch_dispatch__`` resolves
+the backward formulas' ops) and on its inner tensors' dtype and shape; a ``TangentKind`` records
+exactly that. Invariants:
+- two gradients of equal kinds are flattened to the same number of plain tensors, with the dtypes
+  and shapes the backward trace was recorded for (made contiguous: it was recorded for those);
+- a top-level plain gradient's dtype and shape are the output's: autograd casts and checks them
+  before the backward runs (so a plain kind compares by type alone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.protocol import tensor_flatten, tensor_unflatten
+from jitcore.proxies.subclass import SubclassTensorProxy
+
+__all__ = ["TangentKind", "flatten_tangent", "kind_of_gradient", "kind_of_output", "tangent_shadow"]
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TangentKind:
+    """The kind of one gradient (see the module docstring).
+
+    Attributes:
+        subclass: its tensor-subclass type; None for a plain tensor.
+        ctx: its ``__tensor_flatten__`` context (None for a plain tensor).
+        inner: ``(name, kind)`` of each inner tensor, in flatten order (empty for a plain tensor).
+        shape, dtype, device: its metadata (for an inner plain tensor: what the backward takes).
+    """
+
+    subclass: type | None
+    ctx: Any
+    inner: tuple[tuple[str, TangentKind], ...]
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TangentKind) or self.subclass is not other.subclass:
+            return False
+        if self.subclass is None:
+            return (self.shape, self.dtype, self.device) == (other.shape, other.dtype, other.device)
+        return _same_ctx(self.ctx, other.ctx) and self.inner == other.inner
+
+    __hash__ = None  # type: ignore[assignment]  # a ctx need not be hashable
+
+    def leaves(self) -> int:
+        """How many plain tensors a gradient of this kind is flattened to."""
+        return 1 if self.subclass is None else sum(k.leaves() for _n, k in self.inner)
+
+    def describe(self) -> str:
+        """``a Tensor``, ``a TwoTensor`` or ``a Scaled with __tensor_flatten__ context 2.0``."""
+        if self.subclass is None:
+            return "a Tensor"
+        name = self.subclass.__qualname__
+        return f"a {name}" if self.ctx is None else f"a {name} with __tensor_flatten__ context {self.ctx!r}"
+
+
+def _same_ctx(ctx: Any, expected: Any) -> bool:
+    """Equal flatten contexts, or ones that differ only in the wrapper's ``requires_grad`` (a nested
+    jagged tensor's ctx holds it): a gradient's own flag, which its inner tensors do not depend on."""
+    if ctx is expected:
+        return True
+    if type(ctx) is dict and type(expected) is dict and "requires_grad" in ctx:
+        return {**ctx, "requires_grad": None} == {**expected, "requires_grad": None}
+    return bool(ctx == expected)
+
+
+def _plain(t: torch.Tensor) -> TangentKind:
+    return TangentKind(None, None, (), tuple(t.shape), t.dtype, t.device)
+
+
+def kind_of_output(out: TensorProxy) -> TangentKind:
+    """The kind of the gradient eager hands to ``out`` in the usual case (``torch.ones_like(out)``,
+    autograd's own for ``out.sum().backward()``): of its class and ctx, nested ones included."""
+    if not isinstance(out, SubclassTensorProxy):
+        return _plain(out.shadow)
+    names, ctx = out.inner_flatten()
+    inner = tuple((n, kind_of_output(getattr(out, n))) for n in names)
+    return TangentKind(out.subclass, ctx, inner, tuple(out.shadow.shape), out.shadow.dtype, out.shadow.device)
+
+
+def kind_of_gradient(grad: torch.Tensor) -> TangentKind:
+    """The kind of a gradient autograd handed to the backward.
+
+    Raises:
+        TypeError: ``grad`` is a tensor subclass without the flatten protocol (nothing to trace).
+    """
+    if type(grad) in _PLAIN:
+        return _plain(grad)
+    names, ctx = tensor_flatten(grad)
+    inner = tuple((n, kind_of_gradient(getattr(grad, n))) for n in names)
+    return TangentKind(type(grad), ctx, inner, tuple(grad.shape), grad.dtype, grad.device)
+
+
+def flatten_tangent(grad: torch.Tensor, kind: TangentKind, into: list[torch.Tensor]) -> None:
+    """Append the backward's inputs for ``grad`` (of ``kind``) to ``into``: its plain tensors, made
+    contiguous (the backward was recorded for contiguous tangents; ``sum().backward()`` hands an
+    expanded one)."""
+    if kind.subclass is None:
+        into.append(grad.contiguous())
+        return
+    for name, inner in kind.inner:
+        flatten_tangent(getattr(grad, name), inner, into)
+
+
+def tangent_shadow(
+    kind: TangentKind, leaf: Any, shape: Any = None, stride: Any = None
+) -> torch.Tensor:
+    """A shadow gradient of ``kind``: ``leaf(kind, path)`` makes each plain tensor (contiguous, with
+    the kind's metadata; ``path`` names it, ``"a_b"`` for ``grad.a.b``), subclass values are rebuilt
+    around them with their class's ``__tensor_unflatten__`` (outer ``shape``/``stride`` as given,
+    else the kind's shape, contiguous)."""
+    return _shadow(kind, leaf, "", shape, stride)
+
+
+def _shadow(kind: TangentKind, leaf: Any, path: str, shape: Any, stride: Any) -> torch.Tensor:
+    if kind.subclass is None:
+        return leaf(kind, path)
+    inner = {
+        n: _shadow(k, leaf, f"{path}_{n}" if path else n, None, None) for n, k in kind.inner
+    }
+    shape = tuple(kind.shape) if shape is None else tuple(shape)
+    if stride is None:
+        stride = torch._prims_common.make_contiguous_strides_for(shape)  # noqa: SLF001
+    return tensor_unflatten(kind.subclass, inner, kind.ctx, shape, tuple(stride))
