@@ -79,9 +79,17 @@ class GradComputation:
         own_saved = traces.forward.output[1] if isinstance(traces.forward.output, tuple) else ()
         self.saved_of = saved_of or (lambda _backward: own_saved)
         # backwards derived for other tangent kinds: (saved values, kinds, callable), and their traces
-        self.rederived: list[tuple[Sequence[Any], list[TangentKind], Callable[..., Any]]] = []
+        self.rederived: list[tuple[Sequence[Any], list[TangentKind | None], Callable[..., Any]]] = []
         self.rederived_traces: list[Trace] = []
         self._lock = threading.Lock()
+
+
+# Note [Outputs no gradient reaches]
+# When ``backward()`` reaches only some outputs of a call (``loss`` of ``(loss, logits)``), autograd
+# hands None for the others. Zeros in their place (autograd's default for a Function) would give an
+# input only those outputs reach a zero ``.grad`` where eager leaves it None, and would run their
+# backward ops for nothing. So a None gradient is a tangent kind of its own: the backward is derived
+# without those outputs (Note [A backward for other tangent kinds], grad.py), once per pattern.
 
 
 # Note [A backward that raises]
@@ -95,7 +103,15 @@ class GradComputation:
         outputs = JitcoreFunction.apply(self, *inputs)
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
-        if self.backward_raises:  # Note [A backward that raises]
+        if self.backward_raises:  # Note [Outputs no gradient reaches]
+# When ``backward()`` reaches only some outputs of a call (``loss`` of ``(loss, logits)``), autograd
+# hands None for the others. Zeros in their place (autograd's default for a Function) would give an
+# input only those outputs reach a zero ``.grad`` where eager leaves it None, and would run their
+# backward ops for nothing. So a None gradient is a tangent kind of its own: the backward is derived
+# without those outputs (Note [A backward for other tangent kinds], grad.py), once per pattern.
+
+
+# Note [A backward that raises]
             node = next(
                 (o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None
             )
@@ -128,22 +144,28 @@ class GradComputation:
                 says why and names the output).
         """
         flat: list[torch.Tensor] = []
-        kinds: list[TangentKind] | None = None
+        kinds: list[TangentKind | None] | None = None
         for k, spec in enumerate(self.differentiable):
             grad = grads[spec.index]
             if spec.kind.subclass is None and type(grad) in _PLAIN:  # the common case, checked first
                 flat.append(grad.contiguous())
                 continue
-            kind = _kind_of(spec, grad)
+            kind = None if grad is None else _kind_of(spec, grad)  # None: Note [Outputs no gradient reaches]
             if kind != spec.kind:
                 kinds = kinds or [s.kind for s in self.differentiable]
                 kinds[k] = kind
-            flatten_tangent(grad, kind, flat)
+            if kind is not None:
+                flatten_tangent(grad, kind, flat)
         if kinds is None:
             return backward, flat
+        if all(kind is None for kind in kinds):
+            return self._no_gradients, flat
         return self._rederived(kinds, backward), flat
 
-    def _rederived(self, kinds: list[TangentKind], backward: Callable[..., Any]) -> Callable[..., Any]:
+    def _no_gradients(self, *_args: Any) -> tuple[None, ...]:
+        return (None,) * len(self.grad_inputs)
+
+    def _rederived(self, kinds: list[TangentKind | None], backward: Callable[..., Any]) -> Callable[..., Any]:
         """The backward for tangents of ``kinds`` that takes what ``backward``'s forward saved."""
         saved = self.saved_of(backward)
         made = self._known(saved, kinds)
@@ -158,13 +180,13 @@ class GradComputation:
                 self.rederived_traces.append(trace)
         return made
 
-    def _known(self, saved: Sequence[Any], kinds: list[TangentKind]) -> Callable[..., Any] | None:
+    def _known(self, saved: Sequence[Any], kinds: list[TangentKind | None]) -> Callable[..., Any] | None:
         for done_saved, done_kinds, made in self.rederived:
             if done_saved is saved and done_kinds == kinds:
                 return made
         return None
 
-    def _derive(self, kinds: list[TangentKind], saved: Sequence[Any]) -> Trace:
+    def _derive(self, kinds: list[TangentKind | None], saved: Sequence[Any]) -> Trace:
         spec, kind = next((s, k) for s, k in zip(self.differentiable, kinds) if k != s.kind)
         if self.traces.deriver is None:  # not reached: such a backward raises before (a pre-hook)
             raise _mismatch(spec, kind, "autograd could not differentiate the function")
@@ -210,6 +232,7 @@ class JitcoreFunction(torch.autograd.Function):
         ctx.computation, ctx.backward = computation, backward  # the backward taking what was saved
         computation.backward = backward
         ctx.save_for_backward(*saved)
+        ctx.set_materialize_grads(False)  # Note [Outputs no gradient reaches]
         differentiable = {spec.index for spec in computation.differentiable}
         constant = [
             o for i, o in enumerate(outputs) if i not in differentiable and isinstance(o, torch.Tensor)

@@ -521,9 +521,10 @@ class BackwardDeriver:
         """The forward trace the backwards read values of."""
         return self._replay.forward
 
-    def derive(self, kinds: Sequence[TangentKind] | None = None) -> DerivedBackward:
-        """A backward for tangents of ``kinds`` (one per differentiable output, in order; None: each
-        output's own kind), recorded on the replay's autograd graph, which is kept for the next."""
+    def derive(self, kinds: Sequence[TangentKind | None] | None = None) -> DerivedBackward:
+        """A backward for tangents of ``kinds`` (one per differentiable output, in order, None for an
+        output no gradient reaches; ``kinds`` None: each output's own kind), recorded on the replay's
+        autograd graph, which is kept for the next."""
         with self._lock:
             differentiable, tangent_args, backward, grads = _record_backward(
                 self._replay, self._outputs, self._wrt, kinds)
@@ -577,13 +578,14 @@ def _grad_inputs(
 
 def _record_backward(
     replay: _Replay, outputs: list[tuple[int, TensorProxy]], wrt: list[TensorProxy],
-    kinds: Sequence[TangentKind] | None,
+    kinds: Sequence[TangentKind | None] | None,
 ) -> tuple[list[OutputSpec], list[TensorProxy], Trace, list[Any]]:
     """Run ``torch.autograd.grad`` on the shadows under the recording mode, keeping their graph.
 
     Args:
         outputs: the differentiable outputs, each with its index among the tensor outputs.
-        kinds: the tangents' kinds, one per output (None: each output's own).
+        kinds: the tangents' kinds, one per output, None for an output that takes no tangent (the
+            whole None: each output's own kind).
 
     Returns:
         The differentiable outputs' tangent specs, the backward's tangent inputs, the backward
@@ -594,6 +596,8 @@ def _record_backward(
     tangents: list[torch.Tensor] = []
     tangent_args: list[TensorProxy] = []
     for k, (index, out) in enumerate(outputs):
+        if kinds is not None and kinds[k] is None:
+            continue  # no gradient reaches it (Note [Outputs no gradient reaches], autograd.py)
         spec, tangent, inner = _tangent_for(replay, index, out, None if kinds is None else kinds[k])
         differentiable.append(spec)
         diff_outputs.append(out.shadow)

@@ -32,9 +32,11 @@ class Unsaved(Exception):
         super().__init__(why)
 
 
-def rederived_backward(traces: GradTraces, kinds: Sequence[TangentKind], saved: Sequence[Proxy]) -> Trace:
-    """The backward trace for tangents of ``kinds`` (one per ``traces.differentiable``), taking
-    ``(*saved, *tangents)``.
+def rederived_backward(
+    traces: GradTraces, kinds: Sequence[TangentKind | None], saved: Sequence[Proxy]
+) -> Trace:
+    """The backward trace for tangents of ``kinds`` (one per ``traces.differentiable``; None for an
+    output no gradient reaches), taking ``(*saved, *tangents)``.
 
     Raises:
         Unsaved: it reads a forward value that is neither saved nor recomputable from saved values.
@@ -53,7 +55,8 @@ def rederived_backward(traces: GradTraces, kinds: Sequence[TangentKind], saved: 
     backward.args = [*saved, *derived.tangent_args]
     backward.output = tuple(derived.outputs)
     kinds_text = ", ".join(
-        f"output {spec.index}: {spec.kind.describe()}" for spec in derived.differentiable
+        f"output {spec.index}: {kind.describe() if kind is not None else 'no gradient'}"
+        for spec, kind in zip(traces.differentiable, kinds)
     )
     backward.header = [*backward.header, f"derived again for gradients of other kinds ({kinds_text})"]
     return backward

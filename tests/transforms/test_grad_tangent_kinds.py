@@ -236,7 +236,41 @@ def test_a_backward_that_reads_an_unsaved_value_is_an_error_naming_it() -> None:
     out.backward(Lopsided(torch.ones(3), torch.ones(3)))
 
 
-def test_the_plain_path_derives_nothing() -> None:
-    jf = _check(lambda x: (x * 2).sin(), lambda: [A.clone().requires_grad_()],
-                lambda out: out.sum().backward(), derived=0)
-    assert jitcore.last_rederived_traces(jf) == []
+def test_an_output_no_gradient_reaches_gives_no_gradient() -> None:
+    """``backward()`` through one output of two: an input only the other reaches keeps ``.grad``
+    None, as eagerly (it got zeros, or JC-G001 for a subclass output, when autograd's zeros stood in
+    for the missing gradient)."""
+
+    def fn(x, y):
+        return x * 2, (y * 3).sin()
+
+    for make in (lambda: [A.clone().requires_grad_(), B.clone().requires_grad_()],
+                 lambda: [two(A, B), B.clone().requires_grad_()]):
+        (eager, *jitted), _jf = _grads(fn, make, lambda outs: outs[1].sum().backward())
+        assert eager[0] is None
+        for grads in jitted:
+            assert grads[0] is None
+            assert_same(grads[1], eager[1])
+
+
+def test_the_backward_takes_what_the_fused_forward_saved() -> None:
+    """With fusion the forward saves the values a min-cut chose (mincut.py): the backward derived
+    for a plain gradient takes exactly those."""
+
+    def fn(x):
+        return (x.sin() * 2).exp().cos()
+
+    jf = jitcore.jit(fn, executors=("inductor", "torch"))
+    for f in (fn, jf, jf):
+        x = two(A, B)
+        f(x).backward(torch.ones(3))
+        if f is fn:
+            expected = x.grad
+        else:
+            assert_same(x.grad, expected)
+    lowered_forward = jitcore.last_traces(jf)[-1]
+    assert "fusion" in str(lowered_forward)
+    (derived,) = jitcore.last_rederived_traces(jf)
+    saved = [p.name for p in lowered_forward.output[1]]
+    assert [a.name for a in derived.args][: len(saved)] == saved
+    assert len(derived.args) == len(saved) + 1  # and the plain gradient
