@@ -3,11 +3,13 @@
 ``GradComputation`` is the computation of a cache entry whose inputs require grad. A call runs the
 compiled forward trace inside ``JitcoreFunction.forward`` (grad off: nothing is recorded twice),
 keeps the saved values with ``ctx.save_for_backward``, and returns outputs connected to autograd;
-``JitcoreFunction.backward`` checks the tangents against what was traced (tensor-subclass types and
-flatten contexts), flattens subclass tangents to their inner tensors and runs the compiled backward
-trace. Invariants:
+``JitcoreFunction.backward`` compares each gradient's kind (jitcore/transforms/tangents.py) with
+the one the backward was traced for, flattens subclass gradients to their inner tensors and runs the
+compiled backward trace, or the one derived for the gradients' kinds (rederive.py), made at the
+first such call and cached by kinds. Invariants:
 - the backward receives contiguous tangents (the backward trace was recorded for those);
-- a tangent of another kind than traced is an error naming the output, never a wrong gradient;
+- a gradient of another kind than traced gets eager's gradient through a backward derived for its
+  kind, or an error naming the output (TangentMismatchError), never a wrong gradient;
 - the function's inputs are the computation's plain inputs, then the outer tensors of subclass
   inputs (the prologue passes both), so autograd connects to the tensors the user holds.
 """
@@ -103,15 +105,7 @@ class GradComputation:
         outputs = JitcoreFunction.apply(self, *inputs)
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
-        if self.backward_raises:  # Note [Outputs no gradient reaches]
-# When ``backward()`` reaches only some outputs of a call (``loss`` of ``(loss, logits)``), autograd
-# hands None for the others. Zeros in their place (autograd's default for a Function) would give an
-# input only those outputs reach a zero ``.grad`` where eager leaves it None, and would run their
-# backward ops for nothing. So a None gradient is a tangent kind of its own: the backward is derived
-# without those outputs (Note [A backward for other tangent kinds], grad.py), once per pattern.
-
-
-# Note [A backward that raises]
+        if self.backward_raises:  # Note [A backward that raises]
             node = next(
                 (o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None
             )
@@ -195,6 +189,8 @@ class GradComputation:
         except Unsaved as error:
             why, where = describe_unsaved(error)
             raise _mismatch(spec, kind, why, where) from None
+        except Exception as exc:  # noqa: BLE001 - e.g. the class's __tensor_unflatten__ refusing that ctx
+            raise _mismatch(spec, kind, f"deriving it raised {type(exc).__name__}: {exc}") from exc
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)

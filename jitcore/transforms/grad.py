@@ -13,7 +13,8 @@ included), the transform
    The tangents of subclass outputs are instances of the output's class (as eager hands them), so
    backward ops on them resolve through the subclass's ``__torch_dispatch__`` too: the split into
    forward and backward happens before subclass resolution, as it must (a subclass may implement an
-   op with ops that have no derivative);
+   op with ops that have no derivative). The shadows' autograd graph is kept: a backward for
+   gradients of other kinds is recorded on it when they first come (``BackwardDeriver``);
 4. decides what the forward saves (saving.py) and closes both traces.
 
 Invariants:
