@@ -9,15 +9,12 @@ structure. Each test compares gradient types, flatten contexts and inner tensors
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import pytest
 import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
-
-aten = torch.ops.aten
+from tests.transforms.test_grad_programs import Scaled  # its ctx (a scale) changes with ``* number``
 
 
 def assert_same(got, expected) -> None:
@@ -35,50 +32,6 @@ def assert_same(got, expected) -> None:
 
 def two(a: torch.Tensor, b: torch.Tensor, requires_grad: bool = True) -> TwoTensor:
     return TwoTensor(a.clone(), b.clone()).requires_grad_(requires_grad)
-
-
-class Scaled(torch.Tensor):
-    """float8-like: ``data`` and a Python-float ``scale`` in the flatten ctx. Views and multiplication
-    by a Python number stay Scaled with a new scale (the ctx changes from op to op); everything else
-    dequantizes."""
-
-    _VIEWS: ClassVar = {
-        aten.t.default, aten.view.default, aten.clone.default, aten.detach.default,
-        aten.alias.default, aten._unsafe_view.default, aten.expand.default,
-    }
-
-    @staticmethod
-    def __new__(cls, data: torch.Tensor, scale: float):
-        return torch.Tensor._make_wrapper_subclass(
-            cls, data.shape, strides=data.stride(), dtype=torch.float32, device=data.device
-        )
-
-    def __init__(self, data: torch.Tensor, scale: float) -> None:
-        self.data_ = data
-        self.scale = scale
-
-    def dequantize(self) -> torch.Tensor:
-        return self.data_ * self.scale
-
-    def __tensor_flatten__(self):
-        return ["data_"], self.scale
-
-    @staticmethod
-    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        return Scaled(inner["data_"], ctx)
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in cls._VIEWS:
-            return Scaled(func(args[0].data_, *args[1:], **kwargs), args[0].scale)
-        if func is aten.mul.Tensor and isinstance(args[0], Scaled) and isinstance(args[1], (int, float)):
-            return Scaled(args[0].data_, args[0].scale * args[1])
-
-        def plain(v):
-            return v.dequantize() if isinstance(v, Scaled) else v
-
-        return func(*[plain(a) for a in args], **{k: plain(v) for k, v in kwargs.items()})
 
 
 def _grads(fn, make_inputs, run_backward):
