@@ -14,6 +14,7 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
+from tests.dispatch.subclass_zoo import TaggedTensor
 from tests.transforms.test_grad_programs import Scaled  # its ctx (a scale) changes with ``* number``
 
 
@@ -227,3 +228,14 @@ def test_the_backward_takes_what_the_fused_forward_saved() -> None:
     saved = [p.name for p in lowered_forward.output[1]]
     assert [a.name for a in derived.args][: len(saved)] == saved
     assert len(derived.args) == len(saved) + 1  # and the plain gradient
+
+
+def test_nested_subclasses_with_contexts() -> None:
+    """A TwoTensor of TaggedTensors (a tag in each inner ctx, joined by ops): eager's gradient
+    structure and tags, for autograd's own gradient and for a plain one."""
+
+    def nested():
+        return TwoTensor(TaggedTensor(A.clone(), "a"), TaggedTensor(B.clone(), "b")).requires_grad_()
+
+    _check(lambda x: (x * x).sum(), lambda: [nested()], lambda out: out.backward(), derived=0)
+    _check(lambda x: x * 3, lambda: [nested()], lambda out: out.backward(torch.ones(3)))
