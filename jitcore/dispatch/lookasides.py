@@ -38,6 +38,7 @@ from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies.protocol import eager_only_reason
 from jitcore.proxies.subclass import SubclassTensorProxy, missing_slot, subclass_proxy
 from jitcore.proxies.tensor import TensorProxy, jagged_outer
+from jitcore.proxies.text import TextProxy
 from jitcore.proxies.typed import is_plain_subclass, retype
 
 __all__ = ["DISPATCH_LOOKASIDES", "isinstance_of", "make_wrapper_subclass", "python_type", "type_of"]
@@ -76,18 +77,20 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
 
 def type_of(*args: Any) -> Any:
     """``type(x)``: the class a proxy stands for; otherwise the builtin ``type``."""
-    if len(args) == 1 and isinstance(args[0], Proxy):
+    if len(args) == 1 and isinstance(args[0], (Proxy, TextProxy)):
         return args[0].python_type
     return type_(*args)
 
 
 def python_type(obj: Any) -> type:
     """The class ``obj`` stands for (the interpreter's ``type_of`` hook)."""
-    return obj.python_type if isinstance(obj, Proxy) else builtins.type(obj)
+    return obj.python_type if isinstance(obj, (Proxy, TextProxy)) else builtins.type(obj)
 
 
 def isinstance_of(obj: Any, cls: Any) -> bool:
     """``isinstance`` answering for proxies with the class they stand for."""
+    if isinstance(obj, TextProxy):
+        return _interpreted_isinstance("", cls)
     if isinstance(obj, Proxy):
         if builtins.type(cls) is tuple:
             return any(isinstance_of(obj, c) for c in cls)

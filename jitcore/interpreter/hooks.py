@@ -45,6 +45,14 @@ class Hooks:
         on_contains: ``(frame, container, item) -> answer`` for CONTAINS_OP: an object whose truth is the
             answer of ``item in container`` where the jit gives one (a dynamic number in a dict's keys), or
             NotImplemented for Python's own.
+        format_field: ``(value, conversion, spec) -> text`` for an f-string field (FORMAT_VALUE; 3.13's
+            CONVERT_VALUE, FORMAT_SIMPLE, FORMAT_WITH_SPEC) of a value whose class is not one of Python's
+            own: the field's text, which may be an object of the jit's that is not a str (BUILD_STRING
+            then concatenates with ``+``), or NotImplemented for Python's formatting. ``conversion`` is
+            0 (none), 1 (``!s``), 2 (``!r``) or 3 (``!a``); ``spec`` the format spec ("" for none).
+        format_percent: ``(template, values) -> text`` for ``template % values`` with a str template
+            (BINARY_OP ``%`` and ``%=``): the text, which may be an object of the jit's, or NotImplemented
+            for Python's.
         type_of: ``obj -> class``: the class an object stands for, where it differs from ``type(obj)``
             (the jit's proxies stand for tensors); consulted where CPython's semantics depend on an
             object's type, e.g. whether ``cls(...)`` runs ``__init__`` on what ``__new__`` returned.
@@ -60,4 +68,6 @@ class Hooks:
     on_missing_attr: Callable[[Frame, object, str], None] | None = None
     on_load_subscr: Callable[[Frame, object, object, object], object] | None = None
     on_contains: Callable[[Frame, object, object], object] | None = None
+    format_field: Callable[[object, int, object], object] | None = None
+    format_percent: Callable[[str, object], object] | None = None
     type_of: Callable[[object], type] | None = None

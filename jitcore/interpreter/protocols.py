@@ -30,6 +30,7 @@ __all__ = [
     "EXHAUSTED",
     "NATIVE_BINARY",
     "NATIVE_ITERATORS",
+    "NATIVE_OPERANDS",
     "NATIVE_TYPES",
     "binary_op",
     "compare_op",
@@ -53,6 +54,9 @@ NATIVE_TYPES = frozenset({
     int, float, complex, bool, str, bytes, bytearray, list, tuple, dict, set, frozenset, type(None), range,
     slice, type(...), type(NotImplemented), memoryview,
 })
+# Left operands whose binary operators run natively when the right one is native too: not ``str``,
+# whose ``%`` goes through ``hooks.format_percent`` when a run sets it (``binary_op``).
+NATIVE_OPERANDS = NATIVE_TYPES - {str}
 NATIVE_ITERATORS = frozenset(type(x) for x in (
     (i for i in ()),
     iter([]), iter(()), iter(range(0)), iter({}), iter({}.values()), iter({}.items()), iter(""), iter(set()),
@@ -128,6 +132,11 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
     """``a <op> b`` for BINARY_OP argument ``op`` (in-place forms included)."""
     ta, tb = type(a), type(b)
     name, rname, iname, symbol, native = BINARY_OPS[op]
+    if ta is str and (native is operator.mod or native is operator.imod) \
+            and run.hooks.format_percent is not None:
+        text = run.hooks.format_percent(a, b)
+        if text is not NotImplemented:
+            return text
     if ta in NATIVE_TYPES and tb in NATIVE_TYPES:
         return native(a, b)
     if iname is not None:
@@ -342,7 +351,7 @@ def _convert(run: Run, v: object, name: str, native, kind: str) -> str:
         f = getattr(t, name, None)
         if _is_py(f):
             result = call(run, f, (v,), None)
-            if not isinstance(result, str):
+            if not issubclass(run.type_of(result), str):  # a stand-in for text (the jit's) answers str
                 raise TypeError(f"{name} returned non-{kind} (type {type(result).__name__})")
             return result
         return call(run, native, (v,), None)  # as a call of the program's (hooks see ``str(x)``)
@@ -366,7 +375,7 @@ def to_format(run: Run, v: object, spec: str) -> str:
         f = getattr(t, "__format__", None)
         if _is_py(f):
             result = call(run, f, (v, spec), None)
-            if not isinstance(result, str):
+            if not issubclass(run.type_of(result), str):  # a stand-in for text (the jit's) answers str
                 raise TypeError(f"__format__ must return a str, not {type(result).__name__}")
             return result
     return format(v, spec)

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ACTIVE", "Run", "active_runs", "current_run"]
 
-_HOOKED_FIELDS = ("on_load_global", "on_load_deref", "on_load_attr", "on_load_subscr", "on_contains")
+_HOOKED_FIELDS = ("on_load_global", "on_load_deref", "on_load_attr", "on_load_subscr", "on_contains",
+                  "format_field")
 _TABLES: dict[frozenset[str], list] = {}
 
 

@@ -37,6 +37,7 @@ from jitcore.jit.outputs import split
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.text import TextProxy, plain_text
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
@@ -351,6 +352,8 @@ def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
         return [Effect(path, "setitem", i, b) for i, (a, b) in enumerate(zip(old, new)) if a is not b]
     if kind == "list" and len(new) > len(old) and all(a is b for a, b in zip(old, new)):
         return [Effect(path, "extend", None, new[len(old):])]  # appended to: whatever the call's list holds
+    if kind == "set" and any(isinstance(k, TextProxy) for k in new):
+        new = set(map(plain_text, new))  # text of the computation's numbers: its str (proxies/text.py)
     if kind in ("list", "set"):
         same = new == old if kind == "set" else False
         return [] if same else [Effect(path, "contents", None, list(new) if kind == "list" else new)]
@@ -360,7 +363,8 @@ def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
         old = {k: v for k, v in old.items() if v is not _MISSING}
         new = {k: v for k, v in new.items() if v is not _MISSING}
     effects = [Effect(path, deleter, k, None) for k in old if k not in new]
-    effects += [Effect(path, setter, k, v) for k, v in new.items() if dict.get(old, k, _MISSING) is not v]
+    effects += [Effect(path, setter, plain_text(k), v) for k, v in new.items()
+                if dict.get(old, k, _MISSING) is not v]
     return effects
 
 

@@ -50,6 +50,7 @@ from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
+from jitcore.jit.texts import format_field, format_lookasides, format_percent
 from jitcore.jit.value_reads import ValueReads
 from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
@@ -63,6 +64,7 @@ from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.text import TextProxy
 from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
 __all__ = ["Pass", "TracedProgram"]
@@ -251,6 +253,7 @@ class Pass:
                 **DISPATCH_LOOKASIDES,
                 **fsdp_lookasides(),
                 **self.autograd.lookasides(), **text_lookasides(), print: self.prints.print,
+                **format_lookasides(self._opaque_call),
                 **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
@@ -265,6 +268,8 @@ class Pass:
             on_missing_attr=lambda _frame, obj, name: self._note_attribute(obj, name, present=False),
             on_load_subscr=self._load_subscr,
             on_contains=self._contains,
+            format_field=format_field,
+            format_percent=format_percent,
             type_of=python_type,
         )
 
@@ -329,7 +334,8 @@ class Pass:
             args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
         if self._has_numbers() and tree_has((args, kwargs), NumberProxy):
             # a dynamic number stays a name only where torch takes it as a value; torch's dispatcher
-            # needs the values of all of them when a tensor subclass is involved
+            # needs the values of all of them when a tensor subclass is involved (text: its characters)
+            args, kwargs = specialize_all(args, TextProxy), specialize_all(kwargs, TextProxy)
             args, kwargs = bind_numbers(symbol, args, kwargs, specialize_every=_subclass_in(args, kwargs))
         try:
             try:
@@ -390,16 +396,20 @@ class Pass:
         # own numbers in it, as for a bound method (``d.get(k)``)
         own = 1 if isinstance(fn, types.MethodDescriptorType) else 0
         passed = args[own:]
-        if self._has_numbers() and not numbers.keeps_numbers(fn) and tree_has((passed, kwargs), NumberProxy):
-            args, kwargs = (*args[:own], *specialize_all(passed)), specialize_all(kwargs)
+        if self._has_numbers() and tree_has((passed, kwargs), (NumberProxy, TextProxy)):
+            # text made from numbers (jit/texts.py) is its characters to C code, but for a list's items
+            kinds = () if numbers.stores_items(fn) else TextProxy if numbers.keeps_numbers(fn) \
+                else (NumberProxy, TextProxy)
+            args, kwargs = (*args[:own], *specialize_all(passed, kinds)), specialize_all(kwargs, kinds)
         return args, kwargs
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
+        if type(fn) is types.BuiltinMethodType and fn.__name__ == "write" \
+                and (written := self.prints.write(fn, args, kwargs)) is not None:
+            return written  # sys.stderr.write(...) of a logging handler: jit/printing.py
         args, kwargs = self._native_arguments(fn, args, kwargs)
         if isinstance(fn, (types.BuiltinFunctionType, type)):
-            if fn.__name__ == "write" and (written := self.prints.write(fn, args, kwargs)) is not None:
-                return written  # sys.stderr.write(...) of a logging handler: jit/printing.py
             symbol = _STATE_SYMBOLS.get(fn)
             if symbol is not None:  # Note [State changes inside the traced function]
                 return self._state_change(fn, symbol)(*args, **kwargs)

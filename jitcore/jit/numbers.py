@@ -157,6 +157,15 @@ def keeps_numbers(fn: Any) -> bool:
         return False
 
 
+def stores_items(fn: Any) -> bool:
+    """Whether the C callable ``fn`` only stores its arguments as items of a list or deque
+    (``log.append(text)``): values, never keys, so text made from numbers can stay deferred there."""
+    if not isinstance(fn, (types.MethodDescriptorType, types.BuiltinMethodType)):
+        return False
+    owner = fn.__objclass__ if isinstance(fn, types.MethodDescriptorType) else type(fn.__self__)
+    return getattr(fn, "__name__", "") in _STORING_METHODS and issubclass(owner, (list, collections.deque))
+
+
 def _stores(fn: Any) -> bool:
     """A C method that only stores its arguments in a container (``log.append(loss.item())``): a
     number stays a name there (the effect stores its value per call, jitcore/jit/effects.py)."""

@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from jitcore.ir import Proxy
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.text import TextProxy, plain_text
 from jitcore.proxies.typed import is_plain_subclass
 
 _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
@@ -60,16 +61,19 @@ def split(output: Any) -> tuple[Any, OutputStructure | None]:
     output already is such a tree)."""
     flat, rebuild = _split(output, 0)
     if rebuild is None:
-        return output, None
+        return flat, None  # the output itself, or a copy with plain keys (``_plain_keys``)
     return flat, OutputStructure(rebuild)
 
 
 def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     """(value with foreign nodes replaced by tuples of their children, rebuild or None)."""
+    if isinstance(value, TextProxy):  # text formatted from numbers of the computation: from its numbers
+        return tuple(value.numbers()), value.text_of
     if isinstance(value, Proxy):
         return _split_typed(value, depth)
     if depth > _MAX_DEPTH or not _holds_proxy(value, depth):
         return value, None
+    value = _plain_keys(value)
     kind = type(value)
     if kind in _OPTREE_NODES or _is_namedtuple(value):
         children, spec = optree.tree_flatten(value, is_leaf=lambda v: v is not value, none_is_leaf=True)
@@ -204,6 +208,19 @@ def _node(children: tuple, make: Callable[[tuple], Any], depth: int) -> tuple[An
     return flat, rebuild
 
 
+def _plain_keys(value: Any) -> Any:
+    """A dict or set the program made with text of the computation's numbers as keys or elements
+    (``log[f"step{n}"] = ...``): a copy with each such key as its str (jitcore/proxies/text.py)."""
+    if isinstance(value, dict) and any(isinstance(k, TextProxy) for k in value):
+        items = [(plain_text(k), v) for k, v in dict.items(value)]
+        if type(value) is collections.defaultdict:
+            return collections.defaultdict(value.default_factory, items)
+        return type(value)(items) if type(value) in _OPTREE_NODES else dict(items)
+    if type(value) in (set, frozenset) and any(isinstance(k, TextProxy) for k in value):
+        return type(value)(map(plain_text, value))
+    return value
+
+
 def _is_namedtuple(value: Any) -> bool:
     return isinstance(value, tuple) and hasattr(type(value), "_fields")
 
@@ -216,7 +233,7 @@ def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None) -> Any:
     """A proxy, or a fake tensor (a shadow: a subclass value's inner tensor, a gradient), reachable from
     ``value`` through containers, pytree nodes, dataclass fields, instance dicts, slots and tensors'
     ``.grad``, at most ``_MAX_DEPTH - depth`` steps away (None: none is)."""
-    if isinstance(value, (Proxy, FakeTensor)):
+    if isinstance(value, (Proxy, FakeTensor, TextProxy)):
         return value
     if depth > _MAX_DEPTH or value is None or type(value) in (int, float, bool, str, bytes, complex):
         return None
@@ -240,7 +257,7 @@ def _children(value: Any) -> list[Any]:
         target = value()
         return [] if target is None else [target]
     if isinstance(value, dict):
-        return list(value.values())
+        return [*value.values(), *(k for k in value if isinstance(k, TextProxy))]
     if isinstance(value, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):
         return []
     if isinstance(value, types.FunctionType):  # a closure returned or stored: what its cells hold

@@ -41,6 +41,7 @@ from jitcore.langctx.tensor_text import refuse_text
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.text import TextProxy
 
 __all__ = ["Prints"]
 
@@ -64,7 +65,7 @@ class Prints:
                 raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
         stream = _stream_name(file)
         run = current_run()
-        pieces = [obj if isinstance(obj, NumberProxy) else to_str(run, obj) for obj in objects]
+        pieces = [obj if isinstance(obj, (NumberProxy, TextProxy)) else to_str(run, obj) for obj in objects]
         self.effects.append(Effect(_SYS.attr(stream), "print", (
             " " if sep is None else sep, "\n" if end is None else end, bool(flush)), pieces))
         return None
@@ -75,10 +76,13 @@ class Prints:
         (the call runs natively) for any other ``write``."""
         stream = getattr(fn, "__self__", None)
         name = next((n for n in PRINT_STREAMS if stream is getattr(sys, n)), None)
-        if name is None or kwargs or len(args) != 1 or type(args[0]) is not str:
+        if name is None or kwargs or len(args) != 1 or not isinstance(args[0], (str, TextProxy)):
             return None
-        self.effects.append(Effect(_SYS.attr(name), "print", ("", "", False), [args[0]]))
-        return len(args[0])
+        text = args[0]
+        if isinstance(text, TextProxy) and not _result_discarded():
+            text = text.specialize()  # the length written is the text's: the program reads it
+        self.effects.append(Effect(_SYS.attr(name), "print", ("", "", False), [text]))
+        return len(text) if type(text) is str else 0
 
     @contextlib.contextmanager
     def printed_on_error(self) -> Iterator[None]:
@@ -89,9 +93,22 @@ class Prints:
         except Exception as exc:
             if self.final and not isinstance(exc, (JitcoreError, JitcoreInterpreterError)):
                 for effect in self.effects:  # the numbers as this call computed them
-                    pieces = [p.value if isinstance(p, NumberProxy) else p for p in effect.value]
+                    pieces = [p.value if isinstance(p, NumberProxy) else
+                              p.text_of([n.value for n in p.numbers()]) if isinstance(p, TextProxy) else p
+                              for p in effect.value]
                     print_line(effect, effect.path.get((), {}), pieces)
             raise
+
+
+def _result_discarded() -> bool:
+    """Whether the interpreted call being made is an expression statement (``stream.write(text)``,
+    as logging's ``StreamHandler.emit`` writes): its result popped by the next instruction."""
+    run = current_run()
+    frame = run.frames[-1] if run is not None and run.frames else None
+    if frame is None:
+        return False
+    instructions = frame.info.instructions
+    return frame.index < len(instructions) and instructions[frame.index].opname == "POP_TOP"
 
 
 def _stream_name(file: Any) -> str:

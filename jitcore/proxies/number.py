@@ -295,18 +295,19 @@ for _op in (operator.neg, operator.pos, operator.abs):
 del _op, _name
 
 
-def specialize_all(tree: Any) -> Any:
-    """``tree`` (nested tuples, lists, dicts) with each NumberProxy replaced by its specialized value.
+def specialize_all(tree: Any, kinds: type | tuple[type, ...] = NumberProxy) -> Any:
+    """``tree`` (nested tuples, lists, dicts) with each NumberProxy (each instance of ``kinds``: a
+    TextProxy too) replaced by its specialized value.
 
-    Only containers that hold a NumberProxy are copied; every other one is passed as the very object
+    Only containers that hold one are copied; every other one is passed as the very object
     (``zip(opt.param_groups, lrs)`` must hand the optimizer's own dicts to the loop that writes them)."""
-    if isinstance(tree, NumberProxy):
+    if isinstance(tree, kinds):
         return tree.specialize()
     t = type(tree)
     if t is tuple or t is list:
-        items = [specialize_all(v) for v in tree]
+        items = [specialize_all(v, kinds) for v in tree]
         return tree if all(a is b for a, b in zip(items, tree)) else t(items)
     if t is dict:
-        items = {k: specialize_all(v) for k, v in tree.items()}
+        items = {k: specialize_all(v, kinds) for k, v in tree.items()}
         return tree if all(items[k] is v for k, v in tree.items()) else items
     return tree

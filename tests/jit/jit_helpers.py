@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import io
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -123,3 +126,43 @@ def training_step(loss_of: Callable[..., torch.Tensor]) -> Callable[..., torch.T
         return loss.detach()
 
     return step
+
+
+def run_printing(fn: Callable[..., Any], calls: list[tuple],
+                 before: Callable[[], None] | None = None) -> list[tuple]:
+    """(stdout, stderr, result or (exception type, message)) of each call."""
+    seen = []
+    for args in calls:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            if before is not None:
+                before()  # where the call's streams are in place (a log handler takes ``sys.stderr``)
+            try:
+                result: Any = fn(*args)
+            except Exception as exc:  # noqa: BLE001 - compared with eager's
+                result = (type(exc), str(exc))
+        seen.append((out.getvalue(), err.getvalue(), result))
+    return seen
+
+
+def assert_same_prints(fn: Callable[..., Any], calls: list[tuple], *, misses: int = 1,
+                       before: Callable[[], None] | None = None, reset: Callable[[], None] | None = None,
+                       **options: Any) -> Any:
+    """Eager and jitted runs of ``calls`` print (stdout and stderr), warn and return the same, call by
+    call; the jitted function traces ``misses`` times. ``before`` runs before each call, ``reset``
+    before each of the two runs."""
+    if reset is not None:
+        reset()
+    expected = run_printing(fn, calls, before)
+    if reset is not None:
+        reset()
+    jfn = jitcore.jit(fn, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "runs only while tracing", no eager entry
+        got = run_printing(jfn, calls, before)
+    for (out, err, result), (e_out, e_err, e_result) in zip(got, expected):
+        assert (out, err) == (e_out, e_err)
+        assert_same(result, e_result)
+    assert jitcore.cache_misses(jfn) == misses
+    assert jitcore.cache_hits(jfn) == len(calls) - misses
+    return jfn

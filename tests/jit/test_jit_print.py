@@ -11,13 +11,12 @@ import contextlib
 import io
 import logging
 import sys
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-from jit_helpers import assert_same, check_eager_entry
+from jit_helpers import assert_same_prints, check_eager_entry, run_printing
 
 import jitcore
 from jitcore.errors import UnsupportedOperationError
@@ -55,37 +54,14 @@ class Logged(torch.Tensor):
         return Logged(out) if isinstance(out, torch.Tensor) else out
 
 
-def _run(fn: Callable[..., Any], calls: list[tuple], before: Callable[[], None] | None) -> list[tuple]:
-    seen = []
-    for args in calls:
-        if before is not None:
-            before()
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                result: Any = fn(*args)
-            except Exception as exc:  # noqa: BLE001 - compared with eager's
-                result = (type(exc), str(exc))
-        seen.append((out.getvalue(), err.getvalue(), result))
-    return seen
-
-
 def check_prints(fn: Callable[..., Any], calls: list[tuple], *, misses: int = 1,
                  before: Callable[[], None] | None = None, **options: Any) -> Any:
-    """Eager and jitted runs of ``calls`` print, warn and return the same; ``misses`` traces."""
-    COUNT["n"] = 0
-    expected = _run(fn, calls, before)
-    COUNT["n"] = 0
-    jfn = jitcore.jit(fn, **options)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no "runs only while tracing", no eager entry
-        got = _run(jfn, calls, before)
-    for (out, err, result), (e_out, e_err, e_result) in zip(got, expected):
-        assert (out, err) == (e_out, e_err)
-        assert_same(result, e_result)
-    assert jitcore.cache_misses(jfn) == misses
-    assert jitcore.cache_hits(jfn) == len(calls) - misses
-    return jfn
+    """``assert_same_prints`` with the counter ``Labelled`` shows reset before each run."""
+
+    def reset() -> None:
+        COUNT["n"] = 0
+
+    return assert_same_prints(fn, calls, misses=misses, before=before, reset=reset, **options)
 
 
 X = torch.arange(4.0)
@@ -185,10 +161,10 @@ def test_what_was_printed_before_the_program_raises_is_printed() -> None:
             raise ValueError("four")
         return x
 
-    expected = _run(f, [(X,)], None)
+    expected = run_printing(f, [(X,)])
     with pytest.raises(ValueError, match="four"):
         f(X)
-    assert _run(jitcore.jit(f), [(X,)], None) == expected
+    assert run_printing(jitcore.jit(f), [(X,)]) == expected
 
 
 def test_prints_inside_a_subclass_dispatch_run_on_every_call_in_order() -> None:

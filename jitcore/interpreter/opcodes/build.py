@@ -8,11 +8,21 @@ from __future__ import annotations
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
+import functools
+import operator
 import sys
 
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.protocols import EXHAUSTED, get_iter, next_value, to_format, to_repr, to_str
+from jitcore.interpreter.protocols import (
+    EXHAUSTED,
+    NATIVE_TYPES,
+    get_iter,
+    next_value,
+    to_format,
+    to_repr,
+    to_str,
+)
 from jitcore.interpreter.registry import handles
 
 
@@ -64,6 +74,17 @@ def build_const_key_map(frame: Frame, inst: Instruction) -> None:
 def build_string(frame: Frame, inst: Instruction) -> None:
     """Push the concatenation of the top inst.arg strings."""
     frame.stack.append("".join(_pop_n(frame.stack, inst.arg)))
+
+
+@handles("BUILD_STRING", since=(3, 11), hook="format_field")
+def build_string_hooked(frame: Frame, inst: Instruction) -> None:
+    """BUILD_STRING where ``hooks.format_field`` may have made pieces that are not strs (the jit's
+    deferred text): those concatenate with ``+``, which their class defines."""
+    pieces = _pop_n(frame.stack, inst.arg)
+    try:
+        frame.stack.append("".join(pieces))
+    except TypeError:
+        frame.stack.append(functools.reduce(operator.add, pieces))
 
 
 @handles("BUILD_SLICE", since=(3, 11))
@@ -244,6 +265,60 @@ def format_value(frame: Frame, inst: Instruction) -> None:
         stack.append(value)
     else:
         stack.append(to_format(run, value, spec))
+
+
+def _field(frame: Frame, value: object, conversion: int, spec: object) -> object:
+    """``hooks.format_field(value, conversion, spec)`` for a value of a class that is not Python's own
+    (the jit's stand-ins for numbers) or a spec that is not a str (one the hook made): the field's
+    text, or NotImplemented for Python's formatting."""
+    if type(value) in NATIVE_TYPES and type(spec) is str:
+        return NotImplemented
+    return frame.run.hooks.format_field(value, conversion, spec)
+
+
+@handles("FORMAT_VALUE", since=(3, 11), until=(3, 12), hook="format_field")
+def format_value_hooked(frame: Frame, inst: Instruction) -> None:
+    """FORMAT_VALUE through ``hooks.format_field`` first."""
+    flags = inst.arg
+    stack = frame.stack
+    text = _field(frame, stack[-2] if flags & 4 else stack[-1], flags & 3, stack[-1] if flags & 4 else "")
+    if text is NotImplemented:
+        format_value(frame, inst)
+        return
+    del stack[-2 if flags & 4 else -1:]
+    stack.append(text)
+
+
+@handles("CONVERT_VALUE", since=(3, 13), hook="format_field")
+def convert_value_hooked(frame: Frame, inst: Instruction) -> None:
+    """CONVERT_VALUE through ``hooks.format_field`` first."""
+    text = _field(frame, frame.stack[-1], inst.arg, "")
+    if text is NotImplemented:
+        convert_value(frame, inst)
+    else:
+        frame.stack[-1] = text
+
+
+@handles("FORMAT_SIMPLE", since=(3, 13), hook="format_field")
+def format_simple_hooked(frame: Frame, inst: Instruction) -> None:
+    """FORMAT_SIMPLE through ``hooks.format_field`` first."""
+    text = _field(frame, frame.stack[-1], 0, "")
+    if text is NotImplemented:
+        format_simple(frame, inst)
+    else:
+        frame.stack[-1] = text
+
+
+@handles("FORMAT_WITH_SPEC", since=(3, 13), hook="format_field")
+def format_with_spec_hooked(frame: Frame, inst: Instruction) -> None:
+    """FORMAT_WITH_SPEC through ``hooks.format_field`` first."""
+    stack = frame.stack
+    text = _field(frame, stack[-2], 0, stack[-1])
+    if text is NotImplemented:
+        format_with_spec(frame, inst)
+    else:
+        del stack[-1]
+        stack[-1] = text
 
 
 @handles("CONVERT_VALUE", since=(3, 13))

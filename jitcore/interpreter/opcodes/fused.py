@@ -30,6 +30,7 @@ from jitcore.interpreter.protocols import (
     NATIVE_BINARY,
     NATIVE_COMPARE,
     NATIVE_ITERATORS,
+    NATIVE_OPERANDS,
     NATIVE_TYPES,
     binary_op,
     compare_op,
@@ -232,7 +233,7 @@ def load_fast_binary_op(frame: Frame, inst: Instruction) -> None:
     frame.index += 1
     stack = frame.stack
     lhs = stack[-1]
-    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+    if type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
         stack[-1] = NATIVE_BINARY[inst.next.arg](lhs, rhs)
     else:
         stack[-1] = binary_op(frame.run, inst.next.arg, lhs, rhs)
@@ -245,7 +246,7 @@ def load_const_binary_op(frame: Frame, inst: Instruction) -> None:
     frame.index += 1
     stack = frame.stack
     lhs = stack[-1]
-    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+    if type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
         stack[-1] = NATIVE_BINARY[inst.next.arg](lhs, rhs)
     else:
         stack[-1] = binary_op(frame.run, inst.next.arg, lhs, rhs)
@@ -257,7 +258,7 @@ def binary_op_store_fast(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     rhs = stack.pop()
     lhs = stack.pop()
-    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+    if type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
         value = NATIVE_BINARY[inst.arg](lhs, rhs)
     else:
         value = binary_op(frame.run, inst.arg, lhs, rhs)
@@ -277,7 +278,7 @@ def _operation_then_jump(compare: bool, jump_if: bool) -> Handler:
                 v = NATIVE_COMPARE[inst.argval](lhs, rhs)
             else:
                 v = compare_op(frame.run, inst.argval, lhs, rhs)
-        elif type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        elif type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
             v = NATIVE_BINARY[inst.arg](lhs, rhs)
         else:
             v = binary_op(frame.run, inst.arg, lhs, rhs)
@@ -308,7 +309,7 @@ def _binary_op_to_bool_then_jump(jump_if: bool) -> Handler:
         stack = frame.stack
         rhs = stack.pop()
         lhs = stack.pop()
-        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        if type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
             v = NATIVE_BINARY[inst.arg](lhs, rhs)
         else:
             v = binary_op(frame.run, inst.arg, lhs, rhs)
@@ -415,7 +416,7 @@ def binary_op_return_value(frame: Frame, inst: Instruction) -> bool:
     stack = frame.stack
     rhs = stack.pop()
     lhs = stack.pop()
-    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+    if type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
         result = NATIVE_BINARY[inst.arg](lhs, rhs)
     else:
         result = binary_op(frame.run, inst.arg, lhs, rhs)
@@ -559,7 +560,7 @@ def _load_const_binary_op_to_bool_then_jump(jump_if: bool) -> Handler:
         frame.index += 1
         op = inst.next
         lhs = frame.stack.pop()
-        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        if type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
             v = NATIVE_BINARY[op.arg](lhs, rhs)
         else:
             v = binary_op(frame.run, op.arg, lhs, rhs)
@@ -609,7 +610,7 @@ def _binary_op_then_yield(operand: str | None) -> Handler:
                     raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
                 lhs = stack.pop()
             frame.index += 1
-        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        if type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
             value = NATIVE_BINARY[op.arg](lhs, rhs)
         else:
             value = binary_op(frame.run, op.arg, lhs, rhs)

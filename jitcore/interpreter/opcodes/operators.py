@@ -14,6 +14,7 @@ from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import (
     NATIVE_BINARY,
     NATIVE_COMPARE,
+    NATIVE_OPERANDS,
     NATIVE_TYPES,
     binary_op,
     compare_op,
@@ -30,7 +31,7 @@ def binary_op_(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     rhs = stack.pop()
     lhs = stack[-1]
-    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+    if type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
         stack[-1] = NATIVE_BINARY[inst.arg](lhs, rhs)
     else:
         stack[-1] = binary_op(frame.run, inst.arg, lhs, rhs)

@@ -36,6 +36,7 @@ from jitcore.interpreter.opcodes.load_store import UNBOUND_LOCAL
 from jitcore.interpreter.protocols import (
     NATIVE_BINARY,
     NATIVE_COMPARE,
+    NATIVE_OPERANDS,
     NATIVE_TYPES,
     binary_op,
     compare_op,
@@ -85,7 +86,7 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
                 v = NATIVE_COMPARE[op.argval](lhs, rhs)
             else:
                 v = compare_op(frame.run, op.argval, lhs, rhs)
-        elif type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        elif type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
             v = NATIVE_BINARY[op.arg](lhs, rhs)
         else:
             v = binary_op(frame.run, op.arg, lhs, rhs)
@@ -176,7 +177,7 @@ def _superinstruction_313(loads: tuple[str, ...], operation: str, tail: tuple[st
                 v = compare_op(frame.run, op.argval, lhs, rhs)
             if op.arg & 16 and v is not True and v is not False:
                 v = bool(v) if type(v) in NATIVE_TYPES else truth(frame.run, v)
-        elif type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        elif type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
             v = NATIVE_BINARY[op.arg](lhs, rhs)
         else:
             v = binary_op(frame.run, op.arg, lhs, rhs)
@@ -260,7 +261,7 @@ def _attribute_operation(rhs_attribute: bool) -> Handler:
         else:
             op = nxt.next
         frame.index = op.after
-        if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+        if type(lhs) in NATIVE_OPERANDS and type(rhs) in NATIVE_TYPES:
             frame.stack.append(NATIVE_BINARY[op.arg](lhs, rhs))
         else:
             frame.stack.append(binary_op(frame.run, op.arg, lhs, rhs))

@@ -1,0 +1,200 @@
+"""Numbers formatted into text without reading their values: f-strings, ``format`` and ``str.format``.
+
+A number that is a name of the computation (``loss.item()``, a dynamic number) formatted into text
+(``print(f"step {step}: loss {loss.item():.4f}")``) gives a ``TextProxy`` (jitcore/proxies/text.py)
+instead of a str: the text is made from each call's numbers where it leaves the program, so the
+value is not guarded and a new loss is not a new cache entry. This module is the pass's side:
+- ``format_field`` is the interpreter's ``format_field`` hook (f-string fields), ``format_percent`` its
+  ``format_percent`` hook (``"loss %.4f" % n``, as logging formats ``logger.info("loss %.4f", n)``);
+- ``format_lookasides`` replace ``format(n, spec)``, ``"...".format(n, ...)``, ``str(n)`` and ``repr(n)``
+  of such numbers (``str`` of a TextProxy is itself: it stands for a str).
+Anything else (a field reaching attributes or items, ``"{:{w}}"`` nested specs, ``%`` conversions
+whose text ``format`` does not make the same way, no number among the arguments) is Python's own
+formatting, called as the program would call it.
+
+Invariant: a TextProxy is made only of strs and fields whose value is a NumberProxy or a TextProxy;
+every other value's text is made while tracing, through the interpreter (its reads are guarded).
+"""
+
+from __future__ import annotations
+
+import _string  # CPython's parser of str.format templates, as string.Formatter uses it
+import re
+import types
+from collections.abc import Callable
+from typing import Any
+
+from jitcore.interpreter import current_run
+from jitcore.interpreter.protocols import to_format, to_repr, to_str
+from jitcore.ir import tree_has
+from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.text import Field, TextProxy
+
+__all__ = ["format_field", "format_lookasides", "format_percent"]
+
+_DEFERRED = (NumberProxy, TextProxy)
+_CONVERSIONS = {None: 0, "s": 1, "r": 2, "a": 3}
+_CONVERTERS = (str, repr, ascii)
+
+
+def format_field(value: Any, conversion: int, spec: Any) -> Any:
+    """The ``format_field`` hook: an f-string field's text (see the module docstring)."""
+    made = isinstance(spec, TextProxy)  # ``f"{x:.{n}f}"``: the spec's characters are needed now
+    if made:
+        spec = spec.specialize()
+    if isinstance(value, _DEFERRED):
+        return TextProxy.field(value, conversion, spec)
+    if not made:
+        return NotImplemented
+    run = current_run()
+    if conversion:  # FORMAT_VALUE's own steps (the interpreter's protocols), with the spec's characters
+        value = ascii(value) if conversion == 3 else (to_str if conversion == 1 else to_repr)(run, value)
+    return to_format(run, value, spec)
+
+
+def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) -> dict[Any, Callable]:
+    """``format`` and ``str.format``: a TextProxy when a number among the arguments is a name;
+    otherwise the call as the program makes it (``opaque``: the pass's call of a C function)."""
+
+    def format_(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs and 1 <= len(args) <= 2 and isinstance(args[0], _DEFERRED) \
+                and type(args[-1] if len(args) == 2 else "") is str:
+            return TextProxy.field(args[0], 0, args[1] if len(args) == 2 else "")
+        return opaque(format, args, kwargs)
+
+    def str_format(*args: Any, **kwargs: Any) -> Any:
+        if args and type(args[0]) is str and tree_has((args[1:], kwargs), _DEFERRED):
+            text = _template_text(args[0], args[1:], kwargs)
+            if text is not None:
+                return text
+        return opaque(str.format, args, kwargs)
+
+    def converter(fn: Callable[..., Any], conversion: int) -> Callable[..., Any]:
+        method, protocol = ("__str__", to_str) if fn is str else ("__repr__", to_repr)
+
+        def convert(*args: Any, **kwargs: Any) -> Any:  # ``str(n)``, ``repr(n)``, ``str(obj)``
+            if len(args) == 1 and not kwargs:
+                value = args[0]
+                if isinstance(value, _DEFERRED):
+                    return value if fn is str and isinstance(value, TextProxy) else \
+                        TextProxy.field(value, conversion, "")
+                if type(getattr(type(value), method, None)) is types.FunctionType:
+                    return protocol(current_run(), value)  # a Python ``__str__``: interpreted
+            return opaque(fn, args, kwargs)
+
+        return convert
+
+    return {format: format_, str.format: str_format, str: converter(str, 1), repr: converter(repr, 2),
+            NumberProxy.__format__: lambda n, spec: TextProxy.field(n, 0, spec)}  # Tensor.__format__'s
+
+
+def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | None:
+    """``template.format(*args, **kwargs)`` as a TextProxy, or None where Python's own ``str.format``
+    must run (a field naming attributes or items, a nested spec, a malformed template, a missing
+    argument: its error is Python's)."""
+    parts: list[str | Field] = []
+    automatic: int | None = 0  # the next ``{}``'s index; None once a field was numbered
+    run = current_run()
+    try:
+        parsed = list(_string.formatter_parser(template))
+    except ValueError:
+        return None
+    for literal, name, spec, conversion in parsed:
+        if literal:
+            parts.append(literal)
+        if name is None:
+            continue
+        if "{" in spec or "." in name or "[" in name or conversion not in _CONVERSIONS:
+            return None
+        if name == "":
+            if automatic is None:
+                return None
+            key: int | str = automatic
+            automatic += 1
+        elif name.isdigit():
+            if automatic:  # mixing ``{}`` and ``{0}``: Python's ValueError
+                return None
+            automatic, key = None, int(name)
+        else:
+            key = name
+        try:
+            value = args[key] if isinstance(key, int) else kwargs[key]
+        except (IndexError, KeyError):
+            return None
+        code = _CONVERSIONS[conversion]
+        if isinstance(value, _DEFERRED):
+            parts.append(Field(value, code, spec))
+        else:
+            parts.append(run.call(format, run.call(_CONVERTERS[code - 1], value) if code else value, spec))
+    return TextProxy(tuple(parts))
+
+
+# One ``%`` conversion: ``%(key)`` ``flags`` ``width`` ``.precision`` length modifier, type.
+_PERCENT = re.compile(r"%(?:\((?P<key>[^)]*)\))?(?P<flags>[-+ #0]*)(?P<width>\d*)(?:\.(?P<precision>\d*))?"
+                      r"[hlL]?(?P<type>[diouxXeEfFgGcrsa%])")
+_FLOATS = frozenset("eEfFgG")
+_INTEGERS = {"d": "d", "i": "d", "u": "d", "x": "x", "X": "X", "o": "o"}
+_TEXTS = {"s": 1, "r": 2, "a": 3}
+
+
+def format_percent(template: str, values: Any) -> Any:
+    """The ``format_percent`` hook: ``template % values`` as a TextProxy when a value among ``values``
+    is a number of the computation; NotImplemented (Python's ``%``) otherwise, and wherever a
+    conversion's text could differ from ``format``'s (``*`` widths, ``%c``, ``%d`` of a float, ``%.3d``)
+    or Python raises (a missing key, too few or too many values)."""
+    items = values if type(values) in (tuple, dict) else (values,)
+    if not any(isinstance(v, _DEFERRED) for v in (items.values() if type(items) is dict else items)):
+        return NotImplemented
+    parts: list[str | Field] = []
+    position, end = 0, 0
+    for match in _PERCENT.finditer(template):
+        if match.start() != end and "%" in template[end:match.start()]:
+            return NotImplemented  # a conversion this parser does not read (``%*d``): Python's
+        parts.append(template[end:match.start()])
+        end = match.end()
+        kind, key = match["type"], match["key"]
+        if kind == "%":
+            if key is not None or match.group(0) != "%%":
+                return NotImplemented
+            parts.append("%")
+            continue
+        if key is not None:
+            if type(items) is not dict or key not in items:
+                return NotImplemented
+            value = items[key]
+        else:
+            if type(items) is dict or position >= len(items):
+                return NotImplemented
+            value, position = items[position], position + 1
+        field = _percent_field(value, match)
+        if field is None:
+            return NotImplemented
+        parts.append(field)
+    if "%" in template[end:] or type(items) is tuple and position != len(items):
+        return NotImplemented
+    parts.append(template[end:])
+    return TextProxy(tuple(p for p in parts if p != ""))
+
+
+def _percent_field(value: Any, match: re.Match) -> Field | str | None:
+    """One conversion's text: a Field for a number of the computation, the str for any other value
+    (made by Python's ``%`` as eagerly), None where it must be Python's own ``%`` of everything."""
+    kind, flags, width, precision = match["type"], match["flags"], match["width"], match["precision"]
+    if not isinstance(value, _DEFERRED):
+        if kind in _TEXTS and type(value) not in (str, int, float, bool, type(None)):
+            return None  # an object's own __str__/__repr__: through Python's ``%`` of the whole
+        return f"%{flags}{width}{'' if precision is None else '.' + precision}{kind}" % (value,)
+    digits = "" if precision is None else "." + (precision or "0")
+    if kind in _TEXTS:
+        return Field(value, _TEXTS[kind], f"{'<' if '-' in flags else '>'}{width}{digits}")
+    align = "<" if "-" in flags else ""  # numbers align right; ``0`` pads after the sign, as ``%`` does
+    if isinstance(value, TextProxy) or kind == "c":
+        return None  # ``%d`` of text raises; ``%c`` of a number: Python's
+    sign = "+" if "+" in flags else " " if " " in flags else ""
+    fill = "0" if "0" in flags and "-" not in flags else ""
+    alternate = "#" if "#" in flags else ""
+    if kind in _FLOATS:
+        return Field(value, 0, f"{align}{sign}{alternate}{fill}{width}{digits}{kind}")
+    if value.python_type is not int or precision is not None:
+        return None  # ``%d`` of a float truncates and ``%.3d`` pads with zeros: ``format`` does neither
+    return Field(value, 0, f"{align}{sign}{alternate}{fill}{width}{_INTEGERS[kind]}")
