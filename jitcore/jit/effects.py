@@ -37,10 +37,10 @@ from jitcore.jit.outputs import split
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
-from jitcore.proxies.text import TextProxy, plain_text
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
+from jitcore.proxies.text import TextProxy, plain_text
 
 __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "counters", "print_line"]
 

@@ -104,7 +104,7 @@ class Pass:
         self.provenance.counters = counters
         self.provenance.dynamic_dims = shapes.dims_for if shapes is not None else None
         self.found_counters: set[Path] = set()
-        self.prints = Prints(final=shapes is None)  # print(): jit/printing.py
+        self.prints = Prints(final=shapes is None, path_of=self.provenance.path_of)  # jit/printing.py
         self.autograd = AutogradCalls(self)  # loss.backward(), p.grad: jitcore/jit/autograd_calls.py
         self.context.autograd = self.autograd
 
@@ -128,7 +128,7 @@ class Pass:
             self._remember_function(target)
             state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
             with tracing(self.context), _deep_recursion(), restored_on_refusal(), \
-                    self.prints.printed_on_error():
+                    self.prints.printed_on_error(args, kwargs):
                 output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
             epilogue = None
             if self.numpy is not None:
@@ -405,9 +405,11 @@ class Pass:
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
-        if type(fn) is types.BuiltinMethodType and fn.__name__ == "write" \
-                and (written := self.prints.write(fn, args, kwargs)) is not None:
-            return written  # sys.stderr.write(...) of a logging handler: jit/printing.py
+        if type(fn) is types.BuiltinMethodType and fn.__name__ in ("write", "flush"):  # jit/printing.py
+            if fn.__name__ == "flush" and self.prints.flush(fn, args, kwargs):
+                return None
+            if fn.__name__ == "write" and (written := self.prints.write(fn, args, kwargs)) is not None:
+                return written  # sys.stderr.write(...) of a logging handler
         args, kwargs = self._native_arguments(fn, args, kwargs)
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)

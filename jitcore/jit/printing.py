@@ -9,13 +9,15 @@ each run of the computation, the first call's included, in program order among t
 - a number read from a tensor (``print(loss.item())``) or a dynamic number stays a name: it is an
   output of the computation, and its text is made from each call's value (no guard on the value);
 - ``file`` may be omitted, ``None``, ``sys.stdout`` or ``sys.stderr``: the stream is looked up in
-  ``sys`` on each call (``contextlib.redirect_stdout`` around the jitted call is honoured).
-A ``write`` of text on ``sys.stdout``/``sys.stderr`` that interpreted code calls (a logging handler's
-``emit``: ``logger.warning(...)`` inside the function) is recorded the same way, as a print of that text.
+  ``sys`` on each call (``contextlib.redirect_stdout`` around the jitted call is honoured); or a stream
+  the program reached through a path (an argument, state): looked up through that path on each call;
+- text made from numbers of the computation (jit/texts.py) is formatted from each call's numbers.
+A ``write`` (or ``flush``) on such a stream that interpreted code calls (a logging handler's ``emit``:
+``logger.warning(...)`` inside the function) is recorded the same way, as a print of that text.
 
 When the program raises its own exception, the pass prints what it recorded before re-raising.
-A print whose text would show a traced tensor's values (``print(x)``) or that writes to another file
-stops tracing with JC-T001 (langctx/tensor_text.py): without ``fullgraph`` that call runs eagerly.
+A print whose text would show a traced tensor's values (``print(x)``) or that writes to a stream made
+inside the function stops tracing with JC-T001 (langctx/tensor_text.py): without ``fullgraph`` that call runs eagerly.
 A print inside a tensor subclass's ``__torch_dispatch__``/``__torch_function__`` that the pass
 interprets is recorded the same way (eager prints it on every call too). Code that the grad transform
 runs after the pass (a subclass's dispatch of a backward op) prints natively, while tracing only.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from jitcore.errors import JitcoreError, UnsupportedOperationError
@@ -51,8 +53,9 @@ _SYS = Path(Root("bound", "sys", sys))
 class Prints:
     """The print calls of one pass, as effects in program order."""
 
-    def __init__(self, *, final: bool) -> None:
+    def __init__(self, *, final: bool, path_of: Callable[[Any], Path | None]) -> None:
         self.final = final  # an error of the program's in this pass reaches the user (no pass follows)
+        self.path_of = path_of  # where an object of the caller's or of state was reached (Provenance)
         self.effects: list[Effect] = []
 
     def print(self, *objects: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None,
@@ -63,10 +66,16 @@ class Prints:
         for name, value in (("sep", sep), ("end", end)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
-        stream = _stream_name(file)
+        stream = self._stream(sys.stdout if file is None else file)
+        if stream is None:
+            raise UnsupportedOperationError(
+                f"print(..., file=<{type(file).__qualname__}>) writes to a stream made inside the function, "
+                "which jitcore cannot replay on cached calls",
+                hints=("print to a stream the function is passed or reaches through state",),
+            )
         run = current_run()
         pieces = [obj if isinstance(obj, (NumberProxy, TextProxy)) else to_str(run, obj) for obj in objects]
-        self.effects.append(Effect(_SYS.attr(stream), "print", (
+        self.effects.append(Effect(stream, "print", (
             " " if sep is None else sep, "\n" if end is None else end, bool(flush)), pieces))
         return None
 
@@ -74,18 +83,35 @@ class Prints:
         """``stream.write(text)`` called by the program (a logging handler's ``emit``) on ``sys.stdout``
         or ``sys.stderr``: recorded as a print of ``text`` alone; its result, the length written. None
         (the call runs natively) for any other ``write``."""
-        stream = getattr(fn, "__self__", None)
-        name = next((n for n in PRINT_STREAMS if stream is getattr(sys, n)), None)
-        if name is None or kwargs or len(args) != 1 or not isinstance(args[0], (str, TextProxy)):
+        stream = self._stream(getattr(fn, "__self__", None))
+        if stream is None or kwargs or len(args) != 1 or not isinstance(args[0], (str, TextProxy)):
             return None
         text = args[0]
         if isinstance(text, TextProxy) and not _result_discarded():
             text = text.specialize()  # the length written is the text's: the program reads it
-        self.effects.append(Effect(_SYS.attr(name), "print", ("", "", False), [text]))
+        self.effects.append(Effect(stream, "print", ("", "", False), [text]))
         return len(text) if type(text) is str else 0
 
+    def flush(self, fn: Any, args: tuple, kwargs: dict) -> bool:
+        """``stream.flush()`` of a stream whose writes are recorded (a logging handler flushes after
+        each record): recorded in order with them; False (the call runs natively) otherwise."""
+        stream = self._stream(getattr(fn, "__self__", None))
+        if stream is None or args or kwargs:
+            return False
+        self.effects.append(Effect(stream, "print", ("", "", True), []))
+        return True
+
+    def _stream(self, stream: Any) -> Path | None:
+        """Where each call finds ``stream``: ``sys.stdout``/``sys.stderr`` as the call finds them, or
+        the path through which the program reached a stream of the caller's or of state (a file it is
+        passed, a logging handler's); None for a stream made inside the function."""
+        for name in PRINT_STREAMS:
+            if stream is getattr(sys, name):
+                return _SYS.attr(name)
+        return None if stream is None else self.path_of(stream)
+
     @contextlib.contextmanager
-    def printed_on_error(self) -> Iterator[None]:
+    def printed_on_error(self, args: tuple, kwargs: dict) -> Iterator[None]:
         """Around the program's interpretation: when the program raises (its own exception, which
         reaches the caller), what it printed before is printed, as eager printed it before raising."""
         try:
@@ -96,7 +122,7 @@ class Prints:
                     pieces = [p.value if isinstance(p, NumberProxy) else
                               p.text_of([n.value for n in p.numbers()]) if isinstance(p, TextProxy) else p
                               for p in effect.value]
-                    print_line(effect, effect.path.get((), {}), pieces)
+                    print_line(effect, effect.path.get(args, kwargs), pieces)
             raise
 
 
@@ -109,16 +135,3 @@ def _result_discarded() -> bool:
         return False
     instructions = frame.info.instructions
     return frame.index < len(instructions) and instructions[frame.index].opname == "POP_TOP"
-
-
-def _stream_name(file: Any) -> str:
-    if file is None:
-        return "stdout"
-    for name in PRINT_STREAMS:
-        if file is getattr(sys, name):
-            return name
-    raise UnsupportedOperationError(
-        f"print(..., file=<{type(file).__qualname__}>) writes to a stream jitcore cannot replay on "
-        "cached calls",
-        hints=("print to sys.stdout or sys.stderr, or write outside the jitted function",),
-    )

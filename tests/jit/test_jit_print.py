@@ -190,7 +190,7 @@ def test_the_stream_is_the_one_the_call_finds() -> None:
     assert (out.getvalue(), jitcore.cache_hits(jfn)) == ("hello\n", 1)
 
 
-def test_a_print_to_another_file_runs_eagerly() -> None:
+def test_a_print_to_a_stream_made_inside_runs_eagerly() -> None:
     def f(x):
         buffer = io.StringIO()
         print("text", file=buffer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import sys
+import warnings
 from typing import Any
 
 import hypothesis.strategies as st
@@ -99,6 +100,42 @@ def test_log_records_with_read_numbers_are_written_per_call() -> None:
         assert_same_prints(f, CALLS, before=lambda: handler.setStream(sys.stderr))
     finally:
         logger.removeHandler(handler)
+
+
+class Recorder:
+    """A user's metrics writer holding the stream it writes to."""
+
+    def __init__(self, stream: io.StringIO) -> None:
+        self.stream = stream
+
+    def log(self, name: str, value: float) -> None:
+        self.stream.write(f"{name}: {value:.3f}\n")
+        self.stream.flush()
+
+
+def test_prints_and_writes_to_streams_of_the_caller() -> None:
+    """``print(..., file=f)`` to a stream the function is passed, and writes to a stream reached through
+    an object it is passed: on every call, to the stream each call reaches (the print ran eagerly,
+    and the write happened while tracing only)."""
+
+    def f(x, stream, recorder):
+        loss = x.abs().sum()
+        print("loss", f"{loss.item():.3f}", sep="=", file=stream, flush=True)
+        recorder.log("max", x.max().item())
+        return loss
+
+    results = {}
+    for mode in ("eager", "jit"):
+        fn = f if mode == "eager" else jitcore.jit(f)
+        streams = [(io.StringIO(), io.StringIO()) for _ in CALLS]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # traced: no eager entry
+            outputs = [fn(x, a, Recorder(b)) for (x,), (a, b) in zip(CALLS, streams)]
+        results[mode] = ([(a.getvalue(), b.getvalue()) for a, b in streams], outputs)
+        if mode == "jit":
+            assert (jitcore.cache_misses(fn), jitcore.cache_hits(fn)) == (1, len(CALLS) - 1)
+    assert results["jit"][0] == results["eager"][0]
+    assert_same(results["jit"][1], results["eager"][1])
 
 
 def test_direct_writes_of_text() -> None:
