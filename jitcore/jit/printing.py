@@ -17,7 +17,8 @@ A ``write`` (or ``flush``) on such a stream that interpreted code calls (a loggi
 
 When the program raises its own exception, the pass prints what it recorded before re-raising.
 A print whose text would show a traced tensor's values (``print(x)``) or that writes to a stream made
-inside the function stops tracing with JC-T001 (langctx/tensor_text.py): without ``fullgraph`` that call runs eagerly.
+inside the function stops tracing with JC-T001 (langctx/tensor_text.py): without ``fullgraph`` that
+call runs eagerly.
 A print inside a tensor subclass's ``__torch_dispatch__``/``__torch_function__`` that the pass
 interprets is recorded the same way (eager prints it on every call too). Code that the grad transform
 runs after the pass (a subclass's dispatch of a backward op) prints natively, while tracing only.

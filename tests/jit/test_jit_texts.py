@@ -30,7 +30,8 @@ CALLS = [(torch.tensor([0.5, -1.25, 2.0]) * (i + 1),) for i in range(4)]
 def test_f_string_fields_of_read_numbers_are_made_per_call() -> None:
     def f(x):
         loss = (x * x).mean()
-        print(f"loss {loss.item():.4f} | {x.max().item()!r:>22} | {loss.item():+08.2e}|{x.sum().item()!s:^12}")
+        print(f"loss {loss.item():.4f} | {x.max().item()!r:>22} | {loss.item():+08.2e}|"
+              f"{x.sum().item()!s:^12}")
         return loss
 
     assert_same_prints(f, CALLS)
@@ -39,7 +40,7 @@ def test_f_string_fields_of_read_numbers_are_made_per_call() -> None:
 def test_format_str_format_str_and_repr_of_read_numbers() -> None:
     def f(x):
         m = x.mean().item()
-        print("m=" + str(m) + " r=" + repr(m), format(m, ".3f"), "{0:>9.3e}|{k}|{1}".format(m, m, k=m), "{}-{!r}".format(m, m))
+        print("m=" + str(m) + " r=" + repr(m), format(m, ".3f"), f"{m:>9.3e}|{m}|{m}", f"{m}-{m!r}")
         return x * 2
 
     assert_same_prints(f, CALLS)
