@@ -123,8 +123,9 @@ _STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setd
 # an LR scheduler): dynamic numbers stay names through them.
 # ``bisect`` compares its argument with the list's elements: each comparison of a dynamic number is a
 # predicate (``bisect_right(self._milestones, self.last_epoch)`` in SequentialLR).
+# ``sum`` adds its items with ``+``, which a dynamic number records.
 _PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, len, isinstance, issubclass, type,
-                             bisect.bisect_left, bisect.bisect_right})
+                             bisect.bisect_left, bisect.bisect_right, sum})
 
 
 def with_number_lookasides(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:

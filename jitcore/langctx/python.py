@@ -3,7 +3,7 @@
 ``n * 2`` on a NumberProxy records ``n1 = operator.mul(n, 2)`` and returns a NumberProxy ``n1``
 whose value is the product for the call being traced; the computation recomputes it from its input
 on every call. ``float(n)``, ``int(n)`` (also of a one-element tensor: read as ``t.item()``),
-``abs(n)``, ``math.cos(n)`` and the other functions of ``_MATH`` in the traced program do the same
+``abs(n)``, ``round(n, k)``, ``math.cos(n)`` and the other functions of ``_MATH`` in the traced program do the same
 through lookasides (``LOOKASIDES``); a comparison (``n % 2 == 0``) gives a NumberProxy of a bool,
 whose truth is guarded as a predicate (Note [Predicate guards] in jitcore/proxies/number.py).
 
@@ -45,6 +45,7 @@ _PATHS: dict[Callable[..., Any], str] = {
     )},
     builtins.float: "builtins.float",
     builtins.int: "builtins.int",
+    builtins.round: "builtins.round",
     **{getattr(math, name): f"math.{name}" for name in _MATH},
 }
 _SYMBOLS: dict[Callable[..., Any], Symbol] = {
@@ -131,6 +132,15 @@ def _abs(x: Any) -> Any:
     return apply(operator.abs, x) if isinstance(x, NumberProxy) else builtins.abs(x)
 
 
+def _round(number: Any, ndigits: Any = None) -> Any:
+    """``round(n)`` (an int) and ``round(n, k)`` (n's type), recorded; ``k`` is specialized."""
+    if isinstance(ndigits, NumberProxy):
+        ndigits = ndigits.specialize()
+    if not isinstance(number, NumberProxy):
+        return builtins.round(number) if ndigits is None else builtins.round(number, ndigits)
+    return apply(builtins.round, number) if ndigits is None else apply(builtins.round, number, ndigits)
+
+
 def _math(fn: Callable[..., Any]) -> Callable[..., Any]:
     def compute(*args: Any) -> Any:
         return apply(fn, *args) if any(isinstance(a, NumberProxy) for a in args) else fn(*args)
@@ -144,5 +154,6 @@ LOOKASIDES: dict[Any, Callable[..., Any]] = {
     builtins.float: _converter(builtins.float),
     builtins.int: _converter(builtins.int),
     builtins.abs: _abs,
+    builtins.round: _round,
     **{getattr(math, name): _math(getattr(math, name)) for name in _MATH},
 }

@@ -10,6 +10,8 @@ import collections
 import copy
 import dataclasses
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -274,6 +276,31 @@ def test_read_modify_write_counters_do_not_retrace():
         jm(torch.ones(2))
     assert model.steps == 100 and counter == [100] and totals == {"sum": 50.0}
     assert jitcore.cache_misses(jm) == 1
+
+
+@pytest.mark.parametrize("scale", [
+    lambda n: round(n / 3, 1),
+    lambda n: round(n * 0.75),
+    lambda n: sum([n, 0.5, n * 2]),
+    lambda n: sum((n / 2, n), 1.5),
+])
+def test_counters_rounded_or_summed_do_not_retrace(scale: Callable[[Any], Any]) -> None:
+    """``round(n, k)`` and ``sum`` of a counter are recorded; they read its value (a new entry per
+    step) before."""
+
+    def make(state):
+        def f(x):
+            state["n"] += 1
+            return x * scale(state["n"])
+
+        return f
+
+    mine, twin = {"n": 0}, {"n": 0}
+    jf, eager = jitcore.jit(make(mine)), make(twin)
+    for i in range(6):
+        assert_same(jf(torch.full((2,), float(i))), eager(torch.full((2,), float(i))))
+    assert mine == twin
+    assert jitcore.cache_misses(jf) == 1
 
 
 def test_a_counter_read_twice_is_one_computation_input():
