@@ -259,8 +259,10 @@ def _convert(ret: Any, cls: type, arguments: set[int]) -> Any:
     if cls is torch.Tensor:
         return ret
     if isinstance(ret, TensorProxy):
-        if isinstance(ret, SubclassTensorProxy) or issubclass(ret.python_type, cls):
+        if issubclass(ret.python_type, cls):
             return ret
+        if isinstance(ret, SubclassTensorProxy):  # eager's ``ret.as_subclass(cls)``: aliased by its dispatch
+            return _as_subclass_of_subclass(ret, cls)
         if id(ret) in arguments or (ret.shadow.requires_grad and ret.shadow.grad_fn is None):
             # an argument, or a fresh leaf requiring grad (``x.new_tensor(v, requires_grad=True)``):
             # eager's ``as_subclass`` makes an alias, not a leaf
@@ -272,6 +274,21 @@ def _convert(ret: Any, cls: type, arguments: set[int]) -> Any:
     if builtins.type(ret) in (tuple, list):
         return builtins.type(ret)(_convert(r, cls, arguments) for r in ret)
     return ret
+
+
+def _as_subclass_of_subclass(tensor: SubclassTensorProxy, cls: type) -> Any:
+    """``t.as_subclass(cls)`` of a subclass value: ``aten.alias`` goes through its
+    ``__torch_dispatch__``; an alias that is itself a subclass object cannot take another class
+    (torch's error, as eagerly: ``TwoTensor + P`` for a plain subclass ``P``)."""
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Ignored by __torch_function__]
+        out = aten_symbol(torch.ops.aten.alias.default)(tensor)
+    if isinstance(out, SubclassTensorProxy):
+        raise RuntimeError(
+            f"Creating a new Tensor subclass {cls.__name__} but the raw Tensor object is already associated to "
+            f"a python object of type {out.python_type.__name__} which is not a subclass of the requested type"
+        )
+    retype(out, cls)
+    return out
 
 
 def as_subclass(tensor: Any, cls: type) -> Any:

@@ -29,3 +29,25 @@ def test_the_override_runs_for_ops_on_the_input():
     assert type(got) is type(expected)
     torch.testing.assert_close(got.a, expected.a)
     torch.testing.assert_close(got.b, expected.b)
+
+
+class Plain(torch.Tensor):
+    """A subclass with torch's default ``__torch_function__``, which converts results to its class."""
+
+
+def _outcome(fn, *args):
+    try:
+        out = fn(*args)
+    except RuntimeError as exc:
+        return RuntimeError, str(exc)
+    return type(out), out.a, out.b
+
+
+def test_a_plain_subclass_operand_converts_a_subclass_result_as_eagerly():
+    """``TwoTensor + Plain``: the default ``__torch_function__`` makes the TwoTensor result a Plain
+    through ``as_subclass``, which torch refuses for a wrapper subclass's alias (eager raises). jitcore
+    returned the TwoTensor, a result eager never gives."""
+    t, p = TwoTensor(torch.randn(3), torch.randn(3)), torch.randn(3).as_subclass(Plain)
+    expected = _outcome(lambda a, b: a + b, t, p)
+    assert expected[0] is RuntimeError
+    assert _outcome(jitcore.jit(lambda a, b: a + b), t, p) == expected
