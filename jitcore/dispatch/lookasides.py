@@ -284,8 +284,9 @@ def _as_subclass_of_subclass(tensor: SubclassTensorProxy, cls: type) -> Any:
         out = aten_symbol(torch.ops.aten.alias.default)(tensor)
     if isinstance(out, SubclassTensorProxy):
         raise RuntimeError(
-            f"Creating a new Tensor subclass {cls.__name__} but the raw Tensor object is already associated to "
-            f"a python object of type {out.python_type.__name__} which is not a subclass of the requested type"
+            f"Creating a new Tensor subclass {cls.__name__} but the raw Tensor object is already associated "
+            f"to a python object of type {out.python_type.__name__} which is not a subclass of the requested "
+            "type"
         )
     retype(out, cls)
     return out

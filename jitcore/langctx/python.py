@@ -3,9 +3,10 @@
 ``n * 2`` on a NumberProxy records ``n1 = operator.mul(n, 2)`` and returns a NumberProxy ``n1``
 whose value is the product for the call being traced; the computation recomputes it from its input
 on every call. ``float(n)``, ``int(n)`` (also of a one-element tensor: read as ``t.item()``),
-``abs(n)``, ``round(n, k)``, ``math.cos(n)`` and the other functions of ``_MATH`` in the traced program do the same
-through lookasides (``LOOKASIDES``); a comparison (``n % 2 == 0``) gives a NumberProxy of a bool,
-whose truth is guarded as a predicate (Note [Predicate guards] in jitcore/proxies/number.py).
+``abs(n)``, ``round(n, k)``, ``math.cos(n)`` and the other functions of ``_MATH`` in the traced
+program do the same through lookasides (``LOOKASIDES``); a comparison (``n % 2 == 0``) gives a
+NumberProxy of a bool, whose truth is guarded as a predicate (Note [Predicate guards] in
+jitcore/proxies/number.py).
 
 Invariants:
 - an operation is recorded only when its result type follows from its operands' types alone (which
