@@ -339,6 +339,8 @@ class Pass:
             args, kwargs = bind_numbers(symbol, args, kwargs, specialize_every=_subclass_in(args, kwargs))
         try:
             try:
+                if (masked := self.reads.masks_under_grad(symbol, args, kwargs)) is not None:
+                    return masked  # ``y[mask] = v`` with ``v`` requiring grad (langctx/reads.py)
                 return resolve_call(symbol, args, kwargs)
             except DataDependentError as exc:
                 if self.fullgraph:

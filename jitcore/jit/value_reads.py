@@ -32,6 +32,7 @@ from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceCo
 from jitcore.jit.probe import Probe, may_write
 from jitcore.langctx.reads import (
     DATA_DEPENDENT_DECOMPOSITIONS,
+    MASKS_UNDER_GRAD,
     READ,
     UNDER_AUTOGRAD,
     ReadSite,
@@ -109,6 +110,18 @@ class ValueReads:
             del scope[recorded:]  # what the attempt recorded before it failed
             return Inlined(self._under_autograd(symbol, args, kwargs, error, source))
         return Inlined(out)
+
+    def masks_under_grad(self, symbol: Symbol, args: tuple, kwargs: dict) -> Inlined | None:
+        """A write through a boolean mask whose values require grad, expressed through the mask's
+        coordinates (Note [Masks whose values carry gradients], langctx/reads.py); None: not one."""
+        expression = MASKS_UNDER_GRAD.get(symbol.fn)
+        if expression is None or len(args) < 3 or self.context.subclass_code \
+                or len(self.context.scopes) != 2 or not _needs_grad(args[2:3], {}) \
+                or _has(SubclassTensorProxy, (args, kwargs)):
+            return None
+        with self._enclosing_scope():
+            out = expression(*args, **kwargs)
+        return None if out is NotImplemented else Inlined(out)
 
     # Note [Reads inside a subclass's code]
     # A subclass's ``__torch_dispatch__`` that reads values of its inner tensors (``t._scale.item()``,

@@ -31,6 +31,7 @@ from jitcore.proxies import TensorProxy
 
 __all__ = [
     "DATA_DEPENDENT_DECOMPOSITIONS",
+    "MASKS_UNDER_GRAD",
     "READ",
     "UNDER_AUTOGRAD",
     "ReadSite",
@@ -184,6 +185,32 @@ def _setitem(x: Any, index: Any, value: Any) -> Any:
         return NotImplemented
     x[static] = value
     return None
+
+
+def _index_put(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def put(x: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
+        if type(indices) not in (tuple, list):
+            return NotImplemented
+        coordinates = _coordinate_index(tuple(indices))
+        return NotImplemented if coordinates is NotImplemented else fn(x, coordinates, values, accumulate)
+
+    return put
+
+
+# Note [Masks whose values carry gradients]
+# ``y[mask] = v`` (``index_put`` with a boolean mask) computes on fake tensors: its forward needs no
+# values. Its backward does: the gradient of ``v`` is ``grad[mask]``, whose shape the mask's values
+# decide, and the grad transform derives the backward on fake tensors, so it raised
+# DataDependentError from ``backward()`` where eager computes the gradient. When ``v`` requires grad,
+# the pass writes through the mask's coordinates instead (``nonzero``, a checked read of their
+# count), the same elements in the same order, so the backward indexes with them.
+MASKS_UNDER_GRAD: dict[Any, Callable[..., Any]] = {
+    torch.Tensor.__setitem__: _setitem,
+    torch.index_put: _index_put(torch.index_put),
+    torch.index_put_: _index_put(torch.index_put_),
+    torch.Tensor.index_put: _index_put(torch.Tensor.index_put),
+    torch.Tensor.index_put_: _index_put(torch.Tensor.index_put_),
+}
 
 
 # torch callable -> its expression through a checked count and static ops (NotImplemented: the

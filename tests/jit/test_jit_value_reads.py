@@ -90,6 +90,42 @@ def test_mask_assignment_and_tuple_nonzero():
     run_sequence(f, [(torch.randn(3, 4),) for _ in range(3)])
 
 
+@pytest.mark.parametrize("write", ["setitem", "setitem_columns", "index_put", "index_put_accumulate"])
+def test_writes_through_a_mask_of_values_that_require_grad(write: str) -> None:
+    """``y[mask] = v`` with ``v`` requiring grad: the backward (``grad[mask]``) needs the mask's
+    values; ``backward()`` raised DataDependentError. Gradients equal eager's for several masks,
+    one entry per count of true elements."""
+
+    def f(x, mask, v):
+        y = x * 2
+        if write == "setitem":
+            y[mask] = v * 3
+        elif write == "setitem_columns":
+            y[:, mask] = v[:, None] * 3  # (4, 1) broadcast over the selected columns
+        elif write == "index_put":
+            y = y.index_put((mask,), v * 3)
+        else:
+            y.index_put_((mask,), v * 3, accumulate=True)
+        return y.sin()
+
+    jf = jitcore.jit(f)
+    masks = [torch.tensor(m, dtype=torch.bool) for m in ([1, 0, 1, 1], [0, 1, 1, 1], [1, 1, 0, 0])]
+    for mask in masks:
+        count = int(mask.sum())
+        shape = (4, 4) if write == "setitem_columns" else (4,)
+        x = torch.randn(*shape, requires_grad=True)
+        v = torch.randn(4 if write == "setitem_columns" else count, requires_grad=True)
+        outs, grads = [], []
+        for fn in (f, jf):
+            out = fn(x, mask, v)
+            x_grad, v_grad = torch.autograd.grad(out.sum(), (x, v))
+            outs.append(out.detach())
+            grads.append((x_grad, v_grad))
+        assert_same(outs[1], outs[0])
+        assert_same(grads[1], grads[0])
+    assert jitcore.cache_misses(jf) == 2  # counts 3, 3, 2
+
+
 def test_ops_with_value_dependent_shapes_and_tensor_arguments():
     def f(x, idx):
         return torch.unique(x), torch.tensor_split(x, idx), torch.bincount(x)

@@ -6,9 +6,10 @@ own inputs inside torch's decomposition while they require grad runs natively on
 its aten ops recorded one by one (Note [Composites that read values under grad], jit/value_reads.py):
 ``gaussian_nll_loss`` passes that way. An op whose output shape the values decide and whose outputs
 carry gradients (``ctc_loss``, ``lstsq``) runs under torch's own autograd (Note [Value-shaped ops under
-grad], jit/value_reads.py): values and gradients equal eager's, with no backward trace. Inside another
-op's decomposition (boolean ``index_put``, ``index_fill``) it is still refused. jitcore traces dense
-tensors only.
+grad], jit/value_reads.py): values and gradients equal eager's, with no backward trace. A boolean
+``index_put`` whose values require grad writes through the mask's coordinates (Note [Masks whose values
+carry gradients], langctx/reads.py). Inside another op's decomposition (``index_fill``) it is still
+refused. jitcore traces dense tensors only.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "corrcoef": UNDER_TORCH_AUTOGRAD,
     "cov": UNDER_TORCH_AUTOGRAD,
     "index_fill": DATA_DEPENDENT,
-    "index_put": DATA_DEPENDENT,
     "linalg.lstsq": VALUE_SHAPED_UNDER_AUTOGRAD,
     "linalg.lstsq.grad_oriented": VALUE_SHAPED_UNDER_AUTOGRAD,
     "nn.functional.ctc_loss": VALUE_SHAPED_UNDER_AUTOGRAD,
