@@ -114,9 +114,9 @@ class ValueReads:
     def masks_under_grad(self, symbol: Symbol, args: tuple, kwargs: dict) -> Inlined | None:
         """A write through a boolean mask whose values require grad, expressed through the mask's
         coordinates (Note [Masks whose values carry gradients], langctx/reads.py); None: not one."""
-        expression = MASKS_UNDER_GRAD.get(symbol.fn)
-        if expression is None or len(args) < 3 or self.context.subclass_code \
-                or len(self.context.scopes) != 2 or not _needs_grad(args[2:3], {}) \
+        position, expression = MASKS_UNDER_GRAD.get(symbol.fn, (0, None))
+        if expression is None or len(args) <= position or self.context.subclass_code \
+                or len(self.context.scopes) != 2 or not _needs_grad(args[position:position + 1], {}) \
                 or _has(SubclassTensorProxy, (args, kwargs)):
             return None
         with self._enclosing_scope():

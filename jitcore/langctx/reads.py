@@ -197,19 +197,43 @@ def _index_put(fn: Callable[..., Any]) -> Callable[..., Any]:
     return put
 
 
+def _index_fill(in_place: bool) -> Callable[..., Any]:
+    def fill(x: Any, dim: int, index: Any, value: Any) -> Any:
+        rank = max(x.ndim, 1)
+        if not isinstance(value, TensorProxy) or value.ndim != 0 or type(dim) is not int \
+                or not -rank <= dim < rank or not (x.dtype.is_floating_point or x.dtype.is_complex):
+            return NotImplemented  # the op itself, with eager's errors
+        dim %= rank
+        shape = [1] * x.ndim
+        length = x.shape[dim] if x.ndim else 1
+        if x.ndim:
+            shape[dim] = length
+        selected = torch.zeros(length, dtype=torch.bool, device=x.device).index_fill(0, index, True)
+        filled = torch.where(selected.reshape(shape), value.to(x.dtype), x)
+        return x.copy_(filled) if in_place else filled
+
+    return fill
+
+
 # Note [Masks whose values carry gradients]
 # ``y[mask] = v`` (``index_put`` with a boolean mask) computes on fake tensors: its forward needs no
 # values. Its backward does: the gradient of ``v`` is ``grad[mask]``, whose shape the mask's values
 # decide, and the grad transform derives the backward on fake tensors, so it raised
 # DataDependentError from ``backward()`` where eager computes the gradient. When ``v`` requires grad,
 # the pass writes through the mask's coordinates instead (``nonzero``, a checked read of their
-# count), the same elements in the same order, so the backward indexes with them.
-MASKS_UNDER_GRAD: dict[Any, Callable[..., Any]] = {
-    torch.Tensor.__setitem__: _setitem,
-    torch.index_put: _index_put(torch.index_put),
-    torch.index_put_: _index_put(torch.index_put_),
-    torch.Tensor.index_put: _index_put(torch.Tensor.index_put),
-    torch.Tensor.index_put_: _index_put(torch.Tensor.index_put_),
+# count), the same elements in the same order, so the backward indexes with them. ``index_fill`` with
+# a 0-d tensor value has the same trouble (its backward sums ``grad`` over ``unique(index)``): it is
+# written as ``where`` over a mask of the filled positions, whose gradients are eager's.
+# callable -> (position of the value whose gradient is at stake, expression)
+MASKS_UNDER_GRAD: dict[Any, tuple[int, Callable[..., Any]]] = {
+    torch.Tensor.__setitem__: (2, _setitem),
+    torch.index_put: (2, _index_put(torch.index_put)),
+    torch.index_put_: (2, _index_put(torch.index_put_)),
+    torch.Tensor.index_put: (2, _index_put(torch.Tensor.index_put)),
+    torch.Tensor.index_put_: (2, _index_put(torch.Tensor.index_put_)),
+    torch.index_fill: (3, _index_fill(in_place=False)),
+    torch.Tensor.index_fill: (3, _index_fill(in_place=False)),
+    torch.Tensor.index_fill_: (3, _index_fill(in_place=True)),
 }
 
 

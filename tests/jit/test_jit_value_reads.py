@@ -126,6 +126,26 @@ def test_writes_through_a_mask_of_values_that_require_grad(write: str) -> None:
     assert jitcore.cache_misses(jf) == 2  # counts 3, 3, 2
 
 
+@pytest.mark.parametrize("in_place", [False, True])
+def test_index_fill_with_a_value_that_requires_grad(in_place: bool) -> None:
+    """``x.index_fill(dim, index, v)`` with a 0-d ``v`` requiring grad: its backward sums over
+    ``unique(index)``, which the backward could not compute (DataDependentError from ``backward()``)."""
+
+    def f(x, index, v):
+        y = x * 2
+        return y.index_fill_(1, index, v) if in_place else torch.index_fill(y, -1, index, v * 3)
+
+    jf = jitcore.jit(f)
+    for index in (torch.tensor([0, 2, 2]), torch.tensor([1]), torch.tensor([3, 0])):
+        x, v = torch.randn(3, 4, requires_grad=True), torch.tensor(0.5, requires_grad=True)
+        (eager_out, eager_grads), (jit_out, jit_grads) = [
+            (out.detach(), torch.autograd.grad((out * out).sum(), (x, v)))
+            for out in (f(x, index, v), jf(x, index, v))
+        ]
+        assert_same(jit_out, eager_out)
+        assert_same(jit_grads, eager_grads)
+
+
 def test_ops_with_value_dependent_shapes_and_tensor_arguments():
     def f(x, idx):
         return torch.unique(x), torch.tensor_split(x, idx), torch.bincount(x)

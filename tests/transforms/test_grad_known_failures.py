@@ -7,17 +7,13 @@ its aten ops recorded one by one (Note [Composites that read values under grad],
 ``gaussian_nll_loss`` passes that way. An op whose output shape the values decide and whose outputs
 carry gradients (``ctc_loss``, ``lstsq``) runs under torch's own autograd (Note [Value-shaped ops under
 grad], jit/value_reads.py): values and gradients equal eager's, with no backward trace. A boolean
-``index_put`` whose values require grad writes through the mask's coordinates (Note [Masks whose values
-carry gradients], langctx/reads.py). Inside another op's decomposition (``index_fill``) it is still
-refused. jitcore traces dense tensors only.
+``index_put`` whose values require grad writes through the mask's coordinates, and ``index_fill``
+with such a value is a ``where`` over the filled positions (Note [Masks whose values carry
+gradients], langctx/reads.py). jitcore traces dense tensors only.
 """
 
 from __future__ import annotations
 
-DATA_DEPENDENT = (
-    "an op whose output shape the values decide, inside a composite op whose inputs require grad: "
-    "its output must carry a gradient, which a read on the values cannot give (DataDependentError)"
-)
 UNDER_TORCH_AUTOGRAD = (
     "values and gradients match eager, but the harness requires a backward trace: the composite's value "
     "reads (cov, corrcoef: a number read from the weights; combinations: masked_select's count) make "
@@ -42,7 +38,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "combinations": UNDER_TORCH_AUTOGRAD,
     "corrcoef": UNDER_TORCH_AUTOGRAD,
     "cov": UNDER_TORCH_AUTOGRAD,
-    "index_fill": DATA_DEPENDENT,
     "linalg.lstsq": VALUE_SHAPED_UNDER_AUTOGRAD,
     "linalg.lstsq.grad_oriented": VALUE_SHAPED_UNDER_AUTOGRAD,
     "nn.functional.ctc_loss": VALUE_SHAPED_UNDER_AUTOGRAD,
