@@ -45,6 +45,9 @@ class Hooks:
         on_contains: ``(frame, container, item) -> answer`` for CONTAINS_OP: an object whose truth is the
             answer of ``item in container`` where the jit gives one (a dynamic number in a dict's keys), or
             NotImplemented for Python's own.
+        on_store: ``(frame, target, key, kind) -> None`` after STORE_ATTR (``kind`` "attr", ``key`` the name)
+            and STORE_SUBSCR (``kind`` "item") stored: the jit notes writes that leave a value the
+            same object it was (``self.wait = 0`` over ``0``), which comparing states cannot see.
         format_field: ``(value, conversion, spec) -> text`` for an f-string field (FORMAT_VALUE; 3.13's
             CONVERT_VALUE, FORMAT_SIMPLE, FORMAT_WITH_SPEC) of a value whose class is not one of Python's
             own: the field's text, which may be an object of the jit's that is not a str (BUILD_STRING
@@ -68,6 +71,7 @@ class Hooks:
     on_missing_attr: Callable[[Frame, object, str], None] | None = None
     on_load_subscr: Callable[[Frame, object, object, object], object] | None = None
     on_contains: Callable[[Frame, object, object], object] | None = None
+    on_store: Callable[[Frame, object, object, str], None] | None = None
     format_field: Callable[[object, int, object], object] | None = None
     format_percent: Callable[[str, object], object] | None = None
     type_of: Callable[[object], type] | None = None

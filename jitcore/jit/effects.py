@@ -42,7 +42,7 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import TextProxy, plain_text
 
-__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "counters", "print_line"]
+__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "counters", "print_line", "written_keys"]
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "cell", "grad",
@@ -97,6 +97,7 @@ class _Snapshot:
     obj: Any
     path: Path
     state: Any
+    written: set[Any] = dataclasses.field(default_factory=set)  # Note [Writes of the same object]
 
 
 class StateSnapshots:
@@ -117,6 +118,26 @@ class StateSnapshots:
         state = _state_of(obj)
         if state is not None:
             self._snapshots[id(obj)] = _Snapshot(obj, path, state)
+
+    # Note [Writes of the same object]
+    # Changes are found by comparing each reached object with its snapshot, by identity. A write
+    # that leaves the very object there (``self.wait = 0`` when ``wait`` held the cached small int 0,
+    # ReduceLROnPlateau's ``num_bad_epochs = 0``) changed nothing while tracing, so the entry replayed
+    # nothing; a later call finding ``wait == 2`` kept 2 where eager resets it. The pass notes every
+    # attribute and item the program stores (STORE_ATTR, STORE_SUBSCR, ``setattr``, a dict's
+    # ``__setitem__``/``update``/``setdefault``), and a noted key is replayed even when it compares
+    # identical.
+    def note_write(self, obj: Any, keys: Any) -> None:
+        """The program stored ``obj.key`` or ``obj[key]`` for each of ``keys`` (Note [Writes of the
+        same object])."""
+        snap = self._snapshots.get(id(obj))
+        if snap is None or snap.obj is not obj:
+            return
+        for key in keys:
+            try:
+                snap.written.add(key)
+            except TypeError:  # an unhashable key: no dict or attribute holds it
+                pass
 
     def written(self, obj: Any, key: Any, value: Any) -> bool:
         """Whether ``value``, read as ``obj.key`` or ``obj[key]``, is one the program stored there
@@ -167,7 +188,7 @@ class StateSnapshots:
         """The changes of every reached object since it was reached, as effects."""
         out: list[Effect] = []
         for snap in self._snapshots.values():
-            out += _diff(snap.obj, snap.path, snap.state, _state_of(snap.obj))
+            out += _diff(snap.obj, snap.path, snap.state, _state_of(snap.obj), snap.written)
         return out
 
     def restore(self) -> None:
@@ -334,13 +355,13 @@ def _slot_names(cls: type) -> list[str]:
     return names
 
 
-def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
+def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = frozenset()) -> list[Effect]:
     kind, old = before
     new = after[1]
     if kind == "tensor":
         (old_attrs, old_grad), (new_attrs, new_grad) = old, new
         effects = [] if new_grad is old_grad else [Effect(path, "grad", "grad", new_grad)]
-        return effects + _diff(obj, path, ("attrs", old_attrs), ("attrs", new_attrs))
+        return effects + _diff(obj, path, ("attrs", old_attrs), ("attrs", new_attrs), written)
     if kind == "cell":
         return [] if new is old else [Effect(path, "cell", None, new)]
     if kind == "deque":
@@ -349,7 +370,8 @@ def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
             return [Effect(path, "extend", None, tail)] if tail else []
         return [Effect(path, "contents", None, new)]
     if kind == "list" and len(new) == len(old):  # items replaced in place: each its own effect
-        return [Effect(path, "setitem", i, b) for i, (a, b) in enumerate(zip(old, new)) if a is not b]
+        return [Effect(path, "setitem", i, b) for i, (a, b) in enumerate(zip(old, new))
+                if a is not b or i in written or i - len(new) in written]
     if kind == "list" and len(new) > len(old) and all(a is b for a, b in zip(old, new)):
         return [Effect(path, "extend", None, new[len(old):])]  # appended to: whatever the call's list holds
     if kind == "set" and any(isinstance(k, TextProxy) for k in new):
@@ -364,8 +386,37 @@ def _diff(obj: Any, path: Path, before: Any, after: Any) -> list[Effect]:
         new = {k: v for k, v in new.items() if v is not _MISSING}
     effects = [Effect(path, deleter, k, None) for k in old if k not in new]
     effects += [Effect(path, setter, plain_text(k), v) for k, v in new.items()
-                if dict.get(old, k, _MISSING) is not v]
+                if dict.get(old, k, _MISSING) is not v or _noted(k, written)]
     return effects
+
+
+_ITEM_WRITERS = frozenset({"__setitem__", "setdefault", "update"})
+
+
+def written_keys(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple] | None:
+    """(object, keys) a C call stores into: ``setattr(obj, name, v)``, a dict's ``__setitem__``,
+    ``setdefault`` and ``update`` (its keywords and a dict's keys; pairs from an iterator are not read
+    ahead of the call), called bound or through ``dict``; None for any other call."""
+    if fn is setattr:
+        return (args[0], (args[1],)) if len(args) == 3 else None
+    if getattr(fn, "__name__", None) not in _ITEM_WRITERS:
+        return None
+    if isinstance(fn, types.MethodDescriptorType) and issubclass(fn.__objclass__, dict) and args:
+        target, args = args[0], args[1:]
+    elif isinstance(fn, types.BuiltinMethodType) and isinstance(fn.__self__, dict):
+        target = fn.__self__
+    else:
+        return None
+    if fn.__name__ != "update":
+        return (target, args[:1]) if args else None
+    return target, (*kwargs, *(args[0] if args and isinstance(args[0], dict) else ()))
+
+
+def _noted(key: Any, written: set[Any]) -> bool:
+    try:
+        return key in written
+    except TypeError:  # an unhashable key
+        return False
 
 
 def _appended(old: list, new: list, maxlen: int | None) -> list | None:

@@ -45,7 +45,7 @@ from jitcore.jit import numbers, outputs
 from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.dict_reads import dict_read_lookasides
-from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters
+from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
 from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
@@ -268,6 +268,7 @@ class Pass:
             on_missing_attr=lambda _frame, obj, name: self._note_attribute(obj, name, present=False),
             on_load_subscr=self._load_subscr,
             on_contains=self._contains,
+            on_store=lambda _frame, obj, key, _kind: self.snapshots.note_write(obj, (key,)),
             format_field=format_field,
             format_percent=format_percent,
             type_of=python_type,
@@ -413,6 +414,8 @@ class Pass:
             if fn.__name__ == "write" and (written := self.prints.write(fn, args, kwargs)) is not None:
                 return written  # sys.stderr.write(...) of a logging handler
         args, kwargs = self._native_arguments(fn, args, kwargs)
+        if (writes := written_keys(fn, args, kwargs)) is not None:  # Note [Writes of the same object]
+            self.snapshots.note_write(*writes)
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = _STATE_SYMBOLS.get(fn)
             if symbol is not None:  # Note [State changes inside the traced function]

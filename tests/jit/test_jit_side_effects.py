@@ -303,6 +303,73 @@ def test_counters_rounded_or_summed_do_not_retrace(scale: Callable[[Any], Any]) 
     assert jitcore.cache_misses(jf) == 1
 
 
+class Patience:
+    def __init__(self) -> None:
+        self.wait = 0
+        self.state = {"bad": 0}
+
+
+@pytest.mark.parametrize("form", ["store", "setattr", "update", "setdefault"])
+def test_a_counter_reset_to_the_value_it_held_when_traced_is_reset_on_every_call(form: str):
+    """``self.wait = 0`` on the improving path, traced while ``wait`` was 0: the write stored the very
+    object the counter held, so the entry replayed nothing, and a later call that found ``wait == 2``
+    kept 2 where eager resets it (a wrong answer; Note [Writes of the same object])."""
+
+    def f(x, patience, improved):
+        if improved and form == "store":
+            patience.wait = 0
+            patience.state["bad"] = 0
+        elif improved and form == "setattr":
+            setattr(patience, "wait", 0)  # noqa: B010 - the builtin's write is what is tested
+            patience.state.__setitem__("bad", 0)
+        elif improved:
+            patience.wait = 0
+            if form == "update":
+                patience.state.update({"bad": 0})
+            else:
+                patience.state.pop("bad")
+                patience.state.setdefault("bad", 0)
+        else:
+            patience.wait += 1
+            patience.state["bad"] = patience.state["bad"] + 1
+        return x * 2
+
+    mine, twin = Patience(), Patience()
+    jf = jitcore.jit(f)
+    for improved in (True, False, False, True, False, True, True, False, False, False, True):
+        assert_same(jf(torch.ones(2), mine, improved), f(torch.ones(2), twin, improved))
+        assert (mine.wait, mine.state) == (twin.wait, twin.state)
+    if form == "store":  # (the C methods read the dict natively: its contents are guarded by value)
+        assert jitcore.cache_misses(jf) <= 4
+
+
+def test_reduce_lr_on_plateau_in_a_jitted_training_step():
+    """ReduceLROnPlateau resets ``num_bad_epochs`` to 0 when the loss improves: rates, counters and
+    losses equal eager's over 20 steps."""
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        return model, opt, torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=1, factor=0.5)
+
+    def step(model, opt, scheduler, x, y):
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        scheduler.step(loss.item())
+        return loss.detach()
+
+    eager, jitted, jstep = make(), make(), jitcore.jit(step)
+    generator = torch.Generator().manual_seed(1)
+    for i in range(20):
+        x, y = torch.randn(8, 4, generator=generator), torch.full((8, 1), float(i % 3))
+        assert_same(jstep(*jitted, x, y), step(*eager, x, y))
+        assert jitted[1].param_groups[0]["lr"] == eager[1].param_groups[0]["lr"]
+        assert jitted[2].num_bad_epochs == eager[2].num_bad_epochs
+
+
 def test_a_counter_read_twice_is_one_computation_input():
     """SGD reads ``group['lr']`` once per parameter: one input per path, not one per read."""
     rates, twin = {"lr": 0.5}, {"lr": 0.5}

@@ -467,6 +467,14 @@ def store_attr_(frame: Frame, inst: Instruction) -> None:
         store_attr(frame.run, obj, name, stack.pop())
 
 
+@handles("STORE_ATTR", since=(3, 11), hook="on_store")
+def store_attr_hooked(frame: Frame, inst: Instruction) -> None:
+    """STORE_ATTR, then ``hooks.on_store`` once the value is stored."""
+    obj = frame.stack[-1]
+    store_attr_(frame, inst)
+    frame.run.hooks.on_store(frame, obj, inst.argval, "attr")
+
+
 @handles("DELETE_ATTR", since=(3, 11))
 def delete_attr_(frame: Frame, inst: Instruction) -> None:
     """del TOS.name."""
@@ -527,6 +535,14 @@ def store_subscr(frame: Frame, inst: Instruction) -> None:
     key = stack.pop()
     container = stack.pop()
     set_item(frame.run, container, key, stack.pop())
+
+
+@handles("STORE_SUBSCR", since=(3, 11), hook="on_store")
+def store_subscr_hooked(frame: Frame, inst: Instruction) -> None:
+    """STORE_SUBSCR, then ``hooks.on_store`` once the value is stored."""
+    key, container = frame.stack[-1], frame.stack[-2]
+    store_subscr(frame, inst)
+    frame.run.hooks.on_store(frame, container, key, "item")
 
 
 @handles("DELETE_SUBSCR", since=(3, 11))
