@@ -29,6 +29,7 @@ import torch
 from torch.nested._internal import nested_tensor
 
 from jitcore.dispatch.dtensor import DTENSOR_LOOKASIDES
+from jitcore.dispatch.jagged_attention import JAGGED_LOOKASIDES
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
 from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
@@ -386,4 +387,5 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     **DTENSOR_LOOKASIDES,
     _GET_TENSOR_SYMINT: get_tensor_symint,
     _NT_VIEW_DUMMY: nt_view_dummy,
+    **JAGGED_LOOKASIDES,
 }

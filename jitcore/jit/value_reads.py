@@ -135,12 +135,15 @@ class ValueReads:
     # writes a tensor it did not make (the probe runs them here, and the whole call again once it is
     # recorded: SparseTensor's ``res[indices] = values`` into its own ``zeros`` runs twice harmlessly), and
     # after a write to a subclass value (the probe would write the caller's); in a pass with symbolic
-    # sizes or nested ints (a nested jagged tensor's SDPA splits it by its offsets' values).
+    # sizes (``TensorValues.shape_env``: its reads are made at the top level only). A static pass with
+    # nested ints (the ShapeEnv of ``TensorValues.allow_nested_ints``, whose sizes stay static) reads
+    # as any other: a nested jagged tensor's ``unbind``, ``chunk``, batch indexing and CPU SDPA
+    # (jitcore/dispatch/jagged_attention.py) split by its offsets' values, checked on every call.
     def _read_in_subclass_code(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                                source: tuple[SourceFrame, ...] | None) -> Any:
         open_scopes = self.context.scopes[1:-1]
-        if self.context.values.fake_mode.shape_env is not None:
-            return _REFUSED  # symbolic sizes or nested ints (an NJT's SDPA splits by its offsets' values)
+        if self.context.values.shape_env is not None:
+            return _REFUSED  # symbolic sizes (nested ints alone leave the pass static)
         if torch.is_grad_enabled() and (self._grad_anywhere() or _needs_grad(args, kwargs)):
             return _REFUSED
         records = [b for scope in open_scopes for b in scope]

@@ -551,6 +551,11 @@ def _outputs_of_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dict, 
     if out is _NOT_REPLAYED:
         raise _stricter_fake(fn, exc) from None
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
+    for o in out_leaves:  # a strided nested tensor (NJT SDPA with dropout on CPU), a sparse one, ...
+        kind = untraced_kind(o) if isinstance(o, torch.Tensor) else None
+        if kind is not None:
+            raise EagerOnlyValue(f"{getattr(fn, '__qualname__', fn)} makes {kind[2]}: jitcore traces "
+                                 "strided tensors")
     if not all(o is None or (isinstance(o, torch.Tensor) and not o._is_view()) for o in out_leaves):
         # a number may come from the zeros' values, a view would lose its aliasing: read on the values
         raise _stricter_fake(fn, exc) from None

@@ -30,7 +30,11 @@ def _njt(lengths: tuple[int, ...], dim: int = 3, requires_grad: bool = False) ->
 
 def _same(actual: Any, expected: Any) -> None:
     assert type(actual) is type(expected), (type(actual), type(expected))
-    if isinstance(expected, NestedTensor):
+    if isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _same(a, e)
+    elif isinstance(expected, NestedTensor):
         assert actual.shape[0] == expected.shape[0] and actual.dim() == expected.dim()
         for a, e in zip(actual.unbind(), expected.unbind(), strict=True):
             torch.testing.assert_close(a, e)
@@ -197,19 +201,69 @@ def test_gradients_of_a_linear_layer_over_an_njt() -> None:
     _no_eager_entry(jitted)
 
 
-def test_sdpa_still_runs_eagerly() -> None:
-    """SDPA on an NJT splits it by its offsets' values (the math backend on CPU): a value read in
-    dispatch code, so the call is an eager entry (JC-J002), equal to eager."""
-    def f(q: torch.Tensor) -> torch.Tensor:
-        q = q.transpose(1, 2)
-        return F.scaled_dot_product_attention(q, q, q).transpose(1, 2)
+def _heads(lengths: tuple[int, ...], heads: int = 2, dim: int = 4) -> torch.Tensor:
+    return torch.nested.nested_tensor([torch.randn(n, heads, dim) for n in lengths], layout=torch.jagged)
 
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    return F.scaled_dot_product_attention(q, k, v).transpose(1, 2)
+
+
+def test_sdpa_is_traced() -> None:
+    """SDPA on NJTs (the math backend on CPU) splits q/k/v by their offsets' values: the lengths are
+    read while tracing and checked on every call (jitcore/dispatch/jagged_attention.py)."""
+    jitted = _traced(lambda q: _attention(q, q, q), lambda lengths: (_heads(lengths),))
+    assert jitted(_heads((5, 2)))._offsets is not None  # the same sizes, other lengths: a miss
+    assert jitcore.cache_misses(jitted) == 3
+
+
+def test_sdpa_with_other_lengths_gives_eagers_answer() -> None:
+    """(2, 5) and (5, 2) have the same sizes: the entry traced for one must not answer the other."""
+    f = lambda q, k: _attention(q, k, k) * 2  # noqa: E731
     jitted = jitcore.jit(f)
-    q = torch.nested.nested_tensor([torch.randn(n, 2, 4) for n in (2, 5)], layout=torch.jagged)
-    with pytest.warns(UserWarning, match="runs eagerly for this call"):
-        _same(jitted(q), f(q))
-    _same(jitted(q), f(q))
-    assert jitted.entries[0].eager_reason is not None
+    for q_lengths, k_lengths in (((2, 5), (3, 3)), ((5, 2), (3, 3)), ((2, 5), (1, 5)), ((2, 5), (3, 3))):
+        q, k = _heads(q_lengths), _heads(k_lengths)
+        with _dispatch_calls() as calls:
+            out = jitted(q, k)
+        _same(out, f(q, k))
+        assert out._offsets is q._offsets
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (3, 1)
+    assert calls == []  # the last call, a hit
+    _no_eager_entry(jitted)
+
+
+def test_sdpa_with_dropout_runs_eagerly() -> None:
+    """With dropout, torch's math branch draws one mask over a strided nested tensor, which jitcore
+    does not trace (per component, the draws would differ from eager's): the call runs eagerly."""
+    f = lambda q: F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)  # noqa: E731
+    jitted = jitcore.jit(f)
+    q = _heads((2, 5)).transpose(1, 2)
+    for i in range(2):
+        torch.manual_seed(0)
+        warns = pytest.warns(UserWarning, match="runs eagerly for this call")  # once: the entry is kept
+        with warns if i == 0 else contextlib.nullcontext():
+            out = jitted(q)
+        torch.manual_seed(0)
+        _same(out, f(q))
+    assert "strided" in str(jitted.entries[0].eager_reason)
+
+
+@pytest.mark.parametrize("program", [
+    lambda n: [t.sum(0) for t in n.unbind()],
+    lambda n: torch.stack([t.amax() for t in n.unbind()]) * 2,
+    lambda n: n[1] * 2,  # a batch index: unbind()[1]
+    lambda n: [c.sin() for c in n.chunk(2, dim=0)],
+    # another offsets tensor: another nested int, so copy_ goes component by component
+    lambda n: n.clone().copy_(torch.nested.nested_tensor_from_jagged(n.values().cos(), n.offsets().clone())),
+], ids=["unbind", "unbind-stack", "select", "chunk", "copy-across-nested-ints"])
+def test_njt_code_reading_the_offsets_values_is_traced(program: Callable[..., Any]) -> None:
+    """NJT code that reads its offsets' values (``offsets.diff().tolist()`` in unbind, the lengths'
+    sums in chunk) reads them while tracing, checked on every call: another ragged structure misses."""
+    jitted = _traced(program, lambda lengths: (_njt(lengths),))
+    n = _njt((5, 2, 1, 4))  # (4, 1, 3) traced: the same total and batch, other lengths
+    _same(jitted(n), program(n))
+    assert jitcore.cache_misses(jitted) == 3
 
 
 def test_with_dynamic_shapes() -> None:
