@@ -6,7 +6,10 @@
   subclass without ``__tensor_flatten__``);
 - a DTensor matmul + redistribute (``x @ w`` with x Shard(0), w Replicate, then to Replicate and
   ``full_tensor()``), world size 1 (gloo, in this process): eager runs DTensor's dispatch and sharding
-  propagation per op; a cached jitcore call runs the local ops only.
+  propagation per op; a cached jitcore call runs the local ops only;
+- scaled dot-product attention over a nested jagged tensor (4 sequences of 3-17 tokens, 4 heads of
+  16): eager's CPU math path splits by the offsets' values into a strided nested tensor; a cached
+  jitcore call checks the lengths and runs the math per sequence on plain tensors.
 Eager runs the subclasses' Python code on every op; jitcore resolves it while tracing and a cached
 call runs the recorded ops on plain tensors. Ratios are measured in one run (machines are shared:
 compare the ratios, not the absolute times).
@@ -52,6 +55,11 @@ def dtensor_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return y.redistribute(y.device_mesh, [Replicate()]).full_tensor()
 
 
+def njt_attention(q: torch.Tensor) -> torch.Tensor:
+    q = q.transpose(1, 2)
+    return torch.nn.functional.scaled_dot_product_attention(q, q, q).transpose(1, 2) * 2
+
+
 def per_call_us(fn: Callable[..., Any], *args: Any, number: int = 200, repeat: int = 5) -> float:
     fn(*args)
     fn(*args)
@@ -78,11 +86,13 @@ def main() -> None:
     mesh = init_device_mesh("cpu", (1,))
     xs = distribute_tensor(torch.randn(16, 16), mesh, [Shard(0)])
     ws = distribute_tensor(torch.randn(16, 16), mesh, [Replicate()])
+    njt = torch.nested.nested_tensor([torch.randn(n, 4, 16) for n in (3, 17, 9, 12)], layout=torch.jagged)
     programs = [
         ("torchao int8 weight-only MLP", model, (x,)),
         ("__torch_function__ subclass, 20 ops", chain, (torch.randn(16, 16).as_subclass(Counted),)),
         ("LoggingTensor (no flatten), 20 ops", chain, (LoggingTensor(torch.randn(16, 16)),)),
         ("DTensor matmul + redistribute", dtensor_matmul, (xs, ws)),
+        ("NJT SDPA (4 sequences)", njt_attention, (njt,)),
     ]
     print(f"{'program':38} {'eager us':>9} {'jitcore us':>11} {'aot_eager us':>13} "
           f"{'jit/eager':>10} {'jit/aot':>8}")
