@@ -115,6 +115,10 @@ class DispatchState:
             return proxy
         if isinstance(value, FakeTensor):
             return self.values.proxy_for(value)
+        if type(value) is torch.Tensor:
+            # a real tensor a subclass value holds (an NJT's ``_min_seqlen_tensor`` made while tracing
+            # from a Python number): a constant of the trace, as ShadowDispatchMode.proxy_of keeps it
+            return value
         return self.adopt(value)
 
     def _outer_like(self, shadow: torch.Tensor) -> torch.Tensor:

@@ -384,7 +384,8 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
             from torch's ShapeEnv; sizes 0 and 1 are specialized. See docs/user-guide.md.
         fullgraph: refuse programs that read tensor values while traced (``if t.any():``,
             ``t.item()``, ``x[mask]``) with DataDependentError (JC-T002) instead of reading the value
-            and checking it on every call (docs/user-guide.md, "Value reads"), and programs that call
+            and checking it on every call (docs/user-guide.md, "Value reads"; reads inside a tensor
+            subclass's own code are read and checked all the same), and programs that call
             what jitcore cannot record (``register_hook``, ...) with UnsupportedOperationError (JC-T001)
             instead of running such calls eagerly.
 

@@ -38,7 +38,7 @@ from jitcore.dispatch.dtensor import fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.resolver import call_on_shadows, resolve_operator_or_own
-from jitcore.errors import DataDependentError, UnsupportedOperationError
+from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.jit import numbers, outputs
@@ -344,9 +344,14 @@ class Pass:
                     return masked  # ``y[mask] = v`` with ``v`` requiring grad (langctx/reads.py)
                 return resolve_call(symbol, args, kwargs)
             except DataDependentError as exc:
-                if self.fullgraph:
+                if self.fullgraph and not self.context.subclass_code:
                     raise
-                return self.reads.read(symbol, args, kwargs, exc, self._source())  # checked reads
+                try:
+                    return self.reads.read(symbol, args, kwargs, exc, self._source())  # checked reads
+                except EagerOnlySubclass:
+                    if self.fullgraph:  # Note [Reads inside a subclass's code under fullgraph]
+                        raise exc from None
+                    raise
         except Exception as exc:
             from jitcore.diagnostics.context import note_failed_call
 

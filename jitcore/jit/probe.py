@@ -33,7 +33,7 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["Probe", "may_write"]
+__all__ = ["Probe", "may_write", "runs_subsymbols"]
 
 
 class Probe:
@@ -53,6 +53,7 @@ class Probe:
         self._copies: dict[int, Any] = {}  # caller's storage key -> the probe's private copy of it
         self._grad = torch.is_grad_enabled()  # the program's grad mode where the records stopped
         self._nested_done: set[int] = set()  # records of open scopes already run (values_within)
+        self._nested_rng: tuple[torch.Tensor, list[torch.Tensor]] | None = None  # where they stopped
 
     def values(self, tree: Any) -> Any:
         """``tree`` with every proxy replaced by its real value (numbers by their traced value)."""
@@ -66,18 +67,21 @@ class Probe:
     def values_within(self, scopes: list[list[BoundSymbol]], tree: Any) -> Any:
         """``tree`` with its real values, where it was computed inside a call still being recorded (a
         subclass's ``__torch_dispatch__`` reading an inner tensor): the top-level records so far, then
-        the records of the open ``scopes`` (outermost first), each run once. The caller makes sure
-        none of them writes a tensor or draws random numbers (the whole call runs again at the top
-        level once recorded)."""
+        the records of the open ``scopes`` (outermost first), each run once: once the call is
+        recorded, the rest of its records run from where these stopped, random draws included (Note
+        [The probe runs a subclass call's operations]). The caller makes sure none of them writes a
+        tensor it did not make (a call the probe runs natively runs them all again)."""
         self._run_pending()
         pending = [b for scope in scopes for b in scope if id(b) not in self._nested_done]
         if pending:
             with _restored_thread_state():
                 torch.set_grad_enabled(self._grad)
+                _set_rng_state(self._nested_rng or self._rng)
                 for bsym in pending:
                     self._run(bsym)
                     self._nested_done.add(id(bsym))
                     self._keep.append(bsym)
+                self._nested_rng = _rng_state()  # where the rest of the call continues
         return optree.tree_map(self._value, tree, none_is_leaf=True)
 
     # --- running records ---------------------------------------------------------------------------
@@ -87,7 +91,11 @@ class Probe:
             return
         with _restored_thread_state():
             torch.set_grad_enabled(self._grad)
-            _set_rng_state(self._rng)
+            # a call some of whose records ran for a read continues after their draws; a call run
+            # natively draws them again (Note [The probe runs a subclass call's operations])
+            resumed = self._nested_rng is not None and runs_subsymbols(records[0])
+            _set_rng_state(self._nested_rng if resumed else self._rng)
+            self._nested_rng = None
             try:
                 for bsym in records:
                     self._run(bsym)
@@ -97,7 +105,11 @@ class Probe:
                 self._grad = torch.is_grad_enabled()  # as the records left it (``no_grad()`` records)
 
     def _run(self, bsym: BoundSymbol) -> None:
-        if "bookkeeping" in bsym.symbol.tags:
+        if "bookkeeping" in bsym.symbol.tags or id(bsym) in self._nested_done:
+            return
+        if runs_subsymbols(bsym):  # Note [The probe runs a subclass call's operations]
+            for sub in bsym.subsymbols:
+                self._run(sub)
             return
         args, kwargs = optree.tree_map(self._value, (bsym.args, bsym.kwargs), none_is_leaf=True)
         if may_write(bsym):
@@ -158,6 +170,23 @@ class Probe:
             for pid, value in list(self._env.items()):
                 if _is_plain(value) and _storage_key(value) == key:
                     self._env[pid] = _view_of(copy, value)
+
+
+# Note [The probe runs a subclass call's operations]
+# A record of a call on tensor subclass values holds, as subsymbols, the operations its resolution
+# recorded (the ops its ``__torch_dispatch__`` ran on the inner tensors, the reads it made, the values
+# it built with ``__tensor_unflatten__``): what the flattened computation runs. The probe runs those,
+# not the call: the subclass's Python code does not run again natively while tracing (a counter it
+# keeps would count twice, into the traced state: ``cls.calls += 1`` on the number being traced), its
+# writes are plain ops on inner tensors (copied first when the caller's), and the operations of a call
+# whose reads ran them already (``values_within``) are not run twice: the rest continue from where
+# they stopped, random draws included. A call autograd must see whole (an ``autograd.Function``, a
+# backward inside the program) still runs natively.
+def runs_subsymbols(bsym: BoundSymbol) -> bool:
+    """Whether the probe runs ``bsym``'s subsymbols in its place (a call on tensor subclass values)."""
+    return bool(bsym.subsymbols) and not {"autograd_function", "backward"} & bsym.symbol.tags and any(
+        isinstance(v, SubclassTensorProxy)
+        for v in optree.tree_leaves((bsym.args, bsym.kwargs, bsym.output), none_is_leaf=True))
 
 
 def _generator_copy(generator: torch.Generator) -> torch.Generator:

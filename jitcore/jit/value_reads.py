@@ -11,8 +11,8 @@ Every read is logged (``JITCORE_LOGS=graph_breaks``) and listed in ``jitcore.exp
 
 Invariants: records go to the trace's top level in program order, except a read inside a tensor
 subclass's code, which goes among the subclass call's operations (Note [Reads inside a subclass's
-code]); with ``fullgraph=True`` every read keeps the refusal; a read value reaches the trace only
-through its check.
+code]); with ``fullgraph=True`` every read of the program's own keeps the refusal (Note [Reads inside
+a subclass's code under fullgraph]); a read value reaches the trace only through its check.
 """
 
 from __future__ import annotations
@@ -129,29 +129,38 @@ class ValueReads:
     # them as the program would: the probe runs the records so far, then those of the calls still
     # being resolved (``Probe.values_within``), and the value becomes a constant behind a check
     # recorded where the read happened, among the call's subsymbols (the flattened computation runs
-    # it on the inner tensors on every call; a differing value goes to another entry). Refused, so
-    # the call runs eagerly as before: under grad (the grad transform replays subclass code on fake
-    # tensors, which have no values), where a record of the open calls draws random numbers or
-    # writes a tensor it did not make (the probe runs them here, and the whole call again once it is
-    # recorded: SparseTensor's ``res[indices] = values`` into its own ``zeros`` runs twice harmlessly), and
-    # after a write to a subclass value (the probe would write the caller's); in a pass with symbolic
-    # sizes (``TensorValues.shape_env``: its reads are made at the top level only). A static pass with
+    # it on the inner tensors on every call; a differing value goes to another entry). Under grad the
+    # grad transform replays the call on fake tensors, and the same reads are answered there with
+    # these values, their checks recorded in the forward (jitcore/transforms/replayed_reads.py); a
+    # value-shaped result that must carry gradients (a ``__torch_function__``'s ``split`` by tensor
+    # lengths, NJT SDPA's) is made static by reading its integer arguments (``_with_read_arguments``).
+    # Random draws of the open calls before the read, and the program's writes to subclass values
+    # before the call, are read as the computation will see them (Note [The probe runs a subclass
+    # call's operations], jitcore/jit/probe.py). Refused, so the call runs eagerly as before: where a
+    # value-shaped result must carry gradients otherwise; where a record of the open calls writes a
+    # tensor it did not make (a call the probe runs natively, an ``autograd.Function``'s, would write
+    # it twice; SparseTensor's ``res[indices] = values`` into its own ``zeros`` is read); in a pass
+    # with symbolic sizes (``TensorValues.shape_env``: its reads are made at the top level only). A
+    # static pass with
     # nested ints (the ShapeEnv of ``TensorValues.allow_nested_ints``, whose sizes stay static) reads
     # as any other: a nested jagged tensor's ``unbind``, ``chunk``, batch indexing and CPU SDPA
     # (jitcore/dispatch/jagged_attention.py) split by its offsets' values, checked on every call.
+    #
+    # Note [Reads inside a subclass's code under fullgraph]
+    # ``fullgraph=True`` refuses the program's own reads (issue 14: a value-dependent program is what
+    # it is there to report), but not those inside a subclass's ``__torch_function__``/
+    # ``__torch_dispatch__``: they are the library's code, not the program's (an NJT's ``unbind()``
+    # reads its offsets), the user cannot move them out of the function, and a checked read is not a
+    # split (the call is traced whole). Where such a read is refused (the cases above), the call
+    # cannot run eagerly under fullgraph: the read's DataDependentError is raised.
     def _read_in_subclass_code(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                                source: tuple[SourceFrame, ...] | None) -> Any:
         open_scopes = self.context.scopes[1:-1]
         if self.context.values.shape_env is not None:
             return _REFUSED  # symbolic sizes (nested ints alone leave the pass static)
-        if torch.is_grad_enabled() and (self._grad_anywhere() or _needs_grad(args, kwargs)):
-            return _REFUSED
         records = [b for scope in open_scopes for b in scope]
-        if any("random" in b.symbol.tags for b in records) or _writes_outside(records):
+        if _writes_outside(records):
             return _REFUSED
-        top = self.context.scopes[0]
-        if any(may_write(b) and _has(SubclassTensorProxy, (b.args, b.kwargs)) for b in top):
-            return _REFUSED  # the probe copies plain storages before writing them, not a subclass's
         try:
             real_args, real_kwargs = self.probe.values_within(open_scopes, (args, kwargs))
         except LookupError:  # a value the records so far do not compute
@@ -162,6 +171,9 @@ class ValueReads:
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
             return Inlined(out)
+        if _needs_grad(args, kwargs):  # value-shaped outputs that must carry gradients: static, with the
+            retried = self._with_read_arguments(symbol, args, kwargs)  # sizes read (NJT SDPA's split)
+            return _REFUSED if retried is _REFUSED else Inlined(retried)
         leaves = optree.tree_leaves(out, none_is_leaf=True)
         if not all(isinstance(v, torch.Tensor) for v in leaves):
             return _REFUSED
@@ -171,10 +183,6 @@ class ValueReads:
         pairs = list(zip(proxies, leaves))
         self._record_shaped(symbol, args, kwargs, output, pairs, site, {"data_dependent"})
         return Inlined(output)
-
-    def _grad_anywhere(self) -> bool:
-        """Whether a tensor the pass has bound so far requires grad (its trace will be differentiated)."""
-        return any(isinstance(t, torch.Tensor) and t.requires_grad for t in self.probe.real_inputs())
 
     # Note [Value-shaped ops under grad]
     # An op whose output shapes the values decide and whose outputs must carry gradients (``ctc_loss``,
@@ -429,6 +437,13 @@ def _holds_read(bsym: BoundSymbol) -> bool:
     return bsym.symbol is READ or any(_holds_read(sub) for sub in bsym.subsymbols)
 
 
+def _flat(records: list[BoundSymbol]) -> Iterator[BoundSymbol]:
+    """``records`` and their subsymbols, in program order."""
+    for bsym in records:
+        yield bsym
+        yield from _flat(list(bsym.subsymbols))
+
+
 def has_reads(bound_symbols: list[BoundSymbol]) -> bool:
     """Whether a trace checks values it read while tracing."""
     return any(b.symbol is READ for b in bound_symbols)
@@ -462,17 +477,17 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
     last_read = max((i for i, b in enumerate(records) if _holds_read(b)), default=-1)
     if last_read < 0:
         return computation
-    before = records[:last_read]
+    before = records[:last_read + 1]  # with the record holding it: a subclass call's own writes and draws
     written: set[int] = set()
-    for bsym in before:
+    for bsym in _flat(before):
         if may_write(bsym):
-            written |= {
-                _storage(v)
+            written |= {  # a subclass value's storage is its inner tensors', written by its subsymbols
+                _storage_or_none(v)
                 for v in optree.tree_leaves((bsym.args, bsym.kwargs))
                 if isinstance(v, TensorProxy)
             }
     positions = [i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written]
-    random = any("random" in b.symbol.tags for b in before)
+    random = any("random" in b.symbol.tags for b in _flat(before))
     if not positions and not random:
         return computation
 

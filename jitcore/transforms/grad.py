@@ -42,7 +42,7 @@ from jitcore.diagnostics.boundary import replays_backward_errors
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.flatten import UNFLATTEN
 from jitcore.dispatch.resolver import DispatchState
-from jitcore.errors import UnsupportedOperationError
+from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext, tree_any, tree_has
 from jitcore.langctx import new_context
 from jitcore.langctx.layout import LayoutReliance
@@ -53,6 +53,7 @@ from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.recording import recording
+from jitcore.transforms.replayed_reads import ReplayedReads
 from jitcore.transforms.saving import split_saved
 from jitcore.transforms.tangents import TangentKind, kind_of_output, tangent_shadow
 
@@ -220,9 +221,12 @@ class _Replay:
         # raised while the forward runs is reported at the user's line
         self.replaying: BoundSymbol | None = None
         self.context: TraceContext = new_context(
-            self.forward, call_handler=resolve_call,
+            self.forward,
             source_provider=lambda: self.replaying.source if self.replaying is not None else None,
         )
+        # subclass dispatch code reads what pass 1 read inside the call being replayed (replayed_reads.py)
+        self.reads = ReplayedReads(self.context, lambda shadow: self._fake_like(shadow, contiguous=False))
+        self.context.call_handler = self.reads
         self.values = self.context.values
         self.state = DispatchState.of(self.values)
         self.env: dict[int, Proxy] = {}
@@ -369,13 +373,14 @@ class _Replay:
         args, kwargs = _tree_map(lambda v: _shadow(self.lookup(v)), (bsym.args, bsym.kwargs))
         self.replaying = bsym
         try:
-            if "autograd_function" in bsym.symbol.tags:
-                # the user's forward runs natively here, with __torch_function__ on as eagerly
-                # (a quantized weight's ``.to(dtype)`` dequantizes in its __torch_function__)
-                with torch._C._EnableTorchFunction():  # noqa: SLF001
+            with self.reads.replaying(bsym):
+                if "autograd_function" in bsym.symbol.tags:
+                    # the user's forward runs natively here, with __torch_function__ on as eagerly
+                    # (a quantized weight's ``.to(dtype)`` dequantizes in its __torch_function__)
+                    with torch._C._EnableTorchFunction():  # noqa: SLF001
+                        out = bsym.symbol.fn(*args, **kwargs)
+                else:
                     out = bsym.symbol.fn(*args, **kwargs)
-            else:
-                out = bsym.symbol.fn(*args, **kwargs)
         finally:
             self.replaying = None
         self._note_nodes(out, bsym.source)
@@ -626,6 +631,10 @@ def _record_backward(
                 diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True,
                 retain_graph=True,  # Note [A backward for other tangent kinds]
             )
+    except (DataDependentError, EagerOnlyValue):
+        # jitcore's own refusal, not eager's error (a subclass tangent's dispatch reading values: no
+        # read of pass 1 answers it, replayed_reads.py): the call runs eagerly (jit/eager_entries.py)
+        raise
     except Exception as exc:  # noqa: BLE001 - eager raises it in backward(), so does the jitted function
         backward.bound_symbols.clear()
         backward.bound_symbols.append(BoundSymbol(RAISE, (exc, _kept_traceback(exc)), {}, None))

@@ -233,6 +233,32 @@ def test_sdpa_with_other_lengths_gives_eagers_answer() -> None:
     _no_eager_entry(jitted)
 
 
+def test_sdpa_under_grad_is_traced() -> None:
+    """q requires grad: the split by lengths is made static by reading them (checked), so autograd
+    differentiates it; gradients of q and of a weight are eager's."""
+    def f(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return _attention(q * w, q, q) * 2
+
+    jitted = jitcore.jit(f)
+    for i, lengths in enumerate(((2, 5), (2, 5), (5, 2))):
+        q = _heads(lengths)
+        q1, q2 = q.detach().requires_grad_(True), q.detach().requires_grad_(True)
+        w1 = torch.randn(4, requires_grad=True)
+        w2 = w1.detach().requires_grad_(True)
+        with _dispatch_calls() as calls:
+            out = jitted(q1, w1)
+        expected = f(q2, w2)
+        _same(out, expected)
+        out.values().sum().backward()
+        expected.values().sum().backward()
+        torch.testing.assert_close(w1.grad, w2.grad)
+        _same(q1.grad, q2.grad)
+        if i == 1:  # warm: autograd.Function.apply asks the output's metadata only
+            assert set(calls) <= _METADATA, calls
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 1)
+    _no_eager_entry(jitted)
+
+
 def test_sdpa_with_dropout_runs_eagerly() -> None:
     """With dropout, torch's math branch draws one mask over a strided nested tensor, which jitcore
     does not trace (per component, the draws would differ from eager's): the call runs eagerly."""
