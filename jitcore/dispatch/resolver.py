@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable
 from typing import Any
@@ -178,6 +179,11 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
             return _resolve(symbol, args, kwargs)
         return symbol.meta(*args, **kwargs)
     overridden = _torch_function_overrides(args, kwargs)
+    if overridden and _runs_its_body(symbol.fn):  # Note [Torch functions that are not overridable]
+        from jitcore.interpreter import current_run
+        from jitcore.interpreter.calls import call_function
+
+        return Inlined(call_function(current_run(), symbol.fn, args, kwargs), splice=True)
     if overridden and _value_read_through_default(overridden, func, symbol):
         return symbol.meta(*args, **kwargs)
     if overridden:
@@ -192,6 +198,22 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     if not (tree_has(args, SubclassTensorProxy) or tree_has(kwargs, SubclassTensorProxy)):
         return symbol.meta(*args, **kwargs)
     return _resolve(symbol, args, kwargs)
+
+
+# Note [Torch functions that are not overridable]
+# Some torch functions jitcore records as symbols are plain Python that torch never offers to a
+# ``__torch_function__`` (``torch.masked.sum``: torch.overrides lists none of ``torch.masked``): eagerly
+# their body runs, and each torch call in it reaches the subclass on its own. Called with a value
+# whose class has a ``__torch_function__``, such a function is interpreted as eager runs it (its
+# records take its place) instead of being handed to that ``__torch_function__`` as ``func`` (which
+# MaskedTensor's ``torch.masked.sum(self, mask=...)`` turned into ``as_subclass``: an eager entry).
+def _runs_its_body(fn: Any) -> bool:
+    return isinstance(fn, types.FunctionType) and fn not in _overridable()
+
+
+@functools.cache
+def _overridable() -> frozenset[Any]:
+    return frozenset(fn for fns in torch.overrides.get_overridable_functions().values() for fn in fns)
 
 
 def _overloaded(value: Any) -> bool:

@@ -1,8 +1,9 @@
-"""torch's own subclasses that jitcore runs eagerly (jitcore.errors.EagerOnlySubclass, JC-J002),
-differentially against eager: MaskedTensor reductions (DTensor is traced: tests/dispatch/test_dtensor.py,
-where FSDP2's eager entry is tested too; nested jagged tensors: tests/dispatch/test_nested_jagged.py). A
-call that meets one runs as eager runs it, with one warning per jitted function and the reason in
-``fallback_reason``; calls without one are traced as usual.
+"""Subclasses that jitcore runs eagerly (jitcore.errors.EagerOnlySubclass, JC-J002), differentially
+against eager: a subclass holding storage of its own (``_make_subclass``) with a ``__torch_dispatch__``
+(MaskedTensor reductions are traced: tests/dispatch/test_dispatch_foreign_subclasses.py; DTensor:
+tests/dispatch/test_dtensor.py, where FSDP2's eager entry is tested too; nested jagged tensors:
+tests/dispatch/test_nested_jagged.py). A call that meets one runs as eager runs it, with one warning per
+jitted function and the reason in ``fallback_reason``; calls without one are traced as usual.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ from typing import Any
 
 import pytest
 import torch
-from torch.masked import masked_tensor
 
 import jitcore
 from jitcore.debug.explain import explain_text
 from jitcore.errors import EagerOnlySubclass
-
-warnings.filterwarnings("ignore", message="The PyTorch API of MaskedTensors")
+from tests.dispatch.test_dispatch_foreign_subclasses import StorageDispatch
 
 
 def _same(actual: Any, expected: Any) -> None:
@@ -54,21 +53,13 @@ def _runs_eagerly(fn: Callable[..., Any], *args: Any) -> jitcore.JittedFunction:
     return jitted
 
 
-def _masked() -> torch.Tensor:
-    mask = torch.tensor([[True, False, True], [False, True, True]])
-    return masked_tensor(torch.randn(2, 3), mask)
-
-
 def test_plain_calls_are_still_traced_after_an_eager_one() -> None:
     f = lambda t: (t * 2).sum()  # noqa: E731
-    jitted = _runs_eagerly(f, _masked())
+    jitted = _runs_eagerly(f, StorageDispatch(torch.randn(3)))
     torch.testing.assert_close(jitted(torch.ones(3)), torch.ones(3).sum() * 2)
     assert [entry.eager_reason is None for entry in jitted.entries] == [False, True]  # eager, then traced
     text = explain_text(jitted)
-    assert "a call ran eagerly" in text and "JC-J002" in text and "MaskedTensor" in text
+    assert "a call ran eagerly" in text and "JC-J002" in text and "StorageDispatch" in text
     assert "an eager entry: the calls it accepts run the function eagerly" in text
-    assert "type(args[0]) is MaskedTensor" in text
+    assert "type(args[0]) is StorageDispatch" in text
 
-
-def test_masked_tensor_reduction() -> None:
-    _runs_eagerly(lambda t: (t * 2).sum(), _masked())
