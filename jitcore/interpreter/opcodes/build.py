@@ -11,6 +11,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 import functools
 import operator
 import sys
+from collections.abc import Callable
 
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
@@ -289,24 +290,25 @@ def format_value_hooked(frame: Frame, inst: Instruction) -> None:
     stack.append(text)
 
 
+def _field_of_top(frame: Frame, inst: Instruction, conversion: int, handler: Callable) -> None:
+    """TOS through ``hooks.format_field`` (no spec), else the opcode's own ``handler``."""
+    text = _field(frame, frame.stack[-1], conversion, "")
+    if text is NotImplemented:
+        handler(frame, inst)
+    else:
+        frame.stack[-1] = text
+
+
 @handles("CONVERT_VALUE", since=(3, 13), hook="format_field")
 def convert_value_hooked(frame: Frame, inst: Instruction) -> None:
     """CONVERT_VALUE through ``hooks.format_field`` first."""
-    text = _field(frame, frame.stack[-1], inst.arg, "")
-    if text is NotImplemented:
-        convert_value(frame, inst)
-    else:
-        frame.stack[-1] = text
+    _field_of_top(frame, inst, inst.arg, convert_value)
 
 
 @handles("FORMAT_SIMPLE", since=(3, 13), hook="format_field")
 def format_simple_hooked(frame: Frame, inst: Instruction) -> None:
     """FORMAT_SIMPLE through ``hooks.format_field`` first."""
-    text = _field(frame, frame.stack[-1], 0, "")
-    if text is NotImplemented:
-        format_simple(frame, inst)
-    else:
-        frame.stack[-1] = text
+    _field_of_top(frame, inst, 0, format_simple)
 
 
 @handles("FORMAT_WITH_SPEC", since=(3, 13), hook="format_field")
