@@ -46,6 +46,7 @@ from jitcore.jit.appends import appended_parameters, only_appended_to, subscript
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
+from jitcore.jit.nondeterministic import refuse_nondeterministic
 from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
@@ -413,6 +414,7 @@ class Pass:
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
+        refuse_nondeterministic(fn, args)  # time.time(), random.random(): jit/nondeterministic.py
         if type(fn) is types.BuiltinMethodType and fn.__name__ in ("write", "flush"):  # jit/printing.py
             if fn.__name__ == "flush" and self.prints.flush(fn, args, kwargs):
                 return None
