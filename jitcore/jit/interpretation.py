@@ -40,13 +40,14 @@ from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.resolver import call_on_shadows, resolve_operator_or_own
 from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
+from jitcore.interpreter.lookasides import builtin_lookasides
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.jit import numbers, outputs
 from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
-from jitcore.jit.nondeterministic import refuse_nondeterministic
+from jitcore.jit.nondeterministic import iterator_lookasides, refuse_nondeterministic
 from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
@@ -258,6 +259,7 @@ class Pass:
                 **AUTOGRAD_FUNCTION_LOOKASIDES,
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
+                **iterator_lookasides(self.provenance.path_of, builtin_lookasides()[next]),
                 **dict_read_lookasides(self._load_subscr, self._native_arguments, self.provenance),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
             }),
@@ -278,8 +280,6 @@ class Pass:
     def _attribute_lookasides(self) -> dict[Any, Callable[..., Any]]:
         """getattr() with a default, hasattr() and vars() see what the attribute hook does not (an
         attribute's absence, a whole instance dict): the interpreter's versions, guarded too."""
-        from jitcore.interpreter.lookasides import builtin_lookasides
-
         base = builtin_lookasides()
         base_getattr, base_hasattr, base_vars = base[getattr], base[hasattr], base[vars]
 

@@ -13,6 +13,12 @@ functions are methods of its hidden instance; ``randint``, ``choice`` and ``uuid
 ``random``/``getrandbits``/``urandom``). Exempt: calls made by the standard library's ``logging``
 (a record's creation time), whose records are replayed with the trace's time (docs/user-guide.md).
 
+The same holds for ``next(it)`` of an iterator of the caller's or of state that advances in C (a
+module-level ``itertools.count()`` handing out ids, an ``itertools.cycle``, a generator made before
+the call): jitcore does not snapshot such iterators, so the trace would keep the first call's item
+(``iterator_lookasides``). An iterator the program makes itself (``next(iter(xs))``,
+``next(model.parameters())``) is traced.
+
 Invariant: a refused call has not run (no generator state was consumed while tracing).
 """
 
@@ -23,12 +29,13 @@ import os
 import random
 import time
 import types
+from collections.abc import Callable
 from typing import Any
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter import current_run
 
-__all__ = ["refuse_nondeterministic"]
+__all__ = ["iterator_lookasides", "refuse_nondeterministic"]
 
 _CLOCKS = frozenset(
     getattr(time, name) for name in (
@@ -79,3 +86,19 @@ def _reads_the_clock(fn: Any, args: tuple) -> bool:
         return len(args) < 2
     return not args or args[0] is None
 
+
+def iterator_lookasides(path_of: Callable[[Any], Any], base: Callable[..., Any]) -> dict[Any, Callable]:
+    """``next``: refused (JC-T001) for an iterator the program reached from its arguments or state
+    (``path_of`` finds a path) whose ``__next__`` is C code; otherwise ``base``, the interpreter's own."""
+
+    def next_(iterator: Any, *default: Any) -> Any:
+        step = getattr(type(iterator), "__next__", None)
+        if step is not None and not isinstance(step, types.FunctionType) and path_of(iterator) is not None:
+            raise UnsupportedOperationError(
+                f"next() of a {type(iterator).__name__} the function reaches from its arguments or state "
+                "advances it in C code, which a cached call could not replay",
+                hints=("take the item outside the jitted function and pass it in as an argument",),
+            )
+        return base(iterator, *default)
+
+    return {next: next_}

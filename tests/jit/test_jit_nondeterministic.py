@@ -6,6 +6,7 @@ returned the first call's ``time.time()`` and took the first call's side of ``ra
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import os
 import random
@@ -117,3 +118,44 @@ def test_log_records_stay_traced() -> None:
         for _ in range(3):
             assert_same(jf(X), f(X))
     assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 2)
+
+
+_IDS = itertools.count()
+_SCALES = itertools.cycle([1.0, 2.0, 3.0])
+
+
+def _made_before():
+    yield from range(100)
+
+
+_NUMBERS = _made_before()
+
+
+@pytest.mark.parametrize("take", [lambda: next(_IDS), lambda: next(_SCALES), lambda: next(_NUMBERS)])
+def test_iterators_of_state_advanced_in_c_run_eagerly(take: Callable[[], Any]) -> None:
+    """``next()`` of a module-level ``itertools.count()``, ``cycle`` or a generator made before the
+    call: every cached call returned the first call's item."""
+
+    def f(x):
+        return x * take()
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [jf(X) for _ in range(3)]
+    assert [float(g[1]) for g in got] != [float(got[0][1])] * 3  # the iterator advanced every call
+    assert any("runs eagerly" in str(w.message) for w in caught)
+
+
+def test_iterators_the_program_makes_are_traced() -> None:
+    model = torch.nn.Linear(3, 2)
+
+    def f(x, xs):
+        return x * next(iter(xs)) + next(model.parameters()).sum()
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            assert_same(jf(X, [2.0, 3.0]), f(X, [2.0, 3.0]))
+    assert jitcore.cache_hits(jf) == 1
