@@ -85,10 +85,14 @@ class _Compiler:
         with self.changed:
             return self.changed.wait_for(lambda: self.pending == 0, timeout)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """Stop taking jobs; with ``timeout``, wait that long for the job running now to end."""
         with self.changed:
             self.closing = True
             self.changed.notify_all()
+            thread = self.thread
+        if timeout is not None and thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
 
 _COMPILER = _Compiler()
@@ -101,7 +105,12 @@ def _fresh_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_fresh_after_fork)
-atexit.register(lambda: _COMPILER.close())
+# Note [The compile thread at exit]
+# A daemon thread still inside a compile when the interpreter finalizes runs torch's C++ while the
+# runtime is torn down: the process aborted ("terminate called without an active exception", exit
+# status 134) after a program whose last calls had just handed an entry over. At exit the job running
+# now is let finish (torch's own exit handlers, registered before jitcore's, run after this one).
+atexit.register(lambda: _COMPILER.close(timeout=120.0))
 
 
 def background_enabled() -> bool:

@@ -5,7 +5,11 @@ compiles only when a test opens its gate, and ``wait_for_compiles`` waits for th
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -126,3 +130,19 @@ def test_inductor_in_the_background() -> None:
     assert wait_for_compiles(300)
     check(f, torch.randn(4), jfn=jfn)
     assert "fused by inductor" in lowered_trace(jfn)
+
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_subclass_chain.py"
+
+
+def test_a_program_that_used_the_compile_thread_exits_cleanly(tmp_path: Path) -> None:
+    """Note [The compile thread at exit]: the subclass-chain benchmark (a jitted TwoTensor chain lowered
+    in the background, then torch.compile) aborted at exit on every run, status 134 with "terminate
+    called without an active exception": the idle compile thread was still alive when the runtime was
+    torn down. Only the exit status and the report are checked, not the times."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "JITCORE_BACKGROUND_COMPILE": "1"}
+    done = subprocess.run([sys.executable, str(BENCHMARK)], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr
+    assert "jitcore (TwoTensor)" in done.stdout
