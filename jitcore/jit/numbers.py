@@ -161,10 +161,8 @@ def keeps_numbers(fn: Any) -> bool:
 def stores_items(fn: Any) -> bool:
     """Whether the C callable ``fn`` only stores its arguments as items of a list or deque
     (``log.append(text)``): values, never keys, so text made from numbers can stay deferred there."""
-    if not isinstance(fn, (types.MethodDescriptorType, types.BuiltinMethodType)):
-        return False
-    owner = fn.__objclass__ if isinstance(fn, types.MethodDescriptorType) else type(fn.__self__)
-    return getattr(fn, "__name__", "") in _STORING_METHODS and issubclass(owner, (list, collections.deque))
+    owner = _storing_owner(fn)
+    return owner is not None and issubclass(owner, (list, collections.deque))
 
 
 def _stores(fn: Any) -> bool:
@@ -172,9 +170,15 @@ def _stores(fn: Any) -> bool:
     number stays a name there (the effect stores its value per call, jitcore/jit/effects.py)."""
     if fn is setattr:
         return True
-    if isinstance(fn, types.MethodDescriptorType):  # ``list.append(log, n)``: called with its receiver
-        owner = fn.__objclass__
-    else:
-        owner = type(getattr(fn, "__self__", None))
-    stores = getattr(fn, "__name__", "") in _STORING_METHODS
-    return stores and issubclass(owner, (list, dict, set, collections.deque))
+    owner = _storing_owner(fn)
+    return owner is not None and issubclass(owner, (list, dict, set, collections.deque))
+
+
+def _storing_owner(fn: Any) -> type | None:
+    """The class of a storing method's receiver (``list.append(log, n)`` is called with its receiver,
+    ``log.append(n)`` is bound to it); None for a callable that is not one of ``_STORING_METHODS``."""
+    if getattr(fn, "__name__", "") not in _STORING_METHODS:
+        return None
+    if isinstance(fn, types.MethodDescriptorType):
+        return fn.__objclass__
+    return type(getattr(fn, "__self__", None))

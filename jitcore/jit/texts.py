@@ -28,13 +28,12 @@ from jitcore.interpreter import current_run
 from jitcore.interpreter.protocols import to_format, to_repr, to_str
 from jitcore.ir import tree_has
 from jitcore.proxies.number import NumberProxy
-from jitcore.proxies.text import Field, TextProxy
+from jitcore.proxies.text import CONVERTERS, Field, TextProxy
 
 __all__ = ["format_field", "format_lookasides", "format_percent"]
 
 _DEFERRED = (NumberProxy, TextProxy)
-_CONVERSIONS = {None: 0, "s": 1, "r": 2, "a": 3}
-_CONVERTERS = (str, repr, ascii)
+_CODES = {None: 0, "s": 1, "r": 2, "a": 3}  # a str.format conversion letter -> its code
 
 
 def format_field(value: Any, conversion: int, spec: Any) -> Any:
@@ -104,7 +103,7 @@ def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | None
             parts.append(literal)
         if name is None:
             continue
-        if "{" in spec or "." in name or "[" in name or conversion not in _CONVERSIONS:
+        if "{" in spec or "." in name or "[" in name or conversion not in _CODES:
             return None
         if name == "":
             if automatic is None:
@@ -121,11 +120,11 @@ def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | None
             value = args[key] if isinstance(key, int) else kwargs[key]
         except (IndexError, KeyError):
             return None
-        code = _CONVERSIONS[conversion]
+        code = _CODES[conversion]
         if isinstance(value, _DEFERRED):
             parts.append(Field(value, code, spec))
         else:
-            parts.append(run.call(format, run.call(_CONVERTERS[code - 1], value) if code else value, spec))
+            parts.append(run.call(format, run.call(CONVERTERS[code], value) if code else value, spec))
     return TextProxy(tuple(parts))
 
 

@@ -29,9 +29,10 @@ from typing import Any
 
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["Field", "TextProxy", "plain_text"]
+__all__ = ["CONVERTERS", "Field", "TextProxy", "plain_text"]
 
-_CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
+# an f-string conversion (CPython's FORMAT_VALUE numbering) -> the function it applies
+CONVERTERS = {0: None, 1: str, 2: repr, 3: ascii}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ class TextProxy:
                 pieces.append(part)
                 continue
             value = part.value._text(values) if isinstance(part.value, TextProxy) else next(values)
-            convert = _CONVERSIONS[part.conversion]
+            convert = CONVERTERS[part.conversion]
             pieces.append(format(value if convert is None else convert(value), part.spec))
         return "".join(pieces)
 
