@@ -53,7 +53,7 @@ from jitcore.proxies.protocol import (
     instance_attributes,
     is_wrapper,
     tensor_flatten,
-    tensor_unflatten,
+    unflatten_around,
 )
 from jitcore.proxies.subclass import is_traceable_subclass
 from jitcore.proxies.typed import is_plain_subclass, retype
@@ -718,8 +718,11 @@ class Provenance:
         size, stride = tensor.shape, tensor.stride()
         if nested:
             size, stride = (self.values.nested_sizes(s, list(shadows.values())) for s in (size, stride))
-        with self.values.fake_mode if nested else contextlib.nullcontext():
-            shadow = tensor_unflatten(cls, shadows, ctx, size, stride)
+        try:
+            with self.values.fake_mode if nested else contextlib.nullcontext():
+                shadow = unflatten_around(cls, shadows, ctx, size, stride)
+        except ValueError as error:  # Note [A caller's value holds its own inner tensors]
+            raise EagerOnlySubclass(f"{path.describe()} is a {cls.__qualname__}: {error}") from None
         if type(shadow) is not cls and issubclass(cls, type(shadow)):
             # an inherited __tensor_unflatten__ that names its own class (TwoTensor's): the
             # dispatcher must see the caller's class, whose __torch_dispatch__ may override

@@ -26,7 +26,7 @@ from jitcore.proxies.tensor import TensorProxy
 
 __all__ = [
     "DerivedContext", "WithConstants", "eager_only_reason", "has_nested_ints", "has_own_protocol",
-    "instance_attributes", "is_wrapper", "tensor_flatten", "tensor_unflatten",
+    "instance_attributes", "is_wrapper", "tensor_flatten", "tensor_unflatten", "unflatten_around",
 ]
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass  # noqa: SLF001
@@ -163,4 +163,25 @@ def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any
         object.__setattr__(out, name, tensor)
     for name, value in others:
         object.__setattr__(out, name, value)
+    return out
+
+
+# Note [A caller's value holds its own inner tensors]
+# A subclass input is rebuilt, for tracing, around the shadows of its inner tensors. Its class's
+# ``__tensor_unflatten__`` may store something else than what it was given: torch's ``ComplexTensor``
+# keeps ``real.detach()`` (a new tensor object). The caller's value holds the tensors its flatten
+# reported, which the computation receives as arguments; the rebuilt value must hold those very shadows,
+# or what the program reads from it (``x._re``) is a tensor no argument names.
+
+
+def unflatten_around(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
+    """``tensor_unflatten`` for a value that holds ``inner`` themselves (Note [A caller's value holds its
+    own inner tensors]); ValueError when the class will not hold them (a read-only property)."""
+    out = tensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
+    for name, tensor in inner.items():
+        if getattr(out, name, None) is not tensor:
+            with contextlib.suppress(AttributeError, TypeError):
+                object.__setattr__(out, name, tensor)
+            if getattr(out, name, None) is not tensor:
+                raise ValueError(f"its __tensor_unflatten__ does not keep the inner tensor {name!r}")
     return out

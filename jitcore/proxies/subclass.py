@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from jitcore.proxies.protocol import tensor_flatten, tensor_unflatten
+from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.tensor import JaggedOuter, TensorProxy, describe_tensor, wrapper_tensor
 
 __all__ = ["SubclassTensorProxy", "is_traceable_subclass", "missing_slot", "proxy_class", "subclass_proxy"]
@@ -103,7 +103,7 @@ class SubclassTensorProxy(TensorProxy):
             names, ctx = self.inner_flatten()
             inner = {n: getattr(self, n).shadow for n in names}
             outer = self._jitcore_outer
-            built = tensor_unflatten(self.subclass, inner, ctx, outer.shape, outer.stride())
+            built = unflatten_around(self.subclass, inner, ctx, outer.shape, outer.stride())
             _set(self, "_jitcore_shadow", built)
         return built
 

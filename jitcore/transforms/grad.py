@@ -50,7 +50,7 @@ from jitcore.langctx.thread_state import ThreadState
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
-from jitcore.proxies.protocol import tensor_unflatten
+from jitcore.proxies.protocol import unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.recording import recording
 from jitcore.transforms.replayed_reads import ReplayedReads
@@ -258,7 +258,7 @@ class _Replay:
         inner = {n: self.env.get(id(getattr(old, n))) for n in names}
         if any(v is None for v in inner.values()):
             return None
-        shadow = tensor_unflatten(old.subclass, {n: v.shadow for n, v in inner.items()}, ctx, old.shape,
+        shadow = unflatten_around(old.subclass, {n: v.shadow for n, v in inner.items()}, ctx, old.shape,
                                   old.stride())
         if requires_grad:
             shadow.requires_grad_(True)

@@ -70,15 +70,15 @@ def backward_reads(
 ) -> dict[int, Proxy]:
     """The forward values the backward's ops read or return (``id -> proxy``, in order of first
     read): what it takes besides the tangents when nothing is recomputed."""
-    produced = {id(p) for b in backward for p in proxies_in(b.output)}
-    excluded = produced | {id(t) for t in tangents}
+    produced = {id(t) for t in tangents}
     needed: dict[int, Proxy] = {}
-    for bsym in backward:
+    for bsym in backward:  # in order: an op returning its input (``t = resolve_neg(t)``) reads it first
         for p in proxies_in((bsym.args, bsym.kwargs)):
-            if id(p) not in excluded:
+            if id(p) not in produced:
                 needed.setdefault(id(p), p)
+        produced.update(id(p) for p in proxies_in(bsym.output))
     for p in proxies_in(outputs):
-        if id(p) not in excluded:
+        if id(p) not in produced:
             needed.setdefault(id(p), p)
     return needed
 

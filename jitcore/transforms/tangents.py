@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.protocol import tensor_flatten, tensor_unflatten
+from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["TangentKind", "flatten_tangent", "kind_of_gradient", "kind_of_output", "tangent_shadow"]
@@ -134,4 +134,4 @@ def _shadow(kind: TangentKind, leaf: Any, path: str, shape: Any, stride: Any) ->
     shape = tuple(kind.shape) if shape is None else tuple(shape)
     if stride is None:
         stride = torch._prims_common.make_contiguous_strides_for(shape)  # noqa: SLF001
-    return tensor_unflatten(kind.subclass, inner, kind.ctx, shape, tuple(stride))
+    return unflatten_around(kind.subclass, inner, kind.ctx, shape, tuple(stride))

@@ -138,3 +138,61 @@ def test_a_forward_computed_from_detached_tensors_gives_outputs_that_require_gra
         assert out[1:] == expected[1:] == (True, False)
         torch.testing.assert_close(x.grad, ex.grad)
     assert jitcore.cache_hits(jitted) == 1
+
+
+class Detaching(torch.Tensor):
+    """A wrapper that keeps detached copies of what it is given (as torch's ComplexTensor does), with
+    ops that return their input (``resolve_neg``, ``contiguous`` of a contiguous tensor) in its
+    dispatch."""
+
+    @staticmethod
+    def __new__(cls, a, b):
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
+
+    def __init__(self, a, b):
+        self.a, self.b = a.detach(), b.detach()
+
+    def __tensor_flatten__(self):
+        return ["a", "b"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, size, stride):
+        return Detaching(inner["a"], inner["b"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args, kwargs=None):
+        a = [torch.resolve_neg(x.a) if isinstance(x, Detaching) else x for x in args]
+        b = [torch.resolve_neg(x.b) if isinstance(x, Detaching) else x for x in args]
+        out_a, out_b = func(*a, **(kwargs or {})), func(*b, **(kwargs or {}))
+        if func is torch.ops.aten.sum.default:
+            return out_a + out_b
+        return Detaching(out_a.contiguous(), out_b.contiguous())
+
+
+class MakeDetaching(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return Detaching(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.a, grad.b
+
+
+def _detaching_loss(a, b):
+    return (MakeDetaching.apply(a, b) * MakeDetaching.apply(b, a)).sin().sum()
+
+
+def test_a_subclass_made_by_a_function_over_detached_inner_tensors() -> None:
+    """Failed with NameError: the grad transform rebuilt the subclass around its inner tensors and the
+    class stored new (detached) ones, which no record produced; and the backward's ``t = resolve_neg(t)``
+    made the saved value look produced by the backward itself, so the forward saved nothing."""
+    a, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    _detaching_loss(a, b).backward()
+    expected = (a.grad, b.grad)
+    jfn = jitcore.jit(_detaching_loss)
+    for _ in range(2):
+        a.grad = b.grad = None
+        jfn(a, b).backward()
+        torch.testing.assert_close((a.grad, b.grad), expected)
+    assert jitcore.cache_hits(jfn) == 1
