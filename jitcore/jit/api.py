@@ -223,6 +223,8 @@ class JittedFunction:
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once
             self.last_rederived_traces = []
             computation = self.executor.compile(flat.trace, record_lowered(traces))
+            if grad.without_graph and flat.trace is not program.trace:
+                computation = _without_grad(computation)  # Note [A graph no output reaches]
         prologue = self._finish_prologue(_prologue_of(program.prologue, grad, inputs))
         self.last_prologue = prologue
         plain_data = _runs_torch_function(program)
@@ -425,6 +427,28 @@ def _runs_torch_function(program: Any) -> bool:
         return True
     return any(g.kind == "type" and isinstance(g.expected, type) and issubclass(g.expected, torch.Tensor)
                and has_torch_function(g.expected) for g in program.prologue.guards)
+
+
+# Note [A graph no output reaches]
+# Eagerly, the ops a ``__torch_dispatch__`` runs on inner tensors run below autograd: a subclass
+# built from a tensor that requires grad without passing ``requires_grad`` to
+# ``_make_wrapper_subclass`` (``Wrapper(x) * 3``) starts no graph, and what its dispatch returns
+# (``(Wrapper(x) * 3).sum()``, a plain tensor) does not require grad. The flattened computation runs
+# those ops on the inner tensors themselves, so with grad mode on it would connect the output to
+# ``x``, and the caller would get ``requires_grad=True`` (and a ``backward()`` eager refuses). When no
+# output of pass 1 requires grad and nothing is written (grad.reaches_no_graph), the grad transform
+# is not used and the flattened computation runs with grad mode off: its outputs are as pass 1 says.
+# An output that requires grad goes through the grad transform, whose replay runs the subclass's
+# dispatch below torch's autograd as eager does.
+def _without_grad(computation: Callable[..., Any]) -> Callable[..., Any]:
+    """``computation`` run with grad mode off (Note [A graph no output reaches])."""
+    no_grad = torch.no_grad
+
+    def run(*args: Any) -> Any:
+        with no_grad():
+            return computation(*args)
+
+    return run
 
 
 def _without_torch_function(computation: Callable[..., Any]) -> Callable[..., Any]:

@@ -104,6 +104,10 @@ class SubclassTensorProxy(TensorProxy):
             inner = {n: getattr(self, n).shadow for n in names}
             outer = self._jitcore_outer
             built = unflatten_around(self.subclass, inner, ctx, outer.shape, outer.stride())
+            if outer.requires_grad and not built.requires_grad and built.is_leaf:
+                # made with ``_make_wrapper_subclass(..., requires_grad=True)``: a leaf that requires
+                # grad, as the eager value is (``__tensor_unflatten__`` rarely passes the flag on)
+                built.requires_grad_(True)
             _set(self, "_jitcore_shadow", built)
         return built
 

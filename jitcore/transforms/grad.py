@@ -59,7 +59,7 @@ from jitcore.transforms.tangents import TangentKind, kind_of_output, tangent_sha
 
 __all__ = [
     "BackwardDeriver", "DerivedBackward", "GradTraces", "OutputSpec", "SubclassInputs", "grad_transform",
-    "needs_grad", "unproduced_subclasses",
+    "needs_grad", "reaches_no_graph", "unproduced_subclasses",
 ]
 
 
@@ -189,6 +189,23 @@ def needs_grad(trace: Trace, subclass_inputs: SubclassInputs) -> bool:
     return any(requires_grad for _proxy, requires_grad in subclass_inputs)
 
 
+def reaches_no_graph(trace: Trace, subclass_inputs: SubclassInputs) -> bool:
+    """Grad mode is on and an input requires grad, yet no output requires grad and nothing is written
+    in place: eager builds a graph the caller cannot reach (Note [A graph no output reaches]).
+
+    Args:
+        trace: the pass-1 trace.
+        subclass_inputs: its subclass inputs, each with whether the caller's tensor requires grad.
+    """
+    if not torch.is_grad_enabled() or torch.is_inference_mode_enabled() or not _reaches_no_graph(trace):
+        return False
+    if any("backward" in b.symbol.tags for b in trace.bound_symbols):
+        return False
+    if any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args):
+        return True
+    return any(requires_grad for _proxy, requires_grad in subclass_inputs)
+
+
 def _reaches_no_graph(trace: Trace) -> bool:
     """No output requires grad and nothing is written in place: whatever graph eager would build,
     the caller cannot reach it (``model.generate`` under ``no_grad``, an ``argmax``), so the
@@ -200,6 +217,13 @@ def _reaches_no_graph(trace: Trace) -> bool:
         ("inplace" in b.symbol.tags or "out" in b.kwargs) and tree_any((b.args, b.kwargs), _requires_grad)
         for b in trace.bound_symbols
     )
+
+
+def _made_leaf(value: SubclassTensorProxy) -> bool:
+    """Whether a subclass value the program made from its inner tensors is a leaf that requires grad:
+    made with ``_make_wrapper_subclass(..., requires_grad=True)``, as eagerly (its inner tensors'
+    gradients do not flow through it, eagerly either)."""
+    return value.outer.requires_grad
 
 
 def _requires_grad(value: Any) -> bool:
@@ -249,7 +273,7 @@ class _Replay:
             self._map(arg, proxy)
             self.forward.args.append(proxy)
         for old in unproduced:
-            self._rebuild_subclass(old, requires_grad=self.subclass_grad.get(id(old), False))
+            self._rebuild_subclass(old, requires_grad=self.subclass_grad.get(id(old), _made_leaf(old)))
 
     def _rebuild_subclass(self, old: SubclassTensorProxy, *, requires_grad: bool = False) -> Any:
         """A subclass value as an instance of its class over its inner tensors' replayed shadows
@@ -302,7 +326,7 @@ class _Replay:
             if found is None and isinstance(value, SubclassTensorProxy):
                 # made by the program from its inner tensors (``OptimState8bit(codes, ...)`` in
                 # torchao's optimizers): no op makes it, so it is rebuilt as a subclass input is
-                found = self._rebuild_subclass(value)
+                found = self._rebuild_subclass(value, requires_grad=_made_leaf(value))
             if found is None:
                 raise AssertionError(f"grad transform: {value.name} is used before it is produced")
             return found

@@ -21,7 +21,7 @@ from jitcore.prologue.guards import storage_pattern
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
-from jitcore.transforms.grad import RAISE, grad_transform, needs_grad
+from jitcore.transforms.grad import RAISE, grad_transform, needs_grad, reaches_no_graph
 from jitcore.transforms.mincut import saved_for_fusion
 
 __all__ = ["Differentiated", "GradStage", "differentiate"]
@@ -59,11 +59,14 @@ class GradStage:
             the transform made constants, which inputs share storage.
         dropped_inputs: positions of the prologue's inputs the computation no longer takes (the
             dynamic numbers made constants).
+        without_graph: the flattened computation must run with grad mode off: an input requires
+            grad, but no output does and nothing is written (Note [A graph no output reaches]).
     """
 
     differentiated: Differentiated | None
     guards: tuple[Guard, ...] = ()
     dropped_inputs: frozenset[int] = frozenset()
+    without_graph: bool = False
 
 
 def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
@@ -87,7 +90,7 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     subclass_inputs = _subclass_inputs(program)
     flags = [(proxy, requires_grad) for proxy, _path, requires_grad in subclass_inputs]
     if not needs_grad(trace, flags):
-        return GradStage(None)
+        return GradStage(None, without_graph=reaches_no_graph(trace, flags))
     runs_pass_1 = not involves_subclasses(trace)  # pass 1 can run as it is, under torch's autograd
     if runs_pass_1 and program.symbolic_numbers():
         return GradStage(None)  # Note [Dynamic numbers under autograd]

@@ -1,0 +1,163 @@
+"""Tensor subclasses in authoring patterns others write (issue 15, round 2), each program run eagerly and
+under jitcore, the second call a cache hit, comparing output types, inner tensors, flatten contexts,
+``requires_grad`` and gradients. Every test here failed before the fix it names:
+- a wrapper built from a tensor that requires grad without passing ``requires_grad`` (the graph stops
+  at it eagerly: its dispatch runs below autograd) returned outputs requiring grad (Note [A graph no
+  output reaches], jit/api.py);
+- a wrapper made inside with ``_make_wrapper_subclass(..., requires_grad=True)`` (a leaf requiring
+  grad) gave outputs that did not require grad.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._pytree import tree_map, tree_map_only
+
+import jitcore
+
+aten = torch.ops.aten
+
+
+def _inner(t: torch.Tensor) -> dict[str, Any]:
+    if not hasattr(type(t), "__tensor_flatten__"):
+        return {"data": t.detach()}
+    names, ctx = t.__tensor_flatten__()
+    return {"ctx": ctx, **{n: getattr(t, n) for n in names}}
+
+
+def _same(actual: Any, expected: Any) -> None:
+    assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _same(a, e)
+    elif isinstance(expected, torch.Tensor):
+        assert (actual.shape, actual.dtype, actual.requires_grad) == (
+            expected.shape, expected.dtype, expected.requires_grad)
+        got, want = _inner(actual), _inner(expected)
+        assert got.keys() == want.keys()
+        for key, value in want.items():
+            if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+                _same(got[key], value)
+            elif isinstance(value, torch.Tensor):
+                torch.testing.assert_close(got[key].detach(), value.detach())
+            else:
+                assert got[key] == value
+    else:
+        assert actual == expected
+
+
+def _check(fn: Callable[..., Any], make: Callable[[], tuple],
+           after: Callable[[Any, tuple], Any] | None = None) -> None:
+    """``fn`` eagerly and jitted on equal fresh arguments, twice: outputs, and what ``after(output,
+    args)`` gives (a backward's gradients); the second call must be a cache hit."""
+    jitted = jitcore.jit(fn)
+    for _ in range(2):
+        torch.manual_seed(0)
+        eager_args = make()
+        expected = fn(*eager_args)
+        torch.manual_seed(0)
+        jit_args = make()
+        actual = jitted(*jit_args)
+        _same(actual, expected)
+        if after is not None:
+            _same(after(actual, jit_args), after(expected, eager_args))
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
+    assert jitted.fallback_reason is None
+
+
+def _requiring_grad() -> tuple:
+    return (torch.randn(3, 4, requires_grad=True),)
+
+
+def _backward(out: torch.Tensor, args: tuple) -> Any:
+    out.sum().backward()
+    return args[0].grad
+
+
+# --- a wrapper built from a tensor that requires grad, without requires_grad ------------------------
+class Contiguous(torch.Tensor):
+    """Keeps its tensor contiguous, validates it, and is made without ``requires_grad``: eagerly no
+    graph reaches through it (its dispatch runs below autograd)."""
+
+    @staticmethod
+    def __new__(cls, a: torch.Tensor) -> Any:
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
+
+    def __init__(self, a: torch.Tensor) -> None:
+        if a.dtype != torch.float32:
+            raise TypeError("float32 only")
+        self.a = a.contiguous()
+
+    def __tensor_flatten__(self) -> tuple[list[str], Any]:
+        return ["a"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> Contiguous:
+        return Contiguous(inner["a"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        out = func(*tree_map_only(Contiguous, lambda x: x.a, args),
+                   **tree_map_only(Contiguous, lambda x: x.a, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: Contiguous(t) if t.dim() else t, out)
+
+
+@pytest.mark.parametrize("program", [
+    lambda x: (Contiguous(x) * 3).sum(),  # a plain tensor its dispatch returns
+    lambda x: (Contiguous(x.t()) * 3).sum(dim=0).sum(),
+    lambda x: ((Contiguous(x) * 3).sum(), x.detach() * 2),
+], ids=["sum", "transposed", "two-outputs"])
+def test_a_wrapper_made_without_requires_grad_stops_the_graph(program: Callable[..., Any]) -> None:
+    _check(program, _requiring_grad)
+
+
+# --- a wrapper made inside as a leaf that requires grad -------------------------------------------
+@dataclasses.dataclass
+class Names:
+    """A flatten context that records the ops a value went through (mutable, compared by value)."""
+
+    ops: list[str]
+
+
+class Logged(torch.Tensor):
+    """Its flatten context lists the aten ops that made it (so an op eager does not send shows)."""
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, names: Names, requires_grad: bool = False) -> Any:
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, strides=elem.stride(), dtype=elem.dtype,
+                                                   device=elem.device, requires_grad=requires_grad)
+
+    def __init__(self, elem: torch.Tensor, names: Names, requires_grad: bool = False) -> None:
+        self.elem = elem
+        self.names = names
+
+    def __repr__(self) -> str:
+        return f"Logged({self.elem!r}, {self.names})"
+
+    def __tensor_flatten__(self) -> tuple[list[str], Any]:
+        return ["elem"], self.names
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, names: Names, size: Any, stride: Any) -> Logged:
+        return Logged(inner["elem"], names)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        names = next(a.names for a in args if isinstance(a, Logged))
+        out = func(*tree_map_only(Logged, lambda x: x.elem, args),
+                   **tree_map_only(Logged, lambda x: x.elem, kwargs or {}))
+        op = func.overloadpacket.__name__
+        return tree_map(lambda t: Logged(t, Names([*names.ops, op])) if isinstance(t, torch.Tensor) else t,
+                        out)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["input-without-grad", "input-with-grad"])
+def test_a_wrapper_made_inside_as_a_leaf_that_requires_grad(requires_grad: bool) -> None:
+    _check(lambda w: (Logged(w, Names([]), requires_grad=True) * 2).sum(),
+           lambda: (torch.randn(3, requires_grad=requires_grad),))
