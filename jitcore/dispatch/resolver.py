@@ -226,7 +226,8 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     state = DispatchState.of_current()
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
     try:
-        with torch._C.DisableTorchFunctionSubclass(), ShadowDispatchMode(state):  # noqa: SLF001
+        mode = ShadowDispatchMode(state, made_variable=makes_variable(symbol.fn))
+        with torch._C.DisableTorchFunctionSubclass(), mode:  # noqa: SLF001
             out = symbol.fn(*shadow_args, **shadow_kwargs)
     except RuntimeError as exc:  # C++ code before any dispatch read a shadow's data (tensor_split's indices)
         read = data_read_error(symbol.fn, exc)
@@ -256,15 +257,49 @@ def resolve_operator_or_own(fn: Any) -> Any:
     return None
 
 
+# Note [The detach of a variable factory]
+# ``torch.ones_like`` (every ``*_like`` factory) wraps the tensor its aten op returns with autograd's
+# ``make_variable``, which reuses that tensor when nothing else holds it and otherwise makes a shallow
+# copy, asking a Python subclass for it with ``aten.detach``. Eagerly the subclass value its
+# ``__torch_dispatch__`` just built is held by nothing else, so the subclass never sees that
+# ``detach``; while tracing, jitcore holds every shadow it hands back (its proxy keeps it), so the
+# dispatcher asked for one: a subclass whose ``detach`` does more than alias (a log of ops in its
+# flatten context, a counter) came back with one more op than eagerly. That ``detach``, of the value
+# this call's dispatch just returned, is answered with the value itself, as eager's reuse does.
+_VARIABLE_FACTORIES = frozenset({
+    torch.ones_like, torch.zeros_like, torch.empty_like, torch.full_like, torch.rand_like, torch.randn_like,
+    torch.randint_like,
+})
+
+
+def makes_variable(fn: Any) -> bool:
+    """Whether the torch function ``fn`` wraps its result with ``make_variable`` (Note [The detach of a
+    variable factory])."""
+    return fn in _VARIABLE_FACTORIES
+
+
 class ShadowDispatchMode(TorchDispatchMode):
     """Sees each aten call the dispatcher makes on shadows (one torch-level call being resolved, or
     the grad transform's replay: transforms/recording.py). A call on plain shadows is recorded as its
     operator's symbol on the proxies; one involving a subclass runs the subclass's
-    ``__torch_dispatch__`` on the interpreter, in eager's order."""
+    ``__torch_dispatch__`` on the interpreter, in eager's order.
 
-    def __init__(self, state: DispatchState) -> None:
+    Args:
+        state: the trace's subclass values.
+        made_variable: the torch-level call is a variable factory (Note [The detach of a variable
+            factory]): a ``detach`` of the subclass value its dispatch just returned is that value.
+            The grad transform's replay, one mode for many calls, says each call (``calling``).
+    """
+
+    def __init__(self, state: DispatchState, *, made_variable: bool = False) -> None:
         super().__init__()
         self.state = state
+        self.made_variable = made_variable
+        self._returned: Any = None  # the subclass shadow the last call handed back (made_variable only)
+
+    def calling(self, fn: Any) -> None:
+        """The torch-level call ``fn`` is the one the next aten calls come from."""
+        self.made_variable, self._returned = makes_variable(fn), None
 
     def symbol_for(self, func: Any) -> Any:
         """What records a call of ``func`` on plain values (an aten op or one of any namespace)."""
@@ -298,11 +333,16 @@ class ShadowDispatchMode(TorchDispatchMode):
             # DTensor: torch's C++ dispatch runs natively with this mode still on the stack; the local
             # ops and collectives it issues come back here as plain calls (dispatch/dtensor.py)
             return NotImplemented
+        if self.made_variable and func is torch.ops.aten.detach.default and args[0] is self._returned:
+            return self._returned  # Note [The detach of a variable factory]
         if not user_types:
             out = self.symbol_for(func)(*proxy_args, **proxy_kwargs)
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
-        return _map(self.state.shadow_of, out)
+        shadows = _map(self.state.shadow_of, out)
+        if self.made_variable:
+            self._returned = shadows if isinstance(out, SubclassTensorProxy) else None
+        return shadows
 
 
 def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs: dict) -> Any:

@@ -344,7 +344,7 @@ class _Replay:
             state.restore()
 
     def _run_forward(self) -> None:
-        with recording(self.context):
+        with recording(self.context) as mode:
             for bsym in self.source.bound_symbols:
                 if "bookkeeping" in bsym.symbol.tags:
                     continue
@@ -356,6 +356,7 @@ class _Replay:
                     continue
                 if "global_state" in bsym.symbol.tags:  # torch.manual_seed, set_default_dtype
                     self.forward.bound_symbols.append(bsym)  # run at this point on every call, as eagerly
+                mode.calling(bsym.symbol.fn)  # Note [The detach of a variable factory]
                 self._replay(bsym)
 
     def _copy_draw(self, bsym: BoundSymbol) -> None:

@@ -5,7 +5,9 @@ under jitcore, the second call a cache hit, comparing output types, inner tensor
   at it eagerly: its dispatch runs below autograd) returned outputs requiring grad (Note [A graph no
   output reaches], jit/api.py);
 - a wrapper made inside with ``_make_wrapper_subclass(..., requires_grad=True)`` (a leaf requiring
-  grad) gave outputs that did not require grad.
+  grad) gave outputs that did not require grad;
+- ``torch.ones_like`` (every ``*_like`` factory) of a subclass sent its ``__torch_dispatch__`` an
+  ``aten.detach`` eager never sends (Note [The detach of a variable factory], dispatch/resolver.py).
 """
 
 from __future__ import annotations
@@ -161,3 +163,17 @@ class Logged(torch.Tensor):
 def test_a_wrapper_made_inside_as_a_leaf_that_requires_grad(requires_grad: bool) -> None:
     _check(lambda w: (Logged(w, Names([]), requires_grad=True) * 2).sum(),
            lambda: (torch.randn(3, requires_grad=requires_grad),))
+
+
+# --- torch.*_like of a subclass ------------------------------------------------------------------
+@pytest.mark.parametrize("factory", [
+    torch.ones_like, torch.zeros_like, torch.rand_like, torch.randn_like, lambda x: torch.full_like(x, 2.0),
+], ids=["ones_like", "zeros_like", "rand_like", "randn_like", "full_like"])
+def test_like_factories_send_no_detach(factory: Callable[..., Any]) -> None:
+    _check(lambda x: factory(x) * 1, lambda: (Logged(torch.randn(3, 4), Names(["input"])),))
+
+
+def test_like_factory_under_grad_sends_no_detach() -> None:
+    _check(lambda x, w: (torch.ones_like(x) * w).sum(),
+           lambda: (Logged(torch.randn(3), Names(["input"])), torch.randn(3, requires_grad=True)),
+           lambda out, args: (out.backward(), args[1].grad)[1])
