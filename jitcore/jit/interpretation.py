@@ -435,6 +435,11 @@ class Pass:
         if _is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):
             if _is_unlisted_operation(fn):  # torch._foreach_norm: an operation, recorded
                 return dynamic_symbol(fn, f"torch.{fn.__name__}")(*args, **kwargs)
+            if tree_any(args, _real_tensor) or tree_any(kwargs, _real_tensor):
+                # a caller's tensor beside proxies (an optimizer's parameters, grouped by device with
+                # their gradients for its foreach step): its input proxy, as for a symbol call; the
+                # tensor itself would come back a value no record makes
+                args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
             return call_on_shadows(fn, args, kwargs)  # metadata only (torch._C._group_tensors_...)
         if fn is breakpoint:
             from jitcore.diagnostics.markers import record_breakpoint

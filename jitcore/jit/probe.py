@@ -96,19 +96,22 @@ class Probe:
             resumed = self._nested_rng is not None and runs_subsymbols(records[0])
             _set_rng_state(self._nested_rng if resumed else self._rng)
             self._nested_rng = None
+            # a backward among them differentiates the subclass calls before it natively: those must
+            # build their graph (Note [The probe runs a subclass call's operations])
+            backward = max((i for i, b in enumerate(records) if "backward" in b.symbol.tags), default=-1)
             try:
-                for bsym in records:
-                    self._run(bsym)
+                for i, bsym in enumerate(records):
+                    self._run(bsym, graph=i < backward)
                     self._done += 1
             finally:
                 self._rng = _rng_state()
                 self._grad = torch.is_grad_enabled()  # as the records left it (``no_grad()`` records)
 
-    def _run(self, bsym: BoundSymbol) -> None:
+    def _run(self, bsym: BoundSymbol, *, graph: bool = False) -> None:
         if "bookkeeping" in bsym.symbol.tags or id(bsym) in self._nested_done:
             return
-        if runs_subsymbols(bsym):  # Note [The probe runs a subclass call's operations]
-            for sub in bsym.subsymbols:
+        if runs_subsymbols(bsym) and not (graph and _builds_graph(bsym)):
+            for sub in bsym.subsymbols:  # Note [The probe runs a subclass call's operations]
                 self._run(sub)
             return
         args, kwargs = optree.tree_map(self._value, (bsym.args, bsym.kwargs), none_is_leaf=True)
@@ -181,12 +184,21 @@ class Probe:
 # writes are plain ops on inner tensors (copied first when the caller's), and the operations of a call
 # whose reads ran them already (``values_within``) are not run twice: the rest continue from where
 # they stopped, random draws included. A call autograd must see whole (an ``autograd.Function``, a
-# backward inside the program) still runs natively.
+# backward inside the program) still runs natively, and so does a call whose outputs require grad
+# when a backward the probe runs after it differentiates them: its inner operations run below
+# autograd (eagerly too), so only the call itself builds the graph that backward walks (an optimizer
+# step reading ``state["step"].item()`` after ``loss.backward()`` on a subclass parameter).
 def runs_subsymbols(bsym: BoundSymbol) -> bool:
     """Whether the probe runs ``bsym``'s subsymbols in its place (a call on tensor subclass values)."""
     return bool(bsym.subsymbols) and not {"autograd_function", "backward"} & bsym.symbol.tags and any(
         isinstance(v, SubclassTensorProxy)
         for v in optree.tree_leaves((bsym.args, bsym.kwargs, bsym.output), none_is_leaf=True))
+
+
+def _builds_graph(bsym: BoundSymbol) -> bool:
+    """Whether grad mode is on and an output of ``bsym`` requires grad (autograd records the call)."""
+    outputs = optree.tree_leaves(bsym.output, none_is_leaf=True)
+    return torch.is_grad_enabled() and any(isinstance(v, TensorProxy) and v.requires_grad for v in outputs)
 
 
 def _generator_copy(generator: torch.Generator) -> torch.Generator:

@@ -7,7 +7,12 @@ under jitcore, the second call a cache hit, comparing output types, inner tensor
 - a wrapper made inside with ``_make_wrapper_subclass(..., requires_grad=True)`` (a leaf requiring
   grad) gave outputs that did not require grad;
 - ``torch.ones_like`` (every ``*_like`` factory) of a subclass sent its ``__torch_dispatch__`` an
-  ``aten.detach`` eager never sends (Note [The detach of a variable factory], dispatch/resolver.py).
+  ``aten.detach`` eager never sends (Note [The detach of a variable factory], dispatch/resolver.py);
+- an optimizer step inside the function on subclass parameters whose state is read with ``.item()``
+  (Adam's ``step``) after ``loss.backward()`` raised LookupError (Note [The probe runs a subclass
+  call's operations], jit/probe.py), and a foreach step raised "grad transform: t18 is used before it
+  is produced" (the caller's parameters reached ``torch._C._group_tensors_by_device_and_dtype`` as
+  themselves, and came back values no record makes).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
+from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._pytree import tree_map, tree_map_only
 
 import jitcore
@@ -177,3 +184,42 @@ def test_like_factory_under_grad_sends_no_detach() -> None:
     _check(lambda x, w: (torch.ones_like(x) * w).sum(),
            lambda: (Logged(torch.randn(3), Names(["input"])), torch.randn(3, requires_grad=True)),
            lambda out, args: (out.backward(), args[1].grad)[1])
+
+
+# --- an optimizer step inside the function on subclass parameters ---------------------------------
+class Scaled(nn.Module):
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self.w = nn.Parameter(w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.w).sum()
+
+
+def _train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+    opt.zero_grad()
+    loss = model(x)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+@pytest.mark.parametrize(("optimizer", "options"), [
+    ("Adam", {}), ("AdamW", {}), ("Adam", {"foreach": True}), ("SGD", {"momentum": 0.9, "foreach": True}),
+], ids=["Adam", "AdamW", "Adam-foreach", "SGD-foreach"])
+def test_an_optimizer_step_on_subclass_parameters(optimizer: str, options: dict) -> None:
+    """Adam reads ``state["step"].item()`` after ``loss.backward()``; a foreach step groups the
+    caller's parameters with their gradients by device (a torch C function)."""
+
+    def make() -> tuple[nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = Scaled(TwoTensor(torch.randn(3), torch.randn(3)))
+        return model, getattr(torch.optim, optimizer)(model.parameters(), lr=0.1, **options)
+
+    (eager_model, eager_opt), (jit_model, jit_opt) = make(), make()
+    step = jitcore.jit(_train_step)
+    for _ in range(3):
+        x = torch.randn(3)
+        _same(step(jit_model, jit_opt, x), _train_step(eager_model, eager_opt, x))
+        _same(jit_model.w.detach(), eager_model.w.detach())
+    assert step.fallback_reason is None
