@@ -22,7 +22,7 @@ import optree
 import torch
 from torch.utils._mode_utils import no_dispatch
 
-from jitcore.ir import BoundSymbol, Symbol, SymbolTag, Trace, tree_has
+from jitcore.ir import BoundSymbol, Proxy, Symbol, SymbolTag, Trace, tree_any, tree_has
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.prologue import Path
 from jitcore.prologue.guards import same_ctx
@@ -212,6 +212,50 @@ def flatten_program(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensor
     kept = subclass_arguments_passed_whole(trace, subclass_inputs) if subclass_inputs else []
     flat = flatten_subclasses(trace, keep=tuple(proxy for proxy, _path in kept))
     return Flattened(flat, [(path, proxy.name) for proxy, path in kept])
+
+
+def pass_1_runs(trace: Trace) -> bool:
+    """Whether pass 1, with its subclass arguments taken whole (``pass_1_under_autograd``), computes
+    every value its calls use: not so where a call uses a value only its resolution made (the
+    meta-tensor NJT that ``_nested_view_from_jagged`` is given, a subclass built by its constructor)."""
+    defined = {id(a) for a in trace.args}
+    defined.update(id(b.output) for b in trace.bound_symbols if b.symbol is UNFLATTEN_INPUT)
+
+    def undefined(value: Any) -> bool:
+        return isinstance(value, Proxy) and id(value) not in defined
+
+    for bsym in trace.bound_symbols:
+        if bsym.symbol is UNFLATTEN_INPUT:
+            continue
+        if tree_any((bsym.args, bsym.kwargs), undefined):
+            return False
+        defined.update(id(v) for v in optree.tree_leaves(bsym.output, none_is_leaf=True))
+    return not tree_any(trace.output, undefined)
+
+
+def pass_1_under_autograd(trace: Trace,
+                          subclass_inputs: Sequence[tuple[SubclassTensorProxy, Path]]) -> Flattened:
+    """Pass 1 as it runs under torch's autograd (Note [Symbolic sizes of subclass programs under
+    autograd], jitcore/transforms/jit_hook.py): its subclass arguments taken whole, as trailing
+    inputs (the caller's objects, whose autograd graph eager extends), instead of rebuilt from their
+    inner tensors.
+
+    Args:
+        trace: pass 1.
+        subclass_inputs: its bound subclass inputs with their paths (``TracedProgram.subclass_inputs``).
+    """
+    records = subclass_input_records(trace)
+    kept = [(proxy, path) for proxy, path in subclass_inputs if id(proxy) in records]
+    whole = {id(proxy) for proxy, _path in kept}
+    header = [line.replace("pass 1 (interpretation)", "pass 1 under torch's autograd")
+              for line in trace.header]
+    run = Trace(name=trace.name, args=[*trace.args, *(proxy for proxy, _path in kept)], header=header,
+                imports=dict(trace.imports), names=trace.names)
+    run.bound_symbols[:] = [
+        b for b in trace.bound_symbols if not (b.symbol is UNFLATTEN_INPUT and id(b.output) in whole)
+    ]
+    run.output = trace.output
+    return Flattened(run, [(path, proxy.name) for proxy, path in kept])
 
 
 def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ()) -> Trace:

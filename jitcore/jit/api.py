@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
-from jitcore.dispatch.flatten import flatten_program
+from jitcore.dispatch.flatten import flatten_program, pass_1_under_autograd
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
 from jitcore.jit import eager_entries, shapes
@@ -40,7 +40,7 @@ from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
 from jitcore.proxies.typed import has_torch_function
-from jitcore.transforms import GradStage, differentiate
+from jitcore.transforms import GradStage, StaticSizesNeeded, differentiate
 
 __all__ = [
     "jit",
@@ -195,6 +195,10 @@ class JittedFunction:
             return self._trace(args, kwargs, shape_changed)
         try:
             return self._compile(number, program)
+        except StaticSizesNeeded as exc:  # from now on, this function traces static shapes only
+            self._shapes.refuse(str(exc))
+            static_shapes(self, number, str(exc))
+            return self._trace(args, kwargs, shape_changed)
         except Exception as exc:  # Note [Eager entries]
             outcome = self._decide(exc, tracing_pass)
             if outcome is None:
@@ -216,6 +220,13 @@ class JittedFunction:
             backward_traces, inputs = grad.differentiated.backward_traces, grad.differentiated.inputs
             self.last_traces, self.last_backward_traces = traces, backward_traces
             self.last_rederived_traces = computation.rederived_traces  # filled as gradients come
+        elif grad.pass_1:
+            flat = pass_1_under_autograd(program.trace, program.subclass_inputs)
+            traces = [program.trace, flat.trace]
+            backward_traces, inputs = [], flat.inputs
+            self.last_traces = traces
+            self.last_rederived_traces = []
+            computation = self.executor.compile(flat.trace, record_lowered(traces))
         else:
             flat = flatten_program(program.trace, program.subclass_inputs)
             traces = [program.trace] if flat.trace is program.trace else [program.trace, flat.trace]

@@ -31,6 +31,7 @@ import torch
 
 from jitcore.dispatch.resolver import DispatchState
 from jitcore.errors import EagerOnlySubclass, EagerOnlyValue
+from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_kinds import (
     all_literal,
     is_library_class,
@@ -110,6 +111,7 @@ class Provenance:
         # which dimensions of a tensor input are symbolic (jitcore/jit/shapes.py); None: all static
         self.dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
         self._static_only = 0  # > 0 while a subclass's inner tensors are bound: they keep static shapes
+        self._ragged: dict[Path, frozenset[int]] = {}  # but an NJT's ragged sizes (jit/ragged.py)
         self.bound_layouts: dict[int, tuple] = {}  # id(input proxy) -> its shadow's sizes, strides, offset
         # when bound, in a pass with symbolic sizes (an in-place op may change the shadow later)
         self._finished = False
@@ -648,19 +650,14 @@ class Provenance:
             raise EagerOnlyValue(f"{_argument(path, name)} is {kind[2]}: jitcore traces strided tensors")
         if type(tensor) in (torch.Tensor, torch.nn.Parameter) or is_plain_subclass(type(tensor)):
             symbolic = self.dynamic_dims is not None and not self._static_only
-            dims = self.dynamic_dims(path, tensor) if symbolic else frozenset()  # jit/shapes.py
+            dims = self.dynamic_dims(path, tensor) if symbolic else self._ragged.get(path, frozenset())
             name = qualified_name(path) or name  # linear1.weight -> linear1_weight
-            proxy = self.values.input_proxy(tensor, name, dims)
+            proxy = self.values.input_proxy(tensor, name, dims, keep_zero_one=path in self._ragged)
             if self.values.shape_env is not None:
                 shadow = proxy.shadow
                 self.bound_layouts[id(proxy)] = (
-                    tuple(shadow.shape),
-                    tuple(shadow.stride()),
-                    shadow.storage_offset(),
-                )
-            if (
-                type(tensor) is not torch.Tensor
-            ):  # nn.Parameter, Tagged(torch.Tensor): jitcore/proxies/typed.py
+                    tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset())
+            if type(tensor) is not torch.Tensor:  # nn.Parameter, Tagged(torch.Tensor): proxies/typed.py
                 retype(proxy, type(tensor))
                 self._bind_tensor_attributes(proxy, tensor, path)
             self.inputs.append((path, proxy, tensor))
@@ -709,6 +706,7 @@ class Provenance:
         self.guard(path, "tensor", spec)
         if nested:
             self.values.allow_nested_ints()
+            self._ragged.update(ragged_dims(names, ctx, tensor, path, self.dynamic_dims))
         self._static_only += 1
         try:
             inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}

@@ -37,9 +37,11 @@ import sympy
 import torch
 
 from jitcore.ir import BoundSymbol, TraceContext, tracing
+from jitcore.jit.ragged import is_nested_symbol
 from jitcore.prologue import Guard, Path
 from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.protocol import has_nested_ints
 
 __all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "is_symbolic", "mark_dynamic"]
 
@@ -141,7 +143,7 @@ def finish(program: Any, provenance: Any, values: Any) -> list[str]:
     dynamic = [(path, proxy) for path, proxy, _t in provenance.inputs if _has_symbols(proxy.shadow)]
     if not dynamic:
         return []
-    if provenance.subclass_inputs:
+    if any(not has_nested_ints(proxy.shadow) for proxy, _path in provenance.subclass_inputs):
         raise StaticShapes("tensor-subclass inputs keep static shapes")
     if program.effects is not None and _holds_sizes([(e.key, e.value) for e in program.effects.effects]):
         # a tensor stored into state is a proxy, filled per call; a size stored there would be the
@@ -256,6 +258,8 @@ class _SizeRewriter:
             self.program.size_inputs.append((size_path, proxy))
 
     def _bound_symbol(self, bsym: BoundSymbol) -> BoundSymbol:
+        if "bookkeeping" in bsym.symbol.tags:  # never run (a subclass input's or result's rebuild in
+            return bsym  # pass 1): its outer sizes stay the shadow's, which pass 2 compares with
         args, kwargs = self._map((bsym.args, bsym.kwargs))
         subsymbols = tuple(self._bound_symbol(b) for b in bsym.subsymbols)
         unchanged = all(a is b for a, b in zip(subsymbols, bsym.subsymbols))
@@ -286,10 +290,12 @@ class _SizeRewriter:
             return slice(*parts)
         return tree
 
-    def _size(self, size: torch.SymInt) -> int | NumberProxy:
+    def _size(self, size: torch.SymInt) -> int | NumberProxy | torch.SymInt:
         expr = self.env.simplify(size.node.expr)
         if expr.is_number:
             return int(expr)
+        if any(is_nested_symbol(self.env, s) for s in expr.free_symbols):
+            return size  # a ragged size: a constant of the trace, as in a static pass (Note [Nested ints])
         return self._expr(expr)
 
     def _expr(self, expr: sympy.Expr) -> Any:

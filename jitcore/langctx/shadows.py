@@ -94,12 +94,16 @@ class TensorValues:
         self._by_shadow: dict[int, TensorProxy] = {}
 
     def input_proxy(self, tensor: torch.Tensor, name: str | None = None,
-                    dynamic_dims: frozenset[int] = frozenset()) -> TensorProxy:
+                    dynamic_dims: frozenset[int] = frozenset(), *,
+                    keep_zero_one: bool = False) -> TensorProxy:
         """A proxy for a real input tensor (its shadow keeps shape, strides, dtype, device, grad).
 
         ``dynamic_dims``: dimensions whose size is a symbol of the ShapeEnv (sizes 0 and 1 stay
-        static, as in torch); only for a symbolic TensorValues."""
+        static, as in torch, unless ``keep_zero_one``: an NJT's ragged sizes, Note [Symbolic ragged
+        sizes] in jitcore/jit/ragged.py); only for a symbolic TensorValues."""
         name = self.names.claim(name) if name else self.names.fresh("t")
+        if keep_zero_one and isinstance(self.shape_env, _ShapeEnv):
+            self.shape_env.keep_zero_one.add(name)
         if tensor.dim() == 1 and _tensor_symint_registry.get(tensor) is not None:
             self.allow_nested_ints()  # the offsets of a nested jagged tensor: its shadow gets the nested int
         if dynamic_dims and self.shape_env is not None:
@@ -206,7 +210,17 @@ def untraced_kind(tensor: torch.Tensor) -> tuple[str, Any, str] | None:
 #   ``__tensor_unflatten__``, which computes the nested int from the real offsets (its outer-size
 #   argument is ignored for real tensors), the caller's own when they are the caller's offsets.
 class _ShapeEnv(ShapeEnv):
-    """Names its symbols ``s0``, ``s1``, ... in order of creation (torch's names hash the source)."""
+    """Names its symbols ``s0``, ``s1``, ... in order of creation (torch's names hash the source);
+    the sizes of the inputs named in ``keep_zero_one`` are symbols even when 0 or 1."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.keep_zero_one: set[str] = set()
+
+    def create_symbol(self, val: Any, source: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(getattr(source, "base", None), "local_name", None) in self.keep_zero_one:
+            kwargs["do_not_specialize_zero_one"] = True
+        return super().create_symbol(val, source, *args, **kwargs)
 
     def _generate_unique_id(self, source_name: str) -> int:
         n = len(self.unique_ids)

@@ -5,6 +5,6 @@ inputs require grad it returns the computation that connects the call to torch a
 its ``GradStage`` otherwise, so the no-grad path is untouched).
 """
 
-from jitcore.transforms.jit_hook import Differentiated, GradStage, differentiate
+from jitcore.transforms.jit_hook import Differentiated, GradStage, StaticSizesNeeded, differentiate
 
-__all__ = ["Differentiated", "GradStage", "differentiate"]
+__all__ = ["Differentiated", "GradStage", "StaticSizesNeeded", "differentiate"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jitcore.diagnostics.boundary import on_error as prepare_error
-from jitcore.dispatch.flatten import involves_subclasses
+from jitcore.dispatch.flatten import involves_subclasses, pass_1_runs
 from jitcore.errors import DataDependentError
 from jitcore.executors import record_lowered
 from jitcore.ir import Trace
@@ -24,7 +24,12 @@ from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.grad import RAISE, grad_transform, needs_grad, reaches_no_graph
 from jitcore.transforms.mincut import saved_for_fusion
 
-__all__ = ["Differentiated", "GradStage", "differentiate"]
+__all__ = ["Differentiated", "GradStage", "StaticSizesNeeded", "differentiate"]
+
+
+class StaticSizesNeeded(Exception):
+    """The entry cannot keep its symbolic sizes under autograd: the jit traces it again with static
+    shapes (the message says why; it is logged)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +66,16 @@ class GradStage:
             dynamic numbers made constants).
         without_graph: the flattened computation must run with grad mode off: an input requires
             grad, but no output does and nothing is written (Note [A graph no output reaches]).
+        pass_1: the entry runs pass 1 itself under torch's autograd, though it involves tensor
+            subclasses (Note [Symbolic sizes of subclass programs under autograd]): its subclass
+            arguments are taken whole (``pass_1_under_autograd``).
     """
 
     differentiated: Differentiated | None
     guards: tuple[Guard, ...] = ()
     dropped_inputs: frozenset[int] = frozenset()
     without_graph: bool = False
+    pass_1: bool = False
 
 
 def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
@@ -94,6 +103,10 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     runs_pass_1 = not involves_subclasses(trace)  # pass 1 can run as it is, under torch's autograd
     if runs_pass_1 and program.symbolic_numbers():
         return GradStage(None)  # Note [Dynamic numbers under autograd]
+    if program.size_inputs:  # Note [Symbolic sizes of subclass programs under autograd]
+        if not pass_1_runs(trace):
+            raise StaticSizesNeeded("the grad transform of a tensor-subclass program keeps static shapes")
+        return GradStage(None, pass_1=True)
     eager_op = runs_under_autograd(trace.bound_symbols)
     if eager_op is not None:  # Note [Value-shaped ops under grad] in jitcore/jit/value_reads.py
         backward = next((b for b in trace.bound_symbols if "backward" in b.symbol.tags), None)
@@ -190,6 +203,19 @@ def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool
 # same nodes, the number as passed). There is no backward trace to print for such an entry. With
 # tensor subclasses involved (the flattened trace that runs is not the torch-level one) the numbers
 # are specialized instead and the grad transform runs.
+
+
+# Note [Symbolic sizes of subclass programs under autograd]
+# The grad transform replays pass 1 on fresh shadows without a ShapeEnv: a symbolic size would be
+# baked into the forward and backward traces it records, and the flattened trace (pass 2) cannot run
+# under torch's autograd instead, since subclass code below ``__torch_dispatch__`` may cut the graph
+# (NestedTensor's ``values()`` is ``_values.detach()``). So an entry with symbolic sizes (a nested
+# jagged tensor's ragged sizes, jitcore/jit/ragged.py) whose inputs require grad runs pass 1 itself,
+# its torch-level calls, under torch's autograd (``pass_1_under_autograd``): the subclass arguments
+# are the caller's objects, each call resolved by their classes as eagerly, so gradients, graphs and
+# errors are eager's; what the entry saves is the trace per ragged structure, not the per-op
+# dispatch. Where pass 1 uses a value only a resolution made (``pass_1_runs``), the function traces
+# static shapes from then on (``StaticSizesNeeded``).
 
 
 # Note [Inputs sharing storage under autograd]

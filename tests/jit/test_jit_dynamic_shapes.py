@@ -224,6 +224,28 @@ def test_subclass_inputs_keep_static_shapes(caplog):
     assert "traced with static shapes: tensor-subclass inputs keep static shapes" in caplog.text
 
 
+def test_a_subclass_made_inside_under_grad_keeps_static_shapes(caplog):
+    """Symbolic plain inputs, a TwoTensor made inside, a weight that requires grad: the grad transform
+    cannot keep the sizes symbolic and pass 1 uses the constructor's own values, so the function
+    traces static shapes (before: AttributeError, a size input reached the grad transform)."""
+    w1 = torch.randn(8, requires_grad=True)
+    w2 = w1.detach().clone().requires_grad_(True)
+
+    def make(w):
+        return lambda x: (TwoTensor(x, x * 2) * w).sin()
+
+    jf = jitcore.jit(make(w1), dynamic=True)
+    with caplog.at_level(logging.INFO, logger="jitcore.recompiles"):
+        for n in (3, 4, 5):
+            x = torch.randn(n, 8)
+            out, expected = jf(x), make(w2)(x)
+            torch.testing.assert_close((out.a, out.b), (expected.a, expected.b))
+            (out * 1).sum().backward()
+            (expected * 1).sum().backward()
+            torch.testing.assert_close(w1.grad, w2.grad)
+    assert "the grad transform of a tensor-subclass program keeps static shapes" in caplog.text
+
+
 def test_factories_take_sizes_from_the_call():
     def f(x):
         n = x.shape[0]
