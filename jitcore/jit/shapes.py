@@ -20,7 +20,8 @@ the prologue.
 Invariants:
 - a cached call never returns what eager would not: every guard the ShapeEnv produced is checked,
   and a size the program read in Python is guarded or specialized by torch itself;
-- what the symbolic path cannot handle (tensor-subclass inputs, side effects holding sizes, a size
+- what the symbolic path cannot handle (tensor-subclass inputs other than nested jagged tensors,
+  whose ragged sizes are symbolic: jitcore/jit/ragged.py; side effects holding sizes, a size
   expression without a Python form, a size only a stride determines) raises StaticShapes: the jit
   traces the call again with static shapes and logs why (docs/user-guide.md, "When jitcore retraces");
 - a symbolic entry is never differentiated by the grad transform: its sizes are numbers of the
