@@ -138,7 +138,7 @@ class DispatchState:
         """An in-place view op on a wrapper (``x.t_()``) changes its shadow's outer metadata through
         ``return_and_correct_aliasing``: the proxy follows, so code after it sees eager's shape."""
         shadow = proxy.shadow
-        outer = proxy.outer
+        outer = proxy.outer_metadata
         if (shadow.shape, shadow.stride(), shadow.requires_grad) != (
             outer.shape,
             outer.stride(),

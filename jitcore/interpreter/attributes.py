@@ -127,6 +127,10 @@ def load_attr(run: Run, obj: object, name: str) -> object:
         klass = run.type_of(obj)  # a stand-in object answers the class it stands for, as type() does
         if klass is not t:
             return klass
+    if name[:2] != "__" and _claims_a_class(t) and run.type_of is not type:
+        owner = _stood_for_owner(t, run.type_of(obj), name)
+        if owner is not None:  # Note [Names a stand-in shares with the class it stands for]
+            return _load_from(run, obj, owner, name)
     names = NATIVE_NAMES.get(t)
     if (names is not None and name in names) or _name_native(t, name):
         return getattr(obj, name)
@@ -137,6 +141,65 @@ def load_attr(run: Run, obj: object, name: str) -> object:
         if getattr_hook is _MISSING:
             raise
         return _call_hook(run, obj, t, getattr_hook, name)
+
+
+# Note [Names a stand-in shares with the class it stands for]
+# A stand-in object (its class defines ``__class__`` as a property and ``hooks.type_of`` answers the
+# class it stands for: a tensor subclass value while tracing) derives from that class and adds its
+# own machinery after it in the MRO, except for what its own class body defines, which comes first.
+# A name the stood-for class defines itself (a method ``describe`` or ``hold`` on the user's class)
+# that the stand-in's own class body also defines is the stood-for class's to the interpreted
+# program, as it is eagerly: only native code (the stand-in's own) sees the stand-in's. Names the
+# stood-for class gets from classes after the stand-in's machinery (torch's) and dunder protocol
+# names stay the stand-in's. Never cached as native (``_name_native`` is not asked for these names).
+_CLAIMS: dict[type, bool] = {}
+_OWNERS: dict[tuple[type, type, str], type | None] = {}
+
+
+def _claims_a_class(t: type) -> bool:
+    hit = _CLAIMS.get(t)
+    if hit is None:
+        hit = _CLAIMS[t] = isinstance(vars(t).get("__class__"), property)
+    return hit
+
+
+def _stood_for_owner(t: type, klass: type, name: str) -> type | None:
+    """The class of ``klass``'s own (before the stand-in ``t``'s machinery in ``t``'s MRO) that defines
+    ``name`` where ``t``'s own class body defines it too, else None."""
+    key = (t, klass, name)
+    hit = _OWNERS.get(key, _MISSING)
+    if hit is _MISSING:
+        hit = _OWNERS[key] = _compute_owner(t, klass, name)
+    return hit  # type: ignore[return-value]
+
+
+def _compute_owner(t: type, klass: type, name: str) -> type | None:
+    if klass is t or not isinstance(klass, type) or name not in vars(t):
+        return None
+    for k in t.__mro__[1:]:
+        if k not in klass.__mro__:
+            return None  # the machinery starts here: what follows is not the stood-for class's own
+        if name in vars(k):
+            return k
+    return None
+
+
+def _load_from(run: Run, obj: object, owner: type, name: str) -> object:
+    """``obj.name`` as ``owner``'s attribute (an instance dict entry first, unless a data descriptor)."""
+    descr = vars(owner)[name]
+    dt = type(descr)
+    if isinstance(descr, property) and descr.fget is not None and dt.__get__ is property.__get__:
+        return call(run, descr.fget, (obj,), None)
+    get = getattr(dt, "__get__", None)
+    if not hasattr(dt, "__set__"):
+        instance_dict = getattr(obj, "__dict__", None)
+        if type(instance_dict) is dict and name in instance_dict:
+            return instance_dict[name]
+    if get is None:
+        return descr
+    if _is_py(get):
+        return call(run, get, (descr, obj, owner), None)
+    return get(descr, obj, owner)
 
 
 def _call_hook(run: Run, obj: object, t: type, hook: object, name: str) -> object:

@@ -116,8 +116,9 @@ class SubclassTensorProxy(TensorProxy):
         _set(self, "_jitcore_shadow", shadow)
 
     @property
-    def outer(self) -> torch.Tensor:
-        """The fake tensor holding the outer metadata."""
+    def outer_metadata(self) -> torch.Tensor:
+        """The fake tensor holding the outer metadata (not ``outer``: that is ``torch.Tensor.outer``,
+        the outer product, on a proxy as on the eager value)."""
         return self._jitcore_outer
 
     def set_outer(self, outer: torch.Tensor) -> None:
@@ -167,11 +168,15 @@ class SubclassTensorProxy(TensorProxy):
 
 _SLOT = types.MemberDescriptorType
 # The proxy class's own: its fields (slots), what identifies the proxy, and the protocols through
-# which torch reaches jitcore. Everything else is looked up through the user's class first.
+# which torch reaches jitcore. Everything else is looked up through the user's class first. To the
+# interpreted program, a name of these that the user's class defines itself (a method ``describe``)
+# is the user's (Note [Names a stand-in shares with the class it stands for],
+# jitcore/interpreter/attributes.py); jitcore's own code, native, sees these.
 _FIELDS = ("name", "_jitcore_outer", "_jitcore_shadow")
 _OWN = frozenset({
-    *_FIELDS, "subclass", "python_type", "shadow", "set_shadow", "set_outer", "inner_flatten",
-    "inner_tensors", "hold", "describe", "__repr__", "__torch_function__", "__torch_dispatch__", "__hash__",
+    *_FIELDS, "subclass", "python_type", "shadow", "outer_metadata", "set_shadow", "set_outer",
+    "inner_flatten", "inner_tensors", "hold", "describe", "__repr__", "__torch_function__",
+    "__torch_dispatch__", "__hash__",
 })
 
 

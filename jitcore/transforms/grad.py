@@ -223,7 +223,7 @@ def _made_leaf(value: SubclassTensorProxy) -> bool:
     """Whether a subclass value the program made from its inner tensors is a leaf that requires grad:
     made with ``_make_wrapper_subclass(..., requires_grad=True)``, as eagerly (its inner tensors'
     gradients do not flow through it, eagerly either)."""
-    return value.outer.requires_grad
+    return value.outer_metadata.requires_grad
 
 
 def _requires_grad(value: Any) -> bool:

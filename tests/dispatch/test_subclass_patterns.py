@@ -12,7 +12,10 @@ under jitcore, the second call a cache hit, comparing output types, inner tensor
   (Adam's ``step``) after ``loss.backward()`` raised LookupError (Note [The probe runs a subclass
   call's operations], jit/probe.py), and a foreach step raised "grad transform: t18 is used before it
   is produced" (the caller's parameters reached ``torch._C._group_tensors_by_device_and_dtype`` as
-  themselves, and came back values no record makes).
+  themselves, and came back values no record makes);
+- a subclass's methods named as jitcore's proxies' own (``describe``, ``hold``, ``inner_tensors``,
+  ``shadow``) ran jitcore's (Note [Names a stand-in shares with the class it stands for],
+  jitcore/interpreter/attributes.py), and ``x.outer(y)``, torch's outer product, raised TypeError.
 """
 
 from __future__ import annotations
@@ -223,3 +226,61 @@ def test_an_optimizer_step_on_subclass_parameters(optimizer: str, options: dict)
         _same(step(jit_model, jit_opt, x), _train_step(eager_model, eager_opt, x))
         _same(jit_model.w.detach(), eager_model.w.detach())
     assert step.fallback_reason is None
+
+
+# --- methods named like jitcore's own machinery ---------------------------------------------------
+class Described(torch.Tensor):
+    """Methods and a property with names jitcore's proxies use for themselves."""
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, label: str) -> Any:
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem: torch.Tensor, label: str) -> None:
+        self.elem = elem
+        self.label = label
+
+    def __repr__(self) -> str:
+        return f"Described({self.elem!r}, {self.label!r})"
+
+    def __tensor_flatten__(self) -> tuple[list[str], Any]:
+        return ["elem"], self.label
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, label: str, size: Any, stride: Any) -> Described:
+        return Described(inner["elem"], label)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        label = next(a.label for a in args if isinstance(a, Described))
+        out = func(*tree_map_only(Described, lambda x: x.elem, args),
+                   **tree_map_only(Described, lambda x: x.elem, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: Described(t, label + "'"), out)
+
+    def describe(self) -> str:
+        return f"{type(self).__name__} {self.label}"
+
+    def hold(self) -> str:
+        return self.label * 2
+
+    def inner_tensors(self) -> list[torch.Tensor]:
+        return [self.elem]
+
+    @property
+    def shadow(self) -> torch.Tensor:
+        return self.elem * 0
+
+
+@pytest.mark.parametrize("program", [
+    lambda x: (x.describe(), (x + 1).describe(), x.hold()),
+    lambda x: (x.inner_tensors()[0] * 2, x.shadow),
+    lambda x: Described(x.elem * 3, "inside").describe(),
+    lambda x: getattr(x + 1, "describe".lower())(),  # the getattr builtin
+], ids=["describe-hold", "inner_tensors-shadow", "made-inside", "getattr"])
+def test_methods_named_like_jitcores_own_are_the_users(program: Callable[..., Any]) -> None:
+    _check(program, lambda: (Described(torch.randn(3), "x"),))
+
+
+def test_outer_product_of_a_subclass() -> None:
+    """``x.outer(y)`` is torch's outer product (a proxy's own ``outer`` shadowed it: TypeError)."""
+    _check(lambda x, y: x.outer(y) * 2, lambda: (TwoTensor(torch.randn(3), torch.randn(3)), torch.randn(2)))
