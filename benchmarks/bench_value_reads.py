@@ -3,7 +3,10 @@
 1. A 20-op elementwise function with one ``nonzero`` in the middle (its count is a checked read):
    the cached call of jitcore vs eager and ``torch.compile(backend="eager")`` (which splits its
    graph there). Goal: <= 1.1x eager.
-2. ``jitcore.jit(model)`` on a 2-layer ``transformers`` Llama from a tiny config, forward in eval
+2. The same ops timing themselves with ``time.perf_counter()`` (the elapsed time appended to a log)
+   and scaled by ``random.uniform``: clock reads and random draws made anew by every call (before
+   they made every call run eagerly). torch.compile(backend="eager") breaks its graph at each.
+3. ``jitcore.jit(model)`` on a 2-layer ``transformers`` Llama from a tiny config, forward in eval
    mode: first call (tracing included) and cached call vs eager and torch.compile(backend="eager").
 
 Ratios are to eager's time for the same calls. Run: python benchmarks/bench_value_reads.py
@@ -11,6 +14,7 @@ Ratios are to eager's time for the same calls. Run: python benchmarks/bench_valu
 
 from __future__ import annotations
 
+import random
 import time
 import warnings
 
@@ -30,6 +34,23 @@ def twenty_ops(x):
     z = z.cos() + z.sin()
     z = z.clamp(-1.0, 1.0) * 2
     return z.relu() + idx.sum()
+
+
+TIMINGS: list[float] = []
+
+
+def timed_twenty_ops(x):
+    start = time.perf_counter()
+    y = (x * random.uniform(1.0, 2.0) + 0.25).sin()
+    y = y * y - x
+    y = y.abs().sqrt() + 1
+    y = torch.tanh(y) * 3
+    z = y.exp() - 1
+    z = z / (z.abs() + 1)
+    z = z.cos() + z.sin()
+    z = z.clamp(-1.0, 1.0) * 2
+    TIMINGS.append(time.perf_counter() - start)
+    return z.relu()
 
 
 def per_call_us(fn, args, calls: int) -> float:
@@ -73,6 +94,12 @@ def main() -> None:
     }
     per_call_us(twenty_ops, (x,), 50)
     report("20 ops with a nonzero in the middle, 256 elements:", makes, (x,), 2000)
+    timed_makes = {
+        "eager": lambda: timed_twenty_ops,
+        "jitcore": lambda: jitcore.jit(timed_twenty_ops),
+        "torch.compile(eager)": lambda: torch.compile(timed_twenty_ops, backend="eager"),
+    }
+    report("the same ops timing themselves, scaled by random.uniform:", timed_makes, (x,), 2000)
 
     try:
         import transformers

@@ -23,7 +23,7 @@ __all__ = ["Symbol", "BoundSymbol", "Inlined", "SourceFrame", "SymbolTag"]
 
 SymbolTag = Literal[
     "inplace", "view", "random", "global_state", "autograd_function", "bookkeeping", "check",
-    "data_dependent", "backward",
+    "data_dependent", "backward", "per_call", "python_random",
 ]
 
 
@@ -60,8 +60,10 @@ class Symbol:
             from the RNG: aten's ``nondeterministic_seeded``), ``global_state`` (changes thread state
             the forward of the grad transform must change too), ``autograd_function`` (runs user code),
             ``bookkeeping`` (rebuilds a subclass value; not an op of the program), ``check`` (a value
-            read's check), ``data_dependent`` (its outputs depend on tensor values) and ``backward``
-            (runs the autograd engine: the trace always goes through the grad transform).
+            read's check), ``data_dependent`` (its outputs depend on tensor values), ``backward``
+            (runs the autograd engine: the trace always goes through the grad transform), ``per_call``
+            (a clock read or a Python random draw, made anew by every call) and ``python_random`` (draws
+            from a ``random.Random``).
     """
 
     id: str

@@ -177,6 +177,8 @@ class JittedFunction:
         try:
             result = entry.computation(*inputs)
         except ValueCheckFailed as failed:  # the probe and the computation disagree: not reproducible
+            if failed.site.varies:  # the clock moved on since tracing (jit/nondeterministic.py): eager's
+                return self.fn(*args, **kwargs)  # answer for this call (its writes and draws were undone)
             raise nondeterministic_read(failed) from None
         return result if entry.effects is None else entry.effects.finish(args, kwargs, result)
 

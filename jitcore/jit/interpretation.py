@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import operator
 import os
 import sys
 import sysconfig
@@ -47,11 +46,12 @@ from jitcore.jit.appends import appended_parameters, only_appended_to, subscript
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
-from jitcore.jit.nondeterministic import iterator_lookasides, refuse_nondeterministic
+from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
+from jitcore.jit.state_kinds import identity_arguments
 from jitcore.jit.texts import format_field, format_lookasides, format_percent
 from jitcore.jit.value_reads import ValueReads
 from jitcore.langctx import new_context
@@ -100,6 +100,7 @@ class Pass:
         self.provenance = Provenance(self.context.values, self.prologue)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values))
+        self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.provenance.first_state = self.snapshots.first_state
@@ -140,6 +141,7 @@ class Pass:
             changes += self.prints.effects
         finally:
             self.snapshots.restore()  # the caller's objects as the call found them
+            self.per_call.restore()  # the generators it drew from, too
         self._refuse_escapes(output, (args, kwargs, bound_self))
         self.found_counters = counters(changes, self.provenance.pins_value)  # read-modify-write numbers
         input_paths = {id(proxy): path for path, proxy, _tensor in self.provenance.inputs}
@@ -158,6 +160,7 @@ class Pass:
         self.provenance.finish(with_strides=self.context.values.strides_queried, written=written)
         program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
         program.read_numbers = list(self.reads.numbers)
+        program.per_call_numbers = self.per_call.finish()  # JC-T001 where a value was needed
         program.subclass_inputs = list(self.provenance.subclass_inputs)
         program.epilogue = epilogue
         program.structure = structure
@@ -229,11 +232,18 @@ class Pass:
         for i, name in enumerate(positional):
             if i >= nargs and name not in kwargs and i >= first_default:
                 path = root.attr("__defaults__").index(i - first_default)
-                used[name] = self.provenance.bind_state(defaults[i - first_default], path, name)
+                used[name] = self._bind_default(defaults[i - first_default], path, name)
         for name, value in (fn.__kwdefaults__ or {}).items():
             if name not in kwargs:
-                used[name] = self.provenance.bind_state(value, root.attr("__kwdefaults__").key(name), name)
+                used[name] = self._bind_default(value, root.attr("__kwdefaults__").key(name), name)
         return used
+
+    def _bind_default(self, value: Any, path: Path, name: str) -> Any:
+        """A default the call uses: a list only appended to (``log=[]`` gathering across calls) is guarded
+        by its type, as an argument so used is (jit/appends.py); others by their contents."""
+        if type(value) is list and name in appended_parameters(self.fn) and path not in self.read_lists:
+            return self.provenance.bind_appended_list(value, path)
+        return self.provenance.bind_state(value, path, name)
 
     def _remember_function(self, target: Any) -> None:
         fn = getattr(target, "__func__", target)
@@ -361,7 +371,7 @@ class Pass:
 
     def _has_numbers(self) -> bool:
         """Whether the program has seen a number that is a name of the computation."""
-        return bool(self.provenance.number_inputs or self.reads.numbers)
+        return bool(self.provenance.number_inputs or self.reads.numbers or self.per_call.numbers)
 
     def _point_leaks_at_inputs(self) -> None:
         """Note [Leaked tensors]: ``_call_symbol`` binds a real tensor that reached a symbol call as
@@ -399,7 +409,7 @@ class Pass:
     def _native_arguments(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """What C code is handed: a caller's object it uses by identity pins it, numbers are values."""
         if self.provenance.has_loose():
-            for arg in _identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
+            for arg in identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
                 self.provenance.pin(arg)
         # C code needs the values; a container method's receiver (``dict.get(d, k)``) keeps the program's
         # own numbers in it, as for a bound method (``d.get(k)``)
@@ -414,7 +424,8 @@ class Pass:
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
-        refuse_nondeterministic(fn, args)  # time.time(), random.random(): jit/nondeterministic.py
+        if (number := self.per_call.read(fn, args, kwargs)) is not NOT_A_READ:  # time.time(), random.random()
+            return number
         if type(fn) is types.BuiltinMethodType and fn.__name__ in ("write", "flush"):  # jit/printing.py
             if fn.__name__ == "flush" and self.prints.flush(fn, args, kwargs):
                 return None
@@ -761,35 +772,6 @@ def _is_stored_attribute(obj: Any, name: str) -> bool:
                 return True  # a __slots__ field: stored on the instance
             return not (hasattr(attr, "__get__") or hasattr(attr, "__set__"))
     return False
-
-
-_IDENTITY_FUNCTIONS = frozenset(map(id, (id, hash, operator.is_, operator.is_not, operator.contains,
-                                         operator.eq, operator.ne, operator.countOf, operator.indexOf)))
-_HASHING_TYPES = (dict, set, frozenset)
-_KEY_METHODS = frozenset({"__getitem__", "__setitem__", "__delitem__", "__contains__", "get", "pop",
-                          "setdefault", "add", "discard", "remove"})
-_SEQUENCE_TYPES = (list, tuple, collections.deque)
-_COMPARING_METHODS = frozenset({"index", "count", "remove", "__contains__"})
-
-
-def _identity_arguments(fn: Any, args: tuple) -> tuple:
-    """The arguments whose identity ``fn`` may look at: all of them for ``id``/``hash``/``is``, the key
-    of a dict's or set's key method (hashed by identity), the value a sequence searches for (compared
-    with the default ``==``)."""
-    if id(fn) in _IDENTITY_FUNCTIONS:  # by identity: a pybind11 property getter is unhashable
-        return args
-    if not args:
-        return ()
-    if isinstance(fn, types.MethodDescriptorType):  # ``dict.get(d, key)``: the receiver comes first
-        owner, args = fn.__objclass__, args[1:]
-    else:
-        owner = type(getattr(fn, "__self__", None))
-    name = getattr(fn, "__name__", "")
-    if issubclass(owner, _HASHING_TYPES) and name in _KEY_METHODS:
-        return args[:1]
-    if issubclass(owner, _SEQUENCE_TYPES) and name in _COMPARING_METHODS:
-        return args[:1]
-    return ()
 
 
 def _is_plain_key(key: Any) -> bool:

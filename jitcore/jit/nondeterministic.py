@@ -3,15 +3,21 @@
 A cached call runs the computation, not the program's Python: a value the program took from
 ``time.time()``, ``random.random()`` or ``datetime.now()`` while tracing would be a constant of the
 trace, the same on every call where eager gets a new one (and a branch on ``random.random() < p``
-would always take the traced side). Such a call stops tracing with UnsupportedOperationError
-(JC-T001): without ``fullgraph`` the call runs eagerly (Note [Eager entries], jit/api.py), as
-torch.compile breaks its graph at ``time.time()``.
+would always take the traced side).
 
-Refused: the C functions of ``time`` that read a clock, ``datetime``'s ``now``/``utcnow``/``today``,
-``os.urandom``/``os.getrandom``, and every method of a ``random.Random`` instance (the module's
-functions are methods of its hidden instance; ``randint``, ``choice`` and ``uuid4`` reach
-``random``/``getrandbits``/``urandom``). Exempt: calls made by the standard library's ``logging``
-(a record's creation time), whose records are replayed with the trace's time (docs/user-guide.md).
+Read on every call (``PerCallReads``, Note [Clock reads and random draws on every call]): the clocks
+of ``time`` that give a number (``time()``, ``perf_counter()``, ``monotonic()``, ... and their ``_ns``
+forms) and the two C methods of a ``random.Random`` that draw a number (``random()``,
+``getrandbits()``; ``randint``, ``uniform``, ``gauss`` are Python code over them, interpreted). The
+number is a name of the trace, as ``t.item()``'s is.
+
+Refused with UnsupportedOperationError (JC-T001; without ``fullgraph`` the call runs eagerly, Note
+[Eager entries] in jit/api.py, as torch.compile breaks its graph at ``time.time()``): ``datetime``'s
+``now``/``utcnow``/``today``, ``time.localtime()``/``ctime()`` and the like without a time,
+``os.urandom``/``os.getrandom``, the other methods of a ``random.Random`` (``seed``, ``setstate``),
+and a per-call number whose value the program needs (a size, an index, a dict key: ``choice`` and
+``sample`` index with one). Exempt: calls made by the standard library's ``logging`` (a record's
+creation time), whose records are replayed with the trace's time (docs/user-guide.md).
 
 The same holds for ``next(it)`` of an iterator of the caller's or of state that advances in C (a
 module-level ``itertools.count()`` handing out ids, an ``itertools.cycle``, a generator made before
@@ -19,7 +25,8 @@ the call): jitcore does not snapshot such iterators, so the trace would keep the
 (``iterator_lookasides``). An iterator the program makes itself (``next(iter(xs))``,
 ``next(model.parameters())``) is traced.
 
-Invariant: a refused call has not run (no generator state was consumed while tracing).
+Invariants: a refused call has not run, and a pass leaves every ``random.Random`` it drew from in the
+state it found it (the first call's computation makes the same draws again).
 """
 
 from __future__ import annotations
@@ -32,10 +39,14 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import jitcore
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter import current_run
+from jitcore.ir import BoundSymbol, TraceContext
+from jitcore.langctx.reads import CLOCK_READ, RANDOM_DRAW
+from jitcore.proxies.number import NumberProxy
 
-__all__ = ["iterator_lookasides", "refuse_nondeterministic"]
+__all__ = ["NOT_A_READ", "PerCallReads", "iterator_lookasides", "needed_value"]
 
 _CLOCKS = frozenset(
     getattr(time, name) for name in (
@@ -48,26 +59,117 @@ _CURRENT_TIME = frozenset({time.localtime, time.gmtime, time.ctime, time.asctime
 _LOGGING = os.path.join("logging", "__init__.py")
 
 
-def refuse_nondeterministic(fn: Any, args: tuple) -> None:
-    """Raise JC-T001 when the program's call of ``fn`` with ``args`` gives a value that changes per
-    call (a call the standard library's ``logging`` makes is exempt)."""
-    name = _nondeterministic(fn, args)
-    if name is None:
-        return
-    run = current_run()
-    if run is not None and run.frames and run.frames[-1].code.co_filename.endswith(_LOGGING):
-        return
-    raise UnsupportedOperationError(
-        f"{name}() gives a new value on every call, which a cached call could not reproduce",
+# Note [Clock reads and random draws on every call]
+# ``time.perf_counter()`` or ``random.random()`` in a jitted function is recorded as
+# ``n0 = jitcore.langctx.reads.per_call_read(<time.perf_counter>)``: every call reads the clock
+# or draws anew, in program order with the computation's other operations, and the number flows on
+# as a name (arithmetic, a torch Scalar, text it is formatted into, a state write, an output), as
+# ``t.item()``'s does. A branch on it is checked by its outcome where it is computed (Note [Predicate
+# guards], proxies/number.py): a call taking the other side goes to another entry, after the
+# computation's writes and its draws (Python's generators included) are undone
+# (value_reads.with_rollback). Where the program needs the value itself (a size, an index, a key, C
+# code), no entry could serve another call: JC-T001, the call runs eagerly.
+# While tracing, a draw advances the generator as eagerly (a second draw gives the next number); the
+# pass then puts each generator back (``restore``), so the first call's computation draws the very
+# numbers the trace saw. A clock reads on: the first run may take another side of a branch on time
+# than tracing did (``ReadSite.varies``), and then that call runs eagerly (jit/api.py).
+
+
+NOT_A_READ = object()  # PerCallReads.read: the call is none of these; the interpreter makes it
+_NUMBER_CLOCKS = _CLOCKS - {getattr(os, "urandom", None), getattr(os, "getrandom", None)}
+_NUMBER_DRAWS = frozenset({"random", "getrandbits"})
+_GAUSS = random.Random.gauss.__code__  # the one method of a Random keeping Python state between calls
+
+
+class PerCallReads:
+    """One pass's clock reads and random draws (Note [Clock reads and random draws on every call])."""
+
+    def __init__(self, context: TraceContext, check_predicate: Callable[..., bool]) -> None:
+        """Args:
+            context: the pass's trace context (records go to its innermost scope).
+            check_predicate: ``ValueReads.check_predicate``: records a branch's outcome check.
+        """
+        self._context = context
+        self._check_predicate = check_predicate
+        self._drawn: dict[int, tuple[random.Random, Any]] = {}  # id -> (generator, state at its first draw)
+        self.numbers: list[tuple[NumberProxy, str]] = []  # each with what made it (``time.time``)
+        self._needed: list[str] = []  # what made the numbers whose values the program needed
+
+    def read(self, fn: Any, args: tuple, kwargs: dict) -> Any:
+        """The number of a clock read or a random draw, recorded; ``NOT_A_READ`` for any other call.
+
+        Raises:
+            UnsupportedOperationError: (JC-T001) a call whose value changes per call and is not a number
+                read on every call.
+        """
+        name = _nondeterministic(fn, args)
+        if name is None:
+            return NOT_A_READ
+        run = current_run()
+        if run is not None and run.frames and run.frames[-1].code.co_filename.endswith(_LOGGING):
+            return NOT_A_READ
+        owner = getattr(fn, "__self__", None)
+        draws = isinstance(owner, random.Random) and fn.__name__ in _NUMBER_DRAWS
+        if kwargs or not (draws or _is_number_clock(fn)):
+            raise _refusal(name, "a cached call could not reproduce it")
+        if draws and run is not None and any(frame.code is _GAUSS for frame in run.frames):
+            raise _refusal("random.gauss", "it keeps its second number for the next call (gauss_next)")
+        if draws:
+            self._drawn.setdefault(id(owner), (owner, owner.getstate()))
+        value = fn(*args)
+        fresh = self._context.values.names.fresh("n")
+        number = NumberProxy(fresh, value, on_specialize=lambda: self._needed.append(name))
+        number.on_predicate = lambda n, outcome: self._check_predicate(n, outcome, varies=not draws)
+        self._context.trace.imports.setdefault("jitcore", jitcore)
+        symbol, source = RANDOM_DRAW if draws else CLOCK_READ, self._context.source()
+        self._context.scopes[-1].append(BoundSymbol(symbol, (fn, *args), {}, number, (), source))
+        self.numbers.append((number, name))
+        return number
+
+    def finish(self) -> list[tuple[NumberProxy, str]]:
+        """The pass's numbers, once it ended.
+
+        Raises:
+            UnsupportedOperationError: (JC-T001) the program needed the value of one (the need is
+                noted, not raised, where it arises: C code such as ``Tensor.__mul__`` turns a
+                TypeError into NotImplemented).
+        """
+        if self._needed:
+            raise needed_value(self._needed[0])
+        return list(self.numbers)
+
+    def restore(self) -> None:
+        """Put back every generator the pass drew from (the first call's computation draws again)."""
+        for generator, state in self._drawn.values():
+            generator.setstate(state)
+        self._drawn.clear()
+
+
+def _is_number_clock(fn: Any) -> bool:
+    try:
+        return fn in _NUMBER_CLOCKS
+    except TypeError:
+        return False
+
+
+def _refusal(name: str, why: str) -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        f"{name}() gives a new value on every call: {why}",
         hints=("take the value outside the jitted function and pass it in as an argument",),
     )
+
+
+def needed_value(name: str) -> UnsupportedOperationError:
+    """The error for a clock read or a random draw whose value is needed (JC-T001)."""
+    return _refusal(name, "the program needs its value (a size, an index, a key, C code, a tensor "
+                          "subclass's dispatch), which no cache entry could serve for another call")
 
 
 def _nondeterministic(fn: Any, args: tuple) -> str | None:
     """The name of ``fn`` when it reads a clock or a Python random generator, else None."""
     try:
         if fn in _CLOCKS:
-            return f"{fn.__module__ or 'time'}.{fn.__name__}"
+            return f"{getattr(fn, '__module__', None) or 'time'}.{fn.__name__}"
         if fn in _CURRENT_TIME and _reads_the_clock(fn, args):
             return f"time.{fn.__name__}"
     except TypeError:  # an unhashable callable

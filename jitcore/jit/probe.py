@@ -35,6 +35,8 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["Probe", "may_write", "runs_subsymbols"]
 
+_NOT_RUN = frozenset({"bookkeeping", "per_call"})
+
 
 class Probe:
     """Runs one pass's records on the real inputs, incrementally, to answer value reads."""
@@ -108,8 +110,8 @@ class Probe:
                 self._grad = torch.is_grad_enabled()  # as the records left it (``no_grad()`` records)
 
     def _run(self, bsym: BoundSymbol, *, graph: bool = False) -> None:
-        if "bookkeeping" in bsym.symbol.tags or id(bsym) in self._nested_done:
-            return
+        if bsym.symbol.tags & _NOT_RUN or id(bsym) in self._nested_done:
+            return  # a clock read or a random draw: its number is the traced one (Proxy.value)
         if runs_subsymbols(bsym) and not (graph and _builds_graph(bsym)):
             for sub in bsym.subsymbols:  # Note [The probe runs a subclass call's operations]
                 self._run(sub)

@@ -18,7 +18,7 @@ import torch
 
 import jitcore
 from jitcore.ir import BoundSymbol, Trace
-from jitcore.jit import numbers, outputs
+from jitcore.jit import nondeterministic, numbers, outputs
 from jitcore.jit.effects import Effects
 from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
@@ -40,6 +40,8 @@ class TracedProgram:
         self.epilogue: Any = None  # turns NumPy outputs back into NumPy values (docs/numpy.md)
         self.structure: outputs.OutputStructure | None = None  # rebuilds output objects (jit/outputs.py)
         self.read_numbers: list[tuple[NumberProxy, BoundSymbol]] = []  # t.item() results, with their checks
+        # clock reads and random draws, each with what made it (jit/nondeterministic.py)
+        self.per_call_numbers: list[tuple[NumberProxy, str]] = []
         self.effects: Effects | None = None  # side effects replayed after the computation (jit/effects.py)
         self.size_inputs: list[
             tuple[Path, NumberProxy]
@@ -51,12 +53,15 @@ class TracedProgram:
     def symbolic_numbers(self) -> list[NumberProxy]:
         """The dynamic numbers the trace uses that the program did not specialize (symbolic sizes too)."""
         read = [n for n, _check in self.read_numbers if not n.specialized]
+        read += [n for n, _made_by in self.per_call_numbers]
         sizes = [n for _path, n in self.size_inputs]
         return numbers.symbolic(self.trace, self.prologue, self.number_inputs) + read + sizes
 
     def specialized(self) -> Specialized:
         """The program with every dynamic number a constant of its entry (``numbers.specialize``) and
         every number read from a tensor checked (jit/value_reads.py); this program is not changed."""
+        if self.per_call_numbers:  # a clock read or a random draw: no entry could serve another call
+            raise nondeterministic.needed_value(self.per_call_numbers[0][1])  # with its value
         guards, dropped = numbers.specialize(self.trace, self.prologue, self.number_inputs)
         checks = [check for n, check in self.read_numbers if not n.specialized]
         if not dropped and not checks:

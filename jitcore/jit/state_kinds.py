@@ -5,7 +5,8 @@ Pure predicates on values and paths, no guards made here:
 - ``is_plain_instance``: an object of a Python class guarded by its class and the attributes read;
 - ``all_literal``: a container whose contents one ``contents`` guard compares;
 - ``is_library_class``: a class of torch, jitcore or the standard library, taken as constant;
-- ``is_module_registry``: a path ending at torch's own containers inside an ``nn.Module``.
+- ``is_module_registry``: a path ending at torch's own containers inside an ``nn.Module``;
+- ``identity_arguments``: the arguments whose identity a C function may look at (``d.get(obj)``).
 Invariant: each answer depends only on the value (and path) given, never on the pass.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import collections
 import enum
 import functools
+import operator
 import sys
 import types
 from typing import Any
@@ -24,8 +26,8 @@ from jitcore.prologue import Path
 from jitcore.prologue.guards import is_literal_value
 
 __all__ = [
-    "MAX_ELEMENTS", "all_literal", "is_library_class", "is_module_registry", "is_plain_instance",
-    "is_structured",
+    "MAX_ELEMENTS", "all_literal", "identity_arguments", "is_library_class", "is_module_registry",
+    "is_plain_instance", "is_structured",
 ]
 
 # Containers of state up to this size are guarded element by element; larger ones (of non-literals)
@@ -86,3 +88,32 @@ def is_structured(value: Any) -> bool:
         return len(value) <= MAX_ELEMENTS
     return (t in (collections.defaultdict, collections.Counter) and len(value) <= MAX_ELEMENTS
             and all(type(k) in (int, str) for k in value))
+
+
+_IDENTITY_FUNCTIONS = frozenset(map(id, (id, hash, operator.is_, operator.is_not, operator.contains,
+                                         operator.eq, operator.ne, operator.countOf, operator.indexOf)))
+_HASHING_TYPES = (dict, set, frozenset)
+_KEY_METHODS = frozenset({"__getitem__", "__setitem__", "__delitem__", "__contains__", "get", "pop",
+                          "setdefault", "add", "discard", "remove"})
+_SEQUENCE_TYPES = (list, tuple, collections.deque)
+_COMPARING_METHODS = frozenset({"index", "count", "remove", "__contains__"})
+
+
+def identity_arguments(fn: Any, args: tuple) -> tuple:
+    """The arguments whose identity ``fn`` may look at: all of them for ``id``/``hash``/``is``, the key
+    of a dict's or set's key method (hashed by identity), the value a sequence searches for (compared
+    with the default ``==``)."""
+    if id(fn) in _IDENTITY_FUNCTIONS:  # by identity: a pybind11 property getter is unhashable
+        return args
+    if not args:
+        return ()
+    if isinstance(fn, types.MethodDescriptorType):  # ``dict.get(d, key)``: the receiver comes first
+        owner, args = fn.__objclass__, args[1:]
+    else:
+        owner = type(getattr(fn, "__self__", None))
+    name = getattr(fn, "__name__", "")
+    if issubclass(owner, _HASHING_TYPES) and name in _KEY_METHODS:
+        return args[:1]
+    if issubclass(owner, _SEQUENCE_TYPES) and name in _COMPARING_METHODS:
+        return args[:1]
+    return ()

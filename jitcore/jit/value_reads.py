@@ -260,22 +260,22 @@ class ValueReads:
                 self.context.trace.bound_symbols.append(record)
 
         number = NumberProxy(self.context.values.names.fresh("n"), value, on_specialize=check)
-        number.on_predicate = self._check_predicate
+        number.on_predicate = self.check_predicate
         recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
         self._record(BoundSymbol(recorded, args, kwargs, number, (), site.source))
         self.numbers.append((number, record))
         self._log(site, value)
         return number
 
-    def _check_predicate(self, number: NumberProxy, outcome: bool) -> bool:
+    def check_predicate(self, number: NumberProxy, outcome: bool, varies: bool = False) -> bool:
         """The truth of ``number`` computed from a read (``if loss.item() < best:``), checked by the
         computation where it is computed: a call whose outcome differs goes to another cache entry,
         and one whose read value differs but not the outcome stays in this one (Note [Predicate
         guards] in jitcore/proxies/number.py). False (the value itself is checked) inside another
-        symbol's resolution or after the pass."""
+        symbol's resolution or after the pass. ``varies``: ``ReadSite.varies``."""
         if current_context() is not self.context or len(self.context.scopes) != 1:
             return False
-        site = ReadSite(f"the truth of {number.name}", self.context.source())
+        site = ReadSite(f"the truth of {number.name}", self.context.source(), varies)
         self.context.trace.imports.setdefault("jitcore", jitcore)
         check = BoundSymbol(READ, (site, outcome, bool, number), {}, None, (), site.source)
         self.context.scopes[-1].append(check)
@@ -488,7 +488,10 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
             }
     positions = [i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written]
     random = any("random" in b.symbol.tags for b in _flat(before))
-    if not positions and not random:
+    # Python's generators a draw before the read advanced (jit/nondeterministic.py): put back too
+    drawn = list({id(g): g for b in _flat(before) if "python_random" in b.symbol.tags
+                  for g in [b.args[0].__self__]}.values())
+    if not positions and not random and not drawn:
         return computation
 
     # the caller's generators (Note [Generators the caller passes]) are put back as the global one is
@@ -498,9 +501,12 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
         saved = [inputs[i].detach().clone() for i in positions]
         rng = torch.get_rng_state() if random else None
         states = [inputs[i].get_state() for i in generators]
+        python_states = [g.getstate() for g in drawn]
         try:
             return computation(*inputs)
         except ValueCheckFailed:
+            for generator, state in zip(drawn, python_states):
+                generator.setstate(state)
             with torch.no_grad():
                 for i, copy in zip(positions, saved):
                     inputs[i].copy_(copy)

@@ -9,6 +9,8 @@ cache entry (or is traced again), after the computation's writes to its inputs a
 A data-dependent shape is checked after the op that makes it (``nonzero``: its ``(n, ndim)``);
 differentiable ones are expressed through it: ``x[mask]`` and ``masked_select`` index with the
 coordinates ``nonzero(mask)`` gives, so autograd differentiates an ordinary index.
+A clock read or a Python random draw (``per_call_read``) is made anew by every call: its number is no
+traced value but a name, and only branches on it are checked (jitcore/jit/nondeterministic.py).
 
 Invariants:
 - a value read while tracing is used by the rest of the trace only behind a ``check_read`` that
@@ -30,13 +32,16 @@ from jitcore.ir import SourceFrame, Symbol
 from jitcore.proxies import TensorProxy
 
 __all__ = [
+    "CLOCK_READ",
     "DATA_DEPENDENT_DECOMPOSITIONS",
     "MASKS_UNDER_GRAD",
+    "RANDOM_DRAW",
     "READ",
     "UNDER_AUTOGRAD",
     "ReadSite",
     "ValueCheckFailed",
     "check_read",
+    "per_call_read",
     "runs_under_autograd",
     "same_value",
 ]
@@ -48,6 +53,8 @@ class ReadSite:
 
     what: str
     source: tuple[SourceFrame, ...] | None
+    # a clock read's outcome: the first run may see another one than tracing did (the clock moved on)
+    varies: bool = False
 
     def __str__(self) -> str:
         where = f" at {self.source[-1]}" if self.source else ""
@@ -106,6 +113,20 @@ READ = Symbol(
 )
 
 
+def per_call_read(fn: Callable[..., Any], *args: Any) -> Any:
+    """What the computation runs for a clock read or a random draw, made anew by every call (Note [Clock
+    reads and random draws on every call], jitcore/jit/nondeterministic.py): the call itself."""
+    return fn(*args)
+
+
+def _read_symbol(*tags: str) -> Symbol:
+    return Symbol(id=f"per_call_read{'_random' if tags else ''}", name="per_call_read", langctx="jitcore",
+                  fn=per_call_read, path="jitcore.langctx.reads.per_call_read", meta=_never_traced,
+                  tags=frozenset({"per_call", *tags}))
+
+
+CLOCK_READ = _read_symbol()
+RANDOM_DRAW = _read_symbol("python_random")
 # A value-shaped op whose outputs carry gradients: its entry runs under torch's own autograd (Note
 # [Value-shaped ops under grad] in jitcore/jit/value_reads.py).
 UNDER_AUTOGRAD = "under_autograd"

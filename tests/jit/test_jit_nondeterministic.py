@@ -1,6 +1,9 @@
-"""Calls whose value changes per call (clocks, Python's random generators) run eagerly, as eager
-computes them (jitcore/jit/nondeterministic.py). They were constants of the trace: every cached call
-returned the first call's ``time.time()`` and took the first call's side of ``random.random() < p``.
+"""Calls whose value changes per call (clocks, Python's random generators) give eager's values on every
+call (jitcore/jit/nondeterministic.py). They were constants of the trace: every cached call returned
+the first call's ``time.time()`` and took the first call's side of ``random.random() < p``. Clock reads
+and random draws that give numbers are recorded and made anew by every call (Note [Clock reads and
+random draws on every call]); the others, and numbers whose value the program needs, make the call
+run eagerly (JC-T001).
 """
 
 from __future__ import annotations
@@ -19,35 +22,70 @@ from typing import Any
 import pytest
 import torch
 from jit_helpers import assert_same
+from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
 from jitcore.errors import UnsupportedOperationError
+from jitcore.jit import nondeterministic
 
 X = torch.arange(3.0)
 
 
-def _calls(fn: Callable[..., Any], seed: int, n: int = 4) -> list[Any]:
+def _calls(fn: Callable[..., Any], seed: int, n: int = 4) -> tuple[list[Any], list[str]]:
+    """``n`` calls from a seeded generator; the warnings (an eager entry's) they gave."""
     random.seed(seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the eager entry's warning
-        return [fn(X + i) for i in range(n)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = [fn(X + i) for i in range(n)]
+    return results, [str(w.message) for w in caught]
+
+
+def _eager_entry(messages: list[str]) -> bool:
+    return any("runs eagerly" in m and "new value on every call" in m for m in messages)
+
+
+def _branch_on_random(x):
+    value = random.random()
+    return (x * 2 if value > 0.5 else x - 1), value
+
+
+def _scaled_by_random(x):
+    return x * random.uniform(1.0, 2.0) + random.randint(0, 10**9) % 7
+
+
+def _random_scalar_under_arithmetic(x):
+    return torch.relu(x - random.random()) * (1 + random.random() ** 2)
+
+
+@pytest.mark.parametrize("f", [_branch_on_random, _scaled_by_random, _random_scalar_under_arithmetic])
+def test_python_random_draws_are_made_on_every_call(f: Callable[..., Any]) -> None:
+    """Traced (no eager entry): the draws are the computation's, in program order, so the values and
+    the generator's state after each call are eager's; a branch on a draw is checked by its outcome,
+    and a call taking the other side puts the generator back before it runs another entry."""
+    expected, _ = _calls(f, seed=3, n=12)
+    eager_state = random.getstate()
+    jf = jitcore.jit(f)
+    got, messages = _calls(jf, seed=3, n=12)
+    assert_same(got, expected)
+    assert random.getstate() == eager_state
+    assert not _eager_entry(messages)
+    assert jitcore.cache_hits(jf) >= 12 - 4  # a few entries: one per branch outcome (randint's loop too)
 
 
 @pytest.mark.parametrize("draw", [
-    lambda: random.random(),
-    lambda: random.randint(0, 10**9),
-    lambda: random.choice(range(10**9)),
-    lambda: random.gauss(0.0, 1.0),
+    lambda: random.choice(range(10**9)),  # indexes with a draw: its value is needed
+    lambda: random.gauss(0.0, 1.0),  # keeps its second number for the next call
 ])
-def test_python_random_draws_are_eagers_on_every_call(draw: Callable[[], Any]) -> None:
+def test_python_random_draws_whose_values_are_needed_run_eagerly(draw: Callable[[], Any]) -> None:
     def f(x):
         value = draw()
         return (x * 2 if value > 0.5 else x - 1), value
 
-    expected = _calls(f, seed=3)
-    got = _calls(jitcore.jit(f), seed=3)
+    expected, _ = _calls(f, seed=3)
+    got, messages = _calls(jitcore.jit(f), seed=3)
     assert_same(got, expected)
     assert len({v for _, v in got}) == len(got)  # a new draw per call
+    assert _eager_entry(messages)
 
 
 def test_a_random_generator_passed_in() -> None:
@@ -57,17 +95,52 @@ def test_a_random_generator_passed_in() -> None:
     jf = jitcore.jit(f)
     eager_rng, jit_rng = random.Random(5), random.Random(5)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("error")  # traced
         for _ in range(3):
             assert_same(jf(X, jit_rng), f(X, eager_rng))
     assert jit_rng.getstate() == eager_rng.getstate()
+    assert jitcore.cache_hits(jf) == 2
+
+
+@pytest.mark.parametrize("clock", [time.time, time.perf_counter, time.monotonic_ns])
+def test_clocks_are_read_on_every_call(clock: Callable[[], Any]) -> None:
+    def f(x):
+        return x + 1, clock()
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # traced
+        first = jf(X)[1]
+        time.sleep(0.002)
+        second = jf(X)[1]
+    assert type(first) is type(clock())
+    assert second > first
+    assert jitcore.cache_hits(jf) == 1
+
+
+def test_an_elapsed_time_logged_as_text() -> None:
+    log: list[str] = []
+
+    def f(x):
+        start = time.perf_counter()
+        y = x.exp().sum()
+        log.append(f"{time.perf_counter() - start >= 0} {time.perf_counter() > start:d}")
+        return y
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            assert_same(jf(X), f(X))
+    assert log == ["True 1"] * 6
+    assert jitcore.cache_hits(jf) == 2
 
 
 @pytest.mark.parametrize("clock", [
-    time.time, time.perf_counter, time.monotonic_ns, lambda: datetime.datetime.now(),
-    lambda: datetime.date.today(), lambda: time.localtime(), lambda: uuid.uuid4(), lambda: os.urandom(8),
+    lambda: datetime.datetime.now(), lambda: datetime.date.today(), lambda: time.localtime(),
+    lambda: uuid.uuid4(), lambda: os.urandom(8), lambda: range(10)[time.time_ns() % 10],
 ])
-def test_clocks_and_system_randomness_are_read_on_every_call(clock: Callable[[], Any]) -> None:
+def test_clocks_and_system_randomness_that_give_no_number_run_eagerly(clock: Callable[[], Any]) -> None:
     def f(x):
         return x + 1, clock()
 
@@ -76,17 +149,63 @@ def test_clocks_and_system_randomness_are_read_on_every_call(clock: Callable[[],
         warnings.simplefilter("always")
         first = jf(X)[1]
         time.sleep(0.002)
-        second = jf(X)[1]
+        jf(X)
     assert type(first) is type(clock())
-    if not isinstance(first, (datetime.date, time.struct_time)):  # (those change once a day, a second)
-        assert first != second
-    assert any("runs eagerly" in str(w.message) and "new value on every call" in str(w.message)
-               for w in caught)
+    assert _eager_entry([str(w.message) for w in caught])
 
 
 def test_fullgraph_refuses_with_the_reason() -> None:
-    with pytest.raises(UnsupportedOperationError, match=r"time\.time\(\) gives a new value on every call"):
-        jitcore.jit(lambda x: x * time.time(), fullgraph=True)(X)
+    with pytest.raises(UnsupportedOperationError, match=r"now\(\) gives a new value on every call"):
+        jitcore.jit(lambda x: x.sum() + datetime.datetime.now().microsecond, fullgraph=True)(X)
+    jf = jitcore.jit(lambda x: x * time.time(), fullgraph=True)  # a read on every call, not a split
+    assert jf(X)[1] > 0
+
+
+def test_a_clock_that_moved_on_since_tracing_gives_eagers_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A branch on the clock may take another side on the first run than while tracing (tracing takes
+    time): that call runs eagerly, where a nondeterministic computation would raise JC-T002. A counter
+    stands in for the clock, so that the first run always reads a later time than tracing did."""
+    ticks = itertools.count().__next__  # a C callable: 0, 1, 2, ...
+    monkeypatch.setattr(nondeterministic, "_CLOCKS", nondeterministic._CLOCKS | {ticks})
+    monkeypatch.setattr(nondeterministic, "_NUMBER_CLOCKS", nondeterministic._NUMBER_CLOCKS | {ticks})
+
+    def f(x):
+        return x + 1 if ticks() > 0 else x - 1
+
+    assert_same(jitcore.jit(f)(X), X + 1)  # traced with 0 (x - 1), run with 1, eagerly with 2
+
+
+def test_draws_under_grad() -> None:
+    def f(x):
+        return (x * random.random()).sum()
+
+    x = torch.randn(3, requires_grad=True)
+    random.seed(1)
+    f(x).backward()
+    expected = x.grad
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # traced: the trace runs under torch's autograd
+        for _ in range(2):
+            random.seed(1)
+            x.grad = None
+            jf(x).backward()
+            torch.testing.assert_close(x.grad, expected)
+    assert jitcore.cache_hits(jf) == 1
+
+
+def test_draws_with_subclasses_under_grad_run_eagerly() -> None:
+    """The grad transform of a subclass program makes its numbers constants: such a call runs eagerly."""
+    def f(x):
+        return x * random.random()
+
+    x = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
+    random.seed(2)
+    expected = f(x)
+    random.seed(2)
+    got, messages = _calls(lambda _: jitcore.jit(f)(x), seed=2, n=1)
+    assert_same(got[0].a, expected.a)
+    assert _eager_entry(messages)
 
 
 def test_the_time_of_a_given_timestamp_is_traced() -> None:

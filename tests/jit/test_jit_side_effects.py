@@ -533,6 +533,39 @@ def test_a_list_argument_only_appended_to_does_not_retrace():
     assert jitcore.cache_misses(jf) == 3  # the read list: one entry per length (0 was cached)
 
 
+def test_a_default_list_only_appended_to_does_not_retrace():
+    """``def step(x, log=[])``: the default gathers across calls, as eagerly; it was guarded by its
+    contents, so every call (a longer list) traced again. A default the function also reads keeps its
+    guards, and a default the caller replaces is seen."""
+
+    def make():
+        def step(x, log=[], *, marks=[]):  # noqa: B006 - the mutable default is the point
+            loss = (x * 2).sum()
+            log.append(loss.item())
+            marks.extend(["step"])
+            return loss
+
+        def counted(x, seen=[]):  # noqa: B006
+            seen.append(len(seen))
+            return x * len(seen)
+
+        return step, counted
+
+    (eager, eager_counted), (traced, traced_counted) = make(), make()
+    jf, jcounted = jitcore.jit(traced), jitcore.jit(traced_counted)
+    for i in range(4):
+        x = torch.randn(3, generator=torch.Generator().manual_seed(i))
+        assert_same(jf(x), eager(x))
+        assert_same(jcounted(x), eager_counted(x))
+    assert traced.__defaults__ == eager.__defaults__ and traced.__kwdefaults__ == eager.__kwdefaults__
+    assert traced_counted.__defaults__ == eager_counted.__defaults__
+    assert jitcore.cache_misses(jf) == 1
+    assert jitcore.cache_misses(jcounted) == 4  # it reads its length: one entry per length
+    traced.__defaults__ = eager.__defaults__ = ([],)
+    assert_same(jf(x), eager(x))
+    assert traced.__defaults__ == eager.__defaults__
+
+
 def test_appended_parameters_are_proved_from_the_bytecode():
     from jitcore.jit.appends import appended_parameters
 
