@@ -20,12 +20,15 @@ from typing import Any
 
 import optree
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._mode_utils import no_dispatch
 
+from jitcore.errors import EagerOnlyValue
 from jitcore.ir import BoundSymbol, Proxy, Symbol, SymbolTag, Trace, tree_any, tree_has
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.prologue import Path
 from jitcore.prologue.guards import same_ctx
+from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 
@@ -126,10 +129,14 @@ def restrided(proxy: SubclassTensorProxy, record: BoundSymbol) -> bool:
 # Note [Subclass values that require grad]
 # ``requires_grad_()`` on a subclass value the program made sets its *outer* tensor's flag: below
 # autograd, ``__torch_dispatch__`` sees no operation, so the call's resolution is empty and pass 2
-# (used only when no input requires grad) would drop it. A subclass output whose pass-1 value
-# requires grad (the flagged value itself, or one computed from it) gets the flag back once rebuilt.
-# It is then a leaf: eagerly a value computed from the flagged one has a grad_fn reaching a leaf the
-# program dropped (nothing the caller can read from it differs but ``is_leaf``/``grad_fn``).
+# (used only when no input requires grad) would drop it. A subclass output whose pass-1 value is such
+# a leaf gets the flag back once rebuilt, and so does a subclass value computed from such a leaf (it
+# comes back a leaf where eager's has a grad_fn: only ``is_leaf``/``grad_fn`` differ while the leaf it
+# came from is out of the caller's reach). When the caller can reach that leaf too (returned, stored),
+# ``y.backward()`` must fill the leaf's ``.grad``, and a plain value computed from a subclass leaf must
+# require grad; pass 2 has no graph for either (it rebuilds subclass values from inner tensors and
+# computes plain ones from them). Such a program runs eagerly
+# (``refuse_values_computed_from_leaves_made_inside``, JC-J002).
 _REQUIRES_GRAD = TORCH_TABLE.lookup(torch.Tensor.requires_grad_)
 
 
@@ -206,7 +213,11 @@ def flatten_program(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensor
     Args:
         trace: pass 1.
         subclass_inputs: its bound subclass inputs with their paths (``TracedProgram.subclass_inputs``).
+
+    Raises:
+        EagerOnlyValue: ``refuse_values_computed_from_leaves_made_inside``.
     """
+    refuse_values_computed_from_leaves_made_inside(trace)
     # a kept argument is returned or restrided, so the trace involves it: flatten_subclasses does not
     # return pass 1 itself then
     kept = subclass_arguments_passed_whole(trace, subclass_inputs) if subclass_inputs else []
@@ -256,6 +267,47 @@ def pass_1_under_autograd(trace: Trace,
     ]
     run.output = trace.output
     return Flattened(run, [(path, proxy.name) for proxy, path in kept])
+
+
+def refuse_values_computed_from_leaves_made_inside(trace: Trace) -> None:
+    """Raise EagerOnlyValue (JC-J002) when an output or a stored value of pass 1 requires grad through a
+    graph pass 2 cannot give and the caller could tell (Note [Subclass values that require grad]): a
+    subclass value computed from a leaf the program made and also returns or stores (a backward must
+    fill that leaf's ``.grad``), or a plain value computed from a subclass leaf the program made (pass 2
+    computes it from inner tensors: it would not require grad). Programs without subclasses are fine."""
+    if not involves_subclasses(trace):
+        return
+    values = [v for v in optree.tree_leaves(trace.output, none_is_leaf=True) if isinstance(v, TensorProxy)]
+    reachable = {id(v.shadow) for v in values}
+    for value in values:
+        shadow = value.shadow
+        if not shadow.requires_grad or shadow.grad_fn is None:
+            continue
+        leaves = _leaves_reached(shadow.grad_fn)
+        if any(id(leaf) in reachable for leaf in leaves) if isinstance(value, SubclassTensorProxy) \
+                else any(not isinstance(leaf, FakeTensor) for leaf in leaves):
+            raise EagerOnlyValue(
+                f"{value.name} requires grad through a leaf made inside the function with requires_grad, "
+                "in a tensor-subclass program: that gradient graph is not traced",
+                hints=("make the leaf outside the jitted function and pass it in",),
+            )
+
+
+def _leaves_reached(node: Any) -> list[torch.Tensor]:
+    """The leaves the autograd graph from ``node`` (a pass-1 shadow's grad_fn) accumulates into: shadows,
+    a plain one a FakeTensor, a subclass one an instance of its class."""
+    seen: set[int] = set()
+    stack, leaves = [node], []
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        leaf = getattr(current, "variable", None)
+        if isinstance(leaf, torch.Tensor):
+            leaves.append(leaf)
+        stack.extend(next_node for next_node, _index in current.next_functions)
+    return leaves
 
 
 def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ()) -> Trace:

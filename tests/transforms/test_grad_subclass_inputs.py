@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._subclasses.complex_tensor import ComplexTensor
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
@@ -130,3 +131,41 @@ def test_a_subclass_argument_returned_as_itself_without_grad() -> None:
     out = jitcore.jit(fn)(x, y)
     assert out[0] is x
     torch.testing.assert_close(out[1], fn(x, y)[1])
+
+
+def _leaf_and_computed(a, b):
+    x = TwoTensor(a, b).requires_grad_()
+    return x, x * 2
+
+
+def _subclass_from_a_plain_leaf(a, b):
+    w = torch.ones(3, requires_grad=True)
+    return w, TwoTensor(a, b) * w
+
+
+def _subclass_from_a_returned_subclass_leaf(a, b):
+    x = TwoTensor(a, b).requires_grad_()
+    return x, (x * 3).sum()
+
+
+def _plain_from_a_subclass_leaf(a, b):
+    z = ComplexTensor(a, b).requires_grad_()
+    return z, z.abs()  # ComplexTensor's abs is a plain tensor
+
+
+@pytest.mark.parametrize("program", [
+    _leaf_and_computed, _subclass_from_a_plain_leaf, _subclass_from_a_returned_subclass_leaf,
+    _plain_from_a_subclass_leaf,
+])
+def test_values_computed_from_leaves_made_inside_keep_their_graph(program) -> None:
+    """No input requires grad, so the subclass program ran flattened, without a graph: ``y`` came back
+    a leaf, or a plain result that did not require grad, and ``y.backward()`` left the returned leaf's
+    ``.grad`` None where eager fills it (or raised). Such programs run eagerly now (JC-J002)."""
+    a, b = torch.randn(3), torch.randn(3)
+    results = []
+    for fn in (program, jitcore.jit(program)):
+        leaf, computed = fn(a.clone(), b.clone())
+        assert computed.requires_grad and not computed.is_leaf
+        computed.sum().backward()
+        results.append(leaf.grad)
+    torch.testing.assert_close(results[1], results[0])
