@@ -25,6 +25,7 @@ from torch.utils._mode_utils import no_dispatch
 
 from jitcore.errors import EagerOnlyValue
 from jitcore.ir import BoundSymbol, Proxy, Symbol, SymbolTag, Trace, tree_any, tree_has
+from jitcore.langctx.backward import graph_leaves
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.prologue import Path
 from jitcore.prologue.guards import same_ctx
@@ -283,7 +284,7 @@ def refuse_values_computed_from_leaves_made_inside(trace: Trace) -> None:
         shadow = value.shadow
         if not shadow.requires_grad or shadow.grad_fn is None:
             continue
-        leaves = _leaves_reached(shadow.grad_fn)
+        leaves = graph_leaves([shadow.grad_fn])  # shadows: a plain one a FakeTensor
         if any(id(leaf) in reachable for leaf in leaves) if isinstance(value, SubclassTensorProxy) \
                 else any(not isinstance(leaf, FakeTensor) for leaf in leaves):
             raise EagerOnlyValue(
@@ -291,23 +292,6 @@ def refuse_values_computed_from_leaves_made_inside(trace: Trace) -> None:
                 "in a tensor-subclass program: that gradient graph is not traced",
                 hints=("make the leaf outside the jitted function and pass it in",),
             )
-
-
-def _leaves_reached(node: Any) -> list[torch.Tensor]:
-    """The leaves the autograd graph from ``node`` (a pass-1 shadow's grad_fn) accumulates into: shadows,
-    a plain one a FakeTensor, a subclass one an instance of its class."""
-    seen: set[int] = set()
-    stack, leaves = [node], []
-    while stack:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        leaf = getattr(current, "variable", None)
-        if isinstance(leaf, torch.Tensor):
-            leaves.append(leaf)
-        stack.extend(next_node for next_node, _index in current.next_functions)
-    return leaves
 
 
 def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ()) -> Trace:

@@ -37,7 +37,7 @@ import torch
 import jitcore
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
-from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph
+from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph, graph_leaves
 from jitcore.langctx.reads import runs_under_autograd
 from jitcore.proxies import TensorProxy
 
@@ -148,19 +148,8 @@ class AutogradCalls:
         """The leaves the outputs' graph reaches (what ``backward()`` accumulates into), in the
         order the graph is walked from the outputs."""
         values = self._pass.context.values
-        seen: set[int] = set()
-        leaves: list[TensorProxy] = []
-        pending = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
-        while pending:
-            node = pending.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            variable = getattr(node, "variable", None)
-            if isinstance(variable, torch.Tensor):
-                leaves.append(values.proxy_for(variable))
-            pending.extend(n for n, _ in reversed(node.next_functions))
-        return leaves
+        roots = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
+        return [values.proxy_for(leaf) for leaf in graph_leaves(roots)]
 
     def _accumulate(self, leaf: TensorProxy, grad: TensorProxy) -> None:
         found = self._pass.provenance.input_of(leaf)

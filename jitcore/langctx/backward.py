@@ -17,7 +17,7 @@ import torch
 from jitcore.langctx.shadows import STATEFUL
 from jitcore.langctx.torch import torch_symbol
 
-__all__ = ["AUTOGRAD_GRAD", "autograd_grad", "free_graph"]
+__all__ = ["AUTOGRAD_GRAD", "autograd_grad", "free_graph", "graph_leaves"]
 
 
 def autograd_grad(
@@ -44,3 +44,21 @@ def free_graph(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], 
 STATEFUL.add(autograd_grad)
 AUTOGRAD_GRAD = torch_symbol(autograd_grad, "jitcore.langctx.backward.autograd_grad",
                              tags=frozenset({"backward"}))
+
+
+def graph_leaves(roots: Sequence[Any]) -> list[torch.Tensor]:
+    """The leaves the autograd graph from the nodes ``roots`` (shadows' ``grad_fn``s; None skipped)
+    accumulates into (what ``backward()`` fills), each once, in the order the graph is walked."""
+    seen: set[int] = set()
+    leaves: list[torch.Tensor] = []
+    pending = list(roots)
+    while pending:
+        node = pending.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            leaves.append(variable)
+        pending.extend(n for n, _ in reversed(node.next_functions))
+    return leaves
