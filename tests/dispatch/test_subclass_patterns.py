@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import torch
+from subclass_checks import assert_same_values
 from torch import nn
 from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._pytree import tree_map, tree_map_only
@@ -33,35 +34,6 @@ from torch.utils._pytree import tree_map, tree_map_only
 import jitcore
 
 aten = torch.ops.aten
-
-
-def _inner(t: torch.Tensor) -> dict[str, Any]:
-    if not hasattr(type(t), "__tensor_flatten__"):
-        return {"data": t.detach()}
-    names, ctx = t.__tensor_flatten__()
-    return {"ctx": ctx, **{n: getattr(t, n) for n in names}}
-
-
-def _same(actual: Any, expected: Any) -> None:
-    assert type(actual) is type(expected), (type(actual), type(expected))
-    if isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected)
-        for a, e in zip(actual, expected):
-            _same(a, e)
-    elif isinstance(expected, torch.Tensor):
-        assert (actual.shape, actual.dtype, actual.requires_grad) == (
-            expected.shape, expected.dtype, expected.requires_grad)
-        got, want = _inner(actual), _inner(expected)
-        assert got.keys() == want.keys()
-        for key, value in want.items():
-            if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
-                _same(got[key], value)
-            elif isinstance(value, torch.Tensor):
-                torch.testing.assert_close(got[key].detach(), value.detach())
-            else:
-                assert got[key] == value
-    else:
-        assert actual == expected
 
 
 def _check(fn: Callable[..., Any], make: Callable[[], tuple],
@@ -76,9 +48,9 @@ def _check(fn: Callable[..., Any], make: Callable[[], tuple],
         torch.manual_seed(0)
         jit_args = make()
         actual = jitted(*jit_args)
-        _same(actual, expected)
+        assert_same_values(actual, expected)
         if after is not None:
-            _same(after(actual, jit_args), after(expected, eager_args))
+            assert_same_values(after(actual, jit_args), after(expected, eager_args))
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
     assert jitted.fallback_reason is None
 
@@ -223,8 +195,8 @@ def test_an_optimizer_step_on_subclass_parameters(optimizer: str, options: dict)
     step = jitcore.jit(_train_step)
     for _ in range(3):
         x = torch.randn(3)
-        _same(step(jit_model, jit_opt, x), _train_step(eager_model, eager_opt, x))
-        _same(jit_model.w.detach(), eager_model.w.detach())
+        assert_same_values(step(jit_model, jit_opt, x), _train_step(eager_model, eager_opt, x))
+        assert_same_values(jit_model.w.detach(), eager_model.w.detach())
     assert step.fallback_reason is None
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from subclass_checks import assert_same_values
 from torch import nn
 from torch.testing._internal.common_subclass import (
     DiagTensorBelow,
@@ -41,43 +42,6 @@ import jitcore
 aten = torch.ops.aten
 
 
-def _inner(t: torch.Tensor) -> dict[str, Any]:
-    """What a value holds: its flatten protocol's inner tensors and ctx, the tensor a wrapper without
-    one wraps, or its data."""
-    if type(t) is torch.Tensor:
-        return {"data": t}
-    if hasattr(type(t), "__tensor_flatten__"):
-        names, ctx = t.__tensor_flatten__()
-        return {"ctx": ctx, **{n: getattr(t, n) for n in names}}
-    for name in ("t", "diag", "values", "indices"):
-        if isinstance(vars(t).get(name), torch.Tensor):
-            return {name: vars(t)[name]}
-    with torch._C.DisableTorchFunctionSubclass():
-        return {"data": t.as_subclass(torch.Tensor)}
-
-
-def _same(actual: Any, expected: Any) -> None:
-    assert type(actual) is type(expected), (type(actual), type(expected))
-    if isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected)
-        for a, e in zip(actual, expected):
-            _same(a, e)
-    elif isinstance(expected, torch.Tensor):
-        assert (actual.shape, actual.dtype, actual.requires_grad) == (
-            expected.shape, expected.dtype, expected.requires_grad)
-        got, want = _inner(actual), _inner(expected)
-        assert got.keys() == want.keys()
-        for key, value in want.items():
-            if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
-                _same(got[key], value)
-            elif isinstance(value, torch.Tensor):
-                torch.testing.assert_close(got[key], value)
-            else:
-                assert got[key] == value
-    else:
-        assert actual == expected
-
-
 def _check(fn: Callable[..., Any], make: Callable[[], tuple], grads: tuple[int, ...] = ()) -> Any:
     """``fn`` eagerly and jitted on equal fresh arguments, twice: outputs, and the ``.grad`` of the
     arguments at ``grads`` after a backward of the output; the second call must be a cache hit."""
@@ -89,12 +53,12 @@ def _check(fn: Callable[..., Any], make: Callable[[], tuple], grads: tuple[int, 
         torch.manual_seed(0)
         jit_args = make()
         actual = jitted(*jit_args)
-        _same(actual, expected)
+        assert_same_values(actual, expected)
         if grads:
             expected.backward()
             actual.backward()
             for i in grads:
-                _same(jit_args[i].grad, eager_args[i].grad)
+                assert_same_values(jit_args[i].grad, eager_args[i].grad)
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
     assert jitted.fallback_reason is None
     return jitted
@@ -168,7 +132,7 @@ def test_redispatch_tensor_keeps_its_call_log(program: Callable[..., Any]) -> No
         data = torch.randn(3, 3)
         x, y = RedispatchTensor(data.clone()), RedispatchTensor(data.clone())
         actual, expected = jitted(x), program(y)
-        _same(actual, expected)
+        assert_same_values(actual, expected)
         assert actual.call_log == expected.call_log
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
 
@@ -208,7 +172,7 @@ def test_sparse_tensor_reads_its_values_while_traced(program: Callable[..., Any]
     for seed in (0, 1, 0):
         torch.manual_seed(seed)
         x = SparseTensor.from_dense(torch.randn(4, 4).relu())
-        _same(jitted(x), program(x))
+        assert_same_values(jitted(x), program(x))
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
 
 
@@ -278,7 +242,7 @@ def test_value_reads_of_a_two_tensor(program: Callable[..., Any]) -> None:
     jitted = _check(program, lambda: (TwoTensor(torch.randn(3), torch.randn(3)),))
     for sign in (1.0, -1.0):  # the other branch: another entry
         x = TwoTensor(sign * torch.ones(3), sign * torch.ones(3))
-        _same(jitted(x), program(x))
+        assert_same_values(jitted(x), program(x))
 
 
 class LoggedTwo(TwoTensor):
