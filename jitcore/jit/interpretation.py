@@ -46,6 +46,7 @@ from jitcore.jit.appends import appended_parameters, only_appended_to, subscript
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
+from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
@@ -271,6 +272,7 @@ class Pass:
                 **self._attribute_lookasides(),
                 **iterator_lookasides(self.provenance.path_of, builtin_lookasides()[next]),
                 **dict_read_lookasides(self._load_subscr, self._native_arguments, self.provenance),
+                **environ_lookasides(self.provenance.guard),  # os.environ reads guarded: jit/environment.py
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
             }),
             resolve_call=self._resolve_call,

@@ -1,0 +1,73 @@
+"""The process environment inside a jitted function (jitcore/jit/environment.py): reads of
+``os.environ`` are guarded, so a changed environment is seen (the trace kept the first call's value:
+a stale answer), and writes make the call run eagerly."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+from jit_helpers import assert_same
+
+import jitcore
+
+X = torch.ones(3)
+KEYS = ("JITCORE_TEST_SCALE", "JITCORE_TEST_NEGATE", "JITCORE_TEST_ADD", "JITCORE_TEST_OFFSET")
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch):
+    for key in KEYS:
+        monkeypatch.delenv(key, raising=False)
+
+    def set_to(values: dict[str, str]) -> None:
+        for key in KEYS:
+            if key in values:
+                monkeypatch.setenv(key, values[key])
+            else:
+                monkeypatch.delenv(key, raising=False)
+
+    return set_to
+
+
+def _configured(x):
+    scale = float(os.environ.get("JITCORE_TEST_SCALE", "1"))
+    if os.getenv("JITCORE_TEST_NEGATE"):
+        x = -x
+    if "JITCORE_TEST_ADD" in os.environ:
+        x = x + 1
+    try:
+        x = x + float(os.environ["JITCORE_TEST_OFFSET"])
+    except KeyError:
+        pass
+    return x * scale
+
+
+def test_reads_of_the_environment_follow_its_changes(environment) -> None:
+    jf = jitcore.jit(_configured)
+    configurations = [
+        {}, {}, {"JITCORE_TEST_SCALE": "3"}, {"JITCORE_TEST_SCALE": "3"}, {"JITCORE_TEST_NEGATE": "1"},
+        {"JITCORE_TEST_ADD": ""}, {"JITCORE_TEST_OFFSET": "0.5"}, {"JITCORE_TEST_SCALE": "2"}, {},
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # traced
+        for values in configurations:
+            environment(values)
+            assert_same(jf(X), _configured(X))
+    assert jitcore.cache_misses(jf) == 6  # one entry per distinct environment
+
+
+def test_writes_to_the_environment_run_eagerly(environment) -> None:
+    def f(x):
+        os.environ["JITCORE_TEST_SCALE"] = "2"
+        return x * 2
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            environment({})
+            assert_same(jitcore.jit(f)(X), X * 2)
+            assert os.environ["JITCORE_TEST_SCALE"] == "2"
+    assert any("runs eagerly" in str(w.message) and "environment" in str(w.message) for w in caught)
