@@ -1,10 +1,13 @@
-"""Comparing tensor-subclass values that eager and jitcore returned (shared by the dispatch tests)."""
+"""Comparing tensor-subclass programs run eagerly and under jitcore (shared by the dispatch tests)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+
+import jitcore
 
 
 def inner_values(t: torch.Tensor) -> dict[str, Any]:
@@ -44,3 +47,24 @@ def assert_same_values(actual: Any, expected: Any) -> None:
                 assert got[key] == value
     else:
         assert actual == expected
+
+
+def check_twice(fn: Callable[..., Any], make: Callable[[], tuple],
+                after: Callable[[Any, tuple], Any] | None = None) -> Any:
+    """``fn`` eagerly and jitted on equal fresh arguments (``make()``, seeded), twice: the outputs, and
+    what ``after(output, args)`` gives (a backward's gradients); the second call must be a cache hit and
+    no call may run eagerly. Returns the jitted function."""
+    jitted = jitcore.jit(fn)
+    for _ in range(2):
+        torch.manual_seed(0)
+        eager_args = make()
+        expected = fn(*eager_args)
+        torch.manual_seed(0)
+        jit_args = make()
+        actual = jitted(*jit_args)
+        assert_same_values(actual, expected)
+        if after is not None:
+            assert_same_values(after(actual, jit_args), after(expected, eager_args))
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
+    assert jitted.fallback_reason is None
+    return jitted

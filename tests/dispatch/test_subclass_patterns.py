@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import torch
-from subclass_checks import assert_same_values
+from subclass_checks import assert_same_values, check_twice
 from torch import nn
 from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._pytree import tree_map, tree_map_only
@@ -34,25 +34,6 @@ from torch.utils._pytree import tree_map, tree_map_only
 import jitcore
 
 aten = torch.ops.aten
-
-
-def _check(fn: Callable[..., Any], make: Callable[[], tuple],
-           after: Callable[[Any, tuple], Any] | None = None) -> None:
-    """``fn`` eagerly and jitted on equal fresh arguments, twice: outputs, and what ``after(output,
-    args)`` gives (a backward's gradients); the second call must be a cache hit."""
-    jitted = jitcore.jit(fn)
-    for _ in range(2):
-        torch.manual_seed(0)
-        eager_args = make()
-        expected = fn(*eager_args)
-        torch.manual_seed(0)
-        jit_args = make()
-        actual = jitted(*jit_args)
-        assert_same_values(actual, expected)
-        if after is not None:
-            assert_same_values(after(actual, jit_args), after(expected, eager_args))
-    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
-    assert jitted.fallback_reason is None
 
 
 def _requiring_grad() -> tuple:
@@ -98,7 +79,7 @@ class Contiguous(torch.Tensor):
     lambda x: ((Contiguous(x) * 3).sum(), x.detach() * 2),
 ], ids=["sum", "transposed", "two-outputs"])
 def test_a_wrapper_made_without_requires_grad_stops_the_graph(program: Callable[..., Any]) -> None:
-    _check(program, _requiring_grad)
+    check_twice(program, _requiring_grad)
 
 
 # --- a wrapper made inside as a leaf that requires grad -------------------------------------------
@@ -143,7 +124,7 @@ class Logged(torch.Tensor):
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["input-without-grad", "input-with-grad"])
 def test_a_wrapper_made_inside_as_a_leaf_that_requires_grad(requires_grad: bool) -> None:
-    _check(lambda w: (Logged(w, Names([]), requires_grad=True) * 2).sum(),
+    check_twice(lambda w: (Logged(w, Names([]), requires_grad=True) * 2).sum(),
            lambda: (torch.randn(3, requires_grad=requires_grad),))
 
 
@@ -152,14 +133,14 @@ def test_a_wrapper_made_inside_as_a_leaf_that_requires_grad(requires_grad: bool)
     torch.ones_like, torch.zeros_like, torch.rand_like, torch.randn_like, lambda x: torch.full_like(x, 2.0),
 ], ids=["ones_like", "zeros_like", "rand_like", "randn_like", "full_like"])
 def test_like_factories_send_no_detach(factory: Callable[..., Any]) -> None:
-    _check(lambda x: factory(x) * 1, lambda: (Logged(torch.randn(3, 4), Names(["input"])),))
+    check_twice(lambda x: factory(x) * 1, lambda: (Logged(torch.randn(3, 4), Names(["input"])),))
 
 
 def test_like_factory_under_grad_sends_no_detach() -> None:
     # the gradient is taken with autograd.grad: accumulating it into ``.grad`` steals or clones it by
     # CPython reference counts, which differ between 3.11 and 3.13 eagerly (a ``detach`` or a
     # ``new_empty_strided`` in the log), not by what this test checks
-    _check(lambda x, w: (torch.ones_like(x) * w).sum(),
+    check_twice(lambda x, w: (torch.ones_like(x) * w).sum(),
            lambda: (Logged(torch.randn(3), Names(["input"])), torch.randn(3, requires_grad=True)),
            lambda out, args: torch.autograd.grad(out, args[1])[0])
 
@@ -253,9 +234,10 @@ class Described(torch.Tensor):
     lambda x: getattr(x + 1, "describe".lower())(),  # the getattr builtin
 ], ids=["describe-hold", "inner_tensors-shadow", "made-inside", "getattr"])
 def test_methods_named_like_jitcores_own_are_the_users(program: Callable[..., Any]) -> None:
-    _check(program, lambda: (Described(torch.randn(3), "x"),))
+    check_twice(program, lambda: (Described(torch.randn(3), "x"),))
 
 
 def test_outer_product_of_a_subclass() -> None:
     """``x.outer(y)`` is torch's outer product (a proxy's own ``outer`` shadowed it: TypeError)."""
-    _check(lambda x, y: x.outer(y) * 2, lambda: (TwoTensor(torch.randn(3), torch.randn(3)), torch.randn(2)))
+    check_twice(lambda x, y: x.outer(y) * 2,
+                lambda: (TwoTensor(torch.randn(3), torch.randn(3)), torch.randn(2)))

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from subclass_checks import assert_same_values
+from subclass_checks import assert_same_values, check_twice
 from torch import nn
 from torch.testing._internal.common_subclass import (
     DiagTensorBelow,
@@ -43,25 +43,13 @@ aten = torch.ops.aten
 
 
 def _check(fn: Callable[..., Any], make: Callable[[], tuple], grads: tuple[int, ...] = ()) -> Any:
-    """``fn`` eagerly and jitted on equal fresh arguments, twice: outputs, and the ``.grad`` of the
-    arguments at ``grads`` after a backward of the output; the second call must be a cache hit."""
-    jitted = jitcore.jit(fn)
-    for _ in range(2):
-        torch.manual_seed(0)
-        eager_args = make()
-        expected = fn(*eager_args)
-        torch.manual_seed(0)
-        jit_args = make()
-        actual = jitted(*jit_args)
-        assert_same_values(actual, expected)
-        if grads:
-            expected.backward()
-            actual.backward()
-            for i in grads:
-                assert_same_values(jit_args[i].grad, eager_args[i].grad)
-    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
-    assert jitted.fallback_reason is None
-    return jitted
+    """``check_twice``, comparing the ``.grad`` of the arguments at ``grads`` after a backward of the
+    output."""
+    def backward_grads(out: Any, args: tuple) -> list[Any]:
+        out.backward()
+        return [args[i].grad for i in grads]
+
+    return check_twice(fn, make, backward_grads if grads else None)
 
 
 # --- autograd called inside the function on __torch_function__ subclasses ---------------------------
