@@ -127,7 +127,7 @@ def load_attr(run: Run, obj: object, name: str) -> object:
         klass = run.type_of(obj)  # a stand-in object answers the class it stands for, as type() does
         if klass is not t:
             return klass
-    if name[:2] != "__" and _claims_a_class(t) and run.type_of is not type:
+    if _claims_a_class(t) and name[:2] != "__" and run.type_of is not type:  # one dict lookup for most
         owner = _stood_for_owner(t, run.type_of(obj), name)
         if owner is not None:  # Note [Names a stand-in shares with the class it stands for]
             return _load_from(run, obj, owner, name)
