@@ -14,6 +14,7 @@ from __future__ import annotations
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
+import weakref
 from types import FunctionType, MethodType
 from typing import TYPE_CHECKING
 
@@ -43,14 +44,41 @@ def _is_py(f: object) -> bool:
     return type(f) is FunctionType
 
 
-_NATIVE_ATTR: dict[type, bool] = {}
+# Note [Per-type caches]
+# The caches of this module are keyed by ``id(type)``, not by the type: a dict keyed by a class would keep
+# every class the program ever used alive, with its functions, their globals and closures (a class made per
+# call leaks, a weakref callback on a class or a metaclass's finalizer never runs: test_weakref's
+# test_callback_in_cycle_resurrection). Each type cached gets one weak reference, whose callback drops the
+# type's entries when it dies: weakref callbacks run before the type's memory is freed, so an id is never
+# found in a cache after it could have been reused. Readers elsewhere (the opcode handlers' inlined fast
+# paths) look up ``NATIVE_NAMES.get(id(type(obj)))`` the same way.
+_WATCHED: dict[int, object] = {}
+
+
+def _watch(t: type) -> int:
+    """``id(t)``, after making sure the caches forget ``t`` when it dies."""
+    key = id(t)
+    if key not in _WATCHED:
+        _WATCHED[key] = weakref.ref(t, lambda ref, key=key: _forget(key))
+    return key
+
+
+def _forget(key: int) -> None:
+    _WATCHED.pop(key, None)
+    for cache in (_NATIVE_ATTR, NATIVE_NAMES, NATIVE_STORE_NAMES, _CLAIMS):
+        cache.pop(key, None)
+    for owner_key in [k for k in _OWNERS if k[0] == key or k[1] == key]:
+        del _OWNERS[owner_key]
+
+
+_NATIVE_ATTR: dict[int, bool] = {}
 
 
 def _attr_native(t: type) -> bool:
     """Whether attribute access on instances of ``t`` can involve no Python code (cached)."""
-    hit = _NATIVE_ATTR.get(t)
+    hit = _NATIVE_ATTR.get(id(t))
     if hit is None:
-        hit = _NATIVE_ATTR[t] = _compute_attr_native(t)
+        hit = _NATIVE_ATTR[_watch(t)] = _compute_attr_native(t)
     return hit
 
 
@@ -77,17 +105,19 @@ def _is_py_descriptor(value: object) -> bool:
 
 
 def _mro_lookup(t: type, name: str) -> object:
+    """CPython's ``_PyType_Lookup``: one lookup per class dict (a key's Python ``__eq__`` runs once), over the
+    MRO as it was when the lookup began (that ``__eq__`` may assign ``__bases__``)."""
     for klass in t.__mro__:
-        d = vars(klass)
-        if name in d:
-            return d[name]
+        value = vars(klass).get(name, _MISSING)
+        if value is not _MISSING:
+            return value
     return _MISSING
 
 
 # type -> names whose lookup on its instances runs no Python code. Public for the opcode handlers'
-# inlined fast path: ``name in NATIVE_NAMES.get(type(obj))`` means a native getattr is right (never
+# inlined fast path: ``name in NATIVE_NAMES.get(id(type(obj)))`` means a native getattr is right (never
 # holds for a class object: its type, a metaclass, is never entered).
-NATIVE_NAMES: dict[type, set[str]] = {}
+NATIVE_NAMES: dict[int, set[str]] = {}  # keyed by id(type): Note [Per-type caches]
 
 
 def _name_native(t: type, name: str) -> bool:
@@ -101,9 +131,9 @@ def _name_native(t: type, name: str) -> bool:
     descr = _mro_lookup(t, name)
     if descr is not _MISSING and _is_py_descriptor(descr):
         return False
-    names = NATIVE_NAMES.get(t)
+    names = NATIVE_NAMES.get(id(t))
     if names is None:
-        names = NATIVE_NAMES[t] = set()
+        names = NATIVE_NAMES[_watch(t)] = set()
     names.add(name)
     return True
 
@@ -116,7 +146,7 @@ def load_attr(run: Run, obj: object, name: str) -> object:
         value = frame_attribute(obj, name)
         if value is not NOT_INTERPRETED:
             return value
-    native = _NATIVE_ATTR.get(t)
+    native = _NATIVE_ATTR.get(id(t))
     if native is None:
         native = _attr_native(t)
     if native:
@@ -131,7 +161,7 @@ def load_attr(run: Run, obj: object, name: str) -> object:
         owner = _stood_for_owner(t, run.type_of(obj), name)
         if owner is not None:  # Note [Names a stand-in shares with the class it stands for]
             return _load_from(run, obj, owner, name)
-    names = NATIVE_NAMES.get(t)
+    names = NATIVE_NAMES.get(id(t))
     if (names is not None and name in names) or _name_native(t, name):
         return getattr(obj, name)
     getattr_hook = _mro_lookup(t, "__getattr__")
@@ -152,24 +182,28 @@ def load_attr(run: Run, obj: object, name: str) -> object:
 # program, as it is eagerly: only native code (the stand-in's own) sees the stand-in's. Names the
 # stood-for class gets from classes after the stand-in's machinery (torch's) and dunder protocol
 # names stay the stand-in's. Never cached as native (``_name_native`` is not asked for these names).
-_CLAIMS: dict[type, bool] = {}
-_OWNERS: dict[tuple[type, type, str], type | None] = {}
+_CLAIMS: dict[int, bool] = {}  # keyed by id: Note [Per-type caches]
+_OWNERS: dict[tuple[int, int, str], type | None] = {}
 
 
 def _claims_a_class(t: type) -> bool:
-    hit = _CLAIMS.get(t)
+    hit = _CLAIMS.get(id(t))
     if hit is None:
-        hit = _CLAIMS[t] = isinstance(vars(t).get("__class__"), property)
+        hit = _CLAIMS[_watch(t)] = isinstance(vars(t).get("__class__"), property)
     return hit
 
 
 def _stood_for_owner(t: type, klass: type, name: str) -> type | None:
     """The class of ``klass``'s own (before the stand-in ``t``'s machinery in ``t``'s MRO) that defines
     ``name`` where ``t``'s own class body defines it too, else None."""
-    key = (t, klass, name)
+    key = (id(t), id(klass), name)
     hit = _OWNERS.get(key, _MISSING)
     if hit is _MISSING:
-        hit = _OWNERS[key] = _compute_owner(t, klass, name)
+        hit = _compute_owner(t, klass, name)
+        if isinstance(klass, type):  # (only what the caches can watch is cached)
+            _watch(t)
+            _watch(klass)
+            _OWNERS[key] = hit
     return hit  # type: ignore[return-value]
 
 
@@ -254,14 +288,29 @@ def _load_class_attr(run: Run, cls: type, name: str) -> object:
             except AttributeError:
                 return call(run, meta_getattr, (cls, name), None)
     descr = _mro_lookup(cls, name)
-    if descr is not _MISSING:
-        get = getattr(type(descr), "__get__", None)
-        if _is_py(get):
-            return call(run, get, (descr, None, cls), None)
-    return getattr(cls, name)
+    if descr is _MISSING:
+        return getattr(cls, name)
+    get = getattr(type(descr), "__get__", None)
+    if _is_py(get):
+        return call(run, get, (descr, None, cls), None)
+    if meta.__getattribute__ is not _type_getattribute or _meta_data_descriptor(meta, name):
+        return getattr(cls, name)
+    # type.__getattribute__ would find ``descr`` again; what it returns for it, without looking the name up a
+    # second time (a class dict key's Python __eq__ would run twice, and may have changed the MRO)
+    return descr if get is None else get(descr, None, cls)
 
 
-NATIVE_STORE_NAMES: dict[type, set[str]] = {}  # the same, for setattr
+_type_getattribute = type.__getattribute__
+
+
+def _meta_data_descriptor(meta: type, name: str) -> bool:
+    """Whether the metaclass ``meta`` has a data descriptor ``name`` (it takes precedence over the class's
+    own attribute: ``__doc__``, ``__name__``, ``__dict__``, a metaclass property, ...)."""
+    descr = _mro_lookup(meta, name)
+    return descr is not _MISSING and hasattr(type(descr), "__set__")
+
+
+NATIVE_STORE_NAMES: dict[int, set[str]] = {}  # the same, for setattr
 
 
 def _store_native(t: type, name: str) -> bool:
@@ -271,9 +320,9 @@ def _store_native(t: type, name: str) -> bool:
     descr = _mro_lookup(t, name)
     if descr is not _MISSING and _is_py_descriptor(descr):
         return False
-    names = NATIVE_STORE_NAMES.get(t)
+    names = NATIVE_STORE_NAMES.get(id(t))
     if names is None:
-        names = NATIVE_STORE_NAMES[t] = set()
+        names = NATIVE_STORE_NAMES[_watch(t)] = set()
     names.add(name)
     return True
 
@@ -281,13 +330,13 @@ def _store_native(t: type, name: str) -> bool:
 def store_attr(run: Run, obj: object, name: str, value: object) -> None:
     """``obj.name = value`` with Python ``__setattr__``, ``__set__`` and property setters interpreted."""
     t = type(obj)
-    native = _NATIVE_ATTR.get(t)
+    native = _NATIVE_ATTR.get(id(t))
     if native is None:
         native = _attr_native(t)
     if native or issubclass(t, type):  # (as in load_attr: no obj.__class__ lookup)
         setattr(obj, name, value)
         return
-    names = NATIVE_STORE_NAMES.get(t)
+    names = NATIVE_STORE_NAMES.get(id(t))
     if (names is not None and name in names) or _store_native(t, name):
         setattr(obj, name, value)
         return

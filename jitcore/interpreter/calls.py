@@ -40,6 +40,7 @@ __all__ = ["NATIVE_CALLABLES", "call", "call_function", "canonical", "opaque", "
 
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _SIMPLE_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+_OPTIMIZED = inspect.CO_OPTIMIZED
 NATIVE_CALLABLES = frozenset({BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType,
                               MethodWrapperType, type(dict.fromkeys), type(int.__dict__["from_bytes"])})
 _partial = functools.partial
@@ -211,7 +212,8 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
                 frames.pop()
         run.execute(frame)
         return frame.result
-    frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, [NULL] * info.nlocalsplus, None)
+    frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, [NULL] * info.nlocalsplus, None,
+                  None if code.co_flags & _OPTIMIZED else fn.__globals__)  # as _PyFunction_Vectorcall
     if kwargs or code.co_flags & _SIMPLE_FLAGS or code.co_kwonlyargcount or len(args) != code.co_argcount:
         _bind(frame, fn, info, args, kwargs)
     elif args:

@@ -65,6 +65,7 @@ class Frame:
         "kw_names",
         "locals",
         "pending",
+        "proxy",
         "result",
         "run",
         "stack",
@@ -93,8 +94,9 @@ class Frame:
         self.exc_value: BaseException | None = None
         self.back = back
         # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``pending`` is set by the
-        # generator code, ``tb_entry`` by tracebacks.add_frame (which reads it with a default): left unset
-        # here to keep frame creation cheap.
+        # generator code, ``tb_entry`` by tracebacks.add_frame and ``proxy`` (a weak reference to the frame's
+        # frame object) by lookasides.frame_proxy, which read them with a default: left unset here to keep
+        # frame creation cheap.
 
     @property
     def instructions(self) -> list[Instruction]:

@@ -290,17 +290,11 @@ async def _async_generator(frame: Frame):
 
 def make_generator(frame: Frame) -> object:
     """The generator/coroutine/async generator object for a frame of a generator-kind code object."""
-    import inspect
-
-    flags = frame.code.co_flags
-    if flags & inspect.CO_COROUTINE:
-        gen = _coroutine(frame)
-    elif flags & inspect.CO_ASYNC_GENERATOR:
-        gen = _async_generator(frame)
-    elif flags & inspect.CO_ITERABLE_COROUTINE:
-        gen = _iterable_coroutine(frame)
-    else:
-        gen = _generator(frame)
+    info = frame.info
+    driver = info.driver
+    if driver is None:
+        driver = info.driver = _make_driver(frame.code)
+    gen = driver(frame)
     function = frame.function
     gen.__name__ = function.__name__ if function is not None else frame.code.co_name
     gen.__qualname__ = function.__qualname__ if function is not None else frame.code.co_qualname
@@ -312,41 +306,61 @@ def make_generator(frame: Frame) -> object:
 # Note [Generator frame attributes]
 # An interpreted generator is a native driver generator, so its own ``gi_code``/``gi_frame``/``gi_yieldfrom``
 # (``cr_*``, ``ag_*``) would describe the driver. Attribute loads made by interpreted code answer them from
-# the
-# interpreted frame instead (attributes.load_attr asks ``frame_attribute``); native code still sees the
-# driver.
+# the interpreted frame instead (attributes.load_attr asks ``frame_attribute``); native code still sees the
+# driver. Each interpreted code object gets a driver of its own (a copy of one of the four drivers' code
+# named after it, made once), so the code is known after the generator finished, when the driver's frame
+# (and with it the interpreted one) is gone: ``gi_code`` of a finished generator is still the user's code.
 GENERATOR_TYPES = frozenset({types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType})
 # cr_frame/ag_frame stay the driver's (a real frame object: isinstance(..., FrameType), .clear() work)
 FRAME_ATTRIBUTES = frozenset(
     {"gi_code", "gi_frame", "gi_yieldfrom", "cr_code", "cr_await", "ag_code", "ag_await"}
 )
-_DRIVER_CODES = frozenset({_generator.__code__, _iterable_coroutine_driver.__code__, _coroutine.__code__,
-                           _async_generator.__code__})
+# id(a driver's code) -> (that code, the interpreted code it drives): kept here, so an id is never reused
+_DRIVEN_CODES: dict[int, tuple[types.CodeType, types.CodeType]] = {}
 _NOT_INTERPRETED = object()
 
 
-def _driven_frame(gen: object) -> Frame | None:
-    """The interpreted frame a driver generator runs (None once it finished, or for another generator)."""
-    prefix = "gi" if type(gen) is types.GeneratorType else "cr" if type(gen) is types.CoroutineType else "ag"
-    if getattr(gen, f"{prefix}_code") not in _DRIVER_CODES:
-        return None
+def _make_driver(code: types.CodeType) -> types.FunctionType:
+    """The driver function of ``code``'s generators: the driver of its kind over a copy of its code."""
+    import inspect
+
+    flags = code.co_flags
+    if flags & inspect.CO_COROUTINE:
+        base = _coroutine
+    elif flags & inspect.CO_ASYNC_GENERATOR:
+        base = _async_generator
+    elif flags & inspect.CO_ITERABLE_COROUTINE:
+        base = _iterable_coroutine
+    else:
+        base = _generator
+    driver_code = base.__code__.replace(co_name=code.co_name, co_qualname=code.co_qualname)
+    _DRIVEN_CODES[id(driver_code)] = (driver_code, code)
+    return types.FunctionType(driver_code, base.__globals__, code.co_name)
+
+
+def _driven_frame(gen: object, prefix: str) -> Frame | None:
+    """The interpreted frame a driver generator runs (None once it finished)."""
     native = getattr(gen, f"{prefix}_frame")
     return None if native is None else native.f_locals.get("frame")
 
 
 def frame_attribute(gen: object, name: str) -> object:
     """``gen.<name>`` for one of FRAME_ATTRIBUTES as seen by interpreted code; ``_NOT_INTERPRETED`` when
-    ``gen`` is not an interpreted generator (or has finished): then the native attribute is right."""
-    frame = _driven_frame(gen)
-    if frame is None:
+    ``gen`` is not an interpreted generator: then the native attribute is right."""
+    prefix = "gi" if type(gen) is types.GeneratorType else "cr" if type(gen) is types.CoroutineType else "ag"
+    driven = _DRIVEN_CODES.get(id(getattr(gen, f"{prefix}_code")))
+    if driven is None:
         return _NOT_INTERPRETED
     kind = name[3:]
     if kind == "code":
-        return frame.code
+        return driven[1]
+    frame = _driven_frame(gen, prefix)
+    if frame is None:
+        return None  # finished: no frame, nothing delegated to
     if kind == "frame":
-        from jitcore.interpreter.lookasides import FrameProxy
+        from jitcore.interpreter.lookasides import frame_proxy
 
-        return FrameProxy(frame, None)
+        return frame_proxy(frame, None)  # (a suspended frame has no f_back)
     index = frame.index  # yieldfrom/await: the delegate of a frame suspended in yield from / await
     instructions = frame.instructions
     if (

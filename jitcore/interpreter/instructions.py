@@ -86,6 +86,7 @@ class CodeInfo:
         "_fused_hooked",
         "binder",
         "code",
+        "driver",
         "fused",
         "instructions",
         "ncells_free",
@@ -111,8 +112,11 @@ class CodeInfo:
         self.yield_resumes = frozenset(inst.index + 1 for inst in self.instructions
                                        if inst.opname == "YIELD_VALUE")
         self._fused_hooked: dict[frozenset[int], list[Instruction]] = {}
-        # positional-only calls with exactly this many arguments need no binding (-1: always bind)
-        simple = not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | _GENERATOR_FLAGS)
+        # positional-only calls with exactly this many arguments need no binding (-1: always bind). Code that
+        # is not CO_OPTIMIZED (module-level code called as ``FunctionType(code, globals)()``) takes the bound
+        # path too, which gives it its globals as locals.
+        simple = not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | _GENERATOR_FLAGS) \
+            and code.co_flags & inspect.CO_OPTIMIZED
         self.simple_argcount = code.co_argcount if simple and not code.co_kwonlyargcount else -1
         self.nlocalsplus = (
             len(code.co_varnames)
@@ -127,6 +131,7 @@ class CodeInfo:
         self._exception_table: tuple[ExceptionEntry, ...] | None = None
         self._handler_at: list[ExceptionEntry | None] | None = None
         self.binder = None
+        self.driver = None  # the generator driver of this code, made by generators.make_generator
         self.raisers: dict = {}  # instruction index -> its traceback entries' raiser (tracebacks.py)
 
     def fused_without(self, hooked: frozenset[int]) -> list[Instruction]:

@@ -24,6 +24,7 @@ import operator
 import sys
 import types
 import warnings
+import weakref
 from collections.abc import Callable, MutableMapping
 from types import CellType, FunctionType
 
@@ -34,7 +35,7 @@ from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.protocols import truth
 from jitcore.interpreter.run import Run, current_run
 
-__all__ = ["FrameProxy", "builtin_lookasides", "isinstance_", "super_arguments"]
+__all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments"]
 
 _native_isinstance = builtins.isinstance
 _native_issubclass = builtins.issubclass
@@ -383,18 +384,37 @@ def _compiled(source: object, mode: str) -> object:
     return source
 
 
-def eval_(source: object, global_ns: object = None, local_ns: object = None, /) -> object:
+def _eval(source: object, global_ns: object, local_ns: object) -> object:
     """eval() defaulting to the calling interpreted frame's namespaces."""
     source = _compiled(source, "eval")
     global_ns, local_ns = _namespaces(global_ns, local_ns)
     return eval(source, global_ns, local_ns)
 
 
-def exec_(source: object, global_ns: object = None, local_ns: object = None, /, **kwargs: object) -> None:
+def _exec(source: object, global_ns: object, local_ns: object, kwargs: dict) -> None:
     """exec() defaulting to the calling interpreted frame's namespaces."""
     source = _compiled(source, "exec")
     global_ns, local_ns = _namespaces(global_ns, local_ns)
     return exec(source, global_ns, local_ns, **kwargs)  # noqa: S102 - the lookaside *is* exec
+
+
+# eval()'s and exec()'s signatures: 3.13 takes the namespaces by keyword too (``eval(s, globals=g)``)
+if sys.version_info >= (3, 13):
+
+    def eval_(source: object, /, globals: object = None, locals: object = None) -> object:  # noqa: A002
+        return _eval(source, globals, locals)
+
+    def exec_(source: object, /, globals: object = None, locals: object = None,  # noqa: A002
+              **kwargs: object) -> None:
+        return _exec(source, globals, locals, kwargs)
+
+else:
+
+    def eval_(source: object, global_ns: object = None, local_ns: object = None, /) -> object:
+        return _eval(source, global_ns, local_ns)
+
+    def exec_(source: object, global_ns: object = None, local_ns: object = None, /, **kwargs: object) -> None:
+        return _exec(source, global_ns, local_ns, kwargs)
 
 
 def exc_info() -> tuple:
@@ -434,7 +454,7 @@ def _no_module(self: object) -> str:
 class FrameProxy:
     """What ``sys._getframe()`` returns for an interpreted frame: the ``f_*`` attributes of a frame object."""
 
-    __slots__ = ("_back", "_frame")
+    __slots__ = ("__weakref__", "_back", "_frame")
 
     def __init__(self, frame: Frame, back: object) -> None:
         self._frame = frame
@@ -456,6 +476,21 @@ class FrameProxy:
 
     def __repr__(self) -> str:
         return f"<frame (interpreted) {self._frame!r}>"
+
+
+def frame_proxy(frame: Frame, back: object) -> FrameProxy:
+    """The frame object of ``frame``, with ``back`` as its ``f_back``: while one is held, the same one
+    (``sys._getframe() is sys._getframe()``, ``gen.gi_frame is gen.gi_frame``, as CPython's frame objects).
+    The frame keeps only a weak reference to it: a proxy in a frame slot would make every frame whose frame
+    object was asked for a reference cycle, its locals freed only by the cyclic GC."""
+    ref = getattr(frame, "proxy", None)  # unset until asked (Note [Frames of plain calls] in frame.py)
+    proxy = None if ref is None else ref()
+    if proxy is None:
+        proxy = FrameProxy(frame, back)
+        frame.proxy = weakref.ref(proxy)
+    else:
+        proxy._back = back  # f_back is the caller now, as CPython's is
+    return proxy
 
 
 class FrameLocals(MutableMapping):
@@ -507,7 +542,7 @@ def getframe(depth: int = 0, /) -> object:
         native = native.f_back
     proxies: object = native
     for frame in run.frames:
-        proxies = FrameProxy(frame, proxies)
+        proxies = frame_proxy(frame, proxies)
     chain = proxies
     for _ in range(depth):
         if chain is None:
@@ -594,7 +629,7 @@ def build_class(func: object, name: object, /, *bases: object, **kwds: object) -
     prepare = getattr(meta, "__prepare__", None)
     namespace = call(run, prepare, (name, bases), kwds) if prepare is not None else {}
     if not hasattr(type(namespace), "__getitem__"):
-        raise TypeError(f"{meta.__name__ if is_class else type(meta).__name__}.__prepare__() must return a "
+        raise TypeError(f"{meta.__name__ if is_class else '<metaclass>'}.__prepare__() must return a "
                         f"mapping, not {type(namespace).__name__}")
     if bases is not orig_bases:
         namespace["__orig_bases__"] = orig_bases
@@ -673,12 +708,14 @@ def builtin_lookasides() -> dict[object, Callable]:
             sys.settrace: _refuse_tracing("settrace"),
             sys.setprofile: _refuse_tracing("setprofile"),
         }
-        # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ only call C (_abc),
-        # which calls any Python __subclasshook__/__subclasscheck__ natively anyway; running them natively
-        # keeps their frame (module "abc") where typing's protocol checks look for it (3.12+ typing asks
-        # sys._getframemodulename whether abc/functools is the caller).
-        _TABLE[abc.ABCMeta.__instancecheck__] = abc.ABCMeta.__instancecheck__
-        _TABLE[abc.ABCMeta.__subclasscheck__] = abc.ABCMeta.__subclasscheck__
+        # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ and register (which
+        # checks issubclass) only call C (_abc), which calls any Python __subclasshook__/__subclasscheck__
+        # natively anyway; running them natively keeps their frame (module "abc") where typing's protocol
+        # checks look for it (3.11's typing reads sys._getframe(4).f_globals, 3.12+ asks
+        # sys._getframemodulename, whether abc/functools is the caller): ``P.register(C)`` of a protocol with
+        # data members is allowed.
+        for method in (abc.ABCMeta.__instancecheck__, abc.ABCMeta.__subclasscheck__, abc.ABCMeta.register):
+            _TABLE[method] = method
         # The interpreter's own view of frames runs natively: interpreted, it would read the NULL of an
         # unbound
         # slot as an unbound local of its own.
@@ -688,4 +725,31 @@ def builtin_lookasides() -> dict[object, Callable]:
                 _TABLE[function] = function
         if hasattr(sys, "_getframemodulename"):
             _TABLE[sys._getframemodulename] = getframemodulename
+        if sys.version_info >= (3, 12):
+            import typing
+
+            for cls in (typing.TypeVar, typing.ParamSpec, typing.TypeVarTuple, typing.TypeAliasType):
+                _TABLE[cls] = _made_in_caller_module(cls)
     return _TABLE
+
+
+def _made_in_caller_module(cls: type) -> Callable:
+    """``cls(...)`` for a 3.12+ typing class whose C constructor takes ``__module__`` from its caller's
+    function (typevarobject.c's ``caller()``): called from a native function made with the calling interpreted
+    frame's globals (as Note [Native intrinsics] does), so the module is the program's, not jitcore's
+    (pickling a TypeVar looks it up there; TypeAliasType's ``__module__`` cannot be set afterwards)."""
+
+    def construct(*args: object, **kwargs: object) -> object:
+        frames = _run().frames
+        if not frames:
+            return cls(*args, **kwargs)
+        return FunctionType(_CALL_CODE, frames[-1].globals)(cls, args, kwargs)
+
+    return construct
+
+
+def _call(cls: type, args: tuple, kwargs: dict) -> object:
+    return cls(*args, **kwargs)
+
+
+_CALL_CODE = _call.__code__

@@ -181,7 +181,7 @@ def load_fast_load_attr(frame: Frame, inst: Instruction) -> None:
         raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
     frame.index += 1
     name = inst.next.argval
-    names = NATIVE_NAMES.get(type(obj))
+    names = NATIVE_NAMES.get(id(type(obj)))
     frame.stack.append(
         getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
     )
@@ -196,7 +196,7 @@ def load_fast_load_attr_313(frame: Frame, inst: Instruction) -> None:
     frame.index += 1
     attr = inst.next
     name = attr.argval
-    names = NATIVE_NAMES.get(type(obj))
+    names = NATIVE_NAMES.get(id(type(obj)))
     stack = frame.stack
     stack.append(
         getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
@@ -460,7 +460,7 @@ def load_fast_load_fast_store_attr(frame: Frame, inst: Instruction) -> None:
     obj = fast[inst.arg & 15]
     frame.index += 1
     name = inst.next.argval
-    names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
+    names = NATIVE_STORE_NAMES.get(id(type(obj)))  # store_attr's cached fast path, inlined
     if names is not None and name in names:
         setattr(obj, name, value)
     else:
@@ -475,7 +475,7 @@ def two_local_attribute_stores(frame: Frame, inst: Instruction) -> None:
     frame.index = store.after
     obj = fast[inst.arg & 15]
     name = store.argval
-    names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
+    names = NATIVE_STORE_NAMES.get(id(type(obj)))  # store_attr's cached fast path, inlined
     if names is not None and name in names:
         setattr(obj, name, fast[inst.arg >> 4])
     else:
@@ -485,7 +485,7 @@ def two_local_attribute_stores(frame: Frame, inst: Instruction) -> None:
     frame.index = store.after
     obj = fast[loads.arg & 15]
     name = store.argval
-    names = NATIVE_STORE_NAMES.get(type(obj))
+    names = NATIVE_STORE_NAMES.get(id(type(obj)))
     if names is not None and name in names:
         setattr(obj, name, fast[loads.arg >> 4])
     else:
@@ -507,7 +507,7 @@ def local_attribute_store(frame: Frame, inst: Instruction) -> None:
     store = second.next
     frame.index = store.after
     name = store.argval
-    names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
+    names = NATIVE_STORE_NAMES.get(id(type(obj)))  # store_attr's cached fast path, inlined
     if names is not None and name in names:
         setattr(obj, name, value)
     else:

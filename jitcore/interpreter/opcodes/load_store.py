@@ -358,7 +358,7 @@ def load_attr_(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     obj = stack[-1]
     name = inst.argval
-    names = NATIVE_NAMES.get(type(obj))  # load_attr's cached fast path, inlined
+    names = NATIVE_NAMES.get(id(type(obj)))  # load_attr's cached fast path, inlined
     stack[-1] = getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
 
 
@@ -406,7 +406,7 @@ def load_attr_313(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     obj = stack[-1]
     name = inst.argval
-    names = NATIVE_NAMES.get(type(obj))  # load_attr's cached fast path, inlined
+    names = NATIVE_NAMES.get(id(type(obj)))  # load_attr's cached fast path, inlined
     stack[-1] = getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
     if inst.arg & 1:
         stack.append(NULL)
@@ -430,7 +430,9 @@ def _super_attr(frame: Frame, inst: Instruction) -> tuple[object, str]:
     first = stack.pop()
     cls = stack.pop()
     global_super = stack.pop()
-    if global_super is super and isinstance(cls, type) and isinstance(first, cls):
+    if global_super is super and isinstance(cls, type):  # as CPython's LOAD_SUPER_ATTR: super(cls, first)'s
+        # own check of ``first`` (an instance or subclass of ``cls`` by the MRO, or by ``__class__``), which
+        # ``isinstance(first, cls)`` is not: a metaclass's __instancecheck__ would run (typing.Any's raises)
         return super(cls, first), inst.argval
     # ``super`` rebound, or a class that is not a type: call it as CPython does (zero-argument form: no args)
     return call(frame.run, global_super, (cls, first) if inst.arg & 2 else (), None), inst.argval
@@ -460,7 +462,7 @@ def store_attr_(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     obj = stack.pop()
     name = inst.argval
-    names = NATIVE_STORE_NAMES.get(type(obj))  # store_attr's cached fast path, inlined
+    names = NATIVE_STORE_NAMES.get(id(type(obj)))  # store_attr's cached fast path, inlined
     if names is not None and name in names:
         setattr(obj, name, stack.pop())
     else:

@@ -241,7 +241,7 @@ def _attribute_operation(rhs_attribute: bool) -> Handler:
         attr = inst.next
         frame.index = attr.after
         name = attr.argval
-        names = NATIVE_NAMES.get(type(obj))  # load_attr's cached fast path, inlined as in LOAD_ATTR
+        names = NATIVE_NAMES.get(id(type(obj)))  # load_attr's cached fast path, inlined as in LOAD_ATTR
         lhs = getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
         nxt = attr.next
         rhs = fast[nxt.arg]
@@ -252,7 +252,7 @@ def _attribute_operation(rhs_attribute: bool) -> Handler:
             attr = nxt.next
             frame.index = attr.after
             name = attr.argval
-            names = NATIVE_NAMES.get(type(rhs))
+            names = NATIVE_NAMES.get(id(type(rhs)))
             if names is not None and name in names:
                 rhs = getattr(rhs, name)
             else:
