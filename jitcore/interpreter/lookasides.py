@@ -589,8 +589,10 @@ def warn(message: object, category: object = None, stacklevel: int = 1, source: 
     else:
         globals_, filename, lineno = frame.f_globals, frame.f_code.co_filename, frame.f_lineno
     registry = globals_.setdefault("__warningregistry__", {})
+    # no module_globals, as C's warn (do_warn) passes none: with them, warn_explicit checks the module's
+    # __loader__ against its __spec__ (a DeprecationWarning of its own for a __main__ run as a script)
     warnings.warn_explicit(message, category, filename, lineno, globals_.get("__name__", "<string>"),
-                           registry, globals_, source)
+                           registry, None, source)
 
 
 def getframemodulename(depth: int = 0) -> str | None:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import enum
+import functools
 import gc
 import os
 import sys
 import types
 import typing
+import warnings
 import weakref
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -313,3 +316,48 @@ def test_typing_constructors_record_the_callers_module():
     )
     check(namespace["f"])
     check(lambda: typing.TypeVar("T", int))
+
+
+def test_a_class_namespace_from_prepare_has_its_python_methods_interpreted():
+    """STORE_NAME, LOAD_NAME and DELETE_NAME in a class body whose namespace is not a dict (``__prepare__``,
+    enum's _EnumDict) call its Python ``__setitem__``/``__getitem__``/``__delitem__`` interpreted, as
+    PyObject_SetItem would: a warning they raise with stacklevel=2 names the class body's line
+    (test_enum.TestSpecial.test_partial on 3.13)."""
+
+    class Namespace(dict):
+        def __setitem__(self, key, value):
+            if not key.startswith("__"):
+                self.setdefault("__seen__", []).append((key, sys._getframe(1).f_code.co_name))
+                warnings.warn(f"set {key}", UserWarning, stacklevel=2)
+            super().__setitem__(key, value)
+
+        def __getitem__(self, key):
+            if key == "magic":
+                return sys._getframe(1).f_code.co_name
+            return super().__getitem__(key)
+
+        def __delitem__(self, key):
+            self.setdefault("__deleted__", []).append(key)
+            super().__delitem__(key)
+
+    class Meta(type):
+        @classmethod
+        def __prepare__(mcs, name, bases):
+            return Namespace()
+
+    def f():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+
+            class C(metaclass=Meta):
+                a = 1
+                b = magic  # noqa: F821 - answered by the namespace
+                del a
+
+            class E(enum.Enum):
+                x = 1
+                y = functools.partial(len)  # 3.13: FutureWarning, stacklevel=2
+
+        return C.__seen__, C.b, C.__deleted__, [(w.filename, w.lineno, str(w.message)) for w in caught]
+
+    check(f)

@@ -190,14 +190,11 @@ def _name(frame: Frame, name: str) -> object:
     local_names = frame.locals
     if local_names is None:
         raise SystemError(f"no locals when loading '{name}'")
-    value = local_names.get(name, _MISSING) if type(local_names) is dict else _MISSING
-    if value is _MISSING:
-        try:
-            return local_names[name]
-        except KeyError:
-            pass
-        return global_value(frame, name)
-    return value
+    if type(local_names) is dict:
+        value = local_names.get(name, _MISSING)
+    else:
+        value = _mapping_get(frame, local_names, name)
+    return global_value(frame, name) if value is _MISSING else value
 
 
 @handles("LOAD_NAME", since=(3, 11))
@@ -211,25 +208,34 @@ def load_name_hooked(frame: Frame, inst: Instruction) -> None:
     """LOAD_NAME; a value found in globals/builtins passes through ``hooks.on_load_global``."""
     name = inst.argval
     local_names = frame.locals
-    if local_names is not None and name in local_names:
-        frame.stack.append(local_names[name])
-        return
+    if local_names is not None:
+        if type(local_names) is dict:
+            value = local_names.get(name, _MISSING)
+        else:
+            value = _mapping_get(frame, local_names, name)
+        if value is not _MISSING:
+            frame.stack.append(value)
+            return
     frame.stack.append(frame.run.hooks.on_load_global(frame, name, _name(frame, name)))
 
 
 @handles("STORE_NAME", since=(3, 11))
 def store_name(frame: Frame, inst: Instruction) -> None:
     """Pop TOS into a local name (class bodies, module code)."""
-    if frame.locals is None:
+    local_names = frame.locals
+    if type(local_names) is dict:
+        local_names[inst.argval] = frame.stack.pop()
+    elif local_names is None:
         raise SystemError(f"no locals found when storing '{inst.argval}'")
-    frame.locals[inst.argval] = frame.stack.pop()
+    else:  # a class namespace from __prepare__ (enum's _EnumDict): its Python __setitem__ is interpreted
+        set_item(frame.run, local_names, inst.argval, frame.stack.pop())
 
 
 @handles("DELETE_NAME", since=(3, 11))
 def delete_name(frame: Frame, inst: Instruction) -> None:
     """Delete a local name."""
     try:
-        del frame.locals[inst.argval]
+        delete_item(frame.run, frame.locals, inst.argval)
         return
     except KeyError:
         pass
@@ -259,8 +265,14 @@ def load_deref_hooked(frame: Frame, inst: Instruction) -> None:
 
 
 def _classderef(frame: Frame, inst: Instruction) -> object:
-    if frame.locals is not None and inst.argval in frame.locals:
-        return frame.locals[inst.argval]
+    local_names = frame.locals
+    if local_names is not None:
+        if type(local_names) is dict:
+            value = local_names.get(inst.argval, _MISSING)
+        else:
+            value = _mapping_get(frame, local_names, inst.argval)
+        if value is not _MISSING:
+            return value
     return _cell_value(frame, inst)
 
 
@@ -278,15 +290,16 @@ def load_classderef_hooked(frame: Frame, inst: Instruction) -> None:
 
 def _dict_or_deref(frame: Frame, inst: Instruction) -> object:
     mapping = frame.stack.pop()
-    value = (
-        mapping.get(inst.argval, _MISSING) if type(mapping) is dict else _mapping_get(mapping, inst.argval)
-    )
+    name = inst.argval
+    value = mapping.get(name, _MISSING) if type(mapping) is dict else _mapping_get(frame, mapping, name)
     return _cell_value(frame, inst) if value is _MISSING else value
 
 
-def _mapping_get(mapping: object, name: str) -> object:
+def _mapping_get(frame: Frame, mapping: object, name: str) -> object:
+    """``mapping[name]`` (a Python ``__getitem__`` interpreted, as CPython's PyObject_GetItem calls it), or
+    _MISSING for a KeyError."""
     try:
-        return mapping[name]
+        return get_item(frame.run, mapping, name)
     except KeyError:
         return _MISSING
 
@@ -307,7 +320,7 @@ def load_from_dict_or_deref_hooked(frame: Frame, inst: Instruction) -> None:
 def load_from_dict_or_globals(frame: Frame, inst: Instruction) -> None:
     """TOS = TOS[name] if the mapping TOS has it, else the global or builtin (annotation scopes)."""
     mapping = frame.stack.pop()
-    value = _mapping_get(mapping, inst.argval)
+    value = _mapping_get(frame, mapping, inst.argval)
     frame.stack.append(global_value(frame, inst.argval) if value is _MISSING else value)
 
 
