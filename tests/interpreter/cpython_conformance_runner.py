@@ -86,6 +86,25 @@ MODULES = (
     "test_hash",
     "test_module",
     "test_genericalias",
+    # descriptors, class creation, coroutines, calls, typing, builtins: added 2026-12-02 (found the per-type
+    # caches keeping classes alive, a class attribute looked up twice, FunctionType(module code) without
+    # locals, frame proxies' identity, finished generators' code, ABCMeta.register's frame, and on 3.13
+    # eval/exec keywords, super's isinstance, TypeVar's module)
+    "test_descr",
+    "test_descrtut",
+    "test_subclassinit",
+    "test_coroutines",
+    "test_functools",
+    "test_types",
+    "test_richcmp",
+    "test_enum",
+    "test_extcall",
+    "test_setcomps",
+    "test_unpack",
+    "test_builtin",
+    "test_syntax",
+    "test_typing",
+    *(("test_type_params", "test_type_aliases") if sys.version_info >= (3, 12) else ()),
 )
 
 TIMEOUT_S = 20
@@ -174,7 +193,8 @@ def _run_suite(suite: unittest.TestSuite, timeout: bool) -> _Result:
     return result
 
 
-DOCTEST_MODULES = ("test_listcomps", "test_genexps", "test_unpack_ex")
+DOCTEST_MODULES = ("test_listcomps", "test_genexps", "test_unpack_ex", "test_extcall", "test_setcomps",
+                   "test_unpack", "test_descrtut", "test_syntax")
 
 
 def _exec_interpreted(code: object, global_ns: dict, local_ns: object = None) -> None:
