@@ -39,7 +39,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 import jitcore
 from jitcore.diagnostics.boundary import replays_backward_errors
-from jitcore.dispatch import resolve_call
 from jitcore.dispatch.flatten import UNFLATTEN
 from jitcore.dispatch.resolver import DispatchState
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
@@ -52,6 +51,7 @@ from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.transforms.backward_checks import resolve_backward_call
 from jitcore.transforms.recording import recording
 from jitcore.transforms.replayed_reads import ReplayedReads
 from jitcore.transforms.saving import split_saved
@@ -644,7 +644,8 @@ def _record_backward(
     if not diff_outputs:
         return differentiable, tangent_args, backward, [None] * len(wrt)
     running: list[Any] = [None]  # the user stack of the node autograd runs now (set by its pre-hook)
-    context = TraceContext(backward, values=replay.values, call_handler=resolve_call,
+    # a backward formula's TORCH_CHECK(allclose(...)) is a recorded check (transforms/backward_checks.py)
+    context = TraceContext(backward, values=replay.values, call_handler=resolve_backward_call,
                            source_provider=lambda: running[0])
     handles = [node.register_prehook(lambda _grads, source=source: running.__setitem__(0, source))
                for node, source in replay.node_sources.values()]
