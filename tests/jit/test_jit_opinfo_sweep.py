@@ -1,0 +1,52 @@
+"""The wide OpInfo sweep tool (tests/jit/opinfo_sweep.py) records one outcome per check, failures with
+their cause, and counts what its time budget left out as not run."""
+
+from __future__ import annotations
+
+import json
+
+import opinfo_sweep
+from opinfo_sweep import _task, classify, report, tasks
+
+
+def test_every_variant_of_every_sample_gets_a_record() -> None:
+    records = _task(("add", "float64", "forward", 120.0, 2))
+    assert {(r["sample"], r["variant"]) for r in records} >= {(0, "function"), (0, "method"), (1, "inplace")}
+    assert all(r["status"] == "pass" and r["entry"] == "add" and r["dtype"] == "float64" for r in records)
+    assert "seconds" in records[0]
+
+
+def test_a_failure_is_recorded_with_its_cause() -> None:
+    """addbmm_ on a broadcastable [1] input is a listed failure (jit_opinfo_known_failures.py)."""
+    records = _task(("addbmm", "float32", "forward", 120.0, 2))
+    failed = [r for r in records if r["status"] != "pass"]
+    assert [(r["sample"], r["variant"], r["status"]) for r in failed] == [(1, "inplace", "crash")], failed
+    assert "broadcast shape" in failed[0]["detail"]
+
+
+def test_samples_past_the_budget_are_counted_not_run() -> None:
+    records = _task(("add", "float32", "forward", 0.0, None))
+    assert len(records) == 1 and records[0]["status"] == "not-run" and records[0]["count"] > 10, records
+
+
+def test_backward_records_and_the_report(tmp_path, capsys) -> None:
+    records = _task(("linalg.svd", "complex64", "backward", 120.0, 1))
+    assert [(r["variant"], r["status"]) for r in records] == [("grad", "pass")], records
+    path = tmp_path / "sweep.jsonl"
+    records += _task(("addbmm", "float32", "forward", 120.0, 2))
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report(str(path))
+    printed = capsys.readouterr().out
+    assert "== backward: 1 checks: pass 1" in printed
+    assert "crash: jit raised RuntimeError" in printed and "addbmm/float32" in printed
+
+
+def test_causes_and_tasks() -> None:
+    assert classify("function: output (call 1)[0]: values differ: not close") == "wrong-value"
+    assert classify("inplace: inputs after call[0]: values differ: ...") == "wrong-mutation"
+    assert classify("function: eager raised ValueError: bad; jit did not") == "no-error"
+    assert classify("function: jit raised TypeError: oops") == "crash"
+    todo = tasks(["add", "logical_not"], grad=True, forward=True, budget=1.0, most=3)
+    assert ("add", "complex64", "backward", 1.0, 3) in todo
+    assert ("logical_not", "bool", "forward", 1.0, 3) in todo
+    assert {d for _, d, _, _, _ in todo} <= {str(t)[6:] for t in opinfo_sweep.FORWARD_DTYPES}
