@@ -12,14 +12,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
 
+import torch  # noqa: E402
 from opinfo_harness import (  # noqa: E402
     PASS,
+    SAMPLES_PER_DTYPE,
     Mismatch,
     Outcome,
+    Selection,
     check_aliasing,
     check_entry,
     clone_tree,
     compare,
+    first_samples,
     is_random,
     sample_call,
     seed,
@@ -81,8 +85,27 @@ def check_jit_sample(op: Any, fn: Callable[..., Any], sample: Any, **jit_options
     return PASS
 
 
-def check_jit_entry(op: Any) -> Outcome:
-    """Every variant (function, method, in-place, out=) of one entry through jitcore.jit."""
+# The wider selection (tests/jit/test_jit_opinfo.py's second test): float32's samples after the first
+# SAMPLES_PER_DTYPE up to MORE_FLOAT32_SAMPLES, and the first samples of dtypes the first selection
+# does not take. Sized to the CI's time (docs/user-guide.md, "Operator coverage"); tests/jit/opinfo_sweep.py
+# runs every sample of more dtypes.
+MORE_FLOAT32_SAMPLES = 8
+MORE_DTYPES = (torch.float64, torch.complex64, torch.bool)
+
+
+def more_samples(op: Any) -> list[tuple[torch.dtype, slice]]:
+    """The samples ``first_samples`` leaves out that the CI still runs, per dtype."""
+    supported, first = op.supported_dtypes("cpu"), {dtype for dtype, _ in first_samples(op)}
+    chosen = []
+    if torch.float32 in first:
+        chosen.append((torch.float32, slice(SAMPLES_PER_DTYPE, MORE_FLOAT32_SAMPLES)))
+    others = [dtype for dtype in MORE_DTYPES if dtype in supported and dtype not in first]
+    return chosen + [(dtype, slice(0, SAMPLES_PER_DTYPE)) for dtype in others]
+
+
+def check_jit_entry(op: Any, selection: Selection = first_samples) -> Outcome:
+    """Every variant (function, method, in-place, out=) of one entry through jitcore.jit, on the samples
+    ``selection`` chooses."""
 
     def check(op: Any, sample: Any) -> Outcome:
         result = PASS
@@ -99,4 +122,4 @@ def check_jit_entry(op: Any) -> Outcome:
                 result = outcome
         return result
 
-    return check_entry(op, check)
+    return check_entry(op, check, selection)

@@ -110,11 +110,21 @@ def seed(n: int) -> None:
     torch.random.default_generator.manual_seed(n)
 
 
-def samples(op: Any, dtype: torch.dtype) -> list[Any]:
-    """The first samples of ``op`` for ``dtype``: ``op.sample_inputs`` without its wrapper, which
-    looks for the running unittest by crawling the stack for every sample (most of the time here)."""
+def samples(op: Any, dtype: torch.dtype, window: slice = slice(0, SAMPLES_PER_DTYPE)) -> list[Any]:
+    """The samples of ``op`` for ``dtype`` in ``window`` (by default the first ``SAMPLES_PER_DTYPE``):
+    ``op.sample_inputs`` without its wrapper, which looks for the running unittest by crawling the stack
+    for every sample (most of the time here). The generator is seeded, so a window of the samples is
+    the same tensors whichever window is asked for."""
     seed(0)
-    return list(itertools.islice(op.sample_inputs_func(op, "cpu", dtype, False), SAMPLES_PER_DTYPE))
+    return list(itertools.islice(op.sample_inputs_func(op, "cpu", dtype, False), window.start, window.stop))
+
+
+Selection = Callable[[Any], "list[tuple[torch.dtype, slice]]"]
+
+
+def first_samples(op: Any) -> list[tuple[torch.dtype, slice]]:
+    """The default selection: the first ``SAMPLES_PER_DTYPE`` samples of each of ``pick_dtypes(op)``."""
+    return [(dtype, slice(0, SAMPLES_PER_DTYPE)) for dtype in pick_dtypes(op)]
 
 
 def sample_call(sample: Any) -> tuple[tuple, dict]:
@@ -296,15 +306,18 @@ def _unique(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
-def check_entry(op: Any, check_sample: Callable[[Any, Any], Outcome]) -> Outcome:
-    """Run ``check_sample(op, sample)`` over the chosen dtypes and samples; first failure wins."""
+def check_entry(
+    op: Any, check_sample: Callable[[Any, Any], Outcome], selection: Selection = first_samples
+) -> Outcome:
+    """Run ``check_sample(op, sample)`` over the dtypes and sample windows ``selection(op)`` chooses;
+    first failure wins."""
     data_dependent = None
-    for dtype in pick_dtypes(op):
+    for dtype, window in selection(op):
         try:
-            batch = samples(op, dtype)
+            batch = samples(op, dtype, window)
         except Exception as err:  # noqa: BLE001 - the sample generator itself is torch's business
             return Outcome("fail", f"{dtype}: sample_inputs raised {type(err).__name__}: {err}")
-        for i, sample in enumerate(batch):
+        for i, sample in enumerate(batch, start=window.start):
             try:
                 outcome = check_sample(op, sample)
             except Exception as err:  # noqa: BLE001 - a check that crashes is a failure, reported

@@ -45,3 +45,28 @@ KNOWN_FAILURES: dict[str, str] = {
     "sparse.mm.reduce": SPARSE,
     "sparse.sampled_addmm": SPARSE,
 }
+
+# Entries differentiable in complex64 whose first samples in it do not pass (test_grad_opinfo.py's
+# complex64 test), each with its reason.
+RUNS_UNDER_AUTOGRAD = (
+    "values and gradients match eager, but the harness requires a backward trace: the entry runs its "
+    "traced forward under torch's own autograd (the composite reads values of its inputs while they "
+    "require grad: cov's and corrcoef's weights, istft's window envelope), which records none"
+)
+PHASE_DEPENDENT = (
+    "OpInfo's random grad_outputs make the loss depend on the phase of the complex singular vectors: "
+    "eager's svd_backward rejects both samples, so nothing is compared (jitted, the backward's "
+    "check_close raises too: tests/transforms/test_grad_backward_checks.py)"
+)
+
+COMPLEX_KNOWN_FAILURES: dict[str, str] = {
+    "combinations": UNDER_TORCH_AUTOGRAD,
+    "corrcoef": RUNS_UNDER_AUTOGRAD,
+    "cov": RUNS_UNDER_AUTOGRAD,
+    "istft": RUNS_UNDER_AUTOGRAD,
+    "linalg.lstsq": VALUE_SHAPED_UNDER_AUTOGRAD,
+    "linalg.lstsq.grad_oriented": VALUE_SHAPED_UNDER_AUTOGRAD,
+    "pca_lowrank": PHASE_DEPENDENT,
+    "sparse.sampled_addmm": SPARSE,
+    "svd_lowrank": PHASE_DEPENDENT,
+}

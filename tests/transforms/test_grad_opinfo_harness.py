@@ -3,7 +3,8 @@
 A sample's floating tensors that require grad become the arguments of a small function calling
 ``op.op``; everything else in the sample is a closure constant. The function runs eagerly and
 jitted on clones of the same tensors; outputs are compared, then ``torch.autograd.grad`` of the
-floating outputs with the same random ``grad_outputs`` is compared input by input (float32, CPU).
+floating outputs with the same random ``grad_outputs`` is compared input by input (float32 by default,
+complex64 in COMPLEX_GRAD_OPS; CPU).
 Run as a script to print every differentiable entry's outcome (to refresh the known-failures list).
 """
 
@@ -37,6 +38,15 @@ GRAD_OPS: dict[str, Any] = {
     entry_name(op): op
     for op in op_db
     if op.supports_autograd and torch.float32 in op.supported_backward_dtypes("cpu")
+}
+
+
+# Entries differentiable in complex64 on CPU (``istft`` takes complex inputs only): test_grad_opinfo.py
+# runs their first samples in it.
+COMPLEX_GRAD_OPS: dict[str, Any] = {
+    entry_name(op): op
+    for op in op_db
+    if op.supports_autograd and torch.complex64 in op.supported_backward_dtypes("cpu")
 }
 
 
@@ -130,12 +140,12 @@ def check_sample(op: Any, sample: Any, random: bool, **jit_options: Any) -> bool
     return True
 
 
-def check_entry(op: Any) -> Outcome:
-    """Forward values and gradients of up to ``SAMPLES`` float32 samples against eager; an entry
+def check_entry(op: Any, dtype: torch.dtype = torch.float32) -> Outcome:
+    """Forward values and gradients of up to ``SAMPLES`` samples of ``dtype`` against eager; an entry
     none of whose samples could be compared fails (it would otherwise pass with nothing checked)."""
     random = random_by_name(entry_name(op)) or entry_name(op).startswith(ALSO_RANDOM)
     try:
-        samples = list(itertools.islice(op.sample_inputs("cpu", torch.float32, requires_grad=True), SAMPLES))
+        samples = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=True), SAMPLES))
     except Exception as exc:  # noqa: BLE001
         return Outcome("fail", f"no samples: {type(exc).__name__}: {exc}")
     compared = 0
