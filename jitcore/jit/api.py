@@ -29,10 +29,10 @@ from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
 from jitcore.dispatch.flatten import flatten_program, pass_1_under_autograd
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
-from jitcore.jit import eager_entries, shapes
+from jitcore.jit import eager_entries, numbers, shapes
 from jitcore.jit.eager_entries import Eager
 from jitcore.jit.effects import Effects
-from jitcore.jit.interpretation import Pass, TracedProgram
+from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
@@ -94,6 +94,7 @@ class JittedFunction:
         self._counters: frozenset = frozenset()  # state numbers read and written back: dynamic
         self._read_lists: frozenset = frozenset()  # list arguments appended to and read another way
         self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
+        self._changed_numbers: frozenset[str] = frozenset()  # Note [Numbers that change between calls ...]
         self._shapes = ShapePolicy(dynamic)  # which sizes are symbolic (jit/shapes.py)
         self.executor = executors_from_options(executor, executors, fuse_after)
         self.fallback = fallback
@@ -153,6 +154,7 @@ class JittedFunction:
                 MissReason(e.number, *why) for e in self.entries if (why := e.prologue.explain(args, kwargs))
             ]
             reasons += read_misses
+            self._note_changed_numbers(args, kwargs)
             self.misses += 1
             self.miss_log.append(reasons)
             outcome = self._trace(args, kwargs, any(".shape" in r.where for r in reasons))
@@ -181,6 +183,19 @@ class JittedFunction:
                 return self.fn(*args, **kwargs)  # answer for this call (its writes and draws were undone)
             raise nondeterministic_read(failed) from None
         return result if entry.effects is None else entry.effects.finish(args, kwargs, result)
+
+    def _note_changed_numbers(self, args: tuple, kwargs: dict) -> None:
+        """Number arguments some entry pinned to another value are dynamic from the next trace on
+        (Note [Numbers that change between calls become dynamic], jit/numbers.py)."""
+        if self.dynamic_numbers is True or self._shapes.dynamic is False or not self._cache.newest_first:
+            return
+        names = parameter_names(self.fn, len(args))
+        changed = numbers.changed_number_arguments(
+            [e.prologue for e in self._cache.newest_first], args, kwargs, names
+        ) - self.dynamic_numbers - self._changed_numbers
+        if changed:
+            self._changed_numbers |= changed
+            self._cache.type_by_type(frozenset(i for i, name in enumerate(names) if name in changed))
 
     def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> CacheEntry | Eager:
         """The pipeline of a miss; an error that stops it is decided on with the values of the pass
@@ -316,7 +331,8 @@ class JittedFunction:
             self.fn,
             label=self._label,
             entry_number=number,
-            dynamic_numbers=self.dynamic_numbers,
+            dynamic_numbers=self.dynamic_numbers if self.dynamic_numbers is True else
+            self.dynamic_numbers | self._changed_numbers,
             fullgraph=self.fullgraph,
             counters=self._counters,
             shapes=self._shapes if symbolic else None,

@@ -10,8 +10,8 @@ attributes, list/dict/set contents), and when the pass ends it
 3. hands the effects to the entry, which applies them after each run of the computation, the first
    call's included. Tensors written into objects are outputs of the computation; objects made by
    the program and stored (holding tensors) are rebuilt on every call, as eager makes them anew.
-The program's ``print`` calls join them as effects of kind ``"print"``, after the diffs and in program
-order (jitcore/jit/printing.py).
+The program's ``print`` calls and logging calls join them as effects of kind ``"print"`` and ``"log"``,
+after the diffs and in program order (jitcore/jit/printing.py, jitcore/jit/log_records.py).
 
 Invariants: after a call the caller's objects hold real tensors, never proxies; the final state of
 every reached object is eager's final state for a call that took the same path (values the program
@@ -42,11 +42,12 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import TextProxy, plain_text
 
-__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "counters", "print_line", "written_keys"]
+__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "counters", "emit_record", "print_line",
+           "written_keys"]
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "cell", "grad",
-    "print",
+    "print", "log",
 ]
 PRINT_STREAMS = ("stdout", "stderr")  # the streams a recorded print writes to (jit/printing.py)
 _MISSING = object()
@@ -59,9 +60,10 @@ class Effect:
     Attributes:
         path: how the object is reached from the call (its root may bind the object itself).
         kind: what changes: an attribute, an item, the whole contents (list/set), a cell; or
-            ``"print"``, a line the program prints to the stream at ``path`` (jit/printing.py).
+            ``"print"``, a line the program prints to the stream at ``path`` (jit/printing.py);
+            ``"log"``, a record the program logs to the logger at ``path`` (jit/log_records.py).
         key: the attribute name or item key (None for contents and cells; ``(sep, end, flush)``
-            for a print).
+            for a print; ``(level, pathname, lineno, func)`` for a log record).
         value: the new value, with proxies and rebuilt objects as slots filled per call.
     """
 
@@ -544,12 +546,22 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
         target.grad = value
     elif kind == "print":
         print_line(effect, target, value)
+    elif kind == "log":
+        emit_record(effect, target, value)
 
 
 def print_line(effect: Effect, stream: Any, pieces: list) -> None:
     """Perform a ``"print"`` effect: its pieces (text, or this call's numbers) to ``stream``."""
     sep, end, flush = effect.key
     print(*pieces, sep=sep, end=end, file=stream, flush=flush)
+
+
+def emit_record(effect: Effect, logger: Any, value: list) -> None:
+    """Perform a ``"log"`` effect: the record made and handled as ``Logger._log`` does."""
+    level, pathname, lineno, func = effect.key
+    msg, args, extra = value
+    logger.handle(logger.makeRecord(logger.name, level, pathname, lineno, msg, tuple(args), None, func, extra,
+                                    None))
 
 
 def counters(effects: list[Effect], value_guarded: Callable[[Path], bool]) -> set[Path]:

@@ -47,6 +47,8 @@ from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
 from jitcore.jit.environment import environ_lookasides
+from jitcore.jit.filesystem import FileSystem
+from jitcore.jit.log_records import LogRecords
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
@@ -67,6 +69,7 @@ from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.tensor import torch_owns_name
 from jitcore.proxies.text import TextProxy
 from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
@@ -109,6 +112,8 @@ class Pass:
         self.provenance.dynamic_dims = shapes.dims_for if shapes is not None else None
         self.found_counters: set[Path] = set()
         self.prints = Prints(final=shapes is None, path_of=self.provenance.path_of)  # jit/printing.py
+        self.files = FileSystem(self.provenance.guard)  # reads guarded, writes refused: jit/filesystem.py
+        self.logs = LogRecords(self.prints.effects, self.provenance.guard)  # jit/log_records.py
         self.autograd = AutogradCalls(self)  # loss.backward(), p.grad: jitcore/jit/autograd_calls.py
         self.context.autograd = self.autograd
 
@@ -203,7 +208,7 @@ class Pass:
         args_root, kwargs_root = Path(Root("args", "args")), Path(Root("kwargs", "kwargs"))
         self.provenance.guard(args_root, "len", len(args))
         self.provenance.guard(kwargs_root, "keys", tuple(kwargs))
-        names = _parameter_names(self.fn, len(args))
+        names = parameter_names(self.fn, len(args))
         pargs = tuple(self._bind_argument(a, args_root.index(i), names[i]) for i, a in enumerate(args))
         pkwargs = {k: self._bind_argument(v, kwargs_root.key(k), k) for k, v in kwargs.items()}
         pkwargs.update(self._bind_defaults(len(args), kwargs))
@@ -273,6 +278,7 @@ class Pass:
                 **iterator_lookasides(self.provenance.path_of, builtin_lookasides()[next]),
                 **dict_read_lookasides(self._load_subscr, self._native_arguments, self.provenance),
                 **environ_lookasides(self.provenance.guard),  # os.environ reads guarded: jit/environment.py
+                **self.files.lookasides(), **self.logs.lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
             }),
             resolve_call=self._resolve_call,
@@ -428,6 +434,8 @@ class Pass:
         refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
         if (number := self.per_call.read(fn, args, kwargs)) is not NOT_A_READ:  # time.time(), random.random()
             return number
+        if type(fn) is types.BuiltinMethodType:
+            self.files.refuse_foreign_read(fn)  # f.read() of a file the program did not open
         if type(fn) is types.BuiltinMethodType and fn.__name__ in ("write", "flush"):  # jit/printing.py
             if fn.__name__ == "flush" and self.prints.flush(fn, args, kwargs):
                 return None
@@ -511,7 +519,9 @@ class Pass:
         return self._bind_state(frame, value, path, name)
 
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
-        if isinstance(obj, TensorProxy) or isinstance(value, TensorProxy):
+        if isinstance(obj, TensorProxy):
+            return None if name == "name" and torch_owns_name(obj) else value  # eager's Tensor.name
+        if isinstance(value, TensorProxy):
             return value
         if frame.code.co_filename.startswith(_STDLIB_DIR) or self._untracked_subclass_code(frame):
             return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
@@ -729,7 +739,8 @@ def _real_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and not isinstance(value, Proxy)
 
 
-def _parameter_names(fn: Any, count: int) -> list[str]:
+def parameter_names(fn: Any, count: int) -> list[str]:
+    """The names of ``fn``'s first ``count`` positional parameters (``args_0``... past them)."""
     try:
         params = list(
             inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values()

@@ -30,8 +30,8 @@ from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["SLOT_TYPES", "drop_unused_arithmetic", "fold_specialized", "keeps_numbers", "roots_used",
-           "specialize", "symbolic", "with_number_lookasides"]
+__all__ = ["SLOT_TYPES", "changed_number_arguments", "drop_unused_arithmetic", "fold_specialized",
+           "keeps_numbers", "roots_used", "specialize", "symbolic", "with_number_lookasides"]
 
 
 def symbolic(trace: Trace, prologue: PrologueBuilder,
@@ -182,3 +182,36 @@ def _storing_owner(fn: Any) -> type | None:
     if isinstance(fn, types.MethodDescriptorType):
         return fn.__objclass__
     return type(getattr(fn, "__self__", None))
+
+
+# Note [Numbers that change between calls become dynamic]
+# A number argument is specialized by default (one entry per value), as torch.compile does on its
+# first trace. When a miss finds an entry that pins a top-level int or float argument by value and
+# the call passes another value of the same type (``step(x, 3)`` after ``step(x, 2)``), the next
+# trace takes that argument as a dynamic number, as if it were named in ``dynamic_numbers``
+# (torch.compile's automatic dynamic does the same for ints). The argument then stays dynamic for
+# every later trace of the function. Where the program needs its value (a size, an index), the number
+# specializes again and is guarded by value (never wrong, only a trace per value, as before);
+# ``jit(fn, dynamic=False)`` keeps every number specialized.
+def changed_number_arguments(prologues: list[Any], args: tuple, kwargs: dict,
+                             names: list[str]) -> frozenset[str]:
+    """The parameter names (``names[i]`` for ``args[i]``, the key for keyword arguments) of top-level
+    int and float arguments that some prologue pins by value to another value of the same type
+    (Note [Numbers that change between calls become dynamic])."""
+    found: set[str] = set()
+    for prologue in prologues:
+        for guard in prologue.guards:
+            path = guard.path
+            if guard.kind != "value" or len(path.steps) != 1 or path.root.kind not in ("args", "kwargs"):
+                continue
+            expected, step = guard.expected, path.steps[0]
+            if type(expected) not in (int, float):
+                continue
+            container = args if path.root.kind == "args" else kwargs
+            try:
+                value = container[step.value]
+            except (IndexError, KeyError, TypeError):
+                continue
+            if type(value) is type(expected) and value != expected:
+                found.add(names[step.value] if path.root.kind == "args" else step.value)
+    return frozenset(found)

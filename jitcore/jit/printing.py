@@ -35,11 +35,13 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import optree
+
 from jitcore.errors import JitcoreError, UnsupportedOperationError
 from jitcore.interpreter import JitcoreInterpreterError, current_run
 from jitcore.interpreter.protocols import to_str
 from jitcore.ir import tree_has
-from jitcore.jit.effects import PRINT_STREAMS, Effect, print_line
+from jitcore.jit.effects import PRINT_STREAMS, Effect, emit_record, print_line
 from jitcore.langctx.tensor_text import refuse_text
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
@@ -120,11 +122,19 @@ class Prints:
         except Exception as exc:
             if self.final and not isinstance(exc, (JitcoreError, JitcoreInterpreterError)):
                 for effect in self.effects:  # the numbers as this call computed them
-                    pieces = [p.value if isinstance(p, NumberProxy) else
-                              p.text_of([n.value for n in p.numbers()]) if isinstance(p, TextProxy) else p
-                              for p in effect.value]
-                    print_line(effect, effect.path.get(args, kwargs), pieces)
+                    value = optree.tree_map(_now, effect.value, none_is_leaf=True)
+                    perform = print_line if effect.kind == "print" else emit_record  # jit/log_records.py
+                    perform(effect, effect.path.get(args, kwargs), value)
             raise
+
+
+def _now(piece: Any) -> Any:
+    """A recorded piece as the pass computed it: a number's value, text made from its numbers."""
+    if isinstance(piece, NumberProxy):
+        return piece.value
+    if isinstance(piece, TextProxy):
+        return piece.text_of([n.value for n in piece.numbers()])
+    return piece
 
 
 def _result_discarded() -> bool:

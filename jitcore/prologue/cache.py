@@ -79,6 +79,12 @@ class EntryCache:
         self._keys: dict[int, Hashable] = {}
         self._anywhere: tuple = ()  # the entries filed under every key, newest first
 
+    def type_by_type(self, positions: frozenset[int]) -> None:
+        """From now on key the numbers at ``positions`` by type (arguments become dynamic numbers).
+        Entries already filed under a value stay there: a call finds them no longer, and is answered
+        by an entry filed by type (the next trace's)."""
+        self._typed = frozenset(self._typed) | positions  # (every position is typed already when a range)
+
     def candidates(self, args: tuple) -> tuple:
         """The entries that may accept a call with positional ``args``, newest first."""
         buckets = self.buckets

@@ -34,7 +34,8 @@ from jitcore.errors import UnsupportedOperationError
 from jitcore.ir.context import current_context
 from jitcore.ir.proxy import Proxy
 
-__all__ = ["DTYPE_ABBREVIATIONS", "PlainTensorProxy", "TensorProxy", "describe_tensor", "wrapper_tensor"]
+__all__ = ["DTYPE_ABBREVIATIONS", "PlainTensorProxy", "TensorProxy", "describe_tensor", "torch_owns_name",
+           "wrapper_tensor"]
 
 DTYPE_ABBREVIATIONS: dict[torch.dtype, str] = {
     torch.float64: "f64",
@@ -64,6 +65,17 @@ def describe_tensor(t: Any) -> str:
     """``cpu f32[4, 4]``: device, dtype and shape, as traces print them."""
     dtype = DTYPE_ABBREVIATIONS.get(t.dtype, str(t.dtype).removeprefix("torch."))
     return f"{t.device} {dtype}[{', '.join(str(s) for s in t.shape)}]"
+
+
+_TENSOR_NAME = vars(torch._C.TensorBase)["name"]  # noqa: SLF001
+
+
+def torch_owns_name(proxy: TensorProxy) -> bool:
+    """Whether ``x.name`` of the tensor ``proxy`` stands for is torch's ``Tensor.name`` (None for any
+    tensor that is not a torch.fx graph input), not an attribute of the user's subclass. The proxy's
+    own ``name`` (its name in the trace) is jitcore's: the interpreter answers torch's to the program."""
+    klass = proxy.python_type
+    return next((vars(k)["name"] for k in klass.__mro__ if "name" in vars(k)), None) is _TENSOR_NAME
 
 
 def _note_layout_query() -> None:

@@ -561,3 +561,64 @@ def test_under_the_grad_transform_an_unused_number_is_not_guarded():
         torch.testing.assert_close(w2.grad, w1.grad)
     assert jitcore.cache_misses(jf) == 1
     assert jitcore.last_backward_traces(jf)
+
+
+# --- Note [Numbers that change between calls become dynamic] (jit/numbers.py) ---------------------------
+def test_a_number_that_changes_between_calls_becomes_dynamic() -> None:
+    """``step(x, i)`` with a new ``i`` each call: one trace with ``i`` specialized, one with it dynamic,
+    then hits (before, a trace per call until the cache limit)."""
+
+    def step(x, i, lr=0.1):
+        if i % 10 == 0:
+            x = x * 2
+        return x * lr + i
+
+    jf = jitcore.jit(step)
+    for i in range(1, 25):
+        x = torch.randn(3)
+        same(jf(x, i, lr=0.1 * i), step(x, i, lr=0.1 * i))
+    # i=1 (specialized), i=2 (i and lr dynamic), i=10 (the other branch of the predicate)
+    assert jitcore.cache_misses(jf) == 3
+    assert jitcore.cache_hits(jf) == 21
+
+
+def test_a_changing_number_the_program_needs_the_value_of_stays_correct() -> None:
+    """Dynamic after the second value, but used as a size: specialized again, an entry per value."""
+
+    def f(x, n):
+        return x.repeat(n).sum(), torch.arange(n)
+
+    jf = jitcore.jit(f)
+    for n in (1, 2, 3, 2, 1, 3):
+        same(jf(torch.ones(2), n), f(torch.ones(2), n))
+    assert jitcore.cache_misses(jf) == 3  # 1; 2 (now dynamic, specialized again); 3
+
+
+def test_numbers_stay_specialized_with_dynamic_false_and_bools_always() -> None:
+    def f(x, k, flag):
+        return x * k if flag else x - k
+
+    static = jitcore.jit(f, dynamic=False)
+    auto = jitcore.jit(f)
+    for k in range(4):
+        for jf in (static, auto):
+            same(jf(torch.ones(2), k, k % 2 == 0), f(torch.ones(2), k, k % 2 == 0))
+    assert jitcore.cache_misses(static) == 4
+    assert jitcore.cache_misses(auto) == 3  # k=0; k=1 (dynamic; flag False); k=2 (flag True)
+
+
+def test_a_changing_number_past_the_dispatch_table() -> None:
+    """More than SCAN_LIMIT entries: the cache files calls by the number's type once it is dynamic."""
+
+    def f(x, scale):
+        return x * scale
+
+    jf = jitcore.jit(f)
+    shapes = [(2,), (3,), (4,), (5,), (6,)]
+    for shape in shapes:  # five entries keyed by shape (each shape a new static entry, then symbolic)
+        same(jf(torch.ones(shape), 1.0), f(torch.ones(shape), 1.0))
+    misses = jitcore.cache_misses(jf)
+    for i in range(10):
+        for shape in shapes:
+            same(jf(torch.ones(shape), 2.0 + i), f(torch.ones(shape), 2.0 + i))
+    assert jitcore.cache_misses(jf) - misses <= 2

@@ -262,14 +262,14 @@ def test_factories_take_sizes_from_the_call():
 def test_symbolic_entries_are_found_past_the_dispatch_table():
     """Past 4 entries the cache files entries by the call's shapes; a symbolic entry is in every bucket."""
 
-    def f(x, k):
-        return x.sum(1) * k
+    def f(x, tag):  # a str argument: pinned by value (an int would become a dynamic number)
+        return x.sum(1) * len(tag)
 
     jf = jitcore.jit(f)
-    for k in range(6):
+    for tag in ("a", "bb", "ccc", "dddd", "eeeee", "ffffff"):
         for s in (3, 5, 7, 9):
-            run_both(f, jf, torch.randn(2, s), k)
-    # k=0: 3 static, then 5 symbolic; every later k: one symbolic entry, whatever the length
+            run_both(f, jf, torch.randn(2, s), tag)
+    # "a": 3 static, then 5 symbolic; every later tag: one symbolic entry, whatever the length
     assert jitcore.cache_misses(jf) == 7
 
 

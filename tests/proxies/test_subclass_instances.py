@@ -365,3 +365,21 @@ def test_copies_of_a_slotted_value_keep_its_fields() -> None:
     jit_t.elem = eager_t.elem.clone()
     _assert_same(jitcore.jit(f)(jit_t), f(eager_t))
     assert jit_t.tag == eager_t.tag == "changed"  # the field the program set is the caller's after the call
+
+
+def test_tensor_name_is_torchs_not_the_proxys() -> None:
+    """``x.name`` is torch's ``Tensor.name`` (None), not jitcore's name for the value in the trace; a
+    subclass defining ``name`` itself gets its own."""
+
+    class Named(TwoTensor):
+        @property
+        def name(self) -> str:
+            return "mine"
+
+    def f(x):
+        return x.name, getattr(x, "name"), (x * 2).name, hasattr(x, "name")
+
+    inputs = [torch.randn(2), torch.nn.Parameter(torch.randn(2)), TwoTensor(torch.randn(2), torch.randn(2)),
+              Named(torch.randn(2), torch.randn(2))]
+    for x in inputs:
+        assert jitcore.jit(f)(x) == f(x)

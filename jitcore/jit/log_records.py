@@ -1,0 +1,138 @@
+"""The program's logging calls: recorded while tracing, made on every call as eagerly.
+
+``logger.info("step %d loss %.4f", step, loss.item())`` inside a jitted function logs on every eager
+call: a record stamped with that call's time, formatted by the handlers the logger has then, written
+to their streams and files. While tracing, the pass's lookaside for ``Logger._log`` (which every
+level method, ``Logger.log``, ``exception`` and ``LoggerAdapter`` reach) does not log; it records the
+call as an ``Effect`` of kind ``"log"`` (jitcore/jit/effects.py), in program order among the prints
+(jitcore/jit/printing.py). After each run of the computation the entry makes the record with
+``logger.makeRecord`` (the caller's file, line and function as ``findCaller`` finds them in the
+interpreted frames) and passes it to ``logger.handle``: handlers, filters, formatters, the record's
+time and thread are each call's own. Whether the logger is enabled for the level
+(``Logger.isEnabledFor``, also when the program asks it) is guarded, so ``setLevel`` between calls
+is a miss, as eager would then log otherwise.
+
+What a record can carry: the message and arguments as values whose text cannot change between the
+call and the log (None, numbers, strings, bytes, ranges, paths, dtypes, devices, enums, classes, and
+tuples, lists, sets and dicts of those), numbers read from tensors and dynamic numbers (each call's value), and text made
+from them. A tensor (its text shows values), any other object (its ``__str__`` could read state the
+program changes later), ``exc_info``, ``stack_info`` and a ``stacklevel`` beyond the jitted function
+are refused with UnsupportedOperationError (JC-T001): without ``fullgraph`` that call runs eagerly.
+
+Invariant: a replayed record is the record eager makes for a call taking the same path, but for its
+``created``/``msecs``/``relativeCreated`` (the replay's time) and the order relative to torch's
+computation (records are made after it, as prints are).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from jitcore.errors import UnsupportedOperationError
+from jitcore.interpreter import current_run
+from jitcore.jit.effects import Effect
+from jitcore.prologue import Path, Root
+from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.text import TextProxy
+
+__all__ = ["LogRecords"]
+
+_LOGGING_FILE = logging.Logger._log.__code__.co_filename  # noqa: SLF001 - logging's _srcfile
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, range, slice, type(Ellipsis), pathlib.PurePath,
+          torch.dtype, torch.device, torch.layout, torch.memory_format, NumberProxy, TextProxy)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _EnabledCheck:
+    """A prologue ``check``: None while ``logger.isEnabledFor(level)`` answers as while tracing."""
+
+    logger: logging.Logger
+    level: int
+    expected: bool
+
+    def __call__(self) -> str | None:
+        if self.logger.isEnabledFor(self.level) == self.expected:
+            return None
+        return f"logger {self.logger.name!r} is {'no longer' if self.expected else 'now'} enabled for " \
+               f"{logging.getLevelName(self.level)}"
+
+
+class LogRecords:
+    """The logging calls of one pass, appended to ``effects`` (the prints' list: one program order)."""
+
+    def __init__(self, effects: list[Effect], guard: Callable[..., None]) -> None:
+        self.effects = effects
+        self._guard = guard
+        self._checked: set[tuple[int, int]] = set()
+
+    def lookasides(self) -> dict[Any, Callable[..., Any]]:
+        return {logging.Logger.isEnabledFor: self._is_enabled_for, logging.Logger._log: self._log}  # noqa: SLF001
+
+    def _is_enabled_for(self, logger: logging.Logger, level: int) -> bool:
+        enabled = logging.Logger.isEnabledFor(logger, level)
+        key = (id(logger), level)
+        if key not in self._checked and isinstance(level, int):
+            self._checked.add(key)
+            check = _EnabledCheck(logger, level, enabled)
+            self._guard(Path(Root("bound", f"logging.getLogger({logger.name!r}).isEnabledFor", check)).call(),
+                        "check", None)
+        return enabled
+
+    def _log(self, logger: logging.Logger, level: int, msg: Any, args: tuple, exc_info: Any = None,
+             extra: Any = None, stack_info: bool = False, stacklevel: int = 1) -> None:
+        call = f"logger {logger.name!r}'s {logging.getLevelName(level).lower()}()"
+        if exc_info or stack_info:
+            _refuse(call, "with exc_info or stack_info (a traceback of this call's frames)")
+        for value in (msg, args, extra):
+            bad = _unreplayable(value)
+            if bad is not None:
+                kind = getattr(bad, "python_type", type(bad)).__qualname__
+                _refuse(call, f"with a {kind} argument, whose text a later call could not make as eagerly",
+                        isinstance(bad, torch.Tensor))
+        pathname, lineno, func = _caller(logger, stacklevel, call)
+        if extra is not None:  # its keys are checked as eagerly (KeyError for "message", "asctime", ...)
+            logger.makeRecord(logger.name, level, pathname, lineno, msg, args, None, func, dict(extra), None)
+        path = Path(Root("bound", f"logging.getLogger({logger.name!r})", logger))
+        self.effects.append(Effect(path, "log", (level, pathname, lineno, func), [msg, args, extra]))
+
+
+def _unreplayable(value: Any) -> Any:
+    """The first leaf of ``value`` a record cannot carry (see the module docstring), else None."""
+    if isinstance(value, _PLAIN) or isinstance(value, (enum.Enum, type)):
+        return None
+    if type(value) in (tuple, list, set, frozenset, torch.Size):
+        return next((bad for v in value if (bad := _unreplayable(v)) is not None), None)
+    if type(value) is dict:
+        return next((bad for kv in value.items() for v in kv if (bad := _unreplayable(v)) is not None), None)
+    return value
+
+
+def _caller(logger: logging.Logger, stacklevel: int, call: str) -> tuple[str, int, str]:
+    """``Logger.findCaller``'s answer, from the interpreted frames (logging's own skipped)."""
+    if type(logger).findCaller is not logging.Logger.findCaller:
+        _refuse(call, "of a logger class with its own findCaller")
+    run = current_run()
+    frames = [f for f in reversed(run.frames) if not _internal(f.code.co_filename)] if run is not None else []
+    if not (type(stacklevel) is int and 1 <= stacklevel <= len(frames)):
+        _refuse(call, f"with stacklevel={stacklevel!r}, which names a frame outside the jitted function")
+    pos = frames[stacklevel - 1].position()
+    return pos.filename, pos.lineno or 0, pos.function_name
+
+
+def _internal(filename: str) -> bool:
+    return filename == _LOGGING_FILE or ("importlib" in filename and "_bootstrap" in filename)
+
+
+def _refuse(call: str, why: str, tensor: bool = False) -> None:
+    raise UnsupportedOperationError(
+        f"{call} {why}, which jitcore cannot make again on a cached call",
+        hints=("log a number (loss.item()) rather than the tensor" if tensor else
+               "log outside the jitted function, or pass plain values",),
+    )
