@@ -194,8 +194,17 @@ def proxy_class(cls: type) -> type[SubclassTensorProxy]:
         "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
         "__class__": property(lambda self: cls, doc="The user's class, as on the eager value."),
     })
+    meta, bases = type(cls), (cls, SubclassTensorProxy)
     with _init_subclass_skipped(cls):
-        return type(cls)(cls.__name__, (cls, SubclassTensorProxy), namespace)
+        try:
+            return meta(cls.__name__, bases, namespace)
+        except TypeError:  # a metaclass of the user's needing more (``class C(T, metaclass=M, tag=1)``):
+            klass = type.__new__(meta, cls.__name__, bases, namespace)  # its __new__ and __init__ not run,
+            _TENSOR_META.__init__(klass, cls.__name__, bases, namespace)  # torch's (instances' dealloc) is
+            return klass
+
+
+_TENSOR_META = type(torch.Tensor)  # torch._C._TensorMeta
 
 
 @contextlib.contextmanager

@@ -376,10 +376,44 @@ def test_tensor_name_is_torchs_not_the_proxys() -> None:
         def name(self) -> str:
             return "mine"
 
-    def f(x):
-        return x.name, getattr(x, "name"), (x * 2).name, hasattr(x, "name")
+    def f(x, attr="name"):
+        return x.name, getattr(x, attr), (x * 2).name, hasattr(x, attr)
 
     inputs = [torch.randn(2), torch.nn.Parameter(torch.randn(2)), TwoTensor(torch.randn(2), torch.randn(2)),
               Named(torch.randn(2), torch.randn(2))]
     for x in inputs:
         assert jitcore.jit(f)(x) == f(x)
+
+
+def test_a_subclass_whose_metaclass_needs_arguments() -> None:
+    """A metaclass whose ``__new__``/``__init__`` take a keyword (``class C(T, metaclass=M, tag=...)``):
+    jitcore's class for C's values is made without running them (nor adding to M's registry)."""
+
+    class Meta(type(TwoTensor)):
+        registry: list[str] = []
+
+        def __new__(mcs, name, bases, ns, *, tag):
+            cls = super().__new__(mcs, name, bases, ns)
+            cls.tag = tag
+            Meta.registry.append(name)
+            return cls
+
+        def __init__(cls, name, bases, ns, *, tag):
+            super().__init__(name, bases, ns)
+
+    class Tagged(TwoTensor, metaclass=Meta, tag="t1"):
+        pass
+
+    def f(x):
+        y = x * 2 + 1
+        return y, type(x).tag, type(type(x)) is Meta, isinstance(x, Tagged), type(x) is Tagged
+
+    x = Tagged(torch.randn(3), torch.randn(3))
+    expected = f(x)
+    for _ in range(2):
+        actual = jitcore.jit(f)(x)
+        assert actual[1:] == expected[1:]
+        assert type(actual[0]) is type(expected[0])
+        torch.testing.assert_close(actual[0].a, expected[0].a)
+        torch.testing.assert_close(actual[0].b, expected[0].b)
+    assert Meta.registry == ["Tagged"]
