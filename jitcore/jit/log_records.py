@@ -15,9 +15,10 @@ is a miss, as eager would then log otherwise.
 What a record can carry: the message and arguments as values whose text cannot change between the
 call and the log (None, numbers, strings, bytes, ranges, paths, dtypes, devices, enums, classes, and
 tuples, lists, sets and dicts of those), numbers read from tensors and dynamic numbers (each call's
-value), and text made from them. A tensor (its text shows values), any other object (its ``__str__`` could read state the
-program changes later), ``exc_info``, ``stack_info`` and a ``stacklevel`` beyond the jitted function
-are refused with UnsupportedOperationError (JC-T001): without ``fullgraph`` that call runs eagerly.
+value), and text made from them. A tensor (its text shows values), any other object (its
+``__str__`` could read state the program changes later), ``exc_info``, ``stack_info`` and a
+``stacklevel`` beyond the jitted function are refused with UnsupportedOperationError (JC-T001):
+without ``fullgraph`` that call runs eagerly.
 
 Invariant: a replayed record is the record eager makes for a call taking the same path, but for its
 ``created``/``msecs``/``relativeCreated`` (the replay's time) and the order relative to torch's
