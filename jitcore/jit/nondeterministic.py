@@ -16,8 +16,9 @@ Refused with UnsupportedOperationError (JC-T001; without ``fullgraph`` the call 
 ``now``/``utcnow``/``today``, ``time.localtime()``/``ctime()`` and the like without a time,
 ``os.urandom``/``os.getrandom``, the other methods of a ``random.Random`` (``seed``, ``setstate``),
 and a per-call number whose value the program needs (a size, an index, a dict key: ``choice`` and
-``sample`` index with one). Exempt: calls made by the standard library's ``logging`` (a record's
-creation time), whose records are replayed with the trace's time (docs/user-guide.md).
+``sample`` index with one). Exempt: clock reads of the standard library's ``logging`` code that the
+program calls itself (a ``Formatter.formatTime``); the records of its logging calls are made on every
+call, with each call's time (jitcore/jit/log_records.py).
 
 The same holds for ``next(it)`` of an iterator of the caller's or of state that advances in C (a
 module-level ``itertools.count()`` handing out ids, an ``itertools.cycle``, a generator made before
