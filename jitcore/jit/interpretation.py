@@ -278,7 +278,7 @@ class Pass:
                 **iterator_lookasides(self.provenance.path_of, builtin_lookasides()[next]),
                 **dict_read_lookasides(self._load_subscr, self._native_arguments, self.provenance),
                 **environ_lookasides(self.provenance.guard),  # os.environ reads guarded: jit/environment.py
-                **self.files.lookasides(), **self.logs.lookasides(),
+                **self.files.lookasides(), **self.logs.lookasides(), **self.per_call.lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
             }),
             resolve_call=self._resolve_call,

@@ -7,9 +7,10 @@ would always take the traced side).
 
 Read on every call (``PerCallReads``, Note [Clock reads and random draws on every call]): the clocks
 of ``time`` that give a number (``time()``, ``perf_counter()``, ``monotonic()``, ... and their ``_ns``
-forms) and the two C methods of a ``random.Random`` that draw a number (``random()``,
-``getrandbits()``; ``randint``, ``uniform``, ``gauss`` are Python code over them, interpreted). The
-number is a name of the trace, as ``t.item()``'s is.
+forms), the two C methods of a ``random.Random`` that draw a number (``random()``, ``getrandbits()``;
+``uniform`` is Python code over them, interpreted), and its methods made whole (``randint``,
+``gauss``, the variates, ``choice`` over numbers: Note [Draws made whole]). The number is a name of
+the trace, as ``t.item()``'s is.
 
 Refused with UnsupportedOperationError (JC-T001; without ``fullgraph`` the call runs eagerly, Note
 [Eager entries] in jit/api.py, as torch.compile breaks its graph at ``time.time()``): ``datetime``'s
@@ -79,7 +80,15 @@ _LOGGING = os.path.join("logging", "__init__.py")
 NOT_A_READ = object()  # PerCallReads.read: the call is none of these; the interpreter makes it
 _NUMBER_CLOCKS = _CLOCKS - {getattr(os, "urandom", None), getattr(os, "getrandom", None)}
 _NUMBER_DRAWS = frozenset({"random", "getrandbits"})
-_GAUSS = random.Random.gauss.__code__  # the one method of a Random keeping Python state between calls
+_WHOLE_DRAWS = tuple(name for name in (
+    "randint", "randrange", "choice", "gauss", "normalvariate", "lognormvariate", "expovariate",
+    "vonmisesvariate", "gammavariate", "betavariate", "paretovariate", "weibullvariate", "triangular",
+    "binomialvariate",
+) if hasattr(random.Random, name))  # Note [Draws made whole]
+
+
+def _items(seq: Any) -> list:
+    return list(seq) if type(seq) in (list, tuple) else [None]
 
 
 class PerCallReads:
@@ -113,11 +122,13 @@ class PerCallReads:
         draws = isinstance(owner, random.Random) and fn.__name__ in _NUMBER_DRAWS
         if kwargs or not (draws or _is_number_clock(fn)):
             raise _refusal(name, "a cached call could not reproduce it")
-        if draws and run is not None and any(frame.code is _GAUSS for frame in run.frames):
-            raise _refusal("random.gauss", "it keeps its second number for the next call (gauss_next)")
+        return self._record(fn, args, name, draws=draws)
+
+    def _record(self, fn: Any, args: tuple, name: str, *, draws: bool) -> NumberProxy:
+        owner = getattr(fn, "__self__", None)
         if draws:
             self._drawn.setdefault(id(owner), (owner, owner.getstate()))
-        value = fn(*args)
+        value = fn(*(a.value if isinstance(a, NumberProxy) else a for a in args))
         fresh = self._context.values.names.fresh("n")
         number = NumberProxy(fresh, value, on_specialize=lambda: self._needed.append(name))
         number.on_predicate = lambda n, outcome: self._check_predicate(n, outcome, varies=not draws)
@@ -126,6 +137,34 @@ class PerCallReads:
         self._context.scopes[-1].append(BoundSymbol(symbol, (fn, *args), {}, number, (), source))
         self.numbers.append((number, name))
         return number
+
+    def lookasides(self) -> dict[Any, Callable[..., Any]]:
+        """The methods of ``random.Random`` drawn whole (Note [Draws made whole])."""
+        return {getattr(random.Random, name): self._draw_whole(name) for name in _WHOLE_DRAWS}
+
+    # Note [Draws made whole]
+    # ``randint``/``randrange`` loop on ``getrandbits`` until a draw fits (a branch on each draw),
+    # ``gauss`` keeps its second number in ``gauss_next`` for the next call, ``normalvariate`` and the
+    # other variates loop on ``random()``: interpreted, they would be an entry per loop outcome, or
+    # refused. Each is recorded as one read of the bound method with its arguments
+    # (``n0 = per_call_read(<bound method Random.gauss>, 0.0, 1.0)``), which the computation makes on
+    # every call: the generator's own Python state (``gauss_next``) moves as eagerly, and
+    # ``restore``/``with_rollback`` put it back with the rest of the state (``getstate``). Arguments
+    # may be dynamic numbers (each call's value). ``choice`` is made whole over a sequence of numbers
+    # (its items are guarded as the program's reads of them); over other items its value is an index,
+    # which is needed (JC-T001). A generator of another class (``SystemRandom``: no state) is refused.
+    def _draw_whole(self, name: str) -> Callable[..., Any]:
+        def draw(rng: random.Random, *args: Any, **kwargs: Any) -> Any:
+            method = getattr(rng, name)
+            if name == "choice" and args and not kwargs:
+                if not all(type(v) in (int, float) for v in _items(args[0])):
+                    raise needed_value("random.choice")
+                args = (tuple(_items(args[0])), *args[1:])
+            if kwargs or type(rng).random is not random.Random.random or not all(
+                    type(a) in (int, float, tuple, type(None)) or isinstance(a, NumberProxy) for a in args):
+                raise _refusal(f"random.{name}", "a cached call could not reproduce it")
+            return self._record(method, args, f"random.{name}", draws=True)
+        return draw
 
     def finish(self) -> list[tuple[NumberProxy, str]]:
         """The pass's numbers, once it ended.

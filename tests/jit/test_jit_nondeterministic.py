@@ -74,7 +74,7 @@ def test_python_random_draws_are_made_on_every_call(f: Callable[..., Any]) -> No
 
 @pytest.mark.parametrize("draw", [
     lambda: random.choice(range(10**9)),  # indexes with a draw: its value is needed
-    lambda: random.gauss(0.0, 1.0),  # keeps its second number for the next call
+    lambda: random.sample(range(10**9), 2)[1],
 ])
 def test_python_random_draws_whose_values_are_needed_run_eagerly(draw: Callable[[], Any]) -> None:
     def f(x):
@@ -86,6 +86,34 @@ def test_python_random_draws_whose_values_are_needed_run_eagerly(draw: Callable[
     assert_same(got, expected)
     assert len({v for _, v in got}) == len(got)  # a new draw per call
     assert _eager_entry(messages)
+
+
+def test_random_methods_are_drawn_whole() -> None:
+    """Note [Draws made whole]: gauss (its gauss_next kept between calls), randint, choice over numbers
+    and the variates are one per-call read each: eager's numbers and generator state on every call,
+    with a dynamic mean, and no entry per loop outcome."""
+
+    def f(x, mu):
+        a = random.gauss(mu, 1.0)
+        b = random.randint(1, 6)
+        c = random.choice([0.5, 1.0, 2.0])
+        d = random.normalvariate(0.0, 2.0) + random.expovariate(1.5) + random.triangular(0.0, 1.0, None)
+        return x * a + b * c + d, (a, b, c, d)
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # traced: no eager entry
+        for i in range(8):
+            random.seed(i % 3)
+            expected, eager_state = f(X, 0.1 * i), random.getstate()
+            random.seed(i % 3)
+            assert_same(jf(X, 0.1 * i), expected)
+            assert random.getstate() == eager_state
+        random.seed(7)
+        expected = [f(X, 0.0)[1] for _ in range(5)]  # gauss hands out its second number on the next call
+        random.seed(7)
+        assert [jf(X, 0.0)[1] for _ in range(5)] == expected
+    assert jitcore.cache_misses(jf) == 2  # mu specialized, then dynamic
 
 
 def test_a_random_generator_passed_in() -> None:
