@@ -248,7 +248,26 @@ def _check_guards(mesh: DeviceMesh) -> None:
     assert jitcore.cache_hits(jitted) == 1
 
 
+def _check_random_ops(mesh: DeviceMesh) -> None:
+    """Dropout and ``rand_like`` of a sharded DTensor draw eager's numbers on every call (same seed)."""
+
+    def f(x: DTensor) -> Any:
+        return (torch.nn.functional.dropout(x, 0.5) + torch.rand_like(x)).full_tensor()
+
+    jitted = jitcore.jit(f)
+    x = distribute_tensor(torch.randn(4, 4), mesh, [Shard(0)])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")  # traced: no eager entry
+        for seed in range(3):
+            torch.manual_seed(seed)
+            expected = f(x)
+            torch.manual_seed(seed)
+            _same(jitted(x), expected)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+
+
 CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
+    "random": _check_random_ops,
     "gradients": _check_gradients,
     "tensor_parallel": _check_tensor_parallel,
     "fully_shard": _check_fully_shard_runs_eagerly,
