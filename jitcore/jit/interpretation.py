@@ -113,7 +113,7 @@ class Pass:
         self.found_counters: set[Path] = set()
         self.prints = Prints(final=shapes is None, path_of=self.provenance.path_of)  # jit/printing.py
         self.files = FileSystem(self.provenance.guard)  # reads guarded, writes refused: jit/filesystem.py
-        self.logs = LogRecords(self.prints.effects, self.provenance.guard)  # jit/log_records.py
+        self.logs = LogRecords(self.prints.effects, self.provenance.guard, self._untracked_subclass_code)
         self.autograd = AutogradCalls(self)  # loss.backward(), p.grad: jitcore/jit/autograd_calls.py
         self.context.autograd = self.autograd
 

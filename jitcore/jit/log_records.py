@@ -31,6 +31,7 @@ import dataclasses
 import enum
 import logging
 import pathlib
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,7 @@ import torch
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter import current_run
+from jitcore.interpreter.calls import call_function
 from jitcore.jit.effects import Effect
 from jitcore.prologue import Path, Root
 from jitcore.proxies.number import NumberProxy
@@ -47,7 +49,9 @@ __all__ = ["LogRecords"]
 
 _LOGGING_FILE = logging.Logger._log.__code__.co_filename  # noqa: SLF001 - logging's _srcfile
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, range, slice, type(Ellipsis), pathlib.PurePath,
-          torch.dtype, torch.device, torch.layout, torch.memory_format, NumberProxy, TextProxy)
+          torch.dtype, torch.device, torch.layout, torch.memory_format, NumberProxy, TextProxy,
+          types.FunctionType, types.BuiltinFunctionType, torch._ops.OpOverload,  # noqa: SLF001
+          torch._ops.OpOverloadPacket)  # noqa: SLF001 - an aten op a dispatch logs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,9 +72,17 @@ class _EnabledCheck:
 class LogRecords:
     """The logging calls of one pass, appended to ``effects`` (the prints' list: one program order)."""
 
-    def __init__(self, effects: list[Effect], guard: Callable[..., None]) -> None:
+    def __init__(self, effects: list[Effect], guard: Callable[..., None],
+                 untracked: Callable[[Any], bool]) -> None:
+        """Args:
+            effects: the pass's print effects (records join them in program order).
+            guard: ``Provenance.guard``.
+            untracked: whether a frame is subclass code whose effects happen while tracing only
+                (``Pass._untracked_subclass_code``: a library's, or any under the grad transform).
+        """
         self.effects = effects
         self._guard = guard
+        self._untracked = untracked
         self._checked: set[tuple[int, int]] = set()
 
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
@@ -88,6 +100,12 @@ class LogRecords:
 
     def _log(self, logger: logging.Logger, level: int, msg: Any, args: tuple, exc_info: Any = None,
              extra: Any = None, stack_info: bool = False, stacklevel: int = 1) -> None:
+        run = current_run()
+        frames = [f for f in reversed(run.frames) if not _internal(f.code.co_filename)] if run else []
+        if frames and self._untracked(frames[0]):  # a library's dispatch (LoggingTensor): logged now,
+            return call_function(run, _LOG_INTERPRETED, (logger, level, msg, args),  # as other effects of
+                                 {"exc_info": exc_info, "extra": extra, "stack_info": stack_info,  # such code
+                                  "stacklevel": stacklevel})
         call = f"logger {logger.name!r}'s {logging.getLevelName(level).lower()}()"
         if exc_info or stack_info:
             _refuse(call, "with exc_info or stack_info (a traceback of this call's frames)")
@@ -97,7 +115,7 @@ class LogRecords:
                 kind = getattr(bad, "python_type", type(bad)).__qualname__
                 _refuse(call, f"with a {kind} argument, whose text a later call could not make as eagerly",
                         isinstance(bad, torch.Tensor))
-        pathname, lineno, func = _caller(logger, stacklevel, call)
+        pathname, lineno, func = _caller(logger, stacklevel, call, frames)
         if extra is not None:  # its keys are checked as eagerly (KeyError for "message", "asctime", ...)
             logger.makeRecord(logger.name, level, pathname, lineno, msg, args, None, func, dict(extra), None)
         path = Path(Root("bound", f"logging.getLogger({logger.name!r})", logger))
@@ -115,16 +133,20 @@ def _unreplayable(value: Any) -> Any:
     return value
 
 
-def _caller(logger: logging.Logger, stacklevel: int, call: str) -> tuple[str, int, str]:
-    """``Logger.findCaller``'s answer, from the interpreted frames (logging's own skipped)."""
+def _caller(logger: logging.Logger, stacklevel: int, call: str, frames: list[Any]) -> tuple[str, int, str]:
+    """``Logger.findCaller``'s answer, from the interpreted ``frames`` (innermost first, logging's own
+    left out)."""
     if type(logger).findCaller is not logging.Logger.findCaller:
         _refuse(call, "of a logger class with its own findCaller")
-    run = current_run()
-    frames = [f for f in reversed(run.frames) if not _internal(f.code.co_filename)] if run is not None else []
     if not (type(stacklevel) is int and 1 <= stacklevel <= len(frames)):
         _refuse(call, f"with stacklevel={stacklevel!r}, which names a frame outside the jitted function")
     pos = frames[stacklevel - 1].position()
     return pos.filename, pos.lineno or 0, pos.function_name
+
+
+# ``Logger._log`` as a function of its own, which the pass does not look aside: interpreted, as any code
+_LOG_INTERPRETED = types.FunctionType(logging.Logger._log.__code__, logging.Logger._log.__globals__,  # noqa: SLF001
+                                      "_log", logging.Logger._log.__defaults__)  # noqa: SLF001
 
 
 def _internal(filename: str) -> bool:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-import logging
+import sys
 from typing import Any
 
 import torch
@@ -14,23 +14,20 @@ from torch.utils._pytree import tree_map_only
 aten = torch.ops.aten
 
 
-class _ListHandler(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[tuple[str, Any]] = []
+# Each dispatch reports itself with ``sys.audit``: a C call that jitcore makes while tracing and that a
+# cached call never makes, so DISPATCH_LOG shows what a call really dispatched (the program's own
+# logging, by contrast, is replayed on every call as eagerly: jitcore/jit/log_records.py). The traced
+# code never reads the list (a program reading mutable global state is guarded on it).
+DISPATCH_EVENT = "jitcore.tests.subclass_zoo.dispatch"
+DISPATCH_LOG: list[tuple[str, Any]] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record.args)
+
+def _on_audit(event: str, args: tuple) -> None:
+    if event == DISPATCH_EVENT:
+        DISPATCH_LOG.append(args)
 
 
-# Dispatch logs through stdlib logging: the traced code never reads the list the records land in
-# (a program that reads mutable global state is guarded on it, and would retrace as it grows).
-LOG = logging.getLogger("subclass_zoo")
-LOG.setLevel(logging.DEBUG)
-_HANDLER = _ListHandler()
-LOG.addHandler(_HANDLER)
-LOG.propagate = False
-DISPATCH_LOG: list[tuple[str, Any]] = _HANDLER.records
+sys.addaudithook(_on_audit)
 
 _VIEW_OPS = {aten.t.default, aten.view.default, aten.transpose.int, aten.permute.default, aten.clone.default,
              aten.detach.default, aten.alias.default, aten._unsafe_view.default, aten.expand.default,
@@ -82,7 +79,7 @@ class ScaledTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        LOG.debug("%s %s", "ScaledTensor", func)
+        sys.audit(DISPATCH_EVENT, "ScaledTensor", func)
         if func in _VIEW_OPS:
             x = args[0]
             out = func(x.data_, *args[1:], **kwargs)
@@ -123,7 +120,7 @@ class Int8RowwiseTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        LOG.debug("%s %s", "Int8RowwiseTensor", func)
+        sys.audit(DISPATCH_EVENT, "Int8RowwiseTensor", func)
         if func is aten.clone.default or func is aten.detach.default:
             x = args[0]
             return Int8RowwiseTensor(func(x.qdata), func(x.scale))
@@ -152,7 +149,7 @@ class TaggedTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        LOG.debug("%s %s", "TaggedTensor", func)
+        sys.audit(DISPATCH_EVENT, "TaggedTensor", func)
         tags = []
         tree_map_only(TaggedTensor, lambda t: tags.append(t.tag), (args, kwargs))
         tag = "+".join(dict.fromkeys(tags))
@@ -181,7 +178,7 @@ class MirrorTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        LOG.debug("%s %s", "MirrorTensor", func)
+        sys.audit(DISPATCH_EVENT, "MirrorTensor", func)
         unwrapped = tree_map_only(MirrorTensor, lambda t: t.elem, (args, kwargs))
         out = func(*unwrapped[0], **unwrapped[1])
         wrapped = tree_map_only(torch.Tensor, MirrorTensor, out)
@@ -209,7 +206,7 @@ class ClampedTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        LOG.debug("%s %s", "ClampedTensor", func)
+        sys.audit(DISPATCH_EVENT, "ClampedTensor", func)
         limit = max(t.limit for t in args if isinstance(t, ClampedTensor))
         unwrapped = tree_map_only(ClampedTensor, lambda t: t.elem, (args, kwargs))
         out = func(*unwrapped[0], **unwrapped[1])
@@ -245,7 +242,7 @@ class NotImplementedTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        LOG.debug("%s %s", "NotImplementedTensor", func)
+        sys.audit(DISPATCH_EVENT, "NotImplementedTensor", func)
         if func in (aten.add.Tensor,) and all(t is cls for t in types):
             unwrapped = tree_map_only(NotImplementedTensor, lambda t: t.elem, (args, kwargs or {}))
             return NotImplementedTensor(func(*unwrapped[0], **unwrapped[1]))
@@ -297,7 +294,7 @@ class LinearOverrideTensor(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.nn.functional.linear:
-            LOG.debug("%s %s", "LinearOverrideTensor.__torch_function__", func.__name__)
+            sys.audit(DISPATCH_EVENT, "LinearOverrideTensor.__torch_function__", func.__name__)
             x, w = args[0], args[1]
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
             out = torch.matmul(x, w.elem.t() * 2)
@@ -307,7 +304,7 @@ class LinearOverrideTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        LOG.debug("%s %s", "LinearOverrideTensor", func)
+        sys.audit(DISPATCH_EVENT, "LinearOverrideTensor", func)
         unwrapped = tree_map_only(LinearOverrideTensor, lambda t: t.elem, (args, kwargs or {}))
         out = func(*unwrapped[0], **unwrapped[1])
         return tree_map_only(torch.Tensor, LinearOverrideTensor, out)
