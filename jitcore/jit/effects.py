@@ -334,9 +334,9 @@ def _state_of(obj: Any) -> Any:
         return ("tensor", (dict(attrs) if isinstance(attrs, dict) else {}, obj.grad))
     if isinstance(attrs, dict):
         return ("attrs", dict(attrs))
-    slots = _slot_names(type(obj))
+    slots = _slot_members(type(obj))
     if slots:
-        return ("slots", {name: getattr(obj, name, _MISSING) for name in slots})
+        return ("slots", {name: _get_slot(member, obj) for name, member in slots.items()})
     return None
 
 
@@ -348,13 +348,29 @@ def _attributes(obj: Any) -> Any:
     return getattr(obj, "__dict__", None)
 
 
-def _slot_names(cls: type) -> list[str]:
-    names = []
-    for klass in cls.__mro__:
-        for name in getattr(klass, "__slots__", ()):
-            if isinstance(name, str) and name not in ("__dict__", "__weakref__"):
-                names.append(name)
-    return names
+_SLOT_MEMBERS: weakref.WeakKeyDictionary[type, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _slot_members(cls: type) -> dict[str, Any]:
+    """The ``__slots__`` fields of ``cls`` and its bases, each by its member descriptor (read and written
+    through it, never through a property of the same name: 3.13's ``PurePath._raw_path`` is one over
+    ``PurePathBase``'s slot)."""
+    found = _SLOT_MEMBERS.get(cls)
+    if found is None:
+        found = {}
+        for klass in cls.__mro__:
+            for name, value in vars(klass).items():
+                if type(value) is types.MemberDescriptorType and value.__objclass__ is klass:
+                    found.setdefault(name, value)
+        _SLOT_MEMBERS[cls] = found
+    return found
+
+
+def _get_slot(member: Any, obj: Any) -> Any:
+    try:
+        return member.__get__(obj, type(obj))
+    except AttributeError:
+        return _MISSING
 
 
 def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = frozenset()) -> list[Effect]:
@@ -494,8 +510,10 @@ def _is_slot(cls: type, name: Any) -> bool:
 
 
 def _set_slot(obj: Any, name: str, value: Any) -> None:
-    """Write a ``__slots__`` field through its descriptor (not the class's ``__setattr__``)."""
-    descriptor = next(vars(k)[name] for k in type(obj).__mro__ if name in vars(k))
+    """Write a ``__slots__`` field through its member descriptor (not the class's ``__setattr__``)."""
+    descriptor = _slot_members(type(obj)).get(name)
+    if descriptor is None:
+        descriptor = next(vars(k)[name] for k in type(obj).__mro__ if name in vars(k))
     if value is _MISSING:
         try:
             descriptor.__delete__(obj)

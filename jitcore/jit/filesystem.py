@@ -8,7 +8,8 @@ on every call (Note [What a file guard compares]); when it no longer holds, the 
 traces again, as eager would read the new contents. Calls that change the file system (``open`` for
 writing or appending, ``os.remove``, ``os.rename``, ``os.mkdir``, ...) happened while tracing only, so
 they are refused with UnsupportedOperationError (JC-T001): without ``fullgraph`` such a call runs
-eagerly. So does reading a file object the program did not open itself (its position moves per call).
+eagerly. So does reading a file object the program did not open itself, or an in-memory one of the
+caller's (its position moves per call).
 
 Invariants: each replacement returns what the native call returns and raises what it raises; no
 guard is added for a call that raised anything but ``OSError`` (the program's error propagates).
@@ -98,8 +99,9 @@ class FileSystem:
     """One pass's lookasides for file-system calls; ``guard(path, kind, expected)`` is
     ``Provenance.guard``."""
 
-    def __init__(self, guard: Callable[..., None]) -> None:
+    def __init__(self, guard: Callable[..., None], path_of: Callable[[Any], Any]) -> None:
         self._guard = guard
+        self._path_of = path_of  # Provenance.path_of: where the program reached an object of the caller's
         self._opened: weakref.WeakSet[Any] = weakref.WeakSet()  # file objects the program opened
 
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
@@ -112,15 +114,19 @@ class FileSystem:
         return table
 
     def refuse_foreign_read(self, fn: Any) -> None:
-        """``f.read()`` (and the other reads) of a file object the program did not open in this pass:
-        its position moves on every call, which the trace's constants would not."""
+        """``f.read()`` (and the other reads) of a file object the program did not open in this pass, or
+        of an in-memory one (``BytesIO``) of the caller's or of state: its position moves on every call,
+        which the trace's constants would not."""
         owner = getattr(fn, "__self__", None)
-        if fn.__name__ in _READS and isinstance(owner, io.IOBase) and owner not in self._opened:
-            raise UnsupportedOperationError(
-                f"{type(owner).__name__}.{fn.__name__}() reads a file object the function did not open: "
-                "each call would read on from where the last one stopped",
-                hints=("read the data outside the jitted function and pass it in",),
-            )
+        if fn.__name__ not in _READS or not isinstance(owner, io.IOBase) or owner in self._opened:
+            return
+        if isinstance(owner, (io.BytesIO, io.StringIO)) and self._path_of(owner) is None:
+            return  # made by the program (``torch.load`` of bytes it read)
+        raise UnsupportedOperationError(
+            f"{type(owner).__name__}.{fn.__name__}() reads a file object the function did not open: "
+            "each call would read on from where the last one stopped",
+            hints=("read the data outside the jitted function and pass it in",),
+        )
 
     # --- the lookasides -------------------------------------------------------------------------------
     def _check(self, what: str, observe: Callable[[], Any], expected: Any) -> None:

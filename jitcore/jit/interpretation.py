@@ -112,7 +112,7 @@ class Pass:
         self.provenance.dynamic_dims = shapes.dims_for if shapes is not None else None
         self.found_counters: set[Path] = set()
         self.prints = Prints(final=shapes is None, path_of=self.provenance.path_of)  # jit/printing.py
-        self.files = FileSystem(self.provenance.guard)  # reads guarded, writes refused: jit/filesystem.py
+        self.files = FileSystem(self.provenance.guard, self.provenance.path_of)  # jit/filesystem.py
         self.logs = LogRecords(self.prints.effects, self.provenance.guard, self._untracked_subclass_code)
         self.autograd = AutogradCalls(self)  # loss.backward(), p.grad: jitcore/jit/autograd_calls.py
         self.context.autograd = self.autograd

@@ -156,3 +156,26 @@ def test_torch_load_of_a_changed_checkpoint(tmp_path: Path) -> None:
     for i in range(3):
         torch.save(torch.full((3, 3), float(i)), ckpt)
         torch.testing.assert_close(_quiet(jf, x), f(x))
+
+
+def test_in_memory_files_made_inside_are_traced_and_the_callers_are_not() -> None:
+    import io
+
+    def f(x, buffer):
+        mine = io.BytesIO(b"3.5")
+        return x * float(mine.read()) + float(buffer.readline())
+
+    jf = jitcore.jit(f)
+    eager_buffer, jit_buffer = io.StringIO("1\n2\n3\n"), io.StringIO("1\n2\n3\n")
+    for _ in range(3):  # the caller's buffer reads on: each call runs eagerly
+        torch.testing.assert_close(_quiet(jf, torch.ones(2), jit_buffer), f(torch.ones(2), eager_buffer))
+
+    def g(x):
+        return x * float(io.StringIO("2.5").read())
+
+    jg = jitcore.jit(g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # traced
+        for _ in range(2):
+            torch.testing.assert_close(jg(torch.ones(2)), g(torch.ones(2)))
+    assert jitcore.cache_hits(jg) == 1

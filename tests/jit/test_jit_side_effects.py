@@ -881,3 +881,20 @@ def test_counters_read_with_dict_get_do_not_retrace():
         assert_same(jf(torch.full((2,), float(i))), eager(torch.full((2,), float(i))))
         assert counts == twin
     assert jitcore.cache_misses(jf) == 2  # without the key "b", then with it
+
+
+def test_a_path_object_in_state_is_read_and_restored_through_its_slots() -> None:
+    """On 3.13 ``pathlib.PurePath`` has a property ``_raw_path`` over a base class's slot of that name:
+    the snapshot of a reached ``Path`` reads and restores each slot through its member descriptor (the
+    property has no setter: every program reaching a global or captured Path raised there)."""
+    import pathlib
+
+    where = pathlib.Path("/tmp/checkpoints/run.pt")
+
+    def f(x):
+        return x * len(where.name) + len(where.parts)
+
+    jf = jitcore.jit(f)
+    for _ in range(4):
+        torch.testing.assert_close(jf(torch.ones(2)), f(torch.ones(2)))
+    assert jitcore.cache_misses(jf) == 2  # the second call finds the parts pathlib caches in its slots
