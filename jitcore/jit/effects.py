@@ -359,9 +359,13 @@ def _slot_members(cls: type) -> dict[str, Any]:
     if found is None:
         found = {}
         for klass in cls.__mro__:
-            for name, value in vars(klass).items():
-                if type(value) is types.MemberDescriptorType and value.__objclass__ is klass:
-                    found.setdefault(name, value)
+            declared = getattr(klass, "__slots__", ()) if "__slots__" in vars(klass) else ()
+            for name in (declared,) if isinstance(declared, str) else declared:
+                if isinstance(name, str) and name.startswith("__") and not name.endswith("__"):
+                    name = f"_{klass.__name__.lstrip('_')}{name}"  # a private slot's mangled name
+                member = vars(klass).get(name)
+                if type(member) is types.MemberDescriptorType:
+                    found.setdefault(name, member)
         _SLOT_MEMBERS[cls] = found
     return found
 

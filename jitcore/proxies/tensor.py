@@ -25,6 +25,8 @@ which owns the one table of torch callables.
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -128,8 +130,14 @@ class TensorProxy(Proxy, torch.Tensor):
         return id(self)
 
     def __getattr__(self, name: str) -> Any:
-        # only for names the class does not have: eager's error names the program's class, not the proxy's
-        raise AttributeError(f"'{self.python_type.__name__}' object has no attribute '{name}'", name=name)
+        # only for names the class does not have, or an unset slot: eager's error names the program's
+        # class, not the proxy's (an unset slot's by its qualified name since 3.13, as CPython does)
+        klass = self.python_type
+        shown = klass.__name__
+        if sys.version_info >= (3, 13) and klass.__module__ != "builtins" and any(
+                type(vars(k).get(name)) is types.MemberDescriptorType for k in klass.__mro__):
+            shown = f"{klass.__module__}.{klass.__qualname__}"
+        raise AttributeError(f"'{shown}' object has no attribute '{name}'", name=name)
 
     # --- metadata, answered from the shadow ------------------------------------------------------
     @property
