@@ -4,8 +4,10 @@ The program is an SGD-with-momentum update written with plain torch ops; ``lr`` 
 schedule, so no two calls see the same value. Measured in one run, per call, each variant fresh
 (its first call, the trace, included in the total, as a training loop would see it):
 - eager;
-- ``jitcore.jit(step)``: every new ``lr`` is a new specialization (a retrace per call, and past the
-  cache limit evictions);
+- ``jitcore.jit(step)``: ``lr`` specialized on the first trace, a dynamic number from the second call's
+  trace on (Note [Numbers that change between calls become dynamic]): two traces;
+- ``jitcore.jit(step, dynamic=False)``: every new ``lr`` is a new specialization (a retrace per call, and
+  past the cache limit evictions);
 - ``jitcore.jit(step, dynamic_numbers=("lr",))``: one trace, ``lr`` an input of the computation;
 - ``torch.compile(step, backend="eager")`` with its defaults (how Dynamo treats the float).
 Ratios are to eager's time for the same calls.
@@ -51,7 +53,8 @@ def main(size: int = 256) -> None:
     tensors = (torch.randn(size), torch.randn(size), torch.zeros(size))
     variants = {
         "eager": lambda: step,
-        "jitcore (specialized)": lambda: jitcore.jit(step),
+        "jitcore (default)": lambda: jitcore.jit(step),
+        "jitcore dynamic=False": lambda: jitcore.jit(step, dynamic=False),
         "jitcore dynamic_numbers": lambda: jitcore.jit(step, dynamic_numbers=("lr",)),
         "torch.compile(eager)": lambda: torch.compile(step, backend="eager"),
     }
