@@ -8,7 +8,7 @@ from jitcore.ir.context import TraceContext, current_context, in_subclass_code, 
 from jitcore.ir.names import NameGenerator
 from jitcore.ir.printer import PrintedTrace, print_trace, proxies_in, register_literal
 from jitcore.ir.proxy import Proxy
-from jitcore.ir.symbol import BoundSymbol, Inlined, SourceFrame, Symbol, SymbolTag
+from jitcore.ir.symbol import BoundSymbol, Inlined, SourceFrame, Symbol, SymbolTag, recorded_symbol
 from jitcore.ir.trace import Trace, walk
 from jitcore.ir.tree import tree_any, tree_has
 
@@ -30,6 +30,7 @@ __all__ = [
     "in_subclass_code",
     "print_trace",
     "proxies_in",
+    "recorded_symbol",
     "register_literal",
     "tracing",
     "tree_any",

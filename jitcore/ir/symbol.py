@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from jitcore.ir.context import current_context
 
-__all__ = ["Symbol", "BoundSymbol", "Inlined", "SourceFrame", "SymbolTag"]
+__all__ = ["Symbol", "BoundSymbol", "Inlined", "SourceFrame", "SymbolTag", "recorded_symbol"]
 
 SymbolTag = Literal[
     "inplace", "view", "random", "global_state", "autograd_function", "bookkeeping", "check",
@@ -83,6 +83,19 @@ class Symbol:
 
     def __repr__(self) -> str:
         return f"Symbol({self.id})"
+
+
+def recorded_symbol(fn: Callable[..., Any], *, langctx: str, path: str, symbol_id: str | None = None,
+                    tags: frozenset[SymbolTag] = frozenset()) -> Symbol:
+    """The symbol of ``fn`` (at the dotted ``path``) for records a transform or the jit appends to a
+    trace itself (a value read's check, a per-call read, a backward's error): it is never called on
+    proxies, so its meta raises."""
+
+    def never_traced(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"{fn.__name__} is recorded directly, never called on proxies")
+
+    return Symbol(id=symbol_id or fn.__name__, name=fn.__name__, langctx=langctx, fn=fn, path=path,
+                  meta=never_traced, tags=tags)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from jitcore.ir import SourceFrame, Symbol
+from jitcore.ir import SourceFrame, Symbol, recorded_symbol
 from jitcore.proxies import TensorProxy
 
 __all__ = [
@@ -98,19 +98,8 @@ def check_read(site: ReadSite, expected: Any, read: Callable[..., Any], *args: A
         raise ValueCheckFailed(site, expected, got)
 
 
-def _never_traced(*args: Any, **kwargs: Any) -> Any:
-    raise AssertionError("check_read is recorded directly, never called on proxies")
-
-
-READ = Symbol(
-    id="check_read",
-    name="check_read",
-    langctx="jitcore",
-    fn=check_read,
-    path="jitcore.langctx.reads.check_read",
-    meta=_never_traced,
-    tags=frozenset({"check"}),
-)
+READ = recorded_symbol(check_read, langctx="jitcore", path="jitcore.langctx.reads.check_read",
+                       tags=frozenset({"check"}))
 
 
 def per_call_read(fn: Callable[..., Any], *args: Any) -> Any:
@@ -120,9 +109,9 @@ def per_call_read(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _read_symbol(*tags: str) -> Symbol:
-    return Symbol(id=f"per_call_read{'_random' if tags else ''}", name="per_call_read", langctx="jitcore",
-                  fn=per_call_read, path="jitcore.langctx.reads.per_call_read", meta=_never_traced,
-                  tags=frozenset({"per_call", *tags}))
+    return recorded_symbol(per_call_read, langctx="jitcore", path="jitcore.langctx.reads.per_call_read",
+                           symbol_id=f"per_call_read{'_random' if tags else ''}",
+                           tags=frozenset({"per_call", *tags}))
 
 
 CLOCK_READ = _read_symbol()

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from jitcore.dispatch import resolve_call
-from jitcore.ir import BoundSymbol, Inlined, Symbol, current_context
+from jitcore.ir import BoundSymbol, Inlined, Symbol, current_context, recorded_symbol
 
 __all__ = ["CHECK_CLOSE", "check_close", "resolve_backward_call"]
 
@@ -44,19 +44,8 @@ def check_close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-5, atol: floa
         )
 
 
-def _never_traced(*args: Any, **kwargs: Any) -> Any:
-    raise AssertionError("check_close is recorded directly, never called on proxies")
-
-
-CHECK_CLOSE = Symbol(
-    id="check_close",
-    name="check_close",
-    langctx="jitcore",
-    fn=check_close,
-    path="jitcore.transforms.backward_checks.check_close",
-    meta=_never_traced,
-    tags=frozenset({"check"}),
-)
+CHECK_CLOSE = recorded_symbol(check_close, langctx="jitcore", tags=frozenset({"check"}),
+                              path="jitcore.transforms.backward_checks.check_close")
 
 
 def resolve_backward_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:

@@ -42,7 +42,7 @@ from jitcore.diagnostics.boundary import replays_backward_errors
 from jitcore.dispatch.flatten import UNFLATTEN
 from jitcore.dispatch.resolver import DispatchState
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
-from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, TraceContext, tree_any, tree_has
+from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, recorded_symbol, tree_any, tree_has
 from jitcore.langctx import new_context
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.langctx.thread_state import ThreadState
@@ -713,18 +713,8 @@ def _kept_traceback(exc: BaseException) -> Any:
     return tb
 
 
-def _never_traced(*args: Any, **kwargs: Any) -> Any:
-    raise AssertionError("raise_backward_error is recorded directly")
-
-
-RAISE = Symbol(
-    id="raise_backward_error",
-    name="raise_backward_error",
-    langctx="grad",
-    fn=raise_backward_error,
-    path="jitcore.transforms.grad.raise_backward_error",
-    meta=_never_traced,
-)
+RAISE = recorded_symbol(raise_backward_error, langctx="grad",
+                        path="jitcore.transforms.grad.raise_backward_error")
 
 
 def _tangent_for(
