@@ -446,7 +446,11 @@ def _super_attr(frame: Frame, inst: Instruction) -> tuple[object, str]:
     if global_super is super and isinstance(cls, type):  # as CPython's LOAD_SUPER_ATTR: super(cls, first)'s
         # own check of ``first`` (an instance or subclass of ``cls`` by the MRO, or by ``__class__``), which
         # ``isinstance(first, cls)`` is not: a metaclass's __instancecheck__ would run (typing.Any's raises)
-        return super(cls, first), inst.argval
+        try:
+            return super(cls, first), inst.argval
+        except TypeError:
+            pass  # ``first`` fails that check natively: a stand-in object (a plain tensor subclass's proxy)
+            # is answered by the run's ``super`` lookaside, as a call of ``super`` is; else it raises there
     # ``super`` rebound, or a class that is not a type: call it as CPython does (zero-argument form: no args)
     return call(frame.run, global_super, (cls, first) if inst.arg & 2 else (), None), inst.argval
 
