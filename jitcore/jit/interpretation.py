@@ -436,11 +436,10 @@ class Pass:
             return number
         if type(fn) is types.BuiltinMethodType:
             self.files.refuse_foreign_read(fn)  # f.read() of a file the program did not open
-        if type(fn) is types.BuiltinMethodType and fn.__name__ in ("write", "flush"):  # jit/printing.py
-            if fn.__name__ == "flush" and self.prints.flush(fn, args, kwargs):
+            if fn.__name__ == "flush" and self.prints.flush(fn, args, kwargs):  # jit/printing.py
                 return None
             if fn.__name__ == "write" and (written := self.prints.write(fn, args, kwargs)) is not None:
-                return written  # sys.stderr.write(...) of a logging handler
+                return written  # sys.stderr.write(...) of a stream of the caller's
         args, kwargs = self._native_arguments(fn, args, kwargs)
         if (writes := written_keys(fn, args, kwargs)) is not None:  # Note [Writes of the same object]
             self.snapshots.note_write(*writes)
