@@ -61,7 +61,7 @@ from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
 from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
-from jitcore.langctx.thread_state import restored_on_refusal
+from jitcore.langctx.thread_state import SET_GRAD_ENABLED, restored_on_refusal
 from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
 from jitcore.numpy import new_bridge as new_numpy_bridge
 from jitcore.prologue import Path, PrologueBuilder, Root
@@ -650,7 +650,7 @@ _STATE_CHANGES = {
 }
 _STATE_SYMBOLS = {
     fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn) for fn, path in _STATE_CHANGES.items()
-}
+} | {torch._C._set_grad_enabled: SET_GRAD_ENABLED}  # noqa: SLF001
 # Python functions of torch that change such state (the RNG seed of every device, the default dtype):
 # replaced by lookasides that run and record them whole.
 # Tagged "global_state": the grad transform's forward trace runs them at the same points too.

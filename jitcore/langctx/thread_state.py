@@ -21,8 +21,9 @@ import torch
 
 from jitcore.errors import JitcoreError
 from jitcore.interpreter.errors import JitcoreInterpreterError
+from jitcore.ir import BoundSymbol, Symbol, current_context
 
-__all__ = ["ThreadState", "restored_on_refusal"]
+__all__ = ["SET_GRAD_ENABLED", "ThreadState", "recorded_grad_mode", "restored_on_refusal"]
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
@@ -50,6 +51,34 @@ class ThreadState:
             torch.set_autocast_dtype(device, dtype)
         torch.set_autocast_cache_enabled(self.autocast_cache)
         torch.set_default_dtype(self.default_dtype)
+
+
+# The record of a grad mode change (``no_grad()``'s ``torch._C._set_grad_enabled``): the computation
+# changes grad mode at the same point on every call (Note [State changes inside the traced function],
+# jit/interpretation.py).
+SET_GRAD_ENABLED = Symbol(
+    "torch._C._set_grad_enabled", "_set_grad_enabled", "torch", torch._C._set_grad_enabled,  # noqa: SLF001
+    "torch._C._set_grad_enabled", torch._C._set_grad_enabled,  # noqa: SLF001
+)
+
+
+def _set_grad_mode(enabled: bool) -> None:
+    torch._C._set_grad_enabled(enabled)  # noqa: SLF001
+    context = current_context()
+    if context is not None:
+        context.scopes[-1].append(BoundSymbol(SET_GRAD_ENABLED, (enabled,), {}, None, (), context.source()))
+
+
+@contextlib.contextmanager
+def recorded_grad_mode(enabled: bool) -> Iterator[None]:
+    """Grad mode set to ``enabled`` for the block, while tracing and in the computation: for jitcore's
+    own code (which runs natively) that runs torch operations a program's ``no_grad()`` would run."""
+    previous = torch.is_grad_enabled()
+    _set_grad_mode(enabled)
+    try:
+        yield
+    finally:
+        _set_grad_mode(previous)
 
 
 @contextlib.contextmanager

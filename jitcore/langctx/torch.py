@@ -34,7 +34,9 @@ from jitcore.langctx.aten import aten_symbol, is_aten_op
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 from jitcore.langctx.tensor_text import TENSOR_TEXT_METHODS, refuse_text
+from jitcore.langctx.thread_state import recorded_grad_mode
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["NAMESPACES", "QUERY_NAMES", "TORCH_TABLE", "UNSUPPORTED_METHODS", "lookup", "torch_symbol"]
 
@@ -549,6 +551,30 @@ def _install_raw(name: str, function: Callable[..., Any]) -> None:
         setattr(TensorProxy, name, function)
 
 
+def _set_data(self: TensorProxy, value: Any) -> None:
+    """``x.data = y``: eager's ``set_data`` makes ``x`` share ``y``'s storage, sizes and strides and keeps
+    ``x``'s autograd identity (its ``requires_grad``, its grad accumulator); recorded as ``x.set_(y)``
+    on ``y`` detached, with grad mode off, which is that for a ``y`` of ``x``'s dtype and device.
+
+    Raises:
+        TypeError: ``value`` is not a tensor (eager's message).
+        UnsupportedOperationError: another dtype or device (eager changes ``x``'s, which a traced value
+            keeps), or ``x`` is a wrapper subclass (eager swaps the outer tensor only, keeping its
+            Python attributes).
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
+    if isinstance(self, SubclassTensorProxy) or isinstance(value, SubclassTensorProxy):
+        raise UnsupportedOperationError(
+            "x.data = y on a wrapper tensor subclass is not supported while tracing")
+    if (value.dtype, value.device) != (self.dtype, self.device):
+        raise UnsupportedOperationError(
+            f"x.data = y with another dtype or device ({self.dtype} on {self.device} given "
+            f"{value.dtype} on {value.device}) is not supported while tracing")
+    with recorded_grad_mode(False):
+        torch.Tensor.set_(self, value.detach())
+
+
 def _iter(self: TensorProxy) -> Any:
     if self.ndim == 0:
         raise TypeError("iteration over a 0-d tensor")
@@ -606,4 +632,5 @@ _register_unlisted_functions()
 _register_tensor_members()
 _register_literals()
 TensorProxy.__iter__ = _iter  # type: ignore[method-assign]
+TensorProxy.data = property(TensorProxy.data.fget, _set_data)  # type: ignore[method-assign]
 TensorProxy.torch_function_handler = staticmethod(_torch_function)  # type: ignore[assignment]

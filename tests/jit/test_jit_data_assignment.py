@@ -1,0 +1,110 @@
+"""``x.data = y`` inside the jitted function (jitcore/langctx/torch.py ``_set_data``).
+
+Before, every such program raised ``AttributeError: property of 'PlainTensorProxy' object has no
+setter`` while tracing (bitsandbytes-style code swapping a parameter's data, a training loop's
+``p.data = ...``). Now it is recorded as ``x.set_(y.detach())`` with grad mode off, as eager's
+``set_data``: ``x`` keeps its autograd identity and shares ``y``'s storage.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+
+
+def _swap_then_write(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.data = y
+    y.add_(1)
+    return x * 2
+
+
+def test_data_assignment_aliases_and_is_cached() -> None:
+    jitted = jitcore.jit(_swap_then_write)
+    for _ in range(2):
+        x, y = torch.randn(3), torch.randn(3)
+        ex, ey = x.clone(), y.clone()
+        expected = _swap_then_write(ex, ey)
+        out = jitted(x, y)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(x, ex)
+        y.add_(5)  # x shares y's storage after the call, as eagerly
+        torch.testing.assert_close(x, y)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
+    assert jitted.fallback_reason is None
+
+
+def _parameter_program(p: torch.nn.Parameter, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    p.data = y
+    return (p * x).sum()
+
+
+def test_parameter_keeps_its_gradient_after_its_data_is_swapped() -> None:
+    jitted = jitcore.jit(_parameter_program)
+    for _ in range(2):
+        y, x = torch.randn(3), torch.randn(3)
+        p, q = torch.nn.Parameter(torch.randn(3)), torch.nn.Parameter(torch.randn(3))
+        out, expected = jitted(p, y.clone(), x), _parameter_program(q, y.clone(), x)
+        out.backward()
+        expected.backward()
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(p.grad, q.grad)
+        torch.testing.assert_close(p.detach(), q.detach())
+        assert type(p) is torch.nn.Parameter and p.requires_grad
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
+
+
+def test_module_weight_data_swapped_inside() -> None:
+    torch.manual_seed(0)
+    eager_lin = torch.nn.Linear(3, 2)
+    jit_lin = torch.nn.Linear(3, 2)
+    jit_lin.load_state_dict(eager_lin.state_dict())
+
+    def program(lin: torch.nn.Linear, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        lin.weight.data = w
+        return lin(x)
+
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        x, w = torch.randn(4, 3), torch.randn(2, 3)
+        out, expected = jitted(jit_lin, x, w.clone()), program(eager_lin, x, w.clone())
+        torch.testing.assert_close(out, expected)
+        out.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(jit_lin.weight, eager_lin.weight)
+        torch.testing.assert_close(jit_lin.weight.grad, eager_lin.weight.grad)
+    assert jitted.fallback_reason is None
+
+
+def _other_dtype(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.data = y.double()
+    return x + 1
+
+
+def _wrapper(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.data = y
+    return x + 1
+
+
+def test_what_is_not_traced_runs_eagerly_with_eagers_result() -> None:
+    """Another dtype (eager changes ``x``'s) and a wrapper subclass (eager swaps its outer tensor only)
+    are eager entries (JC-T001)."""
+    for program, make in ((_other_dtype, lambda: (torch.randn(3), torch.randn(3))),
+                          (_wrapper, lambda: (TwoTensor(torch.randn(3), torch.randn(3)),
+                                              TwoTensor(torch.randn(3), torch.randn(3))))):
+        jitted = jitcore.jit(program)
+        torch.manual_seed(0)
+        eager_args = make()
+        torch.manual_seed(0)
+        jit_args = make()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = jitted(*jit_args)
+        expected = program(*eager_args)
+        assert type(out) is type(expected) and out.dtype == expected.dtype
+        torch.testing.assert_close(out, expected)
+        assert any("runs eagerly" in str(w.message) for w in caught)
+        assert "x.data = y" in str(jitted.fallback_reason)
