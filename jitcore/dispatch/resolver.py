@@ -52,6 +52,7 @@ __all__ = [
     "call_on_shadows",
     "call_torch_dispatch",
     "handle_torch_function",
+    "interpret_protocol_code",
     "resolve_call",
     "resolve_operator_or_own",
 ]
@@ -163,9 +164,13 @@ class DispatchState:
 
 def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     """The outputs of ``symbol(*args, **kwargs)`` on proxies (the trace context's call handler)."""
+    context = current_context()
+    if context.modes is not None and (context.modes.function or context.modes.dispatch):
+        moded = _resolve_under_modes(context, symbol, args, kwargs)
+        if moded is not NO_MODE:
+            return moded
     if not (tree_any(args, _overloaded) or tree_any(kwargs, _overloaded)):
         return symbol.meta(*args, **kwargs)
-    context = current_context()
     func, context.called_as = context.called_as or symbol.fn, None  # nested calls are their own
     if "autograd_function" in symbol.tags:
         # autograd.Function.apply is C code that never asks __torch_function__; its forward is
@@ -200,6 +205,33 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     return _resolve(symbol, args, kwargs)
 
 
+NO_MODE = object()
+
+
+def _resolve_under_modes(context: Any, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
+    """A call while the program's modes are entered (jitcore/dispatch/modes.py): the innermost
+    function mode's ``__torch_function__``, else the dispatcher's aten calls through the innermost
+    dispatch mode; what they ran replaces the call. ``NO_MODE``: no mode of the program's is asked."""
+    if "autograd_function" in symbol.tags or "backward" in symbol.tags:
+        return NO_MODE
+    modes = context.modes
+    mode = modes.innermost_function_mode()
+    if mode is not None:
+        func, context.called_as = context.called_as or symbol.fn, None
+        types = tuple(_torch_function_overrides(args, kwargs))
+        result = modes.run_function_mode(mode, func, types, args, kwargs)
+        if result is NotImplemented:
+            raise TypeError(f"no implementation found for '{getattr(func, '__name__', symbol.name)}': "
+                            f"{type(mode).__qualname__}.__torch_function__ returned NotImplemented")
+        return Inlined(result, splice=True)
+    if modes.innermost_dispatch_mode() is None:
+        return NO_MODE
+    if tree_has((args, kwargs), SubclassTensorProxy) or _torch_function_overrides(args, kwargs):
+        return NO_MODE  # a subclass's __torch_function__, then its resolution (which asks the mode)
+    context.called_as = None
+    return Inlined(_resolve(symbol, args, kwargs, record=False), splice=True)
+
+
 # Note [Torch functions that are not overridable]
 # Some torch functions jitcore records as symbols are plain Python that torch never offers to a
 # ``__torch_function__`` (``torch.masked.sum``: torch.overrides lists none of ``torch.masked``): eagerly
@@ -222,7 +254,7 @@ def _overloaded(value: Any) -> bool:
     return isinstance(value, TensorProxy) and type(value) is not PlainTensorProxy
 
 
-def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
+def _resolve(symbol: Symbol, args: tuple, kwargs: dict, *, record: bool = True) -> Any:
     state = DispatchState.of_current()
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
     try:
@@ -239,8 +271,9 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
             if isinstance(value, SubclassTensorProxy):
                 state.refresh_outer(value)
-    context = current_context()
-    record_subclass_results(context.scopes[-1], result, context.source())
+    if record:
+        context = current_context()
+        record_subclass_results(context.scopes[-1], result, context.source())
     return result
 
 
@@ -335,7 +368,12 @@ class ShadowDispatchMode(TorchDispatchMode):
             return NotImplemented
         if self.made_variable and func is torch.ops.aten.detach.default and args[0] is self._returned:
             return self._returned  # Note [The detach of a variable factory]
-        if not user_types:
+        context = current_context()
+        modes = context.modes if context is not None else None
+        mode = modes.innermost_dispatch_mode() if modes is not None else None
+        if mode is not None:  # the program's TorchDispatchMode (jitcore/dispatch/modes.py)
+            out = modes.run_dispatch_mode(mode, func, user_types, proxy_args, proxy_kwargs)
+        elif not user_types:
             out = self.symbol_for(func)(*proxy_args, **proxy_kwargs)
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
@@ -353,7 +391,7 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
     """
     for cls in types:
         method = _protocol_method(cls, "__torch_dispatch__", args, kwargs)
-        result = _interpret(method, func, types, args, kwargs)
+        result = interpret_protocol_code(method, func, types, args, kwargs)
         if result is not NotImplemented:
             return result
     names = "\n".join(f"  - tensor subclass {cls}" for cls in types)
@@ -381,8 +419,8 @@ def _protocol_method(cls: type, name: str, args: tuple, kwargs: dict) -> Callabl
     return getattr(cls, name)
 
 
-def _interpret(fn: Callable[..., Any], *args: Any) -> Any:
-    """A subclass's protocol method, interpreted (see ``TraceContext.subclass_code``)."""
+def interpret_protocol_code(fn: Callable[..., Any], *args: Any) -> Any:
+    """A subclass's (or a mode's) protocol method, interpreted (see ``TraceContext.subclass_code``)."""
     from jitcore.interpreter import current_run
 
     run = current_run()
@@ -459,7 +497,7 @@ def _run_torch_function(types: list[type], func: Any, args: tuple, kwargs: dict)
     """A subclass's own ``__torch_function__``, interpreted, with the torch callable as ``func``."""
     for cls in types:
         method = _protocol_method(cls, "__torch_function__", args, kwargs)
-        result = _interpret(method, func, tuple(types), args, kwargs)
+        result = interpret_protocol_code(method, func, tuple(types), args, kwargs)
         if result is not NotImplemented:
             return result
     return NotImplemented

@@ -40,6 +40,8 @@ class TraceContext:
             (``x.exp()`` records ``torch.exp``): what a ``__torch_function__`` is handed as ``func``.
         autograd: the tracing pass's autograd calls (``proxy.grad``, ``proxy.backward()``:
             jitcore/jit/autograd_calls.py); None where no pass runs them.
+        modes: the TorchFunctionMode/TorchDispatchMode the program entered inside the traced
+            function (jitcore/dispatch/modes.py ``UserModes``); None until it enters one.
     """
 
     trace: Trace
@@ -50,6 +52,7 @@ class TraceContext:
     subclass_code: int = 0
     called_as: Any = None
     autograd: Any = None
+    modes: Any = None
 
     def __post_init__(self) -> None:
         if not self.scopes:

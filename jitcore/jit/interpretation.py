@@ -36,6 +36,7 @@ from jitcore.dispatch import resolve_call
 from jitcore.dispatch.dtensor import fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
+from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS
 from jitcore.dispatch.resolver import call_on_shadows, resolve_operator_or_own
 from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
@@ -447,6 +448,8 @@ class Pass:
             symbol = _STATE_SYMBOLS.get(fn)
             if symbol is not None:  # Note [State changes inside the traced function]
                 return self._state_change(fn, symbol)(*args, **kwargs)
+            if fn in MODE_STACK_FUNCTIONS:  # the program's modes (jitcore/dispatch/modes.py)
+                return MODE_STACK_FUNCTIONS[fn](*args, **kwargs)
             if fn is torch._C._InferenceMode:  # noqa: SLF001
                 raise UnsupportedOperationError(
                     "torch.inference_mode() entered inside a jitted function is not supported",
