@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from subclass_checks import assert_same_values, check_twice
 from torch.overrides import BaseTorchFunctionMode, TorchFunctionMode
 from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode_temporarily
 
 import jitcore
-from tests.dispatch.subclass_checks import assert_same_values, check_twice
 
 aten = torch.ops.aten
 # Rounding reports each of its calls with sys.audit, a C call a cached call never makes (as in
