@@ -50,8 +50,9 @@ class Hooks:
             same object it was (``self.wait = 0`` over ``0``), which comparing states cannot see.
         format_field: ``(value, conversion, spec) -> text`` for an f-string field (FORMAT_VALUE; 3.13's
             CONVERT_VALUE, FORMAT_SIMPLE, FORMAT_WITH_SPEC) of a value whose class is not one of Python's
-            own: the field's text, which may be an object of the jit's that is not a str (BUILD_STRING
-            then concatenates with ``+``), or NotImplemented for Python's formatting. ``conversion`` is
+            own, or of a container (tuple, list, dict, set): the field's text, which may be an object of
+            the jit's that is not a str (BUILD_STRING then concatenates with ``+``), or NotImplemented for
+            Python's formatting. ``conversion`` is
             0 (none), 1 (``!s``), 2 (``!r``) or 3 (``!a``); ``spec`` the format spec ("" for none).
         format_percent: ``(template, values) -> text`` for ``template % values`` with a str template
             (BINARY_OP ``%`` and ``%=``): the text, which may be an object of the jit's, or NotImplemented

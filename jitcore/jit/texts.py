@@ -12,6 +12,9 @@ Anything else (a field reaching attributes or items, ``"{:{w}}"`` nested specs, 
 whose text ``format`` does not make the same way, no number among the arguments) is Python's own
 formatting, called as the program would call it.
 
+A symbolic size (a ``torch.SymInt`` of a dynamic-shapes pass, alone or in a ``torch.Size``, tuple or
+list) formatted into text is specialized first (Note [Sizes made into text]).
+
 Invariant: a TextProxy is made only of strs and fields whose value is a NumberProxy or a TextProxy;
 every other value's text is made while tracing, through the interpreter (its reads are guarded).
 """
@@ -24,20 +27,59 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from jitcore.interpreter import current_run
 from jitcore.interpreter.protocols import to_format, to_repr, to_str
 from jitcore.ir import tree_has
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.text import CONVERTERS, Field, TextProxy
 
-__all__ = ["format_field", "format_lookasides", "format_percent"]
+__all__ = ["format_field", "format_lookasides", "format_percent", "specialized_sizes"]
 
 _DEFERRED = (NumberProxy, TextProxy)
 _CODES = {None: 0, "s": 1, "r": 2, "a": 3}  # a str.format conversion letter -> its code
 
 
+# Note [Sizes made into text]
+# In a pass with symbolic sizes (jitcore/jit/shapes.py), ``x.shape[0]`` is a ``torch.SymInt`` whose
+# own text is its symbol: ``f"{n}"``, ``str(x.shape)`` or ``print(n)`` would give ``s0`` where eager
+# gives ``3``, on the first call and every cached one. Text shows the value, so the value is what
+# the program needs: the size is specialized (``int(n)``: a ShapeEnv guard, checked by the prologue,
+# as torch.compile does), and the text is made from the int. A nested jagged tensor's ragged size
+# (``j0``) prints as ``j0`` eagerly too and is left as it is.
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_CONCRETE = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
+
+
+def specialized_sizes(value: Any) -> Any:
+    """``value`` with each symbolic size in it (alone, or in a ``torch.Size``/tuple/list, nested) made
+    the number it stands for, guarded (Note [Sizes made into text]); ``value`` itself where it holds
+    none."""
+    if type(value) in _CONCRETE:
+        if type(value) is torch.SymInt and value.node.is_nested_int():
+            return value
+        return _CONCRETE[type(value)](value)
+    if type(value) in (tuple, list, torch.Size):
+        items = [specialized_sizes(v) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        return type(value)(items)
+    return value
+
+
+def _specialized_all(values: Any) -> Any:
+    if type(values) is dict:
+        return {k: specialized_sizes(v) for k, v in values.items()}
+    return specialized_sizes(values)
+
+
 def format_field(value: Any, conversion: int, spec: Any) -> Any:
     """The ``format_field`` hook: an f-string field's text (see the module docstring)."""
+    specialized = specialized_sizes(value)
+    if specialized is not value:  # Note [Sizes made into text]
+        return to_format(current_run(), (CONVERTERS[conversion](specialized) if conversion else specialized),
+                         spec.specialize() if isinstance(spec, TextProxy) else spec)
     made = isinstance(spec, TextProxy)  # ``f"{x:.{n}f}"``: the spec's characters are needed now
     if made:
         spec = spec.specialize()
@@ -56,12 +98,14 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
     otherwise the call as the program makes it (``opaque``: the pass's call of a C function)."""
 
     def format_(*args: Any, **kwargs: Any) -> Any:
+        args = tuple(specialized_sizes(a) for a in args)  # Note [Sizes made into text]
         if not kwargs and 1 <= len(args) <= 2 and isinstance(args[0], _DEFERRED) \
                 and type(args[-1] if len(args) == 2 else "") is str:
             return TextProxy.field(args[0], 0, args[1] if len(args) == 2 else "")
         return opaque(format, args, kwargs)
 
     def str_format(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = _specialized_all(args), _specialized_all(kwargs)  # Note [Sizes made into text]
         if args and type(args[0]) is str and tree_has((args[1:], kwargs), _DEFERRED):
             text = _template_text(args[0], args[1:], kwargs)
             if text is not None:
@@ -73,7 +117,8 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
 
         def convert(*args: Any, **kwargs: Any) -> Any:  # ``str(n)``, ``repr(n)``, ``str(obj)``
             if len(args) == 1 and not kwargs:
-                value = args[0]
+                value = specialized_sizes(args[0])  # Note [Sizes made into text]
+                args = (value,)
                 if isinstance(value, _DEFERRED):
                     return value if fn is str and isinstance(value, TextProxy) else \
                         TextProxy.field(value, conversion, "")
@@ -83,8 +128,12 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
 
         return convert
 
+    def size_repr(size: Any) -> str:  # ``SymInt.__repr__`` reached through another object's text
+        return repr(specialized_sizes(size))
+
     return {format: format_, str.format: str_format, str: converter(str, 1), repr: converter(repr, 2),
-            NumberProxy.__format__: lambda n, spec: TextProxy.field(n, 0, spec)}  # Tensor.__format__'s
+            NumberProxy.__format__: lambda n, spec: TextProxy.field(n, 0, spec),  # Tensor.__format__'s
+            **{kind.__repr__: size_repr for kind in _SYMBOLIC}}
 
 
 def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | None:
@@ -141,6 +190,15 @@ def format_percent(template: str, values: Any) -> Any:
     is a number of the computation; NotImplemented (Python's ``%``) otherwise, and wherever a
     conversion's text could differ from ``format``'s (``*`` widths, ``%c``, ``%d`` of a float, ``%.3d``)
     or Python raises (a missing key, too few or too many values)."""
+    specialized = _specialized_all(values)  # Note [Sizes made into text]
+    text = _percent_text(template, specialized)
+    changed = any(a is not b for a, b in zip(specialized.values(), values.values())) \
+        if type(values) is dict else specialized is not values
+    return template % specialized if text is NotImplemented and changed else text
+
+
+def _percent_text(template: str, values: Any) -> Any:
+    """``format_percent`` of values holding no symbolic size."""
     items = values if type(values) in (tuple, dict) else (values,)
     if not any(isinstance(v, _DEFERRED) for v in (items.values() if type(items) is dict else items)):
         return NotImplemented

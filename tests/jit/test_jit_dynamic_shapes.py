@@ -118,6 +118,52 @@ def test_sizes_used_as_python_ints_are_specialized():
     assert jitcore.cache_misses(jf) == 3
 
 
+_SIZE_TEXTS = {
+    "f-string": lambda x, n: f"{n}",
+    "f-string spec": lambda x, n: f"{n:>4}",
+    "f-string repr": lambda x, n: f"{n!r}",
+    "f-string size": lambda x, n: f"{x.shape}",
+    "str": lambda x, n: str(n),
+    "repr size": lambda x, n: repr(x.shape),
+    "percent": lambda x, n: "%s/%d" % (n, n),
+    "percent dict": lambda x, n: "%(k)s" % {"k": n},
+    "str.format": lambda x, n: "{}".format(n),  # noqa: UP032 - str.format itself is tested
+    "format": lambda x, n: format(n, "03d"),
+    "tuple": lambda x, n: f"{(n, 2)}",
+}
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+@pytest.mark.parametrize("text", list(_SIZE_TEXTS))
+def test_sizes_made_into_text_show_their_values(dynamic, text):
+    """f-strings, str/repr, ``%``, ``str.format`` and ``format`` of a symbolic size (alone, in a
+    torch.Size, in a tuple) give its value as eagerly: the size is specialized, never ``s0``."""
+    texts = []
+    make = _SIZE_TEXTS[text]
+
+    def f(x):
+        texts.append(make(x, x.shape[0]))
+        return x * 2
+
+    jf = jitcore.jit(f, dynamic=dynamic)
+    for k in (3, 5, 7, 5):
+        run_both(f, jf, torch.ones(k))
+        eager, jitted = texts[-2:]
+        assert jitted == eager
+
+
+def test_printed_sizes_show_their_values(capsys):
+    def f(x):
+        n = x.shape[0]
+        print(n, x.shape, (n * 2, [n]))
+        return x * n
+
+    jf = jitcore.jit(f, dynamic=True)
+    for k in (3, 5, 7):
+        run_both(f, jf, torch.ones(k))
+        assert capsys.readouterr().out.splitlines() == [f"{k} torch.Size([{k}]) ({2 * k}, [{k}])"] * 2
+
+
 def test_dynamic_false_traces_every_shape():
     jf = jitcore.jit(attention_like, dynamic=False)
     w = torch.randn(8, 8)

@@ -268,11 +268,15 @@ def format_value(frame: Frame, inst: Instruction) -> None:
         stack.append(to_format(run, value, spec))
 
 
+# Containers are the hook's too: the items' text is made by Python's formatting of the whole.
+_HOOKED_NATIVE = frozenset({tuple, list, dict, set, frozenset})
+
+
 def _field(frame: Frame, value: object, conversion: int, spec: object) -> object:
     """``hooks.format_field(value, conversion, spec)`` for a value of a class that is not Python's own
-    (the jit's stand-ins for numbers) or a spec that is not a str (one the hook made): the field's
-    text, or NotImplemented for Python's formatting."""
-    if type(value) in NATIVE_TYPES and type(spec) is str:
+    (the jit's stand-ins for numbers), a container, or a spec that is not a str (one the hook made):
+    the field's text, or NotImplemented for Python's formatting."""
+    if type(value) in NATIVE_TYPES and type(value) not in _HOOKED_NATIVE and type(spec) is str:
         return NotImplemented
     return frame.run.hooks.format_field(value, conversion, spec)
 
