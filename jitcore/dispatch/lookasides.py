@@ -76,20 +76,50 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
     return subclass_proxy(values.names.fresh("t"), cls, outer)
 
 
+# Note [Symbolic sizes are ints to the program]
+# In a pass with symbolic sizes (jitcore/jit/shapes.py) ``x.shape[0]`` is a ``torch.SymInt`` where eager
+# has an int: ``type(n) is int`` and ``isinstance(n, int)`` were False, and a program branching on them
+# took another path than eager's on every call. A symbolic number answers the class it stands for
+# (``SymNode.pytype``: int, float or bool) to ``type()`` and ``isinstance`` (which also
+# still answers True for ``torch.SymInt``, so torch's own code keeps its symbolic path). A nested
+# jagged tensor's ragged size is a SymInt eagerly too, and stays one.
+_SYMBOLIC_NUMBERS = frozenset({torch.SymInt, torch.SymFloat, torch.SymBool})
+
+
+def _stands_for(obj: Any) -> type | None:
+    """The Python number class a symbolic number stands for; None for anything else."""
+    if builtins.type(obj) in _SYMBOLIC_NUMBERS:
+        node = getattr(obj, "node", None)  # a C++ node (an eager nested int) has none
+        if node is not None and not node.is_nested_int():
+            return node.pytype
+    return None
+
+
 def type_of(*args: Any) -> Any:
-    """``type(x)``: the class a proxy stands for; otherwise the builtin ``type``."""
-    if len(args) == 1 and isinstance(args[0], (Proxy, TextProxy)):
-        return args[0].python_type
+    """``type(x)``: the class a proxy or a symbolic number stands for; otherwise the builtin ``type``."""
+    if len(args) == 1:
+        if isinstance(args[0], (Proxy, TextProxy)):
+            return args[0].python_type
+        if (number := _stands_for(args[0])) is not None:
+            return number
     return type_(*args)
 
 
 def python_type(obj: Any) -> type:
     """The class ``obj`` stands for (the interpreter's ``type_of`` hook)."""
-    return obj.python_type if isinstance(obj, (Proxy, TextProxy)) else builtins.type(obj)
+    if isinstance(obj, (Proxy, TextProxy)):
+        return obj.python_type
+    t = builtins.type(obj)
+    return (_stands_for(obj) or t) if t in _SYMBOLIC_NUMBERS else t
 
 
 def isinstance_of(obj: Any, cls: Any) -> bool:
-    """``isinstance`` answering for proxies with the class they stand for."""
+    """``isinstance`` answering for proxies and symbolic numbers with the class they stand for."""
+    if (number := _stands_for(obj)) is not None:  # Note [Symbolic sizes are ints to the program]
+        try:
+            return issubclass(number, cls) or _interpreted_isinstance(obj, cls)
+        except TypeError:  # not a class: isinstance's own error
+            return _interpreted_isinstance(obj, cls)
     if isinstance(obj, TextProxy):
         return _interpreted_isinstance("", cls)
     if isinstance(obj, Proxy):

@@ -57,7 +57,8 @@ def specialized_sizes(value: Any) -> Any:
     the number it stands for, guarded (Note [Sizes made into text]); ``value`` itself where it holds
     none."""
     if type(value) in _CONCRETE:
-        if type(value) is torch.SymInt and value.node.is_nested_int():
+        node = getattr(value, "node", None)  # a C++ node (an eager nested int) has none
+        if node is None or node.is_nested_int():
             return value
         return _CONCRETE[type(value)](value)
     if type(value) in (tuple, list, torch.Size):

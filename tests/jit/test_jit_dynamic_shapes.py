@@ -152,6 +152,22 @@ def test_sizes_made_into_text_show_their_values(dynamic, text):
         assert jitted == eager
 
 
+@pytest.mark.parametrize("check", [
+    lambda n: isinstance(n, int),
+    lambda n: type(n) is int,
+    lambda n: isinstance(n / 2, float) and not isinstance(n, (float, bool)),
+])
+def test_a_symbolic_size_is_an_int_to_the_program(check):
+    """Note [Symbolic sizes are ints to the program]: a branch on the type of a size takes eager's side."""
+    def f(x):
+        return x * 2 if check(x.shape[0]) else x - 1
+
+    jf = jitcore.jit(f, dynamic=True)
+    for k in (3, 5, 6):
+        run_both(f, jf, torch.ones(k))
+    assert jitcore.cache_misses(jf) == 1
+
+
 def test_printed_sizes_show_their_values(capsys):
     def f(x):
         n = x.shape[0]
