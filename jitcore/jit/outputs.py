@@ -4,7 +4,7 @@ The computation returns a flat tree that optree understands (tuples, lists, dict
 Anything else a program returns around its tensors is taken apart here and rebuilt around the
 computation's results on every call, a fresh object each time as eagerly:
 - classes registered with torch's pytree (``transformers``' ``ModelOutput``, ``torch.Size`` ...),
-  through their registered flatten/unflatten functions;
+  through their registered flatten/unflatten functions (a ``torch.Size`` of symbolic sizes too);
 - dataclasses and other objects whose attributes hold tensors: a shallow copy of the traced object
   with those attributes replaced.
 Invariant: after ``split``, no proxy is reachable from the output except as a leaf of the returned
@@ -71,7 +71,9 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
         return tuple(value.numbers()), value.text_of
     if isinstance(value, Proxy):
         return _split_typed(value, depth)
-    if depth > _MAX_DEPTH or not _holds_proxy(value, depth):
+    if _symbolic_shape(value):  # a shape with symbolic sizes (jit/shapes.py): each call's sizes
+        return tuple(value), torch.Size
+    if depth > _MAX_DEPTH or not (_holds_proxy(value, depth) or _holds_symbolic_shape(value, depth)):
         return value, None
     value = _plain_keys(value)
     kind = type(value)
@@ -223,6 +225,20 @@ def _plain_keys(value: Any) -> Any:
 
 def _is_namedtuple(value: Any) -> bool:
     return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def _symbolic_shape(value: Any) -> bool:
+    return type(value) is torch.Size and any(type(s) is torch.SymInt for s in value)
+
+
+def _holds_symbolic_shape(value: Any, depth: int) -> bool:
+    """Whether a torch.Size of symbolic sizes is in ``value`` through tuples, lists and dicts."""
+    if _symbolic_shape(value):
+        return True
+    if depth > _MAX_DEPTH or type(value) not in _OPTREE_NODES:
+        return False
+    items = value.values() if isinstance(value, dict) else value
+    return any(_holds_symbolic_shape(v, depth + 1) for v in items)
 
 
 def _holds_proxy(value: Any, depth: int) -> bool:

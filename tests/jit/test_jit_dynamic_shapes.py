@@ -168,6 +168,20 @@ def test_a_symbolic_size_is_an_int_to_the_program(check):
     assert jitcore.cache_misses(jf) == 1
 
 
+@pytest.mark.parametrize("program", [
+    lambda x: x.shape,
+    lambda x: x.size(),
+    lambda x: (x * 2, x.shape),
+    lambda x: (x.shape[0], [x.shape, {"s": x.size()}]),
+])
+def test_a_shape_returned_by_a_symbolic_entry_is_a_torch_size(program):
+    jf = jitcore.jit(program, dynamic=True)
+    for k in (3, 5, 6):
+        eager, jitted = program(torch.ones(k, 2)), jf(torch.ones(k, 2))
+        assert repr(jitted) == repr(eager)  # torch.Size([k, 2]), not [k, 2]
+    assert jitcore.cache_misses(jf) == 1
+
+
 def test_printed_sizes_show_their_values(capsys):
     def f(x):
         n = x.shape[0]
