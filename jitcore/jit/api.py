@@ -124,6 +124,7 @@ class JittedFunction:
                     out = entry.cached_call(args, kwargs)
                 except ValueCheckFailed as failed:  # a value read while tracing differs: next entry
                     read_misses.append(MissReason(entry.number, "value read", str(failed)))
+                    self._shapes.note_read(failed)  # Note [Sizes that values decide] (jit/shapes.py)
                     continue
                 if out is not MISS:
                     self.hits += 1
@@ -146,6 +147,7 @@ class JittedFunction:
                     out = entry.cached_call(args, kwargs)
                 except ValueCheckFailed as failed:
                     read_misses.append(MissReason(entry.number, "value read", str(failed)))
+                    self._shapes.note_read(failed)
                     continue
                 if out is not MISS:
                     self.hits += 1
@@ -213,7 +215,10 @@ class JittedFunction:
         try:
             return self._compile(number, program)
         except StaticSizesNeeded as exc:  # from now on, this function traces static shapes only
-            self._shapes.refuse(str(exc))
+            if program.read_sizes and not program.size_inputs:  # only value-shaped outputs' sizes static
+                self._shapes.refuse_reads(str(exc))
+            else:
+                self._shapes.refuse(str(exc))
             static_shapes(self, number, str(exc))
             return self._trace(args, kwargs, shape_changed)
         except Exception as exc:  # Note [Eager entries]
@@ -343,11 +348,16 @@ class JittedFunction:
         try:
             program = self._run_pass(tracing_pass, args, kwargs)
             sizes = (
-                shapes.finish(program, tracing_pass.provenance, tracing_pass.context.values)
+                shapes.finish(program, tracing_pass.provenance, tracing_pass.context.values,
+                              tracing_pass.reads.sizes)
                 if symbolic
                 else []
             )
         except shapes.StaticShapes as exc:  # from now on, this function traces static shapes only
+            if tracing_pass.reads.sizes:  # or its value-shaped outputs (Note [Sizes that values decide])
+                self._shapes.refuse_reads(str(exc))
+                static_shapes(self, number, f"sizes that values decide: {exc}")
+                return self._interpret(number, args, kwargs, shape_changed)
             self._shapes.refuse(str(exc))
             static_shapes(self, number, str(exc))
             return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
@@ -357,7 +367,12 @@ class JittedFunction:
                 if outcome is None:
                     raise
                 return tracing_pass, outcome
-            static_shapes(self, number, f"tracing with symbolic sizes raised {type(exc).__name__}: {exc}")
+            reason = f"tracing with symbolic sizes raised {type(exc).__name__}: {exc}"
+            if tracing_pass.reads.sizes:  # Note [Sizes that values decide]: static ones from now on
+                self._shapes.refuse_reads(reason)
+                static_shapes(self, number, f"sizes that values decide: {reason}")
+                return self._interpret(number, args, kwargs, shape_changed)
+            static_shapes(self, number, reason)
             return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
         if sizes:
             symbolic_sizes(self, number, sizes)

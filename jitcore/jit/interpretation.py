@@ -104,7 +104,8 @@ class Pass:
         )
         self.provenance = Provenance(self.context.values, self.prologue)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
-        self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values))
+        self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values),
+                                read_dims=shapes.read_dims if shapes is not None else None)
         self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py

@@ -46,6 +46,7 @@ class TracedProgram:
         self.size_inputs: list[
             tuple[Path, NumberProxy]
         ] = []  # symbolic sizes: trailing arguments (jit/shapes.py)
+        self.read_sizes: list[NumberProxy] = []  # sizes values decided, read in the trace (jit/shapes.py)
         # tensor-subclass inputs and the paths they were bound at (Provenance._subclass), inner ones
         # first: the computation takes their inner tensors; the grad transform, the outer ones too
         self.subclass_inputs: list[tuple[SubclassTensorProxy, Path]] = []
@@ -54,7 +55,7 @@ class TracedProgram:
         """The dynamic numbers the trace uses that the program did not specialize (symbolic sizes too)."""
         read = [n for n, _check in self.read_numbers if not n.specialized]
         read += [n for n, _made_by in self.per_call_numbers]
-        sizes = [n for _path, n in self.size_inputs]
+        sizes = [n for _path, n in self.size_inputs] + self.read_sizes
         return numbers.symbolic(self.trace, self.prologue, self.number_inputs) + read + sizes
 
     def specialized(self) -> Specialized:

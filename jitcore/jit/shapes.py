@@ -7,6 +7,8 @@
   parameters and buffers stay static);
 - ``False``: every size is static (an entry per shape), except dimensions marked with
   ``jitcore.mark_dynamic(t, dim)``, which are symbolic in every mode.
+The sizes of a value-shaped op's outputs (``x[mask]``) become symbolic the same way once seen to
+change (Note [Sizes that values decide]).
 
 A symbolic dimension is a symbol of the pass's ShapeEnv (``s0``, ``s1``, ...) on the input's shadow
 (jitcore/langctx/shadows.py); torch computes every size from it and records, as guards, whatever it
@@ -34,11 +36,13 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import optree
 import sympy
 import torch
 
 from jitcore.ir import BoundSymbol, TraceContext, tracing
 from jitcore.jit.ragged import is_nested_symbol
+from jitcore.langctx.reads import SHAPE_OF, SIZE_OF, ReadSite, ValueCheckFailed
 from jitcore.prologue import Guard, Path
 from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies.number import NumberProxy
@@ -49,6 +53,23 @@ __all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "is_symbolic", "mark
 # The attribute ``mark_dynamic`` sets on a tensor: the set of its dimensions that are symbolic.
 MARK = "_jitcore_dynamic_dims"
 _TORCH_MARK = "_dynamo_dynamic_indices"  # torch._dynamo.mark_dynamic's, honoured too
+
+
+# Note [Sizes that values decide]
+# A value-shaped op (``nonzero``, ``x[mask]``, ``masked_select``, ``unique``: jit/value_reads.py) gets
+# outputs with the sizes the probe's values give, each checked on every call: a call whose mask has
+# another count goes to another entry, one entry per count (a loss over ``y > 0`` traced again on
+# most calls). When such a check fails on a cached call (``ShapePolicy.note_read``), the dimensions
+# that changed are symbols in the function's next traces, as an input's dimension becomes symbolic
+# once seen with two sizes: the output's shadow gets an unbacked symbol of the pass's ShapeEnv
+# (``u0``, no value to guard on), torch computes the sizes of everything after it from the symbol,
+# and ``finish`` reads the symbol from the output after the op on every call
+# (``u0 = jitcore.langctx.reads.size_of(t1, 0)``), so a ``view``, ``new_zeros`` or ``arange`` of it
+# takes each call's size. The check still compares the other sizes. Where the program needs the
+# value itself (a branch on ``len(x[mask])``, a Python float made of it, two masks' sizes compared,
+# as ``mse_loss`` compares its inputs'), torch raises rather than guard on an unbacked symbol: the
+# call is traced again with static sizes for value-shaped outputs (``refuse_reads``, logged), as
+# before. ``dynamic=False`` keeps them static.
 
 
 class StaticShapes(Exception):
@@ -93,6 +114,9 @@ class ShapePolicy:
         self.refused: str | None = None  # why the symbolic path is off for this function (logged once)
         self._seen: dict[Path, tuple[int, ...]] = {}  # the last shape of each tensor input
         self._dims: dict[Path, frozenset[int]] = {}  # dimensions found to change (automatic mode)
+        # Note [Sizes that values decide]: value-shaped outputs' dimensions found to change, by site key
+        self._read_dims: dict[tuple, frozenset[int]] = {}
+        self.reads_refused: str | None = None  # why value-shaped outputs keep static sizes (logged)
 
     def symbolic_pass(self, args: tuple, kwargs: dict, shape_changed: bool) -> bool:
         """Whether the next trace should have a ShapeEnv: sizes may be symbolic in it."""
@@ -100,7 +124,32 @@ class ShapePolicy:
             return False
         if self.dynamic is True or (self.dynamic is None and (shape_changed or self._dims)):
             return True
+        if self._read_dims and self.reads_refused is None:
+            return True
         return any(_marked(t) for t in _tensors((args, kwargs)))
+
+    def note_read(self, failed: ValueCheckFailed) -> None:
+        """A cached call's value check failed: where it is the sizes of a value-shaped output that
+        changed, those dimensions are symbols in the next trace (Note [Sizes that values decide])."""
+        site, expected, got = failed.site, failed.expected, failed.got
+        if self.dynamic is False or self.refused is not None or self.reads_refused is not None \
+                or not site.what.startswith(SHAPE_OF) or len(expected) != len(got):
+            return
+        for part, (before, now) in enumerate(zip(expected, got)):  # the sizes of each output
+            changed = frozenset(i for i, (a, b) in enumerate(zip(before, now)) if a is not None and a != b)
+            if changed and len(before) == len(now):
+                key = (site.key, part)
+                self._read_dims[key] = self._read_dims.get(key, frozenset()) | changed
+
+    def read_dims(self, site: ReadSite, part: int) -> frozenset[int]:
+        """The dimensions of output ``part`` of the value-shaped op checked at ``site`` that are symbols."""
+        if self.reads_refused is not None:
+            return frozenset()
+        return self._read_dims.get((site.key, part), frozenset())
+
+    def refuse_reads(self, reason: str) -> None:
+        """Value-shaped outputs keep static sizes from now on (the symbolic pass could not use them)."""
+        self.reads_refused = reason
 
     def dims_for(self, path: Path, tensor: torch.Tensor) -> frozenset[int]:
         """The dimensions of the input ``tensor`` (found at ``path``) that the pass makes symbolic."""
@@ -126,13 +175,16 @@ class ShapePolicy:
         self.refused = reason
 
 
-def finish(program: Any, provenance: Any, values: Any) -> list[str]:
+def finish(program: Any, provenance: Any, values: Any,
+           read_sizes: dict[sympy.Symbol, tuple[Any, int, int]] | None = None) -> list[str]:
     """Make a pass's trace run for every size its ShapeEnv's guards accept (see the module docstring).
 
     Args:
         program: the TracedProgram (its trace, prologue and number inputs are completed).
         provenance: the pass's Provenance (its tensor inputs and their paths).
         values: the pass's TensorValues (its ShapeEnv).
+        read_sizes: the sizes that values decided, each with the output and dimension it is the size
+            of and its traced value (``ValueReads.sizes``, Note [Sizes that values decide]).
 
     Returns:
         The symbolic sizes, described (``args[0].shape[1] (s0)``); empty when every size was static.
@@ -141,10 +193,11 @@ def finish(program: Any, provenance: Any, values: Any) -> list[str]:
         StaticShapes: the symbolic path cannot handle this program.
     """
     env = values.shape_env
+    read_sizes = read_sizes or {}
     dynamic = [(path, proxy) for path, proxy, _t in provenance.inputs if _has_symbols(proxy.shadow)]
-    if not dynamic:
+    if not dynamic and not read_sizes:
         return []
-    if any(not has_nested_ints(proxy.shadow) for proxy, _path in provenance.subclass_inputs):
+    if dynamic and any(not has_nested_ints(proxy.shadow) for proxy, _path in provenance.subclass_inputs):
         raise StaticShapes("tensor-subclass inputs keep static shapes")
     if program.effects is not None and _holds_sizes([(e.key, e.value) for e in program.effects.effects]):
         # a tensor stored into state is a proxy, filled per call; a size stored there would be the
@@ -154,12 +207,15 @@ def finish(program: Any, provenance: Any, values: Any) -> list[str]:
     if any(not _same_layout(_layout(proxy.shadow), layouts[id(proxy)]) for _path, proxy in dynamic):
         raise StaticShapes("an input's shape or strides changed in place (resize_, squeeze_, t_, ...)")
     sources = _symbol_sources(dynamic)
-    rewriter = _SizeRewriter(program, env, sources)
+    rewriter = _SizeRewriter(program, env, sources, read_sizes)
     rewriter.rewrite_trace()
-    _add_guards(program, env, dynamic)
-    return [f"{path.describe()}.shape[{i}] ({expr})" for path, proxy in dynamic
-            for i, size in enumerate(proxy.shadow.shape)
-            if type(size) is torch.SymInt and not (expr := env.simplify(size.node.expr)).is_number]
+    if dynamic:
+        _add_guards(program, env, dynamic)
+    described = [f"{path.describe()}.shape[{i}] ({expr})" for path, proxy in dynamic
+                 for i, size in enumerate(proxy.shadow.shape)
+                 if type(size) is torch.SymInt and not (expr := env.simplify(size.node.expr)).is_number]
+    return described + [f"{proxy.name}.shape[{dim}] ({symbol}, decided by values)"
+                        for symbol, (proxy, dim, _size) in read_sizes.items()]
 
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -223,10 +279,14 @@ def _symbol_sources(dynamic: list[tuple[Path, Any]]) -> dict[sympy.Symbol, tuple
 class _SizeRewriter:
     """Replaces the SymInts a trace recorded by ints or NumberProxies computed from size inputs."""
 
-    def __init__(self, program: Any, env: Any, sources: dict[sympy.Symbol, tuple[Path, int, int]]) -> None:
+    def __init__(self, program: Any, env: Any, sources: dict[sympy.Symbol, tuple[Path, int, int]],
+                 read_sizes: dict[sympy.Symbol, tuple[Any, int, int]]) -> None:
         self.program = program
         self.env = env
         self.sources = sources
+        self._read_at: dict[int, list[tuple[sympy.Symbol, int, int]]] = {}  # output proxy id -> its symbols
+        for symbol, (proxy, dim, size) in read_sizes.items():
+            self._read_at.setdefault(id(proxy), []).append((symbol, dim, size))
         self.inputs: list[tuple[NumberProxy, tuple[Path, int]]] = []
         self._symbols: dict[sympy.Symbol, NumberProxy] = {}
         self._computed: dict[sympy.Expr, NumberProxy] = {}
@@ -245,6 +305,8 @@ class _SizeRewriter:
                 rewritten.extend(self._pending)
                 self._pending.clear()
                 rewritten.append(new)
+                if self._read_at:
+                    rewritten.extend(self._read_sizes(bsym))
             trace.output = self._map(trace.output)
             rewritten.extend(self._pending)
         trace.bound_symbols[:] = rewritten
@@ -257,6 +319,18 @@ class _SizeRewriter:
             trace.args.append(proxy)
             self.program.prologue.add_input(size_path, proxy.name)
             self.program.size_inputs.append((size_path, proxy))
+
+    def _read_sizes(self, bsym: BoundSymbol) -> list[BoundSymbol]:
+        """After the op that made a value-shaped output: each of its sizes that values decide, read
+        from it (``u0 = size_of(t1, 0)``), a name of the computation from there on."""
+        records = []
+        for output in optree.tree_leaves(bsym.output, none_is_leaf=True):
+            for symbol, dim, size in self._read_at.pop(id(output), ()):
+                number = NumberProxy(self.program.trace.names.claim(str(symbol)), size)
+                self._symbols[symbol] = number
+                self.program.read_sizes.append(number)
+                records.append(BoundSymbol(SIZE_OF, (output, dim), {}, number, (), bsym.source))
+        return records
 
     def _bound_symbol(self, bsym: BoundSymbol) -> BoundSymbol:
         if "bookkeeping" in bsym.symbol.tags:  # never run (a subclass input's or result's rebuild in

@@ -34,9 +34,11 @@ from jitcore.langctx.reads import (
     DATA_DEPENDENT_DECOMPOSITIONS,
     MASKS_UNDER_GRAD,
     READ,
+    SHAPE_OF,
     UNDER_AUTOGRAD,
     ReadSite,
     ValueCheckFailed,
+    output_sizes,
 )
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
@@ -52,9 +54,22 @@ _REFUSED = object()
 class ValueReads:
     """The value reads of one pass."""
 
-    def __init__(self, context: TraceContext, probe: Probe) -> None:
+    def __init__(self, context: TraceContext, probe: Probe,
+                 read_dims: Callable[[ReadSite, int], frozenset[int]] | None = None) -> None:
+        """Args:
+            context: the pass's trace context.
+            probe: computes the values the program reads.
+            read_dims: in a pass with symbolic sizes, the sizes of a value-shaped output found to change
+                between calls (``ShapePolicy.read_dims``, Note [Sizes that values decide] in
+                jitcore/jit/shapes.py), by its shape check's site and its position among the op's
+                outputs; None in a static pass.
+        """
         self.context = context
         self.probe = probe
+        self.read_dims = read_dims
+        # the symbols of the sizes made so, each with the output and dimension it is the size of, and
+        # its traced value
+        self.sizes: dict[Any, tuple[TensorProxy, int, int]] = {}
         self.sites: list[ReadSite] = []
         # numbers read with ``item()`` (names of the computation), each with the record that checks
         # its value where the program needs it (added to the trace once: ``NumberProxy.specialize``)
@@ -298,8 +313,8 @@ class ValueReads:
             return retried
         if not all(isinstance(v, torch.Tensor) for v in leaves):
             raise error
-        values = self.context.values
-        proxies = [values.proxy_for(values.fake_mode.from_tensor(t, static_shapes=True)) for t in leaves]
+        shape_site = _shape_site(site)
+        proxies = [self._shaped_proxy(t, shape_site, i) for i, t in enumerate(leaves)]
         output = optree.tree_unflatten(spec, proxies)
         pairs = list(zip(proxies, leaves))
         self._record_shaped(symbol, args, kwargs, output, pairs, site, {"data_dependent"})
@@ -311,12 +326,36 @@ class ValueReads:
         real output's, and the log line."""
         recorded = dataclasses.replace(symbol, tags=symbol.tags | tags)
         self._record(BoundSymbol(recorded, args, kwargs, output, (), site.source))
-        for proxy, real in pairs:
-            shape_site = ReadSite(f"the shape of {site.what}", site.source)
-            self._record(
-                BoundSymbol(READ, (shape_site, tuple(real.shape), _shape, proxy), {}, None, (), site.source)
-            )
+        proxies = tuple(proxy for proxy, _real in pairs)
+        symbolic = tuple(
+            tuple(d for d, size in enumerate(proxy.shadow.shape)
+                  if type(size) is torch.SymInt and size.node.expr in self.sizes)
+            for proxy in proxies
+        )
+        traced = output_sizes(tuple(real for _proxy, real in pairs), symbolic)
+        check = (_shape_site(site), traced, output_sizes, proxies, symbolic)  # one check of every output
+        self._record(BoundSymbol(READ, check, {}, None, (), site.source))
         self._log(site, [tuple(real.shape) for _, real in pairs])
+
+    def _shaped_proxy(self, real: torch.Tensor, shape_site: ReadSite, part: int) -> TensorProxy:
+        """The proxy of output ``part`` of a value-shaped op: its sizes static, but for those that changed
+        between calls before, which are symbols (Note [Sizes that values decide], jitcore/jit/shapes.py)."""
+        values = self.context.values
+        dims = self.read_dims(shape_site, part) if self.read_dims is not None else frozenset()
+        dims = frozenset(d for d in dims if d < real.ndim)
+        layout = _dense_layout(real)
+        if not dims or values.shape_env is None or layout is None:
+            return values.proxy_for(values.fake_mode.from_tensor(real, static_shapes=True))
+        env = values.shape_env
+        sizes = [env.create_unbacked_symint() if d in dims else size for d, size in enumerate(real.shape)]
+        for d in dims:
+            torch._check(sizes[d] >= 0)  # a size
+        with values.fake_mode:
+            shadow = torch.empty_permuted(sizes, layout, dtype=real.dtype, device=real.device)
+        proxy = values.proxy_for(shadow)
+        for d in dims:
+            self.sizes[sizes[d].node.expr] = (proxy, d, real.shape[d])
+        return proxy
 
     def _with_read_arguments(self, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         """The call again with its integer tensor arguments read as Python numbers (``narrow``'s
@@ -419,8 +458,19 @@ def _needs_grad(args: tuple, kwargs: dict) -> bool:
         for v in optree.tree_leaves((args, kwargs), none_is_leaf=True))
 
 
-def _shape(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
+def _dense_layout(t: torch.Tensor) -> tuple[int, ...] | None:
+    """The order of ``t``'s dimensions in memory, outermost first, when its elements are laid out
+    densely in that order (``nonzero``'s column-major output: ``(1, 0)``); None otherwise. Its storage
+    offset is not kept (``nonzero(as_tuple=True)``'s second part starts after the first): a fresh
+    output of a value-shaped op, its shadow starts its own storage."""
+    layout = tuple(sorted(range(t.ndim), key=lambda d: -t.stride(d)))
+    strides = torch.empty_permuted(t.shape, layout, device="meta").stride()
+    return layout if strides == t.stride() else None
+
+
+def _shape_site(site: ReadSite) -> ReadSite:
+    """Where the sizes of a value-shaped op's outputs are checked."""
+    return ReadSite(f"{SHAPE_OF}{site.what}", site.source)
 
 
 def _has(kind: type, tree: Any) -> bool:

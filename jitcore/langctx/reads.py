@@ -8,7 +8,9 @@ cached call: when it differs, the computation raises ``ValueCheckFailed`` and th
 cache entry (or is traced again), after the computation's writes to its inputs are undone.
 A data-dependent shape is checked after the op that makes it (``nonzero``: its ``(n, ndim)``);
 differentiable ones are expressed through it: ``x[mask]`` and ``masked_select`` index with the
-coordinates ``nonzero(mask)`` gives, so autograd differentiates an ordinary index.
+coordinates ``nonzero(mask)`` gives, so autograd differentiates an ordinary index. Once a size of such
+an output was seen to change, it is a symbol of the computation instead (``size_of``, Note [Sizes
+that values decide] in jitcore/jit/shapes.py), and only its other sizes are checked.
 A clock read or a Python random draw (``per_call_read``) is made anew by every call: its number is no
 traced value but a name, and only branches on it are checked (jitcore/jit/nondeterministic.py).
 
@@ -37,6 +39,8 @@ __all__ = [
     "MASKS_UNDER_GRAD",
     "RANDOM_DRAW",
     "READ",
+    "SHAPE_OF",
+    "SIZE_OF",
     "UNDER_AUTOGRAD",
     "ReadSite",
     "ValueCheckFailed",
@@ -44,6 +48,8 @@ __all__ = [
     "per_call_read",
     "runs_under_autograd",
     "same_value",
+    "size_of",
+    "output_sizes",
 ]
 
 
@@ -55,6 +61,11 @@ class ReadSite:
     source: tuple[SourceFrame, ...] | None
     # a clock read's outcome: the first run may see another one than tracing did (the clock moved on)
     varies: bool = False
+
+    @property
+    def key(self) -> tuple:
+        """The same read in another pass of the same function: what, and where (the whole stack)."""
+        return self.what, tuple((f.filename, f.lineno, f.col, f.function) for f in self.source or ())
 
     def __str__(self) -> str:
         where = f" at {self.source[-1]}" if self.source else ""
@@ -100,6 +111,25 @@ def check_read(site: ReadSite, expected: Any, read: Callable[..., Any], *args: A
 
 READ = recorded_symbol(check_read, langctx="jitcore", path="jitcore.langctx.reads.check_read",
                        tags=frozenset({"check"}))
+
+
+SHAPE_OF = "the shape of "  # what the check of a value-shaped output's sizes reads (ReadSite.what)
+
+
+def output_sizes(outputs: tuple[torch.Tensor, ...], symbolic: tuple[tuple[int, ...], ...]) -> tuple:
+    """The sizes of a value-shaped op's outputs that its check compares: each output's, None at the
+    dimensions that are symbols of the computation (``symbolic``, by output)."""
+    return tuple(tuple(None if i in dims else s for i, s in enumerate(t.shape))
+                 for t, dims in zip(outputs, symbolic))
+
+
+def size_of(t: torch.Tensor, dim: int) -> int:
+    """What the computation runs for a size that values decided (Note [Sizes that values decide],
+    jitcore/jit/shapes.py): the size of the op's output on this call."""
+    return t.shape[dim]
+
+
+SIZE_OF = recorded_symbol(size_of, langctx="jitcore", path="jitcore.langctx.reads.size_of")
 
 
 def per_call_read(fn: Callable[..., Any], *args: Any) -> Any:

@@ -31,7 +31,7 @@ from torch._subclasses.fake_tensor import (
     FakeTensor,
     FakeTensorMode,
 )
-from torch.fx.experimental.symbolic_shapes import ShapeEnv, is_nested_int
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, guard_or_false, guard_or_true, is_nested_int
 from torch.nested._internal.nested_tensor import _tensor_symint_registry
 
 from jitcore.errors import DataDependentError, EagerOnlyValue
@@ -295,8 +295,22 @@ def _metadata(f: torch.Tensor) -> tuple:
 
 def _resized(f: torch.Tensor, before: tuple) -> bool:
     """Whether a call changed the metadata of a shadow that had elements (``out=`` tensors with no
-    elements are resized by design)."""
-    return math.prod(before[0]) > 0 and _metadata(f) != before
+    elements are resized by design). A size that values decide (an unbacked symbol, Note [Sizes that
+    values decide] in jitcore/jit/shapes.py) is never guarded here: the same symbol is the same size,
+    and a shadow of unknown size may have elements."""
+    after = _metadata(f)
+    same = all(len(a) == len(b) and all(map(_same_size, a, b)) for a, b in zip(after[:2], before[:2]))
+    if same and _same_size(after[2], before[2]):
+        return False
+    return guard_or_true(math.prod(before[0]) > 0)
+
+
+def _same_size(a: Any, b: Any) -> bool:
+    if type(a) is torch.SymInt or type(b) is torch.SymInt:
+        if type(a) is type(b) and a.node.expr == b.node.expr:
+            return True
+        return guard_or_false(a == b)
+    return a == b
 
 
 def _input_metadata(leaves: list[Any]) -> dict[int, tuple]:
@@ -384,7 +398,7 @@ def _check_input_changes(
                 for v in resized:
                     v.as_strided_(*before[id(v)])
             raise
-    elif any(v.untyped_storage().nbytes() > storage_sizes[id(v)] for v in fakes):
+    elif any(guard_or_false(v.untyped_storage().nbytes() > storage_sizes[id(v)]) for v in fakes):
         _raise_eager_error(fn, *call, None, storage_sizes=storage_sizes)
 
 

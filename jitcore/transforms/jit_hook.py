@@ -103,7 +103,7 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     runs_pass_1 = not involves_subclasses(trace)  # pass 1 can run as it is, under torch's autograd
     if runs_pass_1 and program.symbolic_numbers():
         return GradStage(None)  # Note [Dynamic numbers under autograd]
-    if program.size_inputs:  # Note [Symbolic sizes of subclass programs under autograd]
+    if program.size_inputs or program.read_sizes:  # Note [Symbolic sizes of subclass programs under autograd]
         if not pass_1_runs(trace):
             raise StaticSizesNeeded("the grad transform of a tensor-subclass program keeps static shapes")
         return GradStage(None, pass_1=True)
