@@ -6,7 +6,10 @@
 2. The same ops timing themselves with ``time.perf_counter()`` (the elapsed time appended to a log)
    and scaled by ``random.uniform``: clock reads and random draws made anew by every call (before
    they made every call run eagerly). torch.compile(backend="eager") breaks its graph at each.
-3. ``jitcore.jit(model)`` on a 2-layer ``transformers`` Llama from a tiny config, forward in eval
+3. A loss over the elements a mask picks (``((x - y) ** 2)[y > 0].mean()``), called on 200 fresh
+   input pairs in turn: the mask's count changes on nearly every call (Note [Sizes that values
+   decide]: it is symbolic from the second trace on). Per-call time and the number of traces.
+4. ``jitcore.jit(model)`` on a 2-layer ``transformers`` Llama from a tiny config, forward in eval
    mode: first call (tracing included) and cached call vs eager and torch.compile(backend="eager").
 
 Ratios are to eager's time for the same calls. Run: python benchmarks/bench_value_reads.py
@@ -51,6 +54,35 @@ def timed_twenty_ops(x):
     z = z.clamp(-1.0, 1.0) * 2
     TIMINGS.append(time.perf_counter() - start)
     return z.relu()
+
+
+def masked_loss(x, y):
+    loss = (x - y) ** 2
+    return loss[y > 0].mean() + 0.1 * loss.mean()
+
+
+def changing_counts(pairs: list[tuple[torch.Tensor, torch.Tensor]], rounds: int) -> None:
+    """Part 3: each function called on every pair once to warm up, then ``rounds`` times over all."""
+    print(f"a masked loss on {len(pairs)} fresh input pairs in turn (the mask's count changes):")
+    makes = {
+        "eager": lambda: masked_loss,
+        "jitcore": lambda: jitcore.jit(masked_loss),
+        "torch.compile(eager)": lambda: torch.compile(masked_loss, backend="eager"),
+    }
+    times = {}
+    for name, make in makes.items():
+        torch._dynamo.reset()  # noqa: SLF001
+        fn = make()
+        for x, y in pairs:
+            fn(x, y)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            for x, y in pairs:
+                fn(x, y)
+        times[name] = (time.perf_counter() - start) / (rounds * len(pairs)) * 1e6
+        traces = f"   {jitcore.cache_misses(fn)} traces" if name == "jitcore" else ""
+        print(f"  {name:22s} call {times[name]:9.1f} us   {times[name] / times['eager']:6.2f}x eager{traces}")
+    print(f"  jitcore / torch.compile(eager): {times['jitcore'] / times['torch.compile(eager)']:.2f}x")
 
 
 def per_call_us(fn, args, calls: int) -> float:
@@ -100,6 +132,7 @@ def main() -> None:
         "torch.compile(eager)": lambda: torch.compile(timed_twenty_ops, backend="eager"),
     }
     report("the same ops timing themselves, scaled by random.uniform:", timed_makes, (x,), 2000)
+    changing_counts([(torch.randn(1000), torch.randn(1000)) for _ in range(200)], 10)
 
     try:
         import transformers
