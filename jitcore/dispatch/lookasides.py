@@ -42,7 +42,9 @@ from jitcore.proxies.tensor import TensorProxy, jagged_outer
 from jitcore.proxies.text import TextProxy
 from jitcore.proxies.typed import is_plain_subclass, retype
 
-__all__ = ["DISPATCH_LOOKASIDES", "isinstance_of", "make_wrapper_subclass", "python_type", "type_of"]
+__all__ = [
+    "DISPATCH_LOOKASIDES", "isinstance_of", "len_of", "make_wrapper_subclass", "python_type", "type_of",
+]
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass  # noqa: SLF001
 
@@ -103,6 +105,16 @@ def type_of(*args: Any) -> Any:
         if (number := _stands_for(args[0])) is not None:
             return number
     return type_(*args)
+
+
+def len_of(obj: Any) -> Any:
+    """``len(x)``: a tensor's first size, symbolic where it is (``len(x[mask])`` compared with a number
+    is then a condition on the size, not its value: Note [Symbolic sizes are ints to the program])."""
+    if isinstance(obj, TensorProxy) and obj.ndim:
+        first = obj.shape[0]
+        if _stands_for(first) is int:
+            return first
+    return builtins.len(obj)
 
 
 def python_type(obj: Any) -> type:
@@ -404,6 +416,7 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     builtins.isinstance: isinstance_of,
     _make_wrapper_subclass: make_wrapper_subclass,
     builtins.type: type_of,
+    builtins.len: len_of,
     builtins.super: super_of,
     _DEFAULT_TORCH_FUNCTION: default_torch_function,
     _AS_SUBCLASS: as_subclass,

@@ -342,6 +342,7 @@ class JittedFunction:
             counters=self._counters,
             shapes=self._shapes if symbolic else None,
             read_lists=self._read_lists,
+            read_dims=self._shapes.read_dims,
         )
         self.last_traces, self.last_backward_traces, self.last_rederived_traces = [tracing_pass.trace], [], []
         self.last_prologue = tracing_pass.prologue

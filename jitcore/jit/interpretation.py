@@ -88,7 +88,7 @@ class Pass:
     def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int,
                  dynamic_numbers: frozenset[str] | bool = frozenset(), fullgraph: bool = False,
                  counters: frozenset[Path] = frozenset(), shapes: Any = None,
-                 read_lists: frozenset[Path] = frozenset()) -> None:
+                 read_lists: frozenset[Path] = frozenset(), read_dims: Any = None) -> None:
         self.fn = fn
         self.read_lists = read_lists  # list arguments only appended to but also read: bound whole
         self.fullgraph = fullgraph  # refuse value reads (DataDependentError) instead of checking them
@@ -105,7 +105,7 @@ class Pass:
         self.provenance = Provenance(self.context.values, self.prologue)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values),
-                                read_dims=shapes.read_dims if shapes is not None else None)
+                                read_dims=read_dims)  # ShapePolicy.read_dims, in every pass
         self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py

@@ -32,6 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -39,10 +40,11 @@ from typing import Any
 import optree
 import sympy
 import torch
+from torch.utils._sympy.printers import PythonPrinter
 
 from jitcore.ir import BoundSymbol, TraceContext, tracing
 from jitcore.jit.ragged import is_nested_symbol
-from jitcore.langctx.reads import SHAPE_OF, SIZE_OF, ReadSite, ValueCheckFailed
+from jitcore.langctx.reads import READ, SHAPE_OF, SIZE_OF, ReadSite, ValueCheckFailed
 from jitcore.prologue import Guard, Path
 from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies.number import NumberProxy
@@ -65,11 +67,18 @@ _TORCH_MARK = "_dynamo_dynamic_indices"  # torch._dynamo.mark_dynamic's, honoure
 # (``u0``, no value to guard on), torch computes the sizes of everything after it from the symbol,
 # and ``finish`` reads the symbol from the output after the op on every call
 # (``u0 = jitcore.langctx.reads.size_of(t1, 0)``), so a ``view``, ``new_zeros`` or ``arange`` of it
-# takes each call's size. The check still compares the other sizes. Where the program needs the
-# value itself (a branch on ``len(x[mask])``, a Python float made of it, two masks' sizes compared,
-# as ``mse_loss`` compares its inputs'), torch raises rather than guard on an unbacked symbol: the
-# call is traced again with static sizes for value-shaped outputs (``refuse_reads``, logged), as
-# before. ``dynamic=False`` keeps them static.
+# takes each call's size. The check still compares the other sizes. A pass also remembers each
+# site's traced sizes (``ShapePolicy.read_dims``): a site that traces another size than the last
+# pass did is symbolic from then on, even where its own check was never reached.
+# What torch cannot decide about such a size without its value (a branch on ``len(x[mask]) > 4``,
+# two masks' sizes compared, as ``mse_loss`` compares its inputs', ``int(n)``) it decides with the
+# traced value (the ShapeEnv's ``real_tensor_prop_unbacked_vals``), as a deferred runtime assert;
+# ``finish`` checks each such condition in the computation once its sizes are read
+# (``check_read(<the size condition u0 > 4>, True, ...)``), so a call on which it does not hold goes
+# to another entry: one entry per outcome, not per count (``int(n)`` pins the count itself). What the
+# symbolic path cannot handle (a size stored into Python state, any error) traces the call again
+# with static sizes for value-shaped outputs (``refuse_reads``, logged). ``dynamic=False`` keeps
+# them static.
 
 
 class StaticShapes(Exception):
@@ -116,6 +125,7 @@ class ShapePolicy:
         self._dims: dict[Path, frozenset[int]] = {}  # dimensions found to change (automatic mode)
         # Note [Sizes that values decide]: value-shaped outputs' dimensions found to change, by site key
         self._read_dims: dict[tuple, frozenset[int]] = {}
+        self._read_seen: dict[tuple, tuple[int, ...]] = {}  # the last traced shape of each
         self.reads_refused: str | None = None  # why value-shaped outputs keep static sizes (logged)
 
     def symbolic_pass(self, args: tuple, kwargs: dict, shape_changed: bool) -> bool:
@@ -141,11 +151,19 @@ class ShapePolicy:
                 key = (site.key, part)
                 self._read_dims[key] = self._read_dims.get(key, frozenset()) | changed
 
-    def read_dims(self, site: ReadSite, part: int) -> frozenset[int]:
-        """The dimensions of output ``part`` of the value-shaped op checked at ``site`` that are symbols."""
-        if self.reads_refused is not None:
+    def read_dims(self, site: ReadSite, part: int, shape: tuple[int, ...]) -> frozenset[int]:
+        """The dimensions of output ``part`` of the value-shaped op checked at ``site`` that are symbols
+        in a symbolic pass: those seen to change, by a failed check or by a pass that traced another
+        size than the last one did (``shape``: the size now, remembered)."""
+        if self.dynamic is False or self.refused is not None or self.reads_refused is not None:
             return frozenset()
-        return self._read_dims.get((site.key, part), frozenset())
+        key = (site.key, part)
+        before, self._read_seen[key] = self._read_seen.get(key), shape
+        if before is not None and len(before) == len(shape):
+            changed = frozenset(i for i, (a, b) in enumerate(zip(before, shape)) if a != b)
+            if changed:
+                self._read_dims[key] = self._read_dims.get(key, frozenset()) | changed
+        return self._read_dims.get(key, frozenset())
 
     def refuse_reads(self, reason: str) -> None:
         """Value-shaped outputs keep static sizes from now on (the symbolic pass could not use them)."""
@@ -287,6 +305,8 @@ class _SizeRewriter:
         self._read_at: dict[int, list[tuple[sympy.Symbol, int, int]]] = {}  # output proxy id -> its symbols
         for symbol, (proxy, dim, size) in read_sizes.items():
             self._read_at.setdefault(id(proxy), []).append((symbol, dim, size))
+        # what torch decided about those sizes with their traced values: checked once they are read
+        self._conditions = [ra.expr for ras in env.deferred_runtime_asserts.values() for ra in ras]
         self.inputs: list[tuple[NumberProxy, tuple[Path, int]]] = []
         self._symbols: dict[sympy.Symbol, NumberProxy] = {}
         self._computed: dict[sympy.Expr, NumberProxy] = {}
@@ -307,8 +327,12 @@ class _SizeRewriter:
                 rewritten.append(new)
                 if self._read_at:
                     rewritten.extend(self._read_sizes(bsym))
+                    rewritten.extend(self._checked_conditions())
             trace.output = self._map(trace.output)
             rewritten.extend(self._pending)
+        if self._conditions:
+            missing = self._conditions[0]
+            raise StaticShapes(f"the size condition {missing} has a size no op of the trace reads")
         trace.bound_symbols[:] = rewritten
         for symbol in self.sources:  # unused sizes are inputs too: the entry is symbolic (see finish)
             if self.env.simplify(symbol) == symbol:
@@ -330,6 +354,24 @@ class _SizeRewriter:
                 self._symbols[symbol] = number
                 self.program.read_sizes.append(number)
                 records.append(BoundSymbol(SIZE_OF, (output, dim), {}, number, (), bsym.source))
+        return records
+
+    def _checked_conditions(self) -> list[BoundSymbol]:
+        """A check of each condition on sizes that values decide whose sizes are all read by now:
+        ``len(x[mask]) > 4`` traced True is ``check_read(<the size condition u0 > 4>, True, ...)``, so a
+        call whose count says otherwise goes to another entry (Note [Sizes that values decide])."""
+        ready = [c for c in self._conditions if all(s in self._symbols for s in c.free_symbols)]
+        if not ready:
+            return []
+        self._conditions = [c for c in self._conditions if c not in ready]
+        records = []
+        for condition in ready:
+            symbols = sorted(condition.free_symbols, key=str)
+            text = PythonPrinter().doprint(condition)
+            check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
+            site = ReadSite(f"the size condition {text}", self._source)
+            operands = [self._symbols[s] for s in symbols]
+            records.append(BoundSymbol(READ, (site, True, check, *operands), {}, None, (), self._source))
         return records
 
     def _bound_symbol(self, bsym: BoundSymbol) -> BoundSymbol:

@@ -25,6 +25,7 @@ from typing import Any
 
 import optree
 import torch
+from torch.fx.experimental.symbolic_shapes import _constrain_range_for_size
 
 import jitcore
 from jitcore.errors import DataDependentError, EagerOnlySubclass
@@ -55,14 +56,14 @@ class ValueReads:
     """The value reads of one pass."""
 
     def __init__(self, context: TraceContext, probe: Probe,
-                 read_dims: Callable[[ReadSite, int], frozenset[int]] | None = None) -> None:
+                 read_dims: Callable[[ReadSite, int, tuple[int, ...]], frozenset[int]] | None = None) -> None:
         """Args:
             context: the pass's trace context.
             probe: computes the values the program reads.
-            read_dims: in a pass with symbolic sizes, the sizes of a value-shaped output found to change
-                between calls (``ShapePolicy.read_dims``, Note [Sizes that values decide] in
-                jitcore/jit/shapes.py), by its shape check's site and its position among the op's
-                outputs; None in a static pass.
+            read_dims: the sizes of a value-shaped output found to change between calls
+                (``ShapePolicy.read_dims``, Note [Sizes that values decide] in jitcore/jit/shapes.py),
+                by its shape check's site, its position among the op's outputs and its shape now
+                (which it remembers); they are symbols in a pass with symbolic sizes.
         """
         self.context = context
         self.probe = probe
@@ -341,7 +342,7 @@ class ValueReads:
         """The proxy of output ``part`` of a value-shaped op: its sizes static, but for those that changed
         between calls before, which are symbols (Note [Sizes that values decide], jitcore/jit/shapes.py)."""
         values = self.context.values
-        dims = self.read_dims(shape_site, part) if self.read_dims is not None else frozenset()
+        dims = frozenset() if self.read_dims is None else self.read_dims(shape_site, part, tuple(real.shape))
         dims = frozenset(d for d in dims if d < real.ndim)
         layout = _dense_layout(real)
         if not dims or values.shape_env is None or layout is None:
@@ -349,7 +350,10 @@ class ValueReads:
         env = values.shape_env
         sizes = [env.create_unbacked_symint() if d in dims else size for d, size in enumerate(real.shape)]
         for d in dims:
-            torch._check(sizes[d] >= 0)  # a size
+            _constrain_range_for_size(sizes[d])  # at least 0, with no check of its own
+            # what torch cannot decide without the value (``len(x[mask]) > 4``) it decides with this one,
+            # as a condition the computation checks (Note [Sizes that values decide])
+            env.set_real_tensor_prop_unbacked_vals(sizes[d].node.expr, real.shape[d])
         with values.fake_mode:
             shadow = torch.empty_permuted(sizes, layout, dtype=real.dtype, device=real.device)
         proxy = values.proxy_for(shadow)

@@ -222,6 +222,11 @@ class _ShapeEnv(ShapeEnv):
             kwargs["do_not_specialize_zero_one"] = True
         return super().create_symbol(val, source, *args, **kwargs)
 
+    def _log_real_tensor_propagation(self, orig_expr: Any, unsound_result: Any) -> None:
+        """Quiet: a size that values decide is decided with its traced value, a condition the computation
+        checks (Note [Sizes that values decide] in jitcore/jit/shapes.py); torch warns of it (and
+        captures a traceback) as of an unsound guess in ``torch.export``'s draft mode."""
+
     def _generate_unique_id(self, source_name: str) -> int:
         n = len(self.unique_ids)
         self.unique_ids.add(n)

@@ -86,19 +86,44 @@ def test_the_size_is_read_from_the_output_on_every_call():
     assert re.search(r"torch\.arange\(u\d+\)", trace)  # the size read, not a constant
 
 
-def test_a_size_whose_value_the_program_needs_traces_static_sizes(caplog):
+def test_a_branch_on_a_changing_count_is_a_checked_condition():
     def branch(x, y):
         return x.sum() if len(x[y > 0]) > 16 else x.mean()
 
-    def two_masks(x, y):  # mse_loss compares the sizes of two masked tensors
+    jf = jitcore.jit(branch)
+    calls = _calls(16)
+    assert len({int((y > 0).sum()) > 16 for _x, y in calls}) == 2  # both sides are taken
+    _run(branch, jf, calls)
+    # a static entry, then one symbolic entry per side: the count's condition is checked on every call
+    assert jitcore.cache_misses(jf) == 3
+    reasons = " ".join(str(r) for miss in jitcore.miss_reasons(jf) for r in miss)
+    assert "the size condition" in reasons
+
+
+def test_two_masked_tensors_compared_by_size():
+    def two_masks(x, y):  # mse_loss compares the sizes of the two masked tensors
         return F.mse_loss(x[y > 0], y[y > 0])
 
-    for fn in (branch, two_masks):
-        jf = jitcore.jit(fn)
-        with caplog.at_level(logging.INFO, logger="jitcore.recompiles"):
-            _run(fn, jf, _calls(10))
-        assert "sizes that values decide" in caplog.text
-        caplog.clear()
+    jf = jitcore.jit(two_masks)
+    _run(two_masks, jf, _calls(12))
+    assert jitcore.cache_misses(jf) <= 2
+
+
+def test_a_size_stored_into_python_state_keeps_static_sizes(caplog):
+    counts = []
+
+    def fn(x, y):
+        picked = x[y > 0]
+        counts.append(picked.shape[0])
+        return picked.sum()
+
+    jf = jitcore.jit(fn)
+    calls = _calls(8)
+    with caplog.at_level(logging.INFO, logger="jitcore.recompiles"):
+        for x, y in calls:
+            assert_same(jf(x, y), fn(x, y))
+            assert counts[-1] == counts[-2]  # the jitted call appended the eager count
+    assert "sizes that values decide" in caplog.text
 
 
 def test_dynamic_false_keeps_one_entry_per_count():
