@@ -133,8 +133,11 @@ def compile_inputs(region: Region, shapes: Sequence[Any] | None = None) -> Compi
 
 
 def _traced_values(env: Any) -> dict[sympy.Symbol, Any]:
-    """The value each symbol of ``env`` had in the traced call (``var_to_val`` before torch 2.12)."""
-    return env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
+    """The value each symbol of ``env`` had in the traced call (``var_to_val`` before torch 2.12); a
+    size that values decided (an unbacked symbol, Note [Sizes that values decide] in jit/shapes.py)
+    has the one the pass gave it."""
+    backed = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
+    return {**getattr(env, "real_tensor_prop_unbacked_vals", {}), **backed}
 
 
 class _Symbols:

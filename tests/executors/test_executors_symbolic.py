@@ -160,3 +160,25 @@ def test_the_default_policy_fuses_a_symbolic_training_entry_in_the_background() 
     trace = lowered_trace(jfn)
     assert '"cpu f32[s0, 8]"' in trace and len(fused(trace)) == 1, trace
     assert "Compiled" in type(got.grad_fn).__name__
+
+
+def test_regions_with_sizes_that_values_decide_are_fused() -> None:
+    """Note [Sizes that values decide]: the regions after a mask whose count changes take the count as a
+    symbol of their own (its traced value the hint) and are compiled once for every later count."""
+    def f(x, y):
+        loss = ((x - y) ** 2).sin() * 2 + 1
+        picked = loss[y > 0]
+        return picked.mean() + picked.exp().sum()
+
+    jfn = jitcore.jit(f, executors=INDUCTOR)
+    generator = torch.Generator().manual_seed(0)
+    calls = [(torch.randn(64, generator=generator), torch.randn(64, generator=generator)) for _ in range(8)]
+    assert len({int((y > 0).sum()) for _x, y in calls}) > 3
+    with executor_log() as log:
+        for x, y in calls:
+            assert_same(jfn(x, y), f(x, y))
+    assert jitcore.cache_misses(jfn) == 2
+    trace = lowered_trace(jfn)
+    assert "size_of(" in trace and '"cpu f32[u' in trace, trace
+    assert len(fused(trace)) == 2, trace  # before the mask's read, and after it over the symbolic count
+    assert not any("declined" in m for m in log), log
