@@ -145,6 +145,8 @@ class Probe:
         if isinstance(leaf, NumberProxy):
             return leaf.value
         if not isinstance(leaf, TensorProxy):  # a constant, or a caller's tensor a record holds itself
+            if type(leaf) in _SIZE_HOLDERS:
+                return _traced_sizes(leaf)
             if isinstance(leaf, Proxy):  # a generator: the program's own, or a copy of the caller's
                 found = self._env.get(id(leaf))
                 if found is None:
@@ -251,3 +253,32 @@ def _restored_thread_state() -> Iterator[None]:
     finally:
         state.restore()
         _set_rng_state(rng)
+
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_SIZE_HOLDERS = frozenset({*_SYMBOLIC, torch.Size, slice})  # leaves to optree that may hold sizes
+
+
+def _traced_sizes(leaf: Any) -> Any:
+    """A symbolic size, or a ``torch.Size`` or ``slice`` (``x[:, :n]``) holding some, with the traced
+    call's values (``_traced_number``)."""
+    if type(leaf) is slice:
+        bounds = (leaf.start, leaf.stop, leaf.step)
+        return slice(*(_traced_number(v) if type(v) in _SYMBOLIC else v for v in bounds))
+    if type(leaf) is torch.Size:
+        return torch.Size([_traced_number(n) if type(n) in _SYMBOLIC else n for n in leaf])
+    return _traced_number(leaf)
+
+
+def _traced_number(size: Any) -> Any:
+    """The traced call's value of a symbolic size a record was given (``view(2, s0)``), without a guard:
+    the probe computes this call's values, which the size's symbol covers for every call (converting it
+    with ``int()`` would pin the symbol to this call's value). A nested int is the real op's own."""
+    node = getattr(size, "node", None)
+    if node is None or node.is_nested_int():
+        return size
+    if node.hint is not None:
+        return node.hint
+    env = node.shape_env
+    backed = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
+    return node.pytype(node.expr.xreplace(env.real_tensor_prop_unbacked_vals).xreplace(backed))

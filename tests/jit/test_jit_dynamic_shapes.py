@@ -182,6 +182,27 @@ def test_a_shape_returned_by_a_symbolic_entry_is_a_torch_size(program):
     assert jitcore.cache_misses(jf) == 1
 
 
+@pytest.mark.parametrize("hold", ["slice", "size", "int"])
+def test_a_value_read_after_ops_given_sizes_keeps_them_symbolic(hold):
+    """The probe computing a value read runs the records before it on the call's values: a symbolic
+    size they were given (in a slice, a torch.Size, alone) is its traced value there, not a guard
+    pinning the symbol to it (every length was an entry of its own: Hugging Face models with a mask)."""
+    def f(x, mask):
+        n = x.shape[1]
+        if hold == "slice":
+            y = x[:, : n - 1] * 2
+        elif hold == "size":
+            y = x.view(torch.Size([x.shape[0], n]))[:, 1:] * 2
+        else:
+            y = x.narrow(1, 0, n - 1) * 2
+        return y + 1 if mask.any() else y - 1  # a value read: the probe runs the ops above
+
+    jf = jitcore.jit(f)
+    for n in range(3, 9):
+        run_both(f, jf, torch.randn(2, n), torch.tensor([n % 2 == 0]))
+    assert jitcore.cache_misses(jf) <= 3  # a static entry, then one symbolic entry per branch
+
+
 def test_printed_sizes_show_their_values(capsys):
     def f(x):
         n = x.shape[0]

@@ -113,6 +113,23 @@ def test_forward_with_and_without_padding(make, how):
         _assert_close(_first(got), _first(expected))
 
 
+@pytest.mark.parametrize("make", [_llama, _gpt2, _bert], ids=lambda m: m.__name__[1:])
+def test_sequence_lengths_share_one_symbolic_entry(make):
+    """Padded batches of 5 lengths: the second length makes the length symbolic and every later one
+    hits that entry (each length was an entry of its own: the probe pinned the length while computing
+    the mask's value reads)."""
+    model = _model(make)
+    jitted = jitcore.jit(model)
+    for seed, length in enumerate((5, 7, 9, 11, 13)):
+        ids = _ids(seed, (2, length))
+        mask = torch.ones(2, length, dtype=torch.long)
+        mask[1, length - 2:] = 0
+        with torch.no_grad():
+            expected, got = model(ids, attention_mask=mask), jitted(ids, attention_mask=mask)
+        _assert_close(_first(got), _first(expected))
+    assert jitcore.cache_misses(jitted) == 2
+
+
 def test_encoder_decoder_and_vision_models():
     t5 = _model(_t5)
     jt5 = jitcore.jit(t5)
