@@ -114,6 +114,7 @@ class Provenance:
         self._ragged: dict[Path, frozenset[int]] = {}  # but an NJT's ragged sizes (jit/ragged.py)
         self.bound_layouts: dict[int, tuple] = {}  # id(input proxy) -> its shadow's sizes, strides, offset
         # when bound, in a pass with symbolic sizes (an in-place op may change the shadow later)
+        self._layouts_of: set[int] = set()  # inner tensors whose strides are their wrapper's (of_subclass)
         self._finished = False
         self._predicates = 0  # predicate guards made (Note [Predicate guards])
 
@@ -702,7 +703,7 @@ class Provenance:
         self.guard(path, "type", cls)
         self.guard(path, "flatten", (cls, tuple(names), ctx))
         nested = has_nested_ints(tensor)  # Note [Nested ints], jitcore/langctx/shadows.py
-        spec = TensorSpec.of_nested(tensor) if nested else TensorSpec.of(tensor, with_strides=True)
+        spec = TensorSpec.of_nested(tensor) if nested else TensorSpec.of_subclass(tensor)
         self.guard(path, "tensor", spec)
         if nested:
             self.values.allow_nested_ints()
@@ -712,6 +713,8 @@ class Provenance:
             inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
         finally:
             self._static_only -= 1
+        if spec.layout_from_inner:
+            self._layouts_of.update(id(p) for p in inner.values())
         shadows = {n: p.shadow for n, p in inner.items()}
         size, stride = tensor.shape, tensor.stride()
         if nested:
@@ -751,7 +754,7 @@ class Provenance:
         (Note [Containers reached twice])."""
         layout = self.values.layout
         for path, _proxy, tensor in self.inputs:
-            strides = with_strides or layout.relies_on(_proxy)
+            strides = with_strides or layout.relies_on(_proxy) or id(_proxy) in self._layouts_of
             traced = self.bound_layouts.get(id(_proxy))
             with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
                 self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=strides, traced=traced))

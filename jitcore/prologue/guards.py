@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.langctx.python import members
 from jitcore.prologue.paths import Path, safe_repr
@@ -52,7 +53,9 @@ class TensorSpec:
     A size or stride that is symbolic in the trace is None here: ``shape`` guards check it
     (jitcore/prologue/shape_guards.py). ``outer_from_inner``: a nested jagged tensor's outer sizes,
     strides and offset are not read (they follow from its inner tensors, guarded on their own, and
-    reading them runs its ``__torch_dispatch__``: Note [Nested ints], jitcore/langctx/shadows.py)."""
+    reading them runs its ``__torch_dispatch__``: Note [Nested ints], jitcore/langctx/shadows.py).
+    ``layout_from_inner``: a wrapper whose ``__torch_dispatch__`` answers its strides or storage offset
+    (``dispatch_sizes_strides_policy="strides"``: MaskedTensor) has them not read either (``of_subclass``)."""
 
     type: type
     shape: tuple[int | None, ...]
@@ -62,6 +65,7 @@ class TensorSpec:
     strides: tuple[int | None, ...] | None = None
     storage_offset: int | None = None
     outer_from_inner: bool = False
+    layout_from_inner: bool = False
 
     @classmethod
     def of_nested(cls, t: torch.Tensor) -> TensorSpec:
@@ -69,6 +73,18 @@ class TensorSpec:
         its static sizes, unchecked)."""
         shape = tuple(s if type(s) is int else None for s in t.shape)
         return cls(type(t), shape, t.dtype, t.device, t.requires_grad, outer_from_inner=True)
+
+    @classmethod
+    def of_subclass(cls, t: torch.Tensor) -> TensorSpec:
+        """The spec of a wrapper subclass input: with its layout, unless reading the layout runs the
+        class's ``__torch_dispatch__``, which a cached call must not run (eager runs it only where
+        an op asks). Its answer is then what the class computes from its inner tensors and flatten
+        context, which the caller guards (their strides too) instead."""
+        with _LayoutAsked() as asked:
+            t.stride(), t.storage_offset()
+        if not asked.dispatched:
+            return cls.of(t, with_strides=True)
+        return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad, layout_from_inner=True)
 
     @classmethod
     def of(cls, t: torch.Tensor, *, with_strides: bool, traced: tuple | None = None) -> TensorSpec:
@@ -80,6 +96,17 @@ class TensorSpec:
         strides = tuple(t.stride()) if traced is None else _static(t.stride(), traced[1])
         offset = t.storage_offset() if traced is None or _is_static(traced[2]) else None
         return cls(type(t), shape, t.dtype, t.device, t.requires_grad, strides, offset)
+
+
+class _LayoutAsked(TorchDispatchMode):
+    """Sees whether reading a tensor's layout reaches a ``__torch_dispatch__`` (``aten.sym_stride``)."""
+
+    dispatched = False
+
+    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        self.dispatched = True
+        return func(*args, **(kwargs or {}))
 
 
 def _static(real: tuple, traced: tuple) -> tuple[int | None, ...]:
@@ -404,6 +431,8 @@ def _tensor_describe(where: str, spec: TensorSpec) -> str:
              f"on {spec.device}, requires_grad={spec.requires_grad}")
     if spec.outer_from_inner:
         words += " (its sizes are its inner tensors')"
+    if spec.layout_from_inner:
+        words += " (its layout is its inner tensors')"
     words += f", strides {_dims(spec.strides)}" if spec.strides is not None else ""
     return words + (f", storage offset {spec.storage_offset}" if spec.storage_offset is not None else "")
 
