@@ -12,11 +12,15 @@ autograd and CompositeImplicit decompositions). For each:
 - a call involving a DTensor is declined: torch's C++ DTensor dispatch runs it natively, and the
   local ops and collectives it issues come back to the mode as calls on plain tensors.
 What the mode returns (the shadow of the resulting proxy) is the object C++ continues with.
+A dynamic number given where the aten call takes it unchanged is put back there as its name (Note
+[Numbers through a subclass's dispatch], jitcore/langctx/scalars.py).
 
 Invariants:
 - every shadow maps back to exactly one proxy (``DispatchState``), so step k's output is step k+1's
   input;
 - all recording happens inside the torch-level symbol's scope: the resolution is its subsymbols;
+- a dynamic number reaches a subclass's dispatch as a name only in the parameter it was given for,
+  with the value C++ passed there; one C++ used otherwise is specialized;
 - resolution runs under the traced grad mode, with subclass ``__torch_function__`` disabled (a
   class's own ``__torch_function__`` was interpreted before, see ``resolve_call``).
 """
@@ -38,8 +42,11 @@ from jitcore.dispatch.dtensor import is_natively_dispatched
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol, operator_symbol
+from jitcore.langctx.reads import same_value
+from jitcore.langctx.scalars import dispatched_parameter
 from jitcore.langctx.shadows import data_read_error
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy, subclass_proxy
 from jitcore.proxies.tensor import PlainTensorProxy
@@ -53,6 +60,9 @@ __all__ = [
     "call_torch_dispatch",
     "handle_torch_function",
     "interpret_protocol_code",
+    "dispatched_numbers",
+    "number_leaves",
+    "numbers_reach_dispatch",
     "resolve_call",
     "resolve_operator_or_own",
 ]
@@ -254,13 +264,64 @@ def _overloaded(value: Any) -> bool:
     return isinstance(value, TensorProxy) and type(value) is not PlainTensorProxy
 
 
+def numbers_reach_dispatch(args: tuple, kwargs: dict) -> bool:
+    """Whether dynamic numbers of a call with tensor subclasses may reach a ``__torch_dispatch__`` as
+    names (Note [Numbers through a subclass's dispatch], jitcore/langctx/scalars.py): autograd
+    records nothing (it would keep the value for the backward) and no DTensor's C++ dispatch decides."""
+    leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
+    if torch.is_grad_enabled() and any(isinstance(v, TensorProxy) and v.requires_grad for v in leaves):
+        return False
+    return not any(
+        isinstance(v, SubclassTensorProxy) and is_natively_dispatched(v.python_type) for v in leaves)
+
+
+def dispatched_numbers(symbol: Symbol, args: tuple, kwargs: dict,
+                       given_value: Callable[[NumberProxy], Any]) -> tuple[tuple, dict, dict[int | str, Any]]:
+    """The call's arguments with each dynamic number as ``given_value`` makes it (its value, what
+    relies on it noted), and the numbers (or ``Scalar[]`` lists of them) by the aten parameter they
+    reach the dispatch as (``dispatched_parameter``); any other number is given as well."""
+    numbers: dict[int | str, Any] = {}
+
+    def given(key: int | str, value: Any) -> Any:
+        if not tree_has(value, NumberProxy):
+            return value
+        parameter = dispatched_parameter(symbol, key) if _names(value) else None
+        if parameter is None or parameter in numbers:
+            return optree.tree_map(lambda v: given_value(v) if isinstance(v, NumberProxy) else v, value,
+                                   none_is_leaf=True)
+        numbers[parameter] = value
+        return value.value if isinstance(value, NumberProxy) else type(value)(
+            v.value if isinstance(v, NumberProxy) else v for v in value)
+
+    new_args = tuple(given(i, a) for i, a in enumerate(args))
+    new_kwargs = {k: given(k, v) for k, v in kwargs.items()}
+    return new_args, new_kwargs, numbers
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, NumberProxy) or (
+        type(value) in (list, tuple) and any(isinstance(v, NumberProxy) for v in value))
+
+
+def number_leaves(numbers: dict[int | str, Any]) -> list[NumberProxy]:
+    """The dynamic numbers of ``dispatched_numbers``'s map, those of lists included."""
+    leaves = optree.tree_leaves(list(numbers.values()), none_is_leaf=True)
+    return [v for v in leaves if isinstance(v, NumberProxy)]
+
+
 def _resolve(symbol: Symbol, args: tuple, kwargs: dict, *, record: bool = True) -> Any:
     state = DispatchState.of_current()
+    numbers: dict[int | str, Any] = {}
+    if tree_has((args, kwargs), NumberProxy):
+        args, kwargs, numbers = dispatched_numbers(symbol, args, kwargs, NumberProxy.specialize)
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
     try:
-        mode = ShadowDispatchMode(state, made_variable=makes_variable(symbol.fn))
+        mode = ShadowDispatchMode(state, made_variable=makes_variable(symbol.fn), numbers=numbers)
         with torch._C.DisableTorchFunctionSubclass(), mode:  # noqa: SLF001
             out = symbol.fn(*shadow_args, **shadow_kwargs)
+        for number in number_leaves(numbers):
+            if id(number) not in mode.named:  # C++ used its value some other way
+                number.specialize()
     except RuntimeError as exc:  # C++ code before any dispatch read a shadow's data (tensor_split's indices)
         read = data_read_error(symbol.fn, exc)
         if read is None:
@@ -324,11 +385,56 @@ class ShadowDispatchMode(TorchDispatchMode):
             The grad transform's replay, one mode for many calls, says each call (``calling``).
     """
 
-    def __init__(self, state: DispatchState, *, made_variable: bool = False) -> None:
+    def __init__(self, state: DispatchState, *, made_variable: bool = False,
+                 numbers: dict[int | str, Any] | None = None) -> None:
         super().__init__()
         self.state = state
         self.made_variable = made_variable
         self._returned: Any = None  # the subclass shadow the last call handed back (made_variable only)
+        # dynamic numbers (or lists of them) by the aten parameter (name or position) they were given
+        # for, and the ids of those put back
+        self.numbers = numbers or {}
+        self.named: set[int] = set()
+
+    def _with_numbers(self, func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """``args``/``kwargs`` with each dynamic number put back where C++ passed its value unchanged
+        (Note [Numbers through a subclass's dispatch], jitcore/langctx/scalars.py)."""
+        schema = getattr(func, "_schema", None)
+        if schema is None:
+            return args, kwargs
+        args, kwargs = list(args), dict(kwargs)
+        for i, argument in enumerate(schema.arguments):
+            positional = i < len(args) and not argument.kwarg_only
+            given = self.numbers.get(argument.name, self.numbers.get(i) if positional else None)
+            if given is None:
+                continue
+            value = args[i] if positional else kwargs.get(argument.name, _ABSENT)
+            named = self._named(given, value)
+            if named is None:
+                continue
+            if positional:
+                args[i] = named
+            else:
+                kwargs[argument.name] = named
+        return tuple(args), kwargs
+
+    def _named(self, given: Any, value: Any) -> Any:
+        """``value`` (what C++ passed) with the numbers of ``given`` that it holds unchanged; None: none."""
+        if isinstance(given, NumberProxy):
+            if not same_value(value, given.value):
+                return None
+            self.named.add(id(given))
+            return given
+        if type(value) not in (list, tuple) or len(value) != len(given):
+            return None
+        out = []
+        for g, v in zip(given, value):
+            if isinstance(g, NumberProxy) and same_value(v, g.value):
+                self.named.add(id(g))
+                out.append(g)
+            else:
+                out.append(v)
+        return type(value)(out)
 
     def calling(self, fn: Any) -> None:
         """The torch-level call ``fn`` is the one the next aten calls come from."""
@@ -353,6 +459,8 @@ class ShadowDispatchMode(TorchDispatchMode):
             return func(*args, **kwargs)
         user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
         proxy_args, proxy_kwargs = _map(self.proxy_of, (args, kwargs))
+        if self.numbers:
+            proxy_args, proxy_kwargs = self._with_numbers(func, proxy_args, proxy_kwargs)
         if not user_types and tree_has((proxy_args, proxy_kwargs), SubclassTensorProxy):
             # a mode is not always told the subclasses of the arguments (``aten.lift_fresh``)
             user_types = tuple(
@@ -381,6 +489,9 @@ class ShadowDispatchMode(TorchDispatchMode):
         if self.made_variable:
             self._returned = shadows if isinstance(out, SubclassTensorProxy) else None
         return shadows
+
+
+_ABSENT = object()
 
 
 def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs: dict) -> Any:

@@ -37,7 +37,7 @@ from jitcore.dispatch.dtensor import fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS
-from jitcore.dispatch.resolver import call_on_shadows, resolve_operator_or_own
+from jitcore.dispatch.resolver import call_on_shadows, numbers_reach_dispatch, resolve_operator_or_own
 from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
 from jitcore.interpreter.lookasides import builtin_lookasides
@@ -355,10 +355,14 @@ class Pass:
         if tree_any(args, _real_tensor) or tree_any(kwargs, _real_tensor):
             args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
         if self._has_numbers() and tree_has((args, kwargs), NumberProxy):
-            # a dynamic number stays a name only where torch takes it as a value; torch's dispatcher
-            # needs the values of all of them when a tensor subclass is involved (text: its characters)
+            # a dynamic number stays a name only where torch takes it as a value; with a tensor subclass,
+            # only where it reaches the subclass's dispatch unchanged (text: its characters)
             args, kwargs = specialize_all(args, TextProxy), specialize_all(kwargs, TextProxy)
-            args, kwargs = bind_numbers(symbol, args, kwargs, specialize_every=_subclass_in(args, kwargs))
+            subclass = _subclass_in(args, kwargs)
+            if subclass and not numbers_reach_dispatch(args, kwargs):
+                args, kwargs = specialize_all(args), specialize_all(kwargs)
+            else:
+                args, kwargs = bind_numbers(symbol, args, kwargs, subclass=subclass)
         try:
             try:
                 if (masked := self.reads.masks_under_grad(symbol, args, kwargs)) is not None:

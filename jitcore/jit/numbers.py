@@ -124,8 +124,12 @@ _STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setd
 # ``bisect`` compares its argument with the list's elements: each comparison of a dynamic number is a
 # predicate (``bisect_right(self._milestones, self.last_epoch)`` in SequentialLR).
 # ``sum`` adds its items with ``+``, which a dynamic number records.
-_PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, len, isinstance, issubclass, type,
-                             bisect.bisect_left, bisect.bisect_right, sum})
+# ``dict`` stores its values as ``d[k] = v`` does (``dict(zip(names, args))`` in torch.fx's
+# ``normalize_function``, which a subclass's ``return_and_correct_aliasing`` runs); a number used as a
+# key is hashed, which specializes it; ``tuple.__new__`` makes a named tuple of them (fx's
+# ``ArgsKwargsPair``).
+_PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, tuple.__new__, dict, len,
+                             isinstance, issubclass, type, bisect.bisect_left, bisect.bisect_right, sum})
 
 
 def with_number_lookasides(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:

@@ -58,13 +58,14 @@ class TracedProgram:
         sizes = [n for _path, n in self.size_inputs] + self.read_sizes
         return numbers.symbolic(self.trace, self.prologue, self.number_inputs) + read + sizes
 
-    def specialized(self) -> Specialized:
+    def specialized(self, *, check_reads: bool = True) -> Specialized:
         """The program with every dynamic number a constant of its entry (``numbers.specialize``) and
-        every number read from a tensor checked (jit/value_reads.py); this program is not changed."""
+        every number read from a tensor checked (jit/value_reads.py; ``check_reads=False``: the grad
+        transform checks those it needs, ``kept_reads``); this program is not changed."""
         if self.per_call_numbers:  # a clock read or a random draw: no entry could serve another call
             raise nondeterministic.needed_value(self.per_call_numbers[0][1])  # with its value
         guards, dropped = numbers.specialize(self.trace, self.prologue, self.number_inputs)
-        checks = [check for n, check in self.read_numbers if not n.specialized]
+        checks = [check for n, check in self.read_numbers if not n.specialized] if check_reads else []
         if not dropped and not checks:
             return Specialized(self.trace, guards, dropped)
         trace = dataclasses.replace(
@@ -73,6 +74,10 @@ class TracedProgram:
         if checks:
             trace.imports.setdefault("jitcore", jitcore)
         return Specialized(trace, guards, dropped)
+
+    def kept_reads(self) -> list[tuple[NumberProxy, BoundSymbol]]:
+        """The numbers read with ``item()`` that the program kept as names, each with its check."""
+        return [(n, check) for n, check in self.read_numbers if not n.specialized]
 
     @functools.cached_property
     def unproduced_subclasses(self) -> list[SubclassTensorProxy]:

@@ -16,8 +16,11 @@ number's *type* still matters (an int operand keeps an int tensor int) and is gu
 
 Invariants:
 - anything else a dynamic number reaches — an int parameter (sizes, dims, indices), a list or tuple
-  argument, ``arange``/``range`` (whose Scalars are the output's length), a call with a tensor
-  subclass (torch's dispatcher needs the value) — is specialized by ``bind_numbers``;
+  argument, ``arange``/``range`` (whose Scalars are the output's length) — is specialized by
+  ``bind_numbers``;
+- a number given to a call with a tensor subclass stays a name only where it reaches the
+  subclass's ``__torch_dispatch__`` unchanged (``dispatched_parameter``, Note [Numbers through a
+  subclass's dispatch]); anywhere else torch's dispatcher needs its value and it is specialized;
 - the rule only ever keeps a number symbolic where an aten schema says value; a torch function
   without a same-name aten operation specializes.
 """
@@ -33,9 +36,12 @@ import torch
 from jitcore.ir import Symbol
 from jitcore.proxies.number import NumberProxy, specialize_all
 
-__all__ = ["bind_numbers", "takes_value"]
+__all__ = ["bind_numbers", "dispatched_parameter", "takes_value"]
 
 _VALUE_TYPES = frozenset({"number", "float", "Optional[number]", "Optional[float]"})
+# ``Scalar[]`` (a foreach op's ``scalars``): a list of values, kept as names in an aten overload's call
+# and through a subclass's dispatch (not in a torch function's: a list argument is specialized there)
+_LIST_TYPES = frozenset({"List[number]"})
 # Operations whose Scalars are the length of the output.
 _LENGTH_FROM_SCALARS = frozenset({"arange", "range"})
 _REFLECTED = frozenset({
@@ -62,9 +68,9 @@ def _value_parameters(aten_name: str) -> tuple[frozenset[int], frozenset[str]]:
     return frozenset(positions), frozenset(names)
 
 
-def _collect(schema: Any, positions: set[int], names: set[str]) -> None:
+def _collect(schema: Any, positions: set[int], names: set[str], types: frozenset[str] = _VALUE_TYPES) -> None:
     for i, argument in enumerate(schema.arguments):
-        if str(argument.type) in _VALUE_TYPES:
+        if str(argument.type) in types:
             names.add(argument.name)
             if not argument.kwarg_only:
                 positions.add(i)
@@ -77,6 +83,19 @@ def _overload_parameters(op: Any) -> tuple[frozenset[int], frozenset[str]]:
     name = op._schema.name.split("::", 1)[-1]  # noqa: SLF001
     if name not in _LENGTH_FROM_SCALARS and "quantize" not in name:
         _collect(op._schema, positions, names)  # noqa: SLF001
+        _collect(op._schema, positions, names, _LIST_TYPES)  # noqa: SLF001
+    return frozenset(positions), frozenset(names)
+
+
+@functools.cache
+def _list_parameters(aten_name: str) -> tuple[frozenset[int], frozenset[str]]:
+    """Positions and names typed ``Scalar[]`` in the aten overloads of ``aten_name``."""
+    positions: set[int] = set()
+    names: set[str] = set()
+    packet = getattr(torch.ops.aten, aten_name, None)
+    if isinstance(packet, torch._ops.OpOverloadPacket):  # noqa: SLF001
+        for overload in packet.overloads():
+            _collect(getattr(packet, overload)._schema, positions, names, _LIST_TYPES)
     return frozenset(positions), frozenset(names)
 
 
@@ -105,6 +124,8 @@ def takes_value(symbol: Symbol, key: int | str) -> bool:
     if symbol.langctx == "aten":
         if isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
             positions, names = _overload_parameters(symbol.fn)
+            if _wrapped_number(symbol.fn, key):
+                return True
         else:  # a packet (torch.ops.aten.mul): any of its overloads
             positions, names = _value_parameters(symbol.fn._qualified_op_name.split("::", 1)[-1])  # noqa: SLF001
         return key in positions if isinstance(key, int) else key in names
@@ -121,19 +142,107 @@ def takes_value(symbol: Symbol, key: int | str) -> bool:
     return key in positions
 
 
+def _wrapped_number(op: Any, key: int | str) -> bool:
+    """Whether argument ``key`` of the aten overload ``op`` is a ``Tensor`` parameter that another
+    overload of the same name types as a value (``aten.div.Tensor(x, 2.0)``: what a subclass's
+    ``__torch_dispatch__`` receives for ``x / 2.0``, the number as a wrapped scalar, whose value never
+    changes the output's metadata)."""
+    arguments = op._schema.arguments  # noqa: SLF001
+    if isinstance(key, int):
+        if key >= len(arguments) or arguments[key].kwarg_only:
+            return False
+        argument = arguments[key]
+    else:
+        argument = next((a for a in arguments if a.name == key), None)
+        if argument is None:
+            return False
+    if str(argument.type) != "Tensor":
+        return False
+    _positions, names = _value_parameters(op._schema.name.split("::", 1)[-1])  # noqa: SLF001
+    return argument.name in names
+
+
+# Note [Numbers through a subclass's dispatch]
+# A call with a tensor subclass is replayed natively on shadows (jitcore/dispatch/resolver.py): torch's
+# C++ takes the numbers as values, and hands the subclass's ``__torch_dispatch__`` an aten call. A
+# number given where the torch function takes a value (``exp_avg_sq.sqrt() / bias_correction2_sqrt``
+# in Adam's step on a TwoTensor parameter, ``p.addcdiv_(m, d, value=-step_size)``, a foreach op's
+# ``Scalar[]`` list) reaches that aten call unchanged when the torch function is C code (not Python
+# that may branch on the value), no C++ decomposition runs before the dispatch (no
+# ``CompositeImplicitAutograd`` kernel of that name) and autograd records nothing (no input requires
+# grad under grad mode). The resolver puts the name back into the aten call's parameter of that name
+# or position, where it holds that very value (``ShadowDispatchMode``), so the subclass passes the
+# name on to its inner tensors' ops and the trace is correct for every value. A number the aten call
+# does not hold there was used by C++ some other way and is specialized.
+def dispatched_parameter(symbol: Symbol, key: int | str) -> int | str | None:
+    """The aten parameter (a name, or the position of a positional argument of a torch C function)
+    as which argument ``key`` of a call of ``symbol`` with a tensor subclass reaches the subclass's
+    ``__torch_dispatch__`` unchanged (a number, or a ``Scalar[]`` list of them); None where it may not
+    (Note [Numbers through a subclass's dispatch])."""
+    if symbol.langctx not in ("torch", "aten") or symbol.name in _REFLECTED or symbol.name.startswith("__"):
+        return None
+    if not takes_value(symbol, key) and not (
+            symbol.langctx == "torch" and key in _list_parameters(symbol.name)[isinstance(key, str)]):
+        return None
+    if symbol.langctx == "aten":
+        if not isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
+            return None
+        name = symbol.fn._schema.name.split("::", 1)[-1]  # noqa: SLF001
+        if _decomposed_before_dispatch(name):
+            return None
+        if isinstance(key, str):
+            return key
+        arguments = symbol.fn._schema.arguments  # noqa: SLF001
+        return arguments[key].name if key < len(arguments) else None
+    if _decomposed_before_dispatch(symbol.name):
+        return None
+    if _python_parameter_names(symbol.fn) is not None:
+        return None  # Python code (``F.dropout``) may branch on the value before any dispatch
+    return key  # a name, or a position: torch's C bindings take aten's parameters in aten's order
+
+
+@functools.cache
+def _decomposed_before_dispatch(aten_name: str) -> bool:
+    """Whether an aten operation of this name is missing or has a ``CompositeImplicitAutograd``
+    kernel in some overload (C++ decomposes it before any ``__torch_dispatch__`` sees it)."""
+    packet = getattr(torch.ops.aten, aten_name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):  # noqa: SLF001
+        return True
+    for overload in packet.overloads():
+        if not any("Tensor" in str(r.type) for r in getattr(packet, overload)._schema.returns):
+            continue  # TorchScript's scalar arithmetic (aten::div.int), not in the dispatcher
+        qualified = f"aten::{aten_name}" + ("" if overload == "default" else f".{overload}")
+        try:
+            if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CompositeImplicitAutograd"):  # noqa: SLF001
+                return True
+        except RuntimeError:  # a TorchScript operator the dispatcher does not hold (aten::as_tensor.bool)
+            continue
+    return False
+
+
 def bind_numbers(
-    symbol: Symbol, args: tuple, kwargs: dict, *, specialize_every: bool = False
+    symbol: Symbol, args: tuple, kwargs: dict, *, subclass: bool = False
 ) -> tuple[tuple, dict]:
     """``args``/``kwargs`` of a symbol call with every NumberProxy that may not stay symbolic
-    replaced by its specialized value (``specialize_every``: all of them, e.g. for a subclass call)."""
-    if specialize_every:
-        return specialize_all(args), specialize_all(kwargs)
-    new_args = tuple(
-        a if isinstance(a, NumberProxy) and takes_value(symbol, i) else specialize_all(a)
-        for i, a in enumerate(args)
-    )
-    new_kwargs = {
-        k: v if isinstance(v, NumberProxy) and takes_value(symbol, k) else specialize_all(v)
-        for k, v in kwargs.items()
-    }
+    replaced by its specialized value (``subclass``: a call with a tensor subclass, whose numbers stay
+    only where they reach its dispatch unchanged, Note [Numbers through a subclass's dispatch])."""
+    def keeps(key: int | str, value: Any) -> bool:
+        if not _names(value):
+            return False
+        if subclass:
+            return dispatched_parameter(symbol, key) is not None
+        # a list only to an aten overload (whose schema says ``Scalar[]``), not to a torch function
+        return takes_value(symbol, key) and (
+            isinstance(value, NumberProxy) or isinstance(symbol.fn, torch._ops.OpOverload))  # noqa: SLF001
+
+    new_args = tuple(a if keeps(i, a) else specialize_all(a) for i, a in enumerate(args))
+    new_kwargs = {k: v if keeps(k, v) else specialize_all(v) for k, v in kwargs.items()}
     return new_args, new_kwargs
+
+
+def _names(value: Any) -> bool:
+    """A number, or a list or tuple of numbers holding one (a ``Scalar[]`` argument)."""
+    if isinstance(value, NumberProxy):
+        return True
+    return type(value) in (list, tuple) and any(isinstance(v, NumberProxy) for v in value) \
+        and all(isinstance(v, (NumberProxy, int, float)) for v in value)

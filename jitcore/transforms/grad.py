@@ -53,6 +53,7 @@ from jitcore.proxies.protocol import unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.backward_checks import resolve_backward_call
 from jitcore.transforms.recording import recording
+from jitcore.transforms.replayed_numbers import ReplayedNumbers
 from jitcore.transforms.replayed_reads import ReplayedReads
 from jitcore.transforms.saving import split_saved
 from jitcore.transforms.tangents import TangentKind, kind_of_output, tangent_shadow
@@ -233,14 +234,19 @@ def _requires_grad(value: Any) -> bool:
 class _Replay:
     """The state of one replay: pass-1 proxies -> proxies of the forward trace."""
 
-    def __init__(self, trace: Trace, subclass_inputs: SubclassInputs) -> None:
+    def __init__(self, trace: Trace, subclass_inputs: SubclassInputs,
+                 reads: Sequence[tuple[NumberProxy, BoundSymbol]] = ()) -> None:
         self.source = trace
+        self.numbers = ReplayedNumbers(reads)  # t.item() results kept as names (replayed_numbers.py)
+        self.mode: Any = None  # the recording mode, while the forward is replayed
         self.subclass_inputs = [proxy for proxy, _requires_grad in subclass_inputs]
         self.subclass_grad = {id(proxy): requires_grad for proxy, requires_grad in subclass_inputs}
         header = [
             line.replace("pass 1 (interpretation)", "forward (grad transform)") for line in trace.header
         ]
-        self.forward = Trace(name="forward", header=header, imports={"torch": torch, "jitcore": jitcore})
+        # pass 1's imports too: records copied as they are (a read number's arithmetic: ``operator``)
+        self.forward = Trace(name="forward", header=header,
+                             imports={**trace.imports, "torch": torch, "jitcore": jitcore})
         # the forward's records carry the user stack of the pass-1 op being replayed, so an error
         # raised while the forward runs is reported at the user's line
         self.replaying: BoundSymbol | None = None
@@ -320,7 +326,9 @@ class _Replay:
         if isinstance(value, GeneratorProxy):
             return value  # made by the forward's own records, as in pass 1
         if isinstance(value, NumberProxy):
-            return value.value  # the entry's dynamic numbers were specialized before the replay
+            # the entry's dynamic numbers were specialized before the replay; reads stay names where
+            # they can (replayed_numbers.py)
+            return self.numbers.lookup(value)
         if isinstance(value, Proxy):
             found = self.env.get(id(value))
             if found is None and isinstance(value, SubclassTensorProxy):
@@ -345,10 +353,12 @@ class _Replay:
 
     def _run_forward(self) -> None:
         with recording(self.context) as mode:
+            self.mode = mode
             for bsym in self.source.bound_symbols:
                 if "bookkeeping" in bsym.symbol.tags:
                     continue
-                if "check" in bsym.symbol.tags or "data_dependent" in bsym.symbol.tags:
+                if "check" in bsym.symbol.tags or "data_dependent" in bsym.symbol.tags \
+                        or self.numbers.is_arithmetic(bsym):
                     self._copy_record(bsym)  # value reads (jitcore/langctx/reads.py): run as recorded
                     continue
                 if tree_has((bsym.args, bsym.kwargs, bsym.output), GeneratorProxy):
@@ -358,6 +368,7 @@ class _Replay:
                     self.forward.bound_symbols.append(bsym)  # run at this point on every call, as eagerly
                 mode.calling(bsym.symbol.fn)  # Note [The detach of a variable factory]
                 self._replay(bsym)
+            self.forward.bound_symbols.extend(self.numbers.checks())
 
     def _copy_draw(self, bsym: BoundSymbol) -> None:
         """A generator's creation, seeding or a draw from it (jitcore/langctx/generators.py): run as
@@ -398,14 +409,15 @@ class _Replay:
         args, kwargs = _tree_map(lambda v: _shadow(self.lookup(v)), (bsym.args, bsym.kwargs))
         self.replaying = bsym
         try:
-            with self.reads.replaying(bsym):
+            numbers = self.numbers.passing(self.mode, bsym.symbol, args, kwargs)
+            with self.reads.replaying(bsym), numbers as call:
                 if "autograd_function" in bsym.symbol.tags:
                     # the user's forward runs natively here, with __torch_function__ on as eagerly
                     # (a quantized weight's ``.to(dtype)`` dequantizes in its __torch_function__)
                     with torch._C._EnableTorchFunction():  # noqa: SLF001
-                        out = bsym.symbol.fn(*args, **kwargs)
+                        out = bsym.symbol.fn(*call[0], **call[1])
                 else:
-                    out = bsym.symbol.fn(*args, **kwargs)
+                    out = bsym.symbol.fn(*call[0], **call[1])
         finally:
             self.replaying = None
         self._note_nodes(out, bsym.source)
@@ -456,7 +468,8 @@ def _tree_map(fn: Any, tree: Any) -> Any:
 
 
 def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
-                   unproduced: Sequence[SubclassTensorProxy]) -> GradTraces:
+                   unproduced: Sequence[SubclassTensorProxy],
+                   reads: Sequence[tuple[NumberProxy, BoundSymbol]] = ()) -> GradTraces:
     """Split ``trace`` (pass 1, torch level) into a forward and a backward trace over plain tensors.
 
     Args:
@@ -465,6 +478,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
             computation's trailing inputs, numbered so in ``GradTraces.grad_inputs``.
         unproduced: ``unproduced_subclasses(trace)`` (``TracedProgram.unproduced_subclasses``: pass 1
             walked once per program): rebuilt by the replay before it runs.
+        reads: the numbers pass 1 read with ``item()`` and kept as names, each with its check: names in
+            the forward where autograd records nothing of them, checked otherwise (replayed_numbers.py).
 
     Returns:
         The forward and backward traces and what the runtime needs to connect them to autograd.
@@ -473,7 +488,7 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
         Exception: what torch's autograd raises for this program (e.g. an in-place op on a leaf
             that requires grad), as eager would raise it.
     """
-    replay = _Replay(trace, subclass_inputs)
+    replay = _Replay(trace, subclass_inputs, reads)
     replay.bind_inputs(unproduced)
     replay.run_forward()
     leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)

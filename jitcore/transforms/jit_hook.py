@@ -122,10 +122,11 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     guards = () if sharing is None else (sharing,)
     if sharing is not None and _shares(sharing) and runs_pass_1:
         return GradStage(None, guards)  # Note [Inputs sharing storage under autograd]
-    specialized = program.specialized()  # autograd records aten ops on values
+    # autograd records aten ops on values; numbers read with item() stay names where it records nothing
+    specialized = program.specialized(check_reads=False)
     trace = specialized.trace
     guards = (*specialized.guards, *guards)
-    grad = grad_transform(trace, flags, program.unproduced_subclasses)
+    grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads())
     layouts = [
         (path, tuple(arg.shadow.stride()), arg.shadow.storage_offset())
         for arg, path in zip(trace.args, prologue.inputs)  # tensor inputs come first
