@@ -43,7 +43,7 @@ from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol, operator_symbol
 from jitcore.langctx.reads import same_value
-from jitcore.langctx.scalars import dispatched_parameter
+from jitcore.langctx.scalars import aten_name, dispatched_parameter
 from jitcore.langctx.shadows import data_read_error
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
@@ -316,7 +316,8 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict, *, record: bool = True) 
         args, kwargs, numbers = dispatched_numbers(symbol, args, kwargs, NumberProxy.specialize)
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
     try:
-        mode = ShadowDispatchMode(state, made_variable=makes_variable(symbol.fn), numbers=numbers)
+        mode = ShadowDispatchMode(state, made_variable=makes_variable(symbol.fn), numbers=numbers,
+                                  numbers_of=aten_name(symbol))
         with torch._C.DisableTorchFunctionSubclass(), mode:  # noqa: SLF001
             out = symbol.fn(*shadow_args, **shadow_kwargs)
         for number in number_leaves(numbers):
@@ -386,22 +387,23 @@ class ShadowDispatchMode(TorchDispatchMode):
     """
 
     def __init__(self, state: DispatchState, *, made_variable: bool = False,
-                 numbers: dict[int | str, Any] | None = None) -> None:
+                 numbers: dict[int | str, Any] | None = None, numbers_of: str = "") -> None:
         super().__init__()
         self.state = state
         self.made_variable = made_variable
         self._returned: Any = None  # the subclass shadow the last call handed back (made_variable only)
         # dynamic numbers (or lists of them) by the aten parameter (name or position) they were given
-        # for, and the ids of those put back
+        # for, in calls of the aten operation named ``numbers_of``, and the ids of those put back
         self.numbers = numbers or {}
+        self.numbers_of = numbers_of
         self.named: set[int] = set()
 
     def _with_numbers(self, func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """``args``/``kwargs`` with each dynamic number put back where C++ passed its value unchanged
         (Note [Numbers through a subclass's dispatch], jitcore/langctx/scalars.py)."""
         schema = getattr(func, "_schema", None)
-        if schema is None:
-            return args, kwargs
+        if schema is None or schema.name.split("::", 1)[-1] != self.numbers_of:
+            return args, kwargs  # another op C++ called on the way (its scalars are its own)
         args, kwargs = list(args), dict(kwargs)
         for i, argument in enumerate(schema.arguments):
             positional = i < len(args) and not argument.kwarg_only

@@ -36,7 +36,7 @@ import torch
 from jitcore.ir import Symbol
 from jitcore.proxies.number import NumberProxy, specialize_all
 
-__all__ = ["bind_numbers", "dispatched_parameter", "takes_value"]
+__all__ = ["aten_name", "bind_numbers", "dispatched_parameter", "takes_value"]
 
 _VALUE_TYPES = frozenset({"number", "float", "Optional[number]", "Optional[float]"})
 # ``Scalar[]`` (a foreach op's ``scalars``): a list of values, kept as names in an aten overload's call
@@ -199,6 +199,14 @@ def dispatched_parameter(symbol: Symbol, key: int | str) -> int | str | None:
     if _python_parameter_names(symbol.fn) is not None:
         return None  # Python code (``F.dropout``) may branch on the value before any dispatch
     return key  # a name, or a position: torch's C bindings take aten's parameters in aten's order
+
+
+def aten_name(symbol: Symbol) -> str:
+    """The name of the aten operation a call of ``symbol`` reaches a ``__torch_dispatch__`` as (a torch
+    function's own name where ``dispatched_parameter`` keeps a number: ``div``, ``addcdiv_``)."""
+    if isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
+        return symbol.fn._schema.name.split("::", 1)[-1]  # noqa: SLF001
+    return symbol.name
 
 
 @functools.cache

@@ -31,6 +31,7 @@ import torch
 
 from jitcore.dispatch.resolver import dispatched_numbers, number_leaves
 from jitcore.ir import BoundSymbol, Symbol, tree_has
+from jitcore.langctx.scalars import aten_name
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 
@@ -82,15 +83,15 @@ class ReplayedNumbers:
             yield optree.tree_map(self._value, (args, kwargs), none_is_leaf=True)
             return
         args, kwargs, named = dispatched_numbers(symbol, args, kwargs, self.needs)
-        saved = mode.numbers, mode.named
-        mode.numbers, mode.named = named, set()
+        saved = mode.numbers, mode.named, mode.numbers_of
+        mode.numbers, mode.named, mode.numbers_of = named, set(), aten_name(symbol)
         try:
             yield args, kwargs
             for number in number_leaves(named):
                 if id(number) not in mode.named:  # C++ used its value some other way
                     self.needs(number)
         finally:
-            mode.numbers, mode.named = saved
+            mode.numbers, mode.named, mode.numbers_of = saved
 
     def _value(self, value: Any) -> Any:
         return self.needs(value) if isinstance(value, NumberProxy) else value
