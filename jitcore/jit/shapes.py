@@ -368,9 +368,15 @@ class _SizeRewriter:
         for condition in ready:
             symbols = sorted(condition.free_symbols, key=str)
             text = PythonPrinter().doprint(condition)
-            check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
-            site = ReadSite(f"the size condition {text}", self._source)
             operands = [self._symbols[s] for s in symbols]
+            try:  # its Python form must hold for the traced sizes, as torch decided
+                check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
+                holds = check(*(n.value for n in operands)) is True
+            except Exception as exc:  # noqa: BLE001 - a form Python cannot evaluate
+                raise StaticShapes(f"the size condition {condition} has no Python form: {exc}") from None
+            if not holds:
+                raise StaticShapes(f"the size condition {text} does not hold for the traced sizes")
+            site = ReadSite(f"the size condition {text}", self._source)
             records.append(BoundSymbol(READ, (site, True, check, *operands), {}, None, (), self._source))
         return records
 
