@@ -36,6 +36,7 @@ from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstanc
 from jitcore.interpreter.lookasides import super_arguments, type_
 from jitcore.ir import Proxy, current_context, tracing
 from jitcore.langctx.aten import aten_symbol
+from jitcore.proxies.number import SYMBOLIC_NUMBERS, symbolic_number_class
 from jitcore.proxies.protocol import eager_only_reason
 from jitcore.proxies.subclass import SubclassTensorProxy, missing_slot, subclass_proxy
 from jitcore.proxies.tensor import TensorProxy, jagged_outer
@@ -85,24 +86,12 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
 # (``SymNode.pytype``: int, float or bool) to ``type()`` and ``isinstance`` (which also
 # still answers True for ``torch.SymInt``, so torch's own code keeps its symbolic path). A nested
 # jagged tensor's ragged size is a SymInt eagerly too, and stays one.
-_SYMBOLIC_NUMBERS = frozenset({torch.SymInt, torch.SymFloat, torch.SymBool})
-
-
-def _stands_for(obj: Any) -> type | None:
-    """The Python number class a symbolic number stands for; None for anything else."""
-    if builtins.type(obj) in _SYMBOLIC_NUMBERS:
-        node = getattr(obj, "node", None)  # a C++ node (an eager nested int) has none
-        if node is not None and not node.is_nested_int():
-            return node.pytype
-    return None
-
-
 def type_of(*args: Any) -> Any:
     """``type(x)``: the class a proxy or a symbolic number stands for; otherwise the builtin ``type``."""
     if len(args) == 1:
         if isinstance(args[0], (Proxy, TextProxy)):
             return args[0].python_type
-        if (number := _stands_for(args[0])) is not None:
+        if (number := symbolic_number_class(args[0])) is not None:
             return number
     return type_(*args)
 
@@ -112,7 +101,7 @@ def len_of(obj: Any) -> Any:
     is then a condition on the size, not its value: Note [Symbolic sizes are ints to the program])."""
     if isinstance(obj, TensorProxy) and obj.ndim:
         first = obj.shape[0]
-        if _stands_for(first) is int:
+        if symbolic_number_class(first) is int:
             return first
     return builtins.len(obj)
 
@@ -122,12 +111,12 @@ def python_type(obj: Any) -> type:
     if isinstance(obj, (Proxy, TextProxy)):
         return obj.python_type
     t = builtins.type(obj)
-    return (_stands_for(obj) or t) if t in _SYMBOLIC_NUMBERS else t
+    return (symbolic_number_class(obj) or t) if t in SYMBOLIC_NUMBERS else t
 
 
 def isinstance_of(obj: Any, cls: Any) -> bool:
     """``isinstance`` answering for proxies and symbolic numbers with the class they stand for."""
-    if (number := _stands_for(obj)) is not None:  # Note [Symbolic sizes are ints to the program]
+    if (number := symbolic_number_class(obj)) is not None:  # Note [Symbolic sizes are ints to the program]
         try:
             return issubclass(number, cls) or _interpreted_isinstance(obj, cls)
         except TypeError:  # not a class: isinstance's own error

@@ -39,6 +39,7 @@ from jitcore.executors.float_reads import is_float_number
 from jitcore.executors.interface import Region
 from jitcore.ir import Proxy
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import traced_symbol_values
 
 __all__ = ["CompileInputs", "compile_inputs", "is_symbolic_size"]
 
@@ -132,14 +133,6 @@ def compile_inputs(region: Region, shapes: Sequence[Any] | None = None) -> Compi
     return CompileInputs(fake_mode, examples, tuple(floats), bool(symbols.fresh))
 
 
-def _traced_values(env: Any) -> dict[sympy.Symbol, Any]:
-    """The value each symbol of ``env`` had in the traced call (``var_to_val`` before torch 2.12); a
-    size that values decided (an unbacked symbol, Note [Sizes that values decide] in jit/shapes.py)
-    has the one the pass gave it."""
-    backed = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
-    return {**getattr(env, "real_tensor_prop_unbacked_vals", {}), **backed}
-
-
 class _Symbols:
     """The trace's size symbols and int inputs as symbols of a fresh ShapeEnv."""
 
@@ -151,7 +144,7 @@ class _Symbols:
             if isinstance(proxy, TensorProxy):
                 for n in (*proxy.shadow.shape, *proxy.shadow.stride()):
                     if is_symbolic_size(n):
-                        self.hints.update(_traced_values(n.node.shape_env))
+                        self.hints.update(traced_symbol_values(n.node.shape_env))
         self.by_name = {str(s): s for s in self.hints}
         if shapes is not None:  # a variant: every symbol is a whole size somewhere (check_bound)
             self.hints = {}

@@ -30,7 +30,7 @@ from jitcore.ir import BoundSymbol, Proxy, Trace
 from jitcore.langctx.shadows import WRITES_NO_DATA, may_write_inputs
 from jitcore.langctx.thread_state import ThreadState
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, traced_value
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["Probe", "may_write", "runs_subsymbols"]
@@ -255,30 +255,17 @@ def _restored_thread_state() -> Iterator[None]:
         _set_rng_state(rng)
 
 
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
-_SIZE_HOLDERS = frozenset({*_SYMBOLIC, torch.Size, slice})  # leaves to optree that may hold sizes
+_SIZE_HOLDERS = frozenset({*SYMBOLIC_NUMBERS, torch.Size, slice})  # leaves to optree that may hold sizes
 
 
 def _traced_sizes(leaf: Any) -> Any:
     """A symbolic size, or a ``torch.Size`` or ``slice`` (``x[:, :n]``) holding some, with the traced
-    call's values (``_traced_number``)."""
+    call's values, without a guard: the probe computes this call's values, which the sizes' symbols
+    cover for every call (``int()`` would pin a symbol to this call's value)."""
     if type(leaf) is slice:
-        bounds = (leaf.start, leaf.stop, leaf.step)
-        return slice(*(_traced_number(v) if type(v) in _SYMBOLIC else v for v in bounds))
+        return slice(traced_value(leaf.start), traced_value(leaf.stop), traced_value(leaf.step))
     if type(leaf) is torch.Size:
-        return torch.Size([_traced_number(n) if type(n) in _SYMBOLIC else n for n in leaf])
-    return _traced_number(leaf)
+        return torch.Size([traced_value(n) for n in leaf])
+    return traced_value(leaf)
 
 
-def _traced_number(size: Any) -> Any:
-    """The traced call's value of a symbolic size a record was given (``view(2, s0)``), without a guard:
-    the probe computes this call's values, which the size's symbol covers for every call (converting it
-    with ``int()`` would pin the symbol to this call's value). A nested int is the real op's own."""
-    node = getattr(size, "node", None)
-    if node is None or node.is_nested_int():
-        return size
-    if node.hint is not None:
-        return node.hint
-    env = node.shape_env
-    backed = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
-    return node.pytype(node.expr.xreplace(env.real_tensor_prop_unbacked_vals).xreplace(backed))

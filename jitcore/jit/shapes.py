@@ -47,7 +47,7 @@ from jitcore.jit.ragged import is_nested_symbol
 from jitcore.langctx.reads import READ, SHAPE_OF, SIZE_OF, ReadSite, ValueCheckFailed
 from jitcore.prologue import Guard, Path
 from jitcore.prologue.shape_guards import ShapeCondition
-from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy
 from jitcore.proxies.protocol import has_nested_ints
 
 __all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "is_symbolic", "mark_dynamic"]
@@ -146,10 +146,7 @@ class ShapePolicy:
                 or not site.what.startswith(SHAPE_OF) or len(expected) != len(got):
             return
         for part, (before, now) in enumerate(zip(expected, got)):  # the sizes of each output
-            changed = frozenset(i for i, (a, b) in enumerate(zip(before, now)) if a is not None and a != b)
-            if changed and len(before) == len(now):
-                key = (site.key, part)
-                self._read_dims[key] = self._read_dims.get(key, frozenset()) | changed
+            self._note_changed((site.key, part), before, now)
 
     def read_dims(self, site: ReadSite, part: int, shape: tuple[int, ...]) -> frozenset[int]:
         """The dimensions of output ``part`` of the value-shaped op checked at ``site`` that are symbols
@@ -159,11 +156,15 @@ class ShapePolicy:
             return frozenset()
         key = (site.key, part)
         before, self._read_seen[key] = self._read_seen.get(key), shape
-        if before is not None and len(before) == len(shape):
-            changed = frozenset(i for i, (a, b) in enumerate(zip(before, shape)) if a != b)
-            if changed:
-                self._read_dims[key] = self._read_dims.get(key, frozenset()) | changed
+        if before is not None:
+            self._note_changed(key, before, shape)
         return self._read_dims.get(key, frozenset())
+
+    def _note_changed(self, key: tuple, before: tuple, now: tuple) -> None:
+        """The dimensions of a value-shaped output whose sizes differ (None: not compared) are symbols."""
+        changed = frozenset(i for i, (a, b) in enumerate(zip(before, now)) if a is not None and a != b)
+        if changed and len(before) == len(now):
+            self._read_dims[key] = self._read_dims.get(key, frozenset()) | changed
 
     def refuse_reads(self, reason: str) -> None:
         """Value-shaped outputs keep static sizes from now on (the symbolic pass could not use them)."""
@@ -236,15 +237,12 @@ def finish(program: Any, provenance: Any, values: Any,
                         for symbol, (proxy, dim, _size) in read_sizes.items()]
 
 
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-
 def _holds_sizes(tree: Any) -> bool:
     """Whether a symbolic size is reachable from ``tree`` (containers and objects' attributes)."""
     stack, seen = [tree], set()
     while stack:
         value = stack.pop()
-        if isinstance(value, _SYMBOLIC):
+        if isinstance(value, SYMBOLIC_NUMBERS):
             return True
         if id(value) in seen or isinstance(value, (torch.Tensor, type, str, bytes, int, float)):
             continue

@@ -32,7 +32,7 @@ import torch
 from jitcore.interpreter import current_run
 from jitcore.interpreter.protocols import to_format, to_repr, to_str
 from jitcore.ir import tree_has
-from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, symbolic_number_class
 from jitcore.proxies.text import CONVERTERS, Field, TextProxy
 
 __all__ = ["format_field", "format_lookasides", "format_percent", "specialized_sizes"]
@@ -48,19 +48,14 @@ _CODES = {None: 0, "s": 1, "r": 2, "a": 3}  # a str.format conversion letter -> 
 # the program needs: the size is specialized (``int(n)``: a ShapeEnv guard, checked by the prologue,
 # as torch.compile does), and the text is made from the int. A nested jagged tensor's ragged size
 # (``j0``) prints as ``j0`` eagerly too and is left as it is.
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
-_CONCRETE = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
 
 
 def specialized_sizes(value: Any) -> Any:
     """``value`` with each symbolic size in it (alone, or in a ``torch.Size``/tuple/list, nested) made
     the number it stands for, guarded (Note [Sizes made into text]); ``value`` itself where it holds
     none."""
-    if type(value) in _CONCRETE:
-        node = getattr(value, "node", None)  # a C++ node (an eager nested int) has none
-        if node is None or node.is_nested_int():
-            return value
-        return _CONCRETE[type(value)](value)
+    if (number := symbolic_number_class(value)) is not None:
+        return number(value)
     if type(value) in (tuple, list, torch.Size):
         items = [specialized_sizes(v) for v in value]
         if all(a is b for a, b in zip(items, value)):
@@ -134,7 +129,7 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
 
     return {format: format_, str.format: str_format, str: converter(str, 1), repr: converter(repr, 2),
             NumberProxy.__format__: lambda n, spec: TextProxy.field(n, 0, spec),  # Tensor.__format__'s
-            **{kind.__repr__: size_repr for kind in _SYMBOLIC}}
+            **{kind.__repr__: size_repr for kind in SYMBOLIC_NUMBERS}}
 
 
 def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | None:

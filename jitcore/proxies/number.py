@@ -31,9 +31,14 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from jitcore.ir import Proxy
 
-__all__ = ["NumberProxy", "formula", "operations", "records_arithmetic", "specialize_all"]
+__all__ = [
+    "SYMBOLIC_NUMBERS", "NumberProxy", "formula", "operations", "records_arithmetic", "specialize_all",
+    "symbolic_number_class", "traced_symbol_values", "traced_value",
+]
 
 
 class NumberProxy(Proxy):
@@ -311,3 +316,37 @@ def specialize_all(tree: Any, kinds: type | tuple[type, ...] = NumberProxy) -> A
         items = {k: specialize_all(v, kinds) for k, v in tree.items()}
         return tree if all(items[k] is v for k, v in tree.items()) else items
     return tree
+
+
+# The numbers of a ShapeEnv that a pass with symbolic sizes hands the program where eager has an int,
+# float or bool (``x.shape[0]``: jitcore/jit/shapes.py).
+SYMBOLIC_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def symbolic_number_class(value: Any) -> type | None:
+    """The class a symbolic number stands for (int, float or bool); None for any other value, and for a
+    nested jagged tensor's ragged size or another SymInt with a C++ node (eager has those too)."""
+    if type(value) not in SYMBOLIC_NUMBERS:
+        return None
+    node = getattr(value, "node", None)
+    return None if node is None or node.is_nested_int() else node.pytype
+
+
+def traced_symbol_values(env: Any) -> dict[Any, Any]:
+    """The value each symbol of the ShapeEnv ``env`` had in the traced call (``var_to_val`` before torch
+    2.12); a size that values decided (unbacked, Note [Sizes that values decide] in jitcore/jit/shapes.py)
+    has the one the pass gave it."""
+    backed = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
+    return {**env.real_tensor_prop_unbacked_vals, **backed}
+
+
+def traced_value(number: Any) -> Any:
+    """The traced call's value of a symbolic number, without a guard; any other value (a nested int
+    included) as it is."""
+    kind = symbolic_number_class(number)
+    if kind is None:
+        return number
+    node = number.node
+    if node.hint is not None:
+        return node.hint
+    return kind(node.expr.xreplace(traced_symbol_values(node.shape_env)))
