@@ -62,7 +62,7 @@ from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
 from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
-from jitcore.langctx.thread_state import SET_GRAD_ENABLED, restored_on_refusal
+from jitcore.langctx.thread_state import STATE_CHANGE_SYMBOLS, STATE_FUNCTION_SYMBOLS, restored_on_refusal
 from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
 from jitcore.numpy import new_bridge as new_numpy_bridge
 from jitcore.prologue import Path, PrologueBuilder, Root
@@ -281,7 +281,7 @@ class Pass:
                 **dict_read_lookasides(self._load_subscr, self._native_arguments, self.provenance),
                 **environ_lookasides(self.provenance.guard),  # os.environ reads guarded: jit/environment.py
                 **self.files.lookasides(), **self.logs.lookasides(), **self.per_call.lookasides(),
-                **{fn: self._state_change(fn, symbol) for fn, symbol in _STATE_FUNCTION_SYMBOLS.items()},
+                **{fn: self._state_change(fn, symbol) for fn, symbol in STATE_FUNCTION_SYMBOLS.items()},
             }),
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
@@ -450,8 +450,8 @@ class Pass:
         if (writes := written_keys(fn, args, kwargs)) is not None:  # Note [Writes of the same object]
             self.snapshots.note_write(*writes)
         if isinstance(fn, (types.BuiltinFunctionType, type)):
-            symbol = _STATE_SYMBOLS.get(fn)
-            if symbol is not None:  # Note [State changes inside the traced function]
+            symbol = STATE_CHANGE_SYMBOLS.get(fn)
+            if symbol is not None:  # Note [State changes inside the traced function], langctx/thread_state.py
                 return self._state_change(fn, symbol)(*args, **kwargs)
             if fn in MODE_STACK_FUNCTIONS:  # the program's modes (jitcore/dispatch/modes.py)
                 return MODE_STACK_FUNCTIONS[fn](*args, **kwargs)
@@ -640,35 +640,6 @@ def _deep_recursion() -> Any:
     finally:
         if previous < _TRACING_RECURSION_LIMIT:
             sys.setrecursionlimit(previous)
-
-
-# Note [State changes inside the traced function]: torch keeps grad mode and autocast settings per
-# thread, and ``with torch.no_grad():`` (or ``torch.autocast``) inside the function changes them
-# through these builtins. They run while tracing, so the rest of the trace is computed in the new
-# state, and are recorded, so that the computation changes the state at the same points on every
-# call (otherwise ``y = x * 2`` under ``no_grad`` would require grad on cached calls).
-_STATE_CHANGES = {
-    torch._C._set_grad_enabled: "torch._C._set_grad_enabled",  # noqa: SLF001
-    torch.set_autocast_enabled: "torch.set_autocast_enabled",
-    torch.set_autocast_dtype: "torch.set_autocast_dtype",
-    torch.autocast_increment_nesting: "torch.autocast_increment_nesting",
-    torch.autocast_decrement_nesting: "torch.autocast_decrement_nesting",
-    torch.set_autocast_cache_enabled: "torch.set_autocast_cache_enabled",
-    torch.clear_autocast_cache: "torch.clear_autocast_cache",
-}
-_STATE_SYMBOLS = {
-    fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn) for fn, path in _STATE_CHANGES.items()
-} | {torch._C._set_grad_enabled: SET_GRAD_ENABLED}  # noqa: SLF001
-# Python functions of torch that change such state (the RNG seed of every device, the default dtype):
-# replaced by lookasides that run and record them whole.
-# Tagged "global_state": the grad transform's forward trace runs them at the same points too.
-_STATE_FUNCTION_SYMBOLS = {
-    fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn, tags=frozenset({"global_state"}))
-    for fn, path in {
-        torch.manual_seed: "torch.manual_seed",
-        torch.set_default_dtype: "torch.set_default_dtype",
-    }.items()
-}
 
 
 def _is_symbolic_shapes_code(fn: Any, code: types.CodeType) -> bool:

@@ -77,7 +77,7 @@ class Provenance:
         self.on_remember: Callable[[Any, Path], None] | None = None  # the pass's state snapshots
         # a reached container as the call started with it, before the program's own changes
         # (StateSnapshots.first_state): what its guards are about
-        self.first_state: Callable[[Any], Any] = _unchanged
+        self.first_state: Callable[[Any], Any] = lambda obj: obj
         self.counters: frozenset[Path] = frozenset()  # numbers of state bound as dynamic numbers
         # counters a container walk left unguarded, with their value (Note [Counters read natively])
         self._walked_counters: dict[Path, Any] = {}
@@ -791,10 +791,6 @@ class Reached:
     path: Path | None = None  # where it was remembered
     bound: Any = None  # what the program sees for it: a TensorProxy, a GeneratorProxy, an ndarray wrapper
     bound_at: Path | None = None  # where it was first bound
-
-
-def _unchanged(obj: Any) -> Any:
-    return obj
 
 
 def _argument(path: Path, name: str) -> str:

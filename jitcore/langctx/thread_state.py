@@ -23,7 +23,10 @@ from jitcore.errors import JitcoreError
 from jitcore.interpreter.errors import JitcoreInterpreterError
 from jitcore.ir import BoundSymbol, Symbol, current_context
 
-__all__ = ["SET_GRAD_ENABLED", "ThreadState", "recorded_grad_mode", "restored_on_refusal"]
+__all__ = [
+    "SET_GRAD_ENABLED", "STATE_CHANGE_SYMBOLS", "STATE_FUNCTION_SYMBOLS", "ThreadState", "recorded_grad_mode",
+    "restored_on_refusal",
+]
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
@@ -54,12 +57,41 @@ class ThreadState:
 
 
 # The record of a grad mode change (``no_grad()``'s ``torch._C._set_grad_enabled``): the computation
-# changes grad mode at the same point on every call (Note [State changes inside the traced function],
-# jit/interpretation.py).
+# changes grad mode at the same point on every call (Note [State changes inside the traced function]
+# below).
 SET_GRAD_ENABLED = Symbol(
     "torch._C._set_grad_enabled", "_set_grad_enabled", "torch", torch._C._set_grad_enabled,  # noqa: SLF001
     "torch._C._set_grad_enabled", torch._C._set_grad_enabled,  # noqa: SLF001
 )
+
+
+# Note [State changes inside the traced function]: torch keeps grad mode and autocast settings per
+# thread, and ``with torch.no_grad():`` (or ``torch.autocast``) inside the function changes them
+# through these builtins. They run while tracing, so the rest of the trace is computed in the new
+# state, and are recorded, so that the computation changes the state at the same points on every
+# call (otherwise ``y = x * 2`` under ``no_grad`` would require grad on cached calls).
+# (grad mode's symbol is SET_GRAD_ENABLED, which jitcore's own code records too)
+_STATE_CHANGES = {
+    torch.set_autocast_enabled: "torch.set_autocast_enabled",
+    torch.set_autocast_dtype: "torch.set_autocast_dtype",
+    torch.autocast_increment_nesting: "torch.autocast_increment_nesting",
+    torch.autocast_decrement_nesting: "torch.autocast_decrement_nesting",
+    torch.set_autocast_cache_enabled: "torch.set_autocast_cache_enabled",
+    torch.clear_autocast_cache: "torch.clear_autocast_cache",
+}
+STATE_CHANGE_SYMBOLS = {
+    fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn) for fn, path in _STATE_CHANGES.items()
+} | {SET_GRAD_ENABLED.fn: SET_GRAD_ENABLED}
+# Python functions of torch that change such state (the RNG seed of every device, the default dtype):
+# replaced by lookasides that run and record them whole.
+# Tagged "global_state": the grad transform's forward trace runs them at the same points too.
+STATE_FUNCTION_SYMBOLS = {
+    fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn, tags=frozenset({"global_state"}))
+    for fn, path in {
+        torch.manual_seed: "torch.manual_seed",
+        torch.set_default_dtype: "torch.set_default_dtype",
+    }.items()
+}
 
 
 def _set_grad_mode(enabled: bool) -> None:
