@@ -4,9 +4,11 @@ When a symbol call of the pass cannot compute its outputs from metadata alone (D
 from jitcore/langctx/shadows.py), ``ValueReads.read`` replaces the refusal:
 - ops with value-dependent output shapes that have a static expression (``nonzero``, masks, ...:
   ``reads.DATA_DEPENDENT_DECOMPOSITIONS``) are recorded as that expression;
-- any other call runs on the probe's real values (jitcore/jit/probe.py); a Python result (``bool``,
-  ``item``, ``tolist``, ``equal``) becomes a constant of the rest of the trace behind a
-  ``check_read``; tensor results become proxies with the real shapes, each shape checked.
+- any other call runs on the probe's real values (jitcore/jit/probe.py); ``item`` gives a name of the
+  computation, ``tolist`` a list of names (Note [The numbers of tolist]), each checked from where the
+  program needs its value; another Python result (``bool``, ``equal``) becomes a constant of the rest
+  of the trace behind a ``check_read``; tensor results become proxies with the real shapes, each
+  shape checked.
 Every read is logged (``JITCORE_LOGS=graph_breaks``) and listed in ``jitcore.explain``.
 
 Invariants: records go to the trace's top level in program order, except a read inside a tensor
@@ -25,7 +27,11 @@ from typing import Any
 
 import optree
 import torch
-from torch.fx.experimental.symbolic_shapes import _constrain_range_for_size
+from torch.fx.experimental.symbolic_shapes import (
+    GuardOnDataDependentSymNode,
+    _constrain_range_for_size,
+    guard_int,
+)
 
 import jitcore
 from jitcore.errors import DataDependentError, EagerOnlySubclass
@@ -40,6 +46,7 @@ from jitcore.langctx.reads import (
     ReadSite,
     ValueCheckFailed,
     output_sizes,
+    same_number,
 )
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
@@ -252,6 +259,10 @@ class ValueReads:
         site = ReadSite(_describe(symbol, out), source)
         if symbol.fn in _NUMBER_READS and type(out) in (int, float):
             return Inlined(self._number(symbol, args, kwargs, out, site))
+        if symbol.fn in _LIST_READS:
+            listed = self._numbers_of_list(symbol, args, kwargs, out, site)
+            if listed is not _REFUSED:
+                return Inlined(listed)
         if not _has(torch.Tensor, out):
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
@@ -265,22 +276,69 @@ class ValueReads:
         a name (arithmetic on it is recorded, torch takes it as a Scalar: ``loss.item()`` logged or
         ``x * t.max().item()`` need no entry per value); where the program needs its value (``if``,
         a shape), it is checked from there on, as any read."""
-        checked = False
-        record = BoundSymbol(READ, (site, value, symbol.fn, *args), kwargs, None, (), site.source)
+        number = self._read_number(value, lambda _n: (site, value, symbol.fn, *args), kwargs)
+        recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
+        self._record(BoundSymbol(recorded, args, kwargs, number, (), site.source))
+        self._log(site, value)
+        return number
 
-        def check() -> None:
+    # Note [The numbers of tolist]
+    # ``t.tolist()`` of an int, float or bool tensor gives a list (nested as the tensor) of read numbers,
+    # each a name as ``item()``'s is: ``sum(t.tolist())`` or a loop adding them up records arithmetic,
+    # and a call with other values runs the same entry. The record binds every element
+    # (``[n0, n1] = torch.Tensor.tolist(t)``); the structure is the tensor's shape, static in the entry
+    # (a symbolic size is specialized: a ShapeEnv guard, as ``torch.compile`` does; a size that values
+    # decided, which has no guard, keeps the whole list a checked read). An element whose value the
+    # program needs (a branch, an index, text) is checked from there on, by its name: its own check,
+    # not the whole list's. A complex tensor's list stays a checked read (no complex names).
+    def _numbers_of_list(self, symbol: Symbol, args: tuple, kwargs: dict, out: Any, site: ReadSite) -> Any:
+        """``t.tolist()`` as names (Note [The numbers of tolist]); _REFUSED where it stays a checked read."""
+        tensor = args[0] if args else None
+        if kwargs or len(args) != 1 or not isinstance(tensor, TensorProxy) \
+                or isinstance(tensor, SubclassTensorProxy) or tensor.dtype.is_complex:
+            return _REFUSED
+        try:
+            shape = [guard_int(size) for size in tensor.shadow.shape]  # a symbolic size: guarded
+        except GuardOnDataDependentSymNode:
+            return _REFUSED
+        if tuple(torch.Size(shape)) != _list_shape(out, len(shape)):
+            return _REFUSED
+
+        def name(value: Any, position: tuple[int, ...]) -> Any:
+            if type(value) is list:
+                return [name(v, (*position, i)) for i, v in enumerate(value)]
+            if type(value) not in (int, float, bool):
+                raise TypeError(type(value))
+            element = ReadSite(site.what + "".join(f"[{i}]" for i in position), site.source)
+            return self._read_number(value, lambda n: (element, value, same_number, n), {})
+
+        try:
+            numbers = name(out, ())
+        except TypeError:
+            return _REFUSED
+        recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
+        self._record(BoundSymbol(recorded, args, kwargs, numbers, (), site.source))
+        self._log(site, out)
+        return numbers
+
+    def _read_number(self, value: int | float | bool, check: Callable[[NumberProxy], tuple],
+                     kwargs: dict) -> NumberProxy:
+        """A number read from a tensor, a name of the computation; ``check(number)`` gives the arguments
+        of the ``check_read`` recorded, once, where the program first needs its value."""
+        checked = False
+
+        def specialize() -> None:
             nonlocal checked
             if not checked:
                 checked = True
                 self.context.trace.imports.setdefault("jitcore", jitcore)
                 self.context.trace.bound_symbols.append(record)
 
-        number = NumberProxy(self.context.values.names.fresh("n"), value, on_specialize=check)
+        number = NumberProxy(self.context.values.names.fresh("n"), value, on_specialize=specialize)
         number.on_predicate = self.check_predicate
-        recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
-        self._record(BoundSymbol(recorded, args, kwargs, number, (), site.source))
+        arguments = check(number)
+        record = BoundSymbol(READ, arguments, kwargs, None, (), arguments[0].source)
         self.numbers.append((number, record))
-        self._log(site, value)
         return number
 
     def check_predicate(self, number: NumberProxy, outcome: bool, varies: bool = False) -> bool:
@@ -410,6 +468,19 @@ class ValueReads:
 # Reads whose result is one number that stays symbolic until the program needs its value. Not
 # ``float(t)``/``int(t)``: Python's protocol requires a real float/int from ``__float__``/``__int__``.
 _NUMBER_READS = frozenset({torch.Tensor.item})
+# Reads whose result is a nested list of such numbers (Note [The numbers of tolist]).
+_LIST_READS = frozenset({torch.Tensor.tolist})
+
+
+def _list_shape(value: Any, depth: int) -> tuple[int, ...]:
+    """The sizes of a nested list ``depth`` deep (what ``tolist`` gave), read along its first items."""
+    sizes: list[int] = []
+    for _ in range(depth):
+        if type(value) is not list:
+            return ()
+        sizes.append(len(value))
+        value = value[0] if value else None
+    return tuple(sizes)
 
 
 # Note [Composites that read values under grad]

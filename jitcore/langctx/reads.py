@@ -47,6 +47,7 @@ __all__ = [
     "check_read",
     "per_call_read",
     "runs_under_autograd",
+    "same_number",
     "same_value",
     "size_of",
     "output_sizes",
@@ -107,6 +108,12 @@ def check_read(site: ReadSite, expected: Any, read: Callable[..., Any], *args: A
     got = read(*args, **kwargs)
     if not same_value(got, expected):
         raise ValueCheckFailed(site, expected, got)
+
+
+def same_number(number: Any) -> Any:
+    """What the check of one element of ``t.tolist()`` reads: the element's name itself (Note [The
+    numbers of tolist], jitcore/jit/value_reads.py)."""
+    return number
 
 
 READ = recorded_symbol(check_read, langctx="jitcore", path="jitcore.langctx.reads.check_read",
