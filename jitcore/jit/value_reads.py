@@ -319,7 +319,7 @@ class ValueReads:
         recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
         self._record(BoundSymbol(recorded, args, kwargs, numbers, (), site.source))
         self._log(site, out)
-        return numbers
+        return _copied_lists(numbers)  # the program's lists (it may write them): the record's stay as made
 
     def _read_number(self, value: int | float | bool, check: Callable[[NumberProxy], tuple],
                      kwargs: dict) -> NumberProxy:
@@ -470,6 +470,10 @@ class ValueReads:
 _NUMBER_READS = frozenset({torch.Tensor.item})
 # Reads whose result is a nested list of such numbers (Note [The numbers of tolist]).
 _LIST_READS = frozenset({torch.Tensor.tolist})
+
+
+def _copied_lists(value: Any) -> Any:
+    return [_copied_lists(v) for v in value] if type(value) is list else value
 
 
 def _list_shape(value: Any, depth: int) -> tuple[int, ...]:

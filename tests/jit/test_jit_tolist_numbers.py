@@ -171,3 +171,16 @@ def test_arithmetic_on_list_elements_matches_eager(rows, dtype):
         y = (x.to(torch.int64) + shift).to(dtype)
         assert_same(jfn(y.clone()), f(y.clone()))
     assert jitcore.cache_misses(jfn) == 1
+
+
+def written_list(x):
+    values = x.tolist()
+    values[0] = 0.5
+    values.append(2.0)
+    values.reverse()
+    return values, x * values[1]
+
+
+def test_the_program_may_write_the_list_it_got():
+    jfn = run_calls(written_list, [(_values(i),) for i in range(4)])
+    assert jitcore.cache_misses(jfn) == 1 and jitcore.cache_hits(jfn) == 3
