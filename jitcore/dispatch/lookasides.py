@@ -30,6 +30,7 @@ from torch.nested._internal import nested_tensor
 
 from jitcore.dispatch.dtensor import DTENSOR_LOOKASIDES
 from jitcore.dispatch.jagged_attention import JAGGED_LOOKASIDES
+from jitcore.dispatch.modes import hidden_modes
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
 from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
@@ -312,7 +313,7 @@ def _as_subclass_of_subclass(tensor: SubclassTensorProxy, cls: type) -> Any:
     """``t.as_subclass(cls)`` of a subclass value: ``aten.alias`` goes through its
     ``__torch_dispatch__``; an alias that is itself a subclass object cannot take another class
     (torch's error, as eagerly: ``TwoTensor + P`` for a plain subclass ``P``)."""
-    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Ignored by __torch_function__]
+    with torch._C.DisableTorchFunctionSubclass(), hidden_modes():  # noqa: SLF001 - Note [Ignored by __torch_function__]
         out = aten_symbol(torch.ops.aten.alias.default)(tensor)
     if isinstance(out, SubclassTensorProxy):
         raise RuntimeError(
@@ -329,7 +330,7 @@ def as_subclass(tensor: Any, cls: type) -> Any:
     if not isinstance(tensor, TensorProxy) or isinstance(tensor, SubclassTensorProxy):
         return _AS_SUBCLASS(tensor, cls)
     _check_plain(cls, "as_subclass")
-    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Ignored by __torch_function__]
+    with torch._C.DisableTorchFunctionSubclass(), hidden_modes():  # noqa: SLF001 - Note [Ignored by __torch_function__]
         out = aten_symbol(torch.ops.aten.alias.default)(tensor)
     retype(out, cls)
     return out
@@ -349,7 +350,7 @@ def make_subclass(cls: type, data: Any, require_grad: bool = False, *args: Any, 
     if not isinstance(data, TensorProxy) or isinstance(data, SubclassTensorProxy) or args or kwargs:
         return _MAKE_SUBCLASS(cls, data, require_grad, *args, **kwargs)
     _check_plain(cls, "_make_subclass")
-    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Ignored by __torch_function__]
+    with torch._C.DisableTorchFunctionSubclass(), hidden_modes():  # noqa: SLF001 - Note [Ignored by __torch_function__]
         out = aten_symbol(torch.ops.aten.detach.default)(data)
         if require_grad:
             out = out.requires_grad_(True)
@@ -359,7 +360,8 @@ def make_subclass(cls: type, data: Any, require_grad: bool = False, *args: Any, 
 
 # Note [Ignored by __torch_function__]
 # ``as_subclass`` and ``_make_subclass`` are among torch's ignored functions: eagerly they never
-# reach a ``__torch_function__``. The alias (detach) that stands for them in the trace is recorded
+# reach a ``__torch_function__`` (nor a mode of the program's: ``hidden_modes``). The alias (detach) that
+# stands for them in the trace is recorded
 # with subclass ``__torch_function__`` off, or a ``__torch_function__`` that unwraps its arguments
 # with ``x.as_subclass(torch.Tensor)`` would be handed that alias, unwrap again, and never end.
 def _check_plain(cls: type, how: str) -> None:

@@ -14,20 +14,27 @@ Instead, as torch does eagerly:
   (interpreted, on proxies), the mode off the stack for that call; the aten ops it runs are recorded
   in place of the torch-level call.
 A cached call runs the recorded ops only: none of the modes' code, as for a subclass's protocol
-code (docs/subclasses.md, "Things to know").
+code (docs/subclasses.md, "Things to know"). A function mode is offered what eager's torch offers it,
+not only the calls jitcore records (Note [What eager offers a function mode]).
 
 Invariants:
 - torch's own stacks never hold a mode of the program's while jitcore records; the functions that
   read or change them (push, pop, length, element) answer from the trace's stacks, above torch's;
 - ``with torch.device(...)`` (torch's ``DeviceContext``, whose factories' device the trace records)
   stays on torch's stack, as before;
+- what jitcore runs to answer one of eager's callables (a proxy's metadata, ``x.data = y``,
+  ``nn.Parameter``'s ``_make_subclass``) runs with the program's modes hidden: no mode sees it;
 - a dispatch mode's resolution runs below autograd, so a torch-level call that would carry gradients
   under one is refused (UnsupportedOperationError: the call runs eagerly, JC-T001).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import builtins
+import contextlib
+import functools
+import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +44,11 @@ import torch.utils._device
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import current_context
+from jitcore.langctx.torch import ANSWERED_BY_PROXY, proxy_members
+from jitcore.proxies import TensorProxy
 
-__all__ = ["MODE_STACK_FUNCTIONS", "UserModes", "user_modes"]
+__all__ = ["MODE_STACK_FUNCTIONS", "UserModes", "hidden_modes", "offer_native", "offered_lookasides",
+           "user_modes"]
 
 # torch's own: pushed on its stack as it was (Note in the docstring)
 _NATIVE_MODES = (torch.utils._device.DeviceContext,)  # noqa: SLF001
@@ -52,16 +62,51 @@ class UserModes:
 
     function: list[Any] = field(default_factory=list)
     dispatch: list[Any] = field(default_factory=list)
+    hidden: int = 0  # > 0 while jitcore answers one of eager's callables itself
 
     def innermost_function_mode(self) -> Any:
         """The function mode the next torch-level call asks, or None (none of the program's, or
         torch functions disabled: ``DisableTorchFunction``)."""
-        if not self.function or self.function[-1] is _NATIVE or torch._C._is_torch_function_all_disabled():  # noqa: SLF001
+        if not self.function or self.function[-1] is _NATIVE or self.hidden \
+                or torch._C._is_torch_function_all_disabled():  # noqa: SLF001
             return None
         return self.function[-1]
 
     def innermost_dispatch_mode(self) -> Any:
-        return self.dispatch[-1] if self.dispatch else None
+        return self.dispatch[-1] if self.dispatch and not self.hidden else None
+
+    @contextlib.contextmanager
+    def hide(self) -> Iterator[None]:
+        """No mode of the program's is asked inside (jitcore's own answer to one of eager's callables)."""
+        self.hidden += 1
+        try:
+            yield
+        finally:
+            self.hidden -= 1
+
+    def ask_function_mode(self, mode: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+        """``mode.__torch_function__`` for ``func(*args, **kwargs)`` as eager hands it (the classes of
+        the arguments' ``__torch_function__`` overrides as ``types``).
+
+        Raises:
+            TypeError: the mode returned NotImplemented (eager's error).
+        """
+        from jitcore.dispatch.resolver import overriding_types
+
+        result = self.run_function_mode(mode, func, overriding_types(args, kwargs), args, kwargs)
+        if result is NotImplemented:
+            raise TypeError(f"no implementation found for '{getattr(func, '__name__', func)}': "
+                            f"{type(mode).__qualname__}.__torch_function__ returned NotImplemented")
+        return result
+
+    def offer(self, func: Any, args: tuple, kwargs: dict, answer: Callable[..., Any]) -> Any:
+        """``func(*args, **kwargs)`` of eager's, which jitcore answers with ``answer``: the innermost
+        function mode is asked first (its ``func(...)`` comes back here, the mode off the stack)."""
+        mode = self.innermost_function_mode()
+        if mode is not None:
+            return self.ask_function_mode(mode, func, args, kwargs)
+        with self.hide():
+            return answer(*args, **kwargs)
 
     def run_function_mode(self, mode: Any, func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
         """``mode.__torch_function__(func, types, args, kwargs)`` interpreted, the mode off its stack."""
@@ -95,6 +140,157 @@ class UserModes:
             return interpret_protocol_code(getattr(mode, name), func, types, args, kwargs)
         finally:
             stack.insert(position, mode)
+
+
+# Note [What eager offers a function mode]
+# Eagerly a TorchFunctionMode is offered every call torch's C++ argument parsing or a Python
+# ``has_torch_function`` check reaches: the torch functions jitcore records (resolve_call asks the
+# mode), and also what jitcore answers without a record and C functions it calls natively. Three
+# doors, one rule (the mode is asked with eager's callable; jitcore's own answer runs with the modes
+# hidden):
+# - the proxy's own members the program calls (``x.shape``, ``x.size()``, ``len(x)``, ``x.data = y``):
+#   lookasides keyed by the proxy's functions (``offered_lookasides``), asked as eager's callable
+#   (``Tensor.shape.__get__``, ``Tensor.size``, ``Tensor.__len__``, ``Tensor.data.__set__``);
+# - eager's callable called natively (``torch.Tensor.size(x)``, a mode's ``func(*args)``) on a
+#   proxy: ``offer_native`` answers it as the proxy's member would;
+# - any other torch C callable the program calls natively (``torch.device(...)``,
+#   ``torch.can_cast``): torch itself decides whether it offers it, as eagerly: ``offer_native``
+#   runs it with ``_Offered`` on torch's stack, which hands the first offer of that very callable to
+#   the program's mode and lets any other through (jitcore's own work on shadows inside it).
+def offer_native(fn: Any, args: tuple, kwargs: dict, call: Callable[[Any, tuple, dict], Any]) -> Any:
+    """``call(fn, args, kwargs)``, the program's native call of ``fn``, offered to its function modes as
+    eager's torch offers it (Note [What eager offers a function mode])."""
+    try:
+        answer = ANSWERED_BY_PROXY.get(fn)
+    except TypeError:  # unhashable
+        answer = None
+    modes = user_modes_entered()
+    if answer is not None and args and isinstance(args[0], TensorProxy):
+        return modes.offer(fn, args, kwargs, answer) if modes is not None else answer(*args, **kwargs)
+    if modes is None or modes.innermost_function_mode() is None or not _is_torch_callable(fn):
+        return call(fn, args, kwargs)
+    offered = _Offered(modes, fn)
+    depth = torch._C._len_torch_function_stack()  # noqa: SLF001
+    torch._C._push_on_torch_function_stack(offered)  # noqa: SLF001
+    try:
+        return call(fn, args, kwargs)
+    finally:
+        if torch._C._len_torch_function_stack() > depth:  # noqa: SLF001 - (torch put it back after the offer)
+            torch._C._pop_torch_function_stack()  # noqa: SLF001
+
+
+class _Offered(torch.overrides.TorchFunctionMode):
+    """On torch's stack for one native call: the first offer of that callable goes to the program's
+    innermost function mode (torch takes this mode off its stack for the offer); any other offer, or
+    a later one, goes on as if it were not there."""
+
+    def __init__(self, modes: UserModes, fn: Any) -> None:
+        super().__init__()
+        self.modes, self.fn, self.asked = modes, fn, False
+
+    def __torch_function__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        if self.asked or not (func is self.fn or func == self.fn):
+            return func(*args, **(kwargs or {}))
+        self.asked = True
+        mode = self.modes.innermost_function_mode()
+        if mode is None:
+            return func(*args, **(kwargs or {}))
+        return self.modes.ask_function_mode(mode, func, args, kwargs or {})
+
+
+def _is_torch_callable(fn: Any) -> bool:
+    """A C callable of torch's: a function (``torch.can_cast``, ``torch._C._nn.gelu``), a class
+    (``torch.device``), a Tensor method or a Tensor attribute's ``__get__``/``__set__``."""
+    owner = getattr(fn, "__objclass__", None)
+    if owner is None and type(fn) is types.MethodWrapperType:
+        owner = getattr(fn.__self__, "__objclass__", None)
+    module = getattr(owner if owner is not None else fn, "__module__", None)
+    return isinstance(module, str) and module.startswith("torch")
+
+
+def offered_lookasides() -> dict[Any, Callable[..., Any]]:
+    """Lookasides for the proxy's own members the program calls (``x.size()``, ``x.shape``, ``len(x)``):
+    each offered to the program's function modes as eager's callable (``Tensor.size``)."""
+    lookasides: dict[Any, Callable[..., Any]] = {}
+    for eager, own, _klass in proxy_members():
+        lookasides[own] = _offered_as(eager, own)
+    for eager, answer in ANSWERED_BY_PROXY.items():
+        if type(eager) is types.FunctionType:  # Tensor.__len__, Tensor.backward: torch's Python
+            lookasides[eager] = _python_offered_as(eager, answer)
+    lookasides[TensorProxy.__iter__] = _iterate
+    for builtin in (builtins.len, builtins.list, builtins.tuple):
+        lookasides[builtin] = functools.partial(_of_tensor, builtin)
+    return lookasides
+
+
+def _length(tensor: TensorProxy) -> int:
+    return _offered_as(torch.Tensor.__len__, ANSWERED_BY_PROXY[torch.Tensor.__len__])(tensor)
+
+
+def _of_tensor(builtin: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``len(x)``, ``list(x)``, ``tuple(x)`` of a tensor as CPython runs them (a sequence: the iterator,
+    then the length as its size hint), each step offered to the program's modes; of anything else, the
+    program's native call."""
+    from jitcore.interpreter import current_run
+    from jitcore.interpreter.calls import opaque
+
+    cls = type(args[0]) if len(args) == 1 and not kwargs else None
+    if not (cls is not None and issubclass(cls, TensorProxy) and cls.__len__ is TensorProxy.__len__
+            and cls.__iter__ is TensorProxy.__iter__):  # (not a class's own __len__ or __iter__)
+        return opaque(current_run(), builtin, args, kwargs)
+    if builtin is builtins.len:
+        return _length(args[0])
+    items = _iterate(args[0])
+    _length(args[0])
+    return builtin(items)
+
+
+def _iterate(tensor: TensorProxy) -> Any:
+    """``iter(x)``: eager's ``Tensor.__iter__`` is offered to no mode, but its ``self.dim()`` and
+    ``self.unbind(0)`` are."""
+    if _offered_as(torch.Tensor.dim, ANSWERED_BY_PROXY[torch.Tensor.dim])(tensor) == 0:
+        raise TypeError("iteration over a 0-d tensor")
+    return iter(tensor.unbind(0))
+
+
+def _offered_as(eager: Any, answer: Callable[..., Any]) -> Callable[..., Any]:
+    def offered(*args: Any, **kwargs: Any) -> Any:
+        modes = user_modes_entered()
+        return answer(*args, **kwargs) if modes is None else modes.offer(eager, args, kwargs, answer)
+
+    return offered
+
+
+def _python_offered_as(eager: types.FunctionType, answer: Callable[..., Any]) -> Callable[..., Any]:
+    offered = _offered_as(eager, answer)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if args and isinstance(args[0], TensorProxy):
+            return offered(*args, **kwargs)
+        from jitcore.interpreter import current_run
+        from jitcore.interpreter.calls import call_function
+
+        return call_function(current_run(), eager, args, kwargs)
+
+    return call
+
+
+@contextlib.contextmanager
+def hidden_modes() -> Iterator[None]:
+    """No mode of the program's sees what runs inside (jitcore's own work for one of eager's callables
+    that no mode sees: ``_make_subclass``, ``as_subclass``)."""
+    modes = user_modes_entered()
+    if modes is None:
+        yield
+        return
+    with modes.hide():
+        yield
+
+
+def user_modes_entered() -> UserModes | None:
+    """The current trace's modes where the program has entered one (None otherwise: no cost)."""
+    context = current_context()
+    return context.modes if context is not None else None
 
 
 def user_modes() -> UserModes | None:

@@ -63,6 +63,7 @@ __all__ = [
     "dispatched_numbers",
     "number_leaves",
     "numbers_reach_dispatch",
+    "overriding_types",
     "resolve_call",
     "resolve_operator_or_own",
 ]
@@ -228,12 +229,7 @@ def _resolve_under_modes(context: Any, symbol: Symbol, args: tuple, kwargs: dict
     mode = modes.innermost_function_mode()
     if mode is not None:
         func, context.called_as = context.called_as or symbol.fn, None
-        types = tuple(_torch_function_overrides(args, kwargs))
-        result = modes.run_function_mode(mode, func, types, args, kwargs)
-        if result is NotImplemented:
-            raise TypeError(f"no implementation found for '{getattr(func, '__name__', symbol.name)}': "
-                            f"{type(mode).__qualname__}.__torch_function__ returned NotImplemented")
-        return Inlined(result, splice=True)
+        return Inlined(modes.ask_function_mode(mode, func, args, kwargs), splice=True)
     if modes.innermost_dispatch_mode() is None:
         return NO_MODE
     if tree_has((args, kwargs), SubclassTensorProxy) or _torch_function_overrides(args, kwargs):
@@ -539,6 +535,11 @@ def interpret_protocol_code(fn: Callable[..., Any], *args: Any) -> Any:
     run = current_run()
     with in_subclass_code():
         return run.call(fn, *args) if run is not None else fn(*args)
+
+
+def overriding_types(args: tuple, kwargs: dict) -> tuple[type, ...]:
+    """The ``types`` eager hands a ``__torch_function__`` for a call with these arguments."""
+    return tuple(_torch_function_overrides(args, kwargs))
 
 
 def _torch_function_overrides(args: tuple, kwargs: dict) -> list[type]:

@@ -36,7 +36,7 @@ from jitcore.dispatch import resolve_call
 from jitcore.dispatch.dtensor import fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
-from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS
+from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS, offer_native, offered_lookasides
 from jitcore.dispatch.resolver import call_on_shadows, numbers_reach_dispatch, resolve_operator_or_own
 from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
@@ -274,7 +274,7 @@ class Pass:
                 **fsdp_lookasides(),
                 **self.autograd.lookasides(), **text_lookasides(), print: self.prints.print,
                 **format_lookasides(self._opaque_call),
-                **AUTOGRAD_FUNCTION_LOOKASIDES,
+                **AUTOGRAD_FUNCTION_LOOKASIDES, **offered_lookasides(),
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
                 **iterator_lookasides(self.provenance.path_of, builtin_lookasides()[next]),
@@ -460,6 +460,9 @@ class Pass:
                     "torch.inference_mode() entered inside a jitted function is not supported",
                     hints=("enter torch.inference_mode() around the call of the jitted function instead",),
                 )
+        return offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
+
+    def _native_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if _is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):
             if _is_unlisted_operation(fn):  # torch._foreach_norm: an operation, recorded
                 return dynamic_symbol(fn, f"torch.{fn.__name__}")(*args, **kwargs)

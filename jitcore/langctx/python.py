@@ -26,6 +26,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from jitcore.ir import BoundSymbol, Symbol, current_context
 from jitcore.proxies.number import NumberProxy, records_arithmetic
 from jitcore.proxies.tensor import PlainTensorProxy
@@ -112,13 +114,28 @@ def member(item: NumberProxy, container: Any) -> Any:
     return NotImplemented if frozen is None else apply(operator.contains, frozen, item)
 
 
+def _read_as(tensor: PlainTensorProxy, protocol: Any) -> Any:
+    """``tensor.item()``, which a ``__torch_function__`` (a mode's) is handed as ``protocol``
+    (``Tensor.__float__``), the callable eager hands it for ``float(tensor)``."""
+    context = current_context()
+    if context is None:
+        return tensor.item()
+    context.called_as = protocol
+    try:
+        return tensor.item()
+    finally:
+        context.called_as = None
+
+
 def _converter(cls: type) -> Callable[..., Any]:
+    protocol = getattr(torch.Tensor, f"__{cls.__name__}__", None)
+
     def convert(*args: Any, **kwargs: Any) -> Any:
         if len(args) != 1 or kwargs:
             return cls(*args, **kwargs)
         value = args[0]
         if type(value) is PlainTensorProxy and not value.dtype.is_complex and value.numel() == 1:
-            value = value.item()  # float(loss): a read of the value, a name in the trace as t.item() is
+            value = _read_as(value, protocol)  # float(loss): a read of the value, a name as t.item() is
         if isinstance(value, NumberProxy):
             if type(value.value) is cls:
                 return value  # int(n) of an int, float(n) of a float: n itself, as in CPython

@@ -38,7 +38,8 @@ from jitcore.langctx.thread_state import recorded_grad_mode
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["NAMESPACES", "QUERY_NAMES", "TORCH_TABLE", "UNSUPPORTED_METHODS", "lookup", "torch_symbol"]
+__all__ = ["ANSWERED_BY_PROXY", "NAMESPACES", "QUERY_NAMES", "TORCH_TABLE", "UNSUPPORTED_METHODS", "lookup",
+           "proxy_members", "torch_symbol"]
 
 TORCH_TABLE = SymbolTable("torch")
 
@@ -462,11 +463,13 @@ def _register_tensor_members() -> None:
             TORCH_TABLE.bind(member, target)
             _install_raw(name, target)
             continue
-        TORCH_TABLE.bind(member, symbol)
+        # torch.Tensor.exp(x) too (a mode's func(*args)) is handed on as Tensor.exp, not torch.exp
+        target = symbol if symbol is not shared else _called_as(member, symbol)
+        TORCH_TABLE.bind(member, target)
         if name.startswith("__") and name not in ("__getitem__", "__setitem__"):
             _install_raw(name, _operator(symbol) if name.startswith("__r") else _method(symbol))
         else:
-            _install(name, symbol if symbol is not shared else _called_as(member, symbol), is_property=False)
+            _install(name, target, is_property=False)
 
 
 def _takes_one_int_list(name: str) -> bool:
@@ -507,6 +510,7 @@ def _takes_one_int(name: str) -> bool:
 def _varargs_method(name: str, target: Callable[..., Any]) -> Callable[..., Any]:
     # A lone int means the int overload where there is one (x.hsplit(2): two sections).
     least = 2 if _takes_one_int(name) else 1
+    target = _called_as(getattr(torch.Tensor, name), target)  # handed Tensor.reshape, not torch.reshape
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         if len(args) >= least and not kwargs and all(type(a) in (int, torch.SymInt) for a in args):
@@ -581,7 +585,61 @@ def _iter(self: TensorProxy) -> Any:
     return iter(self.unbind(0))
 
 
+def proxy_members() -> list[tuple[Any, Callable[..., Any], type]]:
+    """The callables eager offers a ``__torch_function__`` that a proxy answers itself (its metadata:
+    ``Tensor.size``, ``Tensor.shape.__get__``, ``Tensor.__len__``; ``Tensor.data.__set__``; ``backward``),
+    each with a proxy class's function that answers it (a method, or a property's getter or setter)
+    and that class."""
+    members: list[tuple[Any, Callable[..., Any], type]] = [
+        (inspect.getattr_static(torch.Tensor, "data").__set__, _set_data, TensorProxy)]
+    for klass in (TensorProxy, SubclassTensorProxy):
+        for name in sorted(QUERY_NAMES):
+            own, eager = vars(klass).get(name), inspect.getattr_static(torch.Tensor, name, None)
+            if own is None or eager is None or name.startswith("__") and name != "__len__":
+                continue
+            if isinstance(own, property):
+                if hasattr(type(eager), "__get__") and own.fget is not None:
+                    members.append((eager.__get__, own.fget, klass))
+                if hasattr(type(eager), "__set__") and own.fset is not None:
+                    members.append((eager.__set__, own.fset, klass))
+            elif callable(own):
+                members.append((_handed_for(name), own, klass))
+    return members
+
+
+def _handed_for(name: str) -> Any:
+    """What eager hands a ``__torch_function__`` for ``x.name()`` (asked of torch: ``x.ndimension()``
+    hands ``Tensor.dim``)."""
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+        operand = torch.ones(1, 1).as_subclass(_Recorder)
+    try:
+        getattr(torch.Tensor, name)(operand)
+    except _Handed as asked:
+        return asked.args[0]
+    except (TypeError, RuntimeError):
+        pass
+    return getattr(torch.Tensor, name)
+
+
+def _answered_by_proxy() -> dict[Any, Callable[..., Any]]:
+    by_class: dict[Any, dict[bool, Callable[..., Any]]] = {}
+    for eager, own, klass in proxy_members():
+        by_class.setdefault(eager, {})[klass is SubclassTensorProxy] = own
+    return {eager: _answer(answers) for eager, answers in by_class.items()}
+
+
+def _answer(answers: dict[bool, Callable[..., Any]]) -> Callable[..., Any]:
+    def answer(self: Any, *args: Any, **kwargs: Any) -> Any:
+        own = answers.get(True) if isinstance(self, SubclassTensorProxy) else None
+        return (own or answers[False])(self, *args, **kwargs)
+
+    return answer
+
+
 def _torch_function(func: Any, args: tuple, kwargs: dict) -> Any:
+    answer = ANSWERED_BY_PROXY.get(func)
+    if answer is not None:  # torch.Tensor.size(x), a mode's func(*args): what x.size() answers
+        return answer(*args, **kwargs)
     target = TORCH_TABLE.lookup(func)
     if target is None and any(func is m for m in TENSOR_TEXT_METHODS):
         refuse_text(func.__qualname__)  # "{}".format(x) from C: never a symbol (langctx/tensor_text.py)
@@ -634,3 +692,6 @@ _register_literals()
 TensorProxy.__iter__ = _iter  # type: ignore[method-assign]
 TensorProxy.data = property(TensorProxy.data.fget, _set_data)  # type: ignore[method-assign]
 TensorProxy.torch_function_handler = staticmethod(_torch_function)  # type: ignore[assignment]
+# torch's callables a proxy answers, by the callable eager offers __torch_function__ (Note [What eager
+# offers a function mode], jitcore/dispatch/modes.py)
+ANSWERED_BY_PROXY: dict[Any, Callable[..., Any]] = _answered_by_proxy()
