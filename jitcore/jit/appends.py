@@ -11,8 +11,9 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). Two places p
   returned, or reachable through ``locals()``, ``vars()``, ``eval``/``exec`` or frame objects.
 
 - ``subscripted_by(frame)``: a read of a dict from state whose value is consumed by subscripting it
-  with a constant (``self.log["losses"].append``): the dict is guarded by its type and that key, and
-  the item read is bound on its own (a list there only appended to: its type).
+  with a constant (``self.log["losses"].append``), or by ``get`` with a constant (an instance's
+  ``self.__dict__.get("_mode_key")``): the dict is guarded by its type and that key, and the item
+  read is bound on its own (a list there only appended to: its type).
 Invariant: a list or dict so read is not read any other way through that load; a later read of it
 (the program iterating the dict, ``len(self.losses)``) binds it again, with the guards of the contents
 the call started with (``StateSnapshots.first_state``), not the ones the program's appends made.
@@ -52,10 +53,14 @@ _KEYS = (str, int)
 
 def subscripted_by(frame: Any) -> Any:
     """The constant key, when the value the current load pushes is consumed by subscripting it with
-    that key (``self.log["losses"].append(x)``, ``self.stats["n"] += 1``), so the program cannot read
-    any other item through it; None otherwise."""
+    that key (``self.log["losses"].append(x)``, ``self.stats["n"] += 1``) or by looking it up with
+    ``get`` (``self.__dict__.get("_dispatch_key", None)``, torch's ``TorchDispatchMode.__exit__``), so
+    the program cannot read any other item through it; None otherwise."""
     instructions = frame.info.instructions
     i = frame.index
+    if i + 1 < len(instructions) and instructions[i].opname in _LOOKUPS and instructions[i].argval == "get" \
+            and instructions[i + 1].opname == "LOAD_CONST" and type(instructions[i + 1].argval) in _KEYS:
+        return instructions[i + 1].argval
     if i + 1 >= len(instructions) or instructions[i].opname != "LOAD_CONST" \
             or type(instructions[i].argval) not in _KEYS:
         return None
