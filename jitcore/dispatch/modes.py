@@ -46,8 +46,9 @@ from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import current_context
 from jitcore.langctx.torch import ANSWERED_BY_PROXY, proxy_members
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.tensor import PlainTensorProxy
 
-__all__ = ["MODE_STACK_FUNCTIONS", "UserModes", "hidden_modes", "offer_native", "offered_lookasides",
+__all__ = ["MODE_STACK_FUNCTIONS", "UserModes", "hidden_modes", "offer", "offer_native", "offered_lookasides",
            "user_modes"]
 
 # torch's own: pushed on its stack as it was (Note in the docstring)
@@ -99,14 +100,6 @@ class UserModes:
                             f"{type(mode).__qualname__}.__torch_function__ returned NotImplemented")
         return result
 
-    def offer(self, func: Any, args: tuple, kwargs: dict, answer: Callable[..., Any]) -> Any:
-        """``func(*args, **kwargs)`` of eager's, which jitcore answers with ``answer``: the innermost
-        function mode is asked first (its ``func(...)`` comes back here, the mode off the stack)."""
-        mode = self.innermost_function_mode()
-        if mode is not None:
-            return self.ask_function_mode(mode, func, args, kwargs)
-        with self.hide():
-            return answer(*args, **kwargs)
 
     def run_function_mode(self, mode: Any, func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
         """``mode.__torch_function__(func, types, args, kwargs)`` interpreted, the mode off its stack."""
@@ -164,9 +157,9 @@ def offer_native(fn: Any, args: tuple, kwargs: dict, call: Callable[[Any, tuple,
         answer = ANSWERED_BY_PROXY.get(fn)
     except TypeError:  # unhashable
         answer = None
-    modes = user_modes_entered()
     if answer is not None and args and isinstance(args[0], TensorProxy):
-        return modes.offer(fn, args, kwargs, answer) if modes is not None else answer(*args, **kwargs)
+        return offer(fn, args, kwargs, answer)
+    modes = user_modes_entered()
     if modes is None or modes.innermost_function_mode() is None or not _is_torch_callable(fn):
         return call(fn, args, kwargs)
     offered = _Offered(modes, fn)
@@ -208,9 +201,11 @@ def _is_torch_callable(fn: Any) -> bool:
     return isinstance(module, str) and module.startswith("torch")
 
 
+@functools.cache
 def offered_lookasides() -> dict[Any, Callable[..., Any]]:
     """Lookasides for the proxy's own members the program calls (``x.size()``, ``x.shape``, ``len(x)``):
-    each offered to the program's function modes as eager's callable (``Tensor.size``)."""
+    each offered to the program's function modes as eager's callable (``Tensor.size``). (One table for
+    every pass: the caller copies it.)"""
     lookasides: dict[Any, Callable[..., Any]] = {}
     for eager, own, _klass in proxy_members():
         lookasides[own] = _offered_as(eager, own)
@@ -253,10 +248,30 @@ def _iterate(tensor: TensorProxy) -> Any:
     return iter(tensor.unbind(0))
 
 
+def offer(func: Any, args: tuple, kwargs: dict, answer: Callable[..., Any]) -> Any:
+    """``func(*args, **kwargs)`` of eager's, which jitcore answers with ``answer``: the program's
+    innermost function mode is asked first, then the ``__torch_function__`` of the arguments'
+    classes, as eagerly (each one's ``func(...)`` comes back here, the mode off its stack, or subclass
+    ``__torch_function__`` disabled); ``answer`` runs with the program's modes hidden."""
+    from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
+
+    modes = user_modes_entered()
+    mode = modes.innermost_function_mode() if modes is not None else None
+    if mode is not None:
+        return modes.ask_function_mode(mode, func, args, kwargs)
+    if any(type(a) is not PlainTensorProxy and isinstance(a, TensorProxy) for a in args):
+        result = handle_torch_function(func, args, args, kwargs)  # a subclass's own __torch_function__
+        if result is not NO_OVERRIDE:
+            return result
+    if modes is None:
+        return answer(*args, **kwargs)
+    with modes.hide():
+        return answer(*args, **kwargs)
+
+
 def _offered_as(eager: Any, answer: Callable[..., Any]) -> Callable[..., Any]:
     def offered(*args: Any, **kwargs: Any) -> Any:
-        modes = user_modes_entered()
-        return answer(*args, **kwargs) if modes is None else modes.offer(eager, args, kwargs, answer)
+        return offer(eager, args, kwargs, answer)
 
     return offered
 

@@ -20,6 +20,8 @@ from subclass_checks import check_twice
 from torch.overrides import TorchFunctionMode
 from torch.testing._internal.two_tensor import TwoTensor
 
+import jitcore
+
 
 def _name(func: Any) -> str:
     owner = getattr(func, "__self__", None)
@@ -171,3 +173,37 @@ def test_function_mode_is_offered_what_eager_offers(program: str) -> None:
 def test_the_counting_mode_counts_as_eager() -> None:
     jitted = check_twice(_counted_devices, lambda: (torch.randn(3),))
     assert jitted(torch.randn(3))[1] == 5
+
+
+TAGGED_LOG: list[str] = []
+
+
+class Tagged(torch.Tensor):
+    """A plain subclass whose __torch_function__ logs what it is handed (the same door as a mode's)."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        TAGGED_LOG.append(_name(func))
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _queries_of_a_plain_subclass(x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[0] + x.size(1) + x.dim() + len(x)
+    for _row in x:
+        pass
+    return x.reshape(-1).sin() * n
+
+
+def test_a_subclass_torch_function_is_offered_what_eager_offers() -> None:
+    jitted = jitcore.jit(_queries_of_a_plain_subclass)
+    for _ in range(2):
+        x = torch.randn(2, 3).as_subclass(Tagged)
+        TAGGED_LOG.clear()
+        expected = _queries_of_a_plain_subclass(x)
+        eager_log = list(TAGGED_LOG)
+        TAGGED_LOG.clear()
+        out = jitted(x)
+        assert TAGGED_LOG == eager_log
+        assert type(out) is type(expected)
+        torch.testing.assert_close(out, expected)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
