@@ -150,6 +150,9 @@ class UserModes:
 #   ``torch.can_cast``): torch itself decides whether it offers it, as eagerly: ``offer_native``
 #   runs it with ``_Offered`` on torch's stack, which hands the first offer of that very callable to
 #   the program's mode and lets any other through (jitcore's own work on shadows inside it).
+# With no mode of the program's innermost, ``offer`` asks the arguments' classes' own
+# ``__torch_function__`` in the first two doors, as eager's torch does (a plain subclass that logs what
+# it is handed sees ``x.shape`` too).
 def offer_native(fn: Any, args: tuple, kwargs: dict, call: Callable[[Any, tuple, dict], Any]) -> Any:
     """``call(fn, args, kwargs)``, the program's native call of ``fn``, offered to its function modes as
     eager's torch offers it (Note [What eager offers a function mode])."""
