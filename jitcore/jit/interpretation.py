@@ -543,10 +543,8 @@ class Pass:
         if path is not None and self.snapshots.written(obj, name, value):
             return value  # stored by the program earlier in this pass: its own value, not the call's
         if name == "__dict__" and path is not None:
-            if type(value) is dict and (key := subscripted_by(frame)) is not None:  # .get(k), [k]: that key
-                return self.provenance.bind_subscripted_dict(value, path.attr("__dict__"), key)
-            by_torch = frame.code.co_filename.startswith(_TORCH_DIR)
-            self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch)
+            by_torch, key = frame.code.co_filename.startswith(_TORCH_DIR), subscripted_by(frame)
+            self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch, key=key)
             return value
         if path is None:
             user_class = self.context.subclass_code and isinstance(obj, type) and not _is_library_module(

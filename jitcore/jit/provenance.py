@@ -471,19 +471,20 @@ class Provenance:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             self.remember(cell, Path(Root("bound", f"{fn.__qualname__}.<cell {name}>", cell)))
 
-    def bind_instance_dict(self, obj: Any, value: Any, path: Path, *, by_torch: bool = False) -> None:
-        """``obj.__dict__`` (or ``vars(obj)``) read by the program: for objects of user classes its
-        keys and values are guarded (``.get``, ``in`` and iteration read it without hooks); for
-        torch's (``Module.__getattr__`` reads ``self.__dict__``) it is only remembered, so that
-        items read from it get paths. ``by_torch``: an ``nn.Module``'s dict read by torch's own
-        module code, which reads its items by subscript (each guarded on its own path): only its
-        keys are guarded (an instance attribute added later would shadow what ``__getattr__`` found)."""
+    def bind_instance_dict(self, obj: Any, value: Any, path: Path, *, by_torch: bool = False,
+                           key: Any = None) -> None:
+        """``obj.__dict__`` (or ``vars(obj)``) read by the program. A user class's: guarded item by item
+        (``.get``, ``in``, iteration read it unhooked), or only by the constant ``key`` a lookup reads
+        (jit/appends.py); torch's: remembered, so items read get paths; an ``nn.Module``'s read by torch
+        (``by_torch``: items by subscript): its keys (a later attribute would shadow ``__getattr__``'s)."""
         if type(value) is not dict or is_library_class(type(obj)) or isinstance(obj, types.ModuleType):
             self.remember(value, path)
         elif by_torch and isinstance(obj, torch.nn.Module):
             self.guard(path, "type", dict)
             self.guard(path, "keys", tuple(value))
             self.remember(value, path)
+        elif key is not None:
+            self.bind_subscripted_dict(value, path, key)
         else:
             self.bind_state(value, path)
 
