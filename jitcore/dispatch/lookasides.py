@@ -84,7 +84,8 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
 # In a pass with symbolic sizes (jitcore/jit/shapes.py) ``x.shape[0]`` is a ``torch.SymInt`` where eager
 # has an int: ``type(n) is int`` and ``isinstance(n, int)`` were False, and a program branching on them
 # took another path than eager's on every call. A symbolic number answers the class it stands for
-# (``SymNode.pytype``: int, float or bool) to ``type()`` and ``isinstance`` (which also
+# (``SymNode.pytype``: int, float or bool) to ``type()``, ``n.__class__`` (the interpreter's attribute
+# path asks ``python_type``, jitcore/interpreter/attributes.py) and ``isinstance`` (which also
 # still answers True for ``torch.SymInt``, so torch's own code keeps its symbolic path). A nested
 # jagged tensor's ragged size is a SymInt eagerly too, and stays one.
 def type_of(*args: Any) -> Any:

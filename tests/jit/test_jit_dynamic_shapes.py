@@ -168,6 +168,24 @@ def test_a_symbolic_size_is_an_int_to_the_program(check):
     assert jitcore.cache_misses(jf) == 1
 
 
+@pytest.mark.parametrize("check", [
+    lambda n: n.__class__ is int,
+    lambda n: (n / 2).__class__ is float and (n > 1).__class__ is bool,
+    lambda n: n.__class__.__name__ == "int",
+    lambda n: getattr(n, "__class__") is int,  # noqa: B009 - the builtin's path, not LOAD_ATTR
+])
+def test_the_class_attribute_of_a_symbolic_size_is_int(check):
+    """``n.__class__`` agrees with ``type(n)`` (Note [Symbolic sizes are ints to the program]): it was
+    ``torch.SymInt`` through the interpreter's native attribute path."""
+    def f(x):
+        return x * 2 if check(x.shape[0]) else x - 1
+
+    jf = jitcore.jit(f, dynamic=True)
+    for k in (3, 5, 6):
+        run_both(f, jf, torch.ones(k))
+    assert jitcore.cache_misses(jf) == 1
+
+
 @pytest.mark.parametrize("program", [
     lambda x: x.shape,
     lambda x: x.size(),
