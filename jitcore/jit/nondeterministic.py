@@ -9,15 +9,18 @@ Read on every call (``PerCallReads``, Note [Clock reads and random draws on ever
 of ``time`` that give a number (``time()``, ``perf_counter()``, ``monotonic()``, ... and their ``_ns``
 forms), the two C methods of a ``random.Random`` that draw a number (``random()``, ``getrandbits()``;
 ``uniform`` is Python code over them, interpreted), and its methods made whole (``randint``,
-``gauss``, the variates, ``choice`` over numbers: Note [Draws made whole]). The number is a name of
-the trace, as ``t.item()``'s is.
+``gauss``, the variates, ``choice`` over numbers: Note [Draws made whole]; ``seed``, ``sample`` and
+``shuffle`` over numbers: Note [Seeds, samples and shuffles]). The number is a name of the trace, as
+``t.item()``'s is. ``datetime``'s ``now``/``utcnow``/``today``, ``os.urandom``/``os.getrandom`` and
+``uuid.uuid4``/``uuid1`` give a name too, of a value that is not a number (an ``ObjectProxy``: Note
+[Values made anew on every call]).
 
 Refused with UnsupportedOperationError (JC-T001; without ``fullgraph`` the call runs eagerly, Note
-[Eager entries] in jit/api.py, as torch.compile breaks its graph at ``time.time()``): ``datetime``'s
-``now``/``utcnow``/``today``, ``time.localtime()``/``ctime()`` and the like without a time,
-``os.urandom``/``os.getrandom``, the other methods of a ``random.Random`` (``seed``, ``setstate``),
-and a per-call number whose value the program needs (a size, an index, a dict key: ``choice`` and
-``sample`` index with one). Exempt: clock reads of the standard library's ``logging`` code that the
+[Eager entries] in jit/api.py, as torch.compile breaks its graph at ``time.time()``):
+``time.localtime()``/``ctime()`` and the like without a time, the other methods of a
+``random.Random`` (``setstate``; ``sample``/``shuffle`` of other items), and a per-call value whose
+value the program needs (a size, an index, a dict key, an attribute of a datetime: ``choice`` over
+other items indexes with one). Exempt: clock reads of the standard library's ``logging`` code that the
 program calls itself (a ``Formatter.formatTime``); the records of its logging calls are made on every
 call, with each call's time (jitcore/jit/log_records.py).
 
@@ -38,6 +41,7 @@ import os
 import random
 import time
 import types
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -45,8 +49,8 @@ import jitcore
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter import current_run
 from jitcore.ir import BoundSymbol, TraceContext
-from jitcore.langctx.reads import CLOCK_READ, RANDOM_DRAW
-from jitcore.proxies.number import NumberProxy
+from jitcore.langctx.reads import CLOCK_READ, RANDOM_DRAW, shuffled
+from jitcore.proxies.number import NumberProxy, ObjectProxy
 
 __all__ = ["NOT_A_READ", "PerCallReads", "iterator_lookasides", "needed_value"]
 
@@ -78,7 +82,8 @@ _LOGGING = os.path.join("logging", "__init__.py")
 
 
 NOT_A_READ = object()  # PerCallReads.read: the call is none of these; the interpreter makes it
-_NUMBER_CLOCKS = _CLOCKS - {getattr(os, "urandom", None), getattr(os, "getrandom", None)}
+_URANDOM = frozenset(getattr(os, name) for name in ("urandom", "getrandom") if hasattr(os, name))
+_NUMBER_CLOCKS = _CLOCKS - _URANDOM
 _NUMBER_DRAWS = frozenset({"random", "getrandbits"})
 _WHOLE_DRAWS = tuple(name for name in (
     "randint", "randrange", "choice", "gauss", "normalvariate", "lognormvariate", "expovariate",
@@ -120,27 +125,90 @@ class PerCallReads:
             return NOT_A_READ
         owner = getattr(fn, "__self__", None)
         draws = isinstance(owner, random.Random) and fn.__name__ in _NUMBER_DRAWS
-        if kwargs or not (draws or _is_number_clock(fn)):
-            raise _refusal(name, "a cached call could not reproduce it")
-        return self._record(fn, args, name, draws=draws)
+        if not kwargs and (draws or _is_number_clock(fn)):
+            return self._record(fn, args, name, draws=draws)
+        if _is_value_read(fn, args, kwargs):  # Note [Values made anew on every call]
+            return self._record(fn, args, name, draws=False, kwargs=kwargs)
+        raise _refusal(name, "a cached call could not reproduce it")
 
-    def _record(self, fn: Any, args: tuple, name: str, *, draws: bool) -> NumberProxy:
+    def _record(self, fn: Any, args: tuple, name: str, *, draws: bool, kwargs: dict | None = None,
+                made: Callable[[Any, Callable[[Any], NumberProxy]], Any] | None = None) -> Any:
+        """The call ``fn(*args, **kwargs)`` made now and recorded to be made by every call; its result
+        a name (``made(value, name)``: the result's structure, names where it has numbers)."""
         owner = getattr(fn, "__self__", None)
         if draws:
             self._drawn.setdefault(id(owner), (owner, owner.getstate()))
-        value = fn(*(a.value if isinstance(a, NumberProxy) else a for a in args))
-        fresh = self._context.values.names.fresh("n")
-        number = NumberProxy(fresh, value, on_specialize=lambda: self._needed.append(name))
-        number.on_predicate = lambda n, outcome: self._check_predicate(n, outcome, varies=not draws)
+        kwargs = kwargs or {}
+        value = fn(*(_value(a) for a in args), **kwargs)
+
+        def name_of(v: Any) -> NumberProxy:
+            kind = NumberProxy if type(v) in (int, float, bool) else ObjectProxy
+            number = kind(self._context.values.names.fresh("n"), v,
+                          on_specialize=lambda: self._needed.append(name))
+            number.on_predicate = lambda n, outcome: self._check_predicate(n, outcome, varies=not draws)
+            self.numbers.append((number, name))
+            return number
+
+        out = name_of(value) if made is None else made(value, name_of)
         self._context.trace.imports.setdefault("jitcore", jitcore)
         symbol, source = RANDOM_DRAW if draws else CLOCK_READ, self._context.source()
-        self._context.scopes[-1].append(BoundSymbol(symbol, (fn, *args), {}, number, (), source))
-        self.numbers.append((number, name))
-        return number
+        self._context.scopes[-1].append(BoundSymbol(symbol, (fn, *args), kwargs, out, (), source))
+        return list(out) if type(out) is list else out  # the program's list: the record's stays as made
 
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
-        """The methods of ``random.Random`` drawn whole (Note [Draws made whole])."""
-        return {getattr(random.Random, name): self._draw_whole(name) for name in _WHOLE_DRAWS}
+        """The methods of ``random.Random`` drawn whole (Note [Draws made whole]), its ``seed``,
+        ``sample`` and ``shuffle`` (Note [Seeds, samples and shuffles]), ``uuid.uuid4``/``uuid1``
+        (Note [Values made anew on every call])."""
+        return {
+            **{getattr(random.Random, name): self._draw_whole(name) for name in _WHOLE_DRAWS},
+            random.Random.seed: self._seed, random.Random.sample: self._sample,
+            random.Random.shuffle: self._shuffle,
+            uuid.uuid4: self._made_whole(uuid.uuid4, "uuid.uuid4"),
+            uuid.uuid1: self._made_whole(uuid.uuid1, "uuid.uuid1"),
+        }
+
+    # Note [Seeds, samples and shuffles]
+    # ``random.seed(s)`` is recorded as a call the computation makes on every call at its place among
+    # the draws (``per_call_read(<bound method Random.seed>, s)``, no result), so the draws after it give
+    # the seeded sequence eager gives, on every call: the seed may be a constant (guarded as the
+    # program's reads are), a dynamic number or a number read on every call, or absent (the system's
+    # entropy, as eagerly). While tracing the seed is made (the draws after it see its sequence), and
+    # the generator is put back with the rest (``restore``). ``sample(population, k)`` over a list,
+    # tuple or range of numbers is one draw giving ``k`` names (``[n0, n1] = per_call_read(<bound
+    # method Random.sample>, range(0, 10), 2)``: ``k`` is specialized), ``shuffle(xs)`` of a list of
+    # numbers (constants, or the program's names: ``t.tolist()``'s) one draw giving the shuffled items
+    # as names, written into the list (``reads.shuffled``): a list of the caller's gets them as any write
+    # (jit/effects.py). The numbers flow on as any draw's; where their values are needed (an index into
+    # a list of tensors) the call runs eagerly, as before. Over other items (``counts=``, strings,
+    # tensors) the call is refused as before.
+    def _seed(self, rng: random.Random, a: Any = None, version: int = 2) -> None:
+        if type(rng).seed is not random.Random.seed or not (
+                a is None or type(a) in (int, float, str, bytes, bytearray) or isinstance(a, NumberProxy)):
+            raise _refusal("random.seed", "a cached call could not reproduce it")
+        self._record(rng.seed, (a, version), "random.seed", draws=True, made=lambda _v, _name: None)
+
+    def _sample(self, rng: random.Random, population: Any, k: Any, *, counts: Any = None) -> list:
+        items = tuple(population) if type(population) in (list, tuple) else population
+        if counts is not None or type(rng).random is not random.Random.random or not _numbers(items):
+            raise needed_value("random.sample")
+        k = k.specialize() if isinstance(k, NumberProxy) else k
+        return self._record(rng.sample, (items, k), "random.sample", draws=True,
+                            made=lambda value, name_of: [name_of(v) for v in value])
+
+    def _shuffle(self, rng: random.Random, x: Any) -> None:
+        if type(x) is not list or type(rng).random is not random.Random.random or not _numbers(x):
+            raise needed_value("random.shuffle")
+        shuffle = types.MethodType(shuffled, rng)  # a method of ``rng``, as the draws' are
+        shuffled_items = self._record(shuffle, (tuple(x),), "random.shuffle", draws=True,
+                                      made=lambda value, name_of: [name_of(v) for v in value])
+        x[:] = shuffled_items
+
+    def _made_whole(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not all(type(a) in (int, type(None)) for a in (*args, *kwargs.values())):
+                raise _refusal(name, "a cached call could not reproduce it")
+            return self._record(fn, args, name, draws=False, kwargs=kwargs)
+        return call
 
     # Note [Draws made whole]
     # ``randint``/``randrange`` loop on ``getrandbits`` until a draw fits (a branch on each draw),
@@ -183,6 +251,44 @@ class PerCallReads:
         for generator, state in self._drawn.values():
             generator.setstate(state)
         self._drawn.clear()
+
+
+def _value(arg: Any) -> Any:
+    """An argument with the traced values of the names in it (a tuple of a shuffle's items)."""
+    if type(arg) is tuple:
+        return tuple(_value(a) for a in arg)
+    return arg.value if isinstance(arg, NumberProxy) else arg
+
+
+def _numbers(items: Any) -> bool:
+    """``items`` is a range, or a list or tuple of numbers (constants or names)."""
+    if type(items) is range:
+        return True
+    return type(items) in (list, tuple) and all(
+        type(v) in (int, float) or (isinstance(v, NumberProxy) and type(v.value) in (int, float, bool))
+        for v in items)
+
+
+# Note [Values made anew on every call]
+# ``datetime.now()`` (``utcnow``, ``today``; a ``tz`` of constants), ``os.urandom(n)``/``getrandom``
+# and ``uuid.uuid4()``/``uuid1()`` (made whole: lookasides) give a value that is not a number but
+# flows as the clock's numbers do: a name of the trace made by every call
+# (``n0 = per_call_read(<built-in method now of type object>)``), which the program may return, store
+# into state, format into text (``f"{datetime.now():%H:%M}"``, made per call: jit/texts.py) or compare
+# (a branch checked by its outcome). Anything else needs the value (an attribute such as ``.year``,
+# ``str(u)``, arithmetic on dates, indexing the bytes): the call runs eagerly (JC-T001), as before.
+def _is_value_read(fn: Any, args: tuple, kwargs: dict) -> bool:
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, type) and issubclass(owner, datetime.date) and fn.__name__ in _NOW:
+        return all(v is None or isinstance(v, datetime.tzinfo) for v in (*args, *kwargs.values()))
+    return _is_urandom(fn) and not kwargs and all(type(a) is int for a in args)
+
+
+def _is_urandom(fn: Any) -> bool:
+    try:
+        return fn in _URANDOM
+    except TypeError:
+        return False
 
 
 def _is_number_clock(fn: Any) -> bool:

@@ -49,6 +49,7 @@ __all__ = [
     "runs_under_autograd",
     "same_number",
     "same_value",
+    "shuffled",
     "size_of",
     "output_sizes",
 ]
@@ -143,6 +144,14 @@ def per_call_read(fn: Callable[..., Any], *args: Any) -> Any:
     """What the computation runs for a clock read or a random draw, made anew by every call (Note [Clock
     reads and random draws on every call], jitcore/jit/nondeterministic.py): the call itself."""
     return fn(*args)
+
+
+def shuffled(rng: Any, items: tuple) -> list:
+    """What the computation runs for ``rng.shuffle(xs)`` (bound to ``rng``; Note [Seeds, samples and
+    shuffles], jitcore/jit/nondeterministic.py): the items, shuffled as ``shuffle`` shuffles them."""
+    out = list(items)
+    rng.shuffle(out)
+    return out
 
 
 def _read_symbol(*tags: str) -> Symbol:

@@ -16,6 +16,9 @@ program sees a NumberProxy standing for an ``int`` or a ``float`` (``type(n)``, 
   C function — and *specializes* the number: the value is returned and the dynamic inputs it was
   computed from are guarded by value, as if they had not been declared dynamic.
 
+An ``ObjectProxy`` is the same for a value made anew by every call that is not a number (a datetime,
+bytes, a UUID): passed on, formatted or compared as a number is; any other use needs its value.
+
 Invariants:
 - ``value`` is what the proxy computes for the call being traced; code outside this module and
   ``jitcore.langctx.python`` reads it only through ``specialize()``, which records the guards first
@@ -36,8 +39,8 @@ import torch
 from jitcore.ir import Proxy
 
 __all__ = [
-    "SYMBOLIC_NUMBERS", "NumberProxy", "formula", "operations", "records_arithmetic", "specialize_all",
-    "symbolic_number_class", "traced_symbol_values", "traced_value",
+    "SYMBOLIC_NUMBERS", "NumberProxy", "ObjectProxy", "formula", "operations", "records_arithmetic",
+    "specialize_all", "symbolic_number_class", "traced_symbol_values", "traced_value",
 ]
 
 
@@ -146,6 +149,26 @@ class NumberProxy(Proxy):
 
     def __ge__(self, other: Any) -> Any:
         return _compare(operator.ge, self, other)
+
+
+class ObjectProxy(NumberProxy):
+    """A value made anew by every call that is not a number (``datetime.now()``, ``uuid.uuid4()``,
+    ``os.urandom(n)``: Note [Values made anew on every call], jitcore/jit/nondeterministic.py): a name
+    passed on as a number's is; its items, length and iteration need its value, as its attributes do."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.specialize()[key]
+
+    def __len__(self) -> int:
+        return len(self.specialize())
+
+    def __iter__(self) -> Any:
+        return iter(self.specialize())
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self.specialize()
 
 
 _NUMBERS = (int, float, bool)

@@ -358,8 +358,10 @@ class _Replay:
                 if "bookkeeping" in bsym.symbol.tags:
                     continue
                 if "check" in bsym.symbol.tags or "data_dependent" in bsym.symbol.tags \
-                        or self.numbers.is_arithmetic(bsym):
-                    self._copy_record(bsym)  # value reads (jitcore/langctx/reads.py): run as recorded
+                        or "per_call" in bsym.symbol.tags or self.numbers.is_arithmetic(bsym):
+                    # value reads (jitcore/langctx/reads.py), ``random.seed`` (jit/nondeterministic.py):
+                    # run as recorded
+                    self._copy_record(bsym)
                     continue
                 if tree_has((bsym.args, bsym.kwargs, bsym.output), GeneratorProxy):
                     self._copy_draw(bsym)  # a generator the program made, and the draws from it

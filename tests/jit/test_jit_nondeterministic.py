@@ -29,6 +29,7 @@ from jitcore.errors import UnsupportedOperationError
 from jitcore.jit import nondeterministic
 
 X = torch.arange(3.0)
+_FRACTIONS = [i / 10**4 for i in range(10**4)]
 
 
 def _calls(fn: Callable[..., Any], seed: int, n: int = 4) -> tuple[list[Any], list[str]]:
@@ -74,7 +75,7 @@ def test_python_random_draws_are_made_on_every_call(f: Callable[..., Any]) -> No
 
 @pytest.mark.parametrize("draw", [
     lambda: random.choice(range(10**9)),  # indexes with a draw: its value is needed
-    lambda: random.sample(range(10**9), 2)[1],
+    lambda: _FRACTIONS[random.sample(range(10**4), 1)[0]],  # a sampled index: its value is needed
 ])
 def test_python_random_draws_whose_values_are_needed_run_eagerly(draw: Callable[[], Any]) -> None:
     def f(x):
@@ -165,10 +166,10 @@ def test_an_elapsed_time_logged_as_text() -> None:
 
 
 @pytest.mark.parametrize("clock", [
-    lambda: datetime.datetime.now(), lambda: datetime.date.today(), lambda: time.localtime(),
-    lambda: uuid.uuid4(), lambda: os.urandom(8), lambda: range(10)[time.time_ns() % 10],
+    lambda: datetime.datetime.now().microsecond, lambda: datetime.date.today().year, lambda: time.localtime(),
+    lambda: uuid.uuid4().hex, lambda: os.urandom(8)[0], lambda: range(10)[time.time_ns() % 10],
 ])
-def test_clocks_and_system_randomness_that_give_no_number_run_eagerly(clock: Callable[[], Any]) -> None:
+def test_clocks_and_system_randomness_whose_values_are_needed_run_eagerly(clock: Callable[[], Any]) -> None:
     def f(x):
         return x + 1, clock()
 
@@ -306,3 +307,135 @@ def test_iterators_the_program_makes_are_traced() -> None:
         for _ in range(2):
             assert_same(jf(X, [2.0, 3.0]), f(X, [2.0, 3.0]))
     assert jitcore.cache_hits(jf) == 1
+
+
+# --- Note [Values made anew on every call], Note [Seeds, samples and shuffles] -----------------------
+_STATE: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("make", [
+    lambda: datetime.datetime.now(), lambda: datetime.datetime.now(datetime.UTC),
+    lambda: datetime.datetime.utcnow(), lambda: datetime.date.today(), lambda: uuid.uuid4(),
+    lambda: uuid.uuid1(), lambda: os.urandom(8),
+])
+def test_values_made_anew_on_every_call_are_traced(make: Callable[[], Any]) -> None:
+    """``datetime.now()``, ``uuid.uuid4()``, ``os.urandom(n)`` returned and stored into state: each call
+    makes its own, as eagerly, from one cache entry (they made every call an eager entry)."""
+    def f(x):
+        value = make()
+        _STATE["last"] = value
+        return x + 1, value
+
+    jf = jitcore.jit(f)
+    _STATE["last"] = None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*runs eagerly.*")
+        got = []
+        for i in range(4):
+            out, value = jf(X + i)
+            assert_same(out, X + i + 1)
+            assert type(value) is type(make()) and _STATE["last"] is value
+            got.append(value)
+            time.sleep(0.002)
+    assert jitcore.cache_misses(jf) == 1 and jitcore.cache_hits(jf) == 3
+    if not isinstance(got[0], datetime.date) or isinstance(got[0], datetime.datetime):
+        assert len(set(got)) == len(got)  # a new value per call (today() is the same day)
+
+
+def test_a_time_formatted_into_text_is_each_calls() -> None:
+    def f(x):
+        return x * 2, f"step at {datetime.datetime.now():%H:%M:%S.%f}"
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*runs eagerly.*")
+        texts = []
+        for _ in range(3):
+            texts.append(jf(X)[1])
+            time.sleep(0.002)
+    assert len(set(texts)) == 3 and all(t.startswith("step at ") for t in texts)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _seeded(x, seed):
+    random.seed(seed)
+    a = random.random()
+    picked = random.sample(range(100), 3)
+    order = [1.0, 2.0, 3.0, 4.0, 5.0]
+    random.shuffle(order)
+    return x * a + picked[0] - order[0], picked, order, random.random()
+
+
+def _listed(x):
+    values = x.tolist()
+    random.shuffle(values)
+    return values, x * values[0] + random.sample(values, 2)[1]
+
+
+def _shuffled_argument(x, items):
+    random.shuffle(items)
+    return x + 1
+
+
+def _reseeded(x):
+    random.seed()  # the system's entropy, as eagerly: only the generator's state after it is compared
+    return x * 2
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_seed_sample_and_shuffle_give_eagers_sequences(seed: int) -> None:
+    """The same seed before an eager and a jitted run gives the same draws, samples, shuffles and
+    generator state, on every call (they made every call an eager entry)."""
+    jf = jitcore.jit(_seeded)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*runs eagerly.*")
+        for i in range(4):
+            random.seed(1000 + i)
+            expected, eager_state = _seeded(X + i, seed), random.getstate()
+            random.seed(1000 + i)
+            assert_same(jf(X + i, seed), expected)
+            assert random.getstate() == eager_state
+    assert jitcore.cache_misses(jf) == 1 and jitcore.cache_hits(jf) == 3
+
+
+def test_shuffles_of_read_numbers_and_of_a_callers_list() -> None:
+    jf, jg = jitcore.jit(_listed), jitcore.jit(_shuffled_argument)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*runs eagerly.*")
+        for i in range(5):
+            x = torch.randn(4, generator=torch.Generator().manual_seed(i))
+            random.seed(i)
+            expected = _listed(x)
+            random.seed(i)
+            assert_same(jf(x), expected)
+            eager_items, jit_items = [1, 2, 3, 4, 5], [1, 2, 3, 4, 5]
+            random.seed(i)
+            _shuffled_argument(X, eager_items)
+            random.seed(i)
+            jg(X, jit_items)
+            assert jit_items == eager_items
+    assert jitcore.cache_misses(jf) == 1 and jitcore.cache_misses(jg) == 1
+
+
+def test_a_seed_from_the_system_and_under_grad() -> None:
+    def g(x):
+        random.seed(5)
+        return (x * 2).sum()
+
+    jf, jg = jitcore.jit(_reseeded), jitcore.jit(g)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*runs eagerly.*")
+        states = set()
+        for _ in range(3):
+            assert_same(jf(X), X * 2)
+            states.add(random.random())
+        assert len(states) == 3  # reseeded from the system on every call
+        for _ in range(3):
+            x = torch.ones(2, requires_grad=True)
+            random.seed(100)
+            g(x).backward()
+            expected = random.random()
+            random.seed(100)
+            jg(x).backward()
+            assert random.random() == expected and x.grad.tolist() == [4.0, 4.0]
+    assert jitcore.cache_misses(jf) == 1 and jitcore.cache_misses(jg) == 1
