@@ -52,6 +52,7 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.tensor import PlainTensorProxy
 
 __all__ = ["ValueReads", "has_reads", "nondeterministic_read", "read_sites", "with_rollback"]
 
@@ -82,6 +83,10 @@ class ValueReads:
         # numbers read with ``item()`` (names of the computation), each with the record that checks
         # its value where the program needs it (added to the trace once: ``NumberProxy.specialize``)
         self.numbers: list[tuple[NumberProxy, BoundSymbol]] = []
+        # the coordinates of a mask's true elements an index read, by mask and version, with the mask
+        # (Note [One mask, one count]); ``_decomposing``: how deep in DATA_DEPENDENT_DECOMPOSITIONS
+        self.coordinates: dict[tuple[int, int], tuple[TensorProxy, Any]] = {}
+        self._decomposing = 0
 
     def read(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
              source: tuple[SourceFrame, ...] | None) -> Inlined:
@@ -112,14 +117,24 @@ class ValueReads:
             ) from error
         if len(self.context.scopes) != 2:
             raise error
+        key = self._coordinates_key(symbol, args, kwargs)
+        if key is not None and key in self.coordinates:
+            return Inlined(self.coordinates[key][1])  # Note [One mask, one count]
         decomposition = DATA_DEPENDENT_DECOMPOSITIONS.get(symbol.fn)
         if decomposition is not None:
-            with self._enclosing_scope():
-                out = decomposition(*args, **kwargs)
+            self._decomposing += 1
+            try:
+                with self._enclosing_scope():
+                    out = decomposition(*args, **kwargs)
+            finally:
+                self._decomposing -= 1
             if out is not NotImplemented:
                 return Inlined(out)
         try:
-            return self._read_on_values(symbol, args, kwargs, error, source)
+            read = self._read_on_values(symbol, args, kwargs, error, source)
+            if key is not None:
+                self.coordinates[key] = (args[0], read.output)  # the mask kept alive: its id keys the entry
+            return read
         except DataDependentError:
             if not (_needs_grad(args, kwargs) and symbol.langctx == "torch"
                     and not _has(NumberProxy, (args, kwargs))):
@@ -133,6 +148,23 @@ class ValueReads:
             del scope[recorded:]  # what the attempt recorded before it failed
             return Inlined(self._under_autograd(symbol, args, kwargs, error, source))
         return Inlined(out)
+
+    # Note [One mask, one count]
+    # ``a = x[mask]; b = y[mask]`` indexes twice through the coordinates of the mask's true elements
+    # (``nonzero(mask, as_tuple=True)``, langctx/reads.py): read twice, they were two value-shaped
+    # outputs, two sizes, and once those were symbols, two unbacked symbols that ``a + b`` needed equal,
+    # a condition checked on every call (torch.compile's unbacked symbols need it too). The
+    # coordinates an index made of an unchanged mask are those of every later index by it: the pass
+    # reads them once per mask and version (its shadow's ``_version``, which an in-place write to it
+    # or to a view of its storage bumps) and hands the later indexes the same coordinates, so one
+    # symbol is the size of both (``t5 = torch.add(t2, t4)  # f32[u0]``, no condition). Only the
+    # coordinates made inside such an expression are shared: a ``nonzero`` the program calls itself
+    # gives it a tensor of its own, which it may write.
+    def _coordinates_key(self, symbol: Symbol, args: tuple, kwargs: dict) -> tuple[int, int] | None:
+        if not self._decomposing or symbol.fn is not torch.nonzero or kwargs != {"as_tuple": True} \
+                or len(args) != 1 or type(args[0]) is not PlainTensorProxy:
+            return None
+        return id(args[0]), args[0].shadow._version  # noqa: SLF001 - torch's version counter
 
     def masks_under_grad(self, symbol: Symbol, args: tuple, kwargs: dict) -> Inlined | None:
         """A write through a boolean mask whose values require grad, expressed through the mask's
@@ -373,7 +405,9 @@ class ValueReads:
         if not all(isinstance(v, torch.Tensor) for v in leaves):
             raise error
         shape_site = _shape_site(site)
-        proxies = [self._shaped_proxy(t, shape_site, i) for i, t in enumerate(leaves)]
+        # nonzero(as_tuple=True)'s coordinates have one length: one symbol (Note [One mask, one count])
+        shared: dict[int, Any] | None = {} if symbol.fn is torch.nonzero and kwargs.get("as_tuple") else None
+        proxies = [self._shaped_proxy(t, shape_site, i, shared) for i, t in enumerate(leaves)]
         output = optree.tree_unflatten(spec, proxies)
         pairs = list(zip(proxies, leaves))
         self._record_shaped(symbol, args, kwargs, output, pairs, site, {"data_dependent"})
@@ -396,9 +430,11 @@ class ValueReads:
         self._record(BoundSymbol(READ, check, {}, None, (), site.source))
         self._log(site, [tuple(real.shape) for _, real in pairs])
 
-    def _shaped_proxy(self, real: torch.Tensor, shape_site: ReadSite, part: int) -> TensorProxy:
+    def _shaped_proxy(self, real: torch.Tensor, shape_site: ReadSite, part: int,
+                      shared: dict[int, Any] | None = None) -> TensorProxy:
         """The proxy of output ``part`` of a value-shaped op: its sizes static, but for those that changed
-        between calls before, which are symbols (Note [Sizes that values decide], jitcore/jit/shapes.py)."""
+        between calls before, which are symbols (Note [Sizes that values decide], jitcore/jit/shapes.py).
+        ``shared``: the symbols of the op's outputs so far by dimension, where they are one size."""
         values = self.context.values
         dims = frozenset() if self.read_dims is None else self.read_dims(shape_site, part, tuple(real.shape))
         dims = frozenset(d for d in dims if d < real.ndim)
@@ -406,8 +442,12 @@ class ValueReads:
         if not dims or values.shape_env is None or layout is None:
             return values.proxy_for(values.fake_mode.from_tensor(real, static_shapes=True))
         env = values.shape_env
-        sizes = [env.create_unbacked_symint() if d in dims else size for d, size in enumerate(real.shape)]
-        for d in dims:
+        made = {d: shared[d] for d in dims if shared is not None and d in shared}
+        sizes = [made.get(d) or env.create_unbacked_symint() if d in dims else size
+                 for d, size in enumerate(real.shape)]
+        if shared is not None:
+            shared.update((d, sizes[d]) for d in dims)
+        for d in sorted(dims - made.keys()):
             _constrain_range_for_size(sizes[d])  # at least 0, with no check of its own
             # what torch cannot decide without the value (``len(x[mask]) > 4``) it decides with this one,
             # as a condition the computation checks (Note [Sizes that values decide])
@@ -415,7 +455,7 @@ class ValueReads:
         with values.fake_mode:
             shadow = torch.empty_permuted(sizes, layout, dtype=real.dtype, device=real.device)
         proxy = values.proxy_for(shadow)
-        for d in dims:
+        for d in sorted(dims - made.keys()):
             self.sizes[sizes[d].node.expr] = (proxy, d, real.shape[d])
         return proxy
 

@@ -159,3 +159,59 @@ def test_masked_programs_match_eager(rows, threshold, seed):
     for _ in range(4):
         x, y = torch.randn(rows, 6, generator=generator), torch.randn(rows, 6, generator=generator)
         assert_same(jf(x, y), fn(x, y))
+
+
+# --- Note [One mask, one count] ---------------------------------------------------------------------
+def _two_reads(x, y):
+    m = y > 0
+    return x[m] + y[m] * 2
+
+
+def _write_between(x, y):
+    m = y > 0
+    a = x[m]
+    m[:, 0] = True  # a write to the mask: the next index reads its coordinates again
+    return a.sum() + y[m].sum(), y[m]
+
+
+def _view_written_between(x, y):
+    m = y > 0
+    rows = m.view(-1)
+    a = x[m]
+    rows[0] = ~rows[0]
+    return a, x[m] * y[m]
+
+
+def _masked_select_and_index(x, y):
+    m = y > 0
+    return torch.masked_select(x, m) - x[m] * y[m]
+
+
+def _changing_counts(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(1)
+    return [(torch.randn(4, 8, generator=generator), torch.randn(4, 8, generator=generator))
+            for _ in range(n)]
+
+
+def test_two_indexes_by_one_mask_share_one_symbol():
+    jf = jitcore.jit(_two_reads)
+    _run(_two_reads, jf, _changing_counts(10))
+    assert jitcore.cache_misses(jf) == 2 and jitcore.cache_hits(jf) == 8
+    text = str(jitcore.last_traces(jf)[-1])
+    # one read of the coordinates, one symbol for both of its outputs and both indexes: no condition
+    # that two symbols are equal
+    assert text.count("torch.nonzero(") == 1 and "u0" in text and "u1" not in text, text
+
+
+@pytest.mark.parametrize("fn", [_write_between, _view_written_between, _masked_select_and_index])
+def test_a_mask_written_between_indexes_is_read_again(fn):
+    jf = jitcore.jit(fn)
+    _run(fn, jf, _changing_counts(10))
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_two_indexes_by_one_mask_under_grad():
+    jf = jitcore.jit(_two_reads)
+    calls = [(x.requires_grad_(True), y) for x, y in _changing_counts(6)]
+    _run(_two_reads, jf, calls, grad=True)
+    assert jitcore.cache_misses(jf) == 2
