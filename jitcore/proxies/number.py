@@ -320,6 +320,32 @@ for _op in (operator.add, operator.sub, operator.mul, operator.truediv, operator
     setattr(NumberProxy, f"__r{_name}__", _arithmetic(_op, reflected=True))
 for _op in (operator.neg, operator.pos, operator.abs):
     setattr(NumberProxy, f"__{_op.__name__.strip('_')}__", _unary(_op))
+
+
+def _with_value(name: str, op: Callable[[Any, Any], Any], *, reflected: bool = False) -> Callable[..., Any]:
+    """An ObjectProxy's operator: recorded with another name as a number's (its result specializes
+    both where it is no number: ``now() - start``), computed on its value with anything else
+    (``now() > datetime(2000, 1, 1)``: the program needs the value)."""
+    recorded = getattr(NumberProxy, name)
+
+    def method(self: NumberProxy, other: Any) -> Any:
+        if isinstance(other, NumberProxy):
+            return recorded(self, other)
+        value = self.specialize()
+        return op(other, value) if reflected else op(value, other)
+
+    method.__name__ = name
+    return method
+
+
+for _op in (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+            operator.pow):
+    _name = _op.__name__.strip("_")
+    setattr(ObjectProxy, f"__{_name}__", _with_value(f"__{_name}__", _op))
+    setattr(ObjectProxy, f"__r{_name}__", _with_value(f"__r{_name}__", _op, reflected=True))
+for _op in (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge):
+    setattr(ObjectProxy, f"__{_op.__name__}__", _with_value(f"__{_op.__name__}__", _op))
+ObjectProxy.__hash__ = NumberProxy.__hash__  # type: ignore[method-assign]  # __eq__ set: keep the hash
 del _op, _name
 
 

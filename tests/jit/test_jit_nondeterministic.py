@@ -439,3 +439,26 @@ def test_a_seed_from_the_system_and_under_grad() -> None:
             jg(x).backward()
             assert random.random() == expected and x.grad.tolist() == [4.0, 4.0]
     assert jitcore.cache_misses(jf) == 1 and jitcore.cache_misses(jg) == 1
+
+
+_EPOCH = datetime.datetime(2000, 1, 1)
+
+
+@pytest.mark.parametrize("use", [
+    lambda: datetime.datetime.now() > _EPOCH,  # with a value of the program's: needs the value
+    lambda: _EPOCH < datetime.datetime.now(),
+    lambda: (datetime.datetime.now() - _EPOCH).days > 0,
+    lambda: (_EPOCH - datetime.datetime.now()).days < 0,
+    lambda: datetime.datetime.now() != None,  # noqa: E711 - the operator, not identity
+    lambda: (datetime.datetime.now() - datetime.datetime.now()).days <= 0,  # between two: recorded
+    lambda: datetime.datetime.now() <= datetime.datetime.now(),  # a branch on a recorded comparison
+])
+def test_values_made_anew_with_other_values_give_eagers_answers(use: Callable[[], Any]) -> None:
+    def f(x):
+        return x + 1 if use() else x - 1
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an eager entry where the value is needed
+        for _ in range(3):
+            assert_same(jf(X), f(X))
