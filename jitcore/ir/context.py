@@ -42,6 +42,8 @@ class TraceContext:
             jitcore/jit/autograd_calls.py); None where no pass runs them.
         modes: the TorchFunctionMode/TorchDispatchMode the program entered inside the traced
             function (jitcore/dispatch/modes.py ``UserModes``); None until it enters one.
+        function_transforms: how deep the program is in torch.func's transforms (``vmap``,
+            ``grad``), which functorch runs on the traced tensors (jitcore/jit/function_transforms.py).
     """
 
     trace: Trace
@@ -53,6 +55,7 @@ class TraceContext:
     called_as: Any = None
     autograd: Any = None
     modes: Any = None
+    function_transforms: int = 0
 
     def __post_init__(self) -> None:
         if not self.scopes:

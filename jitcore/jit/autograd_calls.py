@@ -36,7 +36,8 @@ import torch
 
 import jitcore
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
-from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
+from jitcore.errors import DataDependentError, UnsupportedOperationError
+from jitcore.jit.function_transforms import function_transform_lookasides
 from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph, graph_leaves
 from jitcore.langctx.reads import runs_under_autograd
 from jitcore.proxies import TensorProxy
@@ -56,8 +57,7 @@ class AutogradCalls:
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
         found: dict[Any, Callable[..., Any]] = {torch.autograd.backward: self.backward,
                                                 torch.autograd.grad: self.grad}
-        for fn, name in _function_transforms():
-            found[fn] = _runs_eagerly(name)
+        found.update(function_transform_lookasides())
         return found
 
     def tensor_backward(self, tensor: TensorProxy, gradient: Any = None, retain_graph: Any = None,
@@ -179,26 +179,3 @@ def _as_list(value: Any) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value]
-
-
-def _function_transforms() -> list[tuple[Any, str]]:
-    """Where torch.func's transforms start working on tensors (the public functions only wrap):
-    ``grad(f)(x)`` runs ``grad_impl``, ``jacrev`` runs ``_vjp_with_argnums`` under ``vmap_impl``."""
-    import torch._functorch.eager_transforms as eager
-    import torch._functorch.vmap as vmap
-
-    names = [
-        (eager, "grad_impl", "torch.func.grad"), (eager, "grad_and_value_impl", "torch.func.grad_and_value"),
-        (eager, "_vjp_with_argnums", "torch.func.vjp"), (eager, "_jvp_with_argnums", "torch.func.jvp"),
-        (eager, "linearize", "torch.func.linearize"), (vmap, "vmap_impl", "torch.func.vmap"),
-    ]
-    return [(getattr(module, attr), name) for module, attr, name in names if hasattr(module, attr)]
-
-
-def _runs_eagerly(name: str) -> Callable[..., Any]:
-    def transform(*args: Any, **kwargs: Any) -> Any:
-        raise EagerOnlyValue(f"{name} (a function transform of torch.func) is not traced: the call runs "
-                                "eagerly")
-
-    return transform
-

@@ -49,6 +49,7 @@ from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
 from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.filesystem import FileSystem
+from jitcore.jit.function_transforms import holds_functorch_tensor, run_natively
 from jitcore.jit.log_records import LogRecords
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.printing import Prints
@@ -352,7 +353,12 @@ class Pass:
 
     def _call_symbol(self, symbol: Any, args: tuple, kwargs: dict) -> Any:
         """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""
+        # Note [Function transforms run on the traced tensors]: vmap batches random factories' draws too
+        if self.context.function_transforms and "random" in symbol.tags:
+            return run_natively(symbol, args, kwargs)
         if tree_any(args, _real_tensor) or tree_any(kwargs, _real_tensor):
+            if holds_functorch_tensor(args, kwargs):
+                return run_natively(symbol, args, kwargs)
             args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
         if self._has_numbers() and tree_has((args, kwargs), NumberProxy):
             # a dynamic number stays a name only where torch takes it as a value; with a tensor subclass,

@@ -9,13 +9,14 @@ on shadows like every other symbol.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
-from jitcore.ir import Symbol, register_call_target
+from jitcore.ir import Symbol, current_context, register_call_target
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 from jitcore.proxies.tensor import TensorProxy
@@ -131,8 +132,31 @@ def operator_symbol(fn: Any) -> Symbol | None:
 
 def _torch_dispatch(op: OpOverload, args: tuple, kwargs: dict) -> Any:
     """An operator that reached torch's dispatcher with a proxy among its arguments (a C function
-    called with torch functions disabled, ``torch._int_mm``, a custom op): recorded as its own symbol."""
-    return op_symbol(op)(*args, **kwargs)
+    called with torch functions disabled, ``torch._int_mm``, a custom op): recorded as its own symbol.
+    Under torch.func's transforms its shadows' autograd records it as well: the dispatcher reaches
+    here below autograd, and a backward inside the traced function reads the shadows' graph (Note
+    [Function transforms run on the traced tensors], jitcore/jit/function_transforms.py)."""
+    context = current_context()
+    if context is None or not context.function_transforms:
+        return op_symbol(op)(*args, **kwargs)
+    with _autograd_included():
+        return op_symbol(op)(*args, **kwargs)
+
+
+_AUTOGRAD_KEYS = (torch._C.DispatchKey.AutogradFunctionality, torch._C.DispatchKey.ADInplaceOrView)
+
+
+@contextlib.contextmanager
+def _autograd_included() -> Iterator[None]:
+    """The autograd dispatch keys that the dispatcher excluded on its way below autograd, included again."""
+    excluded = [key for key in _AUTOGRAD_KEYS if torch._C._dispatch_tls_is_dispatch_key_excluded(key)]
+    for key in excluded:
+        torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
+    try:
+        yield
+    finally:
+        for key in excluded:
+            torch._C._dispatch_tls_set_dispatch_key_excluded(key, True)
 
 
 TensorProxy.torch_dispatch_handler = staticmethod(_torch_dispatch)  # type: ignore[assignment]

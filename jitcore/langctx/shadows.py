@@ -33,6 +33,7 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, guard_or_false, guard_or_true, is_nested_int
 from torch.nested._internal.nested_tensor import _tensor_symint_registry
+from torch.utils._mode_utils import no_dispatch
 
 from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
@@ -40,6 +41,7 @@ from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.tensor import PlainTensorProxy
 
 __all__ = ["REPLAY_NUMEL_LIMIT", "STATEFUL", "WRITES_NO_DATA", "TensorValues", "evaluate", "may_write_inputs",
            "data_read_error", "meta_of", "new_context", "untraced_kind"]
@@ -366,6 +368,7 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     finally:
         fake_mode.cache_enabled = cache_enabled
     _check_input_changes(values, fn, (shadow_args, shadow_kwargs), shadow_leaves, before, storage_sizes)
+    _restride_wrappers(values, shadow_leaves, before)
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
     in_fakes = [v for v in shadow_leaves if isinstance(v, FakeTensor)]
     out_fakes = [o for o in out_leaves if isinstance(o, FakeTensor)]
@@ -405,6 +408,23 @@ def _check_input_changes(
             raise
     elif any(guard_or_false(v.untyped_storage().nbytes() > storage_sizes[id(v)]) for v in fakes):
         _raise_eager_error(fn, *call, None, storage_sizes=storage_sizes)
+
+
+def _restride_wrappers(values: TensorValues, shadow_leaves: list[Any], before: dict[int, tuple]) -> None:
+    """Give a proxy whose shadow an in-place op restrided (``squeeze_``, ``t_``, ``as_strided_``) the
+    shadow's new metadata on its own tensor too: native code reads a proxy's sizes from the tensor, not
+    from the shadow (functorch's levels over traced tensors, Note [Function transforms run on the traced
+    tensors] in jitcore/jit/function_transforms.py). Symbolic metadata is left as it is."""
+    for v in shadow_leaves:
+        if not isinstance(v, FakeTensor) or v.layout is not torch.strided:
+            continue
+        after = _metadata(v)
+        if not all(type(s) is int for s in (*after[0], *after[1], after[2])) or after == before[id(v)]:
+            continue
+        proxy = values.known(v)
+        if type(proxy) is PlainTensorProxy:
+            with contextlib.suppress(RuntimeError), no_dispatch():  # a grown storage: the tensor keeps its
+                torch.Tensor.as_strided_(proxy, *after)  # sizes, as before this existed
 
 
 # What fake tensors raise when code reads their data (``tolist``, a C++ kernel's data pointer).

@@ -218,23 +218,6 @@ def test_a_second_backward_through_freed_buffers_raises_as_eagerly(retain):
     assert "test_jit_backward_inside.py" in "".join(traceback.format_exception(jit_error.value))
 
 
-@pytest.mark.parametrize("transform", ["vmap", "grad", "jacrev"])
-def test_function_transforms_run_eagerly(transform):
-    """torch.func's transforms are not traced: the call runs eagerly with one warning (JC-J002),
-    with eager's values (vmap made an internal error before)."""
-    wrapped = getattr(torch.func, transform)(lambda r: r.sin().sum())
-
-    def f(x):
-        return wrapped(x) if transform != "vmap" else torch.func.vmap(lambda r: r.sin().sum())(x)
-
-    jf = jitcore.jit(f)
-    x = torch.randn(4, 3)
-    with pytest.warns(UserWarning, match="runs eagerly"):
-        got = jf(x)
-    assert_same(got, f(x))
-    assert jf.fallback_reason.code == "JC-J002"
-
-
 @pytest.mark.parametrize("how", ["backward", "autograd_backward", "sgd_step"])
 def test_a_backward_inside_into_a_subclass_parameter(how):
     """The gradient of a TwoTensor leaf is set by the replay to the computed TwoTensor; it was the

@@ -1,0 +1,154 @@
+"""torch.func's function transforms (``vmap``, ``grad``, ``vjp``, ``jvp``, ``jacrev``, ``jacfwd``,
+``hessian``, ``linearize``) called by the traced program.
+
+Note [Function transforms run on the traced tensors]
+A transform wraps the program's tensors in functorch's own tensors, one level per transform
+(``BatchedTensor`` for vmap, ``GradTrackingTensor`` for grad), and runs the function it was given
+on them. Tracing does not model those levels itself: torch's functorch runs them, on the traced
+values. This works because a traced tensor is a real ``torch.Tensor`` whose ``__torch_dispatch__``
+records (jitcore/proxies/tensor.py): functorch's batching rules and its autograd sit above torch's
+Python dispatch key, so what reaches the traced tensors is the plain aten ops that eager runs under
+the transform (``mm`` with the batch dimension folded in, the backward formulas' ops), and those are
+what the trace records.
+- The transform's own code (torch/_functorch) runs natively, with ``__torch_function__`` off so that
+  every call goes down to the dispatcher.
+- The function handed to the transform runs on jitcore's interpreter, in the tracing pass: its reads
+  of globals, closures and attributes are guarded and its Python side effects recorded, as for any
+  code of the program. A torch call it makes on a functorch tensor runs natively at that point
+  (``run_natively``), and its aten ops, recorded as they reach the traced tensors, take the call's
+  place in the trace. A torch call on traced tensors only (a closure's tensor, which the transform
+  does not wrap) is recorded as usual, except a random one: vmap batches those too
+  (``randomness="different"``), so they run natively as well.
+- The cached call runs the recorded aten ops: no functorch levels, no transform code.
+Kept eager (JC-J002, one warning):
+- a tensor subclass among the transform's tensors (its dispatch would run under functorch's levels,
+  which jitcore does not resolve);
+- a transform that runs autograd's engine (``grad``, ``vjp``, ``jacrev``, ``hessian``) on tensors of
+  a device other than the CPU, whose backward runs on the engine's device threads, outside the
+  tracing pass;
+- a transform inside which torch drew random numbers (``dropout``, ``torch.rand``: functorch's rules
+  for random ops draw on tensors torch makes under the transform, which no traced tensor sees, so the
+  numbers would be constants of the trace): the generators are set back and the call runs eagerly.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import optree
+import torch
+
+from jitcore.errors import EagerOnlyValue
+from jitcore.interpreter import current_run
+from jitcore.ir import Inlined, current_context, tree_any
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import specialize_all
+from jitcore.proxies.subclass import SubclassTensorProxy
+
+__all__ = ["function_transform_lookasides", "holds_functorch_tensor", "run_natively"]
+
+_is_functorch_tensor = torch._C._functorch.is_functorch_wrapped_tensor  # noqa: SLF001
+
+# (module, attribute, public name, runs autograd's engine): where torch.func's transforms start
+# working on tensors (the public functions only wrap: ``grad(f)(x)`` runs ``grad_impl``, ``jacrev``
+# runs ``_vjp_with_argnums`` under ``vmap_impl``)
+_TRANSFORMS = (
+    ("torch._functorch.eager_transforms", "grad_impl", "torch.func.grad", True),
+    ("torch._functorch.eager_transforms", "grad_and_value_impl", "torch.func.grad_and_value", True),
+    ("torch._functorch.eager_transforms", "_vjp_with_argnums", "torch.func.vjp", True),
+    ("torch._functorch.eager_transforms", "_jvp_with_argnums", "torch.func.jvp", False),
+    ("torch._functorch.eager_transforms", "linearize", "torch.func.linearize", False),
+    ("torch._functorch.vmap", "vmap_impl", "torch.func.vmap", False),
+)
+
+
+def function_transform_lookasides() -> dict[Any, Callable[..., Any]]:
+    """What the traced program's calls of torch.func's transforms run instead."""
+    import importlib
+
+    found: dict[Any, Callable[..., Any]] = {}
+    for module_name, attr, name, backward in _TRANSFORMS:
+        fn = getattr(importlib.import_module(module_name), attr, None)
+        if fn is not None:
+            found[fn] = _traced_transform(fn, name, backward)
+    return found
+
+
+def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) -> Callable[..., Any]:
+    def traced(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        _check_traceable(name, backward, (args, kwargs))
+        args, kwargs = specialize_all(args), specialize_all(kwargs)
+        run = current_run()
+
+        @functools.wraps(func)
+        def interpreted(*inner_args: Any, **inner_kwargs: Any) -> Any:
+            return run.call(func, *inner_args, **inner_kwargs)
+
+        context = current_context()
+        context.function_transforms += 1
+        before = _rng_states()
+        try:
+            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+                out = transform(interpreted, *args, **kwargs)
+        finally:
+            context.function_transforms -= 1
+        if not _same_states(before, _rng_states()):
+            _set_rng_states(before)  # the eager call draws these numbers
+            raise EagerOnlyValue(f"{name} drew random numbers on a tensor torch made under the transform, "
+                                 "which the trace cannot draw again: the call runs eagerly")
+        return out
+
+    return traced
+
+
+def _rng_states() -> list[torch.Tensor]:
+    """The states of torch's default generators. A traced op draws nothing while tracing (it runs on
+    fake shadows), so a change means that torch drew on a tensor it made itself under the transform
+    (random ops' batching rules, dropout's mask under ``grad``), which no traced tensor sees: the
+    numbers would be constants of the trace."""
+    states = [torch.random.get_rng_state()]
+    if torch.cuda.is_initialized():
+        states.extend(torch.cuda.get_rng_state_all())
+    return states
+
+
+def _same_states(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
+    return len(before) == len(after) and all(torch.equal(a, b) for a, b in zip(before, after))
+
+
+def _set_rng_states(states: list[torch.Tensor]) -> None:
+    torch.random.set_rng_state(states[0])
+    if len(states) > 1:
+        torch.cuda.set_rng_state_all(states[1:])
+
+
+def _check_traceable(name: str, backward: bool, tree: Any) -> None:
+    leaves = [leaf for leaf in optree.tree_leaves(tree, none_is_leaf=True) if isinstance(leaf, TensorProxy)]
+    if any(isinstance(leaf, SubclassTensorProxy) for leaf in leaves):
+        raise EagerOnlyValue(f"{name} of a tensor subclass is not traced: the call runs eagerly")
+    if backward and any(leaf.shadow.device.type != "cpu" for leaf in leaves):
+        raise EagerOnlyValue(f"{name} on {leaves[0].shadow.device.type} tensors is not traced (autograd's "
+                             "engine runs their backward on its device threads): the call runs eagerly")
+
+
+def holds_functorch_tensor(args: tuple, kwargs: dict) -> bool:
+    """Whether a call's arguments hold a tensor of a transform's level (a BatchedTensor, a
+    GradTrackingTensor; the function ``vjp`` returns is called outside the transform)."""
+    return tree_any((args, kwargs), _functorch_leaf)
+
+
+def _functorch_leaf(value: Any) -> bool:
+    return (isinstance(value, torch.Tensor) and not isinstance(value, TensorProxy)
+            and _is_functorch_tensor(value))
+
+
+def run_natively(symbol: Any, args: tuple, kwargs: dict) -> Inlined:
+    """A symbol called on a functorch tensor: torch runs it under the transform's levels, and the aten
+    ops that reach the traced tensors take its place in the trace (Note [Function transforms run on
+    the traced tensors]). A dynamic number among its arguments becomes its value (guarded): torch's
+    C code under the transform takes Python numbers."""
+    args, kwargs = specialize_all(args), specialize_all(kwargs)
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+        return Inlined(symbol.fn(*args, **kwargs), splice=True)

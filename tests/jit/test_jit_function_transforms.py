@@ -1,0 +1,227 @@
+"""torch.func's transforms inside a jitted function are traced: functorch runs them on the traced
+tensors and the trace holds the aten ops eager runs under them (Note [Function transforms run on the
+traced tensors], jitcore/jit/function_transforms.py). Each program is compared with eager (values,
+gradients, Python effects) and its second call must come from the cache."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from jit_helpers import assert_same, check, clone_tree
+from torch.func import (
+    functional_call,
+    grad,
+    grad_and_value,
+    hessian,
+    jacfwd,
+    jacrev,
+    jvp,
+    stack_module_state,
+    vjp,
+    vmap,
+)
+
+import jitcore
+
+
+def _loss(w, x):
+    return (x @ w).tanh().sum()
+
+
+_MODEL = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2))
+
+PROGRAMS = {
+    "vmap": lambda w, x: vmap(lambda r: (r @ w).sin())(x),
+    "vmap_in_dims": lambda w, x: vmap(torch.mv, in_dims=(None, 0))(w.T, x),
+    "vmap_out_dims": lambda w, x: vmap(lambda r: r * 2, out_dims=1)(x),
+    "vmap_chunked": lambda w, x: vmap(lambda r: r.outer(r), chunk_size=2)(x),
+    "vmap_nested": lambda w, x: vmap(vmap(lambda a: a.exp() * a))(x),
+    "vmap_methods": lambda w, x: vmap(lambda r: r[:2].reshape(1, 2).T.reshape(-1).softmax(0))(x),
+    "vmap_in_place": lambda w, x: vmap(lambda r: r.clone().add_(1).mul_(2))(x),
+    "grad": lambda w, x: grad(_loss)(w, x[0]),
+    "grad_has_aux": lambda w, x: grad(lambda r: (r.sin().sum(), r.cos()), has_aux=True)(x),
+    "grad_and_value": lambda w, x: grad_and_value(lambda r: (r ** 3).sum())(x),
+    "vjp": lambda w, x: vjp(lambda v: (x @ v).sin(), w)[1](torch.ones(4, 2)),
+    "jvp": lambda w, x: jvp(lambda v: (x @ v).sin(), (w,), (torch.ones_like(w),)),
+    "jacrev": lambda w, x: jacrev(_loss)(w, x),
+    "jacfwd": lambda w, x: jacfwd(_loss)(w, x),
+    "hessian": lambda w, x: hessian(_loss)(w, x[0]),
+    "jacrev_module": lambda w, x: jacrev(_MODEL)(x[0]),
+}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_function_transforms_are_traced(name):
+    """Each transform: no eager entry (before, every one ran eagerly with a JC-J002 warning), eager's
+    values, and a cache hit on new values."""
+    fn = PROGRAMS[name]
+    jf = jitcore.jit(fn, fullgraph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # an eager entry warns
+        for _ in range(2):
+            check(fn, torch.randn(3, 2), torch.randn(4, 3), jfn=jf)
+    assert jf.fallback_reason is None
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 1)
+
+
+def test_the_trace_holds_the_aten_ops_of_the_transform():
+    """vmap's batching rule folds the batch into one ``mm``: the trace runs that, not a loop."""
+    jf = jitcore.jit(PROGRAMS["vmap"])
+    jf(torch.randn(3, 2), torch.randn(4, 3))
+    text = str(jitcore.last_traces(jf)[-1])
+    assert "aten.mm.default" in text and "functorch" not in text
+
+
+def test_per_sample_gradients_of_a_module():
+    """The torch.func tutorial's per-sample gradients: vmap over grad of a functional_call."""
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def per_sample(params, x, y):
+        def loss(p, xi, yi):
+            return F.cross_entropy(functional_call(model, p, (xi.unsqueeze(0),)), yi.unsqueeze(0))
+
+        return vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
+
+    jf = jitcore.jit(per_sample, fullgraph=True)
+    for _ in range(3):
+        check(per_sample, params, torch.randn(5, 3), torch.randint(0, 2, (5,)), jfn=jf)
+    assert jf.fallback_reason is None and (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 2)
+
+
+def test_model_ensembling_with_stacked_state():
+    models = [nn.Linear(3, 2) for _ in range(4)]
+    params, buffers = stack_module_state(models)
+    base = copy.deepcopy(models[0]).to("meta")
+
+    def ensemble(params, buffers, x):
+        def one(p, b, x):
+            return functional_call(base, (p, b), (x,))
+
+        return vmap(one, in_dims=(0, 0, None))(params, buffers, x)
+
+    jf = jitcore.jit(ensemble, fullgraph=True)
+    for _ in range(2):
+        check(ensemble, params, buffers, torch.randn(6, 3), jfn=jf)
+    assert jf.fallback_reason is None and jitcore.cache_hits(jf) == 1
+
+
+def test_the_transformed_function_is_interpreted():
+    """The function given to a transform runs on jitcore's interpreter: a global it reads is guarded
+    (a changed value retraces, no stale answer), and its Python side effects happen on cached calls."""
+    scale = [2.0]
+    seen = []
+
+    def inner(r):
+        seen.append(r.shape)
+        return r * scale[0]
+
+    def f(x):
+        return vmap(inner)(x)
+
+    jf = jitcore.jit(f)
+    x = torch.randn(3, 2)
+    assert_same(jf(x), x * 2.0)
+    assert_same(jf(x), x * 2.0)
+    scale[0] = 5.0
+    assert_same(jf(x), x * 5.0)
+    assert len(seen) == 3 and all(s == torch.Size([2]) for s in seen)
+    assert jf.fallback_reason is None and jitcore.cache_hits(jf) == 1
+
+
+@pytest.mark.parametrize("where", ["inside", "outside"])
+def test_gradients_through_a_transform(where):
+    """A backward through vmap's output, inside the jitted function (the shadows' autograd records the
+    transform's aten ops) and outside it (the grad transform differentiates them)."""
+
+    def loss(w, x):
+        return vmap(lambda r: (r @ w).tanh())(x).sum()
+
+    def step(w, x):
+        out = loss(w, x)
+        out.backward()
+        return out, w.grad
+
+    fn = step if where == "inside" else loss
+    w, x = torch.randn(2, 4, requires_grad=True), torch.randn(3, 2)
+    (wj, xj), (we, xe) = clone_tree((w, x)), clone_tree((w, x))
+    jf = jitcore.jit(fn)
+    got, expected = jf(wj, xj), fn(we, xe)
+    assert_same(got, expected)
+    assert jf.fallback_reason is None
+    if where == "outside":
+        got.backward()
+        expected.backward()
+    assert_same(wj.grad, we.grad)
+
+
+@pytest.mark.parametrize(("op", "transform"), [("dropout", "vmap"), ("rand", "vmap"), ("dropout", "grad")])
+def test_random_ops_inside_a_transform_run_eagerly(op, transform):
+    """functorch's rules for random ops draw on tensors torch makes under the transform, which no
+    traced tensor sees: recorded, the numbers were constants of the trace (the same mask on every call,
+    a wrong answer as soon as the program does not reseed). The call runs eagerly, with eager's draws."""
+    sample = (lambda r: F.dropout(r, 0.5)) if op == "dropout" else (lambda r: r + torch.rand(()))
+
+    def f(x):
+        if transform == "vmap":
+            return vmap(sample, randomness="different")(x), torch.rand(2)
+        return grad(lambda r: (sample(r) * r).sum())(x), torch.rand(2)
+
+    jf = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="drew random numbers"):
+        got = [jf(torch.ones(4, 6)) for _ in range(3)]
+    torch.manual_seed(0)
+    jf(torch.ones(4, 6))
+    after_jit = torch.rand(3)
+    torch.manual_seed(0)
+    f(torch.ones(4, 6))
+    assert_same(torch.rand(3), after_jit)  # the eager call's draws, and only those
+    assert not torch.equal(got[0][0], got[1][0])  # a new mask on each call, as eagerly
+    assert jf.fallback_reason.code == "JC-J002"
+
+
+def test_values_read_inside_grad():
+    """A branch on a value and a number read inside ``grad`` are checked reads, as in the program's
+    own code: the other branch retraces, the same one hits the cache."""
+
+    def f(x):
+        return grad(lambda r: r.sum() * float(r.max()) if r.sum() > 0 else -(r * r).sum())(x)
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*runs eagerly.*")
+        warnings.filterwarnings("ignore", message=".*requires_grad=True to a scalar.*")
+        for x in (torch.randn(3) + 5, torch.randn(3) + 5, torch.randn(3) - 5, torch.randn(3) - 5):
+            check(f, x, jfn=jf)
+    assert jf.fallback_reason is None and jitcore.cache_hits(jf) >= 1
+
+
+def test_an_error_inside_a_transform_is_eagers():
+    """Eager's exception, raised while tracing, at the user's line."""
+
+    def f(x):
+        return vmap(lambda r: r @ torch.ones(5))(x)
+
+    jf = jitcore.jit(f)
+    check(f, torch.randn(3, 4), jfn=jf)
+    assert jf.fallback_reason is None
+
+
+def test_a_subclass_under_a_transform_runs_eagerly():
+    """functorch's levels over a tensor subclass's dispatch are not resolved while tracing (JC-J002)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def f(x):
+        return vmap(lambda r: r * 2)(x)
+
+    jf = jitcore.jit(f)
+    x = TwoTensor(torch.randn(3, 2), torch.randn(3, 2))
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        got = jf(x)
+    assert_same(got, f(x))
+    assert jf.fallback_reason.code == "JC-J002"
