@@ -21,6 +21,7 @@ what the trace records.
   (``randomness="different"``), so they run natively as well.
 - The cached call runs the recorded aten ops: no functorch levels, no transform code.
 Kept eager (JC-J002, one warning):
+- an op with no batching rule under vmap (Note [vmap's fallback]);
 - a tensor subclass among the transform's tensors (its dispatch would run under functorch's levels,
   which jitcore does not resolve);
 - a transform that runs autograd's engine (``grad``, ``vjp``, ``jacrev``, ``hessian``) on tensors of
@@ -47,9 +48,10 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["function_transform_lookasides", "holds_functorch_tensor", "run_natively"]
+__all__ = ["call_natively", "function_transform_lookasides", "holds_functorch_tensor", "run_natively"]
 
-_is_functorch_tensor = torch._C._functorch.is_functorch_wrapped_tensor  # noqa: SLF001
+_functorch = torch._C._functorch  # noqa: SLF001
+_is_functorch_tensor = _functorch.is_functorch_wrapped_tensor
 
 # (module, attribute, public name, runs autograd's engine): where torch.func's transforms start
 # working on tensors (the public functions only wrap: ``grad(f)(x)`` runs ``grad_impl``, ``jacrev``
@@ -89,10 +91,13 @@ def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) 
         context = current_context()
         context.function_transforms += 1
         before = _rng_states()
+        fallback = _functorch._is_vmap_fallback_enabled()
+        _functorch._set_vmap_fallback_enabled(False)  # Note [vmap's fallback]
         try:
             with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
                 out = transform(interpreted, *args, **kwargs)
         finally:
+            _functorch._set_vmap_fallback_enabled(fallback)
             context.function_transforms -= 1
         if not _same_states(before, _rng_states()):
             _set_rng_states(before)  # the eager call draws these numbers
@@ -144,11 +149,33 @@ def _functorch_leaf(value: Any) -> bool:
             and _is_functorch_tensor(value))
 
 
+def call_natively(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """A torch C function that is not an operation (``torch.overrides.has_torch_function``) called on
+    a functorch tensor: run as it is, under the transform's levels."""
+    args, kwargs = specialize_all(args), specialize_all(kwargs)
+    try:
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            return fn(*args, **kwargs)
+    except RuntimeError as exc:
+        if "hit the vmap fallback which is currently disabled" not in str(exc):
+            raise
+        op = str(exc).split(" hit the vmap fallback", 1)[0]
+        raise EagerOnlyValue(f"{op} has no batching rule under torch.func.vmap: the call runs "
+                             "eagerly") from None
+
+
+# Note [vmap's fallback]
+# An op with no batching rule runs, under vmap, through functorch's fallback: a loop over the batch in
+# C++ that writes each sample's result into memory it reads from the tensors themselves. A traced
+# tensor has no memory (a storage-less wrapper), and the process crashed there (SDPA's CPU kernel in
+# nn.TransformerEncoderLayer under vmap: a segmentation fault). While tracing, the fallback is
+# disabled, so such an op raises instead, and the call runs eagerly (JC-J002), where the fallback runs
+# on values.
+
+
 def run_natively(symbol: Any, args: tuple, kwargs: dict) -> Inlined:
     """A symbol called on a functorch tensor: torch runs it under the transform's levels, and the aten
     ops that reach the traced tensors take its place in the trace (Note [Function transforms run on
     the traced tensors]). A dynamic number among its arguments becomes its value (guarded): torch's
     C code under the transform takes Python numbers."""
-    args, kwargs = specialize_all(args), specialize_all(kwargs)
-    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
-        return Inlined(symbol.fn(*args, **kwargs), splice=True)
+    return Inlined(call_natively(symbol.fn, args, kwargs), splice=True)

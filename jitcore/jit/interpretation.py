@@ -49,7 +49,7 @@ from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
 from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.filesystem import FileSystem
-from jitcore.jit.function_transforms import holds_functorch_tensor, run_natively
+from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
 from jitcore.jit.log_records import LogRecords
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.printing import Prints
@@ -472,6 +472,8 @@ class Pass:
         if _is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):
             if _is_unlisted_operation(fn):  # torch._foreach_norm: an operation, recorded
                 return dynamic_symbol(fn, f"torch.{fn.__name__}")(*args, **kwargs)
+            if holds_functorch_tensor(args, kwargs):  # Note [Function transforms run on the traced tensors]
+                return call_natively(fn, args, kwargs)
             if tree_any(args, _real_tensor) or tree_any(kwargs, _real_tensor):
                 # a caller's tensor beside proxies (an optimizer's parameters, grouped by device with
                 # their gradients for its foreach step): its input proxy, as for a symbol call; the

@@ -225,3 +225,21 @@ def test_a_subclass_under_a_transform_runs_eagerly():
         got = jf(x)
     assert_same(got, f(x))
     assert jf.fallback_reason.code == "JC-J002"
+
+
+def test_an_op_without_a_batching_rule_runs_eagerly():
+    """An op with no vmap batching rule (SDPA's CPU kernel) runs through functorch's fallback, a C++
+    loop that writes into the tensors' memory: on traced tensors, which have none, the process
+    crashed (a segmentation fault). The call runs eagerly instead, with eager's values."""
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+
+    def f(x):
+        return vmap(lambda s: layer(s[None])[0])(x)
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*performance drop.*")
+        with pytest.warns(UserWarning, match="has no batching rule under torch.func.vmap"):
+            check(f, torch.randn(4, 5, 16), jfn=jf)
+        check(f, torch.randn(4, 5, 16), jfn=jf)
+    assert jf.fallback_reason.code == "JC-J002" and torch._C._functorch._is_vmap_fallback_enabled()
