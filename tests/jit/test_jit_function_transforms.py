@@ -243,3 +243,36 @@ def test_an_op_without_a_batching_rule_runs_eagerly():
             check(f, torch.randn(4, 5, 16), jfn=jf)
         check(f, torch.randn(4, 5, 16), jfn=jf)
     assert jf.fallback_reason.code == "JC-J002" and torch._C._functorch._is_vmap_fallback_enabled()
+
+
+@pytest.mark.parametrize("tasks", [False, True])
+def test_second_order_gradients_through_grad(tasks):
+    """MAML: an inner ``grad`` step, then the outer loss's gradient (``backward`` outside the jitted
+    function) through it, one task and a vmap over tasks. The grad transform differentiates the aten
+    ops of the inner backward like any others."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def maml_loss(params, xs, ys, xq, yq):
+        def inner(p, x, y):
+            return ((functional_call(net, p, (x,)) - y) ** 2).mean()
+
+        g = grad(inner)(params, xs, ys)
+        return inner({k: v - 0.1 * g[k] for k, v in params.items()}, xq, yq)
+
+    def batched(params, *data):
+        return vmap(maml_loss, in_dims=(None, 0, 0, 0, 0))(params, *data).mean()
+
+    fn = batched if tasks else maml_loss
+    lead = (3,) if tasks else ()
+    data = tuple(torch.randn(*lead, 5, n) for n in (2, 1, 2, 1))
+    params = {k: v.detach().requires_grad_() for k, v in net.named_parameters()}
+    jf = jitcore.jit(fn)
+    for _ in range(2):
+        (pj, dj), (pe, de) = clone_tree((params, data)), clone_tree((params, data))
+        got, expected = jf(pj, *dj), fn(pe, *de)
+        got.backward()
+        expected.backward()
+        assert_same(got, expected)
+        assert_same({k: v.grad for k, v in pj.items()}, {k: v.grad for k, v in pe.items()})
+    assert jf.fallback_reason is None and jitcore.cache_hits(jf) == 1
