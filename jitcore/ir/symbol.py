@@ -132,8 +132,14 @@ class Inlined:
 
 
 def record(context: Any, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
-    """Record one call of ``symbol`` into the context's innermost scope and return its outputs."""
+    """Record one call of ``symbol`` into the context's innermost scope and return its outputs.
+
+    The record holds the lists and dicts among the arguments as they are at the call (Note [Records
+    hold their arguments' containers as called])."""
     source = context.source()
+    recorded_args, recorded_kwargs = args, kwargs
+    if any(type(a) in _MUTABLE for a in args) or any(type(v) in _MUTABLE for v in kwargs.values()):
+        recorded_args, recorded_kwargs = _as_called(args), _as_called(kwargs)
     subsymbols: list[BoundSymbol] = []
     context.scopes.append(subsymbols)
     try:
@@ -145,5 +151,24 @@ def record(context: Any, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         if output.splice:
             context.scopes[-1].extend(subsymbols)
         return output.output
-    context.scopes[-1].append(BoundSymbol(symbol, args, kwargs, output, tuple(subsymbols), source))
+    context.scopes[-1].append(BoundSymbol(symbol, recorded_args, recorded_kwargs, output, tuple(subsymbols),
+                                          source))
     return output
+
+
+# Note [Records hold their arguments' containers as called]
+# ``torch.stack(xs)`` is given the program's own list. Kept as it is, the record changed with the list:
+# after ``xs.append(t)`` the trace stacked three tensors where the call stacked two (and ran before
+# ``t`` existed: a crash on the cached call), and a caller's list that the jit sets back after tracing
+# lost what the function appended to it. Lists and dicts, nested in any tuple, list or dict, are
+# copied at the call (their items are not: tensors and numbers are what they were).
+_MUTABLE = (list, dict)
+
+
+def _as_called(tree: Any) -> Any:
+    t = type(tree)
+    if t is list or t is tuple:
+        return t(_as_called(v) for v in tree)
+    if t is dict:
+        return {k: _as_called(v) for k, v in tree.items()}
+    return tree

@@ -198,6 +198,31 @@ class StateSnapshots:
         for snap in reversed(list(self._snapshots.values())):
             _restore(snap.obj, snap.state)
 
+    def returned_objects(self, output: Any, args: tuple, kwargs: dict,
+                         copies: set[int]) -> tuple[Any, ReturnedObjects | None]:
+        """The output with each of the caller's objects it returns taken out (None in its place),
+        and where each is found per call (Note [Returning the caller's objects]). ``copies``: the ids
+        of the containers the program sees for the caller's argument containers."""
+
+        def caller_path(obj: Any) -> Path | None:
+            snap = self._snapshots.get(id(obj))
+            if snap is None or snap.obj is not obj or isinstance(obj, Proxy):
+                return None
+            if id(obj) in copies:
+                return snap.path
+            try:
+                return snap.path if snap.path.get(args, kwargs) is obj else None
+            except Exception:  # noqa: BLE001 - a path that no longer resolves reaches nothing
+                return None
+
+        leaves, spec = optree.tree_flatten(output, is_leaf=lambda v: caller_path(v) is not None,
+                                           none_is_leaf=True)
+        holes = {i: path for i, leaf in enumerate(leaves) if (path := caller_path(leaf)) is not None}
+        if not holes:
+            return output, None
+        leaves = [None if i in holes else leaf for i, leaf in enumerate(leaves)]
+        return optree.tree_unflatten(spec, leaves), ReturnedObjects(spec, holes)
+
     def preexisting(self, args: tuple, kwargs: dict) -> Callable[[Any], bool]:
         """Whether an object is one of the caller's: reached, and where its path leads once the
         snapshots are restored (an object the program made, stored and read back is not)."""
@@ -212,6 +237,30 @@ class StateSnapshots:
                 return False
 
         return check
+
+
+# Note [Returning the caller's objects]
+# ``batch["logits"] = model(batch["x"]); return batch`` returns the caller's own dict, written by the
+# function. The trace's output held that dict object, which the pass then set back to its state at
+# the call: every call returned a new dict without "logits" (while the caller's dict had it: the
+# effect was replayed; the program had seen its own copy of the argument dict, Provenance.
+# bind_argument). An object of the caller's (an argument container, or an object reached through the
+# arguments or persistent state) that the output holds, directly or inside tuples, lists and dicts
+# the function made, is taken out of the trace's output and returned as the object the call passes
+# at its path, after the effects have written it: eager's object and contents.
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReturnedObjects:
+    """Where the caller's containers go back into the output: leaf positions of ``spec`` (the
+    output's structure with those containers as leaves) and the path of each."""
+
+    spec: Any
+    holes: dict[int, Path]
+
+    def fill(self, output: Any, args: tuple, kwargs: dict) -> Any:
+        leaves = self.spec.flatten_up_to(output)
+        for i, path in self.holes.items():
+            leaves[i] = path.get(args, kwargs)
+        return optree.tree_unflatten(self.spec, leaves)
 
 
 class Effects:
@@ -234,6 +283,7 @@ class Effects:
         self.effects = effects
         self.proxies = tuple(self._leaves[i] for i in self._slots)
         self.post: Callable[[Any], Any] = _identity
+        self.returned: ReturnedObjects | None = None  # Note [Returning the caller's objects]
 
     def finish(self, args: tuple, kwargs: dict, result: tuple) -> Any:
         """Perform the effects with this call's values; the program's output."""
@@ -250,7 +300,8 @@ class Effects:
         targets = [effect.path.get(args, kwargs) for effect in self.effects]
         for effect, target, value in zip(self.effects, targets, values):
             _perform(effect, target, self._unwrap(value, args, kwargs))
-        return self.post(output)
+        output = self.post(output)
+        return output if self.returned is None else self.returned.fill(output, args, kwargs)
 
     def around(self, cached_call: Callable[[tuple, dict], Any], miss: Any) -> Callable[[tuple, dict], Any]:
         """``cached_call`` (prologue + computation) followed by ``finish``."""

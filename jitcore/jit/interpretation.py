@@ -142,6 +142,8 @@ class Pass:
             with tracing(self.context), _deep_recursion(), restored_on_refusal(), \
                     self.prints.printed_on_error(args, kwargs):
                 output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
+            copies = {id(c) for c, _path in self.provenance.argument_copies}
+            output, returned = self.snapshots.returned_objects(output, args, kwargs, copies)
             epilogue = None
             if self.numpy is not None:
                 output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
@@ -154,7 +156,10 @@ class Pass:
         self._refuse_escapes(output, (args, kwargs, bound_self))
         self.found_counters = counters(changes, self.provenance.pins_value)  # read-modify-write numbers
         input_paths = {id(proxy): path for path, proxy, _tensor in self.provenance.inputs}
-        effects = Effects(changes, self.snapshots.preexisting(args, kwargs), input_paths) if changes else None
+        effects = None
+        if changes or returned is not None:
+            effects = Effects(changes, self.snapshots.preexisting(args, kwargs), input_paths)
+            effects.returned = returned  # Note [Returning the caller's objects] (jit/effects.py)
         self.trace.output = output if effects is None else (output, effects.proxies)
         self._point_leaks_at_inputs()
         if self.provenance.number_inputs:
