@@ -45,6 +45,7 @@ from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, 
 from jitcore.jit import numbers, outputs
 from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
 from jitcore.jit.autograd_calls import AutogradCalls
+from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
 from jitcore.jit.environment import environ_lookasides
@@ -279,6 +280,7 @@ class Pass:
                 **DISPATCH_LOOKASIDES,
                 **fsdp_lookasides(),
                 **self.autograd.lookasides(), **text_lookasides(), print: self.prints.print,
+                **control_flow_lookasides(),
                 **format_lookasides(self._opaque_call),
                 **AUTOGRAD_FUNCTION_LOOKASIDES, **offered_lookasides(),
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
@@ -423,6 +425,9 @@ class Pass:
         resolved = resolve_operator_or_own(fn)  # an aten op's symbol, or jitcore's own code natively
         if resolved is not None:
             return resolved
+        hop = higher_order_operator(fn)
+        if hop is not None:
+            return hop
         original = _compiled_original(fn)
         if original is not None:  # torch.compile(f) called by the program: f is what jitcore traces
             return lambda *args, **kwargs: current_run().call(original, *args, **kwargs)
