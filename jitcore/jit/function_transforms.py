@@ -1,5 +1,5 @@
 """torch.func's function transforms (``vmap``, ``grad``, ``vjp``, ``jvp``, ``jacrev``, ``jacfwd``,
-``hessian``, ``linearize``) called by the traced program.
+``hessian``) called by the traced program.
 
 Note [Function transforms run on the traced tensors]
 A transform wraps the program's tensors in functorch's own tensors, one level per transform
@@ -21,6 +21,7 @@ what the trace records.
   (``randomness="different"``), so they run natively as well.
 - The cached call runs the recorded aten ops: no functorch levels, no transform code.
 Kept eager (JC-J002, one warning):
+- ``torch.func.linearize`` (``make_fx`` under forward-mode AD loses the traced tensors' tangents);
 - an op with no batching rule under vmap (Note [vmap's fallback]);
 - a tensor subclass among the transform's tensors (its dispatch would run under functorch's levels,
   which jitcore does not resolve);
@@ -61,7 +62,6 @@ _TRANSFORMS = (
     ("torch._functorch.eager_transforms", "grad_and_value_impl", "torch.func.grad_and_value", True),
     ("torch._functorch.eager_transforms", "_vjp_with_argnums", "torch.func.vjp", True),
     ("torch._functorch.eager_transforms", "_jvp_with_argnums", "torch.func.jvp", False),
-    ("torch._functorch.eager_transforms", "linearize", "torch.func.linearize", False),
     ("torch._functorch.vmap", "vmap_impl", "torch.func.vmap", False),
 )
 
@@ -75,7 +75,16 @@ def function_transform_lookasides() -> dict[Any, Callable[..., Any]]:
         fn = getattr(importlib.import_module(module_name), attr, None)
         if fn is not None:
             found[fn] = _traced_transform(fn, name, backward)
+    linearize = getattr(importlib.import_module("torch._functorch.eager_transforms"), "linearize", None)
+    if linearize is not None:
+        found[linearize] = _runs_eagerly
     return found
+
+
+def _runs_eagerly(*args: Any, **kwargs: Any) -> Any:
+    """``torch.func.linearize`` traces its function with ``make_fx`` under forward-mode AD, which
+    loses the tangents of traced tensors (its linear function returned zeros: a wrong answer)."""
+    raise EagerOnlyValue("torch.func.linearize is not traced: the call runs eagerly")
 
 
 def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) -> Callable[..., Any]:

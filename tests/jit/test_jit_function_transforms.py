@@ -212,6 +212,20 @@ def test_an_error_inside_a_transform_is_eagers():
     assert jf.fallback_reason is None
 
 
+def test_linearize_runs_eagerly():
+    """Traced, ``linearize``'s linear function returned zeros (make_fx under forward-mode AD lost the
+    tangents): it runs eagerly, with eager's values."""
+
+    def f(x):
+        out, jvp_fn = torch.func.linearize(torch.sin, x)
+        return out, jvp_fn(torch.ones_like(x))
+
+    jf = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="linearize is not traced"):
+        check(f, torch.randn(3), jfn=jf)
+    assert jf.fallback_reason.code == "JC-J002"
+
+
 def test_a_subclass_under_a_transform_runs_eagerly():
     """functorch's levels over a tensor subclass's dispatch are not resolved while tracing (JC-J002)."""
     from torch.testing._internal.two_tensor import TwoTensor
