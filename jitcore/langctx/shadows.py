@@ -368,7 +368,8 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     finally:
         fake_mode.cache_enabled = cache_enabled
     _check_input_changes(values, fn, (shadow_args, shadow_kwargs), shadow_leaves, before, storage_sizes)
-    _restride_wrappers(values, shadow_leaves, before)
+    if may_write_inputs(fn, shadow_kwargs):
+        _restride_wrappers(values, shadow_leaves, before)
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
     in_fakes = [v for v in shadow_leaves if isinstance(v, FakeTensor)]
     out_fakes = [o for o in out_leaves if isinstance(o, FakeTensor)]
