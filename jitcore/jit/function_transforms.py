@@ -28,9 +28,14 @@ Kept eager (JC-J002, one warning):
 - a transform that runs autograd's engine (``grad``, ``vjp``, ``jacrev``, ``hessian``) on tensors of
   a device other than the CPU, whose backward runs on the engine's device threads, outside the
   tracing pass;
-- a transform inside which torch drew random numbers (``dropout``, ``torch.rand``: functorch's rules
-  for random ops draw on tensors torch makes under the transform, which no traced tensor sees, so the
-  numbers would be constants of the trace): the generators are set back and the call runs eagerly.
+- a transform inside which torch drew random numbers on a tensor that is not traced (they would be
+  constants of the trace): the generators are set back and the call runs eagerly. The tensors
+  functorch makes to draw on are recorded (Note [Tensors a transform makes]), so ``dropout`` and
+  ``torch.rand`` under ``vmap`` and ``grad`` are traced and draw eager's numbers; this check is what
+  keeps any other such draw from becoming a constant.
+Differs from eager: ``dropout`` on vmap's tensors with ``randomness="same"`` raises eagerly ("same
+randomness with a batched tensor input"); traced, torch's dropout for wrapped tensors draws one mask
+for the batch, which is what ``"same"`` means, and no error is raised.
 """
 
 from __future__ import annotations
@@ -41,10 +46,13 @@ from typing import Any
 
 import optree
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from jitcore.diagnostics.context import note_failed_call
 from jitcore.errors import EagerOnlyValue
 from jitcore.interpreter import current_run
 from jitcore.ir import Inlined, current_context, tree_any
+from jitcore.langctx.aten import op_symbol
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -103,8 +111,11 @@ def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) 
         fallback = _functorch._is_vmap_fallback_enabled()
         _functorch._set_vmap_fallback_enabled(False)  # Note [vmap's fallback]
         try:
-            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            with torch._C.DisableTorchFunctionSubclass(), _TensorsMadeUnder():  # noqa: SLF001
                 out = transform(interpreted, *args, **kwargs)
+        except Exception as exc:  # torch's own error (eager raises it): the call is the user's line
+            note_failed_call(exc, name, args, kwargs, context.source())
+            raise
         finally:
             _functorch._set_vmap_fallback_enabled(fallback)
             context.function_transforms -= 1
@@ -115,6 +126,28 @@ def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) 
         return out
 
     return traced
+
+
+class _TensorsMadeUnder(TorchDispatchMode):
+    """Note [Tensors a transform makes]
+    functorch's rules make tensors of their own with factories
+    (vmap's rules for random ops draw on a new tensor of the batch's shape; ``jacrev`` builds its basis;
+    dropout under ``grad`` makes its mask), which no traced tensor reaches. This mode sees them first:
+    an operator with no tensor argument is recorded (its output is a traced tensor, so what is then
+    done to it, a draw included, is recorded too and runs again on every call, in eager's order).
+    Anything else goes on to the tensors' own dispatch. A factory the fake mode runs on the meta device
+    for a shadow is not the program's."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if (
+            not tree_any((args, kwargs), lambda v: isinstance(v, torch.Tensor))
+            and not torch._C._meta_in_tls_dispatch_include()  # noqa: SLF001
+            and str(kwargs.get("device", "cpu")) != "meta"
+            and current_context() is not None
+        ):
+            return op_symbol(func)(*args, **kwargs)
+        return func(*args, **kwargs)
 
 
 def _rng_states() -> list[torch.Tensor]:

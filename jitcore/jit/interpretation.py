@@ -361,7 +361,7 @@ class Pass:
     def _call_symbol(self, symbol: Any, args: tuple, kwargs: dict) -> Any:
         """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""
         # Note [Function transforms run on the traced tensors]: vmap batches random factories' draws too
-        if self.context.function_transforms and "random" in symbol.tags:
+        if self.context.function_transforms and "random" in symbol.tags and symbol.langctx == "torch":
             return run_natively(symbol, args, kwargs)
         if tree_any(args, _real_tensor) or tree_any(kwargs, _real_tensor):
             if holds_functorch_tensor(args, kwargs):

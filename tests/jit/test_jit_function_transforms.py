@@ -160,29 +160,34 @@ def test_gradients_through_a_transform(where):
     assert_same(wj.grad, we.grad)
 
 
-@pytest.mark.parametrize(("op", "transform"), [("dropout", "vmap"), ("rand", "vmap"), ("dropout", "grad")])
-def test_random_ops_inside_a_transform_run_eagerly(op, transform):
-    """functorch's rules for random ops draw on tensors torch makes under the transform, which no
-    traced tensor sees: recorded, the numbers were constants of the trace (the same mask on every call,
-    a wrong answer as soon as the program does not reseed). The call runs eagerly, with eager's draws."""
-    sample = (lambda r: F.dropout(r, 0.5)) if op == "dropout" else (lambda r: r + torch.rand(()))
+@pytest.mark.parametrize(("op", "transform", "randomness"), [
+    ("dropout", "vmap", "different"), ("rand", "vmap", "different"), ("rand", "vmap", "same"),
+    ("bernoulli", "vmap", "different"), ("dropout", "grad", None), ("dropout", "jacrev", None),
+])
+def test_random_ops_inside_a_transform_draw_eagers_numbers(op, transform, randomness):
+    """functorch's rules for random ops draw on tensors torch makes under the transform (Note [Tensors a
+    transform makes]): those are recorded, so every call draws anew, in eager's order. Unrecorded, the
+    numbers were constants of the trace (the same mask on every call: a wrong answer)."""
+    sample = {
+        "dropout": lambda r: F.dropout(r, 0.5),
+        "rand": lambda r: r + torch.rand(()),
+        "bernoulli": lambda r: torch.bernoulli(torch.full_like(r, 0.5)) * r,
+    }[op]
 
     def f(x):
         if transform == "vmap":
-            return vmap(sample, randomness="different")(x), torch.rand(2)
-        return grad(lambda r: (sample(r) * r).sum())(x), torch.rand(2)
+            return vmap(sample, randomness=randomness)(x), torch.rand(2)
+        wrapped = grad if transform == "grad" else jacrev
+        return wrapped(lambda r: (sample(r) * r).sum())(x), torch.rand(2)
 
     jf = jitcore.jit(f)
-    with pytest.warns(UserWarning, match="drew random numbers"):
-        got = [jf(torch.ones(4, 6)) for _ in range(3)]
+    x = torch.ones(4, 6)
     torch.manual_seed(0)
-    jf(torch.ones(4, 6))
-    after_jit = torch.rand(3)
+    got = [jf(x) for _ in range(4)]
     torch.manual_seed(0)
-    f(torch.ones(4, 6))
-    assert_same(torch.rand(3), after_jit)  # the eager call's draws, and only those
-    assert not torch.equal(got[0][0], got[1][0])  # a new mask on each call, as eagerly
-    assert jf.fallback_reason.code == "JC-J002"
+    expected = [f(x) for _ in range(4)]
+    assert_same(got, expected)  # every call's draws and the RNG stream after them, as eagerly
+    assert jf.fallback_reason is None and jitcore.cache_hits(jf) == 3
 
 
 def test_values_read_inside_grad():
@@ -199,6 +204,20 @@ def test_values_read_inside_grad():
         for x in (torch.randn(3) + 5, torch.randn(3) + 5, torch.randn(3) - 5, torch.randn(3) - 5):
             check(f, x, jfn=jf)
     assert jf.fallback_reason is None and jitcore.cache_hits(jf) >= 1
+
+
+def test_an_error_of_the_transform_itself_is_eagers():
+    """vmap refuses a random op in its default ``randomness="error"``: eager's error, raised by torch's
+    C++ while a call ran natively, at the user's line and not reported as jitcore's own."""
+
+    def f(x):
+        return vmap(lambda r: r + torch.rand(()))(x)
+
+    jf = jitcore.jit(f)
+    with pytest.raises(RuntimeError, match="randomness") as caught:
+        jf(torch.ones(4, 6))
+    assert "jitcore bug" not in "".join(getattr(caught.value, "__notes__", []))
+    check(f, torch.ones(4, 6))
 
 
 def test_an_error_inside_a_transform_is_eagers():
