@@ -13,9 +13,10 @@ Python control flow, and that is what tracing runs, on the interpreter:
 - ``map(f, xs, *args)``: ``f`` on each slice of ``xs`` along its first dimension, the results stacked;
 - ``torch.compile(fn)``: ``fn`` itself, interpreted (jitcore traces it with the rest of the program,
   as it does with a function compiled outside, ``_compiled_original`` in jit/interpretation.py).
-Any other higher-order operator reached with the program's values (``flex_attention``'s, ``scan``)
-makes the call an eager entry (JC-J002): torch's operators dispatch on the values' types, and a traced
-tensor is not one they have a rule for.
+``flex_attention``'s higher-order operator runs its dense implementation (``sdpa_dense``, what eager
+runs on CPU tensors), interpreted. Any other higher-order operator reached with the program's values
+(``scan``) makes the call an eager entry (JC-J002): torch's operators dispatch on the values'
+types, and a traced tensor is not one they have a rule for.
 Invariant: the lookasides run the user's functions through ``current_run().call``, so the functions'
 reads are guarded and their effects recorded like the program's own.
 """
@@ -49,12 +50,27 @@ def higher_order_operator(fn: Any) -> Callable[..., Any] | None:
     """What a call of ``fn`` runs when ``fn`` is a higher-order operator (None: it is not one)."""
     if not isinstance(fn, torch._ops.HigherOrderOperator):  # noqa: SLF001
         return None
+    dense = _dense_implementation(fn)
+    if dense is not None:
+        return lambda *args, **kwargs: current_run().call(dense, *args, **kwargs)
 
     def runs_eagerly(*args: Any, **kwargs: Any) -> Any:
         raise EagerOnlyValue(f"torch's higher-order operator {fn.name()!r} is not traced: the call runs "
                              "eagerly")
 
     return runs_eagerly
+
+
+def _dense_implementation(fn: Any) -> Callable[..., Any] | None:
+    """The implementation eager runs for a higher-order operator on plain CPU tensors, written with
+    torch operations, for the operators whose one is: ``flex_attention``'s ``sdpa_dense`` (its
+    ``score_mod`` and ``mask_mod`` under vmap, which is traced: jit/function_transforms.py)."""
+    import importlib
+
+    flex = importlib.import_module("torch._higher_order_ops.flex_attention")
+    if fn is flex.flex_attention:
+        return flex.sdpa_dense
+    return None
 
 
 def _cond(pred: Any, true_fn: Callable[..., Any], false_fn: Callable[..., Any], operands: Any = ()) -> Any:

@@ -141,13 +141,21 @@ class _TensorsMadeUnder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if (
-            not tree_any((args, kwargs), lambda v: isinstance(v, torch.Tensor))
+            _is_factory(func)
             and not torch._C._meta_in_tls_dispatch_include()  # noqa: SLF001
             and str(kwargs.get("device", "cpu")) != "meta"
             and current_context() is not None
         ):
-            return op_symbol(func)(*args, **kwargs)
+            with torch._C.DisableTorchFunction():  # torch's C++ made it: no __torch_function__ sees it
+                return op_symbol(func)(*args, **kwargs)
         return func(*args, **kwargs)
+
+
+@functools.cache
+def _is_factory(func: Any) -> bool:
+    """Whether an operator takes no tensor (by its schema: a 0-dim number tensor reaches
+    ``__torch_dispatch__`` as a Python number, so the arguments alone do not tell)."""
+    return not any("Tensor" in str(argument.type) for argument in func._schema.arguments)
 
 
 def _rng_states() -> list[torch.Tensor]:

@@ -139,7 +139,8 @@ def _torch_dispatch(op: OpOverload, args: tuple, kwargs: dict) -> Any:
     context = current_context()
     if context is None or not context.function_transforms:
         return op_symbol(op)(*args, **kwargs)
-    with _autograd_included():
+    # torch's C++ called this op: no __torch_function__ (a mode the program entered) sees it eagerly
+    with _autograd_included(), torch._C.DisableTorchFunction():
         return op_symbol(op)(*args, **kwargs)
 
 

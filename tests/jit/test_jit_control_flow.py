@@ -103,19 +103,46 @@ def test_a_function_compiled_inside_is_traced(fn):
     assert not any("compile" in line for line in lines if not line.strip().startswith("#"))
 
 
-def test_other_higher_order_operators_run_eagerly():
-    """flex_attention dispatches on its inputs' types through a higher-order operator that has no rule
-    for a traced tensor: the call runs eagerly (it did before too, for another reason), with eager's
-    values."""
-    from torch.nn.attention.flex_attention import flex_attention
+def _causal(b, h, q, kv):
+    return q >= kv
 
-    def f(q):
-        return flex_attention(q, q, q)
+
+def _relative_bias(score, b, h, q, kv):
+    return score + (q - kv) * 0.1
+
+
+@pytest.mark.parametrize("kind", ["plain", "score_mod", "block_mask"])
+def test_flex_attention_is_traced(kind):
+    """flex_attention's higher-order operator runs its dense implementation, written with torch ops
+    (``score_mod`` and ``mask_mod`` under vmap): it ran eagerly before. ``create_block_mask`` inside
+    the function is traced too."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    def f(q, k, v):
+        if kind == "score_mod":
+            return flex_attention(q, k, v, score_mod=_relative_bias)
+        if kind == "block_mask":
+            return flex_attention(q, k, v, block_mask=create_block_mask(_causal, 1, 1, 16, 16, device="cpu"))
+        return flex_attention(q, k, v)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        jf = _traced(f, [tuple(torch.randn(1, 2, 16, 8) for _ in range(3)) for _ in range(3)])
+    assert jitcore.cache_hits(jf) >= 1
+
+
+def test_other_higher_order_operators_run_eagerly():
+    """``scan``'s higher-order operator dispatches on its inputs' types and has no rule for a traced
+    tensor: the call runs eagerly, with eager's values."""
+    from torch._higher_order_ops.scan import scan
+
+    def f(x):
+        return scan(lambda c, y: (c + y, c * 2), torch.zeros(3), x)
 
     jf = jitcore.jit(f)
-    q = torch.randn(1, 2, 16, 8)
-    with pytest.warns(UserWarning, match="higher-order operator 'flex_attention'"):
-        assert_same(jf(q), f(q))
+    x = torch.randn(4, 3)
+    with pytest.warns(UserWarning, match="higher-order operator 'scan'"):
+        assert_same(jf(x), f(x))
     assert jf.fallback_reason.code == "JC-J002"
 
 
