@@ -113,7 +113,11 @@ def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) 
         try:
             with torch._C.DisableTorchFunctionSubclass(), _TensorsMadeUnder():  # noqa: SLF001
                 out = transform(interpreted, *args, **kwargs)
-        except Exception as exc:  # torch's own error (eager raises it): the call is the user's line
+        except RuntimeError as exc:
+            _raise_for_the_fallback(exc)
+            note_failed_call(exc, name, args, kwargs, context.source())  # torch's own error, as eager's:
+            raise  # at the user's line
+        except Exception as exc:
             note_failed_call(exc, name, args, kwargs, context.source())
             raise
         finally:
@@ -129,14 +133,13 @@ def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) 
 
 
 class _TensorsMadeUnder(TorchDispatchMode):
-    """Note [Tensors a transform makes]
-    functorch's rules make tensors of their own with factories
-    (vmap's rules for random ops draw on a new tensor of the batch's shape; ``jacrev`` builds its basis;
-    dropout under ``grad`` makes its mask), which no traced tensor reaches. This mode sees them first:
-    an operator with no tensor argument is recorded (its output is a traced tensor, so what is then
-    done to it, a draw included, is recorded too and runs again on every call, in eager's order).
-    Anything else goes on to the tensors' own dispatch. A factory the fake mode runs on the meta device
-    for a shadow is not the program's."""
+    """Note [Tensors a transform makes]: functorch's rules make tensors of their own with factories
+    (vmap's rules for random ops draw on a new tensor of the batch's shape; ``jacrev`` builds its
+    basis; dropout under ``grad`` makes its mask), which no traced tensor reaches. This mode, active
+    during the transform, sees them first: an operator with no tensor argument is recorded (its output
+    is a traced tensor, so what is then done to it, a draw included, is recorded too and runs again on
+    every call, in eager's order). Anything else goes on to the tensors' own dispatch. A factory the
+    fake mode runs on the meta device for a shadow is not the program's."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -207,8 +210,14 @@ def call_natively(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
             return fn(*args, **kwargs)
     except RuntimeError as exc:
-        if "hit the vmap fallback which is currently disabled" not in str(exc):
-            raise
+        _raise_for_the_fallback(exc)
+        raise
+
+
+def _raise_for_the_fallback(exc: RuntimeError) -> None:
+    """Raises EagerOnlyValue when ``exc`` is vmap's disabled fallback refusing an op (Note [vmap's
+    fallback]), wherever under the transform the op ran; returns otherwise."""
+    if "hit the vmap fallback which is currently disabled" in str(exc):
         op = str(exc).split(" hit the vmap fallback", 1)[0]
         raise EagerOnlyValue(f"{op} has no batching rule under torch.func.vmap: the call runs "
                              "eagerly") from None
