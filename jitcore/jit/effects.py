@@ -208,12 +208,7 @@ class StateSnapshots:
             snap = self._snapshots.get(id(obj))
             if snap is None or snap.obj is not obj or isinstance(obj, Proxy):
                 return None
-            if id(obj) in copies:
-                return snap.path
-            try:
-                return snap.path if snap.path.get(args, kwargs) is obj else None
-            except Exception:  # noqa: BLE001 - a path that no longer resolves reaches nothing
-                return None
+            return snap.path if id(obj) in copies or _leads_to(snap.path, obj, args, kwargs) else None
 
         leaves, spec = optree.tree_flatten(output, is_leaf=lambda v: caller_path(v) is not None,
                                            none_is_leaf=True)
@@ -229,14 +224,17 @@ class StateSnapshots:
 
         def check(obj: Any) -> bool:
             snap = self._snapshots.get(id(obj))
-            if snap is None:
-                return False
-            try:
-                return snap.path.get(args, kwargs) is obj
-            except Exception:  # noqa: BLE001 - a path that no longer resolves reaches nothing
-                return False
+            return snap is not None and _leads_to(snap.path, obj, args, kwargs)
 
         return check
+
+
+def _leads_to(path: Path, obj: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``path`` reaches ``obj`` in this call's arguments and state."""
+    try:
+        return path.get(args, kwargs) is obj
+    except Exception:  # noqa: BLE001 - a path that no longer resolves reaches nothing
+        return False
 
 
 # Note [Returning the caller's objects]

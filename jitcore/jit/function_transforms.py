@@ -52,7 +52,7 @@ from jitcore.diagnostics.context import note_failed_call
 from jitcore.errors import EagerOnlyValue
 from jitcore.interpreter import current_run
 from jitcore.ir import Inlined, current_context, tree_any
-from jitcore.langctx.aten import op_symbol
+from jitcore.langctx.aten import op_symbol, takes_tensor
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -156,9 +156,7 @@ class _TensorsMadeUnder(TorchDispatchMode):
 
 @functools.cache
 def _is_factory(func: Any) -> bool:
-    """Whether an operator takes no tensor (by its schema: a 0-dim number tensor reaches
-    ``__torch_dispatch__`` as a Python number, so the arguments alone do not tell)."""
-    return not any("Tensor" in str(argument.type) for argument in func._schema.arguments)
+    return not takes_tensor(func)
 
 
 def _rng_states() -> list[torch.Tensor]:

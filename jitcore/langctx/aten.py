@@ -21,7 +21,8 @@ from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 from jitcore.proxies.tensor import TensorProxy
 
-__all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup", "op_symbol", "operator_symbol"]
+__all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup", "op_symbol", "operator_symbol",
+           "takes_tensor"]
 
 ATEN_TABLE = SymbolTable("aten")
 # Generated code calls what OpOverload.__call__ forwards to, without its Python frame (0.3 us a call).
@@ -56,6 +57,13 @@ def _tags(op: OpOverload | OpOverloadPacket) -> frozenset[str]:
     if torch.Tag.nondeterministic_seeded in op.tags:
         tags.add("random")
     return frozenset(tags)
+
+
+def takes_tensor(op: OpOverload) -> bool:
+    """Whether the operator's schema has a tensor argument (``Tensor``, ``Tensor?``, ``Tensor[]``);
+    one that has none is a factory. The arguments of a call do not tell: a 0-dim number tensor
+    reaches ``__torch_dispatch__`` as a Python number."""
+    return any(str(argument.type).startswith("Tensor") for argument in op._schema.arguments)
 
 
 def aten_symbol(op: OpOverload | OpOverloadPacket) -> Symbol:

@@ -30,7 +30,7 @@ import torch.signal.windows
 
 from jitcore.errors import JitcoreError, UnsupportedOperationError
 from jitcore.ir import Symbol, SymbolTag, current_context, register_literal
-from jitcore.langctx.aten import aten_symbol, is_aten_op
+from jitcore.langctx.aten import aten_symbol, is_aten_op, takes_tensor
 from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 from jitcore.langctx.tensor_text import TENSOR_TEXT_METHODS, refuse_text
@@ -358,7 +358,7 @@ def _register_factories() -> None:
         if any(
             len(o._schema.returns) == 1
             and str(o._schema.returns[0].type) == "Tensor"
-            and not any(str(a.type).startswith("Tensor") for a in o._schema.arguments)
+            and not takes_tensor(o)
             for o in overloads
         ):
             TORCH_TABLE.bind(fn, torch_symbol(fn, f"torch.{name}"))
@@ -369,10 +369,7 @@ def _aten_op_on_tensors(name: str) -> bool:
     packet = getattr(torch.ops.aten, name, None) if not name.startswith("__") else None
     if not isinstance(packet, torch._ops.OpOverloadPacket):
         return False
-    return any(
-        any(str(a.type).startswith("Tensor") for a in getattr(packet, o)._schema.arguments)
-        for o in packet.overloads()
-    )
+    return any(takes_tensor(getattr(packet, o)) for o in packet.overloads())
 
 
 def _register_unlisted_functions() -> None:
