@@ -1,4 +1,5 @@
-"""Comparing tensor-subclass programs run eagerly and under jitcore (shared by the dispatch tests)."""
+"""Comparing tensor-subclass programs run eagerly and under jitcore (shared by the dispatch tests), and
+the modes several of them enter."""
 
 from __future__ import annotations
 
@@ -6,8 +7,21 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 import jitcore
+
+
+class CountingFunctionMode(TorchFunctionMode):
+    """Counts the callables it is offered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        self.count += 1
+        return func(*args, **(kwargs or {}))
 
 
 def inner_values(t: torch.Tensor) -> dict[str, Any]:

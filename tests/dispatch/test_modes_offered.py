@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from subclass_checks import CountingFunctionMode as Count
 from subclass_checks import check_twice
 from torch.overrides import TorchFunctionMode
 from torch.testing._internal.two_tensor import TwoTensor
@@ -37,16 +38,6 @@ class Log(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
         self.names.append(_name(func))
-        return func(*args, **(kwargs or {}))
-
-
-class Count(TorchFunctionMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
-        self.count += 1
         return func(*args, **(kwargs or {}))
 
 

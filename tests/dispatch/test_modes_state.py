@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import torch
+from subclass_checks import CountingFunctionMode as CountingFunctions
 from subclass_checks import assert_same_values
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import jitcore
@@ -43,16 +43,6 @@ class LoggingDispatch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
         self.ops.append(func)
-        return func(*args, **(kwargs or {}))
-
-
-class CountingFunctions(TorchFunctionMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
-        self.count += 1
         return func(*args, **(kwargs or {}))
 
 
