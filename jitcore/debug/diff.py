@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from jitcore.diagnostics import JITCORE_DIR
 from jitcore.executors import is_lowered
 from jitcore.ir import BoundSymbol, Proxy, Trace, proxies_in
+from jitcore.langctx.thread_state import rng_state, set_rng_state
 
 __all__ = ["Divergence", "OutputDiff", "RegionDiff", "first_divergence", "record_eager", "region_divergence"]
 
@@ -133,18 +134,6 @@ def _no_breakpoint(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-    cuda_used = torch.cuda.is_available() and torch.cuda.is_initialized()
-    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda_used else None
-
-
-def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
-    cpu, cuda = state
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
-
-
 def first_divergence(debugger: Any) -> Divergence | None:
     """The first top-level op of ``debugger``'s trace whose value differs from eager, or None."""
     from jitcore.debug.debugger import Debugger
@@ -157,13 +146,13 @@ def first_divergence(debugger: Any) -> Divergence | None:
     original = getattr(debugger.jfn, "fn", None)
     if original is None:
         raise ValueError("diff needs the jitted function to run it eagerly")
-    rng = _rng_state()
+    rng = rng_state()
     try:
         records = record_eager(original, debugger.args, debugger.kwargs)
-        _set_rng_state(rng)  # the trace draws the numbers eager drew
+        set_rng_state(rng)  # the trace draws the numbers eager drew
         return _first(fresh, debugger.trace.bound_symbols, records)
     finally:
-        _set_rng_state(rng)
+        set_rng_state(rng)
 
 
 def _first(fresh: Any, bound_symbols: list[BoundSymbol], records: list[Record]) -> Divergence | None:
@@ -274,14 +263,14 @@ def region_divergence(bsym: BoundSymbol, values: dict[str, Any]) -> RegionDiff:
     inputs = list({id(p): p for p in proxies_in((bsym.args, bsym.kwargs))}.values())
     region = Trace(bsym.symbol.name, list(inputs), list(bsym.subsymbols), bsym.output)
     reference = Debugger(trace=region, inputs=[values[p.name] for p in inputs])
-    rng = _rng_state()
+    rng = rng_state()
     try:
         lowered = Debugger(trace=Trace(bsym.symbol.name, list(inputs), [bsym], bsym.output),
                            inputs=[values[p.name] for p in inputs]).run_to_end()
-        _set_rng_state(rng)
+        set_rng_state(rng)
         on_torch = reference.run_to_end()
     finally:
-        _set_rng_state(rng)
+        set_rng_state(rng)
     makers = _makers(bsym)
     outputs = []
     for proxy, got, want in zip(_output_proxies(bsym.output), _leaves(lowered), _leaves(on_torch)):

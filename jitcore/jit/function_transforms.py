@@ -53,6 +53,7 @@ from jitcore.errors import EagerOnlyValue
 from jitcore.interpreter import current_run
 from jitcore.ir import Inlined, current_context, tree_any
 from jitcore.langctx.aten import op_symbol, takes_tensor
+from jitcore.langctx.thread_state import rng_state, same_rng_state, set_rng_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -107,7 +108,7 @@ def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) 
 
         context = current_context()
         context.function_transforms += 1
-        before = _rng_states()
+        before = rng_state()  # Note [Tensors a transform makes]: a draw that still changes it is not traced
         fallback = _functorch._is_vmap_fallback_enabled()
         _functorch._set_vmap_fallback_enabled(False)  # Note [vmap's fallback]
         try:
@@ -123,8 +124,8 @@ def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) 
         finally:
             _functorch._set_vmap_fallback_enabled(fallback)
             context.function_transforms -= 1
-        if not _same_states(before, _rng_states()):
-            _set_rng_states(before)  # the eager call draws these numbers
+        if not same_rng_state(before, rng_state()):  # a draw on a tensor no traced op made: a constant
+            set_rng_state(before)  # the eager call draws these numbers
             raise EagerOnlyValue(f"{name} drew random numbers on a tensor torch made under the transform, "
                                  "which the trace cannot draw again: the call runs eagerly")
         return out
@@ -157,27 +158,6 @@ class _TensorsMadeUnder(TorchDispatchMode):
 @functools.cache
 def _is_factory(func: Any) -> bool:
     return not takes_tensor(func)
-
-
-def _rng_states() -> list[torch.Tensor]:
-    """The states of torch's default generators. A traced op draws nothing while tracing (it runs on
-    fake shadows), so a change means that torch drew on a tensor it made itself under the transform
-    (random ops' batching rules, dropout's mask under ``grad``), which no traced tensor sees: the
-    numbers would be constants of the trace."""
-    states = [torch.random.get_rng_state()]
-    if torch.cuda.is_initialized():
-        states.extend(torch.cuda.get_rng_state_all())
-    return states
-
-
-def _same_states(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
-    return len(before) == len(after) and all(torch.equal(a, b) for a, b in zip(before, after))
-
-
-def _set_rng_states(states: list[torch.Tensor]) -> None:
-    torch.random.set_rng_state(states[0])
-    if len(states) > 1:
-        torch.cuda.set_rng_state_all(states[1:])
 
 
 def _check_traceable(name: str, backward: bool, tree: Any) -> None:

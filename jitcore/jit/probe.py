@@ -28,7 +28,7 @@ import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace
 from jitcore.langctx.shadows import WRITES_NO_DATA, may_write_inputs
-from jitcore.langctx.thread_state import ThreadState
+from jitcore.langctx.thread_state import RngState, ThreadState, rng_state, set_rng_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, traced_value
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -51,7 +51,7 @@ class Probe:
         self._env: dict[int, Any] = {}
         self._keep: list[Any] = []  # proxies whose ids key _env stay alive while the pass runs
         self._done = 0  # records of the trace already run
-        self._rng: tuple[torch.Tensor, list[torch.Tensor]] = _rng_state()  # as the call began
+        self._rng: RngState = rng_state()  # as the call began
         self._copies: dict[int, Any] = {}  # caller's storage key -> the probe's private copy of it
         self._grad = torch.is_grad_enabled()  # the program's grad mode where the records stopped
         self._nested_done: set[int] = set()  # records of open scopes already run (values_within)
@@ -78,12 +78,12 @@ class Probe:
         if pending:
             with _restored_thread_state():
                 torch.set_grad_enabled(self._grad)
-                _set_rng_state(self._nested_rng or self._rng)
+                set_rng_state(self._nested_rng or self._rng)
                 for bsym in pending:
                     self._run(bsym)
                     self._nested_done.add(id(bsym))
                     self._keep.append(bsym)
-                self._nested_rng = _rng_state()  # where the rest of the call continues
+                self._nested_rng = rng_state()  # where the rest of the call continues
         return optree.tree_map(self._value, tree, none_is_leaf=True)
 
     # --- running records ---------------------------------------------------------------------------
@@ -96,7 +96,7 @@ class Probe:
             # a call some of whose records ran for a read continues after their draws; a call run
             # natively draws them again (Note [The probe runs a subclass call's operations])
             resumed = self._nested_rng is not None and runs_subsymbols(records[0])
-            _set_rng_state(self._nested_rng if resumed else self._rng)
+            set_rng_state(self._nested_rng if resumed else self._rng)
             self._nested_rng = None
             # a backward among them differentiates the subclass calls before it natively: those must
             # build their graph (Note [The probe runs a subclass call's operations])
@@ -106,7 +106,7 @@ class Probe:
                     self._run(bsym, graph=i < backward)
                     self._done += 1
             finally:
-                self._rng = _rng_state()
+                self._rng = rng_state()
                 self._grad = torch.is_grad_enabled()  # as the records left it (``no_grad()`` records)
 
     def _run(self, bsym: BoundSymbol, *, graph: bool = False) -> None:
@@ -232,27 +232,16 @@ def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
-def _rng_state() -> tuple[torch.Tensor, list[torch.Tensor]]:
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
-    return torch.get_rng_state(), cuda
-
-
-def _set_rng_state(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
-    torch.set_rng_state(state[0])
-    if state[1]:
-        torch.cuda.set_rng_state_all(state[1])
-
-
 @contextlib.contextmanager
 def _restored_thread_state() -> Iterator[None]:
     """Grad mode, autocast settings, the default dtype and the RNG as they were (records may change them)."""
     state = ThreadState.take()
-    rng = _rng_state()
+    rng = rng_state()
     try:
         yield
     finally:
         state.restore()
-        _set_rng_state(rng)
+        set_rng_state(rng)
 
 
 _SIZE_HOLDERS = frozenset({*SYMBOLIC_NUMBERS, torch.Size, slice})  # leaves to optree that may hold sizes

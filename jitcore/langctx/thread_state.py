@@ -24,8 +24,8 @@ from jitcore.interpreter.errors import JitcoreInterpreterError
 from jitcore.ir import BoundSymbol, Symbol, current_context
 
 __all__ = [
-    "SET_GRAD_ENABLED", "STATE_CHANGE_SYMBOLS", "STATE_FUNCTION_SYMBOLS", "ThreadState", "recorded_grad_mode",
-    "restored_on_refusal",
+    "SET_GRAD_ENABLED", "STATE_CHANGE_SYMBOLS", "STATE_FUNCTION_SYMBOLS", "RngState", "ThreadState",
+    "recorded_grad_mode", "restored_on_refusal", "rng_state", "same_rng_state", "set_rng_state",
 ]
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
@@ -124,3 +124,24 @@ def restored_on_refusal() -> Iterator[None]:
     except (JitcoreError, JitcoreInterpreterError):
         state.restore()
         raise
+
+
+# --- torch's default generators ----------------------------------------------------------------------
+RngState = tuple[torch.Tensor, list[torch.Tensor]]
+
+
+def rng_state() -> RngState:
+    """The states of torch's default generators: the CPU one, and each CUDA device's where CUDA is
+    initialized."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return torch.get_rng_state(), cuda
+
+
+def set_rng_state(state: RngState) -> None:
+    torch.set_rng_state(state[0])
+    if state[1]:
+        torch.cuda.set_rng_state_all(state[1])
+
+
+def same_rng_state(a: RngState, b: RngState) -> bool:
+    return torch.equal(a[0], b[0]) and len(a[1]) == len(b[1]) and all(map(torch.equal, a[1], b[1]))
