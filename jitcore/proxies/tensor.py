@@ -232,7 +232,9 @@ class TensorProxy(Proxy, torch.Tensor):
 
     @property
     def is_nested(self) -> bool:
-        return False
+        # a nested jagged tensor's proxy (its shadow has the jagged layout); strided nested tensors
+        # are not traced (langctx/shadows.py untraced_kind)
+        return self.shadow.layout is torch.jagged
 
     @property
     def itemsize(self) -> int:

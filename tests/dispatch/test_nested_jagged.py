@@ -95,8 +95,10 @@ _linear = torch.nn.Linear(3, 4).requires_grad_(False)
     lambda n: n.sum(dim=1),  # over the ragged dimension: a dense result
     lambda n: torch.nested.to_padded_tensor(n, 0.0),
     lambda n: n.to_padded_tensor(-1.0).relu(),
+    lambda n: (n @ _linear.weight.T).relu(),  # NJT's matmul asks is_nested: False raised before
+    lambda n: (n.is_nested, n.sin()),
 ], ids=["pointwise", "linear", "softmax-ragged", "softmax-last", "sum-dense", "sum-ragged",
-        "to_padded_tensor", "padded-then-dense"])
+        "to_padded_tensor", "padded-then-dense", "matmul-dense", "is_nested"])
 def test_an_njt_input_is_traced(program: Callable[..., Any]) -> None:
     _traced(program, lambda lengths: (_njt(lengths),))
 
