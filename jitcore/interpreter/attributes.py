@@ -28,10 +28,12 @@ __all__ = [
     "MISSING",
     "NATIVE_NAMES",
     "NATIVE_STORE_NAMES",
+    "claims_a_class",
     "delete_attr",
     "load_attr",
     "lookup_special",
     "store_attr",
+    "stood_for_owner",
 ]
 
 _MISSING = object()
@@ -161,8 +163,8 @@ def load_attr(run: Run, obj: object, name: str) -> object:
         klass = run.type_of(obj)  # a stand-in object answers the class it stands for, as type() does
         if klass is not t:
             return klass
-    if _claims_a_class(t) and name[:2] != "__" and run.type_of is not type:  # one dict lookup for most
-        owner = _stood_for_owner(t, run.type_of(obj), name)
+    if claims_a_class(t) and name[:2] != "__" and run.type_of is not type:  # one dict lookup for most
+        owner = stood_for_owner(t, run.type_of(obj), name)
         if owner is not None:  # Note [Names a stand-in shares with the class it stands for]
             return _load_from(run, obj, owner, name)
     names = NATIVE_NAMES.get(id(t))
@@ -185,19 +187,21 @@ def load_attr(run: Run, obj: object, name: str) -> object:
 # that the stand-in's own class body also defines is the stood-for class's to the interpreted
 # program, as it is eagerly: only native code (the stand-in's own) sees the stand-in's. Names the
 # stood-for class gets from classes after the stand-in's machinery (torch's) and dunder protocol
-# names stay the stand-in's. Never cached as native (``_name_native`` is not asked for these names).
+# names stay the stand-in's, except where a conversion asks for one (``repr(x)``, ``str(x)``: a tensor
+# subclass's own ``__repr__``, protocols.py ``_stood_for_method``). Never cached as native
+# (``_name_native`` is not asked for these names).
 _CLAIMS: dict[int, bool] = {}  # keyed by id: Note [Per-type caches]
 _OWNERS: dict[tuple[int, int, str], type | None] = {}
 
 
-def _claims_a_class(t: type) -> bool:
+def claims_a_class(t: type) -> bool:
     hit = _CLAIMS.get(id(t))
     if hit is None:
         hit = _CLAIMS[_watch(t)] = isinstance(vars(t).get("__class__"), property)
     return hit
 
 
-def _stood_for_owner(t: type, klass: type, name: str) -> type | None:
+def stood_for_owner(t: type, klass: type, name: str) -> type | None:
     """The class of ``klass``'s own (before the stand-in ``t``'s machinery in ``t``'s MRO) that defines
     ``name`` where ``t``'s own class body defines it too, else None."""
     key = (id(t), id(klass), name)

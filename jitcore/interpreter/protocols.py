@@ -20,6 +20,7 @@ import operator
 from types import BuiltinMethodType, FunctionType, MethodType, MethodWrapperType
 from typing import TYPE_CHECKING
 
+from jitcore.interpreter.attributes import claims_a_class, stood_for_owner
 from jitcore.interpreter.calls import call
 
 if TYPE_CHECKING:
@@ -348,7 +349,7 @@ def delete_item(run: Run, container: object, key: object) -> None:
 def _convert(run: Run, v: object, name: str, native, kind: str) -> str:
     t = type(v)
     if t is not str and t not in NATIVE_TYPES:
-        f = getattr(t, name, None)
+        f = _stood_for_method(run, v, t, name)
         if _is_py(f):
             result = call(run, f, (v,), None)
             if not issubclass(run.type_of(result), str):  # a stand-in for text (the jit's) answers str
@@ -356,6 +357,17 @@ def _convert(run: Run, v: object, name: str, native, kind: str) -> str:
             return result
         return call(run, native, (v,), None)  # as a call of the program's (hooks see ``str(x)``)
     return native(v)
+
+
+def _stood_for_method(run: Run, v: object, t: type, name: str) -> object:
+    """``type(v).name``; for a stand-in whose stood-for class defines ``name`` itself (a tensor
+    subclass's own ``__repr__`` while tracing), the stood-for class's, as ``repr(v)`` finds it eagerly
+    (Note [Names a stand-in shares with the class it stands for], attributes.py)."""
+    if run.type_of is not type and claims_a_class(t):
+        owner = stood_for_owner(t, run.type_of(v), name)
+        if owner is not None:
+            return vars(owner)[name]
+    return getattr(t, name, None)
 
 
 def to_str(run: Run, v: object) -> str:

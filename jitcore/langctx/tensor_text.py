@@ -27,6 +27,7 @@ import torch
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import tree_has
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["TENSOR_TEXT_METHODS", "refuse_text", "refuse_text_of_tensors", "text_lookasides"]
 
@@ -55,5 +56,6 @@ def _proxy_repr(self: TensorProxy) -> str:
 
 
 def text_lookasides() -> dict[Any, Callable[..., Any]]:
-    """What the interpreter calls instead of a proxy's own ``__repr__`` when the program reaches it."""
-    return {TensorProxy.__repr__: _proxy_repr}
+    """What the interpreter calls instead of a proxy's own ``__repr__`` when the program reaches it (a
+    subclass's own ``__repr__`` is interpreted instead: interpreter/protocols.py ``_stood_for_method``)."""
+    return {TensorProxy.__repr__: _proxy_repr, SubclassTensorProxy.__repr__: _proxy_repr}
