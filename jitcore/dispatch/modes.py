@@ -125,11 +125,14 @@ class UserModes:
     @staticmethod
     def _run(stack: list[Any], mode: Any, name: str, func: Any, types: tuple, args: tuple,
              kwargs: dict) -> Any:
-        from jitcore.dispatch.resolver import interpret_protocol_code
+        from jitcore.dispatch.resolver import interpret_protocol_code, torch_dispatch_rule
 
         position = len(stack) - 1 - stack[::-1].index(mode)
         del stack[position]
         try:
+            rule = torch_dispatch_rule(func, type(mode)) if name == "__torch_dispatch__" else None
+            if rule is not None:  # torch.library.register_torch_dispatch's, in place of the mode's
+                return interpret_protocol_code(rule, mode, func, types, args, kwargs)
             return interpret_protocol_code(getattr(mode, name), func, types, args, kwargs)
         finally:
             stack.insert(position, mode)

@@ -34,6 +34,7 @@ from typing import Any
 
 import optree
 import torch
+from torch._library.simple_registry import find_torch_dispatch_rule
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -66,6 +67,7 @@ __all__ = [
     "overriding_types",
     "resolve_call",
     "resolve_operator_or_own",
+    "torch_dispatch_rule",
 ]
 
 # Asked by the dispatcher (and the autograd engine) about shadows; answered natively, never recorded.
@@ -499,8 +501,14 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
         TypeError: every handler returned NotImplemented (as eager PyTorch does).
     """
     for cls in types:
-        method = _protocol_method(cls, "__torch_dispatch__", args, kwargs)
-        result = interpret_protocol_code(method, func, types, args, kwargs)
+        rule = torch_dispatch_rule(func, cls)
+        if rule is not None:  # the class's own __torch_dispatch__ is not asked, as eagerly
+            result = interpret_protocol_code(rule, cls, func, types, args, kwargs)
+            if result is NotImplemented:  # eager (dispatch_on_subclass) then calls the rule again, as
+                result = interpret_protocol_code(rule, func, types, args, kwargs)  # it would the method
+        else:
+            method = _protocol_method(cls, "__torch_dispatch__", args, kwargs)
+            result = interpret_protocol_code(method, func, types, args, kwargs)
         if result is not NotImplemented:
             return result
     names = "\n".join(f"  - tensor subclass {cls}" for cls in types)
@@ -508,6 +516,16 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
         f"Multiple dispatch failed for '{func}'; all __torch_dispatch__ handlers returned NotImplemented:\n\n"
         f"{names}\n\nFor more information, try re-running with TORCH_LOGS=not_implemented"
     )
+
+
+def torch_dispatch_rule(func: Any, klass: type) -> Callable[..., Any] | None:
+    """The rule ``torch.library.register_torch_dispatch`` (or a custom op's ``register_torch_dispatch``)
+    registered for ``func`` and exactly ``klass`` (a subclass or a TorchDispatchMode class), or None.
+    Eager's dispatcher calls it in place of the class's ``__torch_dispatch__``, with the class (a
+    subclass) or the mode first: ``rule(cls_or_mode, func, types, args, kwargs)``."""
+    if not isinstance(func, torch._ops.OpOverload):
+        return None
+    return find_torch_dispatch_rule(func, klass)
 
 
 def _protocol_method(cls: type, name: str, args: tuple, kwargs: dict) -> Callable[..., Any]:

@@ -1,9 +1,11 @@
 """Tensor subclasses as others write them, round 3 (issue 15, helper zoo22): a subclass's own
-``__repr__`` (torchao's shape-and-dtype style, and one showing values), and guards for styles of the
-same probe that already worked (torchao's ``TorchAOBaseTensor`` tables with an optional inner tensor, a
-LoRA wrapper, a ctx flag flipped by ``t()``, ``NotImplemented`` and another class taking over, a
-dispatch keyed by ``func.name()`` or the decomposition table). Each runs eagerly and under jitcore.jit
-twice (subclass_checks.check_twice) unless it says otherwise.
+``__repr__`` (torchao's shape-and-dtype style, and one showing values), rules registered with
+``torch.library.register_torch_dispatch`` / a custom op's ``register_torch_dispatch`` for a subclass
+and for a TorchDispatchMode, and guards for styles of the same probe that already worked (torchao's
+``TorchAOBaseTensor`` tables with an optional inner tensor, a LoRA wrapper, a ctx flag flipped by
+``t()``, ``NotImplemented`` and another class taking over, a dispatch keyed by ``func.name()`` or the
+decomposition table). Each runs eagerly and under jitcore.jit twice (subclass_checks.check_twice)
+unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from subclass_checks import assert_same_values, check_twice
 from torch._decomp import decomposition_table
-from torch.utils._python_dispatch import return_and_correct_aliasing
+from torch.utils._python_dispatch import TorchDispatchMode, return_and_correct_aliasing
 from torch.utils._pytree import tree_map_only
 
 import jitcore
@@ -91,6 +93,86 @@ def test_a_subclass_repr_showing_values_runs_eagerly() -> None:
     assert actual[1] == expected[1] == "ValuesRepr(tensor([1., 2., 3.]))"
     assert_same_values(actual[0], expected[0])
     assert "repr() of a traced tensor" in str(jitted.fallback_reason)
+
+
+# --- torch.library.register_torch_dispatch rules --------------------------------------------------------
+
+@torch.library.custom_op("jitcore_zoo22::scaled_mul", mutates_args=())
+def scaled_mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x * y
+
+
+@scaled_mul.register_fake
+def _(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class RuleOwner(Wrapped):
+    """Its ``__torch_dispatch__`` (Wrapped's) would compute ``x * y``; the registered rule times 100."""
+
+
+@scaled_mul.register_torch_dispatch(RuleOwner)
+def _(cls: type, func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
+    x, y = args
+    return cls(x.elem * (y.elem if isinstance(y, RuleOwner) else y) * 100)
+
+
+class RuleDeclines(Wrapped):
+    pass
+
+
+@scaled_mul.register_torch_dispatch(RuleDeclines)
+def _(*args: Any) -> Any:
+    # eager calls a rule that declines a second time, without the class (torch's dispatch_on_subclass)
+    RuleDeclines.calls.append(len(args))
+    return NotImplemented
+
+
+RuleDeclines.calls = []
+
+
+class PassThrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+@scaled_mul.register_torch_dispatch(PassThrough)
+def _(mode: TorchDispatchMode, func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
+    return func(*args, **kwargs) * 7
+
+
+def test_a_rule_registered_for_a_subclass_replaces_its_dispatch() -> None:
+    """Eager's dispatcher calls the rule in place of the class's ``__torch_dispatch__`` (jitcore called
+    the class's: ``x * y`` where eager gives ``x * y * 100``)."""
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple:
+        return scaled_mul(x, y), scaled_mul(x, x), x + y
+
+    check_twice(f, lambda: (RuleOwner(torch.randn(3)), torch.randn(3)))
+
+
+def test_a_rule_returning_notimplemented_passes_to_the_next_class() -> None:
+    """A rule's NotImplemented is the class's answer (its ``__torch_dispatch__`` is not asked): the next
+    class's rule decides, and with none left the call raises TypeError as eagerly."""
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple:
+        try:
+            alone = scaled_mul(x, x)
+        except TypeError:
+            alone = x - 1
+        return scaled_mul(x, y), alone
+
+    RuleDeclines.calls.clear()
+    jitted = check_twice(f, lambda: (RuleDeclines(torch.randn(3)), RuleOwner(torch.randn(3))))
+    # eager's first call: two scaled_mul, the declining rule asked twice each (5 arguments, then 4)
+    assert RuleDeclines.calls[:4] == [5, 4, 5, 4]
+    assert jitted.fallback_reason is None
+
+
+def test_a_rule_registered_for_a_mode_replaces_its_dispatch() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with PassThrough():
+            return scaled_mul(x, y) + 1
+
+    check_twice(f, lambda: (torch.randn(3), torch.randn(3)))
 
 
 # --- guards: styles that worked when probed ----------------------------------------------------------
