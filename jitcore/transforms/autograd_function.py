@@ -23,7 +23,7 @@ from jitcore.diagnostics.boundary import runs_as_function_apply
 from jitcore.interpreter import current_run
 from jitcore.ir import Symbol, current_context
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.protocol import tensor_flatten
+from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_function"]
@@ -107,27 +107,42 @@ def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext) -> Non
         if shadow.requires_grad and shadow.grad_fn is not None:
             continue  # computed from the inputs on the shadow graph
         values = current_context().values
-        with values.fake_mode:
-            joined = _Joined.apply(shadow.detach(), *(v.shadow for v in needing))
         if isinstance(value, SubclassTensorProxy):
-            # the joined wrapper keeps the inner tensors (shadows mapped to their proxies) of the
-            # one the forward made (a DTensor made with requires_grad=True is a leaf of its own)
-            for name in tensor_flatten(shadow)[0]:
+            # a wrapper over the same inner tensors (shadows mapped to their proxies) as the one the
+            # forward made (a DTensor made with requires_grad=True is a leaf of its own), made by its
+            # class's __tensor_unflatten__, not by an op: eager's apply sends the class none
+            names, flatten_ctx = tensor_flatten(shadow)
+            with values.fake_mode:
+                fresh = unflatten_around(type(shadow), {n: getattr(shadow, n) for n in names}, flatten_ctx,
+                                         shadow.shape, shadow.stride())
+                joined = _Joined.apply(_Output(fresh), *(v.shadow for v in needing))
+            for name in names:
                 object.__setattr__(joined, name, getattr(shadow, name))
             value.set_shadow(joined)
         else:
+            with values.fake_mode:
+                joined = _Joined.apply(_Output(shadow.detach()), *(v.shadow for v in needing))
             value.shadow = joined
         values.bind(joined, value)
 
 
+class _Output:
+    """The tensor ``_Joined`` returns, passed as a non-tensor argument: not an input of the Function, so
+    ``apply`` gives that very object the node, as eager's ``apply`` does to what a forward made."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+
 class _Joined(torch.autograd.Function):
-    """An alias of a shadow whose autograd node has the given shadows as its inputs (pass 1 finds a
-    backward's leaves and the gradients' metadata on this graph; the values are the replay's)."""
+    """A shadow (a fresh wrapper or a detached alias, ``_Output``) whose autograd node has the given
+    shadows as its inputs (pass 1 finds a backward's leaves and the gradients' metadata on this graph;
+    the values are the replay's)."""
 
     @staticmethod
-    def forward(ctx: Any, shadow: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, output: _Output, *inputs: torch.Tensor) -> torch.Tensor:
         ctx.inputs = inputs
-        return shadow.view_as(shadow)
+        return output.tensor
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
