@@ -576,6 +576,23 @@ def _set_data(self: TensorProxy, value: Any) -> None:
         torch.Tensor.set_(self, value.detach())
 
 
+def _swap_tensors(t1: Any, t2: Any) -> None:
+    """``torch.utils.swap_tensors`` (``Module._apply`` for a wrapper-subclass parameter: ``m.to(dtype)``,
+    ``m.double()``): eager swaps the two Python objects' classes, dicts and slots in place, which a traced
+    value cannot have done to the caller's object; refused (JC-T001) where one is traced, as
+    ``x.data = y`` with another dtype is (``_set_data``).
+
+    Raises:
+        UnsupportedOperationError: ``t1`` or ``t2`` is a traced tensor.
+    """
+    if isinstance(t1, TensorProxy) or isinstance(t2, TensorProxy):
+        raise UnsupportedOperationError(
+            "torch.utils.swap_tensors of a traced tensor (Module.to/.double() of a module with "
+            "tensor-subclass parameters swaps them) is not supported while tracing",
+            hints=("convert the module outside the jitted function",))
+    torch.utils.swap_tensors(t1, t2)
+
+
 def _iter(self: TensorProxy) -> Any:
     if self.ndim == 0:
         raise TypeError("iteration over a 0-d tensor")
@@ -688,6 +705,7 @@ _register_tensor_members()
 _register_literals()
 TensorProxy.__iter__ = _iter  # type: ignore[method-assign]
 TensorProxy.data = property(TensorProxy.data.fget, _set_data)  # type: ignore[method-assign]
+TORCH_TABLE.bind(torch.utils.swap_tensors, _swap_tensors)
 TensorProxy.torch_function_handler = staticmethod(_torch_function)  # type: ignore[assignment]
 # torch's callables a proxy answers, by the callable eager offers __torch_function__ (Note [What eager
 # offers a function mode], jitcore/dispatch/modes.py)

@@ -2,10 +2,11 @@
 ``__repr__`` (torchao's shape-and-dtype style, and one showing values), rules registered with
 ``torch.library.register_torch_dispatch`` / a custom op's ``register_torch_dispatch`` for a subclass
 and for a TorchDispatchMode, a wrapper returned by an ``autograd.Function`` (float8 training's style),
-and guards for styles of the same probe that already worked (torchao's ``TorchAOBaseTensor`` tables
-with an optional inner tensor, a LoRA wrapper, a ctx flag flipped by ``t()``, ``NotImplemented`` and
-another class taking over, a dispatch keyed by ``func.name()`` or the decomposition table). Each runs
-eagerly and under jitcore.jit twice (subclass_checks.check_twice) unless it says otherwise.
+``Module.to`` of a module with subclass parameters, and guards for styles of the same probe that
+already worked (torchao's ``TorchAOBaseTensor`` tables with an optional inner tensor, a LoRA wrapper, a
+ctx flag flipped by ``t()``, ``NotImplemented`` and another class taking over, a dispatch keyed by
+``func.name()`` or the decomposition table). Each runs eagerly and under jitcore.jit twice
+(subclass_checks.check_twice) unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from subclass_checks import assert_same_values, check_twice
 from torch._decomp import decomposition_table
+from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._python_dispatch import TorchDispatchMode, return_and_correct_aliasing
 from torch.utils._pytree import tree_map_only
 
@@ -242,6 +244,34 @@ def test_an_autograd_function_returning_a_wrapper_sends_it_no_op() -> None:
 
     check_twice(f, lambda: (torch.randn(3, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True)),
                 lambda out, args: torch.autograd.grad(out.sum(), args))
+
+
+# --- Module.to of a module with subclass parameters -----------------------------------------------------
+
+def test_module_to_with_subclass_parameters_runs_eagerly() -> None:
+    """``m.to(torch.float64)`` inside the function swaps each wrapper-subclass parameter in place
+    (``torch.utils.swap_tensors``), which a traced value cannot do to the caller's object: the call runs
+    eagerly (JC-T001) with eager's result and eager's converted module (it raised "_apply(): Couldn't swap
+    Linear.weight" while tracing)."""
+    def f(m: torch.nn.Module, x: torch.Tensor) -> tuple:
+        m2 = m.to(torch.float64)
+        return m2(x.double()), m2.weight.dtype
+
+    def make() -> tuple:
+        torch.manual_seed(0)
+        m = torch.nn.Linear(3, 2)
+        m.weight = torch.nn.Parameter(TwoTensor(m.weight.detach().clone(), m.weight.detach() * 2))
+        return m, torch.randn(2, 3)
+
+    eager_args, jit_args = make(), make()
+    expected = f(*eager_args)
+    jitted = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        actual = jitted(*jit_args)
+    assert_same_values(actual, expected)
+    assert_same_values(jit_args[0].weight, eager_args[0].weight)
+    assert type(jit_args[0].weight) is TwoTensor and jit_args[0].weight.dtype is torch.float64
+    assert "swap_tensors" in str(jitted.fallback_reason)
 
 
 # --- guards: styles that worked when probed ----------------------------------------------------------
