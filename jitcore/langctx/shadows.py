@@ -360,11 +360,14 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             raise read from None  # a fake's data was read (``tolist``, ...)
         if fn in STATEFUL:
             raise
-        if not (isinstance(exc, RuntimeError) and _is_kernel(fn)) or may_write_inputs(fn, shadow_kwargs) \
+        if not (isinstance(exc, RuntimeError) and _is_kernel(fn)) \
                 or any(isinstance(v, FakeTensor) and v.device.type == "meta" for v in shadow_leaves):
             _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
             raise
-        out = _outputs_of_eager_kernel(fn, shadow_args, shadow_kwargs, exc, fake_mode)
+        if may_write_inputs(fn, shadow_kwargs):
+            out = _written_as_by_eager_kernel(fn, shadow_args, shadow_kwargs, shadow_leaves, exc, fake_mode)
+        else:
+            out = _outputs_of_eager_kernel(fn, shadow_args, shadow_kwargs, exc, fake_mode)
     finally:
         fake_mode.cache_enabled = cache_enabled
     _check_input_changes(values, fn, (shadow_args, shadow_kwargs), shadow_leaves, before, storage_sizes)
@@ -486,6 +489,12 @@ def _data_dependent(fn: Callable[..., Any], exc: Exception) -> DataDependentErro
 # device this machine lacks), the call becomes a value read instead: run on the real values while
 # tracing, its outputs' metadata checked on every call (jitcore/jit/value_reads.py); with
 # ``fullgraph=True`` that is a clear refusal.
+# An in-place or ``out=`` call is stricter the other way: eager's ``addbmm_`` resizes a self that
+# broadcasts to the result ([1] to [3, 5], through its out= kernel) where the fake kernel demands the
+# result's shape. Its written shadows take the metadata eager's kernel gave zero-filled tensors like
+# them (resized below autograd, as eager's kernel resizes), and the fake kernel runs again on them, so
+# the call's outputs and autograd are the fake kernel's own (``_written_as_by_eager_kernel``). Where
+# eager cannot be asked, or changed no input's metadata, the fake kernel's error stands.
 def _stricter_fake(fn: Callable[..., Any], exc: Exception) -> DataDependentError:
     return DataDependentError(
         f"the fake (meta) kernel of {_name(fn)} rejects arguments that its eager kernel accepts "
@@ -494,6 +503,34 @@ def _stricter_fake(fn: Callable[..., Any], exc: Exception) -> DataDependentError
         hints=("without fullgraph=True jitcore runs it on the values and checks the outputs' metadata "
                "on every call",),
     )
+
+
+def _written_as_by_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dict, leaves: list[Any],
+                                exc: Exception, fake_mode: Any) -> Any:
+    """The outputs of an in-place or ``out=`` call whose fake kernel raised ``exc`` (a RuntimeError)
+    where eager's kernel accepts the call and resizes a written input (``addbmm_`` on a self that
+    broadcasts, Note [Fake kernels stricter than eager]): the written shadows take the metadata
+    eager's kernel gave zero-filled tensors like them, and the fake kernel runs again on them.
+
+    Raises:
+        Exception: eager's own exception for these arguments; ``exc`` where eager's kernel cannot be
+            asked (too large, symbolic sizes, another device) or changed no input's metadata.
+    """
+    fakes = {id(v): v for v in leaves if isinstance(v, FakeTensor)}
+    if any(not all(type(n) is int for n in _metadata(f)[0] + _metadata(f)[1]) for f in fakes.values()):
+        raise exc
+    after: dict[int, tuple] = {}
+    if _on_zeros(fn, args, kwargs, after=after) is _NOT_REPLAYED:
+        raise exc
+    changed = {i: m for i, m in after.items() if m != _metadata(fakes[i])}
+    if not changed:
+        raise exc
+    with fake_mode, torch._C._AutoDispatchBelowAutograd():  # eager's kernel resizes below autograd too
+        for i, (shape, stride, offset) in changed.items():
+            fakes[i].resize_(offset + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0) + 1)
+            fakes[i].as_strided_(shape, stride, offset)
+    with fake_mode:
+        return fn(*args, **kwargs)
 
 
 def _name(fn: Any) -> str:
@@ -531,13 +568,15 @@ def _on_zeros(
     storage_sizes: dict[int, int] | None = None,
     *,
     grad_inputs: bool = False,
+    after: dict[int, tuple] | None = None,
 ) -> Any:
     """``fn`` run on zero-filled real tensors with the shadows' metadata: its outputs, or _NOT_REPLAYED
     (too large to replay, or on a device this machine does not have).
 
     ``grad_inputs``: every tensor whose shadow requires grad is a leaf that requires grad (so that
     the outputs require grad as eager's would); otherwise only leaves do (an in-place op on a leaf
-    that requires grad raises as eagerly).
+    that requires grad raises as eagerly). ``after``: filled with each shadow's (shape, strides,
+    offset) as the call left its zero-filled tensor, by the shadow's id.
 
     Raises:
         Exception: eager's exception for these arguments, with its traceback dropped.
@@ -568,9 +607,12 @@ def _on_zeros(
     devices = sorted({f.device.index or 0 for f in fakes if f.device.type == "cuda"})
     try:
         with torch.random.fork_rng(devices=devices):  # the program's random stream is not consumed
-            return fn(*real_args, **real_kwargs)
+            out = fn(*real_args, **real_kwargs)
     except Exception as eager_error:  # noqa: BLE001 - eager rejects these arguments too: its words are the user's
         raise eager_error.with_traceback(None) from None
+    if after is not None:
+        after.update((i, _metadata(t)) for i, t in real.items())
+    return out
 
 
 def _is_kernel(fn: Any) -> bool:

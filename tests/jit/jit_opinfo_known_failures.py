@@ -5,17 +5,8 @@ not listed: jitcore reads those values and checks them on every call (docs/user-
 reads"); with ``fullgraph=True`` they raise DataDependentError instead (tests/jit/test_jit_value_reads.py).
 """
 
-ADDBMM = (
-    "eager addbmm_ resizes a broadcastable [1] input to [5, 10] in place (deprecated); torch's fake "
-    "kernel, which computes jitcore's metadata, rejects it"
-)
-
-JIT: dict[str, str] = {
-    "addbmm": ADDBMM,
-}
+JIT: dict[str, str] = {}
 
 # Failures of the wider selection (jit_opinfo.more_samples: float32's samples after the first three, and
 # float64, complex64 and bool), each with its reason.
-JIT_MORE: dict[str, str] = {
-    "addbmm": ADDBMM,
-}
+JIT_MORE: dict[str, str] = {}

@@ -52,10 +52,6 @@ TORCH: dict[str, str] = {
     "sparse.sampled_addmm": SPARSE,
     "ldexp": INPLACE_CAST.format(m="ldexp_"),
     "logit": INPLACE_CAST.format(m="logit_"),
-    "addbmm": (
-        "in-place variant: the fake kernel of addbmm_ rejects a self that broadcasts to the result "
-        "(shape [1] vs [5, 10]) where eager accepts it"
-    ),
 }
 
 ATEN: dict[str, str] = {
