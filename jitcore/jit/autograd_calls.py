@@ -86,9 +86,6 @@ class AutogradCalls:
              create_graph: bool = False, only_inputs: bool = True, allow_unused: bool | None = None,
              is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple[Any, ...]:
         """``torch.autograd.grad``: the gradients themselves; no ``.grad`` is touched."""
-        if is_grads_batched:
-            raise UnsupportedOperationError("torch.autograd.grad(is_grads_batched=True) inside a jitted "
-                                            "function is not supported")
         outs, ins = _as_list(outputs), _as_list(inputs)
         relevant = _tensors(outs) + _tensors(ins)
         overridden = handle_torch_function(torch.autograd.grad, relevant, (tuple(outs), tuple(ins)),
@@ -99,7 +96,10 @@ class AutogradCalls:
         if overridden is not NO_OVERRIDE:  # a subclass's __torch_function__ handled it, as eagerly
             return overridden
         grad_outs = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outs)
-        grads = self._record(outs, ins, grad_outs, bool(create_graph), retain_graph)
+        if is_grads_batched:
+            grads = self._record_batched(outs, ins, grad_outs, bool(create_graph), retain_graph)
+        else:
+            grads = self._record(outs, ins, grad_outs, bool(create_graph), retain_graph)
         if not (allow_unused or materialize_grads) and any(g is None for g in grads):
             raise RuntimeError("One of the differentiated Tensors appears to not have been used in the "
                                "graph. Set allow_unused=True if this is the desired behavior.")
@@ -143,6 +143,23 @@ class AutogradCalls:
             fake_mode = self._pass.context.values.fake_mode
             free_graph(_shadows(outputs), _shadows(inputs), _shadows(grad_outputs), fake_mode)
         return grads
+
+    def _record_batched(self, outputs: list, inputs: list, grad_outputs: list, create_graph: bool,
+                        retain_graph: Any) -> tuple[Any, ...]:
+        """``is_grads_batched=True`` (``torch.autograd.functional.jacobian(..., vectorize=True)``):
+        eager vmaps the backward over the first dimension of every grad_output. A backward is linear
+        in its grad_outputs, so one backward per row, stacked, gives eager's gradients; each is an
+        ordinary record (the graph kept for the next row), differentiated like any other."""
+        rows = {g.shape[0] if isinstance(g, torch.Tensor) and g.dim() > 0 else None for g in grad_outputs}
+        if len(rows) != 1 or None in rows or 0 in rows:  # eager's vmap raises, or passes a None through
+            raise UnsupportedOperationError(
+                "torch.autograd.grad(is_grads_batched=True) inside a jitted function needs every "
+                "grad_output to be a tensor with the same number of rows, at least one")
+        (count,) = rows
+        keep = create_graph if retain_graph is None else retain_graph
+        per_row = [self._record(outputs, inputs, [g[i] for g in grad_outputs], create_graph,
+                                True if i < count - 1 else keep) for i in range(count)]
+        return tuple(None if column[0] is None else torch.stack(column) for column in zip(*per_row))
 
     def _leaves(self, outputs: list) -> list[TensorProxy]:
         """The leaves the outputs' graph reaches (what ``backward()`` accumulates into), in the

@@ -245,3 +245,51 @@ def test_a_backward_inside_into_a_subclass_parameter(how):
         assert type(jit_w.grad) is TwoTensor and type(jit_w.grad.a) is torch.Tensor
         assert_same((jit_w.grad.a, jit_w.grad.b), (eager_w.grad.a, eager_w.grad.b))
         assert_same((jit_w.a.detach(), jit_w.b.detach()), (eager_w.a.detach(), eager_w.b.detach()))
+
+
+def test_jacobian_and_hessian_vectorized_inside():
+    """``torch.autograd.functional.jacobian``/``hessian(..., vectorize=True)`` call
+    ``torch.autograd.grad(is_grads_batched=True)``: traced (one backward per row), not an eager call."""
+    def jac(x, w):
+        return torch.autograd.functional.jacobian(lambda a, b: (a.sin() * b).cumsum(0), (x, w),
+                                                  vectorize=True)
+
+    def hess(x):
+        return torch.autograd.functional.hessian(lambda a: (a ** 3).sin().sum(), x, vectorize=True)
+
+    def jac_create_graph(x):
+        j = torch.autograd.functional.jacobian(lambda a: a.tanh() * a.sum(), x, vectorize=True,
+                                               create_graph=True)
+        return j.square().sum()
+
+    for fn, make in ((jac, lambda g: (torch.randn(4, generator=g), torch.randn(4, generator=g))),
+                     (hess, lambda g: (torch.randn(3, generator=g),))):
+        jf = jitcore.jit(fn)
+        for i in range(2):
+            args = make(torch.Generator().manual_seed(i))
+            assert_same(jf(*args), fn(*args))
+        assert jf.fallback_reason is None and jitcore.cache_hits(jf) == 1
+    jf = jitcore.jit(jac_create_graph)
+    x = torch.randn(3, requires_grad=True)
+    ex = x.detach().clone().requires_grad_()
+    got, expected = jf(x), jac_create_graph(ex)
+    assert_same(got.detach(), expected.detach())
+    assert_same(torch.autograd.grad(got, x), torch.autograd.grad(expected, ex))
+    assert jf.fallback_reason is None
+
+
+def test_autograd_grad_with_batched_grad_outputs():
+    def f(x, v):
+        y = x.sin() * x.sum()
+        return torch.autograd.grad(y, x, v, is_grads_batched=True)
+
+    def unused(x, z, v):
+        return torch.autograd.grad(x.exp(), (x, z), v, is_grads_batched=True, allow_unused=True)
+
+    jf, ju = jitcore.jit(f), jitcore.jit(unused)
+    x, z = torch.randn(3, requires_grad=True), torch.randn(2, requires_grad=True)
+    for rows in (2, 5):
+        v = torch.randn(rows, 3)
+        assert_same(jf(x, v), f(x, v))
+        assert_same(ju(x, z, v), unused(x, z, v))
+    assert jf.fallback_reason is None and ju.fallback_reason is None
