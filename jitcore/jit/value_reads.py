@@ -534,7 +534,8 @@ def _list_shape(value: Any, depth: int) -> tuple[int, ...]:
 # refused because inputs require grad (``narrow`` and ``tensor_split`` with tensor arguments are
 # read as numbers first, and pass), it runs natively instead, with torch functions off: traced
 # tensors are tensors, so each aten op of the composite reaches their ``__torch_dispatch__`` and is
-# recorded (and differentiated) on its own, and only the op that reads values becomes a checked read.
+# recorded (with its autograd on the shadows, jitcore/langctx/aten.py ``_torch_dispatch``) and
+# differentiated on its own, and only the op that reads values becomes a checked read.
 # When that fails too (an op whose output shape the values decide must carry a gradient, or C++ that
 # reads a traced tensor's data directly), what it recorded is dropped and the original error stands.
 def _natively(fn: Any, args: tuple, kwargs: dict) -> Any:

@@ -140,13 +140,17 @@ def operator_symbol(fn: Any) -> Symbol | None:
 
 def _torch_dispatch(op: OpOverload, args: tuple, kwargs: dict) -> Any:
     """An operator that reached torch's dispatcher with a proxy among its arguments (a C function
-    called with torch functions disabled, ``torch._int_mm``, a custom op): recorded as its own symbol.
-    Under torch.func's transforms its shadows' autograd records it as well: the dispatcher reaches
-    here below autograd, and a backward inside the traced function reads the shadows' graph (Note
-    [Function transforms run on the traced tensors], jitcore/jit/function_transforms.py)."""
+    called with torch functions disabled, ``torch._int_mm``, a custom op, the aten ops of a composite
+    run natively): recorded as its own symbol. Its shadows' autograd records it as well: the
+    dispatcher reaches here below autograd (a proxy never requires grad), yet its outputs require grad
+    as eager's do, and a backward inside the traced function reads the shadows' graph (Note [Function
+    transforms run on the traced tensors], jitcore/jit/function_transforms.py). Without it, the outputs
+    of ``torch.cov`` run natively did not require grad while tracing: ``autograd.grad`` through them
+    raised, and the entry had no backward trace."""
     context = current_context()
     if context is None or not context.function_transforms:
-        return op_symbol(op)(*args, **kwargs)
+        with _autograd_included():
+            return op_symbol(op)(*args, **kwargs)
     # torch's C++ called this op: no __torch_function__ (a mode the program entered) sees it eagerly
     with _autograd_included(), torch._C.DisableTorchFunction():
         return op_symbol(op)(*args, **kwargs)

@@ -423,6 +423,38 @@ def test_composites_that_read_values_while_inputs_require_grad(name):
             jfn(x, -torch.ones(3, 5))
 
 
+@pytest.mark.parametrize("name", ["cov", "corrcoef"])
+def test_composites_run_natively_carry_gradients_while_tracing(name):
+    """The aten ops of a composite run natively record their autograd on the shadows: its output
+    requires grad inside the function as eagerly, a backward inside through it works, and the entry
+    gets a backward trace. Before, the output did not require grad while tracing (``autograd.grad``
+    raised 'does not require grad') and the entry ran under torch's autograd."""
+    composites = {
+        "cov": lambda x: torch.cov(x, aweights=x[0].abs()),
+        "corrcoef": torch.corrcoef,
+    }
+    composite = composites[name]
+
+    def inside(x):
+        y = composite(x)
+        (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        return y.requires_grad, y * 2, g
+
+    def outside(x):
+        return composite(x).square().sum()
+
+    jinside, joutside = jitcore.jit(inside), jitcore.jit(outside)
+    for seed in range(2):
+        x = torch.randn(3, 5, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+        ex = x.detach().clone().requires_grad_()
+        assert_same(jinside(x), inside(ex))
+        got, expected = joutside(x), outside(ex)
+        assert_same(got.detach(), expected.detach())
+        assert_same(torch.autograd.grad(got, x), torch.autograd.grad(expected, ex))
+    assert jinside.fallback_reason is None
+    assert jitcore.last_backward_traces(joutside), "no backward trace: the entry ran under torch's autograd"
+
+
 def _grads_of(fn, args):
     """``fn``'s output and the gradients of its inputs that require grad (backward of the output's sum)."""
     args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]

@@ -3,9 +3,10 @@
 Used by test_grad_opinfo.py: a listed entry must still fail (so the list cannot rot). Reads of tensor
 values are checked reads (docs/user-guide.md, "Value reads"). A composite op that reads values of its
 own inputs inside torch's decomposition while they require grad runs natively on the traced tensors,
-its aten ops recorded one by one (Note [Composites that read values under grad], jit/value_reads.py):
-``gaussian_nll_loss`` passes that way. An op whose output shape the values decide and whose outputs
-carry gradients (``ctc_loss``, ``lstsq``) runs under torch's own autograd (Note [Value-shaped ops under
+its aten ops recorded one by one, with their autograd (Note [Composites that read values under grad],
+jit/value_reads.py): ``gaussian_nll_loss``, ``cov``, ``corrcoef`` and ``istft`` pass that way. An op
+whose output shape the values decide and whose outputs carry gradients (``ctc_loss``, ``lstsq``,
+``combinations``' masked_select) runs under torch's own autograd (Note [Value-shaped ops under
 grad], jit/value_reads.py): values and gradients equal eager's, with no backward trace. A boolean
 ``index_put`` whose values require grad writes through the mask's coordinates, and ``index_fill``
 with such a value is a ``where`` over the filled positions (Note [Masks whose values carry
@@ -15,10 +16,9 @@ gradients], langctx/reads.py). jitcore traces dense tensors only.
 from __future__ import annotations
 
 UNDER_TORCH_AUTOGRAD = (
-    "values and gradients match eager, but the harness requires a backward trace: the composite's value "
-    "reads (cov, corrcoef: a number read from the weights; combinations: masked_select's count) make "
-    "the entry run its trace under torch's own autograd (Note [Dynamic numbers under autograd]), "
-    "which records none"
+    "values and gradients match eager, but the harness requires a backward trace: the composite's "
+    "masked_select, whose output shape its mask's values decide, carries gradients, so the entry runs "
+    "its trace under torch's own autograd (Note [Value-shaped ops under grad]), which records none"
 )
 VALUE_SHAPED_UNDER_AUTOGRAD = (
     "values and gradients match eager, but the harness requires a backward trace: the op's output shapes "
@@ -36,8 +36,6 @@ NOTHING_TO_COMPARE = (
 
 KNOWN_FAILURES: dict[str, str] = {
     "combinations": UNDER_TORCH_AUTOGRAD,
-    "corrcoef": UNDER_TORCH_AUTOGRAD,
-    "cov": UNDER_TORCH_AUTOGRAD,
     "linalg.lstsq": VALUE_SHAPED_UNDER_AUTOGRAD,
     "linalg.lstsq.grad_oriented": VALUE_SHAPED_UNDER_AUTOGRAD,
     "nn.functional.ctc_loss": VALUE_SHAPED_UNDER_AUTOGRAD,
@@ -48,11 +46,6 @@ KNOWN_FAILURES: dict[str, str] = {
 
 # Entries differentiable in complex64 whose first samples in it do not pass (test_grad_opinfo.py's
 # complex64 test), each with its reason.
-RUNS_UNDER_AUTOGRAD = (
-    "values and gradients match eager, but the harness requires a backward trace: the entry runs its "
-    "traced forward under torch's own autograd (the composite reads values of its inputs while they "
-    "require grad: cov's and corrcoef's weights, istft's window envelope), which records none"
-)
 PHASE_DEPENDENT = (
     "OpInfo's random grad_outputs make the loss depend on the phase of the complex singular vectors: "
     "eager's svd_backward rejects both samples, so nothing is compared (jitted, the backward's "
@@ -61,9 +54,6 @@ PHASE_DEPENDENT = (
 
 COMPLEX_KNOWN_FAILURES: dict[str, str] = {
     "combinations": UNDER_TORCH_AUTOGRAD,
-    "corrcoef": RUNS_UNDER_AUTOGRAD,
-    "cov": RUNS_UNDER_AUTOGRAD,
-    "istft": RUNS_UNDER_AUTOGRAD,
     "linalg.lstsq": VALUE_SHAPED_UNDER_AUTOGRAD,
     "linalg.lstsq.grad_oriented": VALUE_SHAPED_UNDER_AUTOGRAD,
     "pca_lowrank": PHASE_DEPENDENT,
