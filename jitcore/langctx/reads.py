@@ -7,8 +7,9 @@ value from the probe (jitcore/jit/probe.py) and records a ``check_read`` that re
 cached call: when it differs, the computation raises ``ValueCheckFailed`` and the call goes to another
 cache entry (or is traced again), after the computation's writes to its inputs are undone.
 A data-dependent shape is checked after the op that makes it (``nonzero``: its ``(n, ndim)``);
-differentiable ones are expressed through it: ``x[mask]`` and ``masked_select`` index with the
-coordinates ``nonzero(mask)`` gives, so autograd differentiates an ordinary index. Once a size of such
+differentiable ones are expressed through it: ``x[mask]`` and ``masked_select`` (the torch function,
+and the aten op a composite run natively calls: ``torch.combinations``) index with the coordinates
+``nonzero(mask)`` gives, so autograd differentiates an ordinary index. Once a size of such
 an output was seen to change, it is a symbol of the computation instead (``size_of``, Note [Sizes
 that values decide] in jitcore/jit/shapes.py), and only its other sizes are checked.
 A clock read or a Python random draw (``per_call_read``) is made anew by every call: its number is no
@@ -298,6 +299,7 @@ MASKS_UNDER_GRAD: dict[Any, tuple[int, Callable[..., Any]]] = {
 DATA_DEPENDENT_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     torch.masked_select: _masked_select,
     torch.Tensor.masked_select: _masked_select,
+    torch.ops.aten.masked_select.default: _masked_select,
     torch.where: _where,
     torch.Tensor.__getitem__: _getitem,
     torch.Tensor.__setitem__: _setitem,

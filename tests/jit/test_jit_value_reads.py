@@ -455,6 +455,25 @@ def test_composites_run_natively_carry_gradients_while_tracing(name):
     assert jitcore.last_backward_traces(joutside), "no backward trace: the entry ran under torch's autograd"
 
 
+def test_combinations_masked_select_is_an_index_under_grad():
+    """``torch.combinations`` runs natively and calls ``aten.masked_select`` on a mask of the sizes:
+    expressed as an index by the mask's coordinates (as the torch function is), its gradient is
+    traced. Before, the value-shaped op carried gradients, so the entry ran under torch's autograd
+    with no backward trace."""
+    def f(x):
+        return torch.combinations(x, 3, with_replacement=True).square().sum(1)
+
+    jf = jitcore.jit(f)
+    for seed in range(2):
+        x = torch.randn(4, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+        ex = x.detach().clone().requires_grad_()
+        got, expected = jf(x), f(ex)
+        assert_same(got.detach(), expected.detach())
+        assert_same(torch.autograd.grad(got.sum(), x), torch.autograd.grad(expected.sum(), ex))
+    assert jitcore.cache_misses(jf) == 1
+    assert jitcore.last_backward_traces(jf), "no backward trace: the entry ran under torch's autograd"
+
+
 def _grads_of(fn, args):
     """``fn``'s output and the gradients of its inputs that require grad (backward of the output's sum)."""
     args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]

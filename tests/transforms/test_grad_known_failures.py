@@ -4,10 +4,11 @@ Used by test_grad_opinfo.py: a listed entry must still fail (so the list cannot 
 values are checked reads (docs/user-guide.md, "Value reads"). A composite op that reads values of its
 own inputs inside torch's decomposition while they require grad runs natively on the traced tensors,
 its aten ops recorded one by one, with their autograd (Note [Composites that read values under grad],
-jit/value_reads.py): ``gaussian_nll_loss``, ``cov``, ``corrcoef`` and ``istft`` pass that way. An op
-whose output shape the values decide and whose outputs carry gradients (``ctc_loss``, ``lstsq``,
-``combinations``' masked_select) runs under torch's own autograd (Note [Value-shaped ops under
-grad], jit/value_reads.py): values and gradients equal eager's, with no backward trace. A boolean
+jit/value_reads.py): ``gaussian_nll_loss``, ``cov``, ``corrcoef``, ``istft`` and ``combinations`` (its
+``aten.masked_select`` an index by the mask's coordinates) pass that way. An op whose output shape
+the values decide and whose outputs carry gradients (``ctc_loss``, ``lstsq``) runs under torch's own
+autograd (Note [Value-shaped ops under grad], jit/value_reads.py): values and gradients equal eager's,
+with no backward trace. A boolean
 ``index_put`` whose values require grad writes through the mask's coordinates, and ``index_fill``
 with such a value is a ``where`` over the filled positions (Note [Masks whose values carry
 gradients], langctx/reads.py). jitcore traces dense tensors only.
@@ -15,11 +16,6 @@ gradients], langctx/reads.py). jitcore traces dense tensors only.
 
 from __future__ import annotations
 
-UNDER_TORCH_AUTOGRAD = (
-    "values and gradients match eager, but the harness requires a backward trace: the composite's "
-    "masked_select, whose output shape its mask's values decide, carries gradients, so the entry runs "
-    "its trace under torch's own autograd (Note [Value-shaped ops under grad]), which records none"
-)
 VALUE_SHAPED_UNDER_AUTOGRAD = (
     "values and gradients match eager, but the harness requires a backward trace: the op's output shapes "
     "depend on values and its outputs carry gradients, so the entry runs its trace under torch's own "
@@ -35,7 +31,6 @@ NOTHING_TO_COMPARE = (
 )
 
 KNOWN_FAILURES: dict[str, str] = {
-    "combinations": UNDER_TORCH_AUTOGRAD,
     "linalg.lstsq": VALUE_SHAPED_UNDER_AUTOGRAD,
     "linalg.lstsq.grad_oriented": VALUE_SHAPED_UNDER_AUTOGRAD,
     "nn.functional.ctc_loss": VALUE_SHAPED_UNDER_AUTOGRAD,
@@ -53,7 +48,6 @@ PHASE_DEPENDENT = (
 )
 
 COMPLEX_KNOWN_FAILURES: dict[str, str] = {
-    "combinations": UNDER_TORCH_AUTOGRAD,
     "linalg.lstsq": VALUE_SHAPED_UNDER_AUTOGRAD,
     "linalg.lstsq.grad_oriented": VALUE_SHAPED_UNDER_AUTOGRAD,
     "pca_lowrank": PHASE_DEPENDENT,
