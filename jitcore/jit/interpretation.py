@@ -45,6 +45,7 @@ from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, 
 from jitcore.jit import numbers, outputs
 from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
 from jitcore.jit.autograd_calls import AutogradCalls
+from jitcore.jit.checkpoint import checkpoint_lookasides
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
@@ -282,7 +283,7 @@ class Pass:
                 **self.autograd.lookasides(), **text_lookasides(), print: self.prints.print,
                 **control_flow_lookasides(),
                 **format_lookasides(self._opaque_call),
-                **AUTOGRAD_FUNCTION_LOOKASIDES, **offered_lookasides(),
+                **AUTOGRAD_FUNCTION_LOOKASIDES, **checkpoint_lookasides(), **offered_lookasides(),
                 **(self.numpy.lookasides() if self.numpy is not None else {}),
                 **self._attribute_lookasides(),
                 **iterator_lookasides(self.provenance.path_of, builtin_lookasides()[next]),

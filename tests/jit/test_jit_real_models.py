@@ -220,6 +220,30 @@ def test_training_step_inside_the_jitted_function(make):
             _assert_close(p.detach(), q.detach())
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_training_with_gradient_checkpointing(reentrant):
+    """``gradient_checkpointing_enable()``: each decoder layer runs under ``torch.utils.checkpoint``
+    (raised torch's fake-mode error at the backward, or left the layers without gradients, before)."""
+
+    def setup():
+        model = _model(_llama).train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    step = training_step(lambda model, ids: model(ids, labels=ids, use_cache=False).loss)
+    eager_model, eager_opt = setup()
+    model, opt = setup()
+    jitted = jitcore.jit(step)
+    for seed in range(3):
+        ids = _ids(seed)
+        _assert_close(jitted(model, opt, ids), step(eager_model, eager_opt, ids))
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            _assert_close(p.detach(), q.detach())
+    assert jitted.fallback_reason is None
+    # the first step creates AdamW's state, so the second traces again (docs/user-guide.md)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 1)
+
+
 def test_kv_cache_fed_back_into_the_next_call():
     model = _model(_llama)
     jitted = jitcore.jit(model)

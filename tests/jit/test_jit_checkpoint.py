@@ -1,0 +1,138 @@
+"""Activation checkpointing (``torch.utils.checkpoint``) inside a jitted function is traced as the
+function it checkpoints (jitcore/jit/checkpoint.py). Before, ``use_reentrant=False`` raised torch's
+fake-mode error at the backward and ``use_reentrant=True`` left the parameters without gradients.
+Differential: outputs, gradients, the random stream after the call, warnings, cache hits."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+from jit_helpers import assert_same
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+import jitcore
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.3), nn.GELU(), nn.Linear(8, 2))
+
+
+def _compare(step, make_args, calls: int = 3) -> jitcore.jit:
+    """``step`` eagerly and jitted on copies of the same model, ``calls`` times from one seed each;
+    outputs and the generator state after each call equal; no eager entry."""
+    model = _model()
+    eager_model, jit_model = copy.deepcopy(model), copy.deepcopy(model)
+    jf = jitcore.jit(step)
+    for i in range(calls):
+        args = make_args(i)
+        torch.manual_seed(i)
+        want = step(eager_model, *args)
+        want_state = torch.get_rng_state()
+        torch.manual_seed(i)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*runs eagerly.*")
+            got = jf(jit_model, *args)
+        assert_same(got, want)
+        assert torch.equal(torch.get_rng_state(), want_state)
+    assert jf.fallback_reason is None
+    return jf
+
+
+def _step(reentrant: bool):
+    def step(m, x):
+        y = checkpoint(m, x, use_reentrant=reentrant)
+        y.sum().backward()
+        grads = [p.grad.clone() for p in m.parameters()]
+        m.zero_grad()
+        return y.detach(), grads
+
+    return step
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_a_checkpointed_module_with_dropout_trains_as_eagerly(reentrant):
+    """Dropout inside: the mask is the forward's draw (eager's recomputation restores the state and
+    draws the same one), and the stream after the call is eager's."""
+    jf = _compare(_step(reentrant), lambda i: (torch.randn(3, 4, requires_grad=reentrant),))
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 2)
+
+
+def test_reentrant_with_no_input_requiring_grad_leaves_the_parameters_without_gradients():
+    """Eagerly the reentrant Function's outputs do not require grad then: torch warns, and the
+    parameters get no gradient (``backward`` of the sum raises, as a loss that needs no grad)."""
+
+    def step(m, x):
+        y = checkpoint(m, x, use_reentrant=True)
+        return y, y.requires_grad, [p.grad for p in m.parameters()]
+
+    for fn in (step, jitcore.jit(step)):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            torch.manual_seed(0)
+            out = fn(_model(), torch.randn(3, 4))
+        assert out[1] is False and out[2] == [None] * 4
+        assert any("None of the inputs have requires_grad=True" in str(w.message) for w in seen)
+
+
+def test_use_reentrant_omitted_warns_as_eagerly_and_takes_the_reentrant_path():
+    def step(m, x):
+        y = checkpoint(m, x)
+        y.sum().backward()
+        return y.detach(), m[0].weight.grad.clone()
+
+    messages = []
+    for fn in (step, jitcore.jit(step)):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            torch.manual_seed(0)
+            fn(_model(), torch.randn(3, 4, requires_grad=True))
+        messages.append(sorted({str(w.message) for w in seen if "use_reentrant" in str(w.message)}))
+    assert messages[0] and messages[0] == messages[1]
+
+
+def test_checkpoint_sequential_and_keyword_arguments():
+    def step(m, x, scale):
+        a = checkpoint_sequential(m, 2, x, use_reentrant=False)
+        b = checkpoint(lambda t, *, k: m(t) * k, x, k=scale, use_reentrant=False)
+        (a.sum() + b.sum()).backward()
+        g = m[3].weight.grad.clone()
+        m.zero_grad()
+        return a.detach(), b.detach(), g
+
+    _compare(step, lambda i: (torch.randn(3, 4), 2.0))
+
+
+def test_the_backward_outside_the_jitted_function():
+    """Only the forward is jitted; the gradient flows through the jitted call's output."""
+
+    def forward(m, x):
+        return checkpoint(m, x, use_reentrant=False).relu()
+
+    model = _model()
+    eager_model, jit_model = copy.deepcopy(model), copy.deepcopy(model)
+    jf = jitcore.jit(forward)
+    for i in range(2):
+        x = torch.randn(3, 4)
+        torch.manual_seed(i)
+        forward(eager_model, x).sum().backward()
+        torch.manual_seed(i)
+        jf(jit_model, x).sum().backward()
+        for p, q in zip(jit_model.parameters(), eager_model.parameters()):
+            assert_same(p.grad, q.grad)
+    assert jf.fallback_reason is None
+
+
+def test_a_bad_determinism_check_raises_eagers_error():
+    def step(m, x):
+        return checkpoint(m, x, use_reentrant=False, determinism_check="all")
+
+    with pytest.raises(ValueError, match="determinism_check should be one of") as eager:
+        step(_model(), torch.randn(3, 4))
+    with pytest.raises(ValueError, match="determinism_check should be one of") as traced:
+        jitcore.jit(step)(_model(), torch.randn(3, 4))
+    assert str(traced.value) == str(eager.value)
