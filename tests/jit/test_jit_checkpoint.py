@@ -6,13 +6,14 @@ Differential: outputs, gradients, the random stream after the call, warnings, ca
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 
 import pytest
 import torch
 import torch.nn as nn
 from jit_helpers import assert_same
-from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential, create_selective_checkpoint_contexts
 
 import jitcore
 
@@ -105,6 +106,20 @@ def test_checkpoint_sequential_and_keyword_arguments():
         return a.detach(), b.detach(), g
 
     _compare(step, lambda i: (torch.randn(3, 4), 2.0))
+
+
+def test_selective_checkpointing_contexts():
+    """``context_fn`` from ``create_selective_checkpoint_contexts``: its forward context is entered."""
+    policy = functools.partial(create_selective_checkpoint_contexts, [torch.ops.aten.mm.default])
+
+    def step(m, x):
+        y = checkpoint(m, x, use_reentrant=False, context_fn=policy)
+        y.sum().backward()
+        g = m[0].weight.grad.clone()
+        m.zero_grad()
+        return y.detach(), g
+
+    _compare(step, lambda i: (torch.randn(3, 4),))
 
 
 def test_the_backward_outside_the_jitted_function():
