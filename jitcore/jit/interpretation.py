@@ -65,7 +65,15 @@ from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
 from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
-from jitcore.langctx.thread_state import STATE_CHANGE_SYMBOLS, STATE_FUNCTION_SYMBOLS, restored_on_refusal
+from jitcore.langctx.thread_state import (
+    ENTER_INFERENCE_MODE,
+    EXIT_INFERENCE_MODE,
+    STATE_CHANGE_SYMBOLS,
+    STATE_FUNCTION_SYMBOLS,
+    enter_inference_mode,
+    exit_inference_mode,
+    restored_on_refusal,
+)
 from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
 from jitcore.numpy import new_bridge as new_numpy_bridge
 from jitcore.prologue import Path, PrologueBuilder, Root
@@ -291,6 +299,7 @@ class Pass:
                 **environ_lookasides(self.provenance.guard),  # os.environ reads guarded: jit/environment.py
                 **self.files.lookasides(), **self.logs.lookasides(), **self.per_call.lookasides(),
                 **{fn: self._state_change(fn, symbol) for fn, symbol in STATE_FUNCTION_SYMBOLS.items()},
+                **self._inference_mode_lookasides(),
             }),
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
@@ -341,10 +350,20 @@ class Pass:
 
         def run_and_record(*args: Any, **kwargs: Any) -> Any:
             out = fn(*args, **kwargs)
+            if symbol.path.startswith("jitcore."):  # the generated code names it from there
+                self.trace.imports.setdefault("jitcore", jitcore)
             self.context.scopes[-1].append(BoundSymbol(symbol, args, kwargs, None, (), self._source()))
             return out
 
         return run_and_record
+
+    def _inference_mode_lookasides(self) -> dict[Any, Callable[..., Any]]:
+        """``with torch.inference_mode(mode):`` (and the decorator, which enters a clone): entered
+        and left now and at the same points of the computation (langctx/thread_state.py)."""
+        enter = self._state_change(enter_inference_mode, ENTER_INFERENCE_MODE)
+        leave = self._state_change(exit_inference_mode, EXIT_INFERENCE_MODE)
+        return {torch.inference_mode.__enter__: lambda cm: enter(cm.mode),
+                torch.inference_mode.__exit__: lambda cm, *exc_info: leave()}
 
     def _note_attribute(self, obj: Any, name: Any, *, present: bool) -> None:
         path = self.provenance.path_of(obj)

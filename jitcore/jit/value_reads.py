@@ -48,6 +48,7 @@ from jitcore.langctx.reads import (
     output_sizes,
     same_number,
 )
+from jitcore.langctx.thread_state import STATE_CHANGE_SYMBOLS, ThreadState
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
@@ -637,8 +638,9 @@ def nondeterministic_read(failed: Exception) -> DataDependentError:
 
 
 def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
-    """``computation``, undoing its writes to its inputs and its RNG draws when a read check fails
-    (the call then runs another entry, which must find the inputs as the caller passed them).
+    """``computation``, undoing its writes to its inputs, its RNG draws and its changes of the thread's
+    settings (grad mode, inference mode, autocast) when a read check fails (the call then runs another
+    entry, which must find the inputs and the thread as the caller passed them).
 
     Only inputs whose storage a record before the last read may write are copied, only when there
     is such a record; a trace without reads is returned as it is.
@@ -661,7 +663,9 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
     # Python's generators a draw before the read advanced (jit/nondeterministic.py): put back too
     drawn = list({id(g): g for b in _flat(before) if "python_random" in b.symbol.tags
                   for g in [b.args[0].__self__]}.values())
-    if not positions and not random and not drawn:
+    # ``no_grad``, ``inference_mode``, autocast entered before the read: left as the caller had them
+    state_changes = any(b.symbol in STATE_CHANGES or "global_state" in b.symbol.tags for b in _flat(before))
+    if not positions and not random and not drawn and not state_changes:
         return computation
 
     # the caller's generators (Note [Generators the caller passes]) are put back as the global one is
@@ -672,9 +676,12 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
         rng = torch.get_rng_state() if random else None
         states = [inputs[i].get_state() for i in generators]
         python_states = [g.getstate() for g in drawn]
+        thread = ThreadState.take() if state_changes else None
         try:
             return computation(*inputs)
         except ValueCheckFailed:
+            if thread is not None:
+                thread.restore()
             for generator, state in zip(drawn, python_states):
                 generator.setstate(state)
             with torch.no_grad():
@@ -687,6 +694,9 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
             raise
 
     return run
+
+
+STATE_CHANGES = frozenset(STATE_CHANGE_SYMBOLS.values())
 
 
 def _storage(proxy: TensorProxy) -> int:

@@ -14,6 +14,7 @@ program's ``with`` exits did with the error on its way out.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,7 +25,8 @@ from jitcore.interpreter.errors import JitcoreInterpreterError
 from jitcore.ir import BoundSymbol, Symbol, current_context
 
 __all__ = [
-    "SET_GRAD_ENABLED", "STATE_CHANGE_SYMBOLS", "STATE_FUNCTION_SYMBOLS", "RngState", "ThreadState",
+    "ENTER_INFERENCE_MODE", "EXIT_INFERENCE_MODE", "SET_GRAD_ENABLED", "STATE_CHANGE_SYMBOLS",
+    "STATE_FUNCTION_SYMBOLS", "RngState", "ThreadState",
     "recorded_grad_mode", "restored_on_refusal", "rng_state", "same_rng_state", "set_rng_state",
 ]
 
@@ -37,6 +39,7 @@ class ThreadState:
     autocast: tuple[tuple[str, bool, torch.dtype], ...]
     autocast_cache: bool
     default_dtype: torch.dtype
+    inference_depth: int
 
     @staticmethod
     def take() -> ThreadState:
@@ -45,6 +48,7 @@ class ThreadState:
             tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES),
             torch.is_autocast_cache_enabled(),
             torch.get_default_dtype(),
+            len(_inference_guards()),
         )
 
     def restore(self) -> None:
@@ -54,6 +58,9 @@ class ThreadState:
             torch.set_autocast_dtype(device, dtype)
         torch.set_autocast_cache_enabled(self.autocast_cache)
         torch.set_default_dtype(self.default_dtype)
+        guards = _inference_guards()
+        while len(guards) > self.inference_depth:
+            exit_inference_mode()
 
 
 # The record of a grad mode change (``no_grad()``'s ``torch._C._set_grad_enabled``): the computation
@@ -82,6 +89,43 @@ _STATE_CHANGES = {
 STATE_CHANGE_SYMBOLS = {
     fn: Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn) for fn, path in _STATE_CHANGES.items()
 } | {SET_GRAD_ENABLED.fn: SET_GRAD_ENABLED}
+
+
+# ``with torch.inference_mode(mode):`` inside the function: torch's guard object (``_InferenceMode``)
+# sets the thread's inference mode on ``__enter__`` and puts the previous one back on ``__exit__``. The
+# computation holds the guards of the ``with`` blocks it is inside, per thread, innermost last.
+_THREAD = threading.local()
+
+
+def _inference_guards() -> list:
+    guards = getattr(_THREAD, "inference_guards", None)
+    if guards is None:
+        guards = _THREAD.inference_guards = []
+    return guards
+
+
+def enter_inference_mode(mode: bool) -> None:
+    """``torch.inference_mode(mode).__enter__()``."""
+    guard = torch._C._InferenceMode(mode)  # noqa: SLF001
+    guard.__enter__()
+    _inference_guards().append(guard)
+
+
+def exit_inference_mode() -> None:
+    """The matching ``__exit__``: the mode before the innermost ``enter_inference_mode``."""
+    _inference_guards().pop().__exit__(None, None, None)
+
+
+ENTER_INFERENCE_MODE = Symbol(
+    "torch.inference_mode.__enter__", "enter_inference_mode", "torch", enter_inference_mode,
+    "jitcore.langctx.thread_state.enter_inference_mode", enter_inference_mode,
+    tags=frozenset({"global_state"}),
+)
+EXIT_INFERENCE_MODE = Symbol(
+    "torch.inference_mode.__exit__", "exit_inference_mode", "torch", exit_inference_mode,
+    "jitcore.langctx.thread_state.exit_inference_mode", exit_inference_mode,
+    tags=frozenset({"global_state"}),
+)
 # Python functions of torch that change such state (the RNG seed of every device, the default dtype):
 # replaced by lookasides that run and record them whole.
 # Tagged "global_state": the grad transform's forward trace runs them at the same points too.
