@@ -6,7 +6,8 @@ transform replays them on shadows. Both put the settings back afterwards, also w
 (a replay that stopped inside ``generate``'s ``no_grad`` left grad mode off in the caller's thread).
 
 Invariant: ``ThreadState.take()`` followed by ``restore()`` leaves grad mode, the autocast settings of
-each device type, the autocast cache flag and the default dtype as they were at ``take()``. A pass that
+each device type, the autocast cache flag, the default dtype and the inference-mode blocks the
+computation entered (``enter_inference_mode``) as they were at ``take()``. A pass that
 stops with one of jitcore's own errors puts them back too (``restored_on_refusal``), whatever the
 program's ``with`` exits did with the error on its way out.
 """
@@ -27,7 +28,8 @@ from jitcore.ir import BoundSymbol, Symbol, current_context
 __all__ = [
     "ENTER_INFERENCE_MODE", "EXIT_INFERENCE_MODE", "SET_GRAD_ENABLED", "STATE_CHANGE_SYMBOLS",
     "STATE_FUNCTION_SYMBOLS", "RngState", "ThreadState",
-    "recorded_grad_mode", "restored_on_refusal", "rng_state", "same_rng_state", "set_rng_state",
+    "enter_inference_mode", "exit_inference_mode", "recorded_grad_mode", "restored_on_refusal", "rng_state",
+    "same_rng_state", "set_rng_state",
 ]
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
