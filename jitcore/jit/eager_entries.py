@@ -19,6 +19,7 @@ from typing import Any
 
 from jitcore.dispatch.dtensor import untraced
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
+from jitcore.numpy.errors import UnsupportedNumPyError
 
 __all__ = ["Eager", "RULES", "decide"]
 
@@ -55,7 +56,8 @@ def _eager_only_value(error: Exception, _values: Any, _options: Options) -> Eage
 
 
 def _unrecordable(error: Exception, _values: Any, options: Options) -> Eager | None:
-    """JC-T001 and JC-T002: an eager entry, except under ``fullgraph=True`` (raised, or with
+    """JC-T001, JC-T002 and JC-N001 (a NumPy function or dtype torch's NumPy layer lacks, NumPy's
+    random generators): an eager entry, except under ``fullgraph=True`` (raised, or with
     ``fallback="eager"`` the function runs eagerly from now on)."""
     if not options.fullgraph:
         return Eager(error)
@@ -70,7 +72,7 @@ def _dtensor_program(error: Exception, values: Any, _options: Options) -> Eager 
 
 RULES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], Rule], ...] = (
     (EagerOnlyValue, _eager_only_value),
-    ((DataDependentError, UnsupportedOperationError), _unrecordable),
+    ((DataDependentError, UnsupportedOperationError, UnsupportedNumPyError), _unrecordable),
     (Exception, _dtensor_program),
 )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -54,6 +56,42 @@ def test_eager_fallback_for_boolean_masks() -> None:
     with pytest.warns(UserWarning, match="runs eagerly"):
         out = jfn(A)
     np.testing.assert_array_equal(out, A[A > 0])
+
+
+@pytest.mark.parametrize("fn, make", [
+    (lambda a: a + np.random.rand(3, 4), lambda i: (A,)),
+    (lambda a: a * float(np.random.randn()), lambda i: (A,)),
+    (lambda a: np.interp(a, [0.0, 1.0], [0.0, 10.0]), lambda i: (A * i,)),
+    (lambda a: np.nanmean(a, axis=0), lambda i: (A + i,)),
+    (lambda a: a + np.array([1, 2, 3, 4], dtype=object), lambda i: (A,)),
+    (lambda a: a[::-1], lambda i: (np.array(["x", "y"]),)),
+], ids=["np.random", "np.random-scalar", "interp", "nanmean", "object-dtype", "string-input"])
+def test_without_fullgraph_what_cannot_be_traced_runs_eagerly(fn, make) -> None:
+    """JC-N001 is an eager entry (one warning, eager's values and draws), as other refusals are; it
+    raised on every call before."""
+    jfn = jitcore.jit(fn)
+    for i in range(3):
+        np.random.seed(i)
+        expected = fn(*make(i))
+        np.random.seed(i)
+        with pytest.warns(UserWarning, match="runs eagerly") if i == 0 else contextlib.nullcontext():
+            got = jfn(*make(i))
+        assert type(got) is type(expected)
+        np.testing.assert_array_equal(got, expected)
+    assert isinstance(jfn.fallback_reason, UnsupportedNumPyError)
+    assert (jitcore.cache_misses(jfn), jitcore.cache_hits(jfn)) == (1, 2)
+
+
+def test_without_fullgraph_a_generator_passed_in_draws_as_eagerly() -> None:
+    fn = lambda a, rng: a + rng.normal(size=(3, 4))  # noqa: E731
+    eager_rng, jit_rng = np.random.default_rng(0), np.random.default_rng(0)
+    jfn = jitcore.jit(fn)
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        jfn(A, jit_rng)
+    fn(A, eager_rng)
+    for _ in range(2):
+        np.testing.assert_array_equal(jfn(A, jit_rng), fn(A, eager_rng))
+    assert (jitcore.cache_misses(jfn), jitcore.cache_hits(jfn)) == (1, 2)
 
 
 def test_numpy_random_inside_is_unsupported_with_the_line() -> None:
