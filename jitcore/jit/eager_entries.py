@@ -19,6 +19,7 @@ from typing import Any
 
 from jitcore.dispatch.dtensor import untraced
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
+from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.numpy.errors import UnsupportedNumPyError
 
 __all__ = ["Eager", "RULES", "decide"]
@@ -56,9 +57,10 @@ def _eager_only_value(error: Exception, _values: Any, _options: Options) -> Eage
 
 
 def _unrecordable(error: Exception, _values: Any, options: Options) -> Eager | None:
-    """JC-T001, JC-T002 and JC-N001 (a NumPy function or dtype torch's NumPy layer lacks, NumPy's
-    random generators): an eager entry, except under ``fullgraph=True`` (raised, or with
-    ``fallback="eager"`` the function runs eagerly from now on)."""
+    """JC-T001, JC-T002, JC-N001 (a NumPy function or dtype torch's NumPy layer lacks, NumPy's
+    random generators) and what the interpreter does not run (JC-I001: ``sys.settrace`` inside): an
+    eager entry, except under ``fullgraph=True`` (raised, or with ``fallback="eager"`` the function
+    runs eagerly from now on)."""
     if not options.fullgraph:
         return Eager(error)
     return Eager(error, from_now_on=True) if options.fallback == "eager" else None
@@ -70,9 +72,10 @@ def _dtensor_program(error: Exception, values: Any, _options: Options) -> Eager 
     return None if reason is None else Eager(reason)
 
 
+UNRECORDABLE = (DataDependentError, UnsupportedOperationError, UnsupportedNumPyError, UnsupportedConstruct)
 RULES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], Rule], ...] = (
     (EagerOnlyValue, _eager_only_value),
-    ((DataDependentError, UnsupportedOperationError, UnsupportedNumPyError), _unrecordable),
+    (UNRECORDABLE, _unrecordable),
     (Exception, _dtensor_program),
 )
 

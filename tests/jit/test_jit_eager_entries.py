@@ -174,3 +174,21 @@ def test_an_unrecordable_call_runs_eagerly() -> None:
     assert isinstance(jf.fallback_reason, UnsupportedOperationError) and jitcore.cache_hits(jf) == 2
     with pytest.raises(UnsupportedOperationError, match="register_hook"):
         jitcore.jit(f, fullgraph=True)(torch.ones(3, requires_grad=True))
+
+
+def test_a_trace_function_installed_inside_runs_eagerly():
+    """``sys.settrace`` inside: the interpreter's frames are not CPython's, so a trace function would
+    see none of them (JC-I001). Without ``fullgraph`` the call runs eagerly; it raised before."""
+    import sys
+
+    from jitcore.interpreter.errors import UnsupportedConstruct
+
+    seen: list[str] = []
+
+    def f(x):
+        sys.settrace(lambda frame, event, arg: seen.append(event))
+        y = x + 1
+        sys.settrace(None)
+        return y * 2
+
+    check_eager_entry(f, torch.ones(2), error=UnsupportedConstruct, match="sys.settrace")
