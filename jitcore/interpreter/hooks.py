@@ -48,6 +48,9 @@ class Hooks:
         on_store: ``(frame, target, key, kind) -> None`` after STORE_ATTR (``kind`` "attr", ``key`` the name)
             and STORE_SUBSCR (``kind`` "item") stored: the jit notes writes that leave a value the
             same object it was (``self.wait = 0`` over ``0``), which comparing states cannot see.
+        store_attr: ``(frame, target, name, value) -> bool`` before STORE_ATTR stores, in runs that set
+            ``on_store``: True when it performed ``target.name = value`` itself (the jit's store of
+            ``data`` into a caller's tensor), False to leave the store to the interpreter.
         format_field: ``(value, conversion, spec) -> text`` for an f-string field (FORMAT_VALUE; 3.13's
             CONVERT_VALUE, FORMAT_SIMPLE, FORMAT_WITH_SPEC) of a value whose class is not one of Python's
             own, or of a container (tuple, list, dict, set): the field's text, which may be an object of
@@ -73,6 +76,7 @@ class Hooks:
     on_load_subscr: Callable[[Frame, object, object, object], object] | None = None
     on_contains: Callable[[Frame, object, object], object] | None = None
     on_store: Callable[[Frame, object, object, str], None] | None = None
+    store_attr: Callable[[Frame, object, str, object], bool] | None = None
     format_field: Callable[[object, int, object], object] | None = None
     format_percent: Callable[[str, object], object] | None = None
     type_of: Callable[[object], type] | None = None

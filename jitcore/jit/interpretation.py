@@ -310,6 +310,7 @@ class Pass:
             on_load_subscr=self._load_subscr,
             on_contains=self._contains,
             on_store=lambda _frame, obj, key, _kind: self.snapshots.note_write(obj, (key,)),
+            store_attr=self._store_attr,
             format_field=format_field,
             format_percent=format_percent,
             type_of=python_type,
@@ -435,6 +436,15 @@ class Pass:
             if tree_any(bsym.args, _real_tensor) or tree_any(bsym.kwargs, _real_tensor):
                 symbols[i] = dataclasses.replace(bsym, args=swap(bsym.args), kwargs=swap(bsym.kwargs))
         self.trace.output = swap(self.trace.output)
+
+    def _store_attr(self, _frame: Any, obj: Any, name: str, value: Any) -> bool:
+        """``t.data = v`` on a caller's tensor that reached the program unbound (a parameter that
+        ``module.parameters()`` yields): stored into its input proxy, which records ``set_`` (natively it
+        would point the caller's tensor at a traced value's storage, which does not exist)."""
+        if name != "data" or not isinstance(obj, torch.Tensor) or isinstance(obj, Proxy):
+            return False
+        self._bind_leak(obj).data = value
+        return True
 
     def _bind_leak(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and not isinstance(value, Proxy):

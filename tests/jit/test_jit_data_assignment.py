@@ -108,3 +108,36 @@ def test_what_is_not_traced_runs_eagerly_with_eagers_result() -> None:
         torch.testing.assert_close(out, expected)
         assert any("runs eagerly" in str(w.message) for w in caught)
         assert "x.data = y" in str(jitted.fallback_reason)
+
+
+def _halve_through_a_vector(m: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    v = torch.nn.utils.parameters_to_vector(m.parameters())
+    torch.nn.utils.vector_to_parameters(v * 0.5, m.parameters())
+    return v, m.weight.detach().clone()
+
+
+def _reset_bias(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    for name, p in m.named_parameters():
+        if name == "bias":
+            p.data = x[:2].clone()
+    return m(x[None, :3]) + m.bias
+
+
+def test_data_assignment_to_parameters_the_module_yields() -> None:
+    """``module.parameters()`` hands the program the caller's tensors themselves (library code is not
+    bound item by item); ``p.data = ...`` on one was done natively, pointing the parameter at a traced
+    value's storage: a segmentation fault on the next use (``vector_to_parameters``). It is stored into
+    the parameter's input proxy now, recorded as ``set_``."""
+    for program, make in ((_halve_through_a_vector, lambda: ()), (_reset_bias, lambda: (torch.randn(4),))):
+        torch.manual_seed(0)
+        eager_model, jit_model = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+        jit_model.load_state_dict(eager_model.state_dict())
+        jitted = jitcore.jit(program)
+        for _ in range(3):
+            args = make()
+            torch.testing.assert_close(jitted(jit_model, *args), program(eager_model, *args))
+            for p, q in zip(jit_model.parameters(), eager_model.parameters()):
+                torch.testing.assert_close(p, q)
+                assert type(p) is torch.nn.Parameter and p.requires_grad
+        assert jitted.fallback_reason is None
+        assert jitcore.cache_hits(jitted) >= 1

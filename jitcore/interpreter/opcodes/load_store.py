@@ -488,10 +488,16 @@ def store_attr_(frame: Frame, inst: Instruction) -> None:
 
 @handles("STORE_ATTR", since=(3, 11), hook="on_store")
 def store_attr_hooked(frame: Frame, inst: Instruction) -> None:
-    """STORE_ATTR, then ``hooks.on_store`` once the value is stored."""
-    obj = frame.stack[-1]
-    store_attr_(frame, inst)
-    frame.run.hooks.on_store(frame, obj, inst.argval, "attr")
+    """STORE_ATTR (or ``hooks.store_attr`` where it performs the store), then ``hooks.on_store`` once the
+    value is stored."""
+    stack = frame.stack
+    obj = stack[-1]
+    hooks = frame.run.hooks
+    if hooks.store_attr is not None and hooks.store_attr(frame, obj, inst.argval, stack[-2]):
+        del stack[-2:]
+    else:
+        store_attr_(frame, inst)
+    hooks.on_store(frame, obj, inst.argval, "attr")
 
 
 @handles("DELETE_ATTR", since=(3, 11))
