@@ -484,6 +484,8 @@ class Pass:
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
+        if fn is setattr and len(args) == 3 and not kwargs and self._store_attr(None, *args):
+            return None  # setattr(p, "data", v): as STORE_ATTR
         if (number := self.per_call.read(fn, args, kwargs)) is not NOT_A_READ:  # time.time(), random.random()
             return number
         if type(fn) is types.BuiltinMethodType:

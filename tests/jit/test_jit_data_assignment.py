@@ -123,12 +123,19 @@ def _reset_bias(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return m(x[None, :3]) + m.bias
 
 
+def _fill_with_setattr(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    for p in m.parameters():
+        setattr(p, "data", p * 0 + x.sum())  # noqa: B010 - the builtin is what is tested
+    return m.weight * 1
+
+
 def test_data_assignment_to_parameters_the_module_yields() -> None:
     """``module.parameters()`` hands the program the caller's tensors themselves (library code is not
     bound item by item); ``p.data = ...`` on one was done natively, pointing the parameter at a traced
     value's storage: a segmentation fault on the next use (``vector_to_parameters``). It is stored into
     the parameter's input proxy now, recorded as ``set_``."""
-    for program, make in ((_halve_through_a_vector, lambda: ()), (_reset_bias, lambda: (torch.randn(4),))):
+    for program, make in ((_halve_through_a_vector, lambda: ()), (_reset_bias, lambda: (torch.randn(4),)),
+                          (_fill_with_setattr, lambda: (torch.randn(2),))):
         torch.manual_seed(0)
         eager_model, jit_model = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
         jit_model.load_state_dict(eager_model.state_dict())
