@@ -52,6 +52,7 @@ from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, writt
 from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.filesystem import FileSystem
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
+from jitcore.jit.held_tensors import NOT_ANSWERED, HeldTensors, is_held_tensor
 from jitcore.jit.log_records import LogRecords
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.printing import Prints
@@ -114,6 +115,7 @@ class Pass:
             header=[f"Constructed by jitcore.jit for {label}: prologue of cache entry {entry_number}"]
         )
         self.provenance = Provenance(self.context.values, self.prologue)
+        self.held = HeldTensors(self.provenance)  # jit/held_tensors.py
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values),
                                 read_dims=read_dims)  # ShapePolicy.read_dims, in every pass
@@ -171,7 +173,7 @@ class Pass:
             effects = Effects(changes, self.snapshots.preexisting(args, kwargs), input_paths)
             effects.returned = returned  # Note [Returning the caller's objects] (jit/effects.py)
         self.trace.output = output if effects is None else (output, effects.proxies)
-        self._point_leaks_at_inputs()
+        self.held.point_records_at_inputs(self.trace)  # jit/held_tensors.py
         if self.provenance.number_inputs:
             numbers.fold_specialized(self.trace, self.provenance.specialized_numbers())
             numbers.drop_unused_arithmetic(self.trace)
@@ -310,7 +312,7 @@ class Pass:
             on_load_subscr=self._load_subscr,
             on_contains=self._contains,
             on_store=lambda _frame, obj, key, _kind: self.snapshots.note_write(obj, (key,)),
-            store_attr=self._store_attr,
+            store_attr=lambda _frame, obj, name, value: self.held.store_attr(obj, name, value),
             format_field=format_field,
             format_percent=format_percent,
             type_of=python_type,
@@ -384,10 +386,10 @@ class Pass:
         # Note [Function transforms run on the traced tensors]: vmap batches random factories' draws too
         if self.context.function_transforms and "random" in symbol.tags and symbol.langctx == "torch":
             return run_natively(symbol, args, kwargs)
-        if tree_any(args, _real_tensor) or tree_any(kwargs, _real_tensor):
+        if tree_any(args, is_held_tensor) or tree_any(kwargs, is_held_tensor):
             if holds_functorch_tensor(args, kwargs):
                 return run_natively(symbol, args, kwargs)
-            args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
+            args, kwargs = optree.tree_map(self.held.bind, (args, kwargs), none_is_leaf=True)
         if self._has_numbers() and tree_has((args, kwargs), NumberProxy):
             # a dynamic number stays a name only where torch takes it as a value; with a tensor subclass,
             # only where it reaches the subclass's dispatch unchanged (text: its characters)
@@ -420,36 +422,6 @@ class Pass:
     def _has_numbers(self) -> bool:
         """Whether the program has seen a number that is a name of the computation."""
         return bool(self.provenance.number_inputs or self.reads.numbers or self.per_call.numbers)
-
-    def _point_leaks_at_inputs(self) -> None:
-        """Note [Leaked tensors]: ``_call_symbol`` binds a real tensor that reached a symbol call as
-        an input, but the bound symbol keeps the tensor itself, which would print as a constant: stale
-        once the tensor is replaced, and kept alive. Point the records (and the output) at the inputs."""
-
-        def swap(tree: Any) -> Any:
-            if not tree_any(tree, _real_tensor):
-                return tree
-            return optree.tree_map(self._bind_leak, tree, none_is_leaf=True)
-
-        symbols = self.trace.bound_symbols
-        for i, bsym in enumerate(symbols):
-            if tree_any(bsym.args, _real_tensor) or tree_any(bsym.kwargs, _real_tensor):
-                symbols[i] = dataclasses.replace(bsym, args=swap(bsym.args), kwargs=swap(bsym.kwargs))
-        self.trace.output = swap(self.trace.output)
-
-    def _store_attr(self, _frame: Any, obj: Any, name: str, value: Any) -> bool:
-        """``t.data = v`` on a caller's tensor that reached the program unbound (a parameter that
-        ``module.parameters()`` yields): stored into its input proxy, which records ``set_`` (natively it
-        would point the caller's tensor at a traced value's storage, which does not exist)."""
-        if name != "data" or not isinstance(obj, torch.Tensor) or isinstance(obj, Proxy):
-            return False
-        self._bind_leak(obj).data = value
-        return True
-
-    def _bind_leak(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and not isinstance(value, Proxy):
-            return self.provenance.bind_leaked_tensor(value)
-        return value
 
     def _resolve_call(self, fn: Any) -> Callable[..., Any] | None:
         resolved = resolve_operator_or_own(fn)  # an aten op's symbol, or jitcore's own code natively
@@ -484,7 +456,7 @@ class Pass:
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
-        if fn is setattr and len(args) == 3 and not kwargs and self._store_attr(None, *args):
+        if fn is setattr and len(args) == 3 and not kwargs and self.held.store_attr(*args):
             return None  # setattr(p, "data", v): as STORE_ATTR
         if (number := self.per_call.read(fn, args, kwargs)) is not NOT_A_READ:  # time.time(), random.random()
             return number
@@ -516,11 +488,11 @@ class Pass:
                 return dynamic_symbol(fn, f"torch.{fn.__name__}")(*args, **kwargs)
             if holds_functorch_tensor(args, kwargs):  # Note [Function transforms run on the traced tensors]
                 return call_natively(fn, args, kwargs)
-            if tree_any(args, _real_tensor) or tree_any(kwargs, _real_tensor):
+            if tree_any(args, is_held_tensor) or tree_any(kwargs, is_held_tensor):
                 # a caller's tensor beside proxies (an optimizer's parameters, grouped by device with
                 # their gradients for its foreach step): its input proxy, as for a symbol call; the
                 # tensor itself would come back a value no record makes
-                args, kwargs = optree.tree_map(self._bind_leak, (args, kwargs), none_is_leaf=True)
+                args, kwargs = optree.tree_map(self.held.bind, (args, kwargs), none_is_leaf=True)
             return call_on_shadows(fn, args, kwargs)  # metadata only (torch._C._group_tensors_...)
         if fn is breakpoint:
             from jitcore.diagnostics.markers import record_breakpoint
@@ -583,6 +555,8 @@ class Pass:
             return None if name == "name" and torch_owns_name(obj) else value  # eager's Tensor.name
         if isinstance(value, TensorProxy):
             return value
+        if (held := self.held.metadata(obj, name)) is not NOT_ANSWERED:
+            return held  # Note [A caller's tensor the program holds itself], jit/held_tensors.py
         if frame.code.co_filename.startswith(_STDLIB_DIR) or self._untracked_subclass_code(frame):
             return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
         if isinstance(obj, types.ModuleType) and _is_library_module(obj):
@@ -764,10 +738,6 @@ def _is_unlisted_operation(fn: Any) -> bool:
 
 def _subclass_in(*trees: Any) -> bool:
     return tree_has(trees, SubclassTensorProxy)
-
-
-def _real_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and not isinstance(value, Proxy)
 
 
 def parameter_names(fn: Any, count: int) -> list[str]:

@@ -152,7 +152,7 @@ class Probe:
                 if found is None:
                     found = self._env[id(leaf)] = _generator_copy(self._real_inputs[id(leaf)])
                 return found
-            return self._private(leaf)  # until the pass ends (Note [Leaked tensors])
+            return self._private(leaf)  # until the pass ends (jit/held_tensors.py)
         found = self._env.get(id(leaf))
         if found is None:
             found = self._real_inputs.get(id(leaf))

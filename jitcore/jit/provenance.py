@@ -610,6 +610,11 @@ class Provenance:
             path = Path(Root("bound", f"<captured tensor {tuple(tensor.shape)}>", weakref.ref(tensor))).call()
         return self._tensor(tensor, path, "c")
 
+    def bound_proxy(self, tensor: torch.Tensor) -> TensorProxy | None:
+        """The proxy a caller's tensor is bound to in this pass, or None (not bound yet)."""
+        found = self._reached.get(id(tensor))
+        return found.bound if found is not None and isinstance(found.bound, TensorProxy) else None
+
     def _numpy_value(self, value: Any, path: Path, name: str) -> Any:
         """A NumPy array is a tensor input (read through ``from_numpy`` by the prologue) that the
         program sees as torch._numpy's ndarray over its proxy; a NumPy scalar is a literal (docs/numpy.md)."""

@@ -78,6 +78,7 @@ class GradComputation:
         self.grad_inputs = traces.grad_inputs
         self.backward_raises = any(b.symbol is RAISE for b in traces.backward.bound_symbols)
         self.fresh_leaves = traces.fresh_leaves
+        self.input_flags = traces.input_flags
         own_saved = traces.forward.output[1] if isinstance(traces.forward.output, tuple) else ()
         self.saved_of = saved_of or (lambda _backward: own_saved)
         # backwards derived for other tangent kinds: (saved values, kinds, callable), and their traces
@@ -102,7 +103,13 @@ class GradComputation:
 # (eager shows that frame only for an ``autograd.Function``, and the kept frames include it then).
 
     def __call__(self, *inputs: Any) -> Any:
+        for position, flag in self.input_flags:  # ``x.requires_grad_()``: autograd connects x's outputs
+            if flag:
+                inputs[position].requires_grad_(True)
         outputs = JitcoreFunction.apply(self, *inputs)
+        for position, flag in self.input_flags:  # ``p.requires_grad_(False)``: after, as the graph used it
+            if not flag:
+                inputs[position].requires_grad_(False)
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         if self.backward_raises:  # Note [A backward that raises]

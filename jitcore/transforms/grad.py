@@ -109,6 +109,9 @@ class GradTraces:
             are given ``requires_grad`` after the call, so that they come back leaves as eagerly.
         deriver: records backwards for tangents of other kinds than ``differentiable`` names (Note
             [A backward for other tangent kinds]); None when autograd raised while deriving.
+        input_flags: ``(position, flag)`` of each input whose ``requires_grad_`` the program set (the
+            last flag): set on the caller's tensor by every call, as eagerly (the forward holds no
+            such record: it runs under the transform, not under autograd).
     """
 
     forward: Trace
@@ -121,6 +124,7 @@ class GradTraces:
     backward_body: tuple[BoundSymbol, ...] = ()
     fresh_leaves: tuple[int, ...] = ()
     deriver: BackwardDeriver | None = None
+    input_flags: tuple[tuple[int, bool], ...] = ()
 
 
 # (proxy, requires_grad) of each tensor-subclass input, inner ones first: the inputs the
@@ -516,7 +520,18 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     if derived.raises:
         deriver = None  # Note [A backward for other tangent kinds]: autograd raised, as it would again
     return GradTraces(forward, backward, tree, outputs, derived.differentiable, grad_inputs,
-                      replay.values.layout, body, fresh, deriver)
+                      replay.values.layout, body, fresh, deriver, _input_flags(trace))
+
+
+def _input_flags(trace: Trace) -> tuple[tuple[int, bool], ...]:
+    """GradTraces.input_flags: the last ``requires_grad_`` of each input of ``trace``."""
+    position = {id(a): i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy)}
+    flags: dict[int, bool] = {}
+    for bsym in trace.bound_symbols:
+        if bsym.symbol.fn is torch.Tensor.requires_grad_ and id(bsym.args[0]) in position:
+            flag = bsym.args[1] if len(bsym.args) > 1 else bsym.kwargs.get("requires_grad", True)
+            flags[position[id(bsym.args[0])]] = bool(flag)
+    return tuple(flags.items())
 
 
 @dataclass(frozen=True, slots=True)

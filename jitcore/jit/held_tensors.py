@@ -1,0 +1,83 @@
+"""A caller's tensor that the program holds itself, not through a proxy.
+
+Library code hands the program a caller's tensor itself where it reads it from state that jitcore
+does not bind item by item: ``module.parameters()`` iterates ``_parameters.items()``, an optimizer
+iterates its ``param_groups``. Such a tensor reaches the trace when the program uses it:
+- a torch call binds it to its input proxy (``bind``: through the path it was remembered by, else by
+  identity) and records on the proxy; the records are pointed at the proxies when the pass ends
+  (``point_records_at_inputs``), so that none keeps the tensor itself (it would print as a constant,
+  stale once the caller replaces it, and be kept alive);
+- Note [A caller's tensor the program holds itself]: what the program changes in place through a
+  torch call (``p.requires_grad_(False)``, the sizes ``p.data = v`` gives) is recorded on the proxy,
+  and the tensor itself does not show it while tracing; so reads of that metadata on a bound tensor
+  answer from its proxy (``metadata``), as they would for the program's own value;
+- ``p.data = v`` on it (a STORE_ATTR or ``setattr``) is stored into its proxy, which records ``set_``
+  (``store_attr``): natively it would point the caller's tensor at a traced value's storage, which
+  does not exist (a segmentation fault at the next use, ``nn.utils.vector_to_parameters``).
+Invariant: nothing here changes a caller's tensor while tracing; what the program changes reaches it
+through the computation (or the replayed side effects) on every call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import optree
+import torch
+
+from jitcore.ir import Proxy, Trace, tree_any
+from jitcore.proxies import TensorProxy
+
+__all__ = ["NOT_ANSWERED", "HeldTensors", "is_held_tensor"]
+
+# the metadata a traced in-place call can change, read from the proxy of a bound tensor
+_CHANGING_METADATA = frozenset({
+    "requires_grad", "is_leaf", "grad_fn", "shape", "ndim", "size", "dim", "numel", "stride",
+    "storage_offset", "is_contiguous",
+})
+NOT_ANSWERED = object()  # ``HeldTensors.metadata``: the read is not one it answers
+
+
+def is_held_tensor(value: Any) -> bool:
+    """A real tensor among the program's values (not one of the pass's proxies)."""
+    return isinstance(value, torch.Tensor) and not isinstance(value, Proxy)
+
+
+class HeldTensors:
+    """The held tensors of one tracing pass (the pass's Provenance binds them)."""
+
+    def __init__(self, provenance: Any) -> None:
+        self._provenance = provenance
+
+    def bind(self, value: Any) -> Any:
+        """``value``'s input proxy where it is a held tensor; ``value`` itself otherwise."""
+        if is_held_tensor(value):
+            return self._provenance.bind_leaked_tensor(value)
+        return value
+
+    def bind_tree(self, tree: Any) -> Any:
+        return optree.tree_map(self.bind, tree, none_is_leaf=True) if tree_any(tree, is_held_tensor) else tree
+
+    def point_records_at_inputs(self, trace: Trace) -> None:
+        symbols = trace.bound_symbols
+        for i, bsym in enumerate(symbols):
+            if tree_any(bsym.args, is_held_tensor) or tree_any(bsym.kwargs, is_held_tensor):
+                symbols[i] = dataclasses.replace(bsym, args=self.bind_tree(bsym.args),
+                                                 kwargs=self.bind_tree(bsym.kwargs))
+        trace.output = self.bind_tree(trace.output)
+
+    def metadata(self, obj: Any, name: str) -> Any:
+        """``obj.name`` answered by the proxy of a bound held tensor, or ``NOT_ANSWERED``."""
+        if name not in _CHANGING_METADATA or not is_held_tensor(obj):
+            return NOT_ANSWERED
+        proxy: TensorProxy | None = self._provenance.bound_proxy(obj)
+        return NOT_ANSWERED if proxy is None else getattr(proxy, name)
+
+    def store_attr(self, obj: Any, name: str, value: Any) -> bool:
+        """Whether ``obj.name = value`` was performed here (``data`` of a held tensor)."""
+        if name != "data" or not is_held_tensor(obj):
+            return False
+        self.bind(obj).data = value
+        return True
+
