@@ -13,7 +13,9 @@ iterates its ``param_groups``. Such a tensor reaches the trace when the program 
   answer from its proxy (``metadata``), as they would for the program's own value;
 - ``p.data = v`` on it (a STORE_ATTR or ``setattr``) is stored into its proxy, which records ``set_``
   (``store_attr``): natively it would point the caller's tensor at a traced value's storage, which
-  does not exist (a segmentation fault at the next use, ``nn.utils.vector_to_parameters``).
+  does not exist (a segmentation fault at the next use, ``nn.utils.vector_to_parameters``); so is
+  ``p.requires_grad = flag`` (recorded as ``requires_grad_``: natively the caller's flag changed while
+  tracing only, and a cached call did not change it).
 Invariant: nothing here changes a caller's tensor while tracing; what the program changes reaches it
 through the computation (or the replayed side effects) on every call.
 """
@@ -36,6 +38,7 @@ _CHANGING_METADATA = frozenset({
     "requires_grad", "is_leaf", "grad_fn", "shape", "ndim", "size", "dim", "numel", "stride",
     "storage_offset", "is_contiguous",
 })
+_STORED_ON_PROXY = frozenset({"data", "requires_grad"})
 NOT_ANSWERED = object()  # ``HeldTensors.metadata``: the read is not one it answers
 
 
@@ -75,9 +78,10 @@ class HeldTensors:
         return NOT_ANSWERED if proxy is None else getattr(proxy, name)
 
     def store_attr(self, obj: Any, name: str, value: Any) -> bool:
-        """Whether ``obj.name = value`` was performed here (``data`` of a held tensor)."""
-        if name != "data" or not is_held_tensor(obj):
+        """Whether ``obj.name = value`` was performed here (``data`` or ``requires_grad`` of a held
+        tensor: on its proxy, which records ``set_`` or ``requires_grad_``)."""
+        if name not in _STORED_ON_PROXY or not is_held_tensor(obj):
             return False
-        self.bind(obj).data = value
+        setattr(self.bind(obj), name, value)
         return True
 

@@ -102,3 +102,25 @@ def test_a_parameter_frozen_by_attribute_path():
     assert _flags(jit_model) == _flags(eager_model) == [False, True]
     got[0].sum().backward()
     assert jit_model.weight.grad is None and jit_model.bias.grad is not None
+
+
+def test_a_flag_toggled_by_attribute_on_the_parameters_a_loop_yields():
+    """``p.requires_grad = not p.requires_grad`` each call: the store on a parameter the loop yields
+    changed the caller's flag while tracing only, so cached calls no longer toggled it."""
+
+    def f(m, x):
+        for p in m.parameters():
+            p.requires_grad = not p.requires_grad
+        return m(x), _flags(m)
+
+    torch.manual_seed(0)
+    eager_model = nn.Linear(3, 2)
+    jit_model = copy.deepcopy(eager_model)
+    jf = jitcore.jit(f)
+    for _ in range(4):
+        x = torch.randn(2, 3)
+        want, got = f(eager_model, x), jf(jit_model, x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[0].requires_grad == want[0].requires_grad and got[1] == want[1]
+        assert _flags(jit_model) == _flags(eager_model)
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (2, 2)
