@@ -20,8 +20,10 @@ without a checkpoint:
 - reentrant: the function with grad mode as the Function would see it: the outputs require grad
   exactly when grad mode is on and a tensor argument requires grad; otherwise it runs under
   ``no_grad`` and, as eagerly, the parameters it uses get no gradient.
-What the backward keeps is the grad transform's choice (transforms/saving.py), not the checkpoint's:
-the memory a checkpoint saves eagerly is not saved (docs/autograd.md "Limits").
+What the backward keeps is recomputed as eagerly: the function's records lie between two markers
+(``CHECKPOINT_BEGIN``/``CHECKPOINT_END``, transforms/saving.py), and the grad transform's choice of
+saved values recomputes the ops between them in the backward instead of saving their outputs
+(random ops excepted: a dropout's mask is saved, where eager draws it again from the saved state).
 Invariant: the function runs through the interpreter (``current_run().call``), so its reads are
 guarded and its effects recorded like the program's own.
 """
@@ -35,7 +37,9 @@ import torch
 import torch.utils.checkpoint as torch_checkpoint
 
 from jitcore.interpreter import current_run
+from jitcore.ir import BoundSymbol, current_context
 from jitcore.transforms.autograd_function import apply_autograd_function
+from jitcore.transforms.saving import CHECKPOINT_BEGIN, CHECKPOINT_END
 
 __all__ = ["checkpoint_lookasides"]
 
@@ -60,7 +64,11 @@ def _reentrant(run_function: Callable[..., Any], preserve_rng_state: bool, *args
     (interpreted)."""
     torch_checkpoint.check_backward_validity(args)
     if torch.is_grad_enabled() and any(torch.is_tensor(a) and a.requires_grad for a in args):
-        return run_function(*args)
+        _mark(CHECKPOINT_BEGIN)
+        try:
+            return run_function(*args)
+        finally:
+            _mark(CHECKPOINT_END)
     with torch.no_grad():
         return run_function(*args)
 
@@ -87,4 +95,14 @@ def _around_forward(context_fn: Callable[[], Any], determinism_check: str, debug
         yield
         return
     with forward_context:
-        yield
+        _mark(CHECKPOINT_BEGIN)
+        try:
+            yield
+        finally:
+            _mark(CHECKPOINT_END)
+
+
+def _mark(symbol: Any) -> None:
+    """Where the checkpointed function's records start or end (jitcore's own code: runs natively)."""
+    context = current_context()
+    context.scopes[-1].append(BoundSymbol(symbol, (), {}, None, (), context.source()))

@@ -55,7 +55,7 @@ from jitcore.transforms.backward_checks import resolve_backward_call
 from jitcore.transforms.recording import recording
 from jitcore.transforms.replayed_numbers import ReplayedNumbers
 from jitcore.transforms.replayed_reads import ReplayedReads
-from jitcore.transforms.saving import split_saved
+from jitcore.transforms.saving import CHECKPOINT_BEGIN, CHECKPOINT_END, split_saved
 from jitcore.transforms.tangents import TangentKind, kind_of_output, tangent_shadow
 
 __all__ = [
@@ -254,6 +254,8 @@ class _Replay:
         # the forward's records carry the user stack of the pass-1 op being replayed, so an error
         # raised while the forward runs is reported at the user's line
         self.replaying: BoundSymbol | None = None
+        self.checkpoint_depth = 0  # inside how many activation-checkpointed regions (saving.py)
+        self.checkpointed: set[int] = set()  # ids of the forward's records made inside one
         self.context: TraceContext = new_context(
             self.forward,
             source_provider=lambda: self.replaying.source if self.replaying is not None else None,
@@ -359,6 +361,9 @@ class _Replay:
         with recording(self.context) as mode:
             self.mode = mode
             for bsym in self.source.bound_symbols:
+                if bsym.symbol is CHECKPOINT_BEGIN or bsym.symbol is CHECKPOINT_END:  # saving.py
+                    self.checkpoint_depth += 1 if bsym.symbol is CHECKPOINT_BEGIN else -1
+                    continue
                 if "bookkeeping" in bsym.symbol.tags:
                     continue
                 if "check" in bsym.symbol.tags or "data_dependent" in bsym.symbol.tags \
@@ -373,7 +378,10 @@ class _Replay:
                 if "global_state" in bsym.symbol.tags:  # torch.manual_seed, set_default_dtype
                     self.forward.bound_symbols.append(bsym)  # run at this point on every call, as eagerly
                 mode.calling(bsym.symbol.fn)  # Note [The detach of a variable factory]
+                before = len(self.forward.bound_symbols)
                 self._replay(bsym)
+                if self.checkpoint_depth:
+                    self.checkpointed.update(map(id, self.forward.bound_symbols[before:]))
             self.forward.bound_symbols.extend(self.numbers.checks())
 
     def _copy_draw(self, bsym: BoundSymbol) -> None:
@@ -513,7 +521,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     forward_outputs = [_rebuilt(forward, o) for o in tensor_outputs]
     backward = derived.backward
     body = tuple(backward.bound_symbols)
-    saved = split_saved(forward, backward, derived.tangent_args, derived.outputs)
+    checkpointed = frozenset(replay.checkpointed)  # activation-checkpointed regions: recomputed
+    saved = split_saved(forward, backward, derived.tangent_args, derived.outputs, checkpointed)
     forward.output = (tuple(forward_outputs), tuple(saved))
     backward.args = [*saved, *derived.tangent_args]
     backward.output = tuple(derived.outputs)

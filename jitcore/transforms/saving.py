@@ -9,7 +9,10 @@ Policy (see docs/autograd.md):
   and pointwise aten ops (``mul``, ``exp``, ``gelu``, ...: recomputing them frees an activation);
   random ops never are. The rule is applied until nothing changes;
 - when the forward mutates a tensor in place, nothing is recomputed (the value read again could
-  differ from the one autograd saved).
+  differ from the one autograd saved);
+- an activation-checkpointed region (``torch.utils.checkpoint`` in the program: its records lie
+  between ``CHECKPOINT_BEGIN`` and ``CHECKPOINT_END``) is recomputed as eagerly: its ops count as
+  cheap too (matmuls included; random ops still never are, so a dropout's mask is saved).
 """
 
 from __future__ import annotations
@@ -20,10 +23,26 @@ from typing import Any
 import optree
 import torch
 
-from jitcore.ir import BoundSymbol, Proxy, Trace
+from jitcore.ir import BoundSymbol, Proxy, Trace, recorded_symbol
 from jitcore.proxies import TensorProxy
 
-__all__ = ["backward_reads", "in_forward_order", "is_cheap", "proxies_in", "split_saved"]
+__all__ = [
+    "CHECKPOINT_BEGIN", "CHECKPOINT_END", "backward_reads", "in_forward_order", "is_cheap", "proxies_in",
+    "split_saved",
+]
+
+
+def checkpoint_begin() -> None:
+    """Where an activation-checkpointed region starts (a marker: it does nothing when run)."""
+
+
+def checkpoint_end() -> None:
+    """Where it ends."""
+
+
+_HERE = "jitcore.transforms.saving"
+CHECKPOINT_BEGIN = recorded_symbol(checkpoint_begin, langctx="torch", path=f"{_HERE}.checkpoint_begin")
+CHECKPOINT_END = recorded_symbol(checkpoint_end, langctx="torch", path=f"{_HERE}.checkpoint_end")
 
 
 def proxies_in(tree: Any) -> Iterator[Proxy]:
@@ -45,7 +64,8 @@ def is_cheap(bsym: BoundSymbol) -> bool:
 
 
 def split_saved(
-    forward: Trace, backward: Trace, tangents: list[TensorProxy], outputs: list[Any]
+    forward: Trace, backward: Trace, tangents: list[TensorProxy], outputs: list[Any],
+    checkpointed: frozenset[int] = frozenset(),
 ) -> list[TensorProxy]:
     """Choose the saved values; prepend the recomputed forward ops to ``backward``.
 
@@ -54,12 +74,13 @@ def split_saved(
         backward: the backward trace (its bound symbols are complete).
         tangents: the backward's tangent inputs.
         outputs: what the backward returns.
+        checkpointed: ids of the forward's bound symbols inside an activation-checkpointed region.
 
     Returns:
         The forward values the backward takes, in forward order (inputs first).
     """
     needed = backward_reads(backward.bound_symbols, tangents, outputs)
-    recomputed = _recompute(forward, needed)
+    recomputed = _recompute(forward, needed, checkpointed)
     if recomputed:
         backward.bound_symbols[:0] = sorted(recomputed, key=lambda b: forward.bound_symbols.index(b))
     return in_forward_order(forward, needed.values())
@@ -93,7 +114,7 @@ def in_forward_order(forward: Trace, values: Iterable[Proxy]) -> list[Any]:
     return sorted(values, key=lambda p: order.get(id(p), -1))
 
 
-def _recompute(forward: Trace, needed: dict[int, Proxy]) -> list[BoundSymbol]:
+def _recompute(forward: Trace, needed: dict[int, Proxy], checkpointed: frozenset[int]) -> list[BoundSymbol]:
     if any("inplace" in b.symbol.tags for b in forward.bound_symbols):
         return []
     producer: dict[int, BoundSymbol] = {}
@@ -107,7 +128,7 @@ def _recompute(forward: Trace, needed: dict[int, Proxy]) -> list[BoundSymbol]:
         changed = False
         for pid in list(needed):
             bsym = producer.get(pid)
-            if bsym is None or bsym in chosen or not is_cheap(bsym):
+            if bsym is None or bsym in chosen or not (is_cheap(bsym) or _in_region(bsym, checkpointed)):
                 continue
             reads = list(proxies_in((bsym.args, bsym.kwargs)))
             if not all(id(r) in needed or id(r) in inputs for r in reads):
@@ -119,3 +140,9 @@ def _recompute(forward: Trace, needed: dict[int, Proxy]) -> list[BoundSymbol]:
                 needed.setdefault(id(r), r)
             changed = True
     return chosen
+
+
+def _in_region(bsym: BoundSymbol, checkpointed: frozenset[int]) -> bool:
+    """An op of a checkpointed region that may run again: an aten op, neither random nor in place."""
+    tags = bsym.symbol.tags
+    return id(bsym) in checkpointed and bsym.symbol.langctx == "aten" and not tags & {"inplace", "random"}

@@ -151,3 +151,31 @@ def test_a_bad_determinism_check_raises_eagers_error():
     with pytest.raises(ValueError, match="determinism_check should be one of") as traced:
         jitcore.jit(step)(_model(), torch.randn(3, 4))
     assert str(traced.value) == str(eager.value)
+
+
+def test_the_backward_recomputes_a_checkpointed_region_instead_of_saving_it():
+    """As eagerly, what a checkpointed block computes inside is not kept for the backward: the forward
+    saves its inputs and parameters (here the residual stream, 8x16), not the 8x64 activations
+    inside, which it saves without the checkpoint. Gradients equal eager's."""
+    torch.manual_seed(0)
+    blocks = nn.ModuleList([nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16)) for _ in range(3)])
+
+    def loss(x, checkpointed):
+        for block in blocks:
+            x = x + (checkpoint(block, x, use_reentrant=False) if checkpointed else block(x))
+        return x.pow(2).mean()
+
+    saved_shapes = {}
+    for checkpointed in (False, True):
+        jf = jitcore.jit(loss)
+        x = torch.randn(8, 16, requires_grad=True)
+        jf(x, checkpointed).backward()
+        xe = x.detach().clone().requires_grad_()
+        loss(xe, checkpointed).backward()
+        torch.testing.assert_close(x.grad, xe.grad)
+        forward = jitcore.last_traces(jf)[-1]
+        inputs = {id(a) for a in forward.args}
+        saved_shapes[checkpointed] = {tuple(p.shape) for p in forward.output[1] if id(p) not in inputs}
+        blocks.zero_grad()
+    assert (8, 64) in saved_shapes[False]
+    assert saved_shapes[True] == {(8, 16)}
