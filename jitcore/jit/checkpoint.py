@@ -20,7 +20,8 @@ without a checkpoint:
 - reentrant: the function with grad mode as the Function would see it: the outputs require grad
   exactly when grad mode is on and a tensor argument requires grad; otherwise it runs under
   ``no_grad`` and, as eagerly, the parameters it uses get no gradient.
-What the backward keeps is recomputed as eagerly: the function's records lie between two markers
+Where the backward runs outside the jitted function, what it needs from the region is recomputed as
+eagerly (docs/autograd.md: not with the backward inside): the function's records lie between two markers
 (``CHECKPOINT_BEGIN``/``CHECKPOINT_END``, transforms/saving.py), and the grad transform's choice of
 saved values recomputes the ops between them in the backward instead of saving their outputs
 (random ops excepted: a dropout's mask is saved, where eager draws it again from the saved state).
@@ -36,6 +37,7 @@ from typing import Any
 import torch
 import torch.utils.checkpoint as torch_checkpoint
 
+import jitcore
 from jitcore.interpreter import current_run
 from jitcore.ir import BoundSymbol, current_context
 from jitcore.transforms.autograd_function import apply_autograd_function
@@ -105,4 +107,5 @@ def _around_forward(context_fn: Callable[[], Any], determinism_check: str, debug
 def _mark(symbol: Any) -> None:
     """Where the checkpointed function's records start or end (jitcore's own code: runs natively)."""
     context = current_context()
+    context.trace.imports.setdefault("jitcore", jitcore)  # the markers' paths start there
     context.scopes[-1].append(BoundSymbol(symbol, (), {}, None, (), context.source()))

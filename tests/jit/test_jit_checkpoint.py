@@ -179,3 +179,20 @@ def test_the_backward_recomputes_a_checkpointed_region_instead_of_saving_it():
         blocks.zero_grad()
     assert (8, 64) in saved_shapes[False]
     assert saved_shapes[True] == {(8, 16)}
+
+
+def test_a_checkpoint_where_nothing_requires_grad():
+    """Grad mode on, no input or parameter requiring grad: the trace runs without the grad transform,
+    its region markers included (they named a module the trace did not import: a NameError)."""
+    frozen = _model().requires_grad_(False)
+
+    def f(x):
+        return checkpoint(frozen, x, use_reentrant=False) * 2
+
+    jf = jitcore.jit(f)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        torch.manual_seed(0)
+        want = f(x)
+        torch.manual_seed(0)
+        assert_same(jf(x), want)
