@@ -377,8 +377,10 @@ class Pass:
             or self.context.subclass_code
         ):
             return
-        if isinstance(obj, types.ModuleType) and _is_library_module(obj):
-            return
+        owner = obj if isinstance(obj, types.ModuleType) else sys.modules.get(obj.__module__, sys) \
+            if isinstance(obj, types.FunctionType) else None
+        if owner is not None and _is_library_module(owner):
+            return  # a library module's, or its functions' (torch's lazily cached wrappers): constant
         self.provenance.guard(path, "hasattr", (name, present))
 
     def _call_symbol(self, symbol: Any, args: tuple, kwargs: dict) -> Any:

@@ -196,3 +196,25 @@ def test_a_checkpoint_where_nothing_requires_grad():
         want = f(x)
         torch.manual_seed(0)
         assert_same(jf(x), want)
+
+
+def test_torchs_lazily_cached_wrapper_does_not_retrace():
+    """``checkpoint`` is wrapped by ``torch._disable_dynamo``, which caches its wrapper as an attribute
+    of the function on first use: the first trace guarded that attribute's absence, so the next call
+    after any eager checkpoint traced again. torch's functions' attributes are taken as constant."""
+    for cell in checkpoint.__closure__ or ():
+        if callable(cell.cell_contents) and hasattr(cell.cell_contents, "__dynamo_disable"):
+            delattr(cell.cell_contents, "__dynamo_disable")
+    model = _model()
+
+    def f(x):
+        return checkpoint(model, x, use_reentrant=False)
+
+    jf = jitcore.jit(f)
+    x = torch.randn(3, 4)
+    for _ in range(2):
+        torch.manual_seed(0)
+        got = jf(x)
+        torch.manual_seed(0)
+        assert_same(got, f(x))  # the eager call caches the wrapper
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 1)
