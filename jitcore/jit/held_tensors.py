@@ -84,4 +84,3 @@ class HeldTensors:
             return False
         setattr(self.bind(obj), name, value)
         return True
-

@@ -256,5 +256,3 @@ def _traced_sizes(leaf: Any) -> Any:
     if type(leaf) is torch.Size:
         return torch.Size([traced_value(n) for n in leaf])
     return traced_value(leaf)
-
-

@@ -455,18 +455,20 @@ def test_state_changed_inside_a_function_with_grad_inputs(fn) -> None:
         same_outcome(outcome(jf, x), outcome(fn, x))
 
 
-def test_inference_mode_inside_the_function_runs_eagerly() -> None:
+def test_inference_mode_inside_the_function_is_traced() -> None:
+    """Entered and left at the same points of the computation (tests/jit/test_jit_inference_mode.py):
+    the output is an inference tensor, the caller's thread leaves inference mode, a cached call too."""
+
     def f(x):
         with torch.inference_mode():
             return x * 2
 
-    jf = jitcore.jit(f)
-    with pytest.warns(UserWarning, match="runs eagerly for this call"):  # Note [Eager entries]
+    jf = jitcore.jit(f, fullgraph=True)
+    for _ in range(2):
         out = jf(torch.ones(2))
-    assert out.is_inference() and torch.equal(out, f(torch.ones(2)))
-    assert not torch.is_inference_mode_enabled()
-    with pytest.raises(jitcore.UnsupportedOperationError, match="inference_mode"):
-        jitcore.jit(f, fullgraph=True)(torch.ones(2))
+        assert out.is_inference() and torch.equal(out, f(torch.ones(2)))
+        assert not torch.is_inference_mode_enabled()
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 1)
 
 
 class _Bag:
