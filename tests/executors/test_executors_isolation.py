@@ -49,7 +49,10 @@ class Held:
 
 
 def _program():
-    c = 1 + random.random()  # a constant of its own: no disk-cache hit skips AOTAutograd's trace
+    # a constant of its own: no disk-cache hit skips AOTAutograd's trace; drawn from the OS, since
+    # tests before may have seeded ``random`` (the OpInfo harness does), which made it a constant a
+    # former run had compiled already
+    c = 1 + random.SystemRandom().random()
 
     def f(x, y):
         return (torch.atan2(x * c, y) + 1).sin() * 2
