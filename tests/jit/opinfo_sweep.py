@@ -9,11 +9,15 @@ differentiates on CPU, through ``test_grad_opinfo_harness.check_sample`` (values
 
 Invariant: every (entry, dtype, sample, variant) that was generated gets exactly one record, and a
 record that is not ``pass`` says why; samples not run because the entry's time budget ran out are
-counted as ``not-run``, never as passes.
+counted as ``not-run``, never as passes. The task list is shuffled with ``Random(0)``, so it is the same
+on every run: ``--start``/``--stop`` run the slice ``[start, stop)`` of it, and runs of disjoint slices
+together cover the whole list once. Each task's first record carries its index (``task``) and the list's
+length (``of``), so ``report`` says which tasks a file covers.
 
 Usage (at most 2 workers on the shared 2-core machine)::
 
     python tests/jit/opinfo_sweep.py run --workers 2 --out /tmp/sweep.jsonl [--grad] [--only add,mul]
+    python tests/jit/opinfo_sweep.py run --workers 2 --grad --start 1798 --out /tmp/rest.jsonl
     python tests/jit/opinfo_sweep.py report /tmp/sweep.jsonl
 """
 
@@ -163,7 +167,10 @@ def _backward(op: Any, dtype: torch.dtype, budget: float, most: int | None) -> l
     return records
 
 
-def _task(args: tuple[str, str, str, float, int | None]) -> list[dict[str, Any]]:
+Task = tuple[str, str, str, float, int | None]
+
+
+def _task(args: Task) -> list[dict[str, Any]]:
     """One (entry, dtype, kind) of the sweep: its records, the first carrying the seconds it took."""
     name, dtype_name, kind, budget, most = args
     op, dtype = OPS[name], getattr(torch, dtype_name)
@@ -202,6 +209,23 @@ def tasks(
     return todo
 
 
+def selected(todo: list[Task], start: int, stop: int | None) -> list[tuple[int, Task]]:
+    """The slice ``[start, stop)`` of the shuffled task list, each task with its index in the whole list
+    (so that disjoint slices, run separately, cover every task exactly once)."""
+    if start < 0 or (stop is not None and stop < start):
+        raise ValueError(f"bad task slice [{start}, {stop})")
+    return list(enumerate(todo))[start:stop]
+
+
+def _indexed_task(args: tuple[int, int, Task]) -> list[dict[str, Any]]:
+    """``_task``, its first record carrying the task's index and the whole list's length."""
+    index, total, task = args
+    records = _task(task)
+    if records:
+        records[0].update(task=index, of=total)
+    return records
+
+
 def _dtypes(text: str, default: tuple[torch.dtype, ...]) -> tuple[torch.dtype, ...]:
     return tuple(getattr(torch, d) for d in text.split(",")) if text else default
 
@@ -213,17 +237,19 @@ def run(args: argparse.Namespace) -> None:
         _dtypes(args.dtypes, FORWARD_DTYPES), _dtypes(args.grad_dtypes, GRAD_DTYPES),
     )
     random.Random(0).shuffle(todo)  # a partial run is a sample of the whole
+    chosen = [(i, len(todo), task) for i, task in selected(todo, args.start, args.stop)]
+    print(f"tasks [{args.start}, {args.start + len(chosen)}) of {len(todo)}", flush=True)
     done = 0
     with open(args.out, "a") as out, multiprocessing.get_context("spawn").Pool(
         args.workers, maxtasksperchild=50
     ) as pool:
-        for records in pool.imap_unordered(_task, todo):
+        for records in pool.imap_unordered(_indexed_task, chosen):
             for record in records:
                 out.write(json.dumps(record) + "\n")
             out.flush()
             done += 1
             if done % 50 == 0:
-                print(f"{done}/{len(todo)} tasks", flush=True)
+                print(f"{done}/{len(chosen)} tasks", flush=True)
 
 
 def _cause(detail: str) -> str:
@@ -232,8 +258,26 @@ def _cause(detail: str) -> str:
     return re.sub(r"\[[N, ]*\]", "[..]", text)[:160]
 
 
+def coverage(records: list[dict[str, Any]]) -> str:
+    """Which tasks of the shuffled list the records cover: their count, and the list's length, for
+    records written with ``--start``/``--stop`` (those with a ``task`` index)."""
+    indexed = [r for r in records if "task" in r]
+    firsts = sum(1 for r in records if "seconds" in r)
+    if not indexed:
+        return f"{firsts} tasks"
+    done = sorted({r["task"] for r in indexed})
+    runs, begin = [], done[0]
+    for prev, cur in itertools.pairwise(done):
+        if cur != prev + 1:
+            runs.append(f"{begin}-{prev}")
+            begin = cur
+    runs.append(f"{begin}-{done[-1]}")
+    return f"{firsts} tasks, {len(done)} indexed of {indexed[0]['of']}: {', '.join(runs)}"
+
+
 def report(path: str) -> None:
     records = [json.loads(line) for line in open(path)]
+    print(f"== covers {coverage(records)}")
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
     causes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     entries: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
@@ -271,6 +315,8 @@ def main() -> None:
     r.add_argument("--dtypes", default="", help="forward dtypes: float16,complex128 (default FORWARD_DTYPES)")
     r.add_argument("--most", type=int, default=None, help="samples per entry and dtype (default: all)")
     r.add_argument("--grad-dtypes", default="", help="backward dtypes (default: GRAD_DTYPES)")
+    r.add_argument("--start", type=int, default=0, help="first task of the shuffled list to run")
+    r.add_argument("--stop", type=int, default=None, help="task to stop before (default: the end)")
     p = sub.add_parser("report")
     p.add_argument("path")
     args = parser.parse_args()

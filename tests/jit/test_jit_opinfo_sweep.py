@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import opinfo_sweep
+import pytest
 from opinfo_sweep import _task, classify, report, tasks
 
 
@@ -55,3 +56,24 @@ def test_causes_and_tasks() -> None:
     assert ("add", "complex64", "backward", 1.0, 3) in todo
     assert ("logical_not", "bool", "forward", 1.0, 3) in todo
     assert {d for _, d, _, _, _ in todo} <= {str(t)[6:] for t in opinfo_sweep.FORWARD_DTYPES}
+
+
+def test_task_slices_cover_the_shuffled_list_once_and_the_report_says_which() -> None:
+    """``--start``/``--stop`` run a slice of the (always equally) shuffled task list: slices that meet
+    cover every task exactly once, each task's first record names its index, and ``report`` tells the
+    covered indices (a run stopped before its end can be resumed where it stopped)."""
+    todo = tasks(["add", "mul", "logical_not"], grad=True, forward=True, budget=1.0, most=1)
+    parts = [opinfo_sweep.selected(todo, 0, 4), opinfo_sweep.selected(todo, 4, 9),
+             opinfo_sweep.selected(todo, 9, None)]
+    assert [i for part in parts for i, _ in part] == list(range(len(todo)))
+    assert [t for part in parts for _, t in part] == todo
+    assert opinfo_sweep.selected(todo, len(todo) + 5, None) == []
+    with pytest.raises(ValueError, match="bad task slice"):
+        opinfo_sweep.selected(todo, 5, 3)
+    records = opinfo_sweep._indexed_task((7, 30, ("add", "float64", "forward", 120.0, 1)))
+    assert records[0]["task"] == 7 and records[0]["of"] == 30 and "seconds" in records[0]
+    assert all("task" not in r for r in records[1:]) and len(records) > 1
+    more = [{**records[0], "task": i} for i in (8, 9, 12)]
+    assert opinfo_sweep.coverage(records + more) == "4 tasks, 4 indexed of 30: 7-9, 12-12"
+    unindexed = {k: v for k, v in records[0].items() if k not in ("task", "of")}
+    assert opinfo_sweep.coverage([unindexed]) == "1 tasks"
