@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from jitcore.dispatch import resolve_call
 from jitcore.ir import BoundSymbol, Inlined, Symbol, current_context, recorded_symbol
+from jitcore.transforms.recording import resolve_flat
 
 __all__ = ["CHECK_CLOSE", "check_close", "resolve_backward_call"]
 
@@ -52,7 +52,7 @@ def resolve_backward_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     """The call handler of a backward's recording: ``resolve_call``, with ``aten.allclose`` answered
     ``True`` behind a recorded ``check_close`` on the same arguments."""
     if symbol.fn is not _ALLCLOSE:
-        return resolve_call(symbol, args, kwargs)
+        return resolve_flat(symbol, args, kwargs)
     context = current_context()
     context.scopes[-1].append(BoundSymbol(CHECK_CLOSE, args, kwargs, None, (), context.source()))
     return Inlined(True, splice=True)

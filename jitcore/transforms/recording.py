@@ -16,7 +16,9 @@ Invariants:
 - every FakeTensor the mode sees maps to exactly one proxy of the recording trace (by identity);
   a real tensor (a constant of the trace) is recorded as a constant;
 - recording happens only inside ``recording(...)``, which also makes a jitcore interpreter run
-  current, so that ``__torch_dispatch__`` is interpreted (its control flow sees the proxies).
+  current, so that ``__torch_dispatch__`` is interpreted (its control flow sees the proxies);
+- what is recorded runs as it is (no flattening pass follows): a torch-level call given a
+  real subclass value is replaced by the records its resolution made (``resolve_flat``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 import optree
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.resolver import (
@@ -36,14 +40,15 @@ from jitcore.dispatch.resolver import (
     DispatchState,
     ShadowDispatchMode,
     call_on_shadows,
+    resolve_call,
     resolve_operator_or_own,
 )
 from jitcore.interpreter import Hooks, Run, active_runs
-from jitcore.ir import Proxy, TraceContext, tracing
+from jitcore.ir import Inlined, Proxy, Symbol, TraceContext, current_context, tracing
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx.torch import TORCH_TABLE
 
-__all__ = ["METADATA_OPS", "RecordingMode", "recording"]
+__all__ = ["METADATA_OPS", "RecordingMode", "recording", "resolve_flat"]
 
 
 class RecordingMode(ShadowDispatchMode):
@@ -111,6 +116,33 @@ def recording(context: TraceContext) -> Iterator[RecordingMode]:
             yield mode
     finally:
         runs.pop()
+
+
+# Note [Subclass constants in a recording]
+# Subclass dispatch code the recording interprets may pass a real subclass value of torch's to a torch
+# function: NestedTensor's ``jagged_binary_pointwise`` (a dense tensor broadcast against an NJT, which
+# amax's backward over the ragged dimension does) calls ``torch._nested_from_padded_tensor`` on a
+# padded tensor, the offsets and torch's ``_nt_view_dummy`` (an NJT over meta tensors). Pass 1 binds
+# such a value as an input, so the call is resolved through NestedTensor's dispatch and the flattened
+# trace runs that resolution. A recording runs as recorded, and evaluated on shadows the call ran the
+# dispatch natively under the fake mode: the aten ops it ran were never recorded, and the values they
+# made were names no record binds. Here the value is adopted as a proxy (its inner tensors constants),
+# the call is resolved as in pass 1, and its record is replaced by its resolution's records.
+def resolve_flat(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
+    """``resolve_call`` for a recording, with real subclass values among the arguments resolved and
+    spliced (the Note above)."""
+    if not any(_real_subclass(v) for v in optree.tree_leaves((args, kwargs), none_is_leaf=True)):
+        return resolve_call(symbol, args, kwargs)
+    state = DispatchState.of(current_context().values)
+    args, kwargs = _map(lambda v: state.proxy_of(v) if _real_subclass(v) else v, (args, kwargs))
+    out = resolve_call(symbol, args, kwargs)
+    return out if type(out) is Inlined else Inlined(out, splice=True)
+
+
+def _real_subclass(value: Any) -> bool:
+    """A real instance of a wrapper subclass with the flatten protocol (not a proxy, not a shadow)."""
+    return isinstance(value, torch.Tensor) and not isinstance(value, (Proxy, FakeTensor)) \
+        and is_traceable_wrapper_subclass(value)
 
 
 def _map(fn: Any, tree: Any) -> Any:

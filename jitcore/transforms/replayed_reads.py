@@ -29,11 +29,11 @@ import optree
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from jitcore.dispatch import resolve_call
 from jitcore.errors import DataDependentError
 from jitcore.ir import BoundSymbol, Inlined, Symbol, TraceContext
 from jitcore.langctx.reads import READ
 from jitcore.proxies import TensorProxy
+from jitcore.transforms.recording import resolve_flat
 
 __all__ = ["ReplayedReads"]
 
@@ -62,7 +62,7 @@ class ReplayedReads:
 
     def __call__(self, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         try:
-            return resolve_call(symbol, args, kwargs)
+            return resolve_flat(symbol, args, kwargs)
         except DataDependentError:
             if not self._pending or _read_function(self._pending[0]) is not symbol.fn:
                 raise
