@@ -56,6 +56,7 @@ class Probe:
         self._grad = torch.is_grad_enabled()  # the program's grad mode where the records stopped
         self._nested_done: set[int] = set()  # records of open scopes already run (values_within)
         self._nested_rng: tuple[torch.Tensor, list[torch.Tensor]] | None = None  # where they stopped
+        self._rebuilds: dict[int, BoundSymbol] = {}  # id(output) -> a subclass value's rebuild, not run yet
 
     def values(self, tree: Any) -> Any:
         """``tree`` with every proxy replaced by its real value (numbers by their traced value)."""
@@ -110,6 +111,10 @@ class Probe:
                 self._grad = torch.is_grad_enabled()  # as the records left it (``no_grad()`` records)
 
     def _run(self, bsym: BoundSymbol, *, graph: bool = False) -> None:
+        if "bookkeeping" in bsym.symbol.tags and isinstance(bsym.output, SubclassTensorProxy):
+            self._rebuilds[id(bsym.output)] = bsym  # Note [Subclass values the probe rebuilds]
+            self._keep.append(bsym)
+            return
         if bsym.symbol.tags & _NOT_RUN or id(bsym) in self._nested_done:
             return  # a clock read or a random draw: its number is the traced one (Proxy.value)
         if runs_subsymbols(bsym) and not (graph and _builds_graph(bsym)):
@@ -154,12 +159,22 @@ class Probe:
                 return found
             return self._private(leaf)  # until the pass ends (jit/held_tensors.py)
         found = self._env.get(id(leaf))
+        if found is None and id(leaf) in self._rebuilds:
+            self._run_rebuild(self._rebuilds.pop(id(leaf)))
+            found = self._env.get(id(leaf))
         if found is None:
             found = self._real_inputs.get(id(leaf))
             if found is None:
                 raise LookupError(f"{leaf.name} has no value: it was not computed by the records so far")
             found = self._env[id(leaf)] = self._private(found)
         return found
+
+    def _run_rebuild(self, bsym: BoundSymbol) -> None:
+        """Build a subclass value from its inner tensors' values (Note [Subclass values the probe
+        rebuilds])."""
+        args, kwargs = optree.tree_map(self._value, (bsym.args, bsym.kwargs), none_is_leaf=True)
+        self._env[id(bsym.output)] = bsym.symbol.fn(*args, **kwargs)
+        self._keep.append(bsym.output)
 
     def _private(self, value: Any) -> Any:
         """The probe's private copy of a caller's tensor it has written (copy on write), else the value."""
@@ -192,6 +207,14 @@ class Probe:
 # when a backward the probe runs after it differentiates them: its inner operations run below
 # autograd (eagerly too), so only the call itself builds the graph that backward walks (an optimizer
 # step reading ``state["step"].item()`` after ``loss.backward()`` on a subclass parameter).
+# Note [Subclass values the probe rebuilds]
+# A subclass call's records end with the rebuild of its result from the inner tensors its dispatch made
+# (``unflatten_tensor_subclass``, a bookkeeping record): the probe binds the inner tensors, not the
+# value. A record run natively later may need the value itself: MaskedTensor's binary dispatch reads
+# ``torch.eq(mask_a, mask_b).all().item()`` and then unwraps each operand with ``get_data()``, an
+# ``autograd.Function`` the probe runs on the real operands, so for ``a + a * 2`` the value of
+# ``a * 2`` was missing and the call ran eagerly. Such a value is built when first asked for, by its
+# rebuild record on the inner tensors' values (the subclass's ``__tensor_unflatten__``, no op of it).
 def runs_subsymbols(bsym: BoundSymbol) -> bool:
     """Whether the probe runs ``bsym``'s subsymbols in its place (a call on tensor subclass values)."""
     return bool(bsym.subsymbols) and not {"autograd_function", "backward"} & bsym.symbol.tags and any(

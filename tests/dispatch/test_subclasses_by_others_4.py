@@ -77,3 +77,40 @@ def test_njt_reduction_over_the_ragged_dim_under_grad(program: Callable[..., Any
 def test_njt_times_a_dense_tensor_of_the_same_dim_under_grad() -> None:
     _gradients_match(lambda n, t: (n * t).relu(),
                      lambda: (_njt(requires_grad=True), torch.randn(3, 1, 8, requires_grad=True)))
+
+
+# --- MaskedTensor ---------------------------------------------------------------------------------
+def _masked(requires_grad: bool = False, mask: torch.Tensor | None = None) -> torch.Tensor:
+    from torch.masked import masked_tensor
+
+    data = torch.randn(3, 4)
+    if mask is None:
+        mask = torch.rand(3, 4) > 0.3
+    return masked_tensor(data, mask, requires_grad=requires_grad)
+
+
+def _masked_values(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return t.get_data().detach(), t.get_mask()
+
+
+def test_binary_op_of_two_masked_tensors_is_traced() -> None:
+    """MaskedTensor's binary dispatch reads whether the masks match, then unwraps each operand with an
+    ``autograd.Function``; the probe had no value for an operand made inside (``a * 2``): an eager
+    entry. A call whose masks differ raises as eagerly (the read's check misses)."""
+    f = lambda a, b: a + b * 2  # noqa: E731
+    jitted = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="prototype"):
+        for i in range(3):
+            torch.manual_seed(i)
+            a = _masked()
+            b = _masked(mask=a.get_mask())
+            for got, want in zip(_masked_values(jitted(a, b)), _masked_values(f(a, b))):
+                torch.testing.assert_close(got, want)
+        assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+        assert all(entry.eager_reason is None for entry in jitted.entries)
+        a = _masked(mask=torch.ones(3, 4, dtype=torch.bool))
+        b = _masked(mask=torch.zeros(3, 4, dtype=torch.bool))
+        with pytest.raises(ValueError, match="masks must match"):
+            f(a, b)
+        with pytest.raises(ValueError, match="masks must match"):
+            jitted(a, b)
