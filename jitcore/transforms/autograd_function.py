@@ -17,6 +17,7 @@ from typing import Any
 
 import optree
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
 from jitcore.diagnostics.boundary import runs_as_function_apply
@@ -91,7 +92,14 @@ def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext) -> Non
     forward computed them from (DTensor's ``to_local`` returns its local tensor, which does not).
     Such an output's shadow is joined to the inputs' in the shadow graph (``_Joined``), so the
     program after the call sees eager's ``requires_grad`` and a backward inside it reaches eager's
-    leaves; the gradients themselves are the Function's backward's, computed at the replay."""
+    leaves; the gradients themselves are the Function's backward's, computed at the replay.
+
+    Note [A Function's output reaches every input that requires grad]: the forward is interpreted
+    with the program's grad mode, so an output may already be on the shadow graph, through only some
+    inputs: BitNet's linear Function adds the bias after its int8 matmul, and a backward inside the
+    program then found the bias alone as a leaf (the input's and the weight's gradients were never
+    computed: a wrong answer). Eagerly the output's node is the Function's, whose inputs are all those
+    that require grad; so every floating output is joined to all of them."""
     if not torch.is_grad_enabled():
         return
     tensors = [v for v in optree.tree_leaves(inputs, none_is_leaf=True) if isinstance(v, TensorProxy)]
@@ -103,9 +111,7 @@ def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext) -> Non
         if not isinstance(value, TensorProxy) or id(value) in excluded \
                 or not (value.dtype.is_floating_point or value.dtype.is_complex):
             continue
-        shadow = value.shadow
-        if shadow.requires_grad and shadow.grad_fn is not None:
-            continue  # computed from the inputs on the shadow graph
+        shadow = value.shadow  # joined even when computed from some inputs on the shadow graph (Note below)
         values = current_context().values
         if isinstance(value, SubclassTensorProxy):
             # a wrapper over the same inner tensors (shadows mapped to their proxies) as the one the
@@ -146,7 +152,23 @@ class _Joined(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        return (None, *(torch.zeros_like(i) for i in ctx.inputs))
+        return (None, *(_zeros_like(i) for i in ctx.inputs))
+
+
+def _zeros_like(shadow: torch.Tensor) -> torch.Tensor:
+    """A zero gradient with the metadata of ``shadow``: ``zeros_like``, through a subclass's dispatch as
+    eagerly (BitNet's weight answers a plain tensor, as its Function's backward gives). A subclass
+    whose dispatch implements no ``zeros_like`` (MaskedTensor: a TypeError where eager, which never
+    asks it, computes the gradient) gets one of its class around zeros of its inner tensors, made by
+    its ``__tensor_unflatten__``, as its Function's backward gives (MaskedTensor's ``get_data``)."""
+    if isinstance(shadow, FakeTensor) or type(shadow) is torch.Tensor:
+        return torch.zeros_like(shadow)
+    try:
+        return torch.zeros_like(shadow)
+    except (TypeError, NotImplementedError):
+        names, flatten_ctx = tensor_flatten(shadow)
+        inner = {n: _zeros_like(getattr(shadow, n)) for n in names}
+        return unflatten_around(type(shadow), inner, flatten_ctx, shadow.shape, shadow.stride())
 
 
 AUTOGRAD_FUNCTION = Symbol(

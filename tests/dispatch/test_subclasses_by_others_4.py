@@ -93,6 +93,30 @@ def _masked_values(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return t.get_data().detach(), t.get_mask()
 
 
+def test_backward_inside_the_function_over_a_masked_tensor() -> None:
+    """The shadow graph's zero gradient of an ``autograd.Function`` input (MaskedTensor's ``get_data``)
+    was ``zeros_like`` of the MaskedTensor, which its dispatch does not implement: a TypeError where
+    eager computes the gradient."""
+    def f(m: torch.Tensor) -> torch.Tensor:
+        loss = (m * 3).sum()
+        loss.backward()
+        return loss.detach()
+
+    jitted = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="prototype"):
+        for i in range(3):
+            torch.manual_seed(i)
+            eager_m = _masked(requires_grad=True)
+            torch.manual_seed(i)
+            jit_m = _masked(requires_grad=True)
+            for got, want in zip(_masked_values(jitted(jit_m)), _masked_values(f(eager_m))):
+                torch.testing.assert_close(got, want)
+            for got, want in zip(_masked_values(jit_m.grad), _masked_values(eager_m.grad)):
+                torch.testing.assert_close(got, want)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+    assert all(entry.eager_reason is None for entry in jitted.entries)
+
+
 def test_binary_op_of_two_masked_tensors_is_traced() -> None:
     """MaskedTensor's binary dispatch reads whether the masks match, then unwraps each operand with an
     ``autograd.Function``; the probe had no value for an operand made inside (``a * 2``): an eager
@@ -114,3 +138,37 @@ def test_binary_op_of_two_masked_tensors_is_traced() -> None:
             f(a, b)
         with pytest.raises(ValueError, match="masks must match"):
             jitted(a, b)
+
+
+# --- torchao's quantized training -----------------------------------------------------------------
+def test_bitnet_training_step_inside_the_function() -> None:
+    """BitNet's linear Function adds the bias to its int8 matmul in its forward: a backward inside the
+    function reached the bias alone, so the weights and the first layer got no gradient and AdamW
+    moved only the last bias (a wrong answer)."""
+    import torchao.quantization as Q
+    from torchao.prototype.quantized_training import bitnet_training
+
+    def make() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
+        Q.quantize_(model, bitnet_training())
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    (eager_model, eager_opt), (model, opt) = make(), make()
+    jitted = jitcore.jit(step)
+    for _ in range(3):
+        x = torch.randn(8, 64)
+        torch.testing.assert_close(jitted(model, opt, x), step(eager_model, eager_opt, x))
+        for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+            assert type(p) is type(q) and type(p.grad) is type(q.grad)
+            torch.testing.assert_close(getattr(p, "_data", p).detach(), getattr(q, "_data", q).detach())
+            torch.testing.assert_close(p.grad, q.grad)
+    assert jitcore.cache_misses(jitted) == 2  # the step that makes AdamW's state, then a hit
+    assert all(entry.eager_reason is None for entry in jitted.entries)

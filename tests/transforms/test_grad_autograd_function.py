@@ -140,6 +140,37 @@ def test_a_forward_computed_from_detached_tensors_gives_outputs_that_require_gra
     assert jitcore.cache_hits(jitted) == 1
 
 
+
+class DetachedPlusBias(torch.autograd.Function):
+    """A forward that computes its output from one input on the graph (``+ b``) and from the other off
+    it (``x.detach()``), as BitNet's linear adds the bias after an int8 matmul."""
+
+    @staticmethod
+    def forward(ctx, x, b):
+        return x.detach() * 2 + b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2, grad
+
+
+def test_a_forward_output_on_the_graph_of_some_inputs_reaches_every_input() -> None:
+    """The output was taken as connected, since it was on the shadow graph through ``b``: a backward
+    inside found ``b`` alone as a leaf and ``x.grad`` stayed None (eager: 2)."""
+    def f(x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        loss = DetachedPlusBias.apply(x, b).sum()
+        loss.backward()
+        return loss.detach()
+
+    jitted = jitcore.jit(f)
+    for _ in range(2):
+        x, b = torch.randn(5, requires_grad=True), torch.randn(5, requires_grad=True)
+        ex, eb = x.detach().clone().requires_grad_(True), b.detach().clone().requires_grad_(True)
+        torch.testing.assert_close(jitted(x, b), f(ex, eb))
+        torch.testing.assert_close(x.grad, ex.grad)
+        torch.testing.assert_close(b.grad, eb.grad)
+    assert jitcore.cache_hits(jitted) == 1
+
 class Detaching(torch.Tensor):
     """A wrapper that keeps detached copies of what it is given (as torch's ComplexTensor does), with
     ops that return their input (``resolve_neg``, ``contiguous`` of a contiguous tensor) in its
