@@ -121,12 +121,27 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     sharing = _storage_sharing(program)
     guards = () if sharing is None else (sharing,)
     if sharing is not None and _shares(sharing) and runs_pass_1:
-        return GradStage(None, guards)  # Note [Inputs sharing storage under autograd]
+        return GradStage(None, guards)  # Note [Reads in a subclass's backward]
+# The grad transform records the backward on fake tensors, where no read of pass 1 answers a read the
+# backward makes: NestedTensor's ``unbind`` backward splits the gradient by ``offsets.diff().tolist()``
+# (``[t.sum(0) for t in n.unbind()]``, ``n[1]``, with ``n`` requiring grad). Such an entry runs pass 1
+# itself under torch's autograd (``pass_1_under_autograd``), as an entry with symbolic sizes does: the
+# subclass calls are resolved by their classes on every call, as eagerly, and so is the backward,
+# reads included; pass 1's own reads keep their checks. Where pass 1 cannot run so, the refusal stands
+# (the call runs eagerly).
+
+
+# Note [Inputs sharing storage under autograd]
     # autograd records aten ops on values; numbers read with item() stay names where it records nothing
     specialized = program.specialized(check_reads=False)
     trace = specialized.trace
     guards = (*specialized.guards, *guards)
-    grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads())
+    try:
+        grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads())
+    except DataDependentError:
+        if runs_pass_1 or program.symbolic_numbers() or not pass_1_runs(program.trace):
+            raise
+        return GradStage(None, pass_1=True)  # Note [Reads in a subclass's backward]
     layouts = [
         (path, tuple(arg.shadow.stride()), arg.shadow.storage_offset())
         for arg, path in zip(trace.args, prologue.inputs)  # tensor inputs come first

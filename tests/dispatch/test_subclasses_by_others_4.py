@@ -79,6 +79,18 @@ def test_njt_times_a_dense_tensor_of_the_same_dim_under_grad() -> None:
                      lambda: (_njt(requires_grad=True), torch.randn(3, 1, 8, requires_grad=True)))
 
 
+
+# NestedTensor's ``unbind`` backward splits the gradient by ``offsets.diff().tolist()``: no read of pass
+# 1 answers it in the grad transform's recording, and the call ran eagerly (JC-T002). Such an entry now
+# runs pass 1 under torch's autograd (Note [Reads in a subclass's backward], transforms/jit_hook.py).
+@pytest.mark.parametrize("program", [
+    lambda n: torch.stack([t.sum(0) for t in n.unbind()]),
+    lambda n: n[1] * 2,
+    lambda n: torch.cat([c.sin().values() for c in n.chunk(3, dim=0)]),
+], ids=["unbind", "select", "chunk"])
+def test_njt_code_reading_its_offsets_under_grad(program: Callable[..., Any]) -> None:
+    _gradients_match(program, lambda: (_njt(requires_grad=True),))
+
 # --- MaskedTensor ---------------------------------------------------------------------------------
 def _masked(requires_grad: bool = False, mask: torch.Tensor | None = None) -> torch.Tensor:
     from torch.masked import masked_tensor
