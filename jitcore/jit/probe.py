@@ -159,8 +159,8 @@ class Probe:
                 return found
             return self._private(leaf)  # until the pass ends (jit/held_tensors.py)
         found = self._env.get(id(leaf))
-        if found is None and id(leaf) in self._rebuilds:
-            self._run_rebuild(self._rebuilds.pop(id(leaf)))
+        if found is None and id(leaf) not in self._real_inputs and id(leaf) in self._rebuilds:
+            self._run_rebuild(self._rebuilds.pop(id(leaf)))  # a value made inside; an input is the caller's
             found = self._env.get(id(leaf))
         if found is None:
             found = self._real_inputs.get(id(leaf))
