@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from jitcore.langctx.shadows import STATEFUL
+from jitcore.langctx.shadows import BACKWARDS, STATEFUL, EagerKernels
 from jitcore.langctx.torch import torch_symbol
 
 __all__ = ["AUTOGRAD_GRAD", "autograd_grad", "free_graph", "graph_leaves"]
@@ -36,12 +36,13 @@ def free_graph(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], 
                fake_mode: Any) -> None:
     """Free the saved buffers of the shadows' graph as a backward without ``retain_graph`` frees eager's:
     the same backward run again natively, not retained, on the shadows (nothing is recorded)."""
-    with fake_mode:
+    with fake_mode, EagerKernels(fake_mode):
         torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), retain_graph=False,
                             allow_unused=True)
 
 
 STATEFUL.add(autograd_grad)
+BACKWARDS.add(autograd_grad)
 AUTOGRAD_GRAD = torch_symbol(autograd_grad, "jitcore.langctx.backward.autograd_grad",
                              tags=frozenset({"backward"}))
 

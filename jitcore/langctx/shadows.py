@@ -34,6 +34,7 @@ from torch._subclasses.fake_tensor import (
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, guard_or_false, guard_or_true, is_nested_int
 from torch.nested._internal.nested_tensor import _tensor_symint_registry
 from torch.utils._mode_utils import no_dispatch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
@@ -43,7 +44,7 @@ from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 
-__all__ = ["REPLAY_NUMEL_LIMIT", "STATEFUL", "WRITES_NO_DATA", "TensorValues", "evaluate", "may_write_inputs",
+__all__ = ["BACKWARDS", "EagerKernels", "REPLAY_NUMEL_LIMIT", "STATEFUL", "WRITES_NO_DATA", "TensorValues", "evaluate", "may_write_inputs",
            "data_read_error", "meta_of", "new_context", "untraced_kind"]
 
 # Fake-tensor kernels log every failure at ERROR level before re-raising it; the exception itself is
@@ -57,6 +58,9 @@ REPLAY_NUMEL_LIMIT = 1 << 22
 # graph whose buffers an earlier backward freed): what they raise on the shadows is eager's error, never
 # replayed on zero-filled tensors (which have no such state).
 STATEFUL: set[Callable[..., Any]] = set()
+# Functions that run autograd's backward on the shadows: an op of the backward whose fake kernel is
+# stricter than eager's is answered by eager's kernel (Note [Fake kernels stricter than eager]).
+BACKWARDS: set[Callable[..., Any]] = set()
 # In-place methods by name that change a tensor's autograd or sharing flags, never its data: a copy
 # of the tensor taken to undo writes (a failed value check) must not be made or restored for them
 # (restoring bumps the caller's version counter, which breaks eager graphs that saved the tensor).
@@ -348,7 +352,7 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     if cache_enabled and may_write_inputs(fn, shadow_kwargs):
         fake_mode.cache_enabled = False  # Note [FakeTensor cache and in-place resizes]
     try:
-        with fake_mode:
+        with fake_mode, EagerKernels(fake_mode) if fn in BACKWARDS else contextlib.nullcontext():
             out = fn(*shadow_args, **shadow_kwargs)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         _raise_meta_error(fn, shadow_args, shadow_kwargs, shadow_leaves, exc)
@@ -367,7 +371,7 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if may_write_inputs(fn, shadow_kwargs):
             out = _written_as_by_eager_kernel(fn, shadow_args, shadow_kwargs, shadow_leaves, exc, fake_mode)
         else:
-            out = _outputs_of_eager_kernel(fn, shadow_args, shadow_kwargs, exc, fake_mode)
+            out = _with_eager_kernels(fn, shadow_args, shadow_kwargs, fake_mode)
     finally:
         fake_mode.cache_enabled = cache_enabled
     _check_input_changes(values, fn, (shadow_args, shadow_kwargs), shadow_leaves, before, storage_sizes)
@@ -483,8 +487,12 @@ def _data_dependent(fn: Callable[..., Any], exc: Exception) -> DataDependentErro
 # for this call, not the program. A meta kernel exists only for an op whose output metadata follows
 # from its inputs' metadata (one whose outputs depend on values raises DynamicOutputShapeException
 # instead), so the eager kernel run on zero-filled tensors of the same metadata gives the outputs'
-# metadata: their shadows are made from it (``_outputs_of_eager_kernel``), and autograd runs the
-# same way (the op's backward reaches this fallback again where its own fake kernel is as strict).
+# metadata: their shadows are made from it (``_outputs_of_eager_kernel``). The stand-in works below
+# autograd: the call runs on the shadows again under ``EagerKernels``, a dispatch mode between the
+# autograd keys and the fake mode that answers just the failing aten op, so the outputs carry the torch
+# function's own autograd node (made leaves of their own, a backward inside the function once gave
+# the op's inputs no gradient). A backward run on the shadows (``BACKWARDS``: ``autograd_grad``) runs
+# under the same mode, for the op's backward is as strict (``_grouped_mm`` again).
 # Where eager cannot be asked cheaply (inputs over REPLAY_NUMEL_LIMIT elements, symbolic sizes, a
 # device this machine lacks), the call becomes a value read instead: run on the real values while
 # tracing, its outputs' metadata checked on every call (jitcore/jit/value_reads.py); with
@@ -641,9 +649,8 @@ def _outputs_of_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dict, 
     if any(not all(type(n) is int for n in _metadata(f)[0] + _metadata(f)[1]) for f in leaves
            if isinstance(f, FakeTensor)):
         raise _stricter_fake(fn, exc) from None  # symbolic sizes: the zero-filled run needs static ones
-    below_autograd = isinstance(fn, torch._ops.OpOverload)  # autograd was applied above this call
-    with torch.no_grad() if below_autograd else contextlib.nullcontext():
-        out = _on_zeros(fn, args, kwargs, grad_inputs=not below_autograd)
+    with torch.no_grad():  # below autograd: the torch function's autograd is applied above this call
+        out = _on_zeros(fn, args, kwargs)
     if out is _NOT_REPLAYED:
         raise _stricter_fake(fn, exc) from None
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
@@ -655,14 +662,38 @@ def _outputs_of_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dict, 
     if not all(o is None or (isinstance(o, torch.Tensor) and not o._is_view()) for o in out_leaves):
         # a number may come from the zeros' values, a view would lose its aliasing: read on the values
         raise _stricter_fake(fn, exc) from None
-    shadows = []
-    for o in out_leaves:
-        if isinstance(o, torch.Tensor):
-            shadow = fake_mode.from_tensor(o.detach(), static_shapes=True)
-            shadows.append(shadow.requires_grad_(True) if o.requires_grad else shadow)
-        else:
-            shadows.append(o)
+    shadows = [fake_mode.from_tensor(o, static_shapes=True) if isinstance(o, torch.Tensor) else o
+               for o in out_leaves]
     return optree.tree_unflatten(out_spec, shadows)
+
+
+class EagerKernels(TorchDispatchMode):
+    """Below autograd, above the fake mode: an aten op whose fake kernel raises a RuntimeError gets its
+    outputs' shadows from eager's kernel (``_outputs_of_eager_kernel``)."""
+
+    def __init__(self, fake_mode: FakeTensorMode) -> None:
+        super().__init__()
+        self.fake_mode = fake_mode
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        try:
+            return func(*args, **kwargs)
+        except (DataDependentOutputException, DynamicOutputShapeException):
+            raise
+        except RuntimeError as exc:
+            if data_read_error(func, exc) is not None or may_write_inputs(func, kwargs):
+                raise
+            with _disable_current_modes():  # eager's kernel runs on real tensors
+                return _outputs_of_eager_kernel(func, args, kwargs, exc, self.fake_mode)
+
+
+def _with_eager_kernels(fn: Callable[..., Any], args: tuple, kwargs: dict, fake_mode: FakeTensorMode) -> Any:
+    """``fn`` run on the shadows again, each aten op whose fake kernel rejects its arguments answered by
+    eager's kernel below autograd, so the outputs' autograd graph is ``fn``'s own (Note [Fake kernels
+    stricter than eager])."""
+    with fake_mode, EagerKernels(fake_mode):
+        return fn(*args, **kwargs)
 
 
 def _device_available(device: torch.device) -> bool:

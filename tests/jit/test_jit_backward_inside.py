@@ -111,6 +111,30 @@ def test_autograd_grad_inside():
     assert w.grad is None
 
 
+def test_backward_through_an_op_whose_fake_kernel_is_stricter_than_eager():
+    """``F.grouped_mm`` in float32 on CPU (Mixtral's experts): its fake kernel demands bfloat16, its CPU
+    kernel takes float32, so its outputs' metadata come from eager's kernel (Note [Fake kernels
+    stricter than eager]). That stand-in once made the output a leaf of the shadows' graph: a backward
+    inside the function then gave no gradient to the input and the weight (eager gives both)."""
+
+    def f(x, w, offs):
+        loss = torch.nn.functional.grouped_mm(x, w, offs=offs).square().sum()
+        loss.backward()
+        return loss.detach()
+
+    offs = torch.tensor([2, 5, 8], dtype=torch.int32)
+    jf = jitcore.jit(f)
+    for i in range(3):
+        torch.manual_seed(i)
+        x, w = torch.randn(8, 8, requires_grad=True), torch.randn(3, 8, 16, requires_grad=True)
+        x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        assert_same(jf(x, w, offs), f(x2, w2, offs))
+        assert x.grad is not None and w.grad is not None
+        assert_same(x.grad, x2.grad)
+        assert_same(w.grad, w2.grad)
+    assert jitcore.cache_misses(jf) == 1
+
+
 def test_backward_with_inputs_and_a_leaf_made_inside():
     def f(a, b):
         c = torch.ones(3, requires_grad=True)

@@ -197,7 +197,7 @@ def test_speech_model_with_ctc_loss_training():
     assert jitcore.cache_misses(jitted) == 2
 
 
-@pytest.mark.parametrize("make", [_llama, _gpt2], ids=lambda m: m.__name__[1:])
+@pytest.mark.parametrize("make", [_llama, _mixtral, _gpt2], ids=lambda m: m.__name__[1:])
 def test_training_step_inside_the_jitted_function(make):
     """Forward with labels, ``loss.backward()`` and an AdamW step, all in the jitted function."""
 
