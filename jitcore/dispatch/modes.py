@@ -231,13 +231,17 @@ def _length(tensor: TensorProxy) -> int:
 def _of_tensor(builtin: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``len(x)``, ``list(x)``, ``tuple(x)`` of a tensor as CPython runs them (a sequence: the iterator,
     then the length as its size hint), each step offered to the program's modes; of anything else, the
-    program's native call."""
+    interpreter's own call (its lookaside: ``list(module_list)`` iterates as ``for`` does)."""
     from jitcore.interpreter import current_run
     from jitcore.interpreter.calls import opaque
+    from jitcore.interpreter.lookasides import builtin_lookasides
 
     cls = type(args[0]) if len(args) == 1 and not kwargs else None
     if not (cls is not None and issubclass(cls, TensorProxy) and cls.__len__ is TensorProxy.__len__
             and cls.__iter__ is TensorProxy.__iter__):  # (not a class's own __len__ or __iter__)
+        interpreted = builtin_lookasides().get(builtin)
+        if interpreted is not None:
+            return interpreted(*args, **kwargs)
         return opaque(current_run(), builtin, args, kwargs)
     if builtin is builtins.len:
         return _length(args[0])

@@ -29,7 +29,22 @@ from collections.abc import Callable, MutableMapping
 from types import CellType, FunctionType
 
 from jitcore.interpreter.attributes import load_attr
-from jitcore.interpreter.calls import NATIVE_CALLABLES, call, run_class_body
+from jitcore.interpreter.callbacks import (
+    enumerate_,
+    filter_,
+    iter_,
+    list_,
+    list_sort,
+    map_,
+    max_,
+    min_,
+    next_,
+    reduce_,
+    sorted_,
+    tuple_,
+    zip_,
+)
+from jitcore.interpreter.calls import call, run_class_body
 from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.protocols import truth
@@ -45,102 +60,6 @@ def _run() -> Run:
     run = current_run()
     assert run is not None, "a lookaside runs only inside a run"
     return run
-
-
-class _Interpreted:
-    """``fn`` made callable from C (``map``, ``sorted``'s key, ``iter(fn, sentinel)``) so that its Python
-    code is interpreted by ``run``; pickled as ``fn`` itself (a pickled ``map`` or callable iterator
-    holds the user's function, as eagerly)."""
-
-    __slots__ = ("fn", "run")
-
-    def __init__(self, run: Run, fn: object) -> None:
-        self.run, self.fn = run, fn
-
-    def __call__(self, *args: object, **kwargs: object) -> object:
-        return self.run.call(self.fn, *args, **kwargs)
-
-    def __reduce__(self) -> tuple:
-        return _same, (self.fn,)
-
-
-def _same(fn: object) -> object:
-    return fn
-
-
-def _through(run: Run, fn: object) -> object:
-    """``fn`` made callable from C so that its Python code is interpreted by ``run``."""
-    if fn is None or type(fn) in NATIVE_CALLABLES:
-        return fn
-    return _Interpreted(run, fn)
-
-
-def map_(fn: object, /, *iterables: object) -> map:
-    """map() whose function is interpreted."""
-    return map(_through(_run(), fn), *iterables)
-
-
-def filter_(fn: object, iterable: object, /) -> filter:
-    """filter() whose predicate is interpreted."""
-    return filter(_through(_run(), fn), iterable)
-
-
-def sorted_(iterable: object, /, *, key: object = None, reverse: bool = False) -> list:
-    """sorted() whose key is interpreted."""
-    return sorted(iterable, key=_through(_run(), key), reverse=reverse)
-
-
-def min_(*args: object, **kwargs: object) -> object:
-    """min() whose key is interpreted."""
-    if "key" in kwargs:
-        kwargs["key"] = _through(_run(), kwargs["key"])
-    return min(*args, **kwargs)
-
-
-def max_(*args: object, **kwargs: object) -> object:
-    """max() whose key is interpreted."""
-    if "key" in kwargs:
-        kwargs["key"] = _through(_run(), kwargs["key"])
-    return max(*args, **kwargs)
-
-
-def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> None:
-    """list.sort() whose key is interpreted."""
-    return list.sort(self, key=_through(_run(), key), reverse=reverse)
-
-
-def reduce_(fn: object, *args: object) -> object:
-    """functools.reduce() whose function is interpreted."""
-    return functools.reduce(_through(_run(), fn), *args)
-
-
-def iter_(*args: object) -> object:
-    """iter() with a Python __iter__ (or the callable of iter(fn, sentinel)) interpreted."""
-    from jitcore.interpreter.protocols import get_iter
-
-    if not 1 <= len(args) <= 2:
-        raise TypeError(f"iter expected {'at least 1 argument' if not args else 'at most 2 arguments'}, "
-                        f"got {len(args)}")
-    obj, sentinel = args[0], args[1:]
-    run = _run()
-    if sentinel:
-        if not callable(obj):
-            raise TypeError("iter(v, w): v must be callable")
-        return iter(_through(run, obj), *sentinel)
-    return get_iter(run, obj)
-
-
-def next_(it: object, /, *default: object) -> object:
-    """next() with a Python __next__ interpreted."""
-    f = getattr(type(it), "__next__", None)
-    if type(f) is FunctionType and len(default) <= 1:
-        try:
-            return call(_run(), f, (it,), None)
-        except StopIteration:
-            if default:
-                return default[0]
-            raise
-    return next(it, *default)
 
 
 def getattr_(obj: object, name: object, /, *default: object) -> object:
@@ -679,6 +598,10 @@ def builtin_lookasides() -> dict[object, Callable]:
     if _TABLE is None:
         _TABLE = {
             map: map_,
+            enumerate: enumerate_,
+            zip: zip_,
+            list: list_,
+            tuple: tuple_,
             filter: filter_,
             sorted: sorted_,
             min: min_,

@@ -39,6 +39,13 @@ _CHANGING_METADATA = frozenset({
     "storage_offset", "is_contiguous",
 })
 _STORED_ON_PROXY = frozenset({"data", "requires_grad"})
+# Note [Tensors read as attributes]
+# ``w.T`` (Falcon's linear layers: ``input @ self.weight.T``), ``w.mT``, ``w.H``, ``z.real`` are tensors
+# torch computes from the tensor, views with an autograd history. Read natively on a held tensor,
+# the view was a tensor of its own, not recorded: a constant input of the trace, and under a
+# backward inside the function a leaf of the shadows' graph that no record produces (the grad
+# transform stopped at it). They are read on the held tensor's proxy instead, which records them.
+_COMPUTED = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 NOT_ANSWERED = object()  # ``HeldTensors.metadata``: the read is not one it answers
 
 
@@ -71,7 +78,10 @@ class HeldTensors:
         trace.output = self.bind_tree(trace.output)
 
     def metadata(self, obj: Any, name: str) -> Any:
-        """``obj.name`` answered by the proxy of a bound held tensor, or ``NOT_ANSWERED``."""
+        """``obj.name`` answered by the proxy of a bound held tensor (or of ``obj`` bound now, for an
+        attribute torch computes a tensor for), or ``NOT_ANSWERED``."""
+        if name in _COMPUTED and is_held_tensor(obj):
+            return getattr(self.bind(obj), name)  # recorded on the proxy: Note [Tensors read as attributes]
         if name not in _CHANGING_METADATA or not is_held_tensor(obj):
             return NOT_ANSWERED
         proxy: TensorProxy | None = self._provenance.bound_proxy(obj)

@@ -44,8 +44,20 @@ from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 
-__all__ = ["BACKWARDS", "EagerKernels", "REPLAY_NUMEL_LIMIT", "STATEFUL", "WRITES_NO_DATA", "TensorValues", "evaluate", "may_write_inputs",
-           "data_read_error", "meta_of", "new_context", "untraced_kind"]
+__all__ = [
+    "BACKWARDS",
+    "EagerKernels",
+    "REPLAY_NUMEL_LIMIT",
+    "STATEFUL",
+    "TensorValues",
+    "WRITES_NO_DATA",
+    "data_read_error",
+    "evaluate",
+    "may_write_inputs",
+    "meta_of",
+    "new_context",
+    "untraced_kind",
+]
 
 # Fake-tensor kernels log every failure at ERROR level before re-raising it; the exception itself is
 # what the user gets, so the log line is noise.

@@ -153,6 +153,18 @@ def test_globals_that_are_a_dict_subclass_with_missing() -> None:
     lambda: next(x=iter([])),
     lambda: getattr(1, name="real"),
     lambda: next(iter([]), 1, 2),
+    lambda: enumerate(),
+    lambda: enumerate([1], 2, 3),
+    lambda: enumerate(iterable=[1], begin=0),
+    lambda: list(enumerate(iterable=UserList([1]), start=2)),
+    lambda: zip(UserList([1]), 1),
+    lambda: list(zip(UserList([1]), [1, 2], strict=True)),
+    lambda: zip([1], stricter=True),
+    lambda: list([1], [2]),
+    lambda: list(iterable=[1]),
+    lambda: tuple(UserList([1]), 2),
+    lambda: list(3),
+    lambda: (tuple(UserList([1, 2])), list(), tuple()),
 ])
 def test_argument_errors_of_builtins_with_lookasides(call) -> None:
     """The builtin's own message, not the lookaside's Python signature (``getattr_() missing ...``)."""

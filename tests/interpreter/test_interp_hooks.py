@@ -370,3 +370,54 @@ def test_raising_a_builtin_exception_class_is_seen_by_lookasides_and_the_opaque_
             return e.args
 
     assert interpret(raise_unhashable)() == raise_unhashable() == ("u",)
+
+
+def _step(value):
+    return value
+
+
+class _Bag:
+    """A container whose ``__iter__`` is a Python generator (a ``ModuleList``'s is Python too)."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        for item in self.items:
+            yield _step(item)
+
+
+class _Countdown:
+    """An iterator whose ``__next__`` is Python."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.n == 0:
+            raise StopIteration
+        self.n -= 1
+        return _step(self.n)
+
+
+def test_iterables_that_c_builtins_iterate_are_interpreted():
+    """``enumerate``, ``zip``, ``list``, ``tuple`` and ``sorted`` iterate as the ``for`` statement does:
+    the Python ``__iter__``/``__next__`` they call runs on the interpreter, so its calls reach the hooks
+    (natively, ``enumerate(self.layers)`` once gave a ModuleList's modules without their paths)."""
+    seen = []
+
+    def spy(value):
+        seen.append(value)
+        return value * 10
+
+    def f():
+        return (list(enumerate(_Bag([1, 2]), start=5)), list(zip(_Bag([3]), _Countdown(2))),
+                list(_Bag([4])), tuple(_Countdown(1)), sorted(_Bag([6, 5])))
+
+    got = interpret(f, Hooks(lookasides={_step: spy}))()
+    assert got == ([(5, 10), (6, 20)], [(30, 10)], [40], (0,), [50, 60])
+    assert sorted(seen) == [0, 1, 1, 2, 3, 4, 5, 6]
+    assert f() == ([(5, 1), (6, 2)], [(3, 1)], [4], (0,), [5, 6])

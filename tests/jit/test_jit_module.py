@@ -532,3 +532,84 @@ def test_a_jitted_submodule_inside_a_jitted_model_is_part_of_its_trace():
     with torch.no_grad():
         model.inner.bias += 1  # state read afresh by both
     assert_same(jitted(x), model(x))
+
+
+class _TransposedLinear(nn.Linear):
+    """Falcon's linear layer: ``input @ self.weight.T``, the transpose read as an attribute."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight.T + self.bias
+
+
+class _Blocks(nn.Module):
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.h = nn.ModuleList([nn.Sequential(nn.LayerNorm(4), _TransposedLinear(4, 4)) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.how == "enumerate":
+            for i, block in enumerate(self.h):
+                x = block(x) * (i + 1)
+        elif self.how == "zip":
+            for block, scale in zip(self.h, (1.0, 2.0)):
+                x = block(x) * scale
+        else:
+            for block in list(self.h):
+                x = block(x)
+        return x
+
+
+@pytest.mark.parametrize("how", ["enumerate", "zip", "list"])
+def test_modules_iterated_by_c_builtins_have_their_parameters_as_named_inputs(how: str) -> None:
+    """``enumerate(self.h)`` (Falcon's decoder loop), ``zip`` and ``list`` over a ModuleList iterate it as
+    ``for`` does: each parameter is an input named by its path. Natively iterated, the modules had no
+    path, their parameters were captured tensors, and ``self.weight.T`` read on one was a tensor of its
+    own: under a backward inside the function the grad transform stopped at it ("t7 is used before it
+    is produced") where eager trains."""
+
+    def step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    torch.manual_seed(0)
+    eager = _Blocks(how)
+    model = copy.deepcopy(eager)
+    jitted = jitcore.jit(step)
+    for i in range(3):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(model, x), step(eager, x))
+        for p, q in zip(model.parameters(), eager.parameters()):
+            assert_same(p.grad, q.grad)
+    assert jitcore.cache_misses(jitted) == 2  # the first backward sets .grad, the next ones add to it
+    names = [a.name for a in jitcore.last_traces(jitted)[0].args]
+    parameters = [f"h_{i}_{j}_{name}" for i in range(2) for j in range(2) for name in ("weight", "bias")]
+    assert names[1:9] == parameters
+
+
+@pytest.mark.parametrize("attribute", ["T", "mT", "H"])
+def test_tensors_read_as_attributes_of_a_parameter_the_program_holds(attribute: str) -> None:
+    """``p.T`` of a parameter ``module.parameters()`` yields (the program holds the caller's tensor itself,
+    jit/held_tensors.py) is recorded on its proxy: read natively it was a tensor of its own, a constant
+    input with no path, and a backward inside the function raised where eager trains."""
+
+    def step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        loss = model(x).sum()
+        for p in model.parameters():
+            if p.ndim == 2:
+                loss = loss + (x @ getattr(p, attribute)).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+    model = copy.deepcopy(eager)
+    jitted = jitcore.jit(step)
+    for i in range(3):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(model, x), step(eager, x))
+        for p, q in zip(model.parameters(), eager.parameters()):
+            assert_same(p.grad, q.grad)
+    assert jitcore.cache_misses(jitted) == 2  # the first backward sets .grad, the next ones add to it
+    assert not any(a.name.startswith("c") for a in jitcore.last_traces(jitted)[0].args)

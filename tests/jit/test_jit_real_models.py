@@ -39,6 +39,14 @@ def _mixtral():
     return transformers.MixtralForCausalLM(config)
 
 
+def _falcon():
+    """Its decoder loop is ``for i, block in enumerate(self.h)`` and its linear layers compute
+    ``input @ self.weight.T``."""
+    config = transformers.FalconConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                       num_attention_heads=4)
+    return transformers.FalconForCausalLM(config)
+
+
 def _gpt2():
     config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                                      bos_token_id=0, eos_token_id=0)
@@ -197,7 +205,7 @@ def test_speech_model_with_ctc_loss_training():
     assert jitcore.cache_misses(jitted) == 2
 
 
-@pytest.mark.parametrize("make", [_llama, _mixtral, _gpt2], ids=lambda m: m.__name__[1:])
+@pytest.mark.parametrize("make", [_llama, _mixtral, _falcon, _gpt2], ids=lambda m: m.__name__[1:])
 def test_training_step_inside_the_jitted_function(make):
     """Forward with labels, ``loss.backward()`` and an AdamW step, all in the jitted function."""
 

@@ -1,0 +1,177 @@
+"""C builtins that call Python back, given callables and iterables: replaced so that what they call
+is interpreted (``map``, ``filter``, ``sorted``/``min``/``max``/``list.sort`` keys, ``functools.reduce``,
+``iter``/``next``, and the iteration of ``enumerate``, ``zip``, ``list``, ``tuple`` and ``sorted``).
+
+Invariants (those of jitcore/interpreter/lookasides.py, whose table lists these):
+- each gives the same result and raises the same exceptions as the builtin it replaces; lazy builtins
+  (map, filter, enumerate, zip) stay lazy and keep their types (what they call is wrapped, not the
+  builtin);
+- an iterable with a Python ``__iter__`` (a ``ModuleList``, a user's container) is iterated through
+  the interpreter (``native_iterable``), as the ``for`` statement iterates it: the module a
+  ``ModuleList`` yields under ``enumerate(self.layers)`` is the one ``for layer in self.layers``
+  gives, reached through its path (its parameters named inputs of the trace, not captured tensors).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from types import FunctionType
+
+from jitcore.interpreter.calls import NATIVE_CALLABLES, call
+from jitcore.interpreter.protocols import EXHAUSTED, get_iter, next_value
+from jitcore.interpreter.run import Run, current_run
+
+__all__ = ["enumerate_", "filter_", "iter_", "list_", "list_sort", "map_", "max_", "min_", "native_iterable",
+           "next_", "reduce_", "sorted_", "through", "tuple_", "zip_"]
+
+
+def _run() -> Run:
+    run = current_run()
+    assert run is not None, "a lookaside runs only inside a run"
+    return run
+
+
+class _Interpreted:
+    """``fn`` made callable from C (``map``, ``sorted``'s key, ``iter(fn, sentinel)``) so that its Python
+    code is interpreted by ``run``; pickled as ``fn`` itself (a pickled ``map`` or callable iterator
+    holds the user's function, as eagerly)."""
+
+    __slots__ = ("fn", "run")
+
+    def __init__(self, run: Run, fn: object) -> None:
+        self.run, self.fn = run, fn
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self.run.call(self.fn, *args, **kwargs)
+
+    def __reduce__(self) -> tuple:
+        return _same, (self.fn,)
+
+
+def _same(fn: object) -> object:
+    return fn
+
+
+def through(run: Run, fn: object) -> object:
+    """``fn`` made callable from C so that its Python code is interpreted by ``run``."""
+    if fn is None or type(fn) in NATIVE_CALLABLES:
+        return fn
+    return _Interpreted(run, fn)
+
+
+def map_(fn: object, /, *iterables: object) -> map:
+    """map() whose function is interpreted."""
+    return map(through(_run(), fn), *iterables)
+
+
+def filter_(fn: object, iterable: object, /) -> filter:
+    """filter() whose predicate is interpreted."""
+    return filter(through(_run(), fn), iterable)
+
+
+def sorted_(iterable: object, /, *, key: object = None, reverse: bool = False) -> list:
+    """sorted() whose key is interpreted."""
+    run = _run()
+    return sorted(native_iterable(run, iterable), key=through(run, key), reverse=reverse)
+
+
+def min_(*args: object, **kwargs: object) -> object:
+    """min() whose key is interpreted."""
+    if "key" in kwargs:
+        kwargs["key"] = through(_run(), kwargs["key"])
+    return min(*args, **kwargs)
+
+
+def max_(*args: object, **kwargs: object) -> object:
+    """max() whose key is interpreted."""
+    if "key" in kwargs:
+        kwargs["key"] = through(_run(), kwargs["key"])
+    return max(*args, **kwargs)
+
+
+def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> None:
+    """list.sort() whose key is interpreted."""
+    return list.sort(self, key=through(_run(), key), reverse=reverse)
+
+
+def reduce_(fn: object, *args: object) -> object:
+    """functools.reduce() whose function is interpreted."""
+    return functools.reduce(through(_run(), fn), *args)
+
+
+def iter_(*args: object) -> object:
+    """iter() with a Python __iter__ (or the callable of iter(fn, sentinel)) interpreted."""
+    if not 1 <= len(args) <= 2:
+        raise TypeError(f"iter expected {'at least 1 argument' if not args else 'at most 2 arguments'}, "
+                        f"got {len(args)}")
+    obj, sentinel = args[0], args[1:]
+    run = _run()
+    if sentinel:
+        if not callable(obj):
+            raise TypeError("iter(v, w): v must be callable")
+        return iter(through(run, obj), *sentinel)
+    return get_iter(run, obj)
+
+
+def next_(it: object, /, *default: object) -> object:
+    """next() with a Python __next__ interpreted."""
+    f = getattr(type(it), "__next__", None)
+    if type(f) is FunctionType and len(default) <= 1:
+        try:
+            return call(_run(), f, (it,), None)
+        except StopIteration:
+            if default:
+                return default[0]
+            raise
+    return next(it, *default)
+
+
+def native_iterable(run: Run, obj: object) -> object:
+    """``obj`` as a C function may iterate it: where its ``__iter__`` (or its iterator's ``__next__``)
+    is Python, an iterator whose steps are interpreted; ``obj`` itself otherwise."""
+    t = type(obj)
+    if not _is_python(getattr(t, "__iter__", None)) and not _is_python(getattr(t, "__next__", None)):
+        return obj
+    it = get_iter(run, obj)
+    return _interpreted_steps(run, it) if _is_python(getattr(type(it), "__next__", None)) else it
+
+
+def _is_python(f: object) -> bool:
+    return type(f) is FunctionType
+
+
+def _interpreted_steps(run: Run, it: object) -> Iterator[object]:
+    while (value := next_value(run, it)) is not EXHAUSTED:
+        yield value
+
+
+def enumerate_(*args: object, **kwargs: object) -> enumerate:
+    """enumerate() over its iterable as the ``for`` statement iterates it (bad arguments: the builtin's
+    own error)."""
+    run = _run()
+    if args:
+        args = (native_iterable(run, args[0]), *args[1:])
+    elif "iterable" in kwargs:
+        kwargs["iterable"] = native_iterable(run, kwargs["iterable"])
+    return enumerate(*args, **kwargs)
+
+
+def zip_(*iterables: object, **kwargs: object) -> zip:
+    """zip() over ``iterables`` as the ``for`` statement iterates them."""
+    run = _run()
+    return zip(*(native_iterable(run, it) for it in iterables), **kwargs)
+
+
+def list_(*args: object, **kwargs: object) -> list:
+    """list() of its iterable as the ``for`` statement iterates it."""
+    if len(args) == 1 and not kwargs:
+        args = (native_iterable(_run(), args[0]),)
+    return list(*args, **kwargs)
+
+
+def tuple_(*args: object, **kwargs: object) -> tuple:
+    """tuple() of its iterable as the ``for`` statement iterates it."""
+    if len(args) == 1 and not kwargs:
+        args = (native_iterable(_run(), args[0]),)
+    return tuple(*args, **kwargs)
