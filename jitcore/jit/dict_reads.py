@@ -9,12 +9,16 @@ hook leaves unbound (library code, which jitcore does not bind item by item) of 
 counter is reported to ``Provenance.native_reads``, which guards it by value (Note [Counters read
 natively] in jitcore/jit/provenance.py).
 
+The same holds for an OrderedDict's own ``pop`` and ``setdefault`` (its ``get`` is dict's): they change the
+OrderedDict through its own methods (dict's would leave its key list behind).
+
 Invariants: each replacement behaves as the dict method (same result, same errors, same change of
 the dict); dict subclasses that override the method never reach it (their own method is called).
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any
 
@@ -30,11 +34,11 @@ def dict_read_lookasides(
     native_arguments: Callable[[Any, tuple, dict], tuple[tuple, dict]],
     provenance: Any,
 ) -> dict[Any, Callable[..., Any]]:
-    """``{dict.get: ..., dict.pop: ..., dict.setdefault: ...}`` reading present items through
-    ``load_subscr(frame, container, key, value)``; their arguments are first what C code is handed
-    (``native_arguments(fn, args, kwargs)``, called with the method descriptor and the dict as its
-    first argument, as the interpreter calls it: a caller's object as a key pins its identity,
-    numbers are values), as for any opaque call."""
+    """``{dict.get: ..., dict.pop: ..., dict.setdefault: ...}`` (and OrderedDict's ``pop``, ``setdefault``)
+    reading present items through ``load_subscr(frame, container, key, value)``; their arguments are
+    first what C code is handed (``native_arguments(fn, args, kwargs)``, called with the method
+    descriptor and the dict as its first argument, as the interpreter calls it: a caller's object as a
+    key pins its identity, numbers are values), as for any opaque call."""
 
     def read(d: dict, key: Any, value: Any) -> Any:
         run = current_run()
@@ -52,18 +56,24 @@ def dict_read_lookasides(
         value = dict.get(d, key, _ABSENT)
         return default if value is _ABSENT else read(d, key, value)
 
-    def pop(d: dict, key: Any, /, *default: Any) -> Any:
-        (_, key, *default), _ = native_arguments(dict.pop, (d, key, *default), {})
-        value = dict.get(d, key, _ABSENT)
-        if value is _ABSENT:
-            return dict.pop(d, key, *default)
-        bound = read(d, key, value)
-        dict.pop(d, key)
-        return bound
+    def popper(native_pop: Callable[..., Any]) -> Callable[..., Any]:
+        def pop(d: dict, key: Any, /, *default: Any) -> Any:
+            (_, key, *default), _ = native_arguments(native_pop, (d, key, *default), {})
+            value = dict.get(d, key, _ABSENT)
+            if value is _ABSENT:
+                return native_pop(d, key, *default)
+            bound = read(d, key, value)
+            native_pop(d, key)
+            return bound
+        return pop
 
-    def setdefault(d: dict, key: Any, default: Any = None, /) -> Any:
-        (_, key, default), _ = native_arguments(dict.setdefault, (d, key, default), {})
-        value = dict.get(d, key, _ABSENT)
-        return dict.setdefault(d, key, default) if value is _ABSENT else read(d, key, value)
+    def defaulter(native_setdefault: Callable[..., Any]) -> Callable[..., Any]:
+        def setdefault(d: dict, key: Any, default: Any = None, /) -> Any:
+            (_, key, default), _ = native_arguments(native_setdefault, (d, key, default), {})
+            value = dict.get(d, key, _ABSENT)
+            return native_setdefault(d, key, default) if value is _ABSENT else read(d, key, value)
+        return setdefault
 
-    return {dict.get: get, dict.pop: pop, dict.setdefault: setdefault}
+    ordered = collections.OrderedDict
+    return {dict.get: get, dict.pop: popper(dict.pop), dict.setdefault: defaulter(dict.setdefault),
+            ordered.pop: popper(ordered.pop), ordered.setdefault: defaulter(ordered.setdefault)}

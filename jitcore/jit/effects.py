@@ -46,8 +46,8 @@ __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "counters", "
            "written_keys"]
 
 EffectKind = Literal[
-    "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "cell", "grad",
-    "print", "log",
+    "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "order", "cell",
+    "grad", "print", "log",
 ]
 PRINT_STREAMS = ("stdout", "stderr")  # the streams a recorded print writes to (jit/printing.py)
 _MISSING = object()
@@ -59,7 +59,8 @@ class Effect:
 
     Attributes:
         path: how the object is reached from the call (its root may bind the object itself).
-        kind: what changes: an attribute, an item, the whole contents (list/set), a cell; or
+        kind: what changes: an attribute, an item, the whole contents (list/set), a dict's
+            order (``"order"``: its keys in their new order, after its item effects), a cell; or
             ``"print"``, a line the program prints to the stream at ``path`` (jit/printing.py);
             ``"log"``, a record the program logs to the logger at ``path`` (jit/log_records.py).
         key: the attribute name or item key (None for contents and cells; ``(sep, end, flush)``
@@ -370,6 +371,8 @@ def _state_of(obj: Any) -> Any:
     # the built-in types' own methods: a subclass's overrides (a registry's ``get``) are the program's
     if isinstance(obj, list):
         return ("list", list(list.__iter__(obj)))
+    if isinstance(obj, collections.OrderedDict):  # its own order (``move_to_end``), not its dict's
+        return ("dict", dict(collections.OrderedDict.items(obj)))
     if isinstance(obj, dict):
         return ("dict", dict(dict.items(obj)))
     if isinstance(obj, set):
@@ -458,6 +461,9 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
     effects = [Effect(path, deleter, k, None) for k in old if k not in new]
     effects += [Effect(path, setter, plain_text(k), v) for k, v in new.items()
                 if dict.get(old, k, _MISSING) is not v or _noted(k, written)]
+    if kind == "dict" and list(new) != [*(k for k in old if k in new), *(k for k in new if k not in old)]:
+        # reordered (a key popped and set again, ``move_to_end``), which item effects do not say
+        effects.append(Effect(path, "order", None, tuple(plain_text(k) for k in new)))
     return effects
 
 
@@ -543,14 +549,29 @@ def _restore(obj: Any, state: Any) -> None:
         if dict.__len__(target) != len(old) or any(
             dict.get(target, k, _MISSING) is not v for k, v in old.items()
         ):
-            dict.clear(target)
-            dict.update(target, old)
+            _refill(target, old)
     elif kind == "set":
         set.clear(obj)
         set.update(obj, old)
     elif kind == "slots":
         for name, value in old.items():
             _set_slot(obj, name, value)
+
+
+# Note [Restoring an OrderedDict]
+# ``dict.clear`` and ``dict.update`` called on an OrderedDict change its dict but not its own list
+# of keys: iterating it afterwards raises KeyError (Segformer's forward hooks, which transformers
+# registers while the program runs, left the model's hook dict broken for every later call, eager
+# ones too). An OrderedDict is refilled through its own methods; other dicts through dict's, which
+# runs no ``__setitem__`` a subclass overrides.
+def _refill(target: dict, old: dict) -> None:
+    if isinstance(target, collections.OrderedDict):
+        collections.OrderedDict.clear(target)
+        for key, value in old.items():
+            collections.OrderedDict.__setitem__(target, key, value)
+    else:
+        dict.clear(target)
+        dict.update(target, old)
 
 
 @functools.cache
@@ -611,6 +632,12 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
         else:
             target.clear()
             target.update(value)
+    elif kind == "order":
+        for key in value:
+            if isinstance(target, collections.OrderedDict):
+                collections.OrderedDict.move_to_end(target, key)
+            else:
+                dict.__setitem__(target, key, dict.pop(target, key))  # to the end
     elif kind == "cell":
         target.cell_contents = value
     elif kind == "grad":

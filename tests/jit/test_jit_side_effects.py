@@ -898,3 +898,59 @@ def test_a_path_object_in_state_is_read_and_restored_through_its_slots() -> None
     for _ in range(4):
         torch.testing.assert_close(jf(torch.ones(2)), f(torch.ones(2)))
     assert jitcore.cache_misses(jf) == 2  # the second call finds the parts pathlib caches in its slots
+
+
+@pytest.mark.parametrize("change", ["add", "move_to_end", "pop", "hook"])
+def test_an_ordered_dict_the_program_changes_stays_whole(change: str) -> None:
+    """An OrderedDict of state changed by the program (a forward hook registered and removed inside,
+    as transformers' output capturing does) is restored after tracing through its own methods:
+    ``dict.clear``/``dict.update`` on it left its key list behind, and iterating it (every later eager
+    call of the model, which runs its hooks) raised KeyError (Note [Restoring an OrderedDict])."""
+
+    def program(x: torch.Tensor, od: collections.OrderedDict, model: torch.nn.Module) -> torch.Tensor:
+        if change == "add":
+            od["c"] = 3
+        elif change == "move_to_end":
+            od.move_to_end("a")
+        elif change == "pop":
+            od["a"] = od.pop("a") + 1  # to the end, with a new value
+        else:
+            handle = model.register_forward_hook(lambda m, args, out: out * 2)
+            x = model(x)
+            handle.remove()
+        return x + len(od)
+
+    def state() -> tuple:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(2, 2)
+        model.register_forward_hook(lambda m, args, out: out + 1)
+        return collections.OrderedDict(a=1, b=2), model
+
+    eager_od, eager_model = state()
+    od, model = state()
+    jitted = jitcore.jit(program)
+    for i in range(3):
+        x = torch.randn(3, 2, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(x, od, model), program(x, eager_od, eager_model))
+        assert list(od.items()) == list(eager_od.items())
+        assert len(list(model._forward_hooks.values())) == len(list(eager_model._forward_hooks.values()))
+        assert_same(model(x), eager_model(x))
+
+
+@pytest.mark.parametrize("kind", [dict, collections.OrderedDict], ids=["dict", "OrderedDict"])
+def test_a_key_popped_and_set_again_moves_to_the_end(kind: type) -> None:
+    """``d[k] = d.pop(k) + 1`` (an LRU-style bump): the value is read through the pop on every call (an
+    OrderedDict's own ``pop`` was native: its value a constant, the second call wrote 2 where eager
+    writes 3) and the key order is replayed (dicts are ordered: ``a`` moves behind ``b``)."""
+
+    def program(x: torch.Tensor, d: dict) -> torch.Tensor:
+        d["a"] = d.pop("a") + 1
+        return x * d["a"]
+
+    eager, state = kind(a=1, b=2), kind(a=1, b=2)
+    jitted = jitcore.jit(program)
+    for _ in range(3):
+        assert_same(jitted(torch.ones(2), state), program(torch.ones(2), eager))
+        assert list(state.items()) == list(eager.items())
+    # a dict argument's keys are guarded in their order: ['a', 'b'] on the first call, ['b', 'a'] after
+    assert jitcore.cache_misses(jitted) == (2 if kind is dict else 1)
