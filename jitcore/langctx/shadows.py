@@ -587,15 +587,13 @@ def _on_zeros(
     metadata: dict[int, tuple] | None = None,
     storage_sizes: dict[int, int] | None = None,
     *,
-    grad_inputs: bool = False,
     after: dict[int, tuple] | None = None,
 ) -> Any:
     """``fn`` run on zero-filled real tensors with the shadows' metadata: its outputs, or _NOT_REPLAYED
     (too large to replay, or on a device this machine does not have).
 
-    ``grad_inputs``: every tensor whose shadow requires grad is a leaf that requires grad (so that
-    the outputs require grad as eager's would); otherwise only leaves do (an in-place op on a leaf
-    that requires grad raises as eagerly). ``after``: filled with each shadow's (shape, strides,
+    Leaves whose shadows require grad require grad (an in-place op on such a leaf raises as eagerly).
+    ``after``: filled with each shadow's (shape, strides,
     offset) as the call left its zero-filled tensor, by the shadow's id.
 
     Raises:
@@ -618,7 +616,7 @@ def _on_zeros(
             size = max(nbytes // max(f.element_size(), 1), extent)
             base = torch.zeros(size, dtype=f.dtype, device=f.device)
             t = base.as_strided(shape, stride, offset)
-            if f.requires_grad and (grad_inputs or f.is_leaf):
+            if f.requires_grad and f.is_leaf:
                 t.requires_grad_(True)
             real[id(f)] = t
     real_args, real_kwargs = optree.tree_unflatten(
