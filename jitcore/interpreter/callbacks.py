@@ -22,11 +22,12 @@ from jitcore.interpreter.calls import NATIVE_CALLABLES, call
 from jitcore.interpreter.protocols import EXHAUSTED, get_iter, next_value
 from jitcore.interpreter.run import Run, current_run
 
-__all__ = ["enumerate_", "filter_", "iter_", "list_", "list_sort", "map_", "max_", "min_", "native_iterable",
-           "next_", "reduce_", "sorted_", "through", "tuple_", "zip_"]
+__all__ = ["active_run", "enumerate_", "filter_", "iter_", "list_", "list_sort", "map_", "max_", "min_",
+           "native_iterable", "next_", "reduce_", "sorted_", "through", "tuple_", "zip_"]
 
 
-def _run() -> Run:
+def active_run() -> Run:
+    """The run a lookaside was called from (a lookaside runs only inside a run)."""
     run = current_run()
     assert run is not None, "a lookaside runs only inside a run"
     return run
@@ -62,42 +63,42 @@ def through(run: Run, fn: object) -> object:
 
 def map_(fn: object, /, *iterables: object) -> map:
     """map() whose function is interpreted."""
-    return map(through(_run(), fn), *iterables)
+    return map(through(active_run(), fn), *iterables)
 
 
 def filter_(fn: object, iterable: object, /) -> filter:
     """filter() whose predicate is interpreted."""
-    return filter(through(_run(), fn), iterable)
+    return filter(through(active_run(), fn), iterable)
 
 
 def sorted_(iterable: object, /, *, key: object = None, reverse: bool = False) -> list:
     """sorted() whose key is interpreted."""
-    run = _run()
+    run = active_run()
     return sorted(native_iterable(run, iterable), key=through(run, key), reverse=reverse)
 
 
 def min_(*args: object, **kwargs: object) -> object:
     """min() whose key is interpreted."""
     if "key" in kwargs:
-        kwargs["key"] = through(_run(), kwargs["key"])
+        kwargs["key"] = through(active_run(), kwargs["key"])
     return min(*args, **kwargs)
 
 
 def max_(*args: object, **kwargs: object) -> object:
     """max() whose key is interpreted."""
     if "key" in kwargs:
-        kwargs["key"] = through(_run(), kwargs["key"])
+        kwargs["key"] = through(active_run(), kwargs["key"])
     return max(*args, **kwargs)
 
 
 def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> None:
     """list.sort() whose key is interpreted."""
-    return list.sort(self, key=through(_run(), key), reverse=reverse)
+    return list.sort(self, key=through(active_run(), key), reverse=reverse)
 
 
 def reduce_(fn: object, *args: object) -> object:
     """functools.reduce() whose function is interpreted."""
-    return functools.reduce(through(_run(), fn), *args)
+    return functools.reduce(through(active_run(), fn), *args)
 
 
 def iter_(*args: object) -> object:
@@ -106,7 +107,7 @@ def iter_(*args: object) -> object:
         raise TypeError(f"iter expected {'at least 1 argument' if not args else 'at most 2 arguments'}, "
                         f"got {len(args)}")
     obj, sentinel = args[0], args[1:]
-    run = _run()
+    run = active_run()
     if sentinel:
         if not callable(obj):
             raise TypeError("iter(v, w): v must be callable")
@@ -119,7 +120,7 @@ def next_(it: object, /, *default: object) -> object:
     f = getattr(type(it), "__next__", None)
     if type(f) is FunctionType and len(default) <= 1:
         try:
-            return call(_run(), f, (it,), None)
+            return call(active_run(), f, (it,), None)
         except StopIteration:
             if default:
                 return default[0]
@@ -149,7 +150,7 @@ def _interpreted_steps(run: Run, it: object) -> Iterator[object]:
 def enumerate_(*args: object, **kwargs: object) -> enumerate:
     """enumerate() over its iterable as the ``for`` statement iterates it (bad arguments: the builtin's
     own error)."""
-    run = _run()
+    run = active_run()
     if args:
         args = (native_iterable(run, args[0]), *args[1:])
     elif "iterable" in kwargs:
@@ -159,19 +160,19 @@ def enumerate_(*args: object, **kwargs: object) -> enumerate:
 
 def zip_(*iterables: object, **kwargs: object) -> zip:
     """zip() over ``iterables`` as the ``for`` statement iterates them."""
-    run = _run()
+    run = active_run()
     return zip(*(native_iterable(run, it) for it in iterables), **kwargs)
 
 
 def list_(*args: object, **kwargs: object) -> list:
     """list() of its iterable as the ``for`` statement iterates it."""
     if len(args) == 1 and not kwargs:
-        args = (native_iterable(_run(), args[0]),)
+        args = (native_iterable(active_run(), args[0]),)
     return list(*args, **kwargs)
 
 
 def tuple_(*args: object, **kwargs: object) -> tuple:
     """tuple() of its iterable as the ``for`` statement iterates it."""
     if len(args) == 1 and not kwargs:
-        args = (native_iterable(_run(), args[0]),)
+        args = (native_iterable(active_run(), args[0]),)
     return tuple(*args, **kwargs)

@@ -30,6 +30,7 @@ from types import CellType, FunctionType
 
 from jitcore.interpreter.attributes import load_attr
 from jitcore.interpreter.callbacks import (
+    active_run,
     enumerate_,
     filter_,
     iter_,
@@ -48,7 +49,7 @@ from jitcore.interpreter.calls import call, run_class_body
 from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.protocols import truth
-from jitcore.interpreter.run import Run, current_run
+from jitcore.interpreter.run import current_run
 
 __all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments"]
 
@@ -56,15 +57,9 @@ _native_isinstance = builtins.isinstance
 _native_issubclass = builtins.issubclass
 
 
-def _run() -> Run:
-    run = current_run()
-    assert run is not None, "a lookaside runs only inside a run"
-    return run
-
-
 def getattr_(obj: object, name: object, /, *default: object) -> object:
     """getattr() through the interpreter's attribute protocol (and ``hooks.on_load_attr``)."""
-    run = _run()
+    run = active_run()
     if type(name) is not str or len(default) > 1:  # (the builtin's errors for these)
         return getattr(obj, name, *default)
     try:
@@ -84,7 +79,7 @@ def hasattr_(obj: object, name: object, /) -> bool:
     if type(name) is not str:
         return hasattr(obj, name)
     try:
-        load_attr(_run(), obj, name)
+        load_attr(active_run(), obj, name)
     except AttributeError:
         return False
     return True
@@ -130,13 +125,13 @@ def issubclass_(sub: object, cls: object, /) -> bool:
         return any(issubclass_(sub, c) for c in cls)
     check = getattr(type(cls), "__subclasscheck__", None)
     if type(check) is FunctionType:
-        run = _run()
+        run = active_run()
         return truth(run, call(run, check, (cls, sub), None))
     return _native_issubclass(sub, cls)
 
 
 def _caller() -> Frame:
-    run = _run()
+    run = active_run()
     if not run.frames:
         raise RuntimeError("no interpreted frame")
     return run.frames[-1]
@@ -338,7 +333,7 @@ else:
 
 def exc_info() -> tuple:
     """sys.exc_info() as the calling interpreted frame sees it."""
-    run = _run()
+    run = active_run()
     exc = run.frames[-1].handled_exception() if run.frames else None
     if exc is None:
         exc = run.native_exc
@@ -455,7 +450,7 @@ def _f_locals(frame: Frame) -> object:
 
 def getframe(depth: int = 0, /) -> object:
     """sys._getframe() that sees interpreted frames (then the native frames around the run)."""
-    run = _run()
+    run = active_run()
     native = sys._getframe(0)
     while native is not None and (native.f_code.co_filename.startswith(_PACKAGE_PREFIX)):
         native = native.f_back
@@ -517,7 +512,7 @@ def warn(message: object, category: object = None, stacklevel: int = 1, source: 
 def getframemodulename(depth: int = 0) -> str | None:
     """sys._getframemodulename() (3.12+; dataclasses and typing ask who called them) seeing interpreted
     frames: the module of the frame's function, else of its globals."""
-    frames = _run().frames
+    frames = active_run().frames
     if 0 <= depth < len(frames):
         frame = frames[-1 - depth]
         function = frame.function
@@ -534,7 +529,7 @@ def build_class(func: object, name: object, /, *bases: object, **kwds: object) -
 
     (``__set_name__`` and ``__init_subclass__`` are called by ``type.__new__`` from C, so they run
     natively.)"""
-    run = _run()
+    run = active_run()
     if not isinstance(func, FunctionType):
         raise TypeError("__build_class__: func must be a function")
     if not isinstance(name, str):
@@ -665,7 +660,7 @@ def _made_in_caller_module(cls: type) -> Callable:
     (pickling a TypeVar looks it up there; TypeAliasType's ``__module__`` cannot be set afterwards)."""
 
     def construct(*args: object, **kwargs: object) -> object:
-        frames = _run().frames
+        frames = active_run().frames
         if not frames:
             return cls(*args, **kwargs)
         return FunctionType(_CALL_CODE, frames[-1].globals)(cls, args, kwargs)
