@@ -15,6 +15,7 @@ Invariants (those of jitcore/interpreter/lookasides.py, whose table lists these)
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Iterator
 from types import FunctionType
 
@@ -73,8 +74,7 @@ def filter_(fn: object, iterable: object, /) -> filter:
 
 def sorted_(iterable: object, /, *, key: object = None, reverse: bool = False) -> list:
     """sorted() whose key is interpreted."""
-    run = active_run()
-    return sorted(native_iterable(run, iterable), key=through(run, key), reverse=reverse)
+    return sorted(_with_length_hint(iterable), key=through(active_run(), key), reverse=reverse)
 
 
 def min_(*args: object, **kwargs: object) -> object:
@@ -167,12 +167,21 @@ def zip_(*iterables: object, **kwargs: object) -> zip:
 def list_(*args: object, **kwargs: object) -> list:
     """list() of its iterable as the ``for`` statement iterates it."""
     if len(args) == 1 and not kwargs:
-        args = (native_iterable(active_run(), args[0]),)
+        args = (_with_length_hint(args[0]),)
     return list(*args, **kwargs)
 
 
 def tuple_(*args: object, **kwargs: object) -> tuple:
     """tuple() of its iterable as the ``for`` statement iterates it."""
     if len(args) == 1 and not kwargs:
-        args = (native_iterable(active_run(), args[0]),)
+        args = (_with_length_hint(args[0]),)
     return tuple(*args, **kwargs)
+
+
+def _with_length_hint(iterable: object) -> object:
+    """``native_iterable``, then the iterable's length hint asked as ``list()``/``tuple()`` ask it, after
+    taking its iterator (``__len__``, else ``__length_hint__``: a size to allocate, its value unused)."""
+    it = native_iterable(active_run(), iterable)
+    if it is not iterable:
+        operator.length_hint(iterable)
+    return it

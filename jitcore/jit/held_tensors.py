@@ -29,6 +29,7 @@ import optree
 import torch
 
 from jitcore.ir import Proxy, Trace, tree_any
+from jitcore.jit.function_transforms import holds_functorch_tensor
 from jitcore.proxies import TensorProxy
 
 __all__ = ["NOT_ANSWERED", "HeldTensors", "is_held_tensor"]
@@ -80,8 +81,10 @@ class HeldTensors:
     def metadata(self, obj: Any, name: str) -> Any:
         """``obj.name`` answered by the proxy of a bound held tensor (or of ``obj`` bound now, for an
         attribute torch computes a tensor for), or ``NOT_ANSWERED``."""
-        if name in _COMPUTED and is_held_tensor(obj):
-            return getattr(self.bind(obj), name)  # recorded on the proxy: Note [Tensors read as attributes]
+        if name in _COMPUTED and is_held_tensor(obj) and not holds_functorch_tensor((obj,), {}):
+            # recorded on the proxy (Note [Tensors read as attributes]); a transform's tensor (vmap's
+            # BatchedTensor) is read natively, as a torch call on it runs (function_transforms.py)
+            return getattr(self.bind(obj), name)
         if name not in _CHANGING_METADATA or not is_held_tensor(obj):
             return NOT_ANSWERED
         proxy: TensorProxy | None = self._provenance.bound_proxy(obj)

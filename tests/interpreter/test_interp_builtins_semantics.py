@@ -205,3 +205,37 @@ def test_the_callable_named_by_a_bad_star_argument_error(program) -> None:
     """CPython names the callable by ``str()`` when it has no ``__qualname__`` (test_extcall): it was
     ``NoneType object argument after * ...`` for ``None(*f)``."""
     check(program)
+
+
+def test_list_tuple_and_sorted_ask_the_length_hint_after_the_iterator() -> None:
+    """``list(x)``, ``tuple(x)`` and ``sorted(x)`` of an object with a Python ``__iter__`` iterate it on the
+    interpreter, and still ask ``__len__``/``__length_hint__`` after taking its iterator, as CPython
+    does (test_descr's special method lookup counts the call)."""
+
+    def program():
+        seen = []
+
+        class Hinted:
+            def __iter__(self):
+                seen.append("iter")
+                return self
+
+            def __next__(self):
+                raise StopIteration
+
+            def __length_hint__(self):
+                seen.append("hint")
+                return 0
+
+        class Sized:
+            def __iter__(self):
+                seen.append("iter")
+                return iter([2, 1])
+
+            def __len__(self):
+                seen.append("len")
+                return 2
+
+        return list(Hinted()), tuple(Sized()), sorted(Sized()), seen
+
+    check(program)
