@@ -11,6 +11,7 @@ import copy
 import io
 import pickle
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -560,6 +561,20 @@ class _Blocks(nn.Module):
         return x
 
 
+def _train_twins(step: Any, eager: nn.Module) -> list[str]:
+    """Three training steps (a backward inside) on ``eager`` and on a jitted copy: losses and gradients
+    compared after each; the names of the computation's inputs."""
+    model = copy.deepcopy(eager)
+    jitted = jitcore.jit(step)
+    for i in range(3):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(model, x), step(eager, x))
+        for p, q in zip(model.parameters(), eager.parameters()):
+            assert_same(p.grad, q.grad)
+    assert jitcore.cache_misses(jitted) == 2  # the first backward sets .grad, the next ones add to it
+    return [a.name for a in jitcore.last_traces(jitted)[0].args]
+
+
 @pytest.mark.parametrize("how", ["enumerate", "zip", "list"])
 def test_modules_iterated_by_c_builtins_have_their_parameters_as_named_inputs(how: str) -> None:
     """``enumerate(self.h)`` (Falcon's decoder loop), ``zip`` and ``list`` over a ModuleList iterate it as
@@ -574,16 +589,7 @@ def test_modules_iterated_by_c_builtins_have_their_parameters_as_named_inputs(ho
         return loss.detach()
 
     torch.manual_seed(0)
-    eager = _Blocks(how)
-    model = copy.deepcopy(eager)
-    jitted = jitcore.jit(step)
-    for i in range(3):
-        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
-        assert_same(jitted(model, x), step(eager, x))
-        for p, q in zip(model.parameters(), eager.parameters()):
-            assert_same(p.grad, q.grad)
-    assert jitcore.cache_misses(jitted) == 2  # the first backward sets .grad, the next ones add to it
-    names = [a.name for a in jitcore.last_traces(jitted)[0].args]
+    names = _train_twins(step, _Blocks(how))
     parameters = [f"h_{i}_{j}_{name}" for i in range(2) for j in range(2) for name in ("weight", "bias")]
     assert names[1:9] == parameters
 
@@ -603,13 +609,5 @@ def test_tensors_read_as_attributes_of_a_parameter_the_program_holds(attribute: 
         return loss.detach()
 
     torch.manual_seed(0)
-    eager = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
-    model = copy.deepcopy(eager)
-    jitted = jitcore.jit(step)
-    for i in range(3):
-        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
-        assert_same(jitted(model, x), step(eager, x))
-        for p, q in zip(model.parameters(), eager.parameters()):
-            assert_same(p.grad, q.grad)
-    assert jitcore.cache_misses(jitted) == 2  # the first backward sets .grad, the next ones add to it
-    assert not any(a.name.startswith("c") for a in jitcore.last_traces(jitted)[0].args)
+    names = _train_twins(step, nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4)))
+    assert not any(name.startswith("c") for name in names)  # no captured tensor
