@@ -1,11 +1,13 @@
-"""Lists a traced program only appends to: guarded by type, not by length or contents.
+"""Lists a traced program only appends to and measures: guarded by type, not by length or contents.
 
 A log the program appends to on every call (``losses.append(float(loss))``) would make every call a
 new cache entry if its length or contents were guarded: the next call finds a longer list. When the
 program cannot read the list, only the list's type matters; the appends are effects replayed onto
-whatever list each call finds (jitcore/jit/effects.py, ``extend``). Two places prove it cannot:
+whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places prove it cannot:
 - ``only_appended_to(frame)``: a read of a list from state (an attribute, a global) whose value is
   consumed by looking ``append``/``extend`` up on it, the next instruction;
+- ``measured_by_len(frame)``: a read of a list from state that is the one argument of ``len()``; its
+  length is a number read per call (``MeasuredLists``, Note [A list's length read per call]);
 - ``appended_parameters(fn)``: parameters of the jitted function that its own bytecode only ever loads
   to look ``append``/``extend`` up on them: never stored, deleted, captured by a closure, passed on,
   returned, or reachable through ``locals()``, ``vars()``, ``eval``/``exec`` or frame objects.
@@ -15,19 +17,20 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). Two places p
   ``self.__dict__.get("_mode_key")``): the dict is guarded by its type and that key, and the item
   read is bound on its own (a list there only appended to: its type).
 Invariant: a list or dict so read is not read any other way through that load; a later read of it
-(the program iterating the dict, ``len(self.losses)``) binds it again, with the guards of the contents
+(the program iterating the dict, indexing the list) binds it again, with the guards of the contents
 the call started with (``StateSnapshots.first_state``), not the ones the program's appends made.
 """
 
 from __future__ import annotations
 
+import builtins
 import dis
 import functools
 import inspect
 import types
 from typing import Any
 
-__all__ = ["appended_parameters", "only_appended_to", "subscripted_by"]
+__all__ = ["MeasuredLists", "appended_parameters", "measured_by_len", "only_appended_to", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
 _LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
@@ -43,6 +46,69 @@ def only_appended_to(frame: Any) -> bool:
     instructions = frame.info.instructions
     following = instructions[frame.index] if frame.index < len(instructions) else None
     return following is not None and following.opname in _LOOKUPS and following.argval in _APPENDING
+
+
+def measured_by_len(frame: Any) -> bool:
+    """Whether the value the current load pushes is the one argument of a call of the builtin ``len``,
+    so the program reads only its length through it: ``len(hist)``, ``len(self.history)`` (the call
+    next, ``LOAD_GLOBAL len`` right before the argument's load, and that global the builtin)."""
+    instructions, i = frame.info.instructions, frame.index
+    if i >= len(instructions) or instructions[i].opname not in _CALLS or instructions[i].arg != 1:
+        return False
+    start = i - 2 if instructions[i - 1].opname == "LOAD_ATTR" else i - 1  # the argument's first load
+    callee = instructions[start - 1] if start >= 1 else None
+    return (callee is not None and callee.opname == "LOAD_GLOBAL" and callee.argval == "len"
+            and any(v is builtins.len for v in frame.stack[-3:]))
+
+
+_CALLS = frozenset({"PRECALL", "CALL"})
+
+
+class MeasuredLists:
+    """Lists of state a pass reads only through ``len()`` and ``append``/``extend`` (Note [A list's
+    length read per call]).
+
+    Note [A list's length read per call]
+    ``hist.append(x); y = x * len(hist)`` on a list of state: guarded by its length, every call found
+    a longer list and traced again. A read that only measures the list (``measured_by_len``) guards
+    its type; ``len()`` of it is a dynamic number input read per call through ``path.__len__()``,
+    plus what the pass appended before the read (appends are replayed onto the call's list, so the
+    difference is the same on every call). Any other read of the list (indexing, iterating, ``pop``)
+    binds it whole as before, its length guarded, so the number can differ from the trace's only
+    where the list's length alone does.
+    """
+
+    def __init__(self, provenance: Any) -> None:
+        self._provenance = provenance
+        self._paths: dict[int, Any] = {}
+
+    def bind(self, value: list, path: Any, name: str) -> list:
+        """The list a ``len()`` read measures: its type guarded, remembered for ``length``. A list the
+        call passes as well (an argument that is also a global) is bound whole, as any read of it:
+        the program's length is that of its own copy (Note [Containers reached twice])."""
+        if self._provenance.is_argument_container(value):
+            return self._provenance.bind_state(value, path, name)
+        self._paths[id(value)] = path
+        return self._provenance.bind_appended_list(value, path)
+
+    def length(self, value: Any) -> Any:
+        """``len(value)``: a number of the computation for a measured list; None for anything else."""
+        path = self._paths.get(id(value))
+        if path is None or type(value) is not list:
+            return None
+        first = len(self._provenance.first_state(value))
+        read = self._provenance.bind_dynamic_number(first, path.attr("__len__").call(), "length")
+        grown = list.__len__(value) - first
+        return read + grown if grown else read
+
+    def len_lookaside(self, base: Any) -> Any:
+        """``len`` answering measured lists (``length``), every other call by ``base``."""
+
+        def len_(*args: Any, **kwargs: Any) -> Any:
+            measured = self.length(args[0]) if len(args) == 1 and not kwargs else None
+            return base(*args, **kwargs) if measured is None else measured
+
+        return len_
 
 
 # What may consume ``d[k]`` with ``d`` and the constant ``k`` on the stack: a read, a store, a delete, or

@@ -42,7 +42,7 @@ from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOpe
 from jitcore.interpreter import Hooks, current_run
 from jitcore.interpreter.lookasides import builtin_lookasides
 from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
-from jitcore.jit import numbers, outputs
+from jitcore.jit import appends, numbers, outputs
 from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.checkpoint import checkpoint_lookasides
@@ -116,6 +116,7 @@ class Pass:
         )
         self.provenance = Provenance(self.context.values, self.prologue)
         self.held = HeldTensors(self.provenance)  # jit/held_tensors.py
+        self.measured = appends.MeasuredLists(self.provenance)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values),
                                 read_dims=read_dims)  # ShapePolicy.read_dims, in every pass
@@ -285,24 +286,26 @@ class Pass:
 
     # --- hooks -------------------------------------------------------------------------------------
     def hooks(self) -> Hooks:
+        lookasides = numbers.with_number_lookasides({
+            **dict(TORCH_TABLE.callables()),
+            **DISPATCH_LOOKASIDES,
+            **fsdp_lookasides(),
+            **self.autograd.lookasides(), **text_lookasides(), print: self.prints.print,
+            **control_flow_lookasides(),
+            **format_lookasides(self._opaque_call),
+            **AUTOGRAD_FUNCTION_LOOKASIDES, **checkpoint_lookasides(), **offered_lookasides(),
+            **(self.numpy.lookasides() if self.numpy is not None else {}),
+            **self._attribute_lookasides(),
+            **iterator_lookasides(self.provenance.path_of, builtin_lookasides()[next]),
+            **dict_read_lookasides(self._load_subscr, self._native_arguments, self.provenance),
+            **environ_lookasides(self.provenance.guard),  # os.environ reads guarded: jit/environment.py
+            **self.files.lookasides(), **self.logs.lookasides(), **self.per_call.lookasides(),
+            **{fn: self._state_change(fn, symbol) for fn, symbol in STATE_FUNCTION_SYMBOLS.items()},
+            **self._inference_mode_lookasides(),
+        })
+        lookasides[len] = self.measured.len_lookaside(lookasides.get(len, len))
         return Hooks(
-            lookasides=numbers.with_number_lookasides({
-                **dict(TORCH_TABLE.callables()),
-                **DISPATCH_LOOKASIDES,
-                **fsdp_lookasides(),
-                **self.autograd.lookasides(), **text_lookasides(), print: self.prints.print,
-                **control_flow_lookasides(),
-                **format_lookasides(self._opaque_call),
-                **AUTOGRAD_FUNCTION_LOOKASIDES, **checkpoint_lookasides(), **offered_lookasides(),
-                **(self.numpy.lookasides() if self.numpy is not None else {}),
-                **self._attribute_lookasides(),
-                **iterator_lookasides(self.provenance.path_of, builtin_lookasides()[next]),
-                **dict_read_lookasides(self._load_subscr, self._native_arguments, self.provenance),
-                **environ_lookasides(self.provenance.guard),  # os.environ reads guarded: jit/environment.py
-                **self.files.lookasides(), **self.logs.lookasides(), **self.per_call.lookasides(),
-                **{fn: self._state_change(fn, symbol) for fn, symbol in STATE_FUNCTION_SYMBOLS.items()},
-                **self._inference_mode_lookasides(),
-            }),
+            lookasides=lookasides,
             resolve_call=self._resolve_call,
             on_opaque_call=self._opaque_call,
             on_load_global=self._load_global,
@@ -510,6 +513,8 @@ class Pass:
         type and that key's presence, not every item."""
         if type(value) is list and only_appended_to(frame):
             return self.provenance.bind_appended_list(value, path)
+        if type(value) is list and appends.measured_by_len(frame):  # Note [A list's length read per call]
+            return self.measured.bind(value, path, name)
         if type(value) in (dict, collections.defaultdict):
             key = subscripted_by(frame)
             if key is not None:

@@ -125,6 +125,10 @@ class Provenance:
             return None
         return self._reached[id(tensor)].bound_at, tensor
 
+    def is_argument_container(self, value: Any) -> bool:
+        """Whether ``value`` is a container the call passes (bound, or only appended to)."""
+        return id(value) in self._binding or id(value) in self._appended
+
     def path_of(self, obj: Any) -> Path | None:
         """The path an object was reached through, when it entered the trace."""
         reached = self._reached.get(id(obj))

@@ -503,6 +503,59 @@ def test_appending_to_a_list_does_not_retrace():
     assert jitcore.cache_misses(jf) == 1
 
 
+def test_the_length_of_a_list_of_state_is_read_per_call():
+    """``len(self.history)`` after appending to it (Note [A list's length read per call]): the length
+    is a number read on every call plus the appends made before the read, so the calls share one entry
+    per outcome of the branch on it (before, the length was guarded: every call traced again). The
+    caller's own changes between calls (clearing the list) are seen as eagerly."""
+
+    class Trainer:
+        def __init__(self):
+            self.history = []
+
+    def program(trainer, log):
+        def f(x):
+            trainer.history.append(x.sum())
+            log.extend([1, 2])
+            y = x * len(trainer.history) - len(log)
+            if len(log) > 6:
+                y = y / 2
+            return y
+        return f
+
+    jitted, eager = Trainer(), Trainer()
+    jit_log, eager_log = [], []
+    jf = jitcore.jit(program(jitted, jit_log))
+    for i in range(8):
+        if i == 5:
+            jitted.history.clear()
+            eager.history.clear()
+        x = torch.full((3,), float(i))
+        assert_same(jf(x), program(eager, eager_log)(x))
+    _same_state(jitted.history, eager.history)
+    assert jit_log == eager_log
+    assert jitcore.cache_misses(jf) == 2  # len(log) > 6 false, then true
+
+
+def test_a_length_the_program_needs_as_a_value_is_guarded():
+    """``range(len(hist))`` needs the length itself: it is guarded by value, so each length is an
+    entry, with eager's values."""
+    hist: list = []
+
+    def f(x):
+        hist.append(1)
+        return sum(x * i for i in range(len(hist)))
+
+    jf = jitcore.jit(f)
+    eager_hist: list = []
+    for i in range(3):
+        x = torch.full((2,), float(i + 1))
+        expected = sum(x * k for k in range(len(eager_hist) + 1))
+        eager_hist.append(1)
+        assert_same(jf(x), expected)
+    assert jitcore.cache_misses(jf) == 3
+
+
 def test_a_list_argument_only_appended_to_does_not_retrace():
     """``log.append(float(loss))`` on a list the caller passes: the function's bytecode only looks
     ``append``/``extend`` up on the parameter (jitcore/jit/appends.py), so its length and contents are
