@@ -546,7 +546,7 @@ def _restore(obj: Any, state: Any) -> None:
                 type.__setattr__(obj, name, value)
     elif kind in ("dict", "attrs"):
         target = obj if kind == "dict" else obj.__dict__
-        if dict.__len__(target) != len(old) or any(
+        if dict.__len__(target) != len(old) or list(_keys(target)) != list(old) or any(
             dict.get(target, k, _MISSING) is not v for k, v in old.items()
         ):
             _refill(target, old)
@@ -563,7 +563,12 @@ def _restore(obj: Any, state: Any) -> None:
 # of keys: iterating it afterwards raises KeyError (Segformer's forward hooks, which transformers
 # registers while the program runs, left the model's hook dict broken for every later call, eager
 # ones too). An OrderedDict is refilled through its own methods; other dicts through dict's, which
-# runs no ``__setitem__`` a subclass overrides.
+# runs no ``__setitem__`` a subclass overrides. A dict whose keys were only reordered is refilled too.
+def _keys(target: dict) -> Any:
+    ordered = isinstance(target, collections.OrderedDict)
+    return collections.OrderedDict.keys(target) if ordered else dict.keys(target)
+
+
 def _refill(target: dict, old: dict) -> None:
     if isinstance(target, collections.OrderedDict):
         collections.OrderedDict.clear(target)
@@ -633,7 +638,7 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
             target.clear()
             target.update(value)
     elif kind == "order":
-        for key in value:
+        for key in (k for k in value if dict.__contains__(target, k)):
             if isinstance(target, collections.OrderedDict):
                 collections.OrderedDict.move_to_end(target, key)
             else:

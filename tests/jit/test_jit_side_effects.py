@@ -1007,3 +1007,20 @@ def test_a_key_popped_and_set_again_moves_to_the_end(kind: type) -> None:
         assert list(state.items()) == list(eager.items())
     # a dict argument's keys are guarded in their order: ['a', 'b'] on the first call, ['b', 'a'] after
     assert jitcore.cache_misses(jitted) == (2 if kind is dict else 1)
+
+
+@pytest.mark.parametrize("kind", [dict, collections.OrderedDict], ids=["dict", "OrderedDict"])
+def test_a_dict_only_reordered_is_put_back_after_a_pass(kind: type) -> None:
+    """The snapshot a tracing pass restores puts a dict whose keys were only reordered (same keys, same
+    values) back in its first order, so a second pass of the same call starts from the call's dict."""
+    from jitcore.jit.effects import StateSnapshots
+    from jitcore.prologue import Path, Root
+
+    d = kind(a=1, b=2, c=3)
+    snapshots = StateSnapshots()
+    snapshots.take(d, Path(Root("bound", "d", d)))
+    value = d.pop("a")
+    d["a"] = value
+    assert list(d) == ["b", "c", "a"]
+    snapshots.restore()
+    assert list(d.items()) == [("a", 1), ("b", 2), ("c", 3)]
