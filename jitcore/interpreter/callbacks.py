@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from types import FunctionType
 
 from jitcore.interpreter.calls import NATIVE_CALLABLES, call
-from jitcore.interpreter.protocols import EXHAUSTED, get_iter, next_value
+from jitcore.interpreter.protocols import EXHAUSTED, NATIVE_ITERATORS, NATIVE_TYPES, get_iter, next_value
 from jitcore.interpreter.run import Run, current_run
 
 __all__ = ["active_run", "enumerate_", "filter_", "iter_", "list_", "list_sort", "map_", "max_", "min_",
@@ -132,6 +132,8 @@ def native_iterable(run: Run, obj: object) -> object:
     """``obj`` as a C function may iterate it: where its ``__iter__`` (or its iterator's ``__next__``)
     is Python, an iterator whose steps are interpreted; ``obj`` itself otherwise."""
     t = type(obj)
+    if t in NATIVE_TYPES or t in NATIVE_ITERATORS:  # most calls: no attribute lookups on the type
+        return obj
     if not _is_python(getattr(t, "__iter__", None)) and not _is_python(getattr(t, "__next__", None)):
         return obj
     it = get_iter(run, obj)
