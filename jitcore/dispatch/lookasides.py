@@ -31,6 +31,7 @@ from torch.nested._internal import nested_tensor
 from jitcore.dispatch.dtensor import DTENSOR_LOOKASIDES
 from jitcore.dispatch.jagged_attention import JAGGED_LOOKASIDES
 from jitcore.dispatch.modes import hidden_modes
+from jitcore.dispatch.override_checks import OVERRIDE_CHECKS
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
 from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
@@ -423,4 +424,5 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     _GET_TENSOR_SYMINT: get_tensor_symint,
     _NT_VIEW_DUMMY: nt_view_dummy,
     **JAGGED_LOOKASIDES,
+    **OVERRIDE_CHECKS,
 }

@@ -82,7 +82,7 @@ from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
-from jitcore.proxies.tensor import torch_owns_name
+from jitcore.proxies.tensor import protocol_method, torch_owns_name
 from jitcore.proxies.text import TextProxy
 from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
@@ -559,6 +559,8 @@ class Pass:
 
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
         if isinstance(obj, TensorProxy):
+            if (method := protocol_method(obj, name)) is not None:  # Note [A value's protocol methods]
+                return method
             return None if name == "name" and torch_owns_name(obj) else value  # eager's Tensor.name
         if isinstance(value, TensorProxy):
             return value

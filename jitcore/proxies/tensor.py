@@ -80,6 +80,27 @@ def torch_owns_name(proxy: TensorProxy) -> bool:
     return next((vars(k)["name"] for k in klass.__mro__ if "name" in vars(k)), None) is _TENSOR_NAME
 
 
+_PROTOCOLS = frozenset({"__torch_function__", "__torch_dispatch__"})
+
+
+def protocol_method(proxy: TensorProxy, name: str) -> Any:
+    """``x.__torch_function__`` / ``x.__torch_dispatch__`` read by the program: the method of the class
+    the proxy stands for, bound as eagerly (a classmethod to the class, a plain method to the value),
+    never the proxy class's own, which serves torch's C code (Note [A value's protocol methods]).
+    None for any other name."""
+    if name not in _PROTOCOLS:
+        return None
+    method = getattr(proxy.python_type, name)
+    return types.MethodType(method, proxy) if isinstance(method, types.FunctionType) else method
+
+
+# Note [A value's protocol methods]
+# torch's Python ``handle_torch_function`` (reached by a library function that checks
+# ``has_torch_function`` itself) calls ``overloaded_arg.__torch_function__(...)`` on the value. A proxy's
+# own ``__torch_function__`` is jitcore's entry for torch's C code, which would record the library
+# function as a torch operation (and refuse it: JC-T001); the program reads the user's class's.
+
+
 def _note_layout_query() -> None:
     """The traced program asked for strides: the prologue must then guard the inputs' strides."""
     context = current_context()
