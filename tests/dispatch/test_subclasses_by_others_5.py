@@ -94,7 +94,8 @@ def _overrides() -> tuple:
                  id="wrapper_subclass"),
     pytest.param(_under_a_mode, _overrides, id="mode_entered_inside"),
 ])
-def test_a_library_function_overridden_by_a_subclass(program: Callable[..., Any], make: Callable[[], tuple]) -> None:
+def test_a_library_function_overridden_by_a_subclass(program: Callable[..., Any],
+                                                     make: Callable[[], tuple]) -> None:
     """A function that asks ``has_torch_function`` itself runs the subclass's (or mode's) override, as
     eagerly (the check saw jitcore's proxy and answered False: the function's own body ran, a wrong
     answer; a wrapper subclass's override reached jitcore's own ``__torch_function__``: JC-T001)."""
@@ -121,7 +122,8 @@ def test_a_library_function_with_torch_function_disabled(disable: type) -> None:
 def test_the_value_reads_its_classes_protocol_methods() -> None:
     """``x.__torch_function__`` is the class's, bound as eagerly (it was jitcore's proxy's)."""
     def f(x: torch.Tensor) -> tuple:
-        return x.__torch_function__.__func__ is type(x).__torch_function__.__func__, x.__torch_function__.__self__
+        method = x.__torch_function__
+        return method.__func__ is type(x).__torch_function__.__func__, method.__self__
 
     jitted = jitcore.jit(f)
     x = torch.randn(3).as_subclass(Overrides)
