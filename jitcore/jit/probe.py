@@ -32,6 +32,7 @@ from jitcore.langctx.thread_state import RngState, ThreadState, rng_state, set_r
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, traced_value
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.typed import is_plain_subclass
 
 __all__ = ["Probe", "may_write", "runs_subsymbols"]
 
@@ -236,8 +237,9 @@ def _generator_copy(generator: torch.Generator) -> torch.Generator:
 
 
 def _view_of(storage: Any, like: torch.Tensor) -> torch.Tensor:
-    view = torch.empty(0, dtype=like.dtype, device=like.device)
-    return view.set_(storage, like.storage_offset(), like.size(), like.stride())
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - a plain subclass's metadata, natively
+        view = torch.empty(0, dtype=like.dtype, device=like.device)
+        return view.set_(storage, like.storage_offset(), like.size(), like.stride())
 
 
 def may_write(bsym: BoundSymbol) -> bool:
@@ -248,11 +250,27 @@ def may_write(bsym: BoundSymbol) -> bool:
 
 
 def _is_plain(value: Any) -> bool:
-    return type(value) in (torch.Tensor, torch.nn.Parameter) and value.layout is torch.strided
+    """A tensor with a storage of its own: a plain tensor, a parameter, or a subclass without a
+    ``__torch_dispatch__`` (an optimizer's state of a plain-subclass parameter, made by ``zeros_like``;
+    Note [The probe copies a plain subclass's storage])."""
+    if type(value) not in (torch.Tensor, torch.nn.Parameter) and not is_plain_subclass(type(value)):
+        return False
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - never the user's code, natively
+        return value.layout is torch.strided
 
 
 def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+        return t.untyped_storage()._cdata
+
+
+# Note [The probe copies a plain subclass's storage]
+# Copy on write kept to plain tensors and parameters: a caller's tensor of a plain subclass (``class
+# P(torch.Tensor)``, no ``__torch_dispatch__``) that a record writes in place was written by the probe
+# itself, and then again by the computation. Adam's step on such a parameter reads ``step.item()``
+# after ``exp_avg.lerp_(grad, ...)`` on its state (``zeros_like(p)``, of the parameter's class): the
+# call that traced the step with its state made moved the moments twice (a wrong answer). The copy is
+# a plain tensor over the copied storage, as the records (already resolved) need.
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from torch.overrides import (
     has_torch_function_unary,
     has_torch_function_variadic,
 )
+from torch.testing._internal.common_subclass import NonWrapperTensor
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
@@ -128,3 +129,53 @@ def test_the_value_reads_its_classes_protocol_methods() -> None:
     jitted = jitcore.jit(f)
     x = torch.randn(3).as_subclass(Overrides)
     assert jitted(x) == f(x) == (True, Overrides)
+
+
+# --- an optimizer over parameters of a plain subclass ------------------------------------------------
+
+
+class Marked(torch.Tensor):
+    """A plain subclass (no ``__torch_dispatch__``) with torch's default ``__torch_function__``."""
+
+
+def _training(make_parameter: Callable[[torch.Tensor], torch.Tensor], optimizer: str) -> tuple:
+    torch.manual_seed(0)
+    parameter = torch.nn.Parameter(make_parameter(torch.randn(4)))
+    opt = getattr(torch.optim, optimizer)([parameter], lr=0.1)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = (parameter * x).pow(2).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return parameter, opt, step
+
+
+@pytest.mark.parametrize("optimizer", ["Adam", "AdamW", "NAdam"])
+@pytest.mark.parametrize("make_parameter", [
+    pytest.param(lambda t: t.as_subclass(Marked), id="plain_subclass"),
+    pytest.param(NonWrapperTensor, id="NonWrapperTensor"),
+])
+def test_an_optimizer_step_on_plain_subclass_parameters(make_parameter: Callable[..., Any],
+                                                        optimizer: str) -> None:
+    """The training step that traces with the optimizer's state made reads ``step.item()`` after
+    writing the state (``exp_avg.lerp_``, of the parameter's class) in place: the probe that answers the
+    read wrote the caller's state itself, and the computation wrote it again (a wrong answer: the
+    moments moved twice, the parameters differed from the second step on)."""
+    expected_parameter, expected_opt, expected_step = _training(make_parameter, optimizer)
+    parameter, opt, step = _training(make_parameter, optimizer)
+    jitted = jitcore.jit(step)
+    for i in range(4):
+        torch.manual_seed(10 + i)
+        x = torch.randn(4)
+        torch.testing.assert_close(jitted(x), expected_step(x))
+        assert type(parameter) is type(expected_parameter)
+        torch.testing.assert_close(parameter.detach().as_subclass(torch.Tensor),
+                                   expected_parameter.detach().as_subclass(torch.Tensor))
+        for key, value in expected_opt.state[expected_parameter].items():
+            torch.testing.assert_close(opt.state[parameter][key].as_subclass(torch.Tensor),
+                                       value.as_subclass(torch.Tensor))
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 2)
+    assert jitted.fallback_reason is None
