@@ -9,11 +9,14 @@ Each runs eagerly and under jitcore.jit twice (subclass_checks.check_twice) unle
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from subclass_checks import check_twice
 from torch.overrides import (
     TorchFunctionMode,
@@ -24,6 +27,8 @@ from torch.overrides import (
 )
 from torch.testing._internal.common_subclass import NonWrapperTensor
 from torch.testing._internal.two_tensor import TwoTensor
+from torch.utils._python_dispatch import return_and_correct_aliasing
+from torch.utils._pytree import tree_map_only
 
 import jitcore
 
@@ -179,3 +184,195 @@ def test_an_optimizer_step_on_plain_subclass_parameters(make_parameter: Callable
                                        value.as_subclass(torch.Tensor))
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 2)
     assert jitted.fallback_reason is None
+
+
+# --- styles that already worked (regression guards) -----------------------------------------------------
+
+aten = torch.ops.aten
+
+
+class Aliasing(torch.Tensor):
+    """One inner tensor; every op is run on it and ``return_and_correct_aliasing`` fixes the outputs'
+    aliasing (the style of torch's ``WrapperSubclass``)."""
+
+    @staticmethod
+    def __new__(cls, a: torch.Tensor) -> Any:
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, strides=a.stride(),
+                                                   storage_offset=a.storage_offset(), dtype=a.dtype,
+                                                   device=a.device, requires_grad=a.requires_grad)
+
+    def __init__(self, a: torch.Tensor) -> None:
+        self.a = a
+
+    def __tensor_flatten__(self) -> tuple:
+        return ["a"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> Aliasing:
+        return Aliasing(inner["a"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        args_a, kwargs_a = tree_map_only(Aliasing, lambda x: x.a, (args, kwargs))
+        out = func(*args_a, **kwargs_a)
+        return return_and_correct_aliasing(func, args, kwargs, tree_map_only(torch.Tensor, Aliasing, out))
+
+
+def _set_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x[1:] = y[:2]
+    return x * 1
+
+
+@pytest.mark.parametrize("program", [
+    pytest.param(lambda x, y: (x.add_(1) * 2, x), id="add_"),
+    pytest.param(lambda x, y: (x.t_().sum(0), x), id="t_"),
+    pytest.param(lambda x, y: (x.view(12).mul_(2), x), id="view_then_in_place"),
+    pytest.param(_set_rows, id="setitem"),
+    pytest.param(lambda x, y: (x.index_put_((torch.tensor([0, 2]),), torch.tensor(1.0)), x), id="index_put_"),
+    pytest.param(lambda x, y: (torch.cat([x, y]), torch.stack([x, y], 1), x.split(2), x.unbind(1)),
+                 id="cat_split"),
+    pytest.param(lambda x, y: (x.detach(), x.clone(), x.t().contiguous(), x.to(torch.float64), x.data * 2),
+                 id="conversions"),
+    pytest.param(lambda x, y: (torch.empty_like(x).fill_(2), x.new_zeros(3), torch.zeros_like(x)),
+                 id="factories"),
+])
+def test_an_aliasing_correct_wrapper(program: Callable[..., Any]) -> None:
+    check_twice(program, lambda: (Aliasing(torch.randn(3, 4)), Aliasing(torch.randn(3, 4))))
+
+
+class Layout(enum.Enum):
+    ROW = 1
+    COL = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class PackMeta:
+    layout: Layout
+    dtype: torch.dtype
+
+
+class Packed(torch.Tensor):
+    """bf16 values stored as int16, outer float32; ``t()`` flips the layout in the ctx (an enum in a
+    frozen dataclass); everything else unpacks."""
+
+    @staticmethod
+    def __new__(cls, packed: torch.Tensor, meta: PackMeta) -> Any:
+        return torch.Tensor._make_wrapper_subclass(cls, packed.shape, dtype=meta.dtype, device=packed.device)
+
+    def __init__(self, packed: torch.Tensor, meta: PackMeta) -> None:
+        self.packed, self.meta = packed, meta
+
+    def __tensor_flatten__(self) -> tuple:
+        return ["packed"], self.meta
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner: dict, meta: PackMeta, size: Any, stride: Any) -> Packed:
+        return cls(inner["packed"], meta)
+
+    @classmethod
+    def pack(cls, t: torch.Tensor) -> Packed:
+        return cls(t.to(torch.bfloat16).view(torch.int16), PackMeta(Layout.ROW, t.dtype))
+
+    def unpack(self) -> torch.Tensor:
+        return self.packed.view(torch.bfloat16).to(self.meta.dtype)
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        if func is aten.detach.default:
+            return cls(args[0].packed, args[0].meta)
+        if func is aten.t.default:
+            flipped = Layout.COL if args[0].meta.layout is Layout.ROW else Layout.ROW
+            return cls(args[0].packed.t(), dataclasses.replace(args[0].meta, layout=flipped))
+        return func(*tree_map_only(cls, lambda x: x.unpack(), args), **(kwargs or {}))
+
+
+class Int4(torch.Tensor):
+    """Two int4 values per uint8 with a row scale: the inner tensor's shape is not the outer one."""
+
+    @staticmethod
+    def __new__(cls, q: torch.Tensor, scale: torch.Tensor, shape: Any) -> Any:
+        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=scale.dtype, device=q.device)
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, shape: Any) -> None:
+        self.q, self.scale = q, scale
+
+    def __tensor_flatten__(self) -> tuple:
+        return ["q", "scale"], None
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner: dict, ctx: Any, size: Any, stride: Any) -> Int4:
+        return cls(inner["q"], inner["scale"], size)
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor) -> Int4:
+        scale = w.abs().amax(1, keepdim=True) / 7
+        q = ((w / scale).round().clamp(-8, 7).to(torch.int8) + 8).to(torch.uint8)
+        return cls(q[:, ::2] << 4 | q[:, 1::2], scale, w.shape)
+
+    def dequantize(self) -> torch.Tensor:
+        high, low = (self.q >> 4).to(torch.int8) - 8, (self.q & 15).to(torch.int8) - 8
+        return torch.stack([high, low], -1).reshape(self.shape).to(self.scale.dtype) * self.scale
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        if func is aten.detach.default:
+            return args[0]
+        return func(*tree_map_only(cls, lambda x: x.dequantize(), args), **(kwargs or {}))
+
+
+class Int8MM(torch.Tensor):
+    """An int8 weight whose ``mm`` quantizes the activation and runs ``torch._int_mm``."""
+
+    @staticmethod
+    def __new__(cls, q: torch.Tensor, scale: torch.Tensor) -> Any:
+        return torch.Tensor._make_wrapper_subclass(cls, q.shape, dtype=torch.float32, device=q.device)
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor) -> None:
+        self.q, self.scale = q, scale
+
+    def __tensor_flatten__(self) -> tuple:
+        return ["q", "scale"], None
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner: dict, ctx: Any, size: Any, stride: Any) -> Int8MM:
+        return cls(inner["q"], inner["scale"])
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor) -> Int8MM:
+        scale = w.abs().amax(1, keepdim=True) / 127
+        return cls((w / scale).round().to(torch.int8), scale)
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        if func is aten.t.default:
+            return cls(args[0].q.t(), args[0].scale.t())
+        if func is aten.detach.default:
+            return args[0]
+        if func is aten.mm.default and isinstance(args[1], cls):
+            x, w = args
+            x_scale = x.abs().amax(1, keepdim=True) / 127
+            xq = F.pad((x / x_scale).round().to(torch.int8), (0, 0, 0, (-x.shape[0]) % 8))
+            return torch._int_mm(xq, w.q)[: x.shape[0]].to(torch.float32) * x_scale * w.scale
+        raise NotImplementedError(func)
+
+
+@pytest.mark.parametrize(("program", "make"), [
+    pytest.param(F.linear, lambda: (torch.randn(2, 4), Packed.pack(torch.randn(3, 4))), id="packed_linear"),
+    pytest.param(lambda w: (w.t().t(), w.t().meta, w.to(torch.float64) * 2),
+                 lambda: (Packed.pack(torch.randn(3, 4)),), id="packed_ctx"),
+    pytest.param(lambda t: Packed.pack(t).t(), lambda: (torch.randn(3, 4),), id="packed_made_inside"),
+    pytest.param(F.linear, lambda: (torch.randn(2, 8), Int4.quantize(torch.randn(4, 8))), id="int4_linear"),
+    pytest.param(Int4.quantize, lambda: (torch.randn(4, 8),), id="int4_output"),
+    pytest.param(F.linear, lambda: (torch.randn(3, 32), Int8MM.quantize(torch.randn(16, 32))), id="int_mm"),
+    pytest.param(lambda x, w: F.linear(x, Int8MM.quantize(w)),
+                 lambda: (torch.randn(8, 32), torch.randn(16, 32)), id="int_mm_made_inside"),
+])
+def test_packed_and_quantized_tensors(program: Callable[..., Any], make: Callable[[], tuple]) -> None:
+    check_twice(program, make)
