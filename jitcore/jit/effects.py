@@ -383,13 +383,27 @@ def _state_of(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor) and not isinstance(obj, Proxy):
         # a tensor of the caller's: its Python attributes and its ``.grad`` (optimizers and
         # ``zero_grad`` set it)
-        return ("tensor", (dict(attrs) if isinstance(attrs, dict) else {}, obj.grad))
+        return ("tensor", (dict(attrs) if isinstance(attrs, dict) else {}, _grad_of(obj)))
     if isinstance(attrs, dict):
         return ("attrs", dict(attrs))
     slots = _slot_members(type(obj))
     if slots:
         return ("slots", {name: _get_slot(member, obj) for name, member in slots.items()})
     return None
+
+
+def _grad_of(tensor: torch.Tensor) -> Any:
+    """``tensor.grad`` as torch holds it, never through the tensor's class's ``__torch_function__``."""
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [The grad of a caller's subclass]
+        return tensor.grad
+
+
+# Note [The grad of a caller's subclass]
+# The snapshot of a caller's tensor (its ``.grad``, which a backward inside the function sets while
+# tracing, on the shadows) is jitcore's read, not the program's: read natively, ``p.grad`` ran the
+# class's ``__torch_function__``, and one that wraps every result in its class (a tensor with units,
+# ``Unit(out, unit)`` over ``as_subclass``) was handed the fake gradient of the pass and raised
+# (RuntimeError: ... already associated to a python object of type FakeTensor) where eager computes.
 
 
 def _attributes(obj: Any) -> Any:
@@ -526,8 +540,9 @@ def _restore(obj: Any, state: Any) -> None:
         obj.extend(old)
     elif kind == "tensor":
         attrs, grad = old
-        if obj.grad is not grad:
-            obj.grad = grad
+        if _grad_of(obj) is not grad:
+            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [The grad of a caller's subclass]
+                obj.grad = grad
         if attrs or vars(obj):
             _restore(obj, ("attrs", attrs))
     elif kind == "attrs" and isinstance(obj, SubclassTensorProxy):

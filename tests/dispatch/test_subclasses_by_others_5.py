@@ -376,3 +376,41 @@ class Int8MM(torch.Tensor):
 ])
 def test_packed_and_quantized_tensors(program: Callable[..., Any], make: Callable[[], tuple]) -> None:
     check_twice(program, make)
+
+
+# --- a plain subclass that wraps every result, as a parameter with a backward inside ---------------------
+
+
+class Unit(torch.Tensor):
+    """A tensor with a unit: its ``__torch_function__`` wraps every tensor result with the unit of its
+    first argument that has one (``Unit(out, unit)`` over ``as_subclass``)."""
+
+    @staticmethod
+    def __new__(cls, t: torch.Tensor, unit: str | None) -> Unit:
+        made = t.as_subclass(cls)
+        made.unit = unit
+        return made
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        units = [a.unit for a in args if isinstance(a, Unit)]
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and not isinstance(out, Unit):
+            return Unit(out, units[0] if units else None)
+        return out
+
+
+def _unit_parameter() -> tuple:
+    return torch.nn.Parameter(Unit(torch.randn(4), "m")), torch.randn(4)
+
+
+@pytest.mark.parametrize("program", [
+    pytest.param(lambda p, x: (p * x).sum().backward(), id="backward"),
+    pytest.param(lambda p, x: ((p * x).sum().backward(), p.grad, p.grad.unit)[1:], id="grad_read"),
+])
+def test_a_backward_inside_on_a_parameter_whose_torch_function_wraps(program: Callable[..., Any]) -> None:
+    """jitcore's snapshot of a caller's tensor read its ``.grad`` through the class's
+    ``__torch_function__``, which wrapped the pass's fake gradient and raised (RuntimeError: ...
+    already associated to a python object of type FakeTensor) where eager computes."""
+    check_twice(program, _unit_parameter, after=lambda out, args: (args[0].grad, args[0].grad.unit))
