@@ -12,7 +12,7 @@ Python control flow, and that is what tracing runs, on the interpreter:
   count);
 - ``map(f, xs, *args)``: ``f`` on each slice of ``xs`` along its first dimension, the results stacked;
 - ``torch.compile(fn)``: ``fn`` itself, interpreted (jitcore traces it with the rest of the program,
-  as it does with a function compiled outside, ``_compiled_original`` in jit/interpretation.py).
+  as it does with a function compiled outside, ``compiled_original`` in jit/code_kinds.py).
 ``flex_attention``'s higher-order operator runs its dense implementation (``sdpa_dense``, what eager
 runs on CPU tensors), interpreted. Any other higher-order operator reached with the program's values
 (``scan``) makes the call an eager entry (JC-J002): torch's operators dispatch on the values'

@@ -18,20 +18,16 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import os
 import sys
-import sysconfig
 import types
 from collections.abc import Callable
 from typing import Any
 
 import optree
-import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
-from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.dtensor import fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
@@ -46,6 +42,19 @@ from jitcore.jit import appends, numbers, outputs
 from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.checkpoint import checkpoint_lookasides
+from jitcore.jit.code_kinds import (
+    STDLIB_DIR,
+    TORCH_DIR,
+    TORCH_MODULES_DIR,
+    compiled_original,
+    is_global_hook_registry,
+    is_library_file,
+    is_library_module,
+    is_stored_attribute,
+    is_symbolic_shapes_code,
+    is_torch_builtin,
+    is_unlisted_operation,
+)
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
@@ -88,10 +97,6 @@ from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
 __all__ = ["Pass", "TracedProgram"]
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
-_LIBRARY_DIRS = (_TORCH_DIR, JITCORE_DIR, _STDLIB_DIR)
-_TORCH_MODULES_DIR = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
 
 
 class Pass:
@@ -276,7 +281,7 @@ class Pass:
         fn = getattr(target, "__func__", target)
         if isinstance(fn, types.FunctionType):
             self.provenance.remember_function(fn, Path(Root("bound", fn.__qualname__, fn)))
-            if not _is_library(fn.__code__.co_filename):  # ``global N; N = 1`` writes it unread
+            if not is_library_file(fn.__code__.co_filename):  # ``global N; N = 1`` writes it unread
                 label = f"{fn.__globals__.get('__name__', '?')}.__dict__"
                 self.snapshots.take(fn.__globals__, Path(Root("bound", label, fn.__globals__)))
 
@@ -382,7 +387,7 @@ class Pass:
             return
         owner = obj if isinstance(obj, types.ModuleType) else sys.modules.get(obj.__module__, sys) \
             if isinstance(obj, types.FunctionType) else None
-        if owner is not None and _is_library_module(owner):
+        if owner is not None and is_library_module(owner):
             return  # a library module's, or its functions' (torch's lazily cached wrappers): constant
         self.provenance.guard(path, "hasattr", (name, present))
 
@@ -435,11 +440,11 @@ class Pass:
         hop = higher_order_operator(fn)
         if hop is not None:
             return hop
-        original = _compiled_original(fn)
+        original = compiled_original(fn)
         if original is not None:  # torch.compile(f) called by the program: f is what jitcore traces
             return lambda *args, **kwargs: current_run().call(original, *args, **kwargs)
         code = getattr(fn, "__code__", None)
-        if code is not None and _is_symbolic_shapes_code(fn, code):
+        if code is not None and is_symbolic_shapes_code(fn, code):
             return fn  # arithmetic on symbolic sizes: torch's ShapeEnv records its guards (jit/shapes.py)
         return None
 
@@ -488,8 +493,8 @@ class Pass:
         return offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
 
     def _native_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        if _is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):
-            if _is_unlisted_operation(fn):  # torch._foreach_norm: an operation, recorded
+        if is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):
+            if is_unlisted_operation(fn):  # torch._foreach_norm: an operation, recorded
                 return dynamic_symbol(fn, f"torch.{fn.__name__}")(*args, **kwargs)
             if holds_functorch_tensor(args, kwargs):  # Note [Function transforms run on the traced tensors]
                 return call_natively(fn, args, kwargs)
@@ -525,14 +530,14 @@ class Pass:
         """Subclass code whose Python state is taken as it is while tracing: a library's, or any under the
         grad transform (inputs that require grad), which specializes its numbers (a counter kept there
         would make an entry per call). A user's other subclass code is state, as the program's."""
-        if not self.context.subclass_code or _is_library(frame.code.co_filename):
+        if not self.context.subclass_code or is_library_file(frame.code.co_filename):
             return bool(self.context.subclass_code)
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
             return torch.is_grad_enabled() and any(t.requires_grad for _p, _x, t in self.provenance.inputs)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals
-        if (_is_library(frame.code.co_filename) and not _is_global_hook_registry(globals_, name)) or \
+        if (is_library_file(frame.code.co_filename) and not is_global_hook_registry(globals_, name)) or \
                 self._untracked_subclass_code(frame):
             return value
         root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
@@ -566,9 +571,9 @@ class Pass:
             return value
         if (held := self.held.metadata(obj, name)) is not NOT_ANSWERED:
             return held  # Note [A caller's tensor the program holds itself], jit/held_tensors.py
-        if frame.code.co_filename.startswith(_STDLIB_DIR) or self._untracked_subclass_code(frame):
+        if frame.code.co_filename.startswith(STDLIB_DIR) or self._untracked_subclass_code(frame):
             return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
-        if isinstance(obj, types.ModuleType) and _is_library_module(obj):
+        if isinstance(obj, types.ModuleType) and is_library_module(obj):
             return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
         path = self.provenance.path_of(obj)
         if name == "grad" and path is not None and isinstance(obj, torch.Tensor):
@@ -576,17 +581,17 @@ class Pass:
         if path is not None and self.snapshots.written(obj, name, value):
             return value  # stored by the program earlier in this pass: its own value, not the call's
         if name == "__dict__" and path is not None:
-            by_torch, key = frame.code.co_filename.startswith(_TORCH_DIR), subscripted_by(frame)
+            by_torch, key = frame.code.co_filename.startswith(TORCH_DIR), subscripted_by(frame)
             self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch, key=key)
             return value
         if path is None:
-            user_class = self.context.subclass_code and isinstance(obj, type) and not _is_library_module(
+            user_class = self.context.subclass_code and isinstance(obj, type) and not is_library_module(
                 sys.modules.get(obj.__module__, sys))  # ``cls.calls`` in a user's dispatch
-            if not user_class and (not isinstance(obj, types.ModuleType) or _is_library_module(obj)):
+            if not user_class and (not isinstance(obj, types.ModuleType) or is_library_module(obj)):
                 return value
             path = Path(Root("bound", obj.__qualname__ if user_class else obj.__name__, obj))
             self.provenance.remember(obj, path)
-        elif not _is_stored_attribute(obj, name):
+        elif not is_stored_attribute(obj, name):
             self.provenance.bind_class_attribute(obj, path, name)  # a method or property: pin it
             return value  # computed by a descriptor or __getattr__, whose own reads are hooked
         return self._bind_state(frame, value, path.attr(name), name)
@@ -605,7 +610,7 @@ class Pass:
     def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
         if self.provenance.is_loose(key):
             self.provenance.pin(key)  # a caller's object as a dict key: its identity decides the item
-        if frame.code.co_filename.startswith(_STDLIB_DIR) or self._untracked_subclass_code(frame):
+        if frame.code.co_filename.startswith(STDLIB_DIR) or self._untracked_subclass_code(frame):
             return value
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy):
@@ -637,7 +642,7 @@ class Pass:
                 self.provenance.guard(path, "members", frozen)
             return answer
         if not implied and _is_plain_key(item) and python_langctx.members(first) is not None \
-                and not frame.code.co_filename.startswith(_STDLIB_DIR):  # as _load_subscr does
+                and not frame.code.co_filename.startswith(STDLIB_DIR):  # as _load_subscr does
             self.provenance.guard(path, "member", (item, item in first), per_expected=True)
         return NotImplemented
 
@@ -648,8 +653,8 @@ class Pass:
         frames, module_frames = [], []
         for frame in run.frames:
             pos = frame.position()
-            kept = frames if not _is_library(pos.filename) else \
-                module_frames if pos.filename.startswith(_TORCH_MODULES_DIR) else None
+            kept = frames if not is_library_file(pos.filename) else \
+                module_frames if pos.filename.startswith(TORCH_MODULES_DIR) else None
             if kept is not None:
                 kept.append(
                     SourceFrame(
@@ -678,43 +683,12 @@ def _deep_recursion() -> Any:
             sys.setrecursionlimit(previous)
 
 
-def _is_symbolic_shapes_code(fn: Any, code: types.CodeType) -> bool:
-    """torch.SymInt's methods and the sympy machinery behind them: they run natively, as in eager,
-    so that what they assume about sizes is recorded by the ShapeEnv and nothing else."""
-    filename = code.co_filename
-    if filename.startswith(_SYMBOLIC_DIRS):
-        return True
-    return filename == _TORCH_INIT and getattr(fn, "__qualname__", "").startswith(
-        ("SymInt.", "SymFloat.", "SymBool.")
-    )
-
-
-_TORCH_INIT = os.path.join(_TORCH_DIR, "__init__.py")
-_SYMBOLIC_DIRS = (
-    os.path.join(_TORCH_DIR, "fx", "experimental") + os.sep,
-    os.path.join(_TORCH_DIR, "utils", "_sympy") + os.sep,
-    os.path.dirname(sympy.__file__) + os.sep,
-)
-
-
-def _is_global_hook_registry(globals_: dict, name: str) -> bool:
-    """torch's module-wide hook dicts (``register_module_forward_hook`` & co.), read by every
-    ``Module.__call__``: unlike the rest of torch they change at run time, so they are guarded."""
-    return name.startswith("_global_") and globals_.get("__name__") == "torch.nn.modules.module"
-
-
 def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:
     """Whether ``path`` leads to ``value`` in the caller's state as it is now."""
     try:
         return path.get(args, kwargs) is value
     except Exception:  # noqa: BLE001 - a path that no longer resolves reaches nothing
         return False
-
-
-def _is_torch_builtin(fn: Any) -> bool:
-    return isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith(
-        "torch"
-    )
 
 
 def _grad_as_proxy(effect: Effect, values: Any) -> Effect:
@@ -728,21 +702,6 @@ def _grad_as_proxy(effect: Effect, values: Any) -> Effect:
     if isinstance(effect.value, FakeTensor):
         return dataclasses.replace(effect, value=values.proxy_for(effect.value))
     return effect
-
-
-def _compiled_original(fn: Any) -> Any:
-    """The function a ``torch.compile`` wrapper compiles (torchao's 8-bit optimizers compile their
-    per-parameter step): interpreted instead, so its ops join the trace (dynamo cannot trace
-    jitcore's values), or None."""
-    original = getattr(fn, "_torchdynamo_orig_callable", None)
-    return original if callable(original) and getattr(fn, "__code__", None) is not None else None
-
-
-def _is_unlisted_operation(fn: Any) -> bool:
-    """A torch function that is an aten operator of the same name but that torch's overrides do not
-    list, so no symbol table has it (the ``torch._foreach_*`` family)."""
-    name = getattr(fn, "__name__", "")
-    return getattr(torch, name, None) is fn and hasattr(torch.ops.aten, name)
 
 
 def _subclass_in(*trees: Any) -> bool:
@@ -760,41 +719,6 @@ def parameter_names(fn: Any, count: int) -> list[str]:
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     var = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
     return [names[i] if i < len(names) else f"{var}_{i - len(names)}" for i in range(count)]
-
-
-def _is_library(filename: str) -> bool:
-    """Code whose module state is taken as constant: torch, jitcore, the standard library."""
-    return filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen ")
-
-
-def _is_library_module(module: types.ModuleType) -> bool:
-    name = module.__name__
-    if name == "torch" or name.startswith(("torch.", "jitcore")) or name in sys.builtin_module_names:
-        return True
-    filename = getattr(module, "__file__", None)
-    return filename is not None and _is_library(filename)
-
-
-def _is_stored_attribute(obj: Any, name: str) -> bool:
-    """Whether ``obj.name`` is a stored value (instance dict, module, plain class attribute)."""
-    if isinstance(obj, types.ModuleType):
-        return True
-    if isinstance(obj, type):
-        for klass in obj.__mro__:
-            if name in vars(klass):
-                attr = vars(klass)[name]
-                return not (hasattr(attr, "__get__") or hasattr(attr, "__set__"))
-        return False
-    instance_dict = getattr(obj, "__dict__", None)
-    if isinstance(instance_dict, dict) and name in instance_dict:
-        return not any(hasattr(vars(k).get(name), "__set__") for k in type(obj).__mro__ if name in vars(k))
-    for klass in type(obj).__mro__:
-        if name in vars(klass):
-            attr = vars(klass)[name]
-            if isinstance(attr, types.MemberDescriptorType):
-                return True  # a __slots__ field: stored on the instance
-            return not (hasattr(attr, "__get__") or hasattr(attr, "__set__"))
-    return False
 
 
 def _is_plain_key(key: Any) -> bool:

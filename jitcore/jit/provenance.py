@@ -18,7 +18,6 @@ Invariants:
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
 import dataclasses
 import functools
@@ -30,7 +29,7 @@ from typing import Any
 import torch
 
 from jitcore.dispatch.resolver import DispatchState
-from jitcore.errors import EagerOnlySubclass, EagerOnlyValue
+from jitcore.errors import EagerOnlyValue
 from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_kinds import (
     all_literal,
@@ -40,6 +39,7 @@ from jitcore.jit.state_kinds import (
     is_structured,
 )
 from jitcore.jit.state_names import qualified_name
+from jitcore.jit.subclass_inputs import refusal, shadow_around
 from jitcore.langctx.shadows import TensorValues, untraced_kind
 from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, PrologueBuilder, Root, TensorSpec
@@ -48,15 +48,10 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy, formula, operations
 from jitcore.proxies.protocol import (
-    eager_only_reason,
     has_nested_ints,
-    has_own_protocol,
     instance_attributes,
-    is_wrapper,
     tensor_flatten,
-    unflatten_around,
 )
-from jitcore.proxies.subclass import is_traceable_subclass
 from jitcore.proxies.typed import is_plain_subclass, retype
 
 __all__ = ["Provenance"]
@@ -688,27 +683,10 @@ class Provenance:
     def _subclass(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         """A tensor-subclass input: its structure is guarded, its inner tensors become inputs."""
         cls = type(tensor)
-        reason = eager_only_reason(cls)
-        if reason is not None:
+        refused = refusal(tensor, path)
+        if refused is not None:
             self.guard(path, "type", cls)  # what the eager entry accepts (Note [Eager entries], jit/api.py)
-            raise EagerOnlySubclass(f"{path.describe()} is a {cls.__qualname__}: {reason}")
-        if is_traceable_subclass(cls) and not has_own_protocol(cls) and not is_wrapper(tensor):
-            self.guard(path, "type", cls)
-            raise EagerOnlySubclass(
-                f"{path.describe()} is a {cls.__qualname__}: a tensor subclass with __torch_dispatch__ whose "
-                "values hold storage of their own (torch.Tensor._make_subclass) and no __tensor_flatten__",
-                hints=(
-                    "make it a wrapper subclass (torch.Tensor._make_wrapper_subclass), "
-                    "see docs/subclasses.md",
-                ),
-            )
-        if not is_traceable_subclass(cls):
-            self.guard(path, "type", cls)
-            raise EagerOnlySubclass(
-                f"{path.describe()} is a {cls.__qualname__}, a tensor subclass jitcore cannot trace: "
-                "it lacks __tensor_flatten__/__tensor_unflatten__ or __torch_dispatch__",
-                hints=("implement the traceable wrapper-subclass protocol (see docs/subclasses.md)",),
-            )
+            raise refused
         names, ctx = tensor_flatten(tensor)
         self.guard(path, "type", cls)
         self.guard(path, "flatten", (cls, tuple(names), ctx))
@@ -725,22 +703,8 @@ class Provenance:
             self._static_only -= 1
         if spec.layout_from_inner:
             self._layouts_of.update(id(p) for p in inner.values())
-        shadows = {n: p.shadow for n, p in inner.items()}
-        size, stride = tensor.shape, tensor.stride()
-        if nested:
-            size, stride = (self.values.nested_sizes(s, list(shadows.values())) for s in (size, stride))
-        try:
-            with self.values.fake_mode if nested else contextlib.nullcontext():
-                shadow = unflatten_around(cls, shadows, ctx, size, stride)
-        except ValueError as error:  # Note [A caller's value holds its own inner tensors]
-            raise EagerOnlySubclass(f"{path.describe()} is a {cls.__qualname__}: {error}") from None
-        if type(shadow) is not cls and issubclass(cls, type(shadow)):
-            # an inherited __tensor_unflatten__ that names its own class (TwoTensor's): the
-            # dispatcher must see the caller's class, whose __torch_dispatch__ may override
-            with contextlib.suppress(TypeError):  # a layout Python cannot switch: the base's class
-                shadow.__class__ = cls
-        if tensor.requires_grad:  # as eagerly: ``x.requires_grad``, ``(x * 2).is_leaf`` (the grad
-            shadow.requires_grad_(True)  # transform reads the guard, not this)
+        shadow = shadow_around(self.values, tensor, {n: p.shadow for n, p in inner.items()}, ctx,
+                               nested=nested, path=path)
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
         self.subclass_inputs.append((proxy, path))
         if self.on_remember is not None:  # attributes the program sets on it are set on the caller's

@@ -1,0 +1,118 @@
+"""What kind of code a tracing pass reaches: torch's, jitcore's, the standard library's, or the user's.
+
+Pure predicates on functions, code objects, file names, modules and attributes, used by the pass's
+hooks (jitcore/jit/interpretation.py) to decide what runs natively, what state is taken as constant and
+what is bound through provenance:
+- ``is_library_file`` / ``is_library_module``: code whose module state is constant (torch, jitcore,
+  the standard library); ``TORCH_DIR``, ``STDLIB_DIR``, ``TORCH_MODULES_DIR`` the directories behind it;
+- ``is_symbolic_shapes_code``: torch's SymInt methods and sympy, run natively;
+- ``is_global_hook_registry``: torch's module-wide hook dicts, the one torch state that changes;
+- ``is_torch_builtin``, ``is_unlisted_operation``, ``compiled_original``: kinds of callables;
+- ``is_stored_attribute``: whether ``obj.name`` is stored rather than computed.
+Invariant: each answer depends only on the arguments and the installed files, never on the pass.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import types
+from typing import Any
+
+import sympy
+import torch
+
+from jitcore.diagnostics import JITCORE_DIR
+
+__all__ = [
+    "STDLIB_DIR", "TORCH_DIR", "TORCH_MODULES_DIR", "compiled_original", "is_global_hook_registry",
+    "is_library_file", "is_library_module", "is_stored_attribute", "is_symbolic_shapes_code",
+    "is_torch_builtin", "is_unlisted_operation",
+]
+
+TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+STDLIB_DIR = sysconfig.get_paths()["stdlib"] + os.sep
+_LIBRARY_DIRS = (TORCH_DIR, JITCORE_DIR, STDLIB_DIR)
+TORCH_MODULES_DIR = os.path.join(TORCH_DIR, "nn", "modules") + os.sep
+
+
+def is_symbolic_shapes_code(fn: Any, code: types.CodeType) -> bool:
+    """torch.SymInt's methods and the sympy machinery behind them: they run natively, as in eager,
+    so that what they assume about sizes is recorded by the ShapeEnv and nothing else."""
+    filename = code.co_filename
+    if filename.startswith(_SYMBOLIC_DIRS):
+        return True
+    return filename == _TORCH_INIT and getattr(fn, "__qualname__", "").startswith(
+        ("SymInt.", "SymFloat.", "SymBool.")
+    )
+
+
+_TORCH_INIT = os.path.join(TORCH_DIR, "__init__.py")
+_SYMBOLIC_DIRS = (
+    os.path.join(TORCH_DIR, "fx", "experimental") + os.sep,
+    os.path.join(TORCH_DIR, "utils", "_sympy") + os.sep,
+    os.path.dirname(sympy.__file__) + os.sep,
+)
+
+
+def is_global_hook_registry(globals_: dict, name: str) -> bool:
+    """torch's module-wide hook dicts (``register_module_forward_hook`` & co.), read by every
+    ``Module.__call__``: unlike the rest of torch they change at run time, so they are guarded."""
+    return name.startswith("_global_") and globals_.get("__name__") == "torch.nn.modules.module"
+
+
+def is_torch_builtin(fn: Any) -> bool:
+    return isinstance(fn, types.BuiltinFunctionType) and (getattr(fn, "__module__", None) or "").startswith(
+        "torch"
+    )
+
+
+def compiled_original(fn: Any) -> Any:
+    """The function a ``torch.compile`` wrapper compiles (torchao's 8-bit optimizers compile their
+    per-parameter step): interpreted instead, so its ops join the trace (dynamo cannot trace
+    jitcore's values), or None."""
+    original = getattr(fn, "_torchdynamo_orig_callable", None)
+    return original if callable(original) and getattr(fn, "__code__", None) is not None else None
+
+
+def is_unlisted_operation(fn: Any) -> bool:
+    """A torch function that is an aten operator of the same name but that torch's overrides do not
+    list, so no symbol table has it (the ``torch._foreach_*`` family)."""
+    name = getattr(fn, "__name__", "")
+    return getattr(torch, name, None) is fn and hasattr(torch.ops.aten, name)
+
+
+def is_library_file(filename: str) -> bool:
+    """Code whose module state is taken as constant: torch, jitcore, the standard library."""
+    return filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen ")
+
+
+def is_library_module(module: types.ModuleType) -> bool:
+    name = module.__name__
+    if name == "torch" or name.startswith(("torch.", "jitcore")) or name in sys.builtin_module_names:
+        return True
+    filename = getattr(module, "__file__", None)
+    return filename is not None and is_library_file(filename)
+
+
+def is_stored_attribute(obj: Any, name: str) -> bool:
+    """Whether ``obj.name`` is a stored value (instance dict, module, plain class attribute)."""
+    if isinstance(obj, types.ModuleType):
+        return True
+    if isinstance(obj, type):
+        for klass in obj.__mro__:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                return not (hasattr(attr, "__get__") or hasattr(attr, "__set__"))
+        return False
+    instance_dict = getattr(obj, "__dict__", None)
+    if isinstance(instance_dict, dict) and name in instance_dict:
+        return not any(hasattr(vars(k).get(name), "__set__") for k in type(obj).__mro__ if name in vars(k))
+    for klass in type(obj).__mro__:
+        if name in vars(klass):
+            attr = vars(klass)[name]
+            if isinstance(attr, types.MemberDescriptorType):
+                return True  # a __slots__ field: stored on the instance
+            return not (hasattr(attr, "__get__") or hasattr(attr, "__set__"))
+    return False

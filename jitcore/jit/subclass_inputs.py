@@ -1,0 +1,74 @@
+"""A tensor-subclass value the caller passes: whether it can be traced, and the value the program sees.
+
+Provenance (jitcore/jit/provenance.py) binds a subclass input in three steps: ``refusal`` says why its
+class cannot be traced (the call then runs eagerly, its entry keyed by the class); otherwise the inner
+tensors named by ``__tensor_flatten__`` are bound as inputs of their own; ``shadow_around`` rebuilds
+the value around their shadows, and that is what the program sees while tracing.
+Invariants:
+- a refused class is refused for every value of it (the reason depends on the class and on whether the
+  value is a wrapper, which the class decides for the values a program passes);
+- the rebuilt value is an instance of the caller's own class, with the caller's sizes and strides
+  (symbolic ones for a nested jagged tensor) and its ``requires_grad``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from jitcore.errors import EagerOnlySubclass
+from jitcore.langctx.shadows import TensorValues
+from jitcore.prologue import Path
+from jitcore.proxies.protocol import eager_only_reason, has_own_protocol, is_wrapper, unflatten_around
+from jitcore.proxies.subclass import is_traceable_subclass
+
+__all__ = ["refusal", "shadow_around"]
+
+
+def refusal(tensor: torch.Tensor, path: Path) -> EagerOnlySubclass | None:
+    """Why ``tensor``'s class cannot be traced, as the error that sends the call to its eager entry;
+    None when it can."""
+    cls = type(tensor)
+    reason = eager_only_reason(cls)
+    if reason is not None:
+        return EagerOnlySubclass(f"{path.describe()} is a {cls.__qualname__}: {reason}")
+    if is_traceable_subclass(cls) and not has_own_protocol(cls) and not is_wrapper(tensor):
+        return EagerOnlySubclass(
+            f"{path.describe()} is a {cls.__qualname__}: a tensor subclass with __torch_dispatch__ whose "
+            "values hold storage of their own (torch.Tensor._make_subclass) and no __tensor_flatten__",
+            hints=(
+                "make it a wrapper subclass (torch.Tensor._make_wrapper_subclass), see docs/subclasses.md",
+            ),
+        )
+    if not is_traceable_subclass(cls):
+        return EagerOnlySubclass(
+            f"{path.describe()} is a {cls.__qualname__}, a tensor subclass jitcore cannot trace: "
+            "it lacks __tensor_flatten__/__tensor_unflatten__ or __torch_dispatch__",
+            hints=("implement the traceable wrapper-subclass protocol (see docs/subclasses.md)",),
+        )
+    return None
+
+
+def shadow_around(values: TensorValues, tensor: torch.Tensor, shadows: dict[str, torch.Tensor], ctx: Any,
+                  *, nested: bool, path: Path) -> torch.Tensor:
+    """The caller's ``tensor`` rebuilt by its class's ``__tensor_unflatten__`` around the shadows of its
+    inner tensors: what the program sees for it while tracing."""
+    cls = type(tensor)
+    size, stride = tensor.shape, tensor.stride()
+    if nested:
+        size, stride = (values.nested_sizes(s, list(shadows.values())) for s in (size, stride))
+    try:
+        with values.fake_mode if nested else contextlib.nullcontext():
+            shadow = unflatten_around(cls, shadows, ctx, size, stride)
+    except ValueError as error:  # Note [A caller's value holds its own inner tensors], proxies/protocol.py
+        raise EagerOnlySubclass(f"{path.describe()} is a {cls.__qualname__}: {error}") from None
+    if type(shadow) is not cls and issubclass(cls, type(shadow)):
+        # an inherited __tensor_unflatten__ that names its own class (TwoTensor's): the
+        # dispatcher must see the caller's class, whose __torch_dispatch__ may override
+        with contextlib.suppress(TypeError):  # a layout Python cannot switch: the base's class
+            shadow.__class__ = cls
+    if tensor.requires_grad:  # as eagerly: ``x.requires_grad``, ``(x * 2).is_leaf`` (the grad
+        shadow.requires_grad_(True)  # transform reads the guard, not this)
+    return shadow
