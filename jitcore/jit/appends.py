@@ -9,8 +9,9 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
 - ``measured_by_len(frame)``: a read of a list from state that is the one argument of ``len()``; its
   length is a number read per call (``MeasuredLists``, Note [A list's length read per call]);
 - ``appended_parameters(fn)``: parameters of the jitted function that its own bytecode only ever loads
-  to look ``append``/``extend`` up on them: never stored, deleted, captured by a closure, passed on,
-  returned, or reachable through ``locals()``, ``vars()``, ``eval``/``exec`` or frame objects.
+  to look ``append``/``extend`` up on them or to pass them to ``len()`` as its one argument: never
+  stored, deleted, captured by a closure, passed on, returned, or reachable through ``locals()``,
+  ``vars()``, ``eval``/``exec`` or frame objects (and ``len`` is the builtin in the function's globals).
 
 - ``subscripted_by(frame)``: a read of a dict from state whose value is consumed by subscripting it
   with a constant (``self.log["losses"].append``), or by ``get`` with a constant (an instance's
@@ -50,15 +51,21 @@ def only_appended_to(frame: Any) -> bool:
 
 def measured_by_len(frame: Any) -> bool:
     """Whether the value the current load pushes is the one argument of a call of the builtin ``len``,
-    so the program reads only its length through it: ``len(hist)``, ``len(self.history)`` (the call
-    next, ``LOAD_GLOBAL len`` right before the argument's load, and that global the builtin)."""
+    so the program reads only its length through it: ``len(hist)``, ``len(self.history)``,
+    ``len(self.log.losses)`` (the call next, ``LOAD_GLOBAL len`` right before the argument's first
+    load and its attribute reads, and that global the builtin)."""
     instructions, i = frame.info.instructions, frame.index
     if i >= len(instructions) or instructions[i].opname not in _CALLS or instructions[i].arg != 1:
         return False
-    start = i - 2 if instructions[i - 1].opname == "LOAD_ATTR" else i - 1  # the argument's first load
-    callee = instructions[start - 1] if start >= 1 else None
-    return (callee is not None and callee.opname == "LOAD_GLOBAL" and callee.argval == "len"
+    start = i - 1  # the argument's first load, before its attribute reads
+    while start > 0 and instructions[start].opname == "LOAD_ATTR":
+        start -= 1
+    return (start >= 1 and _loads_len(instructions[start - 1])
             and any(v is builtins.len for v in frame.stack[-3:]))
+
+
+def _loads_len(instruction: dis.Instruction) -> bool:
+    return instruction.opname == "LOAD_GLOBAL" and instruction.argval == "len"
 
 
 _CALLS = frozenset({"PRECALL", "CALL"})
@@ -80,7 +87,9 @@ class MeasuredLists:
 
     def __init__(self, provenance: Any) -> None:
         self._provenance = provenance
-        self._paths: dict[int, Any] = {}
+        # id(list the program sees) -> (its path, its length when the call started: None for a list of
+        # state, whose first state says it, and the length of the program's list then)
+        self._lists: dict[int, tuple[Any, int | None, int]] = {}
 
     def bind(self, value: list, path: Any, name: str) -> list:
         """The list a ``len()`` read measures: its type guarded, remembered for ``length``. A list the
@@ -88,17 +97,28 @@ class MeasuredLists:
         the program's length is that of its own copy (Note [Containers reached twice])."""
         if self._provenance.is_argument_container(value):
             return self._provenance.bind_state(value, path, name)
-        self._paths[id(value)] = path
+        self._lists[id(value)] = (path, None, 0)
         return self._provenance.bind_appended_list(value, path)
+
+    def bind_argument(self, value: list, path: Any) -> list:
+        """A list argument the function only appends to and measures (``appended_parameters``): the
+        program appends to a list of its own (``Provenance.bind_appended_argument``), whose length for
+        ``len()`` is the caller's list's, read per call, plus the appends made before the read."""
+        own = self._provenance.bind_appended_argument(value, path)
+        if id(own) not in self._lists:  # the same list passed twice: one record
+            self._lists[id(own)] = (path, len(value), len(own))
+        return own
 
     def length(self, value: Any) -> Any:
         """``len(value)``: a number of the computation for a measured list; None for anything else."""
-        path = self._paths.get(id(value))
-        if path is None or type(value) is not list:
+        found = self._lists.get(id(value))
+        if found is None or type(value) is not list:
             return None
-        first = len(self._provenance.first_state(value))
+        path, first, start = found
+        if first is None:
+            first = start = len(self._provenance.first_state(value))
         read = self._provenance.bind_dynamic_number(first, path.attr("__len__").call(), "length")
-        grown = list.__len__(value) - first
+        grown = list.__len__(value) - start
         return read + grown if grown else read
 
     def len_lookaside(self, base: Any) -> Any:
@@ -139,18 +159,26 @@ def subscripted_by(frame: Any) -> Any:
 
 def appended_parameters(fn: Any) -> frozenset[str]:
     """The parameters of ``fn`` (a Python function, or a module's ``forward``) that its bytecode
-    only appends to (see the module doc)."""
+    only appends to and measures with ``len()`` (see the module doc)."""
     target = getattr(fn, "forward", fn)
-    code = getattr(getattr(target, "__func__", target), "__code__", None)
-    return _appended(code) if isinstance(code, types.CodeType) else frozenset()
+    function = getattr(target, "__func__", target)
+    code = getattr(function, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return frozenset()
+    appended, measured = _appended(code)
+    if measured and "len" in getattr(function, "__globals__", {}):  # ``len`` is not the builtin there
+        return appended - measured
+    return appended
 
 
 @functools.cache
-def _appended(code: types.CodeType) -> frozenset[str]:
+def _appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
+    """The parameters only appended to or measured, and those of them measured."""
     if _FRAME_ACCESS & set(code.co_names) or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
-        return frozenset()
+        return frozenset(), frozenset()
     count = code.co_argcount + code.co_kwonlyargcount
     candidates = set(code.co_varnames[:count]) - set(code.co_cellvars)
+    measured: set[str] = set()
     instructions = list(dis.get_instructions(code))
     for i, inst in enumerate(instructions):
         names = inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
@@ -158,8 +186,12 @@ def _appended(code: types.CodeType) -> frozenset[str]:
         if not touched or not inst.opname.startswith(("LOAD_FAST", "STORE_FAST", "DELETE_FAST")):
             continue
         following = instructions[i + 1] if i + 1 < len(instructions) else None
-        appended = (inst.opname in _LOADS and len(names) == 1 and following is not None
-                    and following.opname in _LOOKUPS and following.argval in _APPENDING)
-        if not appended:
-            candidates -= touched
-    return frozenset(candidates)
+        loaded = inst.opname in _LOADS and len(names) == 1 and following is not None
+        if loaded and following.opname in _LOOKUPS and following.argval in _APPENDING:
+            continue
+        if loaded and following.opname in _CALLS and following.arg == 1 and i >= 1 \
+                and _loads_len(instructions[i - 1]):  # ``len(log)``: MeasuredLists.bind_argument
+            measured |= touched
+            continue
+        candidates -= touched
+    return frozenset(candidates), frozenset(measured & candidates)

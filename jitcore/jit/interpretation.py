@@ -246,7 +246,7 @@ class Pass:
             return self.provenance.bind_dynamic_number(value, path, name)
         if type(value) is list and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and name in appended_parameters(self.fn) and path not in self.read_lists:
-            return self.provenance.bind_appended_argument(value, path)  # jit/appends.py
+            return self.measured.bind_argument(value, path)  # jit/appends.py
         return self.provenance.bind_argument(value, path, name)
 
     def _bind_defaults(self, nargs: int, kwargs: dict) -> dict[str, Any]:
@@ -274,7 +274,7 @@ class Pass:
         """A default the call uses: a list only appended to (``log=[]`` gathering across calls) is guarded
         by its type, as an argument so used is (jit/appends.py); others by their contents."""
         if type(value) is list and name in appended_parameters(self.fn) and path not in self.read_lists:
-            return self.provenance.bind_appended_list(value, path)
+            return self.measured.bind(value, path, name)
         return self.provenance.bind_state(value, path, name)
 
     def _remember_function(self, target: Any) -> None:

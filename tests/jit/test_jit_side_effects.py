@@ -537,6 +537,31 @@ def test_the_length_of_a_list_of_state_is_read_per_call():
     assert jitcore.cache_misses(jf) == 2  # len(log) > 6 false, then true
 
 
+def test_the_length_of_a_list_reached_through_attributes_is_read_per_call():
+    """``len(self.log.losses)``: a list read through two attribute reads, measured as one read through
+    one (before, its length was guarded: every call traced again)."""
+
+    class Log:
+        def __init__(self):
+            self.losses = []
+
+    class Trainer:
+        def __init__(self):
+            self.log = Log()
+
+        def step(self, x):
+            self.log.losses.append(x.sum())
+            return x * len(self.log.losses)
+
+    traced, eager = Trainer(), Trainer()
+    jf = jitcore.jit(traced.step)
+    for i in range(4):
+        x = torch.full((2,), float(i))
+        assert_same(jf(x), eager.step(x))
+    _same_state(traced.log.losses, eager.log.losses)
+    assert jitcore.cache_misses(jf) == 1
+
+
 def test_a_length_the_program_needs_as_a_value_is_guarded():
     """``range(len(hist))`` needs the length itself: it is guarded by value, so each length is an
     entry, with eager's values."""
@@ -560,13 +585,13 @@ def test_a_list_argument_only_appended_to_does_not_retrace():
     """``log.append(float(loss))`` on a list the caller passes: the function's bytecode only looks
     ``append``/``extend`` up on the parameter (jitcore/jit/appends.py), so its length and contents are
     not guarded, and the appends reach the caller's list on every call. A parameter the function also
-    reads (``len(seen)``) keeps its guards."""
+    reads (``seen[-1]``) keeps its guards."""
 
     def step(w, x, log, seen):
         loss = (w * x).sum()
         log.append(float(loss))
         log.extend([loss.item() * 2, "tag"])
-        seen.append(len(seen))
+        seen.append(seen[-1] + 1 if seen else 0)
         return loss
 
     jf = jitcore.jit(step)
@@ -584,6 +609,38 @@ def test_a_list_argument_only_appended_to_does_not_retrace():
         assert_same(jf(w, x, jit_log, jit_seen), step(w, x, eager_log, eager_seen))
         assert jit_seen == eager_seen and jit_log == eager_log
     assert jitcore.cache_misses(jf) == 3  # the read list: one entry per length (0 was cached)
+
+
+def test_the_length_of_a_list_argument_is_read_per_call():
+    """``seen.append(len(seen))`` and ``x * len(seen)`` on a list the caller passes: ``len()`` of it is
+    the caller's list's length, read per call, plus the appends made before (jitcore/jit/appends.py
+    ``MeasuredLists.bind_argument``), so the calls share one entry per outcome of the branch on it
+    (before, each length was an entry). A global named ``len`` is not the builtin: that function
+    keeps its guards."""
+
+    def step(x, seen):
+        seen.append(len(seen))
+        if len(seen) > 3:
+            x = x + 1
+        return x * len(seen)
+
+    jf = jitcore.jit(step)
+    jit_seen, eager_seen = [], []
+    for i in range(7):
+        if i == 5:  # the caller's own change between calls
+            jit_seen.clear()
+            eager_seen.clear()
+        x = torch.full((2,), float(i))
+        assert_same(jf(x, jit_seen), step(x, eager_seen))
+        assert jit_seen == eager_seen
+    assert jitcore.cache_misses(jf) == 2  # len(seen) > 3 false, then true
+
+    namespace = {"len": lambda value: 2}
+    exec("def measured(x, seen):\n    seen.append(1)\n    return x * len(seen)\n", namespace)
+    jm, m_seen = jitcore.jit(namespace["measured"]), []
+    for _ in range(3):
+        assert_same(jm(torch.ones(2), m_seen), torch.full((2,), 2.0))
+    assert m_seen == [1, 1, 1]
 
 
 def test_a_default_list_only_appended_to_does_not_retrace():
@@ -613,7 +670,7 @@ def test_a_default_list_only_appended_to_does_not_retrace():
     assert traced.__defaults__ == eager.__defaults__ and traced.__kwdefaults__ == eager.__kwdefaults__
     assert traced_counted.__defaults__ == eager_counted.__defaults__
     assert jitcore.cache_misses(jf) == 1
-    assert jitcore.cache_misses(jcounted) == 4  # it reads its length: one entry per length
+    assert jitcore.cache_misses(jcounted) == 1  # its length is read per call
     traced.__defaults__ = eager.__defaults__ = ([],)
     assert_same(jf(x), eager(x))
     assert traced.__defaults__ == eager.__defaults__
@@ -641,9 +698,16 @@ def test_appended_parameters_are_proved_from_the_bytecode():
         a.append(1)
         return locals()
 
+    def measures(a, b, c, d):
+        a.append(len(a))  # measured by the builtin len: only its length is read
+        n = len(b)
+        print(len(c), c)  # c itself is passed on
+        return n + len(d[0:1])  # a slice of d is measured, not d
+
     assert appended_parameters(only) == {"b", "c"}
     assert appended_parameters(escapes) == {"d"}
     assert appended_parameters(reads_locals) == frozenset()
+    assert appended_parameters(measures) == {"a", "b"}
 
 
 def test_a_jitted_bound_method_reads_and_writes_its_object():
