@@ -82,3 +82,30 @@ def check_twice(fn: Callable[..., Any], make: Callable[[], tuple],
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
     assert jitted.fallback_reason is None
     return jitted
+
+
+def nested_jagged(lengths: tuple[int, ...] = (2, 5, 3), dim: int = 8,
+                  requires_grad: bool = False) -> torch.Tensor:
+    """A nested jagged tensor of ``len(lengths)`` components of ``(length, dim)`` random values."""
+    return torch.nested.nested_tensor([torch.randn(n, dim) for n in lengths], layout=torch.jagged,
+                                      requires_grad=requires_grad)
+
+
+def assert_same_nested(actual: Any, expected: Any) -> None:
+    """``actual`` as ``expected``: types, lengths, ``requires_grad``, and for nested jagged tensors the
+    batch size, the number of dimensions and every component's values."""
+    assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_same_nested(a, e)
+    elif isinstance(expected, torch.Tensor):
+        assert actual.requires_grad == expected.requires_grad
+        if expected.is_nested:
+            assert actual.shape[0] == expected.shape[0] and actual.dim() == expected.dim()
+            for a, e in zip(actual.unbind(), expected.unbind(), strict=True):
+                torch.testing.assert_close(a, e)
+        else:
+            torch.testing.assert_close(actual, expected)
+    else:
+        assert actual == expected

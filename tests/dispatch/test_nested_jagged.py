@@ -18,28 +18,10 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from subclass_checks import assert_same_nested, nested_jagged
 from torch.nested._internal.nested_tensor import NestedTensor
 
 import jitcore
-
-
-def _njt(lengths: tuple[int, ...], dim: int = 3, requires_grad: bool = False) -> torch.Tensor:
-    return torch.nested.nested_tensor([torch.randn(n, dim) for n in lengths], layout=torch.jagged,
-                                      requires_grad=requires_grad)
-
-
-def _same(actual: Any, expected: Any) -> None:
-    assert type(actual) is type(expected), (type(actual), type(expected))
-    if isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected)
-        for a, e in zip(actual, expected):
-            _same(a, e)
-    elif isinstance(expected, NestedTensor):
-        assert actual.shape[0] == expected.shape[0] and actual.dim() == expected.dim()
-        for a, e in zip(actual.unbind(), expected.unbind(), strict=True):
-            torch.testing.assert_close(a, e)
-    else:
-        torch.testing.assert_close(actual, expected)
 
 
 @contextlib.contextmanager
@@ -70,7 +52,7 @@ def _traced(program: Callable[..., Any], make: Callable[[tuple[int, ...]], tuple
             hits = jitcore.cache_hits(jitted)
             with _dispatch_calls() as calls:
                 out = jitted(*args)
-            _same(out, program(*args))
+            assert_same_nested(out, program(*args))
             if i % 2:  # a warm call
                 assert jitcore.cache_hits(jitted) == hits + 1
                 assert calls == [], calls
@@ -100,15 +82,15 @@ _linear = torch.nn.Linear(3, 4).requires_grad_(False)
 ], ids=["pointwise", "linear", "softmax-ragged", "softmax-last", "sum-dense", "sum-ragged",
         "to_padded_tensor", "padded-then-dense", "matmul-dense", "is_nested"])
 def test_an_njt_input_is_traced(program: Callable[..., Any]) -> None:
-    _traced(program, lambda lengths: (_njt(lengths),))
+    _traced(program, lambda lengths: (nested_jagged(lengths, dim=3),))
 
 
 def test_the_output_shares_the_inputs_offsets_as_eagerly() -> None:
     jitted = jitcore.jit(lambda n: n.cos() + 1)
     for _ in range(2):
-        n = _njt((3, 1))
+        n = nested_jagged((3, 1), dim=3)
         out, expected = jitted(n), n.cos() + 1
-        _same(out, expected)
+        assert_same_nested(out, expected)
         assert out._offsets is n._offsets and expected._offsets is n._offsets
         assert out.shape[1] == n.shape[1]  # the same nested int (j), as eagerly
     assert jitcore.cache_hits(jitted) == 1
@@ -138,13 +120,13 @@ def test_an_njt_made_inside_from_values_and_offsets() -> None:
 def test_njt_inputs_sharing_offsets() -> None:
     f = lambda a, b: a * b + 1  # noqa: E731
     jitted = jitcore.jit(f)
-    a = _njt((2, 5))
+    a = nested_jagged((2, 5), dim=3)
     for _ in range(2):
         b = a.cos()  # the same offsets object: the same nested int
-        _same(jitted(a, b), f(a, b))
+        assert_same_nested(jitted(a, b), f(a, b))
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
     _no_eager_entry(jitted)
-    other = _njt((2, 5))  # equal lengths, another offsets tensor: eager refuses
+    other = nested_jagged((2, 5), dim=3)  # equal lengths, another offsets tensor: eager refuses
     for call in (f, jitted):
         with pytest.raises(RuntimeError, match="cannot call binary pointwise function mul.Tensor"):
             call(a, other)
@@ -155,8 +137,8 @@ def test_another_ragged_structure_with_the_same_sizes() -> None:
     softmax over the ragged dimension reads the call's offsets."""
     jitted = jitcore.jit(lambda n: n.softmax(dim=1) * 2)
     for lengths in ((2, 5), (5, 2), (2, 5)):
-        n = _njt(lengths)
-        _same(jitted(n), n.softmax(dim=1) * 2)
+        n = nested_jagged(lengths, dim=3)
+        assert_same_nested(jitted(n), n.softmax(dim=1) * 2)
     assert jitcore.cache_misses(jitted) == 1
     _no_eager_entry(jitted)
 
@@ -171,18 +153,18 @@ def test_gradients_through_an_njt() -> None:
 
     jitted = jitcore.jit(f)
     for _ in range(2):
-        n, w = _njt((2, 5), requires_grad=True), torch.randn(3, requires_grad=True)
+        n, w = nested_jagged((2, 5), requires_grad=True, dim=3), torch.randn(3, requires_grad=True)
         n2, w2 = n.detach().requires_grad_(True), w.detach().requires_grad_(True)
         with _dispatch_calls() as calls:
             out = jitted(n, w)
         expected = f(n2, w2)
         if jitcore.cache_hits(jitted):  # warm: autograd.Function.apply asks the output's metadata,
             assert calls and set(calls) <= _METADATA, calls  # no operation reaches NestedTensor
-        _same(out, expected)
+        assert_same_nested(out, expected)
         out.values().sum().backward()
         expected.values().sum().backward()
         torch.testing.assert_close(w.grad, w2.grad)
-        _same(n.grad, n2.grad)
+        assert_same_nested(n.grad, n2.grad)
     assert jitcore.cache_hits(jitted) == 1
 
 
@@ -192,9 +174,9 @@ def test_gradients_of_a_linear_layer_over_an_njt() -> None:
     eager.load_state_dict(linear.state_dict())
     jitted = jitcore.jit(lambda n: linear(n).relu())
     for _ in range(2):
-        n = _njt((2, 5))
+        n = nested_jagged((2, 5), dim=3)
         out, expected = jitted(n), eager(n).relu()
-        _same(out, expected)
+        assert_same_nested(out, expected)
         out.values().sum().backward()
         expected.values().sum().backward()
         for p, q in zip(linear.parameters(), eager.parameters()):
@@ -229,7 +211,7 @@ def test_sdpa_with_other_lengths_gives_eagers_answer() -> None:
         q, k = _heads(q_lengths), _heads(k_lengths)
         with _dispatch_calls() as calls:
             out = jitted(q, k)
-        _same(out, f(q, k))
+        assert_same_nested(out, f(q, k))
         assert out._offsets is q._offsets
         if i == 1:
             assert calls == []  # a hit
@@ -252,11 +234,11 @@ def test_sdpa_under_grad_is_traced() -> None:
         with _dispatch_calls() as calls:
             out = jitted(q1, w1)
         expected = f(q2, w2)
-        _same(out, expected)
+        assert_same_nested(out, expected)
         out.values().sum().backward()
         expected.values().sum().backward()
         torch.testing.assert_close(w1.grad, w2.grad)
-        _same(q1.grad, q2.grad)
+        assert_same_nested(q1.grad, q2.grad)
         if i == 1:  # warm: autograd.Function.apply asks the output's metadata only
             assert set(calls) <= _METADATA, calls
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 1)
@@ -275,7 +257,7 @@ def test_sdpa_with_dropout_runs_eagerly() -> None:
         with warns if i == 0 else contextlib.nullcontext():
             out = jitted(q)
         torch.manual_seed(0)
-        _same(out, f(q))
+        assert_same_nested(out, f(q))
     assert "strided" in str(jitted.entries[0].eager_reason)
 
 
@@ -290,9 +272,9 @@ def test_sdpa_with_dropout_runs_eagerly() -> None:
 def test_njt_code_reading_the_offsets_values_is_traced(program: Callable[..., Any]) -> None:
     """NJT code that reads its offsets' values (``offsets.diff().tolist()`` in unbind, the lengths'
     sums in chunk) reads them while tracing, checked on every call: another ragged structure misses."""
-    jitted = _traced(program, lambda lengths: (_njt(lengths),))
-    n = _njt((5, 2, 1, 4))  # (4, 1, 3) traced: the same total and batch, other lengths
-    _same(jitted(n), program(n))
+    jitted = _traced(program, lambda lengths: (nested_jagged(lengths, dim=3),))
+    n = nested_jagged((5, 2, 1, 4), dim=3)  # (4, 1, 3) traced: the same total and batch, other lengths
+    assert_same_nested(jitted(n), program(n))
     assert jitcore.cache_misses(jitted) == 3
 
 
@@ -303,7 +285,7 @@ def test_with_dynamic_shapes() -> None:
     f = lambda n: (n * 2).softmax(dim=-1)  # noqa: E731
     jitted = jitcore.jit(f, dynamic=True)
     for lengths in ((2, 5), (2, 5), (3, 3), (1, 4)):
-        n = _njt(lengths)
-        _same(jitted(n), f(n))
+        n = nested_jagged(lengths, dim=3)
+        assert_same_nested(jitted(n), f(n))
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 3)
     _no_eager_entry(jitted)

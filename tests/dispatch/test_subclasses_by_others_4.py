@@ -9,31 +9,9 @@ from typing import Any
 
 import pytest
 import torch
-from torch.nested._internal.nested_tensor import NestedTensor
+from subclass_checks import assert_same_nested, nested_jagged
 
 import jitcore
-
-
-def _njt(lengths: tuple[int, ...] = (2, 5, 3), dim: int = 8, requires_grad: bool = False) -> torch.Tensor:
-    return torch.nested.nested_tensor([torch.randn(n, dim) for n in lengths], layout=torch.jagged,
-                                      requires_grad=requires_grad)
-
-
-def _same(actual: Any, expected: Any) -> None:
-    assert type(actual) is type(expected), (type(actual), type(expected))
-    if isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected)
-        for a, e in zip(actual, expected):
-            _same(a, e)
-    elif isinstance(expected, NestedTensor):
-        assert actual.requires_grad == expected.requires_grad
-        for a, e in zip(actual.unbind(), expected.unbind(), strict=True):
-            torch.testing.assert_close(a, e)
-    elif isinstance(expected, torch.Tensor):
-        assert actual.requires_grad == expected.requires_grad
-        torch.testing.assert_close(actual, expected)
-    else:
-        assert actual == expected
 
 
 def _loss(out: torch.Tensor) -> torch.Tensor:
@@ -50,12 +28,12 @@ def _gradients_match(fn: Callable[..., Any], make: Callable[[], tuple], calls: i
         torch.manual_seed(i)
         jit_args = make()
         expected, actual = fn(*eager_args), jitted(*jit_args)
-        _same(actual, expected)
+        assert_same_nested(actual, expected)
         _loss(expected).backward()
         _loss(actual).backward()
         for a, e in zip(jit_args, eager_args):
             if isinstance(e, torch.Tensor) and e.requires_grad:
-                _same(a.grad, e.grad)
+                assert_same_nested(a.grad, e.grad)
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, calls - 1)
     assert all(entry.eager_reason is None for entry in jitted.entries)
     return jitted
@@ -71,12 +49,12 @@ def _gradients_match(fn: Callable[..., Any], make: Callable[[], tuple], calls: i
     lambda n: n.amax(dim=1) * 2 + n.softmax(dim=1).amax(dim=1),
 ], ids=["amax-ragged", "amax-ragged-and-more"])
 def test_njt_reduction_over_the_ragged_dim_under_grad(program: Callable[..., Any]) -> None:
-    _gradients_match(program, lambda: (_njt(requires_grad=True),))
+    _gradients_match(program, lambda: (nested_jagged(requires_grad=True),))
 
 
 def test_njt_times_a_dense_tensor_of_the_same_dim_under_grad() -> None:
     _gradients_match(lambda n, t: (n * t).relu(),
-                     lambda: (_njt(requires_grad=True), torch.randn(3, 1, 8, requires_grad=True)))
+                     lambda: (nested_jagged(requires_grad=True), torch.randn(3, 1, 8, requires_grad=True)))
 
 
 
@@ -89,7 +67,7 @@ def test_njt_times_a_dense_tensor_of_the_same_dim_under_grad() -> None:
     lambda n: torch.cat([c.sin().values() for c in n.chunk(3, dim=0)]),
 ], ids=["unbind", "select", "chunk"])
 def test_njt_code_reading_its_offsets_under_grad(program: Callable[..., Any]) -> None:
-    _gradients_match(program, lambda: (_njt(requires_grad=True),))
+    _gradients_match(program, lambda: (nested_jagged(requires_grad=True),))
 
 # --- MaskedTensor ---------------------------------------------------------------------------------
 def _masked(requires_grad: bool = False, mask: torch.Tensor | None = None) -> torch.Tensor:
