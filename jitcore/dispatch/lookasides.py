@@ -92,8 +92,8 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
 def type_of(*args: Any) -> Any:
     """``type(x)``: the class a proxy or a symbolic number stands for; otherwise the builtin ``type``."""
     if len(args) == 1:
-        if isinstance(args[0], (Proxy, TextProxy)):
-            return args[0].python_type
+        if issubclass(type(args[0]), (Proxy, TextProxy)):  # not isinstance: it would read ``__class__``,
+            return args[0].python_type  # which some objects compute (torch.distributed.reduce_op warns)
         if (number := symbolic_number_class(args[0])) is not None:
             return number
     return type_(*args)
@@ -199,13 +199,17 @@ def _object_init(cls: type) -> Any:
     return init
 
 
-def super_of(*args: Any) -> Any:
-    """``super()`` and ``super(cls, obj)`` for interpreted code, proxies included."""
-    cls, first = args if args else super_arguments()
-    if isinstance(first, Proxy) and not isinstance(first, SubclassTensorProxy) and isinstance(cls, type) \
-            and issubclass(first.python_type, cls):
-        return ProxySuper(cls, first)  # a subclass proxy is an instance of its class: the builtin serves
-    return super(cls, first)
+def super_of(*args: Any, **kwargs: Any) -> Any:
+    """``super()`` and ``super(cls, obj)`` for interpreted code, proxies included; other argument lists
+    (``super(cls)``, too many) are the builtin's, with its errors."""
+    if not args and not kwargs:
+        args = super_arguments()
+    if len(args) == 2 and not kwargs:
+        cls, first = args
+        if isinstance(first, Proxy) and not isinstance(first, SubclassTensorProxy) and isinstance(cls, type) \
+                and issubclass(first.python_type, cls):
+            return ProxySuper(cls, first)  # a subclass proxy is an instance of its class: the builtin serves
+    return super(*args, **kwargs)
 
 
 def _slot_field(descriptor: Any, obj: Any) -> str | None:

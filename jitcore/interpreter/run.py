@@ -15,6 +15,7 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -99,7 +100,7 @@ class Run:
         self.plain = self.fused and not self.hooked  # executes ``CodeInfo.fused`` (the loop's fast path)
         self.raising: tuple | None = None
         self.native_exc: BaseException | None = None
-        self._resolved: dict[int, tuple[object, Callable | None]] = {}
+        self._resolved: dict[int, tuple[weakref.ref, Callable | None]] = {}
         self.thread = threading.get_ident()
 
     def call(self, fn: Callable, *args: object, **kwargs: object) -> object:
@@ -129,14 +130,25 @@ class Run:
             stack.pop()
 
     def resolve(self, fn: object) -> Callable | None:
-        """``hooks.resolve_call(fn)``, cached per callable for the life of the run."""
+        """``hooks.resolve_call(fn)``, cached per callable for the life of the run. The cache holds the
+        callable weakly (Note [The resolve cache holds callables weakly])."""
         key = id(fn)
         hit = self._resolved.get(key)
-        if hit is not None and hit[0] is fn:
+        if hit is not None and hit[0]() is fn:
             return hit[1]
         result = self.resolve_call(fn)
-        self._resolved[key] = (fn, result)
+        try:
+            self._resolved[key] = (weakref.ref(fn), result)
+        except TypeError:  # a callable that cannot be referred to weakly is asked again on every call
+            pass
         return result
+
+    # Note [The resolve cache holds callables weakly]
+    # Holding the callables themselves kept every function the program made while it ran (an inner
+    # ``def`` called once per loop iteration, with its closure cells and what they hold) alive until
+    # the run ended: ``__del__`` ran late (CPython's test_scope.testLeaks), and a long loop grew the
+    # cache by one entry per made function. A dead entry's id may be reused by a new callable: the
+    # weak reference then answers another object (or None), and the entry is replaced.
 
     def __repr__(self) -> str:
         return f"<Run frames={self.frames!r}>"

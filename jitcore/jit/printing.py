@@ -9,8 +9,9 @@ each run of the computation, the first call's included, in program order among t
 - a number read from a tensor (``print(loss.item())``) or a dynamic number stays a name: it is an
   output of the computation, and its text is made from each call's value (no guard on the value);
 - ``file`` may be omitted, ``None``, ``sys.stdout`` or ``sys.stderr``: the stream is looked up in
-  ``sys`` on each call (``contextlib.redirect_stdout`` around the jitted call is honoured); or a stream
-  the program reached through a path (an argument, state): looked up through that path on each call;
+  ``sys`` on each call (``contextlib.redirect_stdout`` around the jitted call is honoured; one the
+  program makes itself is the stream it points to: Note [A stream the program redirects to]); or a
+  stream the program reached through a path (an argument, state): looked up through that path on each call;
 - text made from numbers of the computation (jit/texts.py) is formatted from each call's numbers.
 A ``write`` (or ``flush``) on such a stream that interpreted code calls (a logging handler's ``emit``:
 ``logger.warning(...)`` inside the function) is recorded the same way, as a print of that text.
@@ -60,6 +61,8 @@ class Prints:
         self.final = final  # an error of the program's in this pass reaches the user (no pass follows)
         self.path_of = path_of  # where an object of the caller's or of state was reached (Provenance)
         self.effects: list[Effect] = []
+        # sys.stdout and sys.stderr as the call found them (Note [A stream the program redirects to])
+        self._callers = tuple(getattr(sys, name) for name in PRINT_STREAMS)
 
     def print(self, *objects: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None,
               flush: bool = False) -> None:
@@ -71,9 +74,11 @@ class Prints:
                 raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
         stream = self._stream(sys.stdout if file is None else file)
         if stream is None:
+            target = f"print(..., file=<{type(file).__qualname__}>)" if file is not None else \
+                f"print() to sys.stdout, which the function set to a {type(sys.stdout).__qualname__},"
             raise UnsupportedOperationError(
-                f"print(..., file=<{type(file).__qualname__}>) writes to a stream made inside the function, "
-                "which jitcore cannot replay on cached calls",
+                f"{target} writes to a stream made inside the function, which jitcore cannot replay on "
+                "cached calls",
                 hints=("print to a stream the function is passed or reaches through state",),
             )
         run = current_run()
@@ -108,10 +113,18 @@ class Prints:
         """Where each call finds ``stream``: ``sys.stdout``/``sys.stderr`` as the call finds them, or
         the path through which the program reached a stream of the caller's or of state (a file it is
         passed, a logging handler's); None for a stream made inside the function."""
-        for name in PRINT_STREAMS:
-            if stream is getattr(sys, name):
+        for name, callers in zip(PRINT_STREAMS, self._callers):
+            if stream is getattr(sys, name) and stream is callers:
                 return _SYS.attr(name)
         return None if stream is None else self.path_of(stream)
+
+    # Note [A stream the program redirects to]
+    # ``with contextlib.redirect_stdout(buf): print(...)`` inside the function sets ``sys.stdout`` to
+    # ``buf`` while the print runs: recorded as a print to ``sys.stdout``, it was replayed after the
+    # call, when ``sys.stdout`` was the caller's again (the text went to the terminal, ``buf`` stayed
+    # empty). ``sys.stdout``/``sys.stderr`` stand for themselves only while they are the streams the
+    # call found; a stream the program put there is that stream, reached through a path of the caller's
+    # or of state (replayed there), or made inside the function (refused: the call runs eagerly).
 
     @contextlib.contextmanager
     def printed_on_error(self, args: tuple, kwargs: dict) -> Iterator[None]:
