@@ -89,14 +89,15 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
 # path asks ``python_type``, jitcore/interpreter/attributes.py) and ``isinstance`` (which also
 # still answers True for ``torch.SymInt``, so torch's own code keeps its symbolic path). A nested
 # jagged tensor's ragged size is a SymInt eagerly too, and stays one.
-def type_of(*args: Any) -> Any:
-    """``type(x)``: the class a proxy or a symbolic number stands for; otherwise the builtin ``type``."""
-    if len(args) == 1:
+def type_of(*args: Any, **kwargs: Any) -> Any:
+    """``type(x)``: the class a proxy or a symbolic number stands for; otherwise the builtin ``type``
+    (``type(name, bases, ns, **kwargs)`` too, the keywords going to ``__init_subclass__``)."""
+    if len(args) == 1 and not kwargs:
         if issubclass(type(args[0]), (Proxy, TextProxy)):  # not isinstance: it would read ``__class__``,
             return args[0].python_type  # which some objects compute (torch.distributed.reduce_op warns)
         if (number := symbolic_number_class(args[0])) is not None:
             return number
-    return type_(*args)
+    return type_(*args, **kwargs)
 
 
 def len_of(obj: Any) -> Any:

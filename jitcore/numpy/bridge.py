@@ -315,12 +315,13 @@ class NumpyBridge:
                 return self.is_scalar(value) and issubclass(np.dtype(value.dtype.name).type, cls)
         return self._outer_isinstance(value, cls)
 
-    def _type(self, *args: Any) -> Any:
-        """``type(a)`` in user code: ``np.ndarray``, or the NumPy scalar type a scalar stands for."""
-        if len(args) == 1 and type(args[0]) is tnp.ndarray and in_user_code():
+    def _type(self, *args: Any, **kwargs: Any) -> Any:
+        """``type(a)`` in user code: ``np.ndarray``, or the NumPy scalar type a scalar stands for; other
+        calls (``type(name, bases, ns, **kwargs)``, a class statement's) are the next lookaside's."""
+        if len(args) == 1 and not kwargs and type(args[0]) is tnp.ndarray and in_user_code():
             wrapper = args[0]
             return np.dtype(wrapper.dtype.name).type if self.is_scalar(wrapper) else np.ndarray
-        return self._outer_type(*args)
+        return self._outer_type(*args, **kwargs)
 
     def _dtype_eq(self, dtype: Any, other: Any) -> Any:
         other = self.to_torch_numpy(other) if isinstance(other, (np.dtype, type)) else other

@@ -30,6 +30,8 @@ Invariants:
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -174,9 +176,16 @@ class ObjectProxy(NumberProxy):
 _NUMBERS = (int, float, bool)
 
 
+# Numbers Python's own operators mix with an int or a float that no NumberProxy operation records: with
+# one of them the number is specialized and the operation computed on its value (``randrange(9) * 1j``).
+_VALUE_OPERANDS = (complex, fractions.Fraction, decimal.Decimal)
+
+
 def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
     if isinstance(b, NumberProxy) or type(b) in _NUMBERS:
         return _ARITHMETIC[0](op, a, b)
+    if type(b) in _VALUE_OPERANDS:
+        return op(a.specialize(), b)
     return NotImplemented
 
 
@@ -296,6 +305,8 @@ def records_arithmetic(apply: Callable[..., Any]) -> Callable[..., Any]:
 
 def _arithmetic(op: Callable[..., Any], *, reflected: bool = False) -> Callable[[NumberProxy, Any], Any]:
     def method(self: NumberProxy, other: Any) -> Any:
+        if type(other) in _VALUE_OPERANDS:
+            return op(other, self.specialize()) if reflected else op(self.specialize(), other)
         if not (isinstance(other, NumberProxy) or type(other) in _NUMBERS):
             return NotImplemented  # a tensor's reflected operator (x.__rmul__(n)), a list's repetition, ...
         apply = _ARITHMETIC[0]

@@ -147,3 +147,41 @@ def test_print_under_a_redirect_the_function_makes_goes_where_it_points() -> Non
     assert jit_sink.getvalue() == eager_sink.getvalue() == "to the argument (2,)\n" * 3
     assert terminal.getvalue() == "after the redirect\n" * 6
     assert jitcore.cache_misses(jpassed) == 1
+
+
+def test_class_keyword_arguments_reach_init_subclass() -> None:
+    """``class A(Base, middle=3)`` and ``type("B", (Base,), {}, middle=4)`` inside the function: the
+    keywords go to ``__init_subclass__`` (the jit's ``type`` took none: CPython's test_subclassinit)."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        class Base:
+            def __init_subclass__(cls, middle: int = 0, **kwargs: Any) -> None:
+                super().__init_subclass__(**kwargs)
+                cls.middle = middle
+
+        class A(Base, middle=3):
+            pass
+
+        b = type("B", (Base,), {}, middle=4)
+        return x + A.middle * b.middle
+
+    torch.testing.assert_close(jitcore.jit(f)(torch.ones(2)), f(torch.ones(2)))
+
+
+def test_a_dynamic_number_with_complex_fraction_and_decimal_operands() -> None:
+    """A dynamic number times ``1j``, plus a ``Fraction``, compared with ``0j``: computed on its value, as
+    eagerly (``unsupported operand type(s) for *: 'int' and 'complex'``: CPython's test_richcmp); the
+    value is then guarded, so another number is another entry."""
+    import decimal
+    import fractions
+
+    def f(x: torch.Tensor, n: int) -> tuple:
+        z = n * 1j + 1j * n
+        return x * abs(z), n + fractions.Fraction(1, 3), decimal.Decimal(2) * n, n == 0j, (n * 1.0) != 2j
+
+    jitted = jitcore.jit(f, dynamic_numbers=("n",))
+    for n in (0, 3, 3, 5):
+        got, expected = jitted(torch.ones(2), n), f(torch.ones(2), n)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1:] == expected[1:]
+    assert jitcore.cache_misses(jitted) == 3
