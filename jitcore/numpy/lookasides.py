@@ -57,7 +57,23 @@ def asarray(data: Any, **kwargs: Any) -> Any:
 BUILTIN_OPERATORS = ((abs, "__abs__"), (divmod, "__divmod__"), (pow, "__pow__"), (round, "__round__"))
 
 
-def builtin_operator(builtin: Callable[..., Any], dunder: str, value: Any, *args: Any) -> Any:
+# The parameters of those builtins that may be given by keyword (``round(number=x, ndigits=2)``).
+_KEYWORDS: dict[Any, tuple[str, ...]] = {round: ("number", "ndigits"), pow: ("base", "exp", "mod")}
+
+
+def builtin_operator(builtin: Callable[..., Any], dunder: str, *args: Any, **kwargs: Any) -> Any:
+    if kwargs:  # keywords that continue the positional arguments are taken as them
+        following = _KEYWORDS.get(builtin, ())[len(args):len(args) + len(kwargs)]
+        if set(following) != set(kwargs):
+            return native(builtin, args, kwargs)  # the builtin's own answer or error
+        args = (*args, *(kwargs[name] for name in following))
+    if not args:
+        return native(builtin, args, {})
+    value, *rest = args
+    return _operator(builtin, dunder, value, *rest)
+
+
+def _operator(builtin: Callable[..., Any], dunder: str, value: Any, *args: Any) -> Any:
     if isinstance(value, tnp.ndarray) and not (builtin is pow and len(args) > 1):
         return current_run().call(getattr(type(value), dunder), value, *args)
     if builtin is divmod or builtin is pow and len(args) == 1:

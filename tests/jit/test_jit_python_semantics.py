@@ -185,3 +185,19 @@ def test_a_dynamic_number_with_complex_fraction_and_decimal_operands() -> None:
         torch.testing.assert_close(got[0], expected[0])
         assert got[1:] == expected[1:]
     assert jitcore.cache_misses(jitted) == 3
+
+
+def test_round_and_pow_take_their_keywords() -> None:
+    """``round(number=x, ndigits=1)`` and ``pow(base=2, exp=5)``: the jit's replacements of ``round``,
+    ``pow``, ``abs`` and ``divmod`` (for NumPy values) took positional arguments only (CPython's
+    test_builtin.test_round); a keyword the builtin refuses gives the builtin's error."""
+
+    def f(x: torch.Tensor) -> tuple:
+        calls = (lambda: round(number=2.567, ndigits=1), lambda: round(number=3.7),
+                 lambda: pow(base=2, exp=5), lambda: pow(2, exp=5, mod=3), lambda: pow(2, mod=3),
+                 lambda: round(x=1))
+        return x + 1, [_outcome(call) for call in calls]
+
+    got, expected = jitcore.jit(f)(torch.ones(1)), f(torch.ones(1))
+    assert got[1] == expected[1]
+    assert expected[1][:4] == [2.6, 4, 32, 2]
