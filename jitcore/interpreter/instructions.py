@@ -132,7 +132,9 @@ class CodeInfo:
         self._handler_at: list[ExceptionEntry | None] | None = None
         self.binder = None
         self.driver = None  # the generator driver of this code, made by generators.make_generator
-        self.raisers: dict = {}  # instruction index -> its traceback entries' raiser (tracebacks.py)
+        # instruction index -> its traceback entries' raiser; None -> the names of the fast locals and
+        # which are cells (tracebacks.py)
+        self.raisers: dict = {}
 
     def fused_without(self, hooked: frozenset[int]) -> list[Instruction]:
         """The fused instructions for a run whose load hooks must see the opcodes ``hooked``: only

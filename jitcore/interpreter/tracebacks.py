@@ -6,8 +6,9 @@ Invariants:
   within the same frame does not add another.
 - The entry is a real traceback object (``TracebackType(tb_next, frame object, lasti, lineno)``) over a real
   frame object whose code carries the user's file name, function name, ``co_firstlineno`` and the
-  instruction's line/column span in every code unit, whose globals are the frame's, and which keeps the
-  interpreted frame alive as long as the entry lives (Note [Traceback frame objects]).
+  instruction's line/column span in every code unit, whose globals are the frame's, and whose locals are
+  the user's locals at the raise (``f_locals``: the bound ones, cells by their contents), kept alive as long
+  as the entry lives (Note [Traceback frame objects]).
 - Leading interpreter-internal entries are removed before an entry is added, and at every boundary where
   an exception leaves the interpreter, so the user never sees ``jitcore/interpreter`` frames.
 """
@@ -19,10 +20,11 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 import os
 import sys
-from types import CodeType, FunctionType, TracebackType
+from types import CellType, CodeType, FunctionType, TracebackType
 from typing import TYPE_CHECKING
 
 from jitcore.diagnostics.tracebacks import svarint, varint
+from jitcore.interpreter.frame import NULL
 
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
@@ -33,19 +35,27 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INTERNAL_NAMES = ("<jitcore binder>",)
 
 
-def _raiser_template() -> CodeType:
-    namespace: dict = {}
-    # (``frame`` is the interpreted Frame: the entry's frame object keeps it alive, as a traceback keeps the
-    # frames it passed through and their locals alive in CPython)
-    source = "def raiser(frame, getframe):\n    return getframe()\n"
-    exec(compile(source, "<jitcore raiser>", "exec"), namespace)  # noqa: S102
-    return namespace["raiser"].__code__
+_TEMPLATES: dict[int, CodeType] = {}  # number of locals -> the raiser code storing that many
+_VALUES = "<jitcore values>"  # the raiser's argument: not an identifier, so no user local is named so
 
 
-_TEMPLATE = _raiser_template()
+def _raiser_template(count: int) -> CodeType:
+    """``raiser(values)``: stores ``values[1 + i]`` into its local ``i`` unless it is ``values[0]`` (the
+    unbound marker), deletes its argument and returns its own frame (``values[-1]`` is ``sys._getframe``)."""
+    template = _TEMPLATES.get(count)
+    if template is None:
+        store = "        if v[{0}] is not v[0]:\n            l{0} = v[{0}]\n"
+        stores = "".join(store.format(i) for i in range(1, count + 1))
+        source = f"def raiser(v):\n    try:\n{stores}        return v[-1]()\n    finally:\n        del v\n"
+        namespace: dict = {}
+        exec(compile(source, "<jitcore raiser>", "exec"), namespace)  # noqa: S102
+        template = _TEMPLATES[count] = namespace["raiser"].__code__
+    return template
+
+
 _TracebackType = TracebackType
 _getframe = sys._getframe
-_TEMPLATE_UNITS = len(_TEMPLATE.co_code) // 2
+_NULL = NULL
 
 
 def is_internal(filename: str) -> bool:
@@ -86,38 +96,83 @@ def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
 # A traceback entry needs a real frame object (``tb_frame``: printing reads its code and globals and, with
 # ``tb_lasti``, the code's positions). It is made by calling a "raiser", a function whose code carries the
 # user's file, name and position in every code unit (the jinja2 ``fake_traceback`` idea), made once per
-# instruction that raises (``CodeInfo.raisers``) and returning its own frame, with the interpreted Frame as
-# an argument: the entry keeps that Frame and its locals alive, as CPython's tracebacks keep their frames
-# (test_exceptions' test_memory_error_cleanup). An entry is then one ``TracebackType(...)`` call; raising
-# through the raiser and catching the exception cost ~5,000 more machine instructions per entry. The raiser
-# is called inside ``_MAKER``, a generator suspended between calls and holding nothing then: a finished
-# frame's ``f_back`` is its caller, and called from here the raiser's would be this module's frames, all of
-# them made into frame objects as they return (~7,000 machine instructions) and kept alive by the entry. (One
-# frame object per instruction, shared by all its entries, would be cheaper still but keeps no locals alive.)
+# instruction that raises (``CodeInfo.raisers``) and returning its own frame. Its locals are named as the
+# user's and it is called with their values, so ``tb_frame.f_locals`` is what CPython's would hold
+# (``traceback``'s ``capture_locals``, ``pdb.post_mortem``, pytest's ``--showlocals``, ``clear_frames``):
+# the values at the raise, where CPython's live frame would show later changes made by the frame's own
+# handler. The entry keeps those values alive, as CPython's tracebacks keep their frames' locals
+# (test_exceptions' test_memory_error_cleanup). A frame whose locals are a dict (a class body, ``exec``)
+# passes that dict's string keys; a module's frame passes none (CPython's ``f_locals`` there is the
+# module's globals, which ``f_globals`` already gives). An entry is then one ``TracebackType(...)`` call;
+# raising through the raiser and catching the exception cost ~5,000 more machine instructions per entry. The
+# raiser is called inside ``_MAKER``, a generator suspended between calls and holding nothing then: a
+# finished frame's ``f_back`` is its caller, and called from here the raiser's would be this module's frames,
+# all of them made into frame objects as they return (~7,000 machine instructions) and kept alive by the
+# entry. (One frame object per instruction, shared by all its entries, would be cheaper still but keeps no
+# locals alive.)
 
 
 def _entry(frame: Frame, tb_next: TracebackType | None) -> TracebackType:
     global _MAKER
     index = frame.index - 1 if frame.index else 0
+    names, values = _locals(frame)
     raisers = frame.info.raisers
-    made = raisers.get(index)
+    key = index if frame.locals is None else (index, names)
+    made = raisers.get(key)
     if made is None or made[0].__globals__ is not frame.globals:
-        made = raisers[index] = _raiser(frame)
+        made = raisers[key] = _raiser(frame, names)
+    values = (_NULL, *values, _getframe)
     try:
-        tb_frame = _MAKER.send((made[0], frame))
+        tb_frame = _MAKER.send((made[0], values))
     except ValueError:  # the maker is running (in another thread, or below a signal handler)
-        tb_frame = made[0](frame, _getframe)
+        tb_frame = made[0](values)
     except StopIteration:  # an asynchronous exception (KeyboardInterrupt) ended the maker while it ran
         _MAKER = _new_maker()
-        tb_frame = _MAKER.send((made[0], frame))
+        tb_frame = _MAKER.send((made[0], values))
     return _TracebackType(tb_next, tb_frame, 0, made[1])
+
+
+def _locals(frame: Frame) -> tuple[tuple[str, ...], list]:
+    """The names of ``frame``'s locals and their values (NULL: unbound; a cell's contents, NULL if empty)."""
+    if frame.locals is None:
+        names, cells = _slots(frame)
+        values = frame.fast
+        if cells:
+            values = list(values)
+            for i in cells:
+                if type(values[i]) is CellType:
+                    values[i] = _contents(values[i])
+        return names, values
+    if frame.locals is frame.globals:
+        return (), []
+    keys = tuple(key for key in frame.locals if type(key) is str)
+    return keys, [frame.locals[key] for key in keys]
+
+
+def _slots(frame: Frame) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The names of ``frame``'s fast locals and the indices of those that are cells or free variables,
+    kept in its code's ``raisers`` under ``None``."""
+    slots = frame.info.raisers.get(None)
+    if slots is None:
+        code = frame.code
+        names = tuple(code._varname_from_oparg(i) for i in range(frame.info.nlocalsplus))
+        cells = set(code.co_cellvars) | set(code.co_freevars)
+        slots = frame.info.raisers[None] = names, tuple(i for i, name in enumerate(names) if name in cells)
+    return slots
+
+
+def _contents(cell: CellType) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _NULL
 
 
 def _frame_maker():
     box = []
     request = yield
     while True:
-        box.append(request[0](request[1], _getframe))
+        box.append(request[0](request[1]))
         del request
         request = yield box.pop()
 
@@ -131,40 +186,44 @@ def _new_maker():
 _MAKER = _new_maker()
 
 
-def _raiser(frame: Frame) -> tuple[FunctionType, int]:
-    """The raiser of the current instruction of ``frame`` (Note [Traceback frame objects]) and the
-    ``tb_lineno`` of its entries (-1: no line)."""
+def _raiser(frame: Frame, names: tuple[str, ...]) -> tuple[FunctionType, int]:
+    """The raiser of the current instruction of ``frame`` with locals ``names`` (Note [Traceback frame
+    objects]) and the ``tb_lineno`` of its entries (-1: no line)."""
     inst = frame.instructions[max(frame.index - 1, 0)]
     lineno = inst.lineno
     if lineno is None and _has_lines(frame):
         lineno = frame.position().lineno
-    return FunctionType(_raiser_code(frame), frame.globals), -1 if lineno is None else lineno
+    return FunctionType(_raiser_code(frame, names), frame.globals), -1 if lineno is None else lineno
 
 
-def _raiser_code(frame: Frame) -> CodeType:
+def _raiser_code(frame: Frame, names: tuple[str, ...]) -> CodeType:
     code = frame.code
+    template = _raiser_template(len(names))
+    units = len(template.co_code) // 2
     inst = frame.instructions[max(frame.index - 1, 0)]
     if inst.lineno is None:
         # an artificial instruction: report the nearest line, as CPython's tracebacks do; only a code object
         # without any line information gets "no location" (f_lineno None)
-        table = _linetable(code.co_firstlineno, frame.position().lineno if _has_lines(frame) else None,
-                           None, None, None)
+        table = _linetable(units, code.co_firstlineno,
+                           frame.position().lineno if _has_lines(frame) else None, None, None, None)
     else:
-        table = _linetable(code.co_firstlineno, inst.lineno, inst.end_lineno, inst.col, inst.end_col)
-    return _TEMPLATE.replace(co_filename=code.co_filename, co_name=code.co_name, co_qualname=code.co_qualname,
-                             co_firstlineno=code.co_firstlineno, co_linetable=table)
+        table = _linetable(units, code.co_firstlineno, inst.lineno, inst.end_lineno, inst.col, inst.end_col)
+    return template.replace(co_filename=code.co_filename, co_name=code.co_name, co_qualname=code.co_qualname,
+                            co_firstlineno=code.co_firstlineno, co_linetable=table,
+                            co_varnames=(_VALUES, *names))
 
 
 def _has_lines(frame: Frame) -> bool:
     return any(inst.lineno is not None for inst in frame.instructions)
 
 
-def _linetable(first: int, lineno: int | None, end_lineno: int | None, col: int | None,
+def _linetable(units: int, first: int, lineno: int | None, end_lineno: int | None, col: int | None,
                end_col: int | None) -> bytes:
-    """A 3.11 location table giving every instruction of the raiser the span ``lineno:col-end_lineno:end_col``
-    (relative to the user's ``co_firstlineno``, so ``f_lineno`` and ``f_code.co_firstlineno`` both match)."""
+    """A 3.11 location table giving each of the raiser's ``units`` code units the span
+    ``lineno:col-end_lineno:end_col`` (relative to the user's ``co_firstlineno``, so ``f_lineno`` and
+    ``f_code.co_firstlineno`` both match)."""
     out = b""
-    remaining = _TEMPLATE_UNITS
+    remaining = units
     delta = 0 if lineno is None else lineno - first
     while remaining:
         units = min(remaining, 8)  # an entry covers at most 8 code units

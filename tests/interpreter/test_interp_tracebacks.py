@@ -246,3 +246,41 @@ def _walk(tb):
     while tb is not None:
         yield tb
         tb = tb.tb_next
+
+
+def _locals_of_entries(fn, *args):
+    """Each traceback entry's (function name, f_locals) after ``fn`` raised, then the same after
+    ``traceback.clear_frames``, and the innermost entries printed with ``capture_locals``."""
+    try:
+        fn(*args)
+    except ZeroDivisionError as e:
+        tb = e.__traceback__
+    entries = list(_walk(tb))[-2:]  # the two user frames (the first entry is this function's)
+    seen = [(t.tb_frame.f_code.co_name, dict(t.tb_frame.f_locals)) for t in entries]
+    summary = traceback.StackSummary.extract(((t.tb_frame, t.tb_lineno) for t in entries),
+                                             capture_locals=True)
+    printed = "".join(summary.format())
+    traceback.clear_frames(tb)
+    cleared = [dict(t.tb_frame.f_locals) for t in entries]
+    return seen, printed, cleared
+
+
+def _divides(y, scale=3):
+    unused = None  # noqa: F841 - a bound local
+    if y > 100:
+        never = 1  # noqa: F841 - an unbound local: not in f_locals
+    return (y * scale) / 0
+
+
+def _outer_with_cell(x):
+    held = [x]  # a cell (the lambda reads it)
+    return _divides(len((lambda: held)()) + x)
+
+
+def test_traceback_frames_hold_the_users_locals():
+    # a traceback entry's frame shows the locals of the user's frame at the raise (unbound ones left out,
+    # cells by their contents), as natively: traceback's capture_locals, pdb.post_mortem and pytest's
+    # --showlocals read tb_frame.f_locals; clear_frames empties them (CPython's test_traceback test_clear,
+    # test_print, test_from_exception)
+    assert _locals_of_entries(interpret(_outer_with_cell), 4) == _locals_of_entries(_outer_with_cell, 4)
+
