@@ -123,17 +123,54 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
         True if the frame handles it (stack and index are set up for the handler); False if it must
         propagate to the caller.
     """
-    if isinstance(exc, JitcoreInterpreterError):  # never routed to the program's handlers, but
-        add_frame(frame, exc, False)  # its traceback shows the program's frames, as for its own errors
-        return False
-    if isinstance(exc, _BUG_TYPES):
-        bug = _interpreter_bug(exc)
-        if bug is not None:
-            where = frame.where()
-            raise InterpreterError(f"{bug} while executing {frame.instruction.opname}", where) from exc
     run = frame.run
     raising = run.raising
-    run.raising = None
+    try:
+        if isinstance(exc, JitcoreInterpreterError):  # never routed to the program's handlers, but
+            add_frame(frame, exc, False)  # its traceback shows the program's frames, as for its own errors
+            return False
+        if isinstance(exc, _BUG_TYPES):
+            bug = _interpreter_bug(exc)
+            if bug is not None:
+                where = frame.where()
+                raise InterpreterError(f"{bug} while executing {frame.instruction.opname}", where) from exc
+        return _route(frame, exc, raising)
+    except RecursionError as error:
+        if error is exc:
+            raise
+        # Note [Unwinding at the recursion limit]: it propagates as it is, without this frame's entry
+        run.raising = None
+        return False
+
+
+# Note [Unwinding at the recursion limit]
+# CPython finds a frame's handler in C, using none of the recursion limit; the interpreter's unwinding is
+# Python code (the exception table, chaining, the traceback entry's raiser), so at the limit, where a
+# program's unbounded recursion ends, the unwinding itself could raise RecursionError: a new exception,
+# chained to the program's and printed with the interpreter's frames ("During handling of the above
+# exception, another exception occurred"). The program's exception propagates instead, unchanged: the
+# frames at the limit add no traceback entry (a traceback a few entries short of CPython's) and their
+# handlers do not run (at that depth a handler calling anything would hit the limit itself). Raising the
+# limit for the unwinding is no way out: putting it back at that depth fails. The call of ``unwind`` itself
+# can fail too (3.13 counts Python calls): that RecursionError, raised while the first was being handled,
+# propagates with the first as its ``__context__``; the first had reached no user frame (its traceback is
+# the interpreter's alone), so ``_drop_internal_context`` takes it out of the chain.
+
+
+def _drop_internal_context(exc: RecursionError) -> None:
+    """Take out of ``exc``'s ``__context__`` chain the RecursionErrors that no user frame saw."""
+    context = exc.__context__
+    while type(context) is RecursionError and strip_internal(context.__traceback__) is None:
+        context = context.__context__
+    if context is not exc.__context__:
+        exc.__context__ = context
+
+
+def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
+    """``unwind``'s routing of a program's exception (chaining, traceback entry, handler)."""
+    frame.run.raising = None
+    if type(exc) is RecursionError:
+        _drop_internal_context(exc)
     explicit = False
     if raising is not None and raising[0] is exc:
         explicit = raising[1]

@@ -284,3 +284,24 @@ def test_traceback_frames_hold_the_users_locals():
     # test_print, test_from_exception)
     assert _locals_of_entries(interpret(_outer_with_cell), 4) == _locals_of_entries(_outer_with_cell, 4)
 
+
+def _recurse_forever():
+    _recurse_forever()
+
+
+def _recursion_report():
+    try:
+        _recurse_forever()
+    except RecursionError as e:
+        text = "".join(traceback.format_exception(e))
+        # (the message's ending names the C code that ran out of stack: which, differs interpreted)
+        last = text.splitlines()[-1].startswith("RecursionError: maximum recursion depth exceeded")
+        return type(e).__name__, e.__context__, "jitcore" in text, last
+
+
+def test_recursion_error_has_no_interpreter_context():
+    # the RecursionError that unbounded recursion raises reaches the handler alone, as natively: routing it
+    # through the frames at the recursion limit needs calls of the interpreter's own, which raised further
+    # RecursionErrors chained onto it (each printed with the interpreter's frames, "During handling of the
+    # above exception, another exception occurred")
+    assert interpret(_recursion_report)() == _recursion_report()
