@@ -46,6 +46,27 @@ def _is_py(f: object) -> bool:
     return type(f) is FunctionType
 
 
+# Note [Types read without their metaclass]
+# What CPython reads of a type to look an attribute up (its MRO, its classes' dicts, its slots) it reads from
+# the type object itself: a metaclass's ``__getattribute__`` answers ``Class.name`` in the program, never
+# these. So this module reads them through type's own descriptors (``_mro_of``, ``_dict_of``) and asks a
+# type for a hook (``__getattribute__``, ``__setattr__``, ...) with ``type.__getattribute__``
+# (``_type_attr``), not with ``t.__mro__``, ``vars(t)`` or ``getattr(t, ...)``.
+_mro_of = type.__dict__["__mro__"].__get__
+_dict_of = type.__dict__["__dict__"].__get__
+
+
+def _type_attr(t: type, name: str) -> object:
+    """``getattr(t, name, None)`` without ``t``'s metaclass's ``__getattribute__`` (Note [Types read
+    without their metaclass])."""
+    if type(t) is type:  # (most classes: no metaclass to step around)
+        return getattr(t, name, None)
+    try:
+        return _type_getattribute(t, name)
+    except AttributeError:
+        return None
+
+
 # Note [Per-type caches]
 # The caches of this module are keyed by ``id(type)``, not by the type: a dict keyed by a class would keep
 # every class the program ever used alive, with its functions, their globals and closures (a class made per
@@ -88,10 +109,10 @@ def _compute_attr_native(t: type) -> bool:
     if issubclass(t, type):
         return False  # class objects: _load_class_attr looks at the class's own MRO too
     for name in ("__getattribute__", "__getattr__", "__setattr__", "__delattr__"):
-        if _is_py(getattr(t, name, None)):
+        if _is_py(_type_attr(t, name)):
             return False
-    for klass in t.__mro__:
-        for value in vars(klass).values():
+    for klass in _mro_of(t):
+        for value in _dict_of(klass).values():
             if _is_py_descriptor(value):
                 return False
     return True
@@ -109,8 +130,8 @@ def _is_py_descriptor(value: object) -> bool:
 def _mro_lookup(t: type, name: str) -> object:
     """CPython's ``_PyType_Lookup``: one lookup per class dict (a key's Python ``__eq__`` runs once), over the
     MRO as it was when the lookup began (that ``__eq__`` may assign ``__bases__``)."""
-    for klass in t.__mro__:
-        value = vars(klass).get(name, _MISSING)
+    for klass in _mro_of(t):
+        value = _dict_of(klass).get(name, _MISSING)
         if value is not _MISSING:
             return value
     return _MISSING
@@ -128,7 +149,7 @@ def _name_native(t: type, name: str) -> bool:
     if t in GENERATOR_TYPES and name in FRAME_ATTRIBUTES:
         return False  # answered by the interpreted frame (Note [Generator frame attributes])
     for hook in ("__getattribute__", "__getattr__"):
-        if _is_py(getattr(t, hook, None)):
+        if _is_py(_type_attr(t, hook)):
             return False
     descr = _mro_lookup(t, name)
     if descr is not _MISSING and _is_py_descriptor(descr):
@@ -197,7 +218,7 @@ _OWNERS: dict[tuple[int, int, str], type | None] = {}
 def claims_a_class(t: type) -> bool:
     hit = _CLAIMS.get(id(t))
     if hit is None:
-        hit = _CLAIMS[_watch(t)] = isinstance(vars(t).get("__class__"), property)
+        hit = _CLAIMS[_watch(t)] = isinstance(_dict_of(t).get("__class__"), property)
     return hit
 
 
@@ -216,19 +237,19 @@ def stood_for_owner(t: type, klass: type, name: str) -> type | None:
 
 
 def _compute_owner(t: type, klass: type, name: str) -> type | None:
-    if klass is t or not isinstance(klass, type) or name not in vars(t):
+    if klass is t or not isinstance(klass, type) or name not in _dict_of(t):
         return None
-    for k in t.__mro__[1:]:
-        if k not in klass.__mro__:
+    for k in _mro_of(t)[1:]:
+        if k not in _mro_of(klass):
             return None  # the machinery starts here: what follows is not the stood-for class's own
-        if name in vars(k):
+        if name in _dict_of(k):
             return k
     return None
 
 
 def _load_from(run: Run, obj: object, owner: type, name: str) -> object:
     """``obj.name`` as ``owner``'s attribute (an instance dict entry first, unless a data descriptor)."""
-    descr = vars(owner)[name]
+    descr = _dict_of(owner)[name]
     dt = type(descr)
     if isinstance(descr, property) and descr.fget is not None and dt.__get__ is property.__get__:
         return call(run, descr.fget, (obj,), None)
@@ -258,7 +279,7 @@ def _getattribute(run: Run, obj: object, t: type, name: str) -> object:
     hook = _mro_lookup(t, "__getattribute__")
     if type(hook) is not FunctionType and _is_py(getattr(type(hook), "__get__", None)):
         return _call_hook(run, obj, t, hook, name)  # a Python descriptor as the hook
-    custom = getattr(t, "__getattribute__", None)
+    custom = _type_attr(t, "__getattribute__")
     if _is_py(custom):
         return call(run, custom, (obj, name), None)
     descr = _mro_lookup(t, name)
@@ -281,6 +302,8 @@ def _getattribute(run: Run, obj: object, t: type, name: str) -> object:
 
 def _load_class_attr(run: Run, cls: type, name: str) -> object:
     meta = type(cls)
+    if meta is not type and _mro_lookup(meta, "__getattribute__") is not _TYPE_GETATTRIBUTE:
+        return _hooked_class_attr(run, cls, meta, name)
     if not _attr_native(meta):
         meta_descr = _mro_lookup(meta, name)
         if isinstance(meta_descr, property) and meta_descr.fget is not None:
@@ -309,6 +332,23 @@ def _load_class_attr(run: Run, cls: type, name: str) -> object:
 
 
 _type_getattribute = type.__getattribute__
+_TYPE_GETATTRIBUTE = vars(type)["__getattribute__"]
+
+
+def _hooked_class_attr(run: Run, cls: type, meta: type, name: str) -> object:
+    """``cls.name`` where ``cls``'s metaclass overrides ``__getattribute__``: the hook answers (interpreted
+    when it is Python code), then the metaclass's ``__getattr__`` if it raised AttributeError."""
+    hook = _mro_lookup(meta, "__getattribute__")
+    getattr_hook = _mro_lookup(meta, "__getattr__")
+    python_descriptor = type(hook) is not FunctionType and _is_py(getattr(type(hook), "__get__", None))
+    if not (_is_py(hook) or python_descriptor):
+        return getattr(cls, name)  # a hook of C code's: nothing to interpret
+    try:
+        return _call_hook(run, cls, meta, hook, name)
+    except AttributeError:
+        if getattr_hook is _MISSING:
+            raise
+        return _call_hook(run, cls, meta, getattr_hook, name)
 
 
 def _meta_data_descriptor(meta: type, name: str) -> bool:
@@ -323,7 +363,7 @@ NATIVE_STORE_NAMES: dict[int, set[str]] = {}  # the same, for setattr
 
 def _store_native(t: type, name: str) -> bool:
     """Whether ``obj.name = v`` on instances of ``t`` runs no Python code (only True is cached)."""
-    if _is_py(getattr(t, "__setattr__", None)):
+    if _is_py(_type_attr(t, "__setattr__")):
         return False
     descr = _mro_lookup(t, name)
     if descr is not _MISSING and _is_py_descriptor(descr):
@@ -348,7 +388,7 @@ def store_attr(run: Run, obj: object, name: str, value: object) -> None:
     if (names is not None and name in names) or _store_native(t, name):
         setattr(obj, name, value)
         return
-    custom = getattr(t, "__setattr__", None)
+    custom = _type_attr(t, "__setattr__")
     if _is_py(custom):
         call(run, custom, (obj, name, value), None)
         return
@@ -371,7 +411,7 @@ def delete_attr(run: Run, obj: object, name: str) -> None:
     if _attr_native(t) or issubclass(t, type):
         delattr(obj, name)
         return
-    custom = getattr(t, "__delattr__", None)
+    custom = _type_attr(t, "__delattr__")
     if _is_py(custom):
         call(run, custom, (obj, name), None)
         return

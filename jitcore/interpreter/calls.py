@@ -46,6 +46,7 @@ NATIVE_CALLABLES = frozenset({BuiltinFunctionType, MethodDescriptorType, Wrapper
 _partial = functools.partial
 _new_frame = _object_new = object.__new__
 _object_init = object.__init__
+_type_getattribute = type.__getattribute__
 
 
 def canonical(fn: object) -> object:
@@ -138,8 +139,12 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
             return opaque(run, cls, args, kwargs)
     if cls is type:
         return opaque(run, cls, args, kwargs)
-    new = cls.__new__
-    init = cls.__init__
+    if meta is type:
+        new = cls.__new__
+        init = cls.__init__
+    else:  # type_call reads the slots: a metaclass's __getattribute__ is not asked for them
+        new = _type_getattribute(cls, "__new__")
+        init = _type_getattribute(cls, "__init__")
     if type(new) is not FunctionType and type(init) is not FunctionType:
         return opaque(run, cls, args, kwargs)
     if new is _object_new:

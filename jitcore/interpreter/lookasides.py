@@ -175,7 +175,9 @@ def super_arguments() -> tuple[type, object]:
     if code.co_argcount == 0:
         raise RuntimeError("super(): no arguments")
     first = frame.fast[0]
-    if isinstance(first, CellType) and code.co_varnames[0] in code.co_cellvars:
+    # (not isinstance, which asks a class for __class__ through its metaclass's __getattribute__; a cell's
+    # type cannot be subclassed)
+    if type(first) is CellType and code.co_varnames[0] in code.co_cellvars:
         try:
             first = first.cell_contents
         except ValueError:

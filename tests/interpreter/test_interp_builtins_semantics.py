@@ -239,3 +239,45 @@ def test_list_tuple_and_sorted_ask_the_length_hint_after_the_iterator() -> None:
         return list(Hinted()), tuple(Sized()), sorted(Sized()), seen
 
     check(program)
+
+
+def test_a_metaclass_getattribute_answers_class_attributes_only() -> None:
+    # a metaclass's __getattribute__ answers ``Class.name``, interpreted (the seen list), and nothing else:
+    # the lookups on the class's MRO and dicts behind its instances' attributes, descriptors and stores
+    # read the type itself, as CPython's _PyType_Lookup does (test_opcache's test_metaclass_getattribute:
+    # 'bool' object is not iterable, from ``Class.__mro__`` answered by the hook)
+    def program():
+        seen = []
+
+        class Meta(type):
+            def __getattribute__(cls, name):
+                seen.append(name)
+                if name.startswith("x"):
+                    return "meta:" + name
+                if name == "__mro__":
+                    return True
+                return super().__getattribute__(name)
+
+            def __getattr__(cls, name):
+                return "missing:" + name
+
+        class Class(metaclass=Meta):
+            attribute = 1
+
+            def __init__(self):
+                self.y = 2
+
+            @property
+            def p(self):
+                return self.y + 1
+
+            def m(self):
+                return 3
+
+        obj = Class()
+        obj.z = 4
+        del obj.z
+        found = [Class.xa, Class.attribute, Class.nothing, obj.y, obj.m(), obj.p, obj.attribute]
+        return found, seen
+
+    check(program)
