@@ -136,7 +136,7 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
                 raise InterpreterError(f"{bug} while executing {frame.instruction.opname}", where) from exc
         return _route(frame, exc, raising)
     except RecursionError as error:
-        if error is exc:
+        if error is exc or type(exc) is not RecursionError:
             raise
         # Note [Unwinding at the recursion limit]: it propagates as it is, without this frame's entry
         run.raising = None
@@ -148,22 +148,30 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
 # Python code (the exception table, chaining, the traceback entry's raiser), so at the limit, where a
 # program's unbounded recursion ends, the unwinding itself could raise RecursionError: a new exception,
 # chained to the program's and printed with the interpreter's frames ("During handling of the above
-# exception, another exception occurred"). The program's exception propagates instead, unchanged: the
-# frames at the limit add no traceback entry (a traceback a few entries short of CPython's) and their
-# handlers do not run (at that depth a handler calling anything would hit the limit itself). Raising the
-# limit for the unwinding is no way out: putting it back at that depth fails. The call of ``unwind`` itself
+# exception, another exception occurred"). When the program's exception is a RecursionError it propagates
+# instead, unchanged: the frames at the limit add no traceback entry (a traceback a few entries short of
+# CPython's) and their handlers do not run (at that depth a handler calling anything would hit the limit
+# itself). Another exception (``try: ... except: f()`` recursing in its handler) propagates as the new
+# RecursionError with it as its context, as CPython's handler would end (test_traceback's
+# test_long_context_chain). Raising the limit for the unwinding is no way out: putting it back at that
+# depth fails. The call of ``unwind`` itself
 # can fail too (3.13 counts Python calls): that RecursionError, raised while the first was being handled,
 # propagates with the first as its ``__context__``; the first had reached no user frame (its traceback is
-# the interpreter's alone), so ``_drop_internal_context`` takes it out of the chain.
+# the interpreter's alone), so ``_drop_internal_context`` takes it out of the chain (and a handled
+# exception whose unwinding failed loses its traceback: the interpreter's entries alone).
 
 
 def _drop_internal_context(exc: RecursionError) -> None:
-    """Take out of ``exc``'s ``__context__`` chain the RecursionErrors that no user frame saw."""
+    """Take out of ``exc``'s ``__context__`` chain the RecursionErrors that no user frame saw, and the
+    interpreter's traceback entries from the exception under them (one whose unwinding ran out of stack)."""
     context = exc.__context__
     while type(context) is RecursionError and strip_internal(context.__traceback__) is None:
         context = context.__context__
     if context is not exc.__context__:
         exc.__context__ = context
+    tb = None if context is None else context.__traceback__
+    if tb is not None and strip_internal(tb) is None:
+        context.__traceback__ = None
 
 
 def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:

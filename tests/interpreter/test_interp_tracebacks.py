@@ -305,3 +305,27 @@ def test_recursion_error_has_no_interpreter_context():
     # RecursionErrors chained onto it (each printed with the interpreter's frames, "During handling of the
     # above exception, another exception occurred")
     assert interpret(_recursion_report)() == _recursion_report()
+
+
+def _recurse_in_handler():
+    try:
+        1 / 0  # noqa: B018
+    except ZeroDivisionError:
+        _recurse_in_handler()
+
+
+def _handler_recursion_report():
+    try:
+        _recurse_in_handler()
+    except RecursionError as e:
+        text = "".join(traceback.format_exception(e))
+        return type(e).__name__, type(e.__context__).__name__, "jitcore" in text
+    except ZeroDivisionError as e:  # (a frame at the limit that skipped its handler)
+        return type(e).__name__
+
+
+def test_recursion_in_a_handler_ends_in_a_recursion_error():
+    # a handler that recurses ends in a RecursionError whose context is the handled exception, as natively,
+    # even where the interpreter's own unwinding runs out of stack first (test_long_context_chain)
+    assert interpret(_handler_recursion_report)() == _handler_recursion_report() == (
+        "RecursionError", "ZeroDivisionError", False)
