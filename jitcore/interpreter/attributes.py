@@ -178,6 +178,18 @@ def load_attr(run: Run, obj: object, name: str) -> object:
             if klass is not t:
                 return klass
         return getattr(obj, name)
+    try:
+        return _load_interpreted(run, obj, t, name)
+    except AttributeError as error:
+        # PyObject_GetAttr's set_attribute_error_context: the error Python code raised names what was asked
+        # (traceback's "Did you mean" reads them), unless it names something already
+        if error.name is None and error.obj is None:
+            error.name, error.obj = name, obj
+        raise
+
+
+def _load_interpreted(run: Run, obj: object, t: type, name: str) -> object:
+    """``load_attr`` where Python code may be involved."""
     if issubclass(t, type):  # not isinstance: it would ask obj.__class__ through a __getattribute__ hook
         return _load_class_attr(run, obj, name)
     if name == "__class__" and run.type_of is not type:

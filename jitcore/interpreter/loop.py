@@ -208,7 +208,8 @@ _BUG_TYPES = (AttributeError, IndexError)  # what _interpreter_bug can recognise
 def _interpreter_bug(exc: BaseException) -> str | None:
     """Recognise exceptions that can only come from a bug in the interpreter itself (not from the program):
     an attribute error on the interpreter's own objects, or a value-stack underflow in a handler."""
-    if isinstance(exc, AttributeError) and isinstance(getattr(exc, "obj", None), _INTERNAL_TYPES):
+    # (the type of obj, not isinstance: that asks a user object for __class__, through its __getattribute__)
+    if isinstance(exc, AttributeError) and issubclass(type(getattr(exc, "obj", None)), _INTERNAL_TYPES):
         return f"internal attribute error ({exc})"
     if type(exc) is IndexError and exc.args == ("pop from empty list",):
         tb = exc.__traceback__

@@ -281,3 +281,48 @@ def test_a_metaclass_getattribute_answers_class_attributes_only() -> None:
         return found, seen
 
     check(program)
+
+
+def test_attribute_errors_from_python_hooks_name_the_object_and_attribute() -> None:
+    # PyObject_GetAttr gives an AttributeError that Python code raised (a __getattr__, __getattribute__ or
+    # property getter) its ``name`` and ``obj`` unless it has them, for traceback's "Did you mean" (CPython's
+    # test_traceback test_getattr_suggestions_no_args)
+    def program():
+        class A:
+            blech = None
+
+            def __getattr__(self, attr):
+                raise AttributeError()
+
+        class B:
+            def __getattribute__(self, attr):
+                raise AttributeError("Error", 23)
+
+        class C:
+            @property
+            def p(self):
+                raise AttributeError("inner")
+
+        class Meta(type):
+            def __getattr__(cls, attr):
+                raise AttributeError
+
+        class D(metaclass=Meta):
+            pass
+
+        class E:
+            def __getattr__(self, attr):
+                error = AttributeError("preset")
+                error.name = "other"
+                raise error
+
+        out = []
+        for obj, name in ((A(), "bluch"), (B(), "x"), (C(), "p"), (D, "y"), (E(), "z")):
+            for through_getattr in (True, False):
+                try:
+                    getattr(obj, name) if through_getattr else eval(f"obj.{name}", {"obj": obj})
+                except AttributeError as e:
+                    out.append((repr(e.obj)[:12], e.name, str(e)))
+        return out
+
+    check(program)
