@@ -138,8 +138,9 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
     except RecursionError as error:
         if error is exc or type(exc) is not RecursionError:
             raise
-        # Note [Unwinding at the recursion limit]: it propagates as it is, without this frame's entry
+        # Note [Unwinding at the recursion limit]: it propagates as it is; its entry here comes later
         run.raising = None
+        run.unentered = (exc, frame, run.unentered)  # (no call: none is possible here)
         return False
 
 
@@ -149,16 +150,32 @@ def unwind(frame: Frame, exc: BaseException) -> bool:
 # program's unbounded recursion ends, the unwinding itself could raise RecursionError: a new exception,
 # chained to the program's and printed with the interpreter's frames ("During handling of the above
 # exception, another exception occurred"). When the program's exception is a RecursionError it propagates
-# instead, unchanged: the frames at the limit add no traceback entry (a traceback a few entries short of
-# CPython's) and their handlers do not run (at that depth a handler calling anything would hit the limit
-# itself). Another exception (``try: ... except: f()`` recursing in its handler) propagates as the new
+# instead, unchanged: the frames at the limit are noted in ``run.unentered`` (no call can be made there)
+# and get their traceback entries from the first frame shallower that routes it (``_add_unentered``: the
+# innermost frame's locals stay alive while it is handled, test_exceptions' test_recursion_error_cleanup);
+# their handlers do not run (at that depth a handler calling anything would hit the limit itself).
+# Another exception (``try: ... except: f()`` recursing in its handler) propagates as the new
 # RecursionError with it as its context, as CPython's handler would end (test_traceback's
 # test_long_context_chain). Raising the limit for the unwinding is no way out: putting it back at that
-# depth fails. The call of ``unwind`` itself
-# can fail too (3.13 counts Python calls): that RecursionError, raised while the first was being handled,
-# propagates with the first as its ``__context__``; the first had reached no user frame (its traceback is
-# the interpreter's alone), so ``_drop_internal_context`` takes it out of the chain (and a handled
-# exception whose unwinding failed loses its traceback: the interpreter's entries alone).
+# depth fails. The call of ``unwind`` itself can fail too (3.13 counts Python calls): that RecursionError,
+# raised while the first was being handled, propagates with the first as its ``__context__``; the first
+# had reached no user frame (its traceback is the interpreter's alone), so ``_drop_internal_context``
+# takes it out of the chain (and a handled exception whose unwinding failed loses its traceback: the
+# interpreter's entries alone).
+
+
+def _add_unentered(run: Run, exc: BaseException) -> None:
+    """The traceback entries of the frames ``exc`` left at the recursion limit without one, innermost
+    first (a frame shallower has the stack for them)."""
+    frames = []
+    link = run.unentered
+    while link is not None:
+        if link[0] is exc:
+            frames.append(link[1])
+        link = link[2]
+    for frame in reversed(frames):
+        add_frame(frame, exc, False, True)
+    run.unentered = None
 
 
 def _drop_internal_context(exc: RecursionError) -> None:
@@ -186,9 +203,11 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
             exc.__context__ = raising[2]
     if explicit or (raising is None and _fresh(frame, exc)):
         _chain(frame, exc)
-    add_frame(frame, exc, explicit)
+    if frame.run.unentered is not None:
+        _add_unentered(frame.run, exc)
     index = frame.index - 1
     entry = frame.info.handler_for(index)
+    add_frame(frame, exc, explicit, entry is None)
     if entry is None:
         frame.stack.clear()  # as CPython clears an unwound frame's value stack (tracebacks keep frames alive)
         return False

@@ -72,6 +72,7 @@ class Run:
         "on_opaque_call",
         "plain",
         "raising",
+        "unentered",
         "resolve_call",
         "thread",
         "type_of",
@@ -99,6 +100,9 @@ class Run:
         self.hooked = hooked_opcodes(hooks_set)
         self.plain = self.fused and not self.hooked  # executes ``CodeInfo.fused`` (the loop's fast path)
         self.raising: tuple | None = None
+        # (exception, frame, next): frames it left without a traceback entry (Note [Unwinding at the recursion
+        # limit] in loop.py), the latest first
+        self.unentered: tuple | None = None
         self.native_exc: BaseException | None = None
         self._resolved: dict[int, tuple[weakref.ref, Callable | None]] = {}
         self.thread = threading.get_ident()

@@ -73,7 +73,7 @@ def strip_internal(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
-def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
+def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = False) -> None:
     """Give ``exc`` a traceback entry for ``frame`` on top of its (stripped) traceback.
 
     Args:
@@ -81,12 +81,14 @@ def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
         exc: the exception.
         always: add an entry even if the traceback already starts with this frame's last entry (an explicit
             ``raise exc`` in the same frame adds one in CPython; a bare re-raise does not).
+        leaving: the exception leaves ``frame`` (no handler of its own runs): its entry's frame holds the
+            frame's locals, final now (Note [Traceback frame objects]).
     """
     tb = strip_internal(exc.__traceback__)
     if not always and tb is not None and id(tb) == getattr(frame, "tb_entry", 0):  # (unset: no entry yet)
         exc.__traceback__ = tb
         return
-    entry = _entry(frame, tb)
+    entry = _entry(frame, tb, leaving)
     # only the id: holding the entry would keep the exception's frames alive after the user dropped it
     frame.tb_entry = id(entry)
     exc.__traceback__ = entry
@@ -96,14 +98,16 @@ def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
 # A traceback entry needs a real frame object (``tb_frame``: printing reads its code and globals and, with
 # ``tb_lasti``, the code's positions). It is made by calling a "raiser", a function whose code carries the
 # user's file, name and position in every code unit (the jinja2 ``fake_traceback`` idea), made once per
-# instruction that raises (``CodeInfo.raisers``) and returning its own frame. Its locals are named as the
-# user's and it is called with their values, so ``tb_frame.f_locals`` is what CPython's would hold
-# (``traceback``'s ``capture_locals``, ``pdb.post_mortem``, pytest's ``--showlocals``, ``clear_frames``):
-# the values at the raise, where CPython's live frame would show later changes made by the frame's own
-# handler. The entry keeps those values alive, as CPython's tracebacks keep their frames' locals
-# (test_exceptions' test_memory_error_cleanup). A frame whose locals are a dict (a class body, ``exec``)
-# passes that dict's string keys; a module's frame passes none (CPython's ``f_locals`` there is the
-# module's globals, which ``f_globals`` already gives). An entry is then one ``TracebackType(...)`` call;
+# instruction that raises (``CodeInfo.raisers``) and returning its own frame. For a frame the exception
+# leaves (no handler of its own runs), its locals are named as the user's and it is called with their
+# values, final now, so ``tb_frame.f_locals`` is what CPython's dead frame holds (``traceback``'s
+# ``capture_locals``, ``pdb.post_mortem``, pytest's ``--showlocals``, ``clear_frames``), and the entry keeps
+# them alive as CPython's keeps its frames' (test_exceptions' test_memory_error_cleanup). A frame whose
+# locals are a dict (a class body, ``exec``) passes that dict's string keys; a module's frame passes none
+# (CPython's ``f_locals`` there is the module's globals, which ``f_globals`` already gives). A frame that
+# handles the exception runs on: CPython's entry is the live frame, whose later rebinding (``obj = None``)
+# releases what the locals held (test_exceptions' testExceptionCleanupState); values taken at the raise
+# would keep it, so that entry's frame has no locals. An entry is then one ``TracebackType(...)`` call;
 # raising through the raiser and catching the exception cost ~5,000 more machine instructions per entry. The
 # raiser is called inside ``_MAKER``, a generator suspended between calls and holding nothing then: a
 # finished frame's ``f_back`` is its caller, and called from here the raiser's would be this module's frames,
@@ -112,12 +116,15 @@ def add_frame(frame: Frame, exc: BaseException, always: bool) -> None:
 # locals alive.)
 
 
-def _entry(frame: Frame, tb_next: TracebackType | None) -> TracebackType:
+def _entry(frame: Frame, tb_next: TracebackType | None, leaving: bool) -> TracebackType:
     global _MAKER
     index = frame.index - 1 if frame.index else 0
-    names, values = _locals(frame)
+    if leaving:
+        names, values = _locals(frame)
+        key = index if frame.locals is None else (index, names)
+    else:  # the frame runs on (a handler of its own): values taken now would outlive what it rebinds
+        names, values, key = (), (), (index, ())
     raisers = frame.info.raisers
-    key = index if frame.locals is None else (index, names)
     made = raisers.get(key)
     if made is None or made[0].__globals__ is not frame.globals:
         made = raisers[key] = _raiser(frame, names)
