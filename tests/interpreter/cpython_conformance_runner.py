@@ -13,13 +13,36 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import os
 import signal
 import sys
+import time
+import types
 import unittest
 import warnings
 from dataclasses import dataclass, field
 
-from jitcore.interpreter import interpret, interpret_code
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _interpreter_alone() -> None:
+    """Note [Conformance without torch]: a process running this file (a module's own, ``--json``, started by
+    ``run_module_isolated``; or a run by hand) imports ``jitcore.interpreter`` without running
+    ``jitcore/__init__.py``, which imports torch and the jit: the interpreter knows nothing of either
+    (tests/test_layering.py), and torch cost each of the ~120 module processes seconds of import and made
+    every ``gc.collect()`` walk its ~230,000 objects (test_tuple's 101 collections: 150 s, over the per-test
+    limit; 12 s without). The package is bound as a bare module whose ``__path__`` is jitcore's folder, so
+    ``jitcore.interpreter`` and what it imports (``jitcore.errors``, ``jitcore.diagnostics``,
+    ``jitcore.ir``) load as usual."""
+    package = types.ModuleType("jitcore", "jitcore's package, bound without its public API (the runner)")
+    package.__path__ = [os.path.join(_ROOT, "jitcore")]
+    sys.modules["jitcore"] = package
+
+
+if __name__ == "__main__" and "jitcore" not in sys.modules:
+    _interpreter_alone()
+
+from jitcore.interpreter import interpret, interpret_code  # noqa: E402
 
 MODULES = (
     "test_grammar",
@@ -105,6 +128,18 @@ MODULES = (
     "test_syntax",
     "test_typing",
     *(("test_type_params", "test_type_aliases") if sys.version_info >= (3, 12) else ()),
+    # containers, numbers, text, stdlib modules in Python, tracebacks: added 2026-12-03 (found traceback
+    # entries' frames without the user's locals, RecursionErrors chained to the interpreter's own, a metaclass
+    # __getattribute__ asked for the class's MRO, AttributeErrors from __getattr__ without name/obj). On
+    # 3.13, test_opcache checks CPython's specialized instructions (none in interpreted code) and
+    # test_traceback has a 20 s Levenshtein test: 3.11 only.
+    "test_copy", "test_bisect", "test_keyword", "test_reprlib", "test_textwrap", "test_print",
+    "test_weakset", "test_int", "test_format", "test_fractions", "test_pprint", "test_generator_stop",
+    "test_copyreg", "test_abstract_numbers", "test_numeric_tower", "test_memoryview", "test_array",
+    "test_exception_hierarchy", "test_utf8source", "test_longexp", "test_calendar", "test_float",
+    "test_dict", "test_tuple", "test_code", "test_genericclass", "test_shlex", "test_csv", "test_cmath",
+    "test_finalization", "test_locale", "test_atexit", "test_ordered_dict",
+    *(("test_opcache", "test_traceback") if sys.version_info < (3, 12) else ()),
 )
 
 TIMEOUT_S = 20
@@ -117,6 +152,9 @@ class Outcome:
     native_pass: set[str] = field(default_factory=set)
     interpreted_pass: set[str] = field(default_factory=set)
     interpreted_errors: dict[str, str] = field(default_factory=dict)
+    # seconds each test method took interpreted (setUp and tearDown included): what a module adds to CI, and
+    # how far its slowest test is from TIMEOUT_S
+    interpreted_seconds: dict[str, float] = field(default_factory=dict)
 
 
 class _Timeout(Exception):
@@ -157,6 +195,7 @@ class _Result(unittest.TestResult):
         super().__init__()
         self.passed: set[str] = set()
         self.problems: dict[str, str] = {}
+        self.seconds: dict[str, float] = {}
 
     def addSuccess(self, test: unittest.TestCase) -> None:
         self.passed.add(test.id())
@@ -180,11 +219,13 @@ def _run_suite(suite: unittest.TestSuite, timeout: bool) -> _Result:
             single = unittest.TestSuite([test])
             if timeout:
                 signal.alarm(TIMEOUT_S)
+            start = time.perf_counter()
             try:
                 single.run(result)
             finally:
                 if timeout:
                     signal.alarm(0)
+                result.seconds[test.id()] = time.perf_counter() - start
         # class fixtures: run tearDownClass of the last class
         unittest.TestSuite()._tearDownPreviousClass(None, result)
     finally:
@@ -257,6 +298,7 @@ def run_module(name: str) -> Outcome:
             interpreted = _run_suite(_suite(cls, interpreted=True), timeout=True)
             outcome.interpreted_pass |= {t for t in interpreted.passed if t not in interpreted.problems}
             outcome.interpreted_errors.update(interpreted.problems)
+            outcome.interpreted_seconds.update(interpreted.seconds)
     return outcome
 
 
@@ -264,18 +306,17 @@ def run_module_isolated(name: str, timeout_s: float = 900) -> Outcome:
     """``run_module`` in a fresh interpreter process, so the CPython tests' global side effects (warnings
     filters, signal handlers, sys.modules, ...) cannot leak into the caller."""
     import json
-    import os
     import subprocess
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--json", name], capture_output=True,
                           text=True, timeout=timeout_s, env=env, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"conformance run of {name} failed (rc={proc.returncode}): {proc.stderr[-2000:]}")
     data = json.loads(lines[-1])
-    return Outcome(set(data["native_pass"]), set(data["interpreted_pass"]), data["interpreted_errors"])
+    return Outcome(set(data["native_pass"]), set(data["interpreted_pass"]), data["interpreted_errors"],
+                   data["interpreted_seconds"])
 
 
 def main(argv: list[str]) -> None:
@@ -286,7 +327,8 @@ def main(argv: list[str]) -> None:
         outcome = run_module(argv[1])
         print(json.dumps({"native_pass": sorted(outcome.native_pass),
                           "interpreted_pass": sorted(outcome.interpreted_pass),
-                          "interpreted_errors": outcome.interpreted_errors}))
+                          "interpreted_errors": outcome.interpreted_errors,
+                          "interpreted_seconds": outcome.interpreted_seconds}))
         return
     total_native = total_both = 0
     for name in argv or MODULES:
@@ -295,7 +337,10 @@ def main(argv: list[str]) -> None:
         total_native += len(outcome.native_pass)
         total_both += len(both)
         rate = len(both) / max(len(outcome.native_pass), 1)
-        print(f"{name}: {len(both)}/{len(outcome.native_pass)} = {rate:.1%}", flush=True)
+        slowest = max(outcome.interpreted_seconds.items(), key=lambda item: item[1], default=("-", 0.0))
+        print(f"{name}: {len(both)}/{len(outcome.native_pass)} = {rate:.1%} (interpreted "
+              f"{sum(outcome.interpreted_seconds.values()):.1f} s; slowest {slowest[1]:.1f} s: {slowest[0]})",
+              flush=True)
         for test in sorted(outcome.native_pass - outcome.interpreted_pass):
             print(f"    {test!r}: {outcome.interpreted_errors.get(test, 'did not pass')!r},", flush=True)
     print(f"TOTAL: {total_both}/{total_native} = {total_both / max(total_native, 1):.1%}")
