@@ -329,3 +329,23 @@ def test_recursion_in_a_handler_ends_in_a_recursion_error():
     # even where the interpreter's own unwinding runs out of stack first (test_long_context_chain)
     assert interpret(_handler_recursion_report)() == _handler_recursion_report() == (
         "RecursionError", "ZeroDivisionError", False)
+
+
+def _released_while_handled():
+    obj = _Payload()
+    ref = weakref.ref(obj)
+    try:
+        try:
+            raise ValueError("first")
+        except ValueError:
+            raise KeyError("second")  # noqa: B904
+    except KeyError as e:
+        e.__context__ = None
+        obj = None  # noqa: F841 - the rebinding under test
+        return ref() is None
+
+
+def test_a_handling_frame_rebinding_a_local_releases_it():
+    # the entry of a frame that handles the exception and runs on does not keep its locals' values of the
+    # raise alive (CPython's is the live frame): test_exceptions' testExceptionCleanupState
+    assert interpret(_released_while_handled)() is _released_while_handled() is True
