@@ -13,8 +13,6 @@ KNOWN_FAILURES_311: dict[str, str] = {
         "tb_frame.f_lineno of an interpreted frame is the raising line, not the frame's last executed line",
     "test.test_exceptions.PEP626Tests.test_lineno_in_try":
         "tb_frame.f_lineno of an interpreted frame is the raising line, not the frame's last executed line",
-    "test.test_exceptions.NameErrorTests.test_name_error_suggestions":
-        "'Did you mean' reads tb_frame.f_locals; the traceback entry's frame does not hold the user's locals",
     "test.test_exceptions.ExceptionTests.testSettingException":
         "inspects the native frame of an exception raised from __init__ called by C code",
     "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler":
