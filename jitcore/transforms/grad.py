@@ -399,8 +399,13 @@ class _Replay:
 
     def _copy_record(self, bsym: BoundSymbol) -> None:
         """A record that runs in the forward as it is: its tensor outputs (value-shaped, never
-        differentiable) become forward values with the recorded metadata."""
-        args, kwargs = _tree_map(self.lookup, (bsym.args, bsym.kwargs))
+        differentiable) become forward values with the recorded metadata; a check compares the numbers
+        the forward computes (Note [A check of a specialized read], replayed_numbers.py)."""
+        checked = "check" in bsym.symbol.tags
+        args, kwargs = _tree_map(
+            lambda v: self.numbers.checked(v) if checked and isinstance(v, NumberProxy) else self.lookup(v),
+            (bsym.args, bsym.kwargs))
+        self.numbers.made(bsym.output)
 
         def output(old: Any) -> Any:
             if not isinstance(old, TensorProxy):

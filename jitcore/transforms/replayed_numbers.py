@@ -30,6 +30,7 @@ import optree
 import torch
 
 from jitcore.dispatch.resolver import dispatched_numbers, number_leaves
+from jitcore.errors import DataDependentError
 from jitcore.ir import BoundSymbol, Symbol, tree_has
 from jitcore.langctx.scalars import aten_name
 from jitcore.proxies import TensorProxy
@@ -44,6 +45,33 @@ class ReplayedNumbers:
     def __init__(self, reads: Sequence[tuple[NumberProxy, BoundSymbol]]) -> None:
         self._checks = {id(number): check for number, check in reads}
         self._needed: dict[int, BoundSymbol] = {}
+        self._made: set[int] = set()  # numbers the forward computes by a copied record (a read's)
+
+    def made(self, output: Any) -> None:
+        """The numbers among a record's ``output`` that the forward computes (the record is copied)."""
+        self._made.update(id(n) for n in optree.tree_leaves(output, none_is_leaf=True)
+                          if isinstance(n, NumberProxy))
+
+    def checked(self, value: Any) -> Any:
+        """What a copied check (``check_read``) compares for ``value``: a number's name where the forward
+        computes it, so the check compares each call's value (Note [A check of a specialized read]).
+
+        Raises:
+            DataDependentError: the forward does not compute the number (arithmetic on a read it
+                specialized): no check of it could be made; pass 1 runs under torch's autograd.
+        """
+        if not isinstance(value, NumberProxy) or self.symbolic(value) or id(value) in self._made:
+            return value
+        raise DataDependentError(f"the check of {value.name}, a number read from a tensor: the forward "
+                                 "does not compute it")
+
+    # Note [A check of a specialized read]
+    # A number pass 1 read (``n = t.sum().tolist()``) and specialized (``z.split([n, 12 - n])`` under
+    # grad needs its value) has its check recorded in pass 1: ``check_read(site, 5, int, n0)``. Replayed
+    # with the other records' lookup, the name became its value (``check_read(site, 5, int, 5)``): a
+    # check that always passed, and a call with another count ran the entry's split sizes: a wrong
+    # loss and wrong gradients (a mixture of experts' ``expert_size.tolist()`` in training). The copied
+    # check keeps the name the copied read defines.
 
     def symbolic(self, value: Any) -> bool:
         """Whether ``value`` is a number computed from kept reads only."""

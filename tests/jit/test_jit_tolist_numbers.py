@@ -184,3 +184,32 @@ def written_list(x):
 def test_the_program_may_write_the_list_it_got():
     jfn = run_calls(written_list, [(_values(i),) for i in range(4)])
     assert jitcore.cache_misses(jfn) == 1 and jitcore.cache_hits(jfn) == 3
+
+
+def test_a_count_read_with_tolist_splits_a_tensor_that_requires_grad() -> None:
+    """``n = mask.sum().tolist()`` then ``z.split([n, len - n])`` with ``z`` requiring grad (a mixture of
+    experts' ``expert_size.tolist()`` in training): the split needs the count, so it is checked on every
+    call (Note [A check of a specialized read], jitcore/transforms/replayed_numbers.py). The grad
+    transform's copy of the check compared the traced count with itself: a call with another count
+    ran the traced split sizes, with a wrong loss and wrong gradients."""
+
+    def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        n = (x > 0).long().sum().tolist()
+        counts = (x > 0).long().sum(0).tolist()
+        z = (x * w).reshape(-1)
+        a, b = z.split([n, z.numel() - n])
+        parts = (x * w).t().reshape(-1).split([*counts, x.numel() - sum(counts)])
+        loss = a.square().sum() * 2 + b.sum() + sum(p.sum() * (k + 1) for k, p in enumerate(parts))
+        loss.backward()
+        return loss.detach()
+
+    jitted = jitcore.jit(step)
+    seen = set()
+    for seed in (0, 1, 2, 0, 3):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(seed))
+        w_eager = torch.randn(3, 4, generator=torch.Generator().manual_seed(9)).requires_grad_()
+        w_jit = w_eager.detach().clone().requires_grad_()
+        assert_same(jitted(x, w_jit), step(x, w_eager))
+        assert_same(w_jit.grad, w_eager.grad)
+        seen.add(tuple((x > 0).long().sum(0).tolist()))
+    assert jitcore.cache_misses(jitted) == len(seen)
