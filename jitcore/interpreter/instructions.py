@@ -89,6 +89,7 @@ class CodeInfo:
         "driver",
         "fused",
         "instructions",
+        "local_slots",
         "ncells_free",
         "nlocalsplus",
         "raisers",
@@ -132,9 +133,9 @@ class CodeInfo:
         self._handler_at: list[ExceptionEntry | None] | None = None
         self.binder = None
         self.driver = None  # the generator driver of this code, made by generators.make_generator
-        # instruction index -> its traceback entries' raiser; None -> the names of the fast locals and
-        # which are cells (tracebacks.py)
-        self.raisers: dict = {}
+        self.raisers: dict = {}  # instruction index -> its traceback entries' raiser (tracebacks.py)
+        # the names of the fast locals and the indices of the cells among them, once asked (tracebacks.py)
+        self.local_slots: tuple[tuple[str, ...], tuple[int, ...]] | None = None
 
     def fused_without(self, hooked: frozenset[int]) -> list[Instruction]:
         """The fused instructions for a run whose load hooks must see the opcodes ``hooked``: only

@@ -158,13 +158,14 @@ def _locals(frame: Frame) -> tuple[tuple[str, ...], list]:
 
 def _slots(frame: Frame) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The names of ``frame``'s fast locals and the indices of those that are cells or free variables,
-    kept in its code's ``raisers`` under ``None``."""
-    slots = frame.info.raisers.get(None)
+    kept on its code's ``CodeInfo`` (``local_slots``)."""
+    info = frame.info
+    slots = info.local_slots
     if slots is None:
         code = frame.code
-        names = tuple(code._varname_from_oparg(i) for i in range(frame.info.nlocalsplus))
+        names = tuple(code._varname_from_oparg(i) for i in range(info.nlocalsplus))
         cells = set(code.co_cellvars) | set(code.co_freevars)
-        slots = frame.info.raisers[None] = names, tuple(i for i, name in enumerate(names) if name in cells)
+        slots = info.local_slots = names, tuple(i for i, name in enumerate(names) if name in cells)
     return slots
 
 
