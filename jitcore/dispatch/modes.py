@@ -161,7 +161,7 @@ def offer_native(fn: Any, args: tuple, kwargs: dict, call: Callable[[Any, tuple,
     eager's torch offers it (Note [What eager offers a function mode])."""
     try:
         answer = ANSWERED_BY_PROXY.get(fn)
-    except TypeError:  # unhashable
+    except (TypeError, ValueError):  # unhashable (a weakref to a writable memoryview hashes it)
         answer = None
     if answer is not None and args and isinstance(args[0], TensorProxy):
         return offer(fn, args, kwargs, answer)

@@ -35,6 +35,7 @@ from typing import Any
 import optree
 import torch
 from torch._library.simple_registry import find_torch_dispatch_rule
+from torch._ops import OpOverload, OpOverloadPacket
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -66,6 +67,7 @@ __all__ = [
     "numbers_reach_dispatch",
     "overriding_types",
     "resolve_call",
+    "python_code",
     "resolve_operator_or_own",
     "torch_dispatch_rule",
 ]
@@ -340,14 +342,29 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict, *, record: bool = True) 
 def resolve_operator_or_own(fn: Any) -> Any:
     """The ``resolve_call`` hook's part shared by every interpretation of torch code (a tracing
     pass, the grad transform's recording): an aten operator is its symbol (the call is recorded),
-    jitcore's own code (proxy methods, symbols) runs natively; None for anything else."""
-    symbol = operator_symbol(fn)
-    if symbol is not None:
-        return symbol
-    code = getattr(fn, "__code__", None)
+    jitcore's own code (proxy methods, symbols) runs natively; None for anything else. Only ``fn``'s type
+    is asked which kind it is (Note [Asking a callable its kind])."""
+    if issubclass(type(fn), (OpOverload, OpOverloadPacket)):
+        return operator_symbol(fn)
+    code = python_code(fn)
     if code is not None and code.co_filename.startswith(JITCORE_DIR):
         return fn
     return None
+
+
+# Note [Asking a callable its kind]
+# Every call the program makes asks the hooks what ``fn`` is. Eagerly ``c(1)`` asks nothing of ``c``
+# but ``type(c).__call__``: reading ``c.__code__`` ran a user's ``__getattr__`` (which may answer
+# anything: a ``7`` whose ``co_filename`` failed the trace), and ``isinstance(c, OpOverload)`` read
+# ``c.__class__`` through a user's ``__getattribute__`` (CPython's isinstance falls back on ``__class__``
+# when the type does not match). So the kind comes from ``type(fn)``, and the code of a Python function
+# or bound method from the function itself.
+def python_code(fn: Any) -> types.CodeType | None:
+    """The code of a Python function or of a method bound to one; None for any other callable (read
+    without running the callable's own attribute hooks: Note [Asking a callable its kind])."""
+    if type(fn) is types.MethodType:
+        fn = fn.__func__
+    return fn.__code__ if type(fn) is types.FunctionType else None
 
 
 # Note [The detach of a variable factory]

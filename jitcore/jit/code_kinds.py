@@ -71,9 +71,12 @@ def is_torch_builtin(fn: Any) -> bool:
 def compiled_original(fn: Any) -> Any:
     """The function a ``torch.compile`` wrapper compiles (torchao's 8-bit optimizers compile their
     per-parameter step): interpreted instead, so its ops join the trace (dynamo cannot trace
-    jitcore's values), or None."""
+    jitcore's values), or None. Only a Python function is asked (a user's callable object is not: its
+    ``__getattr__`` would run where eagerly nothing reads it)."""
+    if type(fn) is not types.FunctionType:
+        return None
     original = getattr(fn, "_torchdynamo_orig_callable", None)
-    return original if callable(original) and getattr(fn, "__code__", None) is not None else None
+    return original if callable(original) else None
 
 
 def is_unlisted_operation(fn: Any) -> bool:

@@ -48,7 +48,9 @@ def control_flow_lookasides() -> dict[Any, Callable[..., Any]]:
 
 def higher_order_operator(fn: Any) -> Callable[..., Any] | None:
     """What a call of ``fn`` runs when ``fn`` is a higher-order operator (None: it is not one)."""
-    if not isinstance(fn, torch._ops.HigherOrderOperator):  # noqa: SLF001
+    # the type alone: a user's __getattribute__ would be asked for __class__ (Note [Asking a callable its
+    # kind], dispatch/resolver.py)
+    if not issubclass(type(fn), torch._ops.HigherOrderOperator):  # noqa: SLF001
         return None
     dense = _dense_implementation(fn)
     if dense is not None:

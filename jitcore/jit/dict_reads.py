@@ -13,7 +13,8 @@ The same holds for an OrderedDict's own ``pop`` and ``setdefault`` (its ``get`` 
 OrderedDict through its own methods (dict's would leave its key list behind).
 
 Invariants: each replacement behaves as the dict method (same result, same errors, same change of
-the dict); dict subclasses that override the method never reach it (their own method is called).
+the dict; ``get`` and ``setdefault`` hash the key once, and ``pop`` does on a dict the program made);
+dict subclasses that override the method never reach it (their own method is called).
 """
 
 from __future__ import annotations
@@ -53,12 +54,16 @@ def dict_read_lookasides(
 
     def get(d: dict, key: Any, default: Any = None, /) -> Any:
         (_, key, default), _ = native_arguments(dict.get, (d, key, default), {})
+        if provenance.path_of(d) is None:  # a dict the program made: nothing to bind
+            return dict.get(d, key, default)
         value = dict.get(d, key, _ABSENT)
         return default if value is _ABSENT else read(d, key, value)
 
     def popper(native_pop: Callable[..., Any]) -> Callable[..., Any]:
         def pop(d: dict, key: Any, /, *default: Any) -> Any:
             (_, key, *default), _ = native_arguments(native_pop, (d, key, *default), {})
+            if provenance.path_of(d) is None:  # a dict the program made: the key is hashed once, as eagerly
+                return native_pop(d, key, *default)
             value = dict.get(d, key, _ABSENT)
             if value is _ABSENT:
                 return native_pop(d, key, *default)
@@ -70,8 +75,10 @@ def dict_read_lookasides(
     def defaulter(native_setdefault: Callable[..., Any]) -> Callable[..., Any]:
         def setdefault(d: dict, key: Any, default: Any = None, /) -> Any:
             (_, key, default), _ = native_arguments(native_setdefault, (d, key, default), {})
-            value = dict.get(d, key, _ABSENT)
-            return native_setdefault(d, key, default) if value is _ABSENT else read(d, key, value)
+            size = dict.__len__(d)
+            value = native_setdefault(d, key, default)  # the key hashed once, as eagerly (test_dict's
+            # test_setdefault_atomic): the item was present where the dict did not grow
+            return value if dict.__len__(d) != size else read(d, key, value)
         return setdefault
 
     ordered = collections.OrderedDict

@@ -34,6 +34,7 @@ import torch
 
 from jitcore.ir import Proxy
 from jitcore.jit.outputs import split
+from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
@@ -274,6 +275,7 @@ class Effects:
                  input_paths: dict[int, Path] | None = None) -> None:
         self.references: list[Any] = []
         self._input_paths = input_paths or {}  # id(input proxy) -> where the call passes its tensor
+        self._shared = shared_places([e.value for e in effects], preexisting)  # jit/shared_containers.py
         values = [self._template(e.value, preexisting) for e in effects]
         flat, structure = split(values)
         self._leaves, self._spec = optree.tree_flatten(flat, none_is_leaf=True)
@@ -297,8 +299,10 @@ class Effects:
         # object (``self._states = defaultdict(...)``, GradScaler.update) must not redirect the
         # changes diffed on the object it replaced
         targets = [effect.path.get(args, kwargs) for effect in self.effects]
+        values = [self._unwrap(value, args, kwargs) for value in values]
+        reshare(values, self._shared)  # a list stored in two places is one list, as eagerly
         for effect, target, value in zip(self.effects, targets, values):
-            _perform(effect, target, self._unwrap(value, args, kwargs))
+            _perform(effect, target, value)
         output = self.post(output)
         return output if self.returned is None else self.returned.fill(output, args, kwargs)
 

@@ -33,7 +33,12 @@ from jitcore.dispatch.dtensor import fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS, offer_native, offered_lookasides
-from jitcore.dispatch.resolver import call_on_shadows, numbers_reach_dispatch, resolve_operator_or_own
+from jitcore.dispatch.resolver import (
+    call_on_shadows,
+    numbers_reach_dispatch,
+    python_code,
+    resolve_operator_or_own,
+)
 from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
 from jitcore.interpreter.lookasides import builtin_lookasides
@@ -161,11 +166,12 @@ class Pass:
                     self.prints.printed_on_error(args, kwargs):
                 output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
             copies = {id(c) for c, _path in self.provenance.argument_copies}
-            output, returned = self.snapshots.returned_objects(output, args, kwargs, copies)
-            epilogue = None
-            if self.numpy is not None:
-                output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
-            output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
+            with outputs.taken_apart("returns"):
+                output, returned = self.snapshots.returned_objects(output, args, kwargs, copies)
+                epilogue = None
+                if self.numpy is not None:
+                    output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
+                output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
             changes += self.prints.effects
         finally:
@@ -176,7 +182,8 @@ class Pass:
         input_paths = {id(proxy): path for path, proxy, _tensor in self.provenance.inputs}
         effects = None
         if changes or returned is not None:
-            effects = Effects(changes, self.snapshots.preexisting(args, kwargs), input_paths)
+            with outputs.taken_apart("stores into the caller's objects"):
+                effects = Effects(changes, self.snapshots.preexisting(args, kwargs), input_paths)
             effects.returned = returned  # Note [Returning the caller's objects] (jit/effects.py)
         self.trace.output = output if effects is None else (output, effects.proxies)
         self.held.point_records_at_inputs(self.trace)  # jit/held_tensors.py
@@ -443,7 +450,7 @@ class Pass:
         original = compiled_original(fn)
         if original is not None:  # torch.compile(f) called by the program: f is what jitcore traces
             return lambda *args, **kwargs: current_run().call(original, *args, **kwargs)
-        code = getattr(fn, "__code__", None)
+        code = python_code(fn)
         if code is not None and is_symbolic_shapes_code(fn, code):
             return fn  # arithmetic on symbolic sizes: torch's ShapeEnv records its guards (jit/shapes.py)
         return None
@@ -454,8 +461,10 @@ class Pass:
             for arg in identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
                 self.provenance.pin(arg)
         # C code needs the values; a container method's receiver (``dict.get(d, k)``) keeps the program's
-        # own numbers in it, as for a bound method (``d.get(k)``)
-        own = 1 if isinstance(fn, types.MethodDescriptorType) else 0
+        # own numbers in it, as for a bound method (``d.get(k)``); a number or text receiver
+        # (``float.hex(n)``) is a value to C code as any argument is
+        own = 1 if isinstance(fn, types.MethodDescriptorType) and args and \
+            not isinstance(args[0], (NumberProxy, TextProxy)) else 0
         passed = args[own:]
         if self._has_numbers() and tree_has((passed, kwargs), (NumberProxy, TextProxy)):
             # text made from numbers (jit/texts.py) is its characters to C code, but for a list's items

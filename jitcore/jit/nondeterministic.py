@@ -287,14 +287,14 @@ def _is_value_read(fn: Any, args: tuple, kwargs: dict) -> bool:
 def _is_urandom(fn: Any) -> bool:
     try:
         return fn in _URANDOM
-    except TypeError:
+    except (TypeError, ValueError):  # unhashable (a weakref to a writable memoryview hashes it)
         return False
 
 
 def _is_number_clock(fn: Any) -> bool:
     try:
         return fn in _NUMBER_CLOCKS
-    except TypeError:
+    except (TypeError, ValueError):  # unhashable (a weakref to a writable memoryview hashes it)
         return False
 
 
@@ -318,7 +318,7 @@ def _nondeterministic(fn: Any, args: tuple) -> str | None:
             return f"{getattr(fn, '__module__', None) or 'time'}.{fn.__name__}"
         if fn in _CURRENT_TIME and _reads_the_clock(fn, args):
             return f"time.{fn.__name__}"
-    except TypeError:  # an unhashable callable
+    except (TypeError, ValueError):  # an unhashable callable (a weakref to a writable memoryview hashes it)
         return None
     owner = getattr(fn, "__self__", None)
     if isinstance(fn, types.BuiltinMethodType) and isinstance(owner, random.Random):

@@ -9,17 +9,20 @@ computation's results on every call, a fresh object each time as eagerly:
   with those attributes replaced.
 Invariant: after ``split``, no proxy is reachable from the output except as a leaf of the returned
 flat tree; ``escaped`` finds any that is (a proxy left inside an object jitcore cannot take apart),
-and the jit refuses such a trace rather than hand a proxy to the caller.
+and the jit refuses such a trace rather than hand a proxy to the caller. A container that holds
+itself, or nests past optree's depth, cannot be taken apart: ``taken_apart`` refuses it (JC-T001,
+an eager entry) instead of failing the call with optree's RecursionError.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optree
@@ -27,6 +30,7 @@ import torch
 import torch.utils._pytree as torch_pytree
 from torch._subclasses.fake_tensor import FakeTensor
 
+from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Proxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.text import TextProxy, plain_text
@@ -34,10 +38,25 @@ from jitcore.proxies.typed import is_plain_subclass
 
 _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
 
-__all__ = ["OutputStructure", "escaped", "held", "split"]
+__all__ = ["OutputStructure", "escaped", "held", "split", "taken_apart"]
 
 _OPTREE_NODES = (tuple, list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
 _MAX_DEPTH = 64
+
+
+@contextlib.contextmanager
+def taken_apart(what: str) -> Iterator[None]:
+    """Around the flattening of what the program returns or stores (``what``: how it reaches the
+    caller): optree's RecursionError, from a container that holds itself (``d[0] = d``, pprint's
+    test_knotted) or one nested deeper than optree goes, becomes a refusal (an eager entry), as for
+    any value jitcore cannot take apart; eagerly the call returns such a container as it is."""
+    try:
+        yield
+    except RecursionError:
+        raise UnsupportedOperationError(
+            f"the function {what} a container that holds itself, or is nested too deep, for jitcore to "
+            "take apart",
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -231,14 +250,20 @@ def _symbolic_shape(value: Any) -> bool:
     return type(value) is torch.Size and any(type(s) is torch.SymInt for s in value)
 
 
-def _holds_symbolic_shape(value: Any, depth: int) -> bool:
-    """Whether a torch.Size of symbolic sizes is in ``value`` through tuples, lists and dicts."""
+def _holds_symbolic_shape(value: Any, depth: int, _seen: set[int] | None = None) -> bool:
+    """Whether a torch.Size of symbolic sizes is in ``value`` through tuples, lists and dicts. Each
+    container is visited once: a dict holding itself three times (``d[0] = d[1] = d[2] = d``) took
+    3 ** _MAX_DEPTH steps (pprint's test_knotted never returned)."""
     if _symbolic_shape(value):
         return True
     if depth > _MAX_DEPTH or type(value) not in _OPTREE_NODES:
         return False
+    seen = _seen if _seen is not None else set()
+    if id(value) in seen:
+        return False
+    seen.add(id(value))
     items = value.values() if isinstance(value, dict) else value
-    return any(_holds_symbolic_shape(v, depth + 1) for v in items)
+    return any(_holds_symbolic_shape(v, depth + 1, seen) for v in items)
 
 
 def _holds_proxy(value: Any, depth: int) -> bool:

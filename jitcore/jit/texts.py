@@ -50,14 +50,17 @@ _CODES = {None: 0, "s": 1, "r": 2, "a": 3}  # a str.format conversion letter -> 
 # (``j0``) prints as ``j0`` eagerly too and is left as it is.
 
 
-def specialized_sizes(value: Any) -> Any:
+def specialized_sizes(value: Any, _outer: set[int] | None = None) -> Any:
     """``value`` with each symbolic size in it (alone, or in a ``torch.Size``/tuple/list, nested) made
     the number it stands for, guarded (Note [Sizes made into text]); ``value`` itself where it holds
-    none."""
+    none. A list inside itself (``a.append(a)``: ``repr`` gives ``[[...]]``) is left as it is there."""
     if (number := symbolic_number_class(value)) is not None:
         return number(value)
-    if type(value) in (tuple, list, torch.Size):
-        items = [specialized_sizes(v) for v in value]
+    outer = _outer if _outer is not None else set()
+    if type(value) in (tuple, list, torch.Size) and id(value) not in outer:
+        outer.add(id(value))
+        items = [specialized_sizes(v, outer) for v in value]
+        outer.discard(id(value))
         if all(a is b for a, b in zip(items, value)):
             return value
         return type(value)(items)

@@ -31,6 +31,7 @@ import torch
 from jitcore.ir import BoundSymbol, Symbol, current_context
 from jitcore.proxies.number import NumberProxy, records_arithmetic
 from jitcore.proxies.tensor import PlainTensorProxy
+from jitcore.proxies.text import TextProxy
 
 __all__ = ["LOOKASIDES", "apply", "member", "members"]
 
@@ -131,6 +132,8 @@ def _converter(cls: type) -> Callable[..., Any]:
     protocol = getattr(torch.Tensor, f"__{cls.__name__}__", None)
 
     def convert(*args: Any, **kwargs: Any) -> Any:
+        # text made from numbers (``float(format(n, ".1f"))``): its characters, as C's float() reads them
+        args = tuple(a.specialize() if isinstance(a, TextProxy) else a for a in args)
         if len(args) != 1 or kwargs:
             return cls(*args, **kwargs)
         value = args[0]

@@ -201,3 +201,156 @@ def test_round_and_pow_take_their_keywords() -> None:
     got, expected = jitcore.jit(f)(torch.ones(1)), f(torch.ones(1))
     assert got[1] == expected[1]
     assert expected[1][:4] == [2.6, 4, 32, 2]
+
+
+class _Anything:
+    """A callable whose ``__getattr__`` answers every missing name (as mocks and attribute proxies do),
+    logging the names asked."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def __getattr__(self, name: str) -> int:
+        self.log.append(name)
+        return 7
+
+    def __call__(self, *args: Any) -> tuple:
+        return args
+
+
+def test_calling_an_object_whose_getattr_answers_everything() -> None:
+    """``c(1)`` where ``c``'s class has ``__getattr__``: eagerly nothing is read from ``c``; the jit asked
+    it for ``__code__`` and ``_torchdynamo_orig_callable`` (and got ``7``: ``AttributeError: 'int' object
+    has no attribute 'co_filename'``, the call failed)."""
+
+    def f(x: torch.Tensor, c: _Anything) -> tuple:
+        return x + 1, c(1, 2), c.missing
+
+    eager_log: list = []
+    jit_log: list = []
+    expected = f(torch.ones(1), _Anything(eager_log))
+    jitted = jitcore.jit(f)
+    for _ in range(2):
+        got = jitted(torch.ones(1), _Anything(jit_log))
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1:] == expected[1:] == ((1, 2), 7)
+    assert eager_log == ["missing"]
+    assert "__code__" not in jit_log and "_torchdynamo_orig_callable" not in jit_log
+
+
+def test_calling_a_weak_reference_to_a_writable_memoryview() -> None:
+    """``wr()`` for ``wr = weakref.ref(memoryview(bytearray(...)))``: the jit's tables of callables hashed
+    ``wr``, which hashes its referent: ``ValueError: cannot hash writable memoryview object`` (CPython's
+    test_memoryview test_weakref)."""
+    import weakref
+
+    def f(x: torch.Tensor) -> tuple:
+        m = memoryview(bytearray(b"abc"))
+        wr = weakref.ref(m)
+        return x + 1, wr() is m, wr().tobytes()
+
+    got, expected = jitcore.jit(f)(torch.ones(1)), f(torch.ones(1))
+    assert got[1:] == expected[1:] == (True, b"abc")
+
+
+def test_containers_that_hold_themselves() -> None:
+    """A list inside itself made into text (``[[...]]``), and a dict holding itself returned or stored:
+    the jit recursed without end through them (RecursionError from its text and tree walks, optree's
+    flattening, and a walk of 3 ** 64 steps for ``d[0] = d[1] = d[2] = d``: pprint's test_knotted).
+    Text is made as eagerly; a returned or stored one makes the call run eagerly (an eager entry)."""
+
+    class State:
+        pass
+
+    def text(x: torch.Tensor) -> tuple:
+        a: list = []
+        a.append(a)
+        return x + 1, repr(a), str([a, 1]), f"{a}"
+
+    def made(x: torch.Tensor, state: State) -> tuple:
+        d: dict = {}
+        d[0] = d[1] = d[2] = d
+        state.d = d
+        return x + 1, d
+
+    got, expected = jitcore.jit(text)(torch.ones(1)), text(torch.ones(1))
+    assert got[1:] == expected[1:] == ("[[...]]", "[[[...]], 1]", "[[...]]")
+    jitted = jitcore.jit(made)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the eager entry's warning
+        for _ in range(2):
+            state = State()
+            out, d = jitted(torch.ones(1), state)
+            torch.testing.assert_close(out, torch.ones(1) + 1)
+            assert d[0] is d[2] is d and state.d is d
+
+
+def test_a_list_stored_in_two_places_stays_one_list() -> None:
+    """``s.b = [x * 2]; s.a = [0, s.b]``: on every call (the first and cached ones) ``s.a[1] is s.b``, as
+    eagerly; each place got its own copy, so a later ``s.b.append`` did not show in ``s.a`` (pprint's
+    test_knotted ties its knot in ``setUp``)."""
+
+    class State:
+        pass
+
+    def setup(x: torch.Tensor, s: State) -> None:
+        s.b = [x * 2]
+        s.a = [0, s.b, {"b": s.b}]
+        s.c = s.a
+
+    jitted = jitcore.jit(setup)
+    for fn in (setup, jitted, jitted, jitted):
+        s = State()
+        fn(torch.ones(1), s)
+        assert s.a[1] is s.b and s.a[2]["b"] is s.b and s.c is s.a
+        torch.testing.assert_close(s.b[0], torch.ones(1) * 2)
+    assert jitcore.cache_misses(jitted) == 1
+
+
+def test_a_dynamic_number_as_a_float_methods_receiver_and_its_text_read_back() -> None:
+    """``float.hex(n)`` and ``float(format(n, ".1f"))`` of a dynamic number: values to C code (the
+    receiver of a method descriptor was handed over as the proxy: ``descriptor 'hex' for 'float' objects
+    doesn't apply to a 'NumberProxy' object``; ``float()`` of text made from it: ``float() argument must
+    be a string or a real number, not 'TextProxy'``: CPython's test_float with ``random.random()``)."""
+
+    def f(x: torch.Tensor, n: float) -> tuple:
+        return x * n, float.hex(n), float(format(n, ".1f")), int(format(int(n), "d"), 16)
+
+    jitted = jitcore.jit(f, dynamic_numbers=("n",))
+    for n in (1.5, 2.25, 1.5):
+        got, expected = jitted(torch.ones(2), n), f(torch.ones(2), n)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1:] == expected[1:]
+
+
+def test_dict_methods_and_trees_read_a_dict_as_eagerly() -> None:
+    """``d.setdefault(k, v)`` hashes ``k`` once and compares once (the jit's lookaside looked the key up,
+    then called the method: twice, CPython's test_dict test_setdefault_atomic); an OrderedDict emptied
+    by ``dict.clear`` (its key list left behind) is an argument of a C call without jitcore calling its
+    own ``values()`` (``KeyError: 'spam'``, test_ordered_dict test_dict_clear)."""
+    import collections
+
+    class Hashed:
+        def __init__(self) -> None:
+            self.hashes = self.compares = 0
+
+        def __hash__(self) -> int:
+            self.hashes += 1
+            return 42
+
+        def __eq__(self, other: object) -> bool:
+            self.compares += 1
+            return self is other
+
+    def f(x: torch.Tensor) -> tuple:
+        one, two = Hashed(), Hashed()
+        d = {one: 5}
+        d.setdefault(two, [])
+        d.setdefault(one, [])
+        od = collections.OrderedDict(spam=1, ham=2)
+        dict.clear(od)
+        return x + 1, (one.hashes, two.hashes, one.compares + two.compares), repr(od), d.get(two), d.pop(two)
+
+    got, expected = jitcore.jit(f)(torch.ones(1)), f(torch.ones(1))
+    assert got[1:] == expected[1:]
+    assert expected[1] == (2, 1, 1)
