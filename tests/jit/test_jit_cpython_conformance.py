@@ -8,6 +8,9 @@ replayed, prints recorded, the jit's own ``super``/``type``/``round``/``print``.
 ``super`` that unpacked two arguments, functions made while tracing kept alive to the pass's end, a print
 under the function's own ``redirect_stdout`` replayed to the caller's stdout, ``type()`` and ``round()``
 without their keywords, and a dynamic number times a complex (tests/jit/test_jit_python_semantics.py).
+Running them also found a callable's ``__getattr__`` asked for ``__code__``, a weak reference hashed,
+containers holding themselves walked without end, a list stored in two places rebuilt as two lists, a
+dynamic number as a method's receiver, ``setdefault`` hashing its key twice (the same file's tests).
 Each module runs in its own process (their global side effects stay there).
 """
 
@@ -20,18 +23,38 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interpreter"))
+
+from conformance_known_failures import KNOWN_FAILURES as INTERPRETER_KNOWN_FAILURES  # noqa: E402
+
 _SCRIPT = Path(__file__).resolve().parent / "cpython_under_jit.py"
 _ROOT = Path(__file__).resolve().parents[2]
 
-MODULES = ("test_scope", "test_super", "test_contextlib", "test_subclassinit", "test_richcmp", "test_builtin")
+# Language, builtins, containers and protocols; 47 added 2026-12-03 (found: a callable's __getattr__ asked
+# for __code__, a weakref hashed, containers holding themselves, a list stored in two places copied, a
+# dynamic number as a method's receiver, setdefault hashing twice). Each module about 3-20 s here.
+MODULES = (
+    "test_scope", "test_super", "test_contextlib", "test_subclassinit", "test_richcmp", "test_builtin",
+    "test_grammar", "test_with", "test_class", "test_generators", "test_raise", "test_except_star",
+    "test_property", "test_decorators", "test_dataclasses", "test_opcodes", "test_unary", "test_binop",
+    "test_compare", "test_named_expressions", "test_fstring", "test_iter", "test_enumerate", "test_sort",
+    "test_slice", "test_funcattrs", "test_isinstance", "test_bool", "test_asyncgen", "test_contextlib_async",
+    "test_userlist", "test_userdict", "test_defaultdict", "test_operator", "test_abc", "test_call",
+    "test_dynamic", "test_exception_group", "test_dictviews", "test_yield_from", "test_index", "test_hash",
+    "test_module", "test_genericalias", "test_types", "test_list", "test_memoryview", "test_pprint",
+    "test_float", "test_patma", "test_functools", "test_coroutines", "test_descr",
+)
 
 _RECURSION = "jitcore raises the recursion limit while tracing (interpreted frames cost several native ones)"
 _BREAKPOINT = ("breakpoint() inside a jitted function warns and does not stop (jitcore.debug stops there: "
                "docs/debugging.md)")
+_CLASS_READ = ("jitcore's own isinstance checks of the program's objects (its hooks, guards and output "
+               "mapping) read obj.__class__ through a class's __getattribute__ when the type does not match")
+# What fails jitted but not under the bare interpreter. Tests that fail under the interpreter too (frame
+# proxies, sys.settrace, coroutine origins: tests/interpreter/conformance_known_failures.py) are expected to
+# fail here as well, and that list keeps its own entries from rotting.
 KNOWN_FAILURES = {
     "test.test_richcmp.MiscTest.test_recursion": f"sets a recursion limit of 39 at depth 47: {_RECURSION}",
-    "test.test_builtin.BuiltinTest.test_ascii": f"a list nested past the limit the test reads: {_RECURSION}",
-    "test.test_builtin.BuiltinTest.test_repr": f"a list nested past the limit the test reads: {_RECURSION}",
     "test.test_builtin.TestBreakpoint.test_breakpoint": _BREAKPOINT,
     "test.test_builtin.TestBreakpoint.test_breakpoint_with_args_and_keywords": _BREAKPOINT,
     "test.test_builtin.TestBreakpoint.test_breakpoint_with_breakpointhook_reset": _BREAKPOINT,
@@ -39,9 +62,23 @@ KNOWN_FAILURES = {
     "test.test_builtin.TestBreakpoint.test_breakpoint_with_passthru_error": _BREAKPOINT,
     "test.test_builtin.TestBreakpoint.test_envar_unimportable": f"{_BREAKPOINT}; and it sets os.environ, "
     "which a jitted function refuses",
+    "test.test_exception_group.DeepRecursionInSplitAndSubgroup.test_deep_split":
+        f"ExceptionGroup.split of a group nested 2000 deep raises RecursionError only under the usual limit: "
+        f"{_RECURSION}",
+    "test.test_exception_group.DeepRecursionInSplitAndSubgroup.test_deep_subgroup":
+        f"ExceptionGroup.subgroup of a group nested 2000 deep raises RecursionError only under the usual "
+        f"limit: {_RECURSION}",
+    "test.test_descr.ClassPropertiesAndMethods.test_module_subclasses": _CLASS_READ,
+    "test.test_descr.ClassPropertiesAndMethods.test_special_method_lookup": _CLASS_READ,
 }
-if sys.version_info >= (3, 13):  # 3.13's test_builtin has one more breakpoint() test
+if sys.version_info >= (3, 13):  # one more breakpoint() test; repr_deep tests under infinite_recursion()
     KNOWN_FAILURES["test.test_builtin.TestBreakpoint.test_runtime_error_when_hook_is_lost"] = _BREAKPOINT
+    for _name in (
+        "test.test_userlist.UserListTest.test_repr_deep", "test.test_userdict.UserDictTest.test_repr_deep",
+    ):
+        KNOWN_FAILURES[_name] = (
+            f"runs under support.infinite_recursion(), a limit a few frames above the test's depth, which "
+            f"the jit's own frames exceed: {_RECURSION}")
 
 
 def _run(name: str) -> dict:
@@ -59,7 +96,8 @@ def test_cpython_module_under_jit(name: str) -> None:
     assert len(native) >= 10, f"{name}: only {len(native)} tests pass natively"
     listed = {test for test in KNOWN_FAILURES if test.startswith(f"test.{name}.")}
     failing = native - jitted
-    unexpected = {test: outcome["jit_errors"].get(test, "did not pass") for test in failing - listed}
+    allowed = listed | set(INTERPRETER_KNOWN_FAILURES)
+    unexpected = {test: outcome["jit_errors"].get(test, "did not pass") for test in failing - allowed}
     assert not unexpected, f"{name}: natively passing tests fail under jitcore.jit: {unexpected}"
     passing = sorted(listed - failing)
     assert not passing, f"{name}: listed as failing but pass (remove them): {passing}"
