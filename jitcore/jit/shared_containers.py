@@ -9,7 +9,8 @@ after each call's rebuild, ``reshare`` puts the first place's object in the othe
 
 Invariants: only lists and dicts the call made are shared again (a caller's object is stored as the
 very object already); places are reached through lists, tuples and dicts only; a place inside a tuple
-keeps its copy (a tuple's items cannot be replaced); the values hold no container inside itself
+keeps its copy (a tuple's items cannot be replaced), as does a place under a dict key the rebuild makes
+anew (a key of text made from numbers); the values hold no container inside itself
 (refused before: ``outputs.taken_apart``).
 """
 
@@ -53,11 +54,14 @@ def reshare(values: list[Any], shared: list[list[Place]]) -> None:
     """Put the object at each group's first place into its other places (outermost groups first, as
     ``shared_places`` found them)."""
     for first, *others in shared:
-        obj = _at(values, first)
-        for place in others:
-            parent = _at(values, place[:-1])
-            if type(parent) in _SHAREABLE:
-                parent[place[-1]] = obj
+        try:
+            obj = _at(values, first)
+            for place in others:
+                parent = _at(values, place[:-1])
+                if type(parent) in _SHAREABLE:
+                    parent[place[-1]] = obj
+        except (LookupError, TypeError):  # a key the rebuild made anew (text of numbers): a copy, as before
+            continue
 
 
 def _at(values: list[Any], place: Place) -> Any:
