@@ -21,8 +21,8 @@ from jitcore.langctx.shadows import meta_of
 from jitcore.langctx.table import SymbolTable
 from jitcore.proxies.tensor import TensorProxy
 
-__all__ = ["ATEN_TABLE", "aten_path", "aten_symbol", "is_aten_op", "lookup", "op_symbol", "operator_symbol",
-           "takes_tensor"]
+__all__ = ["ATEN_TABLE", "WaitedCollective", "aten_path", "aten_symbol", "is_aten_op", "lookup", "op_symbol",
+           "operator_symbol", "takes_tensor"]
 
 ATEN_TABLE = SymbolTable("aten")
 # Generated code calls what OpOverload.__call__ forwards to, without its Python frame (0.3 us a call).
@@ -113,10 +113,48 @@ def op_symbol(op: OpOverload) -> Symbol:
             tags.add("inplace")
         if torch.Tag.nondeterministic_seeded in op.tags:
             tags.add("random")
-        symbol = Symbol(id=path, name=path.removeprefix("torch.ops."), langctx="ops", fn=op, path=path,
-                        meta=meta_of(op), tags=frozenset(tags))
+        fn: Any = op
+        if _returns_work(schema):  # Note [A collective's Work is waited for where it is issued]
+            fn, path = WaitedCollective(op), None
+        symbol = Symbol(id=f"torch.ops.{op.namespace}.{op._opname}.{op._overloadname}",
+                        name=f"{op.namespace}.{op._opname}.{op._overloadname}", langctx="ops", fn=fn,
+                        path=path, meta=meta_of(op), tags=frozenset(tags))
         _OTHER_OPS[op] = symbol
     return symbol
+
+
+# Note [A collective's Work is waited for where it is issued]
+# torch.distributed's collectives on process groups (``dist.scatter``, ``dist.broadcast``,
+# ``dist.all_reduce``; DTensor's ``distribute_tensor`` scatters or broadcasts through them) reach the
+# dispatcher as ``torch.ops.c10d.*`` ops that return a ``Work`` handle next to their tensors; the
+# values are there only once ``work.wait()`` has returned (gloo runs the collective on a thread of its
+# own). The program's ``wait()`` ran while tracing, on the traced call's handle; the computation
+# cannot replay it on the handle a later call makes, so the recorded op waits for its own handle
+# before returning. Before, the computation read the output while the collective was still writing
+# it: ``distribute_tensor(x, mesh, [Shard(0)])`` at world size 2 returned uninitialized memory.
+# An ``async_op=True`` handle the program waits for later is waited for earlier: the same values,
+# with less overlap.
+def _returns_work(schema: Any) -> bool:
+    return any(str(r.type).endswith("c10d.Work") for r in schema.returns)
+
+
+class WaitedCollective:
+    """Calls a ``c10d`` op that returns a ``Work`` handle and waits for that handle before returning
+    (Note [A collective's Work is waited for where it is issued])."""
+
+    def __init__(self, op: OpOverload) -> None:
+        self.op = op
+        self.__name__ = f"waited_{op._opname}"  # noqa: SLF001
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.op(*args, **kwargs)
+        for value in out if isinstance(out, tuple) else (out,):
+            if isinstance(value, torch.ScriptObject) and hasattr(value, "wait"):
+                value.wait()
+        return out
+
+    def __repr__(self) -> str:
+        return f"waited({self.op})"
 
 
 # Note [Collectives are waited for]

@@ -195,6 +195,55 @@ def _check_tensor_parallel(mesh: DeviceMesh) -> None:
     assert _dtensor_dispatches(reference, x) > 0
 
 
+def _check_collectives(mesh: DeviceMesh) -> None:
+    """torch.distributed's collectives on process groups inside the function (``dist.all_reduce``,
+    ``broadcast``, ``all_gather``, ``reduce_scatter_tensor``, an ``async_op`` handle waited for later,
+    ``distribute_tensor``'s scatter): eager's values on every call. Their ``c10d`` ops return a
+    ``Work`` handle; before, the computation read the outputs without waiting for it (uninitialized
+    memory at world size 2)."""
+    rank, size = dist.get_rank(), mesh.size()
+
+    def all_reduce(a: torch.Tensor) -> torch.Tensor:
+        b = a * (rank + 1)
+        dist.all_reduce(b)
+        return b + 1
+
+    def broadcast(a: torch.Tensor) -> torch.Tensor:
+        b = a * (rank + 1)
+        dist.broadcast(b, src=0)
+        return b * 2
+
+    def all_gather(a: torch.Tensor) -> torch.Tensor:
+        out = [torch.empty_like(a) for _ in range(size)]
+        dist.all_gather(out, a * (rank + 1))
+        return torch.cat(out)
+
+    def waited_later(a: torch.Tensor) -> torch.Tensor:
+        b = a * (rank + 1)
+        work = dist.all_reduce(b, async_op=True)
+        c = a.sin()
+        work.wait()
+        return b + c
+
+    def reduce_scatter(a: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(8 // size)
+        dist.reduce_scatter_tensor(out, a * (rank + 1))
+        return out
+
+    def scattered(a: torch.Tensor) -> DTensor:
+        return distribute_tensor(a, mesh, [Shard(0)]) * 2
+
+    for program in (all_reduce, broadcast, all_gather, waited_later, reduce_scatter, scattered):
+        jitted = jitcore.jit(program)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="jitcore")  # traced: no eager entry
+            for seed in range(3):
+                torch.manual_seed(seed)
+                a = torch.randn(8)
+                _same(jitted(a.clone()), program(a.clone()))
+        assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2), program.__name__
+
+
 def _check_fully_shard_runs_eagerly(mesh: DeviceMesh) -> None:
     from torch.distributed.fsdp import fully_shard
 
@@ -270,6 +319,7 @@ CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
     "random": _check_random_ops,
     "gradients": _check_gradients,
     "tensor_parallel": _check_tensor_parallel,
+    "collectives": _check_collectives,
     "fully_shard": _check_fully_shard_runs_eagerly,
     "guards": _check_guards,
 }
