@@ -27,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -35,7 +36,8 @@ import torch
 from jitcore.errors import EagerOnlySubclass, EagerOnlyValue
 from jitcore.ir import current_context
 
-__all__ = ["DTENSOR_LOOKASIDES", "fsdp_lookasides", "is_natively_dispatched", "untraced"]
+__all__ = ["DTENSOR_LOOKASIDES", "fsdp_lookasides", "is_natively_dispatched", "pointwise_for_dtensor",
+           "untraced"]
 
 _DTENSOR_NEW = getattr(torch.Tensor, "_dtensor__new__", None)  # DTensor.__new__ (torch #167051)
 
@@ -46,6 +48,30 @@ def is_natively_dispatched(cls: type) -> bool:
     if dtensor is None or not issubclass(cls, dtensor):
         return False
     return getattr(cls.__torch_dispatch__, "__func__", None) is dtensor.__torch_dispatch__.__func__
+
+
+# Note [Numbers through DTensor's dispatch]
+# A dynamic number (Adam's ``lr / bias_correction1`` from ``state["step"].item()``) given to an op on a
+# DTensor stays a name only where DTensor's C++ dispatch decides nothing from its value: its sharding
+# rules for pointwise ops (and their ``_foreach_`` forms) are chosen by op and placements alone (a
+# scalar multiple keeps a ``Partial("sum")``, whatever the scalar; ``Partial("max")`` is not kept
+# through ops whose sign could flip it, for any value). The local op then receives the value
+# unchanged, and the resolver puts the name back there (Note [Numbers through a subclass's
+# dispatch], langctx/scalars.py); a number the local op does not hold unchanged is specialized.
+# Elsewhere (``linalg_vector_norm``'s ``ord`` picks the partial reduction) numbers are specialized.
+# Before, every DTensor op specialized them: a jitted tensor-parallel Adam step traced anew per step.
+@functools.cache
+def pointwise_for_dtensor(aten_name: str) -> bool:
+    """Whether DTensor's sharding rules for the aten operation ``aten_name`` (``addcdiv_``,
+    ``_foreach_lerp_``) are pointwise ones, which no number argument's value decides."""
+    base = aten_name.removeprefix("_foreach_").rstrip("_") if aten_name.startswith("_foreach_") else aten_name
+    packet = getattr(torch.ops.aten, base, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):  # noqa: SLF001
+        return False
+    # the out= overloads (``Scalar_out``) go untagged; they are not what a torch-level call reaches
+    overloads = [getattr(packet, name) for name in packet.overloads() if not name.endswith("out")]
+    tensor_returning = [op for op in overloads if any("Tensor" in str(r.type) for r in op._schema.returns)]  # noqa: SLF001
+    return bool(tensor_returning) and all(torch.Tag.pointwise in op.tags for op in tensor_returning)
 
 
 def _dtensor_class() -> type | None:

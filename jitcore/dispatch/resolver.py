@@ -40,7 +40,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.diagnostics import JITCORE_DIR
-from jitcore.dispatch.dtensor import is_natively_dispatched
+from jitcore.dispatch.dtensor import is_natively_dispatched, pointwise_for_dtensor
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol, operator_symbol
@@ -264,14 +264,15 @@ def _overloaded(value: Any) -> bool:
     return isinstance(value, TensorProxy) and type(value) is not PlainTensorProxy
 
 
-def numbers_reach_dispatch(args: tuple, kwargs: dict) -> bool:
+def numbers_reach_dispatch(symbol: Symbol, args: tuple, kwargs: dict) -> bool:
     """Whether dynamic numbers of a call with tensor subclasses may reach a ``__torch_dispatch__`` as
     names (Note [Numbers through a subclass's dispatch], jitcore/langctx/scalars.py): autograd
-    records nothing (it would keep the value for the backward) and no DTensor's C++ dispatch decides."""
+    records nothing (it would keep the value for the backward), and a DTensor's C++ dispatch decides
+    nothing from them (Note [Numbers through DTensor's dispatch], jitcore/dispatch/dtensor.py)."""
     leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
     if torch.is_grad_enabled() and any(isinstance(v, TensorProxy) and v.requires_grad for v in leaves):
         return False
-    return not any(
+    return pointwise_for_dtensor(aten_name(symbol)) or not any(
         isinstance(v, SubclassTensorProxy) and is_natively_dispatched(v.python_type) for v in leaves)
 
 

@@ -412,7 +412,7 @@ class Pass:
             # only where it reaches the subclass's dispatch unchanged (text: its characters)
             args, kwargs = specialize_all(args, TextProxy), specialize_all(kwargs, TextProxy)
             subclass = _subclass_in(args, kwargs)
-            if subclass and not numbers_reach_dispatch(args, kwargs):
+            if subclass and not numbers_reach_dispatch(symbol, args, kwargs):
                 args, kwargs = specialize_all(args), specialize_all(kwargs)
             else:
                 args, kwargs = bind_numbers(symbol, args, kwargs, subclass=subclass)

@@ -195,6 +195,37 @@ def _check_tensor_parallel(mesh: DeviceMesh) -> None:
     assert _dtensor_dispatches(reference, x) > 0
 
 
+def _check_optimizer_steps(mesh: DeviceMesh) -> None:
+    """A tensor-parallel training step with the optimizer's state outside: eager's parameters on every
+    step, and from the third step a cache hit. Adam's ``lr / bias_correction1`` (a dynamic number,
+    ``state["step"].item()``) reaches DTensor's pointwise ops (``addcdiv_``, ``div``) as a name: before,
+    each step traced anew with that step's number."""
+    torch.manual_seed(1)
+    base = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    plan = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+
+    def step(m: nn.Module, opt: torch.optim.Optimizer, inputs: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = m(inputs).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    for make in (lambda p: torch.optim.AdamW(p, lr=0.01), lambda p: torch.optim.NAdam(p, lr=0.01),
+                 lambda p: torch.optim.Adam(p, lr=0.01, foreach=True)):
+        model, reference = (parallelize_module(copy.deepcopy(base), mesh, plan) for _ in range(2))
+        opt, reference_opt = make(model.parameters()), make(reference.parameters())
+        jitted = jitcore.jit(step)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="jitcore")
+            for _ in range(4):
+                x = torch.randn(3, 8)
+                _same(jitted(model, opt, x), step(reference, reference_opt, x))
+                for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+                    _same(p.detach(), q.detach())
+        assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 2), jitted.miss_log
+
+
 def _check_collectives(mesh: DeviceMesh) -> None:
     """torch.distributed's collectives on process groups inside the function (``dist.all_reduce``,
     ``broadcast``, ``all_gather``, ``reduce_scatter_tensor``, an ``async_op`` handle waited for later,
@@ -319,6 +350,7 @@ CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
     "random": _check_random_ops,
     "gradients": _check_gradients,
     "tensor_parallel": _check_tensor_parallel,
+    "optimizer_steps": _check_optimizer_steps,
     "collectives": _check_collectives,
     "fully_shard": _check_fully_shard_runs_eagerly,
     "guards": _check_guards,
