@@ -601,9 +601,21 @@ class Provenance:
             if path.describe() not in bound or path.describe() in native:
                 self.guard(path, "value", value)
 
+    # Note [A shadow the program reads back]
+    # Code torch runs natively on shadows can keep one where the program later reads it: DTensor's
+    # C++ dispatch of an embedding over a row-sharded table (``RowwiseParallel`` on ``nn.Embedding``)
+    # stores the mask it computed in the placement's ``MaskBuffer``, and the reduction DTensor's Python
+    # runs later (interpreted) reads it back to zero the masked rows. That fake tensor is the shadow of
+    # a value of this pass: the program gets its proxy. Before, it was bound as a captured tensor of
+    # the caller's, a FakeTensor jitcore refused (JC-J002), and the eager run that followed found the
+    # fake mask left in the buffer and raised.
     def bind_leaked_tensor(self, tensor: torch.Tensor) -> TensorProxy:
         """A real tensor reached a torch call without passing a hook (iteration, an opaque call):
-        bind it through the path it was remembered by, or — if none — by identity."""
+        bind it through the path it was remembered by, or — if none — by identity. A shadow of this
+        pass is its proxy (Note [A shadow the program reads back])."""
+        known = self.values.known(tensor)
+        if known is not None:
+            return known
         path = self.path_of(tensor)
         if path is None:  # held weakly: once the tensor is gone, the entry misses instead of keeping it
             path = Path(Root("bound", f"<captured tensor {tuple(tensor.shape)}>", weakref.ref(tensor))).call()

@@ -275,6 +275,38 @@ def _check_collectives(mesh: DeviceMesh) -> None:
         assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2), program.__name__
 
 
+def _check_vocab_parallel_embedding(mesh: DeviceMesh) -> None:
+    """An embedding table sharded by rows (``RowwiseParallel`` on ``nn.Embedding``, as torch's
+    tensor-parallel examples shard a vocabulary): its forward and a training step give eager's values
+    and are traced. DTensor's dispatch keeps the rows' mask in the placement's ``MaskBuffer`` and its
+    reduction reads it back; before, that read met the dispatch's fake tensor, the call was refused, and
+    at world size 2 the eager run that followed raised on the fake mask left in the buffer."""
+    torch.manual_seed(4)
+    base = nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 4))
+    plan = {"0": RowwiseParallel(input_layouts=Replicate()), "1": ColwiseParallel()}
+    model, reference = (parallelize_module(copy.deepcopy(base), mesh, plan) for _ in range(2))
+
+    def step(m: nn.Module, opt: torch.optim.Optimizer, tokens: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = m(tokens).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    forward, jitted = jitcore.jit(lambda m, tokens: m(tokens)), jitcore.jit(step)
+    opt, reference_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")  # traced: no eager entry
+        for _ in range(3):
+            tokens = torch.randint(0, 16, (2, 5))
+            _same(forward(model, tokens), reference(tokens))
+            _same(jitted(model, opt, tokens), step(reference, reference_opt, tokens))
+            for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+                _same(p.detach(), q.detach())
+    assert (jitcore.cache_misses(forward), jitcore.cache_hits(forward)) == (1, 2)
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
+
+
 def _check_fully_shard_runs_eagerly(mesh: DeviceMesh) -> None:
     from torch.distributed.fsdp import fully_shard
 
@@ -352,6 +384,7 @@ CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
     "tensor_parallel": _check_tensor_parallel,
     "optimizer_steps": _check_optimizer_steps,
     "collectives": _check_collectives,
+    "vocab_parallel_embedding": _check_vocab_parallel_embedding,
     "fully_shard": _check_fully_shard_runs_eagerly,
     "guards": _check_guards,
 }
