@@ -29,15 +29,16 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from jitcore.errors import EagerOnlySubclass, EagerOnlyValue
-from jitcore.ir import current_context
+from jitcore.ir import Symbol, current_context
 
-__all__ = ["DTENSOR_LOOKASIDES", "fsdp_lookasides", "is_natively_dispatched", "pointwise_for_dtensor",
-           "untraced"]
+__all__ = ["DTENSOR_LOOKASIDES", "dispatch_state_lookasides", "fsdp_lookasides", "is_natively_dispatched",
+           "pointwise_for_dtensor", "untraced"]
 
 _DTENSOR_NEW = getattr(torch.Tensor, "_dtensor__new__", None)  # DTensor.__new__ (torch #167051)
 
@@ -114,6 +115,60 @@ def _refuse_fsdp(*args: Any, **kwargs: Any) -> Any:
         "a fully_shard (FSDP2) module's forward hook is reached: its hooks all-gather parameters into "
         "storage resized in place and swap the module's parameters, which tracing does not model"
     )
+
+
+# Note [DTensor's dispatch settings inside the function]
+# Two settings change what DTensor's C++ dispatch does with an op: ``loss_parallel()`` installs
+# handlers for the loss ops (``_enable_custom_loss_ops`` / ``_disable_custom_loss_ops`` update
+# ``DTensor._op_dispatcher._custom_op_handlers``), and ``implicit_replication()`` lets plain tensors
+# mix with DTensors (``torch._C._set_dtensor_allow_implicit_replication``). Entered inside the function,
+# they are changes of state like ``no_grad()``'s (Note [State changes inside the traced function],
+# langctx/thread_state.py): run now and recorded, tagged ``global_state``, so the grad transform's
+# replay of the forward, which dispatches the DTensor ops again on shadows, runs each op under the
+# settings eager ran it under, and the computation changes them at the same points as eagerly.
+# Before, the replay ran ``cross_entropy`` after the ``with`` had put the handlers back: "got mixed
+# torch.Tensor and DTensor", and the call ran eagerly.
+def dispatch_state_lookasides(recorded: Callable[[Any, Symbol], Callable[..., Any]]) -> dict[Any, Any]:
+    """Lookasides for what changes DTensor's dispatch settings (Note [DTensor's dispatch settings inside
+    the function]), given ``recorded(fn, symbol)``: ``fn`` run now and recorded. None before
+    torch.distributed.tensor is imported. ``implicit_replication()`` sets its flag through a property
+    of DTensor's dispatcher, which no lookaside sees: the context manager itself is replaced by one
+    that sets it through the recorded setter."""
+    if _dtensor_class() is None:
+        return {}
+    lookasides: dict[Any, Any] = {}
+    loss = sys.modules.get("torch.distributed.tensor.parallel.loss")
+    for name in ("_enable_custom_loss_ops", "_disable_custom_loss_ops"):
+        if hasattr(loss, name):
+            fn = getattr(loss, name)
+            lookasides[fn] = recorded(fn, _state_symbol(fn, f"torch.distributed.tensor.parallel.loss.{name}"))
+    setter = getattr(torch._C, "_set_dtensor_allow_implicit_replication", None)  # noqa: SLF001
+    experimental = sys.modules.get("torch.distributed.tensor.experimental")
+    if setter is not None:
+        record = recorded(setter, _state_symbol(setter, "torch._C._set_dtensor_allow_implicit_replication"))
+        lookasides[setter] = record
+        if hasattr(experimental, "implicit_replication"):
+            lookasides[experimental.implicit_replication] = lambda: _ImplicitReplication(record)
+    return lookasides
+
+
+class _ImplicitReplication:
+    """``implicit_replication()`` while tracing: its flag set and put back through ``set_flag``."""
+
+    def __init__(self, set_flag: Callable[[bool], Any]) -> None:
+        self.set_flag = set_flag
+
+    def __enter__(self) -> None:
+        self.set_flag(True)
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        self.set_flag(False)  # as torch's ``finally`` does, whatever was raised
+        return False
+
+
+@functools.cache
+def _state_symbol(fn: Any, path: str) -> Symbol:
+    return Symbol(path, path.rsplit(".", 1)[1], "torch", fn, path, fn, tags=frozenset({"global_state"}))
 
 
 # Note [DTensor programs jitcore cannot trace]

@@ -29,7 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
 from jitcore.dispatch import resolve_call
-from jitcore.dispatch.dtensor import fsdp_lookasides
+from jitcore.dispatch.dtensor import dispatch_state_lookasides, fsdp_lookasides
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS, offer_native, offered_lookasides
@@ -313,6 +313,7 @@ class Pass:
             **environ_lookasides(self.provenance.guard),  # os.environ reads guarded: jit/environment.py
             **self.files.lookasides(), **self.logs.lookasides(), **self.per_call.lookasides(),
             **{fn: self._state_change(fn, symbol) for fn, symbol in STATE_FUNCTION_SYMBOLS.items()},
+            **dispatch_state_lookasides(self._state_change),  # dispatch/dtensor.py
             **self._inference_mode_lookasides(),
         })
         lookasides[len] = self.measured.len_lookaside(lookasides.get(len, len))

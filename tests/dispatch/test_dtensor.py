@@ -307,6 +307,49 @@ def _check_vocab_parallel_embedding(mesh: DeviceMesh) -> None:
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
 
 
+def _check_dispatch_settings_inside(mesh: DeviceMesh) -> None:
+    """``loss_parallel()`` and ``implicit_replication()`` entered inside the function, with a backward
+    inside: eager's loss and gradients, traced (cache hits), and the settings as eager
+    leaves them after every call. Before, the grad transform replayed the ops after the ``with`` had
+    ended ("got mixed torch.Tensor and DTensor"): the call ran eagerly."""
+    from torch.distributed.tensor.experimental import implicit_replication
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    torch.manual_seed(5)
+    base = nn.Linear(8, 16)
+    model, reference = (parallelize_module(copy.deepcopy(base), mesh, ColwiseParallel(use_local_output=False))
+                        for _ in range(2))
+    handlers = dict(DTensor._op_dispatcher._custom_op_handlers)
+
+    def sharded_loss(m: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        with loss_parallel():
+            loss = nn.functional.cross_entropy(m(x), target)
+            loss.backward()
+        return loss
+
+    def replicated_implicitly(x: DTensor, y: DTensor) -> DTensor:
+        with implicit_replication():
+            loss = (x * torch.ones(4, 4) + y).sum()
+            loss.backward()
+        return loss
+
+    jitted, implicit = jitcore.jit(sharded_loss), jitcore.jit(replicated_implicitly)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")  # traced: no eager entry
+        for _ in range(3):  # the first call finds no .grad on the parameters, the next ones add to it
+            x, target = torch.randn(6, 8), torch.randint(0, 16, (6,))
+            _same(jitted(model, x, target), sharded_loss(reference, x, target))
+            for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+                _same(p.grad, q.grad)
+            (a, b), (ea, eb) = _inputs(mesh, True), _inputs(mesh, True)
+            _same(implicit(a, b), replicated_implicitly(ea, eb))
+            _same(a.grad, ea.grad)
+            assert DTensor._op_dispatcher._custom_op_handlers == handlers
+            assert not DTensor._op_dispatcher._allow_implicit_replication
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 1), jitted.miss_log
+    assert (jitcore.cache_misses(implicit), jitcore.cache_hits(implicit)) == (1, 2), implicit.miss_log
+
+
 def _check_fully_shard_runs_eagerly(mesh: DeviceMesh) -> None:
     from torch.distributed.fsdp import fully_shard
 
@@ -385,6 +428,7 @@ CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
     "optimizer_steps": _check_optimizer_steps,
     "collectives": _check_collectives,
     "vocab_parallel_embedding": _check_vocab_parallel_embedding,
+    "dispatch_settings_inside": _check_dispatch_settings_inside,
     "fully_shard": _check_fully_shard_runs_eagerly,
     "guards": _check_guards,
 }
