@@ -267,7 +267,75 @@ def pass_1_under_autograd(trace: Trace,
         b for b in trace.bound_symbols if not (b.symbol is UNFLATTEN_INPUT and id(b.output) in whole)
     ]
     run.output = trace.output
+    _read_ragged_sizes(run, [proxy for proxy, _path in kept])
     return Flattened(run, [(path, proxy.name) for proxy, path in kept])
+
+
+def ragged_size(njt: torch.Tensor, coefficient: int) -> Any:
+    """``coefficient`` times the ragged size of the nested jagged tensor ``njt`` (its nested int)."""
+    return njt.size(njt._ragged_idx) * coefficient  # noqa: SLF001
+
+
+RAGGED_SIZE = Symbol(id="ragged_size", name="ragged_size", langctx="dispatch", fn=ragged_size,
+                     path="jitcore.dispatch.flatten.ragged_size", meta=_no_meta)
+
+
+# Note [Ragged sizes under autograd]
+# Pass 1 run under torch's autograd takes the caller's NJTs whole, and its records hold the sizes the
+# program gave them: ``flatten(-2)`` of an NJT (a multi-head attention's heads merged back) is
+# ``reshape(t, (3, s2, 8))``, ``s2`` the symbol of the NJT's ragged size in the pass. Run on a call's
+# NJT, only that call's nested int (``j3``) names that size: each such size is read from the NJT input
+# it belongs to (``ragged_size``) at the top of the run, and the records take the read. Before, the
+# trace's symbol reached NestedTensor's ``view``: "cannot view shape (3, j3, 2, 4) as [3, s2, 8]" from
+# the second ragged structure on, where eager computes.
+def _read_ragged_sizes(run: Trace, njts: list[SubclassTensorProxy]) -> None:
+    symbols: dict[Any, SubclassTensorProxy] = {}
+    for proxy in njts:
+        shadow = proxy.shadow
+        if shadow.layout is torch.jagged:
+            symbols.setdefault(_nested_expr(shadow.shape[shadow._ragged_idx]), proxy)  # noqa: SLF001
+    symbols.pop(None, None)
+    if not symbols:
+        return
+    reads: dict[Any, Any] = {}
+    header: list[BoundSymbol] = []
+
+    def read(leaf: Any) -> Any:
+        expr = _nested_expr(leaf)
+        if expr is None:
+            return leaf
+        if expr not in reads:
+            found = next(((p, c) for sym, p in symbols.items() if (c := _coefficient(expr, sym))), None)
+            if found is None:
+                return leaf
+            from jitcore.proxies.number import NumberProxy
+            number = NumberProxy(run.names.fresh("n"), leaf)
+            header.append(BoundSymbol(RAGGED_SIZE, found, {}, number))
+            reads[expr] = number
+        return reads[expr]
+
+    run.bound_symbols[:] = [
+        b if not tree_any((b.args, b.kwargs), lambda v: _nested_expr(v) is not None) else
+        BoundSymbol(b.symbol, *optree.tree_map(read, (b.args, b.kwargs), none_is_leaf=True), b.output,
+                    b.subsymbols, b.source, b.header)
+        for b in run.bound_symbols
+    ]
+    run.bound_symbols[:0] = header
+
+
+def _nested_expr(value: Any) -> Any:
+    """The expression of a pass's ragged size (a nested int's symbol, times a coefficient); None for
+    anything else."""
+    node = getattr(value, "node", None) if type(value) is torch.SymInt else None
+    if node is None or not node.is_nested_int():
+        return None
+    return getattr(node, "expr", None)
+
+
+def _coefficient(expr: Any, symbol: Any) -> int | None:
+    """``expr / symbol`` where it is a whole number."""
+    ratio = expr / symbol
+    return int(ratio) if ratio.is_Integer and int(ratio) != 0 else None
 
 
 def refuse_values_computed_from_leaves_made_inside(trace: Trace) -> None:

@@ -291,9 +291,24 @@ _SIZE_HOLDERS = frozenset({*SYMBOLIC_NUMBERS, torch.Size, slice})  # leaves to o
 def _traced_sizes(leaf: Any) -> Any:
     """A symbolic size, or a ``torch.Size`` or ``slice`` (``x[:, :n]``) holding some, with the traced
     call's values, without a guard: the probe computes this call's values, which the sizes' symbols
-    cover for every call (``int()`` would pin a symbol to this call's value)."""
+    cover for every call (``int()`` would pin a symbol to this call's value). A ragged size is the
+    caller's nested int (Note [The probe's ragged sizes])."""
     if type(leaf) is slice:
-        return slice(traced_value(leaf.start), traced_value(leaf.stop), traced_value(leaf.step))
+        return slice(_traced_size(leaf.start), _traced_size(leaf.stop), _traced_size(leaf.step))
     if type(leaf) is torch.Size:
-        return torch.Size([traced_value(n) for n in leaf])
-    return traced_value(leaf)
+        return torch.Size([_traced_size(n) for n in leaf])
+    return _traced_size(leaf)
+
+
+# Note [The probe's ragged sizes]
+# A size a record was given can be an NJT's ragged size: ``flatten(-2)`` of an NJT is recorded as
+# ``reshape(t, (3, s0, 8))``, ``s0`` the symbol of the offsets' shadow (Note [Nested ints],
+# langctx/shadows.py), whose hint is the caller's nested int (``j1``). The probe runs such a record
+# natively on the caller's NJT (a backward follows: its graph is needed), where only ``j1`` names that
+# size; it gets the hint. Before, NestedTensor's ``view`` raised "cannot view shape (3, j1, 2, 4) as
+# [3, s0, 8]" (an NJT model under grad whose step reads a value: Adam's ``step.item()``).
+def _traced_size(number: Any) -> Any:
+    node = getattr(number, "node", None) if type(number) is torch.SymInt else None
+    if node is not None and node.is_nested_int() and isinstance(node.hint, torch.SymInt):
+        return node.hint
+    return traced_value(number)
