@@ -45,6 +45,11 @@ class Hooks:
         on_contains: ``(frame, container, item) -> answer`` for CONTAINS_OP: an object whose truth is the
             answer of ``item in container`` where the jit gives one (a dynamic number in a dict's keys), or
             NotImplemented for Python's own.
+        item_key: ``(frame, container, key) -> key``: the key a dict, set or frozenset is indexed, tested or
+            written with in place of the program's (the jit's proxy of a caller's tensor finds the
+            caller's tensor, which such containers hash by identity); consulted by BINARY_SUBSCR in runs
+            that set ``on_load_subscr``, STORE_SUBSCR in runs that set ``on_store``, CONTAINS_OP in runs
+            that set ``on_contains``, and by DELETE_SUBSCR.
         on_store: ``(frame, target, key, kind) -> None`` after STORE_ATTR (``kind`` "attr", ``key`` the name)
             and STORE_SUBSCR (``kind`` "item") stored: the jit notes writes that leave a value the
             same object it was (``self.wait = 0`` over ``0``), which comparing states cannot see.
@@ -75,6 +80,7 @@ class Hooks:
     on_missing_attr: Callable[[Frame, object, str], None] | None = None
     on_load_subscr: Callable[[Frame, object, object, object], object] | None = None
     on_contains: Callable[[Frame, object, object], object] | None = None
+    item_key: Callable[[Frame, object, object], object] | None = None
     on_store: Callable[[Frame, object, object, str], None] | None = None
     store_attr: Callable[[Frame, object, str, object], bool] | None = None
     format_field: Callable[[object, int, object], object] | None = None

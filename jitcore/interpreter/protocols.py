@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BINARY_OPS",
     "EXHAUSTED",
+    "HASHED_CONTAINERS",
     "NATIVE_BINARY",
     "NATIVE_ITERATORS",
     "NATIVE_OPERANDS",
@@ -55,6 +56,8 @@ NATIVE_TYPES = frozenset({
     int, float, complex, bool, str, bytes, bytearray, list, tuple, dict, set, frozenset, type(None), range,
     slice, type(...), type(NotImplemented), memoryview,
 })
+# Containers that find a key by its hash (and identity first): ``Hooks.item_key`` may stand in for the key.
+HASHED_CONTAINERS = (dict, set, frozenset, type({}.keys()))
 # Left operands whose binary operators run natively when the right one is native too: not ``str``,
 # whose ``%`` goes through ``hooks.format_percent`` when a run sets it (``binary_op``).
 NATIVE_OPERANDS = NATIVE_TYPES - {str}

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["ACTIVE", "Run", "active_runs", "current_run"]
 
 _HOOKED_FIELDS = ("on_load_global", "on_load_deref", "on_load_attr", "on_load_subscr", "on_contains",
-                  "on_store", "format_field")
+                  "item_key", "on_store", "format_field")
 _TABLES: dict[frozenset[str], list] = {}
 
 

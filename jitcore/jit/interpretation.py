@@ -74,6 +74,7 @@ from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.state_kinds import identity_arguments
+from jitcore.jit.tensor_keys import CallerKeys
 from jitcore.jit.texts import format_field, format_lookasides, format_percent
 from jitcore.jit.value_reads import ValueReads
 from jitcore.langctx import new_context
@@ -127,6 +128,7 @@ class Pass:
         self.provenance = Provenance(self.context.values, self.prologue)
         self.held = HeldTensors(self.provenance)  # jit/held_tensors.py
         self.measured = appends.MeasuredLists(self.provenance)
+        self.keys = CallerKeys(self.provenance)  # a caller's tensor as a dict key (jit/tensor_keys.py)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values),
                                 read_dims=read_dims)  # ShapePolicy.read_dims, in every pass
@@ -327,6 +329,7 @@ class Pass:
             on_missing_attr=lambda _frame, obj, name: self._note_attribute(obj, name, present=False),
             on_load_subscr=self._load_subscr,
             on_contains=self._contains,
+            item_key=self.keys.item_key,
             on_store=lambda _frame, obj, key, _kind: self.snapshots.note_write(obj, (key,)),
             store_attr=lambda _frame, obj, name, value: self.held.store_attr(obj, name, value),
             format_field=format_field,
@@ -461,6 +464,7 @@ class Pass:
         if self.provenance.has_loose():
             for arg in identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
                 self.provenance.pin(arg)
+        args = self.keys.arguments(fn, args)  # ``d.get(t)``, ``id(t)``: the caller's tensor t
         # C code needs the values; a container method's receiver (``dict.get(d, k)``) keeps the program's
         # own numbers in it, as for a bound method (``d.get(k)``); a number or text receiver
         # (``float.hex(n)``) is a value to C code as any argument is

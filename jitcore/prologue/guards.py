@@ -167,6 +167,8 @@ def _same_literal(a: Any, b: Any) -> bool:
         if type(a) is frozenset:
             return a == b
         return all(_same_literal(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return a is b  # a dict key (jit/tensor_keys.py): keyed by identity; == is elementwise
     return a == b
 
 

@@ -421,3 +421,27 @@ def test_iterables_that_c_builtins_iterate_are_interpreted():
     assert got == ([(5, 10), (6, 20)], [(30, 10)], [40], (0,), [50, 60])
     assert sorted(seen) == [0, 1, 1, 2, 3, 4, 5, 6]
     assert f() == ([(5, 1), (6, 2)], [(3, 1)], [4], (0,), [5, 6])
+
+
+def test_item_key_stands_in_for_the_key_of_hashed_containers_only() -> None:
+    """``Hooks.item_key`` gives the key a dict, set or keys view is indexed, tested, written and deleted
+    with (the jit's stand-in for a caller's tensor becomes the tensor); lists are indexed as written."""
+
+    def f(d: dict, s: set, items: list) -> tuple:
+        d["new"] = d["old"]
+        del d["gone"]
+        return d["new"], "a" in s, "a" in d.keys(), items[0], sorted(d)
+
+    seen: list = []
+
+    def item_key(frame: Frame, container: object, key: object) -> object:
+        seen.append((type(container).__name__, key))
+        return key.upper() if isinstance(key, str) else key
+
+    hooks = Hooks(on_load_subscr=lambda frame, container, key, value: value,
+                  on_contains=lambda frame, container, item: NotImplemented,
+                  on_store=lambda frame, target, key, kind: None, item_key=item_key)
+    d = {"OLD": 1, "GONE": 2}
+    assert interpret(f, hooks)(d, {"A"}, [7]) == (1, True, False, 7, ["NEW", "OLD"])
+    assert seen == [("dict", "old"), ("dict", "new"), ("dict", "gone"), ("dict", "new"), ("set", "a"),
+                    ("dict_keys", "a")]

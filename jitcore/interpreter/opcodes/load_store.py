@@ -24,7 +24,7 @@ from jitcore.interpreter.attributes import (
 )
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.protocols import delete_item, get_item, set_item
+from jitcore.interpreter.protocols import HASHED_CONTAINERS, delete_item, get_item, set_item
 from jitcore.interpreter.registry import handles
 
 # UnboundLocalError's message (the fused handlers and superinstructions raise it too)
@@ -516,10 +516,13 @@ def binary_subscr(frame: Frame, inst: Instruction) -> None:
 
 @handles("BINARY_SUBSCR", since=(3, 11), hook="on_load_subscr")
 def binary_subscr_hooked(frame: Frame, inst: Instruction) -> None:
-    """BINARY_SUBSCR through ``hooks.on_load_subscr``."""
+    """BINARY_SUBSCR through ``hooks.on_load_subscr`` (and ``hooks.item_key`` for a hashed container)."""
     stack = frame.stack
     key = stack.pop()
     container = stack[-1]
+    item_key = frame.run.hooks.item_key
+    if item_key is not None and isinstance(container, HASHED_CONTAINERS):
+        key = item_key(frame, container, key)
     value = get_item(frame.run, container, key)
     stack[-1] = frame.run.hooks.on_load_subscr(frame, container, key, value)
 
@@ -564,9 +567,15 @@ def store_subscr(frame: Frame, inst: Instruction) -> None:
 
 @handles("STORE_SUBSCR", since=(3, 11), hook="on_store")
 def store_subscr_hooked(frame: Frame, inst: Instruction) -> None:
-    """STORE_SUBSCR, then ``hooks.on_store`` once the value is stored."""
-    key, container = frame.stack[-1], frame.stack[-2]
-    store_subscr(frame, inst)
+    """STORE_SUBSCR (``hooks.item_key`` standing in for a hashed container's key), then ``hooks.on_store``
+    once the value is stored."""
+    stack = frame.stack
+    key = stack.pop()
+    container = stack.pop()
+    item_key = frame.run.hooks.item_key
+    if item_key is not None and isinstance(container, HASHED_CONTAINERS):
+        key = item_key(frame, container, key)
+    set_item(frame.run, container, key, stack.pop())
     frame.run.hooks.on_store(frame, container, key, "item")
 
 
@@ -576,6 +585,17 @@ def delete_subscr(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     key = stack.pop()
     delete_item(frame.run, stack.pop(), key)
+
+
+@handles("DELETE_SUBSCR", since=(3, 11), hook="item_key")
+def delete_subscr_hooked(frame: Frame, inst: Instruction) -> None:
+    """del TOS1[TOS], ``hooks.item_key`` standing in for a hashed container's key."""
+    stack = frame.stack
+    key = stack.pop()
+    container = stack.pop()
+    if isinstance(container, HASHED_CONTAINERS):
+        key = frame.run.hooks.item_key(frame, container, key)
+    delete_item(frame.run, container, key)
 
 
 @handles("IMPORT_NAME", since=(3, 11))

@@ -12,6 +12,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import (
+    HASHED_CONTAINERS,
     NATIVE_BINARY,
     NATIVE_COMPARE,
     NATIVE_OPERANDS,
@@ -90,10 +91,13 @@ def contains_op(frame: Frame, inst: Instruction) -> None:
 
 @handles("CONTAINS_OP", since=(3, 11), hook="on_contains")
 def contains_op_hooked(frame: Frame, inst: Instruction) -> None:
-    """CONTAINS_OP through ``hooks.on_contains``: the truth of its answer, as ``in`` takes it."""
+    """CONTAINS_OP through ``hooks.on_contains``: the truth of its answer, as ``in`` takes it (the item a
+    hashed container is tested for is ``hooks.item_key``'s)."""
     stack = frame.stack
     container = stack.pop()
     run = frame.run
+    if run.hooks.item_key is not None and isinstance(container, HASHED_CONTAINERS):
+        stack[-1] = run.hooks.item_key(frame, container, stack[-1])
     answer = run.hooks.on_contains(frame, container, stack[-1])
     found = contains(run, container, stack[-1]) if answer is NotImplemented else truth(run, answer)
     stack[-1] = found is not bool(inst.arg)

@@ -1,0 +1,129 @@
+"""A caller's tensor as a dict key, a set member, a key of torch's ``WeakIdKeyDictionary``, and under
+``id()`` inside a jitted function (Note [A caller's tensor as a key] in jitcore/jit/tensor_keys.py).
+Each program runs eagerly and jitted on equal copies of its state; results, exceptions and the state
+after the calls match, the caller's containers hold the caller's tensors (never a proxy), and a
+repeated call is a cache hit.
+
+Before: ``D[k]`` raised KeyError, ``D.get(k, 0)`` and ``k in D`` were silently the default and False, and
+``D[k] = v`` put the trace's proxy into the caller's dict, one more entry per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+import jitcore
+from jitcore.ir import Proxy
+
+KEY, OTHER = torch.ones(2), torch.zeros(2)
+STATE: dict[str, Any] = {}  # the programs' global state, filled per run
+
+
+def _outcome(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as error:  # noqa: BLE001 - the exception is the outcome compared
+        return type(error)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return type(a) is type(b) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return type(a) is type(b) and list(map(id, a)) == list(map(id, b)) and all(
+            _same(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+def _fresh_state() -> None:
+    STATE.clear()
+    STATE.update(d={KEY: 3.0}, s={KEY}, ids={id(KEY)}, seq=[KEY, OTHER], w=WeakIdKeyDictionary({KEY: 2.0}),
+                 out={})
+
+
+def _lookup(x: torch.Tensor, k: torch.Tensor) -> Any:
+    return x * STATE["d"][k]
+
+
+def _get(x: torch.Tensor, k: torch.Tensor) -> Any:
+    return x * STATE["d"].get(k, -1.0)
+
+
+def _contains(x: torch.Tensor, k: torch.Tensor) -> Any:
+    return x * (k in STATE["d"]) + (k in STATE["s"]) + (k in STATE["d"].keys())
+
+
+def _global_key(x: torch.Tensor, k: torch.Tensor) -> Any:
+    return x * STATE["d"][KEY] + (KEY in STATE["s"])
+
+
+def _store(x: torch.Tensor, k: torch.Tensor) -> Any:
+    STATE["out"][k] = x * 2
+    STATE["s"].add(k)
+    return x + 1
+
+
+def _delete(x: torch.Tensor, k: torch.Tensor) -> Any:
+    STATE["d"][k] = 1.0
+    del STATE["d"][k]
+    return x + STATE["d"].pop(k, 5.0)
+
+
+def _weak(x: torch.Tensor, k: torch.Tensor) -> Any:
+    return x * STATE["w"].get(k, 7.0) + (k in STATE["w"])
+
+
+def _identity(x: torch.Tensor, k: torch.Tensor) -> Any:
+    return x * (id(k) in STATE["ids"]) + STATE["seq"].index(k)
+
+
+def _returned(x: torch.Tensor, k: torch.Tensor) -> Any:
+    memo = {}
+    memo[k] = x * 2
+    return {k: memo[k] + 1}, k in memo
+
+
+PROGRAMS = (_lookup, _get, _contains, _global_key, _store, _delete, _weak, _identity, _returned)
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda f: f.__name__.strip("_"))
+def test_a_callers_tensor_as_a_key_behaves_as_eagerly(program: Callable[..., Any]) -> None:
+    x = torch.arange(2.0) + 1
+    calls = ((x, KEY), (x + 1, KEY), (x, OTHER), (x + 2, KEY), (x + 3, KEY))
+    _fresh_state()
+    expected = [_outcome(program, *args) for args in calls]
+    eager_state = dict(STATE)
+    _fresh_state()
+    jitted = jitcore.jit(program)
+    got = [_outcome(jitted, *args) for args in calls]
+    for call, (want, have) in enumerate(zip(expected, got)):
+        assert _same(want, have), f"call {call}: eager {want!r}, jitted {have!r}"
+    for name, want in eager_state.items():
+        have = STATE[name]
+        assert not any(isinstance(key, Proxy) for key in have), f"{name}: a proxy escaped into {have}"
+        if isinstance(want, WeakIdKeyDictionary):
+            want, have = dict(want), dict(have)
+        assert _same(want, have) if isinstance(want, dict) else want == have, f"{name}: {want} != {have}"
+    assert jitcore.cache_hits(jitted) >= 1  # the last call repeats the one before: no retrace
+
+
+def test_a_proxy_key_of_a_container_built_while_tracing_is_found_without_an_identity_guard() -> None:
+    """A dict the program builds with the argument itself as a key keeps finding it: a fresh tensor on
+    the next call is a cache hit (only the caller's containers need the caller's tensor)."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        seen = {x: 2.0}
+        return x * seen[x] + (x in seen)
+
+    jitted = jitcore.jit(f)
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(jitted(x), f(x))
+    assert jitcore.cache_misses(jitted) == 1
