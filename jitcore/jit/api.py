@@ -343,6 +343,7 @@ class JittedFunction:
             shapes=self._shapes if symbolic else None,
             read_lists=self._read_lists,
             read_dims=self._shapes.read_dims,
+            read_numbers=self._shapes.read_number if symbolic else None,
         )
         self.last_traces, self.last_backward_traces, self.last_rederived_traces = [tracing_pass.trace], [], []
         self.last_prologue = tracing_pass.prologue
@@ -350,12 +351,13 @@ class JittedFunction:
             program = self._run_pass(tracing_pass, args, kwargs)
             sizes = (
                 shapes.finish(program, tracing_pass.provenance, tracing_pass.context.values,
-                              tracing_pass.reads.sizes)
+                              tracing_pass.reads.sizes, tracing_pass.reads.number_symbols)
                 if symbolic
                 else []
             )
         except shapes.StaticShapes as exc:  # from now on, this function traces static shapes only
-            if tracing_pass.reads.sizes:  # or its value-shaped outputs (Note [Sizes that values decide])
+            if tracing_pass.reads.sizes or tracing_pass.reads.number_symbols:  # or its value-shaped
+                # outputs and read counts (Notes [Sizes that values decide], [Counts that values decide])
                 self._shapes.refuse_reads(str(exc))
                 static_shapes(self, number, f"sizes that values decide: {exc}")
                 return self._interpret(number, args, kwargs, shape_changed)
@@ -369,7 +371,7 @@ class JittedFunction:
                     raise
                 return tracing_pass, outcome
             reason = f"tracing with symbolic sizes raised {type(exc).__name__}: {exc}"
-            if tracing_pass.reads.sizes:  # Note [Sizes that values decide]: static ones from now on
+            if tracing_pass.reads.sizes or tracing_pass.reads.number_symbols:  # static ones from now on
                 self._shapes.refuse_reads(reason)
                 static_shapes(self, number, f"sizes that values decide: {reason}")
                 return self._interpret(number, args, kwargs, shape_changed)

@@ -111,7 +111,8 @@ class Pass:
     def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int,
                  dynamic_numbers: frozenset[str] | bool = frozenset(), fullgraph: bool = False,
                  counters: frozenset[Path] = frozenset(), shapes: Any = None,
-                 read_lists: frozenset[Path] = frozenset(), read_dims: Any = None) -> None:
+                 read_lists: frozenset[Path] = frozenset(), read_dims: Any = None,
+                 read_numbers: Any = None) -> None:
         self.fn = fn
         self.read_lists = read_lists  # list arguments only appended to but also read: bound whole
         self.fullgraph = fullgraph  # refuse value reads (DataDependentError) instead of checking them
@@ -131,7 +132,8 @@ class Pass:
         self.keys = CallerKeys(self.provenance)  # a caller's tensor as a dict key (jit/tensor_keys.py)
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values),
-                                read_dims=read_dims)  # ShapePolicy.read_dims, in every pass
+                                read_dims=read_dims,  # ShapePolicy.read_dims, in every pass
+                                read_numbers=read_numbers)  # ShapePolicy.read_number, in symbolic ones
         self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
@@ -424,7 +426,9 @@ class Pass:
             try:
                 if (masked := self.reads.masks_under_grad(symbol, args, kwargs)) is not None:
                     return masked  # ``y[mask] = v`` with ``v`` requiring grad (langctx/reads.py)
-                return resolve_call(symbol, args, kwargs)
+                out = resolve_call(symbol, args, kwargs)
+                self.reads.value_sizes(symbol, args, kwargs, out)  # Note [Counts that values decide]
+                return out
             except DataDependentError as exc:
                 if self.fullgraph and not self.context.subclass_code:
                     raise

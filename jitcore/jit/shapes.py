@@ -47,6 +47,7 @@ from jitcore.jit.ragged import is_nested_symbol
 from jitcore.langctx.reads import READ, SHAPE_OF, SIZE_OF, ReadSite, ValueCheckFailed
 from jitcore.prologue import Guard, Path
 from jitcore.prologue.shape_guards import ShapeCondition
+from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy
 from jitcore.proxies.protocol import has_nested_ints
 
@@ -79,6 +80,28 @@ _TORCH_MARK = "_dynamo_dynamic_indices"  # torch._dynamo.mark_dynamic's, honoure
 # symbolic path cannot handle (a size stored into Python state, any error) traces the call again
 # with static sizes for value-shaped outputs (``refuse_reads``, logged). ``dynamic=False`` keeps
 # them static.
+
+
+# Note [Counts that values decide]
+# An integer read with ``item()`` or ``tolist()`` is a name of the computation, checked by value where
+# the program needs its value (Note [The numbers of tolist], jit/value_reads.py): given as a size
+# (``x.split(counts.tolist())``, an MoE's tokens per expert), it is one entry per value. When such a
+# check fails on a cached call, the read's numbers are unbacked symbols of the ShapeEnv in the
+# function's next traces, as a value-shaped output's sizes are: the program gets a SymInt (``u0``)
+# whose traced value torch uses where it cannot decide without one (a deferred runtime assert, as
+# ``Eq(u0 + u1 + u2, 8)`` for the split, each checked by the computation once its sizes are known),
+# torch computes every size after it from the symbol, and ``finish`` names it by the read's own
+# number (``[n0, n1, n2] = torch.Tensor.tolist(t0)``; ``torch.split(t2, [n0, n1, n2])``), so a call
+# with other counts runs the same entry. Every element of a ``tolist()`` is one site; a float or bool
+# read stays a checked name.
+
+
+def _number_site(site: ReadSite) -> tuple | None:
+    """The policy's key of an integer read's site: an ``item()``, or a whole ``tolist()`` (its elements'
+    sites are ``tolist()[i]...``); None for other reads."""
+    if site.what == "item()" or site.what.startswith("tolist()["):
+        return site.what.split("[", 1)[0], site.key[1]
+    return None
 
 
 class StaticShapes(Exception):
@@ -127,6 +150,8 @@ class ShapePolicy:
         self._read_dims: dict[tuple, frozenset[int]] = {}
         self._read_seen: dict[tuple, tuple[int, ...]] = {}  # the last traced shape of each
         self.reads_refused: str | None = None  # why value-shaped outputs keep static sizes (logged)
+        # Note [Counts that values decide]: the sites of integers read with item()/tolist() found to change
+        self._read_numbers: set[tuple] = set()
 
     def symbolic_pass(self, args: tuple, kwargs: dict, shape_changed: bool) -> bool:
         """Whether the next trace should have a ShapeEnv: sizes may be symbolic in it."""
@@ -134,7 +159,7 @@ class ShapePolicy:
             return False
         if self.dynamic is True or (self.dynamic is None and (shape_changed or self._dims)):
             return True
-        if self._read_dims and self.reads_refused is None:
+        if (self._read_dims or self._read_numbers) and self.reads_refused is None:
             return True
         return any(_marked(t) for t in _tensors((args, kwargs)))
 
@@ -142,8 +167,13 @@ class ShapePolicy:
         """A cached call's value check failed: where it is the sizes of a value-shaped output that
         changed, those dimensions are symbols in the next trace (Note [Sizes that values decide])."""
         site, expected, got = failed.site, failed.expected, failed.got
-        if self.dynamic is False or self.refused is not None or self.reads_refused is not None \
-                or not site.what.startswith(SHAPE_OF) or len(expected) != len(got):
+        if self.dynamic is False or self.refused is not None or self.reads_refused is not None:
+            return
+        key = _number_site(site)
+        if key is not None and type(expected) is int and type(got) is int:
+            self._read_numbers.add(key)  # Note [Counts that values decide]
+            return
+        if not site.what.startswith(SHAPE_OF) or len(expected) != len(got):
             return
         for part, (before, now) in enumerate(zip(expected, got)):  # the sizes of each output
             self._note_changed((site.key, part), before, now)
@@ -165,6 +195,13 @@ class ShapePolicy:
         changed = frozenset(i for i, (a, b) in enumerate(zip(before, now)) if a is not None and a != b)
         if changed and len(before) == len(now):
             self._read_dims[key] = self._read_dims.get(key, frozenset()) | changed
+
+    def read_number(self, site: ReadSite) -> bool:
+        """Whether the integer read at ``site`` (``item()``, an element of ``tolist()``) is an unbacked
+        symbol in a symbolic pass: its value was seen to change (Note [Counts that values decide])."""
+        if self.dynamic is False or self.refused is not None or self.reads_refused is not None:
+            return False
+        return _number_site(site) in self._read_numbers
 
     def refuse_reads(self, reason: str) -> None:
         """Value-shaped outputs keep static sizes from now on (the symbolic pass could not use them)."""
@@ -195,7 +232,8 @@ class ShapePolicy:
 
 
 def finish(program: Any, provenance: Any, values: Any,
-           read_sizes: dict[sympy.Symbol, tuple[Any, int, int]] | None = None) -> list[str]:
+           read_sizes: dict[sympy.Symbol, tuple[Any, int, int]] | None = None,
+           read_numbers: dict[sympy.Symbol, NumberProxy] | None = None) -> list[str]:
     """Make a pass's trace run for every size its ShapeEnv's guards accept (see the module docstring).
 
     Args:
@@ -204,6 +242,8 @@ def finish(program: Any, provenance: Any, values: Any,
         values: the pass's TensorValues (its ShapeEnv).
         read_sizes: the sizes that values decided, each with the output and dimension it is the size
             of and its traced value (``ValueReads.sizes``, Note [Sizes that values decide]).
+        read_numbers: the integers read with ``item()``/``tolist()`` that are symbols, each with the
+            read's number (``ValueReads.number_symbols``, Note [Counts that values decide]).
 
     Returns:
         The symbolic sizes, described (``args[0].shape[1] (s0)``); empty when every size was static.
@@ -212,9 +252,9 @@ def finish(program: Any, provenance: Any, values: Any,
         StaticShapes: the symbolic path cannot handle this program.
     """
     env = values.shape_env
-    read_sizes = read_sizes or {}
+    read_sizes, read_numbers = read_sizes or {}, read_numbers or {}
     dynamic = [(path, proxy) for path, proxy, _t in provenance.inputs if _has_symbols(proxy.shadow)]
-    if not dynamic and not read_sizes:
+    if not dynamic and not read_sizes and not read_numbers:
         return []
     if dynamic and any(not has_nested_ints(proxy.shadow) for proxy, _path in provenance.subclass_inputs):
         raise StaticShapes("tensor-subclass inputs keep static shapes")
@@ -226,7 +266,7 @@ def finish(program: Any, provenance: Any, values: Any,
     if any(not _same_layout(_layout(proxy.shadow), layouts[id(proxy)]) for _path, proxy in dynamic):
         raise StaticShapes("an input's shape or strides changed in place (resize_, squeeze_, t_, ...)")
     sources = _symbol_sources(dynamic)
-    rewriter = _SizeRewriter(program, env, sources, read_sizes)
+    rewriter = _SizeRewriter(program, env, sources, read_sizes, read_numbers)
     rewriter.rewrite_trace()
     if dynamic:
         _add_guards(program, env, dynamic)
@@ -234,7 +274,8 @@ def finish(program: Any, provenance: Any, values: Any,
                  for i, size in enumerate(proxy.shadow.shape)
                  if type(size) is torch.SymInt and not (expr := env.simplify(size.node.expr)).is_number]
     return described + [f"{proxy.name}.shape[{dim}] ({symbol}, decided by values)"
-                        for symbol, (proxy, dim, _size) in read_sizes.items()]
+                        for symbol, (proxy, dim, _size) in read_sizes.items()] + [
+        f"{number.name} ({symbol}, read from values)" for symbol, number in read_numbers.items()]
 
 
 def _holds_sizes(tree: Any) -> bool:
@@ -296,13 +337,18 @@ class _SizeRewriter:
     """Replaces the SymInts a trace recorded by ints or NumberProxies computed from size inputs."""
 
     def __init__(self, program: Any, env: Any, sources: dict[sympy.Symbol, tuple[Path, int, int]],
-                 read_sizes: dict[sympy.Symbol, tuple[Any, int, int]]) -> None:
+                 read_sizes: dict[sympy.Symbol, tuple[Any, int, int]],
+                 read_numbers: dict[sympy.Symbol, NumberProxy]) -> None:
         self.program = program
         self.env = env
         self.sources = sources
         self._read_at: dict[int, list[tuple[sympy.Symbol, int, int]]] = {}  # output proxy id -> its symbols
         for symbol, (proxy, dim, size) in read_sizes.items():
             self._read_at.setdefault(id(proxy), []).append((symbol, dim, size))
+        # a read number's id -> its symbol (Note [Counts that values decide]): named once its read is made
+        self._numbers_at = {id(number): (symbol, number) for symbol, number in read_numbers.items()}
+        self._numbers = frozenset(read_numbers)  # named by their reads, never read from an output
+        self._unbacked = bool(read_sizes or read_numbers)  # sizes after some ops are read from their outputs
         # what torch decided about those sizes with their traced values: checked once they are read
         self._conditions = [ra.expr for ras in env.deferred_runtime_asserts.values() for ra in ras]
         self.inputs: list[tuple[NumberProxy, tuple[Path, int]]] = []
@@ -323,8 +369,9 @@ class _SizeRewriter:
                 rewritten.extend(self._pending)
                 self._pending.clear()
                 rewritten.append(new)
-                if self._read_at:
+                if self._unbacked:
                     rewritten.extend(self._read_sizes(bsym))
+                    self._name_numbers(bsym)
                     rewritten.extend(self._checked_conditions())
             trace.output = self._map(trace.output)
             rewritten.extend(self._pending)
@@ -344,15 +391,35 @@ class _SizeRewriter:
 
     def _read_sizes(self, bsym: BoundSymbol) -> list[BoundSymbol]:
         """After the op that made a value-shaped output: each of its sizes that values decide, read
-        from it (``u0 = size_of(t1, 0)``), a name of the computation from there on."""
+        from it (``u0 = size_of(t1, 0)``), a name of the computation from there on; so is each size
+        torch made a new unbacked symbol of (``x[:n]`` with ``n`` a read count:
+        ``ValueReads.value_sizes``)."""
         records = []
+        known = self.env.real_tensor_prop_unbacked_vals
         for output in optree.tree_leaves(bsym.output, none_is_leaf=True):
-            for symbol, dim, size in self._read_at.pop(id(output), ()):
-                number = NumberProxy(self.program.trace.names.claim(str(symbol)), size)
+            sizes = list(self._read_at.pop(id(output), ()))
+            if isinstance(output, TensorProxy) and not sizes:
+                sizes = [(size.node.expr, dim, known[size.node.expr])
+                         for dim, size in enumerate(output.shadow.shape)
+                         if type(size) is torch.SymInt and size.node.expr in known
+                         and size.node.expr not in self._symbols and size.node.expr not in self._numbers]
+            for symbol, dim, size in sizes:
+                if symbol in self._symbols:
+                    continue  # read from an earlier output already
+                number = NumberProxy(self.program.trace.names.claim(str(symbol)), int(size))
                 self._symbols[symbol] = number
                 self.program.read_sizes.append(number)
                 records.append(BoundSymbol(SIZE_OF, (output, dim), {}, number, (), bsym.source))
         return records
+
+    def _name_numbers(self, bsym: BoundSymbol) -> None:
+        """After an ``item()``/``tolist()`` read: each of its numbers that is a symbol is that symbol's
+        name from there on (Note [Counts that values decide])."""
+        for output in optree.tree_leaves(bsym.output, none_is_leaf=True):
+            found = self._numbers_at.pop(id(output), None) if isinstance(output, NumberProxy) else None
+            if found is not None:
+                symbol, number = found
+                self._symbols[symbol] = number
 
     def _checked_conditions(self) -> list[BoundSymbol]:
         """A check of each condition on sizes that values decide whose sizes are all read by now:

@@ -30,6 +30,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import (
     GuardOnDataDependentSymNode,
     _constrain_range_for_size,
+    free_unbacked_symbols,
     guard_int,
 )
 
@@ -65,7 +66,8 @@ class ValueReads:
     """The value reads of one pass."""
 
     def __init__(self, context: TraceContext, probe: Probe,
-                 read_dims: Callable[[ReadSite, int, tuple[int, ...]], frozenset[int]] | None = None) -> None:
+                 read_dims: Callable[[ReadSite, int, tuple[int, ...]], frozenset[int]] | None = None,
+                 read_numbers: Callable[[ReadSite], bool] | None = None) -> None:
         """Args:
             context: the pass's trace context.
             probe: computes the values the program reads.
@@ -73,10 +75,15 @@ class ValueReads:
                 (``ShapePolicy.read_dims``, Note [Sizes that values decide] in jitcore/jit/shapes.py),
                 by its shape check's site, its position among the op's outputs and its shape now
                 (which it remembers); they are symbols in a pass with symbolic sizes.
+            read_numbers: in a pass with symbolic sizes, whether the integer read at a site is a symbol
+                (``ShapePolicy.read_number``, Note [Counts that values decide] in jitcore/jit/shapes.py).
         """
         self.context = context
         self.probe = probe
         self.read_dims = read_dims
+        self.read_numbers = read_numbers
+        # the symbols handed to the program for integers it read, each with the read's number
+        self.number_symbols: dict[Any, NumberProxy] = {}
         # the symbols of the sizes made so, each with the output and dimension it is the size of, and
         # its traced value
         self.sizes: dict[Any, tuple[TensorProxy, int, int]] = {}
@@ -313,7 +320,7 @@ class ValueReads:
         recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
         self._record(BoundSymbol(recorded, args, kwargs, number, (), site.source))
         self._log(site, value)
-        return number
+        return self._symbolic(number, site)
 
     # Note [The numbers of tolist]
     # ``t.tolist()`` of an int, float or bool tensor gives a list (nested as the tensor) of read numbers,
@@ -337,13 +344,22 @@ class ValueReads:
         if tuple(torch.Size(shape)) != _list_shape(out, len(shape)):
             return _REFUSED
 
+        sites: dict[int, ReadSite] = {}
+
         def name(value: Any, position: tuple[int, ...]) -> Any:
             if type(value) is list:
                 return [name(v, (*position, i)) for i, v in enumerate(value)]
             if type(value) not in (int, float, bool):
                 raise TypeError(type(value))
             element = ReadSite(site.what + "".join(f"[{i}]" for i in position), site.source)
-            return self._read_number(value, lambda n: (element, value, same_number, n), {})
+            number = self._read_number(value, lambda n: (element, value, same_number, n), {})
+            sites[id(number)] = element
+            return number
+
+        def for_program(value: Any) -> Any:  # the program's lists (it may write them): the record's stay
+            if type(value) is list:
+                return [for_program(v) for v in value]
+            return self._symbolic(value, sites[id(value)])
 
         try:
             numbers = name(out, ())
@@ -352,7 +368,44 @@ class ValueReads:
         recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
         self._record(BoundSymbol(recorded, args, kwargs, numbers, (), site.source))
         self._log(site, out)
-        return _copied_lists(numbers)  # the program's lists (it may write them): the record's stay as made
+        return for_program(numbers)
+
+    def value_sizes(self, symbol: Symbol, args: tuple, kwargs: dict, output: Any) -> None:
+        """Give each size of ``output`` (a symbol call's outputs) that torch made a new unbacked symbol
+        of (``x[:n]`` with ``n`` a count: its length, ``min(n, len(x))``, as torch cannot decide which)
+        the value the call has on the probe's values, as the pass does for the symbols it makes: what
+        torch later decides with it is checked on every call (Note [Counts that values decide]). The
+        call is run once more on those values for it (not one that writes or draws: torch then decides
+        nothing with the size, and the entry traces static sizes)."""
+        env = self.context.values.shape_env
+        if env is None or not (self.number_symbols or self.sizes) or len(self.context.scopes) != 2:
+            return
+        known = env.real_tensor_prop_unbacked_vals
+        leaves = optree.tree_leaves(output, none_is_leaf=True)
+        fresh = [(i, d, size.node.expr) for i, leaf in enumerate(leaves) if isinstance(leaf, PlainTensorProxy)
+                 for d, size in enumerate(leaf.shadow.shape) if type(size) is torch.SymInt
+                 and size.node.expr.is_Symbol and free_unbacked_symbols(size) and size.node.expr not in known]
+        if not fresh or "random" in symbol.tags or may_write(BoundSymbol(symbol, args, kwargs, output)):
+            return
+        real_args, real_kwargs = self.probe.values((args, kwargs))
+        real = optree.tree_leaves(symbol.fn(*real_args, **real_kwargs), none_is_leaf=True)
+        if len(real) != len(leaves):
+            return
+        for i, d, size_symbol in fresh:
+            env.set_real_tensor_prop_unbacked_vals(size_symbol, real[i].shape[d])
+
+    def _symbolic(self, number: NumberProxy, site: ReadSite) -> Any:
+        """What the program gets for a number it read: the number, or, for an integer whose value was
+        seen to change, an unbacked symbol of the pass's ShapeEnv that ``number`` names in the
+        computation (Note [Counts that values decide] in jitcore/jit/shapes.py)."""
+        env = self.context.values.shape_env
+        if env is None or self.read_numbers is None or type(number.value) is not int \
+                or len(self.context.scopes) != 2 or not self.read_numbers(site):
+            return number
+        size = env.create_unbacked_symint()
+        env.set_real_tensor_prop_unbacked_vals(size.node.expr, number.value)  # decides what torch cannot
+        self.number_symbols[size.node.expr] = number
+        return size
 
     def _read_number(self, value: int | float | bool, check: Callable[[NumberProxy], tuple],
                      kwargs: dict) -> NumberProxy:
@@ -511,10 +564,6 @@ class ValueReads:
 _NUMBER_READS = frozenset({torch.Tensor.item})
 # Reads whose result is a nested list of such numbers (Note [The numbers of tolist]).
 _LIST_READS = frozenset({torch.Tensor.tolist})
-
-
-def _copied_lists(value: Any) -> Any:
-    return [_copied_lists(v) for v in value] if type(value) is list else value
 
 
 def _list_shape(value: Any, depth: int) -> tuple[int, ...]:

@@ -36,6 +36,7 @@ from jitcore.langctx.table import SymbolTable
 from jitcore.langctx.tensor_text import TENSOR_TEXT_METHODS, refuse_text
 from jitcore.langctx.thread_state import recorded_grad_mode
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["ANSWERED_BY_PROXY", "NAMESPACES", "QUERY_NAMES", "TORCH_TABLE", "UNSUPPORTED_METHODS", "lookup",
@@ -510,11 +511,17 @@ def _varargs_method(name: str, target: Callable[..., Any]) -> Callable[..., Any]
     target = _called_as(getattr(torch.Tensor, name), target)  # handed Tensor.reshape, not torch.reshape
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if len(args) >= least and not kwargs and all(type(a) in (int, torch.SymInt) for a in args):
+        if len(args) >= least and not kwargs and all(_is_size(a) for a in args):
             return target(self, tuple(args))
         return target(self, *args, **kwargs)
 
     return method
+
+
+def _is_size(value: Any) -> bool:
+    """An int, a symbolic one, or a name of the computation holding an int (``x.reshape(n, -1)`` with
+    ``n = t.item()``)."""
+    return type(value) in (int, torch.SymInt) or (isinstance(value, NumberProxy) and type(value.value) is int)
 
 
 _TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # what a proxy inherits, not what it defines
