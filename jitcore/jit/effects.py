@@ -123,6 +123,11 @@ class StateSnapshots:
         if state is not None:
             self._snapshots[id(obj)] = _Snapshot(obj, path, state)
 
+    def reached(self, obj: Any) -> bool:
+        """Whether ``obj`` is a reached object of the caller's or of state (its changes are effects)."""
+        snap = self._snapshots.get(id(obj))
+        return snap is not None and snap.obj is obj
+
     # Note [Writes of the same object]
     # Changes are found by comparing each reached object with its snapshot, by identity. A write
     # that leaves the very object there (``self.wait = 0`` when ``wait`` held the cached small int 0,
