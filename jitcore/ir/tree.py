@@ -28,6 +28,8 @@ def tree_has(tree: Any, cls: type | tuple[type, ...], _seen: set[int] | None = N
         for value in _items(tree):
             if tree_has(value, cls, seen):
                 return True
+    elif type(tree) is slice:  # ``x[:, a:b]``'s bounds
+        return tree_has((tree.start, tree.stop, tree.step), cls)
     return False
 
 

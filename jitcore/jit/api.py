@@ -330,8 +330,9 @@ class JittedFunction:
         """One pass over the call, with symbolic sizes where the shape policy asks for them; again
         with static shapes, logged, where the symbolic path cannot handle the program (jit/shapes.py).
         A static pass that raises returns what ``_decide`` makes of the error, or raises it."""
-        if symbolic is None:
-            symbolic = self._shapes.symbolic_pass(args, kwargs, shape_changed)
+        if symbolic is None:  # dynamic numbers are sizes there too (Note [Dynamic numbers as sizes])
+            numbers = bool(self.dynamic_numbers or self._changed_numbers or self._counters)
+            symbolic = self._shapes.symbolic_pass(args, kwargs, shape_changed, numbers)
         tracing_pass = Pass(
             self.fn,
             label=self._label,
@@ -351,7 +352,8 @@ class JittedFunction:
             program = self._run_pass(tracing_pass, args, kwargs)
             sizes = (
                 shapes.finish(program, tracing_pass.provenance, tracing_pass.context.values,
-                              tracing_pass.reads.sizes, tracing_pass.reads.number_symbols)
+                              tracing_pass.reads.sizes, tracing_pass.reads.number_symbols,
+                              tracing_pass.number_sizes.symbols if tracing_pass.number_sizes else None)
                 if symbolic
                 else []
             )

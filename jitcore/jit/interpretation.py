@@ -69,6 +69,7 @@ from jitcore.jit.function_transforms import call_natively, holds_functorch_tenso
 from jitcore.jit.held_tensors import NOT_ANSWERED, HeldTensors, is_held_tensor
 from jitcore.jit.log_records import LogRecords
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
+from jitcore.jit.number_sizes import NumberSizes
 from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
@@ -129,7 +130,11 @@ class Pass:
         self.provenance = Provenance(self.context.values, self.prologue)
         self.held = HeldTensors(self.provenance)  # jit/held_tensors.py
         self.measured = appends.MeasuredLists(self.provenance)
-        self.keys = CallerKeys(self.provenance)  # a caller's tensor as a dict key (jit/tensor_keys.py)
+        # a caller's tensor as a key of the caller's dicts (jit/tensor_keys.py)
+        self.keys = CallerKeys(self.provenance, lambda obj: self.snapshots.reached(obj)
+                               or self.provenance.path_of(obj) is not None)
+        # dynamic numbers given as sizes, in a pass with symbolic sizes (jit/number_sizes.py)
+        self.number_sizes = NumberSizes(self.provenance, self.context.values) if shapes is not None else None
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values),
                                 read_dims=read_dims,  # ShapePolicy.read_dims, in every pass
@@ -421,7 +426,8 @@ class Pass:
             if subclass and not numbers_reach_dispatch(symbol, args, kwargs):
                 args, kwargs = specialize_all(args), specialize_all(kwargs)
             else:
-                args, kwargs = bind_numbers(symbol, args, kwargs, subclass=subclass)
+                sized = None if subclass or self.number_sizes is None else self.number_sizes.as_size
+                args, kwargs = bind_numbers(symbol, args, kwargs, subclass=subclass, as_size=sized)
         try:
             try:
                 if (masked := self.reads.masks_under_grad(symbol, args, kwargs)) is not None:

@@ -62,15 +62,26 @@ def roots_used(trace: Trace) -> set[int]:
     """``id`` of each dynamic-number input the trace's records or output depend on."""
     used: set[int] = set()
     pending = list(trace.bound_symbols)
-    leaves = optree.tree_leaves(trace.output, none_is_leaf=True)
+    leaves = _leaves(trace.output)
     while pending:
         bsym = pending.pop()
-        leaves.extend(optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True))
+        leaves.extend(_leaves((bsym.args, bsym.kwargs)))
         pending.extend(bsym.subsymbols)
     for leaf in leaves:
         if isinstance(leaf, NumberProxy):
             used.update(id(root) for root in leaf.roots)
     return used
+
+
+def _leaves(tree: Any) -> list[Any]:
+    """The leaves of ``tree``, with a slice's bounds among them (``x[:, a:n + 1]``)."""
+    leaves = []
+    for leaf in optree.tree_leaves(tree, none_is_leaf=True):
+        if type(leaf) is slice:
+            leaves.extend((leaf.start, leaf.stop, leaf.step))
+        else:
+            leaves.append(leaf)
+    return leaves
 
 
 def fold_specialized(trace: Trace, specialized: set[int]) -> None:
@@ -82,6 +93,8 @@ def fold_specialized(trace: Trace, specialized: set[int]) -> None:
     def fold(value: Any) -> Any:
         if isinstance(value, NumberProxy) and all(id(r) in specialized for r in value.roots):
             return value.value
+        if type(value) is slice:
+            return slice(fold(value.start), fold(value.stop), fold(value.step))
         return value
 
     def rewrite(bsym: BoundSymbol) -> BoundSymbol:
@@ -96,7 +109,7 @@ def fold_specialized(trace: Trace, specialized: set[int]) -> None:
 def drop_unused_arithmetic(trace: Trace) -> None:
     """Remove recorded arithmetic on dynamic numbers whose result nothing uses (library code computes
     numbers it then discards, or that it specialized): it is pure, so the trace need not run it."""
-    used: set[int] = {id(v) for v in optree.tree_leaves(trace.output, none_is_leaf=True)}
+    used: set[int] = {id(v) for v in _leaves(trace.output)}
     kept: list[BoundSymbol] = []
     for bsym in reversed(trace.bound_symbols):
         if bsym.symbol.langctx == "python" and id(bsym.output) not in used:
@@ -105,7 +118,7 @@ def drop_unused_arithmetic(trace: Trace) -> None:
         pending = [bsym]
         while pending:
             b = pending.pop()
-            used.update(id(v) for v in optree.tree_leaves((b.args, b.kwargs), none_is_leaf=True))
+            used.update(id(v) for v in _leaves((b.args, b.kwargs)))
             pending.extend(b.subsymbols)
     trace.bound_symbols[:] = reversed(kept)
 

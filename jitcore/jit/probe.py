@@ -293,8 +293,9 @@ def _traced_sizes(leaf: Any) -> Any:
     call's values, without a guard: the probe computes this call's values, which the sizes' symbols
     cover for every call (``int()`` would pin a symbol to this call's value). A ragged size is the
     caller's nested int (Note [The probe's ragged sizes])."""
-    if type(leaf) is slice:
-        return slice(_traced_size(leaf.start), _traced_size(leaf.stop), _traced_size(leaf.step))
+    if type(leaf) is slice:  # its bounds may be names too (``x[:n + 1]``): their traced values
+        return slice(*(v.value if isinstance(v, NumberProxy) else _traced_size(v)
+                       for v in (leaf.start, leaf.stop, leaf.step)))
     if type(leaf) is torch.Size:
         return torch.Size([_traced_size(n) for n in leaf])
     return _traced_size(leaf)

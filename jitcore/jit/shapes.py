@@ -153,10 +153,13 @@ class ShapePolicy:
         # Note [Counts that values decide]: the sites of integers read with item()/tolist() found to change
         self._read_numbers: set[tuple] = set()
 
-    def symbolic_pass(self, args: tuple, kwargs: dict, shape_changed: bool) -> bool:
-        """Whether the next trace should have a ShapeEnv: sizes may be symbolic in it."""
+    def symbolic_pass(self, args: tuple, kwargs: dict, shape_changed: bool, numbers: bool = False) -> bool:
+        """Whether the next trace should have a ShapeEnv: sizes may be symbolic in it (``numbers``: the
+        call has dynamic numbers, which are symbols where they are sizes: jit/number_sizes.py)."""
         if self.refused is not None:
             return False
+        if numbers and self.dynamic is not False:
+            return True
         if self.dynamic is True or (self.dynamic is None and (shape_changed or self._dims)):
             return True
         if (self._read_dims or self._read_numbers) and self.reads_refused is None:
@@ -233,7 +236,9 @@ class ShapePolicy:
 
 def finish(program: Any, provenance: Any, values: Any,
            read_sizes: dict[sympy.Symbol, tuple[Any, int, int]] | None = None,
-           read_numbers: dict[sympy.Symbol, NumberProxy] | None = None) -> list[str]:
+           read_numbers: dict[sympy.Symbol, NumberProxy] | None = None,
+           number_sizes: dict[sympy.Symbol, tuple[Path, NumberProxy, torch.SymInt]] | None = None,
+           ) -> list[str]:
     """Make a pass's trace run for every size its ShapeEnv's guards accept (see the module docstring).
 
     Args:
@@ -244,6 +249,9 @@ def finish(program: Any, provenance: Any, values: Any,
             of and its traced value (``ValueReads.sizes``, Note [Sizes that values decide]).
         read_numbers: the integers read with ``item()``/``tolist()`` that are symbols, each with the
             read's number (``ValueReads.number_symbols``, Note [Counts that values decide]).
+        number_sizes: the dynamic numbers given as sizes that are symbols, each with its input's path,
+            the input and its SymInt (``NumberSizes.symbols``, Note [Dynamic numbers as sizes] in
+            jitcore/jit/number_sizes.py).
 
     Returns:
         The symbolic sizes, described (``args[0].shape[1] (s0)``); empty when every size was static.
@@ -252,9 +260,9 @@ def finish(program: Any, provenance: Any, values: Any,
         StaticShapes: the symbolic path cannot handle this program.
     """
     env = values.shape_env
-    read_sizes, read_numbers = read_sizes or {}, read_numbers or {}
+    read_sizes, read_numbers, number_sizes = read_sizes or {}, read_numbers or {}, number_sizes or {}
     dynamic = [(path, proxy) for path, proxy, _t in provenance.inputs if _has_symbols(proxy.shadow)]
-    if not dynamic and not read_sizes and not read_numbers:
+    if not dynamic and not read_sizes and not read_numbers and not number_sizes:
         return []
     if dynamic and any(not has_nested_ints(proxy.shadow) for proxy, _path in provenance.subclass_inputs):
         raise StaticShapes("tensor-subclass inputs keep static shapes")
@@ -266,16 +274,17 @@ def finish(program: Any, provenance: Any, values: Any,
     if any(not _same_layout(_layout(proxy.shadow), layouts[id(proxy)]) for _path, proxy in dynamic):
         raise StaticShapes("an input's shape or strides changed in place (resize_, squeeze_, t_, ...)")
     sources = _symbol_sources(dynamic)
-    rewriter = _SizeRewriter(program, env, sources, read_sizes, read_numbers)
+    rewriter = _SizeRewriter(program, env, sources, read_sizes, read_numbers, number_sizes)
     rewriter.rewrite_trace()
-    if dynamic:
-        _add_guards(program, env, dynamic)
+    if dynamic or number_sizes:
+        _add_guards(program, env, dynamic, number_sizes)
     described = [f"{path.describe()}.shape[{i}] ({expr})" for path, proxy in dynamic
                  for i, size in enumerate(proxy.shadow.shape)
                  if type(size) is torch.SymInt and not (expr := env.simplify(size.node.expr)).is_number]
     return described + [f"{proxy.name}.shape[{dim}] ({symbol}, decided by values)"
                         for symbol, (proxy, dim, _size) in read_sizes.items()] + [
-        f"{number.name} ({symbol}, read from values)" for symbol, number in read_numbers.items()]
+        f"{number.name} ({symbol}, read from values)" for symbol, number in read_numbers.items()] + [
+        f"{path.describe()} ({symbol})" for symbol, (path, _number, _size) in number_sizes.items()]
 
 
 def _holds_sizes(tree: Any) -> bool:
@@ -338,7 +347,8 @@ class _SizeRewriter:
 
     def __init__(self, program: Any, env: Any, sources: dict[sympy.Symbol, tuple[Path, int, int]],
                  read_sizes: dict[sympy.Symbol, tuple[Any, int, int]],
-                 read_numbers: dict[sympy.Symbol, NumberProxy]) -> None:
+                 read_numbers: dict[sympy.Symbol, NumberProxy],
+                 number_sizes: dict[sympy.Symbol, tuple[Path, NumberProxy, torch.SymInt]]) -> None:
         self.program = program
         self.env = env
         self.sources = sources
@@ -352,7 +362,8 @@ class _SizeRewriter:
         # what torch decided about those sizes with their traced values: checked once they are read
         self._conditions = [ra.expr for ras in env.deferred_runtime_asserts.values() for ra in ras]
         self.inputs: list[tuple[NumberProxy, tuple[Path, int]]] = []
-        self._symbols: dict[sympy.Symbol, NumberProxy] = {}
+        # each symbol's name in the computation; a dynamic number's is its input (jit/number_sizes.py)
+        self._symbols: dict[sympy.Symbol, NumberProxy] = {s: n for s, (_p, n, _size) in number_sizes.items()}
         self._computed: dict[sympy.Expr, NumberProxy] = {}
         self._pending: list[BoundSymbol] = []
         self._source: Any = None  # the record being rewritten: arithmetic for it is printed under its line
@@ -549,14 +560,19 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def _add_guards(program: Any, env: Any, dynamic: list[tuple[Path, Any]]) -> None:
-    """Each guard of the ShapeEnv as a ``shape`` check over the tensors it reads."""
+def _add_guards(program: Any, env: Any, dynamic: list[tuple[Path, Any]],
+                number_sizes: dict[sympy.Symbol, tuple[Path, NumberProxy, torch.SymInt]]) -> None:
+    """Each guard of the ShapeEnv as a ``shape`` check over the tensors and dynamic numbers it reads."""
     from torch._dynamo.source import LocalSource, TensorProperty
 
-    paths = [path for path, _proxy in dynamic]
+    numbers = list(number_sizes.values())
+    paths = [path for path, _proxy in dynamic] + [path for path, _number, _size in numbers]
     index = {proxy.name: i for i, (_path, proxy) in enumerate(dynamic)}
+    index.update((number.name, len(dynamic) + i) for i, (_path, number, _size) in enumerate(numbers))
 
     def source_ref(source: Any) -> str:
+        if isinstance(source, LocalSource):  # a dynamic number (Note [Dynamic numbers as sizes])
+            return "{%d}" % index[source.local_name]
         tensor = "{%d}" % index[source.base.local_name]
         if source.prop is TensorProperty.SIZE:
             return f"{tensor}.shape[{source.idx}]"
@@ -564,9 +580,10 @@ def _add_guards(program: Any, env: Any, dynamic: list[tuple[Path, Any]]) -> None
             return f"{tensor}.stride()[{source.idx}]"
         return f"{tensor}.storage_offset()"
 
-    shadows = [proxy.shadow for _path, proxy in dynamic]
-    for expression in env.produce_guards(shadows, [LocalSource(proxy.name) for _p, proxy in dynamic],
-                                         source_ref=source_ref):
+    placeholders = [proxy.shadow for _path, proxy in dynamic] + [size for _path, _number, size in numbers]
+    sources = [LocalSource(proxy.name) for _p, proxy in dynamic] + [
+        LocalSource(number.name) for _p, number, _size in numbers]
+    for expression in env.produce_guards(placeholders, sources, source_ref=source_ref):
         used = sorted({int(n) for n in _placeholders(expression)})
         renumbered = expression
         for new, old in enumerate(used):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -229,11 +230,13 @@ def _decomposed_before_dispatch(aten_name: str) -> bool:
 
 
 def bind_numbers(
-    symbol: Symbol, args: tuple, kwargs: dict, *, subclass: bool = False
+    symbol: Symbol, args: tuple, kwargs: dict, *, subclass: bool = False,
+    as_size: Callable[[NumberProxy], Any] | None = None,
 ) -> tuple[tuple, dict]:
     """``args``/``kwargs`` of a symbol call with every NumberProxy that may not stay symbolic
     replaced by its specialized value (``subclass``: a call with a tensor subclass, whose numbers stay
-    only where they reach its dispatch unchanged, Note [Numbers through a subclass's dispatch])."""
+    only where they reach its dispatch unchanged, Note [Numbers through a subclass's dispatch]), or by
+    what ``as_size`` gives for it where that is not None (a symbolic size, jit/number_sizes.py)."""
     def keeps(key: int | str, value: Any) -> bool:
         if not _names(value):
             return False
@@ -243,9 +246,31 @@ def bind_numbers(
         return takes_value(symbol, key) and (
             isinstance(value, NumberProxy) or isinstance(symbol.fn, torch._ops.OpOverload))  # noqa: SLF001
 
-    new_args = tuple(a if keeps(i, a) else specialize_all(a) for i, a in enumerate(args))
-    new_kwargs = {k: v if keeps(k, v) else specialize_all(v) for k, v in kwargs.items()}
+    def bound(value: Any) -> Any:
+        return specialize_all(value) if as_size is None else _sized(value, as_size)
+
+    new_args = tuple(a if keeps(i, a) else bound(a) for i, a in enumerate(args))
+    new_kwargs = {k: v if keeps(k, v) else bound(v) for k, v in kwargs.items()}
     return new_args, new_kwargs
+
+
+def _sized(tree: Any, as_size: Callable[[NumberProxy], Any]) -> Any:
+    """``specialize_all`` with ``as_size``'s replacement for each number it gives one for."""
+    if isinstance(tree, NumberProxy):
+        size = as_size(tree)
+        return tree.specialize() if size is None else size
+    t = type(tree)
+    if t is tuple or t is list:
+        items = [_sized(v, as_size) for v in tree]
+        return tree if all(a is b for a, b in zip(items, tree)) else t(items)
+    if t is dict:
+        items = {k: _sized(v, as_size) for k, v in tree.items()}
+        return tree if all(items[k] is v for k, v in tree.items()) else items
+    if t is slice:
+        parts = (tree.start, tree.stop, tree.step)
+        bounds = [_sized(v, as_size) for v in parts]
+        return tree if all(a is b for a, b in zip(bounds, parts)) else slice(*bounds)
+    return tree
 
 
 def _names(value: Any) -> bool:

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from jitcore.prologue.paths import Path
 
 __all__ = ["ShapeCondition", "shape_check", "shape_describe", "shape_render"]
@@ -59,7 +61,8 @@ def shape_check(_value: Any, condition: ShapeCondition, related: tuple) -> str |
     code = _PLACEHOLDER.sub(lambda m: f"__t{m.group(1)}", condition.expression)
     if eval(code, _namespace(), names):  # noqa: S307 - torch's guard text over the call's own tensors
         return None
-    got = ", ".join(f"{p.describe()}.shape == {tuple(t.shape)}" for p, t in zip(condition.paths, related))
+    got = ", ".join(f"{p.describe()}.shape == {tuple(t.shape)}" if isinstance(t, torch.Tensor)
+                    else f"{p.describe()} == {t!r}" for p, t in zip(condition.paths, related))
     return f"expected {shape_describe('', condition)}, got {got}"
 
 

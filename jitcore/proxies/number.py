@@ -375,6 +375,10 @@ def specialize_all(tree: Any, kinds: type | tuple[type, ...] = NumberProxy) -> A
     if t is dict:
         items = {k: specialize_all(v, kinds) for k, v in tree.items()}
         return tree if all(items[k] is v for k, v in tree.items()) else items
+    if t is slice:  # ``x[:, a:b]``: torch reads the bounds as ints
+        parts = (tree.start, tree.stop, tree.step)
+        bounds = [specialize_all(v, kinds) for v in parts]
+        return tree if all(a is b for a, b in zip(bounds, parts)) else slice(*bounds)
     return tree
 
 

@@ -210,24 +210,31 @@ def test_derived_number_in_control_flow_guards_the_branch():
     assert jitcore.cache_misses(jf) == 2  # ((t * 2) - 1) > 0, and not
 
 
-@pytest.mark.parametrize("program", [
-    lambda x, n: x.view(n, -1),
-    lambda x, n: torch.arange(n) * x.sum(),
-    lambda x, n: torch.linspace(0, 1, n) + x.mean(),
-    lambda x, n: x[n],
-    lambda x, n: x.sum(dim=n % 2),
-    lambda x, n: sum(x[i] for i in range(n)),
-    lambda x, n: torch.full((n, 2), 1.5),
-    lambda x, n: F.pad(x, (n, n)),
-    lambda x, n: x.repeat(n, 1),
-    lambda x, n: torch.topk(x.flatten(), n).values,
-])
-def test_shapes_and_indices_specialize(program):
+# (program, its entries for n = 2, 3, 2, 1, 3): a size, a dimension or a count torch takes as an int is a
+# symbol of the ShapeEnv (Note [Dynamic numbers as sizes], jit/number_sizes.py), guarded by what torch
+# assumed (``24 % n == 0`` for the view, ``n % 2 == 1`` for the dim: two entries); what Python needs
+# as an int (``range(n)``, an index, ``F.pad``'s list, ``linspace``'s steps) is one entry per value.
+SIZE_PROGRAMS = [
+    (lambda x, n: x.view(n, -1), 2),
+    (lambda x, n: torch.arange(n) * x.sum(), 2),
+    (lambda x, n: torch.linspace(0, 1, n) + x.mean(), 3),
+    (lambda x, n: x[n], 3),
+    (lambda x, n: x.sum(dim=n % 2), 2),
+    (lambda x, n: sum(x[i] for i in range(n)), 3),
+    (lambda x, n: torch.full((n, 2), 1.5), 1),
+    (lambda x, n: F.pad(x, (n, n)), 3),
+    (lambda x, n: x.repeat(n, 1), 1),
+    (lambda x, n: torch.topk(x.flatten(), n).values, 1),
+]
+
+
+@pytest.mark.parametrize(("program", "entries"), SIZE_PROGRAMS)
+def test_shapes_and_indices_are_symbols_or_specialize(program, entries):
     jf = jitcore.jit(program, dynamic_numbers=("n",))
     x = torch.randn(4, 6)
     for n in (2, 3, 2, 1, 3):
         run_both(program, jf, x, n)
-    assert jitcore.cache_misses(jf) == 3
+    assert jitcore.cache_misses(jf) == entries
 
 
 @pytest.mark.parametrize("program", [
@@ -541,13 +548,16 @@ def test_other_python_uses_behave_as_eagerly(program):
 
 def test_a_specialized_number_prints_as_the_constant_it_is():
     def f(x, n, lr):
-        return x.view(n, -1) * lr, x.sum(n - 1)
+        total = x[0]
+        for i in range(1, n):  # range() needs the value: specialized
+            total = total + x[i]
+        return total * lr, n - 1
 
     jf = jitcore.jit(f, dynamic_numbers=("n", "lr"))
     run_both(f, jf, torch.randn(4, 6), 2, 0.5)
     trace = str(jitcore.last_traces(jf)[0])
-    assert "torch.Tensor.view(x, 2, -1)" in trace and "torch.mul(t0, lr)" in trace
-    assert "operator.sub" not in trace  # n - 1 was folded with n
+    assert "torch.Tensor.__getitem__(x, 1)" in trace and "torch.mul(t2, lr)" in trace
+    assert "operator.sub" not in trace and "return (t3, 1)" in trace  # n - 1 was folded with n
     assert '# n: "int, specialized to 2"' in trace and '# lr: "float"' in trace
 
 
@@ -585,16 +595,29 @@ def test_a_number_that_changes_between_calls_becomes_dynamic() -> None:
     assert jitcore.cache_hits(jf) == 21
 
 
-def test_a_changing_number_the_program_needs_the_value_of_stays_correct() -> None:
-    """Dynamic after the second value, but used as a size: specialized again, an entry per value."""
+def test_a_changing_number_used_as_a_size_is_a_symbol_from_its_second_value() -> None:
+    """Dynamic after the second value, and a size there: a symbol of the ShapeEnv (Note [Dynamic
+    numbers as sizes]), one entry for every later value (before: one entry per value)."""
 
     def f(x, n):
         return x.repeat(n).sum(), torch.arange(n)
 
     jf = jitcore.jit(f)
+    for n in (1, 2, 3, 2, 1, 3, 7):
+        same(jf(torch.ones(2), n), f(torch.ones(2), n))
+    assert jitcore.cache_misses(jf) == 2  # 1 (static); 2 on (n is a symbol)
+
+
+def test_a_changing_number_python_needs_the_value_of_stays_correct() -> None:
+    """Dynamic after the second value, but ``range(n)`` needs its value: an entry per value."""
+
+    def f(x, n):
+        return sum(x * i for i in range(n))
+
+    jf = jitcore.jit(f)
     for n in (1, 2, 3, 2, 1, 3):
         same(jf(torch.ones(2), n), f(torch.ones(2), n))
-    assert jitcore.cache_misses(jf) == 3  # 1; 2 (now dynamic, specialized again); 3
+    assert jitcore.cache_misses(jf) == 3
 
 
 def test_numbers_stay_specialized_with_dynamic_false_and_bools_always() -> None:

@@ -1,0 +1,97 @@
+"""Dynamic numbers that torch takes as sizes are symbols of the trace (Note [Dynamic numbers as sizes],
+jitcore/jit/number_sizes.py): an int argument seen with two values, or a counter of state, given to
+``view``, ``arange``, a slice, ``repeat``, is one entry for every value the prologue's size conditions
+accept, as torch.compile's dynamic ints. Every call is compared with eager.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import transformers
+from jit_helpers import assert_same
+
+import jitcore
+
+
+class _Window:
+    """A cache that counts the tokens it has seen (a sliding-window KV cache's ``cumulative_length``)."""
+
+    def __init__(self) -> None:
+        self.length = 0
+
+
+def _attend(cache: _Window, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    cache.length += 1
+    start = max(cache.length - 3, 0)
+    window = keys[:, start:cache.length]
+    positions = torch.arange(start, cache.length)
+    return (window * x).sum() + positions.sum()
+
+
+def test_a_counter_of_state_in_a_slice_is_a_symbol() -> None:
+    """The counter's bounds in ``keys[:, start:length]`` were left in the slice as names the
+    computation never defined (UnboundLocalError on the first cached call); now the slice's bounds are
+    sizes like any other: after the window fills, every step is a hit."""
+    eager_cache, jitted_cache = _Window(), _Window()
+    jf = jitcore.jit(_attend)
+    keys = torch.randn(2, 20)
+    for _ in range(12):
+        x = torch.randn(1)
+        assert_same(jf(jitted_cache, x, keys), _attend(eager_cache, x, keys))
+    assert jitted_cache.length == eager_cache.length == 12
+    assert jitcore.cache_misses(jf) <= 3, jitcore.miss_reasons(jf)
+
+
+@pytest.mark.parametrize("program", [
+    lambda x, n: x.view(n, -1).sum(1) + torch.arange(n),
+    lambda x, n: x.flatten()[: n + 1].cumsum(0),
+    lambda x, n: x.repeat(n, 1).mean(0) * torch.ones(n, 1),
+    lambda x, n: torch.zeros(n, 3).index_add(0, torch.arange(n) % 2, torch.ones(n, 3)),
+])
+def test_a_changing_size_argument_is_one_symbolic_entry(program) -> None:
+    jf = jitcore.jit(program)
+    x = torch.randn(4, 6)
+    for n in (2, 3, 6, 8, 12, 3):  # not 4, 24: view(4, -1), view(24, -1) are cases torch tells apart
+        assert_same(jf(x, n), program(x, n))
+    assert jitcore.cache_misses(jf) == 2  # the first value; then one symbolic entry
+
+
+def test_a_size_condition_torch_assumed_is_checked_by_the_prologue() -> None:
+    """``x.view(n, -1)`` holds for n dividing 24: another n misses that entry and raises as eagerly."""
+
+    def f(x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.view(n, -1)
+
+    jf = jitcore.jit(f)
+    x = torch.randn(24)
+    for n in (2, 3, 4):
+        assert_same(jf(x, n), f(x, n))
+    with pytest.raises(RuntimeError, match="invalid for input of size 24"):
+        f(x, 5)
+    with pytest.raises(RuntimeError, match="invalid for input of size 24"):
+        jf(x, 5)
+    assert_same(jf(x, 6), f(x, 6))
+
+
+def test_a_sliding_window_model_generates_with_three_entries() -> None:
+    """Gemma2's sliding-window cache slices by its ``cumulative_length``: one entry per decoding step
+    before; now as many entries as a model without the window."""
+    torch.manual_seed(0)
+    config = transformers.Gemma2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, head_dim=8, intermediate_size=64,
+                                       vocab_size=100, max_position_embeddings=64, sliding_window=4)
+    eager = transformers.AutoModelForCausalLM.from_config(config).eval()
+    jitted = copy.deepcopy(eager)
+    jitted.forward = jitcore.jit(jitted.forward)
+    ids = torch.randint(3, 100, (2, 6), generator=torch.Generator().manual_seed(1))
+    for seed in (5, 6):
+        outputs = []
+        for model in (eager, jitted):
+            torch.manual_seed(seed)
+            outputs.append(model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                          top_k=20, max_new_tokens=8, pad_token_id=0))
+        assert torch.equal(outputs[0], outputs[1])
+    assert jitcore.cache_misses(jitted.forward) <= 3, jitcore.miss_reasons(jitted.forward)
