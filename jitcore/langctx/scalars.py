@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from jitcore.ir import Symbol
-from jitcore.proxies.number import NumberProxy, specialize_all
+from jitcore.proxies.number import NumberProxy, replace_numbers, specialize_all
 
 __all__ = ["aten_name", "bind_numbers", "dispatched_parameter", "takes_value"]
 
@@ -256,21 +256,12 @@ def bind_numbers(
 
 def _sized(tree: Any, as_size: Callable[[NumberProxy], Any]) -> Any:
     """``specialize_all`` with ``as_size``'s replacement for each number it gives one for."""
-    if isinstance(tree, NumberProxy):
-        size = as_size(tree)
-        return tree.specialize() if size is None else size
-    t = type(tree)
-    if t is tuple or t is list:
-        items = [_sized(v, as_size) for v in tree]
-        return tree if all(a is b for a, b in zip(items, tree)) else t(items)
-    if t is dict:
-        items = {k: _sized(v, as_size) for k, v in tree.items()}
-        return tree if all(items[k] is v for k, v in tree.items()) else items
-    if t is slice:
-        parts = (tree.start, tree.stop, tree.step)
-        bounds = [_sized(v, as_size) for v in parts]
-        return tree if all(a is b for a, b in zip(bounds, parts)) else slice(*bounds)
-    return tree
+
+    def replace(number: NumberProxy) -> Any:
+        size = as_size(number)
+        return number.specialize() if size is None else size
+
+    return replace_numbers(tree, replace)
 
 
 def _names(value: Any) -> bool:

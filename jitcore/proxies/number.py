@@ -42,7 +42,7 @@ from jitcore.ir import Proxy
 
 __all__ = [
     "SYMBOLIC_NUMBERS", "NumberProxy", "ObjectProxy", "formula", "operations", "records_arithmetic",
-    "specialize_all", "symbolic_number_class", "traced_symbol_values", "traced_value",
+    "replace_numbers", "specialize_all", "symbolic_number_class", "traced_symbol_values", "traced_value",
 ]
 
 
@@ -361,23 +361,31 @@ del _op, _name
 
 
 def specialize_all(tree: Any, kinds: type | tuple[type, ...] = NumberProxy) -> Any:
-    """``tree`` (nested tuples, lists, dicts) with each NumberProxy (each instance of ``kinds``: a
+    """``tree`` (nested tuples, lists, dicts, slices) with each NumberProxy (each instance of ``kinds``: a
     TextProxy too) replaced by its specialized value.
 
     Only containers that hold one are copied; every other one is passed as the very object
     (``zip(opt.param_groups, lrs)`` must hand the optimizer's own dicts to the loop that writes them)."""
+    return replace_numbers(tree, lambda number: number.specialize(), kinds)
+
+
+def replace_numbers(tree: Any, replace: Callable[[Any], Any],
+                    kinds: type | tuple[type, ...] = NumberProxy) -> Any:
+    """``tree`` with each instance of ``kinds`` replaced by ``replace(it)``, looking into tuples, lists,
+    dicts and slices (``x[:, a:b]``: torch reads the bounds as ints); only containers holding one are
+    copied."""
     if isinstance(tree, kinds):
-        return tree.specialize()
+        return replace(tree)
     t = type(tree)
     if t is tuple or t is list:
-        items = [specialize_all(v, kinds) for v in tree]
+        items = [replace_numbers(v, replace, kinds) for v in tree]
         return tree if all(a is b for a, b in zip(items, tree)) else t(items)
     if t is dict:
-        items = {k: specialize_all(v, kinds) for k, v in tree.items()}
+        items = {k: replace_numbers(v, replace, kinds) for k, v in tree.items()}
         return tree if all(items[k] is v for k, v in tree.items()) else items
-    if t is slice:  # ``x[:, a:b]``: torch reads the bounds as ints
+    if t is slice:
         parts = (tree.start, tree.stop, tree.step)
-        bounds = [specialize_all(v, kinds) for v in parts]
+        bounds = [replace_numbers(v, replace, kinds) for v in parts]
         return tree if all(a is b for a, b in zip(bounds, parts)) else slice(*bounds)
     return tree
 
