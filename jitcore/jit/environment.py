@@ -1,4 +1,5 @@
-"""Reads of the process environment (``os.environ``), guarded; writes to it refused.
+"""Reads of the process environment (``os.environ``), guarded; writes to it and to the recursion limit
+refused.
 
 ``os.environ["HOME"]``, ``os.environ.get("DEBUG")``, ``"X" in os.environ`` and ``os.getenv("X")`` all
 reach ``os._Environ.__getitem__`` (os.py), standard-library code whose state jitcore takes as constant:
@@ -6,7 +7,10 @@ the value read while tracing would be a constant of the trace, stale once the en
 The lookaside reads the item natively and guards what it saw: the key's value, or its absence
 (``os.environ`` is a bound root of the prologue; the check is a dict lookup per key read).
 Writes (``os.environ[k] = v``, ``del``, ``putenv``) change the process, not a traced value: they are
-refused with UnsupportedOperationError (JC-T001), so such a call runs eagerly.
+refused with UnsupportedOperationError (JC-T001), so such a call runs eagerly. So is
+``sys.setrecursionlimit``: the pass runs under a raised limit of its own (jit/interpretation.py) and puts
+the caller's back when it ends, so a limit the program set would be lost, and a cached call would not
+set it at all.
 
 Invariant: each replacement gives the result and raises the error ``os._Environ``'s method would.
 """
@@ -14,6 +18,7 @@ Invariant: each replacement gives the result and raises the error ``os._Environ`
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +52,13 @@ def environ_lookasides(guard: Callable[..., None]) -> dict[Any, Callable[..., An
         guard(root.key(key), "value", value)
         return value
 
+    def refuse_limit(*args: Any, **kwargs: Any) -> Any:
+        raise UnsupportedOperationError(
+            "sys.setrecursionlimit() changes the interpreter's recursion limit, which a cached call would "
+            "not do",
+            hints=("set the recursion limit outside the jitted function",),
+        )
+
     def refuse(name: str) -> Callable[..., Any]:
         def write(*args: Any, **kwargs: Any) -> Any:
             raise UnsupportedOperationError(
@@ -60,5 +72,6 @@ def environ_lookasides(guard: Callable[..., None]) -> dict[Any, Callable[..., An
         setitem: refuse("os.environ[key] = value"),
         delitem: refuse("del os.environ[key]"),
         os.putenv: refuse("os.putenv()"),
+        sys.setrecursionlimit: refuse_limit,
         **({os.unsetenv: refuse("os.unsetenv()")} if hasattr(os, "unsetenv") else {}),
     }

@@ -59,7 +59,6 @@ _CLASS_READ = ("jitcore's own isinstance checks of the program's objects (its ho
 # proxies, sys.settrace, coroutine origins: tests/interpreter/conformance_known_failures.py) are expected to
 # fail here as well, and that list keeps its own entries from rotting.
 KNOWN_FAILURES = {
-    "test.test_richcmp.MiscTest.test_recursion": f"sets a recursion limit of 39 at depth 47: {_RECURSION}",
     "test.test_builtin.TestBreakpoint.test_breakpoint": _BREAKPOINT,
     "test.test_builtin.TestBreakpoint.test_breakpoint_with_args_and_keywords": _BREAKPOINT,
     "test.test_builtin.TestBreakpoint.test_breakpoint_with_breakpointhook_reset": _BREAKPOINT,

@@ -71,3 +71,25 @@ def test_writes_to_the_environment_run_eagerly(environment) -> None:
             assert_same(jitcore.jit(f)(X), X * 2)
             assert os.environ["JITCORE_TEST_SCALE"] == "2"
     assert any("runs eagerly" in str(w.message) and "environment" in str(w.message) for w in caught)
+
+
+def test_setting_the_recursion_limit_runs_eagerly() -> None:
+    """``sys.setrecursionlimit`` inside: the pass's own raised limit was put back when it ended, so the
+    program's limit was lost (and a cached call would not set it); the call runs eagerly instead."""
+    import sys
+
+    def f(x, limit):
+        sys.setrecursionlimit(limit)
+        return x * 2
+
+    before = sys.getrecursionlimit()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            jf = jitcore.jit(f)
+            for limit in (before + 123, before + 456):
+                assert_same(jf(X, limit), X * 2)
+                assert sys.getrecursionlimit() == limit
+        assert any("recursion limit" in str(w.message) for w in caught)
+    finally:
+        sys.setrecursionlimit(before)
