@@ -16,35 +16,37 @@ from typing import Any
 __all__ = ["tree_any", "tree_has"]
 
 
-def tree_has(tree: Any, cls: type | tuple[type, ...], _seen: set[int] | None = None) -> bool:
-    """Whether an instance of ``cls`` is ``tree`` or occurs inside it."""
-    if isinstance(tree, cls):
-        return True
-    if isinstance(tree, (tuple, list, dict)):
-        seen = _seen if _seen is not None else set()
-        if id(tree) in seen:
-            return False
-        seen.add(id(tree))
-        for value in _items(tree):
-            if tree_has(value, cls, seen):
-                return True
-    elif type(tree) is slice:  # ``x[:, a:b]``'s bounds
-        return tree_has((tree.start, tree.stop, tree.step), cls)
-    return False
+def tree_has(tree: Any, cls: type | tuple[type, ...]) -> bool:
+    """Whether an instance of ``cls`` is ``tree`` or occurs inside it (a slice's bounds included:
+    ``x[:, a:b]``)."""
+    return _search(tree, lambda node: isinstance(node, cls), set(), bounds=True)
 
 
-def tree_any(tree: Any, test: Callable[[Any], bool], _seen: set[int] | None = None) -> bool:
+def tree_any(tree: Any, test: Callable[[Any], bool]) -> bool:
     """Whether ``test`` holds for a leaf of ``tree`` (a value that is no tuple, list or dict)."""
-    if isinstance(tree, (tuple, list, dict)):
-        seen = _seen if _seen is not None else set()
+    return _search(tree, lambda node: not isinstance(node, _CONTAINERS) and test(node), set(), bounds=False)
+
+
+_CONTAINERS = (tuple, list, dict)
+
+
+def _search(tree: Any, found: Callable[[Any], bool], seen: set[int], *, bounds: bool) -> bool:
+    """Whether ``found`` holds for ``tree`` or for a node below it: an element of its tuples and lists, a
+    value of its dicts, each container visited once (a container may hold itself); ``bounds``: a
+    slice's bounds too."""
+    if found(tree):
+        return True
+    if isinstance(tree, _CONTAINERS):
         if id(tree) in seen:
             return False
         seen.add(id(tree))
         for value in _items(tree):
-            if tree_any(value, test, seen):
+            if _search(value, found, seen, bounds=bounds):
                 return True
         return False
-    return test(tree)
+    if bounds and type(tree) is slice:
+        return found(tree.start) or found(tree.stop) or found(tree.step)
+    return False
 
 
 def _items(tree: tuple | list | dict) -> Any:
