@@ -15,8 +15,10 @@ Invariants:
 - a call runs the original's forward pre/post hooks (and torch's global ones) eagerly around the
   jitted forward, exactly as ``torch.nn.Module.__call__`` would (Note [Hooks run eagerly]); hooks of
   submodules are part of the traced program, like the rest of their code;
-- the forward is the one ``Module.__call__`` would call: read again at every tracing and guarded
-  (replacing the class's or the instance's ``forward`` retraces).
+- a JittedModule's forward is the one ``Module.__call__`` would call: read again at every tracing and
+  guarded (replacing the class's or the instance's ``forward`` retraces); ``jitcore.jit(module.forward)``
+  runs the bound method it was given, as eagerly, whatever ``module.forward`` is later (Note [A jitted
+  bound forward]).
 """
 
 from __future__ import annotations
@@ -42,19 +44,23 @@ class ForwardJit(JittedFunction):
 
     Args:
         module: the module whose forward is jitted.
+        forward: ``jitcore.jit(module.forward)``'s bound method, the function it runs from then on,
+            as calling that bound method eagerly would (Note [A jitted bound forward]); None for a
+            JittedModule's forward, which is the one ``Module.__call__`` reads at each tracing.
         options: as for ``jitcore.jit``.
     """
 
-    def __init__(self, module: torch.nn.Module, /, **options: Any) -> None:
-        super().__init__(module.forward, **options)
+    def __init__(self, module: torch.nn.Module, /, forward: Any = None, **options: Any) -> None:
+        super().__init__(module.forward if forward is None else forward, **options)
         self.module = module
         self._label = _label_of(module)
-        self._forward = module.forward  # what ``model.forward = jitcore.jit(model.forward)`` replaces
+        self._forward = module.forward if forward is None else forward
+        self._bound = forward is not None
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         run = current_run()
         if run is not None:  # Note [A jitted module inside a traced program]
-            return run.call(_CALL_FORWARD, self, *args, **kwargs)
+            return run.call(_CALL_BOUND if self._bound else _CALL_FORWARD, self, *args, **kwargs)
         return super().__call__(*args, **kwargs)
 
     def _miss(self, args: tuple, kwargs: dict, *rest: Any) -> Any:
@@ -63,8 +69,11 @@ class ForwardJit(JittedFunction):
         return super()._miss(args, kwargs, *rest)
 
     def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> Any:
-        current = self.module.forward  # as Module.__call__ reads it now (guarded in _run_pass)
-        self.fn = self._forward if current is self else current  # installed as the module's forward
+        if self._bound:
+            self.fn = self._forward
+        else:
+            current = self.module.forward  # as Module.__call__ reads it now (guarded in _run_pass)
+            self.fn = self._forward if current is self else current  # installed as the module's forward
         return super()._trace(args, kwargs, shape_changed)
 
     def _finish_prologue(self, prologue: Prologue) -> Prologue:
@@ -76,7 +85,9 @@ class ForwardJit(JittedFunction):
         module = self.module
         path = Path(Root("bound", "self", module))
         tracing_pass.provenance.remember(module, path)
-        if "forward" in vars(module):  # an instance attribute shadows the class's forward
+        if self._bound:
+            pass  # the bound method given to jit is its target, as a function given to jit is
+        elif "forward" in vars(module):  # an instance attribute shadows the class's forward
             shadowing = path.attr("__dict__").key("forward")
             tracing_pass.provenance.bind_state(vars(module)["forward"], shadowing, "forward")
         else:
@@ -95,7 +106,7 @@ def jit_module(fn: Any, /, **options: Any) -> Any:
         fn = fn._orig_mod  # jitting a jitted module again: the original, with these options
     if isinstance(fn, torch.nn.Module):
         return JittedModule(fn, **options)
-    return ForwardJit(fn.__self__, **options)
+    return ForwardJit(fn.__self__, forward=fn, **options)
 
 
 # Attributes the wrapper keeps for itself; every other attribute is the original module's.
@@ -220,6 +231,17 @@ _CALL_FORWARD_SOURCE = (
 )
 exec(compile(_CALL_FORWARD_SOURCE, "<frozen jitcore.jit.module>", "exec"), _namespace)  # noqa: S102
 _CALL_FORWARD = _namespace["call_forward"]
+# Note [A jitted bound forward]: ``jitcore.jit(module.forward)`` runs that bound method's function,
+# whatever ``module.forward`` is later: eagerly a bound method keeps its function, and the idioms
+# ``module.forward = jitcore.jit(module.forward)`` and a wrapper installed over the jitted forward
+# (``module.forward = lambda *a: jitted(*a)``, accelerate's and peft's style) make ``module.forward``
+# the jitted object or a caller of it, so reading it again would call itself without end.
+_CALL_BOUND_SOURCE = (
+    "def call_bound(jitted, /, *args, **kwargs):\n"
+    "    return jitted._forward.__func__(jitted.module, *args, **kwargs)\n"
+)
+exec(compile(_CALL_BOUND_SOURCE, "<frozen jitcore.jit.module>", "exec"), _namespace)  # noqa: S102
+_CALL_BOUND = _namespace["call_bound"]
 
 
 def _rebuild(module: torch.nn.Module, options: dict) -> JittedModule:

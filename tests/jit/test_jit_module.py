@@ -330,6 +330,33 @@ def test_jit_of_a_bound_forward_and_a_replaced_forward():
     assert_same(jitted(x), module(x))
 
 
+def test_a_wrapper_installed_over_a_jitted_bound_forward():
+    """``jitcore.jit(module.forward)`` runs that bound method, as eager does, whatever is installed as
+    ``module.forward`` afterwards: a wrapper calling the jitted forward (accelerate's and peft's style)
+    and the jitted forward itself called by another jitted function. Both recursed without end
+    (RecursionError): the jitted forward read ``module.forward`` again and called itself."""
+    x = torch.randn(2, 4)
+    module, calls = Net(), []
+    jitted = jitcore.jit(module.forward)
+
+    def counting(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(1)
+        return jitted(*args, **kwargs) * 2
+
+    module.forward = counting
+    for _ in range(2):
+        assert_same(module(x), Net.forward(module, x) * 2)
+    assert (len(calls), jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 1, 1)
+    outer = jitcore.jit(lambda t: module(t) + 1)
+    assert_same(outer(x), Net.forward(module, x) * 2 + 1)
+    installed = Net()
+    installed.forward = jitcore.jit(installed.forward)  # torch.compile's idiom, then called inside
+    outer = jitcore.jit(lambda t: installed(t) + 1)
+    for _ in range(2):
+        assert_same(outer(x), Net.forward(installed, x) + 1)
+    assert (jitcore.cache_misses(outer), jitcore.cache_hits(outer)) == (1, 1)
+
+
 def test_copy_and_pickle_rebuild_the_wrapper():
     jitted = jitcore.jit(Net(), cache_limit=8)
     x = torch.randn(2, 4)
