@@ -235,11 +235,23 @@ class Provenance:
             return t(*(self.bind_argument(getattr(value, f), path.attr(f), f"{name}_{f}") for f in t._fields))
         clone = copy.copy(value)  # a dataclass instance
         self._binding[id(value)] = (path, clone)
+        fields = {}
         for f in dataclasses.fields(value):
-            bound_field = self.bind_argument(getattr(value, f.name), path.attr(f.name), f"{name}_{f.name}")
-            object.__setattr__(clone, f.name, bound_field)
+            fields[f.name] = self.bind_argument(getattr(value, f.name), path.attr(f.name), f"{name}_{f.name}")
+            object.__setattr__(clone, f.name, fields[f.name])
+        if isinstance(value, dict):  # Note [A dataclass that is a dict]
+            self.guard(path, "keys", tuple(value))
+            for k, v in dict.items(value):
+                same = type(k) is str and k in fields and getattr(value, k) is v
+                bound_item = fields[k] if same else self.bind_argument(v, path.key(k), f"{name}_{k}")
+                dict.__setitem__(clone, k, bound_item)
         self.argument_copies.append((clone, path))
         return clone
+
+    # Note [A dataclass that is a dict]
+    # ``transformers``' ModelOutput is a dataclass and an OrderedDict of its fields that are not None:
+    # ``out[0]``, ``out["logits"]``, ``out.to_tuple()`` read the items. The program's copy holds the bound
+    # values there too; they were the caller's tensors, guarded by identity (an entry per call).
 
     def bind_dynamic_number(self, value: int | float, path: Path, name: str) -> NumberProxy:
         """A number argument declared dynamic: an input of the computation, guarded by type only

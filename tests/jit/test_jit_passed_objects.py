@@ -146,3 +146,30 @@ def test_objects_in_a_list_of_an_argument():
     shared = Stack(2)
     shared.layers[1] = shared.layers[0]  # the same layer twice: the traced entry must not be reused
     _run(f, [(x, Stack(2)), (x, shared), (x, Stack(2))])
+
+
+def test_a_dataclass_that_is_a_dict_read_by_key_and_index():
+    """``transformers``' ModelOutput is a dataclass and an OrderedDict (Note [A dataclass that is a
+    dict] in jitcore/jit/provenance.py): a new one per call, read as ``o[0]``, ``o["key"]``,
+    ``o.to_tuple()`` or written through, is one entry. Its items were the caller's tensors, guarded by
+    identity: an entry per call (an encoder-decoder's ``encoder_outputs``, a new one per generate)."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    programs = [
+        lambda o: o[0] * 2 + o.last_hidden_state + o[1][0] + o["hidden_states"][1],
+        lambda o: o.to_tuple(),
+        lambda o: [(k, v * 2) for k, v in o.items()],
+        lambda o: o.__setitem__("last_hidden_state", o[0] * 3) or (o.last_hidden_state, o[0], o),
+        lambda o: setattr(o, "attentions", (o[0] + 1,)) or o.to_tuple(),
+    ]
+    for fn in programs:
+        jitted = jitcore.jit(fn)
+        for seed in range(3):
+            g = torch.Generator().manual_seed(seed)
+            state = [torch.randn(2, 3, generator=g) for _ in range(3)]
+            eager_out = BaseModelOutput(last_hidden_state=state[0], hidden_states=(state[1], state[2]))
+            jit_out = BaseModelOutput(last_hidden_state=state[0], hidden_states=(state[1], state[2]))
+            assert_same(jitted(jit_out), fn(eager_out))
+            assert list(jit_out.keys()) == list(eager_out.keys())
+            assert_same(jit_out.to_tuple(), eager_out.to_tuple())
+        assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)

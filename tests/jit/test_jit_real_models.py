@@ -308,12 +308,14 @@ def test_jitted_forward_installed_on_the_model():
     assert jitcore.cache_misses(model.forward) >= 1
 
 
-@pytest.mark.parametrize("make", [_llama, _gpt2], ids=lambda m: m.__name__[1:])
+@pytest.mark.parametrize("make", [_llama, _gpt2, _t5], ids=lambda m: m.__name__[1:])
 def test_jitted_forward_traces_a_few_times_per_generation(make):
     """``generate`` makes a new cache object per call and grows it by one token per step: the cache
     is guarded by its class and what forward reads from it, and its length becomes a symbolic size
     once it has changed, so the steps reuse entries (prefill, first step, all later steps) and a
-    second ``generate`` traces nothing new — as torch.compile's recompilations go."""
+    second ``generate`` traces nothing new — as torch.compile's recompilations go. T5's forward
+    gets the encoder's output (a ModelOutput, read as ``encoder_outputs[0]``) made anew per
+    generate: its items were guarded by identity, 3 new entries per generate."""
     model, eager = _model(make), _model(make)
     model.forward = jitcore.jit(model.forward)
     for seed in range(2):
