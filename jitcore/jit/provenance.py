@@ -392,9 +392,9 @@ class Provenance:
             self.remember(value, path)
             self._loose[id(value)] = path
             self._loose_types[path] = type(value)
-        elif first != path and not (first.root == path.root and first.describe() == path.describe()):
-            # reached again elsewhere (not just ``layers[0]`` by iteration and by subscript): the
-            # same object on every call
+        elif first != path and not first.same_place(path, self._loose_types.get):
+            # reached again elsewhere (not just ``layers[0]`` by iteration and by subscript, or
+            # ``obj.a`` as ``obj.__dict__['a']``: Path.as_attributes): the same object on every call
             self.pin(value)
             self.guard(path, "identity", value)
 

@@ -129,6 +129,34 @@ class Path:
             value = step.apply(value)
         return value
 
+    def same_place(self, other: Path, type_at: Callable[[Path], type | None]) -> bool:
+        """Whether two paths reach one place: alike as described (``layers[0]`` by iteration and by
+        subscript), or alike once ``obj.__dict__['a']`` is read as ``obj.a`` (``as_attributes``)."""
+        if self.root == other.root and self.describe() == other.describe():
+            return True
+        mine = self.as_attributes(type_at)
+        return mine is not None and mine == other.as_attributes(type_at)
+
+    def as_attributes(self, type_at: Callable[[Path], type | None]) -> Path | None:
+        """This path with each ``obj.__dict__['name']`` step pair read as ``obj.name``: the same place
+        where ``obj``'s class (``type_at`` of its path, None if not known) has no data descriptor
+        ``name`` (a property or slot would answer ``obj.name`` instead); None where that is not known."""
+        steps: list[Step] = []
+        i = 0
+        while i < len(self.steps):
+            step = self.steps[i]
+            nxt = self.steps[i + 1] if i + 1 < len(self.steps) else None
+            if step == Step("attr", "__dict__") and nxt is not None and nxt.kind == "key":
+                owner = type_at(Path(self.root, tuple(steps)))
+                if owner is None or type(nxt.value) is not str or _is_data_descriptor(owner, nxt.value):
+                    return None
+                steps.append(Step("attr", nxt.value))
+                i += 2
+                continue
+            steps.append(step)
+            i += 1
+        return Path(self.root, tuple(steps))
+
     def describe(self) -> str:
         """How users read it: ``args[0].shape`` style (``x['a']`` for keyword arguments)."""
         return self.root.label + "".join(s.describe() for s in self.steps)
@@ -154,3 +182,15 @@ class Path:
         ):
             return f"{base}[{key!r}]"
         return f"{base}[{bind(key)}]"
+
+
+def _is_data_descriptor(owner: type, name: str) -> bool:
+    """Whether ``obj.name`` may answer something other than ``obj.__dict__['name']`` for an instance
+    of ``owner``: a data descriptor of that name, or an attribute lookup of the class's own."""
+    if owner.__getattribute__ is not object.__getattribute__:
+        return True
+    for klass in owner.__mro__:
+        if name in vars(klass):
+            attribute = type(vars(klass)[name])
+            return hasattr(attribute, "__set__") or hasattr(attribute, "__delete__")
+    return False

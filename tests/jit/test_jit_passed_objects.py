@@ -173,3 +173,51 @@ def test_a_dataclass_that_is_a_dict_read_by_key_and_index():
             assert list(jit_out.keys()) == list(eager_out.keys())
             assert_same(jit_out.to_tuple(), eager_out.to_tuple())
         assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+
+
+class _Copied:
+    """The usual ``__copy__``: the instance dict's items copied into a new object."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+        self.meta = Box(2.0)
+
+    def __copy__(self) -> _Copied:
+        out = _Copied.__new__(_Copied)
+        for key, value in self.__dict__.items():
+            out.__dict__[key] = value
+        return out
+
+
+class _Shadowed(_Copied):
+    """``meta`` is a property: ``obj.meta`` and ``obj.__dict__['meta']`` are different places."""
+
+    @property
+    def meta(self) -> Box:
+        return DEFAULT
+
+    @meta.setter
+    def meta(self, value: Box) -> None:
+        self.__dict__["meta"] = value
+
+
+def test_an_attribute_read_also_through_the_instance_dict_is_one_place():
+    """``obj.meta`` and ``obj.__dict__['meta']`` (a ``__copy__`` walking ``__dict__``, ``vars(obj)``;
+    torch_geometric's ``Data.clone()``) reach one object where the class has no data descriptor
+    ``meta`` (Path.as_attributes): a new object per call is one entry. It was guarded by identity,
+    as an object reached two ways: an entry per call."""
+    import copy
+
+    def through_copy(obj):
+        return copy.copy(obj).t * obj.meta.scale + obj.t
+
+    def through_vars(obj):
+        return sum(v.scale for v in vars(obj).values() if isinstance(v, Box)) * obj.t + obj.meta.scale
+
+    def both_ways(obj):
+        return obj.t * (2.0 if vars(obj)["meta"] is obj.meta else 3.0)
+
+    for fn in (through_copy, through_vars, both_ways):
+        jitted = _run(fn, [(_Copied(torch.randn(3)),) for _ in range(3)])
+        assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+    _run(both_ways, [(_Shadowed(torch.randn(3)),) for _ in range(3)])  # 3.0: not the same place
