@@ -248,10 +248,8 @@ class Provenance:
         self.argument_copies.append((clone, path))
         return clone
 
-    # Note [A dataclass that is a dict]
-    # ``transformers``' ModelOutput is a dataclass and an OrderedDict of its fields that are not None:
-    # ``out[0]``, ``out["logits"]``, ``out.to_tuple()`` read the items. The program's copy holds the bound
-    # values there too; they were the caller's tensors, guarded by identity (an entry per call).
+    # Note [A dataclass that is a dict]: ``transformers``' ModelOutput is a dataclass and an OrderedDict
+    # of its fields that are not None, read as ``out[0]``, ``out["logits"]``: its items are bound too.
 
     def bind_dynamic_number(self, value: int | float, path: Path, name: str) -> NumberProxy:
         """A number argument declared dynamic: an input of the computation, guarded by type only
@@ -551,6 +549,10 @@ class Provenance:
                 self._container(item, item_path)
             elif item_path.root.kind in ("args", "kwargs") and is_plain_instance(item):
                 self._bind_loose(item, item_path)
+            elif item_path.root.kind in ("args", "kwargs") and type(item) is weakref.ref and \
+                    self.is_loose(item()):  # a ``_parent`` weakref: guarded by what it refers to
+                self._bind_loose(item, item_path)
+                self.guard(item_path.call(), "alias", self.path_of(item()))
             else:
                 self.pin(item)
                 self.guard(item_path, "identity", item)

@@ -98,3 +98,28 @@ def test_training_step_inside_the_jitted_function():
                     step(eager_net, eager_opt, x, edge_index, batch, target))
         for p, q in zip(net.parameters(), eager_net.parameters()):
             assert_same(p.detach(), q.detach())
+
+
+def test_cloned_data_objects_made_anew_per_call_are_one_entry():
+    """``Data.clone()``/``copy.copy(data)`` copy the storage's ``__dict__`` (its ``_parent``, a weak
+    reference to the Data) and then read ``data._store``: the storage was reached two ways and the
+    weak reference held by identity, so a new Data per call (a DataLoader's) was an entry per call.
+    Now the weak reference is guarded by what it refers to (jitcore/jit/provenance.py)."""
+    import copy
+
+    from torch_geometric.data import Data
+
+    def through_clone(data):
+        out = data.clone()
+        out.x = out.x * 2
+        return out.x + data.x, out.num_nodes
+
+    def through_copy(data):
+        return copy.copy(data).x.sum(0) + data.edge_index.shape[1]
+
+    for fn in (through_clone, through_copy):
+        jf = jitcore.jit(fn)
+        for seed in range(3):
+            x, edge_index, _ = _graph(seed)
+            assert_same(jf(Data(x=x, edge_index=edge_index)), fn(Data(x=x, edge_index=edge_index)))
+        assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 2)

@@ -8,6 +8,9 @@ Differential: each program runs a sequence of calls eagerly and under jitcore, o
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 import torch
 from jit_helpers import assert_same
 
@@ -221,3 +224,32 @@ def test_an_attribute_read_also_through_the_instance_dict_is_one_place():
         jitted = _run(fn, [(_Copied(torch.randn(3)),) for _ in range(3)])
         assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
     _run(both_ways, [(_Shadowed(torch.randn(3)),) for _ in range(3)])  # 3.0: not the same place
+
+
+class _Child:
+    def __init__(self, parent: Any) -> None:
+        self.parent = weakref.ref(parent)
+
+
+class _Parent:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+        self.child = _Child(self)
+
+
+def test_a_weak_reference_to_the_object_that_holds_it():
+    """A child's weak reference to its parent, reached by walking the child's ``__dict__`` (a
+    ``__copy__``), is guarded by the object it refers to, not by its own identity: a new parent per
+    call is one entry, and calling the reference gives this call's parent. Another referent is
+    another entry."""
+
+    def fn(obj):
+        parent = next(v for k, v in vars(obj.child).items() if k == "parent")()
+        return parent.t * 2 + (1.0 if parent is obj else 0.0)
+
+    jitted = _run(fn, [(_Parent(torch.randn(3)),) for _ in range(3)])
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+    elsewhere, other = _Parent(torch.randn(3)), _Parent(torch.randn(3))
+    elsewhere.child = other.child  # refers to another object now
+    assert_same(jitted(elsewhere), fn(elsewhere))
+    assert jitcore.cache_misses(jitted) == 2
