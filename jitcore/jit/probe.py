@@ -49,15 +49,22 @@ class Probe:
         """
         self._trace = trace
         self._real_inputs = real_inputs
-        self._env: dict[int, Any] = {}
         self._keep: list[Any] = []  # proxies whose ids key _env stay alive while the pass runs
+        self._start = (rng_state(), torch.is_grad_enabled())  # as the call began
+        self._restart()
+
+    def _restart(self) -> None:
+        """Forget every value computed: the next run starts from the first record, as the call began
+        (Note [A backward after records run without their graph])."""
+        self._env: dict[int, Any] = {}
         self._done = 0  # records of the trace already run
-        self._rng: RngState = rng_state()  # as the call began
+        self._rng: RngState = self._start[0]
         self._copies: dict[int, Any] = {}  # caller's storage key -> the probe's private copy of it
-        self._grad = torch.is_grad_enabled()  # the program's grad mode where the records stopped
+        self._grad = self._start[1]  # the program's grad mode where the records stopped
         self._nested_done: set[int] = set()  # records of open scopes already run (values_within)
         self._nested_rng: tuple[torch.Tensor, list[torch.Tensor]] | None = None  # where they stopped
         self._rebuilds: dict[int, BoundSymbol] = {}  # id(output) -> a subclass value's rebuild, not run yet
+        self._graphless = False  # a subclass call autograd would record ran as its operations
 
     def values(self, tree: Any) -> Any:
         """``tree`` with every proxy replaced by its real value (numbers by their traced value)."""
@@ -93,6 +100,9 @@ class Probe:
         records = self._trace.bound_symbols[self._done:]
         if not records:
             return
+        if self._graphless and any("backward" in b.symbol.tags for b in records):
+            self._restart()  # Note [A backward after records run without their graph]
+            records = self._trace.bound_symbols
         with _restored_thread_state():
             torch.set_grad_enabled(self._grad)
             # a call some of whose records ran for a read continues after their draws; a call run
@@ -113,12 +123,22 @@ class Probe:
 
     def _run(self, bsym: BoundSymbol, *, graph: bool = False) -> None:
         if "bookkeeping" in bsym.symbol.tags and isinstance(bsym.output, SubclassTensorProxy):
-            self._rebuilds[id(bsym.output)] = bsym  # Note [Subclass values the probe rebuilds]
+            self._rebuilds[id(bsym.output)] = bsym  # Note [A backward after records run without their graph]
+# Whether a backward follows a subclass call is known only when its record arrives. A read before it
+# (NJT attention reads its lengths; an optimizer step then reads ``state["step"].item()`` after
+# ``loss.backward()``) had the probe run the calls so far as their operations, without autograd's
+# graph: the backward then found no gradient for the parameters ("t98 has no value"; eager computes).
+# When a backward arrives after such a call, the probe starts again from the first record, as the call
+# began (its RNG state, grad mode, no private copies: the caller's tensors were never written), and
+# runs the calls before the backward natively. The values it gave earlier reads are computed again,
+# the same (the same inputs and draws).
+# Note [Subclass values the probe rebuilds]
             self._keep.append(bsym)
             return
         if bsym.symbol.tags & _NOT_RUN or id(bsym) in self._nested_done:
             return  # a clock read or a random draw: its number is the traced one (Proxy.value)
         if runs_subsymbols(bsym) and not (graph and _builds_graph(bsym)):
+            self._graphless = self._graphless or _builds_graph(bsym)
             for sub in bsym.subsymbols:  # Note [The probe runs a subclass call's operations]
                 self._run(sub)
             return
@@ -208,6 +228,15 @@ class Probe:
 # when a backward the probe runs after it differentiates them: its inner operations run below
 # autograd (eagerly too), so only the call itself builds the graph that backward walks (an optimizer
 # step reading ``state["step"].item()`` after ``loss.backward()`` on a subclass parameter).
+# Note [A backward after records run without their graph]
+# Whether a backward follows a subclass call is known only when its record arrives. A read before it
+# (NJT attention reads its lengths; an optimizer step then reads ``state["step"].item()`` after
+# ``loss.backward()``) had the probe run the calls so far as their operations, without autograd's
+# graph: the backward then found no gradient for the parameters ("t98 has no value"; eager computes).
+# When a backward arrives after such a call, the probe starts again from the first record, as the call
+# began (its RNG state, grad mode, no private copies: the caller's tensors were never written), and
+# runs the calls before the backward natively. The values it gave earlier reads are computed again,
+# the same (the same inputs and draws).
 # Note [Subclass values the probe rebuilds]
 # A subclass call's records end with the rebuild of its result from the inner tensors its dispatch made
 # (``unflatten_tensor_subclass``, a bookkeeping record): the probe binds the inner tensors, not the

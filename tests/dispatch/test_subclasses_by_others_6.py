@@ -70,3 +70,36 @@ def test_njt_reshape_under_grad_then_a_value_read() -> None:
         assert_same_nested(jitted(linear, x, scale), program(reference, x, scale))
         torch.testing.assert_close(linear.weight.grad, reference.weight.grad)
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
+
+
+# Note [A backward after records run without their graph] (jit/probe.py): NJT attention reads its
+# lengths before the backward record arrives; the probe had run the calls before it as their
+# operations, without autograd's graph, so the backward it ran for a later value read (an optimizer's
+# ``step.item()``) found no gradient: "LookupError: t98 has no value" from the second call on (eager
+# computes).
+def test_njt_attention_backward_then_a_value_read() -> None:
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.out = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q = self.qkv(x).unflatten(-1, (2, 4)).transpose(1, 2)
+            o = nn.functional.scaled_dot_product_attention(q, q, q)
+            return self.out(o.transpose(1, 2).flatten(-2))
+
+    def step(model: nn.Module, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        loss = torch.nested.to_padded_tensor(model(x), 0.0).pow(2).sum()
+        loss.backward()
+        return loss * scale.item()
+
+    torch.manual_seed(0)
+    model, reference = Attention(), Attention()
+    reference.load_state_dict(model.state_dict())
+    jitted = jitcore.jit(step)
+    for lengths in _LENGTHS[:1] * 3:
+        x, scale = nested_jagged(lengths), torch.tensor(2.0)
+        torch.testing.assert_close(jitted(model, x, scale), step(reference, x, scale))
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
