@@ -36,9 +36,9 @@ import torch
 
 import jitcore
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
-from jitcore.errors import DataDependentError, UnsupportedOperationError
+from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.jit.function_transforms import function_transform_lookasides
-from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph, graph_leaves
+from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph, graph_leaves, graph_nodes
 from jitcore.langctx.reads import runs_under_autograd
 from jitcore.proxies import TensorProxy
 
@@ -52,6 +52,7 @@ class AutogradCalls:
     def __init__(self, tracing_pass: Any) -> None:
         self._pass = tracing_pass
         self._inner_grads: dict[int, Any] = {}  # id(proxy made inside) -> its gradient, this pass
+        self._unfreed: dict[int, Any] = {}  # id(node) -> a shadow graph's node a backward could not free
 
     # --- what the program calls ----------------------------------------------------------------------
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
@@ -134,6 +135,11 @@ class AutogradCalls:
                     f"element {i} of tensors does not require grad and does not have a grad_fn")
             if grad is None and isinstance(out, TensorProxy) and out.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
+        roots = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
+        if self._unfreed and any(id(n) in self._unfreed for n in graph_nodes(roots)):
+            raise EagerOnlySubclass(  # Note [A graph the pass could not free]
+                "a second backward through a graph whose first backward ran a tensor subclass's "
+                "backward code that reads values without retain_graph")
         self._pass.trace.imports.setdefault("jitcore", jitcore)
         if create_graph:
             grads = tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs, create_graph=True))
@@ -141,8 +147,18 @@ class AutogradCalls:
             grads = tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs))
         if not (create_graph if retain_graph is None else retain_graph):  # eager frees the graph's buffers
             fake_mode = self._pass.context.values.fake_mode
-            free_graph(_shadows(outputs), _shadows(inputs), _shadows(grad_outputs), fake_mode)
+            if not free_graph(_shadows(outputs), _shadows(inputs), _shadows(grad_outputs), fake_mode):
+                self._unfreed.update((id(n), n) for n in graph_nodes(roots))
         return grads
+
+    # Note [A graph the pass could not free]
+    # Freeing the shadows' graph runs the backward again on the shadows, natively. A subclass whose own
+    # backward code reads values (MaskedTensor's ``mul`` in ``exp``'s backward compares the operands'
+    # masks with ``.item()``) cannot run there: ``m.exp().sum().backward()`` raised where eager
+    # computes. Its gradients were recorded already (the reads answered by the probe), so only the
+    # freeing is skipped; a later backward through any node of that graph, which eager may refuse
+    # ("backward through the graph a second time") or not, runs the call eagerly, which answers as
+    # eager does.
 
     def _record_batched(self, outputs: list, inputs: list, grad_outputs: list, create_graph: bool,
                         retain_graph: Any) -> tuple[Any, ...]:

@@ -31,6 +31,7 @@ from jitcore.langctx.shadows import WRITES_NO_DATA, may_write_inputs
 from jitcore.langctx.thread_state import RngState, ThreadState, rng_state, set_rng_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, traced_value
+from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.typed import is_plain_subclass
 
@@ -51,6 +52,9 @@ class Probe:
         self._real_inputs = real_inputs
         self._keep: list[Any] = []  # proxies whose ids key _env stay alive while the pass runs
         self._start = (rng_state(), torch.is_grad_enabled())  # as the call began
+        # the thread's dispatch keys as the call began (Note [The probe runs above autograd])
+        self._dispatch_keys = (torch._C._dispatch_tls_local_include_set(),  # noqa: SLF001
+                               torch._C._dispatch_tls_local_exclude_set())  # noqa: SLF001
         self._restart()
 
     def _restart(self) -> None:
@@ -85,7 +89,7 @@ class Probe:
         self._run_pending()
         pending = [b for scope in scopes for b in scope if id(b) not in self._nested_done]
         if pending:
-            with _restored_thread_state():
+            with _restored_thread_state(self._dispatch_keys):
                 torch.set_grad_enabled(self._grad)
                 set_rng_state(self._nested_rng or self._rng)
                 for bsym in pending:
@@ -103,7 +107,7 @@ class Probe:
         if self._graphless and any("backward" in b.symbol.tags for b in records):
             self._restart()  # Note [A backward after records run without their graph]
             records = self._trace.bound_symbols
-        with _restored_thread_state():
+        with _restored_thread_state(self._dispatch_keys):
             torch.set_grad_enabled(self._grad)
             # a call some of whose records ran for a read continues after their draws; a call run
             # natively draws them again (Note [The probe runs a subclass call's operations])
@@ -183,6 +187,10 @@ class Probe:
         if found is None and id(leaf) not in self._real_inputs and id(leaf) in self._rebuilds:
             self._run_rebuild(self._rebuilds.pop(id(leaf)))  # a value made inside; an input is the caller's
             found = self._env.get(id(leaf))
+        if found is None and id(leaf) not in self._real_inputs and isinstance(leaf, SubclassTensorProxy):
+            # a value no record made (Note [Subclass values the probe rebuilds])
+            found = self._env[id(leaf)] = self._around_inner(leaf)
+            self._keep.append(leaf)
         if found is None:
             found = self._real_inputs.get(id(leaf))
             if found is None:
@@ -196,6 +204,19 @@ class Probe:
         args, kwargs = optree.tree_map(self._value, (bsym.args, bsym.kwargs), none_is_leaf=True)
         self._env[id(bsym.output)] = bsym.symbol.fn(*args, **kwargs)
         self._keep.append(bsym.output)
+
+    def _around_inner(self, proxy: SubclassTensorProxy) -> torch.Tensor:
+        """A subclass value no record made (a zero gradient of pass 1's shadow graph, a value built while
+        a backward was resolved) around its inner tensors' values, by its class's ``__tensor_unflatten__``.
+
+        Raises:
+            LookupError: an inner tensor's value is not computed by the records so far.
+        """
+        names, ctx = proxy.inner_flatten()
+        inner = {n: self._value(getattr(proxy, n)) for n in names}
+        outer = proxy.outer_metadata
+        return tensor_unflatten(proxy.subclass, inner, ctx, _traced_sizes(outer.shape),
+                                tuple(_traced_size(n) for n in outer.stride()))
 
     def _private(self, value: Any) -> Any:
         """The probe's private copy of a caller's tensor it has written (copy on write), else the value."""
@@ -245,6 +266,10 @@ class Probe:
 # ``autograd.Function`` the probe runs on the real operands, so for ``a + a * 2`` the value of
 # ``a * 2`` was missing and the call ran eagerly. Such a value is built when first asked for, by its
 # rebuild record on the inner tensors' values (the subclass's ``__tensor_unflatten__``, no op of it).
+# A subclass value made without such a record (the zero gradient pass 1's shadow graph gives a
+# MaskedTensor, Note [A zero gradient keeps its subclass's structure]; the gradient MaskedTensor's
+# ``get_data`` backward wraps) is built the same way from its proxy's inner tensors: MaskedTensor's
+# ``exp`` backward reads its masks twice, and the second read found no value (the call ran eagerly).
 def runs_subsymbols(bsym: BoundSymbol) -> bool:
     """Whether the probe runs ``bsym``'s subsymbols in its place (a call on tensor subclass values)."""
     return bool(bsym.subsymbols) and not {"autograd_function", "backward"} & bsym.symbol.tags and any(
@@ -302,13 +327,21 @@ def _storage_key(t: torch.Tensor) -> int:
 # a plain tensor over the copied storage, as the records (already resolved) need.
 
 
+# Note [The probe runs above autograd]
+# A read inside a subclass's ``__torch_dispatch__`` (MaskedTensor's binary ops compare masks) has the
+# probe run the records so far from below autograd: the dispatcher excludes the autograd keys there,
+# so a record run natively built no graph, and a backward among them raised "element 0 of tensors does
+# not require grad" (a MaskedTensor function with two backwards; eager computes). The probe runs its
+# records with the dispatch keys the call began with.
 @contextlib.contextmanager
-def _restored_thread_state() -> Iterator[None]:
-    """Grad mode, autocast settings, the default dtype and the RNG as they were (records may change them)."""
+def _restored_thread_state(dispatch_keys: tuple[Any, Any]) -> Iterator[None]:
+    """Grad mode, autocast settings, the default dtype and the RNG as they were (records may change
+    them); inside, the thread's dispatch keys are ``dispatch_keys`` (included, excluded)."""
     state = ThreadState.take()
     rng = rng_state()
     try:
-        yield
+        with torch._C._ForceDispatchKeyGuard(*dispatch_keys):  # noqa: SLF001
+            yield
     finally:
         state.restore()
         set_rng_state(rng)

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
 from jitcore.langctx.shadows import BACKWARDS, STATEFUL, EagerKernels
 from jitcore.langctx.torch import torch_symbol
 
-__all__ = ["AUTOGRAD_GRAD", "autograd_grad", "free_graph", "graph_leaves"]
+__all__ = ["AUTOGRAD_GRAD", "autograd_grad", "free_graph", "graph_leaves", "graph_nodes"]
 
 
 def autograd_grad(
@@ -33,12 +34,18 @@ def autograd_grad(
 
 
 def free_graph(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any],
-               fake_mode: Any) -> None:
+               fake_mode: Any) -> bool:
     """Free the saved buffers of the shadows' graph as a backward without ``retain_graph`` frees eager's:
-    the same backward run again natively, not retained, on the shadows (nothing is recorded)."""
-    with fake_mode, EagerKernels(fake_mode):
-        torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), retain_graph=False,
-                            allow_unused=True)
+    the same backward run again natively, not retained, on the shadows (nothing is recorded). False
+    where it could not run to its end: a subclass's own backward code reads values (MaskedTensor's
+    binary ops compare their masks), which shadows do not have."""
+    try:
+        with fake_mode, EagerKernels(fake_mode):
+            torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), retain_graph=False,
+                                allow_unused=True)
+    except (DataDependentOutputException, DynamicOutputShapeException):
+        return False
+    return True
 
 
 STATEFUL.add(autograd_grad)
@@ -63,3 +70,16 @@ def graph_leaves(roots: Sequence[Any]) -> list[torch.Tensor]:
             leaves.append(variable)
         pending.extend(n for n, _ in reversed(node.next_functions))
     return leaves
+
+
+def graph_nodes(roots: Sequence[Any]) -> list[Any]:
+    """Every node of the autograd graph from the nodes ``roots`` (None skipped), each once."""
+    seen: dict[int, Any] = {}
+    pending = list(roots)
+    while pending:
+        node = pending.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen[id(node)] = node
+        pending.extend(n for n, _ in node.next_functions)
+    return list(seen.values())

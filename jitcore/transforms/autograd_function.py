@@ -160,15 +160,34 @@ def _zeros_like(shadow: torch.Tensor) -> torch.Tensor:
     eagerly (BitNet's weight answers a plain tensor, as its Function's backward gives). A subclass
     whose dispatch implements no ``zeros_like`` (MaskedTensor: a TypeError where eager, which never
     asks it, computes the gradient) gets one of its class around zeros of its inner tensors, made by
-    its ``__tensor_unflatten__``, as its Function's backward gives (MaskedTensor's ``get_data``)."""
+    its ``__tensor_unflatten__``, as its Function's backward gives (MaskedTensor's ``get_data``).
+    Inner tensors that cannot carry gradients (a mask, offsets, indices) are the shadow's own
+    (Note [A zero gradient keeps its subclass's structure])."""
     if isinstance(shadow, FakeTensor) or type(shadow) is torch.Tensor:
         return torch.zeros_like(shadow)
     try:
         return torch.zeros_like(shadow)
     except (TypeError, NotImplementedError):
         names, flatten_ctx = tensor_flatten(shadow)
-        inner = {n: _zeros_like(getattr(shadow, n)) for n in names}
+        inner = {n: _zero_inner(getattr(shadow, n)) for n in names}
         return unflatten_around(type(shadow), inner, flatten_ctx, shadow.shape, shadow.stride())
+
+
+def _zero_inner(inner: torch.Tensor) -> torch.Tensor:
+    """An inner tensor of a zero gradient: zeros where it can carry gradients, else ``inner`` itself."""
+    if inner.dtype.is_floating_point or inner.dtype.is_complex or type(inner) is not torch.Tensor \
+            and not isinstance(inner, FakeTensor):
+        return _zeros_like(inner)
+    return inner
+
+
+# Note [A zero gradient keeps its subclass's structure]
+# The gradient ``_Joined`` gives pass 1's shadow graph has its input's metadata; its values are never
+# used, but a subclass's own backward code may read them: MaskedTensor's binary ops check that both
+# masks are equal (``torch.eq(a, b).all().item()``, read by the probe). Zeros of every inner tensor
+# gave a mask all False, and ``m.exp().sum().backward()`` raised "Input masks must match" where eager
+# (whose ``get_data`` backward gives the input's mask) computes. A boolean or integer inner tensor
+# describes the value's structure, so the zero gradient keeps the input's.
 
 
 AUTOGRAD_FUNCTION = Symbol(

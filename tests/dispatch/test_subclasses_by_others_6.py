@@ -103,3 +103,87 @@ def test_njt_attention_backward_then_a_value_read() -> None:
         for p, q in zip(model.parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
+
+
+# --- MaskedTensor: a backward inside the function through its own backward code ---------------------
+# Note [A zero gradient keeps its subclass's structure] (transforms/autograd_function.py): pass 1's
+# shadow graph gave MaskedTensor's ``get_data`` a zero gradient whose mask was all False, so the mask
+# check of ``mul`` in ``exp``'s backward raised "Input masks must match" (eager computes). The
+# gradient values no record made, and the backward the pass could not free on its shadows, are
+# Note [Subclass values the probe rebuilds] (jit/probe.py) and Note [A graph the pass could not free]
+# (jit/autograd_calls.py).
+_MASKED_LOSSES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "exp": lambda m: m.exp().sum(),
+    "softmax": lambda m: (torch.softmax(m, -1) * 2).sum(),
+    "sin-times-itself": lambda m: (m.sin() * m).sum(),
+    "mean-of-exp": lambda m: m.exp().mean(),
+    "sum-over-a-dim": lambda m: m.exp().sum(1).sum(),
+}
+
+
+def _masked(seed: int) -> torch.Tensor:
+    from torch.masked import masked_tensor
+
+    generator = torch.Generator().manual_seed(seed)
+    data, mask = torch.randn(3, 4, generator=generator), torch.rand(3, 4, generator=generator) > 0.3
+    return masked_tensor(data, mask, requires_grad=True)
+
+
+def _assert_same_masked_grads(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    assert type(actual) is type(expected)
+    torch.testing.assert_close(actual.get_mask(), expected.get_mask())
+    fill = ~expected.get_mask()
+    torch.testing.assert_close(actual.get_data().masked_fill(fill, 0),
+                               expected.get_data().masked_fill(fill, 0))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("loss", list(_MASKED_LOSSES.values()), ids=list(_MASKED_LOSSES))
+def test_masked_tensor_backward_inside(loss: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def step(m: torch.Tensor) -> torch.Tensor:
+        value = loss(m)
+        value.backward()
+        return value.detach()
+
+    jitted = jitcore.jit(step)
+    for seed in (0, 1, 1):  # another mask, then a cache hit
+        actual_in, expected_in = _masked(seed), _masked(seed)
+        actual, expected = jitted(actual_in), step(expected_in)
+        _assert_same_masked_grads(actual, expected)
+        _assert_same_masked_grads(actual_in.grad, expected_in.grad)
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
+
+
+# The loss itself returned: its backward outside the function would read the masks of values the
+# trace's backward does not have, so the call runs eagerly, as eager computes (it raised before).
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_masked_tensor_backward_inside_returning_the_loss() -> None:
+    def step(m: torch.Tensor) -> torch.Tensor:
+        value = m.exp().sum()
+        value.backward()
+        return value
+
+    jitted = jitcore.jit(step)
+    for seed in (0, 0):
+        actual_in, expected_in = _masked(seed), _masked(seed)
+        _assert_same_masked_grads(jitted(actual_in), step(expected_in))
+        _assert_same_masked_grads(actual_in.grad, expected_in.grad)
+
+
+# Note [The probe runs above autograd] (jit/probe.py): the second backward's mask read has the probe
+# run the first backward from inside MaskedTensor's dispatch, below autograd, where the forward records
+# built no graph: "element 0 of tensors does not require grad" (eager computes).
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_masked_tensor_two_backwards_inside() -> None:
+    def step(m: torch.Tensor) -> torch.Tensor:
+        (m * 3).sum().backward()
+        value = m.exp().sum()
+        value.backward()
+        return value.detach()
+
+    jitted = jitcore.jit(step)
+    for seed in (0, 1):
+        actual_in, expected_in = _masked(seed), _masked(seed)
+        _assert_same_masked_grads(jitted(actual_in), step(expected_in))
+        _assert_same_masked_grads(actual_in.grad, expected_in.grad)
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) == 1
