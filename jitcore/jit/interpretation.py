@@ -29,7 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
 from jitcore.dispatch import resolve_call
-from jitcore.dispatch.dtensor import dispatch_state_lookasides, fsdp_lookasides
+from jitcore.dispatch.dtensor import dispatch_state_lookasides, fsdp_lookasides, is_natively_dispatched
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS, offer_native, offered_lookasides
@@ -94,7 +94,7 @@ from jitcore.langctx.thread_state import (
 from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
 from jitcore.numpy import new_bridge as new_numpy_bridge
 from jitcore.prologue import Path, PrologueBuilder, Root
-from jitcore.prologue.guards import DEFAULT_DEVICE, implicit_state
+from jitcore.prologue.guards import DEFAULT_DEVICE, DTENSOR_SETTINGS, implicit_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -303,7 +303,9 @@ class Pass:
 
     def _state_guards(self, state_at_call: list) -> None:
         creates_tensors = _creates_tensors(self.trace)
-        self.prologue.add_state(g for g in state_at_call if g.name != DEFAULT_DEVICE or creates_tensors)
+        dtensor = any(is_natively_dispatched(p.python_type) for p in self.context.values.proxies())
+        self.prologue.add_state(g for g in state_at_call if (g.name != DEFAULT_DEVICE or creates_tensors)
+                                and (g.name != DTENSOR_SETTINGS or dtensor))
 
     # --- hooks -------------------------------------------------------------------------------------
     def hooks(self) -> Hooks:

@@ -15,6 +15,7 @@ prologue) and ``describe`` (the check as one sentence: explain, the guards log).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -652,6 +653,29 @@ def _autocast_settings() -> tuple:
 
 
 STATE_READERS[AUTOCAST_SETTINGS] = (_autocast_settings, None)
+# Read only when the trace met a DTensor: the settings of DTensor's dispatch (Note [DTensor's dispatch
+# settings outside the function]).
+DTENSOR_SETTINGS = "DTensor dispatch settings"
+
+
+def _dtensor_settings() -> tuple | None:
+    """DTensor's custom op handlers (``loss_parallel()`` installs its loss ops') and whether plain tensors
+    may mix with DTensors (``implicit_replication()``); None before torch.distributed.tensor is imported."""
+    module = sys.modules.get("torch.distributed.tensor")
+    if module is None:
+        return None
+    dispatcher = module.DTensor._op_dispatcher  # noqa: SLF001 - the settings live there
+    return frozenset(dispatcher._custom_op_handlers.items()), dispatcher._allow_implicit_replication  # noqa: SLF001
+
+
+STATE_READERS[DTENSOR_SETTINGS] = (_dtensor_settings, None)
+
+# Note [DTensor's dispatch settings outside the function]
+# ``loss_parallel()`` and ``implicit_replication()`` change what DTensor's C++ dispatch does with an op
+# (Note [DTensor's dispatch settings inside the function], dispatch/dtensor.py). A function traced while
+# the caller had entered one answered from its cache when later called outside the block, where eager
+# raises ("aten.nll_loss_forward.default got mixed torch.Tensor and DTensor"). The settings at the
+# call are pinned, as grad mode is: another setting is another entry, traced under it.
 
 
 def implicit_state(*, creates_tensors: bool) -> list[StateGuard]:
@@ -667,6 +691,8 @@ def implicit_state(*, creates_tensors: bool) -> list[StateGuard]:
             continue
         if name == AUTOCAST_SETTINGS and not torch._C._is_any_autocast_enabled():
             continue  # the "autocast" guard already pins "off"
+        if name == DTENSOR_SETTINGS and "torch.distributed.tensor" not in sys.modules:
+            continue  # no DTensor yet (the pass may import it: its guard is then dropped)
         guards.append(StateGuard(name, reader()))
     return guards
 

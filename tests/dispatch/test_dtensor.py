@@ -350,6 +350,39 @@ def _check_dispatch_settings_inside(mesh: DeviceMesh) -> None:
     assert (jitcore.cache_misses(implicit), jitcore.cache_hits(implicit)) == (1, 2), implicit.miss_log
 
 
+def _check_dispatch_settings_outside(mesh: DeviceMesh) -> None:
+    """A function traced while the caller is inside ``loss_parallel()`` or ``implicit_replication()``,
+    called again outside the block: eager raises, so must the jitted function (Note [DTensor's dispatch
+    settings outside the function], prologue/guards.py); back inside, the first entry is hit. Before,
+    the cached entry answered."""
+    from torch.distributed.tensor.experimental import implicit_replication
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    torch.manual_seed(6)
+    model = parallelize_module(nn.Linear(8, 16), mesh, ColwiseParallel(use_local_output=False))
+    x, target = torch.randn(6, 8), torch.randint(0, 16, (6,))
+    a, _ = _inputs(mesh)
+
+    def sharded_loss(m: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(m(x), target)
+
+    def mixed(x: DTensor) -> DTensor:
+        return x * torch.ones(4, 4)
+
+    cases = ((sharded_loss, loss_parallel, (model, x, target)), (mixed, implicit_replication, (a,)))
+    for fn, setting, args in cases:
+        jitted = jitcore.jit(fn)
+        with setting():
+            _same(jitted(*args), fn(*args))
+        with pytest.raises(RuntimeError, match="got mixed torch.Tensor and DTensor"):
+            fn(*args)
+        with pytest.raises(RuntimeError, match="got mixed torch.Tensor and DTensor"):
+            jitted(*args)
+        with setting():
+            _same(jitted(*args), fn(*args))
+        assert jitcore.cache_hits(jitted) == 1
+
+
 def _check_fully_shard_runs_eagerly(mesh: DeviceMesh) -> None:
     from torch.distributed.fsdp import fully_shard
 
@@ -429,6 +462,7 @@ CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
     "collectives": _check_collectives,
     "vocab_parallel_embedding": _check_vocab_parallel_embedding,
     "dispatch_settings_inside": _check_dispatch_settings_inside,
+    "dispatch_settings_outside": _check_dispatch_settings_outside,
     "fully_shard": _check_fully_shard_runs_eagerly,
     "guards": _check_guards,
 }
