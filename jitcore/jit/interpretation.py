@@ -645,7 +645,8 @@ class Pass:
             return value  # a key jitcore cannot name; a reached tensor keys by identity (optimizer state)
         if isinstance(value, Proxy) or self.snapshots.written(container, key, value):
             return value  # stored while tracing (nn.LSTM's _flat_weights, cache[k] = v): not the call's
-        return self._bind_state(frame, value, path.key(key), str(key))
+        # a tensor key (an optimizer's state, by parameter) is not printed: its class's repr may run ops
+        return self._bind_state(frame, value, path.key(key), str(key) if _is_plain_key(key) else "state")
 
     def _contains(self, frame: Any, container: Any, item: Any) -> Any:
         """``item in container``: a dynamic number in constants is a recorded predicate, not a hash of

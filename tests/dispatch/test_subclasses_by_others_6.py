@@ -6,6 +6,7 @@ tests/dispatch/test_dtensor.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -187,3 +188,71 @@ def test_masked_tensor_two_backwards_inside() -> None:
         _assert_same_masked_grads(jitted(actual_in), step(expected_in))
         _assert_same_masked_grads(actual_in.grad, expected_in.grad)
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) == 1
+
+
+# --- a wrapper subclass as a parameter under Adam --------------------------------------------------
+class _Wrapped(torch.Tensor):
+    """A minimal wrapper subclass, as tutorials write one: every op on the wrapped tensor, in-place ops
+    return their wrapper; no ``__repr__`` of its own (torch's repr of it fails: its ``item()`` answers
+    a wrapper)."""
+
+    _IN_PLACE = frozenset({"add_", "mul_", "lerp_", "addcmul_", "addcdiv_", "sqrt_", "div_", "copy_",
+                           "zero_"})
+
+    @staticmethod
+    def __new__(cls, t: torch.Tensor) -> _Wrapped:
+        return torch.Tensor._make_wrapper_subclass(cls, t.shape, dtype=t.dtype, device=t.device)
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["t"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: object, stride: object) -> _Wrapped:
+        return _Wrapped(inner["t"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        def unwrap(x: object) -> object:
+            return x.t if isinstance(x, _Wrapped) else x
+
+        def wrap(x: object) -> object:
+            plain = isinstance(x, torch.Tensor) and not isinstance(x, _Wrapped)
+            return _Wrapped(x) if plain and x.dtype.is_floating_point else x
+
+        out = func(*torch.utils._pytree.tree_map(unwrap, args),
+                   **torch.utils._pytree.tree_map(unwrap, kwargs or {}))
+        if func.overloadpacket.__name__ in cls._IN_PLACE:
+            return args[0]
+        return torch.utils._pytree.tree_map(wrap, out)
+
+
+# The optimizer's state is keyed by the parameter: jitcore named the state it read ``str(key)``, which
+# printed the parameter (torch's repr runs ops on it): "unsupported format string passed to
+# _Wrapped.__format__" on the second call, where eager never prints it.
+@pytest.mark.parametrize("optimizer", [torch.optim.Adam, torch.optim.AdamW])
+def test_wrapper_parameter_under_adam(optimizer: type) -> None:
+    def linear() -> tuple[nn.Linear, torch.optim.Optimizer]:
+        torch.manual_seed(1)
+        layer = nn.Linear(4, 3)
+        layer.weight = nn.Parameter(_Wrapped(layer.weight.detach().clone()), requires_grad=True)
+        return layer, optimizer(layer.parameters(), lr=0.1)
+
+    def step(layer: nn.Linear, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = layer(x).pow(2).sum()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    (layer, opt), (reference, reference_opt) = linear(), linear()
+    jitted = jitcore.jit(step)
+    for i in range(4):
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
+        torch.testing.assert_close(jitted(layer, opt, x), step(reference, reference_opt, x))
+        assert type(layer.weight) is type(reference.weight)
+        torch.testing.assert_close(layer.weight.t, reference.weight.t)
+        torch.testing.assert_close(layer.bias, reference.bias)
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
