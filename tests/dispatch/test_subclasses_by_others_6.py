@@ -155,8 +155,9 @@ def test_masked_tensor_backward_inside(loss: Callable[[torch.Tensor], torch.Tens
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
 
 
-# The loss itself returned: its backward outside the function would read the masks of values the
-# trace's backward does not have, so the call runs eagerly, as eager computes (it raised before).
+# The loss itself returned: the trace's backward (for a backward outside the function) runs
+# MaskedTensor's mask checks, answered behind ``check_masks_match`` (Note [Mask checks in a backward],
+# transforms/backward_checks.py); before, the call raised.
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_masked_tensor_backward_inside_returning_the_loss() -> None:
     def step(m: torch.Tensor) -> torch.Tensor:
@@ -169,6 +170,48 @@ def test_masked_tensor_backward_inside_returning_the_loss() -> None:
         actual_in, expected_in = _masked(seed), _masked(seed)
         _assert_same_masked_grads(jitted(actual_in), step(expected_in))
         _assert_same_masked_grads(actual_in.grad, expected_in.grad)
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) == 1
+
+
+# A MaskedTensor output's gradient taken outside the function: the mask checks of its backward ran
+# the call eagerly. A gradient whose mask differs from the output's raises a ValueError as eagerly
+# (its message is the binary ops'), from the check the backward trace holds.
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("loss", [lambda m: (m * m).sum(), lambda m: m.exp().mean()],
+                         ids=["square", "exp-mean"])
+def test_masked_tensor_loss_differentiated_outside(loss: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    from torch.masked import masked_tensor
+
+    jitted = jitcore.jit(loss)
+    for seed in (0, 1, 1):
+        actual_in, expected_in = _masked(seed), _masked(seed)
+        actual, expected = jitted(actual_in), loss(expected_in)
+        _assert_same_masked_grads(actual, expected)
+        actual.backward()
+        expected.backward()
+        _assert_same_masked_grads(actual_in.grad, expected_in.grad)
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
+
+    def program(m: torch.Tensor) -> torch.Tensor:
+        return m.exp() * m
+
+    jitted = jitcore.jit(program)
+    for same_mask in (True, True, False):
+        actual_in, expected_in = _masked(0), _masked(0)
+        actual, expected = jitted(actual_in), program(expected_in)
+        _assert_same_masked_grads(actual, expected)
+        mask = expected_in.get_mask() if same_mask else torch.ones(3, 4, dtype=torch.bool)
+        gradient = masked_tensor(torch.randn(3, 4, generator=torch.Generator().manual_seed(1)), mask)
+        if same_mask:
+            actual.backward(gradient)
+            expected.backward(gradient)
+            _assert_same_masked_grads(actual_in.grad, expected_in.grad)
+        else:
+            with pytest.raises(ValueError, match="masks"):
+                expected.backward(gradient)
+            with pytest.raises(ValueError, match="masks"):
+                actual.backward(gradient)
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) == 2
 
 
 # Note [The probe runs above autograd] (jit/probe.py): the second backward's mask read has the probe
