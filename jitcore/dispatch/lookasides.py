@@ -395,6 +395,35 @@ def get_tensor_symint(tensor: Any, *, coeff: Any = 1) -> Any:
         return _GET_TENSOR_SYMINT(tensor.shadow, coeff=coeff)
 
 
+_REGISTRY = nested_tensor._tensor_symint_registry  # noqa: SLF001
+_REGISTRY_GET = type(_REGISTRY).__getitem__
+_REGISTRY_SET = type(_REGISTRY).__setitem__
+
+
+def registry_getitem(registry: Any, key: Any) -> Any:
+    """``_tensor_symint_registry[offsets]`` (NestedTensor's ops read it directly: ``to``/``_to_copy``):
+    for a traced tensor, its shadow's nested int (Note [The nested int registry])."""
+    if registry is _REGISTRY and isinstance(key, TensorProxy):
+        return get_tensor_symint(key)
+    return _REGISTRY_GET(registry, key)
+
+
+def registry_setitem(registry: Any, key: Any, value: Any) -> None:
+    """``_tensor_symint_registry[offsets] = j``: for a traced tensor, its shadow takes the nested int,
+    as torch does for a fake tensor (``nested_int_memo``)."""
+    if registry is _REGISTRY and isinstance(key, TensorProxy):
+        key.shadow.nested_int_memo = value
+        return
+    _REGISTRY_SET(registry, key, value)
+
+
+# Note [The nested int registry]
+# NestedTensor's ``_to_copy`` (``nt.to(torch.float64)``, ``nt.double()``) gives the new offsets the
+# nested int of the old ones by writing torch's registry of them directly, except for fake tensors,
+# whose ``nested_int_memo`` it sets. A traced offsets tensor is neither: the read raised a KeyError
+# (the proxy is not a key; eager computes). Such reads and writes go through the proxy's shadow.
+
+
 _NT_VIEW_DUMMY = nested_tensor._nt_view_dummy
 
 
@@ -428,6 +457,8 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     **DTENSOR_LOOKASIDES,
     _GET_TENSOR_SYMINT: get_tensor_symint,
     _NT_VIEW_DUMMY: nt_view_dummy,
+    _REGISTRY_GET: registry_getitem,
+    _REGISTRY_SET: registry_setitem,
     **JAGGED_LOOKASIDES,
     **OVERRIDE_CHECKS,
 }

@@ -299,3 +299,20 @@ def test_wrapper_parameter_under_adam(optimizer: type) -> None:
         torch.testing.assert_close(layer.weight.t, reference.weight.t)
         torch.testing.assert_close(layer.bias, reference.bias)
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
+
+
+# Note [The nested int registry] (dispatch/lookasides.py): NestedTensor's ``_to_copy`` reads torch's
+# registry of nested ints with the offsets as the key; a traced offsets tensor was not one: KeyError
+# (eager computes).
+@pytest.mark.parametrize("convert", [lambda x: x.to(torch.float64), lambda x: x.double(),
+                                     lambda x: x.to("cpu", torch.float16)],
+                         ids=["to-dtype", "double", "to-device-dtype"])
+def test_njt_dtype_conversion(convert: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def program(x: torch.Tensor) -> torch.Tensor:
+        return convert(x).sin() * 2
+
+    jitted = jitcore.jit(program)
+    for lengths in _LENGTHS:
+        x = nested_jagged(lengths)
+        assert_same_nested(jitted(x), program(x))
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 2
