@@ -44,6 +44,32 @@ _OPTREE_NODES = (tuple, list, dict, collections.OrderedDict, collections.default
 _MAX_DEPTH = 64
 
 
+# Note [Nodes the trace cannot print]
+# The trace prints tuples, lists, dicts and namedtuples as literals; any other object in its output
+# is a constant: the object the pass made, returned as it is by every call. An OrderedDict, a
+# defaultdict or a deque holding proxies passed the escape check (optree flattens them) but reached the
+# caller as the traced object, proxies inside (``collections.OrderedDict(x=t + 1)`` returned
+# TensorProxy values). Each is split like a foreign node: the computation returns its values, the
+# rebuild makes a fresh one per call around them, in the OrderedDict's own order (optree's spec keeps
+# the order of the dict underneath, which ``move_to_end`` does not change), with the defaultdict's
+# factory and the deque's maxlen.
+def _unprintable_node(value: Any) -> tuple[tuple, Callable[[tuple], Any]] | None:
+    """(children, make) of an OrderedDict, defaultdict or deque (exactly those types), else None."""
+    kind = type(value)
+    if kind is collections.OrderedDict:
+        keys = list(collections.OrderedDict.keys(value))
+        return tuple(dict.__getitem__(value, k) for k in keys), lambda kids: collections.OrderedDict(
+            zip(keys, kids))
+    if kind is collections.defaultdict:
+        keys, factory = list(dict.keys(value)), value.default_factory
+        return tuple(dict.__getitem__(value, k) for k in keys), lambda kids: collections.defaultdict(
+            factory, zip(keys, kids))
+    if kind is collections.deque:
+        maxlen = value.maxlen
+        return tuple(value), lambda kids: collections.deque(kids, maxlen)
+    return None
+
+
 @contextlib.contextmanager
 def taken_apart(what: str) -> Iterator[None]:
     """Around the flattening of what the program returns or stores (``what``: how it reaches the
@@ -96,6 +122,9 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
         return value, None
     value = _plain_keys(value)
     kind = type(value)
+    unprintable = _unprintable_node(value)  # Note [Nodes the trace cannot print]
+    if unprintable is not None:
+        return _node(*unprintable, depth)
     if kind in _OPTREE_NODES or _is_namedtuple(value):
         children, spec = optree.tree_flatten(value, is_leaf=lambda v: v is not value, none_is_leaf=True)
         parts = [_split(c, depth + 1) for c in children]

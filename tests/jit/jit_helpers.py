@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -49,7 +50,7 @@ def assert_same(actual: Any, expected: Any) -> None:
                 actual, expected = actual.dequantize(), expected.dequantize()
         torch.testing.assert_close(actual, expected, equal_nan=True, rtol=1e-5, atol=1e-6)
         return
-    if isinstance(expected, (list, tuple)):
+    if isinstance(expected, (list, tuple, collections.deque)):
         assert len(actual) == len(expected)
         for a, e in zip(actual, expected):
             assert_same(a, e)
