@@ -37,6 +37,7 @@ from jitcore.jit.state_kinds import (
     is_module_registry,
     is_plain_instance,
     is_structured,
+    tensors_read_natively,
 )
 from jitcore.jit.state_names import qualified_name
 from jitcore.jit.subclass_inputs import refusal, shadow_around
@@ -177,7 +178,8 @@ class Provenance:
         if isinstance(value, torch.Tensor):
             return self._tensor(value, path, name)
         t = type(value)
-        structured = t in (tuple, list, dict) or (isinstance(value, tuple) and hasattr(t, "_fields")) or (
+        structured = t in (tuple, list, dict, collections.OrderedDict) or (
+            isinstance(value, tuple) and hasattr(t, "_fields")) or (
             dataclasses.is_dataclass(value) and not isinstance(value, type))
         if not structured:
             return self.bind_state(value, path, name)
@@ -220,11 +222,11 @@ class Provenance:
             out.extend(self.bind_argument(v, path.index(i), f"{name}_{i}") for i, v in enumerate(value))
             self.argument_copies.append((out, path))
             return out
-        if t is dict:
+        if t is dict or t is collections.OrderedDict:  # as a dict (by class, ``items()`` in C was captured)
             self.guard(path, "type", t)
             self.guard(path, "keys", tuple(value))
             self.reach_container(value, path)
-            bound: dict = {}
+            bound: dict = t()
             self._binding[id(value)] = (path, bound)
             for k, v in value.items():
                 bound[k] = self.bind_argument(v, path.key(k), f"{name}_{k}")
@@ -388,6 +390,7 @@ class Provenance:
         if first is None:
             self.guard(path, "type", type(value))
             self.remember(value, path)
+            self._remember_items(value, path, loose=True)
             self._loose[id(value)] = path
             self._loose_types[path] = type(value)
         elif first != path and not first.same_place(path, self._loose_types.get):
@@ -456,6 +459,7 @@ class Provenance:
         self.remember(value, path)
         if not first:
             return
+        self._remember_items(value, path)
         if isinstance(value, types.FunctionType):
             self._remember_cells(value)
             self.guard(path.attr("__code__"), "identity", value.__code__)
@@ -467,6 +471,17 @@ class Provenance:
             self.bind_state(value.func, path.attr("func"), "func")
             self.bind_state(value.args, path.attr("args"), "args")
             self.bind_state(value.keywords, path.attr("keywords"), "keywords")
+
+    def _remember_items(self, value: Any, path: Path, *, loose: bool = False) -> None:
+        """Note [Tensors in dicts read natively] (jit/state_kinds.py); a ``loose`` container's keys or length
+        are guarded in any case (a module argument's hook dicts, tested for emptiness in C)."""
+        container = isinstance(value, (list, dict, set, collections.deque))
+        first = self.first_state(value) if container else value
+        items = tensors_read_natively(value, first)
+        if items or loose and container:
+            self.guard(path, *(("keys", tuple(first)) if isinstance(value, dict) else ("len", len(first))))
+            for key, tensor in items:
+                self.remember(tensor, path.key(key))
 
     def remember_function(self, fn: types.FunctionType, path: Path) -> None:
         """The jitted function itself: its code is pinned (its defaults are bound per call)."""

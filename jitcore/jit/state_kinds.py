@@ -27,7 +27,7 @@ from jitcore.prologue.guards import is_literal_value
 
 __all__ = [
     "MAX_ELEMENTS", "all_literal", "identity_arguments", "is_library_class", "is_module_registry",
-    "is_plain_instance", "is_structured",
+    "is_plain_instance", "is_structured", "tensors_read_natively",
 ]
 
 # Containers of state up to this size are guarded element by element; larger ones (of non-literals)
@@ -117,3 +117,30 @@ def identity_arguments(fn: Any, args: tuple) -> tuple:
     if issubclass(owner, _SEQUENCE_TYPES) and name in _COMPARING_METHODS:
         return args[:1]
     return ()
+
+
+
+# Note [Tensors in dicts read natively]
+# ``d.values()``/``d.items()`` of an OrderedDict or a dict subclass that the provenance guards by
+# identity (state) or by class (an argument) read its tensors in C, past the hooks: they were bound as
+# captured tensors, so a global OrderedDict's first tensors were used by every later call (a wrong
+# answer once it held others) and a ModelOutput passed per call missed every time. Such a dict's keys
+# are guarded and its tensors remembered at their keys, read through that path per call, as for a
+# plain dict (Provenance._container). Only where ``obj[key]`` reads the item: ``__getitem__`` is
+# dict's, OrderedDict's or transformers' ModelOutput's (string keys read from the dict).
+_MAX_ITEMS = 256
+
+
+def tensors_read_natively(value: Any, first: Any) -> list[tuple[Any, torch.Tensor]]:
+    """(key, tensor) of each caller's tensor in ``first`` (``value`` as the call found it) that C code
+    may read from ``value`` past the hooks (Note [Tensors in dicts read natively]); [] for others."""
+    if not isinstance(value, dict) or len(value) > _MAX_ITEMS:
+        return []
+    getitem = getattr(type(value), "__getitem__", None)
+    if getitem not in (dict.__getitem__, collections.OrderedDict.__getitem__) and not (
+        getattr(getitem, "__qualname__", None) == "ModelOutput.__getitem__"
+        and (getattr(getitem, "__module__", None) or "").startswith("transformers.")
+    ):
+        return []
+    return [(k, v) for k, v in dict.items(first) if type(v) is torch.Tensor or (
+        isinstance(v, torch.Tensor) and not (type(v).__module__ or "").startswith("jitcore"))]

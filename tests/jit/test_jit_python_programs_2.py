@@ -61,3 +61,100 @@ def test_returned_defaultdicts_and_deques_hold_tensors() -> None:
     d, q = jitcore.jit(fn)(torch.ones(2), torch.ones(2))
     assert d.default_factory is list and q.maxlen == 2
 
+
+def test_ordered_dict_argument_mapped_into_a_new_ordered_dict() -> None:
+    def fn(d):
+        return collections.OrderedDict((k, v + 1) for k, v in d.items())
+
+    jfn = jitcore.jit(fn)
+    for n in (3, 3, 4):
+        arg = collections.OrderedDict(x=torch.randn(n), y=torch.randn(n))
+        assert_same(jfn(arg), fn(arg))
+
+
+def test_ordered_dict_argument_values_are_the_calls_tensors() -> None:
+    """``d.items()`` / ``d.values()`` of an OrderedDict argument read its tensors in C: they were bound
+    as captured tensors, so later calls computed with the first call's tensors (even at another
+    shape). They are the arguments' now; mutations of the argument are replayed as eagerly."""
+
+    def items(d):
+        return [v + 1 for _k, v in d.items()], list(d)
+
+    def values_and_writes(d):
+        d["z"] = d["x"] * 2
+        d.move_to_end("x")
+        return sum(v.sum() for v in d.values())
+
+    for fn in (items, values_and_writes):
+        jfn = jitcore.jit(fn)
+        for n in (3, 3, 4):
+            torch.manual_seed(n)
+            check(fn, collections.OrderedDict(x=torch.randn(n), y=torch.randn(n)), jfn=jfn)
+        assert jitcore.cache_misses(jfn) == 2, jitcore.miss_reasons(jfn)
+
+
+_STATE = collections.OrderedDict(w=torch.randn(3), b=torch.randn(3))
+
+
+def test_ordered_dict_of_global_state_read_natively_is_read_per_call() -> None:
+    """A global OrderedDict's tensors read through ``.values()`` are read on every call (the first
+    call's tensors were captured: after ``_STATE["w"]`` was replaced the jitted function still used
+    the old one); its keys are guarded."""
+
+    def fn(x):
+        return [x * v for v in _STATE.values()]
+
+    jfn = jitcore.jit(fn)
+    x = torch.randn(3)
+    for w in (torch.randn(3), torch.randn(3)):
+        _STATE["w"] = w
+        assert_same(jfn(x), fn(x))
+    _STATE["c"] = torch.randn(3)
+    assert_same(jfn(x), fn(x))
+    del _STATE["c"]
+    assert jitcore.cache_misses(jfn) == 2, jitcore.miss_reasons(jfn)
+
+
+def test_model_output_argument_read_by_values_hits_the_cache() -> None:
+    """A ``ModelOutput`` argument (a dataclass and an OrderedDict) read through ``.values()``: the
+    program's copy of it held the proxies as attributes but the caller's tensors as items, so the
+    items were captured tensors and every call with a new output missed the cache."""
+    import dataclasses
+
+    import pytest
+
+    model_output = pytest.importorskip("transformers.utils").ModelOutput
+
+    @dataclasses.dataclass
+    class Out(model_output):
+        loss: torch.Tensor | None = None
+        logits: torch.Tensor | None = None
+
+    def fn(out):
+        return [v * 2 for v in out.values()], out.to_tuple()[1] + 1, list(out.keys())
+
+    jfn = jitcore.jit(fn)
+    for n in (3, 3, 3, 4):
+        torch.manual_seed(n)
+        check(fn, Out(loss=torch.randn(n), logits=torch.randn(n)), jfn=jfn)
+    assert jitcore.cache_misses(jfn) == 2, jitcore.miss_reasons(jfn)
+
+
+def test_a_hook_registered_on_a_module_argument_after_a_call_runs() -> None:
+    """``m(x)`` for a module the caller passes: a forward hook registered after the first call runs
+    on the next (the module's hook OrderedDicts were guarded by class only, so the cached call
+    skipped the hook and returned the unhooked output)."""
+
+    def fn(m, x):
+        return m(x)
+
+    lin = torch.nn.Linear(3, 3)
+    jfn = jitcore.jit(fn)
+    x = torch.randn(3)
+    assert_same(jfn(lin, x), fn(lin, x))
+    handle = lin.register_forward_hook(lambda _mod, _args, out: out * 0 + 1)
+    assert_same(jfn(lin, x), fn(lin, x))
+    handle.remove()
+    lin.register_forward_pre_hook(lambda _mod, args: (args[0] * 2,))
+    assert_same(jfn(lin, x), fn(lin, x))
+    assert jitcore.cache_misses(jfn) == 3, jitcore.miss_reasons(jfn)
