@@ -146,6 +146,12 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
         return _node(tuple(children), lambda kids: node.unflatten_fn(list(kids), context), depth)
     if isinstance(value, (dict, list)):  # a subclass no registry knows: its items, then its attributes
         return _split_container_subclass(value, depth)
+    if isinstance(value, types.FunctionType) and value.__closure__:  # Note [Closures over traced tensors]
+        raise UnsupportedOperationError(
+            f"the function returns or stores the closure {value.__qualname__}, whose cells hold traced "
+            "tensors",
+            hints=("return the tensors and build the closure outside the jitted function",),
+        )
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = [f.name for f in dataclasses.fields(value)]
     else:
@@ -161,6 +167,11 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth)
 
 
+# Note [Closures over traced tensors]
+# A function the program made, closing over a tensor it computed (``c = x * 2; return lambda: c``),
+# was copied as an object whose ``__dict__`` holds no proxy: the caller got the traced function, its
+# cell holding a TensorProxy. Cells may be shared with other closures (``nonlocal``), which a rebuild
+# per closure would split apart, so such a closure is refused (JC-T001: an eager entry).
 def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     """A proxy of a subclass without ``__torch_dispatch__``: the computation returns its data (and
     the tensors its attributes hold); the result gets the class and the attributes back."""

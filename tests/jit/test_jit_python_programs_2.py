@@ -6,6 +6,7 @@ structure, side effects and the number of traces match. Each test failed before 
 from __future__ import annotations
 
 import collections
+import warnings
 
 import torch
 from jit_helpers import assert_same, check
@@ -158,3 +159,32 @@ def test_a_hook_registered_on_a_module_argument_after_a_call_runs() -> None:
     lin.register_forward_pre_hook(lambda _mod, args: (args[0] * 2,))
     assert_same(jfn(lin, x), fn(lin, x))
     assert jitcore.cache_misses(jfn) == 3, jitcore.miss_reasons(jfn)
+
+
+def test_a_returned_closure_over_a_computed_tensor_runs_eagerly() -> None:
+    """``c = x * 2; return c.sum(), get`` with ``get`` returning ``c``: the closure's cell held the
+    TensorProxy of ``c`` (calling the returned function gave a proxy). It is refused (JC-T001): the
+    call runs eagerly, and raises under ``fullgraph=True``."""
+    import pytest
+
+    from jitcore.errors import UnsupportedOperationError
+
+    def fn(x):
+        c = x * 2
+
+        def get():
+            return c
+
+        return c.sum(), get
+
+    jfn = jitcore.jit(fn)
+    for _ in range(2):
+        x = torch.randn(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            total, get = jfn(x)
+        assert_same((total, get()), (fn(x)[0], fn(x)[1]()))
+    assert isinstance(jfn.fallback_reason, UnsupportedOperationError)
+    assert (jitcore.cache_misses(jfn), jitcore.cache_hits(jfn)) == (1, 1)
+    with pytest.raises(UnsupportedOperationError, match="closure"):
+        jitcore.jit(fn, fullgraph=True)(torch.randn(3))
