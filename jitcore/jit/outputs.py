@@ -143,7 +143,10 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     node = torch_pytree.SUPPORTED_NODES.get(kind)
     if node is not None:
         children, context = node.flatten_fn(value)
-        return _node(tuple(children), lambda kids: node.unflatten_fn(list(kids), context), depth)
+        ordered = isinstance(value, collections.OrderedDict)
+        order = list(collections.OrderedDict.keys(value)) if ordered else None
+        return _node(tuple(children), lambda kids: _in_order(node.unflatten_fn(list(kids), context), order),
+                     depth)
     if isinstance(value, (dict, list)):  # a subclass no registry knows: its items, then its attributes
         return _split_container_subclass(value, depth)
     if isinstance(value, types.FunctionType) and value.__closure__:  # Note [Closures over traced tensors]
@@ -172,6 +175,16 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
 # was copied as an object whose ``__dict__`` holds no proxy: the caller got the traced function, its
 # cell holding a TensorProxy. Cells may be shared with other closures (``nonlocal``), which a rebuild
 # per closure would split apart, so such a closure is refused (JC-T001: an eager entry).
+def _in_order(rebuilt: Any, order: list | None) -> Any:
+    """A registered OrderedDict subclass made again with its keys in the program's ``order``:
+    transformers' ModelOutput unflattens through its constructor, which sets fields in declaration
+    order (``out = Out(logits=t); out.loss = l`` has keys logits, loss: ``out[0]`` is the logits)."""
+    if order is not None and isinstance(rebuilt, collections.OrderedDict) and list(rebuilt.keys()) != order:
+        for key in order:
+            collections.OrderedDict.move_to_end(rebuilt, key)
+    return rebuilt
+
+
 def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     """A proxy of a subclass without ``__torch_dispatch__``: the computation returns its data (and
     the tensors its attributes hold); the result gets the class and the attributes back."""

@@ -188,3 +188,29 @@ def test_a_returned_closure_over_a_computed_tensor_runs_eagerly() -> None:
     assert (jitcore.cache_misses(jfn), jitcore.cache_hits(jfn)) == (1, 1)
     with pytest.raises(UnsupportedOperationError, match="closure"):
         jitcore.jit(fn, fullgraph=True)(torch.randn(3))
+
+
+def test_a_model_output_filled_after_construction_keeps_its_key_order() -> None:
+    """``out = Out(logits=t); out.loss = l``: keys logits, loss as eagerly (the output was rebuilt
+    through the class's constructor, in field order: ``out[0]`` and ``to_tuple()`` gave the loss)."""
+    import dataclasses
+
+    import pytest
+
+    model_output = pytest.importorskip("transformers.utils").ModelOutput
+
+    @dataclasses.dataclass
+    class Out(model_output):
+        loss: torch.Tensor | None = None
+        logits: torch.Tensor | None = None
+        hidden: tuple | None = None
+
+    def fn(a, b):
+        out = Out(logits=a * 2)
+        out.loss = b.sum()
+        out["hidden"] = (a,)
+        return out
+
+    _calls(fn, (3,), (4,))
+    a, b = torch.ones(2), torch.zeros(2)
+    assert list(jitcore.jit(fn)(a, b).keys()) == list(fn(a, b).keys()) == ["logits", "loss", "hidden"]
