@@ -124,7 +124,7 @@ def is_literal_value(value: Any) -> bool:
     t = type(value)
     if t in (int, float, bool, str, bytes, complex, type(None)):
         return True
-    if t in (tuple, frozenset) and len(value) <= 64:
+    if t in (tuple, frozenset, torch.Size) and len(value) <= 64:  # a Size passed per call: by value
         return all(is_literal_value(v) for v in value)
     return t in (torch.dtype, torch.device, torch.layout, torch.memory_format)
 
@@ -162,7 +162,7 @@ def _same_literal(a: Any, b: Any) -> bool:
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
     if type(a) is complex:
         return _same_literal(a.real, b.real) and _same_literal(a.imag, b.imag)
-    if type(a) in (tuple, frozenset):
+    if type(a) in (tuple, frozenset, torch.Size):
         if len(a) != len(b):
             return False
         if type(a) is frozenset:

@@ -214,3 +214,16 @@ def test_a_model_output_filled_after_construction_keeps_its_key_order() -> None:
     _calls(fn, (3,), (4,))
     a, b = torch.ones(2), torch.zeros(2)
     assert list(jitcore.jit(fn)(a, b).keys()) == list(fn(a, b).keys()) == ["logits", "loss", "hidden"]
+
+
+def test_a_size_passed_per_call_is_guarded_by_value() -> None:
+    """``f(x, torch.Size([3, 4]))`` with a new but equal Size each call hits the cache (a Size was
+    guarded by identity: every call traced again, until the cache limit)."""
+
+    def fn(x, size):
+        return x.view(size), size, size[0] * 2
+
+    jfn = jitcore.jit(fn)
+    for shape in ((3, 4), (3, 4), (4, 3), (3, 4)):
+        check(fn, torch.randn(12), torch.Size(shape), jfn=jfn)
+    assert jitcore.cache_misses(jfn) == 2, jitcore.miss_reasons(jfn)
