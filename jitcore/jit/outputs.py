@@ -155,10 +155,29 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
             "tensors",
             hints=("return the tensors and build the closure outside the jitted function",),
         )
+    if _is_iterator(value):  # Note [Sets, views and iterators in outputs]
+        raise UnsupportedOperationError(
+            f"the function returns or stores a {type(value).__qualname__}, an iterator made while tracing, "
+            "which a cached call could not give again in the state eager leaves it",
+            hints=("return a list of its items instead",),
+        )
+    if type(value) in (set, frozenset):
+        return _node(tuple(value), type(value), depth)
+    if type(value) in _DICT_VIEWS:
+        flat, rebuild = _split(dict(value.mapping), depth + 1)
+        view = _DICT_VIEWS[type(value)]
+        return flat, lambda results: view(rebuild(results) if rebuild is not None else results)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = [f.name for f in dataclasses.fields(value)]
     else:
         names = [n for n, v in getattr(value, "__dict__", {}).items() if _holds_proxy(v, depth + 1)]
+    attributes = [id(v) for v in getattr(value, "__dict__", {}).values()]
+    if any(id(c) not in attributes and _holds_proxy(c, depth + 1) for c in _children(value)):
+        raise UnsupportedOperationError(  # held outside its __dict__: a copy would share them
+            f"the function returns or stores a {type(value).__qualname__} over traced tensors, which "
+            "jitcore cannot make again for each call",
+            hints=("return a list or tuple of the tensors instead",),
+        )
     template = copy.copy(value)  # as it is now: the pass restores the caller's objects afterwards
 
     def rebuild_object(kids: tuple) -> Any:
@@ -183,6 +202,18 @@ def _in_order(rebuilt: Any, order: list | None) -> Any:
         for key in order:
             collections.OrderedDict.move_to_end(rebuilt, key)
     return rebuilt
+
+
+# Note [Sets, views and iterators in outputs]
+# A set, a dict view, an iterator (``iter(l)``, ``zip``, ``map``, ``enumerate``, ``reversed``) or a
+# generator the program returns holds its items where ``__dict__`` does not show them: it was copied
+# as an object without traced attributes, or (seen by no walk) returned as a constant, and the caller
+# got TensorProxy items (consuming a returned ``map`` or generator ran the traced lambda: a
+# RecursionError), or every call the one iterator, consumed by the first caller. Sets and frozensets
+# are made again around the call's tensors, a dict view around its dict made again; an iterator
+# (``escaped`` reports it: none may leave a pass), or an object holding a proxy outside its
+# ``__dict__``, is refused (JC-T001: the call runs eagerly).
+_DICT_VIEWS = {type({}.keys()): dict.keys, type({}.values()): dict.values, type({}.items()): dict.items}
 
 
 def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
@@ -320,14 +351,15 @@ def _holds_symbolic_shape(value: Any, depth: int, _seen: set[int] | None = None)
 
 
 def _holds_proxy(value: Any, depth: int) -> bool:
-    return escaped(value, depth) is not None
+    """A proxy, or an iterator made while tracing (taken apart only here: ``split``), is in ``value``."""
+    return escaped(value, depth, iterators=True) is not None
 
 
-def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None) -> Any:
+def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None, *, iterators: bool = False) -> Any:
     """A proxy, or a fake tensor (a shadow: a subclass value's inner tensor, a gradient), reachable from
     ``value`` through containers, pytree nodes, dataclass fields, instance dicts, slots and tensors'
     ``.grad``, at most ``_MAX_DEPTH - depth`` steps away (None: none is)."""
-    if isinstance(value, (Proxy, FakeTensor, TextProxy)):
+    if isinstance(value, (Proxy, FakeTensor, TextProxy)) or iterators and _is_iterator(value):
         return value
     if depth > _MAX_DEPTH or value is None or type(value) in (int, float, bool, str, bytes, complex):
         return None
@@ -336,7 +368,7 @@ def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None) -> Any:
         return None
     seen.add(id(value))
     for child in _children(value):
-        found = escaped(child, depth + 1, seen)
+        found = escaped(child, depth + 1, seen, iterators=iterators)
         if found is not None:
             return found
     return None
@@ -352,6 +384,8 @@ def _children(value: Any) -> list[Any]:
         return [] if target is None else [target]
     if isinstance(value, dict):
         return [*value.values(), *(k for k in value if isinstance(k, TextProxy))]
+    if type(value) in _DICT_VIEWS:
+        return [*value.mapping.keys(), *value.mapping.values()]
     if isinstance(value, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):
         return []
     if isinstance(value, types.FunctionType):  # a closure returned or stored: what its cells hold
@@ -370,6 +404,13 @@ def _children(value: Any) -> list[Any]:
                 if child is not None:
                     children.append(child)
     return children
+
+
+def _is_iterator(value: Any) -> bool:
+    """A generator, or a builtin iterator (``iter(l)``, ``zip``, ``map``, ``enumerate``): stateful, made
+    while tracing (Note [Sets, views and iterators in outputs])."""
+    return isinstance(value, types.GeneratorType) or (
+        type(value).__module__ == "builtins" and hasattr(type(value), "__next__"))
 
 
 def _filled(cell: types.CellType) -> bool:

@@ -227,3 +227,46 @@ def test_a_size_passed_per_call_is_guarded_by_value() -> None:
     for shape in ((3, 4), (3, 4), (4, 3), (3, 4)):
         check(fn, torch.randn(12), torch.Size(shape), jfn=jfn)
     assert jitcore.cache_misses(jfn) == 2, jitcore.miss_reasons(jfn)
+
+
+def test_returned_sets_and_dict_views_hold_the_calls_tensors() -> None:
+    """A set, a frozenset or a dict view of tensors the function returns holds the call's tensors
+    (each was copied as an object without traced attributes: its items were TensorProxy objects)."""
+
+    def fn(a, b):
+        d = {"a": a + 1, "b": b}
+        return {a * 2}, frozenset([b]), d.values(), d.items(), d.keys()
+
+    jfn = jitcore.jit(fn)
+    for n in (3, 3, 4):
+        a, b = torch.randn(n), torch.randn(n)
+        got, expected = jfn(a, b), fn(a, b)
+        assert [type(v) for v in got] == [type(v) for v in expected]
+        assert_same(list(got[0]) + list(got[1]), list(expected[0]) + list(expected[1]))
+        assert_same(list(got[2]), list(expected[2]))
+        assert_same(list(got[3]), list(expected[3]))
+        assert list(got[4]) == list(expected[4])
+    assert jitcore.cache_misses(jfn) == 2, jitcore.miss_reasons(jfn)
+
+
+def test_a_returned_iterator_or_generator_runs_eagerly() -> None:
+    """An iterator or generator the function makes and returns runs eagerly (JC-T001): it held
+    TensorProxy items (a returned generator, consumed by the caller, ran the traced code: a
+    RecursionError), and a cached call would hand every caller the same, consumed, iterator."""
+    from jitcore.errors import UnsupportedOperationError
+
+    programs = (
+        lambda a, b: iter([a, b]),
+        lambda a, b: zip([a], [b * 2]),
+        lambda a, b: map(lambda t: t + 1, [a, b]),
+        lambda a, b: (t * 2 for t in (a, b)),
+        lambda a, b: iter([1, 2]),
+    )
+    for fn in programs:
+        jfn = jitcore.jit(fn)
+        for _ in range(2):
+            a, b = torch.randn(3), torch.randn(3)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                assert_same(list(jfn(a, b)), list(fn(a, b)))
+        assert isinstance(jfn.fallback_reason, UnsupportedOperationError), jfn.fallback_reason
