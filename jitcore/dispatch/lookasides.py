@@ -38,7 +38,7 @@ from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstanc
 from jitcore.interpreter.lookasides import super_arguments, type_
 from jitcore.ir import Proxy, current_context, tracing
 from jitcore.langctx.aten import aten_symbol
-from jitcore.proxies.number import SYMBOLIC_NUMBERS, symbolic_number_class
+from jitcore.proxies.number import STAND_INS, SYMBOLIC_NUMBERS, symbolic_number_class
 from jitcore.proxies.protocol import eager_only_reason
 from jitcore.proxies.subclass import SubclassTensorProxy, missing_slot, subclass_proxy
 from jitcore.proxies.tensor import TensorProxy, jagged_outer
@@ -97,6 +97,8 @@ def type_of(*args: Any, **kwargs: Any) -> Any:
             return args[0].python_type  # which some objects compute (torch.distributed.reduce_op warns)
         if (number := symbolic_number_class(args[0])) is not None:
             return number
+        if type(args[0]) in STAND_INS:
+            return STAND_INS[type(args[0])]
     return type_(*args, **kwargs)
 
 
@@ -115,6 +117,8 @@ def python_type(obj: Any) -> type:
     if isinstance(obj, (Proxy, TextProxy)):
         return obj.python_type
     t = builtins.type(obj)
+    if t in STAND_INS:
+        return STAND_INS[t]
     return (symbolic_number_class(obj) or t) if t in SYMBOLIC_NUMBERS else t
 
 

@@ -75,7 +75,7 @@ from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.state_kinds import identity_arguments
-from jitcore.jit.tensor_keys import CallerKeys
+from jitcore.jit.tensor_keys import CallerKeys, calls_weakref, pin_tensor_ids
 from jitcore.jit.texts import format_field, format_lookasides, format_percent
 from jitcore.jit.value_reads import ValueReads
 from jitcore.langctx import new_context
@@ -174,6 +174,7 @@ class Pass:
             with tracing(self.context), _deep_recursion(), restored_on_refusal(), \
                     self.prints.printed_on_error(args, kwargs):
                 output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
+            output = pin_tensor_ids(output)  # a returned id is a value (Note [The id of a caller's tensor])
             copies = {id(c) for c, _path in self.provenance.argument_copies}
             with outputs.taken_apart("returns"):
                 output, returned = self.snapshots.returned_objects(output, args, kwargs, copies)
@@ -182,6 +183,7 @@ class Pass:
                     output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
                 output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
+            changes = [_plain_ids(e) for e in changes]
             changes += self.prints.effects
         finally:
             self.snapshots.restore()  # the caller's objects as the call found them
@@ -328,6 +330,9 @@ class Pass:
             **self._inference_mode_lookasides(),
         })
         lookasides[len] = self.measured.len_lookaside(lookasides.get(len, len))
+        # ``id(t)``/``hash(t)`` of a caller's tensor: its own id (Note [The id of a caller's tensor])
+        lookasides[id] = lambda *args: self.keys.identity(id, args, self._opaque_call)
+        lookasides[hash] = lambda *args: self.keys.identity(hash, args, self._opaque_call)
         return Hooks(
             lookasides=lookasides,
             resolve_call=self._resolve_call,
@@ -516,7 +521,8 @@ class Pass:
                     "torch.inference_mode() entered inside a jitted function is not supported",
                     hints=("enter torch.inference_mode() around the call of the jitted function instead",),
                 )
-        return offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
+        result = offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
+        return self.keys.dereferenced(result) if calls_weakref(fn) else result
 
     def _native_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):
@@ -729,6 +735,14 @@ def _grad_as_proxy(effect: Effect, values: Any) -> Effect:
     if isinstance(effect.value, FakeTensor):
         return dataclasses.replace(effect, value=values.proxy_for(effect.value))
     return effect
+
+
+def _plain_ids(effect: Effect) -> Effect:
+    """An id stored into the caller's objects is a value: pinned, stored as an ``int``."""
+    key, value = pin_tensor_ids(effect.key), pin_tensor_ids(effect.value)
+    if key is effect.key and value is effect.value:
+        return effect
+    return dataclasses.replace(effect, key=key, value=value)
 
 
 def _subclass_in(*trees: Any) -> bool:

@@ -41,8 +41,9 @@ import torch
 from jitcore.ir import Proxy
 
 __all__ = [
-    "SYMBOLIC_NUMBERS", "NumberProxy", "ObjectProxy", "formula", "operations", "records_arithmetic",
-    "replace_numbers", "specialize_all", "symbolic_number_class", "traced_symbol_values", "traced_value",
+    "STAND_INS", "SYMBOLIC_NUMBERS", "NumberProxy", "ObjectProxy", "formula", "operations",
+    "records_arithmetic", "replace_numbers", "specialize_all", "symbolic_number_class",
+    "traced_symbol_values", "traced_value",
 ]
 
 
@@ -393,6 +394,10 @@ def replace_numbers(tree: Any, replace: Callable[[Any], Any],
 # The numbers of a ShapeEnv that a pass with symbolic sizes hands the program where eager has an int,
 # float or bool (``x.shape[0]``: jitcore/jit/shapes.py).
 SYMBOLIC_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+# Classes whose values stand for values of another class to the program (``type(v)`` answers that one):
+# the id of a caller's tensor is an ``int`` (jitcore/jit/tensor_keys.py registers its class).
+STAND_INS: dict[type, type] = {}
 
 
 def symbolic_number_class(value: Any) -> type | None:
