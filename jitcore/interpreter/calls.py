@@ -181,6 +181,8 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
     if info is None or info.code is not code:
         info = decode(code)
     frames = run.frames
+    if len(frames) >= run.max_depth:  # Note [The program's recursion limit]
+        raise RecursionError("maximum recursion depth exceeded")
     if not kwargs and info.simple_argcount == len(args):  # the common case: positional, no defaults used
         # Frame(...) written out: a class call with __init__ costs more than the stores themselves (Note
         # [Frames of plain calls] in frame.py; test_frames_of_plain_calls checks that both set the same slots)

@@ -68,6 +68,9 @@ class Hooks:
         type_of: ``obj -> class``: the class an object stands for, where it differs from ``type(obj)``
             (the jit's proxies stand for tensors); consulted where CPython's semantics depend on an
             object's type, e.g. whether ``cls(...)`` runs ``__init__`` on what ``__new__`` returned.
+        max_depth: the program's frames at most: a call of a Python function that would go deeper raises
+            RecursionError in its caller, as CPython's recursion limit does (the jit runs the interpreter
+            under a limit of its own and gives the caller's here: Note [The program's recursion limit]).
     """
 
     lookasides: Mapping[object, Callable] = field(default_factory=dict)
@@ -86,3 +89,4 @@ class Hooks:
     format_field: Callable[[object, int, object], object] | None = None
     format_percent: Callable[[str, object], object] | None = None
     type_of: Callable[[object], type] | None = None
+    max_depth: int | None = None

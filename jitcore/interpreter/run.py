@@ -14,6 +14,7 @@ from __future__ import annotations
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -68,6 +69,7 @@ class Run:
         "handlers",
         "hooks",
         "lookasides",
+        "max_depth",
         "native_exc",
         "on_opaque_call",
         "plain",
@@ -93,6 +95,7 @@ class Run:
         self.resolve_call = hooks.resolve_call
         self.on_opaque_call = hooks.on_opaque_call
         self.type_of = hooks.type_of if hooks.type_of is not None else type
+        self.max_depth = hooks.max_depth if hooks.max_depth is not None else sys.maxsize
         self.execute = loop.execute_traced if hooks.on_instruction is not None else loop.execute
         # fused instructions (Note [Fused instructions]) unless a hook must see every instruction; the
         # opcodes whose load hooks are set are never fused

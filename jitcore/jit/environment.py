@@ -8,7 +8,7 @@ The lookaside reads the item natively and guards what it saw: the key's value, o
 (``os.environ`` is a bound root of the prologue; the check is a dict lookup per key read).
 Writes (``os.environ[k] = v``, ``del``, ``putenv``) change the process, not a traced value: they are
 refused with UnsupportedOperationError (JC-T001), so such a call runs eagerly. So is
-``sys.setrecursionlimit``: the pass runs under a raised limit of its own (jit/interpretation.py) and puts
+``sys.setrecursionlimit``: the pass runs under a raised limit of its own (jit/recursion.py) and puts
 the caller's back when it ends, so a limit the program set would be lost, and a cached call would not
 set it at all.
 

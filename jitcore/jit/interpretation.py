@@ -14,7 +14,6 @@ has finished without error.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -74,6 +73,7 @@ from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
+from jitcore.jit.recursion import ProgramLimit, program_recursion
 from jitcore.jit.state_kinds import identity_arguments
 from jitcore.jit.tensor_keys import CallerKeys, calls_weakref, pin_tensor_ids
 from jitcore.jit.texts import format_field, format_lookasides, format_percent
@@ -131,6 +131,7 @@ class Pass:
         self.held = HeldTensors(self.provenance)  # jit/held_tensors.py
         self.measured = appends.MeasuredLists(self.provenance)
         # a caller's tensor as a key of the caller's dicts (jit/tensor_keys.py)
+        self.limit: ProgramLimit | None = None  # the program's recursion limit, once the pass starts
         self.keys = CallerKeys(self.provenance, lambda obj: self.snapshots.reached(obj)
                                or self.provenance.path_of(obj) is not None)
         # dynamic numbers given as sizes, in a pass with symbolic sizes (jit/number_sizes.py)
@@ -171,9 +172,9 @@ class Pass:
                 self.trace.imports["jitcore"] = jitcore
             self._remember_function(target)
             state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
-            with tracing(self.context), _deep_recursion(), restored_on_refusal(), \
+            with tracing(self.context), program_recursion() as limit, restored_on_refusal(), \
                     self.prints.printed_on_error(args, kwargs):
-                output = interpret(target, hooks=self.hooks())(*pargs, **pkwargs)
+                output = interpret(target, hooks=self.hooks(limit))(*pargs, **pkwargs)
             output = pin_tensor_ids(output)  # a returned id is a value (Note [The id of a caller's tensor])
             copies = {id(c) for c, _path in self.provenance.argument_copies}
             with outputs.taken_apart("returns"):
@@ -310,7 +311,8 @@ class Pass:
                                 and (g.name != DTENSOR_SETTINGS or dtensor))
 
     # --- hooks -------------------------------------------------------------------------------------
-    def hooks(self) -> Hooks:
+    def hooks(self, limit: ProgramLimit) -> Hooks:
+        self.limit = limit  # Note [The program's recursion limit] (jit/recursion.py)
         lookasides = numbers.with_number_lookasides({
             **dict(TORCH_TABLE.callables()),
             **DISPATCH_LOOKASIDES,
@@ -327,7 +329,7 @@ class Pass:
             **self.files.lookasides(), **self.logs.lookasides(), **self.per_call.lookasides(),
             **{fn: self._state_change(fn, symbol) for fn, symbol in STATE_FUNCTION_SYMBOLS.items()},
             **dispatch_state_lookasides(self._state_change),  # dispatch/dtensor.py
-            **self._inference_mode_lookasides(),
+            **self._inference_mode_lookasides(), **limit.lookasides(),
         })
         lookasides[len] = self.measured.len_lookaside(lookasides.get(len, len))
         # ``id(t)``/``hash(t)`` of a caller's tensor: its own id (Note [The id of a caller's tensor])
@@ -349,6 +351,7 @@ class Pass:
             format_field=format_field,
             format_percent=format_percent,
             type_of=python_type,
+            max_depth=limit.max_depth,
         )
 
     def _attribute_lookasides(self) -> dict[Any, Callable[..., Any]]:
@@ -521,6 +524,9 @@ class Pass:
                     "torch.inference_mode() entered inside a jitted function is not supported",
                     hints=("enter torch.inference_mode() around the call of the jitted function instead",),
                 )
+        if self.limit is not None and self.limit.recurses(fn, args):  # ``repr`` of a list nested 1100 deep
+            return self.limit.call_native(len(current_run().frames),
+                                          lambda: offer_native(fn, args, kwargs, self._native_call))
         result = offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
         return self.keys.dereferenced(result) if calls_weakref(fn) else result
 
@@ -696,24 +702,6 @@ class Pass:
                 )
         # torch's own modules (nn.Linear, nn.TransformerEncoderLayer) jitted directly: their lines
         return tuple(frames or module_frames) or None
-
-
-# Every interpreted frame costs several native ones; subclass resolution nests interpreted
-# __torch_dispatch__ calls inside torch's dispatcher. CPython 3.11 runs pure-Python calls without
-# growing the C stack, so a deeper Python recursion limit is safe while tracing.
-_TRACING_RECURSION_LIMIT = 20000
-
-
-@contextlib.contextmanager
-def _deep_recursion() -> Any:
-    previous = sys.getrecursionlimit()
-    if previous < _TRACING_RECURSION_LIMIT:
-        sys.setrecursionlimit(_TRACING_RECURSION_LIMIT)
-    try:
-        yield
-    finally:
-        if previous < _TRACING_RECURSION_LIMIT:
-            sys.setrecursionlimit(previous)
 
 
 def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections import UserList
+from typing import Any
 
 import pytest
 import torch
@@ -93,3 +95,48 @@ def test_setting_the_recursion_limit_runs_eagerly() -> None:
         assert any("recursion limit" in str(w.message) for w in caught)
     finally:
         sys.setrecursionlimit(before)
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except RecursionError:
+        return RecursionError
+
+
+def _descend(depth: int, fn: Any) -> Any:
+    """``fn()`` called ``depth`` frames deeper than this one."""
+    return fn() if depth == 0 else _descend(depth - 1, fn)
+
+
+def test_the_program_sees_and_meets_the_callers_recursion_limit() -> None:
+    """Note [The program's recursion limit]: the pass interprets under a raised native limit of its own;
+    before, ``sys.getrecursionlimit()`` read it (20000), a recursion 1100 deep returned where eager raises
+    RecursionError, and code sizing its test by the limit built 20100 levels."""
+    import sys
+
+    def count(x, n):
+        return x if n == 0 else count(x, n - 1) + 1
+
+    def limit(x):
+        return x + sys.getrecursionlimit()
+
+    def nested_repr(x, node):
+        return x, len(repr(node))
+
+    assert_same(jitcore.jit(limit)(X), limit(X))
+    deep = UserList()
+    for _ in range(sys.getrecursionlimit() + 100):  # as CPython's test_userlist sizes it
+        deep = UserList([deep])
+    shallow = UserList([UserList([None])])
+    for depth in (0, 200):  # where the jitted function is called from matters, as eagerly
+        for n in (50, 700 - depth, 1100 - depth, 3000):
+            want = _descend(depth, lambda n=n: _outcome(count, X, n))
+            got = _descend(depth, lambda n=n: _outcome(jitcore.jit(count), X, n))
+            assert (want is RecursionError) == (got is RecursionError), (depth, n, want, got)
+            if want is not RecursionError:
+                assert_same(got, want)
+        for node in (shallow, deep):
+            want = _descend(depth, lambda node=node: _outcome(nested_repr, X, node))
+            got = _descend(depth, lambda node=node: _outcome(jitcore.jit(nested_repr), X, node))
+            assert (want is RecursionError) == (got is RecursionError), (depth, want, got)
