@@ -9,8 +9,10 @@ frame that called the jitted function) raises RecursionError in its caller (``Ho
 eagerly the same program would raise it. The depth counts the program's interpreted frames; a native
 frame between two of them (``sorted(key=f)``) is not counted, so the limit can be a few frames off.
 C code that recurses through the objects it is given (``repr``, ``str``, ``ascii``, ``format`` of a
-container or an instance: a list nested 1100 deep) runs under a native limit set for the call to the
-native depth now plus the frames eager would have left, so it raises RecursionError where eager does.
+container or an instance: a list nested 1100 deep; an exception group's ``split``/``subgroup``) runs
+under a native limit set for the call to the native depth now plus the frames eager would have left, so
+it raises RecursionError where eager does. Other C code (``==`` of nested lists, ``pickle``) recurses
+under the pass's limit: RecursionError comes deeper than eagerly.
 ``sys.setrecursionlimit`` inside runs the call eagerly (jit/environment.py).
 
 Invariant: the caller's limit is in force again when the pass ends, however it ends.
@@ -45,7 +47,10 @@ class ProgramLimit:
 
     def recurses(self, fn: Any, args: tuple) -> bool:
         """Whether C code ``fn`` may recurse through ``args`` as deep as they are nested."""
-        return id(fn) in _RECURSING and len(args) >= 1 and type(args[0]) not in _FLAT
+        if id(fn) in _RECURSING:
+            return len(args) >= 1 and type(args[0]) not in _FLAT
+        return getattr(fn, "__name__", None) in ("split", "subgroup") and \
+            isinstance(getattr(fn, "__self__", None), BaseExceptionGroup)  # a group nested 2000 deep
 
     def call_native(self, program_depth: int, call: Callable[[], Any]) -> Any:
         """``call()`` under the native limit that leaves it the frames eager would have, the program

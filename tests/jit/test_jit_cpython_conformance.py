@@ -50,7 +50,6 @@ MODULES = (
 if sys.version_info >= (3, 13):
     MODULES = MODULES[:20]
 
-_RECURSION = "jitcore raises the recursion limit while tracing (interpreted frames cost several native ones)"
 _BREAKPOINT = ("breakpoint() inside a jitted function warns and does not stop (jitcore.debug stops there: "
                "docs/debugging.md)")
 _CLASS_READ = ("jitcore's own isinstance checks of the program's objects (its hooks, guards and output "
@@ -69,11 +68,6 @@ KNOWN_FAILURES = {
     "test.test_descr.ClassPropertiesAndMethods.test_module_subclasses": _CLASS_READ,
     "test.test_descr.ClassPropertiesAndMethods.test_special_method_lookup": _CLASS_READ,
 }
-if sys.version_info < (3, 13):  # 3.13's C recursion has a limit of its own
-    for _name in ("test_deep_split", "test_deep_subgroup"):
-        KNOWN_FAILURES[f"test.test_exception_group.DeepRecursionInSplitAndSubgroup.{_name}"] = (
-            f"ExceptionGroup's C code recursing into a group nested 2000 deep raises RecursionError only "
-            f"under the usual limit: {_RECURSION}")
 if sys.version_info >= (3, 13):  # 3.13's test_builtin has one more breakpoint() test
     KNOWN_FAILURES["test.test_builtin.TestBreakpoint.test_runtime_error_when_hook_is_lost"] = _BREAKPOINT
 
