@@ -114,9 +114,9 @@ def len_of(obj: Any) -> Any:
 
 def python_type(obj: Any) -> type:
     """The class ``obj`` stands for (the interpreter's ``type_of`` hook)."""
-    if isinstance(obj, (Proxy, TextProxy)):
-        return obj.python_type
     t = builtins.type(obj)
+    if issubclass(t, (Proxy, TextProxy)):  # not isinstance: it reads ``__class__``, which a class computes
+        return obj.python_type
     if t in STAND_INS:
         return STAND_INS[t]
     return (symbolic_number_class(obj) or t) if t in SYMBOLIC_NUMBERS else t

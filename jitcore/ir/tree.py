@@ -19,7 +19,7 @@ __all__ = ["tree_any", "tree_has"]
 def tree_has(tree: Any, cls: type | tuple[type, ...]) -> bool:
     """Whether an instance of ``cls`` is ``tree`` or occurs inside it (a slice's bounds included:
     ``x[:, a:b]``)."""
-    return _search(tree, lambda node: isinstance(node, cls), set(), bounds=True)
+    return _search(tree, lambda node: issubclass(type(node), cls), set(), bounds=True)
 
 
 def tree_any(tree: Any, test: Callable[[Any], bool]) -> bool:
@@ -36,7 +36,7 @@ def _search(tree: Any, found: Callable[[Any], bool], seen: set[int], *, bounds: 
     slice's bounds too."""
     if found(tree):
         return True
-    if isinstance(tree, _CONTAINERS):
+    if issubclass(type(tree), _CONTAINERS):
         if id(tree) in seen:
             return False
         seen.add(id(tree))

@@ -91,12 +91,28 @@ def is_library_file(filename: str) -> bool:
     return filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen ")
 
 
+def module_name(module: types.ModuleType) -> str | None:
+    """``module.__name__``, read from the module's namespace: a subclass's ``__getattribute__`` (which
+    may log) is the program's, and it never reads the name itself."""
+    name = types.ModuleType.__getattribute__(module, "__dict__").get("__name__")
+    return name if type(name) is str else None
+
+
+def is_imported_module(module: types.ModuleType) -> bool:
+    """Whether ``module`` came from an import (``sys.modules`` holds it, or it has an import spec),
+    not made by ``types.ModuleType(name)``."""
+    namespace = types.ModuleType.__getattribute__(module, "__dict__")
+    return sys.modules.get(module_name(module)) is module or namespace.get("__spec__") is not None
+
+
 def is_library_module(module: types.ModuleType) -> bool:
-    name = module.__name__
+    name = module_name(module)
+    if name is None:
+        return False
     if name == "torch" or name.startswith(("torch.", "jitcore")) or name in sys.builtin_module_names:
         return True
-    filename = getattr(module, "__file__", None)
-    return filename is not None and is_library_file(filename)
+    filename = types.ModuleType.__getattribute__(module, "__dict__").get("__file__")
+    return type(filename) is str and is_library_file(filename)
 
 
 def is_stored_attribute(obj: Any, name: str) -> bool:

@@ -113,10 +113,11 @@ class StateSnapshots:
     def take(self, obj: Any, path: Path) -> None:
         """Remember ``obj``'s state now (the first time it is reached); ``path`` reaches it per call
         (for the program's copy of an argument container, the caller's container is at ``path``)."""
-        if id(obj) in self._snapshots or isinstance(obj, (types.ModuleType, types.FunctionType)) or (
-                isinstance(obj, type) and obj.__module__ == "builtins"):
+        kind = type(obj)  # not isinstance: it reads ``__class__``, which a class may compute (and log)
+        if id(obj) in self._snapshots or issubclass(kind, (types.ModuleType, types.FunctionType)) or (
+                issubclass(kind, type) and obj.__module__ == "builtins"):
             return
-        if isinstance(obj, Proxy) and (type(obj) is PlainTensorProxy or not isinstance(obj, TensorProxy)):
+        if issubclass(kind, Proxy) and (kind is PlainTensorProxy or not issubclass(kind, TensorProxy)):
             return  # a subclass input's proxy holds its tensor's attributes (Provenance._subclass and
             # _bind_tensor_attributes): what the program sets there is set on the tensor
         state = _state_of(obj)
@@ -375,25 +376,25 @@ def _state_of(obj: Any) -> Any:
             return ("cell", obj.cell_contents)
         except ValueError:
             return ("cell", _MISSING)
-    if isinstance(obj, collections.deque):
+    if issubclass(kind, collections.deque):
         return ("deque", list(obj))
     # the built-in types' own methods: a subclass's overrides (a registry's ``get``) are the program's
-    if isinstance(obj, list):
+    if issubclass(kind, list):
         return ("list", list(list.__iter__(obj)))
-    if isinstance(obj, collections.OrderedDict):  # its own order (``move_to_end``), not its dict's
+    if issubclass(kind, collections.OrderedDict):  # its own order (``move_to_end``), not its dict's
         return ("dict", dict(collections.OrderedDict.items(obj)))
-    if isinstance(obj, dict):
+    if issubclass(kind, dict):
         return ("dict", dict(dict.items(obj)))
-    if isinstance(obj, set):
+    if issubclass(kind, set):
         return ("set", set(set.__iter__(obj)))
-    if isinstance(obj, type):  # a class's own attributes (``Counter.calls += 1``)
+    if issubclass(kind, type):  # a class's own attributes (``Counter.calls += 1``)
         return ("class", dict(vars(obj)))
     attrs = _attributes(obj)
-    if isinstance(obj, torch.Tensor) and not isinstance(obj, Proxy):
+    if issubclass(kind, torch.Tensor) and not issubclass(kind, Proxy):
         # a tensor of the caller's: its Python attributes and its ``.grad`` (optimizers and
         # ``zero_grad`` set it)
-        return ("tensor", (dict(attrs) if isinstance(attrs, dict) else {}, _grad_of(obj)))
-    if isinstance(attrs, dict):
+        return ("tensor", (dict(attrs) if type(attrs) is dict else {}, _grad_of(obj)))
+    if type(attrs) is dict:
         return ("attrs", dict(attrs))
     slots = _slot_members(type(obj))
     if slots:
@@ -418,7 +419,7 @@ def _grad_of(tensor: torch.Tensor) -> Any:
 def _attributes(obj: Any) -> Any:
     """``obj.__dict__`` (None without one); for a subclass value's proxy, its class's slots too (they are
     real slots of the proxy, as of the caller's tensor)."""
-    if isinstance(obj, SubclassTensorProxy):
+    if issubclass(type(obj), SubclassTensorProxy):
         return instance_attributes(obj, obj.python_type)
     return getattr(obj, "__dict__", None)
 
@@ -554,7 +555,7 @@ def _restore(obj: Any, state: Any) -> None:
                 obj.grad = grad
         if attrs or vars(obj):
             _restore(obj, ("attrs", attrs))
-    elif kind == "attrs" and isinstance(obj, SubclassTensorProxy):
+    elif kind == "attrs" and issubclass(type(obj), SubclassTensorProxy):
         for name in _attributes(obj).keys() - old.keys():
             if _is_slot(obj.python_type, name):
                 _set_slot(obj, name, _MISSING)

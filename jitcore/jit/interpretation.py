@@ -52,12 +52,14 @@ from jitcore.jit.code_kinds import (
     TORCH_MODULES_DIR,
     compiled_original,
     is_global_hook_registry,
+    is_imported_module,
     is_library_file,
     is_library_module,
     is_stored_attribute,
     is_symbolic_shapes_code,
     is_torch_builtin,
     is_unlisted_operation,
+    module_name,
 )
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dict_reads import dict_read_lookasides
@@ -601,7 +603,7 @@ class Pass:
         return self._bind_state(frame, value, path, name)
 
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
-        if isinstance(obj, TensorProxy):
+        if issubclass(type(obj), TensorProxy):
             if (method := protocol_method(obj, name)) is not None:  # Note [A value's protocol methods]
                 return method
             return None if name == "name" and torch_owns_name(obj) else value  # eager's Tensor.name
@@ -611,7 +613,7 @@ class Pass:
             return held  # Note [A caller's tensor the program holds itself], jit/held_tensors.py
         if frame.code.co_filename.startswith(STDLIB_DIR) or self._untracked_subclass_code(frame):
             return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
-        if isinstance(obj, types.ModuleType) and is_library_module(obj):
+        if issubclass(type(obj), types.ModuleType) and is_library_module(obj):
             return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
         path = self.provenance.path_of(obj)
         if name == "grad" and path is not None and isinstance(obj, torch.Tensor):
@@ -623,11 +625,13 @@ class Pass:
             self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch, key=key)
             return value
         if path is None:
-            user_class = self.context.subclass_code and isinstance(obj, type) and not is_library_module(
+            kind = type(obj)  # not isinstance: it reads ``__class__``, which a class may compute
+            user_class = self.context.subclass_code and issubclass(kind, type) and not is_library_module(
                 sys.modules.get(obj.__module__, sys))  # ``cls.calls`` in a user's dispatch
-            if not user_class and (not isinstance(obj, types.ModuleType) or is_library_module(obj)):
-                return value
-            path = Path(Root("bound", obj.__qualname__ if user_class else obj.__name__, obj))
+            if not user_class and (not issubclass(kind, types.ModuleType) or is_library_module(obj)
+                                   or not is_imported_module(obj)):
+                return value  # the program's own object (a module it made: not state)
+            path = Path(Root("bound", obj.__qualname__ if user_class else module_name(obj), obj))
             self.provenance.remember(obj, path)
         elif not is_stored_attribute(obj, name):
             self.provenance.bind_class_attribute(obj, path, name)  # a method or property: pin it

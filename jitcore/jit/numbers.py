@@ -159,7 +159,7 @@ def with_number_lookasides(table: dict[Any, Callable[..., Any]]) -> dict[Any, Ca
 
 def _by_argument(for_numbers: Callable[..., Any], other: Callable[..., Any], *args: Any,
                  **kwargs: Any) -> Any:
-    if any(isinstance(a, NumberProxy) for a in args):
+    if any(issubclass(type(a), NumberProxy) for a in args):
         return for_numbers(*args, **kwargs)
     return other(*args, **kwargs)
 

@@ -143,13 +143,13 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     node = torch_pytree.SUPPORTED_NODES.get(kind)
     if node is not None:
         children, context = node.flatten_fn(value)
-        ordered = isinstance(value, collections.OrderedDict)
+        ordered = issubclass(type(value), collections.OrderedDict)
         order = list(collections.OrderedDict.keys(value)) if ordered else None
         return _node(tuple(children), lambda kids: _in_order(node.unflatten_fn(list(kids), context), order),
                      depth)
     if isinstance(value, (dict, list)):  # a subclass no registry knows: its items, then its attributes
         return _split_container_subclass(value, depth)
-    if isinstance(value, types.FunctionType) and value.__closure__:  # Note [Closures over traced tensors]
+    if type(value) is types.FunctionType and value.__closure__:  # Note [Closures over traced tensors]
         raise UnsupportedOperationError(
             f"the function returns or stores the closure {value.__qualname__}, whose cells hold traced "
             "tensors",
@@ -198,7 +198,8 @@ def _in_order(rebuilt: Any, order: list | None) -> Any:
     """A registered OrderedDict subclass made again with its keys in the program's ``order``:
     transformers' ModelOutput unflattens through its constructor, which sets fields in declaration
     order (``out = Out(logits=t); out.loss = l`` has keys logits, loss: ``out[0]`` is the logits)."""
-    if order is not None and isinstance(rebuilt, collections.OrderedDict) and list(rebuilt.keys()) != order:
+    ordered = issubclass(type(rebuilt), collections.OrderedDict)
+    if order is not None and ordered and list(rebuilt.keys()) != order:
         for key in order:
             collections.OrderedDict.move_to_end(rebuilt, key)
     return rebuilt
@@ -359,7 +360,7 @@ def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None, *, iterat
     """A proxy, or a fake tensor (a shadow: a subclass value's inner tensor, a gradient), reachable from
     ``value`` through containers, pytree nodes, dataclass fields, instance dicts, slots and tensors'
     ``.grad``, at most ``_MAX_DEPTH - depth`` steps away (None: none is)."""
-    if isinstance(value, (Proxy, FakeTensor, TextProxy)) or iterators and _is_iterator(value):
+    if issubclass(type(value), (Proxy, FakeTensor, TextProxy)) or iterators and _is_iterator(value):
         return value
     if depth > _MAX_DEPTH or value is None or type(value) in (int, float, bool, str, bytes, complex):
         return None
@@ -375,24 +376,25 @@ def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None, *, iterat
 
 
 def _children(value: Any) -> list[Any]:
-    if (type(value).__module__ or "").startswith("jitcore"):
+    kind = type(value)  # not isinstance: it reads ``__class__``, which a class may compute
+    if (kind.__module__ or "").startswith("jitcore"):
         return []  # jitcore's own records (a jitted function's traces) hold proxies by design
-    if isinstance(value, (tuple, list, set, frozenset, collections.deque)):
+    if issubclass(kind, (tuple, list, set, frozenset, collections.deque)):
         return list(value)
-    if type(value) is weakref.ref:  # a weak reference to a proxy leaks it as surely as a strong one
+    if kind is weakref.ref:  # a weak reference to a proxy leaks it as surely as a strong one
         target = value()
         return [] if target is None else [target]
-    if isinstance(value, dict):
+    if issubclass(kind, dict):
         return [*value.values(), *(k for k in value if isinstance(k, TextProxy))]
-    if type(value) in _DICT_VIEWS:
+    if kind in _DICT_VIEWS:
         return [*value.mapping.keys(), *value.mapping.values()]
-    if isinstance(value, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):
+    if issubclass(kind, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):
         return []
-    if isinstance(value, types.FunctionType):  # a closure returned or stored: what its cells hold
+    if kind is types.FunctionType:  # a closure returned or stored: what its cells hold
         return [c.cell_contents for c in value.__closure__ or () if c.cell_contents is not None] \
             if all(_filled(c) for c in value.__closure__ or ()) else []
     children = list(getattr(value, "__dict__", {}).values()) if hasattr(value, "__dict__") else []
-    if isinstance(value, torch.Tensor):
+    if issubclass(kind, torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():  # a subclass's __torch_function__ sees no read
             grad = value.grad if value.is_leaf else None  # (a non-leaf's .grad warns and is unused)
         if grad is not None:
@@ -409,7 +411,7 @@ def _children(value: Any) -> list[Any]:
 def _is_iterator(value: Any) -> bool:
     """A generator, or a builtin iterator (``iter(l)``, ``zip``, ``map``, ``enumerate``): stateful, made
     while tracing (Note [Sets, views and iterators in outputs])."""
-    return isinstance(value, types.GeneratorType) or (
+    return issubclass(type(value), types.GeneratorType) or (
         type(value).__module__ == "builtins" and hasattr(type(value), "__next__"))
 
 
@@ -423,8 +425,8 @@ def _filled(cell: types.CellType) -> bool:
 
 def held(value: Any) -> Proxy | None:
     """A proxy ``value`` holds directly: as an item, a dict value, an attribute or a slot."""
-    if isinstance(value, Proxy):
+    if issubclass(type(value), Proxy):
         return value
     if value is None or type(value) in (int, float, bool, str, bytes, complex):
         return None
-    return next((child for child in _children(value) if isinstance(child, Proxy)), None)
+    return next((child for child in _children(value) if issubclass(type(child), Proxy)), None)

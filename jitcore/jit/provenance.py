@@ -149,7 +149,7 @@ class Provenance:
 
     def remembered(self) -> list[Any]:
         """The objects of the caller's and of persistent state the program reached (while it runs)."""
-        return [r.obj for r in self._reached.values() if not isinstance(r.obj, torch.Tensor)]
+        return [r.obj for r in self._reached.values() if not issubclass(type(r.obj), torch.Tensor)]
 
     def remember(self, obj: Any, path: Path) -> None:
         reached = self._reached.get(id(obj))
@@ -175,12 +175,12 @@ class Provenance:
 
         A container reached again while it is being bound (``l.append(l)``) is guarded as the same
         object as where it was first reached (Note [Cyclic arguments])."""
-        if isinstance(value, torch.Tensor):
+        if issubclass(type(value), torch.Tensor):
             return self._tensor(value, path, name)
         t = type(value)
         structured = t in (tuple, list, dict, collections.OrderedDict) or (
-            isinstance(value, tuple) and hasattr(t, "_fields")) or (
-            dataclasses.is_dataclass(value) and not isinstance(value, type))
+            issubclass(t, tuple) and hasattr(t, "_fields")) or (
+            dataclasses.is_dataclass(t) and not issubclass(t, type))
         if not structured:
             return self.bind_state(value, path, name)
         entered = self._binding.get(id(value))
@@ -298,15 +298,15 @@ class Provenance:
     # --- state: globals, cells, attributes, items ----------------------------------------------------
     def bind_state(self, value: Any, path: Path, name: str = "s") -> Any:
         """Bind a value read from persistent state; returns what the program should see."""
-        if isinstance(value, (TensorProxy, NumberProxy)):
+        if issubclass(type(value), (TensorProxy, NumberProxy)):
             return value  # the program's own value, stored there earlier in this pass
-        if isinstance(value, torch.Tensor):
+        if issubclass(type(value), torch.Tensor):
             return self._tensor(value, path, name)
-        if isinstance(value, torch.Generator):
+        if issubclass(type(value), torch.Generator):
             return self._generator(value, path, name)
         if type(value) is collections.deque:  # how many items it keeps decides what appending does
             self.guard(path.attr("maxlen"), "value", value.maxlen)
-        if isinstance(value, (list, dict, set, collections.deque)):
+        if issubclass(type(value), (list, dict, set, collections.deque)):
             bound = self._binding.get(id(value))
             if bound is not None and bound[1] is not None:  # the caller passed it: the program's copy
                 self.guard(path, "alias", bound[0])
@@ -320,7 +320,7 @@ class Provenance:
             self.guard(path, "value", value)
             return value
         t = type(value)
-        first = self.first_state(value) if t in _CONTAINERS or isinstance(value, (list, dict, set)) else value
+        first = self.first_state(value) if t in _CONTAINERS or issubclass(t, (list, dict, set)) else value
         if t in _CONTAINERS and all_literal(first) and not (self.counters and self._holds_counter(path)):
             self.guard(path, "type", t)
             self.guard(path, "contents", freeze_contents(first))
@@ -328,7 +328,7 @@ class Provenance:
                 self.on_remember(value, path)  # the program may still write into it
             return value
         if (
-            isinstance(value, (types.MethodType, types.BuiltinMethodType))
+            issubclass(type(value), (types.MethodType, types.BuiltinMethodType))
             and self.path_of(value.__self__) is not None
         ):
             return value  # a bound method is made anew on every read; its function is the class's
@@ -340,7 +340,7 @@ class Provenance:
             return value
         self.pin(value)
         self.guard(path, "identity", value)
-        if isinstance(value, (list, dict, set, collections.deque)):
+        if issubclass(type(value), (list, dict, set, collections.deque)):
             self.guard(path, "len", len(first))
         self._remember_object(value, path)
         return value
@@ -406,7 +406,7 @@ class Provenance:
             return
         by_type: dict[type, list[Path]] = {}
         for reached in self._reached.values():
-            if reached.path is not None and not isinstance(reached.obj, torch.Tensor):
+            if reached.path is not None and not issubclass(type(reached.obj), torch.Tensor):
                 by_type.setdefault(type(reached.obj), []).append(reached.path)
         for path in self._loose.values():
             group = by_type.get(self._loose_types[path], ())
@@ -460,12 +460,12 @@ class Provenance:
         if not first:
             return
         self._remember_items(value, path)
-        if isinstance(value, types.FunctionType):
+        if issubclass(type(value), types.FunctionType):
             self._remember_cells(value)
             self.guard(path.attr("__code__"), "identity", value.__code__)
             self.bind_state(value.__defaults__, path.attr("__defaults__"), "defaults")
             self.bind_state(value.__kwdefaults__, path.attr("__kwdefaults__"), "kwdefaults")
-        elif isinstance(value, types.MethodType):  # its object's state is read through it
+        elif issubclass(type(value), types.MethodType):  # its object's state is read through it
             self.remember(value.__self__, path.attr("__self__"))
         elif type(value) is functools.partial:
             self.bind_state(value.func, path.attr("func"), "func")

@@ -606,9 +606,9 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
     stack, seen = [tree], set()
     while stack:
         value = stack.pop()
-        if isinstance(value, torch.Tensor):
+        if issubclass(type(value), torch.Tensor):
             found.append(value)
-        elif isinstance(value, (tuple, list, dict)) and id(value) not in seen:
+        elif issubclass(type(value), (tuple, list, dict)) and id(value) not in seen:
             seen.add(id(value))
             stack.extend(value.values() if isinstance(value, dict) else value)
     return found

@@ -71,7 +71,7 @@ def is_plain_instance(value: Any) -> bool:
     return (
         hasattr(value, "__dict__")
         and t.__module__ not in ("builtins", "types", "functools")
-        and not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType,
+        and not issubclass(type(value), (type, types.ModuleType, types.FunctionType, types.MethodType,
                                    functools.partial, torch.nn.Module, torch.Tensor, enum.Enum))
     )
 
@@ -134,7 +134,7 @@ _MAX_ITEMS = 256
 def tensors_read_natively(value: Any, first: Any) -> list[tuple[Any, torch.Tensor]]:
     """(key, tensor) of each caller's tensor in ``first`` (``value`` as the call found it) that C code
     may read from ``value`` past the hooks (Note [Tensors in dicts read natively]); [] for others."""
-    if not isinstance(value, dict) or len(value) > _MAX_ITEMS:
+    if not issubclass(type(value), dict) or len(value) > _MAX_ITEMS:
         return []
     getitem = getattr(type(value), "__getitem__", None)
     if getitem not in (dict.__getitem__, collections.OrderedDict.__getitem__) and not (
@@ -143,4 +143,4 @@ def tensors_read_natively(value: Any, first: Any) -> list[tuple[Any, torch.Tenso
     ):
         return []
     return [(k, v) for k, v in dict.items(first) if type(v) is torch.Tensor or (
-        isinstance(v, torch.Tensor) and not (type(v).__module__ or "").startswith("jitcore"))]
+        issubclass(type(v), torch.Tensor) and not (type(v).__module__ or "").startswith("jitcore"))]

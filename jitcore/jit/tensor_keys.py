@@ -96,7 +96,7 @@ class CallerKeys:
         """``id(value)`` or ``hash(value)`` (``fn``): for a caller's tensor, its own id as a ``TensorId``
         (Note [The id of a caller's tensor]); otherwise ``call(fn, args, {})``, the jit's call of C code
         (which pins another object of the caller's)."""
-        if len(args) == 1 and isinstance(args[0], TensorProxy):
+        if len(args) == 1 and issubclass(type(args[0]), TensorProxy):
             found = self.provenance.input_of(args[0])
             if found is not None and (fn is id or type(found[1]).__hash__ is torch.Tensor.__hash__):
                 path, tensor = found
@@ -107,7 +107,7 @@ class CallerKeys:
         """The arguments C code ``fn`` is handed, with the caller's tensor where it is a key or searched
         for (``d.get(t)``, ``s.add(t)``, ``l.index(t)``); a ``TensorId`` handed to C code is pinned but
         by a method of a container the program made (it hashes and compares ids, which pin themselves)."""
-        if not any(isinstance(arg, (TensorProxy, TensorId)) for arg in args):
+        if not any(issubclass(type(arg), (TensorProxy, TensorId)) for arg in args):
             return args
         if _makes_weakref(fn):  # ``weakref.ref(t)``, torch's ``WeakIdRef(t)``: a reference to the caller's t
             return tuple(self._referent(arg) for arg in args)

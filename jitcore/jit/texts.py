@@ -98,7 +98,7 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
 
     def format_(*args: Any, **kwargs: Any) -> Any:
         args = tuple(specialized_sizes(a) for a in args)  # Note [Sizes made into text]
-        if not kwargs and 1 <= len(args) <= 2 and isinstance(args[0], _DEFERRED) \
+        if not kwargs and 1 <= len(args) <= 2 and issubclass(type(args[0]), _DEFERRED) \
                 and type(args[-1] if len(args) == 2 else "") is str:
             return TextProxy.field(args[0], 0, args[1] if len(args) == 2 else "")
         return opaque(format, args, kwargs)
@@ -118,7 +118,7 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
             if len(args) == 1 and not kwargs:
                 value = specialized_sizes(args[0])  # Note [Sizes made into text]
                 args = (value,)
-                if isinstance(value, _DEFERRED):
+                if issubclass(type(value), _DEFERRED):
                     return value if fn is str and isinstance(value, TextProxy) else \
                         TextProxy.field(value, conversion, "")
                 if type(getattr(type(value), method, None)) is types.FunctionType:

@@ -164,7 +164,7 @@ def _round(number: Any, ndigits: Any = None) -> Any:
 
 def _math(fn: Callable[..., Any]) -> Callable[..., Any]:
     def compute(*args: Any) -> Any:
-        return apply(fn, *args) if any(isinstance(a, NumberProxy) for a in args) else fn(*args)
+        return apply(fn, *args) if any(issubclass(type(a), NumberProxy) for a in args) else fn(*args)
 
     compute.__name__ = fn.__name__
     return compute

@@ -24,7 +24,7 @@ __all__ = ["UnsupportedNumPyError", "is_numpy_value", "new_bridge"]
 def is_numpy_value(value: Any) -> bool:
     """Whether ``value`` is a NumPy array or NumPy scalar (without importing NumPy)."""
     np = sys.modules.get("numpy")
-    return np is not None and isinstance(value, (np.ndarray, np.generic))
+    return np is not None and issubclass(type(value), (np.ndarray, np.generic))
 
 
 def new_bridge(provenance: Any) -> Any:

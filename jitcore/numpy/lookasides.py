@@ -74,7 +74,7 @@ def builtin_operator(builtin: Callable[..., Any], dunder: str, *args: Any, **kwa
 
 
 def _operator(builtin: Callable[..., Any], dunder: str, value: Any, *args: Any) -> Any:
-    if isinstance(value, tnp.ndarray) and not (builtin is pow and len(args) > 1):
+    if issubclass(type(value), tnp.ndarray) and not (builtin is pow and len(args) > 1):
         return current_run().call(getattr(type(value), dunder), value, *args)
     if builtin is divmod or builtin is pow and len(args) == 1:
         other = args[0] if args else None

@@ -53,7 +53,7 @@ def dispatch_key(args: tuple, typed: Container[int] = ()) -> tuple:
 
 
 def _key_of(a: Any) -> Hashable:
-    if isinstance(a, _Tensor):
+    if issubclass(type(a), _Tensor):
         if type(a) is _Tensor:
             return a.shape, a.dtype
         with _NO_SUBCLASS_TORCH_FUNCTION():  # a subclass's own __torch_function__ never runs for the key

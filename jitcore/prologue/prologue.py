@@ -254,17 +254,17 @@ def _constant_name(obj: Any, hint: str, taken: dict[str, Any]) -> str:
     """A fresh identifier for the constant ``obj`` bound while rendering a check of ``hint``."""
     if hint.startswith("root:"):
         stem = hint.removeprefix("root:")
-    elif isinstance(obj, type):
+    elif issubclass(type(obj), type):
         stem = obj.__qualname__
-    elif isinstance(obj, torch.dtype):
+    elif issubclass(type(obj), torch.dtype):
         stem = str(obj).removeprefix("torch.")
-    elif isinstance(obj, torch.device):
+    elif issubclass(type(obj), torch.device):
         stem = f"device_{obj}"
     elif callable(obj) and isinstance(getattr(obj, "__name__", None), str):
         stem = obj.__name__
-    elif isinstance(obj, str) and obj.isidentifier():
+    elif issubclass(type(obj), str) and obj.isidentifier():
         stem = f"str_{obj}"
-    elif isinstance(obj, (tuple, str, bytes, int, float, complex, frozenset)):
+    elif issubclass(type(obj), (tuple, str, bytes, int, float, complex, frozenset)):
         stem = f"{type(obj).__name__}_for_{hint}" if hint else type(obj).__name__
     else:
         stem = f"is_{hint}" if hint else type(obj).__name__

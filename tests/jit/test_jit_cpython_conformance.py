@@ -52,8 +52,6 @@ if sys.version_info >= (3, 13):
 
 _BREAKPOINT = ("breakpoint() inside a jitted function warns and does not stop (jitcore.debug stops there: "
                "docs/debugging.md)")
-_CLASS_READ = ("jitcore's own isinstance checks of the program's objects (its hooks, guards and output "
-               "mapping) read obj.__class__ through a class's __getattribute__ when the type does not match")
 # What fails jitted but not under the bare interpreter. Tests that fail under the interpreter too (frame
 # proxies, sys.settrace, coroutine origins: tests/interpreter/conformance_known_failures.py) are expected to
 # fail here as well, and that list keeps its own entries from rotting.
@@ -65,8 +63,6 @@ KNOWN_FAILURES = {
     "test.test_builtin.TestBreakpoint.test_breakpoint_with_passthru_error": _BREAKPOINT,
     "test.test_builtin.TestBreakpoint.test_envar_unimportable": f"{_BREAKPOINT}; and it sets os.environ, "
     "which a jitted function refuses",
-    "test.test_descr.ClassPropertiesAndMethods.test_module_subclasses": _CLASS_READ,
-    "test.test_descr.ClassPropertiesAndMethods.test_special_method_lookup": _CLASS_READ,
 }
 if sys.version_info >= (3, 13):  # 3.13's test_builtin has one more breakpoint() test
     KNOWN_FAILURES["test.test_builtin.TestBreakpoint.test_runtime_error_when_hook_is_lost"] = _BREAKPOINT

@@ -1,0 +1,76 @@
+"""jitcore's own type checks of the program's objects do not read ``obj.__class__``.
+
+``isinstance(obj, C)`` falls back on ``obj.__class__`` when ``type(obj)`` is not a subclass of ``C``,
+through the class's ``__getattribute__``. The jit's checks of the values it meets (binding arguments,
+snapshots of state, output mapping, its own lookasides) used ``isinstance`` on the program's objects, so
+a class that logs or refuses attribute reads saw ``__class__`` read several times where eager reads
+nothing (CPython's test_descr: test_module_subclasses, test_special_method_lookup). The jit asks
+``type(obj)`` instead. (Objects the caller passes are still read for their state: ``obj.__dict__``, by
+the pass and by the prologue of every call; and objects returned are taken apart: such a class sees
+those reads.)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from typing import Any
+
+import torch
+
+import jitcore
+
+LOG: list[tuple[str, ...]] = []
+
+
+class Logged:
+    """Logs every attribute read through ``__getattribute__`` and every write and delete."""
+
+    def __getattribute__(self, name: str) -> Any:
+        LOG.append(("getattr", name))
+        return object.__getattribute__(self, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        LOG.append(("setattr", name))
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        LOG.append(("delattr", name))
+        object.__delattr__(self, name)
+
+    def __floor__(self) -> int:
+        return 3
+
+
+
+class LoggedModule(types.ModuleType):
+    def __getattribute__(self, name: str) -> Any:
+        LOG.append(("getattr", name))
+        return types.ModuleType.__getattribute__(self, name)
+
+
+def made_inside(x: torch.Tensor) -> Any:
+    module = LoggedModule("m")
+    module.value = 3
+    obj = Logged()
+    obj.bar = module.value
+    return x + obj.bar, math.floor(obj)
+
+
+def _log_of(fn: Any, *args: Any) -> tuple[Any, list]:
+    LOG.clear()
+    out = fn(*args)
+    return out, list(LOG)
+
+
+def test_attribute_reads_the_program_makes_are_all_its_class_sees() -> None:
+    x = torch.ones(2)
+    want, want_log = _log_of(made_inside, x)
+    jitted = jitcore.jit(made_inside)
+    for _ in range(2):
+        got, got_log = _log_of(jitted, x)
+        assert got_log == want_log
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+    assert sys.modules.get("m") is None
