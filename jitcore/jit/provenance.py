@@ -6,7 +6,8 @@ Provenance of one tracing pass binds each such value: tensors become input proxi
 computation (read again on every call through their path), so are numbers the user declared dynamic
 (guarded by type, and by value once the program needs it), other literal values are guarded by type
 and value, containers by type and length/keys, other objects by identity; objects are remembered by id
-so that what is read from them later gets a path too.
+so that what is read from them later gets a path too. How a tensor is bound (plain, subclass, NumPy
+array) is its base class's, ``TensorBinding`` (jit/tensor_binding.py).
 
 Invariants:
 - every value the trace relied on that can change between calls is either a computation input or
@@ -28,9 +29,6 @@ from typing import Any
 
 import torch
 
-from jitcore.dispatch.resolver import DispatchState
-from jitcore.errors import EagerOnlyValue
-from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_kinds import (
     all_literal,
     is_library_class,
@@ -40,20 +38,14 @@ from jitcore.jit.state_kinds import (
     tensors_read_natively,
 )
 from jitcore.jit.state_names import qualified_name
-from jitcore.jit.subclass_inputs import refusal, shadow_around
-from jitcore.langctx.shadows import TensorValues, untraced_kind
+from jitcore.jit.tensor_binding import Reached, TensorBinding
+from jitcore.langctx.shadows import TensorValues
 from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, PrologueBuilder, Root, TensorSpec
 from jitcore.prologue.guards import Predicate, freeze_contents, is_literal_value
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy, formula, operations
-from jitcore.proxies.protocol import (
-    has_nested_ints,
-    instance_attributes,
-    tensor_flatten,
-)
-from jitcore.proxies.typed import is_plain_subclass, retype
 
 __all__ = ["Provenance"]
 
@@ -63,7 +55,7 @@ _MAX_PREDICATES = 64
 _MAX_PREDICATE_OPS = 16
 
 
-class Provenance:
+class Provenance(TensorBinding):
     """Binds entering values to proxies or guards, for one tracing pass."""
 
     def __init__(self, values: TensorValues, prologue: PrologueBuilder) -> None:
@@ -475,11 +467,12 @@ class Provenance:
     def _remember_items(self, value: Any, path: Path, *, loose: bool = False) -> None:
         """Note [Tensors in dicts read natively] (jit/state_kinds.py); a ``loose`` container's keys or length
         are guarded in any case (a module argument's hook dicts, tested for emptiness in C)."""
-        container = isinstance(value, (list, dict, set, collections.deque))
+        kind = type(value)  # not isinstance: it reads ``__class__``, which a class may compute
+        container = issubclass(kind, (list, dict, set, collections.deque))
         first = self.first_state(value) if container else value
         items = tensors_read_natively(value, first)
         if items or loose and container:
-            self.guard(path, *(("keys", tuple(first)) if isinstance(value, dict) else ("len", len(first))))
+            self.guard(path, *(("keys", tuple(first)) if issubclass(kind, dict) else ("len", len(first))))
             for key, tensor in items:
                 self.remember(tensor, path.key(key))
 
@@ -630,138 +623,6 @@ class Provenance:
             if path.describe() not in bound or path.describe() in native:
                 self.guard(path, "value", value)
 
-    # Note [A shadow the program reads back]
-    # Code torch runs natively on shadows can keep one where the program later reads it: DTensor's
-    # C++ dispatch of an embedding over a row-sharded table (``RowwiseParallel`` on ``nn.Embedding``)
-    # stores the mask it computed in the placement's ``MaskBuffer``, and the reduction DTensor's Python
-    # runs later (interpreted) reads it back to zero the masked rows. That fake tensor is the shadow of
-    # a value of this pass: the program gets its proxy. Before, it was bound as a captured tensor of
-    # the caller's, a FakeTensor jitcore refused (JC-J002), and the eager run that followed found the
-    # fake mask left in the buffer and raised.
-    def bind_leaked_tensor(self, tensor: torch.Tensor) -> TensorProxy:
-        """A real tensor reached a torch call without passing a hook (iteration, an opaque call):
-        bind it through the path it was remembered by, or — if none — by identity. A shadow of this
-        pass is its proxy (Note [A shadow the program reads back])."""
-        known = self.values.known(tensor)
-        if known is not None:
-            return known
-        path = self.path_of(tensor)
-        if path is None:  # held weakly: once the tensor is gone, the entry misses instead of keeping it
-            path = Path(Root("bound", f"<captured tensor {tuple(tensor.shape)}>", weakref.ref(tensor))).call()
-        return self._tensor(tensor, path, "c")
-
-    def bound_proxy(self, tensor: torch.Tensor) -> TensorProxy | None:
-        """The proxy a caller's tensor is bound to in this pass, or None (not bound yet)."""
-        found = self._reached.get(id(tensor))
-        return found.bound if found is not None and isinstance(found.bound, TensorProxy) else None
-
-    def _numpy_value(self, value: Any, path: Path, name: str) -> Any:
-        """A NumPy array is a tensor input (read through ``from_numpy`` by the prologue) that the
-        program sees as torch._numpy's ndarray over its proxy; a NumPy scalar is a literal (docs/numpy.md)."""
-        from jitcore.numpy import boundary, bridge
-
-        if not isinstance(value, boundary.np.ndarray):
-            self.guard(path, "type", type(value))
-            self.guard(path, "value", value)
-            return value
-        found = self._reached.get(id(value))
-        wrapped = None if found is None else found.bound
-        if wrapped is None:
-            boundary.check_array(value, path.describe())
-            self.guard(path, "type", type(value))
-            proxy = self._tensor(boundary.array_to_tensor(value), boundary.tensor_path(path), name)
-            wrapped = bridge.wrap(proxy)
-            self._bound(value, wrapped, path)
-        return wrapped
-
-    # Note [Reading the caller's tensors]
-    # jitcore's own reads of a tensor's metadata (to bind and guard it) run with subclass
-    # ``__torch_function__`` off: eager never runs it for them, and torch's RedispatchTensor logs every
-    # call into a list it carries (the log grew by jitcore's reads; its length guarded never matched).
-    def _tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
-        found = self._reached.get(id(tensor))
-        proxy = None if found is None else found.bound
-        if proxy is None:
-            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
-                proxy = self._new_tensor(tensor, path, name)
-        elif found.bound_at != path:
-            self.guard(path, "alias", found.bound_at)  # one tensor, reached two ways
-        return proxy
-
-    def _new_tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
-        """A tensor the pass binds for the first time: its proxy, registered."""
-        kind = untraced_kind(tensor) if type(tensor) in (torch.Tensor, torch.nn.Parameter) else None
-        if kind is not None:  # what the eager entry accepts (Note [Eager entries], jit/api.py)
-            self.guard(path, "type", type(tensor))
-            self.guard(path.attr(kind[0]), "value", kind[1])
-            raise EagerOnlyValue(f"{_argument(path, name)} is {kind[2]}: jitcore traces strided tensors")
-        if type(tensor) in (torch.Tensor, torch.nn.Parameter) or is_plain_subclass(type(tensor)):
-            symbolic = self.dynamic_dims is not None and not self._static_only
-            dims = self.dynamic_dims(path, tensor) if symbolic else self._ragged.get(path, frozenset())
-            name = qualified_name(path) or name  # linear1.weight -> linear1_weight
-            proxy = self.values.input_proxy(tensor, name, dims, keep_zero_one=path in self._ragged)
-            if self.values.shape_env is not None:
-                shadow = proxy.shadow
-                self.bound_layouts[id(proxy)] = (
-                    tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset())
-            if type(tensor) is not torch.Tensor:  # nn.Parameter, Tagged(torch.Tensor): proxies/typed.py
-                retype(proxy, type(tensor))
-                self._bind_tensor_attributes(proxy, tensor, path)
-            self.inputs.append((path, proxy, tensor))
-        else:
-            proxy = self._subclass(tensor, path, name)
-        self._bound(tensor, proxy, path)
-        self.real_values[id(proxy)] = tensor
-        return proxy
-
-    def _bound(self, obj: Any, bound: Any, path: Path) -> None:
-        """Record that ``obj``, first found at ``path``, is ``bound`` for the program."""
-        reached = self._reached.get(id(obj))
-        if reached is None:
-            reached = self._reached[id(obj)] = Reached(obj)
-        reached.bound, reached.bound_at = bound, path
-
-    def _subclass(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
-        """A tensor-subclass input: its structure is guarded, its inner tensors become inputs."""
-        cls = type(tensor)
-        refused = refusal(tensor, path)
-        if refused is not None:
-            self.guard(path, "type", cls)  # what the eager entry accepts (Note [Eager entries], jit/api.py)
-            raise refused
-        names, ctx = tensor_flatten(tensor)
-        self.guard(path, "type", cls)
-        self.guard(path, "flatten", (cls, tuple(names), ctx))
-        nested = has_nested_ints(tensor)  # Note [Nested ints], jitcore/langctx/shadows.py
-        spec = TensorSpec.of_nested(tensor) if nested else TensorSpec.of_subclass(tensor)
-        self.guard(path, "tensor", spec)
-        if nested:
-            self.values.allow_nested_ints()
-            self._ragged.update(ragged_dims(names, ctx, tensor, path, self.dynamic_dims))
-        self._static_only += 1
-        try:
-            inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
-        finally:
-            self._static_only -= 1
-        if spec.layout_from_inner:
-            self._layouts_of.update(id(p) for p in inner.values())
-        shadow = shadow_around(self.values, tensor, {n: p.shadow for n, p in inner.items()}, ctx,
-                               nested=nested, path=path)
-        proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
-        self.subclass_inputs.append((proxy, path))
-        if self.on_remember is not None:  # attributes the program sets on it are set on the caller's
-            self.on_remember(proxy, path)
-        return proxy
-
-    def _bind_tensor_attributes(self, proxy: TensorProxy, tensor: torch.Tensor, path: Path) -> None:
-        """The Python attributes of a plain subclass's tensor (``t.tag``, a ``__slots__`` field):
-        on its proxy, each bound as state through the tensor's path; what the program writes there
-        is performed on the tensor after each call (its snapshot: jit/effects.py)."""
-        attributes = instance_attributes(tensor)
-        for key, value in attributes.items():
-            proxy.__dict__[key] = self.bind_state(value, path.attr(key), key)
-        if self.on_remember is not None:
-            self.on_remember(proxy, path)
-
     def finish(self, *, with_strides: bool, written: frozenset[Path] = frozenset()) -> None:
         """Add the tensor guards (now that it is known whether strides were relied on: asked for by
         the program, ``with_strides``, or relied on by a recorded aten op, jitcore/langctx/layout.py),
@@ -790,25 +651,3 @@ class Provenance:
         self._mutable.clear()
         self._reached_again.clear()
         self._binding.clear()
-
-
-# Note [One map of reached objects]
-# An object the pass reached is known by its id for the pass's length: remembered (the program reads
-# attributes or items from it: ``path``), bound to what the program sees (a tensor's proxy, a
-# generator's, a NumPy array's wrapper: ``bound``, first found at ``bound_at``), or both (a tensor
-# held by a remembered container, then used). One record per id holds the object itself, so no id is
-# reused while the pass runs; ``finish`` drops them all.
-@dataclasses.dataclass(slots=True, eq=False)
-class Reached:
-    """What the pass knows of one object it reached (Note [One map of reached objects])."""
-
-    obj: Any
-    path: Path | None = None  # where it was remembered
-    bound: Any = None  # what the program sees for it: a TensorProxy, a GeneratorProxy, an ndarray wrapper
-    bound_at: Path | None = None  # where it was first bound
-
-
-def _argument(path: Path, name: str) -> str:
-    """``'x' (args[0])``: the parameter's name and where it was found."""
-    where = path.describe()
-    return f"{name!r} ({where})" if name and name != where else where
