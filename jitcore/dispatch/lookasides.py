@@ -34,6 +34,7 @@ from jitcore.dispatch.modes import hidden_modes
 from jitcore.dispatch.override_checks import OVERRIDE_CHECKS
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
+from jitcore.interpreter.calls import call_function
 from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
 from jitcore.interpreter.lookasides import super_arguments, type_
 from jitcore.ir import Proxy, current_context, tracing
@@ -407,7 +408,9 @@ _REGISTRY_SET = type(_REGISTRY).__setitem__
 def registry_getitem(registry: Any, key: Any) -> Any:
     """``_tensor_symint_registry[offsets]`` (NestedTensor's ops read it directly: ``to``/``_to_copy``):
     for a traced tensor, its shadow's nested int (Note [The nested int registry])."""
-    if registry is _REGISTRY and isinstance(key, TensorProxy):
+    if registry is not _REGISTRY:
+        return call_function(current_run(), _REGISTRY_GET, (registry, key), None)
+    if issubclass(type(key), TensorProxy):
         return get_tensor_symint(key)
     return _REGISTRY_GET(registry, key)
 
@@ -415,17 +418,23 @@ def registry_getitem(registry: Any, key: Any) -> Any:
 def registry_setitem(registry: Any, key: Any, value: Any) -> None:
     """``_tensor_symint_registry[offsets] = j``: for a traced tensor, its shadow takes the nested int,
     as torch does for a fake tensor (``nested_int_memo``)."""
-    if registry is _REGISTRY and isinstance(key, TensorProxy):
+    if registry is not _REGISTRY:
+        call_function(current_run(), _REGISTRY_SET, (registry, key, value), None)
+    elif issubclass(type(key), TensorProxy):
         key.shadow.nested_int_memo = value
-        return
-    _REGISTRY_SET(registry, key, value)
+    else:
+        _REGISTRY_SET(registry, key, value)
 
 
 # Note [The nested int registry]
 # NestedTensor's ``_to_copy`` (``nt.to(torch.float64)``, ``nt.double()``) gives the new offsets the
 # nested int of the old ones by writing torch's registry of them directly, except for fake tensors,
 # whose ``nested_int_memo`` it sets. A traced offsets tensor is neither: the read raised a KeyError
-# (the proxy is not a key; eager computes). Such reads and writes go through the proxy's shadow.
+# (the proxy is not a key; eager computes). Such reads and writes go through the proxy's shadow. The
+# lookasides are the methods of torch's WeakIdKeyDictionary class, which programs use too (a cache of
+# theirs keyed by tensors): on any other dictionary they interpret the method, as without them (called
+# natively, its weak reference would refer to the proxy, not to the caller's tensor: Note [The id of a
+# caller's tensor], jit/tensor_keys.py).
 
 
 _NT_VIEW_DUMMY = nested_tensor._nt_view_dummy
