@@ -188,14 +188,32 @@ def _binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, 
     raise TypeError(f"unsupported operand type(s) for {symbol}: '{na}' and '{nb}'")
 
 
+# Note [A stand-in's comparison is its class's]
+# A stand-in (a tensor proxy) keeps ``__eq__``/``__hash__`` of its own class (jitcore's tables compare
+# and hash it by identity), so the ``__eq__`` a tensor subclass defines in Python (``self is other``,
+# or a tolerance check returning a bool) is not on the proxy's class: ``x == y`` found the proxy's
+# recording ``eq`` and returned a tensor where eager returned the user's answer. A comparison asks the
+# class the operand stands for first (``run.type_of``): its Python method wins, as on the real class.
+def _comparison_slot(run: Run, obj: object, t: type, name: str) -> object:
+    """The rich-comparison method ``name`` that ``obj`` (of type ``t``) answers with: the Python method
+    of the class a stand-in stands for, else ``t``'s."""
+    f = getattr(t, name, None)
+    stood_for = run.type_of(obj)
+    if stood_for is not t:
+        user = getattr(stood_for, name, None)
+        if _is_py(user):
+            return user
+    return f
+
+
 def compare_op(run: Run, symbol: str, a: object, b: object) -> object:
     """``a <symbol> b`` for a rich comparison (reflection and the ``==`` identity fallback included)."""
     ta, tb = type(a), type(b)
     name, rname, native = _COMPARE[symbol]
     if ta in NATIVE_TYPES and tb in NATIVE_TYPES:
         return native(a, b)
-    lf = getattr(ta, name, None)
-    rf = getattr(tb, rname, None)
+    lf = _comparison_slot(run, a, ta, name)
+    rf = _comparison_slot(run, b, tb, rname)
     if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
         return native(a, b)
     reflected_done = False
