@@ -207,9 +207,33 @@ def _load_interpreted(run: Run, obj: object, t: type, name: str) -> object:
     try:
         return _getattribute(run, obj, t, name)
     except AttributeError:
+        own = _stood_for_hook(run, obj, t, "__getattr__")
+        if own is not None:
+            return call(run, own, (obj, name), None)
         if getattr_hook is _MISSING:
             raise
         return _call_hook(run, obj, t, getattr_hook, name)
+
+
+# Note [A stand-in's attribute hooks are its class's]
+# A stand-in whose class does not derive from the class it stands for (the proxy of a tensor subclass
+# without ``__torch_dispatch__``: jitcore/proxies/typed.py) keeps jitcore's ``__getattr__``,
+# ``__setattr__`` and ``__delattr__``, which jitcore's own code relies on natively. The program's
+# attribute statements on it run the hooks the stood-for class defines in Python, as eagerly: a
+# ``__getattr__`` answering computed names (``x.meta_foo``) raised AttributeError, and a
+# ``__setattr__`` that transforms the value was skipped (``x.n = 3`` stored 3, not the hook's 6). Inside
+# the hook, ``super().__setattr__`` stores on the stand-in as before (written back to the caller's
+# tensor after the call).
+def _stood_for_hook(run: Run, obj: object, t: type, name: str) -> FunctionType | None:
+    """The Python attribute hook ``name`` of the class ``obj`` stands for, where ``t`` (its type) does
+    not have that one; else None."""
+    if run.type_of is type:
+        return None
+    klass = run.type_of(obj)
+    if klass is t or not isinstance(klass, type):
+        return None
+    hook = _type_attr(klass, name)
+    return hook if _is_py(hook) and hook is not _type_attr(t, name) else None  # type: ignore[return-value]
 
 
 # Note [Names a stand-in shares with the class it stands for]
@@ -396,6 +420,10 @@ def store_attr(run: Run, obj: object, name: str, value: object) -> None:
     if native or issubclass(t, type):  # (as in load_attr: no obj.__class__ lookup)
         setattr(obj, name, value)
         return
+    own = _stood_for_hook(run, obj, t, "__setattr__")
+    if own is not None:
+        call(run, own, (obj, name, value), None)
+        return
     names = NATIVE_STORE_NAMES.get(id(t))
     if (names is not None and name in names) or _store_native(t, name):
         setattr(obj, name, value)
@@ -422,6 +450,10 @@ def delete_attr(run: Run, obj: object, name: str) -> None:
     t = type(obj)
     if _attr_native(t) or issubclass(t, type):
         delattr(obj, name)
+        return
+    own = _stood_for_hook(run, obj, t, "__delattr__")
+    if own is not None:
+        call(run, own, (obj, name), None)
         return
     custom = _type_attr(t, "__delattr__")
     if _is_py(custom):

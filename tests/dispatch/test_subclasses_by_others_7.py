@@ -68,3 +68,49 @@ def _close_args() -> tuple[torch.Tensor]:
 def test_a_comparison_the_subclass_defines(program: Callable[..., Any],
                                            make: Callable[[], tuple]) -> None:
     check_twice(program, make)
+
+
+# --- attribute hooks a plain subclass defines ------------------------------------------------------------
+# Note [A stand-in's attribute hooks are its class's] (interpreter/attributes.py): the proxy of a subclass
+# without ``__torch_dispatch__`` keeps jitcore's own hooks; ``x.meta_name`` raised AttributeError and
+# ``x.n = 3`` skipped the subclass's ``__setattr__``.
+
+
+class Hooked(torch.Tensor):
+    """Computed attributes (``x.meta_<key>``), integers doubled on assignment, deletions remembered."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("meta_"):
+            return name[5:]
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value * 2 if isinstance(value, int) else value)
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        super().__setattr__("deleted", name)
+
+
+def _computed(x: torch.Tensor) -> tuple[Any, ...]:
+    return x.meta_unit, hasattr(x, "meta_a"), hasattr(x, "other"), getattr(x, "meta_q", None), x * 2
+
+
+def _stored(x: torch.Tensor) -> tuple[Any, ...]:
+    x.n = 3
+    x.scratch = 1
+    del x.scratch
+    return x.n + 1, x.deleted, x + x.n
+
+
+def _hooked_args() -> tuple[torch.Tensor]:
+    return (torch.randn(3).as_subclass(Hooked),)
+
+
+@pytest.mark.parametrize("program", [_computed, _stored], ids=["getattr", "setattr_and_delattr"])
+def test_attribute_hooks_of_a_plain_subclass(program: Callable[..., Any]) -> None:
+    jitted = check_twice(program, _hooked_args)
+    eager_arg, jit_arg = _hooked_args()[0], _hooked_args()[0]
+    program(eager_arg)
+    jitted(jit_arg)
+    assert vars(jit_arg) == vars(eager_arg)  # the caller's tensor holds what the hooks stored
