@@ -377,9 +377,14 @@ def python_code(fn: Any) -> types.CodeType | None:
 # dispatcher asked for one: a subclass whose ``detach`` does more than alias (a log of ops in its
 # flatten context, a counter) came back with one more op than eagerly. That ``detach``, of the value
 # this call's dispatch just returned, is answered with the value itself, as eager's reuse does.
+# The factories that take sizes (``torch.ones(2, 3)``) wrap theirs the same way: under a
+# TorchDispatchMode of the program's (torch's LoggingTensorMode), the plain value the mode returned is
+# held too, and the mode was offered a ``detach`` it never sees eagerly (its log had one more line).
 _VARIABLE_FACTORIES = frozenset({
     torch.ones_like, torch.zeros_like, torch.empty_like, torch.full_like, torch.rand_like, torch.randn_like,
-    torch.randint_like,
+    torch.randint_like, torch.ones, torch.zeros, torch.empty, torch.full, torch.rand, torch.randn,
+    torch.randint, torch.randperm, torch.arange, torch.linspace, torch.logspace, torch.eye,
+    torch.empty_strided, torch.scalar_tensor,
 })
 
 
@@ -504,8 +509,8 @@ class ShadowDispatchMode(TorchDispatchMode):
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
         shadows = _map(self.state.shadow_of, out)
-        if self.made_variable:
-            self._returned = shadows if isinstance(out, SubclassTensorProxy) else None
+        if self.made_variable:  # a subclass value, or a plain one a mode of the program's returned
+            self._returned = shadows if isinstance(out, TensorProxy) else None
         return shadows
 
 

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from subclass_checks import check_twice
+from torch.testing._internal.logging_tensor import LoggingTensorMode, capture_logs
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # --- comparisons a subclass defines in Python -----------------------------------------------------------
 # Note [A stand-in's comparison is its class's] (interpreter/protocols.py): the proxy's class keeps its
@@ -114,3 +117,44 @@ def test_attribute_hooks_of_a_plain_subclass(program: Callable[..., Any]) -> Non
     program(eager_arg)
     jitted(jit_arg)
     assert vars(jit_arg) == vars(eager_arg)  # the caller's tensor holds what the hooks stored
+
+
+# --- factories under a dispatch mode of the program's ---------------------------------------------------
+# Note [The detach of a variable factory] (dispatch/resolver.py): ``torch.ones(2, 3)`` under a mode
+# offered the mode an ``aten.detach`` after the factory's op, which eager never offers.
+
+
+class OpNames(TorchDispatchMode):
+    """Lists the aten operations it is offered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("factory", [
+    lambda: torch.ones(3), lambda: torch.zeros(3, dtype=torch.float64), lambda: torch.full((3,), 2.0),
+    lambda: torch.randn(3), lambda: torch.arange(3), lambda: torch.linspace(0, 1, 3), lambda: torch.eye(3)[0],
+    lambda: torch.empty(3).fill_(1.0), lambda: torch.ones(3).detach(),
+], ids=["ones", "zeros", "full", "randn", "arange", "linspace", "eye", "empty", "detach_of_a_factory"])
+def test_a_factory_under_a_mode_is_offered_as_eagerly(factory: Callable[[], torch.Tensor]) -> None:
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+        mode = OpNames()
+        with mode:
+            y = factory() + x
+        return y, mode.ops
+
+    check_twice(program, lambda: (torch.randn(3),))
+
+
+def test_logging_tensor_mode_logs_a_linear_over_a_factory_as_eagerly() -> None:
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
+        with capture_logs(is_mode=True) as logs, LoggingTensorMode():
+            y = F.linear(x, torch.ones(2, 3))
+        return y, list(logs)
+
+    check_twice(program, lambda: (torch.randn(4, 3),))
