@@ -13,6 +13,7 @@ Invariant: the gradients are the user's backward's, never ones derived from its 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import optree
@@ -202,7 +203,14 @@ AUTOGRAD_FUNCTION = Symbol(
 
 
 def apply_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
-    """The lookaside of ``torch.autograd.Function.apply`` while interpreting."""
+    """The lookaside of ``torch.autograd.Function.apply`` while interpreting. A Function with a
+    ``setup_context`` gets its forward's defaults bound first, as torch's ``apply`` binds them: its
+    ``setup_context`` receives them among the inputs (torch's ``ForwardHasDefaultArgs``: ``x, idx =
+    inputs`` raised ValueError while tracing), and its backward answers one gradient for each."""
+    if _uses_setup_context(cls):
+        bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+        bound.apply_defaults()
+        args, kwargs = bound.args, bound.kwargs
     return AUTOGRAD_FUNCTION(cls, *args, **kwargs)
 
 

@@ -11,7 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from subclass_checks import check_twice
+from torch.testing._internal.autograd_function_db import ForwardHasDefaultArgs
 from torch.testing._internal.logging_tensor import LoggingTensorMode, capture_logs
+from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # --- comparisons a subclass defines in Python -----------------------------------------------------------
@@ -158,3 +160,22 @@ def test_logging_tensor_mode_logs_a_linear_over_a_factory_as_eagerly() -> None:
         return y, list(logs)
 
     check_twice(program, lambda: (torch.randn(4, 3),))
+
+
+# --- torch's autograd_function_db: a forward with a default argument and a setup_context --------------
+# torch's ``apply`` binds the forward's defaults before ``setup_context`` sees the inputs; while tracing
+# they were not bound (``x, idx = inputs`` raised ValueError).
+
+
+def _gradient(output: torch.Tensor, args: tuple) -> torch.Tensor:
+    output.sum().backward()
+    return args[0].grad
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (torch.randn(3, 5, requires_grad=True),),
+    lambda: (TwoTensor(torch.randn(3, 5), torch.randn(3, 5)).requires_grad_(),),
+], ids=["plain", "two_tensor"])
+def test_a_function_whose_forward_has_a_default_argument(make: Callable[[], tuple]) -> None:
+    check_twice(lambda x: ForwardHasDefaultArgs.apply(x), make, _gradient)
+    check_twice(lambda x: ForwardHasDefaultArgs.apply(x, (1,)), make, _gradient)
