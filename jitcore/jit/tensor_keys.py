@@ -37,6 +37,7 @@ a ``TensorId`` whose value reached anything but hashing or another ``TensorId`` 
 from __future__ import annotations
 
 import collections
+import sys
 import types
 import weakref
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from typing import Any
 
 import torch
 
+from jitcore.interpreter import current_run
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.state_kinds import identity_arguments
 from jitcore.proxies import TensorProxy
@@ -97,6 +99,9 @@ class CallerKeys:
         (Note [The id of a caller's tensor]); otherwise ``call(fn, args, {})``, the jit's call of C code
         (which pins another object of the caller's)."""
         if len(args) == 1 and issubclass(type(args[0]), TensorProxy):
+            own = args[0].python_type.__hash__
+            if fn is hash and own is not torch.Tensor.__hash__ and type(own) is types.FunctionType:
+                return _subclass_hash(own, args[0])  # Note [A subclass's own hash]
             found = self.provenance.input_of(args[0])
             if found is not None and (fn is id or type(found[1]).__hash__ is torch.Tensor.__hash__):
                 path, tensor = found
@@ -244,6 +249,21 @@ def calls_weakref(fn: Any) -> bool:
         return True
     owner = getattr(fn, "__self__", None)
     return getattr(fn, "__name__", None) == "__call__" and isinstance(owner, weakref.ref)
+
+
+# Note [A subclass's own hash]
+# A tensor subclass that defines ``__hash__`` in Python (a content or tag hash) hashes by it eagerly;
+# while tracing ``hash(x)`` reached the proxy's own hash, its id: a wrong answer. The subclass's
+# method is interpreted on the proxy, and its result made a hash as CPython's ``__hash__`` slot does
+# (kept where it fits a machine int, else the int's own hash).
+def _subclass_hash(method: types.FunctionType, value: TensorProxy) -> int:
+    run = current_run()
+    result = run.call(method, value) if run is not None else method(value)
+    if not isinstance(result, int):
+        raise TypeError("__hash__ method should return an integer")
+    if -sys.maxsize - 1 <= result <= sys.maxsize:  # the slot keeps a machine-sized int (-1 is the error)
+        return -2 if result == -1 else int(result)
+    return hash(result)
 
 
 def _holds(container: Any, value: Any) -> bool:

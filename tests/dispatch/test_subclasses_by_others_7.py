@@ -75,6 +75,31 @@ def test_a_comparison_the_subclass_defines(program: Callable[..., Any],
     check_twice(program, make)
 
 
+class TagHash(torch.Tensor):
+    """Hashes by a tag of its class (as a content-addressed cache key would), not by identity."""
+
+    tag = "weights"
+
+    def __hash__(self) -> int:
+        return hash((type(self).tag, 7))
+
+
+class TwoTagHash(TwoTensor):
+    """TwoTensor hashing by its size."""
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.shape)) + 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (torch.randn(3).as_subclass(TagHash),),
+    lambda: (TwoTagHash(torch.randn(3), torch.randn(3)),),
+], ids=["plain", "wrapper"])
+def test_a_hash_the_subclass_defines(make: Callable[[], tuple]) -> None:
+    # Note [A subclass's own hash] (jit/tensor_keys.py): ``hash(x)`` answered the proxy's id
+    check_twice(lambda x: (hash(x), hash(x * 2), x + 1), make)
+
+
 # --- attribute hooks a plain subclass defines ------------------------------------------------------------
 # Note [A stand-in's attribute hooks are its class's] (interpreter/attributes.py): the proxy of a subclass
 # without ``__torch_dispatch__`` keeps jitcore's own hooks; ``x.meta_name`` raised AttributeError and
