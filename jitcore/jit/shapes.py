@@ -22,9 +22,10 @@ the prologue.
 Invariants:
 - a cached call never returns what eager would not: every guard the ShapeEnv produced is checked,
   and a size the program read in Python is guarded or specialized by torch itself;
-- what the symbolic path cannot handle (tensor-subclass inputs other than nested jagged tensors,
-  whose ragged sizes are symbolic: jitcore/jit/ragged.py; side effects holding sizes, a size
-  expression without a Python form, a size only a stride determines) raises StaticShapes: the jit
+- what the symbolic path cannot handle (a tensor-subclass value with a symbolic size: Note [Subclass
+  values' sizes]; a nested jagged tensor's ragged sizes are symbolic: jitcore/jit/ragged.py; side
+  effects holding sizes, a size expression without a Python form, a size only a stride determines)
+  raises StaticShapes: the jit
   traces the call again with static shapes and logs why (docs/user-guide.md, "When jitcore retraces");
 - a symbolic entry is never differentiated by the grad transform: its sizes are numbers of the
   computation, so it runs under torch's autograd (Note [Dynamic numbers under autograd]).
@@ -49,7 +50,7 @@ from jitcore.prologue import Guard, Path
 from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy
-from jitcore.proxies.protocol import has_nested_ints
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "is_symbolic", "mark_dynamic"]
 
@@ -264,8 +265,8 @@ def finish(program: Any, provenance: Any, values: Any,
     dynamic = [(path, proxy) for path, proxy, _t in provenance.inputs if _has_symbols(proxy.shadow)]
     if not dynamic and not read_sizes and not read_numbers and not number_sizes:
         return []
-    if dynamic and any(not has_nested_ints(proxy.shadow) for proxy, _path in provenance.subclass_inputs):
-        raise StaticShapes("tensor-subclass inputs keep static shapes")
+    if _symbolic_subclass_value(program.trace, env) is not None:
+        raise StaticShapes("a tensor-subclass value has a symbolic size")  # Note [Subclass values' sizes]
     if program.effects is not None and _holds_sizes([(e.key, e.value) for e in program.effects.effects]):
         # a tensor stored into state is a proxy, filled per call; a size stored there would be the
         # traced one on every call
@@ -285,6 +286,43 @@ def finish(program: Any, provenance: Any, values: Any,
                         for symbol, (proxy, dim, _size) in read_sizes.items()] + [
         f"{number.name} ({symbol}, read from values)" for symbol, number in read_numbers.items()] + [
         f"{path.describe()} ({symbol})" for symbol, (path, _number, _size) in number_sizes.items()]
+
+
+# Note [Subclass values' sizes]
+# A subclass value's outer shape and strides are arguments of the record that rebuilds it from its
+# inner tensors (``unflatten_tensor_subclass(TwoTensor, {...}, ctx, (s0,), (1,))``, made when pass 2 is
+# flattened), and nothing computes them per call from the size inputs: a symbolic one would be the
+# pass's SymInt, handed to the caller as the output's shape (``torch.Size([s0])``). So a pass in which
+# any subclass value (an input, one the program makes, one a ``__torch_dispatch__`` returns) has a
+# symbolic size traces again with static shapes. Subclass inputs are bound with static inner shapes
+# (Provenance._static_only), so a program that only meets them through ops with plain results keeps
+# its plain inputs symbolic: a quantized model (torchao's weights) over changing batch sizes is one
+# symbolic entry. A nested jagged tensor's ragged sizes are constants of the trace (its nested int)
+# and do not count (jitcore/jit/ragged.py).
+def _symbolic_subclass_value(trace: Any, env: Any) -> SubclassTensorProxy | None:
+    """A subclass value of the trace (recorded at any depth, or returned) with a symbolic size or stride
+    other than a ragged one, or None."""
+    def symbolic(size: Any) -> bool:
+        if type(size) is not torch.SymInt:
+            return False
+        expr = env.simplify(size.node.expr)
+        return not expr.is_number and not any(is_nested_symbol(env, s) for s in expr.free_symbols)
+
+    def found_in(tree: Any) -> SubclassTensorProxy | None:
+        for value in optree.tree_leaves(tree, none_is_leaf=True):
+            if isinstance(value, SubclassTensorProxy) and (
+                    any(map(symbolic, value.shadow.shape)) or any(map(symbolic, value.shadow.stride()))):
+                return value
+        return None
+
+    stack = list(trace.bound_symbols)
+    while stack:
+        bsym = stack.pop()
+        found = found_in(bsym.output)
+        if found is not None:
+            return found
+        stack.extend(bsym.subsymbols)
+    return found_in(trace.output)
 
 
 def _holds_sizes(tree: Any) -> bool:

@@ -80,6 +80,18 @@ def test_cached_call_runs_no_torchao_code(name: str, monkeypatch: pytest.MonkeyP
     assert calls == []
 
 
+@pytest.mark.parametrize("name", ["int8_weight_only", "int8_dynamic_activation"])
+def test_changing_batch_sizes_share_one_symbolic_entry(name: str) -> None:
+    """The quantized weights keep static shapes and every op on them gives a plain result, so the
+    batch size is symbolic from the second size on (before: an entry per batch size)."""
+    model, dtype = _quantized(name)
+    jitted = jitcore.jit(model)
+    for batch in (2, 3, 5, 7, 9, 11):
+        x = torch.randn(batch, 64, dtype=dtype)
+        torch.testing.assert_close(jitted(x), model(x))
+    assert jitcore.cache_misses(jitted) == 2
+
+
 def test_input_gradient_through_a_quantized_weight() -> None:
     model, dtype = _quantized("int8_weight_only")
     x = torch.randn(4, 64, requires_grad=True)

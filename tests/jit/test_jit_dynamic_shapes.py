@@ -314,23 +314,46 @@ def test_symbolic_and_static_entries_are_logged(caplog):
     assert "attention_like: cache entry 2 traced with symbolic sizes args[0].shape[1] (s0)" in caplog.text
 
 
-def test_subclass_inputs_keep_static_shapes(caplog):
+def test_subclass_inputs_keep_static_inner_shapes():
+    """A subclass input's inner tensors are static (an entry per TwoTensor shape); the plain input beside
+    it is symbolic, and every call equals eager."""
     def f(x, y):
         return (x * 2).sum(0) + y.sum()
 
     jf = jitcore.jit(f, dynamic=True)
+    for n in (3, 4, 5):
+        t = TwoTensor(torch.randn(n, 2), torch.randn(n, 2))
+        run_both(f, jf, t, torch.randn(n))
+    assert jitcore.cache_misses(jf) == 3  # one entry per shape of the TwoTensor
+
+
+@pytest.mark.parametrize("made", ["inside", "from_an_input"])
+def test_a_subclass_value_with_a_symbolic_size_keeps_static_shapes(made, caplog):
+    """A TwoTensor whose size follows a plain input's (made inside, or a static TwoTensor broadcast
+    against it) comes back with the call's shape: before, a symbolic entry rebuilt it with the pass's
+    SymInt as its outer size (``torch.Size([s0])`` handed to the caller). Such a pass traces static."""
+    weight = TwoTensor(torch.randn(4, 3), torch.randn(4, 3))
+
+    def f(x):
+        value = TwoTensor(x, x * 2) * 2 if made == "inside" else weight + x.unsqueeze(1)
+        return value.sum(-1)
+
+    jf = jitcore.jit(f)
     with caplog.at_level(logging.INFO, logger="jitcore.recompiles"):
-        for n in (3, 4, 5):
-            t = TwoTensor(torch.randn(n, 2), torch.randn(n, 2))
-            run_both(f, jf, t, torch.randn(n))
-    assert jitcore.cache_misses(jf) == 3  # one entry per shape
-    assert "traced with static shapes: tensor-subclass inputs keep static shapes" in caplog.text
+        for n in (2, 3, 5):
+            x = torch.randn(n, 3)
+            out, expected = jf(x), f(x)
+            assert type(out) is TwoTensor and out.shape == expected.shape
+            assert all(type(size) is int for size in out.shape)
+            torch.testing.assert_close((out.a, out.b), (expected.a, expected.b))
+    assert "traced with static shapes: a tensor-subclass value has a symbolic size" in caplog.text
 
 
 def test_a_subclass_made_inside_under_grad_keeps_static_shapes(caplog):
-    """Symbolic plain inputs, a TwoTensor made inside, a weight that requires grad: the grad transform
-    cannot keep the sizes symbolic and pass 1 uses the constructor's own values, so the function
-    traces static shapes (before: AttributeError, a size input reached the grad transform)."""
+    """Symbolic plain inputs, a TwoTensor made inside, a weight that requires grad: the TwoTensor's size
+    is symbolic, so the function traces static shapes (Note [Subclass values' sizes]; the grad transform
+    refuses such a program as well; before both: AttributeError, a size input reached the grad
+    transform)."""
     w1 = torch.randn(8, requires_grad=True)
     w2 = w1.detach().clone().requires_grad_(True)
 
@@ -346,7 +369,7 @@ def test_a_subclass_made_inside_under_grad_keeps_static_shapes(caplog):
             (out * 1).sum().backward()
             (expected * 1).sum().backward()
             torch.testing.assert_close(w1.grad, w2.grad)
-    assert "the grad transform of a tensor-subclass program keeps static shapes" in caplog.text
+    assert "traced with static shapes: a tensor-subclass value has a symbolic size" in caplog.text
 
 
 def test_factories_take_sizes_from_the_call():
