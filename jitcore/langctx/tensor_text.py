@@ -20,11 +20,13 @@ replayed on every call (jit/printing.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import FunctionType
 from typing import Any
 
 import torch
 
 from jitcore.errors import UnsupportedOperationError
+from jitcore.interpreter import current_run
 from jitcore.ir import tree_has
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -51,8 +53,38 @@ def refuse_text(name: str) -> None:
 
 
 def _proxy_repr(self: TensorProxy) -> str:
+    own = _own_repr(self.python_type)
+    if own is not None and id(self) not in _IN_OWN_REPR:  # Note [A plain subclass's own repr]
+        run = current_run()
+        _IN_OWN_REPR.add(id(self))
+        try:
+            return run.call(own, self) if run is not None else own(self)
+        finally:
+            _IN_OWN_REPR.discard(id(self))
     refuse_text("repr")
     return ""  # not reached
+
+
+_IN_OWN_REPR: set[int] = set()  # the proxies whose class's own __repr__ is running
+
+
+# Note [A plain subclass's own repr]
+# The proxy of a subclass without ``__torch_dispatch__`` (proxies/typed.py) keeps jitcore's ``__repr__``
+# (jitcore's messages show it), so ``repr(x)`` of a subclass whose class defines ``__repr__`` in
+# Python (``Units(3 m)``, a shape and dtype) reached the proxy's and ran the call eagerly; a wrapper
+# subclass's own ``__repr__`` was already interpreted. The class's method is interpreted instead, as
+# eagerly. One that shows the values reads them (``tolist()``) or runs eagerly: its
+# ``super().__repr__()`` reaches the proxy's own again, which then refuses (torch's text of the values).
+# torch's classes (``nn.Parameter``'s ``__repr__`` prints the data) are not the program's.
+def _own_repr(cls: type) -> FunctionType | None:
+    """The ``__repr__`` a program's tensor subclass ``cls`` defines in Python, else None."""
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] == "torch":
+            return None
+        method = vars(klass).get("__repr__")
+        if type(method) is FunctionType:
+            return method
+    return None
 
 
 def text_lookasides() -> dict[Any, Callable[..., Any]]:

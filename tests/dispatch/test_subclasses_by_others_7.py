@@ -16,6 +16,8 @@ from torch.testing._internal.logging_tensor import LoggingTensorMode, capture_lo
 from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import jitcore
+
 # --- comparisons a subclass defines in Python -----------------------------------------------------------
 # Note [A stand-in's comparison is its class's] (interpreter/protocols.py): the proxy's class keeps its
 # own ``__eq__``, so ``x == y`` recorded torch's ``eq`` where eager ran the subclass's method.
@@ -204,3 +206,44 @@ def _gradient(output: torch.Tensor, args: tuple) -> torch.Tensor:
 def test_a_function_whose_forward_has_a_default_argument(make: Callable[[], tuple]) -> None:
     check_twice(lambda x: ForwardHasDefaultArgs.apply(x), make, _gradient)
     check_twice(lambda x: ForwardHasDefaultArgs.apply(x, (1,)), make, _gradient)
+
+
+# --- a plain subclass's own __repr__ ---------------------------------------------------------------------
+# Note [A plain subclass's own repr] (langctx/tensor_text.py): ``repr(x)`` reached the proxy's ``__repr__``
+# and the call ran eagerly (JC-T001); a wrapper subclass's own was already interpreted.
+
+
+class ShapeText(torch.Tensor):
+    """Shows its shape and class, not its values."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shape={tuple(self.shape)}, dtype={self.dtype})"
+
+
+class ShapeTextChild(ShapeText):
+    """Inherits its base's ``__repr__``."""
+
+
+@pytest.mark.parametrize("cls", [ShapeText, ShapeTextChild], ids=["own", "inherited"])
+def test_repr_a_plain_subclass_defines(cls: type) -> None:
+    check_twice(lambda x: (repr(x), f"{x * 2!r}", "%r" % (x,), x + 1),
+                lambda: (torch.randn(3).as_subclass(cls),))
+
+
+class BaseText(torch.Tensor):
+    """Prefixes torch's text, which shows the values: the call runs eagerly, with eager's text."""
+
+    def __repr__(self) -> str:
+        return "BaseText:" + super().__repr__()
+
+
+def test_repr_a_plain_subclass_defines_over_torchs_text() -> None:
+    def program(x: torch.Tensor) -> tuple[str, torch.Tensor]:
+        return repr(x), x + 1
+
+    jitted = jitcore.jit(program)
+    expected = program(torch.arange(3.0).as_subclass(BaseText))
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        actual = jitted(torch.arange(3.0).as_subclass(BaseText))
+    assert actual[0] == expected[0] == "BaseText:BaseText([0., 1., 2.])"
+    assert "repr() of a traced tensor" in str(jitted.fallback_reason)
