@@ -13,6 +13,7 @@ and the new entry is added. Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
 from jitcore.dispatch.flatten import flatten_program, pass_1_under_autograd
@@ -325,6 +327,13 @@ class JittedFunction:
         self.last_traces, self.last_backward_traces, self.last_rederived_traces = [], [], []
         return CacheEntry(self.misses, prologue, [], _not_compiled, cached_call, eager_reason=reason)
 
+    # Note [Symbolic passes and torch's Python kernels]
+    # A pass with symbolic sizes runs under torch's Python dispatcher, as make_fx and torch.compile
+    # trace: some composite ops have C++ kernels that take only concrete sizes and a Python kernel for
+    # symbolic ones (``F.interpolate(x, size=(h, w), mode="bicubic")`` with ``h`` a SymInt: "SymIntArrayRef
+    # expected to contain only concrete integers" from the C++ kernel). Without it such a pass raised and
+    # the function traced static shapes, an entry per size (a ViT with ``interpolate_pos_encoding`` over
+    # image sizes). A static pass needs none of them and keeps the C++ kernels.
     def _interpret(self, number: int, args: tuple, kwargs: dict, shape_changed: bool,
                    symbolic: bool | None = None) -> tuple[Pass, TracedProgram | Eager]:
         """One pass over the call, with symbolic sizes where the shape policy asks for them; again
@@ -349,7 +358,8 @@ class JittedFunction:
         self.last_traces, self.last_backward_traces, self.last_rederived_traces = [tracing_pass.trace], [], []
         self.last_prologue = tracing_pass.prologue
         try:
-            program = self._run_pass(tracing_pass, args, kwargs)
+            with enable_python_dispatcher() if symbolic else contextlib.nullcontext():  # Note [Symbolic
+                program = self._run_pass(tracing_pass, args, kwargs)  # passes and torch's Python kernels]
             sizes = (
                 shapes.finish(program, tracing_pass.provenance, tracing_pass.context.values,
                               tracing_pass.reads.sizes, tracing_pass.reads.number_symbols,

@@ -222,7 +222,7 @@ SIZE_PROGRAMS = [
     (lambda x, n: x.sum(dim=n % 2), 2),
     (lambda x, n: sum(x[i] for i in range(n)), 3),
     (lambda x, n: torch.full((n, 2), 1.5), 1),
-    (lambda x, n: F.pad(x, (n, n)), 3),
+    (lambda x, n: F.pad(x, (n, n)), 1),  # its Python kernel takes symbolic pads
     (lambda x, n: x.repeat(n, 1), 1),
     (lambda x, n: torch.topk(x.flatten(), n).values, 1),
 ]

@@ -372,6 +372,21 @@ def test_a_subclass_made_inside_under_grad_keeps_static_shapes(caplog):
     assert "traced with static shapes: a tensor-subclass value has a symbolic size" in caplog.text
 
 
+@pytest.mark.parametrize("mode", ["bicubic", "bilinear", "nearest"])
+def test_interpolation_to_a_size_computed_from_the_input(mode):
+    """``F.interpolate`` to sizes computed from the input's: the C++ kernels of some modes take only
+    concrete sizes, so the symbolic pass runs torch's Python kernels (Note [Symbolic passes and torch's
+    Python kernels], jitcore/jit/api.py); before, bicubic raised there and every size was an entry."""
+    def f(x):
+        h, w = x.shape[-2:]
+        return F.interpolate(x, size=(h * 2 - 1, w + 3), mode=mode)
+
+    jf = jitcore.jit(f)
+    for n in (4, 5, 6, 7):
+        run_both(f, jf, torch.randn(1, 2, n, n + 1))
+    assert jitcore.cache_misses(jf) == 2
+
+
 def test_factories_take_sizes_from_the_call():
     def f(x):
         n = x.shape[0]

@@ -153,6 +153,20 @@ def test_encoder_decoder_and_vision_models():
         _assert_close(jvit(pixels).last_hidden_state, vit(pixels).last_hidden_state)
 
 
+def test_vision_model_over_image_sizes_shares_one_symbolic_entry():
+    """ViT with ``interpolate_pos_encoding`` over 5 image sizes: its bicubic interpolation to a symbolic
+    size runs torch's Python kernel in the symbolic pass (Note [Symbolic passes and torch's Python
+    kernels], jitcore/jit/api.py); before, that pass raised and every size was an entry of its own."""
+    vit = _model(_vit)
+    jvit = jitcore.jit(vit)
+    for seed, size in enumerate((16, 24, 32, 40, 48)):
+        pixels = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            expected = vit(pixels, interpolate_pos_encoding=True).last_hidden_state
+            _assert_close(jvit(pixels, interpolate_pos_encoding=True).last_hidden_state, expected)
+    assert jitcore.cache_misses(jvit) == 2
+
+
 @pytest.mark.parametrize("make", [_llama, _mixtral, _gpt2], ids=lambda m: m.__name__[1:])
 def test_training_step_loss_and_gradients(make):
     model = _model(make).train()
