@@ -25,8 +25,8 @@ Invariants:
 - what the symbolic path cannot handle (a tensor-subclass value with a symbolic size: Note [Subclass
   values' sizes]; a nested jagged tensor's ragged sizes are symbolic: jitcore/jit/ragged.py; side
   effects holding sizes, a size expression without a Python form, a size only a stride determines)
-  raises StaticShapes: the jit
-  traces the call again with static shapes and logs why (docs/user-guide.md, "When jitcore retraces");
+  raises StaticShapes: the jit traces the call again with static shapes and logs why
+  (docs/user-guide.md, "When jitcore retraces");
 - a symbolic entry is never differentiated by the grad transform: its sizes are numbers of the
   computation, so it runs under torch's autograd (Note [Dynamic numbers under autograd]).
 """
