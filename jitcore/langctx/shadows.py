@@ -132,12 +132,13 @@ class TensorValues:
                 DimDynamic.DYNAMIC if i in dynamic_dims else DimDynamic.STATIC for i in range(tensor.dim())
             ]
             context = StatelessSymbolicContext(dynamic_sizes=sizes)
-            shadow = self.fake_mode.from_tensor(tensor, symbolic_context=context, source=LocalSource(name))
+            shadow = self.fake_mode.from_tensor(_described_by_torch(tensor), symbolic_context=context,
+                                                source=LocalSource(name))
         elif type(tensor) is torch.Tensor:
             shadow = self.fake_mode.from_tensor(tensor, static_shapes=True)
         else:  # nn.Parameter, a subclass without __torch_dispatch__: its __torch_function__ is not run
             with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
-                shadow = self.fake_mode.from_tensor(tensor, static_shapes=True)
+                shadow = self.fake_mode.from_tensor(_described_by_torch(tensor), static_shapes=True)
         proxy = self._bind(shadow, name)
         self.layout.seed(shadow, proxy)
         return proxy
@@ -227,6 +228,27 @@ def untraced_kind(tensor: torch.Tensor) -> tuple[str, Any, str] | None:
 # - the executed trace holds the inner tensors' aten ops; the output is rebuilt by
 #   ``__tensor_unflatten__``, which computes the nested int from the real offsets (its outer-size
 #   argument is ignored for real tensors), the caller's own when they are the caller's offsets.
+# Note [A plain subclass's shadow]
+# torch's fake-tensor conversion describes a tensor through its Python methods: a plain subclass that
+# overrides ``size()`` (or ``stride()``, ``dim()``, ``storage_offset()``) had its shadow built from
+# that answer, so ``x.shape`` read ``torch.Size([42])`` while tracing where eager's ``x.shape`` (torch's
+# own) is ``[3]``, and ``x.reshape(3, 1)`` raised. Such a tensor's shadow is built from a plain alias of
+# it (a leaf for a leaf), which torch describes itself; the program still calls the class's methods.
+_METADATA_METHODS = ("size", "stride", "dim", "storage_offset")
+
+
+def _described_by_torch(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, or a plain alias of it where its class overrides how it describes itself (Note [A
+    plain subclass's shadow])."""
+    cls = type(tensor)
+    if cls is torch.Tensor or all(getattr(cls, m) is getattr(torch.Tensor, m) for m in _METADATA_METHODS):
+        return tensor
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - the class's own code never runs here
+        if tensor.is_leaf:
+            return torch.Tensor._make_subclass(torch.Tensor, tensor, tensor.requires_grad)  # noqa: SLF001
+        return tensor.as_subclass(torch.Tensor)
+
+
 class _ShapeEnv(ShapeEnv):
     """Names its symbols ``s0``, ``s1``, ... in order of creation (torch's names hash the source);
     the sizes of the inputs named in ``keep_zero_one`` are symbols even when 0 or 1."""

@@ -247,3 +247,32 @@ def test_repr_a_plain_subclass_defines_over_torchs_text() -> None:
         actual = jitted(torch.arange(3.0).as_subclass(BaseText))
     assert actual[0] == expected[0] == "BaseText:BaseText([0., 1., 2.])"
     assert "repr() of a traced tensor" in str(jitted.fallback_reason)
+
+
+class ClaimsItsSize(torch.Tensor):
+    """A plain subclass whose ``size()`` answers something else than torch's ``shape``."""
+
+    def size(self, dim: int | None = None) -> Any:
+        return torch.Size([42]) if dim is None else 42
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "requires_grad"])
+def test_a_size_the_subclass_overrides(requires_grad: bool) -> None:
+    """Eager's ``x.shape`` is torch's and ``x.size()`` the class's: the shadow was built from the
+    class's answer, so ``x.shape`` read (42,) and ``x.reshape(-1, 1)`` raised while tracing (Note [A
+    plain subclass's shadow], jitcore/langctx/shadows.py). Over three lengths, with a gradient."""
+    def program(x: torch.Tensor) -> Any:
+        return tuple(x.shape), x.size(), x.is_leaf, (x.reshape(-1, 1) * 2).sum()
+
+    jitted = jitcore.jit(program)
+    for n in (3, 4, 5):
+        base = torch.arange(float(n))
+        x = torch.Tensor._make_subclass(ClaimsItsSize, base, requires_grad)
+        x_eager = torch.Tensor._make_subclass(ClaimsItsSize, base, requires_grad)
+        expected, actual = program(x_eager), jitted(x)
+        assert actual[:3] == expected[:3]
+        torch.testing.assert_close(actual[3].as_subclass(torch.Tensor), expected[3].as_subclass(torch.Tensor))
+        if requires_grad:
+            expected[3].backward()
+            actual[3].backward()
+            torch.testing.assert_close(x.grad, x_eager.grad)
