@@ -6,10 +6,12 @@ structure, side effects and the number of traces match. Each test failed before 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import warnings
 
 import torch
 from jit_helpers import assert_same, check
+from transformers.utils import ModelOutput  # a test extra: a missing install fails here
 
 import jitcore
 
@@ -120,14 +122,8 @@ def test_model_output_argument_read_by_values_hits_the_cache() -> None:
     """A ``ModelOutput`` argument (a dataclass and an OrderedDict) read through ``.values()``: the
     program's copy of it held the proxies as attributes but the caller's tensors as items, so the
     items were captured tensors and every call with a new output missed the cache."""
-    import dataclasses
-
-    import pytest
-
-    model_output = pytest.importorskip("transformers.utils").ModelOutput
-
     @dataclasses.dataclass
-    class Out(model_output):
+    class Out(ModelOutput):
         loss: torch.Tensor | None = None
         logits: torch.Tensor | None = None
 
@@ -193,14 +189,8 @@ def test_a_returned_closure_over_a_computed_tensor_runs_eagerly() -> None:
 def test_a_model_output_filled_after_construction_keeps_its_key_order() -> None:
     """``out = Out(logits=t); out.loss = l``: keys logits, loss as eagerly (the output was rebuilt
     through the class's constructor, in field order: ``out[0]`` and ``to_tuple()`` gave the loss)."""
-    import dataclasses
-
-    import pytest
-
-    model_output = pytest.importorskip("transformers.utils").ModelOutput
-
     @dataclasses.dataclass
-    class Out(model_output):
+    class Out(ModelOutput):
         loss: torch.Tensor | None = None
         logits: torch.Tensor | None = None
         hidden: tuple | None = None
