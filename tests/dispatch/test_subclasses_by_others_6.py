@@ -155,6 +155,18 @@ def test_masked_tensor_backward_inside(loss: Callable[[torch.Tensor], torch.Tens
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
 
 
+def _check_step_on_masked_inputs(step: Callable[[torch.Tensor], torch.Tensor],
+                                 seeds: tuple[int, ...]) -> None:
+    """``step`` jitted and eagerly on equal MaskedTensor inputs, one call per seed: its result and the
+    inputs' gradients equal, traced (no eager entry), exactly one cache hit."""
+    jitted = jitcore.jit(step)
+    for seed in seeds:
+        actual_in, expected_in = _masked(seed), _masked(seed)
+        _assert_same_masked_grads(jitted(actual_in), step(expected_in))
+        _assert_same_masked_grads(actual_in.grad, expected_in.grad)
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) == 1
+
+
 # The loss itself returned: the trace's backward (for a backward outside the function) runs
 # MaskedTensor's mask checks, answered behind ``check_masks_match`` (Note [Mask checks in a backward],
 # transforms/backward_checks.py); before, the call raised.
@@ -165,12 +177,7 @@ def test_masked_tensor_backward_inside_returning_the_loss() -> None:
         value.backward()
         return value
 
-    jitted = jitcore.jit(step)
-    for seed in (0, 0):
-        actual_in, expected_in = _masked(seed), _masked(seed)
-        _assert_same_masked_grads(jitted(actual_in), step(expected_in))
-        _assert_same_masked_grads(actual_in.grad, expected_in.grad)
-    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) == 1
+    _check_step_on_masked_inputs(step, (0, 0))
 
 
 # A MaskedTensor output's gradient taken outside the function: the mask checks of its backward ran
@@ -225,12 +232,7 @@ def test_masked_tensor_two_backwards_inside() -> None:
         value.backward()
         return value.detach()
 
-    jitted = jitcore.jit(step)
-    for seed in (0, 1):
-        actual_in, expected_in = _masked(seed), _masked(seed)
-        _assert_same_masked_grads(jitted(actual_in), step(expected_in))
-        _assert_same_masked_grads(actual_in.grad, expected_in.grad)
-    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) == 1
+    _check_step_on_masked_inputs(step, (0, 1))
 
 
 # --- a wrapper subclass as a parameter under Adam --------------------------------------------------
