@@ -198,6 +198,8 @@ def _comparison_slot(run: Run, obj: object, t: type, name: str) -> object:
     """The rich-comparison method ``name`` that ``obj`` (of type ``t``) answers with: the Python method
     of the class a stand-in stands for, else ``t``'s."""
     f = getattr(t, name, None)
+    if run.type_of is type:  # the bare interpreter: nothing stands for another class
+        return f
     stood_for = run.type_of(obj)
     if stood_for is not t:
         user = getattr(stood_for, name, None)

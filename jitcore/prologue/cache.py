@@ -53,12 +53,13 @@ def dispatch_key(args: tuple, typed: Container[int] = ()) -> tuple:
 
 
 def _key_of(a: Any) -> Hashable:
-    if issubclass(type(a), _Tensor):
-        if type(a) is _Tensor:
-            return a.shape, a.dtype
+    t = type(a)  # not isinstance: it reads ``__class__``, which a class may compute
+    if t is _Tensor:
+        return a.shape, a.dtype
+    if issubclass(t, _Tensor):
         with _NO_SUBCLASS_TORCH_FUNCTION():  # a subclass's own __torch_function__ never runs for the key
             return a.shape, a.dtype
-    return a if type(a) in _BY_VALUE else type(a)
+    return a if t in _BY_VALUE else t
 
 
 class EntryCache:
