@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import weakref
 from collections.abc import Iterator
 from types import FunctionType
 
@@ -137,11 +138,30 @@ def native_iterable(run: Run, obj: object) -> object:
     if not _is_python(getattr(t, "__iter__", None)) and not _is_python(getattr(t, "__next__", None)):
         return obj
     it = get_iter(run, obj)
-    return _interpreted_steps(run, it) if _is_python(getattr(type(it), "__next__", None)) else it
+    t = type(it)
+    if _is_python(getattr(t, "__next__", None)):
+        return _interpreted_steps(run, it)
+    if t in _FORWARDING_ITERATORS or _is_python(getattr(t, "__iter__", None)):
+        return _native_steps(it)
+    return it
 
 
 def _is_python(f: object) -> bool:
     return type(f) is FunctionType
+
+
+# Note [An iterator whose __iter__ is not itself]: the C builtin given ``native_iterable``'s result calls
+# ``iter()`` on it again, which an iterator answers with itself, except a weakref proxy (its ``__iter__``
+# is its referent's: a proxy to a non-iterator would raise "'function' object is not iterable" where
+# eagerly its ``__next__`` raises "Weakref proxy referenced a non-iterator") and a class whose Python
+# ``__iter__`` returns something else. Those are stepped by a generator, as the builtin steps the iterator
+# ``__iter__`` gave (test_weakref.ReferencesTestCase.test_proxy_bad_next).
+_FORWARDING_ITERATORS = frozenset((weakref.ProxyType, weakref.CallableProxyType))
+
+
+def _native_steps(it: object) -> Iterator[object]:
+    while (value := next(it, EXHAUSTED)) is not EXHAUSTED:
+        yield value
 
 
 def _interpreted_steps(run: Run, it: object) -> Iterator[object]:

@@ -1,0 +1,51 @@
+"""Semantics found different by CPython's regression tests probed for issue 13 (2026-12-03: test_weakref,
+...), checked natively against ``interpret`` on small programs of their own."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import weakref
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from interp_helpers import check
+
+
+def _describe_each(makers: tuple) -> list[str]:
+    out = []
+    for make in makers:
+        try:
+            out.append(repr(make()))
+        except Exception as e:  # noqa: BLE001 - the error is the result compared
+            out.append(f"{type(e).__name__}: {e}")
+    return out
+
+
+def test_an_iterator_whose_iter_is_not_itself_is_stepped_as_iter_gave_it() -> None:
+    """list(), tuple(), sorted(), enumerate() and zip() step the iterator a Python ``__iter__`` returned,
+    never ``iter()`` of it: a weakref proxy to a non-iterator raises the proxy's own TypeError, and an
+    iterator class with a Python ``__iter__`` is not asked again (test_weakref's test_proxy_bad_next)."""
+    not_an_iterator = lambda: 0  # noqa: E731 - what the proxy refers to
+
+    class Sliced(itertools.islice):
+        def __iter__(self):
+            return iter(["not", "these"])
+
+    def f() -> list[str]:
+        class ToProxy:
+            def __iter__(self):
+                return weakref.proxy(not_an_iterator)
+
+        class ToSliced:
+            def __iter__(self):
+                return Sliced([1, 2, 3], 2)
+
+        makers = []
+        for cls in (ToProxy, ToSliced):
+            makers += [lambda c=cls: list(c()), lambda c=cls: tuple(c()), lambda c=cls: sorted(c()),
+                       lambda c=cls: list(enumerate(c())), lambda c=cls: list(zip(c(), "ab"))]
+        return _describe_each(makers)
+
+    check(f)
