@@ -17,6 +17,7 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 
 import operator
+import sys
 from types import BuiltinMethodType, FunctionType, MethodType, MethodWrapperType
 from typing import TYPE_CHECKING
 
@@ -275,6 +276,9 @@ def truth(run: Run, v: object) -> bool:
     return bool(v)
 
 
+_MAX_SSIZE = sys.maxsize
+
+
 def length(run: Run, v: object) -> int:
     """``len(v)`` with a Python ``__len__`` interpreted."""
     t = type(v)
@@ -284,6 +288,8 @@ def length(run: Run, v: object) -> int:
             result = operator.index(call(run, f, (v,), None))
             if result < 0:
                 raise ValueError("__len__() should return >= 0")
+            if result > _MAX_SSIZE:  # (CPython's length is a Py_ssize_t: a bigger one is not truncated)
+                raise OverflowError("cannot fit 'int' into an index-sized integer")
             return result
     return len(v)
 

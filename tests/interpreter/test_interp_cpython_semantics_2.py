@@ -49,3 +49,21 @@ def test_an_iterator_whose_iter_is_not_itself_is_stepped_as_iter_gave_it() -> No
         return _describe_each(makers)
 
     check(f)
+
+
+def test_a_len_past_the_ssize_range_overflows_in_truth_tests() -> None:
+    """``if obj:`` and ``not obj`` with a Python ``__len__`` answering 2**70 raise CPython's OverflowError
+    (its length is a Py_ssize_t), as ``len()`` and ``bool()`` do; a negative one is a ValueError first."""
+
+    def f() -> list[str]:
+        makers = []
+        for n in (2**70, 2**63, 2**63 - 1, -(2**70), 0):
+            class Sized:
+                def __len__(self, n=n):
+                    return n
+
+            makers += [lambda c=Sized: not c(), lambda c=Sized: "yes" if c() else "no", lambda c=Sized: bool(c()),
+                       lambda c=Sized: len(c())]
+        return _describe_each(makers)
+
+    check(f)
