@@ -62,8 +62,8 @@ def test_a_len_past_the_ssize_range_overflows_in_truth_tests() -> None:
                 def __len__(self, n=n):
                     return n
 
-            makers += [lambda c=Sized: not c(), lambda c=Sized: "yes" if c() else "no", lambda c=Sized: bool(c()),
-                       lambda c=Sized: len(c())]
+            makers += [lambda c=Sized: not c(), lambda c=Sized: "yes" if c() else "no",
+                       lambda c=Sized: bool(c()), lambda c=Sized: len(c())]
         return _describe_each(makers)
 
     check(f)
