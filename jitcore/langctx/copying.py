@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from jitcore.errors import UnsupportedOperationError
-from jitcore.interpreter.calls import call_function
+from jitcore.interpreter.calls import call, call_function
 from jitcore.interpreter.run import current_run
 from jitcore.ir import current_context
 from jitcore.langctx.torch import TORCH_TABLE
@@ -68,6 +68,7 @@ def deepcopy_tensor(self: Any, memo: dict | None = None) -> Any:
         raise RuntimeError(NOT_A_LEAF)
     if id(self) in memo:
         return memo[id(self)]
+    _check_new_empty_keeps_class(self)
     base = _copied_storage(self, memo)
     _check_no_grad(self, "copy.deepcopy")
     holder = _storage_holder(self) if base is None and not _covers_storage(self) else None
@@ -111,6 +112,41 @@ def _leaf_copy(x: Any, *, deep: bool) -> Any:
             "If you encounter this, please open an issue on PyTorch's GitHub."
         )
     return new
+
+
+# torch's message for a plain subclass whose ``new_empty`` gives another class (torch/_tensor.py).
+NEW_EMPTY_CHANGES_CLASS = (
+    "The default implementation of __deepcopy__() for non-wrapper subclasses only works for subclass "
+    "types that implement new_empty() and for which that function returns another instance of the same "
+    "subclass. You should either properly implement new_empty() for your subclass or override "
+    "__deepcopy__() if it is intended behavior for new_empty() to return an instance of a different type."
+)
+
+
+def _check_new_empty_keeps_class(x: Any) -> None:
+    """Eager's check for a plain (non-wrapper) subclass: see Note [A plain subclass's deep copy].
+
+    Raises:
+        RuntimeError: eager's, where ``x.new_empty([])`` gives another class than ``x``'s.
+    """
+    cls = _class_of(x)
+    if cls is torch.Tensor or not isinstance(x, TensorProxy) or isinstance(x, SubclassTensorProxy):
+        return
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - as under eager's default __torch_function__
+        run = current_run()
+        made = call(run, cls.new_empty, (x, []), None) if run is not None else cls.new_empty(x, [])
+    if _class_of(made) is not cls:
+        raise RuntimeError(NEW_EMPTY_CHANGES_CLASS)
+
+
+# Note [A plain subclass's deep copy]
+# Eagerly, ``Tensor.__deepcopy__`` of a plain subclass instance (``as_subclass``, ``_make_subclass``)
+# goes through the class's ``__torch_function__``; torch's default one calls it again with subclass
+# ``__torch_function__`` disabled, where the copy is made by ``self.new_empty([])`` (then ``set_`` to
+# the copied storage) and refused unless that tensor has ``self``'s class. With torch's own
+# ``new_empty`` it is a plain tensor, so most plain subclasses' deep copies raise eagerly. The lookaside
+# runs the class's ``new_empty`` the same way (interpreted, subclass ``__torch_function__`` disabled),
+# raises eager's error where the class differs, and otherwise records the copy as for any tensor.
 
 
 def _op(fn: Any) -> Any:

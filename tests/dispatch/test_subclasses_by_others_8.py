@@ -1,0 +1,59 @@
+"""Tensor subclasses as others write them, round 8 (issue 15, helper zoo28): patterns from torch's own
+test suite and from quantization libraries, each program run eagerly and under jitcore.jit on equal
+fresh arguments (subclass_checks.check_twice). Each test failed before its fix."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from subclass_checks import check_twice
+
+import jitcore
+
+# --- copy.deepcopy of a plain subclass ---------------------------------------------------------------------
+# Note [A plain subclass's deep copy] (langctx/copying.py): eager makes the copy with ``new_empty([])``
+# under torch's default __torch_function__ and refuses it unless that keeps the class; jitcore copied.
+
+
+class Pickled(torch.Tensor):
+    """A plain subclass with its own pickling (``__reduce_ex__``), torch's ``new_empty``."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return Pickled, ()
+
+
+class Tagged(torch.Tensor):
+    """A plain subclass with nothing of its own."""
+
+
+class KeepsClass(torch.Tensor):
+    """``new_empty`` keeps the class, as torch's error message asks: its deep copies work eagerly."""
+
+    def new_empty(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return super().new_empty(*args, **kwargs).as_subclass(type(self))
+
+
+def _deepcopy(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = copy.deepcopy(x)
+    return y * 2, y
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.Tensor._make_subclass(Pickled, torch.randn(3)),
+    lambda: torch.randn(3).as_subclass(Pickled),
+    lambda: torch.randn(3).as_subclass(Tagged),
+], ids=["make_subclass", "as_subclass", "nothing_of_its_own"])
+def test_deepcopy_of_a_plain_subclass_raises_as_eagerly(make: Any) -> None:
+    with pytest.raises(RuntimeError, match="non-wrapper subclasses only works") as eager:
+        _deepcopy(make())
+    with pytest.raises(RuntimeError) as jitted:
+        jitcore.jit(_deepcopy)(make())
+    assert str(jitted.value) == str(eager.value)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_deepcopy_of_a_plain_subclass_whose_new_empty_keeps_its_class(requires_grad: bool) -> None:
+    check_twice(_deepcopy, lambda: (torch.randn(3).as_subclass(KeepsClass).requires_grad_(requires_grad),))
