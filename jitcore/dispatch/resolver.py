@@ -535,8 +535,10 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
         if result is not NotImplemented:
             return result
     names = "\n".join(f"  - tensor subclass {cls}" for cls in types)
+    named = f"{func.__module__}.{func.__name__}"  # as eager names it: 'torch._ops.aten.exp.default'
     raise TypeError(
-        f"Multiple dispatch failed for '{func}'; all __torch_dispatch__ handlers returned NotImplemented:\n\n"
+        f"Multiple dispatch failed for '{named}'; "
+        "all __torch_dispatch__ handlers returned NotImplemented:\n\n"
         f"{names}\n\nFor more information, try re-running with TORCH_LOGS=not_implemented"
     )
 

@@ -57,3 +57,56 @@ def test_deepcopy_of_a_plain_subclass_raises_as_eagerly(make: Any) -> None:
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_deepcopy_of_a_plain_subclass_whose_new_empty_keeps_its_class(requires_grad: bool) -> None:
     check_twice(_deepcopy, lambda: (torch.randn(3).as_subclass(KeepsClass).requires_grad_(requires_grad),))
+
+
+# --- every __torch_dispatch__ declining an op -----------------------------------------------------------
+# eager's TypeError names the op by its module and name ('torch._ops.aten.exp.default'); jitcore's said
+# 'aten.exp.default'.
+
+
+class Declines(torch.Tensor):
+    """A wrapper that takes ``add`` and ``mul`` and returns NotImplemented for every other op."""
+
+    @staticmethod
+    def __new__(cls, a: torch.Tensor) -> Declines:
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
+
+    def __init__(self, a: torch.Tensor) -> None:
+        self.a = a
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["a"], None
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner: dict, meta: None, size: Any, stride: Any) -> Declines:
+        return cls(inner["a"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func.overloadpacket not in (torch.ops.aten.add, torch.ops.aten.mul):
+            return NotImplemented
+        inner = [a.a if isinstance(a, Declines) else a for a in args]
+        return cls(func(*inner, **(kwargs or {})))
+
+
+class AlsoDeclines(Declines):
+    """A second class, so two handlers decline."""
+
+
+def _declined(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = x + 1
+    return torch.maximum(z, y)
+
+
+@pytest.mark.parametrize("second", [Declines, AlsoDeclines])
+def test_an_op_every_handler_declines_raises_eagers_error(second: type) -> None:
+    def make() -> tuple[torch.Tensor, torch.Tensor]:
+        return Declines(torch.randn(3)), second(torch.randn(3))
+
+    with pytest.raises(TypeError, match="Multiple dispatch failed") as eager:
+        _declined(*make())
+    jitted = jitcore.jit(_declined)
+    for _ in range(2):
+        with pytest.raises(TypeError) as got:
+            jitted(*make())
+        assert str(got.value) == str(eager.value)
