@@ -138,6 +138,17 @@ class DispatchState:
             return value
         return self.adopt(value)
 
+    def _held(self, value: Any) -> Any:
+        """An attribute of a subclass instance as its proxy holds it: the proxies of its tensors, also
+        inside plain lists, tuples and dicts (NJT's ``_metadata_cache``; Note [Inner tensors kept twice])."""
+        if isinstance(value, torch.Tensor):
+            return self.proxy_of(value)
+        if type(value) is dict:
+            return {k: self._held(v) for k, v in value.items()}
+        if type(value) in (list, tuple):
+            return type(value)(self._held(v) for v in value)
+        return value
+
     def _outer_like(self, shadow: torch.Tensor) -> torch.Tensor:
         """A fake tensor with the outer metadata of the subclass instance ``shadow`` (a nested jagged
         tensor's own: its ragged sizes are nested ints, which no plain tensor can have, Note [Nested
@@ -167,14 +178,19 @@ class DispatchState:
         cls = type(shadow)
         proxy = subclass_proxy(name or self.values.names.fresh("t"), cls, self._outer_like(shadow))
         for key, value in instance_attributes(shadow).items():  # slots too
-            if isinstance(value, torch.Tensor):
-                value = self.proxy_of(value)
-            elif type(value) is dict:  # NJT's _metadata_cache: {'max_seqlen': its inner tensor}
-                value = {k: self.proxy_of(v) if isinstance(v, torch.Tensor) else v for k, v in value.items()}
-            proxy.hold(key, value)
+            proxy.hold(key, self._held(value))
         proxy.set_shadow(shadow)
         self.values.bind(shadow, proxy)
         return proxy
+
+
+# Note [Inner tensors kept twice]
+# A class often keeps its inner tensors in a container as well as in the attributes its
+# ``__tensor_flatten__`` names (a sharded tensor: ``self.shards = list(shards)`` beside ``shard0``,
+# ``shard1``, ..., for a count its ctx gives). The container of the shadow built around fake tensors
+# holds those fake tensors; the proxy must hold their proxies there too, or what the class's code reads
+# through the container (``sum(s.sum() for s in self.shards)``) is a fake tensor the trace never names:
+# a fake output, or a constant of the first call's values.
 
 
 def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:

@@ -110,3 +110,63 @@ def test_an_op_every_handler_declines_raises_eagers_error(second: type) -> None:
         with pytest.raises(TypeError) as got:
             jitted(*make())
         assert str(got.value) == str(eager.value)
+
+
+# --- inner tensors kept in a list too -------------------------------------------------------------------
+# Note [Inner tensors kept twice] (dispatch/resolver.py): the proxy's list held the fake tensors of its
+# shadow, so code reading the list computed on values the trace never names.
+
+aten = torch.ops.aten
+
+
+class Sharded(torch.Tensor):
+    """Rows split into a variable number of shards: ``shard0``, ``shard1``, ... for the flatten protocol
+    (the count is the ctx) and the list ``shards`` that the class's own code reads."""
+
+    @staticmethod
+    def __new__(cls, shards: list[torch.Tensor]) -> Sharded:
+        rows = sum(s.shape[0] for s in shards)
+        return torch.Tensor._make_wrapper_subclass(cls, (rows, *shards[0].shape[1:]), dtype=shards[0].dtype,
+                                                   device=shards[0].device)
+
+    def __init__(self, shards: list[torch.Tensor]) -> None:
+        self.shards = list(shards)
+        for i, shard in enumerate(shards):
+            setattr(self, f"shard{i}", shard)
+
+    def __tensor_flatten__(self) -> tuple[list[str], int]:
+        return [f"shard{i}" for i in range(len(self.shards))], len(self.shards)
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, count: int, size: Any, stride: Any) -> Sharded:
+        return Sharded([inner[f"shard{i}"] for i in range(count)])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func in (aten.add.Tensor, aten.mul.Tensor, aten.sin.default):
+            count = next(len(a.shards) for a in args if isinstance(a, Sharded))
+            return Sharded([func(*[a.shards[i] if isinstance(a, Sharded) else a for a in args], **kwargs)
+                            for i in range(count)])
+        if func is aten.sum.default:
+            return sum(s.sum() for s in args[0].shards)
+        if func is aten.mm.default and isinstance(args[0], Sharded):
+            return Sharded([s @ args[1] for s in args[0].shards])
+        whole = [torch.cat(a.shards) if isinstance(a, Sharded) else a for a in args]
+        return func(*whole, **kwargs)
+
+
+def _shards(count: int) -> tuple[torch.Tensor]:
+    return (Sharded(list(torch.randn(2 * count, 3).split(2))),)
+
+
+@pytest.mark.parametrize("program", [
+    lambda x: (x * 2 + x).sin(),
+    lambda x: x.sum(),
+    lambda x: x @ torch.ones(3, 4),
+    lambda x: x.exp(),
+    lambda x: [s * 2 for s in x.shards],
+], ids=["pointwise", "sum", "mm", "whole", "read_in_program"])
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_subclass_keeping_its_inner_tensors_in_a_list(program: Any, count: int) -> None:
+    check_twice(program, lambda: _shards(count))
