@@ -40,6 +40,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.diagnostics import JITCORE_DIR
+from jitcore.dispatch.declined import declined_by_all
 from jitcore.dispatch.dtensor import is_natively_dispatched, pointwise_for_dtensor
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
@@ -228,9 +229,7 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
             # what the __torch_function__ ran is what runs (and what autograd sees), not the call:
             # torchao's F.linear on a quantized weight is its own ops, never aten.t + aten.mm
             return Inlined(result, splice=True)
-        names = ", ".join(cls.__qualname__ for cls in overridden)
-        raise TypeError(f"no implementation found for '{getattr(func, '__name__', symbol.name)}' on types "
-                        f"that implement __torch_function__: [{names}]")
+        raise declined_by_all(func, overridden, "__torch_function__")
     if not (tree_has(args, SubclassTensorProxy) or tree_has(kwargs, SubclassTensorProxy)):
         return symbol.meta(*args, **kwargs)
     return _resolve(symbol, args, kwargs)
@@ -550,13 +549,7 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
             result = interpret_protocol_code(method, func, types, args, kwargs)
         if result is not NotImplemented:
             return result
-    names = "\n".join(f"  - tensor subclass {cls}" for cls in types)
-    named = f"{func.__module__}.{func.__name__}"  # as eager names it: 'torch._ops.aten.exp.default'
-    raise TypeError(
-        f"Multiple dispatch failed for '{named}'; "
-        "all __torch_dispatch__ handlers returned NotImplemented:\n\n"
-        f"{names}\n\nFor more information, try re-running with TORCH_LOGS=not_implemented"
-    )
+    raise declined_by_all(func, types, "__torch_dispatch__")
 
 
 def torch_dispatch_rule(func: Any, klass: type) -> Callable[..., Any] | None:
@@ -660,9 +653,7 @@ def handle_torch_function(func: Any, relevant: tuple, args: tuple, kwargs: dict)
         return NO_OVERRIDE
     result = _run_torch_function(overridden, func, args, kwargs)
     if result is NotImplemented:
-        names = ", ".join(cls.__qualname__ for cls in overridden)
-        raise TypeError(f"no implementation found for '{getattr(func, '__name__', func)}' on types "
-                        f"that implement __torch_function__: [{names}]")
+        raise declined_by_all(func, overridden, "__torch_function__")
     return result
 
 

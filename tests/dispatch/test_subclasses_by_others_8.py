@@ -59,9 +59,10 @@ def test_deepcopy_of_a_plain_subclass_whose_new_empty_keeps_its_class(requires_g
     check_twice(_deepcopy, lambda: (torch.randn(3).as_subclass(KeepsClass).requires_grad_(requires_grad),))
 
 
-# --- every __torch_dispatch__ declining an op -----------------------------------------------------------
-# eager's TypeError names the op by its module and name ('torch._ops.aten.exp.default'); jitcore's said
-# 'aten.exp.default'.
+# --- every __torch_dispatch__ / __torch_function__ declining a call -------------------------------------
+# jitcore/dispatch/declined.py: eager's TypeError names the op by its module and name
+# ('torch._ops.aten.exp.default', 'torch.Tensor.exp', 'torch.nn.functional.softmax'); jitcore's said
+# 'aten.exp.default', and 'exp' with the classes' bare names for a __torch_function__.
 
 
 class Declines(torch.Tensor):
@@ -111,6 +112,43 @@ def test_an_op_every_handler_declines_raises_eagers_error(second: type) -> None:
             jitted(*make())
         assert str(got.value) == str(eager.value)
 
+
+
+class OnlyAdds(torch.Tensor):
+    """A ``__torch_function__`` with a table of what it handles, NotImplemented for the rest (the
+    pattern of torch's docs, ``HANDLED_FUNCTIONS``)."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func in (torch.Tensor.add, torch.Tensor.__add__):
+            return super().__torch_function__(func, types, args, kwargs or {})
+        return NotImplemented
+
+
+class AlsoOnlyAdds(OnlyAdds):
+    """A second class, so two handlers decline."""
+
+
+@pytest.mark.parametrize("program", [
+    lambda x, y: x.exp(),
+    lambda x, y: torch.mul(x, y),
+    lambda x, y: torch.nn.functional.gelu(x),
+    lambda x, y: torch.linalg.vector_norm(x),
+    lambda x, y: x.shape,
+    lambda x, y: torch.nn.functional.softmax(x, 0),
+    lambda x, y: torch.nn.functional.layer_norm(x, (4,), y),
+    lambda x, y: x.split(2),
+], ids=["method", "torch_function_of_two", "nn", "linalg", "property", "python_function",
+        "python_function_of_two", "tensor_python_method"])
+def test_a_call_every_torch_function_declines_raises_eagers_error(program: Any) -> None:
+    def make() -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(4, 4).as_subclass(OnlyAdds), torch.randn(4, 4).as_subclass(AlsoOnlyAdds)
+
+    with pytest.raises(TypeError) as eager:
+        program(*make())
+    with pytest.raises(TypeError) as got:
+        jitcore.jit(program)(*make())
+    assert str(got.value) == str(eager.value)
 
 # --- inner tensors kept in a list too -------------------------------------------------------------------
 # Note [Inner tensors kept twice] (dispatch/resolver.py): the proxy's list held the fake tensors of its

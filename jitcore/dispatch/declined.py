@@ -1,0 +1,47 @@
+"""Eager's errors for a call that every override declines (each returns ``NotImplemented``).
+
+Invariant: the message is eager's word for word, so a program that catches it or shows it behaves as
+eagerly. Eager has two: C++ (``handle_torch_function_no_python_arg_parser``) for torch's C functions and
+for ``__torch_dispatch__``, naming the callable as its module and name and listing each class on its own
+line; Python (``torch.overrides.handle_torch_function``) for torch's Python functions, naming them by
+``__module__`` and ``__name__`` and listing the classes as a Python list.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+__all__ = ["declined_by_all"]
+
+_LOG_HINT = "For more information, try re-running with TORCH_LOGS=not_implemented"
+
+
+def declined_by_all(func: Any, types: list[type] | tuple[type, ...], protocol: str) -> TypeError:
+    """The TypeError eager raises where every ``protocol`` (``"__torch_function__"`` or
+    ``"__torch_dispatch__"``) handler of ``types`` returned NotImplemented for ``func``."""
+    if protocol == "__torch_function__" and inspect.isfunction(func):
+        return TypeError(
+            f"no implementation found for '{func.__module__}.{func.__name__}' on types that implement "
+            f"__torch_function__: {list(types)}"
+        )
+    names = "\n".join(f"  - tensor subclass {cls}" for cls in types)
+    return TypeError(
+        f"Multiple dispatch failed for '{_c_name(func)}'; all {protocol} handlers returned "
+        f"NotImplemented:\n\n{names}\n\n{_LOG_HINT}"
+    )
+
+
+def _c_name(func: Any) -> str:
+    """How eager's C++ names a callable: ``torch.Tensor.exp``, ``torch.add``, ``torch.nn.gelu``,
+    ``torch.linalg.linalg_norm``, ``torch.Tensor.shape.__get__``, ``torch._ops.aten.exp.default``."""
+    name = getattr(func, "__name__", str(func))
+    owner = getattr(func, "__self__", None)
+    if name == "__get__" and hasattr(owner, "__objclass__"):  # a property of torch.Tensor read
+        return f"torch.Tensor.{owner.__name__}.__get__"
+    module = getattr(func, "__module__", None)
+    if module is None:  # a method of torch.Tensor (a C method descriptor has no module)
+        return f"torch.Tensor.{name}"
+    if module.startswith("torch._C._"):  # torch._C._nn.gelu is torch.nn's, torch._C._linalg torch.linalg's
+        module = "torch." + module.removeprefix("torch._C._")
+    return f"{module}.{name}"
