@@ -4,7 +4,8 @@ Invariant: the message is eager's word for word, so a program that catches it or
 eagerly. Eager has two: C++ (``handle_torch_function_no_python_arg_parser``) for torch's C functions and
 for ``__torch_dispatch__``, naming the callable as its module and name and listing each class on its own
 line; Python (``torch.overrides.handle_torch_function``) for torch's Python functions, naming them by
-``__module__`` and ``__name__`` and listing the classes as a Python list.
+``__module__`` and ``__name__`` and listing the classes as a Python list. A mode that declined (asked
+before the classes) comes first in the C++ list, after the classes in the Python one.
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ __all__ = ["declined_by_all"]
 _LOG_HINT = "For more information, try re-running with TORCH_LOGS=not_implemented"
 
 
-def declined_by_all(func: Any, types: list[type] | tuple[type, ...], protocol: str) -> TypeError:
+def declined_by_all(func: Any, types: list[type] | tuple[type, ...], protocol: str,
+                    mode: Any = None) -> TypeError:
     """The TypeError eager raises where every ``protocol`` (``"__torch_function__"`` or
-    ``"__torch_dispatch__"``) handler of ``types`` returned NotImplemented for ``func``."""
+    ``"__torch_dispatch__"``) handler returned NotImplemented for ``func``: those of ``types``, and
+    ``mode``'s where a mode was asked first."""
     if protocol == "__torch_function__" and inspect.isfunction(func):
+        found = f" nor in mode {mode}" if mode is not None else ""
         return TypeError(
             f"no implementation found for '{func.__module__}.{func.__name__}' on types that implement "
-            f"__torch_function__: {list(types)}"
+            f"__torch_function__: {list(types)}{found}"
         )
-    names = "\n".join(f"  - tensor subclass {cls}" for cls in types)
+    lines = [f"  - mode object {mode!r}"] if mode is not None else []
+    names = "\n".join([*lines, *(f"  - tensor subclass {cls}" for cls in types)])
     return TypeError(
         f"Multiple dispatch failed for '{_c_name(func)}'; all {protocol} handlers returned "
         f"NotImplemented:\n\n{names}\n\n{_LOG_HINT}"

@@ -42,6 +42,7 @@ import optree
 import torch
 import torch.utils._device
 
+from jitcore.dispatch.declined import declined_by_all
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import current_context
 from jitcore.langctx.torch import ANSWERED_BY_PROXY, proxy_members
@@ -96,8 +97,7 @@ class UserModes:
 
         result = self.run_function_mode(mode, func, overriding_types(args, kwargs), args, kwargs)
         if result is NotImplemented:
-            raise TypeError(f"no implementation found for '{getattr(func, '__name__', func)}': "
-                            f"{type(mode).__qualname__}.__torch_function__ returned NotImplemented")
+            raise declined_by_all(func, overriding_types(args, kwargs), "__torch_function__", mode)
         return result
 
 

@@ -519,6 +519,8 @@ class ShadowDispatchMode(TorchDispatchMode):
         mode = modes.innermost_dispatch_mode() if modes is not None else None
         if mode is not None:  # the program's TorchDispatchMode (jitcore/dispatch/modes.py)
             out = modes.run_dispatch_mode(mode, func, user_types, proxy_args, proxy_kwargs)
+            if out is NotImplemented:  # eager asks the subclasses next; its error names the mode too
+                out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs, declined=mode)
         elif not user_types:
             out = self.symbol_for(func)(*proxy_args, **proxy_kwargs)
         else:
@@ -532,8 +534,10 @@ class ShadowDispatchMode(TorchDispatchMode):
 _ABSENT = object()
 
 
-def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs: dict) -> Any:
-    """Run the subclasses' ``__torch_dispatch__`` in eager's order on the interpreter.
+def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs: dict,
+                        declined: Any = None) -> Any:
+    """Run the subclasses' ``__torch_dispatch__`` in eager's order on the interpreter (``declined``: the
+    program's mode, asked first, returned NotImplemented).
 
     Raises:
         TypeError: every handler returned NotImplemented (as eager PyTorch does).
@@ -549,7 +553,7 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
             result = interpret_protocol_code(method, func, types, args, kwargs)
         if result is not NotImplemented:
             return result
-    raise declined_by_all(func, types, "__torch_dispatch__")
+    raise declined_by_all(func, types, "__torch_dispatch__", declined)
 
 
 def torch_dispatch_rule(func: Any, klass: type) -> Callable[..., Any] | None:

@@ -5,11 +5,14 @@ fresh arguments (subclass_checks.check_twice). Each test failed before its fix."
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
 import torch
 from subclass_checks import check_twice
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import jitcore
 
@@ -149,6 +152,57 @@ def test_a_call_every_torch_function_declines_raises_eagers_error(program: Any) 
     with pytest.raises(TypeError) as got:
         jitcore.jit(program)(*make())
     assert str(got.value) == str(eager.value)
+
+
+class DeclinesExp(TorchFunctionMode):
+    """A function mode that declines ``exp`` and ``softmax`` and runs everything else."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func in (torch.exp, torch.nn.functional.softmax):
+            return NotImplemented
+        return func(*args, **(kwargs or {}))
+
+
+class DeclinesExpBelow(TorchDispatchMode):
+    """A dispatch mode that declines ``aten.exp`` and runs everything else."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is torch.ops.aten.exp.default:
+            return NotImplemented
+        return func(*args, **(kwargs or {}))
+
+
+def _under_function_mode(x: torch.Tensor) -> Any:
+    with DeclinesExp():
+        return torch.exp(x)
+
+
+def _python_function_under_function_mode(x: torch.Tensor) -> Any:
+    with DeclinesExp():
+        return torch.nn.functional.softmax(x, 0)
+
+
+def _under_dispatch_mode(x: torch.Tensor) -> Any:
+    with DeclinesExpBelow():
+        return torch.exp(x)
+
+
+@pytest.mark.parametrize(("program", "make"), [
+    (_under_function_mode, lambda: torch.randn(3)),
+    (_under_function_mode, lambda: torch.randn(3).as_subclass(OnlyAdds)),
+    (_python_function_under_function_mode, lambda: torch.randn(3)),
+    (_python_function_under_function_mode, lambda: torch.randn(3).as_subclass(OnlyAdds)),
+    (_under_dispatch_mode, lambda: torch.randn(3)),
+    (_under_dispatch_mode, lambda: Declines(torch.randn(3))),
+], ids=["function_mode", "function_mode_and_subclass", "python_function", "python_function_and_subclass",
+        "dispatch_mode", "dispatch_mode_and_subclass"])
+def test_a_call_a_mode_declines_raises_eagers_error(program: Any, make: Any) -> None:
+    with pytest.raises(TypeError) as eager:
+        program(make())
+    with pytest.raises(TypeError) as got:
+        jitcore.jit(program)(make())
+    # the same text but the mode's address (each run makes its own mode object)
+    assert re.sub(" at 0x[0-9a-f]+", "", str(got.value)) == re.sub(" at 0x[0-9a-f]+", "", str(eager.value))
 
 # --- inner tensors kept in a list too -------------------------------------------------------------------
 # Note [Inner tensors kept twice] (dispatch/resolver.py): the proxy's list held the fake tensors of its
