@@ -116,6 +116,12 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
 # locals alive.)
 
 
+def entry_here(frame: Frame) -> TracebackType:
+    """A traceback entry of its own for ``frame`` at its current instruction (CPython's
+    ``_PyTraceBack_FromFrame``: 3.13's ``except*`` gives it to the group wrapping a naked exception)."""
+    return _entry(frame, None, False)
+
+
 def _entry(frame: Frame, tb_next: TracebackType | None, leaving: bool) -> TracebackType:
     global _MAKER
     index = frame.index - 1 if frame.index else 0

@@ -67,3 +67,28 @@ def test_a_len_past_the_ssize_range_overflows_in_truth_tests() -> None:
         return _describe_each(makers)
 
     check(f)
+
+
+def test_except_star_wraps_a_naked_exception_as_cpython_does() -> None:
+    """The group ``except*`` binds for a naked exception holds a tuple (its repr is CPython's), and on 3.13 it
+    has a traceback entry of its own at the ``except*`` line; the group an ``except*`` block raises holds a
+    list, as natively."""
+
+    def f() -> list:
+        out = []
+        try:
+            raise ValueError(1)
+        except* ValueError as e:
+            tb = e.__traceback__
+            where = None if tb is None else (tb.tb_lineno - f.__code__.co_firstlineno, tb.tb_next)
+            out += [repr(e), type(e.args[1]).__name__, where, e.exceptions[0].__traceback__ is tb]
+        try:
+            try:
+                raise ExceptionGroup("eg", [ValueError(1), KeyError(2)])
+            except* ValueError:
+                raise TypeError from None
+        except ExceptionGroup as e:
+            out += [repr(e), type(e.args[1]).__name__]
+        return out
+
+    check(f)

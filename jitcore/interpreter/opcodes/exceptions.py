@@ -21,6 +21,7 @@ from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.loop import unwind
 from jitcore.interpreter.registry import handles
+from jitcore.interpreter.tracebacks import entry_here
 
 # The exception classes of the builtins module: ``raise ValueError`` calls one directly (what calls.call would
 # come to: no Python __new__/__init__) unless a lookaside or the opaque-call hook is to see the call.
@@ -149,7 +150,7 @@ def check_eg_match(frame: Frame, inst: Instruction) -> None:
         raise TypeError("catching ExceptionGroup with except* is not allowed. Use except instead.")
     exc = stack[-1]
     if exception_matches(exc, match_type):
-        match = exc if isinstance(exc, BaseExceptionGroup) else BaseExceptionGroup("", [exc])
+        match = exc if isinstance(exc, BaseExceptionGroup) else _wrap_naked(frame, exc)
         rest = None
     elif isinstance(exc, BaseExceptionGroup):
         match, rest = _split(exc, match_type)
@@ -161,6 +162,18 @@ def check_eg_match(frame: Frame, inst: Instruction) -> None:
     stack[-1] = rest
     stack.append(match)
     frame.exc_value = match
+
+
+def _wrap_naked(frame: Frame, exc: BaseException) -> BaseExceptionGroup:
+    """The group ``except*`` binds for a naked exception: CPython's, made of a tuple (its repr shows one), and
+    on 3.13 with a traceback entry of its own at the ``except*`` line."""
+    group = BaseExceptionGroup("", (exc,))
+    if _WRAPPED_HAS_AN_ENTRY:
+        group.__traceback__ = entry_here(frame)
+    return group
+
+
+_WRAPPED_HAS_AN_ENTRY = sys.version_info >= (3, 13)
 
 
 def _split(exc: BaseExceptionGroup, match_type: object) -> tuple[object, object]:
