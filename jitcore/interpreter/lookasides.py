@@ -197,22 +197,37 @@ def super_arguments() -> tuple[type, object]:
 
 
 def frame_locals(frame: Frame) -> dict:
-    """What ``locals()`` returns in ``frame``."""
+    """What ``locals()`` returns in ``frame`` (Note [One locals dict per frame])."""
     if frame.locals is not None:
         return frame.locals
     code = frame.code
     cells = set(code.co_cellvars) | set(code.co_freevars)
-    out = {}
+    out = getattr(frame, "f_locals", None) if _ONE_DICT_PER_FRAME else None
+    if out is None:
+        out = {}
+        if _ONE_DICT_PER_FRAME:
+            frame.f_locals = out
     for i, value in enumerate(frame.fast):
         name = code._varname_from_oparg(i)
         if name in cells and isinstance(value, CellType):
             try:
                 out[name] = value.cell_contents
-            except ValueError:
                 continue
+            except ValueError:
+                pass
         elif value is not NULL:
             out[name] = value
+            continue
+        out.pop(name, None)
     return out
+
+
+# Note [One locals dict per frame]
+# Before 3.13, a function frame has one locals dict (CPython's ``frame->f_locals``): ``locals()`` and
+# ``frame.f_locals`` return it, refreshed from the fast locals (an unbound one's key removed), and keys that
+# are no local's stay in it: ``exec("b = 6")`` writes there, so a later ``locals()["b"]`` is 6, and
+# ``locals() is locals()``. 3.13 (PEP 667) returns a new snapshot at each call.
+_ONE_DICT_PER_FRAME = sys.version_info < (3, 13)
 
 
 def locals_() -> dict:
