@@ -95,9 +95,9 @@ def test_except_star_wraps_a_naked_exception_as_cpython_does() -> None:
 
 
 def test_a_function_frame_has_one_locals_dict_before_3_13() -> None:
-    """On 3.11 ``locals()`` returns the frame's one dict, refreshed (an unbound local's key removed) and keeping
-    names that are no local's, such as those ``exec()`` wrote: ``exec("z = 9"); locals()["z"]`` is 9 and
-    ``locals() is locals()``; on 3.13 each call is a new snapshot (PEP 667) and that ``exec`` is lost."""
+    """On 3.11 ``locals()`` returns the frame's one dict, refreshed (an unbound local's key removed) and
+    keeping names that are no local's, such as those ``exec()`` wrote: ``exec("z = 9"); locals()["z"]`` is 9
+    and ``locals() is locals()``; on 3.13 each call is a new snapshot (PEP 667) and that ``exec`` is lost."""
 
     def f() -> tuple:
         a = 1
