@@ -140,6 +140,12 @@ MODULES = (
     "test_dict", "test_tuple", "test_code", "test_genericclass", "test_shlex", "test_csv", "test_cmath",
     "test_finalization", "test_locale", "test_atexit", "test_ordered_dict",
     *(("test_opcache", "test_traceback") if sys.version_info < (3, 12) else ()),
+    # small modules probed for issue 13 (2026-12-03), each under 2 s a process on 3.13 (~0.5 s on 3.11); all
+    # passed already. Left out (docs/interpreter.md lists their numbers): test_json's test_unicode and
+    # test_recursion, test_context, test_struct, test_collections (20 s tests on 3.13), test_eof (processes)
+    "test_iterlen", "test_structseq", "test_getopt", "test_genericpath", "test_base64", "test_pep646_syntax",
+    "test_future_stmt.test_future", "test_json.test_decode", "test_json.test_fail",
+    "test_json.test_scanstring",
 )
 
 TIMEOUT_S = 20
@@ -235,7 +241,7 @@ def _run_suite(suite: unittest.TestSuite, timeout: bool) -> _Result:
 
 
 DOCTEST_MODULES = ("test_listcomps", "test_genexps", "test_unpack_ex", "test_extcall", "test_setcomps",
-                   "test_unpack", "test_descrtut", "test_syntax")
+                   "test_unpack", "test_descrtut", "test_syntax", "test_pep646_syntax")
 
 
 def _exec_interpreted(code: object, global_ns: dict, local_ns: object = None) -> None:

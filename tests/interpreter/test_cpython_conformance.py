@@ -137,6 +137,16 @@ NATIVE_COUNTS_311 = {
     "test_locale": 40,
     "test_atexit": 6,
     "test_ordered_dict": 283,
+    "test_iterlen": 22,
+    "test_structseq": 17,
+    "test_getopt": 7,
+    "test_genericpath": 24,
+    "test_base64": 36,
+    "test_pep646_syntax": 117,
+    "test_future_stmt.test_future": 23,
+    "test_json.test_decode": 24,
+    "test_json.test_fail": 14,
+    "test_json.test_scanstring": 8,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
@@ -247,6 +257,16 @@ NATIVE_COUNTS_313 = {
     "test_locale": 40,
     "test_atexit": 6,
     "test_ordered_dict": 295,
+    "test_iterlen": 22,
+    "test_structseq": 24,
+    "test_getopt": 7,
+    "test_genericpath": 25,
+    "test_base64": 38,
+    "test_pep646_syntax": 117,
+    "test_future_stmt.test_future": 23,
+    "test_json.test_decode": 32,
+    "test_json.test_fail": 14,
+    "test_json.test_scanstring": 8,
 }
 NATIVE_COUNTS = {(3, 11): NATIVE_COUNTS_311, (3, 13): NATIVE_COUNTS_313}[sys.version_info[:2]]
 
