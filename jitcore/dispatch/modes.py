@@ -91,13 +91,16 @@ class UserModes:
         the arguments' ``__torch_function__`` overrides as ``types``).
 
         Raises:
-            TypeError: the mode returned NotImplemented (eager's error).
+            TypeError: the mode returned NotImplemented, and so did the subclasses' own (eager's error).
         """
-        from jitcore.dispatch.resolver import overriding_types
+        from jitcore.dispatch.resolver import overriding_types, run_torch_functions
 
-        result = self.run_function_mode(mode, func, overriding_types(args, kwargs), args, kwargs)
+        types = overriding_types(args, kwargs)
+        result = self.run_function_mode(mode, func, types, args, kwargs)
+        if result is NotImplemented and types:  # eager asks the subclasses next, the mode back on its stack
+            result = run_torch_functions(list(types), func, args, kwargs)
         if result is NotImplemented:
-            raise declined_by_all(func, overriding_types(args, kwargs), "__torch_function__", mode)
+            raise declined_by_all(func, types, "__torch_function__", mode)
         return result
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "number_leaves",
     "numbers_reach_dispatch",
     "overriding_types",
+    "run_torch_functions",
     "resolve_call",
     "python_code",
     "resolve_operator_or_own",
@@ -224,7 +225,7 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     if overridden and _value_read_through_default(overridden, func, symbol):
         return symbol.meta(*args, **kwargs)
     if overridden:
-        result = _run_torch_function(overridden, func, args, kwargs)
+        result = run_torch_functions(overridden, func, args, kwargs)
         if result is not NotImplemented:
             # what the __torch_function__ ran is what runs (and what autograd sees), not the call:
             # torchao's F.linear on a quantized weight is its own ops, never aten.t + aten.mm
@@ -655,14 +656,15 @@ def handle_torch_function(func: Any, relevant: tuple, args: tuple, kwargs: dict)
     overridden = _torch_function_overrides(relevant, {})
     if not overridden:
         return NO_OVERRIDE
-    result = _run_torch_function(overridden, func, args, kwargs)
+    result = run_torch_functions(overridden, func, args, kwargs)
     if result is NotImplemented:
         raise declined_by_all(func, overridden, "__torch_function__")
     return result
 
 
-def _run_torch_function(types: list[type], func: Any, args: tuple, kwargs: dict) -> Any:
-    """A subclass's own ``__torch_function__``, interpreted, with the torch callable as ``func``."""
+def run_torch_functions(types: list[type], func: Any, args: tuple, kwargs: dict) -> Any:
+    """The ``__torch_function__`` of ``types``, interpreted in eager's order with the torch callable as
+    ``func``, until one does not return NotImplemented: its result (NotImplemented where all do)."""
     for cls in types:
         method = _protocol_method(cls, "__torch_function__", args, kwargs)
         result = interpret_protocol_code(method, func, tuple(types), args, kwargs)

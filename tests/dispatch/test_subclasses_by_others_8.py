@@ -204,6 +204,27 @@ def test_a_call_a_mode_declines_raises_eagers_error(program: Any, make: Any) -> 
     # the same text but the mode's address (each run makes its own mode object)
     assert re.sub(" at 0x[0-9a-f]+", "", str(got.value)) == re.sub(" at 0x[0-9a-f]+", "", str(eager.value))
 
+
+class TakesExp(torch.Tensor):
+    """A plain subclass whose ``__torch_function__`` answers ``torch.exp`` itself (with ``sin``)."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is torch.exp:
+            with torch._C.DisableTorchFunctionSubclass():
+                return torch.sin(args[0])
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _declined_by_the_mode_taken_by_the_subclass(x: torch.Tensor) -> torch.Tensor:
+    with DeclinesExp():
+        return torch.exp(x) * 2
+
+
+def test_a_call_a_function_mode_declines_goes_to_the_subclass() -> None:
+    # eager asks the arguments' __torch_function__ after the mode's NotImplemented; jitcore raised
+    check_twice(_declined_by_the_mode_taken_by_the_subclass, lambda: (torch.randn(3).as_subclass(TakesExp),))
+
 # --- inner tensors kept in a list too -------------------------------------------------------------------
 # Note [Inner tensors kept twice] (dispatch/resolver.py): the proxy's list held the fake tensors of its
 # shadow, so code reading the list computed on values the trace never names.
