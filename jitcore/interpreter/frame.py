@@ -57,6 +57,7 @@ class Frame:
         "builtins",
         "code",
         "exc_value",
+        "extra_locals",
         "f_locals",
         "fast",
         "function",
@@ -96,9 +97,10 @@ class Frame:
         self.back = back
         # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``pending`` is set by the
         # generator code, ``tb_entry`` by tracebacks.add_frame, ``proxy`` (a weak reference to the frame's
-        # frame object) by lookasides.frame_proxy and ``f_locals`` (before 3.13, the dict ``locals()`` returns
-        # in a function frame) by lookasides.frame_locals, which read them with a default: left unset here to
-        # keep frame creation cheap.
+        # frame object) by lookasides.frame_proxy, ``f_locals`` (before 3.13, the dict ``locals()`` returns
+        # in a function frame) and ``extra_locals`` (3.13: names written into ``frame.f_locals`` that are no
+        # local's) by frame_locals.py, which read them with a default: left unset here to keep frame creation
+        # cheap.
 
     @property
     def instructions(self) -> list[Instruction]:

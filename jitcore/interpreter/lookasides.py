@@ -25,7 +25,7 @@ import sys
 import types
 import warnings
 import weakref
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from types import CellType, FunctionType
 
 from jitcore.interpreter.attributes import load_attr
@@ -48,6 +48,7 @@ from jitcore.interpreter.callbacks import (
 from jitcore.interpreter.calls import call, run_class_body
 from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
+from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
 from jitcore.interpreter.protocols import truth
 from jitcore.interpreter.run import current_run
 
@@ -194,40 +195,6 @@ def super_arguments() -> tuple[type, object]:
     if not isinstance(cls, type):
         raise RuntimeError(f"super(): __class__ is not a type ({type(cls).__name__})")  # noqa: TRY004 - as CPython
     return cls, first
-
-
-def frame_locals(frame: Frame) -> dict:
-    """What ``locals()`` returns in ``frame`` (Note [One locals dict per frame])."""
-    if frame.locals is not None:
-        return frame.locals
-    code = frame.code
-    cells = set(code.co_cellvars) | set(code.co_freevars)
-    out = getattr(frame, "f_locals", None) if _ONE_DICT_PER_FRAME else None
-    if out is None:
-        out = {}
-        if _ONE_DICT_PER_FRAME:
-            frame.f_locals = out
-    for i, value in enumerate(frame.fast):
-        name = code._varname_from_oparg(i)
-        if name in cells and isinstance(value, CellType):
-            try:
-                out[name] = value.cell_contents
-                continue
-            except ValueError:
-                pass
-        elif value is not NULL:
-            out[name] = value
-            continue
-        out.pop(name, None)
-    return out
-
-
-# Note [One locals dict per frame]
-# Before 3.13, a function frame has one locals dict (CPython's ``frame->f_locals``): ``locals()`` and
-# ``frame.f_locals`` return it, refreshed from the fast locals (an unbound one's key removed), and keys that
-# are no local's stay in it: ``exec("b = 6")`` writes there, so a later ``locals()["b"]`` is 6, and
-# ``locals() is locals()``. 3.13 (PEP 667) returns a new snapshot at each call.
-_ONE_DICT_PER_FRAME = sys.version_info < (3, 13)
 
 
 def locals_() -> dict:
@@ -393,7 +360,7 @@ class FrameProxy:
 
     f_globals = property(lambda self: self._frame.globals)
     f_builtins = property(lambda self: self._frame.builtins)
-    f_locals = property(lambda self: _f_locals(self._frame))
+    f_locals = property(lambda self: f_locals(self._frame))
     f_code = property(lambda self: self._frame.code)
     f_lineno = property(lambda self: self._frame.position().lineno)
     f_lasti = property(lambda self: self._frame.instruction.offset)
@@ -422,47 +389,6 @@ def frame_proxy(frame: Frame, back: object) -> FrameProxy:
     else:
         proxy._back = back  # f_back is the caller now, as CPython's is
     return proxy
-
-
-class FrameLocals(MutableMapping):
-    """``frame.f_locals`` of an interpreted function frame on 3.13: PEP 667's write-through view of its
-    fast locals (3.11 and ``locals()`` keep returning snapshots)."""
-
-    __slots__ = ("_frame",)
-
-    def __init__(self, frame: Frame) -> None:
-        self._frame = frame
-
-    def __getitem__(self, name: str) -> object:
-        return frame_locals(self._frame)[name]
-
-    def __setitem__(self, name: str, value: object) -> None:
-        frame = self._frame
-        code = frame.code
-        for i in range(len(frame.fast)):
-            if code._varname_from_oparg(i) == name:
-                slot = frame.fast[i]
-                if isinstance(slot, CellType) and (name in code.co_cellvars or name in code.co_freevars):
-                    slot.cell_contents = value
-                else:
-                    frame.fast[i] = value
-                return
-        raise KeyError(name)  # PEP 667 keeps extra names in a side dict; not emulated
-
-    def __delitem__(self, name: str) -> None:
-        raise ValueError("cannot remove local variables from FrameLocalsProxy")
-
-    def __iter__(self):
-        return iter(frame_locals(self._frame))
-
-    def __len__(self) -> int:
-        return len(frame_locals(self._frame))
-
-
-def _f_locals(frame: Frame) -> object:
-    if frame.locals is None and sys.version_info >= (3, 13):
-        return FrameLocals(frame)
-    return frame_locals(frame)
 
 
 def getframe(depth: int = 0, /) -> object:
@@ -656,7 +582,7 @@ def builtin_lookasides() -> dict[object, Callable]:
         # The interpreter's own view of frames runs natively: interpreted, it would read the NULL of an
         # unbound
         # slot as an unbound local of its own.
-        for value in [*vars(FrameProxy).values(), *vars(FrameLocals).values()]:
+        for value in [*vars(FrameProxy).values(), *vars(FrameLocalsProxy).values()]:
             function = value.fget if isinstance(value, property) else value
             if type(function) is FunctionType:
                 _TABLE[function] = function

@@ -122,3 +122,30 @@ def test_a_function_frame_has_one_locals_dict_before_3_13() -> None:
 
     check(f)
     check(lambda: list(g()))
+
+
+def test_frame_f_locals_is_3_13s_frame_locals_proxy() -> None:
+    """On 3.13 ``sys._getframe().f_locals`` of an interpreted function behaves as CPython's FrameLocalsProxy:
+    its repr is a dict's (``{...}`` where it holds itself), a Mapping but not a MutableMapping, names that are
+    no local's kept and shown by later ``locals()``, locals not removable, ``|``, ``copy``, ``update`` and
+    ``pop`` as natively (3.11: the frame's one locals dict)."""
+    import collections.abc
+
+    def f() -> list:
+        x = 1
+        y = 2
+        p = sys._getframe().f_locals
+        out = [repr(p), type(p).__name__, isinstance(p, collections.abc.Mapping),
+               isinstance(p, collections.abc.MutableMapping)]
+        p["extra"] = 5
+        out += [sorted(p), p.get("extra"), sorted(locals()), "extra" in p, len(p)]
+        del y
+        makers = (lambda: p.__delitem__("x"), lambda: p.pop("x"), lambda: p.pop("extra"),
+                  lambda: p.pop("extra", "d"), lambda: sorted(p | {"z": 1}), lambda: sorted({"z": 1} | p),
+                  lambda: sorted(p.copy()), lambda: p == dict(p), lambda: p.setdefault("x", 9),
+                  lambda: p.update({"x": 3}) or x, lambda: p.update([("x", 4)]), lambda: p.update(x=3),
+                  lambda: p.__delitem__("nope"), lambda: hash(p), lambda: p.setdefault("new", 7),
+                  lambda: [k for k in p if k == "y"])
+        return out + _describe_each(makers)
+
+    check(f)
