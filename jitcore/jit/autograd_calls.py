@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.nested._internal.nested_tensor import NestedTensor
 
 import jitcore
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
@@ -194,10 +195,34 @@ class AutogradCalls:
         old = self._pass.grad_value(tensor, path)
         if old is None:
             self._pass.snapshots.take(tensor, path)  # the set is an effect, replayed on every call
-            self._pass.context.values.bind(grad.shadow, grad)  # (a subclass gradient's shadow too)
-            tensor.grad = grad.shadow  # native reads (p.grad) see it: Pass.grad_value maps it back
+            values = self._pass.context.values
+            values.bind(grad.shadow, grad)  # (a subclass gradient's shadow too)
+            held = _grad_to_hold(tensor, grad.shadow)
+            if held is not grad.shadow:
+                values.alias(held, grad)
+            tensor.grad = held  # native reads (p.grad) see it: Pass.grad_value maps it back
         else:
             old.add_(grad)  # in place into the caller's gradient tensor, as eager accumulates
+
+
+# Note [The gradient a caller's jagged tensor holds]
+# While tracing, a leaf of the caller's gets its gradient's shadow as ``.grad`` so that native reads
+# see it (the pass maps it back to the gradient's proxy). torch's ``.grad`` setter checks that the
+# sizes match, and a nested jagged tensor's ragged size is a nested int: the caller's tensor has its
+# own (``j1``), the shadow the pass's symbolic one, which torch cannot compare with it
+# (AttributeError: 'NestedIntNode' object has no attribute 'hint', where eager computes). The leaf
+# holds instead a jagged tensor over the shadow's values and the caller's offsets: the caller's
+# ragged size, the shadow's values. The effect replayed on every call stores the computed gradient,
+# built over the caller's offsets as eager's is.
+
+
+def _grad_to_hold(tensor: torch.Tensor, shadow: Any) -> Any:
+    """What ``tensor.grad`` holds while tracing for the gradient whose shadow is ``shadow`` (Note
+    [The gradient a caller's jagged tensor holds])."""
+    if type(tensor) is not NestedTensor or type(shadow) is not NestedTensor:
+        return shadow
+    return NestedTensor(shadow.values(), tensor.offsets(), lengths=tensor.lengths(),
+                        _ragged_idx=tensor._ragged_idx)  # noqa: SLF001 - NJT's layout field
 
 
 def _shadows(values: list) -> list:

@@ -95,6 +95,7 @@ class TensorValues:
     """
 
     __slots__ = (
+        "_aliases",
         "_by_shadow",
         "fake_mode",
         "layout",
@@ -110,6 +111,7 @@ class TensorValues:
         self.strides_queried = False
         self.layout = LayoutReliance()
         self._by_shadow: dict[int, TensorProxy] = {}
+        self._aliases: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
 
     def input_proxy(self, tensor: torch.Tensor, name: str | None = None,
                     dynamic_dims: frozenset[int] = frozenset(), *,
@@ -179,7 +181,10 @@ class TensorValues:
     def known(self, shadow: torch.Tensor) -> TensorProxy | None:
         """The proxy ``shadow`` belongs to, or None."""
         proxy = self._by_shadow.get(id(shadow))
-        return proxy if proxy is not None and proxy.shadow is shadow else None
+        if proxy is not None and proxy.shadow is shadow:
+            return proxy
+        alias = self._aliases.get(id(shadow))
+        return alias[1] if alias is not None and alias[0] is shadow else None
 
     def proxies(self) -> list[TensorProxy]:
         """The proxies of this trace's values so far (plain and subclass)."""
@@ -188,6 +193,12 @@ class TensorValues:
     def bind(self, shadow: torch.Tensor, proxy: TensorProxy) -> None:
         """Make ``proxy`` the one of ``shadow`` (a subclass value, whose shadow its class built)."""
         self._by_shadow[id(shadow)] = proxy
+
+    def alias(self, stand_in: torch.Tensor, proxy: TensorProxy) -> None:
+        """Make ``stand_in``, a tensor that stands for ``proxy``'s value where its shadow cannot
+        (a caller's jagged tensor's gradient: jitcore/jit/autograd_calls.py), known as ``proxy``; the
+        map holds it, so its id is not reused while the map lives."""
+        self._aliases[id(stand_in)] = (stand_in, proxy)
 
     def _bind(self, shadow: torch.Tensor, name: str) -> TensorProxy:
         proxy = TensorProxy(name, shadow)

@@ -185,6 +185,34 @@ def test_gradients_of_a_linear_layer_over_an_njt() -> None:
     _no_eager_entry(jitted)
 
 
+def test_a_backward_inside_into_an_njt_input() -> None:
+    """``loss.backward()`` inside the function with an NJT leaf of the caller's: its ``.grad`` is set
+    as eagerly, over the caller's offsets (it raised while tracing: torch's ``.grad`` setter compared
+    the caller's nested int with the pass's symbolic one)."""
+    linear = torch.nn.Linear(3, 4)
+
+    def step(n: torch.Tensor) -> torch.Tensor:
+        loss = linear(n).relu().values().sum()
+        loss.backward()
+        return n.grad * 2  # the gradient read back inside the function
+
+    jitted = jitcore.jit(step)
+    for lengths in ((2, 5), (2, 5), (4, 1, 3)):
+        n = nested_jagged(lengths, dim=3, requires_grad=True)
+        n2 = n.detach().requires_grad_(True)
+        linear.zero_grad()
+        expected, expected_grads = step(n2), [p.grad.clone() for p in linear.parameters()]
+        linear.zero_grad()
+        out = jitted(n)
+        assert_same_nested(out, expected)
+        assert_same_nested(n.grad, n2.grad)
+        assert n.grad.offsets() is n.offsets() and type(n.grad.values()) is torch.Tensor
+        for p, grad in zip(linear.parameters(), expected_grads):
+            torch.testing.assert_close(p.grad, grad)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 1)
+    _no_eager_entry(jitted)
+
+
 def _heads(lengths: tuple[int, ...], heads: int = 2, dim: int = 4) -> torch.Tensor:
     return torch.nested.nested_tensor([torch.randn(n, heads, dim) for n in lengths], layout=torch.jagged)
 
