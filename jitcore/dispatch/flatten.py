@@ -226,12 +226,12 @@ def flatten_program(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensor
     return Flattened(flat, [(path, proxy.name) for proxy, path in kept])
 
 
-def pass_1_runs(trace: Trace) -> bool:
-    """Whether pass 1, with its subclass arguments taken whole (``pass_1_under_autograd``), computes
+def pass_1_runs(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensorProxy, Path]]) -> bool:
+    """Whether pass 1, with its subclass inputs taken whole (``pass_1_under_autograd``), computes
     every value its calls use: not so where a call uses a value only its resolution made (the
     meta-tensor NJT that ``_nested_view_from_jagged`` is given, a subclass built by its constructor)."""
     defined = {id(a) for a in trace.args}
-    defined.update(id(b.output) for b in trace.bound_symbols if b.symbol is UNFLATTEN_INPUT)
+    defined.update(id(proxy) for proxy, _path in subclass_inputs)
 
     def undefined(value: Any) -> bool:
         return isinstance(value, Proxy) and id(value) not in defined
@@ -248,16 +248,16 @@ def pass_1_runs(trace: Trace) -> bool:
 def pass_1_under_autograd(trace: Trace,
                           subclass_inputs: Sequence[tuple[SubclassTensorProxy, Path]]) -> Flattened:
     """Pass 1 as it runs under torch's autograd (Note [Symbolic sizes of subclass programs under
-    autograd], jitcore/transforms/jit_hook.py): its subclass arguments taken whole, as trailing
-    inputs (the caller's objects, whose autograd graph eager extends), instead of rebuilt from their
-    inner tensors.
+    autograd], jitcore/transforms/jit_hook.py): the subclass inputs its calls use taken whole, as
+    trailing inputs (the caller's objects, whose autograd graph eager extends), instead of rebuilt
+    from their inner tensors (Note [Subclass inputs taken whole]).
 
     Args:
         trace: pass 1.
         subclass_inputs: its bound subclass inputs with their paths (``TracedProgram.subclass_inputs``).
     """
-    records = subclass_input_records(trace)
-    kept = [(proxy, path) for proxy, path in subclass_inputs if id(proxy) in records]
+    records, used = subclass_input_records(trace), _used_values(trace)
+    kept = [(proxy, path) for proxy, path in subclass_inputs if id(proxy) in records or id(proxy) in used]
     whole = {id(proxy) for proxy, _path in kept}
     header = [line.replace("pass 1 (interpretation)", "pass 1 under torch's autograd")
               for line in trace.header]
@@ -269,6 +269,23 @@ def pass_1_under_autograd(trace: Trace,
     run.output = trace.output
     _read_ragged_sizes(run, [proxy for proxy, _path in kept])
     return Flattened(run, [(path, proxy.name) for proxy, path in kept])
+
+
+# Note [Subclass inputs taken whole]
+# Pass 1 under torch's autograd takes its subclass inputs whole: the caller's arguments (rebuilt
+# from their inner tensors in pass 1: their UNFLATTEN_INPUT records are dropped) and those its calls
+# use that the program reached through state (a quantized module's weight, bound where the
+# program first read it, with no record). Taking only the arguments left a state weight undefined,
+# so a training step over a torchao model with changing batch sizes traced static shapes, an entry
+# per size.
+def _used_values(trace: Trace) -> set[int]:
+    """The ids of the proxies pass 1's calls and output use."""
+    used: set[int] = set()
+    for bsym in trace.bound_symbols:
+        if bsym.symbol is not UNFLATTEN_INPUT:
+            used.update(id(v) for v in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True))
+    used.update(id(v) for v in optree.tree_leaves(trace.output, none_is_leaf=True))
+    return used
 
 
 def ragged_size(njt: torch.Tensor, coefficient: int) -> Any:

@@ -104,7 +104,7 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     if runs_pass_1 and program.symbolic_numbers():
         return GradStage(None)  # Note [Dynamic numbers under autograd]
     if program.size_inputs or program.read_sizes:  # Note [Symbolic sizes of subclass programs under autograd]
-        if not pass_1_runs(trace):
+        if not pass_1_runs(trace, program.subclass_inputs):
             raise StaticSizesNeeded("the grad transform of a tensor-subclass program keeps static shapes")
         return GradStage(None, pass_1=True)
     eager_op = runs_under_autograd(trace.bound_symbols)
@@ -139,7 +139,8 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     try:
         grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads())
     except DataDependentError:
-        if runs_pass_1 or program.symbolic_numbers() or not pass_1_runs(program.trace):
+        if runs_pass_1 or program.symbolic_numbers() \
+                or not pass_1_runs(program.trace, program.subclass_inputs):
             raise
         return GradStage(None, pass_1=True)  # Note [Reads in a subclass's backward]
     layouts = [

@@ -207,3 +207,39 @@ def test_low_bit_optimizer_step(name):
                 close = torch.isclose(got, value, rtol=1e-3, atol=1e-3)
                 assert close.float().mean() > 0.999, (key, close.logical_not().sum())
     assert jitcore.cache_misses(step) == 2  # the first step makes the state, the second reads it
+
+
+@pytest.mark.parametrize("name", ["int8_weight_only", "int8_mixed_precision", "bitnet"])
+def test_quantized_training_steps_over_changing_batch_sizes(name: str) -> None:
+    """torchao's quantized training (trainable subclass weights reached through the module): a
+    jitted forward + backward, SGD outside, over changing batch sizes. Losses and gradients equal
+    eager's; the batch size is symbolic from the second size on (before: an entry per batch size,
+    since pass 1 under torch's autograd took only the arguments whole, not the weights)."""
+    import copy
+
+    from torchao.prototype import quantized_training as training
+
+    config = {"int8_weight_only": training.int8_weight_only_quantized_training,
+              "int8_mixed_precision": training.int8_mixed_precision_training,
+              "bitnet": training.bitnet_training}[name]
+    eager_model = _model(torch.float32)
+    Q.quantize_(eager_model, config())
+    model = copy.deepcopy(eager_model)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-2) for m in (eager_model, model)]
+
+    def step(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        loss = m(x).square().mean()
+        loss.backward()
+        return loss
+
+    jitted = jitcore.jit(step)
+    for i, batch in enumerate((4, 5, 6, 7, 4)):
+        x = torch.randn(batch, 64)
+        torch.testing.assert_close(jitted(model, x), step(eager_model, x))
+        for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5)
+        for optimizer in optimizers:
+            torch.manual_seed(i)  # int8 training rounds stochastically in its optimizer step
+            optimizer.step()
+            optimizer.zero_grad()
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 3)
