@@ -267,6 +267,13 @@ def _set_attribute(obj: torch.Tensor, name: str, value: Any) -> None:
     obj.__dict__[name] = value
 
 
+# Note [A leaf made inside keeps its graph]
+# A leaf of a plain subclass the program makes (``nn.Parameter(t)``, ``copy.deepcopy(param)``) comes
+# out of the computation as a plain leaf, and the values computed from it hang off that very tensor.
+# Made a new leaf of the class (``_make_subclass``), it was another tensor: a backward from those values
+# filled the plain one's ``.grad`` and left the returned or stored parameter's None, where eager fills
+# it. The leaf, fresh per call, takes the class itself; a class whose instance layout differs from
+# torch.Tensor's (``__slots__``) cannot, and gets a leaf of its own as before.
 def _retyped(proxy: Proxy) -> Callable[[Any], Any] | None:
     """How a result gets the class of a proxy of a subclass without ``__torch_dispatch__``
     (jitcore/proxies/typed.py): the computation runs on plain tensors."""
@@ -277,8 +284,12 @@ def _retyped(proxy: Proxy) -> Callable[[Any], Any] | None:
     def retype(result: Any) -> Any:
         if type(result) is cls:
             return result
-        if result.is_leaf and result.requires_grad:  # a leaf stays a leaf (``copy.deepcopy(param)``)
-            return torch.Tensor._make_subclass(cls, result, True)  # noqa: SLF001
+        if result.is_leaf and result.requires_grad:  # Note [A leaf made inside keeps its graph]
+            try:
+                result.__class__ = cls
+            except TypeError:  # a class whose layout differs (``__slots__``): a leaf of its own
+                return torch.Tensor._make_subclass(cls, result, True)  # noqa: SLF001
+            return result
         return _AS_SUBCLASS(result, cls)
 
     return retype

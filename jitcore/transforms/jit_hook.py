@@ -10,11 +10,14 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import optree
+
 from jitcore.diagnostics.boundary import on_error as prepare_error
 from jitcore.dispatch.flatten import involves_subclasses, pass_1_runs
-from jitcore.errors import DataDependentError
+from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.executors import record_lowered
 from jitcore.ir import Trace
+from jitcore.langctx.backward import graph_leaves
 from jitcore.langctx.reads import runs_under_autograd
 from jitcore.prologue import Guard, Path
 from jitcore.prologue.guards import storage_pattern
@@ -101,6 +104,15 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     if not needs_grad(trace, flags):
         return GradStage(None, without_graph=reaches_no_graph(trace, flags))
     runs_pass_1 = not involves_subclasses(trace)  # pass 1 can run as it is, under torch's autograd
+    if _through_leaves_made_inside(trace, program.subclass_inputs):  # Note [Leaves made inside under ...]
+        if runs_pass_1:
+            return GradStage(None)
+        raise EagerOnlyValue(
+            "an output or a stored value requires grad through a leaf the function makes and hands out "
+            "(nn.Parameter or requires_grad_ inside, returned or stored), in a tensor-subclass program: "
+            "that gradient graph is not traced",
+            hints=("make the leaf outside the jitted function and pass it in",),
+        )
     if runs_pass_1 and program.symbolic_numbers():
         return GradStage(None)  # Note [Dynamic numbers under autograd]
     if program.size_inputs or program.read_sizes:  # Note [Symbolic sizes of subclass programs under autograd]
@@ -210,6 +222,30 @@ def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool
     specs = {g.path: g.expected for g in program.prologue.guards if g.kind == "tensor"}
     return [(proxy, path, bool(getattr(specs.get(path), "requires_grad", False)))
             for proxy, path in program.subclass_inputs if id(proxy) in used]
+
+
+# Note [Leaves made inside under autograd]
+# A leaf the program makes (``nn.Parameter(...)``, ``requires_grad_()`` on a new tensor) and hands out
+# (returns it, or stores it: ``m.weight = nn.Parameter(...)``, DTensor's ``distribute_module``), with
+# a value computed from it: eagerly, a backward from that value fills the leaf's ``.grad``. The grad
+# transform's computation is one autograd node over the caller's tensors; the leaf comes out of it
+# as a fresh leaf of its own (``fresh_leaves``), not connected to the values computed from it, whose
+# backward then left the stored parameter's ``.grad`` None where eager fills it (a wrong answer). A
+# program over plain tensors runs pass 1 under torch's autograd instead (its leaves are real, and so
+# is the graph from them); a tensor-subclass program runs eagerly (JC-J002), as the same case without
+# inputs requiring grad does (``refuse_values_computed_from_leaves_made_inside``).
+def _through_leaves_made_inside(trace: Trace, subclass_inputs: list[tuple[SubclassTensorProxy, Path]],
+                                ) -> bool:
+    """Whether an output (returned or stored) requires grad through a leaf that is another output
+    and no input, plain or subclass (Note [Leaves made inside under autograd])."""
+    outputs = [v for v in optree.tree_leaves(trace.output, none_is_leaf=True) if isinstance(v, TensorProxy)]
+    inputs = {id(a.shadow) for a in trace.args if isinstance(a, TensorProxy)}
+    inputs.update(id(proxy.shadow) for proxy, _path in subclass_inputs)
+    handed_out = {id(v.shadow) for v in outputs if v.shadow.is_leaf and v.shadow.requires_grad} - inputs
+    if not handed_out:
+        return False
+    roots = [v.shadow.grad_fn for v in outputs if v.shadow.grad_fn is not None]
+    return any(id(leaf) in handed_out for leaf in graph_leaves(roots))
 
 
 # Note [Dynamic numbers under autograd]

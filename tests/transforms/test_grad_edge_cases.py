@@ -70,3 +70,80 @@ def test_a_missing_derivative_raises_in_backward_as_in_eager() -> None:
     torch.testing.assert_close(out, f(x, y))
     with pytest.raises(NotImplementedError, match="derivative for 'zeta' is not implemented"):
         out.backward()
+
+
+def _replace_weight(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    m.weight = nn.Parameter(m.weight.detach() * 2)  # a new leaf stored on the module
+    return m(x)
+
+
+_STORE: dict[str, torch.Tensor] = {}
+
+
+def _store_parameter(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    _STORE["w"] = w = nn.Parameter(torch.ones(3))
+    return (x * w).sum() + m(x).sum()
+
+
+def _return_leaf(m: nn.Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    w = nn.Parameter(m.weight.detach().clone())
+    return (x @ w.t()).sum(), w
+
+
+@pytest.mark.parametrize("requires_grad", [True, False], ids=["module_requires_grad", "frozen_module"])
+@pytest.mark.parametrize("program", [_replace_weight, _store_parameter, _return_leaf])
+def test_a_leaf_made_inside_and_handed_out_gets_its_gradient(program, requires_grad: bool) -> None:
+    """A parameter the function makes and stores on a module, in a dict, or returns, with a value
+    computed from it: a backward from that value fills the parameter's ``.grad`` as eagerly (before:
+    None, a fresh leaf came out of the computation apart from the values computed from it)."""
+    torch.manual_seed(0)
+    base = nn.Linear(3, 2).requires_grad_(requires_grad)
+    jitted = jitcore.jit(program)
+    eager_module, jit_module = copy.deepcopy(base), copy.deepcopy(base)
+    for _ in range(3):  # (the first call makes a frozen module's weight a parameter requiring grad)
+        eager_module.zero_grad()
+        jit_module.zero_grad()
+        x = torch.randn(4, 3)
+        expected = program(eager_module, x)
+        expected_leaf = _STORE.pop("w", None) if program is _store_parameter else None
+        got = jitted(jit_module, x)
+        got = got if isinstance(got, tuple) else (got,)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        expected[0].sum().backward()
+        expected_leaf = expected_leaf if expected_leaf is not None else (
+            expected[1] if program is _return_leaf else eager_module.weight)
+        got_leaf = _STORE.pop("w", None) if program is _store_parameter else (
+            got[1] if program is _return_leaf else jit_module.weight)
+        got[0].sum().backward()
+        torch.testing.assert_close(got[0], expected[0])
+        assert type(got_leaf) is type(expected_leaf) and got_leaf.is_leaf
+        torch.testing.assert_close(got_leaf.grad, expected_leaf.grad)
+        for p, q in zip(jit_module.parameters(), eager_module.parameters(), strict=True):
+            assert (p.grad is None) == (q.grad is None)
+            if q.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad)
+    assert jitcore.cache_hits(jitted) >= 1
+
+
+def test_a_subclass_input_returned_beside_a_value_computed_from_it_is_traced() -> None:
+    """A tensor-subclass input requiring grad, returned beside a value computed from it, is no leaf
+    the function made: the entry is traced (no eager entry) and the gradient reaches the input."""
+    import warnings
+
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, (x.sin() * 2).sum()
+
+    jitted = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")
+        for _ in range(2):
+            a, b = torch.randn(3), torch.randn(3)
+            x, x2 = TwoTensor(a, b).requires_grad_(), TwoTensor(a.clone(), b.clone()).requires_grad_()
+            got, expected = jitted(x), f(x2)
+            torch.testing.assert_close(got[1], expected[1])
+            got[1].backward()
+            expected[1].backward()
+            torch.testing.assert_close(x.grad, x2.grad)
+    assert jitcore.cache_hits(jitted) == 1
