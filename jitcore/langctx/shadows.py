@@ -25,6 +25,7 @@ from typing import Any
 
 import optree
 import torch
+from torch._ops import TorchBindOpOverload
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -333,6 +334,13 @@ def _to_shadow(value: Any, fake_mode: FakeTensorMode) -> Any:
 # ``a.lt_(b)`` with ``a`` [5, 1] and ``b`` [5, 5] leaves ``a`` at [5, 1], so the resize above goes
 # unnoticed and eager's error is lost (measured in torch 2.13). Calls that may write their inputs skip
 # the cache; the others keep it (it halves first-call time).
+# Note [FakeTensor cache and torchbind]
+# An op taking a torchbind object (``c10d::broadcast_``/``scatter_`` and their process group, which
+# DTensor's ``distribute_tensor`` reaches) is cached by fake dispatch under a key holding that object,
+# and the cache compares keys with ``==``, which a torchbind object does not implement: the second
+# fake call of the same op with the same group raised NotImplementedError ('__eq__' is not implemented
+# for ...ProcessGroup). The grad transform replays pass 1, so ``distribute_tensor`` of a tensor
+# requiring grad made the call run eagerly. Such ops skip the cache.
 def may_write_inputs(fn: Any, kwargs: dict) -> bool:
     """Whether a call of ``fn`` may write a tensor argument (in-place, ``out=``, ``__setitem__``)."""
     if "out" in kwargs or kwargs.get("inplace") is True:
@@ -394,8 +402,8 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     storage_sizes = {id(v): v.untyped_storage().nbytes() for v in shadow_leaves if isinstance(v, FakeTensor)}
     fake_mode = values.fake_mode
     cache_enabled = fake_mode.cache_enabled
-    if cache_enabled and may_write_inputs(fn, shadow_kwargs):
-        fake_mode.cache_enabled = False  # Note [FakeTensor cache and in-place resizes]
+    if cache_enabled and (may_write_inputs(fn, shadow_kwargs) or type(fn) is TorchBindOpOverload):
+        fake_mode.cache_enabled = False  # Notes [FakeTensor cache and in-place resizes], [... and torchbind]
     try:
         with fake_mode, EagerKernels(fake_mode) if fn in BACKWARDS else contextlib.nullcontext():
             out = fn(*shadow_args, **shadow_kwargs)

@@ -413,6 +413,57 @@ def _check_fully_shard_runs_eagerly(mesh: DeviceMesh) -> None:
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
 
 
+def _check_distribute_inside_under_grad(mesh: DeviceMesh) -> None:
+    """``distribute_tensor`` of tensors requiring grad inside the function (a DTensor leaf each, as
+    eagerly), gradients taken inside: traced, equal to eager. It ran eagerly before: the grad
+    transform's second fake ``c10d::broadcast_``/``scatter_`` met torch's fake-dispatch cache, which
+    compares the process group with ``==`` (Note [FakeTensor cache and torchbind])."""
+
+    def f(w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        dw = distribute_tensor(w, mesh, [Shard(0)])
+        dx = distribute_tensor(x, mesh, [Replicate()])
+        loss = (dw @ dx).sin().sum()
+        gw, gx = torch.autograd.grad(loss, (dw, dx))
+        return loss.full_tensor(), gw.full_tensor(), gx.full_tensor(), dw.requires_grad, dw.is_leaf
+
+    jitted = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")  # no call runs eagerly
+        for seed in range(3):
+            torch.manual_seed(seed)
+            w, x = torch.randn(4, 3, requires_grad=True), torch.randn(3, 2, requires_grad=True)
+            _same(jitted(w, x), f(w, x))
+            assert w.grad is None and x.grad is None
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+
+
+def _check_distribute_module_inside_under_grad(mesh: DeviceMesh) -> None:
+    """``distribute_module`` inside the function on a module requiring grad: its new DTensor
+    parameters are leaves the function makes and stores, and the output is computed from them; that
+    graph is not traced, so the call runs eagerly (Note [Leaves made inside under autograd]), with
+    eager's values and gradients (traced once the fake c10d ops were cached safely, it returned
+    outputs whose backward left the new parameters' ``.grad`` None)."""
+    from torch.distributed.tensor import distribute_module
+
+    def f(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        distribute_module(m, mesh)
+        return m(distribute_tensor(x, mesh, [Replicate()])).full_tensor()
+
+    torch.manual_seed(3)
+    base, jitted = nn.Linear(3, 2), jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            eager_model, model, x = copy.deepcopy(base), copy.deepcopy(base), torch.randn(4, 3)
+            got, expected = jitted(model, x), f(eager_model, x)
+            _same(got, expected)
+            got.sum().backward()
+            expected.sum().backward()
+            for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+                _same(p.grad, q.grad)
+    assert type(jitted.fallback_reason) is EagerOnlyValue
+
+
 def _check_guards(mesh: DeviceMesh) -> None:
     jitted = jitcore.jit(lambda x, y: x * 2 + y)
     a, b = _inputs(mesh)
@@ -465,6 +516,8 @@ CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
     "dispatch_settings_outside": _check_dispatch_settings_outside,
     "fully_shard": _check_fully_shard_runs_eagerly,
     "guards": _check_guards,
+    "distribute_inside_under_grad": _check_distribute_inside_under_grad,
+    "distribute_module_inside_under_grad": _check_distribute_module_inside_under_grad,
 }
 
 
