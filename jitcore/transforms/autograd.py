@@ -79,12 +79,24 @@ class GradComputation:
         self.backward_raises = any(b.symbol is RAISE for b in traces.backward.bound_symbols)
         self.fresh_leaves = traces.fresh_leaves
         self.input_flags = traces.input_flags
+        self.returned_inputs = [  # (position among the output's leaves, index among the inputs)
+            (position, i if kind == "arg" else n_inputs + i) for position, kind, i in traces.returned_inputs
+        ]
         own_saved = traces.forward.output[1] if isinstance(traces.forward.output, tuple) else ()
         self.saved_of = saved_of or (lambda _backward: own_saved)
         # backwards derived for other tangent kinds: (saved values, kinds, callable), and their traces
         self.rederived: list[tuple[Sequence[Any], list[TangentKind | None], Callable[..., Any]]] = []
         self.rederived_traces: list[Trace] = []
         self._lock = threading.Lock()
+
+
+# Note [Inputs returned as they are under autograd]
+# ``return w, loss`` with ``w`` an input that requires grad: eagerly the caller gets ``w`` itself,
+# a leaf whose ``.grad`` the loss's backward fills. The computation is one autograd node, and every
+# tensor it hands back is one of its outputs: the caller got a non-leaf alias of ``w`` whose ``.grad``
+# stays None (with torch's warning), ``out is w`` was False. An input that pass 1 returns or stores
+# as it is, and that the call did not write (its version counter unchanged; a subclass input also a
+# leaf), is handed back as the caller's object; the node's output for it takes no gradient.
 
 
 # Note [Outputs no gradient reaches]
@@ -106,6 +118,7 @@ class GradComputation:
         for position, flag in self.input_flags:  # ``x.requires_grad_()``: autograd connects x's outputs
             if flag:
                 inputs[position].requires_grad_(True)
+        versions = [inputs[i]._version for _position, i in self.returned_inputs]
         outputs = JitcoreFunction.apply(self, *inputs)
         for position, flag in self.input_flags:  # ``p.requires_grad_(False)``: after, as the graph used it
             if not flag:
@@ -123,6 +136,9 @@ class GradComputation:
         leaves = list(self.output_leaves)
         for position, index in self.tensor_positions:
             leaves[position] = outputs[index]
+        for (position, i), version in zip(self.returned_inputs, versions):
+            if inputs[i]._version == version and (i < self.n_inputs or inputs[i].is_leaf):
+                leaves[position] = inputs[i]  # Note [Inputs returned as they are under autograd]
         return optree.tree_unflatten(self.output_tree, leaves)
 
     def _raise_before_backward(self, grads: Any) -> None:

@@ -112,6 +112,9 @@ class GradTraces:
         input_flags: ``(position, flag)`` of each input whose ``requires_grad_`` the program set (the
             last flag): set on the caller's tensor by every call, as eagerly (the forward holds no
             such record: it runs under the transform, not under autograd).
+        returned_inputs: ``(position among the output's leaves, kind, index)`` of each input the
+            program returns or stores as it is, numbered as ``grad_inputs`` (Note [Inputs returned
+            as they are under autograd], autograd.py).
     """
 
     forward: Trace
@@ -125,6 +128,7 @@ class GradTraces:
     fresh_leaves: tuple[int, ...] = ()
     deriver: BackwardDeriver | None = None
     input_flags: tuple[tuple[int, bool], ...] = ()
+    returned_inputs: tuple[tuple[int, str, int], ...] = ()
 
 
 # (proxy, requires_grad) of each tensor-subclass input, inner ones first: the inputs the
@@ -534,7 +538,22 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     if derived.raises:
         deriver = None  # Note [A backward for other tangent kinds]: autograd raised, as it would again
     return GradTraces(forward, backward, tree, outputs, derived.differentiable, grad_inputs,
-                      replay.values.layout, body, fresh, deriver, _input_flags(trace))
+                      replay.values.layout, body, fresh, deriver, _input_flags(trace),
+                      _returned_inputs(trace, leaves, subclass_inputs))
+
+
+def _returned_inputs(trace: Trace, leaves: list[Any],
+                     subclass_inputs: SubclassInputs) -> tuple[tuple[int, str, int], ...]:
+    """The output leaves that are inputs of pass 1 (GradTraces.returned_inputs)."""
+    args = {id(a): i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy)}
+    subclasses = {id(proxy): i for i, (proxy, _requires_grad) in enumerate(subclass_inputs)}
+    found = []
+    for position, value in enumerate(leaves):
+        if id(value) in args:
+            found.append((position, "arg", args[id(value)]))
+        elif id(value) in subclasses:
+            found.append((position, "subclass", subclasses[id(value)]))
+    return tuple(found)
 
 
 def _input_flags(trace: Trace) -> tuple[tuple[int, bool], ...]:

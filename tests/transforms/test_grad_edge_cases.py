@@ -5,6 +5,7 @@ intermediates, detach, buffers mutated in place (BatchNorm running statistics)."
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -128,8 +129,6 @@ def test_a_leaf_made_inside_and_handed_out_gets_its_gradient(program, requires_g
 def test_a_subclass_input_returned_beside_a_value_computed_from_it_is_traced() -> None:
     """A tensor-subclass input requiring grad, returned beside a value computed from it, is no leaf
     the function made: the entry is traced (no eager entry) and the gradient reaches the input."""
-    import warnings
-
     from torch.testing._internal.two_tensor import TwoTensor
 
     def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -146,4 +145,39 @@ def test_a_subclass_input_returned_beside_a_value_computed_from_it_is_traced() -
             got[1].backward()
             expected[1].backward()
             torch.testing.assert_close(x.grad, x2.grad)
+    assert jitcore.cache_hits(jitted) == 1
+
+
+class _Keeper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.kept = w  # stored as it is
+        return w, (x @ w).sin().sum()
+
+
+@pytest.mark.parametrize("kind", ["plain", "two_tensor"])
+def test_an_input_returned_as_it_is_comes_back_itself(kind: str) -> None:
+    """``return w, loss`` and ``self.kept = w`` with ``w`` an input requiring grad: the caller gets
+    ``w`` itself (a leaf whose ``.grad`` the loss's backward fills), as eagerly; before, a non-leaf
+    alias made by the computation, whose ``.grad`` stayed None."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    keeper, jitted = _Keeper(), jitcore.jit(_Keeper())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")  # traced: no call runs eagerly
+        for _ in range(2):
+            x, a, b = torch.randn(2, 3), torch.randn(3, 2), torch.randn(3, 2)
+            w1, w2 = ((TwoTensor(a, b), TwoTensor(a.clone(), b.clone())) if kind == "two_tensor"
+                      else (a, a.clone()))
+            w1.requires_grad_()
+            w2.requires_grad_()
+            expected, got = keeper(x, w1), jitted(x, w2)
+            assert got[0] is w2 and jitted.kept is w2 and got[0].is_leaf
+            expected[1].backward()
+            got[1].backward()
+            torch.testing.assert_close(got[1], expected[1])
+            torch.testing.assert_close(got[0].grad, expected[0].grad)
     assert jitcore.cache_hits(jitted) == 1
