@@ -115,6 +115,8 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         )
     if runs_pass_1 and program.symbolic_numbers():
         return GradStage(None)  # Note [Dynamic numbers under autograd]
+    if runs_pass_1 and _writes_a_non_leaf_input(trace):  # Note [In-place writes to non-leaf inputs]
+        return GradStage(None)
     if program.size_inputs or program.read_sizes:  # Note [Symbolic sizes of subclass programs under autograd]
         if not pass_1_runs(trace, program.subclass_inputs):
             raise StaticSizesNeeded("the grad transform of a tensor-subclass program keeps static shapes")
@@ -291,6 +293,25 @@ def _shares(guard: Guard) -> bool:
     """Whether some of the inputs a ``storages`` guard reads share a storage."""
     pattern = guard.expected[1]
     return pattern != tuple(range(len(pattern)))
+
+
+# Note [In-place writes to non-leaf inputs]
+# ``x.mul_(2)`` on an input that requires grad and is no leaf (an activation the caller computed):
+# eagerly the write rebases ``x``'s own history, which the caller's later uses of ``x`` go through.
+# The grad transform replays pass 1 on fresh leaves, where the write raised "a leaf Variable that
+# requires grad is being used in an in-place operation" where eager computes; and one autograd node
+# could not rebase the caller's ``x``. A program over plain tensors that writes into such an input
+# runs pass 1 under torch's autograd, on the caller's tensors, as eagerly. (A call with a leaf there
+# raises eager's error in either form.)
+def _writes_a_non_leaf_input(trace: Trace) -> bool:
+    non_leaves = {id(a) for a in trace.args
+                  if isinstance(a, TensorProxy) and a.shadow.requires_grad and not a.shadow.is_leaf}
+    return bool(non_leaves) and any(
+        (("inplace" in b.symbol.tags or b.kwargs.get("inplace") is True) and b.args
+         and id(b.args[0]) in non_leaves)
+        or id(b.kwargs.get("out")) in non_leaves
+        for b in trace.bound_symbols
+    )
 
 
 def _writes_in_place(trace: Trace) -> bool:

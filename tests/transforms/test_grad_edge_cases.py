@@ -181,3 +181,44 @@ def test_an_input_returned_as_it_is_comes_back_itself(kind: str) -> None:
             torch.testing.assert_close(got[1], expected[1])
             torch.testing.assert_close(got[0].grad, expected[0].grad)
     assert jitcore.cache_hits(jitted) == 1
+
+
+def _setitem(x: torch.Tensor) -> torch.Tensor:
+    x[0] = 5.0
+    return x * 2
+
+
+WRITES_INTO_A_NON_LEAF_INPUT = {
+    "mul_": lambda x: x.mul_(2),
+    "relu_inplace": lambda x: torch.nn.functional.relu(x, inplace=True) * 2,
+    "iadd": lambda x: x.__iadd__(1) * 2,
+    "setitem": _setitem,
+    "module_relu_inplace": nn.Sequential(nn.ReLU(inplace=True), nn.Linear(3, 2)),
+}
+
+
+@pytest.mark.parametrize("name", list(WRITES_INTO_A_NON_LEAF_INPUT))
+def test_an_in_place_write_into_a_non_leaf_input(name: str) -> None:
+    """In-place writes into an input that requires grad and is no leaf (an activation the caller
+    computed): values, the input's new contents and history, and the gradient reaching the
+    caller's leaf are eager's (before: RuntimeError 'a leaf Variable that requires grad is being used
+    in an in-place operation' while tracing, where eager computes)."""
+    program = WRITES_INTO_A_NON_LEAF_INPUT[name]
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        base = torch.randn(3, requires_grad=True)
+        x, x2 = base * 1, base * 1
+        got, expected = jitted(x), program(x2)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(x, x2)
+        assert (got is x) == (expected is x2)
+        got.sum().backward(retain_graph=True)
+        jitted_grad, base.grad = base.grad, None
+        expected.sum().backward(retain_graph=True)
+        torch.testing.assert_close(jitted_grad, base.grad)
+        base.grad = None
+        (x * 3).sum().backward()  # through x's own (rebased) history afterwards
+        jitted_grad, base.grad = base.grad, None
+        (x2 * 3).sum().backward()
+        torch.testing.assert_close(jitted_grad, base.grad)
+    assert jitcore.cache_hits(jitted) == 1
