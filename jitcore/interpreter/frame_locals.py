@@ -129,8 +129,14 @@ class FrameLocalsProxy:
     def __iter__(self) -> Iterator[object]:
         return iter(frame_locals(self._frame))
 
-    def __reversed__(self) -> Iterator[object]:
-        return reversed(list(frame_locals(self._frame)))
+    def __reversed__(self) -> list:
+        return list(frame_locals(self._frame))[::-1]  # (3.13's returns a list, not an iterator)
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        raise TypeError("cannot pickle 'FrameLocalsProxy' object")  # (so copy.copy and deepcopy refuse it)
+
+    def __reduce__(self) -> object:
+        raise TypeError("cannot pickle 'FrameLocalsProxy' object")
 
     def __len__(self) -> int:
         return len(frame_locals(self._frame))

@@ -352,11 +352,14 @@ def _no_module(self: object) -> str:
 class FrameProxy:
     """What ``sys._getframe()`` returns for an interpreted frame: the ``f_*`` attributes of a frame object."""
 
-    __slots__ = ("__weakref__", "_back", "_frame")
+    __slots__ = ("__weakref__", "_back", "_frame", "_trace", "_trace_lines", "_trace_opcodes")
 
     def __init__(self, frame: Frame, back: object) -> None:
         self._frame = frame
         self._back = back
+        self._trace = None
+        self._trace_lines = True
+        self._trace_opcodes = False
 
     f_globals = property(lambda self: self._frame.globals)
     f_builtins = property(lambda self: self._frame.builtins)
@@ -365,7 +368,15 @@ class FrameProxy:
     f_lineno = property(lambda self: self._frame.position().lineno)
     f_lasti = property(lambda self: self._frame.instruction.offset)
     f_back = property(lambda self: self._back)
-    f_trace = None
+
+    # ``f_trace`` and its two flags are stored as on a frame object: CPython calls ``f_trace`` only while a
+    # trace function is installed (sys.settrace), which interpreted code cannot do (UnsupportedConstruct)
+    f_trace = property(lambda self: self._trace, lambda self, value: setattr(self, "_trace", value),
+                       lambda self: setattr(self, "_trace", None))
+    f_trace_lines = property(lambda self: self._trace_lines,
+                             lambda self, value: setattr(self, "_trace_lines", _trace_flag(value)))
+    f_trace_opcodes = property(lambda self: self._trace_opcodes,
+                               lambda self, value: setattr(self, "_trace_opcodes", _trace_flag(value)))
     # ``isinstance(f, types.FrameType)`` (inspect.isframe) holds, through ``__class__``, so Python code
     # that takes frames (``inspect.stack()``, ``inspect.getframeinfo``, ``traceback.walk_stack``) accepts
     # it; C code that needs a frame object still refuses it (its type is this class).
@@ -374,6 +385,12 @@ class FrameProxy:
 
     def __repr__(self) -> str:
         return f"<frame (interpreted) {self._frame!r}>"
+
+
+def _trace_flag(value: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError("attribute value type must be bool")
+    return value
 
 
 def frame_proxy(frame: Frame, back: object) -> FrameProxy:
@@ -583,9 +600,10 @@ def builtin_lookasides() -> dict[object, Callable]:
         # unbound
         # slot as an unbound local of its own.
         for value in [*vars(FrameProxy).values(), *vars(FrameLocalsProxy).values()]:
-            function = value.fget if isinstance(value, property) else value
-            if type(function) is FunctionType:
-                _TABLE[function] = function
+            functions = (value.fget, value.fset, value.fdel) if isinstance(value, property) else (value,)
+            for function in functions:
+                if type(function) is FunctionType:
+                    _TABLE[function] = function
         if hasattr(sys, "_getframemodulename"):
             _TABLE[sys._getframemodulename] = getframemodulename
         if sys.version_info >= (3, 12):

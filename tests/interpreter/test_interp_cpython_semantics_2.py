@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import sys
@@ -145,7 +146,31 @@ def test_frame_f_locals_is_3_13s_frame_locals_proxy() -> None:
                   lambda: sorted(p.copy()), lambda: p == dict(p), lambda: p.setdefault("x", 9),
                   lambda: p.update({"x": 3}) or x, lambda: p.update([("x", 4)]), lambda: p.update(x=3),
                   lambda: p.__delitem__("nope"), lambda: hash(p), lambda: p.setdefault("new", 7),
-                  lambda: [k for k in p if k == "y"])
+                  lambda: [k for k in p if k == "y"], lambda: type(reversed(p)).__name__,
+                  lambda: type(copy.copy(p)).__name__, lambda: type(copy.deepcopy(p)).__name__)
         return out + _describe_each(makers)
+
+    check(f)
+
+
+def test_a_frames_f_trace_and_its_flags_are_stored() -> None:
+    """``sys._getframe().f_trace = fn`` (or None, or True) is stored and read back, ``del`` resets it, and
+    ``f_trace_lines``/``f_trace_opcodes`` take bools only, as on a frame object (test_frame's
+    test_lineno_with_tracing; the trace function runs only under sys.settrace, refused interpreted)."""
+
+    def f() -> list:
+        frame = sys._getframe()
+        out = [frame.f_trace, frame.f_trace_lines, frame.f_trace_opcodes]
+        fn = lambda *args: None  # noqa: E731 - a trace function never called
+        frame.f_trace = fn
+        out.append(frame.f_trace is fn)
+        frame.f_trace = True
+        out.append(frame.f_trace)
+        del frame.f_trace
+        out.append(frame.f_trace)
+        frame.f_trace_lines, frame.f_trace_opcodes = False, True
+        out += [frame.f_trace_lines, frame.f_trace_opcodes]
+        frame.f_trace_lines = 5
+        return out
 
     check(f)
