@@ -123,6 +123,9 @@ NEW_EMPTY_CHANGES_CLASS = (
 )
 
 
+_TORCH_DISPATCH = torch.Tensor.__torch_dispatch__
+
+
 def _check_new_empty_keeps_class(x: Any) -> None:
     """Eager's check for a plain (non-wrapper) subclass: see Note [A plain subclass's deep copy].
 
@@ -130,8 +133,11 @@ def _check_new_empty_keeps_class(x: Any) -> None:
         RuntimeError: eager's, where ``x.new_empty([])`` gives another class than ``x``'s.
     """
     cls = _class_of(x)
-    if cls is torch.Tensor or not isinstance(x, TensorProxy) or isinstance(x, SubclassTensorProxy):
+    if cls is torch.Tensor or isinstance(x, SubclassTensorProxy):
         return
+    if not isinstance(x, TensorProxy) and (type(x).__torch_dispatch__ is not _TORCH_DISPATCH or x.is_sparse
+                                           or x.device.type == "meta"):
+        return  # eager copies a real wrapper subclass, sparse or meta tensor by its clone(), not new_empty
     with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - as under eager's default __torch_function__
         run = current_run()
         made = call(run, cls.new_empty, (x, []), None) if run is not None else cls.new_empty(x, [])
@@ -146,6 +152,7 @@ def _check_new_empty_keeps_class(x: Any) -> None:
 # the copied storage) and refused unless that tensor has ``self``'s class. With torch's own
 # ``new_empty`` it is a plain tensor, so most plain subclasses' deep copies raise eagerly. The lookaside
 # runs the class's ``new_empty`` the same way (interpreted, subclass ``__torch_function__`` disabled),
+# for a traced tensor and for a real one the program reached (a parameter inside ``deepcopy(module)``),
 # raises eager's error where the class differs, and otherwise records the copy as for any tensor.
 
 

@@ -57,6 +57,29 @@ def test_deepcopy_of_a_plain_subclass_raises_as_eagerly(make: Any) -> None:
     assert str(jitted.value) == str(eager.value)
 
 
+def _copied_module_weight(module: torch.nn.Module) -> torch.Tensor:
+    return copy.deepcopy(module).weight * 2
+
+
+@pytest.mark.parametrize("cls", [Tagged, KeepsClass])
+def test_deepcopy_of_a_module_whose_weight_is_a_plain_subclass(cls: type) -> None:
+    # the weight is a real tensor of the caller's module, not a traced one: the check was skipped
+    def make() -> torch.nn.Module:
+        torch.manual_seed(0)
+        module = torch.nn.Linear(3, 2)
+        module.weight = torch.nn.Parameter(module.weight.detach().as_subclass(cls))
+        return module
+
+    if cls is Tagged:
+        with pytest.raises(RuntimeError, match="non-wrapper subclasses only works") as eager:
+            _copied_module_weight(make())
+        with pytest.raises(RuntimeError) as jitted:
+            jitcore.jit(_copied_module_weight)(make())
+        assert str(jitted.value) == str(eager.value)
+    else:
+        torch.testing.assert_close(jitcore.jit(_copied_module_weight)(make()), _copied_module_weight(make()))
+
+
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_deepcopy_of_a_plain_subclass_whose_new_empty_keeps_its_class(requires_grad: bool) -> None:
     check_twice(_deepcopy, lambda: (torch.randn(3).as_subclass(KeepsClass).requires_grad_(requires_grad),))
