@@ -37,7 +37,7 @@ from torch.nested._internal.nested_tensor import NestedTensor
 
 import jitcore
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
-from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
+from jitcore.errors import DataDependentError, EagerOnlySubclass, EagerOnlyValue, UnsupportedOperationError
 from jitcore.jit.function_transforms import function_transform_lookasides
 from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph, graph_leaves, graph_nodes
 from jitcore.langctx.reads import runs_under_autograd
@@ -78,6 +78,8 @@ class AutogradCalls:
         if overridden is not NO_OVERRIDE:  # a subclass's __torch_function__ handled it, as eagerly
             return overridden
         grad_outputs = _as_list(grad_tensors) if grad_tensors is not None else [None] * len(outputs)
+        if inputs is None:
+            self._refuse_the_callers_graph(outputs)
         leaves = _as_list(inputs) if inputs is not None else self._leaves(outputs)
         grads = self._record(outputs, leaves, grad_outputs, bool(create_graph), retain_graph)
         for leaf, grad in zip(leaves, grads):
@@ -177,6 +179,24 @@ class AutogradCalls:
         per_row = [self._record(outputs, inputs, [g[i] for g in grad_outputs], create_graph,
                                 True if i < count - 1 else keep) for i in range(count)]
         return tuple(None if column[0] is None else torch.stack(column) for column in zip(*per_row))
+
+    # Note [A backward into the caller's graph]
+    # An input that requires grad and is no leaf (an activation the caller computed) has the caller's
+    # graph behind it: eagerly, ``loss.backward()`` inside the function goes on through it into the
+    # caller's leaves (``base.grad``). The pass holds only the input's shadow, whose history is torch's
+    # marker that raises ("Tried to backward() through example input"), so the call raised where eager
+    # computes. Such a backward runs the call eagerly (JC-J002); ``torch.autograd.grad`` and
+    # ``backward(inputs=...)``, which stop at what they name, are traced as before.
+    def _refuse_the_callers_graph(self, outputs: list) -> None:
+        behind = {id(proxy.shadow.grad_fn) for _path, proxy, _tensor in self._pass.provenance.inputs
+                  if isinstance(proxy, TensorProxy) and proxy.shadow.grad_fn is not None}
+        roots = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
+        if behind and any(id(node) in behind for node in graph_nodes(roots)):
+            raise EagerOnlyValue(
+                "backward() inside the function reaches an input that requires grad and is no leaf: its "
+                "gradient goes on into the caller's graph, outside the trace",
+                hints=("call backward() on the jitted function's output, outside it",),
+            )
 
     def _leaves(self, outputs: list) -> list[TensorProxy]:
         """The leaves the outputs' graph reaches (what ``backward()`` accumulates into), in the

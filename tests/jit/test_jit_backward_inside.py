@@ -317,3 +317,41 @@ def test_autograd_grad_with_batched_grad_outputs():
         assert_same(jf(x, v), f(x, v))
         assert_same(ju(x, z, v), unused(x, z, v))
     assert jf.fallback_reason is None and ju.fallback_reason is None
+
+
+def test_a_backward_inside_through_a_non_leaf_input():
+    """``loss.backward()`` inside the function when an input is an activation the caller computed
+    (requires grad, no leaf): the gradient goes on into the caller's graph, as eagerly; the call runs
+    eagerly (JC-J002). Before, it raised "Tried to backward() through example input" while tracing.
+    ``torch.autograd.grad`` with respect to that input stops there and stays traced."""
+    import warnings
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(3, 2)
+
+    def step(x):
+        loss = linear(x).square().sum()
+        loss.backward()
+        return loss.detach()
+
+    def input_grad(x):
+        return torch.autograd.grad(linear(x).square().sum(), x)[0]
+
+    jitted, jitted_grad = jitcore.jit(step), jitcore.jit(input_grad)
+    for _ in range(2):
+        base = torch.randn(4, 3, requires_grad=True)
+        linear.zero_grad()
+        got = jitted(base * 2)
+        got_grads = base.grad, [p.grad for p in linear.parameters()]
+        base.grad = None
+        linear.zero_grad()
+        expected = step(base * 2)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(got_grads[0], base.grad)
+        for g, p in zip(got_grads[1], linear.parameters()):
+            torch.testing.assert_close(g, p.grad)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="jitcore")  # traced
+            torch.testing.assert_close(jitted_grad(base * 2), input_grad(base * 2))
+    assert isinstance(jitted.fallback_reason, jitcore.errors.EagerOnlyValue)
+    assert jitcore.cache_hits(jitted_grad) == 1
