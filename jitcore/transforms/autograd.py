@@ -118,7 +118,7 @@ class GradComputation:
         for position, flag in self.input_flags:  # ``x.requires_grad_()``: autograd connects x's outputs
             if flag:
                 inputs[position].requires_grad_(True)
-        versions = [inputs[i]._version for _position, i in self.returned_inputs]
+        versions = [_version(inputs[i]) for _position, i in self.returned_inputs]
         outputs = JitcoreFunction.apply(self, *inputs)
         for position, flag in self.input_flags:  # ``p.requires_grad_(False)``: after, as the graph used it
             if not flag:
@@ -137,7 +137,7 @@ class GradComputation:
         for position, index in self.tensor_positions:
             leaves[position] = outputs[index]
         for (position, i), version in zip(self.returned_inputs, versions):
-            if inputs[i]._version == version and (i < self.n_inputs or inputs[i].is_leaf):
+            if _version(inputs[i]) == version and (i < self.n_inputs or inputs[i].is_leaf):
                 leaves[position] = inputs[i]  # Note [Inputs returned as they are under autograd]
         return optree.tree_unflatten(self.output_tree, leaves)
 
@@ -275,3 +275,9 @@ class JitcoreFunction(torch.autograd.Function):
         for (kind, i), grad in zip(computation.grad_inputs, results):
             grad_inputs[i if kind == "arg" else n_inputs + i] = grad
         return (None, *grad_inputs)
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """``tensor``'s version counter; None for an inference tensor, which has none (and which no
+    call outside inference mode can write)."""
+    return None if tensor.is_inference() else tensor._version

@@ -222,3 +222,21 @@ def test_an_in_place_write_into_a_non_leaf_input(name: str) -> None:
         (x2 * 3).sum().backward()
         torch.testing.assert_close(jitted_grad, base.grad)
     assert jitcore.cache_hits(jitted) == 1
+
+
+def test_an_inference_tensor_returned_beside_a_loss() -> None:
+    """An input made under inference mode (no version counter), returned as it is beside a loss of
+    another input requiring grad: it comes back itself, as eagerly (reading its version raised)."""
+    with torch.inference_mode():
+        x = torch.randn(3)
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, (w * 2).sum() + x.sum()
+
+    jitted = jitcore.jit(f)
+    for _ in range(2):
+        w = torch.randn(3, requires_grad=True)
+        got, expected = jitted(x, w), f(x, w)
+        assert got[0] is x
+        torch.testing.assert_close(got[1], expected[1])
+    assert jitcore.cache_hits(jitted) == 1
