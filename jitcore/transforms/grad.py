@@ -52,6 +52,7 @@ from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.backward_checks import resolve_backward_call
+from jitcore.transforms.inputs_handed_back import input_flags, returned_inputs
 from jitcore.transforms.recording import recording
 from jitcore.transforms.replayed_numbers import ReplayedNumbers
 from jitcore.transforms.replayed_reads import ReplayedReads
@@ -538,33 +539,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     if derived.raises:
         deriver = None  # Note [A backward for other tangent kinds]: autograd raised, as it would again
     return GradTraces(forward, backward, tree, outputs, derived.differentiable, grad_inputs,
-                      replay.values.layout, body, fresh, deriver, _input_flags(trace),
-                      _returned_inputs(trace, leaves, subclass_inputs))
-
-
-def _returned_inputs(trace: Trace, leaves: list[Any],
-                     subclass_inputs: SubclassInputs) -> tuple[tuple[int, str, int], ...]:
-    """The output leaves that are inputs of pass 1 (GradTraces.returned_inputs)."""
-    args = {id(a): i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy)}
-    subclasses = {id(proxy): i for i, (proxy, _requires_grad) in enumerate(subclass_inputs)}
-    found = []
-    for position, value in enumerate(leaves):
-        if id(value) in args:
-            found.append((position, "arg", args[id(value)]))
-        elif id(value) in subclasses:
-            found.append((position, "subclass", subclasses[id(value)]))
-    return tuple(found)
-
-
-def _input_flags(trace: Trace) -> tuple[tuple[int, bool], ...]:
-    """GradTraces.input_flags: the last ``requires_grad_`` of each input of ``trace``."""
-    position = {id(a): i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy)}
-    flags: dict[int, bool] = {}
-    for bsym in trace.bound_symbols:
-        if bsym.symbol.fn is torch.Tensor.requires_grad_ and id(bsym.args[0]) in position:
-            flag = bsym.args[1] if len(bsym.args) > 1 else bsym.kwargs.get("requires_grad", True)
-            flags[position[id(bsym.args[0])]] = bool(flag)
-    return tuple(flags.items())
+                      replay.values.layout, body, fresh, deriver, input_flags(trace),
+                      returned_inputs(trace, leaves, subclass_inputs))
 
 
 @dataclass(frozen=True, slots=True)
