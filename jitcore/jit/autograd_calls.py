@@ -188,7 +188,12 @@ class AutogradCalls:
     # computes. Such a backward runs the call eagerly (JC-J002); ``torch.autograd.grad`` and
     # ``backward(inputs=...)``, which stop at what they name, are traced as before.
     def _refuse_the_callers_graph(self, outputs: list) -> None:
-        behind = {id(proxy.shadow.grad_fn) for _path, proxy, _tensor in self._pass.provenance.inputs
+        # a subclass input's shadow has the marker's history too (Note [A caller's non-leaf subclass
+        # value], jitcore/jit/subclass_inputs.py)
+        provenance = self._pass.provenance
+        inputs = [proxy for _path, proxy, _tensor in provenance.inputs]
+        inputs += [proxy for proxy, _path in provenance.subclass_inputs]
+        behind = {id(proxy.shadow.grad_fn) for proxy in inputs
                   if isinstance(proxy, TensorProxy) and proxy.shadow.grad_fn is not None}
         roots = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
         if behind and any(id(node) in behind for node in graph_nodes(roots)):

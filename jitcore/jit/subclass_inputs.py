@@ -69,6 +69,33 @@ def shadow_around(values: TensorValues, tensor: torch.Tensor, shadows: dict[str,
         # dispatcher must see the caller's class, whose __torch_dispatch__ may override
         with contextlib.suppress(TypeError):  # a layout Python cannot switch: the base's class
             shadow.__class__ = cls
-    if tensor.requires_grad:  # as eagerly: ``x.requires_grad``, ``(x * 2).is_leaf`` (the grad
+    if tensor.requires_grad and not tensor.is_leaf:  # Note [A caller's non-leaf subclass value]
+        _CallersHistory.apply(torch.zeros((), requires_grad=True), [shadow])
+    elif tensor.requires_grad:  # as eagerly: ``x.requires_grad``, ``(x * 2).is_leaf`` (the grad
         shadow.requires_grad_(True)  # transform reads the guard, not this)
     return shadow
+
+
+# Note [A caller's non-leaf subclass value]
+# A subclass input that requires grad and is no leaf (``TwoTensor(a, b) * 1``, ``nt * 1`` made by the
+# caller) has the caller's graph behind it. Its shadow was a leaf requiring grad, so an in-place write
+# (``x.add_(1)``, ``x[0] = 0``) raised "a leaf Variable that requires grad is being used in an in-place
+# operation" while tracing, where eager computes, and ``x.is_leaf`` answered True. A plain input's
+# shadow gets torch's marker history (fake-tensor conversion's ``DelayedError``: its backward raises
+# "Tried to backward() through example input"); that makes a new tensor, and a subclass shadow must
+# stay the object built around the inner shadows the pass bound. So the shadow gets the marker's
+# history in place: it is made the output of an autograd Function that returns it (autograd sets an
+# output's history on the object itself), whose backward raises the same error. A backward inside
+# the function reaching it runs the call eagerly (Note [A backward into the caller's graph]); an
+# entry writing into it runs pass 1 under torch's autograd (Note [In-place writes to non-leaf inputs]).
+class _CallersHistory(torch.autograd.Function):
+    """Gives ``holder[0]`` a history whose backward raises (the Note above); ``anchor`` is a leaf
+    requiring grad, so that autograd records the call."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, holder: list[torch.Tensor]) -> torch.Tensor:
+        return holder[0]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        raise RuntimeError("Internal error: Tried to backward() through example input")

@@ -115,8 +115,17 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         )
     if runs_pass_1 and program.symbolic_numbers():
         return GradStage(None)  # Note [Dynamic numbers under autograd]
-    if runs_pass_1 and _writes_a_non_leaf_input(trace):  # Note [In-place writes to non-leaf inputs]
-        return GradStage(None)
+    if _writes_a_non_leaf_input(trace, program.subclass_inputs):  # Note [In-place writes to non-leaf inputs]
+        if runs_pass_1:
+            return GradStage(None)
+        if not pass_1_runs(trace, program.subclass_inputs):
+            raise EagerOnlyValue(
+                "an in-place write into a tensor-subclass input that requires grad and is no leaf, in a "
+                "program whose calls use values only their resolution made: the caller's graph behind "
+                "that input is not traced",
+                hints=("write into a clone of the input (x = x.clone()) inside the function",),
+            )
+        return GradStage(None, pass_1=True)
     if program.size_inputs or program.read_sizes:  # Note [Symbolic sizes of subclass programs under autograd]
         if not pass_1_runs(trace, program.subclass_inputs):
             raise StaticSizesNeeded("the grad transform of a tensor-subclass program keeps static shapes")
@@ -302,14 +311,22 @@ def _shares(guard: Guard) -> bool:
 # requires grad is being used in an in-place operation" where eager computes; and one autograd node
 # could not rebase the caller's ``x``. A program over plain tensors that writes into such an input
 # runs pass 1 under torch's autograd, on the caller's tensors, as eagerly. (A call with a leaf there
-# raises eager's error in either form.)
-def _writes_a_non_leaf_input(trace: Trace) -> bool:
-    non_leaves = {id(a) for a in trace.args
-                  if isinstance(a, TensorProxy) and a.shadow.requires_grad and not a.shadow.is_leaf}
+# raises eager's error in either form.) A write into a view of such an input (``x[0].add_(1)``) is one
+# too. A subclass input (``TwoTensor(a, b) * 1``) likewise: its entry runs pass 1 under torch's
+# autograd with the caller's subclass objects taken whole (``GradStage.pass_1``), its class's dispatch
+# running per call as eagerly (Note [A caller's non-leaf subclass value], jitcore/jit/subclass_inputs.py).
+def _writes_a_non_leaf_input(trace: Trace, subclass_inputs: Any = ()) -> bool:
+    inputs = [a for a in trace.args if isinstance(a, TensorProxy)]
+    inputs += [proxy for proxy, _path in subclass_inputs]
+    non_leaves = {id(a.shadow) for a in inputs if a.shadow.requires_grad and not a.shadow.is_leaf}
+
+    def into_one(value: Any) -> bool:
+        return isinstance(value, TensorProxy) and (
+            id(value.shadow) in non_leaves or id(getattr(value.shadow, "_base", None)) in non_leaves)
+
     return bool(non_leaves) and any(
-        (("inplace" in b.symbol.tags or b.kwargs.get("inplace") is True) and b.args
-         and id(b.args[0]) in non_leaves)
-        or id(b.kwargs.get("out")) in non_leaves
+        (("inplace" in b.symbol.tags or b.kwargs.get("inplace") is True) and b.args and into_one(b.args[0]))
+        or into_one(b.kwargs.get("out"))
         for b in trace.bound_symbols
     )
 

@@ -1,0 +1,134 @@
+"""Tensor subclasses as others write them and use them, round 9 (issue 15, helper zoo29): torch's own
+subclasses (TwoTensor, nested jagged tensors) and libraries' patterns, each program run eagerly and
+under jitcore.jit on equal fresh arguments. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from subclass_checks import assert_same_nested, assert_same_values
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+
+# --- in-place writes into a subclass input that requires grad and is no leaf -----------------------------
+# Note [A caller's non-leaf subclass value] (jit/subclass_inputs.py): the shadow was a leaf, so the write
+# raised "a leaf Variable that requires grad is being used in an in-place operation" while tracing.
+
+
+def _set_first(x: torch.Tensor) -> torch.Tensor:
+    x[0] = 0.0
+    return x * x
+
+
+def _write_into_a_view(x: torch.Tensor) -> torch.Tensor:
+    x[1].mul_(3)
+    return x.sin()
+
+
+def _add_in_place(x: torch.Tensor) -> torch.Tensor:
+    x += 1
+    return x
+
+
+WRITES: dict[str, Callable[[torch.Tensor], Any]] = {
+    "add_": lambda x: x.add_(1),
+    "mul_then_use": lambda x: x.mul_(2) * 3,
+    "setitem": _set_first,
+    "into_a_view": _write_into_a_view,
+    "iadd": _add_in_place,
+    "relu_inplace": lambda x: F.relu(x, inplace=True) * 2,
+    "written_and_another_output": lambda x: (x.clamp_(-0.5, 0.5), x.exp()),
+}
+
+
+def _first(out: Any) -> torch.Tensor:
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize("name", list(WRITES))
+def test_an_in_place_write_into_a_non_leaf_two_tensor_input(name: str) -> None:
+    """``TwoTensor(...).requires_grad_() * 1`` written in place: values, inner tensors, the input's new
+    contents, whether the output is the input, and the gradients reaching the caller's leaf through the
+    output and through the input's rebased history are eager's; one trace, then hits."""
+    program = WRITES[name]
+    jitted = jitcore.jit(program)
+    for _ in range(3):
+        torch.manual_seed(0)
+        leaf = TwoTensor(torch.randn(3, 4), torch.randn(3, 4)).requires_grad_()
+        x, x2 = leaf * 1, leaf * 1
+        got, expected = jitted(x), program(x2)
+        assert_same_values(got, expected)
+        assert_same_values(x, x2)
+        assert (_first(got) is x) == (_first(expected) is x2)
+        grads = []
+        for out, inp in ((got, x), (expected, x2)):
+            _first(out).sum().backward(retain_graph=True)
+            (inp * 3).sum().backward()
+            grads.append(leaf.grad)
+            leaf.grad = None
+        assert_same_values(grads[0], grads[1])
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+    assert jitted.fallback_reason is None
+
+
+@pytest.mark.parametrize("name", ["add_", "mul_then_use", "iadd", "relu_inplace"])
+def test_an_in_place_write_into_a_non_leaf_nested_jagged_input(name: str) -> None:
+    """``nt * 1`` over values requiring grad, written in place: components and the values' gradient as
+    eagerly; the output keeps the input's ragged size."""
+    program = WRITES[name]
+    jitted = jitcore.jit(program)
+    for _ in range(3):
+        torch.manual_seed(0)
+        values = torch.randn(7, 4, requires_grad=True)
+        offsets = torch.tensor([0, 2, 7])
+        x = torch.nested.nested_tensor_from_jagged(values, offsets) * 1
+        x2 = torch.nested.nested_tensor_from_jagged(values, offsets) * 1
+        got, expected = jitted(x), program(x2)
+        assert_same_nested(got, expected)
+        assert_same_nested(x, x2)
+        assert got.shape[1] is x.shape[1] or got.shape[1] == x.shape[1]
+        grads = []
+        for out in (got, expected):
+            out.values().sum().backward()
+            grads.append(values.grad)
+            values.grad = None
+        torch.testing.assert_close(grads[0], grads[1])
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+
+
+def _backward_inside(x: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
+    (x * 2).sum().backward()
+    return leaf.grad.a * 1
+
+
+def test_a_backward_inside_through_a_non_leaf_two_tensor_input_runs_eagerly() -> None:
+    """``backward()`` inside the function through such an input goes on into the caller's graph: the call
+    runs eagerly (JC-J002), with eager's gradient (before: the caller's wrapper got a ``.grad`` of its
+    own and the leaf none)."""
+    jitted = jitcore.jit(_backward_inside)
+    results = []
+    for run in (jitted, _backward_inside):
+        torch.manual_seed(0)
+        leaf = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results.append(run(leaf * 1, leaf))
+    torch.testing.assert_close(results[0], results[1])
+    assert "caller's graph" in str(jitted.fallback_reason)
+
+
+def test_is_leaf_of_a_non_leaf_two_tensor_input() -> None:
+    """``x.is_leaf`` of such an input is False, as eagerly (its shadow was a leaf)."""
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        return x * 2, x.is_leaf
+
+    leaf = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
+    got, expected = jitcore.jit(f)(leaf * 1), f(leaf * 1)
+    assert_same_values(got, expected)
