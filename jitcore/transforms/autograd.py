@@ -78,6 +78,7 @@ class GradComputation:
         self.grad_inputs = traces.grad_inputs
         self.backward_raises = any(b.symbol is RAISE for b in traces.backward.bound_symbols)
         self.fresh_leaves = traces.fresh_leaves
+        self.assembly = traces.assembly
         self.input_flags = traces.input_flags
         self.returned_inputs = [  # (position among the output's leaves, index among the inputs)
             (position, i if kind == "arg" else n_inputs + i) for position, kind, i in traces.returned_inputs
@@ -125,6 +126,8 @@ class GradComputation:
                 inputs[position].requires_grad_(False)
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
+        if self.assembly is not None:  # Note [Subclass outputs the program assembles], assembly.py
+            outputs = self.assembly.build(outputs, inputs, self.n_inputs)
         if self.backward_raises:  # Note [A backward that raises]
             node = next(
                 (o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None
@@ -132,7 +135,8 @@ class GradComputation:
             if node is not None:
                 node.register_prehook(self._raise_before_backward)
         for index in self.fresh_leaves:  # marked non-differentiable: leaves, given requires_grad as eagerly
-            outputs[index].requires_grad_(True)
+            if not outputs[index].requires_grad:
+                outputs[index].requires_grad_(True)
         leaves = list(self.output_leaves)
         for position, index in self.tensor_positions:
             leaves[position] = outputs[index]

@@ -51,6 +51,7 @@ from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.transforms.assembly import Assembly, assembly_of
 from jitcore.transforms.backward_checks import resolve_backward_call
 from jitcore.transforms.inputs_handed_back import input_flags, returned_inputs
 from jitcore.transforms.recording import recording
@@ -116,6 +117,9 @@ class GradTraces:
         returned_inputs: ``(position among the output's leaves, kind, index)`` of each input the
             program returns or stores as it is, numbered as ``grad_inputs`` (Note [Inputs returned
             as they are under autograd], autograd.py).
+        assembly: how the tensor outputs are made from the forward's outputs when the program
+            assembles subclass outputs (None: they are the forward's outputs; assembly.py).
+            ``differentiable`` then indexes the forward's outputs, ``fresh_leaves`` the tensor outputs.
     """
 
     forward: Trace
@@ -130,6 +134,7 @@ class GradTraces:
     deriver: BackwardDeriver | None = None
     input_flags: tuple[tuple[int, bool], ...] = ()
     returned_inputs: tuple[tuple[int, str, int], ...] = ()
+    assembly: Assembly | None = None
 
 
 # (proxy, requires_grad) of each tensor-subclass input, inner ones first: the inputs the
@@ -296,7 +301,7 @@ class _Replay:
         """A subclass value as an instance of its class over its inner tensors' replayed shadows
         (None: an inner tensor is not produced yet)."""
         names, ctx = old.inner_flatten()
-        inner = {n: self.env.get(id(getattr(old, n))) for n in names}
+        inner = {n: self._produced(getattr(old, n)) for n in names}
         if any(v is None for v in inner.values()):
             return None
         shadow = unflatten_around(old.subclass, {n: v.shadow for n, v in inner.items()}, ctx, old.shape,
@@ -305,6 +310,14 @@ class _Replay:
             shadow.requires_grad_(True)
         self._map(old, self.state.adopt(shadow, self.forward.names.claim(old.name)))
         return self.env[id(old)]
+
+    def _produced(self, old: Any) -> Any:
+        """The replay's value of ``old`` (None: not produced yet); a subclass value the program made
+        from its inner tensors (a wrapper inside a wrapper) is rebuilt as in ``lookup``."""
+        found = self.env.get(id(old))
+        if found is None and isinstance(old, SubclassTensorProxy):
+            found = self._rebuild_subclass(old, requires_grad=_made_leaf(old))
+        return found
 
     def _fake_like(self, t: torch.Tensor, *, contiguous: bool) -> torch.Tensor:
         """A fresh shadow like ``t``: contiguous, or with ``t``'s strides, storage offset and storage
@@ -341,11 +354,9 @@ class _Replay:
             # they can (replayed_numbers.py)
             return self.numbers.lookup(value)
         if isinstance(value, Proxy):
-            found = self.env.get(id(value))
-            if found is None and isinstance(value, SubclassTensorProxy):
-                # made by the program from its inner tensors (``OptimState8bit(codes, ...)`` in
-                # torchao's optimizers): no op makes it, so it is rebuilt as a subclass input is
-                found = self._rebuild_subclass(value, requires_grad=_made_leaf(value))
+            # one the program made from its inner tensors (``OptimState8bit(codes, ...)`` in torchao's
+            # optimizers): no op makes it, so it is rebuilt as a subclass input is
+            found = self._produced(value)
             if found is None:
                 raise AssertionError(f"grad transform: {value.name} is used before it is produced")
             return found
@@ -522,13 +533,16 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
         if isinstance(o, TensorProxy) and not any(o is t for t in tensor_outputs):
             tensor_outputs.append(o)
     grad_inputs, wrt = _grad_inputs(trace, replay, subclass_inputs)
-    fresh = _fresh_leaves(tensor_outputs, replay)
-    deriver = BackwardDeriver(replay, tensor_outputs, wrt, fresh)
+    # Note [Subclass outputs the program assembles]: the node's outputs are not all tensor outputs
+    subclass_proxies = [replay.env.get(id(p)) for p in replay.subclass_inputs]
+    assembly = assembly_of(replay.forward, tensor_outputs, subclass_proxies)
+    node_outputs = tensor_outputs if assembly is None else assembly.node_outputs
+    deriver = BackwardDeriver(replay, node_outputs, wrt, _fresh_leaves(node_outputs, replay))
     derived = deriver.derive()
 
     forward = replay.forward
     forward.bound_symbols[:] = _plain_only(forward.bound_symbols)
-    forward_outputs = [_rebuilt(forward, o) for o in tensor_outputs]
+    forward_outputs = [_rebuilt(forward, o) for o in node_outputs]
     backward = derived.backward
     body = tuple(backward.bound_symbols)
     checkpointed = frozenset(replay.checkpointed)  # activation-checkpointed regions: recomputed
@@ -539,8 +553,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     if derived.raises:
         deriver = None  # Note [A backward for other tangent kinds]: autograd raised, as it would again
     return GradTraces(forward, backward, tree, outputs, derived.differentiable, grad_inputs,
-                      replay.values.layout, body, fresh, deriver, input_flags(trace),
-                      returned_inputs(trace, leaves, subclass_inputs))
+                      replay.values.layout, body, _fresh_leaves(tensor_outputs, replay), deriver,
+                      input_flags(trace), returned_inputs(trace, leaves, subclass_inputs), assembly)
 
 
 @dataclass(frozen=True, slots=True)

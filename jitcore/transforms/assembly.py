@@ -1,0 +1,135 @@
+"""Subclass outputs the program assembles from tensors: built after the call's autograd node.
+
+Note [Subclass outputs the program assembles]
+``return TwoTensor(a * 2, a * 3)`` with ``a`` requiring grad: eagerly the wrapper is made by its
+class (``_make_wrapper_subclass``: a leaf, with the flag its class gives it) around inner tensors
+that keep their own graph, so ``torch.autograd.grad(out.a.sum(), a)`` works, and
+``TwoTensor(a, a * 2)`` holds ``a`` itself. A call under autograd is one ``torch.autograd.Function``
+whose forward runs with grad off: a wrapper built inside it holds inner tensors without a graph (and
+TwoTensor's own check that both inner tensors require grad alike fails there). So a subclass output
+that no op produced (its shadow has no ``grad_fn``) and that is no input is *assembled*: the node
+returns its inner tensors, and after the node an assembly trace rebuilds the wrapper with the
+class's ``__tensor_unflatten__`` around the node's outputs and the caller's own input tensors, in
+the caller's grad mode, as eagerly. Nested wrappers are assembled inside out; an inner tensor that
+some op produced with a graph (a plain tensor, or a subclass value with a ``grad_fn``) is a node
+output.
+
+Invariants:
+- ``Assembly.node_outputs`` holds no assembled wrapper, and no input;
+- ``Assembly.build(outputs, inputs)`` returns the tensor outputs in the grad transform's order
+  (``GradTraces.output_leaves``), each assembled wrapper in its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jitcore.dispatch.flatten import UNFLATTEN
+from jitcore.ir import BoundSymbol, Trace, compile_trace
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
+
+__all__ = ["Assembly", "assembly_of"]
+
+# where an assembly argument comes from: ("output", k) the node's k-th output; ("arg", i) the i-th
+# computation input; ("subclass", j) the outer tensor of the j-th subclass input
+Source = tuple[str, int]
+
+
+@dataclass(eq=False)
+class Assembly:
+    """How the tensor outputs are made from the node's outputs (see the module docstring).
+
+    Attributes:
+        node_outputs: what the node returns: the tensor outputs that are not assembled, in order,
+            then the assembled wrappers' inner tensors that are neither those nor inputs.
+        trace: takes one value per ``sources`` entry, returns the assembled wrappers in ``positions``
+            order.
+        sources: where each of ``trace``'s arguments comes from.
+        positions: each assembled wrapper's index among the tensor outputs.
+        from_node: each tensor output's index among ``node_outputs`` (None for an assembled one).
+    """
+
+    node_outputs: list[TensorProxy]
+    trace: Trace
+    sources: tuple[Source, ...]
+    positions: tuple[int, ...]
+    from_node: tuple[int | None, ...]
+    _compiled: Callable[..., Any] | None = field(default=None, repr=False)
+
+    def build(self, outputs: Sequence[Any], inputs: Sequence[Any], n_inputs: int) -> list[Any]:
+        """The tensor outputs of one call from the node's ``outputs`` and the call's ``inputs`` (the
+        computation's ``n_inputs`` inputs, then subclass inputs' outer tensors)."""
+        if self._compiled is None:
+            self._compiled = compile_trace(self.trace)
+        args = [
+            outputs[i] if kind == "output" else inputs[i if kind == "arg" else n_inputs + i]
+            for kind, i in self.sources
+        ]
+        built = self._compiled(*args)
+        full = [None if k is None else outputs[k] for k in self.from_node]
+        for position, wrapper in zip(self.positions, built):
+            full[position] = wrapper
+        return full
+
+
+def assembly_of(
+    forward: Trace, tensor_outputs: list[TensorProxy], subclass_inputs: Sequence[TensorProxy | None]
+) -> Assembly | None:
+    """The assembly of ``tensor_outputs`` (None when no output is assembled).
+
+    Args:
+        forward: the forward trace: its arguments are the computation's inputs; the assembly trace
+            shares its names.
+        tensor_outputs: the grad transform's tensor outputs, each once.
+        subclass_inputs: the forward's proxies of the subclass inputs, in the computation's order
+            (None for one the forward does not use).
+    """
+    inputs: dict[int, Source] = {
+        id(a.shadow): ("arg", i) for i, a in enumerate(forward.args) if isinstance(a, TensorProxy)
+    }
+    inputs.update((id(p.shadow), ("subclass", j)) for j, p in enumerate(subclass_inputs) if p is not None)
+    positions = tuple(i for i, out in enumerate(tensor_outputs) if _assembled(out, inputs))
+    if not positions:
+        return None
+    node_outputs = [out for i, out in enumerate(tensor_outputs) if i not in positions]
+    trace = Trace(name="assemble", header=["# the subclass outputs the program assembles (assembly.py)"],
+                  imports=dict(forward.imports), names=forward.names)
+    sources: list[Source] = []
+
+    def argument(value: TensorProxy, source: Source) -> TensorProxy:
+        if not any(value is a for a in trace.args):
+            trace.args.append(value)
+            sources.append(source)
+        return value
+
+    def build(value: TensorProxy) -> TensorProxy:
+        if id(value.shadow) in inputs:
+            return argument(value, inputs[id(value.shadow)])
+        if not _assembled(value, inputs):
+            k = next((k for k, o in enumerate(node_outputs) if o is value), None)
+            if k is None:
+                k = len(node_outputs)
+                node_outputs.append(value)
+            return argument(value, ("output", k))
+        names, ctx = value.inner_flatten()
+        inner = {name: build(getattr(value, name)) for name in names}
+        shadow = value.shadow
+        args = (value.subclass, inner, ctx, tuple(shadow.shape), tuple(shadow.stride()))
+        if not any(b.output is value for b in trace.bound_symbols):
+            trace.bound_symbols.append(BoundSymbol(UNFLATTEN, args, {}, value))
+        return value
+
+    trace.output = tuple(build(tensor_outputs[i]) for i in positions)
+    from_node = tuple(
+        None if i in positions else next(k for k, o in enumerate(node_outputs) if o is out)
+        for i, out in enumerate(tensor_outputs)
+    )
+    return Assembly(node_outputs, trace, tuple(sources), positions, from_node)
+
+
+def _assembled(value: TensorProxy, inputs: dict[int, Source]) -> bool:
+    return (isinstance(value, SubclassTensorProxy) and value.shadow.grad_fn is None
+            and id(value.shadow) not in inputs)
