@@ -25,7 +25,8 @@ import torch
 
 from jitcore.errors import JitcoreError
 from jitcore.ir import Proxy, Trace, compile_trace
-from jitcore.transforms.grad import RAISE, GradTraces, OutputSpec
+from jitcore.transforms.backward_errors import RAISE
+from jitcore.transforms.grad import GradTraces, OutputSpec
 from jitcore.transforms.rederive import Unsaved, describe_unsaved, rederived_backward
 from jitcore.transforms.tangents import TangentKind, flatten_tangent, kind_of_gradient
 

@@ -38,11 +38,10 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 import jitcore
-from jitcore.diagnostics.boundary import replays_backward_errors
 from jitcore.dispatch.flatten import UNFLATTEN
 from jitcore.dispatch.resolver import DispatchState
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
-from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, recorded_symbol, tree_any, tree_has
+from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, tree_any, tree_has
 from jitcore.langctx import new_context
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.langctx.thread_state import ThreadState
@@ -53,6 +52,7 @@ from jitcore.proxies.protocol import unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.assembly import Assembly, assembly_of
 from jitcore.transforms.backward_checks import resolve_backward_call
+from jitcore.transforms.backward_errors import RAISE, kept_traceback
 from jitcore.transforms.inputs_handed_back import input_flags, returned_inputs
 from jitcore.transforms.recording import recording
 from jitcore.transforms.replayed_numbers import ReplayedNumbers
@@ -718,7 +718,7 @@ def _record_backward(
         raise
     except Exception as exc:  # noqa: BLE001 - eager raises it in backward(), so does the jitted function
         backward.bound_symbols.clear()
-        backward.bound_symbols.append(BoundSymbol(RAISE, (exc, _kept_traceback(exc)), {}, None))
+        backward.bound_symbols.append(BoundSymbol(RAISE, (exc, kept_traceback(exc)), {}, None))
         return differentiable, tangent_args, backward, [None] * len(wrt)
     finally:
         for handle in handles:
@@ -729,47 +729,6 @@ def _record_backward(
         backward,
         [replay.state.proxy_of(g) if g is not None else None for g in grads],
     )
-
-
-@replays_backward_errors
-def raise_backward_error(error: BaseException, traceback: Any = None) -> None:
-    """What a backward trace runs when torch's autograd could not differentiate the forward (a
-    derivative that is not implemented, a user ``backward`` or ``__torch_dispatch__`` that raises):
-    eager raises the error in ``backward()``, and so does this, a fresh copy each time, with the
-    frames autograd ran when it raised (``traceback``: the user's ``backward`` or
-    ``__torch_dispatch__`` line; jitcore's error boundary shows them as eager does)."""
-    import copy
-
-    try:
-        fresh = copy.copy(error)
-        fresh.__notes__ = list(getattr(error, "__notes__", ()))
-        if not fresh.__notes__:
-            del fresh.__notes__
-    except Exception:  # noqa: BLE001 - an exception that cannot be copied is raised itself,
-        fresh = error  # without what the error boundary attached when it was last raised
-        vars(fresh).pop("_jitcore_noted", None)
-        notes = [n for n in getattr(fresh, "__notes__", ()) if not str(n).startswith("jitcore: ")]
-        if hasattr(fresh, "__notes__"):
-            fresh.__notes__ = notes
-    raise fresh.with_traceback(traceback)
-
-
-def _kept_traceback(exc: BaseException) -> Any:
-    """The entries below ``_record_backward`` of an error autograd raised: finished frames, whose
-    locals (shadows, the replay) are cleared so that the cache entry does not keep them alive."""
-    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-    entry = tb
-    while entry is not None:
-        try:
-            entry.tb_frame.clear()
-        except RuntimeError:  # a frame still running (never expected here): keep its locals
-            pass
-        entry = entry.tb_next
-    return tb
-
-
-RAISE = recorded_symbol(raise_backward_error, langctx="grad",
-                        path="jitcore.transforms.grad.raise_backward_error")
 
 
 def _tangent_for(

@@ -24,7 +24,8 @@ from jitcore.prologue.guards import storage_pattern
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
-from jitcore.transforms.grad import RAISE, grad_transform, needs_grad, reaches_no_graph
+from jitcore.transforms.backward_errors import RAISE
+from jitcore.transforms.grad import grad_transform, needs_grad, reaches_no_graph
 from jitcore.transforms.mincut import saved_for_fusion
 
 __all__ = ["Differentiated", "GradStage", "StaticSizesNeeded", "differentiate"]
