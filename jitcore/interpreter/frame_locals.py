@@ -32,6 +32,12 @@ def frame_locals(frame: Frame) -> dict:
     if frame.locals is not None:
         return frame.locals
     code = frame.code
+    if frame.index == 0 and code.co_freevars and frame.function is not None:
+        # a generator not started yet has not run its COPY_FREE_VARS, where CPython's has (creating it ran
+        # up to RETURN_GENERATOR): its free variables are copied here, as CPython copies them for a frame
+        # that has not run it; the copy at the first resume puts the same cells there again
+        closure = frame.function.__closure__
+        frame.fast[len(frame.fast) - len(closure):] = closure
     cells = set(code.co_cellvars) | set(code.co_freevars)
     out = getattr(frame, "f_locals", None) if _ONE_DICT_PER_FRAME else None
     if out is None:

@@ -311,9 +311,11 @@ def make_generator(frame: Frame) -> object:
 # named after it, made once), so the code is known after the generator finished, when the driver's frame
 # (and with it the interpreted one) is gone: ``gi_code`` of a finished generator is still the user's code.
 GENERATOR_TYPES = frozenset({types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType})
-# cr_frame/ag_frame stay the driver's (a real frame object: isinstance(..., FrameType), .clear() work)
+# The frame attributes answer a frame proxy (lookasides.FrameProxy: ``isinstance(f, types.FrameType)`` holds,
+# its ``clear()`` finalizes the generator through the driver's own frame, as CPython's does).
 FRAME_ATTRIBUTES = frozenset(
-    {"gi_code", "gi_frame", "gi_yieldfrom", "cr_code", "cr_await", "ag_code", "ag_await"}
+    {"gi_code", "gi_frame", "gi_yieldfrom", "cr_code", "cr_frame", "cr_await", "ag_code", "ag_frame",
+     "ag_await"}
 )
 # id(a driver's code) -> (that code, the interpreted code it drives): kept here, so an id is never reused
 _DRIVEN_CODES: dict[int, tuple[types.CodeType, types.CodeType]] = {}
@@ -360,7 +362,7 @@ def frame_attribute(gen: object, name: str) -> object:
     if kind == "frame":
         from jitcore.interpreter.lookasides import frame_proxy
 
-        return frame_proxy(frame, None)  # (a suspended frame has no f_back)
+        return frame_proxy(frame, None, gen)  # (a suspended frame has no f_back)
     index = frame.index  # yieldfrom/await: the delegate of a frame suspended in yield from / await
     instructions = frame.instructions
     if (

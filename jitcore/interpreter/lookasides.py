@@ -352,11 +352,12 @@ def _no_module(self: object) -> str:
 class FrameProxy:
     """What ``sys._getframe()`` returns for an interpreted frame: the ``f_*`` attributes of a frame object."""
 
-    __slots__ = ("__weakref__", "_back", "_frame", "_trace", "_trace_lines", "_trace_opcodes")
+    __slots__ = ("__weakref__", "_back", "_frame", "_generator", "_trace", "_trace_lines", "_trace_opcodes")
 
     def __init__(self, frame: Frame, back: object) -> None:
         self._frame = frame
         self._back = back
+        self._generator: Callable[[], object] | None = None  # weakref to its generator, set by gi_frame
         self._trace = None
         self._trace_lines = True
         self._trace_opcodes = False
@@ -384,7 +385,28 @@ class FrameProxy:
     __module__ = property(_no_module)  # type: ignore[assignment]  # a frame has none (inspect.getmodule)
 
     def __repr__(self) -> str:
-        return f"<frame (interpreted) {self._frame!r}>"
+        code = self._frame.code
+        where = f"file {code.co_filename!r}, line {self.f_lineno}"
+        return f"<frame at {id(self):#x}, {where}, code {code.co_name}>"
+
+    def clear(self) -> None:
+        """frame.clear(): RuntimeError while the frame executes (3.13: or is suspended). The frame of a
+        generator not yet finished finalizes its generator (closes it; a coroutine never started warns that
+        it was never awaited) through the driver's own frame, which does that as CPython does; before 3.13
+        that is all, its locals stay. Any other frame drops its locals."""
+        frame = self._frame
+        if any(active is frame for active in frame.run.frames):
+            raise RuntimeError("cannot clear an executing frame")
+        generator = None if self._generator is None else self._generator()
+        native = None if generator is None else getattr(generator, _NATIVE_FRAME[type(generator)])
+        if native is not None:
+            native.clear()
+            if sys.version_info < (3, 13):
+                return
+        fast = frame.fast
+        for i in range(len(fast)):
+            fast[i] = NULL
+        frame.stack.clear()
 
 
 def _trace_flag(value: object) -> bool:
@@ -393,11 +415,16 @@ def _trace_flag(value: object) -> bool:
     return value
 
 
-def frame_proxy(frame: Frame, back: object) -> FrameProxy:
+_NATIVE_FRAME = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame",
+                 types.AsyncGeneratorType: "ag_frame"}
+
+
+def frame_proxy(frame: Frame, back: object, generator: object = None) -> FrameProxy:
     """The frame object of ``frame``, with ``back`` as its ``f_back``: while one is held, the same one
     (``sys._getframe() is sys._getframe()``, ``gen.gi_frame is gen.gi_frame``, as CPython's frame objects).
     The frame keeps only a weak reference to it: a proxy in a frame slot would make every frame whose frame
-    object was asked for a reference cycle, its locals freed only by the cyclic GC."""
+    object was asked for a reference cycle, its locals freed only by the cyclic GC. ``generator`` is the
+    generator (coroutine, async generator) whose frame it is, when known: held weakly, for ``clear()``."""
     ref = getattr(frame, "proxy", None)  # unset until asked (Note [Frames of plain calls] in frame.py)
     proxy = None if ref is None else ref()
     if proxy is None:
@@ -405,6 +432,8 @@ def frame_proxy(frame: Frame, back: object) -> FrameProxy:
         frame.proxy = weakref.ref(proxy)
     else:
         proxy._back = back  # f_back is the caller now, as CPython's is
+    if generator is not None:
+        proxy._generator = weakref.ref(generator)
     return proxy
 
 

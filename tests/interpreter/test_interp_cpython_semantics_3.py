@@ -1,0 +1,81 @@
+"""Semantics found different by CPython's regression tests and snippet probes for issue 13 (2026-12-04:
+test_inspect, ...), checked natively against ``interpret`` on small programs of their own."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sys
+import types
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from interp_helpers import check
+
+
+def _no_addresses(text: str) -> str:
+    return re.sub(r"0x[0-9a-f]+", "0x", text)
+
+
+def test_a_coroutines_frame_is_the_interpreted_frame() -> None:
+    """``cr_frame`` and ``ag_frame`` answered the interpreter's native driver frame (``f_locals`` were the
+    driver's: ``{'frame': ..., 'sent': ...}``, so inspect.getcoroutinelocals differed, test_inspect's
+    test_getcoroutinelocals), and a generator not started yet had no free variables in its ``f_locals``.
+    Now they are the interpreted frame, whose ``clear()`` finalizes the generator as CPython's does."""
+
+    def f() -> list[str]:
+        captured = "cell"
+
+        async def coroutine(a=None):
+            b = captured  # noqa: F841 - a local the frame shows
+            await types.coroutine(lambda: (yield))()
+
+        async def agen(a=1):
+            yield captured
+
+        def gen():
+            try:
+                yield 1
+            finally:
+                log.append("finally")
+
+        log: list[str] = []
+        co = coroutine()
+        out = [inspect.getcoroutinelocals(co), co.cr_frame.f_code.co_name, co.cr_frame.f_lineno,
+               isinstance(co.cr_frame, types.FrameType), co.cr_frame is co.cr_frame]
+        co.send(None)
+        out += [inspect.getcoroutinelocals(co), _no_addresses(repr(co.cr_frame)).split(", line")[0]]
+        co.close()
+        out.append(co.cr_frame)
+        ag = agen()
+        out += [dict(ag.ag_frame.f_locals), ag.ag_frame.f_code.co_name, inspect.isframe(ag.ag_frame)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            never_awaited = coroutine()
+            never_awaited.cr_frame.clear()  # finalizes it: never awaited
+        out += [[str(w.message) for w in caught], never_awaited.cr_frame]
+        g = gen()
+        next(g)
+        try:
+            g.gi_frame.clear()  # 3.11: closes the generator; 3.13: refused, it is suspended
+        except RuntimeError as e:
+            out.append(str(e))
+        out += [log, g.gi_frame is None]
+        g.close()
+
+        def plain():
+            local = 5  # noqa: F841 - a local the frame shows
+            return sys._getframe()
+
+        frame = plain()
+        frame.clear()
+        out.append(dict(frame.f_locals))
+        try:
+            sys._getframe().clear()
+        except RuntimeError as e:
+            out.append(str(e))
+        return [_no_addresses(repr(item)) for item in out]
+
+    check(f)
