@@ -47,6 +47,26 @@ _partial = functools.partial
 _new_frame = _object_new = object.__new__
 _object_init = object.__init__
 _type_getattribute = type.__getattribute__
+_mro_of = type.__dict__["__mro__"].__get__
+_dict_of = type.__dict__["__dict__"].__get__
+
+
+def _mro_entry(t: type, name: str) -> object:
+    """``name`` in the first class of ``t``'s MRO whose dict has it (CPython's ``_PyType_Lookup``), or
+    NULL."""
+    for klass in _mro_of(t):
+        entry = _dict_of(klass).get(name, NULL)
+        if entry is not NULL:
+            return entry
+    return NULL
+
+
+def _slot_bound(run: Run, entry: object, obj: object, t: type) -> object:
+    """The MRO entry of a slot (``__init__``, ``__call__``) bound to ``obj`` through its ``__get__``, as
+    CPython's slots bind what is not a plain function: a staticmethod gives its function (no instance), a
+    classmethod or ``functools.partialmethod`` binds its own way."""
+    get = getattr(type(entry), "__get__", None)
+    return entry if get is None else call(run, get, (entry, obj, t), None)
 
 
 def canonical(fn: object) -> object:
@@ -123,6 +143,9 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
             replacement = run.resolve(fn)
             if replacement is not None:
                 return replacement(*args, **kwargs) if kwargs else replacement(*args)
+        entry = _mro_entry(t, "__call__")
+        if entry is not dunder_call:  # a descriptor giving a function (a staticmethod): bound by it
+            return call(run, _slot_bound(run, entry, fn, t), args, kwargs)
         return call(run, dunder_call, (fn, *args), kwargs)
     return opaque(run, fn, args, kwargs)
 
@@ -134,6 +157,9 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
     if meta is not type:
         meta_call = getattr(meta, "__call__", None)  # noqa: B004 - the metaclass slot
         if type(meta_call) is FunctionType:
+            entry = _mro_entry(meta, "__call__")
+            if entry is not meta_call:  # a descriptor giving a function (a staticmethod): bound by it
+                return call(run, _slot_bound(run, entry, cls, meta), args, kwargs)
             return call(run, meta_call, (cls, *args), kwargs)
         if meta_call is not type.__call__:
             return opaque(run, cls, args, kwargs)
@@ -162,15 +188,16 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
         if (args or kwargs) and klass.__new__ is _object_new:
             raise TypeError(f"{klass.__name__}() takes no arguments")
         return obj
-    if type(init) is FunctionType:
-        if run.resolve_call is None and init not in run.lookasides:  # the fast path of call, inlined
-            result = call_function(run, init, (obj, *args), kwargs)
-        else:
-            result = call(run, init, (obj, *args), kwargs)
-        if result is not None:
-            raise TypeError(f"__init__() should return None, not '{type(result).__name__}'")
+    if _dict_of(klass).get("__init__", NULL) is not init and _mro_entry(klass, "__init__") is not init:
+        # a descriptor's result (a staticmethod's function, a bound method: reached when __new__ is Python's)
+        # is called as the entry bound to the instance, as slot_tp_init calls it
+        result = call(run, _slot_bound(run, _mro_entry(klass, "__init__"), obj, klass), args, kwargs)
+    elif type(init) is FunctionType and run.resolve_call is None and init not in run.lookasides:
+        result = call_function(run, init, (obj, *args), kwargs)  # the fast path of call, inlined
     else:
-        call(run, init, (obj, *args), kwargs)
+        result = call(run, init, (obj, *args), kwargs)
+    if result is not None:
+        raise TypeError(f"__init__() should return None, not '{type(result).__name__}'")
     return obj
 
 

@@ -79,3 +79,73 @@ def test_a_coroutines_frame_is_the_interpreted_frame() -> None:
         return [_no_addresses(repr(item)) for item in out]
 
     check(f)
+
+
+def test_init_and_call_slots_bind_their_entry_as_cpython_does() -> None:
+    """A staticmethod ``__init__`` (when ``__new__`` is Python's or object's), a staticmethod ``__call__`` of
+    a class or of a metaclass, and a classmethod ``__init__`` beside a Python ``__new__`` were called with the
+    instance (the class) first: "takes 1 positional argument but 2 were given" (test_inspect's
+    test_signature_on_class and test_signature_on_class_with_init on 3.13). CPython binds the MRO entry
+    through its ``__get__``; a functools.partialmethod ``__init__`` keeps working."""
+    import functools
+
+    def f() -> list[str]:
+        out: list[object] = []
+
+        class StaticInit:
+            @staticmethod
+            def __init__(b):
+                out.append(("static init", b))
+
+        class StaticInitNew:
+            def __new__(cls, *args):
+                return object.__new__(cls)
+
+            @staticmethod
+            def __init__(*args):
+                out.append(("static init, Python __new__", args))
+
+        class ClassInit:
+            def __new__(cls, *args):
+                return object.__new__(cls)
+
+            @classmethod
+            def __init__(cls, *args):
+                out.append(("class init", cls.__name__, args))
+
+        class PartialInit:
+            def _init(self, x, a):
+                out.append(("partialmethod init", x, a))
+
+            __init__ = functools.partialmethod(_init, 2)
+
+        class ReturnsFive:
+            def __new__(cls, *args):
+                return object.__new__(cls)
+
+            def __init__(self, *args):
+                return 5
+
+        class StaticCall:
+            __call__ = staticmethod(lambda *args: ("static call", args))
+
+        class Meta(type):
+            @staticmethod
+            def __call__(a):
+                return ("static metaclass call", a)
+
+        class WithMeta(metaclass=Meta):
+            def __init__(self, b):
+                pass
+
+        makers = (lambda: StaticInit(1), lambda: StaticInitNew(2), lambda: ClassInit(3),
+                  lambda: PartialInit(4), lambda: ReturnsFive(5), lambda: StaticCall()(6),
+                  lambda: WithMeta(7))
+        for make in makers:
+            try:
+                out.append(type(make()).__name__)
+            except TypeError as e:
+                out.append(str(e))
+        return [repr(item) for item in out]
+
+    check(f)
