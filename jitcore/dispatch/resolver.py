@@ -27,7 +27,6 @@ Invariants:
 
 from __future__ import annotations
 
-import functools
 import types
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +42,7 @@ from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch.declined import declined_by_all
 from jitcore.dispatch.dtensor import is_natively_dispatched, pointwise_for_dtensor
 from jitcore.dispatch.flatten import record_subclass_results
+from jitcore.dispatch.handed import as_handed, overridable
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol, operator_symbol
 from jitcore.langctx.reads import same_value
@@ -225,6 +225,8 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     if overridden and _value_read_through_default(overridden, func, symbol):
         return symbol.meta(*args, **kwargs)
     if overridden:
+        # Note [Python functions that hand their arguments] (jitcore/dispatch/handed.py)
+        func, args, kwargs = as_handed(func, args, kwargs)
         result = run_torch_functions(overridden, func, args, kwargs)
         if result is not NotImplemented:
             # what the __torch_function__ ran is what runs (and what autograd sees), not the call:
@@ -266,12 +268,7 @@ def _resolve_under_modes(context: Any, symbol: Symbol, args: tuple, kwargs: dict
 # records take its place) instead of being handed to that ``__torch_function__`` as ``func`` (which
 # MaskedTensor's ``torch.masked.sum(self, mask=...)`` turned into ``as_subclass``: an eager entry).
 def _runs_its_body(fn: Any) -> bool:
-    return isinstance(fn, types.FunctionType) and fn not in _overridable()
-
-
-@functools.cache
-def _overridable() -> frozenset[Any]:
-    return frozenset(fn for fns in torch.overrides.get_overridable_functions().values() for fn in fns)
+    return isinstance(fn, types.FunctionType) and fn not in overridable()
 
 
 def _overloaded(value: Any) -> bool:

@@ -465,7 +465,9 @@ def _register_tensor_members() -> None:
         target = symbol if symbol is not shared else _called_as(member, symbol)
         TORCH_TABLE.bind(member, target)
         if name.startswith("__") and name not in ("__getitem__", "__setitem__"):
-            _install_raw(name, _operator(symbol) if name.startswith("__r") else _method(symbol))
+            # reflected operators answer NotImplemented; ``__reversed__`` takes no operand
+            reflected = name.startswith("__r") and name != "__reversed__"
+            _install_raw(name, _operator(symbol) if reflected else _method(symbol))
         else:
             _install(name, target, is_property=False)
 

@@ -132,3 +132,75 @@ def test_is_leaf_of_a_non_leaf_two_tensor_input() -> None:
     leaf = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
     got, expected = jitcore.jit(f)(leaf * 1), f(leaf * 1)
     assert_same_values(got, expected)
+
+
+# --- what an overridable torch function written in Python hands __torch_function__ ------------------------
+# Note [Python functions that hand their arguments] (dispatch/handed.py): jitcore handed the program's
+# arguments as written, eager hands what the function's own handle_torch_function call names.
+
+
+class Recording(torch.Tensor):
+    """Records what its ``__torch_function__`` is handed: the callable's name, how many positional
+    arguments, which keyword arguments."""
+
+    log: list[tuple[str, int, tuple[str, ...]]] = []
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        cls.log.append((func.__name__, len(args), tuple(sorted(kwargs))))
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+HANDED: dict[str, Callable[[torch.Tensor], Any]] = {
+    "torch.norm": lambda x: torch.norm(x, p=1, dim=1),
+    "Tensor.norm": lambda x: x.norm(),
+    "F.softmax": lambda x: F.softmax(x, -1),
+    "F.dropout": lambda x: F.dropout(x, 0.1, False),
+    "F.layer_norm": lambda x: F.layer_norm(x, (6,)),
+    "F.relu": lambda x: F.relu(x),
+    "F.cross_entropy": lambda x: F.cross_entropy(x, torch.tensor([0, 1, 2, 3])),
+    "Tensor.split": lambda x: x.split(2),
+    "torch.unique": lambda x: torch.unique(x > 0),
+    "torch.tensordot": lambda x: torch.tensordot(x, x, dims=([1], [1])),
+    "reversed": lambda x: reversed(x),
+}
+
+
+@pytest.mark.parametrize("name", list(HANDED))
+def test_a_python_torch_function_hands_its_own_arguments(name: str) -> None:
+    """A subclass's ``__torch_function__`` is handed the callable, positional and keyword arguments
+    eager hands it (``F.softmax(x, -1)``: ``(x,)`` with ``dim``, ``_stacklevel``, ``dtype``); the results
+    are eager's. (``reversed(x)`` handed a second argument and gave NotImplemented.)"""
+    program = HANDED[name]
+
+    def logged(x: torch.Tensor) -> tuple[Any, list]:
+        Recording.log.clear()
+        out = program(x)
+        return out, list(Recording.log)
+
+    jitted = jitcore.jit(logged)
+    for _ in range(2):
+        x = torch.randn(4, 6).as_subclass(Recording)
+        expected = logged(x)
+        Recording.log.clear()  # each call starts from an empty log, so the second is a hit
+        got = jitted(x)
+        assert got[1] == expected[1]
+        assert_same_values(got[0], expected[0])
+    assert jitcore.cache_hits(jitted) == 1
+
+
+def test_masked_tensor_norm_raises_as_eagerly() -> None:
+    """``torch.norm(m)`` of a MaskedTensor: eager hands MaskedTensor's table ``p=``, ``dim=``, ... and it
+    raises TypeError; jitted it computed a norm."""
+    from torch.masked import masked_tensor
+
+    data = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = masked_tensor(data, data > 0)
+        with pytest.raises(TypeError) as eager:
+            torch.norm(m)
+        with pytest.raises(TypeError) as jitted:
+            jitcore.jit(lambda m: torch.norm(m))(m)
+    assert str(jitted.value) == str(eager.value)
