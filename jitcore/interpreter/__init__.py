@@ -107,6 +107,19 @@ def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:
     return interpreted
 
 
+def _register_native_codes() -> None:
+    """The wrapper ``interpret`` returns runs natively when interpreted code calls it (Note [interpret()
+    wrappers called by interpreted code] in calls.py)."""
+    from jitcore.interpreter.calls import NATIVE_CODES
+
+    for const in interpret.__code__.co_consts:
+        if isinstance(const, CodeType) and const.co_name == "interpreted":
+            NATIVE_CODES.add(id(const))
+
+
+_register_native_codes()
+
+
 def interpret_code(
     code: CodeType, globals: dict, locals: object = None, hooks: Hooks | None = None
 ) -> object:

@@ -69,6 +69,16 @@ def _slot_bound(run: Run, entry: object, obj: object, t: type) -> object:
     return entry if get is None else call(run, get, (entry, obj, t), None)
 
 
+# Note [interpret() wrappers called by interpreted code]
+# The function ``interpret(fn)`` returns starts a run of its own, with its own hooks, as it does when native
+# code calls it. Interpreted, it would run the interpreter on the interpreter: the inner one's NULL (the
+# marker of an unbound local) stored in a local of the outer one reads there as that local unbound
+# ("cannot access local variable 'NULL'"), and jitcore's module globals are not the program's. So a call
+# of it from interpreted code (``self.setUp()`` of a test whose setUp was wrapped) runs it natively. Only
+# codes taking ``*args`` or ``**kwargs`` can be listed: the check is on call_function's slower path.
+NATIVE_CODES: set[int] = set()  # ids of code objects (kept alive by their functions' module) run natively
+
+
 def canonical(fn: object) -> object:
     """The callable a lookaside is keyed by: ``l.append`` -> ``list.append``, a bound method -> its
     function."""
@@ -246,6 +256,8 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
                 frames.pop()
         run.execute(frame)
         return frame.result
+    if id(code) in NATIVE_CODES:  # Note [interpret() wrappers called by interpreted code]
+        return fn(*args, **kwargs) if kwargs else fn(*args)
     frame = Frame(run, code, info, fn.__globals__, fn.__builtins__, fn, [NULL] * info.nlocalsplus, None,
                   None if code.co_flags & _OPTIMIZED else fn.__globals__)  # as _PyFunction_Vectorcall
     if kwargs or code.co_flags & _SIMPLE_FLAGS or code.co_kwonlyargcount or len(args) != code.co_argcount:

@@ -149,3 +149,25 @@ def test_init_and_call_slots_bind_their_entry_as_cpython_does() -> None:
         return [repr(item) for item in out]
 
     check(f)
+
+
+def test_an_interpret_wrapper_called_by_interpreted_code_runs_as_it_does_natively() -> None:
+    """A function wrapped by ``interpret`` and called from interpreted code (the conformance runner's wrapped
+    ``setUp`` called by a test itself: unittest's test_break) was interpreted with the interpreter's own code:
+    "UnboundLocalError: cannot access local variable 'NULL'" or NameErrors of jitcore's globals. It starts
+    its own run, as when native code calls it."""
+    from jitcore.interpreter import interpret
+
+    def inner(a, *rest, key=None):
+        try:
+            unbound = a / rest[0]
+        except ZeroDivisionError as e:
+            return ("caught", str(e), key)
+        return (unbound, key)
+
+    wrapped = interpret(inner)
+
+    def f() -> list[object]:
+        return [wrapped(1, 2), wrapped(1, 0, key="k"), wrapped.__name__]
+
+    check(f)
