@@ -25,6 +25,7 @@ import sys
 import types
 import warnings
 import weakref
+from _thread import get_ident
 from collections.abc import Callable
 from types import CellType, FunctionType
 
@@ -456,6 +457,14 @@ def getframe(depth: int = 0, /) -> object:
     return chain
 
 
+def current_frames() -> dict:
+    """sys._current_frames() whose entry for this thread is the calling interpreted frame's, as
+    ``sys._getframe()`` gives it (another thread's entry is its native frame)."""
+    frames = sys._current_frames()
+    frames[get_ident()] = getframe()
+    return frames
+
+
 _PAST_THE_STACK = ("<sys>", 0) if sys.version_info >= (3, 12) else ("sys", 1)
 
 
@@ -611,6 +620,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             sys.exc_info: exc_info,
             sys.exception: exception,
             sys._getframe: getframe,
+            sys._current_frames: current_frames,
             warnings.warn: warn,
             builtins.__build_class__: build_class,
             FunctionType: function_,

@@ -171,3 +171,17 @@ def test_an_interpret_wrapper_called_by_interpreted_code_runs_as_it_does_nativel
         return [wrapped(1, 2), wrapped(1, 0, key="k"), wrapped.__name__]
 
     check(f)
+
+
+def test_sys_current_frames_holds_the_calling_frame() -> None:
+    """``sys._current_frames()[threading.get_ident()]`` was the interpreter's native frame, not the frame of
+    the interpreted caller (test_sys's test_current_frames: ``frame is sys._getframe()``)."""
+    import threading
+
+    def f() -> list[object]:
+        frames = sys._current_frames()
+        mine = frames[threading.get_ident()]
+        return [mine is sys._getframe(), mine.f_code.co_name, mine.f_back.f_code.co_name,
+                all(type(key) is int for key in frames)]
+
+    check(f)
