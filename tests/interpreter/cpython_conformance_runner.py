@@ -146,6 +146,10 @@ MODULES = (
     "test_iterlen", "test_structseq", "test_getopt", "test_genericpath", "test_base64", "test_pep646_syntax",
     "test_future_stmt.test_future", "test_json.test_decode", "test_json.test_fail",
     "test_json.test_scanstring",
+    # issue 13 (2026-12-04): test_inspect (its tests live in the package's submodule) found cr_frame/ag_frame
+    # answering the driver's frame (and on 3.13 staticmethod __init__/__call__ given the instance): ~4 s a
+    # process on 3.11; 3.13's (363/363, ~10 s a process) is left out for CI time
+    *(("test_inspect.test_inspect",) if sys.version_info < (3, 12) else ()),
 )
 
 TIMEOUT_S = 20

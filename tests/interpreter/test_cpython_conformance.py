@@ -147,6 +147,7 @@ NATIVE_COUNTS_311 = {
     "test_json.test_decode": 24,
     "test_json.test_fail": 14,
     "test_json.test_scanstring": 8,
+    "test_inspect.test_inspect": 268,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
