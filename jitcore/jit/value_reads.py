@@ -447,6 +447,10 @@ class ValueReads:
         """Tensor outputs whose shapes the values decided: proxies with the real metadata, checked."""
         leaves, spec = optree.tree_flatten(out, none_is_leaf=True)
         inputs = optree.tree_leaves((args, kwargs), none_is_leaf=True)
+        if isinstance(out, (list, tuple)):  # Note [A number of outputs that values decide]
+            retried = self._with_read_arguments(symbol, args, kwargs, max_ndim=0)
+            if retried is not _REFUSED:
+                return retried
         differentiable = any(
             isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in leaves
         )
@@ -513,14 +517,15 @@ class ValueReads:
             self.sizes[sizes[d].node.expr] = (proxy, d, real.shape[d])
         return proxy
 
-    def _with_read_arguments(self, symbol: Symbol, args: tuple, kwargs: dict) -> Any:
-        """The call again with its integer tensor arguments read as Python numbers (``narrow``'s
-        tensor start, ``tensor_split``'s tensor indices): when that makes its shapes static, it is
-        recorded as an ordinary, differentiable op behind the reads' checks (_REFUSED: it does not)."""
+    def _with_read_arguments(self, symbol: Symbol, args: tuple, kwargs: dict, max_ndim: int = 1) -> Any:
+        """The call again with its integer tensor arguments of at most ``max_ndim`` dimensions read as
+        Python numbers (``narrow``'s tensor start, ``tensor_split``'s tensor indices): when that makes
+        its shapes static, it is recorded as an ordinary, differentiable op behind the reads' checks
+        (_REFUSED: it does not)."""
 
         def read(value: Any) -> Any:
             if isinstance(value, TensorProxy) and not isinstance(value, SubclassTensorProxy) \
-                    and not value.requires_grad and value.ndim <= 1 \
+                    and not value.requires_grad and value.ndim <= max_ndim \
                     and not value.dtype.is_floating_point and not value.dtype.is_complex:
                 return value.item() if value.ndim == 0 else value.tolist()
             return value
@@ -557,6 +562,15 @@ class ValueReads:
             yield
         finally:
             self.context.scopes.append(own)
+
+
+# Note [A number of outputs that values decide]
+# ``x.split(n)`` with ``n`` a tensor (``torch.div(seq_len, w, rounding_mode="trunc")`` in LED's
+# attention) returns as many tensors as ``n``'s value decides: no check after the op can catch another
+# count, since the computation unpacks the outputs first. Eagerly ``Tensor.split`` reads ``int(n)``
+# before it splits; so does jitcore for an op with a sequence of outputs whose shapes the values
+# decide: its 0-dim integer tensor arguments are read as numbers first, checked before the op,
+# and the op is recorded with static shapes when that fixes them.
 
 
 # Reads whose result is one number that stays symbolic until the program needs its value. Not

@@ -657,6 +657,8 @@ def _on_zeros(
             size = max(nbytes // max(f.element_size(), 1), extent)
             base = torch.zeros(size, dtype=f.dtype, device=f.device)
             t = base.as_strided(shape, stride, offset)
+            if f.constant is not None and f.constant.shape == t.shape:
+                t.copy_(f.constant)  # a value the fake mode knows (a size made from Python numbers) matters
             if f.requires_grad and f.is_leaf:
                 t.requires_grad_(True)
             real[id(f)] = t

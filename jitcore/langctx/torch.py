@@ -521,9 +521,15 @@ def _varargs_method(name: str, target: Callable[..., Any]) -> Callable[..., Any]
 
 
 def _is_size(value: Any) -> bool:
-    """An int, a symbolic one, or a name of the computation holding an int (``x.reshape(n, -1)`` with
-    ``n = t.item()``)."""
-    return type(value) in (int, torch.SymInt) or (isinstance(value, NumberProxy) and type(value.value) is int)
+    """An int, a symbolic one, a name of the computation holding an int (``x.reshape(n, -1)`` with
+    ``n = t.item()``), or a one-element integer tensor (``x.reshape(b, torch.div(n, w, ...), w)``:
+    torch reads its value as it parses the sizes)."""
+    if type(value) in (int, torch.SymInt):
+        return True
+    if isinstance(value, NumberProxy):
+        return type(value.value) is int
+    return isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex() \
+        and value.numel() == 1
 
 
 _TORCH_BASES = (torch.Tensor, torch._C.TensorBase, object)  # what a proxy inherits, not what it defines
