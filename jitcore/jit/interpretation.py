@@ -580,12 +580,29 @@ class Pass:
         if (is_library_file(frame.code.co_filename) and not is_global_hook_registry(globals_, name)) or \
                 self._untracked_subclass_code(frame):
             return value
+        if self._namespace_made_while_tracing(frame):
+            return value
         root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
         self.snapshots.take(globals_, root)
         if name in globals_:
             return self._bind_state(frame, value, root.key(name), name)
         self.provenance.guard(root, "absent", name)  # a builtin, as long as no global shadows it
         return value
+
+    def _namespace_made_while_tracing(self, frame: Any) -> bool:
+        """Whether ``frame`` runs a function made while tracing (``exec`` of a ``def`` into a dict the
+        program made: ``g = {}; exec(src, g)``) over such a namespace, no module's and none the caller's:
+        each call makes its own, so what it holds is no state to guard, and its writes are no effect (held
+        as state, a global it increments was a new counter at each pass: traced again without end)."""
+        function, globals_ = frame.function, frame.globals
+        if function is None or self.provenance.path_of(function) is not None:
+            return False
+        jitted = getattr(self.fn, "__func__", self.fn)
+        if globals_ is getattr(jitted, "__globals__", None) or self.snapshots.reached(globals_) or \
+                self.provenance.path_of(globals_) is not None:
+            return False
+        module = sys.modules.get(globals_.get("__name__"))
+        return getattr(module, "__dict__", None) is not globals_
 
     def _load_deref(self, frame: Any, name: str, value: Any) -> Any:
         function = frame.function

@@ -354,3 +354,38 @@ def test_dict_methods_and_trees_read_a_dict_as_eagerly() -> None:
     got, expected = jitcore.jit(f)(torch.ones(1)), f(torch.ones(1))
     assert got[1:] == expected[1:]
     assert expected[1] == (2, 1, 1)
+
+
+SCALE = 2
+
+
+def test_globals_of_a_namespace_the_program_makes_are_no_state() -> None:
+    """A function ``exec`` defines in a dict the program makes (``g = {}; exec(src, g)``) and whose
+    ``global`` it increments: that dict was held as the caller's state, each pass found a new counter
+    in it and traced again without end (RecursionError). Each call makes its own dict: nothing to guard.
+    A namespace the caller passes, and the module's globals read by a function made inside, stay guarded."""
+    source = "gv = 1\ndef bump():\n    global gv\n    gv += 1\n    return gv * S"
+
+    def made_inside(x: torch.Tensor) -> tuple:
+        g = {"S": 3}
+        exec(source, g)
+        return x * g["bump"](), g["bump"](), (lambda: SCALE)()
+
+    def passed_in(x: torch.Tensor, ns: dict) -> torch.Tensor:
+        exec("def k():\n    return S", ns)
+        return x * ns["k"]()
+
+    global SCALE
+    jitted = jitcore.jit(made_inside)
+    for _ in range(3):
+        got, expected = jitted(torch.ones(2)), made_inside(torch.ones(2))
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1:] == expected[1:]
+    SCALE = 5
+    try:
+        assert jitted(torch.ones(2))[2] == 5
+    finally:
+        SCALE = 2
+    jitted_passed = jitcore.jit(passed_in)
+    for s in (2, 2, 7):
+        torch.testing.assert_close(jitted_passed(torch.ones(2), {"S": s}), torch.ones(2) * s)
