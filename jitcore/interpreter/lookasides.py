@@ -29,7 +29,7 @@ from _thread import get_ident
 from collections.abc import Callable
 from types import CellType, FunctionType
 
-from jitcore.interpreter.attributes import load_attr
+from jitcore.interpreter.attributes import load_attr, store_attr
 from jitcore.interpreter.callbacks import (
     active_run,
     enumerate_,
@@ -85,6 +85,23 @@ def hasattr_(obj: object, name: object, /) -> bool:
     except AttributeError:
         return False
     return True
+
+
+def setattr_(obj: object, name: object, value: object, /) -> None:
+    """setattr() as STORE_ATTR: a Python ``__setattr__`` (``nn.Module``'s), ``__set__`` or property setter
+    interpreted, and the run's store hooks told. Native, ``setattr(module, "weight", p)`` ran
+    ``Module.__setattr__`` on a proxy of ``nn.Parameter`` it did not see as one (``load_state_dict(...,
+    assign=True)`` raised "cannot assign 'torch.FloatTensor' as parameter" where eager assigns)."""
+    if type(name) is not str:
+        return setattr(obj, name, value)  # (the builtin's errors)
+    run = active_run()
+    hooks = run.hooks
+    frame = run.frames[-1] if run.frames else None
+    if hooks.on_store is None or hooks.store_attr is None or not hooks.store_attr(frame, obj, name, value):
+        store_attr(run, obj, name, value)
+    if hooks.on_store is not None:
+        hooks.on_store(frame, obj, name, "attr")
+    return None
 
 
 _NESTING_LOOKED_AT = 32
@@ -605,6 +622,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             next: next_,
             getattr: getattr_,
             hasattr: hasattr_,
+            setattr: setattr_,
             isinstance: isinstance_,
             issubclass: issubclass_,
             super: super_,

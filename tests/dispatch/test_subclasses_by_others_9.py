@@ -4,6 +4,7 @@ under jitcore.jit on equal fresh arguments. Each test failed before its fix."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -204,3 +205,78 @@ def test_masked_tensor_norm_raises_as_eagerly() -> None:
         with pytest.raises(TypeError) as jitted:
             jitcore.jit(lambda m: torch.norm(m))(m)
     assert str(jitted.value) == str(eager.value)
+
+
+# --- setattr() on a module inside the function -------------------------------------------------------------
+# setattr() ran natively: nn.Module.__setattr__ did not see a traced nn.Parameter as one.
+
+
+class Tag(torch.Tensor):
+    """A plain subclass, as a checkpoint's tensors may be."""
+
+
+def _load_assigning(m: torch.nn.Linear, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    m.load_state_dict({"weight": weight, "bias": torch.ones(3)}, assign=True)
+    return m(x)
+
+
+def _setattr_a_parameter(m: torch.nn.Linear, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    setattr(m, "weight", torch.nn.Parameter(weight * 2))  # noqa: B010 - the builtin is what is tested
+    return m(x)
+
+
+@pytest.mark.parametrize("program", [_load_assigning, _setattr_a_parameter],
+                         ids=["load_state_dict", "setattr"])
+@pytest.mark.parametrize("weight_class", [torch.Tensor, Tag], ids=["plain", "subclass"])
+def test_a_parameter_set_with_setattr_inside(program: Callable[..., Any], weight_class: type) -> None:
+    """``load_state_dict(..., assign=True)`` and ``setattr(m, "weight", nn.Parameter(...))`` inside the
+    function: the output, the module's new parameters (class, values, ``requires_grad``) and the
+    gradient they get are eager's (before: RuntimeError "cannot assign 'torch.FloatTensor' as parameter
+    'weight' (torch.nn.Parameter or None expected)")."""
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        torch.manual_seed(0)
+        module = torch.nn.Linear(4, 3)
+        modules = [module, copy.deepcopy(module)]
+        x, weight = torch.randn(2, 4), torch.randn(3, 4).as_subclass(weight_class)
+        got, expected = jitted(modules[0], x, weight), program(modules[1], x, weight)
+        assert_same_values(got, expected)
+        for name in ("weight", "bias"):
+            assert_same_values(getattr(modules[0], name), getattr(modules[1], name))
+        got.sum().backward()
+        expected.sum().backward()
+        assert_same_values(modules[0].weight.grad, modules[1].weight.grad)
+
+
+# --- torch.func.functionalize inside the function ----------------------------------------------------------
+
+
+def _write_through_a_view(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    y.view(-1).add_(1)
+    x.mul_(2)
+    return y
+
+
+@pytest.mark.parametrize("make", [lambda: torch.randn(3, 4),
+                                  lambda: TwoTensor(torch.randn(3, 4), torch.randn(3, 4))],
+                         ids=["plain", "two_tensor"])
+def test_functionalize_inside_runs_eagerly(make: Callable[[], torch.Tensor]) -> None:
+    """``torch.func.functionalize(f)(x)`` inside the function runs the call eagerly (JC-J002), with eager's
+    output and eager's write into the input (before: functorch's internal assert
+    'unwrapped.unsafeGetTensorImpl() == wrapped_inner.unsafeGetTensorImpl()' while tracing)."""
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        return torch.func.functionalize(_write_through_a_view)(x) * 2
+
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        torch.manual_seed(0)
+        x = make()
+        x2 = copy.deepcopy(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = jitted(x)
+        assert_same_values(got, program(x2))
+        assert_same_values(x, x2)
+    assert "torch.func.functionalize" in str(jitted.fallback_reason)
