@@ -22,6 +22,8 @@ what the trace records.
 - The cached call runs the recorded aten ops: no functorch levels, no transform code.
 Kept eager (JC-J002, one warning):
 - ``torch.func.linearize`` (``make_fx`` under forward-mode AD loses the traced tensors' tangents);
+- ``torch.func.functionalize`` (functorch cannot wrap a traced tensor in a functional tensor: an
+  internal assert);
 - an op with no batching rule under vmap (Note [vmap's fallback]);
 - a tensor subclass among the transform's tensors (its dispatch would run under functorch's levels,
   which jitcore does not resolve);
@@ -84,16 +86,22 @@ def function_transform_lookasides() -> dict[Any, Callable[..., Any]]:
         fn = getattr(importlib.import_module(module_name), attr, None)
         if fn is not None:
             found[fn] = _traced_transform(fn, name, backward)
-    linearize = getattr(importlib.import_module("torch._functorch.eager_transforms"), "linearize", None)
-    if linearize is not None:
-        found[linearize] = _runs_eagerly
+    eager_transforms = importlib.import_module("torch._functorch.eager_transforms")
+    for attr, name in (("linearize", "torch.func.linearize"),
+                       ("_wrap_all_tensors_to_functional", "torch.func.functionalize")):
+        fn = getattr(eager_transforms, attr, None)
+        if fn is not None:
+            found[fn] = functools.partial(_runs_eagerly, name)
     return found
 
 
-def _runs_eagerly(*args: Any, **kwargs: Any) -> Any:
+def _runs_eagerly(name: str, *args: Any, **kwargs: Any) -> Any:
     """``torch.func.linearize`` traces its function with ``make_fx`` under forward-mode AD, which
-    loses the tangents of traced tensors (its linear function returned zeros: a wrong answer)."""
-    raise EagerOnlyValue("torch.func.linearize is not traced: the call runs eagerly")
+    loses the tangents of traced tensors (its linear function returned zeros: a wrong answer).
+    ``torch.func.functionalize`` wraps the traced tensors in functional tensors, which torch cannot do
+    to a storage-less wrapper (an internal assert of functorch's ``_wrap_functional_tensor``, where
+    eager computes); this is where it starts wrapping them."""
+    raise EagerOnlyValue(f"{name} is not traced: the call runs eagerly")
 
 
 def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) -> Callable[..., Any]:
