@@ -258,7 +258,7 @@ class ValueReads:
     # backward inside the function) raises the refusal instead.
     def _under_autograd(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                         source: tuple[SourceFrame, ...] | None) -> Any:
-        real_args, real_kwargs = self.probe.values((args, kwargs))
+        real_args, real_kwargs = _unwritten(symbol, args, kwargs, self.probe.values((args, kwargs)))
 
         def as_input(proxy: Any, real: Any) -> Any:
             needs = isinstance(proxy, TensorProxy) and proxy.requires_grad and isinstance(real, torch.Tensor)
@@ -294,7 +294,7 @@ class ValueReads:
         Raises:
             DataDependentError: ``error``, where the outputs must carry gradients that a read cannot give.
         """
-        real_args, real_kwargs = self.probe.values((args, kwargs))
+        real_args, real_kwargs = _unwritten(symbol, args, kwargs, self.probe.values((args, kwargs)))
         out = symbol.fn(*real_args, **real_kwargs)
         site = ReadSite(_describe(symbol, out), source)
         if symbol.fn in _NUMBER_READS and type(out) in (int, float):
@@ -571,6 +571,22 @@ class ValueReads:
 # before it splits; so does jitcore for an op with a sequence of outputs whose shapes the values
 # decide: its 0-dim integer tensor arguments are read as numbers first, checked before the op,
 # and the op is recorded with static shapes when that fixes them.
+
+
+# Note [A value-shaped call that writes its arguments]
+# Adam with a tensor learning rate steps each parameter with ``param.addcdiv_(m, d, value=-lr / c)``,
+# ``value`` a 0-dim tensor that torch reads as a Scalar: the fake kernel cannot run, so the call runs
+# on the values to learn its outputs. Run so on the caller's parameter, it stepped the model while
+# tracing, and the computation stepped it again (the first call's loss and weights were wrong). A call
+# that may write its arguments runs on copies of them here; the probe runs its record later with its
+# own copy on write, as it runs every record.
+def _unwritten(symbol: Symbol, args: tuple, kwargs: dict, values: tuple[tuple, dict]) -> tuple[tuple, dict]:
+    """``values`` (the real arguments of a call of ``symbol``), with copies of the plain tensors the
+    call may write."""
+    if not may_write(BoundSymbol(symbol, args, kwargs, None)):
+        return values
+    plain = (torch.Tensor, torch.nn.Parameter)
+    return optree.tree_map(lambda v: v.clone() if type(v) in plain else v, values, none_is_leaf=True)
 
 
 # Reads whose result is one number that stays symbolic until the program needs its value. Not

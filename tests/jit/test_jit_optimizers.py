@@ -23,6 +23,14 @@ OPTIMIZERS = {
     "RMSprop": lambda ps: torch.optim.RMSprop(ps, lr=0.01, momentum=0.5),
     "Adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1),
     "NAdam": lambda ps: torch.optim.NAdam(ps, lr=0.1),
+    # ``value=`` a tensor in addcdiv_: run on the values while tracing (Note [A value-shaped call that
+    # writes its arguments], jitcore/jit/value_reads.py)
+    "Adam-tensor-lr": lambda ps: torch.optim.Adam(ps, lr=torch.tensor(0.1)),
+    "Adamax": lambda ps: torch.optim.Adamax(ps, lr=0.1),
+    "ASGD": lambda ps: torch.optim.ASGD(ps, lr=0.1),
+    "Rprop": lambda ps: torch.optim.Rprop(ps, lr=0.01),
+    "RAdam": lambda ps: torch.optim.RAdam(ps, lr=0.1, decoupled_weight_decay=True, weight_decay=0.1),
+    "Adadelta": lambda ps: torch.optim.Adadelta(ps),
 }
 
 
