@@ -161,8 +161,6 @@ _METHOD_DIFFERS_FROM_FUNCTION: dict[str, str] = {
 }
 # Tensor methods torch lists as ignored by __torch_function__ that still hand it the call eagerly.
 _HANDED_THOUGH_IGNORED = frozenset({"new_tensor"})
-# Reflected operators whose function takes the operands the other way round.
-_SWAPPED: dict[str, str] = {"__rmatmul__": "matmul", "__rpow__": "pow"}
 
 
 class _Handed(Exception):
@@ -259,12 +257,12 @@ def _method(target: Callable[..., Any]) -> Callable[..., Any]:
     return method
 
 
-def _operator(target: Callable[..., Any], swapped: bool = False) -> Callable[..., Any]:
+def _operator(target: Callable[..., Any]) -> Callable[..., Any]:
     """A binary operator: TypeError from torch means NotImplemented, as for torch.Tensor."""
 
     def operator(self: Any, other: Any = None, *rest: Any) -> Any:
         try:
-            return target(other, self) if swapped else target(self, other, *rest)
+            return target(self, other, *rest)
         except JitcoreError:
             raise  # jitcore's own errors (some are TypeErrors) are not an operand torch refuses
         except TypeError:
@@ -443,13 +441,13 @@ def _register_tensor_members() -> None:
             TORCH_TABLE.bind(raw.__get__, symbol)
             _install(name, symbol, is_property=True)
             continue
-        if name in _OPERATORS or name in _SWAPPED:
-            function = _function_symbol(_OPERATORS.get(name) or _SWAPPED[name])
+        if name in _OPERATORS:
+            function = _function_symbol(_OPERATORS[name])
             if function is not None:
                 unary = name in ("__neg__", "__abs__", "__invert__")
-                if name in _HANDED and name not in _SWAPPED:
+                if name in _HANDED:
                     function = _called_as(_HANDED[name], function)
-                target = _unary_operator(function) if unary else _operator(function, swapped=name in _SWAPPED)
+                target = _unary_operator(function) if unary else _operator(function)
                 TORCH_TABLE.bind(member, target)
                 _install_raw(name, target)
                 continue
@@ -465,7 +463,10 @@ def _register_tensor_members() -> None:
         target = symbol if symbol is not shared else _called_as(member, symbol)
         TORCH_TABLE.bind(member, target)
         if name.startswith("__") and name not in ("__getitem__", "__setitem__"):
-            # reflected operators answer NotImplemented; ``__reversed__`` takes no operand
+            # reflected operators answer NotImplemented; ``__reversed__`` takes no operand.
+            # ``__rpow__`` and ``__rmatmul__`` are torch's Python methods (``torch.pow(other, self)``)
+            # with symbols of their own: ``2 ** x`` hands a subclass's ``__torch_function__``
+            # ``Tensor.__rpow__`` with ``(x, 2)``, as eagerly, not ``torch.pow`` with ``(2, x)``.
             reflected = name.startswith("__r") and name != "__reversed__"
             _install_raw(name, _operator(symbol) if reflected else _method(symbol))
         else:

@@ -165,6 +165,8 @@ HANDED: dict[str, Callable[[torch.Tensor], Any]] = {
     "torch.unique": lambda x: torch.unique(x > 0),
     "torch.tensordot": lambda x: torch.tensordot(x, x, dims=([1], [1])),
     "reversed": lambda x: reversed(x),
+    "rpow": lambda x: 2**x,
+    "rmatmul": lambda x: x.__rmatmul__(torch.ones(2, 4)),
 }
 
 
