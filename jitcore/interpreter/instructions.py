@@ -94,6 +94,7 @@ class CodeInfo:
         "nlocalsplus",
         "raisers",
         "simple_argcount",
+        "stand_ins",
         "unbound_after_args",
         "yield_resumes",
         "yield_statement_ends",
@@ -134,6 +135,7 @@ class CodeInfo:
         self.binder = None
         self.driver = None  # the generator driver of this code, made by generators.make_generator
         self.raisers: dict = {}  # instruction index -> its traceback entries' raiser (tracebacks.py)
+        self.stand_ins: dict = {}  # instruction index -> its caller stand-in (tracebacks.caller_stand_in)
         # the names of the fast locals and the indices of the cells among them, once asked (tracebacks.py)
         self.local_slots: tuple[tuple[str, ...], tuple[int, ...]] | None = None
 

@@ -29,7 +29,7 @@ from jitcore.interpreter.frame import NULL
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["add_frame", "is_internal", "strip_internal"]
+__all__ = ["add_frame", "caller_stand_in", "is_internal", "strip_internal"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INTERNAL_NAMES = ("<jitcore binder>",)
@@ -64,13 +64,53 @@ def is_internal(filename: str) -> bool:
 
 
 def strip_internal(tb: TracebackType | None) -> TracebackType | None:
-    """``tb`` without its leading interpreter-internal entries."""
+    """``tb`` without its leading interpreter-internal entries (a caller stand-in's among them)."""
     while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR) and filename not in _INTERNAL_NAMES:  # is_internal, inlined
+        code = tb.tb_frame.f_code
+        filename = code.co_filename
+        # is_internal, inlined
+        if not filename.startswith(_PACKAGE_DIR) and filename not in _INTERNAL_NAMES and \
+                id(code) not in _STAND_IN_CODES:
             break
         tb = tb.tb_next
     return tb
+
+
+# Note [A caller stand-in]
+# C code that looks at the Python frame calling it finds the innermost native one: for a call made by an
+# interpreted frame, an opcode handler of the interpreter. ``warnings.warn(..., stacklevel=2)`` at the top
+# level of a module imported by interpreted code (a deprecation warned at import) then named jitcore's file,
+# line and module (its filters, its ``__warningregistry__``: a DeprecationWarning of ``__main__``'s import was
+# ignored). IMPORT_NAME therefore calls ``__import__`` through a stand-in for the frame: a function whose code
+# carries the frame's file, name and the instruction's line in every code unit (as a raiser's does, Note
+# [Traceback frame objects]) and whose globals are the frame's, made once per instruction. Its traceback
+# entry is dropped with the interpreter's own (``strip_internal``): the frame's entry stands for it.
+_STAND_IN_TEMPLATE = compile("def stand_in(callee, args):\n    return callee(*args)\n",
+                             "<jitcore stand-in>", "exec").co_consts[0]
+_STAND_IN_CODES: set[int] = set()  # ids of the stand-ins' codes, each kept alive by its CodeInfo
+
+
+def caller_stand_in(frame: Frame) -> FunctionType:
+    """A native function standing for ``frame`` at its current instruction: ``stand_in(callee, args)`` calls
+    ``callee(*args)`` from a frame with the frame's file, function name, line and globals (Note [A caller
+    stand-in])."""
+    index = frame.index - 1 if frame.index else 0
+    made = frame.info.stand_ins.get(index)
+    if made is None:
+        code = frame.code
+        inst = frame.instructions[index]
+        units = len(_STAND_IN_TEMPLATE.co_code) // 2
+        lineno = inst.lineno if inst.lineno is not None or not _has_lines(frame) else frame.position().lineno
+        columns = (inst.end_lineno, inst.col, inst.end_col) if inst.lineno is not None else (None, None, None)
+        table = _linetable(units, code.co_firstlineno, lineno, *columns)
+        stand_in = _STAND_IN_TEMPLATE.replace(
+            co_filename=code.co_filename, co_name=code.co_name, co_qualname=code.co_qualname,
+            co_firstlineno=code.co_firstlineno, co_linetable=table)
+        _STAND_IN_CODES.add(id(stand_in))  # its code lives as long as the CodeInfo: the id is never reused
+        made = frame.info.stand_ins[index] = FunctionType(stand_in, frame.globals)
+    elif made.__globals__ is not frame.globals:  # the same code run over other globals (exec)
+        made = frame.info.stand_ins[index] = FunctionType(made.__code__, frame.globals)
+    return made
 
 
 def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = False) -> None:

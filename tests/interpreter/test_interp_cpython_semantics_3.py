@@ -185,3 +185,37 @@ def test_sys_current_frames_holds_the_calling_frame() -> None:
                 all(type(key) is int for key in frames)]
 
     check(f)
+
+
+def test_a_module_imported_by_interpreted_code_sees_the_importing_line(tmp_path, monkeypatch) -> None:
+    """``warnings.warn(..., stacklevel=2)`` at the top of a module imported by interpreted code named the
+    interpreter's calls.py, line and module (so ``__main__``'s DeprecationWarning filter missed it:
+    test_warnings' test_stacklevel_import); it names the importing line, as natively. An exception from the
+    module's body and a missing module keep the tracebacks they had (the stand-in's entry is not shown)."""
+    import traceback
+
+    (tmp_path / "warns_when_imported_zz.py").write_text(
+        "import warnings\nwarnings.warn('deprecated module', DeprecationWarning, stacklevel=2)\n")
+    (tmp_path / "raises_when_imported_zz.py").write_text("raise ValueError('boom at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def f() -> list[object]:
+        out: list[object] = []
+        for name in ("warns_when_imported_zz", "raises_when_imported_zz", "missing_module_zz"):
+            sys.modules.pop(name, None)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    if name == "warns_when_imported_zz":
+                        import warns_when_imported_zz  # noqa: F401
+                    elif name == "raises_when_imported_zz":
+                        import raises_when_imported_zz  # noqa: F401
+                    else:
+                        import missing_module_zz  # noqa: F401
+                except Exception as e:  # noqa: BLE001 - the error is the result compared
+                    entries = traceback.extract_tb(e.__traceback__)
+                    out.append((repr(e), [(os.path.basename(s.filename), s.name, s.line) for s in entries]))
+            out.append([(str(w.message), w.filename, w.lineno) for w in caught])
+        return out
+
+    check(f)

@@ -12,6 +12,7 @@ from __future__ import annotations
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
+import builtins
 import sys
 from types import CellType
 
@@ -26,6 +27,7 @@ from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import HASHED_CONTAINERS, delete_item, get_item, set_item
 from jitcore.interpreter.registry import handles
+from jitcore.interpreter.tracebacks import caller_stand_in
 
 # UnboundLocalError's message (the fused handlers and superinstructions raise it too)
 UNBOUND_LOCAL = "cannot access local variable '{}' where it is not associated with a value"
@@ -103,6 +105,7 @@ def delete_fast(frame: Frame, inst: Instruction) -> None:
 
 
 _MISSING = object()
+_BUILTIN_IMPORT = builtins.__import__
 
 # Note [No raising inside except]
 # A handler must not raise the user-visible exception from inside an ``except`` clause (even with
@@ -601,7 +604,7 @@ def delete_subscr_hooked(frame: Frame, inst: Instruction) -> None:
 @handles("IMPORT_NAME", since=(3, 11))
 def import_name(frame: Frame, inst: Instruction) -> None:
     """TOS = __import__(name, globals, locals, fromlist=TOS, level=TOS1)."""
-    from jitcore.interpreter.calls import call
+    from jitcore.interpreter.calls import call, opaque
 
     stack = frame.stack
     fromlist = stack.pop()
@@ -610,6 +613,10 @@ def import_name(frame: Frame, inst: Instruction) -> None:
     if importer is _MISSING:
         raise ImportError("__import__ not found")
     args = (inst.argval, frame.globals, frame.locals, fromlist, level)
+    if importer is _BUILTIN_IMPORT and importer not in frame.run.lookasides:
+        # the imported module's code sees the frame's line as its importer's (Note [A caller stand-in])
+        stack.append(opaque(frame.run, caller_stand_in(frame), (importer, args), None))
+        return
     stack.append(call(frame.run, importer, args, None))
 
 
