@@ -17,6 +17,7 @@ import torch
 import torch._numpy as tnp
 import torch._numpy._util as tnp_util
 
+from jitcore.dispatch.lookasides import as_subclass
 from jitcore.interpreter import current_run
 from jitcore.interpreter.calls import call_function, opaque
 from jitcore.ir import tree_has
@@ -24,6 +25,7 @@ from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy.boundary import wrap
 from jitcore.numpy.indexing import positive_steps
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = [
     "BOOL_AS_INT",
@@ -120,15 +122,28 @@ def convert_to_tensor(data: Any) -> Any:
 
 def tensor_numpy(provenance: Any, tensor: Any, *, force: bool = False) -> Any:
     """``tensor.numpy()``: the wrapper over the tensor (sharing it, as NumPy shares memory)."""
+    if isinstance(tensor, SubclassTensorProxy) or _has_python_dispatch(tensor):
+        raise RuntimeError(".numpy() is not supported for tensor subclasses.")
     if not isinstance(tensor, TensorProxy):
         tensor = provenance.bind_leaked_tensor(tensor)
-    if tensor.requires_grad and not force:
+    # torch refuses a tensor that requires grad only while grad mode is on
+    # (an autograd.Function's forward, which runs with grad off, calls ``x.numpy()`` on its inputs).
+    if tensor.requires_grad and torch.is_grad_enabled() and not force:
         raise RuntimeError(
             "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
         )
     if tensor.dtype not in TORCH_DTYPES_WITH_NUMPY:
         raise TypeError(f"Got unsupported ScalarType {str(tensor.dtype).removeprefix('torch.').capitalize()}")
+    if tensor.python_type is not torch.Tensor:
+        tensor = as_subclass(tensor, torch.Tensor)  # the array forgets the class: torch.from_numpy's is plain
     return wrap(tensor.detach() if force and tensor.requires_grad else tensor)
+
+
+def _has_python_dispatch(tensor: Any) -> bool:
+    """Whether a tensor the program holds (not traced) is one torch's ``numpy()`` refuses: an instance
+    of a subclass with a ``__torch_dispatch__`` of its own."""
+    return (isinstance(tensor, torch.Tensor) and not isinstance(tensor, TensorProxy)
+            and torch._C._dispatch_keys(tensor).has(torch._C.DispatchKey.Python))
 
 
 TORCH_DTYPES_WITH_NUMPY = frozenset({

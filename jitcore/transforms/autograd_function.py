@@ -22,6 +22,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
 from jitcore.diagnostics.boundary import runs_as_function_apply
+from jitcore.errors import DataDependentError, JitcoreError
 from jitcore.interpreter import current_run
 from jitcore.ir import Symbol, current_context
 from jitcore.proxies import TensorProxy
@@ -34,6 +35,26 @@ __all__ = ["AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_
 def run_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
     """``cls.apply(*args, **kwargs)``: how the symbol runs on real (or shadow) tensors."""
     return cls.apply(*args, **kwargs)
+
+
+def run_on_shadows(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``cls.apply`` on the shadows, as the grad transform replays it: an error there is a refusal.
+
+    Note [A Function's forward that needs values]: the forward runs natively here, on tensors without
+    values, after it was interpreted without error. What it raises comes from that: NumPy's functions
+    on ``x.numpy()`` (``torch.testing``'s ``NumpyCube``) refuse a fake tensor. Eagerly the call
+    computes, so the call runs eagerly (JC-T002), and the error never reaches the program as its own.
+    """
+    try:
+        return run_autograd_function(cls, *args, **kwargs)
+    except JitcoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the forward raised on values it cannot read
+        raise DataDependentError(
+            f"{cls.__qualname__}.forward needs the values of its inputs to be differentiated, which are not "
+            f"known while tracing ({type(exc).__name__}: {exc})",
+            hints=("run the Function outside the jitted function, or on inputs that do not require grad",),
+        ) from exc
 
 
 class TracingContext:
@@ -79,11 +100,12 @@ def _forward(cls: type, *args: Any, **kwargs: Any) -> Any:
     run = current_run()
     call = run.call if run is not None else (lambda fn, *a, **k: fn(*a, **k))
     ctx = TracingContext(args)
-    if _uses_setup_context(cls):
-        output = call(cls.forward, *args, **kwargs)
-        call(cls.setup_context, ctx, args, output)
-    else:
-        output = call(cls.forward, ctx, *args, **kwargs)
+    with torch.no_grad():  # as apply runs them (Note [A Function's output reaches every input ...])
+        if _uses_setup_context(cls):
+            output = call(cls.forward, *args, **kwargs)
+            call(cls.setup_context, ctx, args, output)
+        else:
+            output = call(cls.forward, ctx, *args, **kwargs)
     _require_grad_as_apply(output, (args, kwargs), ctx)
     return output
 
@@ -95,12 +117,13 @@ def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext) -> Non
     program after the call sees eager's ``requires_grad`` and a backward inside it reaches eager's
     leaves; the gradients themselves are the Function's backward's, computed at the replay.
 
-    Note [A Function's output reaches every input that requires grad]: the forward is interpreted
-    with the program's grad mode, so an output may already be on the shadow graph, through only some
-    inputs: BitNet's linear Function adds the bias after its int8 matmul, and a backward inside the
-    program then found the bias alone as a leaf (the input's and the weight's gradients were never
-    computed: a wrong answer). Eagerly the output's node is the Function's, whose inputs are all those
-    that require grad; so every floating output is joined to all of them."""
+    Note [A Function's output reaches every input that requires grad]: an output must not be joined
+    through only some inputs: BitNet's linear Function adds the bias after its int8 matmul, and a
+    backward inside the program then found the bias alone as a leaf (the input's and the weight's
+    gradients were never computed: a wrong answer). Eagerly the output's node is the Function's, whose
+    inputs are all those that require grad; so every floating output is joined to all of them. The
+    forward is interpreted with grad mode off, as ``apply`` runs it (``y.requires_grad`` of an
+    intermediate ``y`` is False, ``torch.is_grad_enabled()`` too), so its outputs come off no graph."""
     if not torch.is_grad_enabled():
         return
     tensors = [v for v in optree.tree_leaves(inputs, none_is_leaf=True) if isinstance(v, TensorProxy)]

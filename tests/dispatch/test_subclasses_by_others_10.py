@@ -1,0 +1,159 @@
+"""Tensor subclasses as others write them and use them, round 10 (issue 15, helper zoo30): the
+``autograd.Function`` test cases torch ships in ``torch.testing._internal.autograd_function_db`` (their
+forwards call ``x.numpy()``) and ``numpy()`` of subclass values, each program run eagerly and under
+jitcore.jit on equal fresh arguments. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from subclass_checks import assert_same_values, check_twice, nested_jagged
+from torch.testing._internal import autograd_function_db
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+
+# --- numpy() as torch refuses or accepts it -----------------------------------------------------------
+# torch's numpy() refuses an instance of a class with a __torch_dispatch__ (".numpy() is not supported for
+# tensor subclasses"), and a tensor that requires grad only while grad mode is on; its array forgets a
+# plain subclass's class (jitcore/numpy/lookasides.py tensor_numpy).
+
+
+def _raised(fn: Callable[..., Any], *args: Any) -> BaseException:
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the error is what is compared
+        return exc
+    raise AssertionError(f"{fn} raised nothing")
+
+
+REFUSED: dict[str, Callable[[], torch.Tensor]] = {
+    "two_tensor": lambda: TwoTensor(torch.randn(3), torch.randn(3)),
+    "nested_jagged": lambda: nested_jagged((2, 3), 4),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_numpy_of_a_dispatch_subclass_raises_as_eagerly(name: str) -> None:
+    """``x.numpy()`` raises eager's RuntimeError (jitted, TwoTensor's gave an array of its outer
+    metadata; inside ``NumpyCube.apply`` the call computed where eager raises)."""
+
+    def f(x: torch.Tensor) -> Any:
+        return x.numpy()
+
+    def inside_a_function(x: torch.Tensor) -> Any:
+        return autograd_function_db.NumpyCube.apply(x)
+
+    for program in (f, inside_a_function):
+        jitted = jitcore.jit(program)
+        for _ in range(2):
+            expected, got = _raised(program, REFUSED[name]()), _raised(jitted, REFUSED[name]())
+            assert (type(got), str(got)) == (type(expected), str(expected))
+
+
+def _numpy_under_no_grad(x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.from_numpy(np.sin(x.numpy())) * 2
+
+
+class Plain(torch.Tensor):
+    """A subclass without ``__torch_dispatch__``: numpy() accepts it, and the array is NumPy's."""
+
+
+def _plain() -> torch.Tensor:
+    return torch.randn(3).as_subclass(Plain)
+
+
+NUMPY: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
+    "requires_grad_under_no_grad": (_numpy_under_no_grad, lambda: (torch.randn(3, requires_grad=True),)),
+    "plain_subclass_round_trip": (lambda x: torch.from_numpy(x.numpy() + 1), lambda: (_plain(),)),
+    "plain_subclass_written_through_the_array": (
+        lambda x: (torch.from_numpy(x.numpy()).mul_(2), x + 0), lambda: (_plain(),)),
+}
+
+
+@pytest.mark.parametrize("name", list(NUMPY))
+def test_numpy_of_what_torch_accepts(name: str) -> None:
+    """Under ``no_grad`` a tensor that requires grad gives its array (jitted: the RuntimeError of grad
+    mode on); the array of a plain subclass value holds a plain tensor (``torch.from_numpy`` of it was
+    of the subclass)."""
+    program, make = NUMPY[name]
+    check_twice(program, make)
+
+
+# --- autograd.Function forwards, run by apply with grad mode off -------------------------------------
+
+
+class IntermediateRequiresGrad(torch.autograd.Function):
+    """A forward that returns whether its intermediate result requires grad (False eagerly)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> tuple[torch.Tensor, bool, bool]:
+        y = x.exp()
+        return y, y.requires_grad, torch.is_grad_enabled()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, *_: Any) -> torch.Tensor:
+        return grad
+
+
+def test_a_function_forward_runs_with_grad_mode_off() -> None:
+    """The forward was interpreted with the program's grad mode: ``y.requires_grad`` and
+    ``torch.is_grad_enabled()`` inside it were True, traced as constants (a wrong answer)."""
+    check_twice(lambda x: IntermediateRequiresGrad.apply(x), lambda: (torch.randn(3, requires_grad=True),))
+
+
+def _leaf(n: int) -> torch.Tensor:
+    return torch.randn(n, requires_grad=True)
+
+
+def _backward_inside(function: type) -> Callable[..., Any]:
+    def program(*args: Any) -> Any:
+        out = function.apply(*args)
+        (out[0] if isinstance(out, tuple) else out).sum().backward()
+        return out
+
+    return program
+
+
+FUNCTIONS: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
+    "NumpyCube": (lambda x: autograd_function_db.NumpyCube.apply(x), lambda: (_leaf(3),)),
+    "NumpyCube, backward inside": (_backward_inside(autograd_function_db.NumpyCube), lambda: (_leaf(3),)),
+    "NumpyMul": (lambda x, y: autograd_function_db.NumpyMul.apply(x, y), lambda: (_leaf(3), _leaf(3))),
+    "NumpySort": (_backward_inside(autograd_function_db.NumpySort), lambda: (_leaf(5), 0)),
+}
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_a_numpy_function_with_inputs_requiring_grad_runs_eagerly(name: str) -> None:
+    """Note [A Function's forward that needs values] (transforms/autograd_function.py): torch's
+    ``NumpyCube``-style Functions with inputs that require grad computed eager's outputs and gradients
+    (jitted, they raised "Can't call numpy() on Tensor that requires grad" while tracing); the grad
+    transform's replay has no values for NumPy, so the call runs eagerly (JC-T002)."""
+    program, make = FUNCTIONS[name]
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        torch.manual_seed(0)
+        eager_args = make()
+        expected = program(*eager_args)
+        torch.manual_seed(0)
+        jit_args = make()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = jitted(*jit_args)
+        assert_same_values(got, expected)
+        for a, e in zip(jit_args, eager_args):
+            if isinstance(e, torch.Tensor):
+                assert_same_values(a.grad, e.grad)
+    assert "JC-T002" in str(jitted.fallback_reason)
+
+
+def test_a_numpy_function_without_grad_is_traced() -> None:
+    """Without grad, its forward's NumPy calls are traced (no eager entry)."""
+    check_twice(lambda x: autograd_function_db.NumpyCube.apply(x), lambda: (torch.randn(3),))
+
