@@ -31,7 +31,7 @@ from jitcore.prologue import Path
 from jitcore.prologue.guards import same_ctx
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import tensor_unflatten
-from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy, made_in_inference_mode
 
 __all__ = [
     "Flattened",
@@ -39,6 +39,7 @@ __all__ = [
     "flatten_subclasses",
     "involves_subclasses",
     "subclass_arguments_passed_whole",
+    "rebuild_kwargs",
     "unflatten_tensor_subclass",
     "UNFLATTEN",
     "UNFLATTEN_RESULT",
@@ -48,10 +49,24 @@ __all__ = [
 
 
 def unflatten_tensor_subclass(
-    cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any
+    cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any, *, inference: bool = False
 ) -> Any:
-    """Build a subclass instance from its inner tensors (jitcore/proxies/protocol.py)."""
+    """Build a subclass instance from its inner tensors (jitcore/proxies/protocol.py); with
+    ``inference``, inside inference mode (Note [A subclass output made in inference mode])."""
+    if inference:
+        with torch.inference_mode():
+            return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
     return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
+
+
+# Note [A subclass output made in inference mode]: eagerly a wrapper made inside
+# ``torch.inference_mode()`` is an inference tensor (a nested jagged tensor's ``values()`` outside the
+# block is then allowed). The computation rebuilds subclass outputs at its end, after it has left the
+# block: a wrapper that was an inference tensor while traced is rebuilt inside inference mode (it was
+# not, and ``values()`` of such an NJT output raised "Cannot set version_counter for inference tensor").
+def rebuild_kwargs(value: SubclassTensorProxy) -> dict[str, Any]:
+    """The keyword arguments of the ``unflatten_tensor_subclass`` record that rebuilds ``value``."""
+    return {"inference": True} if made_in_inference_mode(value) else {}
 
 
 def restride_wrapper(obj: torch.Tensor, size: tuple, stride: tuple, offset: int) -> None:
@@ -105,11 +120,12 @@ def record_subclass_results(scope: list[BoundSymbol], outputs: Any, source: Any 
             scope.append(_unflatten_record(UNFLATTEN_RESULT, value, source))
 
 
-def _unflatten_record(symbol: Symbol, proxy: SubclassTensorProxy, source: Any = None) -> BoundSymbol:
+def _unflatten_record(symbol: Symbol, proxy: SubclassTensorProxy, source: Any = None,
+                      kwargs: dict[str, Any] | None = None) -> BoundSymbol:
     names, ctx = proxy.inner_flatten()
     inner = {n: getattr(proxy, n) for n in names}
     args = (proxy.subclass, inner, ctx, tuple(proxy.shape), tuple(proxy.stride()))
-    return BoundSymbol(symbol, args, {}, proxy, source=source)
+    return BoundSymbol(symbol, args, kwargs or {}, proxy, source=source)
 
 
 def bind_subclass_input(trace: Trace, proxy: SubclassTensorProxy) -> None:
@@ -413,7 +429,7 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
         if isinstance(value, SubclassTensorProxy) and id(value) not in rebuilt:
             for inner in value.inner_tensors().values():
                 rewrap(inner)
-            flat.bound_symbols.append(_unflatten_record(UNFLATTEN, value))
+            flat.bound_symbols.append(_unflatten_record(UNFLATTEN, value, kwargs=rebuild_kwargs(value)))
             if value.shadow.requires_grad:  # Note [Subclass values that require grad]
                 flat.bound_symbols.append(BoundSymbol(_REQUIRES_GRAD, (value, True), {}, value))
             rebuilt[id(value)] = value

@@ -32,7 +32,10 @@ import torch
 from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.tensor import JaggedOuter, TensorProxy, describe_tensor, wrapper_tensor
 
-__all__ = ["SubclassTensorProxy", "is_traceable_subclass", "missing_slot", "proxy_class", "subclass_proxy"]
+__all__ = [
+    "SubclassTensorProxy", "is_traceable_subclass", "made_in_inference_mode", "missing_slot", "proxy_class",
+    "subclass_proxy",
+]
 
 
 def is_traceable_subclass(cls: type) -> bool:
@@ -45,6 +48,13 @@ def is_traceable_subclass(cls: type) -> bool:
         and not issubclass(cls, torch.nn.Parameter)
         and "__torch_dispatch__" in _class_dict_chain(cls)
     )
+
+
+def made_in_inference_mode(proxy: torch.Tensor) -> bool:
+    """Whether the wrapper object itself (a proxy's) was made inside inference mode: torch's own flag,
+    read without recording a call."""
+    with torch._C.DisableTorchFunction():  # noqa: SLF001
+        return torch._C.TensorBase.is_inference(proxy)  # noqa: SLF001
 
 
 def _class_dict_chain(cls: type) -> set[str]:
@@ -103,7 +113,10 @@ class SubclassTensorProxy(TensorProxy):
             names, ctx = self.inner_flatten()
             inner = {n: getattr(self, n).shadow for n in names}
             outer = self._jitcore_outer
-            built = unflatten_around(self.subclass, inner, ctx, outer.shape, outer.stride())
+            # made inside ``inference_mode()``, it is an inference tensor as eagerly, wherever it is built
+            # (Note [A subclass output made in inference mode], dispatch/flatten.py)
+            with torch.inference_mode() if made_in_inference_mode(self) else contextlib.nullcontext():
+                built = unflatten_around(self.subclass, inner, ctx, outer.shape, outer.stride())
             if outer.requires_grad and not built.requires_grad and built.is_leaf:
                 # made with ``_make_wrapper_subclass(..., requires_grad=True)``: a leaf that requires
                 # grad, as the eager value is (``__tensor_unflatten__`` rarely passes the flag on)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jitcore.dispatch.flatten import UNFLATTEN
+from jitcore.dispatch.flatten import UNFLATTEN, rebuild_kwargs
 from jitcore.ir import BoundSymbol, Trace, compile_trace
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -119,7 +119,7 @@ def assembly_of(
         shadow = value.shadow
         args = (value.subclass, inner, ctx, tuple(shadow.shape), tuple(shadow.stride()))
         if not any(b.output is value for b in trace.bound_symbols):
-            trace.bound_symbols.append(BoundSymbol(UNFLATTEN, args, {}, value))
+            trace.bound_symbols.append(BoundSymbol(UNFLATTEN, args, rebuild_kwargs(value), value))
         return value
 
     trace.output = tuple(build(tensor_outputs[i]) for i in positions)

@@ -38,7 +38,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 import jitcore
-from jitcore.dispatch.flatten import UNFLATTEN
+from jitcore.dispatch.flatten import UNFLATTEN, rebuild_kwargs
 from jitcore.dispatch.resolver import DispatchState
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
 from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, tree_any, tree_has
@@ -766,5 +766,5 @@ def _rebuilt(trace: Trace, value: TensorProxy) -> TensorProxy:
         inner = {n: _rebuilt(trace, getattr(value, n)) for n in names}
         shadow = value.shadow  # its outer metadata is current (see _tangent_for)
         args = (value.subclass, inner, ctx, tuple(shadow.shape), tuple(shadow.stride()))
-        trace.bound_symbols.append(BoundSymbol(UNFLATTEN, args, {}, value))
+        trace.bound_symbols.append(BoundSymbol(UNFLATTEN, args, rebuild_kwargs(value), value))
     return value

@@ -157,3 +157,56 @@ def test_a_numpy_function_without_grad_is_traced() -> None:
     """Without grad, its forward's NumPy calls are traced (no eager entry)."""
     check_twice(lambda x: autograd_function_db.NumpyCube.apply(x), lambda: (torch.randn(3),))
 
+
+
+# --- subclass values made inside inference_mode() -----------------------------------------------------
+# Note [A subclass output made in inference mode] (dispatch/flatten.py): the computation rebuilt such an
+# output after leaving the block, so it was no inference tensor.
+
+
+def _relu_in_inference_mode(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    with torch.inference_mode():
+        y = x.relu()
+    return y, y.is_inference()
+
+
+def _made_in_inference_mode(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    with torch.inference_mode():
+        y = TwoTensor(x, x * 2)
+    return y, y.is_inference()
+
+
+INFERENCE: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
+    "two_tensor_output": (_relu_in_inference_mode, lambda: (TwoTensor(torch.randn(3), torch.randn(3)),)),
+    "two_tensor_made_inside": (_made_in_inference_mode, lambda: (torch.randn(3),)),
+}
+
+
+@pytest.mark.parametrize("name", list(INFERENCE))
+def test_a_subclass_value_made_in_inference_mode_is_an_inference_tensor(name: str) -> None:
+    """``out.is_inference()`` of the output, and ``y.is_inference()`` read inside, are eager's (True;
+    jitted, the output was no inference tensor, and a wrapper made inside read False)."""
+    program, make = INFERENCE[name]
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        got, expected = jitted(*make()), program(*make())
+        assert (got[0].is_inference(), got[1]) == (expected[0].is_inference(), expected[1]) == (True, True)
+        assert type(got[0]) is type(expected[0])
+    assert jitcore.cache_hits(jitted) == 1
+
+
+def test_values_of_a_nested_jagged_output_made_in_inference_mode() -> None:
+    """``out.values()`` of an NJT output computed in ``inference_mode()``: eager's values (it raised
+    "Cannot set version_counter for inference tensor")."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            return x.relu() * 2
+
+    jitted = jitcore.jit(f)
+    for _ in range(2):
+        x = nested_jagged((2, 5, 3), 4)
+        got, expected = jitted(x), f(x)
+        torch.testing.assert_close(got.values(), expected.values())
+        assert got.is_inference() and expected.is_inference()
+    assert jitcore.cache_hits(jitted) == 1
