@@ -164,6 +164,17 @@ def _finish_delegation(frame: Frame) -> None:
         return
 
 
+# Note [The driver's traceback entry]
+# An exception leaving the interpreted frame leaves the native driver too, whose frame adds its entry
+# (generators.py) on top of the stripped traceback. Where the driver's caller is interpreted, the caller's
+# unwinding strips it; where it is native code (a generator handed to a native caller, ``gen.throw()`` from
+# native code) the user saw it, and on 3.11 a StopIteration leaving a generator kept it for good: the
+# RuntimeError CPython makes of it when it leaves the driver (PEP 479, in C before 3.12) holds it as its
+# ``__cause__``, shown first by a printed traceback. Each driver strips the entries again as the exception
+# passes through it; the bare ``raise`` that follows adds none. (The send path of ``_generator`` has its own
+# ``except`` clause.)
+
+
 # Note [Yield statements]
 # A ``yield`` whose value is unused (every generator expression's, most ``for`` bodies') resumes at
 # ``RESUME; POP_TOP``, which fused.resume_pop_top runs as one instruction: drop the value sent. The driver
@@ -174,7 +185,11 @@ def _finish_delegation(frame: Frame) -> None:
 
 
 def _generator(frame: Frame):
-    value = _resume(frame, None, None, True)
+    try:
+        value = _resume(frame, None, None, True)
+    except BaseException as e:  # Note [The driver's traceback entry]
+        e.__traceback__ = strip_internal(e.__traceback__)
+        raise
     if value is _RETURNED:
         return frame.result
     run = frame.run
@@ -194,7 +209,11 @@ def _generator(frame: Frame):
         except BaseException as e:  # noqa: BLE001 - thrown into the generator: deliver to the frame
             thrown = e  # outside this clause: sys.exception() in the frame is the consumer's, as natively
         if thrown is not None:
-            value = _resume(frame, None, thrown, False)
+            try:
+                value = _resume(frame, None, thrown, False)
+            except BaseException as e:  # Note [The driver's traceback entry]
+                e.__traceback__ = strip_internal(e.__traceback__)
+                raise
             if value is _RETURNED:
                 return frame.result
             box.append(value)
@@ -252,7 +271,11 @@ _NO_SKIPS: frozenset[int] = frozenset()
 
 
 def _iterable_coroutine_driver(frame: Frame):
-    return (yield from _generator(frame))
+    try:
+        return (yield from _generator(frame))
+    except BaseException as e:  # Note [The driver's traceback entry]
+        e.__traceback__ = strip_internal(e.__traceback__)
+        raise
 
 
 _iterable_coroutine = types.coroutine(_iterable_coroutine_driver)
@@ -261,7 +284,11 @@ _iterable_coroutine = types.coroutine(_iterable_coroutine_driver)
 async def _coroutine(frame: Frame):
     sent, thrown, first = None, None, True
     while True:
-        value = _resume(frame, sent, thrown, first)
+        try:
+            value = _resume(frame, sent, thrown, first)
+        except BaseException as e:  # Note [The driver's traceback entry]
+            e.__traceback__ = strip_internal(e.__traceback__)
+            raise
         first = False
         if value is _RETURNED:
             return frame.result
@@ -274,7 +301,11 @@ async def _coroutine(frame: Frame):
 async def _async_generator(frame: Frame):
     sent, thrown, first = None, None, True
     while True:
-        value = _resume(frame, sent, thrown, first)
+        try:
+            value = _resume(frame, sent, thrown, first)
+        except BaseException as e:  # Note [The driver's traceback entry]
+            e.__traceback__ = strip_internal(e.__traceback__)
+            raise
         first = False
         if value is _RETURNED:
             return

@@ -196,18 +196,22 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
     frame.run.raising = None
     if type(exc) is RecursionError:
         _drop_internal_context(exc)
-    explicit = False
+    explicit = reraised = False
     if raising is not None and raising[0] is exc:
         explicit = raising[1]
         if not explicit:  # bare re-raise: CPython leaves __context__ alone
             exc.__context__ = raising[2]
+            reraised = True
     if explicit or (raising is None and _fresh(frame, exc)):
         _chain(frame, exc)
     if frame.run.unentered is not None:
         _add_unentered(frame.run, exc)
     index = frame.index - 1
     entry = frame.info.handler_for(index)
-    add_frame(frame, exc, explicit, entry is None)
+    if reraised:  # Note [A re-raise adds no traceback entry]
+        exc.__traceback__ = strip_internal(exc.__traceback__)
+    else:  # raised here or by a callee: an entry, even over one of this frame's (a callee re-raised it)
+        add_frame(frame, exc, True, entry is None)
     if entry is None:
         frame.stack.clear()  # as CPython clears an unwound frame's value stack (tracebacks keep frames alive)
         return False
@@ -219,6 +223,16 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
     frame.index = entry.target
     return True
 
+
+# Note [A re-raise adds no traceback entry]
+# CPython's re-raises (a bare ``raise``, RERAISE at the end of a ``finally``/``with``/``except`` block,
+# END_ASYNC_FOR, CLEANUP_THROW) go straight to unwinding, past the code that adds the frame's traceback entry:
+# the exception keeps the traceback it has. A handled exception has the frame's entry already, from when
+# it was caught; one that has not keeps none: a ``raise`` of the exception a native caller handles (the
+# caller's entry comes when it reaches the caller), an exception whose ``__traceback__`` the handler
+# replaced, the group ``except*`` makes of what its clauses raised, 3.12+'s RuntimeError of a StopIteration
+# leaving a generator (made by an intrinsic, then re-raised). An entry added for the frame anyway showed
+# the frame twice (a handled exception re-raised after another was handled in the frame) or once too many.
 
 _INTERNAL_TYPES = (Frame, Instruction)
 _BUG_TYPES = (AttributeError, IndexError)  # what _interpreter_bug can recognise

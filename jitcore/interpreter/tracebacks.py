@@ -1,9 +1,9 @@
 """Tracebacks that show the user's interpreted frames, not the interpreter's.
 
 Invariants:
-- An exception passing through an interpreted frame gets exactly one traceback entry for that frame (file,
-  line, columns and function name of the instruction that raised), as CPython would add; a bare re-raise
-  within the same frame does not add another.
+- An exception raised in or passing through an interpreted frame gets one traceback entry for that frame
+  (file, line, columns and function name of the instruction that raised), as CPython would add; a re-raise
+  (bare ``raise``, RERAISE) adds none (Note [A re-raise adds no traceback entry] in loop.py).
 - The entry is a real traceback object (``TracebackType(tb_next, frame object, lasti, lineno)``) over a real
   frame object whose code carries the user's file name, function name, ``co_firstlineno`` and the
   instruction's line/column span in every code unit, whose globals are the frame's, and whose locals are

@@ -219,3 +219,139 @@ def test_a_module_imported_by_interpreted_code_sees_the_importing_line(tmp_path,
         return out
 
     check(f)
+
+
+def _entries(tb: types.TracebackType | None) -> list[tuple[str, int]]:
+    import traceback
+
+    return [(entry.name, entry.lineno) for entry in traceback.extract_tb(tb)]
+
+
+def test_a_reraise_adds_no_traceback_entry() -> None:
+    """A bare ``raise`` and the RERAISE ending a ``finally``/``except*`` block added a traceback entry for
+    their frame unless the traceback already started with it: a handled exception re-raised after another
+    was handled in the frame showed the frame twice; a ``raise`` of the exception a caller handles showed the
+    re-raising frame; the group ``except*`` makes of what its clauses raised had an entry at the ``try``
+    natively absent; on 3.13 the RuntimeError of a StopIteration leaving a generator (made by an intrinsic,
+    then re-raised) had the generator's entry, and a bare ``raise`` of the group ``except*`` wrapped a naked
+    exception in had one at the ``raise`` (test_traceback's test_exception_group_wrapped_naked). CPython's
+    re-raises add none (Note [A re-raise adds no traceback entry])."""
+
+    def f() -> list[object]:
+        out: list[object] = []
+
+        def reraise_callers():
+            raise
+
+        try:
+            _ = 1 / 0
+        except ZeroDivisionError:
+            try:
+                reraise_callers()
+            except ZeroDivisionError as e:
+                out.append(_entries(e.__traceback__))
+        try:
+            try:
+                _ = 1 / 0
+            except ZeroDivisionError:
+                try:
+                    {}[1]
+                except KeyError:
+                    pass
+                raise
+        except ZeroDivisionError as e:
+            out.append(_entries(e.__traceback__))
+
+        def reraise_with_traceback_dropped():
+            try:
+                _ = 1 / 0
+            except ZeroDivisionError as e:
+                e.__traceback__ = None
+                raise
+
+        try:
+            reraise_with_traceback_dropped()
+        except ZeroDivisionError as e:
+            out.append(_entries(e.__traceback__))
+        try:
+            try:
+                raise ExceptionGroup("a", [ValueError(1), TypeError(2)])
+            except* ValueError:
+                raise KeyError(3)  # noqa: B904 - the group made of it is the result compared
+        except ExceptionGroup as e:
+            out.append((_entries(e.__traceback__), [_entries(x.__traceback__) for x in e.exceptions]))
+
+        def reraise_naked():
+            try:
+                raise KeyError(4)
+            except* KeyError:
+                raise
+
+        try:
+            reraise_naked()
+        except ExceptionGroup as e:  # test_traceback's test_exception_group_wrapped_naked
+            out.append((_entries(e.__traceback__), [_entries(x.__traceback__) for x in e.exceptions]))
+
+        def stops():
+            yield 1
+            raise StopIteration
+
+        try:
+            list(stops())
+        except RuntimeError as e:
+            out.append((str(e), _entries(e.__traceback__), _entries(e.__cause__.__traceback__)))
+        return out
+
+    check(f)
+
+
+def test_an_interpreted_generator_raising_to_native_code_shows_no_driver_entry() -> None:
+    """An exception leaving an interpreted generator, coroutine or async generator through the native
+    driver's first resume or a ``throw()`` had the driver's traceback entry (jitcore's generators.py) on top
+    when the caller was native code; on 3.11 the StopIteration under PEP 479's RuntimeError kept it in any
+    case (printed first). The driver strips it as the exception passes."""
+    import asyncio
+
+    from jitcore.interpreter import interpret
+
+    def make(kind: str) -> object:
+        def gen():
+            yield 1
+            _ = 1 / 0
+
+        def stops():
+            raise StopIteration
+            yield
+
+        async def coroutine():
+            raise StopIteration
+
+        async def agen():
+            yield 1
+            raise StopAsyncIteration
+
+        return {"gen": gen, "stops": stops, "coroutine": coroutine, "agen": agen}[kind]()
+
+    def run_natively(make) -> list[object]:
+        out: list[object] = []
+        for throw in (False, True):
+            it = make("gen")
+            next(it)
+            try:
+                it.throw(KeyError) if throw else next(it)
+            except (KeyError, ZeroDivisionError) as e:
+                out.append(_entries(e.__traceback__))
+        for kind in ("stops", "coroutine"):
+            try:
+                make(kind).send(None)
+            except RuntimeError as e:
+                out.append((str(e), _entries(e.__traceback__), _entries(e.__cause__.__traceback__)))
+        ag = make("agen")
+        asyncio.run(ag.asend(None))
+        try:
+            asyncio.run(ag.asend(None))
+        except RuntimeError as e:
+            out.append((str(e), _entries(e.__cause__.__traceback__)))
+        return out
+
+    assert run_natively(interpret(make)) == run_natively(make)
