@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import optree
 import torch
+import torch.utils._pytree as pytree
 
 from jitcore.ir import Proxy
 from jitcore.jit.outputs import split
@@ -208,9 +209,9 @@ class StateSnapshots:
 
     def returned_objects(self, output: Any, args: tuple, kwargs: dict,
                          copies: set[int]) -> tuple[Any, ReturnedObjects | None]:
-        """The output with each of the caller's objects it returns taken out (None in its place),
-        and where each is found per call (Note [Returning the caller's objects]). ``copies``: the ids
-        of the containers the program sees for the caller's argument containers."""
+        """The output with each of the caller's objects it returns taken out (``RETURNED`` in its
+        place), and where each is found per call (Note [Returning the caller's objects]). ``copies``:
+        the ids of the containers the program sees for the caller's argument containers."""
 
         def caller_path(obj: Any) -> Path | None:
             snap = self._snapshots.get(id(obj))
@@ -218,13 +219,12 @@ class StateSnapshots:
                 return None
             return snap.path if id(obj) in copies or _leads_to(snap.path, obj, args, kwargs) else None
 
-        leaves, spec = optree.tree_flatten(output, is_leaf=lambda v: caller_path(v) is not None,
-                                           none_is_leaf=True)
+        leaves, spec = pytree.tree_flatten(output, is_leaf=lambda v: caller_path(v) is not None)
         holes = {i: path for i, leaf in enumerate(leaves) if (path := caller_path(leaf)) is not None}
         if not holes:
             return output, None
-        leaves = [None if i in holes else leaf for i, leaf in enumerate(leaves)]
-        return optree.tree_unflatten(spec, leaves), ReturnedObjects(spec, holes)
+        leaves = [RETURNED if i in holes else leaf for i, leaf in enumerate(leaves)]
+        return pytree.tree_unflatten(leaves, spec), ReturnedObjects(holes)
 
     def preexisting(self, args: tuple, kwargs: dict) -> Callable[[Any], bool]:
         """Whether an object is one of the caller's: reached, and where its path leads once the
@@ -251,22 +251,36 @@ def _leads_to(path: Path, obj: Any, args: tuple, kwargs: dict) -> bool:
 # the call: every call returned a new dict without "logits" (while the caller's dict had it: the
 # effect was replayed; the program had seen its own copy of the argument dict, Provenance.
 # bind_argument). An object of the caller's (an argument container, or an object reached through the
-# arguments or persistent state) that the output holds, directly or inside tuples, lists and dicts
-# the function made, is taken out of the trace's output and returned as the object the call passes
-# at its path, after the effects have written it: eager's object and contents.
+# arguments or persistent state) that the output holds, directly or inside containers the function
+# made, is taken out of the trace's output and returned as the object the call passes at its path,
+# after the effects have written it: eager's object and contents. "Inside" means through every node
+# torch's pytree knows, registered classes included: Hugging Face's ``generate`` with a static cache
+# returns ``ModelOutput(past_key_values=cache)``, the caller's cache object; handed back as a copy,
+# the caller's next generation wrote into the copy's stale lists (IndexError in index_copy_).
+class _Returned:
+    """The place of a caller's object in the output the trace returns."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<the caller's object>"
+
+
+RETURNED = _Returned()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReturnedObjects:
-    """Where the caller's containers go back into the output: leaf positions of ``spec`` (the
-    output's structure with those containers as leaves) and the path of each."""
+    """Where the caller's objects go back into the output: the leaf positions (in torch's pytree
+    order, with ``RETURNED`` a leaf) that hold ``RETURNED``, and the path of each."""
 
-    spec: Any
     holes: dict[int, Path]
 
     def fill(self, output: Any, args: tuple, kwargs: dict) -> Any:
-        leaves = self.spec.flatten_up_to(output)
+        leaves, spec = pytree.tree_flatten(output, is_leaf=lambda v: v is RETURNED)
         for i, path in self.holes.items():
             leaves[i] = path.get(args, kwargs)
-        return optree.tree_unflatten(self.spec, leaves)
+        return pytree.tree_unflatten(leaves, spec)
 
 
 class Effects:

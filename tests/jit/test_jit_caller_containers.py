@@ -116,3 +116,41 @@ def test_returning_the_callers_container(fn, kind):
         found = found["batch"] if isinstance(found, dict) and "batch" in found else found
         assert found is jb  # the caller's object itself, as eagerly
     assert jitcore.cache_hits(jf) == 2
+
+
+class Cache:
+    """A cache object of the caller's that the function writes and hands back inside its output."""
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor] = []
+
+
+@dataclasses.dataclass
+class Output:
+    """An output class registered with torch's pytree (as Hugging Face registers ModelOutput)."""
+
+    logits: torch.Tensor
+    cache: Cache
+
+
+torch.utils._pytree.register_dataclass(Output)
+
+
+def _step_with_cache(x, cache):
+    cache.keys.append(x * 2)
+    return Output(logits=torch.cat(cache.keys).sum(0), cache=cache)
+
+
+def test_the_callers_object_inside_a_registered_output_comes_back_itself():
+    """``return Output(logits, cache=cache)`` with the caller's cache (Hugging Face's static cache
+    generation): the output's cache is the caller's object, so the next call extends it. jitcore
+    returned a per-call copy inside the registered class, and the caller's next step used it."""
+    jf = jitcore.jit(_step_with_cache)
+    jc, ec = Cache(), Cache()
+    for i in range(3):
+        x = torch.full((1, 2), float(i))
+        got, expected = jf(x, jc), _step_with_cache(x.clone(), ec)
+        assert got.cache is jc
+        assert_same(got.logits, expected.logits)
+        assert len(jc.keys) == len(ec.keys) == i + 1
+        jc = got.cache  # the caller goes on with the cache the output hands back

@@ -298,6 +298,24 @@ def test_greedy_generate(make):
     assert not generate.last_backward_traces
 
 
+@pytest.mark.parametrize("make", [_llama, _gpt2], ids=lambda m: m.__name__[1:])
+def test_generate_with_a_static_cache(make):
+    """``cache_implementation="static"``: forward returns the caller's StaticCache inside its
+    ModelOutput, and generate goes on with ``outputs.past_key_values``. The jitted forward handed back
+    a copy: the second generation wrote past its cache (IndexError in index_copy_)."""
+    model, eager = _model(make), _model(make)
+    model.forward = jitcore.jit(model.forward)
+    for seed in range(3):
+        ids = _ids(seed)
+        options = dict(attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False, pad_token_id=0,
+                       cache_implementation="static")
+        assert torch.equal(model.generate(ids, **options), eager.generate(ids, **options))
+    cache = transformers.StaticCache(config=model.config, max_cache_len=32)
+    ids = _ids(0)
+    out = model(ids, past_key_values=cache, use_cache=True, cache_position=torch.arange(ids.shape[1]))
+    assert out.past_key_values is cache
+
+
 @pytest.mark.parametrize("make", [_llama, _t5], ids=lambda m: m.__name__[1:])
 def test_beam_search_generate(make):
     """Beam search crops its sequences by a length it computes as a 0-dim tensor
