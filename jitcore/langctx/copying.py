@@ -186,9 +186,16 @@ def _instance_state(x: Any) -> dict[str, Any]:
         inner = ()
     else:
         inner = x.__tensor_flatten__()[0]
-    for name in inner:
+    for name in (*inner, *_NOT_SERIALIZABLE):
         state.pop(name, None)
     return state
+
+
+# What eager's ``Tensor._clear_non_serializable_cached_data`` drops before a copy carries the instance's
+# ``__dict__`` over: a wrapper's sizes and strides cached as PyCapsules (a nested jagged tensor's), which
+# ``deepcopy`` cannot copy; the copy caches its own.
+_NOT_SERIALIZABLE = ("_sym_sizes_capsule", "_sym_sizes_capsule_len", "_sym_strides_capsule",
+                     "_sym_strides_capsule_len")
 
 
 def _storage_key(x: Any) -> int | None:

@@ -5,6 +5,7 @@ jitcore.jit on equal fresh arguments. Each test failed before its fix."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from subclass_checks import assert_same_values, check_twice, nested_jagged
+from subclass_checks import assert_same_nested, assert_same_values, check_twice, nested_jagged
 from torch.testing._internal import autograd_function_db
 from torch.testing._internal.two_tensor import TwoTensor
 
@@ -210,3 +211,30 @@ def test_values_of_a_nested_jagged_output_made_in_inference_mode() -> None:
         torch.testing.assert_close(got.values(), expected.values())
         assert got.is_inference() and expected.is_inference()
     assert jitcore.cache_hits(jitted) == 1
+
+
+# --- copy.deepcopy of a nested jagged tensor ----------------------------------------------------------
+# Eager's Tensor.__deepcopy__ drops the sizes and strides a wrapper caches as PyCapsules
+# (``_clear_non_serializable_cached_data``) before it deep-copies the instance's __dict__; jitcore's copy
+# carried them over and raised "cannot pickle 'PyCapsule' object" (langctx/copying.py _NOT_SERIALIZABLE).
+
+DEEPCOPIES: dict[str, Callable[[torch.Tensor], Any]] = {
+    "deepcopy": lambda x: copy.deepcopy(x) * 2,
+    "deepcopy_in_a_list": lambda x: copy.deepcopy([x, x])[1].sin(),
+    "deepcopy_values_and_offsets": lambda x: (copy.deepcopy(x).values() + 1, copy.deepcopy(x).offsets()),
+}
+
+
+@pytest.mark.parametrize("name", list(DEEPCOPIES))
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_deepcopy_of_a_nested_jagged_tensor(name: str, requires_grad: bool) -> None:
+    """Outputs are eager's (components, offsets, ``requires_grad``); one trace, then hits."""
+    program = DEEPCOPIES[name]
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        torch.manual_seed(0)
+        expected = program(nested_jagged((2, 5, 3), 4, requires_grad=requires_grad))
+        torch.manual_seed(0)
+        got = jitted(nested_jagged((2, 5, 3), 4, requires_grad=requires_grad))
+        assert_same_nested(got, expected)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
