@@ -208,11 +208,13 @@ def _load_interpreted(run: Run, obj: object, t: type, name: str) -> object:
         return _getattribute(run, obj, t, name)
     except AttributeError:
         own = _stood_for_hook(run, obj, t, "__getattr__")
-        if own is not None:
-            return call(run, own, (obj, name), None)
-        if getattr_hook is _MISSING:
+        if own is None and getattr_hook is _MISSING:
             raise
-        return _call_hook(run, obj, t, getattr_hook, name)
+    # the hook runs outside the clause, or what it raises would have the AttributeError it replaces as its
+    # __context__ (Note [No raising inside except] in opcodes/load_store.py)
+    if own is not None:
+        return call(run, own, (obj, name), None)
+    return _call_hook(run, obj, t, getattr_hook, name)
 
 
 # Note [A stand-in's attribute hooks are its class's]
@@ -353,7 +355,8 @@ def _load_class_attr(run: Run, cls: type, name: str) -> object:
                     else type.__getattribute__(cls, name)
                 )
             except AttributeError:
-                return call(run, meta_getattr, (cls, name), None)
+                pass
+            return call(run, meta_getattr, (cls, name), None)  # (outside the clause, as _load_interpreted)
     descr = _mro_lookup(cls, name)
     if descr is _MISSING:
         return getattr(cls, name)
@@ -384,7 +387,7 @@ def _hooked_class_attr(run: Run, cls: type, meta: type, name: str) -> object:
     except AttributeError:
         if getattr_hook is _MISSING:
             raise
-        return _call_hook(run, cls, meta, getattr_hook, name)
+    return _call_hook(run, cls, meta, getattr_hook, name)  # (outside the clause, as _load_interpreted)
 
 
 def _meta_data_descriptor(meta: type, name: str) -> bool:

@@ -355,3 +355,54 @@ def test_an_interpreted_generator_raising_to_native_code_shows_no_driver_entry()
         return out
 
     assert run_natively(interpret(make)) == run_natively(make)
+
+
+def test_what_a_getattr_hook_raises_has_no_internal_context() -> None:
+    """An AttributeError (or anything) raised by a Python ``__getattr__`` (of the class or of a metaclass)
+    had as its ``__context__`` the interpreter's own AttributeError from the lookup it replaces, so a
+    printed traceback showed jitcore's attributes.py under "During handling of the above exception" (any
+    ``nn.Module`` attribute typo); the hook ran inside the ``except`` clause. It runs after it."""
+
+    class Meta(type):
+        def __getattr__(cls, name):
+            raise AttributeError("meta " + name)
+
+    class HookedMeta(Meta):
+        def __getattribute__(cls, name):
+            return type.__getattribute__(cls, name)
+
+    class A:
+        @property
+        def raising_property(self):
+            raise AttributeError("inner")
+
+        def __getattr__(self, name):
+            if name == "key":
+                raise KeyError(name)
+            raise AttributeError(name)
+
+    class B(metaclass=Meta):
+        pass
+
+    class C(metaclass=HookedMeta):
+        pass
+
+    def f() -> list[object]:
+        out: list[object] = []
+        for get in (lambda: A().missing, lambda: getattr(A(), "missing"),  # noqa: B009 - the builtin's path
+                    lambda: A().raising_property,
+                    lambda: B.missing, lambda: C.missing, lambda: A().key):
+            try:
+                get()
+            except (AttributeError, KeyError) as e:
+                out.append((repr(e), repr(e.__context__)))
+        try:
+            raise ValueError("handled")
+        except ValueError:
+            try:
+                A().key  # noqa: B018 - the error is the result compared
+            except KeyError as e:
+                out.append((repr(e), repr(e.__context__)))
+        return out
+
+    check(f)
