@@ -17,7 +17,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 import sys
 from _thread import get_ident
 from collections.abc import Iterator, Mapping
-from types import CellType
+from types import CellType, FrameType
 
 from jitcore.interpreter.frame import NULL, Frame
 
@@ -73,7 +73,9 @@ _ONE_DICT_PER_FRAME = sys.version_info < (3, 13)
 def f_locals(frame: Frame) -> object:
     """``frame.f_locals`` of ``frame``'s frame object."""
     if frame.locals is None and not _ONE_DICT_PER_FRAME:
-        return FrameLocalsProxy(frame)
+        proxy = object.__new__(FrameLocalsProxy)
+        proxy._frame = frame
+        return proxy
     return frame_locals(frame)
 
 
@@ -92,8 +94,23 @@ class FrameLocalsProxy:
     __slots__ = ("_frame",)
     __hash__ = None  # type: ignore[assignment]
 
-    def __init__(self, frame: Frame) -> None:
-        self._frame = frame
+    def __new__(cls, *args: object, **kwargs: object) -> object:
+        """``FrameLocalsProxy(frame)`` called by the program (``type(frame.f_locals)(frame)``), as CPython's:
+        one positional frame; a native frame gets CPython's own proxy."""
+        from jitcore.interpreter.lookasides import FrameProxy
+
+        if len(args) != 1:
+            raise TypeError(f"FrameLocalsProxy expected 1 argument, got {len(args)}")
+        (frame,) = args
+        if type(frame) is not FrameProxy and not isinstance(frame, FrameType):
+            raise TypeError(f"expect frame, not {type(frame).__name__}")
+        if kwargs:
+            raise TypeError("FrameLocalsProxy takes no keyword arguments")
+        if type(frame) is not FrameProxy:
+            return type(_native_function_locals())(frame)  # CPython's
+        proxy = object.__new__(cls)
+        proxy._frame = frame._frame  # noqa: SLF001 - the interpreted frame it shows
+        return proxy
 
     def _slot(self, name: object) -> int:
         """The fast-locals index of local ``name`` (bound or not), or -1."""
@@ -225,3 +242,7 @@ class FrameLocalsProxy:
 
 
 Mapping.register(FrameLocalsProxy)
+
+
+def _native_function_locals() -> object:
+    return sys._getframe().f_locals  # (3.13: a FrameLocalsProxy of CPython's)

@@ -427,6 +427,11 @@ class FrameProxy:
         frame.stack.clear()
 
 
+# A frame's type is named ``frame``: the messages C and the interpreter make of a proxy's type name (``'frame'
+# object is not iterable``, ``'frame' object has no attribute 'locals'``) and its class's repr are a frame's.
+FrameProxy.__name__ = FrameProxy.__qualname__ = "frame"
+
+
 def _trace_flag(value: object) -> bool:
     if type(value) is not bool:
         raise TypeError("attribute value type must be bool")
@@ -657,7 +662,8 @@ def builtin_lookasides() -> dict[object, Callable]:
         # unbound
         # slot as an unbound local of its own.
         for value in [*vars(FrameProxy).values(), *vars(FrameLocalsProxy).values()]:
-            functions = (value.fget, value.fset, value.fdel) if isinstance(value, property) else (value,)
+            functions = (value.fget, value.fset, value.fdel) if isinstance(value, property) else \
+                (value.__func__,) if isinstance(value, staticmethod) else (value,)
             for function in functions:
                 if type(function) is FunctionType:
                     _TABLE[function] = function

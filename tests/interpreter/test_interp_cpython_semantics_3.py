@@ -406,3 +406,34 @@ def test_what_a_getattr_hook_raises_has_no_internal_context() -> None:
         return out
 
     check(f)
+
+
+def test_a_frame_proxy_is_named_frame_and_frame_locals_proxy_is_constructible() -> None:
+    """``type(frame.f_locals)(frame)`` (test_frame's TestFrameLocals.test_constructor, 3.13) raised
+    "'FrameProxy' object has no attribute 'locals'": jitcore's FrameLocalsProxy took only the interpreter's
+    frame; it takes one positional frame with CPython's errors. Messages naming a frame proxy's type said
+    'FrameProxy' where CPython says 'frame' (3.11's ``dict(frame)``: "'frame' object is not iterable")."""
+
+    def f() -> list[object]:
+        proxy_type = type([sys._getframe().f_locals for x in range(1)][0])
+
+        def make_frame():
+            x, y = 1, 2  # noqa: F841 - the locals shown
+            return sys._getframe()
+
+        frame = make_frame()
+        out: list[object] = [proxy_type.__name__, type(frame).__name__, repr(type(frame))]
+        calls = ((frame,), {}), ((), {}), ((123,), {}), ((), {"frame": frame}), ((frame, 1), {}), \
+            ((frame,), {"a": 1})
+        for args, kwargs in calls:
+            try:
+                out.append(dict(proxy_type(*args, **kwargs)))
+            except TypeError as e:
+                out.append(str(e))
+        try:
+            frame.locals  # noqa: B018 - the error is the result compared
+        except AttributeError as e:
+            out.append(str(e))
+        return [_no_addresses(repr(item)) for item in out]
+
+    check(f)
