@@ -678,6 +678,18 @@ def _torch_function(func: Any, args: tuple, kwargs: dict) -> Any:
     return target(*args, **kwargs)
 
 
+# Note [TorchScript methods]
+# A TorchScript module's method (``torch.jit.script(module)``, ``torch.jit.trace(module, ...)``,
+# ``torch.jit.load``) hands itself to ``__torch_function__`` when a proxy reaches it. Recorded as a
+# torch symbol (its ``__module__`` is the scripted class's: ``torch.nn.modules.linear`` for a
+# scripted nn.Linear), it ran on the fake shadows beside the module's real parameters and TorchScript
+# raised. Run natively on the proxies instead, its ops would reach the trace at the aten level, but
+# its parameters, read inside TorchScript, would be captured tensors guarded as objects, not by the
+# attribute path they came from: ``sm.weight = new`` would leave cached calls on the old weight. So
+# such a call is JC-T001, and the call runs eagerly (an eager entry). A TorchScript *function* holds no
+# state: it is called natively and its aten ops are recorded.
+
+
 def dynamic_symbol(func: Any, path: str | None = None) -> Callable[..., Any]:
     """A symbol for a torch callable outside the registries (``torch._C._nn.gelu``, ...), printed
     as ``path`` where one is given (``torch._foreach_norm``).
@@ -690,6 +702,11 @@ def dynamic_symbol(func: Any, path: str | None = None) -> Callable[..., Any]:
     """
     if is_aten_op(func):
         return aten_symbol(func)
+    if isinstance(func, torch._C.ScriptMethod):  # noqa: SLF001 - Note [TorchScript methods]
+        raise UnsupportedOperationError(
+            f"{getattr(func, '__qualname__', func)!r} is a method of a TorchScript module, which reads its "
+            "module's parameters and buffers inside TorchScript, where jitcore cannot see or guard them"
+        )
     module = getattr(func, "__module__", None) or ""
     if not (module.startswith("torch") or isinstance(func, torch._ops.OpOverload)):
         raise UnsupportedOperationError(

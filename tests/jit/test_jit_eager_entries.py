@@ -192,3 +192,65 @@ def test_a_trace_function_installed_inside_runs_eagerly():
         return y * 2
 
     check_eager_entry(f, torch.ones(2), error=UnsupportedConstruct, match="sys.settrace")
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w
+
+
+_SCRIPTED = {
+    "script_linear": lambda: torch.jit.script(torch.nn.Linear(4, 2)),
+    "trace_sequential": lambda: torch.jit.trace(
+        torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), torch.randn(1, 4)),
+    "script_user_module": lambda: torch.jit.script(_Scale()),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_SCRIPTED))
+def test_a_torchscript_module_runs_eagerly(kind: str) -> None:
+    """A TorchScript module's method reads its parameters inside TorchScript, where jitcore cannot
+    guard them (Note [TorchScript methods], langctx/torch.py). A scripted or traced nn.Linear raised
+    inside TorchScript while tracing; now the call is an eager entry, values and gradients as eagerly,
+    also after the module's weights are replaced."""
+    torch.manual_seed(0)
+    module = _SCRIPTED[kind]()
+
+    def f(x):
+        return module(x).sin()
+
+    jf = check_eager_entry(f, torch.randn(3, 4), error=UnsupportedOperationError, match="TorchScript module")
+    x = torch.randn(3, 4)
+    jf(x).sum().backward()
+    got = [p.grad.clone() for p in module.parameters()]
+    module.zero_grad()
+    f(x).sum().backward()
+    assert all(torch.equal(g, p.grad) for g, p in zip(got, module.parameters()))
+    with torch.no_grad():
+        for p in module.parameters():
+            p.mul_(2)
+    assert torch.equal(jf(x), f(x))
+
+
+@torch.jit.script
+def _scripted_gelu(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(x @ w) + 1
+
+
+def test_a_torchscript_function_is_traced() -> None:
+    """A TorchScript function holds no state: it runs natively on the traced tensors and its aten ops
+    are recorded, an entry like any other."""
+
+    def f(x, w):
+        return _scripted_gelu(x, w).sum(-1)
+
+    jf = jitcore.jit(f)
+    for _ in range(3):
+        x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+        check(f, x, w, jfn=jf)
+    assert jf.fallback_reason is None
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 2)
