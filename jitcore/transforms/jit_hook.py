@@ -105,7 +105,7 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     if not needs_grad(trace, flags):
         return GradStage(None, without_graph=reaches_no_graph(trace, flags))
     runs_pass_1 = not involves_subclasses(trace)  # pass 1 can run as it is, under torch's autograd
-    if _through_leaves_made_inside(trace, program.subclass_inputs):  # Note [Leaves made inside under ...]
+    if _through_leaves_made_inside(trace, program.subclass_inputs, flags):  # Note [Leaves made inside ...]
         if runs_pass_1:
             return GradStage(None)
         raise EagerOnlyValue(
@@ -245,12 +245,20 @@ def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool
 # backward then left the stored parameter's ``.grad`` None where eager fills it (a wrong answer). A
 # program over plain tensors runs pass 1 under torch's autograd instead (its leaves are real, and so
 # is the graph from them); a tensor-subclass program runs eagerly (JC-J002), as the same case without
-# inputs requiring grad does (``refuse_values_computed_from_leaves_made_inside``).
+# inputs requiring grad does (``refuse_values_computed_from_leaves_made_inside``). The same holds for
+# an output that requires grad while no input does (``w = nn.Parameter(...)`` inside, a backward inside,
+# then ``w * 2`` returned): only the backward made the transform run, and the computation's node over
+# the caller's tensors gave that output no grad at all (eager's has a grad_fn reaching ``w``).
 def _through_leaves_made_inside(trace: Trace, subclass_inputs: list[tuple[SubclassTensorProxy, Path]],
-                                ) -> bool:
+                                flags: list[tuple[SubclassTensorProxy, bool]]) -> bool:
     """Whether an output (returned or stored) requires grad through a leaf that is another output
-    and no input, plain or subclass (Note [Leaves made inside under autograd])."""
+    and no input, plain or subclass, or requires grad while no input does (Note [Leaves made inside
+    under autograd])."""
     outputs = [v for v in optree.tree_leaves(trace.output, none_is_leaf=True) if isinstance(v, TensorProxy)]
+    if not any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args) \
+            and not any(requires_grad for _proxy, requires_grad in flags) \
+            and any(v.shadow.requires_grad for v in outputs):
+        return True  # a backward inside made the transform run; the graph is from leaves made inside
     inputs = {id(a.shadow) for a in trace.args if isinstance(a, TensorProxy)}
     inputs.update(id(proxy.shadow) for proxy, _path in subclass_inputs)
     handed_out = {id(v.shadow) for v in outputs if v.shadow.is_leaf and v.shadow.requires_grad} - inputs

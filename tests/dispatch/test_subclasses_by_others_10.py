@@ -238,3 +238,51 @@ def test_deepcopy_of_a_nested_jagged_tensor(name: str, requires_grad: bool) -> N
         got = jitted(nested_jagged((2, 5, 3), 4, requires_grad=requires_grad))
         assert_same_nested(got, expected)
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
+
+
+# --- leaves made inside, a backward inside, no input requiring grad ------------------------------------
+# Note [Leaves made inside under autograd] (transforms/jit_hook.py): the backward made the grad transform
+# run, and its node over the caller's tensors (none requiring grad) gave the outputs no grad.
+
+
+def _parameter_made_inside(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    w = torch.nn.Parameter(torch.ones(3))
+    (w * x).sum().backward()
+    return w * 2, w.grad
+
+
+def _module_stepped_inside(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(1)
+    layer = torch.nn.Linear(4, 3)
+    if isinstance(x, TwoTensor):
+        layer.weight = torch.nn.Parameter(TwoTensor(layer.weight.detach().clone(), layer.weight.detach() * 2))
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    layer(x).sum().backward()
+    optimizer.step()
+    return layer.weight.clone(), layer.bias.clone()
+
+
+LEAVES_MADE_INSIDE: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
+    "parameter": (_parameter_made_inside, lambda: (torch.randn(3),)),
+    "module_and_sgd": (_module_stepped_inside, lambda: (torch.randn(2, 4),)),
+    "module_and_sgd_two_tensor": (
+        _module_stepped_inside, lambda: (TwoTensor(torch.randn(2, 4), torch.randn(2, 4)),)),
+}
+
+
+@pytest.mark.parametrize("name", list(LEAVES_MADE_INSIDE))
+def test_values_of_leaves_made_inside_after_a_backward_inside(name: str) -> None:
+    """``w * 2`` and ``layer.bias.clone()`` require grad, as eagerly (jitted, they did not); values and
+    ``.grad`` are eager's. The plain programs are traced; the TwoTensor one runs eagerly (JC-J002)."""
+    program, make = LEAVES_MADE_INSIDE[name]
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        torch.manual_seed(0)
+        expected = program(*make())
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = jitted(*make())
+        assert_same_values(got, expected)
+    assert jitcore.cache_hits(jitted) == 1
+    assert (jitted.fallback_reason is None) == ("two_tensor" not in name)
