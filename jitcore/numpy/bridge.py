@@ -355,6 +355,9 @@ class NumpyBridge:
             data = self._bind_array(data)
         if isinstance(data, tnp.ndarray):
             data = data.tensor
+            if factory is TORCH_TABLE.lookup(torch.tensor) and not args \
+                    and set(kwargs) <= {"dtype", "device", "requires_grad"}:
+                return _copy_of_array(data, **kwargs)
         return factory(data, *args, **kwargs)
 
     def _from_numpy(self, array: Any) -> Any:
@@ -363,6 +366,16 @@ class NumpyBridge:
         if isinstance(array, np.ndarray):
             return self._bind_array(array).tensor
         return native(torch.from_numpy, (array,), {})
+
+
+def _copy_of_array(tensor: TensorProxy, dtype: Any = None, device: Any = None,
+                   requires_grad: bool = False) -> Any:
+    """``torch.tensor(array)``: a copy of the array's tensor, recorded as ``detach().to(..., copy=True)``.
+    ``torch.tensor`` of that tensor computes the same but warns "To copy construct from a tensor ...",
+    while tracing and on every cached call, where eager's ``torch.tensor`` of an array never does."""
+    out = TORCH_TABLE.lookup(torch.Tensor.detach)(tensor)
+    out = TORCH_TABLE.lookup(torch.Tensor.to)(out, device=device, dtype=dtype, copy=True)
+    return TORCH_TABLE.lookup(torch.Tensor.requires_grad_)(out, True) if requires_grad else out
 
 
 _UFUNC_METHODS = ("reduce", "accumulate", "reduceat", "outer", "at")

@@ -87,6 +87,31 @@ def test_numpy_of_what_torch_accepts(name: str) -> None:
     check_twice(program, make)
 
 
+TENSOR_OF_AN_ARRAY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "plain": lambda x: torch.tensor(np.sin(x.numpy()) * 2),
+    "transposed": lambda x: torch.tensor(x.numpy().T),
+    "dtype_and_requires_grad": lambda x: torch.tensor(x.numpy(), dtype=torch.float64, requires_grad=True),
+    "NumpyCube": lambda x: autograd_function_db.NumpyCube.apply(x)[0],
+}
+
+
+@pytest.mark.parametrize("name", list(TENSOR_OF_AN_ARRAY))
+def test_tensor_of_an_array_warns_as_eagerly(name: str) -> None:
+    """``torch.tensor(array)`` (``NumpyCube``'s forward makes its outputs so): eager warns nothing; jitted
+    it warned "To copy construct from a tensor ..." while tracing and on every cached call. Values,
+    strides, dtype and ``requires_grad`` are eager's."""
+    program = TENSOR_OF_AN_ARRAY[name]
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got, expected = jitted(x), program(x)
+        assert_same_values(got, expected)
+        assert got.stride() == expected.stride()
+    assert jitcore.cache_hits(jitted) == 1
+
+
 # --- autograd.Function forwards, run by apply with grad mode off -------------------------------------
 
 
