@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from jitcore.interpreter.errors import InterpreterError, JitcoreInterpreterError
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import CodeInfo, Instruction
-from jitcore.interpreter.tracebacks import add_frame, strip_internal
+from jitcore.interpreter.tracebacks import add_frame, reraised_traceback, strip_internal
 
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
@@ -209,7 +209,7 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
     index = frame.index - 1
     entry = frame.info.handler_for(index)
     if reraised:  # Note [A re-raise adds no traceback entry]
-        exc.__traceback__ = strip_internal(exc.__traceback__)
+        exc.__traceback__ = reraised_traceback(frame, exc, entry is None)
     else:  # raised here or by a callee: an entry, even over one of this frame's (a callee re-raised it)
         add_frame(frame, exc, True, entry is None)
     if entry is None:

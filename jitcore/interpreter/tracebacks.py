@@ -29,7 +29,7 @@ from jitcore.interpreter.frame import NULL
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["add_frame", "caller_stand_in", "is_internal", "strip_internal"]
+__all__ = ["add_frame", "caller_stand_in", "is_internal", "reraised_traceback", "strip_internal"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INTERNAL_NAMES = ("<jitcore binder>",)
@@ -134,6 +134,28 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
     exc.__traceback__ = entry
 
 
+def reraised_traceback(frame: Frame, exc: BaseException, leaving: bool) -> TracebackType | None:
+    """The traceback of ``exc`` re-raised in ``frame`` (Note [A re-raise adds no traceback entry] in loop.py):
+    its own without the interpreter's entries; where it leaves the frame starting with an entry the frame
+    gave an exception it caught (made without locals: the frame ran on), that entry made again at the same
+    instruction with the frame's final locals, as CPython's frame object holds them once the frame is gone
+    (Note [Traceback frame objects]: an exception passing through a ``with`` or ``finally`` block)."""
+    tb = strip_internal(exc.__traceback__)
+    if leaving and tb is not None:
+        code = tb.tb_frame.f_code
+        for key, made in frame.info.raisers.items():
+            if type(key) is tuple and not key[1] and made[0].__code__ is code:  # (index, ()): no locals
+                index = frame.index
+                frame.index = key[0] + 1
+                try:
+                    tb = _entry(frame, tb.tb_next, True)
+                finally:
+                    frame.index = index
+                frame.tb_entry = id(tb)
+                break
+    return tb
+
+
 # Note [Traceback frame objects]
 # A traceback entry needs a real frame object (``tb_frame``: printing reads its code and globals and, with
 # ``tb_lasti``, the code's positions). It is made by calling a "raiser", a function whose code carries the
@@ -147,7 +169,9 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
 # (CPython's ``f_locals`` there is the module's globals, which ``f_globals`` already gives). A frame that
 # handles the exception runs on: CPython's entry is the live frame, whose later rebinding (``obj = None``)
 # releases what the locals held (test_exceptions' testExceptionCleanupState); values taken at the raise
-# would keep it, so that entry's frame has no locals. An entry is then one ``TracebackType(...)`` call;
+# would keep it, so that entry's frame has no locals, until the frame re-raises the exception out of itself
+# (a ``with``, a ``finally``): the entry is then made again with the final locals (``reraised_traceback``).
+# An entry is then one ``TracebackType(...)`` call;
 # raising through the raiser and catching the exception cost ~5,000 more machine instructions per entry. The
 # raiser is called inside ``_MAKER``, a generator suspended between calls and holding nothing then: a
 # finished frame's ``f_back`` is its caller, and called from here the raiser's would be this module's frames,

@@ -204,7 +204,9 @@ def test_a_module_imported_by_interpreted_code_sees_the_importing_line(tmp_path,
         for name in ("warns_when_imported_zz", "raises_when_imported_zz", "missing_module_zz"):
             sys.modules.pop(name, None)
             with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+                # (a RuntimeWarning of a coroutine another test dropped in a cycle may come at a collection)
+                warnings.simplefilter("ignore")
+                warnings.simplefilter("always", DeprecationWarning)
                 try:
                     if name == "warns_when_imported_zz":
                         import warns_when_imported_zz  # noqa: F401
@@ -435,5 +437,68 @@ def test_a_frame_proxy_is_named_frame_and_frame_locals_proxy_is_constructible() 
         except AttributeError as e:
             out.append(str(e))
         return [_no_addresses(repr(item)) for item in out]
+
+    check(f)
+
+
+def test_an_exception_leaving_through_a_handler_has_the_frames_final_locals() -> None:
+    """An exception passing through a ``with`` block, a ``finally`` or an ``except`` clause that re-raises it
+    (or, on 3.13, out of an inlined comprehension, whose clean-up handler re-raises) left a traceback entry
+    whose frame had no locals, made when the frame caught it and ran on: ``tb_frame.f_locals`` was ``{}``
+    (``capture_locals``, pytest's ``--showlocals``, post-mortem debuggers) and 3.13's NameError lost its "Did
+    you mean: 'self.x'?". The entry is made again with the frame's final locals as the exception leaves."""
+    import traceback
+
+    class Manager:
+        def __enter__(self):
+            return "entered"
+
+        def __exit__(self, *exc_info):
+            return False
+
+    def f() -> list[object]:
+        out: list[object] = []
+
+        def through_with():
+            a = 1  # noqa: F841 - a local the entry shows
+            with Manager() as entered:  # noqa: F841
+                _ = 1 / 0
+
+        def through_finally():
+            x = 1
+            try:
+                through_with()
+            finally:
+                x = 3  # noqa: F841
+
+        def reraised_after_another():
+            a = 1
+            try:
+                _ = 1 / 0
+            except ZeroDivisionError:
+                try:
+                    {}[0]
+                except KeyError:
+                    a = 3  # noqa: F841
+                raise
+
+        class A:
+            x = 1
+
+            def comprehension(self):
+                y = 2  # noqa: F841
+                return [x for _ in range(1)]  # noqa: F821 - the NameError is the result compared
+
+        for raising in (through_finally, reraised_after_another, A().comprehension):
+            try:
+                raising()
+            except (ZeroDivisionError, NameError) as e:
+                tb, entries = e.__traceback__.tb_next, []
+                while tb is not None:
+                    names = sorted(k for k, value in tb.tb_frame.f_locals.items() if not callable(value))
+                    entries.append((tb.tb_frame.f_code.co_name, tb.tb_lineno, names))
+                    tb = tb.tb_next
+                out.append((entries, traceback.format_exception_only(e)))
+        return out
 
     check(f)
