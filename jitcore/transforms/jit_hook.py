@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optree
+import torch
 
 from jitcore.diagnostics.boundary import on_error as prepare_error
 from jitcore.dispatch.flatten import involves_subclasses, pass_1_runs
@@ -102,6 +103,7 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     trace, prologue = program.trace, program.prologue
     subclass_inputs = _subclass_inputs(program)
     flags = [(proxy, requires_grad) for proxy, _path, requires_grad in subclass_inputs]
+    _refuse_flag_changes_of_subclass_inputs(trace, flags)
     if not needs_grad(trace, flags):
         return GradStage(None, without_graph=reaches_no_graph(trace, flags))
     runs_pass_1 = not involves_subclasses(trace)  # pass 1 can run as it is, under torch's autograd
@@ -234,6 +236,34 @@ def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool
     specs = {g.path: g.expected for g in program.prologue.guards if g.kind == "tensor"}
     return [(proxy, path, bool(getattr(specs.get(path), "requires_grad", False)))
             for proxy, path in program.subclass_inputs if id(proxy) in used]
+
+
+# Note [requires_grad_ on a subclass input]: eagerly ``x.requires_grad_()`` on a caller's wrapper sets
+# the caller's object's flag, and the values computed from ``x`` then require grad; ``x.detach_()``
+# clears it. The grad transform takes a subclass input's flag from the caller's object as the call
+# found it, so such a call lost the change (outputs that did not require grad, the caller's ``x``
+# unchanged). It runs eagerly (JC-J002) instead.
+_FLAG_SETTERS = (torch.Tensor.requires_grad_, torch.Tensor.detach_, torch.detach_)
+
+
+def _refuse_flag_changes_of_subclass_inputs(trace: Trace,
+                                            flags: list[tuple[SubclassTensorProxy, bool]]) -> None:
+    """Raise EagerOnlyValue where the program changes a subclass input's ``requires_grad`` (Note
+    [requires_grad_ on a subclass input])."""
+    found = {id(proxy): requires_grad for proxy, requires_grad in flags}
+    for bsym in trace.bound_symbols:
+        if bsym.symbol.fn not in _FLAG_SETTERS or not bsym.args or id(bsym.args[0]) not in found:
+            continue
+        if bsym.symbol.fn is torch.Tensor.requires_grad_:
+            wanted = bool(bsym.args[1] if len(bsym.args) > 1 else bsym.kwargs.get("requires_grad", True))
+        else:
+            wanted = False
+        if wanted != found[id(bsym.args[0])]:
+            raise EagerOnlyValue(
+                f"{bsym.symbol.name}() on a tensor-subclass input changes the caller's requires_grad flag, "
+                "which the traced computation takes as the call found it",
+                hints=("set requires_grad on the input before calling the jitted function",),
+            )
 
 
 # Note [Leaves made inside under autograd]

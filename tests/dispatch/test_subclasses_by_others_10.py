@@ -311,3 +311,37 @@ def test_values_of_leaves_made_inside_after_a_backward_inside(name: str) -> None
         assert_same_values(got, expected)
     assert jitcore.cache_hits(jitted) == 1
     assert (jitted.fallback_reason is None) == ("two_tensor" not in name)
+
+
+# --- requires_grad_() / detach_() on a subclass input ----------------------------------------------------
+# Note [requires_grad_ on a subclass input] (transforms/jit_hook.py): the change was lost (outputs that did
+# not require grad, the caller's flag unchanged); the call runs eagerly (JC-J002).
+
+def _two() -> torch.Tensor:
+    return TwoTensor(torch.randn(3), torch.randn(3))
+
+
+FLAG_CHANGES: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
+    "requires_grad_": (lambda x: (x.requires_grad_() * 2).sum(), lambda: (_two(),)),
+    "requires_grad_returned": (lambda x: x.requires_grad_(), lambda: (_two(),)),
+    "detach_": (lambda x: x.detach_() * 2, lambda: (TwoTensor(_leaf(3), _leaf(3)).requires_grad_() * 1,)),
+}
+
+
+@pytest.mark.parametrize("name", list(FLAG_CHANGES))
+def test_a_flag_change_of_a_subclass_input_is_eagers(name: str) -> None:
+    """Outputs (``requires_grad`` included) and the caller's input after the call are eager's."""
+    program, make = FLAG_CHANGES[name]
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        torch.manual_seed(0)
+        eager_args = make()
+        expected = program(*eager_args)
+        torch.manual_seed(0)
+        jit_args = make()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = jitted(*jit_args)
+        assert_same_values(got, expected)
+        assert [a.requires_grad for a in jit_args] == [a.requires_grad for a in eager_args]
+    assert "JC-J002" in str(jitted.fallback_reason)
