@@ -43,6 +43,7 @@ from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
 from jitcore.proxies.typed import has_torch_function
 from jitcore.transforms import GradStage, StaticSizesNeeded, differentiate
+from jitcore.transforms.autograd_function import subclass_functions_disabled
 
 __all__ = [
     "jit",
@@ -513,7 +514,7 @@ def _without_grad(computation: Callable[..., Any]) -> Callable[..., Any]:
 def _without_torch_function(computation: Callable[..., Any]) -> Callable[..., Any]:
     """``computation`` run with subclass ``__torch_function__`` disabled: inputs of a subclass without
     ``__torch_dispatch__`` are plain data to the guards and the recorded operations."""
-    disabled = torch._C.DisableTorchFunctionSubclass  # noqa: SLF001
+    disabled = subclass_functions_disabled  # Note [The torch-function state of a Function's forward]
 
     def run(*args: Any) -> Any:
         with disabled():

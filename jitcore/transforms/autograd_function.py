@@ -7,13 +7,18 @@ symbol runs the function as ``MyFn.apply`` (torch runs only its forward then). W
 grad, the grad transform replays the symbol natively as ``MyFn.apply`` on shadows: torch calls the
 user's ``forward`` under the recording mode (its aten ops go into the forward trace) and registers
 the user's ``backward`` as the autograd node, so ``torch.autograd.grad`` calls it — on shadows,
-recorded into the backward trace. Nothing of the user's Function runs opaquely on a cached call.
+recorded into the backward trace. Nothing of the user's Function runs opaquely on a cached call, but
+where pass 1 itself runs under torch's autograd: there the symbol calls ``MyFn.apply``, in the
+program's ``__torch_function__`` state (Note [The torch-function state of a Function's forward]).
 Invariant: the gradients are the user's backward's, never ones derived from its forward's ops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import optree
@@ -33,8 +38,58 @@ __all__ = ["AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_
 
 
 def run_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
-    """``cls.apply(*args, **kwargs)``: how the symbol runs on real (or shadow) tensors."""
-    return cls.apply(*args, **kwargs)
+    """``cls.apply(*args, **kwargs)``: how the symbol runs on real (or shadow) tensors, with subclass
+    ``__torch_function__`` as the caller had it (Note [The torch-function state of a Function's forward])."""
+    if not _DISABLED_BY_JITCORE.flag:
+        return cls.apply(*args, **kwargs)
+    _DISABLED_BY_JITCORE.flag = False
+    try:
+        with _enable_torch_function():
+            return cls.apply(*args, **kwargs)
+    finally:
+        _DISABLED_BY_JITCORE.flag = True
+
+
+def run_autograd_function_without_subclass_functions(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``cls.apply`` where the program called it with subclass ``__torch_function__`` disabled."""
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+        return cls.apply(*args, **kwargs)
+
+
+# Note [The torch-function state of a Function's forward]
+# A computation run where pass 1 runs (under torch's autograd) calls ``MyFn.apply`` natively, so the
+# user's forward runs as eagerly: with the subclass ``__torch_function__`` state the program had at
+# the call. Two things changed that state. (1) An entry whose inputs have a ``__torch_function__``
+# runs its computation with subclass functions disabled (its records were resolved while tracing:
+# ``plain_data``, jit/api.py), and the forward ran so too: torchao's NF4 weight, taken whole by an
+# entry with symbolic sizes, answered ``weight.to(bf16)`` in LinearNF4.forward with itself instead
+# of its dequantized weight (its ``__torch_function__`` table does that), and F.linear raised "mat1
+# and mat2 shapes cannot be multiplied" where eager computes. ``subclass_functions_disabled`` marks
+# that state as jitcore's, and the symbol turns them back on around ``apply``. (2) A program that
+# calls ``apply`` inside ``with torch._C.DisableTorchFunctionSubclass()`` records the other symbol,
+# which runs ``apply`` with them disabled.
+class _DisabledByJitcore(threading.local):
+    flag = False
+
+
+_DISABLED_BY_JITCORE = _DisabledByJitcore()
+_enable_torch_function = torch._C._EnableTorchFunction  # noqa: SLF001
+
+
+@contextlib.contextmanager
+def subclass_functions_disabled() -> Iterator[None]:
+    """Subclass ``__torch_function__`` disabled by jitcore for a computation whose records were
+    resolved while tracing; a Function's forward called natively in it runs with them on again when
+    the caller had them on (Note [The torch-function state of a Function's forward])."""
+    was = _DISABLED_BY_JITCORE.flag
+    # on when the caller has them on, or when jitcore's own disabling is what the caller has (the
+    # entry's fast path and its computation are each wrapped)
+    _DISABLED_BY_JITCORE.flag = was or torch._C._is_torch_function_enabled()  # noqa: SLF001
+    try:
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            yield
+    finally:
+        _DISABLED_BY_JITCORE.flag = was
 
 
 def run_on_shadows(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -223,6 +278,15 @@ AUTOGRAD_FUNCTION = Symbol(
     meta=_forward,
     tags=frozenset({"autograd_function"}),
 )
+AUTOGRAD_FUNCTION_WITHOUT_SUBCLASS_FUNCTIONS = Symbol(
+    id="torch.autograd.Function.apply without subclass torch functions",
+    name="autograd_function_apply",
+    langctx="torch",
+    fn=run_autograd_function_without_subclass_functions,
+    path="jitcore.transforms.autograd_function.run_autograd_function_without_subclass_functions",
+    meta=_forward,
+    tags=frozenset({"autograd_function"}),
+)
 
 
 def apply_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -234,6 +298,8 @@ def apply_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
         bound = inspect.signature(cls.forward).bind(*args, **kwargs)
         bound.apply_defaults()
         args, kwargs = bound.args, bound.kwargs
+    if not torch._C._is_torch_function_enabled():  # noqa: SLF001 - the program's with-block, entered natively
+        return AUTOGRAD_FUNCTION_WITHOUT_SUBCLASS_FUNCTIONS(cls, *args, **kwargs)
     return AUTOGRAD_FUNCTION(cls, *args, **kwargs)
 
 

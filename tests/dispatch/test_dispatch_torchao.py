@@ -152,6 +152,54 @@ def test_nf4_linear_with_an_input_requiring_grad() -> None:
             torch.testing.assert_close(g, w)
 
 
+@pytest.mark.parametrize("qlora", [False, True], ids=["frozen", "qlora"])
+def test_nf4_modules_over_changing_batch_sizes(qlora: bool) -> None:
+    """nn.Linear layers whose weight is an NF4 parameter (frozen; and QLoRA adapters beside it) over
+    changing batch sizes: the symbolic entry takes the weight whole and runs LinearNF4.apply natively,
+    whose forward dequantizes through NF4's ``__torch_function__``. It ran with subclass functions
+    disabled: 'mat1 and mat2 shapes cannot be multiplied' from the second batch size on, where eager
+    computes (Note [The torch-function state of a Function's forward])."""
+    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4, to_nf4
+
+    class LoRA(torch.nn.Module):
+        def __init__(self, linear: torch.nn.Linear) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(to_nf4(linear.weight.detach(), 64, 16), requires_grad=False)
+            self.a = torch.nn.Parameter(torch.randn(8, linear.in_features, dtype=torch.bfloat16) * 0.1)
+            self.b = torch.nn.Parameter(torch.randn(linear.out_features, 8, dtype=torch.bfloat16) * 0.1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return linear_nf4(x, self.weight) + x @ self.a.t() @ self.b.t()
+
+    def make() -> torch.nn.Module:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+        model = model.to(torch.bfloat16)
+        for i in (0, 2):
+            if qlora:
+                model[i] = LoRA(model[i])
+            else:
+                model[i].weight = torch.nn.Parameter(to_nf4(model[i].weight.detach(), 64, 16),
+                                                     requires_grad=False)
+        return model
+
+    model, eager = make(), make()
+    jitted = jitcore.jit(model)
+    for batch in (4, 8, 6, 8):
+        x = torch.randn(batch, 64, dtype=torch.bfloat16)
+        got, want = jitted(x), eager(x)
+        torch.testing.assert_close(got, want)
+        got.float().square().sum().backward()
+        want.float().square().sum().backward()
+        for p, q in zip(model.parameters(), eager.parameters()):
+            assert (p.grad is None) == (q.grad is None)
+            if p.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad)
+        model.zero_grad()
+        eager.zero_grad()
+    assert jitcore.cache_misses(jitted) == 2
+
+
 def test_float8_training_forward_and_gradients() -> None:
     from torchao.float8 import convert_to_float8_training
 

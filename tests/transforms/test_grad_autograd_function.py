@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import jitcore
@@ -227,3 +228,60 @@ def test_a_subclass_made_by_a_function_over_detached_inner_tensors() -> None:
         jfn(a, b).backward()
         torch.testing.assert_close((a.grad, b.grad), expected)
     assert jitcore.cache_hits(jfn) == 1
+
+
+class _HalvedOnTo(torch.Tensor):
+    """A subclass with a ``__torch_function__`` of its own and no dispatch: ``w.to(dtype)`` answers
+    half its data (as torchao's NF4 answers its dequantized weight)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            if func is torch.Tensor.to:
+                return args[0].as_subclass(torch.Tensor) * 0.5
+            return func(*args, **(kwargs or {}))
+
+
+class _LinearTo(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(w)
+        return x @ w.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (w,) = ctx.saved_tensors
+        return grad @ w.as_subclass(torch.Tensor).t() * 3, None
+
+
+def _apply_scaled(x, w, n):
+    return _LinearTo.apply(x, w) * n
+
+
+def _apply_scaled_without_subclass_functions(x, w, n):
+    with torch._C.DisableTorchFunctionSubclass():
+        return _LinearTo.apply(x, w) * n
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("fn", [_apply_scaled, _apply_scaled_without_subclass_functions],
+                         ids=["enabled", "disabled"])
+def test_a_forward_sees_its_inputs_torch_function_as_eagerly(fn, requires_grad):
+    """A Function's forward calls ``w.to(...)`` on a value whose class answers it in its own
+    ``__torch_function__``: the jitted call computed with ``w`` itself (a wrong answer): the grad
+    transform's replay runs on plain shadows, and a computation run natively had subclass functions
+    disabled. Numbers change per call, so later entries keep ``n`` symbolic (Note [The torch-function
+    state of a Function's forward], Note [A Function's forward over values with a __torch_function__])."""
+    jf = jitcore.jit(fn)
+    for n in (2.0, 3.0, 4.0):
+        w = torch.randn(4, 2).as_subclass(_HalvedOnTo)
+        x = torch.randn(3, 4, requires_grad=requires_grad)
+        ex = x.detach().clone().requires_grad_(requires_grad)
+        got, want = jf(x, w, n), fn(ex, w, n)
+        assert type(got) is type(want)
+        torch.testing.assert_close(got, want)
+        if requires_grad:
+            got.sum().backward()
+            want.sum().backward()
+            torch.testing.assert_close(x.grad, ex.grad)
+    assert jitcore.cache_hits(jf) >= 1
