@@ -150,6 +150,8 @@ MODULES = (
     # answering the driver's frame (and on 3.13 staticmethod __init__/__call__ given the instance): ~4 s a
     # process on 3.11; 3.13's (363/363, ~10 s a process) is left out for CI time
     *(("test_inspect.test_inspect",) if sys.version_info < (3, 12) else ()),
+    # issue 13 (2026-12-04): test_warnings (~1.5 s a process) found the importing line a module sees
+    "test_warnings",
 )
 
 TIMEOUT_S = 20

@@ -148,6 +148,7 @@ NATIVE_COUNTS_311 = {
     "test_json.test_fail": 14,
     "test_json.test_scanstring": 8,
     "test_inspect.test_inspect": 268,
+    "test_warnings": 121,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
@@ -268,6 +269,7 @@ NATIVE_COUNTS_313 = {
     "test_json.test_decode": 32,
     "test_json.test_fail": 14,
     "test_json.test_scanstring": 8,
+    "test_warnings": 170,
 }
 NATIVE_COUNTS = {(3, 11): NATIVE_COUNTS_311, (3, 13): NATIVE_COUNTS_313}[sys.version_info[:2]]
 
