@@ -33,6 +33,7 @@ from jitcore.ir import Symbol, current_context
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.typed import is_plain_subclass
 
 __all__ = ["AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_function"]
 
@@ -40,7 +41,7 @@ __all__ = ["AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_
 def run_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
     """``cls.apply(*args, **kwargs)``: how the symbol runs on real (or shadow) tensors, with subclass
     ``__torch_function__`` as the caller had it (Note [The torch-function state of a Function's forward])."""
-    if not _DISABLED_BY_JITCORE.flag:
+    if not _DISABLED_BY_JITCORE.flag or not any(_resolved_whole(a) for a in (*args, *kwargs.values())):
         return cls.apply(*args, **kwargs)
     _DISABLED_BY_JITCORE.flag = False
     try:
@@ -67,7 +68,18 @@ def run_autograd_function_without_subclass_functions(cls: type, *args: Any, **kw
 # and mat2 shapes cannot be multiplied" where eager computes. ``subclass_functions_disabled`` marks
 # that state as jitcore's, and the symbol turns them back on around ``apply``. (2) A program that
 # calls ``apply`` inside ``with torch._C.DisableTorchFunctionSubclass()`` records the other symbol,
-# which runs ``apply`` with them disabled.
+# which runs ``apply`` with them disabled. Only a Function handed such a whole subclass value gets them
+# back: a subclass without ``__torch_dispatch__`` is plain data to the trace, its ``__torch_function__``
+# ran while tracing and what it did to Python state is replayed (jit/effects.py): run again here, a
+# logging one logged each call twice. Its own answers inside a Function's forward (``w.to`` answered
+# by its table) are therefore not those of eager in a computation that calls ``apply`` natively: a
+# known limit (docs/autograd.md).
+def _resolved_whole(value: Any) -> bool:
+    """A value of a tensor subclass with a ``__torch_dispatch__`` of its own, passed whole."""
+    cls = type(value)
+    return cls is not torch.Tensor and isinstance(value, torch.Tensor) and not is_plain_subclass(cls)
+
+
 class _DisabledByJitcore(threading.local):
     flag = False
 

@@ -118,8 +118,6 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         )
     if runs_pass_1 and program.symbolic_numbers():
         return GradStage(None)  # Note [Dynamic numbers under autograd]
-    if runs_pass_1 and _hands_a_function_torch_function_values(trace):
-        return GradStage(None)  # Note [A Function's forward over values with a __torch_function__]
     if _writes_a_non_leaf_input(trace, program.subclass_inputs):  # Note [In-place writes to non-leaf inputs]
         if runs_pass_1:
             return GradStage(None)
@@ -356,36 +354,6 @@ def _shares(guard: Guard) -> bool:
 # too. A subclass input (``TwoTensor(a, b) * 1``) likewise: its entry runs pass 1 under torch's
 # autograd with the caller's subclass objects taken whole (``GradStage.pass_1``), its class's dispatch
 # running per call as eagerly (Note [A caller's non-leaf subclass value], jitcore/jit/subclass_inputs.py).
-# Note [A Function's forward over values with a __torch_function__]
-# The grad transform replays ``MyFn.apply`` natively on shadows: plain fake tensors, whatever class the
-# program's values have. A value of a subclass with a ``__torch_function__`` of its own and no
-# ``__torch_dispatch__`` (plain data to the trace, proxies/typed.py) is seen by that function eagerly
-# inside the forward: ``w.to(x.dtype)`` answered by its table (torchao's NF4 style) computed a
-# dequantized weight eagerly and in pass 1, and the weight itself in the replay, whose forward gave
-# the call's value (a wrong answer on the first call). Such a plain program runs pass 1 under torch's
-# autograd instead, where the Function's forward runs natively on the caller's values, as eagerly
-# (Note [The torch-function state of a Function's forward]).
-def _hands_a_function_torch_function_values(trace: Trace) -> bool:
-    for bsym in trace.bound_symbols:
-        if "autograd_function" not in bsym.symbol.tags:
-            continue
-        for value in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True):
-            if isinstance(value, TensorProxy) and _own_torch_function(value.python_type):
-                return True
-    return False
-
-
-def _own_torch_function(cls: type) -> bool:
-    """Whether ``cls`` defines a ``__torch_function__`` other than torch's default and disabled ones."""
-    impl = getattr(cls, "__torch_function__", None)
-    impl = getattr(impl, "__func__", impl)
-    return impl is not None and impl not in _TORCH_OWN_FUNCTIONS
-
-
-_TORCH_OWN_FUNCTIONS = (torch._C._disabled_torch_function_impl,  # noqa: SLF001
-                        torch.Tensor.__torch_function__.__func__)
-
-
 def _writes_a_non_leaf_input(trace: Trace, subclass_inputs: Any = ()) -> bool:
     inputs = [a for a in trace.args if isinstance(a, TensorProxy)]
     inputs += [proxy for proxy, _path in subclass_inputs]
