@@ -150,12 +150,23 @@ class ValueReads:
         # Note [Composites that read values under grad]
         scope = self.context.scopes[-2]
         recorded = len(scope)
-        with self._enclosing_scope(), torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
-            out = _natively(symbol.fn, args, kwargs)
+        out = NotImplemented
+        if "autograd_function" not in symbol.tags:  # Note [A Function whose forward reads values]
+            with self._enclosing_scope(), torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+                out = _natively(symbol.fn, args, kwargs)
         if out is NotImplemented:
             del scope[recorded:]  # what the attempt recorded before it failed
             return Inlined(self._under_autograd(symbol, args, kwargs, error, source))
         return Inlined(out)
+
+    # Note [A Function whose forward reads values]
+    # A user's ``autograd.Function`` whose forward reads its input's values (``n = sum(v > 0 for v in
+    # x.tolist())``) with inputs that require grad was run natively on the proxies as a composite: its
+    # forward's ops were recorded in its place and differentiated, so the gradient was derived from them
+    # (``x * n`` gave ``2 * n`` where the user's backward gives 2: a wrong answer on the calls where n
+    # was not 1), and a forward building a tensor from the values raised 'Could not infer dtype of
+    # NumberProxy'. A Function is never such a composite: it runs under torch's autograd on every call
+    # (``_under_autograd``), its own backward the node's, its outputs' shapes checked.
 
     # Note [One mask, one count]
     # ``a = x[mask]; b = y[mask]`` indexes twice through the coordinates of the mask's true elements

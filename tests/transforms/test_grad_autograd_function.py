@@ -285,3 +285,53 @@ def test_a_logging_torch_function_counts_as_eagerly_around_a_function(fn, requir
             want.sum().backward()
             torch.testing.assert_close(x.grad, ex.grad)
     assert jitcore.cache_hits(jf) >= 1
+
+
+class _Positives(torch.autograd.Function):
+    """A forward that reads its input's values: the output's length is the number of positives."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.n = x.numel()
+        return torch.tensor([v for v in x.tolist() if v > 0] + [0.0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.full((ctx.n,), grad.sum().item())
+
+
+class _ScaledByCount(torch.autograd.Function):
+    """A forward that scales by a count of its values, with a backward that does not."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * len([v for v in x.tolist() if v > 0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("function", [_Positives, _ScaledByCount], ids=["value_shaped", "count"])
+def test_a_forward_that_reads_values_keeps_its_backward(function, requires_grad):
+    """A Function whose forward reads values, with inputs requiring grad: its forward's ops were
+    recorded in its place and differentiated (a gradient of ``2 * n`` where the user's backward gives 2)
+    or tracing raised 'Could not infer dtype of NumberProxy' (Note [A Function whose forward reads
+    values], jit/value_reads.py). Values, ``requires_grad`` and gradients as eagerly, over inputs with
+    different counts of positives."""
+
+    def f(x):
+        return function.apply(x) * 2
+
+    jf = jitcore.jit(f)
+    for seed in range(5):
+        x = torch.randn(3, generator=torch.Generator().manual_seed(seed), requires_grad=requires_grad)
+        ex = x.detach().clone().requires_grad_(requires_grad)
+        got, want = jf(x), f(ex)
+        torch.testing.assert_close(got, want)
+        assert got.requires_grad == want.requires_grad
+        if requires_grad:
+            got.sum().backward()
+            want.sum().backward()
+            torch.testing.assert_close(x.grad, ex.grad)
