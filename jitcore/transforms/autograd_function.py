@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optree
@@ -281,24 +281,17 @@ def _zero_inner(inner: torch.Tensor) -> torch.Tensor:
 # describes the value's structure, so the zero gradient keeps the input's.
 
 
-AUTOGRAD_FUNCTION = Symbol(
-    id="torch.autograd.Function.apply",
-    name="autograd_function_apply",
-    langctx="torch",
-    fn=run_autograd_function,
-    path="jitcore.transforms.autograd_function.run_autograd_function",
-    meta=_forward,
-    tags=frozenset({"autograd_function"}),
-)
-AUTOGRAD_FUNCTION_WITHOUT_SUBCLASS_FUNCTIONS = Symbol(
-    id="torch.autograd.Function.apply without subclass torch functions",
-    name="autograd_function_apply",
-    langctx="torch",
-    fn=run_autograd_function_without_subclass_functions,
-    path="jitcore.transforms.autograd_function.run_autograd_function_without_subclass_functions",
-    meta=_forward,
-    tags=frozenset({"autograd_function"}),
-)
+def _apply_symbol(symbol_id: str, fn: Callable[..., Any]) -> Symbol:
+    """A symbol of ``Function.apply``: the forward interpreted as its meta, ``fn`` how it runs."""
+    return Symbol(id=symbol_id, name="autograd_function_apply", langctx="torch", fn=fn,
+                  path=f"jitcore.transforms.autograd_function.{fn.__name__}", meta=_forward,
+                  tags=frozenset({"autograd_function"}))
+
+
+AUTOGRAD_FUNCTION = _apply_symbol("torch.autograd.Function.apply", run_autograd_function)
+AUTOGRAD_FUNCTION_WITHOUT_SUBCLASS_FUNCTIONS = _apply_symbol(
+    "torch.autograd.Function.apply without subclass torch functions",
+    run_autograd_function_without_subclass_functions)
 
 
 def apply_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:

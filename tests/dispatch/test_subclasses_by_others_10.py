@@ -155,6 +155,21 @@ FUNCTIONS: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
 }
 
 
+def _eager_and_jitted(program: Callable[..., Any], jitted: Callable[..., Any],
+                      make: Callable[[], tuple]) -> tuple[Any, Any, tuple, tuple]:
+    """``program`` eagerly and ``jitted`` on equal fresh arguments (the same seed before each ``make``),
+    an eager entry's warning silenced: (got, expected, the jitted call's arguments, the eager one's)."""
+    torch.manual_seed(0)
+    eager_args = make()
+    expected = program(*eager_args)
+    torch.manual_seed(0)
+    jit_args = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = jitted(*jit_args)
+    return got, expected, jit_args, eager_args
+
+
 @pytest.mark.parametrize("name", list(FUNCTIONS))
 def test_a_numpy_function_with_inputs_requiring_grad_runs_eagerly(name: str) -> None:
     """Note [A Function's forward that needs values] (transforms/autograd_function.py): torch's
@@ -164,14 +179,7 @@ def test_a_numpy_function_with_inputs_requiring_grad_runs_eagerly(name: str) -> 
     program, make = FUNCTIONS[name]
     jitted = jitcore.jit(program)
     for _ in range(2):
-        torch.manual_seed(0)
-        eager_args = make()
-        expected = program(*eager_args)
-        torch.manual_seed(0)
-        jit_args = make()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            got = jitted(*jit_args)
+        got, expected, jit_args, eager_args = _eager_and_jitted(program, jitted, make)
         assert_same_values(got, expected)
         for a, e in zip(jit_args, eager_args):
             if isinstance(e, torch.Tensor):
@@ -334,14 +342,7 @@ def test_a_flag_change_of_a_subclass_input_is_eagers(name: str) -> None:
     program, make = FLAG_CHANGES[name]
     jitted = jitcore.jit(program)
     for _ in range(2):
-        torch.manual_seed(0)
-        eager_args = make()
-        expected = program(*eager_args)
-        torch.manual_seed(0)
-        jit_args = make()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            got = jitted(*jit_args)
+        got, expected, jit_args, eager_args = _eager_and_jitted(program, jitted, make)
         assert_same_values(got, expected)
         assert [a.requires_grad for a in jit_args] == [a.requires_grad for a in eager_args]
     assert "JC-J002" in str(jitted.fallback_reason)
