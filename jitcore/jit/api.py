@@ -181,8 +181,9 @@ class JittedFunction:
         if entry.eager_reason is not None:
             return self.fn(*args, **kwargs)
         inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
+        computation = _without_torch_function(entry.computation) if entry.plain_data else entry.computation
         try:
-            result = entry.computation(*inputs)
+            result = computation(*inputs)
         except ValueCheckFailed as failed:  # the probe and the computation disagree: not reproducible
             if failed.site.varies:  # the clock moved on since tracing (jit/nondeterministic.py): eager's
                 return self.fn(*args, **kwargs)  # answer for this call (its writes and draws were undone)
@@ -263,11 +264,7 @@ class JittedFunction:
                 computation = _without_grad(computation)  # Note [A graph no output reaches]
         prologue = self._finish_prologue(_prologue_of(program.prologue, grad, inputs))
         self.last_prologue = prologue
-        plain_data = _runs_torch_function(program)
-        if plain_data:
-            computation = _without_torch_function(
-                computation
-            )  # recorded on the data: jitcore/proxies/typed.py
+        plain_data = _runs_torch_function(program)  # recorded on the data: jitcore/proxies/typed.py
         effects = program.effects
         post = (
             computation if effects is None else _identity

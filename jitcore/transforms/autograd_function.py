@@ -94,9 +94,7 @@ def subclass_functions_disabled() -> Iterator[None]:
     resolved while tracing; a Function's forward called natively in it runs with them on again when
     the caller had them on (Note [The torch-function state of a Function's forward])."""
     was = _DISABLED_BY_JITCORE.flag
-    # on when the caller has them on, or when jitcore's own disabling is what the caller has (the
-    # entry's fast path and its computation are each wrapped)
-    _DISABLED_BY_JITCORE.flag = was or torch._C._is_torch_function_enabled()  # noqa: SLF001
+    _DISABLED_BY_JITCORE.flag = torch._C._is_torch_function_enabled()  # noqa: SLF001 - the caller's state
     try:
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
             yield
