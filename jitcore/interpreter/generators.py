@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING
 from jitcore.interpreter.errors import JitcoreInterpreterError
 from jitcore.interpreter.loop import unwind
 from jitcore.interpreter.run import ACTIVE
-from jitcore.interpreter.tracebacks import strip_internal
+from jitcore.interpreter.tracebacks import add_frame, strip_internal
 
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["FRAME_ATTRIBUTES", "GENERATOR_TYPES", "AsyncGenWrapped", "frame_attribute", "make_generator"]
+__all__ = ["FRAME_ATTRIBUTES", "GENERATOR_TYPES", "AsyncGenWrapped", "frame_attribute", "make_generator",
+           "throw_"]
 
 _RESUME = "RESUME"
 
@@ -406,6 +407,49 @@ def frame_attribute(gen: object, name: str) -> object:
 
 
 NOT_INTERPRETED = _NOT_INTERPRETED
+
+
+# Note [A throw into a generator not started]
+# ``gen.throw(exc)`` before the first ``next`` raises ``exc`` in the generator's frame at its start, so
+# CPython's traceback has the generator's entry at its ``def`` line (its ``f_locals`` the arguments), and on
+# 3.11 a StopIteration thrown there becomes PEP 479's RuntimeError whose ``__cause__`` has that entry. An
+# interpreted generator's driver never runs its code then: the exception gets the driver's entry only, which
+# is stripped as internal (or, on the StopIteration under the RuntimeError, shown as ``generators.py``). A
+# call of ``throw`` made by interpreted code (the lookaside below) gives each exception that came out of the
+# driver's frame (its traceback holds the driver's entry: not an argument error raised before the frame
+# ran) the generator's entry instead. A native caller of ``throw`` still sees the driver's entry.
+def throw_(gen: object, *args: object) -> object:
+    """``generator.throw``/``coroutine.throw`` called by interpreted code (Note [A throw into a generator
+    not started])."""
+    frame = _unstarted_frame(gen)
+    if frame is None:
+        return gen.throw(*args)
+    try:
+        return gen.throw(*args)
+    except BaseException as e:
+        for exc in (e, e.__cause__):
+            if exc is not None and _has_driver_entry(exc.__traceback__):
+                add_frame(frame, exc, always=True, leaving=True)
+        raise
+
+
+def _unstarted_frame(gen: object) -> Frame | None:
+    """The interpreted frame of ``gen`` if it is an interpreted generator or coroutine not started yet."""
+    if type(gen) is types.GeneratorType:
+        native, code, started = gen.gi_frame, gen.gi_code, gen.gi_running or gen.gi_suspended
+    else:
+        native, code, started = gen.cr_frame, gen.cr_code, gen.cr_running or gen.cr_suspended
+    if native is None or started or id(code) not in _DRIVEN_CODES:
+        return None
+    return native.f_locals.get("frame")
+
+
+def _has_driver_entry(tb: types.TracebackType | None) -> bool:
+    while tb is not None:
+        if id(tb.tb_frame.f_code) in _DRIVEN_CODES:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 @functools.cache

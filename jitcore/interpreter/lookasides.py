@@ -50,6 +50,7 @@ from jitcore.interpreter.calls import call, run_class_body
 from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
+from jitcore.interpreter.generators import throw_
 from jitcore.interpreter.protocols import truth
 from jitcore.interpreter.run import current_run
 
@@ -648,6 +649,8 @@ def builtin_lookasides() -> dict[object, Callable]:
             builtins.__build_class__: build_class,
             FunctionType: function_,
             sys.settrace: _refuse_tracing("settrace"),
+            types.GeneratorType.throw: throw_,  # Note [A throw into a generator not started]
+            types.CoroutineType.throw: throw_,
             sys.setprofile: _refuse_tracing("setprofile"),
         }
         # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ and register (which

@@ -502,3 +502,49 @@ def test_an_exception_leaving_through_a_handler_has_the_frames_final_locals() ->
         return out
 
     check(f)
+
+
+def test_a_throw_into_a_generator_not_started_has_its_entry() -> None:
+    """``gen.throw(exc)`` into an interpreted generator or coroutine not started yet raised ``exc`` without
+    the generator's traceback entry (CPython's is at its ``def`` line, its frame's locals the arguments), and
+    on 3.11 the StopIteration under PEP 479's RuntimeError showed jitcore's ``generators.py``. An argument
+    error (``throw(1)``) has no entry and leaves the generator startable (Note [A throw into a generator not
+    started])."""
+
+    def f() -> list[object]:
+        def gen(a, b=2):
+            yield a + b
+
+        async def coroutine(a):
+            return a
+
+        def entries(e):
+            return [(name, line - f.__code__.co_firstlineno, file.endswith(".py")) for file, line, name, _ in
+                    __import__("traceback").extract_tb(e.__traceback__)]
+
+        out: list[object] = []
+        for make, thrown in ((lambda: gen(1), ValueError("v")), (lambda: coroutine(5), KeyError("k")),
+                             (lambda: (i for i in [1]), TypeError), (lambda: gen(1), StopIteration)):
+            g = make()
+            try:
+                g.throw(thrown)
+            except BaseException as e:  # noqa: BLE001 - compared with CPython's
+                out.append((type(e).__name__, entries(e)))
+                for exc in (e, e.__cause__):
+                    tb = exc.__traceback__ if exc is not None else None
+                    while tb is not None and tb.tb_next is not None:
+                        tb = tb.tb_next
+                    if tb is not None and tb.tb_frame.f_code.co_name != "f":
+                        out.append(sorted(tb.tb_frame.f_locals))
+                if e.__cause__ is not None:
+                    out.append(entries(e.__cause__))
+            out.append(getattr(g, "gi_frame", None) or getattr(g, "cr_frame", None))
+        g = gen(3)
+        try:
+            g.throw(1)
+        except TypeError as e:
+            out.append(entries(e))
+        out.append(next(g))
+        return out
+
+    check(f)
