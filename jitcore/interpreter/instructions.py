@@ -183,6 +183,7 @@ _YIELD_STATEMENT_END = "RESUME+POP_TOP"
 # its argument to tell a suspended ``yield from``/``await`` from a plain ``yield``.
 _DROPPED = frozenset(dis.opmap[name] for name in ("PRECALL", "EXTENDED_ARG", "NOP") if name in dis.opmap)
 _RESUME = dis.opmap["RESUME"]
+_CACHE = dis.opmap["CACHE"]
 
 
 def _dropped(ins: Any) -> bool:  # a dis.Instruction
@@ -213,13 +214,17 @@ def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, i
         if _dropped(ins):
             continue
         argval = ins.argval
+        opcode, opname = ins.opcode, ins.opname
+        if opcode == _CACHE and dis.opname[code._co_code_adaptive[ins.offset]][0] == "<":
+            opcode = code._co_code_adaptive[ins.offset]  # Note [Unknown opcodes] in registry.py
+            opname = dis.opname[opcode]
         if ins.opcode in _JUMPS:
             argval = index_of[ins.argval]
             if ins.opcode == _FOR_ITER:
                 argval += _FOR_ITER_SKIP
         pos = ins.positions
         out.append(
-            Instruction(ins.opcode, ins.opname, ins.arg, argval, ins.offset, len(out),
+            Instruction(opcode, opname, ins.arg, argval, ins.offset, len(out),
                         pos.lineno, pos.end_lineno, pos.col_offset, pos.end_col_offset)
         )
     return out, index_of

@@ -129,10 +129,35 @@ def _make_unsupported(opname: str, reason: str) -> Handler:
 
 
 def _make_unknown(opname: str) -> Handler:
+    if opname.startswith("<"):
+        return _unknown_opcode
+
     def handler(frame: Frame, inst: Instruction) -> None:
         raise InterpreterError(f"no handler for opcode {opname}", frame.where())
 
     return handler
+
+
+# Note [Unknown opcodes]
+# A byte that is no opcode of this Python (a code object made by ``code.replace(co_code=...)``) reaches
+# CPython's eval loop, which raises SystemError when it gets there: "unknown opcode" on 3.11 (after printing
+# "XXX lineno: N, opcode: OP" to the process's stderr), "FILE:LINE: unknown opcode OP" on 3.13. ``dis``
+# decodes such a byte as CACHE (opcode 0, never an instruction otherwise; ``co_code`` shows 0 too), so
+# decoding takes the byte itself back from ``_co_code_adaptive`` where that is no opcode's, and its handler
+# raises as CPython does (test_code's test_invalid_bytecode on 3.13). CPython's frame has not moved on to
+# the byte (no instruction's prologue ran): the error, its message's line and the frame's traceback entry are
+# at the instruction before it. (Where that is the function's first RESUME, CPython adds no entry: the frame
+# is not "complete" yet; here the entry is at the byte.)
+def _unknown_opcode(frame: Frame, inst: Instruction) -> None:
+    if inst.index:
+        frame.index = inst.index  # the traceback entry's instruction is the one before ``frame.index``
+    lineno = frame.position().lineno if inst.index else frame.code.co_firstlineno
+    if _VERSION >= (3, 12):
+        raise SystemError(f"{frame.code.co_filename}:{lineno}: unknown opcode {inst.opcode}")
+    import os
+
+    os.write(2, f"XXX lineno: {lineno}, opcode: {inst.opcode}\n".encode())
+    raise SystemError("unknown opcode")
 
 
 # Note [Fused instructions]

@@ -130,9 +130,6 @@ KNOWN_FAILURES_313: dict[str, str] = {
     "test.test_code.CodeTest.test_code_equal_with_instrumentation":
         "sets f_trace_opcodes on sys._getframe()'s frame proxy (frame tracing is not emitted for interpreted "
         "frames)",
-    "test.test_code.CodeTest.test_invalid_bytecode":
-        "runs a function whose first opcode is the unknown 229: CPython raises SystemError('unknown opcode "
-        "229'), the interpreter refuses it with UnsupportedConstruct (its decoding names it CACHE)",
     "test.test_warnings.CWarnTests.test_skip_file_prefixes":
         "warn() of a _warnings module imported afresh (import_fresh_module) is not the builtin the warnings "
         "lookaside is keyed by: it runs natively and blames the interpreter's frame",

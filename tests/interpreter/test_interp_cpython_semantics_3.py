@@ -548,3 +548,29 @@ def test_a_throw_into_a_generator_not_started_has_its_entry() -> None:
         return out
 
     check(f)
+
+
+def test_an_unknown_opcode_raises_cpythons_system_error() -> None:
+    """A function whose code holds a byte that is no opcode (``code.replace(co_code=...)``, test_code's
+    test_invalid_bytecode on 3.13) raised jitcore's UnsupportedConstruct naming CACHE (``dis`` decodes the
+    byte so); CPython raises SystemError when it reaches it (Note [Unknown opcodes])."""
+
+    def f() -> list[object]:
+        def foo():
+            a = 1
+            return a
+
+        assert __import__("dis").opname[229] == "<229>"
+        code = foo.__code__.co_code  # RESUME, LOAD_CONST, STORE_FAST, then 229 for LOAD_FAST
+        foo.__code__ = foo.__code__.replace(co_code=code[:6] + bytes([229]) + code[7:])
+        try:
+            foo()
+        except SystemError as e:
+            tb = e.__traceback__
+            while tb.tb_next is not None:
+                tb = tb.tb_next
+            return [str(e).replace(__file__, "FILE"), tb.tb_frame.f_code.co_name,
+                    tb.tb_lineno - f.__code__.co_firstlineno]
+        return []
+
+    check(f)
