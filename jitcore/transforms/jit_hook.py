@@ -103,10 +103,19 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     trace, prologue = program.trace, program.prologue
     subclass_inputs = _subclass_inputs(program)
     flags = [(proxy, requires_grad) for proxy, _path, requires_grad in subclass_inputs]
-    _refuse_flag_changes_of_subclass_inputs(trace, flags)
+    runs_pass_1 = not involves_subclasses(trace)  # pass 1 can run as it is, under torch's autograd
+    if _changes_an_input_flag(program):  # Note [requires_grad_ on an input]
+        if runs_pass_1:
+            return GradStage(None)
+        if not pass_1_runs(trace, program.subclass_inputs):
+            raise EagerOnlyValue(
+                "requires_grad_() or detach_() on an input changes the caller's requires_grad flag, in a "
+                "program whose calls use values only their resolution made: that change is not traced",
+                hints=("set requires_grad on the input before calling the jitted function",),
+            )
+        return GradStage(None, pass_1=True)
     if not needs_grad(trace, flags):
         return GradStage(None, without_graph=reaches_no_graph(trace, flags))
-    runs_pass_1 = not involves_subclasses(trace)  # pass 1 can run as it is, under torch's autograd
     if _through_leaves_made_inside(trace, program.subclass_inputs, flags):  # Note [Leaves made inside ...]
         if runs_pass_1:
             return GradStage(None)
@@ -238,32 +247,50 @@ def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool
             for proxy, path in program.subclass_inputs if id(proxy) in used]
 
 
-# Note [requires_grad_ on a subclass input]: eagerly ``x.requires_grad_()`` on a caller's wrapper sets
-# the caller's object's flag, and the values computed from ``x`` then require grad; ``x.detach_()``
-# clears it. The grad transform takes a subclass input's flag from the caller's object as the call
-# found it, so such a call lost the change (outputs that did not require grad, the caller's ``x``
-# unchanged). It runs eagerly (JC-J002) instead.
+# Note [requires_grad_ on an input]
+# Eagerly ``x.requires_grad_()`` on a caller's tensor sets the caller's flag from that point on: the
+# values computed from ``x`` after it require grad, those computed before do not (``y = x * 2;
+# x.requires_grad_(); return y, x * 3``: ``y`` has no grad_fn, and a backward through ``x.sin()``
+# before it reaches nothing). ``x.detach_()`` and ``requires_grad_(False)`` clear it, from that point
+# on too. The grad transform replays pass 1 with one flag per input for the whole program: a plain
+# input's as the call ends (its shadow carries the change; ``GradTraces.input_flags`` sets it on the
+# caller's tensor), a subclass input's as it begins (its tensor guard). So the values computed before
+# a plain input's change got the later flag (``y`` required grad, and ``x.grad`` took the derivative
+# of ``x.sin()`` too: wrong answers), and a subclass input's change was lost (outputs without grad,
+# the caller's flag unchanged). Such a call runs pass 1 under torch's autograd instead, where the
+# record runs on the caller's tensor in its place: as it is for plain programs, with its subclass
+# inputs taken whole (``GradStage.pass_1``) for subclass programs, and eagerly (JC-J002) where pass 1
+# cannot run so. A plain input's change before any use of it (an FGSM step's ``x.requires_grad_()``,
+# a frozen parameter's ``requires_grad_(False)`` at the top of a step) keeps the grad transform: one
+# flag is eager's there. The flag in the tensor guard keeps the entry to calls that find the caller's
+# flag as this one did.
 _FLAG_SETTERS = (torch.Tensor.requires_grad_, torch.Tensor.detach_, torch.detach_)
 
 
-def _refuse_flag_changes_of_subclass_inputs(trace: Trace,
-                                            flags: list[tuple[SubclassTensorProxy, bool]]) -> None:
-    """Raise EagerOnlyValue where the program changes a subclass input's ``requires_grad`` (Note
-    [requires_grad_ on a subclass input])."""
-    found = {id(proxy): requires_grad for proxy, requires_grad in flags}
+def _changes_an_input_flag(program: Any) -> bool:
+    """Whether the program changes the ``requires_grad`` flag of one of its tensor inputs where the
+    grad transform's one flag per input would not be eager's: any change of a subclass input's, a
+    plain input's after a call used it (Note [requires_grad_ on an input])."""
+    trace = program.trace
+    specs = {g.path: g.expected for g in program.prologue.guards if g.kind == "tensor"}
+    plain = [(a, path) for a, path in zip(trace.args, program.prologue.inputs) if isinstance(a, TensorProxy)]
+    flags = {id(proxy): bool(getattr(specs.get(path), "requires_grad", False))
+             for proxy, path in [*plain, *program.subclass_inputs]}
+    subclass = {id(proxy) for proxy, _path in program.subclass_inputs}
+    used: set[int] = set()
     for bsym in trace.bound_symbols:
-        if bsym.symbol.fn not in _FLAG_SETTERS or not bsym.args or id(bsym.args[0]) not in found:
+        if bsym.symbol.fn not in _FLAG_SETTERS or not bsym.args or id(bsym.args[0]) not in flags:
+            used.update(id(v) for v in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True))
             continue
+        target = id(bsym.args[0])
+        wanted = False
         if bsym.symbol.fn is torch.Tensor.requires_grad_:
             wanted = bool(bsym.args[1] if len(bsym.args) > 1 else bsym.kwargs.get("requires_grad", True))
-        else:
-            wanted = False
-        if wanted != found[id(bsym.args[0])]:
-            raise EagerOnlyValue(
-                f"{bsym.symbol.name}() on a tensor-subclass input changes the caller's requires_grad flag, "
-                "which the traced computation takes as the call found it",
-                hints=("set requires_grad on the input before calling the jitted function",),
-            )
+        if wanted != flags[target] and (target in subclass or target in used):
+            return True
+        flags[target] = wanted
+        used.add(target)  # a second change of it is one after a use, as far as the transform knows
+    return False
 
 
 # Note [Leaves made inside under autograd]

@@ -322,27 +322,57 @@ def test_values_of_leaves_made_inside_after_a_backward_inside(name: str) -> None
 
 
 # --- requires_grad_() / detach_() on a subclass input ----------------------------------------------------
-# Note [requires_grad_ on a subclass input] (transforms/jit_hook.py): the change was lost (outputs that did
-# not require grad, the caller's flag unchanged); the call runs eagerly (JC-J002).
+# Note [requires_grad_ on an input] (transforms/jit_hook.py): the change was lost (outputs that did not
+# require grad, the caller's flag unchanged); later it ran eagerly (JC-J002). Pass 1 now runs under torch's
+# autograd with the caller's TwoTensor taken whole, so values computed before the change keep the old flag.
 
 def _two() -> torch.Tensor:
     return TwoTensor(torch.randn(3), torch.randn(3))
+
+
+def _used_then_flagged(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x.sin()
+    x.requires_grad_()
+    return y, x.cos() * 2
+
+
+def _used_then_detached(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x * w
+    x.detach_()
+    return y, x * w
 
 
 FLAG_CHANGES: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
     "requires_grad_": (lambda x: (x.requires_grad_() * 2).sum(), lambda: (_two(),)),
     "requires_grad_returned": (lambda x: x.requires_grad_(), lambda: (_two(),)),
     "detach_": (lambda x: x.detach_() * 2, lambda: (TwoTensor(_leaf(3), _leaf(3)).requires_grad_() * 1,)),
+    "used_then_flagged": (_used_then_flagged, lambda: (_two(),)),
+    "used_then_detached": (_used_then_detached, lambda: (_two().requires_grad_(), _leaf(3))),
+    "flagged_under_no_grad": (torch.no_grad()(_used_then_flagged), lambda: (_two(),)),
 }
 
 
+def _backward_of_outputs(out: Any, args: tuple) -> list[Any]:
+    """The gradients a backward of the outputs that require grad leaves on the arguments, and their flags."""
+    outputs = out if isinstance(out, tuple) else (out,)
+    total = sum(o.sum() for o in outputs if o.requires_grad)
+    if isinstance(total, torch.Tensor):
+        total.backward()
+    return [(a.requires_grad, a.grad) for a in args]
+
+
 @pytest.mark.parametrize("name", list(FLAG_CHANGES))
-def test_a_flag_change_of_a_subclass_input_is_eagers(name: str) -> None:
-    """Outputs (``requires_grad`` included) and the caller's input after the call are eager's."""
+def test_a_flag_change_of_a_subclass_input_is_traced_as_eagerly(name: str) -> None:
+    """Outputs (``requires_grad`` included), the caller's flags after the call and the gradients of a
+    backward outside are eager's; the call is traced (a cache hit the second time)."""
     program, make = FLAG_CHANGES[name]
     jitted = jitcore.jit(program)
     for _ in range(2):
         got, expected, jit_args, eager_args = _eager_and_jitted(program, jitted, make)
         assert_same_values(got, expected)
-        assert [a.requires_grad for a in jit_args] == [a.requires_grad for a in eager_args]
-    assert "JC-J002" in str(jitted.fallback_reason)
+        for (got_flag, got_grad), (flag, grad) in zip(_backward_of_outputs(got, jit_args),
+                                                      _backward_of_outputs(expected, eager_args)):
+            assert got_flag == flag
+            assert_same_values(got_grad, grad)
+    assert jitted.fallback_reason is None
+    assert jitcore.cache_hits(jitted) == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -124,3 +125,59 @@ def test_a_flag_toggled_by_attribute_on_the_parameters_a_loop_yields():
         assert got[0].requires_grad == want[0].requires_grad and got[1] == want[1]
         assert _flags(jit_model) == _flags(eager_model)
     assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (2, 2)
+
+
+# Note [requires_grad_ on an input] (jitcore/transforms/jit_hook.py): a change after a use of the input.
+def _sin_then_flagged(x):
+    y = x.sin()
+    x.requires_grad_()
+    return (y + x.cos()).sum(), y
+
+
+def _used_then_flagged_with_a_weight(x, w):
+    y = x * w
+    x.requires_grad = True
+    return y, x * 3
+
+
+def _used_then_unflagged(x, w):
+    y = x * 2
+    x.requires_grad_(False)
+    return y, x * w
+
+
+def _leaf():
+    return torch.randn(3, requires_grad=True)
+
+
+CHANGED_AFTER_A_USE = {
+    "sin_then_flagged": (_sin_then_flagged, lambda: (torch.randn(3),)),
+    "used_then_flagged_with_a_weight": (
+        _used_then_flagged_with_a_weight, lambda: (torch.randn(3), torch.randn(3, requires_grad=True))),
+    "used_then_unflagged": (_used_then_unflagged, lambda: (_leaf(), _leaf())),
+}
+
+
+@pytest.mark.parametrize("name", list(CHANGED_AFTER_A_USE))
+def test_values_computed_before_a_flag_change_keep_the_old_flag(name):
+    """The outputs' ``requires_grad``, the gradients of a backward outside and the caller's flags are
+    eager's: the grad transform gave the values computed before the change the later flag (``y``
+    required grad where eager's does not, ``x.grad`` took ``cos(x)`` from ``x.sin()`` too)."""
+    program, make = CHANGED_AFTER_A_USE[name]
+    jf = jitcore.jit(program)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        eager_args = make()
+        torch.manual_seed(seed)
+        jit_args = make()
+        want, got = program(*eager_args), jf(*jit_args)
+        assert [o.requires_grad for o in got] == [o.requires_grad for o in want]
+        torch.testing.assert_close(got, want)
+        for outputs in (got, want):
+            sum(o.sum() for o in outputs if o.requires_grad).backward()
+        assert [a.requires_grad for a in jit_args] == [a.requires_grad for a in eager_args]
+        for a, e in zip(jit_args, eager_args):
+            assert (a.grad is None) == (e.grad is None)
+            if e.grad is not None:
+                torch.testing.assert_close(a.grad, e.grad)
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 2)
