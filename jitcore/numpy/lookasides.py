@@ -18,6 +18,7 @@ import torch._numpy as tnp
 import torch._numpy._util as tnp_util
 
 from jitcore.dispatch.lookasides import as_subclass
+from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
 from jitcore.interpreter import current_run
 from jitcore.interpreter.calls import call_function, opaque
 from jitcore.ir import tree_has
@@ -120,8 +121,17 @@ def convert_to_tensor(data: Any) -> Any:
     return run.call(torch.as_tensor, data, dtype=dtype)
 
 
-def tensor_numpy(provenance: Any, tensor: Any, *, force: bool = False) -> Any:
-    """``tensor.numpy()``: the wrapper over the tensor (sharing it, as NumPy shares memory)."""
+def tensor_numpy(provenance: Any, tensor: Any, **kwargs: Any) -> Any:
+    """``tensor.numpy()``: the wrapper over the tensor (sharing it, as NumPy shares memory); for a
+    tensor whose class has a ``__torch_function__``, what that answers (Note [numpy() through a
+    class's __torch_function__])."""
+    if isinstance(tensor, TensorProxy):
+        answered = handle_torch_function(torch.Tensor.numpy, (tensor,), (tensor,), kwargs)
+        if answered is not NO_OVERRIDE:
+            return answered
+    force = kwargs.pop("force", False)
+    if kwargs:
+        raise TypeError(f"numpy() got an unexpected keyword argument '{next(iter(kwargs))}'")
     if isinstance(tensor, SubclassTensorProxy) or _has_python_dispatch(tensor):
         raise RuntimeError(".numpy() is not supported for tensor subclasses.")
     if not isinstance(tensor, TensorProxy):
@@ -139,6 +149,12 @@ def tensor_numpy(provenance: Any, tensor: Any, *, force: bool = False) -> Any:
     return wrap(tensor.detach() if force and tensor.requires_grad else tensor)
 
 
+# Note [numpy() through a class's __torch_function__]
+# Eagerly ``x.numpy()`` on an instance of a class with a ``__torch_function__`` of its own hands that
+# method ``Tensor.numpy`` (with ``force=`` where the call passed it) first; the array is what it
+# returns (through ``super().__torch_function__``: the method again, with subclass torch functions
+# off). The bridge's lookaside took the call before the class saw it: a class that logs, refuses or
+# answers ``numpy()`` itself was skipped. It now asks the class first, as torch's own check does.
 def _has_python_dispatch(tensor: Any) -> bool:
     """Whether a tensor the program holds (not traced) is one torch's ``numpy()`` refuses: an instance
     of a subclass with a ``__torch_dispatch__`` of its own."""
