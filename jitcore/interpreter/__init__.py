@@ -49,6 +49,9 @@ from jitcore.interpreter.frame import Frame, Position
 from jitcore.interpreter.hooks import Hooks
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.run import Run, active_runs, current_run
+from jitcore.interpreter.warnings_from_c import install as _install_warning_locations
+
+_install_warning_locations()  # Note [Warnings issued by C code]
 
 __all__ = [
     "SUPPORTED_VERSIONS",

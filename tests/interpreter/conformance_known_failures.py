@@ -115,18 +115,6 @@ KNOWN_FAILURES_313: dict[str, str] = {
     ),
     "test.test_call.TestRecursion.test_super_deep":
         "each interpreted call uses several native frames, so RecursionError comes at a different depth",
-    # --- warnings raised where C code calls Python natively name the interpreter's frame
-    **dict.fromkeys(
-        (
-            "test.test_functools.TestPartialC.test_partial_as_method",
-            "test.test_functools.TestPartialCSubclass.test_partial_as_method",
-        ),
-        "functools.partial's FutureWarning as a method is raised by its C __get__: its file is the "
-        "innermost native frame's, the interpreter's",
-    ),
-    "test.test_typing.InternalsTests.test_collect_parameters":
-        "typing's module __getattr__ (PEP 562) is called by C natively, so its DeprecationWarning's "
-        "stacklevel counts native frames: the interpreter's",
     "test.test_code.CodeTest.test_code_equal_with_instrumentation":
         "sets f_trace_opcodes on sys._getframe()'s frame proxy (frame tracing is not emitted for interpreted "
         "frames)",

@@ -574,3 +574,42 @@ def test_an_unknown_opcode_raises_cpythons_system_error() -> None:
         return []
 
     check(f)
+
+
+def test_a_warning_c_code_issues_names_the_interpreted_line() -> None:
+    """A warning C code issues for interpreted code (``bool(NotImplemented)``, ``__index__``/``__int__``/
+    ``__float__`` returning a strict subclass; on 3.13 test_functools' ``test_partial_as_method`` and
+    test_typing's ``test_collect_parameters``) was recorded and shown at jitcore's file and line, the
+    innermost native frame's: ``assertWarns``' ``cm.filename`` was not the caller's file (Note [Warnings
+    issued by C code])."""
+
+    def f() -> list[object]:
+        class Index:
+            def __index__(self):
+                return True
+
+        class Int:
+            def __int__(self):
+                return True
+
+        class Float:
+            def __float__(self):
+                return type("Sub", (float,), {})(1.5)
+
+        shown: list[object] = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            values = [bool(NotImplemented), [1, 2][Index()], int(Int()), float(Float())]
+            if NotImplemented:
+                values.append("truthy")
+            warnings.warn("from Python", stacklevel=1)
+            original, warnings.showwarning = warnings.showwarning, lambda *args: shown.append(args[2:4])
+            try:
+                values.append(not NotImplemented)
+            finally:
+                warnings.showwarning = original
+        first = f.__code__.co_firstlineno
+        return [values, [(w.category.__name__, str(w.message)[:30], w.filename == __file__, w.lineno - first)
+                         for w in caught], [(name == __file__, line - first) for name, line in shown]]
+
+    check(f)
