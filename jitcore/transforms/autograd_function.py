@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import threading
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,7 +36,9 @@ from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.typed import is_plain_subclass
 
-__all__ = ["AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_function"]
+__all__ = [
+    "AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_function", "with_cells_mapped",
+]
 
 
 def run_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -49,6 +52,46 @@ def run_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
             return cls.apply(*args, **kwargs)
     finally:
         _DISABLED_BY_JITCORE.flag = True
+
+
+# Note [A Function class whose methods close over the program's values]
+# A Function class the program defines per call closes over the program's values: MaskedTensor's
+# ``get_data`` defines ``GetData`` inside it, and its ``backward`` builds ``MaskedTensor(grad_output,
+# self.get_mask())`` from the ``self`` of that call. Defined while interpreting, the cell holds pass
+# 1's proxy, whose shadow belongs to pass 1's fake mode; the grad transform's replay ran the backward on
+# its own shadows, and torch raised "Mixing fake modes NYI" while the backward was derived, so every
+# backward() through the entry raised where eager computes. The replay applies a subclass of the
+# Function whose methods' cells hold the replay's values in place of pass 1's proxies (the user's class
+# is left as it is).
+_FUNCTION_METHODS = ("forward", "backward", "setup_context", "vjp", "jvp")
+
+
+def with_cells_mapped(cls: type, value_of: Callable[[Any], Any]) -> type:
+    """``cls``, or a subclass of it whose methods close over ``value_of(v)`` where ``cls``'s close over
+    a traced value ``v`` (Note [A Function class whose methods close over the program's values])."""
+    replaced: dict[str, Any] = {}
+    for name in _FUNCTION_METHODS:
+        method = vars(cls).get(name)
+        fn = getattr(method, "__func__", method)
+        cells = getattr(fn, "__closure__", None)
+        if not cells or not any(_traced_cell(c) for c in cells):
+            continue
+        closure = tuple(
+            types.CellType(value_of(c.cell_contents)) if _traced_cell(c) else c for c in cells)
+        copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+        copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+        replaced[name] = staticmethod(copy) if isinstance(method, staticmethod) else copy
+    if not replaced:
+        return cls
+    return type(cls.__name__, (cls,), {**replaced, "__qualname__": cls.__qualname__,
+                                       "__module__": cls.__module__})
+
+
+def _traced_cell(cell: types.CellType) -> bool:
+    try:
+        return isinstance(cell.cell_contents, TensorProxy)
+    except ValueError:  # an empty cell
+        return False
 
 
 def run_autograd_function_without_subclass_functions(cls: type, *args: Any, **kwargs: Any) -> Any:

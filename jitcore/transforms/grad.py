@@ -51,7 +51,7 @@ from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.assembly import Assembly, assembly_of
-from jitcore.transforms.autograd_function import run_on_shadows
+from jitcore.transforms.autograd_function import run_on_shadows, with_cells_mapped
 from jitcore.transforms.backward_checks import resolve_backward_call
 from jitcore.transforms.backward_errors import RAISE, kept_traceback
 from jitcore.transforms.inputs_handed_back import input_flags, returned_inputs
@@ -451,8 +451,10 @@ class _Replay:
                     # the user's forward runs natively here, with __torch_function__ on as eagerly
                     # (a quantized weight's ``.to(dtype)`` dequantizes in its __torch_function__);
                     # Note [A Function's forward that needs values]
+                    # Note [A Function class whose methods close over the program's values]
+                    cls = with_cells_mapped(call[0][0], lambda v: _shadow(self.lookup(v)))
                     with torch._C._EnableTorchFunction():  # noqa: SLF001
-                        out = run_on_shadows(*call[0], **call[1])
+                        out = run_on_shadows(cls, *call[0][1:], **call[1])
                 else:
                     out = bsym.symbol.fn(*call[0], **call[1])
         finally:

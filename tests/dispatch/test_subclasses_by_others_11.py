@@ -4,6 +4,7 @@ equal fresh arguments. Each test failed before its fix."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -83,3 +84,94 @@ def test_numpy_refused_by_the_class_raises_as_eagerly() -> None:
     for _ in range(2):
         with pytest.raises(TypeError, match="no numpy"):
             jitted(torch.randn(3).as_subclass(_Refusing))
+
+
+# --- a Function class defined per call, closing over the program's values ------------------------------
+# Note [A Function class whose methods close over the program's values] (transforms/autograd_function.py):
+# MaskedTensor's get_data() defines GetData, whose backward reads the ``self`` of that call; the replay's
+# backward met pass 1's proxy there and raised "Mixing fake modes NYI" at every backward().
+
+
+def _scaled_by_a_closed_over_input(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+            return t * 2
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad * s
+
+    return Scale.apply(x)
+
+
+def _scaled_by_a_closed_over_value(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    s = y.exp()
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+            return t * s
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad * s * 3
+
+    return Scale.apply(x) + y
+
+
+def _masked(d: torch.Tensor, m: torch.Tensor) -> Any:
+    from torch.masked import as_masked_tensor
+
+    return as_masked_tensor(d, m)
+
+
+def _leaf_and_mask() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(3, 4, requires_grad=True), torch.rand(3, 4) > 0.3
+
+
+CLOSURES: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
+    "masked_sum": (lambda d, m: (_masked(d, m) * 2).sum().get_data(), _leaf_and_mask),
+    "masked_exp": (lambda d, m: _masked(d, m).exp().sum().get_data(), _leaf_and_mask),
+    "masked_to_tensor": (lambda d, m: torch.where(m, d, 0.0) + _masked(d, m).to_tensor(0.0), _leaf_and_mask),
+    "closed_over_input": (_scaled_by_a_closed_over_input,
+                          lambda: (torch.randn(3, requires_grad=True), torch.randn(3))),
+    "closed_over_value": (_scaled_by_a_closed_over_value,
+                          lambda: (torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True))),
+}
+
+
+def _assert_same_tensor(got: torch.Tensor, expected: torch.Tensor) -> None:
+    """Class, ``requires_grad`` and values equal; a MaskedTensor's data and mask."""
+    assert (type(got), got.requires_grad) == (type(expected), expected.requires_grad)
+    if type(expected) is torch.Tensor:
+        torch.testing.assert_close(got.detach(), expected.detach())
+        return
+    torch.testing.assert_close(got.get_data().detach(), expected.get_data().detach())
+    assert torch.equal(got.get_mask(), expected.get_mask())
+
+
+@pytest.mark.parametrize("name", list(CLOSURES))
+def test_a_function_closing_over_the_programs_values_differentiates_as_eagerly(name: str) -> None:
+    """Outputs and the gradients of a backward outside (MaskedTensor ones for MaskedTensor's Functions)
+    are eager's, on cached calls too (the mask changes per call); the calls are traced."""
+    program, make = CLOSURES[name]
+    jitted = jitcore.jit(program)
+    for seed in range(3):
+        results = []
+        for run in (program, jitted):
+            torch.manual_seed(seed)
+            args = make()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # MaskedTensor's prototype warning
+                out = run(*args)
+                out.sum().backward()
+            results.append((out, [a.grad for a in args]))
+        (expected, expected_grads), (got, got_grads) = results
+        _assert_same_tensor(got, expected)
+        for got_grad, grad in zip(got_grads, expected_grads):
+            assert (got_grad is None) == (grad is None)
+            if grad is not None:
+                _assert_same_tensor(got_grad, grad)
+    assert jitted.fallback_reason is None
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
