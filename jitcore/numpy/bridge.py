@@ -49,6 +49,7 @@ import torch._numpy as tnp
 import torch._numpy._util as tnp_util
 
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES
+from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
 from jitcore.errors import DataDependentError
 from jitcore.interpreter import current_run
 from jitcore.interpreter.calls import call_function, canonical
@@ -258,6 +259,12 @@ class NumpyBridge:
     def _call_numpy(self, entry: NumpyCallable, *args: Any, **kwargs: Any) -> Any:
         if isinstance(entry.numpy_fn, type) and not _has_traced_value((args, kwargs)):
             return native(entry.numpy_fn, args, kwargs)  # np.float32(2.0): a constant
+        if entry.short_name in _CONVERTERS and args and isinstance(args[0], TensorProxy):
+            # Note [np.asarray of a tensor whose class has a __torch_function__]
+            dtype = kwargs.get("dtype", args[1] if len(args) > 1 else None)
+            answered = handle_torch_function(torch.Tensor.__array__, args[:1], args[:1], {"dtype": dtype})
+            if answered is not NO_OVERRIDE:
+                args = (answered, *args[1:])
         converted_args, converted_kwargs = self._convert_arguments(args, kwargs)
         if entry.short_name in BOOL_AS_INT:
             converted_args = bool_as_int(converted_args, converted_kwargs)
@@ -366,6 +373,18 @@ class NumpyBridge:
         if isinstance(array, np.ndarray):
             return self._bind_array(array).tensor
         return native(torch.from_numpy, (array,), {})
+
+
+# Note [np.asarray of a tensor whose class has a __torch_function__]
+# Eagerly ``np.asarray(x)`` (``np.array``, ``np.asanyarray``, ``np.ascontiguousarray``) converts a tensor
+# through ``x.__array__(dtype=...)``, which hands ``Tensor.__array__`` to the class's
+# ``__torch_function__``: the array is what that answers. torch._numpy's conversion read the tensor's
+# attributes instead, handing the class two ``__get__`` calls and never ``__array__``. Those
+# functions now ask the class first (its answer, through ``super()``, is ``Tensor.__array__`` run with
+# subclass torch functions off: ``x.numpy()``, Note [numpy() through a class's __torch_function__]).
+# Other NumPy functions of a tensor still hand the class what torch._numpy calls (``np.sin(x)``: eager
+# hands ``__array__`` and ``__array_wrap__``).
+_CONVERTERS = frozenset({"asarray", "array", "asanyarray", "ascontiguousarray"})
 
 
 def _copy_of_array(tensor: TensorProxy, dtype: Any = None, device: Any = None,

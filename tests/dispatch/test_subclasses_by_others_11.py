@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from subclass_checks import assert_same_values
@@ -84,6 +85,56 @@ def test_numpy_refused_by_the_class_raises_as_eagerly() -> None:
     for _ in range(2):
         with pytest.raises(TypeError, match="no numpy"):
             jitted(torch.randn(3).as_subclass(_Refusing))
+
+
+# --- np.asarray through the class's __torch_function__ ---------------------------------------------------
+# Note [np.asarray of a tensor whose class has a __torch_function__] (jitcore/numpy/bridge.py): eagerly the
+# class is handed Tensor.__array__ (dtype=); torch._numpy's conversion handed it two __get__ calls instead.
+
+
+class _ArrayDoubling(torch.Tensor):
+    """Answers ``__array__`` with twice the array."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        return out * 2 if func is torch.Tensor.__array__ else out
+
+
+def _logged_with_dtypes(program: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], Any]:
+    def run(x: torch.Tensor) -> Any:
+        _Recording.log.clear()
+        out = program(x)
+        return out, out.dtype, list(_Recording.log)
+
+    return run
+
+
+ASARRAY_OF: dict[str, tuple[Callable[[torch.Tensor], Any], type]] = {
+    "asarray": (_logged_with_dtypes(lambda x: np.asarray(x) * 2), _Recording),
+    "array": (_logged_with_dtypes(lambda x: np.array(x) + 1), _Recording),
+    "asarray_float64": (_logged_with_dtypes(lambda x: np.asarray(x, dtype=np.float64)), _Recording),
+    "ascontiguousarray": (_logged_with_dtypes(lambda x: np.ascontiguousarray(x).T), _Recording),
+    "answered": (lambda x: np.asarray(x) + 1, _ArrayDoubling),
+}
+
+
+@pytest.mark.parametrize("name", list(ASARRAY_OF))
+def test_asarray_of_a_class_with_a_torch_function_is_what_it_answers(name: str) -> None:
+    """The array (the class's answer: twice the values), its dtype and what the class was handed
+    (``__array__`` with its ``dtype``) are eager's, on cached calls too."""
+    program, cls = ASARRAY_OF[name]
+    jitted = jitcore.jit(program)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(3, 2).as_subclass(cls)
+        expected, got = program(x), jitted(x)
+        if cls is _Recording:
+            assert got[1:] == expected[1:]
+            got, expected = got[0], expected[0]
+        assert type(got) is type(expected) and got.dtype == expected.dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
 
 
 # --- a Function class defined per call, closing over the program's values ------------------------------
