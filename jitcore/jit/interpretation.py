@@ -572,8 +572,13 @@ class Pass:
         would make an entry per call). A user's other subclass code is state, as the program's."""
         if not self.context.subclass_code or is_library_file(frame.code.co_filename):
             return bool(self.context.subclass_code)
+        if not torch.is_grad_enabled():
+            return False
+        provenance = self.provenance  # a subclass input is a leaf of its own: its inner tensors may not be
+        tensors = [t for _p, _x, t in provenance.inputs]
+        tensors += [provenance.real_values[id(proxy)] for proxy, _path in provenance.subclass_inputs]
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
-            return torch.is_grad_enabled() and any(t.requires_grad for _p, _x, t in self.provenance.inputs)
+            return any(t.requires_grad for t in tensors)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals

@@ -144,3 +144,23 @@ def test_under_grad_dispatch_code_is_taken_as_it_is() -> None:
         out.backward()
         assert w.grad is not None
     assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 3)
+
+
+def test_a_subclass_input_that_requires_grad_is_under_grad_too() -> None:
+    """The wrapper itself requires grad, its inner tensor does not: the program runs under the grad
+    transform all the same, so its dispatch code is taken as it is (the counter was guarded by value and
+    every call made a new entry), and the gradients are eager's."""
+
+    def f(t):
+        return (t * 2).sin().sum()
+
+    _reset()
+    jf = jitcore.jit(f)
+    for i in range(4):
+        values = torch.full((3,), float(i))
+        t, expected = Counting(values).requires_grad_(), Counting(values.clone()).requires_grad_()
+        jf(t).backward()
+        f(expected).backward()
+        assert type(t.grad) is type(expected.grad)
+        torch.testing.assert_close(t.grad.inner, expected.grad.inner)
+    assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 3)
