@@ -44,6 +44,8 @@ class TraceContext:
             function (jitcore/dispatch/modes.py ``UserModes``); None until it enters one.
         function_transforms: how deep the program is in torch.func's transforms (``vmap``,
             ``grad``), which functorch runs on the traced tensors (jitcore/jit/function_transforms.py).
+        as_size: a dynamic number as a symbolic size of the pass, or None where it is specialized
+            instead (jitcore/jit/number_sizes.py); None in a pass without symbolic sizes.
     """
 
     trace: Trace
@@ -56,6 +58,7 @@ class TraceContext:
     autograd: Any = None
     modes: Any = None
     function_transforms: int = 0
+    as_size: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.scopes:

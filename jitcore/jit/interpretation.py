@@ -138,6 +138,7 @@ class Pass:
                                or self.provenance.path_of(obj) is not None)
         # dynamic numbers given as sizes, in a pass with symbolic sizes (jit/number_sizes.py)
         self.number_sizes = NumberSizes(self.provenance, self.context.values) if shapes is not None else None
+        self.context.as_size = self.number_sizes.as_size if self.number_sizes is not None else None
         self.numpy = new_numpy_bridge(self.provenance)  # None when NumPy is not imported
         self.reads = ValueReads(self.context, Probe(self.trace, self.provenance.real_values),
                                 read_dims=read_dims,  # ShapePolicy.read_dims, in every pass

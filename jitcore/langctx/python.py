@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from jitcore.ir import BoundSymbol, Symbol, current_context
-from jitcore.proxies.number import NumberProxy, records_arithmetic
+from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, records_arithmetic
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import TextProxy
 
@@ -62,9 +62,11 @@ _MODULES = {"operator": operator, "builtins": builtins, "math": math}
 @records_arithmetic
 def apply(fn: Callable[..., Any], *operands: Any) -> Any:
     """``fn(*operands)`` where some operands are NumberProxies: recorded while tracing."""
+    context = current_context()
+    if any(type(o) in SYMBOLIC_NUMBERS for o in operands):
+        return fn(*(_as_size(o, context) for o in operands))  # Note [A dynamic number beside a size]
     values = [o.value if isinstance(o, NumberProxy) else o for o in operands]
     result = fn(*values)
-    context = current_context()
     proxies = [o for o in operands if isinstance(o, NumberProxy)]
     if context is None or not proxies:
         return result
@@ -83,6 +85,21 @@ def apply(fn: Callable[..., Any], *operands: Any) -> Any:
     context.trace.imports.setdefault(module, _MODULES[module])
     context.scopes[-1].append(BoundSymbol(_SYMBOLS[fn], tuple(operands), {}, out, (), context.source()))
     return out
+
+
+# Note [A dynamic number beside a size]
+# In a pass with symbolic sizes, a dynamic number meets a size in arithmetic or a comparison: a
+# sliding-window cache's ``self.cumulative_length + query_length``, ``kv_length - mask.shape[-1] > 0``
+# (``transformers``). The result is a size: the number is taken as its symbolic size, a formula over
+# its inputs' symbols (Note [Dynamic numbers as sizes], jitcore/jit/number_sizes.py), so torch computes
+# the result and guards what a branch on it assumed, over both the number and the size. A number that
+# has no symbolic size is specialized (its value guarded). Both operand orders come here: a SymInt's
+# operators return NotImplemented for a NumberProxy, and then the NumberProxy's reflected one runs.
+def _as_size(operand: Any, context: Any) -> Any:
+    if not isinstance(operand, NumberProxy):
+        return operand
+    size = context.as_size(operand) if context is not None and context.as_size is not None else None
+    return size if size is not None else operand.specialize()
 
 
 # The containers whose ``in`` is CPython's own, and the constant each is taken as: a frozenset where

@@ -183,7 +183,7 @@ _VALUE_OPERANDS = (complex, fractions.Fraction, decimal.Decimal)
 
 
 def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
-    if isinstance(b, NumberProxy) or type(b) in _NUMBERS:
+    if isinstance(b, NumberProxy) or type(b) in _NUMBERS or type(b) in SYMBOLIC_NUMBERS:
         return _ARITHMETIC[0](op, a, b)
     if type(b) in _VALUE_OPERANDS:
         return op(a.specialize(), b)
@@ -308,7 +308,7 @@ def _arithmetic(op: Callable[..., Any], *, reflected: bool = False) -> Callable[
     def method(self: NumberProxy, other: Any) -> Any:
         if type(other) in _VALUE_OPERANDS:
             return op(other, self.specialize()) if reflected else op(self.specialize(), other)
-        if not (isinstance(other, NumberProxy) or type(other) in _NUMBERS):
+        if not (isinstance(other, NumberProxy) or type(other) in _NUMBERS or type(other) in SYMBOLIC_NUMBERS):
             return NotImplemented  # a tensor's reflected operator (x.__rmul__(n)), a list's repetition, ...
         apply = _ARITHMETIC[0]
         return apply(op, other, self) if reflected else apply(op, self, other)

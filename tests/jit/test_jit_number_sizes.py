@@ -45,6 +45,27 @@ def test_a_counter_of_state_in_a_slice_is_a_symbol() -> None:
     assert jitcore.cache_misses(jf) <= 3, jitcore.miss_reasons(jf)
 
 
+def _padded_attend(cache: _Window, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    cache.length += x.shape[0]
+    padding = cache.length + 1 - mask.shape[-1]  # a dynamic number beside a size
+    if padding > 0:
+        mask = torch.nn.functional.pad(mask, (0, padding), value=1.0)
+    return (x.sum() * mask[: cache.length]).sum() + padding
+
+
+def test_a_counter_of_state_beside_a_size_is_a_symbol() -> None:
+    """``cache.length + 1 - mask.shape[-1]`` with a symbolic mask length raised TypeError (a
+    NumberProxy and a SymInt have no operator in common), so each call after it traced static shapes:
+    an entry per step. Now the counter is its symbol there (Note [A dynamic number beside a size])."""
+    eager_cache, jitted_cache = _Window(), _Window()
+    jf = jitcore.jit(_padded_attend)
+    for step in range(10):
+        x, mask = torch.randn(1), torch.rand(step + 1 if step % 3 else step)
+        assert_same(jf(jitted_cache, x, mask), _padded_attend(eager_cache, x, mask))
+    assert jitted_cache.length == eager_cache.length == 10
+    assert jitcore.cache_misses(jf) <= 4, jitcore.miss_reasons(jf)
+
+
 @pytest.mark.parametrize("program", [
     lambda x, n: x.view(n, -1).sum(1) + torch.arange(n),
     lambda x, n: x.flatten()[: n + 1].cumsum(0),
@@ -76,22 +97,32 @@ def test_a_size_condition_torch_assumed_is_checked_by_the_prologue() -> None:
     assert_same(jf(x, 6), f(x, 6))
 
 
-def test_a_sliding_window_model_generates_with_three_entries() -> None:
+_SLIDING = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=64, vocab_size=100, max_position_embeddings=64, sliding_window=4)
+
+
+@pytest.mark.parametrize("config, padded", [
+    (transformers.Gemma2Config(**_SLIDING, head_dim=8), False),
+    (transformers.MistralConfig(**_SLIDING), True),
+], ids=["gemma2", "mistral-padded"])
+def test_a_sliding_window_model_generates_with_three_entries(config, padded) -> None:
     """Gemma2's sliding-window cache slices by its ``cumulative_length``: one entry per decoding step
-    before; now as many entries as a model without the window."""
+    before; now as many entries as a model without the window. With a padded batch the mask's length
+    (a size) meets the window's length (a dynamic number): an entry per step before (Note [A dynamic
+    number beside a size])."""
     torch.manual_seed(0)
-    config = transformers.Gemma2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                       num_key_value_heads=2, head_dim=8, intermediate_size=64,
-                                       vocab_size=100, max_position_embeddings=64, sliding_window=4)
     eager = transformers.AutoModelForCausalLM.from_config(config).eval()
     jitted = copy.deepcopy(eager)
     jitted.forward = jitcore.jit(jitted.forward)
     ids = torch.randint(3, 100, (2, 6), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    if padded:
+        ids[0, :2], mask[0, :2] = 0, 0  # left padding, as a tokenizer pads a batch for generation
     for seed in (5, 6):
         outputs = []
         for model in (eager, jitted):
             torch.manual_seed(seed)
-            outputs.append(model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+            outputs.append(model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
                                           top_k=20, max_new_tokens=8, pad_token_id=0))
         assert torch.equal(outputs[0], outputs[1])
     assert jitcore.cache_misses(jitted.forward) <= 3, jitcore.miss_reasons(jitted.forward)
