@@ -35,25 +35,31 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INTERNAL_NAMES = ("<jitcore binder>",)
 
 
-_TEMPLATES: dict[int, CodeType] = {}  # number of locals -> the raiser code storing that many
-_VALUES = "<jitcore values>"  # the raiser's argument: not an identifier, so no user local is named so
+_TEMPLATES: dict[tuple[int, int], CodeType] = {}  # (locals, arguments among them) -> raiser code
+_VALUES = "<jitcore values>"  # the raiser's free variable: not an identifier, so no user local is named so
 
 
-def _raiser_template(count: int) -> CodeType:
-    """``raiser(values)``: stores ``values[1 + i]`` into its local ``i`` unless it is ``values[0]`` (the
-    unbound marker), deletes its argument and returns its own frame (``values[-1]`` is ``sys._getframe``)."""
-    template = _TEMPLATES.get(count)
+def _raiser_template(count: int, arguments: int) -> CodeType:
+    """``raiser()``: stores ``values[1 + i]`` (``values``: its free variable) into its local ``i`` unless it
+    is ``values[0]`` (the unbound marker; an argument, bound by its default, is then deleted), empties its
+    free variable and returns its own frame (``values[-1]`` is ``sys._getframe``)."""
+    template = _TEMPLATES.get((count, arguments))
     if template is None:
-        store = "        if v[{0}] is not v[0]:\n            l{0} = v[{0}]\n"
-        stores = "".join(store.format(i) for i in range(1, count + 1))
-        source = f"def raiser(v):\n    try:\n{stores}        return v[-1]()\n    finally:\n        del v\n"
+        store = "            if v[{0}] is not v[0]:\n                l{0} = v[{0}]\n"
+        unbind = "            else:\n                del l{0}\n"
+        stores = "".join(store.format(i) + (unbind.format(i) if i <= arguments else "")
+                         for i in range(1, count + 1))
+        source = (f"def make(v):\n    def raiser():\n        nonlocal v\n        try:\n{stores}"
+                  "            return v[-1]()\n        finally:\n            del v\n    return raiser\n")
         namespace: dict = {}
         exec(compile(source, "<jitcore raiser>", "exec"), namespace)  # noqa: S102
-        template = _TEMPLATES[count] = namespace["raiser"].__code__
+        template = _TEMPLATES[count, arguments] = namespace["make"](None).__code__
     return template
 
 
 _TracebackType = TracebackType
+_FunctionType = FunctionType
+_CellType = CellType
 _getframe = sys._getframe
 _NULL = NULL
 
@@ -198,14 +204,18 @@ def _entry(frame: Frame, tb_next: TracebackType | None, leaving: bool) -> Traceb
     made = raisers.get(key)
     if made is None or made[0].__globals__ is not frame.globals:
         made = raisers[key] = _raiser(frame, names)
-    values = (_NULL, *values, _getframe)
+    prototype = made[0]
+    raiser = _FunctionType(prototype.__code__, prototype.__globals__, None, prototype.__defaults__,
+                           (_CellType((_NULL, *values, _getframe)),))
+    if prototype.__kwdefaults__ is not None:
+        raiser.__kwdefaults__ = prototype.__kwdefaults__
     try:
-        tb_frame = _MAKER.send((made[0], values))
+        tb_frame = _MAKER.send(raiser)
     except ValueError:  # the maker is running (in another thread, or below a signal handler)
-        tb_frame = made[0](values)
+        tb_frame = raiser()
     except StopIteration:  # an asynchronous exception (KeyboardInterrupt) ended the maker while it ran
         _MAKER = _new_maker()
-        tb_frame = _MAKER.send((made[0], values))
+        tb_frame = _MAKER.send(raiser)
     return _TracebackType(tb_next, tb_frame, 0, made[1])
 
 
@@ -248,11 +258,11 @@ def _contents(cell: CellType) -> object:
 
 def _frame_maker():
     box = []
-    request = yield
+    raiser = yield
     while True:
-        box.append(request[0](request[1]))
-        del request
-        request = yield box.pop()
+        box.append(raiser())
+        del raiser
+        raiser = yield box.pop()
 
 
 def _new_maker():
@@ -271,12 +281,33 @@ def _raiser(frame: Frame, names: tuple[str, ...]) -> tuple[FunctionType, int]:
     lineno = inst.lineno
     if lineno is None and _has_lines(frame):
         lineno = frame.position().lineno
-    return FunctionType(_raiser_code(frame, names), frame.globals), -1 if lineno is None else lineno
+    code = _raiser_code(frame, names)
+    prototype = FunctionType(code, frame.globals, None, (None,) * code.co_argcount, (CellType(None),))
+    if code.co_kwonlyargcount:  # (Note [A raiser's signature])
+        prototype.__kwdefaults__ = dict.fromkeys(
+            code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
+    return prototype, -1 if lineno is None else lineno
+
+
+# Note [A raiser's signature]
+# The entry of a frame the exception left holds the frame's locals under the user's names; the raiser's code
+# also declares the user's arguments as its own (``co_argcount``, ``co_posonlyargcount``,
+# ``co_kwonlyargcount``, the ``*args`` and ``**kwargs`` flags, in ``co_varnames`` order), so
+# ``inspect.getargvalues(tb.tb_frame)`` (pdb's ``args``, IPython's and cgitb's frame headers) answers the
+# user's call. The raiser is therefore called with no arguments (defaults bind them; an argument the user
+# deleted is deleted again) and reads the values from its free variable, a new cell per entry (the raiser's
+# code is shared by every thread), which it empties, so ``f_locals`` does not show it.
+_ARGUMENT_FLAGS = 0x04 | 0x08 | 0x10  # CO_VARARGS, CO_VARKEYWORDS, CO_NESTED
 
 
 def _raiser_code(frame: Frame, names: tuple[str, ...]) -> CodeType:
     code = frame.code
-    template = _raiser_template(len(names))
+    signature = frame.locals is None and bool(names)  # the fast locals, the arguments first
+    argcount, posonly, kwonly = (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount) \
+        if signature else (0, 0, 0)
+    flags = code.co_flags & _ARGUMENT_FLAGS if signature else 0
+    arguments = argcount + kwonly + bool(flags & 0x04) + bool(flags & 0x08)
+    template = _raiser_template(len(names), arguments)
     units = len(template.co_code) // 2
     inst = frame.instructions[max(frame.index - 1, 0)]
     if inst.lineno is None:
@@ -287,8 +318,10 @@ def _raiser_code(frame: Frame, names: tuple[str, ...]) -> CodeType:
     else:
         table = _linetable(units, code.co_firstlineno, inst.lineno, inst.end_lineno, inst.col, inst.end_col)
     return template.replace(co_filename=code.co_filename, co_name=code.co_name, co_qualname=code.co_qualname,
-                            co_firstlineno=code.co_firstlineno, co_linetable=table,
-                            co_varnames=(_VALUES, *names))
+                            co_firstlineno=code.co_firstlineno, co_linetable=table, co_varnames=names,
+                            co_freevars=(_VALUES,), co_argcount=argcount, co_posonlyargcount=posonly,
+                            co_kwonlyargcount=kwonly,
+                            co_flags=template.co_flags & ~_ARGUMENT_FLAGS | flags)
 
 
 def _has_lines(frame: Frame) -> bool:

@@ -613,3 +613,38 @@ def test_a_warning_c_code_issues_names_the_interpreted_line() -> None:
                          for w in caught], [(name == __file__, line - first) for name, line in shown]]
 
     check(f)
+
+
+def test_a_traceback_entrys_frame_has_the_functions_signature() -> None:
+    """The frame of the entry of a frame an exception left had a code object taking one argument named
+    '<jitcore values>' (``co_argcount`` 1, no ``*args``/``**kwargs`` flags), so ``inspect.getargvalues`` of
+    it (pdb's ``args``, IPython's and cgitb's frame headers) answered no argument of the user's; it declares
+    the user's arguments now, and an argument the function deleted stays unbound (Note [A raiser's
+    signature])."""
+
+    def f() -> list[object]:
+        def target(a, b=2, /, c=3, *args, k=1, **kw):
+            d = a + b
+            del c
+            raise ValueError(d)
+
+        def no_arguments():
+            x = 1
+            raise KeyError(x)
+
+        out: list[object] = []
+        for call in (lambda: target(1, 5, 6, 7, k=8, z=9), no_arguments):
+            try:
+                call()
+            except Exception as e:  # noqa: BLE001 - compared with CPython's
+                tb = e.__traceback__
+                while tb.tb_next is not None:
+                    tb = tb.tb_next
+                code = tb.tb_frame.f_code
+                out.append((code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+                            code.co_varnames[:code.co_argcount + code.co_kwonlyargcount + 2],
+                            code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS),
+                            inspect.getargvalues(tb.tb_frame), sorted(tb.tb_frame.f_locals)))
+        return out
+
+    check(f)
