@@ -128,9 +128,14 @@ class AutogradCalls:
                 retain_graph: Any) -> tuple[Any, ...]:
         eager_op = runs_under_autograd(self._pass.trace.bound_symbols)
         if eager_op is not None:  # Note [Value-shaped ops under grad] in jitcore/jit/value_reads.py
+            through, why = eager_op.symbol.name, "whose outputs' shapes depend on tensor values"
+            if "autograd_function" in eager_op.symbol.tags:  # Note [A Function whose forward reads values]
+                function = eager_op.args[0] if eager_op.args else None
+                through = f"{getattr(function, '__qualname__', through)}.apply"
+                why = "whose forward reads tensor values"
             raise DataDependentError(
-                f"a backward inside the jitted function through {eager_op.symbol.name}, whose outputs' "
-                "shapes depend on tensor values: its gradient graph exists only when it runs",
+                f"a backward inside the jitted function through {through}, {why}: it runs under torch's "
+                "autograd, and its gradient graph exists only when it runs",
                 hints=("call backward() on the jitted function's output, outside it",))
         for i, (out, grad) in enumerate(zip(outputs, grad_outputs)):  # eager's checks and messages
             if isinstance(out, TensorProxy) and not out.requires_grad:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -335,3 +337,27 @@ def test_a_forward_that_reads_values_keeps_its_backward(function, requires_grad)
             got.sum().backward()
             want.sum().backward()
             torch.testing.assert_close(x.grad, ex.grad)
+
+
+def test_a_backward_inside_through_a_forward_that_reads_values_says_why_it_runs_eagerly():
+    """The call runs eagerly (its gradient graph exists only when it runs), with eager's values and
+    gradient; the reason names the Function and what it does (before: "whose outputs' shapes depend on
+    tensor values", untrue of ``x * count``)."""
+
+    def step(x):
+        y = _ScaledByCount.apply(x)
+        y.sum().backward()
+        return y.detach(), x.grad
+
+    jf = jitcore.jit(step)
+    for seed in range(2):
+        torch.manual_seed(seed)
+        x = torch.randn(4, requires_grad=True)
+        ex = x.detach().clone().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # jitcore's warning that the call runs eagerly
+            got = jf(x)
+        torch.testing.assert_close(got, step(ex))
+    reason = str(jf.fallback_reason)
+    assert "_ScaledByCount.apply, whose forward reads tensor values" in reason
+    assert "shapes depend" not in reason
