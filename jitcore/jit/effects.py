@@ -38,7 +38,7 @@ from jitcore.jit.outputs import split
 from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.number import NumberProxy, symbolic_number_class
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
@@ -299,12 +299,18 @@ class Effects:
         values = [self._template(e.value, preexisting) for e in effects]
         flat, structure = split(values)
         self._leaves, self._spec = optree.tree_flatten(flat, none_is_leaf=True)
-        self._slots = [i for i, leaf in enumerate(self._leaves) if isinstance(leaf, Proxy)]
+        self._slots = [i for i, leaf in enumerate(self._leaves) if _per_call(leaf)]
         self._rebuild = structure.rebuild if structure is not None else None
         self.effects = effects
         self.proxies = tuple(self._leaves[i] for i in self._slots)
         self.post: Callable[[Any], Any] = _identity
         self.returned: ReturnedObjects | None = None  # Note [Returning the caller's objects]
+
+    def constants(self) -> list[Any]:
+        """What the effects store that the computation does not compute per call (their keys, and the
+        values that are no slot)."""
+        slots = set(self._slots)
+        return [e.key for e in self.effects] + [v for i, v in enumerate(self._leaves) if i not in slots]
 
     def finish(self, args: tuple, kwargs: dict, result: tuple) -> Any:
         """Perform the effects with this call's values; the program's output."""
@@ -360,6 +366,16 @@ class Effects:
         if type(value) is list:
             return [self._unwrap(v, args, kwargs) for v in value]
         return value
+
+
+# Note [A size stored into state]
+# ``self.cumulative_length += key_states.shape[-2]`` (a sliding-window cache) in a pass with symbolic
+# sizes stores a SymInt. Like a tensor stored there, it is a slot: the computation returns it, so the
+# symbolic-size rewrite (jit/shapes.py) computes it from the call's sizes, and each call stores its own
+# value. A SymInt the effects hold otherwise (inside an object the program made that ``outputs.split``
+# does not take apart) would store the traced size on every call: such a pass keeps static shapes.
+def _per_call(leaf: Any) -> bool:
+    return isinstance(leaf, Proxy) or symbolic_number_class(leaf) is int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -267,9 +267,9 @@ def finish(program: Any, provenance: Any, values: Any,
         return []
     if _symbolic_subclass_value(program.trace, env) is not None:
         raise StaticShapes("a tensor-subclass value has a symbolic size")  # Note [Subclass values' sizes]
-    if program.effects is not None and _holds_sizes([(e.key, e.value) for e in program.effects.effects]):
-        # a tensor stored into state is a proxy, filled per call; a size stored there would be the
-        # traced one on every call
+    if program.effects is not None and _holds_sizes(program.effects.constants()):
+        # a size stored into state is computed per call where it is a slot (Note [A size stored into
+        # state], jit/effects.py); elsewhere it would be the traced one on every call
         raise StaticShapes("a size is stored into Python state by a side effect, which keeps static shapes")
     layouts = provenance.bound_layouts
     if any(not _same_layout(_layout(proxy.shadow), layouts[id(proxy)]) for _path, proxy in dynamic):

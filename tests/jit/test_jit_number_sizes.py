@@ -66,6 +66,47 @@ def test_a_counter_of_state_beside_a_size_is_a_symbol() -> None:
     assert jitcore.cache_misses(jf) <= 4, jitcore.miss_reasons(jf)
 
 
+class _Seen:
+    def __init__(self) -> None:
+        self.width, self.total, self.shapes = None, 0, []
+
+
+def _record_sizes(seen: _Seen, x: torch.Tensor) -> torch.Tensor:
+    seen.width = x.shape[1]
+    seen.total += x.shape[0]
+    seen.shapes.append(tuple(x.shape))
+    return x.sum(0) * seen.total
+
+
+def test_sizes_stored_into_state_are_each_calls() -> None:
+    """A size stored into Python state (an attribute, a counter, a list's items) kept static shapes: an
+    entry per shape. It is computed per call now (Note [A size stored into state], jit/effects.py)."""
+    eager, jitted = _Seen(), _Seen()
+    jf = jitcore.jit(_record_sizes)
+    for n in (3, 4, 5, 6, 7, 3):
+        x = torch.randn(n, n + 1)
+        assert_same(jf(jitted, x), _record_sizes(eager, x))
+        assert vars(jitted) == vars(eager) and type(jitted.width) is type(jitted.total) is int
+    assert jitcore.cache_misses(jf) == 2
+
+
+def _prefill_then_decode(cache: _Window, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    cache.length += x.shape[0]  # the prompt's length, then one token per step
+    return keys[: cache.length].sum() * x.sum()
+
+
+def test_prompts_of_new_lengths_keep_the_symbolic_entries() -> None:
+    """A sliding-window cache adds the prompt's length (a symbolic size) to its count: each new prompt
+    length was a static entry of its own."""
+    keys, jf = torch.randn(64), jitcore.jit(_prefill_then_decode)
+    for prompt in (8, 6, 10, 7, 5):
+        eager_cache, jitted_cache = _Window(), _Window()
+        for x in [torch.randn(prompt)] + [torch.randn(1) for _ in range(3)]:
+            assert_same(jf(jitted_cache, x, keys), _prefill_then_decode(eager_cache, x, keys))
+            assert jitted_cache.length == eager_cache.length
+    assert jitcore.cache_misses(jf) <= 4, jitcore.miss_reasons(jf)
+
+
 @pytest.mark.parametrize("program", [
     lambda x, n: x.view(n, -1).sum(1) + torch.arange(n),
     lambda x, n: x.flatten()[: n + 1].cumsum(0),
