@@ -35,7 +35,7 @@ from jitcore.proxies.protocol import tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.typed import is_plain_subclass
 
-__all__ = ["Probe", "may_write", "runs_subsymbols"]
+__all__ = ["Probe", "may_write", "runs_subsymbols", "written_arguments"]
 
 _NOT_RUN = frozenset({"bookkeeping", "per_call"})
 
@@ -148,7 +148,9 @@ class Probe:
             return
         args, kwargs = optree.tree_map(self._value, (bsym.args, bsym.kwargs), none_is_leaf=True)
         if may_write(bsym):
-            self._copy_shared(optree.tree_leaves((args, kwargs), none_is_leaf=True))
+            written = written_arguments(bsym)
+            self._copy_shared(optree.tree_leaves((args, kwargs), none_is_leaf=True) if written is None
+                              else [self._value(a) for a in written])
             args, kwargs = optree.tree_map(self._value, (bsym.args, bsym.kwargs), none_is_leaf=True)
         out = bsym.symbol.fn(*args, **kwargs)
         old = optree.tree_leaves(bsym.output, none_is_leaf=True)
@@ -296,11 +298,38 @@ def _view_of(storage: Any, like: torch.Tensor) -> torch.Tensor:
         return view.set_(storage, like.storage_offset(), like.size(), like.stride())
 
 
+# Note [Calls that write their arguments under another name]
+# Batch norm and instance norm in training update their running statistics in place, with no trailing
+# underscore, no ``out=`` and, at the torch level, no schema that says so (``nn.BatchNorm1d`` calls
+# ``F.batch_norm``). Taken as pure, the probe ran them on the caller's buffers while answering a later
+# value read (Adam's ``state["step"].item()`` in a training step), and the computation updated them
+# again: the running statistics moved twice on that call. They count as writers of those two arguments
+# only (whatever ``training`` is: it may be positional): copying the weight too would hand the probe's
+# backward a copy that requires no grad.
+_RUNNING_STATS: dict[Any, int] = {  # where running_mean is; running_var follows it
+    torch.nn.functional.batch_norm: 1, torch.nn.functional.instance_norm: 1,
+    torch.batch_norm: 3, torch.native_batch_norm: 3, torch.instance_norm: 3,
+}
+
+
+def written_arguments(bsym: BoundSymbol) -> list[Any] | None:
+    """The arguments a record writes under another name (Note [Calls that write their arguments under
+    another name]); None for other records."""
+    first = _RUNNING_STATS.get(bsym.symbol.fn)
+    if first is None:
+        return None
+    return [bsym.args[i] if len(bsym.args) > i else bsym.kwargs.get(name)
+            for i, name in ((first, "running_mean"), (first + 1, "running_var"))]
+
+
 def may_write(bsym: BoundSymbol) -> bool:
     """Whether a record may write one of its tensor arguments (in place, ``out=``)."""
-    if getattr(bsym.symbol.fn, "__name__", None) in WRITES_NO_DATA:
+    fn = bsym.symbol.fn
+    if getattr(fn, "__name__", None) in WRITES_NO_DATA:
         return False  # requires_grad_: flags, not data
-    return "inplace" in bsym.symbol.tags or may_write_inputs(bsym.symbol.fn, bsym.kwargs)
+    if fn in _RUNNING_STATS:
+        return True
+    return "inplace" in bsym.symbol.tags or may_write_inputs(fn, bsym.kwargs)
 
 
 def _is_plain(value: Any) -> bool:

@@ -37,7 +37,7 @@ from torch.fx.experimental.symbolic_shapes import (
 import jitcore
 from jitcore.errors import DataDependentError, EagerOnlySubclass
 from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceContext, current_context
-from jitcore.jit.probe import Probe, may_write
+from jitcore.jit.probe import Probe, may_write, written_arguments
 from jitcore.langctx.reads import (
     DATA_DEPENDENT_DECOMPOSITIONS,
     MASKS_UNDER_GRAD,
@@ -645,7 +645,7 @@ def _writes_outside(records: list[BoundSymbol]) -> bool:
     made: set[int] = set()
     for bsym in records:
         if may_write(bsym):
-            written = [bsym.args[0] if bsym.args else None, bsym.kwargs.get("out")]
+            written = written_arguments(bsym) or [bsym.args[0] if bsym.args else None, bsym.kwargs.get("out")]
             for value in optree.tree_leaves(written, none_is_leaf=True):
                 if isinstance(value, TensorProxy) and _storage_or_none(value) not in made:
                     return True
@@ -745,7 +745,7 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
         if may_write(bsym):
             written |= {  # a subclass value's storage is its inner tensors', written by its subsymbols
                 _storage_or_none(v)
-                for v in optree.tree_leaves((bsym.args, bsym.kwargs))
+                for v in optree.tree_leaves(written_arguments(bsym) or (bsym.args, bsym.kwargs))
                 if isinstance(v, TensorProxy)
             }
     positions = [i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written]

@@ -234,3 +234,39 @@ def test_grad_scaler_training_step():
             assert_same(p.detach(), q.detach())
         assert jitted[2].get_scale() == eager[2].get_scale()
     assert jitcore.cache_misses(jstep) == 2
+
+
+@pytest.mark.parametrize("norm", ["batch", "instance"])
+@pytest.mark.parametrize("name", ["Adam", "AdamW-amsgrad", "NAdam"])
+def test_running_statistics_move_once_per_training_step(name, norm):
+    """The whole step jitted: batch norm's running statistics (written in place by ``F.batch_norm``,
+    no underscore) moved twice on the call that first read the optimizer's ``step`` by value: the
+    probe answering the read ran the forward on the caller's buffers, then the computation ran it
+    again (Note [Calls that write their arguments under another name], jitcore/jit/probe.py)."""
+
+    def make():
+        torch.manual_seed(0)
+        if norm == "batch":
+            model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+        else:
+            norm_layer = torch.nn.InstanceNorm1d(4, track_running_stats=True)
+            model = torch.nn.Sequential(torch.nn.Conv1d(3, 4, 1), norm_layer, torch.nn.Flatten(),
+                                        torch.nn.Linear(24, 2))
+        return model, OPTIMIZERS[name](model.parameters())
+
+    def step(model, opt, x):
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+
+    (eager, eager_opt), (model, opt) = make(), make()
+    jitted = jitcore.jit(step)
+    for i in range(4):
+        x = torch.randn(5, 3, generator=torch.Generator().manual_seed(i))
+        if norm == "instance":
+            x = x.unsqueeze(-1) * torch.arange(1.0, 7.0)
+        assert_same(jitted(model, opt, x), step(eager, eager_opt, x))
+        for a, b in zip(model.state_dict().values(), eager.state_dict().values()):
+            assert_same(a, b)
