@@ -731,6 +731,20 @@ def counters(effects: list[Effect], value_guarded: Callable[[Path], bool]) -> se
     """
     found: set[Path] = set()
     for effect in effects:
-        if type(effect.value) in (int, float) or isinstance(effect.value, NumberProxy):  # best = loss.item()
+        if _is_number(effect.value):  # best = loss.item()
             found.update(p for p in effect.locations() if value_guarded(p))
+        elif type(effect.value) is tuple and any(_is_number(v) for v in effect.value):
+            # Note [A tuple of counters]: Adam's ``group["betas"] = (momentum, beta2)`` (OneCycleLR)
+            found.update(p.index(i) for p in effect.locations() if value_guarded(p)
+                         for i, v in enumerate(effect.value) if _is_number(v))
     return found
+
+
+# Note [A tuple of counters]
+# A scheduler that cycles momentum writes a tuple back where the optimizer reads it
+# (``group["betas"] = (m, beta2)``: OneCycleLR and CyclicLR with Adam). Guarded by value, the tuple
+# made an entry per step. Its number items are counters like a number written back: the next pass binds
+# the tuple item by item (Provenance.bind_state), each counter a dynamic number, each other item guarded
+# by value, the tuple by its type and length.
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) or isinstance(value, NumberProxy)

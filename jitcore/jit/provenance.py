@@ -308,6 +308,10 @@ class Provenance(TensorBinding):
             return self._numpy_value(value, path, name)
         if type(value) in (int, float) and path in self.counters:  # read and written back: jit/effects.py
             return self.bind_dynamic_number(value, path, name)
+        if type(value) is tuple and self.counters and self._holds_counter(path):  # Note [A tuple of counters]
+            self.guard(path, "type", tuple)
+            self.guard(path, "len", len(value))
+            return tuple(self.bind_state(item, path.index(i), name) for i, item in enumerate(value))
         if is_literal_value(value):
             self.guard(path, "value", value)
             return value
@@ -547,10 +551,7 @@ class Provenance(TensorBinding):
             if isinstance(item, torch.Tensor):
                 self.remember(item, item_path)  # becomes an input only if the program uses it
             elif is_literal_value(item):
-                if item_path not in self.counters:  # a counter is read as a dynamic number (bind_state)
-                    self.guard(item_path, "value", item)
-                else:
-                    self._walked_counters[item_path] = item  # Note [Counters read natively]
+                self._walked_literal(item, item_path)
             elif id(item) in self._container_paths:  # reached again (a cycle, or shared): the same object
                 self.guard(item_path, "alias", self._container_paths[id(item)])
             elif is_structured(item):
@@ -565,6 +566,20 @@ class Provenance(TensorBinding):
                 self.pin(item)
                 self.guard(item_path, "identity", item)
                 self._remember_object(item, item_path)
+
+    def _walked_literal(self, item: Any, path: Path) -> None:
+        """A literal a container walk reached: guarded by value, a counter left to ``bind_state``
+        (Note [Counters read natively]), a tuple holding counters item by item (Note [A tuple of
+        counters], jit/effects.py)."""
+        if path in self.counters:
+            self._walked_counters[path] = item
+        elif type(item) is tuple and self._holds_counter(path):
+            self.guard(path, "type", tuple)
+            self.guard(path, "len", len(item))
+            for i, element in enumerate(item):
+                self._walked_literal(element, path.index(i))
+        else:
+            self.guard(path, "value", item)
 
     # Note [Containers reached twice]
     # Guards read a container's contents as the call starts; the program's writes into a list, dict,

@@ -144,15 +144,26 @@ SCHEDULERS = {
 }  # name: (make, most cache entries over 10 steps; one per branch the schedule takes, not per step)
 
 
-@pytest.mark.parametrize("name", list(SCHEDULERS))
+# Schedulers that cycle momentum too, with the optimizer each writes it into: Adam's ``betas`` is a tuple
+# written back whole (Note [A tuple of counters], jitcore/jit/effects.py), SGD's ``momentum`` a number.
+CYCLING = {
+    "OneCycleLR-Adam": ("Adam", lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 0.1, total_steps=20), 4),
+    "OneCycleLR-SGD": ("SGD-momentum",
+                       lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 0.1, total_steps=20), 4),
+    "CyclicLR-Adam": ("Adam", lambda o: torch.optim.lr_scheduler.CyclicLR(o, 0.01, 0.1, step_size_up=3), 4),
+}
+
+
+@pytest.mark.parametrize("name", list(SCHEDULERS) + list(CYCLING))
 def test_learning_rate_scheduler_stepped_inside(name):
     """``sched.step()`` inside the jitted step: ``last_epoch`` and ``group["lr"]`` are numbers the step
     reads and writes back (dynamic numbers), the branches on them are predicate guards (Note [Predicate
     guards]), ``math.cos`` of them is recorded: a schedule does not make a cache entry per step.
-    ``zip(param_groups, values)`` passes the optimizer's own dicts (a copy once lost the write)."""
-    make, most_entries = SCHEDULERS[name]
-    eager_model, eager_opt = _setup(OPTIMIZERS["SGD"])
-    model, opt = _setup(OPTIMIZERS["SGD"])
+    ``zip(param_groups, values)`` passes the optimizer's own dicts (a copy once lost the write). A
+    schedule cycling Adam's ``betas`` made an entry per step."""
+    optimizer, make, most_entries = CYCLING[name] if name in CYCLING else ("SGD", *SCHEDULERS[name])
+    eager_model, eager_opt = _setup(OPTIMIZERS[optimizer])
+    model, opt = _setup(OPTIMIZERS[optimizer])
     eager_sched, sched = make(eager_opt), make(opt)
 
     def step(m, o, s, x):
@@ -166,7 +177,7 @@ def test_learning_rate_scheduler_stepped_inside(name):
     for i in range(10):
         x = torch.randn(8, 3, generator=torch.Generator().manual_seed(i))
         assert_same(jitted(model, opt, sched, x), step(eager_model, eager_opt, eager_sched, x))
-        assert opt.param_groups[0]["lr"] == eager_opt.param_groups[0]["lr"]
+        assert opt.param_groups[0] == eager_opt.param_groups[0] | {"params": opt.param_groups[0]["params"]}
         assert sched.last_epoch == eager_sched.last_epoch
         assert sched.get_last_lr() == eager_sched.get_last_lr()
         for p, q in zip(model.parameters(), eager_model.parameters()):
