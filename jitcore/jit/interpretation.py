@@ -576,10 +576,10 @@ class Pass:
         if not torch.is_grad_enabled():
             return False
         provenance = self.provenance  # a subclass input is a leaf of its own: its inner tensors may not be
-        tensors = [t for _p, _x, t in provenance.inputs]
-        tensors += [provenance.real_values[id(proxy)] for proxy, _path in provenance.subclass_inputs]
+        real = provenance.real_values
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
-            return any(t.requires_grad for t in tensors)
+            return any(t.requires_grad for _p, _x, t in provenance.inputs) or any(
+                real[id(proxy)].requires_grad for proxy, _path in provenance.subclass_inputs)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals

@@ -308,9 +308,7 @@ class Provenance(TensorBinding):
             return self._numpy_value(value, path, name)
         if type(value) in (int, float) and path in self.counters:  # read and written back: jit/effects.py
             return self.bind_dynamic_number(value, path, name)
-        if type(value) is tuple and self.counters and self._holds_counter(path):  # Note [A tuple of counters]
-            self.guard(path, "type", tuple)
-            self.guard(path, "len", len(value))
+        if self._tuple_of_counters(value, path):
             return tuple(self.bind_state(item, path.index(i), name) for i, item in enumerate(value))
         if is_literal_value(value):
             self.guard(path, "value", value)
@@ -573,13 +571,20 @@ class Provenance(TensorBinding):
         counters], jit/effects.py)."""
         if path in self.counters:
             self._walked_counters[path] = item
-        elif type(item) is tuple and self._holds_counter(path):
-            self.guard(path, "type", tuple)
-            self.guard(path, "len", len(item))
+        elif self._tuple_of_counters(item, path):
             for i, element in enumerate(item):
                 self._walked_literal(element, path.index(i))
         else:
             self.guard(path, "value", item)
+
+    def _tuple_of_counters(self, value: Any, path: Path) -> bool:
+        """Whether ``value`` is a tuple holding counters, read item by item (Note [A tuple of counters],
+        jit/effects.py); its type and length are then guarded."""
+        if type(value) is not tuple or not self.counters or not self._holds_counter(path):
+            return False
+        self.guard(path, "type", tuple)
+        self.guard(path, "len", len(value))
+        return True
 
     # Note [Containers reached twice]
     # Guards read a container's contents as the call starts; the program's writes into a list, dict,
