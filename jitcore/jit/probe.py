@@ -152,7 +152,8 @@ class Probe:
             self._copy_shared(optree.tree_leaves((args, kwargs), none_is_leaf=True) if written is None
                               else [self._value(a) for a in written])
             args, kwargs = optree.tree_map(self._value, (bsym.args, bsym.kwargs), none_is_leaf=True)
-        out = bsym.symbol.fn(*args, **kwargs)
+        with _torch_functions_for(bsym):
+            out = bsym.symbol.fn(*args, **kwargs)
         old = optree.tree_leaves(bsym.output, none_is_leaf=True)
         new = optree.tree_leaves(out, none_is_leaf=True)
         if len(old) != len(new):  # a record whose structure the fn does not reproduce: map what matches
@@ -277,6 +278,25 @@ def runs_subsymbols(bsym: BoundSymbol) -> bool:
     return bool(bsym.subsymbols) and not {"autograd_function", "backward"} & bsym.symbol.tags and any(
         isinstance(v, SubclassTensorProxy)
         for v in optree.tree_leaves((bsym.args, bsym.kwargs, bsym.output), none_is_leaf=True))
+
+
+# Note [The probe runs no __torch_function__ again]
+# A record is what a subclass's ``__torch_function__`` did, not what the program called: the pass ran
+# the class's override (its counter, its log, its scaling) and recorded the torch calls it made, under
+# ``DisableTorchFunctionSubclass`` as ``super().__torch_function__`` runs them. The probe runs those
+# records on the caller's real instances, so with torch functions on, the class saw each call again:
+# a logging class logged ``alias``, ``sum`` and ``__float__`` for ``float(x.numpy().sum())`` where
+# eager logs ``numpy`` only, and a class that doubles ``sum``'s result had the probe double it twice
+# (the read differed from the computation's: JC-T002 where eager computes). The probe runs a record
+# as it was recorded, with subclass ``__torch_function__`` off. A Function's ``apply`` and a backward
+# run the user's Python (a ``forward``, a ``backward``) that eager runs with torch functions on; they
+# keep them.
+def _torch_functions_for(bsym: BoundSymbol) -> contextlib.AbstractContextManager[Any]:
+    """The torch-function state ``bsym`` runs under in the probe (Note [The probe runs no
+    __torch_function__ again])."""
+    if {"autograd_function", "backward"} & bsym.symbol.tags:
+        return contextlib.nullcontext()
+    return torch._C.DisableTorchFunctionSubclass()  # noqa: SLF001
 
 
 def _builds_graph(bsym: BoundSymbol) -> bool:

@@ -146,7 +146,12 @@ class Prologue:
 
     def explain(self, args: tuple, kwargs: dict) -> tuple[str, str, str] | None:
         """The first failing check for this call as (where, detail, the check's sentence); None
-        when all pass."""
+        when all pass. The checks read the tensors with subclass ``__torch_function__`` off, as the
+        fast path's do (a logging class logs no ``__get__`` for a miss)."""
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            return self._first_failure(args, kwargs)
+
+    def _first_failure(self, args: tuple, kwargs: dict) -> tuple[str, str, str] | None:
         for guard in self.guards:
             try:
                 value = guard.path.get(args, kwargs)
