@@ -111,7 +111,7 @@ class SubclassTensorProxy(TensorProxy):
         built = self._jitcore_shadow
         if built is None:
             names, ctx = self.inner_flatten()
-            inner = {n: getattr(self, n).shadow for n in names}
+            inner = {n: _inner_shadow(getattr(self, n)) for n in names}
             outer = self._jitcore_outer
             # made inside ``inference_mode()``, it is an inference tensor as eagerly, wherever it is built
             # (Note [A subclass output made in inference mode], dispatch/flatten.py)
@@ -191,6 +191,20 @@ _OWN = frozenset({
     "inner_flatten", "inner_tensors", "hold", "describe", "__repr__", "__torch_function__",
     "__torch_dispatch__", "__hash__",
 })
+
+
+# Note [A real tensor among a subclass proxy's inner tensors]
+# NJT's ``_get_min_seqlen()`` caches the minimum length as ``torch.zeros(n, 0)`` in the instance's
+# metadata cache, an inner tensor of its flatten protocol from then on. Made while tracing from a number
+# read (torch's SDPA backend checks read it), it is a real tensor, a constant of the trace
+# (DispatchState.proxy_of). A later op on that NJT built its shadow around it: the real tensor has no
+# shadow, and ``.shadow`` raised AttributeError ("'NestedTensor' object has no attribute 'shadow'"
+# where eager raised SDPA's "No viable backend"). The shadow holds the constant itself, as eager's
+# instance does.
+def _inner_shadow(inner: torch.Tensor) -> torch.Tensor:
+    """The shadow of an inner tensor: a proxy's, or a real constant itself (Note [A real tensor among a
+    subclass proxy's inner tensors])."""
+    return inner.shadow if isinstance(inner, TensorProxy) else inner
 
 
 def _machinery(name: str) -> Any:

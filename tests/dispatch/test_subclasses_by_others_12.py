@@ -5,6 +5,7 @@ before its fix."""
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -81,3 +82,35 @@ def test_a_class_sees_eagers_calls_where_the_program_reads_values(name: str) -> 
         _same(jitted(made[1]), expected)
         assert _Recording.log == handed, seed
 
+
+# --- NJT attention where eager raises -----------------------------------------------------------------------
+# Note [A real tensor among a subclass proxy's inner tensors] (jitcore/proxies/subclass.py): torch's backend
+# checks cache the minimum length as a tensor made while tracing; the next op on that NJT built a shadow
+# around it and raised AttributeError where eager raises "No viable backend".
+
+
+def _fused_attention(qkv: torch.nn.Linear) -> Callable[[torch.Tensor], torch.Tensor]:
+    def attend(x: torch.Tensor) -> torch.Tensor:
+        q, k, v = qkv(x).chunk(3, -1)  # not contiguous after transposing: no backend takes them
+        q, k, v = (t.unflatten(-1, [2, -1]).transpose(1, 2) for t in (q, k, v))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).values()
+
+    return attend
+
+
+def test_njt_attention_no_backend_takes_raises_as_eagerly() -> None:
+    torch.manual_seed(0)
+    program = _fused_attention(torch.nn.Linear(16, 48))
+    jitted = jitcore.jit(program)
+    line = program.__code__.co_firstlineno + 3
+    for lengths in ([2, 3, 4], [2, 3, 4], [1, 5, 2]):
+        x = torch.nested.nested_tensor_from_jagged(
+            torch.randn(sum(lengths), 16), torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()]))
+        with pytest.raises(RuntimeError) as eager:
+            program(x)
+        with pytest.raises(RuntimeError) as traced:
+            jitted(x)
+        assert str(traced.value) == str(eager.value)
+        assert "No viable backend" in str(traced.value)
+        frames = [(f.f_code.co_name, n) for f, n in traceback.walk_tb(traced.tb)]
+        assert ("attend", line) in frames, frames
