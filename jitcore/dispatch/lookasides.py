@@ -462,7 +462,8 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     _AS_SUBCLASS: as_subclass,
     _MAKE_SUBCLASS: make_subclass,
     _TENSOR_NEW: tensor_new,
-    torch._C._skip_one_hop_torch_function: skip_one_hop_torch_function,  # noqa: SLF001
+    **({torch._C._skip_one_hop_torch_function: skip_one_hop_torch_function}  # noqa: SLF001
+       if hasattr(torch._C, "_skip_one_hop_torch_function") else {}),  # torch >= 2.12
     torch._C._disabled_torch_function_impl: skip_one_hop_torch_function,  # noqa: SLF001
     _MEMBER_GET: member_get,
     _MEMBER_SET: member_set,

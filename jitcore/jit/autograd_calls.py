@@ -198,8 +198,8 @@ class AutogradCalls:
         provenance = self._pass.provenance
         inputs = [proxy for _path, proxy, _tensor in provenance.inputs]
         inputs += [proxy for proxy, _path in provenance.subclass_inputs]
-        behind = {id(proxy.shadow.grad_fn) for proxy in inputs
-                  if isinstance(proxy, TensorProxy) and proxy.shadow.grad_fn is not None}
+        behind = {id(node): node for node in (proxy.shadow.grad_fn for proxy in inputs  # kept: ids of live
+                                              if isinstance(proxy, TensorProxy)) if node is not None}
         roots = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
         if behind and any(id(node) in behind for node in graph_nodes(roots)):
             raise EagerOnlyValue(

@@ -57,14 +57,14 @@ AUTOGRAD_GRAD = torch_symbol(autograd_grad, "jitcore.langctx.backward.autograd_g
 def graph_leaves(roots: Sequence[Any]) -> list[torch.Tensor]:
     """The leaves the autograd graph from the nodes ``roots`` (shadows' ``grad_fn``s; None skipped)
     accumulates into (what ``backward()`` fills), each once, in the order the graph is walked."""
-    seen: set[int] = set()
-    leaves: list[torch.Tensor] = []
+    seen: dict[int, Any] = {}  # the nodes themselves: a node's Python object may be made per read, and
+    leaves: list[torch.Tensor] = []  # an id is unique only while its object lives
     pending = list(roots)
     while pending:
         node = pending.pop()
         if node is None or id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         variable = getattr(node, "variable", None)
         if isinstance(variable, torch.Tensor):
             leaves.append(variable)
