@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
 
 import torch  # noqa: E402
 from opinfo_harness import (  # noqa: E402
+    DEVICE,
     PASS,
     SAMPLES_PER_DTYPE,
     Mismatch,
@@ -95,7 +96,7 @@ MORE_DTYPES = (torch.float64, torch.complex64, torch.bool)
 
 def more_samples(op: Any) -> list[tuple[torch.dtype, slice]]:
     """The samples ``first_samples`` leaves out that the CI still runs, per dtype."""
-    supported, first = op.supported_dtypes("cpu"), {dtype for dtype, _ in first_samples(op)}
+    supported, first = op.supported_dtypes(DEVICE), {dtype for dtype, _ in first_samples(op)}
     chosen = []
     if torch.float32 in first:
         chosen.append((torch.float32, slice(SAMPLES_PER_DTYPE, MORE_FLOAT32_SAMPLES)))

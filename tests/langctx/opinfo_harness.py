@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ from jitcore.langctx.aten import aten_symbol
 from jitcore.proxies import TensorProxy
 
 SAMPLES_PER_DTYPE = 3
+# The device the samples are made on: the CPU, or ``JITCORE_OPINFO_DEVICE=cuda`` on a machine with a GPU
+# (the same checks on CUDA tensors; the known-failure lists are the CPU's).
+DEVICE = os.environ.get("JITCORE_OPINFO_DEVICE", "cpu")
 INTEGER_DTYPES = (torch.int64, torch.int32)
 LOW_PRECISION_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -75,8 +79,8 @@ class Mismatch(AssertionError):
 
 
 def pick_dtypes(op: Any) -> list[torch.dtype]:
-    """float32, one integer and one low-precision dtype, where the op supports them on CPU."""
-    supported = op.supported_dtypes("cpu")
+    """float32, one integer and one low-precision dtype, where the op supports them on ``DEVICE``."""
+    supported = op.supported_dtypes(DEVICE)
     chosen = []
     for group in ((torch.float32,), INTEGER_DTYPES, LOW_PRECISION_DTYPES):
         found = next((d for d in group if d in supported), None)
@@ -106,8 +110,11 @@ def values_comparable(op: Any) -> bool:
 
 
 def seed(n: int) -> None:
-    """Seed the CPU generator (``torch.manual_seed`` also formats a stack for lazy CUDA seeding)."""
+    """Seed the CPU generator (``torch.manual_seed`` also formats a stack for lazy CUDA seeding), and the
+    current GPU's when the samples are on CUDA."""
     torch.random.default_generator.manual_seed(n)
+    if DEVICE == "cuda":
+        torch.cuda.default_generators[torch.cuda.current_device()].manual_seed(n)
 
 
 def samples(op: Any, dtype: torch.dtype, window: slice = slice(0, SAMPLES_PER_DTYPE)) -> list[Any]:
@@ -116,7 +123,7 @@ def samples(op: Any, dtype: torch.dtype, window: slice = slice(0, SAMPLES_PER_DT
     for every sample (most of the time here). The generator is seeded, so a window of the samples is
     the same tensors whichever window is asked for."""
     seed(0)
-    return list(itertools.islice(op.sample_inputs_func(op, "cpu", dtype, False), window.start, window.stop))
+    return list(itertools.islice(op.sample_inputs_func(op, DEVICE, dtype, False), window.start, window.stop))
 
 
 Selection = Callable[[Any], "list[tuple[torch.dtype, slice]]"]
