@@ -6,8 +6,9 @@ and can be observed and steered through ``Hooks``. See docs/interpreter.md.
 
 Invariants:
 - The interpreter knows nothing of torch or of the jit; they stand on ``Hooks``.
-- Only the CPython versions in ``SUPPORTED_VERSIONS`` (3.11 and 3.13: those CI tests) are accepted; on others
-  importing this package raises ``UnsupportedPythonVersion`` naming them, before any handler is registered.
+- Only the CPython versions in ``SUPPORTED_VERSIONS`` (3.11, 3.12 and 3.13: those tested) are accepted; on
+  others importing this package raises ``UnsupportedPythonVersion`` naming them, before any handler is
+  registered.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from jitcore.interpreter.registry import SUPPORTED_VERSIONS
 
 def _check_version() -> None:
     if sys.version_info[:2] not in SUPPORTED_VERSIONS:
-        supported = " and ".join(f"{major}.{minor}" for major, minor in SUPPORTED_VERSIONS)
+        names = [f"{major}.{minor}" for major, minor in SUPPORTED_VERSIONS]
+        supported = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
         running = f"{sys.version_info[0]}.{sys.version_info[1]}"
         raise UnsupportedPythonVersion(
             f"jitcore supports CPython {supported} (the versions it is tested on); this is Python {running}",

@@ -110,8 +110,8 @@ def iter_(*args: object) -> object:
     obj, sentinel = args[0], args[1:]
     run = active_run()
     if sentinel:
-        if not callable(obj):
-            raise TypeError("iter(v, w): v must be callable")
+        if not callable(obj):  # CPython's own error (its wording changes between versions)
+            return iter(obj, *sentinel)
         return iter(through(run, obj), *sentinel)
     return get_iter(run, obj)
 

@@ -196,9 +196,10 @@ def _dropped(ins: Any) -> bool:  # a dis.Instruction
 # On 3.13 a ``for`` loop ends with ``END_FOR; POP_TOP`` and FOR_ITER's argument names the END_FOR, but an
 # exhausted FOR_ITER pops the iterator itself and skips both (``JUMPBY(oparg + 2)``): END_FOR is reached
 # only by other jumps. Decoding points FOR_ITER's jump past the two, so the handler stays ``frame.index =
-# inst.argval`` on every version. (3.11's FOR_ITER jumps straight past the loop.)
+# inst.argval`` on every version. 3.12 ends the loop with one ``END_FOR`` (which pops two) and its exhausted
+# FOR_ITER skips it (``JUMPBY(oparg + 1)``). (3.11's FOR_ITER jumps straight past the loop.)
 _FOR_ITER = dis.opmap["FOR_ITER"]
-_FOR_ITER_SKIP = 2 if sys.version_info >= (3, 13) else 0
+_FOR_ITER_SKIP = {(3, 11): 0, (3, 12): 1}.get(sys.version_info[:2], 2)
 
 
 def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, int]]:

@@ -488,7 +488,7 @@ def current_frames() -> dict:
     return frames
 
 
-_PAST_THE_STACK = ("<sys>", 0) if sys.version_info >= (3, 12) else ("sys", 1)
+_PAST_THE_STACK = ("<sys>", 0) if sys.version_info >= (3, 13) else ("sys", 1)
 
 
 def _is_internal_frame(frame: object) -> bool:

@@ -44,10 +44,9 @@ __all__ = [
     "unsupported",
 ]
 
-# The versions whose bytecode has a complete handler table here and whose tests run in CI (.ci/run). Others
-# (3.12, 3.14, ...) are refused at import (jitcore/interpreter/__init__.py): 3.12 shares most of 3.13's
-# instruction set but its CALL/LOAD_GLOBAL/LOAD_ATTR put NULL on the other side of the callable, untested.
-SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 13))
+# The versions whose bytecode has a complete handler table here and whose tests run (.ci/run; 3.12 where a
+# CPython 3.12 is installed). Others (3.10, 3.14, ...) are refused at import (jitcore/interpreter/__init__).
+SUPPORTED_VERSIONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 12), (3, 13))
 _VERSION = sys.version_info[:2]
 
 # CPython 3.12+ lists pseudo-instructions (SETUP_FINALLY, LOAD_METHOD, JUMP, ...) in ``dis.opmap`` with

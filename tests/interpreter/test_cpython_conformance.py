@@ -18,6 +18,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+if sys.version_info[:2] == (3, 12):
+    pytest.skip("no native counts or known failures recorded for 3.12: the CPython 3.12 this was developed "
+                "with (Ubuntu's, without libpython3.12-testsuite) has no stdlib test package to run",
+                allow_module_level=True)
+
 from conformance_known_failures import KNOWN_FAILURES
 from cpython_conformance_runner import MODULES, run_module_isolated
 

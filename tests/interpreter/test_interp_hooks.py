@@ -328,8 +328,10 @@ def test_load_hooks_see_every_hooked_load_while_the_rest_is_fused():
     assert seen == ["k"] * 3
     fused = decode(f.__code__).fused_without(run.hooked)
     names = {inst.opname for inst in fused}
-    # 3.11: ...+POP_JUMP_FORWARD_IF_FALSE; 3.13: ...+TO_BOOL+POP_JUMP_IF_TRUE (the body jumps back)
-    jump = "POP_JUMP_FORWARD_IF_FALSE" if sys.version_info < (3, 12) else "TO_BOOL+POP_JUMP_IF_TRUE"
+    # 3.11: ...+POP_JUMP_FORWARD_IF_FALSE; 3.12: ...+POP_JUMP_IF_TRUE, 3.13: ...+TO_BOOL+POP_JUMP_IF_TRUE (the
+    # body jumps back)
+    jump = {(3, 11): "POP_JUMP_FORWARD_IF_FALSE", (3, 12): "POP_JUMP_IF_TRUE"}.get(sys.version_info[:2],
+                                                                                   "TO_BOOL+POP_JUMP_IF_TRUE")
     assert f"LOAD_FAST+LOAD_CONST+BINARY_OP+{jump}" in names
     assert not any("LOAD_ATTR" in name and "+" in name for name in names)
 

@@ -97,7 +97,7 @@ _EXPECTED = {
                "LOAD_FAST+LOAD_ATTR+LOAD_FAST+BINARY_OP", "CALL+RETURN_VALUE"},
     "__add__": {"LOAD_GLOBAL+LOAD_FAST+LOAD_ATTR+LOAD_FAST+LOAD_ATTR+BINARY_OP",
                 "LOAD_FAST+LOAD_ATTR+LOAD_FAST+LOAD_ATTR+BINARY_OP", "CALL+RETURN_VALUE"},
-    "__init__": ({"LOAD_FAST+LOAD_FAST+STORE_ATTR"} if sys.version_info < (3, 12)
+    "__init__": ({"LOAD_FAST+LOAD_FAST+STORE_ATTR"} if sys.version_info < (3, 13)
                  else {"LOAD_FAST_LOAD_FAST+STORE_ATTR+LOAD_FAST_LOAD_FAST+STORE_ATTR"}),
 }
 

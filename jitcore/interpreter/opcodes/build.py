@@ -157,9 +157,9 @@ def _function_str(fn: object) -> str:
     return f"{qualname}()"
 
 
-# How deep the callable sits under the kwargs dict of DICT_MERGE: 3.11 ``NULL|callable, callable|self, args,
-# kwargs``; 3.13 ``callable, self|NULL, args, kwargs``.
-_CALLABLE_DEPTH = 2 if sys.version_info < (3, 12) else 3
+# How deep the callable sits under the kwargs dict of DICT_MERGE: 3.11 and 3.12 ``NULL|callable,
+# callable|self, args, kwargs``; 3.13 ``callable, self|NULL, args, kwargs``.
+_CALLABLE_DEPTH = 2 if sys.version_info < (3, 13) else 3
 
 
 @handles("DICT_MERGE", since=(3, 11))

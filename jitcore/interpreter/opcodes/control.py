@@ -131,3 +131,9 @@ def for_iter(frame: Frame, inst: Instruction) -> None:
 def end_for(frame: Frame, inst: Instruction) -> None:
     """Pop the value of a finished iteration (only reached by jumps, e.g. from a generator expression)."""
     frame.stack.pop()
+
+
+@handles("END_FOR", since=(3, 12), until=(3, 12))
+def end_for_312(frame: Frame, inst: Instruction) -> None:
+    """3.12's END_FOR is ``POP_TOP; POP_TOP`` (the value and the iterator; only reached by jumps)."""
+    del frame.stack[-2:]

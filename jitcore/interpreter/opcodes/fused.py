@@ -145,7 +145,7 @@ def _after_load_const(second: Handler) -> Handler:
     return fused
 
 
-_NULL_FIRST = sys.version_info < (3, 12)  # LOAD_GLOBAL's NULL: before the value on 3.11, after on 3.13
+_NULL_FIRST = sys.version_info < (3, 13)  # LOAD_GLOBAL's NULL: before the value on 3.11/3.12, after on 3.13
 
 
 def after_load_global(second: Handler) -> Handler:
@@ -205,11 +205,28 @@ def load_fast_load_attr_313(frame: Frame, inst: Instruction) -> None:
         stack.append(NULL)
 
 
+@fuses("LOAD_FAST", "LOAD_ATTR", since=(3, 12), until=(3, 12))
+def load_fast_load_attr_312(frame: Frame, inst: Instruction) -> None:
+    """Push (NULL for a method call: the low bit of LOAD_ATTR's argument, then) local.name."""
+    obj = frame.fast[inst.arg]
+    if obj is NULL:
+        raise UnboundLocalError(UNBOUND_LOCAL.format(inst.argval))
+    frame.index += 1
+    attr = inst.next
+    name = attr.argval
+    names = NATIVE_NAMES.get(id(type(obj)))
+    value = getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
+    stack = frame.stack
+    if attr.arg & 1:
+        stack.append(NULL)
+    stack.append(value)
+
+
 if sys.version_info < (3, 12):
     from jitcore.interpreter.opcodes.load_store import load_method
 
     fuses("LOAD_FAST", "LOAD_METHOD", since=(3, 11), until=(3, 11))(_after_load_fast(load_method))
-_CALL = call_ if sys.version_info < (3, 12) else call_313
+_CALL = call_ if sys.version_info < (3, 13) else call_313
 for _second, _handler in (("STORE_ATTR", store_attr_), ("CALL", _CALL)):
     fuses("LOAD_FAST", _second, since=(3, 11))(_after_load_fast(_handler))
 fuses("LOAD_CONST", "CALL", since=(3, 11))(_after_load_const(_CALL))
@@ -299,6 +316,9 @@ for _operation in ("BINARY_OP", "COMPARE_OP"):
                             ("POP_JUMP_BACKWARD_IF_FALSE", False), ("POP_JUMP_BACKWARD_IF_TRUE", True)):
         fuses(_operation, _jump, since=(3, 11), until=(3, 11))(
             _operation_then_jump(_operation == "COMPARE_OP", _jump_if))
+    for _jump, _jump_if in (("POP_JUMP_IF_FALSE", False), ("POP_JUMP_IF_TRUE", True)):  # 3.12: no TO_BOOL
+        fuses(_operation, _jump, since=(3, 12), until=(3, 12))(
+            _operation_then_jump(_operation == "COMPARE_OP", _jump_if))
 
 
 def _binary_op_to_bool_then_jump(jump_if: bool) -> Handler:
@@ -365,7 +385,7 @@ def load_global_load_fast_313(frame: Frame, inst: Instruction) -> None:
     stack.append(b)
 
 
-@fuses("LOAD_GLOBAL", "LOAD_FAST", since=(3, 11), until=(3, 11))
+@fuses("LOAD_GLOBAL", "LOAD_FAST", since=(3, 11), until=(3, 12))
 def load_global_load_fast(frame: Frame, inst: Instruction) -> None:
     """Push a global (or builtin), then a local."""
     stack = frame.stack
@@ -492,9 +512,9 @@ def two_local_attribute_stores(frame: Frame, inst: Instruction) -> None:
         store_attr(frame.run, obj, name, fast[loads.arg >> 4])
 
 
-@fuses("LOAD_FAST", "LOAD_FAST", "STORE_ATTR", since=(3, 11), until=(3, 11))
+@fuses("LOAD_FAST", "LOAD_FAST", "STORE_ATTR", since=(3, 11), until=(3, 12))
 def local_attribute_store(frame: Frame, inst: Instruction) -> None:
-    """3.11's ``self.x = x``: a local stored as an attribute of a local."""
+    """3.11's and 3.12's ``self.x = x``: a local stored as an attribute of a local."""
     fast = frame.fast
     value = fast[inst.arg]
     if value is NULL:

@@ -88,10 +88,12 @@ def _invalid(frame: Frame, *operands: object) -> object:
 # Note [Native intrinsics]
 # CPython's intrinsic functions are not reachable from Python, but a code object can call them: the template
 # ``def f(a): return +a`` compiles to ``RESUME; LOAD_FAST a; CALL_INTRINSIC_1 <UNARY_POSITIVE>;
-# RETURN_VALUE`` and ``def f(a, b): return a + b`` has as many code units as ``RESUME; LOAD_FAST a;
-# LOAD_FAST b; CALL_INTRINSIC_2 k; RETURN_VALUE``. Replacing the bytecode (same length, so the line table
-# still fits; no instruction of it has inline caches) gives a native function per intrinsic, made with the
-# interpreted frame's globals so that TypeVar & co. record the user's module.
+# RETURN_VALUE`` and ``def f(a, b): return a + b`` has at least as many code units as ``RESUME; LOAD_FAST a;
+# LOAD_FAST b; CALL_INTRINSIC_2 k; RETURN_VALUE`` (as many on 3.13, whose LOAD_FAST_LOAD_FAST saves the unit
+# BINARY_OP's inline cache takes; one more on 3.12, filled by a NOP before the return). Replacing the
+# bytecode (same length, so the line table still fits; no instruction of it has inline caches) gives a native
+# function per intrinsic, made with the interpreted frame's globals so that TypeVar & co. record the user's
+# module.
 def _native_intrinsic(arity: int, index: int) -> Callable:
     namespace: dict = {}
     source = "def f(a): return +a\n" if arity == 1 else "def f(a, b): return a + b\n"
@@ -101,7 +103,8 @@ def _native_intrinsic(arity: int, index: int) -> Callable:
     body = [op["RESUME"], 0, op["LOAD_FAST"], 0]
     if arity == 2:
         body += [op["LOAD_FAST"], 1]
-    body += [op[f"CALL_INTRINSIC_{arity}"], index, op["RETURN_VALUE"], 0]
+    body += [op[f"CALL_INTRINSIC_{arity}"], index]
+    body += [op["NOP"], 0] * ((len(template.co_code) - len(body)) // 2 - 1) + [op["RETURN_VALUE"], 0]
     if len(body) != len(template.co_code):
         raise InterpreterError(f"intrinsic template of arity {arity} has an unexpected size")
     code = template.replace(co_code=bytes(body), co_stacksize=arity, co_name=f"intrinsic_{arity}_{index}")

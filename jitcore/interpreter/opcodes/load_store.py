@@ -438,6 +438,35 @@ def load_attr_313_hooked(frame: Frame, inst: Instruction) -> None:
         stack.append(NULL)
 
 
+@handles("LOAD_ATTR", since=(3, 12), until=(3, 12))
+def load_attr_312(frame: Frame, inst: Instruction) -> None:
+    """TOS = TOS.name; with the low bit of the argument (3.11's LOAD_METHOD), replace TOS by ``NULL,
+    TOS.name``: 3.12 keeps 3.11's order, the NULL under the bound attribute that the following CALL calls."""
+    stack = frame.stack
+    obj = stack[-1]
+    name = inst.argval
+    names = NATIVE_NAMES.get(id(type(obj)))  # load_attr's cached fast path, inlined
+    value = getattr(obj, name) if names is not None and name in names else load_attr(frame.run, obj, name)
+    if inst.arg & 1:
+        stack[-1] = NULL
+        stack.append(value)
+    else:
+        stack[-1] = value
+
+
+@handles("LOAD_ATTR", since=(3, 12), until=(3, 12), hook="on_load_attr")
+def load_attr_312_hooked(frame: Frame, inst: Instruction) -> None:
+    """3.12's LOAD_ATTR through ``hooks.on_load_attr``."""
+    stack = frame.stack
+    obj = stack[-1]
+    value = frame.run.hooks.on_load_attr(frame, obj, inst.argval, _hooked_load(frame, obj, inst.argval))
+    if inst.arg & 1:
+        stack[-1] = NULL
+        stack.append(value)
+    else:
+        stack[-1] = value
+
+
 def _super_attr(frame: Frame, inst: Instruction) -> tuple[object, str]:
     """Pop ``super, class, self``; the super object and the attribute name (``super().name``)."""
     from jitcore.interpreter.calls import call
@@ -458,22 +487,35 @@ def _super_attr(frame: Frame, inst: Instruction) -> tuple[object, str]:
     return call(frame.run, global_super, (cls, first) if inst.arg & 2 else (), None), inst.argval
 
 
-@handles("LOAD_SUPER_ATTR", since=(3, 13))
+_NULL_FIRST = sys.version_info < (3, 13)  # a method load's NULL: under the attribute on 3.12, above on 3.13
+
+
+def _push_super_attr(frame: Frame, inst: Instruction, value: object) -> None:
+    stack = frame.stack
+    if not inst.arg & 1:
+        stack.append(value)
+    elif _NULL_FIRST:
+        stack.append(NULL)
+        stack.append(value)
+    else:
+        stack.append(value)
+        stack.append(NULL)
+
+
+@handles("LOAD_SUPER_ATTR", since=(3, 12))
 def load_super_attr(frame: Frame, inst: Instruction) -> None:
-    """``super().name`` (``super(cls, self).name``): push the attribute (then NULL for a method call)."""
+    """``super().name`` (``super(cls, self).name``): push the attribute (with a NULL for a method call:
+    before it on 3.12, after it on 3.13, as LOAD_ATTR)."""
     proxy, name = _super_attr(frame, inst)
-    frame.stack.append(load_attr(frame.run, proxy, name))
-    if inst.arg & 1:
-        frame.stack.append(NULL)
+    _push_super_attr(frame, inst, load_attr(frame.run, proxy, name))
 
 
-@handles("LOAD_SUPER_ATTR", since=(3, 13), hook="on_load_attr")
+@handles("LOAD_SUPER_ATTR", since=(3, 12), hook="on_load_attr")
 def load_super_attr_hooked(frame: Frame, inst: Instruction) -> None:
     """LOAD_SUPER_ATTR through ``hooks.on_load_attr``."""
     proxy, name = _super_attr(frame, inst)
-    frame.stack.append(frame.run.hooks.on_load_attr(frame, proxy, name, _hooked_load(frame, proxy, name)))
-    if inst.arg & 1:
-        frame.stack.append(NULL)
+    value = frame.run.hooks.on_load_attr(frame, proxy, name, _hooked_load(frame, proxy, name))
+    _push_super_attr(frame, inst, value)
 
 
 @handles("STORE_ATTR", since=(3, 11))

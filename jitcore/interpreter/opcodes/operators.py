@@ -40,7 +40,7 @@ def binary_op_(frame: Frame, inst: Instruction) -> None:
 
 @handles("COMPARE_OP", since=(3, 11), until=(3, 12))
 def compare_op_(frame: Frame, inst: Instruction) -> None:
-    """TOS = TOS1 <cmp> TOS."""
+    """TOS = TOS1 <cmp> TOS (``inst.argval``: ``dis`` decodes it from 3.11's ``op``, 3.12's ``op << 4``)."""
     stack = frame.stack
     rhs = stack.pop()
     lhs = stack[-1]

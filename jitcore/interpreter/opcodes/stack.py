@@ -13,11 +13,11 @@ from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.registry import handles, unsupported
 
 unsupported("CACHE", "inline-cache filler: never decoded as an instruction", since=(3, 11))
-unsupported("RESERVED", "a placeholder number the compiler never emits", since=(3, 13))
+unsupported("RESERVED", "a placeholder number the compiler never emits", since=(3, 12))
 unsupported(
     "INTERPRETER_EXIT",
     "ends CPython's own C-level evaluation loop; never in a code object's co_code",
-    since=(3, 13),
+    since=(3, 12),
 )
 unsupported(
     "ENTER_EXECUTOR",

@@ -25,6 +25,7 @@ from __future__ import annotations
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
+import sys
 from collections.abc import Callable
 
 from jitcore.interpreter.attributes import NATIVE_NAMES, load_attr
@@ -52,6 +53,8 @@ _LOADS = ("LOAD_FAST", "LOAD_CONST")
 _JUMPS = {"POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_FORWARD_IF_TRUE": True,
           "POP_JUMP_BACKWARD_IF_FALSE": False, "POP_JUMP_BACKWARD_IF_TRUE": True}
 _JUMPS_313 = {"POP_JUMP_IF_FALSE": False, "POP_JUMP_IF_TRUE": True}
+# 3.12 has 3.11's instructions here (no TO_BOOL, no LOAD_FAST_LOAD_FAST) with 3.13's conditional jumps
+_JUMPS_311_312 = _JUMPS if sys.version_info < (3, 12) else _JUMPS_313
 
 
 def _superinstruction(first: str, second: str, operation: str, tail: str | None) -> Handler:
@@ -62,7 +65,7 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
     store = tail == "STORE_FAST"
     yields = tail == "YIELD_VALUE"
     jump = tail is not None and not store and not yields
-    jump_if = _JUMPS.get(tail or "", False)
+    jump_if = _JUMPS_311_312.get(tail or "", False)
 
     def handler(frame: Frame, inst: Instruction) -> bool | None:
         nxt = inst.next
@@ -120,7 +123,7 @@ def _register() -> None:
             if first == second == "LOAD_CONST":
                 continue  # the compiler folds constant operands
             for operation in ("BINARY_OP", "COMPARE_OP"):
-                for tail in (None, "STORE_FAST", "YIELD_VALUE", *_JUMPS):
+                for tail in (None, "STORE_FAST", "YIELD_VALUE", *_JUMPS_311_312):
                     if operation == "COMPARE_OP" and tail in ("STORE_FAST", "YIELD_VALUE"):
                         continue  # rare: a comparison stored to a local or yielded
                     names = (first, second, operation) + ((tail,) if tail else ())
