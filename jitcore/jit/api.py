@@ -39,11 +39,11 @@ from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_reads import nondeterministic_read, with_rollback
 from jitcore.langctx.reads import ValueCheckFailed
+from jitcore.langctx.thread_state import subclass_functions_disabled
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
 from jitcore.proxies.typed import has_torch_function
 from jitcore.transforms import GradStage, StaticSizesNeeded, differentiate
-from jitcore.transforms.autograd_function import subclass_functions_disabled
 
 __all__ = [
     "jit",

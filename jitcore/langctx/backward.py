@@ -9,6 +9,7 @@ second backward through freed buffers raises eager's error at the user's line.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +17,13 @@ import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
 from jitcore.langctx.shadows import BACKWARDS, STATEFUL, EagerKernels
+from jitcore.langctx.thread_state import subclass_functions_as_the_caller_had
 from jitcore.langctx.torch import torch_symbol
 
-__all__ = ["AUTOGRAD_GRAD", "autograd_grad", "free_graph", "graph_leaves", "graph_nodes"]
+__all__ = [
+    "AUTOGRAD_GRAD", "autograd_grad", "free_graph", "graph_leaves", "graph_nodes",
+    "torch_functions_of_a_backward",
+]
 
 
 def autograd_grad(
@@ -29,8 +34,30 @@ def autograd_grad(
     With ``create_graph`` the backward's own ops are differentiable (a gradient penalty, a
     Hessian-vector product): the grad transform's replay records them with their autograd graph,
     so the trace's own backward differentiates through them."""
-    return torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), retain_graph=True,
-                               create_graph=create_graph, allow_unused=True)
+    with torch_functions_of_a_backward(outputs, inputs, grad_outputs, caller=True):
+        return torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), retain_graph=True,
+                                   create_graph=create_graph, allow_unused=True)
+
+
+def torch_functions_of_a_backward(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any],
+                                  *, caller: bool) -> contextlib.AbstractContextManager[Any]:
+    """The subclass ``__torch_function__`` state a backward the program runs has: on (the caller's state
+    with ``caller``, else on), unless one of its tensors has a ``__torch_function__`` of its own, which
+    eagerly takes the call and runs it with them off (Note [The torch-function state of a backward the
+    program runs])."""
+    if any(_has_own_torch_function(t) for t in (*outputs, *inputs, *grad_outputs)):
+        return contextlib.nullcontext()
+    return subclass_functions_as_the_caller_had() if caller else torch._C._EnableTorchFunction()  # noqa: SLF001
+
+
+def _has_own_torch_function(value: Any) -> bool:
+    """Whether ``value`` is a tensor whose class takes torch functions (whatever the thread's state:
+    ``has_torch_function`` says no while they are off)."""
+    cls = type(value)
+    if cls is torch.Tensor or not isinstance(value, torch.Tensor):
+        return False
+    method = getattr(cls.__torch_function__, "__func__", cls.__torch_function__)
+    return method is not torch._C._disabled_torch_function_impl  # noqa: SLF001
 
 
 def free_graph(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any],
@@ -48,6 +75,23 @@ def free_graph(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], 
     return True
 
 
+# Note [The torch-function state of a backward the program runs]
+# ``loss.backward()`` inside the program runs the Python backward of each Function in the graph as
+# eagerly: with subclass ``__torch_function__`` on (the state of the backward's caller). torchao's NF4
+# (QLoRA's frozen base weight) dequantizes in LinearNF4.backward with ``weight.to(grad.dtype)``, which
+# its ``__torch_function__`` answers; with it off the weight stayed NF4, ``@`` went to its
+# ``__torch_dispatch__`` mm and raised "mat1 and mat2 shapes cannot be multiplied" where eager trains.
+# Two places ran the backward with them off: the grad transform's replay, under the recording's
+# ``DisableTorchFunctionSubclass`` (jitcore/transforms/grad.py turns them on around a backward record,
+# as around a Function's forward), and a computation with subclass functions disabled by jitcore (an
+# entry taking such a weight whole, with symbolic sizes), where they are turned back on when the
+# caller had them on, as for a Function's forward. A backward the program calls from inside a
+# subclass's ``__torch_function__`` (``super().__torch_function__`` runs ``Tensor.backward`` with them
+# off) is replayed with them on: a known limit. A backward over tensors of a class with a
+# ``__torch_function__`` of its own keeps them off: eagerly that class takes ``torch.autograd.grad``
+# (its default ``__torch_function__`` runs the engine with them off and returns gradients of its
+# class), and with them on the gradients of a plain subclass parameter came back of its class (an
+# entry more per training step, Adam over ``Marked`` parameters).
 STATEFUL.add(autograd_grad)
 BACKWARDS.add(autograd_grad)
 AUTOGRAD_GRAD = torch_symbol(autograd_grad, "jitcore.langctx.backward.autograd_grad",

@@ -29,7 +29,7 @@ __all__ = [
     "ENTER_INFERENCE_MODE", "EXIT_INFERENCE_MODE", "SET_GRAD_ENABLED", "STATE_CHANGE_SYMBOLS",
     "STATE_FUNCTION_SYMBOLS", "RngState", "ThreadState",
     "enter_inference_mode", "exit_inference_mode", "recorded_grad_mode", "restored_on_refusal", "rng_state",
-    "same_rng_state", "set_rng_state",
+    "same_rng_state", "set_rng_state", "subclass_functions_as_the_caller_had", "subclass_functions_disabled",
 ]
 
 _AUTOCAST_DEVICES = ("cpu", "cuda")
@@ -191,3 +191,40 @@ def set_rng_state(state: RngState) -> None:
 
 def same_rng_state(a: RngState, b: RngState) -> bool:
     return torch.equal(a[0], b[0]) and len(a[1]) == len(b[1]) and all(map(torch.equal, a[1], b[1]))
+
+
+class _DisabledByJitcore(threading.local):
+    flag = False
+
+
+_DISABLED_BY_JITCORE = _DisabledByJitcore()
+
+
+@contextlib.contextmanager
+def subclass_functions_disabled() -> Iterator[None]:
+    """Subclass ``__torch_function__`` disabled by jitcore for a computation whose records were
+    resolved while tracing; user Python the computation calls natively (a Function's forward, a
+    backward) runs with them on again when the caller had them on (Note [The torch-function state of
+    a Function's forward], transforms/autograd_function.py)."""
+    was = _DISABLED_BY_JITCORE.flag
+    _DISABLED_BY_JITCORE.flag = torch._C._is_torch_function_enabled()  # noqa: SLF001 - the caller's state
+    try:
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            yield
+    finally:
+        _DISABLED_BY_JITCORE.flag = was
+
+
+@contextlib.contextmanager
+def subclass_functions_as_the_caller_had() -> Iterator[None]:
+    """Inside ``subclass_functions_disabled``, subclass ``__torch_function__`` as the computation's caller
+    had it; elsewhere, the thread's state as it is."""
+    if not _DISABLED_BY_JITCORE.flag:
+        yield
+        return
+    _DISABLED_BY_JITCORE.flag = False
+    try:
+        with torch._C._EnableTorchFunction():  # noqa: SLF001
+            yield
+    finally:
+        _DISABLED_BY_JITCORE.flag = True

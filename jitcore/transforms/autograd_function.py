@@ -15,11 +15,9 @@ Invariant: the gradients are the user's backward's, never ones derived from its 
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import optree
@@ -31,6 +29,7 @@ from jitcore.diagnostics.boundary import runs_as_function_apply
 from jitcore.errors import DataDependentError, JitcoreError
 from jitcore.interpreter import current_run
 from jitcore.ir import Symbol, current_context
+from jitcore.langctx.thread_state import subclass_functions_as_the_caller_had
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -44,14 +43,10 @@ __all__ = [
 def run_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
     """``cls.apply(*args, **kwargs)``: how the symbol runs on real (or shadow) tensors, with subclass
     ``__torch_function__`` as the caller had it (Note [The torch-function state of a Function's forward])."""
-    if not _DISABLED_BY_JITCORE.flag or not any(_resolved_whole(a) for a in (*args, *kwargs.values())):
+    if not any(_resolved_whole(a) for a in (*args, *kwargs.values())):
         return cls.apply(*args, **kwargs)
-    _DISABLED_BY_JITCORE.flag = False
-    try:
-        with _enable_torch_function():
-            return cls.apply(*args, **kwargs)
-    finally:
-        _DISABLED_BY_JITCORE.flag = True
+    with subclass_functions_as_the_caller_had():
+        return cls.apply(*args, **kwargs)
 
 
 # Note [A Function class whose methods close over the program's values]
@@ -121,28 +116,6 @@ def _resolved_whole(value: Any) -> bool:
     """A value of a tensor subclass with a ``__torch_dispatch__`` of its own, passed whole."""
     cls = type(value)
     return cls is not torch.Tensor and isinstance(value, torch.Tensor) and not is_plain_subclass(cls)
-
-
-class _DisabledByJitcore(threading.local):
-    flag = False
-
-
-_DISABLED_BY_JITCORE = _DisabledByJitcore()
-_enable_torch_function = torch._C._EnableTorchFunction  # noqa: SLF001
-
-
-@contextlib.contextmanager
-def subclass_functions_disabled() -> Iterator[None]:
-    """Subclass ``__torch_function__`` disabled by jitcore for a computation whose records were
-    resolved while tracing; a Function's forward called natively in it runs with them on again when
-    the caller had them on (Note [The torch-function state of a Function's forward])."""
-    was = _DISABLED_BY_JITCORE.flag
-    _DISABLED_BY_JITCORE.flag = torch._C._is_torch_function_enabled()  # noqa: SLF001 - the caller's state
-    try:
-        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
-            yield
-    finally:
-        _DISABLED_BY_JITCORE.flag = was
 
 
 def run_on_shadows(cls: type, *args: Any, **kwargs: Any) -> Any:

@@ -43,6 +43,7 @@ from jitcore.dispatch.resolver import DispatchState
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
 from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, tree_any, tree_has
 from jitcore.langctx import new_context
+from jitcore.langctx.backward import torch_functions_of_a_backward
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.langctx.thread_state import ThreadState
 from jitcore.proxies import TensorProxy
@@ -455,6 +456,11 @@ class _Replay:
                     cls = with_cells_mapped(call[0][0], lambda v: _shadow(self.lookup(v)))
                     with torch._C._EnableTorchFunction():  # noqa: SLF001
                         out = run_on_shadows(cls, *call[0][1:], **call[1])
+                elif "backward" in bsym.symbol.tags:
+                    # a Function's backward runs its user Python as eagerly, with __torch_function__ on
+                    # (Note [The torch-function state of a backward the program runs], langctx/backward.py)
+                    with torch_functions_of_a_backward(*call[0][:3], caller=False):
+                        out = bsym.symbol.fn(*call[0], **call[1])
                 else:
                     out = bsym.symbol.fn(*call[0], **call[1])
         finally:

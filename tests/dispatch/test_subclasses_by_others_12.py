@@ -114,3 +114,54 @@ def test_njt_attention_no_backend_takes_raises_as_eagerly() -> None:
         assert "No viable backend" in str(traced.value)
         frames = [(f.f_code.co_name, n) for f, n in traceback.walk_tb(traced.tb)]
         assert ("attend", line) in frames, frames
+
+
+# --- a QLoRA training step jitted whole ---------------------------------------------------------------------
+# Note [The torch-function state of a backward the program runs] (jitcore/langctx/backward.py): LinearNF4's
+# backward dequantizes with ``weight.to(dtype)``, answered by NF4's __torch_function__; the backward inside
+# the program ran with subclass functions off and raised "mat1 and mat2 shapes cannot be multiplied".
+
+
+def _qlora_step(optimizer: type) -> Callable[[torch.Tensor, torch.Tensor], Any]:
+    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4, to_nf4
+
+    class QLoRALinear(torch.nn.Module):
+        def __init__(self, fan_in: int, fan_out: int) -> None:
+            super().__init__()
+            base = torch.randn(fan_out, fan_in, dtype=torch.bfloat16) * fan_in**-0.5
+            self.weight = torch.nn.Parameter(to_nf4(base, 64, 16), requires_grad=False)
+            self.a = torch.nn.Parameter(torch.randn(8, fan_in, dtype=torch.bfloat16) * 0.1)
+            self.b = torch.nn.Parameter(torch.randn(fan_out, 8, dtype=torch.bfloat16) * 0.01)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return linear_nf4(x, self.weight) + x @ self.a.t() @ self.b.t()
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(QLoRALinear(64, 128), torch.nn.GELU(), QLoRALinear(128, 32))
+    opt = optimizer([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> Any:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        loss.backward()
+        opt.step()
+        return loss.detach(), [p.detach().clone() for p in model.parameters() if p.requires_grad]
+
+    return step
+
+
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.AdamW], ids=["sgd", "adamw"])
+def test_a_qlora_training_step_jitted_whole_trains_as_eagerly(optimizer: type) -> None:
+    """Loss and adapters after each step are eager's, over a change of batch size (a symbolic entry
+    taking the NF4 weights whole)."""
+    eager, jitted = _qlora_step(optimizer), jitcore.jit(_qlora_step(optimizer))
+    for seed, batch in enumerate([8, 8, 6, 6, 5]):
+        torch.manual_seed(seed)
+        x, y = torch.randn(batch, 64, dtype=torch.bfloat16), torch.randn(batch, 32)
+        got, expected = jitted(x, y), eager(x, y)
+        assert torch.isfinite(expected[0])
+        torch.testing.assert_close(got[0], expected[0])
+        for a, e in zip(got[1], expected[1], strict=True):
+            torch.testing.assert_close(a, e)
+    assert jitcore.cache_hits(jitted) >= 2
+
