@@ -381,10 +381,19 @@ def _shares(guard: Guard) -> bool:
 # too. A subclass input (``TwoTensor(a, b) * 1``) likewise: its entry runs pass 1 under torch's
 # autograd with the caller's subclass objects taken whole (``GradStage.pass_1``), its class's dispatch
 # running per call as eagerly (Note [A caller's non-leaf subclass value], jitcore/jit/subclass_inputs.py).
+# Note [jitcore's reads of a shadow]
+# A shadow is a real instance of the subclass (over fake inner tensors), so reading its metadata
+# natively (``.requires_grad``, ``.is_leaf``) runs the class's ``__torch_function__``. torchao's
+# CodebookQuantizedTensor answers every torch function, property reads included, by dequantizing its
+# arguments first, which on a shadow mixed a real ``torch.zeros`` with fake codes: a quantized model
+# raised "Please convert all Tensors to FakeTensors first" where eager computes. jitcore's own reads
+# never run the class's code (eager never reads them there), as for the caller's tensors (Note
+# [Reading the caller's tensors], jit/tensor_binding.py).
 def _writes_a_non_leaf_input(trace: Trace, subclass_inputs: Any = ()) -> bool:
     inputs = [a for a in trace.args if isinstance(a, TensorProxy)]
     inputs += [proxy for proxy, _path in subclass_inputs]
-    non_leaves = {id(a.shadow) for a in inputs if a.shadow.requires_grad and not a.shadow.is_leaf}
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        non_leaves = {id(a.shadow) for a in inputs if a.shadow.requires_grad and not a.shadow.is_leaf}
 
     def into_one(value: Any) -> bool:
         return isinstance(value, TensorProxy) and (

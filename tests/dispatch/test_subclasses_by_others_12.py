@@ -165,3 +165,33 @@ def test_a_qlora_training_step_jitted_whole_trains_as_eagerly(optimizer: type) -
             torch.testing.assert_close(a, e)
     assert jitcore.cache_hits(jitted) >= 2
 
+
+# --- a class that answers every torch function by dequantizing --------------------------------------------
+# Note [jitcore's reads of a shadow] (jitcore/transforms/jit_hook.py): torchao's CodebookQuantizedTensor
+# dequantizes for property reads too; jitcore's read of a shadow's requires_grad ran it on fake codes.
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["forward", "input_grad"])
+def test_a_codebook_quantized_model_runs_as_eagerly(requires_grad: bool) -> None:
+    import torchao.quantization as Q
+    from torchao.prototype.quantization.codebook.codebook_quantized_tensor import CodebookWeightOnlyConfig
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
+    Q.quantize_(model, CodebookWeightOnlyConfig())
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(x + model(x), (64,))
+
+    jitted = jitcore.jit(program)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(2, 5, 64, requires_grad=requires_grad)
+        x_eager = x.detach().clone().requires_grad_(requires_grad)
+        got, expected = jitted(x), program(x_eager)
+        torch.testing.assert_close(got, expected)
+        if requires_grad:
+            got.square().sum().backward()
+            expected.square().sum().backward()
+            torch.testing.assert_close(x.grad, x_eager.grad)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
