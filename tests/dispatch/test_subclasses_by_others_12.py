@@ -111,7 +111,6 @@ def test_njt_attention_no_backend_takes_raises_as_eagerly() -> None:
         with pytest.raises(RuntimeError) as traced:
             jitted(x)
         assert str(traced.value) == str(eager.value)
-        assert "No viable backend" in str(traced.value)
         frames = [(f.f_code.co_name, n) for f, n in traceback.walk_tb(traced.tb)]
         assert ("attend", line) in frames, frames
 
