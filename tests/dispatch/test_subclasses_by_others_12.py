@@ -194,3 +194,49 @@ def test_a_codebook_quantized_model_runs_as_eagerly(requires_grad: bool) -> None
             expected.square().sum().backward()
             torch.testing.assert_close(x.grad, x_eager.grad)
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+
+
+# --- a number read through a class's own __torch_function__ ------------------------------------------------
+# Note [A read in a plain subclass's __torch_function__] (jitcore/jit/value_reads.py): such a read was a
+# constant behind a check, an entry per value, where the same program on plain tensors keeps one entry.
+
+
+class _ItemDoubling(torch.Tensor):
+    """Answers ``item`` with twice the number."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        return out * 2 if getattr(func, "__name__", None) == "item" else out
+
+
+ITEM_READS: dict[str, tuple[Callable[[torch.Tensor], Any], type, bool]] = {
+    "logged_add": (lambda x: x + x.amax().item(), _Recording, False),
+    "logged_after_a_write": (lambda x: x.clone().add_(1).amax().item(), _Recording, False),
+    "doubled_add": (lambda x: x + x.amax().item(), _ItemDoubling, False),
+    "doubled_returned": (lambda x: (x.sum().item(), x.abs().amax().item() - 1), _ItemDoubling, False),
+    "doubled_scale_under_grad": (lambda x: (x * x.mean().item()).sum(), _ItemDoubling, True),
+}
+
+
+@pytest.mark.parametrize("name", list(ITEM_READS))
+def test_a_number_read_through_the_classs_torch_function_keeps_one_entry(name: str) -> None:
+    """Values, what the class is handed, and gradients are eager's; other values take the same entry."""
+    program, cls, requires_grad = ITEM_READS[name]
+    jitted = jitcore.jit(program)
+    for seed in range(4):
+        made = []
+        for _ in range(2):
+            torch.manual_seed(seed)
+            made.append(torch.randn(4, 6, requires_grad=requires_grad).as_subclass(cls))
+        _Recording.log.clear()
+        expected = program(made[0])
+        handed, _Recording.log[:] = list(_Recording.log), []
+        got = jitted(made[1])
+        _same(got, expected)
+        assert _Recording.log == handed, seed
+        if requires_grad:
+            got.backward()
+            expected.backward()
+            _same(made[1].grad, made[0].grad)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 3), jitted.miss_log
