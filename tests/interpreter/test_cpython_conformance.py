@@ -11,6 +11,7 @@ Python runs its own stdlib's test modules, with its own native counts and known 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -18,9 +19,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-if sys.version_info[:2] == (3, 12):
-    pytest.skip("no native counts or known failures recorded for 3.12: the CPython 3.12 this was developed "
-                "with (Ubuntu's, without libpython3.12-testsuite) has no stdlib test package to run",
+if sys.version_info[:2] == (3, 12) and importlib.util.find_spec("test.support") is None:
+    pytest.skip("this CPython 3.12 has no stdlib test package (Ubuntu ships it as libpython3.12-testsuite)",
                 allow_module_level=True)
 
 from conformance_known_failures import KNOWN_FAILURES
@@ -304,10 +304,27 @@ NATIVE_COUNTS_313 = {
     "test_cmd": 3,
     "test_code_module": 17,
 }
-NATIVE_COUNTS = {(3, 11): NATIVE_COUNTS_311, (3, 13): NATIVE_COUNTS_313}[sys.version_info[:2]]
+# 3.12: the modules chosen for what 3.12 changes (PEP 709's comprehensions, PEP 695, the call and attribute
+# layout, generators and exceptions), measured on pyenv's 3.12.1 with its own stdlib tests (2026-12-04), and
+# on Ubuntu's 3.12.3 with 3.12.1's tests on PYTHONPATH (there test_dictviews' test_deeply_nested_repr does not
+# pass natively: 15 of 16)
+NATIVE_COUNTS_312 = {
+    "test_grammar": 78, "test_scope": 40, "test_exceptions": 94, "test_with": 50, "test_contextlib": 90,
+    "test_patma": 311, "test_class": 19, "test_listcomps": 70, "test_genexps": 81, "test_generators": 32,
+    "test_unpack_ex": 91, "test_super": 34, "test_yield_from": 40, "test_coroutines": 97, "test_asyncgen": 67,
+    "test_exception_group": 50, "test_exception_variations": 30, "test_extcall": 148, "test_setcomps": 39,
+    "test_unpack": 35, "test_call": 181, "test_type_params": 80, "test_type_aliases": 25, "test_descr": 150,
+    "test_builtin": 108, "test_contextlib_async": 57, "test_dictviews": 15, "test_richcmp": 11,
+    "test_types": 113, "test_functools": 255, "test_typing": 591,
+}
+NATIVE_COUNTS = {(3, 11): NATIVE_COUNTS_311, (3, 12): NATIVE_COUNTS_312, (3, 13): NATIVE_COUNTS_313}[
+    sys.version_info[:2]
+]
+# every module of the runner's list on 3.11 and 3.13; on 3.12 those measured there
+_MODULES = tuple(name for name in MODULES if name in NATIVE_COUNTS)
 
 
-@pytest.mark.parametrize("module", MODULES)
+@pytest.mark.parametrize("module", _MODULES)
 def test_module_conforms(module: str) -> None:
     outcome = run_module_isolated(module)
     known = {name for name in KNOWN_FAILURES if name.startswith(f"test.{module}.")}
@@ -321,7 +338,7 @@ def test_module_conforms(module: str) -> None:
 
 
 def test_overall_rate_bound() -> None:
-    assert set(NATIVE_COUNTS) == set(MODULES)
+    assert set(NATIVE_COUNTS) == set(_MODULES) <= set(MODULES)
     total = sum(NATIVE_COUNTS.values())
     assert all(name.split(".")[1] in NATIVE_COUNTS for name in KNOWN_FAILURES)
     assert 1 - len(KNOWN_FAILURES) / total >= MIN_OVERALL_RATE
