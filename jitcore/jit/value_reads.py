@@ -55,7 +55,7 @@ from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
-from jitcore.proxies.typed import is_plain_subclass
+from jitcore.proxies.typed import only_plain_subclass_values
 
 __all__ = ["ValueReads", "has_reads", "nondeterministic_read", "read_sites", "with_rollback"]
 
@@ -228,6 +228,10 @@ class ValueReads:
     # reads its offsets), the user cannot move them out of the function, and a checked read is not a
     # split (the call is traced whole). Where such a read is refused (the cases above), the call
     # cannot run eagerly under fullgraph: the read's DataDependentError is raised.
+    # Note [A read in a plain subclass's __torch_function__]
+    # A class without ``__torch_dispatch__`` whose ``__torch_function__`` logs or counts holds plain data,
+    # its override interpreted as the program's code: a number it reads of its own instances (``super()``
+    # running ``item``) is the program's read, a name, not a constant behind a check (an entry per value).
     def _read_in_subclass_code(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                                source: tuple[SourceFrame, ...] | None) -> Any:
         open_scopes = self.context.scopes[1:-1]
@@ -242,9 +246,8 @@ class ValueReads:
             return _REFUSED
         out = symbol.fn(*real_args, **real_kwargs)
         site = ReadSite(_describe(symbol, out), source)
-        if symbol.fn in _NUMBER_READS and type(out) in (int, float) and _plain_data(args, kwargs):
-            return Inlined(self._number(symbol, args, kwargs, out, site))  # Note [A read in a plain
-            # subclass's __torch_function__]
+        if symbol.fn in _NUMBER_READS and type(out) in (int, float) and only_plain_subclass_values(args):
+            return Inlined(self._number(symbol, args, kwargs, out, site))  # the Note above
         if not _has(torch.Tensor, out):
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
@@ -686,21 +689,6 @@ def _dense_layout(t: torch.Tensor) -> tuple[int, ...] | None:
 def _shape_site(site: ReadSite) -> ReadSite:
     """Where the sizes of a value-shaped op's outputs are checked."""
     return ReadSite(f"{SHAPE_OF}{site.what}", site.source)
-
-
-# Note [A read in a plain subclass's __torch_function__]
-# A class without ``__torch_dispatch__`` that adds a ``__torch_function__`` (a log, a counter) holds plain
-# data; its override is interpreted as the program's code. ``x.amax().item()`` on it reads inside that
-# override (``super().__torch_function__`` runs ``item``), so the read was a library's (Note [Reads
-# inside a subclass's code]): a constant behind a check, and ``x + x.amax().item()`` missed the cache on
-# every call where plain tensors keep one entry. A number read of the class's own instances is the
-# program's read: a name of the computation, checked only where a value is needed, as at the top.
-def _plain_data(args: tuple, kwargs: dict) -> bool:
-    """Whether every tensor among ``args``/``kwargs`` is a plain subclass's instance (no
-    ``__torch_dispatch__``): plain data whose class's code is the program's."""
-    tensors = [v for v in optree.tree_leaves((args, kwargs), none_is_leaf=True) if isinstance(v, TensorProxy)]
-    return bool(tensors) and all(
-        not isinstance(v, SubclassTensorProxy) and is_plain_subclass(v.python_type) for v in tensors)
 
 
 def _has(kind: type, tree: Any) -> bool:

@@ -25,7 +25,9 @@ import torch
 
 from jitcore.proxies.tensor import PlainTensorProxy, TensorProxy
 
-__all__ = ["has_torch_function", "is_plain_subclass", "retype", "typed_proxy_class"]
+__all__ = [
+    "has_torch_function", "is_plain_subclass", "only_plain_subclass_values", "retype", "typed_proxy_class",
+]
 
 # The names a proxy class never takes from the user's class: type machinery and the protocols that
 # jitcore itself answers (__torch_function__ runs through the resolver, in eager's order).
@@ -45,6 +47,12 @@ def is_plain_subclass(cls: type) -> bool:
         return False
     impl = cls.__torch_dispatch__
     return getattr(impl, "__func__", impl) is torch._C._disabled_torch_dispatch_impl  # noqa: SLF001
+
+
+def only_plain_subclass_values(values: tuple | list) -> bool:
+    """Whether the tensors among ``values`` are proxies of plain subclasses' instances, at least one."""
+    tensors = [v for v in values if isinstance(v, TensorProxy)]
+    return bool(tensors) and all(is_plain_subclass(v.python_type) for v in tensors)
 
 
 def has_torch_function(cls: type) -> bool:
