@@ -27,8 +27,10 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optree
@@ -43,7 +45,7 @@ from jitcore.dispatch.declined import declined_by_all
 from jitcore.dispatch.dtensor import is_natively_dispatched, pointwise_for_dtensor
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.dispatch.handed import as_handed, overridable
-from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tree_any, tree_has
+from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tracing, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol, operator_symbol
 from jitcore.langctx.reads import same_value
 from jitcore.langctx.scalars import aten_name, dispatched_parameter
@@ -407,6 +409,20 @@ def makes_variable(fn: Any) -> bool:
     return fn in _VARIABLE_FACTORIES
 
 
+# Note [Autograd's device threads]
+# When the grad transform derives a backward on CUDA shadows (torch.autograd.grad over the forward's
+# fake graph), torch's autograd engine runs each CUDA node on the device's own worker thread, not on
+# the thread that called it (CPU nodes run on the caller's). The engine carries torch's thread state
+# there, this mode on the dispatch stack among it, but not Python's: the trace context is a
+# ContextVar of the calling thread, so on the worker no trace was active, the op's symbol ran its
+# aten op on the proxies again, which came back to the proxy's __torch_function__ and to the symbol
+# (a RecursionError for every backward on an H200, CPU tests all green). The mode keeps the context
+# and thread it is entered on (and the interpretation then running, which runs a subclass's dispatch
+# code), and re-enters them when it is reached on another thread with no context. The caller is
+# blocked in the engine meanwhile; nodes of one graph record in an order their data allows (a node
+# runs only after the nodes it reads), whichever thread runs them.
+
+
 class ShadowDispatchMode(TorchDispatchMode):
     """Sees each aten call the dispatcher makes on shadows (one torch-level call being resolved, or
     the grad transform's replay: transforms/recording.py). A call on plain shadows is recorded as its
@@ -424,6 +440,7 @@ class ShadowDispatchMode(TorchDispatchMode):
                  numbers: dict[int | str, Any] | None = None, numbers_of: str = "") -> None:
         super().__init__()
         self.state = state
+        self._origin: tuple[Any, Any, int] = (None, None, threading.get_ident())  # set on entering
         self.made_variable = made_variable
         self._returned: Any = None  # the subclass shadow the last call handed back (made_variable only)
         # dynamic numbers (or lists of them) by the aten parameter (name or position) they were given
@@ -431,6 +448,10 @@ class ShadowDispatchMode(TorchDispatchMode):
         self.numbers = numbers or {}
         self.numbers_of = numbers_of
         self.named: set[int] = set()
+
+    def __enter__(self) -> ShadowDispatchMode:
+        self._origin = (current_context(), _current_run(), threading.get_ident())  # Note [Autograd's
+        return super().__enter__()  # device threads]
 
     def _with_numbers(self, func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """``args``/``kwargs`` with each dynamic number put back where C++ passed its value unchanged
@@ -493,6 +514,10 @@ class ShadowDispatchMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in METADATA_OPS:
             return func(*args, **kwargs)
+        context, run, thread = self._origin
+        if context is not None and current_context() is None and threading.get_ident() != thread:
+            with tracing(context), _running(run):  # Note [Autograd's device threads]
+                return self.__torch_dispatch__(func, types, args, kwargs)
         user_types = tuple(t for t in types if not issubclass(t, FakeTensor))
         proxy_args, proxy_kwargs = _map(self.proxy_of, (args, kwargs))
         if self.numbers:
@@ -580,6 +605,27 @@ def _protocol_method(cls: type, name: str, args: tuple, kwargs: dict) -> Callabl
         if isinstance(value, torch.Tensor) and getattr(value, "python_type", type(value)) is cls:
             return types.MethodType(raw, value)
     return getattr(cls, name)
+
+
+def _current_run() -> Any:
+    from jitcore.interpreter import current_run
+
+    return current_run()
+
+
+@contextlib.contextmanager
+def _running(run: Any) -> Iterator[None]:
+    """``run`` the innermost interpretation of this thread for the body (None: nothing changes)."""
+    from jitcore.interpreter import active_runs
+
+    stack = active_runs()
+    if run is not None:
+        stack.append(run)
+    try:
+        yield
+    finally:
+        if run is not None:
+            stack.pop()
 
 
 def interpret_protocol_code(fn: Callable[..., Any], *args: Any) -> Any:
