@@ -32,6 +32,7 @@ from jitcore.dispatch.dtensor import dispatch_state_lookasides, fsdp_lookasides,
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS, offer_native, offered_lookasides
+from jitcore.dispatch.raw_kernels import raw_kernel_lookasides
 from jitcore.dispatch.resolver import (
     call_on_shadows,
     numbers_reach_dispatch,
@@ -319,7 +320,7 @@ class Pass:
         lookasides = numbers.with_number_lookasides({
             **dict(TORCH_TABLE.callables()),
             **DISPATCH_LOOKASIDES,
-            **fsdp_lookasides(),
+            **fsdp_lookasides(), **raw_kernel_lookasides(),
             **self.autograd.lookasides(), **text_lookasides(), print: self.prints.print,
             **control_flow_lookasides(),
             **format_lookasides(self._opaque_call),
