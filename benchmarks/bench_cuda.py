@@ -16,6 +16,7 @@ executor and with the inductor executor. Per-call time: the best of interleaved 
 synchronize, N calls, a synchronize. The first call of each variant (tracing and compiling) is printed.
 
 Run: python benchmarks/bench_cuda.py [--quick] [--no-llama] [--device cpu]
+     [--only chain,chain-big,two-tensor,training,float8,llama]
 """
 
 from __future__ import annotations
@@ -142,25 +143,36 @@ def main() -> None:
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU"
     print(f"{name}, torch {torch.__version__}, Python {sys.version.split()[0]}")
     n = 20 if quick else 100
-    small = torch.randn(4, device=DEVICE)
-    measure("20-op elementwise chain, 4 elements (launch-bound)", variants(chain),
-            lambda fn: fn(small), number=n, repeat=5)
-    big = torch.randn(2**24, device=DEVICE)
-    measure("20-op elementwise chain, 2**24 elements (memory-bound)", variants(chain),
-            lambda fn: fn(big), number=n, repeat=5)
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+    rows = {"chain": lambda: chain_row(4, n, "launch-bound"),
+            "chain-big": lambda: chain_row(2**24, n, "memory-bound"),
+            "two-tensor": lambda: two_tensor_row(n), "training": lambda: training_step(quick),
+            "float8": lambda: float8_row(n), "llama": lambda: llama_forward(quick)}
+    skipped = {"llama"} if "--no-llama" in sys.argv else set()
+    for row_name, row in rows.items():
+        if row_name in only if only is not None else row_name not in skipped:
+            row()
+
+
+def chain_row(numel: int, n: int, kind: str) -> None:
+    x = torch.randn(numel, device=DEVICE)
+    measure(f"20-op elementwise chain, {numel} elements ({kind})", variants(chain),
+            lambda fn: fn(x), number=n, repeat=5)
+
+
+def two_tensor_row(n: int) -> None:
     x = TwoTensor(torch.randn(1024, 1024, device=DEVICE), torch.randn(1024, 1024, device=DEVICE))
     w = TwoTensor(torch.randn(1024, 1024, device=DEVICE), torch.randn(1024, 1024, device=DEVICE))
     measure("TwoTensor chain, 50 elementwise ops and a matmul, 1024x1024 inner tensors",
             variants(two_tensor_chain), lambda fn: fn(x, w), number=n, repeat=5)
-    training_step(quick)
+
+
+def float8_row(n: int) -> None:
     weight = Float8Weight.quantize(torch.randn(4096, 4096, device=DEVICE, dtype=torch.bfloat16))
     bias = torch.randn(4096, device=DEVICE, dtype=torch.bfloat16)
     rows = torch.randn(4096, 4096, device=DEVICE, dtype=torch.bfloat16)
     measure("float8 linear (Float8Weight, torch._scaled_mm), 4096x4096 weight, 4096 bf16 rows",
             variants(float8_linear), lambda fn: fn(rows, weight, bias), number=n, repeat=5)
-    if "--no-llama" not in sys.argv:
-        llama_forward(quick)
-
 
 if __name__ == "__main__":
     main()
