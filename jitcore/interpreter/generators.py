@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from jitcore.interpreter.errors import JitcoreInterpreterError
 from jitcore.interpreter.loop import unwind
 from jitcore.interpreter.run import ACTIVE
-from jitcore.interpreter.tracebacks import add_frame, strip_internal
+from jitcore.interpreter.tracebacks import DRIVEN_CODES, strip_internal, user_traceback
 
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
@@ -349,8 +349,7 @@ FRAME_ATTRIBUTES = frozenset(
     {"gi_code", "gi_frame", "gi_yieldfrom", "cr_code", "cr_frame", "cr_await", "ag_code", "ag_frame",
      "ag_await"}
 )
-# id(a driver's code) -> (that code, the interpreted code it drives): kept here, so an id is never reused
-_DRIVEN_CODES: dict[int, tuple[types.CodeType, types.CodeType]] = {}
+_DRIVEN_CODES = DRIVEN_CODES  # id(a driver's code) -> (that code, the interpreted code it drives)
 _NOT_INTERPRETED = object()
 
 
@@ -409,27 +408,19 @@ def frame_attribute(gen: object, name: str) -> object:
 NOT_INTERPRETED = _NOT_INTERPRETED
 
 
-# Note [A throw into a generator not started]
-# ``gen.throw(exc)`` before the first ``next`` raises ``exc`` in the generator's frame at its start, so
-# CPython's traceback has the generator's entry at its ``def`` line (its ``f_locals`` the arguments), and on
-# 3.11 a StopIteration thrown there becomes PEP 479's RuntimeError whose ``__cause__`` has that entry. An
-# interpreted generator's driver never runs its code then: the exception gets the driver's entry only, which
-# is stripped as internal (or, on the StopIteration under the RuntimeError, shown as ``generators.py``). A
-# call of ``throw`` made by interpreted code (the lookaside below) gives each exception that came out of the
-# driver's frame (its traceback holds the driver's entry: not an argument error raised before the frame
-# ran) the generator's entry instead. A native caller of ``throw`` still sees the driver's entry.
 def throw_(gen: object, *args: object) -> object:
-    """``generator.throw``/``coroutine.throw`` called by interpreted code (Note [A throw into a generator
-    not started])."""
-    frame = _unstarted_frame(gen)
-    if frame is None:
+    """``generator.throw``/``coroutine.throw`` called by interpreted code: on 3.11, the StopIteration thrown
+    into a generator not started, which CPython turns into PEP 479's RuntimeError when it leaves the driver,
+    gets the generator's entry as its ``__cause__`` (the exception itself gets it in the calling frame: Note
+    [A throw into a generator not started] in tracebacks.py)."""
+    if _unstarted_frame(gen) is None:
         return gen.throw(*args)
     try:
         return gen.throw(*args)
     except BaseException as e:
-        for exc in (e, e.__cause__):
-            if exc is not None and _has_driver_entry(exc.__traceback__):
-                add_frame(frame, exc, always=True, leaving=True)
+        cause = e.__cause__
+        if cause is not None and _has_driver_entry(cause.__traceback__):
+            cause.__traceback__ = user_traceback(cause.__traceback__)
         raise
 
 

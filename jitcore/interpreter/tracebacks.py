@@ -29,7 +29,8 @@ from jitcore.interpreter.frame import NULL
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["add_frame", "caller_stand_in", "is_internal", "reraised_traceback", "strip_internal"]
+__all__ = ["DRIVEN_CODES", "add_frame", "caller_stand_in", "is_internal", "reraised_traceback",
+           "strip_internal", "user_traceback"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INTERNAL_NAMES = ("<jitcore binder>",)
@@ -67,6 +68,11 @@ _NULL = NULL
 def is_internal(filename: str) -> bool:
     """Whether a code object's file belongs to the interpreter itself."""
     return filename.startswith(_PACKAGE_DIR) or filename in _INTERNAL_NAMES
+
+
+# id(a generator driver's code) -> (that code, the interpreted code it drives), filled by generators.py: kept
+# here so that an id is never reused (and so that add_frame knows a driver's entry)
+DRIVEN_CODES: dict[int, tuple[CodeType, CodeType]] = {}
 
 
 def strip_internal(tb: TracebackType | None) -> TracebackType | None:
@@ -130,7 +136,7 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
         leaving: the exception leaves ``frame`` (no handler of its own runs): its entry's frame holds the
             frame's locals, final now (Note [Traceback frame objects]).
     """
-    tb = strip_internal(exc.__traceback__)
+    tb = user_traceback(exc.__traceback__)
     if not always and tb is not None and id(tb) == getattr(frame, "tb_entry", 0):  # (unset: no entry yet)
         exc.__traceback__ = tb
         return
@@ -138,6 +144,34 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
     # only the id: holding the entry would keep the exception's frames alive after the user dropped it
     frame.tb_entry = id(entry)
     exc.__traceback__ = entry
+
+
+# Note [A throw into a generator not started]
+# ``gen.throw(exc)``, ``coro.throw(exc)`` or an ``agen.athrow(exc)`` awaitable first sent to, before the
+# generator started, raises ``exc`` in the generator's frame at its start: CPython's traceback has the
+# generator's entry at its ``def`` line (its ``f_locals`` the arguments). An interpreted generator's driver
+# (generators.py) never runs the frame then: the exception comes out of the driver's first instruction with
+# the driver's entry only, internal. Such an entry (a driver's code, its interpreted frame at index 0: never
+# run; any other exception leaving a driver has its entry stripped by the driver's own ``except`` clause,
+# Note [The driver's traceback entry] in generators.py) becomes the generator's entry when the exception
+# reaches an interpreted frame, whatever called ``throw``/``send`` in between (the interpreter's handlers,
+# C's athrow awaitable). A native caller the exception leaves to (``map(g.throw, ...)`` run by C) still sees
+# the driver's entry.
+def user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """``strip_internal(tb)``, where the entry of a driver whose frame never ran is that frame's (Note [A
+    throw into a generator not started])."""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        filename = code.co_filename
+        if not filename.startswith(_PACKAGE_DIR) and filename not in _INTERNAL_NAMES and \
+                id(code) not in _STAND_IN_CODES:
+            break
+        if id(code) in DRIVEN_CODES:
+            frame = tb.tb_frame.f_locals.get("frame")
+            if frame is not None and frame.index == 0:
+                return _entry(frame, strip_internal(tb.tb_next), True)
+        tb = tb.tb_next
+    return tb
 
 
 def reraised_traceback(frame: Frame, exc: BaseException, leaving: bool) -> TracebackType | None:

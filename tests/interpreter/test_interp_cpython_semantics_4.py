@@ -1,0 +1,95 @@
+"""Semantics found different by CPython's regression tests and snippet probes for issue 13 (2026-12-04
+evening), checked natively against ``interpret`` on small programs of their own."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from interp_helpers import check
+
+
+def test_an_athrow_into_an_async_generator_not_started_has_its_entry() -> None:
+    """``await agen.athrow(exc)`` (or the awaitable's first ``send``) into an interpreted async generator not
+    started yet raised ``exc`` without the generator's traceback entry (CPython's is at its ``def`` line, its
+    frame's locals the arguments), and so did ``map(gen.throw, ...)``, whose ``throw`` C calls: the driver
+    never ran the frame. The driver's entry becomes the generator's when the exception reaches an interpreted
+    frame (Note [A throw into a generator not started]); the awaitable stays CPython's (a second send
+    refused)."""
+
+    def f() -> list[object]:
+        async def agen(a, b=2):
+            yield a + b
+
+        def gen(a):
+            yield a
+
+        def entries(e):
+            return [(name, line - f.__code__.co_firstlineno) for _, line, name, _ in
+                    traceback.extract_tb(e.__traceback__)]
+
+        async def main() -> list[object]:
+            out: list[object] = []
+            awaitable = agen(1).athrow(ValueError("v"))
+            out.append(type(awaitable).__name__)
+            try:
+                await awaitable
+            except ValueError as e:
+                out.append(entries(e))
+                tb = e.__traceback__
+                while tb.tb_next is not None:
+                    tb = tb.tb_next
+                out.append(sorted(tb.tb_frame.f_locals))
+            awaitable = agen(1).athrow(KeyError)
+            for _ in range(2):
+                try:
+                    awaitable.send(None)
+                except BaseException as e:  # noqa: BLE001 - compared with CPython's
+                    out.append((type(e).__name__, str(e), entries(e)))
+            started = agen(3)
+            out.append(await started.__anext__())
+            try:
+                await started.athrow(TypeError)
+            except TypeError as e:
+                out.append(entries(e))
+            for thrower in (lambda g: list(map(g.throw, [ValueError("x")])),
+                            lambda g: next(map(g.throw, [KeyError]))):
+                try:
+                    thrower(gen(1))
+                except Exception as e:  # noqa: BLE001 - compared with CPython's
+                    out.append(entries(e))
+            return out
+
+        coroutine = main()
+        try:
+            coroutine.send(None)
+        except StopIteration as stop:
+            return stop.value
+        return ["suspended"]
+
+    assert check(f)[1] == [("main", 16), ("agen", 1)]
+
+
+def test_an_exception_shown_from_an_athrow_not_started_matches_cpythons_text() -> None:
+    """The printed traceback of the athrow case above: the generator's line is shown as CPython shows it."""
+
+    def f() -> str:
+        async def agen():
+            yield 1
+
+        async def main():
+            await agen().athrow(ValueError("shown"))
+
+        coroutine = main()
+        try:
+            coroutine.send(None)
+        except ValueError as e:
+            lines = traceback.format_exception(e)
+            return "".join(line for line in lines if "File" not in line or "test_interp" in line)
+        return "no exception"
+
+    text = check(f)
+    assert "async def agen():" in text, text
