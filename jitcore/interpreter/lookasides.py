@@ -20,6 +20,7 @@ import __future__
 import abc
 import builtins
 import functools
+import gc
 import operator
 import sys
 import types
@@ -52,6 +53,7 @@ from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
 from jitcore.interpreter.generators import throw_
 from jitcore.interpreter.protocols import truth
+from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
 
 __all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments"]
@@ -652,6 +654,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             types.GeneratorType.throw: throw_,  # Note [A throw into a generator not started]
             types.CoroutineType.throw: throw_,
             sys.setprofile: _refuse_tracing("setprofile"),
+            gc.get_referrers: get_referrers,  # Note [Referrers of the interpreter's own]
         }
         # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ and register (which
         # checks issubclass) only call C (_abc), which calls any Python __subclasshook__/__subclasscheck__

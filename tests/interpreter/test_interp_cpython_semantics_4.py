@@ -93,3 +93,39 @@ def test_an_exception_shown_from_an_athrow_not_started_matches_cpythons_text() -
 
     text = check(f)
     assert "async def agen():" in text, text
+
+
+def test_gc_get_referrers_answers_no_interpreter_container() -> None:
+    """``gc.get_referrers(x)`` of a local listed the interpreted frame's fast locals and value stack and the
+    argument tuple of the call in flight (CPython: a running frame is no referrer), with the ``NULL`` of
+    unbound locals in them, which a loop over the answer stored in a local and then read as unbound
+    (UnboundLocalError; 3.13 test_asyncio.test_futures' ``test_future_cancelled_exception_refcycles``). The
+    program's containers stay, and a suspended generator holding ``x`` in its frame is the generator (Note
+    [Referrers of the interpreter's own])."""
+
+    def f() -> list[object]:
+        import gc
+
+        def gen(x):
+            held = x  # noqa: F841 - the generator's frame holds it
+            yield 1
+
+        exc = KeyError(1)
+        out: list[object] = [gc.get_referrers(exc)]
+        try:
+            raise exc
+        except KeyError:
+            out.append(gc.get_referrers(exc))
+        g = gen(exc)
+        next(g)
+        pair, box = (exc, 1), [exc]
+        referrers = gc.get_referrers(exc)
+        out.append(sorted(type(r).__name__ for r in referrers))
+        out.append([any(r is item for r in referrers) for item in (g, pair, box)])
+        names = []
+        for referrer in gc.get_referrers(exc):
+            names.append(type(referrer).__name__)
+        out.append(len(names))
+        return out
+
+    check(f)
