@@ -4,6 +4,10 @@ Prints, for a 4-op and a 20-op function on a 4-element tensor, the per-call time
 jitcore (cached) and torch.compile(backend="eager"), with ratios against eager; then the first-call
 time of jitcore for chains of N = 10, 100, 1000 ops, per recorded op.
 Targets (issue 4): cached 4-op <= 1.3x eager, 20-op <= 1.05x eager; first call <= 1 ms per op at N=1000.
+Then the cached call of a small MLP (8-16-8, batch 4, so that overhead dominates, issue 17) as users
+train it: the loss jitted with forward and backward outside, the whole step jitted (zero_grad,
+backward and SGD inside), and ``jitcore.jit(model)``'s forward; each the best of many short rounds
+(a busy machine's slow rounds drop out), with jitcore's time over eager's.
 
 Run: python benchmarks/bench_jit_overhead.py
 """
@@ -15,6 +19,8 @@ import timeit
 import warnings
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 import jitcore
 
@@ -50,6 +56,41 @@ def chain(n: int):
     return f
 
 
+def training_rows() -> None:
+    """Cached calls of a small MLP's loss, training step and forward: eager vs jitcore (issue 17)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def loss(m, x, y):
+        return F.mse_loss(m(x), y)
+
+    def step(m, x, y):
+        opt.zero_grad(set_to_none=True)
+        out = F.mse_loss(m(x), y)
+        out.backward()
+        opt.step()
+        return out
+
+    jitted_loss, jitted_step, jitted_model = jitcore.jit(loss), jitcore.jit(step), jitcore.jit(model)
+    rows = {
+        "loss fwd+bwd": (lambda: loss(model, x, y).backward(), lambda: jitted_loss(model, x, y).backward()),
+        "whole step": (lambda: step(model, x, y), lambda: jitted_step(model, x, y)),
+        "module fwd": (lambda: model(x), lambda: jitted_model(x)),
+    }
+    print(f"{'MLP 8-16-8':14} {'eager us':>9} {'jitcore us':>11} {'ratio':>6} {'over us':>8}")
+    for name, (eager_fn, jitted_fn) in rows.items():
+        for _ in range(5):
+            eager_fn(), jitted_fn()
+        eager = jitted = float("inf")
+        for _ in range(200):  # short interleaved rounds: the best of them is the machine's quiet speed
+            eager = min(eager, timeit.timeit(eager_fn, number=20) / 20 * 1e6)
+            jitted = min(jitted, timeit.timeit(jitted_fn, number=20) / 20 * 1e6)
+        print(f"{name:14} {eager:9.1f} {jitted:11.1f} {jitted / eager:6.2f} {jitted - eager:8.1f}")
+    assert jitcore.cache_misses(jitted_loss) == 1 and jitcore.cache_misses(jitted_model) == 1
+
+
 def main() -> None:
     torch.set_num_threads(1)
     x = torch.randn(4)
@@ -74,7 +115,8 @@ def main() -> None:
             times.append(time.perf_counter() - start)
         best = min(times) * 1e3
         print(f"{n:8} {best:14.1f} {best / n:10.3f}")
-
+    print()
+    training_rows()
 
 
 if __name__ == "__main__":

@@ -77,6 +77,14 @@ class GradComputation:
         self.output_leaves = [None if isinstance(v, Proxy) else v for v in traces.output_leaves]
         self.differentiable = traces.differentiable
         self.grad_inputs = traces.grad_inputs
+        # Note [The autograd wrapper's per-call work]: what each call would otherwise recompute
+        self.differentiable_indices = frozenset(spec.index for spec in traces.differentiable)
+        n_differentiable = len(self.differentiable_indices)
+        self.all_differentiable = (  # outputs 0..n-1 all differentiable: no output to mark constant
+            n_differentiable if self.differentiable_indices == frozenset(range(n_differentiable)) else -1
+        )
+        self.grad_positions = tuple(i if kind == "arg" else n_inputs + i for kind, i in traces.grad_inputs)
+        self.single_leaf = self.output_tree.is_leaf()  # the output is one value: nothing to unflatten
         self.backward_raises = any(b.symbol is RAISE for b in traces.backward.bound_symbols)
         self.fresh_leaves = traces.fresh_leaves
         self.assembly = traces.assembly
@@ -109,6 +117,16 @@ class GradComputation:
 # without those outputs (Note [A backward for other tangent kinds], grad.py), once per pattern.
 
 
+# Note [The autograd wrapper's per-call work]
+# A training step calls the wrapper twice (forward, backward) and autograd's own machinery around
+# it; its Python runs on every call, beside kernels that can take microseconds. Everything that
+# depends only on the traces is computed once here: the set of differentiable outputs (and whether
+# every output is one, so that no output needs ``mark_non_differentiable``), where each gradient goes
+# among the function's inputs, and whether the output is a single value (returned as it is rather
+# than through ``tree_unflatten``). Each call still checks what varies per call: the outputs'
+# count and types, the inputs' versions, the gradients' kinds.
+
+
 # Note [A backward that raises]
 # When autograd raised while the backward was derived (a user ``backward`` or ``__torch_dispatch__``
 # that raises, a derivative torch does not implement), the backward trace only re-raises it. It
@@ -117,19 +135,30 @@ class GradComputation:
 # (eager shows that frame only for an ``autograd.Function``, and the kept frames include it then).
 
     def __call__(self, *inputs: Any) -> Any:
-        for position, flag in self.input_flags:  # ``x.requires_grad_()``: autograd connects x's outputs
+        input_flags, returned_inputs = self.input_flags, self.returned_inputs
+        for position, flag in input_flags:  # ``x.requires_grad_()``: autograd connects x's outputs
             if flag:
                 inputs[position].requires_grad_(True)
-        versions = [_version(inputs[i]) for _position, i in self.returned_inputs]
+        versions = [_version(inputs[i]) for _position, i in returned_inputs] if returned_inputs else ()
         outputs = JitcoreFunction.apply(self, *inputs)
-        for position, flag in self.input_flags:  # ``p.requires_grad_(False)``: after, as the graph used it
+        for position, flag in input_flags:  # ``p.requires_grad_(False)``: after, as the graph used it
             if not flag:
                 inputs[position].requires_grad_(False)
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         if self.assembly is not None:  # Note [Subclass outputs the program assembles], assembly.py
             outputs = self.assembly.build(outputs, inputs, self.n_inputs)
-        if self.backward_raises:  # Note [A backward that raises]
+        if self.backward_raises:  # Note [The autograd wrapper's per-call work]
+# A training step calls the wrapper twice (forward, backward) and autograd's own machinery around
+# it; its Python runs on every call, beside kernels that can take microseconds. Everything that
+# depends only on the traces is computed once here: the set of differentiable outputs (and whether
+# every output is one, so that no output needs ``mark_non_differentiable``), where each gradient goes
+# among the function's inputs, and whether the output is a single value (returned as it is rather
+# than through ``tree_unflatten``). Each call still checks what varies per call: the outputs'
+# count and types, the inputs' versions, the gradients' kinds.
+
+
+# Note [A backward that raises]
             node = next(
                 (o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None
             )
@@ -141,10 +170,10 @@ class GradComputation:
         leaves = list(self.output_leaves)
         for position, index in self.tensor_positions:
             leaves[position] = outputs[index]
-        for (position, i), version in zip(self.returned_inputs, versions):
+        for (position, i), version in zip(returned_inputs, versions):
             if _version(inputs[i]) == version and (i < self.n_inputs or inputs[i].is_leaf):
                 leaves[position] = inputs[i]  # Note [Inputs returned as they are under autograd]
-        return optree.tree_unflatten(self.output_tree, leaves)
+        return leaves[0] if self.single_leaf else optree.tree_unflatten(self.output_tree, leaves)
 
     def _raise_before_backward(self, grads: Any) -> None:
         try:
@@ -257,12 +286,13 @@ class JitcoreFunction(torch.autograd.Function):
         computation.backward = backward
         ctx.save_for_backward(*saved)
         ctx.set_materialize_grads(False)  # Note [Outputs no gradient reaches]
-        differentiable = {spec.index for spec in computation.differentiable}
-        constant = [
-            o for i, o in enumerate(outputs) if i not in differentiable and isinstance(o, torch.Tensor)
-        ]
-        if constant:
-            ctx.mark_non_differentiable(*constant)
+        if len(outputs) != computation.all_differentiable:
+            differentiable = computation.differentiable_indices
+            constant = [
+                o for i, o in enumerate(outputs) if i not in differentiable and isinstance(o, torch.Tensor)
+            ]
+            if constant:
+                ctx.mark_non_differentiable(*constant)
         return tuple(outputs)
 
     @staticmethod
@@ -275,11 +305,10 @@ class JitcoreFunction(torch.autograd.Function):
             if computation.on_error is not None:
                 computation.on_error(exc)  # the user line of the forward op whose backward failed
             raise
-        n_inputs = computation.n_inputs
-        grad_inputs: list[Any] = [None] * (len(ctx.needs_input_grad) - 1)
-        for (kind, i), grad in zip(computation.grad_inputs, results):
-            grad_inputs[i if kind == "arg" else n_inputs + i] = grad
-        return (None, *grad_inputs)
+        grad_inputs: list[Any] = [None] * len(ctx.needs_input_grad)  # the first: ``computation``'s
+        for position, grad in zip(computation.grad_positions, results):
+            grad_inputs[position + 1] = grad
+        return tuple(grad_inputs)
 
 
 def _version(tensor: torch.Tensor) -> int | None:
