@@ -24,14 +24,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-import warnings
 
 import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
-import jitcore
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "executors"))
+from bench_executors import twenty_ops as chain  # noqa: E402
+from bench_executors import two_tensor_chain, variants  # noqa: E402 - the programs of the CPU rows
 from test_devices import Float8Weight, float8_linear  # noqa: E402 - the subclass the tests check
 
 DEVICE = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cuda"
@@ -40,30 +39,6 @@ DEVICE = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else
 def synchronize() -> None:
     if DEVICE == "cuda":
         torch.cuda.synchronize()
-
-
-def chain(x):
-    for _ in range(5):
-        x = ((x.sin() * 2).cos() + 1).tanh()
-    return x
-
-
-def two_tensor_chain(x, w):
-    for _ in range(10):
-        x = ((x + 1) * 0.5).sin().cos() - 0.25
-    return x @ w
-
-
-def variants(fn):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return [
-            ("eager", fn),
-            ("torch.compile(backend='eager')", torch.compile(fn, backend="eager")),
-            ("torch.compile (inductor)", torch.compile(fn)),
-            ("jitcore (torch)", jitcore.jit(fn, executor="torch")),
-            ("jitcore (inductor)", jitcore.jit(fn, executors=("inductor", "torch"))),
-        ]
 
 
 def timed(call) -> float:
