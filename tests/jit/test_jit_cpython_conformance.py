@@ -31,6 +31,10 @@ if sys.version_info[:2] == (3, 12) and importlib.util.find_spec("test.support") 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interpreter"))
 
 from conformance_known_failures import KNOWN_FAILURES as INTERPRETER_KNOWN_FAILURES  # noqa: E402
+from conformance_known_failures import KNOWN_FAILURES_311, KNOWN_FAILURES_313  # noqa: E402
+
+if sys.version_info[:2] == (3, 12):  # the interpreter's list covers only the modules measured on 3.12
+    INTERPRETER_KNOWN_FAILURES = {**KNOWN_FAILURES_311, **KNOWN_FAILURES_313, **INTERPRETER_KNOWN_FAILURES}
 
 _SCRIPT = Path(__file__).resolve().parent / "cpython_under_jit.py"
 _ROOT = Path(__file__).resolve().parents[2]
@@ -69,8 +73,19 @@ KNOWN_FAILURES = {
     "test.test_builtin.TestBreakpoint.test_envar_unimportable": f"{_BREAKPOINT}; and it sets os.environ, "
     "which a jitted function refuses",
 }
-if sys.version_info >= (3, 13):  # 3.13's test_builtin has one more breakpoint() test
+if sys.version_info >= (3, 12):  # 3.12's and 3.13's test_builtin have one more breakpoint() test
     KNOWN_FAILURES["test.test_builtin.TestBreakpoint.test_runtime_error_when_hook_is_lost"] = _BREAKPOINT
+_ONLY_ON_312 = ("fails jitted on 3.12 only (pyenv's 3.12.1 tests, 2026-12-04): passes jitted on 3.11 and "
+                "3.13 and under the bare interpreter on 3.12 (a reduction of test_dynamic's or test_index's "
+                "passes jitted on 3.12); cause not found yet")
+if sys.version_info[:2] == (3, 12):
+    KNOWN_FAILURES.update(dict.fromkeys((
+        "test.test_descr.ClassPropertiesAndMethods.test_dir",  # AttributeError: 'str' object has no 'get'
+        "test.test_dynamic.RebindBuiltinsTests.test_modify_builtins",  # a rebound builtin not seen (3 != 7)
+        "test.test_dynamic.RebindBuiltinsTests.test_modify_builtins_while_generator_active",
+        "test.test_dynamic.RebindBuiltinsTests.test_modify_builtins_from_leaf_function",  # IndexError
+        "test.test_index.ListTestCase.test_slice_bug7532",  # __index__ returned a NumberProxy to a slice
+    ), _ONLY_ON_312))
 
 
 def _run(name: str) -> dict:
