@@ -108,7 +108,17 @@ def execute_traced(frame: Frame, pending: BaseException | None = None) -> None:
         frames.pop()
 
 
+# Note [A thrown exception is chained in its frame]
+# ``gen.throw(exc)`` raises ``exc`` in the generator's frame as CPython's ``_gen_throw`` does: with
+# ``PyErr_Restore``, then ``_PyErr_ChainStackItem``, which chains it to the exception the generator's own
+# frame is handling (suspended in an ``except`` block), never to the thrower's (``gen.throw(ValueError())``
+# inside ``except KeyError``: the context stays None; asyncio's C Task delivers an awaited task's exception
+# to the awaiting coroutine this way). The frame gets its traceback entry. Left to ``_route``, an
+# exception raised by no instruction of the frame looked raised by C code the frame called, and was chained
+# to the exception the thrower handles. ``run.raising`` marks it thrown: its second field None (True: an
+# explicit ``raise``; False: a re-raise).
 def _raise_into(frame: Frame, exc: BaseException) -> None:
+    frame.run.raising = (exc, None, exc.__context__)
     try:
         raise exc
     except BaseException as caught:
@@ -196,13 +206,17 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
     frame.run.raising = None
     if type(exc) is RecursionError:
         _drop_internal_context(exc)
-    explicit = reraised = False
+    explicit = reraised = thrown = False
     if raising is not None and raising[0] is exc:
         explicit = raising[1]
-        if not explicit:  # bare re-raise: CPython leaves __context__ alone
+        if explicit is None:  # thrown into a generator (Note [A thrown exception is chained in its frame])
+            explicit, thrown = False, True
+        elif not explicit:  # bare re-raise: CPython leaves __context__ alone
             exc.__context__ = raising[2]
             reraised = True
-    if explicit or (raising is None and _fresh(frame, exc)):
+    if thrown:
+        _set_context(exc, frame.exc_value)
+    elif explicit or (raising is None and _fresh(frame, exc)):
         _chain(frame, exc)
     if frame.run.unentered is not None:
         _add_unentered(frame.run, exc)
@@ -278,6 +292,11 @@ def _chain(frame: Frame, exc: BaseException) -> None:
     handled = frame.handled_exception()
     if handled is None:
         handled = frame.run.native_exc
+    _set_context(exc, handled)
+
+
+def _set_context(exc: BaseException, handled: BaseException | None) -> None:
+    """``exc.__context__ = handled`` unless None or ``exc`` itself, breaking a cycle through ``exc``."""
     if handled is None or handled is exc:
         return
     o, seen = handled, 0

@@ -129,3 +129,60 @@ def test_gc_get_referrers_answers_no_interpreter_container() -> None:
         return out
 
     check(f)
+
+
+def test_an_exception_thrown_into_a_generator_is_chained_in_its_frame() -> None:
+    """``gen.throw(exc)`` chains ``exc`` to the exception the generator's own frame is handling, never to the
+    thrower's (CPython's ``_PyErr_ChainStackItem``): interpreted, a throw inside ``except KeyError`` got the
+    KeyError as context, and a throw into a generator suspended in an ``except`` block (an asyncio C Task
+    delivering an awaited task's exception to a coroutine awaiting inside ``except``: test_asyncio.test_tasks'
+    ``test_exception_chaining_after_await``) got none (Note [A thrown exception is chained in its frame])."""
+
+    def f() -> list[object]:
+        import asyncio
+
+        out: list[object] = []
+
+        def plain():
+            yield 1
+
+        def handling():
+            try:
+                raise KeyError("in gen")
+            except KeyError:
+                yield 1
+
+        def delegating():
+            yield from handling()
+
+        for make in (plain, handling, delegating):
+            gen = make()
+            next(gen)
+            try:
+                raise IndexError("thrower")
+            except IndexError:
+                try:
+                    gen.throw(ValueError("thrown"))
+                except ValueError as e:
+                    out.append((make.__name__, repr(e.__context__)))
+        loop = asyncio.new_event_loop()
+
+        async def raise_error():
+            raise ValueError("inner")
+
+        async def run():
+            try:
+                raise KeyError(3)
+            except KeyError:
+                try:
+                    await loop.create_task(raise_error())
+                except ValueError as e:
+                    out.append(repr(e.__context__))
+
+        try:
+            loop.run_until_complete(run())
+        finally:
+            loop.close()
+        return out
+
+    assert check(f)[0] == ("plain", "None")
