@@ -61,6 +61,7 @@ from jitcore.transforms.replayed_numbers import ReplayedNumbers
 from jitcore.transforms.replayed_reads import ReplayedReads
 from jitcore.transforms.saving import CHECKPOINT_BEGIN, CHECKPOINT_END, split_saved
 from jitcore.transforms.tangents import TangentKind, kind_of_output, tangent_shadow
+from jitcore.transforms.view_round_trips import collapse_view_round_trips
 
 __all__ = [
     "BackwardDeriver", "DerivedBackward", "GradTraces", "OutputSpec", "SubclassInputs", "grad_transform",
@@ -560,6 +561,7 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     forward.output = (tuple(forward_outputs), tuple(saved))
     backward.args = [*saved, *derived.tangent_args]
     backward.output = tuple(derived.outputs)
+    collapse_view_round_trips(backward)  # Note [View round trips in a backward]
     if derived.raises:
         deriver = None  # Note [A backward for other tangent kinds]: autograd raised, as it would again
     return GradTraces(forward, backward, tree, outputs, derived.differentiable, grad_inputs,
