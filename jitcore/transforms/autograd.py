@@ -148,17 +148,7 @@ class GradComputation:
             outputs = (outputs,)
         if self.assembly is not None:  # Note [Subclass outputs the program assembles], assembly.py
             outputs = self.assembly.build(outputs, inputs, self.n_inputs)
-        if self.backward_raises:  # Note [The autograd wrapper's per-call work]
-# A training step calls the wrapper twice (forward, backward) and autograd's own machinery around
-# it; its Python runs on every call, beside kernels that can take microseconds. Everything that
-# depends only on the traces is computed once here: the set of differentiable outputs (and whether
-# every output is one, so that no output needs ``mark_non_differentiable``), where each gradient goes
-# among the function's inputs, and whether the output is a single value (returned as it is rather
-# than through ``tree_unflatten``). Each call still checks what varies per call: the outputs'
-# count and types, the inputs' versions, the gradients' kinds.
-
-
-# Note [A backward that raises]
+        if self.backward_raises:  # Note [A backward that raises]
             node = next(
                 (o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None
             )
