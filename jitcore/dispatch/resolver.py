@@ -630,9 +630,7 @@ def _running(run: Any) -> Iterator[None]:
 
 def interpret_protocol_code(fn: Callable[..., Any], *args: Any) -> Any:
     """A subclass's (or a mode's) protocol method, interpreted (see ``TraceContext.subclass_code``)."""
-    from jitcore.interpreter import current_run
-
-    run = current_run()
+    run = _current_run()
     with in_subclass_code():
         return run.call(fn, *args) if run is not None else fn(*args)
 

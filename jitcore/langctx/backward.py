@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicO
 from jitcore.langctx.shadows import BACKWARDS, STATEFUL, EagerKernels
 from jitcore.langctx.thread_state import subclass_functions_as_the_caller_had
 from jitcore.langctx.torch import torch_symbol
+from jitcore.proxies.typed import has_torch_function
 
 __all__ = [
     "AUTOGRAD_GRAD", "autograd_grad", "free_graph", "graph_leaves", "graph_nodes",
@@ -54,10 +55,7 @@ def _has_own_torch_function(value: Any) -> bool:
     """Whether ``value`` is a tensor whose class takes torch functions (whatever the thread's state:
     ``has_torch_function`` says no while they are off)."""
     cls = type(value)
-    if cls is torch.Tensor or not isinstance(value, torch.Tensor):
-        return False
-    method = getattr(cls.__torch_function__, "__func__", cls.__torch_function__)
-    return method is not torch._C._disabled_torch_function_impl  # noqa: SLF001
+    return cls is not torch.Tensor and isinstance(value, torch.Tensor) and has_torch_function(cls)
 
 
 def free_graph(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[Any],

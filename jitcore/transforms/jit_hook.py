@@ -381,6 +381,7 @@ def _shares(guard: Guard) -> bool:
 # too. A subclass input (``TwoTensor(a, b) * 1``) likewise: its entry runs pass 1 under torch's
 # autograd with the caller's subclass objects taken whole (``GradStage.pass_1``), its class's dispatch
 # running per call as eagerly (Note [A caller's non-leaf subclass value], jitcore/jit/subclass_inputs.py).
+
 # Note [jitcore's reads of a shadow]
 # A shadow is a real instance of the subclass (over fake inner tensors), so reading its metadata
 # natively (``.requires_grad``, ``.is_leaf``) runs the class's ``__torch_function__``. torchao's
