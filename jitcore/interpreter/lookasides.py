@@ -52,7 +52,7 @@ from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
 from jitcore.interpreter.generators import throw_
-from jitcore.interpreter.protocols import truth
+from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
 
@@ -60,6 +60,12 @@ __all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "su
 
 _native_isinstance = builtins.isinstance
 _native_issubclass = builtins.issubclass
+
+
+def index_(v: object, /) -> int:
+    """operator.index() with a Python ``__index__`` interpreted (Note [A stand-in's number is given to C as
+    its value], protocols.py)."""
+    return index(active_run(), v)
 
 
 def getattr_(obj: object, name: object, /, *default: object) -> object:
@@ -629,6 +635,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             iter: iter_,
             next: next_,
             getattr: getattr_,
+            operator.index: index_,
             hasattr: hasattr_,
             setattr: setattr_,
             isinstance: isinstance_,

@@ -18,6 +18,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 import operator
 import sys
+import warnings
 from types import BuiltinMethodType, FunctionType, MethodType, MethodWrapperType
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,7 @@ __all__ = [
     "delete_item",
     "get_item",
     "get_iter",
+    "index",
     "length",
     "next_value",
     "set_item",
@@ -169,6 +171,10 @@ def _binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, 
     lf = _slot(ta, name)
     rf = _slot(tb, rname) if tb is not ta else None
     if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
+        if symbol == "*" and isinstance(a, _REPEATED) and _has_python_index(run, b):
+            b = index(run, b)  # a repeat count (Note [A stand-in's number is given to C as its value])
+        elif symbol == "*" and isinstance(b, _REPEATED) and _has_python_index(run, a):
+            a = index(run, a)
         return native(a, b)
     if rf is not None and (issubclass(tb, ta) and rf is not _slot(ta, rname) or lf in _SEQUENCE_SLOTS):
         result = call(run, rf, (b, a), None)
@@ -266,9 +272,11 @@ def truth(run: Run, v: object) -> bool:
     f = getattr(t, "__bool__", None)
     if _is_py(f):
         result = call(run, f, (v,), None)
-        if type(result) is not bool:
+        if type(result) is bool:
+            return result
+        if run.type_of(result) is not bool:
             raise TypeError(f"__bool__ should return bool, returned {type(result).__name__}")
-        return result
+        return bool(result)  # a stand-in's truth (Note [A stand-in's number is given to C as its value])
     if f is None:
         f = getattr(t, "__len__", None)
         if _is_py(f):
@@ -336,10 +344,62 @@ def next_value(run: Run, it: object) -> object:
 
 # ---------------------------------------------------------------------------------------------- subscripts
 
+# Note [A stand-in's number is given to C as its value]
+# C code that needs a number from an object calls the object's ``__index__``/``__bool__`` itself, natively:
+# a program's ``__index__`` that returns what its object holds (``self.ind``, a dynamic number the jit stands
+# in for) handed the stand-in to C, which refused it ("__index__ returned non-int (type NumberProxy)":
+# ``seq[o:]``, CPython's test_index). Where the interpreter performs the protocol itself (a built-in
+# sequence's index or slice bounds, ``operator.index``, truth) it calls that method interpreted, as CPython
+# calls it, checks the result's class as CPython does (a stand-in answers the class it stands for) and gives
+# C the result's own value (``operator.index``/``bool`` of it: the jit's number is specialized there, so no
+# traced number reaches C).
+_SEQUENCES = (list, tuple, str, bytes, bytearray, range, memoryview)
+_REPEATED = (list, tuple, str, bytes, bytearray)  # sequences with a repeat count (sq_repeat)
+
+
+def _has_python_index(run: Run, v: object) -> bool:
+    """Whether CPython asks ``v``'s Python ``__index__`` for its index (an int subclass is its own)."""
+    t = type(v)
+    return t not in NATIVE_TYPES and not isinstance(v, int) and run.type_of(v) is t \
+        and _is_py(getattr(t, "__index__", None))
+
+
+def index(run: Run, v: object) -> int:
+    """``operator.index(v)`` (CPython's ``PyNumber_Index``) with a Python ``__index__`` interpreted."""
+    if not _has_python_index(run, v):
+        return operator.index(v)
+    result = call(run, type(v).__index__, (v,), None)
+    if type(result) is int:
+        return result
+    if not issubclass(run.type_of(result), int):
+        raise TypeError(f"__index__ returned non-int (type {type(result).__name__})")
+    if isinstance(result, int):  # (Issue #17576's warning, as PyNumber_Index gives it)
+        warnings.warn(f"__index__ returned non-int (type {type(result).__name__}).  The ability to return an "
+                      "instance of a strict subclass of int is deprecated, and may be removed in a future "
+                      "version of Python.", DeprecationWarning, stacklevel=1)
+    return operator.index(result)  # Note [A stand-in's number is given to C as its value]
+
+
+def _sequence_key(run: Run, key: object) -> object:
+    """The key a built-in sequence is subscripted with, a Python ``__index__`` of it (or of a slice's
+    step, start and stop, in CPython's order) called interpreted."""
+    if type(key) is slice:
+        step, start, stop = key.step, key.start, key.stop
+        if _has_python_index(run, step) or _has_python_index(run, start) or _has_python_index(run, stop):
+            step = index(run, step) if _has_python_index(run, step) else step
+            start = index(run, start) if _has_python_index(run, start) else start
+            stop = index(run, stop) if _has_python_index(run, stop) else stop
+            return slice(start, stop, step)
+        return key
+    return index(run, key) if _has_python_index(run, key) else key
+
+
 def get_item(run: Run, container: object, key: object) -> object:
     """``container[key]`` with a Python ``__getitem__`` / ``__class_getitem__`` interpreted."""
     t = type(container)
     if t in NATIVE_TYPES:
+        if type(key) is not int and isinstance(container, _SEQUENCES):
+            key = _sequence_key(run, key)
         return container[key]
     f = getattr(t, "__getitem__", None)
     if _is_py(f) or _looked_aside(run, f):
@@ -348,6 +408,8 @@ def get_item(run: Run, container: object, key: object) -> object:
         cg = getattr(container, "__class_getitem__", None)
         if cg is not None and _is_py(getattr(cg, "__func__", None)):
             return call(run, cg, (key,), None)
+    if type(key) is not int and isinstance(container, _SEQUENCES):
+        key = _sequence_key(run, key)
     return container[key]
 
 
@@ -359,6 +421,8 @@ def set_item(run: Run, container: object, key: object, value: object) -> None:
         if _is_py(f) or _looked_aside(run, f):
             call(run, f, (container, key, value), None)
             return
+    if type(key) is not int and isinstance(container, _SEQUENCES):
+        key = _sequence_key(run, key)
     container[key] = value
 
 
@@ -370,6 +434,8 @@ def delete_item(run: Run, container: object, key: object) -> None:
         if _is_py(f):
             call(run, f, (container, key), None)
             return
+    if type(key) is not int and isinstance(container, _SEQUENCES):
+        key = _sequence_key(run, key)
     del container[key]
 
 

@@ -14,6 +14,7 @@ has finished without error.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -531,7 +532,8 @@ class Pass:
         if self.limit is not None and self.limit.recurses(fn, args):  # ``repr`` of a list nested 1100 deep
             return self.limit.call_native(len(current_run().frames),
                                           lambda: offer_native(fn, args, kwargs, self._native_call))
-        result = offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
+        with numbers.values_in_objects(fn, args, kwargs) if self._has_numbers() else contextlib.nullcontext():
+            result = offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
         return self.keys.dereferenced(result) if calls_weakref(fn) else result
 
     def _native_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:

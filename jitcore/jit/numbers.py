@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import dataclasses
 import functools
 import types
@@ -31,7 +32,8 @@ from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["SLOT_TYPES", "changed_number_arguments", "drop_unused_arithmetic", "fold_specialized",
-           "keeps_numbers", "roots_used", "specialize", "symbolic", "with_number_lookasides"]
+           "keeps_numbers", "roots_used", "specialize", "symbolic", "values_in_objects",
+           "with_number_lookasides"]
 
 
 def symbolic(trace: Trace, prologue: PrologueBuilder,
@@ -153,8 +155,14 @@ def with_number_lookasides(table: dict[Any, Callable[..., Any]]) -> dict[Any, Ca
     merged = dict(table)
     for fn, for_numbers in python_langctx.LOOKASIDES.items():
         other = table.get(fn)
-        merged[fn] = for_numbers if other is None else functools.partial(_by_argument, for_numbers, other)
+        chosen = for_numbers if other is None else functools.partial(_by_argument, for_numbers, other)
+        merged[fn] = functools.partial(_handing_values, fn, chosen)  # Note [Objects handed to C hold values]
     return merged
+
+
+def _handing_values(fn: Any, lookaside: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    with values_in_objects(fn, args, kwargs):
+        return lookaside(*args, **kwargs)
 
 
 def _by_argument(for_numbers: Callable[..., Any], other: Callable[..., Any], *args: Any,
@@ -180,6 +188,52 @@ def stores_items(fn: Any) -> bool:
     (``log.append(text)``): values, never keys, so text made from numbers can stay deferred there."""
     owner = _storing_owner(fn)
     return owner is not None and issubclass(owner, (list, collections.deque))
+
+
+# Note [Objects handed to C hold values]
+# A program's object that holds a dynamic number (``o.ind = n``) and is handed to C code that asks it for
+# a number (``range(o)``, ``bool(o)``, ``hash(o)``, ``[0] * o``) has its ``__index__``/``__bool__``/... run
+# natively by C, past the interpreter: it returned the proxy, which C refused ("__index__ returned non-int
+# (type NumberProxy)"). For the duration of such a call the object's own numbers are their values,
+# specialized (C may read any of them), and the proxies are put back after it where the call left the
+# attribute as it was. Only objects whose class defines one of those methods in Python, passed directly
+# (or as a slice's bound), are so treated: others are handed on as they are, their numbers kept. Where the
+# interpreter runs the protocol itself (a sequence's index, truth) it calls the method interpreted instead
+# (Note [A stand-in's number is given to C as its value], interpreter/protocols.py).
+_NUMBER_METHODS = ("__index__", "__int__", "__float__", "__complex__", "__bool__", "__hash__",
+                   "__length_hint__")
+
+
+@contextlib.contextmanager
+def values_in_objects(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """Note [Objects handed to C hold values]: while the C callable ``fn`` runs, the dynamic numbers held
+    in the instance dicts of the objects it is handed that it may ask for a number are their values."""
+    swapped: list[tuple[dict, str, NumberProxy, Any]] = []
+    if not _stores(fn):
+        for obj in _handed(args, kwargs):
+            held = getattr(obj, "__dict__", None) if _asks_for_numbers(type(obj)) else None
+            if type(held) is dict:
+                for name, value in list(held.items()):
+                    if isinstance(value, NumberProxy):
+                        held[name] = value.specialize()
+                        swapped.append((held, name, value, held[name]))
+    try:
+        yield
+    finally:
+        for held, name, proxy, value in swapped:
+            if held.get(name, held) is value:
+                held[name] = proxy
+
+
+def _handed(args: tuple, kwargs: dict) -> list[Any]:
+    handed = [*args, *kwargs.values()]
+    handed += [bound for s in handed if type(s) is slice for bound in (s.start, s.stop, s.step)]
+    return handed
+
+
+def _asks_for_numbers(cls: type) -> bool:
+    return not issubclass(cls, (NumberProxy, type)) and \
+        any(type(getattr(cls, name, None)) is types.FunctionType for name in _NUMBER_METHODS)
 
 
 def _stores(fn: Any) -> bool:

@@ -186,3 +186,55 @@ def test_an_exception_thrown_into_a_generator_is_chained_in_its_frame() -> None:
         return out
 
     assert check(f)[0] == ("plain", "None")
+
+
+def test_an_index_method_of_a_sequences_key_runs_interpreted() -> None:
+    """A built-in sequence's index, slice bounds and repeat count ask the key's Python ``__index__`` the
+    CPython way, interpreted (Note [A stand-in's number is given to C as its value]): before, C called it
+    natively, so its ``sys._getframe(1)`` was jitcore's ``get_item``, not the program's function. Its errors
+    and the warning for a strict int subclass are CPython's."""
+
+    def f() -> list[object]:
+        import operator
+        import warnings
+
+        class Sub(int):
+            pass
+
+        class OwnIndex(int):  # an int is its own index: its __index__ is not asked
+            def __index__(self):
+                return 0
+
+        class Ix:
+            def __init__(self, v):
+                self.v = v
+
+            def __index__(self):
+                seen.append(sys._getframe(1).f_code.co_name)
+                return self.v
+
+        seen: list[str] = []
+        seq = [0, 1, 2, 3, 4, 5]
+
+        def reads():
+            out: list[object] = [seq[Ix(1):Ix(4):Ix(2)], seq[Ix(2)], "abcdef"[Ix(3):], [7] * Ix(2),
+                                 operator.index(Ix(5))]
+            copy = list(seq)
+            copy[Ix(1):Ix(3)] = ["x"]
+            del copy[Ix(0)]
+            out.append(copy)
+            for bad in (Ix("a"), Ix(2.0)):
+                try:
+                    seq[bad:]
+                except TypeError as e:
+                    out.append(str(e))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out.append((seq[Ix(Sub(4))], type(operator.index(Ix(Sub(3)))).__name__))
+            out.append([(w.category.__name__, str(w.message)[:40]) for w in caught])
+            out.append((operator.index(OwnIndex(3)), seq[OwnIndex(2)], seq[OwnIndex(1):]))
+            return out
+
+        return [reads(), seen]
+
+    check(f)

@@ -85,10 +85,6 @@ if sys.version_info[:2] == (3, 12):
         "test.test_dynamic.RebindBuiltinsTests.test_modify_builtins_while_generator_active",
         "test.test_dynamic.RebindBuiltinsTests.test_modify_builtins_from_leaf_function",  # IndexError
     ), _ONLY_ON_312))
-    KNOWN_FAILURES["test.test_index.ListTestCase.test_slice_bug7532"] = (
-        "TypeError: __index__ returned non-int (NumberProxy): len() of a list read only by len() is a "
-        "dynamic number, stored as an object's attribute that a native slice reads back through __index__; "
-        "a reduction fails jitted on 3.11 and 3.13 too (there the module passes)")
 
 
 def _run(name: str) -> dict:

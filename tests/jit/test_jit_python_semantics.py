@@ -389,3 +389,52 @@ def test_globals_of_a_namespace_the_program_makes_are_no_state() -> None:
     jitted_passed = jitcore.jit(passed_in)
     for s in (2, 2, 7):
         torch.testing.assert_close(jitted_passed(torch.ones(2), {"S": s}), torch.ones(2) * s)
+
+
+class _Index:
+    def __index__(self) -> Any:
+        return self.ind
+
+
+class _Numbers:
+    def __int__(self) -> Any:
+        return self.ind
+
+    def __float__(self) -> Any:
+        return self.ind / 2
+
+    def __bool__(self) -> Any:
+        return self.ind > 6
+
+    def __hash__(self) -> Any:
+        return self.ind
+
+
+def test_an_objects_dynamic_number_reaches_c_code_as_its_value() -> None:
+    """An object holding a dynamic number (``o.ind = n``) whose ``__index__``/``__int__``/``__float__``/
+    ``__bool__``/``__hash__`` returns it, asked for a number by C code or by the interpreter's protocols
+    (a sequence's slice or index, ``[0] * o``, ``range(o)``, ``operator.index``, ``bool``, ``hash``, ``int``,
+    ``float``), raised ``TypeError: __index__ returned non-int (type NumberProxy)`` (CPython's test_index
+    ``test_slice_bug7532``). The method runs interpreted where the interpreter runs the protocol (Note [A
+    stand-in's number is given to C as its value]); C code is handed the object with its numbers' values
+    (Note [Objects handed to C hold values]). A second value of the number gives its own results."""
+    import operator
+
+    seq = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90]
+
+    def f(x: torch.Tensor, n: int) -> tuple:
+        o, p = _Index(), _Numbers()
+        o.ind = int((n - 1) * 1.5)
+        p.ind = n + 1
+        out = [seq[o:], seq[:o], seq[o], tuple(seq)[o], "abcdefghijklm"[o:], seq[slice(None, o, 2)], [0] * o,
+               list(range(o)), operator.index(o), bool(p), 1 if p else 2, hash(p), int(p), float(p)]
+        return x * o.ind, out
+
+    x = torch.ones(2)
+    jitted = jitcore.jit(f, dynamic_numbers=True)
+    for n in (5, 7, 6):
+        expected = f(x, n)
+        got = jitted(x, n)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1]
+        assert [type(v) for v in got[1]] == [type(v) for v in expected[1]]
