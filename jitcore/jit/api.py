@@ -387,6 +387,7 @@ class JittedFunction:
                 return self._interpret(number, args, kwargs, shape_changed)
             static_shapes(self, number, reason)
             return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
+        self._shapes.numbers_traced(program.read_numbers)  # Note [Counts that values decide]
         if sizes:
             symbolic_sizes(self, number, sizes)
         self._shapes.seen(program.prologue.inputs, program.first_inputs)  # tensor inputs come first

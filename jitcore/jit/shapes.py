@@ -94,7 +94,13 @@ _TORCH_MARK = "_dynamo_dynamic_indices"  # torch._dynamo.mark_dynamic's, honoure
 # torch computes every size after it from the symbol, and ``finish`` names it by the read's own
 # number (``[n0, n1, n2] = torch.Tensor.tolist(t0)``; ``torch.split(t2, [n0, n1, n2])``), so a call
 # with other counts runs the same entry. Every element of a ``tolist()`` is one site; a float or bool
-# read stays a checked name.
+# read stays a checked name. A site is a symbol from the next trace on as well when a pass pinned other
+# values at it than the pass before (``ShapePolicy.numbers_traced``): a miss on the input's shape
+# teaches it as a failed check does, so ``v.split(lengths.tolist())`` with ``len(v)`` changing too
+# is general from the third call, not one entry per list of lengths. A condition may relate the
+# counts to an input's symbolic size (a split's lengths sum to ``v``'s: ``Eq(u0 + u1 + u2, s0)``): it
+# is checked once the counts are read, with the input's size a size input of the computation, so a
+# call whose lengths do not sum to its size goes to another entry, where torch raises as eagerly.
 
 
 def _number_site(site: ReadSite) -> tuple | None:
@@ -153,6 +159,7 @@ class ShapePolicy:
         self.reads_refused: str | None = None  # why value-shaped outputs keep static sizes (logged)
         # Note [Counts that values decide]: the sites of integers read with item()/tolist() found to change
         self._read_numbers: set[tuple] = set()
+        self._read_numbers_seen: dict[tuple, list[int]] = {}  # the values each site pinned in the last pass
 
     def symbolic_pass(self, args: tuple, kwargs: dict, shape_changed: bool, numbers: bool = False) -> bool:
         """Whether the next trace should have a ShapeEnv: sizes may be symbolic in it (``numbers``: the
@@ -206,6 +213,24 @@ class ShapePolicy:
         if self.dynamic is False or self.refused is not None or self.reads_refused is not None:
             return False
         return _number_site(site) in self._read_numbers
+
+    def numbers_traced(self, read: list[tuple[NumberProxy, BoundSymbol]]) -> None:
+        """Remember the integers a pass read and pinned (their value was needed: a size, an index), by
+        site and order of reading: a site that pinned another value than the last pass did is a symbol
+        from then on, as if its check had failed (Note [Counts that values decide])."""
+        if self.dynamic is False or self.refused is not None or self.reads_refused is not None:
+            return
+        traced: dict[tuple, list[int]] = {}
+        for number, check in read:
+            site = check.args[0]
+            key = _number_site(site)
+            if key is not None and number.specialized and type(number.value) is int:
+                traced.setdefault((key, site.what), []).append(number.value)
+        for place, values in traced.items():
+            before = self._read_numbers_seen.get(place)
+            self._read_numbers_seen[place] = values
+            if before is not None and before != values:
+                self._read_numbers.add(place[0])
 
     def refuse_reads(self, reason: str) -> None:
         """Value-shaped outputs keep static sizes from now on (the symbolic pass could not use them)."""
@@ -474,7 +499,8 @@ class _SizeRewriter:
         """A check of each condition on sizes that values decide whose sizes are all read by now:
         ``len(x[mask]) > 4`` traced True is ``check_read(<the size condition u0 > 4>, True, ...)``, so a
         call whose count says otherwise goes to another entry (Note [Sizes that values decide])."""
-        ready = [c for c in self._conditions if all(s in self._symbols for s in c.free_symbols)]
+        ready = [c for c in self._conditions
+                 if all(s in self._symbols or s in self.sources for s in c.free_symbols)]
         if not ready:
             return []
         self._conditions = [c for c in self._conditions if c not in ready]
@@ -482,7 +508,7 @@ class _SizeRewriter:
         for condition in ready:
             symbols = sorted(condition.free_symbols, key=str)
             text = PythonPrinter().doprint(condition)
-            operands = [self._symbols[s] for s in symbols]
+            operands = [self._symbol(s) for s in symbols]  # an input's size is a size input from here on
             try:  # its Python form must hold for the traced sizes, as torch decided
                 check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
                 holds = check(*(n.value for n in operands)) is True

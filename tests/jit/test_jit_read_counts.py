@@ -128,3 +128,90 @@ def test_an_moe_training_step_with_changing_routing_hits_after_the_first_change(
             torch.testing.assert_close(b.grad, a.grad)
             a.grad = b.grad = None
     assert jitcore.cache_misses(jf) <= 3, jitcore.miss_reasons(jf)
+
+
+# Lengths read from an offsets tensor split a tensor whose own size is their sum, as a variable-length
+# batch is split into its sequences (torch's jagged SDPA splits so). The lengths' sum is a symbol of the
+# input (``s0``) that torch compares with the counts (``Eq(u0 + u1 + u2, s0)``): that condition is
+# checked on every call once the input's size is read, so one entry serves every list of lengths.
+def _split_by_tolist(v: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    lengths = offsets[1:] - offsets[:-1]
+    return torch.cat([p.sum(0) * (i + 1) for i, p in enumerate(v.split(lengths.tolist(), 0))])
+
+
+def _split_by_list(v: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    lengths = offsets[1:] - offsets[:-1]  # list(t) reads each 0-dim element with __index__
+    return torch.cat([p.transpose(0, 1).contiguous().sum(1) for p in v.split(list(lengths), 0)])
+
+
+def _split_by_diff(v: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return torch.stack([p.amax(0) for p in torch.split(v, offsets.diff().tolist())])
+
+
+def _split_by_diff_list(v: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return torch.stack([p.softmax(0).mean(0) for p in v.split(list(offsets.diff()), 0)])
+
+
+SPLITS = {f.__name__.strip("_"): f for f in (_split_by_tolist, _split_by_list, _split_by_diff,
+                                              _split_by_diff_list)}
+LENGTHS = ([2, 3, 4], [1, 5, 2], [3, 3, 1], [4, 1, 2], [2, 2, 5], [1, 1, 1], [6, 2, 3], [0, 4, 1])
+
+
+def _batch(lengths: list[int], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    return torch.randn(sum(lengths), 2, 3, generator=generator), offsets
+
+
+@pytest.mark.parametrize("name", list(SPLITS))
+def test_a_split_by_lengths_read_from_offsets_is_one_entry_over_changing_lengths(name: str) -> None:
+    fn = SPLITS[name]
+    jf = jitcore.jit(fn)
+    generator = torch.Generator().manual_seed(0)
+    for lengths in LENGTHS:
+        v, offsets = _batch(lengths, generator)
+        try:
+            expected = fn(v, offsets)
+        except IndexError as error:  # amax of an empty sequence: raised on the symbolic entry's call too
+            with pytest.raises(IndexError, match="non-zero size"):
+                jf(v, offsets)
+            assert "non-zero size" in str(error)
+            continue
+        assert_same(jf(v, offsets), expected)
+    # one entry per list of lengths before (8 misses): the condition on the input's size was refused
+    assert jitcore.cache_hits(jf) >= len(LENGTHS) - 4, jitcore.miss_reasons(jf)
+
+
+@pytest.mark.parametrize("name", ["split_by_tolist", "split_by_diff_list"])
+def test_a_split_by_lengths_trains_over_changing_lengths(name: str) -> None:
+    fn = SPLITS[name]
+
+    def step(v: torch.Tensor, offsets: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        v = v.detach().requires_grad_()
+        loss = (fn(v * w, offsets) ** 2).sum()
+        loss.backward()
+        return loss.detach(), v.grad
+
+    jf = jitcore.jit(step)
+    generator = torch.Generator().manual_seed(1)
+    for lengths in LENGTHS:
+        v, offsets = _batch(lengths, generator)
+        w = torch.randn(3, generator=generator)
+        w_eager, w_jit = w.clone().requires_grad_(), w.clone().requires_grad_()
+        assert_same(jf(v, offsets, w_jit), step(v, offsets, w_eager))
+        torch.testing.assert_close(w_jit.grad, w_eager.grad)
+    assert jitcore.cache_misses(jf) <= 3, jitcore.miss_reasons(jf)
+
+
+def test_lengths_that_do_not_sum_to_the_size_raise_as_eagerly_on_a_symbolic_entry() -> None:
+    jf = jitcore.jit(_split_by_tolist)
+    generator = torch.Generator().manual_seed(2)
+    for lengths in LENGTHS[:4]:
+        v, offsets = _batch(lengths, generator)
+        assert_same(jf(v, offsets), _split_by_tolist(v, offsets))
+    v, offsets = _batch([2, 3, 4], generator)
+    for bad in (torch.tensor([0, 2, 5, 10]), torch.tensor([0, 3, 2, 9])):  # sums 10; a negative length
+        with pytest.raises(RuntimeError, match="split_with_sizes expects") as eager:
+            _split_by_tolist(v, bad)
+        with pytest.raises(RuntimeError, match="split_with_sizes expects") as jitted:
+            jf(v, bad)
+        assert str(jitted.value) == str(eager.value)
