@@ -228,13 +228,42 @@ class StateSnapshots:
 
     def preexisting(self, args: tuple, kwargs: dict) -> Callable[[Any], bool]:
         """Whether an object is one of the caller's: reached, and where its path leads once the
-        snapshots are restored (an object the program made, stored and read back is not)."""
+        snapshots are restored (an object the program made, stored and read back is not), or a
+        container a reached object held when the call began (Note [A container of the caller's
+        stored back])."""
+        held = {id(v) for snap in self._snapshots.values() for v in _held_values(snap.state)
+                if isinstance(v, _KEPT_CONTAINERS)}
 
         def check(obj: Any) -> bool:
             snap = self._snapshots.get(id(obj))
-            return snap is not None and _leads_to(snap.path, obj, args, kwargs)
+            return snap is not None and _leads_to(snap.path, obj, args, kwargs) or id(obj) in held
 
         return check
+
+
+# Note [A container of the caller's stored back]
+# ``real = g["__builtins__"]; g["__builtins__"] = {...}; g["__builtins__"] = real`` (test.support's
+# swap_item, CPython's test_dynamic) leaves the very dict there, and the noted write (Note [Writes of the
+# same object]) is replayed. A container the program read without a path (library code's reads are not
+# bound) is no reached object, so the effect stored it as a value, which ``outputs.split`` rebuilds: a
+# copy. The module's ``__builtins__`` was no longer the builtins module's dict, and ``builtins.len = ...``
+# was not seen by the functions the module made next (3 != 7). A container a reached object held when
+# the call began is the caller's: the effect stores that very object.
+_KEPT_CONTAINERS = (list, dict, set, tuple, collections.deque)
+
+
+def _held_values(state: Any) -> list[Any]:
+    """The values a snapshot's object held (``_state_of``'s form)."""
+    if state is None:
+        return []
+    kind, data = state
+    if kind in ("dict", "attrs", "class", "slots"):
+        return list(data.values())
+    if kind in ("list", "deque", "set"):
+        return list(data)
+    if kind == "tensor":
+        return list(data[0].values())
+    return [data]
 
 
 def _leads_to(path: Path, obj: Any, args: tuple, kwargs: dict) -> bool:

@@ -81,9 +81,6 @@ _ONLY_ON_312 = ("fails jitted on 3.12 only (pyenv's 3.12.1 tests, 2026-12-04): p
 if sys.version_info[:2] == (3, 12):
     KNOWN_FAILURES.update(dict.fromkeys((
         "test.test_descr.ClassPropertiesAndMethods.test_dir",  # AttributeError: 'str' object has no 'get'
-        "test.test_dynamic.RebindBuiltinsTests.test_modify_builtins",  # a rebound builtin not seen (3 != 7)
-        "test.test_dynamic.RebindBuiltinsTests.test_modify_builtins_while_generator_active",
-        "test.test_dynamic.RebindBuiltinsTests.test_modify_builtins_from_leaf_function",  # IndexError
     ), _ONLY_ON_312))
 
 

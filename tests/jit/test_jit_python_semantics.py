@@ -438,3 +438,29 @@ def test_an_objects_dynamic_number_reaches_c_code_as_its_value() -> None:
         torch.testing.assert_close(got[0], expected[0])
         assert got[1] == expected[1]
         assert [type(v) for v in got[1]] == [type(v) for v in expected[1]]
+
+
+_LITERALS = {"a": 1}
+_FUNCTIONS = {"len": len, "print": print}
+
+
+def test_a_container_written_back_over_itself_stays_the_same_object() -> None:
+    """``real = g[k]; g[k] = {...}; g[k] = real`` (test.support's ``swap_item`` of a module's
+    ``__builtins__``, CPython's test_dynamic) left a copy of the dict there after a jitted call: the
+    module's functions no longer saw ``builtins.len = ...`` (Note [A container of the caller's stored
+    back])."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        g = globals()
+        for name in ("_LITERALS", "_FUNCTIONS"):
+            real = g[name]
+            g[name] = {"len": lambda v: 7}
+            g[name] = real
+        return x + 1
+
+    before = (_LITERALS, _FUNCTIONS)
+    jitted = jitcore.jit(f)
+    for _ in range(2):
+        torch.testing.assert_close(jitted(torch.ones(2)), f(torch.ones(2)))
+        assert globals()["_LITERALS"] is before[0]
+        assert globals()["_FUNCTIONS"] is before[1]
