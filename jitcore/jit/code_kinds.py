@@ -91,17 +91,29 @@ def is_library_file(filename: str) -> bool:
     return filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen ")
 
 
+# Note [A module's own namespace]
+# A module subclass may define ``__dict__`` itself (CPython's test_descr ``test_dir``: a property returning
+# a str): ``ModuleType.__getattribute__(module, "__dict__")`` finds that data descriptor first, so reading
+# the name raised AttributeError inside jitcore. The module's namespace is the member slot of ``module``.
+_MODULE_DICT = vars(types.ModuleType)["__dict__"]
+
+
+def _namespace(module: types.ModuleType) -> dict:
+    """The module's own namespace (Note [A module's own namespace])."""
+    return _MODULE_DICT.__get__(module)
+
+
 def module_name(module: types.ModuleType) -> str | None:
     """``module.__name__``, read from the module's namespace: a subclass's ``__getattribute__`` (which
     may log) is the program's, and it never reads the name itself."""
-    name = types.ModuleType.__getattribute__(module, "__dict__").get("__name__")
+    name = _namespace(module).get("__name__")
     return name if type(name) is str else None
 
 
 def is_imported_module(module: types.ModuleType) -> bool:
     """Whether ``module`` came from an import (``sys.modules`` holds it, or it has an import spec),
     not made by ``types.ModuleType(name)``."""
-    namespace = types.ModuleType.__getattribute__(module, "__dict__")
+    namespace = _namespace(module)
     return sys.modules.get(module_name(module)) is module or namespace.get("__spec__") is not None
 
 
@@ -111,7 +123,7 @@ def is_library_module(module: types.ModuleType) -> bool:
         return False
     if name == "torch" or name.startswith(("torch.", "jitcore")) or name in sys.builtin_module_names:
         return True
-    filename = types.ModuleType.__getattribute__(module, "__dict__").get("__file__")
+    filename = _namespace(module).get("__file__")
     return type(filename) is str and is_library_file(filename)
 
 

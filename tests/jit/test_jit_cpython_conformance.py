@@ -75,13 +75,6 @@ KNOWN_FAILURES = {
 }
 if sys.version_info >= (3, 12):  # 3.12's and 3.13's test_builtin have one more breakpoint() test
     KNOWN_FAILURES["test.test_builtin.TestBreakpoint.test_runtime_error_when_hook_is_lost"] = _BREAKPOINT
-_ONLY_ON_312 = ("fails jitted on 3.12 only (pyenv's 3.12.1 tests, 2026-12-04): passes jitted on 3.11 and "
-                "3.13 and under the bare interpreter on 3.12 (a reduction of test_dynamic's passes jitted on "
-                "3.12); cause not found yet")
-if sys.version_info[:2] == (3, 12):
-    KNOWN_FAILURES.update(dict.fromkeys((
-        "test.test_descr.ClassPropertiesAndMethods.test_dir",  # AttributeError: 'str' object has no 'get'
-    ), _ONLY_ON_312))
 
 
 def _run(name: str) -> dict:

@@ -464,3 +464,23 @@ def test_a_container_written_back_over_itself_stays_the_same_object() -> None:
         torch.testing.assert_close(jitted(torch.ones(2)), f(torch.ones(2)))
         assert globals()["_LITERALS"] is before[0]
         assert globals()["_FUNCTIONS"] is before[1]
+
+
+def test_a_module_subclass_with_its_own_dict_attribute() -> None:
+    """A module subclass whose ``__dict__`` is a property (CPython's test_descr ``test_dir``) raised
+    ``AttributeError: 'str' object has no attribute 'get'`` inside jitcore when the program read one of its
+    attributes (Note [A module's own namespace])."""
+    import types
+
+    class M(types.ModuleType):
+        __dict__ = property(lambda self: "Not a dict!")
+
+    def f(x: torch.Tensor) -> tuple:
+        m = M("m")
+        m.b = 2
+        return x * m.b, m.__dict__, _outcome(dir, m)
+
+    x = torch.ones(2)
+    expected, got = f(x), jitcore.jit(f)(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1:] == expected[1:]
