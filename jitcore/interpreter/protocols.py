@@ -353,7 +353,8 @@ def next_value(run: Run, it: object) -> object:
 # calls it, checks the result's class as CPython does (a stand-in answers the class it stands for) and gives
 # C the result's own value (``operator.index``/``bool`` of it: the jit's number is specialized there, so no
 # traced number reaches C).
-_SEQUENCES = (list, tuple, str, bytes, bytearray, range, memoryview)
+# (not memoryview: it checks that it is not released before it asks for the index, gh-92888)
+_SEQUENCES = (list, tuple, str, bytes, bytearray, range)
 _REPEATED = (list, tuple, str, bytes, bytearray)  # sequences with a repeat count (sq_repeat)
 
 

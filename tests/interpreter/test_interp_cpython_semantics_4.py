@@ -238,3 +238,27 @@ def test_an_index_method_of_a_sequences_key_runs_interpreted() -> None:
         return [reads(), seen]
 
     check(f)
+
+
+def test_a_memoryview_released_by_its_keys_index_method() -> None:
+    """A memoryview checks that it is not released before it asks its key for ``__index__`` (gh-92888,
+    CPython's test_memoryview ``test_use_released_memory``): its subscripts are left to C, not converted
+    first (Note [A stand-in's number is given to C as its value])."""
+
+    def f() -> list[object]:
+        out: list[object] = []
+
+        class Releasing:
+            def __index__(self):
+                view.release()
+                return 4
+
+        for use in (lambda v: list(v[:Releasing()]), lambda v: v[Releasing()]):
+            view = memoryview(bytearray(b"\xff" * 16))
+            try:
+                out.append(use(view))
+            except (ValueError, BufferError) as e:
+                out.append((type(e).__name__, str(e)))
+        return out
+
+    check(f)
