@@ -55,6 +55,7 @@ class Frame:
     __slots__ = (
         "back",
         "builtins",
+        "caught",
         "code",
         "exc_value",
         "extra_locals",
@@ -95,12 +96,12 @@ class Frame:
         self.kw_names: tuple[str, ...] = ()
         self.exc_value: BaseException | None = None
         self.back = back
-        # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``pending`` is set by the
-        # generator code, ``tb_entry`` by tracebacks.add_frame, ``proxy`` (a weak reference to the frame's
-        # frame object) by lookasides.frame_proxy, ``f_locals`` (before 3.13, the dict ``locals()`` returns
-        # in a function frame) and ``extra_locals`` (3.13: names written into ``frame.f_locals`` that are no
-        # local's) by frame_locals.py, which read them with a default: left unset here to keep frame creation
-        # cheap.
+        # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``pending`` is set by the generator
+        # code, ``tb_entry`` by tracebacks.add_frame, ``caught`` by loop._route, ``proxy`` (a weak reference
+        # to the frame's frame object) by lookasides.frame_proxy, ``f_locals`` (before 3.13, the dict
+        # ``locals()`` returns in a function frame) and ``extra_locals`` (3.13: names written into
+        # ``frame.f_locals`` that are no local's) by frame_locals.py, which read them with a default: left
+        # unset here to keep frame creation cheap.
 
     @property
     def instructions(self) -> list[Instruction]:

@@ -216,7 +216,7 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
             reraised = True
     if thrown:
         _set_context(exc, frame.exc_value)
-    elif explicit or (raising is None and _fresh(frame, exc)):
+    elif explicit or (raising is None and (_fresh(frame, exc) or _raised_again(frame, exc))):
         _chain(frame, exc)
     if frame.run.unentered is not None:
         _add_unentered(frame.run, exc)
@@ -229,6 +229,8 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
     if entry is None:
         frame.stack.clear()  # as CPython clears an unwound frame's value stack (tracebacks keep frames alive)
         return False
+    # the last few caught here (Note [A stored exception C raises again])
+    frame.caught = ((id(exc), id(exc.__traceback__)), *getattr(frame, "caught", ())[:3])
     stack = frame.stack
     del stack[entry.depth:]
     if entry.lasti:
@@ -265,6 +267,29 @@ def _interpreter_bug(exc: BaseException) -> str | None:
         if tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OPCODES_DIR):
             return "value stack underflow"
     return None
+
+
+# Note [A stored exception C raises again]
+# C code that raises an exception it stored (an asyncio Future's ``result()``, ``set_exception`` earlier)
+# does so with ``PyErr_SetObject``, which chains it to the exception being handled, as a ``raise`` would.
+# Such an exception is not fresh (``_fresh``): it carries the traceback it was caught with, and the
+# interpreter left its ``__context__`` alone: ``fut.result()`` inside ``except KeyError`` gave the stored
+# exception no context, where CPython's is the KeyError. A frame remembers the last few exceptions it
+# caught with the traceback entry it gave each (ids only: holding them would keep their frames alive); one
+# of them coming back out of a C call with that entry on top (no callee's entry above it: C raised it
+# itself, no Python code raised it on the way) is chained as ``_PyErr_SetObject`` chains it. An exception
+# that passed through a callee, interpreted or native, has the callee's entry on top and was chained where
+# that callee raised it.
+def _raised_again(frame: Frame, exc: BaseException) -> bool:
+    """Whether ``exc``, coming out of a C call, is one this frame caught earlier that C raised again."""
+    caught = getattr(frame, "caught", None)
+    if not caught:
+        return False
+    head = strip_internal(exc.__traceback__)
+    if head is None or (id(exc), id(head)) not in caught:
+        return False
+    code = head.tb_frame.f_code  # (an id may be reused: the entry must be one of this frame's)
+    return code.co_name == frame.code.co_name and code.co_filename == frame.code.co_filename
 
 
 def _fresh(frame: Frame, exc: BaseException) -> bool:

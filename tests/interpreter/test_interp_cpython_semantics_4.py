@@ -262,3 +262,57 @@ def test_a_memoryview_released_by_its_keys_index_method() -> None:
         return out
 
     check(f)
+
+
+def test_a_stored_exception_that_c_raises_again_is_chained() -> None:
+    """An asyncio Future's ``result()`` raises the exception ``set_exception`` stored with
+    ``PyErr_SetObject``, which chains it to the exception being handled: inside ``except KeyError`` CPython
+    gives it the KeyError as context; the interpreter gave none (Note [A stored exception C raises again]).
+    One passing through a callee keeps the context its raise gave it."""
+
+    def f() -> list[object]:
+        import asyncio
+
+        def chain(e):
+            out = []
+            while e is not None and len(out) < 4:
+                out.append(type(e).__name__)
+                e = e.__context__
+            return out
+
+        out: list[object] = []
+        loop = asyncio.new_event_loop()
+        try:
+            fut = loop.create_future()
+            try:
+                raise ValueError("stored")
+            except ValueError as e:
+                fut.set_exception(e)
+            for _ in range(2):
+                try:
+                    raise KeyError("handled")
+                except KeyError:
+                    try:
+                        fut.result()
+                    except ValueError as e:
+                        out.append(chain(e))
+            err = TypeError("t")
+
+            def raiser(x):
+                try:
+                    raise OSError
+                except OSError:
+                    raise err  # noqa: B904 - the implicit context is what is compared
+
+            try:
+                raise KeyError("h")
+            except KeyError:
+                try:
+                    list(map(raiser, [1]))
+                except TypeError as e:
+                    out.append(chain(e))
+        finally:
+            loop.close()
+        return out
+
+    check(f)
