@@ -151,6 +151,10 @@ KNOWN_FAILURES_312: dict[str, str] = {
         "test.test_call.TestRecursion.test_super_deep",
         "test.test_descr.ClassPropertiesAndMethods.test_slots",
         "test.test_richcmp.MiscTest.test_recursion",
+        "test.test_raise.TestTracebackType.test_attrs",
+        "test.test_raise.TestTracebackType.test_constructor",
+        "test.test_iter.TestCase.test_reduce_mutating_builtins_iter",
+        "test.test_code.CodeTest.test_code_equal_with_instrumentation",
     )
 }
 
