@@ -181,8 +181,8 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
     else:  # type_call reads the slots: a metaclass's __getattribute__ is not asked for them
         new = _type_getattribute(cls, "__new__")
         init = _type_getattribute(cls, "__init__")
-    if type(new) is not FunctionType and type(init) is not FunctionType:
-        return opaque(run, cls, args, kwargs)
+    if type(new) is not FunctionType and type(init) is not FunctionType and new not in run.lookasides:
+        return opaque(run, cls, args, kwargs)  # Note [A class whose __new__ has a lookaside]
     if new is _object_new:
         obj = _object_new(cls)
     else:
@@ -209,6 +209,17 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
     if result is not None:
         raise TypeError(f"__init__() should return None, not '{type(result).__name__}'")
     return obj
+
+
+# Note [A class whose __new__ has a lookaside]
+# A class whose ``__new__`` and ``__init__`` are both C code is called natively, whole, unless its
+# ``__new__`` has a lookaside: then ``type.__call__`` is emulated here so that the lookaside answers.
+# A tensor subclass that defines neither (``class P(torch.Tensor): pass``, called as ``P(t)``) inherits
+# ``torch._C.TensorBase.__new__``: called natively on a traced tensor, torch refused to give the proxy
+# object another class ("the raw Tensor object is already associated to a python object of type
+# PlainTensorProxy"), where eagerly ``P(t)`` is an alias of ``t`` of class ``P``. Its lookaside
+# (``tensor_new``, jitcore/dispatch/lookasides.py) makes that alias, as ``super().__new__(cls, t)``
+# in a ``__new__`` of the class's own already did.
 
 
 def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict | None) -> object:
