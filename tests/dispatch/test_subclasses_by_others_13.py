@@ -117,3 +117,96 @@ CONSTRUCTED: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
 def test_a_subclass_called_on_a_tensor_is_an_alias_as_eagerly(name: str) -> None:
     program, make = CONSTRUCTED[name]
     _compare(program, make, lambda args: [*_grads(args), *args])
+
+
+# --- tensor-like classes: no tensor, a __torch_function__ ---------------------------------------------------
+# Note [Tensor-like values] (jitcore/dispatch/resolver.py): torch offers a call to the __torch_function__ of
+# any argument whose class defines one. Left to the symbol's meta, that __torch_function__ ran natively and
+# handed the caller's real tensor it holds to a torch function on fake tensors (an AssertionError, where
+# eager computes); one defined as a plain method (torch's docs' MetadataTensor) lost its ``self``.
+
+
+class _Holder:
+    """torch's dynamo tests' WrapperSubclass: unwraps its argument and calls the function."""
+
+    log: list[str] = []
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        cls.log.append(func.__name__)
+        args = pytree.tree_map_only(_Holder, lambda h: h.tensor, args)
+        kwargs = pytree.tree_map_only(_Holder, lambda h: h.tensor, kwargs or {})
+        return func(*args, **kwargs)
+
+
+class _Described:
+    """torch's docs' MetadataTensor: ``__torch_function__`` a plain method, results keep the metadata."""
+
+    def __init__(self, data: Any, metadata: Any = None) -> None:
+        self._t = torch.as_tensor(data)
+        self._metadata = metadata
+
+    def __torch_function__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        metadatas = tuple(a._metadata for a in args if hasattr(a, "_metadata"))
+        assert len(metadatas) > 0
+        ret = func(*[getattr(a, "_t", a) for a in args], **(kwargs or {}))
+        return _Described(ret, metadata=metadatas[0])
+
+
+class _Declines:
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        return NotImplemented
+
+
+def _logged(program: Callable[..., Any]) -> Callable[..., Any]:
+    def logged(*args: Any) -> Any:
+        _Holder.log.clear()
+        return program(*args), list(_Holder.log)
+
+    return logged
+
+
+def _backward_through_holder(h: _Holder) -> torch.Tensor:
+    torch.sin(h).sum().backward()
+    return h.tensor.grad
+
+
+_holder = lambda *shape: lambda: (_Holder(torch.randn(*shape)),)  # noqa: E731
+TENSOR_LIKE: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
+    "holder_sin": (_logged(torch.sin), _holder(3)),
+    "holder_with_a_tensor": (_logged(lambda h, y: torch.mul(h, y) + 1), lambda: (_Holder(torch.randn(3)),
+                                                                              torch.randn(3))),
+    "holder_keyword": (_logged(lambda h: torch.add(h, 1.0, alpha=2.0)), _holder(2, 2)),
+    "holder_reduction_dim": (_logged(lambda h: torch.sum(h, dim=0)), _holder(3, 2)),
+    "holder_a_method_argument": (_logged(lambda h, y: y.mul(h)), lambda: (_Holder(torch.randn(3)),
+                                                                       torch.randn(3))),
+    "holder_in_a_list": (_logged(lambda h: torch.cat([h.tensor, torch.stack([h, h]).sum(0)])), _holder(3)),
+    "holder_functional": (_logged(lambda h, w: torch.nn.functional.linear(h, w)),
+                          lambda: (_Holder(torch.randn(3, 4)), torch.randn(2, 4))),
+    "holder_made_inside": (_logged(lambda x: torch.exp(_Holder(x * 2))), lambda: (torch.randn(3),)),
+    "holder_under_grad": (lambda h: torch.sin(h).sum(),
+                          lambda: (_Holder(torch.randn(3, requires_grad=True)),)),
+    "holder_backward_inside": (_backward_through_holder,
+                               lambda: (_Holder(torch.randn(3, requires_grad=True)),)),
+    "described_with_a_tensor": (lambda d, t: torch.add(t, d), lambda: (_Described(torch.randn(2, 2), "m"),
+                                                                       torch.randn(2, 2))),
+    "described_made_inside": (lambda t: torch.sin(_Described(t * 2, metadata=[1, 2])),
+                              lambda: (torch.randn(3),)),
+    "a_tensor_method_of_it": (lambda h: torch.Tensor.add(h, 1), _holder(3)),
+    "declined": (lambda d: torch.sin(d), lambda: (_Declines(torch.randn(3)),)),
+    "declined_functional": (lambda d: torch.nn.functional.dropout(d),
+                            lambda: (_Declines(torch.randn(3)),)),
+}
+
+
+@pytest.mark.parametrize("name", list(TENSOR_LIKE))
+def test_a_tensor_like_class_is_offered_the_call_as_eagerly(name: str) -> None:
+    program, make = TENSOR_LIKE[name]
+    _compare(program, make, _grads)
