@@ -383,8 +383,9 @@ def refuse_values_computed_from_leaves_made_inside(trace: Trace) -> None:
     reachable = {id(v.shadow) for v in values}
     for value in values:
         shadow = value.shadow
-        if not shadow.requires_grad or shadow.grad_fn is None:
-            continue
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+            if not shadow.requires_grad or shadow.grad_fn is None:
+                continue
         leaves = graph_leaves([shadow.grad_fn])  # shadows: a plain one a FakeTensor
         if any(id(leaf) in reachable for leaf in leaves) if isinstance(value, SubclassTensorProxy) \
                 else any(not isinstance(leaf, FakeTensor) for leaf in leaves):
@@ -430,7 +431,9 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
             for inner in value.inner_tensors().values():
                 rewrap(inner)
             flat.bound_symbols.append(_unflatten_record(UNFLATTEN, value, kwargs=rebuild_kwargs(value)))
-            if value.shadow.requires_grad:  # Note [Subclass values that require grad]
+            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+                requires_grad = value.shadow.requires_grad
+            if requires_grad:  # Note [Subclass values that require grad]
                 flat.bound_symbols.append(BoundSymbol(_REQUIRES_GRAD, (value, True), {}, value))
             rebuilt[id(value)] = value
         return value

@@ -156,9 +156,13 @@ class DispatchState:
     def _outer_like(self, shadow: torch.Tensor) -> torch.Tensor:
         """A fake tensor with the outer metadata of the subclass instance ``shadow`` (a nested jagged
         tensor's own: its ragged sizes are nested ints, which no plain tensor can have, Note [Nested
-        ints])."""
-        if shadow.layout is torch.jagged:
-            return shadow
+        ints]). Read without the class's ``__torch_function__`` (Note [jitcore's reads of a shadow])."""
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            if shadow.layout is torch.jagged:
+                return shadow
+            return self._fake_like(shadow)
+
+    def _fake_like(self, shadow: torch.Tensor) -> torch.Tensor:
         with self.values.fake_mode:
             return torch.empty_strided(
                 shadow.shape, shadow.stride(), dtype=shadow.dtype, device=shadow.device,
@@ -170,11 +174,9 @@ class DispatchState:
         ``return_and_correct_aliasing``: the proxy follows, so code after it sees eager's shape."""
         shadow = proxy.shadow
         outer = proxy.outer_metadata
-        if (shadow.shape, shadow.stride(), shadow.requires_grad) != (
-            outer.shape,
-            outer.stride(),
-            outer.requires_grad,
-        ):
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+            now = (shadow.shape, shadow.stride(), shadow.requires_grad)
+        if now != (outer.shape, outer.stride(), outer.requires_grad):
             proxy.set_outer(self._outer_like(shadow))
 
     def adopt(self, shadow: torch.Tensor, name: str | None = None) -> SubclassTensorProxy:

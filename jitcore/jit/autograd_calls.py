@@ -143,7 +143,7 @@ class AutogradCalls:
                     f"element {i} of tensors does not require grad and does not have a grad_fn")
             if grad is None and isinstance(out, TensorProxy) and out.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-        roots = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
+        roots = _grad_fns(outputs)
         if self._unfreed and any(id(n) in self._unfreed for n in graph_nodes(roots)):
             raise EagerOnlySubclass(  # Note [A graph the pass could not free]
                 "a second backward through a graph whose first backward ran a tensor subclass's "
@@ -198,9 +198,8 @@ class AutogradCalls:
         provenance = self._pass.provenance
         inputs = [proxy for _path, proxy, _tensor in provenance.inputs]
         inputs += [proxy for proxy, _path in provenance.subclass_inputs]
-        behind = {id(node): node for node in (proxy.shadow.grad_fn for proxy in inputs  # kept: ids of live
-                                              if isinstance(proxy, TensorProxy)) if node is not None}
-        roots = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
+        behind = {id(node): node for node in _grad_fns(inputs) if node is not None}  # kept: ids of live
+        roots = _grad_fns(outputs)
         if behind and any(id(node) in behind for node in graph_nodes(roots)):
             raise EagerOnlyValue(
                 "backward() inside the function reaches an input that requires grad and is no leaf: its "
@@ -212,7 +211,7 @@ class AutogradCalls:
         """The leaves the outputs' graph reaches (what ``backward()`` accumulates into), in the
         order the graph is walked from the outputs."""
         values = self._pass.context.values
-        roots = [o.shadow.grad_fn for o in outputs if isinstance(o, TensorProxy)]
+        roots = _grad_fns(outputs)
         return [values.proxy_for(leaf) for leaf in graph_leaves(roots)]
 
     def _accumulate(self, leaf: TensorProxy, grad: TensorProxy) -> None:
@@ -267,3 +266,10 @@ def _as_list(value: Any) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value]
+
+
+def _grad_fns(values: list) -> list[Any]:
+    """The ``grad_fn`` of the shadows of the tensor proxies among ``values``, read without their classes'
+    ``__torch_function__`` (Note [jitcore's reads of a shadow], jitcore/transforms/jit_hook.py)."""
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+        return [v.shadow.grad_fn for v in values if isinstance(v, TensorProxy)]

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from jitcore.dispatch.flatten import UNFLATTEN, rebuild_kwargs
 from jitcore.ir import BoundSymbol, Trace, compile_trace
 from jitcore.proxies import TensorProxy
@@ -117,7 +119,8 @@ def assembly_of(
         names, ctx = value.inner_flatten()
         inner = {name: build(getattr(value, name)) for name in names}
         shadow = value.shadow
-        args = (value.subclass, inner, ctx, tuple(shadow.shape), tuple(shadow.stride()))
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+            args = (value.subclass, inner, ctx, tuple(shadow.shape), tuple(shadow.stride()))
         if not any(b.output is value for b in trace.bound_symbols):
             trace.bound_symbols.append(BoundSymbol(UNFLATTEN, args, rebuild_kwargs(value), value))
         return value
@@ -131,5 +134,7 @@ def assembly_of(
 
 
 def _assembled(value: TensorProxy, inputs: dict[int, Source]) -> bool:
-    return (isinstance(value, SubclassTensorProxy) and value.shadow.grad_fn is None
-            and id(value.shadow) not in inputs)
+    if not isinstance(value, SubclassTensorProxy) or id(value.shadow) in inputs:
+        return False
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        return value.shadow.grad_fn is None

@@ -607,10 +607,11 @@ class BackwardDeriver:
     def __init__(self, replay: _Replay, tensor_outputs: list[TensorProxy], wrt: list[TensorProxy],
                  fresh: tuple[int, ...]) -> None:
         self._replay = replay
-        self._outputs = [
-            (index, out) for index, out in enumerate(tensor_outputs)
-            if out.shadow.requires_grad and index not in fresh
-        ]
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+            self._outputs = [
+                (index, out) for index, out in enumerate(tensor_outputs)
+                if out.shadow.requires_grad and index not in fresh
+            ]
         self._wrt = wrt
         self._lock = threading.Lock()  # one autograd.grad on the kept graph at a time
 
@@ -637,10 +638,11 @@ def _fresh_leaves(tensor_outputs: list[TensorProxy], replay: _Replay) -> tuple[i
     a subclass value the program assembles from input tensors and flags is one (it is no input)."""
     inputs = {id(p.shadow) for p in replay.forward.args if isinstance(p, TensorProxy)}
     inputs.update(id(replay.env[id(p)].shadow) for p in replay.subclass_inputs if id(p) in replay.env)
-    return tuple(
-        i for i, out in enumerate(tensor_outputs)
-        if out.shadow.requires_grad and out.shadow.is_leaf and id(out.shadow) not in inputs
-    )
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        return tuple(
+            i for i, out in enumerate(tensor_outputs)
+            if out.shadow.requires_grad and out.shadow.is_leaf and id(out.shadow) not in inputs
+        )
 
 
 def _plain_only(bsyms: list[BoundSymbol]) -> list[BoundSymbol]:

@@ -312,16 +312,18 @@ def _through_leaves_made_inside(trace: Trace, subclass_inputs: list[tuple[Subcla
     and no input, plain or subclass, or requires grad while no input does (Note [Leaves made inside
     under autograd])."""
     outputs = [v for v in optree.tree_leaves(trace.output, none_is_leaf=True) if isinstance(v, TensorProxy)]
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        shadows = [(v.shadow, v.shadow.requires_grad, v.shadow.is_leaf, v.shadow.grad_fn) for v in outputs]
     if not any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args) \
             and not any(requires_grad for _proxy, requires_grad in flags) \
-            and any(v.shadow.requires_grad for v in outputs):
+            and any(requires_grad for _s, requires_grad, _leaf, _node in shadows):
         return True  # a backward inside made the transform run; the graph is from leaves made inside
     inputs = {id(a.shadow) for a in trace.args if isinstance(a, TensorProxy)}
     inputs.update(id(proxy.shadow) for proxy, _path in subclass_inputs)
-    handed_out = {id(v.shadow) for v in outputs if v.shadow.is_leaf and v.shadow.requires_grad} - inputs
+    handed_out = {id(s) for s, requires_grad, leaf, _node in shadows if leaf and requires_grad} - inputs
     if not handed_out:
         return False
-    roots = [v.shadow.grad_fn for v in outputs if v.shadow.grad_fn is not None]
+    roots = [node for _s, _r, _leaf, node in shadows if node is not None]
     return any(id(leaf) in handed_out for leaf in graph_leaves(roots))
 
 
@@ -389,7 +391,10 @@ def _shares(guard: Guard) -> bool:
 # arguments first, which on a shadow mixed a real ``torch.zeros`` with fake codes: a quantized model
 # raised "Please convert all Tensors to FakeTensors first" where eager computes. jitcore's own reads
 # never run the class's code (eager never reads them there), as for the caller's tensors (Note
-# [Reading the caller's tensors], jit/tensor_binding.py).
+# [Reading the caller's tensors], jit/tensor_binding.py). So too the reads that build the traces
+# (``requires_grad``, ``is_leaf``, ``grad_fn``, sizes: flattening, the grad transform, the assembly, a
+# backward inside, a proxy adopting a shadow): a class logging its ``__torch_function__`` calls was
+# handed ``requires_grad.__get__`` and ``grad_fn.__get__`` calls eager never makes.
 def _writes_a_non_leaf_input(trace: Trace, subclass_inputs: Any = ()) -> bool:
     inputs = [a for a in trace.args if isinstance(a, TensorProxy)]
     inputs += [proxy for proxy, _path in subclass_inputs]
