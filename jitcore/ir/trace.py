@@ -5,20 +5,25 @@ Invariants:
   bound symbol that first returns it (in-place ops return their input's proxy again);
 - every name used in the trace comes from ``names``, so names are unique and never shadow builtins
   or the trace's imports;
-- ``str(trace)`` is valid Python that defines a function computing the trace (see printer.py).
+- ``str(trace)`` is valid Python that defines a function computing the trace (see printer.py);
+- ``drop_unread`` removes only ops that its caller declares removable and whose outputs nothing after
+  them reads (a later op, any of its subsymbols, or the trace's output): the trace computes the same
+  output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+import optree
+
 from jitcore.ir.names import NameGenerator
 from jitcore.ir.symbol import BoundSymbol
 
-__all__ = ["Trace", "walk"]
+__all__ = ["Trace", "drop_unread", "walk"]
 
 
 @dataclass(eq=False)
@@ -69,3 +74,37 @@ def walk(bound_symbols: list[BoundSymbol] | tuple[BoundSymbol, ...]) -> Iterator
         depth, bsym = stack.pop()
         yield depth, bsym
         stack.extend((depth + 1, s) for s in reversed(bsym.subsymbols))
+
+
+def drop_unread(trace: Trace, removable: Callable[[BoundSymbol], bool]) -> None:
+    """Remove, in place, each bound symbol of ``trace`` that ``removable`` accepts and whose outputs
+    nothing after it reads: no later bound symbol (nor any of its subsymbols) and not the trace's
+    output. Removing one can leave the ops before it unread, so the walk goes backwards.
+
+    Args:
+        trace: the trace to rewrite (its args and output are unchanged).
+        removable: whether a bound symbol may go when unread: the caller's promise that it has no
+            effect besides its outputs and cannot raise where it ran once (arithmetic on numbers,
+            a view of a tensor). Values are matched by identity.
+    """
+    read = {id(v) for v in _leaves(trace.output)}
+    kept: list[BoundSymbol] = []
+    for bsym in reversed(trace.bound_symbols):
+        if removable(bsym) and not any(id(v) in read for v in _leaves(bsym.output)):
+            continue
+        kept.append(bsym)
+        for _depth, b in walk((bsym,)):
+            read.update(id(v) for v in _leaves((b.args, b.kwargs)))
+    kept.reverse()
+    trace.bound_symbols[:] = kept
+
+
+def _leaves(tree: Any) -> list[Any]:
+    """The leaves of ``tree``, with a slice's bounds among them (``x[:, a:n + 1]``)."""
+    leaves = []
+    for leaf in optree.tree_leaves(tree, none_is_leaf=True):
+        if type(leaf) is slice:
+            leaves.extend((leaf.start, leaf.stop, leaf.step))
+        else:
+            leaves.append(leaf)
+    return leaves

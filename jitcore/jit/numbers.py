@@ -26,7 +26,7 @@ from typing import Any
 
 import optree
 
-from jitcore.ir import BoundSymbol, Trace
+from jitcore.ir import BoundSymbol, Trace, drop_unread
 from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
@@ -111,18 +111,11 @@ def fold_specialized(trace: Trace, specialized: set[int]) -> None:
 def drop_unused_arithmetic(trace: Trace) -> None:
     """Remove recorded arithmetic on dynamic numbers whose result nothing uses (library code computes
     numbers it then discards, or that it specialized): it is pure, so the trace need not run it."""
-    used: set[int] = {id(v) for v in _leaves(trace.output)}
-    kept: list[BoundSymbol] = []
-    for bsym in reversed(trace.bound_symbols):
-        if bsym.symbol.langctx == "python" and id(bsym.output) not in used:
-            continue
-        kept.append(bsym)
-        pending = [bsym]
-        while pending:
-            b = pending.pop()
-            used.update(id(v) for v in _leaves((b.args, b.kwargs)))
-            pending.extend(b.subsymbols)
-    trace.bound_symbols[:] = reversed(kept)
+    drop_unread(trace, _is_arithmetic)
+
+
+def _is_arithmetic(bsym: BoundSymbol) -> bool:
+    return bsym.symbol.langctx == "python"
 
 
 # ``int.__sub__(1, n)`` (the interpreter trying an operator's slots): a number's slot returns

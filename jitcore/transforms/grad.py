@@ -61,7 +61,7 @@ from jitcore.transforms.replayed_numbers import ReplayedNumbers
 from jitcore.transforms.replayed_reads import ReplayedReads
 from jitcore.transforms.saving import CHECKPOINT_BEGIN, CHECKPOINT_END, split_saved
 from jitcore.transforms.tangents import TangentKind, kind_of_output, tangent_shadow
-from jitcore.transforms.view_round_trips import collapse_view_round_trips
+from jitcore.transforms.view_round_trips import collapse_view_round_trips, drop_unread_views
 
 __all__ = [
     "BackwardDeriver", "DerivedBackward", "GradTraces", "OutputSpec", "SubclassInputs", "grad_transform",
@@ -109,6 +109,8 @@ class GradTraces:
             rely on (``layout.relies_on(arg)``; jitcore/langctx/layout.py).
         backward_body: the backward's own ops, without the forward ops saving.py made it recompute
             (what mincut.py chooses saved values from when the traces are fused).
+        forward_body: every op of the forward, the views that nothing reads in ``forward`` included
+            (Note [Unread views in a forward]): what mincut.py and rederive.py recompute from.
         fresh_leaves: the forward's outputs that are leaves requiring grad made by the program
             (``y = x.detach().requires_grad_()``, ``copy.deepcopy(p)``): not differentiable, they
             are given ``requires_grad`` after the call, so that they come back leaves as eagerly.
@@ -133,6 +135,7 @@ class GradTraces:
     grad_inputs: list[tuple[str, int]]
     layout: LayoutReliance | None = None
     backward_body: tuple[BoundSymbol, ...] = ()
+    forward_body: tuple[BoundSymbol, ...] = ()
     fresh_leaves: tuple[int, ...] = ()
     deriver: BackwardDeriver | None = None
     input_flags: tuple[tuple[int, bool], ...] = ()
@@ -562,10 +565,13 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     backward.args = [*saved, *derived.tangent_args]
     backward.output = tuple(derived.outputs)
     collapse_view_round_trips(backward)  # Note [View round trips in a backward]
+    forward_body = tuple(forward.bound_symbols)
+    drop_unread_views(forward)  # Note [Unread views in a forward]
     if derived.raises:
         deriver = None  # Note [A backward for other tangent kinds]: autograd raised, as it would again
     return GradTraces(forward, backward, tree, outputs, derived.differentiable, grad_inputs,
-                      replay.values.layout, body, _fresh_leaves(tensor_outputs, replay), deriver,
+                      replay.values.layout, body, forward_body, _fresh_leaves(tensor_outputs, replay),
+                      deriver,
                       input_flags(trace), returned_inputs(trace, leaves, subclass_inputs), assembly)
 
 

@@ -192,7 +192,7 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
             prepare_error(jfn(), exc)
 
     def for_fusion(fusible: Any) -> tuple[Trace, Trace] | None:
-        return saved_for_fusion(grad.forward, grad.backward, grad.backward_body, fusible)
+        return saved_for_fusion(grad.forward, grad.forward_body, grad.backward, grad.backward_body, fusible)
 
     saved = _SavedValues(grad.forward.output[1], record_lowered(forward_traces))
     # each lowered trace is shown beside the one it lowers

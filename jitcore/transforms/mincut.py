@@ -47,12 +47,14 @@ Fusible = Callable[[BoundSymbol], bool]
 _SOURCE, _SINK = "source", "sink"
 
 
-def saved_for_fusion(forward: Trace, backward: Trace, backward_body: tuple[BoundSymbol, ...],
-                     fusible: Fusible) -> tuple[Trace, Trace] | None:
+def saved_for_fusion(forward: Trace, forward_body: tuple[BoundSymbol, ...], backward: Trace,
+                     backward_body: tuple[BoundSymbol, ...], fusible: Fusible) -> tuple[Trace, Trace] | None:
     """The grad transform's forward/backward pair with the saved values chosen by a minimum cut.
 
     Args:
         forward: the forward trace (``output == (outputs, saved)``), as the grad transform made it.
+        forward_body: all of the forward's ops, the views nothing reads in ``forward`` included: a cut
+            may save or recompute them (Note [Unread views in a forward], view_round_trips.py).
         backward: the backward trace (``args == [*saved, *tangents]``).
         backward_body: the backward's own ops, before saving.py prepended its recomputed ones.
         fusible: whether the executors fuse a bound symbol (only those are recomputed).
@@ -61,6 +63,7 @@ def saved_for_fusion(forward: Trace, backward: Trace, backward_body: tuple[Bound
         New forward and backward traces (the given ones are not changed), or None when the cut saves
         what saving.py saves already, or the forward writes in place (nothing may be recomputed).
     """
+    forward = dataclasses.replace(forward, bound_symbols=list(forward_body))
     if any("inplace" in b.symbol.tags for b in forward.bound_symbols):
         return None
     outputs, saved_before = forward.output

@@ -14,6 +14,7 @@ to the values the call's forward saved. Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from jitcore.ir import BoundSymbol, Proxy, Trace
 from jitcore.transforms.grad import GradTraces
@@ -46,7 +47,7 @@ def rederived_backward(
     backward = derived.backward
     needed = backward_reads(backward.bound_symbols, derived.tangent_args, derived.outputs)
     try:
-        recomputed = _recomputed(traces.forward, saved, needed)
+        recomputed = _recomputed(traces.forward.args, traces.forward_body, saved, needed)
     except Unsaved as error:
         readers = (b for b in backward.bound_symbols if any(p is error.value for p in proxies_in(b.args)))
         error.reader = next(readers, None)
@@ -71,8 +72,10 @@ def rederived_backward(
 # op (this backward is the exception, not the common path), from saved values only: the forward's
 # inputs are not kept for it, so no call pays memory for a gradient that may never come. Random ops
 # and forwards that write in place (a value read again could differ) are never recomputed.
-def _recomputed(forward: Trace, saved: Sequence[Proxy], needed: dict[int, Proxy]) -> list[BoundSymbol]:
-    """The forward ops that recompute what ``needed`` holds beyond ``saved``, in forward order.
+def _recomputed(forward_args: Sequence[Any], forward_ops: Sequence[BoundSymbol], saved: Sequence[Proxy],
+                needed: dict[int, Proxy]) -> list[BoundSymbol]:
+    """The forward ops (of ``forward_ops``: all of them, Note [Unread views in a forward]) that
+    recompute what ``needed`` holds beyond ``saved``, in forward order.
 
     Raises:
         Unsaved: a value cannot be recomputed from saved values (the value the backward reads, the
@@ -80,11 +83,11 @@ def _recomputed(forward: Trace, saved: Sequence[Proxy], needed: dict[int, Proxy]
     """
     have = {id(p) for p in saved}
     producer: dict[int, BoundSymbol] = {}
-    for bsym in forward.bound_symbols:
+    for bsym in forward_ops:
         for p in proxies_in(bsym.output):
             producer.setdefault(id(p), bsym)
-    writes = any("inplace" in b.symbol.tags for b in forward.bound_symbols)
-    inputs = {id(a) for a in forward.args}
+    writes = any("inplace" in b.symbol.tags for b in forward_ops)
+    inputs = {id(a) for a in forward_args}
     chosen: dict[int, BoundSymbol] = {}
     for read in needed.values():
         made = producer.get(id(read))
@@ -103,7 +106,7 @@ def _recomputed(forward: Trace, saved: Sequence[Proxy], needed: dict[int, Proxy]
             chosen[id(bsym)] = bsym
             have.update(id(p) for p in proxies_in(bsym.output))
             pending.extend(p for p in proxies_in((bsym.args, bsym.kwargs)) if id(p) not in have)
-    order = {id(b): i for i, b in enumerate(forward.bound_symbols)}
+    order = {id(b): i for i, b in enumerate(forward_ops)}
     return sorted(chosen.values(), key=lambda b: order[id(b)])
 
 

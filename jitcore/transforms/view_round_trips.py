@@ -1,6 +1,6 @@
 """Round trips of views in a backward trace: ``t(t(a))`` read as ``a``, ``detach(detach(a))`` made
 ``detach(a)``, and such view ops whose results nothing reads dropped (Note [View round trips in a
-backward]).
+backward]); in a forward trace, only the dropping (Note [Unread views in a forward]).
 
 Invariants:
 - only ``aten.t`` and ``aten.detach`` are rewritten: views whose result has their input's storage,
@@ -10,7 +10,9 @@ Invariants:
   output: what the backward hands autograd is the same object as before;
 - a trace with an op tagged ``inplace`` anywhere is left as it is (an in-place op that changes a
   view's metadata would tell the view from its base);
-- the trace's arguments and output are unchanged: the forward saves the same values.
+- the trace's arguments and output are unchanged: the forward saves the same values;
+- a forward trace loses only ``t``/``detach`` ops that nothing reads; the grad transform keeps every
+  op in ``GradTraces.forward_body`` for what recomputes forward values (mincut.py, rederive.py).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jitcore.ir import BoundSymbol, Proxy, Trace, proxies_in, walk
+from jitcore.ir import BoundSymbol, Proxy, Trace, drop_unread, walk
 
-__all__ = ["collapse_view_round_trips"]
+__all__ = ["collapse_view_round_trips", "drop_unread_views"]
 
 _T = "torch.ops.aten.t.default"
 _DETACH = "torch.ops.aten.detach.default"
@@ -60,24 +62,29 @@ def collapse_view_round_trips(trace: Trace) -> None:
                     bsym = dataclasses.replace(bsym, args=(inner.args[0],))
             producers[id(bsym.output)] = bsym
         rewritten.append(bsym)
-    trace.bound_symbols[:] = _without_unread_round_trips(rewritten, trace.output)
+    trace.bound_symbols[:] = rewritten
+    drop_unread(trace, _is_round_trip_step)  # a view op that cannot raise does nothing else
+
+
+# Note [Unread views in a forward]
+# An op that saves its result for its backward (relu, tanh, sigmoid) leaves in the recorded forward
+# a ``detach`` of that result, which the backward reads. saving.py recomputes that cheap view in the
+# backward from the result itself, so nothing reads the forward's ``detach`` any more, yet the forward
+# ran it: one Python call of the op per such activation on every call (about 1.5 us on a CPU), as did
+# views the program takes and never uses. ``drop_unread_views`` drops such ``t``/``detach`` ops from
+# the forward the executors run (views that cannot raise where they ran once: nothing else changes).
+# Other passes still see them: mincut.py may choose to save such a view, and rederive.py may recompute
+# it for a backward of other tangent kinds, so both read ``GradTraces.forward_body``, the forward's
+# ops before the drop.
+def drop_unread_views(trace: Trace) -> None:
+    """Remove from ``trace`` (a forward: its arguments and output fixed) the ``t`` and ``detach`` ops
+    whose results nothing reads (Note [Unread views in a forward])."""
+    drop_unread(trace, _is_round_trip_step)
 
 
 def _is_round_trip_step(bsym: BoundSymbol) -> bool:
     return (bsym.symbol.id in _ROUND_TRIPS and len(bsym.args) == 1 and not bsym.kwargs
             and isinstance(bsym.args[0], Proxy) and isinstance(bsym.output, Proxy))
-
-
-def _without_unread_round_trips(bsyms: list[BoundSymbol], output: Any) -> list[BoundSymbol]:
-    read = {id(p) for p in proxies_in(output)}
-    kept: list[BoundSymbol] = []
-    for bsym in reversed(bsyms):
-        if _is_round_trip_step(bsym) and id(bsym.output) not in read:
-            continue  # nothing reads it: a view op that cannot raise does nothing else
-        read.update(id(p) for p in proxies_in((bsym.args, bsym.kwargs)))
-        kept.append(bsym)
-    kept.reverse()
-    return kept
 
 
 def _read(value: Any, read_as: dict[int, Any]) -> Any:

@@ -1,6 +1,7 @@
 """Round trips of views in backward traces (Note [View round trips in a backward],
 jitcore/transforms/view_round_trips.py): ``t(t(a))`` read as ``a`` and ``detach(detach(a))`` as
-``detach(a)`` where a later op reads them, unread ones dropped, the output untouched. Each program
+``detach(a)`` where a later op reads them, unread ones dropped, the output untouched; unread views
+dropped from forward traces (Note [Unread views in a forward]). Each program
 runs eagerly and jitted; outputs, gradients (values, strides, view-ness as a hook sees them) are
 compared, and the backward trace is read for the round trips it still runs."""
 
@@ -48,6 +49,16 @@ def _in_place_backward(m, x, y):
     return _ScaleInPlace.apply(m(x)).sum()
 
 
+def _unread_views(m, x, y):
+    """Activations that save their result (their forward detaches it), and views nothing reads."""
+    x.t()
+    h = torch.sigmoid(m[0](x))
+    h.detach().t()
+    out = m[4](m[3](m[2](h)).relu())
+    out.t()
+    return F.mse_loss(out, y) + h.t().t().sum()
+
+
 def _round_trips_left(trace) -> list[str]:
     """Round trips the backward still runs where an op (not the output) reads them, and round-trip
     ops whose results nothing reads."""
@@ -70,7 +81,7 @@ def _round_trips_left(trace) -> list[str]:
     return left
 
 
-@pytest.mark.parametrize("program", [_mlp_loss, _user_round_trips, _in_place_backward])
+@pytest.mark.parametrize("program", [_mlp_loss, _user_round_trips, _in_place_backward, _unread_views])
 def test_gradients_match_eager(program):
     eager_model = _mlp()
     jit_model = copy.deepcopy(eager_model)
@@ -114,3 +125,20 @@ def test_an_in_place_backward_is_left_as_it_is():
     backward = jitcore.last_backward_traces(jitted)[-1]
     assert any(b.symbol.id == _T for b in backward.bound_symbols)
     assert any("inplace" in b.symbol.tags for b in backward.bound_symbols)
+
+
+@pytest.mark.parametrize("program", [_mlp_loss, _unread_views])
+def test_forward_runs_no_unread_view(program):
+    """The forward detached each activation that saves its result (relu, tanh, sigmoid) for a
+    backward that recomputes the detach itself, and ran the program's unread views: none of them
+    runs now (2 unread detaches in the MLP's forward before)."""
+    model, x, y = _mlp(), torch.randn(4, 8), torch.randn(4, 8)
+    jitted = jitcore.jit(program)
+    jitted(model, x, y).backward()
+    forward = jitcore.last_traces(jitted)[-1]
+    assert forward.name == "forward"
+    read = {id(p) for b in forward.bound_symbols for p in jitcore.ir.proxies_in((b.args, b.kwargs))}
+    read |= {id(p) for p in jitcore.ir.proxies_in(forward.output)}
+    views = [b for b in forward.bound_symbols if b.symbol.id in (_T, _DETACH)]
+    unread = [b.output.name for b in views if id(b.output) not in read]
+    assert unread == []
