@@ -25,6 +25,7 @@ import torch
 
 from jitcore.errors import JitcoreError
 from jitcore.ir import Proxy, Trace, compile_trace
+from jitcore.proxies import TensorProxy
 from jitcore.transforms.backward_errors import RAISE
 from jitcore.transforms.grad import GradTraces, OutputSpec
 from jitcore.transforms.rederive import Unsaved, describe_unsaved, rederived_backward
@@ -92,6 +93,8 @@ class GradComputation:
         self.returned_inputs = [  # (position among the output's leaves, index among the inputs)
             (position, i if kind == "arg" else n_inputs + i) for position, kind, i in traces.returned_inputs
         ]
+        # Note [Entering the autograd Function]: every input a tensor, so unwrap_if_dead takes each
+        self.tensor_inputs = all(isinstance(a, TensorProxy) for a in traces.forward.args)
         own_saved = traces.forward.output[1] if isinstance(traces.forward.output, tuple) else ()
         self.saved_of = saved_of or (lambda _backward: own_saved)
         # backwards derived for other tangent kinds: (saved values, kinds, callable), and their traces
@@ -140,7 +143,10 @@ class GradComputation:
             if flag:
                 inputs[position].requires_grad_(True)
         versions = [_version(inputs[i]) for _position, i in returned_inputs] if returned_inputs else ()
-        outputs = JitcoreFunction.apply(self, *inputs)
+        if self.tensor_inputs and not _functorch_transforms_active():  # Note [Entering the autograd Function]
+            outputs = _function_base_apply(self, *map(_unwrap_if_dead, inputs))
+        else:
+            outputs = JitcoreFunction.apply(self, *inputs)
         for position, flag in input_flags:  # ``p.requires_grad_(False)``: after, as the graph used it
             if not flag:
                 inputs[position].requires_grad_(False)
@@ -299,6 +305,19 @@ class JitcoreFunction(torch.autograd.Function):
         for position, grad in zip(computation.grad_positions, results):
             grad_inputs[position + 1] = grad
         return tuple(grad_inputs)
+
+
+# Note [Entering the autograd Function]
+# ``Function.apply`` is Python in torch: outside functorch's transforms it asks whether the class
+# defines ``setup_context`` (JitcoreFunction does not), unwraps dead functorch wrappers among the
+# arguments with a generator expression (a frame per argument), then calls the C ``_FunctionBase.apply``.
+# That is about a microsecond per call and a third of the Python frames of a cached module forward.
+# ``GradComputation.__call__`` does the same steps itself when every input is a tensor:
+# ``unwrap_if_dead`` mapped over the inputs in C, then the C ``apply``. Under a functorch transform,
+# or with a non-tensor input, it calls ``JitcoreFunction.apply`` as before.
+_function_base_apply = super(torch.autograd.Function, JitcoreFunction).apply
+_functorch_transforms_active = torch._C._are_functorch_transforms_active  # noqa: SLF001
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead  # noqa: SLF001
 
 
 def _version(tensor: torch.Tensor) -> int | None:

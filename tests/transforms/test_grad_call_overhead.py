@@ -101,3 +101,55 @@ def test_cached_call_recomputes_nothing_per_trace():
     wrapper = sorted(name for file, name in seen if file.endswith(_AUTOGRAD_PY))
     assert wrapper == ["__call__", "backward", "forward", "tangents"]
     assert not [name for file, name in seen if file == "C" and "unflatten" in name]
+
+
+def test_a_cached_call_enters_the_function_without_torchs_python_apply():
+    """A cached module forward and a cached loss enter ``JitcoreFunction`` through the C apply, with
+    dead functorch wrappers unwrapped in C (Note [Entering the autograd Function]): no frame of
+    torch's ``Function.apply`` or of its generator over the inputs (9 frames for the MLP before)."""
+    model, x, y = _mlp(), torch.randn(4, 8), torch.randn(4, 8)
+    jitted_loss, jitted_model = jitcore.jit(_loss), jitcore.jit(model)
+    for _ in range(2):
+        jitted_loss(model, x, y).backward()
+        jitted_model(x)
+    for call in (lambda: jitted_loss(model, x, y), lambda: jitted_model(x)):  # forwards: autograd's
+        seen = _calls(call)  # backward enters torch's BackwardCFunction.apply, as eagerly
+        torch_frames = [name for file, name in seen if file.endswith("torch/autograd/function.py")]
+        assert "apply" not in torch_frames and "_is_setup_context_defined" not in torch_frames
+        assert not [name for file, name in seen if file.endswith("torch/_functorch/utils.py")]
+    assert jitcore.cache_misses(jitted_loss) == 1 and jitcore.cache_misses(jitted_model) == 1
+
+
+def _dead_functorch_wrapper() -> torch.Tensor:
+    """A tensor that escaped a ``torch.func.grad`` call: a functorch wrapper whose level is gone."""
+    leaked = []
+
+    def f(x):
+        leaked.append(x)
+        return x.sum()
+
+    torch.func.grad(f)(torch.randn(3, generator=torch.Generator().manual_seed(1)))
+    assert torch._C._functorch.is_functorch_wrapped_tensor(leaked[0])  # noqa: SLF001
+    return leaked[0]
+
+
+def _scaled(w, x):
+    return (w * x).sin().sum()
+
+
+def test_a_dead_functorch_wrapper_as_input_matches_eager():
+    """The input is unwrapped as torch's ``Function.apply`` unwraps it: eager's value and gradient
+    on every call, cached ones included."""
+    dead = _dead_functorch_wrapper()
+    w = torch.randn(3, requires_grad=True)
+    jitted = jitcore.jit(_scaled)
+    for _ in range(3):
+        expected = _scaled(w, dead)
+        expected.backward()
+        expected_grad, w.grad = w.grad, None
+        got = jitted(w, dead)
+        got.backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(w.grad, expected_grad)
+        w.grad = None
+    assert jitcore.cache_misses(jitted) == 1
