@@ -228,6 +228,9 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
         add_frame(frame, exc, True, entry is None)
     if entry is None:
         frame.stack.clear()  # as CPython clears an unwound frame's value stack (tracebacks keep frames alive)
+        # the last few that left a frame, and for which caller (Note [A stored exception C raises again])
+        run = frame.run
+        run.left = ((id(exc), id(exc.__traceback__), id(frame.back)), *run.left[:7])
         return False
     # the last few caught here (Note [A stored exception C raises again])
     frame.caught = ((id(exc), id(exc.__traceback__)), *getattr(frame, "caught", ())[:3])
@@ -277,19 +280,21 @@ def _interpreter_bug(exc: BaseException) -> str | None:
 # exception no context, where CPython's is the KeyError. A frame remembers the last few exceptions it
 # caught with the traceback entry it gave each (ids only: holding them would keep their frames alive); one
 # of them coming back out of a C call with that entry on top (no callee's entry above it: C raised it
-# itself, no Python code raised it on the way) is chained as ``_PyErr_SetObject`` chains it. An exception
-# that passed through a callee, interpreted or native, has the callee's entry on top and was chained where
-# that callee raised it.
+# itself, no Python code raised it on the way) is chained as ``_PyErr_SetObject`` chains it. The same holds
+# for one that left a frame called by another frame than this one (a coroutine an asyncio Task drove, whose
+# exception ``await task`` raises again): the run remembers the last few exceptions that left a frame, with
+# the entry and the caller. An exception that passed through a callee of this frame (interpreted, or native:
+# its entry is on top) was chained where the callee raised it.
 def _raised_again(frame: Frame, exc: BaseException) -> bool:
-    """Whether ``exc``, coming out of a C call, is one this frame caught earlier that C raised again."""
-    caught = getattr(frame, "caught", None)
-    if not caught:
-        return False
+    """Whether ``exc``, coming out of a C call, is one that C stored and raised again."""
     head = strip_internal(exc.__traceback__)
-    if head is None or (id(exc), id(head)) not in caught:
+    if head is None:
         return False
-    code = head.tb_frame.f_code  # (an id may be reused: the entry must be one of this frame's)
-    return code.co_name == frame.code.co_name and code.co_filename == frame.code.co_filename
+    caught = getattr(frame, "caught", None)
+    if caught and (id(exc), id(head)) in caught:
+        code = head.tb_frame.f_code  # (an id may be reused: the entry must be one of this frame's)
+        return code.co_name == frame.code.co_name and code.co_filename == frame.code.co_filename
+    return any(e == id(exc) and t == id(head) and back != id(frame) for e, t, back in frame.run.left)
 
 
 def _fresh(frame: Frame, exc: BaseException) -> bool:

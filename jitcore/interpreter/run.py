@@ -68,6 +68,7 @@ class Run:
         "hooked",
         "handlers",
         "hooks",
+        "left",
         "lookasides",
         "max_depth",
         "native_exc",
@@ -107,6 +108,7 @@ class Run:
         # limit] in loop.py), the latest first
         self.unentered: tuple | None = None
         self.native_exc: BaseException | None = None
+        self.left: tuple = ()  # (ids of exception, entry, caller) of the last exceptions that left a frame
         self._resolved: dict[int, tuple[weakref.ref, Callable | None]] = {}
         self.thread = threading.get_ident()
 

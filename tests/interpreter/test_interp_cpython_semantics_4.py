@@ -316,3 +316,52 @@ def test_a_stored_exception_that_c_raises_again_is_chained() -> None:
         return out
 
     check(f)
+
+
+def test_an_exception_a_task_stored_is_chained_where_it_is_awaited() -> None:
+    """An exception that left a coroutine driven by an asyncio Task is stored by the Task and raised again
+    by ``await task`` and ``task.result()`` (C, ``PyErr_SetObject``): inside ``except KeyError`` CPython
+    chains it to the KeyError; the interpreter gave none (Note [A stored exception C raises again]). An
+    exception leaving a coroutine the frame awaits itself keeps its context."""
+
+    def f() -> list[object]:
+        import asyncio
+
+        def chain(e):
+            out = []
+            while e is not None and len(out) < 4:
+                out.append(type(e).__name__)
+                e = e.__context__
+            return out
+
+        async def boom(kind):
+            raise kind("in task")
+
+        async def main() -> list[object]:
+            out: list[object] = []
+            tasks = [asyncio.ensure_future(boom(ValueError)), asyncio.ensure_future(boom(TypeError))]
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            for use in (lambda: tasks[0].result(), None):
+                try:
+                    raise KeyError("handled")
+                except KeyError:
+                    try:
+                        if use is None:
+                            await tasks[1]
+                        else:
+                            use()
+                    except (ValueError, TypeError) as e:
+                        out.append(chain(e))
+            try:
+                raise KeyError("handled")
+            except KeyError:
+                try:
+                    await boom(OSError)
+                except OSError as e:
+                    out.append(chain(e))
+            return out
+
+        return asyncio.run(main())
+
+    check(f)
