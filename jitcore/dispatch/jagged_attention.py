@@ -12,7 +12,10 @@ Invariants:
   (flash/efficient backends on CUDA, the dense path for a ragged batch dimension, dropout, errors),
   torch's own function runs (interpreted), unchanged;
 - the split by the offsets' values is a value read of the subclass's code, checked on every call
-  (jitcore/jit/value_reads.py): a call with other lengths never takes this entry's answer.
+  (jitcore/jit/value_reads.py): a call with other lengths never takes this entry's answer; in a pass
+  with symbolic sizes the lengths are the program's read, unbacked symbols once seen to change, and
+  their sum is checked against the values' size (Note [Reads of spliced subclass code in a symbolic
+  pass]).
 """
 
 from __future__ import annotations

@@ -225,7 +225,8 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         from jitcore.interpreter import current_run
         from jitcore.interpreter.calls import call_function
 
-        return Inlined(call_function(current_run(), symbol.fn, args, kwargs), splice=True)
+        with context.splicing():
+            return Inlined(call_function(current_run(), symbol.fn, args, kwargs), splice=True)
     if overridden and _value_read_through_default(overridden, func, symbol):
         return symbol.meta(*args, **kwargs)
     if overridden:
@@ -234,7 +235,8 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
         if isinstance(func, types.MethodDescriptorType) and args and _tensor_like(args[0]):
             raise TypeError(f"descriptor '{func.__name__}' for 'torch._C.TensorBase' objects doesn't "
                             f"apply to a '{type(args[0]).__name__}' object")  # Note [Tensor-like values]
-        result = run_torch_functions(overridden, func, args, kwargs)
+        with context.splicing():
+            result = run_torch_functions(overridden, func, args, kwargs)
         if result is not NotImplemented:
             # what the __torch_function__ ran is what runs (and what autograd sees), not the call:
             # torchao's F.linear on a quantized weight is its own ops, never aten.t + aten.mm

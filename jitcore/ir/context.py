@@ -46,6 +46,9 @@ class TraceContext:
             ``grad``), which functorch runs on the traced tensors (jitcore/jit/function_transforms.py).
         as_size: a dynamic number as a symbolic size of the pass, or None where it is specialized
             instead (jitcore/jit/number_sizes.py); None in a pass without symbolic sizes.
+        spliced: the ids of the open scopes whose records take their call's place once it returns (a
+            ``__torch_function__`` that computed the call through other operations: ``Inlined`` with
+            ``splice``), so that what they record lands where the call would have been.
     """
 
     trace: Trace
@@ -59,10 +62,22 @@ class TraceContext:
     modes: Any = None
     function_transforms: int = 0
     as_size: Callable[[Any], Any] | None = None
+    spliced: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if not self.scopes:
             self.scopes.append(self.trace.bound_symbols)
+
+    @contextmanager
+    def splicing(self) -> Iterator[None]:
+        """The innermost scope (a call's) is spliced into its caller's once the call returns: noted in
+        ``spliced`` for the block."""
+        scope = id(self.scopes[-1])
+        self.spliced.add(scope)
+        try:
+            yield
+        finally:
+            self.spliced.discard(scope)
 
     def source(self) -> tuple[SourceFrame, ...] | None:
         """The user's source stack at this moment (None when no provider knows it)."""

@@ -28,16 +28,16 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
-from jitcore.dispatch.flatten import flatten_program, pass_1_under_autograd
+from jitcore.dispatch.flatten import flatten_program, involves_subclasses, pass_1_under_autograd
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.ir import Trace
 from jitcore.jit import eager_entries, numbers, shapes
 from jitcore.jit.eager_entries import Eager
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
+from jitcore.jit.read_rollback import nondeterministic_read, with_rollback
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
-from jitcore.jit.value_reads import nondeterministic_read, with_rollback
 from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.langctx.thread_state import subclass_functions_disabled
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
@@ -180,7 +180,9 @@ class JittedFunction:
             entry_added(self, entry, reasons)
         if entry.eager_reason is not None:
             return self.fn(*args, **kwargs)
-        inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
+        # the jit's own reads (a size input's ``x.shape[0]``) run no subclass code, as in the prologue
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
         computation = _without_torch_function(entry.computation) if entry.plain_data else entry.computation
         try:
             result = computation(*inputs)
@@ -387,12 +389,20 @@ class JittedFunction:
                 return self._interpret(number, args, kwargs, shape_changed)
             static_shapes(self, number, reason)
             return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
-        self._shapes.numbers_traced(program.read_numbers)  # Note [Counts that values decide]
+        self._shapes.numbers_traced(tracing_pass.reads.pinned())  # Note [Counts that values decide]
+        if symbolic and not sizes and involves_subclasses(program.trace):  # Note [A symbolic pass that
+            return self._interpret(number, args, kwargs, shape_changed, symbolic=False)  # kept no symbol]
         if sizes:
             symbolic_sizes(self, number, sizes)
         self._shapes.seen(program.prologue.inputs, program.first_inputs)  # tensor inputs come first
         return tracing_pass, program
 
+    # Note [A symbolic pass that kept no symbol]
+    # A pass with symbolic sizes in which the program pinned every size (an NJT attention's split by
+    # lengths it read: ``Eq(s0, 14)``) is a static entry whose shadows still hold the pass's SymInts.
+    # Of a tensor-subclass program, the grad transform replays the calls on new shadows and compared
+    # those with the pass's (a nested int's view: 'vr must not be None for symbol s1', raised to the
+    # caller). Such a pass is traced again with static shapes, as the entry is static anyway.
     def _run_pass(self, tracing_pass: Pass, args: tuple, kwargs: dict) -> Any:
         """Interpret one call (jitcore/jit/module.py interprets a module's forward instead)."""
         if isinstance(self.fn, torch.nn.Module):

@@ -214,18 +214,18 @@ class ShapePolicy:
             return False
         return _number_site(site) in self._read_numbers
 
-    def numbers_traced(self, read: list[tuple[NumberProxy, BoundSymbol]]) -> None:
-        """Remember the integers a pass read and pinned (their value was needed: a size, an index), by
-        site and order of reading: a site that pinned another value than the last pass did is a symbol
-        from then on, as if its check had failed (Note [Counts that values decide])."""
+    def numbers_traced(self, pinned: list[tuple[ReadSite, int]]) -> None:
+        """Remember the integers a pass read and pinned (their value was needed: a size, an index; or
+        a constant of a subclass's code), by site and order of reading: a site that pinned other
+        values than the last pass did is a symbol from then on, as if its check had failed (Note
+        [Counts that values decide])."""
         if self.dynamic is False or self.refused is not None or self.reads_refused is not None:
             return
         traced: dict[tuple, list[int]] = {}
-        for number, check in read:
-            site = check.args[0]
+        for site, value in pinned:
             key = _number_site(site)
-            if key is not None and number.specialized and type(number.value) is int:
-                traced.setdefault((key, site.what), []).append(number.value)
+            if key is not None:
+                traced.setdefault((key, site.what), []).append(value)
         for place, values in traced.items():
             before = self._read_numbers_seen.get(place)
             self._read_numbers_seen[place] = values

@@ -36,7 +36,7 @@ from torch.fx.experimental.symbolic_shapes import (
 
 import jitcore
 from jitcore.errors import DataDependentError, EagerOnlySubclass
-from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, Trace, TraceContext, current_context
+from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, TraceContext, current_context
 from jitcore.jit.probe import Probe, may_write, written_arguments
 from jitcore.langctx.reads import (
     DATA_DEPENDENT_DECOMPOSITIONS,
@@ -45,19 +45,16 @@ from jitcore.langctx.reads import (
     SHAPE_OF,
     UNDER_AUTOGRAD,
     ReadSite,
-    ValueCheckFailed,
     output_sizes,
     same_number,
 )
-from jitcore.langctx.thread_state import STATE_CHANGE_SYMBOLS, ThreadState
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.typed import only_plain_subclass_values
 
-__all__ = ["ValueReads", "has_reads", "nondeterministic_read", "read_sites", "with_rollback"]
+__all__ = ["ValueReads"]
 
 _LOG = logging.getLogger("jitcore.graph_breaks")
 _REFUSED = object()
@@ -96,6 +93,7 @@ class ValueReads:
         # (Note [One mask, one count]); ``_decomposing``: how deep in DATA_DEPENDENT_DECOMPOSITIONS
         self.coordinates: dict[tuple[int, int], tuple[TensorProxy, Any]] = {}
         self._decomposing = 0
+        self._constants: list[tuple[ReadSite, int]] = []  # integers a subclass's code read, as constants
 
     def read(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
              source: tuple[SourceFrame, ...] | None) -> Inlined:
@@ -114,17 +112,19 @@ class ValueReads:
             retried = self._with_read_arguments(symbol, args, kwargs)
             if retried is not _REFUSED:
                 return Inlined(retried)
-        if self.context.subclass_code and not _has(SubclassTensorProxy, (args, kwargs)):
+        as_program = self._as_the_programs(args, kwargs)  # Note [Reads of spliced subclass code ...]
+        subclass_code = self.context.subclass_code and not as_program
+        if subclass_code and not _has(SubclassTensorProxy, (args, kwargs)):
             read = self._read_in_subclass_code(symbol, args, kwargs, error, source)
             if read is not _REFUSED:
                 return read
-        if self.context.subclass_code or _has(SubclassTensorProxy, (args, kwargs)):
+        if subclass_code or (_has(SubclassTensorProxy, (args, kwargs)) and not as_program):
             # a subclass's dispatch that reads values it cannot read (under grad, after writes or
             # random draws in the same call): this call runs eagerly
             raise EagerOnlySubclass(
                 f"a tensor subclass's code reads tensor values ({error.summary})"
             ) from error
-        if len(self.context.scopes) != 2:
+        if len(self.context.scopes) != 2 and not as_program:
             raise error
         key = self._coordinates_key(symbol, args, kwargs)
         if key is not None and key in self.coordinates:
@@ -168,6 +168,39 @@ class ValueReads:
     # was not 1), and a forward building a tensor from the values raised 'Could not infer dtype of
     # NumberProxy'. A Function is never such a composite: it runs under torch's autograd on every call
     # (``_under_autograd``), its own backward the node's, its outputs' shapes checked.
+
+    # Note [Reads of spliced subclass code in a symbolic pass]
+    # A ``__torch_function__`` that computes its call through other operations has its records take
+    # the call's place (``TraceContext.spliced``): an NJT's CPU SDPA (jitcore/dispatch/jagged_attention.py)
+    # splits the values by ``list(lengths)`` of its offsets, and those ops land at the trace's top
+    # level. In a pass with symbolic sizes such a read was refused (Note [Reads inside a subclass's
+    # code]: reads are made at the top level only), so the pass raised and the function traced static
+    # shapes, an entry per list of lengths. Where every call still being recorded is spliced so and the
+    # read's arguments are plain, the read is the program's own: it lands at the top level in program
+    # order, its integers are names and, once seen to change, unbacked symbols (Note [Counts that
+    # values decide], jit/shapes.py), and its values are computed with the open calls' records so far
+    # (``Probe.values_within``, refused where one of them writes a tensor it did not make, as there).
+    # A check a read number needs goes to the innermost of those scopes still open
+    # (``_read_number``), so it follows the read and precedes its use once spliced.
+    def _as_the_programs(self, args: tuple, kwargs: dict) -> bool:
+        """Whether a read inside a subclass's code is made as the program's own (the Note above)."""
+        open_scopes = self.context.scopes[1:-1]
+        if self.context.values.shape_env is None or not self.context.subclass_code or not open_scopes:
+            return False
+        if _has(SubclassTensorProxy, (args, kwargs)):
+            return False
+        return self._spliced_only() and not _writes_outside([b for scope in open_scopes for b in scope])
+
+    def _spliced_only(self) -> bool:
+        """Whether every call still being recorded (but the innermost: the read's own) has its records
+        spliced into its caller's scope: what is recorded there lands at the top level."""
+        return all(id(scope) in self.context.spliced for scope in self.context.scopes[1:-1])
+
+    def _values(self, tree: Any) -> Any:
+        """``tree`` with its real values (computed inside spliced calls still being recorded too)."""
+        open_scopes = self.context.scopes[1:-1]
+        return self.probe.values_within(open_scopes, tree) if open_scopes else self.probe.values(tree)
+
 
     # Note [One mask, one count]
     # ``a = x[mask]; b = y[mask]`` indexes twice through the coordinates of the mask's true elements
@@ -215,7 +248,8 @@ class ValueReads:
     # value-shaped result must carry gradients otherwise; where a record of the open calls writes a
     # tensor it did not make (a call the probe runs natively, an ``autograd.Function``'s, would write
     # it twice; SparseTensor's ``res[indices] = values`` into its own ``zeros`` is read); in a pass
-    # with symbolic sizes (``TensorValues.shape_env``: its reads are made at the top level only). A
+    # with symbolic sizes (``TensorValues.shape_env``: its reads are made at the top level only, Note
+    # [Reads of spliced subclass code in a symbolic pass]). A
     # static pass with
     # nested ints (the ShapeEnv of ``TensorValues.allow_nested_ints``, whose sizes stay static) reads
     # as any other: a nested jagged tensor's ``unbind``, ``chunk``, batch indexing and CPU SDPA
@@ -251,6 +285,8 @@ class ValueReads:
         if not _has(torch.Tensor, out):
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
+            if type(out) is int:
+                self._constants.append((site, out))
             return Inlined(out)
         if _needs_grad(args, kwargs):  # value-shaped outputs that must carry gradients: static, with the
             retried = self._with_read_arguments(symbol, args, kwargs)  # sizes read (NJT SDPA's split)
@@ -276,7 +312,7 @@ class ValueReads:
     # backward inside the function) raises the refusal instead.
     def _under_autograd(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                         source: tuple[SourceFrame, ...] | None) -> Any:
-        real_args, real_kwargs = _unwritten(symbol, args, kwargs, self.probe.values((args, kwargs)))
+        real_args, real_kwargs = _unwritten(symbol, args, kwargs, self._values((args, kwargs)))
 
         def as_input(proxy: Any, real: Any) -> Any:
             needs = isinstance(proxy, TensorProxy) and proxy.requires_grad and isinstance(real, torch.Tensor)
@@ -312,7 +348,7 @@ class ValueReads:
         Raises:
             DataDependentError: ``error``, where the outputs must carry gradients that a read cannot give.
         """
-        real_args, real_kwargs = _unwritten(symbol, args, kwargs, self.probe.values((args, kwargs)))
+        real_args, real_kwargs = _unwritten(symbol, args, kwargs, self._values((args, kwargs)))
         out = symbol.fn(*real_args, **real_kwargs)
         site = ReadSite(_describe(symbol, out), source)
         if symbol.fn in _NUMBER_READS and type(out) in (int, float):
@@ -388,6 +424,12 @@ class ValueReads:
         self._log(site, out)
         return for_program(numbers)
 
+    def pinned(self) -> list[tuple[ReadSite, int]]:
+        """The integers the pass read whose values it needed (``ShapePolicy.numbers_traced``)."""
+        named = [(check.args[0], n.value) for n, check in self.numbers
+                 if n.specialized and type(n.value) is int]
+        return named + self._constants
+
     def value_sizes(self, symbol: Symbol, args: tuple, kwargs: dict, output: Any) -> None:
         """Give each size of ``output`` (a symbol call's outputs) that torch made a new unbacked symbol
         of (``x[:n]`` with ``n`` a count: its length, ``min(n, len(x))``, as torch cannot decide which)
@@ -396,7 +438,7 @@ class ValueReads:
         call is run once more on those values for it (not one that writes or draws: torch then decides
         nothing with the size, and the entry traces static sizes)."""
         env = self.context.values.shape_env
-        if env is None or not (self.number_symbols or self.sizes) or len(self.context.scopes) != 2:
+        if env is None or not (self.number_symbols or self.sizes) or not self._spliced_only():
             return
         known = env.real_tensor_prop_unbacked_vals
         leaves = optree.tree_leaves(output, none_is_leaf=True)
@@ -405,7 +447,7 @@ class ValueReads:
                  and size.node.expr.is_Symbol and free_unbacked_symbols(size) and size.node.expr not in known]
         if not fresh or "random" in symbol.tags or may_write(BoundSymbol(symbol, args, kwargs, output)):
             return
-        real_args, real_kwargs = self.probe.values((args, kwargs))
+        real_args, real_kwargs = self._values((args, kwargs))
         real = optree.tree_leaves(symbol.fn(*real_args, **real_kwargs), none_is_leaf=True)
         if len(real) != len(leaves):
             return
@@ -418,7 +460,7 @@ class ValueReads:
         computation (Note [Counts that values decide] in jitcore/jit/shapes.py)."""
         env = self.context.values.shape_env
         if env is None or self.read_numbers is None or type(number.value) is not int \
-                or len(self.context.scopes) != 2 or not self.read_numbers(site):
+                or not self._spliced_only() or not self.read_numbers(site):
             return number
         size = env.create_unbacked_symint()
         env.set_real_tensor_prop_unbacked_vals(size.node.expr, number.value)  # decides what torch cannot
@@ -430,13 +472,20 @@ class ValueReads:
         """A number read from a tensor, a name of the computation; ``check(number)`` gives the arguments
         of the ``check_read`` recorded, once, where the program first needs its value."""
         checked = False
+        scopes = [self.context.scopes[0]]  # the top level, and the spliced calls' scopes read in
+        for scope in self.context.scopes[1:-1]:
+            if id(scope) not in self.context.spliced:
+                break
+            scopes.append(scope)
 
         def specialize() -> None:
             nonlocal checked
             if not checked:
                 checked = True
                 self.context.trace.imports.setdefault("jitcore", jitcore)
-                self.context.trace.bound_symbols.append(record)
+                now = self.context.scopes
+                innermost = max(i for i, scope in enumerate(scopes) if i < len(now) and now[i] is scope)
+                now[innermost].append(record)  # Note [Reads of spliced subclass code in a symbolic pass]
 
         number = NumberProxy(self.context.values.names.fresh("n"), value, on_specialize=specialize)
         number.on_predicate = self.check_predicate
@@ -698,102 +747,6 @@ def _has(kind: type, tree: Any) -> bool:
 def _describe(symbol: Symbol, out: Any) -> str:
     name = symbol.id.removeprefix("torch.Tensor.").removeprefix("torch._C.TensorBase.")
     return f"{name}()" if not _has(torch.Tensor, out) else f"{name}(...)"
-
-
-def _holds_read(bsym: BoundSymbol) -> bool:
-    """A read, or a call whose resolution reads (Note [Reads inside a subclass's code])."""
-    return bsym.symbol is READ or any(_holds_read(sub) for sub in bsym.subsymbols)
-
-
-def _flat(records: list[BoundSymbol]) -> Iterator[BoundSymbol]:
-    """``records`` and their subsymbols, in program order."""
-    for bsym in records:
-        yield bsym
-        yield from _flat(list(bsym.subsymbols))
-
-
-def has_reads(bound_symbols: list[BoundSymbol]) -> bool:
-    """Whether a trace checks values it read while tracing."""
-    return any(b.symbol is READ for b in bound_symbols)
-
-
-def read_sites(bound_symbols: list[BoundSymbol]) -> list[ReadSite]:
-    """The read sites a trace checks, in order."""
-    return [b.args[0] for b in bound_symbols if b.symbol is READ]
-
-
-def nondeterministic_read(failed: Exception) -> DataDependentError:
-    """The error when a new entry's first run reads another value than its trace saw."""
-    return DataDependentError(
-        f"the value read {failed} although the trace was just made from this very call: "
-        "the computation before the read is not deterministic",
-        hints=(
-            "make the computation before this read deterministic (seeded random ops, deterministic kernels)",
-            "or keep the read outside the jitted function",
-        ),
-    )
-
-
-def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
-    """``computation``, undoing its writes to its inputs, its RNG draws and its changes of the thread's
-    settings (grad mode, inference mode, autocast) when a read check fails (the call then runs another
-    entry, which must find the inputs and the thread as the caller passed them).
-
-    Only inputs whose storage a record before the last read may write are copied, only when there
-    is such a record; a trace without reads is returned as it is.
-    """
-    records = trace.bound_symbols
-    last_read = max((i for i, b in enumerate(records) if _holds_read(b)), default=-1)
-    if last_read < 0:
-        return computation
-    before = records[:last_read + 1]  # with the record holding it: a subclass call's own writes and draws
-    written: set[int] = set()
-    for bsym in _flat(before):
-        if may_write(bsym):
-            written |= {  # a subclass value's storage is its inner tensors', written by its subsymbols
-                _storage_or_none(v)
-                for v in optree.tree_leaves(written_arguments(bsym) or (bsym.args, bsym.kwargs))
-                if isinstance(v, TensorProxy)
-            }
-    positions = [i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written]
-    random = any("random" in b.symbol.tags for b in _flat(before))
-    # Python's generators a draw before the read advanced (jit/nondeterministic.py): put back too
-    drawn = list({id(g): g for b in _flat(before) if "python_random" in b.symbol.tags
-                  for g in [b.args[0].__self__]}.values())
-    # ``no_grad``, ``inference_mode``, autocast entered before the read: left as the caller had them
-    state_changes = any(b.symbol in STATE_CHANGES or "global_state" in b.symbol.tags for b in _flat(before))
-    if not positions and not random and not drawn and not state_changes:
-        return computation
-
-    # the caller's generators (Note [Generators the caller passes]) are put back as the global one is
-    generators = [i for i, a in enumerate(trace.args) if isinstance(a, GeneratorProxy)] if random else []
-
-    def run(*inputs: Any) -> Any:
-        saved = [inputs[i].detach().clone() for i in positions]
-        rng = torch.get_rng_state() if random else None
-        states = [inputs[i].get_state() for i in generators]
-        python_states = [g.getstate() for g in drawn]
-        thread = ThreadState.take() if state_changes else None
-        try:
-            return computation(*inputs)
-        except ValueCheckFailed:
-            if thread is not None:
-                thread.restore()
-            for generator, state in zip(drawn, python_states):
-                generator.setstate(state)
-            with torch.no_grad():
-                for i, copy in zip(positions, saved):
-                    inputs[i].copy_(copy)
-            if rng is not None:
-                torch.set_rng_state(rng)
-            for i, state in zip(generators, states):
-                inputs[i].set_state(state)
-            raise
-
-    return run
-
-
-STATE_CHANGES = frozenset(STATE_CHANGE_SYMBOLS.values())
 
 
 def _storage(proxy: TensorProxy) -> int:

@@ -250,3 +250,62 @@ def test_empty_and_single_sequences() -> None:
         n = _njt(lengths)
         _same(jitted(n), n.softmax(dim=-1) + 1, (n,))
     assert jitcore.cache_misses(jitted) <= 2
+
+
+# Note [Reads of spliced subclass code in a symbolic pass] (jitcore/jit/value_reads.py): NJT attention
+# on CPU splits each of q/k/v by its lengths, read from the offsets; once those change between calls
+# they are unbacked symbols, so a multi-head attention over changing lengths is one entry, its split
+# checked against the values' size on every call. Before, each list of lengths was its own entry.
+_MORE_STRUCTURES = (*_STRUCTURES, (1, 1, 6, 2), (6, 1, 1, 1))
+
+
+def _offsets(lengths: tuple[int, ...]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+
+
+class _Heads(torch.nn.Module):
+    def __init__(self, dim: int = 8, heads: int = 2) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.out = (torch.nn.Linear(dim, dim) for _ in range(4))
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (p(x).unflatten(-1, [self.heads, -1]).transpose(1, 2) for p in (self.q, self.k, self.v))
+        return self.out(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).values().flatten(-2))
+
+
+def test_multi_head_attention_over_changing_lengths_is_one_entry() -> None:
+    torch.manual_seed(0)
+    model = _Heads()
+    jitted = jitcore.jit(model)
+    with torch.no_grad():
+        for lengths in _MORE_STRUCTURES:
+            x = torch.nested.nested_tensor_from_jagged(torch.randn(sum(lengths), 8), _offsets(lengths))
+            _same(jitted(x), model(x), (x,))
+    assert jitcore.cache_misses(jitted) <= 4, jitcore.miss_reasons(jitted)  # 8 before
+
+
+def test_multi_head_attention_trains_over_changing_lengths() -> None:
+    torch.manual_seed(0)
+    eager, traced = _Heads(), _Heads()
+    traced.load_state_dict(eager.state_dict())
+
+    def loss_of(model: torch.nn.Module, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        x = torch.nested.nested_tensor_from_jagged(values, offsets)  # made inside: its values' gradient
+        return model(x).square().mean()
+
+    jitted = jitcore.jit(loss_of)
+    for lengths in _MORE_STRUCTURES:
+        values = torch.randn(sum(lengths), 8)
+        offsets = _offsets(lengths)
+        ours, theirs = values.clone().requires_grad_(), values.clone().requires_grad_()
+        loss = jitted(traced, ours, offsets)
+        expected = loss_of(eager, theirs, offsets)
+        torch.testing.assert_close(loss, expected)
+        loss.backward()
+        expected.backward()
+        torch.testing.assert_close(ours.grad, theirs.grad)
+        for a, b in zip(traced.parameters(), eager.parameters()):
+            torch.testing.assert_close(a.grad, b.grad)
+            a.grad = b.grad = None
+    assert jitcore.cache_misses(jitted) <= 4, jitcore.miss_reasons(jitted)  # 8 before

@@ -1,0 +1,135 @@
+"""The cached computation's side of value reads: a call whose read check fails leaves no trace.
+
+A value read (jitcore/jit/value_reads.py) is checked by the computation where the traced program read
+it; a call whose value differs raises ValueCheckFailed there and runs another entry. ``with_rollback``
+wraps such a computation so that the failed call's writes to its inputs, RNG draws and thread-setting
+changes made before the check are undone first.
+
+Invariants: a trace without reads is run as it is; only inputs that a record before the last read may
+write are copied, and only on calls of such traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import optree
+import torch
+
+from jitcore.errors import DataDependentError
+from jitcore.ir import BoundSymbol, Trace
+from jitcore.jit.probe import may_write, written_arguments
+from jitcore.langctx.reads import READ, ReadSite, ValueCheckFailed
+from jitcore.langctx.thread_state import STATE_CHANGE_SYMBOLS, ThreadState
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.generator import GeneratorProxy
+
+__all__ = ["has_reads", "nondeterministic_read", "read_sites", "with_rollback"]
+
+
+def _holds_read(bsym: BoundSymbol) -> bool:
+    """A read, or a call whose resolution reads (Note [Reads inside a subclass's code])."""
+    return bsym.symbol is READ or any(_holds_read(sub) for sub in bsym.subsymbols)
+
+
+def _flat(records: list[BoundSymbol]) -> Iterator[BoundSymbol]:
+    """``records`` and their subsymbols, in program order."""
+    for bsym in records:
+        yield bsym
+        yield from _flat(list(bsym.subsymbols))
+
+
+def has_reads(bound_symbols: list[BoundSymbol]) -> bool:
+    """Whether a trace checks values it read while tracing."""
+    return any(b.symbol is READ for b in bound_symbols)
+
+
+def read_sites(bound_symbols: list[BoundSymbol]) -> list[ReadSite]:
+    """The read sites a trace checks, in order."""
+    return [b.args[0] for b in bound_symbols if b.symbol is READ]
+
+
+def nondeterministic_read(failed: Exception) -> DataDependentError:
+    """The error when a new entry's first run reads another value than its trace saw."""
+    return DataDependentError(
+        f"the value read {failed} although the trace was just made from this very call: "
+        "the computation before the read is not deterministic",
+        hints=(
+            "make the computation before this read deterministic (seeded random ops, deterministic kernels)",
+            "or keep the read outside the jitted function",
+        ),
+    )
+
+
+def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
+    """``computation``, undoing its writes to its inputs, its RNG draws and its changes of the thread's
+    settings (grad mode, inference mode, autocast) when a read check fails (the call then runs another
+    entry, which must find the inputs and the thread as the caller passed them).
+
+    Only inputs whose storage a record before the last read may write are copied, only when there
+    is such a record; a trace without reads is returned as it is.
+    """
+    records = trace.bound_symbols
+    last_read = max((i for i, b in enumerate(records) if _holds_read(b)), default=-1)
+    if last_read < 0:
+        return computation
+    before = records[:last_read + 1]  # with the record holding it: a subclass call's own writes and draws
+    written: set[int] = set()
+    for bsym in _flat(before):
+        if may_write(bsym):
+            written |= {  # a subclass value's storage is its inner tensors', written by its subsymbols
+                _storage_or_none(v)
+                for v in optree.tree_leaves(written_arguments(bsym) or (bsym.args, bsym.kwargs))
+                if isinstance(v, TensorProxy)
+            }
+    positions = [i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written]
+    random = any("random" in b.symbol.tags for b in _flat(before))
+    # Python's generators a draw before the read advanced (jit/nondeterministic.py): put back too
+    drawn = list({id(g): g for b in _flat(before) if "python_random" in b.symbol.tags
+                  for g in [b.args[0].__self__]}.values())
+    # ``no_grad``, ``inference_mode``, autocast entered before the read: left as the caller had them
+    state_changes = any(b.symbol in STATE_CHANGES or "global_state" in b.symbol.tags for b in _flat(before))
+    if not positions and not random and not drawn and not state_changes:
+        return computation
+
+    # the caller's generators (Note [Generators the caller passes]) are put back as the global one is
+    generators = [i for i, a in enumerate(trace.args) if isinstance(a, GeneratorProxy)] if random else []
+
+    def run(*inputs: Any) -> Any:
+        saved = [inputs[i].detach().clone() for i in positions]
+        rng = torch.get_rng_state() if random else None
+        states = [inputs[i].get_state() for i in generators]
+        python_states = [g.getstate() for g in drawn]
+        thread = ThreadState.take() if state_changes else None
+        try:
+            return computation(*inputs)
+        except ValueCheckFailed:
+            if thread is not None:
+                thread.restore()
+            for generator, state in zip(drawn, python_states):
+                generator.setstate(state)
+            with torch.no_grad():
+                for i, copy in zip(positions, saved):
+                    inputs[i].copy_(copy)
+            if rng is not None:
+                torch.set_rng_state(rng)
+            for i, state in zip(generators, states):
+                inputs[i].set_state(state)
+            raise
+
+    return run
+
+
+STATE_CHANGES = frozenset(STATE_CHANGE_SYMBOLS.values())
+
+
+def _storage(proxy: TensorProxy) -> int:
+    return proxy.shadow.untyped_storage()._cdata
+
+
+def _storage_or_none(proxy: TensorProxy) -> int | None:
+    try:
+        return _storage(proxy)
+    except (RuntimeError, NotImplementedError):  # a wrapper subclass: no storage of its own
+        return None
