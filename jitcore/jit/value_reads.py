@@ -265,7 +265,8 @@ class ValueReads:
     # Note [A read in a plain subclass's __torch_function__]
     # A class without ``__torch_dispatch__`` whose ``__torch_function__`` logs or counts holds plain data,
     # its override interpreted as the program's code: a number it reads of its own instances (``super()``
-    # running ``item``) is the program's read, a name, not a constant behind a check (an entry per value).
+    # running ``item``, or ``tolist``'s numbers) is the program's read, a name, not a constant behind a
+    # check (an entry per value).
     def _read_in_subclass_code(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                                source: tuple[SourceFrame, ...] | None) -> Any:
         open_scopes = self.context.scopes[1:-1]
@@ -282,6 +283,10 @@ class ValueReads:
         site = ReadSite(_describe(symbol, out), source)
         if symbol.fn in _NUMBER_READS and type(out) in (int, float) and only_plain_subclass_values(args):
             return Inlined(self._number(symbol, args, kwargs, out, site))  # the Note above
+        if symbol.fn in _LIST_READS and only_plain_subclass_values(args):  # ``tolist()`` too
+            listed = self._numbers_of_list(symbol, args, kwargs, out, site)
+            if listed is not _REFUSED:
+                return Inlined(listed)
         if not _has(torch.Tensor, out):
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
@@ -388,8 +393,8 @@ class ValueReads:
     def _numbers_of_list(self, symbol: Symbol, args: tuple, kwargs: dict, out: Any, site: ReadSite) -> Any:
         """``t.tolist()`` as names (Note [The numbers of tolist]); _REFUSED where it stays a checked read."""
         tensor = args[0] if args else None
-        if kwargs or len(args) != 1 or not isinstance(tensor, TensorProxy) \
-                or isinstance(tensor, SubclassTensorProxy) or tensor.dtype.is_complex:
+        if kwargs or len(args) != 1 or not isinstance(tensor, TensorProxy) or tensor.shadow.dtype.is_complex \
+                or (isinstance(tensor, SubclassTensorProxy) and not only_plain_subclass_values(args)):
             return _REFUSED
         try:
             shape = [guard_int(size) for size in tensor.shadow.shape]  # a symbolic size: guarded

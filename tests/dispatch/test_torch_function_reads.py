@@ -1,6 +1,7 @@
 """Value reads inside a ``__torch_function__`` that computes its call through other operations, in
 passes with symbolic sizes (Note [Reads of spliced subclass code in a symbolic pass],
-jitcore/jit/value_reads.py).
+jitcore/jit/value_reads.py), and ``tolist()`` through a plain subclass's ``__torch_function__`` (Note
+[A read in a plain subclass's __torch_function__]).
 
 Differential: every call is compared with eager (values, output types, and what the class logs). The
 counts of traces are those of the same program on plain tensors, where before each call with other
@@ -53,9 +54,16 @@ def _run(program: Any, shapes: list[tuple[int, ...]], cls: type) -> jitcore.Jitt
 _SHAPES = [(4, 6)] * 5 + [(3, 6)]
 
 
+def test_tolist_through_a_logging_class_hits_as_on_plain_tensors() -> None:
+    programs = (lambda x: sum(x.sum(0).tolist()), lambda x: [int(v) * 2 for v in (x > 0).sum(0).tolist()])
+    for program in programs:
+        plain, logged = _run(program, _SHAPES, torch.Tensor), _run(program, _SHAPES, Logging)
+        assert jitcore.cache_misses(logged) <= jitcore.cache_misses(plain) <= 2, jitcore.miss_reasons(logged)
+
+
 def test_a_mask_through_a_logging_class_gets_a_symbolic_count() -> None:
     jitted = _run(lambda x: x[x > 0].mean() * x.shape[0], _SHAPES * 2, Logging)
-    # one entry per count before (11 of 12 calls): the static read, then a symbolic one refused
+    # one entry per count before (9 misses in 12 calls): the static read, then a symbolic one refused
     assert jitcore.cache_misses(jitted) <= 4, jitcore.miss_reasons(jitted)
 
 
