@@ -219,7 +219,7 @@ class StateSnapshots:
                 return None
             return snap.path if id(obj) in copies or _leads_to(snap.path, obj, args, kwargs) else None
 
-        leaves, spec = pytree.tree_flatten(output, is_leaf=lambda v: caller_path(v) is not None)
+        leaves, spec = pytree.tree_flatten(output, is_leaf=lambda v: _size(v) or caller_path(v) is not None)
         holes = {i: path for i, leaf in enumerate(leaves) if (path := caller_path(leaf)) is not None}
         if not holes:
             return output, None
@@ -298,6 +298,12 @@ class _Returned:
 RETURNED = _Returned()
 
 
+def _size(value: Any) -> bool:
+    """A ``torch.Size``: a leaf of the output's tree (it holds numbers only, and torch's pytree gives it
+    back as a plain tuple: ``(torch.Size([2]), cls)``, the caller's class, came back as ``((2,), cls)``)."""
+    return type(value) is torch.Size
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ReturnedObjects:
     """Where the caller's objects go back into the output: the leaf positions (in torch's pytree
@@ -306,7 +312,7 @@ class ReturnedObjects:
     holes: dict[int, Path]
 
     def fill(self, output: Any, args: tuple, kwargs: dict) -> Any:
-        leaves, spec = pytree.tree_flatten(output, is_leaf=lambda v: v is RETURNED)
+        leaves, spec = pytree.tree_flatten(output, is_leaf=lambda v: v is RETURNED or _size(v))
         for i, path in self.holes.items():
             leaves[i] = path.get(args, kwargs)
         return pytree.tree_unflatten(leaves, spec)

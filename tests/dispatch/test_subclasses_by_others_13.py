@@ -29,6 +29,11 @@ def _same(got: Any, expected: Any) -> None:
     elif isinstance(expected, torch.Tensor):
         assert (got.dtype, got.requires_grad) == (expected.dtype, expected.requires_grad)
         torch.testing.assert_close(got.as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))
+    elif isinstance(expected, dict):
+        assert list(got) == list(expected)
+        _same(list(got.values()), list(expected.values()))
+    elif isinstance(expected, type):
+        assert got is expected
     elif hasattr(expected, "__dict__"):
         _same(sorted(vars(got).items()), sorted(vars(expected).items()))
     else:
@@ -288,3 +293,20 @@ def test_a_class_is_handed_no_read_of_jitcores_own(program: Callable[..., Any], 
         # _untracked_subclass_code, jit/interpretation.py): the call that traces is compared there
         if not requires_grad or seed == 0:
             assert logs[1] == logs[0], seed
+
+
+# --- a torch.Size returned beside the caller's class ---------------------------------------------------
+# Note [Returning the caller's objects] (jitcore/jit/effects.py): an output holding one of the caller's
+# objects (here the input's class, reached through the argument) is taken apart and put together again
+# with torch's pytree, which gives a torch.Size back as a plain tuple.
+
+SIZES: dict[str, Callable[..., Any]] = {
+    "tuple": lambda x: (x * 2, x.shape, type(x)),
+    "dict": lambda x: {"out": x + 1, "shape": x.shape, "cls": type(x)},
+    "size_call": lambda x: [x.size(), type(x), x.sum()],
+}
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+def test_a_size_returned_beside_the_callers_class_stays_a_size(name: str) -> None:
+    _compare(SIZES[name], lambda: (torch.randn(2, 3).as_subclass(_Passing),), lambda args: [])
