@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 import torch.nn as nn
 import torchao.quantization as Q  # a test extra: a missing install fails here, not skips
@@ -54,6 +55,7 @@ def _run(program: Any, shapes: list[tuple[int, ...]], cls: type) -> jitcore.Jitt
 _SHAPES = [(4, 6)] * 5 + [(3, 6)]
 
 
+@pytest.mark.filterwarnings("error:jitcore")  # no call runs eagerly
 def test_tolist_through_a_logging_class_hits_as_on_plain_tensors() -> None:
     programs = (lambda x: sum(x.sum(0).tolist()), lambda x: [int(v) * 2 for v in (x > 0).sum(0).tolist()])
     for program in programs:
@@ -61,18 +63,21 @@ def test_tolist_through_a_logging_class_hits_as_on_plain_tensors() -> None:
         assert jitcore.cache_misses(logged) <= jitcore.cache_misses(plain) <= 2, jitcore.miss_reasons(logged)
 
 
+@pytest.mark.filterwarnings("error:jitcore")  # no call runs eagerly
 def test_a_mask_through_a_logging_class_gets_a_symbolic_count() -> None:
     jitted = _run(lambda x: x[x > 0].mean() * x.shape[0], _SHAPES * 2, Logging)
     # one entry per count before (9 misses in 12 calls): the static read, then a symbolic one refused
     assert jitcore.cache_misses(jitted) <= 4, jitcore.miss_reasons(jitted)
 
 
+@pytest.mark.filterwarnings("error:jitcore")  # no call runs eagerly
 def test_a_symbolic_entrys_first_call_logs_as_eagerly() -> None:
     """The entry's size input (``x.shape[0]``) is read by the jit, not by the program: the class is
     not handed a ``__get__`` (it was, on the call that made a symbolic entry)."""
     _run(lambda x: x.sum(0) * 2, [(4, 6), (3, 6), (5, 6)], Logging)
 
 
+@pytest.mark.filterwarnings("error:jitcore")  # no call runs eagerly
 def test_codebook_weights_over_changing_batch_sizes_are_one_entry() -> None:
     from torchao.prototype.quantization.codebook.codebook_quantized_tensor import CodebookWeightOnlyConfig
 

@@ -274,6 +274,7 @@ class _Heads(torch.nn.Module):
         return self.out(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).values().flatten(-2))
 
 
+@pytest.mark.filterwarnings("error:jitcore")  # no call runs eagerly
 def test_multi_head_attention_over_changing_lengths_is_one_entry() -> None:
     torch.manual_seed(0)
     model = _Heads()
@@ -285,6 +286,7 @@ def test_multi_head_attention_over_changing_lengths_is_one_entry() -> None:
     assert jitcore.cache_misses(jitted) <= 4, jitcore.miss_reasons(jitted)  # 8 before
 
 
+@pytest.mark.filterwarnings("error:jitcore")  # no call runs eagerly
 def test_multi_head_attention_trains_over_changing_lengths() -> None:
     torch.manual_seed(0)
     eager, traced = _Heads(), _Heads()
