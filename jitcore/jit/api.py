@@ -162,7 +162,8 @@ class JittedFunction:
             self._note_changed_numbers(args, kwargs)
             self.misses += 1
             self.miss_log.append(reasons)
-            outcome = self._trace(args, kwargs, any(".shape" in r.where for r in reasons))
+            layout_changed = any(".shape" in r.where or ".stride()" in r.where for r in reasons)
+            outcome = self._trace(args, kwargs, layout_changed)
             if isinstance(outcome, Eager) and outcome.from_now_on:
                 self.eager_reason = outcome.reason
                 warnings.warn(

@@ -98,6 +98,8 @@ class Provenance(TensorBinding):
         self.generator_inputs: list[tuple[Path, GeneratorProxy]] = []
         # which dimensions of a tensor input are symbolic (jitcore/jit/shapes.py); None: all static
         self.dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
+        # and which of its strides (Note [Strides seen to change] in jitcore/jit/shapes.py)
+        self.dynamic_strides: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
         self._static_only = 0  # > 0 while a subclass's inner tensors are bound: they keep static shapes
         self._ragged: dict[Path, frozenset[int]] = {}  # but an NJT's ragged sizes (jit/ragged.py)
         self.bound_layouts: dict[int, tuple] = {}  # id(input proxy) -> its shadow's sizes, strides, offset
@@ -650,10 +652,13 @@ class Provenance(TensorBinding):
         (Note [Containers reached twice])."""
         layout = self.values.layout
         for path, _proxy, tensor in self.inputs:
-            strides = with_strides or layout.relies_on(_proxy) or id(_proxy) in self._layouts_of
+            whole = with_strides or id(_proxy) in self._layouts_of
+            strides = whole or layout.relies_on(_proxy)
+            offset = whole or layout.relies_on_offset(_proxy)  # Note [Strides apart from the storage offset]
             traced = self.bound_layouts.get(id(_proxy))
             with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
-                self.guard(path, "tensor", TensorSpec.of(tensor, with_strides=strides, traced=traced))
+                spec = TensorSpec.of(tensor, with_strides=strides, with_offset=offset, traced=traced)
+                self.guard(path, "tensor", spec)
             self.prologue.add_input(path, _proxy.name)
         if len(self.inputs) > 1:  # traced as different tensors: an aliased call must not reuse it
             self.guard(self.inputs[0][0], "distinct", tuple(path for path, _p, _t in self.inputs))

@@ -111,6 +111,20 @@ def _number_site(site: ReadSite) -> tuple | None:
     return None
 
 
+# Note [Strides seen to change]
+# An input may come back with the sizes it was traced with but other strides: a window of a buffer
+# that grows (a sliding-window KV cache keeps ``full[:, :, -w + 1:]`` of a concatenation whose length
+# is the prompt's, so its strides are the prompt's too). Where the trace relied on those strides (a
+# decision to copy or not, made from a layout that derives from the input: Note [Strides apart from the
+# storage offset] in jitcore/langctx/layout.py), the prologue checked them, and every prompt length was
+# one more entry. In automatic mode, the strides of an input that changed at the same sizes are
+# symbols in the function's next traces (``StatelessSymbolicContext``'s ``dynamic_strides``), as a
+# dimension seen with two sizes is: the prologue reads them (``s3 = args[1].stride()[1]``) and checks
+# what torch assumed of them (a contiguity decision: the guards of that decision), not their values.
+# The storage offset is then not checked unless an op took absolute offsets: torch keeps the offset of
+# a tensor with static sizes static, so an offset that was relied on still pins the entry.
+
+
 class StaticShapes(Exception):
     """The symbolic path cannot handle this program; the message says why (it is logged)."""
 
@@ -153,6 +167,9 @@ class ShapePolicy:
         self.refused: str | None = None  # why the symbolic path is off for this function (logged once)
         self._seen: dict[Path, tuple[int, ...]] = {}  # the last shape of each tensor input
         self._dims: dict[Path, frozenset[int]] = {}  # dimensions found to change (automatic mode)
+        # Note [Strides seen to change]: the last strides of each tensor input, and those found to change
+        self._strides_seen: dict[Path, tuple[int, ...]] = {}
+        self._stride_dims: dict[Path, frozenset[int]] = {}
         # Note [Sizes that values decide]: value-shaped outputs' dimensions found to change, by site key
         self._read_dims: dict[tuple, frozenset[int]] = {}
         self._read_seen: dict[tuple, tuple[int, ...]] = {}  # the last traced shape of each
@@ -168,7 +185,8 @@ class ShapePolicy:
             return False
         if numbers and self.dynamic is not False:
             return True
-        if self.dynamic is True or (self.dynamic is None and (shape_changed or self._dims)):
+        learnt = self._dims or self._stride_dims
+        if self.dynamic is True or (self.dynamic is None and (shape_changed or learnt)):
             return True
         if (self._read_dims or self._read_numbers) and self.reads_refused is None:
             return True
@@ -249,11 +267,25 @@ class ShapePolicy:
             dims |= self._dims.get(path, frozenset())
         return frozenset(d for d in dims if d < tensor.dim())
 
+    def stride_dims_for(self, path: Path, tensor: torch.Tensor) -> frozenset[int]:
+        """The dimensions of the input ``tensor`` (at ``path``) whose strides the pass makes symbolic:
+        those seen to change at the same sizes (automatic mode; Note [Strides seen to change])."""
+        if self.dynamic is not None or tensor.layout is not torch.strided:
+            return frozenset()
+        before, shape = self._strides_seen.get(path), self._seen.get(path)
+        if before is not None and shape == tuple(tensor.shape) and len(before) == tensor.dim():
+            changed = frozenset(i for i, (a, b) in enumerate(zip(before, tensor.stride())) if a != b)
+            if changed:
+                self._stride_dims[path] = self._stride_dims.get(path, frozenset()) | changed
+        return self._stride_dims.get(path, frozenset())
+
     def seen(self, paths: list[Path], tensors: list[torch.Tensor]) -> None:
-        """Remember the shapes of a traced call's tensor inputs."""
+        """Remember the shapes and strides of a traced call's tensor inputs."""
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - no subclass code for jitcore's reads
             for path, tensor in zip(paths, tensors):
                 self._seen[path] = tuple(tensor.shape)
+                if tensor.layout is torch.strided and not tensor.is_nested:
+                    self._strides_seen[path] = tuple(tensor.stride())
 
     def refuse(self, reason: str) -> None:
         """Turn the symbolic path off for this function (traces are static from now on)."""
@@ -307,6 +339,9 @@ def finish(program: Any, provenance: Any, values: Any,
     described = [f"{path.describe()}.shape[{i}] ({expr})" for path, proxy in dynamic
                  for i, size in enumerate(proxy.shadow.shape)
                  if type(size) is torch.SymInt and not (expr := env.simplify(size.node.expr)).is_number]
+    described += [f"{path.describe()}.stride()[{i}] ({expr})" for path, proxy in dynamic  # Note [Strides seen
+                  for i, stride in enumerate(proxy.shadow.stride())  # to change]: no size of theirs is
+                  if type(stride) is torch.SymInt and (expr := env.simplify(stride.node.expr)).is_symbol]
     return described + [f"{proxy.name}.shape[{dim}] ({symbol}, decided by values)"
                         for symbol, (proxy, dim, _size) in read_sizes.items()] + [
         f"{number.name} ({symbol}, read from values)" for symbol, number in read_numbers.items()] + [
@@ -395,20 +430,24 @@ def _has_symbols(shadow: torch.Tensor) -> bool:
     return any(type(s) is torch.SymInt for s in (*shadow.shape, *shadow.stride()))
 
 
-def _symbol_sources(dynamic: list[tuple[Path, Any]]) -> dict[sympy.Symbol, tuple[Path, int, int]]:
-    """Each size symbol's first place among the inputs: (tensor path, dimension, traced value)."""
-    sources: dict[sympy.Symbol, tuple[Path, int, int]] = {}
-    for path, proxy in dynamic:
-        for i, size in enumerate(proxy.shadow.shape):
-            if type(size) is torch.SymInt and isinstance(size.node.expr, sympy.Symbol):
-                sources.setdefault(size.node.expr, (path, i, size.node.hint))
+def _symbol_sources(dynamic: list[tuple[Path, Any]]) -> dict[sympy.Symbol, tuple[Path, int]]:
+    """Each size symbol's first place among the inputs: (the path that reads it, its traced value); a
+    dimension's size (``x.shape[1]``), else a stride (``x.stride()[0]``: Note [Strides seen to change])."""
+    sources: dict[sympy.Symbol, tuple[Path, int]] = {}
+    for kind in ("shape", "stride"):
+        for path, proxy in dynamic:
+            sizes = proxy.shadow.shape if kind == "shape" else proxy.shadow.stride()
+            read = path.attr("shape") if kind == "shape" else path.attr("stride").call()
+            for i, size in enumerate(sizes):
+                if type(size) is torch.SymInt and isinstance(size.node.expr, sympy.Symbol):
+                    sources.setdefault(size.node.expr, (read.index(i), size.node.hint))
     return sources
 
 
 class _SizeRewriter:
     """Replaces the SymInts a trace recorded by ints or NumberProxies computed from size inputs."""
 
-    def __init__(self, program: Any, env: Any, sources: dict[sympy.Symbol, tuple[Path, int, int]],
+    def __init__(self, program: Any, env: Any, sources: dict[sympy.Symbol, tuple[Path, int]],
                  read_sizes: dict[sympy.Symbol, tuple[Any, int, int]],
                  read_numbers: dict[sympy.Symbol, NumberProxy],
                  number_sizes: dict[sympy.Symbol, tuple[Path, NumberProxy, torch.SymInt]]) -> None:
@@ -424,7 +463,7 @@ class _SizeRewriter:
         self._unbacked = bool(read_sizes or read_numbers)  # sizes after some ops are read from their outputs
         # what torch decided about those sizes with their traced values: checked once they are read
         self._conditions = [ra.expr for ras in env.deferred_runtime_asserts.values() for ra in ras]
-        self.inputs: list[tuple[NumberProxy, tuple[Path, int]]] = []
+        self.inputs: list[tuple[NumberProxy, Path]] = []  # each size input and the path that reads it
         # each symbol's name in the computation; a dynamic number's is its input (jit/number_sizes.py)
         self._symbols: dict[sympy.Symbol, NumberProxy] = {s: n for s, (_p, n, _size) in number_sizes.items()}
         self._computed: dict[sympy.Expr, NumberProxy] = {}
@@ -457,8 +496,7 @@ class _SizeRewriter:
             if self.env.simplify(symbol) == symbol:
                 self._symbol(symbol)
         self.inputs.sort(key=lambda item: _symbol_number(item[0].name))
-        for proxy, (path, dim) in self.inputs:  # after the tensors and numbers, as the prologue reads them
-            size_path = path.attr("shape").index(dim)
+        for proxy, size_path in self.inputs:  # after the tensors and numbers, as the prologue reads them
             trace.args.append(proxy)
             self.program.prologue.add_input(size_path, proxy.name)
             self.program.size_inputs.append((size_path, proxy))
@@ -580,10 +618,10 @@ class _SizeRewriter:
             source = self.sources.get(symbol)
             if source is None:
                 raise StaticShapes(f"the size {symbol} is not the size of an input dimension")
-            path, dim, hint = source
+            size_path, hint = source
             found = NumberProxy(self.program.trace.names.claim(str(symbol)), int(hint))
             self._symbols[symbol] = found
-            self.inputs.append((found, (path, dim)))
+            self.inputs.append((found, size_path))
         return found
 
     def _operation(self, expr: sympy.Expr) -> Any:

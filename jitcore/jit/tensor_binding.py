@@ -47,6 +47,7 @@ class TensorBinding:
     subclass_inputs: list[tuple[TensorProxy, Path]]
     bound_layouts: dict[int, tuple]
     dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None
+    dynamic_strides: Callable[[Path, torch.Tensor], frozenset[int]] | None
     on_remember: Callable[[Any, Path], None] | None
     _reached: dict[int, Reached]
     _static_only: int
@@ -121,8 +122,10 @@ class TensorBinding:
         if type(tensor) in (torch.Tensor, torch.nn.Parameter) or is_plain_subclass(type(tensor)):
             symbolic = self.dynamic_dims is not None and not self._static_only
             dims = self.dynamic_dims(path, tensor) if symbolic else self._ragged.get(path, frozenset())
+            strides = self.dynamic_strides(path, tensor) if symbolic and self.dynamic_strides else frozenset()
             name = qualified_name(path) or name  # linear1.weight -> linear1_weight
-            proxy = self.values.input_proxy(tensor, name, dims, keep_zero_one=path in self._ragged)
+            proxy = self.values.input_proxy(tensor, name, dims, keep_zero_one=path in self._ragged,
+                                            dynamic_strides=strides)
             if self.values.shape_env is not None:
                 shadow = proxy.shadow
                 self.bound_layouts[id(proxy)] = (

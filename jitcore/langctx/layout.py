@@ -6,7 +6,8 @@ on the shadows' layout (``reshape`` became ``aten.view`` because the shadow was 
 + ``_unsafe_view`` otherwise; ``contiguous()`` became nothing at all), and ops such as
 ``aten.as_strided`` take absolute strides and a storage offset computed from that layout. Such a
 record is only right for inputs laid out as the traced ones were: the prologue must then guard
-their strides and storage offset (``TensorSpec.strides``/``storage_offset``).
+their strides (``TensorSpec.strides``), and their storage offset where an op took absolute offsets
+(``TensorSpec.storage_offset``; Note [Strides apart from the storage offset]).
 
 ``LayoutReliance`` collects this where the decomposition is recorded (``shadows.evaluate``, for every
 symbol call on shadows): each shadow carries the set of trace inputs its layout derives from (the
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 
-__all__ = ["LAYOUT_OPS", "LayoutReliance", "relies_on_layout"]
+__all__ = ["LAYOUT_OPS", "OFFSET_OPS", "LayoutReliance", "relies_on_layout"]
 
 _aten = torch.ops.aten
 
@@ -53,6 +54,17 @@ LAYOUT_OPS = frozenset(
         _aten.set_,
     }
 )
+# Note [Strides apart from the storage offset]
+# Of the layout ops, only those that take absolute strides with an offset (``as_strided``: its
+# ``storage_offset`` argument, or the input's own where it is None, read again on every call) and
+# ``set_`` depend on where the input starts in its storage. A view by size, ``_reshape_alias`` and a
+# decision to copy (or not) for a memory format read the strides alone and keep the input's offset as
+# it is, whatever it is. So reliance on the offset is kept apart (``LayoutReliance.relied_offset``):
+# an input whose strides a record relied on is guarded on its strides, and on its storage offset
+# only when an op of this set relied on it, so a window of a growing buffer (a sliding-window KV cache,
+# ``full[:, :, -w:]``: the same strides at another offset on every prompt length) keeps its entry.
+OFFSET_OPS = frozenset({_aten.as_strided, _aten.as_strided_, _aten.as_strided_copy, _aten.as_strided_scatter,
+                        _aten.set_})
 # Copies whose *being a copy* was decided from the layout when they name a memory format
 # (``contiguous()`` on a non-contiguous shadow records ``clone(memory_format=contiguous_format)``;
 # on a contiguous one it records nothing and returns the input).
@@ -81,10 +93,12 @@ class LayoutReliance:
     """Per trace family: the inputs each shadow's layout derives from, and those relied on.
 
     Attributes:
-        relied: ``id`` of each input key whose strides and storage offset a recorded call relied on.
+        relied: ``id`` of each input key whose strides a recorded call relied on.
+        relied_offset: ``id`` of each input key whose storage offset a recorded call relied on too
+            (Note [Strides apart from the storage offset]).
     """
 
-    __slots__ = ("_keys", "_sources", "relied")
+    __slots__ = ("_keys", "_sources", "relied", "relied_offset")
 
     _NONE: frozenset[int] = frozenset()
 
@@ -92,6 +106,7 @@ class LayoutReliance:
         self._sources: dict[int, tuple[torch.Tensor, frozenset[int]]] = {}
         self._keys: dict[int, Any] = {}  # keeps the keys alive, so that their ids stay theirs
         self.relied: set[int] = set()
+        self.relied_offset: set[int] = set()
 
     def seed(self, shadow: torch.Tensor, key: Any) -> None:
         """``shadow`` is the trace input ``key`` (compared by identity)."""
@@ -99,8 +114,12 @@ class LayoutReliance:
         self._sources[id(shadow)] = (shadow, frozenset((id(key),)))
 
     def relies_on(self, key: Any) -> bool:
-        """Whether a recorded call relied on the layout of the input ``key``."""
+        """Whether a recorded call relied on the strides of the input ``key``."""
         return id(key) in self.relied and self._keys.get(id(key)) is key
+
+    def relies_on_offset(self, key: Any) -> bool:
+        """Whether a recorded call relied on the storage offset of the input ``key``."""
+        return id(key) in self.relied_offset and self._keys.get(id(key)) is key
 
     def sources(self, shadow: torch.Tensor) -> frozenset[int]:
         found = self._sources.get(id(shadow))
@@ -118,6 +137,8 @@ class LayoutReliance:
             return
         if relies_on_layout(fn, kwargs):
             self.relied.update(sources)
+            if isinstance(fn, OpOverload) and fn.overloadpacket in OFFSET_OPS:
+                self.relied_offset.update(sources)
         for out in outputs:
             if not any(out is i for i in inputs):  # an in-place result keeps its own sources
                 self._sources[id(out)] = (out, sources)

@@ -116,25 +116,31 @@ class TensorValues:
 
     def input_proxy(self, tensor: torch.Tensor, name: str | None = None,
                     dynamic_dims: frozenset[int] = frozenset(), *,
-                    keep_zero_one: bool = False) -> TensorProxy:
+                    keep_zero_one: bool = False,
+                    dynamic_strides: frozenset[int] = frozenset()) -> TensorProxy:
         """A proxy for a real input tensor (its shadow keeps shape, strides, dtype, device, grad).
 
         ``dynamic_dims``: dimensions whose size is a symbol of the ShapeEnv (sizes 0 and 1 stay
         static, as in torch, unless ``keep_zero_one``: an NJT's ragged sizes, Note [Symbolic ragged
-        sizes] in jitcore/jit/ragged.py); only for a symbolic TensorValues."""
+        sizes] in jitcore/jit/ragged.py); ``dynamic_strides``: dimensions whose stride is a symbol
+        (Note [Strides seen to change] in jitcore/jit/shapes.py); only for a symbolic TensorValues."""
         name = self.names.claim(name) if name else self.names.fresh("t")
         if keep_zero_one and isinstance(self.shape_env, _ShapeEnv):
             self.shape_env.keep_zero_one.add(name)
         if tensor.dim() == 1 and _tensor_symint_registry.get(tensor) is not None:
             self.allow_nested_ints()  # the offsets of a nested jagged tensor: its shadow gets the nested int
-        if dynamic_dims and self.shape_env is not None:
+        if (dynamic_dims or dynamic_strides) and self.shape_env is not None:
             from torch._dynamo.source import LocalSource
             from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
             sizes = [
                 DimDynamic.DYNAMIC if i in dynamic_dims else DimDynamic.STATIC for i in range(tensor.dim())
             ]
-            context = StatelessSymbolicContext(dynamic_sizes=sizes)
+            strides = [
+                DimDynamic.DYNAMIC if i in dynamic_strides else DimDynamic.INFER_STRIDE
+                for i in range(tensor.dim())
+            ]
+            context = StatelessSymbolicContext(dynamic_sizes=sizes, dynamic_strides=strides)
             shadow = self.fake_mode.from_tensor(_described_by_torch(tensor), symbolic_context=context,
                                                 source=LocalSource(name))
         elif type(tensor) is torch.Tensor:

@@ -88,14 +88,18 @@ class TensorSpec:
         return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad, layout_from_inner=True)
 
     @classmethod
-    def of(cls, t: torch.Tensor, *, with_strides: bool, traced: tuple | None = None) -> TensorSpec:
+    def of(cls, t: torch.Tensor, *, with_strides: bool, with_offset: bool | None = None,
+           traced: tuple | None = None) -> TensorSpec:
         """The spec of ``t``; sizes and strides symbolic where it was traced (``traced``: its shadow's
-        sizes, strides and storage offset as bound) are left to shape guards."""
+        sizes, strides and storage offset as bound) are left to shape guards. ``with_offset`` (default:
+        ``with_strides``): whether its storage offset is checked too (Note [Strides apart from the
+        storage offset] in jitcore/langctx/layout.py)."""
         shape = tuple(t.shape) if traced is None else _static(t.shape, traced[0])
         if not with_strides:
             return cls(type(t), shape, t.dtype, t.device, t.requires_grad)
         strides = tuple(t.stride()) if traced is None else _static(t.stride(), traced[1])
-        offset = t.storage_offset() if traced is None or _is_static(traced[2]) else None
+        with_offset = with_strides if with_offset is None else with_offset
+        offset = t.storage_offset() if with_offset and (traced is None or _is_static(traced[2])) else None
         return cls(type(t), shape, t.dtype, t.device, t.requires_grad, strides, offset)
 
 
