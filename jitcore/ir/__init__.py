@@ -9,7 +9,7 @@ from jitcore.ir.names import NameGenerator
 from jitcore.ir.printer import PrintedTrace, print_trace, proxies_in, register_literal
 from jitcore.ir.proxy import Proxy
 from jitcore.ir.symbol import BoundSymbol, Inlined, SourceFrame, Symbol, SymbolTag, recorded_symbol
-from jitcore.ir.trace import Trace, drop_unread, walk
+from jitcore.ir.trace import Trace, drop_unread, value_leaves, walk
 from jitcore.ir.tree import tree_any, tree_has
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "register_call_target",
     "current_context",
     "drop_unread",
+    "value_leaves",
     "in_subclass_code",
     "print_trace",
     "proxies_in",

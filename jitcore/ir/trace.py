@@ -23,7 +23,7 @@ import optree
 from jitcore.ir.names import NameGenerator
 from jitcore.ir.symbol import BoundSymbol
 
-__all__ = ["Trace", "drop_unread", "walk"]
+__all__ = ["Trace", "drop_unread", "value_leaves", "walk"]
 
 
 @dataclass(eq=False)
@@ -87,19 +87,19 @@ def drop_unread(trace: Trace, removable: Callable[[BoundSymbol], bool]) -> None:
             effect besides its outputs and cannot raise where it ran once (arithmetic on numbers,
             a view of a tensor). Values are matched by identity.
     """
-    read = {id(v) for v in _leaves(trace.output)}
+    read = {id(v) for v in value_leaves(trace.output)}
     kept: list[BoundSymbol] = []
     for bsym in reversed(trace.bound_symbols):
-        if removable(bsym) and not any(id(v) in read for v in _leaves(bsym.output)):
+        if removable(bsym) and not any(id(v) in read for v in value_leaves(bsym.output)):
             continue
         kept.append(bsym)
         for _depth, b in walk((bsym,)):
-            read.update(id(v) for v in _leaves((b.args, b.kwargs)))
+            read.update(id(v) for v in value_leaves((b.args, b.kwargs)))
     kept.reverse()
     trace.bound_symbols[:] = kept
 
 
-def _leaves(tree: Any) -> list[Any]:
+def value_leaves(tree: Any) -> list[Any]:
     """The leaves of ``tree``, with a slice's bounds among them (``x[:, a:n + 1]``)."""
     leaves = []
     for leaf in optree.tree_leaves(tree, none_is_leaf=True):

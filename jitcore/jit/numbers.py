@@ -26,7 +26,7 @@ from typing import Any
 
 import optree
 
-from jitcore.ir import BoundSymbol, Trace, drop_unread
+from jitcore.ir import BoundSymbol, Trace, drop_unread, value_leaves
 from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
@@ -64,26 +64,15 @@ def roots_used(trace: Trace) -> set[int]:
     """``id`` of each dynamic-number input the trace's records or output depend on."""
     used: set[int] = set()
     pending = list(trace.bound_symbols)
-    leaves = _leaves(trace.output)
+    leaves = value_leaves(trace.output)
     while pending:
         bsym = pending.pop()
-        leaves.extend(_leaves((bsym.args, bsym.kwargs)))
+        leaves.extend(value_leaves((bsym.args, bsym.kwargs)))
         pending.extend(bsym.subsymbols)
     for leaf in leaves:
         if isinstance(leaf, NumberProxy):
             used.update(id(root) for root in leaf.roots)
     return used
-
-
-def _leaves(tree: Any) -> list[Any]:
-    """The leaves of ``tree``, with a slice's bounds among them (``x[:, a:n + 1]``)."""
-    leaves = []
-    for leaf in optree.tree_leaves(tree, none_is_leaf=True):
-        if type(leaf) is slice:
-            leaves.extend((leaf.start, leaf.stop, leaf.step))
-        else:
-            leaves.append(leaf)
-    return leaves
 
 
 def fold_specialized(trace: Trace, specialized: set[int]) -> None:

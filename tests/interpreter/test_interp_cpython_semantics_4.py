@@ -264,6 +264,15 @@ def test_a_memoryview_released_by_its_keys_index_method() -> None:
     check(f)
 
 
+def _context_chain(e: BaseException | None) -> list[str]:
+    """The class names along ``e``'s ``__context__`` chain (at most 4), as the program sees them."""
+    out = []
+    while e is not None and len(out) < 4:
+        out.append(type(e).__name__)
+        e = e.__context__
+    return out
+
+
 def test_a_stored_exception_that_c_raises_again_is_chained() -> None:
     """An asyncio Future's ``result()`` raises the exception ``set_exception`` stored with
     ``PyErr_SetObject``, which chains it to the exception being handled: inside ``except KeyError`` CPython
@@ -272,13 +281,6 @@ def test_a_stored_exception_that_c_raises_again_is_chained() -> None:
 
     def f() -> list[object]:
         import asyncio
-
-        def chain(e):
-            out = []
-            while e is not None and len(out) < 4:
-                out.append(type(e).__name__)
-                e = e.__context__
-            return out
 
         out: list[object] = []
         loop = asyncio.new_event_loop()
@@ -295,7 +297,7 @@ def test_a_stored_exception_that_c_raises_again_is_chained() -> None:
                     try:
                         fut.result()
                     except ValueError as e:
-                        out.append(chain(e))
+                        out.append(_context_chain(e))
             err = TypeError("t")
 
             def raiser(x):
@@ -310,7 +312,7 @@ def test_a_stored_exception_that_c_raises_again_is_chained() -> None:
                 try:
                     list(map(raiser, [1]))
                 except TypeError as e:
-                    out.append(chain(e))
+                    out.append(_context_chain(e))
         finally:
             loop.close()
         return out
@@ -326,13 +328,6 @@ def test_an_exception_a_task_stored_is_chained_where_it_is_awaited() -> None:
 
     def f() -> list[object]:
         import asyncio
-
-        def chain(e):
-            out = []
-            while e is not None and len(out) < 4:
-                out.append(type(e).__name__)
-                e = e.__context__
-            return out
 
         async def boom(kind):
             raise kind("in task")
@@ -352,14 +347,14 @@ def test_an_exception_a_task_stored_is_chained_where_it_is_awaited() -> None:
                         else:
                             use()
                     except (ValueError, TypeError) as e:
-                        out.append(chain(e))
+                        out.append(_context_chain(e))
             try:
                 raise KeyError("handled")
             except KeyError:
                 try:
                     await boom(OSError)
                 except OSError as e:
-                    out.append(chain(e))
+                    out.append(_context_chain(e))
             return out
 
         return asyncio.run(main())
