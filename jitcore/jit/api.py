@@ -30,6 +30,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
 from jitcore.dispatch.flatten import flatten_program, involves_subclasses, pass_1_under_autograd
 from jitcore.executors import executors_from_options, record_lowered
+from jitcore.interpreter import current_run
 from jitcore.ir import Trace
 from jitcore.jit import eager_entries, numbers, shapes
 from jitcore.jit.eager_entries import Eager
@@ -114,6 +115,7 @@ class JittedFunction:
         self.eager_reason: BaseException | None = None
         self.fallback_reason: BaseException | None = None  # the last call run eagerly (EagerOnlyValue)
         self._lock = threading.RLock()
+        self._warned_transform = False  # Note [Called under a function transform]
         self._label = _label_of(fn)
         functools.update_wrapper(
             self, fn if not isinstance(fn, torch.nn.Module) else type(fn).forward, updated=()
@@ -121,6 +123,8 @@ class JittedFunction:
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         try:
+            if _transform_level() is not None and current_run() is None:
+                return self._under_function_transform(args, kwargs)
             read_misses: list[MissReason] = []
             for entry in self._cache.candidates(args):
                 try:
@@ -140,6 +144,22 @@ class JittedFunction:
 
             on_error(self, exc)  # the user's frames and lines, plus a note (docs/debugging.md)
             raise  # a bare raise adds no entry for this frame
+
+    # Note [Called under a function transform]
+    # ``torch.func.grad(jitted)``, ``vmap(jitted)``, ``jacrev(jitted)``: the transform calls the jitted
+    # function with its own tensors (GradTrackingTensor, BatchedTensor), one functorch level each. jitcore
+    # traces plain tensors; those levels are the transform's (a cached entry holds no functorch level, and
+    # its autograd wrapper is an autograd.Function without functorch's staticmethods), so tracing them raised
+    # inside jitcore (an AssertionError binding a wrapped tensor). While a transform is active (outside a
+    # tracing pass: a transform inside a traced program is traced, jit/function_transforms.py), the call
+    # runs the function eagerly, on the transform's tensors, as eager does, and the cache is left alone;
+    # a warning says so once. The check is one C call (``peek_interpreter_stack``, about 0.04 us).
+    def _under_function_transform(self, args: tuple, kwargs: dict) -> Any:
+        if not self._warned_transform:
+            self._warned_transform = True
+            warnings.warn(f"jitcore: {self._label} runs eagerly under torch.func transforms (grad, vmap, "
+                          "...): jitcore traces plain tensors, not a transform's", stacklevel=3)
+        return self.fn(*args, **kwargs)
 
     def _miss(self, args: tuple, kwargs: dict, read_misses: list[MissReason]) -> Any:
         with self._lock:
@@ -633,6 +653,9 @@ def _accept(*_inputs: Any) -> bool:
 
 def _not_compiled(args: tuple, kwargs: dict) -> Any:
     raise AssertionError("a cache entry is called before its fast path is compiled")
+
+
+_transform_level = torch._C._functorch.peek_interpreter_stack  # noqa: SLF001 - the innermost active transform
 
 
 def _label_of(fn: Any) -> str:

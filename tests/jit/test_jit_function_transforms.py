@@ -309,3 +309,29 @@ def test_second_order_gradients_through_grad(tasks):
         assert_same(got, expected)
         assert_same({k: v.grad for k, v in pj.items()}, {k: v.grad for k, v in pe.items()})
     assert jf.fallback_reason is None and jitcore.cache_hits(jf) == 1
+
+
+# --- a jitted function called by a transform (Note [Called under a function transform], jit/api.py) -------
+@pytest.mark.parametrize("traced_first", [False, True], ids=["transform-first", "traced-first"])
+def test_transforms_of_a_jitted_function_give_eagers_results(traced_first: bool) -> None:
+    """``grad(jitted)``, ``vmap(jitted)``, ``jacrev(jitted)``: the transform hands the function its own
+    tensors; it raised AssertionError inside jitcore, whether or not an entry had been traced outside."""
+
+    def f(w, x):
+        return (x @ w).tanh().sum()
+
+    jf = jitcore.jit(f)
+    w, x = torch.randn(3, 2), torch.randn(4, 3)
+    if traced_first:
+        assert_same(jf(w, x), f(w, x))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert_same(grad(jf, argnums=(0, 1))(w, x), grad(f, argnums=(0, 1))(w, x))
+            batched = x[:, None].expand(4, 2, 3)
+            assert_same(vmap(jf, in_dims=(None, 0))(w, batched), vmap(f, in_dims=(None, 0))(w, batched))
+            assert_same(jacrev(jf)(w, x), jacrev(f)(w, x))
+    assert sum("runs eagerly under torch.func transforms" in str(w.message) for w in caught) == 1
+    assert_same(jf(w, x), f(w, x))  # outside a transform the function is traced and cached as ever
+    assert_same(jf(w, x), f(w, x))
+    assert jitcore.cache_misses(jf) == 1 and jitcore.cache_hits(jf) >= 1
