@@ -339,8 +339,9 @@ def finish(program: Any, provenance: Any, values: Any,
     described = [f"{path.describe()}.shape[{i}] ({expr})" for path, proxy in dynamic
                  for i, size in enumerate(proxy.shadow.shape)
                  if type(size) is torch.SymInt and not (expr := env.simplify(size.node.expr)).is_number]
-    described += [f"{path.describe()}.stride()[{i}] ({expr})" for path, proxy in dynamic  # Note [Strides seen
-                  for i, stride in enumerate(proxy.shadow.stride())  # to change]: no size of theirs is
+    # a stride that is a symbol of its own (Note [Strides seen to change]) makes the entry symbolic too
+    described += [f"{path.describe()}.stride()[{i}] ({expr})" for path, proxy in dynamic
+                  for i, stride in enumerate(proxy.shadow.stride())
                   if type(stride) is torch.SymInt and (expr := env.simplify(stride.node.expr)).is_symbol]
     return described + [f"{proxy.name}.shape[{dim}] ({symbol}, decided by values)"
                         for symbol, (proxy, dim, _size) in read_sizes.items()] + [
