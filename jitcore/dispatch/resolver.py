@@ -45,7 +45,7 @@ from jitcore.dispatch.declined import declined_by_all
 from jitcore.dispatch.dtensor import is_natively_dispatched, pointwise_for_dtensor
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.dispatch.handed import as_handed, overridable
-from jitcore.ir import Inlined, Proxy, Symbol, current_context, in_subclass_code, tracing, tree_any, tree_has
+from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tracing, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol, operator_symbol
 from jitcore.langctx.reads import same_value
 from jitcore.langctx.scalars import aten_name, dispatched_parameter
@@ -55,7 +55,7 @@ from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy, subclass_proxy
 from jitcore.proxies.tensor import PlainTensorProxy
-from jitcore.proxies.typed import has_torch_function
+from jitcore.proxies.typed import has_torch_function, is_tensor_like
 
 __all__ = [
     "METADATA_OPS",
@@ -232,7 +232,7 @@ def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:
     if overridden:
         # Note [Python functions that hand their arguments] (jitcore/dispatch/handed.py)
         func, args, kwargs = as_handed(func, args, kwargs)
-        if isinstance(func, types.MethodDescriptorType) and args and _tensor_like(args[0]):
+        if isinstance(func, types.MethodDescriptorType) and args and is_tensor_like(args[0]):
             raise TypeError(f"descriptor '{func.__name__}' for 'torch._C.TensorBase' objects doesn't "
                             f"apply to a '{type(args[0]).__name__}' object")  # Note [Tensor-like values]
         with context.splicing():
@@ -285,26 +285,7 @@ def _overloaded(value: Any) -> bool:
     value: a call on it may run a ``__torch_function__`` or ``__torch_dispatch__``."""
     if isinstance(value, TensorProxy):
         return type(value) is not PlainTensorProxy
-    return _tensor_like(value)
-
-
-_NEVER_TENSOR_LIKE = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device, slice})
-
-
-def _tensor_like(value: Any) -> bool:
-    """No tensor, but its class has a ``__torch_function__`` (Note [Tensor-like values])."""
-    cls = type(value)
-    return cls not in _NEVER_TENSOR_LIKE and not isinstance(value, (torch.Tensor, Proxy, type)) \
-        and has_torch_function(cls)
-
-
-# Note [Tensor-like values]
-# torch offers a call to the ``__torch_function__`` of any argument whose class defines one, tensor or not
-# (torch's docs' "Tensor-like type": a class holding a tensor that answers ``torch.sin(obj)`` itself). Left
-# to the symbol's meta, that ``__torch_function__`` ran natively and handed the tensor it holds (the
-# caller's, real) to a torch function on fake tensors. Such a class overrides as a subclass does, in eager's
-# order, interpreted, so what it reads from the value (``self.tensor``) is traced as the program's. A
-# Tensor method called on one (``torch.Tensor.add(obj, 1)``) raises C's TypeError, before any override.
+    return is_tensor_like(value)
 
 
 def numbers_reach_dispatch(symbol: Symbol, args: tuple, kwargs: dict) -> bool:
@@ -631,7 +612,7 @@ def _protocol_method(cls: type, name: str, args: tuple, kwargs: dict) -> Callabl
         return getattr(cls, name)
     for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
         if (isinstance(value, torch.Tensor) and getattr(value, "python_type", type(value)) is cls) or (
-                type(value) is cls and _tensor_like(value)):  # a tensor, or torch's docs' MetadataTensor
+                type(value) is cls and is_tensor_like(value)):  # a tensor, or torch's docs' MetadataTensor
             return types.MethodType(raw, value)
     return getattr(cls, name)
 
@@ -676,7 +657,7 @@ def _torch_function_overrides(args: tuple, kwargs: dict) -> list[type]:
         return []
     found: list[type] = []
     for value in optree.tree_leaves((args, kwargs), none_is_leaf=True):
-        tensor_like = _tensor_like(value)  # Note [Tensor-like values]
+        tensor_like = is_tensor_like(value)  # Note [Tensor-like values]
         if not tensor_like and (not isinstance(value, TensorProxy) or type(value) is PlainTensorProxy):
             continue
         cls = type(value) if tensor_like else value.python_type

@@ -23,10 +23,12 @@ from typing import Any
 
 import torch
 
+from jitcore.ir.proxy import Proxy
 from jitcore.proxies.tensor import PlainTensorProxy, TensorProxy
 
 __all__ = [
-    "has_torch_function", "is_plain_subclass", "only_plain_subclass_values", "retype", "typed_proxy_class",
+    "has_torch_function", "is_plain_subclass", "is_tensor_like", "only_plain_subclass_values", "retype",
+    "typed_proxy_class",
 ]
 
 # The names a proxy class never takes from the user's class: type machinery and the protocols that
@@ -59,6 +61,25 @@ def has_torch_function(cls: type) -> bool:
     """Whether tensors of ``cls`` run a ``__torch_function__`` (torch's default one included)."""
     impl = getattr(cls, "__torch_function__", None)
     return impl is not None and getattr(impl, "__func__", impl) is not torch._C._disabled_torch_function_impl  # noqa: SLF001
+
+
+_NEVER_TENSOR_LIKE = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device, slice})
+
+
+def is_tensor_like(value: Any) -> bool:
+    """No tensor, but its class has a ``__torch_function__`` (Note [Tensor-like values])."""
+    cls = type(value)
+    return cls not in _NEVER_TENSOR_LIKE and not isinstance(value, (torch.Tensor, Proxy, type)) \
+        and has_torch_function(cls)
+
+
+# Note [Tensor-like values]
+# torch offers a call to the ``__torch_function__`` of any argument whose class defines one, tensor or not
+# (torch's docs' "Tensor-like type": a class holding a tensor that answers ``torch.sin(obj)`` itself). Left
+# to the symbol's meta, that ``__torch_function__`` ran natively and handed the tensor it holds (the
+# caller's, real) to a torch function on fake tensors. Such a class overrides as a subclass does, in eager's
+# order, interpreted, so what it reads from the value (``self.tensor``) is traced as the program's. A
+# Tensor method called on one (``torch.Tensor.add(obj, 1)``) raises C's TypeError, before any override.
 
 
 class _UserClassBound:
