@@ -317,21 +317,26 @@ RAGGED_SIZE = Symbol(id="ragged_size", name="ragged_size", langctx="dispatch", f
 # Pass 1 run under torch's autograd takes the caller's NJTs whole, and its records hold the sizes the
 # program gave them: ``flatten(-2)`` of an NJT (a multi-head attention's heads merged back) is
 # ``reshape(t, (3, s2, 8))``, ``s2`` the symbol of the NJT's ragged size in the pass. Run on a call's
-# NJT, only that call's nested int (``j3``) names that size: each such size is read from the NJT input
-# it belongs to (``ragged_size``) at the top of the run, and the records take the read. Before, the
-# trace's symbol reached NestedTensor's ``view``: "cannot view shape (3, j3, 2, 4) as [3, s2, 8]" from
-# the second ragged structure on, where eager computes.
+# NJT, only that call's nested int (``j3``) names that size: each such size is read from the NJT it
+# belongs to (``ragged_size``) before the first record that uses it, and the records take the read.
+# Before, the trace's symbol reached NestedTensor's ``view``: "cannot view shape (3, j3, 2, 4) as
+# [3, s2, 8]" from the second ragged structure on, where eager computes. The NJT is an input, or one
+# the program made (``nested_tensor_from_jagged(values, offsets)``), which names its nested int from
+# its record on.
 def _read_ragged_sizes(run: Trace, njts: list[SubclassTensorProxy]) -> None:
-    symbols: dict[Any, SubclassTensorProxy] = {}
+    symbols: dict[Any, SubclassTensorProxy] = {}  # a pass's nested int -> an NJT defined with it
+
+    def know(proxy: Any) -> None:
+        shadow = getattr(proxy, "shadow", None)
+        if isinstance(proxy, SubclassTensorProxy) and shadow.layout is torch.jagged:
+            expr = _nested_expr(shadow.shape[shadow._ragged_idx])  # noqa: SLF001
+            if expr is not None:
+                symbols.setdefault(expr, proxy)
+
     for proxy in njts:
-        shadow = proxy.shadow
-        if shadow.layout is torch.jagged:
-            symbols.setdefault(_nested_expr(shadow.shape[shadow._ragged_idx]), proxy)  # noqa: SLF001
-    symbols.pop(None, None)
-    if not symbols:
-        return
+        know(proxy)
     reads: dict[Any, Any] = {}
-    header: list[BoundSymbol] = []
+    records: list[BoundSymbol] = []
 
     def read(leaf: Any) -> Any:
         expr = _nested_expr(leaf)
@@ -343,17 +348,18 @@ def _read_ragged_sizes(run: Trace, njts: list[SubclassTensorProxy]) -> None:
                 return leaf
             from jitcore.proxies.number import NumberProxy
             number = NumberProxy(run.names.fresh("n"), leaf)
-            header.append(BoundSymbol(RAGGED_SIZE, found, {}, number))
+            records.append(BoundSymbol(RAGGED_SIZE, found, {}, number))  # before the record that uses it
             reads[expr] = number
         return reads[expr]
 
-    run.bound_symbols[:] = [
-        b if not tree_any((b.args, b.kwargs), lambda v: _nested_expr(v) is not None) else
-        BoundSymbol(b.symbol, *optree.tree_map(read, (b.args, b.kwargs), none_is_leaf=True), b.output,
-                    b.subsymbols, b.source, b.header)
-        for b in run.bound_symbols
-    ]
-    run.bound_symbols[:0] = header
+    for b in run.bound_symbols:
+        if tree_any((b.args, b.kwargs), lambda v: _nested_expr(v) is not None):
+            b = BoundSymbol(b.symbol, *optree.tree_map(read, (b.args, b.kwargs), none_is_leaf=True), b.output,
+                            b.subsymbols, b.source, b.header)
+        records.append(b)
+        for value in optree.tree_leaves(b.output, none_is_leaf=True):
+            know(value)  # an NJT the program made names its nested int from here on
+    run.bound_symbols[:] = records
 
 
 def _nested_expr(value: Any) -> Any:

@@ -1,0 +1,109 @@
+"""Nested jagged tensors (NJTs) under autograd over changing ragged structures: ops that are given
+the ragged size (``flatten(-2)`` of an NJT records ``reshape(t, (B, j0, D))``) with a backward
+outside or inside the function, and what a warm call of a symbolic NJT entry runs under grad.
+
+Differential: on every call the loss, the values' gradient and every parameter's gradient equal
+eager's (Notes [Ragged sizes under autograd], jitcore/dispatch/flatten.py, and [Nested ints in the
+replay], jitcore/transforms/grad.py). No call runs eagerly (a jitcore warning is an error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jitcore
+
+_STRUCTURES = ((5, 5, 4, 1), (5, 2, 2, 5), (3, 3, 1, 3), (4, 4, 4, 1), (3, 3, 5, 1), (2, 4, 5, 5),
+               (1, 1, 6, 2), (6, 1, 1, 1))
+
+
+def _offsets(lengths: tuple[int, ...]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+
+
+def _heads_merged(x: torch.Tensor) -> torch.Tensor:
+    """Split the last dimension into heads and merge them back: ``flatten(-2)`` passes the NJT's
+    ragged size to ``reshape``."""
+    return x.unflatten(-1, [2, -1]).transpose(1, 2).transpose(1, 2).flatten(-2)
+
+
+def _from_offsets(model: torch.nn.Module, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    x = torch.nested.nested_tensor_from_jagged(values, offsets)
+    return _heads_merged(model(x)).values().square().mean()
+
+
+def _from_lengths(model: torch.nn.Module, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    made = F.pad(offsets.diff().cumsum(0), (1, 0))  # offsets computed inside: their own nested int
+    x = torch.nested.nested_tensor_from_jagged(values, made)
+    return _heads_merged(model(x).relu()).values().sum(-1).square().mean()
+
+
+def _from_an_njt(model: torch.nn.Module, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return _heads_merged(model(_heads_merged(model(torch.nested.nested_tensor_from_jagged(
+        values, offsets))))).values().mean()
+
+
+_LOSSES = [_from_offsets, _from_lengths, _from_an_njt]
+_IDS = ["offsets", "offsets-made-inside", "twice"]
+
+
+def _models() -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(0)
+    eager, traced = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+    traced.load_state_dict(eager.state_dict())
+    return eager, traced
+
+
+def _compare(jitted: Callable[..., Any], program: Callable[..., Any], *, inside: bool) -> None:
+    eager, traced = _models()
+    for lengths in _STRUCTURES:
+        values, offsets = torch.randn(sum(lengths), 8), _offsets(lengths)
+        ours, theirs = values.clone().requires_grad_(), values.clone().requires_grad_()
+        got, expected = jitted(traced, ours, offsets), program(eager, theirs, offsets)
+        if not inside:
+            got.backward()
+            expected.backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(ours.grad, theirs.grad)
+        for a, b in zip(traced.parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(a.grad, b.grad)
+            a.grad = b.grad = None
+
+
+@pytest.mark.filterwarnings("error:jitcore")
+@pytest.mark.parametrize("loss_of", _LOSSES, ids=_IDS)
+def test_a_ragged_size_passed_on_with_a_backward_outside(loss_of: Callable[..., Any]) -> None:
+    """Before: "view(): cannot view shape (4, j2, 2, 4) as [4, s2, 8]" on the second structure."""
+    jitted = jitcore.jit(loss_of)
+    _compare(jitted, loss_of, inside=False)
+    assert jitcore.cache_misses(jitted) <= 3, jitcore.miss_reasons(jitted)
+
+
+@pytest.mark.filterwarnings("error:jitcore")
+@pytest.mark.parametrize("loss_of", _LOSSES, ids=_IDS)
+def test_a_ragged_size_passed_on_with_a_backward_inside(loss_of: Callable[..., Any]) -> None:
+    """Before: 'vr must not be None for symbol s1' on the second structure."""
+    def step(model: torch.nn.Module, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        loss = loss_of(model, values, offsets)
+        (grad,) = torch.autograd.grad(loss, values, retain_graph=True)
+        loss.backward()
+        return loss.detach() + grad.sum() * 0
+
+    _compare(jitcore.jit(step), step, inside=True)
+
+
+@pytest.mark.filterwarnings("error:jitcore")
+@pytest.mark.parametrize("loss_of", _LOSSES, ids=_IDS)
+def test_a_ragged_size_passed_on_without_grad(loss_of: Callable[..., Any]) -> None:
+    eager, traced = _models()
+    jitted = jitcore.jit(loss_of)
+    with torch.no_grad():
+        for lengths in _STRUCTURES:
+            values, offsets = torch.randn(sum(lengths), 8), _offsets(lengths)
+            torch.testing.assert_close(jitted(traced, values, offsets), loss_of(eager, values, offsets))
+    assert jitcore.cache_misses(jitted) <= 3, jitcore.miss_reasons(jitted)
