@@ -71,6 +71,10 @@ class Hooks:
         max_depth: the program's frames at most: a call of a Python function that would go deeper raises
             RecursionError in its caller, as CPython's recursion limit does (the jit runs the interpreter
             under a limit of its own and gives the caller's here: Note [The program's recursion limit]).
+        host_files: prefixes of the files of the code that provides these hooks (the jit's package): an
+            exception that such code raised with ``from None`` is one it translated from an error of its
+            own, and is chained as an exception C raised would be (Note [An error the hooks translated] in
+            loop.py).
     """
 
     lookasides: Mapping[object, Callable] = field(default_factory=dict)
@@ -90,3 +94,4 @@ class Hooks:
     format_percent: Callable[[str, object], object] | None = None
     type_of: Callable[[object], type] | None = None
     max_depth: int | None = None
+    host_files: tuple[str, ...] = ()

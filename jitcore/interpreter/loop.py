@@ -302,7 +302,7 @@ def _fresh(frame: Frame, exc: BaseException) -> bool:
     tb = exc.__traceback__
     if tb is not None and tb.tb_next is not None:
         # came through an interpreted callee (which chained it already) or through native Python code
-        if strip_internal(tb) is not None:
+        if strip_internal(tb) is not None and not _translated_by_hooks(frame, exc):
             return False
     if exc.__suppress_context__ and exc.__cause__ is None:
         # raised by a handler with ``from None`` while translating an internal error: drop that chaining
@@ -310,6 +310,27 @@ def _fresh(frame: Frame, exc: BaseException) -> bool:
         exc.__context__ = None
         return True
     return exc.__context__ is None or exc.__context__ is run_native_exc(frame)
+
+
+# Note [An error the hooks translated]
+# The jit's hooks (a torch op's lookaside) raise the error the program sees (torch's own words, from running
+# the op eagerly on zero-filled tensors) inside their handler of an error of their own (the fake kernel's),
+# with ``from None``. Its traceback passes through the hooks' frames (and torch's wrappers of them), which
+# are not the interpreter's, so ``_fresh`` took it for one raised by native Python code and left its chain
+# alone: ``e.__context__`` was the jit's own errors (suppressed), and inside ``except KeyError`` CPython's
+# KeyError context was missing. Raised where the hooks' files are (their ``host_files``: the innermost
+# entry, where it was raised), with ``from None``, it is the hooks' translation: its chain is dropped and it
+# is chained as an exception C raised.
+def _translated_by_hooks(frame: Frame, exc: BaseException) -> bool:
+    """Whether ``exc`` was raised with ``from None`` by the code that provides the run's hooks."""
+    host = frame.run.hooks.host_files
+    if not host or not exc.__suppress_context__ or exc.__cause__ is not None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename
+    return filename.startswith(host) and strip_internal(tb) is not None
 
 
 def run_native_exc(frame: Frame) -> BaseException | None:

@@ -28,6 +28,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
+from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.dtensor import dispatch_state_lookasides, fsdp_lookasides, is_natively_dispatched
 from jitcore.dispatch.flatten import bind_subclass_input
@@ -358,6 +359,7 @@ class Pass:
             format_percent=format_percent,
             type_of=python_type,
             max_depth=limit.max_depth,
+            host_files=(JITCORE_DIR,),  # Note [An error the hooks translated] (interpreter/loop.py)
         )
 
     def _attribute_lookasides(self) -> dict[Any, Callable[..., Any]]:

@@ -1,0 +1,70 @@
+"""Python semantics under ``jitcore.jit`` found by the differential probes of issue 13 (2026-12-04, late):
+programs run eagerly and jitted, their exceptions compared with their chains (``__context__``,
+``__cause__``, ``__suppress_context__``), not only their type and message. Each test fails before its fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import jitcore
+
+
+def _chain(error: BaseException | None) -> list[tuple[str, str, bool, str]]:
+    """The exception and those it was raised while handling: type, message, suppressed, cause's type."""
+    out = []
+    while error is not None and len(out) < 5:
+        cause = type(error.__cause__).__name__
+        out.append((type(error).__name__, str(error), error.__suppress_context__, cause))
+        error = error.__context__
+    return out
+
+
+def _raised(fn: Any, *args: Any) -> list[tuple[str, str, bool, str]]:
+    try:
+        fn(*args)
+    except Exception as error:  # noqa: BLE001 - the exception is the outcome compared
+        return _chain(error)
+    raise AssertionError(f"{fn} raised nothing")
+
+
+def test_a_torch_error_has_cpythons_context_not_the_jits() -> None:
+    """A torch op that rejects its arguments raises torch's own error, from running it eagerly after its
+    fake kernel failed. That error carried the jit's errors as its ``__context__`` (the fake kernel's
+    RuntimeError, suppressed), and inside ``except KeyError`` it lacked CPython's context, the KeyError:
+    the jit raised it with ``from None`` in its own handler, and the interpreter took the jit's frames for
+    native Python code that had chained it (Note [An error the hooks translated])."""
+
+    def matmul(x: torch.Tensor) -> torch.Tensor:
+        return x @ torch.ones(2, 3)
+
+    def view_while_handling(x: torch.Tensor) -> torch.Tensor:
+        try:
+            raise KeyError("k")
+        except KeyError:
+            return x.view(4)
+
+    def add_while_handling(x: torch.Tensor) -> torch.Tensor:
+        try:
+            {}["missing"]
+        except KeyError:
+            try:
+                raise ValueError("v")
+            except ValueError:
+                return x + torch.ones(2)
+
+    def index_from(x: torch.Tensor) -> torch.Tensor:
+        try:
+            raise KeyError("k")
+        except KeyError as e:
+            raise TypeError("t") from e
+        finally:
+            x[5]
+
+    for fn in (matmul, view_while_handling, add_while_handling, index_from):
+        jfn = jitcore.jit(fn)
+        expected = _raised(fn, torch.ones(2, 3))
+        for _ in range(2):
+            assert _raised(jfn, torch.ones(2, 3)) == expected, fn.__name__
