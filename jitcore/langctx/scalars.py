@@ -202,6 +202,23 @@ def dispatched_parameter(symbol: Symbol, key: int | str) -> int | str | None:
     return key  # a name, or a position: torch's C bindings take aten's parameters in aten's order
 
 
+# Note [A list of numbers to a foreach op]
+# A foreach op's ``Scalar[]`` (``torch._foreach_addcdiv_(params, m, v, step_sizes)``, Adam's step with
+# ``foreach=True`` and every optimizer's default on CUDA) takes one value per tensor. Its length is the
+# tensor list's, fixed by the trace; each value only scales elements, never the output's metadata. So a
+# list of numbers given to a torch C function where an aten overload of its name types that parameter
+# ``Scalar[]`` keeps its names, as it does given to the overload itself: Adam's bias corrections, read
+# from the step count with ``item()`` every step, are a computation of the trace and not one entry per
+# step. A Python torch function may branch on the values first, so there the list is specialized.
+def takes_list(symbol: Symbol, key: int | str) -> bool:
+    """Whether argument ``key`` of a call of the torch function ``symbol`` is a ``Scalar[]`` list of
+    values (Note [A list of numbers to a foreach op])."""
+    if symbol.langctx != "torch" or _python_parameter_names(symbol.fn) is not None:
+        return False
+    positions, names = _list_parameters(symbol.name)
+    return key in names if isinstance(key, str) else key in positions
+
+
 def aten_name(symbol: Symbol) -> str:
     """The name of the aten operation a call of ``symbol`` reaches a ``__torch_dispatch__`` as (a torch
     function's own name where ``dispatched_parameter`` keeps a number: ``div``, ``addcdiv_``)."""
@@ -242,9 +259,9 @@ def bind_numbers(
             return False
         if subclass:
             return dispatched_parameter(symbol, key) is not None
-        # a list only to an aten overload (whose schema says ``Scalar[]``), not to a torch function
-        return takes_value(symbol, key) and (
-            isinstance(value, NumberProxy) or isinstance(symbol.fn, torch._ops.OpOverload))  # noqa: SLF001
+        if isinstance(value, NumberProxy) or isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
+            return takes_value(symbol, key)
+        return takes_list(symbol, key)
 
     def bound(value: Any) -> Any:
         return specialize_all(value) if as_size is None else _sized(value, as_size)
