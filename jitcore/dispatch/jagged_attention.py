@@ -83,10 +83,21 @@ def _attention(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: floa
         for qi, ki, vi in zip(_components(q), _components(k), _components(v), strict=True)
     ]
     out = torch.cat([o.transpose(0, 1).contiguous() for o in outputs]).view(-1, d1, d2)
-    return nested_view_from_values_offsets_lengths(
-        out, q.offsets(), lengths=q.lengths(), min_seqlen=q._maybe_min_seqlen,  # noqa: SLF001
-        max_seqlen=q._maybe_max_seqlen,  # noqa: SLF001
+    # interpreted, as eagerly it is torch's code: Note [The output's cached lengths]
+    return current_run().call(
+        nested_view_from_values_offsets_lengths, out, q.offsets(), lengths=q.lengths(),
+        min_seqlen=q._maybe_min_seqlen, max_seqlen=q._maybe_max_seqlen,  # noqa: SLF001
     ).transpose(1, 2)
+
+
+# Note [The output's cached lengths]
+# ``_attention`` is jitcore's own code, so it runs natively: its torch calls on proxies are recorded
+# through the proxies, but a call without one runs torch's kernel. The output keeps the query's cached
+# extreme lengths (an NJT built from a list has them), stored by ``_store_val_in_tensor`` as
+# ``torch.zeros(length, 0)``; in a pass with symbolic sizes ``length`` is a SymInt and the CPU kernel
+# raised "SymIntArrayRef expected to contain only concrete integers": the pass traced static shapes,
+# an entry per ragged structure. ``nested_view_from_values_offsets_lengths`` is interpreted instead, so
+# that call is recorded as the program's own ``torch.zeros`` is.
 
 
 def _components(nt: Any) -> list[torch.Tensor]:

@@ -311,3 +311,21 @@ def test_multi_head_attention_trains_over_changing_lengths() -> None:
             torch.testing.assert_close(a.grad, b.grad)
             a.grad = b.grad = None
     assert jitcore.cache_misses(jitted) <= 4, jitcore.miss_reasons(jitted)  # 8 before
+
+
+@pytest.mark.filterwarnings("error:jitcore")  # no call runs eagerly
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_attention_over_njts_built_from_lists_is_one_entry(grad: bool) -> None:
+    """An NJT built from a list caches its extreme lengths, which SDPA's output keeps (Note [The
+    output's cached lengths], jitcore/dispatch/jagged_attention.py): before, every structure was an
+    entry of its own."""
+    torch.manual_seed(0)
+    model = _Heads()
+    jitted = jitcore.jit(model)
+    with torch.set_grad_enabled(grad):
+        for lengths in _MORE_STRUCTURES:
+            components = [torch.randn(n, 8) for n in lengths]
+            x = torch.nested.nested_tensor(components, layout=torch.jagged)
+            assert x._maybe_max_seqlen is not None
+            _same(jitted(x), model(x), (x,))
+    assert jitcore.cache_misses(jitted) <= 4, jitcore.miss_reasons(jitted)  # 8 before
