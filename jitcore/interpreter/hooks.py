@@ -72,9 +72,8 @@ class Hooks:
             RecursionError in its caller, as CPython's recursion limit does (the jit runs the interpreter
             under a limit of its own and gives the caller's here: Note [The program's recursion limit]).
         host_files: prefixes of the files of the code that provides these hooks (the jit's package): an
-            exception that such code raised with ``from None`` is one it translated from an error of its
-            own, and is chained as an exception C raised would be (Note [An error the hooks translated] in
-            loop.py).
+            exception raised there, with no cause and chained to nothing of the program's, is one the hooks
+            raised as C would, and is chained as C's (Note [An error the hooks translated] in loop.py).
     """
 
     lookasides: Mapping[object, Callable] = field(default_factory=dict)

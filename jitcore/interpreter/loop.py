@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from jitcore.interpreter.errors import InterpreterError, JitcoreInterpreterError
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import CodeInfo, Instruction
-from jitcore.interpreter.tracebacks import add_frame, reraised_traceback, strip_internal
+from jitcore.interpreter.tracebacks import add_frame, is_internal, reraised_traceback, strip_internal
 
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
@@ -302,8 +302,12 @@ def _fresh(frame: Frame, exc: BaseException) -> bool:
     tb = exc.__traceback__
     if tb is not None and tb.tb_next is not None:
         # came through an interpreted callee (which chained it already) or through native Python code
-        if strip_internal(tb) is not None and not _translated_by_hooks(frame, exc):
-            return False
+        if strip_internal(tb) is not None:
+            if not _raised_by_hooks(frame, exc):
+                return False
+            exc.__suppress_context__ = False  # Note [An error the hooks translated]
+            exc.__context__ = None
+            return True
     if exc.__suppress_context__ and exc.__cause__ is None:
         # raised by a handler with ``from None`` while translating an internal error: drop that chaining
         exc.__suppress_context__ = False
@@ -314,23 +318,35 @@ def _fresh(frame: Frame, exc: BaseException) -> bool:
 
 # Note [An error the hooks translated]
 # The jit's hooks (a torch op's lookaside) raise the error the program sees (torch's own words, from running
-# the op eagerly on zero-filled tensors) inside their handler of an error of their own (the fake kernel's),
-# with ``from None``. Its traceback passes through the hooks' frames (and torch's wrappers of them), which
-# are not the interpreter's, so ``_fresh`` took it for one raised by native Python code and left its chain
-# alone: ``e.__context__`` was the jit's own errors (suppressed), and inside ``except KeyError`` CPython's
-# KeyError context was missing. Raised where the hooks' files are (their ``host_files``: the innermost
-# entry, where it was raised), with ``from None``, it is the hooks' translation: its chain is dropped and it
-# is chained as an exception C raised.
-def _translated_by_hooks(frame: Frame, exc: BaseException) -> bool:
-    """Whether ``exc`` was raised with ``from None`` by the code that provides the run's hooks."""
+# the op eagerly on zero-filled tensors, or from running it again with eager's kernels) inside their handler
+# of an error of their own (the fake kernel's), with ``from None`` or without. Its traceback passes through
+# the hooks' frames (and torch's wrappers of them), which are not the interpreter's, so ``_fresh`` took it for
+# one raised by native Python code that had chained it, and left its chain alone: ``e.__context__`` was the
+# jit's own error, and inside ``except KeyError`` CPython's context, the KeyError, was missing. An exception
+# raised where the hooks' files are (``host_files``; the innermost traceback entry is where it was raised),
+# with no cause, and chained to nothing of the program's (``from None``, nothing, the native caller's
+# exception, or an exception the hooks raised themselves) is one the hooks raised as C would: its chain is
+# dropped and it is chained as an exception C raised.
+def _raised_by_hooks(frame: Frame, exc: BaseException) -> bool:
+    """Whether ``exc`` is an error the code that provides the run's hooks raised as C would."""
     host = frame.run.hooks.host_files
-    if not host or not exc.__suppress_context__ or exc.__cause__ is not None:
+    if not host or exc.__cause__ is not None or not _raised_in(exc, host):
         return False
+    context = exc.__context__
+    return exc.__suppress_context__ or context is None or context is frame.run.native_exc or \
+        _raised_in(context, host)
+
+
+def _raised_in(exc: BaseException, files: tuple[str, ...]) -> bool:
+    """Whether ``exc`` was raised in one of ``files`` (its innermost traceback entry), not in the
+    interpreter's."""
     tb = exc.__traceback__
+    if tb is None:
+        return False
     while tb.tb_next is not None:
         tb = tb.tb_next
     filename = tb.tb_frame.f_code.co_filename
-    return filename.startswith(host) and strip_internal(tb) is not None
+    return filename.startswith(files) and not is_internal(filename)
 
 
 def run_native_exc(frame: Frame) -> BaseException | None:

@@ -666,7 +666,9 @@ def _on_zeros(
             if f.constant is not None and f.constant.shape == t.shape:
                 t.copy_(f.constant)  # a value the fake mode knows (a size made from Python numbers) matters
             if f.requires_grad and f.is_leaf:
-                t.requires_grad_(True)
+                # not a view of ``base`` (its storage, strides and offset): an in-place op on a view of a
+                # leaf raises "a view of a leaf Variable ...", on the program's leaf "a leaf Variable ..."
+                t = t.detach().requires_grad_(True)
             real[id(f)] = t
     real_args, real_kwargs = optree.tree_unflatten(
         spec, [real[id(v)] if isinstance(v, FakeTensor) else v for v in leaves]

@@ -35,7 +35,9 @@ def test_a_torch_error_has_cpythons_context_not_the_jits() -> None:
     fake kernel failed. That error carried the jit's errors as its ``__context__`` (the fake kernel's
     RuntimeError, suppressed), and inside ``except KeyError`` it lacked CPython's context, the KeyError:
     the jit raised it with ``from None`` in its own handler, and the interpreter took the jit's frames for
-    native Python code that had chained it (Note [An error the hooks translated])."""
+    native Python code that had chained it (Note [An error the hooks translated]). ``x.item()`` and
+    ``bool(x)`` of three elements had a copy of their own error as context: the jit ran the op again with
+    eager's kernels inside its handler of the fake kernel's error."""
 
     def matmul(x: torch.Tensor) -> torch.Tensor:
         return x @ torch.ones(2, 3)
@@ -63,8 +65,42 @@ def test_a_torch_error_has_cpythons_context_not_the_jits() -> None:
         finally:
             x[5]
 
-    for fn in (matmul, view_while_handling, add_while_handling, index_from):
+    def item_while_handling(x: torch.Tensor) -> float:
+        try:
+            raise KeyError("k")
+        except KeyError:
+            return x.item()
+
+    def truth(x: torch.Tensor) -> int:
+        return 1 if x else 0
+
+    for fn in (matmul, view_while_handling, add_while_handling, index_from, item_while_handling, truth):
         jfn = jitcore.jit(fn)
         expected = _raised(fn, torch.ones(2, 3))
         for _ in range(2):
             assert _raised(jfn, torch.ones(2, 3)) == expected, fn.__name__
+
+
+def test_an_in_place_op_on_a_leaf_that_requires_grad_raises_eagers_words() -> None:
+    """``t.add_(1)`` of a leaf that requires grad raised "a view of a leaf Variable that requires grad ..."
+    jitted, where eager says "a leaf Variable that requires grad ...": the jit runs an op its fake kernel
+    rejects on zero-filled tensors, each a view of a buffer of its storage's size, and a view of a leaf is
+    what autograd named."""
+
+    def made_inside(x: torch.Tensor) -> torch.Tensor:
+        t = torch.ones(2, requires_grad=True)
+        t.add_(x.sum())
+        return t
+
+    def passed_in(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        w.mul_(x)
+        return w
+
+    jfn = jitcore.jit(made_inside)
+    expected = _raised(made_inside, torch.ones(3))
+    for _ in range(2):
+        assert _raised(jfn, torch.ones(3)) == expected
+    jfn = jitcore.jit(passed_in)
+    expected = _raised(passed_in, torch.ones(2), torch.ones(2, requires_grad=True))
+    for _ in range(2):
+        assert _raised(jfn, torch.ones(2), torch.ones(2, requires_grad=True)) == expected
