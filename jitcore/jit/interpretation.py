@@ -223,6 +223,7 @@ class Pass:
         program.epilogue = epilogue
         program.structure = structure
         program.effects = effects
+        program.snapshots = self.snapshots  # the reached state as the call found it (transforms/jit_hook.py)
         return program
 
     def _refuse_escapes(self, output: Any, caller_values: tuple) -> None:
@@ -574,18 +575,10 @@ class Pass:
         return self.provenance.bind_state(value, path, name)
 
     def _untracked_subclass_code(self, frame: Any) -> bool:
-        """Subclass code whose Python state is taken as it is while tracing: a library's, or any under the
-        grad transform (inputs that require grad), which specializes its numbers (a counter kept there
-        would make an entry per call). A user's other subclass code is state, as the program's."""
-        if not self.context.subclass_code or is_library_file(frame.code.co_filename):
-            return bool(self.context.subclass_code)
-        if not torch.is_grad_enabled():
-            return False
-        provenance = self.provenance  # a subclass input is a leaf of its own: its inner tensors may not be
-        real = provenance.real_values
-        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
-            return any(t.requires_grad for _p, _x, t in provenance.inputs) or any(
-                real[id(proxy)].requires_grad for proxy, _path in provenance.subclass_inputs)
+        """Subclass code whose Python state is taken as it is while tracing: a library's. A user's
+        subclass code is state, as the program's, with or without grad (a counter kept there is
+        computed beside the grad transform's forward: Note [Counters under grad], transforms/jit_hook.py)."""
+        return bool(self.context.subclass_code) and is_library_file(frame.code.co_filename)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals

@@ -44,19 +44,21 @@ def symbolic(trace: Trace, prologue: PrologueBuilder,
     return [proxy for path, proxy in inputs if path not in pinned and id(proxy) in used]
 
 
-def specialize(trace: Trace, prologue: PrologueBuilder,
-               inputs: list[tuple[Path, NumberProxy]]) -> tuple[tuple[Guard, ...], frozenset[int]]:
+def specialize(trace: Trace, prologue: PrologueBuilder, inputs: list[tuple[Path, NumberProxy]],
+               unguarded: frozenset[int] = frozenset()) -> tuple[tuple[Guard, ...], frozenset[int]]:
     """What makes every number input a constant of the entry: a value guard for each the trace uses,
     and the positions of the trace's arguments (and the prologue's inputs) it no longer takes. For
     transforms that record below torch's Python layer, where numbers are values (the grad transform:
-    autograd runs aten ops on them); their traces read ``NumberProxy.value``. Changes nothing."""
+    autograd runs aten ops on them); their traces read ``NumberProxy.value``. ``unguarded``: ``id`` of
+    the inputs that get no guard, computed outside such a trace (jitcore/transforms/state_numbers.py).
+    Changes nothing."""
     if not inputs:
         return (), frozenset()
     numbers = {id(proxy) for _path, proxy in inputs}
     used = roots_used(trace)
     pinned = {g.path for g in prologue.guards if g.kind == "value"}
-    guards = tuple(Guard(path, "value", proxy.value) for path, proxy in inputs
-                   if id(proxy) in used and path not in pinned)  # an unused number needs no guard
+    guards = tuple(Guard(path, "value", proxy.value) for path, proxy in inputs  # an unused one needs none
+                   if id(proxy) in used and path not in pinned and id(proxy) not in unguarded)
     return guards, frozenset(i for i, a in enumerate(trace.args) if id(a) in numbers)
 
 

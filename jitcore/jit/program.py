@@ -19,7 +19,7 @@ import torch
 import jitcore
 from jitcore.ir import BoundSymbol, Trace
 from jitcore.jit import nondeterministic, numbers, outputs
-from jitcore.jit.effects import Effects
+from jitcore.jit.effects import Effects, StateSnapshots
 from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -43,6 +43,7 @@ class TracedProgram:
         # clock reads and random draws, each with what made it (jit/nondeterministic.py)
         self.per_call_numbers: list[tuple[NumberProxy, str]] = []
         self.effects: Effects | None = None  # side effects replayed after the computation (jit/effects.py)
+        self.snapshots: StateSnapshots | None = None  # the state the pass reached, as the call found it
         self.size_inputs: list[
             tuple[Path, NumberProxy]
         ] = []  # symbolic sizes: trailing arguments (jit/shapes.py)
@@ -58,13 +59,14 @@ class TracedProgram:
         sizes = [n for _path, n in self.size_inputs] + self.read_sizes
         return numbers.symbolic(self.trace, self.prologue, self.number_inputs) + read + sizes
 
-    def specialized(self, *, check_reads: bool = True) -> Specialized:
+    def specialized(self, *, check_reads: bool = True,
+                    unguarded: frozenset[int] = frozenset()) -> Specialized:
         """The program with every dynamic number a constant of its entry (``numbers.specialize``) and
         every number read from a tensor checked (jit/value_reads.py; ``check_reads=False``: the grad
         transform checks those it needs, ``kept_reads``); this program is not changed."""
         if self.per_call_numbers:  # a clock read or a random draw: no entry could serve another call
             raise nondeterministic.needed_value(self.per_call_numbers[0][1])  # with its value
-        guards, dropped = numbers.specialize(self.trace, self.prologue, self.number_inputs)
+        guards, dropped = numbers.specialize(self.trace, self.prologue, self.number_inputs, unguarded)
         checks = [check for n, check in self.read_numbers if not n.specialized] if check_reads else []
         if not dropped and not checks:
             return Specialized(self.trace, guards, dropped)

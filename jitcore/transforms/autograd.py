@@ -29,6 +29,7 @@ from jitcore.proxies import TensorProxy
 from jitcore.transforms.backward_errors import RAISE
 from jitcore.transforms.grad import GradTraces, OutputSpec
 from jitcore.transforms.rederive import Unsaved, describe_unsaved, rederived_backward
+from jitcore.transforms.state_numbers import StateNumbers
 from jitcore.transforms.tangents import TangentKind, flatten_tangent, kind_of_gradient
 
 __all__ = ["GradComputation", "JitcoreFunction", "TangentMismatchError"]
@@ -50,6 +51,7 @@ class GradComputation:
         n_inputs: int,
         on_error: Callable[[BaseException], None] | None = None,
         saved_of: Callable[[Callable[..., Any]], Sequence[Any]] | None = None,
+        counted: StateNumbers | None = None,
     ) -> None:
         """Args:
             traces: the grad transform's result.
@@ -59,7 +61,10 @@ class GradComputation:
             on_error: prepares an error the backward raised for the user (user lines).
             saved_of: the forward values (proxies of ``traces.forward``) that the forward paired with
                 a backward callable of ``select`` saves; default: ``traces.forward``'s own.
+            counted: the counters of the program's state among the inputs, and the outputs computed
+                from them beside the forward (Note [Counters under grad], jit_hook.py).
         """
+        self.counted = counted
         self.traces = traces
         self.on_error = on_error
         self.select = select
@@ -138,6 +143,9 @@ class GradComputation:
 # (eager shows that frame only for an ``autograd.Function``, and the kept frames include it then).
 
     def __call__(self, *inputs: Any) -> Any:
+        counted = self.counted
+        if counted is not None:
+            counts, inputs = counted.split(inputs)
         input_flags, returned_inputs = self.input_flags, self.returned_inputs
         for position, flag in input_flags:  # ``x.requires_grad_()``: autograd connects x's outputs
             if flag:
@@ -169,6 +177,8 @@ class GradComputation:
         for (position, i), version in zip(returned_inputs, versions):
             if _version(inputs[i]) == version and (i < self.n_inputs or inputs[i].is_leaf):
                 leaves[position] = inputs[i]  # Note [Inputs returned as they are under autograd]
+        if counted is not None:
+            counted.fill(leaves, counts)
         return leaves[0] if self.single_leaf else optree.tree_unflatten(self.output_tree, leaves)
 
     def _raise_before_backward(self, grads: Any) -> None:

@@ -6,7 +6,9 @@ same state the prologue checks, so a cache entry made here is only ever used und
 
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.backward_errors import RAISE
 from jitcore.transforms.grad import grad_transform, needs_grad, reaches_no_graph
 from jitcore.transforms.mincut import saved_for_fusion
+from jitcore.transforms.state_numbers import StateNumbers, counting_numbers, state_numbers
 
 __all__ = ["Differentiated", "GradStage", "StaticSizesNeeded", "differentiate"]
 
@@ -167,12 +170,17 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
 
 
 # Note [Inputs sharing storage under autograd]
-    # autograd records aten ops on values; numbers read with item() stay names where it records nothing
-    specialized = program.specialized(check_reads=False)
+    # autograd records aten ops on values; numbers read with item() stay names where it records nothing,
+    # and counters of the program's state are computed beside the forward (Note [Counters under grad])
+    pinned = {g.path for g in prologue.guards if g.kind == "value"}
+    counting = counting_numbers(program.trace, program.number_inputs, pinned)
+    specialized = program.specialized(check_reads=False, unguarded=frozenset(id(p) for _path, p in counting))
     trace = specialized.trace
     guards = (*specialized.guards, *guards)
+    counted, dropped = _counted(program, counting, specialized.dropped)
     try:
-        grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads())
+        with _state_as_found(program):
+            grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads())
     except DataDependentError:
         if runs_pass_1 or program.symbolic_numbers() \
                 or not pass_1_runs(program.trace, program.subclass_inputs):
@@ -199,10 +207,52 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     select = executor.compile_together(
         (grad.forward, grad.backward), (saved.lowered, record_lowered(backward_traces)),
         None if any(b.symbol is RAISE for b in grad.backward.bound_symbols) else for_fusion)
-    computation = GradComputation(grad, saved.tracking(select), n_inputs, on_error, saved.of)
+    computation = GradComputation(grad, saved.tracking(select), n_inputs, on_error, saved.of, counted)
     inputs = [(path, proxy.name) for proxy, path, _requires_grad in subclass_inputs]
     differentiated = Differentiated(computation, forward_traces, backward_traces, inputs, layouts)
-    return GradStage(differentiated, guards, specialized.dropped)
+    return GradStage(differentiated, guards, dropped)
+
+
+# Note [The grad transform's replay writes no state]
+# The grad transform replays pass 1 on shadows and records the backward (grad.py): a user subclass's
+# ``__torch_dispatch__`` runs again there, on jitcore's interpreter but with no state tracking, so its
+# ``cls.calls += 1`` or ``LOG.append(...)`` wrote the caller's objects a second time, and a backward op's
+# entry (``COUNTS["aten.cos.default"]``) appeared in state the next pass guards: every call traced again.
+# What pass 1 wrote is replayed by the computation (jit/effects.py); the objects pass 1 reached are put
+# back as the call found them after the replay, as pass 1's own writes are after the pass.
+@contextlib.contextmanager
+def _state_as_found(program: Any) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if program.snapshots is not None:
+            program.snapshots.restore()
+
+
+# Note [Counters under grad]
+# A counter kept in the program's state (``cls.calls += 1`` in a tensor subclass's ``__torch_dispatch__``
+# or ``__torch_function__``, ``LOG_COUNT[0] += 1`` in the program) is a dynamic number input that pass 1
+# reads and writes back (jit/effects.py). The grad transform records aten ops on values, so before it
+# every dynamic number was made a constant guarded by value: such a counter made a new entry on every
+# call, and so user subclass code under grad was once taken as it was while tracing (its logs and
+# counters advanced on the traced call only). A number whose value flows into arithmetic on numbers only
+# is kept out of that: the prologue still passes it, unguarded; the forward does not take it; and the
+# values written back are computed from it on every call with the recorded arithmetic
+# (jitcore/transforms/state_numbers.py), as the computation without grad computes them.
+def _counted(program: Any, counting: list,
+             dropped: frozenset[int]) -> tuple[StateNumbers | None, frozenset[int]]:
+    """The counters the computation computes beside the forward, and the prologue inputs it no longer
+    takes (the numbers made constants, not the counters: Note [Counters under grad])."""
+    if not counting:
+        return None, dropped
+    kept = {id(proxy) for _path, proxy in counting}
+    at = [i for i, a in enumerate(program.trace.args) if id(a) in kept]
+    still = frozenset(dropped - set(at))
+    positions = [i - sum(1 for d in still if d < i) for i in at]
+    order = {id(a): k for k, a in enumerate(program.trace.args)}
+    ordered = sorted(counting, key=lambda item: order[id(item[1])])
+    counted = state_numbers(program.trace, ordered, positions)
+    return (counted, still) if counted is not None else (None, dropped)
 
 
 class _SavedValues:

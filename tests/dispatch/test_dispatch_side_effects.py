@@ -128,39 +128,112 @@ def test_a_class_setting_read_in_dispatch_is_guarded() -> None:
     assert jitcore.cache_misses(jf) == 2
 
 
-def test_under_grad_dispatch_code_is_taken_as_it_is() -> None:
-    """With inputs that require grad the grad transform specializes numbers, so a counter kept in dispatch
-    code would make a new entry per call: there the code's state is taken as it is while tracing (the
-    counter advances while tracing only), and cached calls hit."""
+def test_under_grad_counters_in_dispatch_advance_on_every_call() -> None:
+    """With an input that requires grad the grad transform makes the entry's numbers constants: the
+    counters kept in dispatch code were once taken as they were while tracing (they advanced on the
+    traced call only, 3 where eager counts 12 over 4 calls); guarded by value, every call would trace
+    again. They are computed beside the forward on every call (Note [Counters under grad]), and the
+    cache hits. Forward only: eager's backward runs the class's dispatch for backward ops, a cached
+    backward runs plain aten ops."""
 
     def f(t, w):
         return (t * w).sin().sum()
 
-    _reset()
-    jf = jitcore.jit(f)
+    runs = []
+    for jitted in (False, True):
+        _reset()
+        fn = jitcore.jit(f) if jitted else f
+        states = []
+        for i in range(4):
+            out = fn(Counting(torch.full((3,), float(i))), torch.ones(3, requires_grad=True))
+            assert out.requires_grad
+            states.append((_state(), out.inner.detach()))
+        runs.append(states)
+    for (eager_state, eager_out), (jit_state, jit_out) in zip(*runs):
+        assert jit_state == eager_state
+        torch.testing.assert_close(jit_out, eager_out, rtol=0, atol=0)
+    assert runs[0][-1][0][0] == 12
+
+
+class Tallying(torch.Tensor):
+    """A wrapper whose dispatch keeps a class counter, a global total and a log (no per-op dict)."""
+
+    calls = 0
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> Tallying:
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)  # noqa: SLF001
+
+    def __init__(self, inner: torch.Tensor) -> None:
+        self.inner = inner
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, meta: Any, outer_size: Any, outer_stride: Any) -> Tallying:
+        return Tallying(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any, kwargs: Any = None) -> Any:
+        cls.calls += 1
+        TOTAL[0] += 1
+        LOG.append(f"{func}")
+        out = func(*[a.inner if isinstance(a, Tallying) else a for a in args], **(kwargs or {}))
+        return Tallying(out) if isinstance(out, torch.Tensor) else out
+
+
+def _tallies() -> tuple:
+    return Tallying.calls, TOTAL[0], list(LOG)
+
+
+def test_under_grad_the_backward_and_its_cache_hits_stay() -> None:
+    """A backward after each call: the gradients are eager's, the entry is traced once, and each call's
+    forward counts and logs as eager's forward does (a cached backward runs plain aten ops: the backward
+    ops eager hands the class are not handed to it)."""
+
+    def f(t, w):
+        return (t * w).sin().sum()
+
     for i in range(4):
+        Tallying.calls, TOTAL[0] = 0, 0
+        LOG.clear()
+        expected = torch.ones(3, requires_grad=True)
+        f(Tallying(torch.full((3,), float(i))), expected)
+        forward = _tallies()
+        if i == 0:
+            jf, before = jitcore.jit(f), None
+        Tallying.calls, TOTAL[0] = 0, 0
+        LOG.clear()
         w = torch.ones(3, requires_grad=True)
-        out = jf(Counting(torch.full((3,), float(i))), w)
+        out = jf(Tallying(torch.full((3,), float(i))), w)
+        assert _tallies() == forward
         out.backward()
-        assert w.grad is not None
+        f(Tallying(torch.full((3,), float(i))), expected).backward()
+        torch.testing.assert_close(w.grad, expected.grad)
+    assert before is None and forward[0] == 3
     assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 3)
 
 
 def test_a_subclass_input_that_requires_grad_is_under_grad_too() -> None:
     """The wrapper itself requires grad, its inner tensor does not: the program runs under the grad
-    transform all the same, so its dispatch code is taken as it is (the counter was guarded by value and
-    every call made a new entry), and the gradients are eager's."""
+    transform all the same; its gradients are eager's, the entry is traced once, and the class counter
+    keeps counting on every call (the forward's ops, and the ones the caller's backward hands the
+    output: ``ones_like`` of its gradient)."""
 
     def f(t):
         return (t * 2).sin().sum()
 
-    _reset()
     jf = jitcore.jit(f)
+    deltas = []
     for i in range(4):
         values = torch.full((3,), float(i))
-        t, expected = Counting(values).requires_grad_(), Counting(values.clone()).requires_grad_()
+        t, expected = Tallying(values).requires_grad_(), Tallying(values.clone()).requires_grad_()
+        start = Tallying.calls
         jf(t).backward()
+        deltas.append(Tallying.calls - start)
         f(expected).backward()
         assert type(t.grad) is type(expected.grad)
         torch.testing.assert_close(t.grad.inner, expected.grad.inner)
+    assert len(set(deltas)) == 1 and deltas[0] > 3, deltas
     assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 3)
