@@ -356,10 +356,13 @@ class JittedFunction:
     # the function traced static shapes, an entry per size (a ViT with ``interpolate_pos_encoding`` over
     # image sizes). A static pass needs none of them and keeps the C++ kernels.
     def _interpret(self, number: int, args: tuple, kwargs: dict, shape_changed: bool,
-                   symbolic: bool | None = None) -> tuple[Pass, TracedProgram | Eager]:
+                   symbolic: bool | None = None,
+                   learning: bool = False) -> tuple[Pass, TracedProgram | Eager]:
         """One pass over the call, with symbolic sizes where the shape policy asks for them; again
         with static shapes, logged, where the symbolic path cannot handle the program (jit/shapes.py).
-        A static pass that raises returns what ``_decide`` makes of the error, or raises it."""
+        A static pass that raises returns what ``_decide`` makes of the error, or raises it; a symbolic
+        pass that made read sites symbols runs once more (``learning``: Note [A symbolic pass that learnt
+        its counts])."""
         if symbolic is None:  # dynamic numbers are sizes there too (Note [Dynamic numbers as sizes])
             numbers = bool(self.dynamic_numbers or self._changed_numbers or self._counters)
             symbolic = self._shapes.symbolic_pass(args, kwargs, shape_changed, numbers)
@@ -410,7 +413,9 @@ class JittedFunction:
                 return self._interpret(number, args, kwargs, shape_changed)
             static_shapes(self, number, reason)
             return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
-        self._shapes.numbers_traced(tracing_pass.reads.pinned())  # Note [Counts that values decide]
+        learnt = self._shapes.numbers_traced(tracing_pass.reads.pinned())  # Note [Counts that values decide]
+        if symbolic and learnt and not learning:  # Note [A symbolic pass that learnt its counts]
+            return self._interpret(number, args, kwargs, shape_changed, symbolic=True, learning=True)
         if symbolic and not sizes and involves_subclasses(program.trace):  # Note [A symbolic pass that
             return self._interpret(number, args, kwargs, shape_changed, symbolic=False)  # kept no symbol]
         if sizes:
@@ -418,6 +423,15 @@ class JittedFunction:
         self._shapes.seen(program.prologue.inputs, program.first_inputs)  # tensor inputs come first
         return tracing_pass, program
 
+    # Note [A symbolic pass that learnt its counts]
+    # A pass with symbolic sizes that pinned other counts at a read site than the pass before
+    # (``numbers_traced``: an NJT attention's lengths, read from the offsets, given to a split) makes
+    # that site an unbacked symbol from the next pass on. That next pass is run at once, for the same
+    # call, instead of keeping an entry specialized to these counts (or a static one: Note [A symbolic
+    # pass that kept no symbol]) and learning on the next miss: the NJT multi-head attention under grad
+    # kept one symbolic entry from its second call on (3 misses before), without grad from its third
+    # (4 before). The entry is the one the next miss would have traced, checked per call the same way;
+    # ``learning`` bounds it to one more pass per miss.
     # Note [A symbolic pass that kept no symbol]
     # A pass with symbolic sizes in which the program pinned every size (an NJT attention's split by
     # lengths it read: ``Eq(s0, 14)``) is a static entry whose shadows still hold the pass's SymInts.

@@ -232,13 +232,14 @@ class ShapePolicy:
             return False
         return _number_site(site) in self._read_numbers
 
-    def numbers_traced(self, pinned: list[tuple[ReadSite, int]]) -> None:
+    def numbers_traced(self, pinned: list[tuple[ReadSite, int]]) -> bool:
         """Remember the integers a pass read and pinned (their value was needed: a size, an index; or
         a constant of a subclass's code), by site and order of reading: a site that pinned other
         values than the last pass did is a symbol from then on, as if its check had failed (Note
-        [Counts that values decide])."""
+        [Counts that values decide]). Returns whether a site became a symbol."""
         if self.dynamic is False or self.refused is not None or self.reads_refused is not None:
-            return
+            return False
+        learnt = False
         traced: dict[tuple, list[int]] = {}
         for site, value in pinned:
             key = _number_site(site)
@@ -247,8 +248,10 @@ class ShapePolicy:
         for place, values in traced.items():
             before = self._read_numbers_seen.get(place)
             self._read_numbers_seen[place] = values
-            if before is not None and before != values:
+            if before is not None and before != values and place[0] not in self._read_numbers:
                 self._read_numbers.add(place[0])
+                learnt = True
+        return learnt
 
     def refuse_reads(self, reason: str) -> None:
         """Value-shaped outputs keep static sizes from now on (the symbolic pass could not use them)."""

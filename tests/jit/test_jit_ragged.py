@@ -314,6 +314,23 @@ def test_multi_head_attention_trains_over_changing_lengths() -> None:
 
 
 @pytest.mark.filterwarnings("error:jitcore")  # no call runs eagerly
+@pytest.mark.parametrize(("grad", "most"), [(False, 3), (True, 2)], ids=["no_grad", "grad"])
+def test_multi_head_attention_learns_its_lengths_in_the_miss_that_sees_them_change(grad: bool,
+                                                                                   most: int) -> None:
+    """Note [A symbolic pass that learnt its counts] (jitcore/jit/api.py): the symbolic pass that pins
+    other lengths than the pass before runs again at once with them symbols (4 and 3 misses before).
+    Without grad the first static pass reads the lengths as a value-shaped split, not as counts."""
+    torch.manual_seed(0)
+    model = _Heads()
+    jitted = jitcore.jit(model)
+    with torch.set_grad_enabled(grad):
+        for lengths in _MORE_STRUCTURES:
+            x = torch.nested.nested_tensor_from_jagged(torch.randn(sum(lengths), 8), _offsets(lengths))
+            _same(jitted(x), model(x), (x,))
+    assert jitcore.cache_misses(jitted) == most, jitcore.miss_reasons(jitted)
+
+
+@pytest.mark.filterwarnings("error:jitcore")  # no call runs eagerly
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
 def test_attention_over_njts_built_from_lists_is_one_entry(grad: bool) -> None:
     """An NJT built from a list caches its extreme lengths, which SDPA's output keeps (Note [The

@@ -215,3 +215,17 @@ def test_lengths_that_do_not_sum_to_the_size_raise_as_eagerly_on_a_symbolic_entr
         with pytest.raises(RuntimeError, match="split_with_sizes expects") as jitted:
             jf(v, bad)
         assert str(jitted.value) == str(eager.value)
+
+
+@pytest.mark.parametrize("name", list(SPLITS))
+def test_a_split_by_lengths_learns_its_lengths_in_the_miss_that_sees_them_change(name: str) -> None:
+    """The symbolic pass of the second call pins other lengths than the first call's pass: it is run
+    again at once with them symbols (Note [A symbolic pass that learnt its counts], jit/api.py), so
+    the second call's entry serves every later list of lengths (3 misses before)."""
+    fn = SPLITS[name]
+    jf = jitcore.jit(fn)
+    generator = torch.Generator().manual_seed(0)
+    for lengths in LENGTHS[:-1]:  # the last one has an empty sequence (amax raises)
+        v, offsets = _batch(lengths, generator)
+        assert_same(jf(v, offsets), fn(v, offsets))
+    assert jitcore.cache_misses(jf) == 2, jitcore.miss_reasons(jf)
