@@ -32,8 +32,8 @@ from jitcore.interpreter.tracebacks import DRIVEN_CODES, strip_internal, user_tr
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["FRAME_ATTRIBUTES", "GENERATOR_TYPES", "AsyncGenWrapped", "frame_attribute", "make_generator",
-           "throw_"]
+__all__ = ["FRAME_ATTRIBUTES", "GENERATOR_TYPES", "AsyncGenWrapped", "close_", "frame_attribute",
+           "make_generator", "throw_"]
 
 _RESUME = "RESUME"
 
@@ -422,6 +422,45 @@ def throw_(gen: object, *args: object) -> object:
         if cause is not None and _has_driver_entry(cause.__traceback__):
             cause.__traceback__ = user_traceback(cause.__traceback__)
         raise
+
+
+# Note [close() chains to the closer's exception]
+# ``gen.close()`` makes its GeneratorExit with ``PyErr_SetNone``, which chains it to the exception the
+# thread is handling: inside ``except KeyError``, the GeneratorExit (and the "generator ignored
+# GeneratorExit" RuntimeError, made the same way) has the KeyError as ``__context__``. An interpreted frame's
+# handled exceptions are the interpreter's, not the thread's: called by interpreted code, close() chained
+# them to nothing (the generator's own frame chains what it handles itself, as CPython's does). ``close_``
+# makes the calling frame's handled exception the thread's for the call, by raising it and calling close()
+# in the ``except`` clause, the exception's traceback and chain restored first. (Not where the exception
+# is in the chain of the thread's own: ``raise`` would cut that chain.) An exception ``throw`` delivers is
+# not chained by the caller's: ``throw`` restores it as given.
+def close_(gen: object) -> object:
+    """``generator.close``/``coroutine.close`` called by interpreted code, its GeneratorExit chained to the
+    caller's handled exception (Note [close() chains to the closer's exception])."""
+    runs = ACTIVE.stack
+    frames = runs[-1].frames if runs else None
+    handled = frames[-1].handled_exception() if frames else None
+    native = sys.exception()
+    if handled is None or handled is native or _in_chain(handled, native):
+        return gen.close()
+    tb, context, suppress = handled.__traceback__, handled.__context__, handled.__suppress_context__
+    try:
+        raise handled
+    except BaseException:
+        handled.__traceback__, handled.__context__ = tb, context
+        handled.__suppress_context__ = suppress
+        return gen.close()
+
+
+def _in_chain(exc: BaseException, head: BaseException | None) -> bool:
+    """Whether ``exc`` is ``head`` or in its ``__context__`` chain (the first 1000 links)."""
+    for _ in range(1000):
+        if head is None:
+            return False
+        if head is exc:
+            return True
+        head = head.__context__
+    return True
 
 
 def _unstarted_frame(gen: object) -> Frame | None:

@@ -51,7 +51,7 @@ from jitcore.interpreter.calls import call, run_class_body
 from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
-from jitcore.interpreter.generators import throw_
+from jitcore.interpreter.generators import close_, throw_
 from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
@@ -660,6 +660,8 @@ def builtin_lookasides() -> dict[object, Callable]:
             sys.settrace: _refuse_tracing("settrace"),
             types.GeneratorType.throw: throw_,  # Note [A throw into a generator not started]
             types.CoroutineType.throw: throw_,
+            types.GeneratorType.close: close_,  # Note [close() chains to the closer's exception]
+            types.CoroutineType.close: close_,
             sys.setprofile: _refuse_tracing("setprofile"),
             gc.get_referrers: get_referrers,  # Note [Referrers of the interpreter's own]
         }

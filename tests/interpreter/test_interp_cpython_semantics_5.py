@@ -1,0 +1,108 @@
+"""Semantics found different by the differential probes of issue 13 (2026-12-04, late), checked natively
+against ``interpret`` on small programs of their own."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from interp_helpers import check
+
+
+def _chain(e: BaseException | None) -> list[tuple[str, str]]:
+    out = []
+    while e is not None and len(out) < 5:
+        out.append((type(e).__name__, str(e)))
+        e = e.__context__
+    return out
+
+
+def test_close_chains_its_generator_exit_to_the_closers_exception() -> None:
+    """``gen.close()`` inside ``except KeyError`` gives the GeneratorExit it makes (and the RuntimeError of a
+    generator that ignores it) the KeyError as ``__context__``, as ``PyErr_SetNone`` chains it to the
+    thread's handled exception; interpreted, the caller's handled exception was not the thread's, and the
+    GeneratorExit had none (Note [close() chains to the closer's exception]). A generator handling its own
+    exception chains to that one; a native generator and a coroutine are closed the same way; the caller's
+    handled exception is unchanged after."""
+
+    def f() -> list[object]:
+        out: list[object] = []
+
+        def raises():
+            try:
+                yield 1
+            except GeneratorExit as e:
+                out.append(("seen", _chain(e)))
+                raise ValueError("in close")  # noqa: B904 - chained as CPython chains it
+
+        def ignores():
+            try:
+                yield 1
+            except GeneratorExit:
+                yield 2
+
+        def handles_its_own():
+            try:
+                raise TypeError("own")
+            except TypeError:
+                try:
+                    yield 1
+                except GeneratorExit as e:
+                    out.append(("own", _chain(e)))
+                    raise
+
+        def returns():
+            try:
+                yield 1
+            except GeneratorExit:
+                return 5
+
+        for make in (raises, ignores, handles_its_own, returns):
+            it = make()
+            next(it)
+            try:
+                raise KeyError("outer")
+            except KeyError as outer:
+                try:
+                    out.append(("closed", it.close()))
+                except Exception as e:  # noqa: BLE001 - compared with CPython's
+                    out.append(("raised", _chain(e)))
+                out.append((sys.exception() is outer, _chain(outer), outer.__traceback__.tb_next))
+        it = raises()
+        next(it)
+        try:
+            it.close()
+        except ValueError as e:
+            out.append(("outside", _chain(e)))
+        try:
+            raise KeyError("a")
+        except KeyError:
+            try:
+                raise IndexError("b")
+            except IndexError:
+                it = raises()
+                next(it)
+                try:
+                    it.close()
+                except ValueError as e:
+                    out.append(("nested", _chain(e)))
+        gen = (i for i in range(3))
+        next(gen)
+        try:
+            raise KeyError("n")
+        except KeyError:
+            gen.close()
+
+        async def coroutine() -> int:
+            return 1
+
+        c = coroutine()
+        try:
+            raise KeyError("c")
+        except KeyError:
+            c.close()
+        return out
+
+    check(f)
