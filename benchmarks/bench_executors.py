@@ -19,7 +19,9 @@ Rows:
   entry becomes hot at run 20, lowered on the hot call or in the background, the calls served on
   torch meanwhile and how long until the fused code serves.
 ``jitcore (torch)`` is ``executor="torch"`` (the trace as generated Python), ``jitcore (inductor)``
-is ``executors=("inductor", "torch")``. Per-call times are the best of interleaved rounds, one thread.
+is ``executors=("inductor", "torch")``, ``jitcore (default)`` is ``jitcore.jit(fn)``: lowered once hot
+and kept only where measured faster (plan.py, Note [Lowering only what is faster]). Per-call times are
+the best of interleaved rounds, one thread, after warm calls past the default policy's trial.
 
 Run: python benchmarks/bench_executors.py [--quick] [--no-first-call] | --hot-call | --dynamic
 """
@@ -62,13 +64,21 @@ def variants(fn):
             ("torch.compile (inductor)", torch.compile(fn)),
             ("jitcore (torch)", jitcore.jit(fn, executor="torch")),
             ("jitcore (inductor)", jitcore.jit(fn, executors=("inductor", "torch"))),
+            ("jitcore (default)", jitcore.jit(fn)),
         ]
 
 
 def per_call_us(fns: list, call, number: int, repeat: int) -> list[float]:
-    """Best per-call time of ``call(fn)`` for each of ``fns``, measured interleaved."""
+    """Best per-call time of ``call(fn)`` for each of ``fns``, measured interleaved, after warm calls
+    past the default policy's hot run (100), its background compile and its 32 timed trial runs."""
+    from jitcore.executors import wait_for_compiles
+
     for fn in fns:
-        for _ in range(3):
+        for _ in range(110):
+            call(fn)
+    wait_for_compiles(600.0)
+    for fn in fns:
+        for _ in range(40):
             call(fn)
     best = [float("inf")] * len(fns)
     for _ in range(repeat):
@@ -136,7 +146,8 @@ def training_steps(quick: bool, title: str, make, x, y) -> None:
                            ("jitcore (torch)", lambda m: jitcore.jit(m, executor="torch")),
                            ("jitcore (inductor)", lambda m: jitcore.jit(m, executors=("inductor", "torch"))),
                            ("jitcore (inductor, no recompute)",
-                            lambda m: jitcore.jit(m, executors=(saving_all, "torch")))]:
+                            lambda m: jitcore.jit(m, executors=(saving_all, "torch"))),
+                           ("jitcore (default)", jitcore.jit)]:
             model = make()
             model.load_state_dict(base.state_dict())
             opt = torch.optim.SGD(model.parameters(), lr=0.01)

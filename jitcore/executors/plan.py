@@ -15,6 +15,22 @@ fused code. ``executors=(...)`` given explicitly lowers on the first call (``fus
 the compile: it is done on a background thread while the entry keeps running on torch
 (background.py, Note [Compiling in the background]; ``JITCORE_BACKGROUND_COMPILE=0``: on the hot call).
 
+Note [Lowering only what is faster]
+A lowered region costs a call of inductor's compiled module (its argument checks and the
+wrapper around the kernels, a few microseconds) and saves the per-op Python calls and memory
+traffic of its ops. On tiny tensors and regions of a few ops (an 8-16-8 MLP forward: two matmuls
+that inductor calls as extern kernels and one relu) the first is the larger: the lowered forward
+ran 36.3 us against the torch trace's 32.1 us. Whether it is cannot be read off the trace without
+a model of the machine, so the default policy measures it: once the lowered computation is ready,
+the entry's next runs alternate between it and the torch one, ``trial_runs`` (16) runs each, each
+callable timed (trial.py), and the faster is kept for good (the torch one only when it was
+measured faster; its lowered traces are then withdrawn from the entry's traces, and a log line
+gives both times). Each call is timed on the wall clock and a callable's cost is its fastest call,
+so a call slowed by other work on the machine does not decide. The trial costs 32 runs, each on code
+that computes the same thing. Only the
+default policy measures (no ``executors=``, no ``fuse_after=``): lowering asked for explicitly is
+kept, as asked.
+
 Invariants:
 - a cache entry's computation computes the same thing before and after it is lowered;
 - lowering never raises to the user: a failure is logged and the entry keeps running on torch;
@@ -29,6 +45,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -36,6 +53,7 @@ from jitcore.executors.background import background_enabled, submit
 from jitcore.executors.functional import out_of_place
 from jitcore.executors.interface import Executor, FusionExecutor, get_executor
 from jitcore.executors.regions import LOG, lower, merge_regions, partition
+from jitcore.executors.trial import DEFAULT_TRIAL_RUNS, Clock, Trial
 from jitcore.ir import BoundSymbol, Trace, compile_trace
 from jitcore.proxies import TensorProxy
 
@@ -45,7 +63,8 @@ DEFAULT_FUSE_AFTER = 100
 FUSE_AFTER_ENV = "JITCORE_FUSE_AFTER"
 NEVER = -1
 
-OnLowered = Callable[[Trace], None]
+# given the execution trace when one is made; may return how to withdraw what it recorded
+OnLowered = Callable[[Trace], Callable[[], None] | None]
 # given ``Executors.fuses``, traces suited to fusion that compute what the given ones compute
 Alternative = Callable[[Callable[[BoundSymbol], bool]], Sequence[Trace] | None]
 T = TypeVar("T")
@@ -60,18 +79,24 @@ class Executors:
         fuse_after: cached calls before an entry is lowered; 0: at once; -1: never.
         background: whether the hot call hands the lowering to the background thread (and keeps
             running on torch until it is done) rather than lowering before it runs.
+        trial_runs: runs of each, the lowered and the torch computation, timed before the faster
+            is kept (Note [Lowering only what is faster]); 0: the lowered one is kept untimed.
+        clock: the clock of those timings (integer units).
     """
 
     def __init__(self, executors: Sequence[Executor], fuse_after: int,
-                 background: bool | None = None) -> None:
+                 background: bool | None = None, *, trial_runs: int = 0,
+                 clock: Clock = time.perf_counter_ns) -> None:
         """Args:
-            executors, fuse_after: as the attributes.
+            executors, fuse_after, trial_runs, clock: as the attributes.
             background: lower a hot entry in the background (None: ``$JITCORE_BACKGROUND_COMPILE``,
                 default on; background.py, Note [Compiling in the background]).
         """
         self.executors = tuple(executors)
         self.fuse_after = fuse_after
         self.background = background_enabled() if background is None else background
+        self.trial_runs = trial_runs
+        self.clock = clock
         self.name = ",".join(e.name for e in self.executors)
 
     @property
@@ -95,13 +120,14 @@ class Executors:
         on_torch = compile_trace(trace)
         if not self.lowers:
             return on_torch
+        withdraw: list[Callable[[], None]] = []
 
         def lower() -> Callable[..., Any] | None:
-            return self.lowered(trace, on_lowered, grad_off=grad_off)
+            return self.lowered(trace, _recording(on_lowered, withdraw), grad_off=grad_off)
 
         if self.fuse_after == 0:
             return lower() or on_torch
-        select = self._when_hot(on_torch, lower, trace.name)
+        select = self._when_hot(on_torch, lower, trace.name, withdraw)
         return lambda *inputs: select()(*inputs)
 
     def compile_together(self, traces: Sequence[Trace], on_lowered: Sequence[OnLowered | None],
@@ -124,14 +150,15 @@ class Executors:
         on_torch = tuple(compile_trace(t) for t in traces)
         if not self.lowers:
             return lambda: on_torch
+        withdraw: list[Callable[[], None]] = []
 
         def lower() -> tuple[Callable[..., Any], ...] | None:
-            return self._lowered_together(traces, on_lowered, alternative)
+            return self._lowered_together(traces, [_recording(c, withdraw) for c in on_lowered], alternative)
 
         if self.fuse_after == 0:
             chosen = lower() or on_torch
             return lambda: chosen
-        return self._when_hot(on_torch, lower, "/".join(t.name for t in traces))
+        return self._when_hot(on_torch, lower, "/".join(t.name for t in traces), withdraw)
 
     def fuses(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` would be claimed by a fusion executor that asks for recomputation
@@ -200,29 +227,41 @@ class Executors:
             return tuple(m[0] if m is not None else compile_trace(t) for m, t in zip(made, chosen))
         return None
 
-    def _when_hot(self, on_torch: T, lower: Callable[[], T | None], what: str) -> Callable[[], T]:
+    def _when_hot(self, on_torch: T, lower: Callable[[], T | None], what: str,
+                  withdraw: list[Callable[[], None]]) -> Callable[[], T]:
         """``select()``: ``on_torch`` for an entry's first ``fuse_after`` runs (the tracing call is
         run 0), then what ``lower()`` returns (``on_torch`` when None), made at run ``fuse_after``:
         before it runs, or, with ``background``, on the background thread while it and later runs
-        use ``on_torch`` until the lowered one is swapped in."""
+        use ``on_torch`` until the lowered one is swapped in. With ``trial_runs``, the lowered one
+        and ``on_torch`` are timed in turn before one is kept (Note [Lowering only what is
+        faster]; ``withdraw`` undoes the lowered traces' records)."""
         current = on_torch
+        trial: Trial[T] | None = None
         left = self.fuse_after + 1
 
-        def swap_in() -> None:
-            nonlocal current
-            made = lower()
-            if made is not None:
-                current = made  # one assignment: a run reads either the old or the new
+        def made(lowered: T | None) -> None:
+            nonlocal current, trial
+            if lowered is None:
+                return
+            if self.trial_runs:
+                trial = Trial(on_torch, lowered, what, runs=self.trial_runs, clock=self.clock,
+                              withdraw=withdraw)
+            else:
+                current = lowered  # one assignment: a run reads either the old or the new
 
         def select() -> T:
-            nonlocal current, left
+            nonlocal current, trial, left
             if left:
                 left -= 1
                 if not left:
                     if self.background:
-                        submit(what, swap_in)
+                        submit(what, lambda: made(lower()))
                     else:
-                        current = lower() or on_torch
+                        made(lower())
+            elif trial is not None:
+                if trial.chosen is None:
+                    return trial.pick()
+                current, trial = trial.chosen, None
             return current
 
         return select
@@ -255,7 +294,9 @@ def executors_from_options(executor: str | None, executors: Sequence[Any] | None
         chosen = [get_executor(e) if isinstance(e, str) else e for e in executors]
         return Executors(chosen, 0 if fuse_after is None else fuse_after)
     default = [get_executor("inductor"), get_executor("torch")]
-    return Executors(default, _default_fuse_after() if fuse_after is None else fuse_after)
+    if fuse_after is not None:
+        return Executors(default, fuse_after)
+    return Executors(default, _default_fuse_after(), trial_runs=DEFAULT_TRIAL_RUNS)
 
 
 def _default_fuse_after() -> int:
@@ -275,10 +316,29 @@ def _default_fuse_after() -> int:
 
 def record_lowered(*lists: list[Trace]) -> OnLowered:
     """An ``on_lowered`` that appends the execution trace to each of ``lists`` (a cache entry's
-    traces, ``last_traces``)."""
+    traces, ``last_traces``), and returns how to remove it again."""
 
-    def record(trace: Trace) -> None:
+    def record(trace: Trace) -> Callable[[], None]:
         for traces in lists:
             traces.append(trace)
 
+        def withdraw() -> None:
+            for traces in lists:
+                traces[:] = [t for t in traces if t is not trace]
+
+        return withdraw
+
     return record
+
+
+def _recording(on_lowered: OnLowered | None, withdraw: list[Callable[[], None]]) -> OnLowered | None:
+    """``on_lowered`` keeping what it returns (how to withdraw its record) in ``withdraw``."""
+    if on_lowered is None:
+        return None
+
+    def call(trace: Trace) -> None:
+        undo = on_lowered(trace)
+        if undo is not None:
+            withdraw.append(undo)
+
+    return call

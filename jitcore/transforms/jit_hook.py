@@ -19,6 +19,7 @@ from jitcore.diagnostics.boundary import on_error as prepare_error
 from jitcore.dispatch.flatten import involves_subclasses, pass_1_runs
 from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.executors import record_lowered
+from jitcore.executors.trial import untimed
 from jitcore.ir import Trace
 from jitcore.langctx.backward import graph_leaves
 from jitcore.langctx.reads import runs_under_autograd
@@ -265,23 +266,25 @@ class _SavedValues:
         self._lowered: Any = None  # the lowered forward's saved values, once lowered
         self._by_backward: dict[int, tuple[Any, Any]] = {}  # id -> (backward callable, saved)
 
-    def lowered(self, trace: Trace) -> None:
-        """``on_lowered`` of the forward: runs before its pair is first selected."""
-        self._record(trace)
+    def lowered(self, trace: Trace) -> Any:
+        """``on_lowered`` of the forward: runs before its pair is first selected; returns how to
+        withdraw the record (``record_lowered``)."""
         self._lowered = trace.output[1]
+        return self._record(trace)
 
     def tracking(self, select: Any) -> Any:
         def tracked() -> Any:
             pair = select()
-            if id(pair[1]) not in self._by_backward:  # first seen: the pair lowered last, if any
+            backward = untimed(pair[1])  # the trial's timing of the pair (executors/trial.py)
+            if id(backward) not in self._by_backward:  # first seen: the pair lowered last, if any
                 saved = self._own if self._lowered is None else self._lowered
-                self._by_backward[id(pair[1])] = (pair[1], saved)
+                self._by_backward[id(backward)] = (backward, saved)
             return pair
 
         return tracked
 
     def of(self, backward: Any) -> Any:
-        return self._by_backward[id(backward)][1]
+        return self._by_backward[id(untimed(backward))][1]
 
 
 def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool]]:
