@@ -583,7 +583,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     backward.output = tuple(derived.outputs)
     collapse_view_round_trips(backward)  # Note [View round trips in a backward]
     forward_body = tuple(forward.bound_symbols)
-    drop_unread_views(forward)  # Note [Unread views in a forward]
+    if not collapse_view_round_trips(forward):  # a jitted training step's forward holds round trips
+        drop_unread_views(forward)  # Note [Unread views in a forward]
     if derived.raises:
         deriver = None  # Note [A backward for other tangent kinds]: autograd raised, as it would again
     return GradTraces(forward, backward, tree, outputs, derived.differentiable, grad_inputs,

@@ -1,6 +1,8 @@
-"""Round trips of views in a backward trace: ``t(t(a))`` read as ``a``, ``detach(detach(a))`` made
-``detach(a)``, and such view ops whose results nothing reads dropped (Note [View round trips in a
-backward]); in a forward trace, only the dropping (Note [Unread views in a forward]).
+"""Round trips of views in the grad transform's traces: ``t(t(a))`` read as ``a``,
+``detach(detach(a))`` made ``detach(a)``, and such view ops whose results nothing reads dropped
+(Note [View round trips in a backward]; a forward, such as a jitted training step's, holds them too);
+where a trace is left as it is, a forward still loses the views nothing reads (Note [Unread views
+in a forward]).
 
 Invariants:
 - only ``aten.t`` and ``aten.detach`` are rewritten: views whose result has their input's storage,
@@ -8,17 +10,21 @@ Invariants:
   (``detach``), and which cannot raise on a tensor;
 - a value is read in place of another only as an argument of a later op, never in the trace's
   output: what the backward hands autograd is the same object as before;
-- a trace with an op tagged ``inplace`` anywhere is left as it is (an in-place op that changes a
-  view's metadata would tell the view from its base);
+- a trace with an op anywhere (subsymbols too) that may change a tensor's metadata is left as it
+  is: an in-place op other than an aten op without torch's ``inplace_view`` tag (Note [In-place
+  ops and round trips]); the tensor an in-place op writes is never rewritten (it returns it);
 - the trace's arguments and output are unchanged: the forward saves the same values;
-- a forward trace loses only ``t``/``detach`` ops that nothing reads; the grad transform keeps every
-  op in ``GradTraces.forward_body`` for what recomputes forward values (mincut.py, rederive.py).
+- a forward trace loses only round trips and ``t``/``detach`` ops that nothing reads; the grad
+  transform keeps every op in ``GradTraces.forward_body`` for what recomputes forward values
+  (mincut.py, rederive.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace, drop_unread, walk
 
@@ -41,16 +47,29 @@ _ROUND_TRIPS = frozenset((_T, _DETACH))
 # as a view (``t`` of the ``mm``), and so does the backward (4 of those 7 ops stay for that).
 
 
-def collapse_view_round_trips(trace: Trace) -> None:
-    """Rewrite ``trace`` (a backward: its arguments and output fixed) in place, as the module
-    docstring says."""
-    if any("inplace" in bsym.symbol.tags for _depth, bsym in walk(trace.bound_symbols)):
-        return
+# Note [In-place ops and round trips]
+# ``t(t(a))`` and ``a`` share storage, sizes, strides and offset, so an in-place op that writes data
+# (an optimizer's ``add_`` on a parameter in a jitted training step, ``copy_``, ``mul_``) changes both
+# alike, before or after the round trip: reading ``a`` for it stays sound. An in-place op that changes
+# a tensor's metadata (``t_``, ``transpose_``, ``resize_``, ``set_``, ``as_strided_``, ``detach_``:
+# torch tags each ``inplace_view``) would change one of them only, so a trace holding one is left
+# as it is, and so is one holding an in-place op that is not an aten op (its effects are not known
+# from a schema). The tensors an in-place op writes (its schema's written arguments: ``self``,
+# ``out=``) are not rewritten: the op returns them, and the value its output names must stay the
+# object it wrote (``u = t(t(a)); u.add_(b); return u`` returns the view ``u``, not ``a``); its other
+# arguments are read like any op's (``p.add_(t(t(g)))`` reads ``g``).
+def collapse_view_round_trips(trace: Trace) -> bool:
+    """Rewrite ``trace`` (a forward or backward: its arguments and output fixed) in place, as the
+    module docstring says; False when it is left as it is (an op that may change metadata)."""
+    if any(_may_change_metadata(bsym) for _depth, bsym in walk(trace.bound_symbols)):
+        return False
     producers: dict[int, BoundSymbol] = {}  # id(proxy) -> the round-trip op that made it
     read_as: dict[int, Any] = {}  # id(proxy) -> the value later ops read in its place
     rewritten: list[BoundSymbol] = []
     for bsym in trace.bound_symbols:
         args, kwargs = _read(bsym.args, read_as), _read(bsym.kwargs, read_as)
+        if "inplace" in bsym.symbol.tags:  # Note [In-place ops and round trips]
+            args, kwargs = _written_kept(bsym, args, kwargs)
         if args is not bsym.args or kwargs is not bsym.kwargs:
             bsym = dataclasses.replace(bsym, args=args, kwargs=kwargs)
         if _is_round_trip_step(bsym):
@@ -64,6 +83,7 @@ def collapse_view_round_trips(trace: Trace) -> None:
         rewritten.append(bsym)
     trace.bound_symbols[:] = rewritten
     drop_unread(trace, _is_round_trip_step)  # a view op that cannot raise does nothing else
+    return True
 
 
 # Note [Unread views in a forward]
@@ -80,6 +100,26 @@ def drop_unread_views(trace: Trace) -> None:
     """Remove from ``trace`` (a forward: its arguments and output fixed) the ``t`` and ``detach`` ops
     whose results nothing reads (Note [Unread views in a forward])."""
     drop_unread(trace, _is_round_trip_step)
+
+
+def _may_change_metadata(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` may change a tensor's metadata in place (Note [In-place ops and round trips])."""
+    if "inplace" not in bsym.symbol.tags:
+        return False
+    op = bsym.symbol.fn
+    return (not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten"
+            or torch.Tag.inplace_view in op.tags)
+
+
+def _written_kept(bsym: BoundSymbol, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """``args``/``kwargs`` (``bsym``'s, rewritten) with the arguments its aten schema writes as they
+    were in ``bsym`` (only aten in-place ops reach here: ``_may_change_metadata``)."""
+    schema = bsym.symbol.fn._schema
+    written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    names = [a.name for a in schema.arguments]
+    kept = tuple(old if i < len(names) and names[i] in written else new
+                 for i, (old, new) in enumerate(zip(bsym.args, args)))
+    return kept, {k: bsym.kwargs[k] if k in written else v for k, v in kwargs.items()}
 
 
 def _is_round_trip_step(bsym: BoundSymbol) -> bool:
