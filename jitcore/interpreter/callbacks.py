@@ -1,6 +1,7 @@
 """C builtins that call Python back, given callables and iterables: replaced so that what they call
 is interpreted (``map``, ``filter``, ``sorted``/``min``/``max``/``list.sort`` keys, ``functools.reduce``,
-``iter``/``next``, and the iteration of ``enumerate``, ``zip``, ``list``, ``tuple`` and ``sorted``).
+``contextvars.Context.run``, ``iter``/``next``, and the iteration of ``enumerate``, ``zip``, ``list``,
+``tuple`` and ``sorted``).
 
 Invariants (those of jitcore/interpreter/lookasides.py, whose table lists these):
 - each gives the same result and raises the same exceptions as the builtin it replaces; lazy builtins
@@ -14,6 +15,7 @@ Invariants (those of jitcore/interpreter/lookasides.py, whose table lists these)
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import operator
 import weakref
@@ -24,8 +26,8 @@ from jitcore.interpreter.calls import NATIVE_CALLABLES, call
 from jitcore.interpreter.protocols import EXHAUSTED, NATIVE_ITERATORS, NATIVE_TYPES, get_iter, next_value
 from jitcore.interpreter.run import Run, current_run
 
-__all__ = ["active_run", "enumerate_", "filter_", "iter_", "list_", "list_sort", "map_", "max_", "min_",
-           "native_iterable", "next_", "reduce_", "sorted_", "through", "tuple_", "zip_"]
+__all__ = ["active_run", "context_run", "enumerate_", "filter_", "iter_", "list_", "list_sort", "map_",
+           "max_", "min_", "native_iterable", "next_", "reduce_", "sorted_", "through", "tuple_", "zip_"]
 
 
 def active_run() -> Run:
@@ -100,6 +102,12 @@ def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> No
 def reduce_(fn: object, *args: object) -> object:
     """functools.reduce() whose function is interpreted."""
     return functools.reduce(through(active_run(), fn), *args)
+
+
+def context_run(context: contextvars.Context, fn: object, /, *args: object, **kwargs: object) -> object:
+    """``Context.run()`` whose function is interpreted: its frame's caller is the calling frame, so what it
+    raises is chained to the caller's handled exception, as the thread's ``exc_info`` chains it natively."""
+    return context.run(through(active_run(), fn), *args, **kwargs)
 
 
 def iter_(*args: object) -> object:

@@ -19,6 +19,7 @@ import __future__
 
 import abc
 import builtins
+import contextvars
 import functools
 import gc
 import operator
@@ -33,6 +34,7 @@ from types import CellType, FunctionType
 from jitcore.interpreter.attributes import load_attr, store_attr
 from jitcore.interpreter.callbacks import (
     active_run,
+    context_run,
     enumerate_,
     filter_,
     iter_,
@@ -632,6 +634,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             max: max_,
             list.sort: list_sort,
             functools.reduce: reduce_,
+            contextvars.Context.run: context_run,
             iter: iter_,
             next: next_,
             getattr: getattr_,

@@ -106,3 +106,43 @@ def test_close_chains_its_generator_exit_to_the_closers_exception() -> None:
         return out
 
     check(f)
+
+
+def test_a_function_context_run_calls_sees_the_callers_handled_exception() -> None:
+    """The function ``contextvars.Context.run`` calls ran natively: inside ``except KeyError`` its
+    ``sys.exc_info()`` was not the KeyError, and the exception it raised (a stored one raised again, or a
+    new one) was not chained to it, where CPython's thread state gives both. It is interpreted now, as
+    ``map``'s function is, its frame's caller the calling frame."""
+    import contextvars
+
+    var = contextvars.ContextVar("var", default=0)
+
+    def f() -> list[object]:
+        out: list[object] = []
+        stored = ValueError("stored")
+        try:
+            raise stored
+        except ValueError:
+            pass
+
+        def raise_stored() -> None:
+            raise stored
+
+        def raise_new(n: int, *, key: str) -> None:
+            var.set(n)
+            out.append((sys.exc_info()[0].__name__, var.get(), key))
+            raise TypeError(key)
+
+        try:
+            raise KeyError("handled")
+        except KeyError:
+            for fn, args, kwargs in ((raise_stored, (), {}), (raise_new, (3,), {"key": "k"})):
+                context = contextvars.copy_context()
+                try:
+                    context.run(fn, *args, **kwargs)
+                except (ValueError, TypeError) as e:
+                    out.append((_chain(e), context.get(var), var.get()))
+        out.append(contextvars.copy_context().run(lambda a: a + var.get(), 1))
+        return out
+
+    check(f)
