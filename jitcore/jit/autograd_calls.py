@@ -212,7 +212,8 @@ class AutogradCalls:
         order the graph is walked from the outputs."""
         values = self._pass.context.values
         roots = _grad_fns(outputs)
-        return [values.proxy_for(leaf) for leaf in graph_leaves(roots)]
+        leaves = [values.proxy_for(leaf) for leaf in graph_leaves(roots)]
+        return [*_leaf_outputs(outputs, leaves), *leaves]
 
     def _accumulate(self, leaf: TensorProxy, grad: TensorProxy) -> None:
         found = self._pass.provenance.input_of(leaf)
@@ -266,6 +267,24 @@ def _as_list(value: Any) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value]
+
+
+# Note [An output that is a leaf]
+# ``out.backward()`` where ``out`` requires grad and has no ``grad_fn`` (a subclass whose
+# ``__torch_function__`` rebuilds results with ``_make_subclass(cls, r, require_grad=r.requires_grad)``,
+# torch's RedispatchTensor: each result is a fresh leaf) accumulates into ``out.grad`` eagerly. The
+# graph walk from the outputs' ``grad_fn`` found no leaf, and the recorded ``autograd.grad`` with no
+# inputs raised "`inputs` argument to `grad()` cannot be empty" where eager computes. Such an output is
+# a leaf of its own backward.
+def _leaf_outputs(outputs: list, leaves: list) -> list[TensorProxy]:
+    """The outputs that are leaves requiring grad themselves and not among ``leaves`` (the Note above)."""
+    found: list[TensorProxy] = []
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        for v in outputs:
+            if isinstance(v, TensorProxy) and v.shadow.requires_grad and v.shadow.grad_fn is None \
+                    and not any(v is u for u in (*leaves, *found)):
+                found.append(v)
+    return found
 
 
 def _grad_fns(values: list) -> list[Any]:

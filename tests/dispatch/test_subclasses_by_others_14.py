@@ -247,3 +247,51 @@ def test_the_grad_transforms_replay_adds_nothing_to_a_log(name: str) -> None:
         torch.testing.assert_close(jit_grads, eager_grads)
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 3)
 
+
+def _redispatch_step(p: torch.Tensor, x: torch.Tensor) -> tuple:
+    out = (p @ x).sum()  # RedispatchTensor rebuilds each result as a fresh leaf (``_make_subclass``)
+    out.backward()
+    return out.detach(), out.grad, p.grad
+
+
+def _leaf_input_backward(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    w.backward()
+    return w.grad * x
+
+
+def _leaf_made_inside_backward(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    y = (x * 2).sum().detach().requires_grad_()
+    y.backward()
+    return y.grad + x
+
+
+@pytest.mark.parametrize("program", [_redispatch_step, _leaf_input_backward, _leaf_made_inside_backward],
+                         ids=["redispatch_tensor", "leaf_input", "leaf_made_inside"])
+def test_backward_of_an_output_that_is_a_leaf_runs_as_eagerly(program: Any) -> None:
+    """``out.backward()`` on a tensor that requires grad and has no ``grad_fn`` (torch's RedispatchTensor
+    makes every result such a leaf; an input leaf; ``detach().requires_grad_()`` inside) sets its own
+    ``.grad`` eagerly; jitcore raised "`inputs` argument to `grad()` cannot be empty" (Note [An output
+    that is a leaf])."""
+    from torch.testing._internal.common_subclass import RedispatchTensor
+
+    def make(i: int) -> tuple:
+        torch.manual_seed(i)
+        if program is _redispatch_step:
+            return RedispatchTensor(torch.randn(3, 3)).requires_grad_(), torch.randn(3, 3)
+        return torch.tensor(float(i + 2), requires_grad=True), torch.randn(3)
+
+    jitted = jitcore.jit(program)
+    for i in range(3):
+        eager_args, jit_args = make(i), make(i)
+        expected, got = program(*eager_args), jitted(*jit_args)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = got if isinstance(got, tuple) else (got,)
+        assert [type(v) for v in got] == [type(v) for v in expected]
+        for g, e in zip(got, expected):
+            if e is not None:
+                torch.testing.assert_close(g.as_subclass(torch.Tensor), e.as_subclass(torch.Tensor))
+        assert [a.grad is None for a in jit_args] == [a.grad is None for a in eager_args]
+        for a, e in zip(jit_args, eager_args):
+            if e.grad is not None:
+                torch.testing.assert_close(a.grad, e.grad)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
