@@ -95,7 +95,8 @@ class JittedFunction:
             raise ValueError(f"fallback must be None or 'eager', not {fallback!r}")
         self.fn = fn
         self.fullgraph = fullgraph
-        self._counters: frozenset = frozenset()  # state numbers read and written back: dynamic
+        # state numbers read and written back, or seen to change between calls: dynamic numbers
+        self._counters: frozenset = frozenset()
         self._read_lists: frozenset = frozenset()  # list arguments appended to and read another way
         self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
         self._changed_numbers: frozenset[str] = frozenset()  # Note [Numbers that change between calls ...]
@@ -225,6 +226,8 @@ class JittedFunction:
         if changed:
             self._changed_numbers |= changed
             self._cache.type_by_type(frozenset(i for i, name in enumerate(names) if name in changed))
+        prologues = [e.prologue for e in self._cache.newest_first]
+        self._counters |= numbers.changed_state_numbers(prologues, args, kwargs)  # state numbers alike
 
     def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> CacheEntry | Eager:
         """The pipeline of a miss; an error that stops it is decided on with the values of the pass

@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import functools
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optree
@@ -31,8 +31,8 @@ from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["SLOT_TYPES", "changed_number_arguments", "drop_unused_arithmetic", "fold_specialized",
-           "keeps_numbers", "roots_used", "specialize", "symbolic", "values_in_objects",
+__all__ = ["SLOT_TYPES", "changed_number_arguments", "changed_state_numbers", "drop_unused_arithmetic",
+           "fold_specialized", "keeps_numbers", "roots_used", "specialize", "symbolic", "values_in_objects",
            "with_number_lookasides"]
 
 
@@ -248,6 +248,12 @@ def _storing_owner(fn: Any) -> type | None:
 # every later trace of the function. Where the program needs its value (a size, an index), the number
 # specializes again and is guarded by value (never wrong, only a trace per value, as before);
 # ``jit(fn, dynamic=False)`` keeps every number specialized.
+# A number the program reads from state is treated alike (``changed_state_numbers``): a learning rate
+# that a scheduler stepped outside the jitted training step (``group["lr"]``), a temperature annealed
+# between calls. Pinned by value, each step was one more trace (torch.compile recompiles the same way
+# until its cache limit, and documents wrapping the rate in a tensor). The next trace binds that path
+# as a dynamic number, as it binds a number the program reads and writes back (``counters``,
+# jit/effects.py): the prologue reads it each call and checks only its type.
 def changed_number_arguments(prologues: list[Any], args: tuple, kwargs: dict,
                              names: list[str]) -> frozenset[str]:
     """The parameter names (``names[i]`` for ``args[i]``, the key for keyword arguments) of top-level
@@ -270,3 +276,44 @@ def changed_number_arguments(prologues: list[Any], args: tuple, kwargs: dict,
             if type(value) is type(expected) and value != expected:
                 found.add(names[step.value] if path.root.kind == "args" else step.value)
     return frozenset(found)
+
+
+def changed_state_numbers(prologues: list[Any], args: tuple, kwargs: dict) -> frozenset[Any]:
+    """The paths of int and float state (anything but a top-level argument: ``args[1].param_groups[0]
+    ['lr']``, a global's attribute, a number item of a tuple there) that some prologue pins by value to
+    another value of the same type (Note [Numbers that change between calls become dynamic]). A path
+    that calls a method is never read here."""
+    found: set[Any] = set()
+    for prologue in prologues:
+        for guard in _with_grouped(prologue.guards):
+            path, expected = guard.path, guard.expected
+            if guard.kind != "value" or type(expected) not in (int, float, tuple) \
+                    or path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
+                    or any(s.kind == "call" for s in path.steps):
+                continue
+            try:
+                value = path.get(args, kwargs)
+            except Exception:  # noqa: BLE001 - the state no longer has that shape: the guard says so
+                continue
+            if type(expected) is not tuple:
+                found.update(_changed(path, expected, value))
+            elif type(value) is tuple and len(value) == len(expected):  # Note [A tuple of counters]
+                for i, (was, now) in enumerate(zip(expected, value)):  # (jit/effects.py): Adam's betas
+                    found.update(_changed(path.index(i), was, now))
+    return frozenset(found)
+
+
+def _with_grouped(guards: tuple[Any, ...]) -> Iterator[Any]:
+    """``guards``, and those of a module's state grouped into one check (Note [Module state as one
+    check], jit/module_guards.py): a jitted module's ``self.temperature``."""
+    for guard in guards:
+        grouped = getattr(guard.path.root.obj, "checks", None) if guard.kind == "check" else None
+        yield from grouped.guards if grouped is not None else (guard,)
+
+
+def _changed(path: Any, expected: Any, value: Any) -> tuple[Any, ...]:
+    """``(path,)`` where an int or float pinned to ``expected`` now holds another number of its type."""
+    if type(expected) in (int, float) and type(value) is type(expected) and value != expected \
+            and value == value:  # a NaN is never equal to itself: that is no change
+        return (path,)
+    return ()

@@ -53,7 +53,8 @@ _REFLECTED = frozenset({
 
 @functools.cache
 def _value_parameters(aten_name: str) -> tuple[frozenset[int], frozenset[str]]:
-    """Positions and names typed as values in the tensor-returning aten overloads of ``aten_name``."""
+    """Positions and names typed as values in the aten overloads of ``aten_name`` that return tensors
+    (or nothing: in-place foreach ops)."""
     if aten_name.startswith("__") or aten_name in _LENGTH_FROM_SCALARS or "quantize" in aten_name:
         return frozenset(), frozenset()
     packet = getattr(torch.ops.aten, aten_name, None)
@@ -63,8 +64,9 @@ def _value_parameters(aten_name: str) -> tuple[frozenset[int], frozenset[str]]:
     names: set[str] = set()
     for overload in packet.overloads():
         schema = getattr(packet, overload)._schema
-        if not any("Tensor" in str(r.type) for r in schema.returns):
-            continue  # TorchScript's scalar arithmetic (aten::mul.int) shares the name
+        if schema.returns and not any("Tensor" in str(r.type) for r in schema.returns):
+            continue  # TorchScript's scalar arithmetic (aten::mul.int) shares the name; an in-place
+            # foreach op (aten::_foreach_mul_.Scalar) returns nothing and takes values
         _collect(schema, positions, names)
     return frozenset(positions), frozenset(names)
 

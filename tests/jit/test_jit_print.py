@@ -130,8 +130,9 @@ def test_a_print_inside_a_modules_forward() -> None:
 
 
 def test_an_objects_text_is_made_by_its_own_str_and_guarded() -> None:
-    """``print(obj)`` runs ``obj.__str__``, interpreted: what it reads is guarded (here a new entry per
-    value of the counter it prints)."""
+    """``print(obj)`` runs ``obj.__str__``, interpreted: what it reads is guarded. The counter it prints
+    changes between calls, so from the second entry on it is a dynamic number whose text is made on
+    every call (Note [Numbers that change between calls become dynamic]); before, an entry per value."""
 
     def f(x):
         print(Labelled())
@@ -140,7 +141,7 @@ def test_an_objects_text_is_made_by_its_own_str_and_guarded() -> None:
     def bump() -> None:
         COUNT["n"] += 1
 
-    check_prints(f, [(X,), (X,), (X,)], misses=3, before=bump)
+    check_prints(f, [(X,)] * 5, misses=2, before=bump)
 
 
 def test_a_list_printed_before_and_after_it_changes() -> None:

@@ -1,0 +1,123 @@
+"""Numbers held in state that change between calls (Note [Numbers that change between calls become
+dynamic], jitcore/jit/numbers.py): a learning rate a scheduler steps outside the jitted training
+step, a module's temperature, a global's factor. Pinned by value, each new value was one more trace;
+after one change the path is a dynamic number, read by the prologue on every call. Each program runs
+eagerly and jitted on equal inputs, call after call; results and state are compared on every call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jitcore
+from tests.jit.jit_helpers import assert_same
+
+OPTIMIZERS = {
+    "SGD-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=0.1),
+    "AdamW-foreach": lambda ps: torch.optim.AdamW(ps, lr=0.1, foreach=True),
+}
+SCHEDULERS = {
+    "LambdaLR": lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1 / (s + 1)),
+    "CosineAnnealingLR": lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 10),
+    # cycles Adam's ``betas`` too: a tuple of numbers, item by item
+    "OneCycleLR": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, 0.1, total_steps=20),
+}
+
+
+def _setup(optimizer: str, scheduler: str):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    opt = OPTIMIZERS[optimizer](model.parameters())
+    return model, opt, SCHEDULERS[scheduler](opt)
+
+
+def _step(model, opt, x):
+    opt.zero_grad()
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+@pytest.mark.parametrize("scheduler", list(SCHEDULERS))
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_scheduler_stepped_outside_the_jitted_step(optimizer, scheduler):
+    """Before: an entry per step (10 misses in 10 steps); the state's lr (and betas) now an input."""
+    (eager_model, eager_opt, eager_sched), (model, opt, sched) = _setup(optimizer, scheduler), \
+        _setup(optimizer, scheduler)
+    jitted = jitcore.jit(_step)
+    for i in range(10):
+        x = torch.randn(8, 3, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(model, opt, x), _step(eager_model, eager_opt, x))
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            assert_same(p.detach(), q.detach())
+        sched.step()
+        eager_sched.step()
+    assert jitcore.cache_misses(jitted) <= 2, jitcore.miss_reasons(jitted)[-1]
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.temperature = 1.0
+        self.keep = 2
+
+    def forward(self, x):
+        y = (self.lin(x) / self.temperature).softmax(-1)
+        return y[:, : self.keep] if self.keep < 4 else y * 2
+
+
+def test_a_module_attribute_annealed_between_calls():
+    torch.manual_seed(0)
+    module = _Scaled()
+    jitted = jitcore.jit(module)
+    x = torch.randn(3, 4)
+    for i in range(8):
+        module.temperature = 1.0 + 0.1 * i
+        assert_same(jitted(x), module(x))
+    assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)[-1]
+    # a number the program needs the value of (a slice bound, a branch) is still checked by value
+    for keep in (3, 4, 2):
+        module.keep = keep
+        assert_same(jitted(x), module(x))
+
+
+FACTORS = {"alpha": 0.5}
+
+
+def _scale(x):
+    return x * FACTORS["alpha"] + 1 if FACTORS["alpha"] < 2 else x - FACTORS["alpha"]
+
+
+def test_a_global_number_changed_between_calls():
+    jitted = jitcore.jit(_scale)
+    x = torch.randn(5)
+    for alpha in (0.5, 0.75, 1.0, 1.5, 3.0, 4.0, 0.25, float("nan"), 0.5):
+        FACTORS["alpha"] = alpha
+        assert_same(jitted(x), _scale(x))
+    FACTORS["alpha"] = 2  # an int where a float was traced: another entry, not a float's trace
+    assert_same(jitted(x), _scale(x))
+    assert jitted(x).dtype == _scale(x).dtype
+    FACTORS["alpha"] = 0.5
+    assert jitcore.cache_misses(jitted) <= 5, jitcore.miss_reasons(jitted)[-1]
+
+
+def test_a_number_to_an_in_place_foreach_op_stays_a_name():
+    """``torch._foreach_mul_(tensors, factor)`` returns nothing; its ``Scalar`` still takes a value
+    (before: the factor was pinned, an entry per value)."""
+    state = {"factor": 0.9}
+
+    def decay(tensors):
+        torch._foreach_mul_(tensors, state["factor"])
+        return [t.sum() for t in tensors]
+
+    jitted = jitcore.jit(decay)
+    for factor in (0.9, 0.8, 0.7, 0.6):
+        state["factor"] = factor
+        a = [torch.arange(3.0), torch.ones(2)]
+        b = [t.clone() for t in a]
+        assert_same(jitted(a), decay(b))
+        assert_same(a, b)
+    assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)[-1]
