@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.nested._internal.nested_tensor import NestedTensor
 
 import jitcore
@@ -227,7 +228,7 @@ class AutogradCalls:
             self._pass.snapshots.take(tensor, path)  # the set is an effect, replayed on every call
             values = self._pass.context.values
             values.bind(grad.shadow, grad)  # (a subclass gradient's shadow too)
-            held = _grad_to_hold(tensor, grad.shadow)
+            held = _grad_to_hold(tensor, grad.shadow, values.fake_mode)
             if held is not grad.shadow:
                 values.alias(held, grad)
             tensor.grad = held  # native reads (p.grad) see it: Pass.grad_value maps it back
@@ -246,13 +247,29 @@ class AutogradCalls:
 # built over the caller's offsets as eager's is.
 
 
-def _grad_to_hold(tensor: torch.Tensor, shadow: Any) -> Any:
-    """What ``tensor.grad`` holds while tracing for the gradient whose shadow is ``shadow`` (Note
-    [The gradient a caller's jagged tensor holds])."""
+# Note [The gradient of a leaf with symbolic sizes]
+# Likewise, a caller's plain leaf whose gradient has symbolic sizes in the pass (``values`` of an NJT
+# made inside, of a batch of another total length): torch's ``.grad`` setter compared the sizes and
+# so guarded them (``Eq(s0, 10)``), and the pass kept no symbol: a training step with its backward
+# inside traced an entry per size. The leaf holds a fake tensor of its own sizes and strides instead,
+# an alias of the gradient's proxy (native reads of ``.grad`` map back to it, ``Pass.grad_value``).
+
+
+def _grad_to_hold(tensor: torch.Tensor, shadow: Any, fake_mode: Any) -> Any:
+    """What ``tensor.grad`` holds while tracing for the gradient whose shadow is ``shadow`` (Notes
+    [The gradient a caller's jagged tensor holds], [The gradient of a leaf with symbolic sizes])."""
+    if type(tensor) is torch.Tensor and type(shadow) is FakeTensor and _symbolic(shadow):
+        with fake_mode:
+            return torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()), dtype=shadow.dtype,
+                                       device=shadow.device)
     if type(tensor) is not NestedTensor or type(shadow) is not NestedTensor:
         return shadow
     return NestedTensor(shadow.values(), tensor.offsets(), lengths=tensor.lengths(),
                         _ragged_idx=tensor._ragged_idx)  # noqa: SLF001 - NJT's layout field
+
+
+def _symbolic(shadow: torch.Tensor) -> bool:
+    return any(type(n) is torch.SymInt for n in (*shadow.shape, *shadow.stride()))
 
 
 def _shadows(values: list) -> list:

@@ -355,3 +355,27 @@ def test_a_backward_inside_through_a_non_leaf_input():
             torch.testing.assert_close(jitted_grad(base * 2), input_grad(base * 2))
     assert isinstance(jitted.fallback_reason, jitcore.errors.EagerOnlyValue)
     assert jitcore.cache_hits(jitted_grad) == 1
+
+
+@pytest.mark.parametrize("accumulate", [False, True], ids=["fresh", "accumulated"])
+def test_a_backward_inside_into_leaves_of_changing_sizes_is_one_entry(accumulate: bool) -> None:
+    """Note [The gradient of a leaf with symbolic sizes] (jitcore/jit/autograd_calls.py): the leaf's
+    ``.grad`` while tracing no longer guards its sizes, so a batch of another size hits the symbolic
+    entry (an entry per size before); ``x.grad`` and ``w.grad`` are eager's on every call."""
+    def step(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        loss = (x * w).tanh().sum() + x.square().mean()
+        loss.backward()
+        return loss.detach()
+
+    jitted = jitcore.jit(step)
+    w_eager, w_jit = torch.randn(4, requires_grad=True), None
+    w_jit = w_eager.detach().clone().requires_grad_()
+    for n in (3, 4, 5, 6, 7, 2):
+        x = torch.randn(n, 4)
+        x_eager, x_jit = x.clone().requires_grad_(), x.clone().requires_grad_()
+        if accumulate:  # a gradient already there: accumulated into, as eagerly
+            x_eager.grad, x_jit.grad = torch.ones(n, 4), torch.ones(n, 4)
+        assert_same(jitted(x_jit, w_jit), step(x_eager, w_eager))
+        assert_same(x_jit.grad, x_eager.grad)
+        assert_same(w_jit.grad, w_eager.grad)
+    assert jitcore.cache_misses(jitted) <= 3, jitcore.miss_reasons(jitted)  # 6 before
