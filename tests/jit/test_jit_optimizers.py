@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from jit_helpers import assert_same
+from jit_helpers import assert_same, training_step
 
 import jitcore
 
@@ -297,13 +297,7 @@ def test_foreach_optimizer_in_a_jitted_training_step(name):
         optimizer.param_groups[0]["foreach"] = True
         return optimizer
 
-    def step(model, opt, x):
-        opt.zero_grad()
-        loss = model(x).square().mean()
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
+    step = training_step(lambda model, x: model(x).square().mean())
     (eager_model, eager_opt), (model, opt) = _setup(make), _setup(make)
     jitted = jitcore.jit(step)
     for i in range(6):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import jitcore
-from tests.jit.jit_helpers import assert_same
+from tests.jit.jit_helpers import assert_same, training_step
 
 OPTIMIZERS = {
     "SGD-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
@@ -32,12 +32,7 @@ def _setup(optimizer: str, scheduler: str):
     return model, opt, SCHEDULERS[scheduler](opt)
 
 
-def _step(model, opt, x):
-    opt.zero_grad()
-    loss = model(x).square().mean()
-    loss.backward()
-    opt.step()
-    return loss.detach()
+_step = training_step(lambda model, x: model(x).square().mean())
 
 
 @pytest.mark.parametrize("scheduler", list(SCHEDULERS))
