@@ -44,7 +44,7 @@ from jitcore.dispatch.resolver import (
 from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
 from jitcore.interpreter.lookasides import builtin_lookasides
-from jitcore.ir import BoundSymbol, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
+from jitcore.ir import BoundSymbol, Inlined, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.jit import appends, numbers, outputs
 from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
 from jitcore.jit.autograd_calls import AutogradCalls
@@ -437,6 +437,10 @@ class Pass:
             if holds_functorch_tensor(args, kwargs):
                 return run_natively(symbol, args, kwargs)
             args, kwargs = optree.tree_map(self.held.bind, (args, kwargs), none_is_leaf=True)
+        if self._has_numbers():  # Note [Index objects handed to torch] (jit/numbers.py)
+            indexed = numbers.indexed_objects((args, kwargs))
+            if indexed[0] is not args or indexed[1] is not kwargs:
+                return Inlined(symbol(*indexed[0], **indexed[1]), splice=True)
         if self._has_numbers() and tree_has((args, kwargs), NumberProxy):
             # a dynamic number stays a name only where torch takes it as a value; with a tensor subclass,
             # only where it reaches the subclass's dispatch unchanged (text: its characters)

@@ -20,20 +20,23 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import operator
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import optree
+import torch
 
-from jitcore.ir import BoundSymbol, Trace, drop_unread, value_leaves
+from jitcore.interpreter import current_run
+from jitcore.ir import BoundSymbol, Proxy, Trace, drop_unread, value_leaves
 from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["SLOT_TYPES", "changed_number_arguments", "changed_state_numbers", "drop_unused_arithmetic",
-           "fold_specialized", "keeps_numbers", "roots_used", "specialize", "symbolic", "values_in_objects",
-           "with_number_lookasides"]
+           "fold_specialized", "indexed_objects", "keeps_numbers", "roots_used", "specialize", "symbolic",
+           "values_in_objects", "with_number_lookasides"]
 
 
 def symbolic(trace: Trace, prologue: PrologueBuilder,
@@ -178,35 +181,89 @@ def stores_items(fn: Any) -> bool:
 # A program's object that holds a dynamic number (``o.ind = n``) and is handed to C code that asks it for
 # a number (``range(o)``, ``bool(o)``, ``hash(o)``, ``[0] * o``) has its ``__index__``/``__bool__``/... run
 # natively by C, past the interpreter: it returned the proxy, which C refused ("__index__ returned non-int
-# (type NumberProxy)"). For the duration of such a call the object's own numbers are their values,
-# specialized (C may read any of them), and the proxies are put back after it where the call left the
-# attribute as it was. Only objects whose class defines one of those methods in Python, passed directly
-# (or as a slice's bound), are so treated: others are handed on as they are, their numbers kept. Where the
-# interpreter runs the protocol itself (a sequence's index, truth) it calls the method interpreted instead
-# (Note [A stand-in's number is given to C as its value], interpreter/protocols.py).
+# (type NumberProxy)"). For the duration of such a call the object's numbers are their values, specialized
+# (C may read any of them), and the proxies are put back after it where the call left the item or
+# attribute as it was. The numbers are those the method can reach without a call: the object's own, and
+# those of the plain objects, lists and dicts it holds, two levels down (``self.inner.n``,
+# ``self.sizes[0]``). Only objects whose class defines one of those methods in Python are so treated, passed
+# directly, as a slice's bound, or as an item of a list, tuple, set, deque or dict (``bytes([o, o])``,
+# ``struct.pack("2b", *objs)``, ``array.array("b", objs)``); others are handed on as they are, their numbers
+# kept. At most ``_WALK_LIMIT`` objects are looked at per call. Where the interpreter runs the protocol
+# itself (a sequence's index, truth) it calls the method interpreted instead (Note [A stand-in's number is
+# given to C as its value], interpreter/protocols.py).
 _NUMBER_METHODS = ("__index__", "__int__", "__float__", "__complex__", "__bool__", "__hash__",
                    "__length_hint__")
+_CONTAINERS = (list, tuple, set, frozenset, collections.deque, dict)
+_WALK_LIMIT = 10_000
 
 
 @contextlib.contextmanager
 def values_in_objects(fn: Any, args: tuple, kwargs: dict) -> Any:
-    """Note [Objects handed to C hold values]: while the C callable ``fn`` runs, the dynamic numbers held
-    in the instance dicts of the objects it is handed that it may ask for a number are their values."""
-    swapped: list[tuple[dict, str, NumberProxy, Any]] = []
+    """Note [Objects handed to C hold values]: while the C callable ``fn`` runs, the dynamic numbers that
+    the objects it is handed can reach, where it may ask them for a number, are their values."""
+    swapped: list[tuple[Any, Any, NumberProxy, Any]] = []
     if not _stores(fn):
+        walk = _Walk(swapped)
         for obj in _handed(args, kwargs):
-            held = getattr(obj, "__dict__", None) if _asks_for_numbers(type(obj)) else None
-            if type(held) is dict:
-                for name, value in list(held.items()):
-                    if isinstance(value, NumberProxy):
-                        held[name] = value.specialize()
-                        swapped.append((held, name, value, held[name]))
+            if type(obj) in _CONTAINERS:
+                for item in obj.values() if type(obj) is dict else obj:
+                    if walk.left <= 0:
+                        break
+                    walk.left -= 1
+                    if _asks_for_numbers(type(item)):
+                        walk.held_by(item, 2)
+            elif _asks_for_numbers(type(obj)):
+                walk.held_by(obj, 2)
     try:
         yield
     finally:
-        for held, name, proxy, value in swapped:
-            if held.get(name, held) is value:
-                held[name] = proxy
+        for holder, key, proxy, value in reversed(swapped):
+            if type(holder) is list:
+                if key < len(holder) and holder[key] is value:
+                    holder[key] = proxy
+            elif holder.get(key, holder) is value:
+                holder[key] = proxy
+
+
+class _Walk:
+    """The numbers reachable from objects handed to C, swapped for their values (Note [Objects handed to C
+    hold values])."""
+
+    def __init__(self, swapped: list) -> None:
+        self.swapped, self.seen, self.left = swapped, set(), _WALK_LIMIT
+
+    def held_by(self, obj: Any, depth: int) -> None:
+        if id(obj) in self.seen or self.left <= 0:
+            return
+        self.seen.add(id(obj))
+        self.left -= 1
+        kind = type(obj)
+        if kind is list:
+            self._swap(obj, enumerate(obj), depth)
+        elif kind is dict:
+            self._swap(obj, list(obj.items()), depth)
+        elif kind in _CONTAINERS:
+            if depth:
+                for item in obj.values() if kind is dict else list(obj):
+                    self.held_by(item, depth - 1)
+        elif not issubclass(kind, (NumberProxy, Proxy, type, types.ModuleType, types.FunctionType)):
+            try:
+                held = object.__getattribute__(obj, "__dict__")
+            except Exception:  # noqa: BLE001 - no instance dict (slots, a C object): nothing held there
+                return
+            if type(held) is dict:
+                self._swap(held, list(held.items()), depth)
+
+    def _swap(self, holder: Any, items: Any, depth: int) -> None:
+        for key, value in items:
+            if isinstance(value, NumberProxy):
+                holder[key] = value.specialize()
+                self.swapped.append((holder, key, value, holder[key]))
+            elif depth and type(value) not in _NUMBERS:
+                self.held_by(value, depth - 1)
+
+
+_NUMBERS = (int, float, bool, complex, str, bytes, type(None))
 
 
 def _handed(args: tuple, kwargs: dict) -> list[Any]:
@@ -218,6 +275,40 @@ def _handed(args: tuple, kwargs: dict) -> list[Any]:
 def _asks_for_numbers(cls: type) -> bool:
     return not issubclass(cls, (NumberProxy, type)) and \
         any(type(getattr(cls, name, None)) is types.FunctionType for name in _NUMBER_METHODS)
+
+
+# Note [Index objects handed to torch]
+# torch takes an object whose class defines ``__index__`` where it takes an int (``x[:o]``, ``x[o]``,
+# ``x.view(o, -1)``, ``torch.zeros(o)``, ``x.narrow(0, 0, o)``) and calls its ``__index__`` natively from
+# C. Where that method returns a dynamic number (``return self.n``), torch refused the proxy ("__index__
+# returned non-int (type NumberProxy)"), and the recorded call held the object itself. Each such object in a
+# torch call's arguments (in slices, tuples and lists too) is replaced by ``operator.index(o)`` run
+# interpreted, as CPython's ``PyNumber_Index`` would run the method: the number it returns (a name where it
+# is a dynamic number) is what the call records (the pass records the call again with the indices, its
+# first record spliced away). Only classes that define ``__index__`` in Python, and are not tensors or
+# torch's symbolic numbers (the sizes the pass gives as SymInts), are so treated.
+_TORCH_NUMBERS = (torch.SymInt, torch.SymFloat, torch.SymBool)  # torch's own, which it takes as they are
+
+
+def indexed_objects(value: Any) -> Any:
+    """``value`` with each object of a Python ``__index__`` replaced by its index, computed interpreted
+    (Note [Index objects handed to torch])."""
+    kind = type(value)
+    if kind in _NUMBERS or kind is torch.dtype or isinstance(value, (Proxy, torch.Tensor)):
+        return value
+    if kind is slice:
+        bounds = (value.start, value.stop, value.step)
+        given = tuple(indexed_objects(b) for b in bounds)
+        return value if all(a is b for a, b in zip(given, bounds)) else slice(*given)
+    if kind is tuple or kind is list:
+        given = [indexed_objects(v) for v in value]
+        return value if all(a is b for a, b in zip(given, value)) else kind(given)
+    if kind is dict:
+        given = {k: indexed_objects(v) for k, v in value.items()}
+        return value if all(given[k] is v for k, v in value.items()) else given
+    if type(getattr(kind, "__index__", None)) is types.FunctionType and not issubclass(kind, _TORCH_NUMBERS):
+        return current_run().call(operator.index, value)
+    return value
 
 
 def _stores(fn: Any) -> bool:

@@ -104,3 +104,56 @@ def test_an_in_place_op_on_a_leaf_that_requires_grad_raises_eagers_words() -> No
     expected = _raised(passed_in, torch.ones(2), torch.ones(2, requires_grad=True))
     for _ in range(2):
         assert _raised(jfn, torch.ones(2), torch.ones(2, requires_grad=True)) == expected
+
+
+class _Size:
+    """An index object: its ``__index__`` returns a number it holds."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+class _Nested:
+    """An index object whose ``__index__`` reads the number through another object."""
+
+    def __init__(self, n: int) -> None:
+        self.inner = _Size(n)
+
+    def __index__(self) -> int:
+        return self.inner.n
+
+
+def test_an_index_object_holding_a_dynamic_number_reaches_torch_and_c_as_its_index() -> None:
+    """From the call where ``n`` became a dynamic number, an object whose ``__index__`` returns it raised
+    "__index__ returned non-int (type NumberProxy)" when handed to torch (``x[:o]``, ``x[o]``,
+    ``x.view(o, -1)``, ``torch.zeros(o)``, ``x.narrow(0, 0, o)``): torch called the method natively, and the
+    record held the object. Each is now given to torch as ``operator.index(o)`` run interpreted (Note
+    [Index objects handed to torch]). An object reading the number through another (``self.inner.n``)
+    and handed to C (``range(o)``, ``[0] * o``, ``bytes([o, o])``) raised the same: the numbers such an
+    object reaches two levels down, and those of index objects inside lists handed to C, are values for
+    the call (Note [Objects handed to C hold values])."""
+
+    def program(x: torch.Tensor, n: int) -> list:
+        out = []
+        for o in (_Size(n), _Nested(n)):
+            out += [x[:o], x[o], x[o:], x[:6].view(o, -1) if 6 % n == 0 else None, torch.zeros(o),
+                    x.narrow(0, 0, o), x.view(2, 4)[1, :o]]
+        nested = _Nested(n)
+        out += [list(range(nested)), [0] * nested, "ab" * nested, bytes([nested, _Size(n)]),
+                bytes([_Nested(n), _Nested(n + 1)])]
+        return out
+
+    jfn = jitcore.jit(program)
+    for n in (2, 3, 4, 1, 3):
+        expected = program(torch.arange(8.0), n)
+        got = jfn(torch.arange(8.0), n)
+        assert len(got) == len(expected)
+        for a, e in zip(got, expected):
+            assert type(a) is type(e)
+            if isinstance(e, torch.Tensor):
+                assert torch.equal(a, e), (n, a, e)
+            else:
+                assert a == e, (n, a, e)
