@@ -171,6 +171,16 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
 
 
 # Note [Inputs sharing storage under autograd]
+    stored = _stored_from_a_resolution(trace)
+    if stored is not None:  # Note [A tensor a subclass's code stores under grad]
+        if runs_pass_1:
+            return GradStage(None)
+        raise EagerOnlyValue(
+            f"{stored.name}, a tensor a tensor subclass's __torch_dispatch__ or __torch_function__ computes "
+            "and stores into Python state or returns beside its result, under autograd: the grad "
+            "transform re-runs that code and cannot name the tensor it stored",
+            hints=("store the tensor from the function itself, after the subclass call",),
+        )
     # autograd records aten ops on values; numbers read with item() stay names where it records nothing,
     # and counters of the program's state are computed beside the forward (Note [Counters under grad])
     pinned = {g.path for g in prologue.guards if g.kind == "value"}
@@ -212,6 +222,30 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     inputs = [(path, proxy.name) for proxy, path, _requires_grad in subclass_inputs]
     differentiated = Differentiated(computation, forward_traces, backward_traces, inputs, layouts)
     return GradStage(differentiated, guards, dropped)
+
+
+# Note [A tensor a subclass's code stores under grad]
+# A subclass's dispatch that keeps its inner results (``SAVED.append(out.a.detach())``) stores a
+# tensor computed inside the resolution of a call: pass 1 names it among the resolution's records,
+# and its store is an effect whose value the computation returns. Flattening inlines resolutions, so
+# without grad it is computed; the grad transform replays each call whole on shadows and re-runs the
+# subclass's code, so no record of its forward names that tensor (an AssertionError from inside
+# jitcore, where eager computes). Such a call runs eagerly (JC-J002), with its reason.
+def _stored_from_a_resolution(trace: Trace) -> Any:
+    """A tensor of the output (a value returned or stored) that only a call's resolution makes."""
+    top = {id(a) for a in trace.args}
+    inner: set[int] = set()
+    for bsym in trace.bound_symbols:
+        top.update(id(v) for v in optree.tree_leaves(bsym.output, none_is_leaf=True))
+        pending = list(bsym.subsymbols)
+        while pending:
+            sub = pending.pop()
+            pending.extend(sub.subsymbols)
+            inner.update(id(v) for v in optree.tree_leaves(sub.output, none_is_leaf=True))
+    for leaf in optree.tree_leaves(trace.output, none_is_leaf=True):
+        if isinstance(leaf, TensorProxy) and id(leaf) in inner and id(leaf) not in top:
+            return leaf
+    return None
 
 
 # Note [The grad transform's replay writes no state]

@@ -5,6 +5,7 @@ the log or counter compared after every call. Each test failed before its fix.""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -295,3 +296,43 @@ def test_backward_of_an_output_that_is_a_leaf_runs_as_eagerly(program: Any) -> N
             if e.grad is not None:
                 torch.testing.assert_close(a.grad, e.grad)
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+
+
+KEPT: list[torch.Tensor] = []
+
+
+class Keeping(TwoTensor):
+    """A TwoTensor whose dispatch keeps each result's first inner tensor in a global list."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if isinstance(out, TwoTensor):
+            KEPT.append(out.a.detach())
+        return out
+
+
+def test_a_tensor_a_subclass_stores_under_grad_is_kept_as_eagerly() -> None:
+    """Under grad, a dispatch that appends a tensor it computed to a global list raised "grad transform:
+    t3 is used before it is produced" from inside jitcore (Note [A tensor a subclass's code stores
+    under grad]); such a call runs eagerly, and the list holds eager's tensors after every call."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x * w).sin()
+
+    jitted = jitcore.jit(f)
+    for i in range(3):
+        kept = []
+        outs = []
+        for fn in (f, jitted):
+            KEPT.clear()
+            torch.manual_seed(i)
+            x, w = Keeping(torch.randn(3), torch.randn(3)), torch.randn(3, requires_grad=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                outs.append(fn(x, w))
+            kept.append(list(KEPT))
+        assert len(kept[1]) == len(kept[0]) == 2
+        torch.testing.assert_close(kept[1], kept[0])
+        assert type(outs[1]) is type(outs[0]) and outs[1].requires_grad == outs[0].requires_grad
+        torch.testing.assert_close((outs[1].a, outs[1].b), (outs[0].a, outs[0].b))
