@@ -148,7 +148,7 @@ class JittedModule(torch.nn.Module):
         if (module._forward_pre_hooks or module._forward_hooks or module._backward_hooks
                 or module._backward_pre_hooks or _has_global_hooks()):
             return call_with_hooks(module, self.jitted_forward, args, kwargs)
-        return self.jitted_forward(*args, **kwargs)
+        return _call_outside_a_run(self.jitted_forward, *args, **kwargs)  # Note [One call to the forward]
 
     def forward(self, /, *args: Any, **kwargs: Any) -> Any:
         """The jitted forward alone (no hooks), as ``module.forward(...)`` is eagerly."""
@@ -267,6 +267,13 @@ for _name in _DELEGATED:
 # arguments and output, none of which a trace could replay (Python side effects happen only while
 # tracing). ``call_with_hooks`` is torch.nn.Module._call_impl with the jitted forward in place of
 # ``self.forward``; tests/jit/test_jit_module.py runs both on the same hooks.
+
+
+# Note [One call to the forward]: outside a traced program, ``ForwardJit.__call__`` only asks whether a
+# run is active and then calls ``JittedFunction.__call__``. ``JittedModule.__call__`` has asked that
+# already, so it calls ``JittedFunction.__call__`` itself: a Python frame, a ``super()`` and the repacked
+# arguments less on every call of a jitted module (tests/jit/test_jit_module_call_overhead.py).
+_call_outside_a_run = JittedFunction.__call__
 
 
 def _has_global_hooks() -> bool:

@@ -130,6 +130,12 @@ class ModuleState:
         paths = {g.path.describe(): qualified_name(g.path) for g in checks.guards}
         self._names = sorted(((d, f"self.{q}") for d, q in paths.items() if q), key=lambda p: -len(p[0]))
 
+    @property
+    def inlined_guards(self) -> tuple[Guard, ...]:
+        """The grouped guards, for the entry's fast path to render in place (Note [Grouped checks
+        inlined in the fast path], prologue/prologue.py)."""
+        return self.checks.guards
+
     def __call__(self) -> str | None:
         if self._run((), {}) is not MISS:
             return None

@@ -5,7 +5,9 @@ inputs. It renders to two functions from the same statements:
 - ``prologue(args, kwargs)``: the printable trace a user reads; returns the computation's inputs,
   or None when a guard fails;
 - ``cached_call(args, kwargs)``: the fast path the jit runs; the same checks, then a direct call of
-  the compiled computation; returns the MISS sentinel when a guard fails.
+  the compiled computation; returns the MISS sentinel when a guard fails. A grouped check that
+  offers its guards runs them in place there (Note [Grouped checks inlined in the fast path]): the
+  two functions accept exactly the same calls.
 Invariants: every path is read once into a local; checks run in recording order (parents before
 children); a check that raises (a missing key, a too-short tuple) counts as a failed guard; user
 text reaches the source only as bound constants (see paths.py and guards.py).
@@ -82,8 +84,10 @@ class Prologue:
         ``jitcore.guards`` log and miss messages say (Note [Guard sentences] in guards.py)."""
         return [g.describe() for g in self.guards] + [s.describe() for s in self.state]
 
-    def _render(self, name: str, miss: str) -> tuple[str, dict[str, Any], list[str]]:
-        """Source of the checks (without the final return), its constants, the input variables."""
+    def _render(self, name: str, miss: str, inline: bool = False) -> tuple[str, dict[str, Any], list[str]]:
+        """Source of the checks (without the final return), its constants, the input variables.
+        ``inline``: a grouped check that offers its guards is rendered as those guards, in place
+        (Note [Grouped checks inlined in the fast path])."""
         constants: dict[str, Any] = {}
         by_id: dict[int, str] = {}
 
@@ -115,11 +119,18 @@ class Prologue:
             variables[path] = expr
             return expr
 
-        for guard in self.guards:
-            v = var(guard.path)
-            related = tuple(var(p) for p in guard.related)
-            hint[0] = guard.path.describe()
-            lines.append(f"  if {guard.render_failure(v, bind, related)}: return {miss}")
+        def render(guards: tuple[Guard, ...]) -> None:
+            for guard in guards:
+                grouped = _inlined_guards(guard) if inline else None
+                if grouped is not None:
+                    render(grouped)
+                    continue
+                v = var(guard.path)
+                related = tuple(var(p) for p in guard.related)
+                hint[0] = guard.path.describe()
+                lines.append(f"  if {guard.render_failure(v, bind, related)}: return {miss}")
+
+        render(self.guards)
         for state in self.state:
             lines.append(f"  if {state.render_failure(bind)}: return {miss}")
         inputs = [var(p) for p in self.inputs]
@@ -139,7 +150,7 @@ class Prologue:
 
     def compile(self, computation: Callable[..., Any]) -> Callable[[tuple, dict], Any]:
         """The fast path: the checks, then ``computation(*inputs)``; MISS when a check fails."""
-        source, constants, inputs = self._render("cached_call", "__MISS")
+        source, constants, inputs = self._render("cached_call", "__MISS", inline=True)
         source += f"  return __computation({', '.join(inputs)})\n"
         namespace = {"torch": torch, "__MISS": MISS, "__computation": computation, **constants}
         return compile_source(source, "cached_call", namespace, tag="prologue", fast_imports=("torch",))
@@ -253,6 +264,26 @@ class PrologueBuilder:
 # the path it checks (``__is_self__backward_hooks``), so that a printed prologue reads on its own.
 # Names are ASCII identifiers starting with ``__``: they never meet the prologue's own names.
 _RESERVED = frozenset({"__MISS", "__computation"})
+
+
+def _inlined_guards(guard: Guard) -> tuple[Guard, ...] | None:
+    """The guards a grouped check (a ``check`` guard calling a bound object) stands for, when that
+    object offers them as ``inlined_guards``; None otherwise."""
+    path = guard.path
+    if guard.kind != "check" or path.root.kind != "bound" or len(path.steps) != 1:
+        return None
+    return getattr(path.root.obj, "inlined_guards", None)
+
+
+# Note [Grouped checks inlined in the fast path]: a grouped check (``__state_of_Sequential()``, Note
+# [Module state as one check] in jit/module_guards.py) is one line of the printed prologue and one
+# explanation on a miss, but calling it on every hit cost a Python call, the group's own generated
+# function, its argument tuple and dict, and reading again the paths the entry's prologue reads after
+# it (``self._modules``, the parameters). Its object offers its guards (``inlined_guards``), and the
+# compiled fast path renders those in place: the same checks in the same order, each returning the miss
+# where the group's function returned one, so the fast path accepts exactly what it accepted before;
+# paths read by both share one variable (paths compare their bound roots by identity). ``__str__``,
+# ``explain`` and the guards log still show and run the group as one check.
 
 
 def _constant_name(obj: Any, hint: str, taken: dict[str, Any]) -> str:

@@ -1,0 +1,83 @@
+"""The per-call work of a cached call of a jitted module (Note [Grouped checks inlined in the fast
+path], jitcore/prologue/prologue.py; Note [One call to the forward], jitcore/jit/module.py): the
+module's grouped state checks run inside the entry's own generated prologue, and the wrapper calls
+the jitted function directly. Counted with ``sys.setprofile``; every change to the module's state
+still misses and gives eager's answer."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import torch
+from jit_helpers import assert_same
+from torch import nn
+
+import jitcore
+
+
+def _frames(fn) -> list[tuple[str, str]]:
+    """The Python frames (file, function) that ``fn()`` enters."""
+    seen: list[tuple[str, str]] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append((frame.f_code.co_filename.replace("\\", "/"), frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+
+
+def test_a_cached_module_call_runs_its_state_checks_in_one_prologue():
+    model = _mlp()
+    jitted = jitcore.jit(copy.deepcopy(model), executor="torch")
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        assert_same(jitted(x), model(x))
+    frames = _frames(lambda: jitted(x))
+    grouped = [f for f in frames if f[0].endswith("jitcore/jit/module_guards.py")]
+    assert len(grouped) == 1, frames  # SubmoduleHooks's loop: no ModuleState.__call__
+    prologues = [f for f in frames if f[1] == "cached_call"]
+    assert len(prologues) == 1, frames  # the entry's: not the grouped checks' own as well
+    wrappers = [f for f in frames if f[0].endswith("jitcore/jit/module.py") and f[1] == "__call__"]
+    assert len(wrappers) == 1, frames  # JittedModule.__call__, not ForwardJit.__call__ as well
+    assert jitcore.cache_hits(jitted) == 2
+    text = str(jitcore.last_prologue_traces(jitted)[0])
+    assert "__state_of_Sequential()" in text, text  # printed and explained as one check still
+
+
+def test_inlined_state_checks_still_miss_on_every_change():
+    model = _mlp()
+    jitted = jitcore.jit(copy.deepcopy(model), executor="torch")
+    x = torch.randn(4, 8)
+
+    def same() -> None:
+        assert_same(jitted(x), model(x))
+
+    same()
+    same()
+    changes = [  # each: a change to the module's state, and what the miss says
+        (lambda m: setattr(m[1], "inplace", True), "inplace"),
+        (lambda m: m[0].register_forward_hook(lambda mod, a, out: out * 2), "has forward hooks"),
+        (lambda m: setattr(m[2], "weight", nn.Parameter(m[2].weight.detach().t().contiguous().t())),
+         "stride"),
+        (lambda m: m[2].bias.requires_grad_(False), "requires_grad"),
+        (lambda m: m.append(nn.Tanh()), ""),
+    ]
+    for count, (change, why) in enumerate(changes, start=1):
+        for m in (model, jitted):
+            change(m)
+        same()
+        same()
+        assert jitcore.cache_misses(jitted) == 1 + count, (count, jitcore.miss_reasons(jitted))
+        reasons = " | ".join(str(r) for r in jitcore.miss_reasons(jitted)[-1])
+        assert why in reasons, (why, reasons)
