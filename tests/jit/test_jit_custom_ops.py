@@ -35,6 +35,19 @@ def _scale_add_setup(ctx, inputs, output):
 scale_add.register_autograd(_scale_add_backward, setup_context=_scale_add_setup)
 
 
+# An operator defined the TORCH_LIBRARY way, in a namespace of its own: a schema, a kernel, a fake
+# kernel and an autograd formula registered one by one (as C++ extensions and libraries do).
+_LIBRARY = torch.library.Library("jitcore_test_lib", "DEF")
+_LIBRARY.define("cube_plus(Tensor x, float c) -> Tensor")
+_LIBRARY.impl("cube_plus", lambda x, c: x * x * x + c, "CompositeExplicitAutograd")
+torch.library.register_fake("jitcore_test_lib::cube_plus", lambda x, c: torch.empty_like(x))
+torch.library.register_autograd(
+    "jitcore_test_lib::cube_plus",
+    lambda ctx, grad: (grad * 3 * ctx.saved_tensors[0] ** 2, None),
+    setup_context=lambda ctx, inputs, output: ctx.save_for_backward(inputs[0]),
+)
+
+
 @torch.library.custom_op("jitcore_test::no_fake", mutates_args=())
 def no_fake(a: torch.Tensor) -> torch.Tensor:
     return a.clone()
@@ -61,6 +74,22 @@ def test_custom_op_gradients_use_its_registered_autograd():
     f(ea, eb).backward()
     assert_same(a.grad, ea.grad)
     assert_same(b.grad, eb.grad)
+
+
+def test_an_operator_of_a_library_namespace_with_its_registered_kernels():
+    def f(x, c):
+        return torch.ops.jitcore_test_lib.cube_plus(x.sin(), c).sum()
+
+    jf = jitcore.jit(f)
+    for c in (1.0, 1.0, 2.5):
+        x = torch.randn(5, requires_grad=True)
+        ex = x.detach().clone().requires_grad_()
+        got, expected = jf(x, c), f(ex, c)
+        assert_same(got, expected)
+        got.backward()
+        expected.backward()
+        assert_same(x.grad, ex.grad)
+    assert "torch.ops.jitcore_test_lib.cube_plus.default(" in str(jitcore.last_traces(jf)[-1])
 
 
 def test_custom_op_without_a_fake_kernel_is_a_clear_error():
