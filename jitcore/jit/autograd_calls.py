@@ -156,9 +156,18 @@ class AutogradCalls:
             grads = tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs))
         if not (create_graph if retain_graph is None else retain_graph):  # eager frees the graph's buffers
             fake_mode = self._pass.context.values.fake_mode
-            if not free_graph(_shadows(outputs), _shadows(inputs), _shadows(grad_outputs), fake_mode):
+            with self._pass.snapshots.writing_nothing():  # Note [Freeing runs the backward again]
+                freed = free_graph(_shadows(outputs), _shadows(inputs), _shadows(grad_outputs), fake_mode)
+            if not freed:
                 self._unfreed.update((id(n), n) for n in graph_nodes(roots))
         return grads
+
+    # Note [Freeing runs the backward again]
+    # ``free_graph`` runs the backward a second time on the shadows. A user subclass's
+    # ``__torch_dispatch__`` runs again there on the pass's interpreter, state-tracked as the program's
+    # code is, so its ``LOG.append(func.__name__)`` for the backward's ops (``ones_like``, ``expand``,
+    # ``mm``) was recorded twice and replayed twice on every call where eager logs once. Its writes are
+    # undone after it: the recorded backward made the program's.
 
     # Note [A graph the pass could not free]
     # Freeing the shadows' graph runs the backward again on the shadows, natively. A subclass whose own

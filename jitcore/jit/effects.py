@@ -22,11 +22,12 @@ number, ``counters``, so the write is computed from the value each call finds).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import optree
@@ -206,6 +207,20 @@ class StateSnapshots:
         """Put every reached object back into its snapshot state."""
         for snap in reversed(list(self._snapshots.values())):
             _restore(snap.obj, snap.state)
+
+    @contextlib.contextmanager
+    def writing_nothing(self) -> Iterator[None]:
+        """The body's writes into reached objects are undone after it (an object first reached in the
+        body goes back to its snapshot): work of jitcore's that runs the program's code again."""
+        now = [(snap.obj, _state_of(snap.obj)) for snap in self._snapshots.values()]
+        known = set(self._snapshots)
+        try:
+            yield
+        finally:
+            for key in [k for k in self._snapshots if k not in known]:
+                _restore(self._snapshots[key].obj, self._snapshots[key].state)
+            for obj, state in reversed(now):
+                _restore(obj, state)
 
     def returned_objects(self, output: Any, args: tuple, kwargs: dict,
                          copies: set[int]) -> tuple[Any, ReturnedObjects | None]:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
@@ -336,3 +337,67 @@ def test_a_tensor_a_subclass_stores_under_grad_is_kept_as_eagerly() -> None:
         torch.testing.assert_close(kept[1], kept[0])
         assert type(outs[1]) is type(outs[0]) and outs[1].requires_grad == outs[0].requires_grad
         torch.testing.assert_close((outs[1].a, outs[1].b), (outs[0].a, outs[0].b))
+
+
+class LoggedWeight(torch.Tensor):
+    """A user's logging wrapper (test_python_dispatch's LoggingTensor in spirit): each aten op's name."""
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> LoggedWeight:
+        return torch.Tensor._make_wrapper_subclass(  # noqa: SLF001
+            cls, elem.shape, dtype=elem.dtype, requires_grad=elem.requires_grad)
+
+    def __init__(self, elem: torch.Tensor) -> None:
+        self.elem = elem
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["elem"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, meta: Any, size: Any, stride: Any) -> LoggedWeight:
+        return LoggedWeight(inner["elem"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        HOOKS.append(("td", func.__name__))
+        unwrap = pytree.tree_map_only(LoggedWeight, lambda t: t.elem, (args, kwargs or {}))
+        out = func(*unwrap[0], **unwrap[1])
+        return pytree.tree_map_only(torch.Tensor, LoggedWeight, out)
+
+
+def test_a_backward_inside_logs_its_ops_once_per_call() -> None:
+    """An SGD step over a LoggedWeight parameter, its backward inside: each cached call logged the
+    backward's ``ones_like``, ``expand`` and ``mm`` twice (11 entries where eager logs 8): the pass ran
+    the backward a second time to free the shadows' graph, and the class's writes there were recorded
+    too (Note [Freeing runs the backward again]). The entries are eager's; their order is not: the
+    gradient's ``detach`` comes after ``ones_like`` where eager's AccumulateGrad makes it last."""
+
+    def make() -> tuple:
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(LoggedWeight(torch.randn(3, 3)))
+        opt = torch.optim.SGD([w], lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = (w @ x).sum()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step, w
+
+    (eager_step, eager_w), (step, w) = make(), make()
+    jitted = jitcore.jit(step)
+    for i in range(4):
+        torch.manual_seed(i)
+        x = torch.randn(3, 2)
+        HOOKS.clear()
+        expected = eager_step(x)
+        eager_log = list(HOOKS)
+        HOOKS.clear()
+        got = jitted(x)
+        torch.testing.assert_close(got.elem, expected.elem)
+        torch.testing.assert_close(w.elem, eager_w.elem)
+        if i >= 2:  # cached: the step before set .grad, so the first two calls each traced
+            assert sorted(HOOKS) == sorted(eager_log) and len(eager_log) == 8
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 2)
