@@ -81,3 +81,24 @@ def test_inlined_state_checks_still_miss_on_every_change():
         assert jitcore.cache_misses(jitted) == 1 + count, (count, jitcore.miss_reasons(jitted))
         reasons = " | ".join(str(r) for r in jitcore.miss_reasons(jitted)[-1])
         assert why in reasons, (why, reasons)
+
+
+def test_a_cached_module_call_enters_the_autograd_function_and_nothing_around_it():
+    model = _mlp()
+    jitted = jitcore.jit(copy.deepcopy(model), executor="torch")
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        jitted(x)
+    frames = _frames(lambda: jitted(x))
+    assert not [f for f in frames if f[0].endswith("torch/autograd/function.py")], frames
+    wrapper = [f[1] for f in frames if f[0].endswith("jitcore/transforms/autograd.py")]
+    assert wrapper == ["__call__", "forward"], frames  # GradComputation.__call__, JitcoreFunction.forward
+    for _ in range(3):  # gradients and outputs as eager's, through the cached entry
+        out, expected = jitted(x), model(x)
+        assert_same(out, expected)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        for got, want in zip(jitted.parameters(), model.parameters()):
+            torch.testing.assert_close(got.grad, want.grad)
+            assert got.grad.dtype == want.grad.dtype
+    assert jitcore.cache_misses(jitted) == 1
