@@ -355,11 +355,22 @@ def _distinct_check(_value: Any, expected: tuple[Path, ...], related: tuple) -> 
     return f"expected {len(related)} different objects at {_paths(expected)}, got aliases"
 
 
+def _render_distinct_failure(related: tuple[str, ...]) -> str:
+    # Note [Distinct inputs as identity tests]: up to six objects (15 pairs), ``a is b or ...`` is
+    # about half the cost of building the set of their ids (0.10 against 0.22 us for five tensors) and
+    # fails on exactly the same calls: two live objects have the same id exactly when they are the same
+    # object. More objects keep the set, whose cost grows linearly.
+    if len(related) > 6:
+        return f"len({{{', '.join(f'id({r})' for r in related)}}}) != {len(related)}"
+    pairs = [f"{a} is {b}" for i, a in enumerate(related) for b in related[i + 1:]]
+    return " or ".join(pairs) if pairs else "False"
+
+
 # distinct (relational): the tensors (or containers, or objects) at the paths ``expected`` are all different
 # objects, as while tracing.
 _kind("distinct", GuardKind(
     _distinct_check,
-    lambda _v, _e, _b, related: f"len({{{', '.join(f'id({r})' for r in related)}}}) != {len(related)}",
+    lambda _v, _e, _b, related: _render_distinct_failure(related),
     lambda _where, expected: f"{_paths(expected)} are {len(expected)} different objects "
     "(no input aliases another, as when traced)",
     related=tuple,

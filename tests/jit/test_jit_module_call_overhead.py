@@ -1,8 +1,11 @@
-"""The per-call work of a cached call of a jitted module (Note [Grouped checks inlined in the fast
-path], jitcore/prologue/prologue.py; Note [One call to the forward], jitcore/jit/module.py): the
-module's grouped state checks run inside the entry's own generated prologue, and the wrapper calls
-the jitted function directly. Counted with ``sys.setprofile``; every change to the module's state
-still misses and gives eager's answer."""
+"""The per-call work of a cached call of a jitted module: the module's grouped state checks run
+inside the entry's own generated prologue (Note [Grouped checks inlined in the fast path],
+jitcore/prologue/prologue.py), the wrapper calls the jitted function directly (Note [One call to the
+forward], jitcore/jit/module.py), the autograd wrapper does nothing around the apply that the program
+does not need (Note [A call with nothing around the apply], jitcore/transforms/autograd.py), and
+distinct inputs are identity tests (Note [Distinct inputs as identity tests], prologue/guards.py).
+Frames are counted with ``sys.setprofile``; every change the checks guard still misses and gives
+eager's answer."""
 
 from __future__ import annotations
 
@@ -102,3 +105,32 @@ def test_a_cached_module_call_enters_the_autograd_function_and_nothing_around_it
             torch.testing.assert_close(got.grad, want.grad)
             assert got.grad.dtype == want.grad.dtype
     assert jitcore.cache_misses(jitted) == 1
+
+
+def _sum_of(*xs):
+    out = xs[0] * 1
+    for i, x in enumerate(xs[1:], start=2):
+        out = out + x * i
+    return out
+
+
+def test_distinct_inputs_are_checked_by_identity_and_any_alias_misses():
+    from jitcore.prologue import MISS
+
+    for n in (2, 5, 6, 7, 9):  # pairwise identity tests up to 6 inputs, the set of ids past that
+        jitted = jitcore.jit(_sum_of)
+        xs = [torch.randn(3) for _ in range(n)]
+        for _ in range(2):
+            assert_same(jitted(*xs), _sum_of(*xs))
+        text = str(jitcore.last_prologue_traces(jitted)[0])
+        assert ("is v" in text) == (n <= 6) and ("len({id(" in text) == (n > 6), text
+        entry = jitted.entries[0]
+        for i in range(n):
+            for j in range(i + 1, n):
+                aliased = list(xs)
+                aliased[j] = aliased[i]
+                assert entry.cached_call(tuple(aliased), {}) is MISS, (n, i, j)
+        assert entry.cached_call(tuple(xs), {}) is not MISS
+        aliased = [xs[0]] * n
+        assert_same(jitted(*aliased), _sum_of(*aliased))
+        assert jitcore.cache_misses(jitted) == 2
