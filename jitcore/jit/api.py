@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._device
 from torch._dispatch.python import enable_python_dispatcher
 
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
@@ -124,8 +125,9 @@ class JittedFunction:
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         try:
-            if _transform_level() is not None and current_run() is None:
-                return self._under_function_transform(args, kwargs)
+            if (_transform_level() is not None or _function_modes() or _dispatch_modes()) \
+                    and current_run() is None and (mode := _around_the_call()) is not None:
+                return self._eagerly_under(mode, args, kwargs)
             read_misses: list[MissReason] = []
             for entry in self._cache.candidates(args):
                 try:
@@ -155,11 +157,21 @@ class JittedFunction:
     # tracing pass: a transform inside a traced program is traced, jit/function_transforms.py), the call
     # runs the function eagerly, on the transform's tensors, as eager does, and the cache is left alone;
     # a warning says so once. The check is one C call (``peek_interpreter_stack``, about 0.04 us).
-    def _under_function_transform(self, args: tuple, kwargs: dict) -> Any:
+    # Note [Modes around the call]
+    # A TorchFunctionMode or TorchDispatchMode the caller entered around the call (``with
+    # FlopCounterMode():``, a mode that rewrites ``F.linear``) is offered every op of every call eagerly.
+    # A cache entry runs recorded ops that no mode is offered, and nothing in its prologue read the mode
+    # stacks: an entry traced without a mode answered under one (the rewrite missing), and one traced
+    # under a mode answered after it (the rewrite kept). While such a mode is active (outside a tracing
+    # pass: modes entered inside the function are traced, jitcore/dispatch/modes.py), the call runs
+    # eagerly, so the mode sees what eager shows it, and the cache is left alone; a warning says so once.
+    # ``with torch.device(...)`` (torch's DeviceContext) is not such a mode: the default device it sets is
+    # guarded where the trace relies on it. The check is two C calls of the stacks' lengths.
+    def _eagerly_under(self, what: str, args: tuple, kwargs: dict) -> Any:
         if not self._warned_transform:
             self._warned_transform = True
-            warnings.warn(f"jitcore: {self._label} runs eagerly under torch.func transforms (grad, vmap, "
-                          "...): jitcore traces plain tensors, not a transform's", stacklevel=3)
+            warnings.warn(f"jitcore: {self._label} runs eagerly under {what}: jitcore traces plain tensors "
+                          "outside any transform or mode", stacklevel=3)
         return self.fn(*args, **kwargs)
 
     def _miss(self, args: tuple, kwargs: dict, read_misses: list[MissReason]) -> Any:
@@ -673,6 +685,19 @@ def _not_compiled(args: tuple, kwargs: dict) -> Any:
 
 
 _transform_level = torch._C._functorch.peek_interpreter_stack  # noqa: SLF001 - the innermost active transform
+_function_modes = torch._C._len_torch_function_stack  # noqa: SLF001 - Note [Modes around the call]
+_dispatch_modes = torch._C._len_torch_dispatch_stack  # noqa: SLF001
+
+
+def _around_the_call() -> str | None:
+    """What makes this call run eagerly: a torch.func transform, or a mode the caller entered (Note
+    [Called under a function transform], Note [Modes around the call]); None for torch's DeviceContext."""
+    if _transform_level() is not None:
+        return "torch.func transforms (grad, vmap, ...)"
+    modes = [torch._C._get_function_stack_at(i) for i in range(_function_modes())]  # noqa: SLF001
+    modes += [torch._C._get_dispatch_stack_at(i) for i in range(_dispatch_modes())]  # noqa: SLF001
+    entered = [m for m in modes if not isinstance(m, torch.utils._device.DeviceContext)]  # noqa: SLF001
+    return f"the mode {type(entered[-1]).__qualname__} entered around the call" if entered else None
 
 
 def _label_of(fn: Any) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import os
 import socket
+import sys
 import traceback
 import warnings
 from collections.abc import Callable
@@ -28,7 +29,6 @@ from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import jitcore
 from jitcore.errors import EagerOnlyValue
@@ -59,26 +59,30 @@ def _same(actual: Any, expected: Any) -> None:
         assert actual == expected
 
 
-class _DTensorDispatches(TorchDispatchMode):
-    """Counts the operations that reach DTensor's dispatch (each is then handled by DTensor)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(
-        self, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None
-    ) -> Any:
-        if any(issubclass(t, DTensor) for t in types):
-            self.count += 1
-            return NotImplemented
-        return func(*args, **(kwargs or {}))
+# read by a prologue, not a dispatch (Note [DTensor's dispatch settings outside the function])
+_SETTINGS_READS = frozenset({"_allow_implicit_replication"})
 
 
 def _dtensor_dispatches(fn: Callable[..., Any], *args: Any) -> int:
-    with _DTensorDispatches() as mode:
+    """How many Python calls of DTensor's dispatcher (torch/distributed/tensor/_dispatch.py) ``fn(*args)``
+    makes: torch's C++ fast path calls back into it for every op. Counted with a profile function: a
+    dispatch mode around the call would make a jitted function run eagerly (Note [Modes around the
+    call], jitcore/jit/api.py)."""
+    count = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        code = frame.f_code
+        if event == "call" and code.co_name not in _SETTINGS_READS \
+                and code.co_filename.replace("\\", "/").endswith("distributed/tensor/_dispatch.py"):
+            count += 1
+
+    sys.setprofile(profile)
+    try:
         fn(*args)
-    return mode.count
+    finally:
+        sys.setprofile(None)
+    return count
 
 
 # --- the programs --------------------------------------------------------------------------------
