@@ -57,6 +57,7 @@ __all__ = [
     "may_write_inputs",
     "meta_of",
     "new_context",
+    "share_nested_int",
     "untraced_kind",
 ]
 
@@ -246,6 +247,21 @@ def untraced_kind(tensor: torch.Tensor) -> tuple[str, Any, str] | None:
 # - the executed trace holds the inner tensors' aten ops; the output is rebuilt by
 #   ``__tensor_unflatten__``, which computes the nested int from the real offsets (its outer-size
 #   argument is ignored for real tensors), the caller's own when they are the caller's offsets.
+# Note [Nested ints in the replay]
+# An NJT's ragged size is a nested int that pass 1 took from its offsets' shadow (Note [Nested ints]),
+# and pass 1's records hold it where the program passed it on:
+# ``flatten(-2)`` of an NJT is ``reshape(t, (4, j, 8))``. The replay's offsets are fresh shadows; an
+# NJT made over them got a nested int of the replay's own, which NestedTensor's ``view`` compared with
+# the recorded one: 'vr must not be None for symbol s1' (two ShapeEnvs) from the second ragged
+# structure on, where eager computes. A replayed shadow stands for the same tensor as pass 1's, so it
+# takes pass 1's nested int: NJTs made in the replay have the sizes pass 1's records name.
+def share_nested_int(old: torch.Tensor, new: torch.Tensor) -> None:
+    """Give ``new`` (the grad transform's replay of ``old``) ``old``'s nested int (the Note above)."""
+    memo = getattr(old, "nested_int_memo", None)
+    if memo is not None and isinstance(new, FakeTensor) and new.nested_int_memo is None:
+        new.nested_int_memo = memo
+
+
 # Note [A plain subclass's shadow]
 # torch's fake-tensor conversion describes a tensor through its Python methods: a plain subclass that
 # overrides ``size()`` (or ``stride()``, ``dim()``, ``storage_offset()``) had its shadow built from

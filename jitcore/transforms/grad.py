@@ -35,7 +35,6 @@ from typing import Any
 
 import optree
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import _disable_current_modes
 
 import jitcore
@@ -46,6 +45,7 @@ from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, tree_any, tree_h
 from jitcore.langctx import new_context
 from jitcore.langctx.backward import torch_functions_of_a_backward
 from jitcore.langctx.layout import LayoutReliance
+from jitcore.langctx.shadows import share_nested_int
 from jitcore.langctx.thread_state import ThreadState
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
@@ -349,7 +349,7 @@ class _Replay:
         self.env[id(old)] = new
         self._keep.append(old)
         if isinstance(old, TensorProxy) and isinstance(new, TensorProxy):
-            _share_nested_int(old.shadow, new.shadow)  # Note [Nested ints in the replay]
+            share_nested_int(old.shadow, new.shadow)  # Note [Nested ints in the replay], shadows.py
         if isinstance(old, SubclassTensorProxy) and isinstance(new, SubclassTensorProxy):
             for name, inner in old.inner_tensors().items():
                 if id(inner) not in self.env:
@@ -513,20 +513,6 @@ def _is_constant_value(output: Any) -> bool:
 
 def _shadow(value: Any) -> Any:
     return value.shadow if isinstance(value, TensorProxy) else value
-
-
-# Note [Nested ints in the replay]
-# An NJT's ragged size is a nested int that pass 1 took from its offsets' shadow (Note [Nested ints],
-# jitcore/langctx/shadows.py), and pass 1's records hold it where the program passed it on:
-# ``flatten(-2)`` of an NJT is ``reshape(t, (4, j, 8))``. The replay's offsets are fresh shadows; an
-# NJT made over them got a nested int of the replay's own, which NestedTensor's ``view`` compared with
-# the recorded one: 'vr must not be None for symbol s1' (two ShapeEnvs) from the second ragged
-# structure on, where eager computes. A replayed shadow stands for the same tensor as pass 1's, so it
-# takes pass 1's nested int: NJTs made in the replay have the sizes pass 1's records name.
-def _share_nested_int(old: torch.Tensor, new: torch.Tensor) -> None:
-    memo = getattr(old, "nested_int_memo", None)
-    if memo is not None and isinstance(new, FakeTensor) and new.nested_int_memo is None:
-        new.nested_int_memo = memo
 
 
 def _tree_map(fn: Any, tree: Any) -> Any:
