@@ -7,6 +7,7 @@ import contextlib
 import copy
 import dataclasses
 import io
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -167,3 +168,22 @@ def assert_same_prints(fn: Callable[..., Any], calls: list[tuple], *, misses: in
     assert jitcore.cache_misses(jfn) == misses
     assert jitcore.cache_hits(jfn) == len(calls) - misses
     return jfn
+
+
+def calls_entered(fn: Callable[[], Any]) -> list[tuple[str, str]]:
+    """The Python frames (file, function) and C functions (``"C"``, name) that ``fn()`` enters, in
+    order: the work of a cached call, counted by the per-call overhead tests."""
+    seen: list[tuple[str, str]] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen.append((frame.f_code.co_filename.replace("\\", "/"), frame.f_code.co_name))
+        elif event == "c_call":
+            seen.append(("C", getattr(arg, "__qualname__", repr(arg))))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen

@@ -10,29 +10,12 @@ eager's answer."""
 from __future__ import annotations
 
 import copy
-import sys
 
 import torch
-from jit_helpers import assert_same
+from jit_helpers import assert_same, calls_entered
 from torch import nn
 
 import jitcore
-
-
-def _frames(fn) -> list[tuple[str, str]]:
-    """The Python frames (file, function) that ``fn()`` enters."""
-    seen: list[tuple[str, str]] = []
-
-    def profile(frame, event, arg):
-        if event == "call":
-            seen.append((frame.f_code.co_filename.replace("\\", "/"), frame.f_code.co_name))
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
 
 
 def _mlp() -> nn.Module:
@@ -46,7 +29,7 @@ def test_a_cached_module_call_runs_its_state_checks_in_one_prologue():
     x = torch.randn(4, 8)
     for _ in range(2):
         assert_same(jitted(x), model(x))
-    frames = _frames(lambda: jitted(x))
+    frames = calls_entered(lambda: jitted(x))
     grouped = [f for f in frames if f[0].endswith("jitcore/jit/module_guards.py")]
     assert len(grouped) == 1, frames  # SubmoduleHooks's loop: no ModuleState.__call__
     prologues = [f for f in frames if f[1] == "cached_call"]
@@ -92,7 +75,7 @@ def test_a_cached_module_call_enters_the_autograd_function_and_nothing_around_it
     x = torch.randn(4, 8)
     for _ in range(2):
         jitted(x)
-    frames = _frames(lambda: jitted(x))
+    frames = calls_entered(lambda: jitted(x))
     assert not [f for f in frames if f[0].endswith("torch/autograd/function.py")], frames
     wrapper = [f[1] for f in frames if f[0].endswith("jitcore/transforms/autograd.py")]
     assert wrapper == ["__call__", "forward"], frames  # GradComputation.__call__, JitcoreFunction.forward

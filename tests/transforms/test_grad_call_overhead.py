@@ -7,7 +7,6 @@ with ``sys.setprofile``: the wrapper's own frames and the C functions it calls."
 from __future__ import annotations
 
 import copy
-import sys
 
 import pytest
 import torch
@@ -15,26 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import jitcore
+from tests.jit.jit_helpers import calls_entered
 
 _AUTOGRAD_PY = "jitcore/transforms/autograd.py"
-
-
-def _calls(fn) -> list[tuple[str, str]]:
-    """The Python frames (file, name) and C functions ("C", name) that ``fn()`` enters."""
-    seen: list[tuple[str, str]] = []
-
-    def profile(frame, event, arg):
-        if event == "call":
-            seen.append((frame.f_code.co_filename.replace("\\", "/"), frame.f_code.co_name))
-        elif event == "c_call":
-            seen.append(("C", getattr(arg, "__qualname__", repr(arg))))
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
 
 
 def _mlp() -> nn.Module:
@@ -97,7 +79,7 @@ def test_cached_call_recomputes_nothing_per_trace():
     jitted = jitcore.jit(_loss)
     for _ in range(2):
         jitted(model, x, y).backward()
-    seen = _calls(lambda: jitted(model, x, y).backward())
+    seen = calls_entered(lambda: jitted(model, x, y).backward())
     wrapper = sorted(name for file, name in seen if file.endswith(_AUTOGRAD_PY))
     assert wrapper == ["__call__", "backward", "forward", "tangents"]
     assert not [name for file, name in seen if file == "C" and "unflatten" in name]
@@ -113,7 +95,7 @@ def test_a_cached_call_enters_the_function_without_torchs_python_apply():
         jitted_loss(model, x, y).backward()
         jitted_model(x)
     for call in (lambda: jitted_loss(model, x, y), lambda: jitted_model(x)):  # forwards: autograd's
-        seen = _calls(call)  # backward enters torch's BackwardCFunction.apply, as eagerly
+        seen = calls_entered(call)  # backward enters torch's BackwardCFunction.apply, as eagerly
         torch_frames = [name for file, name in seen if file.endswith("torch/autograd/function.py")]
         assert "apply" not in torch_frames and "_is_setup_context_defined" not in torch_frames
         assert not [name for file, name in seen if file.endswith("torch/_functorch/utils.py")]
