@@ -232,13 +232,12 @@ class JittedFunction:
         if self.dynamic_numbers is True or self._shapes.dynamic is False or not self._cache.newest_first:
             return
         names = parameter_names(self.fn, len(args))
-        changed = numbers.changed_number_arguments(
-            [e.prologue for e in self._cache.newest_first], args, kwargs, names
-        ) - self.dynamic_numbers - self._changed_numbers
+        prologues = [e.prologue for e in self._cache.newest_first]
+        changed = numbers.changed_number_arguments(prologues, args, kwargs, names) \
+            - self.dynamic_numbers - self._changed_numbers
         if changed:
             self._changed_numbers |= changed
             self._cache.type_by_type(frozenset(i for i, name in enumerate(names) if name in changed))
-        prologues = [e.prologue for e in self._cache.newest_first]
         self._counters |= numbers.changed_state_numbers(prologues, args, kwargs)  # state numbers alike
 
     def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> CacheEntry | Eager:

@@ -31,7 +31,7 @@ import torch
 from jitcore.interpreter import current_run
 from jitcore.ir import BoundSymbol, Proxy, Trace, drop_unread, value_leaves
 from jitcore.langctx import python as python_langctx
-from jitcore.prologue import Guard, Path, PrologueBuilder
+from jitcore.prologue import Guard, Path, PrologueBuilder, inlined_guards
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["SLOT_TYPES", "changed_number_arguments", "changed_state_numbers", "drop_unused_arithmetic",
@@ -395,11 +395,10 @@ def changed_state_numbers(prologues: list[Any], args: tuple, kwargs: dict) -> fr
 
 
 def _with_grouped(guards: tuple[Any, ...]) -> Iterator[Any]:
-    """``guards``, and those of a module's state grouped into one check (Note [Module state as one
+    """``guards``, with a grouped check replaced by the guards it stands for (Note [Module state as one
     check], jit/module_guards.py): a jitted module's ``self.temperature``."""
     for guard in guards:
-        grouped = getattr(guard.path.root.obj, "checks", None) if guard.kind == "check" else None
-        yield from grouped.guards if grouped is not None else (guard,)
+        yield from inlined_guards(guard) or (guard,)
 
 
 def _changed(path: Any, expected: Any, value: Any) -> tuple[Any, ...]:

@@ -184,8 +184,7 @@ def dispatched_parameter(symbol: Symbol, key: int | str) -> int | str | None:
     (Note [Numbers through a subclass's dispatch])."""
     if symbol.langctx not in ("torch", "aten") or symbol.name in _REFLECTED or symbol.name.startswith("__"):
         return None
-    if not takes_value(symbol, key) and not (
-            symbol.langctx == "torch" and key in _list_parameters(symbol.name)[isinstance(key, str)]):
+    if not takes_value(symbol, key) and not takes_list(symbol, key):  # (a Python function: None below)
         return None
     if symbol.langctx == "aten":
         if not isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001

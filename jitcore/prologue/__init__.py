@@ -2,8 +2,9 @@
 
 from jitcore.prologue.guards import Guard, StateGuard, TensorSpec
 from jitcore.prologue.paths import Path, Root
-from jitcore.prologue.prologue import MISS, MissReason, Prologue, PrologueBuilder
+from jitcore.prologue.prologue import MISS, MissReason, Prologue, PrologueBuilder, inlined_guards
 
 __all__ = [
     "MISS", "Guard", "MissReason", "Path", "Prologue", "PrologueBuilder", "Root", "StateGuard", "TensorSpec",
+    "inlined_guards",
 ]

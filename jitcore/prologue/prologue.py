@@ -27,7 +27,7 @@ from jitcore.ir import compile_source
 from jitcore.prologue.guards import Guard, StateGuard
 from jitcore.prologue.paths import Path
 
-__all__ = ["MISS", "MissReason", "Prologue", "PrologueBuilder"]
+__all__ = ["MISS", "MissReason", "Prologue", "PrologueBuilder", "inlined_guards"]
 
 
 class _Miss:
@@ -121,7 +121,7 @@ class Prologue:
 
         def render(guards: tuple[Guard, ...]) -> None:
             for guard in guards:
-                grouped = _inlined_guards(guard) if inline else None
+                grouped = inlined_guards(guard) if inline else None
                 if grouped is not None:
                     render(grouped)
                     continue
@@ -266,7 +266,7 @@ class PrologueBuilder:
 _RESERVED = frozenset({"__MISS", "__computation"})
 
 
-def _inlined_guards(guard: Guard) -> tuple[Guard, ...] | None:
+def inlined_guards(guard: Guard) -> tuple[Guard, ...] | None:
     """The guards a grouped check (a ``check`` guard calling a bound object) stands for, when that
     object offers them as ``inlined_guards``; None otherwise."""
     path = guard.path

@@ -10,10 +10,9 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+import transformers  # a test extra: a missing install fails here, not skips
 
 import jitcore
-
-transformers = pytest.importorskip("transformers")
 
 
 def _window(length: int, seed: int, width: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
