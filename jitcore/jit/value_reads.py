@@ -296,6 +296,10 @@ class ValueReads:
         if _needs_grad(args, kwargs):  # value-shaped outputs that must carry gradients: static, with the
             retried = self._with_read_arguments(symbol, args, kwargs)  # sizes read (NJT SDPA's split)
             return _REFUSED if retried is _REFUSED else Inlined(retried)
+        if isinstance(out, (list, tuple)):  # Note [The counts of a split in a subclass's code]
+            retried = self._with_read_arguments(symbol, args, kwargs, max_ndim=0)
+            if retried is not _REFUSED:
+                return Inlined(retried)
         leaves = optree.tree_leaves(out, none_is_leaf=True)
         if not all(isinstance(v, torch.Tensor) for v in leaves):
             return _REFUSED
@@ -306,6 +310,17 @@ class ValueReads:
         self._record_shaped(symbol, args, kwargs, output, pairs, site, {"data_dependent"})
         return Inlined(output)
 
+    # Note [The counts of a split in a subclass's code]
+    # An NJT's CPU SDPA splits its values by lengths it holds as 0-dim tensors (``torch.split(v, [t23,
+    # t24, ...])``, jitcore/dispatch/jagged_attention.py). A static pass without grad recorded that
+    # split as a value-shaped call, its outputs' shapes checked; the symbolic pass after it reads the
+    # same lengths as counts (``item()``, Note [A number of outputs that values decide]), so it had no
+    # counts of the pass before to compare with (``ShapePolicy.numbers_traced``), kept an entry
+    # specialized to its lengths, and only the third miss made them symbols: 3 misses where grad took 2.
+    # A call with a sequence of outputs whose shapes the values decide reads its 0-dim integer tensor
+    # arguments as counts here too, as the program's own call does and as it does under grad: the
+    # counts pin the entry as the shape check did (checked before the op), at the sites the symbolic
+    # pass reads them at, so its second miss learns them.
     # Note [Value-shaped ops under grad]
     # An op whose output shapes the values decide and whose outputs must carry gradients (``ctc_loss``,
     # ``linalg.lstsq``, an RNN over a PackedSequence) cannot go through the grad transform: it replays

@@ -243,7 +243,9 @@ def test_sdpa_with_other_lengths_gives_eagers_answer() -> None:
         assert out._offsets is q._offsets
         if i == 1:
             assert calls == []  # a hit
-    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (3, 1)
+    # the third call fails the first entry's checks of the lengths, read as counts, so they are symbols
+    # from then on and the fourth call is a hit (Note [The counts of a split in a subclass's code])
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 2)
     _no_eager_entry(jitted)
 
 
