@@ -20,7 +20,7 @@ import functools
 import operator
 import weakref
 from collections.abc import Iterator
-from types import FunctionType
+from types import BuiltinFunctionType, FunctionType, ModuleType
 
 from jitcore.interpreter.calls import NATIVE_CALLABLES, call
 from jitcore.interpreter.protocols import EXHAUSTED, NATIVE_ITERATORS, NATIVE_TYPES, get_iter, next_value
@@ -58,11 +58,32 @@ def _same(fn: object) -> object:
     return fn
 
 
+# Note [A module's builtin with a lookaside, called by C]
+# A C callable is handed to C unchanged: it has no Python code to interpret. One that is a module's
+# function with a lookaside (``operator.index``, ``len``) is the exception: the lookaside runs the
+# Python dunder it calls interpreted, where the native function ran it natively and saw what the hooks
+# had made of the object's state (``sorted(objs, key=operator.index)`` over objects whose ``__index__``
+# returns a number the jit made dynamic raised "__index__ returned non-int"). It goes through
+# ``_Interpreted`` as a Python callable does. A bound method (``map(gen.throw, ...)``) stays native:
+# its ``__self__`` is the object it acts on, and its lookasides are about that object's frames, which C
+# enters as CPython does.
 def through(run: Run, fn: object) -> object:
-    """``fn`` made callable from C so that its Python code is interpreted by ``run``."""
-    if fn is None or type(fn) in NATIVE_CALLABLES:
+    """``fn`` made callable from C so that its Python code is interpreted by ``run`` (Note [A module's
+    builtin with a lookaside, called by C])."""
+    if fn is None:
+        return fn
+    if type(fn) in NATIVE_CALLABLES:
+        if type(fn) is BuiltinFunctionType and type(fn.__self__) is ModuleType and _has_lookaside(run, fn):
+            return _Interpreted(run, fn)
         return fn
     return _Interpreted(run, fn)
+
+
+def _has_lookaside(run: Run, fn: object) -> bool:
+    try:
+        return fn in run.lookasides
+    except TypeError:  # an unhashable callable
+        return False
 
 
 def map_(fn: object, /, *iterables: object) -> map:
