@@ -62,6 +62,7 @@ def on_error(jfn: Any, exc: BaseException) -> None:
     context = context_of(exc)
     if computation is not None:
         context = _execution_context(jfn, computation)
+        _chain_to_handled(exc, context.source)
         replayed = _replayed_backward_error(computation)
         if replayed is not None:  # Note [Errors autograd raised while jitcore derived the backward]
             context = ErrorContext("backward", jfn._label, context.entry)
@@ -305,6 +306,42 @@ def _execution_context(jfn: Any, entry: TracebackType) -> ErrorContext:
                     source=bsym.source,
                 )
     return ErrorContext("execution", jfn._label)
+
+
+# Note [An error the computation raises while the program handled one]
+# ``try: raise KeyError / except KeyError: return x[i]``: on a call the cache answers, the compiled
+# computation raises the IndexError of ``x[i]``, and no ``except`` clause is running, so the error had
+# no ``__context__`` where eager's has the KeyError. The pass records, with each bound symbol's
+# innermost user frame, the exception that frame was handling (``SourceFrame.handling``, a copy
+# without traceback: the record does not keep the pass's frames alive); an error the computation
+# raises at that symbol, chained to nothing, is chained to a new copy of it, as the program's handler
+# would have chained it.
+def exception_template(exc: BaseException, depth: int = 4) -> BaseException | None:
+    """A copy of ``exc`` and the exceptions it chains to (``depth`` of them), without tracebacks;
+    None when it cannot be copied."""
+    import copy
+
+    try:
+        made = copy.copy(exc)
+    except Exception:  # noqa: BLE001 - an exception whose arguments do not rebuild it is not copied
+        return None
+    if type(made) is not type(exc):
+        return None
+    made.__traceback__ = None
+    if depth > 1:
+        made.__cause__ = None if exc.__cause__ is None else exception_template(exc.__cause__, depth - 1)
+        made.__context__ = None if exc.__context__ is None else exception_template(exc.__context__, depth - 1)
+    made.__suppress_context__ = exc.__suppress_context__  # after ``__cause__``, whose setter sets it
+    return made
+
+
+def _chain_to_handled(exc: BaseException, source: tuple[SourceFrame, ...] | None) -> None:
+    """Chain an error of the computation to what its symbol's frame was handling (the Note above)."""
+    if exc.__context__ is not None or not source or source[-1].handling is None:
+        return
+    context = exception_template(source[-1].handling)
+    if context is not None and context is not exc:
+        exc.__context__ = context
 
 
 def bound_symbol_at(trace: Trace, filename: str, lineno: int) -> tuple[BoundSymbol, str] | None:

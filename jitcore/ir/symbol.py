@@ -37,6 +37,9 @@ class SourceFrame:
     end_lineno: int | None = None
     col: int | None = None
     end_col: int | None = None
+    # the exception the frame was handling, a copy without traceback (Note [An error the computation
+    # raises while the program handled one], jitcore/diagnostics/boundary.py)
+    handling: BaseException | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.filename}:{self.lineno} in {self.function}"

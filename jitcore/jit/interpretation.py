@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
 from jitcore.diagnostics import JITCORE_DIR
+from jitcore.diagnostics.boundary import exception_template
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.dtensor import dispatch_state_lookasides, fsdp_lookasides, is_natively_dispatched
 from jitcore.dispatch.flatten import bind_subclass_input
@@ -731,7 +732,11 @@ class Pass:
                     )
                 )
         # torch's own modules (nn.Linear, nn.TransformerEncoderLayer) jitted directly: their lines
-        return tuple(frames or module_frames) or None
+        kept = frames or module_frames
+        handled = run.frames[-1].handled_exception() if run.frames and kept else None
+        if handled is not None:  # Note [An error the computation raises while the program handled one]
+            kept[-1] = dataclasses.replace(kept[-1], handling=exception_template(handled))
+        return tuple(kept) or None
 
 
 def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:

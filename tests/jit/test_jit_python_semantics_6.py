@@ -43,3 +43,54 @@ def test_a_modules_builtin_given_to_c_runs_its_lookaside() -> None:
         assert all(type(v) is int for v in got[1]), got[1]
         assert torch.equal(got[5], expected[5])
 
+
+def _chain(error: BaseException | None) -> list[tuple[str, str, bool, str]]:
+    """The exception and those it was raised while handling: type, message, suppressed, cause's type."""
+    out = []
+    while error is not None and len(out) < 5:
+        cause = type(error.__cause__).__name__
+        out.append((type(error).__name__, str(error), error.__suppress_context__, cause))
+        error = error.__context__
+    return out
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return ("value", fn(*args).tolist())
+    except Exception as error:  # noqa: BLE001 - the exception is the outcome compared
+        return ("raised", _chain(error))
+
+
+def test_an_error_the_computation_raises_inside_an_except_is_chained_to_the_handled_one() -> None:
+    """``try: raise KeyError / except KeyError: return x[i]`` with ``i`` a tensor holding an index out of
+    range: on a call the cache answered, the computation's IndexError had no ``__context__`` (no
+    ``except`` clause runs there); eager's has the KeyError, and its chain (Note [An error the
+    computation raises while the program handled one])."""
+
+    def handled(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        try:
+            raise KeyError("k")
+        except KeyError:
+            return x[i]
+
+    def handled_chained(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        try:
+            try:
+                raise ValueError("inner")
+            except ValueError as inner:
+                raise KeyError("outer") from inner
+        except KeyError:
+            return x[i] * 2
+
+    def unhandled(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        try:
+            raise KeyError("k")
+        except KeyError:
+            pass
+        return x[i]
+
+    for program in (handled, handled_chained, unhandled):
+        jfn = jitcore.jit(program)
+        for i in (1, 2, 5, 7, 0):
+            expected = _outcome(program, torch.arange(3.0), torch.tensor(i))
+            assert _outcome(jfn, torch.arange(3.0), torch.tensor(i)) == expected, (program.__name__, i)
