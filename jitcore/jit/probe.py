@@ -64,6 +64,7 @@ class Probe:
         self._done = 0  # records of the trace already run
         self._rng: RngState = self._start[0]
         self._copies: dict[int, Any] = {}  # caller's storage key -> the probe's private copy of it
+        self._leaf_copies: dict[int, torch.Tensor] = {}  # id(caller's leaf requiring grad) -> its copy
         self._grad = self._start[1]  # the program's grad mode where the records stopped
         self._nested_done: set[int] = set()  # records of open scopes already run (values_within)
         self._nested_rng: tuple[torch.Tensor, list[torch.Tensor]] | None = None  # where they stopped
@@ -224,8 +225,27 @@ class Probe:
     def _private(self, value: Any) -> Any:
         """The probe's private copy of a caller's tensor it has written (copy on write), else the value."""
         if self._copies and _is_plain(value) and _storage_key(value) in self._copies:
-            return _view_of(self._copies[_storage_key(value)], value)
+            return self._copy_of(value)
         return value
+
+    def _copy_of(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` over the probe's private copy of its storage. A leaf that requires grad stays one
+        (one copy per tensor), and a view of such a leaf stays a differentiable view of its copy (Note
+        [A written parameter the probe differentiates])."""
+        storage = self._copies[_storage_key(value)]
+        if not value.requires_grad:
+            return _view_of(storage, value)
+        if value.is_leaf:
+            leaf = self._leaf_copies.get(id(value))
+            if leaf is None:
+                leaf = self._leaf_copies[id(value)] = _view_of(storage, value).requires_grad_()
+                self._keep.append(value)  # its id keys _leaf_copies
+            return leaf
+        base = value._base  # noqa: SLF001
+        if base is not None and base.is_leaf and base.requires_grad \
+                and _storage_key(base) == _storage_key(value):
+            return self._copy_of(base).as_strided(value.size(), value.stride(), value.storage_offset())
+        return _view_of(storage, value)
 
     # --- copy on write -----------------------------------------------------------------------------
     def _copy_shared(self, leaves: list[Any]) -> None:
@@ -233,10 +253,10 @@ class Probe:
         shared = {_storage_key(t) for t in self._real_inputs.values() if _is_plain(t)} - self._copies.keys()
         for key in {_storage_key(t) for t in leaves if _is_plain(t)} & shared:
             original = next(t for t in leaves if _is_plain(t) and _storage_key(t) == key)
-            copy = self._copies[key] = original.untyped_storage().clone()
+            self._copies[key] = original.untyped_storage().clone()
             for pid, value in list(self._env.items()):
                 if _is_plain(value) and _storage_key(value) == key:
-                    self._env[pid] = _view_of(copy, value)
+                    self._env[pid] = self._copy_of(value)
 
 
 # Note [The probe runs a subclass call's operations]
@@ -261,6 +281,15 @@ class Probe:
 # began (its RNG state, grad mode, no private copies: the caller's tensors were never written), and
 # runs the calls before the backward natively. The values it gave earlier reads are computed again,
 # the same (the same inputs and draws).
+# Note [A written parameter the probe differentiates]
+# A training step with two optimizers (a GAN: the discriminator's step, then the generator's loss through
+# the discriminator; LBFGS's closure run again after each update) writes a parameter in place and then
+# differentiates a loss through it. The probe's copy on write gave the written parameter a copy that
+# required no grad: the backward it ran for a later read (the next optimizer's ``state["step"].item()``)
+# raised "One of the differentiated Tensors does not require grad" where eager computes, as a parameter
+# written under ``no_grad()`` stays a leaf that requires grad. A caller's leaf that requires grad has one
+# copy that is a leaf requiring grad too, and a view of it that requires grad is a view of that copy,
+# so the records after the write build the graph eager builds.
 # Note [Subclass values the probe rebuilds]
 # A subclass call's records end with the rebuild of its result from the inner tensors its dispatch made
 # (``unflatten_tensor_subclass``, a bookkeeping record): the probe binds the inner tensors, not the

@@ -308,3 +308,69 @@ def test_foreach_optimizer_in_a_jitted_training_step(name):
         _same_optimizer_state(opt, eager_opt)
     # the first step creates the state; RAdam's rectification switches on at a later step
     assert jitcore.cache_misses(jitted) <= (3 if name == "RAdam" else 2), jitcore.miss_reasons(jitted)[-1]
+
+
+# A parameter written in place by one optimizer and then differentiated through: a GAN's discriminator
+# step before the generator's loss through the discriminator, and LBFGS's closure run again after each
+# of its updates. The second optimizer's (or iteration's) value read runs a backward through the written
+# parameters on the probe's copies of them (Note [A written parameter the probe differentiates]); it
+# raised "One of the differentiated Tensors does not require grad" on the second call (GAN) and
+# "element 0 of tensors does not require grad" on the first (LBFGS) before.
+def _gan_step(gen, disc, opt_g, opt_d, z, real):
+    fake = gen(z)
+    opt_d.zero_grad()
+    softplus = torch.nn.functional.softplus
+    loss_d = softplus(-disc(real)).mean() + softplus(disc(fake.detach())).mean()
+    loss_d.backward()
+    opt_d.step()
+    opt_g.zero_grad()
+    loss_g = softplus(-disc(fake)).mean()
+    loss_g.backward()
+    opt_g.step()
+    return loss_d.detach(), loss_g.detach()
+
+
+def test_gan_step_differentiates_through_parameters_another_optimizer_wrote():
+    def setup():
+        torch.manual_seed(0)
+        gen = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        disc = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.LeakyReLU(0.2), torch.nn.Linear(8, 1))
+        return (gen, disc, torch.optim.Adam(gen.parameters(), lr=1e-2, betas=(0.5, 0.999)),
+                torch.optim.Adam(disc.parameters(), lr=1e-2, betas=(0.5, 0.999)))
+
+    eager, jitted_models = setup(), setup()
+    jitted = jitcore.jit(_gan_step)
+    for i in range(4):
+        g = torch.Generator().manual_seed(i)
+        z, real = torch.randn(4, 2, generator=g), torch.randn(4, 3, generator=g)
+        assert_same(jitted(*jitted_models, z, real), _gan_step(*eager, z, real))
+        for a, b in zip(jitted_models[:2], eager[:2]):
+            for p, q in zip(a.parameters(), b.parameters()):
+                assert_same(p.detach(), q.detach())
+        for a, b in zip(jitted_models[2:], eager[2:]):
+            _same_optimizer_state(a, b)
+    assert jitcore.cache_hits(jitted) >= 2, jitcore.miss_reasons(jitted)
+
+
+def test_lbfgs_closure_runs_after_its_own_updates():
+    def step(model, opt, x, y):
+        def closure():
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+        return opt.step(closure)
+
+    def setup():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        return model, torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+
+    (eager_model, eager_opt), (model, opt) = setup(), setup()
+    jitted = jitcore.jit(step)
+    for i in range(3):
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(6, 3, generator=g), torch.randn(6, 1, generator=g)
+        assert_same(jitted(model, opt, x, y), step(eager_model, eager_opt, x, y))
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            assert_same(p.detach(), q.detach())
