@@ -269,6 +269,11 @@ def share_nested_int(old: torch.Tensor, new: torch.Tensor) -> None:
 # own) is ``[3]``, and ``x.reshape(3, 1)`` raised. Such a tensor's shadow is built from a plain alias of
 # it (a leaf for a leaf), which torch describes itself; the program still calls the class's methods.
 _METADATA_METHODS = ("size", "stride", "dim", "storage_offset")
+# Note [Quantized tensors made inside]
+# The fake kernels of ``torch.quantize_per_tensor`` and its kin give a float shadow, so the program's
+# next op on it (``int_repr``, ``q_scale``) failed while tracing where eager computes. A call given a
+# quantized dtype runs the program eagerly instead, as a quantized input does (JC-J002).
+_QUANTIZED = frozenset({torch.quint8, torch.qint8, torch.qint32, torch.quint4x2, torch.quint2x4})
 
 
 def _described_by_torch(tensor: torch.Tensor) -> torch.Tensor:
@@ -420,6 +425,9 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if kind is not None:
             raise EagerOnlyValue(f"{getattr(fn, '__qualname__', fn)} is called on {kind[2]} the program "
                                  "made: jitcore traces strided tensors")
+    if any(type(v) is torch.dtype and v in _QUANTIZED for v in leaves):  # Note [Quantized tensors ...]
+        raise EagerOnlyValue(f"{getattr(fn, '__qualname__', fn)} makes a quantized tensor: jitcore traces "
+                             "tensors of the other dtypes")
     before = _input_metadata(shadow_leaves)
     storage_sizes = {id(v): v.untyped_storage().nbytes() for v in shadow_leaves if isinstance(v, FakeTensor)}
     fake_mode = values.fake_mode

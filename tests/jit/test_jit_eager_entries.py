@@ -69,6 +69,23 @@ def test_a_sparse_tensor_made_inside_runs_eagerly(fn) -> None:
     check_eager_entry(fn, torch.randn(3, 3), error=EagerOnlyValue, match="layout torch.sparse")
 
 
+# Note [Quantized tensors made inside] (jitcore/langctx/shadows.py): the fake kernel gave ``int_repr`` a
+# float shadow, and tracing raised NotImplementedError where eager computes.
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.quantize_per_tensor(x, 0.1, 10, torch.quint8).int_repr(),
+        lambda x: torch.quantize_per_channel(x, torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0, 1, 2]), 0,
+                                             torch.qint8).dequantize() * 2,
+        lambda x: torch.quantize_per_tensor_dynamic(x, torch.quint8, False).q_zero_point() + x,
+    ],
+    ids=["int_repr", "per_channel", "dynamic"],
+)
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+def test_a_quantized_tensor_made_inside_runs_eagerly(fn) -> None:
+    check_eager_entry(fn, torch.randn(3, 3), error=EagerOnlyValue, match="makes a quantized tensor")
+
+
 def test_the_stop_never_reaches_the_programs_except() -> None:
     """Eager raises nothing at ``to_sparse``: the program's handler must not run (it did: wrong answer)."""
 
