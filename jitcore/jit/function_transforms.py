@@ -24,6 +24,9 @@ Kept eager (JC-J002, one warning):
 - ``torch.func.linearize`` (``make_fx`` under forward-mode AD loses the traced tensors' tangents);
 - ``torch.func.functionalize`` (functorch cannot wrap a traced tensor in a functional tensor: an
   internal assert);
+- forward-mode AD of ``torch.autograd.forward_ad`` (``with dual_level(): make_dual(x, t)``): the
+  program's torch calls are recorded at the torch level, which does not see a dual tensor's tangent,
+  and the trace ran ``_make_dual`` outside any level (an error where eager computes);
 - an op with no batching rule under vmap (Note [vmap's fallback]);
 - a tensor subclass among the transform's tensors (its dispatch would run under functorch's levels,
   which jitcore does not resolve);
@@ -92,6 +95,8 @@ def function_transform_lookasides() -> dict[Any, Callable[..., Any]]:
         fn = getattr(eager_transforms, attr, None)
         if fn is not None:
             found[fn] = functools.partial(_runs_eagerly, name)
+    found[torch._C._enter_dual_level] = functools.partial(  # noqa: SLF001
+        _runs_eagerly, "forward-mode AD (torch.autograd.forward_ad.dual_level)")
     return found
 
 

@@ -245,6 +245,24 @@ def test_linearize_runs_eagerly():
     assert jf.fallback_reason.code == "JC-J002"
 
 
+def test_forward_mode_ad_inside_runs_eagerly():
+    """``with dual_level(): make_dual(x, t)`` inside the program: the trace ran ``_make_dual`` outside
+    any level ('Trying to access a forward AD level with an invalid index') where eager computes."""
+    import torch.autograd.forward_ad as fwad
+
+    def f(x, t):
+        with fwad.dual_level():
+            y = fwad.make_dual(x, t)
+            out = y.sin() * y
+            return fwad.unpack_dual(out).tangent, out.detach() + 1
+
+    jf = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="forward-mode AD"):
+        check(f, torch.randn(3), torch.randn(3), jfn=jf)
+    check(f, torch.randn(3), torch.randn(3), jfn=jf)
+    assert jf.fallback_reason.code == "JC-J002"
+
+
 def test_a_subclass_under_a_transform_runs_eagerly():
     """functorch's levels over a tensor subclass's dispatch are not resolved while tracing (JC-J002)."""
     from torch.testing._internal.two_tensor import TwoTensor
