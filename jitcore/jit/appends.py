@@ -17,6 +17,9 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
   with a constant (``self.log["losses"].append``), or by ``get`` with a constant (an instance's
   ``self.__dict__.get("_mode_key")``): the dict is guarded by its type and that key, and the item
   read is bound on its own (a list there only appended to: its type).
+- ``keyed_later(frame)``: the same with a key the program computes (``COUNTS[str(func)] += 1``,
+  ``d.get(name, 0)``): the dict is guarded by its type and its keys, and each item read is bound on
+  its own (Note [A dict read at a computed key]).
 Invariant: a list or dict so read is not read any other way through that load; a later read of it
 (the program iterating the dict, indexing the list) binds it again, with the guards of the contents
 the call started with (``StateSnapshots.first_state``), not the ones the program's appends made.
@@ -28,10 +31,12 @@ import builtins
 import dis
 import functools
 import inspect
+import sys
 import types
 from typing import Any
 
-__all__ = ["MeasuredLists", "appended_parameters", "measured_by_len", "only_appended_to", "subscripted_by"]
+__all__ = ["MeasuredLists", "appended_parameters", "keyed_later", "measured_by_len", "only_appended_to",
+           "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
 _LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
@@ -155,6 +160,83 @@ def subscripted_by(frame: Any) -> Any:
             and instructions[i + 2].opname == "COPY" and instructions[i + 2].arg == 2:
         following = instructions[i + 3]
     return instructions[i].argval if following.opname in _SUBSCRIPTS else None
+
+
+# Note [A dict read at a computed key]
+# A per-op counter in a dispatch (``COUNTS[str(func)] = COUNTS.get(str(func), 0) + 1``) reads the dict
+# at a key computed after the load. Bound whole, the dict was guarded item by item, so a change to any
+# other item between calls (another op's count, a key the caller keeps there) traced again on every
+# call. Where the load's value is consumed only by ``get`` or by a subscript whose key straight-line
+# code computes above it on the stack, the program reads nothing else of the dict through that load:
+# its keys are guarded (so whether a key is present is decided as when traced, a KeyError included),
+# and the item read is bound on its own (``Pass._load_subscr``: a counter is then a dynamic number).
+# An item read at a key jitcore cannot name binds the dict whole after all (``Provenance.keyed``).
+# Instructions the key may be computed with: those below (how many values each takes from the stack),
+# none of which jumps or reaches below what it takes; anything else ends the scan with no answer.
+_NOTHING = frozenset({"NOP", "PRECALL", "KW_NAMES", "CACHE", "EXTENDED_ARG"})
+_PUSH_ONE = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_NAME", "PUSH_NULL",
+                       "LOAD_SMALL_INT"})
+_ONE_FOR_ONE = frozenset({"UNARY_NEGATIVE", "UNARY_INVERT", "FORMAT_SIMPLE", "CONVERT_VALUE"})
+_SCAN = 32
+
+
+def _stack_use(inst: dis.Instruction) -> tuple[int, int] | None:
+    """``(taken, pushed)``: the stack values ``inst`` takes and pushes, for the instructions of the Note
+    above (the oparg as the interpreter reads it); None for any other."""
+    name, arg = inst.opname, inst.arg or 0
+    if name in _NOTHING:
+        return 0, 0
+    if name in _PUSH_ONE:
+        return 0, 1
+    if name == "LOAD_FAST_LOAD_FAST":
+        return 0, 2
+    if name == "LOAD_GLOBAL":  # the low bit: a NULL pushed too (3.11+)
+        return 0, 1 + (arg & 1)
+    if name == "LOAD_METHOD":
+        return 1, 2
+    if name == "LOAD_ATTR":  # the low bit: a method load (3.12+)
+        return 1, 1 + (arg & 1 if sys.version_info >= (3, 12) else 0)
+    if name in _ONE_FOR_ONE:
+        return 1, 1
+    if name in ("BINARY_OP", "FORMAT_WITH_SPEC"):
+        return 2, 1
+    if name in ("BUILD_TUPLE", "BUILD_STRING"):
+        return arg, 1
+    if name == "FORMAT_VALUE":
+        return (2 if arg & 0x04 else 1), 1
+    if name == "CALL":
+        return arg + 2, 1
+    return None
+
+
+def keyed_later(frame: Any) -> bool:
+    """Whether the value the current load pushes is consumed by ``get`` (any key) or by a subscript
+    whose key the instructions right after the load compute (Note [A dict read at a computed key])."""
+    instructions, i = frame.info.instructions, frame.index
+    above = 0  # values pushed over the dict
+    getter = i < len(instructions) and instructions[i].opname in _LOOKUPS and instructions[i].argval == "get"
+    if getter:  # ``d.get(key, default)`` called right there: a method load, then the call taking it
+        if _stack_use(instructions[i]) != (1, 2):
+            return False
+        above, i = 1, i + 1  # the pair standing for the dict: what the call takes, with the arguments
+    for j in range(i, min(i + _SCAN, len(instructions))):
+        inst = instructions[j]
+        if getter and inst.opname == "CALL" and inst.arg in (1, 2) and inst.arg + 1 == above:
+            return True
+        if inst.opname == "BINARY_SUBSCR" and above >= 2:  # a subscript inside the key: ``d[names[k]]``
+            above -= 1
+            continue
+        if inst.opname in _SUBSCRIPTS:
+            return above == 1 and not getter  # the dict right under the key
+        if inst.opname == "COPY":  # ``d[k] += 1``: both copied, the copies subscripted (as above)
+            following = [x.opname for x in instructions[j + 1:j + 3]]
+            return above == 1 and not getter and inst.arg == 2 and following[:1] == ["COPY"] \
+                and instructions[j + 1].arg == 2 and following[1:] == ["BINARY_SUBSCR"]
+        use = _stack_use(inst)
+        if use is None or use[0] > above:
+            return False
+        above += use[1] - use[0]
+    return False
 
 
 def appended_parameters(fn: Any) -> frozenset[str]:

@@ -577,6 +577,8 @@ class Pass:
             key = subscripted_by(frame)
             if key is not None:
                 return self.provenance.bind_subscripted_dict(value, path, key)
+            if appends.keyed_later(frame):  # Note [A dict read at a computed key], jit/appends.py
+                return self.provenance.bind_keyed_dict(value, path)
         return self.provenance.bind_state(value, path, name)
 
     def _untracked_subclass_code(self, frame: Any) -> bool:
@@ -685,6 +687,8 @@ class Pass:
         if path is None or isinstance(container, TensorProxy):
             return value
         if not _is_plain_key(key) and not (isinstance(key, torch.Tensor) and self.provenance.path_of(key)):
+            if id(container) in self.provenance.keyed:  # its items are guarded only by such reads
+                self.provenance.bind_state(container, path)
             return value  # a key jitcore cannot name; a reached tensor keys by identity (optimizer state)
         if isinstance(value, Proxy) or self.snapshots.written(container, key, value):
             return value  # stored while tracing (nn.LSTM's _flat_weights, cache[k] = v): not the call's

@@ -70,6 +70,7 @@ class Provenance(TensorBinding):
         # counters a container walk left unguarded, with their value (Note [Counters read natively])
         self._walked_counters: dict[Path, Any] = {}
         self.native_reads: set[Path] = set()  # counters the program also read past bind_state
+        self.keyed: set[int] = set()  # dicts bound by their keys only (``bind_keyed_dict``)
 
         self.argument_copies: list[tuple[Any, Path]] = []  # containers the program sees for the caller's
         self.real_values: dict[
@@ -370,6 +371,19 @@ class Provenance(TensorBinding):
         if type(value) is collections.defaultdict:  # what a missing key reads
             self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
         self.remember(value, path)
+        return value
+
+    def bind_keyed_dict(self, value: dict, path: Path) -> dict:
+        """A dict of state this read only subscripts, or asks ``get``, at a key the program computes
+        (Note [A dict read at a computed key], jit/appends.py): guarded by its type and keys as the
+        call started, not item by item; the item is bound on its own when it is read."""
+        self.guard(path, "type", type(value))
+        self.reach_container(value, path)
+        self.guard(path, "keys", tuple(self.first_state(value)))
+        if type(value) is collections.defaultdict:  # what a missing key reads
+            self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
+        self.remember(value, path)
+        self.keyed.add(id(value))
         return value
 
     # Note [Objects the caller passes]
@@ -674,5 +688,6 @@ class Provenance(TensorBinding):
         self._reached.clear()
         self._container_paths.clear()
         self._mutable.clear()
+        self.keyed.clear()
         self._reached_again.clear()
         self._binding.clear()
