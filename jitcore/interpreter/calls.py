@@ -157,6 +157,10 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
         if entry is not dunder_call:  # a descriptor giving a function (a staticmethod): bound by it
             return call(run, _slot_bound(run, entry, fn, t), args, kwargs)
         return call(run, dunder_call, (fn, *args), kwargs)
+    klass = run.type_of(fn)
+    if klass is not t and _mro_entry(klass, "__call__") is NULL:
+        # a stand-in (a traced tensor) is named by the class it stands for, as CPython names it
+        raise TypeError(f"'{klass.__name__}' object is not callable")
     return opaque(run, fn, args, kwargs)
 
 

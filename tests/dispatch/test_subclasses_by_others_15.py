@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import torch
+from torch.testing._internal.common_subclass import WrapperTensorWithCustomStrides as _strides_wrapper
+from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
 
@@ -141,3 +143,22 @@ def test_a_dict_read_at_a_computed_key_answers_as_eagerly(program: Callable[...,
     assert states["jit"] == states["eager"]
     assert jitcore.cache_misses(fn) == misses
 
+
+def _calls_its_inner_tensor(a: torch.Tensor) -> torch.Tensor:
+    return a.t() * 2  # torch's WrapperTensorWithCustomStrides keeps its inner tensor as ``self.t``
+
+
+@pytest.mark.parametrize(("program", "make"), [
+    (_calls_its_inner_tensor, lambda: _strides_wrapper(torch.randn(3, 2))),
+    (lambda a: a(), lambda: torch.ones(2)),
+    (lambda a: a.a(), lambda: TwoTensor(torch.ones(2), torch.ones(2))),
+])
+def test_calling_a_tensor_raises_eagers_error(program: Callable[..., Any], make: Callable[[], Any]) -> None:
+    """Calling a tensor raised "'PlainTensorProxy' object is not callable": the name of jitcore's
+    stand-in, where eager names the tensor's class."""
+    errors = []
+    for fn in (program, jitcore.jit(program)):
+        with pytest.raises(TypeError) as raised:
+            fn(make())
+        errors.append(str(raised.value).splitlines()[0])
+    assert errors[1] == errors[0]
