@@ -24,6 +24,7 @@ from jitcore.prologue import Guard, Path, PrologueBuilder
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.grad import unproduced_subclasses
+from jitcore.transforms.symbolic_sizes import SymbolicSizes
 
 __all__ = ["Specialized", "TracedProgram"]
 
@@ -48,6 +49,9 @@ class TracedProgram:
             tuple[Path, NumberProxy]
         ] = []  # symbolic sizes: trailing arguments (jit/shapes.py)
         self.read_sizes: list[NumberProxy] = []  # sizes values decided, read in the trace (jit/shapes.py)
+        # the numbers that name the pass's size symbols, for the grad transform's replay (None: none, or
+        # dynamic numbers among them; Note [Symbolic sizes through the grad transform])
+        self.symbolic_sizes: SymbolicSizes | None = None
         # tensor-subclass inputs and the paths they were bound at (Provenance._subclass), inner ones
         # first: the computation takes their inner tensors; the grad transform, the outer ones too
         self.subclass_inputs: list[tuple[SubclassTensorProxy, Path]] = []

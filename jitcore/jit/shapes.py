@@ -27,8 +27,10 @@ Invariants:
   effects holding sizes, a size expression without a Python form, a size only a stride determines)
   raises StaticShapes: the jit traces the call again with static shapes and logs why
   (docs/user-guide.md, "When jitcore retraces");
-- a symbolic entry is never differentiated by the grad transform: its sizes are numbers of the
-  computation, so it runs under torch's autograd (Note [Dynamic numbers under autograd]).
+- a symbolic entry of a plain program is never differentiated by the grad transform: its sizes are
+  numbers of the computation, so it runs under torch's autograd (Note [Dynamic numbers under
+  autograd]); one of a tensor-subclass program is, where the replay keeps its sizes symbolic (Note
+  [Symbolic sizes through the grad transform], jitcore/transforms/symbolic_sizes.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.transforms.symbolic_sizes import SymbolicSizes
 
 __all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "is_symbolic", "mark_dynamic"]
 
@@ -470,6 +473,7 @@ class _SizeRewriter:
         self.inputs: list[tuple[NumberProxy, Path]] = []  # each size input and the path that reads it
         # each symbol's name in the computation; a dynamic number's is its input (jit/number_sizes.py)
         self._symbols: dict[sympy.Symbol, NumberProxy] = {s: n for s, (_p, n, _size) in number_sizes.items()}
+        self._numbers_are_inputs = bool(number_sizes)  # the grad transform makes dynamic numbers constants
         self._computed: dict[sympy.Expr, NumberProxy] = {}
         self._pending: list[BoundSymbol] = []
         self._source: Any = None  # the record being rewritten: arithmetic for it is printed under its line
@@ -500,6 +504,9 @@ class _SizeRewriter:
             if self.env.simplify(symbol) == symbol:
                 self._symbol(symbol)
         self.inputs.sort(key=lambda item: _symbol_number(item[0].name))
+        if not self._numbers_are_inputs:  # for the grad transform's replay (transforms/symbolic_sizes.py)
+            self.program.symbolic_sizes = SymbolicSizes(
+                self.env, {id(n): (n, symbol) for symbol, n in self._symbols.items()})
         for proxy, size_path in self.inputs:  # after the tensors and numbers, as the prologue reads them
             trace.args.append(proxy)
             self.program.prologue.add_input(size_path, proxy.name)

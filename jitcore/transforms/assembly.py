@@ -14,6 +14,9 @@ the caller's grad mode, as eagerly. Nested wrappers are assembled inside out; an
 some op produced with a graph (a plain tensor, or a subclass value with a ``grad_fn``) is a node
 output.
 
+``unproduced_subclasses`` finds, in pass 1, the subclass values no record produces (inputs, and
+wrappers the program assembles from input tensors), which the grad transform's replay rebuilds.
+
 Invariants:
 - ``Assembly.node_outputs`` holds no assembled wrapper, and no input;
 - ``Assembly.build(outputs, inputs)`` returns the tensor outputs in the grad transform's order
@@ -26,14 +29,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import optree
 import torch
 
 from jitcore.dispatch.flatten import UNFLATTEN, rebuild_kwargs
-from jitcore.ir import BoundSymbol, Trace, compile_trace
+from jitcore.ir import BoundSymbol, Proxy, Trace, compile_trace
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["Assembly", "assembly_of"]
+__all__ = ["Assembly", "assembly_of", "unproduced_subclasses"]
 
 # where an assembly argument comes from: ("output", k) the node's k-th output; ("arg", i) the i-th
 # computation input; ("subclass", j) the outer tensor of the j-th subclass input
@@ -138,3 +142,48 @@ def _assembled(value: TensorProxy, inputs: dict[int, Source]) -> bool:
         return False
     with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
         return value.shadow.grad_fn is None
+
+
+def unproduced_subclasses(trace: Trace) -> list[SubclassTensorProxy]:
+    """The tensor-subclass values a pass-1 trace uses without any record producing them, each over
+    input tensors only, inner ones before the ones holding them.
+
+    These are its subclass inputs (arguments, rebuilt by bookkeeping records at the top of the
+    trace; subclass tensors read from state, which are not) and the subclass values the program
+    assembles from input tensors (``TwoTensor(a, b)``, ``OptimState8bit(codes, ...)``: no op makes
+    them). The replay rebuilds each over its inner tensors before it runs; only the inputs among
+    them (``SubclassInputs``) are inputs of the computation.
+    """
+    found: list[SubclassTensorProxy] = []
+    seen: set[int] = set()
+    args = {id(a) for a in trace.args}
+
+    def visit(proxy: SubclassTensorProxy) -> bool:
+        if id(proxy) in seen:
+            return True
+        inner = list(proxy.inner_tensors().values())
+        for t in inner:
+            if isinstance(t, SubclassTensorProxy):
+                if not visit(t):
+                    return False
+            elif id(t) not in args:
+                return False
+        seen.add(id(proxy))
+        found.append(proxy)
+        return True
+
+    produced: set[int] = set()
+    for bsym in trace.bound_symbols:
+        if "bookkeeping" in bsym.symbol.tags:
+            visit(bsym.output)
+            continue
+        for value in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True):
+            if isinstance(value, SubclassTensorProxy) and id(value) not in produced:
+                visit(value)
+        produced.update(
+            id(v) for v in optree.tree_leaves(bsym.output, none_is_leaf=True) if isinstance(v, Proxy)
+        )
+    for value in optree.tree_leaves(trace.output, none_is_leaf=True):
+        if isinstance(value, SubclassTensorProxy) and id(value) not in produced:
+            visit(value)
+    return found

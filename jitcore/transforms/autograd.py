@@ -26,6 +26,7 @@ import torch
 from jitcore.errors import JitcoreError
 from jitcore.ir import Proxy, Trace, compile_trace
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.transforms.backward_errors import RAISE
 from jitcore.transforms.grad import GradTraces, OutputSpec
 from jitcore.transforms.rederive import Unsaved, describe_unsaved, rederived_backward
@@ -101,6 +102,8 @@ class GradComputation:
         # Note [Entering the autograd Function]: every input a tensor, so unwrap_if_dead takes each
         self.tensor_inputs = all(isinstance(a, TensorProxy) for a in traces.forward.args)
         own_saved = traces.forward.output[1] if isinstance(traces.forward.output, tuple) else ()
+        # Note [Symbolic sizes through the grad transform]: sizes the backward reads are saved numbers
+        self.saved_numbers = tuple(i for i, v in enumerate(own_saved) if isinstance(v, NumberProxy))
         self.saved_of = saved_of or (lambda _backward: own_saved)
         # backwards derived for other tangent kinds: (saved values, kinds, callable), and their traces
         self.rederived: list[tuple[Sequence[Any], list[TangentKind | None], Callable[..., Any]]] = []
@@ -304,7 +307,11 @@ class JitcoreFunction(torch.autograd.Function):
         outputs, saved = forward(*inputs[: computation.n_inputs])
         ctx.computation, ctx.backward = computation, backward  # the backward taking what was saved
         computation.backward = backward
-        ctx.to_save = tuple(saved)  # ctx.save_for_backward(*saved), without its Python frame
+        if computation.saved_numbers:  # sizes (ints), which save_for_backward refuses
+            ctx.to_save = tuple(v for v in saved if isinstance(v, torch.Tensor))
+            ctx.saved_numbers = tuple(saved[i] for i in computation.saved_numbers)
+        else:
+            ctx.to_save = tuple(saved)  # ctx.save_for_backward(*saved), without its Python frame
         ctx.materialize_grads = False  # ctx.set_materialize_grads(False): Note [Outputs no gradient reaches]
         if len(outputs) != computation.all_differentiable:
             differentiable = computation.differentiable_indices
@@ -320,7 +327,12 @@ class JitcoreFunction(torch.autograd.Function):
         computation: GradComputation = ctx.computation
         backward, tangents = computation.tangents(grads, ctx.backward)
         try:
-            results = backward(*ctx.saved_tensors, *tangents)
+            saved = ctx.saved_tensors
+            if computation.saved_numbers:
+                saved = list(saved)
+                for i, number in zip(computation.saved_numbers, ctx.saved_numbers):
+                    saved.insert(i, number)
+            results = backward(*saved, *tangents)
         except Exception as exc:
             if computation.on_error is not None:
                 computation.on_error(exc)  # the user line of the forward op whose backward failed

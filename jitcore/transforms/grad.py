@@ -52,7 +52,7 @@ from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
-from jitcore.transforms.assembly import Assembly, assembly_of
+from jitcore.transforms.assembly import Assembly, assembly_of, unproduced_subclasses
 from jitcore.transforms.autograd_function import run_on_shadows, with_cells_mapped
 from jitcore.transforms.backward_checks import resolve_backward_call
 from jitcore.transforms.backward_errors import RAISE, kept_traceback
@@ -61,6 +61,8 @@ from jitcore.transforms.recording import recording
 from jitcore.transforms.replayed_numbers import ReplayedNumbers
 from jitcore.transforms.replayed_reads import ReplayedReads
 from jitcore.transforms.saving import CHECKPOINT_BEGIN, CHECKPOINT_END, split_saved
+from jitcore.transforms.symbolic_sizes import SizesNotRewritten, SymbolicSizes, condition_checks
+from jitcore.transforms.symbolic_sizes import rewrite_sizes as rewrite_sizes
 from jitcore.transforms.tangents import TangentKind, kind_of_output, tangent_shadow
 from jitcore.transforms.view_round_trips import collapse_view_round_trips, drop_unread_views
 
@@ -150,51 +152,6 @@ class GradTraces:
 SubclassInputs = Sequence[tuple[SubclassTensorProxy, bool]]
 
 
-def unproduced_subclasses(trace: Trace) -> list[SubclassTensorProxy]:
-    """The tensor-subclass values a pass-1 trace uses without any record producing them, each over
-    input tensors only, inner ones before the ones holding them.
-
-    These are its subclass inputs (arguments, rebuilt by bookkeeping records at the top of the
-    trace; subclass tensors read from state, which are not) and the subclass values the program
-    assembles from input tensors (``TwoTensor(a, b)``, ``OptimState8bit(codes, ...)``: no op makes
-    them). The replay rebuilds each over its inner tensors before it runs; only the inputs among
-    them (``SubclassInputs``) are inputs of the computation.
-    """
-    found: list[SubclassTensorProxy] = []
-    seen: set[int] = set()
-    args = {id(a) for a in trace.args}
-
-    def visit(proxy: SubclassTensorProxy) -> bool:
-        if id(proxy) in seen:
-            return True
-        inner = list(proxy.inner_tensors().values())
-        for t in inner:
-            if isinstance(t, SubclassTensorProxy):
-                if not visit(t):
-                    return False
-            elif id(t) not in args:
-                return False
-        seen.add(id(proxy))
-        found.append(proxy)
-        return True
-
-    produced: set[int] = set()
-    for bsym in trace.bound_symbols:
-        if "bookkeeping" in bsym.symbol.tags:
-            visit(bsym.output)
-            continue
-        for value in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True):
-            if isinstance(value, SubclassTensorProxy) and id(value) not in produced:
-                visit(value)
-        produced.update(
-            id(v) for v in optree.tree_leaves(bsym.output, none_is_leaf=True) if isinstance(v, Proxy)
-        )
-    for value in optree.tree_leaves(trace.output, none_is_leaf=True):
-        if isinstance(value, SubclassTensorProxy) and id(value) not in produced:
-            visit(value)
-    return found
-
-
 def needs_grad(trace: Trace, subclass_inputs: SubclassInputs) -> bool:
     """Whether a call of ``trace`` must build a backward: grad mode on and an input requires grad.
 
@@ -256,7 +213,8 @@ class _Replay:
     """The state of one replay: pass-1 proxies -> proxies of the forward trace."""
 
     def __init__(self, trace: Trace, subclass_inputs: SubclassInputs,
-                 reads: Sequence[tuple[NumberProxy, BoundSymbol]] = ()) -> None:
+                 reads: Sequence[tuple[NumberProxy, BoundSymbol]] = (),
+                 sizes: SymbolicSizes | None = None) -> None:
         self.source = trace
         self.numbers = ReplayedNumbers(reads)  # t.item() results kept as names (replayed_numbers.py)
         self.mode: Any = None  # the recording mode, while the forward is replayed
@@ -281,6 +239,14 @@ class _Replay:
         self.reads = ReplayedReads(self.context, lambda shadow: self._fake_like(shadow, contiguous=False))
         self.context.call_handler = self.reads
         self.values = self.context.values
+        # Note [Symbolic sizes through the grad transform]: the pass's sizes, SymInts of its ShapeEnv
+        self.sizes = sizes
+        self.size_values: dict[int, Any] = {}  # id(pass-1 number) -> its SymInt (or int) in the replay
+        if sizes is not None:
+            self.values.fake_mode.shape_env = self.values.shape_env = sizes.env
+            for number, _symbol in sizes.numbers.values():
+                self.forward.names.claim(number.name)  # the records' arithmetic takes other names
+                self.size_values[id(number)] = sizes.symint(number)
         self.state = DispatchState.of(self.values)
         self.env: dict[int, Proxy] = {}
         self._keep: list[Any] = []
@@ -290,8 +256,8 @@ class _Replay:
     # --- inputs ------------------------------------------------------------------------------------
     def bind_inputs(self, unproduced: Sequence[SubclassTensorProxy]) -> None:
         for arg in self.source.args:
-            if isinstance(arg, GeneratorProxy):  # a generator the call passes: itself in the forward
-                self.forward.args.append(arg)
+            if isinstance(arg, GeneratorProxy) or id(arg) in self.size_values:
+                self.forward.args.append(arg)  # a generator the call passes, a size input: itself
                 continue
             shadow = self._fake_like(arg.shadow, contiguous=False)
             if arg.requires_grad:
@@ -334,6 +300,11 @@ class _Replay:
             stride = torch._prims_common.make_contiguous_strides_for(t.shape)
             with self.values.fake_mode:
                 return torch.empty_strided(tuple(t.shape), tuple(stride), dtype=t.dtype, device=t.device)
+        if self.sizes is not None and any(type(v) is torch.SymInt for v in (*t.shape, *t.stride())):
+            # symbolic sizes: a storage of the traced size would bound them (a guard the prologue lacks);
+            # a layout the records rely on is this one, guarded (symbolic strides: pass 1, jit_hook.py)
+            with self.values.fake_mode:
+                return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
         with self.values.fake_mode:
             size = max(t.untyped_storage().nbytes() // max(t.element_size(), 1), 1)
             storage = torch.empty(size, dtype=t.dtype, device=t.device).untyped_storage()
@@ -358,6 +329,8 @@ class _Replay:
     def lookup(self, value: Any) -> Any:
         if isinstance(value, GeneratorProxy):
             return value  # made by the forward's own records, as in pass 1
+        if id(value) in self.size_values:
+            return self.size_values[id(value)]
         if isinstance(value, NumberProxy):
             # the entry's dynamic numbers were specialized before the replay; reads stay names where
             # they can (replayed_numbers.py)
@@ -392,7 +365,8 @@ class _Replay:
                 if "bookkeeping" in bsym.symbol.tags:
                     continue
                 if "check" in bsym.symbol.tags or "data_dependent" in bsym.symbol.tags \
-                        or "per_call" in bsym.symbol.tags or self.numbers.is_arithmetic(bsym):
+                        or "per_call" in bsym.symbol.tags \
+                        or (self.numbers.is_arithmetic(bsym) and not self._on_sizes(bsym)):
                     # value reads (jitcore/langctx/reads.py), ``random.seed`` (jit/nondeterministic.py):
                     # run as recorded
                     self._copy_record(bsym)
@@ -428,7 +402,8 @@ class _Replay:
         the forward computes (Note [A check of a specialized read], replayed_numbers.py)."""
         checked = "check" in bsym.symbol.tags
         args, kwargs = _tree_map(
-            lambda v: self.numbers.checked(v) if checked and isinstance(v, NumberProxy) else self.lookup(v),
+            lambda v: self.numbers.checked(v) if checked and isinstance(v, NumberProxy)
+            and id(v) not in self.size_values else self.lookup(v),
             (bsym.args, bsym.kwargs))
         self.numbers.made(bsym.output)
 
@@ -479,6 +454,13 @@ class _Replay:
         for old, new in zip(old_leaves, new_leaves):
             if isinstance(old, Proxy) and isinstance(new, torch.Tensor):
                 self._map(old, self.state.proxy_of(new))
+            elif isinstance(old, NumberProxy) and self.sizes is not None \
+                    and type(new) in (int, torch.SymInt):
+                self.size_values[id(old)] = new  # arithmetic on sizes, replayed on their SymInts
+
+    def _on_sizes(self, bsym: BoundSymbol) -> bool:
+        """A record of arithmetic that reads sizes: replayed on their SymInts."""
+        return any(id(v) in self.size_values for v in optree.tree_leaves((bsym.args, bsym.kwargs)))
 
 
     def _note_returned_inputs(self, bsym: BoundSymbol, call: tuple, out: Any) -> None:
@@ -521,7 +503,8 @@ def _tree_map(fn: Any, tree: Any) -> Any:
 
 def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
                    unproduced: Sequence[SubclassTensorProxy],
-                   reads: Sequence[tuple[NumberProxy, BoundSymbol]] = ()) -> GradTraces:
+                   reads: Sequence[tuple[NumberProxy, BoundSymbol]] = (),
+                   sizes: SymbolicSizes | None = None) -> GradTraces:
     """Split ``trace`` (pass 1, torch level) into a forward and a backward trace over plain tensors.
 
     Args:
@@ -532,6 +515,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
             walked once per program): rebuilt by the replay before it runs.
         reads: the numbers pass 1 read with ``item()`` and kept as names, each with its check: names in
             the forward where autograd records nothing of them, checked otherwise (replayed_numbers.py).
+        sizes: the pass's symbolic sizes (None: its sizes are static; Note [Symbolic sizes through the
+            grad transform], symbolic_sizes.py).
 
     Returns:
         The forward and backward traces and what the runtime needs to connect them to autograd.
@@ -539,8 +524,10 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     Raises:
         Exception: what torch's autograd raises for this program (e.g. an in-place op on a leaf
             that requires grad), as eager would raise it.
+        SizesNotRewritten: with ``sizes``, the replay cannot keep them symbolic.
     """
-    replay = _Replay(trace, subclass_inputs, reads)
+    replay = _Replay(trace, subclass_inputs, reads, sizes)
+    assumed, asserted = (None, []) if sizes is None else (sizes.state(), sizes.asserts())
     replay.bind_inputs(unproduced)
     replay.run_forward()
     leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)
@@ -554,11 +541,22 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     subclass_proxies = [replay.env.get(id(p)) for p in replay.subclass_inputs]
     assembly = assembly_of(replay.forward, tensor_outputs, subclass_proxies)
     node_outputs = tensor_outputs if assembly is None else assembly.node_outputs
+    if sizes is not None and (assembly is not None
+                              or any(isinstance(o, SubclassTensorProxy) for o in outputs)):
+        raise SizesNotRewritten("a subclass value is an output")  # its tangent's kind has symbolic sizes
     deriver = BackwardDeriver(replay, node_outputs, wrt, _fresh_leaves(node_outputs, replay))
     derived = deriver.derive()
 
     forward = replay.forward
     forward.bound_symbols[:] = _plain_only(forward.bound_symbols)
+    if sizes is not None:  # Note [Symbolic sizes through the grad transform]
+        if sizes.state() != assumed:
+            raise SizesNotRewritten("the replay assumed more of the sizes than the prologue checks")
+        rewrite_sizes(forward, sizes.names())
+        known = {id(ra) for ra in asserted}
+        source = trace.bound_symbols[-1].source if trace.bound_symbols else None
+        forward.bound_symbols.extend(condition_checks(
+            [ra for ra in sizes.asserts() if id(ra) not in known], sizes.names(), source))
     forward_outputs = [_rebuilt(forward, o) for o in node_outputs]
     backward = derived.backward
     body = tuple(backward.bound_symbols)
@@ -634,11 +632,20 @@ class BackwardDeriver:
         """A backward for tangents of ``kinds`` (one per differentiable output, in order, None for an
         output no gradient reaches; ``kinds`` None: each output's own kind), recorded on the replay's
         autograd graph, which is kept for the next."""
+        sizes = self._replay.sizes
         with self._lock:
+            assumed = None if sizes is None else (sizes.state(), len(sizes.asserts()))
             differentiable, tangent_args, backward, grads = _record_backward(
                 self._replay, self._outputs, self._wrt, kinds)
+            # Note [Symbolic sizes through the grad transform]: the forward checks the asserts the first
+            # backward adds (grad_transform); those of a backward derived later would go unchecked
+            now = None if sizes is None else (sizes.state(), len(sizes.asserts()))
+            if now is not None and (now[0] != assumed[0] or (kinds is not None and now[1] != assumed[1])):
+                raise SizesNotRewritten("the backward assumed more of the sizes than the prologue checks")
         raises = any(b.symbol is RAISE for b in backward.bound_symbols)
         backward.bound_symbols[:] = _plain_only(backward.bound_symbols)
+        if sizes is not None:
+            rewrite_sizes(backward, sizes.names())
         outputs = [_rebuilt(backward, g) if g is not None else None for g in grads]
         return DerivedBackward(differentiable, tangent_args, backward, outputs, raises)
 

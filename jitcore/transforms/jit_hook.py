@@ -142,10 +142,10 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
                 hints=("write into a clone of the input (x = x.clone()) inside the function",),
             )
         return GradStage(None, pass_1=True)
-    if program.size_inputs or program.read_sizes:  # Note [Symbolic sizes of subclass programs under autograd]
-        if not pass_1_runs(trace, program.subclass_inputs):
-            raise StaticSizesNeeded("the grad transform of a tensor-subclass program keeps static shapes")
-        return GradStage(None, pass_1=True)
+    # Note [Symbolic sizes through the grad transform] (transforms/symbolic_sizes.py), where it applies
+    sizes = None if program.read_sizes else program.symbolic_sizes
+    if (program.size_inputs or program.read_sizes) and sizes is None:
+        return _pass_1_with_sizes(program)
     eager_op = runs_under_autograd(trace.bound_symbols)
     if eager_op is not None:  # Note [Value-shaped ops under grad] in jitcore/jit/value_reads.py
         backward = next((b for b in trace.bound_symbols if "backward" in b.symbol.tags), None)
@@ -191,17 +191,28 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     counted, dropped = _counted(program, counting, specialized.dropped)
     try:
         with _state_as_found(program):
-            grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads())
+            grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads(), sizes)
     except DataDependentError:
+        if sizes is not None:
+            return _pass_1_with_sizes(program)
         if runs_pass_1 or program.symbolic_numbers() \
                 or not pass_1_runs(program.trace, program.subclass_inputs):
             raise
         return GradStage(None, pass_1=True)  # Note [Reads in a subclass's backward]
+    except Exception:  # noqa: BLE001 - pass 1 under torch's autograd raises what eager raises, if anything
+        if sizes is None:
+            raise
+        return _pass_1_with_sizes(program)  # Note [Symbolic sizes through the grad transform]
+    # with symbolic sizes, the layout the replay's shadows had (symbolic_sizes.py): its own storage offset
+    shadows = [a if sizes is not None else p for p, a in zip(trace.args, grad.forward.args)]
     layouts = [
-        (path, tuple(arg.shadow.stride()), arg.shadow.storage_offset())
-        for arg, path in zip(trace.args, prologue.inputs)  # tensor inputs come first
+        (path, tuple(replayed.shadow.stride()), replayed.shadow.storage_offset())
+        for arg, replayed, path in zip(trace.args, shadows, prologue.inputs)  # tensor inputs come first
         if isinstance(arg, TensorProxy) and grad.layout is not None and grad.layout.relies_on(arg)
     ]
+    if sizes is not None and any(
+            type(v) is not int for _path, stride, offset in layouts for v in (*stride, offset)):
+        return _pass_1_with_sizes(program)  # a layout guard would hold a symbolic stride
     n_inputs = len(prologue.inputs) - len(specialized.dropped)
     forward_traces, backward_traces = [trace, grad.forward], [grad.backward]
     jfn = weakref.ref(owner)  # no cycle through the cache entry that holds this computation
@@ -424,6 +435,13 @@ def _through_leaves_made_inside(trace: Trace, subclass_inputs: list[tuple[Subcla
 # are specialized instead and the grad transform runs.
 
 
+def _pass_1_with_sizes(program: Any) -> GradStage:
+    """An entry with symbolic sizes runs pass 1 under torch's autograd (the Note below)."""
+    if not pass_1_runs(program.trace, program.subclass_inputs):
+        raise StaticSizesNeeded("the grad transform of a tensor-subclass program keeps static shapes")
+    return GradStage(None, pass_1=True)
+
+
 # Note [Symbolic sizes of subclass programs under autograd]
 # The grad transform replays pass 1 on fresh shadows without a ShapeEnv: a symbolic size would be
 # baked into the forward and backward traces it records, and the flattened trace (pass 2) cannot run
@@ -434,7 +452,9 @@ def _through_leaves_made_inside(trace: Trace, subclass_inputs: list[tuple[Subcla
 # are the caller's objects, each call resolved by their classes as eagerly, so gradients, graphs and
 # errors are eager's; what the entry saves is the trace per ragged structure, not the per-op
 # dispatch. Where pass 1 uses a value only a resolution made (``pass_1_runs``), the function traces
-# static shapes from then on (``StaticSizesNeeded``).
+# static shapes from then on (``StaticSizesNeeded``). Most such entries now go through the grad
+# transform with their sizes symbolic (Note [Symbolic sizes through the grad transform],
+# transforms/symbolic_sizes.py); this path remains where that replay cannot keep them so.
 
 
 # Note [Inputs sharing storage under autograd]

@@ -111,3 +111,79 @@ def test_a_ragged_size_passed_on_without_grad(loss_of: Callable[..., Any]) -> No
             values, offsets = torch.randn(sum(lengths), 8), _offsets(lengths)
             torch.testing.assert_close(jitted(traced, values, offsets), loss_of(eager, values, offsets))
     assert jitcore.cache_misses(jitted) <= 3, jitcore.miss_reasons(jitted)
+
+
+class _Heads(torch.nn.Module):
+    """Multi-head attention over an NJT (SDPA on CPU splits by lengths read from the offsets)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.out = (torch.nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (p(x).unflatten(-1, [2, -1]).transpose(1, 2) for p in (self.q, self.k, self.v))
+        return self.out(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).values().flatten(-2))
+
+
+def _attention_loss(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x).square().mean()
+
+
+def _attention_step(model: torch.nn.Module, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    loss = _attention_loss(model, torch.nested.nested_tensor_from_jagged(values, offsets))
+    loss.backward()
+    return loss.detach()
+
+
+# What autograd reads of an NJT's metadata around a cached entry's Function (a static entry's warm
+# call reads the same): no op of the program.
+_INPUT_METADATA = {"prim.layout.default", "aten.sym_size.default"}
+
+
+@pytest.mark.filterwarnings("error:jitcore")
+@pytest.mark.parametrize("inside", [False, True], ids=["backward-outside", "backward-inside"])
+def test_a_warm_call_under_grad_runs_no_njt_dispatch(inside: bool) -> None:
+    """Note [Symbolic sizes through the grad transform] (jitcore/transforms/symbolic_sizes.py): the
+    symbolic entry's calls are differentiated by the grad transform, so a warm call runs no
+    NestedTensor op (58 dispatches before: pass 1 ran under torch's autograd on every call). The
+    backward inside takes the values and offsets (an NJT input that requires grad and is no leaf
+    runs such a function eagerly)."""
+    from torch.nested._internal.nested_tensor import NestedTensor
+
+    torch.manual_seed(0)
+    eager, traced = _Heads(), _Heads()
+    traced.load_state_dict(eager.state_dict())
+    program = _attention_step if inside else _attention_loss
+    jitted = jitcore.jit(program)
+    dispatched: list[str] = []
+    original = NestedTensor.__dict__["__torch_dispatch__"]
+
+    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        dispatched.append(str(func))
+        return original.__func__(cls, func, types, args, kwargs)
+
+    for i, lengths in enumerate(_STRUCTURES):
+        values, offsets = torch.randn(sum(lengths), 8), _offsets(lengths)
+        ours, theirs = values.clone().requires_grad_(), values.clone().requires_grad_()
+        args = (ours, offsets) if inside else (torch.nested.nested_tensor_from_jagged(ours, offsets),)
+        hits = jitcore.cache_hits(jitted)
+        dispatched.clear()
+        NestedTensor.__torch_dispatch__ = classmethod(counting)
+        try:
+            got = jitted(traced, *args)
+        finally:
+            NestedTensor.__torch_dispatch__ = original
+        expected = program(eager, *((theirs, offsets) if inside else
+                                    (torch.nested.nested_tensor_from_jagged(theirs, offsets),)))
+        if i >= 2:  # the second structure traced the symbolic entry
+            assert jitcore.cache_hits(jitted) == hits + 1, jitcore.miss_reasons(jitted)
+            assert set(dispatched) <= _INPUT_METADATA, dispatched
+        if not inside:
+            got.backward()
+            expected.backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(ours.grad, theirs.grad)
+        for a, b in zip(traced.parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(a.grad, b.grad)
+            a.grad = b.grad = None
+    assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)

@@ -1,0 +1,219 @@
+"""Symbolic sizes through the grad transform: the forward and backward of an entry with symbolic sizes.
+
+A pass with symbolic sizes ends with ``finish`` (jitcore/jit/shapes.py): each size is a number of the
+computation (a size input ``s0`` read from a tensor by the prologue, a count ``n0`` read with
+``tolist()``), and each size an op was given is recorded arithmetic on them. The grad transform
+replays such a pass on shadows with the pass's SymInts (grad.py), so the records of the forward and
+of the backward hold SymInts again (``expand(grad, [s0, 8])``); ``rewrite_sizes`` turns each into the
+pass's number or arithmetic on them, as ``finish`` did for pass 1 (Note [Symbolic sizes through the
+grad transform]).
+
+Invariants:
+- the replay runs under the pass's ShapeEnv, and nothing it assumed is left unchecked: where the
+  replay or the backward's recording changed the ShapeEnv's guards, runtime asserts, replacements or
+  value ranges after the prologue was built, ``SizesNotRewritten`` is raised (the entry then runs
+  pass 1 under torch's autograd, as before);
+- a SymInt left in a record is a nested int only (a ragged size: a constant of the trace, as in pass 1);
+  any other size without a Python form raises ``SizesNotRewritten``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import optree
+import sympy
+import torch
+
+from jitcore.ir import BoundSymbol, Trace, TraceContext, tracing
+from jitcore.proxies.number import NumberProxy
+
+__all__ = ["SizesNotRewritten", "SymbolicSizes", "condition_checks", "rewrite_sizes"]
+
+
+class SizesNotRewritten(Exception):
+    """The grad transform cannot keep this entry's sizes symbolic; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class SymbolicSizes:
+    """The sizes of a pass with symbolic sizes, as the grad transform replays them.
+
+    Attributes:
+        env: the pass's ShapeEnv.
+        numbers: ``id(number) -> (number, symbol)`` for each number of pass 1 that names a symbol (a
+            size input, a count read from values).
+    """
+
+    env: Any
+    numbers: dict[int, tuple[NumberProxy, sympy.Symbol]]
+
+    def symint(self, number: Any) -> torch.SymInt | None:
+        """The SymInt a pass-1 number stands for in the replay (None: not a size)."""
+        found = self.numbers.get(id(number))
+        if found is None:
+            return None
+        _number, symbol = found
+        hint = _hints(self.env).get(symbol)
+        return self.env.create_symintnode(symbol, hint=None if hint is None else int(hint))
+
+    def names(self) -> dict[sympy.Symbol, NumberProxy]:
+        return {symbol: number for number, symbol in self.numbers.values()}
+
+    def state(self) -> tuple:
+        """What the ShapeEnv assumes but for its runtime asserts (compared before and after the replay)."""
+        env = self.env
+        return len(env.guards), dict(env.replacements), dict(env.var_to_range)
+
+    def asserts(self) -> list[Any]:
+        """The ShapeEnv's deferred runtime asserts (what torch decided with the counts' traced values)."""
+        return [ra for ras in self.env.deferred_runtime_asserts.values() for ra in ras]
+
+
+def condition_checks(asserts: list[Any], names: dict[sympy.Symbol, NumberProxy],
+                     source: Any) -> list[BoundSymbol]:
+    """A check of each of ``asserts`` over the numbers that name its symbols, as ``finish`` checks the
+    pass's own (Note [Sizes that values decide], jitcore/jit/shapes.py): a call on which one does not
+    hold goes to another entry.
+
+    Raises:
+        SizesNotRewritten: a condition has a symbol no number names, or no Python form.
+    """
+    from torch.utils._sympy.printers import PythonPrinter
+
+    from jitcore.langctx.reads import READ, ReadSite
+
+    records = []
+    for ra in asserts:
+        symbols = sorted(ra.expr.free_symbols, key=str)
+        if any(s not in names for s in symbols):
+            raise SizesNotRewritten(f"the size condition {ra.expr} has a size no number names")
+        text = PythonPrinter().doprint(ra.expr)
+        operands = [names[s] for s in symbols]
+        try:
+            check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
+            holds = check(*(n.value for n in operands)) is True
+        except Exception as exc:  # noqa: BLE001 - a form Python cannot evaluate
+            raise SizesNotRewritten(f"the size condition {ra.expr} has no Python form: {exc}") from None
+        if not holds:
+            raise SizesNotRewritten(f"the size condition {text} does not hold for the traced sizes")
+        site = ReadSite(f"the size condition {text}", source)
+        records.append(BoundSymbol(READ, (site, True, check, *operands), {}, None, (), source))
+    return records
+
+
+def _hints(env: Any) -> dict:
+    return env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
+
+
+def _is_nested(env: Any, symbol: sympy.Symbol) -> bool:
+    """``symbol`` stands for a nested int (jitcore/jit/ragged.py's ``is_nested_symbol``: the transforms
+    do not import the jit)."""
+    from torch.utils._sympy.singleton_int import SingletonInt
+
+    return isinstance(_hints(env).get(symbol), SingletonInt)
+
+
+# Note [Symbolic sizes through the grad transform]
+# Under grad, an entry with symbolic sizes of a tensor-subclass program (an NJT multi-head attention
+# over changing ragged structures) ran pass 1 under torch's autograd: every cached call ran
+# NestedTensor's ``__torch_dispatch__`` (58 calls for the attention). The grad transform needs only
+# static shapes where it writes sizes into its records, so it now replays such a pass too: its shadows
+# keep the pass's SymInts (the replay's fake mode takes the pass's ShapeEnv), a pass-1 number that
+# names a symbol is that symbol's SymInt in the replay, and torch computes the forward's and the
+# backward's sizes from them. ``rewrite_sizes`` then makes each SymInt of a record the pass's number
+# (``s0``, ``n0``) or recorded arithmetic on them (``n12 = operator.add(n0, n1)``), just before the
+# record; the forward takes the size inputs as pass 1 did, and the backward takes the numbers it reads
+# among the saved values (``ctx.saved_numbers``, jitcore/transforms/autograd.py). Soundness: the
+# prologue was built from the ShapeEnv when the pass finished, so what the replay or the backward's
+# recording adds to it would go unchecked: a runtime assert it adds (a split's backward concatenates
+# by the counts: ``Eq(u4 + u5 + u6 + u7, u0 + u1 + u2 + u3)``) is checked at the end of the forward
+# (``condition_checks``), as the pass's own are; an entry where they add a guard, a replacement or a
+# narrower range, one whose outputs are subclass values (their tangents' kinds would compare symbolic
+# sizes), and one with sizes of value-shaped outputs keep running pass 1 under torch's autograd.
+def rewrite_sizes(trace: Trace, names: dict[sympy.Symbol, NumberProxy]) -> None:
+    """Replace each SymInt in ``trace``'s records by its number or arithmetic on numbers (Note above).
+
+    Raises:
+        SizesNotRewritten: a size has no Python form here, or a record outputs a symbolic number.
+    """
+    from jitcore.langctx.python import apply
+
+    pending: list[BoundSymbol] = []
+    source: list[Any] = [None]
+    context = TraceContext(trace, scopes=[pending], source_provider=lambda: source[0])
+    computed: dict[sympy.Expr, Any] = {}
+
+    def value(expr: sympy.Expr) -> Any:
+        if expr.is_Integer:
+            return int(expr)
+        if expr in computed:
+            return computed[expr]
+        if isinstance(expr, sympy.Symbol):
+            found: Any = names.get(expr)
+            if found is None:
+                raise SizesNotRewritten(f"the size {expr} is no number of the pass")
+        elif isinstance(expr, (sympy.Add, sympy.Mul)) and all(a.is_integer for a in expr.args):
+            op = operator.add if isinstance(expr, sympy.Add) else operator.mul
+            operands = [value(a) for a in expr.args]
+            found = operands[0]
+            for operand in operands[1:]:
+                found = apply(op, found, operand)
+        elif type(expr).__name__ in ("FloorDiv", "CleanDiv") and len(expr.args) == 2:
+            found = apply(operator.floordiv, *(value(a) for a in expr.args))
+        else:
+            raise SizesNotRewritten(f"the size {expr} has no Python form jitcore records")
+        computed[expr] = found
+        return found
+
+    def size(s: torch.SymInt) -> Any:
+        env = s.node.shape_env
+        expr = env.simplify(s.node.expr)
+        if expr.is_number:
+            return int(expr)
+        if any(_is_nested(env, v) for v in expr.free_symbols):
+            return s  # a ragged size: a constant of the trace, as in pass 1 (Note [Nested ints])
+        return value(expr)
+
+    def walk(tree: Any) -> Any:
+        if type(tree) is torch.SymInt:
+            return size(tree)
+        if type(tree) in (torch.SymFloat, torch.SymBool):
+            raise SizesNotRewritten(f"a record takes {type(tree).__name__} {tree}")
+        if isinstance(tree, (tuple, list)):
+            items = [walk(v) for v in tree]
+            if all(a is b for a, b in zip(items, tree)):
+                return tree
+            if type(tree) is torch.Size:
+                return items  # a size argument: torch takes a list of ints as well
+            return type(tree)(items) if type(tree) in (tuple, list) else type(tree)(*items)
+        if type(tree) is dict:
+            items = {k: walk(v) for k, v in tree.items()}
+            return tree if all(items[k] is v for k, v in tree.items()) else items
+        if type(tree) is slice:
+            return slice(*(walk(v) for v in (tree.start, tree.stop, tree.step)))
+        return tree
+
+    def rewritten(bsym: BoundSymbol) -> BoundSymbol:
+        if any(type(v) in (torch.SymInt, torch.SymFloat, torch.SymBool)
+               for v in optree.tree_leaves(bsym.output, none_is_leaf=True)):
+            raise SizesNotRewritten(f"{bsym.symbol.name} outputs a symbolic number")
+        args, kwargs = walk((bsym.args, bsym.kwargs))
+        subsymbols = tuple(rewritten(b) for b in bsym.subsymbols)
+        same = all(a is b for a, b in zip(subsymbols, bsym.subsymbols))
+        if args is bsym.args and kwargs is bsym.kwargs and same:
+            return bsym
+        return BoundSymbol(bsym.symbol, args, kwargs, bsym.output, subsymbols, bsym.source, bsym.header)
+
+    records: list[BoundSymbol] = []
+    with tracing(context):
+        for bsym in trace.bound_symbols:
+            source[0] = bsym.source
+            new = rewritten(bsym)
+            records.extend(pending)
+            pending.clear()
+            records.append(new)
+    trace.bound_symbols[:] = records
