@@ -13,7 +13,8 @@ Invariants:
   text is unchanged; a name the snapshot lacks is looked up on the real object (PEP 562
   ``__getattr__``), so a debugger's expressions still work. A leaf of a type registered with
   ``register_call_target`` (the aten language context registers ``OpOverload``) is bound to what its
-  ``__call__`` forwards to. Only import roots are snapshotted, never
+  ``__call__`` forwards to, or to a callable that takes each of the trace's recorded calls of it exactly
+  as that does (the calls are handed to the unwrapper). Only import roots are snapshotted, never
   bound constants: a guard reading a user module's attribute must read it live.
 """
 
@@ -36,7 +37,8 @@ __all__ = ["compile_trace", "compile_source", "register_call_target"]
 
 
 def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: str = "trace",
-                   fast_imports: Iterable[str] = ()) -> Callable[..., Any]:
+                   fast_imports: Iterable[str] = (),
+                   calls: dict[str, list] | None = None) -> Callable[..., Any]:
     """Compile ``source`` (which defines function ``name``) and return that function.
 
     Args:
@@ -46,6 +48,8 @@ def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: st
         tag: a word for the file name, e.g. ``computation`` or ``prologue``.
         fast_imports: module names imported by ``source`` whose attribute chains are snapshotted
             (see the module docstring).
+        calls: a dotted name (``torch.ops.aten.t.default``) -> the ``(args, kwargs)`` of every call
+            ``source`` makes by that name, where all are known (a compiled trace's recorded ops).
 
     Returns:
         The compiled function. Its code's ``co_filename`` is ``<jitcore-{tag}-{hash}>``, whose lines
@@ -62,7 +66,7 @@ def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: st
     fast_imports = [n for n in fast_imports if isinstance(globals_.get(n), types.ModuleType)]
     if fast_imports:
         for root, chains in _attribute_chains(code, fast_imports).items():
-            globals_[root] = _snapshot(globals_[root], chains, root)
+            globals_[root] = _snapshot(globals_[root], chains, root, calls or {})
     return globals_[name]
 
 
@@ -87,12 +91,14 @@ def _release_lines(filename: str) -> None:
 
 
 # type -> how to get what a callable of that type forwards its calls to (Note above: fast_imports).
-_CALL_TARGETS: dict[type, Callable[[Any], Any]] = {}
+_CALL_TARGETS: dict[type, Callable[[Any, list | None], Any]] = {}
 
 
-def register_call_target(cls: type, unwrap: Callable[[Any], Any]) -> None:
-    """Let generated code call ``unwrap(obj)`` for a module attribute ``obj`` of type ``cls``; it must
-    behave exactly as calling ``obj`` (e.g. ``OpOverload._op``, what ``OpOverload.__call__`` calls)."""
+def register_call_target(cls: type, unwrap: Callable[[Any, list | None], Any]) -> None:
+    """Let generated code call ``unwrap(obj, calls)`` for a module attribute ``obj`` of type ``cls``, where
+    ``calls`` are the ``(args, kwargs)`` of each call the code makes of ``obj`` (None when not known):
+    it must behave exactly as ``obj`` does for those calls (e.g. ``OpOverload._op``, what
+    ``OpOverload.__call__`` calls, for any)."""
     _CALL_TARGETS[cls] = unwrap
 
 
@@ -151,15 +157,17 @@ _ATTRIBUTE_LOADS = frozenset(dis.opmap[n] for n in ("LOAD_ATTR", "LOAD_METHOD") 
 _ATTR_SHIFT = 1 if sys.version_info >= (3, 12) else 0  # 3.12 folds LOAD_METHOD into LOAD_ATTR's low bit
 
 
-def _snapshot(obj: Any, trie: _Trie, label: str) -> Any:
+def _snapshot(obj: Any, trie: _Trie, label: str, calls: dict[str, list]) -> Any:
     """A module holding ``obj``'s attributes along ``trie``; ``obj`` itself where it is read as a value."""
     if _VALUE in trie:
         unwrap = _CALL_TARGETS.get(type(obj)) if len(trie) == 1 else None
-        return unwrap(obj) if unwrap is not None else obj
+        if unwrap is None:
+            return obj
+        return unwrap(obj, calls.get(label))
     snapshot = types.ModuleType(label, f"jitcore snapshot of {label}'s attributes read by generated code")
     for attr, sub in trie.items():
         try:
-            setattr(snapshot, attr, _snapshot(getattr(obj, attr), sub, f"{label}.{attr}"))
+            setattr(snapshot, attr, _snapshot(getattr(obj, attr), sub, f"{label}.{attr}", calls))
         except AttributeError:
             pass  # read lazily through __getattr__ below (and fails there as it would have)
     snapshot.__getattr__ = lambda attr: getattr(obj, attr)  # type: ignore[attr-defined]
@@ -179,4 +187,18 @@ def compile_trace(trace: Trace, callables: dict[str, Any] | None = None) -> Call
     """
     printed = print_trace(trace)
     namespace = {**trace.imports, **printed.constants, **(callables or {})}
-    return compile_source(printed.source, trace.name, namespace, tag=trace.name, fast_imports=trace.imports)
+    return compile_source(printed.source, trace.name, namespace, tag=trace.name, fast_imports=trace.imports,
+                          calls=_calls_of(trace.bound_symbols))
+
+
+def _calls_of(bsyms: Iterable[Any]) -> dict[str, list]:
+    """A symbol's printed name -> [(args, kwargs), ...] over the bound symbols and their subsymbols (a
+    superset of the calls the printed trace makes by that name)."""
+    calls: dict[str, list] = {}
+    pending = list(bsyms)
+    while pending:
+        bsym = pending.pop()
+        if bsym.symbol.path is not None:
+            calls.setdefault(bsym.symbol.path, []).append((bsym.args, bsym.kwargs))
+        pending.extend(bsym.subsymbols)
+    return calls
