@@ -509,6 +509,8 @@ class Pass:
             # text made from numbers (jit/texts.py) is its characters to C code, but for a list's items
             kinds = () if numbers.stores_items(fn) else TextProxy if numbers.keeps_numbers(fn) \
                 else (NumberProxy, TextProxy)
+            handed = (*passed, *kwargs.values())
+            numbers.values_in_lists(handed, kinds)  # Note [A list C is handed is the program's]
             args, kwargs = (*args[:own], *specialize_all(passed, kinds)), specialize_all(kwargs, kinds)
         return args, kwargs
 

@@ -32,11 +32,11 @@ from jitcore.interpreter import current_run
 from jitcore.ir import BoundSymbol, Proxy, Trace, drop_unread, value_leaves
 from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Guard, Path, PrologueBuilder, inlined_guards
-from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.number import NumberProxy, replace_numbers
 
 __all__ = ["SLOT_TYPES", "changed_number_arguments", "changed_state_numbers", "drop_unused_arithmetic",
            "fold_specialized", "indexed_objects", "keeps_numbers", "roots_used", "specialize", "symbolic",
-           "values_in_objects", "with_number_lookasides"]
+           "values_in_lists", "values_in_objects", "with_number_lookasides"]
 
 
 def symbolic(trace: Trace, prologue: PrologueBuilder,
@@ -175,6 +175,32 @@ def stores_items(fn: Any) -> bool:
     (``log.append(text)``): values, never keys, so text made from numbers can stay deferred there."""
     owner = _storing_owner(fn)
     return owner is not None and issubclass(owner, (list, collections.deque))
+
+
+# Note [A list C is handed is the program's]
+# C code is handed the values of dynamic numbers (``specialize_all``), which copies a container that holds
+# one. A list is the exception: C may change it in place (``heapq.heappush(heap, n)``, ``heappop``,
+# ``heapify``, ``bisect.insort``), and the copy took the change while the program's list kept its items:
+# ``[heappop(heap) for _ in range(k)]`` gave the smallest item k times (test_heapq's test_heapsort, jitted,
+# once the items were dynamic numbers). The items of a list handed to C are made their values in the list
+# itself (tuples of numbers in it are copied with values, as ``specialize_all`` would), so C is handed the
+# program's own list. The values are specialized, so the list holding them is the list the program would
+# see on every call this entry serves.
+def values_in_lists(handed: tuple, kinds: type | tuple[type, ...]) -> None:
+    """Make the dynamic numbers (instances of ``kinds``) held by each ``list`` in ``handed`` their values,
+    in place (Note [A list C is handed is the program's])."""
+    if not kinds:
+        return
+    for value in handed:
+        if type(value) is list:
+            for i, item in enumerate(value):
+                made = replace_numbers(item, _specialized, kinds)
+                if made is not item:
+                    list.__setitem__(value, i, made)
+
+
+def _specialized(number: Any) -> Any:
+    return number.specialize()
 
 
 # Note [Objects handed to C hold values]

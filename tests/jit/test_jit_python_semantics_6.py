@@ -94,3 +94,30 @@ def test_an_error_the_computation_raises_inside_an_except_is_chained_to_the_hand
         for i in (1, 2, 5, 7, 0):
             expected = _outcome(program, torch.arange(3.0), torch.tensor(i))
             assert _outcome(jfn, torch.arange(3.0), torch.tensor(i)) == expected, (program.__name__, i)
+
+
+def test_a_list_c_changes_in_place_is_the_programs_list() -> None:
+    """``heapq.heapify(heap)``, ``heappush``, ``heappop`` and ``bisect.insort`` on a list of dynamic numbers
+    changed a copy that held their values: from the call where ``n`` became dynamic, the program's list kept
+    its items, so ``[heappop(heap) for _ in range(k)]`` gave the smallest item k times (test_heapq's
+    test_heapsort jitted). The list itself is handed to C, its numbers made their values in it (Note [A list
+    C is handed is the program's])."""
+    import bisect
+    import heapq
+
+    def program(x: torch.Tensor, n: int) -> Any:
+        heap = [n + 3, n, n + 1, n + 2]
+        heapq.heapify(heap)
+        first = heapq.heappop(heap)
+        heapq.heappush(heap, n - 1)
+        pairs = [(n + 1, "b"), (n, "a")]
+        heapq.heapify(pairs)
+        ordered = [n + 5, n]
+        bisect.insort(ordered, n + 2)
+        return [heapq.heappop(heap) for _ in range(4)], first, heap, pairs[0], ordered, x + n
+
+    jfn = jitcore.jit(program)
+    for n in (1, 2, 3, 5, 2):
+        expected, got = program(torch.ones(2), n), jfn(torch.ones(2), n)
+        assert got[:5] == expected[:5], (n, got, expected)
+        assert torch.equal(got[5], expected[5])
