@@ -196,6 +196,10 @@ class StateSnapshots:
             return obj
         return first if changed else obj
 
+    def objects(self) -> list[Any]:
+        """The reached objects, in the order they were reached."""
+        return [snap.obj for snap in self._snapshots.values()]
+
     def effects(self) -> list[Effect]:
         """The changes of every reached object since it was reached, as effects."""
         out: list[Effect] = []

@@ -27,6 +27,7 @@ from jitcore.errors import JitcoreError
 from jitcore.ir import Proxy, Trace, compile_trace
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.transforms.backward_effects import EffectsByState
 from jitcore.transforms.backward_errors import RAISE
 from jitcore.transforms.grad import GradTraces, OutputSpec
 from jitcore.transforms.rederive import Unsaved, describe_unsaved, rederived_backward
@@ -66,6 +67,9 @@ class GradComputation:
                 from them beside the forward (Note [Counters under grad], jit_hook.py).
         """
         self.counted = counted
+        # the writes of the Python code the backward runs eagerly (Note [Effects of a backward's hooks],
+        # jit_hook.py), performed after each run of the traced backward
+        self.backward_effects: EffectsByState | None = None
         self.traces = traces
         self.on_error = on_error
         self.select = select
@@ -337,6 +341,8 @@ class JitcoreFunction(torch.autograd.Function):
             if computation.on_error is not None:
                 computation.on_error(exc)  # the user line of the forward op whose backward failed
             raise
+        if computation.backward_effects is not None and backward is ctx.backward:
+            computation.backward_effects.replay()  # Note [Effects of a backward's hooks], jit_hook.py
         grad_inputs: list[Any] = [None] * len(ctx.needs_input_grad)  # the first: ``computation``'s
         for position, grad in zip(computation.grad_positions, results):
             grad_inputs[position + 1] = grad

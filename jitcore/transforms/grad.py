@@ -55,6 +55,7 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.assembly import Assembly, assembly_of, unproduced_subclasses
 from jitcore.transforms.autograd_function import run_on_shadows, with_cells_mapped
 from jitcore.transforms.backward_checks import resolve_backward_call
+from jitcore.transforms.backward_effects import watched
 from jitcore.transforms.backward_errors import RAISE, kept_traceback
 from jitcore.transforms.inputs_handed_back import input_flags, returned_inputs
 from jitcore.transforms.recording import recording
@@ -738,7 +739,7 @@ def _record_backward(
     try:
         # Python backward code (an autograd.Function's backward) runs with __torch_function__ on, as
         # eagerly: NF4's ``weight.to(dtype)`` in its backward dequantizes there
-        with recording(context), torch._C._EnableTorchFunction():  # noqa: SLF001
+        with recording(context), torch._C._EnableTorchFunction(), watched():  # noqa: SLF001
             grads = torch.autograd.grad(
                 diff_outputs, [p.shadow for p in wrt], grad_outputs=tangents, allow_unused=True,
                 retain_graph=True,  # Note [A backward for other tangent kinds]

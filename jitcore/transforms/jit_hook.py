@@ -20,7 +20,7 @@ from jitcore.dispatch.flatten import involves_subclasses, pass_1_runs
 from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.executors import record_lowered
 from jitcore.executors.trial import untimed
-from jitcore.ir import Trace
+from jitcore.ir import Proxy, Trace
 from jitcore.langctx.backward import graph_leaves
 from jitcore.langctx.reads import runs_under_autograd
 from jitcore.prologue import Guard, Path
@@ -28,6 +28,7 @@ from jitcore.prologue.guards import storage_pattern
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
+from jitcore.transforms.backward_effects import BackwardWatch, EffectsByState, watching
 from jitcore.transforms.backward_errors import RAISE
 from jitcore.transforms.grad import grad_transform, needs_grad, reaches_no_graph
 from jitcore.transforms.mincut import saved_for_fusion
@@ -189,8 +190,10 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     trace = specialized.trace
     guards = (*specialized.guards, *guards)
     counted, dropped = _counted(program, counting, specialized.dropped)
+    watched = _watched(program, subclass_inputs)  # Note [Effects of a backward's hooks]
+    watch = BackwardWatch(watched)
     try:
-        with _state_as_found(program):
+        with _state_as_found(program), watching(watch):
             grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads(), sizes)
     except DataDependentError:
         if sizes is not None:
@@ -230,6 +233,8 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         (grad.forward, grad.backward), (saved.lowered, record_lowered(backward_traces)),
         None if any(b.symbol is RAISE for b in grad.backward.bound_symbols) else for_fusion)
     computation = GradComputation(grad, saved.tracking(select), n_inputs, on_error, saved.of, counted)
+    if watch.effects is not None and watch.effects.writes and grad.deriver is not None:
+        computation.backward_effects = EffectsByState(watch.effects, _deriving(grad.deriver, watched))
     inputs = [(path, proxy.name) for proxy, path, _requires_grad in subclass_inputs]
     differentiated = Differentiated(computation, forward_traces, backward_traces, inputs, layouts)
     return GradStage(differentiated, guards, dropped)
@@ -273,6 +278,47 @@ def _state_as_found(program: Any) -> Iterator[None]:
     finally:
         if program.snapshots is not None:
             program.snapshots.restore()
+
+
+# Note [Effects of a backward's hooks]
+# ``out.backward()`` of a cached call runs the backward trace: aten ops on plain tensors. Eagerly the
+# same backward runs the ``__torch_dispatch__``/``__torch_function__`` of the subclasses its ops meet, and
+# their Python effects (a counter per op, a log) happen on every backward: a cached call's backward lost
+# them (``mul`` counted 3 times in 3 calls where eager counts 9, ``cos`` never). The grad transform runs
+# that code natively on shadows while it records the backward; a ``BackwardWatch`` over the state pass 1
+# reached (and the lists and dicts it holds, and the program's subclasses) records what it writes there,
+# numbers read as formulas, and the computation performs those writes after each run of that backward,
+# from the values the state then holds (jitcore/transforms/backward_effects.py). A write it cannot
+# replay exactly makes the call run eagerly (JC-J002), with its reason. A backward derived later for
+# other tangent kinds runs the code once, when it is derived, as before.
+def _watched(program: Any, subclass_inputs: list) -> list[Any]:
+    """The objects whose writes a BackwardWatch records: those pass 1 reached, the program's subclasses."""
+    objects = [] if program.snapshots is None else program.snapshots.objects()
+    objects = [obj for obj in objects if not isinstance(obj, Proxy)]
+    for proxy, _path, _requires_grad in subclass_inputs:
+        objects += [cls for cls in proxy.python_type.__mro__ if cls not in _TENSOR_CLASSES]
+    return objects
+
+
+def _deriving(deriver: Any, watched: list[Any]) -> Any:
+    """Records the backward's writes again, for a state its recorded ones do not hold for (a counter's
+    entry now present: ``EffectsByState``). Where they cannot be replayed, that run's own writes stand:
+    it ran the code on this backward as eagerly."""
+
+    def derive() -> Any:
+        watch = BackwardWatch(watched)
+        try:
+            with watching(watch):
+                deriver.derive()
+        except EagerOnlyValue:
+            deriver.derive()
+            return None
+        return watch.effects
+
+    return derive
+
+
+_TENSOR_CLASSES = frozenset(torch.Tensor.__mro__) | {torch.nn.Parameter}
 
 
 # Note [Counters under grad]

@@ -1,0 +1,210 @@
+"""The Python effects of a tensor subclass's code that a backward runs happen on every backward, as eagerly.
+
+``out.backward()`` of a cached call runs the grad transform's backward trace (aten ops on plain tensors),
+where eager runs the class's ``__torch_dispatch__`` for each backward op: its counters and logs advanced
+for the forward's ops only (``mul`` 3 times in 3 calls where eager counts 9, ``cos`` never). The writes
+that code makes are recorded while the backward is derived and performed after each run of it, a counter
+from the value it holds then (Note [Effects of a backward's hooks], jitcore/transforms/jit_hook.py).
+Each test runs the same calls eagerly and jitted and compares the state after each call and backward,
+the gradients (values and types) and the cache hits.
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._pytree import tree_map
+
+import jitcore
+
+COUNTS: collections.Counter[str] = collections.Counter()
+PER_OP: dict[str, int] = {}
+LOG: list[str] = []
+
+
+class Counted(torch.Tensor):
+    """A wrapper whose dispatch counts ops in a Counter, a plain dict and on its class, and logs them."""
+
+    calls = 0
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> Counted:
+        return torch.Tensor._make_wrapper_subclass(  # noqa: SLF001
+            cls, elem.shape, dtype=elem.dtype, requires_grad=elem.requires_grad)
+
+    def __init__(self, elem: torch.Tensor) -> None:
+        self.elem = elem
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["elem"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, _ctx: Any, *_sizes: Any) -> Counted:
+        return Counted(inner["elem"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        COUNTS[str(func)] += 1
+        PER_OP[func.__name__] = PER_OP.get(func.__name__, 0) + 1
+        LOG.append(func.__name__)
+        cls.calls += 1
+        out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs or {}))
+        return tree_map(lambda t: Counted(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+class Logged(torch.Tensor):
+    """A wrapper whose dispatch only appends to a log and counts on its class (no per-op dict, whose new
+    keys make the next call trace again: Note [Counters read natively])."""
+
+    calls = 0
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> Logged:
+        return torch.Tensor._make_wrapper_subclass(  # noqa: SLF001
+            cls, elem.shape, dtype=elem.dtype, requires_grad=elem.requires_grad)
+
+    def __init__(self, elem: torch.Tensor) -> None:
+        self.elem = elem
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["elem"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, _ctx: Any, *_sizes: Any) -> Logged:
+        return Logged(inner["elem"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        LOG.append(func.__name__)
+        cls.calls += 1
+        out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs or {}))
+        return tree_map(lambda t: Logged(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+class Checking(Logged):
+    """Compares the counter it advances: an effect no formula holds (the call runs eagerly)."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        cls.calls += 1
+        if cls.calls % 4 == 0:
+            LOG.append("fourth")
+        out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs or {}))
+        return tree_map(lambda t: Checking(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+def _unwrap(t: Any) -> Any:
+    return t.elem if isinstance(t, (Counted, Logged)) else t
+
+
+def _reset() -> None:
+    COUNTS.clear()
+    PER_OP.clear()
+    LOG.clear()
+    Counted.calls = Logged.calls = Checking.calls = 0
+
+
+def _state() -> tuple:
+    return dict(COUNTS), dict(PER_OP), list(LOG), Counted.calls, Logged.calls, Checking.calls
+
+
+def _grad(t: torch.Tensor) -> tuple[type, torch.Tensor]:
+    g = t.grad
+    return type(g), (g.elem if isinstance(g, (Counted, Logged)) else g).detach().clone()
+
+
+def _compare(f: Callable, step: Callable[[Callable, int], Any], calls: int = 4) -> Any:
+    """Runs ``step(fn, i)`` for ``calls`` calls with ``fn`` eager, then jitted; the state after each step
+    and what each step returns must be equal. Returns the jitted function."""
+    runs = []
+    jitted = jitcore.jit(f)
+    for fn in (f, jitted):
+        _reset()
+        runs.append([(step(fn, i), _state()) for i in range(calls)])
+    for (eager_out, eager_state), (jit_out, jit_state) in zip(*runs):
+        assert jit_state == eager_state
+        for (eager_type, eager_value), (jit_type, jit_value) in zip(eager_out, jit_out):
+            assert jit_type is eager_type
+            torch.testing.assert_close(jit_value, eager_value)
+    return jitted
+
+
+def _sin_sum(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (x * w).sin().sum()
+
+
+@pytest.mark.parametrize("cls", [Counted, Logged])
+def test_a_backward_outside_runs_the_effects_of_its_hooks_on_every_call(cls: type) -> None:
+    """bwdlog.py: eager counts ``mul`` 9 times in 3 calls, ``cos`` and ``expand`` 3; jitcore counted
+    ``mul`` 3 times and no ``cos``/``expand``: the cached backward ran plain aten ops only."""
+
+    def step(fn: Callable, i: int) -> Any:
+        torch.manual_seed(i)
+        x, w = cls(torch.randn(4)), torch.randn(4, requires_grad=True)
+        fn(x, w).backward()
+        return [_grad(w)]
+
+    jitted = _compare(_sin_sum, step)
+    assert COUNTS["aten.cos.default"] == 4 if cls is Counted else LOG.count("cos.default") == 4
+    if cls is Logged:  # one entry: the backward's writes are replayed, not traced again
+        assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 3)
+
+
+def test_a_counter_advances_from_the_value_it_holds_when_the_backward_runs() -> None:
+    """Two forwards, then one backward through both: each run of the backward advances the counters from
+    what they hold then (a value computed at the forward would count the backward once)."""
+
+    def step(fn: Callable, i: int) -> Any:
+        torch.manual_seed(i)
+        x, w = Counted(torch.randn(3)), torch.randn(3, requires_grad=True)
+        (fn(x, w) + fn(x, w)).backward()
+        return [_grad(w)]
+
+    _compare(_sin_sum, step, calls=3)
+
+
+def test_a_backward_run_twice_runs_its_hooks_twice() -> None:
+    def step(fn: Callable, i: int) -> Any:
+        torch.manual_seed(i)
+        x, w = Logged(torch.randn(3)), torch.randn(3, requires_grad=True)
+        out = fn(x, w)
+        out.backward(retain_graph=True)
+        out.backward()
+        return [_grad(w)]
+
+    _compare(_sin_sum, step, calls=3)
+
+
+def test_a_subclass_input_that_requires_grad_logs_its_backward_ops() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x * w).exp().mean()
+
+    def step(fn: Callable, i: int) -> Any:
+        torch.manual_seed(i)
+        x = Counted(torch.randn(2, 3).requires_grad_())
+        w = torch.randn(2, 3, requires_grad=True)
+        fn(x, w).backward()
+        return [_grad(x), _grad(w)]
+
+    _compare(f, step, calls=3)
+
+
+def test_a_hook_that_compares_the_counter_it_writes_runs_eagerly_with_a_warning() -> None:
+    """No formula holds ``if cls.calls % 4 == 0: LOG.append(...)``: the call runs eagerly (JC-J002)."""
+
+    def step(fn: Callable, i: int) -> Any:
+        torch.manual_seed(i)
+        x, w = Checking(torch.randn(3)), torch.randn(3, requires_grad=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn(x, w).backward()
+        if fn is not _sin_sum and i == 0:  # once: the entry runs calls like it eagerly
+            assert any("runs eagerly" in str(w.message) and "compares" in str(w.message) for w in caught)
+        return [_grad(w)]
+
+    _compare(_sin_sum, step, calls=3)
