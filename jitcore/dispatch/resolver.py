@@ -49,7 +49,7 @@ from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, traci
 from jitcore.langctx.aten import op_symbol, operator_symbol
 from jitcore.langctx.reads import same_value
 from jitcore.langctx.scalars import aten_name, dispatched_parameter
-from jitcore.langctx.shadows import data_read_error
+from jitcore.langctx.shadows import BACKWARDS, data_read_error
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import instance_attributes
@@ -342,7 +342,7 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict, *, record: bool = True) 
     shadow_args, shadow_kwargs = _map(state.shadow_of, (args, kwargs))
     try:
         mode = ShadowDispatchMode(state, made_variable=makes_variable(symbol.fn), numbers=numbers,
-                                  numbers_of=aten_name(symbol))
+                                  numbers_of=aten_name(symbol), in_backward=symbol.fn in BACKWARDS)
         with torch._C.DisableTorchFunctionSubclass(), mode:  # noqa: SLF001
             out = symbol.fn(*shadow_args, **shadow_kwargs)
         for number in number_leaves(numbers):
@@ -412,6 +412,15 @@ _VARIABLE_FACTORIES = frozenset({
 })
 
 
+# ``torch.autograd.grad``/``backward`` make each missing gradient with ``torch.ones_like`` (``_make_grads``),
+# a variable factory too: inside a backward the program runs, its ``detach`` is answered so as well
+# (``loss.backward()`` over a logging class logged a ``detach`` after ``ones_like`` eager never logs).
+_LIKE_FACTORIES = frozenset({
+    torch.ops.aten.ones_like.default, torch.ops.aten.zeros_like.default, torch.ops.aten.empty_like.default,
+    torch.ops.aten.full_like.default,
+})
+
+
 def makes_variable(fn: Any) -> bool:
     """Whether the torch function ``fn`` wraps its result with ``make_variable`` (Note [The detach of a
     variable factory])."""
@@ -446,9 +455,11 @@ class ShadowDispatchMode(TorchDispatchMode):
     """
 
     def __init__(self, state: DispatchState, *, made_variable: bool = False,
-                 numbers: dict[int | str, Any] | None = None, numbers_of: str = "") -> None:
+                 numbers: dict[int | str, Any] | None = None, numbers_of: str = "",
+                 in_backward: bool = False) -> None:
         super().__init__()
         self.state = state
+        self.in_backward = in_backward  # a backward the program runs: its gradients' ``ones_like`` too
         self._origin: tuple[Any, Any, int] = (None, None, threading.get_ident())  # set on entering
         self.made_variable = made_variable
         self._returned: Any = None  # the subclass shadow the last call handed back (made_variable only)
@@ -544,7 +555,8 @@ class ShadowDispatchMode(TorchDispatchMode):
             # DTensor: torch's C++ dispatch runs natively with this mode still on the stack; the local
             # ops and collectives it issues come back here as plain calls (dispatch/dtensor.py)
             return NotImplemented
-        if self.made_variable and func is torch.ops.aten.detach.default and args[0] is self._returned:
+        if (self.made_variable or self.in_backward) and func is torch.ops.aten.detach.default \
+                and args[0] is self._returned:
             return self._returned  # Note [The detach of a variable factory]
         context = current_context()
         modes = context.modes if context is not None else None
@@ -558,7 +570,8 @@ class ShadowDispatchMode(TorchDispatchMode):
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
         shadows = _map(self.state.shadow_of, out)
-        if self.made_variable:  # a subclass value, or a plain one a mode of the program's returned
+        if self.made_variable or self.in_backward and func in _LIKE_FACTORIES:  # a subclass value, or a
+            # plain one a mode of the program's returned (in a backward: the gradient ``_make_grads`` made)
             self._returned = shadows if isinstance(out, TensorProxy) else None
         return shadows
 

@@ -43,6 +43,7 @@ from jitcore.jit.function_transforms import function_transform_lookasides
 from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph, graph_leaves, graph_nodes
 from jitcore.langctx.reads import runs_under_autograd
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["AutogradCalls"]
 
@@ -85,7 +86,7 @@ class AutogradCalls:
         grads = self._record(outputs, leaves, grad_outputs, bool(create_graph), retain_graph)
         for leaf, grad in zip(leaves, grads):
             if grad is not None:
-                self._accumulate(leaf, grad)
+                self._accumulate(leaf, grad, bool(create_graph))
 
     def grad(self, outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None,
              create_graph: bool = False, only_inputs: bool = True, allow_unused: bool | None = None,
@@ -225,8 +226,11 @@ class AutogradCalls:
         leaves = [values.proxy_for(leaf) for leaf in graph_leaves(roots)]
         return [*_leaf_outputs(outputs, leaves), *leaves]
 
-    def _accumulate(self, leaf: TensorProxy, grad: TensorProxy) -> None:
+    def _accumulate(self, leaf: TensorProxy, grad: TensorProxy, create_graph: bool = False) -> None:
         found = self._pass.provenance.input_of(leaf)
+        if not create_graph and isinstance(grad, SubclassTensorProxy) and found is not None \
+                and self._pass.grad_value(found[1], found[0]) is None:
+            grad = grad.detach()  # Note [AccumulateGrad's detach]
         if found is None:  # made inside the function: its gradient lives as long as the pass
             old = self._inner_grads.get(id(leaf))
             self._inner_grads[id(leaf)] = grad if old is None else old.add_(grad)
@@ -243,6 +247,13 @@ class AutogradCalls:
             tensor.grad = held  # native reads (p.grad) see it: Pass.grad_value maps it back
         else:
             old.add_(grad)  # in place into the caller's gradient tensor, as eager accumulates
+
+
+# Note [AccumulateGrad's detach]
+# Eagerly ``backward()`` stores a leaf's first gradient as ``new_grad.detach()`` (AccumulateGrad, grad
+# mode off): a subclass's ``__torch_dispatch__`` sees that ``detach``, after the backward's ops. The
+# pass stored the gradient itself: a logging class's cached calls logged one op less, and the order
+# differed from eager's. The pass detaches a subclass gradient it stores as ``.grad`` so too.
 
 
 # Note [The gradient a caller's jagged tensor holds]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,7 +27,12 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def safe_repr(value: Any, limit: int = 200) -> str:
-    """``repr(value)`` for messages: shortened, and never raising (huge ints, broken ``__repr__``)."""
+    """``repr(value)`` for messages: shortened, and never raising (huge ints, broken ``__repr__``); a
+    tensor subclass's value is named by its class (Note [No repr of a subclass value in a message])."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor) \
+            and type(value) not in (torch.Tensor, torch.nn.Parameter):
+        return f"<{type(value).__qualname__} object>"
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a message must not fail
@@ -34,6 +40,14 @@ def safe_repr(value: Any, limit: int = 200) -> str:
             return f"<int of {value.bit_length()} bits>"
         return f"<{type(value).__qualname__} object>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Note [No repr of a subclass value in a message]
+# A guard's failure message (why a call missed: ``JITCORE_LOGS=recompiles``, ``explain``) once held
+# ``repr`` of the value found. A tensor subclass's ``repr`` runs torch's formatting ops through the
+# class's ``__torch_dispatch__``: a logging class's log got 24 entries eager never makes (``abs``,
+# ``masked_select``, ``_local_scalar_dense``, ...) on the call that traced a second entry for a
+# ``.grad`` that was None before. Such a value is named by its class, never formatted.
 
 
 @dataclass(frozen=True, slots=True)

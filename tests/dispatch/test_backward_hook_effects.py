@@ -208,3 +208,78 @@ def test_a_hook_that_compares_the_counter_it_writes_runs_eagerly_with_a_warning(
         return [_grad(w)]
 
     _compare(_sin_sum, step, calls=3)
+
+
+def test_a_backward_inside_logs_as_eagerly() -> None:
+    """``loss.backward()`` inside the function: its hooks run in pass 1 (no change here); the cached
+    calls' logs and counters stay eager's."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        out = (x * w).sin().sum()
+        out.backward()
+        return out.detach()
+
+    def step(fn: Callable, i: int) -> Any:
+        torch.manual_seed(i)
+        x, w = Logged(torch.randn(4)), torch.randn(4, requires_grad=True)
+        fn(x, w)
+        return [_grad(w)]
+
+    _compare(f, step)
+
+
+def test_autograd_grad_inside_logs_no_detach_of_its_ones() -> None:
+    """``torch.autograd.grad(out, w)`` inside: ``_make_grads``'s ``ones_like`` was followed by a ``detach``
+    eager never runs (a variable factory's make_variable, asked of a value jitcore holds: Note [The detach
+    of a variable factory])."""
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = (x * w).sin().sum()
+        (g,) = torch.autograd.grad(out, w)
+        return out.detach(), g
+
+    def step(fn: Callable, i: int) -> Any:
+        torch.manual_seed(i)
+        x, w = Logged(torch.randn(4)), torch.randn(4, requires_grad=True)
+        out, g = fn(x, w)
+        return [(type(g), g.elem), (type(out), out.elem)]
+
+    _compare(f, step)
+
+
+def test_an_sgd_step_over_a_logging_parameter_logs_as_eagerly() -> None:
+    """q15: ``zero_grad``, a backward inside, ``opt.step()``: the second traced call (its ``.grad`` None
+    before, a LogW since) logged 32 entries where eager logs 8 (a guard's failure message formatted the
+    found gradient with ``repr``, which runs the class's dispatch), and the gradient's ``detach`` came
+    right after ``ones_like`` where eager's AccumulateGrad runs it after the backward's ops."""
+
+    def make() -> tuple[Callable, torch.Tensor]:
+        torch.manual_seed(0)
+        w = torch.nn.Parameter(Logged(torch.randn(3, 3)))
+        opt = torch.optim.SGD([w], lr=0.1)
+
+        def step(x: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = (w @ x).sum()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return step, w
+
+    logs = []
+    for jitted in (False, True):
+        step, w = make()
+        fn = jitcore.jit(step) if jitted else step
+        calls = []
+        for i in range(4):
+            torch.manual_seed(i)
+            LOG.clear()
+            out = fn(torch.randn(3, 2))
+            calls.append((list(LOG), out.elem, w.elem.detach().clone()))
+        logs.append(calls)
+    for (eager_log, eager_out, eager_w), (jit_log, jit_out, jit_w) in zip(*logs):
+        assert jit_log == eager_log
+        torch.testing.assert_close(jit_out, eager_out)
+        torch.testing.assert_close(jit_w, eager_w)
+    assert logs[0][1][0][-3:] == ["detach.default", "add_.Tensor", "detach.default"]
