@@ -11,6 +11,8 @@ Invariants:
 - the candidates alternate run by run, so drift in the machine's speed falls on both alike;
 - the cost of a candidate is, over the callables both candidates timed at least once, the sum of
   each callable's fastest call (a backward never run, as in a forward-only loop, does not count);
+- a trial whose two costs are within ``CLOSE`` of each other runs another round of ``runs`` runs each,
+  up to ``ROUNDS`` rounds, and decides on all of them (Note [A close trial runs again]);
 - the torch candidate is kept only when it is measured faster; then what was recorded of the lowered
   one (its execution traces) is withdrawn, so the traces shown are the ones that run;
 - a call that raises records no time;
@@ -27,9 +29,20 @@ from typing import Any, Generic, TypeVar
 
 from jitcore.executors.regions import LOG
 
-__all__ = ["DEFAULT_TRIAL_RUNS", "Trial", "keeps_lowered", "untimed"]
+__all__ = ["CLOSE", "DEFAULT_TRIAL_RUNS", "ROUNDS", "Trial", "is_close", "keeps_lowered", "untimed"]
 
 DEFAULT_TRIAL_RUNS = 16
+# Note [A close trial runs again]
+# The decision is made once, for good, on the fastest call of each candidate's runs; the runs
+# alternate, so a machine that is slower for the whole trial is slower for both. What a loaded
+# machine (two cores shared by a test run and other processes) still does is add noise of a few
+# percent to each fastest call, which decides a trial whose candidates are that close: it keeps
+# whichever the noise favoured. Such a trial runs another round before deciding, up to ROUNDS
+# rounds, each fastest call then taken over more runs (the chance that a candidate's every call was
+# slowed falls with each round); a clear trial decides after one round as before. Only trial runs
+# are timed: once decided, calls run the chosen candidate itself.
+CLOSE = 0.1  # costs within 10% of the larger one
+ROUNDS = 3
 T = TypeVar("T")
 Clock = Callable[[], int]
 
@@ -44,10 +57,21 @@ def keeps_lowered(on_torch: Sequence[Sequence[int]], lowered: Sequence[Sequence[
     Returns:
         False only when the torch candidate's cost is lower (module docstring: the cost).
     """
+    torch_cost, lowered_cost = _costs(on_torch, lowered)
+    return lowered_cost <= torch_cost
+
+
+def _costs(on_torch: Sequence[Sequence[int]], lowered: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """Each candidate's cost (module docstring), over the callables both timed; (0, 0) for none."""
     pairs = [(min(a), min(b)) for a, b in zip(on_torch, lowered) if a and b]
-    if not pairs:
-        return True
-    return sum(b for _, b in pairs) <= sum(a for a, _ in pairs)
+    return sum(a for a, _ in pairs), sum(b for _, b in pairs)
+
+
+def is_close(on_torch: Sequence[Sequence[int]], lowered: Sequence[Sequence[int]]) -> bool:
+    """Whether the two costs are within ``CLOSE`` of the larger (Note [A close trial runs again])."""
+    torch_cost, lowered_cost = _costs(on_torch, lowered)
+    larger = max(torch_cost, lowered_cost)
+    return larger > 0 and abs(torch_cost - lowered_cost) <= CLOSE * larger
 
 
 class Trial(Generic[T]):
@@ -68,6 +92,7 @@ class Trial(Generic[T]):
         self.times: tuple[list[list[int]], ...] = ([[] for _ in range(width)], [[] for _ in range(width)])
         self.timed = (self._timing(0, on_torch), self._timing(1, lowered))
         self.picks = 0
+        self.rounds = 1
         self.chosen: T | None = None
         self.lock = threading.Lock()  # one decision, even with runs on several threads
 
@@ -75,8 +100,11 @@ class Trial(Generic[T]):
         """The candidate for this run: the two in turn (timed), then the chosen one."""
         if self.chosen is not None:
             return self.chosen
-        if self.picks >= 2 * self.runs:
-            return self._decide()
+        if self.picks >= 2 * self.runs * self.rounds:
+            if self.rounds < ROUNDS and is_close(*self.times):
+                self.rounds += 1  # Note [A close trial runs again]
+            else:
+                return self._decide()
         self.picks += 1
         return self.timed[self.picks % 2]  # the lowered one first: its first call warms it
 
@@ -86,8 +114,9 @@ class Trial(Generic[T]):
                 on_torch, lowered = self.times
                 keep = keeps_lowered(on_torch, lowered)
                 torch_ns, lowered_ns = (sum(min(t) for t in ts if t) for ts in self.times)
-                LOG.info("%s: lowered %.1f us per run, on torch %.1f us: %s", self.what, lowered_ns / 1e3,
-                         torch_ns / 1e3, "keeps the lowered one" if keep else "keeps running on torch")
+                LOG.info("%s: lowered %.1f us per run, on torch %.1f us (%d rounds): %s", self.what,
+                         lowered_ns / 1e3, torch_ns / 1e3, self.rounds,
+                         "keeps the lowered one" if keep else "keeps running on torch")
                 if not keep:
                     for undo in self.withdraw:
                         undo()

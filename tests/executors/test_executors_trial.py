@@ -11,7 +11,7 @@ from executor_helpers import INDUCTOR, check, executor_log, lowered_trace
 import jitcore
 from jitcore.executors import BACKGROUND_ENV
 from jitcore.executors.plan import DEFAULT_FUSE_AFTER, executors_from_options
-from jitcore.executors.trial import DEFAULT_TRIAL_RUNS, Trial, keeps_lowered, untimed
+from jitcore.executors.trial import DEFAULT_TRIAL_RUNS, Trial, is_close, keeps_lowered, untimed
 from jitcore.ir import BoundSymbol
 from jitcore.jit.api import as_jitted
 
@@ -191,3 +191,46 @@ def test_a_backward_for_another_tangent_kind_takes_what_its_runs_forward_saved(m
             assert type(x.grad) is type(expected)
             torch.testing.assert_close((x.grad.a, x.grad.b), (expected.a, expected.b))
     assert len(jitcore.last_rederived_traces(jfn)) == 2  # one for each forward's saved values
+
+
+def test_a_close_trial_runs_another_round_and_decides_on_all_of_them() -> None:
+    # Note [A close trial runs again]: the first round's fastest calls are 10 on torch and 10.5
+    # lowered (noise could decide that); the lowered one's later runs are faster (8), so deciding on
+    # all rounds keeps it, where deciding after the first round kept torch.
+    clock = FakeClock()
+    lowered_costs = iter([105] * 2 + [80] * 100)
+
+    def on_torch():
+        clock.now += 100
+
+    def lowered():
+        clock.now += next(lowered_costs)
+
+    trial = Trial(on_torch, lowered, "f", runs=2, clock=clock)
+    picks = []
+    while trial.chosen is None:
+        picks.append(trial.pick())
+        if trial.chosen is None:
+            picks[-1]()
+    assert trial.chosen is lowered and trial.rounds == 2, (trial.rounds, trial.times)
+    assert len(picks) == 2 * 2 * 2 + 1  # two rounds of two runs each, then the decision
+
+
+def test_a_clear_trial_decides_after_one_round_and_a_close_one_after_at_most_three() -> None:
+    assert not is_close([[100]], [[50]]) and is_close([[100]], [[95]]) and not is_close([[0]], [[0]])
+    clock = FakeClock()
+
+    def cost(n: int):
+        def fn():
+            clock.now += n
+
+        return fn
+
+    for torch_cost, lowered_cost, rounds in ((100, 50, 1), (100, 101, 3), (100, 99, 3)):
+        trial = Trial(cost(torch_cost), cost(lowered_cost), "f", runs=2, clock=clock)
+        while trial.chosen is None:
+            candidate = trial.pick()
+            if trial.chosen is None:
+                candidate()
+        assert trial.rounds == rounds
+        assert (trial.chosen is trial.candidates[1]) == (lowered_cost <= torch_cost)
