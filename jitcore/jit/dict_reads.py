@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jitcore.interpreter import current_run
+from jitcore.proxies.number import NumberProxy
 
 __all__ = ["dict_read_lookasides"]
 
@@ -46,7 +47,7 @@ def dict_read_lookasides(
         if run is None or not run.frames:
             return value
         bound = load_subscr(run.frames[-1], d, key, value)
-        if bound is value and provenance.counters:
+        if bound is value and provenance.counters and not isinstance(value, NumberProxy):
             path = provenance.path_of(d)
             if path is not None and path.key(key) in provenance.counters:
                 provenance.native_reads.add(path.key(key))

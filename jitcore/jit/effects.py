@@ -151,6 +151,10 @@ class StateSnapshots:
             except TypeError:  # an unhashable key: no dict or attribute holds it
                 pass
 
+    def stored(self, obj: Any, key: Any) -> bool:
+        """Whether the program stored ``obj.key`` or ``obj[key]`` in this pass (``note_write``)."""
+        return (snap := self._snapshots.get(id(obj))) is not None and snap.obj is obj and key in snap.written
+
     def written(self, obj: Any, key: Any, value: Any) -> bool:
         """Whether ``value``, read as ``obj.key`` or ``obj[key]``, is one the program stored there
         itself in this pass (not the one the object held when the program reached it). Such a read

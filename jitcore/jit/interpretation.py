@@ -151,6 +151,8 @@ class Pass:
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.provenance.first_state = self.snapshots.first_state
+        self.provenance.snapshot_taken = self.snapshots.reached
+        self.provenance.stored_by_program = self.snapshots.stored
         self.provenance.counters = counters
         self.provenance.dynamic_dims = shapes.dims_for if shapes is not None else None
         self.provenance.dynamic_strides = shapes.stride_dims_for if shapes is not None else None
@@ -191,6 +193,7 @@ class Pass:
                 if self.numpy is not None:
                     output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
                 output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
+            self.provenance.put_back_counters()  # Note [Counters bound where they are held]
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
             changes = [_plain_ids(e) for e in changes]
             changes += self.prints.effects

@@ -55,6 +55,9 @@ _MAX_PREDICATES = 64
 _MAX_PREDICATE_OPS = 16
 
 
+_NO_ITEM = object()
+
+
 class Provenance(TensorBinding):
     """Binds entering values to proxies or guards, for one tracing pass."""
 
@@ -69,6 +72,11 @@ class Provenance(TensorBinding):
         self.counters: frozenset[Path] = frozenset()  # numbers of state bound as dynamic numbers
         # counters a container walk left unguarded, with their value (Note [Counters read natively])
         self._walked_counters: dict[Path, Any] = {}
+        # counters a walk bound and put in place: (container, key, proxy, value) (Note [Counters bound
+        # where they are held]); ``snapshot_taken`` says whether the pass snapshotted a container
+        self._in_place: list[tuple[Any, Any, NumberProxy, Any]] = []
+        self.snapshot_taken: Callable[[Any], bool] = lambda obj: False
+        self.stored_by_program: Callable[[Any, Any], bool] = lambda obj, key: False
         self.native_reads: set[Path] = set()  # counters the program also read past bind_state
         self.keyed: set[int] = set()  # dicts bound by their keys only (``bind_keyed_dict``)
 
@@ -552,20 +560,21 @@ class Provenance(TensorBinding):
         first = self.first_state(value)  # the guards are about the call's container, not the program's
         if isinstance(value, dict):
             self.guard(path, "keys", tuple(first))
-            items = [(path.key(k), v) for k, v in first.items()]
+            items = [(k, path.key(k), v) for k, v in first.items()]
             if type(value) is collections.defaultdict:  # what a missing key reads
                 self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
         else:
             self.guard(path, "len", len(first))
-            items = [(path.index(i), v) for i, v in enumerate(first)]
+            items = [(i, path.index(i), v) for i, v in enumerate(first)]
         self.remember(value, path)
-        for item_path, item in items:
+        for key, item_path, item in items:
             if isinstance(item, (NumberProxy, TensorProxy)):
                 continue  # the program's own value, stored there earlier in this pass (nn.LSTM's weights)
             if isinstance(item, torch.Tensor):
                 self.remember(item, item_path)  # becomes an input only if the program uses it
             elif is_literal_value(item):
-                self._walked_literal(item, item_path)
+                if not self._bind_counter_in_place(value, key, item, item_path):
+                    self._walked_literal(item, item_path)
             elif id(item) in self._container_paths:  # reached again (a cycle, or shared): the same object
                 self.guard(item_path, "alias", self._container_paths[id(item)])
             elif is_structured(item):
@@ -580,6 +589,49 @@ class Provenance(TensorBinding):
                 self.pin(item)
                 self.guard(item_path, "identity", item)
                 self._remember_object(item, item_path)
+
+    # Note [Counters bound where they are held]
+    # A counter a container walk reaches (``D["steps"]`` of a global dict, ``opt.param_groups[0]["lr"]``)
+    # was left unguarded for the program's subscript to bind, and guarded by value where no subscript
+    # did. C code reads a container's items past the hooks: with ``s = sum(D.values()); D["b"] += 1``
+    # the sum was a constant of the trace while ``D["b"]`` was a dynamic number, so every cached call
+    # answered the first call's sum (a wrong answer); ``for v in L``, ``max(L)``, ``{**D}``, ``L == M``,
+    # ``copy.copy(D)`` alike. And a learning rate the program only writes (``g["lr"] = get_lr(it)``)
+    # was guarded by value: an entry per step. The walk now binds such a counter as a dynamic number
+    # and puts it in its place for the rest of the pass (the container's snapshot was taken first), so
+    # every read, through a hook or by C code, sees the traced number, as it sees one the program
+    # stored: arithmetic is traced, a branch guards its predicate, C code asking for the number gets
+    # its value and guards it (Note [Objects handed to C hold values], jit/numbers.py). Before the
+    # pass's changes are diffed into effects, a number still in its place is put back
+    # (``put_back_counters``): it is no write, unless the program stored it there itself (StepLR writes
+    # back the rate it read between its steps), which is replayed with the value each call finds. A
+    # tuple, or a container of another type, keeps ``_walked_counters``.
+    def _bind_counter_in_place(self, container: Any, key: Any, item: Any, path: Path) -> bool:
+        """Bind the counter ``item`` at ``container[key]`` as a dynamic number and put it there for the
+        pass (Note [Counters bound where they are held]); False where it is not one to bind so."""
+        kind = type(container)
+        if path not in self.counters or type(item) not in (int, float) or kind not in (dict, list) \
+                or not self.snapshot_taken(container):
+            return False
+        if kind is dict and dict.get(container, key, _NO_ITEM) is not item \
+                or kind is list and not (key < len(container) and container[key] is item):
+            return False  # the program changed it already: the walk read the call's copy of it
+        proxy = self.bind_dynamic_number(item, path, qualified_name(path) or "s")
+        (dict.__setitem__ if kind is dict else list.__setitem__)(container, key, proxy)
+        self._in_place.append((container, key, proxy, item))
+        return True
+
+    def put_back_counters(self) -> None:
+        """Put back the numbers ``_bind_counter_in_place`` put in place that are still there, unless the
+        program stored one there itself (``d[k] = d[k]``: replayed, with the value each call finds)."""
+        for container, key, proxy, item in reversed(self._in_place):
+            if self.stored_by_program(container, key):
+                continue
+            if type(container) is dict and dict.get(container, key, _NO_ITEM) is proxy:
+                dict.__setitem__(container, key, item)
+            elif type(container) is list and key < len(container) and container[key] is proxy:
+                list.__setitem__(container, key, item)
+        self._in_place.clear()
 
     def _walked_literal(self, item: Any, path: Path) -> None:
         """A literal a container walk reached: guarded by value, a counter left to ``bind_state``

@@ -371,18 +371,23 @@ def specialize_all(tree: Any, kinds: type | tuple[type, ...] = NumberProxy) -> A
 
 
 def replace_numbers(tree: Any, replace: Callable[[Any], Any],
-                    kinds: type | tuple[type, ...] = NumberProxy) -> Any:
+                    kinds: type | tuple[type, ...] = NumberProxy, _open: frozenset[int] = frozenset()) -> Any:
     """``tree`` with each instance of ``kinds`` replaced by ``replace(it)``, looking into tuples, lists,
     dicts and slices (``x[:, a:b]``: torch reads the bounds as ints); only containers holding one are
-    copied."""
+    copied. A container reached again inside itself (``state.append(state)``) is passed as it is
+    there: its numbers are replaced where it is first reached."""
     if isinstance(tree, kinds):
         return replace(tree)
     t = type(tree)
+    if (t is tuple or t is list or t is dict) and id(tree) in _open:
+        return tree
     if t is tuple or t is list:
-        items = [replace_numbers(v, replace, kinds) for v in tree]
+        inner = _open | {id(tree)}
+        items = [replace_numbers(v, replace, kinds, inner) for v in tree]
         return tree if all(a is b for a, b in zip(items, tree)) else t(items)
     if t is dict:
-        items = {k: replace_numbers(v, replace, kinds) for k, v in tree.items()}
+        inner = _open | {id(tree)}
+        items = {k: replace_numbers(v, replace, kinds, inner) for k, v in tree.items()}
         return tree if all(items[k] is v for k, v in tree.items()) else items
     if t is slice:
         parts = (tree.start, tree.stop, tree.step)

@@ -116,3 +116,69 @@ def test_a_number_to_an_in_place_foreach_op_stays_a_name():
         assert_same(jitted(a), decay(b))
         assert_same(a, b)
     assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)[-1]
+
+
+# Note [Counters bound where they are held] (jitcore/jit/provenance.py): a number the program reads and
+# writes back in a global container, read natively by C code too. Before, the native read was a
+# constant of the trace while the subscript's read was a dynamic number: every cached call answered the
+# first call's sum (a wrong answer).
+NATIVE_READS = {
+    "sum_of_values": lambda state: sum(state["d"].values()),
+    "items": lambda state: [v for _k, v in state["d"].items()][0],
+    "iteration": lambda state: sum(v for v in state["l"]),
+    "max": lambda state: max(state["l"]),
+    "unpacked_dict": lambda state: {**state["d"]}["a"],
+    "compared_dict": lambda state: float(state["d"] == {"a": 3, "b": 2}),
+    "copied_list": lambda state: list(state["l"])[0],
+    "star_args": lambda state: (lambda a, _b: a)(*state["l"]),
+    "sorted": lambda state: sorted(state["l"])[-1],
+    "text": lambda state: len(str(state["d"])) + len(f"{state['l']}"),
+}
+
+
+def _counting_program(read):
+    state = {"d": {"a": 1, "b": 2}, "l": [1, 2]}
+    namespace = {"state": state, "read": read}
+    exec("def f(x):\n    s = read(state)\n    state['d']['a'] += 1\n    state['l'][0] += 3\n"  # noqa: S102
+         "    return x * s\n", namespace)
+    return namespace["f"], state
+
+
+@pytest.mark.parametrize("read", list(NATIVE_READS))
+def test_a_counter_read_by_c_code_counts_like_eager(read):
+    f, eager_state = _counting_program(NATIVE_READS[read])
+    g, state = _counting_program(NATIVE_READS[read])
+    jitted = jitcore.jit(g)
+    for _ in range(5):
+        assert_same(jitted(torch.ones(2)), f(torch.ones(2)))
+        assert state == eager_state
+    if read != "text":  # text of the numbers holds their values: an entry per value
+        assert jitcore.cache_hits(jitted) >= 1, jitcore.miss_reasons(jitted)[-1]
+
+
+def test_a_learning_rate_the_step_computes_is_not_an_entry_per_step():
+    """nanoGPT's loop: ``lr = get_lr(it)`` written into every param group inside the jitted step. The
+    optimizer reads the number the step wrote; the group's old value is read by nothing, and was
+    guarded by value (an entry per step). The schedule's branches are predicate guards."""
+    import math
+
+    def get_lr(it):
+        if it < 3:
+            return 0.1 * (it + 1) / 3
+        return 0.001 + 0.5 * (1.0 + math.cos(math.pi * min(1.0, (it - 3) / 10))) * 0.099
+
+    def step(model, opt, it, x):
+        lr = get_lr(it)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        return _step(model, opt, x)
+
+    (eager_model, eager_opt, _), (model, opt, _) = _setup("Adam", "LambdaLR"), _setup("Adam", "LambdaLR")
+    jitted = jitcore.jit(step)
+    for it in range(12):
+        x = torch.randn(8, 3, generator=torch.Generator().manual_seed(it))
+        assert_same(jitted(model, opt, it, x), step(eager_model, eager_opt, it, x))
+        assert opt.param_groups[0]["lr"] == eager_opt.param_groups[0]["lr"]
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            assert_same(p.detach(), q.detach())
+    assert jitcore.cache_misses(jitted) <= 4, jitcore.miss_reasons(jitted)[-1]
