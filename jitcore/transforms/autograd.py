@@ -10,8 +10,9 @@ first such call and cached by kinds. Invariants:
 - the backward receives contiguous tangents (the backward trace was recorded for those);
 - a gradient of another kind than traced gets eager's gradient through a backward derived for its
   kind, or an error naming the output (TangentMismatchError), never a wrong gradient;
-- the function's inputs are the computation's plain inputs, then the outer tensors of subclass
-  inputs (the prologue passes both), so autograd connects to the tensors the user holds.
+- the function's inputs are the computation's plain inputs, then the outer tensors of the subclass
+  inputs that require grad (the prologue passes every subclass input's), so autograd connects to the
+  tensors the user holds and reads no other subclass's metadata.
 """
 
 from __future__ import annotations
@@ -94,7 +95,11 @@ class GradComputation:
         self.all_differentiable = (  # outputs 0..n-1 all differentiable: no output to mark constant
             n_differentiable if self.differentiable_indices == frozenset(range(n_differentiable)) else -1
         )
-        self.grad_positions = tuple(i if kind == "arg" else n_inputs + i for kind, i in traces.grad_inputs)
+        # Note [Subclass inputs the autograd Function is given]: the outer tensors that take a gradient
+        self.outer_applied = tuple(n_inputs + i for kind, i in traces.grad_inputs if kind != "arg")
+        self.n_applied = n_inputs + len(self.outer_applied)
+        rank = iter(range(n_inputs, self.n_applied))
+        self.grad_positions = tuple(i if kind == "arg" else next(rank) for kind, i in traces.grad_inputs)
         self.single_leaf = self.output_tree.is_leaf()  # the output is one value: nothing to unflatten
         self.backward_raises = any(b.symbol is RAISE for b in traces.backward.bound_symbols)
         self.fresh_leaves = traces.fresh_leaves
@@ -160,6 +165,8 @@ class GradComputation:
     def __call__(self, *inputs: Any) -> Any:
         only = self.only_output
         if only is not None:  # Note [A call with nothing around the apply]
+            if len(inputs) != self.n_applied:
+                inputs = self._applied(inputs)
             if self.tensor_inputs and not _functorch_transforms_active():
                 return _function_base_apply(self, *map(_unwrap_if_dead, inputs))[only]
             outputs = JitcoreFunction.apply(self, *inputs)
@@ -172,10 +179,11 @@ class GradComputation:
             if flag:
                 inputs[position].requires_grad_(True)
         versions = [_version(inputs[i]) for _position, i in returned_inputs] if returned_inputs else ()
+        applied = inputs if len(inputs) == self.n_applied else self._applied(inputs)
         if self.tensor_inputs and not _functorch_transforms_active():  # Note [Entering the autograd Function]
-            outputs = _function_base_apply(self, *map(_unwrap_if_dead, inputs))
+            outputs = _function_base_apply(self, *map(_unwrap_if_dead, applied))
         else:
-            outputs = JitcoreFunction.apply(self, *inputs)
+            outputs = JitcoreFunction.apply(self, *applied)
         for position, flag in input_flags:  # ``p.requires_grad_(False)``: after, as the graph used it
             if not flag:
                 inputs[position].requires_grad_(False)
@@ -201,6 +209,12 @@ class GradComputation:
         if counted is not None:
             counted.fill(leaves, counts)
         return leaves[0] if self.single_leaf else optree.tree_unflatten(self.output_tree, leaves)
+
+    def _applied(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        """What the autograd Function is given of ``inputs``: the plain inputs, then the outer tensors
+        of the subclass inputs that take a gradient (Note [Subclass inputs the autograd Function is
+        given])."""
+        return (*inputs[: self.n_inputs], *[inputs[k] for k in self.outer_applied])
 
     def _raise_before_backward(self, grads: Any) -> None:
         try:
@@ -347,6 +361,19 @@ class JitcoreFunction(torch.autograd.Function):
         for position, grad in zip(computation.grad_positions, results):
             grad_inputs[position + 1] = grad
         return tuple(grad_inputs)
+
+
+# Note [Subclass inputs the autograd Function is given]
+# The prologue passes the outer tensor of every subclass input after the plain inputs, and the forward
+# trace reads only the plain ones (the inner tensors among them). torch's C ``apply`` reads each
+# tensor argument's layout and sizes (a ``VariableInfo`` per argument, the node's ``input_info``),
+# which for an NJT or another ``__torch_dispatch__`` subclass are dispatches to its class:
+# ``prim.layout`` and ``aten.sym_size`` on every cached call, for an input no gradient flows to (the
+# global NJT that SDPA's backward views through, an NJT of data). The Function is therefore given
+# only the outer tensors of the subclass inputs that take a gradient (``GradTraces.grad_inputs``, from
+# the tensor guard's ``requires_grad``): through them the gradient reaches the caller's graph (an
+# NJT's own ``grad_fn`` back to its values), which the inner tensors would not (an NJT an op made
+# holds inner tensors without history). ``grad_positions`` number gradients among those arguments.
 
 
 # Note [A call with nothing around the apply]

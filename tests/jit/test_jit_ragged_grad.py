@@ -135,24 +135,29 @@ def _attention_step(model: torch.nn.Module, values: torch.Tensor, offsets: torch
     return loss.detach()
 
 
-# What autograd reads of an NJT's metadata around a cached entry's Function (a static entry's warm
-# call reads the same): no op of the program.
-_INPUT_METADATA = {"prim.layout.default", "aten.sym_size.default"}
+# What torch's autograd Function reads of an NJT input that requires grad (its layout and sizes, kept
+# to make zeros for an undefined gradient): no op of the program. Note [Subclass inputs the autograd
+# Function is given], jitcore/transforms/autograd.py.
+_INPUT_METADATA = ["aten.sym_size.default", "prim.layout.default"]
 
 
 @pytest.mark.filterwarnings("error:jitcore")
-@pytest.mark.parametrize("inside", [False, True], ids=["backward-outside", "backward-inside"])
-def test_a_warm_call_under_grad_runs_no_njt_dispatch(inside: bool) -> None:
+@pytest.mark.parametrize("variant", ["backward-outside", "backward-inside", "weights-only"])
+def test_a_warm_call_under_grad_runs_no_njt_dispatch(variant: str) -> None:
     """Note [Symbolic sizes through the grad transform] (jitcore/transforms/symbolic_sizes.py): the
     symbolic entry's calls are differentiated by the grad transform, so a warm call runs no
     NestedTensor op (58 dispatches before: pass 1 ran under torch's autograd on every call). The
     backward inside takes the values and offsets (an NJT input that requires grad and is no leaf
-    runs such a function eagerly)."""
+    runs such a function eagerly). Only an NJT input that requires grad is given to the autograd
+    Function, whose metadata it reads (Note [Subclass inputs the autograd Function is given]): with
+    the backward inside or only the weights requiring grad, a warm call dispatches nothing to
+    NestedTensor (before, the global NJT SDPA's backward views through and the input were read too)."""
     from torch.nested._internal.nested_tensor import NestedTensor
 
     torch.manual_seed(0)
     eager, traced = _Heads(), _Heads()
     traced.load_state_dict(eager.state_dict())
+    inside = variant == "backward-inside"
     program = _attention_step if inside else _attention_loss
     jitted = jitcore.jit(program)
     dispatched: list[str] = []
@@ -162,22 +167,26 @@ def test_a_warm_call_under_grad_runs_no_njt_dispatch(inside: bool) -> None:
         dispatched.append(str(func))
         return original.__func__(cls, func, types, args, kwargs)
 
+    def arguments(values: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (values, offsets) if inside else (torch.nested.nested_tensor_from_jagged(values, offsets),)
+
     for i, lengths in enumerate(_STRUCTURES):
         values, offsets = torch.randn(sum(lengths), 8), _offsets(lengths)
-        ours, theirs = values.clone().requires_grad_(), values.clone().requires_grad_()
-        args = (ours, offsets) if inside else (torch.nested.nested_tensor_from_jagged(ours, offsets),)
-        hits = jitcore.cache_hits(jitted)
+        ours, theirs = values.clone(), values.clone()
+        if variant != "weights-only":
+            ours.requires_grad_(), theirs.requires_grad_()
+        args, hits = arguments(ours, offsets), jitcore.cache_hits(jitted)
         dispatched.clear()
         NestedTensor.__torch_dispatch__ = classmethod(counting)
         try:
             got = jitted(traced, *args)
         finally:
             NestedTensor.__torch_dispatch__ = original
-        expected = program(eager, *((theirs, offsets) if inside else
-                                    (torch.nested.nested_tensor_from_jagged(theirs, offsets),)))
+        expected = program(eager, *arguments(theirs, offsets))
         if i >= 2:  # the second structure traced the symbolic entry
             assert jitcore.cache_hits(jitted) == hits + 1, jitcore.miss_reasons(jitted)
-            assert set(dispatched) <= _INPUT_METADATA, dispatched
+            read = _INPUT_METADATA if variant == "backward-outside" else []
+            assert sorted(dispatched) == read, dispatched
         if not inside:
             got.backward()
             expected.backward()
