@@ -216,6 +216,13 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     if sizes is not None and any(
             type(v) is not int for _path, stride, offset in layouts for v in (*stride, offset)):
         return _pass_1_with_sizes(program)  # a layout guard would hold a symbolic stride
+    first = dict(zip(prologue.inputs, program.first_inputs))  # the traced call's tensor inputs
+    if sizes is not None and any(
+            (stride, offset) != (tuple(first[path].stride()), first[path].storage_offset())
+            for path, stride, offset in layouts if path in first):
+        # the replay relied on a layout its shadow has and the traced call's input has not (an offset
+        # into a larger storage): guarded so, the entry would answer no call like the one it traced
+        return _pass_1_with_sizes(program)
     n_inputs = len(prologue.inputs) - len(specialized.dropped)
     forward_traces, backward_traces = [trace, grad.forward], [grad.backward]
     jfn = weakref.ref(owner)  # no cycle through the cache entry that holds this computation
