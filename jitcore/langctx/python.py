@@ -46,6 +46,8 @@ _PATHS: dict[Callable[..., Any], str] = {
     **{op: f"operator.{op.__name__}" for op in (
         operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
         operator.pow, operator.neg, operator.pos, operator.abs, *_PREDICATES,
+        # Note [Bitwise operators of a dynamic number] (jitcore/proxies/number.py)
+        operator.lshift, operator.rshift, operator.and_, operator.or_, operator.xor, operator.invert,
     )},
     builtins.float: "builtins.float",
     builtins.int: "builtins.int",

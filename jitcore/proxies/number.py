@@ -212,8 +212,10 @@ def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
 # Every root's hook is asked, so a predicate mixing inputs and reads is checked in the computation.
 _SIGNS = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
           operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.eq: "==",
-          operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}
-_PREFIXES = {operator.neg: "-", operator.pos: "+"}
+          operator.ne: "!=", operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=",
+          operator.lshift: "<<", operator.rshift: ">>", operator.and_: "&", operator.or_: "|",
+          operator.xor: "^"}
+_PREFIXES = {operator.neg: "-", operator.pos: "+", operator.invert: "~"}
 _TEXT_LIMIT = 240
 
 
@@ -325,12 +327,17 @@ def _unary(op: Callable[[Any], Any]) -> Callable[[NumberProxy], Any]:
     return method
 
 
+# Note [Bitwise operators of a dynamic number]
+# ``1 << n``, ``n & 1``, ``n | m``, ``n ^ m`` and ``~n`` raised "unsupported operand type(s)" once ``n``
+# became a dynamic number (test_int's test_pylong_roundtrip jitted, ``hibit = 1 << (bits - 1)``): the
+# proxy had only the arithmetic operators. They are recorded as the arithmetic ones are.
+_BITWISE = (operator.lshift, operator.rshift, operator.and_, operator.or_, operator.xor)
 for _op in (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
-            operator.pow):
+            operator.pow, *_BITWISE):
     _name = _op.__name__.strip("_")
     setattr(NumberProxy, f"__{_name}__", _arithmetic(_op))
     setattr(NumberProxy, f"__r{_name}__", _arithmetic(_op, reflected=True))
-for _op in (operator.neg, operator.pos, operator.abs):
+for _op in (operator.neg, operator.pos, operator.abs, operator.invert):
     setattr(NumberProxy, f"__{_op.__name__.strip('_')}__", _unary(_op))
 
 

@@ -121,3 +121,32 @@ def test_a_list_c_changes_in_place_is_the_programs_list() -> None:
         expected, got = program(torch.ones(2), n), jfn(torch.ones(2), n)
         assert got[:5] == expected[:5], (n, got, expected)
         assert torch.equal(got[5], expected[5])
+
+
+def test_bitwise_operators_of_a_dynamic_number() -> None:
+    """``1 << n``, ``n >> 1``, ``n & 1``, ``7 | n``, ``3 ^ n`` and ``~n`` raised "unsupported operand type(s)"
+    from the call where ``n`` became a dynamic number (test_int's test_pylong_roundtrip jitted): the proxy had
+    only the arithmetic operators (Note [Bitwise operators of a dynamic number]). A float operand raises
+    Python's own TypeError."""
+
+    def program(x: torch.Tensor, n: int) -> Any:
+        bits = (1 << n, n << 2, 5 >> n, n >> 1, n & 1, 7 & n, n | 8, 3 | n, n ^ 5, 3 ^ n, ~n, -(~n) << 1)
+        return bits, x * (n & 3), x[: (1 << n) % 4 + 1]
+
+    def with_float(x: torch.Tensor, n: int) -> Any:
+        return x + (1.5 << n)
+
+    jfn = jitcore.jit(program)
+    for n in (1, 2, 3, 4, 2):
+        expected, got = program(torch.arange(4.0), n), jfn(torch.arange(4.0), n)
+        assert got[0] == expected[0], (n, got[0], expected[0])
+        assert all(type(v) is int for v in got[0])
+        assert torch.equal(got[1], expected[1]) and torch.equal(got[2], expected[2])
+    jfloat = jitcore.jit(with_float)
+    for n in (1, 2, 3):
+        try:
+            jfloat(torch.ones(1), n)
+        except TypeError as error:
+            assert "unsupported operand type(s) for <<: 'float' and 'int'" in str(error)
+        else:
+            raise AssertionError("1.5 << n raised nothing")
