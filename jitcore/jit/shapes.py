@@ -35,7 +35,6 @@ Invariants:
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -43,17 +42,16 @@ from typing import Any
 import optree
 import sympy
 import torch
-from torch.utils._sympy.printers import PythonPrinter
 
 from jitcore.ir import BoundSymbol, TraceContext, tracing
 from jitcore.jit.ragged import is_nested_symbol
-from jitcore.langctx.reads import READ, SHAPE_OF, SIZE_OF, ReadSite, ValueCheckFailed
+from jitcore.langctx.reads import SHAPE_OF, SIZE_OF, ReadSite, ValueCheckFailed
 from jitcore.prologue import Guard, Path
 from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
-from jitcore.transforms.symbolic_sizes import SymbolicSizes
+from jitcore.transforms.symbolic_sizes import SymbolicSizes, condition_check
 
 __all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "is_symbolic", "mark_dynamic"]
 
@@ -556,17 +554,8 @@ class _SizeRewriter:
         records = []
         for condition in ready:
             symbols = sorted(condition.free_symbols, key=str)
-            text = PythonPrinter().doprint(condition)
             operands = [self._symbol(s) for s in symbols]  # an input's size is a size input from here on
-            try:  # its Python form must hold for the traced sizes, as torch decided
-                check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
-                holds = check(*(n.value for n in operands)) is True
-            except Exception as exc:  # noqa: BLE001 - a form Python cannot evaluate
-                raise StaticShapes(f"the size condition {condition} has no Python form: {exc}") from None
-            if not holds:
-                raise StaticShapes(f"the size condition {text} does not hold for the traced sizes")
-            site = ReadSite(f"the size condition {text}", self._source)
-            records.append(BoundSymbol(READ, (site, True, check, *operands), {}, None, (), self._source))
+            records.append(condition_check(condition, symbols, operands, self._source, StaticShapes))
         return records
 
     def _bound_symbol(self, bsym: BoundSymbol) -> BoundSymbol:

@@ -31,7 +31,7 @@ import torch
 from jitcore.ir import BoundSymbol, Trace, TraceContext, tracing
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["SizesNotRewritten", "SymbolicSizes", "condition_checks", "rewrite_sizes"]
+__all__ = ["SizesNotRewritten", "SymbolicSizes", "condition_check", "condition_checks", "rewrite_sizes"]
 
 
 class SizesNotRewritten(Exception):
@@ -82,27 +82,38 @@ def condition_checks(asserts: list[Any], names: dict[sympy.Symbol, NumberProxy],
     Raises:
         SizesNotRewritten: a condition has a symbol no number names, or no Python form.
     """
-    from torch.utils._sympy.printers import PythonPrinter
-
-    from jitcore.langctx.reads import READ, ReadSite
-
     records = []
     for ra in asserts:
         symbols = sorted(ra.expr.free_symbols, key=str)
         if any(s not in names for s in symbols):
             raise SizesNotRewritten(f"the size condition {ra.expr} has a size no number names")
-        text = PythonPrinter().doprint(ra.expr)
-        operands = [names[s] for s in symbols]
-        try:
-            check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
-            holds = check(*(n.value for n in operands)) is True
-        except Exception as exc:  # noqa: BLE001 - a form Python cannot evaluate
-            raise SizesNotRewritten(f"the size condition {ra.expr} has no Python form: {exc}") from None
-        if not holds:
-            raise SizesNotRewritten(f"the size condition {text} does not hold for the traced sizes")
-        site = ReadSite(f"the size condition {text}", source)
-        records.append(BoundSymbol(READ, (site, True, check, *operands), {}, None, (), source))
+        records.append(condition_check(ra.expr, symbols, [names[s] for s in symbols], source,
+                                       SizesNotRewritten))
     return records
+
+
+def condition_check(condition: sympy.Basic, symbols: list[sympy.Symbol], operands: list[NumberProxy],
+                    source: Any, error: type[Exception]) -> BoundSymbol:
+    """The record that checks ``condition`` (over ``symbols``, named by ``operands``) on every call,
+    as it held for the traced sizes.
+
+    Raises:
+        error: the condition has no Python form, or does not hold for the traced sizes.
+    """
+    from torch.utils._sympy.printers import PythonPrinter
+
+    from jitcore.langctx.reads import READ, ReadSite
+
+    text = PythonPrinter().doprint(condition)
+    try:  # its Python form must hold for the traced sizes, as torch decided
+        check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
+        holds = check(*(n.value for n in operands)) is True
+    except Exception as exc:  # noqa: BLE001 - a form Python cannot evaluate
+        raise error(f"the size condition {condition} has no Python form: {exc}") from None
+    if not holds:
+        raise error(f"the size condition {text} does not hold for the traced sizes")
+    site = ReadSite(f"the size condition {text}", source)
+    return BoundSymbol(READ, (site, True, check, *operands), {}, None, (), source)
 
 
 def _hints(env: Any) -> dict:
