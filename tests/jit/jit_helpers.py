@@ -187,3 +187,13 @@ def calls_entered(fn: Callable[[], Any]) -> list[tuple[str, str]]:
     finally:
         sys.setprofile(None)
     return seen
+
+
+def exception_chain(error: BaseException | None) -> list[tuple[str, str, bool, str]]:
+    """The exception and those it was raised while handling: type, message, suppressed, cause's type."""
+    out = []
+    while error is not None and len(out) < 5:
+        cause = type(error.__cause__).__name__
+        out.append((type(error).__name__, str(error), error.__suppress_context__, cause))
+        error = error.__context__
+    return out

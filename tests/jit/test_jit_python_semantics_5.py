@@ -8,25 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from jit_helpers import exception_chain
 
 import jitcore
-
-
-def _chain(error: BaseException | None) -> list[tuple[str, str, bool, str]]:
-    """The exception and those it was raised while handling: type, message, suppressed, cause's type."""
-    out = []
-    while error is not None and len(out) < 5:
-        cause = type(error.__cause__).__name__
-        out.append((type(error).__name__, str(error), error.__suppress_context__, cause))
-        error = error.__context__
-    return out
 
 
 def _raised(fn: Any, *args: Any) -> list[tuple[str, str, bool, str]]:
     try:
         fn(*args)
     except Exception as error:  # noqa: BLE001 - the exception is the outcome compared
-        return _chain(error)
+        return exception_chain(error)
     raise AssertionError(f"{fn} raised nothing")
 
 

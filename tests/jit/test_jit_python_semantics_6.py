@@ -9,6 +9,7 @@ import operator
 from typing import Any
 
 import torch
+from jit_helpers import exception_chain
 
 import jitcore
 
@@ -44,21 +45,11 @@ def test_a_modules_builtin_given_to_c_runs_its_lookaside() -> None:
         assert torch.equal(got[5], expected[5])
 
 
-def _chain(error: BaseException | None) -> list[tuple[str, str, bool, str]]:
-    """The exception and those it was raised while handling: type, message, suppressed, cause's type."""
-    out = []
-    while error is not None and len(out) < 5:
-        cause = type(error.__cause__).__name__
-        out.append((type(error).__name__, str(error), error.__suppress_context__, cause))
-        error = error.__context__
-    return out
-
-
 def _outcome(fn: Any, *args: Any) -> Any:
     try:
         return ("value", fn(*args).tolist())
     except Exception as error:  # noqa: BLE001 - the exception is the outcome compared
-        return ("raised", _chain(error))
+        return ("raised", exception_chain(error))
 
 
 def test_an_error_the_computation_raises_inside_an_except_is_chained_to_the_handled_one() -> None:
