@@ -16,7 +16,7 @@ after the diffs and in program order (jitcore/jit/printing.py, jitcore/jit/log_r
 Invariants: after a call the caller's objects hold real tensors, never proxies; the final state of
 every reached object is eager's final state for a call that took the same path (values the program
 read are guarded by the prologue; a number read and written back is traced again as a dynamic
-number, ``counters``, so the write is computed from the value each call finds).
+number, ``numbers.counters``, so the write is computed from the value each call finds).
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ from jitcore.jit.outputs import split
 from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.number import NumberProxy, symbolic_number_class
+from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import TextProxy, plain_text
 
-__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "counters", "emit_record", "print_line",
+__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record", "print_line",
            "written_keys"]
 
 EffectKind = Literal[
@@ -778,31 +778,3 @@ def emit_record(effect: Effect, logger: Any, value: list) -> None:
     msg, args, extra = value
     logger.handle(logger.makeRecord(logger.name, level, pathname, lineno, msg, tuple(args), None, func, extra,
                                     None))
-
-
-def counters(effects: list[Effect], value_guarded: Callable[[Path], bool]) -> set[Path]:
-    """Paths of numbers the program read and wrote back (``counter[0] += 1``, ``self.steps += 1``).
-
-    Pinned by value, such a number would retrace every call; the jit traces again with them as
-    dynamic numbers (jitcore/jit/numbers.py), so the write is replayed as arithmetic on the value
-    each call finds, and the value is guarded only where the program branches on it.
-    """
-    found: set[Path] = set()
-    for effect in effects:
-        if _is_number(effect.value):  # best = loss.item()
-            found.update(p for p in effect.locations() if value_guarded(p))
-        elif type(effect.value) is tuple and any(_is_number(v) for v in effect.value):
-            # Note [A tuple of counters]: Adam's ``group["betas"] = (momentum, beta2)`` (OneCycleLR)
-            found.update(p.index(i) for p in effect.locations() if value_guarded(p)
-                         for i, v in enumerate(effect.value) if _is_number(v))
-    return found
-
-
-# Note [A tuple of counters]
-# A scheduler that cycles momentum writes a tuple back where the optimizer reads it
-# (``group["betas"] = (m, beta2)``: OneCycleLR and CyclicLR with Adam). Guarded by value, the tuple
-# made an entry per step. Its number items are counters like a number written back: the next pass binds
-# the tuple item by item (Provenance.bind_state), each counter a dynamic number, each other item guarded
-# by value, the tuple by its type and length.
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float) or isinstance(value, NumberProxy)

@@ -67,7 +67,7 @@ from jitcore.jit.code_kinds import (
 )
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dict_reads import dict_read_lookasides
-from jitcore.jit.effects import Effect, Effects, StateSnapshots, counters, written_keys
+from jitcore.jit.effects import Effect, Effects, StateSnapshots, written_keys
 from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.filesystem import FileSystem
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
@@ -201,7 +201,7 @@ class Pass:
             self.snapshots.restore()  # the caller's objects as the call found them
             self.per_call.restore()  # the generators it drew from, too
         self._refuse_escapes(output, (args, kwargs, bound_self))
-        self.found_counters = counters(changes, self.provenance.pins_value)  # read-modify-write numbers
+        self.found_counters = numbers.counters(changes, self.provenance.pins_value)  # read-modify-write
         input_paths = {id(proxy): path for path, proxy, _tensor in self.provenance.inputs}
         effects = None
         if changes or returned is not None:

@@ -34,9 +34,9 @@ from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Guard, Path, PrologueBuilder, inlined_guards
 from jitcore.proxies.number import NumberProxy, replace_numbers
 
-__all__ = ["SLOT_TYPES", "changed_number_arguments", "changed_state_numbers", "drop_unused_arithmetic",
-           "fold_specialized", "indexed_objects", "keeps_numbers", "roots_used", "specialize", "symbolic",
-           "values_in_lists", "values_in_objects", "with_number_lookasides"]
+__all__ = ["SLOT_TYPES", "changed_number_arguments", "changed_state_numbers", "counters",
+           "drop_unused_arithmetic", "fold_specialized", "indexed_objects", "keeps_numbers", "roots_used",
+           "specialize", "symbolic", "values_in_lists", "values_in_objects", "with_number_lookasides"]
 
 
 def symbolic(trace: Trace, prologue: PrologueBuilder,
@@ -433,3 +433,31 @@ def _changed(path: Any, expected: Any, value: Any) -> tuple[Any, ...]:
             and value == value:  # a NaN is never equal to itself: that is no change
         return (path,)
     return ()
+
+
+def counters(effects: list[Any], value_guarded: Callable[[Path], bool]) -> set[Path]:
+    """Paths of numbers the program read and wrote back (``counter[0] += 1``, ``self.steps += 1``).
+
+    Pinned by value, such a number would retrace every call; the jit traces again with them as
+    dynamic numbers (jitcore/jit/numbers.py), so the write is replayed as arithmetic on the value
+    each call finds, and the value is guarded only where the program branches on it.
+    """
+    found: set[Path] = set()
+    for effect in effects:
+        if _is_number(effect.value):  # best = loss.item()
+            found.update(p for p in effect.locations() if value_guarded(p))
+        elif type(effect.value) is tuple and any(_is_number(v) for v in effect.value):
+            # Note [A tuple of counters]: Adam's ``group["betas"] = (momentum, beta2)`` (OneCycleLR)
+            found.update(p.index(i) for p in effect.locations() if value_guarded(p)
+                         for i, v in enumerate(effect.value) if _is_number(v))
+    return found
+
+
+# Note [A tuple of counters]
+# A scheduler that cycles momentum writes a tuple back where the optimizer reads it
+# (``group["betas"] = (m, beta2)``: OneCycleLR and CyclicLR with Adam). Guarded by value, the tuple
+# made an entry per step. Its number items are counters like a number written back: the next pass binds
+# the tuple item by item (Provenance.bind_state), each counter a dynamic number, each other item guarded
+# by value, the tuple by its type and length.
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) or isinstance(value, NumberProxy)

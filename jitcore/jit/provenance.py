@@ -636,7 +636,7 @@ class Provenance(TensorBinding):
     def _walked_literal(self, item: Any, path: Path) -> None:
         """A literal a container walk reached: guarded by value, a counter left to ``bind_state``
         (Note [Counters read natively]), a tuple holding counters item by item (Note [A tuple of
-        counters], jit/effects.py)."""
+        counters], jit/numbers.py)."""
         if path in self.counters:
             self._walked_counters[path] = item
         elif self._tuple_of_counters(item, path):
