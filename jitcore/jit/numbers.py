@@ -130,7 +130,9 @@ _STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setd
 # ``normalize_function``, which a subclass's ``return_and_correct_aliasing`` runs); a number used as a
 # key is hashed, which specializes it; ``tuple.__new__`` makes a named tuple of them (fx's
 # ``ArgsKwargsPair``).
-_PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, tuple.__new__, dict, len,
+# ``id``: the identity of the object handed, never of a copy with values (copy.deepcopy keys its memo by
+# ids: the id of a dict copied for the call was reused, and the memo broke)
+_PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, tuple.__new__, dict, len, id,
                              isinstance, issubclass, type, bisect.bisect_left, bisect.bisect_right, sum})
 
 
