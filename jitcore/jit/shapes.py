@@ -51,7 +51,7 @@ from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
-from jitcore.transforms.symbolic_sizes import SymbolicSizes, condition_check
+from jitcore.transforms.symbolic_sizes import SymbolicSizes, condition_check, map_symbolic
 
 __all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "is_symbolic", "mark_dynamic"]
 
@@ -569,27 +569,16 @@ class _SizeRewriter:
         return BoundSymbol(bsym.symbol, args, kwargs, bsym.output, subsymbols, bsym.source, bsym.header)
 
     def _map(self, tree: Any) -> Any:
-        """``tree`` with each SymInt replaced (tuples, lists, dicts, slices and torch.Size walked)."""
-        if type(tree) is torch.SymInt:
-            return self._size(tree)
-        if type(tree) is torch.SymFloat:  # a float computed from sizes (``d ** 0.5``): specialized, guarded
-            return tree.node.guard_float("", 0)
-        if type(tree) is torch.SymBool:
-            return tree.node.guard_bool("", 0)
-        if isinstance(tree, (tuple, list)):
-            items = [self._map(v) for v in tree]
-            if all(a is b for a, b in zip(items, tree)):
-                return tree
-            if type(tree) is torch.Size:
-                return items  # a size argument: torch takes a list of ints as well
-            return type(tree)(items) if type(tree) in (tuple, list) else type(tree)(*items)
-        if type(tree) is dict:
-            items = {k: self._map(v) for k, v in tree.items()}
-            return tree if all(items[k] is v for k, v in tree.items()) else items
-        if type(tree) is slice:
-            parts = [self._map(v) for v in (tree.start, tree.stop, tree.step)]
-            return slice(*parts)
-        return tree
+        """``tree`` with each SymInt replaced; a SymFloat or SymBool computed from sizes (``d ** 0.5``)
+        is specialized and guarded."""
+        return map_symbolic(tree, self._leaf)
+
+    def _leaf(self, value: Any) -> Any:
+        if type(value) is torch.SymInt:
+            return self._size(value)
+        if type(value) is torch.SymFloat:
+            return value.node.guard_float("", 0)
+        return value.node.guard_bool("", 0)
 
     def _size(self, size: torch.SymInt) -> int | NumberProxy | torch.SymInt:
         expr = self.env.simplify(size.node.expr)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,8 @@ import torch
 from jitcore.ir import BoundSymbol, Trace, TraceContext, tracing
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["SizesNotRewritten", "SymbolicSizes", "condition_check", "condition_checks", "rewrite_sizes"]
+__all__ = ["SizesNotRewritten", "SymbolicSizes", "condition_check", "condition_checks", "map_symbolic",
+           "rewrite_sizes"]
 
 
 class SizesNotRewritten(Exception):
@@ -189,30 +191,16 @@ def rewrite_sizes(trace: Trace, names: dict[sympy.Symbol, NumberProxy]) -> None:
             return s  # a ragged size: a constant of the trace, as in pass 1 (Note [Nested ints])
         return value(expr)
 
-    def walk(tree: Any) -> Any:
-        if type(tree) is torch.SymInt:
-            return size(tree)
-        if type(tree) in (torch.SymFloat, torch.SymBool):
-            raise SizesNotRewritten(f"a record takes {type(tree).__name__} {tree}")
-        if isinstance(tree, (tuple, list)):
-            items = [walk(v) for v in tree]
-            if all(a is b for a, b in zip(items, tree)):
-                return tree
-            if type(tree) is torch.Size:
-                return items  # a size argument: torch takes a list of ints as well
-            return type(tree)(items) if type(tree) in (tuple, list) else type(tree)(*items)
-        if type(tree) is dict:
-            items = {k: walk(v) for k, v in tree.items()}
-            return tree if all(items[k] is v for k, v in tree.items()) else items
-        if type(tree) is slice:
-            return slice(*(walk(v) for v in (tree.start, tree.stop, tree.step)))
-        return tree
+    def leaf(value: Any) -> Any:
+        if type(value) is torch.SymInt:
+            return size(value)
+        raise SizesNotRewritten(f"a record takes {type(value).__name__} {value}")
 
     def rewritten(bsym: BoundSymbol) -> BoundSymbol:
         if any(type(v) in (torch.SymInt, torch.SymFloat, torch.SymBool)
                for v in optree.tree_leaves(bsym.output, none_is_leaf=True)):
             raise SizesNotRewritten(f"{bsym.symbol.name} outputs a symbolic number")
-        args, kwargs = walk((bsym.args, bsym.kwargs))
+        args, kwargs = map_symbolic((bsym.args, bsym.kwargs), leaf)
         subsymbols = tuple(rewritten(b) for b in bsym.subsymbols)
         same = all(a is b for a, b in zip(subsymbols, bsym.subsymbols))
         if args is bsym.args and kwargs is bsym.kwargs and same:
@@ -228,3 +216,24 @@ def rewrite_sizes(trace: Trace, names: dict[sympy.Symbol, NumberProxy]) -> None:
             pending.clear()
             records.append(new)
     trace.bound_symbols[:] = records
+
+
+def map_symbolic(tree: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``tree`` with each SymInt, SymFloat and SymBool replaced by ``leaf(it)``, walking tuples, lists,
+    dicts, slices and torch.Size (a size given as a list of ints: torch takes those too); a container
+    with nothing replaced is the very object."""
+    if type(tree) in (torch.SymInt, torch.SymFloat, torch.SymBool):
+        return leaf(tree)
+    if isinstance(tree, (tuple, list)):
+        items = [map_symbolic(v, leaf) for v in tree]
+        if all(a is b for a, b in zip(items, tree)):
+            return tree
+        if type(tree) is torch.Size:
+            return items
+        return type(tree)(items) if type(tree) in (tuple, list) else type(tree)(*items)
+    if type(tree) is dict:
+        items = {k: map_symbolic(v, leaf) for k, v in tree.items()}
+        return tree if all(items[k] is v for k, v in tree.items()) else items
+    if type(tree) is slice:
+        return slice(*(map_symbolic(v, leaf) for v in (tree.start, tree.stop, tree.step)))
+    return tree
