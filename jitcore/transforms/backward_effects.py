@@ -19,12 +19,18 @@ Invariants:
   such code's effect depends on the value in a way the formula does not hold. A new entry given a
   number the code did not read through a watched default (``d.get(k, 0) + 1`` on a plain dict) is
   replayed while the entry is still absent, and recorded again for a backward that finds it
-  (``EffectsByState``). Anything else (a tensor stored, a list shortened, an entry removed) raises
-  ``EagerOnlyValue``: the call runs eagerly (JC-J002, with its warning), never loses an effect;
-- what is not watched is not replayed: an object the program never reached (nor a reached object's
-  lists and dicts, nor its subclasses' classes), a set, a deque, a tensor's attributes; a number
-  computed from a list's length or contents (not from a number read) is taken as recorded;
-- the state the watch reaches is put back as it found it after the recording.
+  (``EffectsByState``). Items added to a set, appended to a deque (past its ``maxlen`` where the items
+  it dropped tell how many were appended) are added and appended. Anything else (a tensor stored, a
+  list shortened, an entry removed, a plain number written by code that measured a container with
+  ``len``: ``LOG.append(len(LOG))``, backward_reads.py) raises ``EagerOnlyValue``: the call runs
+  eagerly (JC-J002, with its warning), never loses an effect;
+- the watched state: the objects pass 1 reached, the namespaces and closure cells of the program's
+  subclasses' ``__torch_dispatch__``/``__torch_function__`` (the program may never reach what only a
+  backward op writes), and the lists, dicts, sets, deques and plain objects those hold. What is not
+  watched is not replayed: state reached only through other code's globals, a tensor's attributes;
+- the state the watch reaches is put back as it found it after the recording;
+- the watch is per thread: the numbers it pins, the ``Counter`` defaults it hands out and the size
+  reads it notes are those of the recording on this thread (backward_reads.py).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Any
 import torch
 
 from jitcore.errors import EagerOnlyValue
+from jitcore.transforms.backward_reads import counter_defaults, size_reads
 
 __all__ = ["BackwardEffects", "BackwardWatch", "EffectsByState", "watched", "watching"]
 
@@ -78,7 +85,9 @@ class _Number:
     __slots__ = ()
 
     def _pin(self) -> None:
-        _PINNED.append(self)
+        pinned = getattr(_RECORDING, "pinned", None)
+        if pinned is not None:
+            pinned.append(self)
 
 
 def _numbered(value: Any, formula: Any) -> Any:
@@ -144,7 +153,8 @@ def _number_class(base: type) -> type:
 
 _Int = _number_class(int)
 _Float = _number_class(float)
-_PINNED: list[Any] = []  # the numbers used otherwise than in arithmetic while a watch records
+_RECORDING = threading.local()  # .pinned: the numbers used otherwise than in arithmetic while this
+# thread's watch records (None outside a recording)
 
 
 def _plain(value: Any) -> Any:
@@ -174,8 +184,8 @@ def _evaluate(value: Any, reads: dict[int, Any]) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class _Write:
-    """``kind``: "item" (``target[key] = value``), "attr" (``setattr``), "cell", or "append"
-    (``target.append`` of each of ``value``)."""
+    """``kind``: "item" (``target[key] = value``), "attr" (``setattr``), "cell", "append" (``target.append``
+    of each of ``value``: a list or deque) or "add" (``target.add`` of each: a set)."""
 
     kind: str
     target: Any
@@ -205,6 +215,9 @@ class BackwardEffects:
                 setattr(write.target, write.key, value)
             elif write.kind == "cell":
                 write.target.cell_contents = value
+            elif write.kind == "add":
+                for item in value:
+                    write.target.add(item)
             else:
                 for item in value:
                     write.target.append(item)
@@ -260,9 +273,9 @@ class BackwardWatch:
     def recording(self) -> Iterator[None]:
         """The body is the backward's run: the state it writes is put back after, its writes kept."""
         before = [(obj, state) for obj in self._objects if (state := _contents(obj)) is not None]
-        counters = {id(obj) for obj, _state in before if isinstance(obj, collections.Counter)}
+        counters = frozenset(id(obj) for obj, _state in before if isinstance(obj, collections.Counter))
         defaults: list[tuple[Any, Any]] = []
-        del _PINNED[:]
+        outer, _RECORDING.pinned = getattr(_RECORDING, "pinned", None), []
         try:
             for obj, state in before:
                 _substitute(obj, state)
@@ -270,17 +283,18 @@ class BackwardWatch:
                     defaults.append((obj, obj.default_factory))
                     obj.default_factory = _missing_default(obj, obj.default_factory)
             placed = [(obj, _contents(obj)) for obj, _state in before]  # the reads handed to the code
-            with _counter_defaults(counters):
+            with counter_defaults(counters, _counter_default), \
+                    size_reads(frozenset(id(obj) for obj, _state in before)) as sizes:
                 yield
             for obj, factory in defaults:
                 obj.default_factory = factory
-            self.effects = _writes(placed)
+            self.effects = _writes(placed, _RECORDING.pinned, sizes.found)
         finally:
             for obj, factory in defaults:
                 obj.default_factory = factory
             for obj, state in before:
                 _restore(obj, state)
-            del _PINNED[:]
+            _RECORDING.pinned = outer
 
 
 _WATCH = threading.local()  # the BackwardWatch of the grad transform running on this thread, until used
@@ -308,12 +322,27 @@ def watched() -> contextlib.AbstractContextManager[None]:
 
 def _held(obj: Any) -> list[Any]:
     state = _contents(obj)
-    if state is None or state[0] == "list":
+    if state is None or state[0] in ("list", "set", "deque"):
         return []
-    return [v for v in state[1].values() if type(v) in _CONTAINERS]
+    return [v for v in state[1].values() if type(v) in _CONTAINERS or _plain_object(v)]
 
 
-_CONTAINERS = (list, dict, collections.Counter, collections.defaultdict)
+_CONTAINERS = (list, dict, collections.Counter, collections.defaultdict, set, collections.deque)
+
+
+def _plain_object(value: Any) -> bool:
+    """An instance of a Python class (a ``SimpleNamespace``, a dataclass) whose state is its
+    ``__dict__``: not a class, module, function, tensor, torch module or library object."""
+    kind = type(value)
+    return type(getattr(value, "__dict__", None)) is dict and (
+        kind is types.SimpleNamespace or kind.__module__ not in _LIBRARY_MODULES
+        and not kind.__module__.startswith(("torch.", "jitcore."))
+        and not isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType,
+                                   torch.Tensor, torch.nn.Module)))
+
+
+_LIBRARY_MODULES = frozenset({"builtins", "types", "functools", "torch", "jitcore", "typing", "logging",
+                              "threading", "weakref", "abc", "enum", "collections"})
 
 
 def _contents(obj: Any) -> tuple[str, Any] | None:
@@ -321,6 +350,10 @@ def _contents(obj: Any) -> tuple[str, Any] | None:
     kind = type(obj)
     if kind is list:
         return ("list", list(obj))
+    if kind is set:
+        return ("set", set(obj))
+    if kind is collections.deque:
+        return ("deque", list(obj))
     if issubclass(kind, dict) and not issubclass(kind, collections.OrderedDict):
         return ("dict", dict(dict.items(obj)))
     if issubclass(kind, type):
@@ -337,13 +370,16 @@ def _contents(obj: Any) -> tuple[str, Any] | None:
 
 
 def _where(obj: Any, kind: str, key: Any) -> tuple:
-    return ("item", obj, key) if kind in ("list", "dict") else ("cell", obj, None) if kind == "cell" \
-        else ("attr", obj, key)
+    if kind in ("list", "dict", "deque"):
+        return ("item", obj, key)
+    return ("cell", obj, None) if kind == "cell" else ("attr", obj, key)
 
 
 def _substitute(obj: Any, state: tuple[str, Any]) -> None:
     kind, contents = state
-    items = enumerate(contents) if kind == "list" else contents.items()
+    if kind == "set" or kind == "deque" and obj.maxlen is not None:  # a deque's items move: no reads
+        return
+    items = enumerate(contents) if kind in ("list", "deque") else contents.items()
     for key, value in list(items):
         if type(value) in (int, float):
             _put(obj, kind, key, _numbered(value, _Root(_where(obj, kind, key))))
@@ -352,6 +388,8 @@ def _substitute(obj: Any, state: tuple[str, Any]) -> None:
 def _put(obj: Any, kind: str, key: Any, value: Any) -> None:
     if kind == "list":
         list.__setitem__(obj, key, value)
+    elif kind == "deque":
+        obj[key] = value
     elif kind == "dict":
         dict.__setitem__(obj, key, value)
     elif kind == "class":
@@ -368,6 +406,10 @@ def _restore(obj: Any, state: tuple[str, Any]) -> None:
     kind, contents = state
     if kind == "list":
         list.__init__(obj, contents)
+        return
+    if kind in ("set", "deque"):
+        obj.clear()
+        obj.extend(contents) if kind == "deque" else obj.update(contents)
         return
     if kind == "cell":
         obj.cell_contents = contents[None]
@@ -399,24 +441,9 @@ def _missing_default(obj: Any, factory: Any) -> Any:
     return default
 
 
-@contextlib.contextmanager
-def _counter_defaults(counters: set[int]) -> Iterator[None]:
-    """``Counter.__missing__`` hands a watched Counter's 0 as a read of that key (``COUNTS[k] += 1``)."""
-    if not counters:
-        yield
-        return
-    own = vars(collections.Counter)["__missing__"]
-
-    def missing(self: Any, key: Any) -> Any:
-        if id(self) in counters:
-            return _numbered(0, _Root(("item", self, key)))
-        return own(self, key)
-
-    collections.Counter.__missing__ = missing
-    try:
-        yield
-    finally:
-        collections.Counter.__missing__ = own
+def _counter_default(counter: Any, key: Any) -> Any:
+    """A watched Counter's 0 for a key it lacks, handed out as a read of that key (``COUNTS[k] += 1``)."""
+    return _numbered(0, _Root(("item", counter, key)))
 
 
 def _refuse(why: str) -> EagerOnlyValue:
@@ -427,9 +454,10 @@ def _refuse(why: str) -> EagerOnlyValue:
     )
 
 
-def _writes(placed: list[tuple[Any, Any]]) -> BackwardEffects:
+def _writes(placed: list[tuple[Any, Any]], pins: list[Any], sized: str | None) -> BackwardEffects:
     """The writes since ``placed`` (the contents with their numbers handed out as reads), or a refusal
-    where one is not exact."""
+    where one is not exact. ``pins``: the numbers the code used otherwise than in arithmetic; ``sized``:
+    the call by which it measured a container, if it did (backward_reads.py)."""
     writes: list[_Write] = []
     absent: list[tuple[Any, Any]] = []
     for obj, (kind, old) in placed:
@@ -437,9 +465,21 @@ def _writes(placed: list[tuple[Any, Any]]) -> BackwardEffects:
         if new is None or new[0] != kind:
             raise _refuse(f"replaces the contents of a {type(obj).__qualname__}")
         new = new[1]
-        if kind == "list":
-            if len(new) < len(old):
-                raise _refuse("removes items from a list")
+        if kind == "set":
+            if old - new:
+                raise _refuse("removes items from a set")
+            if new - old:
+                added = [_checked(v, obj, None, existed=True) for v in obj if v not in old]
+                writes.append(_Write("add", obj, None, added))
+            continue
+        if kind == "deque" and obj.maxlen is not None:
+            if new != old or any(a is not b for a, b in zip(new, old)):
+                tail = [_checked(v, obj, None, existed=True) for v in _appended(old, new, obj.maxlen)]
+                writes.append(_Write("append", obj, None, tail))
+            continue
+        if kind in ("list", "deque"):
+            if len(new) < len(old) or kind == "deque" and any(a is not b for a, b in zip(old, new)):
+                raise _refuse(f"removes items from a {kind}")
             for i, (was, value) in enumerate(zip(old, new)):
                 if value is not was:
                     writes.append(_Write("item", obj, i, _checked(value, obj, i, existed=True)))
@@ -459,13 +499,42 @@ def _writes(placed: list[tuple[Any, Any]]) -> BackwardEffects:
     roots: list[_Root] = []
     for write in writes:
         _roots_deep(write.value, roots)
-    written = {(id(w.target), _key(w.key)) for w in writes if w.kind != "append"}
-    for pinned in _PINNED:
+    written = {(id(w.target), _key(w.key)) for w in writes if w.kind not in ("append", "add")}
+    for pinned in pins:
         used: list[_Root] = []
         _roots(pinned, used)
         if any((id(root.where[1]), _key(root.where[2])) in written for root in used):
             raise _refuse("compares, formats or converts a number it also writes")
+    if sized is not None and any(_plain_number(w.value) for w in writes):
+        raise _refuse(f"writes a number after measuring a container with {sized} (the number may be "
+                      "its size, which differs on later calls)")
     return BackwardEffects(writes, list({id(root): root for root in roots}.values()), absent)
+
+
+def _plain_number(value: Any) -> bool:
+    """A number written as recorded (not a formula over reads), at any depth of a tuple or list."""
+    if type(value) in (list, tuple):
+        return any(_plain_number(v) for v in value)
+    return type(value) in (int, float)
+
+
+def _appended(old: list[Any], new: list[Any], maxlen: int) -> list[Any]:
+    """The items appended to a deque of ``maxlen`` that held ``old`` and holds ``new``; refused where it
+    removed items otherwise or the items it kept allow more than one count of appended items."""
+    # k == len(new) == maxlen stands for every count from maxlen on: they leave the same items
+    fits = [k for k in range(len(new) + 1) if _kept(old, new, k, maxlen)]
+    if len(fits) != 1:
+        raise _refuse("changes a deque in a way whose appended items its contents do not tell"
+                      if fits else "removes items from a deque")
+    return new[len(new) - fits[0]:] if fits[0] else []
+
+
+def _kept(old: list[Any], new: list[Any], k: int, maxlen: int) -> bool:
+    """Whether ``new`` is ``old`` with ``k`` items appended, the oldest dropped past ``maxlen``."""
+    if min(len(old) + k, maxlen) != len(new):
+        return False
+    kept = len(new) - k
+    return all(a is b for a, b in zip(old[len(old) - kept:], new[:kept])) if kept else True
 
 
 _WRITE_KINDS = {"dict": "item", "cell": "cell", "class": "attr", "attrs": "attr"}

@@ -297,7 +297,10 @@ def _state_as_found(program: Any) -> Iterator[None]:
 # numbers read as formulas, and the computation performs those writes after each run of that backward,
 # from the values the state then holds (jitcore/transforms/backward_effects.py). A write it cannot
 # replay exactly makes the call run eagerly (JC-J002), with its reason. A backward derived later for
-# other tangent kinds runs the code once, when it is derived, as before.
+# other tangent kinds runs the code once, when it is derived, as before. The watch covers sets, deques
+# and plain objects the reached state holds, and refuses a number written after the code measured a
+# watched container (``LOG.append(len(LOG))``: the recorded length is not the next call's); its
+# ``Counter`` defaults, pins and size reads are per thread (transforms/backward_reads.py).
 def _watched(program: Any, subclass_inputs: list) -> list[Any]:
     """The objects whose writes a BackwardWatch records: those pass 1 reached, the program's subclasses."""
     objects = [] if program.snapshots is None else program.snapshots.objects()

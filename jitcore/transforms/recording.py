@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import types
@@ -47,6 +48,7 @@ from jitcore.interpreter import Hooks, Run, active_runs
 from jitcore.ir import Inlined, Proxy, Symbol, TraceContext, current_context, tracing
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx.torch import TORCH_TABLE
+from jitcore.transforms.backward_reads import note_native_call
 
 __all__ = ["METADATA_OPS", "RecordingMode", "recording", "resolve_flat"]
 
@@ -92,12 +94,19 @@ def _opaque_call(fn: Any, args: tuple, kwargs: dict) -> Any:
         isinstance(v, Proxy) for v in optree.tree_leaves((args, kwargs), none_is_leaf=True)
     ):
         return call_on_shadows(fn, args, kwargs)
+    note_native_call(fn, args)  # a backward's hooks measuring the state they write (backward_reads.py)
     return fn(*args, **kwargs)
+
+
+def _len(obj: Any) -> Any:
+    """``len(obj)`` as the dispatch's lookaside answers it, seen by a backward's watch (backward_reads.py)."""
+    note_native_call(builtins.len, (obj,))
+    return DISPATCH_LOOKASIDES[builtins.len](obj)
 
 
 def _hooks() -> Hooks:
     return Hooks(
-        lookasides={**dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES},
+        lookasides={**dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES, builtins.len: _len},
         resolve_call=resolve_operator_or_own,
         on_opaque_call=_opaque_call,
         type_of=python_type,

@@ -12,6 +12,7 @@ the gradients (values and types) and the cache hits.
 from __future__ import annotations
 
 import collections
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -283,3 +284,64 @@ def test_an_sgd_step_over_a_logging_parameter_logs_as_eagerly() -> None:
         torch.testing.assert_close(jit_out, eager_out)
         torch.testing.assert_close(jit_w, eager_w)
     assert logs[0][1][0][-3:] == ["detach.default", "add_.Tensor", "detach.default"]
+
+
+SEEN: set[str] = set()
+RING: collections.deque[str] = collections.deque(maxlen=3)
+TRAIL: collections.deque[str] = collections.deque()
+STATS = types.SimpleNamespace(cos=0)  # held by the module, written for a backward op only
+SIZES: list[int] = []
+
+
+class Noting(Logged):
+    """Writes state the watch once missed (issue 14): a set, deques, a plain object's attribute, and a
+    number it measured (``len``), by a mode the test sets."""
+
+    mode = "set"
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = func.__name__
+        if cls.mode == "set":
+            SEEN.add(name)
+        elif cls.mode == "deques":
+            RING.append(name)
+            TRAIL.append(name)
+        elif cls.mode == "object" and name == "cos.default":
+            STATS.cos += 1
+        elif cls.mode == "len":
+            SIZES.append(len(SIZES))
+        out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs or {}))
+        return tree_map(lambda t: Noting(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+@pytest.mark.parametrize("mode", ["set", "deques", "object", "len"])
+def test_writes_the_watch_once_missed_are_eagers(mode: str) -> None:
+    """bwd gaps (/tmp/eff38-probes/p2_watch_gaps.py): the backward's ``cos`` never reached a set or a
+    deque (their contents were not watched), ``STATS.cos`` stayed 1 where eager counts 4 (a plain object
+    the module holds, not watched), and ``SIZES.append(len(SIZES))`` replayed the recorded lengths
+    ([0, 1, 2, 3, 3, ...] where eager counts on): that one now runs eagerly (JC-J002)."""
+    Noting.mode = mode
+
+    def state() -> tuple:
+        return sorted(SEEN), list(RING), list(TRAIL), STATS.cos, list(SIZES)
+
+    runs = []
+    for jitted in (False, True):
+        SEEN.clear(), RING.clear(), TRAIL.clear(), SIZES.clear()
+        STATS.cos = 0
+        fn = jitcore.jit(_sin_sum) if jitted else _sin_sum
+        calls = []
+        for i in range(4):
+            torch.manual_seed(i)
+            x, w = Noting(torch.randn(3)), torch.randn(3, requires_grad=True)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                fn(x, w).backward()
+            eagerly = any("runs eagerly" in str(c.message) for c in caught)
+            calls.append((state(), w.grad.clone(), eagerly and i == 0))
+        runs.append(calls)
+    for (eager_state, eager_grad, _), (jit_state, jit_grad, _eagerly) in zip(*runs):
+        assert jit_state == eager_state
+        torch.testing.assert_close(jit_grad, eager_grad)
+    assert runs[1][0][2] == (mode == "len")  # the warning, once, where the call runs eagerly
