@@ -314,6 +314,7 @@ class JittedFunction:
         computation = with_rollback(traces[0], computation)  # undo writes before a failed read check
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
+            effects.dispatch_runs = grad.pass_1  # the classes' dispatch logs as it runs
         note_state_inputs(
             prologue.inputs, prologue.input_names, [*traces, *backward_traces]
         )  # linear1_weight: linear1.weight

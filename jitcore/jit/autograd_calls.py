@@ -139,6 +139,11 @@ class AutogradCalls:
                 f"a backward inside the jitted function through {through}, {why}: it runs under torch's "
                 "autograd, and its gradient graph exists only when it runs",
                 hints=("call backward() on the jitted function's output, outside it",))
+        if self._pass.logs.in_dispatch():  # Note [A library's dispatch logs its ops], jit/log_records.py
+            raise EagerOnlyValue(
+                "a backward inside the jitted function over a tensor subclass whose __torch_dispatch__ "
+                "(torch's LoggingTensor) logs the ops it is given: the backward's ops it logs are not traced",
+                hints=("disable the logger, or call backward() on the jitted function's output",))
         for i, (out, grad) in enumerate(zip(outputs, grad_outputs)):  # eager's checks and messages
             if isinstance(out, TensorProxy) and not out.requires_grad:
                 raise RuntimeError(

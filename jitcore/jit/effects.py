@@ -50,7 +50,7 @@ __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record"
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "order", "cell",
-    "grad", "print", "log",
+    "grad", "print", "log", "dispatch_log",
 ]
 PRINT_STREAMS = ("stdout", "stderr")  # the streams a recorded print writes to (jit/printing.py)
 _MISSING = object()
@@ -363,6 +363,9 @@ class Effects:
         self.proxies = tuple(self._leaves[i] for i in self._slots)
         self.post: Callable[[Any], Any] = _identity
         self.returned: ReturnedObjects | None = None  # Note [Returning the caller's objects]
+        # the computation runs the classes' dispatch itself, which logs its records as it runs (Note [A
+        # library's dispatch logs its ops], jit/log_records.py): its "dispatch_log" effects are not made
+        self.dispatch_runs = False
 
     def constants(self) -> list[Any]:
         """What the effects store that the computation does not compute per call (their keys, and the
@@ -386,7 +389,7 @@ class Effects:
         values = [self._unwrap(value, args, kwargs) for value in values]
         reshare(values, self._shared)  # a list stored in two places is one list, as eagerly
         for effect, target, value in zip(self.effects, targets, values):
-            _perform(effect, target, value)
+            _perform(effect, target, value, self.dispatch_runs)
         output = self.post(output)
         return output if self.returned is None else self.returned.fill(output, args, kwargs)
 
@@ -715,7 +718,7 @@ def _set_slot(obj: Any, name: str, value: Any) -> None:
         descriptor.__set__(obj, value)
 
 
-def _perform(effect: Effect, target: Any, value: Any) -> None:
+def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = False) -> None:
     kind = effect.kind
     if kind == "setattr":  # the instance dict was diffed: it is written as the traced __setattr__ left it
         if isinstance(target, type):
@@ -762,7 +765,7 @@ def _perform(effect: Effect, target: Any, value: Any) -> None:
         target.grad = value
     elif kind == "print":
         print_line(effect, target, value)
-    elif kind == "log":
+    elif kind == "log" or kind == "dispatch_log" and not dispatch_runs:
         emit_record(effect, target, value)
 
 

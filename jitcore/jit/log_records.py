@@ -20,6 +20,10 @@ value), and text made from them. A tensor (its text shows values), any other obj
 ``stacklevel`` beyond the jitted function are refused with UnsupportedOperationError (JC-T001):
 without ``fullgraph`` that call runs eagerly.
 
+A library's tensor subclass or mode that logs the ops its ``__torch_dispatch__`` is given (torch's
+``LoggingTensor``, ``LoggingTensorMode``) logs traced tensors: such records are replayed too, with
+each call's tensors (Note [A library's dispatch logs its ops]).
+
 Invariant: a replayed record is the record eager makes for a call taking the same path, but for its
 ``created``/``msecs``/``relativeCreated`` (the replay's time) and the order relative to torch's
 computation (records are made after it, as prints are).
@@ -32,6 +36,7 @@ import enum
 import logging
 import pathlib
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +47,7 @@ from jitcore.interpreter import current_run
 from jitcore.interpreter.calls import call_function
 from jitcore.jit.effects import Effect
 from jitcore.prologue import Path, Root
+from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.text import TextProxy
 
@@ -69,6 +75,19 @@ class _EnabledCheck:
                f"{logging.getLevelName(self.level)}"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _NoHandlersCheck:
+    """A prologue ``check``: None while a record of ``logger`` at ``level`` reaches no handler."""
+
+    logger: logging.Logger
+    level: int
+
+    def __call__(self) -> str | None:
+        if not _handlers(self.logger, self.level):
+            return None
+        return f"logger {self.logger.name!r} now has handlers for {logging.getLevelName(self.level)}"
+
+
 class LogRecords:
     """The logging calls of one pass, appended to ``effects`` (the prints' list: one program order)."""
 
@@ -84,6 +103,14 @@ class LogRecords:
         self._guard = guard
         self._untracked = untracked
         self._checked: set[tuple[int, int]] = set()
+        self._unhandled: set[tuple[int, int]] = set()  # (logger, level) checked to reach no handler
+        # the handlers that exist as the pass begins: any other was made by the program
+        self._callers_handlers: weakref.WeakSet[logging.Handler] = weakref.WeakSet(
+            h for ref in list(logging._handlerList) if (h := ref()) is not None)  # noqa: SLF001
+
+    def in_dispatch(self) -> bool:
+        """Whether a library's subclass dispatch logged a record in this pass so far."""
+        return any(e.kind == "dispatch_log" for e in self.effects)
 
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
         return {logging.Logger.isEnabledFor: self._is_enabled_for, logging.Logger._log: self._log}  # noqa: SLF001
@@ -102,15 +129,16 @@ class LogRecords:
              extra: Any = None, stack_info: bool = False, stacklevel: int = 1) -> None:
         run = current_run()
         frames = [f for f in reversed(run.frames) if not _internal(f.code.co_filename)] if run else []
-        if frames and self._untracked(frames[0]):  # a library's dispatch (LoggingTensor): logged now,
-            return call_function(run, _LOG_INTERPRETED, (logger, level, msg, args),  # as other effects of
-                                 {"exc_info": exc_info, "extra": extra, "stack_info": stack_info,  # such code
-                                  "stacklevel": stacklevel})
         call = f"logger {logger.name!r}'s {logging.getLevelName(level).lower()}()"
+        library = bool(frames) and self._untracked(frames[0])  # Note [A library's dispatch logs its ops]
+        if library and not self._reaches_callers_handlers(logger, level, call):
+            return call_function(run, _LOG_INTERPRETED, (logger, level, msg, args),
+                                 {"exc_info": exc_info, "extra": extra, "stack_info": stack_info,
+                                  "stacklevel": stacklevel})
         if exc_info or stack_info:
             _refuse(call, "with exc_info or stack_info (a traceback of this call's frames)")
         for value in (msg, args, extra):
-            bad = _unreplayable(value)
+            bad = _unreplayable(value, library)
             if bad is not None:
                 kind = getattr(bad, "python_type", type(bad)).__qualname__
                 _refuse(call, f"with a {kind} argument, whose text a later call could not make as eagerly",
@@ -119,17 +147,66 @@ class LogRecords:
         if extra is not None:  # its keys are checked as eagerly (KeyError for "message", "asctime", ...)
             logger.makeRecord(logger.name, level, pathname, lineno, msg, args, None, func, dict(extra), None)
         path = Path(Root("bound", f"logging.getLogger({logger.name!r})", logger))
-        self.effects.append(Effect(path, "log", (level, pathname, lineno, func), [msg, args, extra]))
+        kind = "dispatch_log" if library else "log"
+        self.effects.append(Effect(path, kind, (level, pathname, lineno, func), [msg, args, extra]))
+
+    def _reaches_callers_handlers(self, logger: logging.Logger, level: int, call: str) -> bool:
+        """Whether a record of ``logger`` at ``level`` reaches handlers of the caller's (that exist as the
+        pass begins) rather than handlers the program made (``capture_logs()`` entered inside it);
+        both: refused."""
+        handlers = _handlers(logger, level)
+        callers = [h in self._callers_handlers for h in handlers]
+        if any(callers) and not all(callers):
+            _refuse(call, "from a tensor subclass's dispatch, reaching handlers of the caller's and "
+                    "handlers the function made")
+        if not any(callers) and (id(logger), level) not in self._unhandled:
+            self._unhandled.add((id(logger), level))  # a later call whose caller adds one must record
+            check = _NoHandlersCheck(logger, level)
+            self._guard(Path(Root("bound", f"logging.getLogger({logger.name!r}) handlers", check)).call(),
+                        "check", None)
+        return any(callers)
 
 
-def _unreplayable(value: Any) -> Any:
-    """The first leaf of ``value`` a record cannot carry (see the module docstring), else None."""
+# Note [A library's dispatch logs its ops]
+# ``with capture_logs() as logs: out = jf(LoggingTensor(x), LoggingTensor(y))`` logs one record per op
+# that LoggingTensor's ``__torch_dispatch__`` is given (``logger.info(name, args, kwargs, out)``), and
+# the handler formats the tensors by identity and metadata (``$2: f32[3] = aten.mul.Tensor($0, $1)``).
+# A library's subclass code is otherwise taken as it is while tracing (``Pass._untracked_subclass_code``),
+# so the records were made while tracing only: a cached call logged nothing. Where the record reaches
+# handlers of the caller's (that exist when the pass begins), it is an effect of kind
+# ``"dispatch_log"``, made after each run of the computation like the program's own records, its
+# tensors the computation's outputs (one object per traced value and call, so the handler's ids repeat
+# as eagerly). Where it reaches only handlers the program makes (``capture_logs()`` entered inside the
+# function, whose list the program returns), it is made while tracing, as before, and the prologue
+# checks that the logger still reaches no handler; both kinds at once are refused (JC-T001).
+# Under autograd such an entry runs pass 1 itself under torch's autograd (``pass_1_under_autograd``):
+# the class's dispatch runs and logs on every call, its backward's ops too, and the effects are not
+# made (``Effects.dispatch_runs``); where pass 1 cannot run so, and for a backward inside the function
+# (whose ops the pass would run, and log, natively), the call runs eagerly (JC-J002) with its reason.
+def _handlers(logger: logging.Logger, level: int) -> list[logging.Handler]:
+    """The handlers a record of ``logger`` at ``level`` is handed to (``Logger.callHandlers``)."""
+    found: list[logging.Handler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        found += [h for h in current.handlers if level >= h.level]
+        current = current.parent if current.propagate else None
+    if not found and logging.lastResort is not None and level >= logging.lastResort.level:
+        found.append(logging.lastResort)
+    return found
+
+
+def _unreplayable(value: Any, library: bool = False) -> Any:
+    """The first leaf of ``value`` a record cannot carry (see the module docstring), else None; a
+    ``library``'s dispatch may log traced tensors (Note [A library's dispatch logs its ops])."""
     if isinstance(value, _PLAIN) or isinstance(value, (enum.Enum, type)):
         return None
+    if library and isinstance(value, TensorProxy):
+        return None
     if type(value) in (tuple, list, set, frozenset, torch.Size):
-        return next((bad for v in value if (bad := _unreplayable(v)) is not None), None)
+        return next((bad for v in value if (bad := _unreplayable(v, library)) is not None), None)
     if type(value) is dict:
-        return next((bad for kv in value.items() for v in kv if (bad := _unreplayable(v)) is not None), None)
+        leaves = (v for kv in value.items() for v in kv)
+        return next((bad for v in leaves if (bad := _unreplayable(v, library)) is not None), None)
     return value
 
 

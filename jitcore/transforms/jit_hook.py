@@ -121,6 +121,14 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         return GradStage(None, pass_1=True)
     if not needs_grad(trace, flags):
         return GradStage(None, without_graph=reaches_no_graph(trace, flags))
+    if _logs_in_dispatch(program) and not runs_pass_1:  # Note [A library's dispatch logs its ops]
+        if not pass_1_runs(trace, program.subclass_inputs):
+            raise EagerOnlyValue(
+                "a tensor subclass's __torch_dispatch__ (torch's LoggingTensor) logs the ops it is given, "
+                "under autograd: the backward's ops it logs eagerly are not traced",
+                hints=("disable the logger, or call the function with inputs that do not require grad",),
+            )
+        return GradStage(None, pass_1=True)
     if _through_leaves_made_inside(trace, program.subclass_inputs, flags):  # Note [Leaves made inside ...]
         if runs_pass_1:
             return GradStage(None)
@@ -245,6 +253,11 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     inputs = [(path, proxy.name) for proxy, path, _requires_grad in subclass_inputs]
     differentiated = Differentiated(computation, forward_traces, backward_traces, inputs, layouts)
     return GradStage(differentiated, guards, dropped)
+
+
+def _logs_in_dispatch(program: Any) -> bool:
+    """Whether a library's subclass dispatch logged records in pass 1."""
+    return program.effects is not None and any(e.kind == "dispatch_log" for e in program.effects.effects)
 
 
 # Note [A tensor a subclass's code stores under grad]

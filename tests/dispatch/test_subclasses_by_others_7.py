@@ -4,6 +4,7 @@ jitcore.jit on equal fresh arguments (subclass_checks.check_twice). Each test fa
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -186,7 +187,13 @@ def test_logging_tensor_mode_logs_a_linear_over_a_factory_as_eagerly() -> None:
             y = F.linear(x, torch.ones(2, 3))
         return y, list(logs)
 
-    check_twice(program, lambda: (torch.randn(4, 3),))
+    logger = logging.getLogger("LoggingTensor")
+    level, propagate = logger.level, logger.propagate
+    try:
+        check_twice(program, lambda: (torch.randn(4, 3),))
+    finally:  # capture_logs leaves the logger at INFO, not propagating: pytest then attaches its
+        logger.setLevel(level)  # handlers to it, which fail on LoggingTensor's records in later tests
+        logger.propagate = propagate
 
 
 # --- torch's autograd_function_db: a forward with a default argument and a setup_context --------------
