@@ -148,7 +148,12 @@ class Provenance(TensorBinding):
         )
 
     def _holds_counter(self, path: Path) -> bool:
-        return any(c.steps[:-1] == path.steps and c.root == path.root for c in self.counters)
+        """Whether a counter lies inside the container at ``path``: one of its items, or an item of a
+        tuple it holds (Note [A tuple of counters], jit/numbers.py)."""
+        n = len(path.steps)
+        return any(c.root == path.root and c.steps[:n] == path.steps
+                   and (len(c.steps) == n + 1 or len(c.steps) == n + 2 and c.steps[-1].kind == "index")
+                   for c in self.counters)
 
     def remembered(self) -> list[Any]:
         """The objects of the caller's and of persistent state the program reached (while it runs)."""
@@ -605,21 +610,39 @@ class Provenance(TensorBinding):
     # pass's changes are diffed into effects, a number still in its place is put back
     # (``put_back_counters``): it is no write, unless the program stored it there itself (StepLR writes
     # back the rate it read between its steps), which is replayed with the value each call finds. A
-    # tuple, or a container of another type, keeps ``_walked_counters``.
+    # tuple of counters held in such a container (Adam's ``betas``, ``state["t"] = (a + 1, b)``) is put
+    # in place as a tuple of its numbers, each counter bound (before, C code reading it, ``st.get("t")``,
+    # ``st.values()``, ``copy.copy(st)``, guarded it by value: an entry per call). A container of
+    # another type keeps ``_walked_counters``.
     def _bind_counter_in_place(self, container: Any, key: Any, item: Any, path: Path) -> bool:
         """Bind the counter ``item`` at ``container[key]`` as a dynamic number and put it there for the
         pass (Note [Counters bound where they are held]); False where it is not one to bind so."""
         kind = type(container)
-        if path not in self.counters or type(item) not in (int, float) or kind not in (dict, list) \
-                or not self.snapshot_taken(container):
+        if kind not in (dict, list) or not self.snapshot_taken(container):
+            return False
+        if type(item) is tuple:  # Note [A tuple of counters], jit/numbers.py
+            if not self._tuple_of_counters(item, path):
+                return False
+        elif path not in self.counters or type(item) not in (int, float):
             return False
         if kind is dict and dict.get(container, key, _NO_ITEM) is not item \
                 or kind is list and not (key < len(container) and container[key] is item):
             return False  # the program changed it already: the walk read the call's copy of it
-        proxy = self.bind_dynamic_number(item, path, qualified_name(path) or "s")
+        if type(item) is tuple:
+            proxy = tuple(self._bound_item(v, path.index(i)) for i, v in enumerate(item))
+        else:
+            proxy = self.bind_dynamic_number(item, path, qualified_name(path) or "s")
         (dict.__setitem__ if kind is dict else list.__setitem__)(container, key, proxy)
         self._in_place.append((container, key, proxy, item))
         return True
+
+    def _bound_item(self, item: Any, path: Path) -> Any:
+        """An item of a tuple of counters put in place: a counter bound as a dynamic number, any other
+        item walked as a literal (guarded by value)."""
+        if path in self.counters and type(item) in (int, float):
+            return self.bind_dynamic_number(item, path, qualified_name(path) or "s")
+        self._walked_literal(item, path)
+        return item
 
     def put_back_counters(self) -> None:
         """Put back the numbers ``_bind_counter_in_place`` put in place that are still there, unless the

@@ -208,3 +208,48 @@ def test_a_deepcopy_of_state_holding_a_dynamic_number():
         assert_same(jitted(torch.ones(2)), f(torch.ones(2)))
         assert state == eager_state
     assert jitcore.cache_hits(jitted) >= 2, jitcore.miss_reasons(jitted)[-1]
+
+
+# Note [A tuple of counters] (jit/numbers.py): a tuple of numbers the program reads and writes back,
+# held in a dict or list, read by C code too. The holder was guarded by its contents (a counter one level
+# down did not count as held), so every call traced again (12 misses in 12 calls).
+TUPLE_READS = {
+    "get": lambda st: sum(st.get("t")),
+    "values": lambda st: [v for v in st.values()][0][0],
+    "items": lambda st: [v for _k, v in st.items()][0][1],
+    "unpacked_dict": lambda st: {**st}["t"][0],
+    "copy": lambda st: copy.copy(st)["t"][1],
+    "deepcopy": lambda st: copy.deepcopy(st)["t"][0],
+    "compared": lambda st: float(st["t"] == (3, 0.625)),
+}
+
+
+def _tuple_counting_program(read, holder):
+    state = {"t": (1, 2.5)}
+    obj = type("State", (), {})()
+    obj.t = (1, 2.5)
+
+    def f(x):
+        if holder == "dict":
+            s = read(state)
+            a, b = state["t"]
+            state["t"] = (a + 1, b * 0.5)
+        else:
+            s = read(vars(obj))
+            a, b = obj.t
+            obj.t = (a + 1, b * 0.5)
+        return x * s
+
+    return f, (lambda: dict(state)) if holder == "dict" else (lambda: dict(vars(obj)))
+
+
+@pytest.mark.parametrize("holder", ["dict", "attribute"])
+@pytest.mark.parametrize("read", list(TUPLE_READS))
+def test_a_tuple_of_counters_read_by_c_code_is_one_entry(read, holder):
+    f, eager_state = _tuple_counting_program(TUPLE_READS[read], holder)
+    g, state = _tuple_counting_program(TUPLE_READS[read], holder)
+    jitted = jitcore.jit(g)
+    for _ in range(8):
+        assert_same(jitted(torch.ones(2)), f(torch.ones(2)))
+        assert state() == eager_state()
+    assert jitcore.cache_misses(jitted) <= 2, jitcore.miss_reasons(jitted)[-1]
