@@ -33,7 +33,7 @@ from jitcore.transforms.backward_errors import RAISE
 from jitcore.transforms.grad import GradTraces, OutputSpec
 from jitcore.transforms.rederive import Unsaved, describe_unsaved, rederived_backward
 from jitcore.transforms.state_numbers import StateNumbers
-from jitcore.transforms.tangents import TangentKind, flatten_tangent, kind_of_gradient
+from jitcore.transforms.tangents import TangentKind, flatten_tangent, kind_of_gradient, symbolized
 
 __all__ = ["GradComputation", "JitcoreFunction", "TangentMismatchError"]
 
@@ -88,6 +88,12 @@ class GradComputation:
         ]
         self.output_leaves = [None if isinstance(v, Proxy) else v for v in traces.output_leaves]
         self.differentiable = traces.differentiable
+        # Note [Tangent kinds with symbolic sizes] (tangents.py): the outputs whose gradients each call
+        # compares with its own output's kind
+        self.sized_kinds = tuple(
+            k for k, spec in enumerate(traces.differentiable)
+            if spec.kind.subclass is not None and spec.kind.symbolic()
+        )
         self.grad_inputs = traces.grad_inputs
         # Note [The autograd wrapper's per-call work]: what each call would otherwise recompute
         self.differentiable_indices = frozenset(spec.index for spec in traces.differentiable)
@@ -224,12 +230,26 @@ class GradComputation:
                 self.on_error(exc)  # the user's frames that raised when the backward was derived
             raise
 
+    def expected_kinds(self, outputs: Sequence[Any]) -> list[TangentKind]:
+        """The kind each differentiable output's gradient has in the usual case, for one call's
+        ``outputs``: the recorded kind, with the call's sizes where it has symbolic ones (Note [Tangent
+        kinds with symbolic sizes], tangents.py)."""
+        kinds = [spec.kind for spec in self.differentiable]
+        for k in self.sized_kinds:
+            kinds[k] = kind_of_gradient(outputs[self.differentiable[k].index])
+        return kinds
+
     def tangents(
-        self, grads: tuple[Any, ...], backward: Callable[..., Any]
+        self, grads: tuple[Any, ...], backward: Callable[..., Any],
+        expected: Sequence[TangentKind] | None = None,
     ) -> tuple[Callable[..., Any], list[torch.Tensor]]:
         """The backward to run for ``grads`` (the gradients of the forward's outputs) and its tangent
         inputs: ``backward`` when each gradient is of the kind it was traced for, else one derived
         for theirs (Note [A backward for other tangent kinds], grad.py), made once per kinds.
+
+        Args:
+            expected: the kinds the call's outputs expect (``expected_kinds``) where the recorded ones
+                have symbolic sizes; None: the recorded ones.
 
         Raises:
             TangentMismatchError: no backward could be derived for a gradient's kind (the message
@@ -243,9 +263,10 @@ class GradComputation:
                 flat.append(grad.contiguous())
                 continue
             kind = None if grad is None else _kind_of(spec, grad)  # None: Note [Outputs no gradient reaches]
-            if kind != spec.kind:
+            want = spec.kind if expected is None else expected[k]
+            if kind != want:
                 kinds = kinds or [s.kind for s in self.differentiable]
-                kinds[k] = kind
+                kinds[k] = kind if kind is None or want is spec.kind else symbolized(kind, want, spec.kind)
             if kind is not None:
                 flatten_tangent(grad, kind, flat)
         if kinds is None:
@@ -331,6 +352,8 @@ class JitcoreFunction(torch.autograd.Function):
         else:
             ctx.to_save = tuple(saved)  # ctx.save_for_backward(*saved), without its Python frame
         ctx.materialize_grads = False  # ctx.set_materialize_grads(False): Note [Outputs no gradient reaches]
+        if computation.sized_kinds:  # Note [Tangent kinds with symbolic sizes], tangents.py
+            ctx.kinds = computation.expected_kinds(outputs)
         if len(outputs) != computation.all_differentiable:
             differentiable = computation.differentiable_indices
             constant = [
@@ -343,7 +366,8 @@ class JitcoreFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
         computation: GradComputation = ctx.computation
-        backward, tangents = computation.tangents(grads, ctx.backward)
+        backward, tangents = computation.tangents(
+            grads, ctx.backward, ctx.kinds if computation.sized_kinds else None)
         try:
             saved = ctx.saved_tensors
             if computation.saved_numbers:

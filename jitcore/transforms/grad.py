@@ -542,22 +542,18 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     subclass_proxies = [replay.env.get(id(p)) for p in replay.subclass_inputs]
     assembly = assembly_of(replay.forward, tensor_outputs, subclass_proxies)
     node_outputs = tensor_outputs if assembly is None else assembly.node_outputs
-    if sizes is not None and (assembly is not None
-                              or any(isinstance(o, SubclassTensorProxy) for o in outputs)):
-        raise SizesNotRewritten("a subclass value is an output")  # its tangent's kind has symbolic sizes
+    if sizes is not None and assembly is not None:  # Note [Subclass outputs the program assembles]
+        raise SizesNotRewritten("the program assembles a subclass output")
     deriver = BackwardDeriver(replay, node_outputs, wrt, _fresh_leaves(node_outputs, replay))
     derived = deriver.derive()
 
     forward = replay.forward
     forward.bound_symbols[:] = _plain_only(forward.bound_symbols)
     if sizes is not None:  # Note [Symbolic sizes through the grad transform]
-        if sizes.state() != assumed:
-            raise SizesNotRewritten("the replay assumed more of the sizes than the prologue checks")
+        added = sizes.added(assumed, asserted)  # the guards and asserts the replay and the backward added
         rewrite_sizes(forward, sizes.names())
-        known = {id(ra) for ra in asserted}
         source = trace.bound_symbols[-1].source if trace.bound_symbols else None
-        forward.bound_symbols.extend(condition_checks(
-            [ra for ra in sizes.asserts() if id(ra) not in known], sizes.names(), source))
+        forward.bound_symbols.extend(condition_checks(added, sizes.names(), source))
     forward_outputs = [_rebuilt(forward, o) for o in node_outputs]
     backward = derived.backward
     body = tuple(backward.bound_symbols)
@@ -638,10 +634,10 @@ class BackwardDeriver:
             assumed = None if sizes is None else (sizes.state(), len(sizes.asserts()))
             differentiable, tangent_args, backward, grads = _record_backward(
                 self._replay, self._outputs, self._wrt, kinds)
-            # Note [Symbolic sizes through the grad transform]: the forward checks the asserts the first
-            # backward adds (grad_transform); those of a backward derived later would go unchecked
+            # Note [Symbolic sizes through the grad transform]: the forward checks the guards and asserts
+            # the first backward adds (grad_transform); those of a backward derived later would go unchecked
             now = None if sizes is None else (sizes.state(), len(sizes.asserts()))
-            if now is not None and (now[0] != assumed[0] or (kinds is not None and now[1] != assumed[1])):
+            if now is not None and kinds is not None and now != assumed:
                 raise SizesNotRewritten("the backward assumed more of the sizes than the prologue checks")
         raises = any(b.symbol is RAISE for b in backward.bound_symbols)
         backward.bound_symbols[:] = _plain_only(backward.bound_symbols)

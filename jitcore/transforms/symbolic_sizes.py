@@ -9,10 +9,11 @@ pass's number or arithmetic on them, as ``finish`` did for pass 1 (Note [Symboli
 grad transform]).
 
 Invariants:
-- the replay runs under the pass's ShapeEnv, and nothing it assumed is left unchecked: where the
-  replay or the backward's recording changed the ShapeEnv's guards, runtime asserts, replacements or
-  value ranges after the prologue was built, ``SizesNotRewritten`` is raised (the entry then runs
-  pass 1 under torch's autograd, as before);
+- the replay runs under the pass's ShapeEnv, and nothing it assumed is left unchecked: a guard or
+  runtime assert that the replay or the backward's recording added after the prologue was built is
+  checked at the end of the forward; where they changed a replacement, or a value range no added
+  guard or assert names, ``SizesNotRewritten`` is raised (the entry then runs pass 1 under torch's
+  autograd, as before);
 - a SymInt left in a record is a nested int only (a ragged size: a constant of the trace, as in pass 1);
   any other size without a Python form raises ``SizesNotRewritten``.
 """
@@ -70,6 +71,24 @@ class SymbolicSizes:
         env = self.env
         return len(env.guards), dict(env.replacements), dict(env.var_to_range)
 
+    def added(self, assumed: tuple, asserted: list[Any]) -> list[Any]:
+        """The guards and runtime asserts added since ``state()`` was ``assumed`` and ``asserts()`` was
+        ``asserted``: each is checked at the end of the forward (``condition_checks``).
+
+        Raises:
+            SizesNotRewritten: a replacement changed, or a range narrowed for a size no added guard
+                or assert names (nothing checks it).
+        """
+        guards, replacements, ranges = assumed
+        if dict(self.env.replacements) != replacements:
+            raise SizesNotRewritten("the replay replaced a size, which the prologue does not check")
+        known = {id(ra) for ra in asserted}
+        added = [*self.env.guards[guards:], *(ra for ra in self.asserts() if id(ra) not in known)]
+        named = set().union(*(a.expr.free_symbols for a in added))
+        if any(ranges.get(s) != r and s not in named for s, r in self.env.var_to_range.items()):
+            raise SizesNotRewritten("the replay narrowed the range of a size no check names")
+        return added
+
     def asserts(self) -> list[Any]:
         """The ShapeEnv's deferred runtime asserts (what torch decided with the counts' traced values)."""
         return [ra for ras in self.env.deferred_runtime_asserts.values() for ra in ras]
@@ -77,9 +96,9 @@ class SymbolicSizes:
 
 def condition_checks(asserts: list[Any], names: dict[sympy.Symbol, NumberProxy],
                      source: Any) -> list[BoundSymbol]:
-    """A check of each of ``asserts`` over the numbers that name its symbols, as ``finish`` checks the
-    pass's own (Note [Sizes that values decide], jitcore/jit/shapes.py): a call on which one does not
-    hold goes to another entry.
+    """A check of each of ``asserts`` (guards or runtime asserts: each has an ``expr``) over the numbers
+    that name its symbols, as ``finish`` checks the pass's own (Note [Sizes that values decide],
+    jitcore/jit/shapes.py): a call on which one does not hold goes to another entry.
 
     Raises:
         SizesNotRewritten: a condition has a symbol no number names, or no Python form.
@@ -143,10 +162,14 @@ def _is_nested(env: Any, symbol: sympy.Symbol) -> bool:
 # among the saved values (``ctx.saved_numbers``, jitcore/transforms/autograd.py). Soundness: the
 # prologue was built from the ShapeEnv when the pass finished, so what the replay or the backward's
 # recording adds to it would go unchecked: a runtime assert it adds (a split's backward concatenates
-# by the counts: ``Eq(u4 + u5 + u6 + u7, u0 + u1 + u2 + u3)``) is checked at the end of the forward
-# (``condition_checks``), as the pass's own are; an entry where they add a guard, a replacement or a
-# narrower range, one whose outputs are subclass values (their tangents' kinds would compare symbolic
-# sizes), and one with sizes of value-shaped outputs keep running pass 1 under torch's autograd.
+# by the counts: ``Eq(u4 + u5 + u6 + u7, u0 + u1 + u2 + u3)``) or a guard (softmax's backward on an
+# NJT's values: ``s0 >= 2``) is checked at the end of the forward (``condition_checks``), as the pass's
+# own asserts are, and a call where one fails goes to another entry; an entry where they change a
+# replacement or narrow a range no such check names, one that assembles subclass outputs from its
+# inputs' inner tensors, and one with sizes of value-shaped outputs keep running pass 1 under torch's
+# autograd. A subclass output (a returned NJT) is rebuilt at the end of the forward; its tangent's
+# recorded kind has symbolic sizes, which each call compares through its own output's kind (Note
+# [Tangent kinds with symbolic sizes], jitcore/transforms/tangents.py).
 def rewrite_sizes(trace: Trace, names: dict[sympy.Symbol, NumberProxy]) -> None:
     """Replace each SymInt in ``trace``'s records by its number or arithmetic on numbers (Note above).
 

@@ -9,7 +9,9 @@ exactly that. Invariants:
 - two gradients of equal kinds are flattened to the same number of plain tensors, with the dtypes
   and shapes the backward trace was recorded for (made contiguous: it was recorded for those);
 - a top-level plain gradient's dtype and shape are the output's: autograd casts and checks them
-  before the backward runs (so a plain kind compares by type alone).
+  before the backward runs (so a plain kind compares by type alone);
+- comparing kinds never asks a ShapeEnv: a symbolic size (a kind recorded by an entry with symbolic
+  sizes) equals only the same size (Note [Tangent kinds with symbolic sizes]).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["TangentKind", "flatten_tangent", "kind_of_gradient", "kind_of_output", "tangent_shadow"]
+__all__ = ["TangentKind", "flatten_tangent", "kind_of_gradient", "kind_of_output", "symbolized",
+           "tangent_shadow"]
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
@@ -50,10 +53,17 @@ class TangentKind:
         if not isinstance(other, TangentKind) or self.subclass is not other.subclass:
             return False
         if self.subclass is None:
-            return (self.shape, self.dtype, self.device) == (other.shape, other.dtype, other.device)
+            same = (self.dtype, self.device) == (other.dtype, other.device)
+            return same and _same_sizes(self.shape, other.shape)
         return _same_ctx(self.ctx, other.ctx) and self.inner == other.inner
 
     __hash__ = None  # type: ignore[assignment]  # a ctx need not be hashable
+
+    def symbolic(self) -> bool:
+        """Whether a plain tensor of this kind (an inner one included) has a symbolic size."""
+        if self.subclass is None:
+            return any(type(n) is not int for n in self.shape)
+        return any(k.symbolic() for _n, k in self.inner)
 
     def leaves(self) -> int:
         """How many plain tensors a gradient of this kind is flattened to."""
@@ -65,6 +75,20 @@ class TangentKind:
             return "a Tensor"
         name = self.subclass.__qualname__
         return f"a {name}" if self.ctx is None else f"a {name} with __tensor_flatten__ context {self.ctx!r}"
+
+
+def _same_sizes(a: tuple, b: tuple) -> bool:
+    """Equal shapes; a symbolic size equals only a size of the same expression (``SymInt == int``
+    would ask its ShapeEnv, which then assumes the answer: Note [Tangent kinds with symbolic sizes])."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if type(x) is int and type(y) is int:
+            if x != y:
+                return False
+        elif x is not y and not (type(x) is type(y) is torch.SymInt and x.node.expr == y.node.expr):
+            return False
+    return True
 
 
 def _same_ctx(ctx: Any, expected: Any) -> bool:
@@ -102,6 +126,33 @@ def kind_of_gradient(grad: torch.Tensor) -> TangentKind:
     names, ctx = tensor_flatten(grad)
     inner = tuple((n, kind_of_gradient(getattr(grad, n))) for n in names)
     return TangentKind(type(grad), ctx, inner, tuple(grad.shape), grad.dtype, grad.device)
+
+
+# Note [Tangent kinds with symbolic sizes]
+# Under grad, an entry with symbolic sizes that returns a subclass value (an NJT: ``lin(x).relu()``)
+# records its backward for a tangent whose inner tensors have symbolic sizes (``_values`` of
+# ``(s0, 8)``). The gradient a call receives has the call's own sizes (``(14, 8)``), so each call
+# compares it with the kind of its own output (``kind_of_gradient`` of what the forward returned: the
+# recorded kind with the call's sizes), not with the recorded one; and a gradient of another kind is
+# ``symbolized`` (each plain tensor whose shape is the output's takes the recorded symbolic shape), so
+# that the backward derived for it is recorded over the same sizes. ``SymInt == int`` is never
+# evaluated: the ShapeEnv would add the guard ``s0 == 14`` (or a replacement), which no prologue
+# checks, and the next derivation would see a specialized size.
+def symbolized(kind: TangentKind, expected: TangentKind, recorded: TangentKind) -> TangentKind:
+    """``kind`` (a gradient's) with the recorded symbolic shapes where its plain tensors have the
+    shapes of ``expected`` (the call's output's kind, ``recorded`` with the call's sizes)."""
+    if kind.subclass is None:
+        if expected.subclass is None and _same_sizes(kind.shape, expected.shape):
+            return TangentKind(None, None, (), recorded.shape, kind.dtype, kind.device)
+        return kind
+    names = [n for n, _k in kind.inner]
+    if kind.subclass is not expected.subclass or names != [n for n, _k in expected.inner] \
+            or names != [n for n, _k in recorded.inner]:
+        return kind
+    inner = tuple((n, symbolized(k, e, r)) for (n, k), (_n, e), (_m, r)
+                  in zip(kind.inner, expected.inner, recorded.inner))
+    shape = recorded.shape if _same_sizes(kind.shape, expected.shape) else kind.shape
+    return TangentKind(kind.subclass, kind.ctx, inner, shape, kind.dtype, kind.device)
 
 
 def flatten_tangent(grad: torch.Tensor, kind: TangentKind, into: list[torch.Tensor]) -> None:

@@ -196,3 +196,69 @@ def test_a_warm_call_under_grad_runs_no_njt_dispatch(variant: str) -> None:
             torch.testing.assert_close(a.grad, b.grad)
             a.grad = b.grad = None
     assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)
+
+
+def _returned_relu(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x).relu() * 2
+
+
+def _returned_softmax(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(model(x), dim=-1)  # its backward guards the values' rows (s0 >= 2)
+
+
+_GRADIENTS: dict[str, Callable[[torch.Tensor], None]] = {
+    "values": lambda out: out.values().sum().backward(),
+    "padded": lambda out: out.to_padded_tensor(0.0).square().sum().backward(),
+    "ones": lambda out: torch.autograd.backward([out], [torch.ones_like(out)]),
+    "unbind": lambda out: sum(t.square().sum() for t in out.unbind()).backward(),
+}
+
+
+@pytest.mark.filterwarnings("error:jitcore")
+@pytest.mark.parametrize("gradient", list(_GRADIENTS))
+@pytest.mark.parametrize("program", [_returned_relu, _returned_softmax], ids=["relu", "softmax"])
+def test_a_warm_call_returning_an_njt_under_grad_runs_no_njt_op(
+        program: Callable[..., Any], gradient: str) -> None:
+    """Note [Tangent kinds with symbolic sizes] (jitcore/transforms/tangents.py): a symbolic entry that
+    returns an NJT under grad is differentiated by the grad transform, so a warm call dispatches no
+    NestedTensor op (before: 10 for relu, 8 for softmax, pass 1 under torch's autograd on every call),
+    only autograd's reads of the NJT input's and output's metadata. The output's gradient, taken in
+    four ways, gives the input's and the parameters' gradients eager gives; rows 1 and 0 fail the
+    guard softmax's backward adds (checked at the end of the forward) and go to another entry."""
+    from torch.nested._internal.nested_tensor import NestedTensor
+
+    torch.manual_seed(0)
+    eager, traced = _models()
+    jitted = jitcore.jit(program)
+    dispatched: list[str] = []
+    original = NestedTensor.__dict__["__torch_dispatch__"]
+
+    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        dispatched.append(str(func))
+        return original.__func__(cls, func, types, args, kwargs)
+
+    for i, lengths in enumerate((*_STRUCTURES[:5], (1, 0, 0, 0), (0, 0, 0, 0), (2, 1, 1, 1))):
+        values, offsets = torch.randn(sum(lengths), 8), _offsets(lengths)
+        ours, theirs = values.clone().requires_grad_(), values.clone().requires_grad_()
+        x, y = (torch.nested.nested_tensor_from_jagged(v, offsets) for v in (ours, theirs))
+        hits = jitcore.cache_hits(jitted)
+        dispatched.clear()
+        if 2 <= i < 5:  # counted where the symbolic entry answers (installed earlier, it would be traced)
+            NestedTensor.__torch_dispatch__ = classmethod(counting)
+        try:
+            got = jitted(traced, x)
+        finally:
+            NestedTensor.__torch_dispatch__ = original
+        expected = program(eager, y)
+        if 2 <= i < 5:
+            assert jitcore.cache_hits(jitted) == hits + 1, jitcore.miss_reasons(jitted)
+            assert set(dispatched) <= {"aten.sym_size.default", "prim.layout.default"}, dispatched
+        assert type(got) is type(expected)
+        torch.testing.assert_close(got.values(), expected.values())
+        torch.testing.assert_close(got.offsets(), expected.offsets())
+        _GRADIENTS[gradient](got)
+        _GRADIENTS[gradient](expected)
+        torch.testing.assert_close(ours.grad, theirs.grad)
+        for a, b in zip(traced.parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(a.grad, b.grad)
+            a.grad = b.grad = None
