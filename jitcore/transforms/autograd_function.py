@@ -187,11 +187,11 @@ def _forward(cls: type, *args: Any, **kwargs: Any) -> Any:
             call(cls.setup_context, ctx, args, output)
         else:
             output = call(cls.forward, ctx, *args, **kwargs)
-    _require_grad_as_apply(output, (args, kwargs), ctx)
+    _require_grad_as_apply(output, (args, kwargs), ctx, _UsersBackward(cls, ctx, args, output))
     return output
 
 
-def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext) -> None:
+def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext, own: _UsersBackward) -> None:
     """``Function.apply`` makes the floating outputs require grad when an input does, whatever the
     forward computed them from (DTensor's ``to_local`` returns its local tensor, which does not).
     Such an output's shadow is joined to the inputs' in the shadow graph (``_Joined``), so the
@@ -226,23 +226,77 @@ def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext) -> Non
             with values.fake_mode:
                 fresh = unflatten_around(type(shadow), {n: getattr(shadow, n) for n in names}, flatten_ctx,
                                          shadow.shape, shadow.stride())
-                joined = _Joined.apply(_Output(fresh), *(v.shadow for v in needing))
+                joined = _Joined.apply(_Output(fresh, own.of(value, needing)), *(v.shadow for v in needing))
             for name in names:
                 object.__setattr__(joined, name, getattr(shadow, name))
             value.set_shadow(joined)
         else:
             with values.fake_mode:
-                joined = _Joined.apply(_Output(shadow.detach()), *(v.shadow for v in needing))
+                joined = _Joined.apply(_Output(shadow.detach(), own.of(value, needing)),
+                                       *(v.shadow for v in needing))
             value.shadow = joined
         values.bind(joined, value)
 
 
 class _Output:
     """The tensor ``_Joined`` returns, passed as a non-tensor argument: not an input of the Function, so
-    ``apply`` gives that very object the node, as eager's ``apply`` does to what a forward made."""
+    ``apply`` gives that very object the node, as eager's ``apply`` does to what a forward made; with
+    ``backward``, how the user's backward gives the gradients (``_UsersBackward.of``)."""
 
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.tensor = tensor
+    def __init__(self, tensor: torch.Tensor, backward: Callable[[Any], Any] | None = None) -> None:
+        self.tensor, self.backward = tensor, backward
+
+
+# Note [A backward inside the program runs the Function's own backward]
+# A backward the program runs itself (``torch.autograd.grad(y.sum(), x)`` after ``y = MyFn.apply(x)``)
+# is recorded in pass 1 on the shadow graph, where the Function's node was ``_Joined``, whose gradients
+# were zeros: the values are the replay's, but the tensor subclass code that backward ran was pass 1's,
+# and its Python effects are those the computation replays. A logging wrapper's log held
+# ``zeros_like`` where eager logs the Function's ``cos`` and ``mul`` (/tmp/eff38-probes/
+# p1_autograd_function.py). ``_Joined`` now runs the user's ``backward`` on the shadows (its ``ctx``
+# seen with the shadows of what the forward saved), so the subclass code pass 1 records for it is
+# eager's, in program order with the rest of the pass; zeros stand where that backward cannot run on
+# shadows (it raises, reads values) or the Function has other outputs (each output is its own node).
+class _UsersBackward:
+    """The user's ``backward`` of one ``apply``, run on shadows for ``_Joined`` (Note above)."""
+
+    def __init__(self, cls: type, ctx: TracingContext, args: tuple, output: Any) -> None:
+        self.cls, self.ctx, self.args, self.output = cls, ctx, args, output
+
+    def of(self, value: Any, needing: list[Any]) -> Callable[[Any], Any] | None:
+        """How ``_Joined`` of the output ``value`` gets the gradients of ``needing`` (None: zeros)."""
+        if value is not self.output or type(self.cls.backward) is not types.FunctionType:
+            return None  # one output of several: each is its own node, the backward takes them all
+        return lambda grad: self._gradients(grad, needing)
+
+    def _gradients(self, grad: Any, needing: list[Any]) -> tuple[Any, ...] | None:
+        try:
+            grads = self.cls.backward(_ShadowContext(self.ctx), grad)
+        except Exception:  # noqa: BLE001 - it needs values or meets what shadows lack: zeros, as before
+            return None
+        grads = grads if type(grads) is tuple else (grads,)
+        if len(grads) < len(self.args):
+            return None
+        by_input = {id(a): g for a, g in zip(self.args, grads)}
+        out = []
+        for proxy in needing:
+            g = by_input.get(id(proxy))
+            shadow = proxy.shadow
+            out.append(g if isinstance(g, torch.Tensor) and g.shape == shadow.shape else _zeros_like(shadow))
+        return tuple(out)
+
+
+class _ShadowContext:
+    """A ``TracingContext`` as the user's backward reads it on shadows: tensors it holds are their
+    shadows."""
+
+    def __init__(self, ctx: TracingContext) -> None:
+        object.__setattr__(self, "_ctx", ctx)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._ctx, name)
+        return optree.tree_map(lambda v: v.shadow if isinstance(v, TensorProxy) else v, value,
+                               none_is_leaf=True)
 
 
 class _Joined(torch.autograd.Function):
@@ -252,11 +306,14 @@ class _Joined(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, output: _Output, *inputs: torch.Tensor) -> torch.Tensor:
-        ctx.inputs = inputs
+        ctx.inputs, ctx.own = inputs, output.backward
         return output.tensor
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        grads = ctx.own(grad) if ctx.own is not None else None  # Note [A backward inside the program
+        if grads is not None:  # runs the Function's own backward]
+            return (None, *grads)
         return (None, *(_zeros_like(i) for i in ctx.inputs))
 
 

@@ -345,3 +345,64 @@ def test_writes_the_watch_once_missed_are_eagers(mode: str) -> None:
         assert jit_state == eager_state
         torch.testing.assert_close(jit_grad, eager_grad)
     assert runs[1][0][2] == (mode == "len")  # the warning, once, where the call runs eagerly
+
+
+class _Doubled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+
+class _Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x * w
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        ctx.save_for_backward(*inputs)
+        ctx.scale = 2.0
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, w = ctx.saved_tensors
+        return g * w * ctx.scale, g * x.sin()
+
+
+def _grad_of_doubled(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    (g,) = torch.autograd.grad(_Doubled.apply(x).sum(), x)
+    return g, w
+
+
+def _backward_of_doubled(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = _Doubled.apply(w * x)
+    y.sum().backward()
+    return y.detach(), w.grad
+
+
+def _grads_of_scaled(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.autograd.grad(_Scaled.apply(x, w).sum(), (x, w))
+
+
+@pytest.mark.parametrize("program", [_grad_of_doubled, _backward_of_doubled, _grads_of_scaled])
+def test_a_functions_backward_inside_the_program_logs_as_eagerly(program: Callable) -> None:
+    """p1_autograd_function.py: the Function's node in pass 1's shadow graph gave zero gradients, so the
+    log held ``zeros_like`` where eager logs the user's backward's ``cos``/``sin`` and ``mul``s (the
+    values were right: they are the replay's). Note [A backward inside the program runs the Function's
+    own backward], transforms/autograd_function.py."""
+
+    def step(fn: Callable, i: int) -> Any:
+        torch.manual_seed(i)
+        x = Logged(torch.randn(3)).requires_grad_(program is not _backward_of_doubled)
+        w = torch.randn(3, requires_grad=True)
+        outs = fn(x, w)
+        return [(type(t), t.elem if isinstance(t, Logged) else t) for t in outs]
+
+    jitted = _compare(program, step, calls=3)
+    assert jitcore.cache_hits(jitted) == 2
