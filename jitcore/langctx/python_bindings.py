@@ -44,7 +44,11 @@ __all__ = ["python_binding", "derive_signatures"]
 # ``_op``):
 # - every signature before the overload's own certainly fails to parse it (too many positional
 #   arguments, a missing required one, an unknown keyword, or an argument its type never accepts),
-#   judged by the parser's rules for those kinds, any doubt counting as a possible match;
+#   judged by the parser's rules for those kinds, any doubt counting as a possible match. A Python
+#   number reaches a ``Tensor`` parameter only for the names in ``_NUMBERS_AS_TENSORS`` (the parser's
+#   ``should_allow_numbers_as_tensors``: ``torch.add(t, 2)`` parses by ``add(Tensor, Tensor)``);
+#   elsewhere it never does, so ``torch.pow(t, 2.)`` skips ``pow(Tensor, Tensor)`` and
+#   ``pow(Scalar, Tensor)`` and takes ``pow(Tensor input, Scalar exponent)``, ``pow.Tensor_Scalar``;
 # - the overload's own signature certainly parses it, and matches the live schema parameter by
 #   parameter (order, keyword-only split, name, type, default), so that each argument is converted
 #   to the same C++ value (an int to an int64 Scalar, a float to a double, a bool to a bool, in both);
@@ -80,6 +84,13 @@ _ACCEPTS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 _SCHEMA_TYPES = {"Tensor": "Tensor", "Scalar": "number", "int64_t": "int", "SymInt": "int", "double": "float",
                  "bool": "bool", "IntArrayRef": "List[int]", "SymIntArrayRef": "List[int]",
                  "ScalarType": "ScalarType", "MemoryFormat": "MemoryFormat", "Layout": "Layout"}
+# python_arg_parser.cpp's should_allow_numbers_as_tensors: the only names whose Tensor parameters
+# accept a Python number (wrapped as a 0-dim tensor); any other name's Tensor parameter refuses one
+_NUMBERS_AS_TENSORS = frozenset(
+    f"{name}{suffix}"
+    for name in ("add", "div", "divide", "mul", "multiply", "sub", "subtract", "true_divide", "floor_divide")
+    for suffix in ("", "_", "_out")
+) | {"to", "_to_copy", "copy_", "copy", "_conj"}
 _NUMPY_ALIASES = frozenset(("axis", "keepdims", "x", "a", "x1", "x2", "self"))
 _NUMBERS = {int: _I, float: _F, bool: _B}  # exact types: a bool is not an int here, nor an IntEnum
 _NO_DEFAULT = object()
@@ -141,8 +152,10 @@ def _kind(value: Any) -> str | None:
     return None
 
 
-def _outcome(params: tuple[_Param, ...], positional: list[str], keywords: dict[str, str]) -> str:
-    """Whether PythonArgParser parses arguments of these kinds with ``params``: yes, no or maybe."""
+def _outcome(signature: str, positional: list[str], keywords: dict[str, str]) -> str:
+    """Whether PythonArgParser parses arguments of these kinds with ``signature``: yes, no or maybe."""
+    name, params, _ = _parse(signature)
+    numbers_as_tensors = name in _NUMBERS_AS_TENSORS
     max_positional = sum(not p.keyword_only for p in params)
     if max_positional == 1 and params[0].type in ("IntArrayRef", "SymIntArrayRef") and positional \
             and positional[0] != _L:
@@ -157,6 +170,8 @@ def _outcome(params: tuple[_Param, ...], positional: list[str], keywords: dict[s
                 return "no"
             continue
         certain, possible = _ACCEPTS.get(param.type, (frozenset(), _ALL))
+        if param.type == "Tensor" and not numbers_as_tensors:
+            possible = certain
         if param.size and param.type in ("IntArrayRef", "SymIntArrayRef"):
             possible = possible | {_I}
         if kind == _N and param.allows_none():
@@ -254,9 +269,9 @@ def python_binding(op: OpOverload, calls: Iterable[tuple[tuple, dict]] | None) -
             if not positional or positional[0] != _T:
                 return None
             positional = positional[1:]
-        if _outcome(_parse(signatures[index])[1], positional, keywords) != "yes":
+        if _outcome(signatures[index], positional, keywords) != "yes":
             return None
-        if any(_outcome(_parse(s)[1], positional, keywords) != "no" for s in signatures[:index:2]):
+        if any(_outcome(s, positional, keywords) != "no" for s in signatures[:index:2]):
             return None
     return binding
 

@@ -197,3 +197,108 @@ def test_a_mode_around_a_cached_call_still_sees_eagers_ops() -> None:
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     with torch.device("cpu"):  # DeviceContext: the entry is still used
         torch.testing.assert_close(jm(x), model(x), rtol=0, atol=0)
+
+
+# Note [Bindings that take the same call]: a Python number never reaches a Tensor parameter of these
+# names, so their Tensor-first signatures cannot take a (tensor, number) call, which goes to the
+# overload's own signature. Each call is run through the binding and through ``_op`` over tensors of
+# several dtypes and numbers of each type: the same aten operations, results (dtype promotion
+# included) and, where one raises, the same exception and message.
+_SCALAR_CALLS = [
+    (aten.pow.Tensor_Scalar, lambda t, n: ((t, n), {}), VF.pow),
+    (aten.pow.Scalar, lambda t, n: ((n, t), {}), VF.pow),
+    (aten.gt.Scalar, lambda t, n: ((t, n), {}), VF.gt),
+    (aten.ge.Scalar, lambda t, n: ((t, n), {}), VF.ge),
+    (aten.lt.Scalar, lambda t, n: ((t, n), {}), VF.lt),
+    (aten.le.Scalar, lambda t, n: ((t, n), {}), VF.le),
+    (aten.eq.Scalar, lambda t, n: ((t, n), {}), VF.eq),
+    (aten.ne.Scalar, lambda t, n: ((t, n), {}), VF.ne),
+    (aten.clamp.default, lambda t, n: ((t, n), {}), VF.clamp),
+    (aten.clamp.default, lambda t, n: ((t, None, n), {}), VF.clamp),
+    (aten.clamp.default, lambda t, n: ((t,), {"min": n, "max": n}), VF.clamp),
+    (aten.clamp_min.default, lambda t, n: ((t, n), {}), VF.clamp_min),
+    (aten.clamp_max.default, lambda t, n: ((t, n), {}), VF.clamp_max),
+    (aten.where.ScalarOther, lambda t, n: ((t > 0, t, n), {}), VF.where),
+    (aten.where.ScalarSelf, lambda t, n: ((t > 0, n, t), {}), VF.where),
+    (aten.masked_fill.Scalar, lambda t, n: ((t, t > 0, n), {}), VF.masked_fill),
+    (aten.fill.Scalar, lambda t, n: ((t, n), {}), VF.fill),
+    (aten.remainder.Scalar, lambda t, n: ((t, n), {}), VF.remainder),
+    (aten.fmod.Scalar, lambda t, n: ((t, n), {}), VF.fmod),
+    (aten.rsub.Scalar, lambda t, n: ((t, n), {}), VF.rsub),
+    (aten.bitwise_and.Scalar, lambda t, n: ((t, n), {}), VF.bitwise_and),
+]
+_TENSORS = [torch.tensor([[-2.5, 0.0], [1.5, 3.0]]), torch.tensor([[-3, 0], [2, 5]]),
+            torch.tensor([[True, False], [True, True]]), torch.tensor([0.5, -1.25], dtype=torch.float16),
+            torch.tensor([4, 9], dtype=torch.uint8), torch.tensor(2.5, dtype=torch.float64)]
+_NUMBERS = [2, -1, 0, 0.5, 2.0, True, 2**63 - 1]
+
+
+def _run_with_message(fn, args: tuple, kwargs: dict) -> tuple[list[str], object]:  # noqa: ANN001
+    args, kwargs = optree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, (args, kwargs))
+    recorder = _Ops()
+    try:
+        with recorder:
+            out = fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the exception and its message are compared
+        return recorder.ops, (type(exc), str(exc).split("\n")[0])
+    return recorder.ops, (out.dtype, out.shape, out.stride(), out.clone())
+
+
+@pytest.mark.parametrize("op, make, expected_binding", _SCALAR_CALLS, ids=lambda v: str(v)[:30])
+def test_tensor_first_overloads_with_a_number_take_the_binding_as_op(op, make, expected_binding) -> None:  # noqa: ANN001
+    compared = 0
+    for tensor in _TENSORS:
+        for number in _NUMBERS:
+            args, kwargs = make(tensor, number)
+            binding = python_binding(op, [(args, kwargs)])
+            assert binding is expected_binding, (op, args, kwargs)
+            expected = _run_with_message(op._op, args, kwargs)  # noqa: SLF001
+            actual = _run_with_message(binding, args, kwargs)
+            assert expected[0] == actual[0], (op, args, kwargs, expected[0], actual[0])
+            assert _same(expected[1], actual[1]), (op, args, kwargs, expected[1], actual[1])
+            compared += 1
+    assert compared == len(_TENSORS) * len(_NUMBERS)
+
+
+def test_numbers_still_refused_where_a_tensor_parameter_takes_them() -> None:
+    # add/mul/sub/div take a number as a Tensor: ``torch.add(t, 2)`` is not proven to be add.Scalar's call
+    assert python_binding(aten.add.Tensor, [((T, 2), {})]) is None
+    assert python_binding(aten.mul.Tensor, [((T, 2.0), {})]) is None
+    assert python_binding(aten.div.Tensor, [((T, 2.0), {})]) is None
+    # tensor-tensor calls are their names' first signatures, bound as before
+    assert python_binding(aten.pow.Tensor_Tensor, [((T, T), {})]) is VF.pow
+    assert python_binding(aten.clamp.Tensor, [((T, T), {})]) is VF.clamp
+
+
+def _scalar_program(x: torch.Tensor, n: float) -> tuple[torch.Tensor, ...]:
+    return x ** 2, torch.pow(x, n), (x > 0.5) * x, x.clamp(min=0.1), torch.where(x < n, x, 0.0), 2 ** x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32])
+def test_cached_calls_of_number_overloads_match_eager_and_use_the_bindings(dtype) -> None:  # noqa: ANN001
+    jf = jitcore.jit(_scalar_program, executor="torch")
+    x = torch.tensor([[-2, 0, 1], [3, 4, 2]]).to(dtype)
+    for _ in range(3):
+        got, expected = jf(x, 3), _scalar_program(x, 3)
+        for g, e in zip(got, expected, strict=True):
+            assert type(g) is type(e) and g.dtype == e.dtype
+            torch.testing.assert_close(g, e, rtol=0, atol=0)
+    called = _builtins_called(jf, x, 3)
+    assert all(any(c == b for c in called) for b in (VF.pow, VF.gt, VF.clamp, VF.where)), called
+    assert jitcore.cache_misses(jf) == 1
+
+
+def test_a_cached_call_of_a_number_overload_raises_as_eager() -> None:
+    def f(x: torch.Tensor, n: int) -> torch.Tensor:
+        return torch.pow(x, n) + 1
+
+    jf = jitcore.jit(f, executor="torch", dynamic_numbers=("n",))
+    x = torch.tensor([1, 2, 3])
+    torch.testing.assert_close(jf(x, 2), torch.pow(x, 2) + 1, rtol=0, atol=0)
+    assert any(c == VF.pow for c in _builtins_called(jf, x, 3))
+    with pytest.raises(RuntimeError) as eager:
+        torch.pow(x, -2)
+    with pytest.raises(RuntimeError) as jitted:
+        jf(x, -2)  # integers to a negative integer power: the kernel raises, through the binding too
+    assert jitcore.cache_misses(jf) == 1  # the cached entry's call raised, not a new trace
+    assert str(jitted.value).split("\n")[0] == str(eager.value).split("\n")[0]
