@@ -16,6 +16,7 @@ text reaches the source only as bound constants (see paths.py and guards.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ import torch
 from jitcore.ir import compile_source
 from jitcore.prologue.guards import Guard, StateGuard
 from jitcore.prologue.paths import Path
+from jitcore.prologue.tensor_checks import render_tensor_failure_fast
 
 __all__ = ["MISS", "MissReason", "Prologue", "PrologueBuilder", "inlined_guards"]
 
@@ -87,7 +89,8 @@ class Prologue:
     def _render(self, name: str, miss: str, inline: bool = False) -> tuple[str, dict[str, Any], list[str]]:
         """Source of the checks (without the final return), its constants, the input variables.
         ``inline``: a grouped check that offers its guards is rendered as those guards, in place
-        (Note [Grouped checks inlined in the fast path])."""
+        (Note [Grouped checks inlined in the fast path]), and a tensor guard starts with one C call
+        (Note [Tensor checks in one C call], tensor_checks.py)."""
         constants: dict[str, Any] = {}
         by_id: dict[int, str] = {}
 
@@ -128,7 +131,13 @@ class Prologue:
                 v = var(guard.path)
                 related = tuple(var(p) for p in guard.related)
                 hint[0] = guard.path.describe()
-                lines.append(f"  if {guard.render_failure(v, bind, related)}: return {miss}")
+                failure = None
+                if inline and guard.kind == "tensor":  # Note [Tensor checks in one C call]
+                    failure = render_tensor_failure_fast(v, guard.expected, bind, functools.partial(
+                        _render_tensor_guard, guard.path, v, bind))
+                if failure is None:
+                    failure = guard.render_failure(v, bind, related)
+                lines.append(f"  if {failure}: return {miss}")
 
         render(self.guards)
         for state in self.state:
@@ -264,6 +273,10 @@ class PrologueBuilder:
 # the path it checks (``__is_self__backward_hooks``), so that a printed prologue reads on its own.
 # Names are ASCII identifiers starting with ``__``: they never meet the prologue's own names.
 _RESERVED = frozenset({"__MISS", "__computation"})
+
+
+def _render_tensor_guard(path: Path, v: str, bind: Callable[[Any], str], spec: Any) -> str:
+    return Guard(path, "tensor", spec).render_failure(v, bind)
 
 
 def inlined_guards(guard: Guard) -> tuple[Guard, ...] | None:

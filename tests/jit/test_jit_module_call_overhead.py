@@ -117,3 +117,48 @@ def test_distinct_inputs_are_checked_by_identity_and_any_alias_misses():
         aliased = [xs[0]] * n
         assert_same(jitted(*aliased), _sum_of(*aliased))
         assert jitcore.cache_misses(jitted) == 2
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_tensor_checks_in_one_c_call_accept_exactly_what_the_prologue_accepts():
+    # Note [Tensor checks in one C call] (jitcore/prologue/tensor_checks.py): the fast path's C check
+    # is a shortcut; every tensor the printed prologue accepts is accepted, every other one missed.
+    import linecache
+
+    from jitcore.prologue import MISS
+
+    def f(x, w):
+        return x * x.stride(0) + x.storage_offset() + w.sum()  # strides and offset guarded
+
+    jf = jitcore.jit(f, executor="torch")
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    assert_same(jf(x, w), f(x, w))
+    entry = jf.entries[0]
+    source = "".join(linecache.getlines(entry.cached_call.__code__.co_filename))
+    assert "(not __check" in source and "storage_offset() != 0" in source, source  # the C check first
+    with torch.inference_mode():
+        inference = torch.randn(4, 8)
+    variants = {
+        "same": torch.randn(4, 8), "other strides": torch.randn(8, 4).t().contiguous().t()[:4].t(),
+        "transposed": torch.randn(8, 4).t(), "offset": torch.randn(40)[8:].view(4, 8),
+        "float64": torch.randn(4, 8, dtype=torch.float64),
+        "requires grad": torch.randn(4, 8, requires_grad=True),
+        "parameter": nn.Parameter(torch.randn(4, 8), requires_grad=False), "subclass": x.as_subclass(_Sub),
+        "inference tensor": inference, "negative view": torch.randn(4, 8)._neg_view(),
+        "shape": torch.randn(8, 4),
+        "3-d": torch.randn(4, 8, 1), "0-d": torch.tensor(1.0), "None": None, "int": 3, "list": [1.0],
+    }
+    accepted = []
+    for name, value in variants.items():
+        expected = entry.prologue.explain((value, w), {}) is None
+        got = entry.cached_call((value, w), {}) is not MISS
+        assert got == expected, (name, got, expected)
+        accepted.append(name) if got else None
+    assert {"same", "inference tensor", "negative view"} <= set(accepted), accepted
+    assert "float64" not in accepted and "shape" not in accepted and "subclass" not in accepted
+    with torch.inference_mode():  # the C check refuses under inference mode; the state guard decides
+        assert entry.cached_call((x, w), {}) is MISS
+        assert entry.prologue.explain((x, w), {}) is not None
