@@ -212,72 +212,87 @@ def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext, own: _
     if not needing:
         return
     excluded = {id(t) for t in (*ctx.non_differentiable, *tensors)}  # an input returned stays itself
-    for value in optree.tree_leaves(output, none_is_leaf=True):
-        if not isinstance(value, TensorProxy) or id(value) in excluded \
-                or not (value.dtype.is_floating_point or value.dtype.is_complex):
-            continue
-        shadow = value.shadow  # joined even when computed from some inputs on the shadow graph (Note below)
-        values = current_context().values
-        if isinstance(value, SubclassTensorProxy):
-            # a wrapper over the same inner tensors (shadows mapped to their proxies) as the one the
-            # forward made (a DTensor made with requires_grad=True is a leaf of its own), made by its
-            # class's __tensor_unflatten__, not by an op: eager's apply sends the class none
-            names, flatten_ctx = tensor_flatten(shadow)
-            with values.fake_mode:
-                fresh = unflatten_around(type(shadow), {n: getattr(shadow, n) for n in names}, flatten_ctx,
-                                         shadow.shape, shadow.stride())
-                joined = _Joined.apply(_Output(fresh, own.of(value, needing)), *(v.shadow for v in needing))
+    joinable = [v for v in optree.tree_leaves(output, none_is_leaf=True)
+                if isinstance(v, TensorProxy) and id(v) not in excluded
+                and (v.dtype.is_floating_point or v.dtype.is_complex)]
+    if not joinable:
+        return
+    values = current_context().values
+    bases, wrapped = [], []
+    with values.fake_mode:
+        for value in joinable:
+            shadow = value.shadow  # joined even when computed from some inputs on the shadow graph
+            if isinstance(value, SubclassTensorProxy):
+                # a wrapper over the same inner tensors (shadows mapped to their proxies) as the one the
+                # forward made (a DTensor made with requires_grad=True is a leaf of its own), made by its
+                # class's __tensor_unflatten__, not by an op: eager's apply sends the class none
+                names, flatten_ctx = tensor_flatten(shadow)
+                bases.append(unflatten_around(type(shadow), {n: getattr(shadow, n) for n in names},
+                                              flatten_ctx, shadow.shape, shadow.stride()))
+                wrapped.append((shadow, names))
+            else:
+                bases.append(shadow.detach())
+                wrapped.append(None)
+        # one node for all outputs, as eager's: the user's backward takes all their gradients at once
+        joined = _Joined.apply(_Output(tuple(bases), own.of(joinable, needing)), *(v.shadow for v in needing))
+    for value, out, inner in zip(joinable, joined, wrapped):
+        if inner is not None:
+            shadow, names = inner
             for name in names:
-                object.__setattr__(joined, name, getattr(shadow, name))
-            value.set_shadow(joined)
+                object.__setattr__(out, name, getattr(shadow, name))
+            value.set_shadow(out)
         else:
-            with values.fake_mode:
-                joined = _Joined.apply(_Output(shadow.detach(), own.of(value, needing)),
-                                       *(v.shadow for v in needing))
-            value.shadow = joined
-        values.bind(joined, value)
+            value.shadow = out
+        values.bind(out, value)
 
 
 class _Output:
-    """The tensor ``_Joined`` returns, passed as a non-tensor argument: not an input of the Function, so
-    ``apply`` gives that very object the node, as eager's ``apply`` does to what a forward made; with
+    """The tensors ``_Joined`` returns, passed as a non-tensor argument: not inputs of the Function, so
+    ``apply`` gives those very objects the node, as eager's ``apply`` does to what a forward made; with
     ``backward``, how the user's backward gives the gradients (``_UsersBackward.of``)."""
 
-    def __init__(self, tensor: torch.Tensor, backward: Callable[[Any], Any] | None = None) -> None:
-        self.tensor, self.backward = tensor, backward
+    def __init__(self, tensors: tuple[torch.Tensor, ...], backward: Callable[..., Any] | None = None) -> None:
+        self.tensors, self.backward = tensors, backward
 
 
 # Note [A backward inside the program runs the Function's own backward]
 # A backward the program runs itself (``torch.autograd.grad(y.sum(), x)`` after ``y = MyFn.apply(x)``)
 # is recorded in pass 1 on the shadow graph, where the Function's node was ``_Joined``, whose gradients
 # were zeros: the values are the replay's, but the tensor subclass code that backward ran was pass 1's,
-# and its Python effects are those the computation replays. A logging wrapper's log held
-# ``zeros_like`` where eager logs the Function's ``cos`` and ``mul`` (/tmp/eff38-probes/
-# p1_autograd_function.py). ``_Joined`` now runs the user's ``backward`` on the shadows (its ``ctx``
-# seen with the shadows of what the forward saved), so the subclass code pass 1 records for it is
-# eager's, in program order with the rest of the pass; zeros stand where that backward cannot run on
-# shadows (it raises, reads values) or the Function has other outputs (each output is its own node).
+# and its Python effects are those the computation replays. A logging wrapper's log held ``zeros_like``
+# where eager logs the Function's ``cos`` and ``mul``. ``_Joined`` now runs the user's ``backward`` on
+# the shadows (its ``ctx`` seen with the shadows of what the forward saved), so the subclass code pass 1
+# records for it is eager's, in program order with the rest of the pass; the Function's outputs are one
+# node, as eager's, so that backward gets all their gradients at once. Zeros stand where it cannot run
+# on shadows (it raises, reads values).
 class _UsersBackward:
     """The user's ``backward`` of one ``apply``, run on shadows for ``_Joined`` (Note above)."""
 
     def __init__(self, cls: type, ctx: TracingContext, args: tuple, output: Any) -> None:
         self.cls, self.ctx, self.args, self.output = cls, ctx, args, output
 
-    def of(self, value: Any, needing: list[Any]) -> Callable[[Any], Any] | None:
-        """How ``_Joined`` of the output ``value`` gets the gradients of ``needing`` (None: zeros)."""
-        if value is not self.output or type(self.cls.backward) is not types.FunctionType:
-            return None  # one output of several: each is its own node, the backward takes them all
-        return lambda grad: self._gradients(grad, needing)
+    def of(self, joined: list[Any], needing: list[Any]) -> Callable[..., Any] | None:
+        """How ``_Joined`` of the outputs ``joined`` gets the gradients of ``needing`` (None: zeros)."""
+        if type(self.cls.backward) is not types.FunctionType \
+                or not (type(self.output) is tuple or isinstance(self.output, TensorProxy)):
+            return None
+        return lambda grads: self._gradients(grads, joined, needing)
 
-    def _gradients(self, grad: Any, needing: list[Any]) -> tuple[Any, ...] | None:
+    def _gradients(self, grads: tuple[Any, ...], joined: list[Any],
+                   needing: list[Any]) -> tuple[Any, ...] | None:
+        by_output = {id(v): g for v, g in zip(joined, grads)}
+        outputs = self.output if type(self.output) is tuple else (self.output,)
+        given = [by_output[id(v)] if id(v) in by_output
+                 else _zeros_like(v.shadow) if isinstance(v, TensorProxy) and self.ctx.materialize_grads
+                 else None for v in outputs]
         try:
-            grads = self.cls.backward(_ShadowContext(self.ctx), grad)
+            found = self.cls.backward(_ShadowContext(self.ctx), *given)
         except Exception:  # noqa: BLE001 - it needs values or meets what shadows lack: zeros, as before
             return None
-        grads = grads if type(grads) is tuple else (grads,)
-        if len(grads) < len(self.args):
+        found = found if type(found) is tuple else (found,)
+        if len(found) < len(self.args):
             return None
-        by_input = {id(a): g for a, g in zip(self.args, grads)}
+        by_input = {id(a): g for a, g in zip(self.args, found)}
         out = []
         for proxy in needing:
             g = by_input.get(id(proxy))
@@ -305,12 +320,12 @@ class _Joined(torch.autograd.Function):
     the values are the replay's)."""
 
     @staticmethod
-    def forward(ctx: Any, output: _Output, *inputs: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, output: _Output, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.inputs, ctx.own = inputs, output.backward
-        return output.tensor
+        return output.tensors
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+    def backward(ctx: Any, *grad: torch.Tensor) -> Any:
         grads = ctx.own(grad) if ctx.own is not None else None  # Note [A backward inside the program
         if grads is not None:  # runs the Function's own backward]
             return (None, *grads)

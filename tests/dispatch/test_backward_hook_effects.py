@@ -390,12 +390,31 @@ def _grads_of_scaled(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, to
     return torch.autograd.grad(_Scaled.apply(x, w).sum(), (x, w))
 
 
-@pytest.mark.parametrize("program", [_grad_of_doubled, _backward_of_doubled, _grads_of_scaled])
+class _Pair(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx.save_for_backward(x)
+        return x * 2, x * 3
+
+    @staticmethod
+    def backward(ctx: Any, g1: torch.Tensor, g2: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return g1 * x.cos() + g2
+
+
+def _grad_of_pair(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    a, b = _Pair.apply(x)
+    (g,) = torch.autograd.grad((a + b).sum(), x)
+    return g, w
+
+
+@pytest.mark.parametrize("program", [_grad_of_doubled, _backward_of_doubled, _grads_of_scaled, _grad_of_pair])
 def test_a_functions_backward_inside_the_program_logs_as_eagerly(program: Callable) -> None:
     """p1_autograd_function.py: the Function's node in pass 1's shadow graph gave zero gradients, so the
     log held ``zeros_like`` where eager logs the user's backward's ``cos``/``sin`` and ``mul``s (the
-    values were right: they are the replay's). Note [A backward inside the program runs the Function's
-    own backward], transforms/autograd_function.py."""
+    values were right: they are the replay's); a Function of two outputs logged ``zeros_like`` twice
+    (each output was a node of its own). Note [A backward inside the program runs the Function's own
+    backward], transforms/autograd_function.py."""
 
     def step(fn: Callable, i: int) -> Any:
         torch.manual_seed(i)
