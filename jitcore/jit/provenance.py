@@ -55,6 +55,7 @@ _MAX_PREDICATES = 64
 _MAX_PREDICATE_OPS = 16
 
 
+_COUNTING_DICTS = (dict, collections.Counter, collections.defaultdict)  # held counters bound in place
 _NO_ITEM = object()
 
 
@@ -610,6 +611,8 @@ class Provenance(TensorBinding):
     # pass's changes are diffed into effects, a number still in its place is put back
     # (``put_back_counters``): it is no write, unless the program stored it there itself (StepLR writes
     # back the rate it read between its steps), which is replayed with the value each call finds. A
+    # ``Counter`` or ``defaultdict`` holds its counters so too (``counts[k] += 1`` at a key the call
+    # passes: before, the walk guarded the other keys' counts by value, an entry per call). A
     # tuple of counters held in such a container (Adam's ``betas``, ``state["t"] = (a + 1, b)``) is put
     # in place as a tuple of its numbers, each counter bound (before, C code reading it, ``st.get("t")``,
     # ``st.values()``, ``copy.copy(st)``, guarded it by value: an entry per call). A container of
@@ -617,7 +620,7 @@ class Provenance(TensorBinding):
     def _bind_counter_in_place(self, container: Any, key: Any, item: Any, path: Path) -> bool:
         """Bind the counter ``item`` at ``container[key]`` as a dynamic number and put it there for the
         pass (Note [Counters bound where they are held]); False where it is not one to bind so."""
-        kind = type(container)
+        kind = dict if type(container) in _COUNTING_DICTS else type(container)
         if kind not in (dict, list) or not self.snapshot_taken(container):
             return False
         if type(item) is tuple:  # Note [A tuple of counters], jit/numbers.py
@@ -650,7 +653,7 @@ class Provenance(TensorBinding):
         for container, key, proxy, item in reversed(self._in_place):
             if self.stored_by_program(container, key):
                 continue
-            if type(container) is dict and dict.get(container, key, _NO_ITEM) is proxy:
+            if type(container) in _COUNTING_DICTS and dict.get(container, key, _NO_ITEM) is proxy:
                 dict.__setitem__(container, key, item)
             elif type(container) is list and key < len(container) and container[key] is proxy:
                 list.__setitem__(container, key, item)
