@@ -205,15 +205,13 @@ _FOR_ITER_SKIP = {(3, 11): 0, (3, 12): 1}.get(sys.version_info[:2], 2)
 def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, int]]:
     raw = list(dis.get_instructions(code))
     index_of: dict[int, int] = {}
-    kept = 0
+    kept_raw = []
     for ins in raw:
-        index_of[ins.offset] = kept
+        index_of[ins.offset] = len(kept_raw)
         if not _dropped(ins):
-            kept += 1
-    out = []
-    for ins in raw:
-        if _dropped(ins):
-            continue
+            kept_raw.append(ins)
+    out: list[Instruction] = []
+    for ins in kept_raw:
         argval = ins.argval
         opcode, opname = ins.opcode, ins.opname
         if opcode == _CACHE and dis.opname[code._co_code_adaptive[ins.offset]][0] == "<":
@@ -236,10 +234,9 @@ def _fuse(instructions: list[Instruction], hooked: frozenset[int] = frozenset())
     (runs containing an opcode of ``hooked`` excepted: a hook must see those one by one)."""
     from jitcore.interpreter.registry import fused_jumps, fused_opcodes
 
-    runs = fused_opcodes()
-    if hooked:
-        runs = {k: v for k, v in runs.items() if not hooked.intersection(k)}
+    runs = fused_opcodes(hooked)
     lengths = sorted({len(k) for k in runs})
+    starts = {k[0] for k in runs}
     out = list(instructions)
     n = len(instructions)
     opcodes = [inst.opcode for inst in instructions]
@@ -250,6 +247,8 @@ def _fuse(instructions: list[Instruction], hooked: frozenset[int] = frozenset())
     choice: list[tuple[int, int] | None] = [None] * n  # (length, synthetic opcode) of the run fused at i
     for i in range(n - 1, -1, -1):
         best[i] = 1 + best[i + 1]
+        if opcodes[i] not in starts:  # most instructions start no registered run
+            continue
         for length in lengths:
             if i + length <= n:
                 code = runs.get(tuple(opcodes[i : i + length]))
@@ -266,9 +265,9 @@ def _fuse(instructions: list[Instruction], hooked: frozenset[int] = frozenset())
         chained = run[-1] if length == 2 else None  # a pair's second half is the shared instruction itself
         if chained is None:
             for inst in reversed(run[1:]):
-                chained = dataclasses.replace(inst, next=chained)
+                chained = _replaced(inst, inst.opcode, inst.opname, chained)
         opname = "+".join(inst.opname for inst in run)
-        out[i] = dataclasses.replace(run[0], opcode=code, opname=opname, next=chained)
+        out[i] = _replaced(run[0], code, opname, chained)
         i += length
     jumps = fused_jumps()  # Note [Fused jumps]
     for i, inst in enumerate(instructions):
@@ -276,8 +275,20 @@ def _fuse(instructions: list[Instruction], hooked: frozenset[int] = frozenset())
         opcode = jumps.get((inst.opcode, target.opname)) if target is not None else None
         if opcode is not None:
             opname = f"{inst.opname}->{target.opname}"
-            out[i] = dataclasses.replace(inst, opcode=opcode, opname=opname, next=target)
+            out[i] = _replaced(inst, opcode, opname, target)
     return out
+
+
+# _replaced copies these fields (``after`` follows from ``index``): a new field must be added there too
+_FIELDS = ["opcode", "opname", "arg", "argval", "offset", "index", "lineno", "end_lineno", "col", "end_col",
+           "next", "after"]
+assert [f.name for f in dataclasses.fields(Instruction)] == _FIELDS
+
+
+def _replaced(inst: Instruction, opcode: int, opname: str, next_: Instruction | None) -> Instruction:
+    """``dataclasses.replace(inst, opcode=..., opname=..., next=...)`` without its per-call field walk."""
+    return Instruction(opcode, opname, inst.arg, inst.argval, inst.offset, inst.index, inst.lineno,
+                       inst.end_lineno, inst.col, inst.end_col, next_)
 
 
 _BACKWARD_JUMPS = frozenset(dis.opmap[name] for name in ("JUMP_BACKWARD",) if name in dis.opmap)

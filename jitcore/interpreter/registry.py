@@ -15,6 +15,7 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 
 import dis
+import functools
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -224,7 +225,13 @@ def _next_synthetic_opcode() -> int:
 
 
 def fused_jumps() -> dict[tuple[int, str], int]:
-    """(jump opcode, target opname) -> synthetic opcode of their fused handler."""
+    """(jump opcode, target opname) -> synthetic opcode of their fused handler (made once per state of
+    the registry: every code object's decoding asks; do not mutate the result)."""
+    return _fused_jumps(len(JUMP_FUSED))
+
+
+@functools.cache
+def _fused_jumps(_registered: int) -> dict[tuple[int, str], int]:
     return {(dis.opmap[jump], target): code for (jump, target), (code, _) in JUMP_FUSED.items()}
 
 
@@ -233,9 +240,16 @@ def hooked_opcodes(hooks_set: frozenset[str]) -> frozenset[int]:
     return frozenset(dis.opmap[opname] for opname, hook in VARIANTS if hook in hooks_set)
 
 
-def fused_opcodes() -> dict[tuple[int, ...], int]:
-    """(opcodes of a fused run) -> synthetic opcode of its fused handler."""
-    return {tuple(dis.opmap[name] for name in names): code for names, (code, _) in FUSED.items()}
+def fused_opcodes(hooked: frozenset[int] = frozenset()) -> dict[tuple[int, ...], int]:
+    """(opcodes of a fused run) -> synthetic opcode of its fused handler, for the runs holding no opcode
+    of ``hooked`` (made once per state of the registry and ``hooked``; do not mutate the result)."""
+    return _fused_opcodes(len(FUSED), hooked)
+
+
+@functools.cache
+def _fused_opcodes(_registered: int, hooked: frozenset[int]) -> dict[tuple[int, ...], int]:
+    runs = {tuple(dis.opmap[name] for name in names): code for names, (code, _) in FUSED.items()}
+    return {k: v for k, v in runs.items() if not hooked.intersection(k)} if hooked else runs
 
 
 def handler_table(hooks_set: frozenset[str]) -> list[Handler]:
