@@ -348,6 +348,11 @@ def _resolve(symbol: Symbol, args: tuple, kwargs: dict, *, record: bool = True) 
         for number in number_leaves(numbers):
             if id(number) not in mode.named:  # C++ used its value some other way
                 number.specialize()
+        read = mode.read_number
+        if read is not None:  # Note [A number a subclass's item reads]
+            if symbol.fn in _ITEM_CALLS and type(out) in (int, float) and same_value(out, read.value):
+                return read
+            read.specialize()  # C++ used its value (``float(x)``): checked, as any value the program needs
     except RuntimeError as exc:  # C++ code before any dispatch read a shadow's data (tensor_split's indices)
         read = data_read_error(symbol.fn, exc)
         if read is None:
@@ -441,6 +446,21 @@ def makes_variable(fn: Any) -> bool:
 # runs only after the nodes it reads), whichever thread runs them.
 
 
+# Note [A number a subclass's item reads]
+# ``x.sum().item()`` of a wrapper subclass reaches its ``__torch_dispatch__`` as ``aten._local_scalar_dense``,
+# which the class answers from an inner tensor (``func(self.inner)``): a read of a plain tensor's value,
+# a name of the computation as the program's own ``item()`` gives (jitcore/jit/value_reads.py). C++
+# (``Tensor.item``) wants a Python number back, so the mode hands it the name's value and keeps the name;
+# the torch-level ``item`` call that made it returns the name where its result is that value; where C++
+# used the value otherwise (``float(x)``, ``int(x)``) the name is specialized, its check recorded. Before,
+# the read was a constant behind a check among the ``item`` call's operations: every value an entry (4
+# misses in 4 calls where plain tensors take 1), and under grad, where the grad transform replays no
+# call that makes no tensor, the check was lost from the forward (``x * x.sum().item()`` multiplied
+# every cached call by the first call's number).
+_LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default  # noqa: SLF001
+_ITEM_CALLS = frozenset({torch.Tensor.item, _LOCAL_SCALAR})
+
+
 class ShadowDispatchMode(TorchDispatchMode):
     """Sees each aten call the dispatcher makes on shadows (one torch-level call being resolved, or
     the grad transform's replay: transforms/recording.py). A call on plain shadows is recorded as its
@@ -468,6 +488,7 @@ class ShadowDispatchMode(TorchDispatchMode):
         self.numbers = numbers or {}
         self.numbers_of = numbers_of
         self.named: set[int] = set()
+        self.read_number: NumberProxy | None = None  # what the last ``_local_scalar_dense`` answered
 
     def __enter__(self) -> ShadowDispatchMode:
         self._origin = (current_context(), _current_run(), threading.get_ident())  # Note [Autograd's
@@ -569,6 +590,9 @@ class ShadowDispatchMode(TorchDispatchMode):
             out = self.symbol_for(func)(*proxy_args, **proxy_kwargs)
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
+        if func is _LOCAL_SCALAR and isinstance(out, NumberProxy):  # Note [A number a subclass's item reads]
+            self.read_number = out
+            return out.value
         shadows = _map(self.state.shadow_of, out)
         if self.made_variable or self.in_backward and func in _LIKE_FACTORIES:  # a subclass value, or a
             # plain one a mode of the program's returned (in a backward: the gradient ``_make_grads`` made)

@@ -254,6 +254,9 @@ class ValueReads:
     # nested ints (the ShapeEnv of ``TensorValues.allow_nested_ints``, whose sizes stay static) reads
     # as any other: a nested jagged tensor's ``unbind``, ``chunk``, batch indexing and CPU SDPA
     # (jitcore/dispatch/jagged_attention.py) split by its offsets' values, checked on every call.
+    # One read is a name instead: the ``aten._local_scalar_dense`` of a plain inner tensor, with which a
+    # wrapper answers the program's ``item()`` (Note [A number a subclass's item reads] in
+    # jitcore/dispatch/resolver.py).
     #
     # Note [Reads inside a subclass's code under fullgraph]
     # ``fullgraph=True`` refuses the program's own reads (issue 14: a value-dependent program is what
@@ -283,6 +286,9 @@ class ValueReads:
         site = ReadSite(_describe(symbol, out), source)
         if symbol.fn in _NUMBER_READS and type(out) in (int, float) and only_plain_subclass_values(args):
             return Inlined(self._number(symbol, args, kwargs, out, site))  # the Note above
+        if symbol.fn in _INNER_NUMBER_READS and type(out) in (int, float) and _plain_tensors(args) \
+                and not kwargs:
+            return Inlined(self._number(symbol, args, kwargs, out, site))
         if symbol.fn in _LIST_READS and only_plain_subclass_values(args):  # ``tolist()`` too
             listed = self._numbers_of_list(symbol, args, kwargs, out, site)
             if listed is not _REFUSED:
@@ -679,8 +685,14 @@ def _unwritten(symbol: Symbol, args: tuple, kwargs: dict, values: tuple[tuple, d
 # Reads whose result is one number that stays symbolic until the program needs its value. Not
 # ``float(t)``/``int(t)``: Python's protocol requires a real float/int from ``__float__``/``__int__``.
 _NUMBER_READS = frozenset({torch.Tensor.item})
+# A dispatch's read that answers ``item()`` of its own class (Note [A number a subclass's item reads])
+_INNER_NUMBER_READS = frozenset({torch.ops.aten._local_scalar_dense.default})  # noqa: SLF001
 # Reads whose result is a nested list of such numbers (Note [The numbers of tolist]).
 _LIST_READS = frozenset({torch.Tensor.tolist})
+
+
+def _plain_tensors(args: tuple) -> bool:
+    return bool(args) and all(type(a) is PlainTensorProxy for a in args)
 
 
 def _list_shape(value: Any, depth: int) -> tuple[int, ...]:

@@ -184,3 +184,97 @@ def test_a_logging_mode_entered_inside_logs_on_every_call_as_eagerly() -> None:
     jitted = jitcore.jit(_mode_inside)
     assert calls(jitted) == calls(_mode_inside)
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted), jitted.fallback_reason) == (1, 2, None)
+
+
+# --- item() of a wrapper subclass ------------------------------------------------------------------------
+# ``x.sum().item()`` reaches the class's __torch_dispatch__ as ``aten._local_scalar_dense``, which it
+# answers from its inner tensor: that read was a constant behind a check, so every value traced a new entry
+# (4 misses in 4 calls, where plain tensors take 1); under grad the check was lost from the forward, and a
+# cached call multiplied by the first call's number (Note [A number a subclass's item reads],
+# jitcore/dispatch/resolver.py).
+
+
+class Wrapper(torch.Tensor):
+    """The minimal wrapper of the subclass zoo: one inner tensor, every op unwrapped and rewrapped."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor, requires_grad: bool = False) -> Wrapper:
+        return torch.Tensor._make_wrapper_subclass(  # noqa: SLF001
+            cls, inner.shape, dtype=inner.dtype, requires_grad=requires_grad)
+
+    def __init__(self, inner: torch.Tensor, requires_grad: bool = False) -> None:
+        self.inner = inner
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> Wrapper:
+        return Wrapper(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        def unwrap(t: Any) -> Any:
+            return t.inner if isinstance(t, Wrapper) else t
+
+        out = func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+        if isinstance(out, (tuple, list)):
+            return type(out)(Wrapper(o) if isinstance(o, torch.Tensor) else o for o in out)
+        return Wrapper(out) if isinstance(out, torch.Tensor) else out
+
+
+def _scaled_by_item(x: torch.Tensor) -> Any:
+    return x * x.sum().item()
+
+
+def _item_returned(x: torch.Tensor) -> Any:
+    return x.sum().item(), x.amax().item()
+
+
+def _branch_on_item(x: torch.Tensor) -> Any:
+    return x * 2 if x.sum().item() > 4 else x - 1
+
+
+def _float_of(x: torch.Tensor) -> Any:
+    return x * float(x.sum())
+
+
+def _inner(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_inner(v) for v in value)
+    if isinstance(value, Wrapper):
+        return "Wrapper", value.requires_grad, value.inner.tolist()
+    return value
+
+
+@pytest.mark.parametrize(("program", "misses"), [
+    (_scaled_by_item, 1), (_item_returned, 1), (_branch_on_item, 2), (_float_of, 4),
+])
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
+def test_item_of_a_wrapper_is_a_number_of_the_computation(program: Callable[..., Any], misses: int,
+                                                          requires_grad: bool) -> None:
+    """Four calls with four values: as eagerly, with one entry where the program only computes with
+    the number (under grad torch's autograd needs its value: an entry per value, checked)."""
+    jitted = jitcore.jit(program)
+    for i in range(4):
+        expected = program(Wrapper(torch.arange(3.0) + i, requires_grad))
+        actual = jitted(Wrapper(torch.arange(3.0) + i, requires_grad))
+        assert _inner(actual) == _inner(expected)
+    if requires_grad and program is _scaled_by_item:
+        misses = 4  # mul under autograd keeps the number's value for the backward
+    assert (jitcore.cache_misses(jitted), jitted.fallback_reason) == (misses, None)
+
+
+def test_item_of_a_two_tensor_under_grad_is_each_calls_number() -> None:
+    """torch's TwoTensor requiring grad: a cached call scaled by the first call's sum before."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    jitted = jitcore.jit(_scaled_by_item)
+    for i in range(3):
+        def make(i: int = i) -> TwoTensor:
+            return TwoTensor(torch.arange(3.0) + i, torch.arange(3.0) * 2 + i).requires_grad_()
+
+        expected, actual = _scaled_by_item(make()), jitted(make())
+        assert type(actual) is TwoTensor
+        torch.testing.assert_close((actual.a, actual.b), (expected.a, expected.b))
+    assert jitted.fallback_reason is None
