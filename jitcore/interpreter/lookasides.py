@@ -58,7 +58,8 @@ from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
 
-__all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments"]
+__all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments",
+           "warning_location"]
 
 _native_isinstance = builtins.isinstance
 _native_issubclass = builtins.issubclass
@@ -512,6 +513,22 @@ def warn(message: object, category: object = None, stacklevel: int = 1, source: 
     native ones around the run): CPython's reads the native stack, which here is jitcore's own, so the
     location, ``-W``/``filterwarnings(module=...)`` filters and the once-per-location registries would
     all be jitcore's."""
+    message, category, filename, lineno, globals_ = warning_location(
+        message, category, stacklevel, skip_file_prefixes)
+    registry = globals_.setdefault("__warningregistry__", {})
+    # no module_globals, as C's warn (do_warn) passes none: with them, warn_explicit checks the module's
+    # __loader__ against its __spec__ (a DeprecationWarning of its own for a __main__ run as a script)
+    warnings.warn_explicit(message, category, filename, lineno, globals_.get("__name__", "<string>"),
+                           registry, None, source)
+
+
+def warning_location(message: object, category: object, stacklevel: int,
+                     skip_file_prefixes: tuple[str, ...] = ()) -> tuple[object, type, str, int, dict]:
+    """What ``warnings.warn`` called from the innermost interpreted frame hands ``warn_explicit``:
+    ``(message, category, filename, lineno, the blamed frame's globals)`` (its registry's owner).
+
+    Raises:
+        TypeError: ``category`` is not a Warning subclass, as ``warnings.warn`` raises."""
     if isinstance(message, Warning):
         category = message.__class__
     if category is None:
@@ -530,14 +547,8 @@ def warn(message: object, category: object = None, stacklevel: int = 1, source: 
         if frame is None:
             break
     if frame is None:  # past the outermost frame: CPython blames "sys" (3.12+: "<sys>", line 0)
-        globals_, filename, lineno = sys.__dict__, *_PAST_THE_STACK
-    else:
-        globals_, filename, lineno = frame.f_globals, frame.f_code.co_filename, frame.f_lineno
-    registry = globals_.setdefault("__warningregistry__", {})
-    # no module_globals, as C's warn (do_warn) passes none: with them, warn_explicit checks the module's
-    # __loader__ against its __spec__ (a DeprecationWarning of its own for a __main__ run as a script)
-    warnings.warn_explicit(message, category, filename, lineno, globals_.get("__name__", "<string>"),
-                           registry, None, source)
+        return message, category, *_PAST_THE_STACK, sys.__dict__
+    return message, category, frame.f_code.co_filename, frame.f_lineno, frame.f_globals
 
 
 def getframemodulename(depth: int = 0) -> str | None:

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -45,12 +46,12 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import TextProxy, plain_text
 
-__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record", "print_line",
-           "written_keys"]
+__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record", "emit_warning",
+           "print_line", "written_keys"]
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "order", "cell",
-    "grad", "print", "log", "dispatch_log",
+    "grad", "print", "log", "dispatch_log", "warn",
 ]
 PRINT_STREAMS = ("stdout", "stderr")  # the streams a recorded print writes to (jit/printing.py)
 _MISSING = object()
@@ -65,7 +66,9 @@ class Effect:
         kind: what changes: an attribute, an item, the whole contents (list/set), a dict's
             order (``"order"``: its keys in their new order, after its item effects), a cell; or
             ``"print"``, a line the program prints to the stream at ``path`` (jit/printing.py);
-            ``"log"``, a record the program logs to the logger at ``path`` (jit/log_records.py).
+            ``"log"``, a record the program logs to the logger at ``path`` (jit/log_records.py);
+            ``"warn"``, a ``warnings.warn`` call blaming the module whose globals are at ``path``
+            (jit/warning_calls.py).
         key: the attribute name or item key (None for contents and cells; ``(sep, end, flush)``
             for a print; ``(level, pathname, lineno, func)`` for a log record).
         value: the new value, with proxies and rebuilt objects as slots filled per call.
@@ -767,12 +770,22 @@ def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = Fals
         print_line(effect, target, value)
     elif kind == "log" or kind == "dispatch_log" and not dispatch_runs:
         emit_record(effect, target, value)
+    elif kind == "warn":
+        emit_warning(effect, target, value)
 
 
 def print_line(effect: Effect, stream: Any, pieces: list) -> None:
     """Perform a ``"print"`` effect: its pieces (text, or this call's numbers) to ``stream``."""
     sep, end, flush = effect.key
     print(*pieces, sep=sep, end=end, file=stream, flush=flush)
+
+
+def emit_warning(effect: Effect, module_globals: dict, value: list) -> None:
+    """Perform a ``"warn"`` effect: ``warn_explicit`` as ``warnings.warn`` calls it, with the registry the
+    blamed module holds now."""
+    category, filename, lineno, module = effect.key
+    registry = module_globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(value[0], category, filename, lineno, module, registry)
 
 
 def emit_record(effect: Effect, logger: Any, value: list) -> None:

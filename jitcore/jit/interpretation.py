@@ -20,6 +20,7 @@ import functools
 import inspect
 import sys
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -84,6 +85,7 @@ from jitcore.jit.state_kinds import identity_arguments
 from jitcore.jit.tensor_keys import CallerKeys, calls_weakref, pin_tensor_ids
 from jitcore.jit.texts import format_field, format_lookasides, format_percent
 from jitcore.jit.value_reads import ValueReads
+from jitcore.jit.warning_calls import Warnings
 from jitcore.langctx import new_context
 from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
@@ -160,6 +162,9 @@ class Pass:
         self.prints = Prints(final=shapes is None, path_of=self.provenance.path_of)  # jit/printing.py
         self.files = FileSystem(self.provenance.guard, self.provenance.path_of)  # jit/filesystem.py
         self.logs = LogRecords(self.prints.effects, self.provenance.guard, self._untracked_subclass_code)
+        self.warnings = Warnings(self.prints.effects, self.provenance.guard,  # jit/warning_calls.py
+                                 self._untracked_subclass_code,
+                                 builtin_lookasides()[warnings.warn])
         self.autograd = AutogradCalls(self)  # loss.backward(), p.grad: jitcore/jit/autograd_calls.py
         self.context.autograd = self.autograd
 
@@ -338,7 +343,8 @@ class Pass:
             **iterator_lookasides(self.provenance.path_of, builtin_lookasides()[next]),
             **dict_read_lookasides(self._load_subscr, self._native_arguments, self.provenance),
             **environ_lookasides(self.provenance.guard),  # os.environ reads guarded: jit/environment.py
-            **self.files.lookasides(), **self.logs.lookasides(), **self.per_call.lookasides(),
+            **self.files.lookasides(), **self.logs.lookasides(), **self.warnings.lookasides(),
+            **self.per_call.lookasides(),
             **{fn: self._state_change(fn, symbol) for fn, symbol in STATE_FUNCTION_SYMBOLS.items()},
             **dispatch_state_lookasides(self._state_change),  # dispatch/dtensor.py
             **self._inference_mode_lookasides(), **limit.lookasides(),

@@ -42,7 +42,7 @@ from jitcore.errors import JitcoreError, UnsupportedOperationError
 from jitcore.interpreter import JitcoreInterpreterError, current_run
 from jitcore.interpreter.protocols import to_str
 from jitcore.ir import tree_has
-from jitcore.jit.effects import PRINT_STREAMS, Effect, emit_record, print_line
+from jitcore.jit.effects import PRINT_STREAMS, Effect, emit_record, emit_warning, print_line
 from jitcore.langctx.tensor_text import refuse_text
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
@@ -136,7 +136,8 @@ class Prints:
             if self.final and not isinstance(exc, (JitcoreError, JitcoreInterpreterError)):
                 for effect in self.effects:  # the numbers as this call computed them
                     value = optree.tree_map(_now, effect.value, none_is_leaf=True)
-                    perform = print_line if effect.kind == "print" else emit_record  # jit/log_records.py
+                    perform = print_line if effect.kind == "print" else emit_warning \
+                        if effect.kind == "warn" else emit_record  # jit/log_records.py, warning_calls.py
                     perform(effect, effect.path.get(args, kwargs), value)
             raise
 
