@@ -5,10 +5,14 @@ checked, after it returns, for a proxy (or any other jitcore tracing object) rea
 result, from the arguments it may have mutated, or from the jitted function itself (its closure
 cells, a bound method's object: the state a program mutates, such as an optimizer's). A leak fails
 the test that made the call.
+
+Test ids are the same in every process: an id holding an object's address (a lambda's default repr)
+makes pytest-xdist's workers collect different tests, which stops the whole ``-n 2`` run.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -33,3 +37,12 @@ def _no_proxy_escapes() -> Any:
     yield
     JittedFunction.__call__ = _CALL  # type: ignore[method-assign]
 
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    unstable = [item.nodeid for item in items if _ADDRESS.search(item.nodeid)]
+    if unstable:
+        raise pytest.UsageError(f"test ids holding an address (give parametrize ids=): {unstable[:3]}")

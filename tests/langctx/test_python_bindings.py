@@ -244,7 +244,8 @@ def _run_with_message(fn, args: tuple, kwargs: dict) -> tuple[list[str], object]
     return recorder.ops, (out.dtype, out.shape, out.stride(), out.clone())
 
 
-@pytest.mark.parametrize("op, make, expected_binding", _SCALAR_CALLS, ids=lambda v: str(v)[:30])
+@pytest.mark.parametrize("op, make, expected_binding", _SCALAR_CALLS,  # ids without addresses (conftest.py)
+                         ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(_SCALAR_CALLS)])
 def test_tensor_first_overloads_with_a_number_take_the_binding_as_op(op, make, expected_binding) -> None:  # noqa: ANN001
     compared = 0
     for tensor in _TENSORS:
