@@ -24,10 +24,10 @@ Invariants:
   list shortened, an entry removed, a plain number written by code that measured a container with
   ``len``: ``LOG.append(len(LOG))``, backward_reads.py) raises ``EagerOnlyValue``: the call runs
   eagerly (JC-J002, with its warning), never loses an effect;
-- the watched state: the objects pass 1 reached, the namespaces and closure cells of the program's
-  subclasses' ``__torch_dispatch__``/``__torch_function__`` (the program may never reach what only a
-  backward op writes), and the lists, dicts, sets, deques and plain objects those hold. What is not
-  watched is not replayed: state reached only through other code's globals, a tensor's attributes;
+- the watched state: the objects pass 1 reached (a module namespace whose globals its subclass code
+  read among them), the program's subclasses' classes, and the lists, dicts, sets, deques and plain
+  objects those hold. What is not watched is not replayed: state reached only through code pass 1 did
+  not run (a helper's closure cell, another module's globals), a tensor's attributes;
 - the state the watch reaches is put back as it found it after the recording;
 - the watch is per thread: the numbers it pins, the ``Counter`` defaults it hands out and the size
   reads it notes are those of the recording on this thread (backward_reads.py).
