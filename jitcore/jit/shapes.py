@@ -674,7 +674,13 @@ def _add_guards(program: Any, env: Any, dynamic: list[tuple[Path, Any]],
     placeholders = [proxy.shadow for _path, proxy in dynamic] + [size for _path, _number, size in numbers]
     sources = [LocalSource(proxy.name) for _p, proxy in dynamic] + [
         LocalSource(number.name) for _p, number, _size in numbers]
-    for expression in env.produce_guards(placeholders, sources, source_ref=source_ref):
+    kept = env.guards  # Note [A guard every nested int passes]
+    env.guards = [g for g in kept if not _passed_by_nested_ints(env, g.expr)]
+    try:
+        expressions = env.produce_guards(placeholders, sources, source_ref=source_ref)
+    finally:
+        env.guards = kept
+    for expression in expressions:
         used = sorted({int(n) for n in _placeholders(expression)})
         renumbered = expression
         for new, old in enumerate(used):
@@ -682,6 +688,23 @@ def _add_guards(program: Any, env: Any, dynamic: list[tuple[Path, Any]],
         renumbered = renumbered.replace("{#", "{")
         condition = ShapeCondition(renumbered, tuple(paths[i] for i in used))
         program.prologue.add_guard(Guard(condition.paths[0], "shape", condition))
+
+
+# Note [A guard every nested int passes]
+# torch code that compares an NJT's sizes with a number (NestedTensor's ``layer_norm`` checks
+# ``normalized_shape`` against its sizes) adds the guard ``Ne(s3, 8)`` over the symbol of an
+# intermediate nested int (the ragged size of an NJT an op made: its source is torch's
+# ``EphemeralSource``, which names no input). A nested int equals no number, so the guard holds on
+# every call; asked to print it, ``source_ref`` raised AttributeError, and every such program (an NJT
+# training step with a LayerNorm) traced one static entry per ragged structure. Such guards are left
+# out of the prologue; any other guard over a nested int still raises (static shapes).
+def _passed_by_nested_ints(env: Any, expr: sympy.Basic) -> bool:
+    """``expr`` is ``Ne(j, n)`` for a nested int ``j`` and a number ``n``: true for every nested int."""
+    if not isinstance(expr, sympy.Ne):
+        return False
+    a, b = expr.args
+    return (a.is_Symbol and b.is_number and is_nested_symbol(env, a)) or (
+        b.is_Symbol and a.is_number and is_nested_symbol(env, b))
 
 
 def _placeholders(expression: str) -> list[str]:

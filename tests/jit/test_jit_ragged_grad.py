@@ -262,3 +262,81 @@ def test_a_warm_call_returning_an_njt_under_grad_runs_no_njt_op(
         for a, b in zip(traced.parameters(), eager.parameters(), strict=True):
             torch.testing.assert_close(a.grad, b.grad)
             a.grad = b.grad = None
+
+
+class _NormedBlock(torch.nn.Module):
+    """A LayerNorm over an NJT (NestedTensor's ``layer_norm`` compares the ragged size with the
+    normalized shape: Note [A guard every nested int passes], jitcore/jit/shapes.py), then attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.out = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.norm, self.heads = torch.nn.LayerNorm(8), _Heads()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(self.inp(x)).relu()
+        return self.out(x) + self.heads(x).mean()
+
+
+def _training_step(model: torch.nn.Module, opt: torch.optim.Optimizer, values: torch.Tensor,
+                   offsets: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    opt.zero_grad()
+    loss = F.mse_loss(model(torch.nested.nested_tensor_from_jagged(values, offsets)).values(), target)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+@pytest.mark.filterwarnings("error:jitcore")
+@pytest.mark.parametrize("optimizer", ["AdamW", "SGD"])
+def test_an_njt_training_step_with_a_layer_norm_is_one_symbolic_entry(optimizer: str) -> None:
+    """Before: 'EphemeralSource' object has no attribute 'base' while the symbolic pass's guards were
+    printed (``Ne(s3, 8)`` over an intermediate nested int), so each ragged structure traced a static
+    entry of its own (6 misses in 6 steps, each running NestedTensor's dispatch 260 to 510 times). Now
+    the third step on is a cache hit that dispatches no NestedTensor op; every step's loss and
+    parameters equal eager's."""
+    from torch.nested._internal.nested_tensor import NestedTensor
+
+    torch.manual_seed(0)
+    eager = _NormedBlock()
+    traced = _NormedBlock()
+    traced.load_state_dict(eager.state_dict())
+    make = {"AdamW": lambda p: torch.optim.AdamW(p, lr=1e-2),
+            "SGD": lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)}[optimizer]
+    eager_opt, traced_opt = make(eager.parameters()), make(traced.parameters())
+    jitted = jitcore.jit(_training_step)
+    dispatched: list[str] = []
+    original = NestedTensor.__dict__["__torch_dispatch__"]
+
+    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        dispatched.append(str(func))
+        return original.__func__(cls, func, types, args, kwargs)
+
+    for i, lengths in enumerate(_STRUCTURES[:6]):
+        values, target = torch.randn(sum(lengths), 8), torch.randn(sum(lengths), 8)
+        offsets = _offsets(lengths)
+        dispatched.clear()
+        if i >= 3:
+            NestedTensor.__torch_dispatch__ = classmethod(counting)
+        try:
+            got = jitted(traced, traced_opt, values, offsets, target)
+        finally:
+            NestedTensor.__torch_dispatch__ = original
+        torch.testing.assert_close(got, _training_step(eager, eager_opt, values, offsets, target))
+        for a, b in zip(traced.parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(a, b)
+        if i >= 3:
+            assert dispatched == [], dispatched
+    assert jitcore.cache_misses(jitted) == 3, jitcore.miss_reasons(jitted)
+
+
+@pytest.mark.filterwarnings("error:jitcore")
+def test_a_layer_norm_over_an_njt_without_grad_is_one_symbolic_entry() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+    jitted = jitcore.jit(model)
+    with torch.no_grad():
+        for lengths in _STRUCTURES:
+            x = torch.nested.nested_tensor_from_jagged(torch.randn(sum(lengths), 8), _offsets(lengths))
+            torch.testing.assert_close(jitted(x).values(), model(x).values())
+    assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)
