@@ -88,12 +88,29 @@ class ReplayedReads:
 
         out = optree.tree_map(output, record.output, none_is_leaf=True)
         scope.append(BoundSymbol(record.symbol, args, kwargs, out, (), record.source))
-        while self._pending and self._pending[0].symbol is READ and len(self._pending[0].args) == 4 \
-                and id(self._pending[0].args[3]) in new:  # the checks of its outputs' shapes
+        while self._pending and _checks_shapes_of(self._pending[0], new):  # Note [The shape checks replayed]
             check = self._pending.pop(0)
-            site, shape, fn, old = check.args
-            scope.append(BoundSymbol(READ, (site, shape, fn, new[id(old)]), {}, None, (), check.source))
+            site, traced, fn, olds, *rest = check.args
+            replayed = tuple(new[id(o)] for o in olds) if type(olds) is tuple else new[id(olds)]
+            scope.append(BoundSymbol(READ, (site, traced, fn, replayed, *rest), {}, None, (), check.source))
         return out
+
+
+# Note [The shape checks replayed]
+# A value-shaped op pass 1 read (``nonzero``, ``x[mask]``, ``masked_select`` in a subclass's dispatch) is
+# followed by one check of all its outputs' sizes: ``check_read(site, sizes, output_sizes, (t0, ...),
+# symbolic)`` (since b64c34e; before, one check per output with the output itself as fourth argument).
+# The replay looked for the old form only, so under grad the forward recorded the op and dropped its
+# check: ``x * len(x.nonzero())`` over a TwoTensor requiring grad multiplied every cached call by the
+# first call's count. Both forms are replayed on the replay's outputs.
+def _checks_shapes_of(record: BoundSymbol, new: dict[int, TensorProxy]) -> bool:
+    """Whether ``record`` is the check of the sizes of outputs the replay just made (``new``)."""
+    if record.symbol is not READ or len(record.args) < 4:
+        return False
+    olds = record.args[3]
+    if type(olds) is tuple:
+        return bool(olds) and all(id(o) in new for o in olds)
+    return id(olds) in new
 
 
 def _reads_within(records: tuple[BoundSymbol, ...]) -> list[BoundSymbol]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch.testing._internal.logging_tensor import (
     LoggingTensor,
     LoggingTensorMode,
@@ -214,13 +215,8 @@ class Wrapper(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        def unwrap(t: Any) -> Any:
-            return t.inner if isinstance(t, Wrapper) else t
-
-        out = func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
-        if isinstance(out, (tuple, list)):
-            return type(out)(Wrapper(o) if isinstance(o, torch.Tensor) else o for o in out)
-        return Wrapper(out) if isinstance(out, torch.Tensor) else out
+        args, kwargs = pytree.tree_map_only(Wrapper, lambda t: t.inner, (args, kwargs or {}))
+        return pytree.tree_map_only(torch.Tensor, Wrapper, func(*args, **kwargs))
 
 
 def _scaled_by_item(x: torch.Tensor) -> Any:
@@ -277,4 +273,39 @@ def test_item_of_a_two_tensor_under_grad_is_each_calls_number() -> None:
         expected, actual = _scaled_by_item(make()), jitted(make())
         assert type(actual) is TwoTensor
         torch.testing.assert_close((actual.a, actual.b), (expected.a, expected.b))
+    assert jitted.fallback_reason is None
+
+
+# --- value-shaped ops in a subclass's dispatch under grad -------------------------------------------------
+# The grad transform's replay recorded the op and dropped the check of its outputs' sizes (it looked for
+# an older form of that check): a cached call computed with the first call's sizes (Note [The shape
+# checks replayed], jitcore/transforms/replayed_reads.py).
+
+
+def _times_count(x: torch.Tensor) -> torch.Tensor:
+    return x * len(x.nonzero())
+
+
+def _times_masked_count(x: torch.Tensor) -> torch.Tensor:
+    return x * x[x > 1].shape[0]
+
+
+@pytest.mark.parametrize("program", [_times_count, _times_masked_count])
+@pytest.mark.parametrize("cls", ["Wrapper", "TwoTensor"])
+def test_a_value_shaped_op_under_grad_is_checked_on_every_call(program: Callable[..., Any], cls: str) -> None:
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def make(shift: float) -> torch.Tensor:
+        if cls == "Wrapper":
+            return Wrapper(torch.arange(4.0) + shift, requires_grad=True)
+        return TwoTensor(torch.arange(4.0) + shift, torch.arange(4.0) + shift).requires_grad_()
+
+    def inner(t: torch.Tensor) -> list:
+        return t.inner.tolist() if isinstance(t, Wrapper) else [t.a.tolist(), t.b.tolist()]
+
+    jitted = jitcore.jit(program)
+    for shift in (0.0, 1.0, 0.0, -1.0):  # 3, 4, 3 and 3 nonzero elements; 2, 3, 2 and 1 above 1
+        expected, actual = program(make(shift)), jitted(make(shift))
+        assert type(actual) is type(expected)
+        assert inner(actual) == inner(expected)
     assert jitted.fallback_reason is None
