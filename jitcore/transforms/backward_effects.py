@@ -10,8 +10,9 @@ natively), ``BackwardWatch`` records what it writes into the state the program r
   it holds that remembers where it was read); arithmetic on it gives another, so a value written back is
   a formula over the reads, evaluated on the values the state holds when the backward runs (a counter
   advances from its current value, as eagerly);
-- a constant written (a string, a tuple of them, a number over an existing entry) is written as it is;
-  items appended to a list are appended.
+- a constant written (a string, a tuple of them) is written as it is; items appended to a list are
+  appended; a number that is no formula over reads refuses the replay but for a new entry (Note [A
+  number the recording cannot explain]).
 
 Invariants:
 - a write is replayed only when it is exact: every value written is a constant or a formula over reads,
@@ -508,9 +509,20 @@ def _writes(placed: list[tuple[Any, Any]], pins: list[Any], sized: str | None) -
     if sized is not None and any(_plain_number(w.value) for w in writes):
         raise _refuse(f"writes a number after measuring a container with {sized} (the number may be "
                       "its size, which differs on later calls)")
+    new = {(id(target), _key(key)) for target, key in absent}
+    if any(_plain_number(w.value) and (id(w.target), _key(w.key)) not in new for w in writes):
+        # Note [A number the recording cannot explain]
+        raise _refuse("writes a number that is neither a constant of the code nor computed from a number "
+                      "it read (counted by iterating a container, say), which differs on later calls")
     return BackwardEffects(writes, list({id(root): root for root in roots}.values()), absent)
 
 
+# Note [A number the recording cannot explain]
+# A number the hooks write that is no formula over reads (a plain int or float) was taken as recorded:
+# right for a literal, wrong for one the code counted (``LOG.append(sum(1 for _ in LOG))``, a length
+# measured past ``len``: [0, 1, 2, 3, 3, 4, ...] where eager counts on). The recording cannot tell the
+# two apart, so such a write refuses the replay (the call runs eagerly, JC-J002), but for a new entry
+# (``d.get(k, 0) + 1``), which ``EffectsByState`` records again for a backward that finds it present.
 def _plain_number(value: Any) -> bool:
     """A number written as recorded (not a formula over reads), at any depth of a tuple or list."""
     if type(value) in (list, tuple):

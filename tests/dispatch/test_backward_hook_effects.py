@@ -311,16 +311,19 @@ class Noting(Logged):
             STATS.cos += 1
         elif cls.mode == "len":
             SIZES.append(len(SIZES))
+        elif cls.mode == "counted":
+            SIZES.append(sum(1 for _ in SIZES))
         out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs or {}))
         return tree_map(lambda t: Noting(t) if isinstance(t, torch.Tensor) else t, out)
 
 
-@pytest.mark.parametrize("mode", ["set", "deques", "object", "len"])
+@pytest.mark.parametrize("mode", ["set", "deques", "object", "len", "counted"])
 def test_writes_the_watch_once_missed_are_eagers(mode: str) -> None:
     """bwd gaps (/tmp/eff38-probes/p2_watch_gaps.py): the backward's ``cos`` never reached a set or a
     deque (their contents were not watched), ``STATS.cos`` stayed 1 where eager counts 4 (a plain object
     the module holds, not watched), and ``SIZES.append(len(SIZES))`` replayed the recorded lengths
-    ([0, 1, 2, 3, 3, ...] where eager counts on): that one now runs eagerly (JC-J002)."""
+    ([0, 1, 2, 3, 3, ...] where eager counts on), and so did a count made by iterating the list: those
+    now run eagerly (JC-J002)."""
     Noting.mode = mode
 
     def state() -> tuple:
@@ -344,7 +347,7 @@ def test_writes_the_watch_once_missed_are_eagers(mode: str) -> None:
     for (eager_state, eager_grad, _), (jit_state, jit_grad, _eagerly) in zip(*runs):
         assert jit_state == eager_state
         torch.testing.assert_close(jit_grad, eager_grad)
-    assert runs[1][0][2] == (mode == "len")  # the warning, once, where the call runs eagerly
+    assert runs[1][0][2] == (mode in ("len", "counted"))  # the warning, once, where it runs eagerly
 
 
 class _Doubled(torch.autograd.Function):
