@@ -186,9 +186,6 @@ _RESUME = dis.opmap["RESUME"]
 _CACHE = dis.opmap["CACHE"]
 
 
-def _dropped(ins: Any) -> bool:  # a dis.Instruction
-    # RESUME 0 (function start) is dropped too; RESUME after a yield (arg >= 1) is kept
-    return ins.opcode in _DROPPED or (ins.opcode == _RESUME and not ins.arg)
 
 
 
@@ -202,30 +199,122 @@ _FOR_ITER = dis.opmap["FOR_ITER"]
 _FOR_ITER_SKIP = {(3, 11): 0, (3, 12): 1}.get(sys.version_info[:2], 2)
 
 
+# what decoding reads of one instruction: (offset, opcode, opname, arg, argval, lineno, end_lineno, col,
+# end_col), as ``dis.get_instructions`` gives them
+_Raw = tuple[int, int, str, "int | None", Any, "int | None", "int | None", "int | None", "int | None"]
+
+
+def _raw_by_dis(code: CodeType) -> list[_Raw]:
+    out = []
+    for ins in dis.get_instructions(code):
+        pos = ins.positions
+        out.append((ins.offset, ins.opcode, ins.opname, ins.arg, ins.argval,
+                    pos.lineno, pos.end_lineno, pos.col_offset, pos.end_col_offset))
+    return out
+
+
+# Note [Decoding 3.11 bytecode without dis]
+# ``dis.get_instructions`` makes three passes over a code object (jump labels, line starts, the
+# instructions), formats every argument's repr and builds two namedtuples per instruction: about two
+# thirds of decoding, and decoding was a quarter of a tiny Llama's first call (0.5 s of about 2 s,
+# 100 code objects). On 3.11 the same fields come from one pass over ``co_code`` written after
+# CPython 3.11's dis.py (``_unpack_opargs`` and ``_get_instructions_bytes``): inline caches skipped,
+# EXTENDED_ARG folded (signed, as dis wraps it), arguments resolved per opcode family (a LOAD_CONST's
+# constant, KW_NAMES's ``dis.UNKNOWN``, names with LOAD_GLOBAL's halved index, relative jumps to byte
+# offsets, locals and cells, comparison operators, FORMAT_VALUE's pair), positions one per code unit.
+# tests/interpreter/test_interp_decoding.py compares it with dis field by field over thousands of code
+# objects. Other versions decode with dis.
+def _raw_311(code: CodeType) -> list[_Raw]:
+    co_code = code.co_code
+    names, consts, varname = code.co_names, code.co_consts, code._varname_from_oparg
+    positions = list(code.co_positions())
+    n_positions = len(positions)
+    out = []
+    extended_arg = caches = 0
+    for offset in range(0, len(co_code), 2):
+        if caches:
+            caches -= 1
+            continue
+        op = co_code[offset]
+        deop = _DEOP[op]
+        caches = _CACHES[deop]
+        argval = arg = None
+        if deop >= _HAVE_ARGUMENT:
+            arg = co_code[offset + 1] | extended_arg
+            extended_arg = (arg << 8) if deop == _EXTENDED_ARG else 0
+            if extended_arg >= _INT_OVERFLOW:
+                extended_arg -= 2 * _INT_OVERFLOW
+            family = _FAMILY[deop]
+            if family == 0:
+                argval = arg
+            elif family == 1:  # hasconst
+                argval = consts[arg] if deop == _LOAD_CONST else dis.UNKNOWN
+            elif family == 2:  # hasname
+                argval = names[arg // 2] if deop == _LOAD_GLOBAL else names[arg]
+            elif family == 3:  # hasjabs
+                argval = arg * 2
+            elif family == 4:  # hasjrel
+                argval = offset + 2 + (-arg if deop in _BACKWARD else arg) * 2
+            elif family == 5:  # haslocal, hasfree
+                argval = varname(arg)
+            elif family == 6:  # hascompare
+                argval = dis.cmp_op[arg]
+            else:  # FORMAT_VALUE
+                argval = (dis.FORMAT_VALUE_CONVERTERS[arg & 0x3][0], bool(arg & 0x4))
+        else:
+            extended_arg = 0
+        unit = offset // 2  # dis reads positions one per code unit, None past their end
+        lineno, end_lineno, col, end_col = positions[unit] if unit < n_positions else _NO_POSITION
+        out.append((offset, op, _OPNAME[op], arg, argval, lineno, end_lineno, col, end_col))
+    return out
+
+
+def _families() -> list[int]:
+    family = [0] * 256
+    families = ((dis.hasconst, 1), (dis.hasname, 2), (dis.hasjabs, 3), (dis.hasjrel, 4), (dis.haslocal, 5),
+                (dis.hasfree, 5), (dis.hascompare, 6), ([dis.opmap["FORMAT_VALUE"]], 7))
+    for ops, number in families:
+        for op in ops:
+            if not family[op]:  # dis tests the families in this order
+                family[op] = number
+    return family
+
+
+_NO_POSITION = (None, None, None, None)
+if sys.version_info[:2] == (3, 11):
+    _DEOP = [dis._deoptop(op) for op in range(256)]
+    _CACHES = dis._inline_cache_entries
+    _OPNAME = dis._all_opname
+    _HAVE_ARGUMENT, _EXTENDED_ARG, _INT_OVERFLOW = dis.HAVE_ARGUMENT, dis.EXTENDED_ARG, dis._INT_OVERFLOW
+    _LOAD_CONST, _LOAD_GLOBAL = dis.opmap["LOAD_CONST"], dis.opmap["LOAD_GLOBAL"]
+    _BACKWARD = frozenset(op for op in range(256) if "JUMP_BACKWARD" in dis.opname[op])
+    _FAMILY = _families()
+    _raw = _raw_311
+else:
+    _raw = _raw_by_dis
+
+
 def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, int]]:
-    raw = list(dis.get_instructions(code))
     index_of: dict[int, int] = {}
     kept_raw = []
-    for ins in raw:
-        index_of[ins.offset] = len(kept_raw)
-        if not _dropped(ins):
-            kept_raw.append(ins)
+    for raw in _raw(code):
+        index_of[raw[0]] = len(kept_raw)
+        opcode = raw[1]
+        # Note [Dropped instructions]: RESUME 0 (function start) too; RESUME after a yield (arg >= 1) is kept
+        if not (opcode in _DROPPED or (opcode == _RESUME and not raw[3])):
+            kept_raw.append(raw)
     out: list[Instruction] = []
-    for ins in kept_raw:
-        argval = ins.argval
-        opcode, opname = ins.opcode, ins.opname
-        if opcode == _CACHE and dis.opname[code._co_code_adaptive[ins.offset]][0] == "<":
-            opcode = code._co_code_adaptive[ins.offset]  # Note [Unknown opcodes] in registry.py
+    for offset, decoded, opname, arg, argval, lineno, end_lineno, col, end_col in kept_raw:
+        opcode = decoded
+        if opcode == _CACHE and dis.opname[code._co_code_adaptive[offset]][0] == "<":
+            opcode = code._co_code_adaptive[offset]  # Note [Unknown opcodes] in registry.py
             opname = dis.opname[opcode]
-        if ins.opcode in _JUMPS:
-            argval = index_of[ins.argval]
-            if ins.opcode == _FOR_ITER:
+        if decoded in _JUMPS:
+            argval = index_of[argval]
+            if decoded == _FOR_ITER:
                 argval += _FOR_ITER_SKIP
-        pos = ins.positions
-        out.append(
-            Instruction(opcode, opname, ins.arg, argval, ins.offset, len(out),
-                        pos.lineno, pos.end_lineno, pos.col_offset, pos.end_col_offset)
-        )
+        out.append(Instruction(opcode, opname, arg, argval, offset, len(out), lineno, end_lineno, col,
+                               end_col))
     return out, index_of
 
 
