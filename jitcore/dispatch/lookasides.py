@@ -34,6 +34,7 @@ from jitcore.dispatch.modes import hidden_modes
 from jitcore.dispatch.override_checks import OVERRIDE_CHECKS
 from jitcore.errors import EagerOnlySubclass
 from jitcore.interpreter import current_run
+from jitcore.interpreter.callbacks import len_
 from jitcore.interpreter.calls import call_function
 from jitcore.interpreter.lookasides import isinstance_ as _interpreted_isinstance
 from jitcore.interpreter.lookasides import super_arguments, type_
@@ -110,7 +111,7 @@ def len_of(obj: Any) -> Any:
         first = obj.shape[0]
         if symbolic_number_class(first) is int:
             return first
-    return builtins.len(obj)
+    return len_(obj)  # a Python __len__ interpreted (Note [C builtins over a Python object's dunders])
 
 
 def python_type(obj: Any) -> type:

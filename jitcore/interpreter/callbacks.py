@@ -1,7 +1,8 @@
 """C builtins that call Python back, given callables and iterables: replaced so that what they call
 is interpreted (``map``, ``filter``, ``sorted``/``min``/``max``/``list.sort`` keys, ``functools.reduce``,
-``contextvars.Context.run``, ``iter``/``next``, and the iteration of ``enumerate``, ``zip``, ``list``,
-``tuple`` and ``sorted``).
+``contextvars.Context.run``, ``iter``/``next``, the iteration of ``enumerate``, ``zip``, ``list``,
+``tuple``, ``sorted``, ``min``/``max``, ``sum``, ``any``/``all``, ``set``/``frozenset``, and the
+``__len__``/``__abs__`` that ``len``/``abs`` call: Note [C builtins over a Python object's dunders]).
 
 Invariants (those of jitcore/interpreter/lookasides.py, whose table lists these):
 - each gives the same result and raises the same exceptions as the builtin it replaces; lazy builtins
@@ -15,6 +16,9 @@ Invariants (those of jitcore/interpreter/lookasides.py, whose table lists these)
 
 from __future__ import annotations
 
+# the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
+__builtins__ = dict(vars(__import__("builtins")))
+
 import contextvars
 import functools
 import operator
@@ -23,11 +27,19 @@ from collections.abc import Iterator
 from types import BuiltinFunctionType, FunctionType, ModuleType
 
 from jitcore.interpreter.calls import NATIVE_CALLABLES, call
-from jitcore.interpreter.protocols import EXHAUSTED, NATIVE_ITERATORS, NATIVE_TYPES, get_iter, next_value
+from jitcore.interpreter.protocols import (
+    EXHAUSTED,
+    NATIVE_ITERATORS,
+    NATIVE_TYPES,
+    get_iter,
+    length,
+    next_value,
+)
 from jitcore.interpreter.run import Run, current_run
 
-__all__ = ["active_run", "context_run", "enumerate_", "filter_", "iter_", "list_", "list_sort", "map_",
-           "max_", "min_", "native_iterable", "next_", "reduce_", "sorted_", "through", "tuple_", "zip_"]
+__all__ = ["abs_", "active_run", "all_", "any_", "context_run", "enumerate_", "filter_", "frozenset_",
+           "iter_", "len_", "list_", "list_sort", "map_", "max_", "min_", "native_iterable", "next_",
+           "number_", "reduce_", "set_", "sorted_", "sum_", "through", "tuple_", "zip_"]
 
 
 def active_run() -> Run:
@@ -87,13 +99,15 @@ def _has_lookaside(run: Run, fn: object) -> bool:
 
 
 def map_(fn: object, /, *iterables: object) -> map:
-    """map() whose function is interpreted."""
-    return map(through(active_run(), fn), *iterables)
+    """map() whose function is interpreted, over ``iterables`` as the ``for`` statement iterates them."""
+    run = active_run()
+    return map(through(run, fn), *(native_iterable(run, it) for it in iterables))
 
 
 def filter_(fn: object, iterable: object, /) -> filter:
-    """filter() whose predicate is interpreted."""
-    return filter(through(active_run(), fn), iterable)
+    """filter() whose predicate is interpreted, over its iterable as the ``for`` statement iterates it."""
+    run = active_run()
+    return filter(through(run, fn), native_iterable(run, iterable))
 
 
 def sorted_(iterable: object, /, *, key: object = None, reverse: bool = False) -> list:
@@ -102,17 +116,80 @@ def sorted_(iterable: object, /, *, key: object = None, reverse: bool = False) -
 
 
 def min_(*args: object, **kwargs: object) -> object:
-    """min() whose key is interpreted."""
+    """min() whose key is interpreted, over its one iterable as the ``for`` statement iterates it."""
     if "key" in kwargs:
         kwargs["key"] = through(active_run(), kwargs["key"])
-    return min(*args, **kwargs)
+    return min(*_one_iterable(args), **kwargs)
 
 
 def max_(*args: object, **kwargs: object) -> object:
-    """max() whose key is interpreted."""
+    """max() whose key is interpreted, over its one iterable as the ``for`` statement iterates it."""
     if "key" in kwargs:
         kwargs["key"] = through(active_run(), kwargs["key"])
-    return max(*args, **kwargs)
+    return max(*_one_iterable(args), **kwargs)
+
+
+# Note [C builtins over a Python object's dunders]
+# A C builtin given an object whose ``__len__``, ``__abs__`` or ``__iter__`` is Python calls it natively:
+# under no hooks, the same answer. Under the jit's hooks the reads inside are unseen, so what they read
+# of the caller's state was neither bound nor guarded: ``len(box)`` (``return len(self.items)``),
+# ``sum(box)``, ``set(box)``, ``[*box]``, ``max(box)``, ``any(box)``, ``abs(box)`` were constants of the
+# trace, and every cached call returned the first call's answer for another box (a wrong answer). These
+# builtins run the dunder interpreted (``protocols.length``) or step the iterable through the interpreter
+# (``native_iterable``); anything else (a wrong argument count) goes to the builtin for its own error.
+def _one_iterable(args: tuple) -> tuple:
+    return (native_iterable(active_run(), args[0]),) if len(args) == 1 else args
+
+
+def len_(*args: object) -> int:
+    """len() with a Python ``__len__`` interpreted."""
+    return length(active_run(), args[0]) if len(args) == 1 else len(*args)
+
+
+def abs_(*args: object) -> object:
+    """abs() with a Python ``__abs__`` interpreted."""
+    if len(args) == 1 and type(args[0]) not in NATIVE_TYPES:
+        f = getattr(type(args[0]), "__abs__", None)
+        if _is_python(f):
+            return call(active_run(), f, (args[0],), None)
+    return abs(*args)
+
+
+def number_(cls: type, value: object) -> object:
+    """What ``value``'s Python ``__int__``/``__float__`` (``cls``'s dunder) returns, interpreted;
+    ``NotImplemented`` where the type has no Python one (the caller converts it with the builtin)."""
+    if type(value) not in NATIVE_TYPES:
+        f = getattr(type(value), f"__{cls.__name__}__", None)
+        if _is_python(f):
+            return call(active_run(), f, (value,), None)
+    return NotImplemented
+
+
+def sum_(*args: object, **kwargs: object) -> object:
+    """sum() over its iterable as the ``for`` statement iterates it."""
+    if args:
+        args = (native_iterable(active_run(), args[0]), *args[1:])
+    return sum(*args, **kwargs)
+
+
+def any_(*args: object) -> bool:
+    """any() over its iterable as the ``for`` statement iterates it (stopping at the first true item)."""
+    return any(*_one_iterable(args))
+
+
+def all_(*args: object) -> bool:
+    """all() over its iterable as the ``for`` statement iterates it (stopping at the first false item)."""
+    return all(*_one_iterable(args))
+
+
+def set_(*args: object, **kwargs: object) -> set:
+    """set() of its iterable as the ``for`` statement iterates it."""
+    return set(*_one_iterable(args), **kwargs)
+
+
+def frozenset_(*args: object, **kwargs: object) -> frozenset:
+    """frozenset() of its iterable as the ``for`` statement iterates it."""
+    return frozenset(*_one_iterable(args), **kwargs)
 
 
 def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> None:

@@ -33,11 +33,16 @@ from types import CellType, FunctionType
 
 from jitcore.interpreter.attributes import load_attr, store_attr
 from jitcore.interpreter.callbacks import (
+    abs_,
     active_run,
+    all_,
+    any_,
     context_run,
     enumerate_,
     filter_,
+    frozenset_,
     iter_,
+    len_,
     list_,
     list_sort,
     map_,
@@ -45,7 +50,9 @@ from jitcore.interpreter.callbacks import (
     min_,
     next_,
     reduce_,
+    set_,
     sorted_,
+    sum_,
     tuple_,
     zip_,
 )
@@ -643,6 +650,13 @@ def builtin_lookasides() -> dict[object, Callable]:
             sorted: sorted_,
             min: min_,
             max: max_,
+            len: len_,  # Note [C builtins over a Python object's dunders] (callbacks.py)
+            abs: abs_,
+            sum: sum_,
+            any: any_,
+            all: all_,
+            set: set_,
+            frozenset: frozenset_,
             list.sort: list_sort,
             functools.reduce: reduce_,
             contextvars.Context.run: context_run,

@@ -27,6 +27,10 @@ the call started with (``StateSnapshots.first_state``), not the ones the program
 
 from __future__ import annotations
 
+# the interpreter's builtins, not the program's: these run inside the program's pass, which may replace
+# one (CPython's test_functools caches ``builtins.len``: Note [Builtins snapshot], jitcore/interpreter)
+__builtins__ = dict(vars(__import__("builtins")))
+
 import builtins
 import dis
 import functools

@@ -27,8 +27,8 @@ from jitcore.diagnostics import JITCORE_DIR
 
 __all__ = [
     "STDLIB_DIR", "TORCH_DIR", "TORCH_MODULES_DIR", "compiled_original", "is_global_hook_registry",
-    "is_library_file", "is_library_module", "is_stored_attribute", "is_symbolic_shapes_code",
-    "is_torch_builtin", "is_unlisted_operation",
+    "is_library_file", "is_library_module", "is_stdlib_container_code", "is_stored_attribute",
+    "is_symbolic_shapes_code", "is_torch_builtin", "is_unlisted_operation",
 ]
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -84,6 +84,29 @@ def is_unlisted_operation(fn: Any) -> bool:
     list, so no symbol table has it (the ``torch._foreach_*`` family)."""
     name = getattr(fn, "__name__", "")
     return getattr(torch, name, None) is fn and hasattr(torch.ops.aten, name)
+
+
+# Note [A caller's object in the standard library's code]
+# The standard library's own reads are not program state (logging's caches, a module's registries: its
+# module state is constant). The containers it defines in Python are: ``UserDict``, ``UserList``,
+# ``WeakSet``, ``WeakValueDictionary`` keep their items in ``self.data``, read and written only by their
+# own methods (and ``_collections_abc``'s mixins). Those reads went unbound, so ``len(d)`` was a constant
+# of the trace (unguarded) and ``d[k] = v``/``s.add(x)`` wrote into a container never snapshotted: a
+# cached call returned the first call's length and replayed no write (a wrong answer). In these modules'
+# code, reads of an instance of the caller's or of state, and of the containers they lead to, are bound
+# as the program's are (jit/interpretation.py ``_load_attr``/``_load_subscr``). Only there: other library
+# objects wrap what a snapshot cannot put back (an asyncio loop's closed sockets: test_asyncgen's
+# ``loop.close()`` replayed on a restored loop raised "Invalid file descriptor: -1").
+_STDLIB_CONTAINER_FILES = frozenset(
+    os.path.join(STDLIB_DIR, name)
+    for name in ("collections/__init__.py", "_collections_abc.py", "_weakrefset.py", "weakref.py")
+)
+
+
+def is_stdlib_container_code(filename: str) -> bool:
+    """Whether ``filename`` defines the standard library's containers written in Python (Note [A caller's
+    object in the standard library's code])."""
+    return filename in _STDLIB_CONTAINER_FILES
 
 
 def is_library_file(filename: str) -> bool:

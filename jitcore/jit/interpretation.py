@@ -60,6 +60,7 @@ from jitcore.jit.code_kinds import (
     is_imported_module,
     is_library_file,
     is_library_module,
+    is_stdlib_container_code,
     is_stored_attribute,
     is_symbolic_shapes_code,
     is_torch_builtin,
@@ -598,6 +599,12 @@ class Pass:
         computed beside the grad transform's forward: Note [Counters under grad], transforms/jit_hook.py)."""
         return bool(self.context.subclass_code) and is_library_file(frame.code.co_filename)
 
+    def _callers_container(self, frame: Any, obj: Any) -> bool:
+        """Whether ``frame`` runs a standard-library container's code and ``obj`` is an instance of the
+        caller's or of state (Note [A caller's object in the standard library's code], code_kinds.py)."""
+        return is_stdlib_container_code(frame.code.co_filename) and \
+            not issubclass(type(obj), (type, types.ModuleType)) and self.provenance.path_of(obj) is not None
+
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals
         if (is_library_file(frame.code.co_filename) and not is_global_hook_registry(globals_, name)) or \
@@ -651,7 +658,8 @@ class Pass:
             return value
         if (held := self.held.metadata(obj, name)) is not NOT_ANSWERED:
             return held  # Note [A caller's tensor the program holds itself], jit/held_tensors.py
-        if frame.code.co_filename.startswith(STDLIB_DIR) or self._untracked_subclass_code(frame):
+        if self._untracked_subclass_code(frame) or (
+                frame.code.co_filename.startswith(STDLIB_DIR) and not self._callers_container(frame, obj)):
             return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
         if issubclass(type(obj), types.ModuleType) and is_library_module(obj):
             return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
@@ -692,7 +700,8 @@ class Pass:
     def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
         if self.provenance.is_loose(key):
             self.provenance.pin(key)  # a caller's object as a dict key: its identity decides the item
-        if frame.code.co_filename.startswith(STDLIB_DIR) or self._untracked_subclass_code(frame):
+        if self._untracked_subclass_code(frame) or (frame.code.co_filename.startswith(STDLIB_DIR)
+                                                     and not self._callers_container(frame, container)):
             return value
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy):

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from jitcore.interpreter.callbacks import abs_, number_
 from jitcore.ir import BoundSymbol, Symbol, current_context
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, records_arithmetic
 from jitcore.proxies.tensor import PlainTensorProxy
@@ -162,14 +163,17 @@ def _converter(cls: type) -> Callable[..., Any]:
             if type(value.value) is cls:
                 return value  # int(n) of an int, float(n) of a float: n itself, as in CPython
             return apply(cls, value)
-        return cls(value)
+        result = number_(cls, value)  # a Python __int__/__float__ interpreted (interpreter/callbacks.py)
+        if type(result) is cls or (isinstance(result, NumberProxy) and type(result.value) is cls):
+            return result
+        return cls(value)  # no Python dunder, or a result the builtin converts (or refuses) itself
 
     convert.__name__ = cls.__name__
     return convert
 
 
 def _abs(x: Any) -> Any:
-    return apply(operator.abs, x) if isinstance(x, NumberProxy) else builtins.abs(x)
+    return apply(operator.abs, x) if isinstance(x, NumberProxy) else abs_(x)  # a Python __abs__ interpreted
 
 
 def _round(number: Any, ndigits: Any = None) -> Any:

@@ -55,6 +55,12 @@ MODULES = (
     "test_sort", "test_slice", "test_funcattrs", "test_isinstance", "test_bool", "test_contextlib_async",
     "test_userlist", "test_userdict", "test_defaultdict", "test_operator", "test_abc", "test_dynamic",
     "test_yield_from", "test_index", "test_genericalias", "test_types",
+    # 2026-12-05 (issue 14), 10-45 s each on a loaded machine, all passing but test_weakset's five below
+    # (test_augassign passes too but has 7 tests);
+    # measured jitted and not added (60-600 s, docs/interpreter.md): test_dict, test_deque, test_enum,
+    # test_exceptions, test_ordered_dict, test_patma, test_complex, test_functools, test_weakref, ...
+    "test_unpack", "test_keywordonlyarg", "test_positional_only_arg", "test_copy",
+    "test_weakset",
 )
 if sys.version_info >= (3, 13):
     MODULES = MODULES[:20]
@@ -73,6 +79,13 @@ KNOWN_FAILURES = {
     "test.test_builtin.TestBreakpoint.test_envar_unimportable": f"{_BREAKPOINT}; and it sets os.environ, "
     "which a jitted function refuses",
 }
+# Note [Objects the program deletes live to the pass's end]: the pass's snapshots of the caller's state
+# (jit/effects.py StateSnapshots) hold what each reached object held when reached, so ``del self.obj`` or
+# ``self.items.pop()`` frees the object only when the pass ends, not at once: a WeakSet still holds it
+_HELD_TO_PASS_END = ("an object the program deletes from the caller's state lives until the pass ends (the "
+                     "pass's snapshots hold it), so the WeakSet still holds it")
+for _test in ("test_contains", "test_intersection", "test_len", "test_symmetric_difference", "test_union"):
+    KNOWN_FAILURES[f"test.test_weakset.TestWeakSet.{_test}"] = _HELD_TO_PASS_END
 if sys.version_info >= (3, 12):  # 3.12's and 3.13's test_builtin have one more breakpoint() test
     KNOWN_FAILURES["test.test_builtin.TestBreakpoint.test_runtime_error_when_hook_is_lost"] = _BREAKPOINT
 

@@ -13,6 +13,7 @@ import operator
 import sys
 from collections.abc import Callable
 
+from jitcore.interpreter.callbacks import native_iterable
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import (
@@ -121,8 +122,8 @@ def map_add(frame: Frame, inst: Instruction) -> None:
 def list_extend(frame: Frame, inst: Instruction) -> None:
     """Extend the list inst.arg deep with TOS."""
     iterable = frame.stack.pop()
-    try:
-        frame.stack[-inst.arg].extend(iterable)
+    try:  # stepped as ``for`` steps it: Note [C builtins over a Python object's dunders] (callbacks.py)
+        frame.stack[-inst.arg].extend(native_iterable(frame.run, iterable))
     except TypeError:
         if not hasattr(type(iterable), "__iter__") and not hasattr(type(iterable), "__getitem__"):
             raise TypeError(f"Value after * must be an iterable, not {type(iterable).__name__}") from None
@@ -133,7 +134,7 @@ def list_extend(frame: Frame, inst: Instruction) -> None:
 def set_update(frame: Frame, inst: Instruction) -> None:
     """Update the set inst.arg deep with TOS."""
     iterable = frame.stack.pop()
-    frame.stack[-inst.arg].update(iterable)
+    frame.stack[-inst.arg].update(native_iterable(frame.run, iterable))
 
 
 @handles("DICT_UPDATE", since=(3, 11))
