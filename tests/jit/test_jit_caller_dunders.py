@@ -1,13 +1,13 @@
 """A caller's object read by C code or by the standard library's code inside a jitted function: each call's
 answer and the caller's state after it are eager's, cached calls included.
 
-Found running CPython's test modules jitted twice (the second call a cache hit): ``len(box)`` with a Python
+Found probing test_weakset's WeakSet over calls that hit the cache (issue 14): ``len(box)`` with a Python
 ``__len__``, ``sum(box)``, ``set(box)``, ``[*box]``, ``int(box)`` ran the dunder natively, past the jit's
 hooks, so what it read of the caller's object was a constant of the trace (Note [C builtins over a Python
 object's dunders], jitcore/interpreter/callbacks.py); ``UserDict``/``UserList``/``WeakSet`` methods, the
 standard library's code, read and wrote ``self.data`` unbound, so a cached call returned the first call's
 length and replayed none of the writes (Note [A caller's object in the standard library's code],
-jitcore/jit/interpretation.py).
+jitcore/jit/code_kinds.py).
 """
 
 from __future__ import annotations
