@@ -31,6 +31,14 @@ most ``VARIANT_LIMIT`` (8, torch.compile's ``recompile_limit``) variants; after 
 variant that fails to compile or does not take the sizes it was made for, sizes no variant takes
 run on torch. Each step is logged.
 
+Note [Static regions of a symbolic entry]
+A region's inputs can have static sizes in an entry whose calls do not: the grad transform's forward
+of a symbolic nested-jagged entry holds the ragged total length as a number of the computation,
+while the values tensor entering the region keeps the traced length, so the region is compiled for
+that length. Inductor's code checks its inputs' sizes and strides (``assert_size_stride``); a call
+it refuses whose sizes or strides differ from those compiled for runs the region's FX graph, as a
+call of other strides does. Only a refusal of the very sizes and strides compiled for is raised.
+
 Invariant: a compiled variant is called only with inputs of the strides it was compiled for and on
 which the guards its compile added hold; any other call (the prologue does not always guard
 strides) runs the region's FX graph instead, which calls the same torch functions the torch
@@ -138,8 +146,16 @@ class _Variant:
 
     compiled: Callable[..., Any]
     guards: Callable[[Sequence[Any]], bool] | None
+    sizes: tuple[tuple[Any, ...] | None, ...]  # per input, its example's sizes (None: not a tensor)
     strides: tuple[tuple[Any, ...] | None, ...]
     convert: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None  # floats to 0-d tensors
+
+    def compiled_for(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``args`` have the static sizes and strides the code was compiled for: its own input
+        checks then refuse them for another reason, which is an error (Note [Static regions of a
+        symbolic entry])."""
+        return all(z is None or (all(type(n) is int for n in (*z, *s)) and z == a.shape and s == a.stride())
+                   for a, z, s in zip(args, self.sizes, self.strides))
 
 
 def _compile(region: Region, shapes: Sequence[Any] | None) -> _Variant:
@@ -154,8 +170,9 @@ def _compile(region: Region, shapes: Sequence[Any] | None) -> _Variant:
         annotate_examples(graph, inputs.fake_mode, inputs.examples)
         with tracing(TracingContext(inputs.fake_mode)), torch.set_grad_enabled(region.grad):
             compiled = compile_fx(graph, inputs.examples)
+    sizes = tuple(tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in inputs.examples)
     strides = tuple(tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in inputs.examples)
-    return _Variant(compiled, inputs.guards(), strides, inputs.converter())
+    return _Variant(compiled, inputs.guards(), sizes, strides, inputs.converter())
 
 
 class _Variants:
@@ -176,10 +193,9 @@ class _Variants:
                 try:
                     return variant.compiled(*values)
                 except AssertionError:  # inductor's own input checks: sizes and strides
-                    if all(s is None or (all(type(n) is int for n in s) and s == a.stride())
-                           for a, s in zip(args, variant.strides)):
-                        raise  # the strides it was compiled for: not a layout the code rejects
-                return self.graph(*args)  # other strides than compiled for: the same torch calls
+                    if variant.compiled_for(args):
+                        raise  # the sizes and strides it was compiled for: not a layout the code rejects
+                return self.graph(*args)  # other sizes or strides than compiled for: the same torch calls
         self._add_variant(args)
         return self.graph(*args)
 

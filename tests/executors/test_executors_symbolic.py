@@ -182,3 +182,33 @@ def test_regions_with_sizes_that_values_decide_are_fused() -> None:
     assert "size_of(" in trace and '"cpu f32[u' in trace, trace
     assert len(fused(trace)) == 2, trace  # before the mask's read, and after it over the symbolic count
     assert not any("declined" in m for m in log), log
+
+
+def test_a_symbolic_njt_entry_under_grad_fuses_and_takes_every_ragged_structure() -> None:
+    """A nested jagged tensor under grad: the grad transform's forward of the symbolic entry holds
+    the values' ragged size as a number of the computation, while the region's inputs have the
+    traced sizes, so the region is compiled for them. A later structure's values have another total
+    length: inductor's size check refuses them, and the region runs its torch calls (before: the
+    AssertionError reached the caller, 'expected size 170==160', once the trial had lowered it)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+
+    def f(x):
+        return lin(x).relu() * 2
+
+    jfn = jitcore.jit(f, executors=INDUCTOR)
+    for lengths in ((5, 3, 2), (4, 4, 4), (1, 9, 3), (6, 2, 2), (2, 2)):
+        offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+        values = torch.randn(sum(lengths), 8)
+        outputs, grads = [], []
+        for fn in (f, jfn):
+            leaf = values.clone().requires_grad_()
+            out = fn(torch.nested.nested_tensor_from_jagged(leaf, offsets))
+            out.values().square().sum().backward()
+            outputs.append(out.values().detach())
+            grads.append((leaf.grad, lin.weight.grad.clone()))
+            lin.weight.grad = None
+            lin.bias.grad = None
+        torch.testing.assert_close(outputs[1], outputs[0])
+        torch.testing.assert_close(grads[1], grads[0])
+    assert "fusion" in lowered_trace(jfn)
