@@ -3,8 +3,9 @@
 The hooks given to the interpreter:
 - lookasides / resolve_call: a torch callable (function, method, operator, property, aten op) runs
   its symbol instead, which records a bound symbol; jitcore's own code runs natively;
-- on_load_global / on_load_deref / on_load_attr / on_load_subscr: values read from persistent state
-  are bound by the pass's Provenance (tensors become inputs, the rest is guarded);
+- on_load_global / on_load_deref / on_load_attr / on_load_subscr / on_contains: values read from
+  persistent state are bound by the pass's Provenance (tensors become inputs, the rest is guarded;
+  ``StateReads``, jit/state_reads.py);
 - on_opaque_call: Python side effects of builtins (``print``) are reported, since they happen only
   while tracing; dynamic numbers (jitcore/jit/numbers.py) handed to C code are specialized first.
 Invariant: the pass records into its own Trace and Prologue only; nothing is cached until the pass
@@ -13,7 +14,6 @@ has finished without error.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import functools
@@ -48,24 +48,17 @@ from jitcore.interpreter import Hooks, current_run
 from jitcore.interpreter.lookasides import builtin_lookasides
 from jitcore.ir import BoundSymbol, Inlined, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.jit import appends, numbers, outputs
-from jitcore.jit.appends import appended_parameters, only_appended_to, subscripted_by
+from jitcore.jit.appends import appended_parameters
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.checkpoint import checkpoint_lookasides
 from jitcore.jit.code_kinds import (
-    STDLIB_DIR,
-    TORCH_DIR,
     TORCH_MODULES_DIR,
     compiled_original,
-    is_global_hook_registry,
-    is_imported_module,
     is_library_file,
     is_library_module,
-    is_stdlib_container_code,
-    is_stored_attribute,
     is_symbolic_shapes_code,
     is_torch_builtin,
     is_unlisted_operation,
-    module_name,
 )
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dict_reads import dict_read_lookasides
@@ -73,7 +66,7 @@ from jitcore.jit.effects import Effect, Effects, StateSnapshots, written_keys
 from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.filesystem import FileSystem
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
-from jitcore.jit.held_tensors import NOT_ANSWERED, HeldTensors, is_held_tensor
+from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.log_records import LogRecords
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.number_sizes import NumberSizes
@@ -83,12 +76,12 @@ from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.recursion import ProgramLimit, program_recursion
 from jitcore.jit.state_kinds import identity_arguments
+from jitcore.jit.state_reads import StateReads
 from jitcore.jit.tensor_keys import CallerKeys, calls_weakref, pin_tensor_ids
 from jitcore.jit.texts import format_field, format_lookasides, format_percent
 from jitcore.jit.value_reads import ValueReads
 from jitcore.jit.warning_calls import Warnings
 from jitcore.langctx import new_context
-from jitcore.langctx import python as python_langctx
 from jitcore.langctx.scalars import bind_numbers
 from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
 from jitcore.langctx.thread_state import (
@@ -107,7 +100,6 @@ from jitcore.prologue.guards import DEFAULT_DEVICE, DTENSOR_SETTINGS, implicit_s
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy, specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
-from jitcore.proxies.tensor import protocol_method, torch_owns_name
 from jitcore.proxies.text import TextProxy
 from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 
@@ -115,7 +107,7 @@ __all__ = ["Pass", "TracedProgram"]
 
 
 
-class Pass:
+class Pass(StateReads):
     """Interprets ``fn`` on proxies of one call's arguments, recording a trace and a prologue."""
 
     def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int,
@@ -575,171 +567,6 @@ class Pass:
             return record_breakpoint(self.trace, self._source())  # jitcore.debug stops there
         return fn(*args, **kwargs)
 
-    def _bind_state(self, frame: Any, value: Any, path: Path, name: str) -> Any:
-        """A value read from persistent state (``Provenance.bind_state``, whose guards are about the
-        contents the call started with), with two rules that narrow them (jit/appends.py): a read that
-        only looks ``append``/``extend`` up on a list guards its type alone, and a read of a dict that
-        only subscripts it with a constant (``self.log["losses"].append``, ``d["n"] += 1``) guards its
-        type and that key's presence, not every item."""
-        if type(value) is list and only_appended_to(frame):
-            return self.provenance.bind_appended_list(value, path)
-        if type(value) is list and appends.measured_by_len(frame):  # Note [A list's length read per call]
-            return self.measured.bind(value, path, name)
-        if type(value) in (dict, collections.defaultdict):
-            key = subscripted_by(frame)
-            if key is not None:
-                return self.provenance.bind_subscripted_dict(value, path, key)
-            if appends.keyed_later(frame):  # Note [A dict read at a computed key], jit/appends.py
-                return self.provenance.bind_keyed_dict(value, path)
-        return self.provenance.bind_state(value, path, name)
-
-    def _untracked_subclass_code(self, frame: Any) -> bool:
-        """Subclass code whose Python state is taken as it is while tracing: a library's. A user's
-        subclass code is state, as the program's, with or without grad (a counter kept there is
-        computed beside the grad transform's forward: Note [Counters under grad], transforms/jit_hook.py)."""
-        return bool(self.context.subclass_code) and is_library_file(frame.code.co_filename)
-
-    def _callers_container(self, frame: Any, obj: Any) -> bool:
-        """Whether ``frame`` runs a standard-library container's code and ``obj`` is an instance of the
-        caller's or of state (Note [A caller's object in the standard library's code], code_kinds.py)."""
-        return is_stdlib_container_code(frame.code.co_filename) and \
-            not issubclass(type(obj), (type, types.ModuleType)) and self.provenance.path_of(obj) is not None
-
-    def _load_global(self, frame: Any, name: str, value: Any) -> Any:
-        globals_ = frame.globals
-        if (is_library_file(frame.code.co_filename) and not is_global_hook_registry(globals_, name)) or \
-                self._untracked_subclass_code(frame):
-            return value
-        if self._namespace_made_while_tracing(frame):
-            return value
-        root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
-        self.snapshots.take(globals_, root)
-        if name in globals_:
-            return self._bind_state(frame, value, root.key(name), name)
-        self.provenance.guard(root, "absent", name)  # a builtin, as long as no global shadows it
-        return value
-
-    def _namespace_made_while_tracing(self, frame: Any) -> bool:
-        """Whether ``frame`` runs a function made while tracing (``exec`` of a ``def`` into a dict the
-        program made: ``g = {}; exec(src, g)``) over such a namespace, no module's and none the caller's:
-        each call makes its own, so what it holds is no state to guard, and its writes are no effect (held
-        as state, a global it increments was a new counter at each pass: traced again without end)."""
-        function, globals_ = frame.function, frame.globals
-        if function is None or self.provenance.path_of(function) is not None:
-            return False
-        jitted = getattr(self.fn, "__func__", self.fn)
-        if globals_ is getattr(jitted, "__globals__", None) or self.snapshots.reached(globals_) or \
-                self.provenance.path_of(globals_) is not None:
-            return False
-        module = sys.modules.get(globals_.get("__name__"))
-        return getattr(module, "__dict__", None) is not globals_
-
-    def _load_deref(self, frame: Any, name: str, value: Any) -> Any:
-        function = frame.function
-        if function is None or self.context.subclass_code or function.__closure__ is None:
-            return value
-        try:
-            cell = function.__closure__[function.__code__.co_freevars.index(name)]
-        except ValueError:
-            return value  # a cell of the frame's own: it holds a value computed while tracing
-        if self.provenance.path_of(function) is None and self.provenance.path_of(cell) is None:
-            # A function made while tracing (a comprehension, a lambda) whose cell is not one of a
-            # persistent function's cells: the cell was made, and filled, while tracing.
-            return value
-        path = Path(Root("bound", f"{function.__qualname__}.<cell {name}>", cell)).attr("cell_contents")
-        return self._bind_state(frame, value, path, name)
-
-    def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
-        if issubclass(type(obj), TensorProxy):
-            if (method := protocol_method(obj, name)) is not None:  # Note [A value's protocol methods]
-                return method
-            return None if name == "name" and torch_owns_name(obj) else value  # eager's Tensor.name
-        if isinstance(value, TensorProxy):
-            return value
-        if (held := self.held.metadata(obj, name)) is not NOT_ANSWERED:
-            return held  # Note [A caller's tensor the program holds itself], jit/held_tensors.py
-        if self._untracked_subclass_code(frame) or (
-                frame.code.co_filename.startswith(STDLIB_DIR) and not self._callers_container(frame, obj)):
-            return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
-        if issubclass(type(obj), types.ModuleType) and is_library_module(obj):
-            return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
-        path = self.provenance.path_of(obj)
-        if name == "grad" and path is not None and isinstance(obj, torch.Tensor):
-            return self.grad_value(obj, path)  # an optimizer's p.grad
-        if path is not None and self.snapshots.written(obj, name, value):
-            return value  # stored by the program earlier in this pass: its own value, not the call's
-        if name == "__dict__" and path is not None:
-            by_torch, key = frame.code.co_filename.startswith(TORCH_DIR), subscripted_by(frame)
-            self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch, key=key)
-            return value
-        if path is None:
-            kind = type(obj)  # not isinstance: it reads ``__class__``, which a class may compute
-            user_class = self.context.subclass_code and issubclass(kind, type) and not is_library_module(
-                sys.modules.get(obj.__module__, sys))  # ``cls.calls`` in a user's dispatch
-            if not user_class and (not issubclass(kind, types.ModuleType) or is_library_module(obj)
-                                   or not is_imported_module(obj)):
-                return value  # the program's own object (a module it made: not state)
-            path = Path(Root("bound", obj.__qualname__ if user_class else module_name(obj), obj))
-            self.provenance.remember(obj, path)
-        elif not is_stored_attribute(obj, name):
-            self.provenance.bind_class_attribute(obj, path, name)  # a method or property: pin it
-            return value  # computed by a descriptor or __getattr__, whose own reads are hooked
-        return self._bind_state(frame, value, path.attr(name), name)
-
-    def grad_value(self, tensor: torch.Tensor, path: Path) -> Any:
-        """``tensor.grad`` of a tensor of the caller's: read through its path, or the program's own
-        value (set by a backward or by the program in this pass)."""
-        grad = tensor.grad
-        known = self.context.values.known(grad) if isinstance(grad, torch.Tensor) else None
-        if known is not None or isinstance(grad, FakeTensor):  # set by a backward of this pass
-            return known if known is not None else self.context.values.proxy_for(grad)
-        if self.snapshots.written(tensor, "grad", grad):
-            return grad  # ``p.grad = None`` earlier in this pass
-        return self.provenance.bind_state(grad, path.attr("grad"), "grad")
-
-    def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
-        if self.provenance.is_loose(key):
-            self.provenance.pin(key)  # a caller's object as a dict key: its identity decides the item
-        if self._untracked_subclass_code(frame) or (frame.code.co_filename.startswith(STDLIB_DIR)
-                                                     and not self._callers_container(frame, container)):
-            return value
-        path = self.provenance.path_of(container)
-        if path is None or isinstance(container, TensorProxy):
-            return value
-        if not _is_plain_key(key) and not (isinstance(key, torch.Tensor) and self.provenance.path_of(key)):
-            if id(container) in self.provenance.keyed:  # its items are guarded only by such reads
-                self.provenance.bind_state(container, path)
-            return value  # a key jitcore cannot name; a reached tensor keys by identity (optimizer state)
-        if isinstance(value, Proxy) or self.snapshots.written(container, key, value):
-            return value  # stored while tracing (nn.LSTM's _flat_weights, cache[k] = v): not the call's
-        # a tensor key (an optimizer's state, by parameter) is not printed: its class's repr may run ops
-        return self._bind_state(frame, value, path.key(key), str(key) if _is_plain_key(key) else "state")
-
-    def _contains(self, frame: Any, container: Any, item: Any) -> Any:
-        """``item in container``: a dynamic number in constants is a recorded predicate, not a hash of
-        its value (``last_epoch in self.milestones``); a caller's object is found by its identity. The
-        answer is guarded where the container's guards do not imply it: by the members a number is
-        tested against, by the answer for a constant."""
-        if self.provenance.is_loose(item):
-            self.provenance.pin(item)
-        path = self.provenance.path_of(container)
-        if path is None or self.context.subclass_code or isinstance(container, TensorProxy):
-            return python_langctx.member(item, container) if isinstance(item, NumberProxy) else NotImplemented
-        first = self.snapshots.first_state(container)  # the call's container, not the program's changes
-        implied = self.provenance.guards_elements(path, first)
-        if isinstance(item, NumberProxy):
-            frozen = python_langctx.members(first)
-            if frozen is None and not implied:
-                return NotImplemented  # the number's value decides: Python hashes it (specialized)
-            answer = python_langctx.member(item, container)
-            if answer is not NotImplemented and not implied:
-                self.provenance.guard(path, "members", frozen)
-            return answer
-        if not implied and _is_plain_key(item) and python_langctx.members(first) is not None \
-                and not frame.code.co_filename.startswith(STDLIB_DIR):  # as _load_subscr does
-            self.provenance.guard(path, "member", (item, item in first), per_expected=True)
-        return NotImplemented
-
     def _source(self) -> tuple[SourceFrame, ...] | None:
         run = current_run()
         if run is None:
@@ -807,12 +634,6 @@ def parameter_names(fn: Any, count: int) -> list[str]:
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     var = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), "args")
     return [names[i] if i < len(names) else f"{var}_{i - len(names)}" for i in range(count)]
-
-
-def _is_plain_key(key: Any) -> bool:
-    return type(key) in (int, str, bool, float, bytes, type(None)) or (
-        type(key) is tuple and all(type(k) in (int, str) for k in key)
-    )
 
 
 def _creates_tensors(trace: Trace) -> bool:

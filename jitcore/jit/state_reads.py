@@ -1,0 +1,231 @@
+"""The tracing pass's hooks for values read from persistent state: globals, closure cells,
+attributes, subscripts and ``in`` tests (the interpreter's ``on_load_*`` and ``on_contains`` hooks).
+
+A value the program reads from state the call did not make (the caller's objects, modules' globals,
+persistent functions' cells) is bound by the pass's Provenance: a tensor becomes an input of the
+computation, anything else is guarded by what the trace relied on (jit/provenance.py), with the
+narrower rules of jit/appends.py for lists only appended to and dicts read at one key. What the pass
+itself made or stored earlier, and the standard library's and torch's own bookkeeping, are taken as
+they are.
+
+Invariant: a hook returns the value the program sees (the value itself, or its proxy), and only adds
+guards and inputs to the pass's prologue; it never changes the state it reads.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import types
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from jitcore.ir import Proxy
+from jitcore.jit import appends
+from jitcore.jit.appends import only_appended_to, subscripted_by
+from jitcore.jit.code_kinds import (
+    STDLIB_DIR,
+    TORCH_DIR,
+    is_global_hook_registry,
+    is_imported_module,
+    is_library_file,
+    is_library_module,
+    is_stdlib_container_code,
+    is_stored_attribute,
+    module_name,
+)
+from jitcore.jit.effects import StateSnapshots
+from jitcore.jit.held_tensors import NOT_ANSWERED, HeldTensors
+from jitcore.jit.provenance import Provenance
+from jitcore.langctx import python as python_langctx
+from jitcore.prologue import Path, Root
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.tensor import protocol_method, torch_owns_name
+
+__all__ = ["StateReads"]
+
+
+class StateReads:
+    """The state-read hooks of a tracing pass (``Pass`` in jit/interpretation.py), which provides
+    the attributes below."""
+
+    fn: Any
+    context: Any  # the pass's TraceContext
+    provenance: Provenance
+    snapshots: StateSnapshots
+    held: HeldTensors
+    measured: Any  # jit/appends.py's lists read by their length
+
+    def _bind_state(self, frame: Any, value: Any, path: Path, name: str) -> Any:
+        """A value read from persistent state (``Provenance.bind_state``, whose guards are about the
+        contents the call started with), with two rules that narrow them (jit/appends.py): a read that
+        only looks ``append``/``extend`` up on a list guards its type alone, and a read of a dict that
+        only subscripts it with a constant (``self.log["losses"].append``, ``d["n"] += 1``) guards its
+        type and that key's presence, not every item."""
+        if type(value) is list and only_appended_to(frame):
+            return self.provenance.bind_appended_list(value, path)
+        if type(value) is list and appends.measured_by_len(frame):  # Note [A list's length read per call]
+            return self.measured.bind(value, path, name)
+        if type(value) in (dict, collections.defaultdict):
+            key = subscripted_by(frame)
+            if key is not None:
+                return self.provenance.bind_subscripted_dict(value, path, key)
+            if appends.keyed_later(frame):  # Note [A dict read at a computed key], jit/appends.py
+                return self.provenance.bind_keyed_dict(value, path)
+        return self.provenance.bind_state(value, path, name)
+
+    def _untracked_subclass_code(self, frame: Any) -> bool:
+        """Subclass code whose Python state is taken as it is while tracing: a library's. A user's
+        subclass code is state, as the program's, with or without grad (a counter kept there is
+        computed beside the grad transform's forward: Note [Counters under grad], transforms/jit_hook.py)."""
+        return bool(self.context.subclass_code) and is_library_file(frame.code.co_filename)
+
+    def _callers_container(self, frame: Any, obj: Any) -> bool:
+        """Whether ``frame`` runs a standard-library container's code and ``obj`` is an instance of the
+        caller's or of state (Note [A caller's object in the standard library's code], code_kinds.py)."""
+        return is_stdlib_container_code(frame.code.co_filename) and \
+            not issubclass(type(obj), (type, types.ModuleType)) and self.provenance.path_of(obj) is not None
+
+    def _load_global(self, frame: Any, name: str, value: Any) -> Any:
+        globals_ = frame.globals
+        if (is_library_file(frame.code.co_filename) and not is_global_hook_registry(globals_, name)) or \
+                self._untracked_subclass_code(frame):
+            return value
+        if self._namespace_made_while_tracing(frame):
+            return value
+        root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
+        self.snapshots.take(globals_, root)
+        if name in globals_:
+            return self._bind_state(frame, value, root.key(name), name)
+        self.provenance.guard(root, "absent", name)  # a builtin, as long as no global shadows it
+        return value
+
+    def _namespace_made_while_tracing(self, frame: Any) -> bool:
+        """Whether ``frame`` runs a function made while tracing (``exec`` of a ``def`` into a dict the
+        program made: ``g = {}; exec(src, g)``) over such a namespace, no module's and none the caller's:
+        each call makes its own, so what it holds is no state to guard, and its writes are no effect (held
+        as state, a global it increments was a new counter at each pass: traced again without end)."""
+        function, globals_ = frame.function, frame.globals
+        if function is None or self.provenance.path_of(function) is not None:
+            return False
+        jitted = getattr(self.fn, "__func__", self.fn)
+        if globals_ is getattr(jitted, "__globals__", None) or self.snapshots.reached(globals_) or \
+                self.provenance.path_of(globals_) is not None:
+            return False
+        module = sys.modules.get(globals_.get("__name__"))
+        return getattr(module, "__dict__", None) is not globals_
+
+    def _load_deref(self, frame: Any, name: str, value: Any) -> Any:
+        function = frame.function
+        if function is None or self.context.subclass_code or function.__closure__ is None:
+            return value
+        try:
+            cell = function.__closure__[function.__code__.co_freevars.index(name)]
+        except ValueError:
+            return value  # a cell of the frame's own: it holds a value computed while tracing
+        if self.provenance.path_of(function) is None and self.provenance.path_of(cell) is None:
+            # A function made while tracing (a comprehension, a lambda) whose cell is not one of a
+            # persistent function's cells: the cell was made, and filled, while tracing.
+            return value
+        path = Path(Root("bound", f"{function.__qualname__}.<cell {name}>", cell)).attr("cell_contents")
+        return self._bind_state(frame, value, path, name)
+
+    def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
+        if issubclass(type(obj), TensorProxy):
+            if (method := protocol_method(obj, name)) is not None:  # Note [A value's protocol methods]
+                return method
+            return None if name == "name" and torch_owns_name(obj) else value  # eager's Tensor.name
+        if isinstance(value, TensorProxy):
+            return value
+        if (held := self.held.metadata(obj, name)) is not NOT_ANSWERED:
+            return held  # Note [A caller's tensor the program holds itself], jit/held_tensors.py
+        if self._untracked_subclass_code(frame) or (
+                frame.code.co_filename.startswith(STDLIB_DIR) and not self._callers_container(frame, obj)):
+            return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
+        if issubclass(type(obj), types.ModuleType) and is_library_module(obj):
+            return value  # torch's own module attributes are taken as constant (docs/user-guide.md)
+        path = self.provenance.path_of(obj)
+        if name == "grad" and path is not None and isinstance(obj, torch.Tensor):
+            return self.grad_value(obj, path)  # an optimizer's p.grad
+        if path is not None and self.snapshots.written(obj, name, value):
+            return value  # stored by the program earlier in this pass: its own value, not the call's
+        if name == "__dict__" and path is not None:
+            by_torch, key = frame.code.co_filename.startswith(TORCH_DIR), subscripted_by(frame)
+            self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch, key=key)
+            return value
+        if path is None:
+            kind = type(obj)  # not isinstance: it reads ``__class__``, which a class may compute
+            user_class = self.context.subclass_code and issubclass(kind, type) and not is_library_module(
+                sys.modules.get(obj.__module__, sys))  # ``cls.calls`` in a user's dispatch
+            if not user_class and (not issubclass(kind, types.ModuleType) or is_library_module(obj)
+                                   or not is_imported_module(obj)):
+                return value  # the program's own object (a module it made: not state)
+            path = Path(Root("bound", obj.__qualname__ if user_class else module_name(obj), obj))
+            self.provenance.remember(obj, path)
+        elif not is_stored_attribute(obj, name):
+            self.provenance.bind_class_attribute(obj, path, name)  # a method or property: pin it
+            return value  # computed by a descriptor or __getattr__, whose own reads are hooked
+        return self._bind_state(frame, value, path.attr(name), name)
+
+    def grad_value(self, tensor: torch.Tensor, path: Path) -> Any:
+        """``tensor.grad`` of a tensor of the caller's: read through its path, or the program's own
+        value (set by a backward or by the program in this pass)."""
+        grad = tensor.grad
+        known = self.context.values.known(grad) if isinstance(grad, torch.Tensor) else None
+        if known is not None or isinstance(grad, FakeTensor):  # set by a backward of this pass
+            return known if known is not None else self.context.values.proxy_for(grad)
+        if self.snapshots.written(tensor, "grad", grad):
+            return grad  # ``p.grad = None`` earlier in this pass
+        return self.provenance.bind_state(grad, path.attr("grad"), "grad")
+
+    def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
+        if self.provenance.is_loose(key):
+            self.provenance.pin(key)  # a caller's object as a dict key: its identity decides the item
+        if self._untracked_subclass_code(frame) or (frame.code.co_filename.startswith(STDLIB_DIR)
+                                                     and not self._callers_container(frame, container)):
+            return value
+        path = self.provenance.path_of(container)
+        if path is None or isinstance(container, TensorProxy):
+            return value
+        if not _is_plain_key(key) and not (isinstance(key, torch.Tensor) and self.provenance.path_of(key)):
+            if id(container) in self.provenance.keyed:  # its items are guarded only by such reads
+                self.provenance.bind_state(container, path)
+            return value  # a key jitcore cannot name; a reached tensor keys by identity (optimizer state)
+        if isinstance(value, Proxy) or self.snapshots.written(container, key, value):
+            return value  # stored while tracing (nn.LSTM's _flat_weights, cache[k] = v): not the call's
+        # a tensor key (an optimizer's state, by parameter) is not printed: its class's repr may run ops
+        return self._bind_state(frame, value, path.key(key), str(key) if _is_plain_key(key) else "state")
+
+    def _contains(self, frame: Any, container: Any, item: Any) -> Any:
+        """``item in container``: a dynamic number in constants is a recorded predicate, not a hash of
+        its value (``last_epoch in self.milestones``); a caller's object is found by its identity. The
+        answer is guarded where the container's guards do not imply it: by the members a number is
+        tested against, by the answer for a constant."""
+        if self.provenance.is_loose(item):
+            self.provenance.pin(item)
+        path = self.provenance.path_of(container)
+        if path is None or self.context.subclass_code or isinstance(container, TensorProxy):
+            return python_langctx.member(item, container) if isinstance(item, NumberProxy) else NotImplemented
+        first = self.snapshots.first_state(container)  # the call's container, not the program's changes
+        implied = self.provenance.guards_elements(path, first)
+        if isinstance(item, NumberProxy):
+            frozen = python_langctx.members(first)
+            if frozen is None and not implied:
+                return NotImplemented  # the number's value decides: Python hashes it (specialized)
+            answer = python_langctx.member(item, container)
+            if answer is not NotImplemented and not implied:
+                self.provenance.guard(path, "members", frozen)
+            return answer
+        if not implied and _is_plain_key(item) and python_langctx.members(first) is not None \
+                and not frame.code.co_filename.startswith(STDLIB_DIR):  # as _load_subscr does
+            self.provenance.guard(path, "member", (item, item in first), per_expected=True)
+        return NotImplemented
+
+
+def _is_plain_key(key: Any) -> bool:
+    return type(key) in (int, str, bool, float, bytes, type(None)) or (
+        type(key) is tuple and all(type(k) in (int, str) for k in key)
+    )
