@@ -84,7 +84,7 @@ def _dtensor_class() -> type | None:
 def dtensor_new(cls: type, local_tensor: Any, spec: Any, *, requires_grad: bool = False) -> Any:
     """``DTensor(local_tensor, spec, requires_grad=...)`` (``torch.Tensor._dtensor__new__``): around a
     traced local tensor, a proxy of ``cls`` whose shadow torch builds around the local tensor's."""
-    from jitcore.dispatch.resolver import DispatchState
+    from jitcore.dispatch.shadow_map import DispatchState
     from jitcore.proxies.tensor import TensorProxy
 
     context = current_context()

@@ -16,8 +16,8 @@ A dynamic number given where the aten call takes it unchanged is put back there 
 [Numbers through a subclass's dispatch], jitcore/langctx/scalars.py).
 
 Invariants:
-- every shadow maps back to exactly one proxy (``DispatchState``), so step k's output is step k+1's
-  input;
+- every shadow maps back to exactly one proxy (``DispatchState``, dispatch/shadow_map.py), so step
+  k's output is step k+1's input;
 - all recording happens inside the torch-level symbol's scope: the resolution is its subsymbols;
 - a dynamic number reaches a subclass's dispatch as a name only in the parameter it was given for,
   with the value C++ passed there; one C++ used otherwise is specialized;
@@ -45,6 +45,7 @@ from jitcore.dispatch.declined import declined_by_all
 from jitcore.dispatch.dtensor import is_natively_dispatched, pointwise_for_dtensor
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.dispatch.handed import as_handed, overridable
+from jitcore.dispatch.shadow_map import DispatchState
 from jitcore.ir import Inlined, Symbol, current_context, in_subclass_code, tracing, tree_any, tree_has
 from jitcore.langctx.aten import op_symbol, operator_symbol
 from jitcore.langctx.reads import same_value
@@ -52,14 +53,12 @@ from jitcore.langctx.scalars import aten_name, dispatched_parameter
 from jitcore.langctx.shadows import BACKWARDS, data_read_error
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
-from jitcore.proxies.protocol import instance_attributes
-from jitcore.proxies.subclass import SubclassTensorProxy, subclass_proxy
+from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.typed import has_torch_function, is_tensor_like
 
 __all__ = [
     "METADATA_OPS",
-    "DispatchState",
     "ShadowDispatchMode",
     "call_on_shadows",
     "call_torch_dispatch",
@@ -95,108 +94,6 @@ METADATA_OPS = frozenset(
         torch.ops.aten.is_non_overlapping_and_dense.default,
     )
 )
-
-
-class DispatchState:
-    """Subclass values of one trace, shadows and proxies both ways, kept in the trace's one shadow
-    map (``TensorValues.known``/``bind``)."""
-
-    __slots__ = ("values",)
-
-    def __init__(self, values: Any) -> None:
-        self.values = values
-
-    @staticmethod
-    def of(values: Any) -> DispatchState:
-        """The dispatch state of a trace's tensor values."""
-        return DispatchState(values)
-
-    @staticmethod
-    def of_current() -> DispatchState:
-        return DispatchState(current_context().values)
-
-    def register(self, proxy: SubclassTensorProxy) -> None:
-        self.values.bind(proxy.shadow, proxy)
-
-    def shadow_of(self, value: Any) -> Any:
-        if isinstance(value, SubclassTensorProxy):
-            shadow = value.shadow
-            if self.values.known(shadow) is None:
-                self.values.bind(shadow, value)
-            return shadow
-        if isinstance(value, TensorProxy):
-            return value.shadow
-        return value
-
-    def proxy_of(self, value: Any) -> Any:
-        if not isinstance(value, torch.Tensor) or isinstance(value, TensorProxy):
-            return value
-        proxy = self.values.known(value)
-        if proxy is not None:
-            return proxy
-        if isinstance(value, FakeTensor):
-            return self.values.proxy_for(value)
-        if type(value) is torch.Tensor:
-            # a real tensor a subclass value holds (an NJT's ``_min_seqlen_tensor`` made while tracing
-            # from a Python number): a constant of the trace, as ShadowDispatchMode.proxy_of keeps it
-            return value
-        return self.adopt(value)
-
-    def _held(self, value: Any) -> Any:
-        """An attribute of a subclass instance as its proxy holds it: the proxies of its tensors, also
-        inside plain lists, tuples and dicts (NJT's ``_metadata_cache``; Note [Inner tensors kept twice])."""
-        if isinstance(value, torch.Tensor):
-            return self.proxy_of(value)
-        if type(value) is dict:
-            return {k: self._held(v) for k, v in value.items()}
-        if type(value) in (list, tuple):
-            return type(value)(self._held(v) for v in value)
-        return value
-
-    def _outer_like(self, shadow: torch.Tensor) -> torch.Tensor:
-        """A fake tensor with the outer metadata of the subclass instance ``shadow`` (a nested jagged
-        tensor's own: its ragged sizes are nested ints, which no plain tensor can have, Note [Nested
-        ints]). Read without the class's ``__torch_function__`` (Note [jitcore's reads of a shadow])."""
-        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
-            if shadow.layout is torch.jagged:
-                return shadow
-            return self._fake_like(shadow)
-
-    def _fake_like(self, shadow: torch.Tensor) -> torch.Tensor:
-        with self.values.fake_mode:
-            return torch.empty_strided(
-                shadow.shape, shadow.stride(), dtype=shadow.dtype, device=shadow.device,
-                requires_grad=shadow.requires_grad,
-            )
-
-    def refresh_outer(self, proxy: SubclassTensorProxy) -> None:
-        """An in-place view op on a wrapper (``x.t_()``) changes its shadow's outer metadata through
-        ``return_and_correct_aliasing``: the proxy follows, so code after it sees eager's shape."""
-        shadow = proxy.shadow
-        outer = proxy.outer_metadata
-        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
-            now = (shadow.shape, shadow.stride(), shadow.requires_grad)
-        if now != (outer.shape, outer.stride(), outer.requires_grad):
-            proxy.set_outer(self._outer_like(shadow))
-
-    def adopt(self, shadow: torch.Tensor, name: str | None = None) -> SubclassTensorProxy:
-        """A proxy for a subclass instance over fake tensors that torch or the class itself built."""
-        cls = type(shadow)
-        proxy = subclass_proxy(name or self.values.names.fresh("t"), cls, self._outer_like(shadow))
-        for key, value in instance_attributes(shadow).items():  # slots too
-            proxy.hold(key, self._held(value))
-        proxy.set_shadow(shadow)
-        self.values.bind(shadow, proxy)
-        return proxy
-
-
-# Note [Inner tensors kept twice]
-# A class often keeps its inner tensors in a container as well as in the attributes its
-# ``__tensor_flatten__`` names (a sharded tensor: ``self.shards = list(shards)`` beside ``shard0``,
-# ``shard1``, ..., for a count its ctx gives). The container of the shadow built around fake tensors
-# holds those fake tensors; the proxy must hold their proxies there too, or what the class's code reads
-# through the container (``sum(s.sum() for s in self.shards)``) is a fake tensor the trace never names:
-# a fake output, or a constant of the first call's values.
 
 
 def resolve_call(symbol: Symbol, args: tuple, kwargs: dict) -> Any:

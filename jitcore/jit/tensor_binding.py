@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from jitcore.dispatch.resolver import DispatchState
+from jitcore.dispatch.shadow_map import DispatchState
 from jitcore.errors import EagerOnlyValue
 from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_names import qualified_name

@@ -39,7 +39,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 import jitcore
 from jitcore.dispatch.flatten import UNFLATTEN, rebuild_kwargs
-from jitcore.dispatch.resolver import DispatchState
+from jitcore.dispatch.shadow_map import DispatchState
 from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
 from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, tree_any, tree_has
 from jitcore.langctx import new_context
