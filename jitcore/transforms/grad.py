@@ -68,9 +68,13 @@ from jitcore.transforms.tangents import TangentKind, kind_of_output, tangent_sha
 from jitcore.transforms.view_round_trips import collapse_view_round_trips, drop_unread_views
 
 __all__ = [
-    "BackwardDeriver", "DerivedBackward", "GradTraces", "OutputSpec", "SubclassInputs", "grad_transform",
-    "needs_grad", "reaches_no_graph", "unproduced_subclasses",
+    "BackwardDeriver", "DerivedBackward", "GradTraces", "OutputSpec", "ReplayInconsistent", "SubclassInputs",
+    "grad_transform", "needs_grad", "reaches_no_graph", "unproduced_subclasses",
 ]
+
+
+class ReplayInconsistent(AssertionError):
+    """A record uses a value the replay never produced (Note [A replay that loses an input's structure])."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +345,7 @@ class _Replay:
             # optimizers): no op makes it, so it is rebuilt as a subclass input is
             found = self._produced(value)
             if found is None:
-                raise AssertionError(f"grad transform: {value.name} is used before it is produced")
+                raise ReplayInconsistent(f"grad transform: {value.name} is used before it is produced")
             return found
         return value
 

@@ -30,7 +30,7 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.backward_effects import BackwardWatch, EffectsByState, watching
 from jitcore.transforms.backward_errors import RAISE
-from jitcore.transforms.grad import grad_transform, needs_grad, reaches_no_graph
+from jitcore.transforms.grad import ReplayInconsistent, grad_transform, needs_grad, reaches_no_graph
 from jitcore.transforms.mincut import saved_for_fusion
 from jitcore.transforms.state_numbers import StateNumbers, counting_numbers, state_numbers
 
@@ -178,6 +178,15 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
 # reads included; pass 1's own reads keep their checks. Where pass 1 cannot run so, the refusal stands
 # (the call runs eagerly).
 
+# Note [A replay that loses an input's structure]
+# The grad transform rebuilds each subclass input from its inner tensors as the call bound them. A
+# program whose subclass code stores new inner tensors on its *input* (softmax over a nested jagged
+# tensor's ragged dim caches ``_max_seqlen_tensor`` on it) leaves pass 1 holding a proxy of the input
+# whose flattening names a tensor made later in the trace: the replay meets a record using a value it
+# never produced (``ReplayInconsistent``, before: jitcore's AssertionError reached the caller, where
+# eager computes). Such an entry runs pass 1 under torch's autograd where it can, as above: the classes
+# resolve their calls on every call, as eagerly.
+
 
 # Note [Inputs sharing storage under autograd]
     stored = _stored_from_a_resolution(trace)
@@ -210,10 +219,13 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
                 or not pass_1_runs(program.trace, program.subclass_inputs):
             raise
         return GradStage(None, pass_1=True)  # Note [Reads in a subclass's backward]
-    except Exception:  # noqa: BLE001 - pass 1 under torch's autograd raises what eager raises, if anything
-        if sizes is None:
-            raise
-        return _pass_1_with_sizes(program)  # Note [Symbolic sizes through the grad transform]
+    except Exception as exc:  # noqa: BLE001 - pass 1 under torch's autograd raises what eager raises
+        if sizes is not None:
+            return _pass_1_with_sizes(program)  # Note [Symbolic sizes through the grad transform]
+        if isinstance(exc, ReplayInconsistent) and not runs_pass_1 and not program.symbolic_numbers() \
+                and pass_1_runs(program.trace, program.subclass_inputs):
+            return GradStage(None, pass_1=True)  # Note [A replay that loses an input's structure]
+        raise
     # with symbolic sizes, the layout the replay's shadows had (symbolic_sizes.py): its own storage offset
     shadows = [a if sizes is not None else p for p, a in zip(trace.args, grad.forward.args)]
     layouts = [

@@ -340,3 +340,28 @@ def test_a_layer_norm_over_an_njt_without_grad_is_one_symbolic_entry() -> None:
             x = torch.nested.nested_tensor_from_jagged(torch.randn(sum(lengths), 8), _offsets(lengths))
             torch.testing.assert_close(jitted(x).values(), model(x).values())
     assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)
+
+
+
+@pytest.mark.parametrize("returns_njt", [False, True])
+def test_a_softmax_over_the_ragged_dim_of_an_input_requiring_grad(returns_njt: bool) -> None:
+    """``torch.softmax(x, dim=1)`` over an NJT input's ragged dim caches ``_max_seqlen_tensor`` on the
+    input, so the grad transform's replay met a record using a value it never produced and jitcore's
+    own AssertionError reached the caller ('x is used before it is produced'), where eager computes
+    (Note [A replay that loses an input's structure], transforms/jit_hook.py)."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = torch.softmax(x, dim=1) * 2
+        return out if returns_njt else out.values()
+
+    jitted = jitcore.jit(f)
+    for lengths in _STRUCTURES[:4]:
+        results = []
+        for fn in (f, jitted):
+            values = torch.randn(sum(lengths), 8, generator=torch.Generator().manual_seed(sum(lengths)))
+            values.requires_grad_()
+            out = fn(torch.nested.nested_tensor_from_jagged(values, _offsets(lengths)))
+            out = out.values() if returns_njt else out
+            out.square().sum().backward()
+            results.append((out.detach(), values.grad))
+        torch.testing.assert_close(results[1], results[0])
