@@ -1,8 +1,10 @@
 """C builtins that call Python back, given callables and iterables: replaced so that what they call
 is interpreted (``map``, ``filter``, ``sorted``/``min``/``max``/``list.sort`` keys, ``functools.reduce``,
 ``contextvars.Context.run``, ``iter``/``next``, the iteration of ``enumerate``, ``zip``, ``list``,
-``tuple``, ``sorted``, ``min``/``max``, ``sum``, ``any``/``all``, ``set``/``frozenset``, and the
-``__len__``/``__abs__`` that ``len``/``abs`` call: Note [C builtins over a Python object's dunders]).
+``tuple``, ``sorted``, ``min``/``max``, ``sum``, ``any``/``all`` (their items' truth too),
+``set``/``frozenset``, and the ``__len__``/``__abs__``/``__format__``/``__reversed__``/``__index__`` that
+``len``/``abs``/``format``/``reversed``/``hex``/``oct``/``bin``/``range`` call: Note [C builtins over a
+Python object's dunders]).
 
 Invariants (those of jitcore/interpreter/lookasides.py, whose table lists these):
 - each gives the same result and raises the same exceptions as the builtin it replaces; lazy builtins
@@ -32,14 +34,19 @@ from jitcore.interpreter.protocols import (
     NATIVE_ITERATORS,
     NATIVE_TYPES,
     get_iter,
+    has_python_index,
+    index,
     length,
     next_value,
+    to_format,
+    truth,
 )
 from jitcore.interpreter.run import Run, current_run
 
-__all__ = ["abs_", "active_run", "all_", "any_", "context_run", "enumerate_", "filter_", "frozenset_",
-           "iter_", "len_", "list_", "list_sort", "map_", "max_", "min_", "native_iterable", "next_",
-           "number_", "reduce_", "set_", "sorted_", "sum_", "through", "tuple_", "zip_"]
+__all__ = ["abs_", "active_run", "all_", "any_", "bin_", "context_run", "enumerate_", "filter_", "format_",
+           "frozenset_", "hex_", "iter_", "len_", "list_", "list_sort", "map_", "max_", "min_",
+           "native_iterable", "next_", "number_", "oct_", "range_", "reduce_", "reversed_", "set_", "sorted_",
+           "sum_", "through", "tuple_", "zip_"]
 
 
 def active_run() -> Run:
@@ -173,13 +180,51 @@ def sum_(*args: object, **kwargs: object) -> object:
 
 
 def any_(*args: object) -> bool:
-    """any() over its iterable as the ``for`` statement iterates it (stopping at the first true item)."""
-    return any(*_one_iterable(args))
+    """any() over its iterable as the ``for`` statement iterates it (stopping at the first true item),
+    an item's Python ``__bool__``/``__len__`` interpreted."""
+    if len(args) != 1:
+        return any(*args)  # the builtin's own error
+    run = active_run()
+    return any(truth(run, item) for item in native_iterable(run, args[0]))
 
 
 def all_(*args: object) -> bool:
-    """all() over its iterable as the ``for`` statement iterates it (stopping at the first false item)."""
-    return all(*_one_iterable(args))
+    """all() over its iterable as the ``for`` statement iterates it (stopping at the first false item),
+    an item's Python ``__bool__``/``__len__`` interpreted."""
+    if len(args) != 1:
+        return all(*args)
+    run = active_run()
+    return all(truth(run, item) for item in native_iterable(run, args[0]))
+
+
+def format_(*args: object) -> str:
+    """format() with a Python ``__format__`` interpreted."""
+    if len(args) in (1, 2) and (len(args) == 1 or type(args[1]) is str):
+        return to_format(active_run(), args[0], args[1] if len(args) == 2 else "")
+    return format(*args)
+
+
+def _indexed(builtin: object) -> object:
+    def convert(*args: object) -> object:
+        run = active_run()
+        return builtin(*(index(run, a) if has_python_index(run, a) else a for a in args))
+
+    convert.__name__ = f"{builtin.__name__}_"
+    convert.__doc__ = f"{builtin.__name__}() with its arguments' Python ``__index__`` interpreted."
+    return convert
+
+
+hex_, oct_, bin_, range_ = (_indexed(b) for b in (hex, oct, bin, range))
+
+
+def reversed_(*args: object) -> object:
+    """reversed() with a Python ``__reversed__`` interpreted (a sequence's ``__len__``/``__getitem__``
+    are still called by the builtin)."""
+    if len(args) == 1 and type(args[0]) not in NATIVE_TYPES:
+        f = getattr(type(args[0]), "__reversed__", None)
+        if _is_python(f):
+            return call(active_run(), f, (args[0],), None)
+    return reversed(*args)
 
 
 def set_(*args: object, **kwargs: object) -> set:

@@ -42,6 +42,7 @@ __all__ = [
     "delete_item",
     "get_item",
     "get_iter",
+    "has_python_index",
     "index",
     "length",
     "next_value",
@@ -171,9 +172,9 @@ def _binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, 
     lf = _slot(ta, name)
     rf = _slot(tb, rname) if tb is not ta else None
     if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
-        if symbol == "*" and isinstance(a, _REPEATED) and _has_python_index(run, b):
+        if symbol == "*" and isinstance(a, _REPEATED) and has_python_index(run, b):
             b = index(run, b)  # a repeat count (Note [A stand-in's number is given to C as its value])
-        elif symbol == "*" and isinstance(b, _REPEATED) and _has_python_index(run, a):
+        elif symbol == "*" and isinstance(b, _REPEATED) and has_python_index(run, a):
             a = index(run, a)
         return native(a, b)
     if rf is not None and (issubclass(tb, ta) and rf is not _slot(ta, rname) or lf in _SEQUENCE_SLOTS):
@@ -358,7 +359,7 @@ _SEQUENCES = (list, tuple, str, bytes, bytearray, range)
 _REPEATED = (list, tuple, str, bytes, bytearray)  # sequences with a repeat count (sq_repeat)
 
 
-def _has_python_index(run: Run, v: object) -> bool:
+def has_python_index(run: Run, v: object) -> bool:
     """Whether CPython asks ``v``'s Python ``__index__`` for its index (an int subclass is its own)."""
     t = type(v)
     return t not in NATIVE_TYPES and not isinstance(v, int) and run.type_of(v) is t \
@@ -367,7 +368,7 @@ def _has_python_index(run: Run, v: object) -> bool:
 
 def index(run: Run, v: object) -> int:
     """``operator.index(v)`` (CPython's ``PyNumber_Index``) with a Python ``__index__`` interpreted."""
-    if not _has_python_index(run, v):
+    if not has_python_index(run, v):
         return operator.index(v)
     result = call(run, type(v).__index__, (v,), None)
     if type(result) is int:
@@ -386,13 +387,13 @@ def _sequence_key(run: Run, key: object) -> object:
     step, start and stop, in CPython's order) called interpreted."""
     if type(key) is slice:
         step, start, stop = key.step, key.start, key.stop
-        if _has_python_index(run, step) or _has_python_index(run, start) or _has_python_index(run, stop):
-            step = index(run, step) if _has_python_index(run, step) else step
-            start = index(run, start) if _has_python_index(run, start) else start
-            stop = index(run, stop) if _has_python_index(run, stop) else stop
+        if has_python_index(run, step) or has_python_index(run, start) or has_python_index(run, stop):
+            step = index(run, step) if has_python_index(run, step) else step
+            start = index(run, start) if has_python_index(run, start) else start
+            stop = index(run, stop) if has_python_index(run, stop) else stop
             return slice(start, stop, step)
         return key
-    return index(run, key) if _has_python_index(run, key) else key
+    return index(run, key) if has_python_index(run, key) else key
 
 
 def get_item(run: Run, container: object, key: object) -> object:

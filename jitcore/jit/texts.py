@@ -101,6 +101,9 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
         if not kwargs and 1 <= len(args) <= 2 and issubclass(type(args[0]), _DEFERRED) \
                 and type(args[-1] if len(args) == 2 else "") is str:
             return TextProxy.field(args[0], 0, args[1] if len(args) == 2 else "")
+        if not kwargs and 1 <= len(args) <= 2 and type(args[-1] if len(args) == 2 else "") is str \
+                and not issubclass(type(args[0]), torch.Tensor) and _python_format(type(args[0])):
+            return to_format(current_run(), args[0], args[1] if len(args) == 2 else "")  # interpreted
         return opaque(format, args, kwargs)
 
     def str_format(*args: Any, **kwargs: Any) -> Any:
@@ -133,6 +136,15 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
     return {format: format_, str.format: str_format, str: converter(str, 1), repr: converter(repr, 2),
             NumberProxy.__format__: lambda n, spec: TextProxy.field(n, 0, spec),  # Tensor.__format__'s
             **{kind.__repr__: size_repr for kind in SYMBOLIC_NUMBERS}}
+
+
+def _python_format(t: type) -> bool:
+    """Whether ``t``'s ``__format__`` is a Python function, found without running a descriptor (format()
+    looks it up once, in ``to_format``: CPython's test_descr counts the lookups)."""
+    for klass in t.__mro__:
+        if "__format__" in vars(klass):
+            return type(vars(klass)["__format__"]) is types.FunctionType
+    return False
 
 
 def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | None:

@@ -20,6 +20,7 @@ import torch._numpy._util as tnp_util
 from jitcore.dispatch.lookasides import as_subclass
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
 from jitcore.interpreter import current_run
+from jitcore.interpreter.callbacks import abs_
 from jitcore.interpreter.calls import call_function, opaque
 from jitcore.ir import tree_has
 from jitcore.langctx.torch import TORCH_TABLE
@@ -83,6 +84,8 @@ def _operator(builtin: Callable[..., Any], dunder: str, value: Any, *args: Any) 
         other = args[0] if args else None
         if isinstance(other, tnp.ndarray):
             return current_run().call(getattr(type(other), "__r" + dunder[2:]), other, value)
+    if builtin is abs and not args:
+        return abs_(value)  # a Python __abs__ interpreted (interpreter/callbacks.py)
     return native(builtin, (value, *args), {})
 
 

@@ -69,6 +69,50 @@ READS: dict[str, Callable[[Box], Any]] = {
 }
 
 
+class Dunders(Box):
+    """More protocols that C builtins call on it."""
+
+    def __abs__(self) -> int:
+        return self.n
+
+    def __format__(self, spec: str) -> str:
+        return f"F{self.n}{spec}"
+
+    def __index__(self) -> int:
+        return self.n
+
+    def __reversed__(self) -> Any:
+        return iter(range(self.n, 0, -1))
+
+    def __bool__(self) -> bool:
+        return self.n > 1
+
+
+# found after f6830db (cpy38's p_native_dunders.py): ``abs`` went to the NumPy bridge's lookaside, which ran
+# it natively; the others had no lookaside; ``any``/``all`` took their items' truth natively
+MORE_READS: dict[str, Callable[[Box], Any]] = {
+    "abs": lambda b: abs(b),
+    "format": lambda b: format(b, "x"),
+    "format_no_spec": lambda b: format(b),
+    "hex": lambda b: hex(b),
+    "oct": lambda b: oct(b),
+    "bin": lambda b: bin(b),
+    "range": lambda b: list(range(b)),
+    "range_from": lambda b: list(range(1, b, 1)),
+    "reversed": lambda b: list(reversed(b)),
+    "any_truth": lambda b: any([0, b]),
+    "all_truth": lambda b: all((1, b)),
+}
+
+
+@pytest.mark.parametrize("name", MORE_READS)
+def test_more_builtins_over_a_callers_dunder_follow_each_call(name: str) -> None:
+    fn = MORE_READS[name]
+    jfn = jitcore.jit(fn)
+    for n in (1, 2, 3, 2):
+        assert_same(jfn(Dunders(n)), fn(Dunders(n)))
+
+
 @pytest.mark.parametrize("name", READS)
 def test_a_builtin_over_a_callers_dunder_follows_each_call(name: str) -> None:
     fn = READS[name]
