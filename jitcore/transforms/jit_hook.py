@@ -112,23 +112,17 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     if _changes_an_input_flag(program):  # Note [requires_grad_ on an input]
         if runs_pass_1:
             return GradStage(None)
-        if not pass_1_runs(trace, program.subclass_inputs):
-            raise EagerOnlyValue(
-                "requires_grad_() or detach_() on an input changes the caller's requires_grad flag, in a "
-                "program whose calls use values only their resolution made: that change is not traced",
-                hints=("set requires_grad on the input before calling the jitted function",),
-            )
-        return GradStage(None, pass_1=True)
+        return _pass_1_or_eager(trace, program.subclass_inputs, (
+            "requires_grad_() or detach_() on an input changes the caller's requires_grad flag, in a "
+            "program whose calls use values only their resolution made: that change is not traced",
+        ), "set requires_grad on the input before calling the jitted function")
     if not needs_grad(trace, flags):
         return GradStage(None, without_graph=reaches_no_graph(trace, flags))
     if _logs_in_dispatch(program) and not runs_pass_1:  # Note [A library's dispatch logs its ops]
-        if not pass_1_runs(trace, program.subclass_inputs):
-            raise EagerOnlyValue(
-                "a tensor subclass's __torch_dispatch__ (torch's LoggingTensor) logs the ops it is given, "
-                "under autograd: the backward's ops it logs eagerly are not traced",
-                hints=("disable the logger, or call the function with inputs that do not require grad",),
-            )
-        return GradStage(None, pass_1=True)
+        return _pass_1_or_eager(trace, program.subclass_inputs, (
+            "a tensor subclass's __torch_dispatch__ (torch's LoggingTensor) logs the ops it is given, "
+            "under autograd: the backward's ops it logs eagerly are not traced",
+        ), "disable the logger, or call the function with inputs that do not require grad")
     if _through_leaves_made_inside(trace, program.subclass_inputs, flags):  # Note [Leaves made inside ...]
         if runs_pass_1:
             return GradStage(None)
@@ -143,14 +137,11 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     if _writes_a_non_leaf_input(trace, program.subclass_inputs):  # Note [In-place writes to non-leaf inputs]
         if runs_pass_1:
             return GradStage(None)
-        if not pass_1_runs(trace, program.subclass_inputs):
-            raise EagerOnlyValue(
-                "an in-place write into a tensor-subclass input that requires grad and is no leaf, in a "
-                "program whose calls use values only their resolution made: the caller's graph behind "
-                "that input is not traced",
-                hints=("write into a clone of the input (x = x.clone()) inside the function",),
-            )
-        return GradStage(None, pass_1=True)
+        return _pass_1_or_eager(trace, program.subclass_inputs, (
+            "an in-place write into a tensor-subclass input that requires grad and is no leaf, in a "
+            "program whose calls use values only their resolution made: the caller's graph behind "
+            "that input is not traced",
+        ), "write into a clone of the input (x = x.clone()) inside the function")
     # Note [Symbolic sizes through the grad transform] (transforms/symbolic_sizes.py), where it applies
     sizes = None if program.read_sizes else program.symbolic_sizes
     if (program.size_inputs or program.read_sizes) and sizes is None:
@@ -514,6 +505,14 @@ def _through_leaves_made_inside(trace: Trace, subclass_inputs: list[tuple[Subcla
 # same nodes, the number as passed). There is no backward trace to print for such an entry. With
 # tensor subclasses involved (the flattened trace that runs is not the torch-level one) the numbers
 # are specialized instead and the grad transform runs.
+
+
+def _pass_1_or_eager(trace: Trace, subclass_inputs: Any, reason: str, hint: str) -> GradStage:
+    """Pass 1 under torch's autograd for an entry the grad transform cannot take, where pass 1 can run
+    so; otherwise the call runs eagerly (JC-J002) for ``reason``."""
+    if not pass_1_runs(trace, subclass_inputs):
+        raise EagerOnlyValue(reason, hints=(hint,))
+    return GradStage(None, pass_1=True)
 
 
 def _pass_1_with_sizes(program: Any) -> GradStage:
