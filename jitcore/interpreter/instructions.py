@@ -186,9 +186,6 @@ _RESUME = dis.opmap["RESUME"]
 _CACHE = dis.opmap["CACHE"]
 
 
-
-
-
 # Note [FOR_ITER targets]
 # On 3.13 a ``for`` loop ends with ``END_FOR; POP_TOP`` and FOR_ITER's argument names the END_FOR, but an
 # exhausted FOR_ITER pops the iterator itself and skips both (``JUMPBY(oparg + 2)``): END_FOR is reached

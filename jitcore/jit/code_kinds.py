@@ -94,7 +94,7 @@ def is_unlisted_operation(fn: Any) -> bool:
 # of the trace (unguarded) and ``d[k] = v``/``s.add(x)`` wrote into a container never snapshotted: a
 # cached call returned the first call's length and replayed no write (a wrong answer). In these modules'
 # code, reads of an instance of the caller's or of state, and of the containers they lead to, are bound
-# as the program's are (jit/interpretation.py ``_load_attr``/``_load_subscr``). Only there: other library
+# as the program's are (jit/state_reads.py ``_load_attr``/``_load_subscr``). Only there: other library
 # objects wrap what a snapshot cannot put back (an asyncio loop's closed sockets: test_asyncgen's
 # ``loop.close()`` replayed on a restored loop raised "Invalid file descriptor: -1").
 _STDLIB_CONTAINER_FILES = frozenset(

@@ -9,7 +9,8 @@ replay], jitcore/transforms/grad.py). No call runs eagerly (a jitcore warning is
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +25,27 @@ _STRUCTURES = ((5, 5, 4, 1), (5, 2, 2, 5), (3, 3, 1, 3), (4, 4, 4, 1), (3, 3, 5,
 
 def _offsets(lengths: tuple[int, ...]) -> torch.Tensor:
     return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+
+
+@contextlib.contextmanager
+def _njt_dispatches(counted: bool = True) -> Iterator[list[str]]:
+    """The ops NestedTensor's ``__torch_dispatch__`` is given inside the block (none counted, and the
+    class left as it is, where ``counted`` is False)."""
+    from torch.nested._internal.nested_tensor import NestedTensor
+
+    dispatched: list[str] = []
+    original = NestedTensor.__dict__["__torch_dispatch__"]
+
+    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        dispatched.append(str(func))
+        return original.__func__(cls, func, types, args, kwargs)
+
+    if counted:
+        NestedTensor.__torch_dispatch__ = classmethod(counting)
+    try:
+        yield dispatched
+    finally:
+        NestedTensor.__torch_dispatch__ = original
 
 
 def _heads_merged(x: torch.Tensor) -> torch.Tensor:
@@ -152,21 +174,12 @@ def test_a_warm_call_under_grad_runs_no_njt_dispatch(variant: str) -> None:
     Function, whose metadata it reads (Note [Subclass inputs the autograd Function is given]): with
     the backward inside or only the weights requiring grad, a warm call dispatches nothing to
     NestedTensor (before, the global NJT SDPA's backward views through and the input were read too)."""
-    from torch.nested._internal.nested_tensor import NestedTensor
-
     torch.manual_seed(0)
     eager, traced = _Heads(), _Heads()
     traced.load_state_dict(eager.state_dict())
     inside = variant == "backward-inside"
     program = _attention_step if inside else _attention_loss
     jitted = jitcore.jit(program)
-    dispatched: list[str] = []
-    original = NestedTensor.__dict__["__torch_dispatch__"]
-
-    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        dispatched.append(str(func))
-        return original.__func__(cls, func, types, args, kwargs)
-
     def arguments(values: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (values, offsets) if inside else (torch.nested.nested_tensor_from_jagged(values, offsets),)
 
@@ -176,12 +189,8 @@ def test_a_warm_call_under_grad_runs_no_njt_dispatch(variant: str) -> None:
         if variant != "weights-only":
             ours.requires_grad_(), theirs.requires_grad_()
         args, hits = arguments(ours, offsets), jitcore.cache_hits(jitted)
-        dispatched.clear()
-        NestedTensor.__torch_dispatch__ = classmethod(counting)
-        try:
+        with _njt_dispatches() as dispatched:
             got = jitted(traced, *args)
-        finally:
-            NestedTensor.__torch_dispatch__ = original
         expected = program(eager, *arguments(theirs, offsets))
         if i >= 2:  # the second structure traced the symbolic entry
             assert jitcore.cache_hits(jitted) == hits + 1, jitcore.miss_reasons(jitted)
@@ -225,30 +234,17 @@ def test_a_warm_call_returning_an_njt_under_grad_runs_no_njt_op(
     only autograd's reads of the NJT input's and output's metadata. The output's gradient, taken in
     four ways, gives the input's and the parameters' gradients eager gives; rows 1 and 0 fail the
     guard softmax's backward adds (checked at the end of the forward) and go to another entry."""
-    from torch.nested._internal.nested_tensor import NestedTensor
-
     torch.manual_seed(0)
     eager, traced = _models()
     jitted = jitcore.jit(program)
-    dispatched: list[str] = []
-    original = NestedTensor.__dict__["__torch_dispatch__"]
-
-    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        dispatched.append(str(func))
-        return original.__func__(cls, func, types, args, kwargs)
-
     for i, lengths in enumerate((*_STRUCTURES[:5], (1, 0, 0, 0), (0, 0, 0, 0), (2, 1, 1, 1))):
         values, offsets = torch.randn(sum(lengths), 8), _offsets(lengths)
         ours, theirs = values.clone().requires_grad_(), values.clone().requires_grad_()
         x, y = (torch.nested.nested_tensor_from_jagged(v, offsets) for v in (ours, theirs))
         hits = jitcore.cache_hits(jitted)
-        dispatched.clear()
-        if 2 <= i < 5:  # counted where the symbolic entry answers (installed earlier, it would be traced)
-            NestedTensor.__torch_dispatch__ = classmethod(counting)
-        try:
+        # counted where the symbolic entry answers (installed earlier, the counter would be traced)
+        with _njt_dispatches(2 <= i < 5) as dispatched:
             got = jitted(traced, x)
-        finally:
-            NestedTensor.__torch_dispatch__ = original
         expected = program(eager, y)
         if 2 <= i < 5:
             assert jitcore.cache_hits(jitted) == hits + 1, jitcore.miss_reasons(jitted)
@@ -295,8 +291,6 @@ def test_an_njt_training_step_with_a_layer_norm_is_one_symbolic_entry(optimizer:
     entry of its own (6 misses in 6 steps, each running NestedTensor's dispatch 260 to 510 times). Now
     the third step on is a cache hit that dispatches no NestedTensor op; every step's loss and
     parameters equal eager's."""
-    from torch.nested._internal.nested_tensor import NestedTensor
-
     torch.manual_seed(0)
     eager = _NormedBlock()
     traced = _NormedBlock()
@@ -305,23 +299,11 @@ def test_an_njt_training_step_with_a_layer_norm_is_one_symbolic_entry(optimizer:
             "SGD": lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)}[optimizer]
     eager_opt, traced_opt = make(eager.parameters()), make(traced.parameters())
     jitted = jitcore.jit(_training_step)
-    dispatched: list[str] = []
-    original = NestedTensor.__dict__["__torch_dispatch__"]
-
-    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        dispatched.append(str(func))
-        return original.__func__(cls, func, types, args, kwargs)
-
     for i, lengths in enumerate(_STRUCTURES[:6]):
         values, target = torch.randn(sum(lengths), 8), torch.randn(sum(lengths), 8)
         offsets = _offsets(lengths)
-        dispatched.clear()
-        if i >= 3:
-            NestedTensor.__torch_dispatch__ = classmethod(counting)
-        try:
+        with _njt_dispatches(i >= 3) as dispatched:
             got = jitted(traced, traced_opt, values, offsets, target)
-        finally:
-            NestedTensor.__torch_dispatch__ = original
         torch.testing.assert_close(got, _training_step(eager, eager_opt, values, offsets, target))
         for a, b in zip(traced.parameters(), eager.parameters(), strict=True):
             torch.testing.assert_close(a, b)
