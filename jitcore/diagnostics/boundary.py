@@ -65,7 +65,9 @@ def on_error(jfn: Any, exc: BaseException) -> None:
         _chain_to_handled(exc, context.source)
         replayed = _replayed_backward_error(computation)
         if replayed is not None:  # Note [Errors autograd raised while jitcore derived the backward]
-            context = ErrorContext("backward", jfn._label, context.entry)
+            code = getattr(exc, "code", None)
+            phase = "backward-internal" if isinstance(code, str) and code.startswith("JC-I") else "backward"
+            context = ErrorContext(phase, jfn._label, context.entry)
             if not show_internal_frames(jfn):
                 exc.__traceback__ = _engine_tail(replayed)
         elif not show_internal_frames(jfn):
@@ -127,10 +129,12 @@ def runs_as_function_apply(function: F) -> F:
 
 
 def _replayed_backward_error(computation: TracebackType) -> TracebackType | None:
-    """The entries recorded when autograd first raised, if a registered replay re-raised this error."""
+    """The entries recorded when autograd first raised, if a registered replay re-raised this error:
+    the replay's own entry when none were kept (jitcore's own error, kept without them: Note
+    [jitcore's own errors while recording a backward], jitcore/transforms/backward_errors.py)."""
     for entry in entries(computation):
         if entry.tb_frame.f_code in _BACKWARD_REPLAYS:
-            return entry.tb_next
+            return entry.tb_next or entry
     return None
 
 

@@ -24,8 +24,9 @@ class ErrorContext:
 
     Attributes:
         phase: ``"tracing"`` (while jitcore interpreted the function), ``"execution"`` (while a
-            compiled trace ran) or ``"backward"`` (an error autograd raised when jitcore derived
-            the backward, raised again by ``backward()``).
+            compiled trace ran), ``"backward"`` (an error autograd raised when jitcore derived
+            the backward, raised again by ``backward()``) or ``"backward-internal"`` (one jitcore's
+            own code raised then, kept as a JC-I002 error).
         label: what was jitted (``model``, ``module Net``); '' until the jit's boundary fills it.
         entry: the cache entry being run, when known (an existing entry's number, as ``repr(jfn)``
             and ``explain`` count them).
@@ -70,6 +71,12 @@ class ErrorContext:
             text = (
                 f"jitcore: raised in the backward of {what}, as eagerly: autograd raised it when jitcore "
                 "derived the backward, and every backward() through this entry raises it again"
+            )
+        elif self.phase == "backward-internal":
+            text = (
+                f"jitcore: raised in the backward of {what}: jitcore's own code failed when it derived "
+                "the backward (a jitcore bug, not an error of your program), and every backward() "
+                "through this entry raises it again"
             )
         elif self.phase == "execution":
             text = f"jitcore: raised while running the compiled trace of {what}"

@@ -56,7 +56,7 @@ from jitcore.transforms.assembly import Assembly, assembly_of, unproduced_subcla
 from jitcore.transforms.autograd_function import run_on_shadows, with_cells_mapped
 from jitcore.transforms.backward_checks import resolve_backward_call
 from jitcore.transforms.backward_effects import watched
-from jitcore.transforms.backward_errors import RAISE, kept_traceback
+from jitcore.transforms.backward_errors import RAISE, jitcores_own, kept_traceback, recording_error
 from jitcore.transforms.inputs_handed_back import input_flags, returned_inputs
 from jitcore.transforms.recording import recording
 from jitcore.transforms.replayed_numbers import ReplayedNumbers
@@ -750,7 +750,10 @@ def _record_backward(
         raise
     except Exception as exc:  # noqa: BLE001 - eager raises it in backward(), so does the jitted function
         backward.bound_symbols.clear()
-        backward.bound_symbols.append(BoundSymbol(RAISE, (exc, kept_traceback(exc)), {}, None))
+        kept = kept_traceback(exc)
+        if jitcores_own(exc):  # Note [jitcore's own errors while recording a backward]
+            exc, kept = recording_error(exc.with_traceback(kept), running[0]), None
+        backward.bound_symbols.append(BoundSymbol(RAISE, (exc, kept), {}, None))
         return differentiable, tangent_args, backward, [None] * len(wrt)
     finally:
         for handle in handles:
