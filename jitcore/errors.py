@@ -77,6 +77,12 @@ class EagerOnlyValue(UnsupportedInputError):
     reaches_program = False
 
 
+class LazyState(EagerOnlyValue):
+    """A parameter or buffer a lazy module (``nn.LazyLinear`` & co.) makes on its first call: that call
+    runs eagerly (it makes the parameters, drawing their initial values from the RNG as eager does)
+    and adds no cache entry; the next call is traced with the parameters made."""
+
+
 class EagerOnlySubclass(EagerOnlyValue):
     """A tensor subclass whose operations jitcore runs eagerly (docs/subclasses.md, "What counts as
     traceable")."""

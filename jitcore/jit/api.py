@@ -197,6 +197,8 @@ class JittedFunction:
             self.miss_log.append(reasons)
             layout_changed = any(".shape" in r.where or ".stride()" in r.where for r in reasons)
             outcome = self._trace(args, kwargs, layout_changed)
+            if isinstance(outcome, Eager) and outcome.this_call_only:  # a lazy module's first call
+                return self.fn(*args, **kwargs)
             if isinstance(outcome, Eager) and outcome.from_now_on:
                 self.eager_reason = outcome.reason
                 warnings.warn(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jitcore.dispatch.dtensor import untraced
-from jitcore.errors import DataDependentError, EagerOnlyValue, UnsupportedOperationError
+from jitcore.errors import DataDependentError, EagerOnlyValue, LazyState, UnsupportedOperationError
 from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.numpy.errors import UnsupportedNumPyError
 
@@ -33,10 +33,13 @@ class Eager:
         reason: the error shown as the reason (``fallback_reason``, the eager entry's ``eager_reason``).
         from_now_on: the function runs eagerly for every call from now on and adds no entry
             (``fullgraph=True, fallback="eager"``); otherwise an eager entry is added to the cache.
+        this_call_only: this call runs eagerly and adds no entry; the next call traces again (a lazy
+            module's first call, which makes its parameters).
     """
 
     reason: BaseException
     from_now_on: bool = False
+    this_call_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,11 @@ Rule = Callable[[Exception, Any, Options], Eager | None]
 def _eager_only_value(error: Exception, _values: Any, _options: Options) -> Eager:
     """JC-J002: a value jitcore runs eagerly (a sparse tensor, an eager-only subclass, FSDP2)."""
     return Eager(error)
+
+
+def _lazy_state(error: Exception, _values: Any, _options: Options) -> Eager:
+    """A lazy module's first call: eager makes its parameters; the next call is traced with them."""
+    return Eager(error, this_call_only=True)
 
 
 def _unrecordable(error: Exception, _values: Any, options: Options) -> Eager | None:
@@ -74,6 +82,7 @@ def _dtensor_program(error: Exception, values: Any, _options: Options) -> Eager 
 
 UNRECORDABLE = (DataDependentError, UnsupportedOperationError, UnsupportedNumPyError, UnsupportedConstruct)
 RULES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], Rule], ...] = (
+    (LazyState, _lazy_state),
     (EagerOnlyValue, _eager_only_value),
     (UNRECORDABLE, _unrecordable),
     (Exception, _dtensor_program),

@@ -63,11 +63,6 @@ class ForwardJit(JittedFunction):
             return run.call(_CALL_BOUND if self._bound else _CALL_FORWARD, self, *args, **kwargs)
         return super().__call__(*args, **kwargs)
 
-    def _miss(self, args: tuple, kwargs: dict, *rest: Any) -> Any:
-        if _has_lazy_state(self.module):  # LazyLinear & co. make their parameters on their first call
-            return self.fn(*args, **kwargs)  # eagerly, then traced from the next call on
-        return super()._miss(args, kwargs, *rest)
-
     def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> Any:
         if self._bound:
             self.fn = self._forward
@@ -93,11 +88,6 @@ class ForwardJit(JittedFunction):
         else:
             tracing_pass.provenance.bind_class_attribute(module, path, "forward")
         return tracing_pass.run(args, kwargs, target=self.fn, bound_self=module)
-
-
-def _has_lazy_state(module: torch.nn.Module) -> bool:
-    is_lazy = torch.nn.parameter.is_lazy
-    return any(is_lazy(p) for p in module.parameters()) or any(is_lazy(b) for b in module.buffers())
 
 
 def jit_module(fn: Any, /, **options: Any) -> Any:

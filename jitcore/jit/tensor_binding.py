@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from jitcore.dispatch.shadow_map import DispatchState
-from jitcore.errors import EagerOnlyValue
+from jitcore.errors import EagerOnlyValue, LazyState
 from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_names import qualified_name
 from jitcore.jit.subclass_inputs import refusal, shadow_around
@@ -114,6 +114,10 @@ class TensorBinding:
 
     def _new_tensor(self, tensor: torch.Tensor, path: Path, name: str) -> TensorProxy:
         """A tensor the pass binds for the first time: its proxy, registered."""
+        if torch.nn.parameter.is_lazy(tensor):  # made by its module's first call, which runs eagerly
+            self.guard(path, "type", type(tensor))
+            raise LazyState(f"{_argument(path, name)} is a lazy module's {type(tensor).__name__}: the call "
+                            "that makes it runs eagerly and the next one is traced")
         kind = untraced_kind(tensor) if type(tensor) in (torch.Tensor, torch.nn.Parameter) else None
         if kind is not None:  # what the eager entry accepts (Note [Eager entries], jit/api.py)
             self.guard(path, "type", type(tensor))
