@@ -118,10 +118,10 @@ class UserModes:
         if torch.is_grad_enabled() and any(
                 isinstance(v, torch.Tensor) and v.requires_grad for v in optree.tree_leaves((args, kwargs))):
             raise UnsupportedOperationError(
-                f"a TorchDispatchMode ({type(mode).__qualname__}) entered inside a jitted function sees an "
-                f"operation ({func}) on tensors that require grad: not traced, the call runs eagerly",
-                hints=("enter the mode around the call of the jitted function, or run the call under "
-                       "torch.no_grad()",),
+                f"a TorchDispatchMode ({type(mode).__qualname__}) sees an operation ({func}) on tensors that "
+                "require grad: it runs below autograd (it would see the backward's operations too), so "
+                "the call is not traced and runs eagerly",
+                hints=("run the call under torch.no_grad() or torch.inference_mode() to have it traced",),
             )
         return self._run(self.dispatch, mode, "__torch_dispatch__", func, types, args, kwargs)
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._device
 from torch._dispatch.python import enable_python_dispatcher
 
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
@@ -34,6 +33,7 @@ from jitcore.executors import executors_from_options, record_lowered
 from jitcore.interpreter import current_run
 from jitcore.ir import Trace
 from jitcore.jit import eager_entries, numbers, shapes
+from jitcore.jit.caller_modes import CallerModes, callers_modes, under_the_callers_modes
 from jitcore.jit.eager_entries import Eager
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
@@ -97,6 +97,11 @@ class JittedFunction:
             raise ValueError(f"fallback must be None or 'eager', not {fallback!r}")
         self.fn = fn
         self.fullgraph = fullgraph
+        self._options = {"executor": executor, "executors": executors, "fuse_after": fuse_after,
+                         "fallback": fallback, "cache_limit": cache_limit, "fullgraph": fullgraph,
+                         "show_internal_frames": show_internal_frames, "dynamic": dynamic,
+                         "dynamic_numbers": True if dynamic_numbers is True else ()}
+        self._under_modes: JittedFunction | None = None  # Note [Modes around the call]
         # state numbers read and written back, or seen to change between calls: dynamic numbers
         self._counters: frozenset = frozenset()
         self._read_lists: frozenset = frozenset()  # list arguments appended to and read another way
@@ -127,8 +132,10 @@ class JittedFunction:
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         try:
             if (_transform_level() is not None or _function_modes() or _dispatch_modes()) \
-                    and current_run() is None and (mode := _around_the_call()) is not None:
-                return self._eagerly_under(mode, args, kwargs)
+                    and current_run() is None and (around := _around_the_call()) is not None:
+                if isinstance(around, CallerModes):
+                    return self._under_callers_modes(around, args, kwargs)
+                return self._eagerly_under(around, args, kwargs)
             read_misses: list[MissReason] = []
             for entry in self._cache.candidates(args):
                 try:
@@ -158,22 +165,36 @@ class JittedFunction:
     # tracing pass: a transform inside a traced program is traced, jit/function_transforms.py), the call
     # runs the function eagerly, on the transform's tensors, as eager does, and the cache is left alone;
     # a warning says so once. The check is one C call (``peek_interpreter_stack``, about 0.04 us).
-    # Note [Modes around the call]
-    # A TorchFunctionMode or TorchDispatchMode the caller entered around the call (``with
-    # FlopCounterMode():``, a mode that rewrites ``F.linear``) is offered every op of every call eagerly.
-    # A cache entry runs recorded ops that no mode is offered, and nothing in its prologue read the mode
-    # stacks: an entry traced without a mode answered under one (the rewrite missing), and one traced
-    # under a mode answered after it (the rewrite kept). While such a mode is active (outside a tracing
-    # pass: modes entered inside the function are traced, jitcore/dispatch/modes.py), the call runs
-    # eagerly, so the mode sees what eager shows it, and the cache is left alone; a warning says so once.
-    # ``with torch.device(...)`` (torch's DeviceContext) is not such a mode: the default device it sets is
-    # guarded where the trace relies on it. The check is two C calls of the stacks' lengths.
+    # Note [Modes around the call] (jitcore/jit/caller_modes.py): a TorchFunctionMode or TorchDispatchMode
+    # the caller entered around the call is traced with a wrapper that enters it (its own cache); a mode
+    # it cannot take (an infra mode) runs the call eagerly, as a transform does.
     def _eagerly_under(self, what: str, args: tuple, kwargs: dict) -> Any:
         if not self._warned_transform:
             self._warned_transform = True
             warnings.warn(f"jitcore: {self._label} runs eagerly under {what}: jitcore traces plain tensors "
                           "outside any transform or mode", stacklevel=3)
         return self.fn(*args, **kwargs)
+
+    def _under_callers_modes(self, modes: CallerModes, args: tuple, kwargs: dict) -> Any:
+        """The call traced or answered under the caller's modes (Note [Modes around the call]); its hits,
+        misses and traces counted as this function's."""
+        inner = self._under_modes
+        if inner is None:
+            inner = self._under_modes = JittedFunction(under_the_callers_modes(self.fn), **self._options)
+            inner._label = f"{self._label} (under {modes.label()} entered around the call)"
+        hits, misses = inner.hits, inner.misses
+        try:
+            with modes.lifted():
+                return inner(modes.function, modes.dispatch, *args, **kwargs)
+        finally:
+            self.hits += inner.hits - hits
+            if inner.misses != misses:
+                self.misses += inner.misses - misses
+                self.miss_log += inner.miss_log[len(inner.miss_log) - (inner.misses - misses):]
+                self.last_traces, self.last_prologue = inner.last_traces, inner.last_prologue
+                self.last_backward_traces = inner.last_backward_traces
+                self.last_rederived_traces = inner.last_rederived_traces
+            self.fallback_reason = inner.fallback_reason
 
     def _miss(self, args: tuple, kwargs: dict, read_misses: list[MissReason]) -> Any:
         with self._lock:
@@ -693,15 +714,13 @@ _function_modes = torch._C._len_torch_function_stack  # noqa: SLF001 - Note [Mod
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # noqa: SLF001
 
 
-def _around_the_call() -> str | None:
-    """What makes this call run eagerly: a torch.func transform, or a mode the caller entered (Note
-    [Called under a function transform], Note [Modes around the call]); None for torch's DeviceContext."""
+def _around_the_call() -> CallerModes | str | None:
+    """The caller's modes to trace under, or what makes this call run eagerly: a torch.func transform,
+    or modes the caller entered that cannot be traced (Note [Called under a function transform], Note
+    [Modes around the call]); None for torch's DeviceContext alone."""
     if _transform_level() is not None:
         return "torch.func transforms (grad, vmap, ...)"
-    modes = [torch._C._get_function_stack_at(i) for i in range(_function_modes())]  # noqa: SLF001
-    modes += [torch._C._get_dispatch_stack_at(i) for i in range(_dispatch_modes())]  # noqa: SLF001
-    entered = [m for m in modes if not isinstance(m, torch.utils._device.DeviceContext)]  # noqa: SLF001
-    return f"the mode {type(entered[-1]).__qualname__} entered around the call" if entered else None
+    return callers_modes()
 
 
 def _label_of(fn: Any) -> str:

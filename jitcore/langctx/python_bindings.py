@@ -56,7 +56,7 @@ __all__ = ["python_binding", "derive_signatures"]
 #   aliasing is the operator's own.
 # Tensor arguments must be proxies of plain ``torch.Tensor``/``Parameter`` values: neither runs a
 # ``__torch_function__`` (which would receive ``torch.addmm`` instead of ``aten.addmm.default``),
-# and any mode but torch's DeviceContext makes the call run eagerly (Note [Modes around the call]);
+# and a caller's mode is off torch's stacks while a jitted call runs (Note [Modes around the call]);
 # DeviceContext rewrites only torch's factories, which no binding here is. An int out of int64's range
 # raises in both (the same RuntimeError or OverflowError for a Scalar; torch's own binding is what
 # eager called). tests/langctx/test_python_bindings.py runs every admitted OpInfo call both ways.

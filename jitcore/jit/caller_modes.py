@@ -1,0 +1,125 @@
+"""Modes the caller entered around a call of a jitted function, traced as modes the program enters.
+
+Note [Modes around the call]
+A TorchFunctionMode or TorchDispatchMode the caller entered around the call (``with Log():``, torch's
+``LoggingTensorMode``, a mode that rewrites ``aten.mul``) is offered every op of every call eagerly.
+Such a call is traced as the function wrapped in ``under_the_callers_modes``: the modes are taken off
+torch's stacks for the call (``lifted``), passed as the wrapper's first two arguments (a tuple per
+stack), and pushed by the wrapper onto the trace's own stacks (``UserModes``, jitcore/dispatch/modes.py),
+as for a mode object the program enters inside the function. So what a mode does is traced (its
+rewrite is in the trace; its state effects, such as ``self.ops.append(str(func))``, are replayed on the
+caller's instance by each cached call, jitcore/jit/effects.py), and the prologue guards the modes as
+any argument: the number of modes on each stack, each mode's type, and what the trace read of it (a
+flag it tests). A fresh ``with Log():`` per call is a hit. These calls have a cache of their own (the
+wrapper's JittedFunction, its hits and misses counted as the jitted function's): a call with no mode
+never meets an entry traced under one, nor the reverse. Where a mode cannot be traced, the usual
+fallbacks apply: a dispatch mode over tensors that require grad (it runs below autograd, eagerly it
+sees the backward's ops too) makes an eager entry whose calls run the wrapper natively, the modes back
+on torch's stack, with a warning that says why.
+
+Invariants:
+- while the wrapper's JittedFunction runs, torch's stacks hold none of the caller's modes: they are put
+  back, in their order, before the call returns or raises;
+- modes this cannot take run the call eagerly, as before: an infra mode (FakeTensorMode, ...); a
+  user mode below a ``with torch.device(...)`` entered after it (torch's DeviceContext stays on torch's
+  stack; one entered before the modes stays below them); modes entered while module-wide hooks are
+  registered (``FlopCounterMode`` registers them for its per-module counts: a cache entry's prologue
+  guards such a hook dict by its length only, so the hooks of the first call's counter would run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._device
+
+__all__ = ["WRAPPER_FILE", "CallerModes", "callers_modes", "under_the_callers_modes"]
+
+# Note [The wrapper is the program's code]
+# jitcore's own code runs natively when interpreted code calls it (resolve_operator_or_own): the wrapper
+# would then push the modes on torch's stacks, where they see jitcore's fake shadows. Its code carries
+# a file name of its own, outside the package, so it is interpreted as the program's code is.
+WRAPPER_FILE = "<jitcore caller's modes>"
+_DEVICE_CONTEXT = torch.utils._device.DeviceContext  # noqa: SLF001
+
+
+@dataclass(frozen=True, slots=True)
+class CallerModes:
+    """The caller's user modes, outermost first: those on the function stack, then the dispatch stack."""
+
+    function: tuple[Any, ...]
+    dispatch: tuple[Any, ...]
+
+    def label(self) -> str:
+        return type((self.dispatch or self.function)[-1]).__qualname__
+
+    @contextlib.contextmanager
+    def lifted(self) -> Iterator[None]:
+        """Off torch's stacks inside (the trace's stacks hold them while tracing), back on after."""
+        for _ in self.dispatch:
+            torch._C._pop_torch_dispatch_stack(None)  # noqa: SLF001
+        for _ in self.function:
+            torch._C._pop_torch_function_stack()  # noqa: SLF001
+        try:
+            yield
+        finally:
+            for mode in self.function:
+                torch._C._push_on_torch_function_stack(mode)  # noqa: SLF001
+            for mode in self.dispatch:
+                torch._C._push_on_torch_dispatch_stack(mode)  # noqa: SLF001
+
+
+def callers_modes() -> CallerModes | str | None:
+    """The user modes on torch's stacks now; None where there are none (``torch.device`` only); a
+    reason where the call must run eagerly under them (Note [Modes around the call])."""
+    function = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]  # noqa: SLF001
+    dispatch = [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]  # noqa: SLF001
+    users = [m for m in function if not isinstance(m, _DEVICE_CONTEXT)]
+    if not users and not dispatch:
+        return None
+    innermost = type((dispatch or users)[-1]).__qualname__
+    if any(getattr(m, "is_infra_mode", lambda: False)() for m in dispatch):
+        return f"the mode {innermost} entered around the call (an infra mode of torch's is active)"
+    if _module_hooks():
+        return (f"the mode {innermost} entered around the call (module-wide hooks are registered, as "
+                "FlopCounterMode's module tracker registers them: a cached call would run the hooks traced "
+                "with the first call's objects)")
+    taken = function[len(function) - len(users):]
+    if any(isinstance(m, _DEVICE_CONTEXT) for m in taken):
+        return (f"the mode {innermost} entered around the call (a torch.device context entered after it: "
+                "jitcore traces modes entered around the call only above torch.device)")
+    return CallerModes(tuple(taken), tuple(dispatch))
+
+
+def _module_hooks() -> bool:
+    m = torch.nn.modules.module
+    return bool(m._global_forward_pre_hooks or m._global_forward_hooks or m._global_backward_hooks  # noqa: SLF001
+                or m._global_backward_pre_hooks)  # noqa: SLF001
+
+
+def under_the_callers_modes(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` called with the caller's modes pushed, as the program would push them (interpreted: the
+    pushes go to the trace's stacks, jitcore/dispatch/modes.py; run natively: to torch's)."""
+
+    def under_the_callers_modes(function_modes: tuple, dispatch_modes: tuple, /, *args: Any,
+                                **kwargs: Any) -> Any:
+        for mode in function_modes:
+            torch._C._push_on_torch_function_stack(mode)  # noqa: SLF001
+        for mode in dispatch_modes:
+            torch._C._push_on_torch_dispatch_stack(mode)  # noqa: SLF001
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for _ in dispatch_modes:
+                torch._C._pop_torch_dispatch_stack(None)  # noqa: SLF001
+            for _ in function_modes:
+                torch._C._pop_torch_function_stack()  # noqa: SLF001
+
+    code = under_the_callers_modes.__code__.replace(co_filename=WRAPPER_FILE)
+    return types.FunctionType(code, under_the_callers_modes.__globals__, code.co_name, None,
+                              under_the_callers_modes.__closure__)
