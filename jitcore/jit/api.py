@@ -42,7 +42,7 @@ from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.tracing_gc import fewer_collections
 from jitcore.langctx.reads import ValueCheckFailed
-from jitcore.langctx.thread_state import subclass_functions_disabled
+from jitcore.langctx.thread_state import SET_GRAD_ENABLED, subclass_functions_disabled
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
 from jitcore.proxies.typed import has_torch_function
@@ -321,7 +321,8 @@ class JittedFunction:
             backward_traces, inputs = [], flat.inputs
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once
             self.last_rederived_traces = []
-            computation = self.executor.compile(flat.trace, record_lowered(traces))
+            computation = self.executor.compile(flat.trace, record_lowered(traces),
+                                                grad_off=_runs_without_grad(flat.trace))
             if grad.without_graph and flat.trace is not program.trace:
                 computation = _without_grad(computation)  # Note [A graph no output reaches]
         prologue = self._finish_prologue(_prologue_of(program.prologue, grad, inputs))
@@ -561,6 +562,30 @@ def _prologue_of(prologue: PrologueBuilder, grad: GradStage, inputs: list[tuple[
     for path, name in inputs:
         builder.add_input(path, name)
     return builder.build()
+
+
+# Note [A computation under no_grad is lowered for inference]
+# A module's parameters require grad, so the shadows of a trace made under ``no_grad`` (a model's
+# eval call, a generation loop) still do, and its regions were compiled for autograd: AOTAutograd's
+# training graph, whose forward also writes what a backward would read, behind an autograd Function
+# applied on every call (its runtime wrappers' ``save_from_forward``). Such a call builds no graph:
+# grad mode is off (or inference mode on) at the call, pinned by the prologue's state checks, so
+# every call the entry takes runs with grad mode off. Its regions are compiled for inference, as the
+# grad transform's forward is (``grad_off``), and as torch.compile compiles a frame called under
+# ``no_grad``. Not when the trace changes grad mode or other global state (``torch.enable_grad()``
+# inside the program, recorded as ``SET_GRAD_ENABLED``: its ops record a graph there).
+def _runs_without_grad(trace: Trace) -> bool:
+    """Whether every call of ``trace``, a flat computation no grad transform took, runs with grad
+    mode off (Note [A computation under no_grad is lowered for inference])."""
+    if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+        return False
+    pending = list(trace.bound_symbols)
+    while pending:
+        bsym = pending.pop()
+        if bsym.symbol is SET_GRAD_ENABLED or "global_state" in bsym.symbol.tags:
+            return False
+        pending.extend(bsym.subsymbols)
+    return True
 
 
 def _runs_torch_function(program: Any) -> bool:
