@@ -542,9 +542,13 @@ def _defined_by_proxy(name: str) -> bool:
 
 def _called_as(member: Any, symbol: Symbol) -> Callable[..., Any]:
     """``x.exp()`` records ``torch.exp``'s symbol; a subclass's ``__torch_function__`` is still
-    handed ``torch.Tensor.exp``, the callable eager hands it (``TraceContext.called_as``)."""
+    handed ``torch.Tensor.exp``, the callable eager hands it (``TraceContext.called_as``). No Tensor
+    method takes ``out=`` (torch's method signatures have none): ``x.amax(0, out=o)`` raises eager's
+    TypeError, where the function's symbol would write ``o``."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
+        if "out" in kwargs:
+            raise TypeError(f"{member.__name__}() got an unexpected keyword argument 'out'")
         context = current_context()
         if context is None:
             return symbol(*args, **kwargs)

@@ -332,3 +332,29 @@ def test_an_aten_op_reaching_torch_function_is_the_aten_symbol() -> None:
     torch.testing.assert_close(
         compiled(grad, x, idx), op(grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx)
     )
+
+
+_METHODS_GIVEN_OUT = {
+    "x.amax(0, out=o)": lambda x, o: x.amax(0, out=o),
+    "x.add(x, out=o)": lambda x, o: x.add(x, out=o),
+    "x.index_select(0, i, out=o)": lambda x, o: x.index_select(0, torch.tensor([0]), out=o),
+    "x.reshape(12, out=o)": lambda x, o: x.reshape(12, out=o),
+    "Tensor.amax(x, 0, out=o)": lambda x, o: torch.Tensor.amax(x, 0, out=o),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_METHODS_GIVEN_OUT))
+def test_a_method_given_out_raises_eagers_type_error(name: str) -> None:
+    """No Tensor method takes ``out=``: eager raises TypeError and writes nothing; a method sharing its
+    function's symbol wrote ``o`` through the function's out= form (OpInfo's error inputs, called as
+    methods by tests/jit/jit_opinfo_sequences.py)."""
+    import jitcore
+
+    fn = _METHODS_GIVEN_OUT[name]
+    x = torch.randn(3, 4)
+    with pytest.raises(TypeError) as eager:
+        fn(x, torch.zeros(4))
+    out = torch.zeros(4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'out'|invalid combination") as jitted:
+        jitcore.jit(fn)(x, out)
+    assert type(jitted.value) is type(eager.value) and not out.any()
