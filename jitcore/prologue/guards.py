@@ -67,6 +67,8 @@ class TensorSpec:
     storage_offset: int | None = None
     outer_from_inner: bool = False
     layout_from_inner: bool = False
+    conj: bool = False  # Note [The conjugate and negative bits]
+    neg: bool = False
 
     @classmethod
     def of_nested(cls, t: torch.Tensor) -> TensorSpec:
@@ -95,12 +97,24 @@ class TensorSpec:
         ``with_strides``): whether its storage offset is checked too (Note [Strides apart from the
         storage offset] in jitcore/langctx/layout.py)."""
         shape = tuple(t.shape) if traced is None else _static(t.shape, traced[0])
+        bits = {"conj": t.is_conj(), "neg": t.is_neg()}
         if not with_strides:
-            return cls(type(t), shape, t.dtype, t.device, t.requires_grad)
+            return cls(type(t), shape, t.dtype, t.device, t.requires_grad, **bits)
         strides = tuple(t.stride()) if traced is None else _static(t.stride(), traced[1])
         with_offset = with_strides if with_offset is None else with_offset
         offset = t.storage_offset() if with_offset and (traced is None or _is_static(traced[2])) else None
-        return cls(type(t), shape, t.dtype, t.device, t.requires_grad, strides, offset)
+        return cls(type(t), shape, t.dtype, t.device, t.requires_grad, strides, offset, **bits)
+
+
+# Note [The conjugate and negative bits]
+# ``x.conj()`` of a complex tensor and ``x.conj().imag`` are lazy views: the same memory, read through
+# a bit (``is_conj()``, ``is_neg()``) that every kernel honours. The values a trace computes are right
+# whatever the bits, but what was read of them while tracing is not: ``x.is_conj()`` is a constant of
+# the trace, ``x.conj()`` of a conjugate view clears the bit where it set it, and ``view_as_real``
+# refuses a conjugate view eagerly. A cached entry traced on a tensor without the bits answered
+# ``is_conj() == False`` for a conjugate view (a wrong answer). The bits are part of a tensor input's
+# spec, checked by every tensor guard (the C fast path checks them as dispatch keys: a tensor with a
+# bit fails it and the Python checks decide, tensor_checks.py).
 
 
 class _LayoutAsked(TorchDispatchMode):
@@ -451,6 +465,8 @@ def _tensor_describe(where: str, spec: TensorSpec) -> str:
         words += " (its sizes are its inner tensors')"
     if spec.layout_from_inner:
         words += " (its layout is its inner tensors')"
+    words += ", a conjugate view" if spec.conj else ""
+    words += ", a negative view" if spec.neg else ""
     words += f", strides {_dims(spec.strides)}" if spec.strides is not None else ""
     return words + (f", storage offset {spec.storage_offset}" if spec.storage_offset is not None else "")
 
@@ -607,6 +623,10 @@ def _tensor_failure(spec: TensorSpec, t: Any) -> str | None:
         return f".device: expected {spec.device}, got {t.device}"
     if t.requires_grad != spec.requires_grad:
         return f".requires_grad: expected {spec.requires_grad}, got {t.requires_grad}"
+    if t.is_conj() != spec.conj:
+        return f".is_conj(): expected {spec.conj}, got {t.is_conj()}"
+    if t.is_neg() != spec.neg:
+        return f".is_neg(): expected {spec.neg}, got {t.is_neg()}"
     if spec.strides is not None and any(a is not None and a != b for a, b in zip(spec.strides, t.stride())):
         return f".stride(): expected {_dims(spec.strides)}, got {tuple(t.stride())}"
     if spec.storage_offset is not None and t.storage_offset() != spec.storage_offset:
@@ -629,6 +649,8 @@ def _render_tensor_failure(v: str, spec: TensorSpec, bind: Bind) -> str:
     else:
         parts.append(f"{v}.device != {bind(spec.device)}")
     parts.append(f"{v}.requires_grad" if not spec.requires_grad else f"not {v}.requires_grad")
+    parts.append(f"{v}.is_conj()" if not spec.conj else f"not {v}.is_conj()")
+    parts.append(f"{v}.is_neg()" if not spec.neg else f"not {v}.is_neg()")
     if spec.strides is not None:
         parts.extend(_render_sizes(f"{v}.stride()", spec.strides))
     if spec.storage_offset is not None:

@@ -42,7 +42,8 @@ def _c_check(spec: TensorSpec) -> Callable[[Any], bool] | None:
     """``TensorGuards(...).check`` for one tensor of ``spec``, or None where it does not apply."""
     device = spec.device
     if _TensorGuards is None or spec.type not in _TYPES or spec.outer_from_inner or spec.layout_from_inner \
-            or device.type not in ("cpu", "cuda") or (device.type == "cuda" and device.index is None):
+            or device.type not in ("cpu", "cuda") or (device.type == "cuda" and device.index is None) \
+            or spec.conj or spec.neg:
         return None
     example = torch.empty((0,), dtype=spec.dtype, device=device)  # only its keys, dtype and device are read
     if spec.type is torch.nn.Parameter:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -232,3 +233,41 @@ def test_call_sequences_never_give_a_wrong_answer(changes) -> None:
             assert_same(jl(xs), sum(v * 2 for v in xs))
     finally:
         SCALE, HOLDER.factor, HOLDER.mode = saved
+
+
+_CONJ_PROGRAMS = {
+    "is_conj": lambda x: (x * 2, x.is_conj(), x.is_neg()),
+    "conj of the input": lambda x: x.conj().is_conj(),
+    "branch on the bit": lambda x: x.resolve_conj() * 2 if x.is_conj() else x * 3,
+    "imag's negative bit": lambda x: x.imag.is_neg(),
+}
+
+
+def _conj_inputs() -> list[torch.Tensor]:
+    x = torch.randn(3, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    return [x, x.conj(), x, x.conj(), x.conj().imag, x.imag]
+
+
+@pytest.mark.parametrize("name", sorted(_CONJ_PROGRAMS))
+def test_a_conjugate_or_negative_view_is_not_the_cached_entrys_tensor(name: str) -> None:
+    """A conjugate view (``x.conj()``) or a negative one (``x.conj().imag``) shares memory with ``x``
+    through a bit; a cached entry traced on a tensor without the bit answered its reads of the bit
+    (``is_conj()``, ``conj()``'s result, a branch on it) for a tensor with it (Note [The conjugate and
+    negative bits], jitcore/prologue/guards.py)."""
+    fn = _CONJ_PROGRAMS[name]
+    jitted = jitcore.jit(fn)
+    for i, x in enumerate(_conj_inputs()):
+        try:
+            expected = fn(x)
+        except RuntimeError as err:  # .imag of a real tensor
+            with pytest.raises(type(err)):
+                jitted(x)
+            continue
+        actual = jitted(x)
+        flat_e, flat_a = torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual)
+        for e, a in zip(flat_e, flat_a, strict=True):
+            if isinstance(e, torch.Tensor):
+                assert (e.is_conj(), e.is_neg()) == (a.is_conj(), a.is_neg()), (name, i)
+                torch.testing.assert_close(a.resolve_conj().resolve_neg(), e.resolve_conj().resolve_neg())
+            else:
+                assert type(e) is type(a) and e == a, (name, i, expected, actual)
