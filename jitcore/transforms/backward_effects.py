@@ -27,8 +27,10 @@ Invariants:
   eagerly (JC-J002, with its warning), never loses an effect;
 - the watched state: the objects pass 1 reached (a module namespace whose globals its subclass code
   read among them), the program's subclasses' classes, and the lists, dicts, sets, deques and plain
-  objects those hold. What is not watched is not replayed: state reached only through code pass 1 did
-  not run (a helper's closure cell, another module's globals), a tensor's attributes;
+  objects those hold. What is not watched is not replayed: a write the program's code makes elsewhere
+  that ``unwatched_writes`` finds (a helper's closure variable, a tensor's attributes) refuses the
+  replay (backward_unwatched.py); one it does not find (state reached through an attribute chain) is
+  lost;
 - the state the watch reaches is put back as it found it after the recording;
 - the watch is per thread: the numbers it pins, the ``Counter`` defaults it hands out and the size
   reads it notes are those of the recording on this thread (backward_reads.py).
@@ -49,6 +51,7 @@ import torch
 
 from jitcore.errors import EagerOnlyValue
 from jitcore.transforms.backward_reads import counter_defaults, size_reads
+from jitcore.transforms.backward_unwatched import unwatched_writes
 
 __all__ = ["BackwardEffects", "BackwardWatch", "EffectsByState", "watched", "watching"]
 
@@ -285,7 +288,8 @@ class BackwardWatch:
                     obj.default_factory = _missing_default(obj, obj.default_factory)
             placed = [(obj, _contents(obj)) for obj, _state in before]  # the reads handed to the code
             with counter_defaults(counters, _counter_default), \
-                    size_reads(frozenset(id(obj) for obj, _state in before)) as sizes:
+                    size_reads(frozenset(id(obj) for obj, _state in before)) as sizes, \
+                    unwatched_writes(frozenset(map(id, self._objects))):  # backward_unwatched.py
                 yield
             for obj, factory in defaults:
                 obj.default_factory = factory

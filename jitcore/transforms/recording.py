@@ -49,6 +49,7 @@ from jitcore.ir import Inlined, Proxy, Symbol, TraceContext, current_context, tr
 from jitcore.langctx import aten as aten_langctx
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.transforms.backward_reads import note_native_call
+from jitcore.transforms.backward_unwatched import handed, noted_call
 
 __all__ = ["METADATA_OPS", "RecordingMode", "recording", "resolve_flat"]
 
@@ -59,6 +60,11 @@ class RecordingMode(ShadowDispatchMode):
 
     def symbol_for(self, func: Any) -> Any:
         return GRAD_MODE_OUTPUTS.get(func) or aten_langctx.op_symbol(func)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        # a backward's dispatch writing its tensors' attributes (backward_unwatched.py)
+        with handed(types, args, kwargs, self.proxy_of):
+            return super().__torch_dispatch__(func, types, args, kwargs)
 
 
 # Note [Outputs that exist only with grad mode on]: the grad transform's forward trace runs inside an
@@ -104,10 +110,17 @@ def _len(obj: Any) -> Any:
     return DISPATCH_LOOKASIDES[builtins.len](obj)
 
 
+def _resolve(fn: Any) -> Any:
+    """``resolve_operator_or_own``, with the program's functions the recording calls noted by a
+    backward's recording (their closure cells and globals: backward_unwatched.py)."""
+    noted_call(fn.__func__ if type(fn) is types.MethodType else fn)
+    return resolve_operator_or_own(fn)
+
+
 def _hooks() -> Hooks:
     return Hooks(
         lookasides={**dict(TORCH_TABLE.callables()), **DISPATCH_LOOKASIDES, builtins.len: _len},
-        resolve_call=resolve_operator_or_own,
+        resolve_call=_resolve,
         on_opaque_call=_opaque_call,
         type_of=python_type,
     )
