@@ -141,7 +141,9 @@ class StateSnapshots:
     # nothing; a later call finding ``wait == 2`` kept 2 where eager resets it. The pass notes every
     # attribute and item the program stores (STORE_ATTR, STORE_SUBSCR, ``setattr``, a dict's
     # ``__setitem__``/``update``/``setdefault``), and a noted key is replayed even when it compares
-    # identical.
+    # identical. A read of a noted key is the program's own value (``written``) for the same reason:
+    # ``st["bad"] = 0; stop = st["bad"] >= 3`` read the call's counter when 0 was already there while
+    # tracing, and a later call that reset a counter of 4 computed ``4 >= 3`` (a wrong answer).
     def note_write(self, obj: Any, keys: Any) -> None:
         """The program stored ``obj.key`` or ``obj[key]`` for each of ``keys`` (Note [Writes of the
         same object])."""
@@ -156,16 +158,24 @@ class StateSnapshots:
 
     def stored(self, obj: Any, key: Any) -> bool:
         """Whether the program stored ``obj.key`` or ``obj[key]`` in this pass (``note_write``)."""
-        return (snap := self._snapshots.get(id(obj))) is not None and snap.obj is obj and key in snap.written
+        snap = self._snapshots.get(id(obj))
+        try:
+            return snap is not None and snap.obj is obj and key in snap.written
+        except TypeError:  # an unhashable key (a slice before 3.12): no write noted it
+            return False
 
     def written(self, obj: Any, key: Any, value: Any) -> bool:
         """Whether ``value``, read as ``obj.key`` or ``obj[key]``, is one the program stored there
         itself in this pass (not the one the object held when the program reached it). Such a read
         is the program's own value: binding it to the call's state would read what the object holds
-        before the write (``self.x = 5; y = self.x`` must give 5 on every call)."""
+        before the write (``self.x = 5; y = self.x`` must give 5 on every call). A key the program
+        stored is its own even when the very object was there before (Note [Writes of the same
+        object]: ``st["bad"] = 0`` over the cached small int 0, then ``st["bad"] >= 3``)."""
         snap = self._snapshots.get(id(obj))
         if snap is None:
             return False
+        if snap.obj is obj and self.stored(obj, key):
+            return True
         kind, state = snap.state
         if kind == "tensor":
             attrs, grad = state

@@ -343,6 +343,77 @@ def test_a_counter_reset_to_the_value_it_held_when_traced_is_reset_on_every_call
         assert jitcore.cache_misses(jf) <= 4
 
 
+@pytest.mark.parametrize("form", ["item", "attribute", "setattr", "list", "tuple_store", "global"])
+def test_a_counter_read_after_the_program_reset_it_is_the_reset_value(form: str):
+    """Early stopping: ``st["bad"] = 0`` on the improving path, then ``st["stop"] = st["bad"] >= 3``.
+    Traced while ``bad`` was 0, the read after the reset found the very object the call started with
+    (the cached small int 0) and was bound to the call's counter: a later call that reset a counter of
+    4 computed ``4 >= 3`` and stopped where eager does not (a wrong answer; Note [Writes of the same
+    object], jit/effects.py)."""
+    patience = Patience()
+    patience.state["stop"] = False
+    counts = [0]
+
+    def f(x, improved):
+        if improved:
+            if form == "item":
+                patience.state["bad"] = 0
+            elif form == "attribute":
+                patience.wait = 0
+            elif form == "setattr":
+                setattr(patience, "wait", 0)  # noqa: B010 - the builtin's write is what is tested
+            elif form == "list":
+                counts[0] = 0
+            elif form == "tuple_store":
+                patience.state["best"], patience.state["bad"] = 1.0, 0
+            else:
+                GLOBAL_PATIENCE["bad"] = 0
+        elif form in ("item", "tuple_store"):
+            patience.state["bad"] += 1
+        elif form == "list":
+            counts[0] += 1
+        elif form == "global":
+            GLOBAL_PATIENCE["bad"] += 1
+        else:
+            patience.wait += 1
+        if form in ("item", "tuple_store"):
+            patience.state["stop"] = patience.state["bad"] >= 3
+        elif form == "list":
+            counts.append(counts[0] >= 3)
+        elif form == "global":
+            GLOBAL_PATIENCE["stop"] = GLOBAL_PATIENCE["bad"] >= 3
+        else:
+            patience.stop = patience.wait >= 3
+        return x * 2
+
+    def states():
+        return (patience.wait, getattr(patience, "stop", None), dict(patience.state), list(counts),
+                dict(GLOBAL_PATIENCE))
+
+    calls = (True, False, False, False, False, True, False, True)
+    GLOBAL_PATIENCE.clear()
+    GLOBAL_PATIENCE["bad"] = 0
+    eager = []
+    for improved in calls:
+        eager.append((f(torch.ones(2), improved), states()))
+    patience.__init__()
+    patience.state["stop"] = False
+    vars(patience).pop("stop", None)
+    counts[:] = [0]
+    GLOBAL_PATIENCE.clear()
+    GLOBAL_PATIENCE["bad"] = 0
+    jf = jitcore.jit(f)
+    for i, (improved, (expected, expected_state)) in enumerate(zip(calls, eager)):
+        got = jf(torch.ones(2), improved)
+        assert_same(got, expected)
+        assert states() == expected_state, i
+    if form != "list":  # (a list of the stops appended: its contents are guarded, an entry per call)
+        assert jitcore.cache_misses(jf) <= 3
+
+
+GLOBAL_PATIENCE = {"bad": 0}
+
+
 def test_reduce_lr_on_plateau_in_a_jitted_training_step():
     """ReduceLROnPlateau resets ``num_bad_epochs`` to 0 when the loss improves: rates, counters and
     losses equal eager's over 20 steps."""
