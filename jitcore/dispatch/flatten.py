@@ -121,10 +121,14 @@ def record_subclass_results(scope: list[BoundSymbol], outputs: Any, source: Any 
 
 
 def _unflatten_record(symbol: Symbol, proxy: SubclassTensorProxy, source: Any = None,
-                      kwargs: dict[str, Any] | None = None) -> BoundSymbol:
+                      kwargs: dict[str, Any] | None = None, layout: tuple | None = None) -> BoundSymbol:
+    """The record building ``proxy`` from its inner tensors; ``layout``: its outer sizes, strides,
+    storage offset and ctx as the computation computes them (Note [Subclass values' sizes],
+    jitcore/jit/shapes.py), else the shadow's."""
     names, ctx = proxy.inner_flatten()
     inner = {n: getattr(proxy, n) for n in names}
-    args = (proxy.subclass, inner, ctx, tuple(proxy.shape), tuple(proxy.stride()))
+    size, stride = (tuple(proxy.shape), tuple(proxy.stride())) if layout is None else layout[:2]
+    args = (proxy.subclass, inner, ctx if layout is None else layout[3], size, stride)
     return BoundSymbol(symbol, args, kwargs or {}, proxy, source=source)
 
 
@@ -223,13 +227,16 @@ class Flattened:
     inputs: list[tuple[Path, str]]
 
 
-def flatten_program(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensorProxy, Path]]) -> Flattened:
+def flatten_program(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensorProxy, Path]],
+                    layouts: dict[int, tuple] | None = None) -> Flattened:
     """The flattening stage of an entry whose inputs need no grad: pass 2, with the subclass
     arguments it takes whole as trailing inputs.
 
     Args:
         trace: pass 1.
         subclass_inputs: its bound subclass inputs with their paths (``TracedProgram.subclass_inputs``).
+        layouts: the outer layouts of the subclass values pass 2 builds, where sizes are symbolic
+            (``TracedProgram.outer_layouts``).
 
     Raises:
         EagerOnlyValue: ``refuse_values_computed_from_leaves_made_inside``.
@@ -238,7 +245,7 @@ def flatten_program(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensor
     # a kept argument is returned or restrided, so the trace involves it: flatten_subclasses does not
     # return pass 1 itself then
     kept = subclass_arguments_passed_whole(trace, subclass_inputs) if subclass_inputs else []
-    flat = flatten_subclasses(trace, keep=tuple(proxy for proxy, _path in kept))
+    flat = flatten_subclasses(trace, keep=tuple(proxy for proxy, _path in kept), layouts=layouts)
     return Flattened(flat, [(path, proxy.name) for proxy, path in kept])
 
 
@@ -402,7 +409,8 @@ def refuse_values_computed_from_leaves_made_inside(trace: Trace) -> None:
             )
 
 
-def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ()) -> Trace:
+def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = (),
+                       layouts: dict[int, tuple] | None = None) -> Trace:
     """Pass 2: the trace that runs, over plain tensors only (``trace`` itself when it has no subclass).
 
     Args:
@@ -410,7 +418,11 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
         keep: subclass inputs returned as themselves: they become trailing arguments of pass 2 and
             are returned as passed (their outer metadata updated where an in-place view op changed
             it), instead of being rebuilt from their inner tensors.
+        layouts: ``id(value) -> (sizes, strides, storage offset, ctx)`` of the subclass values it builds
+            or restrides, computed per call where the pass's sizes are symbolic (Note [Subclass values'
+            sizes], jitcore/jit/shapes.py).
     """
+    layouts = layouts or {}
     if not involves_subclasses(trace):
         return trace
     import jitcore
@@ -429,14 +441,17 @@ def flatten_subclasses(trace: Trace, keep: tuple[SubclassTensorProxy, ...] = ())
     for proxy in keep:  # an in-place view op changed a kept argument's outer metadata: change it too
         record = records.get(id(proxy))
         if record is not None and restrided(proxy, record):
-            metadata = (tuple(proxy.shape), tuple(proxy.stride()), proxy.storage_offset())
+            layout = layouts.get(id(proxy))
+            metadata = (tuple(proxy.shape), tuple(proxy.stride()), proxy.storage_offset()) if layout is None \
+                else layout[:3]
             flat.bound_symbols.append(BoundSymbol(RESTRIDE, (proxy, *metadata), {}, None))
 
     def rewrap(value: Any) -> Any:
         if isinstance(value, SubclassTensorProxy) and id(value) not in rebuilt:
             for inner in value.inner_tensors().values():
                 rewrap(inner)
-            flat.bound_symbols.append(_unflatten_record(UNFLATTEN, value, kwargs=rebuild_kwargs(value)))
+            flat.bound_symbols.append(_unflatten_record(UNFLATTEN, value, kwargs=rebuild_kwargs(value),
+                                                        layout=layouts.get(id(value))))
             with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
                 requires_grad = value.shadow.requires_grad
             if requires_grad:  # Note [Subclass values that require grad]

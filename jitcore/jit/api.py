@@ -281,7 +281,9 @@ class JittedFunction:
         try:
             return self._compile(number, program)
         except StaticSizesNeeded as exc:  # from now on, this function traces static shapes only
-            if program.read_sizes and not program.size_inputs:  # only value-shaped outputs' sizes static
+            if tracing_pass.provenance.symbolic_subclass_inputs:  # or only its subclass inputs
+                self._shapes.refuse_subclasses(str(exc))
+            elif program.read_sizes and not program.size_inputs:  # only value-shaped outputs' sizes static
                 self._shapes.refuse_reads(str(exc))
             else:
                 self._shapes.refuse(str(exc))
@@ -316,7 +318,7 @@ class JittedFunction:
             self.last_rederived_traces = []
             computation = self.executor.compile(flat.trace, record_lowered(traces))
         else:
-            flat = flatten_program(program.trace, program.subclass_inputs)
+            flat = flatten_program(program.trace, program.subclass_inputs, program.outer_layouts)
             traces = [program.trace] if flat.trace is program.trace else [program.trace, flat.trace]
             backward_traces, inputs = [], flat.inputs
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once
@@ -433,6 +435,10 @@ class JittedFunction:
                 else []
             )
         except shapes.StaticShapes as exc:  # from now on, this function traces static shapes only
+            if tracing_pass.provenance.symbolic_subclass_inputs:  # or only its subclass inputs (Note
+                self._shapes.refuse_subclasses(str(exc))  # [Subclass inputs that follow an inner tensor])
+                static_shapes(self, number, f"subclass inputs: {exc}")
+                return self._interpret(number, args, kwargs, shape_changed)
             if tracing_pass.reads.sizes or tracing_pass.reads.number_symbols:  # or its value-shaped
                 # outputs and read counts (Notes [Sizes that values decide], [Counts that values decide])
                 self._shapes.refuse_reads(str(exc))
@@ -448,6 +454,10 @@ class JittedFunction:
                     raise
                 return tracing_pass, outcome
             reason = f"tracing with symbolic sizes raised {type(exc).__name__}: {exc}"
+            if tracing_pass.provenance.symbolic_subclass_inputs:  # static ones from now on
+                self._shapes.refuse_subclasses(reason)
+                static_shapes(self, number, f"subclass inputs: {reason}")
+                return self._interpret(number, args, kwargs, shape_changed)
             if tracing_pass.reads.sizes or tracing_pass.reads.number_symbols:  # static ones from now on
                 self._shapes.refuse_reads(reason)
                 static_shapes(self, number, f"sizes that values decide: {reason}")

@@ -151,6 +151,7 @@ class Pass(StateReads):
         self.provenance.counters = counters
         self.provenance.dynamic_dims = shapes.dims_for if shapes is not None else None
         self.provenance.dynamic_strides = shapes.stride_dims_for if shapes is not None else None
+        self.provenance.symbolic_subclasses = shapes is not None and shapes.subclasses_refused is None
         self.found_counters: set[Path] = set()
         self.prints = Prints(final=shapes is None, path_of=self.provenance.path_of)  # jit/printing.py
         self.files = FileSystem(self.provenance.guard, self.provenance.path_of)  # jit/filesystem.py

@@ -55,6 +55,9 @@ class TracedProgram:
         # tensor-subclass inputs and the paths they were bound at (Provenance._subclass), inner ones
         # first: the computation takes their inner tensors; the grad transform, the outer ones too
         self.subclass_inputs: list[tuple[SubclassTensorProxy, Path]] = []
+        # the outer sizes, strides, offset and ctx of the subclass values pass 2 builds, computed from
+        # the size inputs of a pass with symbolic sizes (Note [Subclass values' sizes], jit/shapes.py)
+        self.outer_layouts: dict[int, tuple] = {}
 
     def symbolic_numbers(self) -> list[NumberProxy]:
         """The dynamic numbers the trace uses that the program did not specialize (symbolic sizes too)."""

@@ -110,6 +110,8 @@ class Provenance(TensorBinding):
         self.dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
         # and which of its strides (Note [Strides seen to change] in jitcore/jit/shapes.py)
         self.dynamic_strides: Callable[[Path, torch.Tensor], frozenset[int]] | None = None
+        self.symbolic_subclasses = False  # Note [Subclass inputs that follow an inner tensor]
+        self.symbolic_subclass_inputs = 0  # how many were bound with symbolic sizes
         self._static_only = 0  # > 0 while a subclass's inner tensors are bound: they keep static shapes
         self._ragged: dict[Path, frozenset[int]] = {}  # but an NJT's ragged sizes (jit/ragged.py)
         self.bound_layouts: dict[int, tuple] = {}  # id(input proxy) -> its shadow's sizes, strides, offset

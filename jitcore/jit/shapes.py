@@ -22,11 +22,13 @@ the prologue.
 Invariants:
 - a cached call never returns what eager would not: every guard the ShapeEnv produced is checked,
   and a size the program read in Python is guarded or specialized by torch itself;
-- what the symbolic path cannot handle (a tensor-subclass value with a symbolic size: Note [Subclass
-  values' sizes]; a nested jagged tensor's ragged sizes are symbolic: jitcore/jit/ragged.py; side
-  effects holding sizes, a size expression without a Python form, a size only a stride determines)
+- what the symbolic path cannot handle (a tensor-subclass output whose flatten ctx holds a size: Note
+  [Subclass values' sizes]; a nested jagged tensor's ragged sizes are symbolic: jitcore/jit/ragged.py;
+  side effects holding sizes, a size expression without a Python form, a size only a stride determines)
   raises StaticShapes: the jit traces the call again with static shapes and logs why
-  (docs/user-guide.md, "When jitcore retraces");
+  (docs/user-guide.md, "When jitcore retraces"); where the pass gave subclass inputs symbolic sizes,
+  only those become static (StaticSubclassShapes; Note [Subclass inputs that follow an inner tensor],
+  jitcore/jit/subclass_inputs.py);
 - a symbolic entry of a plain program is never differentiated by the grad transform: its sizes are
   numbers of the computation, so it runs under torch's autograd (Note [Dynamic numbers under
   autograd]); one of a tensor-subclass program is, where the replay keeps its sizes symbolic (Note
@@ -53,7 +55,8 @@ from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.symbolic_sizes import SymbolicSizes, condition_check, map_symbolic
 
-__all__ = ["MARK", "ShapePolicy", "StaticShapes", "finish", "is_symbolic", "mark_dynamic"]
+__all__ = ["MARK", "ShapePolicy", "StaticShapes", "StaticSubclassShapes", "finish", "is_symbolic",
+           "mark_dynamic"]
 
 # The attribute ``mark_dynamic`` sets on a tensor: the set of its dimensions that are symbolic.
 MARK = "_jitcore_dynamic_dims"
@@ -130,6 +133,11 @@ class StaticShapes(Exception):
     """The symbolic path cannot handle this program; the message says why (it is logged)."""
 
 
+class StaticSubclassShapes(StaticShapes):
+    """The symbolic path cannot handle this program's subclass inputs with symbolic sizes; their sizes
+    are static from now on, other inputs' may still be symbolic."""
+
+
 def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> None:
     """Make dimension ``dim`` of ``t`` symbolic in every trace that reads ``t``, from its first call.
 
@@ -175,6 +183,9 @@ class ShapePolicy:
         self._read_dims: dict[tuple, frozenset[int]] = {}
         self._read_seen: dict[tuple, tuple[int, ...]] = {}  # the last traced shape of each
         self.reads_refused: str | None = None  # why value-shaped outputs keep static sizes (logged)
+        # why subclass inputs keep static sizes (logged; Note [Subclass inputs that follow an inner
+        # tensor], jit/subclass_inputs.py)
+        self.subclasses_refused: str | None = None
         # Note [Counts that values decide]: the sites of integers read with item()/tolist() found to change
         self._read_numbers: set[tuple] = set()
         self._read_numbers_seen: dict[tuple, list[int]] = {}  # the values each site pinned in the last pass
@@ -291,6 +302,10 @@ class ShapePolicy:
                 if tensor.layout is torch.strided and not tensor.is_nested:
                     self._strides_seen[path] = tuple(tensor.stride())
 
+    def refuse_subclasses(self, reason: str) -> None:
+        """Subclass inputs keep static sizes from now on (a pass that gave them symbolic ones failed)."""
+        self.subclasses_refused = reason
+
     def refuse(self, reason: str) -> None:
         """Turn the symbolic path off for this function (traces are static from now on)."""
         self.refused = reason
@@ -326,8 +341,11 @@ def finish(program: Any, provenance: Any, values: Any,
     dynamic = [(path, proxy) for path, proxy, _t in provenance.inputs if _has_symbols(proxy.shadow)]
     if not dynamic and not read_sizes and not read_numbers and not number_sizes:
         return []
-    if _symbolic_subclass_value(program.trace, env) is not None:
-        raise StaticShapes("a tensor-subclass value has a symbolic size")  # Note [Subclass values' sizes]
+    # a pass that gave subclass inputs symbolic sizes falls back to static ones for those only
+    error = StaticSubclassShapes if provenance.symbolic_subclass_inputs else StaticShapes
+    if _symbolic_nested_value(program.trace, env) is not None:
+        raise StaticShapes("a nested jagged tensor has a symbolic size other than its ragged one")
+    rebuilt = _rebuilt_subclass_values(program.trace, provenance.subclass_inputs)
     if program.effects is not None and _holds_sizes(program.effects.constants()):
         # a size stored into state is computed per call where it is a slot (Note [A size stored into
         # state], jit/effects.py); elsewhere it would be the traced one on every call
@@ -337,7 +355,8 @@ def finish(program: Any, provenance: Any, values: Any,
         raise StaticShapes("an input's shape or strides changed in place (resize_, squeeze_, t_, ...)")
     sources = _symbol_sources(dynamic)
     rewriter = _SizeRewriter(program, env, sources, read_sizes, read_numbers, number_sizes)
-    rewriter.rewrite_trace()
+    rewriter.rewrite_trace(rebuilt, error)
+    program.outer_layouts = rewriter.layouts
     if dynamic or number_sizes:
         _add_guards(program, env, dynamic, number_sizes)
     described = [f"{path.describe()}.shape[{i}] ({expr})" for path, proxy in dynamic
@@ -355,18 +374,23 @@ def finish(program: Any, provenance: Any, values: Any,
 
 # Note [Subclass values' sizes]
 # A subclass value's outer shape and strides are arguments of the record that rebuilds it from its
-# inner tensors (``unflatten_tensor_subclass(TwoTensor, {...}, ctx, (s0,), (1,))``, made when pass 2 is
-# flattened), and nothing computes them per call from the size inputs: a symbolic one would be the
-# pass's SymInt, handed to the caller as the output's shape (``torch.Size([s0])``). So a pass in which
-# any subclass value (an input, one the program makes, one a ``__torch_dispatch__`` returns) has a
-# symbolic size traces again with static shapes. Subclass inputs are bound with static inner shapes
-# (Provenance._static_only), so a program that only meets them through ops with plain results keeps
-# its plain inputs symbolic: a quantized model (torchao's weights) over changing batch sizes is one
-# symbolic entry. A nested jagged tensor's ragged sizes are constants of the trace (its nested int)
-# and do not count (jitcore/jit/ragged.py).
-def _symbolic_subclass_value(trace: Any, env: Any) -> SubclassTensorProxy | None:
-    """A subclass value of the trace (recorded at any depth, or returned) with a symbolic size or stride
-    other than a ragged one, or None."""
+# inner tensors (``unflatten_tensor_subclass(TwoTensor, {...}, ctx, (s0, 4), (4, 1))``, made when pass 2
+# is flattened), and of the record that restrides an argument taken whole (``x.t_()``). Built from the
+# shadow, a symbolic one would be the pass's SymInt, handed to the caller as the output's shape
+# (``torch.Size([s0])``); so ``finish`` computes, for each subclass value pass 2 builds or restrides
+# (``_rebuilt_subclass_values``: the outputs, their inner subclass values, the subclass inputs), its
+# outer sizes, strides, storage offset and flatten ctx from the size inputs, as it computes the sizes
+# ops are given (``TracedProgram.outer_layouts``; the arithmetic precedes the trace's output), and
+# pass 2's records take those. Intermediate subclass values are never built at run time: their sizes
+# need nothing. A flatten ctx holding a symbolic size inside an object raises StaticShapes (the
+# subclass inputs' sizes alone become static where they were symbolic: Note [Subclass inputs that
+# follow an inner tensor], jit/subclass_inputs.py). A nested jagged tensor's ragged sizes are constants
+# of the trace (its nested int) and stay as they are (jitcore/jit/ragged.py); a nested jagged tensor
+# with any other symbolic size (at any depth of the trace: its ctx and caches hold its sizes) traces
+# static shapes, as before.
+def _symbolic_nested_value(trace: Any, env: Any) -> SubclassTensorProxy | None:
+    """A nested jagged tensor of the trace (recorded at any depth, or returned) with a symbolic size or
+    stride other than a ragged one, or None: its flatten ctx holds its sizes (Note above)."""
     def symbolic(size: Any) -> bool:
         if type(size) is not torch.SymInt:
             return False
@@ -375,7 +399,7 @@ def _symbolic_subclass_value(trace: Any, env: Any) -> SubclassTensorProxy | None
 
     def found_in(tree: Any) -> SubclassTensorProxy | None:
         for value in optree.tree_leaves(tree, none_is_leaf=True):
-            if isinstance(value, SubclassTensorProxy) and (
+            if isinstance(value, SubclassTensorProxy) and _is_jagged(value) and (
                     any(map(symbolic, value.shadow.shape)) or any(map(symbolic, value.shadow.stride()))):
                 return value
         return None
@@ -388,6 +412,26 @@ def _symbolic_subclass_value(trace: Any, env: Any) -> SubclassTensorProxy | None
             return found
         stack.extend(bsym.subsymbols)
     return found_in(trace.output)
+
+
+def _is_jagged(value: SubclassTensorProxy) -> bool:
+    return value.shadow.layout is torch.jagged
+
+
+def _rebuilt_subclass_values(trace: Any,
+                             inputs: list[tuple[SubclassTensorProxy, Path]]) -> list[SubclassTensorProxy]:
+    """The subclass values pass 2 may build or restride: the trace's outputs, the subclass values inside
+    them, and the subclass inputs (Note above)."""
+    found: dict[int, SubclassTensorProxy] = {}
+    leaves = optree.tree_leaves(trace.output, none_is_leaf=True)
+    stack = [v for v in leaves if isinstance(v, SubclassTensorProxy)]
+    stack += [proxy for proxy, _path in inputs]
+    while stack:
+        value = stack.pop()
+        if id(value) not in found and not _is_jagged(value):  # ragged sizes are constants of the trace
+            found[id(value)] = value
+            stack.extend(v for v in value.inner_tensors().values() if isinstance(v, SubclassTensorProxy))
+    return list(found.values())
 
 
 def _holds_sizes(tree: Any) -> bool:
@@ -477,8 +521,13 @@ class _SizeRewriter:
         self._source: Any = None  # the record being rewritten: arithmetic for it is printed under its line
         self._context = TraceContext(program.trace, scopes=[self._pending],
                                      source_provider=lambda: self._source)
+        self.layouts: dict[int, tuple] = {}  # Note [Subclass values' sizes]
 
-    def rewrite_trace(self) -> None:
+    def rewrite_trace(self, rebuilt: list[SubclassTensorProxy] = (),
+                      error: type[StaticShapes] = StaticShapes) -> None:
+        """Rewrite the trace's records and output; ``rebuilt``: the subclass values the computation
+        builds or restrides, whose outer sizes, strides, offset and flatten ctx are computed too
+        (``layouts``: Note [Subclass values' sizes])."""
         trace = self.program.trace
         rewritten: list[BoundSymbol] = []
         with tracing(self._context):
@@ -493,6 +542,8 @@ class _SizeRewriter:
                     self._name_numbers(bsym)
                     rewritten.extend(self._checked_conditions())
             trace.output = self._map(trace.output)
+            for value in rebuilt:
+                self.layouts[id(value)] = self._layout(value, error)
             rewritten.extend(self._pending)
         if self._conditions:
             missing = self._conditions[0]
@@ -509,6 +560,17 @@ class _SizeRewriter:
             trace.args.append(proxy)
             self.program.prologue.add_input(size_path, proxy.name)
             self.program.size_inputs.append((size_path, proxy))
+
+    def _layout(self, value: SubclassTensorProxy, error: type[StaticShapes]) -> tuple:
+        """The outer sizes, strides and storage offset and the flatten ctx of a subclass value, each
+        size an int or a number of the computation."""
+        _names, ctx = value.inner_flatten()
+        shadow = value.shadow
+        layout = self._map((tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset(), ctx))
+        if _holds_sizes(layout[3]):
+            raise error(f"the flatten ctx of {value.name}, a {value.subclass.__qualname__}, holds a symbolic "
+                        "size jitcore cannot compute per call")
+        return layout
 
     def _read_sizes(self, bsym: BoundSymbol) -> list[BoundSymbol]:
         """After the op that made a value-shaped output: each of its sizes that values decide, read

@@ -21,10 +21,11 @@ import torch
 from jitcore.errors import EagerOnlySubclass
 from jitcore.langctx.shadows import TensorValues
 from jitcore.prologue import Path
+from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies.protocol import eager_only_reason, has_own_protocol, is_wrapper, unflatten_around
 from jitcore.proxies.subclass import is_traceable_subclass
 
-__all__ = ["refusal", "shadow_around"]
+__all__ = ["follows", "following_inner", "has_symbols", "refusal", "shadow_around"]
 
 
 def refusal(tensor: torch.Tensor, path: Path) -> EagerOnlySubclass | None:
@@ -51,12 +52,53 @@ def refusal(tensor: torch.Tensor, path: Path) -> EagerOnlySubclass | None:
     return None
 
 
+# Note [Subclass inputs that follow an inner tensor]
+# A subclass input was bound with static inner shapes, so a program over a TwoTensor (or a scaled int8
+# tensor: its int8 data has the outer shape, its scale ``(n, 1)``) traced one entry per batch size,
+# where the same program over plain tensors traces one symbolic entry from the second shape on. Where
+# the outer tensor has exactly the sizes and strides of one of its inner tensors (the first such, in
+# ``__tensor_flatten__`` order: ``following_inner``), and all its inner tensors are plain, a symbolic
+# pass binds the inner tensors as plain inputs are bound (a dimension seen to change is a symbol) and
+# the outer shadow takes that inner shadow's sizes and strides, SymInts included: everything the
+# class's ``__torch_dispatch__`` computes follows from the inner symbols, and what torch assumed of
+# them (``Eq(s0, s1)`` where TwoTensor's ``__new__`` compares its halves) is a guard as for plain inputs.
+# The outer sizes are not inputs of their own, so the prologue checks on every call that the caller's
+# value still follows that inner tensor (a ``shape`` guard: ``x.shape == x.a.shape and x.stride() ==
+# x.a.stride()``), and its ``tensor`` guard leaves the symbolic sizes to it. A subclass output with
+# symbolic sizes is rebuilt from sizes the computation computes (jit/shapes.py, Note [Subclass
+# values' sizes]). Any other subclass (a packed int4 weight, a nested jagged tensor, one whose
+# ``__torch_dispatch__`` answers its strides) keeps static inner shapes.
+def following_inner(tensor: torch.Tensor, names: list[str]) -> str | None:
+    """The name of the first inner tensor of ``tensor`` with its sizes and strides, where all its inner
+    tensors are plain strided tensors (Note above); None otherwise."""
+    inner = [getattr(tensor, n) for n in names]
+    plain = (torch.Tensor, torch.nn.Parameter)
+    if tensor.dim() == 0 or tensor.layout is not torch.strided or any(
+            type(t) not in plain or t.layout is not torch.strided for t in inner):
+        return None
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - jitcore's own reads
+        layout = tuple(tensor.shape), tuple(tensor.stride())
+        return next((n for n, t in zip(names, inner) if (tuple(t.shape), tuple(t.stride())) == layout), None)
+
+
+def follows(path: Path, inner: Path) -> ShapeCondition:
+    """The ``shape`` condition that the tensor at ``path`` has the sizes and strides of its inner tensor
+    at ``inner`` (Note [Subclass inputs that follow an inner tensor])."""
+    return ShapeCondition("{0}.shape == {1}.shape and {0}.stride() == {1}.stride()", (path, inner))
+
+
+def has_symbols(shadow: torch.Tensor) -> bool:
+    """Whether a size or stride of ``shadow`` is a SymInt."""
+    return any(type(s) is torch.SymInt for s in (*shadow.shape, *shadow.stride()))
+
+
 def shadow_around(values: TensorValues, tensor: torch.Tensor, shadows: dict[str, torch.Tensor], ctx: Any,
-                  *, nested: bool, path: Path) -> torch.Tensor:
+                  *, nested: bool, path: Path, layout: tuple | None = None) -> torch.Tensor:
     """The caller's ``tensor`` rebuilt by its class's ``__tensor_unflatten__`` around the shadows of its
-    inner tensors: what the program sees for it while tracing."""
+    inner tensors: what the program sees for it while tracing (``layout``: its sizes and strides when
+    they are an inner shadow's symbolic ones, Note [Subclass inputs that follow an inner tensor])."""
     cls = type(tensor)
-    size, stride = tensor.shape, tensor.stride()
+    size, stride = (tensor.shape, tensor.stride()) if layout is None else layout
     if nested:
         size, stride = (values.nested_sizes(s, list(shadows.values())) for s in (size, stride))
     try:

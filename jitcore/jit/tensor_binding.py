@@ -27,7 +27,7 @@ from jitcore.dispatch.shadow_map import DispatchState
 from jitcore.errors import EagerOnlyValue, LazyState
 from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_names import qualified_name
-from jitcore.jit.subclass_inputs import refusal, shadow_around
+from jitcore.jit.subclass_inputs import following_inner, follows, has_symbols, refusal, shadow_around
 from jitcore.langctx.shadows import TensorValues, untraced_kind
 from jitcore.prologue import Path, Root, TensorSpec
 from jitcore.proxies import TensorProxy
@@ -48,6 +48,8 @@ class TensorBinding:
     bound_layouts: dict[int, tuple]
     dynamic_dims: Callable[[Path, torch.Tensor], frozenset[int]] | None
     dynamic_strides: Callable[[Path, torch.Tensor], frozenset[int]] | None
+    symbolic_subclass_inputs: int  # how many were bound with symbolic sizes
+    symbolic_subclasses: bool  # whether subclass inputs that follow an inner tensor may have symbolic sizes
     on_remember: Callable[[Any, Path], None] | None
     _reached: dict[int, Reached]
     _static_only: int
@@ -163,19 +165,31 @@ class TensorBinding:
         self.guard(path, "flatten", (cls, tuple(names), ctx))
         nested = has_nested_ints(tensor)  # Note [Nested ints], jitcore/langctx/shadows.py
         spec = TensorSpec.of_nested(tensor) if nested else TensorSpec.of_subclass(tensor)
-        self.guard(path, "tensor", spec)
+        leading = None if nested or spec.layout_from_inner else following_inner(tensor, names)
+        symbolic = leading is not None and self.dynamic_dims is not None and self.symbolic_subclasses
+        if not symbolic:
+            self.guard(path, "tensor", spec)
         if nested:
             self.values.allow_nested_ints()
             self._ragged.update(ragged_dims(names, ctx, tensor, path, self.dynamic_dims))
-        self._static_only += 1
+        self._static_only += not symbolic
         try:
             inner = {n: self._tensor(getattr(tensor, n), path.attr(n), f"{name}_{n}") for n in names}
         finally:
-            self._static_only -= 1
+            self._static_only -= not symbolic
         if spec.layout_from_inner:
             self._layouts_of.update(id(p) for p in inner.values())
+        layout = None
+        if symbolic:  # Note [Subclass inputs that follow an inner tensor], jit/subclass_inputs.py
+            lead = inner[leading].shadow
+            if has_symbols(lead):
+                layout = tuple(lead.shape), tuple(lead.stride())
+                spec = TensorSpec.of(tensor, with_strides=True, traced=(*layout, tensor.storage_offset()))
+                self.guard(path, "shape", follows(path, path.attr(leading)))
+                self.symbolic_subclass_inputs += 1
+            self.guard(path, "tensor", spec)
         shadow = shadow_around(self.values, tensor, {n: p.shadow for n, p in inner.items()}, ctx,
-                               nested=nested, path=path)
+                               nested=nested, path=path, layout=layout)
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
         self.subclass_inputs.append((proxy, path))
         if self.on_remember is not None:  # attributes the program sets on it are set on the caller's

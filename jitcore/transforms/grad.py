@@ -553,12 +553,13 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
 
     forward = replay.forward
     forward.bound_symbols[:] = _plain_only(forward.bound_symbols)
+    # rebuilt before the sizes are rewritten: a subclass output's outer sizes are symbolic too
+    forward_outputs = [_rebuilt(forward, o) for o in node_outputs]
     if sizes is not None:  # Note [Symbolic sizes through the grad transform]
         added = sizes.added(assumed, asserted)  # the guards and asserts the replay and the backward added
         rewrite_sizes(forward, sizes.names())
         source = trace.bound_symbols[-1].source if trace.bound_symbols else None
         forward.bound_symbols.extend(condition_checks(added, sizes.names(), source))
-    forward_outputs = [_rebuilt(forward, o) for o in node_outputs]
     backward = derived.backward
     body = tuple(backward.bound_symbols)
     checkpointed = frozenset(replay.checkpointed)  # activation-checkpointed regions: recomputed
@@ -645,9 +646,9 @@ class BackwardDeriver:
                 raise SizesNotRewritten("the backward assumed more of the sizes than the prologue checks")
         raises = any(b.symbol is RAISE for b in backward.bound_symbols)
         backward.bound_symbols[:] = _plain_only(backward.bound_symbols)
-        if sizes is not None:
-            rewrite_sizes(backward, sizes.names())
         outputs = [_rebuilt(backward, g) if g is not None else None for g in grads]
+        if sizes is not None:  # after the rebuilds: a subclass gradient's outer sizes are symbolic too
+            rewrite_sizes(backward, sizes.names())
         return DerivedBackward(differentiable, tangent_args, backward, outputs, raises)
 
 

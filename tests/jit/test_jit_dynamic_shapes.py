@@ -314,9 +314,10 @@ def test_symbolic_and_static_entries_are_logged(caplog):
     assert "attention_like: cache entry 2 traced with symbolic sizes args[0].shape[1] (s0)" in caplog.text
 
 
-def test_subclass_inputs_keep_static_inner_shapes():
-    """A subclass input's inner tensors are static (an entry per TwoTensor shape); the plain input beside
-    it is symbolic, and every call equals eager."""
+def test_subclass_inputs_that_follow_an_inner_tensor_are_symbolic():
+    """A TwoTensor input has the sizes and strides of its first half: its inner tensors are symbolic as
+    the plain input beside it is, one entry for every shape, and every call equals eager (Note [Subclass
+    inputs that follow an inner tensor], jitcore/jit/subclass_inputs.py; before, an entry per shape)."""
     def f(x, y):
         return (x * 2).sum(0) + y.sum()
 
@@ -324,14 +325,15 @@ def test_subclass_inputs_keep_static_inner_shapes():
     for n in (3, 4, 5):
         t = TwoTensor(torch.randn(n, 2), torch.randn(n, 2))
         run_both(f, jf, t, torch.randn(n))
-    assert jitcore.cache_misses(jf) == 3  # one entry per shape of the TwoTensor
+    assert jitcore.cache_misses(jf) == 1
 
 
 @pytest.mark.parametrize("made", ["inside", "from_an_input"])
-def test_a_subclass_value_with_a_symbolic_size_keeps_static_shapes(made, caplog):
+def test_a_subclass_value_with_a_symbolic_size_is_rebuilt_with_the_calls_size(made, caplog):
     """A TwoTensor whose size follows a plain input's (made inside, or a static TwoTensor broadcast
-    against it) comes back with the call's shape: before, a symbolic entry rebuilt it with the pass's
-    SymInt as its outer size (``torch.Size([s0])`` handed to the caller). Such a pass traces static."""
+    against it) comes back with the call's shape: once, a symbolic entry rebuilt it with the pass's
+    SymInt as its outer size (``torch.Size([s0])`` handed to the caller), and then such a pass traced
+    static shapes; its outer size is now computed per call (Note [Subclass values' sizes])."""
     weight = TwoTensor(torch.randn(4, 3), torch.randn(4, 3))
 
     def f(x):
@@ -346,14 +348,14 @@ def test_a_subclass_value_with_a_symbolic_size_keeps_static_shapes(made, caplog)
             assert type(out) is TwoTensor and out.shape == expected.shape
             assert all(type(size) is int for size in out.shape)
             torch.testing.assert_close((out.a, out.b), (expected.a, expected.b))
-    assert "traced with static shapes: a tensor-subclass value has a symbolic size" in caplog.text
+    assert "cache entry 2 traced with symbolic sizes args[0].shape[0] (s0)" in caplog.text
+    assert jitcore.cache_misses(jf) == 2
 
 
-def test_a_subclass_made_inside_under_grad_keeps_static_shapes(caplog):
+def test_a_subclass_made_inside_under_grad_is_rebuilt_with_the_calls_size(caplog):
     """Symbolic plain inputs, a TwoTensor made inside, a weight that requires grad: the TwoTensor's size
-    is symbolic, so the function traces static shapes (Note [Subclass values' sizes]; the grad transform
-    refuses such a program as well; before both: AttributeError, a size input reached the grad
-    transform)."""
+    is symbolic, and the forward rebuilds it with each call's size (Note [Subclass values' sizes]; once:
+    AttributeError, a size input reached the grad transform; then static shapes)."""
     w1 = torch.randn(8, requires_grad=True)
     w2 = w1.detach().clone().requires_grad_(True)
 
@@ -368,8 +370,10 @@ def test_a_subclass_made_inside_under_grad_keeps_static_shapes(caplog):
             torch.testing.assert_close((out.a, out.b), (expected.a, expected.b))
             (out * 1).sum().backward()
             (expected * 1).sum().backward()
+            assert out.shape == expected.shape and all(type(size) is int for size in out.shape)
             torch.testing.assert_close(w1.grad, w2.grad)
-    assert "traced with static shapes: a tensor-subclass value has a symbolic size" in caplog.text
+    assert "traced with static shapes" not in caplog.text
+    assert jitcore.cache_misses(jf) == 1
 
 
 @pytest.mark.parametrize("mode", ["bicubic", "bilinear", "nearest"])
