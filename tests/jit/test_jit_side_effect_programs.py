@@ -4,7 +4,9 @@ Issue 14: a training loop logging losses into a list and a dict, a module counti
 a memo dict keyed by shapes, deque ring buffers, ``defaultdict(list)`` appends, dataclass state, a
 global RNG-like counter, closures with nonlocal counters, generators, ``functools.lru_cache`` helpers,
 ``logging`` and ``warnings`` calls, sets, ``OrderedDict`` LRU caches, ``__slots__`` objects, property
-setters, a KV-cache module. Each program runs 24 calls; every call's result and every object it mutates
+setters, a KV-cache module; and a training script's pieces: a Lightning-style loop with callbacks, an
+EMA under no_grad, a replay buffer, a progress bar, batches from a generator, early stopping, StepLR.
+Each program runs 24 calls; every call's result and every object it mutates
 are compared with eager's, and the warnings it issues. ``RETRACES`` bounds the cache misses where
 jitcore holds one entry per key or per shape (None: an entry per call is still expected, the program
 reads state whose values change every call; listed in the report of issue 14).
@@ -561,6 +563,179 @@ def module_buffer_inplace_counter():
 
 
 
+# Programs of a training script's shape (issue 14, eff39): a Lightning-style loop whose callbacks append
+# metrics, an EMA updated in place under no_grad, a replay buffer in a deque, a tqdm-like progress bar,
+# batches from a generator, a metric module keeping buffers and a history, early stopping, a StepLR.
+@program
+def lightning_style_loop():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    class Metrics:
+        def __init__(self):
+            self.rows = []
+
+        def on_step_end(self, trainer, loss):
+            self.rows.append({"loss": loss, "step": trainer.step})
+
+    class Trainer:
+        def __init__(self):
+            self.step, self.callbacks, self.logged = 0, [Metrics()], {}
+
+        def log(self, key, value):
+            self.logged.setdefault(key, []).append(value)
+
+    trainer = Trainer()
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        trainer.step += 1
+        value = loss.item()
+        trainer.log("loss", value)
+        for callback in trainer.callbacks:
+            callback.on_step_end(trainer, value)
+        return loss.detach()
+
+    def state():
+        return trainer.step, trainer.logged, trainer.callbacks[0].rows, dict(model.state_dict())
+
+    return step, state, lambda i: (x_of(i, (3, 4)),)
+
+
+@program
+def ema_under_no_grad():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    ema = torch.nn.Linear(4, 2).requires_grad_(False)
+    ema.load_state_dict(model.state_dict())
+    state = {"updates": 0}
+
+    def f(x):
+        with torch.no_grad():
+            for shadow, p in zip(ema.parameters(), model.parameters()):
+                shadow.mul_(0.9).add_(p + 0.01 * state["updates"], alpha=0.1)
+        state["updates"] += 1
+        return ema(x)
+
+    return f, lambda: (dict(ema.state_dict()), dict(state)), lambda i: (x_of(i, (2, 4)),)
+
+
+@program
+def replay_buffer_in_a_deque():
+    buffer = collections.deque(maxlen=5)
+    stats = {"pushed": 0}
+
+    def f(x):
+        buffer.append(x * 2)
+        stats["pushed"] += 1
+        batch = torch.stack(list(buffer)).mean(0) if len(buffer) == buffer.maxlen else x
+        return batch + stats["pushed"]
+
+    return f, lambda: (list(buffer), dict(stats)), lambda i: (x_of(i),)
+
+
+@program
+def progress_bar_counters():
+    class Bar:
+        def __init__(self, total):
+            self.n, self.total, self.postfix = 0, total, {}
+
+        def update(self, k=1):
+            self.n += k
+
+        def set_postfix(self, **kw):
+            self.postfix.update(kw)
+
+    bar = Bar(CALLS)
+
+    def f(x):
+        y = x.sin().sum()
+        bar.update()
+        bar.set_postfix(loss=round(y.item(), 3), frac=bar.n / bar.total)
+        return y
+
+    return f, lambda: (bar.n, dict(bar.postfix)), lambda i: (x_of(i),)
+
+
+@program
+def batches_from_a_generator():
+    def batches():
+        i = 0
+        while True:
+            yield x_of(100 + i), i
+            i += 1
+
+    source = batches()
+    consumed = []
+
+    def f(w):
+        batch, i = next(source)
+        consumed.append(i)
+        return (batch * w).sum()
+
+    return f, lambda: list(consumed), lambda i: (x_of(i),)
+
+
+@program
+def metric_module_with_history():
+    class Mean(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", torch.zeros(()))
+            self.register_buffer("count", torch.zeros((), dtype=torch.long))
+            self.history = []
+
+        def forward(self, v):
+            self.total += v.sum()
+            self.count += v.numel()
+            self.history.append(float(self.total / self.count))
+            return self.total / self.count
+
+    mean = Mean()
+    return mean, lambda: (mean.total.clone(), mean.count.clone(), list(mean.history)), lambda i: (x_of(i),)
+
+
+@program
+def early_stopping():
+    state = {"best": float("inf"), "bad": 0, "stop": False}
+
+    def f(x):
+        loss = (x ** 2).mean()
+        value = loss.item()
+        if value < state["best"]:
+            state["best"], state["bad"] = value, 0
+        else:
+            state["bad"] += 1
+        state["stop"] = state["bad"] >= 3
+        return loss
+
+    return f, lambda: dict(state), lambda i: (x_of(i),)
+
+
+@program
+def step_lr_schedule():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    rates = []
+
+    def f(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        schedule.step()
+        rates.append(opt.param_groups[0]["lr"])
+        return loss.detach()
+
+    return f, lambda: (list(rates), dict(model.state_dict())), lambda i: (x_of(i, (3, 4)),)
+
+
 
 RETRACES = {
     "training_loop_logs": 4, "module_counts_calls": 2, "memo_by_shape": 8, "deque_ring_buffer": None,
@@ -571,6 +746,9 @@ RETRACES = {
     "deque_popleft_queue": 3, "set_discard_add": None, "list_pop_insert": 2, "frozen_dataclass_replace": None,
     "kv_cache_module": None, "warnings_once_registry": 4, "closure_list_of_tensors_and_counts": None,
     "generator_send_state": None, "lru_cache_tensor_builder": 3, "module_buffer_inplace_counter": 2,
+    "lightning_style_loop": None, "ema_under_no_grad": 2, "replay_buffer_in_a_deque": 6,
+    "progress_bar_counters": 2, "batches_from_a_generator": 2, "metric_module_with_history": 2,
+    "early_stopping": 3, "step_lr_schedule": 4,
 }
 
 
