@@ -36,8 +36,10 @@ from jitcore.interpreter.protocols import (
     get_iter,
     has_python_index,
     index,
+    is_python_sequence,
     length,
     next_value,
+    sequence_items,
     to_format,
     truth,
 )
@@ -46,7 +48,7 @@ from jitcore.interpreter.run import Run, current_run
 __all__ = ["abs_", "active_run", "all_", "any_", "bin_", "context_run", "enumerate_", "filter_", "format_",
            "frozenset_", "hex_", "iter_", "len_", "list_", "list_sort", "map_", "max_", "min_",
            "native_iterable", "next_", "number_", "oct_", "range_", "reduce_", "reversed_", "set_", "sorted_",
-           "sum_", "through", "tuple_", "zip_"]
+           "sum_", "through", "tuple_", "with_length_hint", "zip_"]
 
 
 def active_run() -> Run:
@@ -119,7 +121,7 @@ def filter_(fn: object, iterable: object, /) -> filter:
 
 def sorted_(iterable: object, /, *, key: object = None, reverse: bool = False) -> list:
     """sorted() whose key is interpreted."""
-    return sorted(_with_length_hint(iterable), key=through(active_run(), key), reverse=reverse)
+    return sorted(with_length_hint(iterable), key=through(active_run(), key), reverse=reverse)
 
 
 def min_(*args: object, **kwargs: object) -> object:
@@ -144,6 +146,10 @@ def max_(*args: object, **kwargs: object) -> object:
 # trace, and every cached call returned the first call's answer for another box (a wrong answer). These
 # builtins run the dunder interpreted (``protocols.length``) or step the iterable through the interpreter
 # (``native_iterable``); anything else (a wrong argument count) goes to the builtin for its own error.
+# conversions.py does so for more conversions (``bool``, ``complex``, ``round``, ``divmod``, ``pow``,
+# ``bytes``, ``dict`` of a mapping, ``**``), iterating_calls.py for more C functions that iterate an
+# argument (``list.extend``, ``str.join``, ``itertools``), and protocols.py for a sequence iterated by its
+# ``__getitem__`` (Note [The sequence protocol, interpreted]).
 def _one_iterable(args: tuple) -> tuple:
     return (native_iterable(active_run(), args[0]),) if len(args) == 1 else args
 
@@ -218,12 +224,16 @@ hex_, oct_, bin_, range_ = (_indexed(b) for b in (hex, oct, bin, range))
 
 
 def reversed_(*args: object) -> object:
-    """reversed() with a Python ``__reversed__`` interpreted (a sequence's ``__len__``/``__getitem__``
-    are still called by the builtin)."""
+    """reversed() with a Python ``__reversed__`` interpreted, or of a sequence with a Python ``__len__``
+    and ``__getitem__`` (Note [The sequence protocol, interpreted], protocols.py)."""
     if len(args) == 1 and type(args[0]) not in NATIVE_TYPES:
-        f = getattr(type(args[0]), "__reversed__", None)
+        t = type(args[0])
+        f = getattr(t, "__reversed__", None)
         if _is_python(f):
             return call(active_run(), f, (args[0],), None)
+        if f is None and not hasattr(t, "__reversed__") and _is_python(getattr(t, "__len__", None)) \
+                and _is_python(getattr(t, "__getitem__", None)) and not isinstance(args[0], dict):
+            return reversed(sequence_items(active_run(), args[0]))
     return reversed(*args)
 
 
@@ -243,8 +253,11 @@ def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> No
 
 
 def reduce_(fn: object, *args: object) -> object:
-    """functools.reduce() whose function is interpreted."""
-    return functools.reduce(through(active_run(), fn), *args)
+    """functools.reduce() whose function is interpreted, over its iterable as ``for`` steps it."""
+    run = active_run()
+    if args:
+        args = (native_iterable(run, args[0]), *args[1:])
+    return functools.reduce(through(run, fn), *args)
 
 
 def context_run(context: contextvars.Context, fn: object, /, *args: object, **kwargs: object) -> object:
@@ -286,6 +299,8 @@ def native_iterable(run: Run, obj: object) -> object:
     t = type(obj)
     if t in NATIVE_TYPES or t in NATIVE_ITERATORS:  # most calls: no attribute lookups on the type
         return obj
+    if is_python_sequence(obj):  # Note [The sequence protocol, interpreted] (protocols.py)
+        return get_iter(run, obj)
     if not _is_python(getattr(t, "__iter__", None)) and not _is_python(getattr(t, "__next__", None)):
         return obj
     it = get_iter(run, obj)
@@ -340,18 +355,18 @@ def zip_(*iterables: object, **kwargs: object) -> zip:
 def list_(*args: object, **kwargs: object) -> list:
     """list() of its iterable as the ``for`` statement iterates it."""
     if len(args) == 1 and not kwargs:
-        args = (_with_length_hint(args[0]),)
+        args = (with_length_hint(args[0]),)
     return list(*args, **kwargs)
 
 
 def tuple_(*args: object, **kwargs: object) -> tuple:
     """tuple() of its iterable as the ``for`` statement iterates it."""
     if len(args) == 1 and not kwargs:
-        args = (_with_length_hint(args[0]),)
+        args = (with_length_hint(args[0]),)
     return tuple(*args, **kwargs)
 
 
-def _with_length_hint(iterable: object) -> object:
+def with_length_hint(iterable: object) -> object:
     """``native_iterable``, then the iterable's length hint asked as ``list()``/``tuple()`` ask it, after
     taking its iterator (``__len__``, else ``__length_hint__``: a size to allocate, its value unused)."""
     it = native_iterable(active_run(), iterable)

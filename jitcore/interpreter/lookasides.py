@@ -63,10 +63,24 @@ from jitcore.interpreter.callbacks import (
     zip_,
 )
 from jitcore.interpreter.calls import call, run_class_body
+from jitcore.interpreter.conversions import (
+    ascii_,
+    bool_,
+    bytearray_,
+    bytes_,
+    complex_,
+    dict_,
+    dict_update,
+    divmod_,
+    fromkeys_,
+    pow_,
+    round_,
+)
 from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
 from jitcore.interpreter.generators import close_, throw_
+from jitcore.interpreter.iterating_calls import iterating_lookasides
 from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
@@ -664,6 +678,18 @@ def builtin_lookasides() -> dict[object, Callable]:
             bin: bin_,
             range: range_,
             reversed: reversed_,
+            bool: bool_,  # Note [C builtins over a Python object's dunders]: conversions.py's
+            complex: complex_,
+            round: round_,
+            divmod: divmod_,
+            pow: pow_,
+            ascii: ascii_,
+            bytes: bytes_,
+            bytearray: bytearray_,
+            dict: dict_,
+            dict.update: dict_update,
+            dict.fromkeys: fromkeys_,
+            **iterating_lookasides(),
             sum: sum_,
             any: any_,
             all: all_,

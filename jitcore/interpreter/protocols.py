@@ -36,6 +36,7 @@ __all__ = [
     "NATIVE_ITERATORS",
     "NATIVE_OPERANDS",
     "NATIVE_TYPES",
+    "binary",
     "binary_op",
     "compare_op",
     "contains",
@@ -44,8 +45,10 @@ __all__ = [
     "get_iter",
     "has_python_index",
     "index",
+    "is_python_sequence",
     "length",
     "next_value",
+    "sequence_items",
     "set_item",
     "to_format",
     "to_repr",
@@ -163,11 +166,14 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
             result = call(run, f, (a, b), None)
             if result is not NotImplemented:
                 return result
-        return _binary(run, a, b, name, rname, symbol[:-1], BINARY_OPS[op - 13][4])
-    return _binary(run, a, b, name, rname, symbol, native)
+        return binary(run, a, b, name, rname, symbol[:-1], BINARY_OPS[op - 13][4])
+    return binary(run, a, b, name, rname, symbol, native)
 
 
-def _binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, native) -> object:
+def binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, native) -> object:
+    """``native(a, b)`` by the binary operator protocol (``a.name(b)``, else ``b.rname(a)``; the right
+    operand first where its type is a subclass that overrides it), Python dunders interpreted; ``symbol``
+    names the operator in the TypeError where neither operand supports it."""
     ta, tb = type(a), type(b)
     lf = _slot(ta, name)
     rf = _slot(tb, rname) if tb is not ta else None
@@ -278,7 +284,7 @@ def truth(run: Run, v: object) -> bool:
         if run.type_of(result) is not bool:
             raise TypeError(f"__bool__ should return bool, returned {type(result).__name__}")
         return bool(result)  # a stand-in's truth (Note [A stand-in's number is given to C as its value])
-    if f is None:
+    if f is None and not hasattr(t, "__bool__"):  # (``__bool__ = None`` refuses truth: bool(v) raises)
         f = getattr(t, "__len__", None)
         if _is_py(f):
             return length(run, v) != 0
@@ -304,19 +310,33 @@ def length(run: Run, v: object) -> int:
 
 
 def contains(run: Run, container: object, item: object) -> bool:
-    """``item in container``."""
+    """``item in container``: its Python ``__contains__``, else its iteration (a Python ``__iter__``,
+    ``__next__`` or ``__getitem__``) and each item's ``==`` interpreted."""
     t = type(container)
     if t not in NATIVE_TYPES:
         f = getattr(t, "__contains__", None)
         if _is_py(f):
             return truth(run, call(run, f, (container, item), None))
+        if f is None and not hasattr(t, "__contains__") and _python_iteration(t):
+            it = get_iter(run, container)
+            while (value := next_value(run, it)) is not EXHAUSTED:
+                if value is item or truth(run, compare_op(run, "==", value, item)):
+                    return True
+            return False
     return item in container
+
+
+def _python_iteration(t: type) -> bool:
+    f = getattr(t, "__iter__", None)
+    return _is_py(f) or (f is None and not hasattr(t, "__iter__") and _is_py(getattr(t, "__getitem__", None)))
 
 
 # ---------------------------------------------------------------------------------------------- iteration
 
 def get_iter(run: Run, v: object) -> object:
-    """``iter(v)`` with a Python ``__iter__`` interpreted."""
+    """``iter(v)`` with a Python ``__iter__`` interpreted; an object with no ``__iter__`` but a Python
+    ``__getitem__`` gets CPython's sequence iterator over ``sequence_items(run, v)`` (Note [The sequence
+    protocol, interpreted])."""
     t = type(v)
     if t not in NATIVE_TYPES:
         f = getattr(t, "__iter__", None)
@@ -325,7 +345,58 @@ def get_iter(run: Run, v: object) -> object:
             if not hasattr(type(it), "__next__"):
                 raise TypeError(f"iter() returned non-iterator of type '{type(it).__name__}'")
             return it
+        if is_python_sequence(v):
+            return iter(sequence_items(run, v))
     return iter(v)
+
+
+# Note [The sequence protocol, interpreted]
+# An object with no ``__iter__`` but a ``__getitem__`` is iterable: CPython's sequence iterator asks
+# ``seq[0]``, ``seq[1]``, ... until IndexError or StopIteration, and ``reversed(seq)`` asks ``len(seq)``
+# and then the items backwards. Those calls are made by C, natively: under the jit's hooks what a Python
+# ``__getitem__``/``__len__`` read of the caller's state was an unguarded constant (``for x in seq``,
+# ``list(seq)``, ``sorted(seq)`` over a caller's sequence gave the first call's items on every cached
+# call). The iterator is still CPython's own (its type, ``__length_hint__``, ``__reduce__`` and
+# ``__setstate__`` are the builtin's), made over a stand-in whose ``__getitem__``/``__len__`` run the
+# sequence's interpreted; the stand-in pickles and copies as the sequence itself.
+class _Items:
+    """``seq`` as C indexes it, its Python ``__getitem__`` interpreted by ``run``."""
+
+    __slots__ = ("run", "seq")
+
+    def __init__(self, run: Run, seq: object) -> None:
+        self.run, self.seq = run, seq
+
+    def __getitem__(self, key: object) -> object:
+        return self.run.call(type(self.seq).__getitem__, self.seq, key)
+
+    def __reduce__(self) -> tuple:
+        return _sequence_of, (self.seq,)
+
+
+class _SizedItems(_Items):
+    """``_Items`` of a sequence with a Python ``__len__`` (interpreted too)."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return self.run.call(len, self.seq)
+
+
+def _sequence_of(seq: object) -> object:
+    return seq
+
+
+def is_python_sequence(v: object) -> bool:
+    """Whether C iterates ``v`` by the sequence protocol over a Python ``__getitem__``."""
+    t = type(v)
+    return t not in NATIVE_TYPES and not hasattr(t, "__iter__") and _is_py(getattr(t, "__getitem__", None))
+
+
+def sequence_items(run: Run, seq: object) -> _Items:
+    """``seq`` (an ``is_python_sequence``) as C may index it and take its length, its Python
+    ``__getitem__``/``__len__`` interpreted (Note [The sequence protocol, interpreted])."""
+    return _SizedItems(run, seq) if _is_py(getattr(type(seq), "__len__", None)) else _Items(run, seq)
 
 
 def next_value(run: Run, it: object) -> object:

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 
 from jitcore.interpreter.callbacks import abs_, number_
+from jitcore.interpreter.conversions import math_dunder, real_argument, round_
+from jitcore.interpreter.run import current_run
 from jitcore.ir import BoundSymbol, Symbol, current_context
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, records_arithmetic
 from jitcore.proxies.tensor import PlainTensorProxy
@@ -181,12 +183,16 @@ def _round(number: Any, ndigits: Any = None) -> Any:
     if isinstance(ndigits, NumberProxy):
         ndigits = ndigits.specialize()
     if not isinstance(number, NumberProxy):
-        return builtins.round(number) if ndigits is None else builtins.round(number, ndigits)
+        return round_(number, ndigits)  # a Python __round__ interpreted (interpreter/conversions.py)
     return apply(builtins.round, number) if ndigits is None else apply(builtins.round, number, ndigits)
 
 
 def _math(fn: Callable[..., Any]) -> Callable[..., Any]:
     def compute(*args: Any) -> Any:
+        if len(args) == 1 and not issubclass(type(args[0]), NumberProxy):  # its Python dunders interpreted
+            if (f := math_dunder(fn.__name__, args[0])) is not None:  # (interpreter/conversions.py)
+                return current_run().call(f, args[0])
+            args = (real_argument(fn.__name__, args[0]),)
         return apply(fn, *args) if any(issubclass(type(a), NumberProxy) for a in args) else fn(*args)
 
     compute.__name__ = fn.__name__

@@ -9,6 +9,7 @@ that callable's arguments; what it cannot handle it passes on as the interpreter
 from __future__ import annotations
 
 import os
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,8 @@ from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
 from jitcore.interpreter import current_run
 from jitcore.interpreter.callbacks import abs_
 from jitcore.interpreter.calls import call_function, opaque
-from jitcore.ir import tree_has
+from jitcore.interpreter.conversions import divmod_, pow_, round_
+from jitcore.ir import Proxy, tree_has
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy.boundary import wrap
 from jitcore.numpy.indexing import positive_steps
@@ -86,7 +88,19 @@ def _operator(builtin: Callable[..., Any], dunder: str, value: Any, *args: Any) 
             return current_run().call(getattr(type(other), "__r" + dunder[2:]), other, value)
     if builtin is abs and not args:
         return abs_(value)  # a Python __abs__ interpreted (interpreter/callbacks.py)
+    if any(_user_dunder(v) for v in (value, *args)):  # interpreted (interpreter/conversions.py)
+        return _INTERPRETED[builtin](value, *args)
     return native(builtin, (value, *args), {})
+
+
+_INTERPRETED: dict[Any, Callable[..., Any]] = {divmod: divmod_, pow: pow_, round: round_}
+_DUNDERS = ("__divmod__", "__rdivmod__", "__pow__", "__rpow__", "__round__")
+
+
+def _user_dunder(value: Any) -> bool:
+    """Whether ``value`` is a program's object with a Python dunder of these builtins (not a proxy)."""
+    return not isinstance(value, Proxy) and any(
+        type(getattr(type(value), name, None)) is types.FunctionType for name in _DUNDERS)
 
 
 def in_user_code() -> bool:

@@ -47,6 +47,9 @@ __all__ = [
 ]
 
 
+_SLOTS = frozenset(("name", "value", "roots", "on_specialize", "on_predicate", "specialized", "made_by"))
+
+
 class NumberProxy(Proxy):
     """A named int or float whose value is an input of the trace."""
 
@@ -130,6 +133,8 @@ class NumberProxy(Proxy):
     def __getattr__(self, name: str) -> Any:
         # ``n.real``, ``n.is_integer()``: the number's own attributes need its value. Other names
         # (duck-typing probes such as ``__tensor_flatten__``) are absent, as on a number.
+        if name in _SLOTS:  # an instance made without __init__ (``object.__new__``): no value to ask
+            raise AttributeError(f"'NumberProxy' object has no attribute '{name}'")
         if name.startswith("__") or not hasattr(type(self.value), name):
             raise AttributeError(f"'{type(self.value).__name__}' object has no attribute '{name}'")
         return getattr(self.specialize(), name)

@@ -13,6 +13,10 @@ jitcore/jit/code_kinds.py).
 from __future__ import annotations
 
 import collections
+import itertools
+import random
+import statistics
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -180,3 +184,163 @@ def test_a_global_userdict_counts_like_eager() -> None:
     jbump = jitcore.jit(_bump)
     assert [jbump() for _ in range(4)] == [1, 2, 3, 4]
     assert dict(COUNTS) == {"n": 4}
+
+
+class Sequence:
+    """A caller's sequence by the old protocol: no ``__iter__``, a ``__getitem__`` and a ``__len__``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if 0 <= i < self.n:
+            return i + 1
+        raise IndexError(i)
+
+
+class Steps:
+    """A caller's iterator whose ``__next__`` reads its state."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.i = n, 0
+
+    def __iter__(self) -> Steps:
+        return self
+
+    def __next__(self) -> str:
+        if self.i >= self.n:
+            raise StopIteration
+        self.i += 1
+        return chr(96 + self.i)
+
+
+class Numeric(Dunders):
+    """The numeric, byte and mapping protocols C builtins call, reading the caller's object, with its
+    items as a sequence (``seq``) and as an iterator (``steps``)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.seq, self.steps = Sequence(n), Steps(n)
+
+    def __bytes__(self) -> bytes:
+        return bytes([self.n])
+
+    def __divmod__(self, other: int) -> tuple:
+        return self.n, other
+
+    def __rdivmod__(self, other: int) -> tuple:
+        return other, self.n
+
+    def __pow__(self, other: int, mod: int | None = None) -> int:
+        return pow(self.n, other, mod)
+
+    def __rpow__(self, other: int) -> int:
+        return other ** self.n
+
+    def __complex__(self) -> complex:
+        return complex(self.n, 1)
+
+    def __round__(self, ndigits: int | None = None) -> int:
+        return self.n * 10 if ndigits is None else self.n * 100
+
+    def __floor__(self) -> int:
+        return -self.n
+
+    def __repr__(self) -> str:
+        return f"N\u00e9{self.n}"
+
+    def keys(self) -> list[str]:
+        return [f"k{i}" for i in range(self.n)]
+
+    def __getitem__(self, key: str) -> str:
+        return key * self.n
+
+
+def _keywords(**kwargs: Any) -> list:
+    return sorted(kwargs.items())
+
+
+# found after 74f757c (cpy39's p_dunders.py, 36 of 150 programs wrong on main): each reads the caller's object
+# through C code that called its Python dunders natively, so every cached call gave the first call's answer
+C_READS: dict[str, Callable[[Numeric], Any]] = {
+    "dict.fromkeys": lambda b: dict.fromkeys(b),
+    "dict.fromkeys_seq": lambda b: dict.fromkeys(b.seq, 0),
+    "bytes": lambda b: bytes(b),
+    "bytes_seq": lambda b: bytes(b.seq),
+    "bytearray_index": lambda b: bytearray(b),
+    "divmod": lambda b: divmod(b, 7),
+    "rdivmod": lambda b: divmod(7, b),
+    "pow": lambda b: pow(b, 2),
+    "pow_mod": lambda b: pow(b, 3, 5),
+    "rpow": lambda b: pow(2, b),
+    "complex": lambda b: complex(b),
+    "round": lambda b: round(b),
+    "round_ndigits": lambda b: round(b, 2),
+    "math.floor": lambda b: __import__("math").floor(b),
+    "math.sqrt": lambda b: __import__("math").sqrt(b),
+    "bool": lambda b: bool(b),
+    "ascii": lambda b: ascii(b),
+    "call_star_star": lambda b: _keywords(**b),
+    "dict_display": lambda b: sorted({**b}.items()),
+    "dict": lambda b: sorted(dict(b).items()),
+    "dict.update": lambda b: sorted((lambda d: (d.update(b), d)[1])({}).items()),
+    "for_seq": lambda b: [x for x in b.seq],
+    "list_seq": lambda b: list(b.seq),
+    "sorted_seq": lambda b: sorted(b.seq, reverse=True),
+    "max_seq": lambda b: max(b.seq),
+    "sum_seq": lambda b: sum(b.seq),
+    "reversed_seq": lambda b: list(reversed(b.seq)),
+    "zip_seq_steps": lambda b: list(zip(b.seq, b.steps)),
+    "call_star_seq": lambda b: _keywords(**dict.fromkeys(map(str, b.seq))) + [*b.seq],
+    "star_arguments": lambda b: (lambda *a: a)(*b.seq),
+    "in_seq": lambda b: 2 in b.seq,
+    "in_steps": lambda b: "b" in b.steps,
+    "str.join_steps": lambda b: "-".join(b.steps),
+    "list.extend": lambda b: (lambda items: (items.extend(b.seq), items)[1])([0]),
+    "set.update": lambda b: sorted((lambda s: (s.update(b.steps), s)[1])(set())),
+    "set.union": lambda b: sorted({"z"}.union(b.steps)),
+    "deque": lambda b: list(collections.deque(b.seq)),
+    "counter": lambda b: sorted(collections.Counter(b.steps).items()),
+    "itertools.chain": lambda b: list(__import__("itertools").chain(b.seq, b.steps)),
+    "math.fsum": lambda b: __import__("math").fsum(b.seq),
+    "functools.reduce": lambda b: __import__("functools").reduce(lambda x, y: x * y, b.seq, 1),
+}
+
+
+@pytest.mark.parametrize("name", C_READS)
+def test_c_code_over_a_callers_dunders_follows_each_call(name: str) -> None:
+    fn = C_READS[name]
+    jfn = jitcore.jit(fn)
+    for n in (1, 2, 3, 2):
+        assert_same(jfn(Numeric(n)), fn(Numeric(n)))
+
+
+def _harmonic_mean_is_positive(n: int) -> bool:
+    data = [random.uniform(1, 5) for _ in range(n)]  # the jit's numbers while tracing
+    return statistics.harmonic_mean(data) > 0
+
+
+def test_statistics_over_the_jits_numbers_runs_as_eager() -> None:
+    # test_statistics jitted crashed the process (rc 139): statistics._sum groups its data with
+    # groupby(data, type), whose type() C called natively on the jit's numbers (their proxy class), and
+    # _convert(value, T) made an empty proxy whose attribute lookups recursed until the C stack overflowed
+    jfn = jitcore.jit(_harmonic_mean_is_positive)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (random numbers the program needs: it runs eagerly, and says so)
+        assert [jfn(n) for n in (2, 3, 2)] == [True, True, True]
+
+
+def test_itertools_call_the_programs_functions_interpreted() -> None:
+    def groups(b: Numeric) -> list:
+        return [(k, len(list(g))) for k, g in itertools.groupby(range(6), key=lambda i: i < b.n)]
+
+    def kept(b: Numeric) -> list:
+        return list(itertools.takewhile(lambda i: i < b.n, range(6)))
+
+    for fn in (groups, kept):
+        jfn = jitcore.jit(fn)
+        for n in (1, 2, 3, 2):
+            assert_same(jfn(Numeric(n)), fn(Numeric(n)))

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 
 from jitcore.interpreter.callbacks import native_iterable
+from jitcore.interpreter.conversions import mapping_items
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import (
@@ -143,7 +144,8 @@ def dict_update(frame: Frame, inst: Instruction) -> None:
     mapping = frame.stack.pop()
     if not hasattr(type(mapping), "keys"):
         raise TypeError(f"'{type(mapping).__name__}' object is not a mapping")
-    frame.stack[-inst.arg].update(mapping)
+    # a Python keys()/__getitem__ interpreted: Note [C builtins over a Python object's dunders] (callbacks.py)
+    frame.stack[-inst.arg].update(mapping if type(mapping) is dict else mapping_items(frame.run, mapping))
 
 
 def _function_str(fn: object) -> str:
@@ -174,10 +176,10 @@ def dict_merge(frame: Frame, inst: Instruction) -> None:
         raise TypeError(
             f"{_function_str(fn)} argument after ** must be a mapping, not {type(mapping).__name__}"
         )
-    for key in mapping.keys():  # noqa: SIM118 - the mapping protocol calls keys()
+    for key, value in mapping.items() if type(mapping) is dict else mapping_items(frame.run, mapping):
         if key in target:
             raise TypeError(f"{_function_str(fn)} got multiple values for keyword argument '{key}'")
-        target[key] = mapping[key]
+        target[key] = value
 
 
 @handles("LIST_TO_TUPLE", since=(3, 11), until=(3, 11))

@@ -10,7 +10,9 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 from types import CellType, FunctionType, MethodType
 
+from jitcore.interpreter.callbacks import native_iterable
 from jitcore.interpreter.calls import call, call_class, call_function
+from jitcore.interpreter.conversions import mapping_items
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes.build import _function_str
@@ -113,13 +115,13 @@ def call_function_ex(frame: Frame, inst: Instruction) -> None:
             raise TypeError(
                 f"{_function_str(fn)} argument after ** must be a mapping, not {type(kwargs).__name__}"
             )
-        kwargs = {k: kwargs[k] for k in kwargs.keys()}  # noqa: SIM118 - mapping protocol
+        kwargs = dict(mapping_items(frame.run, kwargs))  # a Python keys()/__getitem__ interpreted
     if type(args) is not tuple:
         if not hasattr(type(args), "__iter__") and not hasattr(type(args), "__getitem__"):
             raise TypeError(
                 f"{_function_str(fn)} argument after * must be an iterable, not {type(args).__name__}"
             )
-        args = tuple(args)
+        args = tuple(native_iterable(frame.run, args))  # Note [C builtins over a Python object's dunders]
     stack.append(call(frame.run, fn, args, kwargs))
 
 
