@@ -539,8 +539,15 @@ def _stood_for_method(run: Run, v: object, t: type, name: str) -> object:
 
 
 def to_str(run: Run, v: object) -> str:
-    """``str(v)``."""
+    """``str(v)`` (``object.__str__`` is ``repr(v)``: a Python ``__repr__`` interpreted)."""
+    t = type(v)
+    if t not in NATIVE_TYPES and getattr(t, "__str__", None) is _OBJECT_STR and \
+            _is_py(getattr(t, "__repr__", None)):
+        return to_repr(run, v)
     return _convert(run, v, "__str__", str, "string")
+
+
+_OBJECT_STR = object.__str__
 
 
 def to_repr(run: Run, v: object) -> str:
@@ -558,4 +565,10 @@ def to_format(run: Run, v: object, spec: str) -> str:
             if not issubclass(run.type_of(result), str):  # a stand-in for text (the jit's) answers str
                 raise TypeError(f"__format__ must return a str, not {type(result).__name__}")
             return result
+        if f is _OBJECT_FORMAT and spec == "" and (_is_py(getattr(t, "__str__", None))
+                                                   or _is_py(getattr(t, "__repr__", None))):
+            return to_str(run, v)  # object.__format__(v, ""): str(v), its Python __str__ interpreted
     return format(v, spec)
+
+
+_OBJECT_FORMAT = object.__format__

@@ -102,13 +102,14 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
                 and type(args[-1] if len(args) == 2 else "") is str:
             return TextProxy.field(args[0], 0, args[1] if len(args) == 2 else "")
         if not kwargs and 1 <= len(args) <= 2 and type(args[-1] if len(args) == 2 else "") is str \
-                and not issubclass(type(args[0]), torch.Tensor) and _python_format(type(args[0])):
+                and _python_text(args[0]):
             return to_format(current_run(), args[0], args[1] if len(args) == 2 else "")  # interpreted
         return opaque(format, args, kwargs)
 
     def str_format(*args: Any, **kwargs: Any) -> Any:
         args, kwargs = _specialized_all(args), _specialized_all(kwargs)  # Note [Sizes made into text]
-        if args and type(args[0]) is str and tree_has((args[1:], kwargs), _DEFERRED):
+        if args and type(args[0]) is str and (tree_has((args[1:], kwargs), _DEFERRED)
+                                              or any(map(_python_text, (*args[1:], *kwargs.values())))):
             text = _template_text(args[0], args[1:], kwargs)
             if text is not None:
                 return text
@@ -124,8 +125,9 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
                 if issubclass(type(value), _DEFERRED):
                     return value if fn is str and isinstance(value, TextProxy) else \
                         TextProxy.field(value, conversion, "")
-                if type(getattr(type(value), method, None)) is types.FunctionType:
-                    return protocol(current_run(), value)  # a Python ``__str__``: interpreted
+                if not issubclass(type(value), torch.Tensor) and (_python_method(type(value), method) or (
+                        fn is str and _python_method(type(value), "__repr__"))):
+                    return protocol(current_run(), value)  # a Python ``__str__``/``__repr__``: interpreted
             return opaque(fn, args, kwargs)
 
         return convert
@@ -138,16 +140,24 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
             **{kind.__repr__: size_repr for kind in SYMBOLIC_NUMBERS}}
 
 
-def _python_format(t: type) -> bool:
-    """Whether ``t``'s ``__format__`` is a Python function, found without running a descriptor (format()
-    looks it up once, in ``to_format``: CPython's test_descr counts the lookups)."""
+def _python_text(value: Any) -> bool:
+    """Whether ``value``'s text comes from a Python ``__format__``/``__str__``/``__repr__`` of its class
+    (not a tensor's: the tensor-text rule has those), which ``str.format`` would call natively: its reads
+    of the caller's state unguarded (Note [C builtins over a Python object's dunders], callbacks.py)."""
+    t = type(value)
+    return not issubclass(t, (torch.Tensor, *_DEFERRED)) and any(
+        _python_method(t, name) for name in ("__format__", "__str__", "__repr__"))
+
+
+def _python_method(t: type, name: str) -> bool:
+    """Whether ``t``'s ``name`` is a Python function, found without running a descriptor."""
     for klass in t.__mro__:
-        if "__format__" in vars(klass):
-            return type(vars(klass)["__format__"]) is types.FunctionType
+        if name in vars(klass):
+            return type(vars(klass)[name]) is types.FunctionType
     return False
 
 
-def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | None:
+def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | str | None:
     """``template.format(*args, **kwargs)`` as a TextProxy, or None where Python's own ``str.format``
     must run (a field naming attributes or items, a nested spec, a malformed template, a missing
     argument: its error is Python's)."""
@@ -185,7 +195,9 @@ def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | None
             parts.append(Field(value, code, spec))
         else:
             parts.append(run.call(format, run.call(CONVERTERS[code], value) if code else value, spec))
-    return TextProxy(tuple(parts))
+    if all(type(p) is str for p in parts):  # (every field a program's object's text, made while tracing)
+        return "".join(parts)
+    return TextProxy(tuple(p if type(p) in (str, Field) else Field(p, 0, "") for p in parts))
 
 
 # One ``%`` conversion: ``%(key)`` ``flags`` ``width`` ``.precision`` length modifier, type.

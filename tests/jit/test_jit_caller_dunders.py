@@ -344,3 +344,45 @@ def test_itertools_call_the_programs_functions_interpreted() -> None:
         jfn = jitcore.jit(fn)
         for n in (1, 2, 3, 2):
             assert_same(jfn(Numeric(n)), fn(Numeric(n)))
+
+
+class Shown:
+    """Text made by a Python ``__str__``/``__repr__`` reading the caller's object."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __str__(self) -> str:
+        return f"S{self.n}"
+
+    def __repr__(self) -> str:
+        return f"R{self.n}"
+
+
+class Represented:
+    """Only a Python ``__repr__``: ``str()`` and ``format(x, "")`` reach it through ``object.__str__``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __repr__(self) -> str:
+        return f"R{self.n}"
+
+
+# str.format called them natively (cached calls gave the first call's text); object.__format__ and
+# object.__str__ called the Python __str__/__repr__ natively for format(x) and str(x)
+TEXTS: dict[str, tuple[Callable[[Any], Any], type]] = {
+    "str.format": (lambda b: "{} {!r} {!s:>4}".format(b, b, b), Shown),  # noqa: UP032 - str.format tested
+    "str.format_keywords": (lambda b: "{x}|{x!r}".format(x=b), Shown),  # noqa: UP032
+    "format_no_spec": (lambda b: format(b), Shown),
+    "str_of_repr": (lambda b: str(b), Represented),
+    "format_of_repr": (lambda b: "{}".format(b), Represented),  # noqa: UP032
+}
+
+
+@pytest.mark.parametrize("name", TEXTS)
+def test_text_of_a_callers_object_follows_each_call(name: str) -> None:
+    fn, cls = TEXTS[name]
+    jfn = jitcore.jit(fn)
+    for n in (1, 2, 3, 2):
+        assert_same(jfn(cls(n)), fn(cls(n)))
