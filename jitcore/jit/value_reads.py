@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -265,6 +266,18 @@ class ValueReads:
     # reads its offsets), the user cannot move them out of the function, and a checked read is not a
     # split (the call is traced whole). Where such a read is refused (the cases above), the call
     # cannot run eagerly under fullgraph: the read's DataDependentError is raised.
+    # Note [A number a subclass's code reads]
+    # A dispatch reading a number of a plain tensor it holds (a quantized tensor's ``self.scale.item()``,
+    # float8's ``amax.item()``) to compute with it gets a name, as the program's own ``item()`` does:
+    # ``t.data * s`` records arithmetic on the name, and a call with another scale runs the same
+    # entry. Before, the number was a constant behind a check: one entry per scale (20 misses in 20
+    # calls). Where the code needs its value (``if s > 1``, ``max(amax, eps)``, a size) it is checked
+    # from there, among the open calls' operations (after the read that computes it), not at the top
+    # level, which the flattened computation runs before the call's operations. Not under grad (a
+    # tensor of the pass requires grad): the grad transform's replay answers a subclass call's reads
+    # with pass 1's constants only (jitcore/transforms/replayed_reads.py), so the number stays a checked
+    # read there (named, the replay found no read to answer with and the call ran eagerly, or lost
+    # the order of its records: ReplayInconsistent).
     # Note [A read in a plain subclass's __torch_function__]
     # A class without ``__torch_dispatch__`` whose ``__torch_function__`` logs or counts holds plain data,
     # its override interpreted as the program's code: a number it reads of its own instances (``super()``
@@ -289,6 +302,9 @@ class ValueReads:
         if symbol.fn in _INNER_NUMBER_READS and type(out) in (int, float) and _plain_tensors(args) \
                 and not kwargs:
             return Inlined(self._number(symbol, args, kwargs, out, site))
+        if symbol.fn in _NUMBER_READS and type(out) in (int, float) and _plain_tensors(args) and not kwargs \
+                and not (torch.is_grad_enabled() and self.context.values.any_requires_grad()):
+            return Inlined(self._number(symbol, args, kwargs, out, site, within_call=True))  # Note below
         if symbol.fn in _LIST_READS and only_plain_subclass_values(args):  # ``tolist()`` too
             listed = self._numbers_of_list(symbol, args, kwargs, out, site)
             if listed is not _REFUSED:
@@ -390,13 +406,16 @@ class ValueReads:
         return Inlined(self._value_shaped(symbol, args, kwargs, out, site, error))
 
     def _number(
-        self, symbol: Symbol, args: tuple, kwargs: dict, value: int | float, site: ReadSite
+        self, symbol: Symbol, args: tuple, kwargs: dict, value: int | float, site: ReadSite,
+        *, within_call: bool = False,
     ) -> NumberProxy:
         """``t.item()``: a number the computation reads on every call. It stays
         a name (arithmetic on it is recorded, torch takes it as a Scalar: ``loss.item()`` logged or
         ``x * t.max().item()`` need no entry per value); where the program needs its value (``if``,
-        a shape), it is checked from there on, as any read."""
-        number = self._read_number(value, lambda _n: (site, value, symbol.fn, *args), kwargs)
+        a shape), it is checked from there on, as any read (``within_call``: read by a subclass's
+        code, whose open calls' scopes may hold that check, Note [A number a subclass's code reads])."""
+        number = self._read_number(value, lambda _n: (site, value, symbol.fn, *args), kwargs,
+                                   within_call=within_call)
         recorded = dataclasses.replace(symbol, tags=symbol.tags | {"data_dependent"})  # run as recorded
         self._record(BoundSymbol(recorded, args, kwargs, number, (), site.source))
         self._log(site, value)
@@ -494,13 +513,15 @@ class ValueReads:
         return size
 
     def _read_number(self, value: int | float | bool, check: Callable[[NumberProxy], tuple],
-                     kwargs: dict) -> NumberProxy:
+                     kwargs: dict, *, within_call: bool = False) -> NumberProxy:
         """A number read from a tensor, a name of the computation; ``check(number)`` gives the arguments
-        of the ``check_read`` recorded, once, where the program first needs its value."""
+        of the ``check_read`` recorded, once, where the program first needs its value (the innermost
+        of the scopes open at the read that is still open then; ``within_call``: the open calls'
+        scopes count too)."""
         checked = False
         scopes = [self.context.scopes[0]]  # the top level, and the spliced calls' scopes read in
         for scope in self.context.scopes[1:-1]:
-            if id(scope) not in self.context.spliced:
+            if id(scope) not in self.context.spliced and not within_call:
                 break
             scopes.append(scope)
 
@@ -514,7 +535,8 @@ class ValueReads:
                 now[innermost].append(record)  # Note [Reads of spliced subclass code in a symbolic pass]
 
         number = NumberProxy(self.context.values.names.fresh("n"), value, on_specialize=specialize)
-        number.on_predicate = self.check_predicate
+        number.on_predicate = self.check_predicate if not within_call else \
+            functools.partial(self._check_predicate_within, tuple(scopes))
         arguments = check(number)
         record = BoundSymbol(READ, arguments, kwargs, None, (), arguments[0].source)
         self.numbers.append((number, record))
@@ -532,6 +554,21 @@ class ValueReads:
         self.context.trace.imports.setdefault("jitcore", jitcore)
         check = BoundSymbol(READ, (site, outcome, bool, number), {}, None, (), site.source)
         self.context.scopes[-1].append(check)
+        self._log(site, outcome)
+        return True
+
+    def _check_predicate_within(self, scopes: tuple[list, ...], number: NumberProxy, outcome: bool,
+                                varies: bool = False) -> bool:
+        """``check_predicate`` for a number a subclass's code read (Note [A number a subclass's code
+        reads]): the truth is checked among the operations of the call whose code tests it, where the
+        scopes open are those open at the read (not inside another symbol's resolution)."""
+        now = self.context.scopes
+        if current_context() is not self.context or len(now) != len(scopes) or \
+                any(a is not b for a, b in zip(now, scopes)):
+            return False
+        site = ReadSite(f"the truth of {number.name}", self.context.source(), varies)
+        self.context.trace.imports.setdefault("jitcore", jitcore)
+        now[-1].append(BoundSymbol(READ, (site, outcome, bool, number), {}, None, (), site.source))
         self._log(site, outcome)
         return True
 

@@ -115,6 +115,12 @@ class TensorValues:
         self._by_shadow: dict[int, TensorProxy] = {}
         self._aliases: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
 
+    def any_requires_grad(self) -> bool:
+        """Whether a tensor of the pass so far requires grad (the grad transform will replay it). A
+        subclass value's flag is read without its ``__torch_function__`` (torchao's would dequantize)."""
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            return any(proxy.requires_grad for proxy in self._by_shadow.values())
+
     def input_proxy(self, tensor: torch.Tensor, name: str | None = None,
                     dynamic_dims: frozenset[int] = frozenset(), *,
                     keep_zero_one: bool = False,

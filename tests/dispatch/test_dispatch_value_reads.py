@@ -217,3 +217,72 @@ def test_a_counter_in_dispatch_that_reads_counts_as_eagerly() -> None:
         _same(out, f(x))
         assert Counting.count == before + 4
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 1)
+
+
+# --- a number the dispatch reads of a plain tensor it holds (Note [A number a subclass's code reads]) ---
+class Scaled(torch.Tensor):
+    """A quantized-style wrapper: ``data`` times the number its dispatch reads of ``scale``
+    (``scale.item()``). ``how`` picks what the dispatch does with it: ``"scale"`` multiplies;
+    ``"amax"`` also reads ``data``'s largest magnitude and rescales by ``448 / max(amax, eps)``
+    (float8-style); ``"branch"`` multiplies above 1 and subtracts otherwise."""
+
+    how = "scale"
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, scale: torch.Tensor) -> Scaled:
+        return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype, device=data.device)
+
+    def __init__(self, data: torch.Tensor, scale: torch.Tensor) -> None:
+        self.data_, self.scale = data, scale
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["data_", "scale"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> Scaled:
+        return Scaled(inner["data_"], inner["scale"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        def plain(t: Any) -> Any:
+            if not isinstance(t, Scaled):
+                return t
+            s = t.scale.item()
+            if cls.how == "amax":
+                amax = t.data_.abs().max().item()
+                return t.data_ * (448.0 / max(amax, 1e-12)) * s
+            if cls.how == "branch":
+                return t.data_ * s if s > 1.0 else t.data_ - s
+            return t.data_ * s
+        return func(*tree_map(plain, args), **tree_map(plain, kwargs or {}))
+
+
+@pytest.mark.parametrize(("how", "misses"), [("scale", 1), ("amax", 1), ("branch", 2)])
+@pytest.mark.parametrize("grad", [False, True], ids=["values", "grad"])
+def test_a_scale_the_dispatch_reads_is_a_number_of_the_computation(how: str, misses: int,
+                                                                   grad: bool) -> None:
+    """Eight calls with eight scales (0.5 to 1.9) and new data: outputs (and gradients) are eager's.
+    Without grad, a scale only multiplied is a number of the computation (one entry), and a branch on
+    it checks its outcome (two entries). Before: one entry per scale (8 misses in 8 calls). Under grad
+    the number stays a checked read (the grad transform's replay answers reads with constants): values
+    and gradients are compared only."""
+    def f(x: torch.Tensor, w: Scaled) -> torch.Tensor:
+        return torch.mm(x, w) + 1
+
+    Scaled.how = how
+    jitted = jitcore.jit(f)
+    try:
+        for i in range(8):
+            torch.manual_seed(i)
+            w = Scaled(torch.randn(3, 2), torch.tensor(0.5 + 0.2 * i))
+            x = torch.randn(4, 3, requires_grad=grad)
+            got, expected = jitted(x, w), f(x, w)
+            torch.testing.assert_close(got, expected)
+            if grad:
+                torch.testing.assert_close(torch.autograd.grad(got.sum(), x),
+                                           torch.autograd.grad(expected.sum(), x))
+    finally:
+        Scaled.how = "scale"
+    if not grad:
+        assert jitcore.cache_misses(jitted) == misses
+        _no_eager_entry(jitted)

@@ -205,16 +205,32 @@ def test_scale_read_with_item_in_dispatch() -> None:
     _check(lambda x, w: F.linear(x, ScaledItem.quantize(w)), lambda: (torch.randn(2, 4), torch.randn(3, 4)))
 
 
+class CappedScaleItem(ScaledItem):
+    """Its dispatch branches on the scale it reads (scales from 1.5 up count as -1.5): the branch's
+    outcome is checked on every call (a scale used in arithmetic only is a number of the computation)."""
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> CappedScaleItem:
+        return CappedScaleItem(inner["_data"], inner["_scale"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        def plain(t: CappedScaleItem) -> torch.Tensor:
+            scale = t._scale.item()
+            return t._data.to(torch.float32) * (scale if scale < 1.5 else -1.5)
+        return func(*tree_map_only(cls, plain, args), **tree_map_only(cls, plain, kwargs or {}))
+
+
 def test_scale_read_in_dispatch_after_an_in_place_write_is_rolled_back() -> None:
     """A failed check of a read inside dispatch code undoes the entry's earlier writes to the inputs
     before the next entry runs."""
-    def f(y: torch.Tensor, s: ScaledItem) -> torch.Tensor:
+    def f(y: torch.Tensor, s: CappedScaleItem) -> torch.Tensor:
         y.add_(1)
         return s + y
 
     jitted = jitcore.jit(f)
     for scale in (1.0, 2.0):
-        s = ScaledItem(torch.ones(3, dtype=torch.int8), torch.tensor(scale))
+        s = CappedScaleItem(torch.ones(3, dtype=torch.int8), torch.tensor(scale))
         y_jit, y_eager = torch.zeros(3), torch.zeros(3)
         torch.testing.assert_close(jitted(y_jit, s), f(y_eager, s))
         torch.testing.assert_close(y_jit, y_eager)
