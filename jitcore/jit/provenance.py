@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from jitcore.jit.state_kinds import (
+    MAX_ELEMENTS,
     all_literal,
     is_library_class,
     is_module_registry,
@@ -358,6 +359,27 @@ class Provenance(TensorBinding):
         self._remember_object(value, path)
         return value
 
+    # Note [Functions a dict of state holds]
+    # A module's hook dicts (``m._forward_hooks``, torch's ``_global_forward_hooks``) are OrderedDicts,
+    # guarded by identity and length; ``Module._call_impl`` takes the hooks out of them past the hooks
+    # of the pass (``(*d.items(),)`` unpacks in C). A hook so reached had no path: its closure's cells
+    # counted as made while tracing (jit/state_reads.py ``_load_deref``), so ``seen.append(...)`` in a
+    # ``register_forward_hook(lambda m, i, o: seen.append(...))`` ran while tracing only, and every
+    # cached call lost it (and a tensor stored there was the pass's proxy); a hook replaced by another
+    # with the dict's length unchanged was never noticed. The functions (and other callables) such a
+    # dict holds are now guarded by identity, under the dict's keys, and remembered at their item's
+    # path, so what they read and write through their cells or ``__self__`` is state as anywhere else.
+    def _functions_held(self, first: dict, path: Path) -> None:
+        held = [(key, item) for key, item in first.items()
+                if callable(item) and not isinstance(item, type) and type(key) in (int, str)]
+        if not held or len(first) > MAX_ELEMENTS:
+            return
+        self.guard(path, "keys", tuple(first))
+        for key, item in held:
+            self.pin(item)
+            self.guard(path.key(key), "identity", item)
+            self._remember_object(item, path.key(key))
+
     # Note [Generators the caller passes]
     # Eagerly a draw with ``generator=g`` uses and advances g's state. The generator is an input of
     # the computation (after the numbers), guarded by type and device, not identity: a generator made
@@ -509,6 +531,8 @@ class Provenance(TensorBinding):
             self.guard(path, *(("keys", tuple(first)) if issubclass(kind, dict) else ("len", len(first))))
             for key, tensor in items:
                 self.remember(tensor, path.key(key))
+        if issubclass(kind, dict):
+            self._functions_held(first, path)
 
     def remember_function(self, fn: types.FunctionType, path: Path) -> None:
         """The jitted function itself: its code is pinned (its defaults are bound per call)."""
