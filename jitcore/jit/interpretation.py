@@ -143,6 +143,7 @@ class Pass(StateReads):
                                 read_dims=read_dims,  # ShapePolicy.read_dims, in every pass
                                 read_numbers=read_numbers)  # ShapePolicy.read_number, in symbolic ones
         self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
+        self.provenance.natively = lambda: self.reads.natively > 0  # Note [Tensors a native composite makes]
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.provenance.first_state = self.snapshots.first_state

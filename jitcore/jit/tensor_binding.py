@@ -53,6 +53,7 @@ class TensorBinding:
     on_remember: Callable[[Any, Path], None] | None
     _reached: dict[int, Reached]
     _static_only: int
+    natively: Callable[[], bool]
     _ragged: dict[Path, frozenset[int]]
     _layouts_of: set[int]
 
@@ -72,9 +73,23 @@ class TensorBinding:
         if known is not None:
             return known
         path = self.path_of(tensor)
-        if path is None:  # held weakly: once the tensor is gone, the entry misses instead of keeping it
+        if path is None and self.natively():  # Note [Tensors a native composite makes]
+            path = Path(Root("bound", f"<tensor a composite made {tuple(tensor.shape)}>", tensor))
+        elif path is None:  # held weakly: once the tensor is gone, the entry misses instead of keeping it
             path = Path(Root("bound", f"<captured tensor {tuple(tensor.shape)}>", weakref.ref(tensor))).call()
         return self._tensor(tensor, path, "c")
+
+    # Note [Tensors a native composite makes]
+    # A torch function whose C++ composite reads values under grad runs natively on the proxies (Note
+    # [Composites that read values under grad], jit/value_reads.py), as do jitcore's own expressions of
+    # such calls (``index_fill`` through a mask, Note [Masks whose values carry gradients]). Their
+    # factories take no traced tensor, so they run on real tensors: ``combinations``' triangular mask,
+    # ``index_fill``'s bool mask reach the records of the ops after them as tensors no path names.
+    # Held weakly, as a caller's captured tensor is, such a tensor lived only as long as the pass's
+    # garbage: when a collection freed it before the computation ran, the first call passed None as
+    # that input ("unwrap_if_dead() ... Invoked with: None"), and later calls missed and traced again.
+    # It is the composite's constant (made from sizes the entry guards, or from a value a checked read
+    # guards), so the entry holds it.
 
     def bound_proxy(self, tensor: torch.Tensor) -> TensorProxy | None:
         """The proxy a caller's tensor is bound to in this pass, or None (not bound yet)."""

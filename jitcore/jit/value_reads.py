@@ -94,6 +94,7 @@ class ValueReads:
         # (Note [One mask, one count]); ``_decomposing``: how deep in DATA_DEPENDENT_DECOMPOSITIONS
         self.coordinates: dict[tuple[int, int], tuple[TensorProxy, Any]] = {}
         self._decomposing = 0
+        self.natively = 0  # > 0 inside ``_enclosing_scope``: a composite or expression runs natively
         self._constants: list[tuple[ReadSite, int]] = []  # integers a subclass's code read, as constants
 
     def read(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
@@ -687,10 +688,15 @@ class ValueReads:
 
     @contextlib.contextmanager
     def _enclosing_scope(self) -> Iterator[None]:
+        """Records made inside go to the enclosing scope, in place of the call being read: what a
+        composite or jitcore's own expression of the call runs natively (its factories' real tensors are
+        its constants: Note [Tensors a native composite makes], jit/tensor_binding.py)."""
         own = self.context.scopes.pop()
+        self.natively += 1
         try:
             yield
         finally:
+            self.natively -= 1
             self.context.scopes.append(own)
 
 
