@@ -291,16 +291,26 @@ def check_torch_sample(op: Any, fn: Callable[..., Any], sample: Any) -> Outcome:
     seed(1234)
     flat_inputs = _unique(c_inputs)
     actual = compiled(*flat_inputs)
+    compare_call(op, expected, actual, _unique(e_inputs), flat_inputs)
+    return PASS
+
+
+def compare_call(op: Any, expected: Any, actual: Any, expected_inputs: list, actual_inputs: list,
+                 what: str = "output") -> None:
+    """One call of ``op`` against eager's: its outputs by value (by metadata alone where the op is
+    random or its values are not comparable), its inputs after the call, and what aliases what.
+
+    Raises:
+        Mismatch: the first difference."""
     random = is_random(op) or not values_comparable(op)
     try:
-        compare(expected, actual, values=True, what="output")
+        compare(expected, actual, values=True, what=what)
     except Mismatch:
         if not random:
             raise
-        compare(expected, actual, values=False, what="output")
-    compare(_unique(e_inputs), flat_inputs, values=not random, what="inputs after call")
-    check_aliasing(expected, _unique(e_inputs), actual, flat_inputs)
-    return PASS
+        compare(expected, actual, values=False, what=what)
+    compare(expected_inputs, actual_inputs, values=not random, what="inputs after call")
+    check_aliasing(expected, expected_inputs, actual, actual_inputs)
 
 
 def _unique(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
