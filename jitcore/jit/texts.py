@@ -125,8 +125,11 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
                 if issubclass(type(value), _DEFERRED):
                     return value if fn is str and isinstance(value, TextProxy) else \
                         TextProxy.field(value, conversion, "")
-                if not issubclass(type(value), torch.Tensor) and (_python_method(type(value), method) or (
-                        fn is str and _python_method(type(value), "__repr__"))):
+                if issubclass(type(value), torch.Tensor):  # a subclass's own text method: interpreted
+                    if type(getattr(type(value), method, None)) is types.FunctionType:
+                        return protocol(current_run(), value)
+                elif _python_method(type(value), method) or (
+                        fn is str and _python_method(type(value), "__repr__")):
                     return protocol(current_run(), value)  # a Python ``__str__``/``__repr__``: interpreted
             return opaque(fn, args, kwargs)
 
