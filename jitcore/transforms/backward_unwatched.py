@@ -155,7 +155,7 @@ class _Follow:
                 and frame.f_code not in self.seen:
             self.seen.add(frame.f_code)
             code, values = frame.f_code, frame.f_locals
-            for name in code.co_freevars:
+            for name in _free_variables(code):
                 if name in values:
                     self.frees.setdefault((code, name), frame)  # a finished frame reads its cells' contents
                     self._note(("free", id(code), name), code, f"the closure variable {name} of "
@@ -169,7 +169,7 @@ class _Follow:
             return
         self.seen.add(code)
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            if id(cell) in self.watched:
+            if id(cell) in self.watched or name not in _free_variables(code):
                 continue
             try:
                 value = cell.cell_contents
@@ -236,6 +236,15 @@ class _Follow:
 
 
 _ABSENT = object()
+# A generator expression or comprehension cannot rebind the variables it closes over (no ``nonlocal``),
+# and each run of its enclosing code makes it anew with that run's cells: a dispatch's
+# ``next(a.names for a in args ...)`` made another per op, whose cells differed from the first one's.
+_COMPREHENSIONS = frozenset({"<genexpr>", "<listcomp>", "<setcomp>", "<dictcomp>"})
+
+
+def _free_variables(code: types.CodeType) -> tuple[str, ...]:
+    """The free variables of ``code`` whose bindings its runs may change."""
+    return () if code.co_name in _COMPREHENSIONS else code.co_freevars
 
 
 def _binding(value: Any) -> tuple:
