@@ -415,7 +415,8 @@ def _symbolic_nested_value(trace: Any, env: Any) -> SubclassTensorProxy | None:
 
 
 def _is_jagged(value: SubclassTensorProxy) -> bool:
-    return value.shadow.layout is torch.jagged
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - jitcore's own read: no class code runs
+        return value.shadow.layout is torch.jagged  # (torchao's codebook dequantizes for ``layout``)
 
 
 def _rebuilt_subclass_values(trace: Any,
@@ -566,7 +567,9 @@ class _SizeRewriter:
         size an int or a number of the computation."""
         _names, ctx = value.inner_flatten()
         shadow = value.shadow
-        layout = self._map((tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset(), ctx))
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - jitcore's own reads: no class code runs
+            metadata = (tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset())
+        layout = self._map((*metadata, ctx))
         if _holds_sizes(layout[3]):
             raise error(f"the flatten ctx of {value.name}, a {value.subclass.__qualname__}, holds a symbolic "
                         "size jitcore cannot compute per call")
