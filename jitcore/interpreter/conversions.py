@@ -138,7 +138,7 @@ def ascii_(obj: object, /) -> str:
 
 
 def _is_buffer(v: object) -> bool:
-    return isinstance(v, _BUFFERS) or (sys.version_info >= (3, 12) and hasattr(type(v), "__buffer__"))
+    return issubclass(type(v), _BUFFERS) or (sys.version_info >= (3, 12) and hasattr(type(v), "__buffer__"))
 
 
 def _byte_source(run: Run, v: object) -> object:
@@ -182,7 +182,7 @@ def _python_mapping(v: object) -> bool:
     if _python_dunder(v, "keys") is None:
         return False
     # (PyDict_Merge takes a dict subclass's items as a dict's unless it overrides __iter__)
-    return not isinstance(v, dict) or getattr(type(v), "__iter__", None) is not dict.__iter__
+    return not issubclass(type(v), dict) or getattr(type(v), "__iter__", None) is not dict.__iter__
 
 
 def mapping_items(run: Run, mapping: object) -> list[tuple[object, object]]:
@@ -208,7 +208,7 @@ def dict_(*args: object, **kwargs: object) -> dict:
 
 def dict_update(self: dict, *args: object, **kwargs: object) -> None:
     """dict.update() of a mapping with a Python ``keys()``, or of pairs stepped as ``for`` steps them."""
-    if len(args) != 1 or not isinstance(self, dict):
+    if len(args) != 1 or not issubclass(type(self), dict):
         return _builtin(dict.update, self, *args, **kwargs)
     run = active_run()
     if _python_mapping(args[0]):
@@ -230,7 +230,7 @@ def real_argument(name: str, v: object) -> object:
     """What ``math.<name>`` (a function of one real number) reads of ``v``: its Python ``__float__`` (else
     ``__index__``) interpreted, as ``PyFloat_AsDouble`` asks; ``v`` itself where C asks nothing Python."""
     t = type(v)
-    if t in NATIVE_TYPES or isinstance(v, float) or name == "trunc" or (name in _ROUNDING and
+    if t in NATIVE_TYPES or issubclass(t, float) or name == "trunc" or (name in _ROUNDING and
                                                                        hasattr(t, f"__{name}__")):
         return v
     run = active_run()

@@ -99,8 +99,16 @@ _DUNDERS = ("__divmod__", "__rdivmod__", "__pow__", "__rpow__", "__round__")
 
 def _user_dunder(value: Any) -> bool:
     """Whether ``value`` is a program's object with a Python dunder of these builtins (not a proxy)."""
-    return not isinstance(value, Proxy) and any(
-        type(getattr(type(value), name, None)) is types.FunctionType for name in _DUNDERS)
+    # found without reading ``__class__`` (``isinstance`` does) or running a descriptor's ``__get__`` (a
+    # class attribute read does): CPython's test_descr counts both
+    t = type(value)
+    return not issubclass(t, Proxy) and any(
+        type(_static_lookup(t, name)) is types.FunctionType for name in _DUNDERS)
+
+
+def _static_lookup(t: type, name: str) -> Any:
+    """``name`` as the first class in ``t``'s MRO that has it holds it (None: none has it)."""
+    return next((vars(k)[name] for k in t.__mro__ if name in vars(k)), None)
 
 
 def in_user_code() -> bool:
