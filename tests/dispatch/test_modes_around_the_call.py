@@ -33,6 +33,8 @@ class DoubleLinear(TorchFunctionMode):
 
 
 class CountOps(TorchDispatchMode):
+    """Lists the aten ops it sees (its state is replayed on the caller's instance by cached calls)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[str] = []
@@ -122,18 +124,6 @@ def test_a_default_device_context_is_not_a_mode_that_stops_caching() -> None:
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
 
 
-class Log(TorchDispatchMode):
-    """Lists the aten ops it sees (its state is replayed on the caller's instance by cached calls)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 class Count(TorchFunctionMode):
     """Counts the torch calls it is offered in ``self.n``."""
 
@@ -185,7 +175,8 @@ def _run_under(modes: list[Any], fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
 
 
-@pytest.mark.parametrize("kinds", [[Log], [Count], [MulToAdd], [Log, Count], [Count, MulToAdd, Log]],
+@pytest.mark.parametrize("kinds", [[CountOps], [Count], [MulToAdd], [CountOps, Count],
+                                   [Count, MulToAdd, CountOps]],
                          ids=lambda kinds: "+".join(k.__name__ for k in kinds))
 def test_modes_around_the_call_are_traced_and_a_fresh_instance_per_call_hits(kinds: list[type]) -> None:
     """Before: every call ran eagerly (0 misses, 0 hits, a warning)."""
@@ -207,7 +198,8 @@ def test_calls_with_no_mode_other_modes_and_nested_modes_each_answer_as_eagerly(
     entry (a guarded miss), and each repeated call hits. Before: every call under a mode ran eagerly."""
     jitted = jitcore.jit(_program)
     x, y = torch.randn(3), torch.randn(3)
-    sequence = [[], [Log], [Count], [Log, Count], [], [Log], [MulToAdd], [Count], [Log, Count]]
+    sequence = [[], [CountOps], [Count], [CountOps, Count], [], [CountOps], [MulToAdd], [Count],
+                [CountOps, Count]]
     for kinds in sequence:
         eager_modes, jit_modes = [k() for k in kinds], [k() for k in kinds]
         with warnings.catch_warnings():
@@ -256,7 +248,7 @@ def test_a_dispatch_mode_over_tensors_requiring_grad_runs_eagerly_and_says_why()
         warnings.simplefilter("always")
         for _ in range(2):
             x, y = torch.randn(3, requires_grad=True), torch.randn(3)
-            eager_mode, jit_mode = Log(), Log()
+            eager_mode, jit_mode = CountOps(), CountOps()
             with eager_mode:
                 _program(x, y).sum().backward()
             expected = x.grad
@@ -275,7 +267,7 @@ def test_the_callers_modes_are_back_on_torchs_stacks_after_an_exception() -> Non
         return x + 1
 
     jitted = jitcore.jit(f)
-    mode = Log()
+    mode = CountOps()
     with mode:
         for _ in range(2):
             with pytest.raises(ValueError, match="two"):
