@@ -81,7 +81,7 @@ class TensorBinding:
 
     # Note [Tensors a native composite makes]
     # A torch function whose C++ composite reads values under grad runs natively on the proxies (Note
-    # [Composites that read values under grad], jit/value_reads.py), as do jitcore's own expressions of
+    # [Composites that read values under grad], jit/read_arguments.py), as do jitcore's own expressions of
     # such calls (``index_fill`` through a mask, Note [Masks whose values carry gradients]). Their
     # factories take no traced tensor, so they run on real tensors: ``combinations``' triangular mask,
     # ``index_fill``'s bool mask reach the records of the ops after them as tensors no path names.

@@ -38,7 +38,8 @@ from torch.fx.experimental.symbolic_shapes import (
 import jitcore
 from jitcore.errors import DataDependentError, EagerOnlySubclass
 from jitcore.ir import BoundSymbol, Inlined, SourceFrame, Symbol, TraceContext, current_context
-from jitcore.jit.probe import Probe, may_write, written_arguments
+from jitcore.jit.probe import Probe, may_write
+from jitcore.jit.read_arguments import holds, natively, needs_grad, unwritten, writes_outside
 from jitcore.langctx.reads import (
     DATA_DEPENDENT_DECOMPOSITIONS,
     MASKS_UNDER_GRAD,
@@ -108,7 +109,7 @@ class ValueReads:
             DataDependentError: ``error``, where no read applies (inside another symbol's resolution,
                 or a value-shaped tensor that must carry gradients).
         """
-        if _has(SubclassTensorProxy, (args, kwargs)) and not self.context.subclass_code \
+        if holds(SubclassTensorProxy, (args, kwargs)) and not self.context.subclass_code \
                 and len(self.context.scopes) == 2:
             # torch's C++ reading a plain index tensor next to a subclass (tensor_split(x, idx))
             retried = self._with_read_arguments(symbol, args, kwargs)
@@ -116,11 +117,11 @@ class ValueReads:
                 return Inlined(retried)
         as_program = self._as_the_programs(args, kwargs)  # Note [Reads of spliced subclass code ...]
         subclass_code = self.context.subclass_code and not as_program
-        if subclass_code and not _has(SubclassTensorProxy, (args, kwargs)):
+        if subclass_code and not holds(SubclassTensorProxy, (args, kwargs)):
             read = self._read_in_subclass_code(symbol, args, kwargs, error, source)
             if read is not _REFUSED:
                 return read
-        if subclass_code or (_has(SubclassTensorProxy, (args, kwargs)) and not as_program):
+        if subclass_code or (holds(SubclassTensorProxy, (args, kwargs)) and not as_program):
             # a subclass's dispatch that reads values it cannot read (under grad, after writes or
             # random draws in the same call): this call runs eagerly
             raise EagerOnlySubclass(
@@ -147,16 +148,16 @@ class ValueReads:
                 self.coordinates[key] = (args[0], read.output)  # the mask kept alive: its id keys the entry
             return read
         except DataDependentError:
-            if not (_needs_grad(args, kwargs) and symbol.langctx == "torch"
-                    and not _has(NumberProxy, (args, kwargs))):
+            if not (needs_grad(args, kwargs) and symbol.langctx == "torch"
+                    and not holds(NumberProxy, (args, kwargs))):
                 raise
-        # Note [Composites that read values under grad]
+        # Note [Composites that read values under grad], jit/read_arguments.py
         scope = self.context.scopes[-2]
         recorded = len(scope)
         out = NotImplemented
         if "autograd_function" not in symbol.tags:  # Note [A Function whose forward reads values]
             with self._enclosing_scope(), torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
-                out = _natively(symbol.fn, args, kwargs)
+                out = natively(symbol.fn, args, kwargs)
         if out is NotImplemented:
             del scope[recorded:]  # what the attempt recorded before it failed
             return Inlined(self._under_autograd(symbol, args, kwargs, error, source))
@@ -189,9 +190,9 @@ class ValueReads:
         open_scopes = self.context.scopes[1:-1]
         if self.context.values.shape_env is None or not self.context.subclass_code or not open_scopes:
             return False
-        if _has(SubclassTensorProxy, (args, kwargs)):
+        if holds(SubclassTensorProxy, (args, kwargs)):
             return False
-        return self._spliced_only() and not _writes_outside([b for scope in open_scopes for b in scope])
+        return self._spliced_only() and not writes_outside([b for scope in open_scopes for b in scope])
 
     def _spliced_only(self) -> bool:
         """Whether every call still being recorded (but the innermost: the read's own) has its records
@@ -226,8 +227,8 @@ class ValueReads:
         coordinates (Note [Masks whose values carry gradients], langctx/reads.py); None: not one."""
         position, expression = MASKS_UNDER_GRAD.get(symbol.fn, (0, None))
         if expression is None or len(args) <= position or self.context.subclass_code \
-                or len(self.context.scopes) != 2 or not _needs_grad(args[position:position + 1], {}) \
-                or _has(SubclassTensorProxy, (args, kwargs)):
+                or len(self.context.scopes) != 2 or not needs_grad(args[position:position + 1], {}) \
+                or holds(SubclassTensorProxy, (args, kwargs)):
             return None
         with self._enclosing_scope():
             out = expression(*args, **kwargs)
@@ -290,7 +291,7 @@ class ValueReads:
         if self.context.values.shape_env is not None:
             return _REFUSED  # symbolic sizes (nested ints alone leave the pass static)
         records = [b for scope in open_scopes for b in scope]
-        if _writes_outside(records):
+        if writes_outside(records):
             return _REFUSED
         try:
             real_args, real_kwargs = self.probe.values_within(open_scopes, (args, kwargs))
@@ -310,13 +311,13 @@ class ValueReads:
             listed = self._numbers_of_list(symbol, args, kwargs, out, site)
             if listed is not _REFUSED:
                 return Inlined(listed)
-        if not _has(torch.Tensor, out):
+        if not holds(torch.Tensor, out):
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
             if type(out) is int:
                 self._constants.append((site, out))
             return Inlined(out)
-        if _needs_grad(args, kwargs):  # value-shaped outputs that must carry gradients: static, with the
+        if needs_grad(args, kwargs):  # value-shaped outputs that must carry gradients: static, with the
             retried = self._with_read_arguments(symbol, args, kwargs)  # sizes read (NJT SDPA's split)
             return _REFUSED if retried is _REFUSED else Inlined(retried)
         if isinstance(out, (list, tuple)):  # Note [The counts of a split in a subclass's code]
@@ -355,7 +356,7 @@ class ValueReads:
     # backward inside the function) raises the refusal instead.
     def _under_autograd(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                         source: tuple[SourceFrame, ...] | None) -> Any:
-        real_args, real_kwargs = _unwritten(symbol, args, kwargs, self._values((args, kwargs)))
+        real_args, real_kwargs = unwritten(symbol, args, kwargs, self._values((args, kwargs)))
 
         def as_input(proxy: Any, real: Any) -> Any:
             needs = isinstance(proxy, TensorProxy) and proxy.requires_grad and isinstance(real, torch.Tensor)
@@ -391,7 +392,7 @@ class ValueReads:
         Raises:
             DataDependentError: ``error``, where the outputs must carry gradients that a read cannot give.
         """
-        real_args, real_kwargs = _unwritten(symbol, args, kwargs, self._values((args, kwargs)))
+        real_args, real_kwargs = unwritten(symbol, args, kwargs, self._values((args, kwargs)))
         out = symbol.fn(*real_args, **real_kwargs)
         site = ReadSite(_describe(symbol, out), source)
         if symbol.fn in _NUMBER_READS and type(out) in (int, float):
@@ -400,7 +401,7 @@ class ValueReads:
             listed = self._numbers_of_list(symbol, args, kwargs, out, site)
             if listed is not _REFUSED:
                 return Inlined(listed)
-        if not _has(torch.Tensor, out):
+        if not holds(torch.Tensor, out):
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
             return Inlined(out)
@@ -709,22 +710,6 @@ class ValueReads:
 # and the op is recorded with static shapes when that fixes them.
 
 
-# Note [A value-shaped call that writes its arguments]
-# Adam with a tensor learning rate steps each parameter with ``param.addcdiv_(m, d, value=-lr / c)``,
-# ``value`` a 0-dim tensor that torch reads as a Scalar: the fake kernel cannot run, so the call runs
-# on the values to learn its outputs. Run so on the caller's parameter, it stepped the model while
-# tracing, and the computation stepped it again (the first call's loss and weights were wrong). A call
-# that may write its arguments runs on copies of them here; the probe runs its record later with its
-# own copy on write, as it runs every record.
-def _unwritten(symbol: Symbol, args: tuple, kwargs: dict, values: tuple[tuple, dict]) -> tuple[tuple, dict]:
-    """``values`` (the real arguments of a call of ``symbol``), with copies of the plain tensors the
-    call may write."""
-    if not may_write(BoundSymbol(symbol, args, kwargs, None)):
-        return values
-    plain = (torch.Tensor, torch.nn.Parameter)
-    return optree.tree_map(lambda v: v.clone() if type(v) in plain else v, values, none_is_leaf=True)
-
-
 # Reads whose result is one number that stays symbolic until the program needs its value. Not
 # ``float(t)``/``int(t)``: Python's protocol requires a real float/int from ``__float__``/``__int__``.
 _NUMBER_READS = frozenset({torch.Tensor.item})
@@ -749,57 +734,6 @@ def _list_shape(value: Any, depth: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-# Note [Composites that read values under grad]
-# A torch function whose C++ composite reads values inside (``torch.cov`` checks its weights with
-# ``torch.equal``, ``gaussian_nll_loss`` checks ``var < 0`` with ``item``) fails on shadows as a
-# whole. Read as a whole on the values, its outputs would carry no derivative. Where that read is
-# refused because inputs require grad (``narrow`` and ``tensor_split`` with tensor arguments are
-# read as numbers first, and pass), it runs natively instead, with torch functions off: traced
-# tensors are tensors, so each aten op of the composite reaches their ``__torch_dispatch__`` and is
-# recorded (with its autograd on the shadows, jitcore/langctx/aten.py ``_torch_dispatch``) and
-# differentiated on its own, and only the op that reads values becomes a checked read.
-# When that fails too (an op whose output shape the values decide must carry a gradient, or C++ that
-# reads a traced tensor's data directly), what it recorded is dropped and the original error stands.
-def _natively(fn: Any, args: tuple, kwargs: dict) -> Any:
-    try:
-        return fn(*args, **kwargs)
-    except DataDependentError:
-        return NotImplemented
-    except RuntimeError as exc:  # C++ read a traced tensor's data directly (it has none)
-        if "data is not allocated yet" in str(exc):
-            return NotImplemented
-        raise
-
-
-def _writes_outside(records: list[BoundSymbol]) -> bool:
-    """Whether one of ``records`` writes a tensor whose storage none of them made."""
-    made: set[int] = set()
-    for bsym in records:
-        if may_write(bsym):
-            written = written_arguments(bsym) or [bsym.args[0] if bsym.args else None, bsym.kwargs.get("out")]
-            for value in optree.tree_leaves(written, none_is_leaf=True):
-                if isinstance(value, TensorProxy) and _storage_or_none(value) not in made:
-                    return True
-        for value in optree.tree_leaves(bsym.output, none_is_leaf=True):
-            if isinstance(value, TensorProxy) and not _has(TensorProxy, (bsym.args, bsym.kwargs)) \
-                    and (key := _storage_or_none(value)) is not None:
-                made.add(key)  # a factory (zeros, empty): a fresh storage
-    return False
-
-
-def _storage_or_none(proxy: TensorProxy) -> int | None:
-    try:
-        return _storage(proxy)
-    except (RuntimeError, NotImplementedError):  # a wrapper subclass: no storage of its own
-        return None
-
-
-def _needs_grad(args: tuple, kwargs: dict) -> bool:
-    return torch.is_grad_enabled() and any(
-        isinstance(v, TensorProxy) and v.requires_grad
-        for v in optree.tree_leaves((args, kwargs), none_is_leaf=True))
-
-
 def _dense_layout(t: torch.Tensor) -> tuple[int, ...] | None:
     """The order of ``t``'s dimensions in memory, outermost first, when its elements are laid out
     densely in that order (``nonzero``'s column-major output: ``(1, 0)``); None otherwise. Its storage
@@ -815,14 +749,6 @@ def _shape_site(site: ReadSite) -> ReadSite:
     return ReadSite(f"{SHAPE_OF}{site.what}", site.source)
 
 
-def _has(kind: type, tree: Any) -> bool:
-    return any(isinstance(v, kind) for v in optree.tree_leaves(tree, none_is_leaf=True))
-
-
 def _describe(symbol: Symbol, out: Any) -> str:
     name = symbol.id.removeprefix("torch.Tensor.").removeprefix("torch._C.TensorBase.")
-    return f"{name}()" if not _has(torch.Tensor, out) else f"{name}(...)"
-
-
-def _storage(proxy: TensorProxy) -> int:
-    return proxy.shadow.untyped_storage()._cdata
+    return f"{name}()" if not holds(torch.Tensor, out) else f"{name}(...)"
