@@ -415,8 +415,9 @@ def _symbolic_nested_value(trace: Any, env: Any) -> SubclassTensorProxy | None:
 
 
 def _is_jagged(value: SubclassTensorProxy) -> bool:
-    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - jitcore's own read: no class code runs
-        return value.shadow.layout is torch.jagged  # (torchao's codebook dequantizes for ``layout``)
+    # Note [jitcore's reads of a shadow] (transforms/jit_hook.py): the codebook dequantizes for layout
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+        return value.shadow.layout is torch.jagged
 
 
 def _rebuilt_subclass_values(trace: Any,
@@ -567,7 +568,7 @@ class _SizeRewriter:
         size an int or a number of the computation."""
         _names, ctx = value.inner_flatten()
         shadow = value.shadow
-        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - jitcore's own reads: no class code runs
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
             metadata = (tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset())
         layout = self._map((*metadata, ctx))
         if _holds_sizes(layout[3]):
