@@ -56,7 +56,8 @@ class TensorSpec:
     strides and offset are not read (they follow from its inner tensors, guarded on their own, and
     reading them runs its ``__torch_dispatch__``: Note [Nested ints], jitcore/langctx/shadows.py).
     ``layout_from_inner``: a wrapper whose ``__torch_dispatch__`` answers its strides or storage offset
-    (``dispatch_sizes_strides_policy="strides"``: MaskedTensor) has them not read either (``of_subclass``)."""
+    (``dispatch_sizes_strides_policy="strides"``: MaskedTensor) has them not read either (``of_subclass``);
+    one that answers its sizes too (``"sizes"``) has both flags."""
 
     type: type
     shape: tuple[int | None, ...]
@@ -82,12 +83,18 @@ class TensorSpec:
         """The spec of a wrapper subclass input: with its layout, unless reading the layout runs the
         class's ``__torch_dispatch__``, which a cached call must not run (eager runs it only where
         an op asks). Its answer is then what the class computes from its inner tensors and flatten
-        context, which the caller guards (their strides too) instead."""
+        context, which the caller guards (their strides too) instead. A wrapper that answers its sizes
+        too (``dispatch_sizes_strides_policy="sizes"``) has neither read (``outer_from_inner``)."""
+        with _LayoutAsked() as asked:
+            shape = tuple(t.shape)
+        if asked.dispatched:
+            return cls(type(t), shape, t.dtype, t.device, t.requires_grad, outer_from_inner=True,
+                       layout_from_inner=True)
         with _LayoutAsked() as asked:
             t.stride(), t.storage_offset()
         if not asked.dispatched:
             return cls.of(t, with_strides=True)
-        return cls(type(t), tuple(t.shape), t.dtype, t.device, t.requires_grad, layout_from_inner=True)
+        return cls(type(t), shape, t.dtype, t.device, t.requires_grad, layout_from_inner=True)
 
     @classmethod
     def of(cls, t: torch.Tensor, *, with_strides: bool, with_offset: bool | None = None,

@@ -1,0 +1,100 @@
+"""Tensor subclasses as others write them and use them, round 18 (issue 15, helper zoo40): each program
+runs eagerly and under jitcore.jit on equal fresh arguments for several calls, comparing outputs, their
+types and inner tensors, the caller's arguments afterwards, and which ``__torch_dispatch__`` /
+``__torch_function__`` frames a cached call runs. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.testing._internal.common_subclass import WrapperTensorWithCustomSizes
+
+import jitcore
+
+
+@contextlib.contextmanager
+def _protocol_frames(*classes: type) -> Iterator[list[str]]:
+    """The ops the classes' own ``__torch_dispatch__``/``__torch_function__`` really ran with in the block
+    (their Python frames: a side effect inside them, replayed by jitcore, is no frame)."""
+    methods = [getattr(vars(cls).get(name), "__func__", None) for cls in classes
+               for name in ("__torch_dispatch__", "__torch_function__")]
+    codes = {m.__code__ for m in methods if hasattr(m, "__code__")}
+    seen: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in codes:
+            seen.append(str(frame.f_locals.get("func")))
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
+
+
+def _assert_same(actual: Any, expected: Any, what: str) -> None:
+    """Types, sizes and values; a subclass value's inner tensors one by one (by ``__tensor_flatten__``, or
+    its tensor attributes)."""
+    if isinstance(expected, (tuple, list)):
+        assert type(actual) is type(expected) and len(actual) == len(expected), what
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _assert_same(a, e, f"{what}[{i}]")
+        return
+    assert type(actual) is type(expected), (what, type(actual), type(expected))
+    if not isinstance(expected, torch.Tensor):
+        assert actual == expected, (what, actual, expected)
+        return
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, (what, actual, expected)
+    assert actual.requires_grad == expected.requires_grad, what
+    if type(expected) in (torch.Tensor, torch.nn.Parameter):
+        torch.testing.assert_close(actual, expected, msg=what)
+        return
+    if hasattr(expected, "__tensor_flatten__"):
+        names = expected.__tensor_flatten__()[0]
+        assert actual.__tensor_flatten__()[0] == names, what
+    else:
+        names = sorted(n for n, v in vars(expected).items() if isinstance(v, torch.Tensor))
+    for n in names:
+        _assert_same(getattr(actual, n), getattr(expected, n), f"{what}.{n}")
+
+
+def _run(fn: Callable, make: Callable[[int], tuple], sizes: tuple[int, ...],
+         classes: tuple[type, ...]) -> tuple:
+    """Eager and jitted calls on equal fresh arguments of each size, compared; the entries traced and the
+    protocol frames of every call that hit the cache."""
+    jitted = jitcore.jit(fn)
+    hit_frames: list[str] = []
+    for i, n in enumerate(sizes):
+        torch.manual_seed(i)
+        eager_args = make(n)
+        torch.manual_seed(i)
+        jit_args = make(n)
+        expected = fn(*eager_args)
+        misses = jitcore.cache_misses(jitted)
+        with _protocol_frames(*classes) as frames:
+            actual = jitted(*jit_args)
+        if jitcore.cache_misses(jitted) == misses:
+            hit_frames += frames
+        _assert_same(actual, expected, f"call {i} output")
+        _assert_same(list(jit_args), list(eager_args), f"call {i} arguments")
+    return jitcore.cache_misses(jitted), hit_frames
+
+
+# --- a wrapper that answers its sizes from __torch_dispatch__ ---------------------------------------------
+# torch's WrapperTensorWithCustomSizes (``dispatch_sizes_strides_policy="sizes"``) answers ``x.shape``,
+# ``x.dim()`` and ``x.stride()`` through its ``__torch_dispatch__`` (``aten.sym_size``...). The prologue
+# read ``v0.shape`` of it, so every cached call ran its ``__torch_dispatch__`` once; its sizes follow from
+# its inner tensor, which the prologue guards, and are no longer read (TensorSpec.of_subclass).
+
+
+def test_custom_sizes_wrapper_runs_no_dispatch_on_a_cached_call() -> None:
+    def make(n: int) -> tuple:
+        return WrapperTensorWithCustomSizes(torch.randn(n, 2)), torch.randn(2)
+
+    for fn in (lambda x, y: x + y, lambda x, y: (x * y).sum(0), lambda x, y: x.transpose(0, 1) * 2):
+        misses, frames = _run(fn, make, (3, 3, 4, 4, 3), (WrapperTensorWithCustomSizes,))
+        assert misses == 2 and frames == []
