@@ -279,7 +279,19 @@ def _keys_check(value: Any, expected: tuple, _related: tuple) -> str | None:
     got = tuple(value.keys())
     if _same_keys(got, expected):
         return None
-    return f"expected keys {safe_repr(list(expected))}, got {safe_repr(list(got))}"
+    difference = _keys_difference(expected, got)
+    return f"expected keys {safe_repr(list(expected))}, got {safe_repr(list(got))}{difference}"
+
+
+def _keys_difference(expected: tuple, got: tuple) -> str:
+    """What a keys sentence cut short hides: the keys added and removed, or that only the order changed."""
+    try:
+        added = [k for k in got if k not in expected]
+        removed = [k for k in expected if k not in got]
+    except Exception:  # noqa: BLE001 - a key whose __eq__ raises: the sentence stays as it is
+        return ""
+    parts = [f"{word} {safe_repr(keys)}" for word, keys in (("added", added), ("removed", removed)) if keys]
+    return f" ({'; '.join(parts)})" if parts else " (the same keys in another order)"
 
 
 def _keys_render(v: str, expected: tuple, bind: Bind, _related: tuple[str, ...]) -> str:

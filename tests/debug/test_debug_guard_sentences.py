@@ -147,3 +147,22 @@ def test_miss_messages_quote_the_same_sentence():
         "(the check: args[0] is a Tensor of shape (4, 8), torch.float32, on cpu, requires_grad=False)"
     )
     assert reason.check == guard.describe() and reason.check in explain_text(jf)
+
+
+def test_a_keys_miss_names_the_keys_added_and_removed():
+    """A module's ``__dict__`` has dozens of keys: the sentence cuts both lists short, so a miss says
+    which keys came and went (here an attribute a library sets on the first call, as transformers'
+    `_output_capturing_hooks_installed`)."""
+    state = {f"key_{i:02d}": i for i in range(40)}
+    jf = jitcore.jit(lambda x, d: x * len(d))
+    x = torch.rand(3)
+    jf(x, state)
+    state["installed_late"] = True
+    del state["key_03"]
+    assert torch.equal(jf(x, state), x * len(state))
+    (reason,) = jitcore.miss_reasons(jf)[-1]
+    assert "(added ['installed_late']; removed ['key_03'])" in str(reason), str(reason)
+    state["key_03"] = 3
+    del state["installed_late"]
+    jf(x, dict(reversed(list(state.items()))))
+    assert "(the same keys in another order)" in str(jitcore.miss_reasons(jf)[-1][0])
