@@ -18,8 +18,8 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
   ``self.__dict__.get("_mode_key")``): the dict is guarded by its type and that key, and the item
   read is bound on its own (a list there only appended to: its type).
 - ``keyed_later(frame)``: the same with a key the program computes (``COUNTS[str(func)] += 1``,
-  ``d.get(name, 0)``): the dict is guarded by its type and its keys, and each item read is bound on
-  its own (Note [A dict read at a computed key]).
+  ``d.get(name, 0)``, ``groups.setdefault(k, []).append(v)``): the dict is guarded by its type and its
+  keys, and each item read is bound on its own (Note [A dict read at a computed key]).
 Invariant: a list or dict so read is not read any other way through that load; a later read of it
 (the program iterating the dict, indexing the list) binds it again, with the guards of the contents
 the call started with (``StateSnapshots.first_state``), not the ones the program's appends made.
@@ -61,12 +61,15 @@ def only_appended_to(frame: Any) -> bool:
 def measured_by_len(frame: Any) -> bool:
     """Whether the value the current load pushes is the one argument of a call of the builtin ``len``,
     so the program reads only its length through it: ``len(hist)``, ``len(self.history)``,
-    ``len(self.log.losses)`` (the call next, ``LOAD_GLOBAL len`` right before the argument's first
-    load and its attribute reads, and that global the builtin)."""
+    ``len(self.log.losses)``, ``len(groups[k])`` (the call next, ``LOAD_GLOBAL len`` right before the
+    argument's first load, its attribute reads and its one subscript, and that global the builtin)."""
     instructions, i = frame.info.instructions, frame.index
     if i >= len(instructions) or instructions[i].opname not in _CALLS or instructions[i].arg != 1:
         return False
     start = i - 1  # the argument's first load, before its attribute reads
+    if start >= 2 and instructions[start].opname == "BINARY_SUBSCR" \
+            and instructions[start - 1].opname in _KEY_LOADS:
+        start -= 2  # ``len(groups[k])``: an item read at a key loaded by one instruction
     while start > 0 and instructions[start].opname == "LOAD_ATTR":
         start -= 1
     return (start >= 1 and _loads_len(instructions[start - 1])
@@ -78,6 +81,7 @@ def _loads_len(instruction: dis.Instruction) -> bool:
 
 
 _CALLS = frozenset({"PRECALL", "CALL"})
+_KEY_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_SMALL_INT"})
 
 
 class MeasuredLists:
@@ -174,6 +178,10 @@ def subscripted_by(frame: Any) -> Any:
 # code computes above it on the stack, the program reads nothing else of the dict through that load:
 # its keys are guarded (so whether a key is present is decided as when traced, a KeyError included),
 # and the item read is bound on its own (``Pass._load_subscr``: a counter is then a dynamic number).
+# ``setdefault`` is such a read too (``logged.setdefault(k, []).append(v)``, Lightning's metric logs):
+# whether it stores its default is decided by the guarded keys, a present item is read through the
+# subscript hook (jit/dict_reads.py), so a list there only appended to is guarded by its type, and a
+# stored default is an item effect replayed on every call that finds the key absent.
 # An item read at a key jitcore cannot name binds the dict whole after all (``Provenance.keyed``).
 # Instructions the key may be computed with: those below (how many values each takes from the stack),
 # none of which jumps or reaches below what it takes; anything else ends the scan with no answer.
@@ -181,6 +189,8 @@ _NOTHING = frozenset({"NOP", "PRECALL", "KW_NAMES", "CACHE", "EXTENDED_ARG"})
 _PUSH_ONE = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_NAME", "PUSH_NULL",
                        "LOAD_SMALL_INT"})
 _ONE_FOR_ONE = frozenset({"UNARY_NEGATIVE", "UNARY_INVERT", "FORMAT_SIMPLE", "CONVERT_VALUE"})
+_BUILDS = frozenset({"BUILD_LIST", "BUILD_SET", "BUILD_TUPLE", "BUILD_STRING"})  # ``d.setdefault(k, [])``
+_GETTERS = frozenset({"get", "setdefault"})
 _SCAN = 32
 
 
@@ -204,8 +214,10 @@ def _stack_use(inst: dis.Instruction) -> tuple[int, int] | None:
         return 1, 1
     if name in ("BINARY_OP", "FORMAT_WITH_SPEC"):
         return 2, 1
-    if name in ("BUILD_TUPLE", "BUILD_STRING"):
+    if name in _BUILDS:
         return arg, 1
+    if name == "BUILD_MAP":
+        return 2 * arg, 1
     if name == "FORMAT_VALUE":
         return (2 if arg & 0x04 else 1), 1
     if name == "CALL":
@@ -214,12 +226,15 @@ def _stack_use(inst: dis.Instruction) -> tuple[int, int] | None:
 
 
 def keyed_later(frame: Any) -> bool:
-    """Whether the value the current load pushes is consumed by ``get`` (any key) or by a subscript
-    whose key the instructions right after the load compute (Note [A dict read at a computed key])."""
+    """Whether the value the current load pushes is consumed by ``get`` or ``setdefault`` (any key) or by
+    a subscript whose key the instructions right after the load compute (Note [A dict read at a computed
+    key])."""
     instructions, i = frame.info.instructions, frame.index
     above = 0  # values pushed over the dict
-    getter = i < len(instructions) and instructions[i].opname in _LOOKUPS and instructions[i].argval == "get"
-    if getter:  # ``d.get(key, default)`` called right there: a method load, then the call taking it
+    getter = i < len(instructions) and instructions[i].opname in _LOOKUPS \
+        and instructions[i].argval in _GETTERS
+    if getter:  # ``d.get(key, default)``, ``d.setdefault(key, default)`` called right there: a method load,
+        # then the call taking it
         if _stack_use(instructions[i]) != (1, 2):
             return False
         above, i = 1, i + 1  # the pair standing for the dict: what the call takes, with the arguments

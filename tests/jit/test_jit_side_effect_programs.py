@@ -742,11 +742,11 @@ RETRACES = {
     "defaultdict_appends": 6, "dataclass_state": 2, "global_rng_counter": 2, "closure_nonlocal_counter": 3,
     "generator_counter": 2, "lru_cache_helper": 4, "logging_and_warnings": 6, "set_of_seen_shapes": 8,
     "counter_dict_per_key": 10, "list_len_logged": 2, "tensor_attr_counter": 2, "lru_ordered_dict": 8,
-    "setdefault_lists": None, "slots_object": 2, "property_setter": 2, "global_in_helper": 2,
+    "setdefault_lists": 4, "slots_object": 2, "property_setter": 2, "global_in_helper": 2,
     "deque_popleft_queue": 3, "set_discard_add": None, "list_pop_insert": 2, "frozen_dataclass_replace": None,
     "kv_cache_module": None, "warnings_once_registry": 4, "closure_list_of_tensors_and_counts": None,
     "generator_send_state": None, "lru_cache_tensor_builder": 3, "module_buffer_inplace_counter": 2,
-    "lightning_style_loop": None, "ema_under_no_grad": 2, "replay_buffer_in_a_deque": 6,
+    "lightning_style_loop": 2, "ema_under_no_grad": 2, "replay_buffer_in_a_deque": 6,
     "progress_bar_counters": 2, "batches_from_a_generator": 2, "metric_module_with_history": 2,
     "early_stopping": 3, "step_lr_schedule": 4,
 }

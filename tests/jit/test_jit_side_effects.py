@@ -881,6 +881,53 @@ def test_appending_to_a_list_inside_a_dict_of_state_does_not_retrace():
     assert jitcore.cache_misses(jf) == 2  # the history's key: absent on the first call, then present
 
 
+def test_setdefault_lists_of_state_do_not_retrace():
+    """``groups.setdefault(k, []).append(v)`` then ``len(groups[k])``, and Lightning's
+    ``self.logged.setdefault(key, []).append(value)``: the dict is read at a computed key (Note [A dict
+    read at a computed key], jitcore/jit/appends.py), so it is guarded by its keys, not item by item;
+    the list only appended to by its type, and its length is read per call. Before, every call traced
+    again (24 misses in 24 calls). The caller's own changes between calls (a list cleared, replaced by
+    a longer one, a key deleted) are seen as eagerly."""
+
+    class Trainer:
+        def __init__(self):
+            self.logged = {}
+
+        def log(self, key, value):
+            self.logged.setdefault(key, []).append(value)
+
+    def program(groups, trainer):
+        def f(x, k):
+            groups.setdefault(k, []).append(x.sum().item())
+            trainer.log(k, len(groups[k]))
+            trainer.log("total", x.mean().item())
+            return x * len(groups[k]) + len(trainer.logged["total"])
+        return f
+
+    def change(i, groups, trainer):
+        if i == 9:
+            groups["x"].clear()
+        if i == 13:
+            groups["y"] = [0.5] * 7
+        if i == 17:
+            del groups["x"]
+            trainer.logged["total"] = [1.0, 2.0]
+
+    jit_state, eager_state = ({}, Trainer()), ({}, Trainer())
+    jf = jitcore.jit(program(*jit_state))
+    eager = program(*eager_state)
+    for i in range(24):
+        change(i, *jit_state)
+        change(i, *eager_state)
+        x, k = torch.full((3,), float(i)), "xy"[i % 2]
+        assert_same(jf(x, k), eager(x, k))
+        _same_state(jit_state[0], eager_state[0])
+        _same_state(jit_state[1].logged, eager_state[1].logged)
+    # one entry per (keys in order, k): ([], x), ([x], y), ([x, y], x), ([x, y], y), then after the
+    # deletion ([y], y), ([y], x), ([y, x], y), ([y, x], x)
+    assert jitcore.cache_misses(jf) == 8, jitcore.miss_reasons(jf)[-1]
+
+
 def test_a_dict_of_state_read_whole_after_the_program_changed_it():
     """After ``d["losses"].append`` the program reads the list's length and iterates the dict: those
     reads are guarded with the contents the call started with, so each call that starts otherwise is
