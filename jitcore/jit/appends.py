@@ -20,6 +20,10 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
 - ``keyed_later(frame)``: the same with a key the program computes (``COUNTS[str(func)] += 1``,
   ``d.get(name, 0)``, ``groups.setdefault(k, []).append(v)``): the dict is guarded by its type and its
   keys, and each item read is bound on its own (Note [A dict read at a computed key]).
+- ``reads_appended_item(frame, ...)``: a read of a list from state consumed by subscripting it with a
+  constant negative index that falls among the items this pass appended to it (``seen.append(v);
+  y = seen[-1]``): its type is guarded, the item read is the program's own (Note [An item the program
+  appended, read back]).
 Invariant: a list or dict so read is not read any other way through that load; a later read of it
 (the program iterating the dict, indexing the list) binds it again, with the guards of the contents
 the call started with (``StateSnapshots.first_state``), not the ones the program's appends made.
@@ -39,8 +43,8 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["MeasuredLists", "appended_parameters", "keyed_later", "measured_by_len", "only_appended_to",
-           "subscripted_by"]
+__all__ = ["MeasuredLists", "appended_parameters", "keyed_later", "measured_by_len",
+           "only_appended_to", "reads_appended_item", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
 _LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
@@ -168,6 +172,29 @@ def subscripted_by(frame: Any) -> Any:
             and instructions[i + 2].opname == "COPY" and instructions[i + 2].arg == 2:
         following = instructions[i + 3]
     return instructions[i].argval if following.opname in _SUBSCRIPTS else None
+
+
+# Note [An item the program appended, read back]
+# ``seen.append(x.sum().item()); y = x * seen[-1]`` on a list of state: the read bound the list whole, its
+# contents guarded, so every call found a longer list and traced again. Where the list as the pass
+# holds it is its first state (``StateSnapshots.first_state``) followed by items the pass appended,
+# and the read is at a constant negative index among those items, the item read is the program's own
+# on every call: the appends are replayed onto the list each call finds (the ``extend`` effect), so
+# that list ends with the same items. The list is guarded by its type alone, as one only appended to,
+# and the item is the pass's own value (``StateSnapshots.written``). A read reaching past the appended
+# items (``seen[-2]`` after one append), or a list changed any other way (``pop``, ``insert``: the first
+# state is no longer its prefix), binds the list whole as before.
+def reads_appended_item(frame: Any, value: list, first: list) -> bool:
+    """Whether the value the current load pushes, a list whose state when the call started is
+    ``first``, is consumed by a read at a constant negative index among the items the pass appended
+    to it (Note [An item the program appended, read back])."""
+    key = subscripted_by(frame)
+    instructions, i = frame.info.instructions, frame.index
+    if type(key) is not int or key >= 0 or i + 1 >= len(instructions) \
+            or instructions[i + 1].opname != "BINARY_SUBSCR" or first is value:
+        return False
+    held = list(list.__iter__(value))
+    return -key <= len(held) - len(first) and all(a is b for a, b in zip(first, held))
 
 
 # Note [A dict read at a computed key]

@@ -69,6 +69,9 @@ class StateReads:
             return self.provenance.bind_appended_list(value, path)
         if type(value) is list and appends.measured_by_len(frame):  # Note [A list's length read per call]
             return self.measured.bind(value, path, name)
+        if type(value) is list and appends.reads_appended_item(frame, value,
+                                                              self.provenance.first_state(value)):
+            return self.provenance.bind_appended_list(value, path)  # ``seen[-1]`` after ``seen.append(v)``
         if type(value) in (dict, collections.defaultdict):
             key = subscripted_by(frame)
             if key is not None:

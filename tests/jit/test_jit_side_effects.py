@@ -928,6 +928,34 @@ def test_setdefault_lists_of_state_do_not_retrace():
     assert jitcore.cache_misses(jf) == 8, jitcore.miss_reasons(jf)[-1]
 
 
+@pytest.mark.parametrize("reach", ["appended", "past"])
+def test_an_item_the_program_appended_is_read_back_per_call(reach: str):
+    """``seen.append(v); y = x * seen[-1]`` (Note [An item the program appended, read back],
+    jitcore/jit/appends.py): the item read is the program's own, so the list is guarded by its type,
+    not its contents (before, every call traced again: 12 misses in 12 calls). ``seen[-2]`` after one
+    append reads the call's own last item: the list is bound whole, as before. The caller replaces the
+    list's contents between calls."""
+
+    def program(seen):
+        def f(x):
+            seen.append(x.sum().item())
+            if reach == "past":
+                return x * seen[-2] if len(seen) > 1 else x
+            seen.append(len(seen))
+            return x * seen[-2] + seen[-1]
+        return f
+
+    traced, eager = [], []
+    jf, ef = jitcore.jit(program(traced)), program(eager)
+    for i in range(12):
+        if i == 6:
+            traced[:], eager[:] = [9.0], [9.0]
+        x = torch.full((2,), float(i))
+        assert_same(jf(x), ef(x))
+        assert traced == eager
+    assert jitcore.cache_misses(jf) == (1 if reach == "appended" else 12), jitcore.miss_reasons(jf)[-1]
+
+
 def test_a_dict_of_state_read_whole_after_the_program_changed_it():
     """After ``d["losses"].append`` the program reads the list's length and iterates the dict: those
     reads are guarded with the contents the call started with, so each call that starts otherwise is
