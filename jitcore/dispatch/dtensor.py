@@ -21,8 +21,9 @@ Invariants:
 - a functional collective's result is waited for where it is made (``wait_tensor``, as under
   torch.compile), not wrapped in an ``AsyncCollectiveTensor`` (Note [Collectives are waited for],
   langctx/aten.py): the values are eager's and no subclass reaches the executed trace;
-- what does not trace runs eagerly, never raises or guesses: FSDP2's hooks (``fsdp_lookasides``),
-  and any DTensor program whose tracing raised (``untraced``).
+- what does not trace runs eagerly, never raises or guesses: FSDP2's hooks (jit/fsdp_units.py, where
+  each sharded module's forward is jitted between them), and any DTensor program whose tracing raised
+  (``untraced``).
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from typing import Any
 
 import torch
 
-from jitcore.errors import EagerOnlySubclass, EagerOnlyValue
+from jitcore.errors import EagerOnlySubclass
 from jitcore.ir import Symbol, current_context
 
-__all__ = ["DTENSOR_LOOKASIDES", "dispatch_state_lookasides", "fsdp_lookasides", "is_natively_dispatched",
+__all__ = ["DTENSOR_LOOKASIDES", "dispatch_state_lookasides", "is_natively_dispatched",
            "pointwise_for_dtensor", "untraced"]
 
 _DTENSOR_NEW = getattr(torch.Tensor, "_dtensor__new__", None)  # DTensor.__new__ (torch #167051)
@@ -96,25 +97,6 @@ def dtensor_new(cls: type, local_tensor: Any, spec: Any, *, requires_grad: bool 
 
 
 DTENSOR_LOOKASIDES: dict[Any, Any] = {_DTENSOR_NEW: dtensor_new} if _DTENSOR_NEW is not None else {}
-
-
-def fsdp_lookasides() -> dict[Any, Any]:
-    """FSDP2's (``fully_shard``) forward hooks, when FSDP2 is imported: reaching one makes the call run
-    eagerly before any of its code runs. Its hooks all-gather the parameters into storage they resize
-    in place and swap the module's parameters (state the trace does not model); interpreted part
-    way, the module's FSDP state would be left half-initialized for the eager run."""
-    module = sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_state")
-    if module is None:
-        return {}
-    return {vars(module.FSDPState)[name]: _refuse_fsdp for name in ("_pre_forward", "_post_forward")}
-
-
-def _refuse_fsdp(*args: Any, **kwargs: Any) -> Any:
-    # EagerOnlyValue, not EagerOnlySubclass: what runs eagerly is the module's hook, no subclass value
-    raise EagerOnlyValue(
-        "a fully_shard (FSDP2) module's forward hook is reached: its hooks all-gather parameters into "
-        "storage resized in place and swap the module's parameters, which tracing does not model"
-    )
 
 
 # Note [DTensor's dispatch settings inside the function]

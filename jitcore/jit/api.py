@@ -34,7 +34,7 @@ from jitcore.interpreter import current_run
 from jitcore.ir import Trace
 from jitcore.jit import eager_entries, numbers, shapes
 from jitcore.jit.caller_modes import CallerModes, callers_modes, under_the_callers_modes
-from jitcore.jit.eager_entries import Eager
+from jitcore.jit.eager_entries import Eager, eager_call
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
 from jitcore.jit.read_rollback import nondeterministic_read, with_rollback
@@ -235,8 +235,8 @@ class JittedFunction:
                 )
             self._cache.add(entry, args, limit=self.cache_limit, any_shape=shapes.is_symbolic(entry.prologue))
             entry_added(self, entry, reasons)
-        if entry.eager_reason is not None:
-            return self.fn(*args, **kwargs)
+        if entry.eager_reason is not None:  # FSDP2's units run jitted (Note [FSDP2: hooks eager, ...])
+            return eager_call(entry.eager_reason, self.fn, self._options)(*args, **kwargs)
         # the jit's own reads (a size input's ``x.shape[0]``) run no subclass code, as in the prologue
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
             inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
@@ -374,7 +374,7 @@ class JittedFunction:
             f"Constructed by jitcore.jit for {self._label}: prologue of cache entry {self.misses}, "
             "an eager entry (the calls it accepts run eagerly)"])
         check = prologue.compile(_accept)
-        fn = self.fn
+        fn = eager_call(reason, self.fn, self._options)
 
         def cached_call(args: tuple, kwargs: dict) -> Any:
             return MISS if check(args, kwargs) is MISS else fn(*args, **kwargs)

@@ -20,9 +20,10 @@ from typing import Any
 from jitcore.dispatch.dtensor import untraced
 from jitcore.errors import DataDependentError, EagerOnlyValue, LazyState, UnsupportedOperationError
 from jitcore.interpreter.errors import UnsupportedConstruct
+from jitcore.jit.fsdp_units import eager_call  # how an eager entry runs its function
 from jitcore.numpy.errors import UnsupportedNumPyError
 
-__all__ = ["Eager", "RULES", "decide"]
+__all__ = ["Eager", "RULES", "decide", "eager_call"]
 
 
 @dataclass(frozen=True, slots=True)

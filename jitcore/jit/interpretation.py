@@ -32,7 +32,7 @@ import jitcore
 from jitcore.diagnostics import JITCORE_DIR
 from jitcore.diagnostics.boundary import exception_template
 from jitcore.dispatch import resolve_call
-from jitcore.dispatch.dtensor import dispatch_state_lookasides, fsdp_lookasides, is_natively_dispatched
+from jitcore.dispatch.dtensor import dispatch_state_lookasides, is_natively_dispatched
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS, offer_native, offered_lookasides
@@ -65,6 +65,7 @@ from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, written_keys
 from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.filesystem import FileSystem
+from jitcore.jit.fsdp_units import fsdp_lookasides
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
 from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.log_records import LogRecords

@@ -387,34 +387,68 @@ def _check_dispatch_settings_outside(mesh: DeviceMesh) -> None:
         assert jitcore.cache_hits(jitted) == 1
 
 
-def _check_fully_shard_runs_eagerly(mesh: DeviceMesh) -> None:
-    from torch.distributed.fsdp import fully_shard
+def _full(t: Any) -> Any:
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def _check_fully_shard(mesh: DeviceMesh) -> None:
+    """A ``fully_shard`` (FSDP2) MLP, nested (each Linear a unit, the Sequential the root) and root only:
+    a jitted training step (AdamW, ``loss.backward()`` inside) and a jitted model with the backward and
+    step outside, over batch sizes that change; loss, gradients and parameters equal eager's at every
+    step. FSDP's hooks run eagerly and each innermost unit's forward is traced and hit (Note [FSDP2:
+    hooks eager, each unit's forward jitted], jitcore/jit/fsdp_units.py); the call around the units is
+    an eager entry. Before, the whole call ran eagerly: no unit was jitted."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    from jitcore.jit.fsdp_units import jitted_unit
 
     torch.manual_seed(2)
     base = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
-    def sharded() -> nn.Module:
+    def sharded(nested: bool) -> nn.Module:
         model = copy.deepcopy(base)
-        for layer in (model[0], model[2], model):
+        for layer in (model[0], model[2]) if nested else ():
             fully_shard(layer, mesh=mesh)
-        return model
+        return fully_shard(model, mesh=mesh)
 
-    def step(m: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-        out = m(inputs)
-        out.sum().backward()
-        return out
+    def step(m: nn.Module, opt: torch.optim.Optimizer, inputs: torch.Tensor) -> torch.Tensor:
+        opt.zero_grad()
+        loss = m(inputs).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
 
-    model, reference, x = sharded(), sharded(), torch.randn(3, 8)
-    jitted = jitcore.jit(step)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for _ in range(2):
-            _same(jitted(model, x), step(reference, x))
-            for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-                _same(p.grad, q.grad)
-    assert type(jitted.fallback_reason) is EagerOnlyValue  # a module's hook, no subclass value
-    assert "fully_shard" in str(jitted.fallback_reason)
-    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 1)
+    for nested, form in ((True, "step"), (False, "step"), (True, "module")):
+        model, reference = sharded(nested), sharded(nested)
+        opt, reference_opt = (torch.optim.AdamW(m.parameters(), lr=0.01) for m in (model, reference))
+        jitted, forward = jitcore.jit(step), jitcore.jit(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i in range(4):
+                x = torch.randn(3 + i % 2, 8)
+                if form == "step":
+                    loss = jitted(model, opt, x)
+                else:
+                    opt.zero_grad()
+                    loss = forward(x).pow(2).mean()
+                    loss.backward()
+                    opt.step()
+                _same(loss, step(reference, reference_opt, x))
+                for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+                    assert type(p) is type(q) is DTensor, name
+                    torch.testing.assert_close(_full(p.grad), _full(q.grad))
+                    torch.testing.assert_close(_full(p), _full(q))
+        units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        assert all("forward" not in vars(m) for m in units)  # the patch is for the call only
+        innermost = [model[0], model[2]] if nested else [model]
+        for unit in innermost:
+            unit_forward = jitted_unit(unit)
+            assert unit_forward is not None and unit_forward.fallback_reason is None, form
+            assert jitcore.cache_hits(unit_forward) >= 2, unit_forward.miss_log
+        if form == "step":
+            assert isinstance(jitted.fallback_reason, EagerOnlyValue)
+            assert "fully_shard" in str(jitted.fallback_reason)
+            assert jitcore.cache_hits(jitted) >= 2  # the eager entry, for each batch size
 
 
 def _check_distribute_inside_under_grad(mesh: DeviceMesh) -> None:
@@ -518,7 +552,7 @@ CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
     "vocab_parallel_embedding": _check_vocab_parallel_embedding,
     "dispatch_settings_inside": _check_dispatch_settings_inside,
     "dispatch_settings_outside": _check_dispatch_settings_outside,
-    "fully_shard": _check_fully_shard_runs_eagerly,
+    "fully_shard": _check_fully_shard,
     "guards": _check_guards,
     "distribute_inside_under_grad": _check_distribute_inside_under_grad,
     "distribute_module_inside_under_grad": _check_distribute_module_inside_under_grad,
