@@ -8,6 +8,9 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
   consumed by looking ``append``/``extend`` up on it, the next instruction;
 - ``measured_by_len(frame)``: a read of a list from state that is the one argument of ``len()``; its
   length is a number read per call (``MeasuredLists``, Note [A list's length read per call]);
+- ``bind_defaults(provenance, fn, path)``: the same proof for a function of state the program calls (a
+  forward hook ``lambda m, i, o, log=log: log.append(...)``): a default list of a parameter only
+  appended to (not measured) is guarded by its type (Note [A default list of a function of state]);
 - ``appended_parameters(fn)``: parameters of the jitted function that its own bytecode only ever loads
   to look ``append``/``extend`` up on them or to pass them to ``len()`` as its one argument: never
   stored, deleted, captured by a closure, passed on, returned, or reachable through ``locals()``,
@@ -43,7 +46,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["MeasuredLists", "appended_parameters", "keyed_later", "measured_by_len",
+__all__ = ["MeasuredLists", "appended_parameters", "bind_defaults", "keyed_later", "measured_by_len",
            "only_appended_to", "reads_appended_item", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
@@ -323,3 +326,34 @@ def _appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
             continue
         candidates -= touched
     return frozenset(candidates), frozenset(measured & candidates)
+
+
+# Note [A default list of a function of state]
+# ``m.register_forward_hook(lambda m, i, o, log=log: log.append(o.sum().item()))``: the program reaches
+# the hook through the module's hook dict, and a function so reached is pinned by identity with its
+# ``__defaults__`` bound whole, so the list's contents were guarded and every call traced again. The
+# function's own bytecode proves what a parameter can do (``_appended``): one only appended to (never
+# measured: ``len(log)`` would read the list whole through no hook of the pass) reads nothing of its
+# default list, which is then guarded by its type and reached at its own path, so its appends are
+# replayed onto the list each call finds. Every other default is bound as before, item by item, and the
+# tuple by its type and length (a default replaced or added makes a new entry).
+def bind_defaults(provenance: Any, fn: types.FunctionType, path: Any) -> None:
+    """Bind ``fn.__defaults__`` and ``fn.__kwdefaults__`` of a function of state at ``path`` (Note [A
+    default list of a function of state])."""
+    defaults, code, at = fn.__defaults__, fn.__code__, path.attr("__defaults__")
+    only_appended: set[str] = set()
+    if type(defaults) is tuple and any(type(d) is list for d in defaults):
+        appended, measured = _appended(code)
+        names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
+        only_appended = {n for n, d in zip(names, defaults) if type(d) is list and n in appended - measured}
+    if only_appended:
+        provenance.guard(at, "type", tuple)
+        provenance.guard(at, "len", len(defaults))
+        for i, (name, default) in enumerate(zip(names, defaults)):
+            if name in only_appended:
+                provenance.bind_appended_list(default, at.index(i))
+            else:
+                provenance.bind_state(default, at.index(i), "defaults")
+    else:
+        provenance.bind_state(defaults, at, "defaults")
+    provenance.bind_state(fn.__kwdefaults__, path.attr("__kwdefaults__"), "kwdefaults")

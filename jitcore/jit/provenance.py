@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from jitcore.jit.appends import bind_defaults
 from jitcore.jit.state_kinds import (
     MAX_ELEMENTS,
     all_literal,
@@ -513,8 +514,7 @@ class Provenance(TensorBinding):
         if issubclass(type(value), types.FunctionType):
             self._remember_cells(value)
             self.guard(path.attr("__code__"), "identity", value.__code__)
-            self.bind_state(value.__defaults__, path.attr("__defaults__"), "defaults")
-            self.bind_state(value.__kwdefaults__, path.attr("__kwdefaults__"), "kwdefaults")
+            bind_defaults(self, value, path)  # Note [A default list of a function of state], appends.py
         elif issubclass(type(value), types.MethodType):  # its object's state is read through it
             self.remember(value.__self__, path.attr("__self__"))
         elif type(value) is functools.partial:

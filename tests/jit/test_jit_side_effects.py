@@ -956,6 +956,37 @@ def test_an_item_the_program_appended_is_read_back_per_call(reach: str):
     assert jitcore.cache_misses(jf) == (1 if reach == "appended" else 12), jitcore.miss_reasons(jf)[-1]
 
 
+@pytest.mark.parametrize("use", ["appended", "measured"])
+def test_a_default_list_of_a_forward_hook_only_appended_to(use: str):
+    """``register_forward_hook(lambda m, i, o, log=log: log.append(...))``: the hook is reached through
+    the module's hook dict, and its default list was bound whole with the function's defaults, so
+    every call traced again (8 misses in 8 calls). The hook's bytecode proves the list only appended
+    to: it is guarded by its type (Note [A default list of a function of state], jit/appends.py). A
+    hook that measures it (``len(log)``) reads it: bound whole, as before. The caller clears the list
+    between calls."""
+
+    def program():
+        torch.manual_seed(0)
+        lin, log = torch.nn.Linear(3, 2), []
+        if use == "appended":
+            lin.register_forward_hook(lambda m, i, o, log=log: log.append(o.sum().item()))
+        else:
+            lin.register_forward_hook(lambda m, i, o, log=log: log.append(len(log) * o.sum().item()))
+        return (lambda x: lin(x) * 2), log
+
+    (jf, traced), (ef, eager) = program(), program()
+    jf = jitcore.jit(jf)
+    for i in range(8):
+        if i == 5:
+            traced.clear()
+            eager.clear()
+        x = torch.full((4, 3), float(i))
+        assert_same(jf(x), ef(x))
+        assert traced == eager
+    # measured: the list of floats guarded by its contents, an entry per call but call 5's (empty again)
+    assert jitcore.cache_misses(jf) == (1 if use == "appended" else 7), jitcore.miss_reasons(jf)[-1]
+
+
 def test_a_dict_of_state_read_whole_after_the_program_changed_it():
     """After ``d["losses"].append`` the program reads the list's length and iterates the dict: those
     reads are guarded with the contents the call started with, so each call that starts otherwise is
