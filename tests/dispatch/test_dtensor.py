@@ -108,6 +108,13 @@ def _programs(mesh: DeviceMesh) -> dict[str, Callable[..., Any]]:
         "full_tensor": lambda x, y: (x + 1).full_tensor(),
         "to_local": lambda x, y: (x @ y).to_local(),
         "from_local_inside": made_inside,
+        # round trips and the other collectives: all-gather then a local chunk, all-to-all,
+        # a Partial reduced (all-reduce) and reduce-scattered
+        "shard_replicate_shard": lambda x, y: (x.redistribute(mesh, [Replicate()]) * 2).redistribute(
+            mesh, [Shard(0)]) + y,
+        "shard_to_shard": lambda x, y: x.redistribute(mesh, [Shard(1)]) * y.redistribute(mesh, [Shard(1)]),
+        "partial_to_replicate": lambda x, y: (y @ x).redistribute(mesh, [Replicate()]),
+        "partial_to_shard": lambda x, y: (y @ x).redistribute(mesh, [Shard(0)]) + 1,
     }
 
 
@@ -147,7 +154,14 @@ def _check_gradients(mesh: DeviceMesh) -> None:
         loss.backward()
         return loss
 
-    for program in (backward_inside, through_full_tensor, through_redistribute, through_from_local):
+    def through_round_trips(x: DTensor, y: DTensor) -> DTensor:
+        back = (x.redistribute(mesh, [Replicate()]) * y).redistribute(mesh, [Shard(0)])
+        loss = ((y @ x).redistribute(mesh, [Shard(1)]) * back.redistribute(mesh, [Shard(1)])).sum()
+        loss.backward()
+        return loss
+
+    for program in (backward_inside, through_full_tensor, through_redistribute, through_from_local,
+                    through_round_trips):
         jitted = jitcore.jit(program)
         for _ in range(2):
             (x, y), (ex, ey) = _inputs(mesh, True), _inputs(mesh, True)
