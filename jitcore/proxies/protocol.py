@@ -25,7 +25,8 @@ import torch
 from jitcore.proxies.tensor import TensorProxy
 
 __all__ = [
-    "DerivedContext", "WithConstants", "eager_only_reason", "has_nested_ints", "has_own_protocol",
+    "DerivedContext", "WithConstants", "ctx_without_layout", "eager_only_reason", "has_nested_ints",
+    "has_own_protocol",
     "instance_attributes", "is_wrapper", "tensor_flatten", "tensor_unflatten", "unflatten_around",
 ]
 
@@ -91,6 +92,29 @@ class WithConstants(tuple):
     def __repr__(self) -> str:
         ctx, constants = self
         return f"{ctx!r} with {', '.join(f'{n}={v!r}' for n, v in constants)}"
+
+
+# Note [A DTensor's ctx without its sizes]
+# DTensor's flatten ctx holds its ``TensorMeta``: its global shape and stride, and its dtype. The shape
+# and stride are the value's own outer sizes and strides (``__tensor_unflatten__`` rebuilds the meta
+# from ``outer_size``/``outer_stride``), which the value's ``tensor`` guard checks already (or, with
+# symbolic sizes, the condition that it follows its local tensor: Note [Subclass inputs that follow an
+# inner tensor], jit/subclass_inputs.py). Compared in the ctx too, they pinned every DTensor input to
+# its shape: a Replicate DTensor over 5 batch sizes traced 5 entries where plain tensors trace 2, and a
+# symbolic pass could never be reused. So the ctx is compared with the meta's dtype in its place. (With
+# symbolic sizes, an output's ctx is computed from the size inputs, jit/shapes.py: its meta through the
+# ``WithConstants`` tuple that carries DTensor's mesh, which ``map_symbolic`` now rebuilds as a tuple.)
+def ctx_without_layout(ctx: Any) -> Any:
+    """``ctx`` as the prologue compares it: each DTensor ``TensorMeta`` item replaced by its dtype (the
+    Note above; the prologue's ``flatten`` guard, prologue/guards.py)."""
+    if type(ctx) is not tuple:
+        return ctx
+    return tuple(item.dtype if _is_dtensor_meta(item) else item for item in ctx)
+
+
+def _is_dtensor_meta(item: Any) -> bool:
+    cls = type(item)
+    return cls.__name__ == "TensorMeta" and cls.__module__ == "torch.distributed.tensor._dtensor_spec"
 
 
 def instance_attributes(value: Any, cls: type | None = None) -> dict[str, Any]:

@@ -253,7 +253,9 @@ def map_symbolic(tree: Any, leaf: Callable[[Any], Any]) -> Any:
             return tree
         if type(tree) is torch.Size:
             return items
-        return type(tree)(items) if type(tree) in (tuple, list) else type(tree)(*items)
+        if type(tree) in (tuple, list) or not hasattr(tree, "_fields"):  # a plain or a tuple subclass
+            return type(tree)(items)
+        return type(tree)(*items)  # a named tuple (DTensor's TensorMeta)
     if type(tree) is dict:
         items = {k: map_symbolic(v, leaf) for k, v in tree.items()}
         return tree if all(items[k] is v for k, v in tree.items()) else items

@@ -557,8 +557,38 @@ def _check_random_ops(mesh: DeviceMesh) -> None:
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
 
 
+def _check_batch_sizes(mesh: DeviceMesh) -> None:
+    """DTensor inputs and DTensor outputs over 5 batch sizes: eager's values on every call, and one
+    symbolic entry from the second size on where the local tensor has the DTensor's sizes (a Replicate
+    DTensor; a Shard(0) one at world size 1), as for plain tensors (Note [A DTensor's ctx without its
+    sizes], proxies/protocol.py). A Shard(0) input at world size 2 keeps an entry per size (its local
+    sizes are not its global ones). Before, the flatten guard compared the ctx's global shape: 5 entries
+    each, and a symbolic pass with a DTensor output raised rebuilding the ctx (``WithConstants``)."""
+    torch.manual_seed(7)
+    w = distribute_tensor(torch.randn(4, 3), mesh, [Replicate()])
+    base = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    plan = {"0": ColwiseParallel(), "2": RowwiseParallel(use_local_output=False)}
+    model = parallelize_module(base, mesh, plan)
+    cases = [(lambda x: (x * 2 + 1) @ w, [Replicate()], 2),
+             (lambda x: (x.redistribute(mesh, [Shard(0)]) * 2).full_tensor(), [Replicate()], None),
+             (lambda x: x * 2 + 1, [Shard(0)], 2 if mesh.size() == 1 else 5),
+             (lambda x: model(x), None, 2)]  # a plain input, a DTensor output
+    for fn, placements, entries in cases:
+        jitted = jitcore.jit(fn)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="jitcore")  # traced: no eager entry
+            for n in (4, 5, 6, 7, 8):
+                full = torch.randn(n, 4)
+                x = full if placements is None else distribute_tensor(full, mesh, placements)
+                _same(jitted(x), fn(x))
+        if entries is not None:
+            assert jitcore.cache_misses(jitted) == entries, jitted.miss_log
+        assert jitcore.cache_misses(jitted) + jitcore.cache_hits(jitted) == 5
+
+
 CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
     "random": _check_random_ops,
+    "batch_sizes": _check_batch_sizes,
     "gradients": _check_gradients,
     "tensor_parallel": _check_tensor_parallel,
     "optimizer_steps": _check_optimizer_steps,
