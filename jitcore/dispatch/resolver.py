@@ -51,6 +51,7 @@ from jitcore.langctx.aten import op_symbol, operator_symbol
 from jitcore.langctx.reads import same_value
 from jitcore.langctx.scalars import aten_name, dispatched_parameter
 from jitcore.langctx.shadows import BACKWARDS, data_read_error
+from jitcore.langctx.unit_strides import pin_unit_strides
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -483,8 +484,8 @@ class ShadowDispatchMode(TorchDispatchMode):
             out = modes.run_dispatch_mode(mode, func, user_types, proxy_args, proxy_kwargs)
             if out is NotImplemented:  # eager asks the subclasses next; its error names the mode too
                 out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs, declined=mode)
-        elif not user_types:
-            out = self.symbol_for(func)(*proxy_args, **proxy_kwargs)
+        elif not user_types:  # Note [Strides of size-1 dimensions] (jitcore/langctx/unit_strides.py)
+            out = self.symbol_for(func)(*pin_unit_strides(func, proxy_args), **proxy_kwargs)
         else:
             out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs)
         if func is _LOCAL_SCALAR and isinstance(out, NumberProxy):  # Note [A number a subclass's item reads]
