@@ -24,8 +24,9 @@ Invariants:
   stays on torch's stack, as before;
 - what jitcore runs to answer one of eager's callables (a proxy's metadata, ``x.data = y``,
   ``nn.Parameter``'s ``_make_subclass``) runs with the program's modes hidden: no mode sees it;
-- a dispatch mode's resolution runs below autograd, so a torch-level call that would carry gradients
-  under one is refused (UnsupportedOperationError: the call runs eagerly, JC-T001).
+- a dispatch mode's resolution runs below autograd: over tensors that require grad it must hand back
+  the operation's own result (Note [A dispatch mode under autograd]), else the call is refused
+  (UnsupportedOperationError: the call runs eagerly, JC-T001).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class UserModes:
     function: list[Any] = field(default_factory=list)
     dispatch: list[Any] = field(default_factory=list)
     hidden: int = 0  # > 0 while jitcore answers one of eager's callables itself
+    # a dispatch mode ran over tensors that require grad: pass 1 runs under torch's autograd
+    # (Note [A dispatch mode under autograd])
+    under_autograd: bool = False
 
     def innermost_function_mode(self) -> Any:
         """The function mode the next torch-level call asks, or None (none of the program's, or
@@ -112,18 +116,26 @@ class UserModes:
         """``mode.__torch_dispatch__(func, types, args, kwargs)`` interpreted, the mode off its stack.
 
         Raises:
-            UnsupportedOperationError: an argument requires grad with grad mode on (the mode runs below
-                autograd: the trace would differentiate what the mode ran, not the call).
+            UnsupportedOperationError: an argument requires grad with grad mode on and the mode did not
+                hand back ``func``'s own result on the same arguments (Note [A dispatch mode under
+                autograd]): torch's autograd would differentiate what the mode ran, not the call.
         """
-        if torch.is_grad_enabled() and any(
-                isinstance(v, torch.Tensor) and v.requires_grad for v in optree.tree_leaves((args, kwargs))):
-            raise UnsupportedOperationError(
-                f"a TorchDispatchMode ({type(mode).__qualname__}) sees an operation ({func}) on tensors that "
-                "require grad: it runs below autograd (it would see the backward's operations too), so "
-                "the call is not traced and runs eagerly",
-                hints=("run the call under torch.no_grad() or torch.inference_mode() to have it traced",),
-            )
-        return self._run(self.dispatch, mode, "__torch_dispatch__", func, types, args, kwargs)
+        grad = torch.is_grad_enabled() and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in optree.tree_leaves((args, kwargs)))
+        scope = current_context().scopes[-1] if grad else []
+        start = len(scope)
+        self.under_autograd |= grad  # before the mode's code runs: the numbers it reads are names
+        out = self._run(self.dispatch, mode, "__torch_dispatch__", func, types, args, kwargs)
+        if grad:
+            if not _calls_through(func, args, kwargs, out, scope[start:]):
+                raise UnsupportedOperationError(
+                    f"a TorchDispatchMode ({type(mode).__qualname__}) answered an operation ({func}) on "
+                    "tensors that require grad with something else than that operation's own result: it "
+                    "runs below autograd, eagerly autograd differentiates the operation (and the mode sees "
+                    "the backward's operations too), so the call is not traced and runs eagerly",
+                    hints=("run the call under torch.no_grad() or torch.inference_mode() to have it traced",),
+                )
+        return out
 
     @staticmethod
     def _run(stack: list[Any], mode: Any, name: str, func: Any, types: tuple, args: tuple,
@@ -374,3 +386,40 @@ MODE_STACK_FUNCTIONS = {
     **_stack_functions("dispatch", torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack,  # noqa: SLF001
                        torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at),  # noqa: SLF001
 }
+
+
+# Note [A dispatch mode under autograd]
+# Eagerly a TorchDispatchMode runs below autograd: autograd records the operation it is handed (its
+# backward formula), whatever the mode runs for it, and where ``loss.backward()`` runs with the mode
+# on torch's stack, the mode is handed the aten ops of those backward formulas too. jitcore's grad
+# transform derives its own backward and runs it as one autograd node, whose ops are close to eager's but
+# not the same (a ``clone`` of the tangent, detaches elsewhere): a counting or logging mode would see
+# other ops. So a pass where a dispatch mode ran over tensors that require grad (``under_autograd``)
+# keeps no grad transform: its entry runs pass 1 under torch's own autograd (transforms/jit_hook.py),
+# pass 1 holding the aten ops the mode ran, each differentiated by torch as eagerly. Its graph is
+# eager's, so a backward run under the mode hands it eager's ops, on real tensors, natively; the
+# mode's forward state is replayed as for any mode (Note [Modes around the call], jit/caller_modes.py).
+# That is eager's gradient only where what the mode ran is what autograd differentiates: the mode must
+# return the output of one record of ``func`` on the very arguments it was handed (``_calls_through``;
+# a mode may log, count, read shapes, or run more ops beside it). A mode that rewrites the op
+# (``aten.mul`` into ``aten.add``) or its result is refused and the call runs eagerly, as before.
+def _calls_through(func: Any, args: tuple, kwargs: dict, out: Any, records: list[Any]) -> bool:
+    """Whether ``out`` is the output of a record of ``func`` on ``args``/``kwargs`` among ``records``."""
+    from jitcore.langctx.aten import op_symbol
+
+    try:
+        symbol = op_symbol(func)
+    except Exception:  # noqa: BLE001 - not an aten op jitcore records: no record can be it
+        return False
+    leaves = optree.tree_leaves(out, none_is_leaf=True)
+    given = optree.tree_leaves((args, kwargs), none_is_leaf=True)
+    for bsym in records:
+        if bsym.symbol.id != symbol.id:
+            continue
+        outs = optree.tree_leaves(bsym.output, none_is_leaf=True)
+        mine = optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True)
+        if len(outs) == len(leaves) and all(a is b for a, b in zip(outs, leaves)) \
+                and len(mine) == len(given) and all(a is b or (not isinstance(a, TensorProxy) and a == b)
+                                                    for a, b in zip(mine, given)):
+            return True
+    return False

@@ -131,7 +131,7 @@ class JittedFunction:
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         try:
             if (_transform_level() is not None or _function_modes() or _dispatch_modes()) \
-                    and current_run() is None and (around := _around_the_call()) is not None:
+                    and current_run() is None and (around := _around_the_call(self)) is not None:
                 if isinstance(around, CallerModes):
                     return self._under_callers_modes(around, args, kwargs)
                 return self._eagerly_under(around, args, kwargs)
@@ -747,13 +747,13 @@ _function_modes = torch._C._len_torch_function_stack  # noqa: SLF001 - Note [Mod
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # noqa: SLF001
 
 
-def _around_the_call() -> CallerModes | str | None:
+def _around_the_call(jitted: Any) -> CallerModes | str | None:
     """The caller's modes to trace under, or what makes this call run eagerly: a torch.func transform,
     or modes the caller entered that cannot be traced (Note [Called under a function transform], Note
     [Modes around the call]); None for torch's DeviceContext alone."""
     if _transform_level() is not None:
         return "torch.func transforms (grad, vmap, ...)"
-    return callers_modes()
+    return callers_modes(isinstance(getattr(jitted, "module", None), torch.nn.Module))  # a module's forward
 
 
 def _label_of(fn: Any) -> str:

@@ -12,19 +12,22 @@ caller's instance by each cached call, jitcore/jit/effects.py), and the prologue
 any argument: the number of modes on each stack, each mode's type, and what the trace read of it (a
 flag it tests). A fresh ``with Log():`` per call is a hit. These calls have a cache of their own (the
 wrapper's JittedFunction, its hits and misses counted as the jitted function's): a call with no mode
-never meets an entry traced under one, nor the reverse. Where a mode cannot be traced, the usual
-fallbacks apply: a dispatch mode over tensors that require grad (it runs below autograd, eagerly it
-sees the backward's ops too) makes an eager entry whose calls run the wrapper natively, the modes back
-on torch's stack, with a warning that says why.
+never meets an entry traced under one, nor the reverse. A dispatch mode over tensors that require grad
+makes an entry that runs pass 1 under torch's autograd, so a backward run under the mode hands it
+eager's backward ops (Note [A dispatch mode under autograd], jitcore/dispatch/modes.py). Where a mode
+cannot be traced, the usual fallbacks apply: such a mode that rewrites the op it was handed makes an
+eager entry whose calls run the wrapper natively, the modes back on torch's stack, with a warning that
+says why.
 
 Invariants:
 - while the wrapper's JittedFunction runs, torch's stacks hold none of the caller's modes: they are put
   back, in their order, before the call returns or raises;
 - modes this cannot take run the call eagerly, as before: an infra mode (FakeTensorMode, ...); a
   user mode below a ``with torch.device(...)`` entered after it (torch's DeviceContext stays on torch's
-  stack; one entered before the modes stays below them); modes entered while module-wide hooks are
-  registered (``FlopCounterMode`` registers them for its per-module counts: a cache entry's prologue
-  guards such a hook dict by its length only, so the hooks of the first call's counter would run).
+  stack; one entered before the modes stays below them); modes entered around a module's call while
+  module-wide hooks are registered (``FlopCounterMode``'s module tracker registers them anew for each
+  counter, keyed by new handle ids: the prologue guards a hook dict's keys and each hook's identity,
+  so every call would trace again; around a plain function the hooks are not read).
 """
 
 from __future__ import annotations
@@ -74,9 +77,10 @@ class CallerModes:
                 torch._C._push_on_torch_dispatch_stack(mode)  # noqa: SLF001
 
 
-def callers_modes() -> CallerModes | str | None:
+def callers_modes(module: bool = False) -> CallerModes | str | None:
     """The user modes on torch's stacks now; None where there are none (``torch.device`` only); a
-    reason where the call must run eagerly under them (Note [Modes around the call])."""
+    reason where the call of a function (of an ``nn.Module``: ``module``) must run eagerly under them
+    (Note [Modes around the call])."""
     function = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]  # noqa: SLF001
     dispatch = [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]  # noqa: SLF001
     users = [m for m in function if not isinstance(m, _DEVICE_CONTEXT)]
@@ -85,10 +89,10 @@ def callers_modes() -> CallerModes | str | None:
     innermost = type((dispatch or users)[-1]).__qualname__
     if any(getattr(m, "is_infra_mode", lambda: False)() for m in dispatch):
         return f"the mode {innermost} entered around the call (an infra mode of torch's is active)"
-    if _module_hooks():
-        return (f"the mode {innermost} entered around the call (module-wide hooks are registered, as "
-                "FlopCounterMode's module tracker registers them: a cached call would run the hooks traced "
-                "with the first call's objects)")
+    if module and _module_hooks():
+        return (f"the mode {innermost} entered around the call of a module (module-wide hooks are "
+                "registered, as FlopCounterMode's module tracker registers them anew for each counter: "
+                "the prologue guards those hooks by their keys and identity, so each call would trace again)")
     taken = function[len(function) - len(users):]
     if any(isinstance(m, _DEVICE_CONTEXT) for m in taken):
         return (f"the mode {innermost} entered around the call (a torch.device context entered after it: "
@@ -121,5 +125,6 @@ def under_the_callers_modes(fn: Callable[..., Any]) -> Callable[..., Any]:
                 torch._C._pop_torch_function_stack()  # noqa: SLF001
 
     code = under_the_callers_modes.__code__.replace(co_filename=WRAPPER_FILE)
-    return types.FunctionType(code, under_the_callers_modes.__globals__, code.co_name, None,
-                              under_the_callers_modes.__closure__)
+    wrapper = types.FunctionType(code, under_the_callers_modes.__globals__, code.co_name, None,
+                                 under_the_callers_modes.__closure__)
+    return wrapper

@@ -229,6 +229,8 @@ class Pass(StateReads):
         program.structure = structure
         program.effects = effects
         program.snapshots = self.snapshots  # the reached state as the call found it (transforms/jit_hook.py)
+        # Note [A dispatch mode under autograd] (jitcore/dispatch/modes.py)
+        program.modes_under_autograd = self.context.modes is not None and self.context.modes.under_autograd
         return program
 
     def _refuse_escapes(self, output: Any, caller_values: tuple) -> None:

@@ -58,6 +58,8 @@ class TracedProgram:
         # the outer sizes, strides, offset and ctx of the subclass values pass 2 builds, computed from
         # the size inputs of a pass with symbolic sizes (Note [Subclass values' sizes], jit/shapes.py)
         self.outer_layouts: dict[int, tuple] = {}
+        # a dispatch mode ran over tensors that require grad: pass 1 runs under torch's autograd
+        self.modes_under_autograd = False  # (Note [A dispatch mode under autograd], dispatch/modes.py)
 
     def symbolic_numbers(self) -> list[NumberProxy]:
         """The dynamic numbers the trace uses that the program did not specialize (symbolic sizes too)."""

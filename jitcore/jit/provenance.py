@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from jitcore.jit.appends import bind_defaults
+from jitcore.jit.default_factories import bind_default_factory
 from jitcore.jit.state_kinds import (
     MAX_ELEMENTS,
     all_literal,
@@ -410,7 +411,7 @@ class Provenance(TensorBinding):
         self.reach_container(value, path)
         self.guard(path, "member", (key, key in self.first_state(value)), per_expected=True)
         if type(value) is collections.defaultdict:  # what a missing key reads
-            self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
+            bind_default_factory(self, value.default_factory, path.attr("default_factory"))
         self.remember(value, path)
         return value
 
@@ -422,7 +423,7 @@ class Provenance(TensorBinding):
         self.reach_container(value, path)
         self.guard(path, "keys", tuple(self.first_state(value)))
         if type(value) is collections.defaultdict:  # what a missing key reads
-            self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
+            bind_default_factory(self, value.default_factory, path.attr("default_factory"))
         self.remember(value, path)
         self.keyed.add(id(value))
         return value

@@ -25,6 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from jitcore.ir import Proxy
 from jitcore.jit import appends
 from jitcore.jit.appends import only_appended_to, subscripted_by
+from jitcore.jit.caller_modes import WRAPPER_FILE
 from jitcore.jit.code_kinds import (
     STDLIB_DIR,
     TORCH_DIR,
@@ -86,6 +87,25 @@ class StateReads:
         computed beside the grad transform's forward: Note [Counters under grad], transforms/jit_hook.py)."""
         return bool(self.context.subclass_code) and is_library_file(frame.code.co_filename)
 
+    def _untracked_state(self, frame: Any, obj: Any) -> bool:
+        """``obj`` read by a library's subclass code, taken as it is, unless it is a mode the caller
+        entered around the call or reached from one (Note [A library's mode around the call])."""
+        return self._untracked_subclass_code(frame) and not self._callers_mode_state(obj)
+
+    # Note [A library's mode around the call]
+    # A library's subclass code keeps its Python state as it is while tracing (its caches). A mode the
+    # caller entered around the call (Note [Modes around the call], jit/caller_modes.py) is the caller's
+    # object even where its code is a library's: ``FlopCounterMode``'s dispatch (torch/utils/flop_counter.py)
+    # adds to ``self.counter.flop_counts``, which each cached call must add to again, as eagerly. State
+    # reached from the wrapper's first two arguments (the modes) is bound and its writes replayed as the
+    # program's; before, the first call counted (natively, while tracing) and cached calls counted nothing.
+    def _callers_mode_state(self, obj: Any) -> bool:
+        if type(self.fn) is not types.FunctionType or self.fn.__code__.co_filename != WRAPPER_FILE:
+            return False
+        path = self.provenance.path_of(obj)
+        return path is not None and path.root.kind == "args" and bool(path.steps) \
+            and path.steps[0].kind == "index" and path.steps[0].value in (0, 1)
+
     def _callers_container(self, frame: Any, obj: Any) -> bool:
         """Whether ``frame`` runs a standard-library container's code and ``obj`` is an instance of the
         caller's or of state (Note [A caller's object in the standard library's code], code_kinds.py)."""
@@ -145,7 +165,7 @@ class StateReads:
             return value
         if (held := self.held.metadata(obj, name)) is not NOT_ANSWERED:
             return held  # Note [A caller's tensor the program holds itself], jit/held_tensors.py
-        if self._untracked_subclass_code(frame) or (
+        if self._untracked_state(frame, obj) or (
                 frame.code.co_filename.startswith(STDLIB_DIR) and not self._callers_container(frame, obj)):
             return value  # the standard library's own bookkeeping (logging caches, ...) is not program state
         if issubclass(type(obj), types.ModuleType) and is_library_module(obj):
@@ -187,8 +207,8 @@ class StateReads:
     def _load_subscr(self, frame: Any, container: Any, key: Any, value: Any) -> Any:
         if self.provenance.is_loose(key):
             self.provenance.pin(key)  # a caller's object as a dict key: its identity decides the item
-        if self._untracked_subclass_code(frame) or (frame.code.co_filename.startswith(STDLIB_DIR)
-                                                     and not self._callers_container(frame, container)):
+        if self._untracked_state(frame, container) or (frame.code.co_filename.startswith(STDLIB_DIR)
+                                                        and not self._callers_container(frame, container)):
             return value
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy):

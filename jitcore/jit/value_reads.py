@@ -279,7 +279,8 @@ class ValueReads:
     # tensor of the pass requires grad): the grad transform's replay answers a subclass call's reads
     # with pass 1's constants only (jitcore/transforms/replayed_reads.py), so the number stays a checked
     # read there (named, the replay found no read to answer with and the call ran eagerly, or lost
-    # the order of its records: ReplayInconsistent).
+    # the order of its records: ReplayInconsistent). A pass where a dispatch mode ran under grad keeps no
+    # grad transform (Note [A dispatch mode under autograd], dispatch/modes.py): its numbers are names.
     # Note [A read in a plain subclass's __torch_function__]
     # A class without ``__torch_dispatch__`` whose ``__torch_function__`` logs or counts holds plain data,
     # its override interpreted as the program's code: a number it reads of its own instances (``super()``
@@ -305,7 +306,8 @@ class ValueReads:
                 and not kwargs:
             return Inlined(self._number(symbol, args, kwargs, out, site))
         if symbol.fn in _NUMBER_READS and type(out) in (int, float) and _plain_tensors(args) and not kwargs \
-                and not (torch.is_grad_enabled() and self.context.values.any_requires_grad()):
+                and not (torch.is_grad_enabled() and self.context.values.any_requires_grad()
+                         and not (self.context.modes is not None and self.context.modes.under_autograd)):
             return Inlined(self._number(symbol, args, kwargs, out, site, within_call=True))  # Note below
         if symbol.fn in _LIST_READS and only_plain_subclass_values(args):  # ``tolist()`` too
             listed = self._numbers_of_list(symbol, args, kwargs, out, site)

@@ -118,6 +118,15 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         ), "set requires_grad on the input before calling the jitted function")
     if not needs_grad(trace, flags):
         return GradStage(None, without_graph=reaches_no_graph(trace, flags))
+    if program.modes_under_autograd:  # Note [A dispatch mode under autograd] (jitcore/dispatch/modes.py)
+        inside = any("backward" in b.symbol.tags for b in trace.bound_symbols)
+        if runs_pass_1 and not inside:
+            return GradStage(None)
+        raise EagerOnlyValue(
+            "a TorchDispatchMode ran over tensors that require grad in a program "
+            + ("with a backward inside the function" if inside else "over tensor subclasses")
+            + ": the backward's operations it sees eagerly are not traced",
+            hints=("run the call under torch.no_grad() or torch.inference_mode() to have it traced",))
     if _logs_in_dispatch(program) and not runs_pass_1:  # Note [A library's dispatch logs its ops]
         return _pass_1_or_eager(trace, program.subclass_inputs, (
             "a tensor subclass's __torch_dispatch__ (torch's LoggingTensor) logs the ops it is given, "
