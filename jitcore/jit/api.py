@@ -99,7 +99,7 @@ class JittedFunction:
         self._options = {"executor": executor, "executors": executors, "fuse_after": fuse_after,
                          "fallback": fallback, "cache_limit": cache_limit, "fullgraph": fullgraph,
                          "show_internal_frames": show_internal_frames, "dynamic": dynamic,
-                         "dynamic_numbers": True if dynamic_numbers is True else ()}
+                         "dynamic_numbers": dynamic_numbers}  # Note [Modes around the call]
         self._under_modes: JittedFunction | None = None  # Note [Modes around the call]
         # state numbers read and written back, or seen to change between calls: dynamic numbers
         self._counters: frozenset = frozenset()

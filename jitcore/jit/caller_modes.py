@@ -33,6 +33,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -127,4 +128,32 @@ def under_the_callers_modes(fn: Callable[..., Any]) -> Callable[..., Any]:
     code = under_the_callers_modes.__code__.replace(co_filename=WRAPPER_FILE)
     wrapper = types.FunctionType(code, under_the_callers_modes.__globals__, code.co_name, None,
                                  under_the_callers_modes.__closure__)
+    wrapper.__signature__ = _signature(fn)
     return wrapper
+
+
+# Note [The wrapper's parameters]
+# ``dynamic_numbers`` names parameters of the function, and a pass finds an argument's name from the
+# signature of the function it traces: here the wrapper's. Its signature is the function's behind the two
+# mode tuples, so ``dynamic_numbers=("n",)`` names the same argument under a mode as without one (before,
+# names were not passed on, and the wrapper's ``*args`` named them ``args_0``...: a number argument under a
+# mode was specialized, one entry per value).
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        signature = inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn)
+    except (TypeError, ValueError):
+        return None  # no signature: names are matched per call, as for the function itself
+    taken = {p.name for p in signature.parameters.values()}
+    modes = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_ONLY)
+             for name in _unused(("function_modes", "dispatch_modes"), taken)]
+    return signature.replace(parameters=[*modes, *signature.parameters.values()])
+
+
+def _unused(names: tuple[str, ...], taken: set[str]) -> list[str]:
+    """``names``, each with underscores in front until no parameter of the function has it."""
+    out = []
+    for name in names:
+        while name in taken:
+            name = "_" + name
+        out.append(name)
+    return out

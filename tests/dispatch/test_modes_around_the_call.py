@@ -329,6 +329,27 @@ def test_flop_counting_around_a_jitted_function_counts_as_eagerly_and_hits() -> 
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 3)
 
 
+def _scaled(x: torch.Tensor, n: float) -> torch.Tensor:
+    return x * n + 1
+
+
+@pytest.mark.parametrize("kind", [CountOps, Count])
+def test_dynamic_numbers_named_are_dynamic_under_a_mode(kind: type) -> None:
+    """``dynamic_numbers=("n",)`` was not passed to the calls under a mode: one entry per value (4 misses
+    in 5 calls). Now as without a mode: one entry for ``n`` passed by position, one by keyword."""
+    jitted = jitcore.jit(_scaled, dynamic_numbers=("n",))
+    for n in (1.5, 2.5, 3.5, 4.5, 5.5):
+        x = torch.randn(3)
+        eager_mode, jit_mode = kind(), kind()
+        with eager_mode:
+            expected = _scaled(x, n)
+        with jit_mode:
+            got = jitted(x, n=n) if n > 4 else jitted(x, n)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        assert _state(jit_mode) == _state(eager_mode)
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 3)
+
+
 def _backward_inside(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     loss = torch.relu(x @ w).sum()
     loss.backward()
