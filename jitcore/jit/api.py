@@ -753,7 +753,7 @@ def _around_the_call(jitted: Any) -> CallerModes | str | None:
     [Modes around the call]); None for torch's DeviceContext alone."""
     if _transform_level() is not None:
         return "torch.func transforms (grad, vmap, ...)"
-    return callers_modes(isinstance(getattr(jitted, "module", None), torch.nn.Module))  # a module's forward
+    return callers_modes(jitted)
 
 
 def _label_of(fn: Any) -> str:

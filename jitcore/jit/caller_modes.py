@@ -78,10 +78,10 @@ class CallerModes:
                 torch._C._push_on_torch_dispatch_stack(mode)  # noqa: SLF001
 
 
-def callers_modes(module: bool = False) -> CallerModes | str | None:
+def callers_modes(jitted: Any = None) -> CallerModes | str | None:
     """The user modes on torch's stacks now; None where there are none (``torch.device`` only); a
-    reason where the call of a function (of an ``nn.Module``: ``module``) must run eagerly under them
-    (Note [Modes around the call])."""
+    reason where the call of ``jitted`` (a JittedFunction) must run eagerly under them (Note [Modes
+    around the call])."""
     function = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]  # noqa: SLF001
     dispatch = [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]  # noqa: SLF001
     users = [m for m in function if not isinstance(m, _DEVICE_CONTEXT)]
@@ -90,8 +90,9 @@ def callers_modes(module: bool = False) -> CallerModes | str | None:
     innermost = type((dispatch or users)[-1]).__qualname__
     if any(getattr(m, "is_infra_mode", lambda: False)() for m in dispatch):
         return f"the mode {innermost} entered around the call (an infra mode of torch's is active)"
-    if module and _module_hooks():
-        return (f"the mode {innermost} entered around the call of a module (module-wide hooks are "
+    module = isinstance(getattr(jitted, "module", None), torch.nn.Module)
+    if _module_hooks() and (module or _runs_modules(jitted)):
+        return (f"the mode {innermost} entered around a call that runs modules (module-wide hooks are "
                 "registered, as FlopCounterMode's module tracker registers them anew for each counter: "
                 "the prologue guards those hooks by their keys and identity, so each call would trace again)")
     taken = function[len(function) - len(users):]
@@ -99,6 +100,29 @@ def callers_modes(module: bool = False) -> CallerModes | str | None:
         return (f"the mode {innermost} entered around the call (a torch.device context entered after it: "
                 "jitcore traces modes entered around the call only above torch.device)")
     return CallerModes(tuple(taken), tuple(dispatch))
+
+
+# Note [Module-wide hooks under the caller's modes]
+# FlopCounterMode's module tracker registers module-wide hooks (bound methods of a tracker made per
+# counter, keyed by new handle ids) on entering. A call that runs modules reads those hook dicts, which
+# the prologue guards by their keys and the identity of each hook (Note [Functions a dict of state
+# holds], jit/provenance.py): traced, each fresh counter would trace again, and an eager entry too would
+# miss on every call. So around a module's call, or a function whose trace under the caller's modes read
+# those dicts (``_runs_modules``, after its first miss: it runs a module), the call runs eagerly while
+# module-wide hooks are registered. A function that runs no module is traced (FlopCounterMode around it
+# counts as eagerly, and a fresh counter per call is a hit).
+_HOOK_DICTS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_hooks",
+               "_global_backward_pre_hooks")
+
+
+def _runs_modules(jitted: Any) -> bool:
+    """Whether the last trace of ``jitted`` under the caller's modes (its wrapper's last miss) guarded a
+    module-wide hook dict (Note [Module-wide hooks under the caller's modes])."""
+    prologue = getattr(getattr(jitted, "_under_modes", None), "last_prologue", None)
+    namespace = vars(torch.nn.modules.module)
+    return prologue is not None and any(
+        g.path.root.obj is namespace and g.path.steps and g.path.steps[0].value in _HOOK_DICTS
+        for g in prologue.guards)
 
 
 def _module_hooks() -> bool:

@@ -329,6 +329,37 @@ def test_flop_counting_around_a_jitted_function_counts_as_eagerly_and_hits() -> 
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 3)
 
 
+def test_flop_counting_around_a_function_that_runs_a_module_traces_once_then_runs_eagerly() -> None:
+    """A function that runs a module reads the module-wide hook dicts, whose hooks FlopCounterMode's
+    tracker registers anew per counter: traced, every call with a fresh counter missed (12 misses in 12
+    calls, an eager entry too under grad). After the first miss such calls run eagerly (Note
+    [Module-wide hooks under the caller's modes]); counts equal eager's on every call."""
+    model = _model()
+
+    def f(x):
+        return model(x).relu()
+
+    for grad in (False, True):
+        jitted = jitcore.jit(f)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(5):
+                x = torch.randn(4, 8)
+                counts = []
+                for fn in (f, jitted):
+                    counter = FlopCounterMode(display=False)
+                    with counter, torch.set_grad_enabled(grad):
+                        out = fn(x)
+                        if grad:
+                            out.sum().backward()
+                    counts.append((out.detach(), _counts(counter)))
+                (expected, expected_counts), (got, got_counts) = counts
+                torch.testing.assert_close(got, expected, rtol=0, atol=0)
+                assert got_counts == expected_counts and got_counts
+        assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 0)
+        assert sum("around a call that runs modules" in str(w.message) for w in caught) == 1
+
+
 def _scaled(x: torch.Tensor, n: float) -> torch.Tensor:
     return x * n + 1
 
