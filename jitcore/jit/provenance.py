@@ -597,7 +597,7 @@ class Provenance(TensorBinding):
             self.guard(path, "keys", tuple(first))
             items = [(k, path.key(k), v) for k, v in first.items()]
             if type(value) is collections.defaultdict:  # what a missing key reads
-                self.bind_state(value.default_factory, path.attr("default_factory"), "default_factory")
+                bind_default_factory(self, value.default_factory, path.attr("default_factory"))
         else:
             self.guard(path, "len", len(first))
             items = [(i, path.index(i), v) for i, v in enumerate(first)]
