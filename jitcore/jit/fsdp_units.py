@@ -24,7 +24,9 @@ backward. So jitcore splits the work where FSDP's hooks are, as torch.compile's 
 
 The patch is an instance attribute ``forward`` set for the call and removed after it (never on a
 unit whose ``forward`` the user set on the instance); one JittedFunction per unit is kept for the
-unit's life (a WeakKeyDictionary), with the options of the jit whose call met FSDP. A cached call of
+unit's life (a WeakKeyDictionary), with the options of the jit whose call met FSDP, and made anew
+when the unit's class has another ``forward`` (a jitted bound method keeps running the method it
+was given: Note [A jitted bound forward], jit/module.py). A cached call of
 the outer function still runs eagerly around the units (its Python, the optimizer step, FSDP's
 collectives); the units' entries are hit. Not thread-safe across threads calling the same units.
 """
@@ -116,17 +118,19 @@ def units_jitted(module: torch.nn.Module, options: dict[str, Any]) -> Iterator[N
     """Each FSDP unit around and below ``module`` has its forward jitted for the duration."""
     from jitcore.jit.module import ForwardJit
 
-    patched: list[torch.nn.Module] = []
+    patched: list[tuple[torch.nn.Module, Any]] = []
     try:
         for unit in _units(module):
             if "forward" in vars(unit):  # the user's (or an enclosing call's) instance forward
                 continue
             jitted = _JITTED.get(unit)
-            if jitted is None:
-                jitted = _JITTED[unit] = ForwardJit(unit, forward=type(unit).forward.__get__(unit), **options)
+            forward = type(unit).forward
+            if jitted is None or jitted.fn.__func__ is not forward:  # new, or the class's forward replaced
+                jitted = _JITTED[unit] = ForwardJit(unit, forward=forward.__get__(unit), **options)
             unit.forward = jitted
-            patched.append(unit)
+            patched.append((unit, jitted))
         yield
     finally:
-        for unit in patched:
-            vars(unit).pop("forward", None)
+        for unit, jitted in patched:
+            if vars(unit).get("forward") is jitted:  # not one the function itself set meanwhile
+                del unit.forward
