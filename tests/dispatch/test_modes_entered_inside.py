@@ -277,3 +277,31 @@ def test_dispatch_mode_on_values_that_require_grad_runs_eagerly() -> None:
             torch.testing.assert_close(x.grad, y.grad)
     assert any("runs eagerly" in str(w.message) for w in caught)
     assert "TorchDispatchMode (Rounding)" in str(jitted.fallback_reason)
+
+
+def test_a_dispatch_mode_that_only_logs_over_values_that_require_grad_is_traced() -> None:
+    """A mode that hands back each op's own result (it only logs) runs below autograd as eagerly: the
+    entry runs pass 1 under torch's autograd (Note [A dispatch mode under autograd]), so the forward ops
+    it logs and the gradients are eager's, on every call. Before: an eager entry (JC-T001)."""
+
+    def fn(x: torch.Tensor, w: torch.Tensor, mode: OpNames) -> torch.Tensor:
+        with mode:
+            y = F.linear(x, w).relu()
+        return (y * y).sum()
+
+    jitted = jitcore.jit(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(4):
+            x, w = torch.randn(3, 4), torch.randn(2, 4)
+            results = []
+            for f in (fn, jitted):
+                mode, given = OpNames(), w.clone().requires_grad_()
+                out = f(x, given, mode)
+                out.backward()  # outside the mode: it sees no backward op, eagerly or jitted
+                results.append((out.detach(), given.grad, mode.names))
+            (expected, expected_grad, expected_names), (got, grad, names) = results
+            assert_same_values(got, expected)
+            torch.testing.assert_close(grad, expected_grad, rtol=0, atol=0)
+            assert names == expected_names == ["t", "mm", "relu", "detach"]
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 3)
