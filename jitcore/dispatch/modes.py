@@ -402,7 +402,11 @@ MODE_STACK_FUNCTIONS = {
 # That is eager's gradient only where what the mode ran is what autograd differentiates: the mode must
 # return the output of one record of ``func`` on the very arguments it was handed (``_calls_through``;
 # a mode may log, count, read shapes, or run more ops beside it). A mode that rewrites the op
-# (``aten.mul`` into ``aten.add``) or its result is refused and the call runs eagerly, as before.
+# (``aten.mul`` into ``aten.add``) or its result is refused and the call runs eagerly, as before; so is
+# such a pass that logs or prints (a log line replayed after the computation formats its tensors with
+# autograd's grad_fn, which eagerly the mode's tensors have not yet: torch's LoggingTensorMode), or that
+# holds a backward (jitcore traces it, the mode is never handed its ops), or over tensor subclasses
+# (transforms/jit_hook.py).
 def _calls_through(func: Any, args: tuple, kwargs: dict, out: Any, records: list[Any]) -> bool:
     """Whether ``out`` is the output of a record of ``func`` on ``args``/``kwargs`` among ``records``."""
     from jitcore.langctx.aten import op_symbol

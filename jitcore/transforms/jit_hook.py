@@ -120,12 +120,15 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         return GradStage(None, without_graph=reaches_no_graph(trace, flags))
     if program.modes_under_autograd:  # Note [A dispatch mode under autograd] (jitcore/dispatch/modes.py)
         inside = any("backward" in b.symbol.tags for b in trace.bound_symbols)
-        if runs_pass_1 and not inside:
+        texts = program.effects is not None and any(e.kind in _TEXTS for e in program.effects.effects)
+        if runs_pass_1 and not inside and not texts:
             return GradStage(None)
         raise EagerOnlyValue(
-            "a TorchDispatchMode ran over tensors that require grad in a program "
-            + ("with a backward inside the function" if inside else "over tensor subclasses")
-            + ": the backward's operations it sees eagerly are not traced",
+            "a TorchDispatchMode ran over tensors that require grad in a program " + (
+                "that logs or prints: replayed after the computation, the text would show its tensors "
+                "with autograd's grad_fn, which the mode's tensors have not yet" if texts else
+                ("with a backward inside the function" if inside else "over tensor subclasses")
+                + ": the backward's operations it sees eagerly are not traced"),
             hints=("run the call under torch.no_grad() or torch.inference_mode() to have it traced",))
     if _logs_in_dispatch(program) and not runs_pass_1:  # Note [A library's dispatch logs its ops]
         return _pass_1_or_eager(trace, program.subclass_inputs, (
@@ -265,6 +268,9 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     inputs = [(path, proxy.name) for proxy, path, _requires_grad in subclass_inputs]
     differentiated = Differentiated(computation, forward_traces, backward_traces, inputs, layouts)
     return GradStage(differentiated, guards, dropped)
+
+
+_TEXTS = ("print", "log", "dispatch_log", "warn")  # effects that format values when replayed
 
 
 def _logs_in_dispatch(program: Any) -> bool:

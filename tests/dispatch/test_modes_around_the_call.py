@@ -257,6 +257,40 @@ def _state_of(mode: Any) -> Any:
     return _counts(mode) if isinstance(mode, FlopCounterMode) else _state(mode)
 
 
+def test_torchs_logging_tensor_mode_under_grad_logs_as_eagerly() -> None:
+    """LoggingTensorMode formats each op's tensors as it logs them, below autograd: the outputs have no
+    grad_fn yet. Replayed after a computation run under autograd, its log lines showed grad_fn (found
+    while making dispatch modes under grad traced): such a call runs eagerly, with its reason."""
+    weight = torch.randn(3, requires_grad=True)
+
+    def f(x):
+        return (x * weight).sin().sum()
+
+    jitted = jitcore.jit(f)
+    logger = logging.getLogger("LoggingTensor")
+    level, propagate = logger.level, logger.propagate
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                x = torch.randn(3)
+                results = []
+                for fn in (f, jitted):
+                    weight.grad = None
+                    with capture_logs() as logs, LoggingTensorMode():
+                        out = fn(x)
+                        out.backward()
+                    results.append((out.detach(), weight.grad, logs))
+                (expected, expected_grad, expected_logs), (got, grad, logs) = results
+                torch.testing.assert_close(got, expected, rtol=0, atol=0)
+                torch.testing.assert_close(grad, expected_grad, rtol=0, atol=0)
+                assert logs == expected_logs and "aten.cos.default" in "".join(logs)
+    finally:  # capture_logs leaves the logger at INFO, not propagating
+        logger.setLevel(level)
+        logger.propagate = propagate
+    assert sum("that logs or prints" in str(w.message) for w in caught) == 1
+
+
 @pytest.mark.parametrize("program", [_program, _mlp_program], ids=["pointwise", "mlp"])
 @pytest.mark.parametrize("kind", [CountOps, lambda: FlopCounterMode(display=False)],
                          ids=["CountOps", "flops"])
