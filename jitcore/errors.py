@@ -15,6 +15,7 @@ __all__ = [
     "UnsupportedInputError",
     "EagerOnlyValue",
     "EagerOnlySubclass",
+    "EagerWhateverTheSizes",
 ]
 
 
@@ -86,3 +87,9 @@ class LazyState(EagerOnlyValue):
 class EagerOnlySubclass(EagerOnlyValue):
     """A tensor subclass whose operations jitcore runs eagerly (docs/subclasses.md, "What counts as
     traceable")."""
+
+
+class EagerWhateverTheSizes(EagerOnlyValue):
+    """A value jitcore runs eagerly for a reason no size decides (``torch.func.vmap``/``grad`` of a tensor
+    subclass): a pass with symbolic sizes that meets it makes the eager entry itself, for every size
+    (Note [Eager whatever the sizes], jitcore/jit/eager_entries.py)."""

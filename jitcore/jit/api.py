@@ -296,7 +296,8 @@ class JittedFunction:
     def _decide(self, error: Exception, tracing_pass: Pass) -> Eager | None:
         """Whether the pass that ``error`` stopped runs eagerly (jit/eager_entries.py), or None: raised."""
         return eager_entries.decide(error, tracing_pass.context.values, fullgraph=self.fullgraph,
-                                    fallback=self.fallback)
+                                    fallback=self.fallback,
+                                    seen=(self._shapes.seen, tracing_pass.provenance.inputs))
 
     def _compile(self, number: int, program: TracedProgram) -> CacheEntry:
         """The stages after interpretation: grad, flatten, executors, prologue; the new cache entry."""
@@ -446,7 +447,7 @@ class JittedFunction:
             static_shapes(self, number, str(exc))
             return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
         except Exception as exc:  # noqa: BLE001 - a static pass raises what the program raises
-            if not symbolic:
+            if not symbolic or eager_entries.whatever_the_sizes(exc):  # Note [Eager whatever the sizes]
                 outcome = self._decide(exc, tracing_pass)
                 if outcome is None:
                     raise

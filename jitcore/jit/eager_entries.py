@@ -18,12 +18,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from jitcore.dispatch.dtensor import untraced
-from jitcore.errors import DataDependentError, EagerOnlyValue, LazyState, UnsupportedOperationError
+from jitcore.errors import (
+    DataDependentError,
+    EagerOnlyValue,
+    EagerWhateverTheSizes,
+    LazyState,
+    UnsupportedOperationError,
+)
 from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.jit.fsdp_units import eager_call  # how an eager entry runs its function
 from jitcore.numpy.errors import UnsupportedNumPyError
 
-__all__ = ["Eager", "RULES", "decide", "eager_call"]
+__all__ = ["Eager", "RULES", "decide", "eager_call", "whatever_the_sizes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +96,16 @@ RULES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], Rule], ...] = 
 )
 
 
-def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | None) -> Eager | None:
+def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | None,
+           seen: tuple[Callable, list] | None = None) -> Eager | None:
     """What the jit does with ``error``, which stopped a pass that had traced ``values``.
 
     Args:
         error: the error the pass (or a stage after it) raised.
         values: the stopped pass's TensorValues (None when no pass had started).
         fullgraph, fallback: the jit's options.
+        seen: the shape policy's ``seen`` and the pass's bound tensor inputs ``(path, proxy, tensor)``:
+            an eager call's shapes are seen as a traced call's are (Note [Eager whatever the sizes]).
 
     Returns:
         Eager (an eager entry, or eager from now on), or None: the error is raised.
@@ -104,5 +113,27 @@ def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | No
     options = Options(fullgraph, fallback)
     for classes, rule in RULES:
         if isinstance(error, classes):
-            return rule(error, values, options)
+            outcome = rule(error, values, options)
+            if outcome is not None and seen is not None:
+                record, inputs = seen
+                record([path for path, _, _ in inputs], [tensor for _, _, tensor in inputs])
+            return outcome
     return None
+
+
+# Note [Eager whatever the sizes]
+# A pass with symbolic sizes that stops on an error is run again with static shapes, since the symbolic
+# path may be what failed; the static pass's eager entry then guards the sizes it saw, and the shapes
+# of a call that ran eagerly were not remembered (a later pass saw no dimension change). A program that
+# runs eagerly for a reason no size decides (``torch.func.vmap``/``grad`` of a tensor subclass, JC-J002;
+# ``torch.save`` of a value inside the function, JC-T001) therefore made one eager entry per input
+# shape: a TwoTensor program over ten batch sizes kept ten entries, each call past the last a miss that
+# interpreted the function again, where the same call over plain tensors traced one symbolic entry. For
+# these errors the symbolic pass's own eager outcome is taken (``whatever_the_sizes``), and every eager
+# outcome remembers its call's shapes (``decide``'s ``seen``): its guards leave the symbolic sizes
+# unchecked, and any set of guards is sound for an eager entry (Note [Eager entries], jit/api.py). An
+# error symbolic sizes can cause still retries static: JC-T002 (a size the program needs the value of)
+# and any other JC-J002 (a subclass's code reading values, which a static pass reads: NJT's offsets).
+def whatever_the_sizes(error: Exception) -> bool:
+    """Whether ``error``, stopping a pass with symbolic sizes, is decided on there (the Note above)."""
+    return isinstance(error, (EagerWhateverTheSizes, UnsupportedOperationError))

@@ -54,7 +54,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.diagnostics.context import note_failed_call
-from jitcore.errors import EagerOnlyValue
+from jitcore.errors import EagerOnlyValue, EagerWhateverTheSizes
 from jitcore.interpreter import current_run
 from jitcore.ir import Inlined, current_context, tree_any
 from jitcore.langctx.aten import op_symbol, takes_tensor
@@ -176,7 +176,7 @@ def _is_factory(func: Any) -> bool:
 def _check_traceable(name: str, backward: bool, tree: Any) -> None:
     leaves = [leaf for leaf in optree.tree_leaves(tree, none_is_leaf=True) if isinstance(leaf, TensorProxy)]
     if any(isinstance(leaf, SubclassTensorProxy) for leaf in leaves):
-        raise EagerOnlyValue(f"{name} of a tensor subclass is not traced: the call runs eagerly")
+        raise EagerWhateverTheSizes(f"{name} of a tensor subclass is not traced: the call runs eagerly")
     if backward and any(leaf.shadow.device.type != "cpu" for leaf in leaves):
         raise EagerOnlyValue(f"{name} on {leaves[0].shadow.device.type} tensors is not traced (autograd's "
                              "engine runs their backward on its device threads): the call runs eagerly")

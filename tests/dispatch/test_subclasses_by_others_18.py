@@ -6,12 +6,16 @@ types and inner tensors, the caller's arguments afterwards, and which ``__torch_
 from __future__ import annotations
 
 import contextlib
+import io
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 import torch
 from torch.testing._internal.common_subclass import WrapperTensorWithCustomSizes
+from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
 
@@ -54,12 +58,22 @@ def _assert_same(actual: Any, expected: Any, what: str) -> None:
         torch.testing.assert_close(actual, expected, msg=what)
         return
     if hasattr(expected, "__tensor_flatten__"):
-        names = expected.__tensor_flatten__()[0]
-        assert actual.__tensor_flatten__()[0] == names, what
+        names, ctx = expected.__tensor_flatten__()
+        actual_names, actual_ctx = actual.__tensor_flatten__()
+        assert actual_names == names and _typed(actual_ctx) == _typed(ctx), (what, actual_ctx, ctx)
     else:
         names = sorted(n for n, v in vars(expected).items() if isinstance(v, torch.Tensor))
     for n in names:
         _assert_same(getattr(actual, n), getattr(expected, n), f"{what}.{n}")
+
+
+def _typed(tree: Any) -> Any:
+    """A flatten ctx with the type of each container and leaf (a torch.Size is no list)."""
+    if isinstance(tree, dict):
+        return dict, {k: _typed(v) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree), [_typed(v) for v in tree]
+    return type(tree), tree
 
 
 def _run(fn: Callable, make: Callable[[int], tuple], sizes: tuple[int, ...],
@@ -98,3 +112,33 @@ def test_custom_sizes_wrapper_runs_no_dispatch_on_a_cached_call() -> None:
     for fn in (lambda x, y: x + y, lambda x, y: (x * y).sum(0), lambda x, y: x.transpose(0, 1) * 2):
         misses, frames = _run(fn, make, (3, 3, 4, 4, 3), (WrapperTensorWithCustomSizes,))
         assert misses == 2 and frames == []
+
+
+# --- calls that run eagerly for a reason no size decides --------------------------------------------------
+# ``torch.func.vmap``/``grad`` of a tensor subclass (JC-J002) and ``torch.save`` inside the function
+# (JC-T001) run eagerly. A symbolic pass stopping on them was run again with static shapes, and nothing
+# recorded the shapes an eager entry saw: one eager entry per batch size (5 of 6 calls missed). Now the
+# symbolic pass's eager entry, its sizes unchecked, serves every size (Note [Eager whatever the sizes]).
+
+
+def _saved_and_loaded(x: torch.Tensor) -> torch.Tensor:
+    buffer = io.BytesIO()
+    torch.save(x, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False) * 2
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.vmap(lambda row: row * 2 + 1)(x),
+    lambda x: torch.func.grad(lambda t: (t * t).sum())(x),
+    _saved_and_loaded,
+], ids=["vmap", "func_grad", "torch_save"])
+def test_eager_calls_over_batch_sizes_share_one_entry(fn: Callable) -> None:
+    def make(n: int) -> tuple:
+        return (TwoTensor(torch.randn(n, 3), torch.randn(n, 3)),)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "runs eagerly for this call and calls like it"
+        misses, _ = _run(fn, make, (3, 4, 5, 6, 7, 3), ())
+    assert misses == 2
+
