@@ -30,7 +30,7 @@ from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.prologue import Path
 from jitcore.prologue.guards import same_ctx
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.protocol import tensor_unflatten
+from jitcore.proxies.protocol import replaced_at, size_places, tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy, made_in_inference_mode
 
 __all__ = [
@@ -49,10 +49,14 @@ __all__ = [
 
 
 def unflatten_tensor_subclass(
-    cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any, *, inference: bool = False
+    cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any, *,
+    inference: bool = False, sizes_in_ctx: tuple = (),
 ) -> Any:
     """Build a subclass instance from its inner tensors (jitcore/proxies/protocol.py); with
-    ``inference``, inside inference mode (Note [A subclass output made in inference mode])."""
+    ``inference``, inside inference mode (Note [A subclass output made in inference mode]);
+    ``sizes_in_ctx``: the places of ``ctx`` that are torch.Size (Note [A torch.Size in a flatten ctx])."""
+    for keys in sizes_in_ctx:
+        ctx = replaced_at(ctx, keys, torch.Size)
     if inference:
         with torch.inference_mode():
             return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
@@ -64,9 +68,22 @@ def unflatten_tensor_subclass(
 # block is then allowed). The computation rebuilds subclass outputs at its end, after it has left the
 # block: a wrapper that was an inference tensor while traced is rebuilt inside inference mode (it was
 # not, and ``values()`` of such an NJT output raised "Cannot set version_counter for inference tensor").
+#
+# Note [A torch.Size in a flatten ctx]
+# A class keeping its shape in its ctx as a torch.Size (``return ["elem"], self.shape``) got a list
+# back in a subclass output's ctx from an entry with symbolic sizes (``[4, 2]`` where eager has
+# ``torch.Size([4, 2])``, a wrong answer): the computation computes the ctx's sizes per call, and the
+# record that rebuilds the output takes them as a list (a torch.Size cannot hold a number of the
+# computation, jitcore/transforms/symbolic_sizes.py's ``map_symbolic``). The record now names the
+# places of the ctx that are torch.Size (``sizes_in_ctx``, from the traced value's own ctx), and
+# ``unflatten_tensor_subclass`` makes them torch.Size again before the class's ``__tensor_unflatten__``.
 def rebuild_kwargs(value: SubclassTensorProxy) -> dict[str, Any]:
     """The keyword arguments of the ``unflatten_tensor_subclass`` record that rebuilds ``value``."""
-    return {"inference": True} if made_in_inference_mode(value) else {}
+    kwargs: dict[str, Any] = {"inference": True} if made_in_inference_mode(value) else {}
+    places = size_places(value.inner_flatten()[1])
+    if places:
+        kwargs["sizes_in_ctx"] = places
+    return kwargs
 
 
 def restride_wrapper(obj: torch.Tensor, size: tuple, stride: tuple, offset: int) -> None:

@@ -18,6 +18,7 @@ runs eagerly (jitcore.errors.EagerOnlySubclass).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,8 +27,8 @@ from jitcore.proxies.tensor import TensorProxy
 
 __all__ = [
     "DerivedContext", "WithConstants", "ctx_without_layout", "eager_only_reason", "has_nested_ints",
-    "has_own_protocol",
-    "instance_attributes", "is_wrapper", "tensor_flatten", "tensor_unflatten", "unflatten_around",
+    "has_own_protocol", "instance_attributes", "is_wrapper", "replaced_at", "size_places", "tensor_flatten",
+    "tensor_unflatten", "unflatten_around",
 ]
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass  # noqa: SLF001
@@ -209,3 +210,34 @@ def unflatten_around(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any
             if getattr(out, name, None) is not tensor:
                 raise ValueError(f"its __tensor_unflatten__ does not keep the inner tensor {name!r}")
     return out
+
+
+def size_places(ctx: Any) -> tuple[tuple[Any, ...], ...]:
+    """The places (paths of dict keys and sequence indices, through dicts, lists and tuples) of
+    ``ctx`` that hold a torch.Size (Note [A torch.Size in a flatten ctx], jitcore/dispatch/flatten.py)."""
+    places: list[tuple[Any, ...]] = []
+
+    def walk(tree: Any, keys: tuple) -> None:
+        if type(tree) is torch.Size:
+            places.append(keys)
+        elif type(tree) is dict:
+            for k, v in tree.items():
+                walk(v, (*keys, k))
+        elif type(tree) in (list, tuple):
+            for i, v in enumerate(tree):
+                walk(v, (*keys, i))
+
+    walk(ctx, ())
+    return tuple(places)
+
+
+def replaced_at(tree: Any, keys: tuple, make: Callable[[Any], Any]) -> Any:
+    """``tree`` (dicts, lists and tuples) with the value at ``keys`` replaced by ``make(value)``."""
+    if not keys:
+        return make(tree)
+    key, rest = keys[0], keys[1:]
+    if type(tree) is dict:
+        return {**tree, key: replaced_at(tree[key], rest, make)}
+    items = list(tree)
+    items[key] = replaced_at(items[key], rest, make)
+    return items if type(tree) is list else type(tree)(items)

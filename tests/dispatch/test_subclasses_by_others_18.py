@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 from torch.testing._internal.common_subclass import WrapperTensorWithCustomSizes
 from torch.testing._internal.two_tensor import TwoTensor
 
@@ -140,5 +141,71 @@ def test_eager_calls_over_batch_sizes_share_one_entry(fn: Callable) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "runs eagerly for this call and calls like it"
         misses, _ = _run(fn, make, (3, 4, 5, 6, 7, 3), ())
+    assert misses == 2
+
+
+# --- a flatten ctx that holds the outer sizes --------------------------------------------------------------
+# Classes keep their shape in their ``__tensor_flatten__`` ctx (as a torch.Size, a tuple in a dict, a row
+# count), some building their outer shape from it in ``__tensor_unflatten__``. An output's torch.Size ctx
+# came back a list from a symbolic entry (Note [A torch.Size in a flatten ctx], dispatch/flatten.py), and
+# an input's ctx was pinned by its ``flatten`` guard: one entry per batch size (Note [A flatten ctx that
+# holds the outer sizes], jit/subclass_inputs.py).
+
+
+class ShapeInCtx(torch.Tensor):
+    """A wrapper whose ctx is ``shape_of(elem)``, its outer shape built from the ctx; a ``mul`` scales the
+    result by ``scale_of(ctx)`` (the ctx's number used as a value)."""
+
+    shape_of: Callable[[torch.Tensor], Any]
+    scale_of: Callable[[Any], int]
+    outer_of: Callable[[Any], Any] | None = None
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, ctx: Any = None) -> ShapeInCtx:
+        shape = elem.shape if ctx is None or cls.outer_of is None else cls.outer_of(ctx)
+        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=elem.dtype)
+
+    def __init__(self, elem: torch.Tensor, ctx: Any = None) -> None:
+        self.elem, self.ctx = elem, (type(self).shape_of(elem) if ctx is None else ctx)
+
+    def __tensor_flatten__(self) -> tuple[list[str], Any]:
+        return ["elem"], self.ctx
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner: dict, ctx: Any, outer_size: Any, outer_stride: Any) -> ShapeInCtx:
+        return cls(inner["elem"], ctx)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        ctx = next(a.ctx for a in pytree.tree_leaves(args) if isinstance(a, ShapeInCtx))
+        args, kwargs = pytree.tree_map_only(ShapeInCtx, lambda t: t.elem, (args, kwargs or {}))
+        out = func(*args, **kwargs)
+        if func is torch.ops.aten.mul.Tensor:
+            out = out * cls.scale_of(ctx)
+        return pytree.tree_map_only(torch.Tensor, cls, out)
+
+
+class SizeCtx(ShapeInCtx):
+    shape_of, scale_of, outer_of = staticmethod(lambda e: e.shape), staticmethod(lambda c: c[0]), \
+        staticmethod(lambda c: c)
+
+
+class DictShapeCtx(ShapeInCtx):
+    shape_of = staticmethod(lambda e: {"shape": tuple(e.shape), "tag": "q"})
+    scale_of, outer_of = staticmethod(lambda c: c["shape"][0]), staticmethod(lambda c: c["shape"])
+
+
+class RowsCtx(ShapeInCtx):
+    shape_of, scale_of = staticmethod(lambda e: ("rows", [e.shape[0]])), staticmethod(lambda c: c[1][0])
+
+
+class BlockCtx(ShapeInCtx):
+    """A number in the ctx that only equals the batch size on some calls."""
+
+    shape_of, scale_of = staticmethod(lambda e: {"block": 4}), staticmethod(lambda c: c["block"])
+
+
+def test_torch_size_ctx_of_an_output_made_inside() -> None:
+    misses, _ = _run(lambda x: SizeCtx(x * 2), lambda n: (torch.randn(n, 2),), (3, 4, 5), ())
     assert misses == 2
 
