@@ -21,11 +21,12 @@ import torch
 from jitcore.errors import EagerOnlySubclass
 from jitcore.langctx.shadows import TensorValues
 from jitcore.prologue import Path
+from jitcore.prologue.ctx_sizes import Place, places_of
 from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies.protocol import eager_only_reason, has_own_protocol, is_wrapper, unflatten_around
 from jitcore.proxies.subclass import is_traceable_subclass
 
-__all__ = ["follows", "following_inner", "has_symbols", "refusal", "shadow_around"]
+__all__ = ["ctx_places", "follows", "following_inner", "has_symbols", "refusal", "shadow_around"]
 
 
 def refusal(tensor: torch.Tensor, path: Path) -> EagerOnlySubclass | None:
@@ -79,6 +80,28 @@ def following_inner(tensor: torch.Tensor, names: list[str]) -> str | None:
     with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - jitcore's own reads
         layout = tuple(tensor.shape), tuple(tensor.stride())
         return next((n for n, t in zip(names, inner) if (tuple(t.shape), tuple(t.stride())) == layout), None)
+
+
+# Note [A flatten ctx that holds the outer sizes]
+# Classes keep their outer shape, or a row count, in their ``__tensor_flatten__`` ctx (``{"shape": (n,
+# 4)}``; a row-scaled int8 tensor's ``{"rows": n}``), which its ``flatten`` guard compared with ``==``: a
+# subclass input that follows an inner tensor still traced one entry per batch size, and its shadow,
+# rebuilt around symbolic inner tensors, got the traced ints in its ctx (a class building its outer
+# shape from the ctx built a static one). Where the input is bound with symbolic sizes, each int of its
+# ctx (through dicts, lists and tuples) equal to an outer size in a dimension the pass makes symbolic
+# is a place of the ctx that holds that size (``ctx_places``, the first such dimension): the shadow's
+# ctx holds the leading inner shadow's SymInt there, and the ``flatten`` guard compares the caller's
+# ctx with the traced one where each place reads the caller's outer size (which the ``shape`` guard
+# ties to the inner tensor's: jitcore/prologue/ctx_sizes.py). An int that only happened to equal a size
+# fails that check on the next size and is traced again, static there. A class with a
+# ``__metadata_guard__`` of its own, and any ctx that is no dict, list or tuple, keeps its ctx pinned.
+def ctx_places(tensor: torch.Tensor, ctx: Any, dims: frozenset[int]) -> tuple[Place, ...]:
+    """The places of ``ctx`` that hold an outer size of ``tensor`` in one of ``dims`` (Note above)."""
+    if getattr(type(tensor), "__metadata_guard__", None) is not None:
+        return ()
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - jitcore's own reads
+        shape = tuple(tensor.shape)
+    return places_of(ctx, shape, frozenset(d for d in dims if d < len(shape) and shape[d] > 1))
 
 
 def follows(path: Path, inner: Path) -> ShapeCondition:

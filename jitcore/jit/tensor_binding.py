@@ -27,9 +27,17 @@ from jitcore.dispatch.shadow_map import DispatchState
 from jitcore.errors import EagerOnlyValue, LazyState
 from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_names import qualified_name
-from jitcore.jit.subclass_inputs import following_inner, follows, has_symbols, refusal, shadow_around
+from jitcore.jit.subclass_inputs import (
+    ctx_places,
+    following_inner,
+    follows,
+    has_symbols,
+    refusal,
+    shadow_around,
+)
 from jitcore.langctx.shadows import TensorValues, untraced_kind
 from jitcore.prologue import Path, Root, TensorSpec
+from jitcore.prologue.ctx_sizes import SizedContext, with_sizes
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import has_nested_ints, instance_attributes, tensor_flatten
 from jitcore.proxies.typed import is_plain_subclass, retype
@@ -177,13 +185,15 @@ class TensorBinding:
             raise refused
         names, ctx = tensor_flatten(tensor)
         self.guard(path, "type", cls)
-        self.guard(path, "flatten", (cls, tuple(names), ctx))
         nested = has_nested_ints(tensor)  # Note [Nested ints], jitcore/langctx/shadows.py
         spec = TensorSpec.of_nested(tensor) if nested else TensorSpec.of_subclass(tensor)
         leading = None if nested or spec.layout_from_inner else following_inner(tensor, names)
         symbolic = leading is not None and self.dynamic_dims is not None and self.symbolic_subclasses
-        if not symbolic:
+        places = ctx_places(tensor, ctx, self.dynamic_dims(path.attr(leading), getattr(tensor, leading))) \
+            if symbolic else ()  # Note [A flatten ctx that holds the outer sizes], jit/subclass_inputs.py
+        if not symbolic:  # before the ctx: a ctx holding the sizes misses on them (a symbolic pass next)
             self.guard(path, "tensor", spec)
+        self.guard(path, "flatten", (cls, tuple(names), SizedContext((ctx, places)) if places else ctx))
         if nested:
             self.values.allow_nested_ints()
             self._ragged.update(ragged_dims(names, ctx, tensor, path, self.dynamic_dims))
@@ -199,6 +209,7 @@ class TensorBinding:
             lead = inner[leading].shadow
             if has_symbols(lead):
                 layout = tuple(lead.shape), tuple(lead.stride())
+                ctx = with_sizes(ctx, places, layout[0])
                 spec = TensorSpec.of(tensor, with_strides=True, traced=(*layout, tensor.storage_offset()))
                 self.guard(path, "shape", follows(path, path.attr(leading)))
                 self.symbolic_subclass_inputs += 1

@@ -24,6 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.langctx.python import members
+from jitcore.prologue.ctx_sizes import SizedContext, resolved
 from jitcore.prologue.paths import Path, safe_repr
 from jitcore.prologue.shape_guards import shape_check, shape_describe, shape_render
 from jitcore.proxies.protocol import WithConstants, ctx_without_layout, tensor_flatten
@@ -569,6 +570,8 @@ def flatten_failure(value: Any, expected: tuple) -> str | None:
             if got is not constant:
                 return f".{name}: expected the object the trace holds ({_short(constant)}), got {_short(got)}"
         ctx, got_ctx = ctx_without_layout(ctx[0]), ctx_without_layout(got_ctx[0])
+    if type(ctx) is SizedContext:  # places holding its outer sizes (jitcore/prologue/ctx_sizes.py)
+        ctx = resolved(ctx, value)
     metadata_guard = getattr(cls, "__metadata_guard__", None)
     same = metadata_guard(ctx, got_ctx) if metadata_guard is not None else same_ctx(ctx, got_ctx)
     return None if same else f".__tensor_flatten__(): expected ctx {ctx!r}, got {got_ctx!r}"

@@ -209,3 +209,26 @@ def test_torch_size_ctx_of_an_output_made_inside() -> None:
     misses, _ = _run(lambda x: SizeCtx(x * 2), lambda n: (torch.randn(n, 2),), (3, 4, 5), ())
     assert misses == 2
 
+
+def _ctx_of(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [_ctx_of(v) for v in value]
+    return (type(value.ctx), value.ctx) if isinstance(value, ShapeInCtx) else None
+
+
+@pytest.mark.parametrize("cls", [SizeCtx, DictShapeCtx, RowsCtx, BlockCtx])
+@pytest.mark.parametrize("fn", [
+    lambda x: x * 2,
+    lambda x: (x * x).sum(0),
+    lambda x: x.reshape(-1),
+    lambda x: (x.new_zeros(x.shape[0]) + x.shape[0], x + 1),
+], ids=["mul", "mul_sum", "reshape", "shape_read"])
+def test_ctx_holding_the_outer_sizes_over_batch_sizes(cls: type, fn: Callable) -> None:
+    jitted = jitcore.jit(fn)
+    for n in (4, 5, 6, 4, 7, 3):
+        torch.manual_seed(n)
+        x = cls(torch.randn(n, 3))
+        expected, actual = fn(x), jitted(cls(x.elem.clone()))
+        _assert_same(actual, expected, f"n={n}")
+        assert _ctx_of(actual) == _ctx_of(expected), n
+    assert jitcore.cache_misses(jitted) == 2
