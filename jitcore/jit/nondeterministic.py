@@ -136,8 +136,8 @@ class PerCallReads:
         """The call ``fn(*args, **kwargs)`` made now and recorded to be made by every call; its result
         a name (``made(value, name)``: the result's structure, names where it has numbers)."""
         owner = getattr(fn, "__self__", None)
-        if draws:
-            self._drawn.setdefault(id(owner), (owner, owner.getstate()))
+        if draws and id(owner) not in self._drawn:
+            self._drawn[id(owner)] = (owner, _state(owner))
         kwargs = kwargs or {}
         value = fn(*(_value(a) for a in args), **kwargs)
 
@@ -249,8 +249,16 @@ class PerCallReads:
     def restore(self) -> None:
         """Put back every generator the pass drew from (the first call's computation draws again)."""
         for generator, state in self._drawn.values():
-            generator.setstate(state)
+            if state is not None:  # (a generator the pass made is seeded again by the computation)
+                generator.setstate(state)
         self._drawn.clear()
+
+
+def _state(rng: random.Random) -> tuple | None:
+    """``rng.getstate()``, or None for a generator that ``Random.__init__`` is seeding (it sets
+    ``gauss_next``, which ``getstate`` reads, after ``seed``): the program made it in this pass, and its
+    next use is a seed."""
+    return rng.getstate() if hasattr(rng, "gauss_next") else None
 
 
 def _value(arg: Any) -> Any:
