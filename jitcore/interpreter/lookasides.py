@@ -62,7 +62,7 @@ from jitcore.interpreter.callbacks import (
     tuple_,
     zip_,
 )
-from jitcore.interpreter.calls import call, run_class_body
+from jitcore.interpreter.calls import call, opaque, run_class_body
 from jitcore.interpreter.conversions import (
     ascii_,
     bool_,
@@ -212,12 +212,12 @@ def type_(*args: object, **kwargs: object) -> object:
     if len(args) == 1 and not kwargs:
         found = type(args[0])
         return types.FrameType if found is FrameProxy else found  # a frame proxy stands for a frame
-    return type(*_in_caller_module(args), **kwargs)
+    return opaque(current_run(), type, _in_caller_module(args), kwargs)  # (the hooks' values given to C)
 
 
 def type_new(meta: object, *args: object, **kwargs: object) -> object:
     """type.__new__(meta, name, bases, ns) (a metaclass's ``super().__new__``), in the caller's module."""
-    return type.__new__(meta, *_in_caller_module(args), **kwargs)
+    return opaque(current_run(), type.__new__, (meta, *_in_caller_module(args)), kwargs)
 
 
 def super_(*args: object) -> super:

@@ -270,3 +270,14 @@ def test_nothing_deferred_without_numbers_of_the_computation() -> None:
     out = io.StringIO()
     print("plain %s" % "text", file=out)
     assert out.getvalue() == "plain text\n"
+
+
+def _type_named(n: int) -> str:
+    return type(f"C{n}", (), {}).__name__
+
+
+def test_a_class_made_with_a_name_from_a_number_as_eager() -> None:
+    # type(f"C{n}", (), {}) raised TypeError under the jit (the jit's text for the name reached C)
+    jfn = jitcore.jit(_type_named)
+    for n in (1, 2, 3):
+        assert jfn(n) == _type_named(n)
