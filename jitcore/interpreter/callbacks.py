@@ -121,21 +121,22 @@ def filter_(fn: object, iterable: object, /) -> filter:
 
 def sorted_(iterable: object, /, *, key: object = None, reverse: bool = False) -> list:
     """sorted() whose key is interpreted."""
-    return sorted(with_length_hint(iterable), key=through(active_run(), key), reverse=reverse)
+    run = active_run()
+    return run.native(sorted, (with_length_hint(iterable),), {"key": through(run, key), "reverse": reverse})
 
 
 def min_(*args: object, **kwargs: object) -> object:
     """min() whose key is interpreted, over its one iterable as the ``for`` statement iterates it."""
     if "key" in kwargs:
         kwargs["key"] = through(active_run(), kwargs["key"])
-    return min(*_one_iterable(args), **kwargs)
+    return active_run().native(min, _one_iterable(args), kwargs)
 
 
 def max_(*args: object, **kwargs: object) -> object:
     """max() whose key is interpreted, over its one iterable as the ``for`` statement iterates it."""
     if "key" in kwargs:
         kwargs["key"] = through(active_run(), kwargs["key"])
-    return max(*_one_iterable(args), **kwargs)
+    return active_run().native(max, _one_iterable(args), kwargs)
 
 
 # Note [C builtins over a Python object's dunders]
@@ -239,17 +240,18 @@ def reversed_(*args: object) -> object:
 
 def set_(*args: object, **kwargs: object) -> set:
     """set() of its iterable as the ``for`` statement iterates it."""
-    return set(*_one_iterable(args), **kwargs)
+    return active_run().native(set, _one_iterable(args), kwargs)
 
 
 def frozenset_(*args: object, **kwargs: object) -> frozenset:
     """frozenset() of its iterable as the ``for`` statement iterates it."""
-    return frozenset(*_one_iterable(args), **kwargs)
+    return active_run().native(frozenset, _one_iterable(args), kwargs)
 
 
 def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> None:
     """list.sort() whose key is interpreted."""
-    return list.sort(self, key=through(active_run(), key), reverse=reverse)
+    run = active_run()
+    return run.native(list.sort, (self,), {"key": through(run, key), "reverse": reverse})
 
 
 def reduce_(fn: object, *args: object) -> object:

@@ -65,6 +65,10 @@ class Hooks:
         format_percent: ``(template, values) -> text`` for ``template % values`` with a str template
             (BINARY_OP ``%`` and ``%=``): the text, which may be an object of the jit's, or NotImplemented
             for Python's.
+        native_call: ``(fn, args, kwargs) -> result``: performs a C call the interpreter makes itself for
+            the program's own operation, where C may call the program's Python code natively (``sorted``'s
+            comparisons, a set or dict display's hashes, ``%`` formatting, a comparison of two lists):
+            the jit watches it (Note [Python code a C call ran natively], jit/native_python.py).
         type_of: ``obj -> class``: the class an object stands for, where it differs from ``type(obj)``
             (the jit's proxies stand for tensors); consulted where CPython's semantics depend on an
             object's type, e.g. whether ``cls(...)`` runs ``__init__`` on what ``__new__`` returned.
@@ -91,6 +95,7 @@ class Hooks:
     store_attr: Callable[[Frame, object, str, object], bool] | None = None
     format_field: Callable[[object, int, object], object] | None = None
     format_percent: Callable[[str, object], object] | None = None
+    native_call: Callable[[Callable, tuple, dict], object] | None = None
     type_of: Callable[[object], type] | None = None
     max_depth: int | None = None
     host_files: tuple[str, ...] = ()

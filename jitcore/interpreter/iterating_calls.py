@@ -112,7 +112,7 @@ def _stepped(run: object, fn: object, iterable: object) -> object:
         return _when_reached(run, iterable) if _steps_python(iterable) \
             else iterable
     it = with_length_hint(iterable) if fn in _HINTED else native_iterable(run, iterable)
-    return list(it) if fn in _JOINS and it is not iterable else it
+    return list(it) if fn in _JOINS and type(it) not in (list, tuple) else it
 
 
 def _steps_python(iterable: object) -> bool:

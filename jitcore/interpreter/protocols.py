@@ -33,6 +33,7 @@ __all__ = [
     "EXHAUSTED",
     "HASHED_CONTAINERS",
     "NATIVE_BINARY",
+    "NATIVE_COMPARANDS",
     "NATIVE_ITERATORS",
     "NATIVE_OPERANDS",
     "NATIVE_TYPES",
@@ -66,8 +67,15 @@ NATIVE_TYPES = frozenset({
 # Containers that find a key by its hash (and identity first): ``Hooks.item_key`` may stand in for the key.
 HASHED_CONTAINERS = (dict, set, frozenset, type({}.keys()))
 # Left operands whose binary operators run natively when the right one is native too: not ``str``,
-# whose ``%`` goes through ``hooks.format_percent`` when a run sets it (``binary_op``).
-NATIVE_OPERANDS = NATIVE_TYPES - {str}
+# whose ``%`` goes through ``hooks.format_percent`` when a run sets it, nor the bytes templates, whose
+# ``%`` formats a tuple's items through their dunders (``binary_op``).
+NATIVE_OPERANDS = NATIVE_TYPES - {str, bytes, bytearray}
+# Operands whose comparison calls no dunder of another object: not containers (their items' ``__eq__``,
+# ``__lt__``, ``__hash__``), which ``compare_op`` compares through ``Run.native``
+NATIVE_COMPARANDS = NATIVE_TYPES - {list, tuple, dict, set, frozenset}
+# Right operands of ``%`` that hold no other object
+_SCALARS = NATIVE_COMPARANDS
+_PERCENT = (operator.mod, operator.imod)
 NATIVE_ITERATORS = frozenset(type(x) for x in (
     (i for i in ()),
     iter([]), iter(()), iter(range(0)), iter({}), iter({}.values()), iter({}.items()), iter(""), iter(set()),
@@ -149,7 +157,8 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
         if text is not NotImplemented:
             return text
     if ta in NATIVE_TYPES and tb in NATIVE_TYPES:
-        return native(a, b)
+        # (``%`` formats a tuple's or a dict's items: their dunders, natively)
+        return native(a, b) if tb in _SCALARS or native not in _PERCENT else run.native(native, (a, b), {})
     if iname is not None:
         f = _slot(ta, iname)
         if f is None and hasattr(ta, iname):  # ``__iadd__ = None`` blocks the fallback, as in CPython
@@ -182,7 +191,7 @@ def binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, n
             b = index(run, b)  # a repeat count (Note [A stand-in's number is given to C as its value])
         elif symbol == "*" and isinstance(b, _REPEATED) and has_python_index(run, a):
             a = index(run, a)
-        return native(a, b)
+        return run.native(native, (a, b), {})  # (``"%s" % obj``: C calls obj's dunders)
     if rf is not None and (issubclass(tb, ta) and rf is not _slot(ta, rname) or lf in _SEQUENCE_SLOTS):
         result = call(run, rf, (b, a), None)
         if result is not NotImplemented:
@@ -226,12 +235,12 @@ def compare_op(run: Run, symbol: str, a: object, b: object) -> object:
     """``a <symbol> b`` for a rich comparison (reflection and the ``==`` identity fallback included)."""
     ta, tb = type(a), type(b)
     name, rname, native = _COMPARE[symbol]
-    if ta in NATIVE_TYPES and tb in NATIVE_TYPES:
-        return native(a, b)
+    if ta in NATIVE_TYPES and tb in NATIVE_TYPES:  # (containers compare their items: natively)
+        return native(a, b) if ta in NATIVE_COMPARANDS else run.native(native, (a, b), {})
     lf = _comparison_slot(run, a, ta, name)
     rf = _comparison_slot(run, b, tb, rname)
     if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
-        return native(a, b)
+        return run.native(native, (a, b), {})
     reflected_done = False
     if ta is not tb and issubclass(tb, ta) and rf is not None:
         reflected_done = True
@@ -496,7 +505,10 @@ def set_item(run: Run, container: object, key: object, value: object) -> None:
             return
     if type(key) is not int and isinstance(container, _SEQUENCES):
         key = _sequence_key(run, key)
-    container[key] = value
+    if type(key) in NATIVE_COMPARANDS or not isinstance(container, HASHED_CONTAINERS):
+        container[key] = value
+    else:  # (the key's Python ``__hash__``/``__eq__`` run natively)
+        run.native(operator.setitem, (container, key, value), {})
 
 
 def delete_item(run: Run, container: object, key: object) -> None:
@@ -524,7 +536,7 @@ def _convert(run: Run, v: object, name: str, native, kind: str) -> str:
                 raise TypeError(f"{name} returned non-{kind} (type {type(result).__name__})")
             return result
         return call(run, native, (v,), None)  # as a call of the program's (hooks see ``str(x)``)
-    return native(v)
+    return native(v) if t in NATIVE_COMPARANDS else run.native(native, (v,), {})  # (a container's items)
 
 
 def _stood_for_method(run: Run, v: object, t: type, name: str) -> object:
@@ -568,7 +580,7 @@ def to_format(run: Run, v: object, spec: str) -> str:
         if f is _OBJECT_FORMAT and spec == "" and (_is_py(getattr(t, "__str__", None))
                                                    or _is_py(getattr(t, "__repr__", None))):
             return to_str(run, v)  # object.__format__(v, ""): str(v), its Python __str__ interpreted
-    return format(v, spec)
+    return format(v, spec) if t in NATIVE_COMPARANDS else run.native(format, (v, spec), {})
 
 
 _OBJECT_FORMAT = object.__format__

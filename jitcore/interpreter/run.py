@@ -53,6 +53,11 @@ def current_run() -> Run | None:
     return stack[-1] if stack else None
 
 
+def _native(fn: Callable, args: tuple, kwargs: dict) -> object:
+    """``fn(*args, **kwargs)``: a C call the interpreter makes for the program (``Hooks.native_call``)."""
+    return fn(*args, **kwargs)
+
+
 class Run:
     """The state of one interpretation: hooks, dispatch table, lookasides and the live frame stack.
 
@@ -71,6 +76,7 @@ class Run:
         "left",
         "lookasides",
         "max_depth",
+        "native",
         "native_exc",
         "on_opaque_call",
         "plain",
@@ -95,6 +101,7 @@ class Run:
         self.lookasides = {**builtin_lookasides(), **hooks.lookasides}
         self.resolve_call = hooks.resolve_call
         self.on_opaque_call = hooks.on_opaque_call
+        self.native = hooks.native_call if hooks.native_call is not None else _native
         self.type_of = hooks.type_of if hooks.type_of is not None else type
         self.max_depth = hooks.max_depth if hooks.max_depth is not None else sys.maxsize
         self.execute = loop.execute_traced if hooks.on_instruction is not None else loop.execute

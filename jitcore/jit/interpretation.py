@@ -69,6 +69,7 @@ from jitcore.jit.fsdp_units import fsdp_lookasides
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
 from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.log_records import LogRecords
+from jitcore.jit.native_python import call_watched
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.number_sizes import NumberSizes
 from jitcore.jit.printing import Prints
@@ -366,6 +367,7 @@ class Pass(StateReads):
             store_attr=lambda _frame, obj, name, value: self.held.store_attr(obj, name, value),
             format_field=format_field,
             format_percent=format_percent,
+            native_call=call_watched,  # Note [Python code a C call ran natively]
             type_of=python_type,
             max_depth=limit.max_depth,
             host_files=(JITCORE_DIR,),  # Note [An error the hooks translated] (interpreter/loop.py)
@@ -506,6 +508,8 @@ class Pass(StateReads):
             for arg in identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
                 self.provenance.pin(arg)
         args = self.keys.arguments(fn, args)  # ``d.get(t)``, ``id(t)``: the caller's tensor t
+        if type(fn) is types.WrapperDescriptorType and args and issubclass(type(args[0]), NumberProxy):
+            args = (args[0].specialize(), *args[1:])  # ``int.__repr__(n)`` (json's encoder): C checks it
         # C code needs the values; a container method's receiver (``dict.get(d, k)``) keeps the program's
         # own numbers in it, as for a bound method (``d.get(k)``); a number or text receiver
         # (``float.hex(n)``) is a value to C code as any argument is
@@ -570,7 +574,7 @@ class Pass(StateReads):
             from jitcore.diagnostics.markers import record_breakpoint
 
             return record_breakpoint(self.trace, self._source())  # jitcore.debug stops there
-        return fn(*args, **kwargs)
+        return call_watched(fn, args, kwargs)  # Note [Python code a C call ran natively]
 
     def _source(self) -> tuple[SourceFrame, ...] | None:
         run = current_run()

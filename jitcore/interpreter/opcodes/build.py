@@ -19,6 +19,7 @@ from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
+    NATIVE_COMPARANDS,
     NATIVE_TYPES,
     get_iter,
     next_value,
@@ -52,13 +53,23 @@ def build_list(frame: Frame, inst: Instruction) -> None:
 @handles("BUILD_SET", since=(3, 11))
 def build_set(frame: Frame, inst: Instruction) -> None:
     """Push a set of the top inst.arg items."""
-    frame.stack.append(set(_pop_n(frame.stack, inst.arg)))
+    items = _pop_n(frame.stack, inst.arg)
+    frame.stack.append(set(items) if _hashed_natively(items) else frame.run.native(set, (items,), {}))
+
+
+def _hashed_natively(keys: list | tuple) -> bool:
+    """Whether hashing ``keys`` into a set or dict calls no dunder of another object (else it is done
+    through ``Run.native``: a Python ``__hash__``/``__eq__`` runs natively there)."""
+    return all(type(k) in NATIVE_COMPARANDS for k in keys)
 
 
 @handles("BUILD_MAP", since=(3, 11))
 def build_map(frame: Frame, inst: Instruction) -> None:
     """Push a dict of the top 2*inst.arg items (key, value, key, value, ...)."""
     items = _pop_n(frame.stack, 2 * inst.arg)
+    if not _hashed_natively(items[::2]):
+        frame.stack.append(frame.run.native(dict, (list(zip(items[::2], items[1::2])),), {}))
+        return
     result = {}
     for i in range(0, len(items), 2):
         result[items[i]] = items[i + 1]
@@ -107,7 +118,10 @@ def list_append(frame: Frame, inst: Instruction) -> None:
 def set_add(frame: Frame, inst: Instruction) -> None:
     """Add TOS to the set inst.arg deep."""
     v = frame.stack.pop()
-    frame.stack[-inst.arg].add(v)
+    if type(v) in NATIVE_COMPARANDS:
+        frame.stack[-inst.arg].add(v)
+    else:  # (its Python ``__hash__``/``__eq__`` run natively)
+        frame.run.native(set.add, (frame.stack[-inst.arg], v), {})
 
 
 @handles("MAP_ADD", since=(3, 11))
@@ -116,7 +130,10 @@ def map_add(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     value = stack.pop()
     key = stack.pop()
-    stack[-inst.arg][key] = value
+    if type(key) in NATIVE_COMPARANDS:
+        stack[-inst.arg][key] = value
+    else:  # (its Python ``__hash__``/``__eq__`` run natively)
+        frame.run.native(operator.setitem, (stack[-inst.arg], key, value), {})
 
 
 @handles("LIST_EXTEND", since=(3, 11))

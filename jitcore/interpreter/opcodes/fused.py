@@ -28,6 +28,7 @@ from jitcore.interpreter.opcodes.load_store import UNBOUND_LOCAL, global_value, 
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
     NATIVE_BINARY,
+    NATIVE_COMPARANDS,
     NATIVE_COMPARE,
     NATIVE_ITERATORS,
     NATIVE_OPERANDS,
@@ -291,7 +292,7 @@ def _operation_then_jump(compare: bool, jump_if: bool) -> Handler:
         rhs = stack.pop()
         lhs = stack.pop()
         if compare:
-            if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            if type(lhs) in NATIVE_COMPARANDS and type(rhs) in NATIVE_TYPES:
                 v = NATIVE_COMPARE[inst.argval](lhs, rhs)
             else:
                 v = compare_op(frame.run, inst.argval, lhs, rhs)

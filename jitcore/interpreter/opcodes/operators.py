@@ -14,6 +14,7 @@ from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import (
     HASHED_CONTAINERS,
     NATIVE_BINARY,
+    NATIVE_COMPARANDS,
     NATIVE_COMPARE,
     NATIVE_OPERANDS,
     NATIVE_TYPES,
@@ -44,7 +45,7 @@ def compare_op_(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     rhs = stack.pop()
     lhs = stack[-1]
-    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+    if type(lhs) in NATIVE_COMPARANDS and type(rhs) in NATIVE_TYPES:
         stack[-1] = NATIVE_COMPARE[inst.argval](lhs, rhs)
     else:
         stack[-1] = compare_op(frame.run, inst.argval, lhs, rhs)
@@ -58,7 +59,7 @@ def compare_op_313(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     rhs = stack.pop()
     lhs = stack[-1]
-    if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+    if type(lhs) in NATIVE_COMPARANDS and type(rhs) in NATIVE_TYPES:
         v = NATIVE_COMPARE[inst.argval](lhs, rhs)
     else:
         v = compare_op(frame.run, inst.argval, lhs, rhs)

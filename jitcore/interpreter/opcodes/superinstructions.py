@@ -36,6 +36,7 @@ from jitcore.interpreter.opcodes.fused import after_load_global
 from jitcore.interpreter.opcodes.load_store import UNBOUND_LOCAL
 from jitcore.interpreter.protocols import (
     NATIVE_BINARY,
+    NATIVE_COMPARANDS,
     NATIVE_COMPARE,
     NATIVE_OPERANDS,
     NATIVE_TYPES,
@@ -85,7 +86,7 @@ def _superinstruction(first: str, second: str, operation: str, tail: str | None)
             rhs = nxt.argval
         frame.index = op.after
         if compare:
-            if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            if type(lhs) in NATIVE_COMPARANDS and type(rhs) in NATIVE_TYPES:
                 v = NATIVE_COMPARE[op.argval](lhs, rhs)
             else:
                 v = compare_op(frame.run, op.argval, lhs, rhs)
@@ -174,7 +175,7 @@ def _superinstruction_313(loads: tuple[str, ...], operation: str, tail: tuple[st
                 rhs = nxt.argval
         frame.index = op.after
         if compare:
-            if type(lhs) in NATIVE_TYPES and type(rhs) in NATIVE_TYPES:
+            if type(lhs) in NATIVE_COMPARANDS and type(rhs) in NATIVE_TYPES:
                 v = NATIVE_COMPARE[op.argval](lhs, rhs)
             else:
                 v = compare_op(frame.run, op.argval, lhs, rhs)

@@ -1,0 +1,144 @@
+"""The safety net under the jit's C calls: a C function that runs the program's Python code natively
+(a dunder of a caller's object: ``hash((obj,))``, ``sorted(objs)`` over a Python ``__lt__``,
+``"%s" % obj``, ``struct.pack("i", obj)``, ``pickle.dumps(obj)``) makes the call run eagerly
+(JC-T001), never a cache entry that returns the first call's answer (Note [Python code a C call ran
+natively]).
+
+Invariants:
+- a C call the program makes while tracing either runs none of the program's Python code natively, or
+  raises ``UnsupportedOperationError``, whatever it returned: the program's code is stopped as its frame
+  starts (before its first instruction, so none of its effects happen), and where C swallowed that
+  error the call raises it once it returns;
+- only code of the program's files counts (not torch's, jitcore's, the standard library's:
+  ``is_library_file``; not a generator C resumes, nor a ``__del__``), and only a frame that C itself
+  started from the call (its caller is the frame that made the C call): Python code the interpreter
+  runs inside the call (a ``key`` function interpreted, jitcore's proxies' dunders) is not the call's;
+- a profile function already set (a profiler's, cProfile's, jitcore's own backward watch) is never
+  replaced: under one, the net is not set (left, docs/user-guide.md).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from jitcore.errors import UnsupportedOperationError
+from jitcore.jit.code_kinds import is_library_file, is_torch_builtin
+
+__all__ = ["call_watched"]
+
+# Note [Python code a C call ran natively]
+# jitcore interprets the program's Python code, and the C functions it calls for the program run
+# natively: where such a function calls back into the program's Python code (a dunder of a caller's
+# object), that code runs unseen, its reads unguarded, and the C call's result is recorded as a
+# constant of the trace: a cached call returned the first call's answer (``"%d" % obj`` with an
+# ``__index__`` that reads ``obj.n``). The lookasides interpret the common cases through a Python
+# equivalent (jitcore/interpreter/conversions.py, iterating_calls.py, callbacks.py), so those calls
+# still trace. For the long tail (``%`` formatting, a tuple's or a dict key's hash, ``struct``, ``math``,
+# ``array``, ``bisect``, ``heapq``, ``pickle``, ``json``'s C encoder, list comparisons, ``sorted`` over a
+# Python ``__lt__``, ...) this net watches each C call while it runs (a profile function, on this
+# thread only): the program's calls of C functions (``_native_call``), and the C calls the interpreter
+# makes itself for the program's operations (``Hooks.native_call``: ``sorted``'s comparisons, a set or
+# dict display's hashes, ``%`` of a str, a container's comparison, repr or format). A Python frame of
+# the program's code whose caller is the frame making the C call was started by C. That frame raises
+# ``UnsupportedOperationError`` (JC-T001) as it starts, before any of its code runs (a write it would
+# make would otherwise happen twice: once now, once when the call runs eagerly), and the C call raises
+# it (again, if C swallowed it) when it returns: the call runs eagerly and becomes an eager entry
+# (Note [Eager entries], jit/api.py), or raises under
+# ``fullgraph=True``. Interpreting every C function through a Python equivalent was the other choice;
+# it cannot be complete (C extensions), and a guard on the result would need the C call rerun in the
+# prologue on the next call's objects. On Python 3.12+, setting a profile function re-instruments the
+# code that runs next, so the net is set there only for a call whose arguments (or their items, two
+# levels down: a list of pairs) include an object of a class the program defined (not for
+# ``sorted(xs, key=functools.cmp_to_key(cmp))``, whose ``cmp`` C calls: left, docs/user-guide.md; nor
+# while a profiler's function is set, which the net never replaces); on 3.11
+# it is set for every C call (no cost measured: a trace of 300 loops of C calls, 0.54 s set vs 0.72 s not
+# set, noise on a loaded machine; on 3.13 setting it for every call made that trace 1.13 s from 0.69 s).
+
+_ARMS_EVERY_CALL = sys.version_info < (3, 12)
+_SCANNED_ITEMS = 256  # items of one container argument looked at (3.12+)
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+_TYPE_NEW = type.__new__
+_RESUMED = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _watches(fn: Any) -> bool:
+    """Whether ``fn`` is C code the net watches: not a Python function, not torch's (its Python code is
+    torch's, and its ops are the trace's), not the making of a class (its ``__set_name__`` and
+    ``__init_subclass__`` run natively: left, docs/user-guide.md)."""
+    t = type(fn)
+    if t is types.FunctionType or t is types.MethodType or is_torch_builtin(fn) or fn is _TYPE_NEW:
+        return False
+    return not (t is type or issubclass(t, type)) or not issubclass(fn, type)
+
+
+def _programs_object(v: Any) -> bool:
+    t = type(v)
+    if not t.__flags__ & (1 << 9):  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+        return False
+    module = sys.modules.get(t.__module__)
+    filename = getattr(module, "__file__", None) or ""
+    return not filename or not is_library_file(filename)
+
+
+def _holds_programs_object(values: Any, depth: int = 2) -> bool:
+    """Whether ``values`` (or their items, ``depth`` levels down: a list of pairs) hold an object of a
+    class the program defined."""
+    for i, v in enumerate(values):
+        if i >= _SCANNED_ITEMS:
+            return False
+        if _programs_object(v):
+            return True
+        t = type(v)
+        if depth and t in _CONTAINERS and _holds_programs_object(v.values() if t is dict else v, depth - 1):
+            return True
+    return False
+
+
+def call_watched(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """``fn(*args, **kwargs)``; raises UnsupportedOperationError after it where C ran the program's Python
+    code natively (Note [Python code a C call ran natively])."""
+    if not _watches(fn) or sys.getprofile() is not None or \
+            not (_ARMS_EVERY_CALL or _holds_programs_object((*args, *kwargs.values()))):
+        return fn(*args, **kwargs)
+    origin = sys._getframe()  # noqa: SLF001 - the frame that makes the C call
+    ran: list[types.CodeType] = []
+
+    def event(frame: types.FrameType, name: str, arg: Any) -> None:
+        if name == "call" and frame.f_back is origin and not ran and _programs_code(frame.f_code):
+            ran.append(frame.f_code)
+            raise _ran_natively(fn, frame.f_code)  # before that code runs: none of its effects happen
+
+    sys.setprofile(event)
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException:
+        sys.setprofile(None)
+        if ran:
+            raise _ran_natively(fn, ran[0]) from None
+        raise
+    sys.setprofile(None)
+    if ran:
+        raise _ran_natively(fn, ran[0])
+    return result
+
+
+def _programs_code(code: types.CodeType) -> bool:
+    """Code of the program's whose start the net stops: not a library's, not a generator resumed (a
+    caller's generator that C steps, ``gen.send(v)``: stopping it would finish it), not a finalizer
+    that collecting garbage ran."""
+    return not (code.co_flags & _RESUMED or code.co_name == "__del__" or is_library_file(code.co_filename))
+
+
+def _ran_natively(fn: Any, code: types.CodeType) -> UnsupportedOperationError:
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return UnsupportedOperationError(
+        f"{name} (C code) called {code.co_qualname if hasattr(code, 'co_qualname') else code.co_name} "
+        f"({code.co_filename}:{code.co_firstlineno}) natively, which jitcore does not see: what it read "
+        "would not be checked on later calls",
+        hints=("the call runs eagerly; a Python equivalent of the C function (or reading the value before "
+               "the call) lets jitcore trace it",),
+    )

@@ -1,0 +1,149 @@
+"""C code that runs a caller's Python dunders natively inside a jitted function: each call's answer is
+eager's, cached calls included (Note [Python code a C call ran natively], jitcore/jit/native_python.py).
+
+Found probing C functions over a caller's object whose dunders read state that changes between calls
+(issue 14, /tmp/cpy40-probes/p_c_dunders.py: 61 of 108 programs gave the first call's answer, or raised,
+on later calls): ``"%s" % obj``, ``hash((obj,))``, ``{obj: 1}``, ``struct.pack("i", obj)``, ``math.*``,
+``array``, ``bisect``/``heapq``/``sorted``/``min`` over a Python ``__lt__``, ``functools.cmp_to_key``,
+``pickle``, ``json``'s encoder, a list's repr and comparison. Each such call now runs eagerly (JC-T001)
+where C ran the program's code natively; the rest trace as before.
+"""
+
+from __future__ import annotations
+
+import array
+import bisect
+import functools
+import heapq
+import json
+import math
+import operator
+import pickle
+import struct
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from jit_helpers import assert_same
+
+import jitcore
+
+
+class State:
+    """Every dunder reads ``self.s``, the caller's state, which changes between calls."""
+
+    def __init__(self, s: int) -> None:
+        self.s = s
+
+    def __str__(self) -> str:
+        return f"S{self.s}"
+
+    def __repr__(self) -> str:
+        return f"R{self.s}"
+
+    def __index__(self) -> int:
+        return self.s
+
+    def __float__(self) -> float:
+        return self.s / 2
+
+    def __hash__(self) -> int:
+        return self.s % 3
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, State) and other.s % 3 == self.s % 3 or other == self.s
+
+    def __lt__(self, other: Any) -> bool:
+        return self.s % 4 < (other.s % 4 if isinstance(other, State) else other)
+
+    def __gt__(self, other: Any) -> bool:
+        return self.s % 4 > (other.s % 4 if isinstance(other, State) else other)
+
+    def __reduce__(self) -> tuple:
+        return (State, (self.s + 300,))
+
+
+def _sorted_states(items: list[State]) -> list[int]:
+    return [x.s for x in items]
+
+
+def _stored(d: dict, key: Any) -> dict:
+    d[key] = 7
+    return d
+
+
+PROGRAMS: dict[str, Callable[[State], Any]] = {
+    "percent_s": lambda v: "%s" % v,
+    "percent_tuple": lambda v: "%s-%r-%d" % (v, v, v),
+    "percent_dict": lambda v: "%(a)s" % {"a": v},
+    "hash_tuple": lambda v: hash((v,)),
+    "frozenset_hash": lambda v: hash(frozenset([v])),
+    "dict_display": lambda v: list({v: 1, State(0): 2}.values()),
+    "set_display": lambda v: len({v, State(0), State(1)}),
+    "set_of_list": lambda v: len(set([v, State(0), State(1)])),
+    "dict_get": lambda v: {0: "a", 1: "b", 2: "c"}.get(v),
+    "store_subscr": lambda v: len(_stored({0: 0, 1: 1}, v)),
+    "dict_comprehension": lambda v: len({k: 1 for k in [v, 0, 1]}),
+    "set_comprehension": lambda v: len({k for k in [v, 0, 1]}),
+    "tuple_eq": lambda v: (v,) == (0,),
+    "list_lt": lambda v: [v] < [2],
+    "struct_pack": lambda v: struct.pack("i", v),
+    "math_isclose": lambda v: math.isclose(v, 1.0),
+    "math_factorial": lambda v: math.factorial(v),
+    "math_atan2": lambda v: math.atan2(v, 1),
+    "array": lambda v: list(array.array("i", [v, v])),
+    "bisect": lambda v: bisect.bisect([State(0), State(1), State(2), State(3)], v),
+    "heappush": lambda v: [getattr(x, "s", x) for x in (lambda h: (heapq.heappush(h, v), h)[1])([0, 2, 3])],
+    "sorted": lambda v: _sorted_states(sorted([State(1), v, State(2), State(3)])),
+    "list_sort": lambda v: _sorted_states((lambda items: (items.sort(), items)[1])([State(1), v, State(2)])),
+    "min": lambda v: min(State(1), v, State(2)).s,
+    "max": lambda v: max([State(1), v, State(2)]).s,
+    "cmp_to_key": lambda v: sorted([3, 1, 2], key=functools.cmp_to_key(
+        lambda a, b: (a - b) * (1 if v.s % 2 else -1))),
+    "pickle_reduce": lambda v: pickle.loads(pickle.dumps(v)).s,
+    "json_default": lambda v: json.dumps({"a": v}, default=lambda o: o.s),
+    "json_default_indent": lambda v: json.dumps([v], default=lambda o: o.s, indent=1),
+    "repr_list": lambda v: repr([v]),
+    "fstring_list": lambda v: f"{[v]}",
+    "str_join_map": lambda v: ",".join(map(str, [v])),
+    "list_insert": lambda v: (lambda items: (items.insert(v, 9), items)[1])([0, 1, 2]),
+    "str_center": lambda v: "a".center(v),
+    "lru_cache": lambda v: functools.lru_cache()(lambda x: x.s)(v),
+}
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_c_code_running_a_callers_dunders_follows_each_call(name: str) -> None:
+    fn = PROGRAMS[name]
+    jfn = jitcore.jit(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the eager entry's warning)
+        for s in (1, 2, 3, 2, 4, 0):
+            assert_same(jfn(State(s)), fn(State(s)))
+
+
+def test_a_c_call_over_plain_values_still_traces() -> None:
+    # the net makes a call eager only where C ran the program's code: sorting numbers, a dict display of
+    # strings and a list's repr of numbers are traced and cached as before
+    def fn(xs: list[int]) -> tuple:
+        return sorted(xs), {"a": xs[0]}, repr(xs), operator.index(xs[1]), [xs[0]] == [1]
+
+    jfn = jitcore.jit(fn)
+    for xs in ([3, 1], [1, 2], [3, 1]):
+        assert_same(jfn(xs), fn(xs))
+    assert jfn.fallback_reason is None
+
+
+def test_a_c_call_that_ran_a_callers_dunder_runs_eagerly_and_says_why() -> None:
+    jfn = jitcore.jit(lambda v: "%d" % v)
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        assert jfn(State(1)) == "1"
+    assert jfn(State(2)) == "2"
+    assert "natively" in str(jfn.fallback_reason) and "__index__" in str(jfn.fallback_reason)
+
+
+def test_a_c_call_that_ran_a_callers_dunder_raises_under_fullgraph() -> None:
+    jfn = jitcore.jit(lambda v: hash((v,)), fullgraph=True)
+    with pytest.raises(jitcore.JitcoreError, match="natively"):
+        jfn(State(1))
