@@ -680,7 +680,10 @@ def call_on_shadows(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     try:
         with _TensorOpsStop():
             out = fn(*shadow_args, **shadow_kwargs)
-    except _MakesTensors:  # Note [C functions that compute]
+    except _MakesTensors as stop:  # Note [C functions that compute]
+        if isinstance(stop.args[0], torch._ops.TorchBindOpOverload):  # noqa: SLF001
+            with torch._C._DisablePythonDispatcher():  # noqa: SLF001 - the Note's last paragraph
+                return fn(*args, **kwargs)
         return fn(*args, **kwargs)
     return _map(state.proxy_of, out)
 
@@ -693,6 +696,13 @@ def call_on_shadows(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
 # makes or writes a tensor (before running it: the shadows are untouched), and the function is
 # called on the proxies themselves, which are tensors: its operations reach ``__torch_function__``
 # or ``__torch_dispatch__`` and are recorded at the user's line like any other.
+# A process group's method (``ProcessGroup.scatter``, which ``distribute_tensor`` calls) issues a c10d
+# op that takes the group as a TorchBind object. In a pass with symbolic sizes, which runs under torch's
+# Python dispatcher, torch's Python handler for such an op reached through the proxies' Python key
+# (no mode on the stack) pops a mode that is not there ("trying to pop from empty mode stack",
+# torch/_ops.py), so every symbolic pass of ``distribute_tensor(x, mesh, [Shard(0)])`` fell back to
+# static shapes: an entry per size. Called on the proxies, such a function runs with the Python
+# dispatcher off, and its op reaches the proxies' ``__torch_dispatch__`` as in a static pass.
 class _MakesTensors(Exception):
     """Raised by _TensorOpsStop at an operation returning tensors."""
 

@@ -575,7 +575,9 @@ def _check_batch_sizes(mesh: DeviceMesh) -> None:
     DTensor; a Shard(0) one at world size 1), as for plain tensors (Note [A DTensor's ctx without its
     sizes], proxies/protocol.py). A Shard(0) input at world size 2 keeps an entry per size (its local
     sizes are not its global ones). Before, the flatten guard compared the ctx's global shape: 5 entries
-    each, and a symbolic pass with a DTensor output raised rebuilding the ctx (``WithConstants``)."""
+    each, and a symbolic pass with a DTensor output raised rebuilding the ctx (``WithConstants``);
+    ``distribute_tensor`` inside made 5 entries too: its scatter raised in a symbolic pass (Note [C
+    functions that compute], dispatch/resolver.py)."""
     torch.manual_seed(7)
     w = distribute_tensor(torch.randn(4, 3), mesh, [Replicate()])
     base = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
@@ -584,7 +586,9 @@ def _check_batch_sizes(mesh: DeviceMesh) -> None:
     cases = [(lambda x: (x * 2 + 1) @ w, [Replicate()], 2),
              (lambda x: (x.redistribute(mesh, [Shard(0)]) * 2).full_tensor(), [Replicate()], None),
              (lambda x: x * 2 + 1, [Shard(0)], 2 if mesh.size() == 1 else 5),
-             (lambda x: model(x), None, 2)]  # a plain input, a DTensor output
+             (lambda x: model(x), None, 2),  # a plain input, a DTensor output
+             # made inside: at world size 2 a guard on the size's parity adds an entry
+             (lambda x: distribute_tensor(x, mesh, [Shard(0)]) * 3, None, 2 if mesh.size() == 1 else 3)]
     for fn, placements, entries in cases:
         jitted = jitcore.jit(fn)
         with warnings.catch_warnings():
