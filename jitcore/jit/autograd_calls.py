@@ -39,7 +39,7 @@ from torch.nested._internal.nested_tensor import NestedTensor
 import jitcore
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
 from jitcore.errors import DataDependentError, EagerOnlySubclass, EagerOnlyValue, UnsupportedOperationError
-from jitcore.jit.function_transforms import function_transform_lookasides
+from jitcore.jit.function_transforms import TransformTensors, function_transform_lookasides
 from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph, graph_leaves, graph_nodes
 from jitcore.langctx.reads import runs_under_autograd
 from jitcore.proxies import TensorProxy
@@ -56,12 +56,13 @@ class AutogradCalls:
         self._pass = tracing_pass
         self._inner_grads: dict[int, Any] = {}  # id(proxy made inside) -> its gradient, this pass
         self._unfreed: dict[int, Any] = {}  # id(node) -> a shadow graph's node a backward could not free
+        self.transforms = TransformTensors(tracing_pass.held.bind)  # jit/function_transforms.py
 
     # --- what the program calls ----------------------------------------------------------------------
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
         found: dict[Any, Callable[..., Any]] = {torch.autograd.backward: self.backward,
                                                 torch.autograd.grad: self.grad}
-        found.update(function_transform_lookasides())
+        found.update(function_transform_lookasides(self.transforms))
         return found
 
     def tensor_backward(self, tensor: TensorProxy, gradient: Any = None, retain_graph: Any = None,

@@ -63,7 +63,8 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import specialize_all
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["call_natively", "function_transform_lookasides", "holds_functorch_tensor", "run_natively"]
+__all__ = ["TransformTensors", "call_natively", "function_transform_lookasides", "holds_functorch_tensor",
+           "run_natively"]
 
 _functorch = torch._C._functorch  # noqa: SLF001
 _is_functorch_tensor = _functorch.is_functorch_wrapped_tensor
@@ -80,7 +81,53 @@ _TRANSFORMS = (
 )
 
 
-def function_transform_lookasides() -> dict[Any, Callable[..., Any]]:
+# Note [The caller's tensors a transform is given]
+# A transform's arguments can hold a caller's tensor itself, not its proxy: ``dict(m.named_parameters())``
+# (per-sample gradients over ``functional_call``) hands the program the parameters (jit/held_tensors.py).
+# functorch wrapped the real parameter, so what its rules computed from it natively (``linear``'s
+# ``weight.t()`` under ``vmap(grad(...))``) was a real tensor that reached the traced ``mm``: a path-less
+# tensor of the trace, held weakly, whose lifetime was the pass's garbage (a collection after the trace
+# freed it: the first call passed None, "mm(): argument 'mat2' must be Tensor, not NoneType"), and a
+# value computed once from the parameter instead of on every call. Such a tensor is bound to its input
+# proxy before the transform wraps it, as a torch call binds it, so the rules run on the proxy and
+# record. A functorch tensor (a nested transform's argument) is the outer transform's and stays as it is.
+#
+# Note [Tensors functorch's code makes from numbers]
+# functorch's C++ makes real tensors of its own from the numbers a call passes: ``(q - kv) * 0.1`` on a
+# BatchedTensor (flex_attention's ``score_mod``) wraps 0.1 in a 0-dim tensor (a wrapped number) that
+# reaches the traced ``mul``. No path names it, so it was bound at the end of the pass as a caller's
+# captured tensor, held weakly: a collection between the trace and the first call's computation freed
+# it (the first call passed None as that input) and later calls missed. Every real tensor a record
+# reaches under the transform is noted (``TransformTensors.made``) and the entry holds it, as a native
+# composite's constants are held (Note [Tensors a native composite makes], jit/tensor_binding.py). It is
+# a constant of the call: the numbers ``run_natively`` hands to torch are specialized and guarded, and
+# after the caller's tensors are bound (Note [The caller's tensors a transform is given]) no other real
+# tensor is among the transform's values. Holding one strongly changes only how long it lives: a
+# weakly held tensor is read the same, while it lives.
+class TransformTensors:
+    """The tensors of one pass that its transforms see: the caller's, bound (``bind``, the pass's
+    held-tensor binder), and those functorch's code made, held (``made``)."""
+
+    def __init__(self, bind: Callable[[Any], Any]) -> None:
+        self.bind = bind
+        self.made: dict[int, torch.Tensor] = {}  # id -> tensor: holds it, so that no id is reused
+
+    def made_here(self, tensor: torch.Tensor) -> bool:
+        """Whether a record reached ``tensor`` under a transform (Note [Tensors functorch's code makes
+        from numbers])."""
+        return self.made.get(id(tensor)) is tensor
+
+    def bound(self, tree: Any) -> Any:
+        """``tree`` with the caller's tensors bound (Note [The caller's tensors a transform is given])."""
+        return optree.tree_map(lambda v: self.bind(v) if _callers_tensor(v) else v, tree, none_is_leaf=True)
+
+
+def _callers_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not isinstance(value, TensorProxy) \
+        and not _is_functorch_tensor(value)
+
+
+def function_transform_lookasides(tensors: TransformTensors) -> dict[Any, Callable[..., Any]]:
     """What the traced program's calls of torch.func's transforms run instead."""
     import importlib
 
@@ -88,7 +135,7 @@ def function_transform_lookasides() -> dict[Any, Callable[..., Any]]:
     for module_name, attr, name, backward in _TRANSFORMS:
         fn = getattr(importlib.import_module(module_name), attr, None)
         if fn is not None:
-            found[fn] = _traced_transform(fn, name, backward)
+            found[fn] = _traced_transform(fn, name, backward, tensors)
     eager_transforms = importlib.import_module("torch._functorch.eager_transforms")
     for attr, name in (("linearize", "torch.func.linearize"),
                        ("_wrap_all_tensors_to_functional", "torch.func.functionalize")):
@@ -109,8 +156,10 @@ def _runs_eagerly(name: str, *args: Any, **kwargs: Any) -> Any:
     raise EagerOnlyValue(f"{name} is not traced: the call runs eagerly")
 
 
-def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) -> Callable[..., Any]:
+def _traced_transform(transform: Callable[..., Any], name: str, backward: bool,
+                      tensors: TransformTensors) -> Callable[..., Any]:
     def traced(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = tensors.bound((args, kwargs))  # Note [The caller's tensors a transform is given]
         _check_traceable(name, backward, (args, kwargs))
         args, kwargs = specialize_all(args), specialize_all(kwargs)
         run = current_run()
@@ -125,7 +174,7 @@ def _traced_transform(transform: Callable[..., Any], name: str, backward: bool) 
         fallback = _functorch._is_vmap_fallback_enabled()
         _functorch._set_vmap_fallback_enabled(False)  # Note [vmap's fallback]
         try:
-            with torch._C.DisableTorchFunctionSubclass(), _TensorsMadeUnder():  # noqa: SLF001
+            with torch._C.DisableTorchFunctionSubclass(), _TensorsMadeUnder(tensors.made):  # noqa: SLF001
                 out = transform(interpreted, *args, **kwargs)
         except RuntimeError as exc:
             _raise_for_the_fallback(exc)
@@ -153,7 +202,12 @@ class _TensorsMadeUnder(TorchDispatchMode):
     during the transform, sees them first: an operator with no tensor argument is recorded (its output
     is a traced tensor, so what is then done to it, a draw included, is recorded too and runs again on
     every call, in eager's order). Anything else goes on to the tensors' own dispatch. A factory the
-    fake mode runs on the meta device for a shadow is not the program's."""
+    fake mode runs on the meta device for a shadow is not the program's. A real tensor an operator
+    is given is noted in ``made`` (Note [Tensors functorch's code makes from numbers])."""
+
+    def __init__(self, made: dict[int, torch.Tensor]) -> None:
+        super().__init__()
+        self._made = made
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -165,6 +219,9 @@ class _TensorsMadeUnder(TorchDispatchMode):
         ):
             with torch._C.DisableTorchFunction():  # torch's C++ made it: no __torch_function__ sees it
                 return op_symbol(func)(*args, **kwargs)
+        for leaf in optree.tree_leaves((args, kwargs), none_is_leaf=True):
+            if type(leaf) is torch.Tensor and not _is_functorch_tensor(leaf) and leaf.device.type != "meta":
+                self._made[id(leaf)] = leaf
         return func(*args, **kwargs)
 
 

@@ -145,7 +145,6 @@ class Pass(StateReads):
                                 read_dims=read_dims,  # ShapePolicy.read_dims, in every pass
                                 read_numbers=read_numbers)  # ShapePolicy.read_number, in symbolic ones
         self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
-        self.provenance.natively = lambda: self.reads.natively > 0  # Note [Tensors a native composite makes]
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.provenance.first_state = self.snapshots.first_state
@@ -163,6 +162,8 @@ class Pass(StateReads):
                                  self._untracked_subclass_code,
                                  builtin_lookasides()[warnings.warn])
         self.autograd = AutogradCalls(self)  # loss.backward(), p.grad: jitcore/jit/autograd_calls.py
+        self.provenance.natively = lambda tensor: (  # Note [Tensors a native composite makes]
+            self.reads.natively > 0 or self.autograd.transforms.made_here(tensor))
         self.context.autograd = self.autograd
 
     # --- driving -----------------------------------------------------------------------------------

@@ -117,7 +117,7 @@ class Provenance(TensorBinding):
         self.symbolic_subclass_inputs = 0  # how many were bound with symbolic sizes
         self._static_only = 0  # > 0 while a subclass's inner tensors are bound: they keep static shapes
         # whether a composite runs natively now (set by the pass: Note [Tensors a native composite makes])
-        self.natively: Callable[[], bool] = lambda: False
+        self.natively: Callable[[torch.Tensor], bool] = lambda _tensor: False
         self._ragged: dict[Path, frozenset[int]] = {}  # but an NJT's ragged sizes (jit/ragged.py)
         self.bound_layouts: dict[int, tuple] = {}  # id(input proxy) -> its shadow's sizes, strides, offset
         # when bound, in a pass with symbolic sizes (an in-place op may change the shadow later)

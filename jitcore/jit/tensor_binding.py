@@ -61,7 +61,7 @@ class TensorBinding:
     on_remember: Callable[[Any, Path], None] | None
     _reached: dict[int, Reached]
     _static_only: int
-    natively: Callable[[], bool]
+    natively: Callable[[torch.Tensor], bool]
     _ragged: dict[Path, frozenset[int]]
     _layouts_of: set[int]
 
@@ -81,7 +81,7 @@ class TensorBinding:
         if known is not None:
             return known
         path = self.path_of(tensor)
-        if path is None and self.natively():  # Note [Tensors a native composite makes]
+        if path is None and self.natively(tensor):  # Note [Tensors a native composite makes]
             path = Path(Root("bound", f"<tensor a composite made {tuple(tensor.shape)}>", tensor))
         elif path is None:  # held weakly: once the tensor is gone, the entry misses instead of keeping it
             path = Path(Root("bound", f"<captured tensor {tuple(tensor.shape)}>", weakref.ref(tensor))).call()
@@ -98,6 +98,8 @@ class TensorBinding:
     # that input ("unwrap_if_dead() ... Invoked with: None"), and later calls missed and traced again.
     # It is the composite's constant (made from sizes the entry guards, or from a value a checked read
     # guards), so the entry holds it.
+    # So does a tensor functorch's code made under a transform (``natively(tensor)``: Note [Tensors
+    # functorch's code makes from numbers], jit/function_transforms.py).
 
     def bound_proxy(self, tensor: torch.Tensor) -> TensorProxy | None:
         """The proxy a caller's tensor is bound to in this pass, or None (not bound yet)."""

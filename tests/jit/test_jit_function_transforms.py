@@ -6,6 +6,7 @@ gradients, Python effects) and its second call must come from the cache."""
 from __future__ import annotations
 
 import copy
+import gc
 import warnings
 
 import pytest
@@ -353,3 +354,57 @@ def test_transforms_of_a_jitted_function_give_eagers_results(traced_first: bool)
     assert_same(jf(w, x), f(w, x))  # outside a transform the function is traced and cached as ever
     assert_same(jf(w, x), f(w, x))
     assert jitcore.cache_misses(jf) == 1 and jitcore.cache_hits(jf) >= 1
+
+
+def _relative_bias_under_nested_vmaps(score: torch.Tensor) -> torch.Tensor:
+    n = score.shape[0]
+    return vmap(vmap(_relative_bias_2d, in_dims=(0, None, 0)), in_dims=(0, 0, None))(
+        score, torch.arange(n), torch.arange(n))
+
+
+def _relative_bias_2d(score, q, kv):
+    return score + (q - kv) * 0.1
+
+
+def _per_sample_grads_of_parameters(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def loss(params, xi):
+        return functional_call(_PSG_MODEL, params, (xi,)).squeeze() ** 2
+
+    return vmap(grad(loss), in_dims=(None, 0))(dict(_PSG_MODEL.named_parameters()), x)
+
+
+def _relative_bias(score, b, h, q, kv):
+    return score + (q - kv) * 0.1
+
+
+def _flex_attention_score_mod(x: torch.Tensor) -> torch.Tensor:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(x, x * 2, x, score_mod=_relative_bias)
+
+
+_PSG_MODEL = nn.Linear(4, 1)
+_COLLECTED = {
+    "relative_bias_under_nested_vmaps": (_relative_bias_under_nested_vmaps, (4, 4)),
+    "per_sample_grads_of_parameters": (_per_sample_grads_of_parameters, (5, 4)),
+    "flex_attention_score_mod": (_flex_attention_score_mod, (1, 2, 16, 8)),
+}
+
+
+@pytest.mark.parametrize("name", list(_COLLECTED))
+def test_tensors_made_under_a_transform_outlive_collections(name):
+    """Note [Tensors functorch's code makes from numbers], Note [The caller's tensors a transform is
+    given]: a number functorch wrapped in a tensor (``* 0.1`` on a BatchedTensor), and what its rules
+    computed from a caller's parameter handed to the transform itself (``weight.t()``), reached the trace
+    as captured tensors held weakly: a collection after a call freed them and the next call missed and
+    traced again (or passed None as that input). With a full collection after every call, each call
+    equals eager and the first entry serves them all."""
+    fn, shape = _COLLECTED[name]
+    jf = jitcore.jit(fn)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        for seed in range(4):
+            x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+            assert_same(jf(x), fn(x))
+            gc.collect()
+    assert jitcore.cache_misses(jf) == 1, jitcore.miss_reasons(jf)
