@@ -40,6 +40,7 @@ from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
 from jitcore.jit.read_rollback import nondeterministic_read, with_rollback
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
+from jitcore.jit.tracing_gc import fewer_collections
 from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.langctx.thread_state import SET_GRAD_ENABLED, subclass_functions_disabled
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
@@ -217,7 +218,8 @@ class JittedFunction:
             self.misses += 1
             self.miss_log.append(reasons)
             layout_changed = any(".shape" in r.where or ".stride()" in r.where for r in reasons)
-            outcome = self._trace(args, kwargs, layout_changed)
+            with fewer_collections():  # Note [Collections while tracing]
+                outcome = self._trace(args, kwargs, layout_changed)
             if isinstance(outcome, Eager) and outcome.this_call_only:  # a lazy module's first call
                 return self.fn(*args, **kwargs)
             if isinstance(outcome, Eager) and outcome.from_now_on:
