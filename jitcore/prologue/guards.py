@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.langctx.python import members
 from jitcore.prologue.ctx_sizes import SizedContext, resolved
+from jitcore.prologue.default_device import default_device
 from jitcore.prologue.paths import Path, safe_repr
 from jitcore.prologue.shape_guards import shape_check, shape_describe, shape_render
 from jitcore.proxies.protocol import WithConstants, ctx_without_layout, tensor_flatten
@@ -697,9 +698,10 @@ STATE_READERS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "default dtype": (torch.get_default_dtype, "torch.get_default_dtype()"),
     "autocast": (torch._C._is_any_autocast_enabled, "torch._C._is_any_autocast_enabled()"),
 }
-# Read only when the trace creates tensors without tensor inputs (factory calls): reading it is slow.
+# Read only when the trace creates tensors without tensor inputs (factory calls); read without
+# torch.get_default_device()'s cost where it can only answer cpu (Note [Reading the default device]).
 DEFAULT_DEVICE = "default device"
-STATE_READERS[DEFAULT_DEVICE] = (torch.get_default_device, "torch.get_default_device()")
+STATE_READERS[DEFAULT_DEVICE] = (default_device, None)
 # Read only when autocast was on while tracing: which devices cast, to which dtype.
 AUTOCAST_SETTINGS = "autocast settings"
 _AUTOCAST_DEVICES = ("cpu", "cuda")
