@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from jitcore.prologue import Path
-from jitcore.prologue.guards import is_literal_value
+from jitcore.prologue.literals import is_literal_value
 
 __all__ = [
     "MAX_ELEMENTS", "all_literal", "identity_arguments", "is_library_class", "is_module_registry",

@@ -26,6 +26,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from jitcore.langctx.python import members
 from jitcore.prologue.ctx_sizes import SizedContext, resolved
 from jitcore.prologue.default_device import default_device
+from jitcore.prologue.literals import (
+    freeze_contents,
+    is_literal_value,
+    same_contents,
+    same_keys,
+    same_literal,
+)
 from jitcore.prologue.paths import Path, safe_repr
 from jitcore.prologue.shape_guards import shape_check, shape_describe, shape_render
 from jitcore.proxies.protocol import WithConstants, ctx_without_layout, tensor_flatten
@@ -39,10 +46,9 @@ __all__ = [
     "Predicate",
     "StateGuard",
     "TensorSpec",
-    "freeze_contents",
+    "freeze_contents",  # re-exported from literals.py
+    "is_literal_value",  # re-exported from literals.py
     "implicit_state",
-    "is_literal_value",
-    "same_contents",
     "same_ctx",
 ]
 
@@ -146,67 +152,6 @@ def _is_static(size: Any) -> bool:
     return type(size) is int or size.node.maybe_as_int() is not None
 
 
-def is_literal_value(value: Any) -> bool:
-    """Values compared by type and value (everything else is compared by identity)."""
-    t = type(value)
-    if t in (int, float, bool, str, bytes, complex, type(None)):
-        return True
-    if t in (tuple, frozenset, torch.Size) and len(value) <= 64:  # a Size passed per call: by value
-        return all(is_literal_value(v) for v in value)
-    return t in (torch.dtype, torch.device, torch.layout, torch.memory_format)
-
-
-def freeze_contents(value: Any) -> tuple:
-    """A container of literals as a tuple (dicts as key/value pairs, sets sorted by repr)."""
-    if type(value) is dict:
-        return tuple(value.items())
-    if type(value) is set:
-        return tuple(sorted(value, key=repr))
-    return tuple(value)
-
-
-_SCALARS = frozenset((int, float, bool, str, bytes, type(None)))
-
-
-def same_contents(value: Any, frozen: tuple) -> bool:
-    """Whether a list/dict/set/tuple holds exactly the literals ``frozen`` (see freeze_contents)."""
-    got = freeze_contents(value)
-    # Fast path (comparisons in C) for flat sequences of scalars: equal, with the same types, and no
-    # zero whose sign could differ. Anything else (NaNs make == fail) gets the exact comparison.
-    if got == frozen:
-        types = tuple(map(type, frozen))
-        if tuple(map(type, got)) == types and _SCALARS.issuperset(types) and 0.0 not in frozen:
-            return True
-    return _same_literal(got, frozen)
-
-
-def _same_literal(a: Any, b: Any) -> bool:
-    if type(a) is not type(b):
-        return False
-    if type(a) is float:
-        if math.isnan(a):
-            return math.isnan(b)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    if type(a) is complex:
-        return _same_literal(a.real, b.real) and _same_literal(a.imag, b.imag)
-    if type(a) in (tuple, frozenset, torch.Size):
-        if len(a) != len(b):
-            return False
-        if type(a) is frozenset:
-            return a == b
-        return all(_same_literal(x, y) for x, y in zip(a, b))
-    if isinstance(a, torch.Tensor):
-        return a is b  # a dict key (jit/tensor_keys.py): keyed by identity; == is elementwise
-    return a == b
-
-
-def _same_keys(got: tuple, expected: tuple) -> bool:
-    """Keys equal by type and value: ``{1: a}``, ``{True: a}`` and ``{1.0: a}`` are different calls."""
-    return len(got) == len(expected) and all(
-        (type(g) is str and g == e) if type(e) is str else _same_literal(g, e) for g, e in zip(got, expected)
-    )
-
-
 GuardKindName = Literal[
     "type", "len", "keys", "value", "contents", "identity", "absent", "hasattr", "alias", "distinct",
     "storages", "flatten", "tensor", "check", "shape", "predicate", "members", "member",
@@ -279,7 +224,7 @@ _kind("len", GuardKind(
 
 def _keys_check(value: Any, expected: tuple, _related: tuple) -> str | None:
     got = tuple(value.keys())
-    if _same_keys(got, expected):
+    if same_keys(got, expected):
         return None
     difference = _keys_difference(expected, got)
     return f"expected keys {safe_repr(list(expected))}, got {safe_repr(list(got))}{difference}"
@@ -301,7 +246,7 @@ def _keys_render(v: str, expected: tuple, bind: Bind, _related: tuple[str, ...])
         return v
     if all(type(k) is str for k in expected):
         return f"tuple({v}) != {bind(expected)}"
-    return f"not {bind(_same_keys)}(tuple({v}), {bind(expected)})"
+    return f"not {bind(same_keys)}(tuple({v}), {bind(expected)})"
 
 
 # keys: a dict's keys, in order, by type and value.
@@ -311,7 +256,7 @@ _kind("keys", GuardKind(
 
 
 def _value_check(value: Any, expected: Any, _related: tuple) -> str | None:
-    if _same_literal(value, expected):
+    if same_literal(value, expected):
         return None
     if type(value) is not type(expected):
         return (f"expected {type(expected).__name__} {safe_repr(expected)}, "
@@ -584,7 +529,7 @@ def same_ctx(a: Any, b: Any) -> bool:
     if a is b:
         return True
     if is_literal_value(a) or is_literal_value(b):
-        return _same_literal(a, b)
+        return same_literal(a, b)
     try:
         return bool(a == b)
     except Exception:  # noqa: BLE001 - an incomparable ctx never matches
@@ -618,7 +563,7 @@ def _render_value_failure(v: str, expected: Any, bind: Bind) -> str:
     if t in (str, bytes, torch.device):
         return f"type({v}) is not {bind(t)} or {v} != {bind(expected)}"
     # tuples, complex, frozensets: exact comparison in Python
-    return f"not {bind(_same_literal)}({v}, {bind(expected)})"
+    return f"not {bind(same_literal)}({v}, {bind(expected)})"
 
 
 def _dims(sizes: tuple) -> str:
