@@ -147,6 +147,13 @@ class SubclassTensorProxy(TensorProxy):
         names, _ = self.inner_flatten()
         return {n: getattr(self, n) for n in names}
 
+    def carries_grad(self) -> bool:
+        """Whether the value or one of its inner tensors (at any depth) requires grad: a graph the
+        caller can reach through it (a subclass made under ``no_grad`` carries none)."""
+        return self.requires_grad or any(
+            t.carries_grad() if isinstance(t, SubclassTensorProxy) else isinstance(t, TensorProxy)
+            and t.requires_grad for t in self.inner_tensors().values())
+
     def hold(self, name: str, value: Any) -> None:
         """Set an attribute where the user's class holds it (a slot, else the instance dict), without
         running the class's ``__setattr__`` or a property setter: an adopted instance's state."""

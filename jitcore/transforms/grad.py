@@ -191,11 +191,11 @@ def reaches_no_graph(trace: Trace, subclass_inputs: SubclassInputs) -> bool:
 
 
 def _reaches_no_graph(trace: Trace) -> bool:
-    """No output requires grad and nothing is written in place: whatever graph eager would build,
-    the caller cannot reach it (``model.generate`` under ``no_grad``, an ``argmax``), so the
-    computation needs no backward."""
+    """No output requires grad (a subclass output: nor any of its inner tensors) and nothing is written
+    in place: whatever graph eager would build, the caller cannot reach it (``model.generate`` under
+    ``no_grad``, an ``argmax``), so the computation needs no backward."""
     for leaf in optree.tree_leaves(trace.output, none_is_leaf=True):
-        if isinstance(leaf, SubclassTensorProxy) or (isinstance(leaf, TensorProxy) and leaf.requires_grad):
+        if leaf.carries_grad() if isinstance(leaf, SubclassTensorProxy) else _requires_grad(leaf):
             return False
     return not any(
         ("inplace" in b.symbol.tags or "out" in b.kwargs) and tree_any((b.args, b.kwargs), _requires_grad)

@@ -232,3 +232,40 @@ def test_ctx_holding_the_outer_sizes_over_batch_sizes(cls: type, fn: Callable) -
         _assert_same(actual, expected, f"n={n}")
         assert _ctx_of(actual) == _ctx_of(expected), n
     assert jitcore.cache_misses(jitted) == 2
+
+
+# --- a subclass output that carries no graph --------------------------------------------------------------
+# A TwoTensor computed under ``torch.no_grad()`` from an input that requires grad counted as an output
+# that may reach a graph (any subclass output did), so the entry went through the grad transform, which
+# keeps no symbolic sizes for an output it assembles: from the second batch size on, the entry ran pass 1
+# under torch's autograd, the class's ``__torch_dispatch__`` on every cached call. A subclass output
+# whose outer tensor and inner tensors require no grad now reaches no graph (``carries_grad``).
+
+
+def _under_no_grad(x: torch.Tensor) -> tuple:
+    with torch.no_grad():
+        y = x * 2 + 1
+    return y, (x * 3).requires_grad
+
+
+def test_subclass_output_made_under_no_grad_runs_no_dispatch_when_cached() -> None:
+    def make(n: int) -> tuple:
+        return (TwoTensor(torch.randn(n), torch.randn(n)).requires_grad_(),)
+
+    misses, frames = _run(_under_no_grad, make, (3, 4, 5, 5), (TwoTensor,))
+    assert misses == 2 and frames == []
+
+
+@pytest.mark.parametrize("build", [
+    lambda w: TwoTensor(w * 2, w * 3),
+    lambda w: WrapperTensorWithCustomSizes(w * 2),  # its outer tensor does not require grad, its inner does
+], ids=["TwoTensor", "outer_without_grad"])
+def test_subclass_output_whose_inner_tensors_require_grad_keeps_its_graph(build: Callable) -> None:
+    jitted = jitcore.jit(build)
+    for n in (3, 4, 5, 5):
+        w = torch.randn(n, requires_grad=True)
+        expected, actual = build(w), jitted(w)
+        _assert_same(actual, expected, f"n={n}")
+        name = expected.__tensor_flatten__()[0][0] if hasattr(expected, "__tensor_flatten__") else "t"
+        grads = [torch.autograd.grad(getattr(v, name).sum(), w)[0] for v in (expected, actual)]
+        torch.testing.assert_close(grads[1], grads[0])
