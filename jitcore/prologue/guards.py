@@ -27,6 +27,7 @@ from jitcore.langctx.python import members
 from jitcore.prologue.ctx_sizes import SizedContext, resolved
 from jitcore.prologue.default_device import default_device
 from jitcore.prologue.literals import (
+    flat_literal_types,
     freeze_contents,
     is_literal_value,
     same_contents,
@@ -562,7 +563,10 @@ def _render_value_failure(v: str, expected: Any, bind: Bind) -> str:
         return f"{v} is not {bind(expected)}"
     if t in (str, bytes, torch.device):
         return f"type({v}) is not {bind(t)} or {v} != {bind(expected)}"
-    # tuples, complex, frozensets: exact comparison in Python
+    types = flat_literal_types(expected) if t is tuple else None
+    if types is not None:  # Note [A flat tuple of literals compared in C], prologue/literals.py
+        return f"type({v}) is not tuple or {v} != {bind(expected)} or tuple(map(type, {v})) != {bind(types)}"
+    # nested tuples, complex, frozensets: exact comparison in Python
     return f"not {bind(same_literal)}({v}, {bind(expected)})"
 
 
