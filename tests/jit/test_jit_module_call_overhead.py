@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from jit_helpers import assert_same, calls_entered
 from torch import nn
@@ -163,3 +164,34 @@ def test_tensor_checks_in_one_c_call_accept_exactly_what_the_prologue_accepts():
     with torch.inference_mode():  # the C check refuses under inference mode; the state guard decides
         assert entry.cached_call((x, w), {}) is MISS
         assert entry.prologue.explain((x, w), {}) is not None
+
+
+_SUBMODULE_HOOKS = {  # each: how a nested submodule gains it (the output changes where it can)
+    "forward_pre": lambda sub: sub.register_forward_pre_hook(lambda mod, args: (args[0] * 3,)),
+    "forward": lambda sub: sub.register_forward_hook(lambda mod, args, out: out * 2),
+    "backward_pre": lambda sub: sub.register_full_backward_pre_hook(lambda mod, grad: None),
+    "backward": lambda sub: sub.register_full_backward_hook(lambda mod, gin, gout: None),
+    "compiled_call": lambda sub: setattr(sub, "_compiled_call_impl",
+                                         lambda *a, **k: sub._call_impl(*a, **k) + 1),
+}
+
+
+@pytest.mark.parametrize("hook", list(_SUBMODULE_HOOKS))
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_a_hook_a_submodule_gains_after_tracing_misses(hook, where):
+    """The grouped check of the submodules' hooks (SubmoduleHooks, jit/module_guards.py) misses on each
+    kind of hook, and on a compiled call, that a submodule gains after tracing, first or nested; the
+    call then equals eager's."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.Sequential(nn.ReLU(), nn.Linear(8, 4)), nn.Tanh())
+    jitted = jitcore.jit(copy.deepcopy(model), executor="torch")
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        assert_same(jitted(x), model(x))
+    for m in (model, jitted):
+        sub = m[0] if where == "first" else m[1][1]
+        _SUBMODULE_HOOKS[hook](sub)
+    for _ in range(2):
+        assert_same(jitted(x), model(x))
+    assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)
+    reasons = " | ".join(str(r) for r in jitcore.miss_reasons(jitted)[-1])
+    assert ("compiled call" if hook == "compiled_call" else hook.replace("_", " ")) in reasons, reasons
