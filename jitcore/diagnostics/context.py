@@ -25,8 +25,9 @@ class ErrorContext:
     Attributes:
         phase: ``"tracing"`` (while jitcore interpreted the function), ``"execution"`` (while a
             compiled trace ran), ``"backward"`` (an error autograd raised when jitcore derived
-            the backward, raised again by ``backward()``) or ``"backward-internal"`` (one jitcore's
-            own code raised then, kept as a JC-I002 error).
+            the backward, raised again by ``backward()``), ``"backward-internal"`` (one jitcore's
+            own code raised then, kept as a JC-I002 error) or ``"eager"`` (the call ran eagerly
+            because tracing it raised: Note [A program that raises], jit/eager_entries.py).
         label: what was jitted (``model``, ``module Net``); '' until the jit's boundary fills it.
         entry: the cache entry being run, when known (an existing entry's number, as ``repr(jfn)``
             and ``explain`` count them).
@@ -77,6 +78,11 @@ class ErrorContext:
                 f"jitcore: raised in the backward of {what}: jitcore's own code failed when it derived "
                 "the backward (a jitcore bug, not an error of your program), and every backward() "
                 "through this entry raises it again"
+            )
+        elif self.phase == "eager":
+            text = (
+                f"jitcore: raised while running {self.label} eagerly: tracing this call raised, so it ran "
+                "as eager runs it, effects included (the next call traces again)"
             )
         elif self.phase == "execution":
             text = f"jitcore: raised while running the compiled trace of {what}"

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch._dispatch.python import enable_python_dispatcher
 
+from jitcore.diagnostics.context import ErrorContext, attach
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
 from jitcore.dispatch.flatten import flatten_program, involves_subclasses, pass_1_under_autograd
 from jitcore.executors import executors_from_options, record_lowered
@@ -220,6 +221,8 @@ class JittedFunction:
             layout_changed = any(".shape" in r.where or ".stride()" in r.where for r in reasons)
             with fewer_collections():  # Note [Collections while tracing]
                 outcome = self._trace(args, kwargs, layout_changed)
+            if isinstance(outcome, Eager) and outcome.program_raised:  # Note [A program that raises]
+                return self._eager_after_raise(outcome.reason, args, kwargs)
             if isinstance(outcome, Eager) and outcome.this_call_only:  # a lazy module's first call
                 return self.fn(*args, **kwargs)
             if isinstance(outcome, Eager) and outcome.from_now_on:
@@ -250,6 +253,21 @@ class JittedFunction:
                 return self.fn(*args, **kwargs)  # answer for this call (its writes and draws were undone)
             raise nondeterministic_read(failed) from None
         return result if entry.effects is None else entry.effects.finish(args, kwargs, result)
+
+    def _eager_after_raise(self, raised: BaseException, args: tuple, kwargs: dict) -> Any:
+        """This call run eagerly, the pass having stopped on ``raised`` (Note [A program that raises],
+        jit/eager_entries.py): eager's exception is raised; a result where the pass raised is warned of."""
+        try:
+            result = self.fn(*args, **kwargs)
+        except Exception as exc:
+            attach(exc, ErrorContext("eager", attempt=self.misses))
+            raise
+        warnings.warn(
+            f"jitcore: tracing {self._label} raised {type(raised).__name__}: {raised}, where running it "
+            "eagerly did not: this call ran eagerly, and the next one traces again. This is a jitcore bug "
+            "(docs/errors/JC-I002.md says what to report)", stacklevel=4,
+        )
+        return result
 
     def _note_changed_numbers(self, args: tuple, kwargs: dict) -> None:
         """Number arguments some entry pinned to another value are dynamic from the next trace on
@@ -298,7 +316,7 @@ class JittedFunction:
     def _decide(self, error: Exception, tracing_pass: Pass) -> Eager | None:
         """Whether the pass that ``error`` stopped runs eagerly (jit/eager_entries.py), or None: raised."""
         return eager_entries.decide(error, tracing_pass.context.values, fullgraph=self.fullgraph,
-                                    fallback=self.fallback,
+                                    fallback=self.fallback, effects_made=tracing_pass.raised_after_effects,
                                     seen=(self._shapes.seen, tracing_pass.provenance.inputs))
 
     def _compile(self, number: int, program: TracedProgram) -> CacheEntry:

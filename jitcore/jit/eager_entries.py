@@ -22,10 +22,11 @@ from jitcore.errors import (
     DataDependentError,
     EagerOnlyValue,
     EagerWhateverTheSizes,
+    JitcoreError,
     LazyState,
     UnsupportedOperationError,
 )
-from jitcore.interpreter.errors import UnsupportedConstruct
+from jitcore.interpreter.errors import JitcoreInterpreterError, UnsupportedConstruct
 from jitcore.jit.fsdp_units import eager_call  # how an eager entry runs its function
 from jitcore.numpy.errors import UnsupportedNumPyError
 
@@ -42,19 +43,24 @@ class Eager:
             (``fullgraph=True, fallback="eager"``); otherwise an eager entry is added to the cache.
         this_call_only: this call runs eagerly and adds no entry; the next call traces again (a lazy
             module's first call, which makes its parameters).
+        program_raised: the pass stopped on an exception not of jitcore's own (Note [A program that
+            raises]); this call runs eagerly (``this_call_only``), which raises eager's exception.
     """
 
     reason: BaseException
     from_now_on: bool = False
     this_call_only: bool = False
+    program_raised: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """The jit options a rule reads: ``jit(fullgraph=, fallback=)``."""
+    """What a rule reads besides the error: the jit options ``jit(fullgraph=, fallback=)``, and whether
+    the stopped pass had made effects eager keeps (Note [A program that raises])."""
 
     fullgraph: bool
     fallback: str | None
+    effects_made: bool = False
 
 
 # A rule: (the error, the stopped pass's TensorValues or None, the options) -> Eager, or None to raise it.
@@ -81,10 +87,32 @@ def _unrecordable(error: Exception, _values: Any, options: Options) -> Eager | N
     return Eager(error, from_now_on=True) if options.fallback == "eager" else None
 
 
-def _dtensor_program(error: Exception, values: Any, _options: Options) -> Eager | None:
-    """Note [DTensor programs jitcore cannot trace] (dispatch/dtensor.py)."""
+def _dtensor_program(error: Exception, values: Any, options: Options) -> Eager | None:
+    """Note [DTensor programs jitcore cannot trace] (dispatch/dtensor.py), else Note [A program that
+    raises]."""
     reason = untraced(error, values)
-    return None if reason is None else Eager(reason)
+    if reason is not None:
+        return Eager(reason)
+    if not options.effects_made or isinstance(error, (JitcoreError, JitcoreInterpreterError)):
+        return None
+    return Eager(error, this_call_only=True, program_raised=True)
+
+
+# Note [A program that raises]
+# A pass that the program's own exception stops (``raise ValueError(...)``, a torch error on shapes, a
+# failed assert) keeps nothing it did: the objects it reached are put back, its tensor ops ran on
+# shadows, its prints were held back, its generators were rewound. Raising that exception would lose
+# what eager did before raising (the list it appended to, the counter it bumped, the in-place write on
+# an input, the RNG draw) and show a message computed from the restored state: three calls of a
+# program that appends to a global list and then raises `f"{len(LOG)}"` gave "1" each time and an
+# empty list, where eager gives "3" and three items. So where the pass had made such effects
+# (``Pass._made_effects``: a diff of the reached objects, prints, in-place, random or global-state
+# records, generator draws), the call runs eagerly instead and adds no entry: eager's effects, eager's
+# exception with eager's traceback and a note; the next call traces again. An eager run that returns
+# where the pass raised means the pass was wrong (a jitcore bug): the call still answers as eager, and
+# a warning says so (jit/api.py). A pass that made none raises the exception it stopped on, with
+# jitcore's note naming the op being recorded: nothing was lost, and the message was computed from
+# the state eager sees. jitcore's own errors (JitcoreError, the interpreter's) are raised as they are.
 
 
 UNRECORDABLE = (DataDependentError, UnsupportedOperationError, UnsupportedNumPyError, UnsupportedConstruct)
@@ -97,20 +125,21 @@ RULES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], Rule], ...] = 
 
 
 def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | None,
-           seen: tuple[Callable, list] | None = None) -> Eager | None:
+           effects_made: bool = False, seen: tuple[Callable, list] | None = None) -> Eager | None:
     """What the jit does with ``error``, which stopped a pass that had traced ``values``.
 
     Args:
         error: the error the pass (or a stage after it) raised.
         values: the stopped pass's TensorValues (None when no pass had started).
         fullgraph, fallback: the jit's options.
+        effects_made: the stopped pass had made effects eager keeps (Note [A program that raises]).
         seen: the shape policy's ``seen`` and the pass's bound tensor inputs ``(path, proxy, tensor)``:
             an eager call's shapes are seen as a traced call's are (Note [Eager whatever the sizes]).
 
     Returns:
         Eager (an eager entry, or eager from now on), or None: the error is raised.
     """
-    options = Options(fullgraph, fallback)
+    options = Options(fullgraph, fallback, effects_made)
     for classes, rule in RULES:
         if isinstance(error, classes):
             outcome = rule(error, values, options)

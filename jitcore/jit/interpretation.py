@@ -109,6 +109,10 @@ __all__ = ["Pass", "TracedProgram"]
 
 
 
+# Records whose effect eager keeps although the program raises later (Note [A program that raises]).
+_KEPT_BY_EAGER = frozenset({"inplace", "random", "global_state", "backward"})
+
+
 class Pass(StateReads):
     """Interprets ``fn`` on proxies of one call's arguments, recording a trace and a prologue."""
 
@@ -145,6 +149,7 @@ class Pass(StateReads):
                                 read_dims=read_dims,  # ShapePolicy.read_dims, in every pass
                                 read_numbers=read_numbers)  # ShapePolicy.read_number, in symbolic ones
         self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
+        self.raised_after_effects = False  # the program raised after making effects eager keeps
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.provenance.first_state = self.snapshots.first_state
@@ -155,7 +160,7 @@ class Pass(StateReads):
         self.provenance.dynamic_strides = shapes.stride_dims_for if shapes is not None else None
         self.provenance.symbolic_subclasses = shapes is not None and shapes.subclasses_refused is None
         self.found_counters: set[Path] = set()
-        self.prints = Prints(final=shapes is None, path_of=self.provenance.path_of)  # jit/printing.py
+        self.prints = Prints(path_of=self.provenance.path_of)  # jit/printing.py
         self.files = FileSystem(self.provenance.guard, self.provenance.path_of)  # jit/filesystem.py
         self.logs = LogRecords(self.prints.effects, self.provenance.guard, self._untracked_subclass_code)
         self.warnings = Warnings(self.prints.effects, self.provenance.guard,  # jit/warning_calls.py
@@ -185,8 +190,7 @@ class Pass(StateReads):
                 self.trace.imports["jitcore"] = jitcore
             self._remember_function(target)
             state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
-            with tracing(self.context), program_recursion() as limit, restored_on_refusal(), \
-                    self.prints.printed_on_error(args, kwargs):
+            with tracing(self.context), program_recursion() as limit, restored_on_refusal():
                 output = interpret(target, hooks=self.hooks(limit))(*pargs, **pkwargs)
             output = pin_tensor_ids(output)  # a returned id is a value (Note [The id of a caller's tensor])
             copies = {id(c) for c, _path in self.provenance.argument_copies}
@@ -200,6 +204,9 @@ class Pass(StateReads):
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
             changes = [_plain_ids(e) for e in changes]
             changes += self.prints.effects
+        except Exception:
+            self.raised_after_effects = self._made_effects()  # Note [A program that raises]
+            raise
         finally:
             self.snapshots.restore()  # the caller's objects as the call found them
             self.per_call.restore()  # the generators it drew from, too
@@ -234,6 +241,19 @@ class Pass(StateReads):
         # Note [A dispatch mode under autograd] (jitcore/dispatch/modes.py)
         program.modes_under_autograd = self.context.modes is not None and self.context.modes.under_autograd
         return program
+
+    def _made_effects(self) -> bool:
+        """Whether the program, stopped by an exception, made what eager keeps when it raises: writes to
+        the objects it reached, prints, in-place tensor writes, draws from a generator, changes of
+        torch's state (Note [A program that raises], jit/eager_entries.py). Said True when unsure."""
+        if self.prints.effects or self.per_call.drew:
+            return True
+        if any(b.symbol.tags & _KEPT_BY_EAGER for b in self.trace.bound_symbols):
+            return True
+        try:
+            return bool(self.snapshots.effects())
+        except Exception:  # noqa: BLE001 - the diff itself failed: assume the worst
+            return True
 
     def _refuse_escapes(self, output: Any, caller_values: tuple) -> None:
         """Note [Nothing traced escapes]: a proxy or a shadow must never reach the caller. Outputs are

@@ -246,6 +246,11 @@ class PerCallReads:
             raise needed_value(self._needed[0])
         return list(self.numbers)
 
+    @property
+    def drew(self) -> bool:
+        """Whether the pass drew from a generator (``random.random()``, ``time.time()``)."""
+        return bool(self._drawn or self.numbers)
+
     def restore(self) -> None:
         """Put back every generator the pass drew from (the first call's computation draws again)."""
         for generator, state in self._drawn.values():

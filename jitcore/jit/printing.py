@@ -16,7 +16,8 @@ each run of the computation, the first call's included, in program order among t
 A ``write`` (or ``flush``) on such a stream that interpreted code calls (a logging handler's ``emit``:
 ``logger.warning(...)`` inside the function) is recorded the same way, as a print of that text.
 
-When the program raises its own exception, the pass prints what it recorded before re-raising.
+When the program raises its own exception, the call runs eagerly (Note [A program that raises],
+jit/eager_entries.py), which prints; the pass prints nothing.
 A print whose text would show a traced tensor's values (``print(x)``) or that writes to a stream made
 inside the function stops tracing with JC-T001 (langctx/tensor_text.py): without ``fullgraph`` that
 call runs eagerly.
@@ -31,18 +32,15 @@ is printed while tracing a pass that records it.
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import optree
-
-from jitcore.errors import JitcoreError, UnsupportedOperationError
-from jitcore.interpreter import JitcoreInterpreterError, current_run
+from jitcore.errors import UnsupportedOperationError
+from jitcore.interpreter import current_run
 from jitcore.interpreter.protocols import to_str
 from jitcore.ir import tree_has
-from jitcore.jit.effects import PRINT_STREAMS, Effect, emit_record, emit_warning, print_line
+from jitcore.jit.effects import PRINT_STREAMS, Effect
 from jitcore.langctx.tensor_text import refuse_text
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
@@ -57,8 +55,7 @@ _SYS = Path(Root("bound", "sys", sys))
 class Prints:
     """The print calls of one pass, as effects in program order."""
 
-    def __init__(self, *, final: bool, path_of: Callable[[Any], Path | None]) -> None:
-        self.final = final  # an error of the program's in this pass reaches the user (no pass follows)
+    def __init__(self, *, path_of: Callable[[Any], Path | None]) -> None:
         self.path_of = path_of  # where an object of the caller's or of state was reached (Provenance)
         self.effects: list[Effect] = []
         # sys.stdout and sys.stderr as the call found them (Note [A stream the program redirects to])
@@ -125,30 +122,6 @@ class Prints:
     # empty). ``sys.stdout``/``sys.stderr`` stand for themselves only while they are the streams the
     # call found; a stream the program put there is that stream, reached through a path of the caller's
     # or of state (replayed there), or made inside the function (refused: the call runs eagerly).
-
-    @contextlib.contextmanager
-    def printed_on_error(self, args: tuple, kwargs: dict) -> Iterator[None]:
-        """Around the program's interpretation: when the program raises (its own exception, which
-        reaches the caller), what it printed before is printed, as eager printed it before raising."""
-        try:
-            yield
-        except Exception as exc:
-            if self.final and not isinstance(exc, (JitcoreError, JitcoreInterpreterError)):
-                for effect in self.effects:  # the numbers as this call computed them
-                    value = optree.tree_map(_now, effect.value, none_is_leaf=True)
-                    perform = print_line if effect.kind == "print" else emit_warning \
-                        if effect.kind == "warn" else emit_record  # jit/log_records.py, warning_calls.py
-                    perform(effect, effect.path.get(args, kwargs), value)
-            raise
-
-
-def _now(piece: Any) -> Any:
-    """A recorded piece as the pass computed it: a number's value, text made from its numbers."""
-    if isinstance(piece, NumberProxy):
-        return piece.value
-    if isinstance(piece, TextProxy):
-        return piece.text_of([n.value for n in piece.numbers()])
-    return piece
 
 
 def _result_discarded() -> bool:

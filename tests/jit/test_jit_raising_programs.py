@@ -1,0 +1,118 @@
+"""Note [A program that raises] (jitcore/jit/eager_entries.py): a program that raises after making
+effects keeps them, as eagerly. Differential: each program runs eagerly and jitted over the same
+calls; every call's exception (type and message), every mutated object, the input tensors, what was
+printed and the RNG streams afterwards must be eager's."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import given, settings
+
+import jitcore
+
+
+class Box:
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def run_calls(fn, calls: int = 3, threshold: float = 0.5):
+    """Run ``fn`` ``calls`` times over fresh state; what eager or the jit must agree on."""
+    state = {"log": [], "box": Box(), "x": torch.zeros(2)}
+    torch.manual_seed(0)
+    random.seed(0)
+    out = io.StringIO()
+    seen = []
+    with contextlib.redirect_stdout(out):
+        for _ in range(calls):
+            try:
+                seen.append(("returned", fn(state["x"], state["log"], state["box"], threshold).tolist()))
+            except ValueError as exc:
+                seen.append(("raised", str(exc)))
+    return seen, state["log"], state["box"].n, state["x"].tolist(), out.getvalue(), \
+        torch.rand(1).item(), random.random()
+
+
+def appends_then_raises(x, log, box, threshold):
+    log.append(x.sum().item())
+    box.n += 1
+    x.add_(1)
+    if x.sum() > threshold:
+        raise ValueError(f"positive after {len(log)} calls, box at {box.n}")
+    return x * 2
+
+
+def prints_then_raises(x, log, box, threshold):
+    print("call", len(log))
+    log.append(0)
+    if len(log) >= 2:
+        raise ValueError(f"called {len(log)} times")
+    return x + 1
+
+
+def draws_then_raises(x, log, box, threshold):
+    noise = torch.rand(2)
+    pick = random.random()
+    log.append(round(pick, 6))
+    if noise.sum() > threshold:
+        raise ValueError("noisy")
+    return x + noise
+
+
+def raises_without_effects(x, log, box, threshold):
+    if x.shape[0] == 2:
+        raise ValueError(f"two elements, threshold {threshold}")
+    return x
+
+
+@pytest.mark.parametrize("program", [appends_then_raises, prints_then_raises, draws_then_raises,
+                                     raises_without_effects], ids=lambda p: p.__name__)
+def test_a_raising_program_keeps_eagers_effects(program):
+    assert run_calls(jitcore.jit(program)) == run_calls(program)
+
+
+def test_the_exception_says_the_call_ran_eagerly_and_a_pure_one_names_the_op():
+    with pytest.raises(ValueError, match="positive after 1 calls") as info:
+        jitcore.jit(appends_then_raises)(torch.zeros(2), [], Box(), 0.5)
+    assert "ran as eager runs it" in info.value.__notes__[-1]
+    with pytest.raises(ValueError, match="two elements") as info:
+        jitcore.jit(raises_without_effects)(torch.zeros(2), [], Box(), 0.5)
+    assert info.value.__notes__[-1].startswith("jitcore: raised while tracing raises_without_effects")
+
+
+def test_a_call_that_does_not_raise_is_still_traced_and_cached():
+    jitted = jitcore.jit(appends_then_raises)
+    log, box = [], Box()
+    x = torch.full((2,), -10.0)
+    for _ in range(3):
+        jitted(x, log, box, 0.5)
+    assert log == [-20.0, -18.0, -16.0] and box.n == 3 and jitcore.cache_misses(jitted) == 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(["append", "attr", "inplace", "print", "draw"]), max_size=4),
+       st.floats(-3, 3), st.integers(1, 4))
+def test_effects_before_a_raise_match_eager(effects, threshold, calls):
+    def program(x, log, box, threshold):
+        for effect in effects:
+            if effect == "append":
+                log.append(len(log))
+            elif effect == "attr":
+                box.n += 2
+            elif effect == "inplace":
+                x.mul_(2).add_(1)
+            elif effect == "print":
+                print("effect", box.n)
+            else:
+                log.append(torch.rand(()).item() > 0.5)
+        if x.sum() > threshold:
+            raise ValueError(f"{len(log)} {box.n} {x.sum().item():.3f}")
+        return x - 1
+
+    assert run_calls(jitcore.jit(program), calls, threshold) == run_calls(program, calls, threshold)
