@@ -471,6 +471,12 @@ class JittedFunction:
                 outcome = self._decide(exc, tracing_pass)
                 if outcome is None:
                     raise
+                if symbolic:  # unless a static pass traces the call: then the sizes were the cause
+                    static_pass, program = self._interpret(number, args, kwargs, shape_changed,
+                                                           symbolic=False)
+                    if not isinstance(program, Eager):
+                        return static_pass, program
+                    self.last_traces, self.last_prologue = [tracing_pass.trace], tracing_pass.prologue
                 return tracing_pass, outcome
             reason = f"tracing with symbolic sizes raised {type(exc).__name__}: {exc}"
             if tracing_pass.provenance.symbolic_subclass_inputs:  # static ones from now on

@@ -158,7 +158,9 @@ def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | No
 # ``torch.save`` of a value inside the function, JC-T001) therefore made one eager entry per input
 # shape: a TwoTensor program over ten batch sizes kept ten entries, each call past the last a miss that
 # interpreted the function again, where the same call over plain tensors traced one symbolic entry. For
-# these errors the symbolic pass's own eager outcome is taken (``whatever_the_sizes``), and every eager
+# these errors the symbolic pass's own eager outcome is taken (``whatever_the_sizes``) where a static pass of
+# the call runs eagerly too (one that traces it wins: a logging call's text made from a SymInt is refused
+# with JC-T001 on symbolic sizes only), and every eager
 # outcome remembers its call's shapes (``decide``'s ``seen``): its guards leave the symbolic sizes
 # unchecked, and any set of guards is sound for an eager entry (Note [Eager entries], jit/api.py). An
 # error symbolic sizes can cause still retries static: JC-T002 (a size the program needs the value of)
