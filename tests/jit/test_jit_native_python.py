@@ -20,6 +20,7 @@ import math
 import operator
 import pickle
 import struct
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -99,8 +100,6 @@ PROGRAMS: dict[str, Callable[[State], Any]] = {
     "list_sort": lambda v: _sorted_states((lambda items: (items.sort(), items)[1])([State(1), v, State(2)])),
     "min": lambda v: min(State(1), v, State(2)).s,
     "max": lambda v: max([State(1), v, State(2)]).s,
-    "cmp_to_key": lambda v: sorted([3, 1, 2], key=functools.cmp_to_key(
-        lambda a, b: (a - b) * (1 if v.s % 2 else -1))),
     "pickle_reduce": lambda v: pickle.loads(pickle.dumps(v)).s,
     "json_default": lambda v: json.dumps({"a": v}, default=lambda o: o.s),
     "json_default_indent": lambda v: json.dumps([v], default=lambda o: o.s, indent=1),
@@ -113,7 +112,18 @@ PROGRAMS: dict[str, Callable[[State], Any]] = {
 }
 
 
-@pytest.mark.parametrize("name", PROGRAMS)
+def _cmp_to_key(v: State) -> list[int]:
+    return sorted([3, 1, 2], key=functools.cmp_to_key(lambda a, b: (a - b) * (1 if v.s % 2 else -1)))
+
+
+PROGRAMS["cmp_to_key"] = _cmp_to_key
+# 3.12+ watches only C calls whose arguments hold a program's object: cmp_to_key's cmp is not one
+_UNWATCHED_ON_312 = pytest.mark.xfail(sys.version_info >= (3, 12), strict=True,
+                                      reason="not watched on 3.12+ (docs/user-guide.md)")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=_UNWATCHED_ON_312) if name == "cmp_to_key" else name for name in PROGRAMS])
 def test_c_code_running_a_callers_dunders_follows_each_call(name: str) -> None:
     fn = PROGRAMS[name]
     jfn = jitcore.jit(fn)
