@@ -32,6 +32,7 @@ __all__ = [
     "delete_attr",
     "load_attr",
     "lookup_special",
+    "object_getattribute",
     "store_attr",
     "stood_for_owner",
 ]
@@ -320,15 +321,38 @@ def _getattribute(run: Run, obj: object, t: type, name: str) -> object:
     custom = _type_attr(t, "__getattribute__")
     if _is_py(custom):
         return call(run, custom, (obj, name), None)
+    return _generic_getattribute(run, obj, t, name, custom)
+
+
+def object_getattribute(obj: object, name: object, /) -> object:
+    """``object.__getattribute__(obj, name)``, the call a Python ``__getattribute__`` hook makes through
+    ``super().__getattribute__(name)`` (transformers' configs do), with the property or Python
+    descriptor it finds interpreted: natively its code ran unseen by the jit (a C call starting the
+    program's code)."""
+    if type(name) is not str:
+        return object.__getattribute__(obj, name)  # (the slot's own error)
+    from jitcore.interpreter.callbacks import active_run
+
+    run = active_run()
+    value = _generic_getattribute(run, obj, type(obj), name, object.__getattribute__)
+    hook = run.hooks.on_load_attr  # the read is the program's, as ``getattr``'s is (lookasides.py)
+    if hook is not None and run.frames:
+        value = hook(run.frames[-1], obj, name, value)
+    return value
+
+
+def _generic_getattribute(run: Run, obj: object, t: type, name: str, native: object) -> object:
+    """``object.__getattribute__``'s algorithm with Python descriptors interpreted; ``native`` (the
+    type's C slot) answers where no Python code is involved."""
     descr = _mro_lookup(t, name)
     if descr is _MISSING:
-        return custom(obj, name)
+        return native(obj, name)
     dt = type(descr)
     get = getattr(dt, "__get__", None)
     if not _is_py(get):
         if isinstance(descr, property) and descr.fget is not None and dt.__get__ is property.__get__:
             return call(run, descr.fget, (obj,), None)
-        return custom(obj, name)
+        return native(obj, name)
     if _is_py(getattr(dt, "__set__", None)) or _is_py(getattr(dt, "__delete__", None)) \
             or hasattr(dt, "__set__") or hasattr(dt, "__delete__"):
         return call(run, get, (descr, obj, t), None)

@@ -91,6 +91,9 @@ def canonical(fn: object) -> object:
         owner = fn.__self__
         if owner is None or type(owner) is ModuleType or isinstance(owner, type):
             return fn
+        if t is MethodWrapperType:  # the slot it binds, not the name's lookup on the type: a class's
+            # Python ``__getattribute__`` is not the ``object.__getattribute__`` super() bound
+            return vars(fn.__objclass__).get(fn.__name__, fn)
         return getattr(type(owner), fn.__name__, fn)
     return fn
 

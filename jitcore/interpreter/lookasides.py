@@ -31,7 +31,7 @@ from _thread import get_ident
 from collections.abc import Callable
 from types import CellType, FunctionType
 
-from jitcore.interpreter.attributes import load_attr, store_attr
+from jitcore.interpreter.attributes import load_attr, object_getattribute, store_attr
 from jitcore.interpreter.callbacks import (
     abs_,
     active_run,
@@ -701,6 +701,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             iter: iter_,
             next: next_,
             getattr: getattr_,
+            object.__getattribute__: object_getattribute,  # super().__getattribute__(name) in a hook
             operator.index: index_,
             hasattr: hasattr_,
             setattr: setattr_,
