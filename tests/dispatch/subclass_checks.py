@@ -3,7 +3,9 @@ the modes several of them enter."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -22,6 +24,27 @@ class CountingFunctionMode(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
         self.count += 1
         return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def protocol_calls(*classes: type, inherited: bool = False) -> Iterator[list[str]]:
+    """The ops the classes' ``__torch_dispatch__``/``__torch_function__`` really ran with in the block
+    (Python frames of their code: a side effect inside them, replayed by jitcore, is no call). Their
+    own methods, or with ``inherited`` the ones they inherit too."""
+    methods = [getattr(cls, name, None) if inherited else vars(cls).get(name)
+               for cls in classes for name in ("__torch_dispatch__", "__torch_function__")]
+    codes = {code for m in methods if (code := getattr(getattr(m, "__func__", m), "__code__", None))}
+    seen: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in codes:
+            seen.append(str(frame.f_locals.get("func")))
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
 
 
 def inner_values(t: torch.Tensor) -> dict[str, Any]:

@@ -13,15 +13,13 @@ saw on a warm call.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import sys
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+from subclass_checks import protocol_calls
 from torch.masked import masked_tensor
 from torch.masked.maskedtensor.core import MaskedTensor
 from torch.testing._internal.logging_tensor import LoggingTensor, capture_logs
@@ -278,24 +276,6 @@ def test_masked_tensor_pointwise_softmax_and_made_inside() -> None:
     _check(lambda d, k: masked_tensor(d, k).sin(), torch.randn(2, 4), mask)
 
 
-@contextlib.contextmanager
-def _protocol_calls(cls: type) -> Iterator[list[str]]:
-    """The ops ``cls``'s own ``__torch_dispatch__``/``__torch_function__`` really ran with in the block
-    (Python frames of their code: a side effect inside them, replayed by jitcore, is not a call)."""
-    codes = {getattr(cls, name).__func__.__code__ for name in ("__torch_dispatch__", "__torch_function__")}
-    seen: list[str] = []
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code in codes:
-            seen.append(str(frame.f_locals.get("func")))
-
-    sys.setprofile(profile)
-    try:
-        yield seen
-    finally:
-        sys.setprofile(None)
-
-
 @pytest.mark.parametrize("program", [
     lambda t: (t * 2).sum(),
     lambda t: t.amax(),
@@ -312,7 +292,7 @@ def test_masked_tensor_reductions_are_traced(program: Any) -> None:
     masks = [[[True, False, True], [False, True, True]]] * 2 + [[[False, False, True], [False, False, False]]]
     for i, mask in enumerate(masks):
         m = masked_tensor(torch.randn(2, 3), torch.tensor(mask))
-        with _protocol_calls(MaskedTensor) as calls:
+        with protocol_calls(MaskedTensor, inherited=True) as calls:
             out = jitted(m)
         _same(out, program(m))
         if i:

@@ -5,40 +5,19 @@ types and inner tensors, the caller's arguments afterwards, and which ``__torch_
 
 from __future__ import annotations
 
-import contextlib
 import io
-import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 import torch.utils._pytree as pytree
+from subclass_checks import protocol_calls
 from torch.testing._internal.common_subclass import WrapperTensorWithCustomSizes
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
-
-
-@contextlib.contextmanager
-def _protocol_frames(*classes: type) -> Iterator[list[str]]:
-    """The ops the classes' own ``__torch_dispatch__``/``__torch_function__`` really ran with in the block
-    (their Python frames: a side effect inside them, replayed by jitcore, is no frame)."""
-    methods = [getattr(vars(cls).get(name), "__func__", None) for cls in classes
-               for name in ("__torch_dispatch__", "__torch_function__")]
-    codes = {m.__code__ for m in methods if hasattr(m, "__code__")}
-    seen: list[str] = []
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code in codes:
-            seen.append(str(frame.f_locals.get("func")))
-
-    sys.setprofile(profile)
-    try:
-        yield seen
-    finally:
-        sys.setprofile(None)
 
 
 def _assert_same(actual: Any, expected: Any, what: str) -> None:
@@ -90,7 +69,7 @@ def _run(fn: Callable, make: Callable[[int], tuple], sizes: tuple[int, ...],
         jit_args = make(n)
         expected = fn(*eager_args)
         misses = jitcore.cache_misses(jitted)
-        with _protocol_frames(*classes) as frames:
+        with protocol_calls(*classes) as frames:
             actual = jitted(*jit_args)
         if jitcore.cache_misses(jitted) == misses:
             hit_frames += frames
