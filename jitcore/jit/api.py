@@ -41,7 +41,6 @@ from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
 from jitcore.jit.read_rollback import nondeterministic_read, with_rollback
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
-from jitcore.jit.tracing_gc import fewer_collections
 from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.langctx.thread_state import SET_GRAD_ENABLED, subclass_functions_disabled
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
@@ -219,8 +218,7 @@ class JittedFunction:
             self.misses += 1
             self.miss_log.append(reasons)
             layout_changed = any(".shape" in r.where or ".stride()" in r.where for r in reasons)
-            with fewer_collections():  # Note [Collections while tracing]
-                outcome = self._trace(args, kwargs, layout_changed)
+            outcome = self._trace(args, kwargs, layout_changed)
             if isinstance(outcome, Eager) and outcome.program_raised:  # Note [A program that raises]
                 return self._eager_after_raise(outcome.reason, args, kwargs)
             if isinstance(outcome, Eager) and outcome.this_call_only:  # a lazy module's first call
