@@ -108,7 +108,7 @@ def call_watched(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     ran: list[types.CodeType] = []
 
     def event(frame: types.FrameType, name: str, arg: Any) -> None:
-        if name == "call" and frame.f_back is origin and not ran and _programs_code(frame.f_code):
+        if name == "call" and frame.f_back is origin and not ran and _programs_code(frame):
             ran.append(frame.f_code)
             raise _ran_natively(fn, frame.f_code)  # before that code runs: none of its effects happen
 
@@ -126,11 +126,19 @@ def call_watched(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     return result
 
 
-def _programs_code(code: types.CodeType) -> bool:
-    """Code of the program's whose start the net stops: not a library's, not a generator resumed (a
-    caller's generator that C steps, ``gen.send(v)``: stopping it would finish it), not a finalizer
-    that collecting garbage ran."""
-    return not (code.co_flags & _RESUMED or code.co_name == "__del__" or is_library_file(code.co_filename))
+def _programs_code(frame: types.FrameType) -> bool:
+    """Whether ``frame`` runs code of the program's whose start the net stops: not a library's, not a
+    generator resumed (a caller's generator that C steps, ``gen.send(v)``: stopping it would finish
+    it), not a finalizer that collecting garbage ran. Code compiled from a string (``<string>``: the
+    ``__hash__``/``__eq__`` that ``dataclasses`` generates, torch's among them) belongs to the module
+    whose globals it runs in."""
+    code = frame.f_code
+    if code.co_flags & _RESUMED or code.co_name == "__del__":
+        return False
+    filename = code.co_filename
+    if filename.startswith("<"):
+        filename = frame.f_globals.get("__file__") or filename
+    return not is_library_file(filename)
 
 
 def _ran_natively(fn: Any, code: types.CodeType) -> UnsupportedOperationError:

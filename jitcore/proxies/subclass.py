@@ -149,8 +149,12 @@ class SubclassTensorProxy(TensorProxy):
 
     def carries_grad(self) -> bool:
         """Whether the value or one of its inner tensors (at any depth) requires grad: a graph the
-        caller can reach through it (a subclass made under ``no_grad`` carries none)."""
-        return self.requires_grad or any(
+        caller can reach through it (a subclass made under ``no_grad`` carries none). jitcore's own read:
+        the class's ``__torch_function__`` is not handed it (Note [jitcore's reads of a shadow])."""
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+            if self.requires_grad:
+                return True
+        return any(
             t.carries_grad() if isinstance(t, SubclassTensorProxy) else isinstance(t, TensorProxy)
             and t.requires_grad for t in self.inner_tensors().values())
 
