@@ -112,7 +112,10 @@ def _stepped(run: object, fn: object, iterable: object) -> object:
         return _when_reached(run, iterable) if _steps_python(iterable) \
             else iterable
     it = with_length_hint(iterable) if fn in _HINTED else native_iterable(run, iterable)
-    return list(it) if fn in _JOINS and type(it) not in (list, tuple) else it
+    if fn is str.join and type(it) not in (list, tuple):  # the jit's text items (a map() of them)
+        return list(it)
+    return list(it) if fn in _JOINS and it is not iterable else it  # a bytearray a misbehaving
+    # iterator resizes mid-join raises BufferError, as eagerly: the iterator is C's to step
 
 
 def _steps_python(iterable: object) -> bool:

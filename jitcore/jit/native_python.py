@@ -104,11 +104,13 @@ def call_watched(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     if not _watches(fn) or sys.getprofile() is not None or \
             not (_ARMS_EVERY_CALL or _holds_programs_object((*args, *kwargs.values()))):
         return fn(*args, **kwargs)
-    origin = sys._getframe()  # noqa: SLF001 - the frame that makes the C call
+    # the frame that makes the C call, by id: the frame itself in the closure would make a cycle (frame ->
+    # event -> frame) that keeps the call's arguments, and an exception's traceback, alive until a collection
+    origin = id(sys._getframe())  # noqa: SLF001
     ran: list[types.CodeType] = []
 
     def event(frame: types.FrameType, name: str, arg: Any) -> None:
-        if name == "call" and frame.f_back is origin and not ran and _programs_code(frame):
+        if name == "call" and id(frame.f_back) == origin and not ran and _programs_code(frame):
             ran.append(frame.f_code)
             raise _ran_natively(fn, frame.f_code)  # before that code runs: none of its effects happen
 
