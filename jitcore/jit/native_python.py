@@ -13,12 +13,15 @@ Invariants:
   ``is_library_file``; not a generator C resumes, nor a ``__del__``), and only a frame that C itself
   started from the call (its caller is the frame that made the C call): Python code the interpreter
   runs inside the call (a ``key`` function interpreted, jitcore's proxies' dunders) is not the call's;
+- no garbage collection runs inside a watched call: a ``gc.callbacks`` function (hypothesis registers one)
+  or a finalizer it would run is not the call's doing, yet its frame would look started by the call;
 - a profile function already set (a profiler's, cProfile's, jitcore's own backward watch) is never
   replaced: under one, the net is not set (left, docs/user-guide.md).
 """
 
 from __future__ import annotations
 
+import gc
 import inspect
 import sys
 import types
@@ -114,15 +117,22 @@ def call_watched(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             ran.append(frame.f_code)
             raise _ran_natively(fn, frame.f_code)  # before that code runs: none of its effects happen
 
+    collecting = gc.isenabled()  # no collection inside the call: its callbacks (``gc.callbacks``,
+    if collecting:  # finalizers) are not the call's, and would look started by it (hypothesis registers one)
+        gc.disable()
     sys.setprofile(event)
     try:
         result = fn(*args, **kwargs)
     except BaseException:
         sys.setprofile(None)
+        if collecting:
+            gc.enable()
         if ran:
             raise _ran_natively(fn, ran[0]) from None
         raise
     sys.setprofile(None)
+    if collecting:
+        gc.enable()
     if ran:
         raise _ran_natively(fn, ran[0])
     return result
