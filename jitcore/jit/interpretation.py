@@ -84,6 +84,7 @@ from jitcore.jit.texts import format_field, format_lookasides, format_percent
 from jitcore.jit.value_reads import ValueReads
 from jitcore.jit.warning_calls import Warnings
 from jitcore.langctx import new_context
+from jitcore.langctx.generators import state_lookasides as generator_state_lookasides
 from jitcore.langctx.scalars import bind_numbers
 from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
 from jitcore.langctx.thread_state import (
@@ -366,6 +367,7 @@ class Pass(StateReads):
             **self.files.lookasides(), **self.logs.lookasides(), **self.warnings.lookasides(),
             **self.per_call.lookasides(),
             **{fn: self._state_change(fn, symbol) for fn, symbol in STATE_FUNCTION_SYMBOLS.items()},
+            **generator_state_lookasides(),  # Note [The state of torch's default generator]
             **dispatch_state_lookasides(self._state_change),  # dispatch/dtensor.py
             **self._inference_mode_lookasides(), **limit.lookasides(),
         })

@@ -8,7 +8,10 @@ holds this proxy. Invariants:
 - ``placeholder`` is a real generator of the same device, never drawn from for the program: the
   shadow computations (fake tensors) receive it where the program passed the proxy;
 - what a proxy cannot answer without running the computation (``get_state``, ``seed()``) is
-  refused with a clear error, never answered from the placeholder's state.
+  refused with a clear error, never answered from the placeholder's state;
+- the same holds for a generator the caller holds (an argument, a global: jit/provenance.py binds it
+  to a proxy; ``held_by_caller`` is the default, the safe one): its ``initial_seed()`` is the caller's
+  generator's, which the placeholder does not know, so it is refused until the program seeds it.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ __all__ = ["GeneratorProxy"]
 class GeneratorProxy(Proxy):
     """A generator made by the traced program: a name, its device, and the seed it was given."""
 
-    __slots__ = ("name", "placeholder", "seed_value")
+    __slots__ = ("held_by_caller", "name", "placeholder", "seed_value")
 
-    def __init__(self, name: str, device: Any = "cpu") -> None:
+    def __init__(self, name: str, device: Any = "cpu", *, held_by_caller: bool = True) -> None:
         self.name = name
         self.placeholder = torch.Generator(device=device)
         self.seed_value: Any = None  # the number manual_seed was given (a number proxy stays a name)
+        self.held_by_caller = held_by_caller  # False only for one the program makes (langctx/generators.py)
 
     @property
     def python_type(self) -> type:
@@ -50,10 +54,20 @@ class GeneratorProxy(Proxy):
 
     def initial_seed(self) -> Any:
         """The seed given by ``manual_seed`` (eagerly: the generator's initial seed), or a new
-        generator's default seed."""
-        return self.placeholder.initial_seed() if self.seed_value is None else self.seed_value
+        generator's default seed; refused for the caller's generator not seeded by the program."""
+        if self.seed_value is not None:
+            return self.seed_value
+        if self.held_by_caller:  # the caller's generator's seed: not the placeholder's
+            return self.__getattr__("initial_seed")
+        return self.placeholder.initial_seed()
 
     def __getattr__(self, name: str) -> Any:
+        if self.held_by_caller:
+            raise UnsupportedOperationError(
+                f"torch.Generator.{name}: a generator the caller holds supports manual_seed, device and "
+                "draws (generator=g) inside a jitted function; its state is not read while tracing",
+                hints=("read the generator's state outside the jitted function",),
+            )
         raise UnsupportedOperationError(
             f"torch.Generator.{name}: a generator made inside a jitted function supports manual_seed, "
             "initial_seed, device and draws (generator=g); its state is not available while tracing",

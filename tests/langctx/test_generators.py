@@ -5,8 +5,10 @@ advanced as eagerly, a generator made per call neither retraces nor continues an
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
+import pytest
 import torch
 
 import jitcore
@@ -144,3 +146,56 @@ def test_a_differentiable_draw_from_a_generator_made_inside_runs_eagerly() -> No
 
     check_eager_entry(f, torch.zeros(3, requires_grad=True), error=UnsupportedOperationError,
                       match="not differentiated")
+
+
+_G = torch.Generator().manual_seed(5)
+
+
+def _restored(x):
+    state = torch.get_rng_state()
+    a = torch.rand(3)
+    torch.set_rng_state(state)
+    return x + a - torch.rand(3)
+
+
+def _forked(x):
+    with torch.random.fork_rng():
+        torch.manual_seed(7)
+        a = torch.rand(3)
+    return x + a + torch.rand(3)
+
+
+def _default_generator_seeded(x):
+    torch.default_generator.manual_seed(2)
+    return x + torch.rand(3)
+
+
+PROGRAMS_OF_STATE = {  # Note [The state of torch's default generator]: (program, takes a generator)
+    "get_and_set_rng_state": (_restored, False),
+    "fork_rng": (_forked, False),
+    "initial_seed": (lambda x: x + torch.initial_seed(), False),
+    "default_generator.manual_seed": (_default_generator_seeded, False),
+    "global_generator.initial_seed": (lambda x: x + _G.initial_seed(), False),
+    "argument.initial_seed": (lambda x, g: x + g.initial_seed(), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS_OF_STATE))
+def test_the_random_state_read_or_set_inside_is_eagers_on_every_call(name: str) -> None:
+    # Each ran natively once while tracing and left nothing in the trace: get/set_rng_state around a
+    # draw gave a != b on the first call, initial_seed() kept the traced call's seed, a caller's
+    # generator answered its placeholder's seed (67280421310721, not 1).
+    fn, takes_generator = PROGRAMS_OF_STATE[name]
+    jf = jitcore.jit(fn)
+    for seed in (1, 2, 1, 3):
+        results = []
+        for f in (fn, jf):
+            torch.manual_seed(seed)
+            _G.manual_seed(seed + 10)
+            generator = (torch.Generator().manual_seed(seed),) if takes_generator else ()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the call runs eagerly (JC-T001)
+                out = f(torch.zeros(3), *generator)
+            results.append((out, torch.rand(2), torch.rand(2, generator=_G)))  # streams after the call
+        for e, j in zip(*results):
+            assert torch.equal(e, j), (name, seed)
