@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import functools
 import types
 import warnings
 import weakref
@@ -36,13 +35,13 @@ import torch
 import torch.utils._pytree as pytree
 
 from jitcore.ir import Proxy
+from jitcore.jit.object_states import MISSING, attributes, is_slot, set_slot, state_of
+from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
 from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import symbolic_number_class
-from jitcore.proxies.protocol import instance_attributes
-from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import TextProxy, plain_text
 
@@ -54,7 +53,6 @@ EffectKind = Literal[
     "grad", "print", "log", "dispatch_log", "warn",
 ]
 PRINT_STREAMS = ("stdout", "stderr")  # the streams a recorded print writes to (jit/printing.py)
-_MISSING = object()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -125,7 +123,7 @@ class StateSnapshots:
         if issubclass(kind, Proxy) and (kind is PlainTensorProxy or not issubclass(kind, TensorProxy)):
             return  # a subclass input's proxy holds its tensor's attributes (Provenance._subclass and
             # _bind_tensor_attributes): what the program sets there is set on the tensor
-        state = _state_of(obj)
+        state = state_of(obj)
         if state is not None:
             self._snapshots[id(obj)] = _Snapshot(obj, path, state)
 
@@ -183,13 +181,13 @@ class StateSnapshots:
                 return grad is not value
             kind, state = "attrs", attrs
         if kind in ("attrs", "class"):
-            current = _attributes(obj)
+            current = attributes(obj)
             in_dict = isinstance(current, (dict, types.MappingProxyType)) and key in current
-            return in_dict and dict.get(state, key, _MISSING) is not value
+            return in_dict and dict.get(state, key, MISSING) is not value
         if kind == "slots":
             return key in state and state[key] is not value
         if kind == "dict":
-            return dict.get(state, key, _MISSING) is not value
+            return dict.get(state, key, MISSING) is not value
         if kind == "list" and type(key) is int:
             return not -len(state) <= key < len(state) or state[key] is not value
         return False
@@ -221,27 +219,27 @@ class StateSnapshots:
         """The changes of every reached object since it was reached, as effects."""
         out: list[Effect] = []
         for snap in self._snapshots.values():
-            out += _diff(snap.obj, snap.path, snap.state, _state_of(snap.obj), snap.written)
+            out += _diff(snap.obj, snap.path, snap.state, state_of(snap.obj), snap.written)
         return out
 
     def restore(self) -> None:
         """Put every reached object back into its snapshot state."""
         for snap in reversed(list(self._snapshots.values())):
-            _restore(snap.obj, snap.state)
+            restore_state(snap.obj, snap.state)
 
     @contextlib.contextmanager
     def writing_nothing(self) -> Iterator[None]:
         """The body's writes into reached objects are undone after it (an object first reached in the
         body goes back to its snapshot): work of jitcore's that runs the program's code again."""
-        now = [(snap.obj, _state_of(snap.obj)) for snap in self._snapshots.values()]
+        now = [(snap.obj, state_of(snap.obj)) for snap in self._snapshots.values()]
         known = set(self._snapshots)
         try:
             yield
         finally:
             for key in [k for k in self._snapshots if k not in known]:
-                _restore(self._snapshots[key].obj, self._snapshots[key].state)
+                restore_state(self._snapshots[key].obj, self._snapshots[key].state)
             for obj, state in reversed(now):
-                _restore(obj, state)
+                restore_state(obj, state)
 
     def returned_objects(self, output: Any, args: tuple, kwargs: dict,
                          copies: set[int]) -> tuple[Any, ReturnedObjects | None]:
@@ -289,7 +287,7 @@ _KEPT_CONTAINERS = (list, dict, set, tuple, collections.deque)
 
 
 def _held_values(state: Any) -> list[Any]:
-    """The values a snapshot's object held (``_state_of``'s form)."""
+    """The values a snapshot's object held (``state_of``'s form)."""
     if state is None:
         return []
     kind, data = state
@@ -472,91 +470,6 @@ def _identity(value: Any) -> Any:
     return value
 
 
-# --- state of one object ----------------------------------------------------------------------------
-def _state_of(obj: Any) -> Any:
-    kind = type(obj)
-    if kind is types.CellType:
-        try:
-            return ("cell", obj.cell_contents)
-        except ValueError:
-            return ("cell", _MISSING)
-    if issubclass(kind, collections.deque):
-        return ("deque", list(obj))
-    # the built-in types' own methods: a subclass's overrides (a registry's ``get``) are the program's
-    if issubclass(kind, list):
-        return ("list", list(list.__iter__(obj)))
-    if issubclass(kind, collections.OrderedDict):  # its own order (``move_to_end``), not its dict's
-        return ("dict", dict(collections.OrderedDict.items(obj)))
-    if issubclass(kind, dict):
-        return ("dict", dict(dict.items(obj)))
-    if issubclass(kind, set):
-        return ("set", set(set.__iter__(obj)))
-    if issubclass(kind, type):  # a class's own attributes (``Counter.calls += 1``)
-        return ("class", dict(vars(obj)))
-    attrs = _attributes(obj)
-    if issubclass(kind, torch.Tensor) and not issubclass(kind, Proxy):
-        # a tensor of the caller's: its Python attributes and its ``.grad`` (optimizers and
-        # ``zero_grad`` set it)
-        return ("tensor", (dict(attrs) if type(attrs) is dict else {}, _grad_of(obj)))
-    if type(attrs) is dict:
-        return ("attrs", dict(attrs))
-    slots = _slot_members(type(obj))
-    if slots:
-        return ("slots", {name: _get_slot(member, obj) for name, member in slots.items()})
-    return None
-
-
-def _grad_of(tensor: torch.Tensor) -> Any:
-    """``tensor.grad`` as torch holds it, never through the tensor's class's ``__torch_function__``."""
-    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [The grad of a caller's subclass]
-        return tensor.grad
-
-
-# Note [The grad of a caller's subclass]
-# The snapshot of a caller's tensor (its ``.grad``, which a backward inside the function sets while
-# tracing, on the shadows) is jitcore's read, not the program's: read natively, ``p.grad`` ran the
-# class's ``__torch_function__``, and one that wraps every result in its class (a tensor with units,
-# ``Unit(out, unit)`` over ``as_subclass``) was handed the fake gradient of the pass and raised
-# (RuntimeError: ... already associated to a python object of type FakeTensor) where eager computes.
-
-
-def _attributes(obj: Any) -> Any:
-    """``obj.__dict__`` (None without one); for a subclass value's proxy, its class's slots too (they are
-    real slots of the proxy, as of the caller's tensor)."""
-    if issubclass(type(obj), SubclassTensorProxy):
-        return instance_attributes(obj, obj.python_type)
-    return getattr(obj, "__dict__", None)
-
-
-_SLOT_MEMBERS: weakref.WeakKeyDictionary[type, dict[str, Any]] = weakref.WeakKeyDictionary()
-
-
-def _slot_members(cls: type) -> dict[str, Any]:
-    """The ``__slots__`` fields of ``cls`` and its bases, each by its member descriptor (read and written
-    through it, never through a property of the same name: 3.13's ``PurePath._raw_path`` is one over
-    ``PurePathBase``'s slot)."""
-    found = _SLOT_MEMBERS.get(cls)
-    if found is None:
-        found = {}
-        for klass in cls.__mro__:
-            declared = getattr(klass, "__slots__", ()) if "__slots__" in vars(klass) else ()
-            for name in (declared,) if isinstance(declared, str) else declared:
-                if isinstance(name, str) and name.startswith("__") and not name.endswith("__"):
-                    name = f"_{klass.__name__.lstrip('_')}{name}"  # a private slot's mangled name
-                member = vars(klass).get(name)
-                if type(member) is types.MemberDescriptorType:
-                    found.setdefault(name, member)
-        _SLOT_MEMBERS[cls] = found
-    return found
-
-
-def _get_slot(member: Any, obj: Any) -> Any:
-    try:
-        return member.__get__(obj, type(obj))
-    except AttributeError:
-        return _MISSING
-
-
 def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = frozenset()) -> list[Effect]:
     kind, old = before
     new = after[1]
@@ -584,11 +497,11 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
     setter, deleter = {"dict": ("setitem", "delitem"), "attrs": ("setattr", "delattr"),
                        "class": ("setattr", "delattr"), "slots": ("setslot", "delslot")}[kind]
     if kind == "slots":
-        old = {k: v for k, v in old.items() if v is not _MISSING}
-        new = {k: v for k, v in new.items() if v is not _MISSING}
+        old = {k: v for k, v in old.items() if v is not MISSING}
+        new = {k: v for k, v in new.items() if v is not MISSING}
     effects = [Effect(path, deleter, k, None) for k in old if k not in new]
     effects += [Effect(path, setter, plain_text(k), v) for k, v in new.items()
-                if dict.get(old, k, _MISSING) is not v or _noted(k, written)]
+                if dict.get(old, k, MISSING) is not v or _noted(k, written)]
     if kind == "dict" and list(new) != [*(k for k in old if k in new), *(k for k in new if k not in old)]:
         # reordered (a key popped and set again, ``move_to_end``), which item effects do not say
         effects.append(Effect(path, "order", None, tuple(plain_text(k) for k in new)))
@@ -637,120 +550,26 @@ def _appended(old: list, new: list, maxlen: int | None) -> list | None:
     return None
 
 
-def _restore(obj: Any, state: Any) -> None:
-    kind, old = state
-    if kind == "cell":
-        if old is _MISSING:
-            try:
-                del obj.cell_contents
-            except ValueError:
-                pass
-        else:
-            obj.cell_contents = old
-    elif kind == "list":
-        list.__setitem__(obj, slice(None), old)
-    elif kind == "deque":
-        obj.clear()
-        obj.extend(old)
-    elif kind == "tensor":
-        attrs, grad = old
-        if _grad_of(obj) is not grad:
-            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [The grad of a caller's subclass]
-                obj.grad = grad
-        if attrs or vars(obj):
-            _restore(obj, ("attrs", attrs))
-    elif kind == "attrs" and issubclass(type(obj), SubclassTensorProxy):
-        for name in _attributes(obj).keys() - old.keys():
-            if _is_slot(obj.python_type, name):
-                _set_slot(obj, name, _MISSING)
-            else:
-                del obj.__dict__[name]
-        for name, value in old.items():
-            obj.hold(name, value)
-    elif kind == "class":
-        for name in vars(obj).keys() - old.keys():
-            type.__delattr__(obj, name)
-        for name, value in old.items():
-            if vars(obj).get(name, _MISSING) is not value:
-                type.__setattr__(obj, name, value)
-    elif kind in ("dict", "attrs"):
-        target = obj if kind == "dict" else obj.__dict__
-        if dict.__len__(target) != len(old) or list(_keys(target)) != list(old) or any(
-            dict.get(target, k, _MISSING) is not v for k, v in old.items()
-        ):
-            _refill(target, old)
-    elif kind == "set":
-        set.clear(obj)
-        set.update(obj, old)
-    elif kind == "slots":
-        for name, value in old.items():
-            _set_slot(obj, name, value)
-
-
-# Note [Restoring an OrderedDict]
-# ``dict.clear`` and ``dict.update`` called on an OrderedDict change its dict but not its own list
-# of keys: iterating it afterwards raises KeyError (Segformer's forward hooks, which transformers
-# registers while the program runs, left the model's hook dict broken for every later call, eager
-# ones too). An OrderedDict is refilled through its own methods; other dicts through dict's, which
-# runs no ``__setitem__`` a subclass overrides. A dict whose keys were only reordered is refilled too.
-def _keys(target: dict) -> Any:
-    ordered = isinstance(target, collections.OrderedDict)
-    return collections.OrderedDict.keys(target) if ordered else dict.keys(target)
-
-
-def _refill(target: dict, old: dict) -> None:
-    if isinstance(target, collections.OrderedDict):
-        collections.OrderedDict.clear(target)
-        for key, value in old.items():
-            collections.OrderedDict.__setitem__(target, key, value)
-    else:
-        dict.clear(target)
-        dict.update(target, old)
-
-
-@functools.cache
-def _is_slot(cls: type, name: Any) -> bool:
-    """Whether ``name`` is a ``__slots__`` field of ``cls`` (its descriptor found first in the MRO)."""
-    for klass in cls.__mro__:
-        if name in vars(klass):
-            return isinstance(vars(klass)[name], types.MemberDescriptorType)
-    return False
-
-
-def _set_slot(obj: Any, name: str, value: Any) -> None:
-    """Write a ``__slots__`` field through its member descriptor (not the class's ``__setattr__``)."""
-    descriptor = _slot_members(type(obj)).get(name)
-    if descriptor is None:
-        descriptor = next(vars(k)[name] for k in type(obj).__mro__ if name in vars(k))
-    if value is _MISSING:
-        try:
-            descriptor.__delete__(obj)
-        except AttributeError:
-            pass
-    else:
-        descriptor.__set__(obj, value)
-
-
 def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = False) -> None:
     kind = effect.kind
     if kind == "setattr":  # the instance dict was diffed: it is written as the traced __setattr__ left it
         if isinstance(target, type):
             type.__setattr__(target, effect.key, value)
-        elif _is_slot(type(target), effect.key):  # a typed proxy's dict held the tensor's slot field
-            _set_slot(target, effect.key, value)
+        elif is_slot(type(target), effect.key):  # a typed proxy's dict held the tensor's slot field
+            set_slot(target, effect.key, value)
         else:
             vars(target)[effect.key] = value
     elif kind == "delattr":
         if isinstance(target, type):
             type.__delattr__(target, effect.key)
-        elif _is_slot(type(target), effect.key):
-            _set_slot(target, effect.key, _MISSING)
+        elif is_slot(type(target), effect.key):
+            set_slot(target, effect.key, MISSING)
         else:
             del vars(target)[effect.key]
     elif kind == "setslot":
-        _set_slot(target, effect.key, value)
+        set_slot(target, effect.key, value)
     elif kind == "delslot":
-        _set_slot(target, effect.key, _MISSING)
+        set_slot(target, effect.key, MISSING)
     elif kind == "setitem":
         target[effect.key] = value
     elif kind == "delitem":
