@@ -41,9 +41,9 @@ from jitcore.jit.outputs import split
 from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.number import symbolic_number_class
+from jitcore.proxies.number import NumberProxy, symbolic_number_class
 from jitcore.proxies.tensor import PlainTensorProxy
-from jitcore.proxies.text import TextProxy, plain_text
+from jitcore.proxies.text import TextProxy, plain_key
 
 __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record", "emit_warning",
            "print_line", "written_keys"]
@@ -489,8 +489,8 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
                 if a is not b or i in written or i - len(new) in written]
     if kind == "list" and len(new) > len(old) and all(a is b for a, b in zip(old, new)):
         return [Effect(path, "extend", None, new[len(old):])]  # appended to: whatever the call's list holds
-    if kind == "set" and any(isinstance(k, TextProxy) for k in new):
-        new = set(map(plain_text, new))  # text of the computation's numbers: its str (proxies/text.py)
+    if kind == "set" and any(isinstance(k, (TextProxy, NumberProxy)) for k in new):
+        new = set(map(plain_key, new))  # Note [A key of the computation's numbers]
     if kind in ("list", "set"):
         same = new == old if kind == "set" else False
         return [] if same else [Effect(path, "contents", None, list(new) if kind == "list" else new)]
@@ -500,12 +500,22 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
         old = {k: v for k, v in old.items() if v is not MISSING}
         new = {k: v for k, v in new.items() if v is not MISSING}
     effects = [Effect(path, deleter, k, None) for k in old if k not in new]
-    effects += [Effect(path, setter, plain_text(k), v) for k, v in new.items()
+    effects += [Effect(path, setter, plain_key(k), v) for k, v in new.items()
                 if dict.get(old, k, MISSING) is not v or _noted(k, written)]
     if kind == "dict" and list(new) != [*(k for k in old if k in new), *(k for k in new if k not in old)]:
         # reordered (a key popped and set again, ``move_to_end``), which item effects do not say
-        effects.append(Effect(path, "order", None, tuple(plain_text(k) for k in new)))
+        effects.append(Effect(path, "order", None, tuple(plain_key(k) for k in new)))
     return effects
+
+
+# Note [A key of the computation's numbers]
+# A dict key or set element the program stored may be a proxy: text of the computation's numbers
+# (``f"step {n}"``), or a number (``hist[state["step"]] = y``, ``cache[key]`` of an int argument,
+# ``Counter()[int(x.argmax())] += 1``). Hashing it specialized it, so the entry is for its value and
+# the effect stores that value. Stored as the proxy, the caller's dict kept jitcore's NumberProxy as a
+# key, and a later call's read of it (its hash specializes the finished pass's number) gave a Counter
+# the traced count: a wrong answer. A dict or set the program made and stored takes the same
+# ``plain_key`` in ``outputs.split``, which also finds such keys of it (``_children``).
 
 
 _ITEM_WRITERS = frozenset({"__setitem__", "setdefault", "update"})

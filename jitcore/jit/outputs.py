@@ -32,8 +32,9 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Proxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
-from jitcore.proxies.text import TextProxy, plain_text
+from jitcore.proxies.text import TextProxy, plain_key
 from jitcore.proxies.typed import is_plain_subclass
 
 _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
@@ -325,16 +326,20 @@ def _node(children: tuple, make: Callable[[tuple], Any], depth: int) -> tuple[An
     return flat, rebuild
 
 
+_KEY_PROXIES = (TextProxy, NumberProxy)
+
+
 def _plain_keys(value: Any) -> Any:
-    """A dict or set the program made with text of the computation's numbers as keys or elements
-    (``log[f"step{n}"] = ...``): a copy with each such key as its str (jitcore/proxies/text.py)."""
-    if isinstance(value, dict) and any(isinstance(k, TextProxy) for k in value):
-        items = [(plain_text(k), v) for k, v in dict.items(value)]
+    """A dict or set the program made with text of the computation's numbers or its numbers as keys or
+    elements (``log[f"step{n}"] = ...``, ``{step: y}``): a copy with each such key as its str or value
+    (jitcore/proxies/text.py, Note [A key of the computation's numbers] in jit/effects.py)."""
+    if isinstance(value, dict) and any(isinstance(k, _KEY_PROXIES) for k in value):
+        items = [(plain_key(k), v) for k, v in dict.items(value)]
         if type(value) is collections.defaultdict:
             return collections.defaultdict(value.default_factory, items)
         return type(value)(items) if type(value) in _OPTREE_NODES else dict(items)
-    if type(value) in (set, frozenset) and any(isinstance(k, TextProxy) for k in value):
-        return type(value)(map(plain_text, value))
+    if type(value) in (set, frozenset) and any(isinstance(k, _KEY_PROXIES) for k in value):
+        return type(value)(map(plain_key, value))
     return value
 
 
@@ -396,7 +401,7 @@ def _children(value: Any) -> list[Any]:
         target = value()
         return [] if target is None else [target]
     if issubclass(kind, dict):
-        return [*value.values(), *(k for k in value if isinstance(k, TextProxy))]
+        return [*value.values(), *(k for k in value if isinstance(k, _KEY_PROXIES))]
     if kind in _DICT_VIEWS:
         return [*value.mapping.keys(), *value.mapping.values()]
     if issubclass(kind, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):

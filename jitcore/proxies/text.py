@@ -174,3 +174,10 @@ def plain_text(value: Any) -> Any:
     """``value``, or the specialized text of a TextProxy: what a dict key or a set element must be
     (hashing it specialized it already, so this adds no guard)."""
     return value.specialize() if isinstance(value, TextProxy) else value
+
+
+def plain_key(value: Any) -> Any:
+    """``value`` as a key or element of a dict or set that outlives the pass: a TextProxy's text, a
+    NumberProxy's value (hashing either specialized it already, so this adds no guard; Note [A key of
+    the computation's numbers], jitcore/jit/effects.py)."""
+    return value.specialize() if isinstance(value, (TextProxy, NumberProxy)) else value
