@@ -111,7 +111,23 @@ def is_stdlib_container_code(filename: str) -> bool:
 
 def is_library_file(filename: str) -> bool:
     """Code whose module state is taken as constant: torch, jitcore, the standard library."""
-    return filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen ")
+    known = _LIBRARY_FILES.get(filename)
+    if known is None:
+        if len(_LIBRARY_FILES) >= _LIBRARY_FILES_MAX:  # code compiled under fresh names (prologues, exec)
+            _LIBRARY_FILES.clear()
+        known = filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen ")
+        _LIBRARY_FILES[filename] = known
+    return known
+
+
+# Note [Library files remembered]: a tracing pass asks ``is_library_file`` for nearly every global it
+# loads and every call C code makes back into Python (tens of thousands of times in the first call of a
+# subclass program, whose ``__torch_dispatch__`` runs torch's pytree code per op). The answer depends on
+# the file name alone (the directories are fixed at import), so it is remembered per name: one dict
+# lookup instead of two prefix tests over four directories. The table is bounded: names made fresh per
+# compile (jitcore's own prologues, ``exec`` of generated code) would otherwise grow it without end.
+_LIBRARY_FILES: dict[str, bool] = {}
+_LIBRARY_FILES_MAX = 4096
 
 
 # Note [A module's own namespace]

@@ -114,9 +114,9 @@ class StateReads:
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals
-        if (is_library_file(frame.code.co_filename) and not is_global_hook_registry(globals_, name)) or \
-                self._untracked_subclass_code(frame):
-            return value
+        if is_library_file(frame.code.co_filename) and (
+                self.context.subclass_code or not is_global_hook_registry(globals_, name)):
+            return value  # torch's and the standard library's globals, but torch's hook registries
         if self._namespace_made_while_tracing(frame):
             return value
         root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
