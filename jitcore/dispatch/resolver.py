@@ -681,11 +681,13 @@ def call_on_shadows(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         with _TensorOpsStop():
             out = fn(*shadow_args, **shadow_kwargs)
     except _MakesTensors as stop:  # Note [C functions that compute]
-        if isinstance(stop.args[0], torch._ops.TorchBindOpOverload):  # noqa: SLF001
-            with torch._C._DisablePythonDispatcher():  # noqa: SLF001 - the Note's last paragraph
-                return fn(*args, **kwargs)
-        return fn(*args, **kwargs)
-    return _map(state.proxy_of, out)
+        op = stop.args[0]  # run below, not in the handler: its errors are not chained to ``stop``
+    else:
+        return _map(state.proxy_of, out)
+    if isinstance(op, torch._ops.TorchBindOpOverload):  # noqa: SLF001
+        with torch._C._DisablePythonDispatcher():  # noqa: SLF001 - the Note's last paragraph
+            return fn(*args, **kwargs)
+    return fn(*args, **kwargs)
 
 
 # Note [C functions that compute]

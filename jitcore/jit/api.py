@@ -27,7 +27,6 @@ from typing import Any
 import torch
 from torch._dispatch.python import enable_python_dispatcher
 
-from jitcore.diagnostics.context import ErrorContext, attach
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
 from jitcore.dispatch.flatten import flatten_program, involves_subclasses, pass_1_under_autograd
 from jitcore.executors import executors_from_options, record_lowered
@@ -220,7 +219,8 @@ class JittedFunction:
             layout_changed = any(".shape" in r.where or ".stride()" in r.where for r in reasons)
             outcome = self._trace(args, kwargs, layout_changed)
             if isinstance(outcome, Eager) and outcome.program_raised:  # Note [A program that raises]
-                return self._eager_after_raise(outcome.reason, args, kwargs)
+                after = eager_entries.after_raise(self.fn, outcome.reason, self._label, self.misses)
+                return after(*args, **kwargs)
             if isinstance(outcome, Eager) and outcome.this_call_only:  # a lazy module's first call
                 return self.fn(*args, **kwargs)
             if isinstance(outcome, Eager) and outcome.from_now_on:
@@ -247,25 +247,12 @@ class JittedFunction:
         try:
             result = computation(*inputs)
         except ValueCheckFailed as failed:  # the probe and the computation disagree: not reproducible
-            if failed.site.varies:  # the clock moved on since tracing (jit/nondeterministic.py): eager's
-                return self.fn(*args, **kwargs)  # answer for this call (its writes and draws were undone)
-            raise nondeterministic_read(failed) from None
+            if not failed.site.varies:
+                raise nondeterministic_read(failed) from None
+            result = MISS  # the clock moved on since tracing (jit/nondeterministic.py): eager's answer
+        if result is MISS:  # for this call (its writes and draws were undone), run after the handler
+            return self.fn(*args, **kwargs)  # Note [No pass inside an except block]
         return result if entry.effects is None else entry.effects.finish(args, kwargs, result)
-
-    def _eager_after_raise(self, raised: BaseException, args: tuple, kwargs: dict) -> Any:
-        """This call run eagerly, the pass having stopped on ``raised`` (Note [A program that raises],
-        jit/eager_entries.py): eager's exception is raised; a result where the pass raised is warned of."""
-        try:
-            result = self.fn(*args, **kwargs)
-        except Exception as exc:
-            attach(exc, ErrorContext("eager", attempt=self.misses))
-            raise
-        warnings.warn(
-            f"jitcore: tracing {self._label} raised {type(raised).__name__}: {raised}, where running it "
-            "eagerly did not: this call ran eagerly, and the next one traces again. This is a jitcore bug "
-            "(docs/errors/JC-I002.md says what to report)", stacklevel=4,
-        )
-        return result
 
     def _note_changed_numbers(self, args: tuple, kwargs: dict) -> None:
         """Number arguments some entry pinned to another value are dynamic from the next trace on
@@ -304,12 +291,12 @@ class JittedFunction:
             else:
                 self._shapes.refuse(str(exc))
             static_shapes(self, number, str(exc))
-            return self._trace(args, kwargs, shape_changed)
         except Exception as exc:  # Note [Eager entries]
             outcome = self._decide(exc, tracing_pass)
             if outcome is None:
                 raise
             return outcome
+        return self._trace(args, kwargs, shape_changed)  # Note [No pass inside an except block]
 
     def _decide(self, error: Exception, tracing_pass: Pass) -> Eager | None:
         """Whether the pass that ``error`` stopped runs eagerly (jit/eager_entries.py), or None: raised."""
@@ -441,6 +428,8 @@ class JittedFunction:
         )
         self.last_traces, self.last_backward_traces, self.last_rederived_traces = [tracing_pass.trace], [], []
         self.last_prologue = tracing_pass.prologue
+        again: tuple[bool | None] | None = None  # another pass (its ``symbolic``; None: the policy's)
+        stopped: Eager | None = None
         try:
             with enable_python_dispatcher() if symbolic else contextlib.nullcontext():  # Note [Symbolic
                 program = self._run_pass(tracing_pass, args, kwargs)  # passes and torch's Python kernels]
@@ -452,41 +441,26 @@ class JittedFunction:
                 else []
             )
         except shapes.StaticShapes as exc:  # from now on, this function traces static shapes only
-            if tracing_pass.provenance.symbolic_subclass_inputs:  # or only its subclass inputs (Note
-                self._shapes.refuse_subclasses(str(exc))  # [Subclass inputs that follow an inner tensor])
-                static_shapes(self, number, f"subclass inputs: {exc}")
-                return self._interpret(number, args, kwargs, shape_changed)
-            if tracing_pass.reads.sizes or tracing_pass.reads.number_symbols:  # or its value-shaped
-                # outputs and read counts (Notes [Sizes that values decide], [Counts that values decide])
-                self._shapes.refuse_reads(str(exc))
-                static_shapes(self, number, f"sizes that values decide: {exc}")
-                return self._interpret(number, args, kwargs, shape_changed)
-            self._shapes.refuse(str(exc))
-            static_shapes(self, number, str(exc))
-            return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
+            again = (self._static_from_now_on(number, tracing_pass, str(exc), refuse=True),)
         except Exception as exc:  # noqa: BLE001 - a static pass raises what the program raises
             if not symbolic or eager_entries.whatever_the_sizes(exc):  # Note [Eager whatever the sizes]
                 outcome = self._decide(exc, tracing_pass)
                 if outcome is None:
                     raise
-                if symbolic:  # unless a static pass traces the call: then the sizes were the cause
-                    static_pass, program = self._interpret(number, args, kwargs, shape_changed,
-                                                           symbolic=False)
-                    if not isinstance(program, Eager):
-                        return static_pass, program
-                    self.last_traces, self.last_prologue = [tracing_pass.trace], tracing_pass.prologue
-                return tracing_pass, outcome
-            reason = f"tracing with symbolic sizes raised {type(exc).__name__}: {exc}"
-            if tracing_pass.provenance.symbolic_subclass_inputs:  # static ones from now on
-                self._shapes.refuse_subclasses(reason)
-                static_shapes(self, number, f"subclass inputs: {reason}")
-                return self._interpret(number, args, kwargs, shape_changed)
-            if tracing_pass.reads.sizes or tracing_pass.reads.number_symbols:  # static ones from now on
-                self._shapes.refuse_reads(reason)
-                static_shapes(self, number, f"sizes that values decide: {reason}")
-                return self._interpret(number, args, kwargs, shape_changed)
-            static_shapes(self, number, reason)
-            return self._interpret(number, args, kwargs, shape_changed, symbolic=False)
+                if not symbolic:
+                    return tracing_pass, outcome
+                stopped = outcome  # unless a static pass traces the call: then the sizes were the cause
+            else:
+                reason = f"tracing with symbolic sizes raised {type(exc).__name__}: {exc}"
+                again = (self._static_from_now_on(number, tracing_pass, reason, refuse=False),)
+        if stopped is not None:  # Note [No pass inside an except block]
+            static_pass, program = self._interpret(number, args, kwargs, shape_changed, symbolic=False)
+            if not isinstance(program, Eager):
+                return static_pass, program
+            self.last_traces, self.last_prologue = [tracing_pass.trace], tracing_pass.prologue
+            return tracing_pass, stopped
+        if again is not None:
+            return self._interpret(number, args, kwargs, shape_changed, symbolic=again[0])
         learnt = self._shapes.numbers_traced(tracing_pass.reads.pinned())  # Note [Counts that values decide]
         if symbolic and learnt and not learning:  # Note [A symbolic pass that learnt its counts]
             return self._interpret(number, args, kwargs, shape_changed, symbolic=True, learning=True)
@@ -496,6 +470,30 @@ class JittedFunction:
             symbolic_sizes(self, number, sizes)
         self._shapes.seen(program.prologue.inputs, program.first_inputs)  # tensor inputs come first
         return tracing_pass, program
+
+    def _static_from_now_on(self, number: int, tracing_pass: Pass, reason: str, refuse: bool) -> bool | None:
+        """Static shapes from now on where a symbolic pass cannot handle the program, logged: for its
+        subclass inputs or its value-decided sizes only where it had those, else for every input
+        (``refuse``: the shape policy refuses symbolic passes too). The next pass's ``symbolic``."""
+        if tracing_pass.provenance.symbolic_subclass_inputs:  # Note [Subclass inputs that follow an
+            self._shapes.refuse_subclasses(reason)  # inner tensor]
+            static_shapes(self, number, f"subclass inputs: {reason}")
+            return None
+        if tracing_pass.reads.sizes or tracing_pass.reads.number_symbols:  # Notes [Sizes that values
+            self._shapes.refuse_reads(reason)  # decide], [Counts that values decide]
+            static_shapes(self, number, f"sizes that values decide: {reason}")
+            return None
+        if refuse:
+            self._shapes.refuse(reason)
+        static_shapes(self, number, reason)
+        return False
+
+    # Note [No pass inside an except block]
+    # A pass run again while the last one's exception is being handled would raise the program's own
+    # exceptions with that one as their ``__context__`` (CPython chains any exception raised inside an
+    # ``except`` block): eager's ``e.__context__`` is None, a user's ``except`` would see jitcore's
+    # exception, and a traceback would print "During handling of the above exception" over an error
+    # the program raised once. So handlers only decide; the next pass runs after the ``try``.
 
     # Note [A symbolic pass that learnt its counts]
     # A pass with symbolic sizes that pinned other counts at a read site than the pass before

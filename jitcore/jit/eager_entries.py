@@ -13,10 +13,12 @@ Invariants:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jitcore.diagnostics.context import ErrorContext, attach
 from jitcore.dispatch.dtensor import untraced
 from jitcore.errors import (
     DataDependentError,
@@ -30,7 +32,7 @@ from jitcore.interpreter.errors import JitcoreInterpreterError, UnsupportedConst
 from jitcore.jit.fsdp_units import eager_call  # how an eager entry runs its function
 from jitcore.numpy.errors import UnsupportedNumPyError
 
-__all__ = ["Eager", "RULES", "decide", "eager_call", "whatever_the_sizes"]
+__all__ = ["Eager", "RULES", "after_raise", "decide", "eager_call", "whatever_the_sizes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,3 +170,26 @@ def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | No
 def whatever_the_sizes(error: Exception) -> bool:
     """Whether ``error``, stopping a pass with symbolic sizes, is decided on there (the Note above)."""
     return isinstance(error, (EagerWhateverTheSizes, UnsupportedOperationError))
+
+
+def after_raise(
+    fn: Callable[..., Any], raised: BaseException, label: str, attempt: int
+) -> Callable[..., Any]:
+    """``fn`` for a call run eagerly, its pass having stopped on ``raised`` (Note [A program that
+    raises]): eager's exception is raised, marked as eager's; a result where the pass raised is warned of
+    as a jitcore bug."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            attach(exc, ErrorContext("eager", attempt=attempt))
+            raise
+        warnings.warn(
+            f"jitcore: tracing {label} raised {type(raised).__name__}: {raised}, where running it eagerly "
+            "did not: this call ran eagerly, and the next one traces again. This is a jitcore bug "
+            "(docs/errors/JC-I002.md says what to report)", stacklevel=4,
+        )
+        return result
+
+    return call

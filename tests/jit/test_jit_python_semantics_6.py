@@ -141,3 +141,36 @@ def test_bitwise_operators_of_a_dynamic_number() -> None:
             assert "unsupported operand type(s) for <<: 'float' and 'int'" in str(error)
         else:
             raise AssertionError("1.5 << n raised nothing")
+
+
+def test_an_error_raised_on_a_retrace_is_not_chained_to_the_jits_first_pass() -> None:
+    """An index that changes between calls makes the next pass symbolic; where that pass raises, a static
+    pass runs the call again. It ran inside the handler of the first pass's exception, so the program's
+    IndexError carried a copy of itself as ``__context__`` (eager: none), and a traceback printed "During
+    handling of the above exception" over one error (Note [No pass inside an except block]). The program
+    that catches its own error is a control: the interpreter chains what it handles, and did before."""
+
+    def index(x: torch.Tensor, i: int) -> torch.Tensor:
+        return x[i] + 1
+
+    def context_seen(x: torch.Tensor, i: int) -> tuple[torch.Tensor, bool]:
+        try:
+            return x[i] + 1, True
+        except IndexError as error:
+            return x.sum(), error.__context__ is None
+
+    def _outcome(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as error:  # noqa: BLE001 - the exception is the outcome compared
+            return exception_chain(error)
+
+    for fn in (index, context_seen):
+        jfn = jitcore.jit(fn)
+        for i in (1, 5, 7, 2, 6):
+            x = torch.arange(3.0)
+            expected, got = _outcome(fn, x, i), _outcome(jfn, x, i)
+            if isinstance(expected, list):
+                assert got == expected, (fn.__name__, i)
+            else:
+                torch.testing.assert_close(got, expected)
