@@ -77,6 +77,7 @@ from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.recursion import ProgramLimit, program_recursion
+from jitcore.jit.settings_reads import SETTINGS_GETTERS, SettingsReads
 from jitcore.jit.state_kinds import identity_arguments
 from jitcore.jit.state_reads import StateReads
 from jitcore.jit.tensor_keys import CallerKeys, calls_weakref, pin_tensor_ids
@@ -164,6 +165,7 @@ class Pass(StateReads):
         self.prints = Prints(path_of=self.provenance.path_of)  # jit/printing.py
         self.files = FileSystem(self.provenance.guard, self.provenance.path_of)  # jit/filesystem.py
         self.logs = LogRecords(self.prints.effects, self.provenance.guard, self._untracked_subclass_code)
+        self.settings = SettingsReads(self.provenance.guard)
         self.warnings = Warnings(self.prints.effects, self.provenance.guard,  # jit/warning_calls.py
                                  self._untracked_subclass_code,
                                  builtin_lookasides()[warnings.warn])
@@ -560,6 +562,8 @@ class Pass(StateReads):
                 return None
             if fn.__name__ == "write" and (written := self.prints.write(fn, args, kwargs)) is not None:
                 return written  # sys.stderr.write(...) of a stream of the caller's
+        if id(fn) in SETTINGS_GETTERS:  # torch.get_num_threads(): Note [Settings the program reads]
+            return self.settings.read(fn, args, kwargs)
         args, kwargs = self._native_arguments(fn, args, kwargs)
         if (writes := written_keys(fn, args, kwargs)) is not None:  # Note [Writes of the same object]
             self.snapshots.note_write(*writes)
