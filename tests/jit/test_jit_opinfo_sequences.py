@@ -34,7 +34,7 @@ FORWARD = (
 )
 GRAD = ("add", "mul", "div.no_rounding_mode", "sum", "amax", "softmax", "index_select", "gather",
         "matmul", "narrow", "where", "pow",
-        "index_fill", "istft")  # both crashed once on the first call: unwrap_if_dead(None), a mask held weakly
+        "index_fill", "istft")  # both crashed once on a first call: unwrap_if_dead(None)
 INDUCTOR = ("add", "sum", "softmax")
 
 # Entries of the subsets above that do not pass, with the reason (none at present).
