@@ -27,6 +27,8 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
   constant negative index that falls among the items this pass appended to it (``seen.append(v);
   y = seen[-1]``): its type is guarded, the item read is the program's own (Note [An item the program
   appended, read back]).
+- ``stored_into(frame)``: a read of a dict from state consumed by a subscript store (``outs[k] = y``):
+  its type is guarded, not its keys (Note [A dict only stored into]).
 Invariant: a list or dict so read is not read any other way through that load; a later read of it
 (the program iterating the dict, indexing the list) binds it again, with the guards of the contents
 the call started with (``StateSnapshots.first_state``), not the ones the program's appends made.
@@ -47,7 +49,7 @@ import types
 from typing import Any
 
 __all__ = ["MeasuredLists", "appended_parameters", "bind_defaults", "keyed_later", "measured_by_len",
-           "only_appended_to", "reads_appended_item", "subscripted_by"]
+           "only_appended_to", "reads_appended_item", "stored_into", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
 _LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
@@ -281,6 +283,32 @@ def keyed_later(frame: Any) -> bool:
             following = [x.opname for x in instructions[j + 1:j + 3]]
             return above == 1 and not getter and inst.arg == 2 and following[:1] == ["COPY"] \
                 and instructions[j + 1].arg == 2 and following[1:] == ["BINARY_SUBSCR"]
+        use = _stack_use(inst)
+        if use is None or use[0] > above:
+            return False
+        above += use[1] - use[0]
+    return False
+
+
+# Note [A dict only stored into]
+# ``outs[next(ids)] = y`` or ``cache[key] = v`` reads the dict only to store into it: what the store does
+# does not depend on the keys the dict holds (a present key keeps its place, an absent one goes last, as
+# the replayed ``setitem`` does on the dict each call finds). Guarded by its keys, a dict that gains a
+# key per call (ids from ``itertools.count()``, a history by step) missed on every call, eager entries
+# too. Such a load guards the dict's type only (``stored_into``); a read of the dict through another
+# load (``len(d)`` in the key, a later ``d[k]``) binds it again with the guards of its contents.
+def stored_into(frame: Any) -> bool:
+    """Whether the value the current load pushes is consumed by a ``STORE_SUBSCR`` whose key the
+    instructions right after the load compute (Note [A dict only stored into])."""
+    instructions, i = frame.info.instructions, frame.index
+    above = 0  # values pushed over the dict
+    for j in range(i, min(i + _SCAN, len(instructions))):
+        inst = instructions[j]
+        if inst.opname == "BINARY_SUBSCR" and above >= 2:  # a subscript inside the key: ``d[names[k]]``
+            above -= 1
+            continue
+        if inst.opname in _SUBSCRIPTS:
+            return above == 1 and inst.opname == "STORE_SUBSCR"
         use = _stack_use(inst)
         if use is None or use[0] > above:
             return False

@@ -77,6 +77,11 @@ class StateReads:
             key = subscripted_by(frame)
             if key is not None:
                 return self.provenance.bind_subscripted_dict(value, path, key)
+            if appends.stored_into(frame):  # Note [A dict only stored into], jit/appends.py
+                self.provenance.guard(path, "type", type(value))
+                self.provenance.reach_container(value, path)
+                self.provenance.remember(value, path)
+                return value
             if appends.keyed_later(frame):  # Note [A dict read at a computed key], jit/appends.py
                 return self.provenance.bind_keyed_dict(value, path)
         return self.provenance.bind_state(value, path, name)

@@ -657,7 +657,7 @@ def batchnorm_running_stats():
 
 
 RETRACES = {
-    "lightning_self_log": 2, "torchmetrics_buffer_sum": 1, "torchmetrics_python_floats": 1,
+    "lightning_self_log": 1, "torchmetrics_buffer_sum": 1, "torchmetrics_python_floats": 1,
     "hf_past_key_values_sliding": 3, "hf_dynamic_cache_object": 3, "ema_of_weights": 2,
     "step_counter_warmup_cosine": 2, "lambda_lr_scheduler": 3, "defaultdict_list_history": 2,
     "lru_dict_capped": 8, "plain_dict_lru_capped": 8,  # one per (keys in order, key)
@@ -679,7 +679,7 @@ RETRACES = {
     "mutable_dataclass_train_state": 2,
     "heap_top_losses": None,  # heapq compares item() floats: control flow on values
     "counter_of_argmax_labels": 16,  # one per (labels seen, label): int() of argmax is a value read
-    "outputs_by_count_id": None,  # OUTS
+    "outputs_by_count_id": 1,  # an eager entry (next() of a count), its dict only stored into
     "batchnorm_running_stats": 1,
 }
 
@@ -746,3 +746,81 @@ def test_numbers_the_program_uses_as_keys_are_stored_as_numbers() -> None:
     expected, got = run(jit=False), run(jit=True)
     assert got[2] == expected[2] and got[3] == expected[3]
     assert same(got[:2], expected[:2])
+
+
+def _store_programs() -> dict:
+    """(f, args of call i, what the caller does to the dict between calls) per case."""
+    def by_id():
+        ids, outs = itertools.count(), {}
+
+        def f(x):  # next() of a count runs the call eagerly: one eager entry serves every call
+            y = x.sin()
+            outs[next(ids)] = y.detach()
+            return y
+        return f, outs, lambda i: (x_of(i),), None
+
+    def by_argument():
+        hist = {"kept": 1}
+
+        def f(x, k):
+            hist[k] = x.detach() * 2
+            return x + 1
+        return f, hist, lambda i: (x_of(i), i % 3), lambda d, i: d.__setitem__(f"caller{i}", i)
+
+    def reordered_by_caller():
+        hist = {}
+
+        def f(x, k):
+            hist[k] = x.sum().item()
+            return x * 2
+        return f, hist, lambda i: (x_of(i), i % 2), lambda d, i: d.pop(i % 2, None) if i % 3 == 0 else None
+
+    def measured_in_key():
+        hist = {}
+
+        def f(x):
+            hist[len(hist) % 4] = x.detach()
+            return x - 1
+        return f, hist, lambda i: (x_of(i),), None
+
+    def defaultdict_store():
+        hist = collections.defaultdict(list)
+
+        def f(x, k):
+            hist[k] = [x.sum().item()]
+            hist["all"].append(k)
+            return x * 3
+        return f, hist, lambda i: (x_of(i), "ab"[i % 2]), lambda d, i: d.__setitem__(i, [])
+
+    cases = (by_id, by_argument, reordered_by_caller, measured_in_key, defaultdict_store)
+    return {f.__name__: f for f in cases}
+
+
+STORES = _store_programs()
+STORE_MISSES = {"by_id": 1, "by_argument": 3, "reordered_by_caller": 2, "measured_in_key": None,
+                "defaultdict_store": 3}  # "all" absent on the first call, then one per k
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_a_dict_of_state_only_stored_into_is_guarded_by_type(name: str) -> None:
+    """Note [A dict only stored into]: ``d[k] = v`` guards the dict's type, not its keys, so a dict that
+    gains keys (the program's or the caller's) is no miss; the items and their order equal eager's (on
+    main by_id had a miss per call, by_argument and defaultdict_store too)."""
+    def run(jit: bool) -> tuple[list, object]:
+        f, d, args_of, between = STORES[name]()
+        fn = jitcore.jit(f) if jit else f
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i in range(12):
+                seen.append((snap(fn(*args_of(i))), snap(d), _types_of_keys(d)))
+                if between is not None:
+                    between(d, i)
+        return seen, fn
+
+    (expected, _), (got, jitted) = run(jit=False), run(jit=True)
+    for i, (a, b) in enumerate(zip(got, expected)):
+        assert same(a, b), f"call {i}: {a!r} != {b!r}"
+    bound = STORE_MISSES[name]
+    if bound is not None:
+        assert jitcore.cache_misses(jitted) == bound, jitcore.miss_reasons(jitted)[-1]
