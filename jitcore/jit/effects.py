@@ -41,9 +41,9 @@ from jitcore.jit.outputs import split
 from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.number import NumberProxy, symbolic_number_class
+from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.tensor import PlainTensorProxy
-from jitcore.proxies.text import TextProxy, plain_key
+from jitcore.proxies.text import plain_key
 
 __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record", "emit_warning",
            "print_line", "written_keys"]
@@ -489,7 +489,7 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
                 if a is not b or i in written or i - len(new) in written]
     if kind == "list" and len(new) > len(old) and all(a is b for a, b in zip(old, new)):
         return [Effect(path, "extend", None, new[len(old):])]  # appended to: whatever the call's list holds
-    if kind == "set" and any(isinstance(k, (TextProxy, NumberProxy)) for k in new):
+    if kind == "set" and any(plain_key(k) is not k for k in new):
         new = set(map(plain_key, new))  # Note [A key of the computation's numbers]
     if kind in ("list", "set"):
         same = new == old if kind == "set" else False

@@ -32,7 +32,6 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Proxy
-from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.text import TextProxy, plain_key
 from jitcore.proxies.typed import is_plain_subclass
@@ -129,8 +128,9 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     if kind in _OPTREE_NODES or _is_namedtuple(value):
         children, spec = optree.tree_flatten(value, is_leaf=lambda v: v is not value, none_is_leaf=True)
         parts = [_split(c, depth + 1) for c in children]
-        if all(r is None for _, r in parts):
-            return value, None
+        if all(r is None for _, r in parts):  # nothing per call; a child may be a copy with plain keys
+            same = all(p is c for (p, _), c in zip(parts, children))
+            return (value if same else optree.tree_unflatten(spec, [p for p, _ in parts])), None
         flat = optree.tree_unflatten(spec, [p for p, _ in parts])
         rebuilds = [r for _, r in parts]
 
@@ -326,19 +326,16 @@ def _node(children: tuple, make: Callable[[tuple], Any], depth: int) -> tuple[An
     return flat, rebuild
 
 
-_KEY_PROXIES = (TextProxy, NumberProxy)
-
-
 def _plain_keys(value: Any) -> Any:
     """A dict or set the program made with text of the computation's numbers or its numbers as keys or
     elements (``log[f"step{n}"] = ...``, ``{step: y}``): a copy with each such key as its str or value
     (jitcore/proxies/text.py, Note [A key of the computation's numbers] in jit/effects.py)."""
-    if isinstance(value, dict) and any(isinstance(k, _KEY_PROXIES) for k in value):
+    if isinstance(value, dict) and any(plain_key(k) is not k for k in value):
         items = [(plain_key(k), v) for k, v in dict.items(value)]
         if type(value) is collections.defaultdict:
             return collections.defaultdict(value.default_factory, items)
         return type(value)(items) if type(value) in _OPTREE_NODES else dict(items)
-    if type(value) in (set, frozenset) and any(isinstance(k, _KEY_PROXIES) for k in value):
+    if type(value) in (set, frozenset) and any(plain_key(k) is not k for k in value):
         return type(value)(map(plain_key, value))
     return value
 
@@ -401,7 +398,7 @@ def _children(value: Any) -> list[Any]:
         target = value()
         return [] if target is None else [target]
     if issubclass(kind, dict):
-        return [*value.values(), *(k for k in value if isinstance(k, _KEY_PROXIES))]
+        return [*value.values(), *(k for k in value if plain_key(k) is not k)]
     if kind in _DICT_VIEWS:
         return [*value.mapping.keys(), *value.mapping.values()]
     if issubclass(kind, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):

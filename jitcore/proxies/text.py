@@ -179,5 +179,11 @@ def plain_text(value: Any) -> Any:
 def plain_key(value: Any) -> Any:
     """``value`` as a key or element of a dict or set that outlives the pass: a TextProxy's text, a
     NumberProxy's value (hashing either specialized it already, so this adds no guard; Note [A key of
-    the computation's numbers], jitcore/jit/effects.py)."""
-    return value.specialize() if isinstance(value, (TextProxy, NumberProxy)) else value
+    the computation's numbers], jitcore/jit/effects.py), also inside a tuple or frozenset key
+    (``d[(k, "a")]``): a copy then, ``value`` itself where nothing in it is such a proxy."""
+    if isinstance(value, (TextProxy, NumberProxy)):
+        return value.specialize()
+    if type(value) in (tuple, frozenset):
+        items = [plain_key(v) for v in value]
+        return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value
+    return value

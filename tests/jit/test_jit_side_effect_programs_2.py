@@ -713,12 +713,18 @@ def test_side_effects_match_eager_on_every_call(name: str) -> None:
         assert jitcore.cache_misses(jitted) <= bound, jitcore.miss_reasons(jitted)[-1]
 
 
+def _types_in_key(key: object) -> list:
+    """The types of a key and, for a tuple or frozenset key, of its items (depth first)."""
+    inner = [t for v in key for t in _types_in_key(v)] if isinstance(key, (tuple, frozenset)) else []
+    return [type(key), *inner]
+
+
 def _types_of_keys(obj: object) -> list:
-    """The types of every dict key and set element in ``obj``, depth first."""
+    """The types of every dict key and set element in ``obj`` (and of their items), depth first."""
     if isinstance(obj, dict):
-        return [t for k, v in obj.items() for t in (type(k), *_types_of_keys(k), *_types_of_keys(v))]
+        return [t for k, v in obj.items() for t in (*_types_in_key(k), *_types_of_keys(v))]
     if isinstance(obj, (set, frozenset)):
-        return [type(v) for v in obj]
+        return [t for v in obj for t in _types_in_key(v)]
     if isinstance(obj, (list, tuple)):
         return [t for v in obj for t in _types_of_keys(v)]
     return []
@@ -726,8 +732,9 @@ def _types_of_keys(obj: object) -> list:
 
 def test_numbers_the_program_uses_as_keys_are_stored_as_numbers() -> None:
     """Note [A key of the computation's numbers]: an int argument or a counter of state used as a key of a
-    dict of the caller's, of a dict or set the program made and stored, or of one it returns, is the number
-    there, never jitcore's NumberProxy (on main a Counter keyed by one then counted wrong)."""
+    dict of the caller's, of a dict or set the program made and stored, or of one it returns, also inside a
+    tuple or frozenset key, is the number there, never jitcore's NumberProxy (on main a Counter keyed by
+    one then counted wrong)."""
 
     def run(jit: bool) -> list:
         state = {"step": 0, "counts": collections.Counter()}
@@ -737,7 +744,9 @@ def test_numbers_the_program_uses_as_keys_are_stored_as_numbers() -> None:
             state[state["step"]] = k
             state["made"] = {k: 1, "s": {k}}
             state["counts"][k % 2] += 1
-            return {k: x * 2, "n": {k}}
+            state[(k, "a")] = state["step"]  # inside a tuple key, at any depth
+            state.setdefault("l", []).append({(k,): 1, frozenset({k}): 2})
+            return {k: x * 2, "n": {k}, (k, (k,)): 3}
 
         fn = jitcore.jit(f) if jit else f
         outs = [fn(torch.ones(2), k) for k in (0, 1, 2, 1, 0, 3)]
