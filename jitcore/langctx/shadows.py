@@ -343,7 +343,7 @@ def _to_shadow(value: Any, fake_mode: FakeTensorMode) -> Any:
     if isinstance(value, TensorProxy):
         return value.shadow
     if isinstance(value, GeneratorProxy):
-        return value.placeholder  # a generator the program made (jitcore/langctx/generators.py)
+        return None  # metadata does not depend on it; torch's refs assert None (jitcore/proxies/generator.py)
     if isinstance(value, NumberProxy):
         return value.value  # metadata does not depend on it (langctx.scalars), only its type does
     if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):

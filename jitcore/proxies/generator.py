@@ -5,8 +5,10 @@ draw with ``generator=g`` advances *its* state. A generator made while tracing a
 as a constant would be made once: a cached call would continue its stream instead of starting it
 again. So its creation and seeding are recorded (jitcore/langctx/generators.py), and the program
 holds this proxy. Invariants:
-- ``placeholder`` is a real generator of the same device, never drawn from for the program: the
-  shadow computations (fake tensors) receive it where the program passed the proxy;
+- ``placeholder`` is a real generator of the same device, never drawn from for the program (it
+  answers a new generator's ``initial_seed``); the shadow computations (fake tensors) receive None
+  where the program passed the proxy: a draw's metadata does not depend on its generator, and
+  torch's refs of ``exponential_``, ``cauchy_``, ``log_normal_`` assert it is None;
 - what a proxy cannot answer without running the computation (``get_state``, ``seed()``) is
   refused with a clear error, never answered from the placeholder's state;
 - the same holds for a generator the caller holds (an argument, a global: jit/provenance.py binds it
