@@ -33,6 +33,7 @@ from jitcore.interpreter.protocols import (
     EXHAUSTED,
     NATIVE_ITERATORS,
     NATIVE_TYPES,
+    binary,
     get_iter,
     has_python_index,
     index,
@@ -180,10 +181,27 @@ def number_(cls: type, value: object) -> object:
 
 
 def sum_(*args: object, **kwargs: object) -> object:
-    """sum() over its iterable as the ``for`` statement iterates it."""
-    if args:
-        args = (native_iterable(active_run(), args[0]), *args[1:])
-    return sum(*args, **kwargs)
+    """sum() over its iterable as the ``for`` statement iterates it; an item's Python ``__add__``/
+    ``__radd__`` interpreted (``sum(fractions)``: ``0 + Fraction`` is ``Fraction.__radd__``), the runs of
+    Python's own numbers between such items summed by the builtin (its float summation)."""
+    if not 1 <= len(args) <= 2 or set(kwargs) - {"start"} or len(args) == 2 and kwargs:
+        return sum(*args, **kwargs)  # the builtin's own error
+    run = active_run()
+    total = args[1] if len(args) == 2 else kwargs.get("start", 0)
+    if isinstance(total, (str, bytes, bytearray)):
+        return sum(*args, **kwargs)  # (its own TypeError)
+    numbers: list = []
+    for item in native_iterable(run, args[0]):
+        if type(item) in _SUMMED and type(total) in _SUMMED:
+            numbers.append(item)
+            continue
+        if numbers:
+            total, numbers = sum(numbers, total), []
+        total = binary(run, total, item, "__add__", "__radd__", "+", operator.add)
+    return sum(numbers, total) if numbers else total
+
+
+_SUMMED = frozenset((int, float, complex, bool))
 
 
 def any_(*args: object) -> bool:

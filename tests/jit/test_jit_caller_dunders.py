@@ -19,6 +19,7 @@ import statistics
 import warnings
 import weakref
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -386,3 +387,51 @@ def test_text_of_a_callers_object_follows_each_call(name: str) -> None:
     jfn = jitcore.jit(fn)
     for n in (1, 2, 3, 2):
         assert_same(jfn(cls(n)), fn(cls(n)))
+
+
+def _mean_of_shuffled_fractions() -> tuple:
+    data = list(range(10))
+    random.shuffle(data)  # the jit's numbers while tracing
+    return statistics.mean([Fraction(x) for x in data]), sum(Fraction(x, 3) for x in data)
+
+
+def test_sum_of_fractions_over_the_jits_numbers() -> None:
+    # sum() added 0 + Fraction natively, so Fraction.__radd__ ran natively on the jit's numbers, where
+    # isinstance(n, numbers.Rational) does not answer for the number a proxy stands for: "both arguments
+    # should be Rational instances" raised to the caller (test_statistics' test_types_conserved ran eagerly
+    # after a JC-I002 warning on each call)
+    def fn(n: int) -> Fraction:
+        return sum([Fraction(1, 3), Fraction(n, 3)])
+
+    jfn = jitcore.jit(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a Fraction over the jit's number is an eager entry (JC-T001)
+        for n in (1, 2, 1, 5):
+            assert_same(jfn(n), fn(n))
+        jmean = jitcore.jit(_mean_of_shuffled_fractions)
+        for seed in (1, 2, 1):
+            random.seed(seed)
+            expected = _mean_of_shuffled_fractions()
+            random.seed(seed)
+            assert_same(jmean(), expected)
+
+
+class _Cents:
+    def __init__(self, cents: int) -> None:
+        self.cents = cents
+
+    def __radd__(self, other: float) -> float:
+        return other + self.cents / 100
+
+
+def test_sum_runs_a_callers_radd_interpreted() -> None:
+    # sum() ran the caller's __radd__ natively: its read of .cents unguarded (the net over C calls then made
+    # every call eager); interpreted, the call is traced and the read guarded
+    def fn(items: list) -> float:
+        return sum(items, 0.5)
+
+    jfn = jitcore.jit(fn)
+    for cents in (1, 250, 1, 7):
+        items = [_Cents(cents), 2.0, _Cents(3)]
+        assert_same(jfn(items), fn(items))
+    assert jfn.fallback_reason is None
