@@ -124,6 +124,8 @@ def takes_value(symbol: Symbol, key: int | str) -> bool:
     registered = VALUE_ARGUMENTS.get(symbol.id)
     if registered is not None:
         return key in registered
+    if "autograd_function" in symbol.tags:  # Note [Numbers a Function takes]
+        return key != 0
     if symbol.langctx == "aten":
         if isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
             positions, names = _overload_parameters(symbol.fn)
@@ -164,6 +166,15 @@ def _wrapped_number(op: Any, key: int | str) -> bool:
     _positions, names = _value_parameters(op._schema.name.split("::", 1)[-1])  # noqa: SLF001
     return argument.name in names
 
+
+# Note [Numbers a Function takes]
+# ``MyFn.apply(x, lam)`` is one record whose forward is interpreted: a number it takes stays a name,
+# as for an op that takes a value, and whatever its forward or backward makes of it decides (``if lam
+# > 1``, ``int(n)`` for a view's size, ``ctx.lam`` in the backward on pass 1's shadows specialize it,
+# guarded). Plain tensors with a dynamic number run pass 1 under torch's autograd (Note [Dynamic numbers
+# under autograd]), which calls ``apply`` with each call's number; with a tensor subclass the numbers are
+# specialized as for any subclass call. Specialized up front, a gradient-reversal layer whose
+# coefficient follows a schedule (``GradReverse.apply(x, lam)``, DANN) traced an entry per step.
 
 # Note [Numbers through a subclass's dispatch]
 # A call with a tensor subclass is replayed natively on shadows (jitcore/dispatch/resolver.py): torch's

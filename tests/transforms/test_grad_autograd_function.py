@@ -361,3 +361,68 @@ def test_a_backward_inside_through_a_forward_that_reads_values_says_why_it_runs_
     reason = str(jf.fallback_reason)
     assert "_ScaledByCount.apply, whose forward reads tensor values" in reason
     assert "shapes depend" not in reason
+
+
+class _Reverse(torch.autograd.Function):
+    """A gradient-reversal layer (DANN): identity forward, the gradient times ``-lam``."""
+
+    @staticmethod
+    def forward(ctx, x, lam):
+        ctx.lam = lam
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -ctx.lam * grad, None
+
+
+class _Branching(torch.autograd.Function):
+    """A forward and a backward that branch on the number they are given."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return x * k if k > 1.5 else x - k
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad * ctx.k if ctx.k > 1.5 else grad), None
+
+
+@pytest.mark.parametrize("program", [
+    "reverse_backward_inside", "reverse_grad_outside", "branching", "no_grad"])
+def test_a_number_a_function_takes_stays_dynamic(program: str) -> None:
+    """A Function given a number that changes every call (a schedule's coefficient) traced an entry per
+    call: the number was specialized at the call (Note [Numbers a Function takes]). It stays a name now;
+    gradients and values equal eager's on every call, and the branches on it are entries of their own."""
+
+    def reverse_backward_inside(x: torch.Tensor, lam: float) -> torch.Tensor:
+        loss = (_Reverse.apply(x, lam) * x).sum()
+        loss.backward()
+        return loss
+
+    def reverse_grad_outside(x: torch.Tensor, lam: float) -> torch.Tensor:
+        return (_Reverse.apply(x, lam) * x).sum()
+
+    def branching(x: torch.Tensor, k: float) -> torch.Tensor:
+        return _Branching.apply(x, k).sum()
+
+    def no_grad(x: torch.Tensor, k: float) -> torch.Tensor:
+        return _Branching.apply(x, k) * 2
+
+    fn = locals()[program]
+    requires_grad = program != "no_grad"
+    jitted = jitcore.jit(fn)
+    numbers = [0.5, 1.0, 2.0, 3.0, 0.25, 4.0, 2.5, 1.25]
+    for number in numbers:
+        base = torch.randn(4)
+        x_eager, x_jit = (base.clone().requires_grad_(requires_grad) for _ in range(2))
+        expected, got = fn(x_eager, number), jitted(x_jit, number)
+        torch.testing.assert_close(got, expected)
+        if program in ("reverse_grad_outside", "branching"):
+            expected.backward()
+            got.backward()
+        if requires_grad:
+            torch.testing.assert_close(x_jit.grad, x_eager.grad)
+    # the first call's entry is static; then one entry (a branch: one each side of 1.5)
+    assert jitcore.cache_misses(jitted) == (3 if program in ("branching", "no_grad") else 2)
