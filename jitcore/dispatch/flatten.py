@@ -30,7 +30,7 @@ from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.prologue import Path
 from jitcore.prologue.guards import same_ctx
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.protocol import replaced_at, size_places, tensor_unflatten
+from jitcore.proxies.protocol import has_own_protocol, replaced_at, size_places, tensor_unflatten
 from jitcore.proxies.subclass import SubclassTensorProxy, made_in_inference_mode
 
 __all__ = [
@@ -50,17 +50,18 @@ __all__ = [
 
 def unflatten_tensor_subclass(
     cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any, *,
-    inference: bool = False, sizes_in_ctx: tuple = (),
+    inference: bool = False, sizes_in_ctx: tuple = (), policy: str | None = None,
 ) -> Any:
     """Build a subclass instance from its inner tensors (jitcore/proxies/protocol.py); with
     ``inference``, inside inference mode (Note [A subclass output made in inference mode]);
-    ``sizes_in_ctx``: the places of ``ctx`` that are torch.Size (Note [A torch.Size in a flatten ctx])."""
+    ``sizes_in_ctx``: the places of ``ctx`` that are torch.Size (Note [A torch.Size in a flatten ctx]);
+    ``policy``: Note [A wrapper that answers its own layout]."""
     for keys in sizes_in_ctx:
         ctx = replaced_at(ctx, keys, torch.Size)
     if inference:
         with torch.inference_mode():
-            return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
-    return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
+            return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride, policy)
+    return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride, policy)
 
 
 # Note [A subclass output made in inference mode]: eagerly a wrapper made inside
@@ -77,12 +78,26 @@ def unflatten_tensor_subclass(
 # computation, jitcore/transforms/symbolic_sizes.py's ``map_symbolic``). The record now names the
 # places of the ctx that are torch.Size (``sizes_in_ctx``, from the traced value's own ctx), and
 # ``unflatten_tensor_subclass`` makes them torch.Size again before the class's ``__tensor_unflatten__``.
+#
+# Note [A wrapper that answers its own layout]
+# A wrapper made with ``dispatch_sizes_strides_policy`` ("sizes", "strides": torch's
+# WrapperTensorWithCustomSizes/Strides) answers ``x.stride()`` (and with "sizes" ``x.shape``) through its
+# ``__torch_dispatch__`` (``aten.sym_stride``...), eagerly from its inner tensor: ``x.t() * 2`` of a
+# WrapperTensorWithCustomSizes answers the transposed inner tensor's strides, ``(1, 2)``. A class without
+# a flatten protocol of its own is rebuilt by jitcore (``_make_wrapper_subclass`` around its attributes,
+# jitcore/proxies/protocol.py), which dropped the policy: the output answered the contiguous strides
+# it was made with, ``(3, 1)``, a wrong answer. The proxy keeps the policy its class's ``__new__`` gave
+# (``subclass_proxy``) and the record that rebuilds an output passes it on. A class with its own
+# ``__tensor_unflatten__`` builds through its constructor, which gives the policy itself.
 def rebuild_kwargs(value: SubclassTensorProxy) -> dict[str, Any]:
     """The keyword arguments of the ``unflatten_tensor_subclass`` record that rebuilds ``value``."""
     kwargs: dict[str, Any] = {"inference": True} if made_in_inference_mode(value) else {}
     places = size_places(value.inner_flatten()[1])
     if places:
         kwargs["sizes_in_ctx"] = places
+    policy = object.__getattribute__(value, "_jitcore_policy")
+    if policy is not None and not has_own_protocol(value.subclass):
+        kwargs["policy"] = policy
     return kwargs
 
 

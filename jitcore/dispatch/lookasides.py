@@ -80,7 +80,7 @@ def make_wrapper_subclass(cls: type, size: Any, strides: Any = None, storage_off
             size, tuple(strides), dtype=dtype or torch.get_default_dtype(), device=device or "cpu",
             requires_grad=bool(requires_grad),
         )
-    return subclass_proxy(values.names.fresh("t"), cls, outer)
+    return subclass_proxy(values.names.fresh("t"), cls, outer, kwargs.get("dispatch_sizes_strides_policy"))
 
 
 # Note [Symbolic sizes are ints to the program]

@@ -747,3 +747,15 @@ TensorProxy.torch_function_handler = staticmethod(_torch_function)  # type: igno
 # torch's callables a proxy answers, by the callable eager offers __torch_function__ (Note [What eager
 # offers a function mode], jitcore/dispatch/modes.py)
 ANSWERED_BY_PROXY: dict[Any, Callable[..., Any]] = _answered_by_proxy()
+# The aten ops torch asks a wrapper's ``__torch_dispatch__`` for its layout
+# (``dispatch_sizes_strides_policy``), which the handler passes on to its inner tensor: what the
+# inner tensor's query answers (Note [A wrapper that answers its own layout, while tracing],
+# jitcore/proxies/subclass.py).
+_aten = torch.ops.aten
+ANSWERED_BY_PROXY.update({
+    _aten.sym_stride.default: lambda t: t.stride(), _aten.sym_size.default: lambda t: t.size(),
+    _aten.dim.default: lambda t: t.dim(), _aten.sym_numel.default: lambda t: t.numel(),
+    _aten.sym_storage_offset.default: lambda t: t.storage_offset(),
+    _aten.is_contiguous.default: lambda t: t.is_contiguous(),
+    _aten.is_contiguous.memory_format: lambda t, memory_format: t.is_contiguous(memory_format=memory_format),
+})

@@ -171,8 +171,10 @@ _TORCH_CACHES = frozenset(
 # own (no fields of the derived class's own are missing: its ctx says nothing of them).
 
 
-def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
-    """A value of ``cls`` around ``inner`` (the class's own ``__tensor_unflatten__`` when it has one)."""
+def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any,
+                     policy: str | None = None) -> Any:
+    """A value of ``cls`` around ``inner`` (the class's own ``__tensor_unflatten__`` when it has one;
+    otherwise a wrapper made with ``dispatch_sizes_strides_policy=policy`` where one is given)."""
     if has_own_protocol(cls):
         if type(ctx) is WithConstants:
             ctx, constants = ctx
@@ -183,7 +185,8 @@ def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any
                 out.__class__ = cls  # (a derived class with slots of its own keeps the base's value)
         return out
     others, dtype, device = ctx
-    out = _make_wrapper_subclass(cls, outer_size, strides=outer_stride, dtype=dtype, device=device)
+    layout = {} if policy is None else {"dispatch_sizes_strides_policy": policy}
+    out = _make_wrapper_subclass(cls, outer_size, strides=outer_stride, dtype=dtype, device=device, **layout)
     for name, tensor in inner.items():
         object.__setattr__(out, name, tensor)
     for name, value in others:

@@ -196,7 +196,7 @@ _SLOT = types.MemberDescriptorType
 # interpreted program, a name of these that the user's class defines itself (a method ``describe``)
 # is the user's (Note [Names a stand-in shares with the class it stands for],
 # jitcore/interpreter/attributes.py); jitcore's own code, native, sees these.
-_FIELDS = ("name", "_jitcore_outer", "_jitcore_shadow")
+_FIELDS = ("name", "_jitcore_outer", "_jitcore_shadow", "_jitcore_policy")
 _OWN = frozenset({
     *_FIELDS, "subclass", "python_type", "shadow", "outer_metadata", "set_shadow", "set_outer",
     "inner_flatten", "inner_tensors", "hold", "describe", "__repr__", "__torch_function__",
@@ -266,23 +266,72 @@ def _ignore(cls: type, **kwargs: Any) -> None:
 _MISSING = object()
 
 
-def subclass_proxy(name: str, cls: type, outer: torch.Tensor) -> SubclassTensorProxy:
+def subclass_proxy(name: str, cls: type, outer: torch.Tensor,
+                   policy: str | None = None) -> SubclassTensorProxy:
     """A proxy named ``name`` for a value of ``cls`` whose outer metadata is ``outer``'s (its
-    attributes are set by the class's own code, or by ``hold``)."""
+    attributes are set by the class's own code, or by ``hold``); ``policy``: the
+    ``dispatch_sizes_strides_policy`` it was made with (Note [A wrapper that answers its own layout],
+    jitcore/dispatch/flatten.py)."""
     proxy = wrapper_tensor(proxy_class(cls), outer)
     _set(proxy, "name", name)
     _set(proxy, "_jitcore_outer", outer)
     _set(proxy, "_jitcore_shadow", None)
+    _set(proxy, "_jitcore_policy", policy)
     return proxy
 
 
 _STORED = frozenset({"size", "stride", "storage_offset", "dim", "ndimension", "get_device", "element_size"})
 
 
+# Note [A wrapper that answers its own layout, while tracing]
+# A wrapper made with ``dispatch_sizes_strides_policy`` answers its strides and ``is_contiguous()``
+# ("strides"), and its sizes, ``dim()``, ``numel()`` and storage offset too ("sizes"), through its
+# ``__torch_dispatch__`` eagerly; torch uses its own default where the handler returns None. A proxy
+# of one made inside answered from the metadata its ``__new__`` gave (contiguous):
+# ``(x.transpose(0, 1) * 2).is_contiguous()`` of torch's WrapperTensorWithCustomSizes was True where
+# eager says False. The query runs the class's ``__torch_dispatch__`` on the interpreter with the op
+# torch would ask (``aten.sym_stride``...), as eagerly; the handler's own call of that op on its inner
+# tensor is answered by the inner proxy (jitcore/langctx/torch.py). An input's proxy has no policy:
+# its metadata is the caller's value's, read through its handler when it was bound.
+_ANSWERED: dict[str | None, frozenset[str]] = {
+    "strides": frozenset({"stride", "is_contiguous"}),
+    "sizes": frozenset({"stride", "is_contiguous", "size", "dim", "ndimension", "numel", "nelement",
+                        "storage_offset"}),
+}
+
+
+def _answered_by_dispatch(proxy: SubclassTensorProxy, name: str, args: tuple, kwargs: dict) -> Any:
+    """What the class's ``__torch_dispatch__`` answers for the query ``name`` (None: torch's default)."""
+    from jitcore.dispatch.resolver import call_torch_dispatch
+
+    aten = torch.ops.aten
+    if name == "is_contiguous":
+        fmt = args[0] if args else kwargs.get("memory_format", torch.contiguous_format)
+        if fmt is torch.contiguous_format:
+            func, call_args = aten.is_contiguous.default, (proxy,)
+        else:
+            func, call_args = aten.is_contiguous.memory_format, (proxy, fmt)
+        return call_torch_dispatch((proxy.subclass,), func, call_args, {})
+    numel = aten.sym_numel.default
+    func = {"stride": aten.sym_stride.default, "size": aten.sym_size.default, "dim": aten.dim.default,
+            "ndimension": aten.dim.default, "numel": numel, "nelement": numel,
+            "storage_offset": aten.sym_storage_offset.default}[name]
+    answer = call_torch_dispatch((proxy.subclass,), func, (proxy,), {})
+    if answer is None or name not in ("stride", "size"):
+        return answer
+    answer = torch.Size(answer) if name == "size" else tuple(answer)
+    index = args[0] if args else kwargs.get("dim")
+    return answer if index is None else answer[index]
+
+
 def _outer_query(name: str) -> Callable[..., Any]:
     base = getattr(TensorProxy, name)
 
     def query(self: SubclassTensorProxy, *args: Any, **kwargs: Any) -> Any:
+        if name in _ANSWERED.get(self._jitcore_policy, ()):
+            answer = _answered_by_dispatch(self, name, args, kwargs)
+            if answer is not None:
+                return answer
         # Outer metadata is known from _make_wrapper_subclass, before __init__ stores the inner tensors.
         outer = self._jitcore_outer
         if type(outer) is JaggedOuter and name not in _STORED:

@@ -86,6 +86,44 @@ def assert_same_values(actual: Any, expected: Any) -> None:
         assert actual == expected
 
 
+def typed_ctx(tree: Any) -> Any:
+    """A flatten ctx with the type of each container and leaf (a torch.Size is no list)."""
+    if isinstance(tree, dict):
+        return dict, {k: typed_ctx(v) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return type(tree), [typed_ctx(v) for v in tree]
+    return type(tree), tree
+
+
+def assert_same_flattened(actual: Any, expected: Any, what: str) -> None:
+    """Types, sizes, strides, dtypes, ``requires_grad`` and values; a subclass value's flatten ctx (with
+    its containers' types) and inner tensors one by one (by ``__tensor_flatten__``, or its tensor
+    attributes). ``what`` names the value in a failure."""
+    if isinstance(expected, (tuple, list)):
+        assert type(actual) is type(expected) and len(actual) == len(expected), what
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_same_flattened(a, e, f"{what}[{i}]")
+        return
+    assert type(actual) is type(expected), (what, type(actual), type(expected))
+    if not isinstance(expected, torch.Tensor):
+        assert actual == expected, (what, actual, expected)
+        return
+    assert (actual.shape, actual.dtype) == (expected.shape, expected.dtype), (what, actual, expected)
+    assert actual.stride() == expected.stride(), (what, actual.stride(), expected.stride())
+    assert actual.requires_grad == expected.requires_grad, what
+    if type(expected) in (torch.Tensor, torch.nn.Parameter):
+        torch.testing.assert_close(actual, expected, msg=what)
+        return
+    if hasattr(expected, "__tensor_flatten__"):
+        names, ctx = expected.__tensor_flatten__()
+        actual_names, actual_ctx = actual.__tensor_flatten__()
+        assert actual_names == names and typed_ctx(actual_ctx) == typed_ctx(ctx), (what, actual_ctx, ctx)
+    else:
+        names = sorted(n for n, v in vars(expected).items() if isinstance(v, torch.Tensor))
+    for n in names:
+        assert_same_flattened(getattr(actual, n), getattr(expected, n), f"{what}.{n}")
+
+
 def check_twice(fn: Callable[..., Any], make: Callable[[], tuple],
                 after: Callable[[Any, tuple], Any] | None = None) -> Any:
     """``fn`` eagerly and jitted on equal fresh arguments (``make()``, seeded), twice: the outputs, and
