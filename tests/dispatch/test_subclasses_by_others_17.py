@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from subclass_checks import assert_same_flattened
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
@@ -67,26 +68,6 @@ def _two(n: int, width: int = 4, requires_grad: bool = False) -> TwoTensor:
     return TwoTensor(torch.randn(n, width), torch.randn(n, width)).requires_grad_(requires_grad)
 
 
-def _assert_same(actual: Any, expected: Any, what: str) -> None:
-    """Types, sizes, strides and values, the inner tensors of a subclass value one by one."""
-    if isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected), what
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            _assert_same(a, e, f"{what}[{i}]")
-        return
-    assert type(actual) is type(expected), (what, type(actual), type(expected))
-    if not isinstance(expected, torch.Tensor):
-        assert actual == expected, (what, actual, expected)
-        return
-    assert (actual.shape, actual.stride()) == (expected.shape, expected.stride()), (
-        what, actual.shape, expected.shape)
-    if type(expected) is torch.Tensor:
-        torch.testing.assert_close(actual, expected, msg=what)
-        return
-    for name in expected.__tensor_flatten__()[0]:
-        _assert_same(getattr(actual, name), getattr(expected, name), f"{what}.{name}")
-
-
 def _run(fn: Callable[..., Any], make: Callable[[int], tuple], sizes: list[int],
          grad: bool = False) -> int:
     """Calls ``fn`` eagerly and jitted on equal fresh arguments for each size; returns the misses."""
@@ -97,15 +78,15 @@ def _run(fn: Callable[..., Any], make: Callable[[int], tuple], sizes: list[int],
         torch.manual_seed(n)
         jit_args = make(n)
         expected, actual = fn(*eager_args), jitted(*jit_args)
-        _assert_same(actual, expected, f"output at size {n}")
-        _assert_same(list(jit_args), list(eager_args), f"arguments at size {n}")
+        assert_same_flattened(actual, expected, f"output at size {n}")
+        assert_same_flattened(list(jit_args), list(eager_args), f"arguments at size {n}")
         if grad:
             wrt_e = [a for a in eager_args if isinstance(a, torch.Tensor) and a.requires_grad]
             wrt_j = [a for a in jit_args if isinstance(a, torch.Tensor) and a.requires_grad]
             loss_e, loss_j = (expected * expected).sum(), (actual * actual).sum()
             grads_e = torch.autograd.grad(loss_e, wrt_e, torch.ones_like(loss_e))
             grads_j = torch.autograd.grad(loss_j, wrt_j, torch.ones_like(loss_j))
-            _assert_same(list(grads_j), list(grads_e), f"gradients at size {n}")
+            assert_same_flattened(list(grads_j), list(grads_e), f"gradients at size {n}")
     return jitcore.cache_misses(jitted)
 
 

@@ -13,47 +13,11 @@ from typing import Any
 import pytest
 import torch
 import torch.utils._pytree as pytree
-from subclass_checks import protocol_calls
+from subclass_checks import assert_same_flattened, protocol_calls
 from torch.testing._internal.common_subclass import WrapperTensorWithCustomSizes
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
-
-
-def _assert_same(actual: Any, expected: Any, what: str) -> None:
-    """Types, sizes and values; a subclass value's inner tensors one by one (by ``__tensor_flatten__``, or
-    its tensor attributes)."""
-    if isinstance(expected, (tuple, list)):
-        assert type(actual) is type(expected) and len(actual) == len(expected), what
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            _assert_same(a, e, f"{what}[{i}]")
-        return
-    assert type(actual) is type(expected), (what, type(actual), type(expected))
-    if not isinstance(expected, torch.Tensor):
-        assert actual == expected, (what, actual, expected)
-        return
-    assert actual.shape == expected.shape and actual.dtype == expected.dtype, (what, actual, expected)
-    assert actual.requires_grad == expected.requires_grad, what
-    if type(expected) in (torch.Tensor, torch.nn.Parameter):
-        torch.testing.assert_close(actual, expected, msg=what)
-        return
-    if hasattr(expected, "__tensor_flatten__"):
-        names, ctx = expected.__tensor_flatten__()
-        actual_names, actual_ctx = actual.__tensor_flatten__()
-        assert actual_names == names and _typed(actual_ctx) == _typed(ctx), (what, actual_ctx, ctx)
-    else:
-        names = sorted(n for n, v in vars(expected).items() if isinstance(v, torch.Tensor))
-    for n in names:
-        _assert_same(getattr(actual, n), getattr(expected, n), f"{what}.{n}")
-
-
-def _typed(tree: Any) -> Any:
-    """A flatten ctx with the type of each container and leaf (a torch.Size is no list)."""
-    if isinstance(tree, dict):
-        return dict, {k: _typed(v) for k, v in tree.items()}
-    if isinstance(tree, (tuple, list)):
-        return type(tree), [_typed(v) for v in tree]
-    return type(tree), tree
 
 
 def _run(fn: Callable, make: Callable[[int], tuple], sizes: tuple[int, ...],
@@ -73,8 +37,8 @@ def _run(fn: Callable, make: Callable[[int], tuple], sizes: tuple[int, ...],
             actual = jitted(*jit_args)
         if jitcore.cache_misses(jitted) == misses:
             hit_frames += frames
-        _assert_same(actual, expected, f"call {i} output")
-        _assert_same(list(jit_args), list(eager_args), f"call {i} arguments")
+        assert_same_flattened(actual, expected, f"call {i} output")
+        assert_same_flattened(list(jit_args), list(eager_args), f"call {i} arguments")
     return jitcore.cache_misses(jitted), hit_frames
 
 
@@ -208,7 +172,7 @@ def test_ctx_holding_the_outer_sizes_over_batch_sizes(cls: type, fn: Callable) -
         torch.manual_seed(n)
         x = cls(torch.randn(n, 3))
         expected, actual = fn(x), jitted(cls(x.elem.clone()))
-        _assert_same(actual, expected, f"n={n}")
+        assert_same_flattened(actual, expected, f"n={n}")
         assert _ctx_of(actual) == _ctx_of(expected), n
     assert jitcore.cache_misses(jitted) == 2
 
@@ -244,7 +208,7 @@ def test_subclass_output_whose_inner_tensors_require_grad_keeps_its_graph(build:
     for n in (3, 4, 5, 5):
         w = torch.randn(n, requires_grad=True)
         expected, actual = build(w), jitted(w)
-        _assert_same(actual, expected, f"n={n}")
+        assert_same_flattened(actual, expected, f"n={n}")
         name = expected.__tensor_flatten__()[0][0] if hasattr(expected, "__tensor_flatten__") else "t"
         grads = [torch.autograd.grad(getattr(v, name).sum(), w)[0] for v in (expected, actual)]
         torch.testing.assert_close(grads[1], grads[0])
