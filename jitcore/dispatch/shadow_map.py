@@ -75,10 +75,14 @@ class DispatchState:
         if isinstance(value, torch.Tensor):
             return self.proxy_of(value)
         if type(value) is dict:
-            return {k: self._held(v) for k, v in value.items()}
-        if type(value) in (list, tuple):
-            return type(value)(self._held(v) for v in value)
-        return value
+            held: Any = {k: self._held(v) for k, v in value.items()}
+            same = all(held[k] is v for k, v in value.items())
+        elif type(value) in (list, tuple):
+            held = type(value)(self._held(v) for v in value)
+            same = all(h is v for h, v in zip(held, value))
+        else:
+            return value
+        return value if same else held  # Note [A subclass input's own containers]
 
     def _outer_like(self, shadow: torch.Tensor) -> torch.Tensor:
         """A fake tensor with the outer metadata of the subclass instance ``shadow`` (a nested jagged

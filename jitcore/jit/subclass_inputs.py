@@ -26,7 +26,9 @@ from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies.protocol import eager_only_reason, has_own_protocol, is_wrapper, unflatten_around
 from jitcore.proxies.subclass import is_traceable_subclass
 
-__all__ = ["ctx_places", "follows", "following_inner", "has_symbols", "refusal", "shadow_around"]
+__all__ = [
+    "ctx_places", "ctx_snapshot", "follows", "following_inner", "has_symbols", "refusal", "shadow_around",
+]
 
 
 def refusal(tensor: torch.Tensor, path: Path) -> EagerOnlySubclass | None:
@@ -164,3 +166,30 @@ class _CallersHistory(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         raise RuntimeError("Internal error: Tried to backward() through example input")
+
+
+# Note [A subclass input's own containers]
+# A class keeps Python containers on its instances (subclass_zoo's tracer tensor logs the ops its
+# ``__torch_dispatch__`` sees into a list the instance holds, often its flatten ctx too). The proxy of a
+# subclass input held a copy of each list and dict (made to put the proxies of tensors inside them,
+# ``DispatchState._held``), so what the program or the class's code appended there went to the copy:
+# eagerly the caller's list grows by ``['mul', 'relu', 'sum']``, jitted it stayed empty (a wrong
+# answer). A container that holds no tensor is now the caller's object itself, bound as state at its
+# path (``args[0].log``), so the effects of the call are replayed on cached calls
+# (jitcore/jit/effects.py). The ``flatten`` guard compares the caller's ctx with a snapshot taken when
+# the input was bound (``ctx_snapshot``): the ctx object itself would have compared with what the call
+# later appended to it, and every call missed.
+def ctx_snapshot(ctx: Any) -> Any:
+    """``ctx`` with its lists, dicts and sets (through tuples) copied, as it is now."""
+    if type(ctx) is list:
+        return [ctx_snapshot(v) for v in ctx]
+    if type(ctx) is dict:
+        return {k: ctx_snapshot(v) for k, v in ctx.items()}
+    if type(ctx) is set:
+        return set(ctx)
+    if isinstance(ctx, tuple) and not hasattr(ctx, "_fields"):
+        items = [ctx_snapshot(v) for v in ctx]
+        if all(a is b for a, b in zip(items, ctx)):
+            return ctx
+        return type(ctx)(items)
+    return ctx

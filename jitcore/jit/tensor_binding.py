@@ -29,6 +29,7 @@ from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_names import qualified_name
 from jitcore.jit.subclass_inputs import (
     ctx_places,
+    ctx_snapshot,
     following_inner,
     follows,
     has_symbols,
@@ -195,7 +196,9 @@ class TensorBinding:
             if symbolic else ()  # Note [A flatten ctx that holds the outer sizes], jit/subclass_inputs.py
         if not symbolic:  # before the ctx: a ctx holding the sizes misses on them (a symbolic pass next)
             self.guard(path, "tensor", spec)
-        self.guard(path, "flatten", (cls, tuple(names), SizedContext((ctx, places)) if places else ctx))
+        guarded = ctx_snapshot(ctx)  # Note [A subclass input's own containers], jit/subclass_inputs.py
+        self.guard(path, "flatten", (cls, tuple(names), SizedContext((guarded, places)) if places
+                                                     else guarded))
         if nested:
             self.values.allow_nested_ints()
             self._ragged.update(ragged_dims(names, ctx, tensor, path, self.dynamic_dims))
@@ -218,6 +221,9 @@ class TensorBinding:
             self.guard(path, "tensor", spec)
         shadow = shadow_around(self.values, tensor, {n: p.shadow for n, p in inner.items()}, ctx,
                                nested=nested, path=path, layout=layout)
+        for key, value in instance_attributes(tensor).items():  # Note [A subclass input's own containers]
+            if type(value) in (list, dict, set) and getattr(shadow, key, None) is value:
+                self.bind_state(value, path.attr(key), key)
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
         self.subclass_inputs.append((proxy, path))
         if self.on_remember is not None:  # attributes the program sets on it are set on the caller's

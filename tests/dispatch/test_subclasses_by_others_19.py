@@ -5,6 +5,7 @@ flatten contexts), for what the survey of this round found."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from torch.testing._internal.common_subclass import (
     WrapperTensorWithCustomSizes,
     WrapperTensorWithCustomStrides,
 )
+from torch.utils._pytree import tree_map_only
 
 import jitcore
 
@@ -52,3 +54,64 @@ _LAYOUT_PROGRAMS: dict[str, Callable] = {
 def test_a_wrapper_answering_its_layout_made_inside(cls: type, name: str) -> None:
     misses = _compare(_LAYOUT_PROGRAMS[name], lambda n: (cls(torch.randn(n, 2)),), (3, 3, 4, 5))
     assert misses <= 3
+
+
+# --- a list the subclass input holds, appended to by its __torch_dispatch__ or by the program --------------
+# Note [A subclass input's own containers] (jitcore/jit/subclass_inputs.py): subclass_zoo's tracer tensor
+# logs each op its ``__torch_dispatch__`` sees into a list the instance holds. The proxy held a copy of
+# that list, so the caller's list stayed empty where eager's grew by ``['mul', 'relu', 'sum']``.
+
+
+class _LoggedOps(torch.Tensor):
+    """A wrapper whose dispatch appends each op's name to the list ``log`` of its first argument."""
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, log: list) -> _LoggedOps:
+        return torch.Tensor._make_wrapper_subclass(cls, elem.size(), strides=elem.stride(), dtype=elem.dtype)
+
+    def __init__(self, elem: torch.Tensor, log: list) -> None:
+        self.elem, self.log = elem, log
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        log = next(a.log for a in args if isinstance(a, _LoggedOps))
+        log.append(func.overloadpacket.__name__)
+        out = func(*tree_map_only(_LoggedOps, lambda t: t.elem, args), **(kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: _LoggedOps(t, log), out)
+
+
+class _LoggedOpsInCtx(_LoggedOps):
+    """The same, with the log as its flatten ctx."""
+
+    def __tensor_flatten__(self) -> tuple[list[str], list]:
+        return ["elem"], self.log
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: list, size: Any, stride: Any) -> _LoggedOpsInCtx:
+        return _LoggedOpsInCtx(inner["elem"], ctx)
+
+
+def _logged_ops(x: torch.Tensor) -> torch.Tensor:
+    return (x * 2).relu().sum(0).elem
+
+
+def _program_appends(x: torch.Tensor) -> torch.Tensor:
+    x.log.append(x.shape[0])
+    return (x + 1).elem
+
+
+@pytest.mark.parametrize("cls", [_LoggedOps, _LoggedOpsInCtx])
+@pytest.mark.parametrize("fn", [_logged_ops, _program_appends])
+def test_a_list_a_subclass_input_holds_gets_the_appends(cls: type, fn: Callable) -> None:
+    jitted = jitcore.jit(fn)
+    for i, n in enumerate((3, 3, 4, 4, 3)):
+        eager_log, jit_log = ["before"], ["before"]
+        torch.manual_seed(i)
+        expected = fn(cls(torch.randn(n, 2), eager_log))
+        torch.manual_seed(i)
+        actual = jitted(cls(torch.randn(n, 2), jit_log))
+        torch.testing.assert_close(actual, expected)
+        assert jit_log == eager_log, (i, jit_log, eager_log)
+    assert jitcore.cache_misses(jitted) <= 3
