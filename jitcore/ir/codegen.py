@@ -125,6 +125,8 @@ def _attribute_chains(code: types.CodeType, roots: list[str]) -> dict[str, _Trie
     while pending:
         co = pending.pop()
         pending.extend(c for c in co.co_consts if isinstance(c, types.CodeType))
+        if tries.keys().isdisjoint(co.co_names):
+            continue  # no root is loaded here (a prologue names its objects as bound constants)
         raw, names = co.co_code, co.co_names
         chain: list[str] | None = None
         extended = 0

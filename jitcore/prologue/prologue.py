@@ -94,12 +94,16 @@ class Prologue:
         constants: dict[str, Any] = {}
         by_id: dict[int, str] = {}
 
-        hint = [""]  # what the guard being rendered reads: names the objects it binds
+        # what the guard being rendered reads: names the objects it binds (a Path is described only
+        # when it names one: most guards bind nothing new)
+        hint: list[str | Path] = [""]
 
         def bind(obj: Any) -> str:
             found = by_id.get(id(obj))
             if found is None:
-                found = by_id[id(obj)] = _constant_name(obj, hint[0], constants)
+                where = hint[0]
+                where = hint[0] = where if type(where) is str else where.describe()
+                found = by_id[id(obj)] = _constant_name(obj, where, constants)
                 constants[found] = obj
             return found
 
@@ -130,7 +134,7 @@ class Prologue:
                     continue
                 v = var(guard.path)
                 related = tuple(var(p) for p in guard.related)
-                hint[0] = guard.path.describe()
+                hint[0] = guard.path
                 failure = None
                 if inline and guard.kind == "tensor":  # Note [Tensor checks in one C call]
                     failure = render_tensor_failure_fast(v, guard.expected, bind, functools.partial(
