@@ -752,30 +752,36 @@ RETRACES = {
 }
 
 
-def _run(name: str, jit: bool) -> tuple[list, list, object]:
-    fn, state, args_of = PROGRAMS[name]()
+def _run(programs: dict, name: str, jit: bool, calls: int) -> tuple[list, list, object]:
+    fn, state, args_of = programs[name]()
     if jit:
         fn = jitcore.jit(fn)
-    calls = []
+    outcomes = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for i in range(CALLS):
+        for i in range(calls):
             try:
                 out = fn(*args_of(i))
-                calls.append((snap(out), snap(state())))
+                outcomes.append((snap(out), snap(state())))
             except Exception as exc:  # noqa: BLE001 - compared with eager's
-                calls.append(("raised", type(exc), str(exc)))
+                outcomes.append(("raised", type(exc), str(exc)))
     issued = [(str(w.message), w.category) for w in caught if not str(w.message).startswith("jitcore")]
-    return calls, issued, fn
+    return outcomes, issued, fn
+
+
+def check_matches_eager(programs: dict, retraces: dict, name: str, calls: int) -> None:
+    """Program ``name`` run ``calls`` times eagerly and jitted: every call's result, the state it
+    mutates and the warnings it issues equal eager's; its cache misses within ``retraces[name]``."""
+    eager_calls, eager_warned, _ = _run(programs, name, jit=False, calls=calls)
+    outcomes, warned, jitted = _run(programs, name, jit=True, calls=calls)
+    for i, (got, expected) in enumerate(zip(outcomes, eager_calls)):
+        assert same(got, expected), f"call {i}: {got!r} != {expected!r}"
+    assert warned == eager_warned
+    bound = retraces[name]
+    if bound is not None:
+        assert jitcore.cache_misses(jitted) <= bound, jitcore.miss_reasons(jitted)[-1]
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_side_effects_match_eager_on_every_call(name: str) -> None:
-    eager_calls, eager_warned, _ = _run(name, jit=False)
-    calls, warned, jitted = _run(name, jit=True)
-    for i, (got, expected) in enumerate(zip(calls, eager_calls)):
-        assert same(got, expected), f"call {i}: {got!r} != {expected!r}"
-    assert warned == eager_warned
-    bound = RETRACES[name]
-    if bound is not None:
-        assert jitcore.cache_misses(jitted) <= bound, jitcore.miss_reasons(jitted)[-1]
+    check_matches_eager(PROGRAMS, RETRACES, name, CALLS)

@@ -20,13 +20,11 @@ import dataclasses
 import heapq
 import itertools
 import math
-import warnings
 
 import pytest
 import torch
 
-import jitcore
-from tests.jit.test_jit_side_effect_programs import same, snap
+from tests.jit.test_jit_side_effect_programs import check_matches_eager
 
 CALLS = 24
 PROGRAMS = {}
@@ -684,30 +682,6 @@ RETRACES = {
 }
 
 
-def _run(name: str, jit: bool) -> tuple[list, list, object]:
-    fn, state, args_of = PROGRAMS[name]()
-    if jit:
-        fn = jitcore.jit(fn)
-    calls = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for i in range(CALLS):
-            try:
-                out = fn(*args_of(i))
-                calls.append((snap(out), snap(state())))
-            except Exception as exc:  # noqa: BLE001 - compared with eager's
-                calls.append(("raised", type(exc), str(exc)))
-    issued = [(str(w.message), w.category) for w in caught if not str(w.message).startswith("jitcore")]
-    return calls, issued, fn
-
-
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_side_effects_match_eager_on_every_call(name: str) -> None:
-    eager_calls, eager_warned, _ = _run(name, jit=False)
-    calls, warned, jitted = _run(name, jit=True)
-    for i, (got, expected) in enumerate(zip(calls, eager_calls)):
-        assert same(got, expected), f"call {i}: {got!r} != {expected!r}"
-    assert warned == eager_warned
-    bound = RETRACES[name]
-    if bound is not None:
-        assert jitcore.cache_misses(jitted) <= bound, jitcore.miss_reasons(jitted)[-1]
+    check_matches_eager(PROGRAMS, RETRACES, name, CALLS)
