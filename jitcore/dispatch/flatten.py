@@ -26,6 +26,7 @@ from torch.utils._mode_utils import no_dispatch
 from jitcore.errors import EagerOnlyValue
 from jitcore.ir import BoundSymbol, Proxy, Symbol, SymbolTag, Trace, tree_any, tree_has
 from jitcore.langctx.backward import graph_leaves
+from jitcore.langctx.thread_state import SET_GRAD_ENABLED
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.prologue import Path
 from jitcore.prologue.guards import same_ctx
@@ -45,6 +46,7 @@ __all__ = [
     "UNFLATTEN_RESULT",
     "bind_subclass_input",
     "record_subclass_results",
+    "without_grad_mode_changes",
 ]
 
 
@@ -279,6 +281,21 @@ def flatten_program(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensor
     kept = subclass_arguments_passed_whole(trace, subclass_inputs) if subclass_inputs else []
     flat = flatten_subclasses(trace, keep=tuple(proxy for proxy, _path in kept), layouts=layouts)
     return Flattened(flat, [(path, proxy.name) for proxy, path in kept])
+
+
+def without_grad_mode_changes(trace: Trace) -> Trace:
+    """``trace`` without its records of grad-mode changes, for a computation run with grad mode off
+    (Note [A graph no output reaches], jit/api.py). A subclass's ``__torch_dispatch__`` that enters
+    ``torch.enable_grad()`` (subclass_zoo's inner-autograd tensor) changes grad mode below autograd,
+    where eagerly its ops record nothing; run on the inner tensors, the recorded change turned grad mode
+    back on and connected the output to an inner tensor that requires grad (``requires_grad`` True
+    where eager's is False). The pass read the modes it needed while tracing; nothing of this
+    computation's outputs requires grad, so the changes have no other effect to keep."""
+    kept = Trace(name=trace.name, args=list(trace.args), header=list(trace.header),
+                 imports=dict(trace.imports), names=trace.names)
+    kept.bound_symbols[:] = [b for b in trace.bound_symbols if b.symbol is not SET_GRAD_ENABLED]
+    kept.output = trace.output
+    return kept
 
 
 def pass_1_runs(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensorProxy, Path]]) -> bool:

@@ -21,14 +21,19 @@ import threading
 import types
 import warnings
 from collections.abc import Callable, Container
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
 
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
-from jitcore.dispatch.flatten import flatten_program, involves_subclasses, pass_1_under_autograd
+from jitcore.dispatch.flatten import (
+    flatten_program,
+    involves_subclasses,
+    pass_1_under_autograd,
+    without_grad_mode_changes,
+)
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.interpreter import current_run
 from jitcore.ir import Trace
@@ -323,14 +328,17 @@ class JittedFunction:
             computation = self.executor.compile(flat.trace, record_lowered(traces))
         else:
             flat = flatten_program(program.trace, program.subclass_inputs, program.outer_layouts)
+            no_graph = grad.without_graph and flat.trace is not program.trace  # Note [A graph no output
+            if no_graph:  # reaches]
+                flat = replace(flat, trace=without_grad_mode_changes(flat.trace))
             traces = [program.trace] if flat.trace is program.trace else [program.trace, flat.trace]
             backward_traces, inputs = [], flat.inputs
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once
             self.last_rederived_traces = []
             computation = self.executor.compile(flat.trace, record_lowered(traces),
                                                 grad_off=_runs_without_grad(flat.trace))
-            if grad.without_graph and flat.trace is not program.trace:
-                computation = _without_grad(computation)  # Note [A graph no output reaches]
+            if no_graph:
+                computation = _without_grad(computation)
         prologue = self._finish_prologue(_prologue_of(program.prologue, grad, inputs))
         self.last_prologue = prologue
         plain_data = _runs_torch_function(program)  # recorded on the data: jitcore/proxies/typed.py
@@ -636,7 +644,8 @@ def _runs_torch_function(program: Any) -> bool:
 # those ops on the inner tensors themselves, so with grad mode on it would connect the output to
 # ``x``, and the caller would get ``requires_grad=True`` (and a ``backward()`` eager refuses). When no
 # output of pass 1 requires grad and nothing is written (grad.reaches_no_graph), the grad transform
-# is not used and the flattened computation runs with grad mode off: its outputs are as pass 1 says.
+# is not used and the flattened computation runs with grad mode off: its outputs are as pass 1 says,
+# and without the grad-mode changes it recorded (a dispatch's ``enable_grad()``: flatten.py).
 # An output that requires grad goes through the grad transform, whose replay runs the subclass's
 # dispatch below torch's autograd as eager does.
 def _without_grad(computation: Callable[..., Any]) -> Callable[..., Any]:

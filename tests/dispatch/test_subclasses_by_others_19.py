@@ -4,6 +4,7 @@ flatten contexts), for what the survey of this round found."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -115,3 +116,67 @@ def test_a_list_a_subclass_input_holds_gets_the_appends(cls: type, fn: Callable)
         torch.testing.assert_close(actual, expected)
         assert jit_log == eager_log, (i, jit_log, eager_log)
     assert jitcore.cache_misses(jitted) <= 3
+
+
+# --- a wrapper that does not require grad over an inner tensor that does ------------------------------
+# Note [A graph no output reaches] (jitcore/jit/api.py): eagerly the ops a ``__torch_dispatch__`` runs
+# on inner tensors run below autograd, even inside ``torch.enable_grad()`` (subclass_zoo's
+# inner-autograd tensor), so nothing the program computes from such a wrapper requires grad.
+class _InnerGrad(torch.Tensor):
+    """A wrapper made with ``requires_grad=False`` whose dispatch runs its inner ops, optionally under
+    ``torch.enable_grad()``; it wraps only results that require grad (none, eagerly)."""
+
+    enable_grad = False
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor) -> _InnerGrad:
+        return torch.Tensor._make_wrapper_subclass(cls, elem.size(), dtype=elem.dtype, requires_grad=False)
+
+    def __init__(self, elem: torch.Tensor) -> None:
+        self.elem = elem
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["elem"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _InnerGrad:
+        return _InnerGrad(inner["elem"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # noqa: SLF001
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        def wrap(t: Any) -> Any:
+            return cls(t) if isinstance(t, torch.Tensor) and not isinstance(t, cls) and t.requires_grad else t
+
+        unwrapped = tree_map_only(cls, lambda t: t.elem, (args, kwargs or {}))
+        with torch.enable_grad() if cls.enable_grad else contextlib.nullcontext():
+            return tree_map_only(torch.Tensor, wrap, func(*unwrapped[0], **unwrapped[1]))
+
+
+@pytest.mark.parametrize("enable_grad", [False, True], ids=["plain", "enable_grad_inside"])
+def test_a_wrapper_over_an_inner_tensor_that_requires_grad_builds_no_graph(
+    enable_grad: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``enable_grad()`` inside the dispatch the jitted output required grad (connected to the
+    inner tensor) where eager's does not: the computation runs with grad mode off, and the recorded
+    ``enable_grad()`` turned it back on. Fails before; the plain dispatch is a control."""
+    monkeypatch.setattr(_InnerGrad, "enable_grad", enable_grad)
+
+    def program(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, bool, bool]:
+        r = x + y
+        return r.sum(), r.requires_grad, isinstance(r, _InnerGrad)
+
+    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        w = torch.randn(n, requires_grad=True)
+        return _InnerGrad(w), _InnerGrad(w * 2)
+
+    jitted = jitcore.jit(program)
+    for i, n in enumerate((2, 2, 3)):
+        torch.manual_seed(i)
+        expected = program(*make(n))
+        torch.manual_seed(i)
+        got = jitted(*make(n))
+        assert got[1:] == expected[1:]
+        assert got[0].requires_grad == expected[0].requires_grad is False, f"call {i}"
+        torch.testing.assert_close(got[0], expected[0])
