@@ -54,7 +54,7 @@ from jitcore.langctx.shadows import BACKWARDS, data_read_error
 from jitcore.langctx.unit_strides import pin_unit_strides
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
-from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy, register_torch_dispatch
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.typed import has_torch_function, is_tensor_like
 
@@ -521,6 +521,9 @@ def call_torch_dispatch(types: tuple[type, ...], func: Any, args: tuple, kwargs:
         if result is not NotImplemented:
             return result
     raise declined_by_all(func, types, "__torch_dispatch__", declined)
+
+
+register_torch_dispatch(call_torch_dispatch)  # a wrapper's metadata queries (proxies/subclass.py)
 
 
 def torch_dispatch_rule(func: Any, klass: type) -> Callable[..., Any] | None:

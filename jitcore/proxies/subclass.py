@@ -34,7 +34,7 @@ from jitcore.proxies.tensor import JaggedOuter, TensorProxy, describe_tensor, wr
 
 __all__ = [
     "SubclassTensorProxy", "is_traceable_subclass", "made_in_inference_mode", "missing_slot", "proxy_class",
-    "subclass_proxy",
+    "register_torch_dispatch", "subclass_proxy",
 ]
 
 
@@ -300,10 +300,19 @@ _ANSWERED: dict[str | None, frozenset[str]] = {
 }
 
 
+# the dispatch layer's ``call_torch_dispatch`` (jitcore/dispatch/resolver.py, a layer above this one)
+_TORCH_DISPATCH: list[Callable[..., Any]] = []
+
+
+def register_torch_dispatch(call: Callable[..., Any]) -> None:
+    """Let a wrapper's metadata queries run its class's ``__torch_dispatch__`` on the interpreter with
+    ``call(types, func, args, kwargs)``: registered by the dispatch layer where it defines it."""
+    _TORCH_DISPATCH[:] = [call]
+
+
 def _answered_by_dispatch(proxy: SubclassTensorProxy, name: str, args: tuple, kwargs: dict) -> Any:
     """What the class's ``__torch_dispatch__`` answers for the query ``name`` (None: torch's default)."""
-    from jitcore.dispatch.resolver import call_torch_dispatch
-
+    call_torch_dispatch = _TORCH_DISPATCH[0]
     aten = torch.ops.aten
     if name == "is_contiguous":
         fmt = args[0] if args else kwargs.get("memory_format", torch.contiguous_format)

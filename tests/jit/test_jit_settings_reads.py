@@ -23,7 +23,9 @@ def _set(setter: Callable[[object], None], getter: Callable[[], object], value: 
 
 
 def _mkldnn(value: object) -> None:
-    torch.backends.mkldnn.enabled = value
+    # the flag's C setter: ``torch.backends.mkldnn.enabled = v`` refuses once a test in the same
+    # process called ``torch.backends.disable_global_flags()`` (torch's own test utilities do)
+    torch._C._set_mkldnn_enabled(value)  # noqa: SLF001
 
 
 SETTINGS = {  # name: (program, setter, getter, values over the calls)

@@ -10,8 +10,10 @@ Run as a script to print every differentiable entry's outcome (to refresh the kn
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
 from opinfo_harness import random_by_name  # noqa: E402
 
 SAMPLES = 2
+
+
+@contextlib.contextmanager
+def seeded_without_freezing() -> Iterator[None]:
+    """OpInfo's random entries reseed through ``wrapper_set_seed``, inside ``freeze_rng_state``, which
+    reads and restores the generator's state: a call doing that inside a jitted function runs eagerly
+    (Note [The state of torch's default generator], jitcore/langctx/generators.py). The harnesses compare
+    the op's traced forward and backward, so, eagerly and jitted alike, the state is not frozen around
+    their calls here (each run seeds first)."""
+    utils = torch.testing._utils  # noqa: SLF001
+    frozen = utils.freeze_rng_state
+    utils.freeze_rng_state = contextlib.nullcontext
+    try:
+        yield
+    finally:
+        utils.freeze_rng_state = frozen
+
 # Entries that draw random numbers although their names do not say so (see random_by_name).
 ALSO_RANDOM = ("nn.functional.fractional_max_pool", "nn.functional.multi_head_attention")
 
@@ -127,12 +146,13 @@ def check_sample(op: Any, sample: Any, random: bool, **jit_options: Any) -> bool
     f, tensors = _function(op, sample)
     if not tensors:
         return False
-    try:
-        expected_out, expected_grads = _run(f, _clone(tensors), 0, 1)
-    except Exception:  # noqa: BLE001 - a sample eager rejects is not compared
-        return False
-    jf = jitcore.jit(f, **jit_options)  # e.g. executors= (tests/executors/executors_opinfo.py)
-    got_out, got_grads = _run(jf, _clone(tensors), 0, 1)
+    with seeded_without_freezing():
+        try:
+            expected_out, expected_grads = _run(f, _clone(tensors), 0, 1)
+        except Exception:  # noqa: BLE001 - a sample eager rejects is not compared
+            return False
+        jf = jitcore.jit(f, **jit_options)  # e.g. executors= (tests/executors/executors_opinfo.py)
+        got_out, got_grads = _run(jf, _clone(tensors), 0, 1)
     _compare("output", expected_out, got_out, random)
     _compare("grad", expected_grads, got_grads, random)
     if expected_grads and not jitcore.last_backward_traces(jf):
