@@ -14,6 +14,7 @@ the result holds no subclass proxy except as a trailing argument taken whole or 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -291,11 +292,8 @@ def without_grad_mode_changes(trace: Trace) -> Trace:
     back on and connected the output to an inner tensor that requires grad (``requires_grad`` True
     where eager's is False). The pass read the modes it needed while tracing; nothing of this
     computation's outputs requires grad, so the changes have no other effect to keep."""
-    kept = Trace(name=trace.name, args=list(trace.args), header=list(trace.header),
-                 imports=dict(trace.imports), names=trace.names)
-    kept.bound_symbols[:] = [b for b in trace.bound_symbols if b.symbol is not SET_GRAD_ENABLED]
-    kept.output = trace.output
-    return kept
+    return dataclasses.replace(
+        trace, bound_symbols=[b for b in trace.bound_symbols if b.symbol is not SET_GRAD_ENABLED])
 
 
 def pass_1_runs(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensorProxy, Path]]) -> bool:

@@ -300,6 +300,15 @@ _ANSWERED: dict[str | None, frozenset[str]] = {
 }
 
 
+# the op torch asks the handler for each query but ``is_contiguous`` (whose op depends on its format)
+_LAYOUT_OPS = {
+    "stride": torch.ops.aten.sym_stride.default, "size": torch.ops.aten.sym_size.default,
+    "dim": torch.ops.aten.dim.default, "ndimension": torch.ops.aten.dim.default,
+    "numel": torch.ops.aten.sym_numel.default, "nelement": torch.ops.aten.sym_numel.default,
+    "storage_offset": torch.ops.aten.sym_storage_offset.default,
+}
+
+
 # the dispatch layer's ``call_torch_dispatch`` (jitcore/dispatch/resolver.py, a layer above this one)
 _TORCH_DISPATCH: list[Callable[..., Any]] = []
 
@@ -321,11 +330,7 @@ def _answered_by_dispatch(proxy: SubclassTensorProxy, name: str, args: tuple, kw
         else:
             func, call_args = aten.is_contiguous.memory_format, (proxy, fmt)
         return call_torch_dispatch((proxy.subclass,), func, call_args, {})
-    numel = aten.sym_numel.default
-    func = {"stride": aten.sym_stride.default, "size": aten.sym_size.default, "dim": aten.dim.default,
-            "ndimension": aten.dim.default, "numel": numel, "nelement": numel,
-            "storage_offset": aten.sym_storage_offset.default}[name]
-    answer = call_torch_dispatch((proxy.subclass,), func, (proxy,), {})
+    answer = call_torch_dispatch((proxy.subclass,), _LAYOUT_OPS[name], (proxy,), {})
     if answer is None or name not in ("stride", "size"):
         return answer
     answer = torch.Size(answer) if name == "size" else tuple(answer)

@@ -29,7 +29,7 @@ from typing import Any
 
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["CONVERTERS", "Field", "TextProxy", "plain_text"]
+__all__ = ["CONVERTERS", "Field", "TextProxy", "plain_key"]
 
 # an f-string conversion (CPython's FORMAT_VALUE numbering) -> the function it applies
 CONVERTERS = {0: None, 1: str, 2: repr, 3: ascii}
@@ -167,12 +167,6 @@ _END = object()
 
 
 def _text(value: Any) -> Any:
-    return value.specialize() if isinstance(value, TextProxy) else value
-
-
-def plain_text(value: Any) -> Any:
-    """``value``, or the specialized text of a TextProxy: what a dict key or a set element must be
-    (hashing it specialized it already, so this adds no guard)."""
     return value.specialize() if isinstance(value, TextProxy) else value
 
 

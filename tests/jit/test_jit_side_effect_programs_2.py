@@ -24,7 +24,7 @@ import math
 import pytest
 import torch
 
-from tests.jit.test_jit_side_effect_programs import check_matches_eager
+from tests.jit.test_jit_side_effect_programs import check_matches_eager, x_of
 
 CALLS = 24
 PROGRAMS = {}
@@ -33,10 +33,6 @@ PROGRAMS = {}
 def program(fn):
     PROGRAMS[fn.__name__] = fn
     return fn
-
-
-def x_of(i, shape=(4,)):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(i))
 
 
 @program
