@@ -15,11 +15,10 @@ from jitcore.errors import DataDependentError, JitcoreError, UnsupportedInputErr
 # first: refuses a CPython other than the tested ones (UnsupportedPythonVersion) before anything
 # version-specific
 from jitcore.interpreter import SUPPORTED_VERSIONS  # noqa: F401, I001
-from jitcore.jit.api import (
-    JittedFunction,
+from jitcore.jit.api import JittedFunction, jit
+from jitcore.jit.inspection import (
     cache_hits,
     cache_misses,
-    jit,
     last_backward_traces,
     last_prologue_traces,
     last_rederived_traces,

@@ -175,7 +175,7 @@ def _read_lines(trace: Any) -> list[str]:
 
 def explain_text(jfn: Any) -> str:
     """Everything ``explain`` shows, as plain text."""
-    from jitcore.jit.api import as_jitted
+    from jitcore.jit.inspection import as_jitted
 
     jfn = as_jitted(jfn)
     out = [

@@ -43,27 +43,18 @@ from jitcore.jit.eager_entries import Eager, eager_call
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
 from jitcore.jit.read_rollback import nondeterministic_read, with_rollback
+from jitcore.jit.run_modes import runs_torch_function, runs_without_grad, without_grad, without_torch_function
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.langctx.reads import ValueCheckFailed
-from jitcore.langctx.thread_state import SET_GRAD_ENABLED, subclass_functions_disabled
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
-from jitcore.proxies.typed import has_torch_function
 from jitcore.transforms import GradStage, StaticSizesNeeded, differentiate
 
 __all__ = [
     "jit",
     "JittedFunction",
     "CacheEntry",
-    "as_jitted",
-    "last_traces",
-    "last_backward_traces",
-    "last_rederived_traces",
-    "last_prologue_traces",
-    "cache_hits",
-    "cache_misses",
-    "miss_reasons",
 ]
 
 DEFAULT_CACHE_LIMIT = 64
@@ -87,7 +78,7 @@ class CacheEntry:
         """The cached call: the prologue's checks, the computation, then the side effects."""
         cached_call = self.prologue.compile(self.computation)
         cached_call = cached_call if self.effects is None else self.effects.around(cached_call, MISS)
-        return _without_torch_function(cached_call) if self.plain_data else cached_call
+        return without_torch_function(cached_call) if self.plain_data else cached_call
 
 
 class JittedFunction:
@@ -248,7 +239,7 @@ class JittedFunction:
         # the jit's own reads (a size input's ``x.shape[0]``) run no subclass code, as in the prologue
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
             inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
-        computation = _without_torch_function(entry.computation) if entry.plain_data else entry.computation
+        computation = without_torch_function(entry.computation) if entry.plain_data else entry.computation
         try:
             result = computation(*inputs)
         except ValueCheckFailed as failed:  # the probe and the computation disagree: not reproducible
@@ -336,12 +327,12 @@ class JittedFunction:
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once
             self.last_rederived_traces = []
             computation = self.executor.compile(flat.trace, record_lowered(traces),
-                                                grad_off=_runs_without_grad(flat.trace))
+                                                grad_off=runs_without_grad(flat.trace))
             if no_graph:
-                computation = _without_grad(computation)
+                computation = without_grad(computation)
         prologue = self._finish_prologue(_prologue_of(program.prologue, grad, inputs))
         self.last_prologue = prologue
-        plain_data = _runs_torch_function(program)  # recorded on the data: jitcore/proxies/typed.py
+        plain_data = runs_torch_function(program)  # recorded on the data: jitcore/proxies/typed.py
         effects = program.effects
         post = (
             computation if effects is None else _identity
@@ -603,131 +594,12 @@ def _prologue_of(prologue: PrologueBuilder, grad: GradStage, inputs: list[tuple[
     return builder.build()
 
 
-# Note [A computation under no_grad is lowered for inference]
-# A module's parameters require grad, so the shadows of a trace made under ``no_grad`` (a model's
-# eval call, a generation loop) still do, and its regions were compiled for autograd: AOTAutograd's
-# training graph, whose forward also writes what a backward would read, behind an autograd Function
-# applied on every call (its runtime wrappers' ``save_from_forward``). Such a call builds no graph:
-# grad mode is off (or inference mode on) at the call, pinned by the prologue's state checks, so
-# every call the entry takes runs with grad mode off. Its regions are compiled for inference, as the
-# grad transform's forward is (``grad_off``), and as torch.compile compiles a frame called under
-# ``no_grad``. Not when the trace changes grad mode or other global state (``torch.enable_grad()``
-# inside the program, recorded as ``SET_GRAD_ENABLED``: its ops record a graph there).
-def _runs_without_grad(trace: Trace) -> bool:
-    """Whether every call of ``trace``, a flat computation no grad transform took, runs with grad
-    mode off (Note [A computation under no_grad is lowered for inference])."""
-    if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
-        return False
-    pending = list(trace.bound_symbols)
-    while pending:
-        bsym = pending.pop()
-        if bsym.symbol is SET_GRAD_ENABLED or "global_state" in bsym.symbol.tags:
-            return False
-        pending.extend(bsym.subsymbols)
-    return True
-
-
-def _runs_torch_function(program: Any) -> bool:
-    """Whether an input's class has a ``__torch_function__`` that reading its metadata or running
-    operations on it would call (a subclass checked by the prologue included)."""
-    if any(has_torch_function(type(t)) for t in program.first_inputs if type(t) is not torch.Tensor):
-        return True
-    return any(g.kind == "type" and isinstance(g.expected, type) and issubclass(g.expected, torch.Tensor)
-               and has_torch_function(g.expected) for g in program.prologue.guards)
-
-
-# Note [A graph no output reaches]
-# Eagerly, the ops a ``__torch_dispatch__`` runs on inner tensors run below autograd: a subclass
-# built from a tensor that requires grad without passing ``requires_grad`` to
-# ``_make_wrapper_subclass`` (``Wrapper(x) * 3``) starts no graph, and what its dispatch returns
-# (``(Wrapper(x) * 3).sum()``, a plain tensor) does not require grad. The flattened computation runs
-# those ops on the inner tensors themselves, so with grad mode on it would connect the output to
-# ``x``, and the caller would get ``requires_grad=True`` (and a ``backward()`` eager refuses). When no
-# output of pass 1 requires grad and nothing is written (grad.reaches_no_graph), the grad transform
-# is not used and the flattened computation runs with grad mode off: its outputs are as pass 1 says,
-# and without the grad-mode changes it recorded (a dispatch's ``enable_grad()``: flatten.py).
-# An output that requires grad goes through the grad transform, whose replay runs the subclass's
-# dispatch below torch's autograd as eager does.
-def _without_grad(computation: Callable[..., Any]) -> Callable[..., Any]:
-    """``computation`` run with grad mode off (Note [A graph no output reaches])."""
-    no_grad = torch.no_grad
-
-    def run(*args: Any) -> Any:
-        with no_grad():
-            return computation(*args)
-
-    return run
-
-
-def _without_torch_function(computation: Callable[..., Any]) -> Callable[..., Any]:
-    """``computation`` run with subclass ``__torch_function__`` disabled: inputs of a subclass without
-    ``__torch_dispatch__`` are plain data to the guards and the recorded operations."""
-    disabled = subclass_functions_disabled  # Note [The torch-function state of a Function's forward]
-
-    def run(*args: Any) -> Any:
-        with disabled():
-            return computation(*args)
-
-    return run
-
-
 def _is_module_forward(fn: Any) -> bool:
     """``module.forward`` (bound): jitted with the module's state named and guarded as for modules."""
     return (
         isinstance(getattr(fn, "__self__", None), torch.nn.Module)
         and getattr(fn, "__name__", None) == "forward"
     )
-
-
-def as_jitted(jfn: Any) -> JittedFunction:
-    from jitcore.jit.module import JittedModule
-
-    if isinstance(jfn, JittedModule):
-        jfn = jfn.jitted_forward
-    if not isinstance(jfn, JittedFunction):
-        raise TypeError(f"expected a function returned by jitcore.jit, got {type(jfn).__qualname__}")
-    return jfn
-
-
-def last_traces(jfn: Any) -> list[Trace]:
-    """The computation traces of the most recent tracing, one per pass, each headed by its producer."""
-    return list(as_jitted(jfn).last_traces)
-
-
-def last_backward_traces(jfn: Any) -> list[Trace]:
-    """The backward traces of the most recent tracing (empty when no input required grad):
-    ``[backward]``; the forward it pairs with is the last of ``last_traces(jfn)``."""
-    return list(as_jitted(jfn).last_backward_traces)
-
-
-def last_rederived_traces(jfn: Any) -> list[Trace]:
-    """The backward traces derived, for the most recent tracing's entry, for gradients of other kinds
-    than its backward was traced for (a plain gradient reaching a subclass output, another flatten
-    context: docs/autograd.md), one per kinds, in the order the gradients came."""
-    return list(as_jitted(jfn).last_rederived_traces)
-
-
-def last_prologue_traces(jfn: Any) -> list[Prologue]:
-    """The prologue of the most recent tracing (printable as Python)."""
-    prologue = as_jitted(jfn).last_prologue
-    if isinstance(prologue, PrologueBuilder):  # the pass stopped: what it had recorded
-        prologue = prologue.build()
-    return [prologue] if prologue is not None else []
-
-
-def cache_hits(jfn: Any) -> int:
-    """How many calls were answered by a cache entry."""
-    return as_jitted(jfn).hits
-
-
-def cache_misses(jfn: Any) -> int:
-    """How many calls had to trace (the first call included)."""
-    return as_jitted(jfn).misses
-
-
-def miss_reasons(jfn: Any) -> list[list[MissReason]]:
-    """For each miss, why each existing cache entry rejected the call."""
-    return list(as_jitted(jfn).miss_log)
 
 
 def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Container[int]]:

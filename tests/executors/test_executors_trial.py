@@ -13,7 +13,7 @@ from jitcore.executors import BACKGROUND_ENV
 from jitcore.executors.plan import DEFAULT_FUSE_AFTER, executors_from_options
 from jitcore.executors.trial import DEFAULT_TRIAL_RUNS, Trial, is_close, keeps_lowered, untimed
 from jitcore.ir import BoundSymbol
-from jitcore.jit.api import as_jitted
+from jitcore.jit.inspection import as_jitted
 
 
 class FakeClock:

@@ -14,7 +14,7 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
-from jitcore.jit.api import as_jitted
+from jitcore.jit.inspection import as_jitted
 from jitcore.transforms import differentiate
 
 
