@@ -202,10 +202,11 @@ def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any
 # or what the program reads from it (``x._re``) is a tensor no argument names.
 
 
-def unflatten_around(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
+def unflatten_around(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any,
+                     policy: str | None = None) -> Any:
     """``tensor_unflatten`` for a value that holds ``inner`` themselves (Note [A caller's value holds its
     own inner tensors]); ValueError when the class will not hold them (a read-only property)."""
-    out = tensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
+    out = tensor_unflatten(cls, inner, ctx, outer_size, outer_stride, policy)
     for name, tensor in inner.items():
         if getattr(out, name, None) is not tensor:
             with contextlib.suppress(AttributeError, TypeError):

@@ -116,7 +116,8 @@ class SubclassTensorProxy(TensorProxy):
             # made inside ``inference_mode()``, it is an inference tensor as eagerly, wherever it is built
             # (Note [A subclass output made in inference mode], dispatch/flatten.py)
             with torch.inference_mode() if made_in_inference_mode(self) else contextlib.nullcontext():
-                built = unflatten_around(self.subclass, inner, ctx, outer.shape, outer.stride())
+                built = unflatten_around(self.subclass, inner, ctx, outer.shape, outer.stride(),
+                                         self._jitcore_policy)
             if outer.requires_grad and not built.requires_grad and built.is_leaf:
                 # made with ``_make_wrapper_subclass(..., requires_grad=True)``: a leaf that requires
                 # grad, as the eager value is (``__tensor_unflatten__`` rarely passes the flag on)
@@ -292,7 +293,13 @@ _STORED = frozenset({"size", "stride", "storage_offset", "dim", "ndimension", "g
 # eager says False. The query runs the class's ``__torch_dispatch__`` on the interpreter with the op
 # torch would ask (``aten.sym_stride``...), as eagerly; the handler's own call of that op on its inner
 # tensor is answered by the inner proxy (jitcore/langctx/torch.py). An input's proxy has no policy:
-# its metadata is the caller's value's, read through its handler when it was bound.
+# its metadata is the caller's value's, read through its handler when it was bound. The shadow of one
+# made inside is built with the policy too: torch's C++ asks the shadow (``Tensor.contiguous()`` asks
+# ``is_contiguous()`` and clones only where it is False), and a shadow without the policy answered from
+# the contiguous metadata, so ``(x.transpose(0, 1) * 2).contiguous()`` kept the transposed inner tensor
+# (strides (1, 2)) where eager copies it ((3, 1)). With the policy, those questions reach the class's
+# ``__torch_dispatch__`` on the shadow's fake inner tensors, as a class with its own
+# ``__tensor_unflatten__`` (which calls its ``__new__``, policy included) always did.
 _ANSWERED: dict[str | None, frozenset[str]] = {
     "strides": frozenset({"stride", "is_contiguous"}),
     "sizes": frozenset({"stride", "is_contiguous", "size", "dim", "ndimension", "numel", "nelement",

@@ -124,6 +124,20 @@ def assert_same_flattened(actual: Any, expected: Any, what: str) -> None:
         assert_same_flattened(getattr(actual, n), getattr(expected, n), f"{what}.{n}")
 
 
+def compare_over_sizes(fn: Callable[..., Any], make: Callable[[int], tuple], sizes: tuple[int, ...]) -> int:
+    """``fn`` eagerly and jitted on equal fresh arguments (``make(n)``, seeded) of each size: outputs and
+    arguments afterwards compared by ``assert_same_flattened``. Returns the entries traced."""
+    jitted = jitcore.jit(fn)
+    for i, n in enumerate(sizes):
+        torch.manual_seed(i)
+        eager_args = make(n)
+        torch.manual_seed(i)
+        jit_args = make(n)
+        assert_same_flattened(jitted(*jit_args), fn(*eager_args), f"call {i} (size {n}) output")
+        assert_same_flattened(list(jit_args), list(eager_args), f"call {i} (size {n}) arguments")
+    return jitcore.cache_misses(jitted)
+
+
 def check_twice(fn: Callable[..., Any], make: Callable[[], tuple],
                 after: Callable[[Any, tuple], Any] | None = None) -> Any:
     """``fn`` eagerly and jitted on equal fresh arguments (``make()``, seeded), twice: the outputs, and

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from subclass_checks import assert_same_flattened
+from subclass_checks import compare_over_sizes
 from torch.testing._internal.common_subclass import (
     WrapperTensorWithCustomSizes,
     WrapperTensorWithCustomStrides,
@@ -18,20 +18,6 @@ from torch.testing._internal.common_subclass import (
 from torch.utils._pytree import tree_map_only
 
 import jitcore
-
-
-def _compare(fn: Callable, make: Callable[[int], tuple], sizes: tuple[int, ...]) -> int:
-    """Eager and jitted calls on equal fresh arguments of each size, compared; the entries traced."""
-    jitted = jitcore.jit(fn)
-    for i, n in enumerate(sizes):
-        torch.manual_seed(i)
-        eager_args = make(n)
-        torch.manual_seed(i)
-        jit_args = make(n)
-        assert_same_flattened(jitted(*jit_args), fn(*eager_args), f"call {i} (size {n}) output")
-        assert_same_flattened(list(jit_args), list(eager_args), f"call {i} (size {n}) arguments")
-    return jitcore.cache_misses(jitted)
-
 
 # --- a wrapper that answers its layout from __torch_dispatch__, made inside ------------------------------
 # Note [A wrapper that answers its own layout] (jitcore/dispatch/flatten.py) and Note [A wrapper that
@@ -53,7 +39,7 @@ _LAYOUT_PROGRAMS: dict[str, Callable] = {
 @pytest.mark.parametrize("cls", [WrapperTensorWithCustomSizes, WrapperTensorWithCustomStrides])
 @pytest.mark.parametrize("name", sorted(_LAYOUT_PROGRAMS))
 def test_a_wrapper_answering_its_layout_made_inside(cls: type, name: str) -> None:
-    misses = _compare(_LAYOUT_PROGRAMS[name], lambda n: (cls(torch.randn(n, 2)),), (3, 3, 4, 5))
+    misses = compare_over_sizes(_LAYOUT_PROGRAMS[name], lambda n: (cls(torch.randn(n, 2)),), (3, 3, 4, 5))
     assert misses <= 3
 
 
