@@ -20,9 +20,10 @@ Refused with UnsupportedOperationError (JC-T001; without ``fullgraph`` the call 
 ``time.localtime()``/``ctime()`` and the like without a time, the other methods of a
 ``random.Random`` (``setstate``; ``sample``/``shuffle`` of other items), and a per-call value whose
 value the program needs (a size, an index, a dict key, an attribute of a datetime: ``choice`` over
-other items indexes with one). Exempt: clock reads of the standard library's ``logging`` code that the
-program calls itself (a ``Formatter.formatTime``); the records of its logging calls are made on every
-call, with each call's time (jitcore/jit/log_records.py).
+other items indexes with one), and a pass that branches on per-call numbers more than ``MAX_BRANCHES``
+times (Note [Many branches on per-call values]). Exempt: clock reads of the standard library's
+``logging`` code that the program calls itself (a ``Formatter.formatTime``); the records of its
+logging calls are made on every call, with each call's time (jitcore/jit/log_records.py).
 
 The same holds for ``next(it)`` of an iterator of the caller's or of state that advances in C (a
 module-level ``itertools.count()`` handing out ids, an ``itertools.cycle``, a generator made before
@@ -52,7 +53,7 @@ from jitcore.ir import BoundSymbol, TraceContext
 from jitcore.langctx.reads import CLOCK_READ, RANDOM_DRAW, shuffled
 from jitcore.proxies.number import NumberProxy, ObjectProxy
 
-__all__ = ["NOT_A_READ", "PerCallReads", "iterator_lookasides", "needed_value"]
+__all__ = ["MAX_BRANCHES", "NOT_A_READ", "PerCallReads", "iterator_lookasides", "needed_value"]
 
 _CLOCKS = frozenset(
     getattr(time, name) for name in (
@@ -79,6 +80,19 @@ _LOGGING = os.path.join("logging", "__init__.py")
 # pass then puts each generator back (``restore``), so the first call's computation draws the very
 # numbers the trace saw. A clock reads on: the first run may take another side of a branch on time
 # than tracing did (``ReadSite.varies``), and then that call runs eagerly (jit/api.py).
+
+
+# Note [Many branches on per-call values]
+# Each branch on a per-call number is one outcome check of the computation, and a cached call serves
+# another call only if every outcome is the same. A program that sorts, heapifies or searches numbers it
+# drew (CPython's test_heapq: ``sorted`` and ``heapq.nlargest`` over 1000 ``random.randrange`` draws)
+# branches on them thousands of times: the trace held one check per comparison (~40,000 records for 300
+# items, 11 s to trace where the interpreter takes 0.1 s; test_nlargest took 514 s), and another call's
+# draws almost surely take another side of one of them, so the entry would never serve a call. Past
+# ``MAX_BRANCHES`` such checks in one pass, the pass stops with JC-T001 and the call runs eagerly (an
+# eager entry), as a program that needs such a value does. Branches on ``t.item()`` (value_reads.py)
+# are not counted: a tensor's value may well take the same path on every call.
+MAX_BRANCHES = 1024
 
 
 NOT_A_READ = object()  # PerCallReads.read: the call is none of these; the interpreter makes it
@@ -109,6 +123,7 @@ class PerCallReads:
         self._drawn: dict[int, tuple[random.Random, Any]] = {}  # id -> (generator, state at its first draw)
         self.numbers: list[tuple[NumberProxy, str]] = []  # each with what made it (``time.time``)
         self._needed: list[str] = []  # what made the numbers whose values the program needed
+        self._branches = 0  # outcome checks of per-call numbers (Note [Many branches on per-call values])
 
     def read(self, fn: Any, args: tuple, kwargs: dict) -> Any:
         """The number of a clock read or a random draw, recorded; ``NOT_A_READ`` for any other call.
@@ -145,7 +160,7 @@ class PerCallReads:
             kind = NumberProxy if type(v) in (int, float, bool) else ObjectProxy
             number = kind(self._context.values.names.fresh("n"), v,
                           on_specialize=lambda: self._needed.append(name))
-            number.on_predicate = lambda n, outcome: self._check_predicate(n, outcome, varies=not draws)
+            number.on_predicate = lambda n, outcome: self._branch(n, outcome, name, draws)
             self.numbers.append((number, name))
             return number
 
@@ -154,6 +169,20 @@ class PerCallReads:
         symbol, source = RANDOM_DRAW if draws else CLOCK_READ, self._context.source()
         self._context.scopes[-1].append(BoundSymbol(symbol, (fn, *args), kwargs, out, (), source))
         return list(out) if type(out) is list else out  # the program's list: the record's stays as made
+
+    def _branch(self, number: NumberProxy, outcome: bool, name: str, draws: bool) -> bool:
+        """A branch on a per-call number: its outcome checked (``ValueReads.check_predicate``).
+
+        Raises:
+            UnsupportedOperationError: (JC-T001) past ``MAX_BRANCHES`` checks in the pass (Note [Many
+                branches on per-call values]).
+        """
+        self._branches += 1
+        if self._branches > MAX_BRANCHES:
+            raise _refusal(name, f"the program branched on such values more than {MAX_BRANCHES} times (a "
+                                 "sort, a heap, a search over them), so another call would almost surely "
+                                 "take another path than a trace's")
+        return self._check_predicate(number, outcome, varies=not draws)
 
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
         """The methods of ``random.Random`` drawn whole (Note [Draws made whole]), its ``seed``,

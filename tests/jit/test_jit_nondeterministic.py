@@ -89,6 +89,25 @@ def test_python_random_draws_whose_values_are_needed_run_eagerly(draw: Callable[
     assert _eager_entry(messages)
 
 
+def _sorted_draws(x):
+    draws = [(random.randrange(2000), i) for i in range(600)]
+    ordered = sorted(draws)
+    return x * ordered[300][0], ordered[:5]
+
+
+def test_many_branches_on_draws_run_eagerly() -> None:
+    """Note [Many branches on per-call values]: a sort of 600 draws branches on them some 5,000 times.
+    Each branch was an outcome check of the trace (14 s a call here; CPython's test_heapq.test_nlargest
+    took 514 s jitted), which no other call's draws would follow; past MAX_BRANCHES the call runs eagerly
+    (JC-T001) with eager's values and generator state."""
+    expected, _ = _calls(_sorted_draws, seed=5, n=2)
+    eager_state = random.getstate()
+    got, messages = _calls(jitcore.jit(_sorted_draws), seed=5, n=2)
+    assert_same(got, expected)
+    assert random.getstate() == eager_state
+    assert _eager_entry(messages) and any("branched on such values" in m for m in messages)
+
+
 def test_random_methods_are_drawn_whole() -> None:
     """Note [Draws made whole]: gauss (its gauss_next kept between calls), randint, choice over numbers
     and the variates are one per-call read each: eager's numbers and generator state on every call,
