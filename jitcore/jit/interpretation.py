@@ -76,6 +76,7 @@ from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
+from jitcore.jit.pytree_calls import pytree_lookasides
 from jitcore.jit.recursion import ProgramLimit, program_recursion
 from jitcore.jit.settings_reads import SETTINGS_GETTERS, SettingsReads
 from jitcore.jit.state_kinds import identity_arguments
@@ -358,7 +359,7 @@ class Pass(StateReads):
             **DISPATCH_LOOKASIDES,
             **fsdp_lookasides(), **raw_kernel_lookasides(),
             **self.autograd.lookasides(), **text_lookasides(), print: self.prints.print,
-            **control_flow_lookasides(),
+            **control_flow_lookasides(), **pytree_lookasides(self._made_here),
             **format_lookasides(self._opaque_call),
             **AUTOGRAD_FUNCTION_LOOKASIDES, **checkpoint_lookasides(), **offered_lookasides(),
             **(self.numpy.lookasides() if self.numpy is not None else {}),
@@ -397,6 +398,11 @@ class Pass(StateReads):
             max_depth=limit.max_depth,
             host_files=(JITCORE_DIR,),  # Note [An error the hooks translated] (interpreter/loop.py)
         )
+
+    def _made_here(self, container: Any) -> bool:
+        """Whether the call made ``container`` (not the caller's, not state, not an argument's)."""
+        provenance = self.provenance
+        return provenance.path_of(container) is None and not provenance.is_argument_container(container)
 
     def _attribute_lookasides(self) -> dict[Any, Callable[..., Any]]:
         """getattr() with a default, hasattr() and vars() see what the attribute hook does not (an
