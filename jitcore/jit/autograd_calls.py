@@ -244,15 +244,43 @@ class AutogradCalls:
         path, tensor = found
         old = self._pass.grad_value(tensor, path)
         if old is None:
-            self._pass.snapshots.take(tensor, path)  # the set is an effect, replayed on every call
-            values = self._pass.context.values
-            values.bind(grad.shadow, grad)  # (a subclass gradient's shadow too)
-            held = _grad_to_hold(tensor, grad.shadow, values.fake_mode)
-            if held is not grad.shadow:
-                values.alias(held, grad)
-            tensor.grad = held  # native reads (p.grad) see it: Pass.grad_value maps it back
+            self._set_grad(tensor, path, grad)
         else:
             old.add_(grad)  # in place into the caller's gradient tensor, as eager accumulates
+
+    def write_grad(self, proxy: TensorProxy, value: Any) -> None:
+        """``proxy.grad = value`` in the program (``w.grad = None``, ``w.grad = torch.zeros_like(w)``):
+        an input's gradient set as a backward's first gradient is, an effect replayed on every call; a
+        tensor made inside keeps it for the rest of the pass."""
+        if value is not None and not isinstance(value, TensorProxy):
+            raise UnsupportedOperationError(
+                f"torch.Tensor.grad: assigning a {type(value).__qualname__} to .grad of a traced tensor "
+                "is not supported; assign None or a tensor the program computes")
+        found = self._pass.provenance.input_of(proxy)
+        if found is None:
+            if value is None:
+                self._inner_grads.pop(id(proxy), None)
+            else:
+                self._inner_grads[id(proxy)] = value
+            return
+        path, tensor = found
+        if value is None:
+            self._pass.snapshots.take(tensor, path)
+            tensor.grad = None
+        else:
+            self._set_grad(tensor, path, value)
+
+    def _set_grad(self, tensor: torch.Tensor, path: Any, grad: TensorProxy) -> None:
+        """The caller's ``tensor.grad`` set to ``grad``: to its shadow while tracing (native reads such
+        as an optimizer's ``p.grad`` see it: Pass.grad_value maps it back), and on every call to the
+        computed gradient, an effect the side-effect replay makes (jit/effects.py)."""
+        self._pass.snapshots.take(tensor, path)
+        values = self._pass.context.values
+        values.bind(grad.shadow, grad)  # (a subclass gradient's shadow too)
+        held = _grad_to_hold(tensor, grad.shadow, values.fake_mode)
+        if held is not grad.shadow:
+            values.alias(held, grad)
+        tensor.grad = held  # torch's setter checks it as eager's does (shape, dtype, device)
 
 
 # Note [AccumulateGrad's detach]

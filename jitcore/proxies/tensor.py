@@ -201,9 +201,8 @@ class TensorProxy(Proxy, torch.Tensor):
 
     @grad.setter
     def grad(self, value: Any) -> None:
-        raise UnsupportedOperationError(
-            "torch.Tensor.grad: assigning .grad of a traced tensor is not supported; assign it outside "
-            "the jitted function")
+        """``w.grad = None`` (or a tensor of the program's): an input's gradient set as an effect."""
+        _autograd_calls("torch.Tensor.grad").write_grad(self, value)
 
     def backward(self, gradient: Any = None, retain_graph: Any = None, create_graph: bool = False,
                  inputs: Any = None) -> None:
@@ -241,15 +240,15 @@ class TensorProxy(Proxy, torch.Tensor):
 
     @property
     def is_meta(self) -> bool:
-        return False
+        return self.shadow.device.type == "meta"  # a FakeTensor's device is the one it stands for
 
     @property
     def is_sparse(self) -> bool:
-        return False
+        return self.shadow.layout is torch.sparse_coo  # an op's result (a sparse gradient) can be
 
     @property
     def is_quantized(self) -> bool:
-        return False
+        return self.shadow.is_quantized
 
     @property
     def is_nested(self) -> bool:

@@ -119,13 +119,38 @@ def test_grad_of_an_argument():
         x = torch.randn(3)
         assert_same(jf(w, x), f(w, x))
         w.grad = torch.full((3,), float(i))
-    jf = jitcore.jit(lambda w, x: setattr(w, "grad", x))
-    with pytest.warns(UserWarning, match="runs eagerly for this call"):  # Note [Eager entries]
-        jf(w, torch.ones(3))
-    assert torch.equal(w.grad, torch.ones(3))
-    assert isinstance(jf.fallback_reason, jitcore.UnsupportedOperationError)
-    with pytest.raises(jitcore.UnsupportedOperationError, match="assigning .grad"):
-        jitcore.jit(lambda w, x: setattr(w, "grad", x), fullgraph=True)(w, torch.ones(3))
+
+
+def test_grad_set_inside_the_function() -> None:
+    """``w.grad = v`` on an input is an effect replayed on every call (it was refused: the whole call
+    ran eagerly): the gradient is eager's object where eager's is an input, a size error is eager's."""
+    w = torch.randn(3, requires_grad=True)
+    jf = jitcore.jit(lambda w, x: setattr(w, "grad", x), fullgraph=True)
+    scaled = jitcore.jit(lambda w, x: setattr(w, "grad", x * 2), fullgraph=True)
+    for i in range(3):
+        x = torch.full((3,), float(i))
+        jf(w, x)
+        assert w.grad is x
+        scaled(w, x)
+        assert_same(w.grad, x * 2)
+    assert jitcore.cache_misses(jf) == jitcore.cache_misses(scaled) == 1
+    with pytest.raises(RuntimeError, match="attempting to assign a gradient of size"):
+        jf(w, torch.ones(4))
+
+    def step(lin: torch.nn.Linear, x: torch.Tensor) -> tuple:
+        lin.weight.grad = None  # through the module's attribute: a proxy of the parameter
+        lin.bias.grad = torch.zeros_like(lin.bias)
+        lin(x).sum().backward()
+        return lin.weight.grad.clone(), lin.bias.grad
+
+    eager, jitted = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    jitted.load_state_dict(eager.state_dict())
+    jstep = jitcore.jit(step, fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(4, 3)
+        assert_same(jstep(jitted, x), step(eager, x))
+        assert_same(jitted.bias.grad, eager.bias.grad)
+    assert jitcore.cache_misses(jstep) <= 2  # the first call finds no gradient
 
 
 SCHEDULERS = {
