@@ -47,6 +47,7 @@ import numpy as np
 import torch
 import torch._numpy as tnp
 import torch._numpy._util as tnp_util
+from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
@@ -82,6 +83,25 @@ _ASTYPE = tnp.ndarray.astype
 _RESHAPE = tnp.ndarray.reshape
 # Results up to this many elements are checked against NumPy on placeholders (Note [NumPy dtypes]).
 _PLACEHOLDER_LIMIT = 1 << 16
+
+
+# Note [Placeholders of symbolic sizes]
+# In a pass with symbolic sizes (a NumPy array whose shape changed between calls), a wrapper's sizes
+# are SymInts. The placeholder arrays of Note [NumPy scalars] need ints: made from the sizes
+# themselves (``np.broadcast_to(..., tuple(a.shape))``), every size was guarded equal to the traced
+# one, and every NumPy program traced an entry per shape (``x * 2`` over arrays of 4, 5, 6 rows: 3
+# entries). The placeholders take the sizes' hints (the traced call's sizes) without guarding them:
+# which results are scalars, and their dtypes, do not depend on sizes the ShapeEnv keeps symbolic
+# (0 and 1 stay static). Where torch._numpy's result shape differs from NumPy's at the hints, the
+# reshape to NumPy's shape compares the symbolic shape with it, which guards those sizes, so the
+# entry keeps exactly the sizes the reshape was traced for.
+def _hint(size: Any) -> int:
+    """``size`` as an int: a symbolic one by its hint, unguarded (Note [Placeholders of symbolic sizes])."""
+    return optimization_hint(size) if isinstance(size, torch.SymInt) else size
+
+
+def _hints(shape: Any) -> tuple[int, ...]:
+    return tuple(_hint(size) for size in shape)
 _DTYPE_EQ = tnp.DType.__eq__
 
 # Binary operators of NumPy scalars that can meet a torch._numpy.ndarray.
@@ -119,7 +139,7 @@ class NumpyBridge:
         """``result`` with the dtype, shape, scalar-ness and container NumPy gives (Notes [NumPy
         scalars], [NumPy dtypes])."""
         arrays = _array_positions(result)
-        if not arrays or all(w.ndim and w.size > _PLACEHOLDER_LIMIT for _, w in arrays):
+        if not arrays or all(w.ndim and _hint(w.size) > _PLACEHOLDER_LIMIT for _, w in arrays):
             return result
         eager = self._on_placeholders(numpy_fn, args, kwargs)
         fixed: dict[int | None, Any] = {}
@@ -147,7 +167,10 @@ class NumpyBridge:
         """``wrapper`` cast and reshaped to what NumPy gave on placeholders, where they differ."""
         if np.dtype(wrapper.dtype.name) != real.dtype and real.dtype in SUPPORTED_DTYPES:
             wrapper = call_function(current_run(), _ASTYPE, (wrapper, tnp.dtype(real.dtype.name)), None)
-        if tuple(wrapper.shape) != real.shape and wrapper.size == real.size:
+        # Note [Placeholders of symbolic sizes]: equal at the hints, the shapes are taken as equal; where
+        # they differ, comparing the symbolic shape with NumPy's guards it, so the reshape's sizes hold
+        if _hints(wrapper.shape) != real.shape and tuple(wrapper.shape) != real.shape \
+                and wrapper.size == real.size:
             wrapper = call_function(current_run(), _RESHAPE, (wrapper, real.shape), None)
         return wrapper
 
@@ -165,7 +188,7 @@ class NumpyBridge:
             dtype = np.dtype(value.dtype.name)
             if self.is_scalar(value):
                 return np.zeros((), dtype)[()]
-            return np.broadcast_to(np.zeros((), dtype), tuple(value.shape))
+            return np.broadcast_to(np.zeros((), dtype), _hints(value.shape))
         if isinstance(value, TensorProxy):
             raise TypeError("no placeholder for a tensor")
         if isinstance(value, tnp.DType):
