@@ -11,7 +11,8 @@ Invariants:
 - The native path is taken only when the interpreted one would give the same tree, call the same
   callbacks on the same leaves in the same order, and read no caller's state: each container of the
   tree is an exact ``tuple``/``list``/``dict`` the call made (no caller's object, no argument's
-  container), every dict key is a ``str`` or ``int``, and each leaf is a leaf under both its own class
+  container) met once (a container shared or in a cycle goes to the interpreter), every dict key is
+  a ``str`` or ``int``, and each leaf is a leaf under both its own class
   and the class it stands for (``python_type``: a proxy answers TwoTensor). Anything else (an
   ``is_leaf`` callback, ``rests``, a registered or named-tuple node, a ``functools.partial`` callback)
   is interpreted as before.
@@ -64,11 +65,14 @@ def pytree_lookasides(made_here: Callable[[Any], bool]) -> dict[Any, Callable[..
     """Lookasides for torch's pytree helpers; ``made_here(container)``: whether the call made it."""
 
     def native_tree(tree: Any) -> bool:
-        stack = [tree]
+        stack, seen = [tree], set()
         while stack:
             node = stack.pop()
             kind = type(node)
             if kind in _NODES:
+                if id(node) in seen:  # shared or cyclic (the interpreted walk's RecursionError): interpreted
+                    return False
+                seen.add(id(node))
                 if not made_here(node) or pytree.SUPPORTED_NODES.get(kind) is None or \
                         pytree.SUPPORTED_NODES[kind].flatten_fn is not _OWN_FLATTEN[kind]:
                     return False

@@ -91,6 +91,18 @@ def _builtin_callbacks(x, y):
         pytree.tree_map_only(torch.Tensor, torch.exp, {"k": x, "n": 2})
 
 
+def _shared_and_cyclic(x, y):
+    inner = [x, y]
+    shared = pytree.tree_map(lambda t: t + 1, (inner, inner))
+    loop: list = [x]
+    loop.append(loop)
+    try:
+        pytree.tree_leaves(loop)
+    except RecursionError:
+        return shared, "recursion"
+    return shared, "none"
+
+
 def _raises(x, y):
     def bad(t):
         raise ValueError(f"no {t.shape[0]}")
@@ -103,7 +115,8 @@ def _raises(x, y):
 
 
 @pytest.mark.parametrize("program", [_program_tree, _map_with_rests, _map_with_is_leaf,
-                                     _named_and_ordered, _predicate, _builtin_callbacks, _raises])
+                                     _named_and_ordered, _predicate, _builtin_callbacks,
+                                     _shared_and_cyclic, _raises])
 def test_programs_over_pytrees_equal_eager(program) -> None:
     j = jitcore.jit(program)
     for n in (4, 4, 6):
