@@ -129,7 +129,7 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
                     if type(getattr(type(value), method, None)) is types.FunctionType:
                         return protocol(current_run(), value)
                 elif _python_method(type(value), method) or (
-                        fn is str and _python_method(type(value), "__repr__")):
+                        fn is str and _str_is_repr(type(value)) and _python_method(type(value), "__repr__")):
                     return protocol(current_run(), value)  # a Python ``__str__``/``__repr__``: interpreted
             return opaque(fn, args, kwargs)
 
@@ -158,6 +158,15 @@ def _python_method(t: type, name: str) -> bool:
         if name in vars(klass):
             return type(vars(klass)[name]) is types.FunctionType
     return False
+
+
+def _str_is_repr(t: type) -> bool:
+    """Whether ``str(v)`` of a ``t`` is ``object.__str__``, which calls ``repr(v)``. Not so for an
+    ``IntEnum``: its ``__str__`` is ``int.__repr__`` (C) and its ``__repr__`` Enum's (Python)."""
+    for klass in t.__mro__:
+        if "__str__" in vars(klass):
+            return vars(klass)["__str__"] is object.__str__
+    return True
 
 
 def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | str | None:

@@ -8,6 +8,7 @@ be equal call by call, with one trace where the text's characters are never need
 
 from __future__ import annotations
 
+import enum
 import io
 import logging
 import sys
@@ -281,3 +282,26 @@ def test_a_class_made_with_a_name_from_a_number_as_eager() -> None:
     jfn = jitcore.jit(_type_named)
     for n in (1, 2, 3):
         assert jfn(n) == _type_named(n)
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+class _Kind(enum.IntFlag):
+    A = 1
+    B = 2
+
+
+def test_str_of_an_int_enum_is_ints_text() -> None:
+    """An IntEnum's ``__str__`` is ``int.__repr__`` (C) and its ``__repr__`` Enum's (Python):
+    ``str(member)`` was taken for ``repr`` interpreted, whose C ``str`` call came back to the jit's
+    ``str`` without end (RecursionError; 15 of CPython's test_enum tests jitted)."""
+
+    def f(x):
+        texts = (str(_Level.HIGH), repr(_Level.LOW), f"{_Level.LOW}", str(_Kind.A | _Kind.B),
+                 format(_Level.HIGH))
+        return x + len("".join(texts)), texts
+
+    assert_same(jitcore.jit(f)(torch.ones(2)), f(torch.ones(2)))
