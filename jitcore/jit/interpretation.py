@@ -97,6 +97,8 @@ from jitcore.langctx.thread_state import (
     enter_inference_mode,
     exit_inference_mode,
     restored_on_refusal,
+    rng_state,
+    set_rng_state,
 )
 from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
 from jitcore.numpy import new_bridge as new_numpy_bridge
@@ -180,6 +182,7 @@ class Pass(StateReads):
         """Trace one call and return the program; raises what the traced program raises."""
         from jitcore.interpreter import interpret
 
+        rng_at_call = rng_state()  # Note [The random state while tracing] (langctx/generators.py)
         try:
             if type(bound_self) is functools.partial:  # its arguments and keywords are state
                 self.provenance.bind_state(bound_self, Path(Root("bound", "self", bound_self)))
@@ -214,6 +217,7 @@ class Pass(StateReads):
         finally:
             self.snapshots.restore()  # the caller's objects as the call found them
             self.per_call.restore()  # the generators it drew from, too
+            set_rng_state(rng_at_call)  # Note [The random state while tracing]
         self._refuse_escapes(output, (args, kwargs, bound_self))
         self.found_counters = numbers.counters(changes, self.provenance.pins_value)  # read-modify-write
         input_paths = {id(proxy): path for path, proxy, _tensor in self.provenance.inputs}

@@ -9,8 +9,9 @@ holds this proxy. Invariants:
   answers a new generator's ``initial_seed``); the shadow computations (fake tensors) receive None
   where the program passed the proxy: a draw's metadata does not depend on its generator, and
   torch's refs of ``exponential_``, ``cauchy_``, ``log_normal_`` assert it is None;
-- what a proxy cannot answer without running the computation (``get_state``, ``seed()``) is
-  refused with a clear error, never answered from the placeholder's state;
+- ``get_state``/``set_state`` are records of the computation (Note [The state of torch's default
+  generator], langctx/generators.py); what a proxy cannot answer without running the computation as a
+  Python number (``seed()``) is refused with a clear error, never answered from the placeholder's state;
 - the same holds for a generator the caller holds (an argument, a global: jit/provenance.py binds it
   to a proxy; ``held_by_caller`` is the default, the safe one): its ``initial_seed()`` is the caller's
   generator's, which the placeholder does not know, so it is refused until the program seeds it.
@@ -24,8 +25,9 @@ import torch
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir.proxy import Proxy
+from jitcore.ir.tree import tree_has
 
-__all__ = ["GeneratorProxy"]
+__all__ = ["RECORDED", "GeneratorProxy", "is_generator_record"]
 
 
 class GeneratorProxy(Proxy):
@@ -63,6 +65,14 @@ class GeneratorProxy(Proxy):
             return self.__getattr__("initial_seed")
         return self.placeholder.initial_seed()
 
+    def get_state(self) -> Any:
+        """``g.get_state()``, recorded (Note [The state of torch's default generator])."""
+        return _handler("get_state")(self)
+
+    def set_state(self, new_state: Any) -> GeneratorProxy:
+        """``g.set_state(s)``, recorded; returns ``g`` as eagerly."""
+        return _handler("set_state")(self, new_state)
+
     def __getattr__(self, name: str) -> Any:
         if self.held_by_caller:
             raise UnsupportedOperationError(
@@ -79,6 +89,15 @@ class GeneratorProxy(Proxy):
 
 # Set by jitcore/langctx/generators.py: name -> the callable recording that generator method.
 HANDLERS: dict[str, Any] = {}
+# Ids of the symbols of a real generator's state (langctx/generators.py): copied as recorded by the grad
+# transform, as the records naming a proxy are.
+RECORDED: set[str] = set()
+
+
+def is_generator_record(bsym: Any) -> bool:
+    """Whether a bound symbol makes, seeds, draws from or reads or sets the state of a generator: the
+    grad transform copies it as recorded."""
+    return bsym.symbol.id in RECORDED or tree_has((bsym.args, bsym.kwargs, bsym.output), GeneratorProxy)
 
 
 def _handler(name: str) -> Any:

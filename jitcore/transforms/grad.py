@@ -46,9 +46,9 @@ from jitcore.langctx import new_context
 from jitcore.langctx.backward import torch_functions_of_a_backward
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.langctx.shadows import share_nested_int
-from jitcore.langctx.thread_state import ThreadState
+from jitcore.langctx.thread_state import ThreadState, rng_state, set_rng_state
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.generator import GeneratorProxy
+from jitcore.proxies.generator import GeneratorProxy, is_generator_record
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -351,14 +351,14 @@ class _Replay:
 
     # --- the forward -------------------------------------------------------------------------------
     def run_forward(self) -> None:
-        """Replay pass 1 under the recording mode. Its ``global_state`` records (``no_grad``'s
-        ``_set_grad_enabled``) change the thread's settings as they run; they are as the trace left
-        them afterwards, also when the replay raises."""
-        state = ThreadState.take()
+        """Replay pass 1 under the recording mode. Its ``global_state`` records (``_set_grad_enabled``,
+        ``torch.manual_seed``) run natively; settings and RNG are restored after, also when it raises."""
+        state, rng = ThreadState.take(), rng_state()  # Note [The random state while tracing]
         try:
             self._run_forward()
         finally:
             state.restore()
+            set_rng_state(rng)
 
     def _run_forward(self) -> None:
         with recording(self.context) as mode:
@@ -376,7 +376,7 @@ class _Replay:
                     # run as recorded
                     self._copy_record(bsym)
                     continue
-                if tree_has((bsym.args, bsym.kwargs, bsym.output), GeneratorProxy):
+                if is_generator_record(bsym):
                     self._copy_draw(bsym)  # a generator the program made, and the draws from it
                     continue
                 if "global_state" in bsym.symbol.tags:  # torch.manual_seed, set_default_dtype

@@ -132,13 +132,6 @@ def test_a_generator_made_inside_can_be_returned() -> None:
     assert type(g) is torch.Generator and torch.equal(out, eager_out) and _states_equal(g, eager_g)
 
 
-def test_a_generators_state_inside_runs_eagerly() -> None:
-    def f(x):
-        return x, torch.Generator().get_state()
-
-    check_eager_entry(f, torch.zeros(2), error=UnsupportedOperationError, match="get_state")
-
-
 def test_a_differentiable_draw_from_a_generator_made_inside_runs_eagerly() -> None:
     def f(mean):
         g = torch.Generator().manual_seed(0)
@@ -215,3 +208,92 @@ def test_an_in_place_draw_from_the_callers_generator(method: str) -> None:
         assert torch.equal(jf(torch.empty(4), jitted), f(torch.empty(4), eager))
         assert _states_equal(jitted, eager)
     assert len(jf.entries) == 1
+
+
+def _forked_unseeded(x):
+    before = torch.rand(2)
+    with torch.random.fork_rng():
+        a = torch.rand(3)
+    return x + a + torch.rand(3), before
+
+
+def _dropout_replayed(x):
+    state = torch.get_rng_state()
+    y1 = torch.nn.functional.dropout(x, 0.5)
+    torch.set_rng_state(state)
+    return y1, torch.nn.functional.dropout(x * 2, 0.5)
+
+
+def _frozen(x):
+    from torch.testing._utils import freeze_rng_state  # reads the state under no_dispatch()
+
+    with freeze_rng_state():
+        torch.manual_seed(42)  # OpInfo's wrapper_set_seed
+        a = torch.nn.functional.dropout(x, 0.5)
+    return a, torch.rand(2)
+
+
+def _caller_generator_restored(x, g):
+    state = g.get_state()
+    a = torch.rand(3, generator=g)
+    g.set_state(state)
+    return x + a - torch.rand(3, generator=g), torch.rand(3)
+
+
+def _global_generator_restored(x):
+    state = _G.get_state()
+    a = torch.rand(3, generator=_G)
+    _G.set_state(state)
+    return x + a + torch.rand(3, generator=_G)
+
+
+def _state_returned(x):
+    return x + torch.rand(3), torch.get_rng_state(), torch.Generator().manual_seed(3).get_state()
+
+
+def _state_set_from_argument(x, state):
+    torch.set_rng_state(state)
+    return x + torch.rand(3)
+
+
+TRACED_STATE_PROGRAMS = {  # Note [The state of torch's default generator]: (program, its extra argument)
+    "get_and_set_rng_state": (_restored, None),
+    "fork_rng_seeded": (_forked, None),
+    "fork_rng": (_forked_unseeded, None),
+    "dropout_replayed": (_dropout_replayed, None),
+    "freeze_rng_state": (_frozen, None),
+    "caller_generator": (_caller_generator_restored, "generator"),
+    "global_generator": (_global_generator_restored, None),
+    "state_returned": (_state_returned, None),
+    "state_set_from_argument": (_state_set_from_argument, "state"),
+}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("name", sorted(TRACED_STATE_PROGRAMS))
+def test_the_random_state_read_or_set_inside_is_traced(name: str, requires_grad: bool) -> None:
+    # get_state/set_state of a generator were refused (JC-T001, every call ran eagerly), and before that
+    # ran once at trace time. Now they are records in program order with the draws: every draw, the
+    # states after the call and the gradients equal eager's on every call, in one traced entry.
+    fn, extra = TRACED_STATE_PROGRAMS[name]
+    jf = jitcore.jit(fn, fullgraph=True)  # a refusal raises instead of running eagerly
+    for seed in (1, 2, 1, 3):
+        results = []
+        for f in (fn, jf):
+            torch.manual_seed(seed + 100)
+            saved = torch.get_rng_state()
+            torch.manual_seed(seed)
+            _G.manual_seed(seed + 10)
+            generator = torch.Generator().manual_seed(seed + 20)
+            arguments = {"generator": (generator,), "state": (saved,), None: ()}[extra]
+            x = torch.ones(3, requires_grad=requires_grad)
+            out = f(x, *arguments)
+            out = out if isinstance(out, tuple) else (out,)
+            grads = ()
+            if requires_grad:
+                out[0].sum().backward()
+                grads = (x.grad,)
+            results.append((*out, *grads, torch.rand(2), torch.rand(2, generator=_G), generator.get_state()))
+        for e, j in zip(*results):
+            assert type(e) is type(j) and e.dtype == j.dtype and torch.equal(e, j), (name, seed)
+    assert (jitcore.cache_misses(jf), len(jf.entries)) == (1, 1)
