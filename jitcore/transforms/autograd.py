@@ -28,9 +28,10 @@ from jitcore.errors import JitcoreError
 from jitcore.ir import Proxy, Trace, compile_trace
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.transforms.backward_deriver import OutputSpec
 from jitcore.transforms.backward_effects import EffectsByState
 from jitcore.transforms.backward_errors import RAISE
-from jitcore.transforms.grad import GradTraces, OutputSpec
+from jitcore.transforms.grad import GradTraces
 from jitcore.transforms.rederive import Unsaved, describe_unsaved, rederived_backward
 from jitcore.transforms.state_numbers import StateNumbers
 from jitcore.transforms.tangents import TangentKind, flatten_tangent, kind_of_gradient, symbolized
@@ -148,7 +149,7 @@ class GradComputation:
 # hands None for the others. Zeros in their place (autograd's default for a Function) would give an
 # input only those outputs reach a zero ``.grad`` where eager leaves it None, and would run their
 # backward ops for nothing. So a None gradient is a tangent kind of its own: the backward is derived
-# without those outputs (Note [A backward for other tangent kinds], grad.py), once per pattern.
+# without those outputs (Note [A backward for other tangent kinds], backward_deriver.py), once per pattern.
 
 
 # Note [The autograd wrapper's per-call work]
@@ -245,7 +246,7 @@ class GradComputation:
     ) -> tuple[Callable[..., Any], list[torch.Tensor]]:
         """The backward to run for ``grads`` (the gradients of the forward's outputs) and its tangent
         inputs: ``backward`` when each gradient is of the kind it was traced for, else one derived
-        for theirs (Note [A backward for other tangent kinds], grad.py), made once per kinds.
+        for theirs (Note [A backward for other tangent kinds], backward_deriver.py), made once per kinds.
 
         Args:
             expected: the kinds the call's outputs expect (``expected_kinds``) where the recorded ones

@@ -1,8 +1,8 @@
 """A backward for gradients of other kinds than traced, taking what the forward already saved.
 
 ``rederived_backward`` asks the grad transform's ``BackwardDeriver`` for a backward recorded with
-tangents of the received kinds (Note [A backward for other tangent kinds], grad.py) and connects it
-to the values the call's forward saved. Invariants:
+tangents of the received kinds (Note [A backward for other tangent kinds], backward_deriver.py) and
+connects it to the values the call's forward saved. Invariants:
 - its arguments are exactly the running forward's saved values, then the tangents' plain tensors:
   it runs as ``backward(*ctx.saved_tensors, *tangents)``, whichever forward (saving.py's or the one
   chosen for fusion, mincut.py) ran;

@@ -3,7 +3,7 @@
 The backward trace is recorded for each output's own tangent kind (class, flatten context, inner
 tensors). A gradient of another kind — plain where the output is a subclass, a subclass where it is
 plain, another ctx — gets a backward derived for it (Note [A backward for other tangent kinds],
-jitcore/transforms/grad.py), once per kinds. Subclasses nested in others get gradients of eager's
+jitcore/transforms/backward_deriver.py), once per kinds. Subclasses nested in others get gradients of eager's
 structure. Each test compares gradient types, flatten contexts and inner tensors with eager.
 """
 
