@@ -50,6 +50,7 @@ from jitcore.ir import BoundSymbol, Inlined, Proxy, SourceFrame, Symbol, Trace, 
 from jitcore.jit import appends, numbers, outputs
 from jitcore.jit.appends import appended_parameters
 from jitcore.jit.autograd_calls import AutogradCalls
+from jitcore.jit.caught_errors import refuse_caught_value_errors
 from jitcore.jit.checkpoint import checkpoint_lookasides
 from jitcore.jit.code_kinds import (
     TORCH_MODULES_DIR,
@@ -496,6 +497,7 @@ class Pass(StateReads):
             else:
                 sized = None if subclass or self.number_sizes is None else self.number_sizes.as_size
                 args, kwargs = bind_numbers(symbol, args, kwargs, subclass=subclass, as_size=sized)
+        refuse_caught_value_errors(symbol, args)  # Note [Errors the values decide, inside a try block]
         try:
             try:
                 if (masked := self.reads.masks_under_grad(symbol, args, kwargs)) is not None:

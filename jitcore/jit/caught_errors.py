@@ -1,0 +1,123 @@
+"""Ops whose errors depend on tensor values, called inside the program's own ``try`` blocks.
+
+Invariant: a call of an op listed in ``_VALUE_ERRORS`` (an index out of range, a singular matrix, a
+negative probability: errors that only the values decide) made while an interpreted frame of the
+program's own code (not torch's, jitcore's or the standard library's) is inside a ``try`` block with an
+``except`` clause is refused (JC-T001: the call runs eagerly, Note [Errors the values decide, inside a
+try block]). Such ops elsewhere are recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from jitcore.errors import UnsupportedOperationError
+from jitcore.interpreter import current_run
+from jitcore.interpreter.frame import Frame
+from jitcore.ir import Proxy, tree_any
+from jitcore.jit.code_kinds import is_library_file
+
+__all__ = ["refuse_caught_value_errors"]
+
+
+# Note [Errors the values decide, inside a try block]
+# The computation runs after tracing, outside the interpreter: an op that raises because of its
+# inputs' values (``torch.linalg.inv`` of a singular matrix, ``x[i]`` or ``torch.gather`` with an
+# index out of range, ``torch.multinomial`` of negative probabilities) raises from the computation,
+# where none of the program's handlers is. ``try: y = torch.linalg.inv(a) except LinAlgError: y = ...``
+# returned eager's fallback eagerly and raised jitted; a ``finally`` clause around it did not run.
+# Shapes and dtypes are known while tracing, so errors they decide are raised there, where the
+# interpreter routes them to the program's handlers; only errors the values decide are not. So a call
+# of an op that raises on values, made inside a ``try`` block with an ``except`` clause (its handler
+# enters by PUSH_EXC_INFO and matches with CHECK_EXC_MATCH, or is a bare ``except:``; a ``finally`` or
+# ``with`` block between the call and the clause is looked through) in a frame of the program's own
+# code, is refused and the call runs eagerly. The same op outside such a block is recorded: its error,
+# if any, propagates out of the call as eager's does. Not detected: the ``except`` clauses of torch
+# and the standard library (``nn.Module._call_impl`` wraps every forward with hooks in one that
+# re-raises; counting them made every model with a hook run eagerly), ``finally`` clauses (transformers
+# wraps model forwards in ``try: ... finally:`` to reset its own state: their effects are lost when
+# the computation raises) and ``with contextlib.suppress(IndexError):``.
+
+# short names (in-place forms without their trailing ``_``) of torch-level symbols that raise on values
+_VALUE_ERRORS = frozenset({
+    # linalg: singular or not positive-definite input, or no convergence
+    "inv", "inverse", "inv_ex", "cholesky", "cholesky_ex", "solve", "solve_ex", "lu_factor",
+    "lu_factor_ex", "ldl_factor", "ldl_factor_ex", "tensorinv", "tensorsolve", "matrix_power", "eigh",
+    "eigvalsh", "eig", "eigvals", "svd", "svdvals", "lstsq", "cholesky_inverse",
+    # an index out of range
+    "gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "index_copy",
+    "index_fill", "index_put", "index_reduce", "take", "take_along_dim", "put", "embedding",
+    "embedding_bag", "one_hot", "nll_loss", "cross_entropy", "multi_margin_loss",
+    "multilabel_margin_loss",
+    # other values: probabilities, counts, asserts
+    "multinomial", "bernoulli", "binomial", "poisson", "normal", "bincount", "repeat_interleave",
+    "binary_cross_entropy", "_assert_async", "_assert_scalar", "kl_div",
+})
+_INDEXING = frozenset({"__getitem__", "__setitem__"})
+
+
+def _integer_tensor(value: Any) -> bool:
+    dtype = getattr(value, "dtype", None)
+    return isinstance(value, Proxy) and isinstance(dtype, torch.dtype) and not dtype.is_floating_point \
+        and not dtype.is_complex and dtype is not torch.bool
+
+
+def _raises_on_values(symbol: Any, args: tuple) -> bool:
+    name = symbol.name
+    if name in _INDEXING:  # only an integer tensor index is checked against the sizes at run time
+        return len(args) > 1 and tree_any(args[1], _integer_tensor)
+    return name in _VALUE_ERRORS or (name.endswith("_") and name[:-1] in _VALUE_ERRORS)
+
+
+# what an ``except`` clause loads before CHECK_EXC_MATCH: the class or a tuple of classes
+_CLASS_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_ATTR", "LOAD_FAST", "LOAD_DEREF", "LOAD_CONST",
+                          "BUILD_TUPLE", "PUSH_NULL", "LOAD_FAST_CHECK", "LOAD_FROM_DICT_OR_GLOBALS"})
+
+
+def _catches(instructions: list, target: int) -> bool:
+    """The handler at ``target`` is an ``except`` clause (bare, typed or ``except*``)."""
+    following = instructions[target + 1:target + 12]
+    if following and following[0].opname == "POP_TOP":
+        return True  # a bare ``except:``
+    for inst in following:
+        if inst.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):
+            return True
+        if inst.opname not in _CLASS_LOADS:
+            return False
+    return False
+
+
+def _in_try_block(frame: Frame) -> bool:
+    """The frame's current instruction is inside a ``try`` block with an ``except`` clause: the handlers
+    covering it, innermost first (a handler's own code is covered by the next one out), include one."""
+    instructions, info = frame.instructions, frame.info
+    entry = info.handler_for(frame.instruction.index)
+    for _ in range(64):
+        if entry is None:
+            return False
+        if instructions[entry.target].opname == "PUSH_EXC_INFO" and _catches(instructions, entry.target):
+            return True
+        entry = info.handler_for(entry.target)  # a finally, a with block's exit, a cleanup: the next out
+    return False
+
+
+def refuse_caught_value_errors(symbol: Any, args: tuple) -> None:
+    """Refuse a call of an op whose errors the values decide inside the program's ``try`` block
+    (Note [Errors the values decide, inside a try block])."""
+    if symbol.langctx != "torch" or not _raises_on_values(symbol, args):
+        return
+    run = current_run()
+    if run is None:
+        return
+    for frame in reversed(run.frames):
+        if not is_library_file(frame.code.co_filename) and _in_try_block(frame):
+            where = frame.position()
+            raise UnsupportedOperationError(
+                f"{symbol.id} is called inside a try block ({where}): its error depends on the tensors' "
+                "values, raised when the computation runs, where the block's except or finally clause "
+                "cannot catch it",
+                hints=("call the op outside the try block, or check its inputs (torch.linalg.inv_ex, "
+                       "a bounds check) instead of catching its error",),
+            )

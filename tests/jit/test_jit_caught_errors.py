@@ -1,0 +1,130 @@
+"""Ops whose errors depend on tensor values, inside the program's own ``try`` blocks
+(jitcore/jit/caught_errors.py, Note [Errors the values decide, inside a try block]): each program is
+called with inputs that make the op raise and inputs that do not, eagerly and jitted (cached calls
+too); results, exception types and the state a ``finally`` clause inside the block changes equal
+eager's."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import jitcore
+
+
+def _inv(a: torch.Tensor) -> torch.Tensor:
+    try:
+        return torch.linalg.inv(a)
+    except torch.linalg.LinAlgError:
+        return torch.zeros(1)
+
+
+def _cholesky(a: torch.Tensor) -> torch.Tensor:
+    try:
+        return torch.linalg.cholesky(a)
+    except RuntimeError:
+        return torch.ones(1)
+
+
+def _index(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    try:
+        return x[i]
+    except IndexError:
+        return torch.full((1,), 7.0)
+
+
+def _gather(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    try:
+        return torch.gather(x, 0, i)
+    except RuntimeError:
+        return torch.full((1,), 8.0)
+
+
+def _multinomial(p: torch.Tensor) -> torch.Tensor:
+    try:
+        return torch.multinomial(p, 1)
+    except RuntimeError:
+        return torch.full((1,), 9)
+
+
+def _helper_inside(a: torch.Tensor) -> torch.Tensor:
+    def solve(m: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.solve(m, torch.ones(2))
+
+    try:
+        y = a * 2
+        z = solve(y)
+    except torch.linalg.LinAlgError:
+        z = y.sum(0) + 1
+    return z
+
+
+def _within_finally(a: torch.Tensor, log: list) -> torch.Tensor:
+    try:
+        try:
+            return torch.linalg.inv(a)
+        finally:
+            log.append(a.shape[0])
+    except torch.linalg.LinAlgError:
+        return torch.zeros(1)
+
+
+_SINGULAR, _EYE = torch.zeros(2, 2), torch.eye(2)
+PROGRAMS: dict[str, tuple[Callable[..., Any], list[tuple]]] = {
+    "inv": (_inv, [(_SINGULAR,), (_EYE,), (_SINGULAR,)]),
+    "cholesky": (_cholesky, [(-_EYE,), (_EYE,), (-_EYE,)]),
+    "index": (_index, [(torch.arange(3.0), torch.tensor([5])), (torch.arange(3.0), torch.tensor([1]))] * 2),
+    "gather": (_gather, [(torch.arange(3.0), torch.tensor([5])), (torch.arange(3.0), torch.tensor([1]))] * 2),
+    "multinomial": (_multinomial, [(torch.tensor([-1.0, 1.0]),), (torch.tensor([0.0, 1.0]),)] * 2),
+    "helper_inside": (_helper_inside, [(_SINGULAR,), (_EYE,), (_SINGULAR,)]),
+    "within_finally": (_within_finally, [(_SINGULAR, []), (_EYE, []), (_SINGULAR, [])]),
+}
+
+
+def _outcome(fn: Callable[..., Any], args: tuple) -> tuple[Any, list]:
+    log: list = []
+    args = tuple(log if isinstance(a, list) else a for a in args)
+    try:
+        return fn(*args), log
+    except Exception as exc:  # noqa: BLE001 - the exception's type is compared with eager's
+        return type(exc), log
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_an_error_the_values_decide_is_caught_by_the_programs_handler(name: str) -> None:
+    fn, calls = PROGRAMS[name]
+    jf = jitcore.jit(fn)
+    for k, args in enumerate(calls):
+        expected, expected_log = _outcome(fn, args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got, got_log = _outcome(jf, args)
+        if isinstance(expected, torch.Tensor):
+            assert isinstance(got, torch.Tensor) and got.dtype == expected.dtype, (k, got)
+            assert torch.equal(got, expected), (k, got, expected)
+        else:
+            assert got is expected, (k, got, expected)
+        assert got_log == expected_log, (k, got_log, expected_log)
+
+
+def test_the_same_ops_outside_a_try_block_are_traced() -> None:
+    def f(a: torch.Tensor, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():  # a with block is no try block
+            y = x[i] + torch.gather(x, 0, i)
+        try:
+            z = x[0]  # no index tensor: its errors are the sizes', raised while tracing
+        except IndexError:
+            z = x[1]
+        return torch.linalg.inv(a).sum() + y.sum() + z
+
+    jf = jitcore.jit(f)
+    for _ in range(2):
+        args = (_EYE, torch.arange(3.0), torch.tensor([1, 2]))
+        assert torch.equal(jf(*args), f(*args))
+    assert jf.fallback_reason is None and jitcore.cache_hits(jf) == 1
+    with pytest.raises(torch.linalg.LinAlgError):  # outside a try block the error leaves the call as eager's
+        jf(_SINGULAR, torch.arange(3.0), torch.tensor([1, 2]))
