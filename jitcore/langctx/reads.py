@@ -33,6 +33,7 @@ import torch
 
 from jitcore.ir import SourceFrame, Symbol, recorded_symbol
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 
 __all__ = [
     "CLOCK_READ",
@@ -177,7 +178,7 @@ def runs_under_autograd(bound_symbols: list[Any]) -> Any:
 def _masked_select(x: Any, mask: Any, *, out: Any = None) -> Any:
     if out is not None:
         return NotImplemented
-    x, mask = torch.broadcast_tensors(x, mask)
+    mask, x = torch.broadcast_tensors(mask, x)  # eager names the mask first in its error
     return x[mask]
 
 
@@ -191,12 +192,40 @@ def _is_mask(value: Any) -> bool:
     return isinstance(value, TensorProxy) and value.dtype in (torch.bool, torch.uint8)
 
 
-def _coordinate_index(index: Any) -> Any:
+def _check_mask_shapes(shape: Any, items: tuple) -> None:
+    """Raise eager's IndexError for a mask whose shape is not the indexed dimensions': the coordinates
+    ``nonzero`` gives index any tensor their values fit, so the check is made here, as torch makes it
+    (on the tensor that ints and ``None`` made; sizes that are symbols are not compared)."""
+    sliced = list(shape)
+    consumed = sum(i.ndim if _is_mask(i) else 1 for i in items if i is not None and i is not Ellipsis)
+    dim, masks = 0, []
+    for item in items:  # ints and None first, as torch slices before it indexes with tensors
+        if item is None:
+            sliced.insert(dim, 1)
+            dim += 1
+        elif item is Ellipsis:
+            dim += len(shape) - consumed
+        elif isinstance(item, (int, NumberProxy)) and not isinstance(item, bool):
+            del sliced[dim:dim + 1]
+        else:
+            if _is_mask(item):
+                masks.append((item, dim))
+            dim += item.ndim if _is_mask(item) else 1
+    for mask, dim in masks:
+        for j, size in enumerate(mask.shape):
+            there = sliced[dim + j] if dim + j < len(sliced) else None
+            if type(size) is int and type(there) is int and size != there:
+                raise IndexError(f"The shape of the mask {list(mask.shape)} at index {j} does not match "
+                                 f"the shape of the indexed tensor {sliced} at index {dim + j}")
+
+
+def _coordinate_index(x: Any, index: Any) -> Any:
     """A boolean-mask index as the coordinate tensors of its true elements (NotImplemented: none,
     or a 0-d mask, whose meaning depends on its position)."""
     items = index if type(index) is tuple else (index,)
     if not any(_is_mask(i) for i in items) or any(_is_mask(i) and i.ndim == 0 for i in items):
         return NotImplemented
+    _check_mask_shapes(x.shape, items)
     out: list[Any] = []
     for item in items:
         if _is_mask(item):
@@ -222,22 +251,22 @@ def _read_slice_bounds(index: Any) -> Any:
     return tuple(out) if type(index) is tuple else out[0]
 
 
-def _static_index(index: Any) -> Any:
+def _static_index(x: Any, index: Any) -> Any:
     """The index with masks as coordinates and tensor slice bounds read (NotImplemented: neither)."""
     read = _read_slice_bounds(index)
-    coordinates = _coordinate_index(read)
+    coordinates = _coordinate_index(x, read)
     if coordinates is not NotImplemented:
         return coordinates
     return NotImplemented if read is index else read
 
 
 def _getitem(x: Any, index: Any) -> Any:
-    static = _static_index(index)
+    static = _static_index(x, index)
     return NotImplemented if static is NotImplemented else x[static]
 
 
 def _setitem(x: Any, index: Any, value: Any) -> Any:
-    static = _static_index(index)
+    static = _static_index(x, index)
     if static is NotImplemented:
         return NotImplemented
     x[static] = value
@@ -248,7 +277,7 @@ def _index_put(fn: Callable[..., Any]) -> Callable[..., Any]:
     def put(x: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
         if type(indices) not in (tuple, list):
             return NotImplemented
-        coordinates = _coordinate_index(tuple(indices))
+        coordinates = _coordinate_index(x, tuple(indices))
         return NotImplemented if coordinates is NotImplemented else fn(x, coordinates, values, accumulate)
 
     return put
