@@ -50,6 +50,7 @@ from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
 from jitcore.transforms import GradStage, StaticSizesNeeded, differentiate
+from jitcore.transforms.autograd_function import forwards_inlined
 
 __all__ = [
     "jit",
@@ -322,6 +323,8 @@ class JittedFunction:
             no_graph = grad.without_graph and flat.trace is not program.trace  # Note [A graph no output
             if no_graph:  # reaches]
                 flat = replace(flat, trace=without_grad_mode_changes(flat.trace))
+            # Note [A Function without grad runs its recorded forward] (transforms/autograd_function.py)
+            flat = replace(flat, trace=forwards_inlined(flat.trace))
             traces = [program.trace] if flat.trace is program.trace else [program.trace, flat.trace]
             backward_traces, inputs = [], flat.inputs
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once

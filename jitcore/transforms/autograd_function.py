@@ -15,6 +15,7 @@ Invariant: the gradients are the user's backward's, never ones derived from its 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import types
 from collections.abc import Callable
@@ -28,7 +29,7 @@ import jitcore
 from jitcore.diagnostics.boundary import runs_as_function_apply
 from jitcore.errors import DataDependentError, JitcoreError
 from jitcore.interpreter import current_run
-from jitcore.ir import Symbol, current_context
+from jitcore.ir import BoundSymbol, Symbol, Trace, current_context, tree_any
 from jitcore.langctx.thread_state import subclass_functions_as_the_caller_had
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.protocol import tensor_flatten, unflatten_around
@@ -36,7 +37,8 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.typed import is_plain_subclass
 
 __all__ = [
-    "AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_function", "with_cells_mapped",
+    "AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_function", "forwards_inlined",
+    "with_cells_mapped",
 ]
 
 
@@ -397,3 +399,39 @@ def apply_autograd_function(cls: type, *args: Any, **kwargs: Any) -> Any:
 AUTOGRAD_FUNCTION_LOOKASIDES: dict[Any, Any] = {
     torch.autograd.Function.apply.__func__: apply_autograd_function,
 }
+
+
+# Note [A Function without grad runs its recorded forward]
+# Where nothing requires grad, ``MyFn.apply`` only runs the user's forward. The symbol ran it so, as
+# ``MyFn.apply`` on every cached call: the forward's Python effects (``calls.append(1)``, a counter)
+# happened natively and were also replayed by the side-effect replay (jit/effects.py), which had
+# recorded them while the forward was interpreted, so eager's one append per call was two. A
+# computation that builds no graph runs the forward's records instead (the symbol's subsymbols: its
+# ops, as interpreted), and its effects are replayed once, as every other Python effect. Where an
+# output requires grad the symbol stays (the user's backward must be the node); so does it where pass
+# 1 runs under torch's autograd (a known limit: a Function with Python effects in its forward runs
+# them twice there, docs/autograd.md).
+def forwards_inlined(trace: Trace) -> Trace:
+    """``trace`` with each Function application whose outputs need no grad replaced by its recorded
+    forward (Note [A Function without grad runs its recorded forward])."""
+    if not any(_applies_function(b) for b in trace.bound_symbols):
+        return trace
+    out: list[BoundSymbol] = []
+    for bsym in trace.bound_symbols:
+        _inline(bsym, out)
+    header = [line.replace("(interpretation)", "(interpretation), Function forwards inlined")
+              if "(interpretation)" in line else line for line in trace.header]
+    return dataclasses.replace(trace, bound_symbols=out, header=header)
+
+
+def _applies_function(bsym: BoundSymbol) -> bool:
+    return "autograd_function" in bsym.symbol.tags and bool(bsym.subsymbols) and not tree_any(
+        bsym.output, lambda v: isinstance(v, TensorProxy) and v.shadow.requires_grad)
+
+
+def _inline(bsym: BoundSymbol, out: list[BoundSymbol]) -> None:
+    if not _applies_function(bsym):
+        out.append(bsym)
+        return
+    for sub in bsym.subsymbols:
+        _inline(sub, out)

@@ -426,3 +426,44 @@ def test_a_number_a_function_takes_stays_dynamic(program: str) -> None:
             torch.testing.assert_close(x_jit.grad, x_eager.grad)
     # the first call's entry is static; then one entry (a branch: one each side of 1.5)
     assert jitcore.cache_misses(jitted) == (3 if program in ("branching", "no_grad") else 2)
+
+
+_FORWARD_CALLS: list[int] = []
+
+
+class _LoggedForward(torch.autograd.Function):
+    """A Function whose forward has a Python effect (Note [A Function without grad runs its recorded
+    forward])."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        _FORWARD_CALLS.append(scale)
+        return x * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3, None
+
+
+def test_a_functions_forward_effects_happen_once_a_call_without_grad() -> None:
+    """Without grad the symbol ran ``MyFn.apply`` natively on every cached call and the side-effect
+    replay repeated the forward's append: two appends a call where eager makes one."""
+    def f(x):
+        return _LoggedForward.apply(x, 2.0).sum() + len(_FORWARD_CALLS)
+
+    jitted = jitcore.jit(f)
+    for i in range(4):
+        x = torch.randn(3 + i % 2)
+        before = list(_FORWARD_CALLS)
+        expected = f(x)
+        eager_log = _FORWARD_CALLS[len(before):]
+        del _FORWARD_CALLS[len(before):]
+        got = jitted(x)
+        assert _FORWARD_CALLS[len(before):] == eager_log
+        torch.testing.assert_close(got, expected)
+    assert "run_autograd_function" not in str(jitcore.last_traces(jitted)[-1])
+    assert jitcore.cache_misses(jitted) <= 2
+    # with grad, the user's backward is still the node
+    x = torch.randn(3, requires_grad=True)
+    jitcore.jit(lambda x: _LoggedForward.apply(x, 2.0).sum())(x).backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 3.0))
