@@ -33,7 +33,9 @@ __all__ = ["refuse_caught_value_errors"]
 # of an op that raises on values, made inside a ``try`` block with an ``except`` clause (its handler
 # enters by PUSH_EXC_INFO and matches with CHECK_EXC_MATCH, or is a bare ``except:``; a ``finally`` or
 # ``with`` block between the call and the clause is looked through) in a frame of the program's own
-# code, is refused and the call runs eagerly. The same op outside such a block is recorded: its error,
+# code, is refused and the call runs eagerly, unless the clause names classes (globals, builtins and
+# their attributes) none of which catches such an error (``except NotImplementedError:``, torchao's NF4
+# around its table's ops). The same op outside such a block is recorded: its error,
 # if any, propagates out of the call as eager's does. Not detected: the ``except`` clauses of torch
 # and the standard library (``nn.Module._call_impl`` wraps every forward with hooks in one that
 # re-raises; counting them made every model with a hook run eagerly), ``finally`` clauses (transformers
@@ -76,17 +78,61 @@ _CLASS_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_ATTR", "LOAD_FAST", 
                           "BUILD_TUPLE", "PUSH_NULL", "LOAD_FAST_CHECK", "LOAD_FROM_DICT_OR_GLOBALS"})
 
 
-def _catches(instructions: list, target: int) -> bool:
-    """The handler at ``target`` is an ``except`` clause (bare, typed or ``except*``)."""
+# the errors the listed ops raise on values: a clause that catches none of them lets theirs through, as
+# the computation's does (torchao's NF4 ``__torch_function__`` catches NotImplementedError around its
+# table's ops: counting it made every NF4 model run eagerly)
+_RAISED_ON_VALUES = (IndexError, RuntimeError, torch._C._LinAlgError, ValueError)  # noqa: SLF001
+_UNKNOWN = object()
+
+
+def _catches(frame: Frame, instructions: list, target: int) -> bool:
+    """The handler at ``target`` is an ``except`` clause (bare, typed or ``except*``) that may catch an
+    error the listed ops raise on values (``_RAISED_ON_VALUES``; a class it cannot name: it may)."""
     following = instructions[target + 1:target + 12]
     if following and following[0].opname == "POP_TOP":
         return True  # a bare ``except:``
+    loaded: list = []
     for inst in following:
         if inst.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):
-            return True
+            return _may_catch(loaded[-1] if loaded else _UNKNOWN)
         if inst.opname not in _CLASS_LOADS:
             return False
+        _load(frame, inst, loaded)
     return False
+
+
+def _load(frame: Frame, inst: Any, loaded: list) -> None:
+    """What ``inst`` of an ``except`` clause pushes, where it names a global, a builtin, an attribute
+    of one, a constant or a tuple of them; ``_UNKNOWN`` for a local or a cell."""
+    name, op = inst.argval, inst.opname
+    if op == "PUSH_NULL":
+        return
+    if op in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS") and isinstance(name, str):
+        builtins = frame.builtins if isinstance(frame.builtins, dict) else vars(frame.builtins)
+        scopes = (frame.locals, frame.globals, builtins) if op == "LOAD_NAME" else (frame.globals, builtins)
+        loaded.append(next((scope[name] for scope in scopes if isinstance(scope, dict) and name in scope),
+                           _UNKNOWN))
+    elif op == "LOAD_ATTR" and loaded and isinstance(name, str):
+        owner = loaded.pop()
+        loaded.append(_UNKNOWN if owner is _UNKNOWN else getattr(owner, name, _UNKNOWN))
+    elif op == "LOAD_CONST":
+        loaded.append(name)
+    elif op == "BUILD_TUPLE" and isinstance(inst.arg, int) and len(loaded) >= inst.arg:
+        items = loaded[len(loaded) - inst.arg:]
+        del loaded[len(loaded) - inst.arg:]
+        loaded.append(_UNKNOWN if any(i is _UNKNOWN for i in items) else tuple(items))
+    else:
+        loaded.append(_UNKNOWN)
+
+
+def _may_catch(matched: Any) -> bool:
+    """Whether an ``except`` clause matching ``matched`` (a class or a tuple of them) may catch one of
+    ``_RAISED_ON_VALUES``."""
+    if type(matched) is tuple:
+        return any(_may_catch(m) for m in matched)
+    if isinstance(matched, type) and issubclass(matched, BaseException):
+        return any(issubclass(raised, matched) for raised in _RAISED_ON_VALUES)
+    return True
 
 
 def _in_try_block(frame: Frame) -> bool:
@@ -97,7 +143,8 @@ def _in_try_block(frame: Frame) -> bool:
     for _ in range(64):
         if entry is None:
             return False
-        if instructions[entry.target].opname == "PUSH_EXC_INFO" and _catches(instructions, entry.target):
+        if instructions[entry.target].opname == "PUSH_EXC_INFO" \
+                and _catches(frame, instructions, entry.target):
             return True
         entry = info.handler_for(entry.target)  # a finally, a with block's exit, a cleanup: the next out
     return False

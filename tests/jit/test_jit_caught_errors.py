@@ -128,3 +128,38 @@ def test_the_same_ops_outside_a_try_block_are_traced() -> None:
     assert jf.fallback_reason is None and jitcore.cache_hits(jf) == 1
     with pytest.raises(torch.linalg.LinAlgError):  # outside a try block the error leaves the call as eager's
         jf(_SINGULAR, torch.arange(3.0), torch.tensor([1, 2]))
+
+
+_NOT_VALUE_ERRORS = (TypeError, KeyError)
+
+
+def _table_lookup(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    try:  # torchao's NF4 ``__torch_function__``: its table's op inside a try that catches only this
+        y = x[i] * 2
+    except NotImplementedError:
+        y = x
+    try:
+        z = torch.gather(x, 0, i)
+    except (TypeError, KeyError):
+        z = x
+    try:
+        w = torch.index_select(x, 0, i)
+    except _NOT_VALUE_ERRORS:
+        w = x
+    return y.sum() + z.sum() + w.sum()
+
+
+def test_a_clause_that_cannot_catch_a_value_error_keeps_the_op_traced() -> None:
+    """An ``except`` clause whose classes catch none of the errors the op raises on values (an
+    IndexError, a RuntimeError, a LinAlgError, a ValueError) lets such an error through as the
+    computation does: the op stays traced (it made every torchao NF4 model run eagerly), and its error
+    leaves the call as eager's."""
+    jf = jitcore.jit(_table_lookup, fullgraph=True)
+    x = torch.arange(4.0)
+    for i in (torch.tensor([1, 2]), torch.tensor([0, 3])):
+        assert torch.equal(jf(x, i), _table_lookup(x, i))
+    assert jitcore.cache_misses(jf) == 1 and jitcore.cache_hits(jf) == 1
+    with pytest.raises(IndexError):
+        _table_lookup(x, torch.tensor([9]))
+    with pytest.raises(IndexError):
+        jf(x, torch.tensor([9]))
