@@ -9,6 +9,7 @@ try block]). Such ops elsewhere are recorded.
 
 from __future__ import annotations
 
+import dis
 from typing import Any
 
 import torch
@@ -35,7 +36,9 @@ __all__ = ["refuse_caught_value_errors"]
 # ``with`` block between the call and the clause is looked through) in a frame of the program's own
 # code, is refused and the call runs eagerly, unless the clause names classes (globals, builtins and
 # their attributes) none of which catches such an error (``except NotImplementedError:``, torchao's NF4
-# around its table's ops). The same op outside such a block is recorded: its error,
+# around its table's ops), or whose every path raises again (torch_geometric's ``_index_select_safe``
+# re-raises an IndexError with its own message: the call raises either way, only the message differs;
+# counting it made every PyG model run eagerly). The same op outside such a block is recorded: its error,
 # if any, propagates out of the call as eager's does. Not detected: the ``except`` clauses of torch
 # and the standard library (``nn.Module._call_impl`` wraps every forward with hooks in one that
 # re-raises; counting them made every model with a hook run eagerly), ``finally`` clauses (transformers
@@ -90,15 +93,51 @@ def _catches(frame: Frame, instructions: list, target: int) -> bool:
     error the listed ops raise on values (``_RAISED_ON_VALUES``; a class it cannot name: it may)."""
     following = instructions[target + 1:target + 12]
     if following and following[0].opname == "POP_TOP":
-        return True  # a bare ``except:``
+        return not _always_raises(instructions, target + 2)  # a bare ``except:``
     loaded: list = []
-    for inst in following:
-        if inst.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):
-            return _may_catch(loaded[-1] if loaded else _UNKNOWN)
+    for offset, inst in enumerate(following):
+        if inst.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):  # then the jump to the next clause
+            return _may_catch(loaded[-1] if loaded else _UNKNOWN) \
+                and not _always_raises(instructions, target + offset + 3)
         if inst.opname not in _CLASS_LOADS:
             return False
         _load(frame, inst, loaded)
     return False
+
+
+_JUMPS = frozenset(dis.opname[op] for op in {*dis.hasjrel, *dis.hasjabs, *getattr(dis, "hasjump", ())})
+_UNCONDITIONAL = frozenset({"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE", "JUMP_BACKWARD_NO_INTERRUPT",
+                            "JUMP", "JUMP_NO_INTERRUPT"})
+_LEAVES = frozenset({"POP_EXCEPT", "RETURN_VALUE", "RETURN_CONST", "YIELD_VALUE"})
+
+
+def _always_raises(instructions: list, start: int) -> bool:
+    """Every path through an ``except`` clause's body from ``start`` raises (its error again, or another:
+    torch_geometric's ``_index_select_safe`` re-raises an IndexError with its own message) before it
+    leaves the handler (POP_EXCEPT) or returns: the call raises then whether or not the clause runs
+    (Note [Errors the values decide, inside a try block]). Exception edges are not followed."""
+    seen: set[int] = set()
+    pending = [start]
+    while pending:
+        index = pending.pop()
+        if index in seen:
+            continue
+        if index >= len(instructions) or len(seen) > 4096:
+            return False
+        seen.add(index)
+        inst = instructions[index]
+        if inst.opname in ("RAISE_VARARGS", "RERAISE"):
+            continue
+        if inst.opname in _LEAVES:
+            return False
+        if inst.opname in _JUMPS:
+            if not isinstance(inst.argval, int):
+                return False
+            pending.append(inst.argval)
+            if inst.opname in _UNCONDITIONAL:
+                continue
+        pending.append(index + 1)
+    return True
 
 
 def _load(frame: Frame, inst: Any, loaded: list) -> None:

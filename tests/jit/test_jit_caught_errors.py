@@ -163,3 +163,40 @@ def test_a_clause_that_cannot_catch_a_value_error_keeps_the_op_traced() -> None:
         _table_lookup(x, torch.tensor([9]))
     with pytest.raises(IndexError):
         jf(x, torch.tensor([9]))
+
+
+def _select_safe(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    try:  # torch_geometric's MessagePassing._index_select_safe: every path of the clause raises
+        return src.index_select(0, index)
+    except (IndexError, RuntimeError) as e:
+        if index.numel() > 0 and index.min() < 0:
+            raise IndexError(f"negative indices (got {index.min().item()})") from e
+        if index.numel() > 0 and index.max() >= src.size(0):
+            raise IndexError(f"indices larger than {src.size(0) - 1}") from e
+        raise e
+
+
+def _select_or_default(src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    try:
+        return src.index_select(0, index)
+    except IndexError:
+        if index.numel() == 0:
+            raise
+        return src[:1]
+
+
+def test_a_clause_whose_every_path_raises_keeps_the_op_traced() -> None:
+    """A clause that always raises again (with its own message) cannot turn the error into a value: the
+    op stays traced (it made every torch_geometric model run eagerly), and an index out of range raises
+    eager's IndexError type; a clause with a path that returns still makes the call run eagerly."""
+    src = torch.arange(6.0).reshape(3, 2)
+    jf = jitcore.jit(lambda s, i: _select_safe(s, i) * 2, fullgraph=True)
+    for index in (torch.tensor([0, 2]), torch.tensor([1, 1])):
+        assert torch.equal(jf(src, index), _select_safe(src, index) * 2)
+    assert jitcore.cache_misses(jf) == 1
+    with pytest.raises(IndexError):
+        _select_safe(src, torch.tensor([7]))
+    with pytest.raises(IndexError):
+        jf(src, torch.tensor([7]))
+    with pytest.raises(jitcore.UnsupportedOperationError, match="inside a try block"):
+        jitcore.jit(_select_or_default, fullgraph=True)(src, torch.tensor([0]))
