@@ -102,15 +102,14 @@ def pytree_lookasides(made_here: Callable[[Any], bool]) -> dict[Any, Callable[..
             stack.extend(node._children)  # noqa: SLF001
         return True
 
-    def tree_flatten(tree: Any, is_leaf: Any = None) -> Any:
-        if is_leaf is None and current_run() is not None and native_tree(tree):
-            return _tree_flatten(tree)
-        return _interpreted(_tree_flatten, tree, is_leaf=is_leaf)
+    def walk(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (``tree_flatten``, ``tree_leaves``) run natively over a tree the call made."""
+        def walked(tree: Any, is_leaf: Any = None) -> Any:
+            if is_leaf is None and current_run() is not None and native_tree(tree):
+                return fn(tree)
+            return _interpreted(fn, tree, is_leaf=is_leaf)
 
-    def tree_leaves(tree: Any, is_leaf: Any = None) -> Any:
-        if is_leaf is None and current_run() is not None and native_tree(tree):
-            return _tree_leaves(tree)
-        return _interpreted(_tree_leaves, tree, is_leaf=is_leaf)
+        return walked
 
     def tree_unflatten(leaves: Any, treespec: Any) -> Any:
         if current_run() is not None and type(leaves) in (list, tuple) and made_here(leaves) \
@@ -135,8 +134,8 @@ def pytree_lookasides(made_here: Callable[[Any], bool]) -> dict[Any, Callable[..
         return spec.unflatten([call(run, func, (leaf,), None) if call(run, isinstance, (leaf, kinds), None)
                                else leaf for leaf in leaves])
 
-    return {_tree_flatten: tree_flatten, _tree_leaves: tree_leaves, _tree_unflatten: tree_unflatten,
-            _tree_map: tree_map, _tree_map_only: tree_map_only}
+    return {_tree_flatten: walk(_tree_flatten), _tree_leaves: walk(_tree_leaves),
+            _tree_unflatten: tree_unflatten, _tree_map: tree_map, _tree_map_only: tree_map_only}
 
 
 _tree_flatten = pytree.tree_flatten
