@@ -183,7 +183,8 @@ class StateSnapshots:
         if kind in ("attrs", "class"):
             current = attributes(obj)
             in_dict = isinstance(current, (dict, types.MappingProxyType)) and key in current
-            return in_dict and dict.get(state, key, MISSING) is not value
+            stored = current[key] if kind == "class" and in_dict else value  # a staticmethod's read answers
+            return in_dict and dict.get(state, key, MISSING) is not stored  # its function: the entry decides
         if kind == "slots":
             return key in state and state[key] is not value
         if kind == "dict":

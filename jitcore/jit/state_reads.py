@@ -195,8 +195,21 @@ class StateReads:
             self.provenance.remember(obj, path)
         elif not is_stored_attribute(obj, name):
             self.provenance.bind_class_attribute(obj, path, name)  # a method or property: pin it
+            self._remember_static_function(value, path.attr(name))
             return value  # computed by a descriptor or __getattr__, whose own reads are hooked
         return self._bind_state(frame, value, path.attr(name), name)
+
+    # Note [The cells of a static method]
+    # ``bind_class_attribute`` pins the class's entry, which for a ``staticmethod`` or ``classmethod`` is
+    # the wrapper, not the function the program calls: that function had no path, so ``_load_deref``
+    # took its cells for cells made while tracing. A Function's ``forward`` is a static method: with its
+    # log a cell of the function that defined the class (``log.append(...)`` in ``forward``), the append
+    # ran while tracing only and every cached call lost it. The function is remembered at the read's
+    # path, its cells with it, so what it reads and writes through them is state as anywhere else.
+    def _remember_static_function(self, value: Any, path: Path) -> None:
+        fn = value.__func__ if type(value) is types.MethodType else value
+        if type(fn) is types.FunctionType and self.provenance.path_of(fn) is None:
+            self.provenance.remember_function(fn, path if fn is value else path.attr("__func__"))
 
     def grad_value(self, tensor: torch.Tensor, path: Path) -> Any:
         """``tensor.grad`` of a tensor of the caller's: read through its path, or the program's own

@@ -183,12 +183,15 @@ def _forward(cls: type, *args: Any, **kwargs: Any) -> Any:
     run = current_run()
     call = run.call if run is not None else (lambda fn, *a, **k: fn(*a, **k))
     ctx = TracingContext(args)
+    # read as the program reads them (its hooks see the reads): their cells are state, Note [The cells
+    # of a static method] (jitcore/jit/state_reads.py)
+    forward = call(getattr, cls, "forward")
     with torch.no_grad():  # as apply runs them (Note [A Function's output reaches every input ...])
         if _uses_setup_context(cls):
-            output = call(cls.forward, *args, **kwargs)
-            call(cls.setup_context, ctx, args, output)
+            output = call(forward, *args, **kwargs)
+            call(call(getattr, cls, "setup_context"), ctx, args, output)
         else:
-            output = call(cls.forward, ctx, *args, **kwargs)
+            output = call(forward, ctx, *args, **kwargs)
     _require_grad_as_apply(output, (args, kwargs), ctx, _UsersBackward(cls, ctx, args, output))
     return output
 

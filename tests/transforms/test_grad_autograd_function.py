@@ -467,3 +467,64 @@ def test_a_functions_forward_effects_happen_once_a_call_without_grad() -> None:
     x = torch.randn(3, requires_grad=True)
     jitcore.jit(lambda x: _LoggedForward.apply(x, 2.0).sum())(x).backward()
     torch.testing.assert_close(x.grad, torch.full((3,), 3.0))
+
+
+def _function_over_a_cell(save: bool, setup: bool) -> tuple[type, list]:
+    """A Function defined inside a function, its forward and backward appending to that function's
+    list (a cell of theirs, as a Function a model's factory defines), in both styles."""
+    log: list = []
+
+    class Sq(torch.autograd.Function):
+        @staticmethod
+        def backward(ctx, g):
+            log.append("backward")
+            return 2 * g * ctx.saved_tensors[0] if save else 2 * g
+
+    if setup:
+        def forward(x):
+            log.append(("forward", x.shape[0]))
+            return x * x
+
+        def setup_context(ctx, inputs, output):
+            log.append("setup")
+            if save:
+                ctx.save_for_backward(inputs[0])
+        Sq.forward, Sq.setup_context = staticmethod(forward), staticmethod(setup_context)
+    else:
+        def forward_with_ctx(ctx, x):
+            log.append(("forward", x.shape[0]))
+            if save:
+                ctx.save_for_backward(x)
+            return x * x
+        Sq.forward = staticmethod(forward_with_ctx)
+    return Sq, log
+
+
+@pytest.mark.parametrize("setup", [False, True], ids=["ctx", "setup_context"])
+@pytest.mark.parametrize("save", [False, True], ids=["nothing_saved", "saved"])
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_a_functions_effects_on_its_cells_happen_as_eagerly(grad: bool, save: bool, setup: bool) -> None:
+    """Note [The cells of a static method] (jitcore/jit/state_reads.py): a Function's forward is a static
+    method, whose cells counted as made while tracing. The append to a list of the function that
+    defined the class ran while tracing only: no append on a cached call, and with grad three on the
+    first (interpreted, then run on shadows twice), none restored. Without grad the sizes change
+    (an entry with symbolic sizes); with grad they are static, backward() runs the user's once."""
+    Sq, log = _function_over_a_cell(save, setup)
+
+    def f(x):
+        return Sq.apply(x).sum()
+
+    jitted = jitcore.jit(f)
+    for n in ([3, 4, 5, 4, 5] if not grad else [4, 4, 4, 4]):
+        seen = []
+        for fn in (f, jitted):
+            x = torch.arange(float(n)).requires_grad_(grad)
+            del log[:]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a backward writing a cell runs eagerly (backward_unwatched)
+                out = fn(x)
+                if grad:
+                    out.backward()
+            seen.append((list(log), out.item(), None if x.grad is None else x.grad.tolist()))
+        assert seen[1] == seen[0], n
+    assert jitcore.cache_misses(jitted) <= 2
