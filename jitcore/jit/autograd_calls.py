@@ -33,7 +33,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.nested._internal.nested_tensor import NestedTensor
 
 import jitcore
@@ -85,9 +87,12 @@ class AutogradCalls:
             self._refuse_the_callers_graph(outputs)
         leaves = _as_list(inputs) if inputs is not None else self._leaves(outputs)
         grads = self._record(outputs, leaves, grad_outputs, bool(create_graph), retain_graph)
+        held = {id(s) for s in _shadows([*outputs, *grad_outputs, *leaves])}  # Note [A gradient eager steals]
         for leaf, grad in zip(leaves, grads):
             if grad is not None:
-                self._accumulate(leaf, grad, bool(create_graph))
+                stealable = id(grad.shadow) not in held
+                held.add(id(grad.shadow))
+                self._accumulate(leaf, grad, bool(create_graph), stealable)
 
     def grad(self, outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None,
              create_graph: bool = False, only_inputs: bool = True, allow_unused: bool | None = None,
@@ -232,19 +237,24 @@ class AutogradCalls:
         leaves = [values.proxy_for(leaf) for leaf in graph_leaves(roots)]
         return [*_leaf_outputs(outputs, leaves), *leaves]
 
-    def _accumulate(self, leaf: TensorProxy, grad: TensorProxy, create_graph: bool = False) -> None:
+    def _accumulate(self, leaf: TensorProxy, grad: TensorProxy, create_graph: bool, stealable: bool) -> None:
         found = self._pass.provenance.input_of(leaf)
         if not create_graph and isinstance(grad, SubclassTensorProxy) and found is not None \
                 and self._pass.grad_value(found[1], found[0]) is None:
             grad = grad.detach()  # Note [AccumulateGrad's detach]
         if found is None:  # made inside the function: its gradient lives as long as the pass
             old = self._inner_grads.get(id(leaf))
-            self._inner_grads[id(leaf)] = grad if old is None else old.add_(grad)
+            if old is None:
+                self._inner_grads[id(leaf)] = _first_grad(leaf, grad, create_graph, stealable)
+            else:
+                self._inner_grads[id(leaf)] = old + grad if create_graph else old.add_(grad)
             return
         path, tensor = found
         old = self._pass.grad_value(tensor, path)
         if old is None:
-            self._set_grad(tensor, path, grad)
+            self._set_grad(tensor, path, _first_grad(leaf, grad, create_graph, stealable))
+        elif create_graph:  # grad mode is on in the backward: eager's AccumulateGrad adds out of place
+            self._set_grad(tensor, path, old + grad)
         else:
             old.add_(grad)  # in place into the caller's gradient tensor, as eager accumulates
 
@@ -281,6 +291,35 @@ class AutogradCalls:
         if held is not grad.shadow:
             values.alias(held, grad)
         tensor.grad = held  # torch's setter checks it as eager's does (shape, dtype, device)
+
+
+# Note [A gradient eager steals]
+# A leaf's first gradient is stored by eager's ``AccumulateGrad`` as the very tensor the backward made
+# only when nothing else holds it and its strides are the leaf's (the gradient layout contract); else
+# it stores a copy with the leaf's strides (``clone_obey_contract``), and always a copy when grad mode is
+# on (``create_graph=True``). The pass stored the gradient itself: ``(a + b).sum().backward()`` gave
+# ``a`` and ``b`` one expanded tensor of stride 0 as ``.grad`` (the next call's accumulation raised
+# "more than one element of the written-to tensor refers to a single memory location"), and nn.LSTM's
+# two biases one shared tensor, so accumulating over calls added each bias's gradient twice. A gradient
+# that is an output, a grad_output, a leaf, or another leaf's gradient of the same backward, or whose
+# strides are not provably the leaf's, is stored as eager's copy.
+def _first_grad(leaf: TensorProxy, grad: TensorProxy, create_graph: bool, stealable: bool) -> TensorProxy:
+    """What a leaf's ``.grad`` is first set to by a backward (the Note above)."""
+    if type(leaf.shadow) not in (FakeTensor, torch.nn.Parameter) or type(grad.shadow) is not FakeTensor:
+        return grad  # a subclass, a jagged tensor: its own layout rules (not modelled)
+    if stealable and not create_graph and _obeys_layout_contract(grad.shadow, leaf.shadow):
+        return grad
+    if is_non_overlapping_and_dense_or_false(leaf.shadow):
+        return torch.empty_like(leaf, memory_format=torch.preserve_format).copy_(grad)
+    return grad.clone(memory_format=torch.contiguous_format)
+
+
+def _obeys_layout_contract(grad: torch.Tensor, leaf: torch.Tensor) -> bool:
+    """torch's ``obeys_layout_contract``, answered without a guard: False where not provable."""
+    if is_non_overlapping_and_dense_or_false(leaf):
+        return all(statically_known_true(size == 1) or statically_known_true(g == v)
+                   for size, g, v in zip(grad.shape, grad.stride(), leaf.stride()))
+    return grad.is_contiguous()
 
 
 # Note [AccumulateGrad's detach]
