@@ -9,18 +9,22 @@ try block]). Such ops elsewhere are recorded.
 
 from __future__ import annotations
 
+import contextlib
 import dis
+import types
 from typing import Any
 
 import torch
 
-from jitcore.errors import UnsupportedOperationError
+from jitcore.errors import JitcoreError, UnsupportedOperationError
 from jitcore.interpreter import current_run
 from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.tracebacks import DRIVEN_CODES
 from jitcore.ir import Proxy, tree_any
 from jitcore.jit.code_kinds import is_library_file
+from jitcore.proxies.number import NumberProxy
 
-__all__ = ["refuse_caught_value_errors"]
+__all__ = ["refuse_caught_read_error", "refuse_caught_value_errors"]
 
 
 # Note [Errors the values decide, inside a try block]
@@ -39,11 +43,19 @@ __all__ = ["refuse_caught_value_errors"]
 # around its table's ops), or whose every path raises again (torch_geometric's ``_index_select_safe``
 # re-raises an IndexError with its own message: the call raises either way, only the message differs;
 # counting it made every PyG model run eagerly). The same op outside such a block is recorded: its error,
-# if any, propagates out of the call as eager's does. Not detected: the ``except`` clauses of torch
+# if any, propagates out of the call as eager's does. A ``with`` block counts as such a clause where its
+# exit may suppress the error: ``contextlib.suppress`` of a class that catches it, a ``@contextmanager``
+# of the program whose generator has an ``except`` clause, a program's ``__exit__`` that may return a
+# true value. A call that raised while run on the values it reads (``narrow`` with a tensor start,
+# ``ctc_loss``'s lengths, ``sparse_coo_tensor``'s invariants: jit/value_reads.py) inside such a block is
+# refused too: the handler it reached would be traced with no check of those values, and later calls
+# with values that do not raise got the handler's result. The refusal itself passes a bare ``except:``
+# and a ``with`` exit (interpreter/opcodes/exceptions.py, Note [Refusals pass bare excepts]). Not
+# detected: the ``except`` clauses of torch
 # and the standard library (``nn.Module._call_impl`` wraps every forward with hooks in one that
 # re-raises; counting them made every model with a hook run eagerly), ``finally`` clauses (transformers
 # wraps model forwards in ``try: ... finally:`` to reset its own state: their effects are lost when
-# the computation raises) and ``with contextlib.suppress(IndexError):``.
+# the computation raises) and ``contextlib.ExitStack`` callbacks that suppress.
 
 # short names (in-place forms without their trailing ``_``) of torch-level symbols that raise on values
 _VALUE_ERRORS = frozenset({
@@ -59,6 +71,10 @@ _VALUE_ERRORS = frozenset({
     # other values: probabilities, counts, asserts
     "multinomial", "bernoulli", "binomial", "poisson", "normal", "bincount", "repeat_interleave",
     "binary_cross_entropy", "_assert_async", "_assert_scalar", "kl_div",
+    # a sorter or unpooling index out of range, a mask with more elements set than the source has,
+    # lengths that do not sum to the size, a histogram range that is not finite
+    "searchsorted", "max_unpool1d", "max_unpool2d", "max_unpool3d", "masked_scatter", "segment_reduce",
+    "histc", "histogram",
 })
 _INDEXING = frozenset({"__getitem__", "__setitem__"})
 
@@ -69,10 +85,16 @@ def _integer_tensor(value: Any) -> bool:
         and not dtype.is_complex and dtype is not torch.bool
 
 
+def _value_index(value: Any) -> bool:
+    """An index item checked against the sizes only at run time: an integer tensor, or a number the
+    computation reads (``x[i.tolist()]``, ``x[int(n)]``)."""
+    return _integer_tensor(value) or (isinstance(value, NumberProxy) and value.python_type is int)
+
+
 def _raises_on_values(symbol: Any, args: tuple) -> bool:
     name = symbol.name
-    if name in _INDEXING:  # only an integer tensor index is checked against the sizes at run time
-        return len(args) > 1 and tree_any(args[1], _integer_tensor)
+    if name in _INDEXING:
+        return len(args) > 1 and tree_any(args[1], _value_index)
     return name in _VALUE_ERRORS or (name.endswith("_") and name[:-1] in _VALUE_ERRORS)
 
 
@@ -174,6 +196,47 @@ def _may_catch(matched: Any) -> bool:
     return True
 
 
+def _suppresses(frame: Frame, instructions: list, entry: Any) -> bool:
+    """The handler of ``entry`` is a ``with`` block's exit whose ``__exit__`` may suppress an error the
+    listed ops raise on values (``contextlib.suppress(IndexError)``, a program's own context manager
+    whose ``__exit__`` may return a true value, or whose generator has an ``except`` clause)."""
+    if entry.target + 1 >= len(instructions) or instructions[entry.target + 1].opname != "WITH_EXCEPT_START":
+        return False
+    stack = frame.stack
+    if not 0 < entry.depth <= len(stack):
+        return False
+    exit_ = stack[entry.depth - 1]  # under the handler's lasti and exceptions (WITH_EXCEPT_START's)
+    manager = getattr(exit_, "__self__", None)
+    if isinstance(manager, contextlib.suppress):
+        return _may_catch(getattr(manager, "_exceptions", _UNKNOWN))
+    if isinstance(manager, contextlib._GeneratorContextManager):  # noqa: SLF001 - @contextmanager's
+        code = getattr(getattr(manager, "gen", None), "gi_code", None)
+        code = DRIVEN_CODES.get(id(code), (None, code))[1]  # an interpreted generator's driver: its code
+        return code is not None and not is_library_file(code.co_filename) and _has_except_clause(code)
+    code = getattr(getattr(exit_, "__func__", exit_), "__code__", None)
+    return code is not None and not is_library_file(code.co_filename) and _may_return_true(code)
+
+
+def _has_except_clause(code: types.CodeType) -> bool:
+    """``code`` has an ``except`` clause (typed, bare or ``except*``)."""
+    instructions = list(dis.get_instructions(code))
+    return any(inst.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH")
+               or (inst.opname == "PUSH_EXC_INFO" and following.opname == "POP_TOP")
+               for inst, following in zip(instructions, instructions[1:]))
+
+
+def _may_return_true(code: types.CodeType) -> bool:
+    """Some ``return`` of ``code`` returns another value than a false constant."""
+    instructions = list(dis.get_instructions(code))
+    for before, inst in zip([None, *instructions], instructions):
+        if inst.opname == "RETURN_CONST" and inst.argval:
+            return True
+        if inst.opname == "RETURN_VALUE" and not (before is not None and before.opname == "LOAD_CONST"
+                                                  and not before.argval):
+            return True
+    return False
+
+
 def _in_try_block(frame: Frame) -> bool:
     """The frame's current instruction is inside a ``try`` block with an ``except`` clause: the handlers
     covering it, innermost first (a handler's own code is covered by the next one out), include one."""
@@ -183,7 +246,7 @@ def _in_try_block(frame: Frame) -> bool:
         if entry is None:
             return False
         if instructions[entry.target].opname == "PUSH_EXC_INFO" \
-                and _catches(frame, instructions, entry.target):
+                and (_catches(frame, instructions, entry.target) or _suppresses(frame, instructions, entry)):
             return True
         entry = info.handler_for(entry.target)  # a finally, a with block's exit, a cleanup: the next out
     return False
@@ -194,6 +257,10 @@ def refuse_caught_value_errors(symbol: Any, args: tuple) -> None:
     (Note [Errors the values decide, inside a try block])."""
     if symbol.langctx != "torch" or not _raises_on_values(symbol, args):
         return
+    _refuse_in_try_block(symbol)
+
+
+def _refuse_in_try_block(symbol: Any) -> None:
     run = current_run()
     if run is None:
         return
@@ -207,3 +274,13 @@ def refuse_caught_value_errors(symbol: Any, args: tuple) -> None:
                 hints=("call the op outside the try block, or check its inputs (torch.linalg.inv_ex, "
                        "a bounds check) instead of catching its error",),
             )
+
+
+def refuse_caught_read_error(symbol: Any, error: BaseException) -> None:
+    """Refuse a call that raised ``error`` while run on the values it reads (a tensor start of
+    ``narrow``, ``ctc_loss``'s lengths, ``sparse_coo_tensor``'s invariants) inside the program's
+    ``try`` block: its handler would be traced with no check of those values (Note [Errors the values
+    decide, inside a try block])."""
+    if isinstance(error, JitcoreError) or symbol.langctx != "torch":
+        return
+    _refuse_in_try_block(symbol)

@@ -50,7 +50,7 @@ from jitcore.ir import BoundSymbol, Inlined, Proxy, SourceFrame, Symbol, Trace, 
 from jitcore.jit import appends, numbers, outputs
 from jitcore.jit.appends import appended_parameters
 from jitcore.jit.autograd_calls import AutogradCalls
-from jitcore.jit.caught_errors import refuse_caught_value_errors
+from jitcore.jit.caught_errors import refuse_caught_read_error, refuse_caught_value_errors
 from jitcore.jit.checkpoint import checkpoint_lookasides
 from jitcore.jit.code_kinds import (
     TORCH_MODULES_DIR,
@@ -513,6 +513,9 @@ class Pass(StateReads):
                 except EagerOnlySubclass:
                     if self.fullgraph:  # Note [Reads inside a subclass's code under fullgraph]
                         raise exc from None
+                    raise
+                except Exception as error:  # raised by the values: Note [Errors the values decide, ...]
+                    refuse_caught_read_error(symbol, error)
                     raise
         except Exception as exc:
             from jitcore.diagnostics.context import note_failed_call

@@ -6,12 +6,14 @@ eager's."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import jitcore
 
@@ -73,7 +75,62 @@ def _within_finally(a: torch.Tensor, log: list) -> torch.Tensor:
         return torch.zeros(1)
 
 
+def _bare_except(a: torch.Tensor) -> torch.Tensor:
+    try:
+        return torch.linalg.inv(a)
+    except:  # noqa: E722 - a bare clause caught jitcore's own refusal and traced its body for every call
+        return torch.zeros(1)
+
+
+def _suppress(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    y = torch.zeros(1)
+    with contextlib.suppress(IndexError):
+        y = x[i]
+    return y
+
+
+@contextlib.contextmanager
+def _swallowing() -> Iterator[None]:
+    try:
+        yield
+    except (IndexError, RuntimeError):
+        pass
+
+
+class _Swallowing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> bool:
+        return exc_info[0] is not None
+
+
+def _suppressed_by(manager: Callable[[], Any]) -> Callable[..., Any]:
+    def f(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        y = torch.zeros(1)
+        with manager():
+            y = torch.gather(x, 0, i)
+        return y
+
+    return f
+
+
+def _caught(op: Callable[..., Any]) -> Callable[..., Any]:
+    def f(*args: Any) -> torch.Tensor:
+        try:
+            return op(*args)
+        except (IndexError, RuntimeError):
+            return torch.full((1,), -1.0)
+
+    return f
+
+
+def _log_probs() -> torch.Tensor:
+    return torch.linspace(-2.0, 0.0, 20).reshape(5, 1, 4).log_softmax(2)
+
+
 _SINGULAR, _EYE = torch.zeros(2, 2), torch.eye(2)
+_X, _OUT, _IN = torch.arange(3.0), torch.tensor([5]), torch.tensor([1])
 PROGRAMS: dict[str, tuple[Callable[..., Any], list[tuple]]] = {
     "inv": (_inv, [(_SINGULAR,), (_EYE,), (_SINGULAR,)]),
     "cholesky": (_cholesky, [(-_EYE,), (_EYE,), (-_EYE,)]),
@@ -82,6 +139,29 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], list[tuple]]] = {
     "multinomial": (_multinomial, [(torch.tensor([-1.0, 1.0]),), (torch.tensor([0.0, 1.0]),)] * 2),
     "helper_inside": (_helper_inside, [(_SINGULAR,), (_EYE,), (_SINGULAR,)]),
     "within_finally": (_within_finally, [(_SINGULAR, []), (_EYE, []), (_SINGULAR, [])]),
+    # ops43: a bare ``except:``, ``with`` blocks that suppress, ops raising on values that were not listed,
+    # and errors raised while tracing on values the call reads (its handler's trace had no check of them)
+    "bare_except": (_bare_except, [(_SINGULAR,), (_EYE,), (_SINGULAR,)]),
+    "suppress": (_suppress, [(_X, _OUT), (_X, _IN), (_X, _OUT)]),
+    "contextmanager": (_suppressed_by(_swallowing), [(_X, _OUT), (_X, _IN)]),
+    "exit_returning_true": (_suppressed_by(_Swallowing), [(_X, _OUT), (_X, _IN)]),
+    "searchsorted_sorter": (_caught(lambda s, so: torch.searchsorted(s, s, sorter=so)),
+                            [(_X, torch.tensor([0, 1, 7])), (_X, torch.tensor([0, 1, 2]))] * 2),
+    "masked_scatter": (_caught(lambda m: torch.zeros(3).masked_scatter(m, torch.ones(2))),
+                       [(torch.tensor([True, True, True]),), (torch.tensor([True, False, True]),)] * 2),
+    "max_unpool": (_caught(lambda i: F.max_unpool1d(torch.ones(1, 1, 2), i, 2)),
+                   [(torch.tensor([[[0, 9]]]),), (torch.tensor([[[0, 2]]]),)] * 2),
+    "segment_reduce": (_caught(lambda n: torch.segment_reduce(_X, "sum", lengths=n)),
+                       [(torch.tensor([1, 1]),), (torch.tensor([1, 2]),)] * 2),
+    "histc": (_caught(lambda x: torch.histc(x, 3)), [(torch.tensor([float("inf"), 1.0]),), (_X,)] * 2),
+    "narrow_tensor_start": (_caught(lambda s: torch.narrow(_X, 0, s, 1)),
+                            [(torch.tensor(5),), (torch.tensor(1),), (torch.tensor(2),)]),
+    "ctc_loss_lengths": (_caught(lambda n: F.ctc_loss(_log_probs(), torch.tensor([[1, 2]]),
+                                                      torch.tensor([5]), n)),
+                         [(torch.tensor([9]),), (torch.tensor([2]),)]),
+    "sparse_invariants": (_caught(lambda i: torch.sparse_coo_tensor(i, torch.ones(1), (2,),
+                                                                     check_invariants=True).to_dense()),
+                          [(torch.tensor([[5]]),), (torch.tensor([[1]]),)]),
 }
 
 
@@ -109,6 +189,41 @@ def test_an_error_the_values_decide_is_caught_by_the_programs_handler(name: str)
         else:
             assert got is expected, (k, got, expected)
         assert got_log == expected_log, (k, got_log, expected_log)
+
+
+@contextlib.contextmanager
+def _restoring(state: dict) -> Iterator[None]:
+    state["depth"] += 1
+    try:
+        yield
+    finally:
+        state["depth"] -= 1
+
+
+class _Quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+def test_a_with_block_that_cannot_suppress_keeps_the_op_traced() -> None:
+    """``with`` blocks whose exit cannot suppress the op's error (``torch.no_grad``, a ``suppress`` of
+    other classes, an ``__exit__`` returning None, a generator with no ``except`` clause) keep it traced."""
+    state = {"depth": 0}
+
+    def f(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad(), contextlib.suppress(KeyError), _Quiet(), _restoring(state):
+            return x[i] * 2
+
+    jf = jitcore.jit(f, fullgraph=True)
+    for i in (torch.tensor([1]), torch.tensor([2])):
+        assert torch.equal(jf(_X, i), f(_X, i))
+    assert jitcore.cache_misses(jf) == 1 and jitcore.cache_hits(jf) == 1
+    with pytest.raises(IndexError):
+        jf(_X, _OUT)
+    assert state["depth"] == 0
 
 
 def test_the_same_ops_outside_a_try_block_are_traced() -> None:

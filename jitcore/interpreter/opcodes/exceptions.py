@@ -97,6 +97,11 @@ def push_exc_info(frame: Frame, inst: Instruction) -> None:
     stack.append(frame.exc_value)
     stack.append(exc)
     frame.exc_value = exc
+    if hidden_from_program(exc) and frame.instructions[frame.index].opname == "POP_TOP":
+        # a bare ``except:`` (no class to match) catches no error that stops tracing: it leaves through
+        # the clause's own cleanup, as a bare ``raise`` there would (Note [Refusals pass bare excepts])
+        frame.run.raising = (exc, False, exc.__context__)
+        raise exc
 
 
 @handles("POP_EXCEPT", since=(3, 11))
@@ -111,6 +116,16 @@ def check_catchable(match_type: object) -> None:
     for t in types:
         if not (isinstance(t, type) and issubclass(t, BaseException)):
             raise TypeError("catching classes that do not inherit from BaseException is not allowed")
+
+
+# Note [Refusals pass bare excepts]
+# An error that stops tracing (``hidden_from_program``: a refusal, JC-T001) must leave the program: the
+# call then runs eagerly, where nothing raised it. Typed clauses never match it (``exception_matches``),
+# but a bare ``except:`` matches without a class and a ``with`` exit may return a true value
+# (``contextlib.suppress(Exception)``): either swallowed the refusal and traced the handler's path for
+# every later call (``try: return torch.linalg.inv(a) except: return torch.zeros(1)`` returned zeros
+# for an invertible ``a``). A bare clause re-raises it at once, through the clause's own cleanup; a
+# ``with`` exit still runs (its state is restored), its answer is taken as False.
 
 
 def hidden_from_program(exc: object) -> bool:
@@ -258,4 +273,6 @@ def with_except_start(frame: Frame, inst: Instruction) -> None:
     stack = frame.stack
     exc = stack[-1]
     exit_ = stack[-4]
-    stack.append(call(frame.run, exit_, (type(exc), exc, exc.__traceback__), None))
+    suppress = call(frame.run, exit_, (type(exc), exc, exc.__traceback__), None)
+    # the exit restores its state; an error that stops tracing is not its to suppress
+    stack.append(False if hidden_from_program(exc) else suppress)  # Note [Refusals pass bare excepts]
