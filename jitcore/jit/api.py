@@ -42,7 +42,7 @@ from jitcore.jit.caller_modes import CallerModes, callers_modes, under_the_calle
 from jitcore.jit.eager_entries import Eager, eager_call
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
-from jitcore.jit.read_rollback import nondeterministic_read, with_rollback
+from jitcore.jit.read_rollback import nondeterministic_read, with_rollback, with_settings_restored
 from jitcore.jit.run_modes import runs_torch_function, runs_without_grad, without_grad, without_torch_function
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
@@ -346,6 +346,7 @@ class JittedFunction:
             post = program.epilogue.wrap(post)
         computation = post if effects is None else computation
         computation = with_rollback(traces[0], computation)  # undo writes before a failed read check
+        computation = with_settings_restored(traces[0], computation)  # Note [A computation that raises ...]
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
             effects.dispatch_runs = grad.pass_1  # the classes' dispatch logs as it runs

@@ -21,11 +21,11 @@ from jitcore.errors import DataDependentError
 from jitcore.ir import BoundSymbol, Trace
 from jitcore.jit.probe import may_write, written_arguments
 from jitcore.langctx.reads import READ, ReadSite, ValueCheckFailed
-from jitcore.langctx.thread_state import STATE_CHANGE_SYMBOLS, ThreadState
+from jitcore.langctx.thread_state import SET_GRAD_ENABLED, STATE_CHANGE_SYMBOLS, ThreadState
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 
-__all__ = ["has_reads", "nondeterministic_read", "read_sites", "with_rollback"]
+__all__ = ["has_reads", "nondeterministic_read", "read_sites", "with_rollback", "with_settings_restored"]
 
 
 def _holds_read(bsym: BoundSymbol) -> bool:
@@ -122,6 +122,44 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
 
 
 STATE_CHANGES = frozenset(STATE_CHANGE_SYMBOLS.values())
+
+
+# Note [A computation that raises inside no_grad]
+# Eagerly, an error raised inside ``with torch.no_grad():`` (``autocast``, ``inference_mode``,
+# ``set_default_dtype`` in a ``with`` of the program's) leaves through the block's ``__exit__``, which
+# puts the setting back. The computation holds the block as two records, ``_set_grad_enabled(False)``
+# ... ``_set_grad_enabled(True)``: an op between them that raised on values (``x[i]`` out of range)
+# left grad mode off in the caller's thread for good, and every later call of anything built no graph.
+# A computation whose trace changes the thread's settings puts them back as the call found them when
+# it raises. (A program that calls ``torch.set_grad_enabled(False)`` outside a ``with`` block and then
+# raises keeps grad off eagerly; the jitted call puts it back: not told apart.)
+def with_settings_restored(trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
+    """``computation``, putting the thread's settings back as the call found them when it raises
+    (Note [A computation that raises inside no_grad]); a trace that changes none is returned as it is."""
+    changes = {b.symbol for b in _flat(trace.bound_symbols)
+               if b.symbol in STATE_CHANGES or "global_state" in b.symbol.tags}
+    if not changes:
+        return computation
+    if changes == {SET_GRAD_ENABLED}:  # ``no_grad`` blocks only: one flag (a snapshot of all costs ~10 us)
+        def run_grad(*inputs: Any) -> Any:
+            grad = torch.is_grad_enabled()
+            try:
+                return computation(*inputs)
+            except BaseException:
+                torch._C._set_grad_enabled(grad)  # noqa: SLF001
+                raise
+
+        return run_grad
+
+    def run(*inputs: Any) -> Any:
+        thread = ThreadState.take()
+        try:
+            return computation(*inputs)
+        except BaseException:
+            thread.restore()
+            raise
+
+    return run
 
 
 def _storage(proxy: TensorProxy) -> int:

@@ -116,3 +116,29 @@ def test_effects_before_a_raise_match_eager(effects, threshold, calls):
         return x - 1
 
     assert run_calls(jitcore.jit(program), calls, threshold) == run_calls(program, calls, threshold)
+
+
+def _inside_no_grad(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return x[i] * 2
+
+
+def _inside_autocast_and_no_grad(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        return (x[i] @ x[i].T).float()
+
+
+@pytest.mark.parametrize("fn", [_inside_no_grad, _inside_autocast_and_no_grad])
+def test_a_computation_raising_inside_no_grad_puts_the_settings_back(fn) -> None:
+    """An op that raises on values inside ``with torch.no_grad():`` (autocast too) on a cached call: the
+    block's exit puts the settings back eagerly; the computation left grad mode off for good (Note [A
+    computation that raises inside no_grad], jitcore/jit/read_rollback.py)."""
+    x = torch.arange(9.0).reshape(3, 3)
+    jf = jitcore.jit(fn)
+    assert torch.equal(jf(x, torch.tensor([1])), fn(x, torch.tensor([1])))
+    for call in (fn, jf):
+        with pytest.raises(IndexError):
+            call(x, torch.tensor([5]))
+        assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+    assert jitcore.cache_misses(jf) == 1  # the raising call ran the cached computation
