@@ -11,6 +11,7 @@ write are copied, and only on calls of such traces.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,7 +26,7 @@ from jitcore.langctx.thread_state import SET_GRAD_ENABLED, STATE_CHANGE_SYMBOLS,
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 
-__all__ = ["has_reads", "nondeterministic_read", "read_sites", "with_rollback", "with_settings_restored"]
+__all__ = ["Undo", "has_reads", "nondeterministic_read", "read_sites", "with_rollback", "with_settings_restored"]
 
 
 def _holds_read(bsym: BoundSymbol) -> bool:
@@ -74,51 +75,86 @@ def with_rollback(trace: Trace, computation: Callable[..., Any]) -> Callable[...
     last_read = max((i for i, b in enumerate(records) if _holds_read(b)), default=-1)
     if last_read < 0:
         return computation
-    before = records[:last_read + 1]  # with the record holding it: a subclass call's own writes and draws
-    written: set[int] = set()
-    for bsym in _flat(before):
-        if may_write(bsym):
-            written |= {  # a subclass value's storage is its inner tensors', written by its subsymbols
-                _storage_or_none(v)
-                for v in optree.tree_leaves(written_arguments(bsym) or (bsym.args, bsym.kwargs))
-                if isinstance(v, TensorProxy)
-            }
-    positions = [i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written]
-    random = any("random" in b.symbol.tags for b in _flat(before))
-    # Python's generators a draw before the read advanced (jit/nondeterministic.py): put back too
-    drawn = list({id(g): g for b in _flat(before) if "python_random" in b.symbol.tags
-                  for g in [b.args[0].__self__]}.values())
-    # ``no_grad``, ``inference_mode``, autocast entered before the read: left as the caller had them
-    state_changes = any(b.symbol in STATE_CHANGES or "global_state" in b.symbol.tags for b in _flat(before))
-    if not positions and not random and not drawn and not state_changes:
+    # with the record holding it: a subclass call's own writes and draws
+    undo = Undo.of(trace, records[:last_read + 1])
+    if undo is None:
         return computation
 
-    # the caller's generators (Note [Generators the caller passes]) are put back as the global one is
-    generators = [i for i, a in enumerate(trace.args) if isinstance(a, GeneratorProxy)] if random else []
-
     def run(*inputs: Any) -> Any:
-        saved = [inputs[i].detach().clone() for i in positions]
-        rng = torch.get_rng_state() if random else None
-        states = [inputs[i].get_state() for i in generators]
-        python_states = [g.getstate() for g in drawn]
-        thread = ThreadState.take() if state_changes else None
+        restore = undo.take(inputs)
         try:
             return computation(*inputs)
         except ValueCheckFailed:
-            if thread is not None:
-                thread.restore()
-            for generator, state in zip(drawn, python_states):
-                generator.setstate(state)
-            with torch.no_grad():
-                for i, copy in zip(positions, saved):
-                    inputs[i].copy_(copy)
-            if rng is not None:
-                torch.set_rng_state(rng)
-            for i, state in zip(generators, states):
-                inputs[i].set_state(state)
+            restore()
             raise
 
     return run
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Undo:
+    """What some of a computation's records change that a call undone must find as the caller had it.
+
+    Attributes:
+        positions: the inputs whose storage a record may write (copied before the call).
+        random: a record draws from torch's generators (the default one, the caller's at ``generators``).
+        drawn: Python's generators a draw advances (jit/nondeterministic.py).
+        state_changes: a record enters ``no_grad``, ``inference_mode``, autocast or sets global state.
+        generators: the inputs that are the caller's generators (Note [Generators the caller passes]).
+    """
+
+    positions: tuple[int, ...]
+    random: bool
+    drawn: tuple[Any, ...]
+    state_changes: bool
+    generators: tuple[int, ...]
+
+    @staticmethod
+    def of(trace: Trace, records: list[BoundSymbol]) -> Undo | None:
+        """What ``records`` (some of ``trace``'s) change; None where they change nothing of the kinds."""
+        written: set[int | None] = set()
+        for bsym in _flat(records):
+            if may_write(bsym):
+                written |= {  # a subclass value's storage is its inner tensors', written by its subsymbols
+                    _storage_or_none(v)
+                    for v in optree.tree_leaves(written_arguments(bsym) or (bsym.args, bsym.kwargs))
+                    if isinstance(v, TensorProxy)
+                }
+        positions = tuple(
+            i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written)
+        random = any("random" in b.symbol.tags for b in _flat(records))
+        drawn = tuple({id(g): g for b in _flat(records) if "python_random" in b.symbol.tags
+                       for g in [b.args[0].__self__]}.values())
+        state_changes = any(
+            b.symbol in STATE_CHANGES or "global_state" in b.symbol.tags for b in _flat(records))
+        if not positions and not random and not drawn and not state_changes:
+            return None
+        generators = tuple(
+            i for i, a in enumerate(trace.args) if isinstance(a, GeneratorProxy)) if random else ()
+        return Undo(positions, random, drawn, state_changes, generators)
+
+    def take(self, inputs: tuple) -> Callable[[], None]:
+        """Remember what the call's records may change; returns what puts it back."""
+        saved = [inputs[i].detach().clone() for i in self.positions]
+        rng = torch.get_rng_state() if self.random else None
+        states = [inputs[i].get_state() for i in self.generators]
+        python_states = [g.getstate() for g in self.drawn]
+        thread = ThreadState.take() if self.state_changes else None
+
+        def restore() -> None:
+            if thread is not None:
+                thread.restore()
+            for generator, state in zip(self.drawn, python_states):
+                generator.setstate(state)
+            with torch.no_grad():
+                for i, copy in zip(self.positions, saved):
+                    inputs[i].copy_(copy)
+            if rng is not None:
+                torch.set_rng_state(rng)
+            for i, state in zip(self.generators, states):
+                inputs[i].set_state(state)
+
+        return restore
 
 
 STATE_CHANGES = frozenset(STATE_CHANGE_SYMBOLS.values())
