@@ -42,6 +42,7 @@ from jitcore.jit.caller_modes import CallerModes, callers_modes, under_the_calle
 from jitcore.jit.eager_entries import Eager, eager_call
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
+from jitcore.jit.raising_calls import ComputationRaised, with_eager_on_raise
 from jitcore.jit.read_rollback import nondeterministic_read, with_rollback, with_settings_restored
 from jitcore.jit.run_modes import runs_torch_function, runs_without_grad, without_grad, without_torch_function
 from jitcore.jit.shapes import ShapePolicy
@@ -140,6 +141,9 @@ class JittedFunction:
                     read_misses.append(MissReason(entry.number, "value read", str(failed)))
                     self._shapes.note_read(failed)  # Note [Sizes that values decide] (jit/shapes.py)
                     continue
+                except ComputationRaised as raised:  # Note [Effects of a raising call]
+                    self.hits += 1
+                    return self._eagerly_after(raised, args, kwargs)
                 if out is not MISS:
                     self.hits += 1
                     return out
@@ -203,6 +207,9 @@ class JittedFunction:
                     read_misses.append(MissReason(entry.number, "value read", str(failed)))
                     self._shapes.note_read(failed)
                     continue
+                except ComputationRaised as raised:
+                    self.hits += 1
+                    return self._eagerly_after(raised, args, kwargs)
                 if out is not MISS:
                     self.hits += 1
                     return out
@@ -247,9 +254,18 @@ class JittedFunction:
             if not failed.site.varies:
                 raise nondeterministic_read(failed) from None
             result = MISS  # the clock moved on since tracing (jit/nondeterministic.py): eager's answer
+        except ComputationRaised as raised:
+            return self._eagerly_after(raised, args, kwargs)
         if result is MISS:  # for this call (its writes and draws were undone), run after the handler
             return self.fn(*args, **kwargs)  # Note [No pass inside an except block]
         return result if entry.effects is None else entry.effects.finish(args, kwargs, result)
+
+    def _eagerly_after(self, raised: ComputationRaised, args: tuple, kwargs: dict) -> Any:
+        """The call, run eagerly after its computation raised and undid its changes (Note [Effects of a
+        raising call], jit/raising_calls.py): eager's effects and eager's exception."""
+        eager = eager_entries.after_raise(self.fn, raised.error, self._label, self.misses,
+                                          "running the computation of")
+        return eager(*args, **kwargs)
 
     def _note_changed_numbers(self, args: tuple, kwargs: dict) -> None:
         """Number arguments some entry pinned to another value are dynamic from the next trace on
@@ -347,6 +363,7 @@ class JittedFunction:
         computation = post if effects is None else computation
         computation = with_rollback(traces[0], computation)  # undo writes before a failed read check
         computation = with_settings_restored(traces[0], computation)  # Note [A computation that raises ...]
+        computation = with_eager_on_raise(traces[0], computation, effects)  # Note [Effects of a raising call]
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
             effects.dispatch_runs = grad.pass_1  # the classes' dispatch logs as it runs

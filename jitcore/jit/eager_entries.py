@@ -173,7 +173,7 @@ def whatever_the_sizes(error: Exception) -> bool:
 
 
 def after_raise(
-    fn: Callable[..., Any], raised: BaseException, label: str, attempt: int
+    fn: Callable[..., Any], raised: BaseException, label: str, attempt: int, stage: str = "tracing"
 ) -> Callable[..., Any]:
     """``fn`` for a call run eagerly, its pass having stopped on ``raised`` (Note [A program that
     raises]): eager's exception is raised, marked as eager's; a result where the pass raised is warned of
@@ -186,7 +186,7 @@ def after_raise(
             attach(exc, ErrorContext("eager", attempt=attempt))
             raise
         warnings.warn(
-            f"jitcore: tracing {label} raised {type(raised).__name__}: {raised}, where running it eagerly "
+            f"jitcore: {stage} {label} raised {type(raised).__name__}: {raised}, where running it eagerly "
             "did not: this call ran eagerly, and the next one traces again. This is a jitcore bug "
             "(docs/errors/JC-I002.md says what to report)", stacklevel=4,
         )

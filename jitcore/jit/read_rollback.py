@@ -26,7 +26,9 @@ from jitcore.langctx.thread_state import SET_GRAD_ENABLED, STATE_CHANGE_SYMBOLS,
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 
-__all__ = ["Undo", "has_reads", "nondeterministic_read", "read_sites", "with_rollback", "with_settings_restored"]
+__all__ = [
+    "Undo", "has_reads", "nondeterministic_read", "read_sites", "with_rollback", "with_settings_restored",
+]
 
 
 def _holds_read(bsym: BoundSymbol) -> bool:

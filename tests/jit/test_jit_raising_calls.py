@@ -1,0 +1,94 @@
+"""Calls whose computation raises at run time make eager's Python effects (issue 14).
+
+Note [Effects of a raising call] (jitcore/jit/raising_calls.py): an op whose values decide raises while
+the cached computation runs (``torch.linalg.inv`` of a singular matrix, an index out of range); eager
+had made the effects before it and those of the ``finally`` bodies and ``except`` handlers on the way
+out. Each program alternates calls that return and calls that raise; every call's outcome, the state
+the program mutates, what it prints and torch's random stream after the calls are compared with eager's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+import pytest
+import torch
+
+import jitcore
+
+
+def finally_appends(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    ST["n"] += 1
+    try:
+        return torch.linalg.inv(a)
+    finally:
+        ST["log"].append("finally")
+
+
+def handler_logs_and_reraises(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    ST["log"].append("before")
+    try:
+        y = torch.linalg.inv(a)
+    except torch.linalg.LinAlgError:
+        ST["log"].append("caught")
+        raise
+    ST["n"] += 1
+    return y
+
+
+def draws_then_raises(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    noise = torch.rand(3, 3)
+    ST["log"].append("drawn")
+    return torch.linalg.inv(a + noise * 0)
+
+
+def raises_inside_no_grad(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    ST["n"] += 1
+    with torch.no_grad():
+        return torch.linalg.inv(a * 2)
+
+
+def index_out_of_range(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    ST["log"].append("indexing")
+    return a[idx]
+
+
+def prints_then_raises(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    print("call", ST["n"])
+    ST["n"] += 1
+    return torch.linalg.inv(a)
+
+
+ST: dict = {"n": 0, "log": []}  # a global: appending to a list in a dict argument retraces
+
+PROGRAMS = [finally_appends, handler_logs_and_reraises, draws_then_raises, raises_inside_no_grad,
+            index_out_of_range, prints_then_raises]
+
+
+def _calls(fn, grad: bool) -> tuple:
+    ST.update(n=0, log=[])
+    torch.manual_seed(0)
+    outcomes, printed = [], io.StringIO()
+    with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a raising call runs eagerly without a warning
+        for good in (True, False, True, False, False, True):
+            a = (torch.eye(3) * 2 if good else torch.zeros(3, 3)).requires_grad_(grad)
+            try:
+                out = fn(a, torch.tensor([0, 1 if good else 7]))
+                outcomes.append(("returned", out.detach().tolist()))
+            except (RuntimeError, IndexError) as error:
+                outcomes.append((type(error).__name__, str(error).splitlines()[0]))
+            outcomes.append(torch.is_grad_enabled())
+    return outcomes, dict(ST), printed.getvalue(), torch.rand(2).tolist()
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.__name__)
+def test_a_call_whose_computation_raises_makes_eagers_effects(program, grad: bool) -> None:
+    """Before: the raising calls (cached, and the first one to raise) made none of the effects: the
+    counter and the log kept only the calls that returned, the prints of the raising calls were lost."""
+    jitted = jitcore.jit(program)
+    assert _calls(jitted, grad) == _calls(program, grad)
+    assert jitcore.cache_misses(jitted) == 1
