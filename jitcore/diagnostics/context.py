@@ -27,7 +27,8 @@ class ErrorContext:
             compiled trace ran), ``"backward"`` (an error autograd raised when jitcore derived
             the backward, raised again by ``backward()``), ``"backward-internal"`` (one jitcore's
             own code raised then, kept as a JC-I002 error) or ``"eager"`` (the call ran eagerly
-            because tracing it raised: Note [A program that raises], jit/eager_entries.py).
+            because tracing it raised: Note [A program that raises], jit/eager_entries.py) or
+            ``"eager-after-computation"`` (because its computation raised: jit/raising_calls.py).
         label: what was jitted (``model``, ``module Net``); '' until the jit's boundary fills it.
         entry: the cache entry being run, when known (an existing entry's number, as ``repr(jfn)``
             and ``explain`` count them).
@@ -83,6 +84,11 @@ class ErrorContext:
             text = (
                 f"jitcore: raised while running {self.label} eagerly: tracing this call raised, so it ran "
                 "as eager runs it, effects included (the next call traces again)"
+            )
+        elif self.phase == "eager-after-computation":  # Note [Effects of a raising call]
+            text = (
+                f"jitcore: raised while running {self.label} eagerly: its cached computation raised, so the "
+                "call ran as eager runs it, effects included"
             )
         elif self.phase == "execution":
             text = f"jitcore: raised while running the compiled trace of {what}"

@@ -51,7 +51,7 @@ from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
 from jitcore.transforms import GradStage, StaticSizesNeeded, differentiate
-from jitcore.transforms.autograd_function import forwards_inlined
+from jitcore.transforms.autograd_function import applies_functions, forwards_inlined
 
 __all__ = [
     "jit",
@@ -248,23 +248,25 @@ class JittedFunction:
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
             inputs = [path.get(args, kwargs) for path in entry.prologue.inputs]
         computation = without_torch_function(entry.computation) if entry.plain_data else entry.computation
+        taken = None if entry.effects is None else entry.effects.taken(args, kwargs)
         try:
             result = computation(*inputs)
         except ValueCheckFailed as failed:  # the probe and the computation disagree: not reproducible
+            Effects.put_back(taken)
             if not failed.site.varies:
                 raise nondeterministic_read(failed) from None
             result = MISS  # the clock moved on since tracing (jit/nondeterministic.py): eager's answer
         except ComputationRaised as raised:
+            Effects.put_back(taken)
             return self._eagerly_after(raised, args, kwargs)
         if result is MISS:  # for this call (its writes and draws were undone), run after the handler
             return self.fn(*args, **kwargs)  # Note [No pass inside an except block]
-        return result if entry.effects is None else entry.effects.finish(args, kwargs, result)
+        return result if entry.effects is None else entry.effects.finish(args, kwargs, result, taken)
 
     def _eagerly_after(self, raised: ComputationRaised, args: tuple, kwargs: dict) -> Any:
         """The call, run eagerly after its computation raised and undid its changes (Note [Effects of a
         raising call], jit/raising_calls.py): eager's effects and eager's exception."""
-        eager = eager_entries.after_raise(self.fn, raised.error, self._label, self.misses,
-                                          "running the computation of")
+        eager = eager_entries.after_raise(self.fn, raised.error, self._label, self.misses, computation=True)
         return eager(*args, **kwargs)
 
     def _note_changed_numbers(self, args: tuple, kwargs: dict) -> None:
@@ -367,6 +369,7 @@ class JittedFunction:
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
             effects.dispatch_runs = grad.pass_1  # the classes' dispatch logs as it runs
+            effects.forwards_run_natively = grad.differentiated is None and applies_functions(traces[-1])
         note_state_inputs(
             prologue.inputs, prologue.input_names, [*traces, *backward_traces]
         )  # linear1_weight: linear1.weight

@@ -173,21 +173,24 @@ def whatever_the_sizes(error: Exception) -> bool:
 
 
 def after_raise(
-    fn: Callable[..., Any], raised: BaseException, label: str, attempt: int, stage: str = "tracing"
+    fn: Callable[..., Any], raised: BaseException, label: str, attempt: int, *, computation: bool = False
 ) -> Callable[..., Any]:
-    """``fn`` for a call run eagerly, its pass having stopped on ``raised`` (Note [A program that
+    """``fn`` for a call run eagerly, its pass (or, ``computation``, its cached computation: Note [Effects
+    of a raising call], jit/raising_calls.py) having stopped on ``raised`` (Note [A program that
     raises]): eager's exception is raised, marked as eager's; a result where the pass raised is warned of
     as a jitcore bug."""
+    what = f"running the computation of {label}" if computation else f"tracing {label}"
+    after = "" if computation else ", and the next one traces again"
 
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
-            attach(exc, ErrorContext("eager", attempt=attempt))
+            attach(exc, ErrorContext("eager-after-computation" if computation else "eager", attempt=attempt))
             raise
         warnings.warn(
-            f"jitcore: {stage} {label} raised {type(raised).__name__}: {raised}, where running it eagerly "
-            "did not: this call ran eagerly, and the next one traces again. This is a jitcore bug "
+            f"jitcore: {what} raised {type(raised).__name__}: {raised}, where running it eagerly "
+            f"did not: this call ran eagerly{after}. This is a jitcore bug "
             "(docs/errors/JC-I002.md says what to report)", stacklevel=4,
         )
         return result

@@ -378,6 +378,9 @@ class Effects:
         # the computation runs the classes' dispatch itself, which logs its records as it runs (Note [A
         # library's dispatch logs its ops], jit/log_records.py): its "dispatch_log" effects are not made
         self.dispatch_runs = False
+        # the computation calls a Function's ``apply``, whose forward writes as it runs (Note [A Function's
+        # forward run natively]): the targets' states are taken before it and put back after it
+        self.forwards_run_natively = False
 
     def constants(self) -> list[Any]:
         """What the effects store that the computation does not compute per call (their keys, and the
@@ -385,8 +388,39 @@ class Effects:
         slots = set(self._slots)
         return [e.key for e in self.effects] + [v for i, v in enumerate(self._leaves) if i not in slots]
 
-    def finish(self, args: tuple, kwargs: dict, result: tuple) -> Any:
-        """Perform the effects with this call's values; the program's output."""
+    # Note [A Function's forward run natively]
+    # Where the computation calls ``MyFn.apply`` itself (pass 1 runs under torch's autograd: symbolic
+    # sizes or numbers with an input that requires grad), the user's forward runs natively and makes
+    # its Python effects, which were also recorded while it was interpreted and are performed after the
+    # computation: ``log.append(1)`` in the forward appended twice a call. The objects the effects write
+    # are then taken before the computation and put back after it, before the effects are performed, so
+    # each write happens once, as eagerly (the computation writes no other Python state). A forward's
+    # ``print`` still prints twice (a known limit, docs/autograd.md).
+    def taken(self, args: tuple, kwargs: dict) -> list[tuple[Any, Any]] | None:
+        """The states of the objects the effects write, where the computation may write them too."""
+        if not self.forwards_run_natively:
+            return None
+        found = {}
+        try:
+            for effect in self.effects:
+                if effect.kind not in ("grad", "print", "log", "dispatch_log", "warn"):
+                    target = effect.path.get(args, kwargs)
+                    found.setdefault(id(target), (target, state_of(target)))
+        except Exception:  # noqa: BLE001 - a call the prologue turns away (its objects are not there)
+            return None
+        return list(found.values())
+
+    @staticmethod
+    def put_back(taken: list[tuple[Any, Any]] | None) -> None:
+        """Put the objects ``taken`` found back as it found them."""
+        for target, state in taken or ():
+            restore_state(target, state)
+
+    def finish(self, args: tuple, kwargs: dict, result: tuple,
+               taken: list[tuple[Any, Any]] | None = None) -> Any:
+        """Perform the effects with this call's values; the program's output. ``taken``: the states
+        ``taken`` found before the computation, put back first."""
+        self.put_back(taken)
         output, slots = result
         leaves = list(self._leaves)
         for i, value in zip(self._slots, slots):
@@ -409,10 +443,15 @@ class Effects:
         """``cached_call`` (prologue + computation) followed by ``finish``."""
 
         def call(args: tuple, kwargs: dict) -> Any:
-            result = cached_call(args, kwargs)
+            taken = self.taken(args, kwargs)
+            try:
+                result = cached_call(args, kwargs)
+            except BaseException:
+                self.put_back(taken)  # an undone call (a failed read check, Note [A computation that
+                raise  # raises]) leaves what a forward wrote as it found it
             if result is miss:
                 return result
-            return self.finish(args, kwargs, result)
+            return self.finish(args, kwargs, result, taken)
 
         return call
 

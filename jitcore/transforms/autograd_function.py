@@ -37,7 +37,8 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.typed import is_plain_subclass
 
 __all__ = [
-    "AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_function", "forwards_inlined",
+    "AUTOGRAD_FUNCTION", "AUTOGRAD_FUNCTION_LOOKASIDES", "apply_autograd_function", "applies_functions",
+    "forwards_inlined",
     "with_cells_mapped",
 ]
 
@@ -412,8 +413,8 @@ AUTOGRAD_FUNCTION_LOOKASIDES: dict[Any, Any] = {
 # computation that builds no graph runs the forward's records instead (the symbol's subsymbols: its
 # ops, as interpreted), and its effects are replayed once, as every other Python effect. Where an
 # output requires grad the symbol stays (the user's backward must be the node); so does it where pass
-# 1 runs under torch's autograd (a known limit: a Function with Python effects in its forward runs
-# them twice there, docs/autograd.md).
+# 1 runs under torch's autograd, whose forward's writes are put back before the effects are made
+# (Note [A Function's forward run natively], jit/effects.py; its prints still happen twice).
 def forwards_inlined(trace: Trace) -> Trace:
     """``trace`` with each Function application whose outputs need no grad replaced by its recorded
     forward (Note [A Function without grad runs its recorded forward])."""
@@ -425,6 +426,11 @@ def forwards_inlined(trace: Trace) -> Trace:
     header = [line.replace("(interpretation)", "(interpretation), Function forwards inlined")
               if "(interpretation)" in line else line for line in trace.header]
     return dataclasses.replace(trace, bound_symbols=out, header=header)
+
+
+def applies_functions(trace: Trace) -> bool:
+    """Whether ``trace`` calls a Function's ``apply`` itself (its forward then runs natively)."""
+    return any("autograd_function" in b.symbol.tags for b in trace.bound_symbols)
 
 
 def _applies_function(bsym: BoundSymbol) -> bool:

@@ -500,22 +500,25 @@ def _function_over_a_cell(save: bool, setup: bool) -> tuple[type, list]:
     return Sq, log
 
 
+@pytest.mark.parametrize("sizes", [[4, 4, 4, 4], [3, 4, 5, 4, 5]], ids=["static", "symbolic"])
 @pytest.mark.parametrize("setup", [False, True], ids=["ctx", "setup_context"])
 @pytest.mark.parametrize("save", [False, True], ids=["nothing_saved", "saved"])
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
-def test_a_functions_effects_on_its_cells_happen_as_eagerly(grad: bool, save: bool, setup: bool) -> None:
+def test_a_functions_effects_on_its_cells_happen_as_eagerly(grad: bool, save: bool, setup: bool,
+                                                            sizes: list[int]) -> None:
     """Note [The cells of a static method] (jitcore/jit/state_reads.py): a Function's forward is a static
     method, whose cells counted as made while tracing. The append to a list of the function that
     defined the class ran while tracing only: no append on a cached call, and with grad three on the
-    first (interpreted, then run on shadows twice), none restored. Without grad the sizes change
-    (an entry with symbolic sizes); with grad they are static, backward() runs the user's once."""
+    first (interpreted, then run on shadows twice), none restored. With grad at symbolic sizes the
+    computation calls ``apply`` itself and the forward's appends were made twice a call (Note [A
+    Function's forward run natively], jitcore/jit/effects.py); backward() runs the user's once."""
     Sq, log = _function_over_a_cell(save, setup)
 
     def f(x):
         return Sq.apply(x).sum()
 
     jitted = jitcore.jit(f)
-    for n in ([3, 4, 5, 4, 5] if not grad else [4, 4, 4, 4]):
+    for n in sizes:
         seen = []
         for fn in (f, jitted):
             x = torch.arange(float(n)).requires_grad_(grad)
