@@ -41,6 +41,7 @@ from torch.nested._internal.nested_tensor import NestedTensor
 import jitcore
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
 from jitcore.errors import DataDependentError, EagerOnlySubclass, EagerOnlyValue, UnsupportedOperationError
+from jitcore.interpreter import current_run
 from jitcore.jit.function_transforms import TransformTensors, function_transform_lookasides
 from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph, graph_leaves, graph_nodes
 from jitcore.langctx.reads import runs_under_autograd
@@ -90,9 +91,11 @@ class AutogradCalls:
         held = {id(s) for s in _shadows([*outputs, *grad_outputs, *leaves])}  # Note [A gradient eager steals]
         for leaf, grad in zip(leaves, grads):
             if grad is not None:
+                grad = self._run_hooks(leaf, "_backward_hooks", grad)  # Note [A caller's tensor hooks]
                 stealable = id(grad.shadow) not in held
                 held.add(id(grad.shadow))
                 self._accumulate(leaf, grad, bool(create_graph), stealable)
+                self._run_hooks(leaf, "_post_accumulate_grad_hooks", leaf)
 
     def grad(self, outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None,
              create_graph: bool = False, only_inputs: bool = True, allow_unused: bool | None = None,
@@ -112,12 +115,44 @@ class AutogradCalls:
             grads = self._record_batched(outs, ins, grad_outs, bool(create_graph), retain_graph)
         else:
             grads = self._record(outs, ins, grad_outs, bool(create_graph), retain_graph)
+        # Note [A caller's tensor hooks]
+        grads = tuple(g if g is None else self._run_hooks(i, "_backward_hooks", g)
+                      for i, g in zip(ins, grads))
         if not (allow_unused or materialize_grads) and any(g is None for g in grads):
             raise RuntimeError("One of the differentiated Tensors appears to not have been used in the "
                                "graph. Set allow_unused=True if this is the desired behavior.")
         if materialize_grads:
             grads = tuple(torch.zeros_like(i) if g is None else g for g, i in zip(grads, ins))
         return tuple(grads)
+
+    # Note [A caller's tensor hooks]
+    # Hooks the caller registered on its tensors (``w.register_hook(fn)``,
+    # ``w.register_post_accumulate_grad_hook(fn)``: gradient scaling, logging, an optimizer step per
+    # parameter in the backward) run eagerly when a backward reaches them: ``fn(grad)`` before the
+    # gradient is accumulated or captured by ``torch.autograd.grad`` (a result that is not None
+    # replaces it), ``fn(tensor)`` after ``.grad`` is set. The pass's backward runs on the shadows,
+    # which hold none of them, so a backward inside the function ignored them (values differed from
+    # eager's, their effects never happened). Each such hook dict of a reached caller tensor is read
+    # as state at its path (guarded: None, or the same functions under the same keys, as a module's
+    # hook dicts are), and its hooks are interpreted there, so what they compute and write is traced
+    # and replayed as the program's own code is. Per leaf, in the order the pass walks the leaves,
+    # which for hooks of different leaves that write one object may differ from the engine's.
+    def _run_hooks(self, proxy: Any, name: str, value: Any) -> Any:
+        """Run the hooks ``name`` of the caller's tensor behind ``proxy`` on ``value`` (the Note above);
+        returns the value a pre-hook replaced."""
+        found = self._pass.provenance.input_of(proxy) if isinstance(proxy, TensorProxy) else None
+        if found is None:
+            return value
+        path, tensor = found
+        hooks = self._pass.provenance.bind_state(getattr(tensor, name, None), path.attr(name))
+        if not hooks:
+            return value
+        run = current_run()
+        for hook in tuple(hooks.values()):
+            result = run.call(hook, value)
+            if name == "_backward_hooks" and result is not None:
+                value = result
+        return value
 
     def read_grad(self, proxy: TensorProxy) -> Any:
         """``proxy.grad``: an input's, read through its path; one a backward of this pass set."""
@@ -239,20 +274,17 @@ class AutogradCalls:
 
     def _accumulate(self, leaf: TensorProxy, grad: TensorProxy, create_graph: bool, stealable: bool) -> None:
         found = self._pass.provenance.input_of(leaf)
-        if not create_graph and isinstance(grad, SubclassTensorProxy) and found is not None \
-                and self._pass.grad_value(found[1], found[0]) is None:
-            grad = grad.detach()  # Note [AccumulateGrad's detach]
         if found is None:  # made inside the function: its gradient lives as long as the pass
             old = self._inner_grads.get(id(leaf))
             if old is None:
-                self._inner_grads[id(leaf)] = _first_grad(leaf, grad, create_graph, stealable)
+                self._inner_grads[id(leaf)] = _first_grad(leaf, grad, create_graph, stealable, detach=False)
             else:
                 self._inner_grads[id(leaf)] = old + grad if create_graph else old.add_(grad)
             return
         path, tensor = found
         old = self._pass.grad_value(tensor, path)
         if old is None:
-            self._set_grad(tensor, path, _first_grad(leaf, grad, create_graph, stealable))
+            self._set_grad(tensor, path, _first_grad(leaf, grad, create_graph, stealable, detach=True))
         elif create_graph:  # grad mode is on in the backward: eager's AccumulateGrad adds out of place
             self._set_grad(tensor, path, old + grad)
         else:
@@ -303,23 +335,37 @@ class AutogradCalls:
 # two biases one shared tensor, so accumulating over calls added each bias's gradient twice. A gradient
 # that is an output, a grad_output, a leaf, or another leaf's gradient of the same backward, or whose
 # strides are not provably the leaf's, is stored as eager's copy.
-def _first_grad(leaf: TensorProxy, grad: TensorProxy, create_graph: bool, stealable: bool) -> TensorProxy:
-    """What a leaf's ``.grad`` is first set to by a backward (the Note above)."""
-    if type(leaf.shadow) not in (FakeTensor, torch.nn.Parameter) or type(grad.shadow) is not FakeTensor:
-        return grad  # a subclass, a jagged tensor: its own layout rules (not modelled)
+def _first_grad(leaf: TensorProxy, grad: TensorProxy, create_graph: bool, stealable: bool,
+                detach: bool) -> TensorProxy:
+    """What a leaf's ``.grad`` is first set to by a backward (the Note above), with the ops eager's
+    ``AccumulateGrad`` runs for it (a subclass's ``__torch_dispatch__`` sees them)."""
+    if leaf.is_nested or leaf.is_sparse or grad.is_sparse:
+        return grad  # a jagged or sparse gradient: eager's rules for them are not modelled
     if stealable and not create_graph and _obeys_layout_contract(grad.shadow, leaf.shadow):
+        # Note [AccumulateGrad's detach]; a view (a Linear weight's gradient is ``mm(...).t()``) is
+        # stored as eager's ``detach()`` of it, no view: ``p.grad.detach_()`` works on it
+        if (detach and isinstance(grad, SubclassTensorProxy)) or _is_view(grad.shadow):
+            return grad.detach()
         return grad
     if is_non_overlapping_and_dense_or_false(leaf.shadow):
-        return torch.empty_like(leaf, memory_format=torch.preserve_format).copy_(grad)
+        copy = grad.new_empty_strided(leaf.shape, leaf.stride(), dtype=grad.dtype, device=leaf.device)
+        return copy.copy_(grad)
     return grad.clone(memory_format=torch.contiguous_format)
+
+
+def _is_view(tensor: torch.Tensor) -> bool:
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        return tensor._is_view()  # noqa: SLF001
 
 
 def _obeys_layout_contract(grad: torch.Tensor, leaf: torch.Tensor) -> bool:
     """torch's ``obeys_layout_contract``, answered without a guard: False where not provable."""
-    if is_non_overlapping_and_dense_or_false(leaf):
-        return all(statically_known_true(size == 1) or statically_known_true(g == v)
-                   for size, g, v in zip(grad.shape, grad.stride(), leaf.stride()))
-    return grad.is_contiguous()
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        if is_non_overlapping_and_dense_or_false(leaf):
+            return all(statically_known_true(g != 0) if statically_known_true(size == 1)
+                       else statically_known_true(g == v)
+                       for size, g, v in zip(grad.shape, grad.stride(), leaf.stride()))
+        return grad.is_contiguous()
 
 
 # Note [AccumulateGrad's detach]

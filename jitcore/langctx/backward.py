@@ -10,11 +10,15 @@ second backward through freed buffers raises eager's error at the user's line.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+)
 
 from jitcore.langctx.shadows import BACKWARDS, STATEFUL, EagerKernels
 from jitcore.langctx.thread_state import subclass_functions_as_the_caller_had
@@ -35,9 +39,33 @@ def autograd_grad(
     With ``create_graph`` the backward's own ops are differentiable (a gradient penalty, a
     Hessian-vector product): the grad transform's replay records them with their autograd graph,
     so the trace's own backward differentiates through them."""
-    with torch_functions_of_a_backward(outputs, inputs, grad_outputs, caller=True):
+    functions = torch_functions_of_a_backward(outputs, inputs, grad_outputs, caller=True)
+    with functions, _hooks_traced_apart(inputs):
         return torch.autograd.grad(list(outputs), list(inputs), list(grad_outputs), retain_graph=True,
                                    create_graph=create_graph, allow_unused=True)
+
+
+# Note [Tensor hooks run by the trace]
+# A caller's tensor with hooks (``w.register_hook(fn)``) as an input of the record: the pass interprets
+# its hooks after the record (Note [A caller's tensor hooks], jitcore/jit/autograd_calls.py), so the
+# trace holds what they compute and do. Run natively on the caller's tensors (the probe, a computation
+# that runs its backward under torch's autograd), torch's engine would run them a second time: the
+# gradient scaled twice, a hook's append made again with the probe's values. They are taken off the
+# tensors for the record's own run and put back (the same dicts: the caller's handles stay valid).
+@contextlib.contextmanager
+def _hooks_traced_apart(inputs: Sequence[Any]) -> Iterator[None]:
+    hooked = [(t, t._backward_hooks) for t in inputs  # noqa: SLF001 - torch's hook dict of a tensor
+              if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) and t._backward_hooks]  # noqa: SLF001
+    if not hooked:
+        yield
+        return
+    for t, _hooks in hooked:
+        t._backward_hooks = None  # noqa: SLF001
+    try:
+        yield
+    finally:
+        for t, hooks in hooked:
+            t._backward_hooks = hooks  # noqa: SLF001
 
 
 def torch_functions_of_a_backward(outputs: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any],

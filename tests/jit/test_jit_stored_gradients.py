@@ -127,3 +127,51 @@ def test_create_graph_stores_a_gradient_with_history():
         assert_same([t.detach() if isinstance(t, torch.Tensor) else t for t in got],
                     [t.detach() if isinstance(t, torch.Tensor) else t for t in want])
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
+
+
+def test_a_subclass_leafs_expanded_gradient_is_stored_dense():
+    """The same for TwoTensor leaves: eager's copy (``new_empty_strided`` + ``copy_`` through the
+    class's dispatch) has the leaf's strides, and the next call accumulates into it."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def f(a, b):
+        (a + b).sum().backward()
+
+    def make():
+        return [TwoTensor(torch.zeros(3), torch.ones(3)).requires_grad_() for _ in range(2)], []
+
+    leaves_e, _ = make()
+    leaves_j, _ = make()
+    jitted = jitcore.jit(f)
+    for _ in range(3):
+        f(*leaves_e)
+        jitted(*leaves_j)
+        for e, j in zip(leaves_e, leaves_j):
+            assert type(j.grad) is type(e.grad)
+            assert_same([j.grad.a, j.grad.b], [e.grad.a, e.grad.b])
+            assert (j.grad.a.stride(), j.grad.b.stride()) == (e.grad.a.stride(), e.grad.b.stride())
+        assert _layout(leaves_j, []) == _layout(leaves_e, [])
+    assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
+
+
+def test_a_stored_view_gradient_can_be_detached_in_place():
+    """A Linear weight's gradient is a view (``mm(...).t()``); eager stores its ``detach()``, so the
+    old-style zeroing ``p.grad.detach_(); p.grad.zero_()`` works on the next call."""
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Linear(3, 1)
+
+    def f(m, x):
+        for p in m.parameters():
+            if p.grad is not None:
+                p.grad.detach_()
+                p.grad.zero_()
+        m(x).sum().backward()
+        return m.weight.grad.clone()
+
+    me, mj = make(), make()
+    jitted = jitcore.jit(f)
+    for i in range(3):
+        x = torch.randn(2, 3, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(mj, x), f(me, x))
+    assert jitted.fallback_reason is None
