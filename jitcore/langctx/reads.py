@@ -214,9 +214,17 @@ def _check_mask_shapes(shape: Any, items: tuple) -> None:
     for mask, dim in masks:
         for j, size in enumerate(mask.shape):
             there = sliced[dim + j] if dim + j < len(sliced) else None
-            if type(size) is int and type(there) is int and size != there:
-                raise IndexError(f"The shape of the mask {list(mask.shape)} at index {j} does not match "
-                                 f"the shape of the indexed tensor {sliced} at index {dim + j}")
+            # symbolic sizes: compared through the ShapeEnv, whose guard (equal or not) the prologue checks
+            if there is not None and (size != there if type(size) is int and type(there) is int
+                                      else isinstance(size, (int, torch.SymInt))
+                                      and isinstance(there, (int, torch.SymInt)) and bool(size != there)):
+                raise IndexError(f"The shape of the mask {_ints(mask.shape)} at index {j} does not match "
+                                 f"the shape of the indexed tensor {_ints(sliced)} at index {dim + j}")
+
+
+def _ints(sizes: Any) -> list:
+    """Sizes as eager prints them (a symbolic one by its value: the call raises, nothing is traced)."""
+    return [int(size) if isinstance(size, torch.SymInt) else size for size in sizes]
 
 
 def _coordinate_index(x: Any, index: Any) -> Any:

@@ -53,3 +53,21 @@ def test_a_mask_index_of_another_shape_raises_as_eagerly(name: str) -> None:
             assert isinstance(got, torch.Tensor) and torch.equal(got, expected), got
         else:
             assert got == expected
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_a_mask_of_another_shape_raises_with_symbolic_sizes(dynamic: bool | None) -> None:
+    """With symbolic sizes (``dynamic=True``, or after a second shape) the mask's and the tensor's sizes
+    are symbols: they are compared through the ShapeEnv (its guard checked by the prologue), where a
+    mismatch returned a value (ops43, /tmp/ops43-probes/g2_mask_sym.py)."""
+    def f(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return x[m] * 2
+
+    jf = jitcore.jit(f, dynamic=dynamic)
+    for n, k in ((4, 4), (5, 5), (6, 4), (3, 2), (7, 7), (3, 2)):
+        args = (torch.arange(float(n)), torch.arange(k) % 2 == 0)
+        expected, got = _outcome(f, args), _outcome(jf, args)
+        if isinstance(expected, torch.Tensor):
+            assert isinstance(got, torch.Tensor) and torch.equal(got, expected), (n, k, got)
+        else:
+            assert got == expected, (n, k)
