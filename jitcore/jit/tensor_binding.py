@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from jitcore.dispatch.shadow_map import DispatchState
 from jitcore.errors import EagerOnlyValue, LazyState
@@ -39,8 +40,15 @@ from jitcore.jit.subclass_inputs import (
 from jitcore.langctx.shadows import TensorValues, untraced_kind
 from jitcore.prologue import Path, Root, TensorSpec
 from jitcore.prologue.ctx_sizes import SizedContext, with_sizes
+from jitcore.prologue.literals import is_literal_value
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.protocol import has_nested_ints, instance_attributes, tensor_flatten
+from jitcore.proxies.protocol import (
+    has_nested_ints,
+    has_own_protocol,
+    instance_attributes,
+    is_torch_cache,
+    tensor_flatten,
+)
 from jitcore.proxies.typed import is_plain_subclass, retype
 
 __all__ = ["Reached", "TensorBinding"]
@@ -221,9 +229,14 @@ class TensorBinding:
             self.guard(path, "tensor", spec)
         shadow = shadow_around(self.values, tensor, {n: p.shadow for n, p in inner.items()}, ctx,
                                nested=nested, path=path, layout=layout)
+        rebuilt = instance_attributes(shadow)
+        carried = not nested and has_own_protocol(cls) and _carries_attributes(cls)
         for key, value in instance_attributes(tensor).items():  # Note [A subclass input's own containers]
             if type(value) in (list, dict, set) and getattr(shadow, key, None) is value:
                 self.bind_state(value, path.attr(key), key)
+            elif carried and _not_reproduced(key, value, rebuilt, names):
+                # Note [An attribute the flatten protocol does not report]
+                object.__setattr__(shadow, key, self.bind_state(value, path.attr(key), key))
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
         self.subclass_inputs.append((proxy, path))
         if self.on_remember is not None:  # attributes the program sets on it are set on the caller's
@@ -261,3 +274,51 @@ def _argument(path: Path, name: str) -> str:
     """``'x' (args[0])``: the parameter's name and where it was found."""
     where = path.describe()
     return f"{name!r} ({where})" if name and name != where else where
+
+
+# Note [An attribute the flatten protocol does not report]
+# A wrapper input is rebuilt for tracing by its class's ``__tensor_unflatten__``, which often passes
+# only what ``__tensor_flatten__`` reports: ``K(inner["a"])`` where the caller's value was made as
+# ``K(a, k=3.0)`` gets ``__init__``'s default ``k=1.0``. What the class's ``__torch_dispatch__`` or the
+# program read from ``x.k`` was that default (outputs scaled by 1.0 where eager scales by 3.0); a log
+# list the dispatch appends to, made anew by unflatten (``LogT(inner["a"], [])``), grew on the rebuilt
+# value while the caller's stayed empty. An instance attribute of the caller's value that the rebuilt
+# one lacks, or holds as another literal, or as another tensor-free list/dict/set, is set on the
+# rebuilt one and bound as state at its path: a literal guarded by value (another ``k`` retraces), a
+# container as the caller's own (Note [A subclass input's own containers]: what the dispatch appends
+# is appended to the caller's on every call).
+# Not carried: what the rebuilt value holds as anything else (a ctx or size rebuilt from symbolic
+# sizes, ``with_sizes``: the caller's concrete value would pin an entry per size), objects and
+# containers holding tensors, and the attributes of torch's own subclasses (a nested jagged tensor's
+# ``_size``/``_strides`` hold the nested int of this pass: the caller's would break torch's asserts).
+_ABSENT = object()
+
+
+def _carries_attributes(cls: type) -> bool:
+    """Whether a subclass's instance attributes outside its flatten protocol are carried to its
+    rebuilt value: not for torch's own classes (their test classes aside)."""
+    module = getattr(cls, "__module__", "") or ""
+    return not module.startswith("torch.") or module.startswith("torch.testing.")
+
+
+def _not_reproduced(key: str, value: Any, attributes: dict[str, Any], names: list[str]) -> bool:
+    """Whether the caller's attribute ``key`` (holding ``value``) is one to carry over the rebuilt
+    value's ``attributes`` (``names``: the inner tensors): Note [An attribute the flatten protocol
+    does not report]."""
+    if key in names or is_torch_cache(key):
+        return False
+    rebuilt = attributes.get(key, _ABSENT)
+    if rebuilt is value:
+        return False
+    if is_literal_value(value):
+        return rebuilt is _ABSENT or (is_literal_value(rebuilt) and not _same(rebuilt, value))
+    if type(value) in (list, dict, set):
+        return (rebuilt is _ABSENT or type(rebuilt) in (list, dict, set) and all(
+            is_literal_value(leaf) for leaf in tree_leaves(rebuilt))) and not any(
+            isinstance(leaf, torch.Tensor) for leaf in tree_leaves(value))
+    return False
+
+
+def _same(rebuilt: Any, value: Any) -> bool:
+    """Whether the rebuilt value's attribute is the caller's (by type and value)."""
+    return type(rebuilt) is type(value) and rebuilt == value

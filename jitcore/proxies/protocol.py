@@ -163,6 +163,11 @@ _TORCH_CACHES = frozenset(
 )
 
 
+def is_torch_cache(name: str) -> bool:
+    """Whether an instance attribute is one torch's C++ caches on a wrapper (not the class's own)."""
+    return name in _TORCH_CACHES
+
+
 # Note [An inherited __tensor_unflatten__]
 # A subclass of a subclass often inherits its base's ``__tensor_unflatten__``, which names the base
 # (TwoTensor's builds ``TwoTensor(a, b)``) while its ``__torch_dispatch__`` builds ``cls(a, b)``:
