@@ -31,8 +31,17 @@ from jitcore.langctx.thread_state import SET_GRAD_ENABLED
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.prologue import Path
 from jitcore.prologue.guards import same_ctx
+from jitcore.prologue.literals import is_literal_value
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.protocol import has_own_protocol, replaced_at, size_places, tensor_unflatten
+from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.protocol import (
+    has_own_protocol,
+    instance_attributes,
+    is_torch_cache,
+    replaced_at,
+    size_places,
+    tensor_unflatten,
+)
 from jitcore.proxies.subclass import SubclassTensorProxy, made_in_inference_mode
 
 __all__ = [
@@ -53,18 +62,50 @@ __all__ = [
 
 def unflatten_tensor_subclass(
     cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any, *,
-    inference: bool = False, sizes_in_ctx: tuple = (), policy: str | None = None,
+    inference: bool = False, sizes_in_ctx: tuple = (), policy: str | None = None, attributes: tuple = (),
 ) -> Any:
     """Build a subclass instance from its inner tensors (jitcore/proxies/protocol.py); with
     ``inference``, inside inference mode (Note [A subclass output made in inference mode]);
     ``sizes_in_ctx``: the places of ``ctx`` that are torch.Size (Note [A torch.Size in a flatten ctx]);
-    ``policy``: Note [A wrapper that answers its own layout]."""
+    ``policy``: Note [A wrapper that answers its own layout]; ``attributes``: ``(name, value)`` pairs
+    set on it where its unflatten gave another (Note [An output's attribute outside its flatten
+    protocol])."""
     for keys in sizes_in_ctx:
         ctx = replaced_at(ctx, keys, torch.Size)
     if inference:
         with torch.inference_mode():
-            return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride, policy)
-    return tensor_unflatten(cls, inner, ctx, outer_size, outer_stride, policy)
+            out = tensor_unflatten(cls, inner, ctx, outer_size, outer_stride, policy)
+    else:
+        out = tensor_unflatten(cls, inner, ctx, outer_size, outer_stride, policy)
+    for name, value in attributes:
+        held = out.__dict__.get(name, _ABSENT)
+        if held is _ABSENT or type(held) is not type(value) or held != value:
+            object.__setattr__(out, name, value)
+    return out
+
+
+# Note [An output's attribute outside its flatten protocol]
+# A subclass output is rebuilt at the computation's end by its class's ``__tensor_unflatten__``, which
+# often passes only what ``__tensor_flatten__`` reports: ``K(t * k, k)`` made by the dispatch came back
+# as ``K(inner["a"])``, ``k`` the constructor's default 1.0 where eager's output holds 3.0. The record
+# that rebuilds it names the literal instance attributes (numbers, strings, tuples of them) the traced
+# value held outside its flatten protocol, and sets those the rebuilt value lacks or holds otherwise.
+# Only for classes with their own protocol and not torch's own (as for inputs: Note [An attribute the
+# flatten protocol does not report], jitcore/jit/tensor_binding.py); a number the computation computes
+# per call (a number proxy: a ``k`` that changed between calls is read per call) is the record's input.
+_ABSENT = object()
+
+
+def _kept_attributes(value: SubclassTensorProxy) -> tuple[tuple[str, Any], ...]:
+    """The literal instance attributes of ``value`` outside its flatten protocol (Note [An output's
+    attribute outside its flatten protocol])."""
+    cls = value.subclass
+    module = getattr(cls, "__module__", "") or ""
+    if not has_own_protocol(cls) or (module.startswith("torch.") and not module.startswith("torch.testing.")):
+        return ()
+    names = set(value.inner_flatten()[0])
+    return tuple((k, v) for k, v in sorted(instance_attributes(value, cls).items()) if k not in names
+                 and not is_torch_cache(k) and (is_literal_value(v) or type(v) is NumberProxy))
 
 
 # Note [A subclass output made in inference mode]: eagerly a wrapper made inside
@@ -101,6 +142,9 @@ def rebuild_kwargs(value: SubclassTensorProxy) -> dict[str, Any]:
     policy = object.__getattribute__(value, "_jitcore_policy")
     if policy is not None and not has_own_protocol(value.subclass):
         kwargs["policy"] = policy
+    attributes = _kept_attributes(value)
+    if attributes:
+        kwargs["attributes"] = attributes
     return kwargs
 
 

@@ -141,3 +141,55 @@ class _Rows(torch.Tensor):
 def test_a_number_the_unflatten_rebuilds_from_the_sizes_is_not_pinned() -> None:
     fn = lambda x: ((x * 2).a, x.rows)  # noqa: E731
     assert compare_over_sizes(fn, lambda n: (_Rows(torch.randn(n, 2)),), (3, 4, 5, 6, 7)) <= 2
+
+
+# --- an output's attribute outside its flatten protocol ---------------------------------------------------
+# Note [An output's attribute outside its flatten protocol] (jitcore/dispatch/flatten.py): a subclass output
+# is rebuilt at the computation's end by ``__tensor_unflatten__``, which passes ``__init__``'s default
+# ``k=1.0`` where the value the dispatch made holds the caller's ``k`` (or the program's constant).
+
+
+class _Scaled(torch.Tensor):
+    """A wrapper whose dispatch scales each result by ``k`` and keeps ``k`` on it; flatten leaves it out."""
+
+    @staticmethod
+    def __new__(cls, a: torch.Tensor, k: float = 1.0) -> _Scaled:
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, strides=a.stride(), dtype=a.dtype)
+
+    def __init__(self, a: torch.Tensor, k: float = 1.0) -> None:
+        self.a, self.k = a, k
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["a"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _Scaled:
+        return _Scaled(inner["a"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        k = next(a.k for a in args if isinstance(a, _Scaled))
+        inner = tree_map_only(_Scaled, lambda t: t.a, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: _Scaled(t * k, k), func(*inner[0], **inner[1]))
+
+
+def _ks(value: Any) -> Any:
+    return [_ks(v) for v in value] if isinstance(value, (tuple, list)) else getattr(value, "k", None)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, a: x + 1,
+    lambda x, a: (x * 2, _Scaled(a * 2, 4.0)),
+    lambda x, a: _Scaled(a, 2.5) + x.a,
+], ids=["the_inputs_k", "a_constant_k", "made_then_an_op"])
+def test_an_outputs_attribute_outside_its_flatten_protocol(fn: Callable) -> None:
+    jitted = jitcore.jit(fn)
+    for i, (n, k) in enumerate(((3, 3.0), (4, 3.0), (5, 5.0), (5, 5.0), (6, 2.0))):
+        torch.manual_seed(i)
+        a = torch.randn(n, 2)
+        expected = fn(_Scaled(a.clone(), k), a.clone())
+        actual = jitted(_Scaled(a.clone(), k), a.clone())
+        assert_same_flattened(actual, expected, f"call {i} (size {n}) output")
+        assert _ks(actual) == _ks(expected), (i, _ks(actual), _ks(expected))
