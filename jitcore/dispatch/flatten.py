@@ -52,6 +52,8 @@ __all__ = [
     "subclass_arguments_passed_whole",
     "rebuild_kwargs",
     "unflatten_tensor_subclass",
+    "kept_attributes",
+    "set_attributes",
     "UNFLATTEN",
     "UNFLATTEN_RESULT",
     "bind_subclass_input",
@@ -77,11 +79,17 @@ def unflatten_tensor_subclass(
             out = tensor_unflatten(cls, inner, ctx, outer_size, outer_stride, policy)
     else:
         out = tensor_unflatten(cls, inner, ctx, outer_size, outer_stride, policy)
-    for name, value in attributes:
-        held = out.__dict__.get(name, _ABSENT)
-        if held is _ABSENT or type(held) is not type(value) or held != value:
-            object.__setattr__(out, name, value)
+    set_attributes(out, attributes)
     return out
+
+
+def set_attributes(value: Any, attributes: tuple[tuple[str, Any], ...]) -> None:
+    """Set each ``(name, item)`` on ``value`` where it lacks it or holds another (Note [An output's
+    attribute outside its flatten protocol])."""
+    for name, item in attributes:
+        held = value.__dict__.get(name, _ABSENT)
+        if held is not item and not (is_literal_value(item) and type(held) is type(item) and held == item):
+            object.__setattr__(value, name, item)  # a number proxy is never compared (that would guard it)
 
 
 # Note [An output's attribute outside its flatten protocol]
@@ -93,10 +101,13 @@ def unflatten_tensor_subclass(
 # Only for classes with their own protocol and not torch's own (as for inputs: Note [An attribute the
 # flatten protocol does not report], jitcore/jit/tensor_binding.py); a number the computation computes
 # per call (a number proxy: a ``k`` that changed between calls is read per call) is the record's input.
+# The grad transform's replay rebuilds the subclass values of pass 1 the same way, and sets them (a
+# number proxy as the replay's: ``_rebuild_subclass``, jitcore/transforms/grad.py): its dispatch read
+# ``k`` 1.0 there, values and gradients scaled by 1.0.
 _ABSENT = object()
 
 
-def _kept_attributes(value: SubclassTensorProxy) -> tuple[tuple[str, Any], ...]:
+def kept_attributes(value: SubclassTensorProxy) -> tuple[tuple[str, Any], ...]:
     """The literal instance attributes of ``value`` outside its flatten protocol (Note [An output's
     attribute outside its flatten protocol])."""
     cls = value.subclass
@@ -142,7 +153,7 @@ def rebuild_kwargs(value: SubclassTensorProxy) -> dict[str, Any]:
     policy = object.__getattribute__(value, "_jitcore_policy")
     if policy is not None and not has_own_protocol(value.subclass):
         kwargs["policy"] = policy
-    attributes = _kept_attributes(value)
+    attributes = kept_attributes(value)
     if attributes:
         kwargs["attributes"] = attributes
     return kwargs

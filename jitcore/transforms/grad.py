@@ -37,6 +37,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 import jitcore
+from jitcore.dispatch.flatten import kept_attributes, set_attributes
 from jitcore.dispatch.shadow_map import DispatchState
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, tree_any
@@ -265,6 +266,9 @@ class _Replay:
             return None
         shadow = unflatten_around(old.subclass, {n: v.shadow for n, v in inner.items()}, ctx, old.shape,
                                   old.stride())
+        # Note [An output's attribute outside its flatten protocol], jitcore/dispatch/flatten.py
+        set_attributes(shadow, tuple((k, self.numbers.lookup(v) if type(v) is NumberProxy else v)
+                                     for k, v in kept_attributes(old)))
         if requires_grad:
             shadow.requires_grad_(True)
         self._map(old, self.state.adopt(shadow, self.forward.names.claim(old.name)))

@@ -193,3 +193,40 @@ def test_an_outputs_attribute_outside_its_flatten_protocol(fn: Callable) -> None
         actual = jitted(_Scaled(a.clone(), k), a.clone())
         assert_same_flattened(actual, expected, f"call {i} (size {n}) output")
         assert _ks(actual) == _ks(expected), (i, _ks(actual), _ks(expected))
+
+
+class _ScaledGrad(_Scaled):
+    """``_Scaled`` whose wrapper requires grad when its inner tensor does (the grad transform's replay
+    rebuilt its values by unflatten: its dispatch read ``k`` 1.0 there, the forward's values scaled by 1).
+    Not yet: the backward's tangents and saved wrappers are rebuilt without ``k`` (docs/subclasses.md)."""
+
+    @staticmethod
+    def __new__(cls, a: torch.Tensor, k: float = 1.0) -> _ScaledGrad:
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, strides=a.stride(), dtype=a.dtype,
+                                                   requires_grad=a.requires_grad)
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _ScaledGrad:
+        return _ScaledGrad(inner["a"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        k = next(a.k for a in args if isinstance(a, _ScaledGrad))
+        inner = tree_map_only(_ScaledGrad, lambda t: t.a, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: _ScaledGrad(t * k, k), func(*inner[0], **inner[1]))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda w, x: (w * x).sum(),
+    lambda w, x: _ScaledGrad(x, 3.0) * 2,
+], ids=["an_input_times_a_grad_input", "made_inside_from_a_grad_input"])
+def test_an_attribute_outside_the_flatten_protocol_under_grad(fn: Callable) -> None:
+    jitted = jitcore.jit(fn)
+    for i, (n, k) in enumerate(((3, 3.0), (4, 4.0), (5, 4.0), (5, 2.0))):
+        torch.manual_seed(i)
+        w, x = torch.randn(n, 2), torch.randn(n, 2)
+        x_eager, x_jit = x.clone().requires_grad_(), x.clone().requires_grad_()
+        expected = fn(_ScaledGrad(w.clone(), k), x_eager)
+        actual = jitted(_ScaledGrad(w.clone(), k), x_jit)
+        assert_same_flattened(actual, expected, f"call {i} (size {n}) output")
+        assert _ks(actual) == _ks(expected), (i, _ks(actual), _ks(expected))
