@@ -84,3 +84,45 @@ def test_a_warning_made_an_error_raises_at_its_line_and_can_be_caught() -> None:
             eager, got = f(torch.ones(2)), jitted(torch.ones(2))
         torch.testing.assert_close(got[0], eager[0])
         assert got[1] is eager[1] is (action == "error")
+
+
+def _ignored_inside(x: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.warn("hidden", UserWarning, stacklevel=1)
+    return x + 1
+
+
+def _recorded_inside(x: torch.Tensor) -> tuple[torch.Tensor, list]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("kept by the program", FutureWarning, stacklevel=1)
+    return x * 2, [(str(w.message), w.category) for w in caught]
+
+
+def _raised_inside(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            warnings.warn("strict inside", UserWarning, stacklevel=1)
+        except UserWarning:
+            return x - 1, True
+    return x, False
+
+
+@pytest.mark.parametrize("program", [_ignored_inside, _recorded_inside, _raised_inside])
+def test_a_warning_under_the_programs_own_filters_goes_where_eager_sends_it(program: Callable) -> None:
+    """Note [Warnings under the program's own filters]: the program's catch_warnings decides, not the
+    caller's filters after the computation (an ignored warning was shown, a recorded one was lost)."""
+    def args(i: int) -> tuple:
+        return (torch.full((2,), float(i)),)
+
+    eager = _warned(program, args, 4, "always")
+    jitted = jitcore.jit(program)
+    got = _warned(jitted, args, 4, "always")
+    # a recorded one runs the call eagerly (jitcore says so once, with a warning of its own)
+    assert [w for w in got[0] if not w[0].startswith("jitcore: ")] == eager[0]
+    for a, b in zip(got[1], eager[1]):
+        a, b = (a, b) if isinstance(a, tuple) else ((a,), (b,))
+        torch.testing.assert_close(a[0], b[0])
+        assert a[1:] == b[1:]
