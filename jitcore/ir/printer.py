@@ -45,7 +45,10 @@ def register_literal(cls: type, render: Callable[[Any], str | None]) -> None:
 
 def escape_comment(text: str) -> str:
     """``text`` as one printable comment line: control characters and line breaks escaped."""
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in str(text))
+    text = str(text)
+    if text.isprintable():  # every character kept (a space is printable): most comments, at C speed
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 def describe_value(value: Any) -> str:
@@ -165,11 +168,8 @@ class _Printer:
     def statement(self, bsym: BoundSymbol) -> str:
         target = self.target(bsym.output)
         text = self.call(bsym) if target is None else f"{target} = {self.call(bsym)}"
-        meta = ", ".join(
-            f'{p.name}: "{escape_comment(describe_value(p))}"'
-            for p in proxies_in(bsym.output)
-            if describe_value(p)
-        )
+        described = ((p.name, describe_value(p)) for p in proxies_in(bsym.output))
+        meta = ", ".join(f'{name}: "{escape_comment(text)}"' for name, text in described if text)
         return f"{text}  # {meta}" if meta else text
 
     def bound_symbol(self, bsym: BoundSymbol, depth: int) -> None:

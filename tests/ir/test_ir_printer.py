@@ -11,9 +11,12 @@ from io import BytesIO
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ir_helpers import exec_printed, trace_fn
 
 from jitcore.ir import BoundSymbol, SourceFrame, Symbol, Trace, print_trace, walk
+from jitcore.ir.printer import escape_comment
 
 
 def expect(trace: Trace, text: str, **options: object) -> None:
@@ -457,3 +460,14 @@ def test_tuple_types_not_reachable_from_the_imports_are_bound_by_reference() -> 
     assert print_trace(trace).constants == {"Pair": Pair}
     result = exec_printed(trace)(torch.ones(2, 2))
     assert type(result) is Pair and type(result.second) is torch.return_types.max
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec=None), max_size=40) | st.integers())
+def test_a_comment_escapes_each_character_that_does_not_print(text: object) -> None:
+    """``escape_comment`` skips its per-character pass for text that prints as it is (a speed path):
+    the result is still the per-character definition, for any text (line breaks, U+2028, NUL, a
+    non-breaking space, surrogates) and for non-strings."""
+    expected = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in str(text))
+    assert escape_comment(text) == expected
+    assert "\n" not in escape_comment(text) and "\r" not in escape_comment(text)
