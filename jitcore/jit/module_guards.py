@@ -22,6 +22,8 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -120,15 +122,14 @@ class ModuleState:
     """Called by a prologue: None while the jitted module's state passes every grouped check (its
     own compiled prologue, ``checks``); otherwise the first failing one, in words."""
 
-    __slots__ = ("checks", "_run", "_names")
+    __slots__ = ("checks", "_run")
 
     def __init__(self, checks: Prologue) -> None:
         self.checks = checks
-        self._run = checks.compile(_accept)
-        # torch's bookkeeping in a failing check's path, as a user names it: self.__dict__['_modules']
-        # ['blocks']._modules['0'].__dict__['_parameters']['weight'] -> self.blocks.0.weight
-        paths = {g.path.describe(): qualified_name(g.path) for g in checks.guards}
-        self._names = sorted(((d, f"self.{q}") for d, q in paths.items() if q), key=lambda p: -len(p[0]))
+        # compiled on the first call: the entry's fast path runs these guards in place (Note [Grouped
+        # checks inlined in the fast path]), so most entries never call this one (a module with many
+        # parameters spent a third of its prologue's finishing time compiling it)
+        self._run: Callable[[tuple, dict], Any] | None = None
 
     @property
     def inlined_guards(self) -> tuple[Guard, ...]:
@@ -137,12 +138,18 @@ class ModuleState:
         return self.checks.guards
 
     def __call__(self) -> str | None:
+        if self._run is None:
+            self._run = self.checks.compile(_accept)
         if self._run((), {}) is not MISS:
             return None
         why = self.checks.explain((), {})
         if why is None:
             return "a check failed"
-        where = next((name + why[0][len(d):] for d, name in self._names if why[0].startswith(d)), why[0])
+        # torch's bookkeeping in a failing check's path, as a user names it: self.__dict__['_modules']
+        # ['blocks']._modules['0'].__dict__['_parameters']['weight'] -> self.blocks.0.weight
+        paths = {g.path.describe(): qualified_name(g.path) for g in self.checks.guards}
+        names = sorted(((d, f"self.{q}") for d, q in paths.items() if q), key=lambda p: -len(p[0]))
+        where = next((name + why[0][len(d):] for d, name in names if why[0].startswith(d)), why[0])
         return f"{where}: {why[1]}"
 
     def __repr__(self) -> str:
