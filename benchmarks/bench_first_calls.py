@@ -1,8 +1,9 @@
 """First calls and cached calls of small programs: jitcore against torch.compile, ratios from one run.
 
 For tiny Hugging Face models built from configs (Llama, GPT-2, BERT: 2 layers, hidden size 32, as
-tests/jit/test_jit_real_models.py builds them; forward with grad, as a user calls ``model(ids)``) and
-a 50-op chain over torch's TwoTensor subclass, prints:
+tests/jit/test_jit_real_models.py builds them, and a 4-layer Llama; forward with grad, as a user calls
+``model(ids)``), a 50-op chain over torch's TwoTensor subclass and a 1000-op chain of plain tensors
+(1,500 records: how the cost of a trace grows with its length), prints:
 - the first call (jitcore: interpretation, the grad transform and its executor's compile;
   torch.compile(backend="eager"): Dynamo and AOTAutograd), thread CPU time of one call, each in a new
   process (this script run with ``--first``) after the imports, the program's construction and one
@@ -34,10 +35,10 @@ import jitcore
 VOCAB = 64
 
 
-def _llama() -> torch.nn.Module:
+def _llama(layers: int = 2) -> torch.nn.Module:
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64))
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
 
 
 def _gpt2() -> torch.nn.Module:
@@ -51,8 +52,8 @@ def _bert() -> torch.nn.Module:
         max_position_embeddings=64))
 
 
-def _chain(x: torch.Tensor) -> torch.Tensor:
-    for i in range(50):
+def _chain(x: torch.Tensor, ops: int = 50) -> torch.Tensor:
+    for i in range(ops):
         x = x * 1.01 + 0.5 if i % 2 else x.sin()
     return x
 
@@ -68,13 +69,16 @@ def _programs() -> list[tuple[str, Callable[[], Any], Callable[[], tuple]]]:
             return make().eval()
         return new
 
-    def chain() -> Callable[..., Any]:
-        return lambda x: _chain(x)  # a new function object: a new jit and a new Dynamo frame
+    def chain(ops: int = 50) -> Callable[[], Callable[..., Any]]:
+        return lambda: lambda x: _chain(x, ops)  # a new function object: a new jit and a new Dynamo frame
 
+    plain = torch.randn(8)
     return [("HF Llama, 2 layers", model(_llama), lambda: (ids,)),
+            ("HF Llama, 4 layers", model(lambda: _llama(4)), lambda: (ids,)),
             ("HF GPT-2, 2 layers", model(_gpt2), lambda: (ids,)),
             ("HF BERT, 2 layers", model(_bert), lambda: (ids,)),
-            ("TwoTensor, 50-op chain", chain, lambda: (two,))]
+            ("TwoTensor, 50-op chain", chain(), lambda: (two,)),
+            ("plain, 1000-op chain", chain(1000), lambda: (plain,))]
 
 
 def _jits(inductor: bool) -> dict[str, Callable[[Any], Any]]:
