@@ -14,7 +14,10 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
 - ``appended_parameters(fn)``: parameters of the jitted function that its own bytecode only ever loads
   to look ``append``/``extend`` up on them or to pass them to ``len()`` as its one argument: never
   stored, deleted, captured by a closure, passed on, returned, or reachable through ``locals()``,
-  ``vars()``, ``eval``/``exec`` or frame objects (and ``len`` is the builtin in the function's globals).
+  ``vars()``, ``eval``/``exec`` or frame objects (and ``len`` is the builtin in the function's globals);
+- ``item_appended_parameters(fn)``: the same for a dict parameter only ever subscripted by constant keys
+  to append to the item (``history["loss"].append(x)``): its type and keys guarded, those lists by type
+  (Note [A dict of lists an argument]).
 
 - ``subscripted_by(frame)``: a read of a dict from state whose value is consumed by subscripting it
   with a constant (``self.log["losses"].append``), or by ``get`` with a constant (an instance's
@@ -48,8 +51,9 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["MeasuredLists", "appended_parameters", "bind_defaults", "keyed_later", "measured_by_len",
-           "only_appended_to", "reads_appended_item", "stored_into", "subscripted_by"]
+__all__ = ["MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
+           "item_appended_parameters", "keyed_later", "measured_by_len", "only_appended_to",
+           "reads_appended_item", "stored_into", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
 _LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
@@ -328,6 +332,66 @@ def appended_parameters(fn: Any) -> frozenset[str]:
     if measured and "len" in getattr(function, "__globals__", {}):  # ``len`` is not the builtin there
         return appended - measured
     return appended
+
+
+def item_appended_parameters(fn: Any) -> dict[str, frozenset]:
+    """The parameters of ``fn`` that its bytecode only subscripts by constant keys to append to the
+    item (``history["loss"].append(x)``), each with those keys (Note [A dict of lists an argument])."""
+    target = getattr(fn, "forward", fn)
+    function = getattr(target, "__func__", target)
+    code = getattr(function, "__code__", None)
+    return _items_appended(code) if isinstance(code, types.CodeType) else {}
+
+
+@functools.cache
+def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
+    if _FRAME_ACCESS & set(code.co_names) or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+        return {}
+    count = code.co_argcount + code.co_kwonlyargcount
+    candidates = set(code.co_varnames[:count]) - set(code.co_cellvars)
+    keys: dict[str, set] = {name: set() for name in candidates}
+    instructions = list(dis.get_instructions(code))
+    for i, inst in enumerate(instructions):
+        names = inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
+        touched = candidates.intersection(n for n in names if isinstance(n, str))
+        if not touched or not inst.opname.startswith(("LOAD_FAST", "STORE_FAST", "DELETE_FAST")):
+            continue
+        key, subscript, lookup = (instructions[i + 1:i + 4] + [None, None, None])[:3]
+        if inst.opname in _LOADS and len(names) == 1 and lookup is not None \
+                and key.opname == "LOAD_CONST" and type(key.argval) in _KEYS \
+                and subscript.opname == "BINARY_SUBSCR" \
+                and lookup.opname in _LOOKUPS and lookup.argval in _APPENDING:
+            keys[names[0]].add(key.argval)
+            continue
+        candidates -= touched
+    return {name: frozenset(keys[name]) for name in candidates if keys[name]}
+
+
+# Note [A dict of lists an argument]
+# ``step(x, y, history)`` with ``history["loss"].append(loss.item())``: a dict argument was bound whole,
+# each list's length and items guarded, so every call found longer lists and traced again (a training
+# loop's history dict made every step a miss). A parameter the function's own bytecode only
+# subscripts by constant keys to append to the item (``_items_appended``) reads nothing of those
+# lists: the dict's type and keys are guarded, each list so appended to is bound as a list argument
+# only appended to is (its type guarded, the appends replayed onto the call's list), and every other
+# item as any argument. A list reached another way too is bound whole by a later pass (Note
+# [Containers reached twice]).
+def bind_item_lists(provenance: Any, measured: MeasuredLists, value: dict, path: Any, name: str,
+                    keys: frozenset, read_lists: frozenset) -> dict:
+    """The dict argument ``value`` of a parameter only appended to through constant ``keys`` (Note [A
+    dict of lists an argument]): the program's own dict, its appended lists its own."""
+    provenance.guard(path, "type", dict)
+    provenance.guard(path, "keys", tuple(value))
+    provenance.reach_container(value, path)
+    own: dict = {}
+    for key, item in value.items():
+        at = path.key(key)
+        if key in keys and type(item) is list and at not in read_lists:
+            own[key] = measured.bind_argument(item, at)
+        else:
+            own[key] = provenance.bind_argument(item, at, f"{name}_{key}")
+    provenance.argument_copies.append((own, path))
+    return own
 
 
 @functools.cache

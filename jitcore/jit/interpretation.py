@@ -48,7 +48,7 @@ from jitcore.interpreter import Hooks, current_run
 from jitcore.interpreter.lookasides import builtin_lookasides
 from jitcore.ir import BoundSymbol, Inlined, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.jit import appends, numbers, outputs
-from jitcore.jit.appends import appended_parameters
+from jitcore.jit.appends import appended_parameters, bind_item_lists, item_appended_parameters
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.caught_errors import refuse_caught_read_error, refuse_caught_value_errors
 from jitcore.jit.checkpoint import checkpoint_lookasides
@@ -312,6 +312,9 @@ class Pass(StateReads):
         if type(value) is list and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and name in appended_parameters(self.fn) and path not in self.read_lists:
             return self.measured.bind_argument(value, path)  # jit/appends.py
+        if type(value) is dict and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
+                and (keys := item_appended_parameters(self.fn).get(name)) is not None:
+            return bind_item_lists(self.provenance, self.measured, value, path, name, keys, self.read_lists)
         return self.provenance.bind_argument(value, path, name)
 
     def _bind_defaults(self, nargs: int, kwargs: dict) -> dict[str, Any]:

@@ -1,0 +1,111 @@
+"""A dict argument whose lists the function only appends to (jitcore/jit/appends.py, Note [A dict of
+lists an argument]): ``history["loss"].append(loss.item())`` in a training step.
+
+Differential: each program runs eagerly and jitted on twin dicts over several calls; outputs and the
+caller's dict (every list's items) are compared after every call, and the number of cache entries says
+whether the lists' growth made a call trace again.
+"""
+
+from __future__ import annotations
+
+import torch
+from jit_helpers import assert_same
+
+import jitcore
+
+
+def _calls(fn, make_args, calls: int = 5) -> jitcore.jit:
+    jitted = jitcore.jit(fn)
+    eager_history = {"loss": [], "norm": [], "lr": 0.5}
+    jit_history = {"loss": [], "norm": [], "lr": 0.5}
+    for i in range(calls):
+        args = make_args(i)
+        assert_same(jitted(*args, jit_history), fn(*args, eager_history))
+        assert jit_history == eager_history
+    return jitted
+
+
+def test_a_history_dict_does_not_retrace():
+    def step(w, x, history):
+        loss = (w * x).sum()
+        history["loss"].append(loss.item())
+        history["norm"].extend([float(x.norm()), "tag"])
+        return loss * 2
+
+    w = torch.randn(4)
+    jitted = _calls(step, lambda i: (w, torch.randn(4, generator=torch.Generator().manual_seed(i))))
+    assert jitcore.cache_misses(jitted) == 1
+
+
+def test_a_dict_whose_other_items_are_read_keeps_its_guards():
+    """``history["lr"]`` read: the parameter is not only appended through, so the dict is bound whole
+    (its lists' lengths guarded, one entry per call), and the values are eager's."""
+    def step(w, x, history):
+        loss = (w * x).sum() * history["lr"]
+        history["loss"].append(loss.item())
+        return loss
+
+    w = torch.randn(4)
+    jitted = _calls(step, lambda i: (w, torch.randn(4, generator=torch.Generator().manual_seed(i))), calls=3)
+    assert jitcore.cache_misses(jitted) == 3
+
+
+def test_a_key_the_caller_adds_makes_a_new_entry():
+    def step(x, history):
+        history["loss"].append(float(x.sum()))
+        return x + 1
+
+    jitted = jitcore.jit(step)
+    eager, jit = {"loss": []}, {"loss": []}
+    for i in range(4):
+        if i == 2:
+            eager["extra"], jit["extra"] = [1], [1]
+        x = torch.full((2,), float(i))
+        assert_same(jitted(x, jit), step(x, eager))
+        assert jit == eager
+    assert jitcore.cache_misses(jitted) == 2
+
+
+HISTORY: dict = {"loss": []}
+
+
+def test_a_list_also_read_through_a_global():
+    """The caller's list reached through the argument and through a global: read whole there, the
+    later pass binds it whole (Note [Containers reached twice]); the values are eager's."""
+    def step(x, history):
+        history["loss"].append(float(x.sum()))
+        return x * len(HISTORY["loss"])
+
+    jitted = jitcore.jit(step)
+    expected = []
+    for i in range(4):
+        x = torch.full((2,), float(i))
+        got = jitted(x, HISTORY)
+        expected.append(float(x.sum()))
+        assert_same(got, x * len(expected))
+        assert HISTORY["loss"] == expected
+
+
+def test_a_training_step_with_a_history_dict():
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1), {"loss": [], "grad_norm": []}
+
+    def step(model, opt, x, y, history):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        history["grad_norm"].append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+        opt.step()
+        history["loss"].append(loss.item())
+        return loss.detach()
+
+    (me, oe, he), (mj, oj, hj) = make(), make()
+    jitted = jitcore.jit(step)
+    for i in range(6):
+        g = torch.Generator().manual_seed(i)
+        x, y = torch.randn(4, 3, generator=g), torch.randn(4, 1, generator=g)
+        assert_same(jitted(mj, oj, x, y, hj), step(me, oe, x, y, he))
+        assert hj == he
+    assert jitcore.cache_misses(jitted) <= 2  # no gradients yet; gradients
