@@ -345,19 +345,14 @@ def item_appended_parameters(fn: Any) -> dict[str, frozenset]:
 
 @functools.cache
 def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
-    if _FRAME_ACCESS & set(code.co_names) or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+    found = _parameter_uses(code)
+    if found is None:
         return {}
-    count = code.co_argcount + code.co_kwonlyargcount
-    candidates = set(code.co_varnames[:count]) - set(code.co_cellvars)
+    candidates, instructions, uses = found
     keys: dict[str, set] = {name: set() for name in candidates}
-    instructions = list(dis.get_instructions(code))
-    for i, inst in enumerate(instructions):
-        names = inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
-        touched = candidates.intersection(n for n in names if isinstance(n, str))
-        if not touched or not inst.opname.startswith(("LOAD_FAST", "STORE_FAST", "DELETE_FAST")):
-            continue
+    for i, names, touched in uses:
         key, subscript, lookup = (instructions[i + 1:i + 4] + [None, None, None])[:3]
-        if inst.opname in _LOADS and len(names) == 1 and lookup is not None \
+        if instructions[i].opname in _LOADS and len(names) == 1 and lookup is not None \
                 and key.opname == "LOAD_CONST" and type(key.argval) in _KEYS \
                 and subscript.opname == "BINARY_SUBSCR" \
                 and lookup.opname in _LOOKUPS and lookup.argval in _APPENDING:
@@ -397,19 +392,14 @@ def bind_item_lists(provenance: Any, measured: MeasuredLists, value: dict, path:
 @functools.cache
 def _appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
     """The parameters only appended to or measured, and those of them measured."""
-    if _FRAME_ACCESS & set(code.co_names) or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+    found = _parameter_uses(code)
+    if found is None:
         return frozenset(), frozenset()
-    count = code.co_argcount + code.co_kwonlyargcount
-    candidates = set(code.co_varnames[:count]) - set(code.co_cellvars)
+    candidates, instructions, uses = found
     measured: set[str] = set()
-    instructions = list(dis.get_instructions(code))
-    for i, inst in enumerate(instructions):
-        names = inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
-        touched = candidates.intersection(n for n in names if isinstance(n, str))
-        if not touched or not inst.opname.startswith(("LOAD_FAST", "STORE_FAST", "DELETE_FAST")):
-            continue
+    for i, names, touched in uses:
         following = instructions[i + 1] if i + 1 < len(instructions) else None
-        loaded = inst.opname in _LOADS and len(names) == 1 and following is not None
+        loaded = instructions[i].opname in _LOADS and len(names) == 1 and following is not None
         if loaded and following.opname in _LOOKUPS and following.argval in _APPENDING:
             continue
         if loaded and following.opname in _CALLS and following.arg == 1 and i >= 1 \
@@ -418,6 +408,24 @@ def _appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
             continue
         candidates -= touched
     return frozenset(candidates), frozenset(measured & candidates)
+
+
+def _parameter_uses(code: types.CodeType) -> tuple[set[str], list, list[tuple[int, tuple, set]]] | None:
+    """The parameters a function's bytecode can reach only by name (None where frames, ``locals()`` or
+    ``eval`` could reach them, or in a generator), its instructions, and each instruction that loads,
+    stores or deletes one of them: its index, the names it names and the parameters among them."""
+    if _FRAME_ACCESS & set(code.co_names) or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+        return None
+    count = code.co_argcount + code.co_kwonlyargcount
+    candidates = set(code.co_varnames[:count]) - set(code.co_cellvars)
+    instructions = list(dis.get_instructions(code))
+    uses = []
+    for i, inst in enumerate(instructions):
+        names = inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
+        touched = candidates.intersection(n for n in names if isinstance(n, str))
+        if touched and inst.opname.startswith(("LOAD_FAST", "STORE_FAST", "DELETE_FAST")):
+            uses.append((i, names, touched))
+    return candidates, instructions, uses
 
 
 # Note [A default list of a function of state]
