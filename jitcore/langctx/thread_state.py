@@ -42,6 +42,7 @@ class ThreadState:
     autocast_cache: bool
     default_dtype: torch.dtype
     inference_depth: int
+    autocast_nesting: int
 
     @staticmethod
     def take() -> ThreadState:
@@ -51,6 +52,7 @@ class ThreadState:
             torch.is_autocast_cache_enabled(),
             torch.get_default_dtype(),
             len(_inference_guards()),
+            _autocast_nesting(),
         )
 
     def restore(self) -> None:
@@ -63,6 +65,26 @@ class ThreadState:
         guards = _inference_guards()
         while len(guards) > self.inference_depth:
             exit_inference_mode()
+        # Note [The autocast nesting put back]: a ``torch.autocast`` block entered by the records a probe
+        # or a raising computation ran, and never exited, left torch's nesting count raised: the thread's
+        # autocast cache was then never cleared, and a later eager ``autocast(float16)`` block reused a
+        # weight cast to bfloat16 ("mat1 and mat2 must have the same dtype"). The count is put back, and
+        # the cache cleared where it returns to 0, as the block's ``__exit__`` does.
+        level = _autocast_nesting()
+        if level != self.autocast_nesting:
+            while level > self.autocast_nesting:
+                level = torch.autocast_decrement_nesting()
+            while level < self.autocast_nesting:
+                level = torch.autocast_increment_nesting()
+            if level == 0:
+                torch.clear_autocast_cache()
+
+
+def _autocast_nesting() -> int:
+    """torch's autocast nesting count of this thread (read without changing it)."""
+    level = torch.autocast_increment_nesting() - 1
+    torch.autocast_decrement_nesting()
+    return level
 
 
 # The record of a grad mode change (``no_grad()``'s ``torch._C._set_grad_enabled``): the computation

@@ -142,3 +142,31 @@ def test_a_computation_raising_inside_no_grad_puts_the_settings_back(fn) -> None
         assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16
     assert jitcore.cache_misses(jf) == 1  # the raising call ran the cached computation
+
+
+def _autocast_nesting() -> int:
+    level = torch.autocast_increment_nesting() - 1
+    torch.autocast_decrement_nesting()
+    return level
+
+
+def test_autocast_blocks_a_raising_call_entered_are_left():
+    """The traced call's value read (the probe) and a cached call raising inside ``torch.autocast``
+    left torch's autocast nesting count raised, so the thread's cast cache was never cleared: a later
+    eager ``autocast(float16)`` Linear reused the bfloat16 cast of its weight and raised "mat1 and mat2
+    must have the same dtype" (Note [The autocast nesting put back], jitcore/langctx/thread_state.py)."""
+    lin = torch.nn.Linear(3, 3)
+
+    def f(x, i):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return lin(x)[i]
+
+    jf = jitcore.jit(f)
+    x = torch.ones(2, 3)
+    assert torch.equal(jf(x, torch.tensor([1])), f(x, torch.tensor([1])))
+    assert _autocast_nesting() == 0
+    with pytest.raises(IndexError):
+        jf(x, torch.tensor([5]))
+    assert _autocast_nesting() == 0
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert lin(x).dtype == torch.float16
