@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map_only
 
 import jitcore
 
@@ -184,3 +185,30 @@ def assert_same_nested(actual: Any, expected: Any) -> None:
             torch.testing.assert_close(actual, expected)
     else:
         assert actual == expected
+
+
+class Scaled(torch.Tensor):
+    """A wrapper whose dispatch scales each result by ``k`` and keeps ``k`` on it; its flatten protocol leaves
+    ``k`` out (Note [An attribute the flatten protocol does not report], jitcore/jit/tensor_binding.py)."""
+
+    @staticmethod
+    def __new__(cls, a: torch.Tensor, k: float = 1.0) -> Scaled:
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, strides=a.stride(), dtype=a.dtype)
+
+    def __init__(self, a: torch.Tensor, k: float = 1.0) -> None:
+        self.a, self.k = a, k
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["a"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> Scaled:
+        return Scaled(inner["a"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        k = next(a.k for a in args if isinstance(a, Scaled))
+        inner = tree_map_only(Scaled, lambda t: t.a, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: Scaled(t * k, k), func(*inner[0], **inner[1]))

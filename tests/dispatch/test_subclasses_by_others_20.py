@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from subclass_checks import Scaled as _Scaled
 from subclass_checks import compare_over_sizes, protocol_calls
 from torch.testing._internal.common_subclass import (
     WrapperTensorWithCustomSizes,
@@ -177,32 +178,6 @@ def test_a_hand_written_float8_scaled_tensor(fn: Callable) -> None:
 # Note [An attribute the flatten protocol does not report] (jitcore/jit/tensor_binding.py): the input is
 # rebuilt for tracing by ``__tensor_unflatten__``, which passes ``__init__``'s default ``k=1.0`` where the
 # caller's value holds ``k=3.0``; the class's dispatch and the program read the default.
-
-
-class _Scaled(torch.Tensor):
-    """A wrapper whose dispatch scales each result by ``k``, which its flatten protocol leaves out."""
-
-    @staticmethod
-    def __new__(cls, a: torch.Tensor, k: float = 1.0) -> _Scaled:
-        return torch.Tensor._make_wrapper_subclass(cls, a.shape, strides=a.stride(), dtype=a.dtype)
-
-    def __init__(self, a: torch.Tensor, k: float = 1.0) -> None:
-        self.a, self.k = a, k
-
-    def __tensor_flatten__(self) -> tuple[list[str], None]:
-        return ["a"], None
-
-    @staticmethod
-    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _Scaled:
-        return _Scaled(inner["a"])
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    @classmethod
-    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
-        k = next(a.k for a in args if isinstance(a, _Scaled))
-        inner = tree_map_only(_Scaled, lambda t: t.a, (args, kwargs or {}))
-        return tree_map_only(torch.Tensor, lambda t: _Scaled(t * k, k), func(*inner[0], **inner[1]))
 
 
 @pytest.mark.parametrize("fn", [
