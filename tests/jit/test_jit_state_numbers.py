@@ -121,7 +121,7 @@ def test_a_number_to_an_in_place_foreach_op_stays_a_name():
     assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)[-1]
 
 
-# Note [Counters bound where they are held] (jitcore/jit/provenance.py): a number the program reads and
+# Note [Counters bound where they are held] (jitcore/jit/held_counters.py): a number the program reads and
 # writes back in a global container, read natively by C code too. Before, the native read was a
 # constant of the trace while the subscript's read was a dynamic number: every cached call answered the
 # first call's sum (a wrong answer).
