@@ -15,6 +15,7 @@ import types
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from jitcore.errors import JitcoreError, UnsupportedOperationError
 from jitcore.interpreter import current_run
@@ -87,8 +88,10 @@ def _integer_tensor(value: Any) -> bool:
 
 def _value_index(value: Any) -> bool:
     """An index item checked against the sizes only at run time: an integer tensor, or a number the
-    computation reads (``x[i.tolist()]``, ``x[int(n)]``)."""
-    return _integer_tensor(value) or (isinstance(value, NumberProxy) and value.python_type is int)
+    computation reads (``x[i.tolist()]``, ``x[int(n)]``; once its value was seen to change, an unbacked
+    symbol: Note [Sizes that values decide])."""
+    return _integer_tensor(value) or (isinstance(value, NumberProxy) and value.python_type is int) \
+        or (isinstance(value, torch.SymInt) and bool(free_unbacked_symbols(value)))
 
 
 def _raises_on_values(symbol: Any, args: tuple) -> bool:

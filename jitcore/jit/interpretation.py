@@ -88,6 +88,7 @@ from jitcore.jit.value_reads import ValueReads
 from jitcore.jit.warning_calls import Warnings
 from jitcore.langctx import new_context
 from jitcore.langctx.generators import state_lookasides as generator_state_lookasides
+from jitcore.langctx.index_bounds import check_int_list_index
 from jitcore.langctx.scalars import bind_numbers
 from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
 from jitcore.langctx.thread_state import (
@@ -500,6 +501,7 @@ class Pass(StateReads):
             else:
                 sized = None if subclass or self.number_sizes is None else self.number_sizes.as_size
                 args, kwargs = bind_numbers(symbol, args, kwargs, subclass=subclass, as_size=sized)
+        check_int_list_index(symbol, args)  # Note [Int lists are bounds-checked while tracing]
         refuse_caught_value_errors(symbol, args)  # Note [Errors the values decide, inside a try block]
         try:
             try:

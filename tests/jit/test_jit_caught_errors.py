@@ -125,6 +125,12 @@ def _caught(op: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def _set_column_4(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    y[:, [4]] = 0.0
+    return y
+
+
 def _log_probs() -> torch.Tensor:
     return torch.linspace(-2.0, 0.0, 20).reshape(5, 1, 4).log_softmax(2)
 
@@ -162,6 +168,15 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], list[tuple]]] = {
     "sparse_invariants": (_caught(lambda i: torch.sparse_coo_tensor(i, torch.ones(1), (2,),
                                                                      check_invariants=True).to_dense()),
                           [(torch.tensor([[5]]),), (torch.tensor([[1]]),)]),
+    # ops44: an int list index (read from a tensor, or constant) is bounds-checked while tracing, and its
+    # ints, once a read's value changed (unbacked symbols), count as values the computation checks
+    "tolist_index": (_caught(lambda x, i: x[i.tolist()]),
+                     [(_X, _IN), (_X, _OUT), (_X, torch.tensor([2])), (_X, torch.tensor([7]))]),
+    "tolist_index_out_first": (_caught(lambda x, i: x[i.tolist()]), [(_X, _OUT), (_X, _IN), (_X, _OUT)]),
+    "tolist_two_lists": (_caught(lambda x, i: x[i.tolist()]),
+                         [(_X, torch.tensor(pair)) for pair in ([1, 0], [0, 5], [2, 1])]),
+    "constant_list_index": (_caught(lambda x: x[[0, 5]] + 1), [(_X,), (torch.arange(6.0),), (_X,)]),
+    "constant_list_setitem": (_caught(_set_column_4), [(torch.ones(2, 3),), (torch.ones(2, 5),)] * 2),
 }
 
 
