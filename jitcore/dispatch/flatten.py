@@ -53,6 +53,7 @@ __all__ = [
     "rebuild_kwargs",
     "unflatten_tensor_subclass",
     "kept_attributes",
+    "outside_attributes",
     "set_attributes",
     "UNFLATTEN",
     "UNFLATTEN_RESULT",
@@ -108,15 +109,23 @@ _ABSENT = object()
 
 
 def kept_attributes(value: SubclassTensorProxy) -> tuple[tuple[str, Any], ...]:
-    """The literal instance attributes of ``value`` outside its flatten protocol (Note [An output's
-    attribute outside its flatten protocol])."""
-    cls = value.subclass
+    """The literal instance attributes of ``value`` outside its flatten protocol, a number proxy
+    included (Note [An output's attribute outside its flatten protocol])."""
+    return outside_attributes(value, value.subclass, value.inner_flatten()[0], numbers=True)
+
+
+def outside_attributes(
+    value: Any, cls: type, names: Sequence[str], *, numbers: bool = False
+) -> tuple[tuple[str, Any], ...]:
+    """The literal instance attributes of ``value`` (a real instance of ``cls`` or its proxy) that are
+    not its inner tensors ``names``, sorted by name; with ``numbers``, number proxies too. None for a
+    class without its own protocol (its derived ctx holds them) or torch's own."""
     module = getattr(cls, "__module__", "") or ""
     if not has_own_protocol(cls) or (module.startswith("torch.") and not module.startswith("torch.testing.")):
         return ()
-    names = set(value.inner_flatten()[0])
-    return tuple((k, v) for k, v in sorted(instance_attributes(value, cls).items()) if k not in names
-                 and not is_torch_cache(k) and (is_literal_value(v) or type(v) is NumberProxy))
+    inner = set(names)
+    return tuple((k, v) for k, v in sorted(instance_attributes(value, cls).items()) if k not in inner
+                 and not is_torch_cache(k) and (is_literal_value(v) or numbers and type(v) is NumberProxy))
 
 
 # Note [A subclass output made in inference mode]: eagerly a wrapper made inside

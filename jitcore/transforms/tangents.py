@@ -11,7 +11,9 @@ exactly that. Invariants:
 - a top-level plain gradient's dtype and shape are the output's: autograd casts and checks them
   before the backward runs (so a plain kind compares by type alone);
 - comparing kinds never asks a ShapeEnv: a symbolic size (a kind recorded by an entry with symbolic
-  sizes) equals only the same size (Note [Tangent kinds with symbolic sizes]).
+  sizes) equals only the same size (Note [Tangent kinds with symbolic sizes]);
+- a subclass kind names the literal attributes its gradient holds outside its flatten protocol, and
+  a tangent shadow of it holds them (Note [A tangent's attribute outside its flatten protocol]).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from typing import Any
 
 import torch
 
+from jitcore.dispatch.flatten import kept_attributes, outside_attributes, set_attributes
+from jitcore.prologue.literals import same_literal
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 
@@ -40,6 +45,8 @@ class TangentKind:
         ctx: its ``__tensor_flatten__`` context (None for a plain tensor).
         inner: ``(name, kind)`` of each inner tensor, in flatten order (empty for a plain tensor).
         shape, dtype, device: its metadata (for an inner plain tensor: what the backward takes).
+        attributes: ``(name, literal)`` of its instance attributes outside its flatten protocol
+            (Note [A tangent's attribute outside its flatten protocol]).
     """
 
     subclass: type | None
@@ -48,6 +55,7 @@ class TangentKind:
     shape: tuple[int, ...]
     dtype: torch.dtype
     device: torch.device
+    attributes: tuple[tuple[str, Any], ...] = ()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TangentKind) or self.subclass is not other.subclass:
@@ -55,7 +63,8 @@ class TangentKind:
         if self.subclass is None:
             same = (self.dtype, self.device) == (other.dtype, other.device)
             return same and _same_sizes(self.shape, other.shape)
-        return _same_ctx(self.ctx, other.ctx) and self.inner == other.inner
+        return _same_ctx(self.ctx, other.ctx) and self.inner == other.inner \
+            and _same_attributes(self.attributes, other.attributes)
 
     __hash__ = None  # type: ignore[assignment]  # a ctx need not be hashable
 
@@ -74,7 +83,9 @@ class TangentKind:
         if self.subclass is None:
             return "a Tensor"
         name = self.subclass.__qualname__
-        return f"a {name}" if self.ctx is None else f"a {name} with __tensor_flatten__ context {self.ctx!r}"
+        held = "".join(f", {k}={v!r}" for k, v in self.attributes)
+        return f"a {name}{held}" if self.ctx is None \
+            else f"a {name}{held} with __tensor_flatten__ context {self.ctx!r}"
 
 
 def _same_sizes(a: tuple, b: tuple) -> bool:
@@ -101,6 +112,23 @@ def _same_ctx(ctx: Any, expected: Any) -> bool:
     return bool(ctx == expected)
 
 
+def _same_attributes(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(k == j and same_literal(v, w) for (k, v), (j, w) in zip(a, b))
+
+
+# Note [A tangent's attribute outside its flatten protocol]
+# A wrapper whose dispatch reads an attribute its flatten protocol leaves out (``K(a, k=3.0)``
+# scaling each result by ``k``; ``__tensor_unflatten__`` builds ``K(inner["a"])``) gets a gradient
+# that holds it too (``ones_like(out)`` is ``K(ones * 3, 3.0)``), and the backward's ops run through
+# the dispatch with that ``k``. The backward is recorded on a tangent shadow rebuilt by unflatten:
+# it read ``k`` 1.0 there (grad 3 where eager gives 27). So a kind names the literal attributes outside
+# the protocol (of the output a first backward is recorded for, a number proxy as its value then; of
+# the gradient a call receives), the shadow holds them, and a gradient holding others is of another
+# kind: a backward is derived for it (backward_deriver.py). The saved wrappers are the replay's
+# values, which hold theirs (Note [An output's attribute outside its flatten protocol],
+# jitcore/dispatch/flatten.py), and the backward's subclass gradients are rebuilt with theirs.
+
+
 def _plain(t: torch.Tensor) -> TangentKind:
     return TangentKind(None, None, (), tuple(t.shape), t.dtype, t.device)
 
@@ -112,7 +140,9 @@ def kind_of_output(out: TensorProxy) -> TangentKind:
         return _plain(out.shadow)
     names, ctx = out.inner_flatten()
     inner = tuple((n, kind_of_output(getattr(out, n))) for n in names)
-    return TangentKind(out.subclass, ctx, inner, tuple(out.shadow.shape), out.shadow.dtype, out.shadow.device)
+    held = tuple((k, v.value if type(v) is NumberProxy else v) for k, v in kept_attributes(out))
+    return TangentKind(out.subclass, ctx, inner, tuple(out.shadow.shape), out.shadow.dtype, out.shadow.device,
+                       held)
 
 
 def kind_of_gradient(grad: torch.Tensor) -> TangentKind:
@@ -125,7 +155,8 @@ def kind_of_gradient(grad: torch.Tensor) -> TangentKind:
         return _plain(grad)
     names, ctx = tensor_flatten(grad)
     inner = tuple((n, kind_of_gradient(getattr(grad, n))) for n in names)
-    return TangentKind(type(grad), ctx, inner, tuple(grad.shape), grad.dtype, grad.device)
+    return TangentKind(type(grad), ctx, inner, tuple(grad.shape), grad.dtype, grad.device,
+                       outside_attributes(grad, type(grad), names))
 
 
 # Note [Tangent kinds with symbolic sizes]
@@ -152,7 +183,7 @@ def symbolized(kind: TangentKind, expected: TangentKind, recorded: TangentKind) 
     inner = tuple((n, symbolized(k, e, r)) for (n, k), (_n, e), (_m, r)
                   in zip(kind.inner, expected.inner, recorded.inner))
     shape = recorded.shape if _same_sizes(kind.shape, expected.shape) else kind.shape
-    return TangentKind(kind.subclass, kind.ctx, inner, shape, kind.dtype, kind.device)
+    return TangentKind(kind.subclass, kind.ctx, inner, shape, kind.dtype, kind.device, kind.attributes)
 
 
 def flatten_tangent(grad: torch.Tensor, kind: TangentKind, into: list[torch.Tensor]) -> None:
@@ -185,4 +216,6 @@ def _shadow(kind: TangentKind, leaf: Any, path: str, shape: Any, stride: Any) ->
     shape = tuple(kind.shape) if shape is None else tuple(shape)
     if stride is None:
         stride = torch._prims_common.make_contiguous_strides_for(shape)  # noqa: SLF001
-    return unflatten_around(kind.subclass, inner, kind.ctx, shape, tuple(stride))
+    shadow = unflatten_around(kind.subclass, inner, kind.ctx, shape, tuple(stride))
+    set_attributes(shadow, kind.attributes)  # Note [A tangent's attribute outside its flatten protocol]
+    return shadow

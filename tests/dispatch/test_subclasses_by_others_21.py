@@ -173,7 +173,7 @@ def test_an_outputs_attribute_outside_its_flatten_protocol(fn: Callable) -> None
 class _ScaledGrad(_Scaled):
     """``_Scaled`` whose wrapper requires grad when its inner tensor does (the grad transform's replay
     rebuilt its values by unflatten: its dispatch read ``k`` 1.0 there, the forward's values scaled by 1).
-    Not yet: the backward's tangents and saved wrappers are rebuilt without ``k`` (docs/subclasses.md)."""
+    Its backward: test_subclasses_by_others_22.py."""
 
     @staticmethod
     def __new__(cls, a: torch.Tensor, k: float = 1.0) -> _ScaledGrad:

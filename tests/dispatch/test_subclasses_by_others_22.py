@@ -1,0 +1,79 @@
+"""Tensor subclasses written by others (issue 15, zoo44): differential tests, eager against
+``jitcore.jit`` over calls of changing sizes (values, dtypes, output types, inner tensors, flatten
+contexts, attributes, gradients), for what the survey of this round found."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from subclass_checks import assert_same_flattened
+from torch.utils._pytree import tree_map_only
+
+import jitcore
+
+# --- a backward through an attribute outside the flatten protocol ------------------------------------------
+# Note [A tangent's attribute outside its flatten protocol] (jitcore/transforms/tangents.py): the backward
+# was recorded on a tangent rebuilt by unflatten, without the attribute the class's dispatch scales by
+# (grad 3 where eager gives 27).
+
+
+class _ScaledBoth(torch.Tensor):
+    """A wrapper whose dispatch scales each result by the product of its wrapper arguments' ``k`` (so the
+    backward reads the tangent's and the saved wrapper's); its flatten protocol leaves ``k`` out."""
+
+    @staticmethod
+    def __new__(cls, a: torch.Tensor, k: float = 1.0) -> _ScaledBoth:
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, strides=a.stride(), dtype=a.dtype,
+                                                   requires_grad=a.requires_grad)
+
+    def __init__(self, a: torch.Tensor, k: float = 1.0) -> None:
+        self.a, self.k = a, k
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["a"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _ScaledBoth:
+        return _ScaledBoth(inner["a"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        k = 1.0
+        for a in args:
+            if isinstance(a, _ScaledBoth):
+                k *= a.k
+        inner = tree_map_only(_ScaledBoth, lambda t: t.a, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: _ScaledBoth(t * k, k), func(*inner[0], **inner[1]))
+
+
+def _grad_and_k(out: torch.Tensor, x: torch.Tensor, tangent_k: float | None) -> tuple[Any, Any]:
+    grad = torch.ones_like(out) if tangent_k is None else _ScaledBoth(torch.ones(out.shape), tangent_k)
+    (gx,) = torch.autograd.grad(out, x, grad)
+    return gx, getattr(gx, "k", None)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda w, x: (w * x).sum(),
+    lambda w, x: ((w * x) * w).sum(1),
+    lambda w, x: (x * w).exp(),
+], ids=["an_input_times_a_grad_input", "the_wrapper_saved_twice", "a_plain_grad_input_first"])
+def test_a_backward_through_an_attribute_outside_the_flatten_protocol(fn: Callable) -> None:
+    jitted = jitcore.jit(fn)
+    calls = ((3, 2.0, None), (4, 2.0, None), (5, 2.0, 5.0), (5, 3.0, None), (5, 3.0, 0.5))
+    for i, (n, k, tangent_k) in enumerate(calls):
+        torch.manual_seed(i)
+        w, x = torch.randn(n, 2), torch.randn(n, 2)
+        x_eager, x_jit = x.clone().requires_grad_(), x.clone().requires_grad_()
+        expected = fn(_ScaledBoth(w.clone(), k), x_eager)
+        actual = jitted(_ScaledBoth(w.clone(), k), x_jit)
+        assert_same_flattened(actual, expected, f"call {i} (size {n}) output")
+        assert actual.k == expected.k, (i, actual.k, expected.k)
+        grad_eager, k_eager = _grad_and_k(expected, x_eager, tangent_k)
+        grad_jit, k_jit = _grad_and_k(actual, x_jit, tangent_k)
+        assert_same_flattened(grad_jit, grad_eager, f"call {i} (size {n}) gradient")
+        assert k_jit == k_eager, (i, k_jit, k_eager)
