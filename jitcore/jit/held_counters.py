@@ -59,12 +59,13 @@ class HeldCounters:
     # tuple of counters held in such a container (Adam's ``betas``, ``state["t"] = (a + 1, b)``) is put
     # in place as a tuple of its numbers, each counter bound (before, C code reading it, ``st.get("t")``,
     # ``st.values()``, ``copy.copy(st)``, guarded it by value: an entry per call). A container of
-    # another type keeps ``_walked_counters``.
+    # another type keeps ``_walked_counters``. A deque holds them as a list does (Note [A list of numbers
+    # that changed between calls], jit/numbers.py: the recent losses a ring buffer sums).
     def _bind_counter_in_place(self, container: Any, key: Any, item: Any, path: Path) -> bool:
         """Bind the counter ``item`` at ``container[key]`` as a dynamic number and put it there for the
         pass (Note [Counters bound where they are held]); False where it is not one to bind so."""
         kind = dict if type(container) in _COUNTING_DICTS else type(container)
-        if kind not in (dict, list) or not self.snapshot_taken(container):
+        if kind not in (dict, list, collections.deque) or not self.snapshot_taken(container):
             return False
         if type(item) is tuple:  # Note [A tuple of counters], jit/numbers.py
             if not self._tuple_of_counters(item, path):
@@ -72,13 +73,13 @@ class HeldCounters:
         elif path not in self.counters or type(item) not in (int, float):
             return False
         if kind is dict and dict.get(container, key, _NO_ITEM) is not item \
-                or kind is list and not (key < len(container) and container[key] is item):
+                or kind is not dict and not (key < len(container) and container[key] is item):
             return False  # the program changed it already: the walk read the call's copy of it
         if type(item) is tuple:
             proxy = tuple(self._bound_item(v, path.index(i)) for i, v in enumerate(item))
         else:
             proxy = self.bind_dynamic_number(item, path, qualified_name(path) or "s")
-        (dict.__setitem__ if kind is dict else list.__setitem__)(container, key, proxy)
+        kind.__setitem__(container, key, proxy)
         self._in_place.append((container, key, proxy, item))
         return True
 
@@ -98,8 +99,9 @@ class HeldCounters:
                 continue
             if type(container) in _COUNTING_DICTS and dict.get(container, key, _NO_ITEM) is proxy:
                 dict.__setitem__(container, key, item)
-            elif type(container) is list and key < len(container) and container[key] is proxy:
-                list.__setitem__(container, key, item)
+            elif type(container) in (list, collections.deque) and key < len(container) \
+                    and container[key] is proxy:
+                type(container).__setitem__(container, key, item)
         self._in_place.clear()
 
     def _walked_literal(self, item: Any, path: Path) -> None:

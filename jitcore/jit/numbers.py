@@ -406,6 +406,9 @@ def changed_state_numbers(prologues: list[Any], args: tuple, kwargs: dict) -> fr
     for prologue in prologues:
         for guard in _with_grouped(prologue.guards):
             path, expected = guard.path, guard.expected
+            if guard.kind == "contents":  # Note [A list of numbers that changed between calls]
+                found.update(_changed_items(path, expected, args, kwargs))
+                continue
             if guard.kind != "value" or type(expected) not in (int, float, tuple) \
                     or path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                     or any(s.kind == "call" for s in path.steps):
@@ -420,6 +423,35 @@ def changed_state_numbers(prologues: list[Any], args: tuple, kwargs: dict) -> fr
                 for i, (was, now) in enumerate(zip(expected, value)):  # (jit/effects.py): Adam's betas
                     found.update(_changed(path.index(i), was, now))
     return frozenset(found)
+
+
+# Note [A list of numbers that changed between calls]
+# A list or deque of state holding only numbers that the program reads whole (``sum(ring)`` over a
+# deque of the recent losses, ``heapq.heappush(top, v)`` on a heap of the best ones) was guarded by its
+# contents: every call that found other numbers there traced again, for ever (a deque with ``maxlen``
+# keeps its length once full, yet each step shifts new numbers in). Where a prologue pinned such a
+# container's contents and the call finds the same length, each int or float item that holds another
+# number of its type is a counter from the next trace on, as a number written back is: the container is
+# then walked item by item (its type and length guarded), each such item bound as a dynamic number in
+# its place for the pass (Note [Counters bound where they are held], jit/held_counters.py), so C code
+# summing or comparing the items sees the traced numbers; a branch on one guards its predicate. What
+# the program leaves in the container is diffed into effects as before, the numbers it moved (a
+# deque's append that drops its oldest item) replayed with the values each call finds.
+def _changed_items(path: Any, expected: Any, args: tuple, kwargs: dict) -> tuple[Any, ...]:
+    """The item paths of a list or deque pinned to the numbers ``expected`` that now holds as many
+    items, some of them other numbers of the same type (Note [A list of numbers that changed between
+    calls])."""
+    if any(s.kind == "call" for s in path.steps) or type(expected) is not tuple or not expected \
+            or not all(type(v) in (int, float) for v in expected):
+        return ()
+    try:
+        value = path.get(args, kwargs)
+    except Exception:  # noqa: BLE001 - the state no longer has that shape: the guard says so
+        return ()
+    if type(value) not in (list, collections.deque) or len(value) != len(expected):
+        return ()
+    return tuple(p for i, (was, now) in enumerate(zip(expected, value))
+                 for p in _changed(path.index(i), was, now))
 
 
 def _with_grouped(guards: tuple[Any, ...]) -> Iterator[Any]:

@@ -620,6 +620,19 @@ def heap_top_losses():
 
 
 @program
+def recent_losses_window_list():
+    recent = []
+
+    def f(x):
+        recent.append(x.mean().item())
+        if len(recent) > 4:
+            recent.pop(0)
+        return x - sum(recent) / len(recent)
+
+    return f, lambda: list(recent), lambda i: (x_of(i),)
+
+
+@program
 def counter_of_argmax_labels():
     counts = collections.Counter()
 
@@ -656,7 +669,10 @@ RETRACES = {
     "step_counter_warmup_cosine": 2, "lambda_lr_scheduler": 3, "defaultdict_list_history": 2,
     "lru_dict_capped": 8, "plain_dict_lru_capped": 8,  # one per (keys in order, key)
     "itertools_count_ids": 1, "itertools_count_id_in_output": 1,
-    "deque_append_and_sum": None,  # sum() of a deque of item() floats reads (guards) every item
+    # Note [A list of numbers that changed between calls]: one per length up to maxlen, then the items
+    # are dynamic numbers
+    "deque_append_and_sum": 6,
+    "recent_losses_window_list": 5,  # a list's pop(0) + append: its len() a number read per call
     "deque_of_tensors_stacked": 4,
     "int_arg_into_set": None,  # i % 4 added to a set specializes the argument i, not i % 4
     "frozen_dataclass_replace_cfg": None,  # a new object of state each call: guarded by identity
@@ -671,7 +687,7 @@ RETRACES = {
     "tokens_seen_changing_shapes": 2, "grad_norm_history": 2, "first_call_init_flag": 2,
     "buffer_then_flush": None,  # sum() of the item() floats it buffered: read, guarded by value
     "mutable_dataclass_train_state": 2,
-    "heap_top_losses": None,  # heapq compares item() floats: control flow on values
+    "heap_top_losses": None,  # heapq compares item() floats in C: the pushed item() is a value read
     "counter_of_argmax_labels": 16,  # one per (labels seen, label): int() of argmax is a value read
     "outputs_by_count_id": 1,  # an eager entry (next() of a count), its dict only stored into
     "batchnorm_running_stats": 1,
