@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from jitcore.interpreter import current_run
 from jitcore.jit.api import JittedFunction
 from jitcore.jit.outputs import escaped
 
@@ -25,6 +26,8 @@ _CALL = JittedFunction.__call__
 
 
 def _checked_call(self: JittedFunction, /, *args: Any, **kwargs: Any) -> Any:
+    if current_run() is not None:  # part of a trace: Note [A jitted function inside a traced program]
+        return _CALL(self, *args, **kwargs)
     result = _CALL(self, *args, **kwargs)
     with torch._C.DisableTorchFunction():  # noqa: SLF001 - not offered to a caller's mode around the call
         leaked = escaped((result, args, kwargs, self.fn))

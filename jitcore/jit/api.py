@@ -127,9 +127,11 @@ class JittedFunction:
         )
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        if current_run() is not None:  # Note [A jitted function inside a traced program]
+            return current_run().call(_CALL_JITTED_FN, self, *args, **kwargs)
         try:
             if (_transform_level() is not None or _function_modes() or _dispatch_modes()) \
-                    and current_run() is None and (around := _around_the_call(self)) is not None:
+                    and (around := _around_the_call(self)) is not None:
                 if isinstance(around, CallerModes):
                     return self._under_callers_modes(around, args, kwargs)
                 return self._eagerly_under(around, args, kwargs)
@@ -691,3 +693,21 @@ def _label_of(fn: Any) -> str:
 
 
 
+
+# Note [A jitted function inside a traced program]: a jitted function that a program jitcore is
+# tracing calls (a jitted helper called by a jitted training step, ``@jitcore.jit`` on both) is its
+# original function there: the call is interpreted as part of the outer trace, as torch.compile
+# inlines a compiled function called by another, instead of looking up the inner function's cache
+# with the outer trace's proxies (whose storages cannot be read: that call ran eagerly). The inner
+# function's options do not apply inside; its own cache serves the calls made outside a trace. The
+# call goes through ``jitted.fn`` read by interpreted code, so the outer trace has a path to the
+# function (``jitted.fn`` is guarded as state). The code is compiled with a "<frozen ...>" file name,
+# so the interpreter treats it as library code, as Note [A jitted module inside a traced program]
+# (jitcore/jit/module.py) does for modules.
+_CALL_JITTED_FN_SOURCE = (
+    "def call_jitted(jitted, /, *args, **kwargs):\n"
+    "    return jitted.fn(*args, **kwargs)\n"
+)
+_frozen: dict[str, Any] = {}
+exec(compile(_CALL_JITTED_FN_SOURCE, "<frozen jitcore.jit.api>", "exec"), _frozen)  # noqa: S102
+_CALL_JITTED_FN = _frozen["call_jitted"]
