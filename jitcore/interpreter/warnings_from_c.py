@@ -3,8 +3,10 @@
 Invariants:
 - A warning shown or recorded (``warnings._showwarnmsg``: printing, ``showwarning`` replacements,
   ``catch_warnings(record=True)``, ``assertWarns``) while an interpreted frame runs on this thread, whose
-  location C computed as one of the interpreter's own files, is given the file and line of the innermost
-  interpreted frame's current instruction, as natively (Note [Warnings issued by C code]).
+  location C computed as one of the interpreter's own files (or the hooks' ``host_files``), is given the
+  file and line of the interpreted frame its stacklevel reaches natively: the innermost one for a warning
+  of C's own (Note [Warnings issued by C code]), further out for a ``stacklevel`` that went past Python
+  code a C call ran natively (Note [A warning's stacklevel through Python code C ran natively]).
 - Any other warning passes through unchanged; outside interpretation the hook costs one thread-local read.
 """
 
@@ -13,10 +15,12 @@ from __future__ import annotations
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
+import sys
 import warnings
 from collections.abc import Callable
+from types import FrameType
 
-from jitcore.interpreter.run import ACTIVE
+from jitcore.interpreter.run import ACTIVE, Run
 from jitcore.interpreter.tracebacks import is_internal
 
 __all__ = ["install"]
@@ -34,17 +38,59 @@ __all__ = ["install"]
 # puts the interpreted frame's location on the message. Decisions C takes before that hook still see
 # jitcore's module and line: a ``filterwarnings(module=...)`` filter, ``__main__``'s DeprecationWarning
 # filter, and the once-per-location registry of the "default" action (keyed by jitcore's line).
+#
+# Note [A warning's stacklevel through Python code C ran natively]
+# Python code that a C call runs natively (a library's: ``re._compile_template`` run by C's
+# ``Pattern.sub``, a deprecated module imported) warns with a ``stacklevel`` that, natively, counts its own
+# frames, then the program's: ``re``'s DeprecationWarning names the line of the program that called
+# ``re.sub``. Under the interpreter the frames past the natively run ones are the jit's and the
+# interpreter's own, so the warning named one of them (jitcore/jit/interpretation.py). The hook counts
+# how far past the natively run frames the warning went (the native frames from the innermost of jitcore's,
+# which made the C call, to the one the warning names: ``n``) and names the ``n``-th interpreted frame
+# from the innermost, as natively; past the outermost interpreted frame, the native frames that called into
+# jitcore (the jitted function's caller). A warning C issues itself (stacklevel 1) names the innermost
+# interpreted frame, as before.
 def _relocating(show: Callable) -> Callable:
     def _showwarnmsg(msg: warnings.WarningMessage) -> None:
         runs = ACTIVE.stack
-        if runs and runs[-1].frames and isinstance(msg.filename, str) and is_internal(msg.filename):
-            frame = runs[-1].frames[-1]
-            position = frame.position()
-            msg.filename, msg.lineno = position.filename, position.lineno
+        if runs and runs[-1].frames and isinstance(msg.filename, str):
+            run = runs[-1]
+            host = run.hooks.host_files
+            if is_internal(msg.filename) or (host and msg.filename.startswith(host)):
+                msg.filename, msg.lineno = _blamed(run, msg.filename, msg.lineno, host)
         show(msg)
 
     _showwarnmsg.__wrapped__ = show
     return _showwarnmsg
+
+
+def _blamed(run: Run, filename: str, lineno: int | None, host: tuple[str, ...]) -> tuple[str, int | None]:
+    """The file and line a warning that named jitcore's ``filename:lineno`` names natively (Note [A
+    warning's stacklevel through Python code C ran natively])."""
+
+    def jitcores(name: str) -> bool:
+        return is_internal(name) or bool(host) and name.startswith(host)
+
+    frame: FrameType | None = sys._getframe(2)  # noqa: SLF001 - (past this hook and its caller's hook)
+    while frame is not None and not jitcores(frame.f_code.co_filename):  # the natively run code, warnings'
+        frame = frame.f_back
+    past = 0  # the frames the warning went past the natively run ones
+    while frame is not None:
+        past += 1
+        if frame.f_code.co_filename == filename and frame.f_lineno == lineno:
+            break
+        frame = frame.f_back
+    frames = run.frames
+    if frame is None or past <= len(frames):
+        position = frames[-past if frame is not None else -1].position()
+        return position.filename, position.lineno
+    past -= len(frames)  # into the native frames that called jitcore
+    while frame is not None and jitcores(frame.f_code.co_filename):
+        frame = frame.f_back
+    while frame is not None and past > 1:
+        past -= 1
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else (filename, lineno)
 
 
 def install() -> None:

@@ -3,6 +3,8 @@ by module and once-per-location registries work as natively."""
 
 from __future__ import annotations
 
+import re
+import sys
 import warnings
 
 import pytest
@@ -56,3 +58,24 @@ def test_module_filters_apply_under_jit() -> None:
         jitcore.jit(f)(torch.ones(2))  # blamed on this module: ignored, as eagerly
         f(torch.ones(2))
     assert caught == []
+
+
+def _sub_with_bad_group_name() -> list[tuple[str, int, str, type]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        re.sub("(?P<a>x)", r"\g<+1>", "xx")  # re's template parser, run natively by C, warns here
+    return [(w.filename, w.lineno, str(w.message), w.category) for w in caught]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 made a bad group name in a template an error")
+@pytest.mark.parametrize("runner", [interpret, jitcore.jit], ids=["interpreted", "jitted"])
+def test_a_warning_of_python_code_a_c_call_ran_natively_blames_eagers_frame(runner) -> None:
+    # C's Pattern.sub runs re's template parser natively, whose warning's stacklevel counts its own frames,
+    # then the program's: it named re/__init__.py (interpreted) or jitcore/jit/interpretation.py (jitted),
+    # not the program's line (CPython's test_re.test_symbolic_refs_errors; Note [A warning's stacklevel
+    # through Python code C ran natively], jitcore/interpreter/warnings_from_c.py)
+    re.purge()
+    expected = _sub_with_bad_group_name()
+    assert len(expected) == 1 and expected[0][0] == __file__
+    re.purge()
+    assert runner(_sub_with_bad_group_name)() == expected
