@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from jitcore.interpreter.errors import JitcoreInterpreterError
 from jitcore.interpreter.loop import unwind
-from jitcore.interpreter.run import ACTIVE
+from jitcore.interpreter.run import ACTIVE, lift_watch
 from jitcore.interpreter.tracebacks import DRIVEN_CODES, strip_internal, user_traceback
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: boo
     runs.append(run)
     saved_native = run.native_exc
     run.native_exc = sys.exception()
+    lifted = lift_watch()  # Note [A watch of C code is lifted while C calls back into the interpreter]
     try:
         if thrown is not None:
             run.frames.append(frame)  # so that a delegate sees this frame as its caller
@@ -96,6 +97,8 @@ def _resume(frame: Frame, sent: object, thrown: BaseException | None, first: boo
         run.native_exc = saved_native
         runs.pop()
         frame.back = None
+        if lifted is not None:
+            sys.setprofile(lifted)
     if frame.index in frame.info.yield_resumes:
         value, frame.result = frame.result, None
         return value
@@ -230,6 +233,7 @@ def _generator(frame: Frame):
         runs.append(run)
         saved_native = run.native_exc
         run.native_exc = _exception()
+        lifted = lift_watch()  # (Note [A watch of C code is lifted while C calls back into the interpreter])
         index = frame.index
         if index in skips:
             frame.index = index + 2  # RESUME; POP_TOP: the value sent is dropped
@@ -262,6 +266,8 @@ def _generator(frame: Frame):
             run.native_exc = saved_native
             runs.pop()
             frame.back = None
+            if lifted is not None:
+                sys.setprofile(lifted)
         if frame.index not in yield_resumes:
             return frame.result
         box.append(frame.result)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jitcore.errors import UnsupportedOperationError
+from jitcore.interpreter.run import LIFTED_WATCH
 from jitcore.jit.code_kinds import is_library_file, is_torch_builtin
 
 __all__ = ["call_watched"]
@@ -116,6 +117,8 @@ def call_watched(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if name == "call" and id(frame.f_back) == origin and not ran and _programs_code(frame):
             ran.append(frame.f_code)
             raise _ran_natively(fn, frame.f_code)  # before that code runs: none of its effects happen
+
+    setattr(event, LIFTED_WATCH, True)  # Note [A watch of C code is lifted while C calls back into the ...]
 
     collecting = gc.isenabled()  # no collection inside the call: its callbacks (``gc.callbacks``,
     if collecting:  # finalizers) are not the call's, and would look started by it (hypothesis registers one)

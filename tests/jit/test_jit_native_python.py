@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import torch
 from jit_helpers import assert_same
 
 import jitcore
@@ -109,6 +110,7 @@ PROGRAMS: dict[str, Callable[[State], Any]] = {
     "list_insert": lambda v: (lambda items: (items.insert(v, 9), items)[1])([0, 1, 2]),
     "str_center": lambda v: "a".center(v),
     "lru_cache": lambda v: functools.lru_cache()(lambda x: x.s)(v),
+    "max_of_generator": lambda v: max(x for x in [State(1), v, State(2)]).s,
 }
 
 
@@ -134,6 +136,31 @@ def test_c_code_running_a_callers_dunders_follows_each_call(name: str) -> None:
         warnings.simplefilter("ignore")  # (the eager entry's warning)
         for s in (1, 2, 3, 2, 4, 0):
             assert_same(jfn(State(s)), fn(State(s)))
+
+
+_GLOBAL_STATE = State(1)
+
+
+def _hash_in_generator(x: torch.Tensor) -> torch.Tensor:
+    return x + max(hash((_GLOBAL_STATE, i)) % 7 for i in [0, 1])
+
+
+def _hash_in_mapped_lambda(x: torch.Tensor) -> torch.Tensor:
+    return x + sum(map(lambda i: hash((_GLOBAL_STATE, i)) % 7, [0, 1]))
+
+
+@pytest.mark.parametrize("fn", [_hash_in_generator, _hash_in_mapped_lambda])
+def test_a_c_call_inside_code_that_c_called_back_follows_each_call(fn: Callable[..., Any]) -> None:
+    # ``max`` resumes the interpreted generator, whose ``hash`` of a tuple runs the global object's
+    # ``__hash__`` natively: under the outer call's net that inner C call went unwatched, and the cached
+    # call returned the first call's hash (Note [A watch of C code is lifted while C calls back into the
+    # interpreter], jitcore/interpreter/run.py)
+    jfn = jitcore.jit(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the eager entry's warning)
+        for s in (1, 2, 4, 2, 5):
+            _GLOBAL_STATE.s = s
+            assert_same(jfn(torch.zeros(2)), fn(torch.zeros(2)))
 
 
 def test_a_c_call_over_plain_values_still_traces() -> None:
