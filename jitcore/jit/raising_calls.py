@@ -5,9 +5,11 @@ included. Where the computation raises while it runs (an op whose values decide:
 of a singular matrix, an index out of range, a failed ``torch._check``), none is performed.
 
 Invariants: a computation wrapped here has changed nothing the caller can see when it raises its signal
-(its draws and thread settings are put back, and it writes no input); the call then runs eagerly, so
-its effects, its exception and its message are eager's. An entry without Python effects, or whose
-computation writes into an input, is left as it is.
+(its draws and thread settings are put back, and no input was written: an entry whose computation
+writes into an input signals only where the input's version counter says it was not written yet); the
+call then runs eagerly, so its effects, its exception and its message are eager's. An entry without
+Python effects, or whose computation writes an input other than as that input itself (a view, ``.data``),
+is left as it is.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from jitcore.errors import JitcoreError
 from jitcore.ir import Trace
 from jitcore.jit.effects import Effects
-from jitcore.jit.read_rollback import Undo
+from jitcore.jit.read_rollback import Undo, writes_inputs_themselves
 from jitcore.langctx.reads import ValueCheckFailed
 
 __all__ = ["ComputationRaised", "with_eager_on_raise"]
@@ -45,8 +47,8 @@ class ComputationRaised(Exception):  # noqa: N818 - a signal to the jit, never s
 # signals ``ComputationRaised``; the call then runs eagerly (jit/api.py), which makes eager's effects
 # and raises eager's exception. Transformers
 # wraps forwards in try/finally, so such code is traced, not refused: only a call that raises pays.
-# A computation that writes into an input (in place) is not wrapped: undoing the write would copy the
-# input on every call. It raises as before, its effects lost (a known limit, docs/user-guide.md).
+# A computation that writes into an input (in place) cannot be undone without copying the input on every
+# call. Note [A raise before the computation writes an input] decides when it need not be.
 def with_eager_on_raise(trace: Trace, computation: Callable[..., Any],
                         effects: Effects | None) -> Callable[..., Any]:
     """``computation``, signalling ``ComputationRaised`` where it raises the program's error and the entry
@@ -54,20 +56,48 @@ def with_eager_on_raise(trace: Trace, computation: Callable[..., Any],
     if effects is None or not effects.effects:
         return computation
     undo = Undo.of(trace, trace.bound_symbols)
+    written: tuple[int, ...] = ()
     if undo is not None and undo.positions:
-        return computation
+        if not writes_inputs_themselves(trace):
+            return computation
+        written = undo.positions
+        undo = dataclasses.replace(undo, positions=())
     if undo is not None:  # the thread's settings are put back inside (``with_settings_restored``)
         undo = dataclasses.replace(undo, state_changes=False)
+        if not undo.random and not undo.drawn:
+            undo = None
 
     def run(*inputs: Any) -> Any:
+        versions = _versions(inputs, written)
         restore = undo.take(inputs) if undo is not None else None
         try:
             return computation(*inputs)
         except (ValueCheckFailed, JitcoreError):
             raise
         except Exception as error:
+            if written and (versions is None or _versions(inputs, written) != versions):
+                raise  # an input written before the raise: Note [A raise before the computation writes ...]
             if restore is not None:
                 restore()
             raise ComputationRaised(error) from error
 
     return run
+
+
+# Note [A raise before the computation writes an input]
+# A training step that raises in its forward (a singular matrix, an index out of range) and updates its
+# parameters in place after it (``w.sub_(lr * g)``, an optimizer's step) writes no input on the calls
+# that raise: eager made the effects before the raise and those of the ``finally`` bodies, the cached
+# computation none of them. Every in-place write of a tensor bumps its version counter (``_version``),
+# which a view and ``detach()`` share with it: so where every record that writes an input's storage
+# writes the input itself (not ``x.data``, whose counter is its own, nor a view, to keep it plain), the
+# computation reads the written inputs' versions before it runs (a few ints a call, no copy) and, where
+# it raises and none changed, nothing was written: it signals as an entry without writes does. Where one
+# changed it raises as before, the effects of that call lost (``a.add_(0)`` before the raising op: a
+# known limit, docs/user-guide.md). An inference tensor has no version counter: never signalled.
+def _versions(inputs: tuple, positions: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The version counters of ``inputs[i]`` for ``i`` in ``positions``; None where one has none."""
+    try:
+        return tuple(inputs[i]._version for i in positions)  # noqa: SLF001 - Note [A raise before the ...]
+    except (RuntimeError, AttributeError):  # an inference tensor
+        return None

@@ -28,6 +28,7 @@ from jitcore.proxies.generator import GeneratorProxy
 
 __all__ = [
     "Undo", "has_reads", "nondeterministic_read", "read_sites", "with_rollback", "with_settings_restored",
+    "writes_inputs_themselves",
 ]
 
 
@@ -198,6 +199,21 @@ def with_settings_restored(trace: Trace, computation: Callable[..., Any]) -> Cal
             raise
 
     return run
+
+
+def writes_inputs_themselves(trace: Trace) -> bool:
+    """Whether every record of ``trace`` that may write the storage of one of its tensor arguments
+    writes that argument itself, not a view or ``.data`` of it (Note [A raise before the computation
+    writes an input], jit/raising_calls.py)."""
+    inputs = {id(a) for a in trace.args if isinstance(a, TensorProxy)}
+    storages = {_storage_or_none(a) for a in trace.args if isinstance(a, TensorProxy)}
+    for bsym in _flat(trace.bound_symbols):
+        if may_write(bsym):
+            for value in optree.tree_leaves(written_arguments(bsym) or (bsym.args, bsym.kwargs)):
+                if isinstance(value, TensorProxy) and id(value) not in inputs \
+                        and _storage_or_none(value) in storages:
+                    return False
+    return True
 
 
 def _storage(proxy: TensorProxy) -> int:

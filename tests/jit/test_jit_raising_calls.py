@@ -61,10 +61,20 @@ def prints_then_raises(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.linalg.inv(a)
 
 
+def writes_its_input_after_the_raise(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    ST["n"] += 1
+    try:
+        y = torch.linalg.inv(a)
+    finally:
+        ST["log"].append("finally")
+    idx.add_(1)  # an optimizer step after the forward (Note [A raise before the computation writes an input])
+    return y
+
+
 ST: dict = {"n": 0, "log": []}  # a global: appending to a list in a dict argument retraces
 
 PROGRAMS = [finally_appends, handler_logs_and_reraises, draws_then_raises, raises_inside_no_grad,
-            index_out_of_range, prints_then_raises]
+            index_out_of_range, prints_then_raises, writes_its_input_after_the_raise]
 
 
 def _calls(fn, grad: bool) -> tuple:
@@ -75,12 +85,13 @@ def _calls(fn, grad: bool) -> tuple:
         warnings.simplefilter("error")  # a raising call runs eagerly without a warning
         for good in (True, False, True, False, False, True):
             a = (torch.eye(3) * 2 if good else torch.zeros(3, 3)).requires_grad_(grad)
+            idx = torch.tensor([0, 1 if good else 7])
             try:
-                out = fn(a, torch.tensor([0, 1 if good else 7]))
+                out = fn(a, idx)
                 outcomes.append(("returned", out.detach().tolist()))
             except (RuntimeError, IndexError) as error:
                 outcomes.append((type(error).__name__, str(error).splitlines()[0]))
-            outcomes.append(torch.is_grad_enabled())
+            outcomes.append((torch.is_grad_enabled(), idx.tolist()))
     return outcomes, dict(ST), printed.getvalue(), torch.rand(2).tolist()
 
 
