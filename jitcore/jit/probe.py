@@ -27,7 +27,7 @@ import optree
 import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace
-from jitcore.langctx.shadows import WRITES_NO_DATA, may_write_inputs
+from jitcore.langctx.input_writes import WRITES_NO_DATA, may_write_inputs
 from jitcore.langctx.thread_state import RngState, ThreadState, rng_state, set_rng_state
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, traced_value

@@ -32,13 +32,14 @@ from torch._subclasses.fake_tensor import (
     FakeTensor,
     FakeTensorMode,
 )
-from torch.fx.experimental.symbolic_shapes import ShapeEnv, guard_or_false, guard_or_true, is_nested_int
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, guard_or_false, is_nested_int
 from torch.nested._internal.nested_tensor import _tensor_symint_registry
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
+from jitcore.langctx.input_writes import input_metadata, may_write_inputs, resized, tensor_metadata
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
@@ -51,10 +52,8 @@ __all__ = [
     "REPLAY_NUMEL_LIMIT",
     "STATEFUL",
     "TensorValues",
-    "WRITES_NO_DATA",
     "data_read_error",
     "evaluate",
-    "may_write_inputs",
     "meta_of",
     "new_context",
     "share_nested_int",
@@ -75,10 +74,6 @@ STATEFUL: set[Callable[..., Any]] = set()
 # Functions that run autograd's backward on the shadows: an op of the backward whose fake kernel is
 # stricter than eager's is answered by eager's kernel (Note [Fake kernels stricter than eager]).
 BACKWARDS: set[Callable[..., Any]] = set()
-# In-place methods by name that change a tensor's autograd or sharing flags, never its data: a copy
-# of the tensor taken to undo writes (a failed value check) must not be made or restored for them
-# (restoring bumps the caller's version counter, which breaks eager graphs that saved the tensor).
-WRITES_NO_DATA = frozenset({"requires_grad_", "share_memory_"})
 
 
 class TensorValues:
@@ -353,67 +348,6 @@ def _to_shadow(value: Any, fake_mode: FakeTensorMode) -> Any:
     return value
 
 
-# Note [Fake kernels that resize instead of raising]
-# Some fake/meta kernels (decompositions of in-place ops such as ``x.pow_(y)`` with ``y`` broadcasting
-# to a larger shape) resize an input's shadow where eager raises "output with shape ... doesn't
-# match the broadcast shape". So when a call changes the shape, strides or offset of an input shadow,
-# the call is replayed on small real tensors with the inputs' metadata from *before* the call; when
-# eager raises, its exception is the user's. Calls that legitimately change metadata (``resize_``,
-# ``t_``, ``out=`` with an empty tensor) pass the replay and keep the fake result.
-#
-# Note [FakeTensor cache and in-place resizes]
-# torch's fake-dispatch cache is shared by all FakeTensorModes of the process, and a cache hit of an
-# in-place call returns the (aliased) input without replaying the kernel's metadata change: the second
-# ``a.lt_(b)`` with ``a`` [5, 1] and ``b`` [5, 5] leaves ``a`` at [5, 1], so the resize above goes
-# unnoticed and eager's error is lost (measured in torch 2.13). Calls that may write their inputs skip
-# the cache; the others keep it (it halves first-call time).
-# Note [FakeTensor cache and torchbind]
-# An op taking a torchbind object (``c10d::broadcast_``/``scatter_`` and their process group, which
-# DTensor's ``distribute_tensor`` reaches) is cached by fake dispatch under a key holding that object,
-# and the cache compares keys with ``==``, which a torchbind object does not implement: the second
-# fake call of the same op with the same group raised NotImplementedError ('__eq__' is not implemented
-# for ...ProcessGroup). The grad transform replays pass 1, so ``distribute_tensor`` of a tensor
-# requiring grad made the call run eagerly. Such ops skip the cache.
-def may_write_inputs(fn: Any, kwargs: dict) -> bool:
-    """Whether a call of ``fn`` may write a tensor argument (in-place, ``out=``, ``__setitem__``)."""
-    if "out" in kwargs or kwargs.get("inplace") is True:
-        return True
-    if isinstance(fn, torch._ops.OpOverload):
-        return any(a.alias_info is not None and a.alias_info.is_write for a in fn._schema.arguments)
-    name = getattr(fn, "__name__", "") or ""
-    if name.startswith("__") and name.endswith("__"):
-        return name.startswith("__i") or name == "__setitem__"
-    return name.endswith("_") and name not in WRITES_NO_DATA
-
-
-def _metadata(f: torch.Tensor) -> tuple:
-    return (tuple(f.shape), tuple(f.stride()), f.storage_offset())
-
-
-def _resized(f: torch.Tensor, before: tuple) -> bool:
-    """Whether a call changed the metadata of a shadow that had elements (``out=`` tensors with no
-    elements are resized by design). A size that values decide (an unbacked symbol, Note [Sizes that
-    values decide] in jitcore/jit/shapes.py) is never guarded here: the same symbol is the same size,
-    and a shadow of unknown size may have elements."""
-    after = _metadata(f)
-    same = all(len(a) == len(b) and all(map(_same_size, a, b)) for a, b in zip(after[:2], before[:2]))
-    if same and _same_size(after[2], before[2]):
-        return False
-    return guard_or_true(math.prod(before[0]) > 0)
-
-
-def _same_size(a: Any, b: Any) -> bool:
-    if type(a) is torch.SymInt or type(b) is torch.SymInt:
-        if type(a) is type(b) and a.node.expr == b.node.expr:
-            return True
-        return guard_or_false(a == b)
-    return a == b
-
-
-def _input_metadata(leaves: list[Any]) -> dict[int, tuple]:
-    return {id(v): _metadata(v) for v in leaves if isinstance(v, FakeTensor)}
-
-
 def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """Run ``fn`` on the shadows of ``args``/``kwargs`` and return its outputs as proxies.
 
@@ -434,7 +368,7 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     if any(type(v) is torch.dtype and v in _QUANTIZED for v in leaves):  # Note [Quantized tensors ...]
         raise EagerOnlyValue(f"{getattr(fn, '__qualname__', fn)} makes a quantized tensor: jitcore traces "
                              "tensors of the other dtypes")
-    before = _input_metadata(shadow_leaves)
+    before = input_metadata(shadow_leaves)
     storage_sizes = {id(v): v.untyped_storage().nbytes() for v in shadow_leaves if isinstance(v, FakeTensor)}
     fake_mode = values.fake_mode
     cache_enabled = fake_mode.cache_enabled
@@ -494,13 +428,13 @@ def _check_input_changes(
         Exception: eager's exception, when eager rejects the call; resized shadows are restored.
     """
     fakes = [v for v in shadow_leaves if isinstance(v, FakeTensor)]
-    resized = [v for v in fakes if _resized(v, before[id(v)])]
-    if resized:
+    changed = [v for v in fakes if resized(v, before[id(v)])]
+    if changed:
         try:
             _raise_eager_error(fn, *call, None, metadata=before, storage_sizes=storage_sizes)
         except Exception:
             with values.fake_mode:  # eager rejected the call: its inputs keep their metadata
-                for v in resized:
+                for v in changed:
                     v.as_strided_(*before[id(v)])
             raise
     elif any(guard_or_false(v.untyped_storage().nbytes() > storage_sizes[id(v)]) for v in fakes):
@@ -515,7 +449,7 @@ def _restride_wrappers(values: TensorValues, shadow_leaves: list[Any], before: d
     for v in shadow_leaves:
         if not isinstance(v, FakeTensor) or v.layout is not torch.strided:
             continue
-        after = _metadata(v)
+        after = tensor_metadata(v)
         if not all(type(s) is int for s in (*after[0], *after[1], after[2])) or after == before[id(v)]:
             continue
         proxy = values.known(v)
@@ -614,12 +548,13 @@ def _written_as_by_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dic
             asked (too large, symbolic sizes, another device) or changed no input's metadata.
     """
     fakes = {id(v): v for v in leaves if isinstance(v, FakeTensor)}
-    if any(not all(type(n) is int for n in _metadata(f)[0] + _metadata(f)[1]) for f in fakes.values()):
+    if any(not all(type(n) is int for n in tensor_metadata(f)[0] + tensor_metadata(f)[1])
+           for f in fakes.values()):
         raise exc
     after: dict[int, tuple] = {}
     if _on_zeros(fn, args, kwargs, after=after) is _NOT_REPLAYED:
         raise exc
-    changed = {i: m for i, m in after.items() if m != _metadata(fakes[i])}
+    changed = {i: m for i, m in after.items() if m != tensor_metadata(fakes[i])}
     if not changed:
         raise exc
     with fake_mode, torch._C._AutoDispatchBelowAutograd():  # eager's kernel resizes below autograd too
@@ -679,7 +614,7 @@ def _on_zeros(
     metadata = metadata or {}
     leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
     fakes = [v for v in leaves if isinstance(v, FakeTensor)]
-    shapes = {id(f): metadata.get(id(f), _metadata(f)) for f in fakes}
+    shapes = {id(f): metadata.get(id(f), tensor_metadata(f)) for f in fakes}
     if sum(math.prod(shapes[id(f)][0]) for f in fakes) > REPLAY_NUMEL_LIMIT:
         return _NOT_REPLAYED
     if any(f.device.type != "cpu" and not _device_available(f.device) for f in fakes):
@@ -710,7 +645,7 @@ def _on_zeros(
     except Exception as eager_error:  # noqa: BLE001 - eager rejects these arguments too: its words are the user's
         raise eager_error.with_traceback(None) from None
     if after is not None:
-        after.update((i, _metadata(t)) for i, t in real.items())
+        after.update((i, tensor_metadata(t)) for i, t in real.items())
     return out
 
 
@@ -737,7 +672,7 @@ def _outputs_of_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dict, 
             value read.
     """
     leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
-    if any(not all(type(n) is int for n in _metadata(f)[0] + _metadata(f)[1]) for f in leaves
+    if any(not all(type(n) is int for n in tensor_metadata(f)[0] + tensor_metadata(f)[1]) for f in leaves
            if isinstance(f, FakeTensor)):
         raise _stricter_fake(fn, exc) from None  # symbolic sizes: the zero-filled run needs static ones
     with torch.no_grad():  # below autograd: the torch function's autograd is applied above this call
