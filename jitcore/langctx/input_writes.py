@@ -24,6 +24,8 @@ __all__ = ["WRITES_NO_DATA", "input_metadata", "may_write_inputs", "resized", "t
 # of the tensor taken to undo writes (a failed value check) must not be made or restored for them
 # (restoring bumps the caller's version counter, which breaks eager graphs that saved the tensor).
 WRITES_NO_DATA = frozenset({"requires_grad_", "share_memory_"})
+# Whether an OpOverload's schema marks an argument as written, by overload (asked for every aten call).
+_SCHEMA_WRITES: dict[torch._ops.OpOverload, bool] = {}
 
 
 # Note [Fake kernels that resize instead of raising]
@@ -52,7 +54,12 @@ def may_write_inputs(fn: Any, kwargs: dict) -> bool:
     if "out" in kwargs or kwargs.get("inplace") is True:
         return True
     if isinstance(fn, torch._ops.OpOverload):
-        return any(a.alias_info is not None and a.alias_info.is_write for a in fn._schema.arguments)
+        writes = _SCHEMA_WRITES.get(fn)
+        if writes is None:
+            writes = _SCHEMA_WRITES[fn] = any(
+                a.alias_info is not None and a.alias_info.is_write for a in fn._schema.arguments
+            )
+        return writes
     name = getattr(fn, "__name__", "") or ""
     if name.startswith("__") and name.endswith("__"):
         return name.startswith("__i") or name == "__setitem__"
@@ -70,6 +77,9 @@ def resized(f: torch.Tensor, before: tuple) -> bool:
     values decide] in jitcore/jit/shapes.py) is never guarded here: the same symbol is the same size,
     and a shadow of unknown size may have elements."""
     after = tensor_metadata(f)
+    if all(type(n) is int for n in (*after[0], *after[1], after[2], *before[0], *before[1], before[2])):
+        same = after == before  # static metadata: the comparison below without a call per size
+        return not same and math.prod(before[0]) > 0
     same = all(len(a) == len(b) and all(map(_same_size, a, b)) for a, b in zip(after[:2], before[:2]))
     if same and _same_size(after[2], before[2]):
         return False

@@ -360,19 +360,21 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)
     shadow_leaves = [_to_shadow(v, values.fake_mode) for v in leaves]
     shadow_args, shadow_kwargs = optree.tree_unflatten(spec, shadow_leaves)
-    for v in shadow_leaves:  # a sparse result can be returned, not computed on (its fake has no storage)
-        kind = untraced_kind(v) if isinstance(v, FakeTensor) else None
+    fakes = [v for v in shadow_leaves if isinstance(v, FakeTensor)]
+    for v in fakes:  # a sparse result can be returned, not computed on (its fake has no storage)
+        kind = untraced_kind(v)
         if kind is not None:
             raise EagerOnlyValue(f"{getattr(fn, '__qualname__', fn)} is called on {kind[2]} the program "
                                  "made: jitcore traces strided tensors")
     if any(type(v) is torch.dtype and v in _QUANTIZED for v in leaves):  # Note [Quantized tensors ...]
         raise EagerOnlyValue(f"{getattr(fn, '__qualname__', fn)} makes a quantized tensor: jitcore traces "
                              "tensors of the other dtypes")
-    before = input_metadata(shadow_leaves)
-    storage_sizes = {id(v): v.untyped_storage().nbytes() for v in shadow_leaves if isinstance(v, FakeTensor)}
+    before = input_metadata(fakes)
+    storage_sizes = {id(v): v.untyped_storage().nbytes() for v in fakes}
+    writes = may_write_inputs(fn, shadow_kwargs)
     fake_mode = values.fake_mode
     cache_enabled = fake_mode.cache_enabled
-    if cache_enabled and (may_write_inputs(fn, shadow_kwargs) or type(fn) is TorchBindOpOverload):
+    if cache_enabled and (writes or type(fn) is TorchBindOpOverload):
         fake_mode.cache_enabled = False  # Notes [FakeTensor cache and in-place resizes], [... and torchbind]
     try:
         with fake_mode, EagerKernels(fake_mode) if fn in BACKWARDS else contextlib.nullcontext():
@@ -391,21 +393,20 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
                 or any(isinstance(v, FakeTensor) and v.device.type == "meta" for v in shadow_leaves):
             _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
             raise
-        if may_write_inputs(fn, shadow_kwargs):
+        if writes:
             out = _written_as_by_eager_kernel(fn, shadow_args, shadow_kwargs, shadow_leaves, exc, fake_mode)
         else:
             out = _with_eager_kernels(fn, shadow_args, shadow_kwargs, fake_mode)
     finally:
         fake_mode.cache_enabled = cache_enabled
-    _check_input_changes(values, fn, (shadow_args, shadow_kwargs), shadow_leaves, before, storage_sizes)
-    if may_write_inputs(fn, shadow_kwargs):
-        _restride_wrappers(values, shadow_leaves, before)
+    _check_input_changes(values, fn, (shadow_args, shadow_kwargs), fakes, before, storage_sizes)
+    if writes:
+        _restride_wrappers(values, fakes, before)
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
-    in_fakes = [v for v in shadow_leaves if isinstance(v, FakeTensor)]
     out_fakes = [o for o in out_leaves if isinstance(o, FakeTensor)]
-    values.layout.record(fn, shadow_kwargs, in_fakes, out_fakes)  # where decompositions rely on layouts
-    if in_fakes and out_fakes and not may_write_inputs(fn, shadow_kwargs):
-        values.layout.returned_inputs(fn, shadow_kwargs, in_fakes, out_fakes)
+    values.layout.record(fn, shadow_kwargs, fakes, out_fakes)  # where decompositions rely on layouts
+    if fakes and out_fakes and not writes:
+        values.layout.returned_inputs(fn, shadow_kwargs, fakes, out_fakes)
     return optree.tree_unflatten(
         out_spec, [values.proxy_for(o) if isinstance(o, FakeTensor) else o for o in out_leaves]
     )
@@ -415,7 +416,7 @@ def _check_input_changes(
     values: TensorValues,
     fn: Callable[..., Any],
     call: tuple[tuple, dict],
-    shadow_leaves: list[Any],
+    fakes: list[FakeTensor],
     before: dict[int, tuple],
     storage_sizes: dict[int, int],
 ) -> None:
@@ -427,7 +428,6 @@ def _check_input_changes(
     Raises:
         Exception: eager's exception, when eager rejects the call; resized shadows are restored.
     """
-    fakes = [v for v in shadow_leaves if isinstance(v, FakeTensor)]
     changed = [v for v in fakes if resized(v, before[id(v)])]
     if changed:
         try:
@@ -441,13 +441,13 @@ def _check_input_changes(
         _raise_eager_error(fn, *call, None, storage_sizes=storage_sizes)
 
 
-def _restride_wrappers(values: TensorValues, shadow_leaves: list[Any], before: dict[int, tuple]) -> None:
+def _restride_wrappers(values: TensorValues, fakes: list[FakeTensor], before: dict[int, tuple]) -> None:
     """Give a proxy whose shadow an in-place op restrided (``squeeze_``, ``t_``, ``as_strided_``) the
     shadow's new metadata on its own tensor too: native code reads a proxy's sizes from the tensor, not
     from the shadow (functorch's levels over traced tensors, Note [Function transforms run on the traced
     tensors] in jitcore/jit/function_transforms.py). Symbolic metadata is left as it is."""
-    for v in shadow_leaves:
-        if not isinstance(v, FakeTensor) or v.layout is not torch.strided:
+    for v in fakes:
+        if v.layout is not torch.strided:
             continue
         after = tensor_metadata(v)
         if not all(type(s) is int for s in (*after[0], *after[1], after[2])) or after == before[id(v)]:
