@@ -422,8 +422,9 @@ def _check_input_changes(
 ) -> None:
     """Replay a call on real tensors when it resized an input's shadow or grew its storage.
 
-    Fake kernels resize where eager raises (Note [Fake kernels that resize instead of raising]) and
-    grow the storage of a view reaching beyond it (``as_strided``) where eager raises.
+    Fake kernels resize where eager raises (Note [Fake kernels that resize instead of raising] in
+    jitcore/langctx/input_writes.py) and grow the storage of a view reaching beyond it
+    (``as_strided``) where eager raises.
 
     Raises:
         Exception: eager's exception, when eager rejects the call; resized shadows are restored.
