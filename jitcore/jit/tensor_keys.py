@@ -28,6 +28,14 @@ memo) sees the caller's ids and is one cache entry for every tensor, while a mem
 by ``id(x)`` finds what an earlier call stored, as eagerly, and a call with another tensor is another
 entry.
 
+Note [A caller's tensor reached as itself as a key]
+A tensor the program takes out of the caller's containers without a torch op on it (iterating an
+optimizer's ``param_groups[0]["params"]``) is the caller's object itself, not a proxy, until an op binds
+it. Used as a key of a caller's dict (``self.state[p]``, ``state.setdefault(p, {})``), the store was
+replayed on later calls with the traced call's tensor as the key: a call with a fresh optimizer and
+parameter found the first call's parameter in its state and its own missing (a wrong answer). Its
+identity is guarded at the path it was reached through, as a proxy key's is.
+
 Invariants: only proxies of tensors the call passes or the program reads from state are replaced (the
 program's own tensors have no other identity); every replacement adds the identity guard of the
 tensor's path; a caller's container holds the caller's tensor, never a proxy, after a store keyed by one;
@@ -73,7 +81,25 @@ class CallerKeys:
             if self.callers(container):  # the caller's memo keyed by ``id(x)``: its value decides
                 self._pin_key(key)
             return key
-        return self._key(container, key) if isinstance(key, TensorProxy) else key
+        if isinstance(key, TensorProxy):
+            return self._key(container, key)
+        if issubclass(type(key), torch.Tensor) and self.callers(container):
+            self._guard_reached(key)
+        return key
+
+    def _reached_key(self, fn: Callable[..., Any], args: tuple) -> None:
+        keyed = identity_arguments(fn, args)
+        container = args[0] if isinstance(fn, types.MethodDescriptorType) else getattr(fn, "__self__", None)
+        if len(keyed) == 1 and issubclass(type(keyed[0]), torch.Tensor) \
+                and isinstance(container, _CONTAINERS) and self.callers(container):
+            self._guard_reached(keyed[0])
+
+    def _guard_reached(self, tensor: torch.Tensor) -> None:
+        """Guard the identity of a caller's tensor the program holds itself, not as a proxy, and uses as
+        a key of a caller's container (Note [A caller's tensor reached as itself as a key])."""
+        path = self.provenance.path_of(tensor)
+        if path is not None:
+            self.provenance.guard(path, "identity", tensor)
 
     def _pin_key(self, key: TensorId | weakref.ref) -> None:
         if isinstance(key, TensorId):
@@ -113,6 +139,8 @@ class CallerKeys:
         for (``d.get(t)``, ``s.add(t)``, ``l.index(t)``); a ``TensorId`` handed to C code is pinned but
         by a method of a container the program made (it hashes and compares ids, which pin themselves)."""
         if not any(issubclass(type(arg), (TensorProxy, TensorId)) for arg in args):
+            if any(issubclass(type(arg), torch.Tensor) for arg in args):
+                self._reached_key(fn, args)  # ``state.setdefault(p, {})`` of an iterated ``p``
             return args
         if _makes_weakref(fn):  # ``weakref.ref(t)``, torch's ``WeakIdRef(t)``: a reference to the caller's t
             return tuple(self._referent(arg) for arg in args)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from subclass_checks import assert_same_flattened
+from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._pytree import tree_map_only
 
 import jitcore
@@ -77,3 +78,31 @@ def test_a_backward_through_an_attribute_outside_the_flatten_protocol(fn: Callab
         grad_jit, k_jit = _grad_and_k(actual, x_jit, tangent_k)
         assert_same_flattened(grad_jit, grad_eager, f"call {i} (size {n}) gradient")
         assert k_jit == k_eager, (i, k_jit, k_eager)
+
+
+# --- a subclass parameter of an optimizer made per call -------------------------------------------------
+# Note [A caller's tensor reached as itself as a key] (jitcore/jit/tensor_keys.py): AdamW's ``self.state[p]``
+# over its ``param_groups`` kept the traced call's parameter as the key on later calls.
+
+
+def test_adamw_steps_a_subclass_parameter_of_a_fresh_optimizer() -> None:
+    def step(p: torch.nn.Parameter, grad: torch.Tensor, opt: torch.optim.Optimizer) -> torch.Tensor:
+        p.grad = grad
+        opt.step()
+        return p
+
+    jitted = jitcore.jit(step)
+    for i, n in enumerate((3, 4, 5, 5)):
+        runs = []
+        for fn in (step, jitted):
+            torch.manual_seed(i)
+            p = torch.nn.Parameter(TwoTensor(torch.randn(n, 2), torch.randn(n, 2)))
+            opt = torch.optim.AdamW([p], lr=0.1)
+            out = fn(p, TwoTensor(torch.randn(n, 2), torch.randn(n, 2)), opt)
+            assert out is p and [k is p for k in opt.state] == [True], (i, fn is jitted)
+            runs.append((p, opt.state[p]))
+        (p_eager, state_eager), (p_jit, state_jit) = runs
+        assert_same_flattened(p_jit, p_eager, f"call {i} (size {n}) parameter")
+        assert list(state_jit) == list(state_eager)
+        for key, value in state_eager.items():
+            assert_same_flattened(state_jit[key], value, f"call {i} (size {n}) state {key}")

@@ -10,6 +10,7 @@ Before: ``D[k]`` raised KeyError, ``D.get(k, 0)`` and ``k in D`` were silently t
 
 from __future__ import annotations
 
+import collections
 import copy
 from collections.abc import Callable
 from typing import Any
@@ -124,3 +125,41 @@ def test_a_proxy_key_of_a_container_built_while_tracing_is_found_without_an_iden
         x = torch.randn(3)
         torch.testing.assert_close(jitted(x), f(x))
     assert jitcore.cache_misses(jitted) == 1
+
+
+class _Stepper:
+    """An optimizer's shape: parameter groups and a per-parameter state dict (or defaultdict)."""
+
+    def __init__(self, params: list[torch.Tensor], state: dict) -> None:
+        self.param_groups = [{"params": params}]
+        self.state = state
+
+
+def _step_over_the_groups(opt: _Stepper) -> None:
+    for p in opt.param_groups[0]["params"]:  # the key is the caller's tensor itself, reached by iteration
+        keyed = isinstance(opt.state, collections.defaultdict)
+        state = opt.state[p] if keyed else opt.state.setdefault(p, {})
+        if len(state) == 0:
+            state["step"] = torch.tensor(0.0)
+        state["step"].add_(1)
+        p.data.add_(state["step"])
+
+
+@pytest.mark.parametrize("make_state", [dict, lambda: collections.defaultdict(dict)],
+                         ids=["dict", "defaultdict"])
+def test_a_callers_tensor_reached_by_iteration_as_a_key_is_the_calls_own(
+    make_state: Callable[[], dict],
+) -> None:
+    """A tensor the program iterates out of the caller's list and uses as a key of the caller's dict
+    (an optimizer's ``self.state[p]`` over fresh parameters) is guarded by identity. Before: a later
+    call found the first call's parameter baked in as the key (its own ``p`` missing from its state)."""
+    jitted = jitcore.jit(_step_over_the_groups)
+    for i in range(3):
+        params = [torch.full((2,), float(i))]
+        eager, jit = _Stepper([p.clone() for p in params], make_state()), _Stepper(params, make_state())
+        _step_over_the_groups(eager)
+        jitted(jit)
+        assert [k is p for k, p in zip(jit.state, jit.param_groups[0]["params"])] == [True], i
+        for (ke, ve), (kj, vj) in zip(eager.state.items(), jit.state.items()):
+            torch.testing.assert_close(kj, ke)
+            torch.testing.assert_close(vj["step"], ve["step"])
