@@ -127,8 +127,12 @@ _UNWATCHED_ON_312 = pytest.mark.xfail(
            "key object, so the first call's order is kept (docs/user-guide.md)")
 
 
+# max's argument is a generator, not the program's object: on 3.12+ the net is not armed for it either
+_UNWATCHED_312 = ("cmp_to_key", "max_of_generator")
+
+
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=_UNWATCHED_ON_312) if name == "cmp_to_key" else name for name in PROGRAMS])
+    pytest.param(name, marks=_UNWATCHED_ON_312) if name in _UNWATCHED_312 else name for name in PROGRAMS])
 def test_c_code_running_a_callers_dunders_follows_each_call(name: str) -> None:
     fn = PROGRAMS[name]
     jfn = jitcore.jit(fn)
