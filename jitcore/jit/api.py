@@ -51,7 +51,7 @@ from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
 from jitcore.transforms import GradStage, StaticSizesNeeded, differentiate
-from jitcore.transforms.autograd_function import applies_functions, forwards_inlined
+from jitcore.transforms.autograd_function import applies_functions, forwards_inlined, numbers_before_functions
 
 __all__ = [
     "jit",
@@ -333,6 +333,7 @@ class JittedFunction:
             self.last_rederived_traces = computation.rederived_traces  # filled as gradients come
         elif grad.pass_1:
             flat = pass_1_under_autograd(program.trace, program.subclass_inputs)
+            flat = replace(flat, trace=numbers_before_functions(flat.trace))  # Note [Numbers a Function's
             traces = [program.trace, flat.trace]
             backward_traces, inputs = [], flat.inputs
             self.last_traces = traces

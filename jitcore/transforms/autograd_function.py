@@ -29,9 +29,10 @@ import jitcore
 from jitcore.diagnostics.boundary import runs_as_function_apply
 from jitcore.errors import DataDependentError, JitcoreError
 from jitcore.interpreter import current_run
-from jitcore.ir import BoundSymbol, Symbol, Trace, current_context, tree_any
+from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, current_context, tree_any, value_leaves
 from jitcore.langctx.thread_state import subclass_functions_as_the_caller_had
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import tensor_flatten, unflatten_around
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.typed import is_plain_subclass
@@ -419,13 +420,60 @@ def forwards_inlined(trace: Trace) -> Trace:
     """``trace`` with each Function application whose outputs need no grad replaced by its recorded
     forward (Note [A Function without grad runs its recorded forward])."""
     if not any(_applies_function(b) for b in trace.bound_symbols):
-        return trace
+        return numbers_before_functions(trace)  # those that stay (Note [Numbers a Function's forward ...])
     out: list[BoundSymbol] = []
     for bsym in trace.bound_symbols:
         _inline(bsym, out)
     header = [line.replace("(interpretation)", "(interpretation), Function forwards inlined")
               if "(interpretation)" in line else line for line in trace.header]
-    return dataclasses.replace(trace, bound_symbols=out, header=header)
+    return numbers_before_functions(dataclasses.replace(trace, bound_symbols=out, header=header))
+
+
+# Note [Numbers a Function's forward computes]
+# A counter the forward bumps (``ST["n"] += 1``) and the program reads after the call (``ST["n"] += 10``)
+# is a dynamic number (jit/effects.py): its arithmetic, ``n0 = n + 1``, is recorded among the Function
+# record's subsymbols. Where the record stays (an output requires grad, pass 1 under torch's autograd)
+# the computation calls ``apply`` natively, and ``n0`` was never defined: the computation raised
+# UnboundLocalError (ret43's fn_counter.py: symbolic sizes with grad; a jitcore bug, JC-I002, then
+# the call ran eagerly). The number records among the subsymbols that read only numbers defined before
+# the record (the computation's inputs, earlier records' outputs) are pure arithmetic: they are also
+# placed before it at the top level, so what the program reads after the call is defined. A number
+# made from a tensor inside the forward (``x.sum().item()``) is not moved: nothing after it that reads it
+# is (those still raise, and run eagerly).
+def numbers_before_functions(trace: Trace) -> Trace:
+    """``trace`` with the number arithmetic of each Function record that stays placed before it (Note
+    [Numbers a Function's forward computes])."""
+    if not applies_functions(trace):
+        return trace
+    defined = {id(a) for a in optree.tree_leaves(trace.args) if isinstance(a, Proxy)}
+    out: list[BoundSymbol] = []
+    for bsym in trace.bound_symbols:
+        if "autograd_function" in bsym.symbol.tags:
+            for sub in _flat_subsymbols(bsym):
+                if _number_record(sub, defined):
+                    out.append(sub)
+                    defined.update(id(v) for v in optree.tree_leaves(sub.output) if isinstance(v, Proxy))
+        out.append(bsym)
+        defined.update(id(v) for v in optree.tree_leaves(bsym.output) if isinstance(v, Proxy))
+    return dataclasses.replace(trace, bound_symbols=out) if len(out) != len(trace.bound_symbols) else trace
+
+
+def _flat_subsymbols(bsym: BoundSymbol) -> list[BoundSymbol]:
+    found: list[BoundSymbol] = []
+    for sub in bsym.subsymbols:
+        found.append(sub)
+        found.extend(_flat_subsymbols(sub))
+    return found
+
+
+def _number_record(bsym: BoundSymbol, defined: set[int]) -> bool:
+    """A record of arithmetic on numbers only, every proxy it reads in ``defined``."""
+    outputs = optree.tree_leaves(bsym.output)
+    if not outputs or not all(isinstance(v, NumberProxy) for v in outputs) or bsym.subsymbols:
+        return False
+    reads = [v for v in value_leaves((bsym.args, bsym.kwargs)) if isinstance(v, Proxy)]
+    return all(isinstance(v, NumberProxy) and id(v) in defined for v in reads) \
+        and bsym.symbol.langctx == "python"
 
 
 def applies_functions(trace: Trace) -> bool:

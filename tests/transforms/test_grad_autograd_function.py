@@ -531,3 +531,49 @@ def test_a_functions_effects_on_its_cells_happen_as_eagerly(grad: bool, save: bo
             seen.append((list(log), out.item(), None if x.grad is None else x.grad.tolist()))
         assert seen[1] == seen[0], n
     assert jitcore.cache_misses(jitted) <= 2
+
+
+COUNTS: dict = {"n": 0}  # a global: the counter the forward bumps and the program bumps after
+
+
+class _Counted(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        COUNTS["n"] += 1
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * g * x
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_a_counter_the_forward_bumps_is_read_after_the_call(grad: bool) -> None:
+    """Note [Numbers a Function's forward computes] (jitcore/transforms/autograd_function.py): with grad
+    at symbolic sizes the computation calls ``apply`` itself, and the counter's ``n0 = n + 1``, recorded
+    inside the Function's record, was undefined where the program read it after the call: every call
+    from the second shape on raised UnboundLocalError in the computation and ran eagerly (JC-I002)."""
+
+    def f(x):
+        y = _Counted.apply(x).sum()
+        COUNTS["n"] += 10
+        return y
+
+    jitted = jitcore.jit(f)
+    seen = []
+    for fn in (f, jitted):
+        COUNTS["n"] = 0
+        calls = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a JC-I002 warning fails the test
+            for n in (3, 4, 5, 4, 5):
+                x = torch.arange(float(n)).requires_grad_(grad)
+                out = fn(x)
+                if grad:
+                    out.backward()
+                calls.append((out.item(), COUNTS["n"], None if x.grad is None else x.grad.tolist()))
+        seen.append(calls)
+    assert seen[1] == seen[0]
+    assert jitcore.cache_misses(jitted) <= 2
