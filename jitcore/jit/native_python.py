@@ -152,8 +152,22 @@ def _programs_code(frame: types.FrameType) -> bool:
         return False
     filename = code.co_filename
     if filename.startswith("<"):
-        filename = frame.f_globals.get("__file__") or filename
+        globals_ = frame.f_globals
+        if globals_.get("_tuple_new") is tuple.__new__ and \
+                str(globals_.get("__name__")).startswith("namedtuple_"):
+            return False  # Note [A named tuple's __new__ is the standard library's]
+        filename = globals_.get("__file__") or filename
     return not is_library_file(filename)
+
+
+# Note [A named tuple's __new__ is the standard library's]
+# ``collections.namedtuple`` (and ``typing.NamedTuple``, which calls it) makes the class's ``__new__`` with
+# ``eval`` of ``lambda _cls, a, b: _tuple_new(_cls, (a, b))`` in a namespace of its own (``_tuple_new``,
+# ``__name__`` ``namedtuple_<typename>``, no ``__file__``): code of ``<string>`` that belongs to no
+# library's module, so it counted as the program's, and every C call that makes a named tuple
+# (``pickle.loads``, ``copy.deepcopy``'s ``__reduce_ex__`` path) made the call run eagerly (CPython's
+# test_typing ``NamedTupleTests.test_copy_and_pickle`` jitted). That code reads no state: it only
+# builds the tuple.
 
 
 def _ran_natively(fn: Any, code: types.CodeType) -> UnsupportedOperationError:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import array
 import bisect
+import collections
 import functools
 import heapq
 import json
@@ -21,6 +22,7 @@ import operator
 import pickle
 import struct
 import sys
+import typing
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -165,6 +167,29 @@ def test_a_c_call_inside_code_that_c_called_back_follows_each_call(fn: Callable[
         for s in (1, 2, 4, 2, 5):
             _GLOBAL_STATE.s = s
             assert_same(jfn(torch.zeros(2)), fn(torch.zeros(2)))
+
+
+_Pair = collections.namedtuple("_Pair", "a b")
+
+
+class _TypedPair(typing.NamedTuple):
+    a: int
+    b: str
+
+
+@pytest.mark.parametrize("cls", [_Pair, _TypedPair])
+def test_unpickling_a_named_tuple_traces(cls: type) -> None:
+    # pickle.loads (C) calls the class's __new__, which namedtuple makes with eval: it counted as the
+    # program's code run natively, and the call ran eagerly (Note [A named tuple's __new__ is the standard
+    # library's], jitcore/jit/native_python.py)
+    def fn(x: torch.Tensor) -> tuple:
+        pair = pickle.loads(pickle.dumps(cls(3, "s"), 2))
+        return x + pair.a, pair, type(pair) is cls
+
+    jfn = jitcore.jit(fn)
+    for n in (1, 2, 1):
+        assert_same(jfn(torch.ones(n)), fn(torch.ones(n)))
+    assert jfn.fallback_reason is None
 
 
 def test_a_c_call_over_plain_values_still_traces() -> None:
