@@ -47,16 +47,16 @@ __all__ = ["refuse_caught_read_error", "refuse_caught_value_errors"]
 # if any, propagates out of the call as eager's does. A ``with`` block counts as such a clause where its
 # exit may suppress the error: ``contextlib.suppress`` of a class that catches it, a ``@contextmanager``
 # of the program whose generator has an ``except`` clause, a program's ``__exit__`` that may return a
-# true value. A call that raised while run on the values it reads (``narrow`` with a tensor start,
-# ``ctc_loss``'s lengths, ``sparse_coo_tensor``'s invariants: jit/value_reads.py) inside such a block is
-# refused too: the handler it reached would be traced with no check of those values, and later calls
-# with values that do not raise got the handler's result. The refusal itself passes a bare ``except:``
-# and a ``with`` exit (interpreter/opcodes/exceptions.py, Note [Refusals pass bare excepts]). Not
-# detected: the ``except`` clauses of torch
-# and the standard library (``nn.Module._call_impl`` wraps every forward with hooks in one that
-# re-raises; counting them made every model with a hook run eagerly), ``finally`` clauses (transformers
-# wraps model forwards in ``try: ... finally:`` to reset its own state: their effects are lost when
-# the computation raises) and ``contextlib.ExitStack`` callbacks that suppress.
+# true value, a ``contextlib.ExitStack`` holding such an exit (pushed or entered into it before the call;
+# a ``callback()``'s wrapper returns None). A call that raised while run on the values it reads
+# (``narrow`` with a tensor start, ``ctc_loss``'s lengths, ``sparse_coo_tensor``'s invariants:
+# jit/value_reads.py) inside such a block is refused too: the handler it reached would be traced with no
+# check of those values, and later calls with values that do not raise got the handler's result. The
+# refusal itself passes a bare ``except:`` and a ``with`` exit (interpreter/opcodes/exceptions.py, Note
+# [Refusals pass bare excepts]). Not detected: the ``except`` clauses of torch and the standard library
+# (``nn.Module._call_impl`` wraps every forward with hooks in one that re-raises; counting them made
+# every model with a hook run eagerly), ``finally`` clauses (transformers wraps model forwards in
+# ``try: ... finally:`` to reset its own state: their effects are lost when the computation raises).
 
 # short names (in-place forms without their trailing ``_``) of torch-level symbols that raise on values
 _VALUE_ERRORS = frozenset({
@@ -202,14 +202,24 @@ def _may_catch(matched: Any) -> bool:
 def _suppresses(frame: Frame, instructions: list, entry: Any) -> bool:
     """The handler of ``entry`` is a ``with`` block's exit whose ``__exit__`` may suppress an error the
     listed ops raise on values (``contextlib.suppress(IndexError)``, a program's own context manager
-    whose ``__exit__`` may return a true value, or whose generator has an ``except`` clause)."""
+    whose ``__exit__`` may return a true value, or whose generator has an ``except`` clause, or an
+    ``ExitStack`` holding one of these)."""
     if entry.target + 1 >= len(instructions) or instructions[entry.target + 1].opname != "WITH_EXCEPT_START":
         return False
     stack = frame.stack
     if not 0 < entry.depth <= len(stack):
         return False
-    exit_ = stack[entry.depth - 1]  # under the handler's lasti and exceptions (WITH_EXCEPT_START's)
+    return _exit_suppresses(stack[entry.depth - 1])  # under the handler's lasti and exceptions
+
+
+def _exit_suppresses(exit_: Any) -> bool:
+    """An ``__exit__`` (or an ``ExitStack`` callback taking its arguments) that may suppress an error the
+    listed ops raise on values."""
     manager = getattr(exit_, "__self__", None)
+    if isinstance(manager, contextlib.ExitStack):  # those pushed so far; a ``callback()``'s returns None
+        callbacks = getattr(manager, "_exit_callbacks", None)
+        return callbacks is None or any(_exit_suppresses(callback) for _, callback in callbacks
+                                        if not hasattr(callback, "__wrapped__"))
     if isinstance(manager, contextlib.suppress):
         return _may_catch(getattr(manager, "_exceptions", _UNKNOWN))
     if isinstance(manager, contextlib._GeneratorContextManager):  # noqa: SLF001 - @contextmanager's

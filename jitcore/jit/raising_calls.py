@@ -23,6 +23,7 @@ from jitcore.ir import Trace
 from jitcore.jit.effects import Effects
 from jitcore.jit.read_rollback import Undo, writes_inputs_themselves
 from jitcore.langctx.reads import ValueCheckFailed
+from jitcore.langctx.thread_state import SET_GRAD_ENABLED
 
 __all__ = ["ComputationRaised", "with_eager_on_raise"]
 
@@ -54,7 +55,7 @@ def with_eager_on_raise(trace: Trace, computation: Callable[..., Any],
     """``computation``, signalling ``ComputationRaised`` where it raises the program's error and the entry
     has Python effects (Note [Effects of a raising call])."""
     if effects is None or not effects.effects:
-        return computation
+        return _eager_on_raise_with_grad_records(trace, computation)
     undo = Undo.of(trace, trace.bound_symbols)
     written: tuple[int, ...] = ()
     if undo is not None and undo.positions:
@@ -101,3 +102,33 @@ def _versions(inputs: tuple, positions: tuple[int, ...]) -> tuple[int, ...] | No
         return tuple(inputs[i]._version for i in positions)  # noqa: SLF001 - Note [A raise before the ...]
     except (RuntimeError, AttributeError):  # an inference tensor
         return None
+
+
+# Note [A raising call that leaves grad mode changed]
+# ``torch.set_grad_enabled(False)`` called outside a ``with`` block, then an op that raises on values:
+# eagerly grad mode stays off after the error (nothing puts it back); the computation put it back as the
+# call found it (Note [A computation that raises inside no_grad], jit/read_rollback.py), so the caller's
+# next eager code built graphs that eager's would not. The records cannot tell such a call from a
+# ``with`` block's ``__enter__`` (both are ``_set_grad_enabled(False)``; where the error leaves the
+# block decides), so a computation with grad-mode records that raises signals ``ComputationRaised``:
+# the call runs eagerly and leaves grad mode where eager does (only calls that raise pay), unless it
+# draws random numbers or writes its inputs (not undone here: such a trace is left as it is, its grad
+# mode put back). An entry with Python effects already runs so (above).
+def _eager_on_raise_with_grad_records(trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
+    """``computation``, signalling ``ComputationRaised`` where it raises with grad-mode records
+    (Note [A raising call that leaves grad mode changed])."""
+    if not any(b.symbol is SET_GRAD_ENABLED for b in trace.bound_symbols):
+        return computation
+    undo = Undo.of(trace, trace.bound_symbols)
+    if undo is not None and (undo.positions or undo.random or undo.drawn):
+        return computation
+
+    def run(*inputs: Any) -> Any:
+        try:
+            return computation(*inputs)
+        except (ValueCheckFailed, JitcoreError):
+            raise
+        except Exception as error:
+            raise ComputationRaised(error) from error
+
+    return run

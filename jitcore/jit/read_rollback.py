@@ -171,7 +171,8 @@ STATE_CHANGES = frozenset(STATE_CHANGE_SYMBOLS.values())
 # left grad mode off in the caller's thread for good, and every later call of anything built no graph.
 # A computation whose trace changes the thread's settings puts them back as the call found them when
 # it raises. (A program that calls ``torch.set_grad_enabled(False)`` outside a ``with`` block and then
-# raises keeps grad off eagerly; the jitted call puts it back: not told apart.)
+# raises keeps grad off eagerly: the call then runs eagerly, Note [A raising call that leaves grad mode
+# changed] in jit/raising_calls.py.)
 def with_settings_restored(trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
     """``computation``, putting the thread's settings back as the call found them when it raises
     (Note [A computation that raises inside no_grad]); a trace that changes none is returned as it is."""

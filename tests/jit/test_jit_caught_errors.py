@@ -125,6 +125,17 @@ def _caught(op: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def _in_exit_stack(register: Callable[[contextlib.ExitStack], Any]) -> Callable[..., Any]:
+    def f(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        y = torch.zeros(1)
+        with contextlib.ExitStack() as stack:
+            register(stack)
+            y = x[i]
+        return y
+
+    return f
+
+
 def _set_column_4(x: torch.Tensor) -> torch.Tensor:
     y = x * 2
     y[:, [4]] = 0.0
@@ -177,6 +188,11 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], list[tuple]]] = {
                          [(_X, torch.tensor(pair)) for pair in ([1, 0], [0, 5], [2, 1])]),
     "constant_list_index": (_caught(lambda x: x[[0, 5]] + 1), [(_X,), (torch.arange(6.0),), (_X,)]),
     "constant_list_setitem": (_caught(_set_column_4), [(torch.ones(2, 3),), (torch.ones(2, 5),)] * 2),
+    # an ExitStack holding an exit that may suppress (pushed, or a context entered into it)
+    "exit_stack_push": (_in_exit_stack(lambda stack: stack.push(lambda *exc_info: True)),
+                        [(_X, _OUT), (_X, _IN), (_X, _OUT)]),
+    "exit_stack_suppress": (_in_exit_stack(lambda st: st.enter_context(contextlib.suppress(IndexError))),
+                            [(_X, _OUT), (_X, _IN), (_X, _OUT)]),
 }
 
 
@@ -239,6 +255,23 @@ def test_a_with_block_that_cannot_suppress_keeps_the_op_traced() -> None:
     with pytest.raises(IndexError):
         jf(_X, _OUT)
     assert state["depth"] == 0
+
+
+def test_an_exit_stack_whose_callbacks_cannot_suppress_keeps_the_op_traced() -> None:
+    closed: list = []
+
+    def f(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        with contextlib.ExitStack() as stack:
+            stack.callback(closed.append, 1)  # returns None whatever its function returns
+            stack.enter_context(torch.no_grad())
+            return x[i] * 2
+
+    jf = jitcore.jit(f, fullgraph=True)
+    for i in (torch.tensor([1]), torch.tensor([2])):
+        assert torch.equal(jf(_X, i), f(_X, i))
+    assert jitcore.cache_misses(jf) == 1 and jitcore.cache_hits(jf) == 1
+    with pytest.raises(IndexError):
+        jf(_X, _OUT)
 
 
 def test_the_same_ops_outside_a_try_block_are_traced() -> None:

@@ -144,6 +144,47 @@ def test_a_computation_raising_inside_no_grad_puts_the_settings_back(fn) -> None
     assert jitcore.cache_misses(jf) == 1  # the raising call ran the cached computation
 
 
+def _grad_off_then_index(x, i):
+    torch.set_grad_enabled(False)  # a call, not a ``with``: nothing puts the mode back
+    return x[i] * 2
+
+
+def _grad_off_index_then_on(x, i):
+    with torch.no_grad():
+        y = x * 2
+    torch._C._set_grad_enabled(False)
+    z = y[i] + 1
+    torch.set_grad_enabled(True)
+    return z
+
+
+@pytest.mark.parametrize("fn", [_grad_off_then_index, _grad_off_index_then_on])
+def test_a_computation_raising_after_grad_mode_was_set_leaves_it_as_eager(fn) -> None:
+    """``torch.set_grad_enabled(False)`` outside a ``with`` block, then an op that raises on values:
+    eagerly grad mode stays off after the error; the jitted call put it back (Note [A raising call
+    that leaves grad mode changed], jitcore/jit/raising_calls.py)."""
+    x = torch.arange(9.0).reshape(3, 3).requires_grad_()
+    try:
+        jf = jitcore.jit(fn)
+        for i in (torch.tensor([1]), torch.tensor([5]), torch.tensor([2]), torch.tensor([7])):
+            modes = []
+            for call in (fn, jf):
+                torch.set_grad_enabled(True)
+                try:
+                    out = call(x, i)
+                except IndexError:
+                    out = None
+                value = None if out is None else (out.detach(), out.requires_grad)
+                modes.append((torch.is_grad_enabled(), value))
+            assert modes[0][0] == modes[1][0], (i, modes)
+            assert (modes[0][1] is None) == (modes[1][1] is None), (i, modes)
+            if modes[0][1] is not None:
+                assert torch.equal(modes[0][1][0], modes[1][1][0]) and modes[0][1][1] == modes[1][1][1]
+        assert jitcore.cache_misses(jf) == 1  # the raising calls ran the cached computation first
+    finally:
+        torch.set_grad_enabled(True)
+
+
 def _autocast_nesting() -> int:
     level = torch.autocast_increment_nesting() - 1
     torch.autocast_decrement_nesting()
