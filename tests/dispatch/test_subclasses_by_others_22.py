@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from subclass_checks import assert_same_flattened
+from subclass_checks import assert_same_flattened, compare_over_sizes
 from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._pytree import tree_map_only
 
@@ -106,3 +106,80 @@ def test_adamw_steps_a_subclass_parameter_of_a_fresh_optimizer() -> None:
         assert list(state_jit) == list(state_eager)
         for key, value in state_eager.items():
             assert_same_flattened(state_jit[key], value, f"call {i} (size {n}) state {key}")
+
+
+# --- survey programs that agree with eager (regression checks) ---------------------------------------------
+
+
+class _CopyAware(torch.Tensor):
+    """A wrapper whose dispatch handles ``aten.detach``/``clone``/``copy_`` itself (a tag in its ctx marks
+    which ran; clone adds 1 to the data) and propagates the largest tag otherwise."""
+
+    @staticmethod
+    def __new__(cls, a: torch.Tensor, tag: int = 0) -> _CopyAware:
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, strides=a.stride(), dtype=a.dtype,
+                                                   requires_grad=a.requires_grad)
+
+    def __init__(self, a: torch.Tensor, tag: int = 0) -> None:
+        self.a, self.tag = a, tag
+
+    def __tensor_flatten__(self) -> tuple[list[str], dict]:
+        return ["a"], {"tag": self.tag}
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: dict, size: Any, stride: Any) -> _CopyAware:
+        return _CopyAware(inner["a"], ctx["tag"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        aten = torch.ops.aten
+        if func is aten.detach.default:
+            return _CopyAware(args[0].a.detach(), args[0].tag + 100)
+        if func is aten.clone.default:
+            return _CopyAware(args[0].a.clone() + 1, args[0].tag + 1)
+        if func is aten.copy_.default:
+            args[0].a.copy_(args[1].a if isinstance(args[1], _CopyAware) else args[1])
+            return args[0]
+        tag = max(a.tag for a in args if isinstance(a, _CopyAware))
+        inner = tree_map_only(_CopyAware, lambda t: t.a, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, lambda t: _CopyAware(t, tag), func(*inner[0], **inner[1]))
+
+
+def test_a_dispatch_handling_copy_detach_and_clone_itself() -> None:
+    def fn(x: _CopyAware, y: _CopyAware) -> tuple:
+        c, d = x.clone(), x.detach()
+        y.copy_(x * 2)
+        return c, d, y, c.tag + d.tag
+
+    def make(n: int) -> tuple:
+        return _CopyAware(torch.randn(n, 2), n), _CopyAware(torch.zeros(n, 2))
+
+    misses = compare_over_sizes(fn, make, (3, 4, 5, 5))
+    assert misses <= 3
+
+
+class _Indexed(torch.Tensor):
+    """A ``__torch_function__``-only subclass whose ``__getitem__`` doubles what it reads (a negative int
+    index counted from the end by hand) and whose ``__setitem__`` clamps what it writes."""
+
+    def __getitem__(self, idx: Any) -> torch.Tensor:
+        if isinstance(idx, int) and idx < 0:
+            idx = idx + self.shape[0]
+        return super().__getitem__(idx) * 2
+
+    def __setitem__(self, idx: Any, value: Any) -> None:
+        super().__setitem__(idx, torch.as_tensor(value).clamp(-1, 1))
+
+
+def test_a_function_only_subclass_overriding_getitem_and_setitem() -> None:
+    def fn(x: _Indexed, v: torch.Tensor) -> tuple:
+        x[0] = v
+        return x[-1] + x[1:3].sum(), x
+
+    def make(n: int) -> tuple:
+        return torch.randn(n, 2).as_subclass(_Indexed), torch.full((2,), 3.0)
+
+    misses = compare_over_sizes(fn, make, (3, 4, 5, 5))
+    assert misses <= 3
