@@ -45,6 +45,7 @@ from jitcore.dispatch.resolver import (
 )
 from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
+from jitcore.interpreter.calls import call_function
 from jitcore.interpreter.lookasides import builtin_lookasides
 from jitcore.ir import BoundSymbol, Inlined, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.jit import appends, numbers, outputs
@@ -89,7 +90,7 @@ from jitcore.jit.warning_calls import Warnings
 from jitcore.langctx import new_context
 from jitcore.langctx.generators import state_lookasides as generator_state_lookasides
 from jitcore.langctx.index_bounds import check_int_list_index
-from jitcore.langctx.scalars import bind_numbers
+from jitcore.langctx.scalars import bind_numbers, fixes_a_float
 from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
 from jitcore.langctx.thread_state import (
     ENTER_INFERENCE_MODE,
@@ -498,6 +499,9 @@ class Pass(StateReads):
             subclass = _subclass_in(args, kwargs)
             if subclass and not numbers_reach_dispatch(symbol, args, kwargs):
                 args, kwargs = specialize_all(args), specialize_all(kwargs)
+            elif not subclass and type(symbol.fn) is types.FunctionType \
+                    and fixes_a_float(symbol, args, kwargs):  # Note [A float a torch function would fix]
+                return Inlined(call_function(current_run(), symbol.fn, args, kwargs), splice=True)
             else:
                 sized = None if subclass or self.number_sizes is None else self.number_sizes.as_size
                 args, kwargs = bind_numbers(symbol, args, kwargs, subclass=subclass, as_size=sized)

@@ -37,7 +37,7 @@ import torch
 from jitcore.ir import Symbol
 from jitcore.proxies.number import NumberProxy, replace_numbers, specialize_all
 
-__all__ = ["aten_name", "bind_numbers", "dispatched_parameter", "takes_value"]
+__all__ = ["aten_name", "bind_numbers", "dispatched_parameter", "fixes_a_float", "takes_value"]
 
 _VALUE_TYPES = frozenset({"number", "float", "Optional[number]", "Optional[float]"})
 # ``Scalar[]`` (a foreach op's ``scalars``): a list of values, kept as names in an aten overload's call
@@ -117,6 +117,8 @@ def _python_parameter_names(fn: Any) -> tuple[str, ...] | None:
 # Symbols with no aten schema whose arguments are values, by symbol id (a generator's seed:
 # jitcore/langctx/generators.py registers it).
 VALUE_ARGUMENTS: dict[str, frozenset[int | str]] = {}
+# torch functions whose aten operation has another name (their values read from that one's schema)
+_ATEN_NAMES = {"cross_entropy": "cross_entropy_loss"}
 
 
 def takes_value(symbol: Symbol, key: int | str) -> bool:
@@ -138,7 +140,7 @@ def takes_value(symbol: Symbol, key: int | str) -> bool:
         return False
     if symbol.name in _REFLECTED:
         return key == 1
-    positions, names = _value_parameters(symbol.name)
+    positions, names = _value_parameters(_ATEN_NAMES.get(symbol.name, symbol.name))
     if isinstance(key, str):
         return key in names
     python_names = _python_parameter_names(symbol.fn)
@@ -299,3 +301,42 @@ def _names(value: Any) -> bool:
         return True
     return type(value) in (list, tuple) and any(isinstance(v, NumberProxy) for v in value) \
         and all(isinstance(v, (NumberProxy, int, float)) for v in value)
+
+
+# Note [A float a torch function would fix]
+# A torch function written in Python (``torch.nn.functional.gumbel_softmax``, ``normalize``,
+# ``dropout2d``, ``cross_entropy``'s ``label_smoothing``) is recorded as one symbol. Where a float
+# dynamic number reaches it in a parameter torch's schemas do not take as a value, recording it would
+# specialize the number: an entry per value, so a temperature annealed every step (``tau`` of a
+# Gumbel-softmax VAE) traced on every call. Such a call is interpreted instead, its body's torch calls
+# recorded in its place (the pass's call handler splices them), where each op's own rule keeps the
+# number a name (``(logits + g) / tau``) or specializes it (a size). Eager runs that same body, so the
+# answer is unchanged; only the trace is finer. Ints are left to ``bind_numbers``: an int such a
+# function takes is a size or a flag, specialized inside as well. With a tensor subclass the call is
+# left to the subclass's ``__torch_function__``/dispatch rule (Note [Numbers through a subclass's
+# dispatch]).
+def fixes_a_float(symbol: Symbol, args: tuple, kwargs: dict) -> bool:
+    """Whether ``bind_numbers`` (a call without a tensor subclass) would specialize a float dynamic
+    number of this call: one given where torch's schemas take no value (``F.gumbel_softmax``'s ``tau``,
+    ``F.normalize``'s ``p``: Python functions without a same-name aten operation). Asks without
+    specializing anything."""
+    def fixed(key: int | str, value: Any) -> bool:
+        if not _holds_float(value):
+            return False
+        if _names(value):
+            if isinstance(value, NumberProxy) or isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
+                return not takes_value(symbol, key)
+            return not takes_list(symbol, key)
+        return True  # inside a dict or a nested container: specialized
+
+    return any(fixed(i, a) for i, a in enumerate(args)) or any(fixed(k, v) for k, v in kwargs.items())
+
+
+def _holds_float(value: Any) -> bool:
+    if isinstance(value, NumberProxy):
+        return value.python_type is float
+    if type(value) in (list, tuple):
+        return any(_holds_float(v) for v in value)
+    if type(value) is dict:
+        return any(_holds_float(v) for v in value.values())
+    return False
