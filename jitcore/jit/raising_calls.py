@@ -7,9 +7,9 @@ of a singular matrix, an index out of range, a failed ``torch._check``), none is
 Invariants: a computation wrapped here has changed nothing the caller can see when it raises its signal
 (its draws and thread settings are put back, and no input was written: an entry whose computation
 writes into an input signals only where the input's version counter says it was not written yet); the
-call then runs eagerly, so its effects, its exception and its message are eager's. An entry without
-Python effects, or whose computation writes an input other than as that input itself (a view, ``.data``),
-is left as it is.
+call then runs eagerly, so its effects, its exception and its message are eager's. An entry with neither
+Python effects nor input writes, or whose computation writes an input other than as that input itself (a
+view, ``.data``), is left as it is.
 """
 
 from __future__ import annotations
@@ -53,10 +53,11 @@ class ComputationRaised(Exception):  # noqa: N818 - a signal to the jit, never s
 def with_eager_on_raise(trace: Trace, computation: Callable[..., Any],
                         effects: Effects | None) -> Callable[..., Any]:
     """``computation``, signalling ``ComputationRaised`` where it raises the program's error and the entry
-    has Python effects (Note [Effects of a raising call])."""
-    if effects is None or not effects.effects:
-        return _eager_on_raise_with_grad_records(trace, computation)
+    has Python effects or writes its inputs (Notes [Effects of a raising call], [A raise before the
+    computation writes an input])."""
     undo = Undo.of(trace, trace.bound_symbols)
+    if (effects is None or not effects.effects) and (undo is None or not undo.positions):
+        return _eager_on_raise_with_grad_records(trace, computation)
     written: tuple[int, ...] = ()
     if undo is not None and undo.positions:
         if not writes_inputs_themselves(trace):
@@ -96,6 +97,9 @@ def with_eager_on_raise(trace: Trace, computation: Callable[..., Any],
 # it raises and none changed, nothing was written: it signals as an entry without writes does. Where one
 # changed it raises as before, the effects of that call lost (``a.add_(0)`` before the raising op: a
 # known limit, docs/user-guide.md). An inference tensor has no version counter: never signalled.
+# An entry without Python effects that writes its inputs is wrapped so too: ``try: return x[i]
+# finally: acc.mul_(2)`` with ``i`` out of range doubles ``acc`` eagerly, and the computation raised at
+# the index, before the write; the eager run makes it. A call that returns pays a few version reads.
 def _versions(inputs: tuple, positions: tuple[int, ...]) -> tuple[int, ...] | None:
     """The version counters of ``inputs[i]`` for ``i`` in ``positions``; None where one has none."""
     try:

@@ -71,10 +71,25 @@ def writes_its_input_after_the_raise(a: torch.Tensor, idx: torch.Tensor) -> torc
     return y
 
 
+def finally_writes_its_input(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    try:
+        return torch.linalg.inv(a)
+    finally:
+        idx.mul_(2)  # no Python effect: the entry's one change is this write
+
+
+def finally_writes_after_an_index(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    try:
+        return a[idx]
+    finally:
+        idx.add_(1)
+
+
 ST: dict = {"n": 0, "log": []}  # a global: appending to a list in a dict argument retraces
 
 PROGRAMS = [finally_appends, handler_logs_and_reraises, draws_then_raises, raises_inside_no_grad,
-            index_out_of_range, prints_then_raises, writes_its_input_after_the_raise]
+            index_out_of_range, prints_then_raises, writes_its_input_after_the_raise,
+            finally_writes_its_input, finally_writes_after_an_index]
 
 
 def _calls(fn, grad: bool) -> tuple:
