@@ -35,7 +35,7 @@ from jitcore.dispatch.flatten import (
     without_grad_mode_changes,
 )
 from jitcore.executors import executors_from_options, record_lowered
-from jitcore.interpreter import current_run
+from jitcore.interpreter.run import ACTIVE as _ACTIVE
 from jitcore.ir import Trace
 from jitcore.jit import eager_entries, numbers, shapes
 from jitcore.jit.caller_modes import CallerModes, callers_modes, under_the_callers_modes
@@ -57,6 +57,7 @@ __all__ = [
     "jit",
     "JittedFunction",
     "CacheEntry",
+    "frozen_function",
 ]
 
 DEFAULT_CACHE_LIMIT = 64
@@ -127,8 +128,8 @@ class JittedFunction:
         )
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        if current_run() is not None:  # Note [A jitted function inside a traced program]
-            return current_run().call(_CALL_JITTED_FN, self, *args, **kwargs)
+        if _ACTIVE.stack:  # Note [A jitted function inside a traced program]
+            return _ACTIVE.stack[-1].call(_CALL_JITTED_FN, self, *args, **kwargs)
         try:
             if (_transform_level() is not None or _function_modes() or _dispatch_modes()) \
                     and (around := _around_the_call(self)) is not None:
@@ -705,10 +706,17 @@ def _label_of(fn: Any) -> str:
 # function (``jitted.fn`` is guarded as state). The code is compiled with a "<frozen ...>" file name,
 # so the interpreter treats it as library code, as Note [A jitted module inside a traced program]
 # (jitcore/jit/module.py) does for modules.
-_CALL_JITTED_FN_SOURCE = (
+def frozen_function(source: str, module: str) -> Callable[..., Any]:
+    """The one function ``source`` defines, compiled with a "<frozen ``module``>" file name: the
+    interpreter treats it as library code (no source line of its own in a trace or an error)."""
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<frozen {module}>", "exec"), namespace)  # noqa: S102
+    (fn,) = (v for k, v in namespace.items() if k != "__builtins__")
+    return fn
+
+
+_CALL_JITTED_FN = frozen_function(
     "def call_jitted(jitted, /, *args, **kwargs):\n"
-    "    return jitted.fn(*args, **kwargs)\n"
+    "    return jitted.fn(*args, **kwargs)\n",
+    "jitcore.jit.api",
 )
-_frozen: dict[str, Any] = {}
-exec(compile(_CALL_JITTED_FN_SOURCE, "<frozen jitcore.jit.api>", "exec"), _frozen)  # noqa: S102
-_CALL_JITTED_FN = _frozen["call_jitted"]

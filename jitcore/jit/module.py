@@ -31,7 +31,7 @@ import torch
 from torch.nn.modules import module as _torch_module
 
 from jitcore.interpreter import current_run
-from jitcore.jit.api import JittedFunction, _label_of
+from jitcore.jit.api import JittedFunction, _label_of, frozen_function
 from jitcore.jit.interpretation import Pass, TracedProgram
 from jitcore.jit.module_guards import group_hook_guards, group_state_guards
 from jitcore.prologue import Path, Prologue, Root
@@ -208,30 +208,26 @@ class JittedModule(torch.nn.Module):
 # ``wrapper._orig_mod`` read by interpreted code, so that the outer trace has a path to the original
 # (its parameters become inputs, the wrapper's ``_orig_mod`` is guarded). That code is compiled with a
 # "<frozen ...>" file name: the interpreter treats it as library code (no source line of its own).
-_CALL_ORIGINAL_SOURCE = (
+_CALL_ORIGINAL = frozen_function(
     "def call_original(wrapper, /, *args, **kwargs):\n"
-    "    return wrapper._orig_mod(*args, **kwargs)\n"
+    "    return wrapper._orig_mod(*args, **kwargs)\n",
+    "jitcore.jit.module",
 )
-_namespace: dict[str, Any] = {}
-exec(compile(_CALL_ORIGINAL_SOURCE, "<frozen jitcore.jit.module>", "exec"), _namespace)  # noqa: S102
-_CALL_ORIGINAL = _namespace["call_original"]
-_CALL_FORWARD_SOURCE = (
+_CALL_FORWARD = frozen_function(
     "def call_forward(jitted, /, *args, **kwargs):\n"
-    "    return jitted.module.forward(*args, **kwargs)\n"
+    "    return jitted.module.forward(*args, **kwargs)\n",
+    "jitcore.jit.module",
 )
-exec(compile(_CALL_FORWARD_SOURCE, "<frozen jitcore.jit.module>", "exec"), _namespace)  # noqa: S102
-_CALL_FORWARD = _namespace["call_forward"]
 # Note [A jitted bound forward]: ``jitcore.jit(module.forward)`` runs that bound method's function,
 # whatever ``module.forward`` is later: eagerly a bound method keeps its function, and the idioms
 # ``module.forward = jitcore.jit(module.forward)`` and a wrapper installed over the jitted forward
 # (``module.forward = lambda *a: jitted(*a)``, accelerate's and peft's style) make ``module.forward``
 # the jitted object or a caller of it, so reading it again would call itself without end.
-_CALL_BOUND_SOURCE = (
+_CALL_BOUND = frozen_function(
     "def call_bound(jitted, /, *args, **kwargs):\n"
-    "    return jitted._forward.__func__(jitted.module, *args, **kwargs)\n"
+    "    return jitted._forward.__func__(jitted.module, *args, **kwargs)\n",
+    "jitcore.jit.module",
 )
-exec(compile(_CALL_BOUND_SOURCE, "<frozen jitcore.jit.module>", "exec"), _namespace)  # noqa: S102
-_CALL_BOUND = _namespace["call_bound"]
 
 
 def _rebuild(module: torch.nn.Module, options: dict) -> JittedModule:

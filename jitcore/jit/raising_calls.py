@@ -57,7 +57,7 @@ def with_eager_on_raise(trace: Trace, computation: Callable[..., Any],
     computation writes an input])."""
     undo = Undo.of(trace, trace.bound_symbols)
     if (effects is None or not effects.effects) and (undo is None or not undo.positions):
-        return _eager_on_raise_with_grad_records(trace, computation)
+        return _eager_on_raise_with_grad_records(trace, computation, undo)
     written: tuple[int, ...] = ()
     if undo is not None and undo.positions:
         if not writes_inputs_themselves(trace):
@@ -118,12 +118,12 @@ def _versions(inputs: tuple, positions: tuple[int, ...]) -> tuple[int, ...] | No
 # the call runs eagerly and leaves grad mode where eager does (only calls that raise pay), unless it
 # draws random numbers or writes its inputs (not undone here: such a trace is left as it is, its grad
 # mode put back). An entry with Python effects already runs so (above).
-def _eager_on_raise_with_grad_records(trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
+def _eager_on_raise_with_grad_records(trace: Trace, computation: Callable[..., Any],
+                                      undo: Undo | None) -> Callable[..., Any]:
     """``computation``, signalling ``ComputationRaised`` where it raises with grad-mode records
-    (Note [A raising call that leaves grad mode changed])."""
+    (Note [A raising call that leaves grad mode changed]); ``undo``: the trace's ``Undo.of``."""
     if not any(b.symbol is SET_GRAD_ENABLED for b in trace.bound_symbols):
         return computation
-    undo = Undo.of(trace, trace.bound_symbols)
     if undo is not None and (undo.positions or undo.random or undo.drawn):
         return computation
 

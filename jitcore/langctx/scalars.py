@@ -268,21 +268,23 @@ def bind_numbers(
     replaced by its specialized value (``subclass``: a call with a tensor subclass, whose numbers stay
     only where they reach its dispatch unchanged, Note [Numbers through a subclass's dispatch]), or by
     what ``as_size`` gives for it where that is not None (a symbolic size, jit/number_sizes.py)."""
-    def keeps(key: int | str, value: Any) -> bool:
-        if not _names(value):
-            return False
-        if subclass:
-            return dispatched_parameter(symbol, key) is not None
-        if isinstance(value, NumberProxy) or isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
-            return takes_value(symbol, key)
-        return takes_list(symbol, key)
-
     def bound(value: Any) -> Any:
         return specialize_all(value) if as_size is None else _sized(value, as_size)
 
-    new_args = tuple(a if keeps(i, a) else bound(a) for i, a in enumerate(args))
-    new_kwargs = {k: v if keeps(k, v) else bound(v) for k, v in kwargs.items()}
+    new_args = tuple(a if _keeps(symbol, i, a, subclass) else bound(a) for i, a in enumerate(args))
+    new_kwargs = {k: v if _keeps(symbol, k, v, subclass) else bound(v) for k, v in kwargs.items()}
     return new_args, new_kwargs
+
+
+def _keeps(symbol: Symbol, key: int | str, value: Any, subclass: bool) -> bool:
+    """Whether argument ``key`` of a call of ``symbol`` keeps the numbers in ``value`` as names."""
+    if not _names(value):
+        return False
+    if subclass:
+        return dispatched_parameter(symbol, key) is not None
+    if isinstance(value, NumberProxy) or isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
+        return takes_value(symbol, key)
+    return takes_list(symbol, key)
 
 
 def _sized(tree: Any, as_size: Callable[[NumberProxy], Any]) -> Any:
@@ -320,16 +322,8 @@ def fixes_a_float(symbol: Symbol, args: tuple, kwargs: dict) -> bool:
     number of this call: one given where torch's schemas take no value (``F.gumbel_softmax``'s ``tau``,
     ``F.normalize``'s ``p``: Python functions without a same-name aten operation). Asks without
     specializing anything."""
-    def fixed(key: int | str, value: Any) -> bool:
-        if not _holds_float(value):
-            return False
-        if _names(value):
-            if isinstance(value, NumberProxy) or isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001
-                return not takes_value(symbol, key)
-            return not takes_list(symbol, key)
-        return True  # inside a dict or a nested container: specialized
-
-    return any(fixed(i, a) for i, a in enumerate(args)) or any(fixed(k, v) for k, v in kwargs.items())
+    return any(_holds_float(a) and not _keeps(symbol, i, a, False) for i, a in enumerate(args)) \
+        or any(_holds_float(v) and not _keeps(symbol, k, v, False) for k, v in kwargs.items())
 
 
 def _holds_float(value: Any) -> bool:
