@@ -29,7 +29,7 @@ import jitcore
 from jitcore.diagnostics.boundary import runs_as_function_apply
 from jitcore.errors import DataDependentError, JitcoreError
 from jitcore.interpreter import current_run
-from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, current_context, tree_any, value_leaves
+from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, current_context, tree_any, value_leaves, walk
 from jitcore.langctx.thread_state import subclass_functions_as_the_caller_had
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
@@ -449,21 +449,13 @@ def numbers_before_functions(trace: Trace) -> Trace:
     out: list[BoundSymbol] = []
     for bsym in trace.bound_symbols:
         if "autograd_function" in bsym.symbol.tags:
-            for sub in _flat_subsymbols(bsym):
+            for _, sub in walk(bsym.subsymbols):
                 if _number_record(sub, defined):
                     out.append(sub)
                     defined.update(id(v) for v in optree.tree_leaves(sub.output) if isinstance(v, Proxy))
         out.append(bsym)
         defined.update(id(v) for v in optree.tree_leaves(bsym.output) if isinstance(v, Proxy))
     return dataclasses.replace(trace, bound_symbols=out) if len(out) != len(trace.bound_symbols) else trace
-
-
-def _flat_subsymbols(bsym: BoundSymbol) -> list[BoundSymbol]:
-    found: list[BoundSymbol] = []
-    for sub in bsym.subsymbols:
-        found.append(sub)
-        found.extend(_flat_subsymbols(sub))
-    return found
 
 
 def _number_record(bsym: BoundSymbol, defined: set[int]) -> bool:
