@@ -118,8 +118,8 @@ def outside_attributes(
     value: Any, cls: type, names: Sequence[str], *, numbers: bool = False
 ) -> tuple[tuple[str, Any], ...]:
     """The literal instance attributes of ``value`` (a real instance of ``cls`` or its proxy) that are
-    not its inner tensors ``names``, sorted by name; with ``numbers``, number proxies too. None for a
-    class without its own protocol (its derived ctx holds them) or torch's own."""
+    not its inner tensors ``names``, sorted by name; with ``numbers``, number proxies too. None (empty)
+    for a class without its own protocol (its derived ctx holds them) or torch's own."""
     module = getattr(cls, "__module__", "") or ""
     if not has_own_protocol(cls) or (module.startswith("torch.") and not module.startswith("torch.testing.")):
         return ()

@@ -55,8 +55,9 @@ __all__ = ["refuse_caught_read_error", "refuse_caught_value_errors"]
 # refusal itself passes a bare ``except:`` and a ``with`` exit (interpreter/opcodes/exceptions.py, Note
 # [Refusals pass bare excepts]). Not detected: the ``except`` clauses of torch and the standard library
 # (``nn.Module._call_impl`` wraps every forward with hooks in one that re-raises; counting them made
-# every model with a hook run eagerly), ``finally`` clauses (transformers wraps model forwards in
-# ``try: ... finally:`` to reset its own state: their effects are lost when the computation raises).
+# every model with a hook run eagerly) and ``finally`` clauses (transformers wraps model forwards in
+# ``try: ... finally:`` to reset its own state); where the computation then raises, the call runs
+# eagerly for the ``finally`` bodies' effects (Note [Effects of a raising call], jit/raising_calls.py).
 
 # short names (in-place forms without their trailing ``_``) of torch-level symbols that raise on values
 _VALUE_ERRORS = frozenset({
