@@ -360,3 +360,31 @@ def test_an_exception_a_task_stored_is_chained_where_it_is_awaited() -> None:
         return asyncio.run(main())
 
     check(f)
+
+
+def test_a_stale_record_of_an_exception_that_left_a_frame_does_not_chain_it() -> None:
+    """The run records an exception that leaves a frame by ids (its own, its entry's, the caller frame's).
+    Ids outlive their objects: an exception and entry of a first pass that died may leave their addresses to
+    the second pass's, which then left a frame for this one. Any matching record counted, so the stale one
+    (another caller) chained the second pass's exception as if C raised it again: CPython's
+    test_exit_exception_explicit_none_context got an IndexError as context about one run in eight, as
+    addresses fell. The newest record of the pair decides (Note [A stored exception C raises again]).
+    Address reuse cannot be forced from Python, so the records are laid out as the failing run had them."""
+    from types import SimpleNamespace
+
+    from jitcore.interpreter.loop import _raised_again
+
+    try:
+        raise ValueError("left a callee")
+    except ValueError as e:
+        exc = e
+    head = exc.__traceback__
+    frame = SimpleNamespace(code=_raised_again.__code__, caught=None, run=SimpleNamespace(left=()))
+    other_caller = object()
+    stale = (id(exc), id(head), id(other_caller))
+    frame.run.left = ((id(exc), id(head), id(frame)), stale)  # newest first: it left a callee of this frame
+    assert not _raised_again(frame, exc)
+    frame.run.left = (stale,)  # it left a frame another frame called (a Task's coroutine): C raises it again
+    assert _raised_again(frame, exc)
+    frame.run.left = ((id(exc), id(head), id(frame)),)
+    assert not _raised_again(frame, exc)
