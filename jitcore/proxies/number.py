@@ -384,10 +384,11 @@ def specialize_all(tree: Any, kinds: type | tuple[type, ...] = NumberProxy) -> A
 
 def replace_numbers(tree: Any, replace: Callable[[Any], Any],
                     kinds: type | tuple[type, ...] = NumberProxy, _open: frozenset[int] = frozenset()) -> Any:
-    """``tree`` with each instance of ``kinds`` replaced by ``replace(it)``, looking into tuples, lists,
-    dicts and slices (``x[:, a:b]``: torch reads the bounds as ints); only containers holding one are
-    copied. A container reached again inside itself (``state.append(state)``) is passed as it is
-    there: its numbers are replaced where it is first reached."""
+    """``tree`` with each instance of ``kinds`` replaced by ``replace(it)``, looking into tuples (named
+    tuples too: Note [A named tuple handed to C holds values]), lists, dicts and slices (``x[:, a:b]``:
+    torch reads the bounds as ints); only containers holding one are copied. A container reached again
+    inside itself (``state.append(state)``) is passed as it is there: its numbers are replaced where it
+    is first reached."""
     if isinstance(tree, kinds):
         return replace(tree)
     t = type(tree)
@@ -397,6 +398,9 @@ def replace_numbers(tree: Any, replace: Callable[[Any], Any],
         inner = _open | {id(tree)}
         items = [replace_numbers(v, replace, kinds, inner) for v in tree]
         return tree if all(a is b for a, b in zip(items, tree)) else t(items)
+    if issubclass(t, tuple) and t.__flags__ & _HEAP_TYPE and id(tree) not in _open:
+        items = [replace_numbers(v, replace, kinds, _open | {id(tree)}) for v in tree]
+        return tree if all(a is b for a, b in zip(items, tree)) else _tuple_like(tree, items)
     if t is dict:
         inner = _open | {id(tree)}
         items = {k: replace_numbers(v, replace, kinds, inner) for k, v in tree.items()}
@@ -406,6 +410,33 @@ def replace_numbers(tree: Any, replace: Callable[[Any], Any],
         bounds = [replace_numbers(v, replace, kinds) for v in parts]
         return tree if all(a is b for a, b in zip(bounds, parts)) else slice(*bounds)
     return tree
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, namedtuple() or type()
+
+
+# Note [A named tuple handed to C holds values]
+# ``pickle.dumps(Point(n, 2))`` with ``n`` a dynamic number (an int argument that changed between calls)
+# handed the named tuple to C as it was, proxy and all: pickle walked into the proxy's own state and
+# raised where eager pickles. A tuple of a class made in Python (``collections.namedtuple``,
+# ``typing.NamedTuple``, a ``class T(tuple)``) is looked into as a tuple is, and where it holds a number to
+# replace, C gets a copy of the same class made by ``tuple.__new__`` (a named tuple's own ``_make`` does the
+# same), with the instance's ``__dict__`` copied where it has one (pickle and ``copy`` read it as the
+# state). A class whose nearest C base is not ``tuple`` (a structseq: ``tuple.__new__`` refuses it) is
+# handed on as it is, as before.
+def _tuple_like(tree: tuple, items: list) -> tuple:
+    """A copy of the tuple-subclass instance ``tree`` holding ``items`` (Note [A named tuple handed to C
+    holds values]); ``tree`` itself where its class cannot be made so."""
+    try:
+        made = tuple.__new__(type(tree), items)
+    except TypeError:  # tuple.__new__(X) is not safe: a C base of its own
+        return tree
+    try:
+        state = object.__getattribute__(tree, "__dict__")
+    except AttributeError:  # __slots__ = (): a named tuple
+        return made
+    object.__getattribute__(made, "__dict__").update(state)
+    return made
 
 
 # The numbers of a ShapeEnv that a pass with symbolic sizes hands the program where eager has an int,

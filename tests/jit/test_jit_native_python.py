@@ -192,6 +192,40 @@ def test_unpickling_a_named_tuple_traces(cls: type) -> None:
     assert jfn.fallback_reason is None
 
 
+class _TaggedPair(_Pair):
+    """A named tuple's subclass without ``__slots__``: its instances have a ``__dict__``, pickled as state."""
+
+
+def _tagged(a: object) -> _TaggedPair:
+    pair = _TaggedPair(a, 2)
+    pair.tag = "t"
+    return pair
+
+
+_NAMED_TUPLES_OF_NUMBERS: dict[str, Callable[[Any], Any]] = {
+    "pickle": lambda a: pickle.dumps(_Pair(a, 2)),
+    "pickle_protocol_2": lambda a: pickle.dumps(_Pair(a, 2), 2),
+    "pickle_typed_in_list": lambda a: pickle.dumps([_TypedPair(a, "s"), _TypedPair(2, "t")]),
+    "pickle_with_dict": lambda a: pickle.dumps(_tagged(a)),
+    "round_trip_with_dict": lambda a: (lambda p: (p, p.tag))(pickle.loads(pickle.dumps(_tagged(a)))),
+    "json": lambda a: json.dumps({"p": _Pair(a, 2)}),
+}
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("name", sorted(_NAMED_TUPLES_OF_NUMBERS))
+def test_a_named_tuple_of_a_dynamic_number_handed_to_c(name: str, dynamic: bool) -> None:
+    # pickle.dumps(Point(a, 2)) with ``a`` a dynamic number (declared, or an int argument that changed
+    # between calls) handed C the named tuple with the proxy in it: pickle raised "Can't pickle local
+    # object 'Provenance.bind_dynamic_number.<locals>.pin'", json "Object of type NumberProxy is not JSON
+    # serializable" (Note [A named tuple handed to C holds values], jitcore/proxies/number.py)
+    fn = _NAMED_TUPLES_OF_NUMBERS[name]
+    jfn = jitcore.jit(fn, dynamic_numbers=("a",) if dynamic else ())
+    for a in (1, 2, 3, 2):
+        assert_same(jfn(a), fn(a))
+    assert jfn.fallback_reason is None
+
+
 def test_a_c_call_over_plain_values_still_traces() -> None:
     # the net makes a call eager only where C ran the program's code: sorting numbers, a dict display of
     # strings and a list's repr of numbers are traced and cached as before
