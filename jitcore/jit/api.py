@@ -47,6 +47,7 @@ from jitcore.jit.read_rollback import nondeterministic_read, with_rollback, with
 from jitcore.jit.run_modes import runs_torch_function, runs_without_grad, without_grad, without_torch_function
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
+from jitcore.jit.value_driven import DrivenReads
 from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
@@ -106,6 +107,7 @@ class JittedFunction:
         self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
         self._changed_numbers: frozenset[str] = frozenset()  # Note [Numbers that change between calls ...]
         self._shapes = ShapePolicy(dynamic)  # which sizes are symbolic (jit/shapes.py)
+        self._driven = DrivenReads()  # read sites whose values are new call after call (jit/value_driven.py)
         self.executor = executors_from_options(executor, executors, fuse_after)
         self.fallback = fallback
         self.cache_limit = cache_limit
@@ -137,12 +139,13 @@ class JittedFunction:
                     return self._under_callers_modes(around, args, kwargs)
                 return self._eagerly_under(around, args, kwargs)
             read_misses: list[MissReason] = []
+            failed_at: list[tuple[CacheEntry, ValueCheckFailed]] = []
             for entry in self._cache.candidates(args):
                 try:
                     out = entry.cached_call(args, kwargs)
                 except ValueCheckFailed as failed:  # a value read while tracing differs: next entry
                     read_misses.append(MissReason(entry.number, "value read", str(failed)))
-                    self._shapes.note_read(failed)  # Note [Sizes that values decide] (jit/shapes.py)
+                    self._read_failed(entry, failed, failed_at)
                     continue
                 except ComputationRaised as raised:  # Note [Effects of a raising call]
                     self.hits += 1
@@ -152,7 +155,7 @@ class JittedFunction:
                     return out
             if self.eager_reason is not None:
                 return self.fn(*args, **kwargs)
-            return self._miss(args, kwargs, read_misses)
+            return self._miss(args, kwargs, read_misses, failed_at)
         except Exception as exc:
             from jitcore.diagnostics.boundary import on_error
 
@@ -199,7 +202,15 @@ class JittedFunction:
                 self.last_rederived_traces = inner.last_rederived_traces
             self.fallback_reason = inner.fallback_reason
 
-    def _miss(self, args: tuple, kwargs: dict, read_misses: list[MissReason]) -> Any:
+    def _read_failed(self, entry: CacheEntry, failed: ValueCheckFailed,
+                     failed_at: list[tuple[CacheEntry, ValueCheckFailed]]) -> None:
+        """A cached call's value check sent it away from ``entry``: what the value teaches."""
+        self._shapes.note_read(failed)  # Note [Sizes that values decide] (jit/shapes.py)
+        self._driven.note(failed)  # Note [Programs that tensor values drive] (jit/value_driven.py)
+        failed_at.append((entry, failed))
+
+    def _miss(self, args: tuple, kwargs: dict, read_misses: list[MissReason],
+              failed_at: list[tuple[CacheEntry, ValueCheckFailed]]) -> Any:
         with self._lock:
             for entry in self._cache.candidates(args):  # another thread may have traced this call meanwhile
                 if any(m.entry == entry.number for m in read_misses):
@@ -208,7 +219,7 @@ class JittedFunction:
                     out = entry.cached_call(args, kwargs)
                 except ValueCheckFailed as failed:
                     read_misses.append(MissReason(entry.number, "value read", str(failed)))
-                    self._shapes.note_read(failed)
+                    self._read_failed(entry, failed, failed_at)
                     continue
                 except ComputationRaised as raised:
                     self.hits += 1
@@ -224,7 +235,12 @@ class JittedFunction:
             self.misses += 1
             self.miss_log.append(reasons)
             layout_changed = any(".shape" in r.where or ".stride()" in r.where for r in reasons)
-            outcome = self._trace(args, kwargs, layout_changed)
+            driven = next(((e, f) for e, f in failed_at if self._driven.drives(f.site)), None)
+            if driven is not None:  # Note [Programs that tensor values drive] (jit/value_driven.py)
+                outcome = Eager(self._driven.reason(driven[1].site, self._label))
+                traced = driven[0].prologue
+            else:
+                outcome, traced = self._trace(args, kwargs, layout_changed), None
             if isinstance(outcome, Eager) and outcome.program_raised:  # Note [A program that raises]
                 after = eager_entries.after_raise(self.fn, outcome.reason, self._label, self.misses)
                 return after(*args, **kwargs)
@@ -236,7 +252,7 @@ class JittedFunction:
                     f"jitcore: {self._label} runs eagerly from now on: {outcome.reason.summary}", stacklevel=3
                 )
                 return self.fn(*args, **kwargs)
-            entry = self._eager_entry(outcome.reason) if isinstance(outcome, Eager) else outcome
+            entry = self._eager_entry(outcome.reason, traced) if isinstance(outcome, Eager) else outcome
             if len(self._cache) >= self.cache_limit:
                 warnings.warn(
                     f"jitcore: {self._label} reached its cache limit of {self.cache_limit} entries; "
@@ -401,8 +417,10 @@ class JittedFunction:
     # eager entry is one table, ``RULES`` in jit/eager_entries.py, read with the values of the pass the
     # error stopped (a DTensor program's rule looks at them): ``_interpret`` and ``_trace``, which run
     # the pass and the stages after it, ask it (``_decide``) and return its ``Eager`` outcome.
-    def _eager_entry(self, reason: BaseException) -> CacheEntry:
-        traced = self.last_prologue if self.last_prologue is not None else Prologue()
+    def _eager_entry(self, reason: BaseException, traced: Prologue | None = None) -> CacheEntry:
+        """An entry whose calls run eagerly; its guards ``traced``'s, by default the last pass's."""
+        if traced is None:
+            traced = self.last_prologue if self.last_prologue is not None else Prologue()
         prologue = Prologue(guards=list(traced.guards), state=list(traced.state), header=[
             f"Constructed by jitcore.jit for {self._label}: prologue of cache entry {self.misses}, "
             "an eager entry (the calls it accepts run eagerly)"])
