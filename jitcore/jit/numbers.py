@@ -132,8 +132,11 @@ _STORING_METHODS = frozenset({"append", "extend", "insert", "__setitem__", "setd
 # ``ArgsKwargsPair``).
 # ``id``: the identity of the object handed, never of a copy with values (copy.deepcopy keys its memo by
 # ids: the id of a dict copied for the call was reused, and the memo broke)
+# ``types.SimpleNamespace(step=n)`` stores its keyword values as attributes (Note [Numbers stored into new
+# objects]).
 _PASSES_NUMBERS = frozenset({zip, enumerate, reversed, iter, list, tuple, tuple.__new__, dict, len, id,
-                             isinstance, issubclass, type, bisect.bisect_left, bisect.bisect_right, sum})
+                             isinstance, issubclass, type, bisect.bisect_left, bisect.bisect_right, sum,
+                             types.SimpleNamespace})
 
 
 def with_number_lookasides(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
@@ -339,10 +342,25 @@ def indexed_objects(value: Any) -> Any:
     return value
 
 
+# Note [Numbers stored into new objects]
+# ``dataclasses.replace(cfg, step=cfg.step + 1)`` of a frozen dataclass, returned or stored, was an entry
+# per step although ``cfg.step`` becomes a dynamic number after one change (Note [Numbers that change
+# between calls become dynamic]): the frozen class's ``__init__`` sets each field with
+# ``object.__setattr__(self, name, value)``, and the class defines ``__hash__`` in Python, so the call
+# that set the second field was handed an object that "asks for numbers" (Note [Objects handed to C hold
+# values]) holding the first field's dynamic number, which was specialized and guarded by value.
+# ``object.__setattr__`` stores into the instance's ``__dict__`` and asks no object for a number, as
+# ``setattr`` does; ``types.SimpleNamespace(step=n)`` likewise only stores its keyword values. Both now
+# keep dynamic numbers as names: the new object holds the number computed per call, and a branch on it
+# still guards its predicate.
+_STORING_SLOTS = (object.__setattr__,)
+
+
 def _stores(fn: Any) -> bool:
-    """A C method that only stores its arguments in a container (``log.append(loss.item())``): a
-    number stays a name there (the effect stores its value per call, jitcore/jit/effects.py)."""
-    if fn is setattr:
+    """A C method that only stores its arguments in a container (``log.append(loss.item())``) or an
+    object (Note [Numbers stored into new objects]): a number stays a name there (the effect stores
+    its value per call, jitcore/jit/effects.py)."""
+    if fn is setattr or any(fn is slot for slot in _STORING_SLOTS):
         return True
     owner = _storing_owner(fn)
     return owner is not None and issubclass(owner, (list, dict, set, collections.deque))

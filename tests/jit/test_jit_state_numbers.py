@@ -7,7 +7,9 @@ eagerly and jitted on equal inputs, call after call; results and state are compa
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
+import types
 
 import pytest
 import torch
@@ -278,3 +280,37 @@ def test_a_counter_per_key_the_call_passes(kind):
         assert_same(jitted(x, "abc"[i % 3]), f(x, "abc"[i % 3]))
         assert counts == eager_counts and type(counts) is type(eager_counts)
     assert jitcore.cache_misses(jitted) <= 10, jitcore.miss_reasons(jitted)[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    step: int
+    lr: float = 0.5
+
+
+NEW_OBJECTS = {
+    "dataclasses.replace-frozen": lambda cfg: dataclasses.replace(cfg, step=cfg.step + 1),
+    "frozen-constructor": lambda cfg: _Config(cfg.step + 1, cfg.lr),
+    "SimpleNamespace": lambda cfg: types.SimpleNamespace(step=cfg.step + 1, lr=cfg.lr),
+}
+
+
+@pytest.mark.parametrize("make", list(NEW_OBJECTS))
+def test_a_number_stored_into_a_new_object_stays_a_name(make):
+    """Note [Numbers stored into new objects], jitcore/jit/numbers.py: a frozen dataclass made again with
+    the step counted on (``dataclasses.replace``) specialized the dynamic step where its ``__init__``
+    handed the half-built object to ``object.__setattr__``: an entry per call (10 misses in 10 calls),
+    SimpleNamespace's constructor alike; now one entry more once the step changed. A branch on the step
+    still guards it."""
+    def f(x, cfg):
+        out = NEW_OBJECTS[make](cfg)
+        return (x * out.lr if out.step % 4 else x - 1), out
+
+    jitted = jitcore.jit(f)
+    cfg = eager_cfg = _Config(0)
+    for _ in range(10):
+        (y, cfg), (expected, eager_cfg) = jitted(torch.ones(2), cfg), f(torch.ones(2), eager_cfg)
+        assert_same(y, expected)
+        assert cfg == eager_cfg and type(cfg.step) is int
+        cfg = _Config(cfg.step, cfg.lr)
+    assert jitcore.cache_misses(jitted) <= 3, jitcore.miss_reasons(jitted)[-1]
