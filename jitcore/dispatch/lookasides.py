@@ -28,6 +28,7 @@ import optree
 import torch
 from torch.nested._internal import nested_tensor
 
+from jitcore.dispatch.aliasing import ALIASING_LOOKASIDES
 from jitcore.dispatch.dtensor import DTENSOR_LOOKASIDES
 from jitcore.dispatch.jagged_attention import JAGGED_LOOKASIDES
 from jitcore.dispatch.modes import hidden_modes
@@ -476,4 +477,5 @@ DISPATCH_LOOKASIDES: dict[Any, Any] = {
     _REGISTRY_SET: registry_setitem,
     **JAGGED_LOOKASIDES,
     **OVERRIDE_CHECKS,
+    **ALIASING_LOOKASIDES,
 }
