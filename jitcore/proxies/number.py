@@ -94,6 +94,8 @@ class NumberProxy(Proxy):
         return format(self.specialize(), spec)
 
     def __hash__(self) -> int:
+        if self.made_by is not None and self.value == self.value and bool(self == self.value):
+            return hash(self.value)  # Note [Hashing a computed number]
         return hash(self.specialize())
 
     def __bool__(self) -> bool:
@@ -195,6 +197,14 @@ def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
     return NotImplemented
 
 
+# Note [Hashing a computed number]
+# ``seen.add(i % 4)``, ``counts[step // 10] += 1``: a set or dict hashes the number, which needs its value;
+# specialized, it pinned the inputs it was computed from by value (``i == 5``), an entry per ``i``
+# where ``i % 4`` takes four values. A hash depends only on the value, so a computed number (one made
+# by recorded arithmetic, not a NaN) guards the predicate ``number == value`` instead (Note [Predicate
+# guards]), and every call whose number has that value shares the entry. Where no root can guard a
+# predicate, ``__bool__`` of the comparison specializes, as before. An input itself is guarded by
+# value either way.
 # Note [Predicate guards]
 # A branch on a dynamic number (``if self.last_epoch % self.step_size != 0:`` in an LR scheduler, a
 # counter that a schedule tests) needs only the branch's outcome, not the number's value. Guarding the

@@ -648,3 +648,36 @@ def test_a_changing_number_past_the_dispatch_table() -> None:
         for shape in shapes:
             same(jf(torch.ones(shape), 2.0 + i), f(torch.ones(shape), 2.0 + i))
     assert jitcore.cache_misses(jf) - misses <= 2
+
+
+KEYED_BY_A_COMPUTED_NUMBER = {
+    "set.add": lambda store, i: store.add(i % 4),
+    "dict-key": lambda store, i: store.__setitem__(i % 3, "seen"),
+    "in-a-tuple-key": lambda store, i: store.add((i % 2, "even")),
+}
+
+
+@pytest.mark.parametrize("kind", list(KEYED_BY_A_COMPUTED_NUMBER))
+def test_a_computed_number_hashed_guards_its_value_not_its_inputs(kind: str) -> None:
+    """Note [Hashing a computed number] (jitcore/proxies/number.py): ``seen.add(i % 4)`` hashed ``i % 4``,
+    which pinned ``i`` by value: an entry per ``i`` (16, 15 and 14 misses in 24 calls). Now the guard is
+    ``(i % 4) == v``: an entry per value of ``i % 4`` and per contents of the set the call finds. The
+    state is compared with eager's after every call."""
+    write = KEYED_BY_A_COMPUTED_NUMBER[kind]
+
+    def make():
+        store = set() if kind != "dict-key" else {}
+
+        def f(x, i):
+            write(store, i)
+            return x * len(store)
+        return f, store
+
+    (f, expected_store), (g, store) = make(), make()
+    jitted = jitcore.jit(g)
+    for i in [*range(12), *range(12)]:
+        x = torch.randn(2, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(x, i), f(x, i))
+        assert store == expected_store and [type(k) for k in store] == [type(k) for k in expected_store]
+    assert jitcore.cache_misses(jitted) <= {"set.add": 8, "dict-key": 6, "in-a-tuple-key": 4}[kind], \
+        jitcore.miss_reasons(jitted)[-1]

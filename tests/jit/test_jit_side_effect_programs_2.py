@@ -674,7 +674,7 @@ RETRACES = {
     "deque_append_and_sum": 6,
     "recent_losses_window_list": 5,  # a list's pop(0) + append: its len() a number read per call
     "deque_of_tensors_stacked": 4,
-    "int_arg_into_set": None,  # i % 4 added to a set specializes the argument i, not i % 4
+    "int_arg_into_set": 8,  # i % 4 hashed guards (i % 4) == v (Note [Hashing a computed number]): was 24
     "frozen_dataclass_replace_cfg": None,  # a new object of state each call: guarded by identity
     "generator_send_float": None,  # float(x.sum()) handed to C's gen.send: a value read
     "list_grows_len_read": 1,
