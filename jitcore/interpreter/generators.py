@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
 __all__ = ["FRAME_ATTRIBUTES", "GENERATOR_TYPES", "AsyncGenWrapped", "close_", "frame_attribute",
-           "make_generator", "throw_"]
+           "generator_frame", "make_generator", "throw_"]
 
 _RESUME = "RESUME"
 
@@ -381,6 +381,13 @@ def _driven_frame(gen: object, prefix: str) -> Frame | None:
     """The interpreted frame a driver generator runs (None once it finished)."""
     native = getattr(gen, f"{prefix}_frame")
     return None if native is None else native.f_locals.get("frame")
+
+
+def generator_frame(gen: object) -> Frame | None:
+    """The interpreted frame of the generator ``gen``: None where ``gen`` is native, or finished."""
+    if type(gen) is not types.GeneratorType or id(gen.gi_code) not in _DRIVEN_CODES:
+        return None
+    return _driven_frame(gen, "gi")
 
 
 def frame_attribute(gen: object, name: str) -> object:

@@ -242,7 +242,8 @@ class JittedFunction:
             else:
                 outcome, traced = self._trace(args, kwargs, layout_changed), None
             if isinstance(outcome, Eager) and outcome.program_raised:  # Note [A program that raises]
-                after = eager_entries.after_raise(self.fn, outcome.reason, self._label, self.misses)
+                after = eager_entries.after_raise(self.fn, outcome.reason, self._label, self.misses,
+                                                  result_expected=outcome.result_expected)
                 return after(*args, **kwargs)
             if isinstance(outcome, Eager) and outcome.this_call_only:  # a lazy module's first call
                 return self.fn(*args, **kwargs)
@@ -285,7 +286,8 @@ class JittedFunction:
     def _eagerly_after(self, raised: ComputationRaised, args: tuple, kwargs: dict) -> Any:
         """The call, run eagerly after its computation raised and undid its changes (Note [Effects of a
         raising call], jit/raising_calls.py): eager's effects and eager's exception."""
-        eager = eager_entries.after_raise(self.fn, raised.error, self._label, self.misses, computation=True)
+        eager = eager_entries.after_raise(self.fn, raised.error, self._label, self.misses, computation=True,
+                                          result_expected=raised.handled)
         return eager(*args, **kwargs)
 
     def _note_changed_numbers(self, args: tuple, kwargs: dict) -> None:
@@ -336,6 +338,7 @@ class JittedFunction:
         """Whether the pass that ``error`` stopped runs eagerly (jit/eager_entries.py), or None: raised."""
         return eager_entries.decide(error, tracing_pass.context.values, fullgraph=self.fullgraph,
                                     fallback=self.fallback, effects_made=tracing_pass.raised_after_effects,
+                                    handlers_skipped=tracing_pass.reruns_on_raise,
                                     seen=(self._shapes.seen, tracing_pass.provenance.inputs))
 
     def _compile(self, number: int, program: TracedProgram) -> CacheEntry:
@@ -385,7 +388,8 @@ class JittedFunction:
         computation = post if effects is None else computation
         computation = with_rollback(traces[0], computation)  # undo writes before a failed read check
         computation = with_settings_restored(traces[0], computation)  # Note [A computation that raises ...]
-        computation = with_eager_on_raise(traces[0], computation, effects)  # Note [Effects of a raising call]
+        computation = with_eager_on_raise(traces[0], computation, effects,  # Note [Effects of a raising call]
+                                          handlers=program.reruns_on_raise)
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
             effects.dispatch_runs = grad.pass_1  # the classes' dispatch logs as it runs

@@ -1,16 +1,21 @@
-"""Ops whose errors depend on tensor values, called inside the program's own ``try`` blocks.
+"""Ops whose errors depend on tensor values, called inside ``try`` blocks and ``with`` blocks.
 
-Invariant: a call of an op listed in ``_VALUE_ERRORS`` (an index out of range, a singular matrix, a
+Invariants: a call of an op listed in ``_VALUE_ERRORS`` (an index out of range, a singular matrix, a
 negative probability: errors that only the values decide) made while an interpreted frame of the
-program's own code (not torch's, jitcore's or the standard library's) is inside a ``try`` block with an
-``except`` clause is refused (JC-T001: the call runs eagerly, Note [Errors the values decide, inside a
-try block]). Such ops elsewhere are recorded.
+program's own code (not torch's, jitcore's or the standard library's) is inside a ``try`` block whose
+``except`` clause may catch the error and carry on, or a ``with`` block whose own exit may suppress it,
+is refused (JC-T001: the call runs eagerly, Note [Errors the values decide, inside a try block]). Where
+only handlers that raise again, or library code's handlers, may catch it, the call is recorded and the
+entry runs eagerly on a call whose computation raises (Note [Handlers a raising computation skips]).
+Such ops elsewhere are recorded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import dis
+import enum
 import types
 from typing import Any
 
@@ -20,12 +25,21 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from jitcore.errors import JitcoreError, UnsupportedOperationError
 from jitcore.interpreter import current_run
 from jitcore.interpreter.frame import Frame
-from jitcore.interpreter.tracebacks import DRIVEN_CODES
+from jitcore.interpreter.generators import generator_frame
+from jitcore.interpreter.instructions import decode
 from jitcore.ir import Proxy, tree_any
 from jitcore.jit.code_kinds import is_library_file
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["refuse_caught_read_error", "refuse_caught_value_errors"]
+
+
+class Catching(enum.IntEnum):
+    """What the handlers around a call may do with an error its values decide, weakest first."""
+
+    NONE = 0  # none may catch it: the computation's error is eager's
+    RERUN = 1  # caught only to raise again, or by library code: a call whose computation raises runs eagerly
+    REFUSE = 2  # the program's own clause or exit may catch it and carry on: the call runs eagerly
 
 
 # Note [Errors the values decide, inside a try block]
@@ -42,22 +56,44 @@ __all__ = ["refuse_caught_read_error", "refuse_caught_value_errors"]
 # code, is refused and the call runs eagerly, unless the clause names classes (globals, builtins and
 # their attributes) none of which catches such an error (``except NotImplementedError:``, torchao's NF4
 # around its table's ops), or whose every path raises again (torch_geometric's ``_index_select_safe``
-# re-raises an IndexError with its own message: the call raises either way, only the message differs;
-# counting it made every PyG model run eagerly). The same op outside such a block is recorded: its error,
-# if any, propagates out of the call as eager's does. A ``with`` block counts as such a clause where its
-# exit may suppress the error: ``contextlib.suppress`` of a class that catches it, a ``@contextmanager``
-# of the program whose generator has an ``except`` clause, a program's ``__exit__`` that may return a
-# true value, a ``contextlib.ExitStack`` holding such an exit (pushed or entered into it before the call;
-# a ``callback()``'s wrapper returns None). A call that raised while run on the values it reads
-# (``narrow`` with a tensor start, ``ctc_loss``'s lengths, ``sparse_coo_tensor``'s invariants:
-# jit/value_reads.py) inside such a block is refused too: the handler it reached would be traced with no
-# check of those values, and later calls with values that do not raise got the handler's result. The
-# refusal itself passes a bare ``except:`` and a ``with`` exit (interpreter/opcodes/exceptions.py, Note
-# [Refusals pass bare excepts]). Not detected: the ``except`` clauses of torch and the standard library
-# (``nn.Module._call_impl`` wraps every forward with hooks in one that re-raises; counting them made
-# every model with a hook run eagerly) and ``finally`` clauses (transformers wraps model forwards in
-# ``try: ... finally:`` to reset its own state); where the computation then raises, the call runs
-# eagerly for the ``finally`` bodies' effects (Note [Effects of a raising call], jit/raising_calls.py).
+# re-raises an IndexError with its own message; counting it made every PyG model run eagerly: such a call
+# is recorded, Note [Handlers a raising computation skips]). The same op outside such a block is
+# recorded: its error, if any, propagates out of the call as eager's does. A ``with`` block counts as
+# such a clause where its exit may suppress the error: ``contextlib.suppress`` of a class that catches
+# it, a ``@contextmanager`` of the program whose generator has an ``except`` clause around its ``yield``
+# that may catch it, a program's ``__exit__`` that may return a true value, a ``contextlib.ExitStack``
+# holding such an exit (pushed or entered into it before the call; a ``callback()``'s wrapper returns
+# None). A call that raised while run on the values it reads (``narrow`` with a tensor start,
+# ``ctc_loss``'s lengths, ``sparse_coo_tensor``'s invariants: jit/value_reads.py) inside such a block is
+# refused too: the handler it reached would be traced with no check of those values, and later calls with
+# values that do not raise got the handler's result. The refusal itself passes a bare ``except:`` and a
+# ``with`` exit (interpreter/opcodes/exceptions.py, Note [Refusals pass bare excepts]). Not refused: the
+# handlers of torch and the standard library (``nn.Module._call_impl`` wraps every forward with hooks in
+# one that re-raises; counting them made every model with a hook run eagerly: Note [Handlers a raising
+# computation skips]) and ``finally`` clauses (transformers wraps model forwards in ``try: ...
+# finally:`` to reset its own state); where the computation then raises, the call runs eagerly for the
+# ``finally`` bodies' effects (Note [Effects of a raising call], jit/raising_calls.py).
+
+# Note [Handlers a raising computation skips]
+# Two kinds of handler were passed over by the rule above, and the computation's error then left the call
+# where eager's did not: the program's clause that catches the error only to raise another
+# (``except IndexError as e: raise ValueError(...) from e``: jitted raised IndexError, eager ValueError;
+# an outer ``except ValueError:`` around it returned eagerly and raised jitted), and a clause or exit of
+# torch's or the standard library's code that catches it and carries on (``with self.assertRaises(
+# IndexError):``, a ``@contextmanager`` of the standard library with an ``except`` clause). Refusing them
+# would run every model with a forward hook eagerly (``nn.Module._call_impl``), so such a call is recorded
+# as before, and the pass marks its entry (``Catching.RERUN``, ``TracedProgram.reruns_on_raise``): a call
+# whose computation raises runs eagerly then (jit/raising_calls.py, as for an entry with Python effects),
+# with eager's exception or eager's result; a call that returns pays nothing. A pass so marked that the
+# program's exception stops runs the call eagerly too (the handler the pass took may not be eager's:
+# ``assertRaises`` of an index that only the values put out of range), as one that made effects does
+# (Note [A program that raises], jit/eager_entries.py). Library clauses that only raise again
+# (``_call_impl``'s) are not counted: their error is the op's own. A ``@contextmanager`` generator's
+# ``except`` clauses around the ``yield`` it is suspended at count by the classes they name, as a ``try``
+# block's do: ``except KeyError:`` there catches none of these errors, and the call is recorded (it was
+# refused for any clause). Left as before: an entry whose computation writes an input through a view or
+# ``.data`` cannot be run again (Note [A raise before the computation writes an input]): it raises the
+# op's error.
 
 # short names (in-place forms without their trailing ``_``) of torch-level symbols that raise on values
 _VALUE_ERRORS = frozenset({
@@ -114,21 +150,32 @@ _RAISED_ON_VALUES = (IndexError, RuntimeError, torch._C._LinAlgError, ValueError
 _UNKNOWN = object()
 
 
-def _catches(frame: Frame, instructions: list, target: int) -> bool:
-    """The handler at ``target`` is an ``except`` clause (bare, typed or ``except*``) that may catch an
-    error the listed ops raise on values (``_RAISED_ON_VALUES``; a class it cannot name: it may)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Names:
+    """Where an ``except`` clause's class names are looked up, as a frame's are: a generator function's."""
+
+    globals: dict
+    builtins: Any
+    locals: dict
+
+
+def _catches(frame: Frame | _Names, instructions: list, target: int) -> Catching:
+    """Whether the handler at ``target`` is an ``except`` clause (bare, typed or ``except*``) that may catch
+    an error the listed ops raise on values (``_RAISED_ON_VALUES``; a class it cannot name: it may):
+    ``REFUSE`` where it may carry on, ``RERUN`` where every path through it raises again."""
     following = instructions[target + 1:target + 12]
-    if following and following[0].opname == "POP_TOP":
-        return not _always_raises(instructions, target + 2)  # a bare ``except:``
+    if following and following[0].opname == "POP_TOP":  # a bare ``except:``
+        return Catching.RERUN if _always_raises(instructions, target + 2) else Catching.REFUSE
     loaded: list = []
     for offset, inst in enumerate(following):
         if inst.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):  # then the jump to the next clause
-            return _may_catch(loaded[-1] if loaded else _UNKNOWN) \
-                and not _always_raises(instructions, target + offset + 3)
+            if not _may_catch(loaded[-1] if loaded else _UNKNOWN):
+                return Catching.NONE
+            return Catching.RERUN if _always_raises(instructions, target + offset + 3) else Catching.REFUSE
         if inst.opname not in _CLASS_LOADS:
-            return False
+            return Catching.NONE
         _load(frame, inst, loaded)
-    return False
+    return Catching.NONE
 
 
 _JUMPS = frozenset(dis.opname[op] for op in {*dis.hasjrel, *dis.hasjabs, *getattr(dis, "hasjump", ())})
@@ -166,7 +213,7 @@ def _always_raises(instructions: list, start: int) -> bool:
     return True
 
 
-def _load(frame: Frame, inst: Any, loaded: list) -> None:
+def _load(frame: Frame | _Names, inst: Any, loaded: list) -> None:
     """What ``inst`` of an ``except`` clause pushes, where it names a global, a builtin, an attribute
     of one, a constant or a tuple of them; ``_UNKNOWN`` for a local or a cell."""
     name, op = inst.argval, inst.opname
@@ -200,43 +247,81 @@ def _may_catch(matched: Any) -> bool:
     return True
 
 
-def _suppresses(frame: Frame, instructions: list, entry: Any) -> bool:
-    """The handler of ``entry`` is a ``with`` block's exit whose ``__exit__`` may suppress an error the
-    listed ops raise on values (``contextlib.suppress(IndexError)``, a program's own context manager
-    whose ``__exit__`` may return a true value, or whose generator has an ``except`` clause, or an
-    ``ExitStack`` holding one of these)."""
+def _suppresses(frame: Frame, instructions: list, entry: Any) -> Catching:
+    """Whether the handler of ``entry`` is a ``with`` block's exit whose ``__exit__`` may suppress an error
+    the listed ops raise on values (``contextlib.suppress(IndexError)``, a context manager whose
+    ``__exit__`` may return a true value, or whose generator has an ``except`` clause that may catch it
+    around its ``yield``, or an ``ExitStack`` holding one of these): ``REFUSE`` for the program's own,
+    ``RERUN`` for library code's or a generator's clause that raises again (Note [Handlers a raising
+    computation skips])."""
     if entry.target + 1 >= len(instructions) or instructions[entry.target + 1].opname != "WITH_EXCEPT_START":
-        return False
+        return Catching.NONE
     stack = frame.stack
     if not 0 < entry.depth <= len(stack):
-        return False
+        return Catching.NONE
     return _exit_suppresses(stack[entry.depth - 1])  # under the handler's lasti and exceptions
 
 
-def _exit_suppresses(exit_: Any) -> bool:
-    """An ``__exit__`` (or an ``ExitStack`` callback taking its arguments) that may suppress an error the
+def _exit_suppresses(exit_: Any) -> Catching:
+    """What an ``__exit__`` (or an ``ExitStack`` callback taking its arguments) may do with an error the
     listed ops raise on values."""
     manager = getattr(exit_, "__self__", None)
     if isinstance(manager, contextlib.ExitStack):  # those pushed so far; a ``callback()``'s returns None
         callbacks = getattr(manager, "_exit_callbacks", None)
-        return callbacks is None or any(_exit_suppresses(callback) for _, callback in callbacks
-                                        if not hasattr(callback, "__wrapped__"))
+        if callbacks is None:
+            return Catching.REFUSE
+        return max((_exit_suppresses(callback) for _, callback in callbacks
+                    if not hasattr(callback, "__wrapped__")), default=Catching.NONE)
     if isinstance(manager, contextlib.suppress):
-        return _may_catch(getattr(manager, "_exceptions", _UNKNOWN))
+        return Catching.REFUSE if _may_catch(getattr(manager, "_exceptions", _UNKNOWN)) else Catching.NONE
     if isinstance(manager, contextlib._GeneratorContextManager):  # noqa: SLF001 - @contextmanager's
-        code = getattr(getattr(manager, "gen", None), "gi_code", None)
-        code = DRIVEN_CODES.get(id(code), (None, code))[1]  # an interpreted generator's driver: its code
-        return code is not None and not is_library_file(code.co_filename) and _has_except_clause(code)
+        return _generator_catching(getattr(manager, "gen", None))
     code = getattr(getattr(exit_, "__func__", exit_), "__code__", None)
-    return code is not None and not is_library_file(code.co_filename) and _may_return_true(code)
+    if code is None or not _may_return_true(code):
+        return Catching.NONE
+    return _owned(Catching.REFUSE, code)
 
 
-def _has_except_clause(code: types.CodeType) -> bool:
-    """``code`` has an ``except`` clause (typed, bare or ``except*``)."""
-    instructions = list(dis.get_instructions(code))
-    return any(inst.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH")
-               or (inst.opname == "PUSH_EXC_INFO" and following.opname == "POP_TOP")
-               for inst, following in zip(instructions, instructions[1:]))
+def _owned(catching: Catching, code: types.CodeType) -> Catching:
+    """``catching`` of a handler in ``code``: library code's that may carry on counts as ``RERUN``, library
+    code's that raises again not at all (Note [Handlers a raising computation skips])."""
+    if not is_library_file(code.co_filename):
+        return catching
+    return Catching.RERUN if catching is Catching.REFUSE else Catching.NONE
+
+
+def _generator_catching(gen: Any) -> Catching:
+    """What a ``@contextmanager``'s generator ``gen``, suspended at its ``yield``, may do with an error
+    thrown in there: its handlers covering that ``yield`` (an interpreted generator's frame, with the
+    ``with`` blocks it is inside), or, for a native one, the ``except`` clauses covering any ``yield``."""
+    frame = generator_frame(gen)
+    if frame is not None:
+        return _in_try_block(frame)
+    code = getattr(gen, "gi_code", None)
+    if not isinstance(code, types.CodeType):
+        return Catching.NONE
+    native = getattr(gen, "gi_frame", None)
+    return _owned(_catching_around_yields(code, getattr(native, "f_globals", None)), code)
+
+
+def _catching_around_yields(code: types.CodeType, namespace: Any) -> Catching:
+    """The strongest of the ``except`` clauses that cover a ``yield`` of the generator ``code`` (their
+    names looked up in the globals ``namespace``; an unknown name may catch)."""
+    namespace = namespace if isinstance(namespace, dict) else {}
+    names = _Names(namespace, namespace.get("__builtins__", {}), {})
+    info = decode(code)
+    instructions, found = info.instructions, Catching.NONE
+    for inst in instructions:
+        if inst.opname != "YIELD_VALUE":
+            continue
+        entry = info.handler_for(inst.index)
+        for _ in range(64):
+            if entry is None or found is Catching.REFUSE:
+                break
+            if instructions[entry.target].opname == "PUSH_EXC_INFO":
+                found = max(found, _catches(names, instructions, entry.target))
+            entry = info.handler_for(entry.target)
+    return found
 
 
 def _may_return_true(code: types.CodeType) -> bool:
@@ -251,35 +336,50 @@ def _may_return_true(code: types.CodeType) -> bool:
     return False
 
 
-def _in_try_block(frame: Frame) -> bool:
-    """The frame's current instruction is inside a ``try`` block with an ``except`` clause: the handlers
-    covering it, innermost first (a handler's own code is covered by the next one out), include one."""
+def _in_try_block(frame: Frame) -> Catching:
+    """What the handlers covering the frame's current instruction, innermost first (a handler's own code is
+    covered by the next one out), may do with the error: the strongest of their ``except`` clauses and
+    ``with`` exits (Notes [Errors the values decide, inside a try block], [Handlers a raising computation
+    skips])."""
     instructions, info = frame.instructions, frame.info
     entry = info.handler_for(frame.instruction.index)
+    found = Catching.NONE
     for _ in range(64):
-        if entry is None:
-            return False
-        if instructions[entry.target].opname == "PUSH_EXC_INFO" \
-                and (_catches(frame, instructions, entry.target) or _suppresses(frame, instructions, entry)):
-            return True
+        if entry is None or found is Catching.REFUSE:
+            return found
+        if instructions[entry.target].opname == "PUSH_EXC_INFO":
+            clause = _owned(_catches(frame, instructions, entry.target), frame.code)
+            found = max(found, clause, _suppresses(frame, instructions, entry))
         entry = info.handler_for(entry.target)  # a finally, a with block's exit, a cleanup: the next out
-    return False
+    return found
 
 
-def refuse_caught_value_errors(symbol: Any, args: tuple) -> None:
+def refuse_caught_value_errors(symbol: Any, args: tuple) -> bool:
     """Refuse a call of an op whose errors the values decide inside the program's ``try`` block
-    (Note [Errors the values decide, inside a try block])."""
+    (Note [Errors the values decide, inside a try block]).
+
+    Returns:
+        Whether handlers that a raising computation would skip may catch its error: the entry must run
+        eagerly on a call whose computation raises (Note [Handlers a raising computation skips]).
+
+    Raises:
+        UnsupportedOperationError: the program's own handler may catch the error and carry on."""
     if symbol.langctx != "torch" or not _raises_on_values(symbol, args):
-        return
-    _refuse_in_try_block(symbol)
+        return False
+    return _refuse_in_try_block(symbol) is Catching.RERUN
 
 
-def _refuse_in_try_block(symbol: Any) -> None:
+def _refuse_in_try_block(symbol: Any) -> Catching:
     run = current_run()
     if run is None:
-        return
+        return Catching.NONE
+    found = Catching.NONE
     for frame in reversed(run.frames):
-        if not is_library_file(frame.code.co_filename) and _in_try_block(frame):
+        catching = _in_try_block(frame)
+        if catching is Catching.REFUSE and is_library_file(frame.code.co_filename):
+            catching = Catching.RERUN  # library code's handlers are never refused (Note [Handlers a ...])
+        found = max(found, catching)
+        if found is Catching.REFUSE:
             where = frame.position()
             raise UnsupportedOperationError(
                 f"{symbol.id} is called inside a try block ({where}): its error depends on the tensors' "
@@ -288,6 +388,7 @@ def _refuse_in_try_block(symbol: Any) -> None:
                 hints=("call the op outside the try block, or check its inputs (torch.linalg.inv_ex, "
                        "a bounds check) instead of catching its error",),
             )
+    return found
 
 
 def refuse_caught_read_error(symbol: Any, error: BaseException) -> None:

@@ -47,22 +47,28 @@ class Eager:
             module's first call, which makes its parameters).
         program_raised: the pass stopped on an exception not of jitcore's own (Note [A program that
             raises]); this call runs eagerly (``this_call_only``), which raises eager's exception.
+        result_expected: with ``program_raised``, eager may return where the pass raised: a handler that
+            may catch an error the values decide was passed over (Note [Handlers a raising computation
+            skips], jit/caught_errors.py).
     """
 
     reason: BaseException
     from_now_on: bool = False
     this_call_only: bool = False
     program_raised: bool = False
+    result_expected: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Options:
     """What a rule reads besides the error: the jit options ``jit(fullgraph=, fallback=)``, and whether
-    the stopped pass had made effects eager keeps (Note [A program that raises])."""
+    the stopped pass had made effects eager keeps (Note [A program that raises]), or passed over handlers
+    that may catch an error the values decide (Note [Handlers a raising computation skips])."""
 
     fullgraph: bool
     fallback: str | None
     effects_made: bool = False
+    handlers_skipped: bool = False
 
 
 # A rule: (the error, the stopped pass's TensorValues or None, the options) -> Eager, or None to raise it.
@@ -95,9 +101,10 @@ def _dtensor_program(error: Exception, values: Any, options: Options) -> Eager |
     reason = untraced(error, values)
     if reason is not None:
         return Eager(reason)
-    if not options.effects_made or isinstance(error, (JitcoreError, JitcoreInterpreterError)):
+    if not (options.effects_made or options.handlers_skipped) \
+            or isinstance(error, (JitcoreError, JitcoreInterpreterError)):
         return None
-    return Eager(error, this_call_only=True, program_raised=True)
+    return Eager(error, this_call_only=True, program_raised=True, result_expected=options.handlers_skipped)
 
 
 # Note [A program that raises]
@@ -127,7 +134,8 @@ RULES: tuple[tuple[type[Exception] | tuple[type[Exception], ...], Rule], ...] = 
 
 
 def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | None,
-           effects_made: bool = False, seen: tuple[Callable, list] | None = None) -> Eager | None:
+           effects_made: bool = False, handlers_skipped: bool = False,
+           seen: tuple[Callable, list] | None = None) -> Eager | None:
     """What the jit does with ``error``, which stopped a pass that had traced ``values``.
 
     Args:
@@ -135,13 +143,16 @@ def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | No
         values: the stopped pass's TensorValues (None when no pass had started).
         fullgraph, fallback: the jit's options.
         effects_made: the stopped pass had made effects eager keeps (Note [A program that raises]).
+        handlers_skipped: the stopped pass recorded an op whose error the values decide where a handler
+            may catch it (Note [Handlers a raising computation skips], jit/caught_errors.py): the pass's
+            exception may not be eager's, so the call runs eagerly.
         seen: the shape policy's ``seen`` and the pass's bound tensor inputs ``(path, proxy, tensor)``:
             an eager call's shapes are seen as a traced call's are (Note [Eager whatever the sizes]).
 
     Returns:
         Eager (an eager entry, or eager from now on), or None: the error is raised.
     """
-    options = Options(fullgraph, fallback, effects_made)
+    options = Options(fullgraph, fallback, effects_made, handlers_skipped)
     for classes, rule in RULES:
         if isinstance(error, classes):
             outcome = rule(error, values, options)
@@ -173,12 +184,14 @@ def whatever_the_sizes(error: Exception) -> bool:
 
 
 def after_raise(
-    fn: Callable[..., Any], raised: BaseException, label: str, attempt: int, *, computation: bool = False
+    fn: Callable[..., Any], raised: BaseException, label: str, attempt: int, *, computation: bool = False,
+    result_expected: bool = False,
 ) -> Callable[..., Any]:
     """``fn`` for a call run eagerly, its pass (or, ``computation``, its cached computation: Note [Effects
     of a raising call], jit/raising_calls.py) having stopped on ``raised`` (Note [A program that
     raises]): eager's exception is raised, marked as eager's; a result where the pass raised is warned of
-    as a jitcore bug."""
+    as a jitcore bug, unless ``result_expected`` (a handler the computation skipped may have caught the
+    error: Note [Handlers a raising computation skips], jit/caught_errors.py)."""
     what = f"running the computation of {label}" if computation else f"tracing {label}"
     after = "" if computation else ", and the next one traces again"
 
@@ -188,6 +201,8 @@ def after_raise(
         except Exception as exc:
             attach(exc, ErrorContext("eager-after-computation" if computation else "eager", attempt=attempt))
             raise
+        if result_expected:
+            return result
         warnings.warn(
             f"jitcore: {what} raised {type(raised).__name__}: {raised}, where running it eagerly "
             f"did not: this call ran eagerly{after}. This is a jitcore bug "

@@ -158,6 +158,7 @@ class Pass(StateReads):
                                 read_numbers=read_numbers)  # ShapePolicy.read_number, in symbolic ones
         self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
         self.raised_after_effects = False  # the program raised after making effects eager keeps
+        self.reruns_on_raise = False  # Note [Handlers a raising computation skips] (jit/caught_errors.py)
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.provenance.first_state = self.snapshots.first_state
@@ -248,6 +249,7 @@ class Pass(StateReads):
         program.epilogue = epilogue
         program.structure = structure
         program.effects = effects
+        program.reruns_on_raise = self.reruns_on_raise
         program.snapshots = self.snapshots  # the reached state as the call found it (transforms/jit_hook.py)
         # Note [A dispatch mode under autograd] (jitcore/dispatch/modes.py)
         program.modes_under_autograd = self.context.modes is not None and self.context.modes.under_autograd
@@ -506,7 +508,8 @@ class Pass(StateReads):
                 sized = None if subclass or self.number_sizes is None else self.number_sizes.as_size
                 args, kwargs = bind_numbers(symbol, args, kwargs, subclass=subclass, as_size=sized)
         check_int_list_index(symbol, args)  # Note [Int lists are bounds-checked while tracing]
-        refuse_caught_value_errors(symbol, args)  # Note [Errors the values decide, inside a try block]
+        if refuse_caught_value_errors(symbol, args):  # Note [Errors the values decide, inside a try block]
+            self.reruns_on_raise = True
         try:
             try:
                 if (masked := self.reads.masks_under_grad(symbol, args, kwargs)) is not None:

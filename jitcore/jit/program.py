@@ -44,6 +44,9 @@ class TracedProgram:
         # clock reads and random draws, each with what made it (jit/nondeterministic.py)
         self.per_call_numbers: list[tuple[NumberProxy, str]] = []
         self.effects: Effects | None = None  # side effects replayed after the computation (jit/effects.py)
+        # a value-decided error may reach handlers the computation skips: a call whose computation raises
+        # runs eagerly (Note [Handlers a raising computation skips], jit/caught_errors.py)
+        self.reruns_on_raise = False
         self.snapshots: StateSnapshots | None = None  # the state the pass reached, as the call found it
         self.size_inputs: list[
             tuple[Path, NumberProxy]

@@ -8,7 +8,8 @@ Invariants: a computation wrapped here has changed nothing the caller can see wh
 (its draws and thread settings are put back, and no input was written: an entry whose computation
 writes into an input signals only where the input's version counter says it was not written yet); the
 call then runs eagerly, so its effects, its exception and its message are eager's. An entry with neither
-Python effects nor input writes, or whose computation writes an input other than as that input itself (a
+Python effects, input writes nor handlers that a raise would skip (Note [Handlers a raising computation
+skips], jit/caught_errors.py), or whose computation writes an input other than as that input itself (a
 view, ``.data``), is left as it is.
 """
 
@@ -29,11 +30,12 @@ __all__ = ["ComputationRaised", "with_eager_on_raise"]
 
 
 class ComputationRaised(Exception):  # noqa: N818 - a signal to the jit, never seen by the program
-    """The computation raised ``error`` and undid its changes: the call runs eagerly."""
+    """The computation raised ``error`` and undid its changes: the call runs eagerly. ``handled``: a handler
+    the computation skipped may catch the error, so eager may return."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: Exception, handled: bool = False) -> None:
         super().__init__(str(error))
-        self.error = error
+        self.error, self.handled = error, handled
 
 
 # Note [Effects of a raising call]
@@ -51,12 +53,13 @@ class ComputationRaised(Exception):  # noqa: N818 - a signal to the jit, never s
 # A computation that writes into an input (in place) cannot be undone without copying the input on every
 # call. Note [A raise before the computation writes an input] decides when it need not be.
 def with_eager_on_raise(trace: Trace, computation: Callable[..., Any],
-                        effects: Effects | None) -> Callable[..., Any]:
+                        effects: Effects | None, *, handlers: bool = False) -> Callable[..., Any]:
     """``computation``, signalling ``ComputationRaised`` where it raises the program's error and the entry
-    has Python effects or writes its inputs (Notes [Effects of a raising call], [A raise before the
-    computation writes an input])."""
+    has Python effects or writes its inputs, or ``handlers`` the computation skips may catch the error
+    (Notes [Effects of a raising call], [A raise before the computation writes an input], [Handlers a
+    raising computation skips] in jit/caught_errors.py)."""
     undo = Undo.of(trace, trace.bound_symbols)
-    if (effects is None or not effects.effects) and (undo is None or not undo.positions):
+    if not handlers and (effects is None or not effects.effects) and (undo is None or not undo.positions):
         return _eager_on_raise_with_grad_records(trace, computation, undo)
     written: tuple[int, ...] = ()
     if undo is not None and undo.positions:
@@ -81,7 +84,7 @@ def with_eager_on_raise(trace: Trace, computation: Callable[..., Any],
                 raise  # an input written before the raise: Note [A raise before the computation writes ...]
             if restore is not None:
                 restore()
-            raise ComputationRaised(error) from error
+            raise ComputationRaised(error, handled=handlers) from error
 
     return run
 

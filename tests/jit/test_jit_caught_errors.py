@@ -7,6 +7,7 @@ eager's."""
 from __future__ import annotations
 
 import contextlib
+import unittest
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -363,3 +364,130 @@ def test_a_clause_whose_every_path_raises_keeps_the_op_traced() -> None:
         jf(src, torch.tensor([7]))
     with pytest.raises(jitcore.UnsupportedOperationError, match="inside a try block"):
         jitcore.jit(_select_or_default, fullgraph=True)(src, torch.tensor([0]))
+
+
+class _Unrelated(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _catching_key_errors(log: list) -> Iterator[None]:
+    try:
+        yield
+    except KeyError:
+        log.append("key")
+
+
+@contextlib.contextmanager
+def _catching_unrelated(log: list) -> Iterator[None]:
+    try:
+        yield
+    except _Unrelated:
+        log.append("unrelated")
+
+
+def _under(manager: Callable[[list], Any]) -> Callable[..., Any]:
+    def f(x: torch.Tensor, i: torch.Tensor, log: list) -> torch.Tensor:
+        with manager(log):
+            y = torch.gather(x, 0, i) * 2
+        return y
+
+    return f
+
+
+@pytest.mark.parametrize("manager", [_catching_key_errors, _catching_unrelated])
+def test_a_contextmanager_whose_clause_cannot_catch_a_value_error_keeps_the_op_traced(
+        manager: Callable[[list], Any]) -> None:
+    """A ``@contextmanager`` whose ``except`` clause around its ``yield`` catches none of the errors the op
+    raises on values counts as a ``try`` block's clause does: the op is traced (it was refused for any
+    clause: JC-T001 under fullgraph), and an index out of range raises eager's error."""
+    fn = _under(manager)
+    jf = jitcore.jit(fn, fullgraph=True)
+    for i in (torch.tensor([1]), torch.tensor([2])):
+        assert torch.equal(jf(_X, i, []), fn(_X, i, []))
+    assert jitcore.cache_misses(jf) == 1 and jitcore.cache_hits(jf) == 1
+    log: list = []
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        jf(_X, _OUT, log)
+    assert log == []
+
+
+def _wrapped_error(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    try:
+        return x[i] * 2
+    except IndexError as e:
+        raise ValueError("bad index") from e
+
+
+def _caught_after_rewrap(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    try:
+        try:
+            return x[i] * 2
+        except IndexError:
+            raise KeyError("k") from None
+    except KeyError:
+        return x.sum()
+
+
+@contextlib.contextmanager
+def _rewrapping(log: list) -> Iterator[None]:
+    try:
+        yield
+    except RuntimeError as e:
+        log.append("rewrapped")
+        raise LookupError("gather failed") from e
+
+
+def _random_then_rewrap(x: torch.Tensor, i: torch.Tensor, log: list) -> torch.Tensor:
+    noise = torch.rand(3)
+    log.append(len(log))
+    try:
+        return x[i] + noise
+    except IndexError:
+        log.append("caught")
+        raise
+
+
+def _assert_raises(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    with unittest.TestCase().assertRaises(IndexError):  # the standard library's exit returns True
+        x[i]
+    return x + 1
+
+
+_INDICES = [torch.tensor([1]), torch.tensor([7]), torch.tensor([2]), torch.tensor([9])]
+_SKIPPED_HANDLERS: dict[str, Callable[..., Any]] = {
+    "clause_raises_another_error": _wrapped_error,
+    "outer_clause_catches_the_other_error": _caught_after_rewrap,
+    "contextmanager_raises_another_error": _under(_rewrapping),
+    "random_draws_and_effects": _random_then_rewrap,
+    "library_exit_suppresses": _assert_raises,
+}
+
+
+def _seeded_outcome(fn: Callable[..., Any], args: tuple) -> tuple[Any, list]:
+    torch.manual_seed(0)
+    return _outcome(fn, args)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+@pytest.mark.parametrize("name", list(_SKIPPED_HANDLERS))
+def test_handlers_a_raising_computation_skips_give_eagers_outcome(name: str, fullgraph: bool) -> None:
+    """Note [Handlers a raising computation skips] (jit/caught_errors.py): a clause that catches the op's
+    error only to raise another, and a library exit that may suppress it, were passed over, and the
+    computation's IndexError left the call where eager raised ValueError, returned a value, or passed
+    ``assertRaises``. The op stays traced; a call whose computation raises runs eagerly."""
+    fn = _SKIPPED_HANDLERS[name]
+    jf = jitcore.jit(fn, fullgraph=fullgraph)
+    takes_log = "log" in fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    for k, i in enumerate(_INDICES):
+        args = (_X, i, []) if takes_log else (_X, i)
+        expected, expected_log = _seeded_outcome(fn, args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no eager entry, and no "jitcore bug" warning
+            got, got_log = _seeded_outcome(jf, args)
+        if isinstance(expected, torch.Tensor):
+            assert isinstance(got, torch.Tensor) and torch.equal(got, expected), (k, got, expected)
+        else:
+            assert got is expected, (k, got, expected)
+        assert got_log == expected_log, (k, got_log, expected_log)
+    assert jf.fallback_reason is None
