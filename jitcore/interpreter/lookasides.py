@@ -32,6 +32,7 @@ from collections.abc import Callable
 from types import CellType, FunctionType
 
 from jitcore.interpreter.attributes import load_attr, object_getattribute, store_attr
+from jitcore.interpreter.reductions import reduce_ex
 from jitcore.interpreter.callbacks import (
     abs_,
     active_run,
@@ -731,6 +732,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             types.CoroutineType.close: close_,
             sys.setprofile: _refuse_tracing("setprofile"),
             gc.get_referrers: get_referrers,  # Note [Referrers of the interpreter's own]
+            object.__reduce_ex__: reduce_ex,  # Note [A reduction that runs Python]
         }
         # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ and register (which
         # checks issubclass) only call C (_abc), which calls any Python __subclasshook__/__subclasscheck__

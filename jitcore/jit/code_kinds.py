@@ -97,9 +97,13 @@ def is_unlisted_operation(fn: Any) -> bool:
 # as the program's are (jit/state_reads.py ``_load_attr``/``_load_subscr``). Only there: other library
 # objects wrap what a snapshot cannot put back (an asyncio loop's closed sockets: test_asyncgen's
 # ``loop.close()`` replayed on a restored loop raised "Invalid file descriptor: -1").
+# ``copy.py`` is read alike: ``copy.copy(obj)``/``copy.deepcopy(obj)`` of a caller's object reads its
+# instance dict and slots there (Note [A reduction that runs Python], jitcore/interpreter/reductions.py);
+# unbound, a cached call copied the first call's values (``copy.deepcopy(cfg).scale`` after the caller
+# changed ``cfg.scale``: a wrong answer).
 _STDLIB_CONTAINER_FILES = frozenset(
     os.path.join(STDLIB_DIR, name)
-    for name in ("collections/__init__.py", "_collections_abc.py", "_weakrefset.py", "weakref.py")
+    for name in ("collections/__init__.py", "_collections_abc.py", "_weakrefset.py", "weakref.py", "copy.py")
 )
 
 

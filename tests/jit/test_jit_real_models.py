@@ -153,6 +153,32 @@ def test_encoder_decoder_and_vision_models():
         _assert_close(jvit(pixels).last_hidden_state, vit(pixels).last_hidden_state)
 
 
+def _bart():
+    config = transformers.BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                     decoder_ffn_dim=64, max_position_embeddings=64)
+    return transformers.BartForConditionalGeneration(config)
+
+
+def test_encoder_decoder_forward_that_copies_its_config_is_traced():
+    """BART's forward makes its cache with ``DynamicCache(config=...)``, which deep-copies the config,
+    whose Python ``__getattribute__`` C's ``__reduce_ex__`` ran natively: the whole forward and
+    ``generate`` ran eagerly (Note [A reduction that runs Python], jitcore/interpreter/reductions.py)."""
+    bart = _model(_bart)
+
+    def forward(ids, mask, dec):
+        return bart(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
+
+    jitted, generate = jitcore.jit(forward), jitcore.jit(bart.generate)
+    for seed in range(2):
+        ids, dec = _ids(seed), _ids(seed + 10, (2, 5))
+        _assert_close(jitted(ids, _padding_mask(), dec), forward(ids, _padding_mask(), dec))
+        options = dict(max_new_tokens=3, do_sample=False, pad_token_id=0)
+        assert torch.equal(generate(ids, **options), bart.generate(ids, **options))
+    assert all(entry.eager_reason is None for entry in [*jitted.entries, *generate.entries])
+    assert jitcore.cache_hits(jitted) == 1 and jitcore.cache_hits(generate) == 1
+
+
 def test_vision_model_over_image_sizes_shares_one_symbolic_entry():
     """ViT with ``interpolate_pos_encoding`` over 5 image sizes: its bicubic interpolation to a symbolic
     size runs torch's Python kernel in the symbolic pass (Note [Symbolic passes and torch's Python

@@ -1,0 +1,145 @@
+"""``object.__reduce_ex__`` with the Python it calls interpreted: ``copy.copy``, ``copy.deepcopy`` and
+``pickle`` of an object of a Python class whose reduction runs Python code (a ``__getattribute__``, a
+``__getstate__``, a ``__getnewargs__``, a property among its slots).
+
+Invariants:
+- the result and the errors are C's (typeobject.c's ``reduce_newobj``, ``object_getstate``,
+  ``_PyObject_GetNewArguments``): the same 5-tuple, the same ``__newobj__``/``__newobj_ex__``, the same
+  state (the instance dict itself, or ``None``; with a dict of the set slots, the pair);
+- every attribute C reads through the object's ``tp_getattro`` is read through the interpreter's
+  attribute protocol and the run's load hook (as ``getattr`` is); lookups C makes on the type alone
+  (``_PyObject_LookupSpecial``) are made on the type;
+- anything else (protocol 0 and 1, a class with a base written in C other than ``object``: its size and
+  items decide what C does, a list or dict subclass: C iterates it) is the native call, through the
+  run's opaque call (so a jit's net still watches the Python C starts there).
+"""
+
+from __future__ import annotations
+
+# the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
+__builtins__ = dict(vars(__import__("builtins")))
+
+import copyreg
+from types import BuiltinMethodType
+
+from jitcore.interpreter.attributes import MISSING, load_attr, lookup_special
+from jitcore.interpreter.callbacks import active_run
+from jitcore.interpreter.calls import call, opaque
+
+__all__ = ["reduce_ex"]
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type())
+_OBJECT_REDUCE = object.__dict__["__reduce__"]
+_OBJECT_GETSTATE = object.__dict__["__getstate__"]
+_NATIVE = object.__reduce_ex__
+_ABSENT = object()  # a slot that is not set
+
+
+# Note [A reduction that runs Python]
+# ``copy.deepcopy(config)`` calls ``config.__reduce_ex__(4)``: C (``object.__reduce_ex__``) that reads
+# ``__reduce__``, ``__getstate__`` and the slots through the object's ``tp_getattro``, so a class with a
+# Python ``__getattribute__`` (transformers' configs: ``get_text_config`` deep-copies one in every
+# encoder-decoder forward that makes its cache) had that Python run natively, which the jit's net refuses:
+# BART's forward ran eagerly. For a class whose bases are all Python classes over ``object`` (nothing of C
+# adds fields or items), protocols 2 and up follow C step by step here, each read and call interpreted.
+def reduce_ex(obj: object, protocol: object, /) -> object:
+    """``obj.__reduce_ex__(protocol)`` for ``object.__reduce_ex__`` (see the module doc)."""
+    run = active_run()
+    cls = type(obj)
+    if type(protocol) is not int or protocol < 2 or not _python_classes(cls) \
+            or isinstance(obj, (list, dict)):
+        return opaque(run, _NATIVE, (obj, protocol), None)
+    reduce = _load(run, obj, "__reduce__", None)
+    if reduce is not None and _load(run, cls, "__reduce__", None) is not _OBJECT_REDUCE:
+        return call(run, reduce, (), None)  # the class's own __reduce__ overrides
+    args, kwargs = _new_arguments(run, obj)
+    if not kwargs:
+        newobj, newargs = copyreg.__newobj__, (cls, *(args or ()))
+    else:
+        newobj, newargs = copyreg.__newobj_ex__, (cls, args, kwargs)
+    return newobj, newargs, _state(run, obj, required=args is None), None, None
+
+
+def _python_classes(cls: type) -> bool:
+    """Every class of ``cls``'s MRO but ``object`` is a Python class (so C's size checks pass)."""
+    mro = cls.__mro__
+    return mro[-1] is object and all(k.__flags__ & _HEAPTYPE and k.__itemsize__ == 0 for k in mro[:-1])
+
+
+_REQUIRED = object()
+
+
+def _load(run: object, obj: object, name: str, default: object = _REQUIRED) -> object:
+    """``getattr(obj, name[, default])`` as the program's would be: interpreted, and told to the run."""
+    try:
+        value = load_attr(run, obj, name)
+    except AttributeError:
+        if default is _REQUIRED:
+            raise
+        return default
+    return _told(run, obj, name, value)
+
+
+def _told(run: object, obj: object, name: str, value: object) -> object:
+    """``value``, read as ``obj.name``, given to the run's load hook (the jit's state reads)."""
+    hook = run.hooks.on_load_attr
+    if hook is not None and run.frames:
+        value = hook(run.frames[-1], obj, name, value)
+    return value
+
+
+def _new_arguments(run: object, obj: object) -> tuple[tuple | None, dict | None]:
+    """C's ``_PyObject_GetNewArguments``: ``__getnewargs_ex__``, else ``__getnewargs__``, else none."""
+    getnewargs_ex = lookup_special(obj, "__getnewargs_ex__")
+    if getnewargs_ex is not MISSING:
+        pair = call(run, getnewargs_ex, (), None)
+        if not isinstance(pair, tuple):
+            raise TypeError(f"__getnewargs_ex__ should return a tuple, not '{type(pair).__name__}'")
+        if len(pair) != 2:
+            raise ValueError(f"__getnewargs_ex__ should return a tuple of length 2, not {len(pair)}")
+        args, kwargs = pair
+        if not isinstance(args, tuple):
+            raise TypeError("first item of the tuple returned by __getnewargs_ex__ must be a tuple, "
+                            f"not '{type(args).__name__}'")
+        if not isinstance(kwargs, dict):
+            raise TypeError("second item of the tuple returned by __getnewargs_ex__ must be a dict, "
+                            f"not '{type(kwargs).__name__}'")
+        return args, kwargs
+    getnewargs = lookup_special(obj, "__getnewargs__")
+    if getnewargs is not MISSING:
+        args = call(run, getnewargs, (), None)
+        if not isinstance(args, tuple):
+            raise TypeError(f"__getnewargs__ should return a tuple, not '{type(args).__name__}'")
+        return args, None
+    return None, None
+
+
+def _state(run: object, obj: object, required: bool) -> object:
+    """C's ``object_getstate``: the class's ``__getstate__`` called, or ``object.__getstate__``'s default."""
+    getstate = _load(run, obj, "__getstate__")
+    if type(getstate) is BuiltinMethodType and getstate == _OBJECT_GETSTATE.__get__(obj, type(obj)):
+        return _default_state(run, obj)
+    return call(run, getstate, (), None)
+
+
+def _default_state(run: object, obj: object) -> object:
+    """``object.__getstate__()`` of a Python class's instance: its dict (None if it has none or it is
+    empty), paired with a dict of the slots that are set (``copyreg._slotnames``: C asks it too). C's
+    size checks (``required``) pass for such a class: its size is object's, a dict, a weak reference
+    and its slots."""
+    try:
+        state = object.__getattribute__(obj, "__dict__")  # (PyObject_GenericGetDict: no Python hook)
+    except AttributeError:
+        state = None
+    else:
+        state = _told(run, obj, "__dict__", state) or None  # (an empty dict: None)
+    names = copyreg._slotnames(type(obj))  # noqa: SLF001 - what C's _PyType_GetSlotNames calls
+    if names:
+        slots = {}
+        for name in names:
+            value = _load(run, obj, name, _ABSENT)
+            if value is not _ABSENT:
+                slots[name] = value
+        if slots:
+            state = (state, slots)
+    return state
