@@ -32,7 +32,6 @@ from collections.abc import Callable
 from types import CellType, FunctionType
 
 from jitcore.interpreter.attributes import load_attr, object_getattribute, store_attr
-from jitcore.interpreter.reductions import reduce_ex
 from jitcore.interpreter.callbacks import (
     abs_,
     active_run,
@@ -83,6 +82,7 @@ from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_l
 from jitcore.interpreter.generators import close_, throw_
 from jitcore.interpreter.iterating_calls import iterating_lookasides
 from jitcore.interpreter.protocols import index, truth
+from jitcore.interpreter.reductions import reduce_ex
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
 

@@ -113,13 +113,15 @@ class Listed(list):
 
 def _views(obj: object) -> tuple:
     state = obj.__dict__ if hasattr(obj, "__dict__") else None
-    slots = tuple(getattr(obj, name, None) for name in getattr(type(obj), "__slots__", ()) if name != "__weakref__")
+    names = [name for name in getattr(type(obj), "__slots__", ()) if name != "__weakref__"]
+    slots = tuple(getattr(obj, name, None) for name in names)
     return type(obj).__name__, state, slots
 
 
-@pytest.mark.parametrize("make", [lambda: Plain(2), Mapped, Slotted, SlottedWithDict, Empty, lambda: WithState(3),
-                                  lambda: WithNewArgs(4), lambda: WithNewArgsEx(5, tag="t"),
-                                  lambda: WithEmptyKwargs(6), lambda: WithReduce(7), Listed],
+@pytest.mark.parametrize("make", [lambda: Plain(2), Mapped, Slotted, SlottedWithDict, Empty,
+                                  lambda: WithState(3), lambda: WithNewArgs(4),
+                                  lambda: WithNewArgsEx(5, tag="t"), lambda: WithEmptyKwargs(6),
+                                  lambda: WithReduce(7), Listed],
                          ids=["plain", "mapped", "slotted", "slotted_dict", "empty", "getstate", "newargs",
                               "newargs_ex", "empty_kwargs", "reduce", "list_subclass"])
 def test_copies_and_pickles_match_c(make) -> None:
