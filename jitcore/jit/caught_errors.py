@@ -31,7 +31,7 @@ from jitcore.ir import Proxy, tree_any
 from jitcore.jit.code_kinds import is_library_file
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["refuse_caught_read_error", "refuse_caught_value_errors"]
+__all__ = ["raises_on_values", "refuse_caught_read_error", "refuse_caught_value_errors"]
 
 
 class Catching(enum.IntEnum):
@@ -131,7 +131,9 @@ def _value_index(value: Any) -> bool:
         or (isinstance(value, torch.SymInt) and bool(free_unbacked_symbols(value)))
 
 
-def _raises_on_values(symbol: Any, args: tuple) -> bool:
+def raises_on_values(symbol: Any, args: tuple) -> bool:
+    """Whether a call of ``symbol`` (a torch-level one) on ``args`` may raise an error that only the
+    values decide (``_VALUE_ERRORS``, an index by an integer tensor or a number read per call)."""
     name = symbol.name
     if name in _INDEXING:
         return len(args) > 1 and tree_any(args[1], _value_index)
@@ -364,7 +366,7 @@ def refuse_caught_value_errors(symbol: Any, args: tuple) -> bool:
 
     Raises:
         UnsupportedOperationError: the program's own handler may catch the error and carry on."""
-    if symbol.langctx != "torch" or not _raises_on_values(symbol, args):
+    if symbol.langctx != "torch" or not raises_on_values(symbol, args):
         return False
     return _refuse_in_try_block(symbol) is Catching.RERUN
 

@@ -6,7 +6,9 @@ of a singular matrix, an index out of range, a failed ``torch._check``), none is
 
 Invariants: a computation wrapped here has changed nothing the caller can see when it raises its signal
 (its draws and thread settings are put back, and no input was written: an entry whose computation
-writes into an input signals only where the input's version counter says it was not written yet); the
+writes into an input signals only where the input's version counter says it was not written yet, or
+where the input was copied before the call and is put back: Note [An input written before the
+computation raises]); the
 call then runs eagerly, so its effects, its exception and its message are eager's. An entry with neither
 Python effects, input writes nor handlers that a raise would skip (Note [Handlers a raising computation
 skips], jit/caught_errors.py), or whose computation writes an input other than as that input itself (a
@@ -16,11 +18,12 @@ view, ``.data``), is left as it is.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from jitcore.errors import JitcoreError
-from jitcore.ir import Trace
+from jitcore.ir import BoundSymbol, Trace
+from jitcore.jit.caught_errors import raises_on_values
 from jitcore.jit.effects import Effects
 from jitcore.jit.read_rollback import Undo, writes_inputs_themselves
 from jitcore.langctx.reads import ValueCheckFailed
@@ -63,13 +66,15 @@ def with_eager_on_raise(trace: Trace, computation: Callable[..., Any],
         return _eager_on_raise_with_grad_records(trace, computation, undo)
     written: tuple[int, ...] = ()
     if undo is not None and undo.positions:
-        if not writes_inputs_themselves(trace):
+        copies = handlers or effects is not None and bool(effects.effects)  # Note [An input written ...]
+        copied = _written_before_a_raise(trace, undo.positions) if copies else ()
+        written = tuple(i for i in undo.positions if i not in copied)
+        if written and not writes_inputs_themselves(trace):
             return computation
-        written = undo.positions
-        undo = dataclasses.replace(undo, positions=())
+        undo = dataclasses.replace(undo, positions=copied)
     if undo is not None:  # the thread's settings are put back inside (``with_settings_restored``)
         undo = dataclasses.replace(undo, state_changes=False)
-        if not undo.random and not undo.drawn:
+        if not undo.random and not undo.drawn and not undo.positions:
             undo = None
 
     def run(*inputs: Any) -> Any:
@@ -109,6 +114,39 @@ def _versions(inputs: tuple, positions: tuple[int, ...]) -> tuple[int, ...] | No
         return tuple(inputs[i]._version for i in positions)  # noqa: SLF001 - Note [A raise before the ...]
     except (RuntimeError, AttributeError):  # an inference tensor
         return None
+
+
+# Note [An input written before the computation raises]
+# ``box.n += 1; x.mul_(2); return torch.gather(x, 0, idx)`` with ``idx`` out of range: eagerly ``x`` is
+# doubled, ``box.n`` counted, and the error propagates. The computation doubled ``x`` and raised at the
+# gather, and the entry's effects, performed after the computation, were lost (``box.n`` stayed): the
+# version check above saw the write, so the call could not run eagerly on top of it. So too a handler
+# the computation skips (``except IndexError as e: raise ValueError(...) from e`` around ``x.add_(1);
+# return x[i]``: the IndexError came out where eager raised ValueError). Which of the program's effects
+# eager made before the raise, the traced records do not say (the effects are diffs of the whole pass).
+# So for an entry with Python effects or such handlers, the inputs that a record before the last op that
+# may raise on values (``raises_on_values``, jit/caught_errors.py: the ops whose errors only the values
+# decide, the list that decides which calls a ``try`` block refuses) may write are copied before each
+# call; when the computation raises, they are put back with the draws, and the call runs eagerly:
+# eager's writes, effects and exception. A write after that op is seen by its version, as before. Only
+# entries with effects or such handlers and such a write pay (a copy of those inputs per call; a
+# training step updates its parameters after its forward's last such op and copies nothing). An op
+# outside the list that raises after a write still loses the call's effects (docs/user-guide.md).
+def _written_before_a_raise(trace: Trace, positions: tuple[int, ...]) -> tuple[int, ...]:
+    """The inputs among ``positions`` that a record of ``trace`` before its last op that may raise on
+    values may write (Note [An input written before the computation raises])."""
+    records = trace.bound_symbols
+    last = max((i for i, b in enumerate(records) if any(
+        s.symbol.langctx == "torch" and raises_on_values(s.symbol, s.args) for s in _flat(b))), default=-1)
+    before = Undo.of(trace, records[:last]) if last > 0 else None
+    return tuple(i for i in positions if before is not None and i in before.positions)
+
+
+def _flat(bsym: BoundSymbol) -> Iterator[BoundSymbol]:
+    """``bsym`` and its subsymbols, in program order."""
+    yield bsym
+    for sub in bsym.subsymbols:
+        yield from _flat(sub)
 
 
 # Note [A raising call that leaves grad mode changed]

@@ -85,11 +85,33 @@ def finally_writes_after_an_index(a: torch.Tensor, idx: torch.Tensor) -> torch.T
         idx.add_(1)
 
 
+def writes_its_input_then_indexes(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    ST["n"] += 1
+    idx[0] = 2  # before the raise (Note [An input written before the computation raises])
+    ST["log"].append("written")
+    return a[idx]
+
+
+def writes_a_view_then_gathers(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    ST["n"] += 1
+    idx[:1].add_(1)  # a view of the input
+    return torch.gather(a, 0, idx.view(2, 1).expand(2, 3))
+
+
+def rewraps_after_writing_its_input(a: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    try:
+        idx[0] = 2  # no Python effect: a handler the computation skips (Note [Handlers a raising ...])
+        return a[idx]
+    except IndexError as error:
+        raise ValueError("an index out of range") from error
+
+
 ST: dict = {"n": 0, "log": []}  # a global: appending to a list in a dict argument retraces
 
 PROGRAMS = [finally_appends, handler_logs_and_reraises, draws_then_raises, raises_inside_no_grad,
             index_out_of_range, prints_then_raises, writes_its_input_after_the_raise,
-            finally_writes_its_input, finally_writes_after_an_index]
+            finally_writes_its_input, finally_writes_after_an_index, writes_its_input_then_indexes,
+            writes_a_view_then_gathers, rewraps_after_writing_its_input]
 
 
 def _calls(fn, grad: bool) -> tuple:
@@ -104,7 +126,7 @@ def _calls(fn, grad: bool) -> tuple:
             try:
                 out = fn(a, idx)
                 outcomes.append(("returned", out.detach().tolist()))
-            except (RuntimeError, IndexError) as error:
+            except (RuntimeError, IndexError, ValueError) as error:
                 outcomes.append((type(error).__name__, str(error).splitlines()[0]))
             outcomes.append((torch.is_grad_enabled(), idx.tolist()))
     return outcomes, dict(ST), printed.getvalue(), torch.rand(2).tolist()
@@ -114,7 +136,9 @@ def _calls(fn, grad: bool) -> tuple:
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.__name__)
 def test_a_call_whose_computation_raises_makes_eagers_effects(program, grad: bool) -> None:
     """Before: the raising calls (cached, and the first one to raise) made none of the effects: the
-    counter and the log kept only the calls that returned, the prints of the raising calls were lost."""
+    counter and the log kept only the calls that returned, the prints of the raising calls were lost;
+    and so where the computation had written an input before it raised (``writes_its_input_then_indexes``,
+    ``writes_a_view_then_gathers``: Note [An input written before the computation raises])."""
     jitted = jitcore.jit(program)
     assert _calls(jitted, grad) == _calls(program, grad)
     assert jitcore.cache_misses(jitted) == 1
