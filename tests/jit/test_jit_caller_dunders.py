@@ -435,3 +435,21 @@ def test_sum_runs_a_callers_radd_interpreted() -> None:
         items = [_Cents(cents), 2.0, _Cents(3)]
         assert_same(jfn(items), fn(items))
     assert jfn.fallback_reason is None
+
+
+def test_builtin_operators_of_numbers_and_of_a_class_changed_later() -> None:
+    # divmod/round/pow of ints and floats keep their answer per immutable class (Note [Builtin operators of
+    # immutable classes], jitcore/numpy/lookasides.py); a Python class is looked at again on every call: its
+    # dunders set after a first trace are run by the next function traced
+    class Num(int):
+        pass
+
+    def fn(n: Any, x: float) -> tuple:
+        return divmod(n, 3), round(n), pow(n, 2), divmod(x, 0.5), round(x, 1), pow(x, 2.0)
+
+    assert_same(jitcore.jit(fn)(Num(7), 2.25), fn(Num(7), 2.25))
+    Num.__divmod__ = lambda self, other: (int(self) * 10, other)  # type: ignore[method-assign]
+    Num.__round__ = lambda self, ndigits=None: 99  # type: ignore[method-assign]
+    for args in ((Num(7), 2.25), (7, 1.75)):
+        assert_same(jitcore.jit(fn)(*args), fn(*args))
+    assert fn(Num(7), 2.25)[:2] == ((70, 3), 99)
