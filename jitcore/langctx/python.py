@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.fx.experimental import symbolic_shapes
 
 from jitcore.interpreter.callbacks import abs_, number_
 from jitcore.interpreter.conversions import math_dunder, real_argument, round_
@@ -199,8 +200,30 @@ def _math(fn: Callable[..., Any]) -> Callable[..., Any]:
     return compute
 
 
+# Note [torch._check of a number's truth]
+# ``torch._check(loss.item() > 0)`` (or of a comparison of dynamic numbers) reaches torch's
+# ``expect_true``, which takes a bool or a SymBool and asserts ``type(a) is bool`` of anything else: the
+# comparison's NumberProxy failed it, and the call raised AssertionError("Expected bool, got True") where
+# eager returned. The truth of such a number is a predicate (Note [Predicate guards],
+# jitcore/proxies/number.py): guarded in the prologue, or checked in the computation for a number read
+# from a tensor, so ``expect_true`` and ``guard_bool`` of one answer ``bool(a)``; a false one raises
+# from ``torch._check`` as eagerly, a cached call whose outcome differs runs another entry.
+_EXPECT_TRUE = symbolic_shapes.expect_true
+_GUARD_BOOL = symbolic_shapes.guard_bool
+
+
+def _expect_true(a: Any, skip: int = 0) -> bool:
+    return bool(a) if isinstance(a, NumberProxy) else _EXPECT_TRUE(a, skip + 1)
+
+
+def _guard_bool(a: Any) -> bool:
+    return bool(a) if isinstance(a, NumberProxy) else _GUARD_BOOL(a)
+
+
 # What the traced program's ``float(n)``, ``int(n)``, ``abs(n)`` and ``math.cos(n)`` & co. run instead.
 LOOKASIDES: dict[Any, Callable[..., Any]] = {
+    _EXPECT_TRUE: _expect_true,
+    _GUARD_BOOL: _guard_bool,
     builtins.float: _converter(builtins.float),
     builtins.int: _converter(builtins.int),
     builtins.abs: _abs,

@@ -602,3 +602,41 @@ def test_requires_grad_flags_are_not_data_writes():
         saved = (w * x).sum()  # eager's graph saves x
         assert_same(jfn(x), f(x))
         saved.backward()  # raised "modified by an inplace operation" when x was restored
+
+
+def checks_a_read(x, y):
+    torch._check(y.sum().item() > 0)
+    return x + 1
+
+
+def checks_a_read_with_a_message(x, y):
+    torch._check(y.max().item() < 10, lambda: "y too large")
+    torch._check_value(y.min().item() >= -5)
+    return x * 2
+
+
+@pytest.mark.parametrize("fn", [checks_a_read, checks_a_read_with_a_message])
+def test_torch_check_of_a_read_checks_it_as_eager(fn):
+    """Note [torch._check of a number's truth] (jitcore/langctx/python.py): ``torch._check`` of a comparison
+    of ``item()`` reads raised AssertionError("Expected bool, got True") from torch's ``expect_true`` on
+    every call, where eager returns; now a true check returns, a false one raises eager's error (the
+    same type and message), and the outcome is checked in the computation: two entries for both
+    outcomes."""
+    calls = [(torch.zeros(2), torch.tensor([v])) for v in (1.0, -1.0, 3.0, 20.0, -9.0, 2.0, -1.0)]
+    for args in calls:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the message must match too
+            with pytest.raises(type(exc), match=str(exc)[:20]):
+                jitcore.jit(fn)(*args)
+    jfn = run_sequence(fn, calls)
+    assert jitcore.cache_misses(jfn) <= 4, jitcore.miss_reasons(jfn)[-1]
+
+
+def test_torch_check_of_a_dynamic_number_guards_its_truth():
+    def f(x, n):
+        torch._check(n % 2 == 0, lambda: f"odd {n}")
+        return x * n
+
+    jfn = run_sequence(f, [(torch.ones(2), n) for n in (2, 4, 3, 6, 5, 8)], dynamic_numbers=("n",))
+    assert jitcore.cache_misses(jfn) <= 3, jitcore.miss_reasons(jfn)[-1]
