@@ -165,10 +165,17 @@ class Provenance(TensorBinding, HeldCounters):
             if self.on_remember is not None:
                 self.on_remember(obj, path)
 
+    # Note [One absence per name]
+    # An ``absent`` guard tests one name of a namespace (a module's globals, a class's or an instance's
+    # ``__dict__``), so it is kept per name, as ``member`` is: kept per path, only the first builtin a
+    # function read was guarded (``len`` of ``x * len(l) + abs(-3)``), and a global ``abs`` the caller
+    # defined after the first call was not seen: the cached call gave the builtin's answer, eager the
+    # global's.
     def guard(self, path: Path, kind: str, expected: Any, *, per_expected: bool = False) -> None:
         # The first read of a path is what the call started with; a later read of the same path in
         # the same pass may see the program's own mutation (side effects happen while tracing only).
-        # A kind that tests one thing about the value (``member``) keeps one guard per thing tested.
+        # A kind that tests one thing about the value (``member``, ``absent``) keeps one guard per thing
+        # tested (``per_expected``).
         key = (path, kind, expected) if per_expected else (path, kind)
         if key not in self._guarded:
             self._guarded.add(key)
@@ -569,11 +576,10 @@ class Provenance(TensorBinding, HeldCounters):
         self.bind_state(vars(klass)[name], entry, name)
         for earlier in mro[: mro.index(klass)]:  # a subclass that later defines it would win
             if not is_library_class(earlier):
-                self.guard(
-                    Path(Root("bound", earlier.__qualname__, earlier)).attr("__dict__"), "absent", name
-                )
+                namespace = Path(Root("bound", earlier.__qualname__, earlier)).attr("__dict__")
+                self.guard(namespace, "absent", name, per_expected=True)  # Note [One absence per name]
         if not isinstance(obj, type) and type(getattr(obj, "__dict__", None)) is dict:
-            self.guard(path.attr("__dict__"), "absent", name)
+            self.guard(path.attr("__dict__"), "absent", name, per_expected=True)
 
     def _container(self, value: Any, path: Path) -> None:
         """A list/tuple/dict of state (``Module._modules``, ``_parameters``): guard its shape and

@@ -128,7 +128,8 @@ class StateReads:
         self.snapshots.take(globals_, root)
         if name in globals_:
             return self._bind_state(frame, value, root.key(name), name)
-        self.provenance.guard(root, "absent", name)  # a builtin, as long as no global shadows it
+        # a builtin, as long as no global shadows it: one guard per name (Note [One absence per name])
+        self.provenance.guard(root, "absent", name, per_expected=True)
         return value
 
     def _namespace_made_while_tracing(self, frame: Any) -> bool:
