@@ -18,6 +18,8 @@ from jitcore.ir import BoundSymbol, Symbol
 from jitcore.jit.probe import may_write, written_arguments
 from jitcore.proxies import TensorProxy
 
+_AUTOGRAD = torch._C.DispatchKey.AutogradFunctionality
+
 __all__ = ["holds", "natively", "needs_grad", "storage", "storage_or_none", "unwritten", "writes_outside"]
 
 
@@ -82,7 +84,18 @@ def storage_or_none(proxy: TensorProxy) -> int | None:
         return None
 
 
+# Note [Below autograd nothing needs grad]
+# A ``__torch_dispatch__`` runs below autograd: the dispatcher excluded the autograd keys on its way
+# there, so the ops a subclass's dispatch calls on its inner tensors record no graph, eagerly, even
+# where those tensors require grad (a wrapper made inside the function over ``x`` and ``x * 2``, ``x``
+# requiring grad, then indexed by a boolean mask: ``aten.index.Tensor(x, [mask])``'s output does not
+# require grad). Such a value-shaped output carries no gradient and is read as any other; counted as
+# needing grad, its read was refused and the whole call ran eagerly (JC-J002).
 def needs_grad(args: tuple, kwargs: dict) -> bool:
+    """Whether a call of these arguments records a graph: grad mode on, autograd not excluded by the
+    dispatcher (Note [Below autograd nothing needs grad]), a tensor argument requiring grad."""
+    if torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD):  # noqa: SLF001 - the Note above
+        return False
     return torch.is_grad_enabled() and any(
         isinstance(v, TensorProxy) and v.requires_grad
         for v in optree.tree_leaves((args, kwargs), none_is_leaf=True))
