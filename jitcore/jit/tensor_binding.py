@@ -205,6 +205,7 @@ class TensorBinding:
         if not symbolic:  # before the ctx: a ctx holding the sizes misses on them (a symbolic pass next)
             self.guard(path, "tensor", spec)
         guarded = ctx_snapshot(ctx)  # Note [A subclass input's own containers], jit/subclass_inputs.py
+        pinned_ctx = ctx  # what the rebuilt value is made from
         self.guard(path, "flatten", (cls, tuple(names), SizedContext((guarded, places)) if places
                                                      else guarded))
         if nested:
@@ -234,7 +235,7 @@ class TensorBinding:
         for key, value in instance_attributes(tensor).items():  # Note [A subclass input's own containers]
             if type(value) in (list, dict, set) and getattr(shadow, key, None) is value:
                 self.bind_state(value, path.attr(key), key)
-            elif carried and _not_reproduced(key, value, rebuilt, names):
+            elif carried and _not_reproduced(key, value, rebuilt, names, pinned_ctx):
                 # Note [An attribute the flatten protocol does not report]
                 object.__setattr__(shadow, key, self.bind_state(value, path.attr(key), key))
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
@@ -287,11 +288,24 @@ def _argument(path: Path, name: str) -> str:
 # rebuilt one and bound as state at its path: a literal guarded by value (another ``k`` retraces), a
 # container as the caller's own (Note [A subclass input's own containers]: what the dispatch appends
 # is appended to the caller's on every call).
-# Not carried: what the rebuilt value holds as anything else (a ctx or size rebuilt from symbolic
-# sizes, ``with_sizes``: the caller's concrete value would pin an entry per size), objects and
-# containers holding tensors, and the attributes of torch's own subclasses (a nested jagged tensor's
-# ``_size``/``_strides`` hold the nested int of this pass: the caller's would break torch's asserts).
+# A literal the rebuilt value holds equal to the caller's is carried too (Note [An attribute the
+# rebuilt value happens to hold]). Not carried: what the rebuilt value holds as anything else (a ctx or
+# size rebuilt from symbolic sizes, ``with_sizes``: the caller's concrete value would pin an entry per
+# size), objects and containers holding tensors, and the attributes of torch's own subclasses (a
+# nested jagged tensor's ``_size``/``_strides`` hold the nested int of this pass: the caller's would
+# break torch's asserts).
 _ABSENT = object()
+
+# Note [An attribute the rebuilt value happens to hold]
+# A literal the rebuilt value holds equal to the caller's was not carried, so it was not guarded: where
+# the rebuilt value got it from a constructor's default (``K(inner["a"])``, ``k=1.0``) and the caller's
+# ``k`` was that default on the traced call, a later call with ``K(a, k=3.0)`` ran that entry, scaled by
+# 1.0 where eager scales by 3.0 (a wrong answer; an interned value, ``bits = 8``, even the same object).
+# Such a literal is carried as any other: guarded by value at its path (a number that changed between
+# calls is dynamic from the next trace on, Note [Numbers that change between calls become dynamic],
+# jit/numbers.py). One the ctx gave (the very object a ctx entry holds: ``{"scale": self.scale}``) is
+# left to the ``flatten`` guard, which checks it as the class asks (its ``__metadata_guard__`` may accept
+# another tag up to case: a guard by value there would add misses the class does not want).
 
 
 def _carries_attributes(cls: type) -> bool:
@@ -301,24 +315,22 @@ def _carries_attributes(cls: type) -> bool:
     return not module.startswith("torch.") or module.startswith("torch.testing.")
 
 
-def _not_reproduced(key: str, value: Any, attributes: dict[str, Any], names: list[str]) -> bool:
+def _not_reproduced(key: str, value: Any, attributes: dict[str, Any], names: list[str], ctx: Any) -> bool:
     """Whether the caller's attribute ``key`` (holding ``value``) is one to carry over the rebuilt
-    value's ``attributes`` (``names``: the inner tensors): Note [An attribute the flatten protocol
-    does not report]."""
+    value's ``attributes`` (``names``: the inner tensors; ``ctx``: the flatten ctx it was rebuilt from):
+    Note [An attribute the flatten protocol does not report]."""
     if key in names or is_torch_cache(key):
         return False
     rebuilt = attributes.get(key, _ABSENT)
+    if is_literal_value(value):  # Note [An attribute the rebuilt value happens to hold]
+        if rebuilt is _ABSENT or not is_literal_value(rebuilt):
+            return rebuilt is _ABSENT
+        from_ctx = any(rebuilt is leaf for leaf in tree_leaves(ctx))
+        return not from_ctx or type(rebuilt) is not type(value) or rebuilt != value
     if rebuilt is value:
         return False
-    if is_literal_value(value):
-        return rebuilt is _ABSENT or (is_literal_value(rebuilt) and not _same(rebuilt, value))
     if type(value) in (list, dict, set):
         return (rebuilt is _ABSENT or type(rebuilt) in (list, dict, set) and all(
             is_literal_value(leaf) for leaf in tree_leaves(rebuilt))) and not any(
             isinstance(leaf, torch.Tensor) for leaf in tree_leaves(value))
     return False
-
-
-def _same(rebuilt: Any, value: Any) -> bool:
-    """Whether the rebuilt value's attribute is the caller's (by type and value)."""
-    return type(rebuilt) is type(value) and rebuilt == value

@@ -106,3 +106,55 @@ def test_a_boolean_mask_of_a_wrapper_whose_inner_tensors_require_grad_is_traced(
                 assert_same_flattened(got, want, f"call {i} gradient {j}")
     assert counts[0] != counts[1]
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 2)
+
+
+# --- an attribute the rebuilt value holds by its constructor's default ---------------------------------
+# Note [An attribute the rebuilt value happens to hold] (jitcore/jit/tensor_binding.py): traced with the
+# default, the attribute was not guarded, and a later call with another value ran that entry (a wrong
+# answer: scaled by the default).
+
+
+class _Quantized(torch.Tensor):
+    """Int data with a float ``scale`` and an int ``bits`` its dispatch computes with, both outside its
+    flatten protocol: ``__tensor_unflatten__`` passes the constructor's defaults."""
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, scale: float = 1.0, bits: int = 8) -> _Quantized:
+        return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=torch.float32)
+
+    def __init__(self, data: torch.Tensor, scale: float = 1.0, bits: int = 8) -> None:
+        self.data_, self.scale, self.bits = data, scale, bits
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["data_"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _Quantized:
+        return _Quantized(inner["data_"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        def dequantized(t: _Quantized) -> torch.Tensor:
+            return t.data_.clamp(-2 ** (t.bits - 1), 2 ** (t.bits - 1) - 1).float() * t.scale
+
+        inner_args, inner_kwargs = tree_map_only(_Quantized, dequantized, (args, kwargs or {}))
+        return func(*inner_args, **inner_kwargs)
+
+
+@pytest.mark.parametrize("calls", [
+    ((1.0, 8), (3.0, 8), (0.5, 8), (1.0, 8)),
+    ((0.5, 8), (0.5, 4), (0.5, 8)),
+    ((1.0, 8), (1.0, 4), (2.0, 4), (1.0, 8)),
+], ids=["scale_from_the_default", "bits_from_the_default", "both"])
+def test_an_attribute_equal_to_the_constructors_default_is_checked(calls: tuple) -> None:
+    fn = lambda x, w: torch.nn.functional.linear(x, w)  # noqa: E731
+    jitted = jitcore.jit(fn)
+    for i, (scale, bits) in enumerate(calls):
+        torch.manual_seed(i)
+        x, data = torch.randn(2, 4), torch.randint(-100, 100, (3, 4))
+        expected = fn(x, _Quantized(data, scale, bits))
+        actual = jitted(x, _Quantized(data, scale, bits))
+        assert_same_flattened(actual, expected, f"call {i} (scale {scale}, bits {bits})")
+    assert jitcore.cache_misses(jitted) <= 3
