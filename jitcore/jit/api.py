@@ -39,6 +39,7 @@ from jitcore.interpreter.run import ACTIVE as _ACTIVE
 from jitcore.ir import Trace
 from jitcore.jit import eager_entries, numbers, shapes
 from jitcore.jit.caller_modes import CallerModes, callers_modes, under_the_callers_modes
+from jitcore.jit.ctx_numbers import changed_ctx_numbers
 from jitcore.jit.eager_entries import Eager, eager_call
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
@@ -303,6 +304,7 @@ class JittedFunction:
             self._changed_numbers |= changed
             self._cache.type_by_type(frozenset(i for i, name in enumerate(names) if name in changed))
         self._counters |= numbers.changed_state_numbers(prologues, args, kwargs)  # state numbers alike
+        self._counters |= changed_ctx_numbers(prologues, args, kwargs)  # and a subclass input's ctx floats
 
     def _trace(self, args: tuple, kwargs: dict, shape_changed: bool = False) -> CacheEntry | Eager:
         """The pipeline of a miss; an error that stops it is decided on with the values of the pass

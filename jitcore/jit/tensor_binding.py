@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_leaves
 
 from jitcore.dispatch.shadow_map import DispatchState
 from jitcore.errors import EagerOnlyValue, LazyState
+from jitcore.jit.ctx_numbers import bind_ctx_numbers
 from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_names import qualified_name
 from jitcore.jit.subclass_inputs import (
@@ -205,7 +206,11 @@ class TensorBinding:
         if not symbolic:  # before the ctx: a ctx holding the sizes misses on them (a symbolic pass next)
             self.guard(path, "tensor", spec)
         guarded = ctx_snapshot(ctx)  # Note [A subclass input's own containers], jit/subclass_inputs.py
-        pinned_ctx = ctx  # what the rebuilt value is made from
+        pinned_ctx, numbers = ctx, []  # what the rebuilt value is made from; ctx numbers bound
+        if self.counters and not places and getattr(cls, "__metadata_guard__", None) is None:
+            # Note [A float of a flatten ctx that changes between calls], jit/ctx_numbers.py
+            ctx, guarded, numbers = bind_ctx_numbers(ctx, guarded, path, self.counters, lambda value, place:
+                                                     self.bind_dynamic_number(value, place, f"{name}_ctx"))
         self.guard(path, "flatten", (cls, tuple(names), SizedContext((guarded, places)) if places
                                                      else guarded))
         if nested:
@@ -228,8 +233,16 @@ class TensorBinding:
                 self.guard(path, "shape", follows(path, path.attr(leading)))
                 self.symbolic_subclass_inputs += 1
             self.guard(path, "tensor", spec)
-        shadow = shadow_around(self.values, tensor, {n: p.shadow for n, p in inner.items()}, ctx,
-                               nested=nested, path=path, layout=layout)
+        shadows = {n: p.shadow for n, p in inner.items()}
+        try:
+            shadow = shadow_around(self.values, tensor, shadows, ctx, nested=nested, path=path, layout=layout)
+        except Exception:
+            if not numbers:
+                raise
+            for number in numbers:  # Note [A ctx number its class cannot rebuild with], jit/ctx_numbers.py
+                number.specialize()
+            shadow = shadow_around(self.values, tensor, shadows, pinned_ctx, nested=nested, path=path,
+                                   layout=layout)
         rebuilt = instance_attributes(shadow)
         carried = not nested and has_own_protocol(cls) and _carries_attributes(cls)
         for key, value in instance_attributes(tensor).items():  # Note [A subclass input's own containers]

@@ -24,6 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.langctx.python import members
+from jitcore.prologue.ctx_numbers import AnyFloat, holds_any_float
 from jitcore.prologue.ctx_sizes import SizedContext, resolved
 from jitcore.prologue.default_device import default_device
 from jitcore.prologue.literals import (
@@ -529,6 +530,10 @@ def same_ctx(a: Any, b: Any) -> bool:
     guards compare), other objects by identity or ``==``; an incomparable ctx never matches."""
     if a is b:
         return True
+    if type(a) is AnyFloat:  # a place read per call (jitcore/prologue/ctx_numbers.py)
+        return a == b
+    if type(a) in (tuple, list) and type(b) is type(a) and holds_any_float(a):
+        return len(a) == len(b) and all(same_ctx(x, y) for x, y in zip(a, b))
     if is_literal_value(a) or is_literal_value(b):
         return same_literal(a, b)
     try:

@@ -158,3 +158,170 @@ def test_an_attribute_equal_to_the_constructors_default_is_checked(calls: tuple)
         actual = jitted(x, _Quantized(data, scale, bits))
         assert_same_flattened(actual, expected, f"call {i} (scale {scale}, bits {bits})")
     assert jitcore.cache_misses(jitted) <= 3
+
+
+# --- a float of the flatten ctx that changes every call ------------------------------------------------
+# Note [A float of a flatten ctx that changes between calls] (jitcore/jit/ctx_numbers.py): the ``flatten``
+# guard pinned a quantized weight's scale, so a scale that changed every call traced every call.
+
+
+def _scaled_class(flatten_ctx: Callable[[Any], Any], from_ctx: Callable[[Any], tuple],
+                  dispatch: Callable[..., Any]) -> type:
+    """A wrapper over ``data_`` with a float ``scale`` (and a ``tag``) kept in its flatten ctx as
+    ``flatten_ctx`` puts it, rebuilt by ``from_ctx``; ``dispatch(cls, func, args, kwargs)``."""
+
+    class Wrapper(torch.Tensor):
+        @staticmethod
+        def __new__(cls, data: torch.Tensor, scale: float, tag: str = "w") -> Any:
+            return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=torch.float32)
+
+        def __init__(self, data: torch.Tensor, scale: float, tag: str = "w") -> None:
+            self.data_, self.scale, self.tag = data, scale, tag
+
+        def __repr__(self) -> str:
+            return f"Wrapper(scale={self.scale})"
+
+        def __tensor_flatten__(self) -> tuple[list[str], Any]:
+            return ["data_"], flatten_ctx(self)
+
+        @staticmethod
+        def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> Any:
+            return Wrapper(inner["data_"], *from_ctx(ctx))
+
+        @classmethod
+        def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (),
+                               kwargs: dict | None = None) -> Any:
+            return dispatch(cls, func, args, kwargs or {})
+
+    return Wrapper
+
+
+def _dequantizes(cls: type, func: Any, args: tuple, kwargs: dict) -> Any:
+    inner_args, inner_kwargs = tree_map_only(cls, lambda t: t.data_ * t.scale, (args, kwargs))
+    return func(*inner_args, **inner_kwargs)
+
+
+def _keeps_the_scale(cls: type, func: Any, args: tuple, kwargs: dict) -> Any:
+    scale = next(a.scale for a in args if isinstance(a, cls))
+    inner_args, inner_kwargs = tree_map_only(cls, lambda t: t.data_, (args, kwargs))
+    return tree_map_only(torch.Tensor, lambda t: cls(t, scale), func(*inner_args, **inner_kwargs))
+
+
+def _branches_on_the_scale(cls: type, func: Any, args: tuple, kwargs: dict) -> Any:
+    inner_args, inner_kwargs = tree_map_only(
+        cls, lambda t: t.data_ * (t.scale if t.scale > 0.5 else -t.scale), (args, kwargs))
+    return func(*inner_args, **inner_kwargs)
+
+
+_LOG: list[str] = []
+
+
+def _logs_the_scale(cls: type, func: Any, args: tuple, kwargs: dict) -> Any:
+    _LOG.append(f"{func.__name__} at {next(a.scale for a in args if isinstance(a, cls)):.2f}")
+    return _dequantizes(cls, func, args, kwargs)
+
+
+_IN_A_DICT = (lambda t: {"scale": t.scale}, lambda ctx: (ctx["scale"],))
+_CTX_NUMBERS: dict[str, tuple[Any, Any, Callable[..., Any], int]] = {  # ctx, its reading, dispatch, misses
+    "dict_dequantized": (*_IN_A_DICT, _dequantizes, 2),
+    "tuple_with_a_tag_kept_on_the_output": (lambda t: (t.scale, t.tag), lambda ctx: ctx, _keeps_the_scale, 2),
+    "list_kept_on_the_output": (lambda t: [t.scale], lambda ctx: (ctx[0],), _keeps_the_scale, 2),
+    "the_ctx_itself": (lambda t: t.scale, lambda ctx: (ctx,), _keeps_the_scale, 2),
+    "a_branch_on_it": (*_IN_A_DICT, _branches_on_the_scale, 3),  # an entry per outcome, past the first
+    "formatted_into_a_log": (*_IN_A_DICT, _logs_the_scale, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(_CTX_NUMBERS))
+def test_a_float_of_the_flatten_ctx_that_changes_every_call_is_a_number_of_the_computation(name: str) -> None:
+    flatten_ctx, from_ctx, dispatch, misses = _CTX_NUMBERS[name]
+    cls = _scaled_class(flatten_ctx, from_ctx, dispatch)
+    fn = lambda x, w: (x * w).sum(0)  # noqa: E731
+    jitted = jitcore.jit(fn)
+    for i, scale in enumerate((0.1, 0.2, 0.7, 0.9, 0.3, 0.2, 0.45, 1.5)):
+        torch.manual_seed(i)
+        x, data = torch.randn(4, 3), torch.randint(-5, 5, (4, 3)).float()
+        _LOG.clear()
+        expected, eager_log = fn(x, cls(data, scale)), list(_LOG)
+        _LOG.clear()
+        with protocol_calls(cls) as calls:
+            actual = jitted(x, cls(data, scale))
+        assert_same_flattened(actual, expected, f"call {i} (scale {scale})")
+        assert _LOG == eager_log, (i, _LOG, eager_log)
+        if i == 7:
+            assert calls == [], calls  # a warm call with a new scale runs only the flattened trace
+    assert jitcore.cache_misses(jitted) == misses
+
+
+def test_an_int_of_the_flatten_ctx_stays_pinned() -> None:
+    """An int in the ctx is structure (a bit width here): each value its own entry, never dynamic."""
+    cls = _scaled_class(lambda t: {"bits": t.scale}, lambda ctx: (ctx["bits"],), _dequantizes)
+    fn = lambda x, w: x * w  # noqa: E731
+    jitted = jitcore.jit(fn)
+    for i, bits in enumerate((2, 4, 8, 4)):
+        x, data = torch.randn(3), torch.randn(3)
+        assert_same_flattened(jitted(x, cls(data, bits)), fn(x, cls(data, bits)), f"call {i}")
+    assert jitcore.cache_misses(jitted) == 3
+
+
+def _frozen_dispatch(cls: type, func: Any, args: tuple, kwargs: dict) -> Any:
+    """Dequantizes, but keeps the class through ``detach`` (what ``nn.Parameter`` asks of it)."""
+    if func is torch.ops.aten.detach.default:
+        return _keeps_the_scale(cls, func, args, kwargs)
+    return _dequantizes(cls, func, args, kwargs)
+
+
+@pytest.mark.parametrize("jit_the_module", [False, True], ids=["module_argument", "jitted_module"])
+def test_a_frozen_linear_whose_weights_scale_changes_every_call(jit_the_module: bool) -> None:
+    """A quantized weight swapped in with a new scale between calls (a module's state, checked as one
+    group when the module is jitted); its bias does not require grad, so no grad transform pins it."""
+    cls = _scaled_class(*_IN_A_DICT, _frozen_dispatch)
+    torch.manual_seed(0)
+    weight, bias = torch.randint(-5, 5, (2, 3)).float(), torch.randn(2)
+    model, reference = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    for m in (model, reference):
+        m.bias = torch.nn.Parameter(bias.clone(), requires_grad=False)
+    fn = lambda m, x: m(x)  # noqa: E731
+    jitted = jitcore.jit(model) if jit_the_module else jitcore.jit(fn)
+    for i, scale in enumerate((0.1, 0.2, 0.3, 0.25, 0.05)):
+        x = torch.randn(4, 3)
+        for m in (model, reference):
+            m.weight = torch.nn.Parameter(cls(weight.clone(), scale), requires_grad=False)
+        actual = jitted(x) if jit_the_module else jitted(model, x)
+        assert_same_flattened(actual, fn(reference, x), f"call {i} (scale {scale})")
+    assert jitcore.cache_misses(jitted) == 2
+
+
+class _ScaleAsTensor(torch.Tensor):
+    """Hands its ctx's scale to C in ``__init__`` (``torch.tensor(scale)``): rebuilt around a number of
+    the computation it could not be (Note [A ctx number its class cannot rebuild with])."""
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, scale: float) -> _ScaleAsTensor:
+        return torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=torch.float32)
+
+    def __init__(self, data: torch.Tensor, scale: float) -> None:
+        self.data_, self.scale, self.scale_t = data, scale, torch.tensor(scale)
+
+    def __tensor_flatten__(self) -> tuple[list[str], dict]:
+        return ["data_"], {"scale": self.scale}
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: dict, size: Any, stride: Any) -> _ScaleAsTensor:
+        return _ScaleAsTensor(inner["data_"], ctx["scale"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        inner_args, inner_kwargs = tree_map_only(cls, lambda t: t.data_ * t.scale_t, (args, kwargs or {}))
+        return func(*inner_args, **inner_kwargs)
+
+
+def test_a_ctx_float_its_class_hands_to_c_stays_pinned() -> None:
+    fn = lambda x, w: x * w  # noqa: E731
+    jitted = jitcore.jit(fn)
+    scales = (0.5, 0.25, 0.125, 0.3, 0.25)
+    for i, scale in enumerate(scales):
+        x, data = torch.randn(3), torch.randn(3)
+        assert_same_flattened(jitted(x, _ScaleAsTensor(data, scale)), fn(x, _ScaleAsTensor(data, scale)),
+                              f"call {i}")
+    assert jitcore.cache_misses(jitted) == len(set(scales))
