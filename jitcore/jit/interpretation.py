@@ -159,6 +159,7 @@ class Pass(StateReads):
         self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
         self.raised_after_effects = False  # the program raised after making effects eager keeps
         self.reruns_on_raise = False  # Note [Handlers a raising computation skips] (jit/caught_errors.py)
+        self.absent_globals: dict[int, tuple[dict, set[str]]] = {}  # Note [Builtins read again]
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.provenance.first_state = self.snapshots.first_state

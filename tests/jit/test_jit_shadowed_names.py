@@ -68,3 +68,18 @@ def test_a_subclass_or_instance_attribute_shadowing_any_method_read_is_seen(meth
     else:
         setattr(obj, method, lambda: 70)
     assert torch.equal(jf(x, obj), _methods_read(x, obj)), (method, where)
+
+
+def _shadows_while_running(x: torch.Tensor) -> torch.Tensor:
+    total = x * len([1])
+    globals()["len"] = lambda v: 10  # the program shadows the builtin it read (Note [Builtins read again])
+    try:
+        return total + len([1]) + abs(-1)
+    finally:
+        del globals()["len"]
+
+
+def test_a_builtin_the_program_shadows_while_running_is_read_again() -> None:
+    jf = jitcore.jit(_shadows_while_running)
+    for _ in range(3):
+        assert torch.equal(jf(torch.ones(1)), _shadows_while_running(torch.ones(1)))
