@@ -27,8 +27,8 @@ from jitcore.diagnostics import JITCORE_DIR
 
 __all__ = [
     "STDLIB_DIR", "TORCH_DIR", "TORCH_MODULES_DIR", "compiled_original", "is_global_hook_registry",
-    "is_library_file", "is_library_module", "is_stdlib_container_code", "is_stored_attribute",
-    "is_symbolic_shapes_code", "is_torch_builtin", "is_unlisted_operation",
+    "is_library_file", "is_library_module", "is_programs_class", "is_stdlib_container_code",
+    "is_stored_attribute", "is_symbolic_shapes_code", "is_torch_builtin", "is_unlisted_operation",
 ]
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -100,11 +100,21 @@ def is_unlisted_operation(fn: Any) -> bool:
 # ``copy.py`` is read alike: ``copy.copy(obj)``/``copy.deepcopy(obj)`` of a caller's object reads its
 # instance dict and slots there (Note [A reduction that runs Python], jitcore/interpreter/reductions.py);
 # unbound, a cached call copied the first call's values (``copy.deepcopy(cfg).scale`` after the caller
-# changed ``cfg.scale``: a wrong answer).
+# changed ``cfg.scale``: a wrong answer). And in any standard-library code, an instance of a class of the
+# program's (``is_programs_class``: defined outside torch, jitcore and the standard library) is read as
+# the program's: ``dataclasses.asdict(cfg)``, ``astuple``, ``replace(cfg, ...)`` read the caller's config
+# in dataclasses.py, and a cached call returned the first call's fields after the caller changed one.
 _STDLIB_CONTAINER_FILES = frozenset(
     os.path.join(STDLIB_DIR, name)
     for name in ("collections/__init__.py", "_collections_abc.py", "_weakrefset.py", "weakref.py", "copy.py")
 )
+
+
+def is_programs_class(kind: type) -> bool:
+    """Whether ``kind`` is a class of the program's: its module is none of the libraries' (torch's,
+    jitcore's, the standard library's, a builtin module's)."""
+    module = sys.modules.get(getattr(kind, "__module__", None) or "")
+    return module is not None and not is_library_module(module)
 
 
 def is_stdlib_container_code(filename: str) -> bool:

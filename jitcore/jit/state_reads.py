@@ -33,6 +33,7 @@ from jitcore.jit.code_kinds import (
     is_imported_module,
     is_library_file,
     is_library_module,
+    is_programs_class,
     is_stdlib_container_code,
     is_stored_attribute,
     module_name,
@@ -114,10 +115,14 @@ class StateReads:
             and path.steps[0].kind == "index" and path.steps[0].value in (0, 1)
 
     def _callers_container(self, frame: Any, obj: Any) -> bool:
-        """Whether ``frame`` runs a standard-library container's code and ``obj`` is an instance of the
-        caller's or of state (Note [A caller's object in the standard library's code], code_kinds.py)."""
-        return is_stdlib_container_code(frame.code.co_filename) and \
-            not issubclass(type(obj), (type, types.ModuleType)) and self.provenance.path_of(obj) is not None
+        """Whether ``obj``, read by the standard library's ``frame``, is an object of the caller's or of
+        state that is read as the program's: there, an instance of any class, in a standard-library
+        container's code; in any of its code, an instance of a class of the program's (Note [A caller's
+        object in the standard library's code], code_kinds.py)."""
+        kind = type(obj)
+        if issubclass(kind, (type, types.ModuleType)) or self.provenance.path_of(obj) is None:
+            return False
+        return is_stdlib_container_code(frame.code.co_filename) or is_programs_class(kind)
 
     def _load_global(self, frame: Any, name: str, value: Any) -> Any:
         globals_ = frame.globals

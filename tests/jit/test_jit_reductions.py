@@ -5,6 +5,7 @@ the copied state is checked on cached calls. Differential against eager."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 
 import pytest
@@ -113,6 +114,37 @@ def test_a_copy_of_a_callers_object_reads_its_values_on_every_call(read) -> None
     for step in range(4):
         if step == 2:
             holder.inner.s, holder.points[0].s = 5.0, 7.0
+        x = torch.randn(3)
+        assert_same(jf(x), f(x))
+    assert jitcore.cache_hits(jf) >= 2
+
+
+@dataclasses.dataclass
+class Settings:
+    scale: float = 1.0
+    steps: int = 2
+
+
+@pytest.mark.parametrize("read", [
+    lambda c: dataclasses.asdict(c)["scale"],
+    lambda c: dataclasses.astuple(c)[0],
+    lambda c: dataclasses.replace(c, steps=3).scale,
+    lambda c: copy.deepcopy(c).scale,
+], ids=["asdict", "astuple", "replace", "deepcopy"])
+def test_the_standard_library_reading_a_callers_dataclass_is_checked(read) -> None:
+    """``dataclasses.asdict(cfg)``, ``astuple``, ``replace`` read the caller's config in dataclasses.py,
+    whose reads were taken as the standard library's own (not state): a cached call returned the first
+    call's fields after the caller changed one (Note [A caller's object in the standard library's
+    code], jitcore/jit/code_kinds.py)."""
+    settings = Settings()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * read(settings)
+
+    jf = jitcore.jit(f)
+    for step in range(4):
+        if step == 2:
+            settings.scale = 4.0
         x = torch.randn(3)
         assert_same(jf(x), f(x))
     assert jitcore.cache_hits(jf) >= 2
