@@ -16,6 +16,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 import functools
 import inspect
+import operator
 from collections.abc import Callable
 from types import (
     BuiltinFunctionType,
@@ -44,6 +45,8 @@ _OPTIMIZED = inspect.CO_OPTIMIZED
 NATIVE_CALLABLES = frozenset({BuiltinFunctionType, MethodDescriptorType, WrapperDescriptorType,
                               MethodWrapperType, type(dict.fromkeys), type(int.__dict__["from_bytes"])})
 _partial = functools.partial
+_attrgetter = operator.attrgetter
+_ATTRGETTER_CALL = operator.attrgetter.__call__  # its lookaside: jitcore/interpreter/getters.py
 _new_frame = _object_new = object.__new__
 _object_init = object.__init__
 _type_getattribute = type.__getattribute__
@@ -150,6 +153,8 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
         return call_class(run, fn, args, kwargs)
     if t is _partial:
         return call(run, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs} if kwargs else fn.keywords)
+    if t is _attrgetter and (replacement := lookasides.get(_ATTRGETTER_CALL)) is not None:
+        return replacement(fn, *args, **(kwargs or {}))  # Note [An attribute getter reads as getattr]
     dunder_call = getattr(t, "__call__", None)  # noqa: B004 - the type slot
     if type(dunder_call) is FunctionType:
         if run.resolve_call is not None:

@@ -80,6 +80,7 @@ from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
 from jitcore.interpreter.generators import close_, throw_
+from jitcore.interpreter.getters import ATTRGETTER_CALL, attrgetter_call
 from jitcore.interpreter.iterating_calls import iterating_lookasides
 from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.reductions import reduce_ex
@@ -733,6 +734,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             sys.setprofile: _refuse_tracing("setprofile"),
             gc.get_referrers: get_referrers,  # Note [Referrers of the interpreter's own]
             object.__reduce_ex__: reduce_ex,  # Note [A reduction that runs Python]
+            ATTRGETTER_CALL: attrgetter_call,  # Note [An attribute getter reads as getattr]
         }
         # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ and register (which
         # checks issubclass) only call C (_abc), which calls any Python __subclasshook__/__subclasscheck__
