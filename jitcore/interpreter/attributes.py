@@ -31,6 +31,7 @@ __all__ = [
     "claims_a_class",
     "delete_attr",
     "load_attr",
+    "loaded",
     "lookup_special",
     "object_getattribute",
     "store_attr",
@@ -322,6 +323,15 @@ def _getattribute(run: Run, obj: object, t: type, name: str) -> object:
     if _is_py(custom):
         return call(run, custom, (obj, name), None)
     return _generic_getattribute(run, obj, t, name, custom)
+
+
+def loaded(run: Run, obj: object, name: str, value: object) -> object:
+    """``value``, read as ``obj.name`` for the program (``getattr`` and the C functions whose reads are
+    interpreted), as the run's load hook answers it."""
+    hook = run.hooks.on_load_attr
+    if hook is not None and run.frames:
+        value = hook(run.frames[-1], obj, name, value)
+    return value
 
 
 def object_getattribute(obj: object, name: object, /) -> object:

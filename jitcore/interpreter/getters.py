@@ -12,7 +12,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 import operator
 
-from jitcore.interpreter.attributes import load_attr
+from jitcore.interpreter.attributes import load_attr, loaded
 from jitcore.interpreter.callbacks import active_run
 
 __all__ = ["ATTRGETTER_CALL", "attrgetter_call"]
@@ -38,10 +38,6 @@ def attrgetter_call(getter: operator.attrgetter, /, *args: object, **kwargs: obj
 
 
 def _dotted(run: object, obj: object, name: str) -> object:
-    hook = run.hooks.on_load_attr
     for part in name.split("."):
-        value = load_attr(run, obj, part)
-        if hook is not None and run.frames:
-            value = hook(run.frames[-1], obj, part, value)
-        obj = value
+        obj = loaded(run, obj, part, load_attr(run, obj, part))
     return obj

@@ -31,7 +31,7 @@ from _thread import get_ident
 from collections.abc import Callable
 from types import CellType, FunctionType
 
-from jitcore.interpreter.attributes import load_attr, object_getattribute, store_attr
+from jitcore.interpreter.attributes import load_attr, loaded, object_getattribute, store_attr
 from jitcore.interpreter.callbacks import (
     abs_,
     active_run,
@@ -111,10 +111,7 @@ def getattr_(obj: object, name: object, /, *default: object) -> object:
         if default:
             return default[0]
         raise
-    hook = run.hooks.on_load_attr
-    if hook is not None and run.frames:
-        value = hook(run.frames[-1], obj, name, value)
-    return value
+    return loaded(run, obj, name, value)
 
 
 def hasattr_(obj: object, name: object, /) -> bool:

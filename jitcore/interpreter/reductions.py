@@ -22,7 +22,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 import copyreg
 from types import BuiltinMethodType
 
-from jitcore.interpreter.attributes import MISSING, load_attr, lookup_special
+from jitcore.interpreter.attributes import MISSING, load_attr, loaded, lookup_special
 from jitcore.interpreter.callbacks import active_run
 from jitcore.interpreter.calls import call, opaque
 
@@ -77,15 +77,7 @@ def _load(run: object, obj: object, name: str, default: object = _REQUIRED) -> o
         if default is _REQUIRED:
             raise
         return default
-    return _told(run, obj, name, value)
-
-
-def _told(run: object, obj: object, name: str, value: object) -> object:
-    """``value``, read as ``obj.name``, given to the run's load hook (the jit's state reads)."""
-    hook = run.hooks.on_load_attr
-    if hook is not None and run.frames:
-        value = hook(run.frames[-1], obj, name, value)
-    return value
+    return loaded(run, obj, name, value)
 
 
 def _new_arguments(run: object, obj: object) -> tuple[tuple | None, dict | None]:
@@ -132,7 +124,7 @@ def _default_state(run: object, obj: object) -> object:
     except AttributeError:
         state = None
     else:
-        state = _told(run, obj, "__dict__", state) or None  # (an empty dict: None)
+        state = loaded(run, obj, "__dict__", state) or None  # (an empty dict: None)
     names = copyreg._slotnames(type(obj))  # noqa: SLF001 - what C's _PyType_GetSlotNames calls
     if names:
         slots = {}
