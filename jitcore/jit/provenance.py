@@ -39,6 +39,7 @@ from jitcore.jit.state_kinds import (
     is_module_registry,
     is_plain_instance,
     is_structured,
+    items_read_natively,
     tensors_read_natively,
 )
 from jitcore.jit.state_names import qualified_name
@@ -520,8 +521,14 @@ class Provenance(TensorBinding, HeldCounters):
             self.bind_state(value.keywords, path.attr("keywords"), "keywords")
 
     def _remember_items(self, value: Any, path: Path, *, loose: bool = False) -> None:
-        """Note [Tensors in dicts read natively] (jit/state_kinds.py); a ``loose`` container's keys or length
+        """Note [Items C reads natively] and Note [Tensors in dicts read natively] (jit/state_kinds.py); a
+        ``loose`` container's keys or length
         are guarded in any case (a module argument's hook dicts, tested for emptiness in C)."""
+        natively = items_read_natively(value)
+        if natively is not None and not is_module_registry(path):  # Note [Items C reads natively]
+            items, attribute = natively
+            self._container(items, path if attribute is None else path.attr(attribute))
+            return
         kind = type(value)  # not isinstance: it reads ``__class__``, which a class may compute
         container = issubclass(kind, (list, dict, set, collections.deque))
         first = self.first_state(value) if container else value

@@ -2,6 +2,7 @@
 
 Pure predicates on values and paths, no guards made here:
 - ``is_structured``: a container guarded element by element rather than by identity;
+- ``items_read_natively``: an object guarded by identity whose items C still reads past the hooks;
 - ``is_plain_instance``: an object of a Python class guarded by its class and the attributes read;
 - ``all_literal``: a container whose contents one ``contents`` guard compares;
 - ``is_library_class``: a class of torch, jitcore or the standard library, taken as constant;
@@ -27,7 +28,7 @@ from jitcore.prologue.literals import is_literal_value
 
 __all__ = [
     "MAX_ELEMENTS", "all_literal", "identity_arguments", "is_library_class", "is_module_registry",
-    "is_plain_instance", "is_structured", "tensors_read_natively",
+    "is_plain_instance", "is_structured", "items_read_natively", "tensors_read_natively",
 ]
 
 # Containers of state up to this size are guarded element by element; larger ones (of non-literals)
@@ -88,6 +89,40 @@ def is_structured(value: Any) -> bool:
         return len(value) <= MAX_ELEMENTS
     return (t in (collections.defaultdict, collections.Counter) and len(value) <= MAX_ELEMENTS
             and all(type(k) in (int, str) for k in value))
+
+
+# Note [Items C reads natively]
+# An OrderedDict of state, an instance of a dict or list subclass, and a ``types.SimpleNamespace`` are
+# guarded by identity (and length), their items only as the program subscripts them. C reads all of them
+# past the hooks: ``repr(od)``, ``od == other``, ``dict(od)``, ``copy.copy(od)``, ``sum(od.values())``,
+# ``for k, v in od.items()`` (the items iterator is C's), and ``repr(ns)``, ``ns == other``,
+# ``copy.copy(ns)`` (C reads the namespace's ``__dict__``). A cached call returned the first call's
+# answer once the caller changed an item (a wrong answer). Their items are now guarded as a plain dict's
+# or list's are (``Provenance._container``: keys or length, each item by value, identity or as a
+# container again; a namespace's at its ``__dict__``). Only where C reads them as a dict or list does
+# (no reading method of the class is Python code: that code is interpreted where the program calls it)
+# and a dict's keys are plain (an optimizer's state, keyed by parameters, stays guarded by identity);
+# torch's registries in a module are left to jit/module_guards.py (``is_module_registry``).
+_READING_METHODS = ("__getitem__", "__iter__", "__len__", "__contains__", "keys", "items", "values")
+
+
+def items_read_natively(value: Any) -> tuple[dict | list, str | None] | None:
+    """The container whose items C reads past the hooks (Note [Items C reads natively]), with the
+    attribute it is at (``"__dict__"`` for a namespace, None for the object itself); None for others."""
+    t = type(value)
+    if t in (list, tuple, dict, collections.deque):
+        return None  # guarded element by element or by contents already (``is_structured``)
+    if issubclass(t, types.SimpleNamespace):
+        items, attribute = object.__getattribute__(value, "__dict__"), "__dict__"
+    elif issubclass(t, (dict, list)):
+        if any(type(getattr(t, name, None)) is types.FunctionType for name in _READING_METHODS):
+            return None
+        items, attribute = value, None
+    else:
+        return None
+    if len(items) > MAX_ELEMENTS or isinstance(items, dict) and not all(type(k) in (int, str) for k in items):
+        return None
+    return items, attribute
 
 
 _IDENTITY_FUNCTIONS = frozenset(map(id, (id, hash, operator.is_, operator.is_not, operator.contains,

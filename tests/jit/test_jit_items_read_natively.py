@@ -1,0 +1,115 @@
+"""An OrderedDict, a dict or list subclass's instance and a ``types.SimpleNamespace`` of the caller's,
+whose items C reads past the hooks (``repr``, ``==``, ``copy.copy``, ``dict(...)``, the items
+iterator): a cached call gives eager's answer after the caller changes an item (Note [Items C reads
+natively], jitcore/jit/state_kinds.py). Differential against eager; each read failed before (the cached
+call returned the first call's answer)."""
+
+from __future__ import annotations
+
+import collections
+import copy
+import types
+import warnings
+
+import pytest
+import torch
+from jit_helpers import assert_same
+
+import jitcore
+
+
+class Settings(dict):
+    """A dict subclass adding no reading method of its own."""
+
+
+class Items(list):
+    pass
+
+
+def _loop_sum(d: dict) -> float:
+    total = 0
+    for _, v in d.items():
+        total += v
+    return total
+
+
+def _check_calls_around_a_change(read, change) -> None:
+    """Four calls of ``x * read()``, eagerly and jitted, the caller's state changed before the third."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * read()
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(4):
+            if step == 2:
+                change()
+            x = torch.randn(3)
+            assert_same(jf(x), f(x))
+    assert not [w for w in caught if "jitcore" in str(w.message)]
+    assert jitcore.cache_hits(jf) >= 2
+
+
+@pytest.mark.parametrize("read", [
+    lambda ns: "5" in repr(ns),
+    lambda ns: ns == types.SimpleNamespace(a=5, b="b"),
+    lambda ns: copy.copy(ns).a,
+    lambda ns: _loop_sum({k: v for k, v in ns.__dict__.items() if k == "a"}),
+    lambda ns: sum(v for v in ns.__dict__.values() if type(v) is int),
+], ids=["repr", "eq", "copy", "dict_items", "dict_values"])
+def test_a_namespace_of_the_callers_is_read_on_every_call(read) -> None:
+    ns = types.SimpleNamespace(a=1, b="b")
+    _check_calls_around_a_change(lambda: read(ns), lambda: setattr(ns, "a", 5))
+
+
+@pytest.mark.parametrize("read", [
+    lambda d: "5" in repr(d),
+    lambda d: d == {"a": 5},
+    lambda d: copy.copy(d)["a"],
+    lambda d: dict(d)["a"],
+    lambda d: sum(d.values()),
+    _loop_sum,
+], ids=["repr", "eq", "copy", "dict", "values", "items_loop"])
+@pytest.mark.parametrize("kind", [collections.OrderedDict, Settings], ids=["OrderedDict", "dict_subclass"])
+def test_a_dict_of_the_callers_read_in_c_is_read_on_every_call(read, kind) -> None:
+    d = kind(a=1)
+    _check_calls_around_a_change(lambda: read(d), lambda: d.__setitem__("a", 5))
+
+
+@pytest.mark.parametrize("read", [
+    lambda items: len(repr(items)),
+    lambda items: sum(items),
+    lambda items: copy.copy(items)[0],
+], ids=["repr", "sum", "copy"])
+def test_a_list_subclass_of_the_callers_is_read_on_every_call(read) -> None:
+    items = Items([1, 2])
+    _check_calls_around_a_change(lambda: read(items), lambda: items.__setitem__(0, 50))
+
+
+def test_a_namespace_inside_a_dict_is_read_on_every_call() -> None:
+    """``repr`` of a plain dict holding a namespace reads the namespace's dict in C too."""
+    nested = {"k": types.SimpleNamespace(a=1), "od": [collections.OrderedDict(b=2)]}
+
+    def change() -> None:
+        nested["k"].a = 12345
+        nested["od"][0]["b"] = 678
+
+    _check_calls_around_a_change(lambda: len(repr(nested)), change)
+
+
+def test_a_counter_in_a_namespace_still_traces_once() -> None:
+    """The namespace's items guarded by value: a number the program reads and writes back is still a
+    dynamic number (one entry for any count), and the writes are eager's."""
+    ns = types.SimpleNamespace(step=0, scale=2.0)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        ns.step += 1
+        return x * ns.scale
+
+    jf = jitcore.jit(f)
+    for _ in range(6):
+        x = torch.randn(2)
+        assert_same(jf(x), x * 2.0)
+    assert ns.step == 6
+    assert jitcore.cache_misses(jf) == 1
