@@ -284,13 +284,17 @@ def _logs_in_dispatch(program: Any) -> bool:
 # and its store is an effect whose value the computation returns. Flattening inlines resolutions, so
 # without grad it is computed; the grad transform replays each call whole on shadows and re-runs the
 # subclass's code, so no record of its forward names that tensor (an AssertionError from inside
-# jitcore, where eager computes). Such a call runs eagerly (JC-J002), with its reason.
+# jitcore, where eager computes). Such a call runs eagerly (JC-J002), with its reason. An inner tensor
+# of a subclass value a top-level call returns is no such tensor: the replay maps a replayed subclass
+# value's inner tensors with it (``_Replay._map``), so ``x.grad.a`` after a ``backward()`` inside the
+# function, ``torch.autograd.grad(...)[0].a`` or ``TwoTensor(x, x * 2).sin().a`` are named (before,
+# each ran the whole call eagerly).
 def _stored_from_a_resolution(trace: Trace) -> Any:
     """A tensor of the output (a value returned or stored) that only a call's resolution makes."""
     top = {id(a) for a in trace.args}
     inner: set[int] = set()
     for bsym in trace.bound_symbols:
-        top.update(id(v) for v in optree.tree_leaves(bsym.output, none_is_leaf=True))
+        top.update(_with_inner_tensors(optree.tree_leaves(bsym.output, none_is_leaf=True)))
         pending = list(bsym.subsymbols)
         while pending:
             sub = pending.pop()
@@ -300,6 +304,17 @@ def _stored_from_a_resolution(trace: Trace) -> Any:
         if isinstance(leaf, TensorProxy) and id(leaf) in inner and id(leaf) not in top:
             return leaf
     return None
+
+
+def _with_inner_tensors(values: list[Any]) -> Iterator[int]:
+    """Ids of ``values`` and of the inner tensors (at any depth) of the subclass values among them: the
+    replay names those as it names the value (Note [A tensor a subclass's code stores under grad])."""
+    pending = list(values)
+    while pending:
+        value = pending.pop()
+        yield id(value)
+        if isinstance(value, SubclassTensorProxy):
+            pending.extend(value.inner_tensors().values())
 
 
 # Note [The grad transform's replay writes no state]

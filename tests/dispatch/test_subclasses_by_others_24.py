@@ -1,0 +1,89 @@
+"""Tensor subclasses written by others (issue 15, zoo46): differential tests, eager against ``jitcore.jit``
+over several calls (values, output types, inner tensors, gradients, cache entries, the subclass code a
+warm call runs), for what this round's survey found."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from subclass_checks import assert_same_flattened, protocol_calls
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+
+# --- an inner tensor of a subclass value under grad ---------------------------------------------------
+# Note [A tensor a subclass's code stores under grad] (jitcore/transforms/jit_hook.py): an inner tensor
+# of a subclass value a call returns (``x.grad.a`` after a backward inside the function) was taken for a
+# tensor only the call's resolution names, and the whole call ran eagerly (JC-J002).
+
+
+def _backward_of_a_wrapper_made_inside(a: torch.Tensor, b: torch.Tensor) -> tuple:
+    x = TwoTensor(a, b).requires_grad_()
+    (x * x).sum().backward()
+    return x.grad.a, x.grad.b
+
+
+def _backward_of_a_wrapper_input(x: torch.Tensor) -> tuple:
+    (x.sin() * x).sum().backward()
+    return x.grad.a, x.grad.b
+
+
+def _grad_with_a_graph(x: torch.Tensor) -> tuple:
+    (g,) = torch.autograd.grad((x**3).sum(), x, create_graph=True)
+    return g.a, g.b.sum()
+
+
+def _grad_taken_and_reset(x: torch.Tensor) -> tuple:
+    x.sum().backward()
+    g = x.grad
+    x.grad = None
+    return g.a * 2, g.b
+
+
+def _inner_of_a_wrapper_over_a_leaf(x: torch.Tensor) -> tuple:
+    y = TwoTensor(x, x * 2).sin()
+    return y.a, y
+
+
+def _two(n: int) -> Callable[[], tuple]:
+    return lambda: (TwoTensor(torch.randn(n), torch.randn(n)).requires_grad_(),)
+
+
+_INNER_UNDER_GRAD: dict[str, tuple[Callable[..., Any], Callable[[], tuple]]] = {
+    "backward_of_a_wrapper_made_inside": (_backward_of_a_wrapper_made_inside,
+                                          lambda: (torch.randn(4), torch.randn(4))),
+    "backward_of_a_wrapper_input": (_backward_of_a_wrapper_input, _two(4)),
+    "grad_with_a_graph": (_grad_with_a_graph, _two(3)),
+    "grad_taken_and_reset": (_grad_taken_and_reset, _two(5)),
+    "inner_of_a_wrapper_over_a_leaf": (_inner_of_a_wrapper_over_a_leaf,
+                                       lambda: (torch.randn(3, requires_grad=True),)),
+}
+
+
+@pytest.mark.parametrize("name", list(_INNER_UNDER_GRAD))
+def test_an_inner_tensor_of_a_subclass_value_under_grad_is_traced(name: str) -> None:
+    fn, make = _INNER_UNDER_GRAD[name]
+    jitted = jitcore.jit(fn)
+    for i in range(3):
+        torch.manual_seed(i)
+        eager_args = make()
+        torch.manual_seed(i)
+        jit_args = make()
+        expected = fn(*eager_args)
+        with protocol_calls(TwoTensor) as calls:
+            actual = jitted(*jit_args)
+        assert jitted.fallback_reason is None, jitted.fallback_reason
+        assert_same_flattened(actual, expected, f"call {i} output")
+        assert_same_flattened(list(jit_args), list(eager_args), f"call {i} arguments")
+        assert_same_flattened([a.grad for a in jit_args], [a.grad for a in eager_args], f"call {i} .grad")
+        if i:
+            assert calls == [], (i, calls)  # a warm call runs only the flattened trace
+        for got, want in zip(actual, expected):
+            if want.requires_grad:  # the gradient of what the call returns, as eagerly
+                (grad_got,) = torch.autograd.grad(got.sum(), jit_args, allow_unused=True)
+                (grad_want,) = torch.autograd.grad(want.sum(), eager_args, allow_unused=True)
+                assert_same_flattened(grad_got, grad_want, f"call {i} gradient")
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
