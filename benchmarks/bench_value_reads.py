@@ -9,7 +9,12 @@
 3. A loss over the elements a mask picks (``((x - y) ** 2)[y > 0].mean()``), called on 200 fresh
    input pairs in turn: the mask's count changes on nearly every call (Note [Sizes that values
    decide]: it is symbolic from the second trace on). Per-call time and the number of traces.
-4. ``jitcore.jit(model)`` on a 2-layer ``transformers`` Llama from a tiny config, forward in eval
+4. k-means that stops after 2 to 5 rounds (``if torch.allclose(new, c): break``), called on 100 fresh
+   inputs in turn: each round count is its own cache entry, and a cached call that an entry's check
+   sends away goes on in the entry that computed the same up to it (Note [Resuming at a failed check],
+   jitcore/jit/read_resume.py). Interleaved with the same entries going on from the start (the code
+   before it), eager and torch.compile(backend="eager"), best of several rounds each.
+5. ``jitcore.jit(model)`` on a 2-layer ``transformers`` Llama from a tiny config, forward in eval
    mode: first call (tracing included) and cached call vs eager and torch.compile(backend="eager").
 
 Ratios are to eager's time for the same calls. Cached calls are timed after 110 warm calls and
@@ -93,6 +98,55 @@ def changing_counts(pairs: list[tuple[torch.Tensor, torch.Tensor]], rounds: int)
     print(f"  jitcore / torch.compile(eager): {times['jitcore'] / times['torch.compile(eager)']:.2f}x")
 
 
+def kmeans(x, c, iters):
+    for _ in range(iters):
+        d = torch.cdist(x, c)
+        a = d.argmin(1)
+        new = torch.zeros_like(c).index_add_(0, a, x)
+        cnt = torch.bincount(a, minlength=c.size(0)).clamp(min=1).unsqueeze(1)
+        new = new / cnt
+        if torch.allclose(new, c):
+            break
+        c = new
+    return c, a
+
+
+def entries_told_apart(calls: list[tuple], rounds: int) -> None:
+    """Part 4: warm calls (past jitcore's fuse_after, its lowering waited for), then ``rounds`` rounds,
+    each timing every variant over all calls in turn; the best round of each."""
+    from jitcore.jit import read_resume
+
+    print(f"k-means over {len(calls)} fresh inputs (2 to 5 rounds, each count an entry), per call:")
+    jitted = jitcore.jit(kmeans)
+    compiled = torch.compile(kmeans, backend="eager")
+
+    def from_the_start(*args):
+        read_resume.ENABLED = False
+        try:
+            return jitted(*args)
+        finally:
+            read_resume.ENABLED = True
+
+    variants = {"eager": kmeans, "jitcore": jitted, "jitcore, from the start": from_the_start,
+                "torch.compile(eager)": compiled}
+    for fn in variants.values():
+        for _ in range(3):
+            for args in calls:
+                fn(*args)
+    wait_for_compiles(600.0)
+    best = dict.fromkeys(variants, float("inf"))
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            for args in calls:
+                fn(*args)
+            best[name] = min(best[name], (time.perf_counter() - start) / len(calls) * 1e6)
+    for name, us in best.items():
+        print(f"  {name:24s} call {us:9.1f} us   {us / best['eager']:6.2f}x eager   "
+              f"{us / best['torch.compile(eager)']:6.2f}x torch.compile(eager)")
+    print(f"  {jitcore.cache_misses(jitted)} traces")
+
+
 def per_call_us(fn, args, calls: int) -> float:
     start = time.perf_counter()
     for _ in range(calls):
@@ -142,6 +196,9 @@ def main() -> None:
     }
     report("the same ops timing themselves, scaled by random.uniform:", timed_makes, (x,), 2000)
     changing_counts([(torch.randn(1000), torch.randn(1000)) for _ in range(200)], 10)
+    g = torch.Generator().manual_seed(3)
+    points = [(torch.randn(30, 2, generator=g), torch.randn(3, 2, generator=g), 5) for _ in range(100)]
+    entries_told_apart(points, 7)
 
     try:
         import transformers

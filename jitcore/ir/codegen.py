@@ -33,7 +33,7 @@ from typing import Any
 from jitcore.ir.printer import print_trace
 from jitcore.ir.trace import Trace
 
-__all__ = ["compile_trace", "compile_source", "register_call_target"]
+__all__ = ["compile_trace", "compile_source", "register_call_target", "source_filename", "trace_filename"]
 
 
 def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: str = "trace",
@@ -55,8 +55,7 @@ def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: st
         The compiled function. Its code's ``co_filename`` is ``<jitcore-{tag}-{hash}>``, whose lines
         ``linecache`` serves.
     """
-    digest = hashlib.sha1(source.encode("utf-8")).hexdigest()[:12]
-    filename = f"<jitcore-{tag}-{digest}>"
+    filename = source_filename(source, tag)
     # mtime None: linecache.checkcache keeps the entry (there is no file to compare against).
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     code = compile(source, filename, "exec")
@@ -68,6 +67,16 @@ def compile_source(source: str, name: str, namespace: dict[str, Any], *, tag: st
         for root, chains in _attribute_chains(code, fast_imports).items():
             globals_[root] = _snapshot(globals_[root], chains, root, calls or {})
     return globals_[name]
+
+
+def source_filename(source: str, tag: str) -> str:
+    """The ``co_filename`` of code that ``compile_source`` compiles from ``source`` under ``tag``."""
+    return f"<jitcore-{tag}-{hashlib.sha1(source.encode('utf-8')).hexdigest()[:12]}>"
+
+
+def trace_filename(trace: Trace) -> str:
+    """The ``co_filename`` of the function ``compile_trace(trace)`` returns."""
+    return source_filename(print_trace(trace).source, trace.name)
 
 
 # Note [linecache entries]: a compiled trace's lines stay in ``linecache`` while some function

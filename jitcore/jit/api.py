@@ -20,7 +20,7 @@ import sys
 import threading
 import types
 import warnings
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +44,7 @@ from jitcore.jit.eager_entries import Eager, eager_call
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
 from jitcore.jit.raising_calls import ComputationRaised, with_eager_on_raise
+from jitcore.jit.read_resume import Resumable, Resumption, resumption, run_resumed
 from jitcore.jit.read_rollback import nondeterministic_read, with_rollback, with_settings_restored
 from jitcore.jit.run_modes import runs_torch_function, runs_without_grad, without_grad, without_torch_function
 from jitcore.jit.shapes import ShapePolicy
@@ -78,10 +79,13 @@ class CacheEntry:
     effects: Effects | None = None  # Python side effects performed after the computation
     plain_data: bool = False  # inputs run a __torch_function__ the trace resolved: checked and run without it
     eager_reason: BaseException | None = None  # an eager entry: calls it accepts run the function eagerly
+    resumable: Resumable | None = None  # Note [Resuming at a failed check] (jit/read_resume.py)
+    resume_call: Callable[[tuple, dict], Any] | None = None  # the cached call going on after a check
 
-    def compile_fast_path(self) -> Callable[[tuple, dict], Any]:
-        """The cached call: the prologue's checks, the computation, then the side effects."""
-        cached_call = self.prologue.compile(self.computation)
+    def compile_fast_path(self, computation: Callable | None = None) -> Callable[[tuple, dict], Any]:
+        """The cached call: the prologue's checks, the computation (``self.computation`` by default),
+        then the side effects."""
+        cached_call = self.prologue.compile(self.computation if computation is None else computation)
         cached_call = cached_call if self.effects is None else self.effects.around(cached_call, MISS)
         return without_torch_function(cached_call) if self.plain_data else cached_call
 
@@ -141,19 +145,14 @@ class JittedFunction:
                 return self._eagerly_under(around, args, kwargs)
             read_misses: list[MissReason] = []
             failed_at: list[tuple[CacheEntry, ValueCheckFailed]] = []
-            for entry in self._cache.candidates(args):
-                try:
-                    out = entry.cached_call(args, kwargs)
-                except ValueCheckFailed as failed:  # a value read while tracing differs: next entry
-                    read_misses.append(MissReason(entry.number, "value read", str(failed)))
-                    self._read_failed(entry, failed, failed_at)
-                    continue
-                except ComputationRaised as raised:  # Note [Effects of a raising call]
-                    self.hits += 1
-                    return self._eagerly_after(raised, args, kwargs)
-                if out is not MISS:
-                    self.hits += 1
-                    return out
+            try:
+                out = self._run_entries(self._cache.candidates(args), args, kwargs, read_misses, failed_at)
+            except ComputationRaised as raised:  # Note [Effects of a raising call]
+                self.hits += 1
+                return self._eagerly_after(raised, args, kwargs)
+            if out is not MISS:
+                self.hits += 1
+                return out
             if self.eager_reason is not None:
                 return self.fn(*args, **kwargs)
             return self._miss(args, kwargs, read_misses, failed_at)
@@ -203,6 +202,37 @@ class JittedFunction:
                 self.last_rederived_traces = inner.last_rederived_traces
             self.fallback_reason = inner.fallback_reason
 
+    def _run_entries(self, entries: Sequence[CacheEntry], args: tuple, kwargs: dict,
+                     read_misses: list[MissReason], failed_at: list[tuple[CacheEntry, ValueCheckFailed]],
+                     ) -> Any:
+        """The answer of the first of ``entries`` that accepts the call, or MISS; a call that a value
+        check sent away goes on in an entry that computed the same up to that check (Note [Resuming at
+        a failed check], jit/read_resume.py), else in the next entry from the start.
+
+        Raises:
+            ComputationRaised: the computation raised the program's error (Note [Effects of a raising call]).
+        """
+        untried = list(entries)
+        resume: tuple[CacheEntry, Resumption] | None = None
+        while resume is not None or untried:
+            if resume is not None:
+                entry, how = resume
+                untried.remove(entry)
+            else:
+                entry, how = untried.pop(0), None
+            resume = None
+            try:
+                out = entry.cached_call(args, kwargs) if how is None else \
+                    run_resumed(entry.resume_call, how, args, kwargs)
+            except ValueCheckFailed as failed:  # a value read while tracing differs: another entry
+                read_misses.append(MissReason(entry.number, "value read", str(failed)))
+                self._read_failed(entry, failed, failed_at)
+                resume = resumption(failed, untried)
+                continue
+            if out is not MISS:
+                return out
+        return MISS
+
     def _read_failed(self, entry: CacheEntry, failed: ValueCheckFailed,
                      failed_at: list[tuple[CacheEntry, ValueCheckFailed]]) -> None:
         """A cached call's value check sent it away from ``entry``: what the value teaches."""
@@ -213,21 +243,16 @@ class JittedFunction:
     def _miss(self, args: tuple, kwargs: dict, read_misses: list[MissReason],
               failed_at: list[tuple[CacheEntry, ValueCheckFailed]]) -> Any:
         with self._lock:
-            for entry in self._cache.candidates(args):  # another thread may have traced this call meanwhile
-                if any(m.entry == entry.number for m in read_misses):
-                    continue
-                try:
-                    out = entry.cached_call(args, kwargs)
-                except ValueCheckFailed as failed:
-                    read_misses.append(MissReason(entry.number, "value read", str(failed)))
-                    self._read_failed(entry, failed, failed_at)
-                    continue
-                except ComputationRaised as raised:
-                    self.hits += 1
-                    return self._eagerly_after(raised, args, kwargs)
-                if out is not MISS:
-                    self.hits += 1
-                    return out
+            tried = {m.entry for m in read_misses}  # another thread may have traced this call meanwhile
+            try:
+                out = self._run_entries([e for e in self._cache.candidates(args) if e.number not in tried],
+                                        args, kwargs, read_misses, failed_at)
+            except ComputationRaised as raised:
+                self.hits += 1
+                return self._eagerly_after(raised, args, kwargs)
+            if out is not MISS:
+                self.hits += 1
+                return out
             reasons = [
                 MissReason(e.number, *why) for e in self.entries if (why := e.prologue.explain(args, kwargs))
             ]
@@ -347,6 +372,7 @@ class JittedFunction:
         """The stages after interpretation: grad, flatten, executors, prologue; the new cache entry."""
         # the pipeline of a miss (docs/architecture.md): interpret -> grad -> flatten -> executors -> prologue
         grad = differentiate(program, self.executor, self)  # inputs that require grad: docs/autograd.md
+        resumable, no_graph = None, False
         if grad.differentiated is not None:  # flat already, compiled with its backward
             computation = grad.differentiated.computation
             traces = grad.differentiated.traces  # one list: a lowered forward is appended once
@@ -372,26 +398,21 @@ class JittedFunction:
             backward_traces, inputs = [], flat.inputs
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once
             self.last_rederived_traces = []
-            computation = self.executor.compile(flat.trace, record_lowered(traces),
-                                                grad_off=runs_without_grad(flat.trace))
+            resumable = Resumable.of(flat.trace)  # Note [Resuming at a failed check]
+            on_lowered = record_lowered(traces)
+            computation = self.executor.compile(
+                flat.trace, on_lowered if resumable is None else resumable.watching(on_lowered),
+                grad_off=runs_without_grad(flat.trace))
+            if resumable is not None:
+                resumable.full, computation = computation, resumable.computation
             if no_graph:
                 computation = without_grad(computation)
         prologue = self._finish_prologue(_prologue_of(program.prologue, grad, inputs))
         self.last_prologue = prologue
         plain_data = runs_torch_function(program)  # recorded on the data: jitcore/proxies/typed.py
         effects = program.effects
-        post = (
-            computation if effects is None else _identity
-        )  # effects are performed before the output's rebuild
-        if program.structure is not None:
-            post = program.structure.wrap(post)
-        if program.epilogue is not None:
-            post = program.epilogue.wrap(post)
-        computation = post if effects is None else computation
-        computation = with_rollback(traces[0], computation)  # undo writes before a failed read check
-        computation = with_settings_restored(traces[0], computation)  # Note [A computation that raises ...]
-        computation = with_eager_on_raise(traces[0], computation, effects,  # Note [Effects of a raising call]
-                                          handlers=program.reruns_on_raise)
+        post = _after(program, _identity)  # effects are performed before the output's rebuild
+        computation = _around(program, traces[0], computation)
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
             effects.dispatch_runs = grad.pass_1  # the classes' dispatch logs as it runs
@@ -402,6 +423,10 @@ class JittedFunction:
         entry = CacheEntry(number, prologue, traces, computation, _not_compiled, effects=effects,
                            plain_data=plain_data)
         entry.cached_call = entry.compile_fast_path()
+        if resumable is not None:
+            entry.resumable = resumable
+            resumed = without_grad(resumable.resumed) if no_graph else resumable.resumed
+            entry.resume_call = entry.compile_fast_path(_around(program, traces[0], resumed))
         return entry
 
     def _finish_prologue(self, prologue: Prologue) -> Prologue:
@@ -688,6 +713,27 @@ def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Contai
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _after(program: TracedProgram, computation: Callable[..., Any]) -> Callable[..., Any]:
+    """``computation`` followed by the rebuild of the program's output."""
+    if program.structure is not None:
+        computation = program.structure.wrap(computation)
+    if program.epilogue is not None:
+        computation = program.epilogue.wrap(computation)
+    return computation
+
+
+def _around(program: TracedProgram, trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
+    """An entry's ``computation`` as its cached call runs it: the output rebuilt (here where the program
+    has no Python effects, else by them), writes undone before a failed read check, the thread's settings
+    put back (Note [A computation that raises inside no_grad]) and a raise run eagerly (Note [Effects of a
+    raising call])."""
+    if program.effects is None:
+        computation = _after(program, computation)
+    computation = with_rollback(trace, computation)
+    computation = with_settings_restored(trace, computation)
+    return with_eager_on_raise(trace, computation, program.effects, handlers=program.reruns_on_raise)
 
 
 def _accept(*_inputs: Any) -> bool:

@@ -21,14 +21,15 @@ import torch
 from jitcore.errors import DataDependentError
 from jitcore.ir import BoundSymbol, Trace
 from jitcore.jit.probe import may_write, written_arguments
+from jitcore.langctx.input_writes import writes_self_only
 from jitcore.langctx.reads import READ, ReadSite, ValueCheckFailed
 from jitcore.langctx.thread_state import SET_GRAD_ENABLED, STATE_CHANGE_SYMBOLS, ThreadState
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 
 __all__ = [
-    "Undo", "has_reads", "nondeterministic_read", "read_sites", "with_rollback", "with_settings_restored",
-    "writes_inputs_themselves",
+    "Undo", "has_reads", "nondeterministic_read", "read_sites", "storage_of", "with_rollback",
+    "with_settings_restored", "writes_inputs_themselves", "written_storages",
 ]
 
 
@@ -115,14 +116,7 @@ class Undo:
     @staticmethod
     def of(trace: Trace, records: list[BoundSymbol]) -> Undo | None:
         """What ``records`` (some of ``trace``'s) change; None where they change nothing of the kinds."""
-        written: set[int | None] = set()
-        for bsym in _flat(records):
-            if may_write(bsym):
-                written |= {  # a subclass value's storage is its inner tensors', written by its subsymbols
-                    _storage_or_none(v)
-                    for v in optree.tree_leaves(written_arguments(bsym) or (bsym.args, bsym.kwargs))
-                    if isinstance(v, TensorProxy)
-                }
+        written = written_storages(records)
         positions = tuple(
             i for i, a in enumerate(trace.args) if isinstance(a, TensorProxy) and _storage(a) in written)
         random = any("random" in b.symbol.tags for b in _flat(records))
@@ -161,6 +155,27 @@ class Undo:
 
 
 STATE_CHANGES = frozenset(STATE_CHANGE_SYMBOLS.values())
+
+
+def written_storages(records: list[BoundSymbol]) -> set[int | None]:
+    """The storages ``records`` (and their subsymbols) may write; None for a tensor without one."""
+    written: set[int | None] = set()
+    for bsym in _flat(records):
+        if may_write(bsym):
+            written |= {  # a subclass value's storage is its inner tensors', written by its subsymbols
+                storage_of(v) for v in optree.tree_leaves(_written(bsym)) if isinstance(v, TensorProxy)
+            }
+    return written
+
+
+def _written(bsym: BoundSymbol) -> Any:
+    """The arguments a record that may write may write (Note [In-place methods write only self])."""
+    named = written_arguments(bsym)
+    if named:
+        return named
+    if bsym.args and writes_self_only(bsym.symbol.fn, bsym.kwargs):
+        return bsym.args[0]
+    return bsym.args, bsym.kwargs
 
 
 # Note [A computation that raises inside no_grad]
@@ -207,12 +222,12 @@ def writes_inputs_themselves(trace: Trace) -> bool:
     writes that argument itself, not a view or ``.data`` of it (Note [A raise before the computation
     writes an input], jit/raising_calls.py)."""
     inputs = {id(a) for a in trace.args if isinstance(a, TensorProxy)}
-    storages = {_storage_or_none(a) for a in trace.args if isinstance(a, TensorProxy)}
+    storages = {storage_of(a) for a in trace.args if isinstance(a, TensorProxy)}
     for bsym in _flat(trace.bound_symbols):
         if may_write(bsym):
             for value in optree.tree_leaves(written_arguments(bsym) or (bsym.args, bsym.kwargs)):
                 if isinstance(value, TensorProxy) and id(value) not in inputs \
-                        and _storage_or_none(value) in storages:
+                        and storage_of(value) in storages:
                     return False
     return True
 
@@ -221,7 +236,8 @@ def _storage(proxy: TensorProxy) -> int:
     return proxy.shadow.untyped_storage()._cdata
 
 
-def _storage_or_none(proxy: TensorProxy) -> int | None:
+def storage_of(proxy: TensorProxy) -> int | None:
+    """The storage of ``proxy``'s shadow, None for a tensor without one of its own (a wrapper subclass)."""
     try:
         return _storage(proxy)
     except (RuntimeError, NotImplementedError):  # a wrapper subclass: no storage of its own

@@ -11,6 +11,7 @@ eager's kernel. Invariants:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -18,7 +19,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.symbolic_shapes import guard_or_false, guard_or_true
 
-__all__ = ["WRITES_NO_DATA", "input_metadata", "may_write_inputs", "resized", "tensor_metadata"]
+__all__ = [
+    "WRITES_NO_DATA", "input_metadata", "may_write_inputs", "resized", "tensor_metadata", "writes_self_only",
+]
 
 # In-place methods by name that change a tensor's autograd or sharing flags, never its data: a copy
 # of the tensor taken to undo writes (a failed value check) must not be made or restored for them
@@ -64,6 +67,37 @@ def may_write_inputs(fn: Any, kwargs: dict) -> bool:
     if name.startswith("__") and name.endswith("__"):
         return name.startswith("__i") or name == "__setitem__"
     return name.endswith("_") and name not in WRITES_NO_DATA
+
+
+# Note [In-place methods write only self]
+# ``new.index_add_(0, a, x)`` writes ``new``, not ``x``; taking every tensor argument of an in-place call as
+# written made a failed value check's undo copy ``x`` on every call of a k-means step (and count ``x`` as
+# written wherever that decides, jit/read_rollback.py). A method of ``torch.Tensor`` whose every aten
+# overload of its name marks ``self`` and nothing else as written (``Tensor(a!) self``) writes only its
+# first argument; any other call keeps the answer "all of them".
+def writes_self_only(fn: Any, kwargs: dict) -> bool:
+    """Whether a call of ``fn`` writes its first argument and no other (Note [In-place methods write only
+    self]); False where that is not known."""
+    if "out" in kwargs or kwargs.get("inplace") is True:
+        return False
+    try:
+        return _writes_self_only(fn)
+    except TypeError:  # an unhashable callable
+        return False
+
+
+@functools.cache
+def _writes_self_only(fn: Any) -> bool:
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str) or not name.endswith("_") or getattr(torch.Tensor, name, None) is not fn:
+        return False
+    packet = getattr(torch.ops.aten, name, None)
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return False
+    overloads = [getattr(packet, o) for o in packet.overloads()]
+    return bool(overloads) and all(
+        [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+        == [0] for op in overloads)
 
 
 def tensor_metadata(f: torch.Tensor) -> tuple:
