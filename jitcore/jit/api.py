@@ -80,7 +80,14 @@ class CacheEntry:
     plain_data: bool = False  # inputs run a __torch_function__ the trace resolved: checked and run without it
     eager_reason: BaseException | None = None  # an eager entry: calls it accepts run the function eagerly
     resumable: Resumable | None = None  # Note [Resuming at a failed check] (jit/read_resume.py)
-    resume_call: Callable[[tuple, dict], Any] | None = None  # the cached call going on after a check
+    resumed: Callable[..., Any] | None = None  # the computation going on after a check, as it runs
+    _resume_call: Callable[[tuple, dict], Any] | None = None
+
+    def resume_call(self) -> Callable[[tuple, dict], Any]:
+        """The cached call going on after another entry's failed check (compiled on its first use)."""
+        if self._resume_call is None:
+            self._resume_call = self.compile_fast_path(self.resumed)
+        return self._resume_call
 
     def compile_fast_path(self, computation: Callable | None = None) -> Callable[[tuple, dict], Any]:
         """The cached call: the prologue's checks, the computation (``self.computation`` by default),
@@ -223,7 +230,7 @@ class JittedFunction:
             resume = None
             try:
                 out = entry.cached_call(args, kwargs) if how is None else \
-                    run_resumed(entry.resume_call, how, args, kwargs)
+                    run_resumed(entry.resume_call(), how, args, kwargs)
             except ValueCheckFailed as failed:  # a value read while tracing differs: another entry
                 read_misses.append(MissReason(entry.number, "value read", str(failed)))
                 self._read_failed(entry, failed, failed_at)
@@ -426,7 +433,7 @@ class JittedFunction:
         if resumable is not None:
             entry.resumable = resumable
             resumed = without_grad(resumable.resumed) if no_graph else resumable.resumed
-            entry.resume_call = entry.compile_fast_path(_around(program, traces[0], resumed))
+            entry.resumed = _around(program, traces[0], resumed)
         return entry
 
     def _finish_prologue(self, prologue: Prologue) -> Prologue:

@@ -112,7 +112,8 @@ class Resumable:
         self.trace = trace
         self.records = trace.bound_symbols
         self.full: Callable[..., Any]  # set once the executors compiled the trace
-        self._filenames = {trace_filename(trace)}  # code whose frames hold the trace's values by name
+        self._filenames: set[str] = set()  # code whose frames hold the trace's values by name (its own:
+        self._own = False  # made on the first question, printing the trace costs)
         self._lowered: set[str] = set()  # code an executor lowered the trace to (Note [Lowered frames])
         self._single: frozenset[str] | None = None  # names bound once in the trace
         self._canon: list[tuple] | None = None
@@ -220,6 +221,9 @@ class Resumable:
 
     def held_by(self, frame: types.FrameType) -> bool:
         """Whether ``frame`` runs this entry's code (compiled from the trace or lowered from it)."""
+        if not self._own:
+            self._filenames.add(trace_filename(self.trace))
+            self._own = True
         return frame.f_code.co_filename in self._filenames or frame.f_code.co_filename in self._lowered
 
     def held(self, frame: types.FrameType) -> dict[str, Any] | None:
@@ -247,7 +251,8 @@ class Resumable:
         return quiet
 
     def canon(self) -> list[tuple]:
-        """The records, proxies numbered in order of appearance (a check's expected value left out)."""
+        """The records, proxies numbered in order of appearance, each as (the call without a check's
+        expected value, that value)."""
         if self._canon is None:
             for a in self.trace.args:
                 if isinstance(a, Proxy):
@@ -266,7 +271,8 @@ class Resumable:
         if same is None:
             mine, theirs = self.canon(), other.canon()
             same = known[index] = len(mine) > index and len(theirs) > index \
-                and mine[:index + 1] == theirs[:index + 1] and self._input_kinds() == other._input_kinds()
+                and mine[:index] == theirs[:index] and mine[index][0] == theirs[index][0] \
+                and self._input_kinds() == other._input_kinds()  # the checks before ``index`` included
         return same
 
     def renamed(self, other: Resumable, index: int, values: dict[str, Any]) -> dict[str, Any]:
@@ -285,14 +291,16 @@ class Resumable:
         return n
 
     def _record(self, bsym: BoundSymbol) -> tuple:
-        args = bsym.args
-        if bsym.symbol is READ:
-            args = (args[0], None, *args[2:])  # the expected value: compared by ``resumption``
-        leaves, spec = optree.tree_flatten((args, bsym.kwargs), none_is_leaf=True)
-        out_leaves, out_spec = optree.tree_flatten(bsym.output, none_is_leaf=True)
+        args, expected = bsym.args, None
+        if bsym.symbol is READ:  # the expected value apart: at the failed check, compared with the value read
+            args, expected = (args[0], None, *args[2:]), self._tree(args[1])
         symbol = bsym.symbol  # a data-dependent op's symbol is made per pass: what the code calls decides
-        return ((symbol.id, symbol.path, id(symbol.fn), symbol.tags), spec,
-                tuple(self._leaf(v) for v in leaves), out_spec, tuple(self._leaf(v) for v in out_leaves))
+        return ((symbol.id, symbol.path, id(symbol.fn), symbol.tags), self._tree((args, bsym.kwargs)),
+                self._tree(bsym.output)), expected
+
+    def _tree(self, tree: Any) -> tuple:
+        leaves, spec = optree.tree_flatten(tree, none_is_leaf=True)
+        return spec, tuple(self._leaf(v) for v in leaves)
 
     def _leaf(self, value: Any) -> Any:
         if isinstance(value, Proxy):

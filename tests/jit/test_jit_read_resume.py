@@ -171,3 +171,22 @@ def test_kmeans_lowered_by_inductor_goes_on_from_the_lowered_code() -> None:
     assert len(jitcore.last_traces(jfn)) > 1, "nothing was lowered"
     eager, jitted = _ops(_kmeans, calls, "aten::allclose"), _ops(jfn, calls, "aten::allclose")
     assert jitted == eager, (jitted, eager)
+
+
+def _two_reads(x: torch.Tensor):
+    positive = bool(x.sum() > 0)
+    y = x + 1
+    if y.mean() > 1.5:
+        return y * 2
+    return y * (3 if positive else 4)
+
+
+def test_an_entry_whose_earlier_check_expects_another_value_is_not_gone_on_in() -> None:
+    """Entries (False, False) and (True, True) make the same records but for their checks' values; a
+    call (True, False) that the second check sends away from (True, True) must not go on in (False,
+    False) after that check: its first check would have sent the call away (it returns ``y * 4``)."""
+    calls = [torch.full((4,), -1.0), torch.full((4,), 2.0), torch.full((4,), 0.25)]
+    jfn = jitcore.jit(_two_reads)
+    for x in calls:
+        assert_same(jfn(x), _two_reads(x))
+    assert jitcore.cache_misses(jfn) == 3
