@@ -315,6 +315,24 @@ def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, i
     return out, index_of
 
 
+def dropped_before(code: CodeType) -> tuple[list[tuple[tuple[int, int, int | None], ...]], dict[int, int]]:
+    """For each decoded instruction, the ``(offset, opcode, lineno)`` of the instructions dropped just before
+    it (Note [Dropped instructions]), and the byte offset each jump (by its index) targets: a trace function
+    sees the dropped instructions' lines and the start's RESUME where CPython executes them (tracing.py)."""
+    out: list[tuple[tuple[int, int, int | None], ...]] = []
+    targets: dict[int, int] = {}
+    dropped: list[tuple[int, int, int | None]] = []
+    for offset, opcode, _opname, arg, argval, lineno, *_ in _raw(code):
+        if opcode in _DROPPED or (opcode == _RESUME and not arg):
+            dropped.append((offset, opcode, lineno))
+        else:
+            if opcode in _JUMPS:
+                targets[len(out)] = argval
+            out.append(tuple(dropped))
+            dropped.clear()
+    return out, targets
+
+
 def _fuse(instructions: list[Instruction], hooked: frozenset[int] = frozenset()) -> list[Instruction]:
     """``instructions`` with registered runs replaced, at their first index, by a fused instruction
     (runs containing an opcode of ``hooked`` excepted: a hook must see those one by one)."""

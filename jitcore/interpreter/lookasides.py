@@ -86,6 +86,7 @@ from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.reductions import reduce_ex
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
+from jitcore.interpreter.tracing import gettrace, settrace
 
 __all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments",
            "warning_location"]
@@ -408,32 +409,32 @@ def _no_module(self: object) -> str:
 class FrameProxy:
     """What ``sys._getframe()`` returns for an interpreted frame: the ``f_*`` attributes of a frame object."""
 
-    __slots__ = ("__weakref__", "_back", "_frame", "_generator", "_trace", "_trace_lines", "_trace_opcodes")
+    __slots__ = ("__weakref__", "_back", "_frame", "_generator")
 
     def __init__(self, frame: Frame, back: object) -> None:
         self._frame = frame
         self._back = back
         self._generator: Callable[[], object] | None = None  # weakref to its generator, set by gi_frame
-        self._trace = None
-        self._trace_lines = True
-        self._trace_opcodes = False
 
     f_globals = property(lambda self: self._frame.globals)
     f_builtins = property(lambda self: self._frame.builtins)
     f_locals = property(lambda self: f_locals(self._frame))
     f_code = property(lambda self: self._frame.code)
-    f_lineno = property(lambda self: self._frame.position().lineno)
+    # (while a trace function runs for an instruction the decoding dropped, its line: tracing.py)
+    f_lineno = property(lambda self: getattr(self._frame, "trace_line", None) or
+                        self._frame.position().lineno)
     f_lasti = property(lambda self: self._frame.instruction.offset)
     f_back = property(lambda self: self._back)
 
-    # ``f_trace`` and its two flags are stored as on a frame object: CPython calls ``f_trace`` only while a
-    # trace function is installed (sys.settrace), which interpreted code cannot do (UnsupportedConstruct)
-    f_trace = property(lambda self: self._trace, lambda self, value: setattr(self, "_trace", value),
-                       lambda self: setattr(self, "_trace", None))
-    f_trace_lines = property(lambda self: self._trace_lines,
-                             lambda self, value: setattr(self, "_trace_lines", _trace_flag(value)))
-    f_trace_opcodes = property(lambda self: self._trace_opcodes,
-                               lambda self, value: setattr(self, "_trace_opcodes", _trace_flag(value)))
+    # ``f_trace`` is kept by the frame (a proxy lives only while held), its two flags as on a frame object;
+    # the events of a trace function interpreted code installs (sys.settrace) go to it: tracing.py
+    f_trace = property(lambda self: getattr(self._frame, "trace", None),
+                       lambda self, value: setattr(self._frame, "trace", value),
+                       lambda self: setattr(self._frame, "trace", None))
+    f_trace_lines = property(lambda self: getattr(self._frame, "trace_flags", _TRACE_FLAGS)[0],
+                             lambda self, value: _set_trace_flag(self._frame, 0, value))
+    f_trace_opcodes = property(lambda self: getattr(self._frame, "trace_flags", _TRACE_FLAGS)[1],
+                               lambda self, value: _set_trace_flag(self._frame, 1, value))
     # ``isinstance(f, types.FrameType)`` (inspect.isframe) holds, through ``__class__``, so Python code
     # that takes frames (``inspect.stack()``, ``inspect.getframeinfo``, ``traceback.walk_stack``) accepts
     # it; C code that needs a frame object still refuses it (its type is this class).
@@ -468,6 +469,15 @@ class FrameProxy:
 # A frame's type is named ``frame``: the messages C and the interpreter make of a proxy's type name (``'frame'
 # object is not iterable``, ``'frame' object has no attribute 'locals'``) and its class's repr are a frame's.
 FrameProxy.__name__ = FrameProxy.__qualname__ = "frame"
+
+
+_TRACE_FLAGS = (True, False)  # a frame's (f_trace_lines, f_trace_opcodes) until set
+
+
+def _set_trace_flag(frame: Frame, which: int, value: object) -> None:
+    flags = list(getattr(frame, "trace_flags", _TRACE_FLAGS))
+    flags[which] = _trace_flag(value)
+    frame.trace_flags = tuple(flags)
 
 
 def _trace_flag(value: object) -> bool:
@@ -723,7 +733,8 @@ def builtin_lookasides() -> dict[object, Callable]:
             warnings.warn: warn,
             builtins.__build_class__: build_class,
             FunctionType: function_,
-            sys.settrace: _refuse_tracing("settrace"),
+            sys.settrace: settrace,
+            sys.gettrace: gettrace,
             types.GeneratorType.throw: throw_,  # Note [A throw into a generator not started]
             types.CoroutineType.throw: throw_,
             types.GeneratorType.close: close_,  # Note [close() chains to the closer's exception]

@@ -24,6 +24,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 import os
 from typing import TYPE_CHECKING
 
+from jitcore.interpreter import tracing
 from jitcore.interpreter.errors import InterpreterError, JitcoreInterpreterError
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import CodeInfo, Instruction
@@ -32,7 +33,7 @@ from jitcore.interpreter.tracebacks import add_frame, is_internal, reraised_trac
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
-__all__ = ["execute", "execute_traced", "unwind"]
+__all__ = ["execute", "execute_settrace", "execute_traced", "unwind"]
 
 _OPCODES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "opcodes") + os.sep
 
@@ -106,6 +107,55 @@ def execute_traced(frame: Frame, pending: BaseException | None = None) -> None:
                     raise
     finally:
         frames.pop()
+
+
+def execute_settrace(frame: Frame, pending: BaseException | None = None) -> None:
+    """``execute`` giving the events of Note [Trace events of interpreted frames] to the program's trace
+    function (tracing.py); what runs while one is set (``Run.traceable`` runs only)."""
+    run = frame.run
+    frames = run.frames
+    frames.append(frame)
+    handlers = run.handlers
+    instructions = frame.info.instructions
+    cursor = [None, None, False, None]  # tracing.before's: the last instruction executed (dropped ones too)
+    try:
+        if pending is not None:
+            cursor[3] = instructions[frame.index - 1] if frame.index else None  # where it is thrown in
+            tracing.call_event(frame)
+            _raise_into(frame, pending)
+        while True:
+            try:
+                while True:
+                    inst = instructions[frame.index]
+                    frame.index = inst.after
+                    if tracing.TRACE.function is not None:
+                        tracing.before(frame, inst, cursor)
+                    if handlers[inst.opcode](frame, inst) is not None:
+                        break
+            except BaseException as exc:
+                line = tracing.unwound_line(cursor)
+                if not unwind(frame, exc):
+                    tracing.return_event(frame, None, line)
+                    raise
+                continue
+            tracing.return_event(frame, frame.result)
+            return
+    finally:
+        frames.pop()
+
+
+# Note [Trace events of interpreted frames]
+# A frame started while the program's trace function is set runs in ``execute_settrace``, whose events are
+# CPython 3.11's (ceval.c's DO_TRACING), over the instructions CPython executes, those the decoding dropped
+# included (a NOP carries a ``pass``'s line; a jump to a dropped instruction is taken to land on the first
+# dropped before the instruction it maps to): ``call`` (to the global trace function; what it returns is the
+# frame's ``f_trace``) at each RESUME, so at the start and at every resumption of a generator; from the first
+# RESUME on, before any other instruction, ``line`` where its line differs from the previously executed
+# instruction's (none at the start) or a jump went backwards (not SEND's), then ``opcode`` where
+# ``f_trace_opcodes`` is set; ``return`` with the returned or yielded value, or None when an exception leaves
+# the frame; ``exception`` (``_route``) where the frame gets a traceback entry. A frame already running when
+# the function was set gives no line events (CPython's would: every frame checks the thread's flag at every
+# instruction, which the plain loops do not).
 
 
 # Note [A thrown exception is chained in its frame]
@@ -226,6 +276,8 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
         exc.__traceback__ = reraised_traceback(frame, exc, entry is None)
     else:  # raised here or by a callee: an entry, even over one of this frame's (a callee re-raised it)
         add_frame(frame, exc, True, entry is None)
+        if tracing.TRACE.function is not None:  # Note [Trace events of interpreted frames]
+            tracing.exception_event(frame, exc)
     if entry is None:
         frame.stack.clear()  # as CPython clears an unwound frame's value stack (tracebacks keep frames alive)
         # the last few that left a frame, and for which caller (Note [A stored exception C raises again])

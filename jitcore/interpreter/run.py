@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from jitcore.interpreter.hooks import Hooks
 from jitcore.interpreter.registry import handler_table, hooked_opcodes
+from jitcore.interpreter.tracing import traced_loop
 
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
@@ -109,6 +110,7 @@ class Run:
         "unentered",
         "resolve_call",
         "thread",
+        "traceable",
         "type_of",
     )
 
@@ -135,6 +137,11 @@ class Run:
         self.fused = hooks.on_instruction is None
         self.hooked = hooked_opcodes(hooks_set)
         self.plain = self.fused and not self.hooked  # executes ``CodeInfo.fused`` (the loop's fast path)
+        # no hook sees instructions: a trace function of the program's can (tracing.py); while one is set,
+        # frames start in loop.execute_settrace
+        self.traceable = self.plain
+        if traced_loop(self):
+            self.plain, self.execute = False, loop.execute_settrace
         self.raising: tuple | None = None
         # (exception, frame, next): frames it left without a traceback entry (Note [Unwinding at the recursion
         # limit] in loop.py), the latest first

@@ -25,16 +25,6 @@ KNOWN_FAILURES_311: dict[str, str] = {
     "test.test_iter.TestCase.test_reduce_mutating_builtins_iter":
         "replaces builtins.iter from inside __reduce__; the interpreter's iter() is its lookaside, "
     "not the builtins module's current entry",
-    # --- sys.settrace: the interpreter does not emit trace events for interpreted frames, so installing a
-    # trace function from interpreted code is refused (UnsupportedConstruct) instead of silently differing
-    "test.test_scope.ScopeTests.testLocalsClass_WithTrace": "calls sys.settrace() inside interpreted code",
-    "test.test_scope.ScopeTests.testInteractionWithTraceFunc": "calls sys.settrace() inside interpreted code",
-    "test.test_patma.TestTracing.test_default_capture": "sys.settrace line events are not emitted",
-    "test.test_patma.TestTracing.test_default_wildcard": "sys.settrace line events are not emitted",
-    "test.test_patma.TestTracing.test_no_default": "sys.settrace line events are not emitted",
-    "test.test_patma.TestTracing.test_only_default_capture": "sys.settrace line events are not emitted",
-    "test.test_patma.TestTracing.test_only_default_wildcard": "sys.settrace line events are not emitted",
-    "test.test_patma.TestTracing.test_unreachable_code": "sys.settrace line events are not emitted",
     "test.test_richcmp.MiscTest.test_recursion":
         "runs under support.infinite_recursion(), a recursion limit of 100 frames above the test's, which "
         "the interpreter's native frames for the test's own calls exceed",
@@ -86,14 +76,6 @@ _SAME_ON_313 = (
     "test.test_raise.TestTracebackType.test_attrs",
     "test.test_raise.TestTracebackType.test_constructor",
     "test.test_iter.TestCase.test_reduce_mutating_builtins_iter",
-    "test.test_scope.ScopeTests.testLocalsClass_WithTrace",
-    "test.test_scope.ScopeTests.testInteractionWithTraceFunc",
-    "test.test_patma.TestTracing.test_default_capture",
-    "test.test_patma.TestTracing.test_default_wildcard",
-    "test.test_patma.TestTracing.test_no_default",
-    "test.test_patma.TestTracing.test_only_default_capture",
-    "test.test_patma.TestTracing.test_only_default_wildcard",
-    "test.test_patma.TestTracing.test_unreachable_code",
     "test.test_coroutines.OriginTrackingTest.test_origin_tracking",
     "test.test_coroutines.OriginTrackingTest.test_origin_tracking_warning",
     "test.test_descr.ClassPropertiesAndMethods.test_slots",
@@ -115,9 +97,6 @@ KNOWN_FAILURES_313: dict[str, str] = {
     ),
     "test.test_call.TestRecursion.test_super_deep":
         "each interpreted call uses several native frames, so RecursionError comes at a different depth",
-    "test.test_code.CodeTest.test_code_equal_with_instrumentation":
-        "sets f_trace_opcodes on sys._getframe()'s frame proxy (frame tracing is not emitted for interpreted "
-        "frames)",
     "test.test_warnings.CWarnTests.test_skip_file_prefixes":
         "warn() of a _warnings module imported afresh (import_fresh_module) is not the builtin the warnings "
         "lookaside is keyed by: it runs natively and blames the interpreter's frame",
@@ -131,18 +110,10 @@ KNOWN_FAILURES_313: dict[str, str] = {
 KNOWN_FAILURES_312: dict[str, str] = {
     name: KNOWN_FAILURES_311.get(name) or KNOWN_FAILURES_313[name]
     for name in (
-        "test.test_scope.ScopeTests.testInteractionWithTraceFunc",
-        "test.test_scope.ScopeTests.testLocalsClass_WithTrace",
         "test.test_exceptions.ExceptionTests.testSettingException",
         "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler",
         "test.test_exceptions.PEP626Tests.test_lineno_after_other_except",
         "test.test_exceptions.PEP626Tests.test_lineno_in_try",
-        "test.test_patma.TestTracing.test_default_capture",
-        "test.test_patma.TestTracing.test_default_wildcard",
-        "test.test_patma.TestTracing.test_no_default",
-        "test.test_patma.TestTracing.test_only_default_capture",
-        "test.test_patma.TestTracing.test_only_default_wildcard",
-        "test.test_patma.TestTracing.test_unreachable_code",
         "test.test_coroutines.OriginTrackingTest.test_origin_tracking",
         "test.test_coroutines.OriginTrackingTest.test_origin_tracking_warning",
         "test.test_call.TestPEP590.test_setvectorcall",
@@ -154,7 +125,6 @@ KNOWN_FAILURES_312: dict[str, str] = {
         "test.test_raise.TestTracebackType.test_attrs",
         "test.test_raise.TestTracebackType.test_constructor",
         "test.test_iter.TestCase.test_reduce_mutating_builtins_iter",
-        "test.test_code.CodeTest.test_code_equal_with_instrumentation",
     )
 }
 

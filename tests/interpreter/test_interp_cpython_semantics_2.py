@@ -156,7 +156,7 @@ def test_frame_f_locals_is_3_13s_frame_locals_proxy() -> None:
 def test_a_frames_f_trace_and_its_flags_are_stored() -> None:
     """``sys._getframe().f_trace = fn`` (or None, or True) is stored and read back, ``del`` resets it, and
     ``f_trace_lines``/``f_trace_opcodes`` take bools only, as on a frame object (test_frame's
-    test_lineno_with_tracing; the trace function runs only under sys.settrace, refused interpreted)."""
+    test_lineno_with_tracing; the trace function runs only under sys.settrace: test_interp_settrace.py)."""
 
     def f() -> list:
         frame = sys._getframe()

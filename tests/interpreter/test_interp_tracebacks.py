@@ -88,7 +88,7 @@ def test_generator_exception_traceback():
 
 def test_unsupported_construct_names_file_and_line():
     def f():
-        sys.settrace(lambda *a: None)
+        sys.setprofile(lambda *a: None)
 
     with pytest.raises(UnsupportedConstruct) as info:
         interpret(f)()

@@ -15,6 +15,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 import inspect
 from types import CoroutineType, GeneratorType
 
+from jitcore.interpreter import tracing
 from jitcore.interpreter.attributes import MISSING, load_attr, lookup_special
 from jitcore.interpreter.calls import call
 from jitcore.interpreter.frame import Frame
@@ -60,6 +61,8 @@ def send(frame: Frame, inst: Instruction) -> None:
         else:
             result = call(frame.run, load_attr(frame.run, receiver, "send"), (value,), None)
     except StopIteration as stop:
+        if tracing.TRACE.function is not None:
+            tracing.stop_iteration_event(frame, stop, value, receiver)
         stack[-1] = stop.value
         frame.index = inst.argval
         return
@@ -84,6 +87,8 @@ def send_312(frame: Frame, inst: Instruction) -> None:
     try:
         stack[-1] = _send_to(frame, stack[-2], stack[-1])
     except StopIteration as stop:
+        if tracing.TRACE.function is not None:
+            tracing.stop_iteration_event(frame, stop, stack[-1], stack[-2])
         stack[-1] = stop.value
         frame.index = inst.argval
 

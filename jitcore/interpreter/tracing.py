@@ -1,0 +1,264 @@
+"""``sys.settrace`` in interpreted code: the thread's trace function, the events interpreted frames give it.
+
+Invariants:
+- The trace function interpreted code installs is this thread's (``TRACE.function``), never CPython's own:
+  installed natively it would see the interpreter's frames, not the program's. Native code does not see it.
+- Only a run that executes instructions with no hook to see them (``Run.traceable``: ``interpret`` without
+  the jit) can be traced; any other refuses ``sys.settrace`` (UnsupportedConstruct) as before.
+- While a trace function is set, a traceable run starts every frame in ``loop.execute_settrace``, whose events
+  are CPython 3.11's (Note [Trace events of interpreted frames] in loop.py). Frames already running when it
+  was set give no line events.
+- While the trace function runs (``TRACE.busy``) nothing is traced, as under CPython's ``tstate->tracing``; an
+  exception it raises unsets it (``sys.settrace(None)``) and propagates from the traced instruction.
+"""
+
+from __future__ import annotations
+
+# the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
+__builtins__ = dict(vars(__import__("builtins")))
+
+import sys
+import threading
+from collections.abc import Callable
+from types import CodeType, GeneratorType
+from typing import TYPE_CHECKING
+
+from jitcore.interpreter.errors import UnsupportedConstruct
+from jitcore.interpreter.instructions import dis, dropped_before
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.frame import Frame
+    from jitcore.interpreter.instructions import Instruction
+    from jitcore.interpreter.run import Run
+
+__all__ = ["TRACE", "before", "call_event", "exception_event", "gettrace", "return_event", "settrace",
+           "stop_iteration_event", "trace_points", "traced_loop", "unwound_line"]
+
+
+class _TraceState(threading.local):
+    def __init__(self) -> None:
+        self.function: object = None  # what the program passed to sys.settrace, or None
+        self.busy = False  # a trace function is running (CPython's tstate->tracing)
+
+
+TRACE = _TraceState()
+RESUME = dis.opmap["RESUME"]
+_SEND = dis.opmap["SEND"]
+_RERAISE = dis.opmap["RERAISE"]
+# 3.12+ traces through sys.monitoring, where f_trace_opcodes set in a trace function gives no opcode events
+_OPCODE_EVENTS = sys.version_info < (3, 12)
+_CONDITIONS: dict[int, Callable[[object], bool]] = {dis.opmap[name]: test for names, test in (
+    (("POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE"), lambda v: not v),
+    (("POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE"), bool),
+    (("POP_JUMP_IF_NONE", "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NONE"), lambda v: v is None),
+    (("POP_JUMP_IF_NOT_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE"),
+     lambda v: v is not None),
+) for name in names if name in dis.opmap}
+_UNCONDITIONAL = frozenset(dis.opmap[name] for name in ("JUMP_FORWARD", "JUMP_BACKWARD",
+                                                        "JUMP_BACKWARD_NO_INTERRUPT", "JUMP",
+                                                        "JUMP_NO_INTERRUPT") if name in dis.opmap)
+
+
+def traced_loop(run: Run) -> bool:
+    """Whether ``run`` starts its frames in the tracing loop now (a trace function is set, the run can)."""
+    return TRACE.function is not None and run.traceable
+
+
+def _switch(on: bool) -> None:
+    """Start new frames of every traceable run active on this thread in the tracing loop (or not)."""
+    from jitcore.interpreter import loop
+    from jitcore.interpreter.run import active_runs
+
+    for run in active_runs():
+        if run.traceable:
+            run.plain = not on
+            run.execute = loop.execute_settrace if on else loop.execute
+
+
+def settrace(*args: object) -> None:
+    """sys.settrace() called by interpreted code: the thread's trace function for interpreted frames."""
+    from jitcore.interpreter.run import current_run
+
+    if len(args) != 1:
+        raise TypeError(f"settrace() takes exactly one argument ({len(args)} given)")
+    function = args[0]
+    if function is None:
+        TRACE.function = None
+        _switch(False)
+        sys.settrace(None)  # one set natively around the run goes too, as CPython has one per thread
+        return
+    run = current_run()
+    if run is None or not run.traceable:
+        frame = run.frames[-1] if run is not None and run.frames else None
+        raise UnsupportedConstruct(
+            "sys.settrace() inside interpreted code: trace functions would not see interpreted frames",
+            frame.where() if frame is not None else "",
+            hint="call sys.settrace() outside the interpreted function",
+        )
+    TRACE.function = function
+    _switch(True)
+
+
+def gettrace() -> object:
+    """sys.gettrace() called by interpreted code: the trace function it set, else the thread's native one."""
+    function = TRACE.function
+    return function if function is not None else sys.gettrace()
+
+
+def trace_points(code: CodeType) -> tuple[list[tuple], dict[int, int], int]:
+    """The dropped instructions before each decoded one and the byte offset each jump targets
+    (``instructions.dropped_before``), and the offset of the first RESUME (CPython's ``_co_firsttraceable``:
+    what comes before it gives no events); made once per code object."""
+    hit = _POINTS.get(id(code))
+    if hit is None or hit[0] is not code:
+        dropped, targets = dropped_before(code)
+        resumes = [point[0] for points in dropped for point in points if point[1] == RESUME]
+        hit = _POINTS[id(code)] = (code, dropped, targets, min(resumes, default=0))
+    return hit[1], hit[2], hit[3]
+
+
+_POINTS: dict[int, tuple[CodeType, list, dict, int]] = {}
+
+
+def before(frame: Frame, inst: Instruction, cursor: list) -> None:
+    """The events before ``inst`` executes in ``frame``: those of the instructions dropped before it that
+    CPython executed on the way (``_dropped_run``), then its own (``_step``). ``cursor``: the frame's
+    ``[last point, last decoded instruction, whether that jumped, the last that raised]``, updated."""
+    dropped, targets, first = trace_points(frame.code)
+    prev, last, jumped = cursor[0], cursor[1], cursor[2]
+    for point in _dropped_run(dropped[inst.index], inst, last, jumped, targets):
+        prev = _step(frame, point, prev, first, True)
+    cursor[0] = _step(frame, (inst.offset, inst.opcode, inst.lineno), prev, first, False)
+    cursor[1] = inst
+    cursor[2] = _jumps(inst, frame.stack)
+
+
+def _dropped_run(points: tuple, inst: Instruction, last: Instruction | None, jumped: bool,
+                 targets: dict[int, int]) -> tuple:
+    """Which of ``points``, the instructions dropped before ``inst``, CPython executed on the way from
+    ``last``: all of them falling through, those from the jump's target on where ``last`` jumped (``inst``
+    does not follow it, it jumps unconditionally, or ``jumped``)."""
+    if last is None or not points:
+        return points
+    target = targets.get(last.index)
+    if target is None or (inst.index == last.after and last.opcode not in _UNCONDITIONAL and not jumped):
+        return points
+    return tuple(point for point in points if point[0] >= target)
+
+
+def _jumps(inst: Instruction, stack: list) -> bool:
+    """Whether a conditional jump over dropped instructions only (its target the next decoded instruction) is
+    taken, where its operand tells without asking it (True, False, None); False otherwise."""
+    if inst.argval != inst.after or inst.opcode not in _CONDITIONS or not stack:
+        return False
+    value = stack[-1]
+    if value is not True and value is not False and value is not None:
+        return False
+    return _CONDITIONS[inst.opcode](value)
+
+
+def _step(frame: Frame, point: tuple, prev: tuple | None, first: int, dropped: bool) -> tuple:
+    """The events before the instruction ``point`` = ``(offset, opcode, line)`` executes, ``prev`` the one
+    executed before it in the frame: ``call`` at a RESUME, else CPython 3.11's ``maybe_call_line_trace``: a
+    ``line`` event where the line differs from ``prev``'s (none at or before ``first``) or a jump went
+    backwards (but to a SEND), then ``opcode`` where ``f_trace_opcodes`` is set (3.11). ``dropped``: an
+    instruction the decoding dropped (the frame's ``f_lineno`` is then its line). Returns ``point``."""
+    offset, opcode, line = point
+    if offset < first or TRACE.busy or TRACE.function is None:
+        return point
+    shown = line if dropped else None
+    if opcode == RESUME:
+        _call_trace(frame, TRACE.function, "call", None, shown)
+        return point
+    callback = getattr(frame, "trace", None)
+    if callback is None:
+        return point
+    proxy = _proxy(frame)
+    if line is not None and proxy.f_trace_lines:
+        last = -1 if prev is None or prev[0] <= first or prev[2] is None else prev[2]
+        if line != last or (prev is not None and offset < prev[0] and opcode != _SEND):
+            _call_trace(frame, callback, "line", None, shown)
+    if _OPCODE_EVENTS and proxy.f_trace_opcodes and TRACE.function is not None:
+        callback = getattr(frame, "trace", None)
+        if callback is not None:
+            _call_trace(frame, callback, "opcode", None, shown)
+    return point
+
+
+def _proxy(frame: Frame) -> object:
+    """The frame object of ``frame``, the innermost frame of its run (as ``sys._getframe()`` gives it)."""
+    from jitcore.interpreter.lookasides import getframe
+
+    return getframe(0)
+
+
+def _call_trace(frame: Frame, callback: Callable, event: str, arg: object, line: int | None = None) -> None:
+    """``callback(frame, event, arg)`` as CPython's ``trace_trampoline``: its result, if not None, becomes the
+    frame's ``f_trace``; if it raises, tracing stops (``sys.settrace(None)``) and the exception propagates.
+    ``line``: the frame's ``f_lineno`` meanwhile, where the instruction is one the decoding dropped."""
+    from jitcore.interpreter.calls import call
+
+    TRACE.busy = True
+    frame.trace_line = line
+    try:
+        result = call(frame.run, callback, (_proxy(frame), event, arg), None)
+    except BaseException:
+        TRACE.function = None
+        _switch(False)
+        frame.trace = None
+        raise
+    finally:
+        TRACE.busy = False
+        frame.trace_line = None
+    if result is not None:
+        frame.trace = result
+
+
+def call_event(frame: Frame) -> None:
+    """The ``call`` event of an exception thrown into a generator's frame (CPython's
+    TRACE_FUNCTION_THROW_ENTRY: no RESUME runs)."""
+    if TRACE.function is not None and not TRACE.busy:
+        _call_trace(frame, TRACE.function, "call", None)
+
+
+def return_event(frame: Frame, value: object, line: int | None = None) -> None:
+    """The ``return`` event of a frame returning or yielding ``value`` (None when an exception leaves it;
+    ``line``: the frame's ``f_lineno`` then, where a RERAISE restored another, ``unwound_line``)."""
+    if TRACE.function is None or TRACE.busy:
+        return
+    callback = getattr(frame, "trace", None)
+    if callback is not None:
+        _call_trace(frame, callback, "return", value, line)
+
+
+def unwound_line(cursor: list) -> int | None:
+    """The line CPython's frame shows when an exception raised by ``cursor[1]`` (the instruction executed
+    last) leaves it: where that is a RERAISE with an argument (the end of an ``except``/``with`` block's
+    cleanup), the line of the instruction it restores ``f_lasti`` to, the last one that raised otherwise
+    (``cursor[3]``, which it updates); None for the current instruction's."""
+    last = cursor[1]
+    if last is not None and last.opcode == _RERAISE and last.arg:
+        raiser = cursor[3]
+        return None if raiser is None else raiser.lineno
+    cursor[3] = last
+    return None
+
+
+def stop_iteration_event(frame: Frame, stop: StopIteration, value: object, receiver: object) -> None:
+    """SEND under a trace function gives an ``exception`` event for the StopIteration of a delegate that
+    returned, but where it takes the delegate's ``__next__`` slot (``value`` None) and that, a generator's,
+    raised none (it returned None)."""
+    if TRACE.busy or (value is None and stop.value is None and type(receiver) is GeneratorType):
+        return
+    exception_event(frame, stop)
+
+
+def exception_event(frame: Frame, exc: BaseException) -> None:
+    """The ``exception`` event of ``exc`` raised in ``frame`` (by its instruction or a callee), after its
+    traceback entry, as CPython's ``call_exc_trace``; a frame not traced by the loop gets it too where its
+    ``f_trace`` was set (a debugger's ``set_trace`` sets it on the frames it was called from)."""
+    if TRACE.busy:
+        return
+    callback = getattr(frame, "trace", None)
+    if callback is not None:
+        _call_trace(frame, callback, "exception", (type(exc), exc, exc.__traceback__))

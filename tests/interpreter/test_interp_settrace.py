@@ -1,0 +1,267 @@
+"""``sys.settrace`` called by interpreted code: the events the trace function gets from interpreted frames are
+CPython's (call, line, return, exception, opcode; f_trace, f_trace_lines, f_lineno), checked natively against
+``interpret`` on small programs that record them (jitcore/interpreter/tracing.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from interp_helpers import check
+
+from jitcore.interpreter import interpret
+from jitcore.interpreter.errors import UnsupportedConstruct
+from jitcore.interpreter.hooks import Hooks
+
+
+def _traced(program, names: tuple[str, ...], lines: bool = True, opcodes: bool = False):
+    """A function running ``program()`` under a trace function that records the events of the frames of the
+    functions named ``names``: (name, event, line relative to the code's first, arg or its type's name)."""
+
+    def run() -> list:
+        events: list = []
+
+        def tracer(frame, event, arg):
+            code = frame.f_code
+            if code.co_name in names:
+                shown = arg[0].__name__ if event == "exception" else arg
+                events.append((code.co_name, event, frame.f_lineno - code.co_firstlineno, shown))
+                if event == "call":
+                    frame.f_trace_lines = lines
+                    frame.f_trace_opcodes = opcodes
+            return tracer
+
+        old = sys.gettrace()
+        sys.settrace(tracer)
+        try:
+            program()
+        except Exception as e:  # noqa: BLE001 - recorded
+            events.append(("raised", type(e).__name__))
+        finally:
+            sys.settrace(old)
+        events.append(("after", sys.gettrace() is old))
+        return events
+
+    return run
+
+
+def test_calls_lines_returns_and_loops() -> None:
+    """``call`` at a function's start, ``line`` at each new line and at each backward jump of a loop (a
+    ``while`` loop's body on one line: the line each iteration), ``return`` with the value."""
+
+    def g(x):
+        return x + 1
+
+    def f():
+        total = 0
+        for i in range(3):
+            total += g(i)
+        i = 0
+        while i < 3: i += 1  # noqa: E701 - one line: a backward jump to the same line
+        return total
+
+    check(_traced(f, ("f", "g")))
+
+
+def test_statements_compiled_to_nothing_but_a_line() -> None:
+    """``try:``, ``else:``, ``pass`` and a loop's ``while True:`` compile to NOPs, which the interpreter does
+    not execute: their line events are CPython's still, and a jump past one (an ``if`` whose body is
+    ``pass``, the loop's jump back to its body) gives none for it."""
+
+    def f():
+        try:
+            x = 1
+        except KeyError:
+            x = 2
+        else:
+            x = 3
+            if x == 4:
+                pass
+        finally:
+            x = 5
+        n = 0
+        while True:
+            n += 1
+            if n > 2:
+                break
+        return x
+
+    check(_traced(f, ("f",)))
+
+
+def test_exceptions_raised_caught_and_leaving() -> None:
+    """``exception`` where a frame gets a traceback entry (raised there or by a callee; not a re-raise), the
+    handler's lines, and ``return`` with None for a frame an exception leaves."""
+
+    def inner():
+        raise KeyError("k")
+
+    def middle():
+        try:
+            inner()
+        finally:
+            pass
+
+    def f():
+        try:
+            middle()
+        except KeyError:
+            pass
+        try:
+            {}["x"]
+        except KeyError as e:
+            return str(e)
+
+    check(_traced(f, ("f", "middle", "inner")))
+
+
+def test_generators_resumed_thrown_into_and_closed() -> None:
+    """A generator gives ``call`` at each resumption and ``return`` with each yielded value; an exception
+    thrown in gives ``call`` then ``exception``; a comprehension and a ``yield from`` delegation are traced
+    too."""
+
+    def gen():
+        try:
+            yield 1
+            yield 2
+        except ValueError:
+            yield 3
+
+    def sub():
+        yield "a"
+        return "r"
+
+    def outer():
+        r = yield from sub()
+        yield r
+
+    def f():
+        g = gen()
+        out = [next(g), next(g), g.throw(ValueError)]
+        g.close()
+        out += [x for x in outer()]
+        return out
+
+    check(_traced(f, ("f", "gen", "sub", "outer", "<listcomp>")))
+
+
+def test_class_bodies_with_blocks_and_match() -> None:
+    """A class body is a frame (``call``, its lines, ``return``); ``with`` blocks and a ``match`` statement's
+    cases give CPython's lines (test_patma's TestTracing)."""
+
+    class CM:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return True
+
+    def f(command):
+        class C:
+            a = 1
+            b = a + 1
+        with CM():
+            raise ValueError
+        match command.split():
+            case ["go", direction] if direction in "nesw":
+                return f"go {direction}"
+            case ["go", _]:
+                return "no go"
+            case _:
+                return C.b
+
+    for command in ("go n", "go x", "spam"):
+        check(_traced(lambda command=command: f(command), ("f", "C", "__exit__")))
+
+
+def test_line_events_off_and_opcode_events() -> None:
+    """``f_trace_lines = False`` set in the ``call`` event stops a frame's line events (its other events
+    stay); ``f_trace_opcodes = True`` gives an ``opcode`` event before each instruction on 3.11 (3.12+,
+    tracing through sys.monitoring, gives none for a flag set in the trace function)."""
+
+    def f():
+        a = 1
+        b = a + 2
+        return b
+
+    check(_traced(f, ("f",), lines=False))
+    events = interpret(_traced(f, ("f",), opcodes=True))()
+    assert events == _traced(f, ("f",), opcodes=True)()
+    opcodes = sum(1 for event in events if event[1] == "opcode")
+    assert opcodes > 5 if sys.version_info < (3, 12) else opcodes == 0
+
+
+def test_a_trace_function_that_raises_stops_tracing() -> None:
+    """What the trace function raises propagates from the traced line (here caught by the program) and
+    unsets it: ``sys.gettrace()`` is None after, as CPython's ``trace_trampoline`` does."""
+
+    def run() -> list:
+        out: list = []
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_name == "g" and event == "line":
+                raise RuntimeError("tracer")
+            return tracer
+
+        def g():
+            out.append("body")
+
+        sys.settrace(tracer)
+        try:
+            g()
+        except RuntimeError as e:
+            out.append(str(e))
+        out.append(sys.gettrace())
+        sys.settrace(None)
+        return out
+
+    check(run)
+
+
+def test_the_trace_function_is_not_traced_and_gettrace_answers_it() -> None:
+    """The trace function's own frames give no events (CPython's ``tstate->tracing``); ``sys.gettrace()``
+    answers what interpreted code set; ``sys.settrace()`` without its argument is a TypeError."""
+
+    def run() -> list:
+        seen: list = []
+
+        def helper():
+            return 1
+
+        def tracer(frame, event, arg):
+            seen.append((frame.f_code.co_name, event))
+            helper()
+            return None
+
+        def g():
+            return 2
+
+        sys.settrace(tracer)
+        same = sys.gettrace() is tracer
+        g()
+        sys.settrace(None)
+        try:
+            sys.settrace()
+        except TypeError:
+            seen.append("TypeError")
+        return [same, *seen]
+
+    check(run)
+
+
+def test_a_run_with_hooks_still_refuses_settrace() -> None:
+    """A run whose hooks see instructions or loads (the jit's) cannot be traced: ``sys.settrace`` there is
+    refused as before (JC-I001), and nothing is installed."""
+
+    def f():
+        sys.settrace(lambda *a: None)
+
+    hooks = Hooks(on_load_global=lambda frame, name, value: value)
+    before = sys.gettrace()
+    with pytest.raises(UnsupportedConstruct, match="sys.settrace"):
+        interpret(f, hooks)()
+    assert sys.gettrace() is before
