@@ -124,6 +124,7 @@ class Resumable:
         self._positions = {a.name: i for i, a in enumerate(trace.args) if isinstance(a, Proxy)}
         self._suffixes: dict[tuple[int, frozenset[str]], _Suffix | None] = {}
         self._taken: dict[int, frozenset[str]] = {}  # record -> the names the records after it take
+        self._checks: dict[int, int | None] | None = None  # id of a check's site -> its record
         self._quiet: dict[int, bool] = {}  # record -> nothing to undo in records 0..record
 
     @staticmethod
@@ -243,6 +244,16 @@ class Resumable:
             self._single = frozenset(n for n, count in bound.items() if count == 1)
         return {n: v for n, v in frame.f_locals.items() if n in self._single}
 
+    def check_at(self, site: ReadSite) -> int | None:
+        """The record of the check of ``site`` (the very object), if it is one of the trace's own."""
+        if self._checks is None:
+            checks: dict[int, int | None] = {}
+            for i, b in enumerate(self.records):
+                if b.symbol is READ:  # a site checked twice: which one failed is not known
+                    checks[id(b.args[0])] = None if id(b.args[0]) in checks else i
+            self._checks = checks
+        return self._checks.get(id(site))
+
     def quiet_until(self, index: int) -> bool:
         """Whether records 0..``index`` leave nothing to undo (no input written, no draw, no setting)."""
         quiet = self._quiet.get(index)
@@ -324,11 +335,7 @@ def resumption(failed: ValueCheckFailed, entries: list[Any]) -> tuple[Any, Resum
     if tag is None or not ENABLED:
         return None
     source, inputs = tag
-    held = _held_at(failed, source)
-    if held is None:
-        return None
-    index = next((i for i, b in enumerate(source.records)
-                  if b.symbol is READ and b.args[0] is failed.site), None)
+    index = source.check_at(failed.site)
     if index is None or not source.quiet_until(index):
         return None
     for entry in entries:
@@ -336,6 +343,9 @@ def resumption(failed: ValueCheckFailed, entries: list[Any]) -> tuple[Any, Resum
         if target is None or target is source or not target.same_prefix(source, index) \
                 or not same_value(target.records[index].args[1], failed.got):
             continue
+        held = _held_at(failed, source)
+        if held is None:
+            return None
         return entry, Resumption(target, index, target.renamed(source, index, held), inputs)
     return None
 
