@@ -33,6 +33,7 @@ __all__ = [
     "load_attr",
     "loaded",
     "lookup_special",
+    "missed",
     "object_getattribute",
     "store_attr",
     "stood_for_owner",
@@ -332,6 +333,14 @@ def loaded(run: Run, obj: object, name: str, value: object) -> object:
     if hook is not None and run.frames:
         value = hook(run.frames[-1], obj, name, value)
     return value
+
+
+def missed(run: Run, obj: object, name: str) -> None:
+    """Tell the run's hook that ``obj.name`` raised AttributeError, read for the program (as a failed
+    LOAD_ATTR is told): where the program goes on without it, its absence is what it read."""
+    hook = run.hooks.on_missing_attr
+    if hook is not None and run.frames:
+        hook(run.frames[-1], obj, name)
 
 
 def object_getattribute(obj: object, name: object, /) -> object:

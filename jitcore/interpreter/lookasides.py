@@ -23,6 +23,7 @@ import contextvars
 import functools
 import gc
 import operator
+import pickle
 import sys
 import types
 import warnings
@@ -82,8 +83,9 @@ from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_l
 from jitcore.interpreter.generators import close_, throw_
 from jitcore.interpreter.getters import ATTRGETTER_CALL, attrgetter_call
 from jitcore.interpreter.iterating_calls import iterating_lookasides
+from jitcore.interpreter.pickling import dump, dumps
 from jitcore.interpreter.protocols import index, truth
-from jitcore.interpreter.reductions import reduce_ex
+from jitcore.interpreter.reductions import getstate, reduce_ex
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
 from jitcore.interpreter.tracing import gettrace, settrace
@@ -742,6 +744,9 @@ def builtin_lookasides() -> dict[object, Callable]:
             sys.setprofile: _refuse_tracing("setprofile"),
             gc.get_referrers: get_referrers,  # Note [Referrers of the interpreter's own]
             object.__reduce_ex__: reduce_ex,  # Note [A reduction that runs Python]
+            object.__getstate__: getstate,  # Note [Protocols 0 and 1], reductions.py
+            pickle.dumps: dumps,  # Note [The Python pickler writes C's bytes]
+            pickle.dump: dump,
             ATTRGETTER_CALL: attrgetter_call,  # Note [An attribute getter reads as getattr]
         }
         # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ and register (which

@@ -9,9 +9,11 @@ Invariants:
 - every attribute C reads through the object's ``tp_getattro`` is read through the interpreter's
   attribute protocol and the run's load hook (as ``getattr`` is); lookups C makes on the type alone
   (``_PyObject_LookupSpecial``) are made on the type;
-- anything else (protocol 0 and 1, a class with a base written in C other than ``object``: its size and
-  items decide what C does, a list or dict subclass: C iterates it) is the native call, through the
-  run's opaque call (so a jit's net still watches the Python C starts there).
+- protocols 0 and 1 call ``copyreg._reduce_ex`` as C does, interpreted, and ``object.__getstate__()``
+  there (or anywhere) is ``object_getstate_default`` followed here;
+- anything else (a class with a base written in C other than ``object``: its size and items decide what
+  C does, a list or dict subclass: C iterates it) is the native call, through the run's opaque call (so
+  a jit's net still watches the Python C starts there).
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ __builtins__ = dict(vars(__import__("builtins")))
 import copyreg
 from types import BuiltinMethodType
 
-from jitcore.interpreter.attributes import MISSING, load_attr, loaded, lookup_special
+from jitcore.interpreter.attributes import MISSING, load_attr, loaded, lookup_special, missed
 from jitcore.interpreter.callbacks import active_run
 from jitcore.interpreter.calls import call, opaque
 
-__all__ = ["reduce_ex"]
+__all__ = ["getstate", "reduce_ex"]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type())
 _OBJECT_REDUCE = object.__dict__["__reduce__"]
@@ -46,18 +48,32 @@ def reduce_ex(obj: object, protocol: object, /) -> object:
     """``obj.__reduce_ex__(protocol)`` for ``object.__reduce_ex__`` (see the module doc)."""
     run = active_run()
     cls = type(obj)
-    if type(protocol) is not int or protocol < 2 or not _python_classes(cls) \
-            or isinstance(obj, (list, dict)):
+    if type(protocol) is not int or not _python_classes(cls) or isinstance(obj, (list, dict)):
         return opaque(run, _NATIVE, (obj, protocol), None)
     reduce = _load(run, obj, "__reduce__", None)
     if reduce is not None and _load(run, cls, "__reduce__", None) is not _OBJECT_REDUCE:
         return call(run, reduce, (), None)  # the class's own __reduce__ overrides
+    if protocol < 2:  # Note [Protocols 0 and 1]
+        return call(run, copyreg._reduce_ex, (obj, protocol), None)  # noqa: SLF001 - what C calls
     args, kwargs = _new_arguments(run, obj)
     if not kwargs:
         newobj, newargs = copyreg.__newobj__, (cls, *(args or ()))
     else:
         newobj, newargs = copyreg.__newobj_ex__, (cls, args, kwargs)
     return newobj, newargs, _state(run, obj, required=args is None), None, None
+
+
+# Note [Protocols 0 and 1]
+# For protocols 0 and 1 C's ``object.__reduce_ex__`` calls ``copyreg._reduce_ex(obj, protocol)``, Python
+# that it ran natively: its ``self.__getstate__()`` (``object.__getstate__``, C again) read the instance
+# dict unseen, so ``pickle.dumps(obj, protocol=0)`` of a caller's object was a constant of the trace. It is
+# called interpreted here, and ``object.__getstate__`` has a lookaside (``getstate``) that reads the dict
+# and the slots as ``_default_state`` does for protocol 2 and up.
+def getstate(obj: object, /) -> object:
+    """``object.__getstate__(obj)``: C's ``object_getstate_default(obj, 0)``, its reads the program's."""
+    if not _python_classes(type(obj)) or isinstance(obj, (list, dict)):
+        return opaque(active_run(), _OBJECT_GETSTATE, (obj,), None)
+    return _default_state(active_run(), obj)
 
 
 def _python_classes(cls: type) -> bool:
@@ -76,6 +92,7 @@ def _load(run: object, obj: object, name: str, default: object = _REQUIRED) -> o
     except AttributeError:
         if default is _REQUIRED:
             raise
+        missed(run, obj, name)  # an unset slot: C leaves it out while it stays unset
         return default
     return loaded(run, obj, name, value)
 

@@ -200,7 +200,8 @@ class StateReads:
         if path is not None and self.snapshots.written(obj, name, value):
             return value  # stored by the program earlier in this pass: its own value, not the call's
         if name == "__dict__" and path is not None:
-            by_torch, key = frame.code.co_filename.startswith(TORCH_DIR), subscripted_by(frame)
+            by_torch = frame.code.co_filename.startswith(TORCH_DIR)
+            key = subscripted_by(frame) if _pushed_by_the_frame(frame) else None
             self.provenance.bind_instance_dict(obj, value, path.attr("__dict__"), by_torch=by_torch, key=key)
             return value
         if path is None:
@@ -283,6 +284,27 @@ class StateReads:
                 and not frame.code.co_filename.startswith(STDLIB_DIR):  # as _load_subscr does
             self.provenance.guard(path, "member", (item, item in first), per_expected=True)
         return NotImplemented
+
+
+# Note [A read inside a call the frame makes]
+# ``subscripted_by`` narrows an instance dict's guards to one key's presence where the instruction after
+# the frame's current one subscripts what it pushed by a constant. A read of ``__dict__`` the interpreter
+# makes inside a call is not what the call pushes: in ``obj.__reduce_ex__(2)[2]`` the ``[2]`` subscripts
+# the reduction's tuple (jitcore/interpreter/reductions.py read the dict), yet the dict was guarded only
+# as holding no key 2, and a cached call returned the first call's state after the caller set an
+# attribute (a wrong answer). Where the frame's current instruction is a call, the dict is bound whole
+# (``getattr(obj, "__dict__")["k"]`` too: a few guards more than needed). The other narrowing rules
+# (jit/appends.py) stay: the lists and dicts they narrow are mostly what the call returns
+# (``d.setdefault(k, []).append(v)``); a slot holding a list, read by ``obj.__reduce_ex__(2)`` called
+# directly and followed by such a pattern, is left.
+_CALL_OPS = frozenset({"PRECALL", "CALL", "CALL_FUNCTION_EX", "CALL_KW"})
+
+
+def _pushed_by_the_frame(frame: Any) -> bool:
+    """Whether the value read is what the frame's current instruction pushes (Note above)."""
+    i = frame.index - 1
+    instructions = frame.info.instructions
+    return not (0 <= i < len(instructions) and instructions[i].opname in _CALL_OPS)
 
 
 def _is_plain_key(key: Any) -> bool:

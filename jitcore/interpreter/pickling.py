@@ -1,0 +1,101 @@
+"""``pickle.dumps``/``pickle.dump`` of an object graph that reaches an instance of a Python class, by the
+standard library's pure-Python pickler, interpreted, so its reads are the program's.
+
+Invariants:
+- the bytes and the errors are C's: ``pickle._Pickler`` writes what ``_pickle.Pickler`` writes (Note [The
+  Python pickler writes C's bytes]); arguments that do not bind to its signature get C's own error;
+- a graph of built-in values only (numbers, text, bytes, lists, tuples, dicts, sets, and instances of
+  classes written in C) is pickled by C: the interpreter's hooks see those values where the program
+  read them, and C reads nothing of them that a Python attribute read would;
+- the walk deciding it looks at no more than ``_WALKED`` objects; past that the Python pickler runs.
+"""
+
+from __future__ import annotations
+
+# the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
+__builtins__ = dict(vars(__import__("builtins")))
+
+import collections
+import inspect
+import pickle
+import types
+
+from jitcore.interpreter.callbacks import active_run
+from jitcore.interpreter.calls import call, opaque
+
+__all__ = ["dump", "dumps"]
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type())
+_WALKED = 10_000
+_C_DUMPS, _C_DUMP = pickle.dumps, pickle.dump
+_PY_DUMPS, _PY_DUMP = pickle._dumps, pickle._dump  # noqa: SLF001 - the pure-Python pickler's entry points
+_SIGNATURES = {_PY_DUMPS: inspect.signature(_PY_DUMPS), _PY_DUMP: inspect.signature(_PY_DUMP)}
+
+
+# Note [The Python pickler writes C's bytes]
+# ``pickle.dumps(obj)`` of a caller's object is C's pickler calling C's ``object.__reduce_ex__``, which
+# reads the instance dict, the slots and ``copyreg``'s results natively: nothing of it reached the jit's
+# hooks, so a cached call returned the first call's bytes after the caller changed an attribute (a
+# wrong answer). Interpreting the standard library's pure-Python pickler (``pickle._dumps``) makes every
+# read of the object the program's: ``obj.__reduce_ex__(protocol)`` goes to the interpreter's own
+# (jitcore/interpreter/reductions.py), whose reads of ``__dict__`` and of slots are told to the run, and
+# the dicts and lists it then iterates are the program's state, guarded. Its bytes are C's: compared
+# for protocols 0 to 5 over instances with dicts, slots, both, ``__getstate__``, ``__reduce__``,
+# ``__getnewargs__``/``__getnewargs_ex__``, dataclasses, enums, dict and list subclasses, OrderedDict,
+# SimpleNamespace, defaultdict, Counter, deque, recursion and shared references, large ints, floats,
+# long text and bytes (which C and Python both frame), classes and functions by name: identical bytes
+# and errors in all 216 cases (/tmp/cread46-probes/pk_equal.py, tests/interpreter/test_interp_pickling.py).
+# It is slower (interpreted while tracing), so a graph of built-in values alone stays with C.
+def dumps(*args: object, **kwargs: object) -> object:
+    """``pickle.dumps(obj, protocol=None, *, fix_imports=True, buffer_callback=None)`` (the Note above)."""
+    return _pickled(_C_DUMPS, _PY_DUMPS, args, kwargs)
+
+
+def dump(*args: object, **kwargs: object) -> object:
+    """``pickle.dump(obj, file, protocol=None, *, fix_imports=True, buffer_callback=None)``."""
+    return _pickled(_C_DUMP, _PY_DUMP, args, kwargs)
+
+
+def _pickled(native: object, python: object, args: tuple, kwargs: dict) -> object:
+    run = active_run()
+    if not _binds(python, args, kwargs) or _built_in_values(args[0]):
+        return opaque(run, native, args, kwargs)  # (with arguments that do not bind: C's own error)
+    return call(run, python, args, kwargs)
+
+
+def _binds(python: object, args: tuple, kwargs: dict) -> bool:
+    try:
+        _SIGNATURES[python].bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
+
+
+def _built_in_values(obj: object) -> bool:
+    """Whether ``obj`` and everything the containers of C among it hold (lists, tuples, dicts, sets,
+    deques, OrderedDicts, a ``SimpleNamespace``'s dict) are instances of classes written in C (none of a
+    class statement's), within ``_WALKED`` objects."""
+    stack, seen = [obj], set()
+    while stack:
+        value = stack.pop()
+        t = type(value)
+        if t.__flags__ & _HEAPTYPE:
+            return False
+        items = _items(value)
+        if items is not None and id(value) not in seen:
+            seen.add(id(value))
+            if len(seen) + len(stack) > _WALKED:
+                return False
+            stack.extend(items)
+    return True
+
+
+def _items(value: object) -> list | None:
+    """What a built-in container holds (a dict's keys and values), None for anything else."""
+    if isinstance(value, dict):
+        return [*dict.keys(value), *dict.values(value)]
+    if isinstance(value, (list, tuple, set, frozenset, collections.deque)):
+        return list(value)
+    if isinstance(value, types.SimpleNamespace):
+        return _items(object.__getattribute__(value, "__dict__"))
+    return None

@@ -1,0 +1,141 @@
+"""``pickle.dumps``/``pickle.dump`` and ``object.__reduce_ex__``/``object.__getstate__`` with their reads
+interpreted (jitcore/interpreter/pickling.py, reductions.py): C's bytes and errors, natively and
+interpreted, for every protocol; the reads of a Python object's state reach the run's load hook."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import os
+import pickle
+import sys
+import types
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from interp_helpers import check
+
+from jitcore.interpreter import Hooks, interpret
+
+
+class Plain:
+    def __init__(self) -> None:
+        self.x = 1
+        self.items = [1, 2.5, "s", None, b"b", (1, 2)]
+
+
+class Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self) -> None:
+        self.a = 1
+
+
+class Both:
+    __slots__ = ("a", "__dict__")
+
+    def __init__(self) -> None:
+        self.a = 1
+        self.q = 2
+
+
+class GetState:
+    def __init__(self) -> None:
+        self.v = 3
+
+    def __getstate__(self) -> dict:
+        return {"v2": self.v}
+
+
+class Reduced:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __reduce__(self) -> tuple:
+        return (Reduced, (self.n,))
+
+
+class NewArgs:
+    def __new__(cls, n: int) -> NewArgs:
+        obj = super().__new__(cls)
+        obj.n = n
+        return obj
+
+    def __getnewargs__(self) -> tuple:
+        return (self.n,)
+
+
+@dataclasses.dataclass
+class Data:
+    a: int = 1
+    b: list = dataclasses.field(default_factory=lambda: [1, 2])
+
+
+class Settings(dict):
+    pass
+
+
+def _recursive() -> Plain:
+    p = Plain()
+    p.me = p
+    return p
+
+
+OBJECTS = {
+    "plain": Plain, "slots": Slotted, "slots_and_dict": Both, "getstate": GetState,
+    "reduce": lambda: Reduced(5), "newargs": lambda: NewArgs(4), "dataclass": Data,
+    "dict_subclass": lambda: Settings(a=Plain()), "nested": lambda: [Plain(), {"a": Plain()}, (Plain(),)],
+    "recursive": _recursive, "ordered": lambda: collections.OrderedDict(a=Plain()),
+    "namespace": lambda: types.SimpleNamespace(a=Plain()), "shared": lambda: [Plain()] * 2,
+    "long": lambda: [Plain(), "x" * 70000, list(range(300))],
+}
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("make", list(OBJECTS.values()), ids=list(OBJECTS))
+def test_dumps_matches_c(make, protocol) -> None:
+    check(lambda: pickle.dumps(make(), protocol=protocol))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: pickle.dumps(Plain(), 2, fix_imports=False),
+    lambda: pickle.dumps(Plain(), protocol=7),
+    lambda: pickle.dumps(Plain(), bogus=1),
+    lambda: pickle.dumps(),
+    lambda: pickle.dumps(lambda: 1),
+    lambda: Plain().__reduce_ex__(1)[2],
+    lambda: Slotted().__getstate__(),
+    lambda: Both().__getstate__(),
+    lambda: Plain().__getstate__(),
+], ids=["fix_imports", "bad_protocol", "bad_keyword", "no_object", "lambda", "reduce_ex_1", "getstate_slots",
+        "getstate_both", "getstate"])
+def test_calls_and_errors_match_c(call) -> None:
+    check(call)
+
+
+def test_dump_writes_c_bytes() -> None:
+    def f() -> bytes:
+        buf = io.BytesIO()
+        pickle.dump(Plain(), buf, 4)
+        return buf.getvalue()
+
+    check(f)
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 5])
+def test_the_reads_of_the_state_reach_the_load_hook(protocol) -> None:
+    seen: list[str] = []
+
+    def on_load_attr(frame: object, obj: object, name: str, value: object) -> object:
+        if type(obj) is Plain:
+            seen.append(name)
+        return value
+
+    def f() -> bytes:
+        return pickle.dumps(Plain(), protocol=protocol)
+
+    assert interpret(f, Hooks(on_load_attr=on_load_attr))() == f()
+    assert "__dict__" in seen

@@ -1,0 +1,115 @@
+"""``pickle.dumps``/``pickle.dump`` inside a jitted function of an object of the caller's: C's pickler read
+its state unseen, and a cached call returned the first call's bytes after the caller changed it (Note [The
+Python pickler writes C's bytes], jitcore/interpreter/pickling.py; Note [Protocols 0 and 1],
+reductions.py). Differential against eager; every case here failed before."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import pickle
+import types
+import warnings
+
+import pytest
+import torch
+from jit_helpers import assert_same
+
+import jitcore
+
+
+class Plain:
+    def __init__(self) -> None:
+        self.x = 1
+        self.items = [1, 2]
+
+
+class Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self) -> None:
+        self.a = 1
+
+
+class GetState:
+    def __init__(self) -> None:
+        self.v = 3
+
+    def __getstate__(self) -> dict:
+        return {"v2": self.v}
+
+
+@dataclasses.dataclass
+class Data:
+    a: int = 1
+
+
+def _checked(pickled, change) -> None:
+    """Four calls of ``x * (len + checksum of pickled())``, eagerly and jitted, the caller's object changed
+    before the third."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        data = pickled()
+        return x * (len(data) + sum(data))
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(4):
+            if step == 2:
+                change()
+            x = torch.ones(2, dtype=torch.float64)
+            assert_same(jf(x), f(x))
+    assert not [w for w in caught if "jitcore" in str(w.message)]
+    assert jitcore.cache_hits(jf) >= 2
+
+
+CHANGES = {
+    "attribute": (Plain, lambda o: setattr(o, "x", "a longer value")),
+    "list_item": (Plain, lambda o: o.items.append(3)),
+    "new_attribute": (Plain, lambda o: setattr(o, "y", 2)),
+    "slot_set": (Slotted, lambda o: setattr(o, "b", 2)),
+    "getstate": (GetState, lambda o: setattr(o, "v", 12345)),
+    "dataclass": (Data, lambda o: setattr(o, "a", 12345)),
+}
+
+
+@pytest.mark.parametrize(("name", "protocol"), [
+    (name, protocol) for name in CHANGES for protocol in (0, 2, 4, 5)
+    if not (name == "slot_set" and protocol == 0)  # (eagerly a TypeError: slots and no __getstate__)
+])
+def test_dumps_of_a_callers_object_reads_it_on_every_call(name, protocol) -> None:
+    make, change = CHANGES[name]
+    obj = make()
+    _checked(lambda: pickle.dumps(obj, protocol=protocol), lambda: change(obj))
+
+
+@pytest.mark.parametrize("holder", [
+    lambda p: {"k": [p]},
+    lambda p: collections.OrderedDict(a=p),
+    lambda p: types.SimpleNamespace(a=p),
+], ids=["dict_list", "OrderedDict", "namespace"])
+def test_dumps_of_an_object_inside_a_container_reads_it(holder) -> None:
+    inner = Plain()
+    outer = holder(inner)
+    _checked(lambda: pickle.dumps(outer), lambda: setattr(inner, "x", 999999))
+
+
+def test_dump_to_a_file_reads_the_object() -> None:
+    obj = Plain()
+
+    def pickled() -> bytes:
+        buf = io.BytesIO()
+        pickle.dump(obj, buf)
+        return buf.getvalue()
+
+    _checked(pickled, lambda: setattr(obj, "x", "a longer value"))
+
+
+def test_a_reduction_called_directly_reads_the_state() -> None:
+    """``obj.__reduce_ex__(2)[2]``: the read of the instance dict inside the call was narrowed by the
+    ``[2]`` after it, as if the program subscripted the dict (Note [A read inside a call the frame makes],
+    jit/state_reads.py)."""
+    obj = Plain()
+    _checked(lambda: repr(obj.__reduce_ex__(2)[2]).encode(), lambda: setattr(obj, "y", 2))
