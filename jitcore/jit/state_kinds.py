@@ -13,6 +13,7 @@ Invariant: each answer depends only on the value (and path) given, never on the 
 
 from __future__ import annotations
 
+import argparse
 import collections
 import enum
 import functools
@@ -92,17 +93,19 @@ def is_structured(value: Any) -> bool:
 
 
 # Note [Items C reads natively]
-# An OrderedDict of state, an instance of a dict or list subclass, and a ``types.SimpleNamespace`` are
-# guarded by identity (and length), their items only as the program subscripts them. C reads all of them
-# past the hooks: ``repr(od)``, ``od == other``, ``dict(od)``, ``copy.copy(od)``, ``sum(od.values())``,
-# ``for k, v in od.items()`` (the items iterator is C's), and ``repr(ns)``, ``ns == other``,
-# ``copy.copy(ns)`` (C reads the namespace's ``__dict__``). A cached call returned the first call's
-# answer once the caller changed an item (a wrong answer). Their items are now guarded as a plain dict's
-# or list's are (``Provenance._container``: keys or length, each item by value, identity or as a
-# container again; a namespace's at its ``__dict__``). Only where C reads them as a dict or list does
-# (no reading method of the class is Python code: that code is interpreted where the program calls it)
-# and a dict's keys are plain (an optimizer's state, keyed by parameters, stays guarded by identity);
-# torch's registries in a module are left to jit/module_guards.py (``is_module_registry``).
+# An OrderedDict of state, an instance of a dict or list subclass, and a namespace (``types.SimpleNamespace``,
+# ``argparse.Namespace``) are guarded by identity (and length), their items only as the program subscripts
+# them. C reads all of them past the hooks: ``repr(od)``, ``od == other``, ``dict(od)``, ``copy.copy(od)``,
+# ``sum(od.values())``, ``for k, v in od.items()`` (the items iterator is C's), and ``repr(ns)``,
+# ``ns == other``, ``copy.copy(ns)`` (C reads a SimpleNamespace's ``__dict__``; an argparse Namespace's are
+# the standard library's Python, whose reads of a caller's object are not taken as state). A cached call
+# returned the first call's answer once the caller changed an item (a wrong answer). Their items are now
+# guarded as a plain dict's or list's are (``Provenance._container``: keys or length, each item by value,
+# identity or as a container again; a namespace's at its ``__dict__``). Only where C reads them as a dict
+# or list does (no reading method of the class is Python code: that code is interpreted where the program
+# calls it) and a dict's keys are plain (an optimizer's state, keyed by parameters, stays guarded by
+# identity); torch's registries in a module are left to jit/module_guards.py (``is_module_registry``).
+_NAMESPACES = (types.SimpleNamespace, argparse.Namespace)  # whose repr and == read their ``__dict__``
 _READING_METHODS = ("__getitem__", "__iter__", "__len__", "__contains__", "keys", "items", "values")
 
 
@@ -112,7 +115,7 @@ def items_read_natively(value: Any) -> tuple[dict | list, str | None] | None:
     t = type(value)
     if t in (list, tuple, dict, collections.deque):
         return None  # guarded element by element or by contents already (``is_structured``)
-    if issubclass(t, types.SimpleNamespace):
+    if issubclass(t, _NAMESPACES):
         items, attribute = object.__getattribute__(value, "__dict__"), "__dict__"
     elif issubclass(t, (dict, list)):
         if any(type(getattr(t, name, None)) is types.FunctionType for name in _READING_METHODS):

@@ -1,11 +1,12 @@
-"""An OrderedDict, a dict or list subclass's instance and a ``types.SimpleNamespace`` of the caller's,
-whose items C reads past the hooks (``repr``, ``==``, ``copy.copy``, ``dict(...)``, the items
-iterator): a cached call gives eager's answer after the caller changes an item (Note [Items C reads
-natively], jitcore/jit/state_kinds.py). Differential against eager; each read failed before (the cached
-call returned the first call's answer)."""
+"""An OrderedDict, a dict or list subclass's instance and a namespace (``types.SimpleNamespace``,
+``argparse.Namespace``) of the caller's, whose items C reads past the hooks (``repr``, ``==``,
+``copy.copy``, ``dict(...)``, the items iterator): a cached call gives eager's answer after the caller
+changes an item (Note [Items C reads natively], jitcore/jit/state_kinds.py). Differential against eager;
+each read failed before (the cached call returned the first call's answer)."""
 
 from __future__ import annotations
 
+import argparse
 import collections
 import copy
 import types
@@ -53,13 +54,15 @@ def _check_calls_around_a_change(read, change) -> None:
 
 @pytest.mark.parametrize("read", [
     lambda ns: "5" in repr(ns),
-    lambda ns: ns == types.SimpleNamespace(a=5, b="b"),
+    lambda ns: ns == type(ns)(a=5, b="b"),
     lambda ns: copy.copy(ns).a,
     lambda ns: _loop_sum({k: v for k, v in ns.__dict__.items() if k == "a"}),
     lambda ns: sum(v for v in ns.__dict__.values() if type(v) is int),
 ], ids=["repr", "eq", "copy", "dict_items", "dict_values"])
-def test_a_namespace_of_the_callers_is_read_on_every_call(read) -> None:
-    ns = types.SimpleNamespace(a=1, b="b")
+@pytest.mark.parametrize("kind", [types.SimpleNamespace, argparse.Namespace],
+                         ids=["SimpleNamespace", "argparse"])
+def test_a_namespace_of_the_callers_is_read_on_every_call(read, kind) -> None:
+    ns = kind(a=1, b="b")
     _check_calls_around_a_change(lambda: read(ns), lambda: setattr(ns, "a", 5))
 
 
