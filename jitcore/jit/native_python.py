@@ -21,8 +21,11 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import gc
 import inspect
+import reprlib
 import sys
 import types
 from collections.abc import Callable
@@ -30,7 +33,7 @@ from typing import Any
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter.run import LIFTED_WATCH
-from jitcore.jit.code_kinds import is_library_file, is_torch_builtin
+from jitcore.jit.code_kinds import is_library_file, is_programs_class, is_torch_builtin
 
 __all__ = ["call_watched"]
 
@@ -150,6 +153,8 @@ def _programs_code(frame: types.FrameType) -> bool:
     code = frame.f_code
     if code.co_flags & _RESUMED or code.co_name == "__del__":
         return False
+    if code in _WRAPPERS_OF_DUNDERS:  # Note [The standard library's wrappers of a program's dunders]
+        return _of_the_programs_class(frame)
     filename = code.co_filename
     if filename.startswith("<"):
         globals_ = frame.f_globals
@@ -159,6 +164,34 @@ def _programs_code(frame: types.FrameType) -> bool:
         filename = globals_.get("__file__") or filename
     return not is_library_file(filename)
 
+
+# Note [The standard library's wrappers of a program's dunders]
+# A dataclass's generated ``__repr__`` is wrapped by dataclasses.py's ``_recursive_repr`` (``reprlib``'s
+# ``recursive_repr`` likewise), and ``functools.total_ordering`` gives a class ``__gt__``/``__le__``/...
+# written in functools.py that call the class's own ``__lt__``: where C calls such a dunder (``repr`` of a
+# list holding a caller's dataclass, ``max(objs)``), the frame it starts is the standard library's, and
+# the program's code runs below it, not started by C: unseen, and a cached call returned the first call's
+# ``repr([cfg])`` after the caller changed ``cfg`` (a wrong answer). Such a wrapper's frame counts as the
+# program's where its first argument is an instance of a program's class.
+def _wrapper_codes() -> frozenset[types.CodeType]:
+    codes = {getattr(functools, name).__code__ for name in dir(functools) if "_from_" in name
+             and type(getattr(functools, name)) is types.FunctionType}
+    codes.add(reprlib.recursive_repr()(repr).__code__)
+    recursive_repr = getattr(dataclasses, "_recursive_repr", None)
+    if recursive_repr is not None:
+        codes.add(recursive_repr(repr).__code__)
+    return frozenset(codes)
+
+
+_WRAPPERS_OF_DUNDERS = _wrapper_codes()
+
+
+def _of_the_programs_class(frame: types.FrameType) -> bool:
+    code = frame.f_code
+    if not code.co_argcount:
+        return False
+    first = frame.f_locals.get(code.co_varnames[0])
+    return is_programs_class(type(first))
 
 # Note [A named tuple's __new__ is the standard library's]
 # ``collections.namedtuple`` (and ``typing.NamedTuple``, which calls it) makes the class's ``__new__`` with

@@ -14,6 +14,7 @@ from __future__ import annotations
 import array
 import bisect
 import collections
+import dataclasses
 import functools
 import heapq
 import json
@@ -250,3 +251,43 @@ def test_a_c_call_that_ran_a_callers_dunder_raises_under_fullgraph() -> None:
     jfn = jitcore.jit(lambda v: hash((v,)), fullgraph=True)
     with pytest.raises(jitcore.JitcoreError, match="natively"):
         jfn(State(1))
+
+
+@dataclasses.dataclass
+class _Config:
+    scale: float = 1.0
+
+
+@functools.total_ordering
+class _Ranked:
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Ranked) and self.rank == other.rank
+
+    def __lt__(self, other: _Ranked) -> bool:
+        return self.rank < other.rank
+
+
+@pytest.mark.parametrize("case", ["dataclass_repr_in_list", "total_ordering_max"])
+def test_a_standard_library_wrapper_of_a_callers_dunder_follows_each_call(case: str) -> None:
+    """``repr([cfg])`` runs dataclasses.py's ``__repr__`` wrapper, and ``max(objs)`` functools' ``__gt__``
+    from ``__lt__``: C started the standard library's frame, the program's dunder ran below it unseen, and
+    a cached call gave the first call's answer after the caller changed the object (Note [The standard
+    library's wrappers of a program's dunders], jitcore/jit/native_python.py)."""
+    configs, ranked = [_Config()], [_Ranked(1), _Ranked(2)]
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        if case == "dataclass_repr_in_list":
+            return x * len(repr(configs))
+        return x * max(ranked).rank
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the eager entry's warning)
+        for step in range(4):
+            if step == 2:
+                configs[0].scale, ranked[0].rank = 12345.5, 7
+            x = torch.ones(2)
+            assert_same(jf(x), f(x))
