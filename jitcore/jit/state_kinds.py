@@ -14,6 +14,7 @@ Invariant: each answer depends only on the value (and path) given, never on the 
 from __future__ import annotations
 
 import argparse
+import array
 import collections
 import enum
 import functools
@@ -105,6 +106,8 @@ def is_structured(value: Any) -> bool:
 # or list does (no reading method of the class is Python code: that code is interpreted where the program
 # calls it) and a dict's keys are plain (an optimizer's state, keyed by parameters, stays guarded by
 # identity); torch's registries in a module are left to jit/module_guards.py (``is_module_registry``).
+# A ``bytearray`` or ``array.array`` of state is such a container too (``len(buf)``, ``sum(arr)``,
+# ``bytes(buf)`` read it in C): its length and each item are guarded.
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)  # whose repr and == read their ``__dict__``
 _READING_METHODS = ("__getitem__", "__iter__", "__len__", "__contains__", "keys", "items", "values")
 
@@ -117,6 +120,8 @@ def items_read_natively(value: Any) -> tuple[dict | list, str | None] | None:
         return None  # guarded element by element or by contents already (``is_structured``)
     if issubclass(t, _NAMESPACES):
         items, attribute = object.__getattribute__(value, "__dict__"), "__dict__"
+    elif issubclass(t, (bytearray, array.array)):
+        items, attribute = value, None  # a buffer C reads whole: ``len``, ``sum``, ``bytes(b)``
     elif issubclass(t, (dict, list)):
         if any(type(getattr(t, name, None)) is types.FunctionType for name in _READING_METHODS):
             return None

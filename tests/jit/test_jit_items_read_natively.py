@@ -7,6 +7,7 @@ each read failed before (the cached call returned the first call's answer)."""
 from __future__ import annotations
 
 import argparse
+import array
 import collections
 import copy
 import types
@@ -116,3 +117,36 @@ def test_a_counter_in_a_namespace_still_traces_once() -> None:
         assert_same(jf(x), x * 2.0)
     assert ns.step == 6
     assert jitcore.cache_misses(jf) == 1
+
+
+@pytest.mark.parametrize(("make", "read", "change"), [
+    (lambda: bytearray(b"ab"), len, lambda b: b.extend(b"cd")),
+    (lambda: bytearray(b"ab"), lambda b: sum(bytes(b)), lambda b: b.__setitem__(0, 5)),
+    (lambda: array.array("d", [1.0, 2.0]), sum, lambda a: a.__setitem__(0, 50.0)),
+    (lambda: array.array("i", [1, 2]), lambda a: a.tolist()[0], lambda a: a.__setitem__(0, 50)),
+], ids=["bytearray_len", "bytearray_bytes", "array_sum", "array_tolist"])
+def test_a_buffer_of_the_callers_is_read_on_every_call(make, read, change) -> None:
+    """A ``bytearray`` or ``array.array`` of state, read whole in C (Note [Items C reads natively])."""
+    buffer = make()
+    _check_calls_around_a_change(lambda: read(buffer), lambda: change(buffer))
+
+
+def test_a_buffer_the_program_extends_is_read_as_eagerly() -> None:
+    """The program's own appends to a caller's buffer: each call reads what the one before left (the first
+    call's length was returned by every cached call, and the appends were lost)."""
+
+    def program(buf: bytearray, values: array.array):
+        def f(x: torch.Tensor) -> torch.Tensor:
+            buf.extend(b"c")
+            values.append(1.0)
+            return x * (len(buf) + sum(values))
+
+        return f
+
+    jit_state = (bytearray(b"ab"), array.array("d", [1.0, 2.0]))
+    eager_state = (bytearray(b"ab"), array.array("d", [1.0, 2.0]))
+    jf, f = jitcore.jit(program(*jit_state)), program(*eager_state)
+    for _ in range(4):
+        x = torch.ones(2)
+        assert_same(jf(x), f(x))
+    assert jit_state == eager_state
