@@ -77,7 +77,6 @@ from jitcore.interpreter.conversions import (
     pow_,
     round_,
 )
-from jitcore.interpreter.errors import UnsupportedConstruct
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
 from jitcore.interpreter.generators import close_, throw_
@@ -88,7 +87,7 @@ from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.reductions import getstate, reduce_ex
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
-from jitcore.interpreter.tracing import gettrace, settrace
+from jitcore.interpreter.tracing import getprofile, gettrace, setprofile, settrace
 
 __all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments",
            "warning_location"]
@@ -388,20 +387,6 @@ def exc_info() -> tuple:
 def exception() -> BaseException | None:
     """sys.exception() as the calling interpreted frame sees it."""
     return exc_info()[1]
-
-
-def _refuse_tracing(name: str) -> Callable:
-    def refuse(fn: object, /) -> None:
-        if fn is None:
-            return getattr(sys, name)(None)
-        frame = current_run().frames[-1] if current_run() is not None and current_run().frames else None
-        raise UnsupportedConstruct(
-            f"sys.{name}() inside interpreted code: trace functions would not see interpreted frames",
-            frame.where() if frame is not None else "",
-            hint=f"call sys.{name}() outside the interpreted function",
-        )
-
-    return refuse
 
 
 def _no_module(self: object) -> str:
@@ -741,7 +726,8 @@ def builtin_lookasides() -> dict[object, Callable]:
             types.CoroutineType.throw: throw_,
             types.GeneratorType.close: close_,  # Note [close() chains to the closer's exception]
             types.CoroutineType.close: close_,
-            sys.setprofile: _refuse_tracing("setprofile"),
+            sys.setprofile: setprofile,
+            sys.getprofile: getprofile,
             gc.get_referrers: get_referrers,  # Note [Referrers of the interpreter's own]
             object.__reduce_ex__: reduce_ex,  # Note [A reduction that runs Python]
             object.__getstate__: getstate,  # Note [Protocols 0 and 1], reductions.py

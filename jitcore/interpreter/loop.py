@@ -128,7 +128,7 @@ def execute_settrace(frame: Frame, pending: BaseException | None = None) -> None
                 while True:
                     inst = instructions[frame.index]
                     frame.index = inst.after
-                    if tracing.TRACE.function is not None:
+                    if tracing.TRACE.active:
                         tracing.before(frame, inst, cursor)
                     if handlers[inst.opcode](frame, inst) is not None:
                         break

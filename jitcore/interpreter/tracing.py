@@ -1,11 +1,13 @@
-"""``sys.settrace`` in interpreted code: the thread's trace function, the events interpreted frames give it.
+"""``sys.settrace``/``sys.setprofile`` in interpreted code: the thread's functions and their frames' events.
 
 Invariants:
-- The trace function interpreted code installs is this thread's (``TRACE.function``), never CPython's own:
-  installed natively it would see the interpreter's frames, not the program's. Native code does not see it.
+- The trace (profile) function interpreted code installs is this thread's (``TRACE.function``,
+  ``TRACE.profile``), never CPython's own: installed natively it would see the interpreter's frames, not the
+  program's. Native code does not see it. A profile function gets ``call`` and ``return`` events (as the
+  trace function, after it), not ``c_call``/``c_return``/``c_exception`` (the builtins a frame calls).
 - Only a run that executes instructions with no hook to see them (``Run.traceable``: ``interpret`` without
   the jit) can be traced; any other refuses ``sys.settrace`` (UnsupportedConstruct) as before.
-- While a trace function is set, a traceable run starts every frame in ``loop.execute_settrace``, whose events
+- While either is set, a traceable run starts every frame in ``loop.execute_settrace``, whose events
   are CPython 3.11's (Note [Trace events of interpreted frames] in loop.py). Frames already running when it
   was set give no line events.
 - While the trace function runs (``TRACE.busy``) nothing is traced, as under CPython's ``tstate->tracing``; an
@@ -31,14 +33,16 @@ if TYPE_CHECKING:
     from jitcore.interpreter.instructions import Instruction
     from jitcore.interpreter.run import Run
 
-__all__ = ["TRACE", "before", "call_event", "exception_event", "gettrace", "return_event", "settrace",
-           "stop_iteration_event", "trace_points", "traced_loop", "unwound_line"]
+__all__ = ["TRACE", "before", "call_event", "exception_event", "getprofile", "gettrace", "return_event",
+           "setprofile", "settrace", "stop_iteration_event", "trace_points", "traced_loop", "unwound_line"]
 
 
 class _TraceState(threading.local):
     def __init__(self) -> None:
         self.function: object = None  # what the program passed to sys.settrace, or None
-        self.busy = False  # a trace function is running (CPython's tstate->tracing)
+        self.profile: object = None  # what it passed to sys.setprofile, or None
+        self.active = False  # either is set
+        self.busy = False  # a trace or profile function is running (CPython's tstate->tracing)
 
 
 TRACE = _TraceState()
@@ -60,15 +64,18 @@ _UNCONDITIONAL = frozenset(dis.opmap[name] for name in ("JUMP_FORWARD", "JUMP_BA
 
 
 def traced_loop(run: Run) -> bool:
-    """Whether ``run`` starts its frames in the tracing loop now (a trace function is set, the run can)."""
-    return TRACE.function is not None and run.traceable
+    """Whether ``run`` starts its frames in the tracing loop now (a trace or profile function is set, the run
+    can)."""
+    return TRACE.active and run.traceable
 
 
-def _switch(on: bool) -> None:
-    """Start new frames of every traceable run active on this thread in the tracing loop (or not)."""
+def _switch() -> None:
+    """Start new frames of every traceable run active on this thread in the tracing loop where a trace or
+    profile function is set (or not)."""
     from jitcore.interpreter import loop
     from jitcore.interpreter.run import active_runs
 
+    on = TRACE.active = TRACE.function is not None or TRACE.profile is not None
     for run in active_runs():
         if run.traceable:
             run.plain = not on
@@ -77,32 +84,52 @@ def _switch(on: bool) -> None:
 
 def settrace(*args: object) -> None:
     """sys.settrace() called by interpreted code: the thread's trace function for interpreted frames."""
+    _install("settrace", args)
+
+
+def setprofile(*args: object) -> None:
+    """sys.setprofile() called by interpreted code: the thread's profile function for interpreted frames
+    (``call`` and ``return`` events; no ``c_call`` events for the builtins they call)."""
+    _install("setprofile", args)
+
+
+def _install(name: str, args: tuple) -> None:
     from jitcore.interpreter.run import current_run
 
     if len(args) != 1:
-        raise TypeError(f"settrace() takes exactly one argument ({len(args)} given)")
+        raise TypeError(f"{name}() takes exactly one argument ({len(args)} given)")
     function = args[0]
     if function is None:
-        TRACE.function = None
-        _switch(False)
-        sys.settrace(None)  # one set natively around the run goes too, as CPython has one per thread
+        setattr(TRACE, _FIELDS[name], None)
+        _switch()
+        getattr(sys, name)(None)  # one set natively around the run goes too, as CPython has one per thread
         return
     run = current_run()
     if run is None or not run.traceable:
         frame = run.frames[-1] if run is not None and run.frames else None
         raise UnsupportedConstruct(
-            "sys.settrace() inside interpreted code: trace functions would not see interpreted frames",
+            f"sys.{name}() inside interpreted code: trace functions would not see interpreted frames",
             frame.where() if frame is not None else "",
-            hint="call sys.settrace() outside the interpreted function",
+            hint=f"call sys.{name}() outside the interpreted function",
         )
-    TRACE.function = function
-    _switch(True)
+    setattr(TRACE, _FIELDS[name], function)
+    _switch()
+
+
+_FIELDS = {"settrace": "function", "setprofile": "profile"}
 
 
 def gettrace() -> object:
     """sys.gettrace() called by interpreted code: the trace function it set, else the thread's native one."""
     function = TRACE.function
     return function if function is not None else sys.gettrace()
+
+
+def getprofile() -> object:
+    """sys.getprofile() called by interpreted code: the profile function it set, else the thread's native
+    one."""
+    function = TRACE.profile
+    return function if function is not None else sys.getprofile()
 
 
 def trace_points(code: CodeType) -> tuple[list[tuple], dict[int, int], int]:
@@ -164,13 +191,13 @@ def _step(frame: Frame, point: tuple, prev: tuple | None, first: int, dropped: b
     backwards (but to a SEND), then ``opcode`` where ``f_trace_opcodes`` is set (3.11). ``dropped``: an
     instruction the decoding dropped (the frame's ``f_lineno`` is then its line). Returns ``point``."""
     offset, opcode, line = point
-    if offset < first or TRACE.busy or TRACE.function is None:
+    if offset < first or TRACE.busy or not TRACE.active:
         return point
     shown = line if dropped else None
     if opcode == RESUME:
-        _call_trace(frame, TRACE.function, "call", None, shown)
+        _entry(frame, shown)
         return point
-    callback = getattr(frame, "trace", None)
+    callback = getattr(frame, "trace", None) if TRACE.function is not None else None
     if callback is None:
         return point
     proxy = _proxy(frame)
@@ -204,7 +231,7 @@ def _call_trace(frame: Frame, callback: Callable, event: str, arg: object, line:
         result = call(frame.run, callback, (_proxy(frame), event, arg), None)
     except BaseException:
         TRACE.function = None
-        _switch(False)
+        _switch()
         frame.trace = None
         raise
     finally:
@@ -214,21 +241,51 @@ def _call_trace(frame: Frame, callback: Callable, event: str, arg: object, line:
         frame.trace = result
 
 
+def _call_profile(frame: Frame, event: str, arg: object, line: int | None = None) -> None:
+    """``profile(frame, event, arg)`` as CPython's ``profile_trampoline``: its result is ignored; if it
+    raises, profiling stops (``sys.setprofile(None)``) and the exception propagates."""
+    from jitcore.interpreter.calls import call
+
+    TRACE.busy = True
+    frame.trace_line = line
+    try:
+        call(frame.run, TRACE.profile, (_proxy(frame), event, arg), None)
+    except BaseException:
+        TRACE.profile = None
+        _switch()
+        raise
+    finally:
+        TRACE.busy = False
+        frame.trace_line = None
+
+
+def _entry(frame: Frame, line: int | None = None) -> None:
+    """The ``call`` events of a frame starting or resuming: the trace function's, then the profile
+    function's, as CPython's ``trace_function_entry``."""
+    if TRACE.function is not None:
+        _call_trace(frame, TRACE.function, "call", None, line)
+    if TRACE.profile is not None and not TRACE.busy:
+        _call_profile(frame, "call", None, line)
+
+
 def call_event(frame: Frame) -> None:
-    """The ``call`` event of an exception thrown into a generator's frame (CPython's
+    """The ``call`` events of an exception thrown into a generator's frame (CPython's
     TRACE_FUNCTION_THROW_ENTRY: no RESUME runs)."""
-    if TRACE.function is not None and not TRACE.busy:
-        _call_trace(frame, TRACE.function, "call", None)
+    if TRACE.active and not TRACE.busy:
+        _entry(frame)
 
 
 def return_event(frame: Frame, value: object, line: int | None = None) -> None:
-    """The ``return`` event of a frame returning or yielding ``value`` (None when an exception leaves it;
-    ``line``: the frame's ``f_lineno`` then, where a RERAISE restored another, ``unwound_line``)."""
-    if TRACE.function is None or TRACE.busy:
+    """The ``return`` events of a frame returning or yielding ``value`` (None when an exception leaves it;
+    ``line``: the frame's ``f_lineno`` then, where a RERAISE restored another, ``unwound_line``): to its
+    ``f_trace``, then to the profile function, as CPython's ``trace_function_exit``."""
+    if not TRACE.active or TRACE.busy:
         return
-    callback = getattr(frame, "trace", None)
+    callback = getattr(frame, "trace", None) if TRACE.function is not None else None
     if callback is not None:
         _call_trace(frame, callback, "return", value, line)
+    if TRACE.profile is not None and not TRACE.busy:
+        _call_profile(frame, "return", value, line)
 
 
 def unwound_line(cursor: list) -> int | None:

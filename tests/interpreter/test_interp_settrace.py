@@ -265,3 +265,75 @@ def test_a_run_with_hooks_still_refuses_settrace() -> None:
     with pytest.raises(UnsupportedConstruct, match="sys.settrace"):
         interpret(f, hooks)()
     assert sys.gettrace() is before
+
+
+def test_profile_function_gets_calls_and_returns() -> None:
+    """``sys.setprofile()`` in interpreted code: the profile function gets ``call`` (at each start and
+    resumption) and ``return`` (with the value; None when an exception leaves) of the interpreted frames,
+    after a trace function set too, never ``line`` or ``exception``; ``sys.getprofile()`` answers it. (Its
+    ``c_call``/``c_return`` events of builtins are not given interpreted: left out here.)"""
+
+    def run() -> list:
+        events: list = []
+
+        def profile(frame, event, arg):
+            if frame.f_code.co_name in ("g", "gen", "raises"):
+                events.append(("profile", frame.f_code.co_name, event, arg))
+            return "ignored"
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_name == "g" and event in ("call", "return"):
+                events.append(("trace", event, arg))
+            return tracer
+
+        def g(x):
+            return x * 2
+
+        def gen():
+            yield 1
+            yield 2
+
+        def raises():
+            raise KeyError("k")
+
+        sys.setprofile(profile)
+        events.append(sys.getprofile() is profile)
+        g(3)
+        list(gen())
+        try:
+            raises()
+        except KeyError:
+            pass
+        sys.settrace(tracer)
+        g(4)
+        sys.settrace(None)
+        sys.setprofile(None)
+        g(5)
+        return events
+
+    check(run)
+
+
+def test_a_profile_function_that_raises_stops_profiling() -> None:
+    """What the profile function raises propagates from the call it was told of, and unsets it."""
+
+    def run() -> list:
+        out: list = []
+
+        def profile(frame, event, arg):
+            if frame.f_code.co_name == "g" and event == "call":
+                raise RuntimeError("profile")
+
+        def g():
+            out.append("body")
+
+        sys.setprofile(profile)
+        try:
+            g()
+        except RuntimeError as e:
+            out.append(str(e))
+        out.append(sys.getprofile())
+        sys.setprofile(None)
+        return out
+
+    check(run)

@@ -86,15 +86,20 @@ def test_generator_exception_traceback():
     assert "jitcore/interpreter" not in text
 
 
+# a run whose hooks see loads (as the jit's) refuses sys.settrace (JC-I001)
+_LOAD_HOOKS = Hooks(on_load_global=lambda frame, name, value: value)
+
+
 def test_unsupported_construct_names_file_and_line():
     def f():
-        sys.setprofile(lambda *a: None)
+        sys.settrace(lambda *a: None)
 
+    before = sys.gettrace()
     with pytest.raises(UnsupportedConstruct) as info:
-        interpret(f)()
+        interpret(f, _LOAD_HOOKS)()
     assert info.value.code == "JC-I001"
     assert f"{__file__}:{f.__code__.co_firstlineno + 1}" in str(info.value)
-    assert sys.gettrace() is None or sys.gettrace() is not None  # nothing was installed by the refusal
+    assert sys.gettrace() is before  # nothing was installed by the refusal
 
 
 def test_unsupported_construct_skips_user_handlers():
@@ -102,12 +107,12 @@ def test_unsupported_construct_skips_user_handlers():
 
     def f():
         try:
-            sys.setprofile(print)
+            sys.settrace(print)
         except Exception:  # noqa: BLE001 - must not catch jitcore errors
             log.append("user handler ran")
 
     with pytest.raises(UnsupportedConstruct):
-        interpret(f)()
+        interpret(f, _LOAD_HOOKS)()
     assert log == []
 
 
