@@ -34,6 +34,7 @@ from jitcore.interpreter.conversions import math_dunder, real_argument, round_
 from jitcore.interpreter.run import current_run
 from jitcore.ir import BoundSymbol, Symbol, current_context
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, records_arithmetic
+from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import TextProxy
 
@@ -151,6 +152,29 @@ def _read_as(tensor: PlainTensorProxy, protocol: Any) -> Any:
         context.called_as = None
 
 
+# Note [float() of a wrapper subclass]
+# ``float(x)``/``int(x)`` of a one-element wrapper subclass (TwoTensor's ``x.sum()``) reaches its
+# ``__torch_dispatch__`` as ``aten._local_scalar_dense``, as ``x.item()`` does (C's ``Tensor.__float__``
+# calls ``item``). Read through ``Tensor.__float__`` it was a value C used, so specialized: an entry per
+# value (4 misses in 4 calls where ``x.item()`` and a plain tensor's ``float(x)`` take 1). Where the class
+# leaves both ``__torch_function__`` (torch's default, or disabled: a wrapper's default one is skipped,
+# dispatch/resolver.py) and the protocol's dunder to torch, it is read as ``item()`` is, a name (Note [A
+# number a subclass's item reads], dispatch/resolver.py), converted as a plain tensor's read is.
+def _reads_as_item(value: Any, protocol: Any) -> bool:
+    """Whether ``float(value)``/``int(value)`` is a read of ``value.item()`` (the Note above)."""
+    if type(value) is PlainTensorProxy:
+        return not value.dtype.is_complex and value.numel() == 1
+    if not isinstance(value, SubclassTensorProxy) or protocol is None or value.dtype.is_complex \
+            or value.numel() != 1:
+        return False
+    cls = value.subclass
+    function = getattr(cls.__torch_function__, "__func__", cls.__torch_function__)
+    return getattr(cls, protocol.__name__, None) is protocol and function in _DEFAULT_TORCH_FUNCTIONS
+
+
+_DEFAULT_TORCH_FUNCTIONS = (torch._C._disabled_torch_function_impl, torch.Tensor.__torch_function__.__func__)  # noqa: SLF001
+
+
 def _converter(cls: type) -> Callable[..., Any]:
     protocol = getattr(torch.Tensor, f"__{cls.__name__}__", None)
 
@@ -160,7 +184,7 @@ def _converter(cls: type) -> Callable[..., Any]:
         if len(args) != 1 or kwargs:
             return cls(*args, **kwargs)
         value = args[0]
-        if type(value) is PlainTensorProxy and not value.dtype.is_complex and value.numel() == 1:
+        if _reads_as_item(value, protocol):
             value = _read_as(value, protocol)  # float(loss): a read of the value, a name as t.item() is
         if isinstance(value, NumberProxy):
             if type(value.value) is cls:

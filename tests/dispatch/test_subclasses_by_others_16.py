@@ -244,7 +244,7 @@ def _inner(value: Any) -> Any:
 
 
 @pytest.mark.parametrize(("program", "misses"), [
-    (_scaled_by_item, 1), (_item_returned, 1), (_branch_on_item, 2), (_float_of, 4),
+    (_scaled_by_item, 1), (_item_returned, 1), (_branch_on_item, 2), (_float_of, 1),
 ])
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
 def test_item_of_a_wrapper_is_a_number_of_the_computation(program: Callable[..., Any], misses: int,
@@ -256,8 +256,9 @@ def test_item_of_a_wrapper_is_a_number_of_the_computation(program: Callable[...,
         expected = program(Wrapper(torch.arange(3.0) + i, requires_grad))
         actual = jitted(Wrapper(torch.arange(3.0) + i, requires_grad))
         assert _inner(actual) == _inner(expected)
-    if requires_grad and program is _scaled_by_item:
+    if requires_grad and program in (_scaled_by_item, _float_of):
         misses = 4  # mul under autograd keeps the number's value for the backward
+    # float(x) is read as x.item() is (Note [float() of a wrapper subclass], jitcore/langctx/python.py)
     assert (jitcore.cache_misses(jitted), jitted.fallback_reason) == (misses, None)
 
 

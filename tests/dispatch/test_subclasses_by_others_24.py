@@ -87,3 +87,47 @@ def test_an_inner_tensor_of_a_subclass_value_under_grad_is_traced(name: str) -> 
                 (grad_want,) = torch.autograd.grad(want.sum(), eager_args, allow_unused=True)
                 assert_same_flattened(grad_got, grad_want, f"call {i} gradient")
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+
+
+# --- float() and int() of a wrapper subclass ----------------------------------------------------------
+# Note [float() of a wrapper subclass] (jitcore/langctx/python.py): ``float(x.sum())`` of a TwoTensor was a
+# value C used, specialized: an entry per value, where ``x.sum().item()`` and a plain tensor's ``float``
+# take one.
+
+
+def _floats(n: int) -> tuple:
+    return (TwoTensor(torch.randn(n), torch.randn(n)),)
+
+
+def _ints(n: int) -> tuple:
+    return (TwoTensor(torch.randint(-4, 5, (n,)), torch.randint(-4, 5, (n,))),)
+
+
+_CONVERTED: dict[str, tuple[Callable[..., Any], Callable[[int], tuple], int]] = {
+    "float_returned": (lambda x: float(x.sum()), _floats, 1),
+    "float_scales": (lambda x: x * float(x.sum()), _floats, 1),
+    "int_of_ints": (lambda x: (int(x.sum()), x * int(x.sum())), _ints, 1),
+    "float_of_ints": (lambda x: (float(x.sum()), type(float(x.sum())).__name__), _ints, 1),
+    "int_of_floats": (lambda x: (int(x.sum() * 10), type(int(x.sum())).__name__), _floats, 1),
+    "float_branched_on": (lambda x: x * 2 if float(x.sum()) > 0 else x * 3, _floats, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(_CONVERTED))
+def test_float_of_a_wrapper_is_a_number_of_the_computation(name: str) -> None:
+    fn, make, entries = _CONVERTED[name]
+    jitted = jitcore.jit(fn)
+    signs = set()
+    for i in range(6):
+        torch.manual_seed(i)
+        (arg,) = make(3)
+        expected = fn(arg)
+        with protocol_calls(TwoTensor) as calls:
+            actual = jitted(arg)
+        assert_same_flattened(actual, expected, f"call {i} output")
+        if i >= 4:
+            assert calls == [], (i, calls)  # a warm call runs only the flattened trace
+        signs.add(float(arg.sum()) > 0)
+    assert signs == {True, False}
+    assert jitted.fallback_reason is None
+    assert jitcore.cache_misses(jitted) == entries
