@@ -115,7 +115,7 @@ def execute_settrace(frame: Frame, pending: BaseException | None = None) -> None
     run = frame.run
     frames = run.frames
     frames.append(frame)
-    handlers = run.handlers
+    handlers = tracing.traced_table(run.handlers)
     instructions = frame.info.instructions
     cursor = [None, None, False, None]  # tracing.before's: the last instruction executed (dropped ones too)
     try:

@@ -22,7 +22,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 import sys
 import threading
 from collections.abc import Callable
-from types import CodeType, GeneratorType
+from types import CodeType, CoroutineType, FunctionType, GeneratorType
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.errors import UnsupportedConstruct
@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from jitcore.interpreter.instructions import Instruction
     from jitcore.interpreter.run import Run
 
-__all__ = ["TRACE", "before", "call_event", "exception_event", "getprofile", "gettrace", "return_event",
-           "setprofile", "settrace", "stop_iteration_event", "trace_points", "traced_loop", "unwound_line"]
+__all__ = ["TRACE", "before", "call_event", "exception_event", "for_iter", "for_iter_next", "getprofile",
+           "gettrace", "return_event", "setprofile", "settrace", "stop_iteration_event", "trace_points",
+           "traced_loop", "traced_table", "unwound_line"]
 
 
 class _TraceState(threading.local):
@@ -51,6 +52,8 @@ _SEND = dis.opmap["SEND"]
 _RERAISE = dis.opmap["RERAISE"]
 # 3.12+ traces through sys.monitoring, where f_trace_opcodes set in a trace function gives no opcode events
 _OPCODE_EVENTS = sys.version_info < (3, 12)
+_MADE_BY_C = (GeneratorType, CoroutineType)
+_FOR_ITER = dis.opmap["FOR_ITER"]
 _CONDITIONS: dict[int, Callable[[object], bool]] = {dis.opmap[name]: test for names, test in (
     (("POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE"), lambda v: not v),
     (("POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE"), bool),
@@ -304,18 +307,69 @@ def unwound_line(cursor: list) -> int | None:
 def stop_iteration_event(frame: Frame, stop: StopIteration, value: object, receiver: object) -> None:
     """SEND under a trace function gives an ``exception`` event for the StopIteration of a delegate that
     returned, but where it takes the delegate's ``__next__`` slot (``value`` None) and that, a generator's,
-    raised none (it returned None)."""
+    raised none (it returned None). One a generator or coroutine made has no traceback (C made it)."""
     if TRACE.busy or (value is None and stop.value is None and type(receiver) is GeneratorType):
         return
-    exception_event(frame, stop)
+    exception_event(frame, stop, type(receiver) not in _MADE_BY_C)
 
 
-def exception_event(frame: Frame, exc: BaseException) -> None:
+def for_iter(frame: Frame, inst: Instruction) -> None:
+    """FOR_ITER as the tracing loop runs it (``traced_table``): opcodes/control.py's, giving the
+    ``exception`` events of ``for_iter_next`` while a trace function is set."""
+    from jitcore.interpreter.protocols import EXHAUSTED, next_value
+
+    stack = frame.stack
+    it = stack[-1]
+    v = for_iter_next(frame, it) if TRACE.function is not None else next_value(frame.run, it)
+    if v is EXHAUSTED:
+        stack.pop()
+        frame.index = inst.argval
+    else:
+        stack.append(v)
+
+
+def for_iter_next(frame: Frame, it: object) -> object:
+    """FOR_ITER's next value under a trace function (``EXHAUSTED`` at the end), with 3.11's ``exception``
+    event for a StopIteration the iterator raised: a generator's that returned a value (C makes it, with no
+    traceback), or one a Python ``__next__`` raised; a builtin iterator's end raises none."""
+    from jitcore.interpreter.calls import call
+    from jitcore.interpreter.protocols import EXHAUSTED, next_value
+
+    t = type(it)
+    if t is not GeneratorType:
+        method = getattr(t, "__next__", None)
+        if type(method) is not FunctionType:
+            return next_value(frame.run, it)
+    try:
+        return it.__next__() if t is GeneratorType else call(frame.run, method, (it,), None)
+    except StopIteration as stop:
+        if t is not GeneratorType or stop.value is not None:
+            exception_event(frame, stop, t is not GeneratorType)
+        return EXHAUSTED
+
+
+def exception_event(frame: Frame, exc: BaseException, traceback: bool = True) -> None:
     """The ``exception`` event of ``exc`` raised in ``frame`` (by its instruction or a callee), after its
     traceback entry, as CPython's ``call_exc_trace``; a frame not traced by the loop gets it too where its
-    ``f_trace`` was set (a debugger's ``set_trace`` sets it on the frames it was called from)."""
+    ``f_trace`` was set (a debugger's ``set_trace`` sets it on the frames it was called from). ``traceback``:
+    whether the event shows ``exc``'s (not for one C made without, a generator's StopIteration)."""
     if TRACE.busy:
         return
     callback = getattr(frame, "trace", None)
     if callback is not None:
-        _call_trace(frame, callback, "exception", (type(exc), exc, exc.__traceback__))
+        shown = exc.__traceback__ if traceback else None
+        _call_trace(frame, callback, "exception", (type(exc), exc, shown))
+
+
+def traced_table(handlers: list) -> list:
+    """The run's dispatch table ``handlers`` with the tracing loop's handlers in place (FOR_ITER's events:
+    ``for_iter``); made once per table."""
+    hit = _TABLES.get(id(handlers))
+    if hit is None or hit[0] is not handlers:
+        table = list(handlers)
+        table[_FOR_ITER] = for_iter
+        hit = _TABLES[id(handlers)] = (handlers, table)
+    return hit[1]
+
+
+_TABLES: dict[int, tuple[list, list]] = {}

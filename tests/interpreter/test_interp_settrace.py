@@ -337,3 +337,63 @@ def test_a_profile_function_that_raises_stops_profiling() -> None:
         return out
 
     check(run)
+
+
+def test_stop_iteration_events_of_loops_and_delegation() -> None:
+    """The StopIteration ending a ``for`` loop gives an ``exception`` event where the iterator raised one: a
+    generator returning a value (with no traceback: C made it; a generator returning None, a list's iterator
+    raise none) or a Python ``__next__``; a ``yield from`` of a generator returning a value likewise (bdb
+    skips a generator's StopIteration without traceback when stepping: test_bdb's generator tests)."""
+
+    def returns_value():
+        yield 1
+        return "done"
+
+    def returns_none():
+        yield 1
+
+    class Countdown:
+        def __init__(self):
+            self.n = 2
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            if not self.n:
+                raise StopIteration
+            self.n -= 1
+            return self.n
+
+    def delegates():
+        r = yield from returns_value()
+        yield r
+
+    def f():
+        out = []
+        for x in returns_value():
+            out.append(x)
+        for x in returns_none():
+            out.append(x)
+        for x in Countdown():
+            out.append(x)
+        for x in [7]:
+            out.append(x)
+        for x in delegates():
+            out.append(x)
+        return out
+
+    def run() -> list:
+        events: list = []
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_name in ("f", "delegates") and event == "exception":
+                events.append((frame.f_code.co_name, frame.f_lineno, arg[0].__name__, arg[2] is None))
+            return tracer
+
+        sys.settrace(tracer)
+        result = f()
+        sys.settrace(None)
+        return [result, events]
+
+    check(run)
