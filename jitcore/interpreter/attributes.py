@@ -18,7 +18,7 @@ import weakref
 from types import FunctionType, MethodType
 from typing import TYPE_CHECKING
 
-from jitcore.interpreter.calls import call
+from jitcore.interpreter.calls import call, looked_up
 from jitcore.interpreter.generators import FRAME_ATTRIBUTES, GENERATOR_TYPES, NOT_INTERPRETED, frame_attribute
 
 if TYPE_CHECKING:
@@ -217,6 +217,7 @@ def _load_interpreted(run: Run, obj: object, t: type, name: str) -> object:
     # __context__ (Note [No raising inside except] in opcodes/load_store.py)
     if own is not None:
         return call(run, own, (obj, name), None)
+    looked_up(run, obj, t, "__getattr__")
     return _call_hook(run, obj, t, getattr_hook, name)
 
 

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Iterator
 from types import BuiltinFunctionType, FunctionType, ModuleType
 
-from jitcore.interpreter.calls import NATIVE_CALLABLES, call
+from jitcore.interpreter.calls import NATIVE_CALLABLES, call, looked_up
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
     NATIVE_ITERATORS,
@@ -164,6 +164,7 @@ def len_(*args: object) -> int:
 def abs_(*args: object) -> object:
     """abs() with a Python ``__abs__`` interpreted."""
     if len(args) == 1 and type(args[0]) not in NATIVE_TYPES:
+        looked_up(active_run(), args[0], type(args[0]), "__abs__")
         f = getattr(type(args[0]), "__abs__", None)
         if _is_python(f):
             return call(active_run(), f, (args[0],), None)
@@ -174,6 +175,7 @@ def number_(cls: type, value: object) -> object:
     """What ``value``'s Python ``__int__``/``__float__`` (``cls``'s dunder) returns, interpreted;
     ``NotImplemented`` where the type has no Python one (the caller converts it with the builtin)."""
     if type(value) not in NATIVE_TYPES:
+        looked_up(active_run(), value, type(value), f"__{cls.__name__}__", "__index__")
         f = getattr(type(value), f"__{cls.__name__}__", None)
         if _is_python(f):
             return call(active_run(), f, (value,), None)
@@ -247,6 +249,7 @@ def reversed_(*args: object) -> object:
     and ``__getitem__`` (Note [The sequence protocol, interpreted], protocols.py)."""
     if len(args) == 1 and type(args[0]) not in NATIVE_TYPES:
         t = type(args[0])
+        looked_up(active_run(), args[0], t, "__reversed__", "__len__", "__getitem__")
         f = getattr(t, "__reversed__", None)
         if _is_python(f):
             return call(active_run(), f, (args[0],), None)

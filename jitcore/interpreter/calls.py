@@ -64,6 +64,15 @@ def _mro_entry(t: type, name: str) -> object:
     return NULL
 
 
+def looked_up(run: Run, obj: object, t: type, *names: str) -> None:
+    """Tell the run's ``on_type_lookup`` hook that a protocol looks up ``names`` on ``t``, ``obj``'s class
+    (Note [A special method is looked up on the class], jit/state_reads.py)."""
+    hook = run.hooks.on_type_lookup
+    if hook is not None:
+        for name in names:
+            hook(obj, t, name)
+
+
 def _slot_bound(run: Run, entry: object, obj: object, t: type) -> object:
     """The MRO entry of a slot (``__init__``, ``__call__``) bound to ``obj`` through its ``__get__``, as
     CPython's slots bind what is not a plain function: a staticmethod gives its function (no instance), a
@@ -155,6 +164,7 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
         return call(run, fn.func, (*fn.args, *args), {**fn.keywords, **kwargs} if kwargs else fn.keywords)
     if t is _attrgetter and (replacement := lookasides.get(_ATTRGETTER_CALL)) is not None:
         return replacement(fn, *args, **(kwargs or {}))  # Note [An attribute getter reads as getattr]
+    looked_up(run, fn, t, "__call__")
     dunder_call = getattr(t, "__call__", None)  # noqa: B004 - the type slot
     if type(dunder_call) is FunctionType:
         if run.resolve_call is not None:
@@ -187,6 +197,7 @@ def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> 
             return opaque(run, cls, args, kwargs)
     if cls is type:
         return opaque(run, cls, args, kwargs)
+    looked_up(run, cls, cls, "__new__", "__init__")  # the slots of its instances, found on its MRO
     if meta is type:
         new = cls.__new__
         init = cls.__init__

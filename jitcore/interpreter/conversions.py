@@ -24,7 +24,7 @@ import warnings
 from types import FunctionType
 
 from jitcore.interpreter.callbacks import active_run, native_iterable
-from jitcore.interpreter.calls import call, opaque
+from jitcore.interpreter.calls import call, looked_up, opaque
 from jitcore.interpreter.protocols import (
     NATIVE_TYPES,
     binary,
@@ -53,6 +53,7 @@ def _python_dunder(v: object, name: str) -> FunctionType | None:
     t = type(v)
     if t in NATIVE_TYPES:
         return None
+    looked_up(active_run(), v, t, name)
     f = getattr(t, name, None)
     return f if type(f) is FunctionType else None
 

@@ -69,6 +69,11 @@ class Hooks:
             the program's own operation, where C may call the program's Python code natively (``sorted``'s
             comparisons, a set or dict display's hashes, ``%`` formatting, a comparison of two lists):
             the jit watches it (Note [Python code a C call ran natively], jit/native_python.py).
+        on_type_lookup: ``(obj, t, name) -> None`` before a protocol looks up the special method ``name``
+            on ``t``, the class of ``obj`` (``a + b``, ``len``, truth, iteration, subscripts, ``with``,
+            a call of an instance, ``__getattr__``), for a class not native to the interpreter: what C
+            finds on the class and never reads as an attribute (Note [A special method is looked up on
+            the class], jit/state_reads.py).
         type_of: ``obj -> class``: the class an object stands for, where it differs from ``type(obj)``
             (the jit's proxies stand for tensors); consulted where CPython's semantics depend on an
             object's type, e.g. whether ``cls(...)`` runs ``__init__`` on what ``__new__`` returned.
@@ -96,6 +101,7 @@ class Hooks:
     format_field: Callable[[object, int, object], object] | None = None
     format_percent: Callable[[str, object], object] | None = None
     native_call: Callable[[Callable, tuple, dict], object] | None = None
+    on_type_lookup: Callable[[object, type, str], None] | None = None
     type_of: Callable[[object], type] | None = None
     max_depth: int | None = None
     host_files: tuple[str, ...] = ()

@@ -23,7 +23,7 @@ from types import BuiltinMethodType, FunctionType, MethodType, MethodWrapperType
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.attributes import claims_a_class, stood_for_owner
-from jitcore.interpreter.calls import call
+from jitcore.interpreter.calls import call, looked_up
 
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
@@ -117,6 +117,11 @@ def _is_py(f: object) -> bool:
     return type(f) is FunctionType
 
 
+def _looked_up(run: Run, v: object, t: type, *names: str) -> None:
+    if run.hooks.on_type_lookup is not None and t not in NATIVE_TYPES:
+        looked_up(run, v, t, *names)
+
+
 def _looked_aside(run: Run, f: object) -> bool:
     """Whether the (C) slot function ``f`` has a lookaside: then the protocol is emulated so it is used."""
     if f is None:
@@ -160,6 +165,7 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
         # (``%`` formats a tuple's or a dict's items: their dunders, natively)
         return native(a, b) if tb in _SCALARS or native not in _PERCENT else run.native(native, (a, b), {})
     if iname is not None:
+        _looked_up(run, a, ta, iname)
         f = _slot(ta, iname)
         if f is None and hasattr(ta, iname):  # ``__iadd__ = None`` blocks the fallback, as in CPython
             call(run, f, (a, b), None)
@@ -184,6 +190,8 @@ def binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, n
     operand first where its type is a subclass that overrides it), Python dunders interpreted; ``symbol``
     names the operator in the TypeError where neither operand supports it."""
     ta, tb = type(a), type(b)
+    _looked_up(run, a, ta, name)
+    _looked_up(run, b, tb, rname)
     lf = _slot(ta, name)
     rf = _slot(tb, rname) if tb is not ta else None
     if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
@@ -237,6 +245,8 @@ def compare_op(run: Run, symbol: str, a: object, b: object) -> object:
     name, rname, native = _COMPARE[symbol]
     if ta in NATIVE_TYPES and tb in NATIVE_TYPES:  # (containers compare their items: natively)
         return native(a, b) if ta in NATIVE_COMPARANDS else run.native(native, (a, b), {})
+    _looked_up(run, a, ta, name)
+    _looked_up(run, b, tb, rname)
     lf = _comparison_slot(run, a, ta, name)
     rf = _comparison_slot(run, b, tb, rname)
     if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
@@ -274,6 +284,7 @@ def unary_op(run: Run, name: str, v: object) -> object:
     """``-v``, ``+v`` or ``~v`` (by dunder name)."""
     t = type(v)
     if t not in NATIVE_TYPES:
+        _looked_up(run, v, t, name)
         f = getattr(t, name, None)
         if _is_py(f) or _looked_aside(run, f):
             return call(run, f, (v,), None)
@@ -285,6 +296,7 @@ def truth(run: Run, v: object) -> bool:
     t = type(v)
     if t in NATIVE_TYPES:
         return bool(v)
+    _looked_up(run, v, t, "__bool__", "__len__")
     f = getattr(t, "__bool__", None)
     if _is_py(f):
         result = call(run, f, (v,), None)
@@ -307,6 +319,7 @@ def length(run: Run, v: object) -> int:
     """``len(v)`` with a Python ``__len__`` interpreted."""
     t = type(v)
     if t not in NATIVE_TYPES:
+        _looked_up(run, v, t, "__len__")
         f = getattr(t, "__len__", None)
         if _is_py(f):
             result = operator.index(call(run, f, (v,), None))
@@ -323,6 +336,7 @@ def contains(run: Run, container: object, item: object) -> bool:
     ``__next__`` or ``__getitem__``) and each item's ``==`` interpreted."""
     t = type(container)
     if t not in NATIVE_TYPES:
+        _looked_up(run, container, t, "__contains__", "__iter__", "__getitem__")
         f = getattr(t, "__contains__", None)
         if _is_py(f):
             return truth(run, call(run, f, (container, item), None))
@@ -332,7 +346,33 @@ def contains(run: Run, container: object, item: object) -> bool:
                 if value is item or truth(run, compare_op(run, "==", value, item)):
                     return True
             return False
+    elif (t is list or t is tuple) and (_python_eq(run, item) or any(_python_eq(run, v) for v in container)):
+        return _sequence_contains(run, container, item)
     return item in container
+
+
+# Note [A list searched by Python __eq__]
+# ``item in seq`` of a list or tuple compares each element with ``item`` in C (``list_contains``: the
+# element first, identity first). Where an element or the item has a Python ``__eq__`` (``5 in objs``,
+# an ``__eq__`` reading ``self.v``), C ran it natively, past the hooks: what it read was never guarded,
+# and a cached call gave the traced answer after the caller changed an element's attribute. Such a
+# search is made here, element by element as C makes it, with each ``==`` interpreted. Elements that
+# stand for another class (the jit's stand-ins for tensors) and Python's own values are left to C.
+def _python_eq(run: Run, v: object) -> bool:
+    t = type(v)
+    return t not in NATIVE_TYPES and _is_py(getattr(t, "__eq__", None)) and run.type_of(v) is t
+
+
+def _sequence_contains(run: Run, seq: list | tuple, item: object) -> bool:
+    """``item in seq`` as CPython's ``list_contains``/``tuplecontains`` makes it, each ``==`` interpreted
+    (Note [A list searched by Python __eq__])."""
+    i = 0
+    while i < len(seq):  # (an ``__eq__`` may change the list: C reads its length each time too)
+        value = seq[i]
+        if value is item or truth(run, compare_op(run, "==", value, item)):
+            return True
+        i += 1
+    return False
 
 
 def _python_iteration(t: type) -> bool:
@@ -348,6 +388,7 @@ def get_iter(run: Run, v: object) -> object:
     protocol, interpreted])."""
     t = type(v)
     if t not in NATIVE_TYPES:
+        _looked_up(run, v, t, "__iter__", "__getitem__")
         f = getattr(t, "__iter__", None)
         if _is_py(f):
             it = call(run, f, (v,), None)
@@ -412,6 +453,7 @@ def next_value(run: Run, it: object) -> object:
     """``next(it)``, or ``EXHAUSTED`` when it is exhausted."""
     t = type(it)
     if t not in NATIVE_ITERATORS:
+        _looked_up(run, it, t, "__next__")
         f = getattr(t, "__next__", None)
         if _is_py(f):
             try:
@@ -442,6 +484,8 @@ _REPEATED = (list, tuple, str, bytes, bytearray)  # sequences with a repeat coun
 def has_python_index(run: Run, v: object) -> bool:
     """Whether CPython asks ``v``'s Python ``__index__`` for its index (an int subclass is its own)."""
     t = type(v)
+    if t not in NATIVE_TYPES:
+        _looked_up(run, v, t, "__index__")
     return t not in NATIVE_TYPES and not isinstance(v, int) and run.type_of(v) is t \
         and _is_py(getattr(t, "__index__", None))
 
@@ -483,6 +527,7 @@ def get_item(run: Run, container: object, key: object) -> object:
         if type(key) is not int and isinstance(container, _SEQUENCES):
             key = _sequence_key(run, key)
         return container[key]
+    _looked_up(run, container, t, "__getitem__")
     f = getattr(t, "__getitem__", None)
     if _is_py(f) or _looked_aside(run, f):
         return call(run, f, (container, key), None)
@@ -499,6 +544,7 @@ def set_item(run: Run, container: object, key: object, value: object) -> None:
     """``container[key] = value``."""
     t = type(container)
     if t not in NATIVE_TYPES:
+        _looked_up(run, container, t, "__setitem__")
         f = getattr(t, "__setitem__", None)
         if _is_py(f) or _looked_aside(run, f):
             call(run, f, (container, key, value), None)
@@ -515,6 +561,7 @@ def delete_item(run: Run, container: object, key: object) -> None:
     """``del container[key]``."""
     t = type(container)
     if t not in NATIVE_TYPES:
+        _looked_up(run, container, t, "__delitem__")
         f = getattr(t, "__delitem__", None)
         if _is_py(f):
             call(run, f, (container, key), None)
@@ -529,6 +576,7 @@ def delete_item(run: Run, container: object, key: object) -> None:
 def _convert(run: Run, v: object, name: str, native, kind: str) -> str:
     t = type(v)
     if t is not str and t not in NATIVE_TYPES:
+        _looked_up(run, v, t, name)
         f = _stood_for_method(run, v, t, name)
         if _is_py(f):
             result = call(run, f, (v,), None)
@@ -553,6 +601,8 @@ def _stood_for_method(run: Run, v: object, t: type, name: str) -> object:
 def to_str(run: Run, v: object) -> str:
     """``str(v)`` (``object.__str__`` is ``repr(v)``: a Python ``__repr__`` interpreted)."""
     t = type(v)
+    if t not in NATIVE_TYPES:
+        _looked_up(run, v, t, "__str__", "__repr__")
     if t not in NATIVE_TYPES and getattr(t, "__str__", None) is _OBJECT_STR and \
             _is_py(getattr(t, "__repr__", None)):
         return to_repr(run, v)
@@ -571,6 +621,7 @@ def to_format(run: Run, v: object, spec: str) -> str:
     """``format(v, spec)``."""
     t = type(v)
     if t is not str and t not in NATIVE_TYPES:
+        _looked_up(run, v, t, "__format__", "__str__", "__repr__")
         f = getattr(t, "__format__", None)
         if _is_py(f):
             result = call(run, f, (v, spec), None)

@@ -407,6 +407,7 @@ class Pass(StateReads):
             format_field=format_field,
             format_percent=format_percent,
             native_call=call_watched,  # Note [Python code a C call ran natively]
+            on_type_lookup=lambda _obj, t, name: self.provenance.bind_type_lookup(t, name),
             type_of=python_type,
             max_depth=limit.max_depth,
             host_files=(JITCORE_DIR,),  # Note [An error the hooks translated] (interpreter/loop.py)

@@ -102,6 +102,7 @@ class Provenance(TensorBinding, HeldCounters):
         self.appended_read: set[Path] = set()  # those of them the program reached another way as well
         self._container_paths: dict[int, Path] = {}  # state containers guarded element by element
         self._guarded: set[tuple] = set()
+        self._type_lookups: dict[type, set[str] | None] = {}  # Note [A special method is looked up ...]
         # tensor-subclass inputs with the path each was bound at, inner ones before the ones holding them
         self.subclass_inputs: list[tuple[TensorProxy, Path]] = []
         self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order
@@ -587,6 +588,39 @@ class Provenance(TensorBinding, HeldCounters):
                 self.guard(namespace, "absent", name, per_expected=True)  # Note [One absence per name]
         if not isinstance(obj, type) and type(getattr(obj, "__dict__", None)) is dict:
             self.guard(path.attr("__dict__"), "absent", name, per_expected=True)
+
+    # Note [A special method is looked up on the class]
+    # ``a + b``, ``len(c)``, ``bool(o)``, ``for x in o``, ``o[k]``, ``with o:``, ``o(x)`` and a missing
+    # attribute's ``__getattr__`` find their method on the class, never reading it as an attribute, so
+    # no load hook saw it: a cached call kept the traced ``__mul__`` (or the traced absence of one,
+    # ``divmod`` raising TypeError) after the caller replaced it on the class, where eager called the
+    # new one. The interpreter now tells the jit each such lookup (``on_type_lookup``), and the entry
+    # pins what it found: the entry of the first class in the MRO that has the name, and its absence
+    # from the classes before it (from all of them when none has it). Classes of torch, jitcore and the
+    # standard library are taken as constant, as for attribute reads. A class the program made itself
+    # is pinned too: the entry holds it, and its guards hold as long as the program does not change
+    # it after the lookup.
+    def bind_type_lookup(self, t: type, name: str) -> None:
+        """The special method ``name`` a protocol looked up on class ``t``: pin what it found
+        (Note [A special method is looked up on the class])."""
+        names = self._type_lookups.get(t, ())
+        if names is None or name in names:
+            return
+        mro = t.__mro__
+        if names == ():
+            if all(is_library_class(klass) for klass in mro):
+                self._type_lookups[t] = None
+                return
+            names = self._type_lookups[t] = set()
+        names.add(name)
+        owner = next((klass for klass in mro if name in vars(klass)), None)
+        if owner is not None and not is_library_class(owner):
+            entry = Path(Root("bound", owner.__qualname__, owner)).attr("__dict__").key(name)
+            self.bind_state(vars(owner)[name], entry, name)
+        for klass in mro if owner is None else mro[: mro.index(owner)]:
+            if not is_library_class(klass):
+                namespace = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__")
+                self.guard(namespace, "absent", name, per_expected=True)  # Note [One absence per name]
 
     def _container(self, value: Any, path: Path) -> None:
         """A list/tuple/dict of state (``Module._modules``, ``_parameters``): guard its shape and

@@ -54,7 +54,10 @@ def is_module_registry(path: Path) -> bool:
 
 
 def is_library_class(klass: type) -> bool:
-    module = (getattr(klass, "__module__", None) or "").split(".")[0]
+    module = getattr(klass, "__module__", None) or ""
+    if type(module) is not str:  # a descriptor for its instances (the interpreter's FrameProxy): not known
+        return False
+    module = module.split(".")[0]
     return module in ("torch", "jitcore") or module in _STDLIB  # the standard library's classes too
 
 

@@ -98,18 +98,22 @@ _DUNDERS = ("__divmod__", "__rdivmod__", "__pow__", "__rpow__", "__round__")
 
 
 def _user_dunder(value: Any) -> bool:
-    """Whether ``value`` is a program's object with a Python dunder of these builtins (not a proxy)."""
+    """Whether ``value`` is a program's object with a Python dunder of these builtins (not a proxy), or
+    one of a class that may gain one (its lookups are the run's: Note [A special method is looked up on
+    the class], jit/provenance.py)."""
     # found without reading ``__class__`` (``isinstance`` does) or running a descriptor's ``__get__`` (a
     # class attribute read does): CPython's test_descr counts both
     t = type(value)
     known = _FIXED_ANSWERS.get(t)
     if known is not None:
         return known
-    answer = not issubclass(t, Proxy) and any(
-        type(_static_lookup(t, name)) is types.FunctionType for name in _DUNDERS)
+    if issubclass(t, Proxy):
+        return False
     if all(k.__flags__ & _IMMUTABLE_TYPE for k in t.__mro__):
-        _FIXED_ANSWERS[t] = answer
-    return answer
+        answer = _FIXED_ANSWERS[t] = any(type(_static_lookup(t, name)) is types.FunctionType
+                                         for name in _DUNDERS)
+        return answer
+    return True
 
 
 # Note [Builtin operators of immutable classes]

@@ -16,7 +16,7 @@ import sys
 
 from jitcore.errors import JitcoreError
 from jitcore.interpreter.attributes import MISSING, lookup_special
-from jitcore.interpreter.calls import call
+from jitcore.interpreter.calls import call, looked_up
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.loop import unwind
@@ -256,6 +256,7 @@ def before_with(frame: Frame, inst: Instruction) -> None:
     """Replace the context manager TOS by its bound __exit__ and push __enter__()."""
     stack = frame.stack
     mgr = stack[-1]
+    looked_up(frame.run, mgr, type(mgr), "__enter__", "__exit__")
     enter = lookup_special(mgr, "__enter__")
     if enter is MISSING:
         raise TypeError(f"'{type(mgr).__name__}' object does not support the context manager protocol")
