@@ -23,7 +23,7 @@ import types
 from jitcore.interpreter.callbacks import active_run
 from jitcore.interpreter.calls import call, opaque
 
-__all__ = ["dump", "dumps"]
+__all__ = ["built_in_values", "dump", "dumps"]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type())
 _WALKED = 10_000
@@ -58,7 +58,7 @@ def dump(*args: object, **kwargs: object) -> object:
 
 def _pickled(native: object, python: object, args: tuple, kwargs: dict) -> object:
     run = active_run()
-    if not _binds(python, args, kwargs) or _built_in_values(args[0]):
+    if not _binds(python, args, kwargs) or built_in_values(args[0]):
         return opaque(run, native, args, kwargs)  # (with arguments that do not bind: C's own error)
     return call(run, python, args, kwargs)
 
@@ -71,7 +71,7 @@ def _binds(python: object, args: tuple, kwargs: dict) -> bool:
     return True
 
 
-def _built_in_values(obj: object) -> bool:
+def built_in_values(obj: object) -> bool:
     """Whether ``obj`` and everything the containers of C among it hold (lists, tuples, dicts, sets,
     deques, OrderedDicts, a ``SimpleNamespace``'s dict) are instances of classes written in C (none of a
     class statement's), within ``_WALKED`` objects."""

@@ -71,7 +71,7 @@ from jitcore.jit.fsdp_units import fsdp_lookasides
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
 from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.log_records import LogRecords
-from jitcore.jit.native_python import call_watched
+from jitcore.jit.native_python import call_watched, pickler_lookasides
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.number_sizes import NumberSizes
 from jitcore.jit.printing import Prints
@@ -386,6 +386,7 @@ class Pass(StateReads):
             **generator_state_lookasides(),  # Note [The state of torch's default generator]
             **dispatch_state_lookasides(self._state_change),  # dispatch/dtensor.py
             **self._inference_mode_lookasides(), **limit.lookasides(),
+            **pickler_lookasides(),  # Note [A C pickler's dump of the program's objects]
         })
         lookasides[len] = self.measured.len_lookaside(lookasides.get(len, len))
         # ``id(t)``/``hash(t)`` of a caller's tensor: its own id (Note [The id of a caller's tensor])

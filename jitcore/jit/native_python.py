@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import gc
 import inspect
+import pickle
 import reprlib
 import sys
 import types
@@ -32,10 +33,12 @@ from collections.abc import Callable
 from typing import Any
 
 from jitcore.errors import UnsupportedOperationError
-from jitcore.interpreter.run import LIFTED_WATCH
+from jitcore.interpreter.calls import opaque
+from jitcore.interpreter.pickling import built_in_values
+from jitcore.interpreter.run import LIFTED_WATCH, current_run
 from jitcore.jit.code_kinds import is_library_file, is_programs_class, is_torch_builtin
 
-__all__ = ["call_watched"]
+__all__ = ["call_watched", "pickler_lookasides"]
 
 # Note [Python code a C call ran natively]
 # jitcore interprets the program's Python code, and the C functions it calls for the program run
@@ -201,6 +204,34 @@ def _of_the_programs_class(frame: types.FrameType) -> bool:
 # (``pickle.loads``, ``copy.deepcopy``'s ``__reduce_ex__`` path) made the call run eagerly (CPython's
 # test_typing ``NamedTupleTests.test_copy_and_pickle`` jitted). That code reads no state: it only
 # builds the tuple.
+
+
+# Note [A C pickler's dump of the program's objects]
+# ``pickle.Pickler(f, 2).dump(obj)`` (torch.save's pickler too) is C's pickler reading an object of the
+# program's classes natively: its instance dict and slots through C's ``object.__reduce_ex__``, no
+# Python code run, so the net above does not see it, and a cached call wrote the first call's bytes
+# after the caller changed the object (a wrong answer). ``pickle.dumps``/``pickle.dump`` are traced
+# through the pure-Python pickler (Note [The Python pickler writes C's bytes], interpreter/pickling.py),
+# but a C pickler object does not say which protocol or file it was made with. Its ``dump`` of a graph
+# reaching an instance of a Python class makes the call run eagerly (JC-T001); of built-in values alone,
+# it is the C call, as before.
+def pickler_lookasides() -> dict[Any, Callable[..., Any]]:
+    """``{pickle.Pickler.dump: ...}`` (Note [A C pickler's dump of the program's objects])."""
+
+    def dump(pickler: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and not built_in_values(args[0]):
+            raise UnsupportedOperationError(
+                "pickle.Pickler(...).dump(obj) of an object of your classes reads it in C, which jitcore "
+                "does not see: what it read would not be checked on later calls",
+                hints=("the call runs eagerly; pickle.dumps(obj, protocol) or pickle.dump(obj, file, "
+                       "protocol) are traced",),
+            )
+        return opaque(current_run(), _PICKLER_DUMP, (pickler, *args), kwargs)
+
+    return {_PICKLER_DUMP: dump}
+
+
+_PICKLER_DUMP = pickle.Pickler.dump
 
 
 def _ran_natively(fn: Any, code: types.CodeType) -> UnsupportedOperationError:

@@ -113,3 +113,33 @@ def test_a_reduction_called_directly_reads_the_state() -> None:
     jit/state_reads.py)."""
     obj = Plain()
     _checked(lambda: repr(obj.__reduce_ex__(2)[2]).encode(), lambda: setattr(obj, "y", 2))
+
+
+@pytest.mark.parametrize("subclassed", [False, True], ids=["Pickler", "subclass"])
+def test_a_c_picklers_dump_of_a_callers_object_runs_eagerly(subclassed) -> None:
+    """``pickle.Pickler(f, 2).dump(obj)``: C's pickler read the object unseen (Note [A C pickler's dump of
+    the program's objects], jitcore/jit/native_python.py); the call runs eagerly and gives eager's bytes.
+    A graph of built-in values is still traced."""
+    pickler_class = type("OwnPickler", (pickle.Pickler,), {}) if subclassed else pickle.Pickler
+    obj = Plain()
+
+    def pickled(value: object) -> bytes:
+        buf = io.BytesIO()
+        pickler_class(buf, 2).dump(value)
+        return buf.getvalue()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * len(pickled(obj))
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the eager entry's warning)
+        for step in range(4):
+            if step == 2:
+                obj.x = "a longer value"
+            assert_same(jf(torch.ones(2)), f(torch.ones(2)))
+    numbers = [1, 2]
+    jf = jitcore.jit(lambda x: x * len(pickled(numbers)))
+    for _ in range(2):
+        assert_same(jf(torch.ones(2)), torch.ones(2) * len(pickled(numbers)))
+    assert jitcore.cache_hits(jf) == 1
