@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
 __all__ = ["TRACE", "before", "call_event", "exception_event", "for_iter", "for_iter_next", "getprofile",
-           "gettrace", "return_event", "setprofile", "settrace", "stop_iteration_event", "trace_points",
-           "traced_loop", "traced_table", "unwound_line"]
+           "gettrace", "native_functions", "return_event", "setprofile", "settrace", "stop_iteration_event",
+           "trace_points", "traced_loop", "traced_table", "unwound_line"]
 
 
 class _TraceState(threading.local):
@@ -373,3 +373,12 @@ def traced_table(handlers: list) -> list:
 
 
 _TABLES: dict[int, tuple[list, list]] = {}
+
+
+
+def native_functions() -> tuple[object, object] | None:
+    """The program's ``(trace, profile)`` functions for code the interpreter runs natively for it
+    (lookasides' eval/exec), or None where it set neither (or one of them is running)."""
+    if not TRACE.active or TRACE.busy:
+        return None
+    return TRACE.function, TRACE.profile

@@ -164,6 +164,9 @@ MODULES = (
     # lists), test_threading, test_import and test_runpy pass too but take 15-90 s (docs/interpreter.md)
     "test_metaclass", "test_asyncio.test_pep492", "test_asyncio.test_locks", "test_codeccallbacks",
     "test_memoryio", "test_unicode_identifiers", "test_pkgutil", "test_strptime",
+    # issue 14 (2026-12-06): bdb's own tests step through interpreted frames with sys.settrace (tracing.py):
+    # 34/34 on 3.11, 35/36 on 3.13, ~1-3 s a process
+    "test_bdb",
 )
 
 TIMEOUT_S = 20

@@ -176,6 +176,7 @@ NATIVE_COUNTS_311 = {
     "test_unicode_identifiers": 3,
     "test_pkgutil": 26,
     "test_strptime": 49,
+    "test_bdb": 34,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
@@ -319,6 +320,7 @@ NATIVE_COUNTS_313 = {
     "test_unicode_identifiers": 3,
     "test_pkgutil": 28,
     "test_strptime": 46,
+    "test_bdb": 36,
 }
 # 3.12: the modules chosen for what 3.12 changes (PEP 709's comprehensions, PEP 695, the call and attribute
 # layout, generators and exceptions), measured on pyenv's 3.12.1 with its own stdlib tests (2026-12-04), and

@@ -397,3 +397,33 @@ def test_stop_iteration_events_of_loops_and_delegation() -> None:
         return [result, events]
 
     check(run)
+
+
+def test_code_exec_and_eval_run_is_traced() -> None:
+    """``exec``/``eval`` run their code natively: the program's trace and profile functions are CPython's own
+    meanwhile, so that code gives them CPython's events (bdb's ``run``/``runeval``, trace's coverage of a
+    module), and the thread's native functions are back after."""
+
+    def run() -> list:
+        events: list = []
+
+        def tracer(frame, event, arg):
+            events.append(("trace", frame.f_code.co_name, event, frame.f_lineno))
+            return tracer
+
+        def profile(frame, event, arg):
+            if event in ("call", "return"):
+                events.append(("profile", frame.f_code.co_name, event))
+
+        code = compile("def h(a):\n    return a + 1\nx = h(1)\ny = x * 2\n", "<traced>", "exec")
+        namespace: dict = {}
+        sys.settrace(tracer)
+        exec(code, namespace)
+        value = eval("y + 1", namespace)
+        sys.settrace(None)
+        sys.setprofile(profile)
+        exec("z = 3", namespace)
+        sys.setprofile(None)
+        return [value, namespace["y"], events, sys.gettrace(), sys.getprofile()]
+
+    check(run)
