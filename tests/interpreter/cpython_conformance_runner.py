@@ -165,8 +165,9 @@ MODULES = (
     "test_metaclass", "test_asyncio.test_pep492", "test_asyncio.test_locks", "test_codeccallbacks",
     "test_memoryio", "test_unicode_identifiers", "test_pkgutil", "test_strptime",
     # issue 14 (2026-12-06): bdb's own tests step through interpreted frames with sys.settrace (tracing.py):
-    # 34/34 on 3.11, 35/36 on 3.13, ~1-3 s a process
-    "test_bdb",
+    # 34/34 on 3.11, 35/36 on 3.13, ~1-3 s a process; test_sys_setprofile 25/26 on 3.11 (3.13's 26/29: its
+    # c_call events of builtins, not given interpreted)
+    "test_bdb", *(("test_sys_setprofile",) if sys.version_info < (3, 12) else ()),
 )
 
 TIMEOUT_S = 20

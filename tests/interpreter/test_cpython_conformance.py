@@ -177,6 +177,7 @@ NATIVE_COUNTS_311 = {
     "test_pkgutil": 26,
     "test_strptime": 49,
     "test_bdb": 34,
+    "test_sys_setprofile": 26,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
