@@ -52,7 +52,7 @@ from jitcore.prologue import Guard, Path
 from jitcore.prologue.shape_guards import ShapeCondition
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy
-from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy, inner_tensors_first
 from jitcore.transforms.symbolic_sizes import SymbolicSizes, condition_check, map_symbolic
 
 __all__ = ["MARK", "ShapePolicy", "StaticShapes", "StaticSubclassShapes", "finish", "is_symbolic",
@@ -583,7 +583,7 @@ class _SizeRewriter:
         ``ValueReads.value_sizes``)."""
         records = []
         known = self.env.real_tensor_prop_unbacked_vals
-        for output in optree.tree_leaves(bsym.output, none_is_leaf=True):
+        for output in inner_tensors_first(optree.tree_leaves(bsym.output, none_is_leaf=True)):
             sizes = list(self._read_at.pop(id(output), ()))
             if isinstance(output, TensorProxy) and not sizes:
                 sizes = [(size.node.expr, dim, known[size.node.expr])

@@ -286,11 +286,25 @@ class ValueReads:
     # its override interpreted as the program's code: a number it reads of its own instances (``super()``
     # running ``item``, or ``tolist``'s numbers) is the program's read, a name, not a constant behind a
     # check (an entry per value).
+    # Note [A mask in a symbolic pass]
+    # A wrapper indexed by a boolean mask (``x[m]`` of a TwoTensor) reaches its dispatch as
+    # ``aten.index.Tensor`` on each inner tensor: a value-shaped read inside subclass code, checked per
+    # count in a static pass. Once its count was seen to change (Note [Sizes that values decide],
+    # jit/shapes.py) the next pass is symbolic, where such reads were refused: that pass traced static
+    # again, an entry per count (5 in 5 calls; a plain tensor takes 2). A read of plain tensors alone whose
+    # output is one tensor, with no grad, is now made there as at the top level (``_shaped_proxy``: the
+    # changed dimensions are unbacked symbols, its check compares the others), among the call's records;
+    # ``finish`` reads each symbol from the inner tensor of the call's top-level result that holds it
+    # (``u0 = size_of(t0, 0)``, after the call: pass 2 computes ``t0``) and checks what torch decided
+    # with the traced counts once they are read (TwoTensor's ``a.shape == b.shape``: ``u0 == u1``). Numbers,
+    # lists, other outputs and reads under grad are still refused there.
     def _read_in_subclass_code(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                                source: tuple[SourceFrame, ...] | None) -> Any:
         open_scopes = self.context.scopes[1:-1]
-        if self.context.values.shape_env is not None:
-            return _REFUSED  # symbolic sizes (nested ints alone leave the pass static)
+        symbolic = self.context.values.shape_env is not None
+        if symbolic and (symbol.fn in _NUMBER_READS or symbol.fn in _INNER_NUMBER_READS
+                         or symbol.fn in _LIST_READS or needs_grad(args, kwargs)):
+            return _REFUSED  # Note [A mask in a symbolic pass] (nested ints alone leave the pass static)
         records = [b for scope in open_scopes for b in scope]
         if writes_outside(records):
             return _REFUSED
@@ -313,6 +327,8 @@ class ValueReads:
             listed = self._numbers_of_list(symbol, args, kwargs, out, site)
             if listed is not _REFUSED:
                 return Inlined(listed)
+        if symbolic and (not isinstance(out, torch.Tensor) or holds(SubclassTensorProxy, (args, kwargs))):
+            return _REFUSED  # a value-shaped tensor of plain tensors only (Note [A mask in a symbolic pass])
         if not holds(torch.Tensor, out):
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
@@ -330,7 +346,11 @@ class ValueReads:
         if not all(isinstance(v, torch.Tensor) for v in leaves):
             return _REFUSED
         values = self.context.values
-        proxies = [values.proxy_for(values.fake_mode.from_tensor(t, static_shapes=True)) for t in leaves]
+        if symbolic:
+            shape_site = _shape_site(site)
+            proxies = [self._shaped_proxy(t, shape_site, i) for i, t in enumerate(leaves)]
+        else:
+            proxies = [values.proxy_for(values.fake_mode.from_tensor(t, static_shapes=True)) for t in leaves]
         output = optree.tree_unflatten(optree.tree_structure(out, none_is_leaf=True), proxies)
         pairs = list(zip(proxies, leaves))
         self._record_shaped(symbol, args, kwargs, output, pairs, site, {"data_dependent"})

@@ -34,7 +34,7 @@ from jitcore.proxies.tensor import JaggedOuter, TensorProxy, describe_tensor, wr
 
 __all__ = [
     "SubclassTensorProxy", "is_traceable_subclass", "made_in_inference_mode", "missing_slot", "proxy_class",
-    "register_torch_dispatch", "subclass_proxy",
+    "inner_tensors_first", "register_torch_dispatch", "subclass_proxy",
 ]
 
 
@@ -318,6 +318,18 @@ _LAYOUT_OPS = {
 
 # the dispatch layer's ``call_torch_dispatch`` (jitcore/dispatch/resolver.py, a layer above this one)
 _TORCH_DISPATCH: list[Callable[..., Any]] = []
+
+
+def inner_tensors_first(values: list[Any]) -> list[Any]:
+    """``values``, each subclass value after its inner tensors (at any depth): a size is read from the
+    plain tensor that pass 2 computes, not from a wrapper it never builds (Note [A mask in a symbolic
+    pass], jitcore/jit/value_reads.py)."""
+    found: list[Any] = []
+    for value in values:
+        if isinstance(value, SubclassTensorProxy):
+            found.extend(inner_tensors_first(list(value.inner_tensors().values())))
+        found.append(value)
+    return found
 
 
 def register_torch_dispatch(call: Callable[..., Any]) -> None:

@@ -131,3 +131,50 @@ def test_float_of_a_wrapper_is_a_number_of_the_computation(name: str) -> None:
     assert signs == {True, False}
     assert jitted.fallback_reason is None
     assert jitcore.cache_misses(jitted) == entries
+
+
+# --- a boolean mask of a wrapper in a symbolic pass -----------------------------------------------------
+# Note [A mask in a symbolic pass] (jitcore/jit/value_reads.py): the index a wrapper's dispatch runs on
+# its inner tensors with the mask was refused in the symbolic pass, so every count traced again (one
+# entry per count where a plain tensor takes 2).
+
+
+def _two_by(n: int, count: int, *shape: int) -> tuple:
+    return TwoTensor(torch.randn(n, *shape), torch.randn(n, *shape)), torch.arange(n) < count
+
+
+def _two_and_plain_by(n: int, count: int) -> tuple:
+    x, mask = _two_by(n, count)
+    return x, torch.randn(n), mask
+
+
+_MASKS: dict[str, tuple[Callable[..., Any], Callable[[int, int], tuple]]] = {
+    "summed": (lambda x, m: x[m].sum(), _two_by),
+    "returned": (lambda x, m: x[m], _two_by),
+    "rows_summed": (lambda x, m: x[m].sum(0), lambda n, c: _two_by(n, c, 3)),
+    "times_a_plain_tensor_by_the_same_mask": (lambda x, y, m: x[m] * y[m], _two_and_plain_by),
+    "viewed_and_expanded": (lambda x, m: x[m].view(-1, 1).expand(-1, 2), _two_by),
+    "masked_select": (lambda x, m: torch.masked_select(x, m).sum(), _two_by),
+    "of_a_wrapper_of_wrappers": (lambda x, m: x[m].sum(),
+                                 lambda n, c: (TwoTensor(*_two_by(n, c)[:1], *_two_by(n, c)[:1]),
+                                               torch.arange(n) < c)),
+}
+
+
+@pytest.mark.parametrize("name", list(_MASKS))
+def test_a_mask_of_a_wrapper_takes_two_entries_for_every_count(name: str) -> None:
+    fn, make = _MASKS[name]
+    jitted = jitcore.jit(fn)
+    for i, count in enumerate((1, 2, 3, 4, 6, 0, 5)):
+        torch.manual_seed(i)
+        eager_args = make(6, count)
+        torch.manual_seed(i)
+        jit_args = make(6, count)
+        expected = fn(*eager_args)
+        with protocol_calls(TwoTensor) as calls:
+            actual = jitted(*jit_args)
+        assert_same_flattened(actual, expected, f"call {i} (count {count}) output")
+        if i >= 2:
+            assert calls == [], (i, calls)  # a warm call runs only the flattened trace
+    assert jitted.fallback_reason is None
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 5)
