@@ -508,6 +508,7 @@ class Provenance(TensorBinding, HeldCounters):
         first = self.path_of(value) is None
         self.remember(value, path)
         if not first:
+            self._bind_items_read_natively(value, path)  # reached first by a narrowed read (``od["k"]``)
             return
         self._remember_items(value, path)
         if issubclass(type(value), types.FunctionType):
@@ -525,10 +526,7 @@ class Provenance(TensorBinding, HeldCounters):
         """Note [Items C reads natively] and Note [Tensors in dicts read natively] (jit/state_kinds.py); a
         ``loose`` container's keys or length
         are guarded in any case (a module argument's hook dicts, tested for emptiness in C)."""
-        natively = items_read_natively(value)
-        if natively is not None and not is_module_registry(path):  # Note [Items C reads natively]
-            items, attribute = natively
-            self._container(items, path if attribute is None else path.attr(attribute))
+        if self._bind_items_read_natively(value, path):
             return
         kind = type(value)  # not isinstance: it reads ``__class__``, which a class may compute
         container = issubclass(kind, (list, dict, set, collections.deque))
@@ -540,6 +538,17 @@ class Provenance(TensorBinding, HeldCounters):
                 self.remember(tensor, path.key(key))
         if issubclass(kind, dict):
             self._functions_held(first, path)
+
+    def _bind_items_read_natively(self, value: Any, path: Path) -> bool:
+        """Guard the items of a container C reads past the hooks (Note [Items C reads natively], once);
+        False for other values."""
+        natively = items_read_natively(value)
+        if natively is None or is_module_registry(path):
+            return False
+        items, attribute = natively
+        if id(items) not in self._container_paths:
+            self._container(items, path if attribute is None else path.attr(attribute))
+        return True
 
     def remember_function(self, fn: types.FunctionType, path: Path) -> None:
         """The jitted function itself: its code is pinned (its defaults are bound per call)."""

@@ -110,7 +110,9 @@ def is_structured(value: Any) -> bool:
 # calls it) and a dict's keys are plain (an optimizer's state, keyed by parameters, stays guarded by
 # identity); torch's registries in a module are left to jit/module_guards.py (``is_module_registry``).
 # A ``bytearray`` or ``array.array`` of state is such a container too (``len(buf)``, ``sum(arr)``,
-# ``bytes(buf)`` read it in C): its length and each item are guarded.
+# ``bytes(buf)`` read it in C): its length and each item are guarded. A dict of these read only by a
+# constant subscript (``od["lr"]``) is narrowed as a plain dict's read is (jit/state_reads.py
+# ``_bind_state``): another item the caller changes (a counter) is then no new entry.
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)  # whose repr and == read their ``__dict__``
 _READING_METHODS = ("__getitem__", "__iter__", "__len__", "__contains__", "keys", "items", "values")
 

@@ -41,6 +41,7 @@ from jitcore.jit.code_kinds import (
 from jitcore.jit.effects import StateSnapshots
 from jitcore.jit.held_tensors import NOT_ANSWERED, HeldTensors
 from jitcore.jit.provenance import Provenance
+from jitcore.jit.state_kinds import is_module_registry, is_structured, items_read_natively
 from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
@@ -76,7 +77,9 @@ class StateReads:
         if type(value) is list and appends.reads_appended_item(frame, value,
                                                               self.provenance.first_state(value)):
             return self.provenance.bind_appended_list(value, path)  # ``seen[-1]`` after ``seen.append(v)``
-        if type(value) in (dict, collections.defaultdict):
+        if type(value) in (dict, collections.defaultdict) or (  # an OrderedDict too, as a whole read guards
+                isinstance(value, dict) and not is_structured(value) and items_read_natively(value)
+                and not is_module_registry(path)):  # (a Counter's counters are bound in place: provenance)
             key = subscripted_by(frame)
             if key is not None:
                 return self.provenance.bind_subscripted_dict(value, path, key)

@@ -150,3 +150,22 @@ def test_a_buffer_the_program_extends_is_read_as_eagerly() -> None:
         x = torch.ones(2)
         assert_same(jf(x), f(x))
     assert jit_state == eager_state
+
+
+@pytest.mark.parametrize("kind", [collections.OrderedDict, Settings], ids=["OrderedDict", "dict_subclass"])
+def test_an_item_read_by_a_constant_key_guards_that_item_only(kind) -> None:
+    """``od["lr"]`` alone reads one item: a caller's counter in another item, changed before every call, does
+    not make every call a new entry (10 misses in 10 calls once the items were guarded whole), as for a
+    plain dict; a whole read in the same program still guards every item."""
+    d = kind(step=0, lr=0.5)
+    jf = jitcore.jit(lambda x: x * d["lr"])
+    for _ in range(10):
+        d["step"] += 1
+        x = torch.randn(2)
+        assert_same(jf(x), x * 0.5)
+    assert jitcore.cache_misses(jf) == 1
+
+    def whole(x: torch.Tensor) -> torch.Tensor:
+        return x * d["lr"] + len(repr(d))
+
+    _check_calls_around_a_change(lambda: whole(torch.ones(1)).item(), lambda: d.__setitem__("step", 12345))
