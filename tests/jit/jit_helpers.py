@@ -92,6 +92,27 @@ def check(fn: Callable[..., Any], *args: Any, jfn: Any = None, **kwargs: Any) ->
     return jfn
 
 
+def check_calls_around_a_change(read: Callable[[], Any], change: Callable[[], None], *,
+                                make_x: Callable[[], torch.Tensor] = lambda: torch.randn(3)) -> None:
+    """Four calls of ``x * read()``, eagerly and jitted, the caller's state changed by ``change()`` before
+    the third: every answer equal to eager's, no call run eagerly (no jitcore warning), and at least two
+    answered from the cache."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * read()
+
+    jf = jitcore.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(4):
+            if step == 2:
+                change()
+            x = make_x()
+            assert_same(jf(x), f(x))
+    assert not [w for w in caught if "jitcore" in str(w.message)]
+    assert jitcore.cache_hits(jf) >= 2
+
+
 def check_eager_entry(fn: Callable[..., Any], *args: Any, error: type[BaseException], match: str) -> Any:
     """A call jitcore cannot trace runs eagerly (Note [Eager entries], jitcore/jit/api.py): equal to
     eager with one warning, the second call answered by the eager entry without interpreting. With

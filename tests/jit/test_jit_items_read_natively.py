@@ -11,11 +11,10 @@ import array
 import collections
 import copy
 import types
-import warnings
 
 import pytest
 import torch
-from jit_helpers import assert_same
+from jit_helpers import assert_same, check_calls_around_a_change
 
 import jitcore
 
@@ -35,24 +34,6 @@ def _loop_sum(d: dict) -> float:
     return total
 
 
-def _check_calls_around_a_change(read, change) -> None:
-    """Four calls of ``x * read()``, eagerly and jitted, the caller's state changed before the third."""
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        return x * read()
-
-    jf = jitcore.jit(f)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for step in range(4):
-            if step == 2:
-                change()
-            x = torch.randn(3)
-            assert_same(jf(x), f(x))
-    assert not [w for w in caught if "jitcore" in str(w.message)]
-    assert jitcore.cache_hits(jf) >= 2
-
-
 @pytest.mark.parametrize("read", [
     lambda ns: "5" in repr(ns),
     lambda ns: ns == type(ns)(a=5, b="b"),
@@ -64,7 +45,7 @@ def _check_calls_around_a_change(read, change) -> None:
                          ids=["SimpleNamespace", "argparse"])
 def test_a_namespace_of_the_callers_is_read_on_every_call(read, kind) -> None:
     ns = kind(a=1, b="b")
-    _check_calls_around_a_change(lambda: read(ns), lambda: setattr(ns, "a", 5))
+    check_calls_around_a_change(lambda: read(ns), lambda: setattr(ns, "a", 5))
 
 
 @pytest.mark.parametrize("read", [
@@ -78,7 +59,7 @@ def test_a_namespace_of_the_callers_is_read_on_every_call(read, kind) -> None:
 @pytest.mark.parametrize("kind", [collections.OrderedDict, Settings], ids=["OrderedDict", "dict_subclass"])
 def test_a_dict_of_the_callers_read_in_c_is_read_on_every_call(read, kind) -> None:
     d = kind(a=1)
-    _check_calls_around_a_change(lambda: read(d), lambda: d.__setitem__("a", 5))
+    check_calls_around_a_change(lambda: read(d), lambda: d.__setitem__("a", 5))
 
 
 @pytest.mark.parametrize("read", [
@@ -88,7 +69,7 @@ def test_a_dict_of_the_callers_read_in_c_is_read_on_every_call(read, kind) -> No
 ], ids=["repr", "sum", "copy"])
 def test_a_list_subclass_of_the_callers_is_read_on_every_call(read) -> None:
     items = Items([1, 2])
-    _check_calls_around_a_change(lambda: read(items), lambda: items.__setitem__(0, 50))
+    check_calls_around_a_change(lambda: read(items), lambda: items.__setitem__(0, 50))
 
 
 def test_a_namespace_inside_a_dict_is_read_on_every_call() -> None:
@@ -99,7 +80,7 @@ def test_a_namespace_inside_a_dict_is_read_on_every_call() -> None:
         nested["k"].a = 12345
         nested["od"][0]["b"] = 678
 
-    _check_calls_around_a_change(lambda: len(repr(nested)), change)
+    check_calls_around_a_change(lambda: len(repr(nested)), change)
 
 
 def test_a_counter_in_a_namespace_still_traces_once() -> None:
@@ -128,7 +109,7 @@ def test_a_counter_in_a_namespace_still_traces_once() -> None:
 def test_a_buffer_of_the_callers_is_read_on_every_call(make, read, change) -> None:
     """A ``bytearray`` or ``array.array`` of state, read whole in C (Note [Items C reads natively])."""
     buffer = make()
-    _check_calls_around_a_change(lambda: read(buffer), lambda: change(buffer))
+    check_calls_around_a_change(lambda: read(buffer), lambda: change(buffer))
 
 
 def test_a_buffer_the_program_extends_is_read_as_eagerly() -> None:
@@ -168,4 +149,4 @@ def test_an_item_read_by_a_constant_key_guards_that_item_only(kind) -> None:
     def whole(x: torch.Tensor) -> torch.Tensor:
         return x * d["lr"] + len(repr(d))
 
-    _check_calls_around_a_change(lambda: whole(torch.ones(1)).item(), lambda: d.__setitem__("step", 12345))
+    check_calls_around_a_change(lambda: whole(torch.ones(1)).item(), lambda: d.__setitem__("step", 12345))

@@ -14,7 +14,7 @@ import warnings
 
 import pytest
 import torch
-from jit_helpers import assert_same
+from jit_helpers import assert_same, check_calls_around_a_change
 
 import jitcore
 
@@ -46,23 +46,13 @@ class Data:
 
 
 def _checked(pickled, change) -> None:
-    """Four calls of ``x * (len + checksum of pickled())``, eagerly and jitted, the caller's object changed
-    before the third."""
+    """``x * (len + checksum of pickled())`` around a change of the caller's object (jit_helpers)."""
 
-    def f(x: torch.Tensor) -> torch.Tensor:
+    def read() -> int:
         data = pickled()
-        return x * (len(data) + sum(data))
+        return len(data) + sum(data)
 
-    jf = jitcore.jit(f)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for step in range(4):
-            if step == 2:
-                change()
-            x = torch.ones(2, dtype=torch.float64)
-            assert_same(jf(x), f(x))
-    assert not [w for w in caught if "jitcore" in str(w.message)]
-    assert jitcore.cache_hits(jf) >= 2
+    check_calls_around_a_change(read, change, make_x=lambda: torch.ones(2, dtype=torch.float64))
 
 
 CHANGES = {

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 import torch
-from jit_helpers import assert_same
+from jit_helpers import assert_same, check_calls_around_a_change
 
 import jitcore
 
@@ -110,22 +110,7 @@ def test_a_copy_of_a_callers_object_reads_its_values_on_every_call(read) -> None
     def change() -> None:
         holder.inner.s, holder.points[0].s = 5.0, 7.0
 
-    _check_calls_around_a_change(lambda: read(holder), change)
-
-
-def _check_calls_around_a_change(read, change) -> None:
-    """Four calls of ``x * read()``, eagerly and jitted, the caller's state changed before the third."""
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        return x * read()
-
-    jf = jitcore.jit(f)
-    for step in range(4):
-        if step == 2:
-            change()
-        x = torch.randn(3)
-        assert_same(jf(x), f(x))
-    assert jitcore.cache_hits(jf) >= 2
+    check_calls_around_a_change(lambda: read(holder), change)
 
 
 @dataclasses.dataclass
@@ -146,4 +131,4 @@ def test_the_standard_library_reading_a_callers_dataclass_is_checked(read) -> No
     call's fields after the caller changed one (Note [A caller's object in the standard library's
     code], jitcore/jit/code_kinds.py)."""
     settings = Settings()
-    _check_calls_around_a_change(lambda: read(settings), lambda: setattr(settings, "scale", 4.0))
+    check_calls_around_a_change(lambda: read(settings), lambda: setattr(settings, "scale", 4.0))
