@@ -43,6 +43,7 @@ from __future__ import annotations
 # one (CPython's test_functools caches ``builtins.len``: Note [Builtins snapshot], jitcore/interpreter)
 __builtins__ = dict(vars(__import__("builtins")))
 
+import array
 import builtins
 import dis
 import functools
@@ -51,7 +52,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
+__all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
            "item_appended_parameters", "keyed_later", "measured_by_len", "only_appended_to",
            "reads_appended_item", "stored_into", "subscripted_by"]
 
@@ -69,6 +70,17 @@ def only_appended_to(frame: Any) -> bool:
     instructions = frame.info.instructions
     following = instructions[frame.index] if frame.index < len(instructions) else None
     return following is not None and following.opname in _LOOKUPS and following.argval in _APPENDING
+
+
+# Note [A buffer only appended to]
+# A ``bytearray`` or ``array.array`` of state is guarded item by item (Note [Items C reads natively],
+# jit/state_kinds.py), so one the program extends (``buf.extend(b"c")``, ``arr.append(x)``) was found
+# longer by every call, which traced again. A load consumed by looking ``append``/``extend`` up on it
+# reads none of its items (those methods of the exact built-in types only add items), as for a list:
+# its type is guarded (an array's typecode too: it decides what ``append`` accepts), and the items the
+# pass added are replayed onto the buffer each call finds (the ``extend`` effect, jit/effects.py, from
+# the snapshot diff of its raw bytes). Any other load of it binds it whole, its first state guarded.
+APPENDABLE = (list, bytearray, array.array)  # exact types whose ``append``/``extend`` read no item
 
 
 def measured_by_len(frame: Any) -> bool:

@@ -35,7 +35,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from jitcore.ir import Proxy
-from jitcore.jit.object_states import MISSING, attributes, is_slot, set_slot, state_of
+from jitcore.jit.object_states import BUFFERS, MISSING, attributes, buffer_type, is_slot, set_slot, state_of
 from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
 from jitcore.jit.shared_containers import reshare, shared_places
@@ -208,6 +208,8 @@ class StateSnapshots:
             changed = first.keys() != current.keys() or any(first[k] is not current[k] for k in first)
         elif kind == "set":
             changed = first != set(set.__iter__(obj))
+        elif kind == "buffer":
+            changed = _raw(first) != _raw(obj)
         else:
             return obj
         return first if changed else obj
@@ -519,6 +521,8 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
         return effects + _diff(obj, path, ("attrs", old_attrs), ("attrs", new_attrs), written)
     if kind == "cell":
         return [] if new is old else [Effect(path, "cell", None, new)]
+    if kind == "buffer":
+        return _buffer_diff(path, old, new)
     if kind == "deque":
         tail = _appended(old, new, obj.maxlen)
         if tail is not None:
@@ -546,6 +550,26 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
         # reordered (a key popped and set again, ``move_to_end``), which item effects do not say
         effects.append(Effect(path, "order", None, tuple(plain_key(k) for k in new)))
     return effects
+
+
+def _buffer_diff(path: Path, old: Any, new: Any) -> list[Effect]:
+    """A ``bytearray``'s or ``array.array``'s change: the items appended (``extend``, replayed onto the
+    buffer each call finds), else its whole contents; compared as bytes (an array's NaN is itself)."""
+    before, after = _raw(old), _raw(new)
+    if after == before:
+        return []
+    if after.startswith(before):
+        return [Effect(path, "extend", None, _frozen(new[len(old):]))]
+    return [Effect(path, "contents", None, _frozen(new))]
+
+
+def _raw(buffer: Any) -> bytes:
+    return bytes(memoryview(buffer))
+
+
+def _frozen(items: Any) -> Any:
+    """A bytearray's items as ``bytes``; an array's as the array copy they are."""
+    return bytes(items) if issubclass(type(items), bytearray) else items
 
 
 # Note [A key of the computation's numbers]
@@ -625,9 +649,14 @@ def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = Fals
     elif kind == "delitem":
         del target[effect.key]
     elif kind == "extend":
-        target.extend(value) if isinstance(target, collections.deque) else list.extend(target, value)
+        if isinstance(target, collections.deque):
+            target.extend(value)
+        else:
+            (buffer_type(target) if isinstance(target, BUFFERS) else list).extend(target, value)
     elif kind == "contents":
-        if isinstance(target, list):
+        if isinstance(target, BUFFERS):
+            buffer_type(target).__setitem__(target, slice(None), value)
+        elif isinstance(target, list):
             target[:] = value
         elif isinstance(target, collections.deque):
             target.clear()

@@ -1,9 +1,9 @@
 """The state of one object a side-effect snapshot holds, read and put back (jit/effects.py).
 
 ``state_of`` reads what the program may change of an object it reached (a cell's contents, a list's,
-deque's, set's or dict's items, a class's own attributes, an instance's ``__dict__`` or ``__slots__``
-fields, a caller's tensor's attributes and ``.grad``), in a form ``jit/effects.py`` diffs; ``restore``
-puts such a state back.
+deque's, set's, dict's, ``bytearray``'s or ``array.array``'s items, a class's own attributes, an
+instance's ``__dict__`` or ``__slots__`` fields, a caller's tensor's attributes and ``.grad``), in a form
+``jit/effects.py`` diffs; ``restore`` puts such a state back.
 
 Invariants: both read and write through the built-in types' own methods and through slot member
 descriptors, never through a subclass's overrides, a ``__setattr__`` or a tensor class's
@@ -13,6 +13,7 @@ that is absent is ``MISSING``, never a value.
 
 from __future__ import annotations
 
+import array
 import collections
 import functools
 import types
@@ -25,10 +26,16 @@ from jitcore.ir import Proxy
 from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["MISSING", "attributes", "get_slot", "grad_of", "is_slot", "restore", "set_slot", "slot_members",
-           "state_of"]
+__all__ = ["BUFFERS", "MISSING", "attributes", "buffer_type", "get_slot", "grad_of", "is_slot", "restore",
+           "set_slot", "slot_members", "state_of"]
 
 MISSING = object()  # an absent field, cell contents or slot
+BUFFERS = (bytearray, array.array)  # sequences of numbers held in C, diffed as lists are
+
+
+def buffer_type(obj: Any) -> type:
+    """The built-in type of a ``bytearray`` or ``array.array`` (of a subclass's instance too)."""
+    return bytearray if issubclass(type(obj), bytearray) else array.array
 
 
 def state_of(obj: Any) -> Any:
@@ -43,6 +50,8 @@ def state_of(obj: Any) -> Any:
     # the built-in types' own methods: a subclass's overrides (a registry's ``get``) are the program's
     if issubclass(kind, list):
         return ("list", list(list.__iter__(obj)))
+    if issubclass(kind, BUFFERS):  # a copy of its items, as its base type's (``buf.extend(b"c")``)
+        return ("buffer", buffer_type(obj).__getitem__(obj, slice(None)))
     if issubclass(kind, collections.OrderedDict):  # its own order (``move_to_end``), not its dict's
         return ("dict", dict(collections.OrderedDict.items(obj)))
     if issubclass(kind, dict):
@@ -131,6 +140,8 @@ def restore(obj: Any, state: Any) -> None:
     elif kind == "deque":
         obj.clear()
         obj.extend(old)
+    elif kind == "buffer":
+        buffer_type(obj).__setitem__(obj, slice(None), old)
     elif kind == "tensor":
         attrs, grad = old
         if grad_of(obj) is not grad:

@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import array
 import collections
 import copy
 import dataclasses
@@ -479,8 +480,12 @@ class Provenance(TensorBinding, HeldCounters):
     def bind_appended_list(self, value: list, path: Path) -> list:
         """A list this read only looks ``append``/``extend`` up on (``losses.append(loss.item())``):
         its type is guarded, not its contents, so appending does not make every call a new entry;
-        the appends are replayed onto the list each call finds (jit/effects.py's ``extend``)."""
-        self.guard(path, "type", list)
+        the appends are replayed onto the list each call finds (jit/effects.py's ``extend``). A
+        ``bytearray`` or ``array.array`` so read likewise, an array's typecode guarded too (what it
+        accepts; Note [A buffer only appended to], jit/appends.py)."""
+        self.guard(path, "type", type(value))
+        if type(value) is array.array:
+            self.guard(path.attr("typecode"), "value", value.typecode)
         self.reach_container(value, path)
         self.remember(value, path)
         return value
@@ -508,8 +513,8 @@ class Provenance(TensorBinding, HeldCounters):
         first = self.path_of(value) is None
         self.remember(value, path)
         if not first:
-            self._bind_items_read_natively(value, path)  # reached first by a narrowed read (``od["k"]``)
-            return
+            self._bind_items_read_natively(value, path)  # reached first by a narrowed read (``od["k"]``,
+            return  # ``buf.extend(...)``: Note [A buffer only appended to])
         self._remember_items(value, path)
         if issubclass(type(value), types.FunctionType):
             self._remember_cells(value)

@@ -70,7 +70,7 @@ class StateReads:
         only looks ``append``/``extend`` up on a list guards its type alone, and a read of a dict that
         only subscripts it with a constant (``self.log["losses"].append``, ``d["n"] += 1``) guards its
         type and that key's presence, not every item."""
-        if type(value) is list and only_appended_to(frame):
+        if type(value) in appends.APPENDABLE and only_appended_to(frame):  # Note [A buffer only appended to]
             return self.provenance.bind_appended_list(value, path)
         if type(value) is list and appends.measured_by_len(frame):  # Note [A list's length read per call]
             return self.measured.bind(value, path, name)

@@ -10,7 +10,9 @@ import argparse
 import array
 import collections
 import copy
+import math
 import types
+from typing import Any
 
 import pytest
 import torch
@@ -150,3 +152,60 @@ def test_an_item_read_by_a_constant_key_guards_that_item_only(kind) -> None:
         return x * d["lr"] + len(repr(d))
 
     check_calls_around_a_change(lambda: whole(torch.ones(1)).item(), lambda: d.__setitem__("step", 12345))
+
+
+_BUFFER_PROGRAMS = {  # name: (the global's first value, the body, a change the caller makes before call 3)
+    "bytearray_extend": ("bytearray(b'ab')", "BUF.extend(b'c')", None),
+    "bytearray_append": ("bytearray(b'ab')", "BUF.append(7)", None),
+    "array_append": ("array.array('d', [1.0])", "BUF.append(1.5)", None),
+    "array_extend_nan": ("array.array('d', [math.nan])", "BUF.extend([math.nan, 2.0])", None),
+    "caller_clears": ("bytearray(b'ab')", "BUF.extend(b'c')", "BUF.clear()"),
+    "caller_replaces": ("array.array('d', [1.0])", "BUF.append(2)", "BUF = array.array('d', [5.0, 6.0])"),
+}
+_BUFFER_READS = {  # the same, reading the buffer too: its items are guarded as they were when the call began
+    "extend_then_len": ("bytearray(b'ab')", "BUF.extend(b'c'); y = x * len(BUF)", None),
+    "append_then_sum": ("array.array('i', [1, 2])", "BUF.append(3); y = x * sum(BUF)", None),
+    "extend_by_itself": ("bytearray(b'ab')", "BUF.extend(BUF)", None),
+    "extend_by_its_length": ("bytearray(b'ab')", "BUF.extend(bytes([len(BUF)]))", None),
+    "append_what_it_pops": ("array.array('i', range(8))", "BUF.append(BUF.pop(0))", None),
+    "typecode_changed": ("array.array('d', [1.0])", "BUF.append(2)", "BUF = array.array('i', [1])"),
+}
+
+
+def _run_buffer_program(first: str, body: str, change: str | None, jit: bool) -> tuple[list, list, Any]:
+    """Six calls of a program over a global buffer ``BUF``: the results, the buffer after, the callable."""
+    namespace = {"array": array, "math": math}
+    exec(f"BUF = {first}\ndef f(x):\n    y = x * 2\n    {body}\n    return y\n", namespace)  # noqa: S102
+    fn = jitcore.jit(namespace["f"]) if jit else namespace["f"]
+    results = []
+    for step in range(6):
+        if step == 3 and change:
+            exec(change, namespace)  # noqa: S102
+        results.append(fn(torch.full((2,), float(step))))
+    return results, namespace["BUF"].tobytes() if type(namespace["BUF"]) is array.array \
+        else bytes(namespace["BUF"]), fn
+
+
+def _check_buffer_program(program: tuple, misses: int) -> None:
+    expected, expected_state, _ = _run_buffer_program(*program, jit=False)
+    actual, state, jf = _run_buffer_program(*program, jit=True)
+    for a, b in zip(actual, expected):
+        assert_same(a, b)
+    assert state == expected_state
+    assert jitcore.cache_misses(jf) == misses
+
+
+@pytest.mark.parametrize("name", list(_BUFFER_PROGRAMS))
+def test_a_buffer_the_program_only_appends_to_takes_one_entry(name) -> None:
+    """A ``bytearray``/``array.array`` of state whose every load only looks ``append``/``extend`` up on it:
+    its type is guarded, not its growing items, and the appends are replayed onto the buffer each call
+    finds (Note [A buffer only appended to], jit/appends.py). Each traced again on every call before."""
+    _check_buffer_program(_BUFFER_PROGRAMS[name], misses=1)
+
+
+@pytest.mark.parametrize("name", list(_BUFFER_READS))
+def test_a_buffer_the_program_appends_to_and_reads_is_read_as_eagerly(name) -> None:
+    """A load of the buffer that reads it guards its items as the call began, even after a load that only
+    appended to it (the items were left unguarded: a cached call gave the first call's ``len``)."""
+    misses = 2 if name == "typecode_changed" else 6
+    _check_buffer_program(_BUFFER_READS[name], misses=misses)
