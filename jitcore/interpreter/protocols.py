@@ -66,6 +66,7 @@ NATIVE_TYPES = frozenset({
 })
 # Containers that find a key by its hash (and identity first): ``Hooks.item_key`` may stand in for the key.
 HASHED_CONTAINERS = (dict, set, frozenset, type({}.keys()))
+_HASHED_EXACT = frozenset(HASHED_CONTAINERS)  # (not their subclasses, whose methods may differ)
 # Left operands whose binary operators run natively when the right one is native too: not ``str``,
 # whose ``%`` goes through ``hooks.format_percent`` when a run sets it, nor the bytes templates, whose
 # ``%`` formats a tuple's items through their dunders (``binary_op``).
@@ -333,8 +334,14 @@ def length(run: Run, v: object) -> int:
 
 def contains(run: Run, container: object, item: object) -> bool:
     """``item in container``: its Python ``__contains__``, else its iteration (a Python ``__iter__``,
-    ``__next__`` or ``__getitem__``) and each item's ``==`` interpreted."""
+    ``__next__`` or ``__getitem__``) and each item's ``==`` interpreted; a dict's or set's lookup with the
+    Python ``__hash__``/``__eq__`` it calls interpreted (Note [A hashed lookup, interpreted])."""
     t = type(container)
+    if t in _HASHED_EXACT:
+        from jitcore.interpreter import hashed_lookup  # (it builds on this module)
+        if hashed_lookup.needs_python(run, container, item):
+            return hashed_lookup.find(run, container, item) is not hashed_lookup.ABSENT
+        return item in container
     if t not in NATIVE_TYPES:
         _looked_up(run, container, t, "__contains__", "__iter__", "__getitem__")
         f = getattr(t, "__contains__", None)
@@ -523,6 +530,14 @@ def _sequence_key(run: Run, key: object) -> object:
 def get_item(run: Run, container: object, key: object) -> object:
     """``container[key]`` with a Python ``__getitem__`` / ``__class_getitem__`` interpreted."""
     t = type(container)
+    if t is dict:
+        from jitcore.interpreter import hashed_lookup  # (it builds on this module)
+        if hashed_lookup.needs_python(run, container, key):  # Note [A hashed lookup, interpreted]
+            found = hashed_lookup.find(run, container, key)
+            if found is hashed_lookup.ABSENT:
+                raise KeyError(key)
+            return hashed_lookup.dict_item(container, found)
+        return container[key]
     if t in NATIVE_TYPES:
         if type(key) is not int and isinstance(container, _SEQUENCES):
             key = _sequence_key(run, key)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jitcore.interpreter import current_run
+from jitcore.interpreter.hashed_lookup import dict_get
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["dict_read_lookasides"]
@@ -53,23 +54,27 @@ def dict_read_lookasides(
                 provenance.native_reads.add(path.key(key))
         return bound
 
+    def lookup(d: dict, key: Any, default: Any) -> Any:
+        run = current_run()  # the key's Python ``__hash__``/``__eq__`` interpreted (Note [A hashed lookup,
+        return dict.get(d, key, default) if run is None else dict_get(run, d, key, default)  # interpreted])
+
     def get(d: dict, key: Any, default: Any = None, /) -> Any:
         (_, key, default), _ = native_arguments(dict.get, (d, key, default), {})
         if provenance.path_of(d) is None:  # a dict the program made: nothing to bind
-            return dict.get(d, key, default)
-        value = dict.get(d, key, _ABSENT)
+            return lookup(d, key, default)
+        value = lookup(d, key, _ABSENT)
         return default if value is _ABSENT else read(d, key, value)
 
     def popper(native_pop: Callable[..., Any]) -> Callable[..., Any]:
         def pop(d: dict, key: Any, /, *default: Any) -> Any:
             (_, key, *default), _ = native_arguments(native_pop, (d, key, *default), {})
             if provenance.path_of(d) is None:  # a dict the program made: the key is hashed once, as eagerly
-                return native_pop(d, key, *default)
-            value = dict.get(d, key, _ABSENT)
+                return native(native_pop, d, key, *default)
+            value = lookup(d, key, _ABSENT)
             if value is _ABSENT:
-                return native_pop(d, key, *default)
+                return native(native_pop, d, key, *default)
             bound = read(d, key, value)
-            native_pop(d, key)
+            native(native_pop, d, key)
             return bound
         return pop
 
@@ -77,10 +82,16 @@ def dict_read_lookasides(
         def setdefault(d: dict, key: Any, default: Any = None, /) -> Any:
             (_, key, default), _ = native_arguments(native_setdefault, (d, key, default), {})
             size = dict.__len__(d)
-            value = native_setdefault(d, key, default)  # the key hashed once, as eagerly (test_dict's
+            value = native(native_setdefault, d, key, default)  # the key hashed once, as eagerly (test_dict's
             # test_setdefault_atomic): the item was present where the dict did not grow
             return value if dict.__len__(d) != size else read(d, key, value)
         return setdefault
+
+    def native(method: Callable[..., Any], *args: Any) -> Any:
+        """A dict method that changes the dict, called watched: where it runs the key's Python
+        ``__hash__``/``__eq__`` natively the call runs eagerly (Note [Python code a C call ran natively])."""
+        run = current_run()
+        return method(*args) if run is None else run.native(method, args, {})
 
     ordered = collections.OrderedDict
     return {dict.get: get, dict.pop: popper(dict.pop), dict.setdefault: defaulter(dict.setdefault),

@@ -44,6 +44,7 @@ from jitcore.jit.state_kinds import (
     tensors_read_natively,
 )
 from jitcore.jit.state_names import qualified_name
+from jitcore.jit.stored_keys import remember_stored_keys
 from jitcore.jit.tensor_binding import Reached, TensorBinding
 from jitcore.langctx.shadows import TensorValues
 from jitcore.numpy import is_numpy_value
@@ -694,6 +695,7 @@ class Provenance(TensorBinding, HeldCounters):
         """Record a list, dict, set or deque reached at ``path`` (Note [Containers reached twice])."""
         if is_module_registry(path):
             return
+        remember_stored_keys(self, value, path)  # Note [The stored keys of a container of state]
         appended = self._appended.get(id(value)) if self._appended else None
         if appended is not None and appended != path:
             self.appended_read.add(appended)

@@ -1,0 +1,115 @@
+"""A dict's or set's lookup of a key, made the CPython way with the Python ``__hash__`` and ``__eq__``
+involved interpreted (``k in d``, ``d[k]``, ``d.get(k)``, ``k in s``, ``k in d.keys()``).
+
+Invariants:
+- ``find`` answers as CPython's ``dict`` lookup does: the stored key that is the key itself, or whose
+  hash equals the key's and that compares equal to it (``stored == key``, the stored key's ``__eq__``
+  first), the first such in the container's order (Note [A hashed lookup, interpreted]);
+- every Python ``__hash__``/``__eq__`` of an object of a Python class it needs is called through
+  ``calls.call`` (interpreted, its reads seen), each at most once per object for ``__hash__``; the hash
+  of a built-in container (a tuple key) is ``Run.native``'s, watched;
+- it is used only where such a method could run (``needs_python``): built-in keys in a container of
+  built-in keys are looked up natively, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import FunctionType
+from typing import TYPE_CHECKING
+
+from jitcore.interpreter.calls import call
+from jitcore.interpreter.protocols import NATIVE_COMPARANDS, NATIVE_TYPES, compare_op, truth
+
+if TYPE_CHECKING:
+    from jitcore.interpreter.run import Run
+
+__all__ = ["ABSENT", "dict_get", "dict_item", "find", "needs_python"]
+
+ABSENT = object()
+_SCALARS = NATIVE_COMPARANDS  # built-in values whose hash and ``==`` call no other object's dunder
+_MAX_SCANNED = 100_000  # stored keys looked at to decide whether a lookup needs interpreting
+
+
+# Note [A hashed lookup, interpreted]
+# ``k in d``, ``d[k]``, ``d.get(k)``, ``k in s`` call the key's ``__hash__`` and, on a hash match, the
+# stored key's (or the key's reflected) ``__eq__`` in C. Where those are Python methods of the program's
+# class reading the object's state (``self.v``), they ran natively, unseen: the lookup's answer became a
+# constant of the trace, and after the caller changed ``d2.v`` a cached call returned the first call's
+# answer (a wrong answer, /tmp/shared46/dm8.py). The lookup is emulated instead: the key's hash is
+# interpreted, then the stored keys are visited in the container's order, each stored key that is the
+# key, or whose hash (interpreted for a Python ``__hash__``: the hash the dict stored, unless the program
+# changed the key after storing it) equals the key's and whose ``==`` with the key (interpreted) is true,
+# is the one found. Their reads are then the trace's, guarded like any other. A dict's probe sequence
+# visits the stored keys of one hash in the order they were inserted, which is its iteration order, so
+# the same ``__eq__`` calls are made in the same order; a set's table order may differ from its probe
+# order where two stored keys have the same hash and both compare equal to the key (left). The other
+# choices: running the native lookup watched (Note [Python code a C call ran natively]) made every
+# frozen dataclass key run eagerly (its generated ``__eq__`` is the program's code), and a guard on the
+# answer needs the lookup rerun in the prologue, with the key's code run natively there.
+def needs_python(run: Run, container: Iterable, key: object) -> bool:
+    """Whether looking ``key`` up in the dict/set ``container`` may call a Python ``__hash__`` or
+    ``__eq__`` (of the key, or of a stored key with the key's hash)."""
+    if _python_hashed(run, key):
+        return True
+    for i, stored in enumerate(container):
+        if i >= _MAX_SCANNED:
+            return False
+        if type(stored) not in _SCALARS and _python_hashed(run, stored):
+            return True
+    return False
+
+
+def _python_hashed(run: Run, v: object, depth: int = 1) -> bool:
+    t = type(v)
+    if t in _SCALARS:
+        return False
+    if t is tuple or t is frozenset:  # (its items' ``__hash__``, ``__eq__``)
+        return depth > 0 and any(_python_hashed(run, item, depth - 1) for item in v)
+    if t in NATIVE_TYPES or run.type_of(v) is not t or hasattr(t, "__torch_function__"):
+        return False  # a stand-in, or a tensor (hashed by identity: Tensor.__hash__ is ``id``)
+    return type(getattr(t, "__hash__", None)) is FunctionType or \
+        type(getattr(t, "__eq__", None)) is FunctionType
+
+
+def hash_of(run: Run, v: object) -> int:
+    """``hash(v)`` with a Python ``__hash__`` interpreted (CPython's ``slot_tp_hash``)."""
+    t = type(v)
+    if t in _SCALARS:
+        return hash(v)
+    f = getattr(t, "__hash__", None)
+    if t in NATIVE_TYPES or run.type_of(v) is not t or type(f) is not FunctionType:
+        return run.native(hash, (v,), {})  # (a tuple's items' hashes: watched)
+    result = call(run, f, (v,), None)
+    if not issubclass(run.type_of(result), int):
+        raise TypeError("__hash__ method should return an integer")
+    result = int(result)  # (a dynamic number: its value, guarded)
+    return -2 if result == -1 else result
+
+
+def find(run: Run, container: Iterable, key: object) -> object:
+    """The stored key of the dict/set ``container`` that ``key`` finds, else ``ABSENT`` (Note [A hashed
+    lookup, interpreted])."""
+    h = hash_of(run, key)
+    for stored in list(container):  # (an ``__eq__`` may change the container)
+        if stored is key:
+            return stored
+        if hash_of(run, stored) == h and truth(run, compare_op(run, "==", stored, key)):
+            return stored
+    return ABSENT
+
+
+def dict_item(d: dict, stored: object) -> object:
+    """``d``'s value at the stored key ``stored`` (by identity: no hash or ``__eq__`` called)."""
+    for k, v in d.items():
+        if k is stored:
+            return v
+    raise KeyError(stored)  # (removed by an ``__eq__`` after it was found)
+
+
+def dict_get(run: Run, d: dict, key: object, default: object) -> object:
+    """``dict.get(d, key, default)`` with the Python ``__hash__``/``__eq__`` it calls interpreted."""
+    if not needs_python(run, d, key):
+        return dict.get(d, key, default)
+    found = find(run, d, key)
+    return default if found is ABSENT else dict_item(d, found)
