@@ -53,8 +53,8 @@ import types
 from typing import Any
 
 __all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
-           "item_appended_parameters", "keyed_later", "measured_by_len", "only_appended_to",
-           "reads_appended_item", "stored_into", "subscripted_by"]
+           "empties_at_once", "item_appended_parameters", "keyed_later", "measured_by_len",
+           "only_appended_to", "reads_appended_item", "stored_into", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
 _LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
@@ -81,6 +81,31 @@ def only_appended_to(frame: Any) -> bool:
 # pass added are replayed onto the buffer each call finds (the ``extend`` effect, jit/effects.py, from
 # the snapshot diff of its raw bytes). Any other load of it binds it whole, its first state guarded.
 APPENDABLE = (list, bytearray, array.array)  # exact types whose ``append``/``extend`` read no item
+
+
+# Note [A list the program empties]
+# ``feats.clear(); feats.append(h)`` on a list of state (a forward hook's feature list refilled per call):
+# the load of ``clear`` bound the list whole, so the first call guarded its contents (``holds ()``) and
+# the second its length and items: two traces where one does. A load consumed by emptying the list right
+# there (``clear`` called with no argument the next instruction, ``del l[:]``, ``l[:] = v`` with ``v``
+# already computed) reads none of its items: its type is guarded, and its whole contents when the pass
+# ends are replayed onto the list each call finds (the ``contents`` effect, jit/effects.py: whatever it
+# held, the call empties it first). Any other load of the list binds it whole, its first state guarded.
+def empties_at_once(frame: Any) -> bool:
+    """Whether the value the current load pushes, a list, is emptied by the instructions right after it
+    (Note [A list the program empties])."""
+    instructions, i = frame.info.instructions, frame.index
+    names = [x.opname for x in instructions[i:i + 4]]
+    if names[:1] and names[0] in _LOOKUPS and instructions[i].argval == "clear":
+        calls = [x for x in instructions[i + 1:i + 3] if x.opname not in _NOTHING]
+        return bool(calls) and calls[0].opname == "CALL" and calls[0].arg == 0
+    if names[:1] == ["LOAD_CONST"] and instructions[i].argval == slice(None):  # a constant full slice
+        return names[1:2] in (["STORE_SUBSCR"], ["DELETE_SUBSCR"])
+    none_pair = names[:2] == ["LOAD_CONST", "LOAD_CONST"] and instructions[i].argval is None \
+        and instructions[i + 1].argval is None
+    sliced = names[2:3] == ["BUILD_SLICE"] and instructions[i + 2].arg == 2 \
+        and names[3:4] in (["STORE_SUBSCR"], ["DELETE_SUBSCR"])
+    return none_pair and (names[2:3] == ["STORE_SLICE"] or sliced)
 
 
 def measured_by_len(frame: Any) -> bool:
@@ -128,6 +153,7 @@ class MeasuredLists:
         # id(list the program sees) -> (its path, its length when the call started: None for a list of
         # state, whose first state says it, and the length of the program's list then)
         self._lists: dict[int, tuple[Any, int | None, int]] = {}
+        self.emptied: set[int] = set()  # ids of lists the pass emptied: Note [A list the program empties]
 
     def bind(self, value: list, path: Any, name: str) -> list:
         """The list a ``len()`` read measures: its type guarded, remembered for ``length``. A list the
@@ -150,8 +176,8 @@ class MeasuredLists:
     def length(self, value: Any) -> Any:
         """``len(value)``: a number of the computation for a measured list; None for anything else."""
         found = self._lists.get(id(value))
-        if found is None or type(value) is not list:
-            return None
+        if found is None or type(value) is not list or id(value) in self.emptied:
+            return None  # an emptied list holds the pass's own items: its length is the trace's
         path, first, start = found
         if first is None:
             first = start = len(self._provenance.first_state(value))

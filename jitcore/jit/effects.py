@@ -112,6 +112,7 @@ class StateSnapshots:
 
     def __init__(self) -> None:
         self._snapshots: dict[int, _Snapshot] = {}
+        self._emptied: set[int] = set()  # lists a load empties unread: Note [A list the program empties]
 
     def take(self, obj: Any, path: Path) -> None:
         """Remember ``obj``'s state now (the first time it is reached); ``path`` reaches it per call
@@ -126,6 +127,13 @@ class StateSnapshots:
         state = state_of(obj)
         if state is not None:
             self._snapshots[id(obj)] = _Snapshot(obj, path, state)
+
+    def note_emptied(self, obj: list) -> None:
+        """The program empties the reached list ``obj`` without reading it (jit/appends.py, Note [A list
+        the program empties]): its whole contents are replayed, whatever the call's list held."""
+        snap = self._snapshots.get(id(obj))
+        if snap is not None and snap.obj is obj:
+            self._emptied.add(id(obj))
 
     def reached(self, obj: Any) -> bool:
         """Whether ``obj`` is a reached object of the caller's or of state (its changes are effects)."""
@@ -221,7 +229,10 @@ class StateSnapshots:
     def effects(self) -> list[Effect]:
         """The changes of every reached object since it was reached, as effects."""
         out: list[Effect] = []
-        for snap in self._snapshots.values():
+        for key, snap in self._snapshots.items():
+            if key in self._emptied:
+                out.append(Effect(snap.path, "contents", None, list(list.__iter__(snap.obj))))
+                continue
             out += _diff(snap.obj, snap.path, snap.state, state_of(snap.obj), snap.written)
         return out
 

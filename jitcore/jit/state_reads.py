@@ -72,6 +72,12 @@ class StateReads:
         type and that key's presence, not every item."""
         if type(value) in appends.APPENDABLE and only_appended_to(frame):  # Note [A buffer only appended to]
             return self.provenance.bind_appended_list(value, path)
+        if type(value) is list and self._emptied_unread(frame, value):  # Note [A list the program empties]
+            bound = self.provenance.bind_appended_list(value, path)
+            self.snapshots.take(value, path)  # (taken when first reached: a no-op then)
+            self.snapshots.note_emptied(value)
+            self.measured.emptied.add(id(value))
+            return bound
         if type(value) is list and appends.measured_by_len(frame):  # Note [A list's length read per call]
             return self.measured.bind(value, path, name)
         if type(value) is list and appends.reads_appended_item(frame, value,
@@ -91,6 +97,12 @@ class StateReads:
             if appends.keyed_later(frame):  # Note [A dict read at a computed key], jit/appends.py
                 return self.provenance.bind_keyed_dict(value, path)
         return self.provenance.bind_state(value, path, name)
+
+    def _emptied_unread(self, frame: Any, value: list) -> bool:
+        """Whether this load of a list of state empties it at once, or measures one this pass emptied
+        (Note [A list the program empties], jit/appends.py); not a list the call passes too."""
+        return not self.provenance.is_argument_container(value) and (appends.empties_at_once(frame) or (
+            id(value) in self.measured.emptied and appends.measured_by_len(frame)))
 
     def _untracked_subclass_code(self, frame: Any) -> bool:
         """Subclass code whose Python state is taken as it is while tracing: a library's. A user's
