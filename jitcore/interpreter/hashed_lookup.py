@@ -28,7 +28,6 @@ __all__ = ["ABSENT", "dict_get", "dict_item", "find", "needs_python"]
 
 ABSENT = object()
 _SCALARS = NATIVE_COMPARANDS  # built-in values whose hash and ``==`` call no other object's dunder
-_MAX_SCANNED = 100_000  # stored keys looked at to decide whether a lookup needs interpreting
 
 
 # Note [A hashed lookup, interpreted]
@@ -47,17 +46,16 @@ _MAX_SCANNED = 100_000  # stored keys looked at to decide whether a lookup needs
 # choices: running the native lookup watched (Note [Python code a C call ran natively]) made every
 # frozen dataclass key run eagerly (its generated ``__eq__`` is the program's code), and a guard on the
 # answer needs the lookup rerun in the prologue, with the key's code run natively there.
+# Note [A lookup by a built-in key is C's]
+# Only a key of the program's class makes a lookup interpreted. A built-in key (an int, a str) finds a
+# stored key of the program's class only where their hashes are equal, and then C calls that stored key's
+# ``__eq__``: deciding that needs every stored key looked at, on every ``k in d`` and ``d[k]`` of the
+# program, torch's and the standard library's (a first version did: 2,000 lookups in a 5,000-key dict
+# took 3.2 s interpreted instead of 11.5 ms). Such a lookup stays C's, unseen, as before.
 def needs_python(run: Run, container: Iterable, key: object) -> bool:
-    """Whether looking ``key`` up in the dict/set ``container`` may call a Python ``__hash__`` or
-    ``__eq__`` (of the key, or of a stored key with the key's hash)."""
-    if _python_hashed(run, key):
-        return True
-    for i, stored in enumerate(container):
-        if i >= _MAX_SCANNED:
-            return False
-        if type(stored) not in _SCALARS and _python_hashed(run, stored):
-            return True
-    return False
+    """Whether looking ``key`` up in the dict/set ``container`` calls the key's Python ``__hash__`` or
+    ``__eq__`` (Note [A lookup by a built-in key is C's])."""
+    return _python_hashed(run, key)
 
 
 def _python_hashed(run: Run, v: object, depth: int = 1) -> bool:

@@ -338,6 +338,8 @@ def contains(run: Run, container: object, item: object) -> bool:
     Python ``__hash__``/``__eq__`` it calls interpreted (Note [A hashed lookup, interpreted])."""
     t = type(container)
     if t in _HASHED_EXACT:
+        if type(item) in NATIVE_COMPARANDS:  # Note [A lookup by a built-in key is C's] (hashed_lookup.py)
+            return item in container
         from jitcore.interpreter import hashed_lookup  # (it builds on this module)
         if hashed_lookup.needs_python(run, container, item):
             return hashed_lookup.find(run, container, item) is not hashed_lookup.ABSENT
@@ -531,6 +533,8 @@ def get_item(run: Run, container: object, key: object) -> object:
     """``container[key]`` with a Python ``__getitem__`` / ``__class_getitem__`` interpreted."""
     t = type(container)
     if t is dict:
+        if type(key) in NATIVE_COMPARANDS:  # Note [A lookup by a built-in key is C's] (hashed_lookup.py)
+            return container[key]
         from jitcore.interpreter import hashed_lookup  # (it builds on this module)
         if hashed_lookup.needs_python(run, container, key):  # Note [A hashed lookup, interpreted]
             found = hashed_lookup.find(run, container, key)
