@@ -110,8 +110,25 @@ class FileSystem:
         table.update({
             io.open: self._open, os.stat: self._stat(os.stat), os.lstat: self._stat(os.lstat),
             os.listdir: self._listdir, os.scandir: self._scandir,
+            io.BytesIO.getvalue: self._getvalue(io.BytesIO.getvalue),
+            io.StringIO.getvalue: self._getvalue(io.StringIO.getvalue),
         })
         return table
+
+    # Note [The value of an in-memory file of state]
+    # ``bio.getvalue()`` of a ``BytesIO``/``StringIO`` of the caller's or of state reads its buffer in C
+    # (it moves no position, so it is not refused as ``read`` is): the bytes became a constant of the
+    # trace, and a cached call returned the first call's value after the caller wrote to it (a wrong
+    # answer). Such a value is guarded as a file's contents are: a check repeats ``getvalue()`` on every
+    # call. One the program made in this pass is its own value, not guarded.
+    def _getvalue(self, getvalue: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def getvalue_(owner: Any) -> Any:
+            value = getvalue(owner)
+            path = self._path_of(owner)
+            if path is not None:
+                self._check(f"{path.describe()}.getvalue()", lambda: getvalue(owner), value)
+            return value
+        return getvalue_
 
     def refuse_foreign_read(self, fn: Any) -> None:
         """``f.read()`` (and the other reads) of a file object the program did not open in this pass, or

@@ -644,7 +644,7 @@ class Provenance(TensorBinding, HeldCounters):
         self.reach_container(value, path)
         self.guard(path, "type", type(value))
         first = self.first_state(value)  # the guards are about the call's container, not the program's
-        if isinstance(value, dict):
+        if isinstance(value, (dict, types.MappingProxyType)):  # (a read-only view of a dict: keyed too)
             self.guard(path, "keys", tuple(first))
             items = [(k, path.key(k), v) for k, v in first.items()]
             if type(value) is collections.defaultdict:  # what a missing key reads

@@ -109,6 +109,8 @@ def is_structured(value: Any) -> bool:
 # or list does (no reading method of the class is Python code: that code is interpreted where the program
 # calls it) and a dict's keys are plain (an optimizer's state, keyed by parameters, stays guarded by
 # identity); torch's registries in a module are left to jit/module_guards.py (``is_module_registry``).
+# A ``types.MappingProxyType`` of state is one too (``repr(mp)``, ``dict(mp)``, ``mp == other`` read the
+# mapping it views in C): its keys and items are guarded through it (``mp[k]``).
 # A ``bytearray`` or ``array.array`` of state is such a container too (``len(buf)``, ``sum(arr)``,
 # ``bytes(buf)`` read it in C): its length and each item are guarded. A dict of these read only by a
 # constant subscript (``od["lr"]``) is narrowed as a plain dict's read is (jit/state_reads.py
@@ -125,6 +127,8 @@ def items_read_natively(value: Any) -> tuple[dict | list, str | None] | None:
         return None  # guarded element by element or by contents already (``is_structured``)
     if issubclass(t, _NAMESPACES):
         items, attribute = object.__getattribute__(value, "__dict__"), "__dict__"
+    elif t is types.MappingProxyType:
+        items, attribute = value, None  # a read-only view of a mapping: C reads the mapping's items
     elif issubclass(t, (bytearray, array.array)):
         items, attribute = value, None  # a buffer C reads whole: ``len``, ``sum``, ``bytes(b)``
     elif issubclass(t, (dict, list)):
@@ -133,7 +137,8 @@ def items_read_natively(value: Any) -> tuple[dict | list, str | None] | None:
         items, attribute = value, None
     else:
         return None
-    if len(items) > MAX_ELEMENTS or isinstance(items, dict) and not all(type(k) in (int, str) for k in items):
+    if len(items) > MAX_ELEMENTS or isinstance(items, (dict, types.MappingProxyType)) and \
+            not all(type(k) in (int, str) for k in items):
         return None
     return items, attribute
 

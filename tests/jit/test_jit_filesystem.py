@@ -179,3 +179,17 @@ def test_in_memory_files_made_inside_are_traced_and_the_callers_are_not() -> Non
         for _ in range(2):
             torch.testing.assert_close(jg(torch.ones(2)), g(torch.ones(2)))
     assert jitcore.cache_hits(jg) == 1
+
+
+@pytest.mark.parametrize(("make", "write"), [
+    (lambda: __import__("io").BytesIO(b"abc"), lambda b: b.write(b"zzzzzzz")),
+    (lambda: __import__("io").StringIO("abc"), lambda s: s.write("zzzzzzz")),
+], ids=["BytesIO", "StringIO"])
+def test_the_value_of_an_in_memory_file_of_state_is_read_on_every_call(make, write) -> None:
+    """``getvalue()`` of the caller's in-memory file: traced, and guarded by its value (Note [The value
+    of an in-memory file of state], jitcore/jit/filesystem.py): a cached call after the caller wrote
+    to it returned the first call's length before."""
+    from jit_helpers import check_calls_around_a_change
+
+    buffer = make()
+    check_calls_around_a_change(lambda: len(buffer.getvalue()), lambda: write(buffer))

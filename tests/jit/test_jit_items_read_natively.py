@@ -209,3 +209,17 @@ def test_a_buffer_the_program_appends_to_and_reads_is_read_as_eagerly(name) -> N
     appended to it (the items were left unguarded: a cached call gave the first call's ``len``)."""
     misses = 2 if name == "typecode_changed" else 6
     _check_buffer_program(_BUFFER_READS[name], misses=misses)
+
+
+@pytest.mark.parametrize("read", [
+    lambda mp: len(repr(mp)),
+    lambda mp: dict(mp)["a"],
+    lambda mp: float(mp == {"a": 1}),
+    lambda mp: sum(mp.values()),
+], ids=["repr", "dict", "eq", "values"])
+def test_a_mapping_proxy_of_the_callers_is_read_on_every_call(read) -> None:
+    """A ``types.MappingProxyType`` of state: C reads the mapping it views (Note [Items C reads
+    natively])."""
+    mapping = {"a": 1}
+    proxy = types.MappingProxyType(mapping)
+    check_calls_around_a_change(lambda: read(proxy), lambda: mapping.__setitem__("a", 12345))
