@@ -12,7 +12,8 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
   forward hook ``lambda m, i, o, log=log: log.append(...)``): a default list of a parameter only
   appended to (not measured) is guarded by its type (Note [A default list of a function of state]);
 - ``appended_parameters(fn)``: parameters of the jitted function that its own bytecode only ever loads
-  to look ``append``/``extend`` up on them or to pass them to ``len()`` as its one argument: never
+  to look ``append``/``extend`` up on them (or to call ``clear()`` on them, Note [A list the program
+  empties]) or to pass them to ``len()`` as its one argument: never
   stored, deleted, captured by a closure, passed on, returned, or reachable through ``locals()``,
   ``vars()``, ``eval``/``exec`` or frame objects (and ``len`` is the builtin in the function's globals);
 - ``item_appended_parameters(fn)``: the same for a dict parameter only ever subscripted by constant keys
@@ -91,6 +92,10 @@ APPENDABLE = (list, bytearray, array.array)  # exact types whose ``append``/``ex
 # already computed) reads none of its items: its type is guarded, and its whole contents when the pass
 # ends are replayed onto the list each call finds (the ``contents`` effect, jit/effects.py: whatever it
 # held, the call empties it first). Any other load of the list binds it whole, its first state guarded.
+# A list parameter whose every use appends to it or empties it at once (``_emptied_parameters``) is an
+# argument only appended to (``appended_parameters(fn, emptying=True)``): the program appends to a copy
+# of its own, and where the pass empties that copy (``l.clear()`` seen as the C call it is, effects.py's
+# ``emptied_list``) the copy's whole contents are replayed onto the caller's list, its appends otherwise.
 def empties_at_once(frame: Any) -> bool:
     """Whether the value the current load pushes, a list, is emptied by the instructions right after it
     (Note [A list the program empties])."""
@@ -172,6 +177,11 @@ class MeasuredLists:
         if id(own) not in self._lists:  # the same list passed twice: one record
             self._lists[id(own)] = (path, len(value), len(own))
         return own
+
+    def is_copy(self, value: Any) -> bool:
+        """Whether ``value`` is the program's own copy of a list argument only appended to or emptied."""
+        found = self._lists.get(id(value))
+        return found is not None and found[1] is not None
 
     def length(self, value: Any) -> Any:
         """``len(value)``: a number of the computation for a measured list; None for anything else."""
@@ -358,18 +368,44 @@ def stored_into(frame: Any) -> bool:
     return False
 
 
-def appended_parameters(fn: Any) -> frozenset[str]:
+def appended_parameters(fn: Any, *, emptying: bool = False) -> frozenset[str]:
     """The parameters of ``fn`` (a Python function, or a module's ``forward``) that its bytecode
-    only appends to and measures with ``len()`` (see the module doc)."""
+    only appends to and measures with ``len()`` (see the module doc); with ``emptying``, also those it
+    empties at once with ``clear()`` and never measures (Note [A list the program empties])."""
     target = getattr(fn, "forward", fn)
     function = getattr(target, "__func__", target)
     code = getattr(function, "__code__", None)
     if not isinstance(code, types.CodeType):
         return frozenset()
     appended, measured = _appended(code)
+    if emptying:
+        appended = appended | _emptied_parameters(code)
     if measured and "len" in getattr(function, "__globals__", {}):  # ``len`` is not the builtin there
         return appended - measured
     return appended
+
+
+@functools.cache
+def _emptied_parameters(code: types.CodeType) -> frozenset[str]:
+    """The parameters whose every use is appending to them or emptying them at once (``l.clear()``),
+    at least one of them emptying (an argument so used: its copy's contents replayed whole)."""
+    found = _parameter_uses(code)
+    if found is None:
+        return frozenset()
+    candidates, instructions, uses = found
+    emptied: set[str] = set()
+    for i, names, touched in uses:
+        following = instructions[i + 1] if i + 1 < len(instructions) else None
+        loaded = instructions[i].opname in _LOADS and len(names) == 1 and following is not None
+        if loaded and following.opname in _LOOKUPS and following.argval in _APPENDING:
+            continue
+        calls = [x for x in instructions[i + 2:i + 4] if x.opname not in _NOTHING]
+        if loaded and following.opname in _LOOKUPS and following.argval == "clear" and calls \
+                and calls[0].opname == "CALL" and calls[0].arg == 0:
+            emptied |= touched
+            continue
+        candidates -= touched
+    return frozenset(candidates & emptied)
 
 
 def item_appended_parameters(fn: Any) -> dict[str, frozenset]:

@@ -46,7 +46,7 @@ from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import plain_key
 
 __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record", "emit_warning",
-           "print_line", "written_keys"]
+           "emptied_list", "print_line", "written_keys"]
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "order", "cell",
@@ -613,6 +613,17 @@ def written_keys(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple] | None
     if fn.__name__ != "update":
         return (target, args[:1]) if args else None
     return target, (*kwargs, *(args[0] if args and isinstance(args[0], dict) else ()))
+
+
+def emptied_list(fn: Any, args: tuple) -> list | None:
+    """The list a C call ``l.clear()`` (or ``list.clear(l)``) empties; None for any other call."""
+    if getattr(fn, "__name__", None) != "clear":
+        return None
+    if isinstance(fn, types.BuiltinMethodType) and type(fn.__self__) is list and not args:
+        return fn.__self__
+    if fn is list.clear and len(args) == 1 and type(args[0]) is list:
+        return args[0]
+    return None
 
 
 def _noted(key: Any, written: set[Any]) -> bool:

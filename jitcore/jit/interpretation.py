@@ -64,7 +64,7 @@ from jitcore.jit.code_kinds import (
 )
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dict_reads import dict_read_lookasides
-from jitcore.jit.effects import Effect, Effects, StateSnapshots, written_keys
+from jitcore.jit.effects import Effect, Effects, StateSnapshots, emptied_list, written_keys
 from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.filesystem import FileSystem
 from jitcore.jit.fsdp_units import fsdp_lookasides
@@ -315,7 +315,7 @@ class Pass(StateReads):
         if type(value) in (int, float) and (dynamic is True or (dynamic and name in dynamic)):
             return self.provenance.bind_dynamic_number(value, path, name)
         if type(value) is list and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
-                and name in appended_parameters(self.fn) and path not in self.read_lists:
+                and name in appended_parameters(self.fn, emptying=True) and path not in self.read_lists:
             return self.measured.bind_argument(value, path)  # jit/appends.py
         if type(value) is dict and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and (keys := item_appended_parameters(self.fn).get(name)) is not None:
@@ -597,6 +597,8 @@ class Pass(StateReads):
         args, kwargs = self._native_arguments(fn, args, kwargs)
         if (writes := written_keys(fn, args, kwargs)) is not None:  # Note [Writes of the same object]
             self.snapshots.note_write(*writes)
+        if (emptied := emptied_list(fn, args)) is not None and self.measured.is_copy(emptied):
+            self.snapshots.note_emptied(emptied)  # Note [A list the program empties], jit/appends.py
         if isinstance(fn, (types.BuiltinFunctionType, type)):
             symbol = STATE_CHANGE_SYMBOLS.get(fn)
             if symbol is not None:  # Note [State changes inside the traced function], langctx/thread_state.py

@@ -80,3 +80,43 @@ def test_a_forward_hooks_feature_list_cleared_per_call_takes_one_entry() -> None
         assert len(jit_features) == len(eager_features) == 1
         assert_same(jit_features[0], eager_features[0])
     assert jitcore.cache_misses(jf) == 1
+
+
+def _clear_append(x: torch.Tensor, log: list) -> torch.Tensor:
+    log.clear()
+    log.append(x + 1)
+    return x * 2
+
+
+def _append_clear_append(x: torch.Tensor, log: list) -> torch.Tensor:
+    log.append(0)
+    log.clear()
+    log.append(x.sum())
+    return x * 2
+
+
+def _clear_on_request(x: torch.Tensor, log: list, reset: bool) -> torch.Tensor:
+    if reset:
+        log.clear()
+    log.append(x.sum())
+    return x * 2
+
+
+@pytest.mark.parametrize(("program", "entries"), [
+    (_clear_append, 1), (_append_clear_append, 1), (_clear_on_request, 2),
+], ids=["clear_append", "append_clear_append", "clear_on_request"])
+def test_a_list_argument_the_function_empties_and_fills_is_eagers(program, entries) -> None:
+    """A list parameter whose every use appends to it or empties it at once (``log.clear()``): the program's
+    copy is replayed whole onto the caller's list when the pass emptied it, its appends otherwise (two or
+    three entries before, by the list's length and items)."""
+    eager_log, jit_log = [3], [3]
+    jf = jitcore.jit(program)
+    for step in range(8):
+        if step == 4:
+            eager_log.extend([5, 6])
+            jit_log.extend([5, 6])
+        extra = (step % 3 == 0,) if program is _clear_on_request else ()
+        x = torch.full((2,), float(step))
+        assert_same(jf(x, jit_log, *extra), program(x, eager_log, *extra))
+        assert repr(jit_log) == repr(eager_log)
+    assert jitcore.cache_misses(jf) == entries
