@@ -9,7 +9,8 @@ traces again, as eager would read the new contents. Calls that change the file s
 writing or appending, ``os.remove``, ``os.rename``, ``os.mkdir``, ...) happened while tracing only, so
 they are refused with UnsupportedOperationError (JC-T001): without ``fullgraph`` such a call runs
 eagerly. So does reading a file object the program did not open itself, or an in-memory one of the
-caller's (its position moves per call).
+caller's (its position moves per call), changing a ``BytesIO`` of the caller's, or ``getvalue()`` of an
+in-memory file the program wrote to in the call; ``getvalue()`` of one it did not is guarded by its value.
 
 Invariants: each replacement returns what the native call returns and raises what it raises; no
 guard is added for a call that raised anything but ``OSError`` (the program's error propagates).
@@ -52,6 +53,8 @@ _FS_CHANGES = tuple(getattr(os, name) for name in (
     "symlink", "link", "mkfifo", "open", "write",
 ) if hasattr(os, name))
 _READS = frozenset({"read", "readline", "readlines", "readinto", "read1", "readinto1", "peek"})
+# what changes a ``BytesIO`` natively (a ``StringIO``'s ``write`` is recorded as a print: jit/printing.py)
+_BYTES_WRITES = frozenset({"write", "writelines", "truncate", "seek"})
 
 
 def _signature(result: os.stat_result) -> tuple:
@@ -99,8 +102,10 @@ class FileSystem:
     """One pass's lookasides for file-system calls; ``guard(path, kind, expected)`` is
     ``Provenance.guard``."""
 
-    def __init__(self, guard: Callable[..., None], path_of: Callable[[Any], Any]) -> None:
+    def __init__(self, guard: Callable[..., None], path_of: Callable[[Any], Any], *,
+                 written: Callable[[Any], bool] = lambda _stream: False) -> None:
         self._guard = guard
+        self._written = written  # Prints.wrote_to: writes recorded in this pass, replayed after it
         self._path_of = path_of  # Provenance.path_of: where the program reached an object of the caller's
         self._opened: weakref.WeakSet[Any] = weakref.WeakSet()  # file objects the program opened
 
@@ -120,11 +125,20 @@ class FileSystem:
     # (it moves no position, so it is not refused as ``read`` is): the bytes became a constant of the
     # trace, and a cached call returned the first call's value after the caller wrote to it (a wrong
     # answer). Such a value is guarded as a file's contents are: a check repeats ``getvalue()`` on every
-    # call. One the program made in this pass is its own value, not guarded.
+    # call. One the program made in this pass is its own value, not guarded. A ``StringIO``'s ``write`` is
+    # recorded as a print and made after the computation, so ``getvalue()`` after one in the same call
+    # runs eagerly; a ``BytesIO``'s ``write``/``seek``/``truncate`` happened while tracing only (cached calls
+    # lost them): they run eagerly too, as its ``read`` does.
     def _getvalue(self, getvalue: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def getvalue_(owner: Any) -> Any:
             value = getvalue(owner)
             path = self._path_of(owner)
+            if path is not None and self._written(owner):
+                raise UnsupportedOperationError(
+                    f"{type(owner).__name__}.getvalue() of an in-memory file the function wrote to: its "
+                    "writes are made after the computation, so it would read the value without them",
+                    hints=("read the value outside the jitted function",),
+                )
             if path is not None:
                 self._check(f"{path.describe()}.getvalue()", lambda: getvalue(owner), value)
             return value
@@ -135,10 +149,17 @@ class FileSystem:
         of an in-memory one (``BytesIO``) of the caller's or of state: its position moves on every call,
         which the trace's constants would not."""
         owner = getattr(fn, "__self__", None)
-        if fn.__name__ not in _READS or not isinstance(owner, io.IOBase) or owner in self._opened:
+        if not isinstance(owner, io.IOBase) or owner in self._opened or fn.__name__ not in _READS and not (
+                type(owner) is io.BytesIO and fn.__name__ in _BYTES_WRITES):
             return
         if isinstance(owner, (io.BytesIO, io.StringIO)) and self._path_of(owner) is None:
             return  # made by the program (``torch.load`` of bytes it read)
+        if fn.__name__ not in _READS:  # Note [The value of an in-memory file of state]
+            raise UnsupportedOperationError(
+                f"{type(owner).__name__}.{fn.__name__}() changes an in-memory file of the caller's or of "
+                "state: the change would happen while tracing only",
+                hints=("write to the file outside the jitted function",),
+            )
         raise UnsupportedOperationError(
             f"{type(owner).__name__}.{fn.__name__}() reads a file object the function did not open: "
             "each call would read on from where the last one stopped",

@@ -171,7 +171,8 @@ class Pass(StateReads):
         self.provenance.symbolic_subclasses = shapes is not None and shapes.subclasses_refused is None
         self.found_counters: set[Path] = set()
         self.prints = Prints(path_of=self.provenance.path_of)  # jit/printing.py
-        self.files = FileSystem(self.provenance.guard, self.provenance.path_of)  # jit/filesystem.py
+        self.files = FileSystem(self.provenance.guard, self.provenance.path_of,  # jit/filesystem.py
+                                written=self.prints.wrote_to)
         self.logs = LogRecords(self.prints.effects, self.provenance.guard, self._untracked_subclass_code)
         self.settings = SettingsReads(self.provenance.guard)
         self.warnings = Warnings(self.prints.effects, self.provenance.guard,  # jit/warning_calls.py

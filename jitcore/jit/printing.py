@@ -106,6 +106,11 @@ class Prints:
         self.effects.append(Effect(stream, "print", ("", "", True), []))
         return True
 
+    def wrote_to(self, stream: Any) -> bool:
+        """Whether the program wrote to ``stream`` in this pass (recorded, replayed after the computation)."""
+        path = self._stream(stream)
+        return path is not None and any(e.kind == "print" and e.path == path for e in self.effects)
+
     def _stream(self, stream: Any) -> Path | None:
         """Where each call finds ``stream``: ``sys.stdout``/``sys.stderr`` as the call finds them, or
         the path through which the program reached a stream of the caller's or of state (a file it is

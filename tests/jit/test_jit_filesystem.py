@@ -193,3 +193,27 @@ def test_the_value_of_an_in_memory_file_of_state_is_read_on_every_call(make, wri
 
     buffer = make()
     check_calls_around_a_change(lambda: len(buffer.getvalue()), lambda: write(buffer))
+
+
+@pytest.mark.parametrize(("kind", "text"), [("BytesIO", b"a"), ("StringIO", "a")])
+def test_an_in_memory_file_of_state_the_program_writes_to_runs_eagerly(kind, text) -> None:
+    """A ``BytesIO``'s write happened while tracing only, and ``getvalue()`` after a ``StringIO``'s write
+    (recorded, made after the computation) read the value without it: both now run eagerly, every call
+    as eager's (Note [The value of an in-memory file of state], jitcore/jit/filesystem.py)."""
+    import io
+
+    def make():
+        buffer = getattr(io, kind)()
+        buffer.write(text * 3)
+
+        def f(x):
+            buffer.write(text)
+            return x * len(buffer.getvalue())
+        return f, buffer
+
+    (f, jit_buffer), (g, eager_buffer) = make(), make()
+    jf = jitcore.jit(f)
+    for _ in range(4):
+        torch.testing.assert_close(_quiet(jf, torch.ones(2)), g(torch.ones(2)))
+    assert jit_buffer.getvalue() == eager_buffer.getvalue()
+    assert isinstance(jf.fallback_reason, jitcore.errors.UnsupportedOperationError)
