@@ -16,6 +16,7 @@ from __future__ import annotations
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
+import collections
 import operator
 import sys
 import warnings
@@ -66,7 +67,8 @@ NATIVE_TYPES = frozenset({
 })
 # Containers that find a key by its hash (and identity first): ``Hooks.item_key`` may stand in for the key.
 HASHED_CONTAINERS = (dict, set, frozenset, type({}.keys()))
-_HASHED_EXACT = frozenset(HASHED_CONTAINERS)  # (not their subclasses, whose methods may differ)
+# (not other subclasses, whose methods may differ: an OrderedDict's and a defaultdict's ``in`` is dict's)
+_HASHED_EXACT = frozenset((*HASHED_CONTAINERS, collections.OrderedDict, collections.defaultdict))
 # Left operands whose binary operators run natively when the right one is native too: not ``str``,
 # whose ``%`` goes through ``hooks.format_percent`` when a run sets it, nor the bytes templates, whose
 # ``%`` formats a tuple's items through their dunders (``binary_op``).
@@ -532,7 +534,7 @@ def _sequence_key(run: Run, key: object) -> object:
 def get_item(run: Run, container: object, key: object) -> object:
     """``container[key]`` with a Python ``__getitem__`` / ``__class_getitem__`` interpreted."""
     t = type(container)
-    if t is dict:
+    if t is dict or t is collections.OrderedDict:  # (an OrderedDict's ``[]`` is dict's)
         if type(key) in NATIVE_COMPARANDS:  # Note [A lookup by a built-in key is C's] (hashed_lookup.py)
             return container[key]
         from jitcore.interpreter import hashed_lookup  # (it builds on this module)

@@ -10,6 +10,7 @@ constant fields) stay traced, one entry for every call.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 from collections.abc import Callable
@@ -167,3 +168,19 @@ def test_constant_keys_stay_traced_and_cached(fn: Callable[[torch.Tensor], torch
     for _ in range(5):
         assert_same(jfn(x), fn(x))
     assert (jitcore.cache_misses(jfn), jitcore.cache_hits(jfn)) == (1, 4)
+
+
+@pytest.mark.parametrize("make", [collections.OrderedDict, lambda d: collections.defaultdict(float, d)],
+                         ids=["OrderedDict", "defaultdict"])
+@pytest.mark.parametrize("lookup", ["in", "subscript"])
+def test_a_lookup_in_a_dict_subclass_whose_lookup_is_dicts(make: Callable[[dict], dict], lookup: str) -> None:
+    """An OrderedDict's and a defaultdict's ``in`` (and an OrderedDict's ``[]``) are dict's: emulated too."""
+    stored, key = Collides(1), Collides(2)
+    table = make({stored: 4.0})
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        if lookup == "in":
+            return x * (4.0 if key in table else 1.0)
+        return x * (table[key] if key in table else 1.0)
+
+    _differ(f, lambda: setattr(key, "v", 1), misses=2)
