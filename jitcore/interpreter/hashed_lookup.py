@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from types import FunctionType
 from typing import TYPE_CHECKING
@@ -64,10 +65,19 @@ def _python_hashed(run: Run, v: object, depth: int = 1) -> bool:
         return False
     if t is tuple or t is frozenset:  # (its items' ``__hash__``, ``__eq__``)
         return depth > 0 and any(_python_hashed(run, item, depth - 1) for item in v)
-    if t in NATIVE_TYPES or run.type_of(v) is not t or hasattr(t, "__torch_function__"):
+    if t in NATIVE_TYPES or run.type_of(v) is not t or hasattr(t, "__torch_function__") \
+            or issubclass(t, weakref.ref):  # Note [A weak reference as a key]
         return False  # a stand-in, or a tensor (hashed by identity: Tensor.__hash__ is ``id``)
     return type(getattr(t, "__hash__", None)) is FunctionType or \
         type(getattr(t, "__eq__", None)) is FunctionType
+
+
+# Note [A weak reference as a key]
+# torch's ``WeakIdRef`` (the keys of ``WeakTensorKeyDictionary``: LoggingTensor's memo of tensor ids,
+# torch's own bookkeeping) has a Python ``__eq__`` comparing its referents by identity. Interpreted, that
+# ``a is b`` of the caller's tensors pinned each tensor argument by identity, and every call with fresh
+# tensors traced again (LoggingTensor programs: 3 entries in 3 calls). A weak reference's lookup stays
+# C's: what it compares is which object it refers to, not state a caller changes.
 
 
 def hash_of(run: Run, v: object) -> int:
