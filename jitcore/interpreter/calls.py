@@ -91,6 +91,14 @@ def _slot_bound(run: Run, entry: object, obj: object, t: type) -> object:
 NATIVE_CODES: set[int] = set()  # ids of code objects (kept alive by their functions' module) run natively
 
 
+# Note [A bound method of a defining class]
+# A C method that needs its defining class (``METH_METHOD``: ``_pickle.Pickler.dump``) binds as 3.13's
+# ``builtin_method``, a subclass of ``builtin_function_or_method`` (3.11 binds it as the latter). Taken for
+# something else, ``p.dump`` missed its lookaside (Note [A C pickler's dump of the program's objects]) and
+# ran unseen on 3.13 only.
+_BOUND_C_METHODS = frozenset((BuiltinMethodType, *BuiltinMethodType.__subclasses__(), MethodWrapperType))
+
+
 def canonical(fn: object) -> object:
     """The callable a lookaside is keyed by: ``l.append`` -> ``list.append``, a bound method -> its
     function."""
@@ -99,7 +107,7 @@ def canonical(fn: object) -> object:
         return fn
     if t is MethodType:
         return fn.__func__
-    if t is BuiltinMethodType or t is MethodWrapperType:
+    if t in _BOUND_C_METHODS:  # Note [A bound method of a defining class]
         owner = fn.__self__
         if owner is None or type(owner) is ModuleType or isinstance(owner, type):
             return fn
@@ -146,7 +154,7 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
         replacement = None
     if replacement is not None:
         given = args
-        if (t is BuiltinMethodType or t is MethodWrapperType) and canonical(fn) is not fn:
+        if t in _BOUND_C_METHODS and canonical(fn) is not fn:
             args = (fn.__self__, *args)
         try:
             return replacement(*args, **kwargs) if kwargs else replacement(*args)
