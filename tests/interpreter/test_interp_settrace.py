@@ -190,8 +190,12 @@ def test_line_events_off_and_opcode_events() -> None:
 
     check(_traced(f, ("f",), lines=False))
     events = interpret(_traced(f, ("f",), opcodes=True))()
-    assert events == _traced(f, ("f",), opcodes=True)()
+    native = _traced(f, ("f",), opcodes=True)()
     opcodes = sum(1 for event in events if event[1] == "opcode")
+    if sys.version_info >= (3, 12):  # whether 3.12 gives them natively depends on what ran before (it did
+        # after tests/dispatch's subclass programs): the other events are compared
+        events, native = ([event for event in run if event[1] != "opcode"] for run in (events, native))
+    assert events == native
     assert opcodes > 5 if sys.version_info < (3, 12) else opcodes == 0
 
 
