@@ -66,7 +66,7 @@ def _mro_entry(t: type, name: str) -> object:
 
 def looked_up(run: Run, obj: object, t: type, *names: str) -> None:
     """Tell the run's ``on_type_lookup`` hook that a protocol looks up ``names`` on ``t``, ``obj``'s class
-    (Note [A special method is looked up on the class], jit/state_reads.py)."""
+    (Note [A special method is looked up on the class], jit/provenance.py)."""
     hook = run.hooks.on_type_lookup
     if hook is not None:
         for name in names:

@@ -73,7 +73,7 @@ class Hooks:
             on ``t``, the class of ``obj`` (``a + b``, ``len``, truth, iteration, subscripts, ``with``,
             a call of an instance, ``__getattr__``), for a class not native to the interpreter: what C
             finds on the class and never reads as an attribute (Note [A special method is looked up on
-            the class], jit/state_reads.py).
+            the class], jit/provenance.py).
         type_of: ``obj -> class``: the class an object stands for, where it differs from ``type(obj)``
             (the jit's proxies stand for tensors); consulted where CPython's semantics depend on an
             object's type, e.g. whether ``cls(...)`` runs ``__init__`` on what ``__new__`` returned.
