@@ -87,7 +87,7 @@ from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.reductions import getstate, reduce_ex
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
-from jitcore.interpreter.tracing import getprofile, gettrace, native_functions, setprofile, settrace
+from jitcore.interpreter.tracing import getprofile, gettrace, native_traced, setprofile, settrace
 
 __all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments",
            "warning_location"]
@@ -344,32 +344,14 @@ def _eval(source: object, global_ns: object, local_ns: object) -> object:
     """eval() defaulting to the calling interpreted frame's namespaces."""
     source = _compiled(source, "eval")
     global_ns, local_ns = _namespaces(global_ns, local_ns)
-    return _native_traced(eval, source, global_ns, local_ns)
+    return native_traced(eval, source, global_ns, local_ns)
 
 
 def _exec(source: object, global_ns: object, local_ns: object, kwargs: dict) -> None:
     """exec() defaulting to the calling interpreted frame's namespaces."""
     source = _compiled(source, "exec")
     global_ns, local_ns = _namespaces(global_ns, local_ns)
-    return _native_traced(exec, source, global_ns, local_ns, **kwargs)
-
-
-def _native_traced(fn: Callable, *args: object, **kwargs: object) -> object:
-    """``fn(*args, **kwargs)`` (eval, exec: the module-level code and what it calls run natively) under the
-    program's trace and profile functions as CPython's own, so that it gives them CPython's events (bdb's
-    ``run``/``runeval``); the thread's native ones are put back after, by C calls (no Python frame of the
-    interpreter's starts meanwhile)."""
-    wanted = native_functions()
-    if wanted is None:
-        return fn(*args, **kwargs)
-    trace, profile = sys.gettrace(), sys.getprofile()
-    sys.settrace(wanted[0])
-    sys.setprofile(wanted[1])
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        sys.setprofile(profile)
-        sys.settrace(trace)
+    return native_traced(exec, source, global_ns, local_ns, **kwargs)
 
 
 # eval()'s and exec()'s signatures: 3.13 takes the namespaces by keyword too (``eval(s, globals=g)``)

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
 __all__ = ["TRACE", "before", "call_event", "exception_event", "for_iter", "for_iter_next", "getprofile",
-           "gettrace", "native_functions", "return_event", "setprofile", "settrace", "stop_iteration_event",
-           "trace_points", "traced_loop", "traced_table", "unwound_line"]
+           "gettrace", "native_functions", "native_traced", "return_event", "setprofile", "settrace",
+           "stop_iteration_event", "trace_points", "traced_loop", "traced_table", "unwound_line"]
 
 
 class _TraceState(threading.local):
@@ -382,3 +382,21 @@ def native_functions() -> tuple[object, object] | None:
     if not TRACE.active or TRACE.busy:
         return None
     return TRACE.function, TRACE.profile
+
+
+def native_traced(fn: Callable, *args: object, **kwargs: object) -> object:
+    """``fn(*args, **kwargs)`` (eval, exec: the module-level code and what it calls run natively) under the
+    program's trace and profile functions as CPython's own, so that it gives them CPython's events (bdb's
+    ``run``/``runeval``); the thread's native ones are put back after, by C calls (no Python frame of the
+    interpreter's starts meanwhile)."""
+    wanted = native_functions()
+    if wanted is None:
+        return fn(*args, **kwargs)
+    trace, profile = sys.gettrace(), sys.getprofile()
+    sys.settrace(wanted[0])
+    sys.setprofile(wanted[1])
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        sys.setprofile(profile)
+        sys.settrace(trace)
