@@ -21,7 +21,7 @@ import threading
 import types
 import warnings
 from collections.abc import Callable, Container, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -38,22 +38,30 @@ from jitcore.executors import executors_from_options, record_lowered
 from jitcore.interpreter.run import ACTIVE as _ACTIVE
 from jitcore.ir import Trace
 from jitcore.jit import eager_entries, numbers, shapes
+from jitcore.jit.cache_entry import (
+    CacheEntry,
+    entry_computation,
+    identity,
+    not_compiled,
+    prologue_of,
+    with_output_rebuilt,
+)
 from jitcore.jit.caller_modes import CallerModes, callers_modes, under_the_callers_modes
 from jitcore.jit.ctx_numbers import changed_ctx_numbers
 from jitcore.jit.eager_entries import Eager, eager_call
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
-from jitcore.jit.raising_calls import ComputationRaised, with_eager_on_raise
+from jitcore.jit.raising_calls import ComputationRaised
 from jitcore.jit.read_resume import Resumable, Resumption, resumption, run_resumed
-from jitcore.jit.read_rollback import nondeterministic_read, with_rollback, with_settings_restored
+from jitcore.jit.read_rollback import nondeterministic_read
 from jitcore.jit.run_modes import runs_torch_function, runs_without_grad, without_grad, without_torch_function
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
 from jitcore.jit.value_driven import DrivenReads
 from jitcore.langctx.reads import ValueCheckFailed
-from jitcore.prologue import MISS, MissReason, Path, Prologue, PrologueBuilder
+from jitcore.prologue import MISS, MissReason, Prologue, PrologueBuilder
 from jitcore.prologue.cache import EntryCache
-from jitcore.transforms import GradStage, StaticSizesNeeded, differentiate
+from jitcore.transforms import StaticSizesNeeded, differentiate
 from jitcore.transforms.autograd_function import applies_functions, forwards_inlined, numbers_before_functions
 
 __all__ = [
@@ -64,37 +72,6 @@ __all__ = [
 ]
 
 DEFAULT_CACHE_LIMIT = 64
-
-
-@dataclass(eq=False)
-class CacheEntry:
-    """One specialization: its prologue, its computation, and the traces they came from."""
-
-    number: int
-    prologue: Prologue
-    traces: list[Trace]
-    computation: Callable[..., Any]
-    cached_call: Callable[[tuple, dict], Any]
-    miss_reasons: list[MissReason] = field(default_factory=list)
-    effects: Effects | None = None  # Python side effects performed after the computation
-    plain_data: bool = False  # inputs run a __torch_function__ the trace resolved: checked and run without it
-    eager_reason: BaseException | None = None  # an eager entry: calls it accepts run the function eagerly
-    resumable: Resumable | None = None  # Note [Resuming at a failed check] (jit/read_resume.py)
-    resumed: Callable[..., Any] | None = None  # the computation going on after a check, as it runs
-    _resume_call: Callable[[tuple, dict], Any] | None = None
-
-    def resume_call(self) -> Callable[[tuple, dict], Any]:
-        """The cached call going on after another entry's failed check (compiled on its first use)."""
-        if self._resume_call is None:
-            self._resume_call = self.compile_fast_path(self.resumed)
-        return self._resume_call
-
-    def compile_fast_path(self, computation: Callable | None = None) -> Callable[[tuple, dict], Any]:
-        """The cached call: the prologue's checks, the computation (``self.computation`` by default),
-        then the side effects."""
-        cached_call = self.prologue.compile(self.computation if computation is None else computation)
-        cached_call = cached_call if self.effects is None else self.effects.around(cached_call, MISS)
-        return without_torch_function(cached_call) if self.plain_data else cached_call
 
 
 class JittedFunction:
@@ -414,12 +391,12 @@ class JittedFunction:
                 resumable.full, computation = computation, resumable.computation
             if no_graph:
                 computation = without_grad(computation)
-        prologue = self._finish_prologue(_prologue_of(program.prologue, grad, inputs))
+        prologue = self._finish_prologue(prologue_of(program.prologue, grad, inputs))
         self.last_prologue = prologue
         plain_data = runs_torch_function(program)  # recorded on the data: jitcore/proxies/typed.py
         effects = program.effects
-        post = _after(program, _identity)  # effects are performed before the output's rebuild
-        computation = _around(program, traces[0], computation)
+        post = with_output_rebuilt(program, identity)  # effects are performed before the output's rebuild
+        computation = entry_computation(program, traces[0], computation)
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
             effects.dispatch_runs = grad.pass_1  # the classes' dispatch logs as it runs
@@ -427,13 +404,13 @@ class JittedFunction:
         note_state_inputs(
             prologue.inputs, prologue.input_names, [*traces, *backward_traces]
         )  # linear1_weight: linear1.weight
-        entry = CacheEntry(number, prologue, traces, computation, _not_compiled, effects=effects,
+        entry = CacheEntry(number, prologue, traces, computation, not_compiled, effects=effects,
                            plain_data=plain_data)
         entry.cached_call = entry.compile_fast_path()
         if resumable is not None:
             entry.resumable = resumable
             resumed = without_grad(resumable.resumed) if no_graph else resumable.resumed
-            entry.resumed = _around(program, traces[0], resumed)
+            entry.resumed = entry_computation(program, traces[0], resumed)
         return entry
 
     def _finish_prologue(self, prologue: Prologue) -> Prologue:
@@ -476,7 +453,7 @@ class JittedFunction:
             )
         self.fallback_reason = reason
         self.last_traces, self.last_backward_traces, self.last_rederived_traces = [], [], []
-        return CacheEntry(self.misses, prologue, [], _not_compiled, cached_call, eager_reason=reason)
+        return CacheEntry(self.misses, prologue, [], not_compiled, cached_call, eager_reason=reason)
 
     # Note [Symbolic passes and torch's Python kernels]
     # A pass with symbolic sizes runs under torch's Python dispatcher, as make_fx and torch.compile
@@ -661,23 +638,6 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     return JittedFunction(fn, **options)
 
 
-def _prologue_of(prologue: PrologueBuilder, grad: GradStage, inputs: list[tuple[Path, str]]) -> Prologue:
-    """The entry's prologue: what interpretation recorded, then what the stages after it add: the
-    guards the grad stage relies on (the dynamic numbers it made constants, storage sharing, the
-    layouts its traces rely on), then the computation's trailing inputs (the subclass arguments it
-    takes whole). The program's own builder is not changed."""
-    builder = prologue.copy()
-    for guard in grad.guards:
-        builder.add_guard(guard)
-    builder.drop_inputs(grad.dropped_inputs)
-    if grad.differentiated is not None:
-        for path, strides, storage_offset in grad.differentiated.layouts:
-            builder.pin_layout(path, strides, storage_offset)
-    for path, name in inputs:
-        builder.add_input(path, name)
-    return builder.build()
-
-
 def _is_module_forward(fn: Any) -> bool:
     """``module.forward`` (bound): jitted with the module's state named and guarded as for modules."""
     return (
@@ -718,37 +678,8 @@ def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Contai
     return names, frozenset(i for i, name in enumerate(positional) if name in names)
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _after(program: TracedProgram, computation: Callable[..., Any]) -> Callable[..., Any]:
-    """``computation`` followed by the rebuild of the program's output."""
-    if program.structure is not None:
-        computation = program.structure.wrap(computation)
-    if program.epilogue is not None:
-        computation = program.epilogue.wrap(computation)
-    return computation
-
-
-def _around(program: TracedProgram, trace: Trace, computation: Callable[..., Any]) -> Callable[..., Any]:
-    """An entry's ``computation`` as its cached call runs it: the output rebuilt (here where the program
-    has no Python effects, else by them), writes undone before a failed read check, the thread's settings
-    put back (Note [A computation that raises inside no_grad]) and a raise run eagerly (Note [Effects of a
-    raising call])."""
-    if program.effects is None:
-        computation = _after(program, computation)
-    computation = with_rollback(trace, computation)
-    computation = with_settings_restored(trace, computation)
-    return with_eager_on_raise(trace, computation, program.effects, handlers=program.reruns_on_raise)
-
-
 def _accept(*_inputs: Any) -> bool:
     return True
-
-
-def _not_compiled(args: tuple, kwargs: dict) -> Any:
-    raise AssertionError("a cache entry is called before its fast path is compiled")
 
 
 _transform_level = torch._C._functorch.peek_interpreter_stack  # noqa: SLF001 - the innermost active transform
