@@ -38,6 +38,7 @@ from jitcore.ir import Proxy
 from jitcore.jit.object_states import BUFFERS, MISSING, attributes, buffer_type, is_slot, set_slot, state_of
 from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
+from jitcore.jit.pending_keys import PendingKey
 from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
@@ -49,8 +50,8 @@ __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record"
            "emptied_list", "print_line", "written_keys"]
 
 EffectKind = Literal[
-    "setattr", "delattr", "setslot", "delslot", "setitem", "delitem", "contents", "extend", "order", "cell",
-    "grad", "print", "log", "dispatch_log", "warn",
+    "setattr", "delattr", "setslot", "delslot", "setitem", "setitem_at", "delitem", "contents", "extend",
+    "order", "cell", "grad", "print", "log", "dispatch_log", "warn",
 ]
 PRINT_STREAMS = ("stdout", "stderr")  # the streams a recorded print writes to (jit/printing.py)
 
@@ -66,7 +67,8 @@ class Effect:
             ``"print"``, a line the program prints to the stream at ``path`` (jit/printing.py);
             ``"log"``, a record the program logs to the logger at ``path`` (jit/log_records.py);
             ``"warn"``, a ``warnings.warn`` call blaming the module whose globals are at ``path``
-            (jit/warning_calls.py).
+            (jit/warning_calls.py); ``"setitem_at"``, an item stored at a key computed per call (the
+            value is ``(key, item)``: Note [A key only stored], jit/pending_keys.py).
         key: the attribute name or item key (None for contents and cells; ``(sep, end, flush)``
             for a print; ``(level, pathname, lineno, func)`` for a log record).
         value: the new value, with proxies and rebuilt objects as slots filled per call.
@@ -555,12 +557,20 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
         old = {k: v for k, v in old.items() if v is not MISSING}
         new = {k: v for k, v in new.items() if v is not MISSING}
     effects = [Effect(path, deleter, k, None) for k in old if k not in new]
-    effects += [Effect(path, setter, plain_key(k), v) for k, v in new.items()
+    effects += [_item_set(path, setter, k, v) for k, v in new.items()
                 if dict.get(old, k, MISSING) is not v or _noted(k, written)]
     if kind == "dict" and list(new) != [*(k for k in old if k in new), *(k for k in new if k not in old)]:
         # reordered (a key popped and set again, ``move_to_end``), which item effects do not say
         effects.append(Effect(path, "order", None, tuple(plain_key(k) for k in new)))
     return effects
+
+
+def _item_set(path: Path, setter: EffectKind, key: Any, value: Any) -> Effect:
+    """The effect of storing ``value`` at ``key``: at a key of each call's number where the key is a
+    stand-in (Note [A key only stored], jit/pending_keys.py)."""
+    if type(key) is PendingKey:
+        return Effect(path, "setitem_at", None, (key.number, value))
+    return Effect(path, setter, plain_key(key), value)
 
 
 def _buffer_diff(path: Path, old: Any, new: Any) -> list[Effect]:
@@ -668,6 +678,8 @@ def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = Fals
         set_slot(target, effect.key, MISSING)
     elif kind == "setitem":
         target[effect.key] = value
+    elif kind == "setitem_at":
+        target[value[0]] = value[1]
     elif kind == "delitem":
         del target[effect.key]
     elif kind == "extend":

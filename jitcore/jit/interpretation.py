@@ -74,6 +74,7 @@ from jitcore.jit.log_records import LogRecords
 from jitcore.jit.native_python import call_watched, pickler_lookasides
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.number_sizes import NumberSizes
+from jitcore.jit.pending_keys import PendingKeys
 from jitcore.jit.printing import Prints
 from jitcore.jit.probe import Probe
 from jitcore.jit.program import TracedProgram
@@ -162,7 +163,8 @@ class Pass(StateReads):
         self.absent_globals: dict[int, tuple[dict, set[str]]] = {}  # Note [Builtins read again]
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
-        self.provenance.first_state = self.snapshots.first_state
+        self.pending_keys = PendingKeys()  # Note [A key only stored] (jit/pending_keys.py)
+        self.provenance.first_state = self.pending_keys.reading(self.snapshots.first_state)
         self.provenance.snapshot_taken = self.snapshots.reached
         self.provenance.stored_by_program = self.snapshots.stored
         self.provenance.counters = counters
@@ -242,7 +244,7 @@ class Pass(StateReads):
         self.trace.args += [proxy for _path, proxy in self.provenance.generator_inputs]
         first_inputs = [t for _path, _proxy, t in self.provenance.inputs]
         self._state_guards(state_at_call)
-        written = frozenset(e.path for e in changes if e.kind in ("setitem", "delitem", "contents", "extend"))
+        written = frozenset(e.path for e in changes if e.kind in _ITEM_WRITES)
         self.provenance.finish(with_strides=self.context.values.strides_queried, written=written)
         program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
         program.read_numbers = list(self.reads.numbers)
@@ -403,7 +405,7 @@ class Pass(StateReads):
             on_missing_attr=lambda _frame, obj, name: self._note_attribute(obj, name, present=False),
             on_load_subscr=self._load_subscr,
             on_contains=self._contains,
-            item_key=self.keys.item_key,
+            item_key=self.pending_keys.keying(self.keys.item_key),
             on_store=lambda _frame, obj, key, _kind: self.snapshots.note_write(obj, (key,)),
             store_attr=lambda _frame, obj, name, value: self.held.store_attr(obj, name, value),
             format_field=format_field,
@@ -665,6 +667,9 @@ def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:
         return path.get(args, kwargs) is value
     except Exception:  # noqa: BLE001 - a path that no longer resolves reaches nothing
         return False
+
+
+_ITEM_WRITES = frozenset({"setitem", "setitem_at", "delitem", "contents", "extend"})  # effects on items
 
 
 def _grad_as_proxy(effect: Effect, values: Any) -> Effect:

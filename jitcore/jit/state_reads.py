@@ -40,6 +40,7 @@ from jitcore.jit.code_kinds import (
 )
 from jitcore.jit.effects import StateSnapshots
 from jitcore.jit.held_tensors import NOT_ANSWERED, HeldTensors
+from jitcore.jit.pending_keys import PendingKeys
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.state_kinds import is_module_registry, is_structured, items_read_natively
 from jitcore.langctx import python as python_langctx
@@ -61,6 +62,7 @@ class StateReads:
     snapshots: StateSnapshots
     held: HeldTensors
     measured: Any  # jit/appends.py's lists read by their length
+    pending_keys: PendingKeys  # dynamic numbers stored as keys (jit/pending_keys.py)
     # id(a globals dict) -> (the dict, the builtins guarded absent from it): Note [Builtins read again]
     absent_globals: dict[int, tuple[dict, set[str]]]
 
@@ -87,13 +89,16 @@ class StateReads:
                 isinstance(value, dict) and not is_structured(value) and items_read_natively(value)
                 and not is_module_registry(path)):  # (a Counter's counters are bound in place: provenance)
             key = subscripted_by(frame)
-            if key is not None:
-                return self.provenance.bind_subscripted_dict(value, path, key)
-            if appends.stored_into(frame):  # Note [A dict only stored into], jit/appends.py
+            if key is None and appends.stored_into(frame):  # Note [A dict only stored into], jit/appends.py
                 self.provenance.guard(path, "type", type(value))
                 self.provenance.reach_container(value, path)
                 self.provenance.remember(value, path)
+                if not self.provenance.is_argument_container(value):
+                    self.pending_keys.stored_into(value)  # Note [A key only stored], jit/pending_keys.py
                 return value
+            self.pending_keys.read(value)
+            if key is not None:
+                return self.provenance.bind_subscripted_dict(value, path, key)
             if appends.keyed_later(frame):  # Note [A dict read at a computed key], jit/appends.py
                 return self.provenance.bind_keyed_dict(value, path)
         return self.provenance.bind_state(value, path, name)

@@ -114,7 +114,9 @@ def _store_programs() -> dict:
 
 
 STORES = _store_programs()
-STORE_MISSES = {"by_id": 1, "by_argument": 3, "reordered_by_caller": 2, "measured_in_key": None,
+# by_argument: the first call's k specialized, then every k one entry (Note [A key only stored],
+# jit/pending_keys.py; 3 before it, one per k in 0, 1, 2 after the first)
+STORE_MISSES = {"by_id": 1, "by_argument": 2, "reordered_by_caller": 2, "measured_in_key": None,
                 "defaultdict_store": 3}  # "all" absent on the first call, then one per k
 
 

@@ -1,0 +1,202 @@
+"""A dynamic number as the key of a dict of state the program only stores into (issue 14).
+
+``hist[step] = x.sum()`` with ``step`` an int argument made one cache entry per step: the store hashed
+the number, which specialized it. Such a store is now replayed with each call's number (Note [A key only
+stored], jitcore/jit/pending_keys.py); where the program reads the dict again in the same call, the key is
+guarded by value as before. Every program here runs a sequence of calls eagerly and jitted, and every
+call's result and the dict's items (keys by type and value, in order) are compared with eager's.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jitcore
+from tests.jit.jit_helpers import check_calls_around_a_change
+from tests.jit.test_jit_side_effect_programs import same, snap, x_of
+
+PROGRAMS = {}
+
+
+def program(fn):
+    PROGRAMS[fn.__name__] = fn
+    return fn
+
+
+@program
+def metrics_by_step():
+    hist = {0: torch.zeros(()), 5: torch.ones(())}  # steps 0 and 5 overwrite an item there, in its place
+
+    def f(x, step):
+        hist[step] = x.sum()
+        return x * 2
+
+    return f, hist
+
+
+@program
+def two_keys_of_one_step():
+    hist = {}
+
+    def f(x, step):
+        hist[step] = x.sum()
+        hist[step + 1] = x.max()
+        hist[step] = x.min()  # the first key again: its value replaced, its place kept
+        return x
+
+    return f, hist
+
+
+@program
+def computed_key_then_step():
+    hist = {2: -1.0}
+
+    def f(x, step):
+        hist[step % 3] = x.sum()
+        hist[step] = step * 2  # equal to ``step % 3`` for small steps: one item then, as eagerly
+        return x - 1
+
+    return f, hist
+
+
+@program
+def attribute_dict_of_a_module():
+    class Tracker(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.by_step = collections.defaultdict(list)
+
+        def forward(self, x, step):
+            self.by_step[step] = x.mean()
+            return x + 1
+
+    tracker = Tracker()
+    return tracker, tracker.by_step
+
+
+@program
+def stored_then_constant_key():  # Note [A key only stored]: the other key's store settles the step first
+    hist = {1: 0.0}
+
+    def f(x, step):
+        hist[step] = x.sum()
+        hist[1] = x.max()
+        return x
+
+    return f, hist
+
+
+@program
+def stored_then_measured():  # a read after the store: the key is guarded by value, as before
+    hist = {}
+
+    def f(x, step):
+        hist[step] = x.sum()
+        return x * len(hist)
+
+    return f, hist
+
+
+@program
+def stored_then_tested():
+    hist = {}
+
+    def f(x, step):
+        hist[step] = x.sum()
+        return x + (1 if step - 1 in hist else 0)
+
+    return f, hist
+
+
+@program
+def read_through_an_alias():  # an alias read before the store, measured after it
+    hist = {}
+    holder = [hist]
+
+    def f(x, step):
+        alias = holder[0]
+        hist[step] = x.sum()
+        return x * len(alias)
+
+    return f, hist
+
+
+def _run(name: str, steps: list[int], jit: bool) -> tuple[list, object]:
+    fn, hist = PROGRAMS[name]()
+    if jit:
+        fn = jitcore.jit(fn)
+    outcomes = []
+    for i, step in enumerate(steps):
+        out = fn(x_of(i), step)
+        outcomes.append((snap(out), snap(hist), [type(k) for k in hist]))
+    return outcomes, fn
+
+
+def _check(name: str, steps: list[int]) -> object:
+    expected, _ = _run(name, steps, jit=False)
+    got, jitted = _run(name, steps, jit=True)
+    for i, (a, b) in enumerate(zip(got, expected)):
+        assert same(a, b), f"call {i} (step {steps[i]}): {a!r} != {b!r}"
+    return jitted
+
+
+STEPS = [0, 1, 2, 1, 5, 0, 7, 7, 3, 8]
+
+
+def test_a_key_only_stored_is_replayed_per_call() -> None:
+    """The issue's program: 10 calls, the step first specialized, then one entry for every step."""
+    for name in ("metrics_by_step", "two_keys_of_one_step", "computed_key_then_step",
+                 "attribute_dict_of_a_module"):
+        jitted = _check(name, STEPS)
+        assert jitcore.cache_misses(jitted) == 2, (name, jitcore.miss_reasons(jitted))
+
+
+def test_a_key_read_back_is_guarded() -> None:
+    """A read of the dict after the store depends on the key: one entry per step, every answer eager's."""
+    for name in ("stored_then_constant_key", "stored_then_measured", "stored_then_tested",
+                 "read_through_an_alias"):
+        jitted = _check(name, STEPS)
+        assert jitcore.cache_misses(jitted) > 2, name
+
+
+def test_a_key_from_a_value_read() -> None:
+    """``hist[int(x.argmax())] = ...``: a number read from a tensor, stored as each call's key."""
+    hist = {}
+
+    def f(x, step):
+        hist[int(x.argmax())] = step
+        return x * 2
+
+    jf = jitcore.jit(f)
+    expected = {}
+    for i in range(8):
+        x = x_of(i)
+        assert same(snap(jf(x, i)), snap(x * 2))
+        expected[int(x.argmax())] = i
+        assert same(snap(hist), snap(expected)) and [type(k) for k in hist] == [int] * len(hist)
+    assert jitcore.cache_misses(jf) <= 2
+
+
+def test_a_state_number_that_changes_keys_the_store() -> None:
+    state = {"step": 0}
+    hist = {}
+
+    def read():
+        hist[state["step"]] = 1.5
+        return 2.0
+
+    def change():
+        state["step"] = 7
+
+    check_calls_around_a_change(read, change)
+    assert hist == {0: 1.5, 7: 1.5} and [type(k) for k in hist] == [int, int]
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from(sorted(PROGRAMS)), st.lists(st.integers(0, 6), min_size=2, max_size=8))
+def test_stores_keyed_by_steps_match_eager(name: str, steps: list[int]) -> None:
+    _check(name, steps)
