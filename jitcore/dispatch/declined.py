@@ -13,9 +13,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["declined_by_all"]
+__all__ = ["declined_by_all", "raised_for_eager"]
 
 _LOG_HINT = "For more information, try re-running with TORCH_LOGS=not_implemented"
+_FOR_EAGER = "_jitcore_raised_for_eager"
 
 
 def declined_by_all(func: Any, types: list[type] | tuple[type, ...], protocol: str,
@@ -25,16 +26,35 @@ def declined_by_all(func: Any, types: list[type] | tuple[type, ...], protocol: s
     ``mode``'s where a mode was asked first."""
     if protocol == "__torch_function__" and inspect.isfunction(func):
         found = f" nor in mode {mode}" if mode is not None else ""
-        return TypeError(
+        return _for_eager(TypeError(
             f"no implementation found for '{func.__module__}.{func.__name__}' on types that implement "
             f"__torch_function__: {list(types)}{found}"
-        )
+        ))
     lines = [f"  - mode object {mode!r}"] if mode is not None else []
     names = "\n".join([*lines, *(f"  - tensor subclass {cls}" for cls in types)])
-    return TypeError(
+    return _for_eager(TypeError(
         f"Multiple dispatch failed for '{_c_name(func)}'; all {protocol} handlers returned "
         f"NotImplemented:\n\n{names}\n\n{_LOG_HINT}"
-    )
+    ))
+
+
+# Note [An error raised for eager]
+# jitcore raises the error above where eager's dispatcher would, from its own code (the raise in
+# resolver.call_torch_dispatch). Where that happens while autograd runs a backward jitcore records (a
+# MaskedTensor whose dispatch has no ``aten.tanh_backward``), the traceback's innermost entry is
+# jitcore's, a raise, under no frame of the program (MaskedTensor is torch's code), which Note
+# [jitcore's own errors while recording a backward] (transforms/backward_errors.py) takes for a bug of
+# jitcore's: ``backward()`` raised JC-I002 where eager raises this TypeError. The error is marked as
+# made for eager, and a mark is what tells it apart, not its message (a program may raise one alike).
+def _for_eager(error: TypeError) -> TypeError:
+    setattr(error, _FOR_EAGER, True)
+    return error
+
+
+def raised_for_eager(error: BaseException) -> bool:
+    """Whether jitcore made ``error`` as eager's own error (every override declined a call), so that it
+    is the program's error wherever it is raised (Note [An error raised for eager])."""
+    return getattr(error, _FOR_EAGER, False) is True
 
 
 def _c_name(func: Any) -> str:

@@ -24,6 +24,7 @@ import torch
 from jitcore.diagnostics import JITCORE_DIR
 from jitcore.diagnostics.boundary import replays_backward_errors
 from jitcore.diagnostics.tracebacks import entries
+from jitcore.dispatch.declined import raised_for_eager
 from jitcore.interpreter.errors import InterpreterError
 from jitcore.ir import recorded_symbol
 
@@ -92,6 +93,8 @@ class BackwardRecordingError(InterpreterError):
 # - no entry after the engine is the program's (every one jitcore's or torch's), the innermost is
 #   jitcore's, and the error is not a RuntimeError: jitcore made the failing call. A RuntimeError
 #   there is torch's own (a backward formula's op run on shadows: langctx/shadows.py raises it again).
+# An error jitcore raises where eager's dispatcher would (every override declined the call) is eager's
+# wherever it is raised (Note [An error raised for eager], dispatch/declined.py).
 # Everything else is kept as eager's: a call or a raise in jitcore's code under a user's frame runs
 # the program's call (``int("q")``, ``len(5)`` or an aten op in a ``__torch_dispatch__`` end in
 # jitcore's call sites), so an error there may be the program's; such a jitcore bug is still shown
@@ -106,6 +109,8 @@ def jitcores_own(exc: BaseException) -> bool:
     """Whether ``exc``, raised while autograd ran a backward jitcore records, was raised by jitcore's
     own code rather than by the program, its subclasses' code or torch (see the Note above)."""
     if isinstance(getattr(exc, "code", None), str) or type(exc).__name__ == "ReplayInconsistent":
+        return False
+    if raised_for_eager(exc):  # Note [An error raised for eager] (dispatch/declined.py)
         return False
     found = entries(exc.__traceback__)
     engine = [i for i, e in enumerate(found) if e.tb_frame.f_code.co_filename == _ENGINE]
