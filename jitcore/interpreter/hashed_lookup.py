@@ -14,13 +14,11 @@ Invariants:
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
-from types import FunctionType
 from typing import TYPE_CHECKING
 
-from jitcore.interpreter.calls import call
-from jitcore.interpreter.protocols import NATIVE_COMPARANDS, NATIVE_TYPES, compare_op, truth
+from jitcore.interpreter.hashes import hash_of, python_hashed
+from jitcore.interpreter.protocols import compare_op, truth
 
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
@@ -28,7 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["ABSENT", "dict_get", "dict_item", "find", "needs_python"]
 
 ABSENT = object()
-_SCALARS = NATIVE_COMPARANDS  # built-in values whose hash and ``==`` call no other object's dunder
 
 
 # Note [A hashed lookup, interpreted]
@@ -56,43 +53,8 @@ _SCALARS = NATIVE_COMPARANDS  # built-in values whose hash and ``==`` call no ot
 def needs_python(run: Run, container: Iterable, key: object) -> bool:
     """Whether looking ``key`` up in the dict/set ``container`` calls the key's Python ``__hash__`` or
     ``__eq__`` (Note [A lookup by a built-in key is C's])."""
-    return _python_hashed(run, key)
+    return python_hashed(run, key)
 
-
-def _python_hashed(run: Run, v: object, depth: int = 1) -> bool:
-    t = type(v)
-    if t in _SCALARS:
-        return False
-    if t is tuple or t is frozenset:  # (its items' ``__hash__``, ``__eq__``)
-        return depth > 0 and any(_python_hashed(run, item, depth - 1) for item in v)
-    if t in NATIVE_TYPES or run.type_of(v) is not t or hasattr(t, "__torch_function__") \
-            or issubclass(t, weakref.ref):  # Note [A weak reference as a key]
-        return False  # a stand-in, or a tensor (hashed by identity: Tensor.__hash__ is ``id``)
-    return type(getattr(t, "__hash__", None)) is FunctionType or \
-        type(getattr(t, "__eq__", None)) is FunctionType
-
-
-# Note [A weak reference as a key]
-# torch's ``WeakIdRef`` (the keys of ``WeakTensorKeyDictionary``: LoggingTensor's memo of tensor ids,
-# torch's own bookkeeping) has a Python ``__eq__`` comparing its referents by identity. Interpreted, that
-# ``a is b`` of the caller's tensors pinned each tensor argument by identity, and every call with fresh
-# tensors traced again (LoggingTensor programs: 3 entries in 3 calls). A weak reference's lookup stays
-# C's: what it compares is which object it refers to, not state a caller changes.
-
-
-def hash_of(run: Run, v: object) -> int:
-    """``hash(v)`` with a Python ``__hash__`` interpreted (CPython's ``slot_tp_hash``)."""
-    t = type(v)
-    if t in _SCALARS:
-        return hash(v)
-    f = getattr(t, "__hash__", None)
-    if t in NATIVE_TYPES or run.type_of(v) is not t or type(f) is not FunctionType:
-        return run.native(hash, (v,), {})  # (a tuple's items' hashes: watched)
-    result = call(run, f, (v,), None)
-    if not issubclass(run.type_of(result), int):
-        raise TypeError("__hash__ method should return an integer")
-    result = int(result)  # (a dynamic number: its value, guarded)
-    return -2 if result == -1 else result
 
 
 def find(run: Run, container: Iterable, key: object) -> object:

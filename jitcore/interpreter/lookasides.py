@@ -81,6 +81,7 @@ from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
 from jitcore.interpreter.generators import close_, throw_
 from jitcore.interpreter.getters import ATTRGETTER_CALL, attrgetter_call
+from jitcore.interpreter.hashes import hash_
 from jitcore.interpreter.iterating_calls import iterating_lookasides
 from jitcore.interpreter.pickling import dump, dumps
 from jitcore.interpreter.protocols import index, truth
@@ -668,6 +669,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             max: max_,
             len: len_,  # Note [C builtins over a Python object's dunders] (callbacks.py)
             abs: abs_,
+            hash: hash_,  # Note [A Python __hash__'s result] (hashes.py)
             format: format_,
             hex: hex_,
             oct: oct_,

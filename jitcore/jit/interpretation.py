@@ -46,6 +46,7 @@ from jitcore.dispatch.resolver import (
 from jitcore.errors import DataDependentError, EagerOnlySubclass, UnsupportedOperationError
 from jitcore.interpreter import Hooks, current_run
 from jitcore.interpreter.calls import call_function
+from jitcore.interpreter.hashes import hash_
 from jitcore.interpreter.lookasides import builtin_lookasides
 from jitcore.ir import BoundSymbol, Inlined, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.jit import appends, numbers, outputs
@@ -394,7 +395,8 @@ class Pass(StateReads):
         lookasides[len] = self.measured.len_lookaside(lookasides.get(len, len))
         # ``id(t)``/``hash(t)`` of a caller's tensor: its own id (Note [The id of a caller's tensor])
         lookasides[id] = lambda *args: self.keys.identity(id, args, self._opaque_call)
-        lookasides[hash] = lambda *args: self.keys.identity(hash, args, self._opaque_call)
+        # ... and a Python ``__hash__`` interpreted (Note [A Python __hash__'s result], interpreter/hashes.py)
+        lookasides[hash] = lambda *args: self.keys.identity(hash, args, lambda _fn, a, _k: hash_(*a))
         return Hooks(
             lookasides=lookasides,
             resolve_call=self._resolve_call,

@@ -1,5 +1,5 @@
 """The safety net under the jit's C calls: a C function that runs the program's Python code natively
-(a dunder of a caller's object: ``hash((obj,))``, ``sorted(objs)`` over a Python ``__lt__``,
+(a dunder of a caller's object: ``{obj}``, ``sorted(objs)`` over a Python ``__lt__``,
 ``"%s" % obj``, ``struct.pack("i", obj)``, ``pickle.dumps(obj)``) makes the call run eagerly
 (JC-T001), never a cache entry that returns the first call's answer (Note [Python code a C call ran
 natively]).
@@ -47,7 +47,7 @@ __all__ = ["call_watched", "pickler_lookasides"]
 # constant of the trace: a cached call returned the first call's answer (``"%d" % obj`` with an
 # ``__index__`` that reads ``obj.n``). The lookasides interpret the common cases through a Python
 # equivalent (jitcore/interpreter/conversions.py, iterating_calls.py, callbacks.py), so those calls
-# still trace. For the long tail (``%`` formatting, a tuple's or a dict key's hash, ``struct``, ``math``,
+# still trace. For the long tail (``%`` formatting, a dict key's hash in a store, ``struct``, ``math``,
 # ``array``, ``bisect``, ``heapq``, ``pickle``, ``json``'s C encoder, list comparisons, ``sorted`` over a
 # Python ``__lt__``, ...) this net watches each C call while it runs (a profile function, on this
 # thread only): the program's calls of C functions (``_native_call``), and the C calls the interpreter
