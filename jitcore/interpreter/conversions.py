@@ -144,9 +144,20 @@ def _is_buffer(v: object) -> bool:
 
 def _byte_source(run: Run, v: object) -> object:
     """What ``bytes(v)``/``bytearray(v)`` read of ``v`` past ``__bytes__``: its Python ``__index__`` (a
-    size), a buffer as it is, else its items as the ``for`` statement steps them."""
+    size), a buffer as it is, else its items as the ``for`` statement steps them.
+
+    Note [bytes() past an __index__ raising TypeError]: CPython's bytes_new and bytearray___init__ ask
+    ``PyNumber_AsSsize_t`` for a size and, when that raises a TypeError (``__index__`` raising it, or
+    returning a non-int), clear it and read ``v`` as a buffer or an iterable (bpo-29159, bpo-34974;
+    test_bytes' ``test_from_buffer``). Any other exception propagates. Text refuses first ("string
+    argument without an encoding"), without asking its ``__index__``: the builtin gets it as it is."""
+    if isinstance(v, str):
+        return v
     if has_python_index(run, v):
-        return index(run, v)
+        try:
+            return index(run, v)
+        except TypeError:
+            pass  # cleared, as PyErr_Clear: what follows is not chained to it
     return v if _is_buffer(v) else native_iterable(run, v)
 
 

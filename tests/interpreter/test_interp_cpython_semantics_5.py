@@ -146,3 +146,49 @@ def test_a_function_context_run_calls_sees_the_callers_handled_exception() -> No
         return out
 
     check(f)
+
+
+def test_bytes_of_an_object_whose_index_raises_type_error_reads_it_as_bytes() -> None:
+    """``bytes(x)``/``bytearray(x)`` of an object whose Python ``__index__`` raises TypeError (or returns a
+    non-int) read it as a buffer or an iterable, as CPython clears that TypeError (test_bytes'
+    ``test_from_buffer``); interpreted, the TypeError reached the caller. Another exception propagates, and
+    text is refused without asking its ``__index__`` (Note [bytes() past an __index__ raising TypeError])."""
+
+    class B(bytes):
+        def __index__(self):
+            raise TypeError
+
+    class Items:
+        def __init__(self, result):
+            self.result = result
+
+        def __index__(self):
+            print("index", type(self.result).__name__)
+            if isinstance(self.result, BaseException):
+                raise self.result
+            return self.result
+
+        def __iter__(self):
+            return iter([1, 2])
+
+    class Text(str):
+        def __index__(self):
+            print("text index")
+            return 2
+
+    def f() -> list[object]:
+        out: list[object] = [bytes(B(b"foobar")), bytearray(B(b"ab"))]
+        for result in (TypeError("t"), "two", 1.5, 3, ValueError("v"), OverflowError("o")):
+            for make in (bytes, bytearray):
+                try:
+                    out.append(make(Items(result)))
+                except Exception as e:  # noqa: BLE001 - compared with CPython's
+                    out.append(_chain(e))
+        for make in (bytes, bytearray):
+            try:
+                make(Text("x"))
+            except TypeError as e:
+                out.append(_chain(e))
+        return out
+
+    check(f)
