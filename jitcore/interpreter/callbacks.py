@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from types import BuiltinFunctionType, FunctionType, ModuleType
 
 from jitcore.interpreter.calls import NATIVE_CALLABLES, call, looked_up
+from jitcore.interpreter.hashed_inserts import keyed_iterable_call
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
     NATIVE_ITERATORS,
@@ -260,13 +261,19 @@ def reversed_(*args: object) -> object:
 
 
 def set_(*args: object, **kwargs: object) -> set:
-    """set() of its iterable as the ``for`` statement iterates it."""
-    return active_run().native(set, _one_iterable(args), kwargs)
+    """set() of its iterable as the ``for`` statement iterates it, its items' Python ``__hash__``/``__eq__``
+    interpreted first (Note [A keyed C call, interpreted first], hashed_inserts.py)."""
+    if len(args) != 1 or kwargs:
+        return active_run().native(set, args, kwargs)
+    return keyed_iterable_call(active_run(), set, _one_iterable(args)[0])
 
 
 def frozenset_(*args: object, **kwargs: object) -> frozenset:
-    """frozenset() of its iterable as the ``for`` statement iterates it."""
-    return active_run().native(frozenset, _one_iterable(args), kwargs)
+    """frozenset() of its iterable as the ``for`` statement iterates it, its items' Python
+    ``__hash__``/``__eq__`` interpreted first."""
+    if len(args) != 1 or kwargs:
+        return active_run().native(frozenset, args, kwargs)
+    return keyed_iterable_call(active_run(), frozenset, _one_iterable(args)[0])
 
 
 def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> None:

@@ -25,6 +25,7 @@ from types import FunctionType
 
 from jitcore.interpreter.callbacks import active_run, native_iterable
 from jitcore.interpreter.calls import call, looked_up, opaque
+from jitcore.interpreter.hashed_inserts import keyed_iterable_call
 from jitcore.interpreter.protocols import (
     NATIVE_TYPES,
     binary,
@@ -184,9 +185,11 @@ def bytearray_(*args: object, **kwargs: object) -> bytearray:
 
 def fromkeys_(*args: object) -> dict:
     """dict.fromkeys() over its iterable as the ``for`` statement iterates it."""
-    if args:
-        args = (native_iterable(active_run(), args[0]), *args[1:])
-    return _builtin(dict.fromkeys, *args)
+    if not args or len(args) > 2:
+        return _builtin(dict.fromkeys, *args)
+    run = active_run()  # Note [A keyed C call, interpreted first] (hashed_inserts.py)
+    return keyed_iterable_call(run, dict.fromkeys, native_iterable(run, args[0]), args[1:],
+                               through_opaque=True)
 
 
 def _python_mapping(v: object) -> bool:
@@ -212,10 +215,13 @@ def dict_(*args: object, **kwargs: object) -> dict:
         return _builtin(dict, *args, **kwargs)
     run = active_run()
     if _python_mapping(args[0]):
-        return _builtin(dict, mapping_items(run, args[0]), **kwargs)
+        return keyed_iterable_call(run, dict, mapping_items(run, args[0]), (), kwargs, pairs=True,
+                                   through_opaque=True)
     if hasattr(args[0], "keys"):  # another mapping: the builtin takes its items
         return _builtin(dict, args[0], **kwargs)
-    return _builtin(dict, native_iterable(run, args[0]), **kwargs)
+    # its keys' Python ``__hash__``/``__eq__`` interpreted first: Note [A keyed C call, interpreted first]
+    return keyed_iterable_call(run, dict, native_iterable(run, args[0]), (), kwargs, pairs=True,
+                               through_opaque=True)
 
 
 def dict_update(self: dict, *args: object, **kwargs: object) -> None:

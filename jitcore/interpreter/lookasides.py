@@ -81,6 +81,7 @@ from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.frame_locals import FrameLocalsProxy, f_locals, frame_locals
 from jitcore.interpreter.generators import close_, throw_
 from jitcore.interpreter.getters import ATTRGETTER_CALL, attrgetter_call
+from jitcore.interpreter.hashed_inserts import keyed_lookasides
 from jitcore.interpreter.hashes import hash_
 from jitcore.interpreter.iterating_calls import iterating_lookasides
 from jitcore.interpreter.pickling import dump, dumps
@@ -688,6 +689,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             dict.update: dict_update,
             dict.fromkeys: fromkeys_,
             **iterating_lookasides(),
+            **keyed_lookasides(),  # Note [A keyed C call, interpreted first] (hashed_inserts.py)
             sum: sum_,
             any: any_,
             all: all_,

@@ -574,8 +574,10 @@ def set_item(run: Run, container: object, key: object, value: object) -> None:
         key = _sequence_key(run, key)
     if type(key) in NATIVE_COMPARANDS or not isinstance(container, HASHED_CONTAINERS):
         container[key] = value
-    else:  # (the key's Python ``__hash__``/``__eq__`` run natively)
-        run.native(operator.setitem, (container, key, value), {})
+    else:  # Note [A keyed C call, interpreted first] (hashed_inserts.py)
+        from jitcore.interpreter.hashed_inserts import keyed_call  # (it builds on this module)
+        keyed_call(run, operator.setitem, (container, key, value), container=container, keys=(key,),
+                   insert=True)
 
 
 def delete_item(run: Run, container: object, key: object) -> None:
@@ -589,7 +591,11 @@ def delete_item(run: Run, container: object, key: object) -> None:
             return
     if type(key) is not int and isinstance(container, _SEQUENCES):
         key = _sequence_key(run, key)
-    del container[key]
+    if type(key) in NATIVE_COMPARANDS or not isinstance(container, HASHED_CONTAINERS):
+        del container[key]
+    else:  # Note [A keyed C call, interpreted first] (hashed_inserts.py)
+        from jitcore.interpreter.hashed_inserts import keyed_call  # (it builds on this module)
+        keyed_call(run, operator.delitem, (container, key), container=container, keys=(key,), insert=False)
 
 
 # ---------------------------------------------------------------------------------------------- conversions

@@ -109,6 +109,7 @@ class Run:
         "raising",
         "unentered",
         "resolve_call",
+        "stored_hashes",
         "thread",
         "traceable",
         "type_of",
@@ -149,6 +150,9 @@ class Run:
         self.native_exc: BaseException | None = None
         self.left: tuple = ()  # (ids of exception, entry, caller) of the last exceptions that left a frame
         self._resolved: dict[int, tuple[weakref.ref, Callable | None]] = {}
+        # id(dict or set) -> (it, {id(key): (key, hash)}): the hashes C stored for keys this run inserted
+        # (Note [A keyed C call, interpreted first], hashed_inserts.py)
+        self.stored_hashes: dict[int, tuple[object, dict[int, tuple[object, int]]]] = {}
         self.thread = threading.get_ident()
 
     def call(self, fn: Callable, *args: object, **kwargs: object) -> object:

@@ -24,12 +24,14 @@ from collections.abc import Callable
 from typing import Any
 
 from jitcore.interpreter import current_run
+from jitcore.interpreter.hashed_inserts import keyed_call
 from jitcore.interpreter.hashed_lookup import dict_get
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["dict_read_lookasides"]
 
 _ABSENT = object()
+_SETDEFAULTS = (dict.setdefault, collections.OrderedDict.setdefault)
 
 
 def dict_read_lookasides(
@@ -88,10 +90,13 @@ def dict_read_lookasides(
         return setdefault
 
     def native(method: Callable[..., Any], *args: Any) -> Any:
-        """A dict method that changes the dict, called watched: where it runs the key's Python
-        ``__hash__``/``__eq__`` natively the call runs eagerly (Note [Python code a C call ran natively])."""
+        """A dict method that changes the dict, its key's Python ``__hash__``/``__eq__`` interpreted first,
+        then called watched (Note [A keyed C call, interpreted first], interpreter/hashed_inserts.py)."""
         run = current_run()
-        return method(*args) if run is None else run.native(method, args, {})
+        if run is None:
+            return method(*args)
+        return keyed_call(run, method, args, container=args[0], keys=args[1:2],
+                          insert=method in _SETDEFAULTS)
 
     ordered = collections.OrderedDict
     return {dict.get: get, dict.pop: popper(dict.pop), dict.setdefault: defaulter(dict.setdefault),

@@ -34,6 +34,7 @@ from typing import Any
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter.calls import opaque
+from jitcore.interpreter.hashed_inserts import rerun_allowed
 from jitcore.interpreter.pickling import built_in_values
 from jitcore.interpreter.run import LIFTED_WATCH, current_run
 from jitcore.jit.code_kinds import is_library_file, is_programs_class, is_torch_builtin
@@ -120,7 +121,8 @@ def call_watched(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     ran: list[types.CodeType] = []
 
     def event(frame: types.FrameType, name: str, arg: Any) -> None:
-        if name == "call" and id(frame.f_back) == origin and not ran and _programs_code(frame):
+        if name == "call" and id(frame.f_back) == origin and not ran and _programs_code(frame) \
+                and not rerun_allowed(frame):  # Note [A keyed C call, interpreted first]
             ran.append(frame.f_code)
             raise _ran_natively(fn, frame.f_code)  # before that code runs: none of its effects happen
 

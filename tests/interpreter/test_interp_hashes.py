@@ -124,3 +124,32 @@ _PROGRAMS_VALUES = {
 def test_hashes_of_the_programs_objects(name: str) -> None:
     value = _PROGRAMS_VALUES[name]
     assert check(_hash, value) == hash(value)
+
+
+class Counting:
+    """Counts its ``__hash__`` calls: a set built on the bare interpreter calls it once per key, as C does."""
+
+    def __init__(self, v: int, log: list) -> None:
+        self.v, self.log = v, log
+
+    def __hash__(self) -> int:
+        self.log.append(self.v)
+        return hash(self.v)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Counting) and self.v == other.v
+
+    def __repr__(self) -> str:
+        return f"Counting({self.v})"
+
+
+def _build(log: list) -> object:
+    s = {Counting(1, log), Counting(2, log)}
+    s.add(Counting(1, log))
+    d = dict.fromkeys([Counting(3, log)])
+    d[Counting(3, log)] = 1
+    return sorted(c.v for c in s), len(d), hash(Counting(4, log)), log
+
+
+def test_containers_built_on_the_bare_interpreter_hash_as_cpython() -> None:
+    assert check(_build, []) == ([1, 2], 1, 4, [1, 2, 1, 3, 3, 4])

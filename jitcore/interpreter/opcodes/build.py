@@ -16,6 +16,7 @@ from collections.abc import Callable
 from jitcore.interpreter.callbacks import native_iterable
 from jitcore.interpreter.conversions import mapping_items
 from jitcore.interpreter.frame import Frame
+from jitcore.interpreter.hashed_inserts import keyed_call
 from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.protocols import (
     EXHAUSTED,
@@ -54,12 +55,15 @@ def build_list(frame: Frame, inst: Instruction) -> None:
 def build_set(frame: Frame, inst: Instruction) -> None:
     """Push a set of the top inst.arg items."""
     items = _pop_n(frame.stack, inst.arg)
-    frame.stack.append(set(items) if _hashed_natively(items) else frame.run.native(set, (items,), {}))
+    if _hashed_natively(items):
+        frame.stack.append(set(items))
+    else:
+        frame.stack.append(keyed_call(frame.run, set, (items,), keys=items, insert=True))
 
 
 def _hashed_natively(keys: list | tuple) -> bool:
-    """Whether hashing ``keys`` into a set or dict calls no dunder of another object (else it is done
-    through ``Run.native``: a Python ``__hash__``/``__eq__`` runs natively there)."""
+    """Whether hashing ``keys`` into a set or dict calls no dunder of another object (else it is done by
+    ``keyed_call``: Note [A keyed C call, interpreted first], hashed_inserts.py)."""
     return all(type(k) in NATIVE_COMPARANDS for k in keys)
 
 
@@ -68,7 +72,8 @@ def build_map(frame: Frame, inst: Instruction) -> None:
     """Push a dict of the top 2*inst.arg items (key, value, key, value, ...)."""
     items = _pop_n(frame.stack, 2 * inst.arg)
     if not _hashed_natively(items[::2]):
-        frame.stack.append(frame.run.native(dict, (list(zip(items[::2], items[1::2])),), {}))
+        frame.stack.append(keyed_call(frame.run, dict, (list(zip(items[::2], items[1::2])),), keys=items[::2],
+                                      insert=True))
         return
     result = {}
     for i in range(0, len(items), 2):
@@ -120,8 +125,9 @@ def set_add(frame: Frame, inst: Instruction) -> None:
     v = frame.stack.pop()
     if type(v) in NATIVE_COMPARANDS:
         frame.stack[-inst.arg].add(v)
-    else:  # (its Python ``__hash__``/``__eq__`` run natively)
-        frame.run.native(set.add, (frame.stack[-inst.arg], v), {})
+    else:  # Note [A keyed C call, interpreted first] (hashed_inserts.py)
+        container = frame.stack[-inst.arg]
+        keyed_call(frame.run, set.add, (container, v), container=container, keys=(v,), insert=True)
 
 
 @handles("MAP_ADD", since=(3, 11))
@@ -132,8 +138,10 @@ def map_add(frame: Frame, inst: Instruction) -> None:
     key = stack.pop()
     if type(key) in NATIVE_COMPARANDS:
         stack[-inst.arg][key] = value
-    else:  # (its Python ``__hash__``/``__eq__`` run natively)
-        frame.run.native(operator.setitem, (stack[-inst.arg], key, value), {})
+    else:  # Note [A keyed C call, interpreted first] (hashed_inserts.py)
+        container = stack[-inst.arg]
+        keyed_call(frame.run, operator.setitem, (container, key, value), container=container, keys=(key,),
+                   insert=True)
 
 
 @handles("LIST_EXTEND", since=(3, 11))
