@@ -371,7 +371,19 @@ class _Replay:
                 self._replay(bsym)
                 if self.checkpoint_depth:
                     self.checkpointed.update(map(id, self.forward.bound_symbols[before:]))
-            self.forward.bound_symbols.extend(self.numbers.checks())
+            self.forward.bound_symbols.extend(self._replayed_check(c) for c in self.numbers.checks())
+
+    # Note [A read's check names the replay's tensor]
+    # The check of a number pass 1 read (``check_read(site, 1.54, float, t0)``) is added to the forward
+    # where the forward relies on its value (replayed_numbers.py). It held pass 1's tensor: the same name
+    # as the forward's where the read was of a top-level value, but a read inside a subclass's code
+    # (``x.sum().item()`` of a TwoTensor: ``aten._local_scalar_dense(t0)`` on an inner tensor, under grad)
+    # names an inner tensor the replay made anew (``t3``): the forward raised UnboundLocalError on
+    # ``t0`` on every call (the first included), where eager computes. Its tensors are the replay's.
+    def _replayed_check(self, check: BoundSymbol) -> BoundSymbol:
+        args, kwargs = _tree_map(lambda v: self.lookup(v) if isinstance(v, TensorProxy) else v,
+                                 (check.args, check.kwargs))
+        return dataclasses.replace(check, args=args, kwargs=kwargs)
 
     def _copy_draw(self, bsym: BoundSymbol) -> None:
         """A generator's creation, seeding or a draw from it (jitcore/langctx/generators.py): run as
