@@ -27,7 +27,6 @@ from torch.utils._mode_utils import no_dispatch
 from jitcore.errors import EagerOnlyValue
 from jitcore.ir import BoundSymbol, Proxy, Symbol, SymbolTag, Trace, tree_any, tree_has
 from jitcore.langctx.backward import graph_leaves
-from jitcore.langctx.reads import SIZE_OF
 from jitcore.langctx.thread_state import SET_GRAD_ENABLED
 from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.prologue import Path
@@ -380,7 +379,7 @@ def pass_1_runs(trace: Trace, subclass_inputs: Sequence[tuple[SubclassTensorProx
     def undefined(value: Any) -> bool:
         return isinstance(value, Proxy) and id(value) not in defined
 
-    for bsym in _inner_sizes_read_whole(trace.bound_symbols):
+    for bsym in trace.bound_symbols:
         if bsym.symbol is UNFLATTEN_INPUT:
             continue
         if tree_any((bsym.args, bsym.kwargs), undefined):
@@ -408,8 +407,7 @@ def pass_1_under_autograd(trace: Trace,
     run = Trace(name=trace.name, args=[*trace.args, *(proxy for proxy, _path in kept)], header=header,
                 imports=dict(trace.imports), names=trace.names)
     run.bound_symbols[:] = [
-        b for b in _inner_sizes_read_whole(trace.bound_symbols)
-        if not (b.symbol is UNFLATTEN_INPUT and id(b.output) in whole)
+        b for b in trace.bound_symbols if not (b.symbol is UNFLATTEN_INPUT and id(b.output) in whole)
     ]
     run.output = trace.output
     _read_ragged_sizes(run, [proxy for proxy, _path in kept])
@@ -431,54 +429,6 @@ def _used_values(trace: Trace) -> set[int]:
             used.update(id(v) for v in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True))
     used.update(id(v) for v in optree.tree_leaves(trace.output, none_is_leaf=True))
     return used
-
-
-def inner_size(value: torch.Tensor, names: tuple[str, ...], dim: int) -> int:
-    """The size ``dim`` of the inner tensor of the subclass value ``value`` at ``names`` (an attribute
-    name per level of nesting): a size values decided, read in pass 1 under torch's autograd."""
-    for name in names:
-        value = getattr(value, name)
-    return value.shape[dim]
-
-
-INNER_SIZE = Symbol(id="inner_size", name="inner_size", langctx="dispatch", fn=inner_size,
-                    path="jitcore.dispatch.flatten.inner_size", meta=_no_meta)
-
-
-# Note [A size values decided, read from the value that holds it]
-# A boolean mask of a wrapper (``x[m]`` of a TwoTensor) is ``aten.index.Tensor`` on each inner tensor in
-# its dispatch; a symbolic pass names each count where pass 2 computes it, on the inner tensor among the
-# call's subsymbols (``u0 = size_of(t0, 0)``, Note [A mask in a symbolic pass], jit/value_reads.py). Under
-# grad the entry runs pass 1 under torch's autograd (Note [Symbolic sizes of subclass programs under
-# autograd], transforms/jit_hook.py), where only top-level values exist: ``t0`` was undefined there, so
-# ``pass_1_runs`` said no, the function traced static shapes from then on, and took an entry per count
-# (7 in 7 calls; a plain tensor takes 2). In pass 1 such a read is made of the top-level value whose
-# inner tensor it is (``u0 = inner_size(t2, ('a',), 0)``: the caller's class computed ``t2`` in that call,
-# its ``a`` is the count's tensor); pass 2 keeps ``size_of(t0, 0)``.
-def _inner_sizes_read_whole(bound_symbols: list[BoundSymbol]) -> list[BoundSymbol]:
-    """Pass 1's records, each ``size_of`` of an inner tensor that only a call's resolution made read from
-    the top-level subclass value holding it (the Note above)."""
-    top = {id(v) for b in bound_symbols for v in optree.tree_leaves(b.output, none_is_leaf=True)}
-    holders: dict[int, tuple[SubclassTensorProxy, tuple[str, ...]]] = {}
-    records = []
-    for bsym in bound_symbols:
-        tensor = bsym.args[0] if bsym.symbol is SIZE_OF else None
-        if tensor is not None and id(tensor) not in top and id(tensor) in holders:
-            holder, names = holders[id(tensor)]
-            bsym = BoundSymbol(INNER_SIZE, (holder, names, bsym.args[1]), {}, bsym.output, (), bsym.source)
-        records.append(bsym)
-        for value in optree.tree_leaves(bsym.output, none_is_leaf=True):
-            if isinstance(value, SubclassTensorProxy):
-                _note_inner_tensors(value, value, (), holders)
-    return records
-
-
-def _note_inner_tensors(holder: SubclassTensorProxy, value: SubclassTensorProxy, names: tuple[str, ...],
-                        holders: dict[int, tuple[SubclassTensorProxy, tuple[str, ...]]]) -> None:
-    for name, inner in value.inner_tensors().items():
-        holders.setdefault(id(inner), (holder, (*names, name)))
-        if isinstance(inner, SubclassTensorProxy):
-            _note_inner_tensors(holder, inner, (*names, name), holders)
 
 
 def ragged_size(njt: torch.Tensor, coefficient: int) -> Any:

@@ -297,9 +297,7 @@ class ValueReads:
     # ``finish`` reads each symbol from the inner tensor of the call's top-level result that holds it
     # (``u0 = size_of(t0, 0)``, after the call: pass 2 computes ``t0``) and checks what torch decided
     # with the traced counts once they are read (TwoTensor's ``a.shape == b.shape``: ``u0 == u1``). Numbers,
-    # lists, other outputs and reads under grad are still refused there. Under grad (the wrapper requires
-    # grad, its inner tensors do not) pass 1 runs under torch's autograd and reads each count of the
-    # top-level value (Note [A size values decided, read from the value that holds it], dispatch/flatten.py).
+    # lists, other outputs and reads under grad are still refused there.
     def _read_in_subclass_code(self, symbol: Symbol, args: tuple, kwargs: dict, error: DataDependentError,
                                source: tuple[SourceFrame, ...] | None) -> Any:
         open_scopes = self.context.scopes[1:-1]
