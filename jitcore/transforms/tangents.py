@@ -141,8 +141,23 @@ def kind_of_output(out: TensorProxy) -> TangentKind:
     names, ctx = out.inner_flatten()
     inner = tuple((n, kind_of_output(getattr(out, n))) for n in names)
     held = tuple((k, v.value if type(v) is NumberProxy else v) for k, v in kept_attributes(out))
-    return TangentKind(out.subclass, ctx, inner, tuple(out.shadow.shape), out.shadow.dtype, out.shadow.device,
-                       held)
+    return TangentKind(out.subclass, _needing_no_grad(ctx), inner, tuple(out.shadow.shape), out.shadow.dtype,
+                       out.shadow.device, held)
+
+
+# Note [The usual gradient requires no grad]
+# A flatten ctx may hold the wrapper's ``requires_grad`` (a nested jagged tensor's does: its
+# ``__tensor_unflatten__`` makes the wrapper with it). An output requiring grad has True there, but the
+# gradient autograd hands it (``torch.ones_like(out)``, a ``values().sum()``'s backward) requires none.
+# The tangent a backward is recorded for is made with that ctx: with True, a backward that hands the
+# gradient on as it is (``clone``, ``add``) returned a gradient that required grad and had no grad_fn,
+# where eager's requires none (tests/dispatch/test_nested_jagged.py). Kinds compare without the flag
+# (``_same_ctx``), so this changes no cache decision.
+def _needing_no_grad(ctx: Any) -> Any:
+    """``ctx`` with ``requires_grad`` False where it is a dict holding the flag (Note above)."""
+    if type(ctx) is dict and ctx.get("requires_grad") is True:
+        return {**ctx, "requires_grad": False}
+    return ctx
 
 
 def kind_of_gradient(grad: torch.Tensor) -> TangentKind:

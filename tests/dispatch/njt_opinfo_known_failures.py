@@ -4,13 +4,7 @@ jitted call must raise the same exception, which is a pass."""
 
 FORWARD: dict[str, str] = {}
 
-_PASSED_ON = (
-    "a backward that hands the output's gradient on as it is returns a gradient NJT that requires grad "
-    "(and has no grad_fn); eager's requires none"
-)
 BACKWARD: dict[str, str] = {
-    **{name: _PASSED_ON
-       for name in ("__radd__", "add", "clone", "fmod", "frac", "remainder", "squeeze", "sub")},
     "index_put": (
         "eager's backward raises (the gradient of ``values().sum()`` is an expanded NJT, and index_put's "
         "backward refuses a non-contiguous one); jitcore records the backward for a contiguous tangent "

@@ -168,6 +168,31 @@ def test_gradients_through_an_njt() -> None:
     assert jitcore.cache_hits(jitted) == 1
 
 
+@pytest.mark.parametrize("program", [
+    lambda n, m: n.clone(),
+    lambda n, m: n + m,
+    lambda n, m: n.unsqueeze(-1).float(),
+], ids=["clone", "add", "unsqueeze"])
+def test_a_gradient_the_backward_passes_through_needs_no_grad(program: Callable[..., Any]) -> None:
+    """A backward that hands the output's gradient on as it is (``clone``, ``add``) gives gradients that
+    require no grad, as eagerly. The gradient jitcore records its backward for was made with the
+    output's own flatten ctx, whose ``requires_grad`` (True) the input's gradient then had
+    (the NJT OpInfo sweep, tests/dispatch/test_njt_opinfo.py)."""
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        n, m = nested_jagged((2, 5), dim=3, requires_grad=True), nested_jagged((2, 5), dim=3)
+        m = torch.nested.nested_tensor_from_jagged(m.values(), n.offsets()).requires_grad_(True)
+        n2, m2 = (torch.nested.nested_tensor_from_jagged(t.values().detach().clone(), n.offsets())
+                  .requires_grad_(True) for t in (n, m))
+        grads = torch.autograd.grad(jitted(n, m).values().sum(), [n, m], allow_unused=True)
+        expected = torch.autograd.grad(program(n2, m2).values().sum(), [n2, m2], allow_unused=True)
+        for g, e in zip(grads, expected, strict=True):
+            assert (g is None) == (e is None)
+            if e is not None:
+                assert_same_nested(g, e)
+    assert jitcore.cache_hits(jitted) == 1
+
+
 def test_gradients_of_a_linear_layer_over_an_njt() -> None:
     linear = torch.nn.Linear(3, 4)
     eager = torch.nn.Linear(3, 4)
