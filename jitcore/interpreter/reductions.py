@@ -22,6 +22,7 @@ from __future__ import annotations
 __builtins__ = dict(vars(__import__("builtins")))
 
 import copyreg
+import sys
 from types import BuiltinMethodType
 
 from jitcore.interpreter.attributes import MISSING, load_attr, loaded, lookup_special, missed
@@ -127,15 +128,16 @@ def _state(run: object, obj: object, required: bool) -> object:
     """C's ``object_getstate``: the class's ``__getstate__`` called, or ``object.__getstate__``'s default."""
     getstate = _load(run, obj, "__getstate__")
     if type(getstate) is BuiltinMethodType and getstate == _OBJECT_GETSTATE.__get__(obj, type(obj)):
-        return _default_state(run, obj)
+        return _default_state(run, obj, required)
     return call(run, getstate, (), None)
 
 
-def _default_state(run: object, obj: object) -> object:
+def _default_state(run: object, obj: object, required: bool = False) -> object:
     """``object.__getstate__()`` of a Python class's instance: its dict (None if it has none or it is
     empty), paired with a dict of the slots that are set (``copyreg._slotnames``: C asks it too). C's
     size checks (``required``) pass for such a class: its size is object's, a dict, a weak reference
-    and its slots."""
+    and its slots; a class made in C (a heap type of an extension module, or a Python class over one) may
+    be larger: Note [C's size check of a required state]."""
     try:
         state = object.__getattribute__(obj, "__dict__")  # (PyObject_GenericGetDict: no Python hook)
     except AttributeError:
@@ -143,6 +145,8 @@ def _default_state(run: object, obj: object) -> object:
     else:
         state = loaded(run, obj, "__dict__", state) or None  # (an empty dict: None)
     names = copyreg._slotnames(type(obj))  # noqa: SLF001 - what C's _PyType_GetSlotNames calls
+    if required and type(obj).__basicsize__ > _python_size(type(obj), names):
+        raise TypeError(f"cannot pickle '{_type_name(obj)}' object")
     if names:
         slots = {}
         for name in names:
@@ -152,3 +156,38 @@ def _default_state(run: object, obj: object) -> object:
         if slots:
             state = (state, slots)
     return state
+
+
+# Note [C's size check of a required state]
+# ``_python_classes`` takes every heap type for a Python class, but an extension module's classes are heap
+# types too (``_random.Random``, made by ``PyType_FromSpec``), with C fields a state of the dict and the
+# slots would lose. C's ``object_getstate_default`` refuses such an object when the state is required (no
+# ``__getnewargs__``): its ``tp_basicsize`` is more than ``object``'s plus a pointer for an unmanaged dict,
+# one for a weak-reference list and one per slot name. ``pickle.dumps(_random.Random(), 2)`` raised that
+# TypeError natively and pickled interpreted (test_random's ``test_bug_41052``). The same sum, here, raises
+# C's error, named by the type's ``tp_name`` (dotted for an extension's class), which ``object.__format__``'s
+# own error gives without running anything of the object.
+_MANAGED_DICT = 1 << 4  # Py_TPFLAGS_MANAGED_DICT (3.11-3.13)
+_POINTER = 8 if sys.maxsize > 2**32 else 4
+
+
+def _python_size(cls: type, slot_names: list) -> int:
+    """The largest ``tp_basicsize`` C's check lets pass: ``object``'s, an unmanaged dict, a weak-reference
+    list and the slots."""
+    size = object.__basicsize__ + _POINTER * len(slot_names)
+    if cls.__dictoffset__ and not cls.__flags__ & _MANAGED_DICT:
+        size += _POINTER
+    if cls.__weakrefoffset__ > 0:  # (3.12+: a managed one's offset is negative, not counted)
+        size += _POINTER
+    return size
+
+
+def _type_name(obj: object) -> str:
+    """``Py_TYPE(obj)->tp_name`` (``_random.Random`` for an extension's class, the bare name for a Python
+    class's), truncated to 200 characters as ``%.200s`` is."""
+    try:
+        object.__format__(obj, "x")
+    except TypeError as e:
+        text = str(e)
+        return text[text.rindex(" ") + 1:-len(".__format__")]
+    return type(obj).__name__[:200]  # (unreachable: a non-empty format is always refused)

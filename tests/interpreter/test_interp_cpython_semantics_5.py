@@ -3,6 +3,7 @@ against ``interpret`` on small programs of their own."""
 
 from __future__ import annotations
 
+import _random
 import os
 import sys
 
@@ -189,6 +190,49 @@ def test_bytes_of_an_object_whose_index_raises_type_error_reads_it_as_bytes() ->
                 make(Text("x"))
             except TypeError as e:
                 out.append(_chain(e))
+        return out
+
+    check(f)
+
+
+class _RandomSub(_random.Random):
+    pass
+
+
+class _RandomWithArgs(_random.Random):
+    def __getnewargs__(self):
+        return ()
+
+
+class _Slots:
+    __slots__ = ("a", "b", "__dict__", "__weakref__")
+
+
+class _Plain:
+    pass
+
+
+def test_reducing_an_object_of_an_extensions_class_refuses_as_c_does() -> None:
+    """``pickle.dumps``/``copy.copy`` of an object whose class is an extension module's heap type with C
+    fields (``_random.Random``), or a Python class over one, raise C's "cannot pickle '_random.Random'
+    object" where the state is required; interpreted, such an object pickled as a Python class's would
+    (test_random's ``test_bug_41052``). Python classes with a dict, slots and weak references reduce as
+    before, and one with ``__getnewargs__`` is not checked (Note [C's size check of a required state])."""
+    import copy
+    import pickle
+
+    def f() -> list[object]:
+        out: list[object] = []
+        for make in (_random.Random, _RandomSub, _RandomWithArgs, _Slots, _Plain):
+            obj = make()
+            if isinstance(obj, _Slots):
+                obj.a, obj.c = 1, 2
+            for reduce in (*(lambda o, p=p: pickle.dumps(o, p) for p in range(6)), copy.copy):
+                try:
+                    result = reduce(obj)
+                    out.append(result if isinstance(result, bytes) else type(result).__name__)
+                except TypeError as e:
+                    out.append(_chain(e))
         return out
 
     check(f)
