@@ -178,6 +178,13 @@ NATIVE_COUNTS_311 = {
     "test_strptime": 49,
     "test_bdb": 34,
     "test_sys_setprofile": 26,
+    "test_json.test_default": 2, "test_json.test_dump": 13, "test_json.test_encode_basestring_ascii": 6,
+    "test_json.test_enum": 12, "test_json.test_float": 8, "test_json.test_indent": 4,
+    "test_json.test_pass1": 2, "test_json.test_pass2": 2, "test_json.test_pass3": 2,
+    "test_json.test_separators": 4,
+    "test_json.test_speedups": 9, "test_dynamicclassattribute": 11, "test_json.test_recursion": 12,
+    "test_graphlib": 15, "test_fnmatch": 17, "test_colorsys": 7, "test_html": 2, "test_hmac": 27,
+    "test_linecache": 24, "test_ipaddress": 204,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
@@ -322,6 +329,13 @@ NATIVE_COUNTS_313 = {
     "test_pkgutil": 28,
     "test_strptime": 46,
     "test_bdb": 36,
+    "test_json.test_default": 4, "test_json.test_dump": 17, "test_json.test_encode_basestring_ascii": 6,
+    "test_json.test_enum": 12, "test_json.test_float": 8, "test_json.test_indent": 4,
+    "test_json.test_pass1": 2, "test_json.test_pass2": 2, "test_json.test_pass3": 2,
+    "test_json.test_separators": 4,
+    "test_json.test_speedups": 9, "test_dynamicclassattribute": 11,
+    "test_graphlib": 15, "test_fnmatch": 17, "test_colorsys": 7, "test_html": 2, "test_hmac": 27,
+    "test_linecache": 27,
 }
 # 3.12: the modules chosen for what 3.12 changes (PEP 709's comprehensions, PEP 695, the call and attribute
 # layout, generators and exceptions), measured on pyenv's 3.12.1 with its own stdlib tests (2026-12-04), and
