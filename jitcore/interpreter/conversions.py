@@ -32,6 +32,7 @@ from jitcore.interpreter.protocols import (
     get_item,
     has_python_index,
     index,
+    ssize_index,
     to_repr,
     truth,
 )
@@ -156,7 +157,7 @@ def _byte_source(run: Run, v: object) -> object:
         return v
     if has_python_index(run, v):
         try:
-            return index(run, v)
+            return ssize_index(run, v, OverflowError)  # Note [An index too large names its own type]
         except TypeError:
             pass  # cleared, as PyErr_Clear: what follows is not chained to it
     return v if _is_buffer(v) else native_iterable(run, v)

@@ -52,6 +52,7 @@ __all__ = [
     "next_value",
     "sequence_items",
     "set_item",
+    "ssize_index",
     "to_format",
     "to_repr",
     "to_str",
@@ -199,9 +200,10 @@ def binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, n
     rf = _slot(tb, rname) if tb is not ta else None
     if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
         if symbol == "*" and isinstance(a, _REPEATED) and has_python_index(run, b):
-            b = index(run, b)  # a repeat count (Note [A stand-in's number is given to C as its value])
+            # a repeat count (Note [A stand-in's number is given to C as its value])
+            b = ssize_index(run, b, OverflowError)
         elif symbol == "*" and isinstance(b, _REPEATED) and has_python_index(run, a):
-            a = index(run, a)
+            a = ssize_index(run, a, OverflowError)
         return run.native(native, (a, b), {})  # (``"%s" % obj``: C calls obj's dunders)
     if rf is not None and (issubclass(tb, ta) and rf is not _slot(ta, rname) or lf in _SEQUENCE_SLOTS):
         result = call(run, rf, (b, a), None)
@@ -517,6 +519,20 @@ def index(run: Run, v: object) -> int:
     return operator.index(result)  # Note [A stand-in's number is given to C as its value]
 
 
+def ssize_index(run: Run, v: object, error: type[Exception]) -> int:
+    """CPython's ``PyNumber_AsSsize_t(v, error)`` with a Python ``__index__`` interpreted.
+
+    Note [An index too large names its own type]: C converts a repeat count, a subscript or a size with
+    ``__index__`` and refuses one past ``Py_ssize_t`` with "cannot fit 'I' into an index-sized integer",
+    naming the type of the object it was given (``Py_TYPE(item)->tp_name``, a Python class's bare name).
+    Handing C the int ``__index__`` returned made it name 'int'; the check is made here, with the
+    exception C's caller asks for (IndexError for a subscript, OverflowError for a count or a size)."""
+    result = index(run, v)
+    if not -sys.maxsize - 1 <= result <= sys.maxsize:
+        raise error(f"cannot fit '{type(v).__name__}' into an index-sized integer")
+    return result
+
+
 def _sequence_key(run: Run, key: object) -> object:
     """The key a built-in sequence is subscripted with, a Python ``__index__`` of it (or of a slice's
     step, start and stop, in CPython's order) called interpreted."""
@@ -528,7 +544,7 @@ def _sequence_key(run: Run, key: object) -> object:
             stop = index(run, stop) if has_python_index(run, stop) else stop
             return slice(start, stop, step)
         return key
-    return index(run, key) if has_python_index(run, key) else key
+    return ssize_index(run, key, IndexError) if has_python_index(run, key) else key
 
 
 def get_item(run: Run, container: object, key: object) -> object:

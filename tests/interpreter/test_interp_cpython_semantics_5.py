@@ -236,3 +236,33 @@ def test_reducing_an_object_of_an_extensions_class_refuses_as_c_does() -> None:
         return out
 
     check(f)
+
+
+def test_an_index_past_ssize_t_names_the_objects_own_type() -> None:
+    """A repeat count, a subscript or a ``bytes``/``bytearray`` size whose Python ``__index__`` answers more
+    than ``sys.maxsize`` raises "cannot fit 'Big' into an index-sized integer" (OverflowError, IndexError
+    for a subscript), naming the object's type as C does; interpreted, C was handed the int and named
+    'int' (Note [An index too large names its own type])."""
+
+    class Big:
+        def __init__(self, value: int) -> None:
+            self.value = value
+
+        def __index__(self) -> int:
+            return self.value
+
+    def f() -> list[object]:
+        out: list[object] = []
+        ops = (lambda n: [1] * n, lambda n: n * "a", lambda n: b"a" * n, lambda n: bytearray(3) * n,
+               lambda n: [1, 2, 3][n], lambda n: "abc"[n], lambda n: (1, 2, 3)[n], lambda n: b"abc"[n],
+               lambda n: bytes(n), lambda n: bytearray(n), lambda n: [1, 2, 3].__setitem__(n, 0),
+               lambda n: [1, 2, 3].__delitem__(n))
+        for value in (2**70, -(2**70), 2):
+            for op in ops:
+                try:
+                    out.append(op(Big(value)))
+                except (OverflowError, IndexError, ValueError) as e:
+                    out.append(_chain(e))
+        return out
+
+    check(f)
