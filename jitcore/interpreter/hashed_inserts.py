@@ -19,17 +19,15 @@ Invariants:
 
 from __future__ import annotations
 
-import builtins
-import dis
-import sys
 import threading
 from collections.abc import Callable, Iterable
-from types import CodeType, FrameType
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.calls import opaque
-from jitcore.interpreter.hashes import hash_of, python_hashed
+from jitcore.interpreter.hashes import hash_of, python_hashed, stored_hashes_repeatable
 from jitcore.interpreter.protocols import NATIVE_COMPARANDS, compare_op, truth
+from jitcore.interpreter.reading_dunders import reads_only
 from jitcore.interpreter.run import current_run
 
 if TYPE_CHECKING:
@@ -79,7 +77,10 @@ def keyed_call(run: Run, fn: Callable, args: tuple, *, container: Iterable | Non
     interpreted first (Note [A keyed C call, interpreted first]); called through ``opaque`` (the hooks' C
     call of the program's) where ``through_opaque``, else ``Run.native``."""
     keys = list(keys)
-    if run.hooks.native_call is None or not python_keyed(run, keys):  # (no watch: C runs them, as eagerly)
+    # C runs the dunders alone where no watch is kept (as eagerly), and where a stored key's ``__hash__``
+    # writes (Note [A stored key's hash, asked again], hashes.py)
+    if run.hooks.native_call is None or not python_keyed(run, keys) or (
+            container is not None and not stored_hashes_repeatable(container)):
         return opaque(run, fn, args, None) if through_opaque else run.native(fn, args, {})
     if container is None:
         known: dict[int, tuple[object, int]] = {}
@@ -105,8 +106,9 @@ def _interpret_slots(run: Run, container: Iterable, keys: list, insert: bool,
     by_hash: dict[int, list] = {}
     for stored in list(container):  # (an ``__eq__`` may change the container)
         hit = known.get(id(stored))
-        h = hit[1] if hit is not None and hit[0] is stored else hash_of(run, stored)
-        by_hash.setdefault(h, []).append(stored)
+        if hit is None or hit[0] is not stored:  # Note [A stored key's hash, once per run] (hashes.py)
+            hit = known[id(stored)] = (stored, hash_of(run, stored))
+        by_hash.setdefault(hit[1], []).append(stored)
     ran: set[int] = set()
     for key in keys:
         h = hash_of(run, key)
@@ -140,54 +142,7 @@ def rerun_allowed(frame: FrameType) -> bool:
     t = type(first)
     if not any(getattr(getattr(t, name, None), "__code__", None) is code for name in _DUNDERS):
         return False
-    names = _globals_of_a_rerun(code)
-    return names is not None and all(frame.f_globals.get(name, _BUILTINS[name]) is _BUILTINS[name]
-                                     for name in names)
-
-
-# Note [Only a dunder that writes nothing is rerun]
-# A ``__hash__`` that counts its calls (``calls[0] += 1``) run twice, interpreted then natively, counted
-# twice on every call, the cached ones too (the interpreted write replayed, the native one made while
-# tracing: /tmp/hash47-probes/counting_hash.py, a wrong answer). C may rerun only a dunder whose own code
-# reads: its instructions are loads (of its locals, constants, attributes, globals), comparisons,
-# arithmetic, tuples, jumps, and calls of the builtins below (not shadowed by its module); a store
-# outside its locals, a call of anything else (a method, a function) makes the C call run eagerly. What
-# a builtin it calls runs in turn (``hash(self.inner)``: the inner object's ``__hash__``) is not looked
-# into (left, docs/user-guide.md).
-_READING_OPS = frozenset({
-    "RESUME", "NOP", "CACHE", "EXTENDED_ARG", "NOT_TAKEN", "LOAD_FAST", "LOAD_FAST_CHECK",
-    "LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW", "LOAD_FAST_BORROW_LOAD_FAST_BORROW", "LOAD_CONST",
-    "LOAD_SMALL_INT", "LOAD_DEREF", "COPY_FREE_VARS", "MAKE_CELL", "LOAD_GLOBAL", "LOAD_ATTR", "STORE_FAST",
-    "STORE_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST", "BUILD_TUPLE", "COMPARE_OP", "IS_OP", "CONTAINS_OP",
-    "BINARY_OP", "BINARY_SUBSCR", "UNARY_NEGATIVE", "UNARY_NOT", "UNARY_INVERT", "TO_BOOL", "COPY", "SWAP",
-    "POP_TOP", "PRECALL", "CALL", "KW_NAMES", "RETURN_VALUE", "RETURN_CONST", "JUMP_FORWARD",
-    "JUMP_BACKWARD", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE",
-    "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE", "POP_JUMP_FORWARD_IF_NONE",
-    "POP_JUMP_FORWARD_IF_NOT_NONE", "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP",
-})
-_READING_BUILTINS = ("hash", "isinstance", "type", "len", "id", "tuple", "frozenset", "int", "str", "bool",
-                     "abs")
-_BUILTINS = {name: getattr(builtins, name) for name in _READING_BUILTINS}
-_RERUN_GLOBALS: dict[CodeType, tuple[str, ...] | None] = {}
-
-
-def _globals_of_a_rerun(code: CodeType) -> tuple[str, ...] | None:
-    """The builtins ``code`` calls where its own code only reads (Note [Only a dunder that writes nothing
-    is rerun]), else None."""
-    if code not in _RERUN_GLOBALS:
-        names: set[str] | None = set()
-        for inst in dis.get_instructions(code):
-            if inst.opname not in _READING_OPS or (inst.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
-                                                   and inst.arg & 1):  # (a method's load)
-                names = None
-                break
-            if inst.opname == "LOAD_GLOBAL" and inst.arg & 1:  # (a NULL pushed: a global called)
-                if inst.argval not in _BUILTINS:
-                    names = None
-                    break
-                names.add(inst.argval)
-        _RERUN_GLOBALS[code] = None if names is None else tuple(names)
-    return _RERUN_GLOBALS[code]
+    return reads_only(code, frame.f_globals)  # Note [Only a dunder that writes nothing is rerun]
 
 
 def keyed_iterable_call(run: Run, fn: Callable, iterable: object, rest: tuple = (),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from jitcore.interpreter.hashes import hash_of, python_hashed
+from jitcore.interpreter.hashes import hash_of, python_hashed, stored_hash, stored_hashes_repeatable
 from jitcore.interpreter.protocols import compare_op, truth
 
 if TYPE_CHECKING:
@@ -52,9 +52,9 @@ ABSENT = object()
 # took 3.2 s interpreted instead of 11.5 ms). Such a lookup stays C's, unseen, as before.
 def needs_python(run: Run, container: Iterable, key: object) -> bool:
     """Whether looking ``key`` up in the dict/set ``container`` calls the key's Python ``__hash__`` or
-    ``__eq__`` (Note [A lookup by a built-in key is C's])."""
-    return python_hashed(run, key)
-
+    ``__eq__`` (Note [A lookup by a built-in key is C's]), and the stored keys may be asked for their hashes
+    (else C looks it up: Note [A stored key's hash, asked again], hashes.py)."""
+    return python_hashed(run, key) and stored_hashes_repeatable(container)
 
 
 def find(run: Run, container: Iterable, key: object) -> object:
@@ -64,7 +64,7 @@ def find(run: Run, container: Iterable, key: object) -> object:
     for stored in list(container):  # (an ``__eq__`` may change the container)
         if stored is key:
             return stored
-        if hash_of(run, stored) == h and truth(run, compare_op(run, "==", stored, key)):
+        if stored_hash(run, container, stored) == h and truth(run, compare_op(run, "==", stored, key)):
             return stored
     return ABSENT
 
