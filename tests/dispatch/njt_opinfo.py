@@ -10,11 +10,13 @@ over the outputs' values w.r.t. every input that requires grad, eager's against 
 Invariant: a check returns an ``Outcome`` whose status says what happened (``pass``, ``wrong`` for a
 wrong answer, ``jit-error`` where eager succeeds, ``other-error`` where both raise differently,
 ``eager-entry`` where jitcore ran the call eagerly, ``miss`` where the second call did not hit the
-cache); it never hides a failure.
+cache, ``warm-dispatch`` where a cached call without grad ran ``NestedTensor.__torch_dispatch__``: the
+executed trace must hold plain tensors and ops only); it never hides a failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import warnings
@@ -29,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
 
 from opinfo_harness import entry_name, seed  # noqa: E402
+from torch.nested._internal.nested_tensor import NestedTensor  # noqa: E402
 from torch.testing._internal.opinfo.definitions.nested import njt_op_db  # noqa: E402
 
 import jitcore  # noqa: E402
@@ -200,6 +203,33 @@ def _check_call(fn: Callable[..., Any], jitted: jitcore.JittedFunction, e_sample
     return PASS
 
 
+@contextlib.contextmanager
+def _dispatch_calls() -> Iterator[list[str]]:
+    """The operators ``NestedTensor.__torch_dispatch__`` is called with inside the block."""
+    calls: list[str] = []
+    original = NestedTensor.__dict__["__torch_dispatch__"]
+
+    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        calls.append(str(func))
+        return original.__func__(cls, func, types, args, kwargs)
+
+    NestedTensor.__torch_dispatch__ = classmethod(counting)
+    try:
+        yield calls
+    finally:
+        NestedTensor.__torch_dispatch__ = original
+
+
+def _warm_dispatches(jitted: jitcore.JittedFunction, sample: Any) -> Outcome:
+    """One more cached call on ``sample``, which must run no ``NestedTensor.__torch_dispatch__``."""
+    hits = jitcore.cache_hits(jitted)
+    with _dispatch_calls() as calls:
+        jitted(sample.input, *sample.args, **sample.kwargs)
+    if jitcore.cache_hits(jitted) == hits + 1 and calls:
+        return Outcome("warm-dispatch", f"a cached call ran NestedTensor.__torch_dispatch__ for {calls[:6]}")
+    return PASS
+
+
 def _rescaled(sample: Any) -> Any:
     """``sample`` with its floating-point values scaled in place: another call of the same ragged
     structure (Note [A fresh sample of the same structure])."""
@@ -241,4 +271,6 @@ def check_entry(op: Any, *, backward: bool = False, count: int | None = 2) -> Ou
                 return outcome
         if not raised and jitcore.cache_misses(jitted) > 1:  # a raising program is traced again
             return Outcome("miss", f"sample {i}: the second call missed: {jitcore.miss_reasons(jitted)[-1]}")
+        if not raised and not backward and (warm := _warm_dispatches(jitted, j2)).status != "pass":
+            return Outcome(warm.status, f"sample {i}: {warm.detail}")
     return PASS
