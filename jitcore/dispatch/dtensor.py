@@ -38,8 +38,8 @@ import torch
 from jitcore.errors import EagerOnlySubclass
 from jitcore.ir import Symbol, current_context
 
-__all__ = ["DTENSOR_LOOKASIDES", "dispatch_state_lookasides", "is_natively_dispatched",
-           "pointwise_for_dtensor", "untraced"]
+__all__ = ["DTENSOR_LOOKASIDES", "dispatch_state_lookasides", "in_sharding_propagation",
+           "is_natively_dispatched", "pointwise_for_dtensor", "untraced"]
 
 _DTENSOR_NEW = getattr(torch.Tensor, "_dtensor__new__", None)  # DTensor.__new__ (torch #167051)
 
@@ -50,6 +50,42 @@ def is_natively_dispatched(cls: type) -> bool:
     if dtensor is None or not issubclass(cls, dtensor):
         return False
     return getattr(cls.__torch_dispatch__, "__func__", None) is dtensor.__torch_dispatch__.__func__
+
+
+# Note [DTensor's sharding propagation is not traced]
+# The first time DTensor's C++ dispatch meets an op schema it calls its Python ShardingPropagator
+# (torch/distributed/tensor/_sharding_prop.py), which computes the output's placements and metadata
+# by running torch code: the op on ``empty_strided`` placeholders under a FakeTensorMode of its own
+# (``_propagate_tensor_meta_non_cached``), an op's decomposition on meta tensors under a
+# ``PlacementTrackingMode`` (ops with no strategy of their own: ``index_copy`` of a 0-dim tensor,
+# ``cauchy_``), a sub-mesh whose rank map is a tensor read with ``tolist()``. None of it is the
+# program's computation: it decides metadata, and eagerly it runs once, then is cached. The
+# resolving mode (dispatch/resolver.py) is a user mode, which torch asks before an infra mode such as
+# FakeTensorMode, so those calls reached it and were recorded: dead code run on every call, on
+# uninitialized CPU memory (``index_copy``'s placeholder index: "index 140461440644400 is out of
+# bounds" from the cached trace, where eager computes the value), or a value read of a traced rank map
+# (``cauchy_`` on a Replicate DTensor ran eagerly). As ``make_fx`` leaves it out
+# (``disable_proxy_modes_tracing``), a call the dispatcher makes while a frame of the propagator is
+# on the stack (between the mode and the jitcore code that started the dispatch) runs natively and
+# unrecorded, and so does every call made while it runs (the fake mode's own meta kernels). Only a mode
+# that has declined a DTensor's call looks at the stack.
+_SHARDING_PROPAGATION = "/torch/distributed/tensor/_sharding_prop.py"
+
+
+def in_sharding_propagation() -> bool:
+    """Whether DTensor's ShardingPropagator is running below jitcore's innermost frame on the stack
+    (Note [DTensor's sharding propagation is not traced]): what the dispatcher asks now is metadata."""
+    from jitcore.diagnostics import JITCORE_DIR
+
+    frame = sys._getframe(2)  # noqa: SLF001 - the caller of the mode's __torch_dispatch__
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(JITCORE_DIR):
+            return False
+        if filename.replace("\\", "/").endswith(_SHARDING_PROPAGATION):
+            return True
+        frame = frame.f_back
+    return False
 
 
 # Note [Numbers through DTensor's dispatch]

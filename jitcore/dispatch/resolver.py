@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from jitcore.diagnostics import JITCORE_DIR
 from jitcore.dispatch.declined import declined_by_all
-from jitcore.dispatch.dtensor import is_natively_dispatched, pointwise_for_dtensor
+from jitcore.dispatch.dtensor import in_sharding_propagation, is_natively_dispatched, pointwise_for_dtensor
 from jitcore.dispatch.flatten import record_subclass_results
 from jitcore.dispatch.handed import as_handed, overridable
 from jitcore.dispatch.shadow_map import DispatchState
@@ -387,6 +387,8 @@ class ShadowDispatchMode(TorchDispatchMode):
         self.numbers_of = numbers_of
         self.named: set[int] = set()
         self.read_number: NumberProxy | None = None  # what the last ``_local_scalar_dense`` answered
+        self._propagating = False  # Note [DTensor's sharding propagation is not traced]
+        self._dtensor = False  # a DTensor's dispatch was declined: its C++ dispatch runs natively
 
     def __enter__(self) -> ShadowDispatchMode:
         self._origin = (current_context(), _current_run(), threading.get_ident())  # Note [Autograd's
@@ -432,6 +434,15 @@ class ShadowDispatchMode(TorchDispatchMode):
                 out.append(v)
         return type(value)(out)
 
+    def _unrecorded(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """``func`` run natively, and every call the dispatcher makes while it runs (Note [DTensor's
+        sharding propagation is not traced], dispatch/dtensor.py)."""
+        propagating, self._propagating = self._propagating, True
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self._propagating = propagating
+
     def calling(self, fn: Any) -> None:
         """The torch-level call ``fn`` is the one the next aten calls come from."""
         self.made_variable, self._returned = makes_variable(fn), None
@@ -453,6 +464,8 @@ class ShadowDispatchMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in METADATA_OPS:
             return func(*args, **kwargs)
+        if self._propagating or (self._dtensor and in_sharding_propagation()):
+            return self._unrecorded(func, args, kwargs)
         context, run, thread = self._origin
         if context is not None and current_context() is None and threading.get_ident() != thread:
             with tracing(context), _running(run):  # Note [Autograd's device threads]
@@ -473,6 +486,7 @@ class ShadowDispatchMode(TorchDispatchMode):
         if any(is_natively_dispatched(t) for t in user_types):
             # DTensor: torch's C++ dispatch runs natively with this mode still on the stack; the local
             # ops and collectives it issues come back here as plain calls (dispatch/dtensor.py)
+            self._dtensor = True
             return NotImplemented
         if (self.made_variable or self.in_backward) and func is torch.ops.aten.detach.default \
                 and args[0] is self._returned:

@@ -639,6 +639,34 @@ def test_dtensor_world_size_1(mesh: DeviceMesh, check: str) -> None:
     CHECKS[check](mesh)
 
 
+def test_dtensor_sharding_propagation_is_not_traced(mesh: DeviceMesh) -> None:
+    """DTensor's sharding propagation runs torch code to decide metadata (the op on ``empty_strided``
+    placeholders under a FakeTensorMode of its own; a decomposition on meta tensors for ops without a
+    strategy): none of it is recorded. Before, ``index_copy`` of a 0-dim DTensor ran the placeholder op
+    on uninitialized memory from the cached trace (IndexError, where eager computes the value), and
+    ``cauchy_`` read a traced rank map and ran eagerly (Note [DTensor's sharding propagation is not
+    traced], jitcore/dispatch/dtensor.py)."""
+    def index_copy(x: DTensor, i: DTensor, s: DTensor) -> DTensor:
+        return torch.index_copy(x, 0, i, s)
+
+    def made(t: torch.Tensor) -> DTensor:
+        return distribute_tensor(t.clone(), mesh, [Replicate()])
+
+    torch.manual_seed(0)
+    x, i, s = torch.randn(()), torch.tensor([0]), torch.randn(())
+    jitted = jitcore.jit(index_copy)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="jitcore")
+        for _ in range(2):
+            _same(jitted(made(x), made(i), made(s)), index_copy(made(x), made(i), made(s)))
+        random = jitcore.jit(lambda t: t.cauchy_(0, 0.5))
+        for _ in range(2):
+            assert random(made(torch.randn(10))).placements == (Replicate(),)
+    assert jitcore.cache_hits(jitted) == jitcore.cache_hits(random) == 1
+    computation = str(jitcore.last_traces(jitted)[-1])
+    assert computation.count("torch.ops.aten.") == 1 and "aten.index_copy.default" in computation, computation
+
+
 # --- world size 2: two processes on 127.0.0.1 ------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
