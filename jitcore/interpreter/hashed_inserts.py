@@ -25,8 +25,9 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from jitcore.interpreter.calls import opaque
+from jitcore.interpreter.hashed_lookup import keys_equal
 from jitcore.interpreter.hashes import hash_of, python_hashed, stored_hashes_repeatable
-from jitcore.interpreter.protocols import NATIVE_COMPARANDS, compare_op, truth
+from jitcore.interpreter.protocols import NATIVE_COMPARANDS
 from jitcore.interpreter.reading_dunders import reads_only
 from jitcore.interpreter.run import current_run
 
@@ -112,21 +113,30 @@ def _interpret_slots(run: Run, container: Iterable, keys: list, insert: bool,
     ran: set[int] = set()
     for key in keys:
         h = hash_of(run, key)
-        ran.add(id(key))
+        _add_ids(ran, key)
         same = by_hash.setdefault(h, [])
         found = False
         for stored in same:
             if stored is key:
                 found = True
                 break
-            ran.add(id(stored))
-            if truth(run, compare_op(run, "==", stored, key)):
+            _add_ids(ran, stored)
+            if keys_equal(run, stored, key):
                 found = True
                 break
         if not found and insert:
             same.append(key)
             known[id(key)] = (key, h)
     return frozenset(ran)
+
+
+def _add_ids(ids: set[int], v: object) -> None:
+    """Add the id of ``v``, and of the items of a tuple ``v`` (whose hash and ``==`` C makes from its
+    items': Note [Tuple keys compared item by item], hashed_lookup.py), to ``ids``."""
+    ids.add(id(v))
+    if type(v) is tuple:
+        for item in v:
+            _add_ids(ids, item)
 
 
 def rerun_allowed(frame: FrameType) -> bool:

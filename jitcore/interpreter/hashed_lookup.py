@@ -23,7 +23,7 @@ from jitcore.interpreter.protocols import compare_op, truth
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
-__all__ = ["ABSENT", "dict_get", "dict_item", "find", "needs_python"]
+__all__ = ["ABSENT", "dict_get", "dict_item", "find", "keys_equal", "needs_python"]
 
 ABSENT = object()
 
@@ -56,6 +56,24 @@ def needs_python(run: Run, container: Iterable, key: object) -> bool:
     (else C looks it up: Note [A stored key's hash, asked again], hashes.py)."""
     return python_hashed(run, key) and stored_hashes_repeatable(container)
 
+# Note [Tuple keys compared item by item]
+# A tuple key holding the program's object (``d[(cfg, 2)]``) is hashed by ``tuple_hash`` (hashes.py), but
+# ``stored == key`` of two tuples is C's ``tuplerichcompare``, which calls the items' ``__eq__`` natively:
+# the call ran eagerly. Two tuples are compared here as it compares them: item by item in order (each
+# ``a is b`` or ``a == b`` interpreted) until two differ, then, where none differed, by their lengths (no
+# shortcut on unequal lengths: ``(a,) == (a2, 1)`` compares ``a`` with ``a2`` first).
+def keys_equal(run: Run, stored: object, key: object) -> bool:
+    """``stored == key`` as a dict's lookup asks it (``PyObject_RichCompareBool``: identity first), two
+    tuples compared item by item (Note [Tuple keys compared item by item])."""
+    if stored is key:
+        return True
+    if type(stored) is tuple and type(key) is tuple:
+        for a, b in zip(stored, key):
+            if not keys_equal(run, a, b):
+                return False
+        return len(stored) == len(key)
+    return truth(run, compare_op(run, "==", stored, key))
+
 
 def find(run: Run, container: Iterable, key: object) -> object:
     """The stored key of the dict/set ``container`` that ``key`` finds, else ``ABSENT`` (Note [A hashed
@@ -64,7 +82,7 @@ def find(run: Run, container: Iterable, key: object) -> object:
     for stored in list(container):  # (an ``__eq__`` may change the container)
         if stored is key:
             return stored
-        if stored_hash(run, container, stored) == h and truth(run, compare_op(run, "==", stored, key)):
+        if stored_hash(run, container, stored) == h and keys_equal(run, stored, key):
             return stored
     return ABSENT
 

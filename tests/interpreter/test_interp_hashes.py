@@ -169,3 +169,34 @@ def test_lookups_ask_no_stored_key_for_its_hash() -> None:
     new key's ``__hash__`` once and no stored key's (Note [A stored key's hash, asked again], hashes.py).
     Before, each stored key of the dict or set was asked too (26 calls here, CPython's 5)."""
     assert check(_look_up, []) == ((3, True, False, 1), [0, 1, 3, 4], [3, 4, 9, 1, 2])
+
+
+class Logged:
+    """Every instance hashes alike; ``__eq__`` logs the pair it compares."""
+
+    def __init__(self, v: int, log: list) -> None:
+        self.v, self.log = v, log
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        self.log.append((self.v, getattr(other, "v", other)))
+        return isinstance(other, Logged) and self.v == other.v
+
+    def __repr__(self) -> str:
+        return f"Logged({self.v})"
+
+
+def _tuple_lookups() -> tuple:
+    log: list = []
+    d = {(Logged(1, log), 1): "a", (Logged(2, log),): "b", (Logged(3, log), 2): "c"}
+    found = d.get((Logged(3, log), 2)), d.get((Logged(1, log), 5)), (Logged(2, log),) in d
+    return found, (Logged(9, log), 1) in d, sorted(set(log))
+
+
+def test_tuple_keys_are_compared_item_by_item_as_cpython() -> None:
+    """(Note [Tuple keys compared item by item], jitcore/interpreter/hashed_lookup.py): the same answers
+    and the same pairs compared by ``__eq__`` as C's ``tuplerichcompare`` (C may compare a pair twice
+    where its probe sequence visits a slot twice: a table detail not emulated)."""
+    assert check(_tuple_lookups)[0] == ("c", None, True)

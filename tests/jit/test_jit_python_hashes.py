@@ -103,6 +103,8 @@ _BUILDS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "dict comprehension": lambda x: x * sum({Cfg(i % 2): i for i in range(5)}.values()),
     "dict.fromkeys": lambda x: x * len(dict.fromkeys([Cfg(1), Cfg(2), Cfg(1)])),
     "mixed with ints": lambda x: x * len({Cfg(1), 1, 2, Cfg(1)}),
+    "tuple keys": lambda x: x * len({(Cfg(1), 2), (Cfg(1), 2), (Cfg(1), 3), (Cfg(1),)}),
+    "tuple keys of a dict": lambda x: x * {(Cfg(1), 2): 1.0, (Cfg(2 - 1), 2): 5.0}[(Cfg(1), 2)],
 }
 
 
