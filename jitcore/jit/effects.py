@@ -51,7 +51,7 @@ __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record"
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "setitem_at", "delitem", "contents", "extend",
-    "order", "cell", "grad", "print", "log", "dispatch_log", "warn",
+    "add", "order", "cell", "grad", "print", "log", "dispatch_log", "warn",
 ]
 PRINT_STREAMS = ("stdout", "stderr")  # the streams a recorded print writes to (jit/printing.py)
 
@@ -68,7 +68,8 @@ class Effect:
             ``"log"``, a record the program logs to the logger at ``path`` (jit/log_records.py);
             ``"warn"``, a ``warnings.warn`` call blaming the module whose globals are at ``path``
             (jit/warning_calls.py); ``"setitem_at"``, an item stored at a key computed per call (the
-            value is ``(key, item)``: Note [A key only stored], jit/pending_keys.py).
+            value is ``(key, item)``: Note [A key only stored], jit/pending_keys.py); ``"add"``, elements
+            added to a set (Note [An element only added]).
         key: the attribute name or item key (None for contents and cells; ``(sep, end, flush)``
             for a print; ``(level, pathname, lineno, func)`` for a log record).
         value: the new value, with proxies and rebuilt objects as slots filled per call.
@@ -546,11 +547,10 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
                 if a is not b or i in written or i - len(new) in written]
     if kind == "list" and len(new) > len(old) and all(a is b for a, b in zip(old, new)):
         return [Effect(path, "extend", None, new[len(old):])]  # appended to: whatever the call's list holds
-    if kind == "set" and any(plain_key(k) is not k for k in new):
-        new = set(map(plain_key, new))  # Note [A key of the computation's numbers]
-    if kind in ("list", "set"):
-        same = new == old if kind == "set" else False
-        return [] if same else [Effect(path, "contents", None, list(new) if kind == "list" else new)]
+    if kind == "set":
+        return _set_diff(path, old, new)
+    if kind == "list":
+        return [Effect(path, "contents", None, list(new))]
     setter, deleter = {"dict": ("setitem", "delitem"), "attrs": ("setattr", "delattr"),
                        "class": ("setattr", "delattr"), "slots": ("setslot", "delslot")}[kind]
     if kind == "slots":
@@ -571,6 +571,19 @@ def _item_set(path: Path, setter: EffectKind, key: Any, value: Any) -> Effect:
     if type(key) is PendingKey:
         return Effect(path, "setitem_at", None, (key.number, value))
     return Effect(path, setter, plain_key(key), value)
+
+
+def _set_diff(path: Path, old: set, new: set) -> list[Effect]:
+    """A set's change: the elements added (``add``, replayed onto the set each call finds; a stand-in as
+    its call's number: Note [An element only added], jit/pending_keys.py), else its whole contents."""
+    pending = [k.number for k in new if type(k) is PendingKey]
+    # Note [A key of the computation's numbers]: a number's or text's element is its value
+    plain = [plain_key(k) for k in new if type(k) is not PendingKey]
+    if not pending and len(plain) == len(old) and all(k in old for k in plain):
+        return []
+    if all(k in plain for k in old):  # added to only
+        return [Effect(path, "add", None, [*(k for k in plain if k not in old), *pending])]
+    return [Effect(path, "contents", None, {*plain, *(number.specialize() for number in pending)})]
 
 
 def _buffer_diff(path: Path, old: Any, new: Any) -> list[Effect]:
@@ -680,6 +693,9 @@ def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = Fals
         target[effect.key] = value
     elif kind == "setitem_at":
         target[value[0]] = value[1]
+    elif kind == "add":
+        for element in value:
+            set.add(target, element)
     elif kind == "delitem":
         del target[effect.key]
     elif kind == "extend":

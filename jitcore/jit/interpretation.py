@@ -164,7 +164,8 @@ class Pass(StateReads):
         self.absent_globals: dict[int, tuple[dict, set[str]]] = {}  # Note [Builtins read again]
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
-        self.pending_keys = PendingKeys()  # Note [A key only stored] (jit/pending_keys.py)
+        self.pending_keys = PendingKeys(  # Note [A key only stored] (jit/pending_keys.py)
+            lambda container: self.provenance.bind_state(container, self.provenance.path_of(container)))
         self.provenance.first_state = self.pending_keys.reading(self.snapshots.first_state)
         self.provenance.snapshot_taken = self.snapshots.reached
         self.provenance.stored_by_program = self.snapshots.stored
@@ -568,6 +569,7 @@ class Pass(StateReads):
             for arg in identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
                 self.provenance.pin(arg)
         args = self.keys.arguments(fn, args)  # ``d.get(t)``, ``id(t)``: the caller's tensor t
+        args = self.pending_keys.added(fn, args)  # ``seen.add(n)``: Note [An element only added]
         if type(fn) is types.WrapperDescriptorType and args and issubclass(type(args[0]), NumberProxy):
             args = (args[0].specialize(), *args[1:])  # ``int.__repr__(n)`` (json's encoder): C checks it
         # C code needs the values; a container method's receiver (``dict.get(d, k)``) keeps the program's
@@ -671,7 +673,7 @@ def _reaches(path: Path, args: tuple, kwargs: dict, value: Any) -> bool:
         return False
 
 
-_ITEM_WRITES = frozenset({"setitem", "setitem_at", "delitem", "contents", "extend"})  # effects on items
+_ITEM_WRITES = frozenset({"setitem", "setitem_at", "delitem", "contents", "extend", "add"})  # item writes
 
 
 def _grad_as_proxy(effect: Effect, values: Any) -> Effect:

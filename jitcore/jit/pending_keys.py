@@ -1,4 +1,5 @@
-"""Dynamic numbers as keys of dicts of state the program only stores into, replayed with each call's number.
+"""Dynamic numbers as keys of dicts of state the program only stores into (and elements of sets it only adds
+to), replayed with each call's number.
 
 ``hist[step] = loss`` on a dict of state read only to be stored into (Note [A dict only stored into],
 jit/appends.py) is guarded by the dict's type alone; the key, a dynamic number (an int argument that
@@ -6,12 +7,13 @@ changed between calls, a counter, a ``t.item()`` read), was hashed by the store,
 one cache entry per step. Here such a store puts a ``PendingKey`` in the pass's dict, a stand-in that
 hashes and compares by identity, so nothing of the number's value is read; when the pass ends the
 stand-in is diffed into a ``"setitem_at"`` effect whose key, like its value, is a slot the computation
-returns per call (jit/effects.py).
+returns per call (jit/effects.py). ``seen.add(n)`` on a set of state read only to be added to is the same
+(Note [An element only added]): an ``"add"`` effect.
 
 Invariants (Note [A key only stored]):
 - a stand-in lives only in a dict no load of this pass has read any other way: the first such read, or a
-  store at another key, turns every stand-in of that dict into its number's value first (specialized,
-  guarded by value as before), in the place eager gives it;
+  store at another key, turns every stand-in of that dict into its number first (hashed as the store
+  would have hashed it, so guarded as before), in the place eager gives it;
 - a dict's stand-ins are diffed in the order the program stored them, and each is replayed as
   ``d[number] = value`` on the dict each call finds, so a key already there keeps its place and takes the
   value, and a new one goes last, as eagerly.
@@ -25,11 +27,21 @@ from typing import Any
 
 from jitcore.proxies.number import NumberProxy, ObjectProxy
 
-__all__ = ["PendingKey", "PendingKeys"]
+__all__ = ["PendingKey", "PendingKeys", "only_added_to"]
 
 # Exact types whose ``__setitem__`` is dict's own, so the stand-ins can be swapped in place (an
 # OrderedDict keeps its own order list, which ``dict.__setitem__`` would not update).
 _PLAIN_DICTS = (dict, collections.defaultdict)
+
+
+_HELD = (*_PLAIN_DICTS, set)  # the containers that can hold stand-ins
+_BUILTIN_METHOD = type([].append)
+
+
+def _number_key(key: Any) -> bool:
+    """Whether ``key`` is a dynamic number that a stand-in can take the place of."""
+    return isinstance(key, NumberProxy) and not isinstance(key, ObjectProxy) \
+        and type(key.value) in (int, float, bool)
 
 
 class PendingKey:
@@ -53,22 +65,55 @@ class PendingKey:
 # bound whole or read before in the pass (an alias read earlier, ``h = hist``, could read it later
 # without a load: such a dict is bound and its keys are specialized as before). Any later load of the
 # dict that is not such a store (and any binding of its guards: Provenance asks ``first_state``) first
-# ``settle``s it: each stand-in is replaced by its number's value, specialized, the dict rebuilt in
-# order so a value already there as a key keeps its first place and takes the stored value (eager's
-# ``d[n] = v``). A store at any other key into a dict holding stand-ins settles it first too: the diff
-# gives a dict's item effects in the dict's order, so ``d[n] = a; d[0] = b`` with ``0`` already there
-# (earlier in the order) would replay ``d[0] = b`` before ``d[n] = a``, a wrong value where ``n == 0``.
+# ``settle``s it: each stand-in is replaced by its number, hashed as the store would have hashed it, the
+# dict rebuilt in order so a value already there as a key keeps its first place and takes the stored
+# value (eager's ``d[n] = v``). A store at any other key into a dict holding stand-ins settles it first
+# too: the diff gives a dict's item effects in the dict's order, so ``d[n] = a; d[0] = b`` with ``0`` there
+# already (earlier in the order) would replay ``d[0] = b`` before ``d[n] = a``: a wrong value where n == 0.
 # Two stores at the same number share one stand-in (the second overwrites, as eagerly). Stores at two
 # different numbers keep two stand-ins, replayed in program order: eager's result whether or not the
 # numbers are equal. Not covered (they read the dict natively, past the pass's hooks, after the store):
 # C code handed an object that holds the dict (``json.dumps(state)`` where ``state["hist"]`` is it) would
 # see the stand-in; the program reaches the dict through no path there, so its keys went unguarded before
 # too (docs/user-guide.md, "Side effects").
+# Note [An element only added]
+# ``seen.add(n)`` on a set of state bound it whole (its contents guarded), and hashing ``n`` specialized
+# it: an entry per element and per set. A load consumed by looking ``add`` up on an exact ``set``
+# (``only_added_to``) reads nothing of the set (``add`` only inserts; whether the element was there
+# changes nothing the program sees): its type is guarded, and the set is only added to, like a dict
+# only stored into (Note [A key only stored]). The element a C call ``add`` is handed is a stand-in
+# where it is a dynamic number; a plain element (numbers, text, bytes, None, tuples of them) goes in as
+# it is; any other (a class with a Python ``__hash__``/``__eq__``, compared natively with the set's
+# elements) binds the set whole first (``bind_whole``), as before. What the pass added is replayed as
+# ``s.add(e)`` onto the set each call finds (the ``"add"`` effect, jit/effects.py), each stand-in as its
+# call's number. A later load of the set (``len(seen)``, ``n in seen``) settles its stand-ins, as for a
+# dict: the answer depends on the element, which is then guarded by value.
+_PLAIN_ELEMENTS = (int, float, bool, str, bytes, type(None))
+
+
+def only_added_to(frame: Any) -> bool:
+    """Whether the value the current load pushes is consumed by looking ``add`` up on it (the next
+    instruction), so the program cannot read the set through it (Note [An element only added])."""
+    instructions = frame.info.instructions
+    following = instructions[frame.index] if frame.index < len(instructions) else None
+    return following is not None and following.opname in _LOOKUPS and following.argval == "add"
+
+
+_LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
+
+
+def _plain(element: Any) -> bool:
+    kind = type(element)
+    return kind in _PLAIN_ELEMENTS or kind is tuple and all(_plain(e) for e in element)
+
+
 class PendingKeys:
     """The stand-in keys of one tracing pass (Note [A key only stored])."""
 
-    def __init__(self) -> None:
-        self._write_only: dict[int, dict] = {}  # id -> dict reached only by stores
+    def __init__(self, bind_whole: Callable[[Any], None]) -> None:
+        """``bind_whole(container)``: bind a container of state with the guards of its first state."""
+        self._bind_whole = bind_whole
+        self._write_only: dict[int, Any] = {}  # id -> dict reached only by stores, set only by ``add``
         self._read: set[int] = set()  # ids of dicts read another way in this pass
         self._pending: dict[int, dict[int, PendingKey]] = {}  # id(dict) -> id(number) -> its stand-in
 
@@ -76,6 +121,39 @@ class PendingKeys:
         """A load of ``container`` consumed by a subscript store (its type alone guarded)."""
         if type(container) in _PLAIN_DICTS and id(container) not in self._read:
             self._write_only[id(container)] = container
+
+    def added_to(self, container: set) -> None:
+        """A load of the set ``container`` consumed by looking ``add`` up on it (its type alone guarded)."""
+        if id(container) not in self._read:
+            self._write_only[id(container)] = container
+
+    def added(self, fn: Any, args: tuple) -> tuple:
+        """The arguments the C call ``fn`` is handed: a stand-in for a dynamic number added to a set only
+        added to (Note [An element only added]); an element that is not plain binds the set whole."""
+        if not self._write_only or getattr(fn, "__name__", None) != "add":
+            return args
+        if fn is set.add and len(args) == 2:
+            container, element = args
+        elif type(fn) is _BUILTIN_METHOD and len(args) == 1:
+            container, element = fn.__self__, args[0]
+        else:
+            return args
+        if type(container) is not set or self._write_only.get(id(container)) is not container:
+            return args
+        if _number_key(element):
+            found = self._stand_in(container, element)
+            return (container, found) if fn is set.add else (found,)
+        if not _plain(element):
+            self.read(container)
+            self._bind_whole(container)
+        return args
+
+    def _stand_in(self, container: Any, number: NumberProxy) -> PendingKey:
+        by_number = self._pending.setdefault(id(container), {})
+        found = by_number.get(id(number))
+        if found is None:
+            found = by_number[id(number)] = PendingKey(number)
+        return found
 
     def read(self, container: Any) -> None:
         """Any other load or binding of ``container``: its stand-ins settle, and it takes no more."""
@@ -92,13 +170,8 @@ class PendingKeys:
         a dict only stored into; otherwise ``key``, the dict's stand-ins settled first."""
         if self._write_only.get(id(container)) is not container:
             return key
-        if isinstance(key, NumberProxy) and not isinstance(key, ObjectProxy) \
-                and type(key.value) in (int, float, bool):
-            by_number = self._pending.setdefault(id(container), {})
-            found = by_number.get(id(key))
-            if found is None:
-                found = by_number[id(key)] = PendingKey(key)
-            return found
+        if type(container) in _PLAIN_DICTS and _number_key(key):
+            return self._stand_in(container, key)
         self.settle(container)
         return key
 
@@ -107,7 +180,7 @@ class PendingKeys:
         binds: such a binding reads the container (``read``) first."""
 
         def first(obj: Any) -> Any:
-            if type(obj) in _PLAIN_DICTS:
+            if type(obj) in _HELD:
                 self.read(obj)
             return first_state(obj)
 
@@ -128,14 +201,22 @@ class PendingKeys:
 
         return keyed
 
-    def settle(self, container: dict) -> None:
-        """Replace each stand-in of ``container`` by its number's value, specialized, in eager's place."""
+    def settle(self, container: Any) -> None:
+        """Replace each stand-in of ``container`` by its number, in eager's place: hashed there, as the
+        store would have hashed it (its value guarded, or only which value it equals where it is computed:
+        Note [Hashing a computed number])."""
         pending = self._pending.pop(id(container), None)
         if not pending:
+            return
+        if type(container) is set:
+            for stand_in in pending.values():
+                if set.__contains__(container, stand_in):
+                    set.discard(container, stand_in)
+                    set.add(container, stand_in.number)  # hashed: Note [Hashing a computed number]
             return
         items = list(dict.items(container))
         if not any(type(key) is PendingKey for key, _value in items):
             return
         dict.clear(container)
         for key, value in items:
-            dict.__setitem__(container, key.number.specialize() if type(key) is PendingKey else key, value)
+            dict.__setitem__(container, key.number if type(key) is PendingKey else key, value)

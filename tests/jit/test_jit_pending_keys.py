@@ -1,10 +1,12 @@
-"""A dynamic number as the key of a dict of state the program only stores into (issue 14).
+"""A dynamic number as the key of a dict of state only stored into, or added to a set only added to
+(issue 14).
 
-``hist[step] = x.sum()`` with ``step`` an int argument made one cache entry per step: the store hashed
-the number, which specialized it. Such a store is now replayed with each call's number (Note [A key only
-stored], jitcore/jit/pending_keys.py); where the program reads the dict again in the same call, the key is
-guarded by value as before. Every program here runs a sequence of calls eagerly and jitted, and every
-call's result and the dict's items (keys by type and value, in order) are compared with eager's.
+``hist[step] = x.sum()`` and ``seen.add(n)`` with an int argument made one cache entry per value: the
+store hashed the number, which specialized it. Such a store is now replayed with each call's number (Note
+[A key only stored], Note [An element only added], jitcore/jit/pending_keys.py); where the program reads
+the container again in the same call, the number is guarded by value as before. Every program here runs a
+sequence of calls eagerly and jitted, and every call's result and the container (a dict's items with
+their keys' types, in order; a set's members) are compared with eager's.
 """
 
 from __future__ import annotations
@@ -125,6 +127,74 @@ def read_through_an_alias():  # an alias read before the store, measured after i
     return f, hist
 
 
+@program
+def seen_steps():  # Note [An element only added]
+    seen = {0, "start"}
+
+    def f(x, n):
+        seen.add(n)
+        seen.add(n % 3)
+        seen.add("any")
+        return x * 2
+
+    return f, seen
+
+
+@program
+def seen_labels_of_values():
+    seen = set()
+
+    def f(x, n):
+        seen.add(int(x.argmax()) + n)
+        return x
+
+    return f, seen
+
+
+@program
+def seen_on_an_object():
+    class Visits:
+        def __init__(self):
+            self.nodes = set()
+
+    visits = Visits()
+
+    def f(x, n):
+        visits.nodes.add(n)
+        return x - 1
+
+    return f, visits.nodes
+
+
+@program
+def seen_then_measured():  # a read after the add: the element is guarded by value, as before
+    seen = set()
+
+    def f(x, n):
+        seen.add(n)
+        return x + len(seen)
+
+    return f, seen
+
+
+@program
+def seen_then_discarded():
+    seen = {1, 2}
+
+    def f(x, n):
+        seen.add(n)
+        seen.discard(1)
+        return x
+
+    return f, seen
+
+
+def _state(container: object) -> object:
+    if isinstance(container, set):  # membership, and no element of jitcore's
+        return sorted(map(repr, container)), sorted(type(k).__name__ for k in container)
+    return snap(container), [type(k) for k in container]
+
+
 def _run(name: str, steps: list[int], jit: bool) -> tuple[list, object]:
     fn, hist = PROGRAMS[name]()
     if jit:
@@ -132,7 +202,7 @@ def _run(name: str, steps: list[int], jit: bool) -> tuple[list, object]:
     outcomes = []
     for i, step in enumerate(steps):
         out = fn(x_of(i), step)
-        outcomes.append((snap(out), snap(hist), [type(k) for k in hist]))
+        outcomes.append((snap(out), _state(hist)))
     return outcomes, fn
 
 
@@ -150,7 +220,7 @@ STEPS = [0, 1, 2, 1, 5, 0, 7, 7, 3, 8]
 def test_a_key_only_stored_is_replayed_per_call() -> None:
     """The issue's program: 10 calls, the step first specialized, then one entry for every step."""
     for name in ("metrics_by_step", "two_keys_of_one_step", "computed_key_then_step",
-                 "attribute_dict_of_a_module"):
+                 "attribute_dict_of_a_module", "seen_steps", "seen_labels_of_values", "seen_on_an_object"):
         jitted = _check(name, STEPS)
         assert jitcore.cache_misses(jitted) == 2, (name, jitcore.miss_reasons(jitted))
 
@@ -158,7 +228,7 @@ def test_a_key_only_stored_is_replayed_per_call() -> None:
 def test_a_key_read_back_is_guarded() -> None:
     """A read of the dict after the store depends on the key: one entry per step, every answer eager's."""
     for name in ("stored_then_constant_key", "stored_then_measured", "stored_then_tested",
-                 "read_through_an_alias"):
+                 "read_through_an_alias", "seen_then_measured", "seen_then_discarded"):
         jitted = _check(name, STEPS)
         assert jitcore.cache_misses(jitted) > 2, name
 
