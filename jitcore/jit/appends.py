@@ -54,7 +54,7 @@ import types
 from typing import Any
 
 __all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
-           "empties_at_once", "item_appended_parameters", "keyed_later", "measured_by_len",
+           "empties_at_once", "stack_use", "item_appended_parameters", "keyed_later", "measured_by_len",
            "only_appended_to", "reads_appended_item", "stored_into", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
@@ -278,7 +278,7 @@ _GETTERS = frozenset({"get", "setdefault"})
 _SCAN = 32
 
 
-def _stack_use(inst: dis.Instruction) -> tuple[int, int] | None:
+def stack_use(inst: dis.Instruction) -> tuple[int, int] | None:
     """``(taken, pushed)``: the stack values ``inst`` takes and pushes, for the instructions of the Note
     above (the oparg as the interpreter reads it); None for any other."""
     name, arg = inst.opname, inst.arg or 0
@@ -319,7 +319,7 @@ def keyed_later(frame: Any) -> bool:
         and instructions[i].argval in _GETTERS
     if getter:  # ``d.get(key, default)``, ``d.setdefault(key, default)`` called right there: a method load,
         # then the call taking it
-        if _stack_use(instructions[i]) != (1, 2):
+        if stack_use(instructions[i]) != (1, 2):
             return False
         above, i = 1, i + 1  # the pair standing for the dict: what the call takes, with the arguments
     for j in range(i, min(i + _SCAN, len(instructions))):
@@ -335,7 +335,7 @@ def keyed_later(frame: Any) -> bool:
             following = [x.opname for x in instructions[j + 1:j + 3]]
             return above == 1 and not getter and inst.arg == 2 and following[:1] == ["COPY"] \
                 and instructions[j + 1].arg == 2 and following[1:] == ["BINARY_SUBSCR"]
-        use = _stack_use(inst)
+        use = stack_use(inst)
         if use is None or use[0] > above:
             return False
         above += use[1] - use[0]
@@ -361,7 +361,7 @@ def stored_into(frame: Any) -> bool:
             continue
         if inst.opname in _SUBSCRIPTS:
             return above == 1 and inst.opname == "STORE_SUBSCR"
-        use = _stack_use(inst)
+        use = stack_use(inst)
         if use is None or use[0] > above:
             return False
         above += use[1] - use[0]

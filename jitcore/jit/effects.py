@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import heapq
 import types
 import warnings
 import weakref
@@ -51,7 +52,7 @@ __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record"
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "setitem_at", "delitem", "contents", "extend",
-    "add", "order", "cell", "grad", "print", "log", "dispatch_log", "warn",
+    "add", "heappush", "order", "cell", "grad", "print", "log", "dispatch_log", "warn",
 ]
 PRINT_STREAMS = ("stdout", "stderr")  # the streams a recorded print writes to (jit/printing.py)
 
@@ -69,7 +70,8 @@ class Effect:
             ``"warn"``, a ``warnings.warn`` call blaming the module whose globals are at ``path``
             (jit/warning_calls.py); ``"setitem_at"``, an item stored at a key computed per call (the
             value is ``(key, item)``: Note [A key only stored], jit/pending_keys.py); ``"add"``, elements
-            added to a set (Note [An element only added]).
+            added to a set (Note [An element only added]); ``"heappush"``, an item pushed onto a heap
+            list (Note [An item only pushed]).
         key: the attribute name or item key (None for contents and cells; ``(sep, end, flush)``
             for a print; ``(level, pathname, lineno, func)`` for a log record).
         value: the new value, with proxies and rebuilt objects as slots filled per call.
@@ -693,6 +695,8 @@ def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = Fals
         target[effect.key] = value
     elif kind == "setitem_at":
         target[value[0]] = value[1]
+    elif kind == "heappush":
+        heapq.heappush(target, value)
     elif kind == "add":
         for element in value:
             set.add(target, element)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import heapq
 import inspect
 import sys
 import types
@@ -220,6 +221,7 @@ class Pass(StateReads):
             self.provenance.put_back_counters()  # Note [Counters bound where they are held]
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
             changes = [_plain_ids(e) for e in changes]
+            changes += [Effect(path, "heappush", None, item) for path, item in self.pending_keys.pushes()]
             changes += self.prints.effects
         except Exception:
             self.raised_after_effects = self._made_effects()  # Note [A program that raises]
@@ -265,7 +267,7 @@ class Pass(StateReads):
         """Whether the program, stopped by an exception, made what eager keeps when it raises: writes to
         the objects it reached, prints, in-place tensor writes, draws from a generator, changes of
         torch's state (Note [A program that raises], jit/eager_entries.py). Said True when unsure."""
-        if self.prints.effects or self.per_call.drew:
+        if self.prints.effects or self.per_call.drew or self.pending_keys.has_pushes():
             return True
         if any(b.symbol.tags & _KEPT_BY_EAGER for b in self.trace.bound_symbols):
             return True
@@ -599,6 +601,8 @@ class Pass(StateReads):
                 return None
             if fn.__name__ == "write" and (written := self.prints.write(fn, args, kwargs)) is not None:
                 return written  # sys.stderr.write(...) of a stream of the caller's
+        if fn is heapq.heappush and self.pending_keys.push(args, kwargs):  # Note [An item only pushed]
+            return None
         if id(fn) in SETTINGS_GETTERS:  # torch.get_num_threads(): Note [Settings the program reads]
             return self.settings.read(fn, args, kwargs)
         args, kwargs = self._native_arguments(fn, args, kwargs)

@@ -22,19 +22,23 @@ Invariants (Note [A key only stored]):
 from __future__ import annotations
 
 import collections
+import heapq
 from collections.abc import Callable
 from typing import Any
 
-from jitcore.proxies.number import NumberProxy, ObjectProxy
+from jitcore.jit.appends import stack_use
+from jitcore.prologue import Path
+from jitcore.proxies.number import NumberProxy, ObjectProxy, specialize_all
+from jitcore.proxies.text import TextProxy
 
-__all__ = ["PendingKey", "PendingKeys", "only_added_to"]
+__all__ = ["PendingKey", "PendingKeys", "only_added_to", "pushed_onto"]
 
 # Exact types whose ``__setitem__`` is dict's own, so the stand-ins can be swapped in place (an
 # OrderedDict keeps its own order list, which ``dict.__setitem__`` would not update).
 _PLAIN_DICTS = (dict, collections.defaultdict)
 
 
-_HELD = (*_PLAIN_DICTS, set)  # the containers that can hold stand-ins
+_HELD = (*_PLAIN_DICTS, set, list)  # the containers that can hold stand-ins or pending pushes
 _BUILTIN_METHOD = type([].append)
 
 
@@ -107,6 +111,49 @@ def _plain(element: Any) -> bool:
     return kind in _PLAIN_ELEMENTS or kind is tuple and all(_plain(e) for e in element)
 
 
+# Note [An item only pushed]
+# ``heapq.heappush(heap, (loss.item(), step))`` on a list of state bound the list whole (its contents
+# guarded) and handed C the item's values, specialized: where the item lands depends on comparisons with
+# the items there, so every call was an entry. A load that is the heap of such a call, its item computed
+# by the instructions right after it (``pushed_onto``), reads nothing of the list itself: its type is
+# guarded, and the push of an item C compares alone (plain values, numbers and text of the computation,
+# tuples of them: ``_pushable``) is not made while tracing but recorded, with the item as the program made it
+# (its numbers names of the computation), and replayed as ``heappush`` onto the list each call finds (the
+# ``"heappush"`` effect, jit/effects.py), whose comparisons are then eager's own. A later load of the
+# list in the pass (``heap[0]``, ``len(heap)``, ``heappop(heap)``, ``heap.append``) settles its pending
+# pushes first: each made then, in program order, with its numbers specialized, and the list bound whole
+# by that load, as before. A push onto a list loaded for a push but read since (``len(heap)`` inside the
+# item), or reached through two paths, binds the list whole and is made at once, as before. Not covered:
+# items C cannot compare (``(1.0, None)`` pushed over ``(1.0, 2)``) raise eager's TypeError when the push
+# is replayed, after the computation and after the effects on other objects: eager raises at the push.
+_SCAN = 32
+
+
+def pushed_onto(frame: Any) -> bool:
+    """Whether the value the current load pushes is the heap of a ``heapq.heappush(heap, item)`` call whose
+    item the instructions right after the load compute (Note [An item only pushed])."""
+    if not any(v is heapq.heappush for v in frame.stack[-3:]):
+        return False
+    instructions, i = frame.info.instructions, frame.index
+    above = 0  # values pushed over the list
+    for j in range(i, min(i + _SCAN, len(instructions))):
+        inst = instructions[j]
+        use = stack_use(inst)
+        if inst.opname == "CALL" and use is not None and use[0] > above:  # the call taking the list
+            return inst.arg == 2 and above == 1
+        if use is None or use[0] > above:
+            return False
+        above += use[1] - use[0]
+    return False
+
+
+def _pushable(item: Any) -> bool:
+    """Whether ``item`` is compared by C alone: plain values, numbers and text of the computation, and
+    tuples of them (an object with a Python ``__lt__`` is pushed at once, as before)."""
+    return _plain(item) or isinstance(item, (NumberProxy, TextProxy)) and not isinstance(item, ObjectProxy) \
+        or type(item) is tuple and all(_pushable(e) for e in item)
+
+
 class PendingKeys:
     """The stand-in keys of one tracing pass (Note [A key only stored])."""
 
@@ -116,6 +163,8 @@ class PendingKeys:
         self._write_only: dict[int, Any] = {}  # id -> dict reached only by stores, set only by ``add``
         self._read: set[int] = set()  # ids of dicts read another way in this pass
         self._pending: dict[int, dict[int, PendingKey]] = {}  # id(dict) -> id(number) -> its stand-in
+        self._pushes: dict[int, list[Any]] = {}  # id(list) -> the items pushed onto it, not made yet
+        self._paths: dict[int, tuple[list, Path]] = {}  # id(list) loaded for a push -> (it, its path)
 
     def stored_into(self, container: Any) -> None:
         """A load of ``container`` consumed by a subscript store (its type alone guarded)."""
@@ -154,6 +203,36 @@ class PendingKeys:
         if found is None:
             found = by_number[id(number)] = PendingKey(number)
         return found
+
+    def pushed_to(self, heap: list, path: Path) -> None:
+        """A load of the list ``heap`` that is the heap of a ``heappush`` (its type alone guarded)."""
+        found = self._paths.setdefault(id(heap), (heap, path))
+        if found[1] != path:  # reached two ways: the effect's path must be the one each call's list is at
+            self.read(heap)
+        elif id(heap) not in self._read:
+            self._write_only[id(heap)] = heap
+
+    def push(self, args: tuple, kwargs: dict) -> bool:
+        """``heapq.heappush(*args)``: recorded, not made, where the heap is only pushed onto (Note [An
+        item only pushed]); False where it is to be made now (the list bound whole first where a load
+        for this push guarded only its type)."""
+        if len(args) != 2 or kwargs or type(args[0]) is not list:
+            return False
+        heap, item = args
+        if self._write_only.get(id(heap)) is heap and _pushable(item):
+            self._pushes.setdefault(id(heap), []).append(item)
+            return True
+        if id(heap) in self._paths:
+            self._bind_whole(heap)
+        return False
+
+    def has_pushes(self) -> bool:
+        """Whether pushes are recorded and not made (effects eager keeps)."""
+        return any(self._pushes.values())
+
+    def pushes(self) -> list[tuple[Path, Any]]:
+        """The recorded pushes (where the heap is, the item), in program order: ``"heappush"`` effects."""
+        return [(self._paths[key][1], item) for key, items in self._pushes.items() for item in items]
 
     def read(self, container: Any) -> None:
         """Any other load or binding of ``container``: its stand-ins settle, and it takes no more."""
@@ -205,6 +284,8 @@ class PendingKeys:
         """Replace each stand-in of ``container`` by its number, in eager's place: hashed there, as the
         store would have hashed it (its value guarded, or only which value it equals where it is computed:
         Note [Hashing a computed number])."""
+        for item in self._pushes.pop(id(container), ()):
+            heapq.heappush(container, specialize_all(item, (NumberProxy, TextProxy)))
         pending = self._pending.pop(id(container), None)
         if not pending:
             return

@@ -40,7 +40,7 @@ from jitcore.jit.code_kinds import (
 )
 from jitcore.jit.effects import StateSnapshots
 from jitcore.jit.held_tensors import NOT_ANSWERED, HeldTensors
-from jitcore.jit.pending_keys import PendingKeys, only_added_to
+from jitcore.jit.pending_keys import PendingKeys, only_added_to, pushed_onto
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.state_kinds import is_module_registry, is_structured, items_read_natively
 from jitcore.langctx import python as python_langctx
@@ -75,6 +75,11 @@ class StateReads:
         if type(value) is set:
             if only_added_to(frame) and not self.provenance.is_argument_container(value):
                 self.pending_keys.added_to(value)  # Note [An element only added], jit/pending_keys.py
+                return self.provenance.bind_appended_list(value, path)  # its type guarded
+            self.pending_keys.read(value)
+        if type(value) is list:
+            if pushed_onto(frame) and not self.provenance.is_argument_container(value):
+                self.pending_keys.pushed_to(value, path)  # Note [An item only pushed], jit/pending_keys.py
                 return self.provenance.bind_appended_list(value, path)  # its type guarded
             self.pending_keys.read(value)
         if type(value) in appends.APPENDABLE and only_appended_to(frame):  # Note [A buffer only appended to]

@@ -1,17 +1,20 @@
-"""A dynamic number as the key of a dict of state only stored into, or added to a set only added to
-(issue 14).
+"""A dynamic number as the key of a dict of state only stored into, added to a set only added to, or
+pushed onto a heap only pushed onto (issue 14).
 
-``hist[step] = x.sum()`` and ``seen.add(n)`` with an int argument made one cache entry per value: the
-store hashed the number, which specialized it. Such a store is now replayed with each call's number (Note
-[A key only stored], Note [An element only added], jitcore/jit/pending_keys.py); where the program reads
-the container again in the same call, the number is guarded by value as before. Every program here runs a
-sequence of calls eagerly and jitted, and every call's result and the container (a dict's items with
-their keys' types, in order; a set's members) are compared with eager's.
+``hist[step] = x.sum()``, ``seen.add(n)`` and ``heapq.heappush(heap, (x.sum().item(), step))`` made one
+cache entry per value: the store hashed the number (or C compared it), which specialized it. Such a store
+is now replayed with each call's number (Note [A key only stored], Note [An element only added], Note [An
+item only pushed], jitcore/jit/pending_keys.py); where the program reads the container again in the same
+call, the number is guarded by value as before. Every program here runs a sequence of calls eagerly and
+jitted, and every call's result and the container (a dict's items with their keys' types, in order; a
+set's members; a heap's items in order) are compared with eager's.
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
+from heapq import heappush
 
 import torch
 from hypothesis import given, settings
@@ -189,6 +192,46 @@ def seen_then_discarded():
     return f, seen
 
 
+@program
+def heap_of_losses():  # Note [An item only pushed]
+    heap = [(0.25, -1)]
+
+    def f(x, step):
+        heapq.heappush(heap, (x.sum().item(), step))
+        heapq.heappush(heap, (float(step % 3), step + 100))
+        return x * 2
+
+    return f, heap
+
+
+@program
+def heap_on_an_object_by_name():
+    class Queue:
+        def __init__(self):
+            self.items = []
+
+    queue = Queue()
+
+    def f(x, step):
+        heappush(queue.items, (step, x.mean().item()))
+        return x + 1
+
+    return f, queue.items
+
+
+@program
+def heap_then_popped():  # a read after the push: the heap is bound whole, as before
+    heap = []
+
+    def f(x, step):
+        heapq.heappush(heap, (x.sum().item(), step))
+        if len(heap) > 3:
+            heapq.heappop(heap)
+        return x - heap[0][0]
+
+    return f, heap
+
+
 def _state(container: object) -> object:
     if isinstance(container, set):  # membership, and no element of jitcore's
         return sorted(map(repr, container)), sorted(type(k).__name__ for k in container)
@@ -220,7 +263,8 @@ STEPS = [0, 1, 2, 1, 5, 0, 7, 7, 3, 8]
 def test_a_key_only_stored_is_replayed_per_call() -> None:
     """The issue's program: 10 calls, the step first specialized, then one entry for every step."""
     for name in ("metrics_by_step", "two_keys_of_one_step", "computed_key_then_step",
-                 "attribute_dict_of_a_module", "seen_steps", "seen_labels_of_values", "seen_on_an_object"):
+                 "attribute_dict_of_a_module", "seen_steps", "seen_labels_of_values", "seen_on_an_object",
+                 "heap_of_losses", "heap_on_an_object_by_name"):
         jitted = _check(name, STEPS)
         assert jitcore.cache_misses(jitted) == 2, (name, jitcore.miss_reasons(jitted))
 
@@ -228,7 +272,7 @@ def test_a_key_only_stored_is_replayed_per_call() -> None:
 def test_a_key_read_back_is_guarded() -> None:
     """A read of the dict after the store depends on the key: one entry per step, every answer eager's."""
     for name in ("stored_then_constant_key", "stored_then_measured", "stored_then_tested",
-                 "read_through_an_alias", "seen_then_measured", "seen_then_discarded"):
+                 "read_through_an_alias", "seen_then_measured", "seen_then_discarded", "heap_then_popped"):
         jitted = _check(name, STEPS)
         assert jitcore.cache_misses(jitted) > 2, name
 
