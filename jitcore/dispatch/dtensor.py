@@ -88,6 +88,15 @@ def in_sharding_propagation() -> bool:
     return False
 
 
+# Note [Values read through DTensor's dispatch]
+# ``x.item()``, ``torch.equal``, ``if (x * y).sum() > 0`` on DTensors read a value in DTensor's C++
+# dispatch: the local op (``_local_scalar_dense``, ``equal``) on the local tensor, after the collectives
+# that make it (an all-reduce of a Partial sum). That read is made inside the subclass's dispatch,
+# and is taken as one (``in_subclass_code``, jit/value_reads.py ``_read_in_subclass_code``): its value
+# is computed from the records so far, checked on every call, and an ``item()`` is a number of the
+# computation (Note [A number a subclass's item reads]). Before, the read was refused there and the
+# call ran eagerly (op_db: ``item``, ``equal``, ``narrow`` and ``tensor_split`` with tensor positions,
+# ``cov``, ``corrcoef``, ``gaussian_nll_loss``).
 # Note [Numbers through DTensor's dispatch]
 # A dynamic number (Adam's ``lr / bias_correction1`` from ``state["step"].item()``) given to an op on a
 # DTensor stays a name only where DTensor's C++ dispatch decides nothing from its value: its sharding

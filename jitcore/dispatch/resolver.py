@@ -498,6 +498,9 @@ class ShadowDispatchMode(TorchDispatchMode):
             out = modes.run_dispatch_mode(mode, func, user_types, proxy_args, proxy_kwargs)
             if out is NotImplemented:  # eager asks the subclasses next; its error names the mode too
                 out = call_torch_dispatch(user_types, func, proxy_args, proxy_kwargs, declined=mode)
+        elif not user_types and self._dtensor:  # Note [Values read through DTensor's dispatch]
+            with in_subclass_code():
+                out = self.symbol_for(func)(*pin_unit_strides(func, proxy_args), **proxy_kwargs)
         elif not user_types:  # Note [Strides of size-1 dimensions] (jitcore/langctx/unit_strides.py)
             out = self.symbol_for(func)(*pin_unit_strides(func, proxy_args), **proxy_kwargs)
         else:

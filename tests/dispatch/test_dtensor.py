@@ -115,6 +115,11 @@ def _programs(mesh: DeviceMesh) -> dict[str, Callable[..., Any]]:
         "shard_to_shard": lambda x, y: x.redistribute(mesh, [Shard(1)]) * y.redistribute(mesh, [Shard(1)]),
         "partial_to_replicate": lambda x, y: (y @ x).redistribute(mesh, [Replicate()]),
         "partial_to_shard": lambda x, y: (y @ x).redistribute(mesh, [Shard(0)]) + 1,
+        # values read through DTensor's dispatch (an all-reduce of the Partial sum, then the local read):
+        # before, each ran eagerly (Note [Values read through DTensor's dispatch])
+        "item": lambda x, y: x * (x @ y).sum().item() + 1,
+        "value_branch": lambda x, y: x * 2 if (x * y).sum() > 0 else x - 1,
+        "equal": lambda x, y: (x + 1, torch.equal(x, y)),
     }
 
 
