@@ -234,7 +234,9 @@ def dict_update(self: dict, *args: object, **kwargs: object) -> None:
         return _builtin(dict.update, self, mapping_items(run, args[0]), **kwargs)
     if hasattr(args[0], "keys"):
         return _builtin(dict.update, self, args[0], **kwargs)
-    return _builtin(dict.update, self, native_iterable(run, args[0]), **kwargs)
+    # its keys' Python ``__hash__``/``__eq__`` interpreted first: Note [A keyed C call, interpreted first]
+    return keyed_iterable_call(run, dict.update, native_iterable(run, args[0]), (), kwargs, pairs=True,
+                               through_opaque=True, receiver=self)
 
 
 _ROUNDING = ("floor", "ceil", "trunc")

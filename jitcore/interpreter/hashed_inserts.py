@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Callable, Iterable
 from types import FrameType
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["keyed_call", "keyed_iterable_call", "keyed_lookasides", "python_keyed", "rerun_allowed"]
 
 _DUNDERS = ("__hash__", "__eq__")
+_ORDERED = collections.OrderedDict
 # iterables whose items C takes with the hashes they store (or that hold no object of a Python class)
 _STORED_HASHES = (set, frozenset, dict, range, str, bytes, bytearray)
 
@@ -156,18 +158,21 @@ def rerun_allowed(frame: FrameType) -> bool:
 
 
 def keyed_iterable_call(run: Run, fn: Callable, iterable: object, rest: tuple = (),
-                        kwargs: dict | None = None, *, pairs: bool = False,
-                        through_opaque: bool = False) -> object:
-    """``fn(iterable, *rest, **kwargs)``, a C call building a dict or set from ``iterable``'s items
-    (``pairs``: from its (key, value) pairs), keyed as ``keyed_call`` keys. An iterable of another kind
-    than a list or a tuple is stepped through first (C would step it all the same before returning)."""
+                        kwargs: dict | None = None, *, pairs: bool = False, through_opaque: bool = False,
+                        receiver: Iterable | None = None) -> object:
+    """``fn(iterable, *rest, **kwargs)`` (``fn(receiver, iterable, ...)``: a method updating the dict or set
+    ``receiver``), a C call building or updating a dict or set from ``iterable``'s items (``pairs``: from
+    its (key, value) pairs), keyed as ``keyed_call`` keys. An iterable of another kind than a list or a
+    tuple is stepped through first (C would step it all the same before returning)."""
     t = type(iterable)
+    first = () if receiver is None else (receiver,)
     if kwargs or t in _STORED_HASHES:
-        return opaque(run, fn, (iterable, *rest), kwargs) if through_opaque else \
-            run.native(fn, (iterable, *rest), kwargs or {})
+        return opaque(run, fn, (*first, iterable, *rest), kwargs) if through_opaque else \
+            run.native(fn, (*first, iterable, *rest), kwargs or {})
     items = iterable if t is list or t is tuple else list(iterable)
     keys = [p[0] for p in items if type(p) in (tuple, list) and len(p) == 2] if pairs else items
-    return keyed_call(run, fn, (items, *rest), keys=keys, insert=True, through_opaque=through_opaque)
+    return keyed_call(run, fn, (*first, items, *rest), container=receiver, keys=keys, insert=True,
+                      through_opaque=through_opaque)
 
 
 def keyed_lookasides() -> dict[object, Callable]:
@@ -191,4 +196,6 @@ def keyed_lookasides() -> dict[object, Callable]:
         set.remove: method(set.remove, (2,), False), dict.__setitem__: method(dict.__setitem__, (3,), True),
         dict.__delitem__: method(dict.__delitem__, (2,), False), dict.pop: method(dict.pop, (2, 3), False),
         dict.setdefault: method(dict.setdefault, (2, 3), True),
+        _ORDERED.__setitem__: method(_ORDERED.__setitem__, (3,), True),
+        _ORDERED.__delitem__: method(_ORDERED.__delitem__, (2,), False),
     }

@@ -25,10 +25,12 @@ from types import FunctionType
 
 from jitcore.interpreter.callbacks import active_run, native_iterable, through, with_length_hint
 from jitcore.interpreter.calls import opaque
+from jitcore.interpreter.hashed_inserts import keyed_iterable_call
 from jitcore.interpreter.protocols import NATIVE_ITERATORS, NATIVE_TYPES, is_python_sequence
 
 __all__ = ["iterating_lookasides"]
 
+_SET_UPDATE = set.update
 _ALL = range(0, 1 << 16)  # every positional argument is iterated
 _REST = range(1, 1 << 16)  # every one but a method's ``self``
 
@@ -92,6 +94,10 @@ def _stepping(fn: object, positions: tuple[int, ...] | range) -> Callable:
                      for i, a in enumerate(args))
         if keyword in kwargs:
             kwargs[keyword] = through(run, kwargs[keyword])
+        if fn is _SET_UPDATE and len(args) == 2 and not kwargs and isinstance(args[0], set):
+            # its keys' Python ``__hash__``/``__eq__`` interpreted first: Note [A keyed C call, interpreted
+            # first] (hashed_inserts.py)
+            return keyed_iterable_call(run, fn, args[1], through_opaque=True, receiver=args[0])
         return opaque(run, fn, args, kwargs)
 
     call.__name__ = f"{getattr(fn, '__name__', 'call')}_"

@@ -9,6 +9,7 @@ frozen dataclass's generated ``__hash__`` is the program's code.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import warnings
 from collections.abc import Callable
@@ -103,6 +104,11 @@ _BUILDS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "dict comprehension": lambda x: x * sum({Cfg(i % 2): i for i in range(5)}.values()),
     "dict.fromkeys": lambda x: x * len(dict.fromkeys([Cfg(1), Cfg(2), Cfg(1)])),
     "mixed with ints": lambda x: x * len({Cfg(1), 1, 2, Cfg(1)}),
+    "OrderedDict": lambda x: x * len((lambda d: (d.__setitem__(Cfg(1), 1), d.__setitem__(Cfg(1), 2), d)[2])(
+        collections.OrderedDict())),
+    "set.update": lambda x: x * len((lambda s: (s.update([Cfg(1), Cfg(2), Cfg(1)]), s)[1])({Cfg(2)})),
+    "dict.update": lambda x: x * sum((lambda d: (d.update([(Cfg(1), 1), (Cfg(2), 2)]), d)[1])({Cfg(1): 5})
+                                     .values()),
     "tuple keys": lambda x: x * len({(Cfg(1), 2), (Cfg(1), 2), (Cfg(1), 3), (Cfg(1),)}),
     "tuple keys of a dict": lambda x: x * {(Cfg(1), 2): 1.0, (Cfg(2 - 1), 2): 5.0}[(Cfg(1), 2)],
 }
@@ -169,10 +175,19 @@ def _pop_and_delete(d: dict) -> Callable[[torch.Tensor], torch.Tensor]:
     return f
 
 
+def _update(st: dict) -> Callable[[torch.Tensor], torch.Tensor]:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        st["s"].update([Cfg(len(st["s"]) % 3), Cfg(1)])
+        st["d"].update([(Cfg(len(st["d"]) % 2), 1.0), (Cfg(4), 2.0)])
+        return x * (len(st["s"]) + len(st["d"]))
+    return f
+
+
 @pytest.mark.parametrize("make, state", [
     (_store, dict), (_add_and_remove, set),
     (_pop_and_delete, lambda: {Cfg(i): float(i) for i in range(5)}),
-], ids=["d[k] = v, setdefault", "add, discard", "pop, del"])
+    (_update, lambda: {"s": set(), "d": {}}),
+], ids=["d[k] = v, setdefault", "add, discard", "pop, del", "update"])
 def test_a_cached_call_changes_the_callers_container_as_eagerly(make: Callable, state: Callable) -> None:
     _mutating_as_eagerly(make, state)
 
