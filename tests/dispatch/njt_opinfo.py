@@ -16,7 +16,6 @@ executed trace must hold plain tensors and ops only); it never hides a failure.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import sys
 import warnings
@@ -31,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
 
 from opinfo_harness import entry_name, seed  # noqa: E402
-from torch.nested._internal.nested_tensor import NestedTensor  # noqa: E402
+from subclass_checks import nested_dispatch_calls  # noqa: E402
 from torch.testing._internal.opinfo.definitions.nested import njt_op_db  # noqa: E402
 
 import jitcore  # noqa: E402
@@ -203,27 +202,10 @@ def _check_call(fn: Callable[..., Any], jitted: jitcore.JittedFunction, e_sample
     return PASS
 
 
-@contextlib.contextmanager
-def _dispatch_calls() -> Iterator[list[str]]:
-    """The operators ``NestedTensor.__torch_dispatch__`` is called with inside the block."""
-    calls: list[str] = []
-    original = NestedTensor.__dict__["__torch_dispatch__"]
-
-    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        calls.append(str(func))
-        return original.__func__(cls, func, types, args, kwargs)
-
-    NestedTensor.__torch_dispatch__ = classmethod(counting)
-    try:
-        yield calls
-    finally:
-        NestedTensor.__torch_dispatch__ = original
-
-
 def _warm_dispatches(jitted: jitcore.JittedFunction, sample: Any) -> Outcome:
     """One more cached call on ``sample``, which must run no ``NestedTensor.__torch_dispatch__``."""
     hits = jitcore.cache_hits(jitted)
-    with _dispatch_calls() as calls:
+    with nested_dispatch_calls() as calls:
         jitted(sample.input, *sample.args, **sample.kwargs)
     if jitcore.cache_hits(jitted) == hits + 1 and calls:
         return Outcome("warm-dispatch", f"a cached call ran NestedTensor.__torch_dispatch__ for {calls[:6]}")

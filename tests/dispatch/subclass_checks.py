@@ -212,3 +212,22 @@ class Scaled(torch.Tensor):
         k = next(a.k for a in args if isinstance(a, Scaled))
         inner = tree_map_only(Scaled, lambda t: t.a, (args, kwargs or {}))
         return tree_map_only(torch.Tensor, lambda t: Scaled(t * k, k), func(*inner[0], **inner[1]))
+
+
+@contextlib.contextmanager
+def nested_dispatch_calls() -> Iterator[list[str]]:
+    """The operators ``NestedTensor.__torch_dispatch__`` is called with inside the block."""
+    from torch.nested._internal.nested_tensor import NestedTensor
+
+    calls: list[str] = []
+    original = NestedTensor.__dict__["__torch_dispatch__"]
+
+    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        calls.append(str(func))
+        return original.__func__(cls, func, types, args, kwargs)
+
+    NestedTensor.__torch_dispatch__ = classmethod(counting)
+    try:
+        yield calls
+    finally:
+        NestedTensor.__torch_dispatch__ = original

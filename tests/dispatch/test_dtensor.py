@@ -624,16 +624,7 @@ CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
 }
 
 
-# --- world size 1, in this process ----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def mesh() -> Any:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield init_device_mesh("cpu", (1,))
-    finally:
-        dist.destroy_process_group()
-
-
+# --- world size 1, in this process (the mesh fixture: tests/dispatch/conftest.py) -----------------------
 @pytest.mark.parametrize("name", list(_programs(None)))  # type: ignore[arg-type]
 def test_dtensor_program_world_size_1(mesh: DeviceMesh, name: str) -> None:
     _check_program(name, _programs(mesh)[name], mesh)

@@ -12,11 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch.distributed as dist
 from dtensor_opinfo import check_dtensor_entry
 from dtensor_opinfo_known_failures import DTENSOR
 from opinfo_harness import OPS
-from torch.distributed.device_mesh import init_device_mesh
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -54,15 +52,6 @@ SELECTION = (
     # value reads
     "item", "equal",
 )
-
-
-@pytest.fixture(scope="module")
-def mesh() -> Any:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield init_device_mesh("cpu", (1,))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_selection_and_known_failures_are_op_db_entries() -> None:

@@ -12,33 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from subclass_checks import assert_same_nested, nested_jagged
-from torch.nested._internal.nested_tensor import NestedTensor
+from subclass_checks import assert_same_nested, nested_dispatch_calls, nested_jagged
 
 import jitcore
-
-
-@contextlib.contextmanager
-def _dispatch_calls() -> Iterator[list[str]]:
-    """The operators NestedTensor.__torch_dispatch__ is called with inside the block."""
-    calls: list[str] = []
-    original = NestedTensor.__dict__["__torch_dispatch__"]
-
-    def counting(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        calls.append(str(func))
-        return original.__func__(cls, func, types, args, kwargs)
-
-    NestedTensor.__torch_dispatch__ = classmethod(counting)
-    try:
-        yield calls
-    finally:
-        NestedTensor.__torch_dispatch__ = original
 
 
 def _traced(program: Callable[..., Any], make: Callable[[tuple[int, ...]], tuple]) -> jitcore.JittedFunction:
@@ -50,7 +32,7 @@ def _traced(program: Callable[..., Any], make: Callable[[tuple[int, ...]], tuple
         for i, lengths in enumerate(((2, 5), (2, 5), (4, 1, 3), (4, 1, 3))):
             args = make(lengths)
             hits = jitcore.cache_hits(jitted)
-            with _dispatch_calls() as calls:
+            with nested_dispatch_calls() as calls:
                 out = jitted(*args)
             assert_same_nested(out, program(*args))
             if i % 2:  # a warm call
@@ -155,7 +137,7 @@ def test_gradients_through_an_njt() -> None:
     for _ in range(2):
         n, w = nested_jagged((2, 5), requires_grad=True, dim=3), torch.randn(3, requires_grad=True)
         n2, w2 = n.detach().requires_grad_(True), w.detach().requires_grad_(True)
-        with _dispatch_calls() as calls:
+        with nested_dispatch_calls() as calls:
             out = jitted(n, w)
         expected = f(n2, w2)
         if jitcore.cache_hits(jitted):  # warm: autograd.Function.apply asks the output's metadata,
@@ -262,7 +244,7 @@ def test_sdpa_with_other_lengths_gives_eagers_answer() -> None:
     for i, (q_lengths, k_lengths) in enumerate((((2, 5), (3, 3)), ((2, 5), (3, 3)), ((5, 2), (3, 3)),
                                                 ((2, 5), (1, 5)))):
         q, k = _heads(q_lengths), _heads(k_lengths)
-        with _dispatch_calls() as calls:
+        with nested_dispatch_calls() as calls:
             out = jitted(q, k)
         assert_same_nested(out, f(q, k))
         assert out._offsets is q._offsets
@@ -286,7 +268,7 @@ def test_sdpa_under_grad_is_traced() -> None:
         q1, q2 = q.detach().requires_grad_(True), q.detach().requires_grad_(True)
         w1 = torch.randn(4, requires_grad=True)
         w2 = w1.detach().requires_grad_(True)
-        with _dispatch_calls() as calls:
+        with nested_dispatch_calls() as calls:
             out = jitted(q1, w1)
         expected = f(q2, w2)
         assert_same_nested(out, expected)
