@@ -58,6 +58,7 @@ __all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults"
            "only_appended_to", "reads_appended_item", "stored_into", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
+_CLEARING = frozenset({"clear"})
 _LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
 _LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"})
 # Names through which code can reach its own locals without loading them.
@@ -395,13 +396,11 @@ def _emptied_parameters(code: types.CodeType) -> frozenset[str]:
     candidates, instructions, uses = found
     emptied: set[str] = set()
     for i, names, touched in uses:
-        following = instructions[i + 1] if i + 1 < len(instructions) else None
-        loaded = instructions[i].opname in _LOADS and len(names) == 1 and following is not None
-        if loaded and following.opname in _LOOKUPS and following.argval in _APPENDING:
+        following = _after_a_load(instructions, i, names)
+        if _looks_up(following, _APPENDING):
             continue
         calls = [x for x in instructions[i + 2:i + 4] if x.opname not in _NOTHING]
-        if loaded and following.opname in _LOOKUPS and following.argval == "clear" and calls \
-                and calls[0].opname == "CALL" and calls[0].arg == 0:
+        if _looks_up(following, _CLEARING) and calls and calls[0].opname == "CALL" and calls[0].arg == 0:
             emptied |= touched
             continue
         candidates -= touched
@@ -428,8 +427,7 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
         key, subscript, lookup = (instructions[i + 1:i + 4] + [None, None, None])[:3]
         if instructions[i].opname in _LOADS and len(names) == 1 and lookup is not None \
                 and key.opname == "LOAD_CONST" and type(key.argval) in _KEYS \
-                and subscript.opname == "BINARY_SUBSCR" \
-                and lookup.opname in _LOOKUPS and lookup.argval in _APPENDING:
+                and subscript.opname == "BINARY_SUBSCR" and _looks_up(lookup, _APPENDING):
             keys[names[0]].add(key.argval)
             continue
         candidates -= touched
@@ -472,16 +470,27 @@ def _appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
     candidates, instructions, uses = found
     measured: set[str] = set()
     for i, names, touched in uses:
-        following = instructions[i + 1] if i + 1 < len(instructions) else None
-        loaded = instructions[i].opname in _LOADS and len(names) == 1 and following is not None
-        if loaded and following.opname in _LOOKUPS and following.argval in _APPENDING:
+        following = _after_a_load(instructions, i, names)
+        if _looks_up(following, _APPENDING):
             continue
-        if loaded and following.opname in _CALLS and following.arg == 1 and i >= 1 \
+        if following is not None and following.opname in _CALLS and following.arg == 1 and i >= 1 \
                 and _loads_len(instructions[i - 1]):  # ``len(log)``: MeasuredLists.bind_argument
             measured |= touched
             continue
         candidates -= touched
     return frozenset(candidates), frozenset(measured & candidates)
+
+
+def _after_a_load(instructions: list, i: int, names: tuple) -> Any:
+    """The instruction after ``instructions[i]`` where that one loads one parameter alone, else None."""
+    if instructions[i].opname in _LOADS and len(names) == 1 and i + 1 < len(instructions):
+        return instructions[i + 1]
+    return None
+
+
+def _looks_up(inst: Any, methods: frozenset[str]) -> bool:
+    """Whether ``inst`` looks one of ``methods`` up (on the value loaded before it)."""
+    return inst is not None and inst.opname in _LOOKUPS and inst.argval in methods
 
 
 def _parameter_uses(code: types.CodeType) -> tuple[set[str], list, list[tuple[int, tuple, set]]] | None:

@@ -22,17 +22,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "langctx"))
 
 import optree  # noqa: E402
 import torch  # noqa: E402
-from opinfo_harness import PASS, Outcome, is_random, sample_call, samples, seed, values_comparable  # noqa: E402
+from opinfo_harness import (  # noqa: E402
+    PASS,
+    Mismatch,
+    Outcome,
+    is_random,
+    sample_call,
+    samples,
+    seed,
+    values_comparable,
+)
+from opinfo_harness import compare as compare_plain  # noqa: E402
 from torch.distributed.device_mesh import DeviceMesh  # noqa: E402
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor  # noqa: E402
 
 import jitcore  # noqa: E402
 
 PLACEMENTS = ("replicate", "shard")
-
-
-class Mismatch(AssertionError):
-    """The jitted call disagrees with eager."""
 
 
 def distributed(tree: Any, mesh: DeviceMesh, placement: str) -> Any:
@@ -54,29 +60,24 @@ def distributed(tree: Any, mesh: DeviceMesh, placement: str) -> Any:
 
 
 def compare(expected: Any, actual: Any, *, values: bool, what: str) -> None:
-    """Same structure and leaf types; DTensors with the same placements and full tensors; tensors with
-    the same dtype, shape and (when ``values``) values; other leaves equal."""
-    e_leaves, e_spec = optree.tree_flatten(expected, none_is_leaf=True)
-    a_leaves, a_spec = optree.tree_flatten(actual, none_is_leaf=True)
-    if e_spec != a_spec:
-        raise Mismatch(f"{what}: structure {e_spec} != {a_spec}")
+    """``opinfo_harness.compare`` after each DTensor leaf is checked against the other side's (a DTensor too,
+    with the same placements and mesh) and replaced by its full tensor."""
+    e_leaves = optree.tree_leaves(expected, none_is_leaf=True)
+    a_leaves = optree.tree_leaves(actual, none_is_leaf=True)
     for i, (e, a) in enumerate(zip(e_leaves, a_leaves)):
-        if type(e) is not type(a):
-            raise Mismatch(f"{what}[{i}]: type {type(e).__name__} != {type(a).__name__}")
-        if isinstance(e, DTensor):
+        if isinstance(e, DTensor) or isinstance(a, DTensor):
+            if type(e) is not type(a):
+                raise Mismatch(f"{what}[{i}]: type {type(e).__name__} != {type(a).__name__}")
             if e.placements != a.placements or e.device_mesh != a.device_mesh:
                 raise Mismatch(f"{what}[{i}]: placements {e.placements} != {a.placements}")
-            e, a = e.full_tensor(), a.full_tensor()
-        if isinstance(e, torch.Tensor):
-            if e.dtype != a.dtype or e.shape != a.shape:
-                raise Mismatch(f"{what}[{i}]: {e.dtype}{list(e.shape)} != {a.dtype}{list(a.shape)}")
-            if values:
-                try:
-                    torch.testing.assert_close(a, e, equal_nan=True, check_stride=False, atol=1e-5, rtol=1e-4)
-                except AssertionError as err:
-                    raise Mismatch(f"{what}[{i}]: values differ: {str(err).splitlines()[0]}") from None
-        elif values and e != a and not callable(e) and not (isinstance(e, float) and e != e and a != a):
-            raise Mismatch(f"{what}[{i}]: {e!r} != {a!r}")
+    compare_plain(_full_tensors(expected), _full_tensors(actual), values=values, what=what)
+
+
+def _full_tensors(tree: Any) -> Any:
+    def full(value: Any) -> Any:
+        return value.full_tensor() if isinstance(value, DTensor) else value
+
+    return optree.tree_map(full, tree, none_is_leaf=True)
 
 
 def _call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[Any, Exception | None, list[str]]:

@@ -113,6 +113,20 @@ def check_calls_around_a_change(read: Callable[[], Any], change: Callable[[], No
     assert jitcore.cache_hits(jf) >= 2
 
 
+def six_calls(source: str, namespace: dict, change: str | None, jit: bool) -> tuple[list, Any]:
+    """Six calls ``f(torch.full((2,), step))`` of the program ``source`` (defining ``f`` and its global
+    state, executed in ``namespace``), jitted where ``jit``, ``change`` executed there before the fourth
+    call: the results and the callable."""
+    exec(source, namespace)  # noqa: S102
+    fn = jitcore.jit(namespace["f"]) if jit else namespace["f"]
+    results = []
+    for step in range(6):
+        if step == 3 and change:
+            exec(change, namespace)  # noqa: S102
+        results.append(fn(torch.full((2,), float(step))))
+    return results, fn
+
+
 def check_eager_entry(fn: Callable[..., Any], *args: Any, error: type[BaseException], match: str) -> Any:
     """A call jitcore cannot trace runs eagerly (Note [Eager entries], jitcore/jit/api.py): equal to
     eager with one warning, the second call answered by the eager entry without interpreting. With

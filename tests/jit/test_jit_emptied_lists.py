@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from jit_helpers import assert_same
+from jit_helpers import assert_same, six_calls
 
 import jitcore
 
@@ -33,13 +33,8 @@ _PROGRAMS = {  # name: (the global's first value, the body, a change the caller 
 def _run(first: str, body: str, change: str | None, jit: bool) -> tuple[list, str, Any]:
     """Six calls of a program over a global list ``L``: the results, the list after, the callable."""
     namespace: dict = {"torch": torch}
-    exec(f"L = {first}\nM = []\ndef f(x):\n    y = x * 2\n    {body}\n    return y\n", namespace)  # noqa: S102
-    fn = jitcore.jit(namespace["f"]) if jit else namespace["f"]
-    results = []
-    for step in range(6):
-        if step == 3 and change:
-            exec(change, namespace)  # noqa: S102
-        results.append(fn(torch.full((2,), float(step))))
+    source = f"L = {first}\nM = []\ndef f(x):\n    y = x * 2\n    {body}\n    return y\n"
+    results, fn = six_calls(source, namespace, change, jit)
     return results, repr(namespace["L"]), fn
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from jit_helpers import assert_same, check_calls_around_a_change
+from jit_helpers import assert_same, check_calls_around_a_change, six_calls
 
 import jitcore
 
@@ -175,13 +175,8 @@ _BUFFER_READS = {  # the same, reading the buffer too: its items are guarded as 
 def _run_buffer_program(first: str, body: str, change: str | None, jit: bool) -> tuple[list, list, Any]:
     """Six calls of a program over a global buffer ``BUF``: the results, the buffer after, the callable."""
     namespace = {"array": array, "math": math}
-    exec(f"BUF = {first}\ndef f(x):\n    y = x * 2\n    {body}\n    return y\n", namespace)  # noqa: S102
-    fn = jitcore.jit(namespace["f"]) if jit else namespace["f"]
-    results = []
-    for step in range(6):
-        if step == 3 and change:
-            exec(change, namespace)  # noqa: S102
-        results.append(fn(torch.full((2,), float(step))))
+    source = f"BUF = {first}\ndef f(x):\n    y = x * 2\n    {body}\n    return y\n"
+    results, fn = six_calls(source, namespace, change, jit)
     return results, namespace["BUF"].tobytes() if type(namespace["BUF"]) is array.array \
         else bytes(namespace["BUF"]), fn
 
