@@ -39,6 +39,7 @@ from jitcore.interpreter.protocols import (
     has_python_index,
     index,
     is_python_sequence,
+    iter_with_callers_error,
     length,
     next_value,
     sequence_items,
@@ -285,8 +286,9 @@ def list_sort(self: list, /, *, key: object = None, reverse: bool = False) -> No
 def reduce_(fn: object, *args: object) -> object:
     """functools.reduce() whose function is interpreted, over its iterable as ``for`` steps it."""
     run = active_run()
-    if args:
-        args = (native_iterable(run, args[0]), *args[1:])
+    if args:  # Note [A TypeError of iter() replaced by the caller's] (protocols.py)
+        message = "reduce() arg 2 must support iteration"
+        args = (iter_with_callers_error(native_iterable, run, args[0], message), *args[1:])
     return functools.reduce(through(run, fn), *args)
 
 

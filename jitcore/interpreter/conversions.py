@@ -32,6 +32,7 @@ from jitcore.interpreter.protocols import (
     get_item,
     has_python_index,
     index,
+    iter_with_callers_error,
     ssize_index,
     to_repr,
     truth,
@@ -144,9 +145,9 @@ def _is_buffer(v: object) -> bool:
     return issubclass(type(v), _BUFFERS) or (sys.version_info >= (3, 12) and hasattr(type(v), "__buffer__"))
 
 
-def _byte_source(run: Run, v: object) -> object:
-    """What ``bytes(v)``/``bytearray(v)`` read of ``v`` past ``__bytes__``: its Python ``__index__`` (a
-    size), a buffer as it is, else its items as the ``for`` statement steps them.
+def _byte_source(run: Run, v: object, target: type) -> object:
+    """What ``bytes(v)``/``bytearray(v)`` (``target``) read of ``v`` past ``__bytes__``: its Python
+    ``__index__`` (a size), a buffer as it is, else its items as the ``for`` statement steps them.
 
     Note [bytes() past an __index__ raising TypeError]: CPython's bytes_new and bytearray___init__ ask
     ``PyNumber_AsSsize_t`` for a size and, when that raises a TypeError (``__index__`` raising it, or
@@ -160,7 +161,11 @@ def _byte_source(run: Run, v: object) -> object:
             return ssize_index(run, v, OverflowError)  # Note [An index too large names its own type]
         except TypeError:
             pass  # cleared, as PyErr_Clear: what follows is not chained to it
-    return v if _is_buffer(v) else native_iterable(run, v)
+    if _is_buffer(v):
+        return v
+    # Note [A TypeError of iter() replaced by the caller's] (protocols.py)
+    return iter_with_callers_error(native_iterable, run, v,
+                                   f"cannot convert '{type(v).__name__}' object to {target.__name__}")
 
 
 def bytes_(*args: object, **kwargs: object) -> bytes:
@@ -174,14 +179,14 @@ def bytes_(*args: object, **kwargs: object) -> bytes:
         if not isinstance(result, bytes):
             raise TypeError(f"__bytes__ returned non-bytes (type {type(result).__name__})")
         return result
-    return _builtin(bytes, _byte_source(run, args[0]))
+    return _builtin(bytes, _byte_source(run, args[0], bytes))
 
 
 def bytearray_(*args: object, **kwargs: object) -> bytearray:
     """bytearray() with a Python ``__index__`` or ``__iter__`` of its one argument interpreted."""
     if len(args) != 1 or kwargs or type(args[0]) in NATIVE_TYPES:
         return _builtin(bytearray, *args, **kwargs)
-    return _builtin(bytearray, _byte_source(active_run(), args[0]))
+    return _builtin(bytearray, _byte_source(active_run(), args[0], bytearray))
 
 
 def fromkeys_(*args: object) -> dict:

@@ -26,7 +26,12 @@ from types import FunctionType
 from jitcore.interpreter.callbacks import active_run, native_iterable, through, with_length_hint
 from jitcore.interpreter.calls import opaque
 from jitcore.interpreter.hashed_inserts import keyed_iterable_call
-from jitcore.interpreter.protocols import NATIVE_ITERATORS, NATIVE_TYPES, is_python_sequence
+from jitcore.interpreter.protocols import (
+    NATIVE_ITERATORS,
+    NATIVE_TYPES,
+    is_python_sequence,
+    iter_with_callers_error,
+)
 
 __all__ = ["iterating_lookasides"]
 
@@ -117,11 +122,29 @@ def _stepped(run: object, fn: object, iterable: object) -> object:
     if fn in _LAZY:
         return _when_reached(run, iterable) if _steps_python(iterable) \
             else iterable
-    it = with_length_hint(iterable) if fn in _HINTED else native_iterable(run, iterable)
-    if fn is str.join and type(it) not in (list, tuple):  # the jit's text items (a map() of them)
-        return list(it)
-    return list(it) if fn in _JOINS and it is not iterable else it  # a bytearray a misbehaving
-    # iterator resizes mid-join raises BufferError, as eagerly: the iterator is C's to step
+    if fn in _JOINS:
+        return _joined(run, fn, iterable)
+    return with_length_hint(iterable) if fn in _HINTED else native_iterable(run, iterable)
+
+
+def _joined(run: object, fn: object, iterable: object) -> object:
+    """What a join gets: a list of the items, or the iterable as it is where C steps it.
+
+    A bytearray a misbehaving iterator resizes mid-join raises BufferError, as eagerly: a native iterable
+    is C's to step. PySequence_Fast replaces the TypeError of ``iter()`` by "can only join an iterable"
+    (Note [A TypeError of iter() replaced by the caller's], protocols.py)."""
+    it = iter_with_callers_error(native_iterable, run, iterable, _NOT_JOINABLE)
+    if it is iterable and (fn is not str.join or type(it) in (list, tuple)):
+        return it
+    # (str.join: the jit's text items, a map() of them, made into a list the hooks see)
+    return list(iter_with_callers_error(_iter, run, it, _NOT_JOINABLE))
+
+
+_NOT_JOINABLE = "can only join an iterable"
+
+
+def _iter(run: object, iterable: object) -> object:
+    return iter(iterable)
 
 
 def _steps_python(iterable: object) -> bool:

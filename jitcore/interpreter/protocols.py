@@ -27,6 +27,8 @@ from jitcore.interpreter.attributes import claims_a_class, stood_for_owner
 from jitcore.interpreter.calls import call, looked_up
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from jitcore.interpreter.run import Run
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "has_python_index",
     "index",
     "is_python_sequence",
+    "iter_with_callers_error",
     "length",
     "next_value",
     "sequence_items",
@@ -354,7 +357,8 @@ def contains(run: Run, container: object, item: object) -> bool:
         if _is_py(f):
             return truth(run, call(run, f, (container, item), None))
         if f is None and not hasattr(t, "__contains__") and _python_iteration(t):
-            it = get_iter(run, container)
+            it = iter_with_callers_error(get_iter, run, container,
+                                         f"argument of type '{t.__name__}' is not iterable")
             while (value := next_value(run, it)) is not EXHAUSTED:
                 if value is item or truth(run, compare_op(run, "==", value, item)):
                     return True
@@ -411,6 +415,26 @@ def get_iter(run: Run, v: object) -> object:
         if is_python_sequence(v):
             return iter(sequence_items(run, v))
     return iter(v)
+
+
+def iter_with_callers_error(get: Callable[[Run, object], object], run: Run, v: object,
+                            message: str) -> object:
+    """``get(run, v)`` (``get_iter`` or ``callbacks.native_iterable``) for a C caller of ``PyObject_GetIter``
+    that replaces the TypeError it raises by TypeError(message).
+
+    Note [A TypeError of iter() replaced by the caller's]: several C callers clear the TypeError of
+    ``PyObject_GetIter`` (``v`` not iterable, its Python ``__iter__`` raising one or returning a
+    non-iterator) and raise their own: ``str``/``bytes``/``bytearray.join`` (PySequence_Fast's "can only
+    join an iterable"), ``bytes()``/``bytearray()`` ("cannot convert 'C' object to bytes"),
+    ``functools.reduce`` ("reduce() arg 2 must support iteration") and ``in`` over a class without
+    ``__contains__`` (_PySequence_IterSearch's "argument of type 'C' is not iterable"). The replaced error is
+    discarded (PyErr_Format), so the new one is not chained to it; any other exception propagates as it is,
+    and one raised later, by a step of the iterator, is not replaced."""
+    try:
+        return get(run, v)
+    except TypeError:
+        pass  # discarded, as C clears it: what follows is not chained to it
+    raise TypeError(message)
 
 
 # Note [The sequence protocol, interpreted]
