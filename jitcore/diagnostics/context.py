@@ -28,7 +28,8 @@ class ErrorContext:
             the backward, raised again by ``backward()``), ``"backward-internal"`` (one jitcore's
             own code raised then, kept as a JC-I002 error) or ``"eager"`` (the call ran eagerly
             because tracing it raised: Note [A program that raises], jit/eager_entries.py) or
-            ``"eager-after-computation"`` (because its computation raised: jit/raising_calls.py).
+            ``"eager-after-computation"`` (because its computation raised: jit/raising_calls.py) or
+            ``"eager-raising-entry"`` (a raising entry accepted it: jit/raising_entries.py).
         label: what was jitted (``model``, ``module Net``); '' until the jit's boundary fills it.
         entry: the cache entry being run, when known (an existing entry's number, as ``repr(jfn)``
             and ``explain`` count them).
@@ -54,8 +55,10 @@ class ErrorContext:
         return replace(self, label=label, entry=entry)
 
     def with_attempt(self, label: str, attempt: int) -> ErrorContext:
-        """The context of an error while tracing: which trace of ``label`` (1 for the first) failed."""
-        return replace(self, label=label, attempt=attempt, entry=None)
+        """The context of an error while tracing: which trace of ``label`` (1 for the first) failed (a
+        raising entry's call keeps its entry's number: it exists)."""
+        entry = self.entry if self.phase == "eager-raising-entry" else None
+        return replace(self, label=label, attempt=attempt, entry=entry)
 
     def note(self) -> str:
         """The PEP 678 note: what jitcore was doing when the error arose (one line), then hints.
@@ -83,7 +86,12 @@ class ErrorContext:
         elif self.phase == "eager":
             text = (
                 f"jitcore: raised while running {self.label} eagerly: tracing this call raised, so it ran "
-                "as eager runs it, effects included (the next call traces again)"
+                "as eager runs it, effects included"
+            )
+        elif self.phase == "eager-raising-entry":  # Note [Raising entries] (jit/raising_entries.py)
+            text = (
+                f"jitcore: raised while running {what} eagerly: tracing a call like it raised, so calls "
+                "like it run as eager runs them, effects included, until one returns"
             )
         elif self.phase == "eager-after-computation":  # Note [Effects of a raising call]
             text = (

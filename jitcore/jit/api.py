@@ -52,6 +52,7 @@ from jitcore.jit.eager_entries import Eager, eager_call
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
 from jitcore.jit.raising_calls import ComputationRaised
+from jitcore.jit.raising_entries import past_the_limit, raising_entry
 from jitcore.jit.read_resume import Resumable, Resumption, resumption, run_resumed
 from jitcore.jit.read_rollback import nondeterministic_read
 from jitcore.jit.run_modes import runs_torch_function, runs_without_grad, without_grad, without_torch_function
@@ -252,9 +253,9 @@ class JittedFunction:
             else:
                 outcome, traced = self._trace(args, kwargs, layout_changed), None
             if isinstance(outcome, Eager) and outcome.program_raised:  # Note [A program that raises]
-                after = eager_entries.after_raise(self.fn, outcome.reason, self._label, self.misses,
-                                                  result_expected=outcome.result_expected)
-                return after(*args, **kwargs)
+                return self._raised(outcome, args, kwargs, reasons)
+            if isinstance(outcome, Eager) and outcome.maybe_programs:  # Note [Raising entries]
+                return self._eagerly_or_raising(outcome, args, kwargs, reasons)
             if isinstance(outcome, Eager) and outcome.this_call_only:  # a lazy module's first call
                 return self.fn(*args, **kwargs)
             if isinstance(outcome, Eager) and outcome.from_now_on:
@@ -264,14 +265,7 @@ class JittedFunction:
                 )
                 return self.fn(*args, **kwargs)
             entry = self._eager_entry(outcome.reason, traced) if isinstance(outcome, Eager) else outcome
-            if len(self._cache) >= self.cache_limit:
-                warnings.warn(
-                    f"jitcore: {self._label} reached its cache limit of {self.cache_limit} entries; "
-                    "the oldest entry is evicted (raise cache_limit= to keep more)",
-                    stacklevel=3,
-                )
-            self._cache.add(entry, args, limit=self.cache_limit, any_shape=shapes.is_symbolic(entry.prologue))
-            entry_added(self, entry, reasons)
+            self._add(entry, args, reasons)
         if entry.eager_reason is not None:  # FSDP2's units run jitted (Note [FSDP2: hooks eager, ...])
             return eager_call(entry.eager_reason, self.fn, self._options)(*args, **kwargs)
         # the jit's own reads (a size input's ``x.shape[0]``) run no subclass code, as in the prologue
@@ -292,6 +286,70 @@ class JittedFunction:
         if result is MISS:  # for this call (its writes and draws were undone), run after the handler
             return self.fn(*args, **kwargs)  # Note [No pass inside an except block]
         return result if entry.effects is None else entry.effects.finish(args, kwargs, result, taken)
+
+    def _add(self, entry: CacheEntry, args: tuple, reasons: list[MissReason]) -> None:
+        """File the new ``entry`` (evicting the oldest past the cache limit, with a warning) and log it."""
+        if len(self._cache) >= self.cache_limit:
+            warnings.warn(
+                f"jitcore: {self._label} reached its cache limit of {self.cache_limit} entries; "
+                "the oldest entry is evicted (raise cache_limit= to keep more)",
+                stacklevel=4,
+            )
+        self._cache.add(entry, args, limit=self.cache_limit, any_shape=shapes.is_symbolic(entry.prologue))
+        entry_added(self, entry, reasons)
+
+    def _raised(self, outcome: Eager, args: tuple, kwargs: dict, reasons: list[MissReason]) -> Any:
+        """The call whose pass stopped on the program's own exception (Note [A program that raises],
+        jit/eager_entries.py): a raising entry kept for calls like it (Note [Raising entries],
+        jit/raising_entries.py), then the pass's exception raised, or the call run eagerly."""
+        entry = None
+        if outcome.kept:
+            traced = self.last_prologue if self.last_prologue is not None else Prologue()
+            entry = raising_entry(self.misses, traced, outcome, self.fn, outcome.reason,
+                                  self._label, raised=self._count_hit, returned=self._drop)
+            self._add_raising(entry, args, reasons)
+        if outcome.reraise:
+            raise outcome.reason  # outside the pass's except block: Note [No pass inside an except block]
+        after = eager_entries.after_raise(self.fn, outcome.reason, self._label, self.misses,
+                                          result_expected=outcome.result_expected)
+        result = after(*args, **kwargs)
+        if entry is not None:
+            self._drop(entry)
+        return result
+
+    def _eagerly_or_raising(self, outcome: Eager, args: tuple, kwargs: dict,
+                            reasons: list[MissReason]) -> Any:
+        """The call run eagerly, its pass having stopped on an error that may be the program's own: where
+        eager raises one of that error's type, a raising entry is kept for calls like it (no warning: the
+        program raises), else an eager entry (Note [Raising entries], jit/raising_entries.py)."""
+        try:
+            result = eager_call(outcome.reason, self.fn, self._options)(*args, **kwargs)
+        except Exception as exc:
+            stopped = outcome.reason.__cause__
+            if type(exc) is type(stopped):
+                traced = self.last_prologue if self.last_prologue is not None else Prologue()
+                self._add_raising(raising_entry(self.misses, traced, outcome, self.fn, exc,
+                                                self._label, raised=self._count_hit, returned=self._drop),
+                                  args, reasons)
+            else:
+                self._add(self._eager_entry(outcome.reason), args, reasons)
+            raise
+        self._add(self._eager_entry(outcome.reason), args, reasons)
+        return result
+
+    def _add_raising(self, entry: CacheEntry, args: tuple, reasons: list[MissReason]) -> None:
+        """File a raising entry, first taking out the oldest past the limit (Note [Raising entries])."""
+        for old in past_the_limit(self._cache.newest_first):
+            self._cache.remove(old)
+        self._add(entry, args, reasons)
+
+    def _count_hit(self) -> None:
+        self.hits += 1
+
+    def _drop(self, entry: CacheEntry) -> None:
+        """Take a raising entry out of the cache (Note [Raising entries], jit/raising_entries.py)."""
+        with self._lock:
+            self._cache.remove(entry)
 
     def _eagerly_after(self, raised: ComputationRaised, args: tuple, kwargs: dict) -> Any:
         """The call, run eagerly after its computation raised and undid its changes (Note [Effects of a
@@ -340,17 +398,21 @@ class JittedFunction:
             static_shapes(self, number, str(exc))
         except Exception as exc:  # Note [Eager entries]
             outcome = self._decide(exc, tracing_pass)
-            if outcome is None:
+            if outcome is None or outcome.reraise:  # a raising entry is kept where the pass raised only
                 raise
-            return outcome
+            return replace(outcome, kept=False)
         return self._trace(args, kwargs, shape_changed)  # Note [No pass inside an except block]
 
     def _decide(self, error: Exception, tracing_pass: Pass) -> Eager | None:
         """Whether the pass that ``error`` stopped runs eagerly (jit/eager_entries.py), or None: raised."""
-        return eager_entries.decide(error, tracing_pass.context.values, fullgraph=self.fullgraph,
+        outcome = eager_entries.decide(error, tracing_pass.context.values, fullgraph=self.fullgraph,
                                     fallback=self.fallback, effects_made=tracing_pass.raised_after_effects,
                                     handlers_skipped=tracing_pass.reruns_on_raise,
                                     seen=(self._shapes.seen, tracing_pass.provenance.inputs))
+        if outcome is not None and (outcome.program_raised or outcome.maybe_programs):  # Note [Raising
+            outcome = replace(outcome, tensor_guards=tuple(tracing_pass.provenance.bound_tensor_guards()),
+                              written=tracing_pass.raised_writes)
+        return outcome  # entries], jit/raising_entries.py
 
     def _compile(self, number: int, program: TracedProgram) -> CacheEntry:
         """The stages after interpretation: grad, flatten, executors, prologue; the new cache entry."""

@@ -30,6 +30,7 @@ from jitcore.errors import (
 )
 from jitcore.interpreter.errors import JitcoreInterpreterError, UnsupportedConstruct
 from jitcore.jit.fsdp_units import eager_call  # how an eager entry runs its function
+from jitcore.jit.outputs import escaped
 from jitcore.numpy.errors import UnsupportedNumPyError
 
 __all__ = ["Eager", "RULES", "after_raise", "decide", "eager_call", "whatever_the_sizes"]
@@ -46,10 +47,20 @@ class Eager:
         this_call_only: this call runs eagerly and adds no entry; the next call traces again (a lazy
             module's first call, which makes its parameters).
         program_raised: the pass stopped on an exception not of jitcore's own (Note [A program that
-            raises]); this call runs eagerly (``this_call_only``), which raises eager's exception.
+            raises]): a raising entry is kept (``kept``: Note [Raising entries], jit/raising_entries.py);
+            this call runs eagerly, which raises eager's exception, or, ``reraise``, raises the pass's.
         result_expected: with ``program_raised``, eager may return where the pass raised: a handler that
             may catch an error the values decide was passed over (Note [Handlers a raising computation
             skips], jit/caught_errors.py).
+        reraise: with ``program_raised``, the pass made no effect eager keeps: its exception is raised.
+        kept: with ``program_raised``, a raising entry is kept (not under ``fullgraph=True``).
+        maybe_programs: the error may be the program's own (a DTensor program's, Note [DTensor programs
+            jitcore cannot trace]): where this call's eager run raises an exception of its type, a raising
+            entry is kept instead of the eager entry, without a warning (Note [Raising entries]).
+        tensor_guards: with ``program_raised`` or ``maybe_programs``, the guards of the tensor inputs the
+            stopped pass had bound, which a raising entry adds to the pass's (a pass adds them at its end).
+        written: with ``program_raised``, the paths of the objects the stopped pass wrote: a raising entry
+            leaves out the guards on them (Note [Raising entries]).
     """
 
     reason: BaseException
@@ -57,6 +68,11 @@ class Eager:
     this_call_only: bool = False
     program_raised: bool = False
     result_expected: bool = False
+    reraise: bool = False
+    kept: bool = False
+    maybe_programs: bool = False
+    tensor_guards: tuple = ()
+    written: frozenset = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +116,12 @@ def _dtensor_program(error: Exception, values: Any, options: Options) -> Eager |
     raises]."""
     reason = untraced(error, values)
     if reason is not None:
-        return Eager(reason)
-    if not (options.effects_made or options.handlers_skipped) \
-            or isinstance(error, (JitcoreError, JitcoreInterpreterError)):
+        return Eager(reason, maybe_programs=True)
+    if isinstance(error, (JitcoreError, JitcoreInterpreterError)):
         return None
-    return Eager(error, this_call_only=True, program_raised=True, result_expected=options.handlers_skipped)
+    eagerly = options.effects_made or options.handlers_skipped or _carries_traced_values(error)
+    return Eager(error, this_call_only=eagerly, program_raised=True, result_expected=options.handlers_skipped,
+                 reraise=not eagerly, kept=not options.fullgraph)
 
 
 # Note [A program that raises]
@@ -116,12 +133,23 @@ def _dtensor_program(error: Exception, values: Any, options: Options) -> Eager |
 # program that appends to a global list and then raises `f"{len(LOG)}"` gave "1" each time and an
 # empty list, where eager gives "3" and three items. So where the pass had made such effects
 # (``Pass._made_effects``: a diff of the reached objects, prints, in-place, random or global-state
-# records, generator draws), the call runs eagerly instead and adds no entry: eager's effects, eager's
-# exception with eager's traceback and a note; the next call traces again. An eager run that returns
-# where the pass raised means the pass was wrong (a jitcore bug): the call still answers as eager, and
-# a warning says so (jit/api.py). A pass that made none raises the exception it stopped on, with
+# records, generator draws), the call runs eagerly instead: eager's effects, eager's exception with
+# eager's traceback and a note. An eager run that returns where the pass raised means the pass was
+# wrong (a jitcore bug): the call still answers as eager, a warning says so (jit/api.py), and the
+# next call traces again. A pass that made none raises the exception it stopped on, with
 # jitcore's note naming the op being recorded: nothing was lost, and the message was computed from
-# the state eager sees. jitcore's own errors (JitcoreError, the interpreter's) are raised as they are.
+# the state eager sees (an exception that holds a traced value, ``raise ValueError(x * 2)``, runs the
+# call eagerly too: it would hold the pass's proxy). jitcore's own errors (JitcoreError, the
+# interpreter's) are raised as they are.
+# Either way the call keeps a raising entry (Note [Raising entries], jit/raising_entries.py): calls like
+# it run eagerly instead of tracing again, each to fail at the same place.
+
+
+def _carries_traced_values(error: Exception) -> bool:
+    """Whether ``error`` holds a traced value (``raise ValueError(x * 2)``: a proxy in its arguments or
+    attributes): raised, it would show the pass's proxy where eager's holds a tensor (Note [A program
+    that raises])."""
+    return escaped((error.args, getattr(error, "__dict__", None))) is not None
 
 
 UNRECORDABLE = (DataDependentError, UnsupportedOperationError, UnsupportedNumPyError, UnsupportedConstruct)

@@ -122,6 +122,7 @@ __all__ = ["Pass", "TracedProgram"]
 
 # Records whose effect eager keeps although the program raises later (Note [A program that raises]).
 _KEPT_BY_EAGER = frozenset({"inplace", "random", "global_state", "backward"})
+_NOT_WRITES = frozenset({"print", "log", "warn"})  # effects that change no reached object's state
 
 
 class Pass(StateReads):
@@ -161,6 +162,7 @@ class Pass(StateReads):
                                 read_numbers=read_numbers)  # ShapePolicy.read_number, in symbolic ones
         self.per_call = PerCallReads(self.context, self.reads.check_predicate)  # jit/nondeterministic.py
         self.raised_after_effects = False  # the program raised after making effects eager keeps
+        self.raised_writes: frozenset = frozenset()  # then, the paths of the objects it wrote
         self.reruns_on_raise = False  # Note [Handlers a raising computation skips] (jit/caught_errors.py)
         self.absent_globals: dict[int, tuple[dict, set[str]]] = {}  # Note [Builtins read again]
         self.snapshots = StateSnapshots()
@@ -266,15 +268,16 @@ class Pass(StateReads):
     def _made_effects(self) -> bool:
         """Whether the program, stopped by an exception, made what eager keeps when it raises: writes to
         the objects it reached, prints, in-place tensor writes, draws from a generator, changes of
-        torch's state (Note [A program that raises], jit/eager_entries.py). Said True when unsure."""
-        if self.prints.effects or self.per_call.drew or self.pending_keys.has_pushes():
-            return True
-        if any(b.symbol.tags & _KEPT_BY_EAGER for b in self.trace.bound_symbols):
-            return True
+        torch's state (Note [A program that raises], jit/eager_entries.py). Said True when unsure. The
+        paths of the objects it wrote are kept (``raised_writes``: Note [Raising entries])."""
         try:
-            return bool(self.snapshots.effects())
+            effects = self.snapshots.effects()
         except Exception:  # noqa: BLE001 - the diff itself failed: assume the worst
             return True
+        self.raised_writes = frozenset(e.path for e in effects if e.kind not in _NOT_WRITES)
+        if self.prints.effects or self.per_call.drew or self.pending_keys.has_pushes():
+            return True
+        return bool(effects) or any(b.symbol.tags & _KEPT_BY_EAGER for b in self.trace.bound_symbols)
 
     def _refuse_escapes(self, output: Any, caller_values: tuple) -> None:
         """Note [Nothing traced escapes]: a proxy or a shadow must never reach the caller. Outputs are

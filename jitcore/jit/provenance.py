@@ -717,6 +717,18 @@ class Provenance(TensorBinding, HeldCounters):
             if len(by_type[t]) > 1:
                 self.guard(by_type[t][0], "distinct", tuple(by_type[t]))
 
+    def bound_tensor_guards(self) -> list[Guard]:
+        """The guards ``finish`` would add for the tensor inputs bound so far, without their layouts: a
+        stopped pass's, for its raising entry (Note [Raising entries], jit/raising_entries.py). The
+        builder is left as it is."""
+        guards = []
+        for path, proxy, tensor in self.inputs:
+            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [Reading the caller's tensors]
+                spec = TensorSpec.of(tensor, with_strides=False, with_offset=False,
+                                     traced=self.bound_layouts.get(id(proxy)))
+            guards.append(Guard(path, "tensor", spec))
+        return guards
+
     def finish(self, *, with_strides: bool, written: frozenset[Path] = frozenset()) -> None:
         """Add the tensor guards (now that it is known whether strides were relied on: asked for by
         the program, ``with_strides``, or relied on by a recorded aten op, jitcore/langctx/layout.py),

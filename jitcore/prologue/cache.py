@@ -107,6 +107,20 @@ class EntryCache:
         entries = entries[: max(limit, 1)]
         for old in evicted:
             keys.pop(id(old), None)
+        self._file(entries, keys)
+        return evicted
+
+    def remove(self, entry: Any) -> None:
+        """Take ``entry`` out of the cache (a raising entry whose call returned: jit/raising_entries.py);
+        nothing when it is gone already. Callers serialise calls of ``remove`` and ``add``."""
+        if not any(e is entry for e in self.newest_first):
+            return
+        keys = dict(self._keys)
+        keys.pop(id(entry), None)
+        self._file(tuple(e for e in self.newest_first if e is not entry), keys)
+
+    def _file(self, entries: tuple, keys: dict[int, Hashable]) -> None:
+        """Make ``entries`` (newest first, each filed under ``keys[id(entry)]``) the cache's."""
         buckets = None
         anywhere = tuple(e for e in entries if keys[id(e)] is _ANYWHERE)
         if len(entries) > SCAN_LIMIT:
@@ -121,7 +135,6 @@ class EntryCache:
         # from newest_first for longer than this assignment pair.
         self.buckets = buckets
         self.newest_first = entries
-        return evicted
 
     def __len__(self) -> int:
         return len(self.newest_first)
