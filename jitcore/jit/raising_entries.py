@@ -25,7 +25,13 @@ RAISING_LIMIT = 8  # raising entries kept per jitted function: Note [Raising ent
 
 
 class RaisedWhenTraced(Exception):  # noqa: N818 - a reason shown by explain, never raised
-    """Why a raising entry's calls run eagerly; its ``__cause__`` is the exception that stopped the pass."""
+    """Why a raising entry's calls run eagerly: the text of the exception that stopped the pass."""
+
+
+# Note [What a raising entry keeps]
+# The exception that stopped the pass holds its traceback, whose frames hold the pass: its interpreter
+# frames, traces, proxies and shadow tensors (a model's worth, for a model's forward). An entry kept for
+# as long as the function lives keeps only that exception's text (its reason) and its guards.
 
 
 # Note [Raising entries]
@@ -61,7 +67,7 @@ def raising_entry(number: int, traced: Prologue | PrologueBuilder, outcome: Eage
         traced: the stopped pass's prologue (a builder while it ran).
         outcome: the pass's outcome (jit/eager_entries.py): its ``tensor_guards`` and ``written``.
         fn: what a call it accepts runs (the function, eagerly).
-        error: the exception that stopped the pass (the entry's reason's cause).
+        error: the exception that stopped the pass (its text is the entry's reason).
         label: the jitted function's label, for the prologue's header.
         raised: called when a call it accepts raises (the jit counts a hit).
         returned: called with the entry when a call it accepts returns (the jit takes it out).
@@ -75,8 +81,7 @@ def raising_entry(number: int, traced: Prologue | PrologueBuilder, outcome: Eage
         "(the calls it accepts run eagerly; one that returns drops it)"])
     check = prologue.compile(_accept)
     reason = RaisedWhenTraced(f"tracing a call like it raised {type(error).__name__}: {error} "
-                              "(a call that returns drops this entry)")
-    reason.__cause__ = error
+                              "(a call that returns drops this entry)")  # not the error: Note [What a ...]
     entry = CacheEntry(number, prologue, [], not_compiled, not_compiled, eager_reason=reason)
 
     def cached_call(args: tuple, kwargs: dict) -> Any:
