@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from jitcore.proxies.dtensor_unflatten import dtensor_unflatten
 from jitcore.proxies.tensor import TensorProxy
 
 __all__ = [
@@ -184,7 +185,7 @@ def tensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any
         if type(ctx) is WithConstants:
             ctx, constants = ctx
             inner = {**inner, **dict(constants)}
-        out = cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)
+        out = dtensor_unflatten(cls, inner, ctx, outer_size, outer_stride)
         if type(out) is not cls and isinstance(out, torch.Tensor) and issubclass(cls, type(out)):
             with contextlib.suppress(TypeError):  # Note [An inherited __tensor_unflatten__]
                 out.__class__ = cls  # (a derived class with slots of its own keeps the base's value)

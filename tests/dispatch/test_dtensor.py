@@ -12,8 +12,6 @@ processes on 127.0.0.1 inside the test and always ends them.
 from __future__ import annotations
 
 import copy
-import os
-import socket
 import sys
 import traceback
 import warnings
@@ -23,12 +21,13 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from dtensor_opinfo import world_size_2_failures
 from torch import nn
 from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from world_size_2 import run_at_world_size_2
 
 import jitcore
 from jitcore.errors import EagerOnlyValue
@@ -663,54 +662,23 @@ def test_dtensor_sharding_propagation_is_not_traced(mesh: DeviceMesh) -> None:
     assert computation.count("torch.ops.aten.") == 1 and "aten.index_copy.default" in computation, computation
 
 
-# --- world size 2: two processes on 127.0.0.1 ------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# --- world size 2: two processes on 127.0.0.1 (tests/dispatch/world_size_2.py) ----------------------
+def _check_op_db_entries(mesh: DeviceMesh) -> None:
+    """Some of torch's OpInfo entries (tests/dispatch/dtensor_opinfo.py ``WORLD_SIZE_2``) at world size 2."""
+    failures = world_size_2_failures(mesh)
+    assert not failures, failures
 
 
-def _rank(rank: int, world_size: int, port: int, failures: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    try:
-        mesh = init_device_mesh("cpu", (world_size,))
-        checks = {**{f"program {n}": (lambda m, n=n, p=p: _check_program(n, p, m))
-                     for n, p in _programs(mesh).items()}, **CHECKS}
-        for name, check in checks.items():
-            try:
-                check(mesh)
-            except Exception as exc:  # noqa: BLE001 - reported to the parent
-                where = traceback.extract_tb(exc.__traceback__)[-1]
-                failures.put(f"rank {rank} {name}: {type(exc).__name__}: {exc} (line {where.lineno})")
-    finally:
-        dist.destroy_process_group()
-    # The checks are done and reported. On CPython 3.13 the interpreter's teardown of torch's C++ state
-    # in a spawned gloo rank aborts now and then ("terminate called without an active exception", exit
-    # code -6; seen on main before this session's changes too, with no Python thread left but the main
-    # one), so the rank flushes its reports and leaves without that teardown.
-    failures.close()
-    failures.join_thread()
-    os._exit(0)
+def _all_checks(mesh: DeviceMesh, report: Callable[[str], None]) -> None:
+    checks = {**{f"program {n}": (lambda m, n=n, p=p: _check_program(n, p, m))
+                 for n, p in _programs(mesh).items()}, **CHECKS, "op_db entries": _check_op_db_entries}
+    for name, check in checks.items():
+        try:
+            check(mesh)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            report(f"{name}: {type(exc).__name__}: {exc} (line {where.lineno})")
 
 
 def test_dtensor_world_size_2() -> None:
-    context = mp.get_context("spawn")
-    failures = context.Queue()
-    port = _free_port()
-    processes = [context.Process(target=_rank, args=(rank, 2, port, failures)) for rank in range(2)]
-    for p in processes:
-        p.start()
-    try:
-        for p in processes:
-            p.join(timeout=400)
-    finally:
-        for p in processes:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    found = []
-    while not failures.empty():
-        found.append(failures.get())
-    assert found == []
-    assert [p.exitcode for p in processes] == [0, 0]
+    assert run_at_world_size_2(_all_checks) == []

@@ -3,8 +3,9 @@
 value reads), each entry's first float32 sample as DTensors on a world-size-1 mesh in this process
 (``Replicate()`` and ``Shard(0)``), eagerly and jitted, compared by tests/dispatch/dtensor_opinfo.py.
 Entries that do not pass are listed with their reason in ``dtensor_opinfo_known_failures.DTENSOR``; a
-listed entry must still fail. The whole database (two samples per entry) is swept by hand; its result
-is in docs/subclasses.md, "DTensor".
+listed entry must still fail. At world size 2, ``dtensor_opinfo.WORLD_SIZE_2``'s entries are checked in
+test_dtensor.py's world-size-2 processes (one spawn for both files). The whole database is swept by hand
+at both world sizes; the results are in docs/subclasses.md, "DTensor".
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dtensor_opinfo import check_dtensor_entry
+from dtensor_opinfo import WORLD_SIZE_2, check_dtensor_entry
 from dtensor_opinfo_known_failures import DTENSOR
 from opinfo_harness import OPS
 
@@ -57,6 +58,7 @@ SELECTION = (
 def test_selection_and_known_failures_are_op_db_entries() -> None:
     assert len(set(SELECTION)) == len(SELECTION)
     assert set(SELECTION) <= set(OPS), sorted(set(SELECTION) - set(OPS))
+    assert set(WORLD_SIZE_2) <= set(OPS), sorted(set(WORLD_SIZE_2) - set(OPS))
     assert set(DTENSOR) <= set(SELECTION), sorted(set(DTENSOR) - set(SELECTION))
 
 
