@@ -243,3 +243,30 @@ def test_raising_entries_are_kept_up_to_their_limit():
     jitted = compare_calls(raises_with, calls, dynamic_numbers=False)
     assert len(jitted.entries) <= RAISING_LIMIT
     assert jitcore.cache_hits(jitted) >= 1  # the last call, like the one before it
+
+
+class Counting(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 2)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if x.shape[0] > 4:
+            raise ValueError(f"{x.shape[0]} rows on call {self.calls}")
+        return self.linear(x)
+
+
+def test_a_module_that_counts_its_calls_then_raises():
+    """The attribute the forward writes before raising is not guarded by the raising entry (Note [Raising
+    entries]): the calls after the first are hits, and count as eagerly."""
+    torch.manual_seed(0)
+    eager, module = Counting(), Counting()
+    module.load_state_dict(eager.state_dict())
+    jitted = jitcore.jit(module)
+    big, small = torch.ones(5, 3), torch.ones(2, 3)
+    for x in (big, big, big, small, small, big):
+        assert outcome(jitted, x) == outcome(eager, x)
+    assert module.calls == eager.calls == 6
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 4)
