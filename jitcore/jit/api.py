@@ -37,7 +37,7 @@ from jitcore.dispatch.flatten import (
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.interpreter.run import ACTIVE as _ACTIVE
 from jitcore.ir import Trace
-from jitcore.jit import eager_entries, numbers, shapes
+from jitcore.jit import eager_entries, lru_caches, numbers, shapes
 from jitcore.jit.cache_entry import (
     CacheEntry,
     entry_computation,
@@ -251,7 +251,8 @@ class JittedFunction:
                 outcome = Eager(self._driven.reason(driven[1].site, self._label))
                 traced = driven[0].prologue
             else:
-                outcome, traced = self._trace(args, kwargs, layout_changed), None
+                with lru_caches.one_call():  # Note [One native call per call of the program]
+                    outcome, traced = self._trace(args, kwargs, layout_changed), None
             if isinstance(outcome, Eager) and outcome.program_raised:  # Note [A program that raises]
                 return self._raised(outcome, args, kwargs, reasons)
             if isinstance(outcome, Eager) and outcome.maybe_programs:  # Note [Raising entries]

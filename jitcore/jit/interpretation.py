@@ -73,6 +73,7 @@ from jitcore.jit.fsdp_units import fsdp_lookasides
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
 from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.log_records import LogRecords
+from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, LruCalls
 from jitcore.jit.native_python import call_watched, pickler_lookasides
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.number_sizes import NumberSizes
@@ -189,6 +190,7 @@ class Pass(StateReads):
         self.provenance.natively = lambda tensor: (  # Note [Tensors a native composite makes]
             self.reads.natively > 0 or self.autograd.transforms.made_here(tensor))
         self.context.autograd = self.autograd
+        self.lru_calls = LruCalls(self.provenance, self.context, self._source)  # jit/lru_caches.py
 
     # --- driving -----------------------------------------------------------------------------------
     def run(self, args: tuple, kwargs: dict, *, target: Any, bound_self: Any = None) -> TracedProgram:
@@ -212,6 +214,7 @@ class Pass(StateReads):
             state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
             with tracing(self.context), program_recursion() as limit, restored_on_refusal():
                 output = interpret(target, hooks=self.hooks(limit))(*pargs, **pkwargs)
+            self.lru_calls.refuse_caught()  # Note [A cached function's call] (jit/lru_caches.py)
             output = pin_tensor_ids(output)  # a returned id is a value (Note [The id of a caller's tensor])
             copies = {id(c) for c, _path in self.provenance.argument_copies}
             with outputs.taken_apart("returns"):
@@ -609,6 +612,8 @@ class Pass(StateReads):
         if id(fn) in SETTINGS_GETTERS:  # torch.get_num_threads(): Note [Settings the program reads]
             return self.settings.read(fn, args, kwargs)
         args, kwargs = self._native_arguments(fn, args, kwargs)
+        if type(fn) is LRU_WRAPPER and (cached := self.lru_calls.call(fn, args, kwargs)) is not NOT_HANDLED:
+            return cached  # Note [A cached function's call] (jit/lru_caches.py)
         if (writes := written_keys(fn, args, kwargs)) is not None:  # Note [Writes of the same object]
             self.snapshots.note_write(*writes)
         if (emptied := emptied_list(fn, args)) is not None and self.measured.is_copy(emptied):

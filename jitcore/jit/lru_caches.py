@@ -1,0 +1,310 @@
+"""Calls of ``functools.lru_cache``/``functools.cache`` wrappers inside jitted code: traced as the cache's
+answer, guarded by the cache entry, and replayed on cached calls (Note [A cached function's call]).
+
+Invariants:
+- a call is handled here only where its key is made of plain values (numbers, text, None, torch's
+  dtypes and devices, tuples of them): the prologue rebuilds it from constants of the entry (the
+  numbers are specialized); any other call goes on to the net of jit/native_python.py, as before;
+- the wrapper is called natively exactly once per call of the program while tracing (a hit moves the
+  entry to the front, a miss runs the wrapped function and stores its result, as eagerly); on the
+  computation's first run, right after tracing, the recorded call is skipped, on every later run it is
+  made again (a hit: ``cache_info().hits`` and the LRU order stay eager's);
+- an entry's prologue holds only while the cache holds the key with the very result object traced: a
+  cleared cache, an evicted or replaced entry fails it (a retrace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import functools
+import gc
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from jitcore.errors import UnsupportedOperationError
+from jitcore.ir import BoundSymbol
+from jitcore.ir.symbol import recorded_symbol
+from jitcore.prologue import Path, Root
+
+__all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "LruCalls", "cache_dict", "lru_key", "one_call",
+           "replay_lru_call"]
+
+# Note [A cached function's call]
+# ``functools.lru_cache`` is C's ``_lru_cache_wrapper``: it calls the wrapped function natively on a miss,
+# so the net (Note [Python code a C call ran natively]) stopped that frame and the program ran eagerly
+# for ever (JC-T001, an eager entry), and on a hit its answer was a constant of the trace that no guard
+# watched (``cache_clear()`` then a changed global gave the first answer). Here the wrapper is called
+# natively while tracing: on a miss the wrapped function runs this once, with its effects, as eager runs
+# it; from then on eager hits and returns that same result object, which the trace reads from the cache
+# entry (a path the prologue follows: a tensor result is an input, other values are guarded by value)
+# and guards by identity. The key is C's ``lru_cache_make_key`` mirrored (``lru_key``): one positional
+# int or str alone, otherwise the argument tuple, with C's keyword marker and the name/value pairs, and
+# the types for ``typed=True``. The cache dict and the marker are the wrapper's own, reached through
+# ``gc.get_referents`` (C's traverse visits them); a bounded cache's values are C link objects that do
+# not show their fields to Python or to the collector, so its result is read from the link's struct
+# (``_field``, checked against a cache of known contents at import: where that check fails,
+# bounded caches are not handled here). The recorded call (``replay_lru_call``) keeps ``cache_info()``
+# and the LRU order (which decides evictions) as eager has them on every cached call; it is skipped on
+# the computation's first run, which follows the tracing call that made it already. Left: an entry
+# whose key holds an object hashed by identity (``self`` of a cached method) or a tensor (the net
+# decides, as before), and a wrapped function that raises: C caches nothing, the pass raises its
+# exception as eager does; where the program caught it, that call and calls like it run eagerly
+# (``refuse_caught``), and on that call the function ran twice (while tracing, and eagerly).
+
+LRU_WRAPPER: type = functools._lru_cache_wrapper  # noqa: SLF001
+NOT_HANDLED = object()
+_PLAIN = (int, float, bool, str, bytes, type(None),
+          torch.dtype, torch.device, torch.layout, torch.memory_format)  # hashed by C code alone
+_ABSENT = object()
+
+
+def _is_plain(value: Any, depth: int = 0) -> bool:
+    t = type(value)
+    if t in _PLAIN:
+        return True
+    return t is tuple and depth < 8 and len(value) <= 64 and all(_is_plain(v, depth + 1) for v in value)
+
+
+def _keyword_mark() -> Any:
+    """C's keyword marker of lru_cache keys (one object, the module's): read from a key that holds it."""
+
+    @functools.cache
+    def probe(_a: int, *, b: int) -> None:
+        return None
+
+    probe(1, b=2)
+    return next(iter(cache_dict(probe)))[1]
+
+
+def cache_dict(wrapper: Any) -> dict:
+    """The wrapper's cache dict. C's traverse visits (after each link's key and result, in a bounded
+    cache) the cache, the function, the keyword marker, two types and the wrapper's ``__dict__``: the
+    cache is sixth from the end."""
+    referents = gc.get_referents(wrapper)
+    if len(referents) < 6 or referents[-1] is not getattr(wrapper, "__dict__", None) \
+            or type(referents[-6]) is not dict \
+            or (KEYWORD_MARK is not None and referents[-4] is not KEYWORD_MARK):
+        raise LookupError("not a C lru_cache wrapper of a known layout")
+    return referents[-6]
+
+
+KEYWORD_MARK: Any = None
+KEYWORD_MARK = _keyword_mark()
+
+
+def lru_key(args: tuple, kwargs: dict, *, typed: bool, mark: Any) -> Any:
+    """C's ``lru_cache_make_key``: the key the wrapper stores ``args``/``kwargs``'s result under."""
+    if not typed and not kwargs:
+        if len(args) == 1 and type(args[0]) in (int, str):
+            return args[0]
+        return args
+    key = [*args]
+    if kwargs:
+        key.append(mark)
+        for name, value in kwargs.items():
+            key += (name, value)
+    if typed:
+        key += [type(a) for a in args]
+        key += [type(v) for v in kwargs.values()]
+    return tuple(key)
+
+
+# A bounded cache's link (``lru_list_elem``: the object header, prev, next, hash, key, result): the
+# offsets of its key and its result, where the check below found them.
+_WORD = ctypes.sizeof(ctypes.c_void_p)
+_KEY_AT = object.__basicsize__ + 3 * _WORD
+_RESULT_AT = _KEY_AT + _WORD
+
+
+def _field(link: Any, offset: int) -> Any:
+    address = ctypes.c_void_p.from_address(id(link) + offset).value
+    return ctypes.cast(address, ctypes.py_object).value
+
+
+def _links_readable() -> bool:
+    """Whether a bounded cache's link has the layout ``_field`` reads (checked on a cache of known
+    contents)."""
+    key, result = ("jitcore", 1), object()
+
+    @functools.lru_cache(maxsize=2)
+    def probe(_a: str, _b: int) -> object:
+        return result
+
+    probe(*key)
+    cache = cache_dict(probe)
+    link = cache[key]
+    if type(link).__basicsize__ != _RESULT_AT + _WORD:
+        return False
+    return _field(link, _KEY_AT) == key and _field(link, _RESULT_AT) is result
+
+
+_BOUNDED_READABLE = _links_readable()
+
+
+def _caches_nothing(wrapper: Any) -> UnsupportedOperationError:
+    name = getattr(wrapper, "__qualname__", None) or "the function"
+    return UnsupportedOperationError(
+        f"{name} is wrapped by functools.lru_cache(maxsize=0), which caches nothing: C code calls it "
+        "natively on every call, which jitcore does not see",
+        hints=("the call runs eagerly; call the function itself, or give the cache a size",),
+    )
+
+
+class CacheEntries:
+    """What the prologue reads a wrapper's entries through: ``entries[key]`` is the result the cache holds
+    for ``key`` (a fresh sentinel object where it holds none), read without calling the wrapper."""
+
+    __slots__ = ("_cache", "_bounded", "wrapper")
+
+    def __init__(self, wrapper: Any, cache: dict, *, bounded: bool) -> None:
+        self.wrapper = wrapper
+        self._cache = cache
+        self._bounded = bounded
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self._cache.get(key, _ABSENT)
+        if value is _ABSENT or not self._bounded:
+            return value
+        return _field(value, _RESULT_AT)
+
+    def __repr__(self) -> str:
+        return f"<entries of {getattr(self.wrapper, '__qualname__', 'a cache')}>"
+
+
+class _FirstRun:
+    """A recorded call's token: set while the tracing call has made the call already."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending = True
+
+
+def replay_lru_call(token: _FirstRun, wrapper: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """What the computation runs for a cached function's call: the wrapper's call (a hit), but on the
+    computation's first run, which follows the tracing call that made it (Note [A cached function's call])."""
+    if token.pending:
+        token.pending = False
+        return
+    wrapper(*args, **kwargs)
+
+
+# bound as a constant of the trace (``jitcore.jit`` names the function ``jit`` there, not this package);
+# ``per_call``: made by every run, as recorded (the grad transform copies it into the forward, the probe
+# does not run it)
+_REPLAY = dataclasses.replace(recorded_symbol(replay_lru_call, langctx="jitcore", path="",
+                                              tags=frozenset({"per_call"})), path=None)
+
+
+# Note [One native call per call of the program]
+# One call of the jitted function may interpret the program more than once (a symbolic pass, then a
+# static one; a pass again once counters were found: jit/api.py). The wrapper's calls change its cache
+# (a hit moves the entry and counts, a miss runs the function): each is made once per call of the
+# program, by its first pass; a later pass of the same call takes the answer (or the exception) that
+# call gave, in program order, where it makes the same call (the same wrapper, an equal key), and makes
+# its own native calls from the first one that differs.
+@dataclasses.dataclass(slots=True)
+class _Made:
+    wrapper: Any
+    key: Any
+    result: Any = None
+    error: BaseException | None = None
+
+
+_THIS_CALL = threading.local()
+
+
+@contextlib.contextmanager
+def one_call() -> Iterator[None]:
+    """The passes interpreting one call of the jitted function (Note [One native call per call of the
+    program])."""
+    outer = getattr(_THIS_CALL, "made", None)
+    _THIS_CALL.made = []
+    try:
+        yield
+    finally:
+        _THIS_CALL.made = outer
+
+
+def _same_key(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(_same_key(x, y) for x, y in zip(a, b))
+    return a is b or a == b
+
+
+class LruCalls:
+    """A pass's calls of lru-cached functions (Note [A cached function's call])."""
+
+    def __init__(self, provenance: Any, context: Any, source: Callable[[], Any]) -> None:
+        self._provenance = provenance
+        self._context = context
+        self._source = source
+        self._entries: dict[int, CacheEntries] = {}
+        made = getattr(_THIS_CALL, "made", None)
+        self._made: list[_Made] = made if made is not None else []
+        self._next = 0  # this pass's next call, as an index of ``_made``
+        self._raised: _Made | None = None  # a call that raised, in this pass
+
+    def call(self, wrapper: Any, args: tuple, kwargs: dict) -> Any:
+        """The wrapper's answer for this call, traced; NOT_HANDLED where the call is left to the net."""
+        maxsize = wrapper.cache_parameters()["maxsize"]
+        if maxsize is not None and maxsize <= 0:
+            raise _caches_nothing(wrapper)
+        if maxsize is not None and not _BOUNDED_READABLE:
+            return NOT_HANDLED
+        if not all(_is_plain(a) for a in (*args, *kwargs.values())):
+            return NOT_HANDLED
+        try:
+            cache = cache_dict(wrapper)
+        except LookupError:
+            return NOT_HANDLED
+        key = lru_key(args, kwargs, typed=wrapper.cache_parameters()["typed"], mark=KEYWORD_MARK)
+        entries = self._entries.get(id(wrapper))
+        if entries is None:
+            entries = self._entries[id(wrapper)] = CacheEntries(wrapper, cache, bounded=maxsize is not None)
+        result = self._made_once(wrapper, key, args, kwargs)
+        self._record(wrapper, args, kwargs)
+        path = Path(Root("bound", f"{getattr(wrapper, '__qualname__', 'cache')}.cache", entries)).key(key)
+        self._provenance.guard(path, "identity", result, per_expected=True)
+        return self._provenance.bind_state(result, path, "cached")
+
+    def refuse_caught(self) -> None:
+        """Raises UnsupportedOperationError where a call raised and the program went on: eager calls the
+        function again on every call (C cached nothing), which a trace cannot replay."""
+        if self._raised is not None:
+            name = getattr(self._raised.wrapper, "__qualname__", None) or "a cached function"
+            raise UnsupportedOperationError(
+                f"{name} (cached by functools.lru_cache) raised {type(self._raised.error).__name__}, which "
+                "the program caught: the cache kept nothing, so eager calls the function again on every call",
+                hints=("the call runs eagerly; return a value for the failing case instead of raising",),
+            )
+
+    def _made_once(self, wrapper: Any, key: Any, args: tuple, kwargs: dict) -> Any:
+        """The wrapper's answer: the native call's, or the one an earlier pass of this call had (Note [One
+        native call per call of the program])."""
+        i, self._next = self._next, self._next + 1
+        if i < len(self._made) and self._made[i].wrapper is wrapper and _same_key(self._made[i].key, key):
+            made = self._made[i]
+        else:
+            del self._made[i:]
+            made = _Made(wrapper, key)
+            try:
+                made.result = wrapper(*args, **kwargs)  # a hit, or the function run this once (as eagerly)
+            except Exception as error:  # noqa: BLE001 - the program's, raised again below
+                made.error = error
+            self._made.append(made)
+        if made.error is not None:
+            self._raised = made
+            raise made.error
+        return made.result
+
+    def _record(self, wrapper: Any, args: tuple, kwargs: dict) -> None:
+        self._context.scopes[-1].append(
+            BoundSymbol(_REPLAY, (_FirstRun(), wrapper, *args), dict(kwargs), None, (), self._source()))
