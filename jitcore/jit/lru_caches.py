@@ -50,10 +50,12 @@ __all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "LruCalls", "cache_dict
 # (``_field``, checked against a cache of known contents at import: where that check fails,
 # bounded caches are not handled here). The recorded call (``replay_lru_call``) keeps ``cache_info()``
 # and the LRU order (which decides evictions) as eager has them on every cached call; it is skipped on
-# the computation's first run, which follows the tracing call that made it already. Left: an entry
-# whose key holds an object hashed by identity (``self`` of a cached method) or a tensor (the net
-# decides, as before), and a wrapped function that raises: C caches nothing, the pass raises its
-# exception as eager does; where the program caught it, that call and calls like it run eagerly
+# the computation's first run, which follows the tracing call that made it already. An object of the
+# program's hashed by identity (``self`` of a cached method, a module) keys an entry where the pass
+# reached it through a path: guarded as that very object, the key holds it. Left: an entry whose key
+# holds a tensor or an object with its own ``__hash__``/``__eq__`` (the net decides, as before), and
+# a wrapped function that raises: C caches nothing, the pass raises its exception as eager does;
+# where the program caught it, that call and calls like it run eagerly
 # (``refuse_caught``), and on that call the function ran twice (while tracing, and eagerly).
 
 LRU_WRAPPER: type = functools._lru_cache_wrapper  # noqa: SLF001
@@ -259,7 +261,7 @@ class LruCalls:
             raise _caches_nothing(wrapper)
         if maxsize is not None and not _BOUNDED_READABLE:
             return NOT_HANDLED
-        if not all(_is_plain(a) for a in (*args, *kwargs.values())):
+        if not all(_is_plain(a) or self._pinned(a) for a in (*args, *kwargs.values())):
             return NOT_HANDLED
         try:
             cache = cache_dict(wrapper)
@@ -274,6 +276,20 @@ class LruCalls:
         path = Path(Root("bound", f"{getattr(wrapper, '__qualname__', 'cache')}.cache", entries)).key(key)
         self._provenance.guard(path, "identity", result, per_expected=True)
         return self._provenance.bind_state(result, path, "cached")
+
+    def _pinned(self, value: Any) -> bool:
+        """Whether ``value`` is an object of the program's reached through a path and hashed by identity
+        (``self`` of a cached method): guarded as that very object, it keys the entry as it is (Note [A
+        cached function's call])."""
+        t = type(value)
+        if t.__hash__ is not object.__hash__ or t.__eq__ is not object.__eq__ \
+                or isinstance(value, torch.Tensor):
+            return False
+        path = self._provenance.path_of(value)
+        if path is None:
+            return False
+        self._provenance.guard(path, "identity", value)
+        return True
 
     def refuse_caught(self) -> None:
         """Raises UnsupportedOperationError where a call raised and the program went on: eager calls the

@@ -324,3 +324,34 @@ def test_an_error_the_program_catches_makes_the_call_eager() -> None:
     assert "caught" in str(caught[0].message)
     assert log == [-1, *eager_log]  # the first call ran it twice: while tracing, then eagerly
     assert checked.cache_info()._replace(misses=0) == eager_checked.cache_info()._replace(misses=0)
+
+
+def test_a_cached_method_of_a_module_traces_and_sees_a_clear() -> None:
+    def make() -> tuple:
+        log: list = []
+
+        class Positions(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.scale = 2.0
+
+            @functools.lru_cache(maxsize=4)  # noqa: B019 - the program under test
+            def table(self, n: int) -> torch.Tensor:
+                log.append(n)
+                return torch.arange(n) * self.scale
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x + self.table(x.shape[0])
+
+        return Positions(), [Positions.table], log
+
+    (eager, [eager_table], eager_log), (module, [table], log) = make(), make()
+    jitted = jitcore.jit(module)
+    for n in (3, 3, 3, 4, 3):
+        x = torch.ones(n)
+        assert_same(jitted(x), eager(x))
+        assert log == eager_log and table.cache_info() == eager_table.cache_info()
+    table.cache_clear(), eager_table.cache_clear()
+    module.scale = eager.scale = 5.0
+    assert_same(jitted(torch.ones(3)), eager(torch.ones(3)))
+    assert log == eager_log and table.cache_info() == eager_table.cache_info()
