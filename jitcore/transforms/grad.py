@@ -44,6 +44,7 @@ from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, tree_any
 from jitcore.langctx import new_context
 from jitcore.langctx.backward import torch_functions_of_a_backward
 from jitcore.langctx.layout import LayoutReliance
+from jitcore.langctx.reads import SIZE_OF
 from jitcore.langctx.shadows import share_nested_int
 from jitcore.langctx.thread_state import ThreadState, rng_state, set_rng_state
 from jitcore.proxies import TensorProxy
@@ -355,9 +356,10 @@ class _Replay:
                 if "bookkeeping" in bsym.symbol.tags:
                     continue
                 if "check" in bsym.symbol.tags or "data_dependent" in bsym.symbol.tags \
-                        or "per_call" in bsym.symbol.tags \
+                        or "per_call" in bsym.symbol.tags or bsym.symbol is SIZE_OF \
                         or (self.numbers.is_arithmetic(bsym) and not self._on_sizes(bsym)):
-                    # value reads (jitcore/langctx/reads.py), ``random.seed`` (jit/nondeterministic.py):
+                    # value reads (jitcore/langctx/reads.py), ``random.seed`` (jit/nondeterministic.py), a
+                    # size values decided (Note [A size values decided, replayed], symbolic_sizes.py):
                     # run as recorded
                     self._copy_record(bsym)
                     continue

@@ -155,7 +155,7 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
             "that input is not traced",
         ), "write into a clone of the input (x = x.clone()) inside the function")
     # Note [Symbolic sizes through the grad transform] (transforms/symbolic_sizes.py), where it applies
-    sizes = None if program.read_sizes else program.symbolic_sizes
+    sizes = program.symbolic_sizes  # value-decided sizes too: Note [A size values decided, replayed]
     if (program.size_inputs or program.read_sizes) and sizes is None:
         return _pass_1_with_sizes(program)
     eager_op = runs_under_autograd(trace.bound_symbols)

@@ -137,6 +137,21 @@ def condition_check(condition: sympy.Basic, symbols: list[sympy.Symbol], operand
     return BoundSymbol(READ, (site, True, check, *operands), {}, None, (), source)
 
 
+# Note [A size values decided, replayed]
+# A boolean mask of a wrapper that requires grad (``x[m].sum()`` of a TwoTensor) is ``aten.index.Tensor``
+# on each inner tensor in its dispatch; a symbolic pass names each count where it is computed, after the
+# call (``u0 = size_of(t0, 0)``, Note [Sizes that values decide], jit/shapes.py), ``t0`` an inner tensor
+# that only the call's resolution makes. Such an entry was kept from this replay, and ran pass 1 under
+# torch's autograd, where ``t0`` is undefined: ``pass_1_runs`` said no, the function traced static shapes
+# from then on, one entry per count (7 in 7 calls; a plain tensor takes 2); where the count was of a
+# top-level value (an int8 wrapper's dispatch dequantizes and indexes a plain tensor), every warm call ran
+# the class's ``__torch_dispatch__``. The replay now copies each ``size_of`` into the forward on its own
+# tensor (the replay maps a subclass value's inner tensors with it, and its value-shaped op is answered
+# with pass 1's output, a shadow sized by the pass's unbacked symbol: replayed_reads.py); its number names
+# that symbol from there on, so the backward takes it among the saved values (``expand(grad, [u0])``),
+# and what torch decided with the traced count is checked as the pass's own conditions are.
+
+
 def _hints(env: Any) -> dict:
     return env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
 
@@ -165,11 +180,12 @@ def _is_nested(env: Any, symbol: sympy.Symbol) -> bool:
 # by the counts: ``Eq(u4 + u5 + u6 + u7, u0 + u1 + u2 + u3)``) or a guard (softmax's backward on an
 # NJT's values: ``s0 >= 2``) is checked at the end of the forward (``condition_checks``), as the pass's
 # own asserts are, and a call where one fails goes to another entry; an entry where they change a
-# replacement or narrow a range no such check names, one that assembles subclass outputs from its
-# inputs' inner tensors, and one with sizes of value-shaped outputs keep running pass 1 under torch's
-# autograd. A subclass output (a returned NJT) is rebuilt at the end of the forward; its tangent's
-# recorded kind has symbolic sizes, which each call compares through its own output's kind (Note
-# [Tangent kinds with symbolic sizes], jitcore/transforms/tangents.py).
+# replacement or narrow a range no such check names, and one that assembles subclass outputs from its
+# inputs' inner tensors keep running pass 1 under torch's autograd. Sizes of value-shaped outputs go
+# through the replay too (Note [A size values decided, replayed]). A subclass output (a returned NJT)
+# is rebuilt at the end of the forward; its tangent's recorded kind has symbolic sizes, which each call
+# compares through its own output's kind (Note [Tangent kinds with symbolic sizes],
+# jitcore/transforms/tangents.py).
 def rewrite_sizes(trace: Trace, names: dict[sympy.Symbol, NumberProxy]) -> None:
     """Replace each SymInt in ``trace``'s records by its number or arithmetic on numbers (Note above).
 

@@ -1,8 +1,10 @@
-"""A number read from a wrapper subclass's values under grad (issue 15, helper zoo47): ``x.sum().item()``
-of a TwoTensor that requires grad, the number then used by an op autograd records. Each program runs
-eagerly and under jitcore.jit on equal fresh arguments with values that change; outputs and gradients
-(inner tensors too) are compared. Note [A read's check names the replay's tensor]
-(jitcore/transforms/grad.py)."""
+"""Reads of a wrapper subclass's values under grad (issue 15, helpers zoo47 and grad48): a number read
+(``x.sum().item()`` of a TwoTensor that requires grad, then used by an op autograd records), and a
+boolean mask of a wrapper that requires grad, whose count values decide. Each program runs eagerly and
+under jitcore.jit on equal fresh arguments with values that change; outputs and gradients (inner
+tensors too) are compared, with the entries traced and the subclass code a warm call runs. Note [A
+read's check names the replay's tensor] (jitcore/transforms/grad.py), Note [Symbolic sizes through the
+grad transform] (jitcore/transforms/symbolic_sizes.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import Any
 
 import pytest
 import torch
-from subclass_checks import assert_same_flattened
+from subclass_checks import assert_same_flattened, protocol_calls
+from subclass_zoo import Int8RowwiseTensor
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
@@ -48,3 +51,39 @@ def test_a_number_read_of_a_wrapper_under_grad_is_eagers(name: str) -> None:
                               f"call {call} gradients")
     assert jitted.fallback_reason is None
     assert jitcore.cache_hits(jitted) >= 1
+
+
+# --- a boolean mask of a wrapper that requires grad ----------------------------------------------------
+_MASKS: dict[str, Callable[..., Any]] = {
+    "indexed_then_summed": lambda x, m: x[m].sum(),
+    "masked_select_times_a_number": lambda x, m: torch.masked_select(x, m).sum() * 2,
+}
+
+_WRAPPERS: dict[str, tuple[type, Callable[[torch.Tensor], torch.Tensor]]] = {
+    "two_tensor": (TwoTensor, lambda v: TwoTensor(v.clone(), v * 2)),
+    "int8_rowwise": (Int8RowwiseTensor, Int8RowwiseTensor.quantize),
+}
+
+
+@pytest.mark.parametrize("wrapper", list(_WRAPPERS))
+@pytest.mark.parametrize("name", list(_MASKS))
+def test_a_mask_of_a_wrapper_under_grad_takes_one_entry_for_every_count(name: str, wrapper: str) -> None:
+    """Before: a TwoTensor took an entry per count (7 in 7 calls: the count, named on an inner tensor,
+    kept the entry from running pass 1 under torch's autograd, so shapes stayed static), and an int8
+    wrapper's 2 entries ran its ``__torch_dispatch__`` on every warm call (pass 1 under autograd). Now
+    the count is a size of the grad transform's forward: 2 entries, no subclass code on a warm call."""
+    fn, (cls, make) = _MASKS[name], _WRAPPERS[wrapper]
+    jitted = jitcore.jit(fn)
+    for call, count in enumerate((1, 2, 3, 4, 6, 0, 5)):
+        values = torch.randn(2, 3, generator=torch.Generator().manual_seed(call))
+        mask = torch.arange(6).view(2, 3) < count
+        jit_arg, eager_arg = make(values).requires_grad_(), make(values).requires_grad_()
+        expected = fn(eager_arg, mask)
+        with protocol_calls(cls) as calls:
+            actual = jitted(jit_arg, mask)
+        assert calls == [] or call < 2, (call, calls)  # a warm call runs only the flattened trace
+        assert_same_flattened(actual, expected, f"call {call} output")
+        assert_same_flattened(_gradients(actual, (jit_arg,)), _gradients(expected, (eager_arg,)),
+                              f"call {call} gradients")
+    assert jitted.fallback_reason is None
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 5)
