@@ -130,8 +130,11 @@ class BackwardDeriver:
         raises = any(b.symbol is RAISE for b in backward.bound_symbols)
         backward.bound_symbols[:] = plain_only(backward.bound_symbols)
         outputs = [rebuilt(backward, g) if g is not None else None for g in grads]
-        if sizes is not None:  # after the rebuilds: a subclass gradient's outer sizes are symbolic too
-            rewrite_sizes(backward, sizes.names())
+        if kinds is not None:  # a later backward: torch assumed nothing more of a read's stand-in
+            self._replay.numbers.assumed_nothing()
+        names = self._replay.symbol_names()
+        if names:  # after the rebuilds: a subclass gradient's outer sizes are symbolic too
+            rewrite_sizes(backward, names)
         return DerivedBackward(differentiable, tangent_args, backward, outputs, raises)
 
 
@@ -204,6 +207,9 @@ def _record_backward(
         # read of pass 1 answers it, replayed_reads.py): the call runs eagerly (jit/eager_entries.py)
         raise
     except Exception as exc:  # noqa: BLE001 - eager raises it in backward(), so does the jitted function
+        if replay.numbers.stood_in():  # Note [A read number under grad]: perhaps raised for a stand-in
+            raise SizesNotRewritten(f"the backward raised {type(exc).__name__} with a number read from a "
+                                    "tensor standing in") from exc
         backward.bound_symbols.clear()
         kept = kept_traceback(exc)
         if jitcores_own(exc):  # Note [jitcore's own errors while recording a backward]

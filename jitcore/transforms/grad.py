@@ -202,9 +202,10 @@ class _Replay:
 
     def __init__(self, trace: Trace, subclass_inputs: SubclassInputs,
                  reads: Sequence[tuple[NumberProxy, BoundSymbol]] = (),
-                 sizes: SymbolicSizes | None = None) -> None:
+                 sizes: SymbolicSizes | None = None, stand_ins: bool = False) -> None:
         self.source = trace
-        self.numbers = ReplayedNumbers(reads)  # t.item() results kept as names (replayed_numbers.py)
+        # t.item() results kept as names (replayed_numbers.py)
+        self.numbers = ReplayedNumbers(reads, stand_ins=stand_ins)
         self.mode: Any = None  # the recording mode, while the forward is replayed
         self.subclass_inputs = [proxy for proxy, _requires_grad in subclass_inputs]
         self.subclass_grad = {id(proxy): requires_grad for proxy, requires_grad in subclass_inputs}
@@ -240,6 +241,19 @@ class _Replay:
         self._keep: list[Any] = []
         # autograd node -> the user stack of the pass-1 op whose replay created it (id -> (node, source))
         self.node_sources: dict[int, tuple[Any, Any]] = {}
+
+    def symbol_names(self) -> dict[Any, NumberProxy]:
+        """The numbers the records' SymInts and SymFloats stand for: the pass's sizes and the stand-ins
+        of read numbers (Note [A read number under grad], replayed_numbers.py).
+
+        Raises:
+            SizesNotRewritten: a stand-in's symbol is also a size's (two ShapeEnvs named them alike).
+        """
+        names = {} if self.sizes is None else self.sizes.names()
+        stood_in = self.numbers.names()
+        if names.keys() & stood_in.keys():
+            raise SizesNotRewritten("a number read from a tensor and a size have one symbol")
+        return {**names, **stood_in}
 
     # --- inputs ------------------------------------------------------------------------------------
     def bind_inputs(self, unproduced: Sequence[SubclassTensorProxy]) -> None:
@@ -508,7 +522,7 @@ def _tree_map(fn: Any, tree: Any) -> Any:
 def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
                    unproduced: Sequence[SubclassTensorProxy],
                    reads: Sequence[tuple[NumberProxy, BoundSymbol]] = (),
-                   sizes: SymbolicSizes | None = None) -> GradTraces:
+                   sizes: SymbolicSizes | None = None, stand_ins: bool = False) -> GradTraces:
     """Split ``trace`` (pass 1, torch level) into a forward and a backward trace over plain tensors.
 
     Args:
@@ -521,6 +535,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
             the forward where autograd records nothing of them, checked otherwise (replayed_numbers.py).
         sizes: the pass's symbolic sizes (None: its sizes are static; Note [Symbolic sizes through the
             grad transform], symbolic_sizes.py).
+        stand_ins: ``reads`` given to calls under grad are stand-ins, names in both traces (Note [A read
+            number under grad], replayed_numbers.py).
 
     Returns:
         The forward and backward traces and what the runtime needs to connect them to autograd.
@@ -528,9 +544,10 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     Raises:
         Exception: what torch's autograd raises for this program (e.g. an in-place op on a leaf
             that requires grad), as eager would raise it.
-        SizesNotRewritten: with ``sizes``, the replay cannot keep them symbolic.
+        SizesNotRewritten: with ``sizes``, the replay cannot keep them symbolic; with ``stand_ins``,
+            torch assumed something of one.
     """
-    replay = _Replay(trace, subclass_inputs, reads, sizes)
+    replay = _Replay(trace, subclass_inputs, reads, sizes, stand_ins)
     assumed, asserted = (None, []) if sizes is None else (sizes.state(), sizes.asserts())
     replay.bind_inputs(unproduced)
     replay.run_forward()
@@ -554,9 +571,13 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     forward.bound_symbols[:] = plain_only(forward.bound_symbols)
     # rebuilt before the sizes are rewritten: a subclass output's outer sizes are symbolic too
     forward_outputs = [rebuilt(forward, o) for o in node_outputs]
+    replay.numbers.assumed_nothing()  # Note [A read number under grad]
     if sizes is not None:  # Note [Symbolic sizes through the grad transform]
         added = sizes.added(assumed, asserted)  # the guards and asserts the replay and the backward added
-        rewrite_sizes(forward, sizes.names())
+    names = replay.symbol_names()
+    if names:
+        rewrite_sizes(forward, names)
+    if sizes is not None:
         source = trace.bound_symbols[-1].source if trace.bound_symbols else None
         forward.bound_symbols.extend(condition_checks(added, sizes.names(), source))
     backward = derived.backward

@@ -30,7 +30,13 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.backward_effects import BackwardWatch, EffectsByState, watching
 from jitcore.transforms.backward_errors import RAISE
-from jitcore.transforms.grad import ReplayInconsistent, grad_transform, needs_grad, reaches_no_graph
+from jitcore.transforms.grad import (
+    GradTraces,
+    ReplayInconsistent,
+    grad_transform,
+    needs_grad,
+    reaches_no_graph,
+)
 from jitcore.transforms.mincut import saved_for_fusion
 from jitcore.transforms.state_numbers import StateNumbers, counting_numbers, state_numbers
 
@@ -211,10 +217,8 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     guards = (*specialized.guards, *guards)
     counted, dropped = _counted(program, counting, specialized.dropped)
     watched = _watched(program, subclass_inputs)  # Note [Effects of a backward's hooks]
-    watch = BackwardWatch(watched)
     try:
-        with _state_as_found(program), watching(watch):
-            grad = grad_transform(trace, flags, program.unproduced_subclasses, program.kept_reads(), sizes)
+        grad, watch = _transformed(program, trace, flags, sizes, watched)
     except DataDependentError:
         if sizes is not None:
             return _pass_1_with_sizes(program)
@@ -271,6 +275,28 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
 
 
 _TEXTS = ("print", "log", "dispatch_log", "warn")  # effects that format values when replayed
+
+
+def _transformed(program: Any, trace: Trace, flags: list, sizes: Any,
+                 watched: list[Any]) -> tuple[GradTraces, BackwardWatch]:
+    """The grad transform of ``trace`` and the watch of its backward's effects: with stand-ins for the
+    numbers pass 1 read, and where that fails, again with their values (Note [A read number under
+    grad], replayed_numbers.py).
+
+    Raises:
+        Exception: what the transform with values raises.
+    """
+    reads = program.kept_reads()
+    if reads:
+        watch = BackwardWatch(watched)
+        try:
+            with _state_as_found(program), watching(watch):
+                return grad_transform(trace, flags, program.unproduced_subclasses, reads, sizes, True), watch
+        except Exception:  # noqa: BLE001, S110 - made again with values, which raises what is to be raised
+            pass
+    watch = BackwardWatch(watched)
+    with _state_as_found(program), watching(watch):
+        return grad_transform(trace, flags, program.unproduced_subclasses, reads, sizes), watch
 
 
 def _logs_in_dispatch(program: Any) -> bool:

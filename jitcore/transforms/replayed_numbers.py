@@ -9,15 +9,21 @@ So such a number stays a name in the forward where autograd records nothing of i
 - a call that takes names where torch takes a value, with no input that requires grad under grad
   mode, is replayed with their values and the names put back into the aten calls the recording mode
   sees (Note [Numbers through a subclass's dispatch], jitcore/langctx/scalars.py);
-- anywhere else (autograd would keep the value for the backward, C++ used it) the value is used and
-  the read's check is added to the forward, as it was for every read before.
+- a call that takes names with an input that requires grad (``y * x.sum().item()``) is replayed with a
+  stand-in for each: an unbacked SymFloat or SymInt of the replay's own ShapeEnv, which the forward's and
+  the backward's records hold, each then its name (Note [A read number under grad]);
+- anywhere else (C++ used the value) the value is used and the read's check is added to the forward,
+  as it was for every read before; so is every read of a replay whose stand-ins failed (the grad
+  transform is run again without them: jit_hook.py).
 
 Invariants:
 - a name stays in the forward only if every read it is computed from is such a number (no dynamic
   input the entry made a constant);
 - a read whose value the forward relies on anywhere is checked (``checks``), after the forward's
   records, as pass 1's checks were;
-- the backward never holds one of these names (calls that autograd records use values).
+- the backward holds such a name only where the forward computes it (among the saved values), and only
+  where the stand-ins' ShapeEnv assumed nothing of them (``assumed_nothing``): no guard, no runtime
+  assert, no narrowed range, as a value torch decided nothing with.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import optree
+import sympy
 import torch
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from jitcore.dispatch.resolver import dispatched_numbers, number_leaves
 from jitcore.errors import DataDependentError
@@ -35,6 +43,7 @@ from jitcore.ir import BoundSymbol, Symbol, tree_has
 from jitcore.langctx.scalars import aten_name
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.transforms.symbolic_sizes import SizesNotRewritten
 
 __all__ = ["ReplayedNumbers"]
 
@@ -42,10 +51,17 @@ __all__ = ["ReplayedNumbers"]
 class ReplayedNumbers:
     """The read numbers of one replay: which stay names, and the checks of those that do not."""
 
-    def __init__(self, reads: Sequence[tuple[NumberProxy, BoundSymbol]]) -> None:
+    def __init__(self, reads: Sequence[tuple[NumberProxy, BoundSymbol]], *, stand_ins: bool = False) -> None:
+        """Args:
+            reads: the numbers pass 1 read and kept as names, each with its check.
+            stand_ins: names given to a call under grad are stand-ins (Note [A read number under grad]).
+        """
         self._checks = {id(number): check for number, check in reads}
         self._needed: dict[int, BoundSymbol] = {}
         self._made: set[int] = set()  # numbers the forward computes by a copied record (a read's)
+        self._stand_ins: dict[int, tuple[NumberProxy, Any]] | None = {} if stand_ins else None
+        self._env: ShapeEnv | None = None  # the stand-ins' own, made with the first
+        self._ranges: dict[sympy.Symbol, Any] = {}  # each stand-in's range as made
 
     def made(self, output: Any) -> None:
         """The numbers among a record's ``output`` that the forward computes (the record is copied)."""
@@ -122,4 +138,54 @@ class ReplayedNumbers:
             mode.numbers, mode.named, mode.numbers_of = saved
 
     def _value(self, value: Any) -> Any:
-        return self.needs(value) if isinstance(value, NumberProxy) else value
+        if not isinstance(value, NumberProxy):
+            return value
+        if self._stand_ins is not None and self.symbolic(value) and type(value.value) in (int, float):
+            return self._stand_in(value)
+        return self.needs(value)
+
+    def _stand_in(self, number: NumberProxy) -> Any:
+        """The unbacked SymFloat or SymInt that stands for ``number`` in calls under grad."""
+        found = self._stand_ins.get(id(number))
+        if found is None:
+            if self._env is None:
+                self._env = ShapeEnv()
+            env = self._env
+            symbolic = env.create_unbacked_symfloat() if type(number.value) is float \
+                else env.create_unbacked_symint()
+            self._ranges[symbolic.node.expr] = env.var_to_range.get(symbolic.node.expr)
+            found = self._stand_ins[id(number)] = (number, symbolic)
+        return found[1]
+
+    def stood_in(self) -> bool:
+        """Whether a call was given a stand-in."""
+        return bool(self._stand_ins)
+
+    def names(self) -> dict[sympy.Symbol, NumberProxy]:
+        """Each stand-in's symbol and the name it stands for."""
+        return {symbolic.node.expr: number for number, symbolic in (self._stand_ins or {}).values()}
+
+    def assumed_nothing(self) -> None:
+        """Raises SizesNotRewritten where torch decided something with a stand-in (a guard, a runtime
+        assert, a replacement, a narrowed range): the backward would rely on it unchecked."""
+        env = self._env
+        if env is None:
+            return
+        asserted = any(env.deferred_runtime_asserts.values())
+        narrowed = any(env.var_to_range.get(s) != r for s, r in self._ranges.items())
+        if env.guards or asserted or env.replacements or narrowed:
+            raise SizesNotRewritten("torch assumed something of a number read from a tensor under grad")
+
+
+# Note [A read number under grad]
+# ``y * x.sum().item()`` with ``x`` a wrapper subclass (a TwoTensor) that requires grad: pass 1 keeps the
+# number a name, as without grad (Note [A number a subclass's item reads], dispatch/resolver.py), but the
+# replay ran ``mul`` with its value, for autograd records the number in the backward too
+# (``mul(grad, 1.0969)``), and checked it: one entry per value (5 misses in 5 calls; without grad, 1).
+# The replay hands such a call a stand-in instead: an unbacked SymFloat (SymInt for an int) of a ShapeEnv
+# of its own. The fake tensors and autograd carry it as they carry a symbolic size, so the forward records
+# ``mul(y, zuf0)`` and the backward ``mul(grad, zuf0)``; ``rewrite_sizes`` (symbolic_sizes.py) makes each
+# the name, which the forward computes and the backward takes among the saved values. Where torch had to
+# decide something with the value (``pow``'s backward compares its exponent with 0; ``dropout``'s ``p``;
+# a size), the stand-in raises or leaves a guard or assert in the ShapeEnv (``assumed_nothing``), and
+# the grad transform runs again with values, each read checked, as before (jit_hook.py).

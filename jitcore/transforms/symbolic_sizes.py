@@ -233,6 +233,8 @@ def rewrite_sizes(trace: Trace, names: dict[sympy.Symbol, NumberProxy]) -> None:
     def leaf(value: Any) -> Any:
         if type(value) is torch.SymInt:
             return size(value)
+        if type(value) is torch.SymFloat and value.node.expr in names:  # Note [A read number under grad]
+            return names[value.node.expr]
         raise SizesNotRewritten(f"a record takes {type(value).__name__} {value}")
 
     def rewritten(bsym: BoundSymbol) -> BoundSymbol:

@@ -1,10 +1,12 @@
 """Reads of a wrapper subclass's values under grad (issue 15, helpers zoo47 and grad48): a number read
 (``x.sum().item()`` of a TwoTensor that requires grad, then used by an op autograd records), and a
-boolean mask of a wrapper that requires grad, whose count values decide. Each program runs eagerly and
+boolean mask of a wrapper that requires grad, whose count values decide; a number read (``float(x)``,
+``x.item()``) under grad taking one entry for every value, as without grad. Each program runs eagerly and
 under jitcore.jit on equal fresh arguments with values that change; outputs and gradients (inner
 tensors too) are compared, with the entries traced and the subclass code a warm call runs. Note [A
 read's check names the replay's tensor] (jitcore/transforms/grad.py), Note [Symbolic sizes through the
-grad transform] (jitcore/transforms/symbolic_sizes.py)."""
+grad transform] (jitcore/transforms/symbolic_sizes.py), Note [A read number under grad]
+(jitcore/transforms/replayed_numbers.py)."""
 
 from __future__ import annotations
 
@@ -87,3 +89,37 @@ def test_a_mask_of_a_wrapper_under_grad_takes_one_entry_for_every_count(name: st
                               f"call {call} gradients")
     assert jitted.fallback_reason is None
     assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (2, 5)
+
+
+# --- a number read from a wrapper under grad, one entry for every value --------------------------------
+_NUMBERS: dict[str, tuple[Callable[..., Any], int]] = {  # the program, its entries over _VALUES
+    "float_of_the_wrapper": (lambda x, y: y * float(x), 1),
+    "item_of_the_wrapper": (lambda x, y: (y + x.item()).exp(), 1),
+    "sum_item_then_divided": (lambda x, y: y / x.sum().item(), 1),
+    # checked where the program needs its value: an entry per outcome
+    "item_branched_on": (lambda x, y: y * x.item() if x.item() > 0 else y * 2, 2),
+}
+_VALUES = (0.5, 1.5, -0.7, 2.0, -1.2)
+
+
+@pytest.mark.parametrize("wrapper", list(_WRAPPERS))
+@pytest.mark.parametrize("name", list(_NUMBERS))
+def test_a_number_read_of_a_wrapper_under_grad_is_a_name_of_the_computation(name: str, wrapper: str) -> None:
+    """Before: the grad transform's replay gave the op the read's value, which autograd records in the
+    backward too, checked on every call: an entry per value (5 in 5 calls; without grad, 1). Now a
+    stand-in makes it a name in the forward and the backward (among the saved values)."""
+    (fn, entries), (cls, make) = _NUMBERS[name], _WRAPPERS[wrapper]
+    jitted = jitcore.jit(fn)
+    for call, value in enumerate(_VALUES):
+        y = torch.randn(3, generator=torch.Generator().manual_seed(call))
+        jit_args = make(torch.tensor([value])).requires_grad_(), y.clone().requires_grad_()
+        eager_args = make(torch.tensor([value])).requires_grad_(), y.clone().requires_grad_()
+        expected = fn(*eager_args)
+        with protocol_calls(cls) as calls:
+            actual = jitted(*jit_args)
+        assert calls == [] or call < entries, (call, calls)  # a warm call runs only the flattened trace
+        assert_same_flattened(actual, expected, f"call {call} output")
+        assert_same_flattened(_gradients(actual, jit_args), _gradients(expected, eager_args),
+                              f"call {call} gradients")
+    assert jitted.fallback_reason is None
+    assert jitcore.cache_misses(jitted) == entries
