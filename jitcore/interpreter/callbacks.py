@@ -50,8 +50,8 @@ from jitcore.interpreter.run import Run, current_run
 
 __all__ = ["abs_", "active_run", "all_", "any_", "bin_", "context_run", "enumerate_", "filter_", "format_",
            "frozenset_", "hex_", "iter_", "len_", "list_", "list_sort", "map_", "max_", "min_",
-           "native_iterable", "next_", "number_", "oct_", "range_", "reduce_", "reversed_", "set_", "sorted_",
-           "sum_", "through", "tuple_", "with_length_hint", "zip_"]
+           "native_iterable", "native_iterator", "next_", "number_", "oct_", "range_", "reduce_", "reversed_",
+           "set_", "sorted_", "sum_", "through", "tuple_", "with_length_hint", "zip_"]
 
 
 def active_run() -> Run:
@@ -342,6 +342,11 @@ def native_iterable(run: Run, obj: object) -> object:
     if t in _FORWARDING_ITERATORS or _is_python(getattr(t, "__iter__", None)):
         return _native_steps(it)
     return it
+
+
+def native_iterator(run: Run, obj: object) -> Iterator[object]:
+    """``iter(native_iterable(run, obj))``: the iterator a C caller's ``PyObject_GetIter`` gets."""
+    return iter(native_iterable(run, obj))
 
 
 def _is_python(f: object) -> bool:

@@ -23,7 +23,7 @@ import sys
 import warnings
 from types import FunctionType
 
-from jitcore.interpreter.callbacks import active_run, native_iterable
+from jitcore.interpreter.callbacks import active_run, native_iterable, native_iterator
 from jitcore.interpreter.calls import call, looked_up, opaque
 from jitcore.interpreter.hashed_inserts import keyed_iterable_call
 from jitcore.interpreter.protocols import (
@@ -40,7 +40,8 @@ from jitcore.interpreter.protocols import (
 from jitcore.interpreter.run import Run
 
 __all__ = ["ascii_", "bool_", "bytearray_", "bytes_", "complex_", "dict_", "dict_update", "divmod_",
-           "fromkeys_", "mapping_items", "math_dunder", "pow_", "real_argument", "round_"]
+           "fromkeys_", "mapping_items", "mapping_keys", "mapping_value", "math_dunder", "pow_",
+           "real_argument", "round_"]
 
 _BUFFERS = (bytes, bytearray, memoryview, array.array)
 
@@ -206,13 +207,31 @@ def _python_mapping(v: object) -> bool:
     return not issubclass(type(v), dict) or getattr(type(v), "__iter__", None) is not dict.__iter__
 
 
+def mapping_keys(run: Run, mapping: object) -> list[object]:
+    """``PyMapping_Keys(mapping)``: ``list(mapping.keys())`` with ``keys()`` and its iteration interpreted,
+    all the keys listed before any value is read (CPython's dict_merge reads the values after). A ``keys()``
+    answering a non-iterable raises "C.keys() returned a non-iterable (type T)" (Note [A TypeError of iter()
+    replaced by the caller's], protocols.py)."""
+    if not _python_mapping(mapping):
+        return list(mapping.keys())  # noqa: SIM118 - the mapping protocol
+    keys = call(run, getattr(mapping, "keys"), (), None)  # noqa: B009 - a bound method, as C gets it
+    if type(keys) is list:
+        return keys
+    message = f"{type(mapping).__name__}.keys() returned a non-iterable (type {type(keys).__name__})"
+    return list(iter_with_callers_error(native_iterator, run, keys, message))
+
+
+def mapping_value(run: Run, mapping: object, key: object) -> object:
+    """``mapping[key]`` as C's dict_merge reads it: a Python ``__getitem__`` interpreted."""
+    return get_item(run, mapping, key) if _python_mapping(mapping) else mapping[key]
+
+
 def mapping_items(run: Run, mapping: object) -> list[tuple[object, object]]:
     """``[(k, mapping[k]) for k in mapping.keys()]`` with ``keys()``, its iteration and ``__getitem__``
     interpreted (a dict's items as they are)."""
     if not _python_mapping(mapping):
         return [(k, mapping[k]) for k in mapping.keys()]  # noqa: SIM118 - the mapping protocol
-    keys = call(run, getattr(mapping, "keys"), (), None)  # noqa: B009 - a bound method, as C gets it
-    return [(k, get_item(run, mapping, k)) for k in native_iterable(run, keys)]
+    return [(k, get_item(run, mapping, k)) for k in mapping_keys(run, mapping)]
 
 
 def dict_(*args: object, **kwargs: object) -> dict:

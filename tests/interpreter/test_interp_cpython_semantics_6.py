@@ -67,3 +67,57 @@ def test_a_type_error_of_iter_is_replaced_by_the_c_callers_own() -> None:
 
     assert check(f)[:2] == [("TypeError", "can only join an iterable", None, None),
                             ("TypeError", "can only join an iterable", "LookupError", "handled")]
+
+
+def test_a_mapping_unpacked_by_double_star_is_merged_as_cpython_merges_it() -> None:
+    """``f(**m)``, ``{**m}``, ``dict(m)`` and ``d.update(m)`` of a mapping with a Python ``keys()`` and
+    ``__getitem__`` (Note [A mapping merged as CPython merges it]): an AttributeError they raise becomes
+    "argument after ** must be a mapping" (a call) or "'C' object is not a mapping" (a display); a ``keys()``
+    answering a non-iterable raises "C.keys() returned a non-iterable (type int)"; the keys are listed
+    before any value is read, and a duplicate keyword is refused before its value is read; on 3.12 and
+    later a KeyError of one argument becomes "got multiple values for keyword argument" (3.11: it
+    propagates, and a duplicate, of a dict too, raises ``KeyError(key)`` inside an ``except`` block).
+    Interpreted, the AttributeError and the KeyError propagated, the non-iterable said "'int' object is not
+    iterable", and the values were read as the keys were stepped."""
+
+    def f() -> list[object]:
+        log: list[str] = []
+
+        def mapping(keys_answer: object, on_get: type[BaseException] | None = None) -> object:
+            class M:
+                def keys(self):
+                    if isinstance(keys_answer, type):
+                        raise keys_answer("from keys")
+                    return keys_answer
+
+                def __getitem__(self, key):
+                    log.append(f"get {key}")
+                    if on_get is not None:
+                        raise on_get("from __getitem__")
+                    return key * 2
+
+            return M()
+
+        def keys_stepped():
+            for key in ("a", "b"):
+                log.append(f"key {key}")
+                yield key
+
+        def g(*args, **kwargs):
+            return kwargs
+
+        ms = [mapping(AttributeError), mapping(KeyError), mapping(TypeError), mapping(["a"], AttributeError),
+              mapping(["a"], KeyError), mapping(5), mapping(["a", "a"]), mapping(["b"]),
+              mapping(keys_stepped()), {"a": 3}]
+        out: list[object] = []
+        for m in ms:
+            for use in (lambda m: g(**m), lambda m: g(a=1, **m), lambda m: {**m}, dict,
+                        lambda m: {}.update(m), lambda m: dict(**m)):
+                out.append(_raised(lambda use=use, m=m: use(m)))
+                try:
+                    raise LookupError("handled")
+                except LookupError:
+                    out.append(_raised(lambda use=use, m=m: use(m)))
+        return [out, log]
+
+    check(f)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 
 from jitcore.interpreter.callbacks import native_iterable
-from jitcore.interpreter.conversions import mapping_items
+from jitcore.interpreter.conversions import mapping_items, mapping_keys, mapping_value
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.hashed_inserts import keyed_call
 from jitcore.interpreter.instructions import Instruction
@@ -167,10 +167,15 @@ def set_update(frame: Frame, inst: Instruction) -> None:
 def dict_update(frame: Frame, inst: Instruction) -> None:
     """Update the dict inst.arg deep with the mapping TOS."""
     mapping = frame.stack.pop()
-    if not hasattr(type(mapping), "keys"):
+    items = None
+    if hasattr(type(mapping), "keys"):
+        try:  # a Python keys()/__getitem__ interpreted: Note [C builtins over a Python object's dunders]
+            items = mapping if type(mapping) is dict else mapping_items(frame.run, mapping)
+        except AttributeError:
+            pass  # discarded, as C replaces it: Note [A mapping merged as CPython merges it]
+    if items is None:
         raise TypeError(f"'{type(mapping).__name__}' object is not a mapping")
-    # a Python keys()/__getitem__ interpreted: Note [C builtins over a Python object's dunders] (callbacks.py)
-    frame.stack[-inst.arg].update(mapping if type(mapping) is dict else mapping_items(frame.run, mapping))
+    frame.stack[-inst.arg].update(items)
 
 
 def _function_str(fn: object) -> str:
@@ -195,16 +200,56 @@ def dict_merge(frame: Frame, inst: Instruction) -> None:
     """Merge the mapping TOS into the kwargs dict inst.arg deep, rejecting duplicate keys."""
     stack = frame.stack
     mapping = stack.pop()
-    target = stack[-inst.arg]
-    fn = stack[-inst.arg - _CALLABLE_DEPTH]
+    merge_keywords(frame, stack[-inst.arg - _CALLABLE_DEPTH], stack[-inst.arg], mapping)
+
+
+_NO_KEY = object()
+
+
+def _merged(run: object, target: dict, mapping: object) -> object:
+    """Merge ``mapping`` into ``target`` up to a key already there (returned; else ``_NO_KEY``)."""
+    if type(mapping) is dict:
+        for key, value in mapping.items():
+            if key in target:
+                return key
+            target[key] = value
+        return _NO_KEY
     if not hasattr(type(mapping), "keys"):
-        raise TypeError(
-            f"{_function_str(fn)} argument after ** must be a mapping, not {type(mapping).__name__}"
-        )
-    for key, value in mapping.items() if type(mapping) is dict else mapping_items(frame.run, mapping):
+        raise AttributeError("keys")  # (PyMapping_Keys' own)
+    for key in mapping_keys(run, mapping):
         if key in target:
-            raise TypeError(f"{_function_str(fn)} got multiple values for keyword argument '{key}'")
-        target[key] = value
+            return key
+        target[key] = mapping_value(run, mapping, key)
+    return _NO_KEY
+
+
+def merge_keywords(frame: Frame, fn: object, target: dict, mapping: object) -> None:
+    """``_PyDict_MergeEx(target, mapping, 2)`` for ``fn(**mapping)``, with ``format_kwargs_error``'s errors.
+
+    Note [A mapping merged as CPython merges it]: dict_merge lists a mapping's ``keys()`` first, then for each
+    key refuses a duplicate before it reads the value. ``**mapping`` in a call turns an AttributeError (of a
+    Python ``keys``/``__getitem__``) into "argument after ** must be a mapping", ``{**mapping}`` into "'C'
+    object is not a mapping", and a call a KeyError of one argument into "got multiple values for keyword
+    argument": on 3.11 only dict_merge's own while no exception is handled (its value then a tuple, not an
+    instance: in an ``except`` block the duplicate raises ``KeyError(key)``), on 3.12 and later any
+    (format_kwargs_error reads its ``args``). The replaced error is discarded, not chained."""
+    run = frame.run
+    duplicate = failed = _NO_KEY
+    try:
+        duplicate = _merged(run, target, mapping)
+    except AttributeError:
+        failed = f"{_function_str(fn)} argument after ** must be a mapping, not {type(mapping).__name__}"
+    except KeyError as e:
+        if sys.version_info < (3, 12) or len(e.args) != 1:
+            raise
+        duplicate = e.args[0]
+    if failed is not _NO_KEY:
+        raise TypeError(failed)
+    if duplicate is not _NO_KEY:
+        handled = frame.handled_exception()
+        if sys.version_info < (3, 12) and (handled is not None or run.native_exc is not None):
+            raise KeyError(duplicate)
+        raise TypeError(f"{_function_str(fn)} got multiple values for keyword argument '{duplicate}'")
 
 
 @handles("LIST_TO_TUPLE", since=(3, 11), until=(3, 11))

@@ -12,10 +12,9 @@ from types import CellType, FunctionType, MethodType
 
 from jitcore.interpreter.callbacks import native_iterable
 from jitcore.interpreter.calls import call, call_class, call_function
-from jitcore.interpreter.conversions import mapping_items
 from jitcore.interpreter.frame import NULL, Frame
 from jitcore.interpreter.instructions import Instruction
-from jitcore.interpreter.opcodes.build import _function_str
+from jitcore.interpreter.opcodes.build import _function_str, merge_keywords
 from jitcore.interpreter.registry import handles
 
 
@@ -110,12 +109,9 @@ def call_function_ex(frame: Frame, inst: Instruction) -> None:
         fn = stack.pop()
     elif stack and stack[-1] is NULL:
         stack.pop()
-    if kwargs is not None and type(kwargs) is not dict:
-        if not hasattr(type(kwargs), "keys"):
-            raise TypeError(
-                f"{_function_str(fn)} argument after ** must be a mapping, not {type(kwargs).__name__}"
-            )
-        kwargs = dict(mapping_items(frame.run, kwargs))  # a Python keys()/__getitem__ interpreted
+    if kwargs is not None and type(kwargs) is not dict:  # a Python keys()/__getitem__ interpreted
+        kwargs, mapping = {}, kwargs
+        merge_keywords(frame, fn, kwargs, mapping)  # Note [A mapping merged as CPython merges it]
     if type(args) is not tuple:
         if not hasattr(type(args), "__iter__") and not hasattr(type(args), "__getitem__"):
             raise TypeError(
