@@ -185,6 +185,10 @@ NATIVE_COUNTS_311 = {
     "test_json.test_speedups": 9, "test_dynamicclassattribute": 11, "test_json.test_recursion": 12,
     "test_graphlib": 15, "test_fnmatch": 17, "test_colorsys": 7, "test_html": 2, "test_hmac": 27,
     "test_linecache": 24, "test_ipaddress": 204,
+    "test_type_annotations": 10, "test_type_comments": 16, "test_dict_version": 22, "test_pkg": 8,
+    "test_robotparser": 60, "test_pyexpat": 39, "test_urllib_response": 4, "test_charmapcodec": 4,
+    "test_http_cookies": 26, "test_shelve": 182, "test_dbm_dumb": 24, "test_wsgiref": 35,
+    "test_wave": 90, "test_filecmp": 9,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
@@ -336,6 +340,8 @@ NATIVE_COUNTS_313 = {
     "test_json.test_speedups": 9, "test_dynamicclassattribute": 11,
     "test_graphlib": 15, "test_fnmatch": 17, "test_colorsys": 7, "test_html": 2, "test_hmac": 27,
     "test_linecache": 27,
+    "test_type_annotations": 10, "test_type_comments": 17, "test_dict_version": 22, "test_pkg": 8,
+    "test_robotparser": 60, "test_pyexpat": 42, "test_urllib_response": 4, "test_charmapcodec": 4,
 }
 # 3.12: the modules chosen for what 3.12 changes (PEP 709's comprehensions, PEP 695, the call and attribute
 # layout, generators and exceptions), measured on pyenv's 3.12.1 with its own stdlib tests (2026-12-04), and
