@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
-import sys
 import threading
 import types
 import warnings
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -51,6 +49,7 @@ from jitcore.jit.ctx_numbers import changed_ctx_numbers
 from jitcore.jit.eager_entries import Eager, eager_call
 from jitcore.jit.effects import Effects
 from jitcore.jit.interpretation import Pass, TracedProgram, parameter_names
+from jitcore.jit.options import dynamic_numbers_of, is_module_forward, label_of
 from jitcore.jit.raising_calls import ComputationRaised
 from jitcore.jit.raising_entries import past_the_limit, raising_entry
 from jitcore.jit.read_resume import Resumable, Resumption, resumption, run_resumed
@@ -94,7 +93,7 @@ class JittedFunction:
         # state numbers read and written back, or seen to change between calls: dynamic numbers
         self._counters: frozenset = frozenset()
         self._read_lists: frozenset = frozenset()  # list arguments appended to and read another way
-        self.dynamic_numbers, typed_positions = _dynamic_numbers(fn, dynamic_numbers)
+        self.dynamic_numbers, typed_positions = dynamic_numbers_of(fn, dynamic_numbers)
         self._changed_numbers: frozenset[str] = frozenset()  # Note [Numbers that change between calls ...]
         self._shapes = ShapePolicy(dynamic)  # which sizes are symbolic (jit/shapes.py)
         self._driven = DrivenReads()  # read sites whose values are new call after call (jit/value_driven.py)
@@ -114,7 +113,7 @@ class JittedFunction:
         self.fallback_reason: BaseException | None = None  # the last call run eagerly (EagerOnlyValue)
         self._lock = threading.RLock()
         self._warned_transform = False  # Note [Called under a function transform]
-        self._label = _label_of(fn)
+        self._label = label_of(fn)
         functools.update_wrapper(
             self, fn if not isinstance(fn, torch.nn.Module) else type(fn).forward, updated=()
         )
@@ -694,51 +693,11 @@ def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """
     if fn is None:
         return lambda f: jit(f, **options)
-    if isinstance(fn, torch.nn.Module) or _is_module_forward(fn):
+    if isinstance(fn, torch.nn.Module) or is_module_forward(fn):
         from jitcore.jit.module import jit_module
 
         return jit_module(fn, **options)
     return JittedFunction(fn, **options)
-
-
-def _is_module_forward(fn: Any) -> bool:
-    """``module.forward`` (bound): jitted with the module's state named and guarded as for modules."""
-    return (
-        isinstance(getattr(fn, "__self__", None), torch.nn.Module)
-        and getattr(fn, "__name__", None) == "forward"
-    )
-
-
-def _dynamic_numbers(fn: Any, names: Any) -> tuple[frozenset[str] | bool, Container[int]]:
-    """The ``dynamic_numbers`` option checked against ``fn``'s parameters, and the positions of the
-    named positional parameters (the cache files calls by those arguments' types, not values)."""
-    if names is True:
-        return True, range(sys.maxsize)  # every position
-    if names is False or names is None:
-        return frozenset(), frozenset()
-    if isinstance(names, str):
-        names = (names,)
-    names = frozenset(names)
-    if not all(isinstance(n, str) for n in names):
-        raise TypeError("dynamic_numbers must be True or a collection of parameter names")
-    if not names:
-        return names, frozenset()
-    try:
-        parameters = list(
-            inspect.signature(fn.forward if isinstance(fn, torch.nn.Module) else fn).parameters.values()
-        )
-    except (TypeError, ValueError):
-        return names, frozenset()  # a callable without a signature: names are matched per call
-    if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-        unknown = sorted(names - {p.name for p in parameters})
-        if unknown:
-            raise ValueError(
-                f"dynamic_numbers names {', '.join(map(repr, unknown))}, which "
-                f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} of {_label_of(fn)} "
-                f"(its parameters: {', '.join(p.name for p in parameters) or 'none'})"
-            )
-    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return names, frozenset(i for i, name in enumerate(positional) if name in names)
 
 
 def _accept(*_inputs: Any) -> bool:
@@ -757,14 +716,6 @@ def _around_the_call(jitted: Any) -> CallerModes | str | None:
     if _transform_level() is not None:
         return "torch.func transforms (grad, vmap, ...)"
     return callers_modes(jitted)
-
-
-def _label_of(fn: Any) -> str:
-    if isinstance(fn, torch.nn.Module):
-        return f"module {type(fn).__qualname__}"
-    return getattr(fn, "__qualname__", None) or repr(fn)
-
-
 
 
 # Note [A jitted function inside a traced program]: a jitted function that a program jitcore is

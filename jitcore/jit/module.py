@@ -31,9 +31,10 @@ import torch
 from torch.nn.modules import module as _torch_module
 
 from jitcore.interpreter import current_run
-from jitcore.jit.api import JittedFunction, _label_of, frozen_function
+from jitcore.jit.api import JittedFunction, frozen_function
 from jitcore.jit.interpretation import Pass, TracedProgram
 from jitcore.jit.module_guards import group_hook_guards, group_state_guards
+from jitcore.jit.options import label_of
 from jitcore.prologue import Path, Prologue, Root
 
 __all__ = ["ForwardJit", "JittedModule", "call_with_hooks", "jit_module"]
@@ -53,7 +54,7 @@ class ForwardJit(JittedFunction):
     def __init__(self, module: torch.nn.Module, /, forward: Any = None, **options: Any) -> None:
         super().__init__(module.forward if forward is None else forward, **options)
         self.module = module
-        self._label = _label_of(module)
+        self._label = label_of(module)
         self._forward = module.forward if forward is None else forward
         self._bound = forward is not None
 

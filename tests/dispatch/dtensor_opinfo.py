@@ -122,14 +122,18 @@ def _jitcore_warnings(caught: list[Any]) -> list[str]:
     return [str(w.message) for w in caught if str(w.message).startswith("jitcore")]
 
 
+def _prepared(op: Any, sample: Any) -> tuple[tuple, dict, bool, Any]:
+    """``sample``'s arguments, whether ``op``'s values are compared, and a fresh jitted ``op``."""
+    args, kwargs = sample_call(sample)
+    return args, kwargs, not is_random(op) and values_comparable(op), jitcore.jit(op.op)
+
+
 def check_sample(op: Any, sample: Any, mesh: DeviceMesh, placement: str) -> Outcome:
     """One sample of ``op`` on DTensors, eagerly and jitted (two calls, the second with fresh values).
 
     Raises:
         Mismatch: the first difference."""
-    args, kwargs = sample_call(sample)
-    values = not is_random(op) and values_comparable(op)
-    jitted = jitcore.jit(op.op)
+    args, kwargs, values, jitted = _prepared(op, sample)
     for attempt, scale in ((1, 1.0), (2, FRESH)):
         e_args, e_kwargs = distributed((args, kwargs), mesh, placement, scale=scale)
         expected, eager_error, _ = _call(op.op, e_args, e_kwargs)
@@ -165,9 +169,7 @@ def check_backward(op: Any, sample: Any, mesh: DeviceMesh, placement: str) -> Ou
 
     Raises:
         Mismatch: the first difference."""
-    args, kwargs = sample_call(sample)
-    values = not is_random(op) and values_comparable(op)
-    jitted = jitcore.jit(op.op)
+    args, kwargs, values, jitted = _prepared(op, sample)
     for attempt, scale in ((1, 1.0), (2, FRESH)):
         e_inputs = distributed((args, kwargs), mesh, placement, scale=scale, grad=True)
         expected, eager_error, _ = _call(op.op, *e_inputs)
