@@ -179,8 +179,12 @@ class Provenance(TensorBinding, HeldCounters):
         # The first read of a path is what the call started with; a later read of the same path in
         # the same pass may see the program's own mutation (side effects happen while tracing only).
         # A kind that tests one thing about the value (``member``, ``absent``) keeps one guard per thing
-        # tested (``per_expected``).
-        key = (path, kind, expected) if per_expected else (path, kind)
+        # tested (``per_expected``). An ``identity`` guard's value is kept by its id: the object may not
+        # hash (a set an lru-cached function returned: jit/lru_caches.py), and the guard keeps it alive.
+        if per_expected:
+            key = (path, kind, id(expected) if kind == "identity" else expected)
+        else:
+            key = (path, kind)
         if key not in self._guarded:
             self._guarded.add(key)
             self.prologue.add_guard(Guard(path, kind, expected))

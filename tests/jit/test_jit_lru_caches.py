@@ -125,6 +125,29 @@ def test_the_cached_tensor_is_returned_itself() -> None:
     assert jitcore.cache_misses(jitted) == 1
 
 
+def test_an_unhashable_answer_is_guarded_by_identity() -> None:
+    """A cached function whose answer does not hash (``torch.overrides.get_default_nowrap_functions``
+    is ``lru_cache(None)`` of a set, reached by every MaskedTensor op): its identity guard raised
+    TypeError while tracing (JC-I002)."""
+    def make() -> tuple:
+        log: list = []
+
+        @functools.lru_cache(None)
+        def names() -> set:
+            log.append("names")
+            return {"a", "b"}
+
+        @functools.cache
+        def table(n: int) -> list:
+            log.append(("table", n))
+            return [n, n + 1]
+
+        return (lambda x: x * len(names()) + table(2)[1]), [names, table], log
+
+    jitted, _ = _run_twins(make, [(torch.ones(2),), (torch.ones(2),), (torch.ones(2) * 3,)])
+    assert jitcore.cache_misses(jitted) == 1
+
+
 SCALE = [2.0]
 
 
