@@ -98,6 +98,8 @@ def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:
         run = Run(hooks)
         run.native_exc = sys.exc_info()[1]
         runs = active_runs()
+        if not runs:  # an outermost run: the hook may have been replaced (Note [Warnings issued by C code])
+            _install_warning_locations()
         runs.append(run)
         try:
             return call(run, fn, args, kwargs)

@@ -94,7 +94,11 @@ def _blamed(run: Run, filename: str, lineno: int | None, host: tuple[str, ...]) 
 
 
 def install() -> None:
-    """Put the relocating hook in front of ``warnings._showwarnmsg`` (once)."""
-    show = warnings._showwarnmsg
-    if getattr(show, "__module__", None) != __name__:
-        warnings._showwarnmsg = _relocating(show)
+    """Put the relocating hook in front of the ``_showwarnmsg`` of the ``warnings`` module C looks it up in
+    (``sys.modules``'), unless it is there already. Called at import and as each outermost run starts
+    (``interpret``'s wrapper): a program or library may have put another function there, or imported
+    ``warnings`` afresh, after jitcore was imported, and the hook would be gone for good."""
+    module = sys.modules.get("warnings", warnings)
+    show = getattr(module, "_showwarnmsg", None)
+    if show is not None and getattr(show, "__module__", None) != __name__:
+        module._showwarnmsg = _relocating(show)

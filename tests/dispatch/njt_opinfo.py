@@ -34,6 +34,7 @@ from subclass_checks import nested_dispatch_calls  # noqa: E402
 from torch.testing._internal.opinfo.definitions.nested import njt_op_db  # noqa: E402
 
 import jitcore  # noqa: E402
+from jitcore.jit.raising_entries import RaisedWhenTraced  # noqa: E402
 
 OPS: dict[str, Any] = {entry_name(op): op for op in njt_op_db if op.supports_njt}
 _TOLERANCE = {"atol": 1e-5, "rtol": 1e-4, "equal_nan": True, "check_stride": False}
@@ -165,7 +166,9 @@ def _eager_entry(jitted: jitcore.JittedFunction, caught: list[warnings.WarningMe
     if said:
         return said[0][:300]
     reasons = [jitted.eager_reason, jitted.fallback_reason, *(e.eager_reason for e in jitted.entries)]
-    reason = next((r for r in reasons if r is not None), None)
+    # a raising entry (jit/raising_entries.py) runs eagerly only calls like one whose trace raised the
+    # program's own error: where eager raises too, the errors are compared below
+    reason = next((r for r in reasons if r is not None and not isinstance(r, RaisedWhenTraced)), None)
     return None if reason is None else f"{type(reason).__name__}: {str(reason)[:300]}"
 
 

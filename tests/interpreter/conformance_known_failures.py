@@ -51,16 +51,11 @@ KNOWN_FAILURES_311: dict[str, str] = {
         "each interpreted call uses several native frames: unbounded recursion's traceback repeats its line "
         "~485 times, not the 940-1000 the test asks",
     # --- C code reading its Python caller: the innermost native frame, the interpreter's
-    **dict.fromkeys(
-        (
-            "test.test_warnings.CFilterTests.test_error_after_default",
-            "test.test_warnings.CFilterTests.test_ignore",
-            "test.test_warnings.CWarnTests.test_filename",
-            "test.test_warnings.CWarnTests.test_stacklevel",
-        ),
+    "test.test_warnings.CFilterTests.test_ignore":
         "warn() of a _warnings module imported afresh (import_fresh_module) is not the builtin the warnings "
-        "lookaside is keyed by: it runs natively and blames the interpreter's frame (file, line, registry)",
-    ),
+        "lookaside is keyed by: it runs natively, and its once-per-location registry is keyed by the "
+        "interpreter's line (the file and line it shows are the interpreted frame's: Note [Warnings issued "
+        "by C code])",
     "test.test_sys_setprofile.TestEdgeCases.test_reentrancy":
         "the replaced profile function's __del__ calls sys.setprofile(), which CPython refuses while it "
         "replaces one (an unraisable RuntimeError); interpreted, the replacement is the interpreter's, and "
@@ -83,10 +78,7 @@ _SAME_ON_313 = (
     "test.test_coroutines.OriginTrackingTest.test_origin_tracking",
     "test.test_coroutines.OriginTrackingTest.test_origin_tracking_warning",
     "test.test_descr.ClassPropertiesAndMethods.test_slots",
-    "test.test_warnings.CFilterTests.test_error_after_default",
     "test.test_warnings.CFilterTests.test_ignore",
-    "test.test_warnings.CWarnTests.test_filename",
-    "test.test_warnings.CWarnTests.test_stacklevel",
 )
 KNOWN_FAILURES_313: dict[str, str] = {
     **{name: KNOWN_FAILURES_311[name] for name in _SAME_ON_313},

@@ -79,3 +79,22 @@ def test_a_warning_of_python_code_a_c_call_ran_natively_blames_eagers_frame(runn
     assert len(expected) == 1 and expected[0][0] == __file__
     re.purge()
     assert runner(_sub_with_bad_group_name)() == expected
+
+
+def test_a_warning_c_issues_is_relocated_after_the_hook_was_replaced() -> None:
+    """jitcore puts its relocating hook in front of ``warnings._showwarnmsg`` at import; a program or
+    library that puts another function there afterwards (or imports ``warnings`` afresh) took it away for
+    good, and a warning C issues for interpreted code (``bool(NotImplemented)``) named jitcore's file and
+    line again. The hook is put back as each outermost run starts."""
+    def f() -> bool:
+        return bool(NotImplemented)
+
+    hooked = warnings._showwarnmsg
+    warnings._showwarnmsg = hooked.__wrapped__
+    try:
+        interpreted = _caught(interpret(f))
+    finally:
+        warnings._showwarnmsg = hooked
+    native = _caught(f)
+    assert [(name, line) for name, line, _, _ in interpreted] == [(name, line) for name, line, _, _ in native]
+    assert native and native[0][0] == __file__
