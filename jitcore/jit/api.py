@@ -304,9 +304,7 @@ class JittedFunction:
         jit/raising_entries.py), then the pass's exception raised, or the call run eagerly."""
         entry = None
         if outcome.kept:
-            traced = self.last_prologue if self.last_prologue is not None else Prologue()
-            entry = raising_entry(self.misses, traced, outcome, self.fn, outcome.reason,
-                                  self._label, raised=self._count_hit, returned=self._drop)
+            entry = self._raising_entry(outcome, outcome.reason)
             self._add_raising(entry, args, reasons)
         if outcome.reraise:
             raise outcome.reason  # outside the pass's except block: Note [No pass inside an except block]
@@ -327,15 +325,19 @@ class JittedFunction:
         except Exception as exc:
             stopped = outcome.reason.__cause__
             if type(exc) is type(stopped):
-                traced = self.last_prologue if self.last_prologue is not None else Prologue()
-                self._add_raising(raising_entry(self.misses, traced, outcome, self.fn, exc,
-                                                self._label, raised=self._count_hit, returned=self._drop),
-                                  args, reasons)
+                self._add_raising(self._raising_entry(outcome, exc), args, reasons)
             else:
                 self._add(self._eager_entry(outcome.reason), args, reasons)
             raise
         self._add(self._eager_entry(outcome.reason), args, reasons)
         return result
+
+    def _raising_entry(self, outcome: Eager, error: BaseException) -> CacheEntry:
+        """A raising entry for the pass ``outcome`` tells of, which stopped on ``error`` (Note [Raising
+        entries], jit/raising_entries.py)."""
+        traced = self.last_prologue if self.last_prologue is not None else Prologue()
+        return raising_entry(self.misses, traced, outcome, self.fn, error, self._label,
+                             raised=self._count_hit, returned=self._drop)
 
     def _add_raising(self, entry: CacheEntry, args: tuple, reasons: list[MissReason]) -> None:
         """File a raising entry, first taking out the oldest past the limit (Note [Raising entries])."""
