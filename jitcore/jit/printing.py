@@ -12,15 +12,17 @@ each run of the computation, the first call's included, in program order among t
   ``sys`` on each call (``contextlib.redirect_stdout`` around the jitted call is honoured; one the
   program makes itself is the stream it points to: Note [A stream the program redirects to]); or a
   stream the program reached through a path (an argument, state): looked up through that path on each call;
-- text made from numbers of the computation (jit/texts.py) is formatted from each call's numbers.
+- text made from numbers of the computation (jit/texts.py) is formatted from each call's numbers;
+- a plain tensor (``print("loss", x)``) is a snapshot the computation takes where the print is, printed
+  with torch's text of each call's tensor (Note [A tensor the program prints]).
 A ``write`` (or ``flush``) on such a stream that interpreted code calls (a logging handler's ``emit``:
 ``logger.warning(...)`` inside the function) is recorded the same way, as a print of that text.
 
 When the program raises its own exception, the call runs eagerly (Note [A program that raises],
 jit/eager_entries.py), which prints; the pass prints nothing.
-A print whose text would show a traced tensor's values (``print(x)``) or that writes to a stream made
-inside the function stops tracing with JC-T001 (langctx/tensor_text.py): without ``fullgraph`` that
-call runs eagerly.
+A print whose text the pass would have to make from a traced tensor's values (``print([x])``, a
+subclass, a tensor that requires grad) or that writes to a stream made inside the function stops
+tracing with JC-T001 (langctx/tensor_text.py): without ``fullgraph`` that call runs eagerly.
 A print inside a tensor subclass's ``__torch_dispatch__``/``__torch_function__`` that the pass
 interprets is recorded the same way (eager prints it on every call too). Code that the grad transform
 runs after the pass (a subclass's dispatch of a backward op) prints natively, while tracing only.
@@ -35,6 +37,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter import current_run
@@ -64,8 +68,9 @@ class Prints:
     def print(self, *objects: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None,
               flush: bool = False) -> None:
         """The lookaside for ``print``: records the call (see the module docstring)."""
+        run = current_run()
         if tree_has(objects, TensorProxy):
-            refuse_text("print")
+            objects = tuple(_shown_tensor(run, obj) for obj in objects)
         for name, value in (("sep", sep), ("end", end)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
@@ -78,8 +83,8 @@ class Prints:
                 "cached calls",
                 hints=("print to a stream the function is passed or reaches through state",),
             )
-        run = current_run()
-        pieces = [obj if isinstance(obj, (NumberProxy, TextProxy)) else to_str(run, obj) for obj in objects]
+        pieces = [obj if isinstance(obj, (NumberProxy, TextProxy, TensorProxy)) else to_str(run, obj)
+                  for obj in objects]
         self.effects.append(Effect(stream, "print", (
             " " if sep is None else sep, "\n" if end is None else end, bool(flush)), pieces))
         return None
@@ -127,6 +132,23 @@ class Prints:
     # empty). ``sys.stdout``/``sys.stderr`` stand for themselves only while they are the streams the
     # call found; a stream the program put there is that stream, reached through a path of the caller's
     # or of state (replayed there), or made inside the function (refused: the call runs eagerly).
+
+
+# Note [A tensor the program prints]
+# ``print(x)`` of a plain tensor shows its values, which a pass does not have. The tensor as the print
+# finds it is taken into the computation (``torch.clone``: an in-place op after the print must not change
+# what was printed) and becomes one of the effect's slots, so each call prints that call's tensor with
+# torch's own text, as eagerly (the print options the call finds). Not so, and the call runs eagerly
+# (JC-T001): a tensor inside another argument (``print([x])``, whose text the pass would make), a
+# subclass or a Parameter (its class's text), and a tensor that requires grad (its text names its
+# ``grad_fn``, which the computation's tensor does not share).
+def _shown_tensor(run: Any, obj: Any) -> Any:
+    """``obj`` as a print argument: a plain tensor's snapshot in the computation, else ``obj``."""
+    if not tree_has(obj, TensorProxy):
+        return obj
+    if not isinstance(obj, TensorProxy) or obj.python_type is not torch.Tensor or obj.requires_grad:
+        refuse_text("print")
+    return run.call(torch.clone, obj)
 
 
 def _result_discarded() -> bool:

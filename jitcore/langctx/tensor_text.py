@@ -13,8 +13,9 @@ the interpreter calls a proxy's ``__repr__`` itself (an f-string's ``!r``, a Pyt
 never make them symbols (a symbol of ``Tensor.__format__`` ran on fake tensors from then on, and
 ``f"{loss:.2f}"`` of a 0-dim tensor raised in every later trace). ``"%s" % x`` is ``str.__mod__``, a text
 function the program calls (its C code calls ``str`` on the proxy). jitcore's own messages call them
-natively, outside ``__torch_function__``, and keep the proxy's text. A ``print`` of anything else is
-replayed on every call (jit/printing.py).
+natively, outside ``__torch_function__``, and keep the proxy's text. A ``print`` of anything else, and
+of a plain tensor passed to it as an argument (a snapshot the computation takes), is replayed on every
+call (jit/printing.py).
 """
 
 from __future__ import annotations

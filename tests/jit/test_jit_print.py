@@ -239,3 +239,81 @@ def test_a_handler_writing_to_stdout_with_its_format() -> None:
                 logger.removeHandler(handler)
         written.append(out.getvalue())
     assert written == ["ERROR jitcore_test_print_stdout: sum of a torch.float32 tensor\n" * 2] * 2
+
+
+# --- a tensor the program prints (Note [A tensor the program prints], jit/printing.py) ------------------
+
+
+def test_a_printed_tensor_shows_each_calls_values_as_the_print_found_them() -> None:
+    """``print(x)`` ran the whole call eagerly; an in-place op after it must not change what was printed."""
+
+    def f(x):
+        y = x * 2
+        print("y", y, y.shape, sep=" | ")
+        y.add_(1)
+        print(y.sum(), file=sys.stderr)
+        return y
+
+    check_prints(f, [(X,), (X - 5,), (torch.randn(2, 3),), (torch.randn(2, 3),)], misses=2)
+
+
+def test_a_printed_tensor_follows_the_print_options_each_call_finds() -> None:
+    def f(x):
+        print(x / 3)
+        return x
+
+    def precision(digits: int) -> Callable[[], None]:
+        return lambda: torch.set_printoptions(precision=digits)
+
+    try:
+        for digits in (2, 6):
+            check_prints(f, [(X,), (X + 1,)], before=precision(digits))
+    finally:
+        torch.set_printoptions(profile="default")
+
+
+def test_gradients_and_detached_values_printed_in_a_training_step() -> None:
+    model = torch.nn.Linear(3, 2)
+
+    def step(x):
+        loss = model(x).pow(2).mean()
+        print("loss", loss.detach())
+        loss.backward()
+        print("grad", model.weight.grad)
+        grad = model.weight.grad.clone()
+        model.weight.grad = None
+        return grad
+
+    torch.manual_seed(0)
+    check_prints(step, [(torch.randn(4, 3),) for _ in range(3)])
+
+
+def test_a_subclass_dispatch_printing_its_inner_results() -> None:
+    """Eager prints each op's plain result inside ``__torch_dispatch__``; a warm call prints them from the
+    computation, and runs no dispatch."""
+
+    class Shown(Logged):
+        @classmethod
+        def __torch_dispatch__(cls, func: Any, types: Any, args: Any, kwargs: Any = None) -> Any:
+            out = func(*[a.inner if isinstance(a, Logged) else a for a in args], **(kwargs or {}))
+            print(func.__name__, out)
+            return Shown(out)
+
+    def f(t):
+        return (t * 2).sin().inner
+
+    check_prints(f, [(Shown(X),), (Shown(X + 1),)])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: (print(x * 2), x)[1],  # its text names its grad_fn
+        lambda x: (print((x * 2,)), x.detach())[1],  # inside another argument: the pass would make its text
+        lambda x: (print(torch.nn.Parameter(x.detach())), x.detach())[1],  # a class of its own text
+    ],
+    ids=["requires_grad", "in_a_tuple", "parameter"],
+)
+def test_a_printed_tensor_whose_text_the_computation_cannot_give_runs_eagerly(fn) -> None:
+    check_eager_entry(fn, torch.arange(3.0, requires_grad=True), error=UnsupportedOperationError,
+                      match="print")
