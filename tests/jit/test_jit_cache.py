@@ -156,6 +156,27 @@ def test_mutable_default_argument_is_guarded() -> None:
     assert jitcore.cache_misses(jf) == 2
 
 
+def test_a_default_tuple_replaced_by_another_is_checked_by_value() -> None:
+    """Note [The traced literal itself] (prologue/guards.py): the tuple read while tracing passes by
+    identity; an equal copy still hits, a tuple of other element types or another sign of zero misses."""
+    def f(x, dims=(1, 2.0), shift=((0.0, 1), None)):
+        return x * dims[0] + dims[1] + shift[0][0]
+
+    jf = jitcore.jit(f)
+    x = torch.ones(2)
+    assert_same(jf(x), f(x))
+    assert_same(jf(x), f(x))
+    f.__defaults__ = ((1, 2.0), ((0.0, 1), None))  # equal, not the same objects
+    assert_same(jf(x), f(x))
+    assert jitcore.cache_misses(jf) == 1
+    f.__defaults__ = ((1.0, 2.0), ((0.0, 1), None))  # == the traced tuple, another element type
+    assert_same(jf(x), f(x))
+    assert jitcore.cache_misses(jf) == 2
+    f.__defaults__ = ((1, 2.0), ((-0.0, 1), None))
+    assert_same(jf(x), f(x))
+    assert jitcore.cache_misses(jf) == 3
+
+
 def test_closure_cell_is_guarded() -> None:
     factor = 2.0
 

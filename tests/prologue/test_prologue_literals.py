@@ -69,3 +69,25 @@ def test_which_tuples_are_compared_in_c() -> None:
     assert _accepts((None, None, False), (None, None, False))
     assert not _accepts((None, None, False), (None, None, 0))
     assert not _accepts((1, 2.5), (1, 2.5, None))
+
+
+def test_the_traced_tuple_itself_passes_at_once_and_any_other_is_checked() -> None:
+    """Note [The traced literal itself] (jitcore/prologue/guards.py): the object the guard keeps is
+    accepted by one identity test; an equal copy, a tuple of other element types and a NaN are judged
+    by the full check as before."""
+    flat, nested = (1, 2.5, None), ((0.0, math.nan), 1j)
+    guards = (Guard(Path(Root("args", "args")).index(0), "value", flat),
+              Guard(Path(Root("args", "args")).index(1), "value", nested))
+    assert str(Prologue(guards=guards)).splitlines()[4:8] == [
+        "    v0 = args[0]",
+        "    if v0 is not __tuple_for_args_0 and (type(v0) is not tuple or v0 != __tuple_for_args_0 or "
+        "tuple(map(type, v0)) != __tuple_for_args_0_2): return None",
+        "    v1 = args[1]",
+        "    if v1 is not __tuple_for_args_1 and not __same_literal(v1, __tuple_for_args_1): return None",
+    ]
+    call = Prologue(guards=guards).compile(lambda *a: "hit")
+    assert call((flat, nested), {}) == "hit"  # the very objects, NaN inside
+    assert call(((1, 2.5, None), ((0.0, math.nan), 1j)), {}) == "hit"  # equal copies: the full check
+    assert call(((1.0, 2.5, None), nested), {}) is MISS  # equal under ==, another element type
+    assert call((flat, ((-0.0, math.nan), 1j)), {}) is MISS  # the sign of zero
+    assert call((list(flat), nested), {}) is MISS
