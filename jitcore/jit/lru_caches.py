@@ -3,8 +3,11 @@ answer, guarded by the cache entry, and replayed on cached calls (Note [A cached
 
 Invariants:
 - a call is handled here only where its key is made of plain values (numbers, text, None, torch's
-  dtypes and devices, tuples of them): the prologue rebuilds it from constants of the entry (the
-  numbers are specialized); any other call goes on to the net of jit/native_python.py, as before;
+  dtypes and devices, tuples and frozensets of them), which the prologue rebuilds from constants of the
+  entry (the numbers are specialized), and of the caller's tensors and identity-hashed objects, each
+  guarded as that very object (Note [What keys an entry]); a key value hashed by the program's own
+  ``__hash__`` goes on to the net of jit/native_python.py, as before;
+- the cache never holds a proxy: the wrapper is called with the caller's tensors;
 - the wrapper is called natively exactly once per call of the program while tracing (a hit moves the
   entry to the front, a miss runs the wrapped function and stores its result, as eagerly); on the
   computation's first run, right after tracing, the recorded call is skipped, on every later run it is
@@ -30,6 +33,8 @@ from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import BoundSymbol
 from jitcore.ir.symbol import recorded_symbol
 from jitcore.prologue import Path, Root
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.tensor import PlainTensorProxy
 
 __all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "LruCalls", "cache_dict", "lru_key", "one_call",
            "replay_lru_call"]
@@ -51,9 +56,8 @@ __all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "LruCalls", "cache_dict
 # bounded caches are not handled here). The recorded call (``replay_lru_call``) keeps ``cache_info()``
 # and the LRU order (which decides evictions) as eager has them on every cached call; it is skipped on
 # the computation's first run, which follows the tracing call that made it already. An object of the
-# program's hashed by identity (``self`` of a cached method, a module) keys an entry where the pass
-# reached it through a path: guarded as that very object, the key holds it. Left: an entry whose key
-# holds a tensor or an object with its own ``__hash__``/``__eq__`` (the net decides, as before), and
+# program's hashed by identity keys an entry as that very object (Note [What keys an entry]). Left: an
+# object with its own ``__hash__``/``__eq__`` in the key (the net decides, as before), and
 # a wrapped function that raises: C caches nothing, the pass raises its exception as eager does;
 # where the program caught it, that call and calls like it run eagerly
 # (``refuse_caught``), and on that call the function ran twice (while tracing, and eagerly).
@@ -69,7 +73,8 @@ def _is_plain(value: Any, depth: int = 0) -> bool:
     t = type(value)
     if t in _PLAIN:
         return True
-    return t is tuple and depth < 8 and len(value) <= 64 and all(_is_plain(v, depth + 1) for v in value)
+    return (t is tuple or t is frozenset) and depth < 8 and len(value) <= 64 \
+        and all(_is_plain(v, depth + 1) for v in value)
 
 
 def _keyword_mark() -> Any:
@@ -238,7 +243,15 @@ def _same_key(a: Any, b: Any) -> bool:
         return False
     if type(a) is tuple:
         return len(a) == len(b) and all(_same_key(x, y) for x, y in zip(a, b))
-    return a is b or a == b
+    return a is b or (type(a) in _PLAIN or type(a) is frozenset) and a == b  # else: pinned by identity
+
+
+def _made_here() -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        "a functools.lru_cache function is called with a tensor the program made, which C hashes by "
+        "identity: eager misses on every call (a new tensor each time), which a trace cannot replay",
+        hints=("the call runs eagerly; key the cache by values (sizes, dtypes) or by the caller's tensors",),
+    )
 
 
 class LruCalls:
@@ -261,35 +274,80 @@ class LruCalls:
             raise _caches_nothing(wrapper)
         if maxsize is not None and not _BOUNDED_READABLE:
             return NOT_HANDLED
-        if not all(_is_plain(a) or self._pinned(a) for a in (*args, *kwargs.values())):
+        if any(self._left_to_the_net(v) for v in (*args, *kwargs.values())):
             return NOT_HANDLED
         try:
             cache = cache_dict(wrapper)
         except LookupError:
             return NOT_HANDLED
+        recorded = args, kwargs
+        args, kwargs = self._key_values(args, kwargs)
         key = lru_key(args, kwargs, typed=wrapper.cache_parameters()["typed"], mark=KEYWORD_MARK)
         entries = self._entries.get(id(wrapper))
         if entries is None:
             entries = self._entries[id(wrapper)] = CacheEntries(wrapper, cache, bounded=maxsize is not None)
         result = self._made_once(wrapper, key, args, kwargs)
-        self._record(wrapper, args, kwargs)
+        self._record(wrapper, *recorded)
         path = Path(Root("bound", f"{getattr(wrapper, '__qualname__', 'cache')}.cache", entries)).key(key)
         self._provenance.guard(path, "identity", result, per_expected=True)
         return self._provenance.bind_state(result, path, "cached")
 
-    def _pinned(self, value: Any) -> bool:
-        """Whether ``value`` is an object of the program's reached through a path and hashed by identity
-        (``self`` of a cached method): guarded as that very object, it keys the entry as it is (Note [A
-        cached function's call])."""
+    # Note [What keys an entry]
+    # C hashes a tensor, a module, ``self`` of a cached method (any object whose class keeps object's
+    # ``__hash__`` and ``__eq__``) by identity. Where the pass reached such a value through a path (an
+    # argument, a parameter, an attribute) it is guarded as that very object, and the wrapper is called
+    # with it (a tensor argument: the caller's tensor, not the pass's proxy, which the cache would keep
+    # for ever, and which eager never passes), so the entry's key holds it as eager's does and the
+    # prologue's lookup finds it. Another object at that path is another key: the identity guard fails,
+    # the call traces again, as eager misses. A tensor the computation reads as the key's input is that
+    # tensor (the guard pins it), so the recorded call hits. A tensor the program made (``twice(x + 1)``)
+    # is a new key on every call, a miss each time for eager: no trace replays that, so the call runs
+    # eagerly (JC-T001); so does a tensor subclass's instance (not handled: the computation may hand it
+    # on rebuilt from its inner tensors, another object). Left to the net, as before: a value whose
+    # class hashes it with its own Python code (its hash and equality may read anything; they run
+    # natively, and the net sees that code run), and an identity-hashed object reached through no path
+    # (made by the program, or a constant such as ``typing.Union``, which ``typing``'s own cache keys by).
+    def _left_to_the_net(self, value: Any, depth: int = 0) -> bool:
+        """Whether C hashes ``value`` (or an item of a tuple it is) with a class's own ``__hash__``/
+        ``__eq__``, or it is an identity-hashed object the pass reached through no path (Note [What keys
+        an entry])."""
         t = type(value)
-        if t.__hash__ is not object.__hash__ or t.__eq__ is not object.__eq__ \
-                or isinstance(value, torch.Tensor):
+        if _is_plain(value) or isinstance(value, TensorProxy):
             return False
-        path = self._provenance.path_of(value)
-        if path is None:
-            return False
-        self._provenance.guard(path, "identity", value)
-        return True
+        if t is tuple:
+            return depth >= 8 or any(self._left_to_the_net(v, depth + 1) for v in value)
+        hashed_by_program = t.__hash__ is not object.__hash__ or t.__eq__ is not object.__eq__
+        return hashed_by_program or self._provenance.path_of(value) is None
+
+    def _key_values(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The arguments as the wrapper is called with them natively (a tensor input is the caller's
+        tensor), each pinned (Note [What keys an entry])."""
+        return tuple(self._key_value(a) for a in args), {k: self._key_value(v) for k, v in kwargs.items()}
+
+    def _key_value(self, value: Any) -> Any:
+        if _is_plain(value):
+            return value
+        if isinstance(value, TensorProxy):
+            return self._tensor_key(value)
+        t = type(value)
+        if t is tuple:
+            return tuple(self._key_value(v) for v in value)
+        self._provenance.guard(self._provenance.path_of(value), "identity", value)
+        return value
+
+    def _tensor_key(self, proxy: TensorProxy) -> torch.Tensor:
+        """The caller's tensor an argument proxy stands for, guarded as that very tensor (C hashes a tensor
+        by identity): Note [What keys an entry]."""
+        if not isinstance(proxy, PlainTensorProxy):
+            raise UnsupportedOperationError(
+                "a functools.lru_cache function is called with a tensor subclass's instance, which jitcore "
+                "does not key a cache entry by", hints=("the call runs eagerly",))
+        reached = self._provenance.input_of(proxy)
+        if reached is None:
+            raise _made_here()
+        path, tensor = reached
+        self._provenance.guard(path, "identity", tensor)
+        return tensor
 
     def refuse_caught(self) -> None:
         """Raises UnsupportedOperationError where a call raised and the program went on: eager calls the

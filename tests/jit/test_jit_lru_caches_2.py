@@ -1,0 +1,183 @@
+"""functools.lru_cache inside jitted code, continued (jitcore/jit/lru_caches.py, Note [What keys an entry]):
+keys holding the caller's tensors or C-hashed containers. Each program runs eagerly and under jitcore on
+twin caches over several calls, with the caches cleared and their globals changed between calls as a
+step of the run; values, what the cached function did, ``cache_info()`` and the cache's keys are compared
+after every call."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from jit_helpers import assert_same
+
+import jitcore
+from jitcore.jit.lru_caches import cache_dict
+
+CLEAR = object()  # a step of a run: both twins' caches cleared, their scale changed
+
+
+def _keys(cached: Any) -> list:
+    """The cache's keys, their tensors as (type, values): a proxy of a pass is not the caller's tensor."""
+    def leaf(k: Any) -> Any:
+        return ("tensor", type(k), k.tolist()) if isinstance(k, torch.Tensor) else k
+
+    return [tuple(map(leaf, k)) if type(k) is tuple else leaf(k) for k in cache_dict(cached)]
+
+
+def _run_twins(make: Callable[[], tuple], steps: list) -> tuple[Any, list[str]]:
+    """``make()`` gives (program, cached function, log, scale): the program runs eagerly on one twin and
+    jitted on the other. Returns the jitted program and jitcore's warnings."""
+    eager, eager_cached, eager_log, eager_scale = make()
+    program, cached, log, scale = make()
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in steps:
+            if step is CLEAR:
+                eager_cached.cache_clear(), cached.cache_clear()
+                eager_scale[0] = scale[0] = eager_scale[0] + 1.0
+                continue
+            expected, out = eager(*step), jitted(*step)
+            assert_same(out, expected)
+            assert log == eager_log
+            assert cached.cache_info() == eager_cached.cache_info()
+            assert _keys(cached) == _keys(eager_cached)
+    return jitted, [str(w.message) for w in caught if "jitcore" in str(w.message)]
+
+
+def _by_tensor() -> tuple:
+    log: list = []
+    scale = [2.0]
+
+    @functools.lru_cache(maxsize=2)
+    def scaled(t: torch.Tensor, n: int) -> torch.Tensor:
+        log.append(n)
+        return t * scale[0] + n
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x + scaled(w, 1) * scaled(w, 2)
+
+    return f, scaled, log, scale
+
+
+def test_a_tensor_key_is_the_callers_tensor() -> None:
+    """C hashes a tensor by identity: the entry is keyed by the caller's tensor, guarded as that very
+    tensor. Before, 3.11 ran such calls eagerly (the net), and 3.12+ stored the pass's proxy in the
+    program's cache and kept the first answer after a clear (a constant no guard watched)."""
+    w, v, x = torch.ones(2), torch.full((2,), 3.0), torch.ones(2)
+    jitted, warned = _run_twins(_by_tensor, [(x, w), (x, w), CLEAR, (x, w), (x, v), (x, w), (x, w)])
+    assert not warned
+    assert jitcore.cache_misses(jitted) == 4  # w; w again after the clear; v; w again, evicted by v
+
+
+def _mutated_result() -> tuple:
+    log: list = []
+
+    @functools.cache
+    def offsets(t: torch.Tensor) -> torch.Tensor:
+        log.append("offsets")
+        return torch.zeros(2) + t
+
+    def f(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        table = offsets(k)
+        out = x + table
+        table.add_(1.0)  # the cached tensor itself: the next hit sees it
+        return out
+
+    return f, offsets, log, [0.0]
+
+
+def test_a_cached_tensor_the_program_mutates_is_read_each_call() -> None:
+    """A hit returns the cached tensor object, which the program mutates: each call reads it anew (it was
+    the first call's value on 3.12+)."""
+    k, x = torch.ones(2), torch.ones(2)
+    jitted, warned = _run_twins(_mutated_result, [(x, k), (x, k), (x, k), CLEAR, (x, k), (x, k)])
+    assert not warned
+    assert jitcore.cache_misses(jitted) == 2
+
+
+def _by_frozenset() -> tuple:
+    log: list = []
+    scale = [2.0]
+
+    @functools.cache
+    def weight(names: frozenset) -> float:
+        log.append(sorted(names))
+        return len(names) * scale[0]
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * weight(frozenset({"q", "k"}))
+
+    return f, weight, log, scale
+
+
+def test_a_frozenset_key_is_a_value() -> None:
+    """A frozenset of plain values is hashed by C alone, as a tuple is: the entry is read by value (3.13
+    kept the first answer after a clear; 3.11 ran the call eagerly)."""
+    x = torch.ones(2)
+    jitted, warned = _run_twins(_by_frozenset, [(x,), (x,), CLEAR, (x,), (x,)])
+    assert not warned
+    assert jitcore.cache_misses(jitted) == 2
+
+
+def _by_new_tensor() -> tuple:
+    log: list = []
+
+    @functools.cache
+    def twice(t: torch.Tensor) -> torch.Tensor:
+        log.append("twice")
+        return t * 2
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return twice(x + 1)
+
+    return f, twice, log, [0.0]
+
+
+def test_a_tensor_the_program_made_keys_an_eager_call() -> None:
+    """A tensor made by the program is a new key on every call (eager misses each time): the call runs
+    eagerly, the cache holds the tensors eager made (3.12+ stored the pass's proxy in it)."""
+    x = torch.ones(2)
+    _jitted, warned = _run_twins(_by_new_tensor, [(x,), (x,), (x,)])
+    assert len(warned) == 1 and "the program made" in warned[0]
+    assert all(type(k[0]) is torch.Tensor for k in _keys_of_new(_by_new_tensor))
+
+
+def _keys_of_new(make: Callable[[], tuple]) -> list:
+    program, cached, _log, _scale = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        jitcore.jit(program)(torch.ones(2))
+    return list(cache_dict(cached))
+
+
+def _module_with_a_parameter_key() -> tuple:
+    log: list = []
+    scale = [1.0]
+
+    @functools.cache
+    def spectral(weight: torch.Tensor) -> torch.Tensor:
+        log.append("spectral")
+        return torch.linalg.matrix_norm(weight.detach(), ord=2) * scale[0]
+
+    class Layer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.linear = torch.nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x) / spectral(self.linear.weight)
+
+    return Layer(), spectral, log, scale
+
+
+def test_a_parameter_keys_a_cached_norm() -> None:
+    x = torch.randn(2, 3)
+    jitted, warned = _run_twins(_module_with_a_parameter_key, [(x,), (x,), CLEAR, (x,), (x,)])
+    assert not warned
+    assert jitcore.cache_misses(jitted) == 2
