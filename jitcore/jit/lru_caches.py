@@ -36,8 +36,8 @@ from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 
-__all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "LruCalls", "cache_dict", "lru_key", "one_call",
-           "replay_lru_call"]
+__all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "LruCalls", "cache_dict",
+           "is_cache_clear", "lru_key", "one_call", "replay_lru_call"]
 
 # Note [A cached function's call]
 # ``functools.lru_cache`` is C's ``_lru_cache_wrapper``: it calls the wrapped function natively on a miss,
@@ -159,6 +159,40 @@ def _caches_nothing(wrapper: Any) -> UnsupportedOperationError:
         f"{name} is wrapped by functools.lru_cache(maxsize=0), which caches nothing: C code calls it "
         "natively on every call, which jitcore does not see",
         hints=("the call runs eagerly; call the function itself, or give the cache a size",),
+    )
+
+
+# Note [A cache cleared inside the program]
+# ``cache_clear()`` of a cached function, called by the traced program, empties the cache on every call:
+# a lookup after it misses and runs the function, whose fresh result a trace does not have (it reads
+# results from the cache entry the prologue checked at the call's start), and the entry a lookup before
+# it traced is gone at the next call's start. Made natively while tracing and not replayed, it gave a
+# trace made again on every call (the entry's guard failing), a computation that read a result the
+# clear had removed (its first run, a tensor result: a crash), or, the clear first, a trace that kept
+# the first result and never ran the function again (eager runs it on every call: its effects and
+# ``cache_info()`` differed, and its answer too once what it read changed). Refused before it clears:
+# the call runs eagerly (JC-T001), and so do calls like it. The eager entry's guards leave out this
+# cache's entries, which the program empties (the entry a lookup before the clear traced is gone at the
+# next call's start: kept, that guard failed on every call, which traced again up to the clear). The
+# pass's lookups before it were made natively (a miss ran the function then): eager's run of the call
+# finds their entries; ``cache_clear`` resets ``cache_info()``, so the counts after the call are eager's.
+def is_cache_clear(fn: Any) -> bool:
+    """Whether ``fn`` is a cached function's ``cache_clear`` (bound, or C's method descriptor)."""
+    return fn is _CLEAR or (type(fn) is _BOUND_CLEAR and type(getattr(fn, "__self__", None)) is LRU_WRAPPER
+                            and fn.__name__ == "cache_clear")
+
+
+_CLEAR = LRU_WRAPPER.cache_clear
+_BOUND_CLEAR = type(functools.cache(len).cache_clear)
+
+
+def _clear_refused(wrapper: Any) -> UnsupportedOperationError:
+    """Note [A cache cleared inside the program]."""
+    name = getattr(wrapper, "__qualname__", None) or "a cached function"
+    return UnsupportedOperationError(
+        f"{name}.cache_clear() (functools.lru_cache) is called inside the jitted function: eager empties the "
+        "cache on every call and runs the function again, which a trace cannot replay",
+        hints=("the call runs eagerly; clear the cache outside the jitted function",),
     )
 
 
@@ -307,6 +341,19 @@ class LruCalls:
     # class hashes it with its own Python code (its hash and equality may read anything; they run
     # natively, and the net sees that code run), and an identity-hashed object reached through no path
     # (made by the program, or a constant such as ``typing.Union``, which ``typing``'s own cache keys by).
+    def clear_refused(self, fn: Any, args: tuple) -> UnsupportedOperationError:
+        """The refusal of a ``cache_clear()`` call (Note [A cache cleared inside the program]); the pass's
+        guards on the cache's entries are dropped."""
+        wrapper = args[0] if fn is _CLEAR and args else getattr(fn, "__self__", None)
+        entries = self._entries.get(id(wrapper))
+        if entries is not None:
+            def reads_entries(guard: Any) -> bool:
+                return any(path.root.obj is entries for path in (guard.path, *guard.related))
+
+            guards = self._provenance.prologue.guards
+            guards[:] = [g for g in guards if not reads_entries(g)]
+        return _clear_refused(wrapper)
+
     def _left_to_the_net(self, value: Any, depth: int = 0) -> bool:
         """Whether C hashes ``value`` (or an item of a tuple it is) with a class's own ``__hash__``/
         ``__eq__``, or it is an identity-hashed object the pass reached through no path (Note [What keys

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 from jit_helpers import assert_same
 
@@ -181,3 +182,39 @@ def test_a_parameter_keys_a_cached_norm() -> None:
     jitted, warned = _run_twins(_module_with_a_parameter_key, [(x,), (x,), CLEAR, (x,), (x,)])
     assert not warned
     assert jitcore.cache_misses(jitted) == 2
+
+
+def _clearing(order: str) -> Callable[[], tuple]:
+    def make() -> tuple:
+        log: list = []
+        scale = [2.0]
+
+        @functools.cache
+        def table(n: int) -> torch.Tensor:
+            log.append(n)
+            return torch.full((2,), n * scale[0])
+
+        def f(x: torch.Tensor) -> torch.Tensor:
+            if order == "clear first":
+                table.cache_clear()
+                return x * table(2)
+            y = x * table(2)
+            table.cache_clear()
+            return y + table(3) if order == "between" else y
+
+        return f, table, log, scale
+
+    return make
+
+
+@pytest.mark.parametrize("order", ["clear first", "clear after", "between"])
+def test_a_cache_cleared_inside_the_program_runs_eagerly(order: str) -> None:
+    """``cache_clear()`` inside the jitted function (Note [A cache cleared inside the program]): the clear
+    first, the trace kept the first result and never ran the function again (eager runs it on every call;
+    after CLEAR, which changes its scale, the answer differed too); the clear after a lookup of a tensor,
+    the computation's first run read the entry the clear had removed (a crash); with floats, every call
+    traced again. Now one eager entry, whose calls run as eager's, with eager's cache_info()."""
+    x = torch.ones(2)
+    jitted, warned = _run_twins(_clearing(order), [(x,), (x,), CLEAR, (x,), (x,)])
+    assert len(warned) == 1 and "cache_clear()" in warned[0]
+    assert jitcore.cache_misses(jitted) == 1
