@@ -218,3 +218,40 @@ def test_a_cache_cleared_inside_the_program_runs_eagerly(order: str) -> None:
     jitted, warned = _run_twins(_clearing(order), [(x,), (x,), CLEAR, (x,), (x,)])
     assert len(warned) == 1 and "cache_clear()" in warned[0]
     assert jitcore.cache_misses(jitted) == 1
+
+
+class _Config:
+    """A key of the program's with its own ``__hash__``/``__eq__`` (by value)."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+
+    def __hash__(self) -> int:
+        return hash(("config", self.width))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Config) and other.width == self.width
+
+
+def _by_config() -> tuple:
+    log: list = []
+    scale = [2.0]
+
+    @functools.lru_cache(maxsize=2)
+    def widths(config: _Config) -> torch.Tensor:
+        log.append(config.width)
+        return torch.full((config.width,), scale[0])
+
+    def f(x: torch.Tensor, config: _Config) -> torch.Tensor:
+        return x + widths(config) + widths(_Config(3)).sum()
+
+    return f, widths, log, scale
+
+
+def test_a_key_with_its_own_hash_answers_as_eagerly() -> None:
+    """A key hashed by the program's own ``__hash__`` is left to the net (Note [What keys an entry]): its
+    answers, effects and cache_info() are eager's, a clear and a changed global included."""
+    x, a, b = torch.ones(2), _Config(2), _Config(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _run_twins(_by_config, [(x, a), (x, b), CLEAR, (x, a), (x, _Config(2))])
