@@ -40,6 +40,7 @@ import torch.utils.checkpoint as torch_checkpoint
 import jitcore
 from jitcore.interpreter import current_run
 from jitcore.ir import BoundSymbol, current_context
+from jitcore.langctx.thread_state import recorded_grad_mode
 from jitcore.transforms.autograd_function import apply_autograd_function
 from jitcore.transforms.saving import CHECKPOINT_BEGIN, CHECKPOINT_END
 
@@ -71,7 +72,7 @@ def _reentrant(run_function: Callable[..., Any], preserve_rng_state: bool, *args
             return run_function(*args)
         finally:
             _mark(CHECKPOINT_END)
-    with torch.no_grad():
+    with recorded_grad_mode(False):  # the Function's forward: recorded, so each call runs it so too
         return run_function(*args)
 
 

@@ -30,7 +30,7 @@ from jitcore.diagnostics.boundary import runs_as_function_apply
 from jitcore.errors import DataDependentError, JitcoreError
 from jitcore.interpreter import current_run
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, current_context, tree_any, value_leaves, walk
-from jitcore.langctx.thread_state import subclass_functions_as_the_caller_had
+from jitcore.langctx.thread_state import recorded_grad_mode, subclass_functions_as_the_caller_had
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import tensor_flatten, unflatten_around
@@ -188,7 +188,9 @@ def _forward(cls: type, *args: Any, **kwargs: Any) -> Any:
     # read as the program reads them (its hooks see the reads): their cells are state, Note [The cells
     # of a static method] (jitcore/jit/state_reads.py)
     forward = call(getattr, cls, "forward")
-    with torch.no_grad():  # as apply runs them (Note [A Function's output reaches every input ...])
+    # as apply runs them (Note [A Function's output reaches every input ...]); recorded where the forward's
+    # records replace the call, and run with grad mode on otherwise (Note [A Function without grad ...])
+    with recorded_grad_mode(False) if _inlined(args, kwargs) else torch.no_grad():
         if _uses_setup_context(cls):
             output = call(forward, *args, **kwargs)
             call(call(getattr, cls, "setup_context"), ctx, args, output)
@@ -196,6 +198,13 @@ def _forward(cls: type, *args: Any, **kwargs: Any) -> Any:
             output = call(forward, ctx, *args, **kwargs)
     _require_grad_as_apply(output, (args, kwargs), ctx, _UsersBackward(cls, ctx, args, output))
     return output
+
+
+def _inlined(args: tuple, kwargs: dict) -> bool:
+    """Whether the computation runs the forward's records in place of ``apply``: grad mode is on and
+    no input requires grad (Note [A Function without grad runs its recorded forward])."""
+    return torch.is_grad_enabled() and not any(
+        isinstance(v, TensorProxy) and v.requires_grad for v in optree.tree_leaves((args, kwargs)))
 
 
 def _require_grad_as_apply(output: Any, inputs: Any, ctx: TracingContext, own: _UsersBackward) -> None:
@@ -407,7 +416,7 @@ AUTOGRAD_FUNCTION_LOOKASIDES: dict[Any, Any] = {
 
 
 # Note [A Function without grad runs its recorded forward]
-# Where nothing requires grad, ``MyFn.apply`` only runs the user's forward. The symbol ran it so, as
+# Where no input requires grad, ``MyFn.apply`` only runs the user's forward. The symbol ran it so, as
 # ``MyFn.apply`` on every cached call: the forward's Python effects (``calls.append(1)``, a counter)
 # happened natively and were also replayed by the side-effect replay (jit/effects.py), which had
 # recorded them while the forward was interpreted, so eager's one append per call was two. A
@@ -416,6 +425,10 @@ AUTOGRAD_FUNCTION_LOOKASIDES: dict[Any, Any] = {
 # output requires grad the symbol stays (the user's backward must be the node); so does it where pass
 # 1 runs under torch's autograd, whose forward's writes are put back before the effects are made
 # (Note [A Function's forward run natively], jit/effects.py; its prints still happen twice).
+# The records run with grad mode off, as ``apply`` runs the forward: the records of that mode change
+# are the first and last of the forward's. Without them a forward computing with a tensor it closes
+# over that requires grad (a Parameter) returned an output that required grad where eager's does not
+# (and a reentrant ``checkpoint`` of a module whose input requires no grad did the same).
 def forwards_inlined(trace: Trace) -> Trace:
     """``trace`` with each Function application whose outputs need no grad replaced by its recorded
     forward (Note [A Function without grad runs its recorded forward])."""

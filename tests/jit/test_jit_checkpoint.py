@@ -71,6 +71,7 @@ def test_reentrant_with_no_input_requiring_grad_leaves_the_parameters_without_gr
         y = checkpoint(m, x, use_reentrant=True)
         return y, y.requires_grad, [p.grad for p in m.parameters()]
 
+    outputs = []
     for fn in (step, jitcore.jit(step)):
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
@@ -78,6 +79,9 @@ def test_reentrant_with_no_input_requiring_grad_leaves_the_parameters_without_gr
             out = fn(_model(), torch.randn(3, 4))
         assert out[1] is False and out[2] == [None] * 4
         assert any("None of the inputs have requires_grad=True" in str(w.message) for w in seen)
+        outputs.append(out[0])
+    assert_same(outputs[1], outputs[0])  # the returned output requires no grad either (it did, jitted)
+    assert outputs[1].grad_fn is None
 
 
 def test_use_reentrant_omitted_warns_as_eagerly_and_takes_the_reentrant_path():

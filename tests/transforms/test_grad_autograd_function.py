@@ -577,3 +577,43 @@ def test_a_counter_the_forward_bumps_is_read_after_the_call(grad: bool) -> None:
         seen.append(calls)
     assert seen[1] == seen[0]
     assert jitcore.cache_misses(jitted) <= 2
+
+
+WEIGHT = torch.nn.Parameter(torch.tensor([1.5, -2.0, 0.5]))
+
+
+class TimesWeight(torch.autograd.Function):
+    """A forward computing with a Parameter it closes over: ``apply`` runs the forward with grad mode
+    off, so the output requires grad only where the input does, and the Parameter never gets one."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * WEIGHT
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * WEIGHT
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_forward_using_a_parameter_it_closes_over_requires_grad_as_eagerly(requires_grad: bool) -> None:
+    """Without grad on the input, the forward's records replaced the call and ran with grad mode on:
+    the output required grad (``grad_fn=<MulBackward0>``) where eager's does not."""
+
+    def f(x):
+        y = TimesWeight.apply(x)
+        return y * 2, y.requires_grad
+
+    jf = jitcore.jit(f)
+    for _ in range(2):
+        x = torch.randn(3, requires_grad=requires_grad)
+        (want, want_flag), (got, got_flag) = f(x), jf(x)
+        assert (got.requires_grad, got_flag) == (want.requires_grad, want_flag) == (requires_grad,) * 2
+        torch.testing.assert_close(got, want)
+        if requires_grad:
+            (gx,) = torch.autograd.grad(got.sum(), x)
+            torch.testing.assert_close(gx, torch.autograd.grad(want.sum(), x)[0])
+        else:
+            with pytest.raises(RuntimeError, match="does not require grad"):
+                got.sum().backward()
+    assert WEIGHT.grad is None
