@@ -38,14 +38,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter import current_run
 from jitcore.interpreter.protocols import to_str
 from jitcore.ir import tree_has
 from jitcore.jit.effects import PRINT_STREAMS, Effect
-from jitcore.langctx.tensor_text import refuse_text
+from jitcore.langctx.tensor_text import refuse_text, shown_snapshot
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
@@ -70,7 +68,7 @@ class Prints:
         """The lookaside for ``print``: records the call (see the module docstring)."""
         run = current_run()
         if tree_has(objects, TensorProxy):
-            objects = tuple(_shown_tensor(run, obj) for obj in objects)
+            objects = tuple(_shown_tensor(obj) for obj in objects)
         for name, value in (("sep", sep), ("end", end)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
@@ -145,13 +143,14 @@ class Prints:
 # eager's: printed through op_db (1,043 samples that require grad), 5 named another node (masked_select's
 # IndexBackward0, index_fill's WhereBackward0, linalg.tensorinv's ViewBackward0 for ReshapeAliasBackward0),
 # and a custom Function's is jitcore's own ``_JoinedBackward``; a wrong text is not to be printed.
-def _shown_tensor(run: Any, obj: Any) -> Any:
+def _shown_tensor(obj: Any) -> Any:
     """``obj`` as a print argument: a plain tensor's snapshot in the computation, else ``obj``."""
     if not tree_has(obj, TensorProxy):
         return obj
-    if not isinstance(obj, TensorProxy) or obj.python_type is not torch.Tensor or obj.requires_grad:
+    snapshot = shown_snapshot(obj)
+    if snapshot is None:
         refuse_text("print")
-    return run.call(torch.clone, obj)
+    return snapshot
 
 
 def _result_discarded() -> bool:

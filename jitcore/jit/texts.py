@@ -8,6 +8,9 @@ value is not guarded and a new loss is not a new cache entry. This module is the
   ``format_percent`` hook (``"loss %.4f" % n``, as logging formats ``logger.info("loss %.4f", n)``);
 - ``format_lookasides`` replace ``format(n, spec)``, ``"...".format(n, ...)``, ``str(n)`` and ``repr(n)``
   of such numbers (``str`` of a TextProxy is itself: it stands for a str).
+A plain tensor that requires no grad, given to an f-string field, ``str``, ``repr``, ``format`` or
+``str.format`` without a format spec (``f"y = {y}"``), is a field too: a snapshot the computation takes,
+whose text torch makes on each call (Note [A tensor the program prints], jit/printing.py).
 Anything else (a field reaching attributes or items, ``"{:{w}}"`` nested specs, ``%`` conversions
 whose text ``format`` does not make the same way, no number among the arguments) is Python's own
 formatting, called as the program would call it.
@@ -15,8 +18,9 @@ formatting, called as the program would call it.
 A symbolic size (a ``torch.SymInt`` of a dynamic-shapes pass, alone or in a ``torch.Size``, tuple or
 list) formatted into text is specialized first (Note [Sizes made into text]).
 
-Invariant: a TextProxy is made only of strs and fields whose value is a NumberProxy or a TextProxy;
-every other value's text is made while tracing, through the interpreter (its reads are guarded).
+Invariant: a TextProxy is made only of strs and fields whose value is a NumberProxy, a TextProxy or a
+plain tensor's snapshot; every other value's text is made while tracing, through the interpreter (its
+reads are guarded).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import torch
 from jitcore.interpreter import current_run
 from jitcore.interpreter.protocols import to_format, to_repr, to_str
 from jitcore.ir import tree_has
+from jitcore.langctx.tensor_text import shown_snapshot
+from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, symbolic_number_class
 from jitcore.proxies.text import CONVERTERS, Field, TextProxy
 
@@ -79,6 +85,8 @@ def format_field(value: Any, conversion: int, spec: Any) -> Any:
     if specialized is not value:  # Note [Sizes made into text]
         return to_format(current_run(), (CONVERTERS[conversion](specialized) if conversion else specialized),
                          spec.specialize() if isinstance(spec, TextProxy) else spec)
+    if spec == "" and (snapshot := _tensor_text(value, conversion)) is not None:
+        return TextProxy.field(snapshot, conversion, "")
     made = isinstance(spec, TextProxy)  # ``f"{x:.{n}f}"``: the spec's characters are needed now
     if made:
         spec = spec.specialize()
@@ -101,6 +109,9 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
         if not kwargs and 1 <= len(args) <= 2 and issubclass(type(args[0]), _DEFERRED) \
                 and type(args[-1] if len(args) == 2 else "") is str:
             return TextProxy.field(args[0], 0, args[1] if len(args) == 2 else "")
+        if not kwargs and (len(args) == 1 or len(args) == 2 and args[1] == "") \
+                and (snapshot := _tensor_text(args[0], 0)) is not None:
+            return TextProxy.field(snapshot, 0, "")
         if not kwargs and 1 <= len(args) <= 2 and type(args[-1] if len(args) == 2 else "") is str \
                 and _python_text(args[0]):
             return to_format(current_run(), args[0], args[1] if len(args) == 2 else "")  # interpreted
@@ -108,7 +119,7 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
 
     def str_format(*args: Any, **kwargs: Any) -> Any:
         args, kwargs = _specialized_all(args), _specialized_all(kwargs)  # Note [Sizes made into text]
-        if args and type(args[0]) is str and (tree_has((args[1:], kwargs), _DEFERRED)
+        if args and type(args[0]) is str and (tree_has((args[1:], kwargs), (*_DEFERRED, TensorProxy))
                                               or any(map(_python_text, (*args[1:], *kwargs.values())))):
             text = _template_text(args[0], args[1:], kwargs)
             if text is not None:
@@ -125,6 +136,8 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
                 if issubclass(type(value), _DEFERRED):
                     return value if fn is str and isinstance(value, TextProxy) else \
                         TextProxy.field(value, conversion, "")
+                if (snapshot := _tensor_text(value, conversion)) is not None:
+                    return TextProxy.field(snapshot, conversion, "")
                 if issubclass(type(value), torch.Tensor):  # a subclass's own text method: interpreted
                     if type(getattr(type(value), method, None)) is types.FunctionType:
                         return protocol(current_run(), value)
@@ -141,6 +154,15 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
     return {format: format_, str.format: str_format, str: converter(str, 1), repr: converter(repr, 2),
             NumberProxy.__format__: lambda n, spec: TextProxy.field(n, 0, spec),  # Tensor.__format__'s
             **{kind.__repr__: size_repr for kind in SYMBOLIC_NUMBERS}}
+
+
+def _tensor_text(value: Any, conversion: int) -> TensorProxy | None:
+    """The snapshot whose text a field of ``value`` with ``conversion`` and no format spec shows, where
+    ``value`` is a plain traced tensor that requires no grad (``shown_snapshot``); None otherwise, and for a
+    0-dim tensor without a conversion, whose ``Tensor.__format__`` formats its number (``item()``)."""
+    if not issubclass(type(value), TensorProxy) or (conversion == 0 and value.ndim == 0):
+        return None
+    return shown_snapshot(value)
 
 
 def _python_text(value: Any) -> bool:
@@ -205,6 +227,8 @@ def _template_text(template: str, args: tuple, kwargs: dict) -> TextProxy | str 
         code = _CODES[conversion]
         if isinstance(value, _DEFERRED):
             parts.append(Field(value, code, spec))
+        elif spec == "" and (snapshot := _tensor_text(value, code)) is not None:
+            parts.append(Field(snapshot, code, ""))
         else:
             parts.append(run.call(format, run.call(CONVERTERS[code], value) if code else value, spec))
     if all(type(p) is str for p in parts):  # (every field a program's object's text, made while tracing)

@@ -134,6 +134,8 @@ class Warnings:
                 hints=("warn with a string (an f-string of numbers is fine)",),
             )
         module = globals_.get("__name__", "<string>")
+        if isinstance(message, TextProxy) and message.shows_tensors():
+            message.specialize()  # a tensor's text: the filters need the characters now (raises JC-T001)
         text = str(message) if not isinstance(message, TextProxy) else message.text_of(
             [n.value for n in message.numbers()])
         where = (category, text, module, lineno)

@@ -13,9 +13,11 @@ the interpreter calls a proxy's ``__repr__`` itself (an f-string's ``!r``, a Pyt
 never make them symbols (a symbol of ``Tensor.__format__`` ran on fake tensors from then on, and
 ``f"{loss:.2f}"`` of a 0-dim tensor raised in every later trace). ``"%s" % x`` is ``str.__mod__``, a text
 function the program calls (its C code calls ``str`` on the proxy). jitcore's own messages call them
-natively, outside ``__torch_function__``, and keep the proxy's text. A ``print`` of anything else, and
-of a plain tensor passed to it as an argument (a snapshot the computation takes), is replayed on every
-call (jit/printing.py).
+natively, outside ``__torch_function__``, and keep the proxy's text. A ``print`` of anything else is
+replayed on every call (jit/printing.py), and the text of a plain tensor that requires no grad, printed
+(``print(x)``) or made by an f-string field, ``str(x)`` or ``repr(x)``, is made on each call from a
+snapshot the computation takes (``shown_snapshot``; a TextProxy field, jitcore/proxies/text.py): it
+refuses only where the program needs the characters while tracing.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from jitcore.ir import tree_has
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
-__all__ = ["TENSOR_TEXT_METHODS", "refuse_text", "refuse_text_of_tensors", "text_lookasides"]
+__all__ = [
+    "TENSOR_TEXT_METHODS", "refuse_text", "refuse_text_of_tensors", "shown_snapshot", "text_lookasides",
+]
 
 _TEXT_FUNCTIONS = frozenset(map(id, (repr, str, ascii, format, print, object.__format__, object.__str__,
                                      object.__repr__, str.__mod__)))  # by identity: some are unhashable
@@ -51,6 +55,15 @@ def refuse_text(name: str) -> None:
         f"{name}() of a traced tensor shows its values, which are not known while tracing",
         hints=("return the tensor and turn it into text outside the jitted function",),
     )
+
+
+def shown_snapshot(value: Any) -> TensorProxy | None:
+    """A plain traced tensor whose text each call can make from its own tensor: its snapshot, cloned into
+    the computation where the text is made (an in-place op after it must not change the text); None
+    for any other value (Note [A tensor the program prints], jit/printing.py)."""
+    if not isinstance(value, TensorProxy) or value.python_type is not torch.Tensor or value.requires_grad:
+        return None
+    return current_run().call(torch.clone, value)
 
 
 def _proxy_repr(self: TensorProxy) -> str:

@@ -15,10 +15,15 @@ the output (jit/outputs.py) hand the numbers out of the computation and format t
   function it is passed to): the text is *specialized*, each number through ``NumberProxy.specialize``
   (guarded as any use of its value), and the use gets the str.
 - In interpreted code ``type(t)`` is ``str`` and ``isinstance(t, str)`` holds (dispatch/lookasides.py).
+- A field may also be a plain tensor of the computation (``f"y = {y}"``: a snapshot the computation takes
+  where the text is made, Note [A tensor the program prints], jit/printing.py): its text is torch's, made
+  from each call's tensor. Such a text cannot be specialized (its characters are the tensor's values,
+  which tracing does not have): that raises UnsupportedOperationError (JC-T001), and the call runs
+  eagerly, as any use of a traced tensor's text does.
 
-Invariant: ``text_of`` of the values the numbers have in a call is exactly the text eager's formatting
-makes in that call: each field applies eager's conversion (``str``/``repr``/``ascii``) and then
-``format(value, spec)``, in the order of the pieces.
+Invariant: ``text_of`` of the values the numbers (and tensors) have in a call is exactly the text eager's
+formatting makes in that call: each field applies eager's conversion (``str``/``repr``/``ascii``) and
+then ``format(value, spec)``, in the order of the pieces.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+from jitcore.errors import UnsupportedOperationError
 from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.tensor import TensorProxy
 
 __all__ = ["CONVERTERS", "Field", "TextProxy", "plain_key"]
 
@@ -39,7 +46,7 @@ CONVERTERS = {0: None, 1: str, 2: repr, 3: ascii}
 class Field:
     """One formatted value: ``format(conversion(value), spec)``."""
 
-    value: NumberProxy | TextProxy
+    value: NumberProxy | TextProxy | TensorProxy
     conversion: int  # 0: none, 1: !s, 2: !r, 3: !a (the numbering of CPython's FORMAT_VALUE)
     spec: str
 
@@ -60,9 +67,9 @@ class TextProxy:
             return value
         return cls((Field(value, conversion, spec),))
 
-    def numbers(self) -> list[NumberProxy]:
-        """The numbers the text is made from, in the order ``text_of`` takes their values."""
-        found: list[NumberProxy] = []
+    def numbers(self) -> list[NumberProxy | TensorProxy]:
+        """The numbers (and tensors) the text is made from, in the order ``text_of`` takes their values."""
+        found: list[NumberProxy | TensorProxy] = []
         for part in self.parts:
             if isinstance(part, Field):
                 found.extend(part.value.numbers() if isinstance(part.value, TextProxy) else (part.value,))
@@ -89,7 +96,11 @@ class TextProxy:
 
     def specialize(self) -> str:
         """The text, its numbers guarded by value from now on (``NumberProxy.specialize``)."""
-        return self.text_of([n.specialize() for n in self.numbers()])
+        return self.text_of([_specialized(n) for n in self.numbers()])
+
+    def shows_tensors(self) -> bool:
+        """Whether a tensor's text is among the fields (the text cannot be made while tracing)."""
+        return any(isinstance(n, TensorProxy) for n in self.numbers())
 
     def __repr__(self) -> str:
         return repr(self.specialize())
@@ -181,3 +192,12 @@ def plain_key(value: Any) -> Any:
         items = [plain_key(v) for v in value]
         return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value
     return value
+
+
+def _specialized(value: NumberProxy | TensorProxy) -> Any:
+    """A number's value, guarded; a tensor's text is refused (see the module docstring)."""
+    if isinstance(value, TensorProxy):
+        raise UnsupportedOperationError(
+            "the text of a traced tensor shows its values, which are not known while tracing",
+            hints=("print the text or return it: its characters are made on each call",))
+    return value.specialize()

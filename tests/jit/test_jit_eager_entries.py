@@ -139,27 +139,50 @@ def test_with_exits_run_for_the_stop() -> None:
 @pytest.mark.parametrize(
     "fn",
     [
-        lambda x: repr(x * 2),
-        lambda x: str(x * 2),
-        lambda x: f"{x * 2}",
-        lambda x: f"{x * 2!r}|{x!s}",
-        lambda x: "{}".format(x * 2),  # noqa: UP032 - the C path under test
-        lambda x: format(x),
-        lambda x: (print([x * 2]), x + 1)[1],
+        lambda x: len(repr(x * 2)),  # the characters, needed while tracing
+        lambda x: f"{x * 2}" == "tensor([0., 2., 4., 6.])",
+        lambda x: "%s" % (x * 2),  # noqa: UP031 - the C path under test
+        lambda x: (print([x * 2]), x + 1)[1],  # inside another argument: the pass would make the text
+        lambda x: repr(x.requires_grad_()),  # its text names its autograd node
     ],
-    ids=["repr", "str", "fstring", "fstring_conversions", "str_format", "format", "print"],
+    ids=["len_of_repr", "compared", "percent", "print_in_a_list", "requires_grad"],
 )
 def test_the_text_of_a_tensor_runs_eagerly(fn, capsys) -> None:
-    """A traced tensor's text was jitcore's (``TensorProxy(t0, "cpu f32[4]")``): a wrong answer."""
-    x = torch.arange(4.0)
-    expected, printed = fn(x), capsys.readouterr().out
+    """A traced tensor's text was jitcore's (``TensorProxy(t0, "cpu f32[4]")``): a wrong answer. Where the
+    program needs the characters while tracing, the call runs eagerly."""
+    expected, printed = fn(torch.arange(4.0)), capsys.readouterr().out
     jfn = jitcore.jit(fn)
     for _ in range(2):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            assert str(jfn(x)) == str(expected)
+            assert str(jfn(torch.arange(4.0))) == str(expected)
         assert capsys.readouterr().out == printed  # printed on every call, as eagerly
     assert isinstance(jfn.fallback_reason, UnsupportedOperationError)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: repr(x * 2),
+        lambda x: str(x * 2),
+        lambda x: f"{x * 2}",
+        lambda x: f"{x * 2!r}|{x!s}|{x.sum()}|{x.sum()!r}",
+        lambda x: "{} and {!r}".format(x * 2, x),  # noqa: UP032 - the C path under test
+        lambda x: format(x),
+        lambda x: "y: " + str(x * 2) + "!",
+    ],
+    ids=["repr", "str", "fstring", "fstring_conversions", "str_format", "format", "concatenated"],
+)
+def test_the_text_of_a_tensor_that_leaves_the_program_is_made_on_each_call(fn) -> None:
+    """Returned (or printed, or stored), a plain tensor's text is made from each call's tensor by torch
+    (Note [A tensor the program prints], jit/printing.py): one entry, no eager entry."""
+    jfn = jitcore.jit(fn)
+    for k in range(3):
+        x = torch.arange(4.0) * (k - 1.5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert jfn(x) == fn(x)
+    assert (jitcore.cache_misses(jfn), jfn.fallback_reason) == (1, None)
 
 
 def test_the_text_of_a_number_read_from_a_tensor_stays_traced() -> None:

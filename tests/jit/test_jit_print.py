@@ -317,3 +317,25 @@ def test_a_subclass_dispatch_printing_its_inner_results() -> None:
 def test_a_printed_tensor_whose_text_the_computation_cannot_give_runs_eagerly(fn) -> None:
     check_eager_entry(fn, torch.arange(3.0, requires_grad=True), error=UnsupportedOperationError,
                       match="print")
+
+
+def test_an_fstring_of_a_tensor_printed_and_logged_shows_each_calls_values() -> None:
+    """The text is made where the f-string is: an in-place op after it does not change it."""
+    logger = logging.getLogger("jitcore_test_print_fstring")
+
+    def f(x):
+        y = x * 2
+        text = f"y = {y!r}, total {y.sum()}"
+        y.add_(100)
+        print(text, "|", str(y[:2]))
+        logger.warning("step: %s", f"{y}")
+        return y
+
+    handler = logging.StreamHandler()
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        check_prints(f, [(X,), (X - 5,), (torch.randn(2, 3),), (torch.randn(2, 3),)], misses=2,
+                     before=lambda: setattr(handler, "stream", sys.stderr))
+    finally:
+        logger.removeHandler(handler)
