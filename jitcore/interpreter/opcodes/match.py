@@ -6,6 +6,8 @@ interpreted) and only AttributeError means "no match", as in CPython.
 
 from __future__ import annotations
 
+import sys
+
 # the interpreter's builtins, not the program's (Note [Builtins snapshot] in jitcore/interpreter/__init__.py)
 __builtins__ = dict(vars(__import__("builtins")))
 
@@ -20,6 +22,9 @@ _TPFLAGS_SEQUENCE = 1 << 5
 _TPFLAGS_MAPPING = 1 << 6
 _TPFLAGS_MATCH_SELF = 1 << 22
 _DUMMY = object()
+# Note [The word for a called pattern's non-class]: 3.11's ceval says "must be a type", 3.12 changed it
+# to "must be a class".
+_NOT_A_CLASS = "type" if sys.version_info < (3, 12) else "class"
 
 
 @handles("MATCH_MAPPING", since=(3, 11))
@@ -67,7 +72,7 @@ def _match_class(frame: Frame, subject: object, cls: object, count: int, names: 
     from jitcore.interpreter.lookasides import isinstance_
 
     if not isinstance(cls, type):
-        raise TypeError("called match pattern must be a class")
+        raise TypeError(f"called match pattern must be a {_NOT_A_CLASS}")
     if not isinstance_(subject, cls):
         return None
     attrs: list = []
