@@ -179,16 +179,32 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
             "jitcore cannot make again for each call",
             hints=("return a list or tuple of the tensors instead",),
         )
-    template = copy.copy(value)  # as it is now: the pass restores the caller's objects afterwards
+    template = _copied(value)  # as it is now: the pass restores the caller's objects afterwards
 
     def rebuild_object(kids: tuple) -> Any:
-        obj = copy.copy(template)
+        obj = _copied(template)
         for name, kid in zip(names, kids):
             object.__setattr__(obj, name, kid)
         return obj
 
     return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth)
 
+
+# Note [jitcore's own copy leaves no __slotnames__]
+# ``copy.copy`` of an object whose class has no ``__slotnames__`` yet runs copyreg's ``_slotnames``, which
+# caches the class's slot names in the class itself (``cls.__slotnames__ = []``). Made here, in the pass,
+# that write was taken for the program's: the pass's class states are diffed after it, and every cached
+# call of HF Llama and GPT-2 then set ``__slotnames__`` on transformers' ``DynamicCache`` and
+# ``DynamicLayer``, which eager never does. A cache the copy made is taken out of the class again.
+def _copied(value: Any) -> Any:
+    """``copy.copy(value)``, leaving the class's ``__dict__`` as it was."""
+    cls = type(value)
+    had = "__slotnames__" in vars(cls)
+    copied = copy.copy(value)
+    if not had and "__slotnames__" in vars(cls):
+        with contextlib.suppress(AttributeError, TypeError):
+            delattr(cls, "__slotnames__")
+    return copied
 
 # Note [Closures over traced tensors]
 # A function the program made, closing over a tensor it computed (``c = x * 2; return lambda: c``),
@@ -304,7 +320,7 @@ def _split_container_subclass(value: dict | list, depth: int) -> tuple[Any, Call
     count = len(keys)
 
     def rebuild(kids: tuple) -> Any:
-        obj = copy.copy(template)
+        obj = _copied(template)
         for key, kid in zip(keys, kids[:count]):
             (dict.__setitem__ if isinstance(obj, dict) else list.__setitem__)(obj, key, kid)
         for name, kid in zip(names, kids[count:]):

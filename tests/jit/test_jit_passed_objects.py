@@ -253,3 +253,31 @@ def test_a_weak_reference_to_the_object_that_holds_it():
     elsewhere.child = other.child  # refers to another object now
     assert_same(jitted(elsewhere), fn(elsewhere))
     assert jitcore.cache_misses(jitted) == 2
+
+
+class _Holder:
+    """A plain class: copying its instances caches ``__slotnames__`` in it (copyreg), which eager never does
+    for these programs."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+
+def test_jitcores_own_copies_leave_the_class_as_eager_does():
+    """Rebuilding a returned (or stored) object for each call copies it: the class was left with a
+    ``__slotnames__`` that the pass then took for the program's write, replayed on every cached call
+    (HF Llama and GPT-2 set it on DynamicCache and DynamicLayer; Note [jitcore's own copy leaves no
+    __slotnames__], jit/outputs.py)."""
+    store: list = []
+
+    def f(x):
+        store.append(_Holder(x + 1))
+        return _Holder(x * 2)
+
+    jf = jitcore.jit(f)
+    for _ in range(3):
+        x = torch.randn(3)
+        out = jf(x)
+        assert type(out) is _Holder and torch.equal(out.t, x * 2) and torch.equal(store[-1].t, x + 1)
+        assert "__slotnames__" not in vars(_Holder)
+    assert jitcore.cache_misses(jf) == 1
