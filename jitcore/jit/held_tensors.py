@@ -28,7 +28,7 @@ from typing import Any
 import optree
 import torch
 
-from jitcore.ir import Proxy, Trace, tree_any
+from jitcore.ir import BoundSymbol, Proxy, Trace, tree_any
 from jitcore.jit.function_transforms import holds_functorch_tensor
 from jitcore.proxies import TensorProxy
 
@@ -74,9 +74,40 @@ class HeldTensors:
         symbols = trace.bound_symbols
         for i, bsym in enumerate(symbols):
             if tree_any(bsym.args, is_held_tensor) or tree_any(bsym.kwargs, is_held_tensor):
-                symbols[i] = dataclasses.replace(bsym, args=self.bind_tree(bsym.args),
-                                                 kwargs=self.bind_tree(bsym.kwargs))
+                bsym = dataclasses.replace(bsym, args=self.bind_tree(bsym.args),
+                                           kwargs=self.bind_tree(bsym.kwargs))
+            symbols[i] = self._shadows_named(bsym)
         trace.output = self.bind_tree(trace.output)
+
+    # Note [A shadow a nested record holds]
+    # A record made inside another (a Function's forward, a subclass's resolution) can be given a shadow
+    # of this pass by code that kept it between ops: DTensor's ``Redistribute`` applies the mask an
+    # embedding stored in the placement's ``MaskBuffer`` (``tensor[mask, :] = 0.0`` on the local tensor's
+    # proxy, whose ``__setitem__`` records the fake mask as it is). Flattened into the computation, it was
+    # a constant: the fake tensor, which the cached trace met in ``index_put_`` ("Please convert all
+    # Tensors to FakeTensors first") where eager computes (``embedding(i, w).full_tensor()`` over a
+    # vocabulary-sharded weight). Such a shadow is named by its proxy at any depth; other real tensors in
+    # nested records (a constant a dispatch lifts) stay as they are.
+    def _shadows_named(self, bsym: BoundSymbol) -> BoundSymbol:
+        """``bsym`` with the shadows of the pass in its subsymbols' arguments replaced by their proxies."""
+        if not bsym.subsymbols:
+            return bsym
+        subsymbols = tuple(self._shadows_named(self._named_once(sub)) for sub in bsym.subsymbols)
+        if all(new is old for new, old in zip(subsymbols, bsym.subsymbols, strict=True)):
+            return bsym
+        return dataclasses.replace(bsym, subsymbols=subsymbols)
+
+    def _named_once(self, bsym: BoundSymbol) -> BoundSymbol:
+        known = self._provenance.values.known
+
+        def named(value: Any) -> Any:
+            proxy = known(value) if is_held_tensor(value) else None
+            return value if proxy is None else proxy
+
+        if not (tree_any(bsym.args, is_held_tensor) or tree_any(bsym.kwargs, is_held_tensor)):
+            return bsym
+        args, kwargs = optree.tree_map(named, (bsym.args, bsym.kwargs), none_is_leaf=True)
+        return dataclasses.replace(bsym, args=args, kwargs=kwargs)
 
     def metadata(self, obj: Any, name: str) -> Any:
         """``obj.name`` answered by the proxy of a bound held tensor (or of ``obj`` bound now, for an

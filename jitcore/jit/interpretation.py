@@ -34,6 +34,7 @@ from jitcore.diagnostics import JITCORE_DIR
 from jitcore.diagnostics.boundary import exception_template
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.dtensor import dispatch_state_lookasides, is_natively_dispatched
+from jitcore.dispatch.dtensor_masks import refuse_masks_left
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
 from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS, offer_native, offered_lookasides
@@ -236,6 +237,7 @@ class Pass(StateReads):
             self.per_call.restore()  # the generators it drew from, too
             set_rng_state(rng_at_call)  # Note [The random state while tracing]
         self._refuse_escapes(output, (args, kwargs, bound_self))
+        refuse_masks_left(self.context.values.proxies())  # Note [A mask left in a MaskBuffer]
         self.found_counters = numbers.counters(changes, self.provenance.pins_value)  # read-modify-write
         input_paths = {id(proxy): path for path, proxy, _tensor in self.provenance.inputs}
         effects = None

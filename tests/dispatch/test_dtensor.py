@@ -329,6 +329,40 @@ def _check_vocab_parallel_embedding(mesh: DeviceMesh) -> None:
     assert jitted.fallback_reason is None and jitcore.cache_hits(jitted) >= 1
 
 
+def _check_unreduced_vocab_embedding(mesh: DeviceMesh) -> None:
+    """An embedding over a vocabulary-sharded weight returned unreduced (a ``_MaskPartial`` DTensor, whose
+    mask DTensor keeps in the placement's ``MaskBuffer`` until a reduction) runs eagerly: the caller's
+    ``full_tensor()`` reduces with eager's mask, and eager calls around it work. Before, the buffer held
+    tracing's fake mask and ``full_tensor()`` outside the function raised AssertionError (Note [A mask
+    left in a MaskBuffer], jitcore/dispatch/dtensor_masks.py). Reduced inside, the embedding is traced;
+    before, the computation held tracing's fake mask as a constant and raised the same AssertionError
+    (Note [A shadow a nested record holds], jitcore/jit/held_tensors.py)."""
+    def embed(i: DTensor, w: DTensor) -> DTensor:
+        return nn.functional.embedding(i, w)
+
+    def reduced(i: DTensor, w: DTensor) -> torch.Tensor:
+        return nn.functional.embedding(i, w).full_tensor()
+
+    torch.manual_seed(6)
+    weight = distribute_tensor(torch.randn(9, 4), mesh, [Shard(0)])
+    jitted, jitted_reduced = jitcore.jit(embed), jitcore.jit(reduced)
+    for rows in ([0, 7, 3], [8, 1, 5], [2, 2, 6]):
+        indices = distribute_tensor(torch.tensor(rows), mesh, [Replicate()])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the eager entry's warning
+            out = jitted(indices, weight)
+        expected = embed(indices, weight)
+        assert out.placements == expected.placements
+        _same(out.full_tensor(), expected.full_tensor())
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="jitcore")  # traced: no eager entry
+            _same(jitted_reduced(indices, weight), reduced(indices, weight))
+    if mesh.size() > 1:  # a _MaskPartial output (one rank holds the whole vocabulary otherwise)
+        assert isinstance(jitted.fallback_reason, EagerOnlyValue), jitted.fallback_reason  # an eager entry
+    assert (jitcore.cache_misses(jitted), jitcore.cache_hits(jitted)) == (1, 2)
+    assert (jitcore.cache_misses(jitted_reduced), jitcore.cache_hits(jitted_reduced)) == (1, 2)
+
+
 def _check_dispatch_settings_inside(mesh: DeviceMesh) -> None:
     """``loss_parallel()`` and ``implicit_replication()`` entered inside the function, with a backward
     inside: eager's loss and gradients, traced (cache hits), and the settings as eager
@@ -614,6 +648,7 @@ CHECKS: dict[str, Callable[[DeviceMesh], None]] = {
     "optimizer_steps": _check_optimizer_steps,
     "collectives": _check_collectives,
     "vocab_parallel_embedding": _check_vocab_parallel_embedding,
+    "unreduced_vocab_embedding": _check_unreduced_vocab_embedding,
     "dispatch_settings_inside": _check_dispatch_settings_inside,
     "dispatch_settings_outside": _check_dispatch_settings_outside,
     "fully_shard": _check_fully_shard,
