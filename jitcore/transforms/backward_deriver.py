@@ -238,6 +238,8 @@ def _tangent_for(
 
     def leaf(k: TangentKind, path: str) -> torch.Tensor:
         stride = torch._prims_common.make_contiguous_strides_for(k.shape)  # noqa: SLF001
+        if k.expanded:  # Note [An expanded inner gradient] (tangents.py)
+            stride = (0,) * len(k.shape)
         with replay.values.fake_mode:
             shadow = torch.empty_strided(k.shape, tuple(stride), dtype=k.dtype, device=k.device)
         inner.append(replay.tangent_proxy(shadow, f"grad_{out.name}_{path}" if path else f"grad_{out.name}"))

@@ -7,7 +7,8 @@ ops the backward runs depends on the gradient's class and ctx (its ``__torch_dis
 the backward formulas' ops) and on its inner tensors' dtype and shape; a ``TangentKind`` records
 exactly that. Invariants:
 - two gradients of equal kinds are flattened to the same number of plain tensors, with the dtypes
-  and shapes the backward trace was recorded for (made contiguous: it was recorded for those);
+  and shapes the backward trace was recorded for (made contiguous: it was recorded for those; an inner
+  tensor of a subclass gradient that is expanded stays so: Note [An expanded inner gradient]);
 - a top-level plain gradient's dtype and shape are the output's: autograd casts and checks them
   before the backward runs (so a plain kind compares by type alone);
 - comparing kinds never asks a ShapeEnv: a symbolic size (a kind recorded by an entry with symbolic
@@ -47,6 +48,7 @@ class TangentKind:
         shape, dtype, device: its metadata (for an inner plain tensor: what the backward takes).
         attributes: ``(name, literal)`` of its instance attributes outside its flatten protocol
             (Note [A tangent's attribute outside its flatten protocol]).
+        expanded: an inner plain tensor whose strides are all 0 (Note [An expanded inner gradient]).
     """
 
     subclass: type | None
@@ -56,12 +58,13 @@ class TangentKind:
     dtype: torch.dtype
     device: torch.device
     attributes: tuple[tuple[str, Any], ...] = ()
+    expanded: bool = False
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TangentKind) or self.subclass is not other.subclass:
             return False
         if self.subclass is None:
-            same = (self.dtype, self.device) == (other.dtype, other.device)
+            same = (self.dtype, self.device, self.expanded) == (other.dtype, other.device, other.expanded)
             return same and _same_sizes(self.shape, other.shape)
         return _same_ctx(self.ctx, other.ctx) and self.inner == other.inner \
             and _same_attributes(self.attributes, other.attributes)
@@ -81,7 +84,7 @@ class TangentKind:
     def describe(self) -> str:
         """``a Tensor``, ``a TwoTensor`` or ``a Scaled with __tensor_flatten__ context 2.0``."""
         if self.subclass is None:
-            return "a Tensor"
+            return "an expanded Tensor" if self.expanded else "a Tensor"
         name = self.subclass.__qualname__
         held = "".join(f", {k}={v!r}" for k, v in self.attributes)
         return f"a {name}{held}" if self.ctx is None \
@@ -97,9 +100,18 @@ def _same_sizes(a: tuple, b: tuple) -> bool:
         if type(x) is int and type(y) is int:
             if x != y:
                 return False
-        elif x is not y and not (type(x) is type(y) is torch.SymInt and x.node.expr == y.node.expr):
+        elif x is not y and not (type(x) is type(y) is torch.SymInt and _same_symbol(x.node, y.node)):
             return False
     return True
+
+
+def _same_symbol(a: Any, b: Any) -> bool:
+    """Equal symbolic sizes, asking no ShapeEnv: the same expression, or the same nested int (an NJT
+    gradient's outer shape holds its nested int, which has no expression)."""
+    if a.is_nested_int() or b.is_nested_int():
+        return a.is_nested_int() and b.is_nested_int() \
+            and (a.nested_int(), a.nested_int_coeff()) == (b.nested_int(), b.nested_int_coeff())
+    return bool(a.expr == b.expr)
 
 
 def _same_ctx(ctx: Any, expected: Any) -> bool:
@@ -160,18 +172,34 @@ def _needing_no_grad(ctx: Any) -> Any:
     return ctx
 
 
-def kind_of_gradient(grad: torch.Tensor) -> TangentKind:
-    """The kind of a gradient autograd handed to the backward.
+def kind_of_gradient(grad: torch.Tensor, inner_of_subclass: bool = False) -> TangentKind:
+    """The kind of a gradient autograd handed to the backward (``inner_of_subclass``: an inner tensor
+    of one, whose expansion is part of its kind: Note [An expanded inner gradient]).
 
     Raises:
         TypeError: ``grad`` is a tensor subclass without the flatten protocol (nothing to trace).
     """
     if type(grad) in _PLAIN:
+        if inner_of_subclass and _expanded(grad):
+            return TangentKind(None, None, (), tuple(grad.shape), grad.dtype, grad.device, expanded=True)
         return _plain(grad)
     names, ctx = tensor_flatten(grad)
-    inner = tuple((n, kind_of_gradient(getattr(grad, n))) for n in names)
+    inner = tuple((n, kind_of_gradient(getattr(grad, n), True)) for n in names)
     return TangentKind(type(grad), ctx, inner, tuple(grad.shape), grad.dtype, grad.device,
                        outside_attributes(grad, type(grad), names))
+
+
+# Note [An expanded inner gradient]
+# ``out.values().sum().backward()`` hands an NJT output the gradient ``ones.expand(...)`` viewed as an
+# NJT: its values are expanded (strides 0), and NestedTensor's dispatch sees that: ``index_put``'s
+# backward refuses a non-contiguous NJT ("If ragged dimension is not part of indices, this only works
+# on contiguous NJTs"), eagerly. The backward recorded for the usual, contiguous gradient computed one
+# instead. So an inner plain tensor of a subclass gradient whose strides are all 0 is a kind of its own:
+# it is not made contiguous, the backward is derived for an expanded tangent shadow (once per kinds),
+# and an op whose backward refuses one raises eager's exception (Note [A backward that raises],
+# autograd.py). Other strides are still made contiguous (their kind would depend on the call's sizes).
+def _expanded(t: torch.Tensor) -> bool:
+    return t.numel() > 1 and all(s == 0 for s in t.stride())
 
 
 # Note [Tangent kinds with symbolic sizes]
@@ -189,7 +217,8 @@ def symbolized(kind: TangentKind, expected: TangentKind, recorded: TangentKind) 
     shapes of ``expected`` (the call's output's kind, ``recorded`` with the call's sizes)."""
     if kind.subclass is None:
         if expected.subclass is None and _same_sizes(kind.shape, expected.shape):
-            return TangentKind(None, None, (), recorded.shape, kind.dtype, kind.device)
+            return TangentKind(None, None, (), recorded.shape, kind.dtype, kind.device,
+                               expanded=kind.expanded)
         return kind
     names = [n for n, _k in kind.inner]
     if kind.subclass is not expected.subclass or names != [n for n, _k in expected.inner] \
@@ -204,9 +233,9 @@ def symbolized(kind: TangentKind, expected: TangentKind, recorded: TangentKind) 
 def flatten_tangent(grad: torch.Tensor, kind: TangentKind, into: list[torch.Tensor]) -> None:
     """Append the backward's inputs for ``grad`` (of ``kind``) to ``into``: its plain tensors, made
     contiguous (the backward was recorded for contiguous tangents; ``sum().backward()`` hands an
-    expanded one)."""
+    expanded one), except an expanded inner one of an expanded kind (Note [An expanded inner gradient])."""
     if kind.subclass is None:
-        into.append(grad.contiguous())
+        into.append(grad if kind.expanded else grad.contiguous())
         return
     for name, inner in kind.inner:
         flatten_tangent(getattr(grad, name), inner, into)

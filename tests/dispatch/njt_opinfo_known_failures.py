@@ -4,16 +4,11 @@ jitted call must raise the same exception, which is a pass."""
 
 FORWARD: dict[str, str] = {
     "nn.functional.embedding": (
-        "a cached call asks the NJT of indices its layout and sizes (prim.layout, aten.sym_size: four "
-        "NestedTensor dispatches) in the autograd Function's apply, which is given the NJT although no "
-        "gradient flows to it (integer indices; Note [Subclass inputs the autograd Function is given])"
+        "the sample's weight requires grad, so the cached call runs the entry's autograd Function, whose C "
+        "apply reads the layout and sizes of the NJT it returns (prim.layout, aten.sym_size: four "
+        "NestedTensor dispatches) to record it in autograd's graph, as an eager NJT op's node does; any "
+        "NJT output of an entry under grad does (linear(njt, w) with w requiring grad)"
     ),
 }
 
-BACKWARD: dict[str, str] = {
-    "index_put": (
-        "eager's backward raises (the gradient of ``values().sum()`` is an expanded NJT, and index_put's "
-        "backward refuses a non-contiguous one); jitcore records the backward for a contiguous tangent "
-        "(jitcore/transforms/tangents.py, flatten_tangent) and computes the gradient"
-    ),
-}
+BACKWARD: dict[str, str] = {}

@@ -175,6 +175,37 @@ def test_a_gradient_the_backward_passes_through_needs_no_grad(program: Callable[
     assert jitcore.cache_hits(jitted) == 1
 
 
+def _index_put(n: torch.Tensor) -> torch.Tensor:
+    return torch.index_put(n, [torch.tensor([0, 1])], torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("program", [_index_put, lambda n: n.clone(), lambda n: (n * 2).sin()],
+                         ids=["index_put", "clone", "mul_sin"])
+def test_an_expanded_gradient_reaches_the_backward_as_eagerly(program: Callable[..., Any]) -> None:
+    """``out.values().sum()`` hands the NJT output an expanded gradient (its values' strides are 0): the
+    backward sees it so, as eagerly. ``index_put``'s backward refuses such an NJT eagerly ("only works on
+    contiguous NJTs"); the jitted one raises the same, where before it computed a gradient from the
+    contiguous tangent it was recorded for (Note [An expanded inner gradient], transforms/tangents.py).
+    Other ops give eager's gradients, which hand the expanded values on as eagerly."""
+    jitted = jitcore.jit(program)
+    for _ in range(2):
+        n = nested_jagged((2, 5), dim=3, requires_grad=True)
+        n2 = torch.nested.nested_tensor_from_jagged(n.values().detach().clone(), n.offsets())
+        n2.requires_grad_(True)
+        try:
+            expected: Any = torch.autograd.grad(program(n2).values().sum(), [n2])
+        except RuntimeError as error:
+            expected = error
+        if isinstance(expected, RuntimeError):
+            with pytest.raises(RuntimeError, match="only works on contiguous NJTs"):
+                torch.autograd.grad(jitted(n).values().sum(), [n])
+            continue
+        grads = torch.autograd.grad(jitted(n).values().sum(), [n])
+        assert_same_nested(grads, expected)
+        assert grads[0].values().stride() == expected[0].values().stride()
+    assert jitcore.cache_hits(jitted) == 1
+
+
 def test_gradients_of_a_linear_layer_over_an_njt() -> None:
     linear = torch.nn.Linear(3, 4)
     eager = torch.nn.Linear(3, 4)
