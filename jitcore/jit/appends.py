@@ -174,6 +174,8 @@ class MeasuredLists:
         """A list argument the function only appends to and measures (``appended_parameters``): the
         program appends to a list of its own (``Provenance.bind_appended_argument``), whose length for
         ``len()`` is the caller's list's, read per call, plus the appends made before the read."""
+        if self._provenance.reached_as_state(value):  # Note [An argument reached as state first]
+            return self._provenance.bind_argument(value, path, path.describe())
         own = self._provenance.bind_appended_argument(value, path)
         if id(own) not in self._lists:  # the same list passed twice: one record
             self._lists[id(own)] = (path, len(value), len(own))

@@ -203,6 +203,10 @@ class Provenance(TensorBinding, HeldCounters):
             dataclasses.is_dataclass(t) and not issubclass(t, type))
         if not structured:
             return self.bind_state(value, path, name)
+        if t in (list, dict, collections.OrderedDict) and self.reached_as_state(value):
+            # Note [An argument reached as state first]
+            self.guard(path, "alias", self._mutable[id(value)][1])
+            return value
         entered = self._binding.get(id(value))
         if entered is not None:
             first_path, rebuilt = entered
@@ -217,6 +221,22 @@ class Provenance(TensorBinding, HeldCounters):
         finally:
             if self._binding[id(value)][1] is None:  # a tuple (or namedtuple): immutable, bound per path
                 del self._binding[id(value)]
+
+    def reached_as_state(self, value: Any) -> bool:
+        """Whether the container ``value``, bound now as an argument, was reached as state earlier in
+        the pass, the program seeing the object itself there (Note [An argument reached as state first])."""
+        key = id(value)
+        return key in self._mutable and key not in self._binding and key not in self._appended
+
+    # Note [An argument reached as state first]
+    # Binding an argument can reach state: a subclass input's own list (``RedispatchTensor``'s
+    # ``call_log``, Note [A subclass input's own containers], jit/subclass_inputs.py) is bound as the
+    # caller's object at ``args[0].call_log``. The same list passed as a later argument was bound as a
+    # copy of the program's, so what the class's code appended to one was not in the other: ``(x * 3).sum();
+    # len(log)`` gave 0 where eager gives 2 (a wrong answer). Such an argument is the object the program
+    # already sees, guarded as the same object as at its first path (``alias``); its writes are effects of
+    # that state (jit/effects.py), its contents guarded there. The other order is Note [A container of
+    # state the call passes too], jit/state_reads.py.
 
     # Note [Cyclic arguments]
     # A list or dict that contains itself (directly or through other containers) would be bound

@@ -52,6 +52,20 @@ from jitcore.proxies.tensor import protocol_method, torch_owns_name
 __all__ = ["StateReads"]
 
 
+_CONTAINERS = (list, dict, set, collections.defaultdict, collections.OrderedDict)
+
+
+# Note [A container of state the call passes too]
+# The program sees its own copy of a list or dict argument (Note [Cyclic arguments], jit/provenance.py),
+# and the narrow reads of jit/appends.py (a list only appended to, a dict only stored into or read at a
+# constant or computed key) handed it the caller's object when it reached the same container through
+# state (``o.log`` with ``o.log is log``): ``o.log.append(1); len(log)`` gave 0 where eager gives 1, and
+# ``o.d["n"] += 1; d["n"]`` the old count (torch's ``RedispatchTensor`` appends to the log the caller
+# passes beside it). Such a read is now the argument's copy, guarded as the same object
+# (``Provenance.bind_state``), before any narrow rule applies; a list argument only appended to is read
+# after all (``appended_read``: a pass that binds it whole). The other order, an argument whose
+# container the pass reached as state first (an attribute of a subclass input bound before it), is
+# Note [An argument reached as state first] in jit/provenance.py.
 class StateReads:
     """The state-read hooks of a tracing pass (``Pass`` in jit/interpretation.py), which provides
     the attributes below."""
@@ -71,7 +85,10 @@ class StateReads:
         contents the call started with), with two rules that narrow them (jit/appends.py): a read that
         only looks ``append``/``extend`` up on a list guards its type alone, and a read of a dict that
         only subscripts it with a constant (``self.log["losses"].append``, ``d["n"] += 1``) guards its
-        type and that key's presence, not every item."""
+        type and that key's presence, not every item. A container the call passes as well is the
+        program's copy of that argument (Note [A container of state the call passes too])."""
+        if type(value) in _CONTAINERS and self.provenance.is_argument_container(value):
+            return self.provenance.bind_state(value, path, name)
         if type(value) is set:
             if only_added_to(frame) and not self.provenance.is_argument_container(value):
                 self.pending_keys.added_to(value)  # Note [An element only added], jit/pending_keys.py
