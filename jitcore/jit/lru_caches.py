@@ -153,13 +153,18 @@ def _links_readable() -> bool:
 _BOUNDED_READABLE = _links_readable()
 
 
+def _refusal(wrapper: Any, unnamed: str, message: str, hint: str) -> UnsupportedOperationError:
+    """JC-T001 for a call of ``wrapper``: ``message`` with ``{name}``, the cached function's name."""
+    name = getattr(wrapper, "__qualname__", None) or unnamed
+    return UnsupportedOperationError(message.format(name=name), hints=(hint,))
+
+
 def _caches_nothing(wrapper: Any) -> UnsupportedOperationError:
-    name = getattr(wrapper, "__qualname__", None) or "the function"
-    return UnsupportedOperationError(
-        f"{name} is wrapped by functools.lru_cache(maxsize=0), which caches nothing: C code calls it "
-        "natively on every call, which jitcore does not see",
-        hints=("the call runs eagerly; call the function itself, or give the cache a size",),
-    )
+    return _refusal(
+        wrapper, "the function",
+        "{name} is wrapped by functools.lru_cache(maxsize=0), which caches nothing: C code calls it natively "
+        "on every call, which jitcore does not see",
+        "the call runs eagerly; call the function itself, or give the cache a size")
 
 
 # Note [A cache cleared inside the program]
@@ -188,12 +193,11 @@ _BOUND_CLEAR = type(functools.cache(len).cache_clear)
 
 def _clear_refused(wrapper: Any) -> UnsupportedOperationError:
     """Note [A cache cleared inside the program]."""
-    name = getattr(wrapper, "__qualname__", None) or "a cached function"
-    return UnsupportedOperationError(
-        f"{name}.cache_clear() (functools.lru_cache) is called inside the jitted function: eager empties the "
+    return _refusal(
+        wrapper, "a cached function",
+        "{name}.cache_clear() (functools.lru_cache) is called inside the jitted function: eager empties the "
         "cache on every call and runs the function again, which a trace cannot replay",
-        hints=("the call runs eagerly; clear the cache outside the jitted function",),
-    )
+        "the call runs eagerly; clear the cache outside the jitted function")
 
 
 class CacheEntries:
