@@ -85,7 +85,7 @@ def format_field(value: Any, conversion: int, spec: Any) -> Any:
     if specialized is not value:  # Note [Sizes made into text]
         return to_format(current_run(), (CONVERTERS[conversion](specialized) if conversion else specialized),
                          spec.specialize() if isinstance(spec, TextProxy) else spec)
-    if spec == "" and (snapshot := _tensor_text(value, conversion)) is not None:
+    if type(spec) is str and not spec and (snapshot := _tensor_text(value, conversion)) is not None:
         return TextProxy.field(snapshot, conversion, "")
     made = isinstance(spec, TextProxy)  # ``f"{x:.{n}f}"``: the spec's characters are needed now
     if made:
@@ -109,7 +109,7 @@ def format_lookasides(opaque: Callable[[Callable[..., Any], tuple, dict], Any]) 
         if not kwargs and 1 <= len(args) <= 2 and issubclass(type(args[0]), _DEFERRED) \
                 and type(args[-1] if len(args) == 2 else "") is str:
             return TextProxy.field(args[0], 0, args[1] if len(args) == 2 else "")
-        if not kwargs and (len(args) == 1 or len(args) == 2 and args[1] == "") \
+        if not kwargs and (len(args) == 1 or len(args) == 2 and type(args[1]) is str and not args[1]) \
                 and (snapshot := _tensor_text(args[0], 0)) is not None:
             return TextProxy.field(snapshot, 0, "")
         if not kwargs and 1 <= len(args) <= 2 and type(args[-1] if len(args) == 2 else "") is str \
