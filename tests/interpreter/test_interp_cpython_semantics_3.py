@@ -3,6 +3,7 @@ test_inspect, ...), checked natively against ``interpret`` on small programs of 
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 import re
@@ -79,6 +80,14 @@ def test_a_coroutines_frame_is_the_interpreted_frame() -> None:
         return [_no_addresses(repr(item)) for item in out]
 
     check(f)
+    # Note [A finalized coroutine warns again when it is freed]: CPython warns "never awaited" at the
+    # ``clear()`` and again when the coroutine object is freed. The interpreted run frees it only at a later
+    # cyclic collection (its frames form cycles), so the warning landed in whatever test was recording
+    # warnings then (test_a_warning_c_code_issues_names_the_interpreted_line failed in full runs: an extra
+    # RuntimeWarning in its native run). It is collected here, where it belongs.
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        gc.collect()
 
 
 def test_init_and_call_slots_bind_their_entry_as_cpython_does() -> None:
@@ -612,6 +621,7 @@ def test_a_warning_c_code_issues_names_the_interpreted_line() -> None:
         return [values, [(w.category.__name__, str(w.message)[:30], w.filename == __file__, w.lineno - first)
                          for w in caught], [(name == __file__, line - first) for name, line in shown]]
 
+    gc.collect()  # earlier tests' garbage warns as it is freed (Note [A finalized coroutine warns again ...])
     check(f)
 
 
