@@ -29,7 +29,8 @@ raises eager's error at the user's line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
 from jitcore.errors import DataDependentError, EagerOnlySubclass, EagerOnlyValue, UnsupportedOperationError
 from jitcore.interpreter import current_run
 from jitcore.jit.function_transforms import TransformTensors, function_transform_lookasides
+from jitcore.jit.inner_hooks import Hooked, InnerHooks, engine_order
 from jitcore.langctx.backward import AUTOGRAD_GRAD, free_graph, graph_leaves, graph_nodes
 from jitcore.langctx.reads import runs_under_autograd
 from jitcore.proxies import TensorProxy
@@ -60,6 +62,8 @@ class AutogradCalls:
         self._inner_grads: dict[int, Any] = {}  # id(proxy made inside) -> its gradient, this pass
         self._unfreed: dict[int, Any] = {}  # id(node) -> a shadow graph's node a backward could not free
         self.transforms = TransformTensors(tracing_pass.held.bind)  # jit/function_transforms.py
+        # hooks the program registers on tensors it computes: jit/inner_hooks.py
+        self.hooks = InnerHooks(lambda p: tracing_pass.provenance.input_of(p) is not None)
 
     # --- what the program calls ----------------------------------------------------------------------
     def lookasides(self) -> dict[Any, Callable[..., Any]]:
@@ -87,15 +91,43 @@ class AutogradCalls:
         if inputs is None:
             self._refuse_the_callers_graph(outputs)
         leaves = _as_list(inputs) if inputs is not None else self._leaves(outputs)
-        grads = self._record(outputs, leaves, grad_outputs, bool(create_graph), retain_graph)
+        hooked = self.hooks.reached(_grad_fns(outputs))  # Note [Hooks registered inside the program]
+        if hooked and (inputs is not None or create_graph):
+            raise UnsupportedOperationError(
+                "backward(inputs=...) or backward(create_graph=True) through a tensor with a hook registered "
+                "inside the jitted function is not supported")
+        order: list[int] = []
+        grads = self._record(outputs, [*leaves, *(h.proxy for h in hooked)], grad_outputs, bool(create_graph),
+                             retain_graph, order=order if hooked else None)
         held = {id(s) for s in _shadows([*outputs, *grad_outputs, *leaves])}  # Note [A gradient eager steals]
-        for leaf, grad in zip(leaves, grads):
-            if grad is not None:
-                grad = self._run_hooks(leaf, "_backward_hooks", grad)  # Note [A caller's tensor hooks]
-                stealable = id(grad.shadow) not in held
-                held.add(id(grad.shadow))
-                self._accumulate(leaf, grad, bool(create_graph), stealable)
-                self._run_hooks(leaf, "_post_accumulate_grad_hooks", leaf)
+        held.update(id(g.shadow) for g in grads[len(leaves):] if g is not None)
+        for i in _in_engine_order(order, len(leaves), len(hooked)):
+            grad = grads[i]
+            if grad is None:
+                continue
+            if i >= len(leaves):
+                self._run_inner_hooks(hooked[i - len(leaves)], grad)
+                continue
+            leaf = leaves[i]
+            grad = self._run_hooks(leaf, "_backward_hooks", grad)  # Note [A caller's tensor hooks]
+            stealable = id(grad.shadow) not in held
+            held.add(id(grad.shadow))
+            self._accumulate(leaf, grad, bool(create_graph), stealable)
+            self._run_hooks(leaf, "_post_accumulate_grad_hooks", leaf)
+
+    def _run_inner_hooks(self, hooked: Hooked, grad: TensorProxy) -> None:
+        """The hooks the program registered on a tensor it computed, on its gradient, then its retained
+        gradient (Note [Hooks registered inside the program], jit/inner_hooks.py)."""
+        run = current_run()
+        for hook in tuple(hooked.hooks.values()):
+            if run.call(hook, grad) is not None:
+                raise UnsupportedOperationError(
+                    "a hook registered inside the jitted function on a tensor it computed returns a new "
+                    "gradient: what flows on to the leaves is not traced")
+        if hooked.retained:
+            old = self._inner_grads.get(id(hooked.proxy))
+            self._inner_grads[id(hooked.proxy)] = (
+                grad.clone(memory_format=torch.contiguous_format) if old is None else old + grad)
 
     def grad(self, outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None,
              create_graph: bool = False, only_inputs: bool = True, allow_unused: bool | None = None,
@@ -111,6 +143,10 @@ class AutogradCalls:
         if overridden is not NO_OVERRIDE:  # a subclass's __torch_function__ handled it, as eagerly
             return overridden
         grad_outs = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outs)
+        if self.hooks.reached(_grad_fns(outs)):
+            raise UnsupportedOperationError(
+                "torch.autograd.grad through a tensor with a hook registered inside the jitted function "
+                "is not supported")
         if is_grads_batched:
             grads = self._record_batched(outs, ins, grad_outs, bool(create_graph), retain_graph)
         else:
@@ -142,6 +178,10 @@ class AutogradCalls:
         returns the value a pre-hook replaced."""
         found = self._pass.provenance.input_of(proxy) if isinstance(proxy, TensorProxy) else None
         if found is None:
+            if name == "_backward_hooks":  # a leaf made inside (Note [Hooks registered inside the program])
+                for hook in self.hooks.leaf_hooks(proxy):
+                    result = current_run().call(hook, value)
+                    value = value if result is None else result
             return value
         path, tensor = found
         hooks = self._pass.provenance.bind_state(getattr(tensor, name, None), path.attr(name))
@@ -168,7 +208,8 @@ class AutogradCalls:
 
     # --- recording -------------------------------------------------------------------------------
     def _record(self, outputs: list, inputs: list, grad_outputs: list, create_graph: bool,
-                retain_graph: Any) -> tuple[Any, ...]:
+                retain_graph: Any, order: list[int] | None = None) -> tuple[Any, ...]:
+        """The backward's record; with ``order``, the engine's order of reaching ``inputs`` is noted in it."""
         eager_op = runs_under_autograd(self._pass.trace.bound_symbols)
         if eager_op is not None:  # Note [Value-shaped ops under grad] in jitcore/jit/value_reads.py
             through, why = eager_op.symbol.name, "whose outputs' shapes depend on tensor values"
@@ -197,10 +238,11 @@ class AutogradCalls:
                 "a second backward through a graph whose first backward ran a tensor subclass's "
                 "backward code that reads values without retain_graph")
         self._pass.trace.imports.setdefault("jitcore", jitcore)
-        if create_graph:
-            grads = tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs, create_graph=True))
-        else:
-            grads = tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs))
+        with engine_order(inputs, order) if order is not None else contextlib.nullcontext():
+            if create_graph:
+                grads = tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs, create_graph=True))
+            else:
+                grads = tuple(AUTOGRAD_GRAD(outputs, inputs, grad_outputs))
         if not (create_graph if retain_graph is None else retain_graph):  # eager frees the graph's buffers
             fake_mode = self._pass.context.values.fake_mode
             with self._pass.snapshots.writing_nothing():  # Note [Freeing runs the backward again]
@@ -409,6 +451,17 @@ def _grad_to_hold(tensor: torch.Tensor, shadow: Any, fake_mode: Any) -> Any:
 
 def _symbolic(shadow: torch.Tensor) -> bool:
     return any(type(n) is torch.SymInt for n in (*shadow.shape, *shadow.stride()))
+
+
+def _in_engine_order(order: list[int], leaves: int, hooked: int) -> Iterator[int]:
+    """The indices of a backward's leaves and hooked tensors in the order torch's engine reached them
+    (``order``, from marker hooks); where it is not known, the hooked tensors first, then the leaves."""
+    seen: set[int] = set()
+    fallback = [*range(leaves, leaves + hooked), *range(leaves)]
+    for i in (*order, *fallback) if order else fallback:
+        if i not in seen:
+            seen.add(i)
+            yield i
 
 
 def _shadows(values: list) -> list:

@@ -246,6 +246,8 @@ class Pass(StateReads):
                 effects = Effects(changes, self.snapshots.preexisting(args, kwargs), input_paths)
             effects.returned = returned  # Note [Returning the caller's objects] (jit/effects.py)
         self.trace.output = output if effects is None else (output, effects.proxies)
+        # Note [Hooks registered inside the program] (jit/inner_hooks.py)
+        self.autograd.hooks.refuse_escapes(optree.tree_leaves(self.trace.output, none_is_leaf=True))
         self.held.point_records_at_inputs(self.trace)  # jit/held_tensors.py
         if self.provenance.number_inputs:
             numbers.fold_specialized(self.trace, self.provenance.specialized_numbers())

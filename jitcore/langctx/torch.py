@@ -77,9 +77,7 @@ QUERY_NAMES: frozenset[str] = frozenset(
 
 # Tensor methods that cannot be recorded, with the reason a user reads.
 UNSUPPORTED_METHODS: dict[str, str] = {
-    "register_hook": "tensor hooks are not supported inside a jitted function",
     "register_post_accumulate_grad_hook": "tensor hooks are not supported inside a jitted function",
-    "retain_grad": "retain_grad() is not supported inside a jitted function",
     "data_ptr": "a tensor's memory address is not known while tracing",
     "const_data_ptr": "a tensor's memory address is not known while tracing",
     "mutable_data_ptr": "a tensor's memory address is not known while tracing",

@@ -210,6 +210,19 @@ class TensorProxy(Proxy, torch.Tensor):
         _autograd_calls("torch.Tensor.backward").tensor_backward(self, gradient, retain_graph, create_graph,
                                                                  inputs)
 
+    def register_hook(self, hook: Callable[..., Any]) -> Any:
+        """``h.register_hook(fn)`` on a tensor the program computes, run by a backward inside it
+        (jitcore/jit/inner_hooks.py)."""
+        return _autograd_calls("torch.Tensor.register_hook").hooks.register(self, hook)
+
+    def retain_grad(self) -> None:
+        """``h.retain_grad()`` on a tensor the program computes (jitcore/jit/inner_hooks.py)."""
+        _autograd_calls("torch.Tensor.retain_grad").hooks.retain(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        return _autograd_calls("torch.Tensor.retains_grad").hooks.retains(self)
+
     @property
     def grad_fn(self) -> None:
         """None where eager's is None whatever the values (no grad required: ``zero_grad`` tests

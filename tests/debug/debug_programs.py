@@ -38,7 +38,7 @@ def branch_on_values(x: torch.Tensor) -> torch.Tensor:
 
 def registers_a_hook(x: torch.Tensor) -> torch.Tensor:
     y = x * 2
-    y.register_hook(print)
+    x.register_hook(print)
     return y.sum()
 
 

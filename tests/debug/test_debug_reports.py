@@ -145,7 +145,7 @@ def test_unsupported_operation():
     with pytest.raises(jitcore.UnsupportedOperationError) as info:
         jitcore.jit(P.registers_a_hook, fullgraph=True)(torch.randn(3, requires_grad=True))
     assert info.value.code == "JC-T001" and "register_hook" in str(info.value)
-    assert_user_frames(info.value, [("registers_a_hook", "y.register_hook(print)")])
+    assert_user_frames(info.value, [("registers_a_hook", "x.register_hook(print)")])
 
 
 def test_unsupported_construct(monkeypatch):

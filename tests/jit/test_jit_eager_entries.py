@@ -195,12 +195,13 @@ def test_the_text_of_a_number_read_from_a_tensor_stays_traced() -> None:
 
 
 def test_an_unrecordable_call_runs_eagerly() -> None:
-    """A tensor hook (JC-T001) inside the function: eagerly registered on every call."""
+    """A tensor hook (JC-T001) on the caller's tensor inside the function: eagerly registered on every
+    call (hooks on tensors the function computes are traced: tests/jit/test_jit_hooks_inside.py)."""
     seen = []
 
     def f(x):
         y = x * 2
-        y.register_hook(lambda g: seen.append(g.sum().item()))
+        x.register_hook(lambda g: seen.append(g.sum().item()))
         y.sum().backward()
         return x.grad
 
@@ -210,7 +211,7 @@ def test_an_unrecordable_call_runs_eagerly() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             assert torch.equal(jf(x), torch.full((3,), 2.0))
-    assert seen == [3.0, 3.0, 3.0]
+    assert seen == [6.0, 6.0, 6.0]
     assert isinstance(jf.fallback_reason, UnsupportedOperationError) and jitcore.cache_hits(jf) == 2
     with pytest.raises(UnsupportedOperationError, match="register_hook"):
         jitcore.jit(f, fullgraph=True)(torch.ones(3, requires_grad=True))
