@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from jitcore.ir import Symbol
+from jitcore.langctx.number_tensors import keeps_numbers_as_data
 from jitcore.proxies.number import NumberProxy, replace_numbers, specialize_all
 
 __all__ = ["aten_name", "bind_numbers", "dispatched_parameter", "fixes_a_float", "takes_value"]
@@ -280,6 +281,8 @@ def _keeps(symbol: Symbol, key: int | str, value: Any, subclass: bool) -> bool:
     """Whether argument ``key`` of a call of ``symbol`` keeps the numbers in ``value`` as names."""
     if not _names(value):
         return False
+    if not subclass and keeps_numbers_as_data(symbol.fn, key, value):  # Note [A tensor made from named ...]
+        return True
     if subclass:
         return dispatched_parameter(symbol, key) is not None
     if isinstance(value, NumberProxy) or isinstance(symbol.fn, torch._ops.OpOverload):  # noqa: SLF001

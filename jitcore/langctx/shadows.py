@@ -41,6 +41,7 @@ from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
 from jitcore.langctx.input_writes import input_metadata, may_write_inputs, resized, tensor_metadata
 from jitcore.langctx.layout import LayoutReliance
+from jitcore.langctx.number_tensors import tensor_of_numbers
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
@@ -377,8 +378,10 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     if cache_enabled and (writes or type(fn) is TorchBindOpOverload):
         fake_mode.cache_enabled = False  # Notes [FakeTensor cache and in-place resizes], [... and torchbind]
     try:
-        with fake_mode, EagerKernels(fake_mode) if fn in BACKWARDS else contextlib.nullcontext():
-            out = fn(*shadow_args, **shadow_kwargs)
+        out = tensor_of_numbers(fn, args, kwargs, fake_mode)  # Note [A tensor made from named numbers]
+        if out is None:
+            with fake_mode, EagerKernels(fake_mode) if fn in BACKWARDS else contextlib.nullcontext():
+                out = fn(*shadow_args, **shadow_kwargs)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         _raise_meta_error(fn, shadow_args, shadow_kwargs, shadow_leaves, exc)
         raise _data_dependent(fn, exc) from None
