@@ -282,7 +282,7 @@ def call_function(run: Run, fn: FunctionType, args: tuple | list, kwargs: dict |
         frame.back = frames[-1] if frames else None
         if run.plain:  # loop.execute's loop, written out (Note [Loops written out] in loop.py)
             handlers = run.handlers
-            instructions = info.fused
+            instructions = info.plain_fused or info.fused  # Note [Fused on first use] in instructions.py
             frames.append(frame)
             try:
                 while True:

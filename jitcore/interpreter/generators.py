@@ -203,7 +203,9 @@ def _generator(frame: Frame):
     plain = run.plain
     # where the RESUME; POP_TOP that loop.execute would run drops the value sent (Note [Yield statements])
     skips = info.yield_statement_ends if plain else _NO_SKIPS
-    fused, handlers, run_frames = info.fused, run.handlers, run.frames  # Note [Loops written out] in loop.py
+    # Note [Loops written out] in loop.py; Note [Fused on first use] in instructions.py
+    fused = (info.plain_fused or info.fused) if plain else None  # (a run with hooks: run.execute)
+    handlers, run_frames = run.handlers, run.frames
     box = [value]  # the yielded value until ``yield`` takes it: the driver keeps no reference while suspended
     del value  # (CPython keeps none either)
     while True:

@@ -87,7 +87,6 @@ class CodeInfo:
         "binder",
         "code",
         "driver",
-        "fused",
         "instructions",
         "local_slots",
         "ncells_free",
@@ -95,20 +94,18 @@ class CodeInfo:
         "raisers",
         "simple_argcount",
         "stand_ins",
+        "plain_fused",
         "unbound_after_args",
         "yield_resumes",
-        "yield_statement_ends",
+        "_yield_statement_ends",
     )
 
     def __init__(self, code: CodeType) -> None:
         self.code = code
         self.instructions, self._index_of = _decode_instructions(code)
-        self.fused = _fuse(self.instructions)
-        # where a generator resumed with ``fused`` skips the fused RESUME; POP_TOP of a yield statement (Note
-        # [Yield statements] in generators.py)
-        self.yield_statement_ends = frozenset(
-            inst.index for inst in self.fused if inst.opname == _YIELD_STATEMENT_END
-        )
+        # ``fused`` once made (Note [Fused on first use]); the plain runs' loops read it, ``fused`` else
+        self.plain_fused: list[Instruction] | None = None
+        self._yield_statement_ends: frozenset[int] | None = None
         # where a frame that yielded stops (the index after each YIELD_VALUE): the generator driver tells a
         # yield from a return by it
         self.yield_resumes = frozenset(inst.index + 1 for inst in self.instructions
@@ -138,6 +135,31 @@ class CodeInfo:
         self.stand_ins: dict = {}  # instruction index -> its caller stand-in (tracebacks.caller_stand_in)
         # the names of the fast locals and the indices of the cells among them, once asked (tracebacks.py)
         self.local_slots: tuple[tuple[str, ...], tuple[int, ...]] | None = None
+
+    # Note [Fused on first use]
+    # A plain run (no hook sees instructions: ``interpret`` without hooks) executes ``fused``; a jit's
+    # run, whose load hooks see some opcodes, executes ``fused_without(hooked)`` and never ``fused``.
+    # Fusing every code object both ways when it was decoded was ~2% of a Hugging Face model's first
+    # call (the jit's runs fused 93 code objects twice for BERT), so each is made when first asked.
+    # The loops of plain runs read ``plain_fused`` (a slot: no call on the hot path) and ask ``fused``
+    # only while it is None.
+    @property
+    def fused(self) -> list[Instruction]:
+        """The instructions with the registered runs fused, for a run no hook sees (made on first use)."""
+        fused = self.plain_fused
+        if fused is None:
+            fused = self.plain_fused = _fuse(self.instructions)
+        return fused
+
+    @property
+    def yield_statement_ends(self) -> frozenset[int]:
+        """The indices in ``fused`` of the fused RESUME; POP_TOP of yield statements, which a generator
+        resumed with ``fused`` skips (Note [Yield statements] in generators.py)."""
+        ends = self._yield_statement_ends
+        if ends is None:
+            ends = self._yield_statement_ends = frozenset(
+                inst.index for inst in self.fused if inst.opname == _YIELD_STATEMENT_END)
+        return ends
 
     def fused_without(self, hooked: frozenset[int]) -> list[Instruction]:
         """The fused instructions for a run whose load hooks must see the opcodes ``hooked``: only

@@ -49,7 +49,8 @@ def execute(frame: Frame, pending: BaseException | None = None) -> None:
     frames = run.frames
     frames.append(frame)
     handlers = run.handlers
-    instructions = frame.info.fused if run.plain else _instructions(run, frame.info)
+    info = frame.info
+    instructions = (info.plain_fused or info.fused) if run.plain else _instructions(run, info)
     try:
         if pending is not None:
             _raise_into(frame, pending)

@@ -456,3 +456,33 @@ def thrown_into_a_yield_statement(handling):
 @pytest.mark.parametrize("handling", [False, True])
 def test_thrown_into_a_yield_statement(handling) -> None:
     check(thrown_into_a_yield_statement, handling)
+
+
+
+def test_a_hooked_run_leaves_the_plain_fusion_unmade_and_a_plain_run_makes_it_after() -> None:
+    """Note [Fused on first use]: a run whose load hooks see some opcodes (as the jit's do) executes its own
+    fusion and never makes ``fused``; a plain run after it fuses on first use (yield statements included),
+    and both answer as CPython does."""
+    from jitcore.interpreter import Hooks
+
+    def statement_yields(items, k):  # code objects no other test has run
+        for x in items:
+            yield x * k
+        yield k
+
+    def fused_late(items, k):
+        out = [x * k for x in items]
+        g = statement_yields(items, k)
+        out.append(next(g, None))
+        out.append(g.send("dropped"))  # resumed past a yield statement's RESUME; POP_TOP (plain runs)
+        return out, list(g)
+
+    items, k = [3, 4, 5], 2
+    infos = [decode(fused_late.__code__), decode(statement_yields.__code__)]
+    hooks = Hooks(on_load_attr=lambda frame, obj, name, value: value)
+    assert interpret(fused_late, hooks)(items, k) == fused_late(items, k)
+    assert [info.plain_fused for info in infos] == [None, None]
+    check(fused_late, items, k)
+    assert all(info.plain_fused is not None and info.plain_fused is info.fused for info in infos)
+    ends = {inst.index for inst in infos[1].fused if inst.opname == "RESUME+POP_TOP"}
+    assert infos[1].yield_statement_ends == ends
