@@ -17,8 +17,8 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
   stored, deleted, captured by a closure, passed on, returned, or reachable through ``locals()``,
   ``vars()``, ``eval``/``exec`` or frame objects (and ``len`` is the builtin in the function's globals);
 - ``item_appended_parameters(fn)``: the same for a dict parameter only ever subscripted by constant keys
-  to append to the item (``history["loss"].append(x)``): its type and keys guarded, those lists by type
-  (Note [A dict of lists an argument]).
+  (``history["loss"].append(x)``, ``state["model"](x)``): its type and keys guarded, the lists at keys
+  only appended to by type, the other items as any argument's (Note [A dict of lists an argument]).
 
 - ``subscripted_by(frame)``: a read of a dict from state whose value is consumed by subscripting it
   with a constant (``self.log["losses"].append``), or by ``get`` with a constant (an instance's
@@ -410,8 +410,9 @@ def _emptied_parameters(code: types.CodeType) -> frozenset[str]:
 
 
 def item_appended_parameters(fn: Any) -> dict[str, frozenset]:
-    """The parameters of ``fn`` that its bytecode only subscripts by constant keys to append to the
-    item (``history["loss"].append(x)``), each with those keys (Note [A dict of lists an argument])."""
+    """The parameters of ``fn`` that its bytecode only subscripts by constant keys, with the keys whose
+    item it only appends to (``history["loss"].append(x)``; ``s["model"](x)`` at another key reads that
+    item as any argument's) where there is one (Note [A dict of lists an argument])."""
     target = getattr(fn, "forward", fn)
     function = getattr(target, "__func__", target)
     code = getattr(function, "__code__", None)
@@ -425,15 +426,17 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
         return {}
     candidates, instructions, uses = found
     keys: dict[str, set] = {name: set() for name in candidates}
+    read: dict[str, set] = {name: set() for name in candidates}  # keys whose item is also used otherwise
     for i, names, touched in uses:
         key, subscript, lookup = (instructions[i + 1:i + 4] + [None, None, None])[:3]
-        if instructions[i].opname in _LOADS and len(names) == 1 and lookup is not None \
+        if instructions[i].opname in _LOADS and len(names) == 1 and subscript is not None \
                 and key.opname == "LOAD_CONST" and type(key.argval) in _KEYS \
-                and subscript.opname == "BINARY_SUBSCR" and _looks_up(lookup, _APPENDING):
-            keys[names[0]].add(key.argval)
+                and subscript.opname == "BINARY_SUBSCR":
+            appended = lookup is not None and _looks_up(lookup, _APPENDING)
+            (keys if appended else read)[names[0]].add(key.argval)
             continue
         candidates -= touched
-    return {name: frozenset(keys[name]) for name in candidates if keys[name]}
+    return {name: frozenset(keys[name] - read[name]) for name in candidates if keys[name] - read[name]}
 
 
 # Note [A dict of lists an argument]
@@ -444,7 +447,11 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
 # lists: the dict's type and keys are guarded, each list so appended to is bound as a list argument
 # only appended to is (its type guarded, the appends replayed onto the call's list), and every other
 # item as any argument. A list reached another way too is bound whole by a later pass (Note
-# [Containers reached twice]).
+# [Containers reached twice]). The dict's other items may be read (a training step's state dict,
+# ``s["model"](x)``, ``s["opt"].step()``, ``s["log"].append(loss.item())``): each subscript by a constant
+# key reads that item alone, bound as it would be in the dict bound whole; a key whose item is both read
+# and appended to is read. Any other use of the parameter (stored into, iterated, passed on, ``s["n"] +=
+# 1``) binds it whole, as before: that retraced on every call, the lists' lengths guarded.
 def bind_item_lists(provenance: Any, measured: MeasuredLists, value: dict, path: Any, name: str,
                     keys: frozenset, read_lists: frozenset) -> dict:
     """The dict argument ``value`` of a parameter only appended to through constant ``keys`` (Note [A

@@ -37,17 +37,25 @@ def test_a_history_dict_does_not_retrace():
     assert jitcore.cache_misses(jitted) == 1
 
 
-def test_a_dict_whose_other_items_are_read_keeps_its_guards():
-    """``history["lr"]`` read: the parameter is not only appended through, so the dict is bound whole
-    (its lists' lengths guarded, one entry per call), and the values are eager's."""
+def test_a_dict_whose_other_items_are_read_guards_those_items():
+    """``history["lr"]`` read beside the appends: that item is bound as an argument's (a new lr is a new
+    entry), the appended list by its type only (it was bound whole before: one entry per call), and the
+    values are eager's."""
     def step(w, x, history):
         loss = (w * x).sum() * history["lr"]
         history["loss"].append(loss.item())
         return loss
 
     w = torch.randn(4)
-    jitted = _calls(step, lambda i: (w, torch.randn(4, generator=torch.Generator().manual_seed(i))), calls=3)
-    assert jitcore.cache_misses(jitted) == 3
+    jitted = jitcore.jit(step)
+    eager, jit = {"loss": [], "lr": 0.5}, {"loss": [], "lr": 0.5}
+    for i in range(4):
+        if i == 3:
+            eager["lr"] = jit["lr"] = 0.25
+        x = torch.randn(4, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(w, x, jit), step(w, x, eager))
+        assert jit == eager
+    assert jitcore.cache_misses(jitted) == 2
 
 
 def test_a_key_the_caller_adds_makes_a_new_entry():
