@@ -452,6 +452,9 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
 # key reads that item alone, bound as it would be in the dict bound whole; a key whose item is both read
 # and appended to is read. Any other use of the parameter (stored into, iterated, passed on, ``s["n"] +=
 # 1``) binds it whole, as before: that retraced on every call, the lists' lengths guarded.
+# The same dict passed as two parameters (``f(h, h)``: one only appended through, the other measuring
+# ``len(h2["log"])``) was two copies, and what one appended the other did not see (a wrong answer): the
+# first binding is noted (``Provenance.enter_argument``), so the second is an alias guard and that copy.
 def bind_item_lists(provenance: Any, measured: MeasuredLists, value: dict, path: Any, name: str,
                     keys: frozenset, read_lists: frozenset) -> dict:
     """The dict argument ``value`` of a parameter only appended to through constant ``keys`` (Note [A
@@ -460,6 +463,7 @@ def bind_item_lists(provenance: Any, measured: MeasuredLists, value: dict, path:
     provenance.guard(path, "keys", tuple(value))
     provenance.reach_container(value, path)
     own: dict = {}
+    provenance.enter_argument(value, path, own)  # the same dict passed again is this copy (Note above)
     for key, item in value.items():
         at = path.key(key)
         if key in keys and type(item) is list and at not in read_lists:

@@ -336,7 +336,8 @@ class Pass(StateReads):
             return self.measured.bind_argument(value, path)  # jit/appends.py
         if type(value) is dict and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and (keys := item_appended_parameters(self.fn).get(name)) is not None \
-                and not self.provenance.reached_as_state(value):
+                and not self.provenance.reached_as_state(value) \
+                and not self.provenance.is_argument_container(value):  # passed twice: its first binding
             return bind_item_lists(self.provenance, self.measured, value, path, name, keys, self.read_lists)
         return self.provenance.bind_argument(value, path, name)
 

@@ -133,6 +133,11 @@ class Provenance(TensorBinding, HeldCounters):
             return None
         return self._reached[id(tensor)].bound_at, tensor
 
+    def enter_argument(self, value: Any, path: Path, rebuilt: Any) -> None:
+        """Note that the container argument ``value`` at ``path`` is the program's ``rebuilt`` (bound by
+        jit/appends.py's narrow rules): the same object passed again is alias-guarded and is that copy."""
+        self._binding[id(value)] = (path, rebuilt)
+
     def is_argument_container(self, value: Any) -> bool:
         """Whether ``value`` is a container the call passes (bound, or only appended to)."""
         return id(value) in self._binding or id(value) in self._appended

@@ -117,3 +117,26 @@ def test_a_training_step_with_a_history_dict():
         assert_same(jitted(mj, oj, x, y, hj), step(me, oe, x, y, he))
         assert hj == he
     assert jitcore.cache_misses(jitted) <= 2  # no gradients yet; gradients
+
+
+def test_the_same_dict_passed_twice_is_one_object():
+    """One parameter only appends through the dict, the other measures the list: one object, as eagerly
+    (they were two copies, and the length read missed the append: a wrong answer). Distinct dicts later
+    are a new entry."""
+    def appended_first(a, b, x):
+        a["log"].append(x.sum())
+        return x * len(b["log"])
+
+    def measured_first(b, a, x):
+        a["log"].append(x.sum())
+        return x * len(b["log"])
+
+    for fn in (appended_first, measured_first):
+        jitted = jitcore.jit(fn)
+        for i in range(4):
+            eager, jit = {"log": [1.0] * i}, {"log": [1.0] * i}
+            second_e, second_j = (eager, jit) if i < 2 else ({"log": []}, {"log": []})
+            x = torch.full((2,), float(i))
+            assert_same(jitted(jit, second_j, x), fn(eager, second_e, x))
+            assert_same(jit, eager)
+            assert_same(second_j, second_e)
