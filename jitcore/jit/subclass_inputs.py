@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from jitcore.errors import EagerOnlySubclass
+from jitcore.jit.shapes import StaticSubclassShapes
 from jitcore.langctx.shadows import TensorValues
 from jitcore.prologue import Path
 from jitcore.prologue.ctx_sizes import Place, places_of
@@ -27,7 +28,8 @@ from jitcore.proxies.protocol import eager_only_reason, has_own_protocol, is_wra
 from jitcore.proxies.subclass import is_traceable_subclass
 
 __all__ = [
-    "ctx_places", "ctx_snapshot", "follows", "following_inner", "has_symbols", "refusal", "shadow_around",
+    "answered_layout", "answers_its_sizes", "ctx_places", "ctx_snapshot", "follows", "following_inner",
+    "has_symbols", "refusal", "shadow_around",
 ]
 
 
@@ -82,6 +84,51 @@ def following_inner(tensor: torch.Tensor, names: list[str]) -> str | None:
     with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - jitcore's own reads
         layout = tuple(tensor.shape), tuple(tensor.stride())
         return next((n for n, t in zip(names, inner) if (tuple(t.shape), tuple(t.stride())) == layout), None)
+
+
+# Note [A wrapper that answers its sizes]
+# A wrapper made with ``dispatch_sizes_strides_policy="sizes"`` (torch's WrapperTensorWithCustomSizes) has
+# no sizes of its own: C++ asks its ``__torch_dispatch__`` (``aten.sym_size``, ``sym_stride``) each time,
+# and the class computes them from its inner tensors. It was bound with static inner shapes, one entry
+# per size. Where all its inner tensors are plain, a symbolic pass binds them as plain inputs are bound
+# (a dimension seen to change is a symbol): the shadow's dispatch answers the sizes from the inner
+# shadows, SymInts included, and what torch assumed of them is a guard as for plain inputs. The prologue
+# reads no outer size of such a value (its ``tensor`` guard has ``outer_from_inner``), so it needs no
+# ``shape`` guard either: the sizes are the class's function of the inner tensors, guarded themselves.
+# The shadow's outer sizes and strides are what the class answers over the inner shadows
+# (``answered_layout``): built with the caller's static ones, ``x.shape[1]`` read the traced int, a
+# constant of the trace that no check named (a wrong answer for the next size). A class whose answer is
+# not a pair of size and stride sequences keeps static inner shapes from then on (StaticSubclassShapes).
+def answers_its_sizes(spec: Any, tensor: torch.Tensor, names: list[str]) -> bool:
+    """Whether ``tensor`` (whose input spec is ``spec``) is a wrapper whose ``__torch_dispatch__`` answers
+    its sizes, over plain strided inner tensors only (Note above)."""
+    plain = (torch.Tensor, torch.nn.Parameter)
+    return spec.outer_from_inner and spec.layout_from_inner and bool(names) and all(
+        type(t) in plain and t.layout is torch.strided for t in (getattr(tensor, n) for n in names))
+
+
+def answered_layout(values: TensorValues, tensor: torch.Tensor, shadows: dict[str, torch.Tensor], ctx: Any,
+                    path: Path) -> tuple[tuple, tuple]:
+    """The sizes and strides the class of ``tensor`` (a wrapper that answers its sizes) gives in its
+    ``__torch_dispatch__`` for the value rebuilt around ``shadows``, SymInts of the inner shadows included
+    (Note [A wrapper that answers its sizes]).
+
+    Raises:
+        StaticSubclassShapes: the class answers otherwise (its sizes stay static from now on).
+    """
+    cls = type(tensor)
+    shadow = shadow_around(values, tensor, shadows, ctx, nested=False, path=path)
+    try:
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - the queries torch's C++ makes
+            sizes = cls.__torch_dispatch__(torch.ops.aten.sym_size.default, (cls,), (shadow,), {})
+            strides = cls.__torch_dispatch__(torch.ops.aten.sym_stride.default, (cls,), (shadow,), {})
+    except Exception as exc:  # noqa: BLE001 - the class's own code: its sizes stay static
+        raise StaticSubclassShapes(f"{cls.__qualname__} raised answering its sizes: {exc}") from None
+    answers = (tuple, list, torch.Size)
+    if not isinstance(sizes, answers) or not isinstance(strides, answers) or len(sizes) != len(strides) \
+            or not all(type(v) in (int, torch.SymInt) for v in (*sizes, *strides)):
+        raise StaticSubclassShapes(f"{cls.__qualname__} answers its sizes with other than sizes and strides")
+    return tuple(sizes), tuple(strides)
 
 
 # Note [A flatten ctx that holds the outer sizes]

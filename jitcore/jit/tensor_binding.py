@@ -30,6 +30,8 @@ from jitcore.jit.ctx_numbers import bind_ctx_numbers
 from jitcore.jit.ragged import ragged_dims
 from jitcore.jit.state_names import qualified_name
 from jitcore.jit.subclass_inputs import (
+    answered_layout,
+    answers_its_sizes,
     ctx_places,
     ctx_snapshot,
     following_inner,
@@ -200,9 +202,11 @@ class TensorBinding:
         nested = has_nested_ints(tensor)  # Note [Nested ints], jitcore/langctx/shadows.py
         spec = TensorSpec.of_nested(tensor) if nested else TensorSpec.of_subclass(tensor)
         leading = None if nested or spec.layout_from_inner else following_inner(tensor, names)
-        symbolic = leading is not None and self.dynamic_dims is not None and self.symbolic_subclasses
+        answered = not nested and answers_its_sizes(spec, tensor, names)  # Note [A wrapper that answers ...]
+        symbolic = (leading is not None or answered) and self.dynamic_dims is not None \
+            and self.symbolic_subclasses
         places = ctx_places(tensor, ctx, self.dynamic_dims(path.attr(leading), getattr(tensor, leading))) \
-            if symbolic else ()  # Note [A flatten ctx that holds the outer sizes], jit/subclass_inputs.py
+            if symbolic and not answered else ()  # Note [A flatten ctx that holds the outer sizes], ...
         if not symbolic:  # before the ctx: a ctx holding the sizes misses on them (a symbolic pass next)
             self.guard(path, "tensor", spec)
         guarded = ctx_snapshot(ctx)  # Note [A subclass input's own containers], jit/subclass_inputs.py
@@ -224,7 +228,13 @@ class TensorBinding:
         if spec.layout_from_inner:
             self._layouts_of.update(id(p) for p in inner.values())
         layout = None
-        if symbolic:  # Note [Subclass inputs that follow an inner tensor], jit/subclass_inputs.py
+        shadows = {n: p.shadow for n, p in inner.items()}
+        if symbolic and answered:  # Note [A wrapper that answers its sizes], jit/subclass_inputs.py
+            if any(map(has_symbols, shadows.values())):
+                self.symbolic_subclass_inputs += 1  # first: StaticSubclassShapes keeps only these static
+                layout = answered_layout(self.values, tensor, shadows, ctx, path)
+            self.guard(path, "tensor", spec)  # reads no size: the class's dispatch answers them
+        elif symbolic:  # Note [Subclass inputs that follow an inner tensor], jit/subclass_inputs.py
             lead = inner[leading].shadow
             if has_symbols(lead):
                 layout = tuple(lead.shape), tuple(lead.stride())
@@ -233,7 +243,6 @@ class TensorBinding:
                 self.guard(path, "shape", follows(path, path.attr(leading)))
                 self.symbolic_subclass_inputs += 1
             self.guard(path, "tensor", spec)
-        shadows = {n: p.shadow for n, p in inner.items()}
         try:
             shadow = shadow_around(self.values, tensor, shadows, ctx, nested=nested, path=path, layout=layout)
         except Exception:
