@@ -261,6 +261,8 @@ class TensorBinding:
                 # Note [An attribute the flatten protocol does not report]
                 object.__setattr__(shadow, key, self.bind_state(value, path.attr(key), key))
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
+        if not nested:  # Note [A wrapper that answers its own layout, while tracing], proxies/subclass.py
+            proxy.set_policy(_layout_policy(spec))
         self.subclass_inputs.append((proxy, path))
         if self.on_remember is not None:  # attributes the program sets on it are set on the caller's
             self.on_remember(proxy, path)
@@ -356,3 +358,11 @@ def _not_reproduced(key: str, value: Any, attributes: dict[str, Any], names: lis
             is_literal_value(leaf) for leaf in tree_leaves(rebuilt))) and not any(
             isinstance(leaf, torch.Tensor) for leaf in tree_leaves(value))
     return False
+
+
+def _layout_policy(spec: TensorSpec) -> str | None:
+    """The ``dispatch_sizes_strides_policy`` a wrapper input answers its layout by, as its spec found
+    it (None: torch's defaults, read from its outer metadata)."""
+    if spec.outer_from_inner:
+        return "sizes"
+    return "strides" if spec.layout_from_inner else None

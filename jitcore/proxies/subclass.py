@@ -139,6 +139,12 @@ class SubclassTensorProxy(TensorProxy):
         """Replace the tensor holding the outer metadata (after an in-place view op on the wrapper)."""
         _set(self, "_jitcore_outer", outer)
 
+    def set_policy(self, policy: str | None) -> None:
+        """The ``dispatch_sizes_strides_policy`` of the value this proxy stands for: its layout queries
+        run the class's ``__torch_dispatch__`` (Note [A wrapper that answers its own layout, while
+        tracing])."""
+        _set(self, "_jitcore_policy", policy)
+
     def inner_flatten(self) -> tuple[list[str], Any]:
         """``(inner attribute names, ctx)`` as the class's ``__tensor_flatten__`` gives them (not
         ``flatten``: that is the torch operation, as on any tensor)."""
@@ -292,8 +298,13 @@ _STORED = frozenset({"size", "stride", "storage_offset", "dim", "ndimension", "g
 # ``(x.transpose(0, 1) * 2).is_contiguous()`` of torch's WrapperTensorWithCustomSizes was True where
 # eager says False. The query runs the class's ``__torch_dispatch__`` on the interpreter with the op
 # torch would ask (``aten.sym_stride``...), as eagerly; the handler's own call of that op on its inner
-# tensor is answered by the inner proxy (jitcore/langctx/torch.py). An input's proxy has no policy:
-# its metadata is the caller's value's, read through its handler when it was bound. The shadow of one
+# tensor is answered by the inner proxy (jitcore/langctx/torch.py). An input's proxy gets the policy
+# its value answers by (``TensorSpec.layout_from_inner``/``outer_from_inner``, jit/tensor_binding.py):
+# with none, its sizes and strides were the caller's as read when it was bound, but ``is_contiguous()``
+# was computed from those strides where eager asks the handler: a class answering False for contiguous
+# strides (``aten.is_contiguous`` in its table) made ``if x.is_contiguous()`` take the other branch
+# than eager (a wrong answer). The handler's answer is computed from the inner tensors and flatten ctx,
+# which the prologue guards. The shadow of one
 # made inside is built with the policy too: torch's C++ asks the shadow (``Tensor.contiguous()`` asks
 # ``is_contiguous()`` and clones only where it is False), and a shadow without the policy answered from
 # the contiguous metadata, so ``(x.transpose(0, 1) * 2).contiguous()`` kept the transposed inner tensor
