@@ -289,30 +289,9 @@ class StateSnapshots:
 
         def check(obj: Any) -> bool:
             snap = self._snapshots.get(id(obj))
-            if snap is None:
-                return id(obj) in held
-            # the path reads the caller's tensors' attributes, which their class's __torch_function__
-            # must not see (RedispatchTensor logs each read into its ``call_log``)
-            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
-                return _leads_to(snap.path, obj, args, kwargs) or id(obj) in held
+            return snap is not None and _leads_to(snap.path, obj, args, kwargs) or id(obj) in held
 
         return check
-
-
-    def owner(self, args: tuple, kwargs: dict) -> Callable[[Any], str | None]:
-        """Whose an object is: "fixed", the caller's reached from state outside the arguments (a global,
-        a module's attribute: the very object on every call the prologue lets through); "call", the
-        caller's reached through this call's arguments (another call's may be another object); None,
-        the program's (Note [Objects the program makes, anew on every call], jit/object_copies.py)."""
-        preexisting = self.preexisting(args, kwargs)
-
-        def owner(obj: Any) -> str | None:
-            if not preexisting(obj):
-                return None
-            snap = self._snapshots.get(id(obj))
-            return "call" if snap is None or snap.path.root.kind in ("args", "kwargs") else "fixed"
-
-        return owner
 
 
 # Note [A container of the caller's stored back]
@@ -400,16 +379,13 @@ class Effects:
     output passed through ``post`` (the output's own rebuilding, jitcore/jit/outputs.py).
     """
 
-    def __init__(self, effects: list[Effect], owner: Callable[[Any], str | None],
+    def __init__(self, effects: list[Effect], preexisting: Callable[[Any], bool],
                  input_paths: dict[int, Path] | None = None) -> None:
-        def preexisting(obj: Any) -> bool:
-            return owner(obj) is not None
-
         self.references: list[Any] = []
         self._input_paths = input_paths or {}  # id(input proxy) -> where the call passes its tensor
         self._shared = shared_places([e.value for e in effects], preexisting)  # jit/shared_containers.py
         values = [self._template(e.value, preexisting) for e in effects]
-        flat, structure = split(values, owner)  # objects the program made: anew per call
+        flat, structure = split(values)
         self._leaves, self._spec = optree.tree_flatten(flat, none_is_leaf=True)
         self._slots = [i for i, leaf in enumerate(self._leaves) if _per_call(leaf)]
         self._rebuild = structure.rebuild if structure is not None else None

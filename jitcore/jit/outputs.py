@@ -32,7 +32,6 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Proxy
-from jitcore.jit.object_copies import copied, copier, made_anew, programs_own
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.text import TextProxy, plain_key
 from jitcore.proxies.typed import is_plain_subclass
@@ -40,9 +39,6 @@ from jitcore.proxies.typed import is_plain_subclass
 _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
 
 __all__ = ["OutputStructure", "escaped", "held", "split", "taken_apart"]
-
-Owner = Callable[[Any], str | None]  # whose an object is: "fixed", "call" or None (Effects.owner)
-Split = tuple[Any, Callable[[Any], Any] | None]  # (what the computation returns for a value, rebuild or None)
 
 _OPTREE_NODES = (tuple, list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
 _MAX_DEPTH = 64
@@ -105,44 +101,55 @@ class OutputStructure:
         return run
 
 
-def split(output: Any, owner: Owner = lambda _v: None) -> tuple[Any, OutputStructure | None]:
+def split(output: Any) -> tuple[Any, OutputStructure | None]:
     """The output as a tree optree flattens completely, and how to rebuild the original (None: the
-    output already is such a tree). ``owner``: whose an object is (jit/effects.py ``Snapshots.owner``):
-    an object the program made is made anew on every call, the caller's are handed on."""
-    flat, rebuild = _split(output, 0, owner)
-    if rebuild is None or rebuild is _as_is:
+    output already is such a tree)."""
+    flat, rebuild = _split(output, 0)
+    if rebuild is None:
         return flat, None  # the output itself, or a copy with plain keys (``_plain_keys``)
     return flat, OutputStructure(rebuild)
 
 
-def _split(value: Any, depth: int, owner: Owner) -> Split:
+def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     """(value with foreign nodes replaced by tuples of their children, rebuild or None)."""
     if isinstance(value, TextProxy):  # text formatted from numbers of the computation: from its numbers
         return tuple(value.numbers()), value.text_of
     if isinstance(value, Proxy):
-        return _split_typed(value, depth, owner)
+        return _split_typed(value, depth)
     if _symbolic_shape(value):  # a shape with symbolic sizes (jit/shapes.py): each call's sizes
         return tuple(value), torch.Size
-    if depth > _MAX_DEPTH:
+    if depth > _MAX_DEPTH or not (_holds_proxy(value, depth) or _holds_symbolic_shape(value, depth)):
         return value, None
-    if not (_holds_proxy(value, depth) or _holds_symbolic_shape(value, depth)):
-        return _untraced(value, depth, owner)
     value = _plain_keys(value)
     kind = type(value)
     unprintable = _unprintable_node(value)  # Note [Nodes the trace cannot print]
     if unprintable is not None:
-        return _node(*unprintable, depth, owner)
+        return _node(*unprintable, depth)
     if kind in _OPTREE_NODES or _is_namedtuple(value):
-        return _split_literal(value, depth, owner)
+        children, spec = optree.tree_flatten(value, is_leaf=lambda v: v is not value, none_is_leaf=True)
+        parts = [_split(c, depth + 1) for c in children]
+        if all(r is None for _, r in parts):  # nothing per call; a child may be a copy with plain keys
+            same = all(p is c for (p, _), c in zip(parts, children))
+            return (value if same else optree.tree_unflatten(spec, [p for p, _ in parts])), None
+        flat = optree.tree_unflatten(spec, [p for p, _ in parts])
+        rebuilds = [r for _, r in parts]
+
+        def rebuild_node(results: Any) -> Any:
+            leaves = optree.tree_flatten(results, is_leaf=lambda v: v is not results, none_is_leaf=True)[0]
+            return optree.tree_unflatten(
+                spec, [r(x) if r is not None else x for r, x in zip(rebuilds, leaves)]
+            )
+
+        return flat, rebuild_node
     node = torch_pytree.SUPPORTED_NODES.get(kind)
     if node is not None:
         children, context = node.flatten_fn(value)
         ordered = issubclass(type(value), collections.OrderedDict)
         order = list(collections.OrderedDict.keys(value)) if ordered else None
         return _node(tuple(children), lambda kids: _in_order(node.unflatten_fn(list(kids), context), order),
-                     depth, owner)
+                     depth)
     if isinstance(value, (dict, list)):  # a subclass no registry knows: its items, then its attributes
-        return _split_container_subclass(value, depth, owner)
+        return _split_container_subclass(value, depth)
     if type(value) is types.FunctionType and value.__closure__:  # Note [Closures over traced tensors]
         raise UnsupportedOperationError(
             f"the function returns or stores the closure {value.__qualname__}, whose cells hold traced "
@@ -156,15 +163,15 @@ def _split(value: Any, depth: int, owner: Owner) -> Split:
             hints=("return a list of its items instead",),
         )
     if type(value) in (set, frozenset):
-        return _node(tuple(value), type(value), depth, owner)
+        return _node(tuple(value), type(value), depth)
     if type(value) in _DICT_VIEWS:
-        flat, rebuild = _split(dict(value.mapping), depth + 1, owner)
+        flat, rebuild = _split(dict(value.mapping), depth + 1)
         view = _DICT_VIEWS[type(value)]
         return flat, lambda results: view(rebuild(results) if rebuild is not None else results)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = [f.name for f in dataclasses.fields(value)]
     else:
-        names = [n for n, v in getattr(value, "__dict__", {}).items() if _per_call(v, depth + 1, owner)]
+        names = [n for n, v in getattr(value, "__dict__", {}).items() if _holds_proxy(v, depth + 1)]
     attributes = [id(v) for v in getattr(value, "__dict__", {}).values()]
     if any(id(c) not in attributes and _holds_proxy(c, depth + 1) for c in _children(value)):
         raise UnsupportedOperationError(  # held outside its __dict__: a copy would share them
@@ -172,73 +179,32 @@ def _split(value: Any, depth: int, owner: Owner) -> Split:
             "jitcore cannot make again for each call",
             hints=("return a list or tuple of the tensors instead",),
         )
-    template = copied(value)  # as it is now: the pass restores the caller's objects afterwards
-    copy_again = copier(template)  # Note [A template copied again from one reduction]
+    template = _copied(value)  # as it is now: the pass restores the caller's objects afterwards
 
     def rebuild_object(kids: tuple) -> Any:
-        obj = copy_again()
+        obj = _copied(template)
         for name, kid in zip(names, kids):
             object.__setattr__(obj, name, kid)
         return obj
 
-    return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth, owner)
+    return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth)
 
 
-def _split_literal(value: Any, depth: int, owner: Owner) -> Split:
-    """A tuple, list, dict or namedtuple, which the trace prints as a literal: its items split."""
-    children, spec = optree.tree_flatten(value, is_leaf=lambda v: v is not value, none_is_leaf=True)
-    parts = [_split(c, depth + 1, owner) for c in children]
-    rebuilds = [r for _, r in parts]
-    if all(r is None or r is _as_is for r in rebuilds):  # nothing per call; a child may have plain keys
-        same = all(p is c for (p, _), c in zip(parts, children))
-        flat = value if same else optree.tree_unflatten(spec, [p for p, _ in parts])
-        made = type(value) in (list, dict) or any(r is _as_is for r in rebuilds)
-        return flat, (_as_is if made else None)
-    flat = optree.tree_unflatten(spec, [p for p, _ in parts])
-
-    def rebuild_node(results: Any) -> Any:
-        leaves = optree.tree_flatten(results, is_leaf=lambda v: v is not results, none_is_leaf=True)[0]
-        return optree.tree_unflatten(spec, [r(x) if r is not None else x for r, x in zip(rebuilds, leaves)])
-
-    return flat, rebuild_node
-
-
-def _as_is(result: Any) -> Any:
-    """The rebuild of a list or dict the trace prints: each call's is new already."""
-    return result
-
-
-# Note [Objects the program makes, anew on every call] (jit/object_copies.py)
-# Nothing traced is in ``value``, but the call still returns it anew where eager's does: a literal's
-# items are split (a caller's list inside is handed as itself, never printed: a copy), an object the
-# program made is a deep copy of the pass's per call, and the caller's objects are the very objects.
-_ATOMS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), range, slice)
-
-
-def _untraced(value: Any, depth: int, owner: Owner) -> Split:
-    """``_split`` of a value that holds nothing traced."""
-    kind = type(value)
-    literal = kind in (tuple, list, dict) or _is_namedtuple(value)
-    if kind in _ATOMS or not (literal or programs_own(value)):
-        return value, None  # shared by every call, as eagerly (a class, a function, a module, ...)
-    whose = owner(value)
-    if whose == "fixed":  # the very object on every call (printed, a list would be a copy)
-        return ((), lambda _results: value) if literal else (value, None)
-    if whose == "call":  # reached through the arguments: as the pass found it (not looked up per call)
-        return value, None
-    if literal:
-        return _split_literal(value, depth, owner)
-    make = made_anew(value, owner, _children)
-    return ((), lambda _results: make())
-
-
-def _per_call(value: Any, depth: int, owner: Owner) -> bool:
-    """Whether an attribute of an object the calls make again is each call's own: something traced, or
-    something the program made anew (Note [Objects the program makes, anew on every call])."""
-    if _holds_proxy(value, depth) or _holds_symbolic_shape(value, depth):
-        return True
-    return depth <= _MAX_DEPTH and _untraced(value, depth, owner)[1] is not None
-
+# Note [jitcore's own copy leaves no __slotnames__]
+# ``copy.copy`` of an object whose class has no ``__slotnames__`` yet runs copyreg's ``_slotnames``, which
+# caches the class's slot names in the class itself (``cls.__slotnames__ = []``). Made here, in the pass,
+# that write was taken for the program's: the pass's class states are diffed after it, and every cached
+# call of HF Llama and GPT-2 then set ``__slotnames__`` on transformers' ``DynamicCache`` and
+# ``DynamicLayer``, which eager never does. A cache the copy made is taken out of the class again.
+def _copied(value: Any) -> Any:
+    """``copy.copy(value)``, leaving the class's ``__dict__`` as it was."""
+    cls = type(value)
+    had = "__slotnames__" in vars(cls)
+    copied = copy.copy(value)
+    if not had and "__slotnames__" in vars(cls):
+        with contextlib.suppress(AttributeError, TypeError):
+            delattr(cls, "__slotnames__")
+    return copied
 
 # Note [Closures over traced tensors]
 # A function the program made, closing over a tensor it computed (``c = x * 2; return lambda: c``),
@@ -268,7 +234,7 @@ def _in_order(rebuilt: Any, order: list | None) -> Any:
 _DICT_VIEWS = {type({}.keys()): dict.keys, type({}.values()): dict.values, type({}.items()): dict.items}
 
 
-def _split_typed(proxy: Proxy, depth: int, owner: Owner) -> Split:
+def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
     """A proxy of a subclass without ``__torch_dispatch__``: the computation returns its data (and
     the tensors its attributes hold); the result gets the class and the attributes back."""
     retype = _retyped(proxy)
@@ -277,10 +243,9 @@ def _split_typed(proxy: Proxy, depth: int, owner: Owner) -> Split:
     attributes = dict(object.__getattribute__(proxy, "__dict__"))
     if not attributes:
         return proxy, retype
-    traced = [n for n, v in attributes.items() if _per_call(v, depth + 1, owner)]
+    traced = [n for n, v in attributes.items() if _holds_proxy(v, depth + 1)]
     constants = {n: v for n, v in attributes.items() if n not in traced}
-    copied_per_call = {n for n, v in constants.items() if type(v) in (dict, list, set) and owner(v) == "call"}
-    parts = [_split(attributes[n], depth + 1, owner) for n in traced]
+    parts = [_split(attributes[n], depth + 1) for n in traced]
 
     def rebuild(results: Any) -> Any:
         data, kids = (results[0], results[1:]) if traced else (results, ())
@@ -288,7 +253,7 @@ def _split_typed(proxy: Proxy, depth: int, owner: Owner) -> Split:
             return data
         out = retype(data)
         for name, value in constants.items():  # Note [Attributes of a subclass output]
-            _set_attribute(out, name, copy.deepcopy(value) if name in copied_per_call else value)
+            _set_attribute(out, name, copy.deepcopy(value) if type(value) in _FRESH_PER_CALL else value)
         for name, (_, kid_rebuild), kid in zip(traced, parts, kids):
             _set_attribute(out, name, kid_rebuild(kid) if kid_rebuild is not None else kid)
         return out
@@ -300,10 +265,9 @@ def _split_typed(proxy: Proxy, depth: int, owner: Owner) -> Split:
 # A subclass without ``__torch_dispatch__`` carries Python attributes (``t.tag``, a
 # ``__torch_function__`` that stores ``extra_state`` on what it returns): while tracing they are in
 # its proxy's ``__dict__``. The computation returns plain data, so each call sets them on the result
-# as the trace left them: tensors among them are outputs of the computation, containers and objects
-# made by the program are made anew per call (``_per_call``), the caller's objects are shared, except
-# a list, dict or set reached through the arguments (RedispatchTensor's ``call_log``, its input's): a
-# copy of it as the pass found it, as another call's input holds another one, not looked up per call.
+# as the trace left them: tensors among them are outputs of the computation, containers made by the
+# program are copied per call (eager makes a new one each call), other objects are shared.
+_FRESH_PER_CALL = (dict, list, set)
 
 
 def _set_attribute(obj: torch.Tensor, name: str, value: Any) -> None:
@@ -348,16 +312,15 @@ def _retyped(proxy: Proxy) -> Callable[[Any], Any] | None:
     return retype
 
 
-def _split_container_subclass(value: dict | list, depth: int,
-                              owner: Owner) -> tuple[Any, Callable[[Any], Any]]:
+def _split_container_subclass(value: dict | list, depth: int) -> tuple[Any, Callable[[Any], Any]]:
     keys = list(dict.keys(value)) if isinstance(value, dict) else list(range(list.__len__(value)))
     getitem = dict.__getitem__ if isinstance(value, dict) else list.__getitem__
-    names = [n for n, v in getattr(value, "__dict__", {}).items() if _per_call(v, depth + 1, owner)]
-    copy_again = copier(copied(value))  # Note [A template copied again from one reduction]
+    names = [n for n, v in getattr(value, "__dict__", {}).items() if _holds_proxy(v, depth + 1)]
+    template = copy.copy(value)
     count = len(keys)
 
     def rebuild(kids: tuple) -> Any:
-        obj = copy_again()
+        obj = _copied(template)
         for key, kid in zip(keys, kids[:count]):
             (dict.__setitem__ if isinstance(obj, dict) else list.__setitem__)(obj, key, kid)
         for name, kid in zip(names, kids[count:]):
@@ -365,12 +328,11 @@ def _split_container_subclass(value: dict | list, depth: int,
         return obj
 
     children = tuple(getitem(value, k) for k in keys) + tuple(getattr(value, n) for n in names)
-    return _node(children, rebuild, depth, owner)
+    return _node(children, rebuild, depth)
 
 
-def _node(children: tuple, make: Callable[[tuple], Any], depth: int,
-          owner: Owner) -> tuple[Any, Callable[[Any], Any]]:
-    parts = [_split(c, depth + 1, owner) for c in children]
+def _node(children: tuple, make: Callable[[tuple], Any], depth: int) -> tuple[Any, Callable[[Any], Any]]:
+    parts = [_split(c, depth + 1) for c in children]
     flat = tuple(p for p, _ in parts)
     rebuilds = [r for _, r in parts]
 
