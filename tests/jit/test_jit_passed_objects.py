@@ -281,3 +281,107 @@ def test_jitcores_own_copies_leave_the_class_as_eager_does():
         assert type(out) is _Holder and torch.equal(out.t, x * 2) and torch.equal(store[-1].t, x + 1)
         assert "__slotnames__" not in vars(_Holder)
     assert jitcore.cache_misses(jf) == 1
+
+
+class _CountsClassWrites(type):
+    """A metaclass counting writes to its classes' ``__dict__``s (copyreg caches ``__slotnames__`` there)."""
+
+    writes: list = []
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        _CountsClassWrites.writes.append(("set", name))
+        super().__setattr__(name, value)
+
+    def __delattr__(cls, name: str) -> None:
+        _CountsClassWrites.writes.append(("del", name))
+        super().__delattr__(name)
+
+
+class _Counted(metaclass=_CountsClassWrites):
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+        self.tag = "made"
+
+
+def test_a_cached_call_makes_its_objects_without_writing_their_class():
+    """A cached call made each returned object again by copying a template: copyreg set ``__slotnames__``
+    on the class and jitcore deleted it again, two class writes per object per call that eager never makes
+    (Note [A template copied again from one reduction], jit/outputs.py)."""
+
+    def f(x):
+        return _Counted(x + 1)
+
+    jf = jitcore.jit(f)
+    jf(torch.randn(3))
+    _CountsClassWrites.writes.clear()
+    outs = []
+    for _ in range(3):
+        x = torch.randn(3)
+        out = jf(x)
+        assert type(out) is _Counted and out.tag == "made" and torch.equal(out.t, x + 1)
+        outs.append(out)
+    assert _CountsClassWrites.writes == [] and jitcore.cache_misses(jf) == 1
+    assert len({id(o) for o in outs}) == 3 and "__slotnames__" not in vars(_Counted)
+
+
+class _Tagged:
+    """Its reduction makes a new list each time: copies must not share one."""
+
+    def __init__(self, t: torch.Tensor, tags: list | None = None) -> None:
+        self.t = t
+        self.tags = [] if tags is None else tags
+
+    def __reduce__(self) -> tuple:
+        return (_Tagged, (self.t, list(self.tags)))
+
+
+class _Slotted:
+    __slots__ = ("n", "__dict__")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t, self.n = t, 2
+        self.extra = {"k": 1}
+
+
+class _Stated:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t, self.seen = t, []
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__, seen=list(self.seen))
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+
+def test_copies_of_a_returned_object_are_as_copy_makes_them_for_each_call():
+    """Objects whose reduction makes containers of its own, slots, and ``__getstate__``/``__setstate__``:
+    every call's object is its own, with what the program put in it, and a container its reduction
+    makes is its own too (one reduction taken once would hand its list to every call's copy; Note [A
+    template copied again from one reduction], jit/outputs.py)."""
+
+    def tagged(x):
+        o = _Tagged(x * 2)
+        o.tags.append("a")
+        return o
+
+    def slotted(x):
+        return _Slotted(x - 1)
+
+    def stated(x):
+        o = _Stated(x + 3)
+        o.seen.append(1)
+        return o
+
+    # slotted's ``extra``, a dict the program made, is shared by every call's copy: not changed here
+    for fn, mutable in ((tagged, "tags"), (slotted, None), (stated, "seen")):
+        jf = jitcore.jit(fn)
+        for _ in range(3):
+            x = torch.randn(2)
+            out, want = jf(x), fn(x)
+            assert type(out) is type(want) and torch.equal(out.t, want.t)
+            assert getattr(out, mutable or "extra") == getattr(want, mutable or "extra")
+            assert getattr(out, "n", None) == getattr(want, "n", None)
+            if mutable is not None:
+                getattr(out, mutable).clear()  # the caller changes what it got: the next call's is its own
+        assert jitcore.cache_misses(jf) == 1, fn.__name__
