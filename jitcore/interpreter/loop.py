@@ -28,7 +28,13 @@ from jitcore.interpreter import tracing
 from jitcore.interpreter.errors import InterpreterError, JitcoreInterpreterError
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import CodeInfo, Instruction
-from jitcore.interpreter.tracebacks import add_frame, is_internal, reraised_traceback, strip_internal
+from jitcore.interpreter.tracebacks import (
+    add_frame,
+    is_internal,
+    last_index,
+    reraised_traceback,
+    strip_internal,
+)
 
 if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
@@ -288,9 +294,12 @@ def _route(frame: Frame, exc: BaseException, raising: tuple | None) -> bool:
     # the last few caught here (Note [A stored exception C raises again])
     frame.caught = ((id(exc), id(exc.__traceback__)), *getattr(frame, "caught", ())[:3])
     stack = frame.stack
-    del stack[entry.depth:]
-    if entry.lasti:
+    if entry.lasti:  # CPython's f_lasti, set back by a RERAISE with an argument (Note [A frame's last line])
+        index = last_index(frame) if reraised else index
+        del stack[entry.depth:]
         stack.append(index)
+    else:
+        del stack[entry.depth:]
     stack.append(exc)
     frame.index = entry.target
     return True

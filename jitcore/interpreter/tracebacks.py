@@ -29,7 +29,7 @@ from jitcore.interpreter.frame import NULL
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
 
-__all__ = ["DRIVEN_CODES", "add_frame", "caller_stand_in", "is_internal", "reraised_traceback",
+__all__ = ["DRIVEN_CODES", "add_frame", "caller_stand_in", "is_internal", "last_index", "reraised_traceback",
            "strip_internal", "user_traceback"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -184,11 +184,12 @@ def reraised_traceback(frame: Frame, exc: BaseException, leaving: bool) -> Trace
     if leaving and tb is not None:
         code = tb.tb_frame.f_code
         for key, made in frame.info.raisers.items():
-            if type(key) is tuple and not key[1] and made[0].__code__ is code:  # (index, ()): no locals
+            if type(key) is tuple and len(key) == 2 and not key[1] and made[0].__code__ is code:  # no locals
                 index = frame.index
+                left_at = frame.instructions[last_index(frame)].lineno
                 frame.index = key[0] + 1
                 try:
-                    tb = _entry(frame, tb.tb_next, True)
+                    tb = _entry(frame, tb.tb_next, True, left_at)
                 finally:
                     frame.index = index
                 frame.tb_entry = id(tb)
@@ -226,7 +227,10 @@ def entry_here(frame: Frame) -> TracebackType:
     return _entry(frame, None, False)
 
 
-def _entry(frame: Frame, tb_next: TracebackType | None, leaving: bool) -> TracebackType:
+def _entry(frame: Frame, tb_next: TracebackType | None, leaving: bool,
+           left_at: int | None | bool = False) -> TracebackType:
+    """The entry of ``frame`` at its current instruction; ``left_at``: the line of the instruction a frame
+    that ran on after the raise left from (None: no line), if not that one (Note [A frame's last line])."""
     global _MAKER
     index = frame.index - 1 if frame.index else 0
     if leaving:
@@ -234,10 +238,12 @@ def _entry(frame: Frame, tb_next: TracebackType | None, leaving: bool) -> Traceb
         key = index if frame.locals is None else (index, names)
     else:  # the frame runs on (a handler of its own): values taken now would outlive what it rebinds
         names, values, key = (), (), (index, ())
+    if left_at is not False:
+        key = (index, names, left_at)
     raisers = frame.info.raisers
     made = raisers.get(key)
     if made is None or made[0].__globals__ is not frame.globals:
-        made = raisers[key] = _raiser(frame, names)
+        made = raisers[key] = _raiser(frame, names, left_at)
     prototype = made[0]
     raiser = _FunctionType(prototype.__code__, prototype.__globals__, None, prototype.__defaults__,
                            (_CellType((_NULL, *values, _getframe)),))
@@ -308,19 +314,47 @@ def _new_maker():
 _MAKER = _new_maker()
 
 
-def _raiser(frame: Frame, names: tuple[str, ...]) -> tuple[FunctionType, int]:
+def _raiser(frame: Frame, names: tuple[str, ...], left_at: int | None | bool = False) \
+        -> tuple[FunctionType, int]:
     """The raiser of the current instruction of ``frame`` with locals ``names`` (Note [Traceback frame
     objects]) and the ``tb_lineno`` of its entries (-1: no line)."""
     inst = frame.instructions[max(frame.index - 1, 0)]
     lineno = inst.lineno
     if lineno is None and _has_lines(frame):
         lineno = frame.position().lineno
-    code = _raiser_code(frame, names)
+    code = _raiser_code(frame, names, left_at)
     prototype = FunctionType(code, frame.globals, None, (None,) * code.co_argcount, (CellType(None),))
     if code.co_kwonlyargcount:  # (Note [A raiser's signature])
         prototype.__kwdefaults__ = dict.fromkeys(
             code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
     return prototype, -1 if lineno is None else lineno
+
+
+def last_index(frame: Frame) -> int:
+    """The index of the instruction ``frame`` last ran, CPython's ``f_lasti``, when an exception leaves its
+    current instruction (Note [A frame's last line]): that instruction, or, for a RERAISE with an argument,
+    the index it finds on the stack (the one that raised into its handler: CPython's RERAISE sets ``f_lasti``
+    back to it, and a handler given ``lasti`` is given this one)."""
+    index = frame.index - 1
+    inst = frame.instructions[index]
+    if inst.opname == "RERAISE" and inst.arg and len(frame.stack) >= inst.arg:
+        lasti = frame.stack[-inst.arg]  # (the exception is popped already)
+        if type(lasti) is int:
+            return lasti
+    return index
+
+
+# Note [A frame's last line]
+# CPython's traceback entry holds the frame object itself: once the frame is gone, ``tb_frame.f_lineno`` is
+# the line of the last instruction it ran, while ``tb_lineno`` stays the raise's. For a frame the exception
+# leaves at once they are the same line; for one that ran a handler or a ``finally`` first and then left by
+# re-raising it (an ``except`` clause that does not match, the end of a ``finally``), f_lineno is the
+# re-raise's line (None where that instruction has no location: the re-raise closing an ``except*``), or,
+# for a RERAISE with an argument (a handler's cleanup), the line of the instruction whose index the handler
+# was given (``lasti``), to which CPython's RERAISE sets ``f_lasti`` back (``last_index``). The
+# entry made again there (``reraised_traceback``) gets a raiser whose first code unit (``tb_lasti`` 0: the
+# entry's positions for ``traceback``) keeps the raise's span and whose other units, where the raiser's
+# frame ends (its ``f_lineno``), carry the re-raise's line (test_exceptions' PEP626Tests).
 
 
 # Note [A raiser's signature]
@@ -334,7 +368,7 @@ def _raiser(frame: Frame, names: tuple[str, ...]) -> tuple[FunctionType, int]:
 _ARGUMENT_FLAGS = 0x04 | 0x08 | 0x10  # CO_VARARGS, CO_VARKEYWORDS, CO_NESTED
 
 
-def _raiser_code(frame: Frame, names: tuple[str, ...]) -> CodeType:
+def _raiser_code(frame: Frame, names: tuple[str, ...], left_at: int | None | bool) -> CodeType:
     code = frame.code
     signature = frame.locals is None and bool(names)  # the fast locals, the arguments first
     argcount, posonly, kwonly = (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount) \
@@ -349,8 +383,11 @@ def _raiser_code(frame: Frame, names: tuple[str, ...]) -> CodeType:
         # without any line information gets "no location" (f_lineno None)
         table = _linetable(units, code.co_firstlineno,
                            frame.position().lineno if _has_lines(frame) else None, None, None, None)
-    else:
+    elif left_at is False or left_at == inst.lineno:
         table = _linetable(units, code.co_firstlineno, inst.lineno, inst.end_lineno, inst.col, inst.end_col)
+    else:  # the raise's span where the entry reads it (tb_lasti 0), the line left at where f_lineno does
+        table = _linetable(1, code.co_firstlineno, inst.lineno, inst.end_lineno, inst.col, inst.end_col) + \
+            _linetable(units - 1, inst.lineno, left_at, None, None, None)
     return template.replace(co_filename=code.co_filename, co_name=code.co_name, co_qualname=code.co_qualname,
                             co_firstlineno=code.co_firstlineno, co_linetable=table, co_varnames=names,
                             co_freevars=(_VALUES,), co_argcount=argcount, co_posonlyargcount=posonly,

@@ -9,10 +9,6 @@ import sys
 
 KNOWN_FAILURES_311: dict[str, str] = {
     # --- frames: interpreted frames are not CPython frame objects
-    "test.test_exceptions.PEP626Tests.test_lineno_after_other_except":
-        "tb_frame.f_lineno of an interpreted frame is the raising line, not the frame's last executed line",
-    "test.test_exceptions.PEP626Tests.test_lineno_in_try":
-        "tb_frame.f_lineno of an interpreted frame is the raising line, not the frame's last executed line",
     "test.test_exceptions.ExceptionTests.testSettingException":
         "inspects the native frame of an exception raised from __init__ called by C code",
     "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler":
@@ -68,8 +64,6 @@ KNOWN_FAILURES_311: dict[str, str] = {
 
 # The same differences on 3.13.
 _SAME_ON_313 = (
-    "test.test_exceptions.PEP626Tests.test_lineno_after_other_except",
-    "test.test_exceptions.PEP626Tests.test_lineno_in_try",
     "test.test_exceptions.ExceptionTests.testSettingException",
     "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler",
     "test.test_raise.TestTracebackType.test_attrs",
@@ -111,8 +105,6 @@ KNOWN_FAILURES_312: dict[str, str] = {
     for name in (
         "test.test_exceptions.ExceptionTests.testSettingException",
         "test.test_exceptions.ExceptionTests.test_recursion_in_except_handler",
-        "test.test_exceptions.PEP626Tests.test_lineno_after_other_except",
-        "test.test_exceptions.PEP626Tests.test_lineno_in_try",
         "test.test_coroutines.OriginTrackingTest.test_origin_tracking",
         "test.test_coroutines.OriginTrackingTest.test_origin_tracking_warning",
         "test.test_call.TestPEP590.test_setvectorcall",
