@@ -188,24 +188,42 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
             result = call(run, f, (a, b), None)
             if result is not NotImplemented:
                 return result
-        return binary(run, a, b, name, rname, symbol[:-1], BINARY_OPS[op - 13][4])
+        if f is None:  # no in-place method: the native in-place operator is the binary one
+            return binary(run, a, b, name, rname, symbol, native)
+        return binary(run, a, b, name, rname, symbol, BINARY_OPS[op - 13][4], inplace_tried=True)
     return binary(run, a, b, name, rname, symbol, native)
 
 
-def binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, native) -> object:
+# Note [An in-place operator's error names it]
+# CPython's ``a += b`` is PyNumber_InPlaceAdd: ``a.__iadd__`` if any, then the binary protocol, and its
+# TypeError names the in-place operator (``unsupported operand type(s) for +=``), also where ``a`` has
+# no ``__iadd__`` or one that returned NotImplemented. Without an in-place method, the native in-place
+# operator is the binary one with that message (``operator.iadd``). With one already called (Python, or
+# a C method through its lookaside) it must not be called again, so the binary protocol runs here, slot
+# by slot, C slots included (they answer NotImplemented), and the TypeError is raised here; only the
+# sequence slots (concatenation, repetition raise their own TypeError) still run natively.
+
+
+_REPEAT = ("*", "*=")  # the operators that repeat a sequence (``t *= n`` of a tuple reaches binary())
+
+
+def binary(run: Run, a: object, b: object, name: str, rname: str, symbol: str, native, *,
+           inplace_tried: bool = False) -> object:
     """``native(a, b)`` by the binary operator protocol (``a.name(b)``, else ``b.rname(a)``; the right
     operand first where its type is a subclass that overrides it), Python dunders interpreted; ``symbol``
-    names the operator in the TypeError where neither operand supports it."""
+    names the operator in the TypeError where neither operand supports it. ``inplace_tried``: ``a``'s
+    in-place method returned NotImplemented (Note [An in-place operator's error names it])."""
     ta, tb = type(a), type(b)
     _looked_up(run, a, ta, name)
     _looked_up(run, b, tb, rname)
     lf = _slot(ta, name)
     rf = _slot(tb, rname) if tb is not ta else None
-    if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf):
-        if symbol == "*" and isinstance(a, _REPEATED) and has_python_index(run, b):
+    if not _is_py(lf) and not _is_py(rf) and not _looked_aside(run, lf) and not _looked_aside(run, rf) and (
+            not inplace_tried or lf in _SEQUENCE_SLOTS):
+        if symbol in _REPEAT and isinstance(a, _REPEATED) and has_python_index(run, b):
             # a repeat count (Note [A stand-in's number is given to C as its value])
             b = ssize_index(run, b, OverflowError)
-        elif symbol == "*" and isinstance(b, _REPEATED) and has_python_index(run, a):
+        elif symbol in _REPEAT and isinstance(b, _REPEATED) and has_python_index(run, a):
             a = ssize_index(run, a, OverflowError)
         return run.native(native, (a, b), {})  # (``"%s" % obj``: C calls obj's dunders)
     if rf is not None and (issubclass(tb, ta) and rf is not _slot(ta, rname) or lf in _SEQUENCE_SLOTS):

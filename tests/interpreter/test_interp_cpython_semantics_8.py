@@ -1,0 +1,134 @@
+"""Semantics found different by the differential probes of issue 14 (2026-12-06, cpy50), checked natively
+against ``interpret`` on small programs of their own."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from interp_helpers import check
+
+
+def _inplace(op: str):
+    """A function ``(a, b) -> a`` running ``a <op> b`` (an in-place operator statement), returning ``a``."""
+    namespace: dict = {}
+    exec(f"def run(a, b):\n    a {op} b\n    return a\n", namespace)
+    return namespace["run"]
+
+
+_INPLACE = ["+=", "-=", "*=", "@=", "/=", "//=", "%=", "**=", "<<=", ">>=", "&=", "^=", "|="]
+_RUNS = [_inplace(op) for op in _INPLACE]
+
+
+def test_an_unsupported_in_place_operator_is_named_in_the_error() -> None:
+    """``a += b`` that neither operand supports raises TypeError "unsupported operand type(s) for +="
+    (CPython's PyNumber_InPlaceAdd), also where ``a`` has no ``__iadd__`` or one returning NotImplemented
+    (Note [An in-place operator's error names it]). Interpreted, the message named the binary operator ("for
+    +", "for ** or pow()") in all of them (/tmp/cpy50-probes/inplace2.snip: 13 of 13 operators differed)."""
+
+    def f() -> list[str]:
+        class Plain:
+            pass
+
+        class Declines:
+            def __iadd__(self, other):
+                return NotImplemented
+
+            def __ipow__(self, other):
+                return NotImplemented
+
+            def __isub__(self, other):
+                return NotImplemented
+
+            def __sub__(self, other):
+                return NotImplemented
+
+        class DeclinesToo:
+            def __rsub__(self, other):
+                return NotImplemented
+
+            def __radd__(self, other):
+                return NotImplemented
+
+        out = []
+        cases = [(run, Plain(), 1) for run in _RUNS] + [
+            (_RUNS[0], 1, Plain()), (_RUNS[7], 2, Plain()), (_RUNS[0], Plain(), [1]),
+            (_RUNS[0], Declines(), 1),
+            (_RUNS[7], Declines(), 2), (_RUNS[1], Declines(), DeclinesToo()), (_RUNS[0], 1, DeclinesToo()),
+            (_RUNS[2], Declines(), 1.5),
+        ]
+        for run, a, b in cases:
+            try:
+                run(a, b)
+                out.append("no error")
+            except TypeError as e:
+                out.append(str(e))
+        return out
+
+    out = check(f)
+    assert out[0] == "unsupported operand type(s) for +=: 'Plain' and 'int'"
+    assert all(" or pow()" not in text for text in out)
+
+
+def test_an_in_place_operator_declined_falls_back_to_the_binary_protocol() -> None:
+    """After ``__iadd__`` returned NotImplemented, ``a += b`` is ``a + b`` by the binary protocol: the left
+    operand's C slot (an int or list subclass), the right operand's Python ``__radd__``, the sequence slots
+    with their own errors; a repeat count by ``__index__`` for a tuple or str (no in-place method), values
+    and errors as CPython's. Before, the error of ``Int(1) += "s"`` named "+" (the rest guards the fallback
+    the fix changed: the protocol runs slot by slot, C slots included, after a declined ``__iadd__``)."""
+
+    def f() -> list[object]:
+        log = []
+
+        class Int(int):
+            def __iadd__(self, other):
+                log.append("Int.iadd")
+                return NotImplemented
+
+        class List(list):
+            def __iadd__(self, other):
+                log.append("List.iadd")
+                return NotImplemented
+
+        class Text(str):
+            def __iadd__(self, other):
+                return NotImplemented
+
+        class Declines:
+            def __iadd__(self, other):
+                log.append("iadd")
+                return NotImplemented
+
+        class Right:
+            def __radd__(self, other):
+                log.append("radd")
+                return "right"
+
+        class Two:
+            def __index__(self):
+                return 2
+
+        out: list[object] = []
+        for run, a, b in [(_RUNS[0], Int(3), 1), (_RUNS[0], List([1]), [2]), (_RUNS[0], Text("x"), "y"),
+                          (_RUNS[0], Declines(), Right())]:
+            out.append(_value_of(run, a, b))
+        for a, b in [(List([1]), 1), (Text("x"), 1), (Int(1), "s")]:
+            try:
+                a += b
+            except TypeError as e:
+                out.append(str(e))
+        t, s = (1,), "ab"
+        t *= Two()
+        s *= Two()
+        return out + [t, s, log]
+
+    check(f)
+
+
+
+def _value_of(run, a: object, b: object) -> tuple[object, str]:
+    """What ``run(a, b)`` leaves in ``a``, and its type's name."""
+    result = run(a, b)
+    return result, type(result).__name__
