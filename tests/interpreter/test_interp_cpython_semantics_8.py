@@ -132,3 +132,57 @@ def _value_of(run, a: object, b: object) -> tuple[object, str]:
     """What ``run(a, b)`` leaves in ``a``, and its type's name."""
     result = run(a, b)
     return result, type(result).__name__
+
+
+def test_what_cannot_be_pickled_is_refused_in_cs_words() -> None:
+    """``pickle.dumps`` of a graph reaching a Python class's instance runs the Python pickler interpreted;
+    where it refuses (a local class, a bad ``__reduce__`` result) the program sees C's exception: its type
+    and text, the version's own (Note [C's words for what cannot be pickled]), and its context where it is
+    raised inside a handler. Interpreted, it was the Python pickler's PicklingError ("it's not found as",
+    "must return string or tuple"): 6 of 9 probes differed (/tmp/cpy50-probes/pk.snip)."""
+
+    def f() -> list[object]:
+        import io
+        import pickle
+
+        class Local:
+            pass
+
+        class BadReduce:
+            def __reduce__(self):
+                return 5
+
+        class ShortReduce:
+            def __reduce__(self):
+                return (len,)
+
+        class ArgsNotTuple:
+            def __reduce__(self):
+                return (len, 5)
+
+        class Raises:
+            def __reduce__(self):
+                raise ValueError("mine")
+
+        out: list[object] = []
+        for obj in (Local(), [Local()], BadReduce(), ShortReduce(), ArgsNotTuple(), Raises()):
+            for protocol in (0, 2, 5):
+                try:
+                    pickle.dumps(obj, protocol)
+                except Exception as e:
+                    out.append((type(e).__name__, str(e), e.__context__))
+        try:
+            pickle.dump(Local(), io.BytesIO(), protocol=4)
+        except Exception as e:
+            out.append((type(e).__name__, str(e)))
+        try:
+            raise KeyError("handled")
+        except KeyError:
+            try:
+                pickle.dumps(Local())
+            except Exception as e:
+                out.append((type(e).__name__, repr(e.__context__)))
+        return out
+
+    out = check(f)
+    assert out[0][0] == "AttributeError" and "local object" in out[0][1]
