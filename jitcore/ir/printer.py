@@ -111,7 +111,9 @@ class _Printer:
             items = ", ".join(self.value(x) for x in v)
             cls = _import_path(t, self.trace.imports) or self.constant(t)
             if hasattr(t, "_fields") and not hasattr(t, "n_sequence_fields"):
-                return f"{cls}({items})"
+                if _built_by_its_namedtuple(t):
+                    return f"{cls}({items})"
+                return f"{self.constant(tuple)}.__new__({cls}, ({items}{',' if len(v) == 1 else ''}))"
             return f"{cls}(({items}{',' if len(v) == 1 else ''}))"
         return self.constant(v)
 
@@ -299,6 +301,17 @@ def _dead_after(trace: Trace) -> list[list[str]]:
         if name not in keep:
             dead[i].append(name)
     return dead
+
+# Note [A namedtuple literal that runs no user code]
+# A namedtuple is printed as its class called with its fields (``P(4)``), which makes a fresh one per call as
+# eagerly. Where a subclass overrides ``__new__`` or ``__init__`` (``class Q(P): def __new__(cls, v): return
+# super().__new__(cls, v * 2)``), calling the class again runs the program's code on the fields it made:
+# the jitted call returned ``Q(x=8)`` where eager returned ``Q(x=4)``. Such a literal is
+# ``tuple.__new__(Q, (4,))``: the same fields, no user code.
+def _built_by_its_namedtuple(t: type) -> bool:
+    """Whether calling the namedtuple class ``t`` with its fields runs only its namedtuple's ``__new__``."""
+    base = next((k for k in t.__mro__ if "_fields" in vars(k)), None)
+    return base is not None and t.__new__ is base.__new__ and t.__init__ is base.__init__
 
 
 def _import_path(obj: Any, imports: dict[str, Any]) -> str | None:

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
+import typing
+import warnings
+from typing import ClassVar
+
+import torch
+
+import jitcore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -186,3 +193,54 @@ def test_what_cannot_be_pickled_is_refused_in_cs_words() -> None:
 
     out = check(f)
     assert out[0][0] == "AttributeError" and "local object" in out[0][1]
+
+
+class _Point(typing.NamedTuple):
+    x: int
+    y: int = 0
+
+
+class _Doubled(_Point):
+    """A namedtuple whose ``__new__`` changes the fields it is given."""
+
+    def __new__(cls, x: int) -> _Doubled:
+        return super().__new__(cls, x * 2, -x)
+
+
+class _Counted(_Point):
+    """A namedtuple whose ``__init__`` counts the objects made."""
+
+    made: ClassVar[list[int]] = []
+
+    def __init__(self, *args: object) -> None:
+        _Counted.made.append(self.x)
+
+
+def test_a_returned_namedtuple_whose_class_makes_it_otherwise_is_the_one_eager_returns() -> None:
+    """A namedtuple the jitted function returns is made again per call from its printed literal; for a
+    subclass whose ``__new__`` or ``__init__`` is the program's, the literal called the class
+    (``_Doubled(4, -2)``), ran that code again on the fields it had made and returned ``_Doubled(x=8, y=-4)``
+    where eager returns ``_Doubled(x=4, y=-2)``, and counted objects eager did not make (Note [A namedtuple
+    literal that runs no user code]; /tmp/cpy50-probes/nt_jit.py); with two fields given to a one-argument
+    ``__new__`` the computation raised and the call ran eagerly (JC-I002). A plain namedtuple is still printed
+    as its class called."""
+
+    def f(x: torch.Tensor) -> tuple:
+        return x + 1, _Doubled(2), _Counted(3, 4), _Point(5)
+
+    jitted = jitcore.jit(f)
+    for _ in range(2):
+        _Counted.made.clear()
+        eager = f(torch.ones(2))
+        made_eagerly = list(_Counted.made)
+        _Counted.made.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = jitted(torch.ones(2))
+        assert [str(w.message) for w in caught] == []  # (before: the computation raised, it ran eagerly)
+        assert [type(v) for v in out] == [type(v) for v in eager]
+        assert out[1:] == eager[1:] == (_Doubled(2), (3, 4), (5, 0))
+        assert torch.equal(out[0], eager[0])
+        assert _Counted.made == made_eagerly == [3]
+    text = str(jitcore.last_traces(jitted)[-1])
+    assert "_Point(5, 0)" in text
