@@ -56,7 +56,11 @@ def test_a_coroutines_frame_is_the_interpreted_frame() -> None:
             warnings.simplefilter("always")
             never_awaited = coroutine()
             never_awaited.cr_frame.clear()  # finalizes it: never awaited
-        out += [[str(w.message) for w in caught], never_awaited.cr_frame]
+        # Note [Only this coroutine's warnings]: the native run leaves its never-awaited coroutine in cyclic
+        # garbage, which warns again when freed; an automatic collection inside the interpreted run's block
+        # recorded that second warning too (3.13, 1 run in 8 of the interpreter files: /tmp/cpy50-probes/
+        # coro_native.py shows the garbage on 3.11 and 3.13), so only warnings about this coroutine count.
+        out += [[str(w.message) for w in caught if w.source is never_awaited], never_awaited.cr_frame]
         g = gen()
         next(g)
         try:
