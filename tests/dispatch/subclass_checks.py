@@ -139,6 +139,29 @@ def compare_over_sizes(fn: Callable[..., Any], make: Callable[[int], tuple], siz
     return jitcore.cache_misses(jitted)
 
 
+def frames_over_sizes(fn: Callable[..., Any], make: Callable[[int], tuple], sizes: tuple[int, ...],
+                      classes: tuple[type, ...] = ()) -> tuple[int, list[str]]:
+    """``fn`` eagerly, then jitted, on equal fresh arguments (``make(n)``, seeded) of each size, outputs and
+    arguments afterwards compared by ``assert_same_flattened``. Returns the entries traced and the protocol
+    frames of ``classes`` (``protocol_calls``) that the calls the cache served ran."""
+    jitted = jitcore.jit(fn)
+    hit_frames: list[str] = []
+    for i, n in enumerate(sizes):
+        torch.manual_seed(i)
+        eager_args = make(n)
+        torch.manual_seed(i)
+        jit_args = make(n)
+        expected = fn(*eager_args)
+        misses = jitcore.cache_misses(jitted)
+        with protocol_calls(*classes) as frames:
+            actual = jitted(*jit_args)
+        if jitcore.cache_misses(jitted) == misses:
+            hit_frames += frames
+        assert_same_flattened(actual, expected, f"call {i} output")
+        assert_same_flattened(list(jit_args), list(eager_args), f"call {i} arguments")
+    return jitcore.cache_misses(jitted), hit_frames
+
+
 def check_twice(fn: Callable[..., Any], make: Callable[[], tuple],
                 after: Callable[[Any, tuple], Any] | None = None) -> Any:
     """``fn`` eagerly and jitted on equal fresh arguments (``make()``, seeded), twice: the outputs, and

@@ -13,34 +13,11 @@ from typing import Any
 import pytest
 import torch
 import torch.utils._pytree as pytree
-from subclass_checks import assert_same_flattened, protocol_calls
+from subclass_checks import assert_same_flattened, frames_over_sizes
 from torch.testing._internal.common_subclass import WrapperTensorWithCustomSizes
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
-
-
-def _run(fn: Callable, make: Callable[[int], tuple], sizes: tuple[int, ...],
-         classes: tuple[type, ...]) -> tuple:
-    """Eager and jitted calls on equal fresh arguments of each size, compared; the entries traced and the
-    protocol frames of every call that hit the cache."""
-    jitted = jitcore.jit(fn)
-    hit_frames: list[str] = []
-    for i, n in enumerate(sizes):
-        torch.manual_seed(i)
-        eager_args = make(n)
-        torch.manual_seed(i)
-        jit_args = make(n)
-        expected = fn(*eager_args)
-        misses = jitcore.cache_misses(jitted)
-        with protocol_calls(*classes) as frames:
-            actual = jitted(*jit_args)
-        if jitcore.cache_misses(jitted) == misses:
-            hit_frames += frames
-        assert_same_flattened(actual, expected, f"call {i} output")
-        assert_same_flattened(list(jit_args), list(eager_args), f"call {i} arguments")
-    return jitcore.cache_misses(jitted), hit_frames
-
 
 # --- a wrapper that answers its sizes from __torch_dispatch__ ---------------------------------------------
 # torch's WrapperTensorWithCustomSizes (``dispatch_sizes_strides_policy="sizes"``) answers ``x.shape``,
@@ -54,7 +31,7 @@ def test_custom_sizes_wrapper_runs_no_dispatch_on_a_cached_call() -> None:
         return WrapperTensorWithCustomSizes(torch.randn(n, 2)), torch.randn(2)
 
     for fn in (lambda x, y: x + y, lambda x, y: (x * y).sum(0), lambda x, y: x.transpose(0, 1) * 2):
-        misses, frames = _run(fn, make, (3, 3, 4, 4, 3), (WrapperTensorWithCustomSizes,))
+        misses, frames = frames_over_sizes(fn, make, (3, 3, 4, 4, 3), (WrapperTensorWithCustomSizes,))
         assert misses == 2 and frames == []
 
 
@@ -83,7 +60,7 @@ def test_eager_calls_over_batch_sizes_share_one_entry(fn: Callable) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "runs eagerly for this call and calls like it"
-        misses, _ = _run(fn, make, (3, 4, 5, 6, 7, 3), ())
+        misses, _ = frames_over_sizes(fn, make, (3, 4, 5, 6, 7, 3), ())
     assert misses == 2
 
 
@@ -149,7 +126,7 @@ class BlockCtx(ShapeInCtx):
 
 
 def test_torch_size_ctx_of_an_output_made_inside() -> None:
-    misses, _ = _run(lambda x: SizeCtx(x * 2), lambda n: (torch.randn(n, 2),), (3, 4, 5), ())
+    misses, _ = frames_over_sizes(lambda x: SizeCtx(x * 2), lambda n: (torch.randn(n, 2),), (3, 4, 5), ())
     assert misses == 2
 
 
@@ -195,7 +172,7 @@ def test_subclass_output_made_under_no_grad_runs_no_dispatch_when_cached() -> No
     def make(n: int) -> tuple:
         return (TwoTensor(torch.randn(n), torch.randn(n)).requires_grad_(),)
 
-    misses, frames = _run(_under_no_grad, make, (3, 4, 5, 5), (TwoTensor,))
+    misses, frames = frames_over_sizes(_under_no_grad, make, (3, 4, 5, 5), (TwoTensor,))
     assert misses == 2 and frames == []
 
 

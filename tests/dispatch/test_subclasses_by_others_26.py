@@ -10,33 +10,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from subclass_checks import assert_same_flattened, protocol_calls
+from subclass_checks import assert_same_flattened, frames_over_sizes, protocol_calls
 from torch.testing._internal.common_subclass import WrapperTensorWithCustomSizes as Sized
 
 import jitcore
-
-
-def _run(fn: Callable, make: Callable[[int], tuple], sizes: tuple[int, ...]) -> tuple[int, list[str]]:
-    """Eager and jitted calls on equal fresh arguments of each size, compared; the entries traced and the
-    dispatch frames of the calls the cache served."""
-    jitted = jitcore.jit(fn)
-    hit_frames: list[str] = []
-    for i, n in enumerate(sizes):
-        torch.manual_seed(i)
-        eager_args = make(n)
-        torch.manual_seed(i)
-        jit_args = make(n)
-        expected = fn(*eager_args)
-        misses = jitcore.cache_misses(jitted)
-        with protocol_calls(Sized) as frames:
-            actual = jitted(*jit_args)
-        if jitcore.cache_misses(jitted) == misses:
-            hit_frames += frames
-        assert type(actual) is type(expected)
-        assert actual.shape == expected.shape
-        assert_same_flattened(actual, expected, f"call {i} output")
-        assert_same_flattened(list(jit_args), list(eager_args), f"call {i} arguments")
-    return jitcore.cache_misses(jitted), hit_frames
 
 
 # Note [A wrapper that answers its sizes] (jitcore/jit/subclass_inputs.py): its inner tensor was bound with
@@ -48,18 +25,20 @@ def _run(fn: Callable, make: Callable[[int], tuple], sizes: tuple[int, ...]) -> 
     lambda x: torch.cat([x, x], 1).relu(),
 ], ids=["view", "sum", "transpose_shape", "cat"])
 def test_a_wrapper_answering_its_sizes_is_one_symbolic_entry(fn: Callable) -> None:
-    misses, frames = _run(fn, lambda n: (Sized(torch.randn(2, n)),), (3, 4, 5, 6, 9, 4))
+    misses, frames = frames_over_sizes(fn, lambda n: (Sized(torch.randn(2, n)),), (3, 4, 5, 6, 9, 4),
+                                       (Sized,))
     assert misses == 2 and frames == []
 
 
 def test_a_wrapper_answering_its_sizes_with_another_plain_input() -> None:
-    misses, frames = _run(lambda x, y: x + y, lambda n: (Sized(torch.randn(n, 2)), torch.randn(n, 2)),
-                          (3, 4, 5, 7))
+    misses, frames = frames_over_sizes(
+        lambda x, y: x + y, lambda n: (Sized(torch.randn(n, 2)), torch.randn(n, 2)), (3, 4, 5, 7), (Sized,))
     assert misses == 2 and frames == []
 
 
 def test_a_wrapper_answering_its_sizes_made_inside_over_changing_sizes() -> None:
-    misses, frames = _run(lambda x: Sized(x).view(-1) * 3, lambda n: (torch.randn(2, n),), (3, 4, 5, 7))
+    misses, frames = frames_over_sizes(
+        lambda x: Sized(x).view(-1) * 3, lambda n: (torch.randn(2, n),), (3, 4, 5, 7), (Sized,))
     assert misses == 2 and frames == []
 
 
