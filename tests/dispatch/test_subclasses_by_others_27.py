@@ -36,33 +36,9 @@ def _answer_layout(cls: type, func: Any, args: tuple, kwargs: Any) -> Any:
     return tree_map_only(torch.Tensor, cls, func(*unwrapped[0], **unwrapped[1]))
 
 
-class _Blocked(torch.Tensor):
-    """A wrapper with the flatten protocol whose handler answers its strides and contiguity."""
-
-    @staticmethod
-    def __new__(cls, inner: torch.Tensor) -> _Blocked:
-        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype,
-                                                   dispatch_sizes_strides_policy="strides")
-
-    def __init__(self, inner: torch.Tensor) -> None:
-        self.inner = inner
-
-    def __tensor_flatten__(self) -> tuple[list[str], None]:
-        return ["inner"], None
-
-    @staticmethod
-    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _Blocked:
-        return _Blocked(inner["inner"])
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    @classmethod
-    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
-        return _answer_layout(cls, func, args, kwargs)
-
-
 class _BlockedNoProtocol(torch.Tensor):
-    """The same without the flatten protocol (subclass_zoo's style)."""
+    """A wrapper whose handler answers its strides and contiguity, without the flatten protocol
+    (subclass_zoo's style)."""
 
     @staticmethod
     def __new__(cls, inner: torch.Tensor) -> _BlockedNoProtocol:
@@ -77,6 +53,17 @@ class _BlockedNoProtocol(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
         return _answer_layout(cls, func, args, kwargs)
+
+
+class _Blocked(_BlockedNoProtocol):
+    """The same with the flatten protocol."""
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _Blocked:
+        return _Blocked(inner["inner"])
 
 
 def _branch_on_contiguity(x: torch.Tensor) -> torch.Tensor:
