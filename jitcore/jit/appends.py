@@ -55,7 +55,7 @@ from typing import Any
 
 __all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
            "empties_at_once", "stack_use", "item_appended_parameters", "keyed_later", "measured_by_len",
-           "only_appended_to", "reads_appended_item", "stored_into", "subscripted_by"]
+           "only_appended_to", "parameter_uses", "reads_appended_item", "stored_into", "subscripted_by"]
 
 _APPENDING = frozenset({"append", "extend"})
 _CLEARING = frozenset({"clear"})
@@ -392,7 +392,7 @@ def appended_parameters(fn: Any, *, emptying: bool = False) -> frozenset[str]:
 def _emptied_parameters(code: types.CodeType) -> frozenset[str]:
     """The parameters whose every use is appending to them or emptying them at once (``l.clear()``),
     at least one of them emptying (an argument so used: its copy's contents replayed whole)."""
-    found = _parameter_uses(code)
+    found = parameter_uses(code)
     if found is None:
         return frozenset()
     candidates, instructions, uses = found
@@ -421,7 +421,7 @@ def item_appended_parameters(fn: Any) -> dict[str, frozenset]:
 
 @functools.cache
 def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
-    found = _parameter_uses(code)
+    found = parameter_uses(code)
     if found is None:
         return {}
     candidates, instructions, uses = found
@@ -477,7 +477,7 @@ def bind_item_lists(provenance: Any, measured: MeasuredLists, value: dict, path:
 @functools.cache
 def _appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
     """The parameters only appended to or measured, and those of them measured."""
-    found = _parameter_uses(code)
+    found = parameter_uses(code)
     if found is None:
         return frozenset(), frozenset()
     candidates, instructions, uses = found
@@ -506,7 +506,7 @@ def _looks_up(inst: Any, methods: frozenset[str]) -> bool:
     return inst is not None and inst.opname in _LOOKUPS and inst.argval in methods
 
 
-def _parameter_uses(code: types.CodeType) -> tuple[set[str], list, list[tuple[int, tuple, set]]] | None:
+def parameter_uses(code: types.CodeType) -> tuple[set[str], list, list[tuple[int, tuple, set]]] | None:
     """The parameters a function's bytecode can reach only by name (None where frames, ``locals()`` or
     ``eval`` could reach them, or in a generator), its instructions, and each instruction that loads,
     stores or deletes one of them: its index, the names it names and the parameters among them."""

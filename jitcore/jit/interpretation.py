@@ -75,6 +75,7 @@ from jitcore.jit.function_transforms import call_natively, holds_functorch_tenso
 from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.log_records import LogRecords
 from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, LruCalls, is_cache_clear
+from jitcore.jit.namespace_arguments import attribute_parameters, bind_namespace_argument, is_namespace
 from jitcore.jit.native_python import call_watched, pickler_lookasides
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
 from jitcore.jit.number_sizes import NumberSizes
@@ -339,6 +340,9 @@ class Pass(StateReads):
                 and not self.provenance.reached_as_state(value) \
                 and not self.provenance.is_argument_container(value):  # passed twice: its first binding
             return bind_item_lists(self.provenance, self.measured, value, path, name, keys, self.read_lists)
+        if is_namespace(value) and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
+                and name in attribute_parameters(self.fn):  # jit/namespace_arguments.py
+            return bind_namespace_argument(self.provenance, value, path, name)
         return self.provenance.bind_argument(value, path, name)
 
     def _bind_defaults(self, nargs: int, kwargs: dict) -> dict[str, Any]:

@@ -1,0 +1,102 @@
+"""Programs with Python side effects on the caller's objects that must not trace again on every call (issue
+14: zero retraces over 100 calls): each runs eagerly and jitted on equal objects, every result and the
+objects compared after the calls, and the number of traces counted."""
+
+from __future__ import annotations
+
+import copy
+import types
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from jit_helpers import assert_same
+
+import jitcore
+
+
+def run_both(fn: Callable[..., Any], state: Any, calls: int, *,
+             change: Callable[[Any, int], None] | None = None) -> Any:
+    """``fn(state, x)`` for ``calls`` inputs, eagerly on ``state`` and jitted on a deep copy of it (``change``
+    applied to both before each call): each result and the state after equal; returns the jitted function."""
+    jf, jit_state = jitcore.jit(fn), copy.deepcopy(state)
+    torch.manual_seed(0)
+    for i in range(calls):
+        if change is not None:
+            change(state, i)
+            change(jit_state, i)
+        x = torch.randn(3)
+        assert_same(jf(jit_state, x), fn(state, x))
+    assert_same(vars(jit_state) if type(state) is types.SimpleNamespace else jit_state,
+                vars(state) if type(state) is types.SimpleNamespace else state)
+    return jf
+
+
+# --- a namespace argument used only through its attributes (Note [A namespace argument only used through
+# its attributes], jitcore/jit/namespace_arguments.py)
+
+def _log_on_a_namespace(s: types.SimpleNamespace, x: torch.Tensor) -> torch.Tensor:
+    s.log.append(x.sum())
+    return x * 2
+
+
+def _store_and_log(s: types.SimpleNamespace, x: torch.Tensor) -> torch.Tensor:
+    s.last = x.mean()
+    s.log.append(x.sum())
+    s.log.extend([x.max()])
+    return x * s.scale
+
+
+@pytest.mark.parametrize("fn", [_log_on_a_namespace, _store_and_log], ids=["append", "store_and_extend"])
+def test_a_list_on_a_namespace_argument_appended_to_traces_once(fn) -> None:
+    """Traced on every call before (the namespace's items guarded, its log's length too: 100 in 100)."""
+    jf = run_both(fn, types.SimpleNamespace(log=[], scale=3.0, last=None), 100)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _repr_length(s: types.SimpleNamespace, x: torch.Tensor) -> torch.Tensor:
+    s.log.append(1)
+    return x * len(repr(s))
+
+
+def _helper_reads(s: types.SimpleNamespace) -> int:
+    return len(repr(s))
+
+
+def _passed_on(s: types.SimpleNamespace, x: torch.Tensor) -> torch.Tensor:
+    s.log.append(1)
+    return x * _helper_reads(s)
+
+
+def _compared(s: types.SimpleNamespace, x: torch.Tensor) -> torch.Tensor:
+    s.log.append(1)
+    return x * (s == types.SimpleNamespace(log=s.log, a=3))
+
+
+@pytest.mark.parametrize("fn", [_repr_length, _passed_on, _compared], ids=["repr", "passed_on", "eq"])
+def test_a_namespace_argument_c_reads_keeps_its_items_guarded(fn) -> None:
+    """A namespace the program hands to C (directly, through a helper, compared) is read as eagerly on every
+    call, the caller's changes of its items included."""
+
+    def change(s: types.SimpleNamespace, i: int) -> None:
+        if i == 3:
+            s.a = 3
+
+    run_both(fn, types.SimpleNamespace(log=[], a=1), 6, change=change)
+
+
+def test_a_namespace_reached_twice_is_read_as_eagerly() -> None:
+    """The namespace passed also inside a list the program reads whole: its items are guarded there."""
+
+    def f(s: types.SimpleNamespace, x: torch.Tensor, both: list) -> torch.Tensor:
+        s.log.append(1)
+        return x * len(repr(both))
+
+    jf, s, js = jitcore.jit(f), types.SimpleNamespace(log=[], a=1), types.SimpleNamespace(log=[], a=1)
+    for i in range(5):
+        if i == 3:
+            s.a = js.a = 12345
+        x = torch.randn(2)
+        assert_same(jf(js, x, [js]), f(s, x, [s]))
+    assert s.log == js.log
