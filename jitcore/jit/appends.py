@@ -118,16 +118,20 @@ def measured_by_len(frame: Any) -> bool:
     """Whether the value the current load pushes is the one argument of a call of the builtin ``len``,
     so the program reads only its length through it: ``len(hist)``, ``len(self.history)``,
     ``len(self.log.losses)``, ``len(groups[k])`` (the call next, ``LOAD_GLOBAL len`` right before the
-    argument's first load, its attribute reads and its one subscript, and that global the builtin)."""
+    argument's first load, its attribute reads and its subscripts (``len(s["rec"].v)``), and that global the
+    builtin)."""
     instructions, i = frame.info.instructions, frame.index
     if i >= len(instructions) or instructions[i].opname not in _CALLS or instructions[i].arg != 1:
         return False
-    start = i - 1  # the argument's first load, before its attribute reads
-    if start >= 2 and instructions[start].opname == "BINARY_SUBSCR" \
-            and instructions[start - 1].opname in _KEY_LOADS:
-        start -= 2  # ``len(groups[k])``: an item read at a key loaded by one instruction
-    while start > 0 and instructions[start].opname == "LOAD_ATTR":
-        start -= 1
+    start = i - 1  # the argument's first load, before its attribute and item reads
+    while start > 0:
+        if instructions[start].opname == "LOAD_ATTR":
+            start -= 1
+        elif start >= 2 and instructions[start].opname == "BINARY_SUBSCR" \
+                and instructions[start - 1].opname in _KEY_LOADS:
+            start -= 2  # ``len(groups[k])``, ``len(s["rec"].v)``: an item at a key loaded by one instruction
+        else:
+            break
     return (start >= 1 and _loads_len(instructions[start - 1])
             and any(v is builtins.len for v in frame.stack[-3:]))
 

@@ -28,9 +28,19 @@ def run_both(fn: Callable[..., Any], state: Any, calls: int, *,
             change(jit_state, i)
         x = torch.randn(3)
         assert_same(jf(jit_state, x), fn(state, x))
-    assert_same(vars(jit_state) if type(state) is types.SimpleNamespace else jit_state,
-                vars(state) if type(state) is types.SimpleNamespace else state)
+    assert_same(_view(jit_state), _view(state))
     return jf
+
+
+def _view(obj: Any) -> Any:
+    """``obj`` with each object of a Python class (a namespace too) as its class name and attributes."""
+    if type(obj) is dict:
+        return {k: _view(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(_view(v) for v in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, torch.Tensor):
+        return type(obj).__name__, _view(vars(obj))
+    return obj
 
 
 # --- a namespace argument used only through its attributes (Note [A namespace argument only used through
@@ -100,3 +110,48 @@ def test_a_namespace_reached_twice_is_read_as_eagerly() -> None:
         x = torch.randn(2)
         assert_same(jf(js, x, [js]), f(s, x, [s]))
     assert s.log == js.log
+
+
+# --- a list appended to, then measured in the same call (Note [A list's length read per call],
+# jitcore/jit/appends.py): its length is a number read per call plus the call's appends
+
+
+class Recorder:
+    def __init__(self, v: list | None = None) -> None:
+        self.v = [] if v is None else v
+
+    def save(self, g: torch.Tensor) -> None:
+        self.v.append(g.norm())
+
+
+def _saved_then_counted(s: dict, x: torch.Tensor) -> int:
+    s["rec"].save(x * 2)
+    return len(s["rec"].v)
+
+
+def _saved_then_scaled(s: dict, x: torch.Tensor) -> torch.Tensor:
+    s["rec"].save(x)
+    s["rec"].save(x + 1)
+    return x * len(s["rec"].v) + len(s["other"].v)
+
+
+@pytest.mark.parametrize("fn", [_saved_then_counted, _saved_then_scaled], ids=["returned", "computed"])
+def test_a_list_appended_to_then_measured_through_an_item_traces_once(fn) -> None:
+    """``len(s["rec"].v)`` after an append to it: its length was guarded by value (100 entries in 100)."""
+    jf = run_both(fn, {"rec": Recorder(), "other": Recorder([1, 2])}, 100)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _measured_and_read(s: dict, x: torch.Tensor) -> torch.Tensor:
+    s["rec"].save(x)
+    return x * len(s["rec"].v) + s["rec"].v[0]
+
+
+def test_a_list_measured_and_read_otherwise_is_read_as_eagerly() -> None:
+    """The caller's list emptied and refilled between calls: the length and the item read are eager's."""
+
+    def change(s: dict, i: int) -> None:
+        if i in (3, 4):
+            s["rec"].v[:] = [torch.tensor(float(i))] * i
+
+    run_both(_measured_and_read, {"rec": Recorder()}, 8, change=change)
