@@ -66,6 +66,7 @@ from jitcore.jit.code_kinds import (
     is_unlisted_operation,
 )
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
+from jitcore.jit.dataclass_arguments import bind_field_lists, field_appended_parameters, narrows_fields
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, emptied_list, written_keys
 from jitcore.jit.environment import environ_lookasides
@@ -340,6 +341,10 @@ class Pass(StateReads):
                 and not self.provenance.reached_as_state(value) \
                 and not self.provenance.is_argument_container(value):  # passed twice: its first binding
             return bind_item_lists(self.provenance, self.measured, value, path, name, keys, self.read_lists)
+        if path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
+                and narrows_fields(value, uses := field_appended_parameters(self.fn).get(name)) \
+                and not self.provenance.is_argument_container(value):  # passed twice: its first binding
+            return bind_field_lists(self.provenance, self.measured, value, path, name, uses.appended)
         if is_namespace(value) and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and name in attribute_parameters(self.fn):  # jit/namespace_arguments.py
             return bind_namespace_argument(self.provenance, value, path, name)

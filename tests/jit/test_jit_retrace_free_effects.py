@@ -5,6 +5,7 @@ objects compared after the calls, and the number of traces counted."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import types
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,8 @@ def _view(obj: Any) -> Any:
         return {k: _view(v) for k, v in obj.items()}
     if type(obj) in (list, tuple):
         return type(obj)(_view(v) for v in obj)
+    if dataclasses.is_dataclass(obj):
+        return type(obj).__name__, {f.name: _view(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if hasattr(obj, "__dict__") and not isinstance(obj, torch.Tensor):
         return type(obj).__name__, _view(vars(obj))
     return obj
@@ -155,3 +158,90 @@ def test_a_list_measured_and_read_otherwise_is_read_as_eagerly() -> None:
             s["rec"].v[:] = [torch.tensor(float(i))] * i
 
     run_both(_measured_and_read, {"rec": Recorder()}, 8, change=change)
+
+
+# --- a dataclass argument whose list fields are only appended to and measured (Note [A dataclass's list
+# fields appended to], jitcore/jit/dataclass_arguments.py)
+
+
+@dataclasses.dataclass
+class TrainState:
+    losses: list = dataclasses.field(default_factory=list)
+    scale: float = 2.0
+
+    def count(self) -> int:
+        return len(self.losses)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenLog:
+    entries: list = dataclasses.field(default_factory=list)
+
+
+def _logged(st: TrainState, x: torch.Tensor) -> torch.Tensor:
+    st.losses.append(x.sum())
+    return x * st.scale
+
+
+def _logged_and_counted(st: TrainState, x: torch.Tensor) -> torch.Tensor:
+    st.losses.append(x.sum())
+    st.losses.extend([x.mean(), 1.5])
+    return x * len(st.losses)
+
+
+def _frozen_logged(st: FrozenLog, x: torch.Tensor) -> torch.Tensor:
+    st.entries.append(x.max())
+    return x + len(st.entries)
+
+
+@pytest.mark.parametrize(("fn", "make"), [
+    (_logged, TrainState), (_logged_and_counted, TrainState), (_frozen_logged, FrozenLog),
+], ids=["appended", "measured", "frozen"])
+def test_a_dataclass_argument_whose_list_is_appended_to_traces_once(fn, make) -> None:
+    """Traced on every call before: the list field was bound as an argument list, its length guarded."""
+    jf = run_both(fn, make(), 100)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _counted_by_a_method(st: TrainState, x: torch.Tensor) -> torch.Tensor:
+    st.losses.append(1)
+    return x * st.count()
+
+
+def _appended_and_read(st: TrainState, x: torch.Tensor) -> torch.Tensor:
+    st.losses.append(x.sum())
+    return x * st.losses[0]
+
+
+def _passed_on(st: TrainState, x: torch.Tensor) -> torch.Tensor:
+    st.losses.append(1)
+    return x * len(repr(st))
+
+
+@pytest.mark.parametrize("fn", [_counted_by_a_method, _appended_and_read, _passed_on],
+                         ids=["method", "item_read", "repr"])
+def test_a_dataclass_argument_read_otherwise_is_read_as_eagerly(fn) -> None:
+    """A method, an item read or C reading the dataclass: its list is as eagerly on every call."""
+
+    def change(st: TrainState, i: int) -> None:
+        if i == 3:
+            st.losses[:] = [5.0] * 7
+
+    run_both(fn, TrainState(), 6, change=change)
+
+
+def test_the_same_dataclass_passed_twice_is_one_object() -> None:
+    """What the program appends through one parameter, the other measures: one object, as eagerly."""
+
+    def f(a: TrainState, b: TrainState, x: torch.Tensor) -> torch.Tensor:
+        a.losses.append(x.sum())
+        return x * len(b.losses)
+
+    jf = jitcore.jit(f)
+    for same in (True, False, True):
+        st, jst = TrainState(), TrainState()
+        other, jother = (st, jst) if same else (TrainState(), TrainState())
+        for _ in range(3):
+            x = torch.randn(2)
+            assert_same(jf(jst, jother, x), f(st, other, x))
+        assert_same(_view((jst, jother)), _view((st, other)))
