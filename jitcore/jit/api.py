@@ -442,6 +442,9 @@ class JittedFunction:
                 flat = replace(flat, trace=without_grad_mode_changes(flat.trace))
             # Note [A Function without grad runs its recorded forward] (transforms/autograd_function.py)
             flat = replace(flat, trace=forwards_inlined(flat.trace))
+            if grad.functions is not None:  # Note [A Function split alone] (transforms/function_records.py)
+                flat = replace(flat, trace=grad.functions.applied(flat.trace))
+                self.last_backward_traces = grad.functions.backwards  # each split's, recorded as it lowers
             traces = [program.trace] if flat.trace is program.trace else [program.trace, flat.trace]
             backward_traces, inputs = [], flat.inputs
             self.last_traces = traces  # recorded before they run; a lowered trace is appended once

@@ -19,7 +19,6 @@ from jitcore.diagnostics.boundary import on_error as prepare_error
 from jitcore.dispatch.flatten import involves_subclasses, pass_1_runs
 from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.executors import record_lowered
-from jitcore.executors.trial import untimed
 from jitcore.ir import Proxy, Trace
 from jitcore.langctx.backward import graph_leaves
 from jitcore.langctx.reads import runs_under_autograd
@@ -30,6 +29,7 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.backward_effects import BackwardWatch, EffectsByState, watching
 from jitcore.transforms.backward_errors import RAISE
+from jitcore.transforms.function_records import FunctionsSplit, split_functions
 from jitcore.transforms.grad import (
     GradTraces,
     ReplayInconsistent,
@@ -38,6 +38,7 @@ from jitcore.transforms.grad import (
     reaches_no_graph,
 )
 from jitcore.transforms.mincut import saved_for_fusion
+from jitcore.transforms.saved_values import SavedValues
 from jitcore.transforms.state_numbers import StateNumbers, counting_numbers, state_numbers
 
 __all__ = ["Differentiated", "GradStage", "StaticSizesNeeded", "differentiate"]
@@ -85,6 +86,8 @@ class GradStage:
         pass_1: the entry runs pass 1 itself under torch's autograd, though it involves tensor
             subclasses (Note [Symbolic sizes of subclass programs under autograd]): its subclass
             arguments are taken whole (``pass_1_under_autograd``).
+        functions: where pass 1 runs under torch's autograd with dynamic numbers, its Function
+            records whose forwards make subclass values, each split alone (function_records.py).
     """
 
     differentiated: Differentiated | None
@@ -92,6 +95,7 @@ class GradStage:
     dropped_inputs: frozenset[int] = frozenset()
     without_graph: bool = False
     pass_1: bool = False
+    functions: FunctionsSplit | None = None
 
 
 def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
@@ -150,8 +154,10 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
             "that gradient graph is not traced",
             hints=("make the leaf outside the jitted function and pass it in",),
         )
-    if runs_pass_1 and program.symbolic_numbers():
-        return GradStage(None)  # Note [Dynamic numbers under autograd]
+    if runs_pass_1 and program.symbolic_numbers():  # Note [Dynamic numbers under autograd]
+        watched = _watched(program, subclass_inputs)
+        return GradStage(None, functions=split_functions(
+            trace, executor, owner, lambda: _state_as_found(program), watched))  # function_records.py
     if _writes_a_non_leaf_input(trace, program.subclass_inputs):  # Note [In-place writes to non-leaf inputs]
         if runs_pass_1:
             return GradStage(None)
@@ -261,7 +267,7 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     def for_fusion(fusible: Any) -> tuple[Trace, Trace] | None:
         return saved_for_fusion(grad.forward, grad.forward_body, grad.backward, grad.backward_body, fusible)
 
-    saved = _SavedValues(grad.forward.output[1], record_lowered(forward_traces))
+    saved = SavedValues(grad.forward.output[1], record_lowered(forward_traces))
     # each lowered trace is shown beside the one it lowers
     select = executor.compile_together(
         (grad.forward, grad.backward), (saved.lowered, record_lowered(backward_traces)),
@@ -429,37 +435,6 @@ def _counted(program: Any, counting: list,
     return (counted, still) if counted is not None else (None, dropped)
 
 
-class _SavedValues:
-    """Which forward values the forward paired with each backward callable saves: the grad
-    transform's own choice, or the lowered forward's (the pair chosen for fusion, mincut.py), so that
-    a backward derived for other tangent kinds takes what the call's forward saved (rederive.py)."""
-
-    def __init__(self, own: Any, record: Any) -> None:
-        self._own, self._record = own, record
-        self._lowered: Any = None  # the lowered forward's saved values, once lowered
-        self._by_backward: dict[int, tuple[Any, Any]] = {}  # id -> (backward callable, saved)
-
-    def lowered(self, trace: Trace) -> Any:
-        """``on_lowered`` of the forward: runs before its pair is first selected; returns how to
-        withdraw the record (``record_lowered``)."""
-        self._lowered = trace.output[1]
-        return self._record(trace)
-
-    def tracking(self, select: Any) -> Any:
-        def tracked() -> Any:
-            pair = select()
-            backward = untimed(pair[1])  # the trial's timing of the pair (executors/trial.py)
-            if id(backward) not in self._by_backward:  # first seen: the pair lowered last, if any
-                saved = self._own if self._lowered is None else self._lowered
-                self._by_backward[id(backward)] = (backward, saved)
-            return pair
-
-        return tracked
-
-    def of(self, backward: Any) -> Any:
-        return self._by_backward[id(untimed(backward))][1]
-
-
 def _subclass_inputs(program: Any) -> list[tuple[SubclassTensorProxy, Path, bool]]:
     """The subclass inputs bound for the program (with the paths they were bound at) that the replay
     rebuilds from its inputs, each with whether the caller's tensor requires grad (its tensor guard,
@@ -560,7 +535,9 @@ def _through_leaves_made_inside(trace: Trace, subclass_inputs: list[tuple[Subcla
 # calls of pass 1) runs under torch's own autograd, which records the graph as eagerly (same ops,
 # same nodes, the number as passed). There is no backward trace to print for such an entry. With
 # tensor subclasses involved (the flattened trace that runs is not the torch-level one) the numbers
-# are specialized instead and the grad transform runs.
+# are specialized instead and the grad transform runs. A Function whose forward makes subclass values
+# from plain tensors (torchao's Float8Linear) leaves pass 1 plain at its top level: that record alone
+# goes through the grad transform (Note [A Function split alone], function_records.py).
 
 
 def _pass_1_or_eager(trace: Trace, subclass_inputs: Any, reason: str, hint: str) -> GradStage:

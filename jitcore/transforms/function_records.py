@@ -1,0 +1,257 @@
+"""Function records differentiated alone, where pass 1 runs under torch's autograd.
+
+An entry that keeps a dynamic number symbolic under autograd runs pass 1 itself (its torch-level calls)
+under torch's autograd (Note [Dynamic numbers under autograd], jit_hook.py). A ``MyFn.apply`` record
+there calls ``apply`` natively, and where the Function's forward makes tensor-subclass values (torchao's
+``Float8Linear`` casts to ``Float8TrainingTensor`` inside its ``autograd.Function``), every cached call ran
+the classes' ``__torch_dispatch__``, in the forward and in the backward. Such a record is split alone by
+the grad transform: its own forward and backward traces (plain tensors and aten ops) behind one
+autograd node (``GradComputation``), called in the record's place with the record's tensor arguments.
+The numbers outside it stay symbolic, under torch's autograd as before.
+
+Invariants:
+- a record is replaced only where its own split is what eager computes on every call the entry takes:
+  it takes only tensors (no number, no subclass value), holds no value read and computes no number,
+  its arguments have static sizes, its traces rely on no argument's layout, and its backward writes
+  no Python state;
+- otherwise the record stays and calls ``apply`` natively, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import optree
+import torch
+
+from jitcore.diagnostics.boundary import on_error as prepare_error
+from jitcore.executors import record_lowered
+from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, walk
+from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.transforms.autograd import GradComputation
+from jitcore.transforms.autograd_function import run_autograd_function
+from jitcore.transforms.backward_effects import BackwardWatch, watching
+from jitcore.transforms.backward_errors import RAISE
+from jitcore.transforms.grad import GradTraces, grad_transform
+from jitcore.transforms.mincut import saved_for_fusion
+from jitcore.transforms.saved_values import SavedValues
+
+__all__ = ["FunctionsSplit", "split_functions"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FunctionsSplit:
+    """The Function records of pass 1 split alone, and their traces.
+
+    Attributes:
+        replacements: id of a record of pass 1 -> the record that calls its split in its place.
+        backwards: the splits' backward traces, in the order of the records (each followed by its
+            lowering, once lowered): what ``last_backward_traces`` shows for the entry.
+    """
+
+    replacements: dict[int, BoundSymbol]
+    backwards: list[Trace]
+
+    def applied(self, trace: Trace) -> Trace:
+        """``trace`` with the records replaced (a record not of pass 1 stays)."""
+        if not self.replacements:
+            return trace
+        bound = [self.replacements.get(id(b), b) for b in trace.bound_symbols]
+        return dataclasses.replace(trace, bound_symbols=bound)
+
+
+def split_functions(trace: Trace, executor: Any, owner: Any, state: Callable[[], Any],
+                    watched: list[Any]) -> FunctionsSplit:
+    """The Function records of ``trace`` whose forward makes tensor-subclass values, each split alone
+    where it can be (module docstring).
+
+    Args:
+        trace: pass 1 of an entry that runs under torch's autograd, holding no subclass value itself.
+        executor: compiles each split's forward and backward together.
+        owner: the JittedFunction whose errors the backwards raise (held weakly).
+        state: a context manager factory putting the program's state back as pass 1 found it after
+            the transform's replay (Note [The grad transform's replay writes no state], jit_hook.py).
+        watched: the objects whose writes by a backward make a record stay.
+    """
+    replacements: dict[int, BoundSymbol] = {}
+    backwards: list[Trace] = []
+    for bsym in trace.bound_symbols:
+        split = _split(bsym, executor, owner, state, watched, backwards) if _splittable(bsym) else None
+        if split is not None:
+            replacements[id(bsym)] = split
+    return FunctionsSplit(replacements, backwards)
+
+
+def _splittable(bsym: BoundSymbol) -> bool:
+    """Whether ``bsym`` applies a Function whose forward makes subclass values, over tensors only."""
+    if "autograd_function" not in bsym.symbol.tags or not bsym.subsymbols:
+        return False
+    leaves = optree.tree_leaves((bsym.args, bsym.kwargs, bsym.output), none_is_leaf=True)
+    proxies = [v for v in leaves if isinstance(v, Proxy)]
+    if any(not isinstance(v, TensorProxy) or isinstance(v, SubclassTensorProxy) for v in proxies):
+        return False
+    if not any(isinstance(v, TensorProxy) and _static(v) for v in proxies):
+        return False
+    if any(not _static(v) for v in proxies):
+        return False
+    inner = [sub for _depth, sub in walk(bsym.subsymbols)]
+    if any(sub.symbol.tags & _NOT_SPLIT for sub in inner):
+        return False
+    if any(isinstance(v, Proxy) and not isinstance(v, TensorProxy)
+           for sub in inner for v in optree.tree_leaves(sub.output, none_is_leaf=True)):
+        return False  # a number the forward computes (a counter, a read): Note [Numbers a Function's ...]
+    if _writes_an_argument(proxies, inner):
+        return False
+    return any(isinstance(v, SubclassTensorProxy)
+               for sub in inner for v in optree.tree_leaves((sub.args, sub.output), none_is_leaf=True))
+
+
+def _writes_an_argument(arguments: list[Proxy], inner: list[BoundSymbol]) -> bool:
+    """Whether the forward writes in place into one of the record's tensors or a view of one: the
+    split's node would not rebase the caller's tensor as ``apply`` with ``mark_dirty`` does."""
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        shadows = {id(a.shadow) for a in arguments if isinstance(a, TensorProxy)}
+
+        def into_one(value: Any) -> bool:
+            return isinstance(value, TensorProxy) and (
+                id(value.shadow) in shadows or id(getattr(value.shadow, "_base", None)) in shadows)
+
+        def writes(b: BoundSymbol) -> bool:
+            in_place = "inplace" in b.symbol.tags or b.kwargs.get("inplace") is True
+            return (in_place and bool(b.args) and into_one(b.args[0])) or into_one(b.kwargs.get("out"))
+
+        return any(writes(b) for b in inner)
+
+
+_NOT_SPLIT = frozenset({"check", "data_dependent", "backward", "per_call", "python_random", "random"})
+
+
+def _static(value: TensorProxy) -> bool:
+    shadow = value.shadow
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        return all(type(n) is int for n in (*shadow.shape, *shadow.stride(), shadow.storage_offset()))
+
+
+def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any], watched: list[Any],
+           backwards: list[Trace]) -> BoundSymbol | None:
+    """The record calling ``bsym``'s split (its backward trace appended to ``backwards``); None where
+    it stays (module docstring)."""
+    leaves = optree.tree_leaves((bsym.args[1:], bsym.kwargs), none_is_leaf=True)
+    args: list[TensorProxy] = []
+    for v in leaves:
+        if isinstance(v, TensorProxy) and not any(v is a for a in args):
+            args.append(v)
+    alone = Trace(name="function_forward", args=args, bound_symbols=[bsym], output=bsym.output)
+    watch = BackwardWatch(watched)
+    try:
+        with state(), watching(watch):
+            grad = grad_transform(alone, (), ())
+    except Exception:  # noqa: BLE001 - the record stays: apply raises there what eager raises
+        return None
+    if (watch.effects is not None and watch.effects.writes) or grad.input_flags or grad.returned_inputs \
+            or grad.fresh_leaves or grad.assembly is not None \
+            or any(b.symbol is RAISE for b in grad.backward.bound_symbols):
+        return None
+    positions = [next(k for k, a in enumerate(args) if a is v) if isinstance(v, TensorProxy) else None
+                 for v in leaves]
+    computation = _computation(grad, executor, owner, len(args), backwards)
+    call = SplitCall(computation, positions, _expected(args, grad))
+    symbol = Symbol(id="split_function", name="split_function", langctx="torch", fn=call, path=None,
+                    meta=bsym.symbol.meta, tags=bsym.symbol.tags)
+    header = f"{_function_name(bsym)}.apply, split alone: Note [A Function split alone]"
+    return BoundSymbol(symbol, bsym.args, bsym.kwargs, bsym.output, bsym.subsymbols, bsym.source, header)
+
+
+# Note [A Function split alone]
+# torchao's ``Float8Linear`` computes through ``matmul_with_hp_or_float8_args``, an ``autograd.Function``
+# whose forward casts its plain arguments to ``Float8TrainingTensor`` and whose outputs are plain: pass 1
+# holds no subclass value at its top level, so an entry with a dynamic number (AdamW's step-derived
+# floats, a scale changing per call) runs pass 1 under torch's autograd, and the record called ``apply``:
+# 12 ``__torch_dispatch__`` calls on every cached call of a two-layer step, forward and backward.
+# Specializing the numbers so that the whole trace goes through the grad transform instead makes one
+# entry per AdamW step. The record alone is what needs no number: the grad transform splits it, with
+# the record's tensors as the inputs, into a forward and a backward over plain tensors (recorded from the
+# user's forward and backward as for a whole program), and the computation calls that node in the
+# record's place; the numbers around it stay symbolic, under torch's autograd.
+# The split's traces are recorded for its arguments' metadata. Their sizes, dtypes and devices follow
+# from the entry's guards (static sizes only), but the layout of a value the program computed, and the
+# ``requires_grad`` of each, are not guarded: ``SplitCall`` compares the strides and storage offset of
+# each argument the traces rely on, and every ``requires_grad``, with the recorded ones, and calls
+# ``apply`` natively (as before) where one differs. A record stays as it was where its split would not
+# be eager's on every call: a number or subclass value among its arguments or outputs, a value read, a
+# number computed or a random draw in its forward (which the split would fix), an in-place write into an
+# argument (``mark_dirty``'s rebase), a backward that writes Python state or raises, outputs the node
+# cannot hand back as they are (an input returned, a fresh leaf).
+def _expected(args: list[TensorProxy], grad: GradTraces) -> tuple[tuple[int, Any], ...]:
+    """(position, (strides, storage offset) or None, requires_grad) of each argument: what the split's
+    traces were recorded for, where they rely on the layout (Note [A Function split alone])."""
+    expected = []
+    for k, a in enumerate(args):
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+            shadow = a.shadow
+            layout = (tuple(shadow.stride()), shadow.storage_offset())
+            requires_grad = shadow.requires_grad
+        relied = grad.layout is not None and grad.layout.relies_on(a)
+        expected.append((k, layout if relied else None, requires_grad))
+    return tuple(expected)
+
+
+class SplitCall:
+    """Calls a Function record's split with the record's arguments (``fn, *args, **kwargs`` as the
+    record holds them), or ``apply`` natively where an argument's layout or ``requires_grad`` is not
+    what the split was recorded for (Note [A Function split alone])."""
+
+    def __init__(self, computation: GradComputation, positions: list[int | None],
+                 expected: tuple[tuple[int, Any, bool], ...]) -> None:
+        self.computation = computation
+        self.positions = positions  # per leaf of (args after the class, kwargs): its tensor argument
+        self.expected = expected
+
+    def __call__(self, cls: type, *args: Any, **kwargs: Any) -> Any:
+        leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
+        tensors: list[Any] = [None] * len(self.expected)
+        for leaf, k in zip(leaves, self.positions):
+            if k is not None:
+                tensors[k] = leaf
+        for k, layout, requires_grad in self.expected:
+            t = tensors[k]
+            if not _as_recorded(t, layout, requires_grad):
+                return run_autograd_function(cls, *args, **kwargs)
+        return self.computation(*tensors)
+
+
+def _function_name(bsym: BoundSymbol) -> str:
+    cls = bsym.args[0] if bsym.args else None
+    return getattr(cls, "__qualname__", "Function")
+
+
+def _computation(grad: GradTraces, executor: Any, owner: Any, n_inputs: int,
+                 backwards: list[Trace]) -> GradComputation:
+    """The autograd node running ``grad``'s traces, compiled together (as ``differentiate`` does); the
+    backward trace and its lowering are recorded into ``backwards``."""
+    jfn = weakref.ref(owner)
+
+    def on_error(exc: BaseException) -> None:
+        if jfn() is not None:
+            prepare_error(jfn(), exc)
+
+    def for_fusion(fusible: Any) -> tuple[Trace, Trace] | None:
+        return saved_for_fusion(grad.forward, grad.forward_body, grad.backward, grad.backward_body, fusible)
+
+    backwards.append(grad.backward)
+    saved = SavedValues(grad.forward.output[1], record_lowered([grad.forward]))
+    select = executor.compile_together(
+        (grad.forward, grad.backward), (saved.lowered, record_lowered(backwards)), for_fusion)
+    return GradComputation(grad, saved.tracking(select), n_inputs, on_error, saved.of)
+
+
+def _as_recorded(t: Any, layout: tuple[tuple[int, ...], int] | None, requires_grad: bool) -> bool:
+    return type(t) in _PLAIN and t.requires_grad == requires_grad and (
+        layout is None or (t.stride(), t.storage_offset()) == layout)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)

@@ -1,0 +1,134 @@
+"""Tensor subclasses written by others (issue 15, ao51), eager against ``jitcore.jit`` over several calls
+(values, gradients, optimizer state, cache entries, the subclass code a warm call runs): an
+``autograd.Function`` whose forward makes subclass values from plain arguments (torchao's ``Float8Linear``)
+in an entry whose dynamic numbers run pass 1 under torch's autograd (a scale changing per call, AdamW's
+step-derived floats; Note [A Function split alone], jitcore/transforms/function_records.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from subclass_checks import protocol_calls
+from torch import nn
+from torch.testing._internal.two_tensor import TwoTensor
+from torchao.float8 import convert_to_float8_training
+from torchao.float8.float8_training_tensor import Float8TrainingTensor
+
+import jitcore
+
+
+def _float8_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return convert_to_float8_training(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16)))
+
+
+def _scaled_step(m: nn.Module, x: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    loss = (m(x) * scale).square().mean()
+    loss.backward()
+    g = m[0].weight.grad.clone()
+    m.zero_grad()
+    return loss.detach(), g
+
+
+def test_a_float8_step_with_a_scale_changing_per_call_runs_no_float8_dispatch_when_warm() -> None:
+    eager_model, jit_model = _float8_mlp(), _float8_mlp()
+    step = jitcore.jit(_scaled_step)
+    for i in range(4):
+        x = torch.randn(8, 32)
+        expected = _scaled_step(eager_model, x, 0.5 + i)
+        with protocol_calls(Float8TrainingTensor) as seen:
+            got = step(jit_model, x, 0.5 + i)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert jitcore.cache_misses(step) == 2
+    assert seen == []  # before: 12 Float8TrainingTensor.__torch_dispatch__ calls on a warm call
+    assert len(jitcore.last_backward_traces(step)) >= 2  # one backward per Float8Linear's Function
+
+
+def _adamw_step(m: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+    opt.zero_grad()
+    loss = m(x).square().mean()
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+def test_a_float8_adamw_step_keeps_eagers_parameters_and_state_and_runs_no_float8_dispatch_warm() -> None:
+    eager_model, jit_model = _float8_mlp(), _float8_mlp()
+    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=1e-2)
+    jit_opt = torch.optim.AdamW(jit_model.parameters(), lr=1e-2)
+    step = jitcore.jit(_adamw_step)
+    for _ in range(4):
+        x = torch.randn(8, 32)
+        expected = _adamw_step(eager_model, eager_opt, x)
+        with protocol_calls(Float8TrainingTensor) as seen:
+            got = step(jit_model, jit_opt, x)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        torch.testing.assert_close(jit_model.state_dict(), eager_model.state_dict(), rtol=0, atol=0)
+        torch.testing.assert_close(jit_opt.state_dict(), eager_opt.state_dict(), rtol=0, atol=0)
+    assert jitcore.cache_misses(step) == 2
+    assert seen == []  # before: 12 on a warm call
+
+
+# --- the same without torchao: a Function computing through TwoTensor inside -------------------------------
+
+
+class _ThroughPairs(torch.autograd.Function):
+    """``3 * x @ w``, computed through TwoTensor values in the forward and in the backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        x, w = x.detach(), w.detach()
+        pair = TwoTensor(x, x * 2) @ TwoTensor(w, w)
+        return pair.a + pair.b
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, w = ctx.saved_tensors
+        gx = TwoTensor(g, g * 2) @ TwoTensor(w, w).t()
+        gw = TwoTensor(x, x).t() @ TwoTensor(g, g * 2)
+        return gx.a + gx.b, gw.a + gw.b
+
+
+def _through_pairs(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
+    return _ThroughPairs.apply(x.reshape(4, 3), w) * scale
+
+
+def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+
+
+def test_a_function_through_pairs_gives_eagers_gradients_with_no_pair_dispatch_when_warm() -> None:
+    f = jitcore.jit(_through_pairs)
+    for i in range(4):
+        x, w = _inputs()
+        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        expected = _through_pairs(x, w, 1.5 + i)
+        expected.square().sum().backward()
+        with protocol_calls(TwoTensor) as seen:
+            got = f(xj, wj, 1.5 + i)
+            got.square().sum().backward()
+        assert type(got) is torch.Tensor and got.requires_grad
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close((xj.grad, wj.grad), (x.grad, w.grad))
+    assert jitcore.cache_misses(f) == 2
+    assert seen == []  # before: the forward's and the backward's TwoTensor ops on every call
+
+
+def test_a_function_split_alone_given_another_layout_computes_as_eagerly() -> None:
+    f = jitcore.jit(_through_pairs)
+    for i in range(3):
+        x, w = _inputs()
+        f(x, w, 1.5 + i)
+    for x, w in (_inputs(), (torch.randn(3, 4).t().requires_grad_(), torch.randn(5, 3).t().requires_grad_())):
+        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        if not x.is_contiguous():
+            xj, wj = x.detach().t().clone().t().requires_grad_(), w.detach().t().clone().t().requires_grad_()
+        expected = _through_pairs(x, w, 0.25)
+        expected.sum().backward()
+        got = f(xj, wj, 0.25)
+        got.sum().backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close((xj.grad, wj.grad), (x.grad, w.grad))
