@@ -30,6 +30,7 @@ from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
     FakeTensor,
+    FakeTensorDeviceMismatchError,
     FakeTensorMode,
 )
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, guard_or_false, is_nested_int
@@ -392,8 +393,7 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             raise read from None  # a fake's data was read (``tolist``, ...)
         if fn in STATEFUL:
             raise
-        if not (isinstance(exc, RuntimeError) and _is_kernel(fn)) \
-                or any(isinstance(v, FakeTensor) and v.device.type == "meta" for v in shadow_leaves):
+        if not (isinstance(exc, RuntimeError) and _is_kernel(fn)) or _meta_kernels_answer(shadow_leaves, exc):
             _raise_eager_error(fn, shadow_args, shadow_kwargs, exc)
             raise
         if writes:
@@ -469,6 +469,21 @@ _DATA_READ_MESSAGES = ("data is not allocated yet", ".tolist() is not supported 
                        "There was no fake impl registered for")
 
 
+def _meta_kernels_answer(leaves: list[Any], exc: Exception) -> bool:
+    """Whether the fake call's error on meta tensors is eager's: the same meta kernels run there, but
+    for fake mode's own check that all tensors share one device (Note [Meta tensors beside others])."""
+    return any(isinstance(v, FakeTensor) and v.device.type == "meta" for v in leaves) \
+        and not isinstance(exc, FakeTensorDeviceMismatchError)
+
+
+# Note [Meta tensors beside others]
+# Eager dispatches a call holding a meta tensor to the meta kernel, whatever the other tensors' devices:
+# subclass_zoo's EmptyTensor computes its results' shapes so, ``func`` on ``torch.empty(s, device="meta")``
+# stand-ins beside the caller's CPU tensors (``mm`` of meta and CPU gives a meta result; ``add`` raises
+# "Tensor on device cpu is not on the expected device meta!"). Fake mode refuses any such mix first
+# (FakeTensorDeviceMismatchError), so every call raised under jitcore where eager computes. That error
+# is answered as a fake kernel stricter than eager (Note [Fake kernels stricter than eager]): eager's
+# kernel on zero-filled tensors of the same metadata gives the outputs' metadata, or eager's own error.
 def _raise_meta_error(
     fn: Callable[..., Any], args: tuple, kwargs: dict, leaves: list[Any], exc: Exception
 ) -> None:

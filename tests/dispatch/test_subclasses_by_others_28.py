@@ -2,17 +2,21 @@
 (values, gradients, optimizer state, cache entries, the subclass code a warm call runs): an
 ``autograd.Function`` whose forward makes subclass values from plain arguments (torchao's ``Float8Linear``)
 in an entry whose dynamic numbers run pass 1 under torch's autograd (a scale changing per call, AdamW's
-step-derived floats; Note [A Function split alone], jitcore/transforms/function_records.py).
+step-derived floats; Note [A Function split alone], jitcore/transforms/function_records.py), and
+subclass_zoo's EmptyTensor, whose dispatch computes on meta tensors (Note [Meta tensors beside others],
+jitcore/langctx/shadows.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from subclass_checks import protocol_calls
 from torch import nn
 from torch.testing._internal.two_tensor import TwoTensor
+from torch.utils._pytree import tree_map_only
 from torchao.float8 import convert_to_float8_training
 from torchao.float8.float8_training_tensor import Float8TrainingTensor
 
@@ -132,3 +136,74 @@ def test_a_function_split_alone_given_another_layout_computes_as_eagerly() -> No
         got.sum().backward()
         torch.testing.assert_close(got, expected)
         torch.testing.assert_close((xj.grad, wj.grad), (x.grad, w.grad))
+
+
+# --- subclass_zoo's EmptyTensor: its dispatch computes on meta tensors beside the caller's CPU tensors ---
+# Note [Meta tensors beside others] (jitcore/langctx/shadows.py): fake mode refused the mix of meta and CPU
+# tensors that eager's meta kernels take (FakeTensorDeviceMismatchError on every call, where eager computes).
+
+
+class _Empty(torch.Tensor):
+    """A tensor with no data: each op is computed on meta tensors of its shape (subclass_zoo's style)."""
+
+    @staticmethod
+    def __new__(cls, shape: Any, dtype: torch.dtype = torch.float32) -> _Empty:
+        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype)
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        def on_meta(e: _Empty) -> torch.Tensor:
+            return torch.empty(e.shape, dtype=e.dtype, device="meta")
+
+        def wrapped(o: torch.Tensor) -> _Empty:
+            return _Empty(o.shape, o.dtype)
+
+        unwrapped_args, unwrapped_kwargs = tree_map_only(_Empty, on_meta, (args, kwargs or {}))
+        return tree_map_only(torch.Tensor, wrapped, func(*unwrapped_args, **unwrapped_kwargs))
+
+
+_EMPTY_PROGRAMS = {
+    "matmul_shape": lambda e, w: tuple((e @ w).shape),
+    "matmul": lambda e, w: e @ w,
+    "chain": lambda e, w: ((e @ w).relu() * 2).sum(),
+    "made_inside": lambda e, w: _Empty((2, 8)) @ w,
+    "beside_plain": lambda e, w: (e @ w, w * 2),
+    "views": lambda e, w: (e.view(32), e.t() @ w[:4]),
+}
+
+
+def _described(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_described(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return type(value), value.shape, value.dtype, value.device
+    return value
+
+
+@pytest.mark.parametrize("name", sorted(_EMPTY_PROGRAMS))
+def test_an_empty_tensor_computing_on_meta_tensors_gives_eagers_answer(name: str) -> None:
+    program = _EMPTY_PROGRAMS[name]
+    f = jitcore.jit(program)
+    for _ in range(3):
+        e, w = _Empty((4, 8)), torch.randn(8, 3)
+        expected = program(e, w)
+        with protocol_calls(_Empty) as seen:
+            got = f(e, w)
+        assert _described(got) == _described(expected)
+        if name == "beside_plain":
+            torch.testing.assert_close(got[1], expected[1])
+    assert jitcore.cache_misses(f) == 1
+    assert seen == []
+
+
+def test_an_empty_tensor_beside_a_tensor_its_meta_kernel_refuses_raises_eagers_error() -> None:
+    def program(e: torch.Tensor) -> torch.Tensor:
+        return e + torch.ones(4, 8)
+
+    with pytest.raises(RuntimeError) as eager:
+        program(_Empty((4, 8)))
+    with pytest.raises(RuntimeError) as jitted:
+        jitcore.jit(program)(_Empty((4, 8)))
+    assert str(jitted.value).splitlines()[0] == str(eager.value).splitlines()[0]
