@@ -50,6 +50,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from jitcore.executors.background import background_enabled, submit
+from jitcore.executors.composites import composite_calls
 from jitcore.executors.functional import out_of_place
 from jitcore.executors.interface import Executor, FusionExecutor, get_executor
 from jitcore.executors.regions import LOG, lower, merge_regions, partition
@@ -147,7 +148,7 @@ class Executors:
             ``select()``: the callables of one run (one per trace, in order); each call of it counts
             a run towards ``fuse_after``. Call it once per run and use what it returned throughout.
         """
-        on_torch = tuple(compile_trace(t) for t in traces)
+        on_torch = tuple(compile_trace(t) for t in self._on_torch(traces, on_lowered))
         if not self.lowers:
             return lambda: on_torch
         withdraw: list[Callable[[], None]] = []
@@ -159,6 +160,15 @@ class Executors:
             chosen = lower() or on_torch
             return lambda: chosen
         return self._when_hot(on_torch, lower, "/".join(t.name for t in traces), withdraw)
+
+    @staticmethod
+    def _on_torch(traces: Sequence[Trace], on_lowered: Sequence[OnLowered | None]) -> list[Trace]:
+        """What the torch executor runs of ``traces``: the forward (the first) with its composite calls
+        (composites.py), shown by its ``on_lowered`` when it has any; the others as they are."""
+        forward = composite_calls(traces[0])
+        if forward is not traces[0] and on_lowered[0] is not None:
+            on_lowered[0](forward)
+        return [forward, *traces[1:]]
 
     def fuses(self, bsym: BoundSymbol) -> bool:
         """Whether ``bsym`` would be claimed by a fusion executor that asks for recomputation

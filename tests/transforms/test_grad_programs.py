@@ -126,8 +126,17 @@ def test_forward_saves_what_backward_needs_and_recomputes_cheap_ops() -> None:
 
     jf = jitcore.jit(f)
     jf(torch.randn(3, 4), torch.randn(5, 4, requires_grad=True)).backward()
-    forward = jitcore.last_traces(jf)[-1]
+    # the recorded forward; the one that runs (last) has the program's t + mm, which is exactly what a
+    # linear makes, as one linear call (executors/composites.py), saving the same values
+    forward, run = jitcore.last_traces(jf)[-2:]
     backward = jitcore.last_backward_traces(jf)[0]
+    assert run.python_source(source=None).splitlines()[5:9] == """
+def forward(x, w):
+  # x: "cpu f32[3, 4]"
+  # w: "cpu f32[5, 4]"
+  t3 = torch.ops.aten.linear.default(x, w)  # t3: "cpu f32[3, 5]"
+""".splitlines()[1:]
+    assert [p.name for p in run.output[1]] == [p.name for p in forward.output[1]] == ["x", "t3"]
     assert forward.python_source(source=None).splitlines()[3:] == """
 def forward(x, w):
   # x: "cpu f32[3, 4]"

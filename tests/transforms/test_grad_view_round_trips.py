@@ -201,4 +201,5 @@ def test_a_round_trip_whose_metadata_changes_in_place_is_left_as_it_is():
     forward = jitcore.last_traces(jitted)[-1]
     left = _round_trips_left(forward)
     assert any(b.symbol.id == "torch.ops.aten.t_.default" for b in forward.bound_symbols)
-    assert [entry for entry in left if entry.startswith("t of t read by mm")], left
+    # ``x @ w.t().t().t()``'s last t and its mm run as one linear of the round trip (executors/composites.py)
+    assert [entry for entry in left if entry.startswith(("t of t read by mm", "t of t read by linear"))], left
