@@ -466,6 +466,7 @@ class JittedFunction:
         computation = entry_computation(program, traces[0], computation)
         if effects is not None:  # Python side effects, replayed on every call (jitcore/jit/effects.py)
             effects.post = post
+            effects.copies = effects.copies or program.structure is not None and program.structure.copies
             effects.dispatch_runs = grad.pass_1  # the classes' dispatch logs as it runs
             effects.forwards_run_natively = grad.differentiated is None and applies_functions(traces[-1])
         note_state_inputs(

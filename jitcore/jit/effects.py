@@ -36,6 +36,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from jitcore.ir import Proxy
+from jitcore.jit.call_copies import in_one_call
 from jitcore.jit.object_states import BUFFERS, MISSING, attributes, buffer_type, is_slot, set_slot, state_of
 from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
@@ -289,9 +290,30 @@ class StateSnapshots:
 
         def check(obj: Any) -> bool:
             snap = self._snapshots.get(id(obj))
-            return snap is not None and _leads_to(snap.path, obj, args, kwargs) or id(obj) in held
+            if snap is None:
+                return id(obj) in held
+            # the path reads the caller's tensors' attributes, which their class's __torch_function__
+            # must not see (RedispatchTensor logs each read into its ``call_log``)
+            with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
+                return _leads_to(snap.path, obj, args, kwargs) or id(obj) in held
 
         return check
+
+
+    def owner(self, args: tuple, kwargs: dict) -> Callable[[Any], str | None]:
+        """Whose an object is: "fixed", the caller's reached from state outside the arguments (a global,
+        a module's attribute: the very object on every call the prologue lets through); "call", the
+        caller's reached through this call's arguments (another call's may be another object); None,
+        the program's (Note [Objects the program makes, anew on every call], jit/call_copies.py)."""
+        preexisting = self.preexisting(args, kwargs)
+
+        def owner(obj: Any) -> str | None:
+            if not preexisting(obj):
+                return None
+            snap = self._snapshots.get(id(obj))
+            return "call" if snap is None or snap.path.root.kind in ("args", "kwargs") else "fixed"
+
+        return owner
 
 
 # Note [A container of the caller's stored back]
@@ -379,16 +401,20 @@ class Effects:
     output passed through ``post`` (the output's own rebuilding, jitcore/jit/outputs.py).
     """
 
-    def __init__(self, effects: list[Effect], preexisting: Callable[[Any], bool],
+    def __init__(self, effects: list[Effect], owner: Callable[[Any], str | None],
                  input_paths: dict[int, Path] | None = None) -> None:
+        def preexisting(obj: Any) -> bool:
+            return owner(obj) is not None
+
         self.references: list[Any] = []
         self._input_paths = input_paths or {}  # id(input proxy) -> where the call passes its tensor
         self._shared = shared_places([e.value for e in effects], preexisting)  # jit/shared_containers.py
         values = [self._template(e.value, preexisting) for e in effects]
-        flat, structure = split(values)
+        flat, structure = split(tuple(values), owner)  # objects the program made: anew per call
         self._leaves, self._spec = optree.tree_flatten(flat, none_is_leaf=True)
         self._slots = [i for i, leaf in enumerate(self._leaves) if _per_call(leaf)]
         self._rebuild = structure.rebuild if structure is not None else None
+        self.copies = structure is not None and structure.copies  # or the output's (jit/api.py)
         self.effects = effects
         self.proxies = tuple(self._leaves[i] for i in self._slots)
         self.post: Callable[[Any], Any] = _identity
@@ -437,7 +463,13 @@ class Effects:
     def finish(self, args: tuple, kwargs: dict, result: tuple,
                taken: list[tuple[Any, Any]] | None = None) -> Any:
         """Perform the effects with this call's values; the program's output. ``taken``: the states
-        ``taken`` found before the computation, put back first."""
+        ``taken`` found before the computation, put back first. The objects made anew for the effects and
+        the output share one memo (Note [One call's copies share their objects], jit/call_copies.py)."""
+        if self.copies:
+            return in_one_call(lambda: self._finish(args, kwargs, result, taken))
+        return self._finish(args, kwargs, result, taken)
+
+    def _finish(self, args: tuple, kwargs: dict, result: tuple, taken: list[tuple[Any, Any]] | None) -> Any:
         self.put_back(taken)
         output, slots = result
         leaves = list(self._leaves)

@@ -225,7 +225,8 @@ class Pass(StateReads):
                 epilogue = None
                 if self.numpy is not None:
                     output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
-                output, structure = outputs.split(output)  # ModelOutput, dataclasses, ...: rebuilt per call
+                owner = self.snapshots.owner(args, kwargs)  # the caller's objects, handed on
+                output, structure = outputs.split(output, owner)  # ModelOutput, objects, ...: made per call
             self.provenance.put_back_counters()  # Note [Counters bound where they are held]
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
             changes = [_plain_ids(e) for e in changes]
@@ -245,7 +246,7 @@ class Pass(StateReads):
         effects = None
         if changes or returned is not None:
             with outputs.taken_apart("stores into the caller's objects"):
-                effects = Effects(changes, self.snapshots.preexisting(args, kwargs), input_paths)
+                effects = Effects(changes, self.snapshots.owner(args, kwargs), input_paths)
             effects.returned = returned  # Note [Returning the caller's objects] (jit/effects.py)
         self.trace.output = output if effects is None else (output, effects.proxies)
         # Note [Hooks registered inside the program] (jit/inner_hooks.py)

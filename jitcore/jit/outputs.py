@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
-import copyreg
 import dataclasses
 import types
 import weakref
@@ -33,6 +32,9 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Proxy
+from jitcore.jit.call_copies import made_anew, makers_made, one_call, programs_own
+from jitcore.jit.object_copies import copied, copier
+from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.text import TextProxy, plain_key
 from jitcore.proxies.typed import is_plain_subclass
@@ -40,6 +42,9 @@ from jitcore.proxies.typed import is_plain_subclass
 _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
 
 __all__ = ["OutputStructure", "escaped", "held", "split", "taken_apart"]
+
+Owner = Callable[[Any], str | None]  # whose an object is: "fixed", "call" or None (Effects.owner)
+Split = tuple[Any, Callable[[Any], Any] | None]  # (what the computation returns for a value, rebuild or None)
 
 _OPTREE_NODES = (tuple, list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
 _MAX_DEPTH = 64
@@ -91,6 +96,7 @@ class OutputStructure:
     """Rebuilds the program's output from the computation's flat results."""
 
     rebuild: Callable[[Any], Any]
+    copies: bool = False  # it makes objects anew (Note [One call's copies share their objects])
 
     def wrap(self, computation: Callable[..., Any]) -> Callable[..., Any]:
         """``computation`` followed by the rebuilding of the program's output objects."""
@@ -102,55 +108,47 @@ class OutputStructure:
         return run
 
 
-def split(output: Any) -> tuple[Any, OutputStructure | None]:
+def split(output: Any, owner: Owner = lambda _v: None) -> tuple[Any, OutputStructure | None]:
     """The output as a tree optree flattens completely, and how to rebuild the original (None: the
-    output already is such a tree)."""
-    flat, rebuild = _split(output, 0)
-    if rebuild is None:
+    output already is such a tree). ``owner``: whose an object is (jit/effects.py ``Snapshots.owner``):
+    an object the program made is made anew on every call, the caller's are handed on."""
+    before = makers_made()
+    flat, rebuild = _split(output, 0, owner)
+    if rebuild is None or rebuild is _as_is:
         return flat, None  # the output itself, or a copy with plain keys (``_plain_keys``)
-    return flat, OutputStructure(rebuild)
+    if makers_made() == before:
+        return flat, OutputStructure(rebuild)
+    return flat, OutputStructure(one_call(rebuild), copies=True)  # Note [One call's copies share ...]
 
 
-def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
+def _split(value: Any, depth: int, owner: Owner) -> Split:
     """(value with foreign nodes replaced by tuples of their children, rebuild or None)."""
     if isinstance(value, TextProxy):  # text formatted from numbers of the computation: from its numbers
         return tuple(value.numbers()), value.text_of
     if isinstance(value, Proxy):
-        return _split_typed(value, depth)
+        return _split_typed(value, depth, owner)
     if _symbolic_shape(value):  # a shape with symbolic sizes (jit/shapes.py): each call's sizes
         return tuple(value), torch.Size
-    if depth > _MAX_DEPTH or not (_holds_proxy(value, depth) or _holds_symbolic_shape(value, depth)):
+    if depth > _MAX_DEPTH:
         return value, None
+    if not (_holds_proxy(value, depth) or _holds_symbolic_shape(value, depth)):
+        return _untraced(value, depth, owner)
     value = _plain_keys(value)
     kind = type(value)
     unprintable = _unprintable_node(value)  # Note [Nodes the trace cannot print]
     if unprintable is not None:
-        return _node(*unprintable, depth)
+        return _node(*unprintable, depth, owner)
     if kind in _OPTREE_NODES or _is_namedtuple(value):
-        children, spec = optree.tree_flatten(value, is_leaf=lambda v: v is not value, none_is_leaf=True)
-        parts = [_split(c, depth + 1) for c in children]
-        if all(r is None for _, r in parts):  # nothing per call; a child may be a copy with plain keys
-            same = all(p is c for (p, _), c in zip(parts, children))
-            return (value if same else optree.tree_unflatten(spec, [p for p, _ in parts])), None
-        flat = optree.tree_unflatten(spec, [p for p, _ in parts])
-        rebuilds = [r for _, r in parts]
-
-        def rebuild_node(results: Any) -> Any:
-            leaves = optree.tree_flatten(results, is_leaf=lambda v: v is not results, none_is_leaf=True)[0]
-            return optree.tree_unflatten(
-                spec, [r(x) if r is not None else x for r, x in zip(rebuilds, leaves)]
-            )
-
-        return flat, rebuild_node
+        return _split_literal(value, depth, owner)
     node = torch_pytree.SUPPORTED_NODES.get(kind)
     if node is not None:
         children, context = node.flatten_fn(value)
         ordered = issubclass(type(value), collections.OrderedDict)
         order = list(collections.OrderedDict.keys(value)) if ordered else None
         return _node(tuple(children), lambda kids: _in_order(node.unflatten_fn(list(kids), context), order),
-                     depth)
+                     depth, owner)
     if isinstance(value, (dict, list)):  # a subclass no registry knows: its items, then its attributes
-        return _split_container_subclass(value, depth)
+        return _split_container_subclass(value, depth, owner)
     if type(value) is types.FunctionType and value.__closure__:  # Note [Closures over traced tensors]
         raise UnsupportedOperationError(
             f"the function returns or stores the closure {value.__qualname__}, whose cells hold traced "
@@ -164,15 +162,15 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
             hints=("return a list of its items instead",),
         )
     if type(value) in (set, frozenset):
-        return _node(tuple(value), type(value), depth)
+        return _node(tuple(value), type(value), depth, owner)
     if type(value) in _DICT_VIEWS:
-        flat, rebuild = _split(dict(value.mapping), depth + 1)
+        flat, rebuild = _split(dict(value.mapping), depth + 1, owner)
         view = _DICT_VIEWS[type(value)]
         return flat, lambda results: view(rebuild(results) if rebuild is not None else results)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = [f.name for f in dataclasses.fields(value)]
     else:
-        names = [n for n, v in getattr(value, "__dict__", {}).items() if _holds_proxy(v, depth + 1)]
+        names = [n for n, v in getattr(value, "__dict__", {}).items() if _per_call(v, depth + 1, owner)]
     attributes = [id(v) for v in getattr(value, "__dict__", {}).values()]
     if any(id(c) not in attributes and _holds_proxy(c, depth + 1) for c in _children(value)):
         raise UnsupportedOperationError(  # held outside its __dict__: a copy would share them
@@ -180,7 +178,7 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
             "jitcore cannot make again for each call",
             hints=("return a list or tuple of the tensors instead",),
         )
-    template = _copied(value)  # as it is now: the pass restores the caller's objects afterwards
+    template = copied(value)  # as it is now: the pass restores the caller's objects afterwards
     copy_again = copier(template)  # Note [A template copied again from one reduction]
 
     def rebuild_object(kids: tuple) -> Any:
@@ -189,106 +187,63 @@ def _split(value: Any, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
             object.__setattr__(obj, name, kid)
         return obj
 
-    return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth)
+    return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth, owner)
 
 
-# Note [jitcore's own copy leaves no __slotnames__]
-# ``copy.copy`` of an object whose class has no ``__slotnames__`` yet runs copyreg's ``_slotnames``, which
-# caches the class's slot names in the class itself (``cls.__slotnames__ = []``). Made here, in the pass,
-# that write was taken for the program's: the pass's class states are diffed after it, and every cached
-# call of HF Llama and GPT-2 then set ``__slotnames__`` on transformers' ``DynamicCache`` and
-# ``DynamicLayer``, which eager never does. A cache the copy made is taken out of the class again.
-def _copied(value: Any) -> Any:
-    """``copy.copy(value)``, leaving the class's ``__dict__`` as it was."""
-    cls = type(value)
-    had = "__slotnames__" in vars(cls)
-    copied = copy.copy(value)
-    if not had and "__slotnames__" in vars(cls):
-        with contextlib.suppress(AttributeError, TypeError):
-            delattr(cls, "__slotnames__")
-    return copied
+def _split_literal(value: Any, depth: int, owner: Owner) -> Split:
+    """A tuple, list, dict or namedtuple, which the trace prints as a literal: its items split."""
+    children, spec = optree.tree_flatten(value, is_leaf=lambda v: v is not value, none_is_leaf=True)
+    parts = [_split(c, depth + 1, owner) for c in children]
+    rebuilds = [r for _, r in parts]
+    if all(r is None or r is _as_is for r in rebuilds):  # nothing per call; a child may have plain keys
+        same = all(p is c for (p, _), c in zip(parts, children))
+        flat = value if same else optree.tree_unflatten(spec, [p for p, _ in parts])
+        made = type(value) in (list, dict) or any(r is _as_is for r in rebuilds)
+        return flat, (_as_is if made else None)
+    flat = optree.tree_unflatten(spec, [p for p, _ in parts])
+
+    def rebuild_node(results: Any) -> Any:
+        leaves = optree.tree_flatten(results, is_leaf=lambda v: v is not results, none_is_leaf=True)[0]
+        return optree.tree_unflatten(spec, [r(x) if r is not None else x for r, x in zip(rebuilds, leaves)])
+
+    return flat, rebuild_node
 
 
-# Note [A template copied again from one reduction]
-# Each cached call makes the program's returned objects again from a template (``rebuild_object``).
-# ``_copied(template)`` on every call took the template's reduction again each time: copyreg's
-# ``_slotnames`` walked the class's MRO, and the class got ``__slotnames__`` set and deleted on every call
-# (a type write each way, which also empties the type's attribute cache). ``copy.copy`` makes a shallow
-# copy from ``template.__reduce_ex__(4)``: (func, args, state, list items, dict items). The template is
-# jitcore's own and never changes, so the reduction is taken once, in the pass, and each call makes the
-# copy from it as ``copy._reconstruct`` does. That gives ``copy.copy``'s object only where reducing again
-# would give the same parts, so the reduction is taken twice and kept only when both hold the very same
-# objects (a reduction that makes lists or dicts of its own would otherwise hand one of them to every
-# call's copy). A class with ``__copy__`` or a ``copyreg`` reducer, and any other reduction, is copied
-# by ``_copied`` on every call as before.
-def copier(template: Any) -> Callable[[], Any]:
-    """A function making ``copy.copy(template)`` again, leaving the class as eager leaves it."""
-    cls = type(template)
-    if getattr(cls, "__copy__", None) is not None or cls in copyreg.dispatch_table:
-        return lambda: _copied(template)
-    first, again = _reduction(template), _reduction(template)
-    if first is None or again is None or not _same_parts(first, again):
-        return lambda: _copied(template)
-    func, args, state, items, pairs = first
-
-    def copy_again() -> Any:
-        made = func(*args)
-        if state is not None:
-            _set_state(made, state)
-        for item in items:
-            made.append(item)
-        for key, item in pairs:
-            made[key] = item
-        return made
-
-    return copy_again
+def _as_is(result: Any) -> Any:
+    """The rebuild of a list or dict the trace prints: each call's is new already."""
+    return result
 
 
-def _reduction(template: Any) -> tuple | None:
-    """``template``'s reduction for ``copy.copy`` as (func, args, state, items, pairs), or None."""
-    cls = type(template)
-    had = "__slotnames__" in vars(cls)
-    try:
-        reduced = template.__reduce_ex__(4)
-    except Exception:  # noqa: BLE001 - left to ``_copied`` on every call, which raises as copy does
-        return None
-    finally:
-        if not had and "__slotnames__" in vars(cls):
-            with contextlib.suppress(AttributeError, TypeError):
-                delattr(cls, "__slotnames__")
-    if not isinstance(reduced, tuple) or not 2 <= len(reduced) <= 5:
-        return None
-    func, args, state, items, pairs = (*reduced, None, None, None)[:5]
-    return func, tuple(args), state, tuple(items or ()), tuple(pairs or ())
+# Note [Objects the program makes, anew on every call] (jit/call_copies.py)
+# Nothing traced is in ``value``, but the call still returns it anew where eager's does: a literal's
+# items are split (a caller's list inside is handed as itself, never printed: a copy), an object the
+# program made is a deep copy of the pass's per call, and the caller's objects are the very objects.
+_ATOMS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), range, slice)
 
 
-def _same_parts(first: tuple, again: tuple) -> bool:
-    """Whether two reductions hold the very same objects (the tuples and dicts they made, item by item)."""
+def _untraced(value: Any, depth: int, owner: Owner) -> Split:
+    """``_split`` of a value that holds nothing traced."""
+    kind = type(value)
+    literal = kind in (tuple, list, dict) or _is_namedtuple(value)
+    if kind in _ATOMS or not (literal or programs_own(value)):
+        return value, None  # shared by every call, as eagerly (a class, a function, a module, ...)
+    whose = owner(value)
+    if whose == "fixed":  # the very object on every call (printed, a list would be a copy)
+        return ((), lambda _results: value) if literal else (value, None)
+    if whose == "call":  # reached through the arguments: as the pass found it (not looked up per call)
+        return value, None
+    if literal and (kind not in (list, dict) or _holds_symbolic_number(value, depth)):
+        return _split_literal(value, depth, owner)  # a tuple, or per-call numbers: printed, item by item
+    make = made_anew(value, owner)  # a list or dict too: one a made object also holds is that one
+    return ((), lambda _results: make())
 
-    def same(a: Any, b: Any) -> bool:
-        if a is b:
-            return True
-        if type(a) is not type(b) or type(a) not in (tuple, dict):
-            return False
-        if type(a) is dict:
-            return list(a) == list(b) and all(a[k] is b[k] for k in a)
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
-    return all(same(a, b) for a, b in zip(first, again))
-
-
-def _set_state(made: Any, state: Any) -> None:
-    """The state part of a reduction set on a new object, as ``copy._reconstruct`` sets it."""
-    if hasattr(made, "__setstate__"):
-        made.__setstate__(state)
-        return
-    slots = None
-    if isinstance(state, tuple) and len(state) == 2:
-        state, slots = state
-    if state:
-        made.__dict__.update(state)
-    for name, item in (slots or {}).items():
-        setattr(made, name, item)
+def _per_call(value: Any, depth: int, owner: Owner) -> bool:
+    """Whether an attribute of an object the calls make again is each call's own: something traced, or
+    something the program made anew (Note [Objects the program makes, anew on every call])."""
+    if _holds_proxy(value, depth) or _holds_symbolic_shape(value, depth):
+        return True
+    return depth <= _MAX_DEPTH and _untraced(value, depth, owner)[1] is not None
 
 
 # Note [Closures over traced tensors]
@@ -319,7 +274,7 @@ def _in_order(rebuilt: Any, order: list | None) -> Any:
 _DICT_VIEWS = {type({}.keys()): dict.keys, type({}.values()): dict.values, type({}.items()): dict.items}
 
 
-def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | None]:
+def _split_typed(proxy: Proxy, depth: int, owner: Owner) -> Split:
     """A proxy of a subclass without ``__torch_dispatch__``: the computation returns its data (and
     the tensors its attributes hold); the result gets the class and the attributes back."""
     retype = _retyped(proxy)
@@ -328,9 +283,10 @@ def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | 
     attributes = dict(object.__getattribute__(proxy, "__dict__"))
     if not attributes:
         return proxy, retype
-    traced = [n for n, v in attributes.items() if _holds_proxy(v, depth + 1)]
+    traced = [n for n, v in attributes.items() if _per_call(v, depth + 1, owner)]
     constants = {n: v for n, v in attributes.items() if n not in traced}
-    parts = [_split(attributes[n], depth + 1) for n in traced]
+    copied_per_call = {n for n, v in constants.items() if type(v) in (dict, list, set) and owner(v) == "call"}
+    parts = [_split(attributes[n], depth + 1, owner) for n in traced]
 
     def rebuild(results: Any) -> Any:
         data, kids = (results[0], results[1:]) if traced else (results, ())
@@ -338,7 +294,7 @@ def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | 
             return data
         out = retype(data)
         for name, value in constants.items():  # Note [Attributes of a subclass output]
-            _set_attribute(out, name, copy.deepcopy(value) if type(value) in _FRESH_PER_CALL else value)
+            _set_attribute(out, name, copy.deepcopy(value) if name in copied_per_call else value)
         for name, (_, kid_rebuild), kid in zip(traced, parts, kids):
             _set_attribute(out, name, kid_rebuild(kid) if kid_rebuild is not None else kid)
         return out
@@ -350,9 +306,10 @@ def _split_typed(proxy: Proxy, depth: int) -> tuple[Any, Callable[[Any], Any] | 
 # A subclass without ``__torch_dispatch__`` carries Python attributes (``t.tag``, a
 # ``__torch_function__`` that stores ``extra_state`` on what it returns): while tracing they are in
 # its proxy's ``__dict__``. The computation returns plain data, so each call sets them on the result
-# as the trace left them: tensors among them are outputs of the computation, containers made by the
-# program are copied per call (eager makes a new one each call), other objects are shared.
-_FRESH_PER_CALL = (dict, list, set)
+# as the trace left them: tensors among them are outputs of the computation, containers and objects
+# made by the program are made anew per call (``_per_call``), the caller's objects are shared, except
+# a list, dict or set reached through the arguments (RedispatchTensor's ``call_log``, its input's): a
+# copy of it as the pass found it, as another call's input holds another one, not looked up per call.
 
 
 def _set_attribute(obj: torch.Tensor, name: str, value: Any) -> None:
@@ -397,11 +354,12 @@ def _retyped(proxy: Proxy) -> Callable[[Any], Any] | None:
     return retype
 
 
-def _split_container_subclass(value: dict | list, depth: int) -> tuple[Any, Callable[[Any], Any]]:
+def _split_container_subclass(value: dict | list, depth: int,
+                              owner: Owner) -> tuple[Any, Callable[[Any], Any]]:
     keys = list(dict.keys(value)) if isinstance(value, dict) else list(range(list.__len__(value)))
     getitem = dict.__getitem__ if isinstance(value, dict) else list.__getitem__
-    names = [n for n, v in getattr(value, "__dict__", {}).items() if _holds_proxy(v, depth + 1)]
-    copy_again = copier(_copied(value))  # Note [A template copied again from one reduction]
+    names = [n for n, v in getattr(value, "__dict__", {}).items() if _per_call(v, depth + 1, owner)]
+    copy_again = copier(copied(value))  # Note [A template copied again from one reduction]
     count = len(keys)
 
     def rebuild(kids: tuple) -> Any:
@@ -413,11 +371,12 @@ def _split_container_subclass(value: dict | list, depth: int) -> tuple[Any, Call
         return obj
 
     children = tuple(getitem(value, k) for k in keys) + tuple(getattr(value, n) for n in names)
-    return _node(children, rebuild, depth)
+    return _node(children, rebuild, depth, owner)
 
 
-def _node(children: tuple, make: Callable[[tuple], Any], depth: int) -> tuple[Any, Callable[[Any], Any]]:
-    parts = [_split(c, depth + 1) for c in children]
+def _node(children: tuple, make: Callable[[tuple], Any], depth: int,
+          owner: Owner) -> tuple[Any, Callable[[Any], Any]]:
+    parts = [_split(c, depth + 1, owner) for c in children]
     flat = tuple(p for p, _ in parts)
     rebuilds = [r for _, r in parts]
 
@@ -447,6 +406,21 @@ def _is_namedtuple(value: Any) -> bool:
 
 def _symbolic_shape(value: Any) -> bool:
     return type(value) is torch.Size and any(type(s) is torch.SymInt for s in value)
+
+
+def _holds_symbolic_number(value: Any, depth: int, _seen: set[int] | None = None) -> bool:
+    """Whether a symbolic number (each call's, a slot of the computation) is in ``value`` through tuples,
+    lists and dicts (each container visited once)."""
+    if symbolic_number_class(value) is not None:
+        return True
+    if depth > _MAX_DEPTH or type(value) not in _OPTREE_NODES:
+        return False
+    seen = _seen if _seen is not None else set()
+    if id(value) in seen:
+        return False
+    seen.add(id(value))
+    items = value.values() if isinstance(value, dict) else value
+    return any(_holds_symbolic_number(v, depth + 1, seen) for v in items)
 
 
 def _holds_symbolic_shape(value: Any, depth: int, _seen: set[int] | None = None) -> bool:

@@ -1,0 +1,247 @@
+"""Objects the program makes that hold nothing traced, made anew for each call as eager makes them.
+
+The trace prints tuples, lists and dicts as literals; any other object a program returns or stores (a
+set, an instance of the program's class, a deque, a ``WeakSet``) is made for each cached call as a deep
+copy of the pass's (``made_anew``, used by jit/outputs.py for the output and the stored values).
+
+Invariants:
+- one memo per call: every copy one call makes, for its output and for each of its effects, shares it, so
+  an object reachable from two places is one copy (``one_call``, ``in_one_call``);
+- the caller's objects, tensors and torch's other objects a made object reaches are never copied: the
+  memo holds them as themselves (``_Kept``);
+- weak references, weak containers and finalizers are made as the program made them, around the call's
+  copies (jit/weak_copies.py);
+- an object no copy makes faithfully (``copy.deepcopy`` refuses it, its class copies itself with code of
+  its own, a weak object jit/weak_copies.py does not know) is refused while tracing: the call is an eager
+  entry (JC-T001), never a shared object.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import copy
+import enum
+import sys
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from jitcore.errors import UnsupportedOperationError
+from jitcore.jit import weak_copies
+
+__all__ = ["in_one_call", "made_anew", "makers_made", "one_call", "programs_own"]
+
+Owner = Callable[[Any], "str | None"]
+
+# Note [Objects the program makes, anew on every call]
+# The trace prints tuples, lists and dicts as literals, so each call's are new; any other object in what
+# the program returns or stores was a constant: the very object the pass made, handed to every call. A
+# set, an instance of the program's class or a deque (``return x + 1, Info(steps=[])``, ``self.seen =
+# set()``) was one object across calls: what the caller did to one call's showed in the next call's. Such
+# an object is made anew for each call as a deep copy of the pass's, whose memo holds, as themselves, the
+# objects it reaches that are the caller's (``owner``), tensors and torch's other objects (``deepcopy``
+# itself keeps classes, functions and modules). An object ``deepcopy`` cannot copy (a lock), or copies by
+# running the program's own code (a ``__deepcopy__``, ``__reduce__`` or ``__reduce_ex__`` of a class
+# outside the standard library: eager never runs it), is refused while tracing: the call runs eagerly.
+# Left: an argument's list or dict that a made object holds is the pass's (a copy of the caller's), not
+# the one this call passes.
+_MUTABLE_BUILTINS = (set, bytearray, collections.deque, collections.OrderedDict, collections.defaultdict,
+                     collections.Counter, list, dict)
+_ATOMS = (int, float, bool, str, bytes, complex, type(None))
+_COPY_HOOKS = ("__deepcopy__", "__reduce__", "__reduce_ex__")
+
+
+def programs_own(value: Any) -> bool:
+    """Whether ``value`` is a mutable container or an instance of a class of Python code's (a weak
+    reference to one too)."""
+    kind = type(value)
+    if kind in _MUTABLE_BUILTINS:
+        return True
+    if kind is weakref.ref:
+        target = value()
+        return target is not None and programs_own(target)
+    module = kind.__module__ or "builtins"
+    if module == "builtins" or module.split(".")[0] in ("torch", "jitcore"):
+        return False  # functions, frozensets, ...; torch's objects (symbolic numbers, placements); jitcore's
+    if issubclass(kind, (type, types.ModuleType, torch.Tensor, enum.Enum)):
+        return False
+    return hasattr(value, "__dict__") or any(getattr(k, "__slots__", ()) for k in kind.__mro__[:-1])
+
+
+class _CallMemo(dict):
+    """A ``copy.deepcopy`` memo for one call: the objects every call shares as themselves, and the weak
+    objects made as the program made them when a copy first reaches them (``deepcopy`` asks ``get``)."""
+
+    __slots__ = ("trial", "weak")
+
+    def __init__(self, trial: bool = False) -> None:
+        super().__init__()
+        self.weak: dict[int, Any] = {}
+        self.trial = trial  # the pass's trial copy: a finalizer is made detached
+
+    def get(self, key: int, default: Any = None) -> Any:
+        found = dict.get(self, key, _NIL)
+        if found is not _NIL:
+            return found
+        original = self.weak.get(key)
+        if original is None:
+            return default
+        return weak_copies.remake(original, self, self.copied, register=not self.trial)
+
+    def copied(self, value: Any) -> Any:
+        return copy.deepcopy(value, self)
+
+
+_NIL = object()
+
+# Note [One call's copies share their objects]
+# Two objects the program made may hold one object (``self.obj = Obj(); self.fs = WeakSet([self.obj])``,
+# test_weakset's setUp; ``self.info = Info(); return self.info``). Copied each with a memo of its own, a
+# call's ``self.fs`` held a copy of ``self.obj`` that nothing else held (gone at once), and the returned
+# object was not the stored one. All the copies one call makes, for its output and for its effects, share
+# one memo, as one ``deepcopy`` of them all would: ``in_one_call`` opens it around the call's rebuilding
+# (jit/effects.py ``Effects.finish``, which also rebuilds the output), ``one_call`` around the output's
+# rebuild where the program has no effects; an inner one uses the memo already open.
+_MEMO: contextvars.ContextVar[_CallMemo | None] = contextvars.ContextVar("jitcore_call_memo", default=None)
+
+
+def in_one_call(run: Callable[[], Any]) -> Any:
+    """``run()`` with the copies it makes sharing one memo (Note [One call's copies share their objects])."""
+    if _MEMO.get() is not None:
+        return run()
+    token = _MEMO.set(_CallMemo())
+    try:
+        return run()
+    finally:
+        _MEMO.reset(token)
+
+
+def one_call(rebuild: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``rebuild`` run ``in_one_call``."""
+
+    def rebuild_one_call(results: Any) -> Any:
+        return in_one_call(lambda: rebuild(results))
+
+    return rebuild_one_call
+
+
+_MAKERS = [0]  # how many ``made_anew`` has made: whether a split makes objects anew (``makers_made``)
+
+
+def makers_made() -> int:
+    """How many functions ``made_anew`` has made so far."""
+    return _MAKERS[0]
+
+
+def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:
+    """A function making ``value``, an object the program made (``programs_own``), anew for a call."""
+    _MAKERS[0] += 1
+    kept, weak = _walk(value, owner)
+    trial = _CallMemo(trial=True)
+    trial.update(kept)
+    trial.weak.update(weak)
+    try:
+        copy.deepcopy(value, trial)
+    except Exception as error:  # noqa: BLE001 - any failure of the object's own copying
+        raise _refused(value, f"{type(error).__name__}: {error}") from None
+    finalizers = [item for item in weak.values() if isinstance(item, weakref.finalize)]
+    for item in finalizers:
+        weak_copies.take_finalizer(item)  # Note [A finalizer of an object the program made]
+
+    def make() -> Any:
+        memo = _MEMO.get()
+        if memo is None:
+            memo = _CallMemo()
+        memo.update(kept)
+        memo.weak.update(weak)
+        made = copy.deepcopy(value, memo)
+        for item in finalizers:  # registered on the call's copies, held by no copy
+            memo.copied(item)
+        return made
+
+    return make
+
+
+def _refused(value: Any, why: str) -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        f"the function returns or stores a {type(value).__qualname__} it made, which jitcore cannot make "
+        f"anew for each call ({why})",
+    )
+
+
+def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any]]:
+    """What ``value`` reaches that every call shares (the caller's objects, tensors and torch's other
+    objects: kept as themselves) and the weak objects in it (made by jit/weak_copies.py); refuses an
+    object no copy makes faithfully."""
+    kept: dict[int, Any] = {}
+    weak: dict[int, Any] = {}
+    seen: set[int] = set()
+    todo = [value]
+    finalizers = weak_copies.finalizers_by_object()
+    while todo:
+        item = todo.pop()
+        if id(item) in seen or type(item) in _ATOMS:
+            continue
+        seen.add(id(item))
+        if item is not value and (_torchs_own(item) or owner(item) is not None):
+            kept[id(item)] = item
+            continue
+        if weak_copies.is_weak(item):
+            if not weak_copies.knows(item):
+                raise _refused(value, f"it holds a {type(item).__qualname__}")
+            weak[id(item)] = item
+            todo.extend(weak_copies.held(item))
+            continue
+        for found in finalizers.get(id(item), ()):  # a finalizer on it: no object holds the finalizer
+            todo.append(found)
+        hook = _own_copy_hook(type(item))
+        if hook is not None:
+            raise _refused(value, f"{type(item).__qualname__} copies itself with its own {hook}")
+        todo.extend(_held(item))
+    return kept, weak
+
+
+def _torchs_own(value: Any) -> bool:
+    """A tensor, or another object of torch's or jitcore's (a symbolic number, a placement, a record)."""
+    package = (type(value).__module__ or "").split(".")[0]
+    return isinstance(value, torch.Tensor) or package in ("torch", "jitcore")
+
+
+def _own_copy_hook(kind: type) -> str | None:
+    """The copy hook ``deepcopy`` would run that a class outside the standard library defines."""
+    for klass in kind.__mro__:
+        module = (klass.__module__ or "builtins").split(".")[0]
+        if module in sys.stdlib_module_names or module in ("builtins", "_weakrefset"):
+            continue
+        for hook in _COPY_HOOKS:
+            if hook in vars(klass):
+                return hook
+    return None
+
+
+def _held(value: Any) -> list[Any]:
+    """What ``deepcopy`` copies of ``value``: items, keys, attributes and slots (nothing of a class, a
+    function or a module, which it keeps)."""
+    kind = type(value)
+    if issubclass(kind, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)):
+        return []
+    if kind is types.MethodType:
+        return [value.__self__]
+    found: list[Any] = []
+    if issubclass(kind, (tuple, list, set, frozenset, collections.deque)):
+        found.extend(value)
+    elif issubclass(kind, dict):
+        found.extend(k for pair in dict.items(value) for k in pair)
+        factory = getattr(value, "default_factory", None)
+        if factory is not None:
+            found.append(factory)
+    found.extend(getattr(value, "__dict__", {}).values())
+    for klass in kind.__mro__:
+        for slot in getattr(klass, "__slots__", ()):
+            if isinstance(slot, str) and slot not in ("__dict__", "__weakref__") and hasattr(value, slot):
+                found.append(getattr(value, slot))
+    return found

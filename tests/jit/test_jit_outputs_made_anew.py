@@ -1,0 +1,339 @@
+"""Objects a program makes and returns or stores are new on every call, as eagerly; the caller's objects
+they hold are those very objects (Note [Objects the program makes, anew on every call],
+jitcore/jit/call_copies.py).
+
+Differential: each program runs several calls eagerly and jitted; after each call the caller changes
+every container and object it got, and the next call's output must still equal eager's, with the
+caller's objects inside it identical.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jitcore
+
+GLOBAL_LIST = [5]
+GLOBAL_DICT = {"k": 1}
+
+
+class Info:
+    def __init__(self, t: torch.Tensor | None = None) -> None:
+        self.t = t
+        self.steps: list = []
+
+
+def _described(value: Any) -> Any:
+    """What a value is, compared across eager and jitted calls: tensors by value, the caller's objects by
+    identity, everything else by type and contents."""
+    if value is GLOBAL_LIST or value is GLOBAL_DICT:
+        return ("caller's", id(value))
+    if isinstance(value, torch.Tensor):
+        return ("T", value.tolist())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_described(v) for v in value])
+    if isinstance(value, dict):
+        return ("dict", [(k, _described(v)) for k, v in value.items()])
+    if isinstance(value, set):
+        return ("set", sorted(value))
+    if isinstance(value, Info):
+        return ("Info", _described(vars(value)))
+    return value
+
+
+def _scribble(value: Any, seen: set[int] | None = None) -> None:
+    """What a caller may do to what it got: change every container and object of the call's."""
+    seen = set() if seen is None else seen
+    if id(value) in seen or value is GLOBAL_LIST or value is GLOBAL_DICT:
+        return
+    seen.add(id(value))
+    if isinstance(value, (list, tuple)):
+        for v in list(value):
+            _scribble(v, seen)
+        if isinstance(value, list):
+            value.append("scribbled")
+    elif isinstance(value, dict):
+        for v in list(value.values()):
+            _scribble(v, seen)
+        value["scribbled"] = True
+    elif isinstance(value, set):
+        value.add(-1)
+    elif isinstance(value, Info):
+        _scribble(vars(value), seen)
+
+
+def _compare(fn, calls: int = 3) -> Any:
+    jitted = jitcore.jit(fn)
+    for i in range(calls):
+        x = torch.arange(3.0) + i
+        got, want = jitted(x), fn(x)
+        assert _described(got) == _described(want), f"call {i}"
+        _scribble(got)
+        _scribble(want)
+    assert jitcore.cache_misses(jitted) == 1
+    return jitted
+
+
+def test_a_returned_objects_list_is_its_own_on_every_call():
+    def f(x):
+        info = Info(x + 1)
+        info.steps.append(1)
+        return info
+
+    _compare(f)
+
+
+def test_a_returned_set_and_an_object_without_tensors_are_new_on_every_call():
+    _compare(lambda x: (x * 2, {1, 2}, Info()))
+
+
+def test_objects_stored_into_the_callers_object_are_new_on_every_call():
+    class State:
+        pass
+
+    def f(x, s):
+        s.seen = {1}
+        s.info = Info()
+        s.info.steps.append(2)
+        return x + 1
+
+    jitted = jitcore.jit(f)
+    for i in range(3):
+        s, e = State(), State()
+        jitted(torch.ones(2) * i, s)
+        f(torch.ones(2) * i, e)
+        assert (s.seen, s.info.steps) == (e.seen, e.info.steps)
+        s.seen.add(9)
+        s.info.steps.append(9)
+    assert jitcore.cache_misses(jitted) == 1
+
+
+def test_the_callers_objects_inside_a_new_object_are_the_very_objects():
+    def f(x):
+        info = Info(x - 1)
+        info.steps = [GLOBAL_LIST, []]
+        info.table = GLOBAL_DICT
+        return info
+
+    jitted = _compare(f)
+    out = jitted(torch.zeros(3))
+    assert out.steps[0] is GLOBAL_LIST and out.table is GLOBAL_DICT
+
+
+class Tagged(torch.Tensor):
+    """A subclass without ``__torch_dispatch__`` carrying Python attributes."""
+
+
+def test_a_subclass_outputs_attributes_keep_the_callers_objects_and_renew_the_programs():
+    def f(x):
+        out = (x + 1).as_subclass(Tagged)
+        out.table = GLOBAL_DICT
+        out.notes = ["made"]
+        return out
+
+    jitted = jitcore.jit(f)
+    for i in range(3):
+        out, want = jitted(torch.ones(2) * i), f(torch.ones(2) * i)
+        assert type(out) is Tagged and torch.equal(out, want)
+        assert out.table is GLOBAL_DICT and out.notes == want.notes == ["made"]
+        out.notes.append("scribbled")
+    assert jitcore.cache_misses(jitted) == 1
+
+
+def test_an_object_no_copy_can_make_again_runs_eagerly():
+    def f(x):
+        info = Info()
+        info.lock = threading.Lock()
+        return x + 1, info
+
+    jitted = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="cannot make anew"):
+        got = jitted(torch.ones(2))
+    assert torch.equal(got[0], torch.ones(2) + 1) and type(got[1].lock) is type(threading.Lock())
+    assert got[1] is not jitted(torch.ones(2))[1]
+
+
+_LEAVES = st.sampled_from(["tensor", "global_list", "global_dict", "int", "set", "empty_list"])
+
+
+def _recipes() -> st.SearchStrategy:
+    return st.recursive(
+        _LEAVES,
+        lambda inner: st.one_of(
+            st.tuples(st.just("list"), st.lists(inner, max_size=3)),
+            st.tuples(st.just("tuple"), st.lists(inner, max_size=3)),
+            st.tuples(st.just("dict"), st.lists(inner, max_size=3)),
+            st.tuples(st.just("info"), st.lists(inner, max_size=2)),
+        ),
+        max_leaves=8,
+    )
+
+
+def _built(recipe: Any, x: torch.Tensor) -> Any:
+    if recipe == "tensor":
+        return x * 2
+    if recipe == "global_list":
+        return GLOBAL_LIST
+    if recipe == "global_dict":
+        return GLOBAL_DICT
+    if recipe == "int":
+        return 7
+    if recipe == "set":
+        return {3, 4}
+    if recipe == "empty_list":
+        return []
+    kind, parts = recipe
+    items = [_built(p, x) for p in parts]
+    if kind == "list":
+        return items
+    if kind == "tuple":
+        return tuple(items)
+    if kind == "dict":
+        return {f"k{i}": v for i, v in enumerate(items)}
+    info = Info(items[0] if items else None)
+    info.steps = items[1:]
+    return info
+
+
+@settings(max_examples=40, deadline=None)
+@given(_recipes())
+def test_any_nesting_of_new_and_caller_objects_is_eagers_on_every_call(recipe):
+    def f(x):
+        return _built(recipe, x)
+
+    _compare(f)
+
+
+def test_objects_made_in_one_call_hold_one_another_as_eagerly():
+    """``self.obj = Obj(); self.fs = WeakSet([self.obj])`` (test_weakset's setUp): a WeakSet's deep copy
+    kept the pass's weak references, so a call's ``s.fs`` did not hold its ``s.obj``; and one object
+    stored and returned is one object (Note [One call's copies share their objects], jit/call_copies.py)."""
+
+    class State:
+        pass
+
+    def f(x, s):
+        s.obj = Info()
+        s.fs = weakref.WeakSet([s.obj])
+        s.pair = [s.obj, Info()]
+        return x + 1, s.obj, s.obj.steps
+
+    jitted = jitcore.jit(f)
+    seen = []
+    for _ in range(3):
+        s = State()
+        out = jitted(torch.ones(2), s)
+        assert len(s.fs) == 1 and s.obj in s.fs and s.pair[0] is s.obj and s.pair[1] is not s.obj
+        assert out[1] is s.obj and out[2] is s.obj.steps and torch.equal(out[0], torch.ones(2) + 1)
+        assert all(s.obj is not old() for old in seen)  # not an earlier call's
+        seen.append(weakref.ref(s.obj))
+        del s.obj, s.pair, out
+        gc.collect()
+        assert len(s.fs) == 0  # the call's object was held only by what the caller dropped, as eagerly
+    assert jitcore.cache_misses(jitted) == 1
+
+
+class Node:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _weak_program(x: torch.Tensor, keep: list) -> tuple:
+    a, b = Node("a"), Node("b")
+    keys = weakref.WeakKeyDictionary({a: [1], keep[0]: [2]})
+    values = weakref.WeakValueDictionary({"a": a, "kept": keep[0]})
+    b.parent = weakref.ref(a)
+    b.dead = weakref.ref(Node("gone"))
+    return x * 2, a, b, keys, values
+
+
+def _weak_described(out: tuple, keep: list) -> tuple:
+    _, a, b, keys, values = out
+    return (b.parent() is a, b.dead() is None, sorted((k.name, v) for k, v in keys.items()),
+            keys[keep[0]] == [2], values["a"] is a, values["kept"] is keep[0], len(keys), len(values))
+
+
+def test_weak_references_and_containers_point_at_the_calls_own_objects():
+    """A ``weakref.ref``, ``WeakKeyDictionary`` and ``WeakValueDictionary`` the program made refer to
+    this call's objects (the caller's as themselves), and die with them, as eagerly."""
+    keep = [Node("kept")]
+    jitted = jitcore.jit(_weak_program)
+    for i in range(3):
+        x = torch.ones(2) * i
+        got, want = jitted(x, keep), _weak_program(x, keep)
+        assert _weak_described(got, keep) == _weak_described(want, keep) == (
+            True, True, [("a", [1]), ("kept", [2])], True, True, True, 2, 2)
+        assert torch.equal(got[0], want[0])
+        got[3][got[1]].append("scribbled")  # the next call's dictionary is its own
+        keys, values, parent = got[3], got[4], got[2].parent
+        del got, want
+        gc.collect()
+        assert (len(keys), len(values), parent()) == (1, 1, None)  # only the caller's object is left
+    assert jitcore.cache_misses(jitted) == 1
+
+
+def test_a_finalizer_the_program_registers_runs_once_per_call_as_eagerly():
+    log: list = []
+
+    def f(x):
+        node = Node("n")
+        weakref.finalize(node, log.append, "finalized")
+        return x + 1, node
+
+    for fn in (f, jitcore.jit(f)):
+        log.clear()
+        for _ in range(3):
+            out = fn(torch.ones(2))
+            del out
+            gc.collect()
+        assert log == ["finalized"] * 3, fn
+
+
+def test_a_dict_keyed_by_objects_the_program_made_holds_the_calls_own_keys():
+    def f(x):
+        items = [Node(c) for c in "ab"]
+        return x - 1, items, dict.fromkeys(items, 0)
+
+    jitted = jitcore.jit(f)
+    seen: list = []
+    for _ in range(3):
+        _, items, table = jitted(torch.ones(2))
+        assert list(table) == items and all(k is i for k, i in zip(table, items))
+        assert not any(old() is items[0] for old in seen)  # not an earlier call's
+        seen.append(weakref.ref(items[0]))
+    assert jitcore.cache_misses(jitted) == 1
+
+
+class CopiesItself:
+    copies = 0
+
+    def __init__(self) -> None:
+        self.steps: list = []
+
+    def __deepcopy__(self, memo: dict) -> CopiesItself:
+        CopiesItself.copies += 1  # a side effect eager never has: nothing copies in the program
+        made = CopiesItself()
+        made.steps = list(self.steps)
+        return made
+
+
+def test_an_object_that_copies_itself_is_never_copied_nor_shared():
+    """Copying it would run its own ``__deepcopy__`` (eager never does); sharing it hands one object to
+    every call: the call runs eagerly (JC-T001)."""
+
+    def f(x):
+        return x + 1, CopiesItself()
+
+    jitted = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="copies itself"):
+        first = jitted(torch.ones(2))
+    second = jitted(torch.ones(2))
+    assert first[1] is not second[1] and CopiesItself.copies == 0
