@@ -437,7 +437,7 @@ class Pass(StateReads):
             store_attr=lambda _frame, obj, name, value: self.held.store_attr(obj, name, value),
             format_field=format_field,
             format_percent=format_percent,
-            native_call=call_watched,  # Note [Python code a C call ran natively]
+            native_call=self._interpreters_native_call,
             on_type_lookup=lambda _obj, t, name: self.provenance.bind_type_lookup(t, name),
             type_of=python_type,
             max_depth=limit.max_depth,
@@ -653,6 +653,13 @@ class Pass(StateReads):
         with numbers.values_in_objects(fn, args, kwargs) if self._has_numbers() else contextlib.nullcontext():
             result = offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
         return self.keys.dereferenced(result) if calls_weakref(fn) else result
+
+    @staticmethod
+    def _interpreters_native_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """A C call the interpreter makes for the program's operation (a container's text for an
+        f-string field, ``sorted``'s comparisons): Note [Python code a C call ran natively]."""
+        refuse_text_of_tensors(fn, args, kwargs)  # f"{[x]}": Note [A container's text], tensor_text.py
+        return call_watched(fn, args, kwargs)
 
     def _native_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):

@@ -6,7 +6,9 @@ formats it into a message) saw that text: a wrong answer, and a ``print`` that r
 Such a call now stops tracing with UnsupportedOperationError (JC-T001): without ``fullgraph`` the call
 runs eagerly (Note [Eager entries], jit/api.py), as torch.compile breaks its graph at ``print``.
 
-Invariant: the check is made where the program calls a text builtin (``Pass._opaque_call``), where
+Invariant: the check is made where the program calls a text builtin (``Pass._opaque_call``), where the
+interpreter makes such a C call for the program's instruction (a container's text: Note [A container's
+text]), where
 the interpreter calls a proxy's ``__repr__`` itself (an f-string's ``!r``, a Python ``__repr__`` calling
 ``repr(self.weight)``), and where C code the program called reaches ``Tensor.__format__`` or
 ``Tensor.__repr__`` through ``__torch_function__`` (``"{}".format(x)``: langctx/torch.py), which must
@@ -22,6 +24,7 @@ refuses only where the program needs the characters while tracing.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from types import FunctionType
 from typing import Any
@@ -41,12 +44,25 @@ __all__ = [
 _TEXT_FUNCTIONS = frozenset(map(id, (repr, str, ascii, format, print, object.__format__, object.__str__,
                                      object.__repr__, str.__mod__)))  # by identity: some are unhashable
 TENSOR_TEXT_METHODS = (torch.Tensor.__format__, torch.Tensor.__repr__)
+_PERCENT = frozenset(map(id, (operator.mod, operator.imod)))
 
 
 def refuse_text_of_tensors(fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
-    """Raise JC-T001 when ``fn`` turns a traced tensor among its arguments into text."""
-    if id(fn) in _TEXT_FUNCTIONS and tree_has((args, kwargs), TensorProxy):
+    """Raise JC-T001 when ``fn`` turns a traced tensor among its arguments into text (``str % values``
+    included, as the interpreter calls ``operator.mod`` for a tuple or dict of values)."""
+    text = id(fn) in _TEXT_FUNCTIONS or (id(fn) in _PERCENT and bool(args) and type(args[0]) is str)
+    if text and tree_has((args, kwargs), TensorProxy):
         refuse_text(getattr(fn, "__qualname__", str(fn)))
+
+
+# Note [A container's text]
+# ``repr(x)`` or ``f"{x}"`` of a traced tensor is seen where the program makes it. A container's text is
+# made by C: ``f"{[x]}"``, ``f"{d!r}"``, a dataclass's generated ``__repr__`` (``f"...{self.losses!r}"``)
+# and a namedtuple's (``"(a=%r, b=%r)" % self``) are C calls the interpreter makes for the program's own
+# instruction (``Hooks.native_call``), and C called each traced tensor's native ``__repr__``: the text
+# said ``TensorProxy(t0, ...)`` on every call, a wrong answer (``x * len(repr(state))``). The interpreter's
+# native calls are checked as the program's calls of text functions are; ``operator.mod`` of a str
+# template is ``str % values``.
 
 
 def refuse_text(name: str) -> None:

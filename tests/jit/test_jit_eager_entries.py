@@ -6,6 +6,8 @@ and ``with`` exits run), and the thread's settings are put back after it."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import warnings
 
 import pytest
@@ -136,6 +138,14 @@ def test_with_exits_run_for_the_stop() -> None:
     assert torch._C._is_torch_function_enabled()  # noqa: SLF001
 
 
+@dataclasses.dataclass
+class _Log:
+    losses: list
+
+
+_Pair = collections.namedtuple("_Pair", "a b")
+
+
 @pytest.mark.parametrize(
     "fn",
     [
@@ -144,8 +154,18 @@ def test_with_exits_run_for_the_stop() -> None:
         lambda x: "%s" % (x * 2),  # noqa: UP031 - the C path under test
         lambda x: (print([x * 2]), x + 1)[1],  # inside another argument: the pass would make the text
         lambda x: repr(x.requires_grad_()),  # its text names its autograd node
+        # a container's text, made by C for an f-string field or a Python __repr__ (the interpreter's
+        # native calls): Note [A container's text]
+        lambda x: f"{[x * 2]}",
+        lambda x: f"{ {'k': (x * 2, 1)}!r}",
+        lambda x: repr(_Log([x * 2])),  # a dataclass's generated __repr__: f"...{self.losses!r}"
+        lambda x: x * len(repr(_Log([x]))),
+        lambda x: repr(_Pair(x * 2, 1)),  # a namedtuple's __repr__: "(a=%r, b=%r)" % self
+        lambda x: f"{[_Log([x * 2])]}",
     ],
-    ids=["len_of_repr", "compared", "percent", "print_in_a_list", "requires_grad"],
+    ids=["len_of_repr", "compared", "percent", "print_in_a_list", "requires_grad", "fstring_list",
+         "fstring_dict_repr", "dataclass_repr", "dataclass_repr_length", "namedtuple_repr",
+         "fstring_list_of_dataclasses"],
 )
 def test_the_text_of_a_tensor_runs_eagerly(fn, capsys) -> None:
     """A traced tensor's text was jitcore's (``TensorProxy(t0, "cpu f32[4]")``): a wrong answer. Where the
