@@ -53,6 +53,10 @@ _MUTABLE_BUILTINS = (set, bytearray, collections.deque, collections.OrderedDict,
                      collections.Counter, list, dict)
 _ATOMS = (int, float, bool, str, bytes, complex, type(None))
 _COPY_HOOKS = ("__deepcopy__", "__reduce__", "__reduce_ex__")
+# what ``deepcopy``'s reconstruction calls on a copy (Note [A copy runs no code of the program's])
+_REBUILT_BY = ("__new__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__",
+               "__setitem__", "append", "extend")
+_REBUILT_BY_CALLING = (set, frozenset, collections.deque)  # their reduction calls the class itself
 
 
 def programs_own(value: Any) -> bool:
@@ -200,7 +204,7 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any]]:
             todo.append(found)
         hook = _own_copy_hook(type(item))
         if hook is not None:
-            raise _refused(value, f"{type(item).__qualname__} copies itself with its own {hook}")
+            raise _refused(value, f"a copy of a {type(item).__qualname__} would run its own {hook}")
         todo.extend(_held(item))
     return kept, weak
 
@@ -211,16 +215,33 @@ def _torchs_own(value: Any) -> bool:
     return isinstance(value, torch.Tensor) or package in ("torch", "jitcore")
 
 
+# Note [A copy runs no code of the program's]
+# ``deepcopy`` copies an instance of a class by its reduction: it calls ``cls.__new__``, asks
+# ``__getstate__``/``__getnewargs__``, hands the state to ``__setstate__``, and fills a dict subclass
+# item by item (``y[k] = v``), a list subclass by ``append``/``extend``; a set or deque subclass's
+# reduction calls the class (``__init__``). Where the program's class defines one of these, each call's
+# copy ran the program's code where eager never does (a ``__setitem__`` logging its keys logged them
+# again on every call: a wrong answer). Such an object is refused like one with its own copy hook:
+# the call runs eagerly. Methods the standard library wrote into the class (a dataclass's
+# ``__getstate__`` with ``slots=True``) are the library's, not the program's.
 def _own_copy_hook(kind: type) -> str | None:
-    """The copy hook ``deepcopy`` would run that a class outside the standard library defines."""
+    """The method of the program's a copy of a ``kind`` would run: a copy hook, or one that
+    ``deepcopy``'s reconstruction calls (Note [A copy runs no code of the program's])."""
+    names = (*_COPY_HOOKS, *_REBUILT_BY, *(("__init__",) if issubclass(kind, _REBUILT_BY_CALLING) else ()))
     for klass in kind.__mro__:
-        module = (klass.__module__ or "builtins").split(".")[0]
-        if module in sys.stdlib_module_names or module in ("builtins", "_weakrefset"):
+        if _librarys(klass.__module__):
             continue
-        for hook in _COPY_HOOKS:
-            if hook in vars(klass):
-                return hook
+        for name in names:
+            method = vars(klass).get(name)
+            if method is not None and not _librarys(getattr(method, "__module__", None) or klass.__module__):
+                return name
     return None
+
+
+def _librarys(module: str | None) -> bool:
+    """Whether ``module`` is the standard library's (or a builtin's)."""
+    package = (module or "builtins").split(".")[0]
+    return package in sys.stdlib_module_names or package in ("builtins", "_weakrefset")
 
 
 def _held(value: Any) -> list[Any]:

@@ -9,8 +9,10 @@ caller's objects inside it identical.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
+import warnings
 import weakref
 from typing import Any
 
@@ -333,7 +335,80 @@ def test_an_object_that_copies_itself_is_never_copied_nor_shared():
         return x + 1, CopiesItself()
 
     jitted = jitcore.jit(f)
-    with pytest.warns(UserWarning, match="copies itself"):
+    with pytest.warns(UserWarning, match="would run its own __deepcopy__"):
         first = jitted(torch.ones(2))
     second = jitted(torch.ones(2))
     assert first[1] is not second[1] and CopiesItself.copies == 0
+
+
+KEYS_SET: list = []
+
+
+class LoggedDict(dict):
+    def __setitem__(self, key: Any, value: Any) -> None:
+        KEYS_SET.append(key)
+        super().__setitem__(key, value)
+
+
+class LoggedList(list):
+    def append(self, value: Any) -> None:
+        KEYS_SET.append(value)
+        super().append(value)
+
+
+class LoggedSet(set):
+    def __init__(self, items: Any = ()) -> None:
+        KEYS_SET.append("init")
+        super().__init__(items)
+
+
+class WithState:
+    def __init__(self) -> None:
+        self.steps = [1]
+
+    def __setstate__(self, state: dict) -> None:
+        KEYS_SET.append("setstate")
+        self.__dict__.update(state)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LoggedDict(a=1),  # dict(a=1) runs no __setitem__; a copy sets each item
+    lambda: LoggedList([1, 2]),  # list.__init__ runs no append; a copy appends
+    lambda: LoggedSet("ab"),
+    WithState,
+], ids=["dict_setitem", "list_append", "set_init", "setstate"])
+def test_an_object_whose_copy_would_run_the_programs_code_runs_eagerly(make):
+    """Note [A copy runs no code of the program's]: a per-call copy of a dict subclass set each item
+    through the program's ``__setitem__`` (a log eager leaves at its own entries grew on every call)."""
+
+    def f(x):
+        return x + 1, make()
+
+    KEYS_SET.clear()
+    eager = [f(torch.ones(2))[1] for _ in range(3)]
+    expected = list(KEYS_SET)
+    KEYS_SET.clear()
+    jitted = jitcore.jit(f)
+    with pytest.warns(UserWarning, match="would run its own"):
+        got = [jitted(torch.ones(2))[1] for _ in range(3)]
+    contents = [vars(v) if isinstance(v, WithState) else v for v in (*got, *eager)]
+    assert KEYS_SET == expected and contents[:3] == contents[3:] and got[0] is not got[1]
+
+
+@dataclasses.dataclass(slots=True)
+class Slotted:
+    steps: list
+
+
+def test_methods_the_standard_library_wrote_are_not_the_programs():
+    """A dataclass with ``slots=True`` has ``__getstate__``/``__setstate__`` written by dataclasses: made
+    anew per call, no eager entry."""
+
+    def f(x):
+        return x + 1, Slotted([1])
+
+    jitted = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first, second = jitted(torch.ones(2))[1], jitted(torch.ones(2))[1]
+    assert first == second == Slotted([1]) and first is not second and first.steps is not second.steps
