@@ -200,6 +200,8 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any]]:
             weak[id(item)] = item
             todo.extend(weak_copies.held(item))
             continue
+        if isinstance(item, _KEPT_AS_THEMSELVES):
+            continue  # Note [Finalizers on what a copy keeps]
         for found in finalizers.get(id(item), ()):  # a finalizer on it: no object holds the finalizer
             todo.append(found)
         hook = _own_copy_hook(type(item))
@@ -207,6 +209,16 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any]]:
             raise _refused(value, f"a copy of a {type(item).__qualname__} would run its own {hook}")
         todo.extend(_held(item))
     return kept, weak
+
+
+# Note [Finalizers on what a copy keeps]
+# ``deepcopy`` keeps classes, functions, builtins and modules as themselves, so nothing of theirs is made
+# anew, and a finalizer watching one is not the program's: torch.compile registers finalizers on the
+# classes its guards check (``int``, ``torch.Tensor``). A list of classes the program returned took
+# dynamo's finalizer on ``int`` as its own: detached it, and copied it on every call, which reached
+# dynamo's guard managers and raised "cannot pickle 'RootGuardManager'" (after any torch.compile in the
+# process, tests/jit/test_pytree_calls.py after test_jit_control_flow.py).
+_KEPT_AS_THEMSELVES = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType)
 
 
 def _torchs_own(value: Any) -> bool:

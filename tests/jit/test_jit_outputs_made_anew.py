@@ -412,3 +412,25 @@ def test_methods_the_standard_library_wrote_are_not_the_programs():
         warnings.simplefilter("error")
         first, second = jitted(torch.ones(2))[1], jitted(torch.ones(2))[1]
     assert first == second == Slotted([1]) and first is not second and first.steps is not second.steps
+
+
+def test_a_finalizer_on_a_class_the_output_names_is_left_alone():
+    """Note [Finalizers on what a copy keeps]: torch.compile watches classes with finalizers (their
+    arguments reach its guard managers, which no copy can make). Such a finalizer on a class in a returned
+    list was taken as the program's: detached, and copied on every call (which raised)."""
+    lock = threading.Lock()  # what deepcopy refuses, as dynamo's guard managers
+    watcher = weakref.finalize(int, lambda held: None, lock)  # as torch.compile's on int
+
+    def f(x):
+        return x + 1, [type(1), 1]  # noqa: UP003 - a class reached through no path
+
+    jitted = jitcore.jit(f)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no eager entry: the finalizer is not the program's to copy
+            for _ in range(3):
+                out = jitted(torch.ones(2))
+                assert out[1] == [int, 1]
+        assert watcher.alive and jitted.fallback_reason is None
+    finally:
+        watcher.detach()
