@@ -5,7 +5,9 @@ Invariants:
 - the bytes and the errors are C's: ``pickle._Pickler`` writes what ``_pickle.Pickler`` writes (Note [The
   Python pickler writes C's bytes]); arguments that do not bind to its signature get C's own error, and
   where the Python pickler refuses (PicklingError), the program gets C's exception (Note [C's words for
-  what cannot be pickled]);
+  what cannot be pickled]); a bad protocol is C's error, checked first;
+- ``pickle.dump`` calls the program's ``file.write`` once, with all the bytes, and not at all where the
+  pickling is refused (Note [pickle.dump writes the file once]);
 - a graph of built-in values only (numbers, text, bytes, lists, tuples, dicts, sets, and instances of
   classes written in C) is pickled by C: the interpreter's hooks see those values where the program
   read them, and C reads nothing of them that a Python attribute read would;
@@ -50,23 +52,59 @@ _SIGNATURES = {_PY_DUMPS: inspect.signature(_PY_DUMPS), _PY_DUMP: inspect.signat
 # It is slower (interpreted while tracing), so a graph of built-in values alone stays with C.
 def dumps(*args: object, **kwargs: object) -> object:
     """``pickle.dumps(obj, protocol=None, *, fix_imports=True, buffer_callback=None)`` (the Note above)."""
-    return _pickled(_C_DUMPS, _PY_DUMPS, args, kwargs)
-
-
-def dump(*args: object, **kwargs: object) -> object:
-    """``pickle.dump(obj, file, protocol=None, *, fix_imports=True, buffer_callback=None)``."""
-    return _pickled(_C_DUMP, _PY_DUMP, args, kwargs)
-
-
-def _pickled(native: object, python: object, args: tuple, kwargs: dict) -> object:
     run = active_run()
-    if not _binds(python, args, kwargs) or built_in_values(args[0]):
-        return opaque(run, native, args, kwargs)  # (with arguments that do not bind: C's own error)
+    arguments = _arguments(_PY_DUMPS, args, kwargs)
+    if arguments is None or built_in_values(arguments["obj"]):
+        return opaque(run, _C_DUMPS, args, kwargs)  # (with arguments that do not bind: C's own error)
+    _check_protocol(run, arguments)
+    return _pickled(run, arguments)
+
+
+# Note [pickle.dump writes the file once]
+# C's ``pickle.dump(obj, file)`` pickles into its own buffer and writes it to ``file`` at the end, one
+# ``file.write(bytes)``; the Python pickler writes every opcode as it goes. Interpreted, a graph refused
+# part-way left the opcodes before the refusal in the file where C writes nothing (protocol 0: 116 bytes,
+# 2: 56, 4: 2; /tmp/cpy50-probes/pkfile.py), and a file that counts its writes saw dozens of calls. So
+# ``dump`` is ``dumps`` followed by one call of the program's ``file.write``, looked up (through the
+# program's ``__getattr__`` if any) after C's check of the protocol and before the pickling, in C's order;
+# no ``write`` attribute is C's TypeError. The one difference left: C also writes early where a single
+# str/bytes payload or a protocol 4+ frame passes 64 KiB (several writes of the same bytes in all, and
+# those pieces stay written if the pickling is refused after them); here the bytes come in one write.
+def dump(*args: object, **kwargs: object) -> object:
+    """``pickle.dump(obj, file, protocol=None, *, fix_imports=True, buffer_callback=None)`` (the Note
+    above)."""
+    run = active_run()
+    arguments = _arguments(_PY_DUMP, args, kwargs)
+    if arguments is None or built_in_values(arguments["obj"]):
+        return opaque(run, _C_DUMP, args, kwargs)  # (with arguments that do not bind: C's own error)
+    _check_protocol(run, arguments)
+    write = _file_write(run, arguments.pop("file"))
+    call(run, write, (_pickled(run, arguments),), None)
+    return None
+
+
+def _check_protocol(run: object, arguments: dict) -> None:
+    """C's error for a protocol C refuses (``'str' object cannot be interpreted as an integer``, ``pickle
+    protocol must be <= 5``), which C checks first; the Python pickler compares it with ints instead."""
+    opaque(run, _C_DUMPS, (None,), {"protocol": arguments.get("protocol")})
+
+
+def _file_write(run: object, file: object) -> object:
+    """``file.write`` as the program looks it up, C's TypeError where it has none."""
     try:
-        return call(run, python, args, kwargs)
+        return call(run, getattr, (file, "write"), None)
+    except AttributeError:
+        pass
+    raise TypeError("file must have a 'write' attribute")
+
+
+def _pickled(run: object, arguments: dict) -> object:
+    """The Python pickler's bytes for ``dumps``'s ``arguments``, or C's exception where it refuses."""
+    try:
+        return call(run, _PY_DUMPS, (), arguments)
     except pickle.PicklingError as error:
         refusal = error
-    raise _c_refusal(run, python, args, kwargs) or refusal
+    raise _c_refusal(run, arguments) or refusal
 
 
 # Note [C's words for what cannot be pickled]
@@ -80,25 +118,23 @@ def _pickled(native: object, python: object, args: tuple, kwargs: dict) -> objec
 # classes, instances and functions, lambdas, renamed and unimportable classes, bad ``__reduce__`` results,
 # locks, generators, modules, frames) times protocols 0, 2, 4, 5: the same type and text as C's on 3.11 and
 # 3.13 (/tmp/cpy50-probes/pkerr2.py). The reducers C calls run natively a second time, on this path only.
-def _c_refusal(run: object, python: object, args: tuple, kwargs: dict) -> BaseException | None:
-    """The exception C's ``pickle.dumps`` raises for the object and options of ``python``'s arguments, None
-    where it pickles them (Note [C's words for what cannot be pickled])."""
-    arguments = _SIGNATURES[python].bind(*args, **kwargs).arguments
-    arguments.pop("file", None)
-    obj = arguments.pop("obj")
+def _c_refusal(run: object, arguments: dict) -> BaseException | None:
+    """The exception C's ``pickle.dumps`` raises for the object and options of ``dumps``'s ``arguments``,
+    None where it pickles them (Note [C's words for what cannot be pickled])."""
     try:
-        opaque(run, _C_DUMPS, (obj,), arguments)
+        opaque(run, _C_DUMPS, (), arguments)
     except Exception as error:  # noqa: BLE001 - C's refusal, whatever its type, is what the program sees
         return error
     return None
 
 
-def _binds(python: object, args: tuple, kwargs: dict) -> bool:
+def _arguments(python: object, args: tuple, kwargs: dict) -> dict | None:
+    """``args`` and ``kwargs`` bound to the pure-Python entry point's parameters, None where they do not
+    bind."""
     try:
-        _SIGNATURES[python].bind(*args, **kwargs)
+        return dict(_SIGNATURES[python].bind(*args, **kwargs).arguments)
     except TypeError:
-        return False
-    return True
+        return None
 
 
 def built_in_values(obj: object) -> bool:
