@@ -438,7 +438,7 @@ class Pass(StateReads):
             format_field=format_field,
             format_percent=format_percent,
             native_call=self._interpreters_native_call,
-            on_type_lookup=lambda _obj, t, name: self.provenance.bind_type_lookup(t, name),
+            on_type_lookup=lambda obj, t, name: self.provenance.bind_type_lookup(obj, t, name),
             type_of=python_type,
             max_depth=limit.max_depth,
             host_files=(JITCORE_DIR,),  # Note [An error the hooks translated] (interpreter/loop.py)

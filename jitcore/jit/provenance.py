@@ -642,10 +642,9 @@ class Provenance(TensorBinding, HeldCounters):
     # pins what it found: the entry of the first class in the MRO that has the name, and its absence
     # from the classes before it (from all of them when none has it). Classes of torch, jitcore and the
     # standard library are taken as constant, as for attribute reads. A class the program made itself
-    # is pinned too: the entry holds it, and its guards hold as long as the program does not change
-    # it after the lookup.
-    def bind_type_lookup(self, t: type, name: str) -> None:
-        """The special method ``name`` a protocol looked up on class ``t``: pin what it found
+    # in this pass is not pinned (Note [A class the program made is its own]).
+    def bind_type_lookup(self, obj: Any, t: type, name: str) -> None:
+        """The special method ``name`` a protocol looked up on class ``t`` for ``obj``: pin what it found
         (Note [A special method is looked up on the class])."""
         names = self._type_lookups.get(t, ())
         if names is None or name in names:
@@ -656,15 +655,29 @@ class Provenance(TensorBinding, HeldCounters):
                 self._type_lookups[t] = None
                 return
             names = self._type_lookups[t] = set()
+        pinned = self._pinned_classes(obj, mro)
+        if not pinned:
+            return  # not remembered: an object with a path may meet the class later
         names.add(name)
         owner = next((klass for klass in mro if name in vars(klass)), None)
-        if owner is not None and not is_library_class(owner):
+        if owner is not None and owner in pinned:
             entry = Path(Root("bound", owner.__qualname__, owner)).attr("__dict__").key(name)
             self.bind_state(vars(owner)[name], entry, name)
         for klass in mro if owner is None else mro[: mro.index(owner)]:
-            if not is_library_class(klass):
+            if klass in pinned:
                 namespace = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__")
                 self.guard(namespace, "absent", name, per_expected=True)  # Note [One absence per name]
+
+    # Note [A class the program made is its own]
+    # A class the jitted function defines is new on every call. Pinned as state, its ``__setitem__`` was
+    # bound with the cell of the function's own ``log`` it appends to, so every cached call replayed the
+    # append on the pass's list and returned it, growing (/tmp/cpy51-probes/prep_jit2.py). As for attribute
+    # reads (jit/state_reads.py): for an object without a path, a class of its MRO without one is not pinned.
+    def _pinned_classes(self, obj: Any, mro: tuple[type, ...]) -> list[type]:
+        """The classes of ``mro`` a lookup for ``obj`` pins (Note [A class the program made is its own])."""
+        callers = self.path_of(obj) is not None
+        return [klass for klass in mro
+                if not is_library_class(klass) and (callers or self.path_of(klass) is not None)]
 
     def _container(self, value: Any, path: Path) -> None:
         """A list/tuple/dict of state (``Module._modules``, ``_parameters``): guard its shape and
