@@ -56,6 +56,7 @@ from jitcore.jit.appends import appended_parameters, bind_item_lists, item_appen
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.caught_errors import refuse_caught_read_error, refuse_caught_value_errors
 from jitcore.jit.checkpoint import checkpoint_lookasides
+from jitcore.jit.closure_appends import closure_appended_parameters
 from jitcore.jit.code_kinds import (
     TORCH_MODULES_DIR,
     compiled_original,
@@ -335,7 +336,8 @@ class Pass(StateReads):
         if type(value) in (int, float) and (dynamic is True or (dynamic and name in dynamic)):
             return self.provenance.bind_dynamic_number(value, path, name)
         if type(value) is list and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
-                and name in appended_parameters(self.fn, emptying=True) and path not in self.read_lists:
+                and path not in self.read_lists and (name in appended_parameters(self.fn, emptying=True)
+                                                     or name in closure_appended_parameters(self.fn)):
             return self.measured.bind_argument(value, path)  # jit/appends.py
         if type(value) is dict and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and (keys := item_appended_parameters(self.fn).get(name)) is not None \

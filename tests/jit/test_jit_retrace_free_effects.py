@@ -15,6 +15,7 @@ import torch
 from jit_helpers import assert_same
 
 import jitcore
+from jitcore.jit.closure_appends import closure_appended_parameters
 
 
 def run_both(fn: Callable[..., Any], state: Any, calls: int, *,
@@ -245,3 +246,103 @@ def test_the_same_dataclass_passed_twice_is_one_object() -> None:
             x = torch.randn(2)
             assert_same(jf(jst, jother, x), f(st, other, x))
         assert_same(_view((jst, jother)), _view((st, other)))
+
+
+# --- a list argument appended to from closures the function makes and only calls (Note [A list argument
+# appended to from a closure], jitcore/jit/closure_appends.py)
+
+def _through_a_lambda(log: list, x: torch.Tensor) -> torch.Tensor:
+    f = lambda g: log.append(g.sum())  # noqa: E731 - the closure under test
+    f(x * 2)
+    return x
+
+
+def _through_a_def(log: list, x: torch.Tensor) -> torch.Tensor:
+    def record(g: torch.Tensor) -> None:
+        log.extend([g.max(), 1.5])
+
+    record(x)
+    log.append(x.min())
+    record(x + 1)
+    return x + 1
+
+
+@pytest.mark.parametrize("fn", [_through_a_lambda, _through_a_def], ids=["lambda", "def"])
+def test_a_list_argument_appended_to_from_a_closure_traces_once(fn) -> None:
+    """Traced on every call before: a parameter a closure captures was bound whole (100 in 100)."""
+    jf = run_both(fn, [], 100)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _closure_measures(log: list, x: torch.Tensor) -> torch.Tensor:
+    f = lambda g: log.append(g)  # noqa: E731
+    f(2)
+    n = lambda: len(log)  # noqa: E731
+    return x * n()
+
+
+def _closure_passed_on(log: list, x: torch.Tensor) -> torch.Tensor:
+    f = lambda g: log.append(g)  # noqa: E731
+    list(map(f, [1, 2]))
+    return x * len(log)
+
+
+@pytest.mark.parametrize("fn", [_closure_measures, _closure_passed_on], ids=["measured", "passed_on"])
+def test_a_closure_that_reads_the_list_or_is_passed_on_sees_the_callers_list(fn) -> None:
+    """A closure that measures the list, one handed to ``map``: the list is the caller's, as eagerly."""
+
+    def change(log: list, i: int) -> None:
+        if i == 3:
+            log[:] = [7] * 5
+
+    run_both(fn, [], 6, change=change)
+
+
+
+def _pass(*args: Any) -> Any:
+    return args
+
+
+def _called(log, x):
+    f = lambda g: log.append(g)  # noqa: E731
+    return f(x)
+
+
+def _handed_on(log, x):
+    f = lambda g: log.append(g)  # noqa: E731
+    return _pass(f, _pass(x))  # 3.11: the load of f is followed by the PUSH_NULL of the inner call
+
+
+def _handed_on_first(log, x):
+    f = lambda g: log.append(g)  # noqa: E731
+    return _pass(_pass(x), f)  # 3.13: the load of f follows the PUSH_NULL of the outer call
+
+
+def _decorated(log, x):
+    @_pass
+    def f(g):
+        log.append(g)
+
+    return x
+
+
+def _a_generator(log, x):
+    def f(g):
+        log.append(g)
+        yield g
+
+    return next(f(x))
+
+
+def _read_in_the_closure(log, x):
+    f = lambda g: log.append(g) or log[0]  # noqa: E731
+    return f(x)
+
+
+@pytest.mark.parametrize(("fn", "expected"), [
+    (_called, {"log"}), (_through_a_def, {"log"}), (_handed_on, set()), (_handed_on_first, set()),
+    (_decorated, set()), (_a_generator, set()), (_read_in_the_closure, set()), (_closure_measures, set()),
+    (_closure_passed_on, set()),
+])
+def test_which_closures_only_append_is_proved_from_the_bytecode(fn, expected) -> None:
+    assert closure_appended_parameters(fn) == expected

@@ -1,0 +1,135 @@
+"""List arguments the jitted function only appends to through closures it makes and only calls.
+
+``appended_parameters`` (jit/appends.py) refuses a parameter captured by a closure: the closure could do
+anything with the list, or outlive the call. ``closure_appended_parameters(fn)`` proves from the bytecode of
+the function and of the closures it makes that neither happens: the parameter's cell is read only to look
+``append``/``extend`` up on the list (in the function and in each closure), or to make a closure whose code
+does only that, and each such closure is stored in a local that is only ever called
+(``f = lambda g: log.append(g.sum()); f(h)``).
+Invariant: such a parameter is bound as a list argument only appended to (``MeasuredLists.bind_argument``):
+the cell holds the program's own list for the pass, whose appends are replayed onto the caller's list.
+"""
+
+from __future__ import annotations
+
+import dis
+import functools
+import inspect
+import sys
+import types
+from typing import Any
+
+__all__ = ["closure_appended_parameters"]
+
+_APPENDING = frozenset({"append", "extend"})
+_LOOKUPS = frozenset({"LOAD_METHOD", "LOAD_ATTR"})
+_FRAME_ACCESS = frozenset({"locals", "vars", "eval", "exec", "_getframe", "currentframe", "stack",
+                           "f_locals"})
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_NULL_AFTER_CALLEE = 1  # 3.13 pushes a call's NULL after the callee, 3.11 and 3.12 before it
+_CLOSURE_LOADS = frozenset({"LOAD_CLOSURE", "LOAD_FAST"})  # 3.13 loads a cell for a closure with LOAD_FAST
+
+
+# Note [A list argument appended to from a closure]
+# ``f = lambda g: log.append(g.sum()); f(h)`` with a list argument ``log``: a parameter a closure captures
+# was bound whole, its length guarded, so every call traced again (3 entries in 3 calls). Reading the cell
+# only to append is as good as reading the local: what matters is that no code can read the list or keep
+# the cell past the call. So each use of the parameter in the function must be ``MAKE_CELL``, a
+# ``LOAD_DEREF`` consumed by looking ``append``/``extend`` up, or the load of its cell into the closure tuple
+# of a ``MAKE_FUNCTION`` whose function goes straight into a local; that local only ever loaded as the
+# callee of a call (``PUSH_NULL`` before it, after it on 3.13) and never captured itself; the closure's code
+# (not a generator, which would keep the cell in the object its call returns) reads the cell only to
+# append, and makes no closure of its own over it. Anything else binds the list whole, as before.
+def closure_appended_parameters(fn: Any) -> frozenset[str]:
+    """The list parameters of ``fn`` only appended to, directly or through closures it makes and only calls
+    (Note [A list argument appended to from a closure])."""
+    target = getattr(fn, "forward", fn)
+    function = getattr(target, "__func__", target)
+    code = getattr(function, "__code__", None)
+    return _closure_appended(code) if isinstance(code, types.CodeType) else frozenset()
+
+
+@functools.cache
+def _closure_appended(code: types.CodeType) -> frozenset[str]:
+    if _FRAME_ACCESS & set(code.co_names) or code.co_flags & _RESUMABLE:
+        return frozenset()
+    count = code.co_argcount + code.co_kwonlyargcount
+    candidates = set(code.co_varnames[:count]) & set(code.co_cellvars)
+    if not candidates:
+        return frozenset()
+    instructions = list(dis.get_instructions(code))
+    closures: set[str] = set()  # the locals holding closures made over a candidate
+    for i, inst in enumerate(instructions):
+        names = _names(inst)
+        if candidates.isdisjoint(names) or inst.opname == "MAKE_CELL":
+            continue
+        if inst.opname == "LOAD_DEREF" and _looks_up_appending(instructions, i + 1):
+            continue
+        local = _closure_made(instructions, i) if inst.opname in _CLOSURE_LOADS else None
+        if local is None:
+            candidates.difference_update(names)
+        else:
+            closures.add(local)
+    if candidates and not all(_only_called(code, instructions, local) for local in closures):
+        return frozenset()
+    return frozenset(candidates)
+
+
+def _names(inst: dis.Instruction) -> tuple:
+    """The local, cell or free variable names ``inst`` names (two for 3.13's LOAD_FAST_LOAD_FAST)."""
+    if not (inst.opname.startswith(("LOAD_FAST", "STORE_FAST", "DELETE_FAST")) or "DEREF" in inst.opname
+            or inst.opname in ("MAKE_CELL", "LOAD_CLOSURE")):
+        return ()
+    return inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
+
+
+def _looks_up_appending(instructions: list, i: int) -> bool:
+    following = instructions[i] if i < len(instructions) else None
+    return following is not None and following.opname in _LOOKUPS and following.argval in _APPENDING
+
+
+def _closure_made(instructions: list, i: int) -> str | None:
+    """The local a closure goes into, when the cell ``instructions[i]`` loads is one of a closure tuple whose
+    function only appends through it and is stored in a local right away; None otherwise."""
+    j = i
+    while j < len(instructions) and instructions[j].opname in _CLOSURE_LOADS:
+        j += 1
+    if j + 2 >= len(instructions) or instructions[j].opname != "BUILD_TUPLE" \
+            or instructions[j + 1].opname != "LOAD_CONST" or instructions[j + 2].opname != "MAKE_FUNCTION":
+        return None
+    inner, name = instructions[j + 1].argval, instructions[i].argval
+    k = j + 3
+    while k < len(instructions) and instructions[k].opname == "SET_FUNCTION_ATTRIBUTE":
+        k += 1
+    if not isinstance(inner, types.CodeType) or not _appends_only(inner, name) or k >= len(instructions) \
+            or instructions[k].opname != "STORE_FAST":
+        return None
+    return instructions[k].argval
+
+
+def _appends_only(inner: types.CodeType, name: str) -> bool:
+    """Whether the closure's code reads the cell ``name`` only to look ``append``/``extend`` up on it."""
+    if _FRAME_ACCESS & set(inner.co_names) or inner.co_flags & _RESUMABLE or name not in inner.co_freevars:
+        return False
+    instructions = list(dis.get_instructions(inner))
+    return all(inst.opname == "LOAD_DEREF" and _looks_up_appending(instructions, i + 1)
+               for i, inst in enumerate(instructions) if name in _names(inst))
+
+
+def _only_called(code: types.CodeType, instructions: list, local: str) -> bool:
+    """Whether the local ``local`` is only stored by making a closure (``_closure_made``) and only loaded as
+    the callee of a call."""
+    if local in code.co_cellvars:
+        return False
+    for i, inst in enumerate(instructions):
+        if local not in _names(inst):
+            continue
+        if inst.opname == "STORE_FAST" and i >= 1 and instructions[i - 1].opname in (
+                "MAKE_FUNCTION", "SET_FUNCTION_ATTRIBUTE"):
+            continue
+        null = i + _NULL_AFTER_CALLEE if sys.version_info >= (3, 13) else i - 1  # the callee's NULL
+        if inst.opname in ("LOAD_FAST", "LOAD_FAST_CHECK") and 0 <= null < len(instructions) \
+                and instructions[null].opname == "PUSH_NULL":
+            continue
+        return False
+    return True
