@@ -225,6 +225,12 @@ def _untraced(value: Any, depth: int, owner: Owner) -> Split:
     """``_split`` of a value that holds nothing traced."""
     kind = type(value)
     literal = kind in (tuple, list, dict) or _is_namedtuple(value)
+    if kind is types.FunctionType and value.__closure__ and _closes_over_a_calls_objects(value, owner):
+        raise UnsupportedOperationError(  # Note [A closure over a call's objects]
+            f"the function returns or stores the closure {value.__qualname__}, made while tracing, whose "
+            "cells hold objects of this call's",
+            hints=("pass the objects to the function when you call it instead of closing over them",),
+        )
     if kind in _ATOMS or not (literal or programs_own(value)):
         return value, None  # shared by every call, as eagerly (a class, a function, a module, ...)
     whose = owner(value)
@@ -244,6 +250,34 @@ def _per_call(value: Any, depth: int, owner: Owner) -> bool:
     if _holds_proxy(value, depth) or _holds_symbolic_shape(value, depth):
         return True
     return depth <= _MAX_DEPTH and _untraced(value, depth, owner)[1] is not None
+
+
+# Note [A closure over a call's objects]
+# A function the program makes is kept as itself, as ``deepcopy`` keeps functions: every cached call
+# hands on the pass's function. Its cells hold what the pass's frame held: a list argument the program
+# appends to through it (``f = lambda g: log.append(g); HOLD.cb = f``) is the pass's, so what the caller
+# appended through the stored function after the call went nowhere eager sends it. A closure made while
+# tracing whose cells hold anything but constants, classes, functions, modules and the caller's objects
+# reached from fixed state is refused (JC-T001): the call runs eagerly and stores eager's closure.
+def _closes_over_a_calls_objects(function: types.FunctionType, owner: Owner) -> bool:
+    """Whether ``function``, made while tracing, closes over an object of this call's (an argument's,
+    or one the program made) (Note [A closure over a call's objects])."""
+    if owner(function) is not None:
+        return False  # the caller's function, reached from state or passed in
+    for cell in function.__closure__ or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if type(held) in _ATOMS or isinstance(held, (type, types.ModuleType, types.BuiltinFunctionType)):
+            continue
+        if type(held) is types.FunctionType:
+            if held is not function and held.__closure__ and _closes_over_a_calls_objects(held, owner):
+                return True
+            continue
+        if owner(held) != "fixed":
+            return True
+    return False
 
 
 # Note [Closures over traced tensors]

@@ -1,0 +1,82 @@
+"""Functions the program makes and returns or stores (Note [A closure over a call's objects],
+jitcore/jit/outputs.py): a closure whose cells hold this call's objects is eager's on every call; one
+over constants and fixed state stays traced.
+
+Differential: each program runs several calls eagerly and jitted; the caller uses the closures it got
+after each call, and everything they reach is compared.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+import jitcore
+
+LOG = [0]
+
+
+class Holder:
+    callback: Any = None
+
+
+def _run(fn: Any, calls: int = 3) -> tuple[list, list]:
+    """Each call's output and what the caller sees after using the closures the call handed out."""
+    seen, log = [], []
+    for k in range(calls):
+        out = fn(log, torch.full((2,), float(k)))
+        for closure in (out[1], Holder.callback):
+            if callable(closure):
+                seen.append(closure(-k))
+        seen.append((out[0].tolist(), list(log)))
+    return seen, log
+
+
+def _both(program: Any) -> tuple[Any, Any, Any]:
+    Holder.callback = None
+    eager = _run(program)
+    Holder.callback = None
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _run(jitted)
+    return eager, got, jitted
+
+
+def test_a_stored_closure_over_a_list_argument_appends_to_the_callers_list():
+    """``HOLD.cb = lambda g: log.append(g)``: the stored function's cell held the pass's list, so what the
+    caller appended through it after the call was lost ([1, 1, 1] where eager has [1, -1, 1, -2, ...])."""
+
+    def program(log, x):
+        f = lambda g: log.append(g)  # noqa: E731
+        f(1)
+        Holder.callback = f
+        return x + 1, None
+
+    eager, got, _ = _both(program)
+    assert got == eager
+
+
+def test_a_returned_closure_over_a_list_it_made_is_each_calls_own():
+    """Each eager call makes a new ``acc``; the pass's closure was handed to every call, one list for all."""
+
+    def program(log, x):
+        acc: list = []
+        return x * 2, lambda v: (acc.append(v), len(acc))[1]
+
+    eager, got, _ = _both(program)
+    assert got == eager
+
+
+def test_a_closure_over_constants_and_fixed_state_stays_traced():
+    """Nothing of the call's in its cells: the one function is eager's answer on every call too."""
+
+    def program(log, x):
+        k = 3
+        return x + k, lambda v: LOG.append(v * k)
+
+    eager, got, jitted = _both(program)
+    assert got == eager
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
