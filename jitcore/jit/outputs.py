@@ -442,35 +442,28 @@ def _symbolic_shape(value: Any) -> bool:
     return type(value) is torch.Size and any(type(s) is torch.SymInt for s in value)
 
 
-def _holds_symbolic_number(value: Any, depth: int, _seen: set[int] | None = None) -> bool:
+def _holds_symbolic_number(value: Any, depth: int) -> bool:
     """Whether a symbolic number (each call's, a slot of the computation) is in ``value`` through tuples,
-    lists and dicts (each container visited once)."""
-    if symbolic_number_class(value) is not None:
-        return True
-    if depth > _MAX_DEPTH or type(value) not in _OPTREE_NODES:
-        return False
-    seen = _seen if _seen is not None else set()
-    if id(value) in seen:
-        return False
-    seen.add(id(value))
-    items = value.values() if isinstance(value, dict) else value
-    return any(_holds_symbolic_number(v, depth + 1, seen) for v in items)
+    lists and dicts."""
+    return _found_in_nodes(value, depth, lambda v: symbolic_number_class(v) is not None, set())
 
 
-def _holds_symbolic_shape(value: Any, depth: int, _seen: set[int] | None = None) -> bool:
-    """Whether a torch.Size of symbolic sizes is in ``value`` through tuples, lists and dicts. Each
+def _holds_symbolic_shape(value: Any, depth: int) -> bool:
+    """Whether a torch.Size of symbolic sizes is in ``value`` through tuples, lists and dicts."""
+    return _found_in_nodes(value, depth, _symbolic_shape, set())
+
+
+def _found_in_nodes(value: Any, depth: int, test: Callable[[Any], bool], seen: set[int]) -> bool:
+    """Whether ``test`` holds for ``value`` or a value inside it through tuples, lists and dicts. Each
     container is visited once: a dict holding itself three times (``d[0] = d[1] = d[2] = d``) took
     3 ** _MAX_DEPTH steps (pprint's test_knotted never returned)."""
-    if _symbolic_shape(value):
+    if test(value):
         return True
-    if depth > _MAX_DEPTH or type(value) not in _OPTREE_NODES:
-        return False
-    seen = _seen if _seen is not None else set()
-    if id(value) in seen:
+    if depth > _MAX_DEPTH or type(value) not in _OPTREE_NODES or id(value) in seen:
         return False
     seen.add(id(value))
     items = value.values() if isinstance(value, dict) else value
-    return any(_holds_symbolic_shape(v, depth + 1, seen) for v in items)
+    return any(_found_in_nodes(v, depth + 1, test, seen) for v in items)
 
 
 def _holds_proxy(value: Any, depth: int) -> bool:
