@@ -259,11 +259,15 @@ def _per_call(value: Any, depth: int, owner: Owner) -> bool:
 # appended through the stored function after the call went nowhere eager sends it. A closure made while
 # tracing whose cells hold anything but constants, classes, functions, modules and the caller's objects
 # reached from fixed state is refused (JC-T001): the call runs eagerly and stores eager's closure.
-def _closes_over_a_calls_objects(function: types.FunctionType, owner: Owner) -> bool:
+def _closes_over_a_calls_objects(function: types.FunctionType, owner: Owner,
+                                 _seen: set[int] | None = None) -> bool:
     """Whether ``function``, made while tracing, closes over an object of this call's (an argument's,
-    or one the program made) (Note [A closure over a call's objects])."""
-    if owner(function) is not None:
-        return False  # the caller's function, reached from state or passed in
+    or one the program made) (Note [A closure over a call's objects]). Each function is looked at once
+    (inner functions calling each other hold each other)."""
+    seen = _seen if _seen is not None else set()
+    if id(function) in seen or owner(function) is not None:
+        return False  # looked at already; or the caller's function, reached from state or passed in
+    seen.add(id(function))
     for cell in function.__closure__ or ():
         try:
             held = cell.cell_contents
@@ -272,7 +276,7 @@ def _closes_over_a_calls_objects(function: types.FunctionType, owner: Owner) -> 
         if type(held) in _ATOMS or isinstance(held, (type, types.ModuleType, types.BuiltinFunctionType)):
             continue
         if type(held) is types.FunctionType:
-            if held is not function and held.__closure__ and _closes_over_a_calls_objects(held, owner):
+            if held.__closure__ and _closes_over_a_calls_objects(held, owner, seen):
                 return True
             continue
         if owner(held) != "fixed":

@@ -80,3 +80,21 @@ def test_a_closure_over_constants_and_fixed_state_stays_traced():
     eager, got, jitted = _both(program)
     assert got == eager
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def test_closures_that_call_each_other_are_looked_at_once():
+    """Two inner functions holding each other (mutual recursion) looped in the check of their cells."""
+
+    def program(log, x):
+        def even(n: int) -> bool:
+            return True if n == 0 else odd(abs(n) - 1)
+
+        def odd(n: int) -> bool:
+            return False if n == 0 else even(abs(n) - 1)
+
+        Holder.callback = even
+        return x - 1, None
+
+    eager, got, jitted = _both(program)
+    assert got == eager
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
