@@ -46,6 +46,7 @@ from jitcore.jit.state_kinds import (
 from jitcore.jit.state_names import qualified_name
 from jitcore.jit.stored_keys import remember_stored_keys
 from jitcore.jit.tensor_binding import Reached, TensorBinding
+from jitcore.jit.type_lookups import TypeLookups
 from jitcore.langctx.shadows import TensorValues
 from jitcore.numpy import is_numpy_value
 from jitcore.prologue import Guard, Path, PrologueBuilder, Root, TensorSpec
@@ -62,7 +63,7 @@ _MAX_PREDICATES = 64
 _MAX_PREDICATE_OPS = 16
 
 
-class Provenance(TensorBinding, HeldCounters):
+class Provenance(TensorBinding, HeldCounters, TypeLookups):
     """Binds entering values to proxies or guards, for one tracing pass."""
 
     def __init__(self, values: TensorValues, prologue: PrologueBuilder) -> None:
@@ -632,52 +633,6 @@ class Provenance(TensorBinding, HeldCounters):
                 self.guard(namespace, "absent", name, per_expected=True)  # Note [One absence per name]
         if not isinstance(obj, type) and type(getattr(obj, "__dict__", None)) is dict:
             self.guard(path.attr("__dict__"), "absent", name, per_expected=True)
-
-    # Note [A special method is looked up on the class]
-    # ``a + b``, ``len(c)``, ``bool(o)``, ``for x in o``, ``o[k]``, ``with o:``, ``o(x)`` and a missing
-    # attribute's ``__getattr__`` find their method on the class, never reading it as an attribute, so
-    # no load hook saw it: a cached call kept the traced ``__mul__`` (or the traced absence of one,
-    # ``divmod`` raising TypeError) after the caller replaced it on the class, where eager called the
-    # new one. The interpreter now tells the jit each such lookup (``on_type_lookup``), and the entry
-    # pins what it found: the entry of the first class in the MRO that has the name, and its absence
-    # from the classes before it (from all of them when none has it). Classes of torch, jitcore and the
-    # standard library are taken as constant, as for attribute reads. A class the program made itself
-    # in this pass is not pinned (Note [A class the program made is its own]).
-    def bind_type_lookup(self, obj: Any, t: type, name: str) -> None:
-        """The special method ``name`` a protocol looked up on class ``t`` for ``obj``: pin what it found
-        (Note [A special method is looked up on the class])."""
-        names = self._type_lookups.get(t, ())
-        if names is None or name in names:
-            return
-        mro = t.__mro__
-        if names == ():
-            if all(is_library_class(klass) for klass in mro):
-                self._type_lookups[t] = None
-                return
-            names = self._type_lookups[t] = set()
-        pinned = self._pinned_classes(obj, mro)
-        if not pinned:
-            return  # not remembered: an object with a path may meet the class later
-        names.add(name)
-        owner = next((klass for klass in mro if name in vars(klass)), None)
-        if owner is not None and owner in pinned:
-            entry = Path(Root("bound", owner.__qualname__, owner)).attr("__dict__").key(name)
-            self.bind_state(vars(owner)[name], entry, name)
-        for klass in mro if owner is None else mro[: mro.index(owner)]:
-            if klass in pinned:
-                namespace = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__")
-                self.guard(namespace, "absent", name, per_expected=True)  # Note [One absence per name]
-
-    # Note [A class the program made is its own]
-    # A class the jitted function defines is new on every call. Pinned as state, its ``__setitem__`` was
-    # bound with the cell of the function's own ``log`` it appends to, so every cached call replayed the
-    # append on the pass's list and returned it, growing (/tmp/cpy51-probes/prep_jit2.py). As for attribute
-    # reads (jit/state_reads.py): for an object without a path, a class of its MRO without one is not pinned.
-    def _pinned_classes(self, obj: Any, mro: tuple[type, ...]) -> list[type]:
-        """The classes of ``mro`` a lookup for ``obj`` pins (Note [A class the program made is its own])."""
-        callers = self.path_of(obj) is not None
-        return [klass for klass in mro
-                if not is_library_class(klass) and (callers or self.path_of(klass) is not None)]
 
     def _container(self, value: Any, path: Path) -> None:
         """A list/tuple/dict of state (``Module._modules``, ``_parameters``): guard its shape and
