@@ -55,7 +55,8 @@ from typing import Any
 
 __all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
            "empties_at_once", "stack_use", "item_appended_parameters", "keyed_later", "measured_by_len",
-           "only_appended_to", "parameter_uses", "reads_appended_item", "stored_into", "subscripted_by"]
+           "only_appended_to", "parameter_uses", "reads_appended_item", "stored_into", "subscripted_by",
+           "updated_attribute"]
 
 _APPENDING = frozenset({"append", "extend"})
 _CLEARING = frozenset({"clear"})
@@ -526,6 +527,33 @@ def parameter_uses(code: types.CodeType) -> tuple[set[str], list, list[tuple[int
         if touched and inst.opname.startswith(("LOAD_FAST", "STORE_FAST", "DELETE_FAST")):
             uses.append((i, names, touched))
     return candidates, instructions, uses
+
+
+# Note [An attribute updated in place]
+# ``s.n += 1`` compiles to ``LOAD_FAST s; COPY 1; LOAD_ATTR n; <the right side>; BINARY_OP +=; SWAP 2;
+# STORE_ATTR n`` (3.11 to 3.13): the load of ``s`` is consumed by no attribute instruction but a ``COPY``,
+# so the analyses of a parameter used only through its attributes (namespace_arguments.py,
+# dataclass_arguments.py) took ``s`` as used otherwise, and a namespace or dataclass argument holding a
+# counter and a log (``s.n += 1; s.log.append(x.sum())``) had its items guarded: every call traced again.
+# The two copies the ``COPY`` leaves are an attribute read and an attribute store of one name: the right
+# side, an expression, leaves the stack below it as it found it, so the store after the first ``SWAP 2``
+# followed by ``STORE_ATTR`` of that name (an augmented assignment is a statement: none nests in the
+# right side) takes the copy. Only that exact shape counts; any other ``COPY`` of the parameter is a use.
+def updated_attribute(instructions: list, i: int) -> str | None:
+    """The attribute ``n`` where the load ``instructions[i]`` begins ``s.n op= v`` (Note [An attribute
+    updated in place]), else None."""
+    if i + 2 >= len(instructions):
+        return None
+    copy, read = instructions[i + 1], instructions[i + 2]
+    if copy.opname != "COPY" or copy.arg != 1 or read.opname != "LOAD_ATTR" \
+            or not isinstance(read.argval, str) or read.argval.startswith("__") \
+            or (sys.version_info >= (3, 12) and read.arg & 1):  # 3.12's method form of LOAD_ATTR
+        return None
+    for j in range(i + 3, len(instructions) - 1):
+        if instructions[j].opname == "SWAP" and instructions[j].arg == 2:
+            store = instructions[j + 1]
+            return read.argval if store.opname == "STORE_ATTR" and store.argval == read.argval else None
+    return None
 
 
 # Note [A default list of a function of state]

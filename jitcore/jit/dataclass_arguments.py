@@ -21,7 +21,7 @@ import functools
 import types
 from typing import Any, NamedTuple
 
-from jitcore.jit.appends import MeasuredLists, parameter_uses
+from jitcore.jit.appends import MeasuredLists, parameter_uses, updated_attribute
 from jitcore.prologue import Path
 
 __all__ = ["FieldUses", "bind_field_lists", "field_appended_parameters", "narrows_fields"]
@@ -106,6 +106,13 @@ def _fields_appended(code: types.CodeType) -> dict[str, tuple[FieldUses, frozens
     for i, loaded, touched in uses:
         attribute = instructions[i + 1] if i + 1 < len(instructions) else None
         parameter = loaded[-1]  # the value a load pushes last (3.13's LOAD_FAST_LOAD_FAST pushes two)
+        updated = updated_attribute(instructions, i)  # ``st.step += 1``: Note [An attribute updated in place]
+        if updated is not None and instructions[i].opname in _LOADS and parameter in touched \
+                and loaded.count(parameter) == 1:
+            candidates -= touched - {parameter}
+            names[parameter].add(updated)
+            other[parameter].add(updated)
+            continue
         if instructions[i].opname not in _LOADS or parameter not in touched or loaded.count(parameter) != 1 \
                 or attribute is None or attribute.opname not in (*_LOOKUPS, "STORE_ATTR") \
                 or attribute.argval.startswith("__"):

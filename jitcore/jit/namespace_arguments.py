@@ -16,7 +16,7 @@ import functools
 import types
 from typing import Any
 
-from jitcore.jit.appends import parameter_uses
+from jitcore.jit.appends import parameter_uses, updated_attribute
 from jitcore.prologue import Path
 
 __all__ = ["attribute_parameters", "bind_namespace_argument", "is_namespace"]
@@ -33,7 +33,8 @@ _ATTRIBUTE_USES = frozenset({"LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR"})
 # attribute read, which the hooks see and bind at its own path (``s.log``: its type, as only appended to).
 # So a parameter whose every use in the function's own bytecode is ``LOAD_FAST s`` right before reading,
 # looking up or storing an attribute of a name that is not a dunder (a ``SimpleNamespace`` has no other
-# attribute than its instance's: none of its class is such a name) never gives C the namespace: it is
+# attribute than its instance's: none of its class is such a name), or ``COPY`` into an update of one
+# (``s.n += 1``: Note [An attribute updated in place], jit/appends.py) never gives C the namespace: it is
 # guarded by identity, its items not. A parameter passed on (``helper(s, x)``), captured by a closure,
 # stored, compared or read through ``vars``/``locals`` keeps the items guarded, as does a subclass (its
 # methods may read the items) or an ``argparse.Namespace`` (``_get_kwargs`` is such a method).
@@ -60,8 +61,10 @@ def _attribute_parameters(code: types.CodeType) -> frozenset[str]:
     for i, names, touched in uses:
         following = instructions[i + 1] if i + 1 < len(instructions) else None
         pushed_last = names[-1] if instructions[i].opname.startswith("LOAD_FAST") else None
-        if following is not None and following.opname in _ATTRIBUTE_USES and pushed_last in touched \
-                and names.count(pushed_last) == 1 and not following.argval.startswith("__"):
+        by_attribute = following is not None and following.opname in _ATTRIBUTE_USES \
+            and not following.argval.startswith("__")
+        if (by_attribute or updated_attribute(instructions, i) is not None) and pushed_last in touched \
+                and names.count(pushed_last) == 1:  # ``s.n += 1``: Note [An attribute updated in place]
             touched = touched - {pushed_last}  # the other names a 3.13 LOAD_FAST_LOAD_FAST pushes below it
         candidates -= touched
     return frozenset(candidates)

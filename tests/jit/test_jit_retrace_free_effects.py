@@ -16,6 +16,7 @@ from jit_helpers import assert_same
 
 import jitcore
 from jitcore.jit.closure_appends import closure_appended_parameters
+from jitcore.jit.namespace_arguments import attribute_parameters
 
 
 def run_both(fn: Callable[..., Any], state: Any, calls: int, *,
@@ -346,3 +347,82 @@ def _read_in_the_closure(log, x):
 ])
 def test_which_closures_only_append_is_proved_from_the_bytecode(fn, expected) -> None:
     assert closure_appended_parameters(fn) == expected
+
+
+# --- an attribute updated in place (``s.n += 1``) beside a list appended to (Note [An attribute updated in
+# place], jitcore/jit/appends.py)
+
+
+@dataclasses.dataclass
+class CountedLog:
+    n: int = 0
+    log: list = dataclasses.field(default_factory=list)
+
+
+def _counted_and_logged(s: Any, x: torch.Tensor) -> torch.Tensor:
+    s.n += 1
+    s.log.append(x.sum())
+    return x * 2
+
+
+def _counted_and_measured(s: Any, x: torch.Tensor) -> torch.Tensor:
+    s.n += 1
+    s.log.append(x.sum())
+    return x * len(s.log)
+
+
+def _counted_in_a_handler(s: Any, x: torch.Tensor) -> torch.Tensor:
+    try:
+        s.n += 1
+        raise ValueError
+    except ValueError:
+        s.log.append(s.n)
+    return x * 2
+
+
+@pytest.mark.parametrize("fn", [_counted_and_logged, _counted_and_measured, _counted_in_a_handler],
+                         ids=["appended", "measured", "in_a_handler"])
+@pytest.mark.parametrize("make", [lambda: types.SimpleNamespace(n=0, log=[]), CountedLog],
+                         ids=["namespace", "dataclass"])
+def test_a_counter_beside_a_list_appended_to_traces_once(fn, make) -> None:
+    """``s.n += 1`` made the parameter used otherwise than through attributes: its list's length was guarded,
+    and every call traced again (100 in 100)."""
+    jf = run_both(fn, make(), 100)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _counted_then_passed_on(s: Any, x: torch.Tensor) -> torch.Tensor:
+    s.n += 1
+    s.log.append(1)
+    return x * len(repr(s))
+
+
+@pytest.mark.parametrize("make", [lambda: types.SimpleNamespace(n=0, log=[]), CountedLog],
+                         ids=["namespace", "dataclass"])
+def test_a_counted_argument_c_reads_is_read_as_eagerly(make) -> None:
+    """Updated in place and handed to C: its items are read as eagerly, the caller's changes included."""
+
+    def change(s: Any, i: int) -> None:
+        if i == 3:
+            s.log[:] = [7] * 5
+
+    run_both(_counted_then_passed_on, make(), 6, change=change)
+
+
+def _updates(s, x):
+    s.n += 1
+    s.m -= x.sum() if x is not None else 0
+    return s
+
+
+def _copied_otherwise(s, t):
+    t.n, s.n = s.n, t.n  # no COPY of a parameter into an update
+    return s.a < s.b < s.c
+
+
+@pytest.mark.parametrize(("fn", "expected"), [
+    (_counted_and_logged, {"s"}), (_counted_in_a_handler, {"s"}), (_updates, set()),
+    (_copied_otherwise, {"s", "t"}), (_counted_then_passed_on, set()),
+])
+def test_which_parameters_are_updated_only_through_attributes(fn, expected) -> None:
+    assert attribute_parameters(fn) == expected
