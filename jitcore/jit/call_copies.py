@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import array
 import collections
 import contextvars
 import copy
@@ -49,8 +50,13 @@ Owner = Callable[[Any], "str | None"]
 # outside the standard library: eager never runs it), is refused while tracing: the call runs eagerly.
 # Left: an argument's list or dict that a made object holds is the pass's (a copy of the caller's), not
 # the one this call passes.
+# The C types made anew include ``array.array`` (``arr.append`` by the caller showed in the next call's)
+# and ``memoryview`` (no copy is faithful: refused), which have no ``__dict__``, and ``frozenset``: eager's
+# is a new object per call (a weak reference to one call's dies with it). Immutable objects whose
+# ``__deepcopy__`` returns themselves (``Fraction``, ``Decimal``) and atoms (``range``, numbers, text) are
+# shared, as a number or a string the program computes is.
 _MUTABLE_BUILTINS = (set, bytearray, collections.deque, collections.OrderedDict, collections.defaultdict,
-                     collections.Counter, list, dict)
+                     collections.Counter, list, dict, array.array, memoryview, frozenset)
 _ATOMS = (int, float, bool, str, bytes, complex, type(None))
 _COPY_HOOKS = ("__deepcopy__", "__reduce__", "__reduce_ex__")
 # what ``deepcopy``'s reconstruction calls on a copy (Note [A copy runs no code of the program's])

@@ -528,10 +528,16 @@ def _children(value: Any) -> list[Any]:
 
 
 def _is_iterator(value: Any) -> bool:
-    """A generator, or a builtin iterator (``iter(l)``, ``zip``, ``map``, ``enumerate``): stateful, made
-    while tracing (Note [Sets, views and iterators in outputs])."""
+    """A generator, or a builtin or ``itertools`` iterator (``iter(l)``, ``zip``, ``map``, ``enumerate``,
+    ``itertools.count``): stateful, made while tracing (Note [Sets, views and iterators in outputs])."""
     return issubclass(type(value), types.GeneratorType) or (
-        type(value).__module__ == "builtins" and hasattr(type(value), "__next__"))
+        type(value).__module__ in _ITERATOR_MODULES and hasattr(type(value), "__next__"))
+
+
+# ``itertools``' iterators (``count``, ``chain``, ``islice``, ``product``, ...) and the ``collections``
+# C iterators are stateful as ``iter(l)`` is: returned as the pass's object, every cached call handed on
+# the one iterator the first caller consumed (``itertools.chain([1], [n])``: [] from the second call)
+_ITERATOR_MODULES = frozenset(("builtins", "itertools", "_collections", "collections"))
 
 
 def _filled(cell: types.CellType) -> bool:

@@ -9,8 +9,10 @@ caller's objects inside it identical.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import gc
+import itertools
 import threading
 import warnings
 import weakref
@@ -434,3 +436,50 @@ def test_a_finalizer_on_a_class_the_output_names_is_left_alone():
         assert watcher.alive and jitted.fallback_reason is None
     finally:
         watcher.detach()
+
+
+def _made_kinds(kind: str, n: int) -> Any:
+    if kind == "array":
+        return array.array("i", [n, 2])
+    if kind == "frozenset":
+        return frozenset({n, 2})
+    if kind == "memoryview":
+        return memoryview(bytearray(b"ab"))
+    if kind == "count":
+        return itertools.count(n)
+    if kind == "chain":
+        return itertools.chain([1], [n, 4])
+    return itertools.islice([1, 2, n, 4], 3)
+
+
+def _changed_by_the_caller(value: Any) -> Any:
+    """What the caller reads of what it got (consuming an iterator), then changes (an array, a view)."""
+    if isinstance(value, array.array):
+        seen = value.tolist()
+        value.append(7)
+    elif isinstance(value, memoryview):
+        seen = value.tobytes()
+        value[0] = 0
+    elif isinstance(value, frozenset):
+        seen = sorted(value)
+    else:
+        seen = list(itertools.islice(value, 3))
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["array", "frozenset", "memoryview", "count", "chain", "islice"])
+def test_c_objects_the_program_makes_are_new_on_every_call(kind):
+    """An ``array.array``, a ``frozenset``, a ``memoryview`` and ``itertools``' iterators the program made
+    were the pass's object on every cached call: the caller's append showed in the next call's array, an
+    iterator the first caller consumed was handed on empty (``itertools.chain``: [] from the second call)."""
+
+    def f(x, n):
+        return _made_kinds(kind, n), x + 1
+
+    jitted = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a memoryview or an iterator: the call runs eagerly
+        got = [jitted(torch.ones(2) * i, 5)[0] for i in range(3)]
+    want = [f(torch.ones(2) * i, 5)[0] for i in range(3)]
+    assert [_changed_by_the_caller(v) for v in got] == [_changed_by_the_caller(v) for v in want]
+    assert len({id(v) for v in got}) == 3
