@@ -26,6 +26,7 @@ import types
 
 from jitcore.interpreter.callbacks import active_run
 from jitcore.interpreter.calls import call, opaque
+from jitcore.interpreter.protocols import has_python_index, index
 
 __all__ = ["built_in_values", "dump", "dumps"]
 
@@ -34,6 +35,7 @@ _WALKED = 10_000
 _C_DUMPS, _C_DUMP = pickle.dumps, pickle.dump
 _PY_DUMPS, _PY_DUMP = pickle._dumps, pickle._dump  # noqa: SLF001 - the pure-Python pickler's entry points
 _SIGNATURES = {_PY_DUMPS: inspect.signature(_PY_DUMPS), _PY_DUMP: inspect.signature(_PY_DUMP)}
+_PICKLER_FILE = pickle.__file__
 
 
 # Note [The Python pickler writes C's bytes]
@@ -54,6 +56,8 @@ def dumps(*args: object, **kwargs: object) -> object:
     """``pickle.dumps(obj, protocol=None, *, fix_imports=True, buffer_callback=None)`` (the Note above)."""
     run = active_run()
     arguments = _arguments(_PY_DUMPS, args, kwargs)
+    if arguments is not None and _index_protocol(run, arguments):
+        args, kwargs = (), arguments
     if arguments is None or built_in_values(arguments["obj"]):
         return opaque(run, _C_DUMPS, args, kwargs)  # (with arguments that do not bind: C's own error)
     _check_protocol(run, arguments)
@@ -75,12 +79,31 @@ def dump(*args: object, **kwargs: object) -> object:
     above)."""
     run = active_run()
     arguments = _arguments(_PY_DUMP, args, kwargs)
+    if arguments is not None and _index_protocol(run, arguments):
+        args, kwargs = (), arguments
     if arguments is None or built_in_values(arguments["obj"]):
         return opaque(run, _C_DUMP, args, kwargs)  # (with arguments that do not bind: C's own error)
     _check_protocol(run, arguments)
     write = _file_write(run, arguments.pop("file"))
     call(run, write, (_pickled(run, arguments),), None)
     return None
+
+
+# Note [A protocol given by its __index__]
+# C reads the protocol with ``PyLong_AsLong``, which asks an object that is no int for its ``__index__``
+# (natively: under the jit a call run eagerly, 'C code called P.__index__'); the Python pickler compares it
+# with ints instead ("'<' not supported between instances of 'P' and 'int'", where C pickles). So an
+# object with a Python ``__index__`` is made its int here, interpreted, once, before anything else C does
+# with the arguments (C binds them first: arguments that do not bind never reach ``__index__``), and the
+# int is what C and the Python pickler are given. An int subclass is its own value, as for C.
+def _index_protocol(run: object, arguments: dict) -> bool:
+    """Whether ``arguments``' protocol had a Python ``__index__``, now replaced by the int it gave (the Note
+    above)."""
+    protocol = arguments.get("protocol")
+    if protocol is None or not has_python_index(run, protocol):
+        return False
+    arguments["protocol"] = index(run, protocol)
+    return True
 
 
 def _check_protocol(run: object, arguments: dict) -> None:
@@ -104,7 +127,21 @@ def _pickled(run: object, arguments: dict) -> object:
         return call(run, _PY_DUMPS, (), arguments)
     except pickle.PicklingError as error:
         refusal = error
+    frame = _raised_in(refusal)
+    if frame is None or frame.f_code.co_filename != _PICKLER_FILE:
+        raise refusal  # the program's own (a reducer's): C lets it through as it is
+    refused = frame.f_locals.get("obj") if frame.f_code.co_name == "save_global" else None
+    if issubclass(type(refused), (types.FunctionType, type)):
+        arguments = {**arguments, "obj": refused}  # a class or function: C saves it running no code
     raise _c_refusal(run, arguments) or refusal
+
+
+def _raised_in(error: BaseException) -> object:
+    """The frame of the innermost entry of ``error``'s traceback, None where it has none."""
+    entry = error.__traceback__
+    while entry is not None and entry.tb_next is not None:
+        entry = entry.tb_next
+    return None if entry is None else entry.tb_frame
 
 
 # Note [C's words for what cannot be pickled]
@@ -117,7 +154,13 @@ def _pickled(run: object, arguments: dict) -> object:
 # file) and that is raised; its words are the version's own. Checked natively on 15 refusals (local
 # classes, instances and functions, lambdas, renamed and unimportable classes, bad ``__reduce__`` results,
 # locks, generators, modules, frames) times protocols 0, 2, 4, 5: the same type and text as C's on 3.11 and
-# 3.13 (/tmp/cpy50-probes/pkerr2.py). The reducers C calls run natively a second time, on this path only.
+# 3.13 (/tmp/cpy50-probes/pkerr2.py). C is asked about the one object the Python pickler refused where that
+# is ``save_global``'s class or function (saved by C running none of the program's code), so the graph's
+# ``__reduce__``/``__reduce_ex__``/``__getstate__`` run once, as eagerly (they ran twice: the interpreted
+# pickler's, then C's natively; /tmp/cpy52-probes/p2b.py); a PicklingError the program's own code raised
+# (a reducer's) is the program's, raised as it is, as C lets it through. Where the pickler refused a
+# reducer's result (a malformed tuple), C is asked about the whole graph and its reducers run a second
+# time, natively: the one case left.
 def _c_refusal(run: object, arguments: dict) -> BaseException | None:
     """The exception C's ``pickle.dumps`` raises for the object and options of ``dumps``'s ``arguments``,
     None where it pickles them (Note [C's words for what cannot be pickled])."""

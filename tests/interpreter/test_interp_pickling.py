@@ -139,3 +139,93 @@ def test_the_reads_of_the_state_reach_the_load_hook(protocol) -> None:
 
     assert interpret(f, Hooks(on_load_attr=on_load_attr))() == f()
     assert "__dict__" in seen
+
+
+def test_a_protocol_given_by_its_index_is_cs() -> None:
+    """``pickle.dumps(obj, protocol=P)``/``pickle.dump`` with ``P`` an object whose ``__index__`` gives the
+    protocol pickle as C pickles, ``__index__`` asked once (Note [A protocol given by its __index__]):
+    the Python pickler compared ``P`` with ints and raised "'<' not supported between instances of 'P' and
+    'int'" where C pickles (/tmp/cpy52-probes/p1b.py)."""
+
+    def f() -> list[object]:
+        asked: list[int] = []
+
+        class P:
+            def __init__(self, n: object) -> None:
+                self.n = n
+
+            def __index__(self) -> object:
+                asked.append(self.n)
+                if self.n == "raise":
+                    raise KeyError("no index")
+                return self.n
+
+        out: list[object] = []
+        for n in (0, 1, 2, 4, 5, -1, 99, 2**70, "raise", 2.5):
+            for obj in (Plain(), [1, "built-in values"]):
+                buf = io.BytesIO()
+                calls = ((pickle.dumps, (obj,), {"protocol": P(n)}), (pickle.dumps, (obj, P(n)), {}),
+                         (pickle.dump, (obj, buf, P(n)), {}))
+                for fn, args, kwargs in calls:
+                    try:
+                        out.append(fn(*args, **kwargs))
+                    except Exception as e:
+                        out.append((type(e).__name__, str(e)))
+                out.append(buf.getvalue())
+        out.append(asked)
+        return out
+
+    check(f)
+
+
+REDUCER_CALLS: list[object] = []
+
+
+class RaisesInReduceEx:
+    def __reduce_ex__(self, protocol: int) -> object:
+        REDUCER_CALLS.append(("reduce_ex", protocol))
+        raise pickle.PicklingError("refused by the program")
+
+
+class ReducesToALocal:
+    def __reduce__(self) -> object:
+        REDUCER_CALLS.append("reduce")
+
+        def local() -> None:
+            pass
+
+        return (local, ())
+
+
+class StateHoldsALambda:
+    def __getstate__(self) -> object:
+        REDUCER_CALLS.append("getstate")
+        return {"f": lambda: 1}
+
+
+class Holder:
+    def __init__(self, o: object) -> None:
+        self.o = o
+
+
+def test_a_refusal_runs_each_reducer_once() -> None:
+    """Where pickling is refused, each ``__reduce__``/``__reduce_ex__``/``__getstate__`` of the graph ran
+    once, as natively, and a PicklingError a reducer raises is that very exception (Note [C's words for
+    what cannot be pickled]): C, asked for its words on the whole graph, ran them a second time
+    (/tmp/cpy52-probes/p2b.py). The classes are the module's: a local class is refused before its
+    instance is reduced."""
+
+    def f() -> list[object]:
+        out: list[object] = []
+        for cls in (RaisesInReduceEx, ReducesToALocal, StateHoldsALambda):
+            for protocol in (0, 2, 5):
+                error = None
+                try:
+                    pickle.dumps(Holder(cls()), protocol=protocol)
+                except Exception as e:
+                    error = e
+                out.append((type(error).__name__, str(error), list(REDUCER_CALLS)))
+                REDUCER_CALLS.clear()
+        return out
+
+    check(f)
