@@ -11,7 +11,9 @@ The numbers outside it stay symbolic, under torch's autograd as before.
 
 Invariants:
 - a record is replaced only where its own split is what eager computes on every call the entry takes:
-  it takes only tensors (no number, no subclass value), holds no value read and computes no number,
+  it takes plain tensors and Python numbers (no subclass value), the numbers names in its traces that
+  torch decided nothing with (Note [A number a split Function takes]), holds no value read and computes
+  no number,
   its arguments have static sizes, its traces rely on no argument's layout, and its backward writes
   no Python state;
 - otherwise the record stays and calls ``apply`` natively, as before.
@@ -31,6 +33,7 @@ from jitcore.diagnostics.boundary import on_error as prepare_error
 from jitcore.executors import record_lowered
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, walk
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.autograd_function import run_autograd_function
@@ -91,7 +94,9 @@ def _splittable(bsym: BoundSymbol) -> bool:
     if "autograd_function" not in bsym.symbol.tags or not bsym.subsymbols:
         return False
     leaves = optree.tree_leaves((bsym.args, bsym.kwargs, bsym.output), none_is_leaf=True)
-    proxies = [v for v in leaves if isinstance(v, Proxy)]
+    if any(_number_argument(v) for v in optree.tree_leaves(bsym.output, none_is_leaf=True)):
+        return False
+    proxies = [v for v in leaves if isinstance(v, Proxy) and not _number_argument(v)]
     if any(not isinstance(v, TensorProxy) or isinstance(v, SubclassTensorProxy) for v in proxies):
         return False
     if not any(isinstance(v, TensorProxy) and _static(v) for v in proxies):
@@ -127,6 +132,34 @@ def _writes_an_argument(arguments: list[Proxy], inner: list[BoundSymbol]) -> boo
         return any(writes(b) for b in inner)
 
 
+# Note [A number a split Function takes]
+# A Function taking the scale of a float8-style cast (``Scaled.apply(x, w, scale)``, the scale a dynamic
+# number changing per call) was never split: the record ran ``apply`` natively on every cached call, the
+# subclass's ``__torch_dispatch__`` in its forward and backward with it (5 TwoTensor dispatches per warm
+# call of tests/dispatch/test_subclasses_by_others_28.py's scaled pairs). Its numbers are arguments of
+# the split: the grad transform hands the user's forward a stand-in for each (an unbacked SymFloat or
+# SymInt, as for a read number under grad: Note [A read number under grad], replayed_numbers.py), which
+# the fake tensors and autograd carry into the records of both traces (``mul(w, scale)`` in the backward,
+# the number among the saved values). Where torch decided something with one (a branch on it, ``pow``'s
+# backward, a size, a ``torch.tensor(scale)``), the transform raises or asks for the number's value (the
+# ``_VALUE_USED`` check), and the record stays: ``apply`` runs as before. ``SplitCall`` compares each
+# number's type with the traced one (an int where a float was traced runs ``apply``).
+def _number_argument(value: Any) -> bool:
+    """A Python int or float of the pass (a dynamic number, arithmetic on one, a read): the split takes it
+    as an argument, a name in its traces (Note [A number a split Function takes])."""
+    return isinstance(value, NumberProxy) and type(value.value) in (int, float)
+
+
+def _value_used(*_args: Any) -> None:
+    raise AssertionError("a split Function's number was used as a value")  # never run: the record stays
+
+
+# the check ReplayedNumbers adds where torch used a number's value: then the record is not split
+_VALUE_USED = BoundSymbol(
+    Symbol(id="split_function_value_used", name="value_used", langctx="torch", fn=_value_used, path=None,
+           meta=_value_used, tags=frozenset({"check"})), (), {}, None)
+
+
 _NOT_SPLIT = frozenset({"check", "data_dependent", "backward", "per_call", "python_random", "random"})
 
 
@@ -141,22 +174,26 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     """The record calling ``bsym``'s split (its backward trace appended to ``backwards``); None where
     it stays (module docstring)."""
     leaves = optree.tree_leaves((bsym.args[1:], bsym.kwargs), none_is_leaf=True)
-    args: list[TensorProxy] = []
+    args: list[Proxy] = []
     for v in leaves:
-        if isinstance(v, TensorProxy) and not any(v is a for a in args):
+        if (isinstance(v, TensorProxy) or _number_argument(v)) and not any(v is a for a in args):
             args.append(v)
     alone = Trace(name="function_forward", args=args, bound_symbols=[bsym], output=bsym.output)
+    numbers = [v for v in args if isinstance(v, NumberProxy)]
+    # Note [A number a split Function takes]: each a name, the check added where torch used its value
+    reads = [(root, _VALUE_USED) for n in numbers for root in n.roots]
     watch = BackwardWatch(watched)
     try:
         with state(), watching(watch):
-            grad = grad_transform(alone, (), ())
+            grad = grad_transform(alone, (), (), reads, stand_ins=bool(numbers))
     except Exception:  # noqa: BLE001 - the record stays: apply raises there what eager raises
         return None
     if (watch.effects is not None and watch.effects.writes) or grad.input_flags or grad.returned_inputs \
             or grad.fresh_leaves or grad.assembly is not None \
+            or any(b.symbol is RAISE or b.symbol is _VALUE_USED.symbol for b in grad.forward.bound_symbols) \
             or any(b.symbol is RAISE for b in grad.backward.bound_symbols):
         return None
-    positions = [next(k for k, a in enumerate(args) if a is v) if isinstance(v, TensorProxy) else None
+    positions = [next((k for k, a in enumerate(args) if a is v), None) if isinstance(v, Proxy) else None
                  for v in leaves]
     computation = _computation(grad, executor, owner, len(args), backwards)
     call = SplitCall(computation, positions, _expected(args, grad))
@@ -186,11 +223,15 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
 # number computed or a random draw in its forward (which the split would fix), an in-place write into an
 # argument (``mark_dirty``'s rebase), a backward that writes Python state or raises, outputs the node
 # cannot hand back as they are (an input returned, a fresh leaf).
-def _expected(args: list[TensorProxy], grad: GradTraces) -> tuple[tuple[int, Any], ...]:
-    """(position, (strides, storage offset) or None, requires_grad) of each argument: what the split's
-    traces were recorded for, where they rely on the layout (Note [A Function split alone])."""
-    expected = []
+def _expected(args: list[Proxy], grad: GradTraces) -> tuple[tuple[int, Any, Any], ...]:
+    """(position, (strides, storage offset) or None, requires_grad) of each tensor argument, (position,
+    the number's type, None) of each number: what the split's traces were recorded for, where they rely
+    on the layout (Note [A Function split alone])."""
+    expected: list[tuple[int, Any, Any]] = []
     for k, a in enumerate(args):
+        if isinstance(a, NumberProxy):
+            expected.append((k, type(a.value), None))
+            continue
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
             shadow = a.shadow
             layout = (tuple(shadow.stride()), shadow.storage_offset())
@@ -206,7 +247,7 @@ class SplitCall:
     what the split was recorded for (Note [A Function split alone])."""
 
     def __init__(self, computation: GradComputation, positions: list[int | None],
-                 expected: tuple[tuple[int, Any, bool], ...]) -> None:
+                 expected: tuple[tuple[int, Any, Any], ...]) -> None:
         self.computation = computation
         self.positions = positions  # per leaf of (args after the class, kwargs): its tensor argument
         self.expected = expected
@@ -219,7 +260,7 @@ class SplitCall:
                 tensors[k] = leaf
         for k, layout, requires_grad in self.expected:
             t = tensors[k]
-            if not _as_recorded(t, layout, requires_grad):
+            if not (type(t) is layout if requires_grad is None else _as_recorded(t, layout, requires_grad)):
                 return run_autograd_function(cls, *args, **kwargs)
         return self.computation(*tensors)
 

@@ -261,6 +261,10 @@ class _Replay:
             if isinstance(arg, GeneratorProxy) or id(arg) in self.size_values:
                 self.forward.args.append(arg)  # a generator the call passes, a size input: itself
                 continue
+            if isinstance(arg, NumberProxy):  # a number a split Function takes (function_records.py)
+                self.forward.names.claim(arg.name)
+                self.forward.args.append(arg)
+                continue
             shadow = self._fake_like(arg.shadow, contiguous=False)
             if arg.requires_grad:
                 shadow.requires_grad_(True)

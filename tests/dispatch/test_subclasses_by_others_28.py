@@ -207,3 +207,74 @@ def test_an_empty_tensor_beside_a_tensor_its_meta_kernel_refuses_raises_eagers_e
     with pytest.raises(RuntimeError) as jitted:
         jitcore.jit(program)(_Empty((4, 8)))
     assert str(jitted.value).splitlines()[0] == str(eager.value).splitlines()[0]
+
+
+# --- a Function that takes the number: float8-style scaling with a scale argument per call ---------------
+# Note [A number a split Function takes] (jitcore/transforms/function_records.py): a record taking a number
+# was never split, so every warm call ran the Function's forward and backward natively, their TwoTensor
+# dispatches included.
+
+
+class _ScaledThroughPairs(torch.autograd.Function):
+    """``(scale * x) @ w + x @ w`` through TwoTensor values, the scale kept on ``ctx`` for the backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.scale = scale
+        x, w = x.detach(), w.detach()
+        pair = TwoTensor(x * scale, x) @ TwoTensor(w, w)
+        return pair.a + pair.b
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, w = (t.detach() for t in ctx.saved_tensors)
+        gx = TwoTensor(g, g) @ TwoTensor(w, w * ctx.scale).t()
+        gw = TwoTensor(x * ctx.scale, x).t() @ TwoTensor(g, g)
+        return gx.a + gx.b, gw.a + gw.b, None
+
+
+class _BranchingOnScale(torch.autograd.Function):
+    """Decides with the scale's value in its forward: the split would fix the branch, so apply runs."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        x = x.detach()
+        pair = (TwoTensor(x * scale, x) if scale > 2 else TwoTensor(x, -x)) * 2
+        return pair.a + pair.b
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        pair = TwoTensor(g * ctx.scale, g) * 3
+        return pair.a + pair.b, None
+
+
+def _scaled_pairs(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
+    return _ScaledThroughPairs.apply(x, w, scale) * 2
+
+
+def _branching(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
+    return _BranchingOnScale.apply(x @ w, scale)
+
+
+@pytest.mark.parametrize(("program", "warm_frames"), [(_scaled_pairs, 0), (_branching, 2)])
+def test_a_function_taking_a_scale_per_call_gives_eagers_gradients(program: Any, warm_frames: int) -> None:
+    f = jitcore.jit(program)
+    scales = (0.5, 1.5, 3.0, 2.5, 0.25)
+    for i, scale in enumerate(scales):
+        x, w = _inputs()
+        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        expected = program(x, w, scale)
+        expected.square().sum().backward()
+        with protocol_calls(TwoTensor) as seen:
+            got = f(xj, wj, scale)
+            got.square().sum().backward()
+        assert type(got) is torch.Tensor and got.requires_grad
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close((xj.grad, wj.grad), (x.grad, w.grad))
+        if i >= 3:  # warm: the dynamic-scale entry and (for the branch) its other outcome are traced
+            assert len(seen) == warm_frames, seen  # before: 5 TwoTensor dispatches per warm call
+    if program is _scaled_pairs:
+        assert jitcore.cache_misses(f) == 2
+        assert "scale" in str(jitcore.last_backward_traces(f)[-1])  # the scale is a name
