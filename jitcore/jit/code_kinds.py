@@ -29,6 +29,7 @@ __all__ = [
     "STDLIB_DIR", "TORCH_DIR", "TORCH_MODULES_DIR", "compiled_original", "is_global_hook_registry",
     "is_library_file", "is_library_module", "is_programs_class", "is_stdlib_container_code",
     "is_stored_attribute", "is_symbolic_shapes_code", "is_torch_builtin", "is_unlisted_operation",
+    "written_holder", "written_namespace",
 ]
 
 TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -168,6 +169,36 @@ def is_imported_module(module: types.ModuleType) -> bool:
     not made by ``types.ModuleType(name)``."""
     namespace = _namespace(module)
     return sys.modules.get(module_name(module)) is module or namespace.get("__spec__") is not None
+
+
+# Note [A module's attributes written]
+# ``cmod.count += 1`` or ``cmod.last = x * 3`` on a module of the caller's (imported from its files, or a
+# ``types.ModuleType`` reached through a global or an argument) stores
+# into the module's namespace. Snapshots skipped modules (jit/effects.py ``StateSnapshots.take``), so such a
+# store was no effect: it stayed in the module after the pass, the pass's value (a NumberProxy, a
+# TensorProxy left in the caller's module), and no cached call made it again (``cmod.value = 7`` held 0
+# after a cached call; a counter's second entry wrote its NumberProxy there and the third call raised
+# UnboundLocalError). The namespace of such a module is the state snapshotted, at ``path.__dict__``: its
+# changes are item effects replayed on the namespace each call's path reaches (a counter's arithmetic on
+# the value found, a tensor an output of the computation), and the pass's writes are undone with the rest.
+# Stores and reads through the module name it (``StateSnapshots`` translates). A library's module (torch's,
+# the standard library's, an installed package's) is constant (docs/user-guide.md); a module the program
+# made itself is reached through no path (never snapshotted): its own object, as before.
+def written_namespace(module: types.ModuleType) -> dict | None:
+    """The namespace whose changes are a reached module's effects (Note [A module's attributes written]);
+    None for a library's module."""
+    if is_library_module(module):
+        return None
+    namespace = _namespace(module)
+    return namespace if type(namespace) is dict else None
+
+
+def written_holder(obj: Any) -> Any:
+    """What holds ``obj``'s attributes as state: a module's namespace (Note [A module's attributes
+    written]), else ``obj`` itself."""
+    if issubclass(type(obj), types.ModuleType):
+        return written_namespace(obj) or obj
+    return obj
 
 
 def is_library_module(module: types.ModuleType) -> bool:

@@ -37,6 +37,7 @@ import torch.utils._pytree as pytree
 
 from jitcore.ir import Proxy
 from jitcore.jit.call_copies import in_one_call
+from jitcore.jit.code_kinds import written_holder, written_namespace
 from jitcore.jit.object_states import BUFFERS, MISSING, attributes, buffer_type, is_slot, set_slot, state_of
 from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
@@ -124,6 +125,8 @@ class StateSnapshots:
         """Remember ``obj``'s state now (the first time it is reached); ``path`` reaches it per call
         (for the program's copy of an argument container, the caller's container is at ``path``)."""
         kind = type(obj)  # not isinstance: it reads ``__class__``, which a class may compute (and log)
+        if issubclass(kind, types.ModuleType) and (namespace := written_namespace(obj)) is not None:
+            obj, path, kind = namespace, path.attr("__dict__"), dict  # Note [A module's attributes written]
         if id(obj) in self._snapshots or issubclass(kind, (types.ModuleType, types.FunctionType)) or (
                 issubclass(kind, type) and obj.__module__ == "builtins"):
             return
@@ -159,6 +162,7 @@ class StateSnapshots:
     def note_write(self, obj: Any, keys: Any) -> None:
         """The program stored ``obj.key`` or ``obj[key]`` for each of ``keys`` (Note [Writes of the
         same object])."""
+        obj = written_holder(obj)
         snap = self._snapshots.get(id(obj))
         if snap is None or snap.obj is not obj:
             return
@@ -170,6 +174,7 @@ class StateSnapshots:
 
     def stored(self, obj: Any, key: Any) -> bool:
         """Whether the program stored ``obj.key`` or ``obj[key]`` in this pass (``note_write``)."""
+        obj = written_holder(obj)
         snap = self._snapshots.get(id(obj))
         try:
             return snap is not None and snap.obj is obj and key in snap.written
@@ -183,6 +188,7 @@ class StateSnapshots:
         before the write (``self.x = 5; y = self.x`` must give 5 on every call). A key the program
         stored is its own even when the very object was there before (Note [Writes of the same
         object]: ``st["bad"] = 0`` over the cached small int 0, then ``st["bad"] >= 3``)."""
+        obj = written_holder(obj)
         snap = self._snapshots.get(id(obj))
         if snap is None:
             return False
