@@ -8,7 +8,8 @@ Invariants:
 - one memo per call: every copy one call makes, for its output and for each of its effects, shares it, so
   an object reachable from two places is one copy (``one_call``, ``in_one_call``);
 - the caller's objects, tensors and torch's other objects a made object reaches are never copied: the
-  memo holds them as themselves (``_Kept``);
+  memo holds them as themselves, and an object the caller passes (an argument, or reached through one)
+  as the object this call passes at its path (Note [The objects this call passes]);
 - weak references, weak containers and finalizers are made as the program made them, around the call's
   copies (jit/weak_copies.py);
 - an object no copy makes faithfully (``copy.deepcopy`` refuses it, its class copies itself with code of
@@ -22,6 +23,7 @@ import array
 import collections
 import contextvars
 import copy
+import dataclasses
 import enum
 import sys
 import types
@@ -34,9 +36,25 @@ import torch
 from jitcore.errors import UnsupportedOperationError
 from jitcore.jit import weak_copies
 
-__all__ = ["in_one_call", "made_anew", "makers_made", "one_call", "programs_own"]
+__all__ = ["Owner", "in_one_call", "made_anew", "makers_made", "one_call", "passed_object", "programs_own",
+           "readers_made"]
 
-Owner = Callable[[Any], "str | None"]
+
+def _nowhere(_obj: Any) -> Any:
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Owner:
+    """Whose an object is (``whose``: "fixed", "call" or None, jit/effects.py ``StateSnapshots.owner``),
+    and where each call passes one of the caller's objects that is "call"'s (``passed_at``: the path, a
+    ``jitcore.prologue.paths.Path``, from the call's arguments; None where none leads to it)."""
+
+    whose: Callable[[Any], str | None]
+    passed_at: Callable[[Any], Any] = _nowhere
+
+    def __call__(self, obj: Any) -> str | None:
+        return self.whose(obj)
 
 # Note [Objects the program makes, anew on every call]
 # The trace prints tuples, lists and dicts as literals, so each call's are new; any other object in what
@@ -48,8 +66,6 @@ Owner = Callable[[Any], "str | None"]
 # itself keeps classes, functions and modules). An object ``deepcopy`` cannot copy (a lock), or copies by
 # running the program's own code (a ``__deepcopy__``, ``__reduce__`` or ``__reduce_ex__`` of a class
 # outside the standard library: eager never runs it), is refused while tracing: the call runs eagerly.
-# Left: an argument's list or dict that a made object holds is the pass's (a copy of the caller's), not
-# the one this call passes.
 # The C types made anew include ``array.array`` (``arr.append`` by the caller showed in the next call's)
 # and ``memoryview`` (no copy is faithful: refused), which have no ``__dict__``, and ``frozenset``: eager's
 # is a new object per call (a weak reference to one call's dies with it). Immutable objects whose
@@ -86,12 +102,18 @@ class _CallMemo(dict):
     """A ``copy.deepcopy`` memo for one call: the objects every call shares as themselves, and the weak
     objects made as the program made them when a copy first reaches them (``deepcopy`` asks ``get``)."""
 
-    __slots__ = ("trial", "weak")
+    __slots__ = ("call", "trial", "weak")
 
     def __init__(self, trial: bool = False) -> None:
         super().__init__()
         self.weak: dict[int, Any] = {}
         self.trial = trial  # the pass's trial copy: a finalizer is made detached
+        self.call: tuple[tuple, dict] | None = None  # this call's (args, kwargs), where the effects run
+
+    def passed(self, found: Any, path: Any) -> Any:
+        """The object this call passes at ``path``, where the pass found ``found`` (Note [The objects
+        this call passes]); ``found`` itself in the pass's trial copy."""
+        return found if self.call is None else path.get(*self.call)
 
     def get(self, key: int, default: Any = None) -> Any:
         found = dict.get(self, key, _NIL)
@@ -119,11 +141,17 @@ _NIL = object()
 _MEMO: contextvars.ContextVar[_CallMemo | None] = contextvars.ContextVar("jitcore_call_memo", default=None)
 
 
-def in_one_call(run: Callable[[], Any]) -> Any:
-    """``run()`` with the copies it makes sharing one memo (Note [One call's copies share their objects])."""
-    if _MEMO.get() is not None:
+def in_one_call(run: Callable[[], Any], call: tuple[tuple, dict] | None = None) -> Any:
+    """``run()`` with the copies it makes sharing one memo (Note [One call's copies share their objects]);
+    ``call``: the call's (args, kwargs), where the objects it passes are found."""
+    memo = _MEMO.get()
+    if memo is not None:
+        if call is not None and memo.call is None:
+            memo.call = call
         return run()
-    token = _MEMO.set(_CallMemo())
+    memo = _CallMemo()
+    memo.call = call
+    token = _MEMO.set(memo)
     try:
         return run()
     finally:
@@ -140,19 +168,50 @@ def one_call(rebuild: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 _MAKERS = [0]  # how many ``made_anew`` has made: whether a split makes objects anew (``makers_made``)
+_READERS = [0]  # how many of those read the objects the call passes (``readers_made``)
 
 
 def makers_made() -> int:
-    """How many functions ``made_anew`` has made so far."""
+    """How many functions ``made_anew`` and ``passed_object`` have made so far."""
     return _MAKERS[0]
+
+
+def readers_made() -> int:
+    """How many of them read the objects a call passes: the output's rebuild needs the call's arguments
+    (the call's effects run it: jit/interpretation.py)."""
+    return _READERS[0]
+
+
+# Note [The objects this call passes]
+# ``o = Holder(acc); o.items.append(x + 1); return o``: eagerly ``o.items is acc``, the list this call
+# passes. The program saw a copy of the caller's list (Note [Returning the caller's objects],
+# jit/effects.py), and the object it made held that copy: every cached call's ``o.items`` was the pass's
+# copy, not the caller's list (which got the append), and an argument object (``Holder(cfg)``) was the
+# first call's ``cfg``. An object of the caller's that a path from the arguments reaches (``Owner.
+# passed_at``) is, in each call's copies and in what the program returns or stores, the object this call
+# passes at that path (its arguments as the call began, where the effects find their targets); an object
+# of fixed state (a global's list) is the very object, as before.
+def passed_object(found: Any, path: Any) -> Callable[[Any], Any]:
+    """A rebuild giving the object each call passes at ``path`` (the pass found ``found`` there)."""
+    _MAKERS[0] += 1
+    _READERS[0] += 1
+
+    def passed(_results: Any) -> Any:
+        memo = _MEMO.get()
+        return found if memo is None else memo.passed(found, path)
+
+    return passed
 
 
 def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:
     """A function making ``value``, an object the program made (``programs_own``), anew for a call."""
     _MAKERS[0] += 1
-    kept, weak = _walk(value, owner)
+    kept, weak, passed = _walk(value, owner)
+    if passed:
+        _READERS[0] += 1
     trial = _CallMemo(trial=True)
     trial.update(kept)
+    trial.update({key: found for key, (found, _path) in passed.items()})
     trial.weak.update(weak)
     try:
         copy.deepcopy(value, trial)
@@ -167,6 +226,8 @@ def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:
         if memo is None:
             memo = _CallMemo()
         memo.update(kept)
+        for key, (found, path) in passed.items():  # Note [The objects this call passes]
+            memo[key] = memo.passed(found, path)
         memo.weak.update(weak)
         made = copy.deepcopy(value, memo)
         for item in finalizers:  # registered on the call's copies, held by no copy
@@ -183,12 +244,15 @@ def _refused(value: Any, why: str) -> UnsupportedOperationError:
     )
 
 
-def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any]]:
+def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dict[int, tuple[Any, Any]]]:
     """What ``value`` reaches that every call shares (the caller's objects, tensors and torch's other
-    objects: kept as themselves) and the weak objects in it (made by jit/weak_copies.py); refuses an
-    object no copy makes faithfully."""
+    objects: kept as themselves), the weak objects in it (made by jit/weak_copies.py), and the objects
+    each call passes (with their paths: Note [The objects this call passes]); refuses an object no copy
+    makes faithfully."""
     kept: dict[int, Any] = {}
     weak: dict[int, Any] = {}
+    passed: dict[int, tuple[Any, Any]] = {}
+    passed_at = getattr(owner, "passed_at", _nowhere)
     seen: set[int] = set()
     todo = [value]
     finalizers = weak_copies.finalizers_by_object()
@@ -198,7 +262,11 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any]]:
             continue
         seen.add(id(item))
         if item is not value and (_torchs_own(item) or owner(item) is not None):
-            kept[id(item)] = item
+            path = None if _torchs_own(item) else passed_at(item)
+            if path is None:
+                kept[id(item)] = item
+            else:
+                passed[id(item)] = (item, path)
             continue
         if weak_copies.is_weak(item):
             if not weak_copies.knows(item):
@@ -214,7 +282,7 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any]]:
         if hook is not None:
             raise _refused(value, f"a copy of a {type(item).__qualname__} would run its own {hook}")
         todo.extend(_held(item))
-    return kept, weak
+    return kept, weak, passed
 
 
 # Note [Finalizers on what a copy keeps]

@@ -36,12 +36,13 @@ import torch
 import torch.utils._pytree as pytree
 
 from jitcore.ir import Proxy
-from jitcore.jit.call_copies import in_one_call
+from jitcore.jit.call_copies import Owner, in_one_call
 from jitcore.jit.code_kinds import written_holder, written_namespace
 from jitcore.jit.object_states import BUFFERS, MISSING, attributes, buffer_type, is_slot, set_slot, state_of
 from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
 from jitcore.jit.pending_keys import PendingKey
+from jitcore.jit.returned_objects import RETURNED, ReturnedObjects, is_size
 from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
@@ -268,7 +269,7 @@ class StateSnapshots:
                 restore_state(obj, state)
 
     def returned_objects(self, output: Any, args: tuple, kwargs: dict,
-                         copies: set[int]) -> tuple[Any, ReturnedObjects | None]:
+                         copies: frozenset[int]) -> tuple[Any, ReturnedObjects | None]:
         """The output with each of the caller's objects it returns taken out (``RETURNED`` in its
         place), and where each is found per call (Note [Returning the caller's objects]). ``copies``:
         the ids of the containers the program sees for the caller's argument containers."""
@@ -279,18 +280,20 @@ class StateSnapshots:
                 return None
             return snap.path if id(obj) in copies or _leads_to(snap.path, obj, args, kwargs) else None
 
-        leaves, spec = pytree.tree_flatten(output, is_leaf=lambda v: _size(v) or caller_path(v) is not None)
+        leaves, spec = pytree.tree_flatten(output, is_leaf=lambda v: is_size(v) or caller_path(v) is not None)
         holes = {i: path for i, leaf in enumerate(leaves) if (path := caller_path(leaf)) is not None}
         if not holes:
             return output, None
         leaves = [RETURNED if i in holes else leaf for i, leaf in enumerate(leaves)]
         return pytree.tree_unflatten(leaves, spec), ReturnedObjects(holes)
 
-    def preexisting(self, args: tuple, kwargs: dict) -> Callable[[Any], bool]:
+    def preexisting(self, args: tuple, kwargs: dict,
+                    copies: frozenset[int] = frozenset()) -> Callable[[Any], bool]:
         """Whether an object is one of the caller's: reached, and where its path leads once the
         snapshots are restored (an object the program made, stored and read back is not), or a
         container a reached object held when the call began (Note [A container of the caller's
-        stored back])."""
+        stored back]). ``copies``: the ids of the containers the program sees for the caller's argument
+        containers (the caller's, at their paths)."""
         held = {id(v) for snap in self._snapshots.values() for v in _held_values(snap.state)
                 if isinstance(v, _KEPT_CONTAINERS)}
 
@@ -298,6 +301,8 @@ class StateSnapshots:
             snap = self._snapshots.get(id(obj))
             if snap is None:
                 return id(obj) in held
+            if id(obj) in copies and snap.obj is obj:
+                return True
             # the path reads the caller's tensors' attributes, which their class's __torch_function__
             # must not see (RedispatchTensor logs each read into its ``call_log``)
             with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001
@@ -306,20 +311,27 @@ class StateSnapshots:
         return check
 
 
-    def owner(self, args: tuple, kwargs: dict) -> Callable[[Any], str | None]:
+    def owner(self, args: tuple, kwargs: dict, copies: frozenset[int] = frozenset()) -> Owner:
         """Whose an object is: "fixed", the caller's reached from state outside the arguments (a global,
         a module's attribute: the very object on every call the prologue lets through); "call", the
-        caller's reached through this call's arguments (another call's may be another object); None,
-        the program's (Note [Objects the program makes, anew on every call], jit/call_copies.py)."""
-        preexisting = self.preexisting(args, kwargs)
+        caller's reached through this call's arguments (another call's may be another object), with the
+        path each call passes it at; None, the program's (Note [Objects the program makes, anew on every
+        call], jit/call_copies.py). ``copies``: as for ``preexisting``."""
+        preexisting = self.preexisting(args, kwargs, copies)
 
-        def owner(obj: Any) -> str | None:
+        def whose(obj: Any) -> str | None:
             if not preexisting(obj):
                 return None
             snap = self._snapshots.get(id(obj))
             return "call" if snap is None or snap.path.root.kind in ("args", "kwargs") else "fixed"
 
-        return owner
+        def passed_at(obj: Any) -> Path | None:  # Note [The objects this call passes] (jit/call_copies.py)
+            snap = self._snapshots.get(id(obj))
+            if snap is None or snap.obj is not obj or snap.path.root.kind not in ("args", "kwargs"):
+                return None
+            return snap.path if preexisting(obj) else None
+
+        return Owner(whose, passed_at)
 
 
 # Note [A container of the caller's stored back]
@@ -355,50 +367,6 @@ def _leads_to(path: Path, obj: Any, args: tuple, kwargs: dict) -> bool:
         return False
 
 
-# Note [Returning the caller's objects]
-# ``batch["logits"] = model(batch["x"]); return batch`` returns the caller's own dict, written by the
-# function. The trace's output held that dict object, which the pass then set back to its state at
-# the call: every call returned a new dict without "logits" (while the caller's dict had it: the
-# effect was replayed; the program had seen its own copy of the argument dict, Provenance.
-# bind_argument). An object of the caller's (an argument container, or an object reached through the
-# arguments or persistent state) that the output holds, directly or inside containers the function
-# made, is taken out of the trace's output and returned as the object the call passes at its path,
-# after the effects have written it: eager's object and contents. "Inside" means through every node
-# torch's pytree knows, registered classes included: Hugging Face's ``generate`` with a static cache
-# returns ``ModelOutput(past_key_values=cache)``, the caller's cache object; handed back as a copy,
-# the caller's next generation wrote into the copy's stale lists (IndexError in index_copy_).
-class _Returned:
-    """The place of a caller's object in the output the trace returns."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<the caller's object>"
-
-
-RETURNED = _Returned()
-
-
-def _size(value: Any) -> bool:
-    """A ``torch.Size``: a leaf of the output's tree (it holds numbers only, and torch's pytree gives it
-    back as a plain tuple: ``(torch.Size([2]), cls)``, the caller's class, came back as ``((2,), cls)``)."""
-    return type(value) is torch.Size
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReturnedObjects:
-    """Where the caller's objects go back into the output: the leaf positions (in torch's pytree
-    order, with ``RETURNED`` a leaf) that hold ``RETURNED``, and the path of each."""
-
-    holes: dict[int, Path]
-
-    def fill(self, output: Any, args: tuple, kwargs: dict) -> Any:
-        leaves, spec = pytree.tree_flatten(output, is_leaf=lambda v: v is RETURNED or _size(v))
-        for i, path in self.holes.items():
-            leaves[i] = path.get(args, kwargs)
-        return pytree.tree_unflatten(leaves, spec)
-
-
 class Effects:
     """The effects of one entry, applied after its computation.
 
@@ -407,10 +375,12 @@ class Effects:
     output passed through ``post`` (the output's own rebuilding, jitcore/jit/outputs.py).
     """
 
-    def __init__(self, effects: list[Effect], owner: Callable[[Any], str | None],
+    def __init__(self, effects: list[Effect], owner: Owner,
                  input_paths: dict[int, Path] | None = None) -> None:
         def preexisting(obj: Any) -> bool:
             return owner(obj) is not None
+
+        self._passed_at = owner.passed_at
 
         self.references: list[Any] = []
         self._input_paths = input_paths or {}  # id(input proxy) -> where the call passes its tensor
@@ -472,7 +442,7 @@ class Effects:
         ``taken`` found before the computation, put back first. The objects made anew for the effects and
         the output share one memo (Note [One call's copies share their objects], jit/call_copies.py)."""
         if self.copies:
-            return in_one_call(lambda: self._finish(args, kwargs, result, taken))
+            return in_one_call(lambda: self._finish(args, kwargs, result, taken), (args, kwargs))
         return self._finish(args, kwargs, result, taken)
 
     def _finish(self, args: tuple, kwargs: dict, result: tuple, taken: list[tuple[Any, Any]] | None) -> Any:
@@ -515,6 +485,9 @@ class Effects:
         """A value to store: objects of the caller's by reference, lists element by element, the
         rest as it is (rebuilt per call when it holds proxies, by ``outputs.split``)."""
         if preexisting(value):
+            path = self._passed_at(value)
+            if path is not None:  # Note [The objects this call passes] (jit/call_copies.py)
+                return _FromCall(path)
             self.references.append(value)
             return _Reference(len(self.references) - 1)
         if isinstance(value, Proxy) and id(value) in self._input_paths:

@@ -220,13 +220,13 @@ class Pass(StateReads):
                 output = interpret(target, hooks=self.hooks(limit))(*pargs, **pkwargs)
             self.lru_calls.refuse_caught()  # Note [A cached function's call] (jit/lru_caches.py)
             output = pin_tensor_ids(output)  # a returned id is a value (Note [The id of a caller's tensor])
-            copies = {id(c) for c, _path in self.provenance.argument_copies}
+            copies = frozenset(id(c) for c, _path in self.provenance.argument_copies)
             with outputs.taken_apart("returns"):
                 output, returned = self.snapshots.returned_objects(output, args, kwargs, copies)
                 epilogue = None
                 if self.numpy is not None:
                     output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
-                owner = self.snapshots.owner(args, kwargs)  # the caller's objects, handed on
+                owner = self.snapshots.owner(args, kwargs, copies)  # the caller's objects, handed on
                 output, structure = outputs.split(output, owner)  # ModelOutput, objects, ...: made per call
             self.provenance.put_back_counters()  # Note [Counters bound where they are held]
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
@@ -245,9 +245,11 @@ class Pass(StateReads):
         self.found_counters = numbers.counters(changes, self.provenance.pins_value)  # read-modify-write
         input_paths = {id(proxy): path for path, proxy, _tensor in self.provenance.inputs}
         effects = None
-        if changes or returned is not None:
+        # an output that reads the objects the call passes is rebuilt where the effects run, which have
+        # the call's arguments (Note [The objects this call passes], jit/call_copies.py)
+        if changes or returned is not None or structure is not None and structure.reads_call:
             with outputs.taken_apart("stores into the caller's objects"):
-                effects = Effects(changes, self.snapshots.owner(args, kwargs), input_paths)
+                effects = Effects(changes, self.snapshots.owner(args, kwargs, copies), input_paths)
             effects.returned = returned  # Note [Returning the caller's objects] (jit/effects.py)
         self.trace.output = output if effects is None else (output, effects.proxies)
         # Note [Hooks registered inside the program] (jit/inner_hooks.py)

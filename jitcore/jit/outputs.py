@@ -32,7 +32,15 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Proxy
-from jitcore.jit.call_copies import made_anew, makers_made, one_call, programs_own
+from jitcore.jit.call_copies import (
+    Owner,
+    made_anew,
+    makers_made,
+    one_call,
+    passed_object,
+    programs_own,
+    readers_made,
+)
 from jitcore.jit.object_copies import copied, copier
 from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -43,7 +51,6 @@ _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
 
 __all__ = ["OutputStructure", "escaped", "held", "split", "taken_apart"]
 
-Owner = Callable[[Any], str | None]  # whose an object is: "fixed", "call" or None (Effects.owner)
 Split = tuple[Any, Callable[[Any], Any] | None]  # (what the computation returns for a value, rebuild or None)
 
 _OPTREE_NODES = (tuple, list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
@@ -97,6 +104,7 @@ class OutputStructure:
 
     rebuild: Callable[[Any], Any]
     copies: bool = False  # it makes objects anew (Note [One call's copies share their objects])
+    reads_call: bool = False  # it reads the objects the call passes (Note [The objects this call passes])
 
     def wrap(self, computation: Callable[..., Any]) -> Callable[..., Any]:
         """``computation`` followed by the rebuilding of the program's output objects."""
@@ -108,17 +116,19 @@ class OutputStructure:
         return run
 
 
-def split(output: Any, owner: Owner = lambda _v: None) -> tuple[Any, OutputStructure | None]:
+def split(output: Any, owner: Owner | None = None) -> tuple[Any, OutputStructure | None]:
     """The output as a tree optree flattens completely, and how to rebuild the original (None: the
     output already is such a tree). ``owner``: whose an object is (jit/effects.py ``Snapshots.owner``):
     an object the program made is made anew on every call, the caller's are handed on."""
-    before = makers_made()
+    owner = owner if owner is not None else Owner(lambda _v: None)
+    before, readers = makers_made(), readers_made()
     flat, rebuild = _split(output, 0, owner)
     if rebuild is None or rebuild is _as_is:
         return flat, None  # the output itself, or a copy with plain keys (``_plain_keys``)
     if makers_made() == before:
         return flat, OutputStructure(rebuild)
-    return flat, OutputStructure(one_call(rebuild), copies=True)  # Note [One call's copies share ...]
+    return flat, OutputStructure(one_call(rebuild), copies=True,  # Note [One call's copies share ...]
+                                 reads_call=readers_made() != readers)
 
 
 def _split(value: Any, depth: int, owner: Owner) -> Split:
@@ -131,6 +141,9 @@ def _split(value: Any, depth: int, owner: Owner) -> Split:
         return tuple(value), torch.Size
     if depth > _MAX_DEPTH:
         return value, None
+    whose = None if type(value) in _ATOMS else owner(value)
+    if whose is not None:  # the caller's, holding this call's tensors or not: the very object
+        return _callers(value, whose, owner)
     if not (_holds_proxy(value, depth) or _holds_symbolic_shape(value, depth)):
         return _untraced(value, depth, owner)
     value = _plain_keys(value)
@@ -234,14 +247,23 @@ def _untraced(value: Any, depth: int, owner: Owner) -> Split:
     if kind in _ATOMS or not (literal or programs_own(value)):
         return value, None  # shared by every call, as eagerly (a class, a function, a module, ...)
     whose = owner(value)
-    if whose == "fixed":  # the very object on every call (printed, a list would be a copy)
-        return ((), lambda _results: value) if literal else (value, None)
-    if whose == "call":  # reached through the arguments: as the pass found it (not looked up per call)
-        return value, None
+    if whose is not None:
+        return _callers(value, whose, owner)
     if literal and (kind not in (list, dict) or _holds_symbolic_number(value, depth)):
         return _split_literal(value, depth, owner)  # a tuple, or per-call numbers: printed, item by item
     make = made_anew(value, owner)  # a list or dict too: one a made object also holds is that one
     return ((), lambda _results: make())
+
+
+def _callers(value: Any, whose: str, owner: Owner) -> Split:
+    """An object of the caller's: the very object of fixed state on every call (printed, a list would be
+    a copy), the object this call passes where a path from the arguments leads to it (Note [The objects
+    this call passes], jit/call_copies.py), else as the pass found it."""
+    literal = type(value) in (tuple, list, dict) or _is_namedtuple(value)
+    if whose == "fixed":
+        return ((), lambda _results: value) if literal else (value, None)
+    path = owner.passed_at(value)
+    return (value, None) if path is None else ((), passed_object(value, path))
 
 
 def _per_call(value: Any, depth: int, owner: Owner) -> bool:

@@ -483,3 +483,68 @@ def test_c_objects_the_program_makes_are_new_on_every_call(kind):
     want = [f(torch.ones(2) * i, 5)[0] for i in range(3)]
     assert [_changed_by_the_caller(v) for v in got] == [_changed_by_the_caller(v) for v in want]
     assert len({id(v) for v in got}) == 3
+
+
+class Holder:
+    def __init__(self, items: Any) -> None:
+        self.items = items
+
+
+class Config:
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+
+def _holds_list(x, acc, other):
+    o = Holder(acc)
+    o.items.append(x + 1)
+    return o
+
+
+def _holds_dict(x, acc, other):
+    o = Holder(acc)
+    o.t = x * 2
+    return o
+
+
+def _holds_untraced(x, acc, other):
+    return Holder(acc), x + 1
+
+
+def _holds_config(x, acc, other):
+    return Holder(other), x + 1
+
+
+def _stores_one_into_another(x, acc, other):
+    acc.append(other)
+    return x + 1
+
+
+def _stores_a_list_holding_it(x, acc, other):
+    acc.append([other, 1])
+    return x + 1
+
+
+@pytest.mark.parametrize("program", [_holds_list, _holds_dict, _holds_untraced, _holds_config,
+                                     _stores_one_into_another, _stores_a_list_holding_it])
+def test_the_callers_objects_a_made_object_holds_are_this_calls(program):
+    """Eagerly ``Holder(acc).items is acc``, the list this call passes; a made object held the pass's copy
+    of the first call's list (``o.items`` was [] while the caller's list got the append), an argument
+    object held was the first call's, and an argument list stored into another was a copy of it
+    (Note [The objects this call passes], jitcore/jit/call_copies.py)."""
+
+    def where(out: Any, acc: Any, other: Any) -> list[bool]:
+        made = out[0] if isinstance(out, tuple) else out
+        if isinstance(made, Holder):
+            return [made.items is acc, made.items is other]
+        return [acc[-1] is other, isinstance(acc[-1], list) and acc[-1][0] is other]
+
+    jitted = jitcore.jit(program)
+    for i in range(3):
+        x = torch.ones(2) * i
+        other = Config(1) if program is _holds_config else [5]  # another object, alike, on each call
+        mine, eager = ([], []) if program is not _holds_dict else ({}, {})
+        got, want = jitted(x, mine, other), program(x, eager, other)
+        assert where(got, mine, other) == where(want, eager, other), f"call {i}"
+        assert repr(mine) == repr(eager)
+    assert jitcore.cache_misses(jitted) == 1
