@@ -357,6 +357,29 @@ def evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         DataDependentError: the outputs depend on tensor values (``item``, ``nonzero``, ...).
         Exception: whatever eager torch raises for these arguments.
     """
+    excluded = torch._C._dispatch_tls_local_exclude_set()  # noqa: SLF001
+    if not excluded.has(torch._C.DispatchKey.Python):  # noqa: SLF001
+        return _evaluate(fn, args, kwargs)
+    # Note [Shadows inside no_dispatch]
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(),  # noqa: SLF001
+                                         excluded - _PYTHON_KEYS):
+        return _evaluate(fn, args, kwargs)
+
+
+# Note [Shadows inside no_dispatch]
+# A subclass's ``__torch_dispatch__`` that computes on its inner tensors inside
+# ``torch._C._DisableTorchDispatch()`` (``torch.utils._mode_utils.no_dispatch()``, subclass_zoo's style) is
+# interpreted with that block entered natively, which excludes the Python dispatch keys on the thread.
+# The shadows are fake tensors, which compute only through the Python key: the inner ``mul`` ran the
+# CPU kernel on a fake tensor's missing storage and the process died (a segmentation fault, where eager
+# computes). Eagerly the block changes nothing for plain tensors (no mode is entered inside a
+# subclass's dispatch, and the inner tensors have no Python key), so the shadows are evaluated with the
+# Python keys as they are outside it.
+_PYTHON_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python).add(  # noqa: SLF001
+    torch._C.DispatchKey.PythonTLSSnapshot)  # noqa: SLF001
+
+
+def _evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     context = current_context()
     values: TensorValues = context.values
     leaves, spec = optree.tree_flatten((args, kwargs), none_is_leaf=True)

@@ -1,0 +1,97 @@
+"""Tensor subclasses written by others (issue 15, ao52), eager against ``jitcore.jit`` over several calls
+(values, output types, inner tensors, gradients, the subclass code a warm call runs): a wrapper whose
+``__torch_dispatch__`` computes on its inner tensors inside ``torch._C._DisableTorchDispatch()`` (torch's
+``no_dispatch()``, subclass_zoo's style; Note [Shadows inside no_dispatch], jitcore/langctx/shadows.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from subclass_checks import frames_over_sizes
+from torch.utils._mode_utils import no_dispatch
+from torch.utils._pytree import tree_map_only
+
+import jitcore
+
+
+class _Undispatched(torch.Tensor):
+    """A wrapper computing each op on its inner tensor with Python dispatch off (``no_dispatch()``)."""
+
+    @staticmethod
+    def __new__(cls, t: torch.Tensor) -> _Undispatched:
+        return torch.Tensor._make_wrapper_subclass(cls, t.shape, dtype=t.dtype, requires_grad=t.requires_grad)
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["t"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, torch.Tensor], ctx: None, size: Any, stride: Any) -> Any:
+        return _Undispatched(inner["t"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        args, kwargs = tree_map_only(_Undispatched, lambda x: x.t, (args, kwargs or {}))
+        with no_dispatch():
+            out = func(*args, **kwargs)
+            if func is torch.ops.aten.mul.Tensor:  # a tensor made inside the block
+                out = out + torch.zeros_like(out)
+        return tree_map_only(torch.Tensor, _Undispatched, out)
+
+
+class _RawDisabled(_Undispatched):
+    """The same with ``torch._C._DisableTorchDispatch()`` spelled out, unwrapping tuples of results."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        args, kwargs = tree_map_only(_RawDisabled, lambda x: x.t, (args, kwargs or {}))
+        with torch._C._DisableTorchDispatch():  # noqa: SLF001
+            out = func(*args, **kwargs)
+        return tree_map_only(torch.Tensor, lambda o: _RawDisabled(o), out)
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, torch.Tensor], ctx: None, size: Any, stride: Any) -> Any:
+        return _RawDisabled(inner["t"])
+
+
+_PROGRAMS: dict[str, Callable[..., Any]] = {
+    "pointwise": lambda x, w: (x * 2).exp() + 1,
+    "matmul": lambda x, w: x @ w,
+    "tuple_out": lambda x, w: x.split(2, dim=1),
+    "in_place": lambda x, w: x.mul_(2).add_(w.sum()),
+    "beside_plain": lambda x, w: (x.sin(), w.cos()),
+}
+
+
+@pytest.mark.parametrize("cls", [_Undispatched, _RawDisabled], ids=["no_dispatch", "DisableTorchDispatch"])
+@pytest.mark.parametrize("name", sorted(_PROGRAMS))
+def test_a_dispatch_inside_no_dispatch_computes_as_eagerly(cls: type, name: str) -> None:
+    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return cls(torch.randn(3, 4)), torch.randn(4, n)
+
+    # before: the first call died with a segmentation fault (fake tensors computed without the Python key)
+    entries, warm_frames = frames_over_sizes(_PROGRAMS[name], make, (2, 2, 2), (cls,))
+    assert entries == 1
+    assert warm_frames == []
+
+
+def test_a_dispatch_inside_no_dispatch_gives_eagers_gradients() -> None:
+    def program(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (_Undispatched(x) * 2).t @ w
+
+    f = jitcore.jit(program)
+    for _ in range(2):
+        x, w = torch.randn(3, 4), torch.randn(4, 2, requires_grad=True)
+        wj = w.detach().clone().requires_grad_()
+        expected, got = program(x, w), f(x, wj)
+        torch.testing.assert_close(got, expected)
+        expected.square().sum().backward()
+        got.square().sum().backward()
+        torch.testing.assert_close(wj.grad, w.grad)
+    assert jitcore.cache_misses(f) == 1
