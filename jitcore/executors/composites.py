@@ -3,8 +3,9 @@
 The grad transform records what runs below torch's autograd, so a torch-level ``linear`` is in the
 forward trace as ``t``, ``view``, ``mm``, ``_unsafe_view``: four Python calls of the generated code where
 eager makes one. ``composite_calls`` rewrites such a run of the trace the torch executor runs into one
-call of the composite operator (``torch.ops.aten.linear.default``) whose subsymbols are the calls it
-stands for, printed under it, each with its user line.
+call of the composite operator (``torch.ops.aten.linear.default``, ``matmul.default``,
+``reshape.default``) whose subsymbols are the calls it stands for, printed under it, each with its user
+line.
 
 Invariants:
 - a run is replaced only when the composite operator, called on tensors with the run's inputs'
@@ -14,8 +15,8 @@ Invariants:
   strides and aliasing of what it returns are those of the calls it replaces;
 - only a trace that runs with grad mode off is rewritten (the grad transform's forward);
 - a value of the run that is read after it, other than the composite's output, is made by a call that
-  reads only the run's inputs; that call stays in the trace, before the composite call. Any other run
-  is kept as recorded;
+  reads only the run's inputs, or by a view of such values; those calls stay in the trace, before the
+  composite call (Note [Values of a run read after it]). Any other run is kept as recorded;
 - rewriting never fails a compile: a trace it cannot read is returned as it is.
 """
 
@@ -118,7 +119,14 @@ def _last_reads(trace: Trace) -> dict[int, int]:
 # ``view``/``_unsafe_view`` of the
 # anchor's output right after it may end it. Every reading is only a guess: the replay decides.
 def _candidates(bound_symbols: Sequence[BoundSymbol], i: int) -> Iterator[_Candidate]:
-    """The candidates starting at ``bound_symbols[i]``, longest first."""
+    """The candidates starting at ``bound_symbols[i]``: a linear's, a matmul's, a reshape's."""
+    yield from _linear_candidates(bound_symbols, i)
+    yield from _matmul_candidates(bound_symbols, i)
+    yield from _reshape_candidates(bound_symbols, i)
+
+
+def _linear_candidates(bound_symbols: Sequence[BoundSymbol], i: int) -> Iterator[_Candidate]:
+    """The linear candidates starting at ``bound_symbols[i]``, longest first."""
     for k in range(i, min(i + 4, len(bound_symbols))):
         anchor = bound_symbols[k]
         fn = anchor.symbol.fn
@@ -146,6 +154,64 @@ def _candidates(bound_symbols: Sequence[BoundSymbol], i: int) -> Iterator[_Candi
         return
 
 
+# Note [Which runs are tried as a matmul or a reshape]
+# ``aten.matmul`` (torch/aten/src/ATen/native/LinearAlgebra.cpp, ``_matmul_impl``) ends in one product
+# (``dot``, ``mv``, ``mm``, ``bmm``), before which it reshapes its inputs (``unsqueeze``, ``view``,
+# ``expand``, and ``reshape``'s ``clone`` + ``_unsafe_view`` of an input no view can fold) and after which
+# it may reshape the product (``view``, ``_unsafe_view``, ``squeeze``). The anchor of a candidate is that
+# product; the run starts at ``bound_symbols[i]`` when every call from there to the anchor makes a value a
+# later call of the run reads, and its tensors read from outside (one or two) are the matmul's arguments,
+# in the order the run reads them first, then the other. ``aten.reshape`` of a tensor no view can reshape
+# is ``_unsafe_view(clone(x, memory_format=torch.contiguous_format), shape)``: the candidate is
+# ``reshape(x, shape)``. Attention blocks make both (q @ k.transpose(-2, -1) copies its transposed inputs
+# for ``bmm``; ``o.transpose(1, 2).reshape(b, s, d)`` copies the heads back). As for linear, the replay
+# decides; a run of one call is never rewritten (it saves nothing).
+_PRODUCTS = frozenset({_aten.bmm.default, _aten.mm.default, _aten.mv.default, _aten.dot.default})
+_RESHAPES_AFTER = frozenset({_aten.view.default, _aten._unsafe_view.default, _aten.squeeze.dim,
+                             _aten.squeeze.default})
+_MATMUL_WINDOW = 8  # two inputs each expanded, cloned and _unsafe_viewed, the product, its view
+
+
+def _matmul_candidates(bound_symbols: Sequence[BoundSymbol], i: int) -> Iterator[_Candidate]:
+    """The matmul candidates starting at ``bound_symbols[i]``, longest first."""
+    for k in range(i, min(i + _MATMUL_WINDOW - 1, len(bound_symbols))):
+        if bound_symbols[k].symbol.fn not in _PRODUCTS:
+            continue
+        run = bound_symbols[i:k + 1]
+        for j, bsym in enumerate(run[:-1]):
+            if not any(bsym.output is p for later in run[j + 1:]
+                       for p in proxies_in((later.args, later.kwargs))):
+                return
+        made = {id(b.output) for b in run}
+        roots: list[Any] = []
+        for bsym in run:
+            for p in proxies_in((bsym.args, bsym.kwargs)):
+                if isinstance(p, TensorProxy) and id(p) not in made and all(p is not r for r in roots):
+                    roots.append(p)
+        if len(roots) not in (1, 2):
+            return
+        orders = [(roots[0], roots[0])] if len(roots) == 1 else [(roots[0], roots[1]), (roots[1], roots[0])]
+        ends = [k + 1]
+        after = bound_symbols[k + 1] if k + 1 < len(bound_symbols) else None
+        if after is not None and after.symbol.fn in _RESHAPES_AFTER and after.args[0] is run[-1].output:
+            ends.insert(0, k + 2)
+        for end in ends:
+            if end - i >= 2:
+                for args in orders:
+                    yield _Candidate(i, end, _aten.matmul.default, args)
+        return
+
+
+def _reshape_candidates(bound_symbols: Sequence[BoundSymbol], i: int) -> Iterator[_Candidate]:
+    """``reshape(x, shape)`` for ``clone(x)`` at ``bound_symbols[i]`` followed by ``_unsafe_view`` of it."""
+    if i + 1 >= len(bound_symbols):
+        return
+    clone, view = bound_symbols[i], bound_symbols[i + 1]
+    if (clone.symbol.fn is _aten.clone.default and view.symbol.fn is _aten._unsafe_view.default
+            and len(view.args) == 2 and view.args[0] is clone.output and clone.args):
+        yield _Candidate(i, i + 2, _aten.reshape.default, (clone.args[0], view.args[1]))
+
+
 def _folded(bound_symbols: Sequence[BoundSymbol], made: dict[int, int], matrix: Any) -> list[Any]:
     """What ``matrix`` may be the fold of: ``x`` of ``view(x)``, or of ``_unsafe_view(clone(x))`` (a copy
     of an input that is not contiguous); none when it is neither."""
@@ -164,23 +230,59 @@ def _folded(bound_symbols: Sequence[BoundSymbol], made: dict[int, int], matrix: 
 
 def _composite(bound_symbols: Sequence[BoundSymbol], candidate: _Candidate, last_read: dict[int, int],
                replay: _Replay) -> list[BoundSymbol] | None:
-    """The calls standing for ``candidate``'s run (those of its values read later that read only the
-    run's inputs, then the composite call), or None when the composite does not make the run."""
+    """The calls standing for ``candidate``'s run (those making its values read later, Note [Values of a
+    run read after it], then the composite call), or None when the composite does not make the run."""
     run = bound_symbols[candidate.start:candidate.end]
     output = run[-1].output
     if not all(b.symbol.langctx == "aten" and isinstance(b.output, TensorProxy) for b in run):
         return None
-    if not replay.makes(candidate.op, candidate.args, run):
+    kept = _kept(run, candidate, last_read)
+    if kept is None or not replay.makes(candidate.op, candidate.args, run):
         return None
-    kept = []
-    arguments = {id(p) for p in proxies_in(candidate.args)}
-    for bsym in run[:-1]:
-        if last_read.get(id(bsym.output), -1) >= candidate.end:
-            if not all(id(p) in arguments for p in proxies_in((bsym.args, bsym.kwargs))):
-                return None
-            kept.append(bsym)
     symbol = aten_symbol(candidate.op)
     return [*kept, BoundSymbol(symbol, candidate.args, {}, output, tuple(run), run[0].source, run[0].header)]
+
+
+# Note [Values of a run read after it]
+# A value a run makes that the trace reads after it (a view the backward saves: linear's 2-d view of its
+# input, matmul's view of an expanded input for ``bmm``'s gradient) is still made by its own call, before
+# the composite call, which makes it again inside. That is the same value (the same kernels on the same
+# tensors), and costs its call again: so a kept call reads only the run's inputs, or is a view
+# (``view``, ``expand``, ``t``, ...: its output aliases its input, no memory is written) of kept values.
+# A kept copy of a kept value (matmul's ``clone`` of a transposed input, which ``bmm``'s gradient
+# saves) would copy twice: such a run is not rewritten.
+def _kept(run: Sequence[BoundSymbol], candidate: _Candidate, last_read: dict[int, int]
+          ) -> list[BoundSymbol] | None:
+    """The calls of ``run`` (but its last) that make values read after it and the calls those read
+    within it, in order; None when one of them may not be kept (Note above)."""
+    needed = {id(b.output) for b in run[:-1] if last_read.get(id(b.output), -1) >= candidate.end}
+    for bsym in reversed(run[:-1]):
+        if id(bsym.output) in needed:
+            needed.update(id(p) for p in proxies_in((bsym.args, bsym.kwargs)))
+    arguments = {id(p) for p in proxies_in(candidate.args)}
+    kept = []
+    made: set[int] = set()
+    for bsym in run[:-1]:
+        if id(bsym.output) not in needed:
+            continue
+        reads = {id(p) for p in proxies_in((bsym.args, bsym.kwargs))}
+        if not reads <= arguments | made:
+            return None
+        if reads & made and not _is_view(bsym):
+            return None
+        kept.append(bsym)
+        made.add(id(bsym.output))
+    return kept
+
+
+def _is_view(bsym: BoundSymbol) -> bool:
+    """An aten call whose output aliases its first argument without writing it (``view``, ``expand``)."""
+    schema = getattr(bsym.symbol.fn, "_schema", None)
+    if schema is None or len(schema.returns) != 1 or not schema.arguments:
+        return False
+    returned, first = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    return (returned is not None and first is not None and not returned.is_write and not first.is_write
+            and returned.before_set == first.before_set)
 
 
 # Note [A composite is checked by replaying it]
@@ -208,26 +310,35 @@ class _Replay:
 
     def makes(self, op: OpOverload, args: tuple[Any, ...], run: Sequence[BoundSymbol]) -> bool:
         """Whether ``op(*args)`` makes exactly ``run`` (Note above)."""
-        if not all(isinstance(a, TensorProxy) and _static(a) for a in args):
+        tensors = [a for a in args if isinstance(a, TensorProxy)]
+        if not tensors or not all(_static(a) for a in tensors):
             return False
-        if any(id(a) in self._reshaped_in_place for a in args):
+        if not all(isinstance(a, TensorProxy) or _int_sequence(a) for a in args):
+            return False
+        if any(id(a) in self._reshaped_in_place for a in tensors):
             return False
         key = (op, tuple(self._metadata(a) for a in args))
         made = _REPLAYS.get(key) if not torch._C._is_any_autocast_enabled() else None  # noqa: SLF001
         if made is None:
-            made = _replayed(op, key[1])
+            try:
+                made = _replayed(op, key[1])
+            except Exception:  # noqa: BLE001 - the operator refuses such arguments: it made no run
+                made = ((), _UNKNOWN())
             if not torch._C._is_any_autocast_enabled():  # noqa: SLF001
                 if len(_REPLAYS) >= _KEPT:
                     _REPLAYS.clear()
                 _REPLAYS[key] = made
-        refs: dict[int, tuple[str, int]] = {id(a): ("input", i) for i, a in enumerate(args)}
+        refs: dict[int, tuple[str, int]] = {id(a): ("input", i) for i, a in enumerate(args)
+                                             if isinstance(a, TensorProxy)}
         calls = []
         for j, bsym in enumerate(run):
             calls.append((bsym.symbol.fn, _normal(bsym.args, refs), _normal(bsym.kwargs, refs)))
             refs[id(bsym.output)] = ("call", j)
         return made == (tuple(calls), ("call", len(run) - 1))
 
-    def _metadata(self, proxy: TensorProxy) -> tuple[Any, ...]:
+    def _metadata(self, proxy: Any) -> tuple[Any, ...]:
+        if not isinstance(proxy, TensorProxy):
+            return ("value", tuple(proxy))
         shadow = proxy.shadow
         requires_grad = id(proxy) in self._trace_inputs and shadow.requires_grad
         return tuple(shadow.shape), tuple(shadow.stride()), shadow.dtype, shadow.device, requires_grad
@@ -247,15 +358,20 @@ def _replayed(op: OpOverload, metadata: tuple[tuple[Any, ...], ...]) -> tuple[An
     """The calls ``op`` makes below autograd on fake tensors of ``metadata``, with grad mode off, and
     the reference of what it returns."""
     mode = FakeTensorMode()
-    with mode:
-        fakes = [torch.empty_strided(shape, stride, dtype=dtype, device=device)
-                 for shape, stride, dtype, device, _ in metadata]
-    for fake, (*_, requires_grad) in zip(fakes, metadata):
-        fake.requires_grad_(requires_grad)
+    fakes: list[Any] = []
+    for meta in metadata:
+        if meta[0] == "value":  # a shape, passed as the list the trace passes
+            fakes.append(list(meta[1]))
+            continue
+        shape, stride, dtype, device, requires_grad = meta
+        with mode:
+            fake = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+        fakes.append(fake.requires_grad_(requires_grad))
     recorder = _Recorder()
     with torch.no_grad(), mode, recorder:
         result = op(*fakes)
-    refs: dict[int, tuple[str, int]] = {id(f): ("input", i) for i, f in enumerate(fakes)}
+    refs: dict[int, tuple[str, int]] = {id(f): ("input", i) for i, f in enumerate(fakes)
+                                         if isinstance(f, torch.Tensor)}
     calls = []
     for j, (func, args, kwargs, out) in enumerate(recorder.calls):
         calls.append((func, _normal(args, refs), _normal(kwargs, refs)))
@@ -268,6 +384,11 @@ def _static(proxy: TensorProxy) -> bool:
     shadow = proxy.shadow
     return (shadow.layout is torch.strided and all(type(n) is int for n in (*shadow.shape, *shadow.stride()))
             and shadow.storage_offset() == 0)
+
+
+def _int_sequence(value: Any) -> bool:
+    """A list or tuple of ints (a static shape)."""
+    return isinstance(value, (list, tuple)) and all(type(n) is int for n in value)
 
 
 class _Recorder(TorchDispatchMode):

@@ -175,3 +175,88 @@ def test_an_input_whose_metadata_changes_in_place_later_is_not_replayed() -> Non
     forward = str(jitcore.last_traces(jfn)[-1])
     assert "def forward(" in forward and "aten.t_.default(" in forward, forward
     assert LINEAR not in forward and "torch.ops.aten.mm.default(" in forward, forward
+
+
+MATMUL = "torch.ops.aten.matmul.default("
+RESHAPE = "torch.ops.aten.reshape.default("
+MATMUL_CASES = [  # (shape of a, shape of b): matmul's fold, its batched product, a broadcast batch
+    ((2, 3, 8), (8, 5)),
+    ((2, 4, 5, 8), (2, 4, 8, 5)),
+    ((2, 3, 8), (2, 8, 4)),
+    ((2, 1, 5, 8), (4, 8, 3)),
+    ((5, 8), (2, 8, 3)),
+]
+
+
+def _grad_calls(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]
+                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    inputs = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    out = fn(*inputs)
+    return out, list(torch.autograd.grad(out.sin().sum(), [t for t in inputs if t.requires_grad]))
+
+
+@pytest.mark.parametrize("grads", [(True, False), (False, True), (True, True)], ids=["a", "b", "a_b"])
+@pytest.mark.parametrize(("a_shape", "b_shape"), MATMUL_CASES)
+def test_a_matmul_computes_as_eagerly(a_shape: tuple[int, ...], b_shape: tuple[int, ...],
+                                      grads: tuple[bool, bool]) -> None:
+    """Bit for bit, with the strides and aliasing of eager's output; the products whose copied inputs
+    the backward saves stay as recorded (Note [Values of a run read after it]), the rest is one call."""
+    torch.manual_seed(0)
+    a, b = torch.randn(a_shape).requires_grad_(grads[0]), torch.randn(b_shape).requires_grad_(grads[1])
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a * 2, b * 3)
+
+    jfn = jitcore.jit(f, executor="torch")
+    for _ in range(3):
+        expected, expected_grads = _grad_calls(f, [a, b])
+        actual, actual_grads = _grad_calls(jfn, [a, b])
+        _same_tensor(actual, expected)
+        for x, y in zip(actual_grads, expected_grads, strict=True):
+            _same_tensor(x, y)
+    forward = str(jitcore.last_traces(jfn)[-1])
+    copied = a_shape[:-2] != b_shape[:-2] and len(b_shape) > 2  # a broadcast batch copies its inputs
+    assert (MATMUL in forward) == (not copied), forward
+
+
+class _Attention(torch.nn.Module):
+    """A Hugging Face-style attention block: q/k/v linears, heads by view and transpose, matmul,
+    softmax, matmul, the heads back by transpose and reshape, an output linear."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.heads, self.head_dim = heads, dim // heads
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(dim, dim) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = (p(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        scores = torch.matmul(q, k.transpose(2, 3)) / self.head_dim ** 0.5
+        o = torch.matmul(torch.softmax(scores, dim=-1), v)
+        return self.o(o.transpose(1, 2).reshape(b, s, d))
+
+
+@pytest.mark.parametrize("x_grad", [False, True], ids=["x", "x_requires_grad"])
+def test_an_attention_block_computes_as_eagerly_in_fewer_calls(x_grad: bool) -> None:
+    """Its forward's copies for ``bmm`` and the heads' reshape are ``reshape`` calls, its linears
+    ``linear`` calls; values, strides and gradients are eager's bit for bit."""
+    eager, jitted = _Attention(), _Attention()
+    jm = jitcore.jit(jitted, executor="torch")
+    x = torch.randn(2, 5, 32).requires_grad_(x_grad)
+    for _ in range(3):
+        expected, expected_grads = _run(eager, x, list(eager.parameters()), True)
+        actual, actual_grads = _run(jm, x, list(jitted.parameters()), True)
+        _same_tensor(actual, expected)
+        for a, e in zip(actual_grads, expected_grads, strict=True):
+            _same_tensor(a, e)
+    recorded, forward = (str(t) for t in jitcore.last_traces(jm)[-2:])
+    assert forward.count(LINEAR) == 4 and forward.count(RESHAPE) == 4, forward
+    top_level = [line for line in forward.splitlines() if line.startswith("  t")]
+    assert sum("aten.bmm.default(" in line for line in top_level) == 2, forward  # its inputs are saved
+
+    def calls(text: str) -> int:
+        return sum(1 for line in text.splitlines() if line.startswith("  t") and " = torch." in line)
+
+    assert calls(forward) <= calls(recorded) - 4 - 4 * 2, (recorded, forward)
