@@ -26,7 +26,7 @@ import functools
 import operator
 import weakref
 from collections.abc import Iterator
-from types import BuiltinFunctionType, FunctionType, ModuleType
+from types import BuiltinFunctionType, FunctionType, GeneratorType, ModuleType
 
 from jitcore.interpreter.calls import NATIVE_CALLABLES, call, looked_up
 from jitcore.interpreter.hashed_inserts import keyed_iterable_call
@@ -80,6 +80,11 @@ class _Interpreted:
 
 def _same(fn: object) -> object:
     return fn
+
+
+def stood_for_callable(v: object) -> object:
+    """The program's callable ``v`` stands for where it is an ``_Interpreted``, else ``v``."""
+    return v.fn if type(v) is _Interpreted else v
 
 
 # Note [A module's builtin with a lookaside, called by C]
@@ -367,9 +372,20 @@ def _native_steps(it: object) -> Iterator[object]:
         yield value
 
 
+def stood_for_by_steps(v: object) -> object:
+    """The iterator ``v`` steps where it is a generator ``native_iterable`` made and still running, else
+    ``v`` (Note [A reduction shows what the program gave], stand_in_reductions.py)."""
+    if type(v) is not GeneratorType or v.gi_code not in _STEPPING_CODES or v.gi_frame is None:
+        return v
+    return v.gi_frame.f_locals.get("it", v)
+
+
 def _interpreted_steps(run: Run, it: object) -> Iterator[object]:
     while (value := next_value(run, it)) is not EXHAUSTED:
         yield value
+
+
+_STEPPING_CODES = (_native_steps.__code__, _interpreted_steps.__code__)
 
 
 def enumerate_(*args: object, **kwargs: object) -> enumerate:

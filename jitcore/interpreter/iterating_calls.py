@@ -21,9 +21,15 @@ import collections
 import itertools
 import math
 from collections.abc import Callable, Iterator
-from types import FunctionType
+from types import FunctionType, GeneratorType
 
-from jitcore.interpreter.callbacks import active_run, native_iterable, through, with_length_hint
+from jitcore.interpreter.callbacks import (
+    active_run,
+    native_iterable,
+    stood_for_by_steps,
+    through,
+    with_length_hint,
+)
 from jitcore.interpreter.calls import opaque
 from jitcore.interpreter.hashed_inserts import keyed_iterable_call
 from jitcore.interpreter.protocols import (
@@ -156,6 +162,17 @@ def _steps_python(iterable: object) -> bool:
 
 def _when_reached(run: object, iterable: object) -> Iterator[object]:
     yield from native_iterable(run, iterable)
+
+
+def stood_for_when_reached(v: object) -> object:
+    """The iterator a ``_when_reached`` generator ``v`` is stepping (``chain``'s active one), else ``v``
+    (Note [A reduction shows what the program gave], stand_in_reductions.py)."""
+    if type(v) is not GeneratorType or v.gi_code is not _WHEN_REACHED or v.gi_yieldfrom is None:
+        return v
+    return stood_for_by_steps(v.gi_yieldfrom)
+
+
+_WHEN_REACHED = _when_reached.__code__
 
 
 def iterating_lookasides() -> dict[object, Callable]:

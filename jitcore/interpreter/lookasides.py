@@ -89,6 +89,7 @@ from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.reductions import getstate, reduce_ex
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
+from jitcore.interpreter.stand_in_reductions import reduce_lookasides
 from jitcore.interpreter.tracing import getprofile, gettrace, native_traced, setprofile, settrace
 
 __all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments",
@@ -734,6 +735,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             sys.getprofile: getprofile,
             gc.get_referrers: get_referrers,  # Note [Referrers of the interpreter's own]
             object.__reduce_ex__: reduce_ex,  # Note [A reduction that runs Python]
+            **reduce_lookasides(),  # Note [A reduction shows what the program gave]
             object.__getstate__: getstate,  # Note [Protocols 0 and 1], reductions.py
             pickle.dumps: dumps,  # Note [The Python pickler writes C's bytes]
             pickle.dump: dump,

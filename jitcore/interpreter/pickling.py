@@ -9,8 +9,9 @@ Invariants:
 - ``pickle.dump`` calls the program's ``file.write`` once, with all the bytes, and not at all where the
   pickling is refused (Note [pickle.dump writes the file once]);
 - a graph of built-in values only (numbers, text, bytes, lists, tuples, dicts, sets, and instances of
-  classes written in C) is pickled by C: the interpreter's hooks see those values where the program
-  read them, and C reads nothing of them that a Python attribute read would;
+  classes written in C, but for the C iterators that may hold the interpreter's stand-ins: Note [A
+  reduction shows what the program gave]) is pickled by C: the interpreter's hooks see those values where
+  the program read them, and C reads nothing of them that a Python attribute read would;
 - the walk deciding it looks at no more than ``_WALKED`` objects; past that the Python pickler runs.
 """
 
@@ -27,6 +28,7 @@ import types
 from jitcore.interpreter.callbacks import active_run
 from jitcore.interpreter.calls import call, opaque
 from jitcore.interpreter.protocols import has_python_index, index
+from jitcore.interpreter.stand_in_reductions import STAND_IN_HOLDERS
 
 __all__ = ["built_in_values", "dump", "dumps"]
 
@@ -188,7 +190,7 @@ def built_in_values(obj: object) -> bool:
     while stack:
         value = stack.pop()
         t = type(value)
-        if t.__flags__ & _HEAPTYPE:
+        if t.__flags__ & _HEAPTYPE or t in STAND_IN_HOLDERS:  # (stand_in_reductions.py)
             return False
         items = _items(value)
         if items is not None and id(value) not in seen:

@@ -492,6 +492,11 @@ def _sequence_of(seq: object) -> object:
     return seq
 
 
+def stood_for_items(v: object) -> object:
+    """The sequence ``v`` stands for where it is an ``_Items``, else ``v``."""
+    return v.seq if type(v) in (_Items, _SizedItems) else v
+
+
 def is_python_sequence(v: object) -> bool:
     """Whether C iterates ``v`` by the sequence protocol over a Python ``__getitem__``."""
     t = type(v)

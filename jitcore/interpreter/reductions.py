@@ -28,6 +28,7 @@ from types import BuiltinMethodType
 from jitcore.interpreter.attributes import MISSING, load_attr, loaded, lookup_special, missed
 from jitcore.interpreter.callbacks import active_run
 from jitcore.interpreter.calls import call, opaque
+from jitcore.interpreter.stand_in_reductions import STAND_IN_HOLDERS, without_stand_ins
 
 __all__ = ["getstate", "reduce_ex"]
 
@@ -49,6 +50,8 @@ def reduce_ex(obj: object, protocol: object, /) -> object:
     """``obj.__reduce_ex__(protocol)`` for ``object.__reduce_ex__`` (see the module doc)."""
     run = active_run()
     cls = type(obj)
+    if cls in STAND_IN_HOLDERS:  # Note [A reduction shows what the program gave]
+        return without_stand_ins(opaque(run, _NATIVE, (obj, protocol), None))
     if type(protocol) is not int or not _python_classes(cls) or isinstance(obj, (list, dict)):
         return opaque(run, _NATIVE, (obj, protocol), None)
     reduce = _load(run, obj, "__reduce__", None)

@@ -164,3 +164,71 @@ def test_python_the_reduction_calls_is_interpreted() -> None:
 
     assert interpret(f, Hooks(on_load_attr=on_load_attr))() == 8
     assert "__reduce__" in seen and "__getstate__" in seen and "__dict__" in seen
+
+
+class _SteppedByNext:
+    """A Python iterator: C's zip/enumerate/filter/chain step it through the interpreter's generator."""
+
+    def __init__(self) -> None:
+        self.i = 0
+
+    def __iter__(self) -> _SteppedByNext:
+        return self
+
+    def __next__(self) -> int:
+        self.i += 1
+        if self.i > 3:
+            raise StopIteration
+        return self.i
+
+
+class _Indexed:
+    def __getitem__(self, i: int) -> int:
+        if i > 2:
+            raise IndexError(i)
+        return i
+
+
+def _doubled(v: int) -> int:
+    return 2 * v
+
+
+def test_a_c_iterators_reduction_shows_what_the_program_gave() -> None:
+    """``it.__reduce__()``, ``copy.copy``, ``copy.deepcopy`` and a pickle round trip of ``map``, ``filter``,
+    ``zip``, ``enumerate``, ``iter(fn, sentinel)``, a sequence's iterator and ``itertools``' iterators hold
+    the program's function, sequence and iterator, as eagerly (Note [A reduction shows what the program
+    gave]): they held jitcore's ``_Interpreted``, ``_Items`` and stepping generators, so a copy or pickle
+    of a ``zip`` over a Python iterator raised "cannot pickle 'generator' object" (/tmp/cpy52-probes/p3b.py,
+    p3c.py)."""
+
+    def f() -> list[object]:
+        import copy
+        import itertools
+        import pickle
+
+        def shape(v: object) -> object:
+            if isinstance(v, tuple):
+                return tuple(shape(x) for x in v)
+            return v if isinstance(v, (int, str, type(None))) else type(v).__name__
+
+        makers = (lambda: zip(_SteppedByNext(), [1, 2]), lambda: map(_doubled, [1, 2]),
+                  lambda: map(lambda v: v, [1]), lambda: iter(_Indexed()),
+                  lambda: enumerate(_SteppedByNext()), lambda: filter(_doubled, _SteppedByNext()),
+                  lambda: iter(_SteppedByNext().__next__, 3), lambda: itertools.islice(_SteppedByNext(), 2),
+                  lambda: itertools.chain(_SteppedByNext(), [5]),
+                  lambda: itertools.takewhile(_doubled, [1, 2]))
+        out: list[object] = []
+        for make in makers:
+            it = make()
+            next(it)
+            out.append(shape(it.__reduce__()))
+            for how in (copy.copy, copy.deepcopy, lambda v: pickle.loads(pickle.dumps(v))):
+                try:
+                    c = how(it)
+                    out.append((type(c).__name__, list(c)))
+                except Exception as e:
+                    out.append((type(e).__name__, str(e)))
+            out.append(list(it))
+        return out
+
+    check(f)
