@@ -90,7 +90,14 @@ from jitcore.interpreter.reductions import getstate, reduce_ex
 from jitcore.interpreter.referrers import get_referrers
 from jitcore.interpreter.run import current_run
 from jitcore.interpreter.stand_in_reductions import reduce_lookasides
-from jitcore.interpreter.tracing import getprofile, gettrace, native_traced, setprofile, settrace
+from jitcore.interpreter.tracing import (
+    getprofile,
+    gettrace,
+    native_functions,
+    native_traced,
+    setprofile,
+    settrace,
+)
 
 __all__ = ["FrameProxy", "builtin_lookasides", "frame_proxy", "isinstance_", "super_arguments",
            "warning_location"]
@@ -347,14 +354,41 @@ def _eval(source: object, global_ns: object, local_ns: object) -> object:
     """eval() defaulting to the calling interpreted frame's namespaces."""
     source = _compiled(source, "eval")
     global_ns, local_ns = _namespaces(global_ns, local_ns)
-    return native_traced(eval, source, global_ns, local_ns)
+    return _from_callers_frame(eval, (source, global_ns, local_ns), {})
 
 
 def _exec(source: object, global_ns: object, local_ns: object, kwargs: dict) -> None:
     """exec() defaulting to the calling interpreted frame's namespaces."""
     source = _compiled(source, "exec")
     global_ns, local_ns = _namespaces(global_ns, local_ns)
-    return native_traced(exec, source, global_ns, local_ns, **kwargs)
+    return _from_callers_frame(exec, (source, global_ns, local_ns), kwargs)
+
+
+# Note [The frame exec'd code is called from]
+# The code ``exec``/``eval`` run is run natively (Note [Trace events of interpreted frames]: bdb and trace
+# step it as CPython's), so its frame is a frame object whose ``f_back`` is the native frame that called
+# ``exec``: jitcore's (``sys._getframe().f_back.f_code.co_name`` was 'native_traced' where eagerly it names
+# the function calling ``exec``, and its ``f_globals`` were jitcore's module's: /tmp/cpy52-probes/p4b.py).
+# A native frame's ``f_back`` cannot be an interpreted frame's proxy, so the call is made from a native
+# frame standing for the caller: a function in the caller's globals whose code has the caller's name,
+# qualified name, file and current line. Its ``f_locals`` are not the caller's, ``f_code`` is not the
+# caller's code object, and its own ``f_back`` is jitcore's. Under a trace or profile function the program
+# set, the code is run by ``native_traced`` as before (the stand-in would be traced as a frame of its own).
+def _from_callers_frame(fn: Callable, args: tuple, kwargs: dict) -> object:
+    run = current_run()
+    if run is None or not run.frames or native_functions() is not None:
+        return native_traced(fn, *args, **kwargs)
+    frame = run.frames[-1]
+    code = frame.code
+    lineno = frame.position().lineno or code.co_firstlineno
+    stand_in = _AS_CALLER.replace(co_name=code.co_name, co_qualname=code.co_qualname,
+                                  co_filename=code.co_filename, co_firstlineno=lineno)
+    return FunctionType(stand_in, frame.globals)(fn, args, kwargs)
+
+
+# (one line, so the call's line is the code's first line: the caller's)
+_AS_CALLER = compile("def _as_caller(fn, args, kwargs): return fn(*args, **kwargs)", "<jitcore>",
+                     "exec").co_consts[0]
 
 
 # eval()'s and exec()'s signatures: 3.13 takes the namespaces by keyword too (``eval(s, globals=g)``)

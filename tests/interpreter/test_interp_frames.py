@@ -121,3 +121,30 @@ def test_a_dropped_generator_is_closed_at_once() -> None:
     finally:
         if enabled:
             gc.enable()
+
+
+_EXECD = """
+import sys
+back = sys._getframe().f_back
+seen = (type(back).__name__, back.f_code.co_name, back.f_code.co_qualname, back.f_code.co_filename == FILE,
+        back.f_lineno - LINE, back.f_globals is GLOBALS, sys._getframe(1).f_code.co_name)
+"""
+
+
+def test_code_exec_runs_is_called_from_the_callers_frame() -> None:
+    """Module code ``exec`` runs (and an ``eval``) sees the function that called ``exec`` as its
+    ``f_back``: its name, qualified name, file, line and globals (Note [The frame exec'd code is called
+    from], lookasides.py); it saw jitcore's ``native_traced`` in jitcore's module
+    (/tmp/cpy52-probes/p4b.py)."""
+
+    def f() -> list[object]:
+        namespace = {"FILE": __file__, "LINE": sys._getframe().f_lineno, "GLOBALS": globals()}
+        exec(_EXECD, namespace)
+        out: list[object] = [namespace["seen"]]
+        exec(compile(_EXECD, "<module>", "exec"), namespace)
+        out.append(namespace["seen"])
+        back, line = eval("(sys._getframe().f_back, sys._getframe().f_back.f_lineno)", {"sys": sys})
+        out.append((back.f_code.co_name, back.f_globals is globals(), line - namespace["LINE"]))
+        return out
+
+    check(f)
