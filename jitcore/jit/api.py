@@ -129,6 +129,8 @@ class JittedFunction:
                 return self._eagerly_under(around, args, kwargs)
             read_misses: list[MissReason] = []
             failed_at: list[tuple[CacheEntry, ValueCheckFailed]] = []
+            if lru_caches.RECORDED[0]:  # Note [Calls an entry tried before made] (jit/lru_caches.py)
+                lru_caches.new_call()
             try:
                 out = self._run_entries(self._cache.candidates(args), args, kwargs, read_misses, failed_at)
             except ComputationRaised as raised:  # Note [Effects of a raising call]

@@ -76,7 +76,7 @@ from jitcore.jit.fsdp_units import fsdp_lookasides
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
 from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.log_records import LogRecords
-from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, LruCalls, is_cache_clear
+from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, LruCalls, is_cache_clear, is_cache_info
 from jitcore.jit.namespace_arguments import attribute_parameters, bind_namespace_argument, is_namespace
 from jitcore.jit.native_python import call_watched, pickler_lookasides
 from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
@@ -636,6 +636,8 @@ class Pass(StateReads):
             return cached  # Note [A cached function's call] (jit/lru_caches.py)
         if is_cache_clear(fn):  # Note [A cache cleared inside the program] (jit/lru_caches.py)
             raise self.lru_calls.clear_refused(fn, args)
+        if is_cache_info(fn) and not kwargs:  # Note [A cached function's counts] (jit/lru_caches.py)
+            return self.lru_calls.info(fn, args, self.per_call)
         if (writes := written_keys(fn, args, kwargs)) is not None:  # Note [Writes of the same object]
             self.snapshots.note_write(*writes)
         if (emptied := emptied_list(fn, args)) is not None and self.measured.is_copy(emptied):

@@ -36,8 +36,9 @@ from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 
-__all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "LruCalls", "cache_dict",
-           "is_cache_clear", "lru_key", "one_call", "replay_lru_call"]
+__all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "RECORDED", "CacheInfoRead", "LruCalls",
+           "cache_dict", "is_cache_clear", "is_cache_info", "lru_key", "made_by_runs", "new_call", "one_call",
+           "replay_lru_call"]
 
 # Note [A cached function's call]
 # ``functools.lru_cache`` is C's ``_lru_cache_wrapper``: it calls the wrapped function natively on a miss,
@@ -222,21 +223,64 @@ class CacheEntries:
 
 
 class _FirstRun:
-    """A recorded call's token: set while the tracing call has made the call already."""
+    """A recorded call's token: set while the tracing call has made the call already; its place among the
+    pass's native calls (``ordinal``) and its key (Note [Calls an entry tried before made])."""
 
-    __slots__ = ("pending",)
+    __slots__ = ("key", "ordinal", "pending")
 
-    def __init__(self) -> None:
+    def __init__(self, ordinal: int, key: Any) -> None:
         self.pending = True
+        self.ordinal = ordinal
+        self.key = key
 
 
 def replay_lru_call(token: _FirstRun, wrapper: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """What the computation runs for a cached function's call: the wrapper's call (a hit), but on the
-    computation's first run, which follows the tracing call that made it (Note [A cached function's call])."""
+    computation's first run, which follows the tracing call that made it (Note [A cached function's call]),
+    and where an entry tried before in this call made it (Note [Calls an entry tried before made])."""
     if token.pending:
         token.pending = False
         return
-    wrapper(*args, **kwargs)
+    made_by_runs(token.ordinal, wrapper, token.key, lambda: wrapper(*args, **kwargs))
+
+
+# Note [Calls an entry tried before made]
+# A cached call may run more than one entry's computation: one whose value check fails sends the call to
+# the next entry (from the start: a computation that replays a wrapper's call is never resumed, its
+# records being ``per_call``), or to a new trace. The failed computation's wrapper calls were made (each
+# a hit: ``hits`` counted, the entry moved to the front), so making them again counted every hit twice
+# (``table(2)`` then ``if x.sum() > 0``, alternating signs: eager's ``hits`` 1, 2, 3, 4, jit's 2, 4, 5,
+# 7). The calls the computations of one call of the jitted function made are kept in program order
+# (``made_by_runs``, emptied by ``new_call`` when a call begins, once a pass of the process recorded such
+# a call: ``RECORDED``; other programs pay one list read per call): a computation making the call at the
+# same place with the same wrapper and key takes it as made, and a pass tracing the call afterwards
+# starts from them (``one_call``: Note [One native call per call of the program]), so each call is made
+# once per call, as eagerly. A ``cache_info()`` read is kept with them (its counts), so a later entry or
+# pass reads the counts as they were at that place. Where the program's paths differ, everything from
+# the first call that differs is made anew. Not covered: a call that then runs eagerly (an eager entry)
+# makes the calls again.
+_CALL_RUNS = threading.local()
+RECORDED = [False]  # set once a pass recorded a wrapper's call or ``cache_info()``: jitted calls reset then
+
+
+def new_call() -> None:
+    """A call of a jitted function begins (Note [Calls an entry tried before made])."""
+    _CALL_RUNS.made = None
+
+
+def made_by_runs(ordinal: int, wrapper: Any, key: Any, make: Callable[[], Any]) -> Any:
+    """``make()``'s answer for the native call at ``ordinal`` of a computation, or the answer this call's
+    computations had there already (Note [Calls an entry tried before made])."""
+    made = getattr(_CALL_RUNS, "made", None)
+    if made is None:
+        made = _CALL_RUNS.made = []
+    if ordinal < len(made) and made[ordinal].wrapper is wrapper and _same_key(made[ordinal].key, key):
+        return made[ordinal].result
+    del made[ordinal:]
+    made.extend(_Made(None, None) for _ in range(ordinal - len(made)))  # places no run reached: never equal
+    result = make()
+    made.append(_Made(wrapper, key, result))
+    return result
 
 
 # bound as a constant of the trace (``jitcore.jit`` names the function ``jit`` there, not this package);
@@ -244,6 +288,56 @@ def replay_lru_call(token: _FirstRun, wrapper: Callable[..., Any], *args: Any, *
 # does not run it)
 _REPLAY = dataclasses.replace(recorded_symbol(replay_lru_call, langctx="jitcore", path="",
                                               tags=frozenset({"per_call"})), path=None)
+
+
+# Note [A cached function's counts]
+# ``wrapper.cache_info()`` is a C method the interpreter called natively: its ``CacheInfo`` was a constant
+# of the trace, so ``table.cache_info().hits`` gave the first call's count on every cached call (eager
+# 0, 2, 4, ...; jit 0, 0, 0). It is recorded as a read made by every call, as a clock read is
+# (jit/nondeterministic.py): ``hits``, ``misses`` and ``currsize`` are names of the computation, made
+# where the program reads them, among the recorded calls of the wrapper (``replay_lru_call``), so each
+# count is eager's at that point; ``maxsize`` is the wrapper's constant. The computation's first run
+# follows the tracing call, which made the wrapper's calls already (the recorded ones are skipped then),
+# so that run answers with the counts the pass read (``CacheInfoRead``), later runs with the wrapper's.
+# The read is made once per call of the program, as the wrapper's calls are (a later pass of the same call
+# takes the counts the first pass read). A branch on a count is checked on every call (a call taking the
+# other side goes to another entry); a count whose value the program needs (an index, ``repr``) runs the
+# call eagerly, as for a clock read.
+_INFO = LRU_WRAPPER.cache_info
+_BOUND_INFO = type(functools.cache(len).cache_info)
+_INFO_KEY = object()  # the key of a ``cache_info()`` read among a call's native calls
+
+
+def is_cache_info(fn: Any) -> bool:
+    """Whether ``fn`` is a cached function's ``cache_info`` (bound, or C's method descriptor)."""
+    return fn is _INFO or (type(fn) is _BOUND_INFO and type(getattr(fn, "__self__", None)) is LRU_WRAPPER
+                           and fn.__name__ == "cache_info")
+
+
+def _counts(wrapper: Any) -> list[int]:
+    info = wrapper.cache_info()
+    return [info.hits, info.misses, info.currsize]
+
+
+class CacheInfoRead:
+    """What the computation runs for ``wrapper.cache_info()``: the counts the pass read on its first run,
+    the wrapper's counts on every later one (Note [A cached function's counts])."""
+
+    __slots__ = ("_traced", "ordinal", "wrapper")
+
+    def __init__(self, wrapper: Any, traced: list[int], ordinal: int) -> None:
+        self.wrapper = wrapper
+        self._traced: list[int] | None = traced
+        self.ordinal = ordinal  # its place among the pass's native calls (Note [Calls an entry tried ...])
+
+    def __call__(self) -> list[int]:
+        if self._traced is not None:
+            traced, self._traced = self._traced, None
+            return list(traced)
+        return list(made_by_runs(self.ordinal, self.wrapper, _INFO_KEY, lambda: _counts(self.wrapper)))
+
+    def __repr__(self) -> str:
+        return f"<cache_info of {getattr(self.wrapper, '__qualname__', 'a cached function')}>"
 
 
 # Note [One native call per call of the program]
@@ -269,7 +363,7 @@ def one_call() -> Iterator[None]:
     """The passes interpreting one call of the jitted function (Note [One native call per call of the
     program])."""
     outer = getattr(_THIS_CALL, "made", None)
-    _THIS_CALL.made = []
+    _THIS_CALL.made = list(getattr(_CALL_RUNS, "made", None) or ())  # Note [Calls an entry tried before made]
     try:
         yield
     finally:
@@ -325,7 +419,7 @@ class LruCalls:
         if entries is None:
             entries = self._entries[id(wrapper)] = CacheEntries(wrapper, cache, bounded=maxsize is not None)
         result = self._made_once(wrapper, key, args, kwargs)
-        self._record(wrapper, *recorded)
+        self._record(_FirstRun(self._next - 1, key), wrapper, *recorded)
         path = Path(Root("bound", f"{getattr(wrapper, '__qualname__', 'cache')}.cache", entries)).key(key)
         self._provenance.guard(path, "identity", result, per_expected=True)
         return self._provenance.bind_state(result, path, "cached")
@@ -411,17 +505,31 @@ class LruCalls:
                 hints=("the call runs eagerly; return a value for the failing case instead of raising",),
             )
 
-    def _made_once(self, wrapper: Any, key: Any, args: tuple, kwargs: dict) -> Any:
-        """The wrapper's answer: the native call's, or the one an earlier pass of this call had (Note [One
-        native call per call of the program])."""
+    def info(self, fn: Any, args: tuple, per_call: Any) -> Any:
+        """``wrapper.cache_info()``: its counts names of the computation, read on every call (Note [A cached
+        function's counts]); ``per_call`` the pass's ``PerCallReads``."""
+        wrapper = args[0] if fn is _INFO and args else fn.__self__
+        counts = self._made_once(wrapper, _INFO_KEY, (), {}, call=lambda: _counts(wrapper))
+        info = wrapper.cache_info()  # its type, and ``maxsize``: a constant of the wrapper
+        name = f"{getattr(wrapper, '__qualname__', 'a cached function')}.cache_info"
+        read = CacheInfoRead(wrapper, counts, self._next - 1)
+        RECORDED[0] = True
+        hits, misses, currsize = per_call.record_read(
+            read, name, counts, made=lambda value, name_of: [name_of(v) for v in value])
+        return type(info)(hits, misses, info.maxsize, currsize)
+
+    def _made_once(self, wrapper: Any, key: Any, args: tuple, kwargs: dict,
+                   call: Callable[[], Any] | None = None) -> Any:
+        """The wrapper's answer (``call()``'s, where given): the native call's, or the one an earlier pass
+        of this call had (Note [One native call per call of the program])."""
         i, self._next = self._next, self._next + 1
         if i < len(self._made) and self._made[i].wrapper is wrapper and _same_key(self._made[i].key, key):
             made = self._made[i]
         else:
             del self._made[i:]
             made = _Made(wrapper, key)
-            try:
-                made.result = wrapper(*args, **kwargs)  # a hit, or the function run this once (as eagerly)
+            try:  # a hit, or the function run this once (as eagerly)
+                made.result = wrapper(*args, **kwargs) if call is None else call()
             except Exception as error:  # noqa: BLE001 - the program's, raised again below
                 made.error = error
             self._made.append(made)
@@ -430,6 +538,7 @@ class LruCalls:
             raise made.error
         return made.result
 
-    def _record(self, wrapper: Any, args: tuple, kwargs: dict) -> None:
+    def _record(self, token: _FirstRun, wrapper: Any, args: tuple, kwargs: dict) -> None:
+        RECORDED[0] = True
         self._context.scopes[-1].append(
-            BoundSymbol(_REPLAY, (_FirstRun(), wrapper, *args), dict(kwargs), None, (), self._source()))
+            BoundSymbol(_REPLAY, (token, wrapper, *args), dict(kwargs), None, (), self._source()))

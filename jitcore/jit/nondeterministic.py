@@ -146,15 +146,25 @@ class PerCallReads:
             return self._record(fn, args, name, draws=False, kwargs=kwargs)
         raise _refusal(name, "a cached call could not reproduce it")
 
+    def record_read(self, fn: Callable[[], Any], name: str, value: Any,
+                    made: Callable[[Any, Callable[[Any], NumberProxy]], Any]) -> Any:
+        """``fn()``, whose answer the pass has already (``value``), recorded to be made by every call; its
+        result names, as a clock read's (``made`` as for ``_record``). A cached function's
+        ``cache_info()``: Note [A cached function's counts], jit/lru_caches.py."""
+        return self._record(fn, (), name, draws=False, made=made, value=value)
+
     def _record(self, fn: Any, args: tuple, name: str, *, draws: bool, kwargs: dict | None = None,
-                made: Callable[[Any, Callable[[Any], NumberProxy]], Any] | None = None) -> Any:
-        """The call ``fn(*args, **kwargs)`` made now and recorded to be made by every call; its result
-        a name (``made(value, name)``: the result's structure, names where it has numbers)."""
+                made: Callable[[Any, Callable[[Any], NumberProxy]], Any] | None = None,
+                value: Any = NOT_A_READ) -> Any:
+        """The call ``fn(*args, **kwargs)`` made now (unless its ``value`` is given) and recorded to be
+        made by every call; its result a name (``made(value, name)``: the result's structure, names where
+        it has numbers)."""
         owner = getattr(fn, "__self__", None)
         if draws and id(owner) not in self._drawn:
             self._drawn[id(owner)] = (owner, _state(owner))
         kwargs = kwargs or {}
-        value = fn(*(_value(a) for a in args), **kwargs)
+        if value is NOT_A_READ:
+            value = fn(*(_value(a) for a in args), **kwargs)
 
         def name_of(v: Any) -> NumberProxy:
             kind = NumberProxy if type(v) in (int, float, bool) else ObjectProxy

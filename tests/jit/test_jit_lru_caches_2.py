@@ -255,3 +255,91 @@ def test_a_key_with_its_own_hash_answers_as_eagerly() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _run_twins(_by_config, [(x, a), (x, b), CLEAR, (x, a), (x, _Config(2))])
+
+
+# --- ``cache_info()`` read inside the program (Note [A cached function's counts], jitcore/jit/lru_caches.py)
+
+def _counted(bounded: bool) -> Callable[[], tuple]:
+    def make() -> tuple:
+        log: list = []
+        scale = [2.0]
+        cache = functools.lru_cache(maxsize=4) if bounded else functools.cache
+
+        @cache
+        def table(n: int) -> float:
+            log.append(n)
+            return n * scale[0]
+
+        def program(x: torch.Tensor, n: int) -> tuple:
+            before = table.cache_info()
+            y = x * table(n)
+            after = table.cache_info()
+            log.append((after.hits - before.hits, after.misses - before.misses))
+            return y * after.hits + after.currsize, before.hits, after.misses, after.maxsize
+
+        return program, table, log, scale
+
+    return make
+
+
+@pytest.mark.parametrize("bounded", [False, True], ids=["cache", "lru_cache_4"])
+def test_cache_info_read_inside_the_program_is_each_calls(bounded: bool) -> None:
+    """Before: ``cache_info()`` was a constant of the trace (``hits`` the first call's on every cached
+    call)."""
+    x = torch.randn(3)
+    steps = [(x, 2)] * 6 + [(x, 3)] * 3 + [CLEAR] + [(x, 2)] * 3
+    jitted, warned = _run_twins(_counted(bounded), steps)
+    assert not warned
+    assert jitcore.cache_misses(jitted) <= 4  # n=2, n=3, n=2 after the clear (missed, then hit)
+
+
+def _branching() -> tuple:
+    log: list = []
+    scale = [1.0]
+
+    @functools.cache
+    def table(n: int) -> float:
+        return n * scale[0]
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        y = x * table(2)
+        if table.cache_info().hits % 2:
+            log.append("odd")
+            return y + 1
+        return y - 1
+
+    return program, table, log, scale
+
+
+def test_a_branch_on_cache_info_takes_each_calls_side() -> None:
+    x = torch.randn(3)
+    jitted, warned = _run_twins(_branching, [(x,)] * 8)
+    assert not warned
+    assert jitcore.cache_misses(jitted) <= 3
+
+
+def _read_after_the_call() -> tuple:
+    log: list = []
+    scale = [1.0]
+
+    @functools.lru_cache(maxsize=2)
+    def table(n: int) -> float:
+        log.append(n)
+        return n * scale[0]
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        y = x * table(2) + table(3)
+        if x.sum() > 0:  # a value read: a call of the other sign fails this check after the two calls
+            return y + 1
+        return y - 1
+
+    return program, table, log, scale
+
+
+def test_calls_an_entry_tried_before_made_are_made_once() -> None:
+    """Note [Calls an entry tried before made]. Before: each call whose value check failed in the entry
+    tried first counted its hits twice (eager's ``hits`` 2, 4, 6, ...; jit's 4, 8, 10, ...)."""
+    steps = [(torch.full((3,), (-1.0) ** i),) for i in range(8)]
+    jitted, warned = _run_twins(_read_after_the_call, steps)
+    assert not warned
+    assert jitcore.cache_misses(jitted) == 2
