@@ -36,8 +36,8 @@ import torch
 from jitcore.errors import UnsupportedOperationError
 from jitcore.jit import weak_copies
 
-__all__ = ["Owner", "in_one_call", "made_anew", "makers_made", "one_call", "passed_object", "programs_own",
-           "readers_made"]
+__all__ = ["Owner", "holds_made", "in_one_call", "made_anew", "makers_made", "one_call", "one_per_call",
+           "passed_object", "programs_own", "readers_made"]
 
 
 def _nowhere(_obj: Any) -> Any:
@@ -52,6 +52,7 @@ class Owner:
 
     whose: Callable[[Any], str | None]
     passed_at: Callable[[Any], Any] = _nowhere
+    shared: frozenset[int] = frozenset()  # the program's objects reached twice (Note [One object, one copy])
 
     def __call__(self, obj: Any) -> str | None:
         return self.whose(obj)
@@ -201,6 +202,48 @@ def passed_object(found: Any, path: Any) -> Callable[[Any], Any]:
         return found if memo is None else memo.passed(found, path)
 
     return passed
+
+
+# Note [One object, one copy]
+# ``o = Info(x + 1); store.append(o); return o``: eagerly ``ret is store[-1]``. An object holding tensors
+# is made again per call from a template (jit/outputs.py), once for each place the rebuild meets it: the
+# output's, each effect's (``store.append(o)``, ``G.append(o)``, ``arg.last = o``), each item of
+# ``(o, o)``; a list or dict the trace prints was one list for the output and another for the stored
+# value. An object the program made that the output and the effects reach more than once (``Owner.
+# shared``, found before the rebuilds are made: outputs.reached_twice) is rebuilt once per call: the
+# first rebuild puts it in the call's memo under the pass's object, the others take it from there, as
+# the deep copies do (Note [One call's copies share their objects]).
+def one_per_call(found: Any, rebuild: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+    """``rebuild`` (None: the results as they are) made once per call for the pass's object ``found``
+    (Note [One object, one copy])."""
+    _MAKERS[0] += 1
+
+    def once(results: Any) -> Any:
+        memo = _MEMO.get()
+        made = _NIL if memo is None else dict.get(memo, id(found), _NIL)
+        if made is _NIL:
+            made = results if rebuild is None else rebuild(results)
+            if memo is not None:
+                memo[id(found)] = made
+        return made
+
+    return once
+
+
+# Note [A key the program made]
+# ``k = Obj(); GD[k] = x + 1; return k``: eagerly each call stores at its own new key, the one it
+# returns. The effect's key was a constant of the entry, the pass's ``k``: every cached call stored at
+# that one key (``GD`` held one item after three calls, and no returned key was in it). An item stored at
+# a key that holds an object the program made (itself, or inside a tuple) is stored at a key made per
+# call, like a value: the effect becomes a ``"setitem_at"`` whose value is ``(key, item)`` (jit/effects.py
+# ``_keyed_per_call``), so the key is made anew with the call's other copies and is the object the call
+# returns (Note [One object, one copy]).
+def holds_made(key: Any, owner: Owner) -> bool:
+    """Whether ``key`` is, or holds in a tuple, an object the program made (Note [A key the program
+    made])."""
+    if type(key) is tuple:
+        return any(holds_made(item, owner) for item in key)
+    return programs_own(key) and owner(key) is None
 
 
 def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:

@@ -36,7 +36,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from jitcore.ir import Proxy
-from jitcore.jit.call_copies import Owner, in_one_call
+from jitcore.jit.call_copies import Owner, holds_made, in_one_call
 from jitcore.jit.code_kinds import written_holder, written_namespace
 from jitcore.jit.object_states import BUFFERS, MISSING, attributes, buffer_type, is_slot, set_slot, state_of
 from jitcore.jit.object_states import restore as restore_state
@@ -381,6 +381,7 @@ class Effects:
             return owner(obj) is not None
 
         self._passed_at = owner.passed_at
+        effects = [_keyed_per_call(e, owner) for e in effects]  # Note [A key the program made] (call_copies)
 
         self.references: list[Any] = []
         self._input_paths = input_paths or {}  # id(input proxy) -> where the call passes its tensor
@@ -494,8 +495,9 @@ class Effects:
             return _FromCall(self._input_paths[id(value)])  # the caller's tensor itself, not a copy
         if type(value) is weakref.ref and id(value()) in self._input_paths:  # LSTM's _flat_weight_refs
             return _FromCall(self._input_paths[id(value())], weak=True)
-        if type(value) is list:
-            return [self._template(v, preexisting) for v in value]
+        if type(value) is list:  # the very list where nothing in it changes (Note [One object, one copy])
+            items = [self._template(v, preexisting) for v in value]
+            return value if all(a is b for a, b in zip(items, value)) else items
         return value
 
     def _unwrap(self, value: Any, args: tuple, kwargs: dict) -> Any:
@@ -504,8 +506,11 @@ class Effects:
         if type(value) is _FromCall:
             found = value.path.get(args, kwargs)
             return weakref.ref(found) if value.weak else found
-        if type(value) is list:
-            return [self._unwrap(v, args, kwargs) for v in value]
+        if type(value) is list:  # this call's list itself, made once (Note [One object, one copy])
+            for i, item in enumerate(value):
+                found = self._unwrap(item, args, kwargs)
+                if found is not item:
+                    value[i] = found
         return value
 
 
@@ -533,6 +538,14 @@ class _Reference:
     """An object of the caller's stored somewhere else: stored as the very object."""
 
     index: int
+
+
+def _keyed_per_call(effect: Effect, owner: Owner) -> Effect:
+    """``effect`` with a key the program made moved into its value, a ``"setitem_at"`` of ``(key, item)``
+    (Note [A key the program made], jit/call_copies.py)."""
+    if effect.kind == "setitem" and holds_made(effect.key, owner):
+        return dataclasses.replace(effect, kind="setitem_at", key=None, value=(effect.key, effect.value))
+    return effect
 
 
 def _identity(value: Any) -> Any:

@@ -226,13 +226,18 @@ class Pass(StateReads):
                 epilogue = None
                 if self.numpy is not None:
                     output, epilogue = self.numpy.split_output(output)  # the trace returns tensors only
-                owner = self.snapshots.owner(args, kwargs, copies)  # the caller's objects, handed on
-                output, structure = outputs.split(output, owner)  # ModelOutput, objects, ...: made per call
             self.provenance.put_back_counters()  # Note [Counters bound where they are held]
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
             changes = [_plain_ids(e) for e in changes]
             changes += [Effect(path, "heappush", None, item) for path, item in self.pending_keys.pushes()]
             changes += self.prints.effects
+            with outputs.taken_apart("returns"):
+                owner = self.snapshots.owner(args, kwargs, copies)  # the caller's objects, handed on
+                # Note [One object, one copy] (jit/call_copies.py)
+                stored = [part for e in changes for part in (e.key, e.value)]
+                shared = outputs.reached_twice([output, *stored], owner)
+                owner = dataclasses.replace(owner, shared=shared)
+                output, structure = outputs.split(output, owner)  # ModelOutput, objects, ...: made per call
         except Exception:
             self.raised_after_effects = self._made_effects()  # Note [A program that raises]
             raise
@@ -249,7 +254,8 @@ class Pass(StateReads):
         # the call's arguments (Note [The objects this call passes], jit/call_copies.py)
         if changes or returned is not None or structure is not None and structure.reads_call:
             with outputs.taken_apart("stores into the caller's objects"):
-                effects = Effects(changes, self.snapshots.owner(args, kwargs, copies), input_paths)
+                owner = dataclasses.replace(self.snapshots.owner(args, kwargs, copies), shared=shared)
+                effects = Effects(changes, owner, input_paths)
             effects.returned = returned  # Note [Returning the caller's objects] (jit/effects.py)
         self.trace.output = output if effects is None else (output, effects.proxies)
         # Note [Hooks registered inside the program] (jit/inner_hooks.py)

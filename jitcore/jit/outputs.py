@@ -37,6 +37,7 @@ from jitcore.jit.call_copies import (
     made_anew,
     makers_made,
     one_call,
+    one_per_call,
     passed_object,
     programs_own,
     readers_made,
@@ -49,7 +50,7 @@ from jitcore.proxies.typed import is_plain_subclass
 
 _AS_SUBCLASS = torch._C.TensorBase.as_subclass  # noqa: SLF001
 
-__all__ = ["OutputStructure", "escaped", "held", "split", "taken_apart"]
+__all__ = ["OutputStructure", "escaped", "held", "reached_twice", "split", "taken_apart"]
 
 Split = tuple[Any, Callable[[Any], Any] | None]  # (what the computation returns for a value, rebuild or None)
 
@@ -131,8 +132,41 @@ def split(output: Any, owner: Owner | None = None) -> tuple[Any, OutputStructure
                                  reads_call=readers_made() != readers)
 
 
+def reached_twice(values: list[Any], owner: Owner) -> frozenset[int]:
+    """The ids of the mutable objects the program made (no tuple, nothing of the caller's) that ``values``
+    reach more than once, through containers, instance dicts and slots (Note [One object, one copy],
+    jit/call_copies.py)."""
+    seen: set[int] = set()
+    twice: set[int] = set()
+    todo = list(values)
+    while todo:
+        value = todo.pop()
+        kind = type(value)
+        if kind in _ATOMS or issubclass(kind, (Proxy, FakeTensor, TextProxy, torch.Tensor)):
+            continue
+        literal = kind is tuple or _is_namedtuple(value)
+        if not literal and not ((kind in _OPTREE_NODES or programs_own(value)) and owner(value) is None):
+            continue  # the caller's (made per call at its path), or shared by every call
+        if id(value) in seen:
+            if not literal:
+                twice.add(id(value))
+            continue
+        seen.add(id(value))
+        todo.extend(_children(value))
+    return frozenset(twice)
+
+
 def _split(value: Any, depth: int, owner: Owner) -> Split:
-    """(value with foreign nodes replaced by tuples of their children, rebuild or None)."""
+    """(value with foreign nodes replaced by tuples of their children, rebuild or None); an object reached
+    twice is made once per call (Note [One object, one copy], jit/call_copies.py)."""
+    flat, rebuild = _split_value(value, depth, owner)
+    if id(value) in owner.shared:
+        return flat, one_per_call(value, None if rebuild is _as_is else rebuild)
+    return flat, rebuild
+
+
+def _split_value(value: Any, depth: int, owner: Owner) -> Split:
+    """``_split`` of one value."""
     if isinstance(value, TextProxy):  # text formatted from numbers of the computation: from its numbers
         return tuple(value.numbers()), value.text_of
     if isinstance(value, Proxy):

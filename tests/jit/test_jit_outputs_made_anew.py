@@ -548,3 +548,142 @@ def test_the_callers_objects_a_made_object_holds_are_this_calls(program):
         assert where(got, mine, other) == where(want, eager, other), f"call {i}"
         assert repr(mine) == repr(eager)
     assert jitcore.cache_misses(jitted) == 1
+
+
+GLOBAL_STORE: list = []
+
+
+class Box:
+    pass
+
+
+def _into_list(x, store):
+    o = Info(x + 1)
+    store.append(o)
+    return o
+
+
+def _into_dict(x, store):
+    o = Info(x + 1)
+    store["k"] = o
+    return o
+
+
+def _into_global(x, store):
+    o = Info(x + 1)
+    GLOBAL_STORE.append(o)
+    return o
+
+
+def _into_attribute(x, store):
+    o = Info(x * 2)
+    store.last = o
+    return o
+
+
+def _a_list_stored_and_returned(x, store):
+    made = [x + 1]
+    store.append(made)
+    return made
+
+
+def _a_dict_stored_and_returned(x, store):
+    made = {"a": x + 1}
+    store.append(made)
+    return made
+
+
+def _stored_twice(x, store):
+    o = Info(x + 1)
+    store.append(o)
+    store.append(o)
+    return x
+
+
+def _returned_twice(x, store):
+    o = Info(x + 1)
+    store.append(o)
+    return o, o
+
+
+def _held_by_what_is_stored(x, store):
+    o = Info(x + 1)
+    store.append(Info(o))
+    return o
+
+
+def _identities(out: Any, store: Any) -> list[Any]:
+    """Which of the objects the caller got are one object."""
+    if isinstance(store, Box):
+        stored = [store.last]
+    elif isinstance(store, dict):
+        stored = list(store.values())
+    else:
+        stored = list(store) + GLOBAL_STORE
+    stored += [s.t for s in stored if isinstance(s, Info) and isinstance(s.t, Info)]
+    got = list(out) if isinstance(out, tuple) else [out]
+    return [[a is b for b in stored + got] for a in stored + got]
+
+
+@pytest.mark.parametrize("program", [_into_list, _into_dict, _into_global, _into_attribute,
+                                     _a_list_stored_and_returned, _a_dict_stored_and_returned, _stored_twice,
+                                     _returned_twice, _held_by_what_is_stored])
+def test_an_object_returned_and_stored_is_one_object(program):
+    """Eagerly ``ret is store[-1]``: an object holding tensors that the program returns and stores (into an
+    argument, a global, an attribute) is one object; a cached call made one for the output and another for
+    each place it was stored, so what the caller did to one did not show in the other."""
+    jitted = jitcore.jit(program)
+    for i in range(3):
+        x = torch.ones(2) * i
+        results = []
+        for fn in (program, jitted):
+            GLOBAL_STORE.clear()
+            store = Box() if program is _into_attribute else {} if program is _into_dict else []
+            out = fn(x, store)
+            results.append((_identities(out, store), repr(_described(out))))
+        assert results[1] == results[0], f"call {i}"
+    assert jitcore.cache_misses(jitted) == 1
+
+
+GLOBAL_TABLE: dict = {}
+
+
+def _keyed_in_a_global(x, table):
+    key = Info()
+    GLOBAL_TABLE[key] = x + 1
+    return key
+
+
+def _keyed_in_an_argument(x, table):
+    key = Info()
+    table[key] = x * 2
+    return key, x + 1
+
+
+def _keyed_by_a_tuple(x, table):
+    key = Info()
+    table[(key, 1)] = x - 1
+    return key
+
+
+@pytest.mark.parametrize("program", [_keyed_in_a_global, _keyed_in_an_argument, _keyed_by_a_tuple])
+def test_an_item_stored_at_a_key_the_program_made_is_at_this_calls_key(program):
+    """Eagerly each call stores at its own new key, the one it returns; a cached call stored at the pass's
+    key (one item after three calls, no returned key in the table: Note [A key the program made],
+    jitcore/jit/effects.py)."""
+
+    def run(fn: Any) -> list[Any]:
+        GLOBAL_TABLE.clear()
+        seen = []
+        for i in range(3):
+            table: dict = {}  # a new one per call (a table that grows is guarded: a new entry per call)
+            key = fn(torch.ones(2) * i, table)
+            key = key[0] if isinstance(key, tuple) else key
+            found = GLOBAL_TABLE if program is _keyed_in_a_global else table
+            value = found.get(key, found.get((key, 1)))
+            seen.append((len(found), None if value is None else value.tolist()))
+        return seen
+
+    jitted = jitcore.jit(program)
+    assert run(jitted) == run(program)
+    assert jitcore.cache_misses(jitted) == 1
