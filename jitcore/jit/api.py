@@ -506,7 +506,8 @@ class JittedFunction:
         """An entry whose calls run eagerly; its guards ``traced``'s, by default the last pass's."""
         if traced is None:
             traced = self.last_prologue if self.last_prologue is not None else Prologue()
-        prologue = Prologue(guards=list(traced.guards), state=list(traced.state), header=[
+        guards = eager_entries.eager_guards(reason, traced.guards)  # Note [Eager whatever the contents]
+        prologue = Prologue(guards=guards, state=list(traced.state), header=[
             f"Constructed by jitcore.jit for {self._label}: prologue of cache entry {self.misses}, "
             "an eager entry (the calls it accepts run eagerly)"])
         check = prologue.compile(_accept)

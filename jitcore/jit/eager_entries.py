@@ -33,7 +33,7 @@ from jitcore.jit.fsdp_units import eager_call  # how an eager entry runs its fun
 from jitcore.jit.outputs import escaped
 from jitcore.numpy.errors import UnsupportedNumPyError
 
-__all__ = ["Eager", "RULES", "after_raise", "decide", "eager_call", "whatever_the_sizes"]
+__all__ = ["Eager", "RULES", "after_raise", "decide", "eager_call", "eager_guards", "whatever_the_sizes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +209,28 @@ def decide(error: Exception, values: Any, *, fullgraph: bool, fallback: str | No
 def whatever_the_sizes(error: Exception) -> bool:
     """Whether ``error``, stopping a pass with symbolic sizes, is decided on there (the Note above)."""
     return isinstance(error, (EagerWhateverTheSizes, UnsupportedOperationError))
+
+
+# Note [Eager whatever the contents]
+# An eager entry guards what the pass guarded before it stopped, the contents of the state it read
+# included. Where the reason it stopped does not depend on those contents, and they change on every call,
+# every call failed the entry and traced the program again only to stop at the same place: a closure over
+# the call's own objects stored into an argument (``s.cb = lambda g: s.log.append(g)``, Note [A closure
+# over a call's objects], jit/outputs.py) had ``s.log``'s length and ``s.cb``'s identity guarded, both new
+# on every call (20 traces in 20 calls, each then run eagerly; now 2: ``s.cb`` None, then a function).
+# Such an error is marked where it is raised (its ``whatever_the_contents`` attribute), and its entry
+# leaves out the guards on what containers and objects reached from a root hold (lengths, keys,
+# contents, members, identities below the root); types, values of numbers and tensors' metadata stay.
+# Any set of guards is sound for an eager entry (Note [Eager entries], jit/api.py): a call such an entry
+# accepts that would have traced runs eagerly, never wrongly.
+_CONTENTS = frozenset({"len", "keys", "contents", "members", "member", "identity"})
+
+
+def eager_guards(reason: BaseException, guards: list) -> list:
+    """The guards of an eager entry stopped by ``reason`` (Note [Eager whatever the contents])."""
+    if not getattr(reason, "whatever_the_contents", False):
+        return list(guards)
+    return [g for g in guards if not (g.kind in _CONTENTS and g.path.steps)]
 
 
 def after_raise(

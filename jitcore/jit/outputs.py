@@ -273,11 +273,13 @@ def _untraced(value: Any, depth: int, owner: Owner) -> Split:
     kind = type(value)
     literal = kind in (tuple, list, dict) or _is_namedtuple(value)
     if kind is types.FunctionType and value.__closure__ and _closes_over_a_calls_objects(value, owner):
-        raise UnsupportedOperationError(  # Note [A closure over a call's objects]
+        refused = UnsupportedOperationError(  # Note [A closure over a call's objects]
             f"the function returns or stores the closure {value.__qualname__}, made while tracing, whose "
             "cells hold objects of this call's",
             hints=("pass the objects to the function when you call it instead of closing over them",),
         )
+        refused.whatever_the_contents = True  # its eager entry: Note [Eager whatever the contents]
+        raise refused  # (jit/eager_entries.py)
     if kind in _ATOMS or not (literal or programs_own(value)):
         return value, None  # shared by every call, as eagerly (a class, a function, a module, ...)
     whose = owner(value)

@@ -98,3 +98,31 @@ def test_closures_that_call_each_other_are_looked_at_once():
     eager, got, jitted = _both(program)
     assert got == eager
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+class _State:
+    def __init__(self) -> None:
+        self.log: list = []
+        self.cb: Any = None
+
+
+def _store_a_closure_over_the_argument(s: _State, x: torch.Tensor) -> torch.Tensor:
+    s.cb = lambda g: s.log.append(g)
+    s.cb(x.sum())
+    return x * 2
+
+
+def test_a_closure_over_an_argument_stored_into_it_does_not_trace_every_call() -> None:
+    """Note [Eager whatever the contents] (jit/eager_entries.py): its eager entry guarded ``s.log``'s length
+    and ``s.cb``'s identity, new on every call, so each call traced again (20 in 20); the closures work as
+    eager's."""
+    eager, state = _State(), _State()
+    jitted = jitcore.jit(_store_a_closure_over_the_argument)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(20):
+            x = torch.full((2,), float(k))
+            assert torch.equal(jitted(state, x), _store_a_closure_over_the_argument(eager, x))
+            state.cb(-k), eager.cb(-k)
+            assert [float(v) for v in state.log] == [float(v) for v in eager.log]
+    assert jitcore.cache_misses(jitted) == 1
