@@ -438,12 +438,13 @@ class JittedFunction:
             self.last_rederived_traces = []
             computation = self.executor.compile(flat.trace, record_lowered(traces))
         else:
-            flat = flatten_program(program.trace, program.subclass_inputs, program.outer_layouts)
-            no_graph = grad.without_graph and flat.trace is not program.trace  # Note [A graph no output
+            # Note [A Function without grad runs its recorded forward] (transforms/autograd_function.py):
+            # inlined before flattening, since a forward's records may compute with subclass values
+            inlined = forwards_inlined(program.trace)
+            flat = flatten_program(inlined, program.subclass_inputs, program.outer_layouts)
+            no_graph = grad.without_graph and flat.trace is not inlined  # Note [A graph no output
             if no_graph:  # reaches]
                 flat = replace(flat, trace=without_grad_mode_changes(flat.trace))
-            # Note [A Function without grad runs its recorded forward] (transforms/autograd_function.py)
-            flat = replace(flat, trace=forwards_inlined(flat.trace))
             if grad.functions is not None:  # Note [A Function split alone] (transforms/function_records.py)
                 flat = replace(flat, trace=grad.functions.applied(flat.trace))
                 self.last_backward_traces = grad.functions.backwards  # each split's, recorded as it lowers

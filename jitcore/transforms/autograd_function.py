@@ -429,6 +429,10 @@ AUTOGRAD_FUNCTION_LOOKASIDES: dict[Any, Any] = {
 # are the first and last of the forward's. Without them a forward computing with a tensor it closes
 # over that requires grad (a Parameter) returned an output that required grad where eager's does not
 # (and a reentrant ``checkpoint`` of a module whose input requires no grad did the same).
+# The forward's records are inlined into pass 1, before it is flattened: a forward computing through
+# subclass values (``TwoTensor(x / s, x - s) * 2``) has subclass records among them, which flattening
+# resolves to their inner tensors' ops. Inlined into the flattened trace, they ran as torch-level calls
+# on a subclass value no record made (UnboundLocalError on every call, where eager computes).
 def forwards_inlined(trace: Trace) -> Trace:
     """``trace`` with each Function application whose outputs need no grad replaced by its recorded
     forward (Note [A Function without grad runs its recorded forward])."""

@@ -1,7 +1,9 @@
 """Tensor subclasses written by others (issue 15, ao52), eager against ``jitcore.jit`` over several calls
 (values, output types, inner tensors, gradients, the subclass code a warm call runs): a wrapper whose
 ``__torch_dispatch__`` computes on its inner tensors inside ``torch._C._DisableTorchDispatch()`` (torch's
-``no_dispatch()``, subclass_zoo's style; Note [Shadows inside no_dispatch], jitcore/langctx/shadows.py).
+``no_dispatch()``, subclass_zoo's style; Note [Shadows inside no_dispatch], jitcore/langctx/shadows.py); an
+``autograd.Function`` without grad whose forward computes through TwoTensor values (Note [A Function without
+grad runs its recorded forward], jitcore/transforms/autograd_function.py).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 
 import pytest
 import torch
-from subclass_checks import frames_over_sizes
+from subclass_checks import assert_same_flattened, frames_over_sizes
+from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_map_only
 
@@ -95,3 +98,49 @@ def test_a_dispatch_inside_no_dispatch_gives_eagers_gradients() -> None:
         got.square().sum().backward()
         torch.testing.assert_close(wj.grad, w.grad)
     assert jitcore.cache_misses(f) == 1
+
+
+# --- a Function without grad whose forward computes through subclass values ---------------------------------
+# Note [A Function without grad runs its recorded forward] (jitcore/transforms/autograd_function.py): such a
+# Function's forward records take its place in the computation. They were put there after the trace was
+# flattened, so the records computing with the forward's TwoTensor values ran as torch-level calls on a
+# subclass value no record made: UnboundLocalError on every call of the entry (from the first call without
+# grad; with a dynamic number, from the second), where eager computes.
+
+
+class _PairsInside(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, s: float) -> torch.Tensor:
+        ctx.s = s
+        x = x.detach()
+        pair = TwoTensor(x / s, x - s) * 2
+        return (pair.a + pair.b).clone()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        pair = TwoTensor(g * ctx.s, g) * 3
+        return pair.a + pair.b, None
+
+
+_INLINED: dict[str, tuple[Callable[..., Any], bool]] = {
+    "no_grad_inputs": (lambda x, s: _PairsInside.apply(x, s) * x, False),
+    "a_detached_input": (lambda x, s: _PairsInside.apply(x.detach(), s) * x, True),
+    "beside_a_subclass": (lambda x, s: TwoTensor(_PairsInside.apply(x, s), x) + 1, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_INLINED))
+def test_a_function_without_grad_computing_through_pairs_computes_as_eagerly(name: str) -> None:
+    program, requires_grad = _INLINED[name]
+    f = jitcore.jit(program)
+    for i, s in enumerate((1.5, 2.5, 3.5, 0.5)):
+        torch.manual_seed(i)
+        x = torch.randn(4, 6, requires_grad=requires_grad)
+        xj = x.detach().clone().requires_grad_(requires_grad)
+        expected, got = program(x, s), f(xj, s)
+        assert_same_flattened(got, expected, f"call {i}")
+        if requires_grad:
+            expected.square().sum().backward()
+            got.square().sum().backward()
+            torch.testing.assert_close(xj.grad, x.grad)
+    assert jitcore.cache_misses(f) == 2  # the first scale, then the scale a number of the computation
