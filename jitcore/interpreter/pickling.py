@@ -127,15 +127,45 @@ def _pickled(run: object, arguments: dict) -> object:
     """The Python pickler's bytes for ``dumps``'s ``arguments``, or C's exception where it refuses."""
     try:
         return call(run, _PY_DUMPS, (), arguments)
-    except pickle.PicklingError as error:
+    except (pickle.PicklingError, IndexError) as error:  # (IndexError: an empty __newobj__ argument list)
         refusal = error
     frame = _raised_in(refusal)
     if frame is None or frame.f_code.co_filename != _PICKLER_FILE:
         raise refusal  # the program's own (a reducer's): C lets it through as it is
-    refused = frame.f_locals.get("obj") if frame.f_code.co_name == "save_global" else None
-    if issubclass(type(refused), (types.FunctionType, type)):
-        arguments = {**arguments, "obj": refused}  # a class or function: C saves it running no code
+    if type(refusal) is IndexError and frame.f_code.co_name != "save_reduce":
+        raise refusal
+    refused = _refused_alone(frame, str(refusal))
+    if refused is not None:
+        arguments = {**arguments, "obj": refused}
     raise _c_refusal(run, arguments) or refusal
+
+
+def _refused_alone(frame: object, message: str) -> object:
+    """What C can be asked about in place of the whole graph for the Python pickler's refusal in ``frame``
+    (Note [C's words for what cannot be pickled]): the class or function ``save_global`` refused, or a
+    ``_Reduced`` giving the malformed result of a reducer; None otherwise."""
+    name, local = frame.f_code.co_name, frame.f_locals
+    if name == "save_global" and issubclass(type(local.get("obj")), (types.FunctionType, type)):
+        return local["obj"]  # C saves a class or function running no code
+    if name == "save" and "rv" in local:  # not a str or a tuple, or a tuple of another length
+        return _Reduced(local["rv"])
+    if name == "save_reduce" and "__newobj" not in message:  # (the class checks are against the object's)
+        return _Reduced((local["func"], local["args"]))
+    return None
+
+
+class _Reduced:
+    """An object whose ``__reduce_ex__`` gives ``result`` (a reducer's, malformed), run natively by C with
+    none of the program's code: C's checks of it name no class of the object (its words, on 3.11 and 3.13:
+    /tmp/cpy52-probes/cmsg.py)."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        return self.result
 
 
 def _raised_in(error: BaseException) -> object:
@@ -157,12 +187,14 @@ def _raised_in(error: BaseException) -> object:
 # classes, instances and functions, lambdas, renamed and unimportable classes, bad ``__reduce__`` results,
 # locks, generators, modules, frames) times protocols 0, 2, 4, 5: the same type and text as C's on 3.11 and
 # 3.13 (/tmp/cpy50-probes/pkerr2.py). C is asked about the one object the Python pickler refused where that
-# is ``save_global``'s class or function (saved by C running none of the program's code), so the graph's
-# ``__reduce__``/``__reduce_ex__``/``__getstate__`` run once, as eagerly (they ran twice: the interpreted
-# pickler's, then C's natively; /tmp/cpy52-probes/p2b.py); a PicklingError the program's own code raised
-# (a reducer's) is the program's, raised as it is, as C lets it through. Where the pickler refused a
-# reducer's result (a malformed tuple), C is asked about the whole graph and its reducers run a second
-# time, natively: the one case left.
+# is ``save_global``'s class or function (saved by C running none of the program's code), or about a
+# stand-in whose ``__reduce_ex__`` gives the malformed result a reducer gave (not a tuple, a tuple of
+# another length, a first item not callable, a second not a tuple), so the graph's ``__reduce__``/
+# ``__reduce_ex__``/``__getstate__`` run once, as eagerly (they ran twice: the interpreted pickler's, then
+# C's natively; /tmp/cpy52-probes/p2b.py, p2c.py); a PicklingError the program's own code raised (a
+# reducer's) is the program's, raised as it is, as C lets it through. A ``__newobj__`` argument list of
+# another class (C compares it with the object's) and a reducer's name not found (C's words name the
+# object) still ask C about the whole graph, whose reducers then run twice (p2c.py).
 def _c_refusal(run: object, arguments: dict) -> BaseException | None:
     """The exception C's ``pickle.dumps`` raises for the object and options of ``dumps``'s ``arguments``,
     None where it pickles them (Note [C's words for what cannot be pickled])."""

@@ -203,6 +203,15 @@ class StateHoldsALambda:
         return {"f": lambda: 1}
 
 
+class ReducesToMalformed:
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def __reduce_ex__(self, protocol: int) -> object:
+        REDUCER_CALLS.append(("malformed", protocol))
+        return self.result
+
+
 class Holder:
     def __init__(self, o: object) -> None:
         self.o = o
@@ -212,16 +221,22 @@ def test_a_refusal_runs_each_reducer_once() -> None:
     """Where pickling is refused, each ``__reduce__``/``__reduce_ex__``/``__getstate__`` of the graph ran
     once, as natively, and a PicklingError a reducer raises is that very exception (Note [C's words for
     what cannot be pickled]): C, asked for its words on the whole graph, ran them a second time
-    (/tmp/cpy52-probes/p2b.py). The classes are the module's: a local class is refused before its
-    instance is reduced."""
+    (/tmp/cpy52-probes/p2b.py, p2c.py; an empty ``__newobj__`` argument list was the Python pickler's
+    IndexError). The classes are the module's: a local class is refused before its instance is reduced."""
 
     def f() -> list[object]:
         out: list[object] = []
-        for cls in (RaisesInReduceEx, ReducesToALocal, StateHoldsALambda):
+        import copyreg
+
+        makers = [RaisesInReduceEx, ReducesToALocal, StateHoldsALambda]
+        for result in (5, (), (len,), (len, 5), (5, ()), (len, (), None, None, None, None, None),
+                       (copyreg.__newobj__, ())):
+            makers.append(lambda result=result: ReducesToMalformed(result))
+        for make in makers:
             for protocol in (0, 2, 5):
                 error = None
                 try:
-                    pickle.dumps(Holder(cls()), protocol=protocol)
+                    pickle.dumps(Holder(make()), protocol=protocol)
                 except Exception as e:
                     error = e
                 out.append((type(error).__name__, str(error), list(REDUCER_CALLS)))
