@@ -133,7 +133,7 @@ def split(output: Any, owner: Owner | None = None) -> tuple[Any, OutputStructure
 
 
 def reached_twice(values: list[Any], owner: Owner) -> frozenset[int]:
-    """The ids of the mutable objects the program made (no tuple, nothing of the caller's) that ``values``
+    """The ids of the containers and objects the program made (nothing of the caller's) that ``values``
     reach more than once, through containers, instance dicts and slots (Note [One object, one copy],
     jit/call_copies.py)."""
     seen: set[int] = set()
@@ -144,12 +144,11 @@ def reached_twice(values: list[Any], owner: Owner) -> frozenset[int]:
         kind = type(value)
         if kind in _ATOMS or issubclass(kind, (Proxy, FakeTensor, TextProxy, torch.Tensor)):
             continue
-        literal = kind is tuple or _is_namedtuple(value)
-        if not literal and not ((kind in _OPTREE_NODES or programs_own(value)) and owner(value) is None):
+        node = kind is tuple or _is_namedtuple(value) or kind in _OPTREE_NODES or programs_own(value)
+        if not node or owner(value) is not None:
             continue  # the caller's (made per call at its path), or shared by every call
         if id(value) in seen:
-            if not literal:
-                twice.add(id(value))
+            twice.add(id(value))  # made once: what it holds is one object wherever it goes
             continue
         seen.add(id(value))
         todo.extend(_children(value))

@@ -687,3 +687,25 @@ def test_an_item_stored_at_a_key_the_program_made_is_at_this_calls_key(program):
     jitted = jitcore.jit(program)
     assert run(jitted) == run(program)
     assert jitcore.cache_misses(jitted) == 1
+
+
+def test_a_tuple_returned_and_stored_is_one_tuple_of_one_list():
+    """A tuple of a list and a dict the program made, stored and returned: the list the caller changes
+    through the output is the stored one (a cached call made the tuple twice, each with its own list)."""
+
+    def f(x, store):
+        made = ([x + 1], {"k": x})
+        store.append(made)
+        return made
+
+    jitted = jitcore.jit(f)
+    for i in range(3):
+        seen = []
+        for fn in (f, jitted):
+            store: list = []
+            out = fn(torch.ones(2) * i, store)
+            out[0].append("changed")
+            kept = store[0]
+            seen.append((out is kept, out[0] is kept[0], out[1] is kept[1], repr(_described(store))))
+        assert seen[1] == seen[0], f"call {i}"
+    assert jitcore.cache_misses(jitted) == 1
