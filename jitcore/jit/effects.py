@@ -86,9 +86,11 @@ class Effect:
     value: Any
 
     def locations(self) -> tuple[Path, ...]:
-        """The paths the written value is read through (none for whole contents and cells)."""
+        """The paths the written value is read through (none for whole contents)."""
         if self.kind in ("setattr", "setslot", "grad"):
             return (self.path.attr(self.key),)
+        if self.kind == "cell":  # ``nonlocal n; n += 1``: read as the cell's contents (jit/state_reads.py)
+            return (self.path.attr("cell_contents"),)
         if self.kind == "setitem":
             by_key = self.path.key(self.key)
             found = (self.path.index(self.key), by_key) if type(self.key) is int else (by_key,)

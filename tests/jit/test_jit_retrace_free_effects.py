@@ -426,3 +426,35 @@ def _copied_otherwise(s, t):
 ])
 def test_which_parameters_are_updated_only_through_attributes(fn, expected) -> None:
     assert attribute_parameters(fn) == expected
+
+
+# --- a counter in a closure cell (``nonlocal n; n += 1``): found as a counter by the first pass, as an
+# attribute's or a global's is (Effect.locations, jitcore/jit/effects.py)
+
+def _make_counted(branch: bool) -> Callable[[list, torch.Tensor], torch.Tensor]:
+    n = 0
+
+    def f(log: list, x: torch.Tensor) -> torch.Tensor:
+        nonlocal n
+        n += 1
+        log.append(n)
+        if branch and n % 3 == 0:
+            return x - n
+        return x * n
+
+    return f
+
+
+@pytest.mark.parametrize("branch", [False, True], ids=["arithmetic", "branched_on"])
+def test_a_nonlocal_counter_is_found_by_the_first_pass(branch: bool) -> None:
+    """Before: the first trace pinned ``n == 0`` and a second trace made it dynamic (2 in 100); a branch on
+    it is its outcome's entry (``n % 3 == 0``: two entries, eager's values)."""
+    eager, jitted = _make_counted(branch), _make_counted(branch)
+    jf = jitcore.jit(jitted)
+    elog: list = []
+    jlog: list = []
+    for _ in range(100):
+        x = torch.randn(3)
+        assert_same(jf(jlog, x), eager(elog, x))
+    assert jlog == elog
+    assert jitcore.cache_misses(jf) == (2 if branch else 1)
