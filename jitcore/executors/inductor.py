@@ -39,6 +39,13 @@ that length. Inductor's code checks its inputs' sizes and strides (``assert_size
 it refuses whose sizes or strides differ from those compiled for runs the region's FX graph, as a
 call of other strides does. Only a refusal of the very sizes and strides compiled for is raised.
 
+Note [Fusion and summation order]
+A sum a region computes (the gradient of a weight broadcast over rows: a sum over the rows) is summed
+in inductor's order, row after row, where eager's kernel sums in a cascade: the two round differently,
+by up to about ``n * eps * sum(|terms|)`` each from the exact sum. The region's result is
+torch.compile's bit for bit; docs/executors.md ("Tolerances") has the measurements and why the sums
+stay in the regions.
+
 Invariant: a compiled variant is called only with inputs of the strides it was compiled for and on
 which the guards its compile added hold; any other call (the prologue does not always guard
 strides) runs the region's FX graph instead, which calls the same torch functions the torch

@@ -110,3 +110,36 @@ def test_gradients_of_several_inputs_and_outputs() -> None:
         grads_j = torch.autograd.grad((oj[0].sum() + oj[1]), (ja, jb))
         for ge, gj in zip(grads_e, grads_j):
             torch.testing.assert_close(gj, ge)
+
+
+def summation_tolerance(terms: torch.Tensor, dim: int) -> torch.Tensor:
+    """Per output, how far two float32 sums of ``terms`` over ``dim`` in different orders may be from
+    each other: each is within n * eps * sum(|terms|) of the exact sum (recursive summation's bound),
+    so they are within twice that (Note [Fusion and summation order], docs/executors.md)."""
+    n = terms.shape[dim]
+    return 2 * n * torch.finfo(torch.float32).eps * terms.abs().sum(dim)
+
+
+def test_a_broadcast_weights_gradient_is_within_the_summation_tolerance() -> None:
+    """The gradient of a weight broadcast over rows is a sum over the rows: eager's kernel sums them in
+    a cascade, inductor's fused region row after row (as torch.compile's does), so the two differ by
+    rounding that grows with the row count, within the documented bound (Note [Fusion and summation
+    order]); at 4000 rows an element of w's gradient (about 2.3, its terms summing to thousands in
+    absolute value) differs by more than the default float32 tolerance allows."""
+    def f(x, w, b):
+        return (x * w + b).sin().sum()
+
+    torch.manual_seed(0)
+    x = torch.randn(4000, 16)
+    w, b = torch.randn(16, requires_grad=True), torch.randn(16, requires_grad=True)
+    jfn = jitcore.jit(f, executors=INDUCTOR)
+    for _ in range(2):
+        got = torch.autograd.grad(jfn(x, w, b), (w, b))
+    want = torch.autograd.grad(f(x, w, b), (w, b))
+    assert "fusion" in str(jitcore.last_backward_traces(jfn)[-1])
+    with torch.no_grad():
+        per_element = (x * w + b).cos()  # the gradient of the sum at each element
+        terms = (per_element * x, per_element)
+    for g, e, t in zip(got, want, terms, strict=True):
+        bound = summation_tolerance(t, 0) + 1e-5  # + the pointwise ops' ulps (sin, cos)
+        assert ((g - e).abs() <= bound).all(), ((g - e).abs().max(), bound.min())
