@@ -149,10 +149,7 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
         if replacement is not None:
             return replacement(*args, **kwargs) if kwargs else replacement(*args)
         return call_class(run, fn, args, kwargs)
-    try:
-        replacement = lookasides.get(canonical(fn))
-    except (TypeError, ValueError):  # unhashable (a weakref to a writable memoryview): no lookaside
-        replacement = None
+    replacement = _lookaside(run, canonical(fn))
     if replacement is not None:
         given = args
         if t in _BOUND_C_METHODS and canonical(fn) is not fn:
@@ -189,6 +186,33 @@ def call(run: Run, fn: object, args: tuple | list, kwargs: dict | None) -> objec
         # a stand-in (a traced tensor) is named by the class it stands for, as CPython names it
         raise TypeError(f"'{klass.__name__}' object is not callable")
     return opaque(run, fn, args, kwargs)
+
+
+# Note [A callable hashed by Python is looked up by identity]
+# Finding a callable's lookaside hashes it; for a callable whose class hashes it by Python code (a
+# ``MagicMock``, whose ``__hash__`` is a configured magic method recording ``call.__hash__()`` in its
+# ``mock_calls``; a callable frozen dataclass hashing its fields) that ran the program's code natively
+# where CPython hashes nothing: ``mock.patch.object(conn, 'send')`` then ``conn.send(data)`` recorded an
+# extra first call, so ``mock_calls[0][1][0]`` raised IndexError (test_httplib's
+# ``test_tunnel_connect_single_send_connection_setup``; /tmp/cpy52-probes/p6_mock.py). A lookaside's key
+# is one object (a function, a descriptor, torch's operator objects), so such a callable is looked up by
+# its identity among the keys whose class hashes by Python, never hashed.
+def _lookaside(run: Run, key: object) -> object:
+    t = type(key)
+    if t in NATIVE_CALLABLES or t in _BOUND_C_METHODS or type(getattr(t, "__hash__", None)) is _C_HASH:
+        try:
+            return run.lookasides.get(key)
+        except (TypeError, ValueError):  # unhashable (a weakref to a writable memoryview): no lookaside
+            return None
+    by_identity = run.lookasides_by_identity
+    if by_identity is None:
+        by_identity = run.lookasides_by_identity = {
+            id(k): v for k, v in run.lookasides.items()
+            if type(getattr(type(k), "__hash__", None)) is not _C_HASH}
+    return by_identity.get(id(key))
+
+
+_C_HASH = WrapperDescriptorType
 
 
 def call_class(run: Run, cls: type, args: tuple | list, kwargs: dict | None) -> object:

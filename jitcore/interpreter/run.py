@@ -101,6 +101,7 @@ class Run:
         "hooks",
         "left",
         "lookasides",
+        "lookasides_by_identity",
         "max_depth",
         "native",
         "native_exc",
@@ -127,6 +128,9 @@ class Run:
             table = _TABLES[hooks_set] = handler_table(hooks_set)
         self.handlers = table
         self.lookasides = {**builtin_lookasides(), **hooks.lookasides}
+        # the keys whose class hashes by Python, by id (Note [A callable hashed by Python is looked up by
+        # identity], calls.py)
+        self.lookasides_by_identity: dict[int, Callable] | None = None
         self.resolve_call = hooks.resolve_call
         self.on_opaque_call = hooks.on_opaque_call
         self.native = hooks.native_call if hooks.native_call is not None else _native

@@ -169,3 +169,42 @@ def test_special_methods_of_a_class_the_jitted_function_defines_run_on_every_cal
         outs = [jitted(torch.ones(2))[1] for _ in range(3)]
         assert outs == [fn(torch.ones(2))[1]] * 3, method
         assert jitcore.cache_misses(jitted) == 1, method
+
+
+def test_a_callable_hashed_by_python_is_not_hashed_to_be_called() -> None:
+    """Calling a ``MagicMock`` (or a callable whose class has a Python ``__hash__``) hashes nothing, as
+    CPython: the interpreter hashed it to look for a lookaside, which recorded ``call.__hash__()`` in the
+    mock's ``mock_calls`` (and ran the class's ``__hash__``) (Note [A callable hashed by Python is looked up
+    by identity], calls.py; test_httplib's ``test_tunnel_connect_single_send_connection_setup``,
+    /tmp/cpy52-probes/p6_mock.py)."""
+
+    def f() -> list[object]:
+        from unittest import mock
+
+        hashed: list[str] = []
+
+        class Conn:
+            def send(self, data: bytes, flag: int = 0) -> None:
+                pass
+
+            def go(self) -> None:
+                self.send(b"abc")
+                self.send(b"x", flag=1)
+
+        class Hashed:
+            def __hash__(self) -> int:
+                hashed.append("hash")
+                return 1
+
+            def __call__(self, v: int) -> int:
+                return v + 1
+
+        conn = Conn()
+        with mock.patch.object(conn, "send") as send:
+            conn.go()
+        m = mock.MagicMock()
+        m(1, 2, k=3)
+        sent = [tuple(c) for c in send.mock_calls]
+        return [sent, send.mock_calls[0][1][0], [tuple(c) for c in m.mock_calls], Hashed()(1), hashed]
+
+    check(f)
