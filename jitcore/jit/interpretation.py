@@ -99,7 +99,7 @@ from jitcore.langctx import new_context
 from jitcore.langctx.generators import state_lookasides as generator_state_lookasides
 from jitcore.langctx.index_bounds import check_int_list_index
 from jitcore.langctx.scalars import bind_numbers, fixes_a_float
-from jitcore.langctx.tensor_text import refuse_text_of_tensors, text_lookasides
+from jitcore.langctx.tensor_text import own_text_of_call, refuse_text_of_tensors, text_lookasides
 from jitcore.langctx.thread_state import (
     ENTER_INFERENCE_MODE,
     EXIT_INFERENCE_MODE,
@@ -622,6 +622,8 @@ class Pass(StateReads):
         return args, kwargs
 
     def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if (text := own_text_of_call(fn, args, kwargs)) is not None:
+            return text  # str(w), f"{w}": Note [A subclass's own text in print and str], tensor_text.py
         refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
         if fn is setattr and len(args) == 3 and not kwargs and self.held.store_attr(*args):
             return None  # setattr(p, "data", v): as STORE_ATTR

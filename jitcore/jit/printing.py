@@ -43,7 +43,7 @@ from jitcore.interpreter import current_run
 from jitcore.interpreter.protocols import to_str
 from jitcore.ir import tree_has
 from jitcore.jit.effects import PRINT_STREAMS, Effect
-from jitcore.langctx.tensor_text import refuse_text, shown_snapshot
+from jitcore.langctx.tensor_text import own_text, refuse_text, shown_snapshot
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
@@ -147,6 +147,9 @@ def _shown_tensor(obj: Any) -> Any:
     """``obj`` as a print argument: a plain tensor's snapshot in the computation, else ``obj``."""
     if not tree_has(obj, TensorProxy):
         return obj
+    text = own_text(obj)  # Note [A subclass's own text in print and str] (langctx/tensor_text.py)
+    if text is not None:
+        return text
     snapshot = shown_snapshot(obj)
     if snapshot is None:
         refuse_text("print")

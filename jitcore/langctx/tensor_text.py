@@ -38,7 +38,8 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = [
-    "TENSOR_TEXT_METHODS", "refuse_text", "refuse_text_of_tensors", "shown_snapshot", "text_lookasides",
+    "TENSOR_TEXT_METHODS", "own_text", "own_text_of_call", "refuse_text", "refuse_text_of_tensors",
+    "shown_snapshot", "text_lookasides",
 ]
 
 _TEXT_FUNCTIONS = frozenset(map(id, (repr, str, ascii, format, print, object.__format__, object.__str__,
@@ -115,6 +116,49 @@ def _own_repr(cls: type) -> FunctionType | None:
         if type(method) is FunctionType:
             return method
     return None
+
+
+def own_text(value: Any) -> Any:
+    """``str(value)`` of a traced tensor whose class writes its text with its own ``__repr__`` in Python
+    (and no ``__str__`` of its own), that method interpreted as eagerly; None for any other value (Note
+    [A subclass's own text in print and str])."""
+    if not isinstance(value, TensorProxy):
+        return None
+    cls = value.python_type
+    if _own_repr(cls) is None or any("__str__" in vars(klass) for klass in _own_classes(cls)):
+        return None
+    return _proxy_repr(value)
+
+
+def own_text_of_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """``own_text`` of the tensor that ``str(w)``, ``format(w)``, ``format(w, "")`` or
+    ``object.__format__(w, "")`` (``f"{w}"``) turns into text; None for any other call."""
+    if kwargs or not args or not isinstance(args[0], TensorProxy):
+        return None
+    if (fn is str and len(args) == 1) or (fn is format and (len(args) == 1 or args[1:] == ("",))) \
+            or (fn is object.__format__ and args[1:] == ("",)):
+        return own_text(args[0])
+    return None
+
+
+def _own_classes(cls: type) -> list[type]:
+    """The classes of ``cls``'s MRO before torch's."""
+    classes = []
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] == "torch":
+            break
+        classes.append(klass)
+    return classes
+
+
+# Note [A subclass's own text in print and str]
+# ``print(w)`` and ``str(w)`` of a tensor subclass whose class writes ``__repr__`` in Python (a quantized
+# weight's ``Int8W(shape=(6, 4), dtype=torch.float32)``) show that text eagerly: torch's ``Tensor`` has no
+# ``__str__`` of its own, so ``object.__str__`` calls the class's ``__repr__``. ``repr(w)`` already ran it
+# interpreted (Note [A plain subclass's own repr]); ``print(w)`` and ``str(w)`` refused as a tensor's text
+# (JC-T001), so the call ran eagerly from its first call, the class's dispatch with it on every call. Its
+# text is now its ``__repr__``'s, interpreted: a text built from metadata is a constant of the entry (the
+# metadata is guarded), one built from values reads them (checked per call, as a read is).
 
 
 def text_lookasides() -> dict[Any, Callable[..., Any]]:

@@ -144,3 +144,87 @@ def test_a_function_without_grad_computing_through_pairs_computes_as_eagerly(nam
             got.square().sum().backward()
             torch.testing.assert_close(xj.grad, x.grad)
     assert jitcore.cache_misses(f) == 2  # the first scale, then the scale a number of the computation
+
+
+# --- print, str and format of a subclass whose class writes its own __repr__ --------------------------------
+# Note [A subclass's own text in print and str] (jitcore/langctx/tensor_text.py): repr(w) ran the class's
+# __repr__, but print(w), str(w), f"{w}" and format(w) refused as a tensor's text (JC-T001): every call ran
+# eagerly, the class's dispatch with it.
+
+
+class _ShownInt8(torch.Tensor):
+    """A scale-carrying int8 weight that shows its shape and dtype (torchao's style of text)."""
+
+    @staticmethod
+    def __new__(cls, q: torch.Tensor, scale: torch.Tensor) -> _ShownInt8:
+        return torch.Tensor._make_wrapper_subclass(cls, q.shape, dtype=scale.dtype)
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor) -> None:
+        self.q, self.scale = q, scale
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["q", "scale"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict[str, torch.Tensor], ctx: None, size: Any, stride: Any) -> Any:
+        return _ShownInt8(inner["q"], inner["scale"])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shape={tuple(self.shape)}, dtype={self.dtype})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten.t.default:
+            return _ShownInt8(args[0].q.t(), args[0].scale.t())
+        args, kwargs = tree_map_only(_ShownInt8, lambda w: w.q.float() * w.scale, (args, kwargs or {}))
+        return func(*args, **kwargs)
+
+
+class _ShownPlain(torch.Tensor):
+    """A plain subclass (no dispatch) showing its shape."""
+
+    def __repr__(self) -> str:
+        return f"Plain{tuple(self.shape)}"
+
+
+def _weight() -> _ShownInt8:
+    w = torch.randn(6, 4)
+    scale = w.abs().amax(1, keepdim=True) / 127
+    return _ShownInt8(torch.round(w / scale).to(torch.int8), scale)
+
+
+_TEXTS: dict[str, Callable[..., Any]] = {
+    "print": lambda w, x: (print("weight", w, sep=": "), x @ w.t())[1],
+    "str": lambda w, x: (str(w), x @ w.t()),
+    "f_string": lambda w, x: (f"{w} {w.t()}", x @ w.t()),
+    "format": lambda w, x: ("{}".format(w) + format(w), x @ w.t()),  # noqa: UP032
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TEXTS))
+def test_the_text_of_a_subclass_with_its_own_repr_is_traced(name: str, capsys: pytest.CaptureFixture) -> None:
+    program = _TEXTS[name]
+
+    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return _weight(), torch.randn(n, 4)
+
+    entries, warm_frames = frames_over_sizes(program, make, (3, 3, 3), (_ShownInt8,))
+    printed = capsys.readouterr().out.splitlines()
+    shown = "weight: _ShownInt8(shape=(6, 4), dtype=torch.float32)"
+    assert printed == ([shown] * 6 if name == "print" else [])  # eager's and the jitted calls' prints
+    assert (entries, warm_frames) == (1, [])  # before: every call ran eagerly, the dispatch with it
+
+
+def test_the_text_of_a_plain_subclass_with_its_own_repr_is_traced(capsys: pytest.CaptureFixture) -> None:
+    def program(x: torch.Tensor) -> tuple[str, torch.Tensor]:
+        print(x)
+        return f"{x}|{str(x * 2)}", x + 1
+
+    f = jitcore.jit(program)
+    for _ in range(2):
+        x = torch.randn(3).as_subclass(_ShownPlain)
+        expected, got = program(x), f(x)
+        assert got[0] == expected[0] == "Plain(3,)|Plain(3,)"
+        assert_same_flattened(got[1], expected[1], "output")
+    assert capsys.readouterr().out == "Plain(3,)\n" * 4
+    assert (jitcore.cache_misses(f), f.fallback_reason) == (1, None)
