@@ -75,6 +75,7 @@ from jitcore.jit.filesystem import FileSystem
 from jitcore.jit.fsdp_units import fsdp_lookasides
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
 from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
+from jitcore.jit.helper_appends import helper_appended_parameters
 from jitcore.jit.log_records import LogRecords
 from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, LruCalls, is_cache_clear, is_cache_info
 from jitcore.jit.namespace_arguments import attribute_parameters, bind_namespace_argument, is_namespace
@@ -345,7 +346,8 @@ class Pass(StateReads):
             return self.provenance.bind_dynamic_number(value, path, name)
         if type(value) is list and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and path not in self.read_lists and (name in appended_parameters(self.fn, emptying=True)
-                                                     or name in closure_appended_parameters(self.fn)):
+                                                     or name in closure_appended_parameters(self.fn)
+                                                     or name in helper_appended_parameters(self.fn)):
             return self.measured.bind_argument(value, path)  # jit/appends.py
         if type(value) is dict and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and (keys := item_appended_parameters(self.fn).get(name)) is not None \

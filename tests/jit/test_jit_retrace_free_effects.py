@@ -16,6 +16,7 @@ from jit_helpers import assert_same
 
 import jitcore
 from jitcore.jit.closure_appends import closure_appended_parameters
+from jitcore.jit.helper_appends import helper_appended_parameters
 from jitcore.jit.namespace_arguments import attribute_parameters
 
 
@@ -458,3 +459,96 @@ def test_a_nonlocal_counter_is_found_by_the_first_pass(branch: bool) -> None:
         assert_same(jf(jlog, x), eager(elog, x))
     assert jlog == elog
     assert jitcore.cache_misses(jf) == (2 if branch else 1)
+
+
+# --- a list argument passed to a function of the module that only appends to it (Note [A list argument
+# passed to a function that appends to it], jitcore/jit/helper_appends.py)
+
+def _record(log: list, v: Any) -> None:
+    log.append(v)
+
+
+def _record_two(tag: str, log: list, v: Any) -> None:
+    log.extend([tag, v])
+
+
+def _record_and_read(log: list, v: Any) -> Any:
+    log.append(v)
+    return log[0]
+
+
+def _through_a_helper(log: list, x: torch.Tensor) -> torch.Tensor:
+    _record(log, x.sum())
+    _record_two("max", log, x.max())
+    log.append(x.min())
+    return x * 2
+
+
+def test_a_list_argument_passed_to_a_function_that_appends_traces_once() -> None:
+    """Before: the list was passed on, bound whole, its length guarded: 100 traces in 100 calls."""
+    jf = run_both(_through_a_helper, [], 100)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _through_a_reading_helper(log: list, x: torch.Tensor) -> torch.Tensor:
+    _record(log, 1)
+    return x * _record_and_read(log, 2)
+
+
+def test_a_helper_that_reads_the_list_sees_the_callers_list() -> None:
+    def change(log: list, i: int) -> None:
+        if i == 3:
+            log[:] = [7.0] * 5
+
+    run_both(_through_a_reading_helper, [], 6, change=change)
+
+
+def test_a_helper_replaced_between_calls_is_the_new_one() -> None:
+    """The global is guarded where the pass loads it: a reading function put there is traced again."""
+    global _record
+    jf, jlog, elog = jitcore.jit(_through_a_helper), [], []
+    original = _record
+    try:
+        for i in range(6):
+            if i == 3:
+                _record = lambda log, v: log.append(len(log))  # noqa: E731 - reads the list
+            x = torch.randn(3)
+            assert_same(jf(jlog, x), _through_a_helper(elog, x))
+            assert_same(jlog, elog)
+    finally:
+        _record = original
+
+
+def _keyword_call(log, x):
+    _record(log=log, v=x)
+    return x
+
+
+def _computed_first(log, x):
+    _record_two(str(x), log, x)
+    return x
+
+
+def _rebinds(log, x):  # only read, never run: it would replace the module's ``_record``
+    global _record
+    _record(log, x)
+    _record = _record_and_read
+    return x
+
+
+def _passed_to_a_reader(log, x):
+    _record_and_read(log, x)
+    return x
+
+
+def _nested_argument(log, x):
+    _record(log, _record_and_read([], x))
+    return x
+
+
+@pytest.mark.parametrize(("fn", "expected"), [
+    (_through_a_helper, {"log"}), (_through_a_reading_helper, set()), (_keyword_call, set()),
+    (_computed_first, set()), (_rebinds, set()), (_passed_to_a_reader, set()), (_nested_argument, {"log"}),
+])
+def test_which_helpers_only_append_is_proved_from_the_bytecode(fn, expected) -> None:
+    assert helper_appended_parameters(fn) == expected
