@@ -53,6 +53,8 @@ class Owner:
     whose: Callable[[Any], str | None]
     passed_at: Callable[[Any], Any] = _nowhere
     shared: frozenset[int] = frozenset()  # the program's objects reached twice (Note [One object, one copy])
+    # the caller's tensors, by the id of their proxies: where each call passes each (the effects' values)
+    inputs: dict[int, Any] = dataclasses.field(default_factory=dict)
 
     def __call__(self, obj: Any) -> str | None:
         return self.whose(obj)

@@ -389,6 +389,7 @@ class Effects:
         self._input_paths = input_paths or {}  # id(input proxy) -> where the call passes its tensor
         self._shared = shared_places([e.value for e in effects], preexisting)  # jit/shared_containers.py
         values = [self._template(e.value, preexisting) for e in effects]
+        owner = dataclasses.replace(owner, inputs=self._input_paths)  # the caller's tensor itself, not a copy
         flat, structure = split(tuple(values), owner)  # objects the program made: anew per call
         self._leaves, self._spec = optree.tree_flatten(flat, none_is_leaf=True)
         self._slots = [i for i, leaf in enumerate(self._leaves) if _per_call(leaf)]
@@ -493,8 +494,6 @@ class Effects:
                 return _FromCall(path)
             self.references.append(value)
             return _Reference(len(self.references) - 1)
-        if isinstance(value, Proxy) and id(value) in self._input_paths:
-            return _FromCall(self._input_paths[id(value)])  # the caller's tensor itself, not a copy
         if type(value) is weakref.ref and id(value()) in self._input_paths:  # LSTM's _flat_weight_refs
             return _FromCall(self._input_paths[id(value())], weak=True)
         if type(value) is list:  # the very list where nothing in it changes (Note [One object, one copy])
@@ -528,8 +527,10 @@ def _per_call(leaf: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _FromCall:
-    """An input tensor stored somewhere (``self._flat_weights = [self.weight, ...]``): the object the
-    call passes at ``path``, so its identity is eager's (a Parameter stays that Parameter)."""
+    """An object of the caller's stored somewhere (Note [The objects this call passes]), or a weak
+    reference to an input tensor (LSTM's ``_flat_weight_refs``): the object the call passes at ``path``, so
+    its identity is eager's (a Parameter stays that Parameter). An input tensor itself is found at its path
+    by the values' rebuild (``Owner.inputs``, jit/outputs.py)."""
 
     path: Path
     weak: bool = False  # a weak reference to it

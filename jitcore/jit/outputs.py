@@ -169,6 +169,9 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
     if isinstance(value, TextProxy):  # text formatted from numbers of the computation: from its numbers
         return tuple(value.numbers()), value.text_of
     if isinstance(value, Proxy):
+        path = owner.inputs.get(id(value))
+        if path is not None:  # a tensor the caller passed, stored: the call's tensor itself, not a copy
+            return (), passed_object(value, path)
         return _split_typed(value, depth, owner)
     if _symbolic_shape(value):  # a shape with symbolic sizes (jit/shapes.py): each call's sizes
         return tuple(value), torch.Size

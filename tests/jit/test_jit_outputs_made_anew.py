@@ -709,3 +709,33 @@ def test_a_tuple_returned_and_stored_is_one_tuple_of_one_list():
             seen.append((out is kept, out[0] is kept[0], out[1] is kept[1], repr(_described(store))))
         assert seen[1] == seen[0], f"call {i}"
     assert jitcore.cache_misses(jitted) == 1
+
+
+def _a_list_of_the_input(x, store):
+    made = [x, x + 1]
+    store.append(made)
+    return made
+
+
+def _a_list_in_a_list_of_the_input(x, store):
+    made = [[x]]
+    store.append(made)
+    return made[0]
+
+
+@pytest.mark.parametrize("program", [_a_list_of_the_input, _a_list_in_a_list_of_the_input])
+def test_a_list_holding_the_callers_tensor_returned_and_stored_is_one_list(program):
+    """A list the program made that holds the tensor the caller passed was made again for the stored value
+    around the caller's tensor (a copy of the list), and was not the returned one (eagerly it is); the
+    caller's tensor in both is the caller's own."""
+    jitted = jitcore.jit(program)
+    for i in range(3):
+        seen = []
+        for fn in (program, jitted):
+            x = torch.ones(2) * i
+            store: list = []
+            out = fn(x, store)
+            kept = store[0] if program is _a_list_of_the_input else store[0][0]
+            seen.append((out is kept, out[0] is x, repr(_described(out))))
+        assert seen[1] == seen[0], f"call {i}"
+    assert jitcore.cache_misses(jitted) == 1
