@@ -161,14 +161,17 @@ def _linear_candidates(bound_symbols: Sequence[BoundSymbol], i: int) -> Iterator
 # it may reshape the product (``view``, ``_unsafe_view``, ``squeeze``). The anchor of a candidate is that
 # product; the run starts at ``bound_symbols[i]`` when every call from there to the anchor makes a value a
 # later call of the run reads, and its tensors read from outside (one or two) are the matmul's arguments,
-# in the order the run reads them first, then the other. ``aten.reshape`` of a tensor no view can reshape
-# is ``_unsafe_view(clone(x, memory_format=torch.contiguous_format), shape)``: the candidate is
-# ``reshape(x, shape)``. Attention blocks make both (q @ k.transpose(-2, -1) copies its transposed inputs
-# for ``bmm``; ``o.transpose(1, 2).reshape(b, s, d)`` copies the heads back). As for linear, the replay
-# decides; a run of one call is never rewritten (it saves nothing).
+# in the order the run reads them first (also the other order where the run starts with a transpose:
+# matmul of a 2-d ``a`` and a batched ``b`` is ``(b.mT @ a.mT).mT``). Replays the operator refuses are
+# the costly ones (an exception through fake tensors), hence no other orders. ``aten.reshape`` of a tensor
+# no view can reshape is ``_unsafe_view(clone(x, memory_format=torch.contiguous_format), shape)``: the
+# candidate is ``reshape(x, shape)``. Attention blocks make both (q @ k.transpose(-2, -1) copies its
+# transposed inputs for ``bmm``; ``o.transpose(1, 2).reshape(b, s, d)`` copies the heads back). As for
+# linear, the replay decides; a run of one call is never rewritten (it saves nothing).
 _PRODUCTS = frozenset({_aten.bmm.default, _aten.mm.default, _aten.mv.default, _aten.dot.default})
 _RESHAPES_AFTER = frozenset({_aten.view.default, _aten._unsafe_view.default, _aten.squeeze.dim,
                              _aten.squeeze.default})
+_TRANSPOSES = frozenset({_aten.transpose.int, _aten.t.default})
 _MATMUL_WINDOW = 8  # two inputs each expanded, cloned and _unsafe_viewed, the product, its view
 
 
@@ -190,7 +193,9 @@ def _matmul_candidates(bound_symbols: Sequence[BoundSymbol], i: int) -> Iterator
                     roots.append(p)
         if len(roots) not in (1, 2):
             return
-        orders = [(roots[0], roots[0])] if len(roots) == 1 else [(roots[0], roots[1]), (roots[1], roots[0])]
+        orders = [(roots[0], roots[0])] if len(roots) == 1 else [(roots[0], roots[1])]
+        if len(roots) == 2 and run[0].symbol.fn in _TRANSPOSES:  # matmul(a, b) of a 2-d a: (b.mT @ a.mT).mT
+            orders.append((roots[1], roots[0]))
         ends = [k + 1]
         after = bound_symbols[k + 1] if k + 1 < len(bound_symbols) else None
         if after is not None and after.symbol.fn in _RESHAPES_AFTER and after.args[0] is run[-1].output:
