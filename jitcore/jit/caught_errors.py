@@ -165,19 +165,38 @@ def _catches(frame: Frame | _Names, instructions: list, target: int) -> Catching
     """Whether the handler at ``target`` is an ``except`` clause (bare, typed or ``except*``) that may catch
     an error the listed ops raise on values (``_RAISED_ON_VALUES``; a class it cannot name: it may):
     ``REFUSE`` where it may carry on, ``RERUN`` where every path through it raises again."""
-    following = instructions[target + 1:target + 12]
-    if following and following[0].opname == "POP_TOP":  # a bare ``except:``
-        return Catching.RERUN if _always_raises(instructions, target + 2) else Catching.REFUSE
-    loaded: list = []
-    for offset, inst in enumerate(following):
-        if inst.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):  # then the jump to the next clause
-            if not _may_catch(loaded[-1] if loaded else _UNKNOWN):
+    start = target + 1
+    for _ in range(_CLAUSES):  # a clause that cannot catch it: the next one (a bare one last)
+        following = instructions[start:start + 11]
+        if following and following[0].opname == "POP_TOP":  # a bare ``except:``
+            return Catching.RERUN if _always_raises(instructions, start + 1) else Catching.REFUSE
+        loaded: list = []
+        for offset, inst in enumerate(following):
+            if inst.opname in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH"):  # then the jump to the next clause
+                if _may_catch(loaded[-1] if loaded else _UNKNOWN):
+                    body = start + offset + 2
+                    return Catching.RERUN if _always_raises(instructions, body) else Catching.REFUSE
+                jump = instructions[start + offset + 1] if start + offset + 1 < len(instructions) else None
+                if inst.opname == "CHECK_EG_MATCH" or jump is None or "IF_FALSE" not in jump.opname \
+                        or not isinstance(jump.argval, int) or jump.argval <= start:
+                    return Catching.NONE
+                start = jump.argval
+                break
+            if inst.opname not in _CLASS_LOADS:
                 return Catching.NONE
-            return Catching.RERUN if _always_raises(instructions, target + offset + 3) else Catching.REFUSE
-        if inst.opname not in _CLASS_LOADS:
+            _load(frame, inst, loaded)
+        else:
             return Catching.NONE
-        _load(frame, inst, loaded)
     return Catching.NONE
+
+
+# Note [The clauses after one that cannot catch]: ``except KeyError: ... except: ...`` (unittest's
+# ``testPartExecutor``: ``except KeyboardInterrupt``, ``except SkipTest``, then a bare ``except:``) is
+# looked at clause by clause: only the first was, so a singular ``torch.linalg.inv`` there was recorded
+# and the computation's LinAlgError reached the caller where eagerly the bare clause caught it
+# (tests/jit/test_jit_caught_errors.py ``bare_except_after_typed``). A clause that cannot catch the error
+# jumps to the next one when its class check misses; the walk follows that jump.
+_CLAUSES = 32
 
 
 _JUMPS = frozenset(dis.opname[op] for op in {*dis.hasjrel, *dis.hasjabs, *getattr(dis, "hasjump", ())})

@@ -7,6 +7,7 @@ eager's."""
 from __future__ import annotations
 
 import contextlib
+import io
 import unittest
 import warnings
 from collections.abc import Callable, Iterator
@@ -81,6 +82,25 @@ def _bare_except(a: torch.Tensor) -> torch.Tensor:
         return torch.linalg.inv(a)
     except:  # noqa: E722 - a bare clause caught jitcore's own refusal and traced its body for every call
         return torch.zeros(1)
+
+
+def _bare_except_after_typed(a: torch.Tensor) -> torch.Tensor:
+    try:
+        return torch.linalg.inv(a)
+    except KeyError:
+        return torch.ones(1)
+    except:  # noqa: E722 - a bare clause after typed ones took jitcore's refusal (cpy52's p7_bare.py)
+        return torch.zeros(1)
+
+
+def _refused_print_after_typed(x: torch.Tensor) -> torch.Tensor:
+    try:
+        print("report", file=io.StringIO())  # a stream made inside: refused (JC-T001), the call runs eagerly
+    except KeyError:
+        return x - 10
+    except:  # noqa: E722 - unittest's testPartExecutor has this shape (test_traceback's reports in subTest)
+        return x - 1
+    return x + 1
 
 
 def _suppress(x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
@@ -160,6 +180,8 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], list[tuple]]] = {
     # ops43: a bare ``except:``, ``with`` blocks that suppress, ops raising on values that were not listed,
     # and errors raised while tracing on values the call reads (its handler's trace had no check of them)
     "bare_except": (_bare_except, [(_SINGULAR,), (_EYE,), (_SINGULAR,)]),
+    "bare_except_after_typed": (_bare_except_after_typed, [(_SINGULAR,), (_EYE,), (_SINGULAR,), (_EYE,)]),
+    "refused_print_after_typed": (_refused_print_after_typed, [(_X,), (_X,)]),
     "suppress": (_suppress, [(_X, _OUT), (_X, _IN), (_X, _OUT)]),
     "contextmanager": (_suppressed_by(_swallowing), [(_X, _OUT), (_X, _IN)]),
     "exit_returning_true": (_suppressed_by(_Swallowing), [(_X, _OUT), (_X, _IN)]),

@@ -29,7 +29,12 @@ from jitcore.interpreter.instructions import Instruction
 from jitcore.interpreter.opcodes import control as _control  # noqa: F401 - registered before the runs
 from jitcore.interpreter.opcodes import exceptions as _exceptions  # noqa: F401 - registered before the runs
 from jitcore.interpreter.opcodes import stack as _stack  # noqa: F401 - registered before the runs
-from jitcore.interpreter.opcodes.exceptions import check_catchable, exception_matches, hidden_from_program
+from jitcore.interpreter.opcodes.exceptions import (
+    check_catchable,
+    exception_matches,
+    hidden_from_program,
+    leave_clauses,
+)
 from jitcore.interpreter.opcodes.load_store import global_value
 from jitcore.interpreter.registry import fuses
 
@@ -66,6 +71,9 @@ def _except_head(push: bool, tail: str | None) -> Handler:
                 match_type = global_value(frame, name)  # NameError at this instruction
         check = load.next
         jump = check.next
+        if hidden_from_program(exc):  # Note [Refusals pass bare excepts]
+            frame.index = check.after
+            leave_clauses(frame, exc)
         if type(match_type) is type and BaseException in match_type.__mro__:  # one class: check_catchable's
             matches = match_type in type(exc).__mro__ and not hidden_from_program(exc)  # exception_matches
         else:
