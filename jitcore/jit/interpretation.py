@@ -430,6 +430,8 @@ class Pass(StateReads):
             **pickler_lookasides(),  # Note [A C pickler's dump of the program's objects]
         })
         lookasides[len] = self.measured.len_lookaside(lookasides.get(len, len))
+        lookasides[type] = self.type_lookaside(lookasides.get(type, type))  # Note [The class of a
+        # caller's object] (jit/state_reads.py)
         # ``id(t)``/``hash(t)`` of a caller's tensor: its own id (Note [The id of a caller's tensor])
         lookasides[id] = lambda *args: self.keys.identity(id, args, self._opaque_call)
         # ... and a Python ``__hash__`` interpreted (Note [A Python __hash__'s result], interpreter/hashes.py)

@@ -42,7 +42,7 @@ from jitcore.jit.effects import StateSnapshots
 from jitcore.jit.held_tensors import NOT_ANSWERED, HeldTensors
 from jitcore.jit.pending_keys import PendingKeys, only_added_to, pushed_onto
 from jitcore.jit.provenance import Provenance
-from jitcore.jit.state_kinds import is_module_registry, is_structured, items_read_natively
+from jitcore.jit.state_kinds import is_library_class, is_module_registry, is_structured, items_read_natively
 from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
@@ -227,7 +227,34 @@ class StateReads:
         path = Path(Root("bound", f"{function.__qualname__}.<cell {name}>", cell)).attr("cell_contents")
         return self._bind_state(frame, value, path, name)
 
+    # Note [The class of a caller's object]
+    # ``type(self).count += 1`` (or ``self.__class__.count``) in a method of an argument's class: the class
+    # came from ``type()`` with no path, so the attribute read was a constant of the trace and the write
+    # no effect: a cached call answered the first call's count and never counted (eager 1, 2, 3, 4; jit 1,
+    # 1, 1, 1; /tmp/eff52-probes/typecount.py). The class of an object the pass reached through a path is
+    # the caller's class, fixed by that object's type guard: it is remembered at a root bound to it, as a
+    # class named by a global is, so what the program reads of it is guarded (a counter dynamic) and what
+    # it writes is replayed. A library's class (torch's, the standard library's) stays constant, and a
+    # class of an object the program made has no path (Note [A class the program made is its own]).
+    def class_of(self, obj: Any, klass: Any) -> Any:
+        """``type(obj)`` or ``obj.__class__``, the class remembered where ``obj`` is the caller's (Note [The
+        class of a caller's object])."""
+        if issubclass(type(klass), type) and self.provenance.path_of(klass) is None \
+                and not is_library_class(klass) and self.provenance.path_of(obj) is not None \
+                and not issubclass(type(obj), Proxy):  # not isinstance: it reads ``__class__``
+            self.provenance.remember(klass, Path(Root("bound", klass.__qualname__, klass)))
+        return klass
+
+    def type_lookaside(self, inner: Any) -> Any:
+        """``type`` for the program: ``inner``'s answer, a caller's object's class remembered."""
+        def type_(*args: Any, **kwargs: Any) -> Any:
+            klass = inner(*args, **kwargs)
+            return self.class_of(args[0], klass) if len(args) == 1 and not kwargs else klass
+        return type_
+
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
+        if name == "__class__":
+            self.class_of(obj, value)  # Note [The class of a caller's object]
         if issubclass(type(obj), TensorProxy):
             if (method := protocol_method(obj, name)) is not None:  # Note [A value's protocol methods]
                 return method

@@ -552,3 +552,44 @@ def _nested_argument(log, x):
 ])
 def test_which_helpers_only_append_is_proved_from_the_bytecode(fn, expected) -> None:
     assert helper_appended_parameters(fn) == expected
+
+
+# --- the class of an argument reached through ``type(self)`` or ``self.__class__`` (Note [The class of a
+# caller's object], jitcore/jit/state_reads.py)
+
+class _Counted:
+    count = 0
+    scale = 2.0
+
+    def by_type(self) -> int:
+        type(self).count += 1
+        return type(self).count
+
+    def by_dunder(self) -> int:
+        self.__class__.count += 1
+        return self.__class__.count
+
+
+def _counted_by_type(s: _Counted, x: torch.Tensor) -> torch.Tensor:
+    return x * s.by_type() + type(s).scale
+
+
+def _counted_by_dunder(s: _Counted, x: torch.Tensor) -> torch.Tensor:
+    return x * s.by_dunder() + s.__class__.scale
+
+
+@pytest.mark.parametrize("fn", [_counted_by_type, _counted_by_dunder], ids=["type", "dunder_class"])
+def test_a_class_attribute_written_through_type_of_an_argument(fn) -> None:
+    """Before: the class had no path: ``count`` a constant of the trace and its write no effect (jit 1, 1, 1
+    where eager counts 1, 2, 3), ``scale`` changed by the caller not seen."""
+    jf, s = jitcore.jit(fn), _Counted()
+    for i in range(30):
+        if i == 10:
+            _Counted.scale = 3.0
+        _Counted.count, count = 5 * i, 5 * i
+        x = torch.randn(3)
+        expected = x * (count + 1) + _Counted.scale
+        assert_same(jf(s, x), expected)
+        assert _Counted.count == count + 1
+    _Counted.scale = 2.0
+    assert jitcore.cache_misses(jf) <= 2  # scale changed once
