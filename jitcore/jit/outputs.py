@@ -133,15 +133,20 @@ def split(output: Any, owner: Owner | None = None) -> tuple[Any, OutputStructure
 
 
 def reached_twice(values: list[Any], owner: Owner) -> frozenset[int]:
-    """The ids of the containers and objects the program made (nothing of the caller's) that ``values``
-    reach more than once, through containers, instance dicts and slots (Note [One object, one copy],
-    jit/call_copies.py)."""
+    """The ids of the containers and objects the program made (nothing of the caller's), and of the
+    proxies of subclass tensors without ``__torch_dispatch__``, that ``values`` reach more than once,
+    through containers, instance dicts and slots (Note [One object, one copy], jit/call_copies.py)."""
     seen: set[int] = set()
     twice: set[int] = set()
     todo = list(values)
     while todo:
         value = todo.pop()
         kind = type(value)
+        if issubclass(kind, Proxy) and _retyped(value) is not None:  # given its class again per place
+            if id(value) in seen:
+                twice.add(id(value))
+            seen.add(id(value))
+            continue
         if kind in _ATOMS or issubclass(kind, (Proxy, FakeTensor, TextProxy, torch.Tensor)):
             continue
         node = kind is tuple or _is_namedtuple(value) or kind in _OPTREE_NODES or programs_own(value)

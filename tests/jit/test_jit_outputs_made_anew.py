@@ -739,3 +739,20 @@ def test_a_list_holding_the_callers_tensor_returned_and_stored_is_one_list(progr
             seen.append((out is kept, out[0] is x, repr(_described(out))))
         assert seen[1] == seen[0], f"call {i}"
     assert jitcore.cache_misses(jitted) == 1
+
+
+def test_a_subclass_tensor_returned_and_stored_is_one_tensor():
+    """A tensor of a subclass without ``__torch_dispatch__`` the program made, returned and stored: each
+    place got the computation's tensor given the class again, two tensors (eagerly ``out is log[-1]``)."""
+
+    def f(x, log):
+        out = (x + 1).as_subclass(Tagged)
+        log.append(out)
+        return out
+
+    jitted = jitcore.jit(f)
+    for i in range(3):
+        log: list = []
+        out = jitted(torch.ones(2) * i, log)
+        assert out is log[-1] and type(out) is Tagged and torch.equal(out, torch.ones(2) * i + 1)
+    assert jitcore.cache_misses(jitted) == 1
