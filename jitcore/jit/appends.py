@@ -434,14 +434,43 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
     read: dict[str, set] = {name: set() for name in candidates}  # keys whose item is also used otherwise
     for i, names, touched in uses:
         key, subscript, lookup = (instructions[i + 1:i + 4] + [None, None, None])[:3]
-        if instructions[i].opname in _LOADS and len(names) == 1 and subscript is not None \
-                and key.opname == "LOAD_CONST" and type(key.argval) in _KEYS \
-                and subscript.opname == "BINARY_SUBSCR":
-            appended = lookup is not None and _looks_up(lookup, _APPENDING)
-            (keys if appended else read)[names[0]].add(key.argval)
-            continue
+        last = names[-1]  # the value the load pushes last (3.13's LOAD_FAST_LOAD_FAST pushes two)
+        alone = (len(names) == 1 and instructions[i].opname in _LOADS) or (
+            instructions[i].opname == "LOAD_FAST_LOAD_FAST" and names.count(last) == 1)
+        if alone and last in touched and subscript is not None and key.opname == "LOAD_CONST" \
+                and type(key.argval) in _KEYS:
+            if subscript.opname == "BINARY_SUBSCR":
+                appended = lookup is not None and _looks_up(lookup, _APPENDING)
+                (keys if appended else read)[last].add(key.argval)
+                candidates -= touched - {last}  # a parameter pushed below it is used otherwise
+                continue
+            if subscript.opname == "STORE_SUBSCR" or _updated_item(instructions, i + 2):
+                read[last].add(key.argval)  # ``h["n"] = v``, ``h["n"] += 1``: Note [An item updated in place]
+                candidates -= touched - {last}
+                continue
         candidates -= touched
     return {name: frozenset(keys[name] - read[name]) for name in candidates if keys[name] - read[name]}
+
+
+# Note [An item updated in place]
+# ``h["n"] += 1`` compiles to ``LOAD_FAST h; LOAD_CONST "n"; COPY 2; COPY 2; BINARY_SUBSCR; <the right
+# side>; BINARY_OP +=; SWAP 3; SWAP 2; STORE_SUBSCR`` (3.11 to 3.13), ``h["n"] = v`` to ``<v>; LOAD_FAST h;
+# LOAD_CONST "n"; STORE_SUBSCR``: a read and a store of one constant key. Beside a list at another key
+# only appended to (``h["loss"].append(x.sum())``), such a use bound the dict argument whole, the list's
+# length guarded, and every call traced again (20 in 20: /tmp/eff52-probes/dict_arg_counter.py). The key
+# is an item read like ``h["scale"]`` (bound as in the dict bound whole: a counter there is a dynamic
+# number), and the store goes into the program's dict, whose changes are replayed on the caller's.
+def _updated_item(instructions: list, i: int) -> bool:
+    """Whether ``instructions[i:]`` continue a load of a dict and a constant key as ``d[k] op= v`` does."""
+    if i + 2 >= len(instructions) or [x.opname for x in instructions[i:i + 3]] != ["COPY", "COPY",
+                                                                                   "BINARY_SUBSCR"] \
+            or instructions[i].arg != 2 or instructions[i + 1].arg != 2:
+        return False
+    for j in range(i + 3, len(instructions) - 2):
+        if instructions[j].opname == "SWAP" and instructions[j].arg == 3:
+            return instructions[j + 1].opname == "SWAP" and instructions[j + 1].arg == 2 \
+                and instructions[j + 2].opname == "STORE_SUBSCR"
+    return False
 
 
 # Note [A dict of lists an argument]
@@ -455,8 +484,9 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
 # [Containers reached twice]). The dict's other items may be read (a training step's state dict,
 # ``s["model"](x)``, ``s["opt"].step()``, ``s["log"].append(loss.item())``): each subscript by a constant
 # key reads that item alone, bound as it would be in the dict bound whole; a key whose item is both read
-# and appended to is read. Any other use of the parameter (stored into, iterated, passed on, ``s["n"] +=
-# 1``) binds it whole, as before: that retraced on every call, the lists' lengths guarded.
+# and appended to is read; so is a key stored at or updated in place (``s["n"] += 1``, ``s["n"] = v``:
+# Note [An item updated in place]). Any other use of the parameter (iterated, passed on, a computed key)
+# binds it whole, as before: that retraced on every call, the lists' lengths guarded.
 # The same dict passed as two parameters (``f(h, h)``: one only appended through, the other measuring
 # ``len(h2["log"])``) was two copies, and what one appended the other did not see (a wrong answer): the
 # first binding is noted (``Provenance.enter_argument``), so the second is an alias guard and that copy.

@@ -593,3 +593,35 @@ def test_a_class_attribute_written_through_type_of_an_argument(fn) -> None:
         assert _Counted.count == count + 1
     _Counted.scale = 2.0
     assert jitcore.cache_misses(jf) <= 2  # scale changed once
+
+
+# --- a dict argument with a list only appended to and a counter at another key (Note [An item updated in
+# place], jitcore/jit/appends.py)
+
+def _history_counted(h: dict, x: torch.Tensor) -> torch.Tensor:
+    h["loss"].append(x.sum())
+    h["n"] += 1
+    return x * h["scale"]
+
+
+def _history_stored(h: dict, x: torch.Tensor) -> torch.Tensor:
+    h["loss"].append(x.sum())
+    h["n"] = h["n"] + 1
+    h["last"] = x.max()
+    return x + h["n"]
+
+
+@pytest.mark.parametrize("fn", [_history_counted, _history_stored], ids=["augmented", "stored"])
+def test_a_dict_argument_with_a_counter_beside_a_list_traces_once(fn) -> None:
+    """Before: ``h["n"] += 1`` bound the dict whole, its list's length guarded: 100 traces in 100 calls."""
+    jf = run_both(fn, {"loss": [], "n": 0, "scale": 2.0, "last": torch.tensor(0.0)}, 100)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def test_a_dict_argument_counter_the_caller_changes_is_read_per_call() -> None:
+    def change(h: dict, i: int) -> None:
+        if i in (3, 5):
+            h["n"], h["scale"] = 10 * i, float(i)
+            h["loss"][:] = [1.0] * i
+
+    run_both(_history_counted, {"loss": [], "n": 0, "scale": 2.0}, 8, change=change)
