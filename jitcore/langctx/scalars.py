@@ -117,7 +117,11 @@ def _python_parameter_names(fn: Any) -> tuple[str, ...] | None:
 
 # Symbols with no aten schema whose arguments are values, by symbol id (a generator's seed:
 # jitcore/langctx/generators.py registers it).
-VALUE_ARGUMENTS: dict[str, frozenset[int | str]] = {}
+VALUE_ARGUMENTS: dict[str, frozenset[int | str]] = {
+    # ``x.new_tensor(scale)``: its data is a value as ``torch.tensor(scale)``'s is (aten::tensor.float's
+    # ``t``); the method has no aten schema of its own, so a dynamic scale was specialized: an entry per value
+    "torch.Tensor.new_tensor": frozenset({1, "data"}),
+}
 # torch functions whose aten operation has another name (their values read from that one's schema)
 _ATEN_NAMES = {"cross_entropy": "cross_entropy_loss"}
 

@@ -430,12 +430,24 @@ def _evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         _restride_wrappers(values, fakes, before)
     out_leaves, out_spec = optree.tree_flatten(out, none_is_leaf=True)
     out_fakes = [o for o in out_leaves if isinstance(o, FakeTensor)]
+    if any(isinstance(v, NumberProxy) and not all(r.specialized for r in v.roots) for v in leaves):
+        for o in out_fakes:  # Note [A tensor of a named number has no constant]
+            o.constant = None
     values.layout.record(fn, shadow_kwargs, fakes, out_fakes)  # where decompositions rely on layouts
     if fakes and out_fakes and not writes:
         values.layout.returned_inputs(fn, shadow_kwargs, fakes, out_fakes)
     return optree.tree_unflatten(
         out_spec, [values.proxy_for(o) if isinstance(o, FakeTensor) else o for o in out_leaves]
     )
+
+
+# Note [A tensor of a named number has no constant]
+# ``torch.tensor(s)`` of a dynamic number ``s`` stays a name in the trace (its aten schema takes a value),
+# but its shadow was made from the traced value, and the fake mode keeps such a small tensor's value as
+# a constant: ``torch.tensor(s).item()`` answered the traced ``s`` from then on, without a check, so the
+# entry computed with the first value on every call (``x * torch.tensor(s).item()``: a wrong answer from
+# the third call). A shadow made from an unspecialized number keeps no constant: its value is read as
+# any tensor's, and checked on every call.
 
 
 def _check_input_changes(

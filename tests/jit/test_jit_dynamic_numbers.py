@@ -681,3 +681,24 @@ def test_a_computed_number_hashed_guards_its_value_not_its_inputs(kind: str) -> 
         assert store == expected_store and [type(k) for k in store] == [type(k) for k in expected_store]
     assert jitcore.cache_misses(jitted) <= {"set.add": 8, "dict-key": 6, "in-a-tuple-key": 4}[kind], \
         jitcore.miss_reasons(jitted)[-1]
+
+
+# Note [A tensor of a named number has no constant] (jitcore/langctx/shadows.py): the shadow of
+# ``torch.tensor(s)`` kept the traced ``s`` as a constant, so ``.item()`` answered it on every later call (a
+# wrong answer from the third call); ``x.new_tensor(s)`` specialized ``s``: an entry per value.
+_TENSORS_OF_A_NUMBER = {
+    "tensor_item": lambda x, s: x * torch.tensor(s).item(),
+    "new_tensor_item": lambda x, s: x * x.new_tensor(s).item(),
+    "new_tensor": lambda x, s: x * x.new_tensor(s),
+    "new_tensor_dtype": lambda x, s: x * x.new_tensor(data=s, dtype=torch.float64),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TENSORS_OF_A_NUMBER))
+def test_a_tensor_of_a_dynamic_number_has_each_calls_value(name: str) -> None:
+    program = _TENSORS_OF_A_NUMBER[name]
+    f = jitcore.jit(program)
+    for s in (1.5, 2.5, 3.5, 4.5, 5.5):
+        x = torch.randn(3)
+        assert_same(f(x, s), program(x, s))
+    assert jitcore.cache_misses(f) == 2  # before: new_tensor traced once per value
