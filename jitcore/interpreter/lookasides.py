@@ -536,7 +536,8 @@ def getframe(depth: int = 0, /) -> object:
     """sys._getframe() that sees interpreted frames (then the native frames around the run)."""
     run = active_run()
     native = sys._getframe(0)
-    while native is not None and (native.f_code.co_filename.startswith(_PACKAGE_PREFIX)):
+    skipped = (_PACKAGE_PREFIX, *run.hooks.host_files)  # Note [The native frames around a hooked run]
+    while native is not None and native.f_code.co_filename.startswith(skipped):
         native = native.f_back
     proxies: object = native
     for frame in run.frames:
@@ -549,6 +550,15 @@ def getframe(depth: int = 0, /) -> object:
     if chain is None:
         raise ValueError("call stack is not deep enough")
     return chain
+
+
+# Note [The native frames around a hooked run]
+# Past the outermost interpreted frame, ``f_back`` is the native frame that started the run. The
+# interpreter's own native frames are skipped to find it, and so are those of the hooks' code
+# (``Hooks.host_files``: the jit's package): under ``jitcore.jit`` a frame object asked for inside a
+# generator that C steps (``list(traceback.walk_stack(None))``) found the jit's hook frame first and went on
+# through the interpreter's and the jit's native frames (test_traceback's ``test_walk_stack``: 7 frames
+# more where eagerly 1; /tmp/cpy52-probes/p9_walk.py); now it goes on at the jitted function's caller.
 
 
 def current_frames() -> dict:

@@ -174,3 +174,37 @@ def test_an_error_raised_on_a_retrace_is_not_chained_to_the_jits_first_pass() ->
                 assert got == expected, (fn.__name__, i)
             else:
                 torch.testing.assert_close(got, expected)
+
+
+def _frames_past_a_generator(x: torch.Tensor) -> tuple[int, list[str], torch.Tensor]:
+    """How many frames one call deeper adds past a generator C steps, and jitcore's files among them."""
+    import traceback
+
+    def deeper() -> list:
+        return list(traceback.walk_stack(None))
+
+    outer = list(traceback.walk_stack(None))
+    inner = deeper()
+    jitcores = [frame.f_code.co_filename for frame, _ in inner if "/jitcore/" in frame.f_code.co_filename]
+    return len(inner) - len(outer), jitcores, x + 1
+
+
+def _calls(fn: Any, x: torch.Tensor) -> Any:
+    return _calls_once_more(fn, x)
+
+
+def _calls_once_more(fn: Any, x: torch.Tensor) -> Any:
+    return fn(x)
+
+
+def test_frames_past_the_outermost_interpreted_one_are_the_callers() -> None:
+    """A frame object's ``f_back`` chain past the jitted function's frame goes on at its caller, as eagerly:
+    asked for inside a generator C steps (``list(traceback.walk_stack(None))``), it went through the jit's
+    hook frame and the interpreter's native frames (test_traceback's ``test_walk_stack``: 7 where eagerly 1;
+    Note [The native frames around a hooked run], interpreter/lookasides.py). (This suite's conftest wraps
+    each jitted call in a frame of its own, so the frames' names are not compared.)"""
+    x = torch.ones(2)
+    eager = _calls(_frames_past_a_generator, x)
+    jitted = _calls(jitcore.jit(_frames_past_a_generator), x)
+    assert eager[:2] == jitted[:2]
+    assert torch.equal(eager[2], jitted[2])
