@@ -448,8 +448,37 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
                 read[last].add(key.argval)  # ``h["n"] = v``, ``h["n"] += 1``: Note [An item updated in place]
                 candidates -= touched - {last}
                 continue
+        if alone and last in touched and (key := _set_default_list(instructions, i + 1)) is not _NO_KEY:
+            keys[last].add(key)  # ``h.setdefault("k", []).append(v)``: Note [A list set by default]
+            candidates -= touched - {last}
+            continue
         candidates -= touched
     return {name: frozenset(keys[name] - read[name]) for name in candidates if keys[name] - read[name]}
+
+
+# Note [A list set by default]
+# ``h.setdefault("loss", []).append(x.sum())`` on a dict argument: a method call on the parameter bound the
+# dict whole, the list's length guarded, and every call traced again (20 in 20:
+# /tmp/eff52-probes/local_helpers.py). Looking ``setdefault`` up, then a constant key, an empty list and the
+# call with those two, then looking ``append``/``extend`` up on its answer reads nothing of the dict but
+# that key, and nothing of the list: the key is one only appended to (``bind_item_lists``). While it is
+# absent the dict's keys (guarded) make that call's entry, the new list a store replayed on the caller's
+# dict; once it is there, its list is bound as a list argument only appended to (2 traces in all).
+_NO_KEY = object()
+
+
+def _set_default_list(instructions: list, i: int) -> Any:
+    """The constant key of ``.setdefault(k, [])`` whose answer is appended to, starting at ``instructions[i]``
+    (Note [A list set by default]); ``_NO_KEY`` for anything else."""
+    found = [x for x in instructions[i:i + 6] if x.opname != "PRECALL"][:5]
+    if len(found) < 5:
+        return _NO_KEY
+    lookup, key, empty, call, append = found
+    if not _looks_up(lookup, frozenset({"setdefault"})) or key.opname != "LOAD_CONST" \
+            or type(key.argval) not in _KEYS or empty.opname != "BUILD_LIST" or empty.arg != 0 \
+            or call.opname != "CALL" or call.arg != 2 or not _looks_up(append, _APPENDING):
+        return _NO_KEY
+    return key.argval
 
 
 # Note [An item updated in place]

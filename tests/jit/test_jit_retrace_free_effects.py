@@ -625,3 +625,26 @@ def test_a_dict_argument_counter_the_caller_changes_is_read_per_call() -> None:
             h["loss"][:] = [1.0] * i
 
     run_both(_history_counted, {"loss": [], "n": 0, "scale": 2.0}, 8, change=change)
+
+
+def _history_by_default(h: dict, x: torch.Tensor) -> torch.Tensor:
+    h.setdefault("loss", []).append(x.sum())
+    h.setdefault("max", []).extend([x.max(), 1.5])
+    return x * h["scale"]
+
+
+def test_a_list_set_by_default_on_a_dict_argument_traces_twice() -> None:
+    """Note [A list set by default] (jitcore/jit/appends.py). Before: 100 traces in 100 calls; now the call
+    that makes the keys, then one for every call after it."""
+    jf = run_both(_history_by_default, {"scale": 2.0}, 100)
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_a_list_set_by_default_the_caller_changes_is_the_callers() -> None:
+    def change(h: dict, i: int) -> None:
+        if i == 3:
+            h["loss"][:] = [7.0] * 3
+        if i == 5:
+            del h["max"]
+
+    run_both(_history_by_default, {"scale": 2.0}, 8, change=change)
