@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import weakref
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from typing import Any
 
 import optree
 import torch
+from torch.overrides import TorchFunctionMode
 
 from jitcore.diagnostics.boundary import on_error as prepare_error
 from jitcore.executors import record_lowered
@@ -140,10 +142,39 @@ def _writes_an_argument(arguments: list[Proxy], inner: list[BoundSymbol]) -> boo
 # the split: the grad transform hands the user's forward a stand-in for each (an unbacked SymFloat or
 # SymInt, as for a read number under grad: Note [A read number under grad], replayed_numbers.py), which
 # the fake tensors and autograd carry into the records of both traces (``mul(w, scale)`` in the backward,
-# the number among the saved values). Where torch decided something with one (a branch on it, ``pow``'s
-# backward, a size, a ``torch.tensor(scale)``), the transform raises or asks for the number's value (the
-# ``_VALUE_USED`` check), and the record stays: ``apply`` runs as before. ``SplitCall`` compares each
+# the number among the saved values). ``torch.tensor(scale)`` and ``x.new_tensor(scale)`` (a float8 cast's
+# scale tensor) need the value in torch's factory: while the split is recorded they are made as
+# ``torch.full((), scale)`` with the dtype and device torch gives them (``_ScalarTensorsOfStandIns``), the
+# same values. Where torch decided something with one (a branch on it, ``pow``'s backward, a size,
+# ``math.sqrt(scale)``), the transform raises or asks for the number's value (the ``_VALUE_USED`` check),
+# and the record stays: ``apply`` runs as before. ``SplitCall`` compares each
 # number's type with the traced one (an int where a float was traced runs ``apply``).
+class _ScalarTensorsOfStandIns(TorchFunctionMode):
+    """``torch.tensor(s)``, ``torch.as_tensor(s)`` and ``x.new_tensor(s)`` of a stand-in ``s`` (a SymFloat
+    or SymInt) made as ``torch.full((), s)`` with the dtype and device torch gives them (Note [A number a
+    split Function takes]): torch's factory needs the number's value."""
+
+    def __torch_function__(self, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in (torch.tensor, torch.as_tensor) and len(args) == 1 and _stand_in(args[0]) \
+                and set(kwargs) <= {"dtype", "device", "requires_grad"}:
+            dtype = kwargs.get("dtype") or (torch.get_default_dtype() if isinstance(args[0], torch.SymFloat)
+                                            else torch.int64)
+            return torch.full((), args[0], dtype=dtype, device=kwargs.get("device"),
+                              requires_grad=bool(kwargs.get("requires_grad", False)))
+        if func is torch.Tensor.new_tensor and len(args) == 2 and _stand_in(args[1]) \
+                and set(kwargs) <= {"dtype", "device", "requires_grad"}:
+            base = args[0]
+            return torch.full((), args[1], dtype=kwargs.get("dtype") or base.dtype,
+                              device=kwargs.get("device") or base.device,
+                              requires_grad=bool(kwargs.get("requires_grad", False)))
+        return func(*args, **kwargs)
+
+
+def _stand_in(value: Any) -> bool:
+    return type(value) in (torch.SymFloat, torch.SymInt)
+
+
 def _number_argument(value: Any) -> bool:
     """A Python int or float of the pass (a dynamic number, arithmetic on one, a read): the split takes it
     as an argument, a name in its traces (Note [A number a split Function takes])."""
@@ -184,7 +215,7 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     reads = [(root, _VALUE_USED) for n in numbers for root in n.roots]
     watch = BackwardWatch(watched)
     try:
-        with state(), watching(watch):
+        with state(), watching(watch), _ScalarTensorsOfStandIns() if numbers else contextlib.nullcontext():
             grad = grad_transform(alone, (), (), reads, stand_ins=bool(numbers))
     except Exception:  # noqa: BLE001 - the record stays: apply raises there what eager raises
         return None

@@ -250,15 +250,36 @@ class _BranchingOnScale(torch.autograd.Function):
         return pair.a + pair.b, None
 
 
+class _ScaleTensorPairs(torch.autograd.Function):
+    """Makes its scale a tensor as float8 casts do (``torch.tensor(scale)``, ``x.new_tensor(scale)``)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        x, w = x.detach(), w.detach()
+        pair = TwoTensor(x * torch.tensor(scale), x) @ TwoTensor(w, w * w.new_tensor(scale))
+        return pair.a + pair.b
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, w = (t.detach() for t in ctx.saved_tensors)
+        return (TwoTensor(g, g) @ TwoTensor(w, w).t()).a, (TwoTensor(x, x).t() @ TwoTensor(g, g)).b, None
+
+
 def _scaled_pairs(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
     return _ScaledThroughPairs.apply(x, w, scale) * 2
+
+
+def _scale_tensors(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
+    return _ScaleTensorPairs.apply(x, w, scale) * 2
 
 
 def _branching(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
     return _BranchingOnScale.apply(x @ w, scale)
 
 
-@pytest.mark.parametrize(("program", "warm_frames"), [(_scaled_pairs, 0), (_branching, 2)])
+@pytest.mark.parametrize(
+    ("program", "warm_frames"), [(_scaled_pairs, 0), (_scale_tensors, 0), (_branching, 2)])
 def test_a_function_taking_a_scale_per_call_gives_eagers_gradients(program: Any, warm_frames: int) -> None:
     f = jitcore.jit(program)
     scales = (0.5, 1.5, 3.0, 2.5, 0.25)
@@ -275,6 +296,6 @@ def test_a_function_taking_a_scale_per_call_gives_eagers_gradients(program: Any,
         torch.testing.assert_close((xj.grad, wj.grad), (x.grad, w.grad))
         if i >= 3:  # warm: the dynamic-scale entry and (for the branch) its other outcome are traced
             assert len(seen) == warm_frames, seen  # before: 5 TwoTensor dispatches per warm call
-    if program is _scaled_pairs:
+    if program is not _branching:
         assert jitcore.cache_misses(f) == 2
         assert "scale" in str(jitcore.last_backward_traces(f)[-1])  # the scale is a name
