@@ -25,6 +25,7 @@ import contextvars
 import copy
 import dataclasses
 import enum
+import functools
 import sys
 import types
 import weakref
@@ -93,6 +94,8 @@ def programs_own(value: Any) -> bool:
     if kind is weakref.ref:
         target = value()
         return target is not None and programs_own(target)
+    if _bound_to_made(value):  # Note [A method of an object the program made]
+        return True
     module = kind.__module__ or "builtins"
     if module == "builtins" or module.split(".")[0] in ("torch", "jitcore"):
         return False  # functions, frozensets, ...; torch's objects (symbolic numbers, placements); jitcore's
@@ -125,6 +128,10 @@ class _CallMemo(dict):
         original = self.weak.get(key)
         if original is None:
             return default
+        if type(original) is types.BuiltinMethodType:  # Note [A method of an object the program made]
+            made = getattr(self.copied(original.__self__), original.__name__)
+            self[key] = made
+            return made
         return weak_copies.remake(original, self, self.copied, register=not self.trial)
 
     def copied(self, value: Any) -> Any:
@@ -313,6 +320,11 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
             else:
                 passed[id(item)] = (item, path)
             continue
+        if _bound_to_made(item):  # Note [A method of an object the program made]
+            if type(item) is types.BuiltinMethodType:
+                weak[id(item)] = item  # made again by the memo, around the copy of its object
+            todo.append(item.__self__)
+            continue
         if weak_copies.is_weak(item):
             if not weak_copies.knows(item):
                 raise _refused(value, f"it holds a {type(item).__qualname__}")
@@ -338,6 +350,22 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
 # dynamo's guard managers and raised "cannot pickle 'RootGuardManager'" (after any torch.compile in the
 # process, tests/jit/test_pytree_calls.py after test_jit_control_flow.py).
 _KEPT_AS_THEMSELVES = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType)
+
+
+# Note [A method of an object the program made]
+# ``c = Counter(); return c.bump`` and ``functools.partial(l.append)`` over a list it made: the bound
+# method was no object the program made, so every cached call handed on the pass's method, bound to the
+# pass's object: the caller's ``m()`` counted on from the last call's count (eager 1, 2 on every call;
+# jit 1, 2 then 3, 4), and appends through it went into the pass's list, which the next calls' copies
+# were made from. A method bound to an object the program made is made per call, bound to the call's
+# copy of the object (``deepcopy`` does so for a Python method; a C method, ``l.append``, is taken again
+# from the copy by the call's memo).
+def _bound_to_made(value: Any) -> bool:
+    """A method bound to an object the program made (not a module's function)."""
+    if type(value) not in (types.MethodType, types.BuiltinMethodType):
+        return False
+    bound = getattr(value, "__self__", None)
+    return bound is not None and not isinstance(bound, types.ModuleType) and programs_own(bound)
 
 
 def _torchs_own(value: Any) -> bool:
@@ -391,6 +419,8 @@ def _held(value: Any) -> list[Any]:
         factory = getattr(value, "default_factory", None)
         if factory is not None:
             found.append(factory)
+    elif issubclass(kind, functools.partial):  # held outside its __dict__
+        found.extend([value.func, *value.args, *value.keywords.values()])
     found.extend(getattr(value, "__dict__", {}).values())
     for klass in kind.__mro__:
         for slot in getattr(klass, "__slots__", ()):

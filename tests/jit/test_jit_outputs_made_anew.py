@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import functools
 import gc
 import itertools
 import threading
@@ -755,4 +756,40 @@ def test_a_subclass_tensor_returned_and_stored_is_one_tensor():
         log: list = []
         out = jitted(torch.ones(2) * i, log)
         assert out is log[-1] and type(out) is Tagged and torch.equal(out, torch.ones(2) * i + 1)
+    assert jitcore.cache_misses(jitted) == 1
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def bump(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def _a_method_of_a_made_object(x):
+    return Counting().bump, x + 1
+
+
+def _a_partial_over_a_made_lists_append(x):
+    made: list = []
+    return functools.partial(made.append), made, x + 1
+
+
+@pytest.mark.parametrize("program", [_a_method_of_a_made_object, _a_partial_over_a_made_lists_append])
+def test_a_method_bound_to_a_made_object_is_bound_to_this_calls(program):
+    """A bound method (Python or C) of an object the program made was the pass's, bound to the pass's
+    object: the caller's calls of it counted on across calls, and appends went into the pass's list
+    (Note [A method of an object the program made], jitcore/jit/call_copies.py)."""
+
+    def use(out: tuple, i: int) -> Any:
+        if program is _a_method_of_a_made_object:
+            return out[0](), out[0]()
+        out[0](i)
+        return list(out[1])
+
+    jitted = jitcore.jit(program)
+    for i in range(3):
+        assert use(jitted(torch.ones(2)), i) == use(program(torch.ones(2)), i), f"call {i}"
     assert jitcore.cache_misses(jitted) == 1
