@@ -134,6 +134,9 @@ def _pickled(run: object, arguments: dict) -> object:
         raise refusal  # the program's own (a reducer's): C lets it through as it is
     if type(refusal) is IndexError and frame.f_code.co_name != "save_reduce":
         raise refusal
+    if frame.f_code.co_name == "save_reduce" and str(refusal).endswith("args has the wrong class") and \
+            isinstance(frame.f_locals.get("cls"), type):
+        raise refusal  # C's words too: C checks the same ``__class__`` of a class it finds a type
     refused = _refused_alone(frame, str(refusal))
     if refused is not None:
         arguments = {**arguments, "obj": refused}
@@ -193,8 +196,9 @@ def _raised_in(error: BaseException) -> object:
 # ``__reduce_ex__``/``__getstate__`` run once, as eagerly (they ran twice: the interpreted pickler's, then
 # C's natively; /tmp/cpy52-probes/p2b.py, p2c.py); a PicklingError the program's own code raised (a
 # reducer's) is the program's, raised as it is, as C lets it through. A ``__newobj__`` argument list of
-# another class (C compares it with the object's) and a reducer's name not found (C's words name the
-# object) still ask C about the whole graph, whose reducers then run twice (p2c.py).
+# another class is refused in C's words by the Python pickler itself (the same ``__class__`` compared with
+# a class), raised as it is. A reducer's name not found (C's words name the object) still asks C about the
+# whole graph, whose reducers then run twice (p2c.py).
 def _c_refusal(run: object, arguments: dict) -> BaseException | None:
     """The exception C's ``pickle.dumps`` raises for the object and options of ``dumps``'s ``arguments``,
     None where it pickles them (Note [C's words for what cannot be pickled])."""

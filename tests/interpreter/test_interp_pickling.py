@@ -230,7 +230,7 @@ def test_a_refusal_runs_each_reducer_once() -> None:
 
         makers = [RaisesInReduceEx, ReducesToALocal, StateHoldsALambda]
         for result in (5, (), (len,), (len, 5), (5, ()), (len, (), None, None, None, None, None),
-                       (copyreg.__newobj__, ())):
+                       (copyreg.__newobj__, ()), (copyreg.__newobj__, (int,))):
             makers.append(lambda result=result: ReducesToMalformed(result))
         for make in makers:
             for protocol in (0, 2, 5):
