@@ -37,6 +37,7 @@ class FieldUses(NamedTuple):
 
     names: frozenset[str]
     appended: frozenset[str]
+    object_setattr: bool = False  # a field stored by object.__setattr__: Note [A frozen dataclass's ...]
 
 
 def field_appended_parameters(fn: Any) -> dict[str, FieldUses]:
@@ -48,6 +49,8 @@ def field_appended_parameters(fn: Any) -> dict[str, FieldUses]:
     if not isinstance(code, types.CodeType):
         return {}
     found = _fields_appended(code)
+    if "object" in getattr(function, "__globals__", {}):  # not the builtin: its ``__setattr__`` could read
+        found = {p: (uses, measured) for p, (uses, measured) in found.items() if not uses.object_setattr}
     if "len" in getattr(function, "__globals__", {}):  # ``len`` is not the builtin there: measuring reads
         found = {p: uses._replace(appended=uses.appended - measured) for p, (uses, measured) in found.items()}
     else:
@@ -103,9 +106,17 @@ def _fields_appended(code: types.CodeType) -> dict[str, tuple[FieldUses, frozens
     names: dict[str, set[str]] = {p: set() for p in candidates}
     other: dict[str, set[str]] = {p: set() for p in candidates}  # attributes used otherwise than appended to
     measured: dict[str, set[str]] = {p: set() for p in candidates}
+    setattr_used: set[str] = set()
     for i, loaded, touched in uses:
         attribute = instructions[i + 1] if i + 1 < len(instructions) else None
         parameter = loaded[-1]  # the value a load pushes last (3.13's LOAD_FAST_LOAD_FAST pushes two)
+        stored = _stored_by_object_setattr(instructions, i)  # Note [A frozen dataclass's field set]
+        if stored is not None and instructions[i].opname in _LOADS and parameter in touched \
+                and loaded.count(parameter) == 1 and len(loaded) == 1:
+            names[parameter].add(stored)
+            other[parameter].add(stored)
+            setattr_used.add(parameter)
+            continue
         updated = updated_attribute(instructions, i)  # ``st.step += 1``: Note [An attribute updated in place]
         if updated is not None and instructions[i].opname in _LOADS and parameter in touched \
                 and loaded.count(parameter) == 1:
@@ -131,5 +142,23 @@ def _fields_appended(code: types.CodeType) -> dict[str, tuple[FieldUses, frozens
             measured[parameter].add(field)
             continue
         other[parameter].add(field)
-    return {p: (FieldUses(frozenset(names[p]), frozenset(names[p] - other[p])), frozenset(measured[p]))
-            for p in candidates}
+    return {p: (FieldUses(frozenset(names[p]), frozenset(names[p] - other[p]), p in setattr_used),
+                frozenset(measured[p])) for p in candidates}
+
+
+# Note [A frozen dataclass's field set]
+# ``object.__setattr__(st, "step", st.step + 1)`` (a frozen dataclass's counter) beside ``st.log.append(x)``:
+# the parameter was handed to a call, so its list field was bound as an argument list, its length guarded,
+# and every call traced again (20 in 20: /tmp/eff52-probes/frozen_dc_log.py). The load of ``st`` right after
+# ``object.__setattr__`` is looked up on the global ``object`` and right before a constant name is that
+# call's first argument: a store of that field on the copy, replayed as any field store (the builtin
+# ``object``: ``field_appended_parameters`` refuses a module that defines its own).
+def _stored_by_object_setattr(instructions: list, i: int) -> str | None:
+    if i < 2 or i + 1 >= len(instructions):
+        return None
+    owner, method, name = instructions[i - 2], instructions[i - 1], instructions[i + 1]
+    if owner.opname != "LOAD_GLOBAL" or owner.argval != "object" or method.opname not in _LOOKUPS \
+            or method.argval != "__setattr__" or name.opname != "LOAD_CONST" or type(name.argval) is not str \
+            or name.argval.startswith("__"):
+        return None
+    return name.argval
