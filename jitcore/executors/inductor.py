@@ -168,18 +168,134 @@ class _Variant:
 def _compile(region: Region, shapes: Sequence[Any] | None) -> _Variant:
     """``region`` compiled for its traced sizes, or (``shapes``) for those of a call."""
     from torch._guards import TracingContext, tracing  # imported on first use: ~1 s
-    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    graphs: list[Any] = []
+
+    def inner_compile(*args: Any, **kwargs: Any) -> Any:
+        graphs.append(compile_fx_inner(*args, **kwargs))
+        return graphs[-1]
 
     # what compiling sets process-wide: isolation.py, Note [Torch's process-global state while compiling]
     with compiling():
         inputs = compile_inputs(region, shapes)
         graph = region_graph(region, floats_as_tensors=bool(inputs.floats))
         annotate_examples(graph, inputs.fake_mode, inputs.examples)
-        with tracing(TracingContext(inputs.fake_mode)), torch.set_grad_enabled(region.grad):
-            compiled = compile_fx(graph, inputs.examples)
+        context = TracingContext(inputs.fake_mode)
+        with tracing(context), torch.set_grad_enabled(region.grad):
+            compiled = compile_fx(graph, inputs.examples, inner_compile=inner_compile)
+    if not region.grad and not inputs.floats:
+        compiled = _unwrapped(compiled, graphs, context.fw_metadata, region, inputs)
     sizes = tuple(tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in inputs.examples)
     strides = tuple(tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in inputs.examples)
     return _Variant(compiled, inputs.guards(), sizes, strides, inputs.converter())
+
+
+# Note [Calling inductor's code without AOTAutograd's wrapper]
+# ``compile_fx`` returns inductor's compiled graph inside AOTAutograd's runtime wrapper (and Dynamo's
+# disable wrapper): for a 20-op region 4.75 us a call, the compiled graph itself 2.32 us
+# (/tmp/lin52-probes/wrapper_cost.py), more than the prologue and the call layers of a small program
+# together. For an inference region the wrapper does these things only (torch/_functorch/_aot_autograd/
+# runtime_wrappers.py): regenerates outputs that alias inputs or other outputs, writes back mutated
+# inputs, threads effect tokens and functionalized RNG state, turns grad mode off around the call and
+# autocast off when it was on at compile time. A region mutates no input and draws no random numbers
+# (the claim refuses in-place, ``out=``, random and effectful calls). So a region compiled for inference
+# (not ``Region.grad``), with static sizes and no float numbers, none of whose outputs is a view or
+# shares memory with an input or another output (its FX graph run on the compile's fake inputs) is
+# called as the compiled graph itself, with grad mode off; a call under autocast goes through the
+# wrapper. The compiled graph is the one ``inner_compile`` made, or, where AOTAutograd's disk cache
+# answered (no ``inner_compile`` call, no metadata), the one CompiledFxGraph inside the wrapper's
+# closures; none found, the wrapper stays.
+def _wrapper_does_nothing(metadata: Any, graph: Any, fake_mode: Any, examples: Sequence[Any]) -> bool:
+    """Whether AOTAutograd's runtime wrapper of an inference region only turns grad mode off (Note
+    above): static tensor inputs; no output aliasing an input or another output, nor a view (run on
+    the compile's fake examples); and, where this compile traced the region (``metadata``, None on a
+    disk-cache hit), AOTAutograd's own account agreeing. The region's calls mutate no input and draw
+    no random numbers (the claim refuses them)."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    if not all(isinstance(t, torch.Tensor) for t in examples):
+        return False
+    if not all(type(n) is int for t in examples for n in (*t.shape, *t.stride())):
+        return False
+    if metadata is not None and not (
+            metadata.num_mutated_inp_runtime_indices == 0 and metadata.num_intermediate_bases == 0
+            and not metadata.tokens and not metadata.is_rng_op_functionalized
+            and all(o.output_type is OutputType.non_alias for o in metadata.output_info)):
+        return False
+    with fake_mode, torch.no_grad():
+        outputs = graph(*examples)
+    storages = [t.untyped_storage()._cdata for t in examples]  # noqa: SLF001
+    for output in outputs:
+        if not isinstance(output, torch.Tensor) or output._base is not None:  # noqa: SLF001
+            return False
+        storage = output.untyped_storage()._cdata  # noqa: SLF001
+        if storage in storages:
+            return False
+        storages.append(storage)
+    return True
+
+
+def _unwrapped(compiled: Callable[..., Any], graphs: list[Any], metadata: Any, region: Region,
+               inputs: Any) -> Callable[..., Any]:
+    """``compiled`` without AOTAutograd's wrapper where it does nothing (Note above), else itself;
+    a question this cannot answer keeps the wrapper."""
+    try:
+        inner = graphs[0] if len(graphs) == 1 else _compiled_graph_inside(compiled) if not graphs else None
+        if inner is not None and _wrapper_does_nothing(metadata, region_graph(region), inputs.fake_mode,
+                                                       inputs.examples):
+            return _Unwrapped(compiled, inner).call
+    except Exception as exc:  # noqa: BLE001 - the wrapper is always right
+        LOG.info("a fused region keeps AOTAutograd's wrapper: %s: %s", type(exc).__name__, exc)
+    return compiled
+
+
+def _compiled_graph_inside(compiled: Callable[..., Any]) -> Any:
+    """Inductor's compiled graph inside ``compile_fx``'s callable when AOTAutograd's disk cache made it
+    (no ``inner_compile`` call): found through the wrappers' closures, None unless exactly one."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    found: list[Any] = []
+    seen: set[int] = set()
+    layer: list[Any] = [compiled]
+    for _ in range(8):
+        after: list[Any] = []
+        for obj in layer:
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, CompiledFxGraph):
+                found.append(obj)
+                continue
+            for cell in getattr(obj, "__closure__", None) or ():
+                try:
+                    after.append(cell.cell_contents)
+                except ValueError:  # an empty cell
+                    pass
+            after.extend(getattr(obj, name) for name in ("__wrapped__", "compiled_fn") if hasattr(obj, name))
+            if not isinstance(obj, type) and isinstance(getattr(obj, "__dict__", None), dict):
+                after.extend(v for v in vars(obj).values() if callable(v) or isinstance(v, CompiledFxGraph))
+        layer = after
+    return found[0] if len(found) == 1 else None
+
+
+class _Unwrapped:
+    """A region's compiled graph called directly (Note [Calling inductor's code without AOTAutograd's
+    wrapper]); ``wrapped`` (``compile_fx``'s callable) under autocast."""
+
+    def __init__(self, wrapped: Callable[..., Any], graph: Callable[[list[Any]], Any]) -> None:
+        self.wrapped, self.graph = wrapped, graph
+
+    def call(self, *args: Any) -> Any:
+        if torch._C._is_any_autocast_enabled():  # noqa: SLF001
+            return self.wrapped(*args)
+        if torch.is_grad_enabled():
+            torch._C._set_grad_enabled(False)  # noqa: SLF001
+            try:
+                return self.graph(list(args))
+            finally:
+                torch._C._set_grad_enabled(True)  # noqa: SLF001
+        return self.graph(list(args))
 
 
 class _Variants:
