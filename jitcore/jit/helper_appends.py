@@ -130,13 +130,54 @@ def _call_site(instructions: list, i: int, which: int) -> tuple[str, int] | None
             return None
         if inst.opname == _CALL and inst.arg == depth:  # a nested call has more items above the callee
             return callee.argval, position
+        reach = _reach(inst)  # Note [An argument no later instruction reaches]
+        if reach is None or depth - reach < position + 1:
+            return None
         try:
             depth += dis.stack_effect(inst.opcode, inst.arg if inst.opcode >= dis.HAVE_ARGUMENT else None,
                                       jump=False)
         except ValueError:
             return None
-        if depth < 1:
-            return None
+    return None
+
+
+# Note [An argument no later instruction reaches]
+# The instructions after the parameter's load, up to the call, compute the later arguments; none may take
+# the parameter's own slot (``record(log * 1)``, ``record(log[0])``, ``record(log + [v])`` hand the callee a
+# value made from the list, which reads it: binding it as only appended to would make those reads constants
+# of the trace). Net stack effects cannot tell (``log * 1`` pops two and pushes one), so each instruction's
+# depth of reach (how many items below the top it pops or reads) comes from a table of the instructions
+# argument expressions are made of, and any other instruction gives up: the parameter stays bound whole.
+_REACH_ZERO = frozenset({
+    "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_CONST", "LOAD_SMALL_INT", "LOAD_GLOBAL",
+    "LOAD_DEREF", "PUSH_NULL", "NOP", "CACHE", "EXTENDED_ARG",
+})
+_REACH_ONE = frozenset({
+    "LOAD_ATTR", "LOAD_METHOD", "UNARY_NEGATIVE", "UNARY_NOT", "UNARY_INVERT", "TO_BOOL", "FORMAT_SIMPLE",
+    "FORMAT_VALUE",
+})
+_REACH_TWO = frozenset({
+    "BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP", "IS_OP", "CONTAINS_OP", "FORMAT_WITH_SPEC",
+})
+
+
+def _reach(inst: dis.Instruction) -> int | None:
+    """How deep below the top ``inst`` pops or reads; None for an instruction not in the table."""
+    name = inst.opname
+    if name in _REACH_ZERO:
+        return 0
+    if name in _REACH_ONE:
+        return 1
+    if name in _REACH_TWO:
+        return 2
+    if name in ("BUILD_LIST", "BUILD_TUPLE", "BUILD_SET", "BUILD_STRING", "COPY", "SWAP"):
+        return inst.arg
+    if name == "BUILD_MAP":
+        return 2 * inst.arg
+    if name == _CALL:  # 3.11's PRECALL takes the arguments, its CALL the callable and NULL left below them
+        return inst.arg + 2
+    if name == "CALL":
+        return 2
     return None
 
 

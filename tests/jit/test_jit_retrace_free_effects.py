@@ -546,9 +546,25 @@ def _nested_argument(log, x):
     return x
 
 
+def _made_from_the_list(log, x):
+    _record(log * 1, x)  # the callee gets a new list made from the caller's items: ``log`` is read
+    return x
+
+
+def _an_item_of_the_list(log, x):
+    _record(log[0], x)
+    return x
+
+
+def _concatenated(log, x):
+    _record(log + [x], x)
+    return x
+
+
 @pytest.mark.parametrize(("fn", "expected"), [
     (_through_a_helper, {"log"}), (_through_a_reading_helper, set()), (_keyword_call, set()),
     (_computed_first, set()), (_rebinds, set()), (_passed_to_a_reader, set()), (_nested_argument, {"log"}),
+    (_made_from_the_list, set()), (_an_item_of_the_list, set()), (_concatenated, set()),
 ])
 def test_which_helpers_only_append_is_proved_from_the_bytecode(fn, expected) -> None:
     assert helper_appended_parameters(fn) == expected
@@ -666,3 +682,19 @@ def test_a_frozen_dataclass_counter_beside_a_list_traces_once() -> None:
     """Note [A frozen dataclass's field set] (jitcore/jit/dataclass_arguments.py). Before: 100 in 100."""
     jf = run_both(_frozen_counted, _FrozenStep(), 100)
     assert jitcore.cache_misses(jf) == 1
+
+
+def _record_into_an_item(log: list, x: torch.Tensor) -> torch.Tensor:
+    _record(log[0], x.sum())
+    return x
+
+
+def test_a_helper_given_an_item_of_the_list_appends_to_the_callers_item() -> None:
+    """Note [An argument no later instruction reaches] (jitcore/jit/helper_appends.py). Before the fix: the
+    list was bound as only appended to, the program's own list empty: ``log[0]`` raised IndexError."""
+
+    def change(log: list, i: int) -> None:
+        if i == 2:
+            log[0] = []
+
+    run_both(_record_into_an_item, [[]], 5, change=change)
