@@ -154,11 +154,12 @@ def _fields_appended(code: types.CodeType) -> dict[str, tuple[FieldUses, frozens
 # call's first argument: a store of that field on the copy, replayed as any field store (the builtin
 # ``object``: ``field_appended_parameters`` refuses a module that defines its own).
 def _stored_by_object_setattr(instructions: list, i: int) -> str | None:
-    if i < 2 or i + 1 >= len(instructions):
+    if i < 2 or i + 2 >= len(instructions):
         return None
-    owner, method, name = instructions[i - 2], instructions[i - 1], instructions[i + 1]
+    owner, method = instructions[i - 2], instructions[i - 1]
+    name, value = instructions[i + 1], instructions[i + 2]
     if owner.opname != "LOAD_GLOBAL" or owner.argval != "object" or method.opname not in _LOOKUPS \
             or method.argval != "__setattr__" or name.opname != "LOAD_CONST" or type(name.argval) is not str \
-            or name.argval.startswith("__"):
-        return None
+            or name.argval.startswith("__") or not value.opname.startswith(("LOAD_", "BUILD_", "PUSH_NULL")):
+        return None  # (the value's expression begins with a push: nothing took the parameter and the name)
     return name.argval

@@ -16,6 +16,7 @@ from jit_helpers import assert_same
 
 import jitcore
 from jitcore.jit.closure_appends import closure_appended_parameters
+from jitcore.jit.dataclass_arguments import field_appended_parameters
 from jitcore.jit.helper_appends import helper_appended_parameters
 from jitcore.jit.namespace_arguments import attribute_parameters
 
@@ -698,3 +699,14 @@ def test_a_helper_given_an_item_of_the_list_appends_to_the_callers_item() -> Non
             log[0] = []
 
     run_both(_record_into_an_item, [[]], 5, change=change)
+
+
+def _set_on_an_item(st, x):
+    object.__setattr__(st["step"], "step", 1)  # the parameter is subscripted, not the object set
+    st.losses.append(x)
+    return x
+
+
+@pytest.mark.parametrize(("fn", "expected"), [(_frozen_counted, {"st"}), (_set_on_an_item, set())])
+def test_which_fields_object_setattr_stores_is_proved_from_the_bytecode(fn, expected) -> None:
+    assert set(field_appended_parameters(fn)) == expected
