@@ -239,10 +239,11 @@ def built_in_values(obj: object) -> bool:
 
 def _items(value: object) -> list | None:
     """What a built-in container holds (a dict's keys and values), None for anything else."""
-    if isinstance(value, dict):
+    t = type(value)  # (not isinstance: a weakref proxy to a dict says its __class__ is dict)
+    if issubclass(t, dict):
         return [*dict.keys(value), *dict.values(value)]
-    if isinstance(value, (list, tuple, set, frozenset, collections.deque)):
+    if issubclass(t, (list, tuple, set, frozenset, collections.deque)):
         return list(value)
-    if isinstance(value, types.SimpleNamespace):
+    if issubclass(t, types.SimpleNamespace):
         return _items(object.__getattribute__(value, "__dict__"))
     return None

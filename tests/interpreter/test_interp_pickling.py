@@ -244,3 +244,31 @@ def test_a_refusal_runs_each_reducer_once() -> None:
         return out
 
     check(f)
+
+
+def test_a_graph_holding_weak_proxies_pickles_as_c() -> None:
+    """``pickle.dumps`` of a graph holding a ``weakref.proxy`` to a dict or list raises C's error: the walk
+    deciding who pickles it took the proxy for a dict (its ``__class__`` says dict) and raised "descriptor
+    'keys' for 'dict' objects doesn't apply to a 'weakref.ProxyType' object" (3.13's test_pickle
+    InMemoryPickleTests.test_newobj_proxies)."""
+
+    def f() -> list[object]:
+        import weakref
+
+        class D(dict):
+            pass
+
+        class L(list):
+            pass
+
+        out: list[object] = []
+        d, items = D(a=1), L([1, 2])
+        for target in (d, items):
+            for protocol in (0, 2, 5):
+                try:
+                    out.append(pickle.dumps([weakref.proxy(target)], protocol))
+                except Exception as e:
+                    out.append((type(e).__name__, str(e)))
+        return out
+
+    check(f)
