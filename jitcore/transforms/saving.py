@@ -23,6 +23,7 @@ from typing import Any
 import optree
 import torch
 
+from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import BoundSymbol, Proxy, Trace, recorded_symbol
 from jitcore.proxies import TensorProxy
 
@@ -80,10 +81,32 @@ def split_saved(
         The forward values the backward takes, in forward order (inputs first).
     """
     needed = backward_reads(backward.bound_symbols, tangents, outputs)
+    _check_made(forward, needed)
     recomputed = _recompute(forward, needed, checkpointed)
     if recomputed:
         backward.bound_symbols[:0] = sorted(recomputed, key=lambda b: forward.bound_symbols.index(b))
     return in_forward_order(forward, needed.values())
+
+
+# Note [A saved value the forward does not make]
+# The backward reads forward values by proxy identity: autograd's saved tensors are the shadows the
+# forward's records made (or their detached copies, recorded as ``detach``). Where autograd runs below
+# a subclass's ``__torch_dispatch__`` (``enable_reentrant_dispatch()`` over inner tensors that require
+# grad), a node of that inner graph unpacks a saved output as a shadow no record of the forward made:
+# the backward read a fresh name the forward never defines, and the first call died with NameError
+# where eager computes. Such a pair is not built: the call is refused (JC-T001), so it runs eagerly.
+def _check_made(forward: Trace, needed: dict[int, Proxy]) -> None:
+    made = {id(a) for a in forward.args}
+    for bsym in forward.bound_symbols:
+        made.update(id(p) for p in proxies_in(bsym.output))
+    missing = [p for pid, p in needed.items() if pid not in made and isinstance(p, TensorProxy)]
+    if missing:
+        names = ", ".join(p.name for p in missing)
+        raise UnsupportedOperationError(
+            f"the backward reads {names}, which autograd saved but no op of the forward makes (an autograd "
+            "graph built inside a tensor subclass's __torch_dispatch__?): Note [A saved value the forward "
+            "does not make], jitcore/transforms/saving.py"
+        )
 
 
 def backward_reads(
