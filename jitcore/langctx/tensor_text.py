@@ -122,7 +122,7 @@ def own_text(value: Any) -> Any:
     """``str(value)`` of a traced tensor whose class writes its text with its own ``__repr__`` in Python
     (and no ``__str__`` of its own), that method interpreted as eagerly; None for any other value (Note
     [A subclass's own text in print and str])."""
-    if not isinstance(value, TensorProxy):
+    if not issubclass(type(value), TensorProxy):  # not __class__: it runs __getattribute__
         return None
     cls = value.python_type
     if _own_repr(cls) is None or any("__str__" in vars(klass) for klass in _own_classes(cls)):
@@ -133,7 +133,7 @@ def own_text(value: Any) -> Any:
 def own_text_of_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """``own_text`` of the tensor that ``str(w)``, ``format(w)``, ``format(w, "")`` or
     ``object.__format__(w, "")`` (``f"{w}"``) turns into text; None for any other call."""
-    if kwargs or not args or not isinstance(args[0], TensorProxy):
+    if kwargs or not args or not issubclass(type(args[0]), TensorProxy):
         return None
     if (fn is str and len(args) == 1) or (fn is format and (len(args) == 1 or args[1:] == ("",))) \
             or (fn is object.__format__ and args[1:] == ("",)):
