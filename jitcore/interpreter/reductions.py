@@ -54,9 +54,11 @@ def reduce_ex(obj: object, protocol: object, /) -> object:
         return without_stand_ins(opaque(run, _NATIVE, (obj, protocol), None))
     if type(protocol) is not int or not _python_classes(cls) or isinstance(obj, (list, dict)):
         return opaque(run, _NATIVE, (obj, protocol), None)
-    reduce = _load(run, obj, "__reduce__", None)
-    if reduce is not None and _load(run, cls, "__reduce__", None) is not _OBJECT_REDUCE:
-        return call(run, reduce, (), None)  # the class's own __reduce__ overrides
+    reduce = _load(run, obj, "__reduce__", MISSING)
+    if reduce is not MISSING and _load(run, cls, "__reduce__", MISSING) is not _OBJECT_REDUCE:
+        # the class's own __reduce__ overrides, called as C calls it: ``__reduce__ = None`` is C's
+        # "'NoneType' object is not callable" (3.13's test_pickle PyPicklingErrorTests.test_reduce_None)
+        return call(run, reduce, (), None)
     if protocol < 2:  # Note [Protocols 0 and 1]
         return call(run, copyreg._reduce_ex, (obj, protocol), None)  # noqa: SLF001 - what C calls
     args, kwargs = _new_arguments(run, obj)

@@ -232,3 +232,28 @@ def test_a_c_iterators_reduction_shows_what_the_program_gave() -> None:
         return out
 
     check(f)
+
+
+class _ReduceIsNone:
+    __reduce__ = None
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 4])
+def test_a_reduce_set_to_none_is_called_as_c_calls_it(protocol: int) -> None:
+    """A class whose ``__reduce__`` is None overrides ``object.__reduce__``: C calls it and raises
+    "'NoneType' object is not callable" (pickle, copy, ``__reduce_ex__``); the interpreter's reduction took
+    None for no ``__reduce__`` and reduced the object (3.13's test_pickle
+    PyPicklingErrorTests.test_reduce_None; /tmp/cpy52-probes/p11b.py)."""
+
+    def f() -> list[object]:
+        out: list[object] = []
+        for how in (lambda: pickle._dumps(_ReduceIsNone(), protocol),
+                    lambda: pickle.dumps(_ReduceIsNone(), protocol), lambda: copy.copy(_ReduceIsNone()),
+                    lambda: _ReduceIsNone().__reduce_ex__(protocol)):
+            try:
+                out.append(how() is not None)
+            except Exception as e:
+                out.append((type(e).__name__, str(e)))
+        return out
+
+    check(f)
