@@ -17,6 +17,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 import __future__
 
 import builtins
+import functools
 import operator
 import sys
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from jitcore.interpreter.callbacks import active_run
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.frame_locals import frame_locals
 from jitcore.interpreter.run import current_run
+from jitcore.interpreter.tracebacks import caller_stand_in
 from jitcore.interpreter.tracing import native_functions, native_traced
 
 __all__ = ["compile_", "eval_", "exec_", "function_"]
@@ -123,25 +125,19 @@ def _exec(source: object, global_ns: object, local_ns: object, kwargs: dict) -> 
 # ``exec``: jitcore's (``sys._getframe().f_back.f_code.co_name`` was 'native_traced' where eagerly it names
 # the function calling ``exec``, and its ``f_globals`` were jitcore's module's: /tmp/cpy52-probes/p4b.py).
 # A native frame's ``f_back`` cannot be an interpreted frame's proxy, so the call is made from a native
-# frame standing for the caller: a function in the caller's globals whose code has the caller's name,
-# qualified name, file and current line. Its ``f_locals`` are not the caller's, ``f_code`` is not the
-# caller's code object, and its own ``f_back`` is jitcore's. Under a trace or profile function the program
+# frame standing for the caller: ``tracebacks.caller_stand_in`` (Note [A caller stand-in]), a function in
+# the caller's globals whose code has the caller's name, qualified name, file and current line, and whose
+# traceback entry is dropped with the interpreter's own (the caller's entry stands for it: an error of the
+# exec'd code showed the caller's line twice, test_traceback's test_traceback_very_long_line). Its
+# ``f_locals`` are not the caller's, ``f_code`` is not the caller's code object, and its own ``f_back`` is
+# jitcore's. Under a trace or profile function the program
 # set, the code is run by ``native_traced`` as before (the stand-in would be traced as a frame of its own).
 def _from_callers_frame(fn: Callable, args: tuple, kwargs: dict) -> object:
     run = current_run()
     if run is None or not run.frames or native_functions() is not None:
         return native_traced(fn, *args, **kwargs)
-    frame = run.frames[-1]
-    code = frame.code
-    lineno = frame.position().lineno or code.co_firstlineno
-    stand_in = _AS_CALLER.replace(co_name=code.co_name, co_qualname=code.co_qualname,
-                                  co_filename=code.co_filename, co_firstlineno=lineno)
-    return FunctionType(stand_in, frame.globals)(fn, args, kwargs)
-
-
-# (one line, so the call's line is the code's first line: the caller's)
-_AS_CALLER = compile("def _as_caller(fn, args, kwargs): return fn(*args, **kwargs)", "<jitcore>",
-                     "exec").co_consts[0]
+    callee = functools.partial(fn, **kwargs) if kwargs else fn
+    return caller_stand_in(run.frames[-1])(callee, args)  # (its traceback entry is dropped)
 
 
 # eval()'s and exec()'s signatures: 3.13 takes the namespaces by keyword too (``eval(s, globals=g)``)
