@@ -210,6 +210,25 @@ def assert_same_nested(actual: Any, expected: Any) -> None:
         assert actual == expected
 
 
+class OneInner(torch.Tensor):
+    """A wrapper over one inner tensor ``t`` (its size, dtype and ``requires_grad``), flattened as ``["t"]``;
+    a subclass gives its own ``__torch_dispatch__``."""
+
+    @staticmethod
+    def __new__(cls, t: torch.Tensor) -> OneInner:
+        return torch.Tensor._make_wrapper_subclass(cls, t.shape, dtype=t.dtype, requires_grad=t.requires_grad)
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["t"], None
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner: dict[str, torch.Tensor], ctx: None, size: Any, stride: Any) -> Any:
+        return cls(inner["t"])
+
+
 class Scaled(torch.Tensor):
     """A wrapper whose dispatch scales each result by ``k`` and keeps ``k`` on it; its flatten protocol leaves
     ``k`` out (Note [An attribute the flatten protocol does not report], jitcore/jit/tensor_binding.py)."""

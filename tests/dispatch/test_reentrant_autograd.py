@@ -14,27 +14,14 @@ from typing import Any
 
 import pytest
 import torch
+from subclass_checks import OneInner
 from torch.utils._pytree import tree_map_only
 
 import jitcore
 
 
-class _Reentrant(torch.Tensor):
+class _Reentrant(OneInner):
     """Computes every op on its inner tensor through the dispatcher again (autograd included)."""
-
-    @staticmethod
-    def __new__(cls, t: torch.Tensor) -> _Reentrant:
-        return torch.Tensor._make_wrapper_subclass(cls, t.shape, dtype=t.dtype, requires_grad=t.requires_grad)
-
-    def __init__(self, t: torch.Tensor) -> None:
-        self.t = t
-
-    def __tensor_flatten__(self) -> tuple[list[str], None]:
-        return ["t"], None
-
-    @staticmethod
-    def __tensor_unflatten__(inner: dict[str, torch.Tensor], ctx: None, size: Any, stride: Any) -> Any:
-        return _Reentrant(inner["t"])
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from subclass_checks import assert_same_flattened, frames_over_sizes
+from subclass_checks import OneInner, assert_same_flattened, frames_over_sizes
 from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_map_only
@@ -21,22 +21,8 @@ from torch.utils._pytree import tree_map_only
 import jitcore
 
 
-class _Undispatched(torch.Tensor):
+class _Undispatched(OneInner):
     """A wrapper computing each op on its inner tensor with Python dispatch off (``no_dispatch()``)."""
-
-    @staticmethod
-    def __new__(cls, t: torch.Tensor) -> _Undispatched:
-        return torch.Tensor._make_wrapper_subclass(cls, t.shape, dtype=t.dtype, requires_grad=t.requires_grad)
-
-    def __init__(self, t: torch.Tensor) -> None:
-        self.t = t
-
-    def __tensor_flatten__(self) -> tuple[list[str], None]:
-        return ["t"], None
-
-    @staticmethod
-    def __tensor_unflatten__(inner: dict[str, torch.Tensor], ctx: None, size: Any, stride: Any) -> Any:
-        return _Undispatched(inner["t"])
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
@@ -57,10 +43,6 @@ class _RawDisabled(_Undispatched):
         with torch._C._DisableTorchDispatch():  # noqa: SLF001
             out = func(*args, **kwargs)
         return tree_map_only(torch.Tensor, lambda o: _RawDisabled(o), out)
-
-    @staticmethod
-    def __tensor_unflatten__(inner: dict[str, torch.Tensor], ctx: None, size: Any, stride: Any) -> Any:
-        return _RawDisabled(inner["t"])
 
 
 _PROGRAMS: dict[str, Callable[..., Any]] = {

@@ -71,6 +71,25 @@ def assert_same(actual: Any, expected: Any) -> None:
     assert actual == expected, (actual, expected)
 
 
+def assert_same_state(a: Any, b: Any) -> None:
+    """Python state after a call, eager's ``a`` against jitcore's ``b``: tensors by ``assert_same``,
+    lists, tuples, dicts (in key order) and objects' ``__dict__`` item by item, anything else by ``==``."""
+    if isinstance(a, torch.Tensor):
+        assert_same(a, b)
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same_state(x, y)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            assert_same_state(a[k], b[k])
+    elif hasattr(a, "__dict__") and not isinstance(a, type):
+        assert_same_state(vars(a), vars(b))
+    else:
+        assert a == b, (a, b)
+
+
 def check(fn: Callable[..., Any], *args: Any, jfn: Any = None, **kwargs: Any) -> Any:
     """Call ``fn`` eagerly and jitted on copies of the same inputs; compare outputs and mutated inputs."""
     jfn = jfn if jfn is not None else jitcore.jit(fn)

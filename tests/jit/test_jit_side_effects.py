@@ -18,28 +18,11 @@ import torch
 import torch.utils._pytree as torch_pytree
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jit_helpers import assert_same
+from jit_helpers import assert_same, assert_same_state
 
 import jitcore
 from jitcore.jit.api import JittedFunction
 from jitcore.jit.outputs import escaped
-
-
-def _same_state(a, b):
-    if isinstance(a, torch.Tensor):
-        assert_same(a, b)
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b):
-            _same_state(x, y)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            _same_state(a[k], b[k])
-    elif hasattr(a, "__dict__") and not isinstance(a, type):
-        _same_state(vars(a), vars(b))
-    else:
-        assert a == b, (a, b)
 
 
 class Box:
@@ -63,7 +46,7 @@ def test_arguments_are_mutated_as_eagerly():
     for i in range(4):
         x = torch.full((3,), float(i))
         assert_same(jf(x, *state), f(x, *twin))
-        _same_state(state, twin)
+        assert_same_state(state, twin)
 
 
 COUNTER = {"calls": 0}
@@ -195,7 +178,7 @@ def test_outputs_of_any_structure(build):
         got, expected = jf(a, b), build(a, b)
         assert escaped(got) is None
         assert type(got) is type(expected)
-        _same_state(got, expected)
+        assert_same_state(got, expected)
     assert jf(a, b) is not jf(a, b)
 
 
@@ -251,7 +234,7 @@ def test_side_effects_and_reads_over_call_sequences(calls):
     for value, negate in calls:
         x = torch.full((2,), -value if negate else value)
         assert_same(jf(x.clone(), jit_state), f(x.clone(), eager_state))
-        _same_state(jit_state, eager_state)
+        assert_same_state(jit_state, eager_state)
 
 
 def test_read_modify_write_counters_do_not_retrace():

@@ -14,32 +14,9 @@ import functools
 
 import pytest
 import torch
-from jit_helpers import assert_same
+from jit_helpers import assert_same, assert_same_state
 
 import jitcore
-
-
-def _same_state(a, b):
-    if isinstance(a, torch.Tensor):
-        assert_same(a, b)
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b):
-            _same_state(x, y)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            _same_state(a[k], b[k])
-    elif hasattr(a, "__dict__") and not isinstance(a, type):
-        _same_state(vars(a), vars(b))
-    else:
-        assert a == b, (a, b)
-
-
-class Box:
-    def __init__(self):
-        self.count = 0
-        self.items = []
 
 
 def test_appending_to_a_list_does_not_retrace():
@@ -66,7 +43,7 @@ def test_appending_to_a_list_does_not_retrace():
     for i in range(20):
         x = torch.full((3,), float(i))
         assert_same(jf(x), program(eager, eager_losses)(x))
-    _same_state(jitted.history, eager.history)
+    assert_same_state(jitted.history, eager.history)
     assert jit_losses == eager_losses
     assert jitcore.cache_misses(jf) == 1
 
@@ -100,7 +77,7 @@ def test_the_length_of_a_list_of_state_is_read_per_call():
             eager.history.clear()
         x = torch.full((3,), float(i))
         assert_same(jf(x), program(eager, eager_log)(x))
-    _same_state(jitted.history, eager.history)
+    assert_same_state(jitted.history, eager.history)
     assert jit_log == eager_log
     assert jitcore.cache_misses(jf) == 2  # len(log) > 6 false, then true
 
@@ -126,7 +103,7 @@ def test_the_length_of_a_list_reached_through_attributes_is_read_per_call():
     for i in range(4):
         x = torch.full((2,), float(i))
         assert_same(jf(x), eager.step(x))
-    _same_state(traced.log.losses, eager.log.losses)
+    assert_same_state(traced.log.losses, eager.log.losses)
     assert jitcore.cache_misses(jf) == 1
 
 
@@ -301,7 +278,7 @@ def test_a_jitted_bound_method_reads_and_writes_its_object():
             jitted.scale = eager.scale = 3.0
         x = torch.full((3,), float(i))
         assert_same(step(x), eager.step(x))
-        _same_state(jitted, eager)
+        assert_same_state(jitted, eager)
     assert jitcore.cache_misses(step) == 2
 
 
@@ -374,7 +351,7 @@ def test_appending_to_a_list_inside_a_dict_of_state_does_not_retrace():
         x = torch.full((3,), float(i))
         assert_same(jf(jitted, x), step(eager, x))
         assert jitted.log == eager.log
-        _same_state(jitted.history, eager.history)
+        assert_same_state(jitted.history, eager.history)
     assert jitcore.cache_misses(jf) == 2  # the history's key: absent on the first call, then present
 
 
@@ -418,8 +395,8 @@ def test_setdefault_lists_of_state_do_not_retrace():
         change(i, *eager_state)
         x, k = torch.full((3,), float(i)), "xy"[i % 2]
         assert_same(jf(x, k), eager(x, k))
-        _same_state(jit_state[0], eager_state[0])
-        _same_state(jit_state[1].logged, eager_state[1].logged)
+        assert_same_state(jit_state[0], eager_state[0])
+        assert_same_state(jit_state[1].logged, eager_state[1].logged)
     # one entry per (keys in order, k): ([], x), ([x], y), ([x, y], x), ([x, y], y), then after the
     # deletion ([y], y), ([y], x), ([y, x], y), ([y, x], x)
     assert jitcore.cache_misses(jf) == 8, jitcore.miss_reasons(jf)[-1]
