@@ -74,11 +74,17 @@ def refuse_text(name: str) -> None:
     )
 
 
+
+def _traced_tensor(value: Any) -> bool:
+    """Whether ``value`` is a traced tensor, asked of its type: ``isinstance`` would read ``__class__``
+    through the ``__getattribute__`` of any object of the program's it is asked about."""
+    return issubclass(type(value), TensorProxy)
+
 def shown_snapshot(value: Any) -> TensorProxy | None:
     """A plain traced tensor whose text each call can make from its own tensor: its snapshot, cloned into
     the computation where the text is made (an in-place op after it must not change the text); None
     for any other value (Note [A tensor the program prints], jit/printing.py)."""
-    if not isinstance(value, TensorProxy) or value.python_type is not torch.Tensor or value.requires_grad:
+    if not _traced_tensor(value) or value.python_type is not torch.Tensor or value.requires_grad:
         return None
     return current_run().call(torch.clone, value)
 
@@ -122,7 +128,7 @@ def own_text(value: Any) -> Any:
     """``str(value)`` of a traced tensor whose class writes its text with its own ``__repr__`` in Python
     (and no ``__str__`` of its own), that method interpreted as eagerly; None for any other value (Note
     [A subclass's own text in print and str])."""
-    if not issubclass(type(value), TensorProxy):  # not __class__: it runs __getattribute__
+    if not _traced_tensor(value):
         return None
     cls = value.python_type
     if _own_repr(cls) is None or any("__str__" in vars(klass) for klass in _own_classes(cls)):
@@ -133,7 +139,7 @@ def own_text(value: Any) -> Any:
 def own_text_of_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """``own_text`` of the tensor that ``str(w)``, ``format(w)``, ``format(w, "")`` or
     ``object.__format__(w, "")`` (``f"{w}"``) turns into text; None for any other call."""
-    if kwargs or not args or not issubclass(type(args[0]), TensorProxy):
+    if kwargs or not args or not _traced_tensor(args[0]):
         return None
     if (fn is str and len(args) == 1) or (fn is format and (len(args) == 1 or args[1:] == ("",))) \
             or (fn is object.__format__ and args[1:] == ("",)):
