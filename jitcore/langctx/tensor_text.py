@@ -74,11 +74,11 @@ def refuse_text(name: str) -> None:
     )
 
 
-
 def _traced_tensor(value: Any) -> bool:
     """Whether ``value`` is a traced tensor, asked of its type: ``isinstance`` would read ``__class__``
     through the ``__getattribute__`` of any object of the program's it is asked about."""
     return issubclass(type(value), TensorProxy)
+
 
 def shown_snapshot(value: Any) -> TensorProxy | None:
     """A plain traced tensor whose text each call can make from its own tensor: its snapshot, cloned into
