@@ -267,7 +267,10 @@ class JittedFunction:
                 )
                 return self.fn(*args, **kwargs)
             entry = self._eager_entry(outcome.reason, traced) if isinstance(outcome, Eager) else outcome
-            self._add(entry, args, reasons)
+            if entry.this_call_only is not None:  # Note [A cached function that raised, caught]
+                self._add(self._eager_entry(entry.this_call_only, entry.prologue), args, reasons)
+            else:
+                self._add(entry, args, reasons)
         if entry.eager_reason is not None:  # FSDP2's units run jitted (Note [FSDP2: hooks eager, ...])
             return eager_call(entry.eager_reason, self.fn, self._options)(*args, **kwargs)
         # the jit's own reads (a size input's ``x.shape[0]``) run no subclass code, as in the prologue
@@ -476,7 +479,7 @@ class JittedFunction:
             prologue.inputs, prologue.input_names, [*traces, *backward_traces]
         )  # linear1_weight: linear1.weight
         entry = CacheEntry(number, prologue, traces, computation, not_compiled, effects=effects,
-                           plain_data=plain_data)
+                           plain_data=plain_data, this_call_only=program.this_call_only)
         entry.cached_call = entry.compile_fast_path()
         if resumable is not None:
             entry.resumable = resumable

@@ -80,7 +80,7 @@ from jitcore.jit.log_records import LogRecords
 from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, LruCalls, is_cache_clear, is_cache_info
 from jitcore.jit.namespace_arguments import attribute_parameters, bind_namespace_argument, is_namespace
 from jitcore.jit.native_python import call_watched, pickler_lookasides
-from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides
+from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides, needed_value
 from jitcore.jit.number_sizes import NumberSizes
 from jitcore.jit.pending_keys import PendingKeys
 from jitcore.jit.printing import Prints
@@ -219,7 +219,7 @@ class Pass(StateReads):
             state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
             with tracing(self.context), program_recursion() as limit, restored_on_refusal():
                 output = interpret(target, hooks=self.hooks(limit))(*pargs, **pkwargs)
-            self.lru_calls.refuse_caught()  # Note [A cached function's call] (jit/lru_caches.py)
+            once = self.lru_calls.caught_refusal()  # Note [A cached function that raised, caught]
             output = pin_tensor_ids(output)  # a returned id is a value (Note [The id of a caller's tensor])
             copies = frozenset(id(c) for c, _path in self.provenance.argument_copies)
             with outputs.taken_apart("returns"):
@@ -274,7 +274,10 @@ class Pass(StateReads):
         self.provenance.finish(with_strides=self.context.values.strides_queried, written=written)
         program = TracedProgram(self.trace, self.prologue, first_inputs, self.provenance.number_inputs)
         program.read_numbers = list(self.reads.numbers)
-        program.per_call_numbers = self.per_call.finish()  # JC-T001 where a value was needed
+        if once is None and self.lru_calls.only_counts(self.per_call.needed):  # cache_info() counts:
+            once = needed_value(self.per_call.needed[0])  # Note [A cached function that raised, caught]
+        program.per_call_numbers = self.per_call.finish() if once is None else list(self.per_call.numbers)
+        program.this_call_only = once  # JC-T001 for the calls after this one (jit/api.py)
         program.subclass_inputs = list(self.provenance.subclass_inputs)
         program.epilogue = epilogue
         program.structure = structure

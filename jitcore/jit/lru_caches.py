@@ -13,7 +13,9 @@ Invariants:
   computation's first run, right after tracing, the recorded call is skipped, on every later run it is
   made again (a hit: ``cache_info().hits`` and the LRU order stay eager's);
 - an entry's prologue holds only while the cache holds the key with the very result object traced: a
-  cleared cache, an evicted or replaced entry fails it (a retrace).
+  cleared cache, an evicted or replaced entry fails it (a retrace);
+- a call that made the wrapper's calls natively in its pass is never run again eagerly where the pass
+  finished: its trace answers it once (Note [A cached function that raised, caught]).
 """
 
 from __future__ import annotations
@@ -60,8 +62,7 @@ __all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "RECORDED", "CacheInfoR
 # program's hashed by identity keys an entry as that very object (Note [What keys an entry]). Left: an
 # object with its own ``__hash__``/``__eq__`` in the key (the net decides, as before), and
 # a wrapped function that raises: C caches nothing, the pass raises its exception as eager does;
-# where the program caught it, that call and calls like it run eagerly
-# (``refuse_caught``), and on that call the function ran twice (while tracing, and eagerly).
+# where the program caught it, calls like it run eagerly (Note [A cached function that raised, caught]).
 
 LRU_WRAPPER: type = functools._lru_cache_wrapper  # noqa: SLF001
 NOT_HANDLED = object()
@@ -398,6 +399,7 @@ class LruCalls:
         self._made: list[_Made] = made if made is not None else []
         self._next = 0  # this pass's next call, as an index of ``_made``
         self._raised: _Made | None = None  # a call that raised, in this pass
+        self._info_names: set[str] = set()  # the names of its ``cache_info()`` reads (PerCallReads')
 
     def call(self, wrapper: Any, args: tuple, kwargs: dict) -> Any:
         """The wrapper's answer for this call, traced; NOT_HANDLED where the call is left to the net."""
@@ -494,16 +496,35 @@ class LruCalls:
         self._provenance.guard(path, "identity", tensor)
         return tensor
 
-    def refuse_caught(self) -> None:
-        """Raises UnsupportedOperationError where a call raised and the program went on: eager calls the
-        function again on every call (C cached nothing), which a trace cannot replay."""
-        if self._raised is not None:
-            name = getattr(self._raised.wrapper, "__qualname__", None) or "a cached function"
-            raise UnsupportedOperationError(
-                f"{name} (cached by functools.lru_cache) raised {type(self._raised.error).__name__}, which "
-                "the program caught: the cache kept nothing, so eager calls the function again on every call",
-                hints=("the call runs eagerly; return a value for the failing case instead of raising",),
-            )
+    # Note [A cached function that raised, caught]
+    # A wrapped function that raises caches nothing: eager calls it again on every call, and each call
+    # runs it (its effects, ``misses`` counted). The pass made that call natively (the function ran once,
+    # raised, and the program's handler took the exception, as eagerly), so no trace replays later calls:
+    # calls like it run eagerly (an eager entry, JC-T001). The call whose pass this was must not: refused
+    # once the pass ended and run again eagerly, it ran the function a second time (eager 1, 2, 3, 4 with
+    # one ``log`` entry per call and ``misses`` 1, 2, ...; jit 2, 3, 4, 5, a longer log, one miss more:
+    # /tmp/eff52-probes/lru_raise_caught.py). The pass interpreted the whole program as eager runs it,
+    # each wrapper call made once, so its trace answers this call (its first run, which skips the calls
+    # the pass made), and the refusal only decides the entry filed for the calls after it
+    # (``TracedProgram.this_call_only``, jit/api.py). So does a count of ``cache_info()`` whose value the
+    # program needed (``repr`` of it: Note [A cached function's counts]), which the pass read as eager
+    # reads it at that point and no later call can replay.
+    def caught_refusal(self) -> UnsupportedOperationError | None:
+        """The refusal of later calls where a call raised and the program went on (eager calls the function
+        again on every call, C having cached nothing), or None: Note [A cached function that raised,
+        caught]."""
+        if self._raised is None:
+            return None
+        name = getattr(self._raised.wrapper, "__qualname__", None) or "a cached function"
+        return UnsupportedOperationError(
+            f"{name} (cached by functools.lru_cache) raised {type(self._raised.error).__name__}, which "
+            "the program caught: the cache kept nothing, so eager calls the function again on every call",
+            hints=("the call runs eagerly; return a value for the failing case instead of raising",),
+        )
+
+    def only_counts(self, names: list[str]) -> bool:
+        """Whether every per-call read named in ``names`` is a ``cache_info()`` this pass recorded."""
+        return bool(names) and all(name in self._info_names for name in names)
 
     def info(self, fn: Any, args: tuple, per_call: Any) -> Any:
         """``wrapper.cache_info()``: its counts names of the computation, read on every call (Note [A cached
@@ -514,6 +535,7 @@ class LruCalls:
         name = f"{getattr(wrapper, '__qualname__', 'a cached function')}.cache_info"
         read = CacheInfoRead(wrapper, counts, self._next - 1)
         RECORDED[0] = True
+        self._info_names.add(name)
         hits, misses, currsize = per_call.record_read(
             read, name, counts, made=lambda value, name_of: [name_of(v) for v in value])
         return type(info)(hits, misses, info.maxsize, currsize)

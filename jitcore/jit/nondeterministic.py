@@ -286,6 +286,11 @@ class PerCallReads:
         return list(self.numbers)
 
     @property
+    def needed(self) -> list[str]:
+        """What made the numbers whose values the program needed (``finish`` refuses the first)."""
+        return list(self._needed)
+
+    @property
     def drew(self) -> bool:
         """Whether the pass drew from a generator (``random.random()``, ``time.time()``)."""
         return bool(self._drawn or self.numbers)

@@ -47,6 +47,9 @@ class TracedProgram:
         # a value-decided error may reach handlers the computation skips: a call whose computation raises
         # runs eagerly (Note [Handlers a raising computation skips], jit/caught_errors.py)
         self.reruns_on_raise = False
+        # its trace answers the call that made it only; calls like it run eagerly, refused by this (Note [A
+        # cached function that raised, caught], jit/lru_caches.py)
+        self.this_call_only: BaseException | None = None
         self.snapshots: StateSnapshots | None = None  # the state the pass reached, as the call found it
         self.size_inputs: list[
             tuple[Path, NumberProxy]

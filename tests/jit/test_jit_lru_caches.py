@@ -327,7 +327,9 @@ def test_keys_are_cs_keys(args: list, kwargs: dict, typed: bool, maxsize: int | 
         assert [type(k) for k in stored] == [type(k) for k in key]
 
 
-def test_an_error_the_program_catches_makes_the_call_eager() -> None:
+def test_an_error_the_program_catches_makes_later_calls_eager() -> None:
+    """Note [A cached function that raised, caught]. Before: the first call ran the function twice (while
+    tracing, then eagerly): its log one entry longer than eager's, ``misses`` one more."""
     (eager, [eager_checked], eager_log), (program, [checked], log) = _raising(), _raising()
 
     def catching(f: Callable) -> Callable:
@@ -344,9 +346,46 @@ def test_an_error_the_program_catches_makes_the_call_eager() -> None:
         warnings.simplefilter("always")
         for n in (-1, -1, -1):
             assert_same(jitted(x, n), catching(eager)(x, n))
+            assert log == eager_log
+            assert checked.cache_info() == eager_checked.cache_info()
     assert "caught" in str(caught[0].message)
-    assert log == [-1, *eager_log]  # the first call ran it twice: while tracing, then eagerly
-    assert checked.cache_info()._replace(misses=0) == eager_checked.cache_info()._replace(misses=0)
+    assert jitcore.cache_misses(jitted) == 1
+
+
+def _caught_then_read() -> tuple:
+    """A cached function that appends, then raises; the program catches it and reads what it appended,
+    its counts, and the log it read before the call (Note [A cached function that raised, caught])."""
+    log: list = []
+
+    @functools.lru_cache(maxsize=4)
+    def failing(n: int) -> float:
+        log.append(n)
+        raise KeyError(len(log))
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        before = len(log)
+        try:
+            failing(3)
+        except KeyError as e:
+            x = x * e.args[0]
+        return x * (len(log) - before) + failing.cache_info().misses
+
+    return f, [failing], log
+
+
+def test_a_raise_caught_runs_the_function_once_per_call() -> None:
+    """Before (/tmp/eff52-probes/lru_raise_caught.py): the first call gave 3.0 and 4.0 where eager 2.0,
+    the log [3, 3] and two misses; every call after it one off."""
+    (eager, [eager_failing], eager_log), (program, [failing], log) = _caught_then_read(), _caught_then_read()
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(4):
+            x = torch.full((2,), float(i))
+            assert_same(jitted(x), eager(x))
+            assert log == eager_log
+            assert failing.cache_info() == eager_failing.cache_info()
+    assert jitcore.cache_misses(jitted) == 1
 
 
 def test_a_cached_method_of_a_module_traces_and_sees_a_clear() -> None:

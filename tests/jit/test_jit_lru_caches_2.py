@@ -343,3 +343,30 @@ def test_calls_an_entry_tried_before_made_are_made_once() -> None:
     jitted, warned = _run_twins(_read_after_the_call, steps)
     assert not warned
     assert jitcore.cache_misses(jitted) == 2
+
+
+def _counts_shown() -> tuple:
+    log: list = []
+    scale = [1.0]
+
+    @functools.cache
+    def table(n: int) -> float:
+        return n * scale[0]
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        y = x * table(2)
+        log.append(repr(table.cache_info()))  # its text needs the counts: calls like it run eagerly
+        return y
+
+    return program, table, log, scale
+
+
+def test_a_count_the_program_needs_is_the_first_calls_own() -> None:
+    """Note [A cached function that raised, caught]: the pass read the counts as eager does at that
+    point; its trace answers the first call. Before (/tmp/eff52-probes/lru_eager_double.py): the call ran
+    again eagerly, whose lookup hit the entry the pass's miss had made (``hits=1`` where eager has 0, and
+    one more on every call after it)."""
+    x = torch.randn(3)
+    jitted, warned = _run_twins(_counts_shown, [(x,)] * 4)
+    assert len(warned) == 1 and "cache_info" in warned[0]
+    assert jitcore.cache_misses(jitted) == 1
