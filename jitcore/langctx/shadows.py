@@ -43,6 +43,7 @@ from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
 from jitcore.langctx.input_writes import input_metadata, may_write_inputs, resized, tensor_metadata
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.langctx.number_tensors import tensor_of_numbers
+from jitcore.langctx.saved_outputs import SavedOutputs, adopt_saved, builds_graph
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.generator import GeneratorProxy
 from jitcore.proxies.number import NumberProxy
@@ -398,13 +399,15 @@ def _evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     storage_sizes = {id(v): v.untyped_storage().nbytes() for v in fakes}
     writes = may_write_inputs(fn, shadow_kwargs)
     fake_mode = values.fake_mode
+    saved = SavedOutputs() if builds_graph(fakes) else None  # Note [The saved output of a graph built ...]
     cache_enabled = fake_mode.cache_enabled
     if cache_enabled and (writes or type(fn) is TorchBindOpOverload):
         fake_mode.cache_enabled = False  # Notes [FakeTensor cache and in-place resizes], [... and torchbind]
     try:
         out = tensor_of_numbers(fn, args, kwargs, fake_mode)  # Note [A tensor made from named numbers]
         if out is None:
-            with fake_mode, EagerKernels(fake_mode) if fn in BACKWARDS else contextlib.nullcontext():
+            with fake_mode, EagerKernels(fake_mode) if fn in BACKWARDS else contextlib.nullcontext(), \
+                    saved or contextlib.nullcontext():
                 out = fn(*shadow_args, **shadow_kwargs)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         _raise_meta_error(fn, shadow_args, shadow_kwargs, shadow_leaves, exc)
@@ -436,9 +439,12 @@ def _evaluate(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     values.layout.record(fn, shadow_kwargs, fakes, out_fakes)  # where decompositions rely on layouts
     if fakes and out_fakes and not writes:
         values.layout.returned_inputs(fn, shadow_kwargs, fakes, out_fakes)
-    return optree.tree_unflatten(
+    result = optree.tree_unflatten(
         out_spec, [values.proxy_for(o) if isinstance(o, FakeTensor) else o for o in out_leaves]
     )
+    if saved is not None:
+        adopt_saved(values, saved, out_fakes)
+    return result
 
 
 # Note [A tensor of a named number has no constant]

@@ -95,6 +95,9 @@ def split_saved(
 # grad), a node of that inner graph unpacks a saved output as a shadow no record of the forward made:
 # the backward read a fresh name the forward never defines, and the first call died with NameError
 # where eager computes. Such a pair is not built: the call is refused (JC-T001), so it runs eagerly.
+# The ``detach`` such a node saves of its output is now known as that output (Note [The saved output
+# of a graph built below a dispatch], jitcore/langctx/saved_outputs.py); this check remains for any
+# other saved value no record names.
 def _check_made(forward: Trace, needed: dict[int, Proxy]) -> None:
     made = {id(a) for a in forward.args}
     for bsym in forward.bound_symbols:

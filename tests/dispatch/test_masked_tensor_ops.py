@@ -104,8 +104,6 @@ EAGER_ONLY: dict[str, str] = {
     "to_sparse_coo": "the sparse tensor MaskedTensor makes: jitcore traces strided tensors only",
     "to_sparse_csr": "the sparse tensor MaskedTensor makes: jitcore traces strided tensors only",
     "sparse_coo_input": "a MaskedTensor of sparse tensors: jitcore traces strided tensors only",
-    "backward_inside_std": "torch.masked.std's backward reads a value (.item()) under grad inside "
-                           "MaskedTensor's code: Note [Reads inside a subclass's code]",
 }
 
 

@@ -1,9 +1,11 @@
 """A wrapper subclass whose ``__torch_dispatch__`` runs each op on its inner tensors with
 ``torch.overrides.enable_reentrant_dispatch()``: where the inner tensors require grad, autograd builds
 its graph *below* the dispatch, on the inner tensors. Eager against ``jitcore.jit`` (values, output
-types, gradients). The grad transform cannot connect what such an inner node saves to the forward's
-records, so the call runs eagerly (Note [A saved value the forward does not make],
-jitcore/transforms/saving.py); it used to die with a NameError of the compiled forward.
+types, gradients, the dispatch a warm call runs). What a node of that inner graph saves of its output
+is known as that output (Note [The saved output of a graph built below a dispatch],
+jitcore/langctx/saved_outputs.py), so the call is traced; it used to die with a NameError of the
+compiled forward, then ran eagerly (Note [A saved value the forward does not make],
+jitcore/transforms/saving.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from subclass_checks import OneInner
+from subclass_checks import OneInner, protocol_calls
 from torch.utils._pytree import tree_map_only
 
 import jitcore
@@ -42,14 +44,17 @@ PROGRAMS: dict[str, Callable[[Any, torch.Tensor], torch.Tensor]] = {
 def test_autograd_below_a_dispatch_gives_eagers_values_and_gradients(name: str) -> None:
     prog = PROGRAMS[name]
     jitted = jitcore.jit(prog)
-    for seed in range(2):
+    for seed in range(3):
         torch.manual_seed(seed)
         x, w0 = torch.randn(3, 4), torch.randn(4, 2)
         w_eager, w_jit = w0.clone().requires_grad_(), w0.clone().requires_grad_()
         expected = prog(_Reentrant(x), w_eager)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the warning that the call runs eagerly
-            got = jitted(_Reentrant(x), w_jit)
+            warnings.simplefilter("error")  # no warning that the call runs eagerly
+            with protocol_calls(_Reentrant) as frames:
+                got = jitted(_Reentrant(x), w_jit)
+        if seed:
+            assert frames == []  # a warm call runs no dispatch
         assert type(got) is type(expected)
         assert got.requires_grad == expected.requires_grad
         torch.testing.assert_close(got, expected)
@@ -57,3 +62,4 @@ def test_autograd_below_a_dispatch_gives_eagers_values_and_gradients(name: str) 
         (g_eager,) = torch.autograd.grad(expected, w_eager, cotangent)
         (g_jit,) = torch.autograd.grad(got, w_jit, cotangent)
         torch.testing.assert_close(g_jit, g_eager)
+    assert (jitcore.cache_misses(jitted), jitted.fallback_reason) == (1, None)
