@@ -55,8 +55,8 @@ from typing import Any
 
 __all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
            "empties_at_once", "stack_use", "item_appended_parameters", "keyed_later", "measured_by_len",
-           "only_appended_to", "parameter_uses", "reads_appended_item", "stored_into", "subscripted_by",
-           "updated_attribute"]
+           "only_appended_to", "parameter_uses", "reads_appended_item", "stored_by_object_setattr",
+           "stored_into", "subscripted_by", "updated_attribute"]
 
 _APPENDING = frozenset({"append", "extend"})
 _CLEARING = frozenset({"clear"})
@@ -613,6 +613,28 @@ def updated_attribute(instructions: list, i: int) -> str | None:
             store = instructions[j + 1]
             return read.argval if store.opname == "STORE_ATTR" and store.argval == read.argval else None
     return None
+
+
+# Note [A frozen dataclass's field set]
+# ``object.__setattr__(st, "step", st.step + 1)`` (a frozen dataclass's counter) beside ``st.log.append(x)``:
+# the parameter was handed to a call, so its list field was bound as an argument list, its length guarded,
+# and every call traced again (20 in 20: /tmp/eff52-probes/frozen_dc_log.py). The load of ``st`` right after
+# ``object.__setattr__`` is looked up on the global ``object`` and right before a constant name is that
+# call's first argument: a store of that field on the copy, replayed as any field store (the builtin
+# ``object``: ``field_appended_parameters`` refuses a module that defines its own). A namespace argument so
+# set is one used only through its attributes too (jit/namespace_arguments.py, with the same refusal).
+def stored_by_object_setattr(instructions: list, i: int) -> str | None:
+    """The field ``n`` where the load ``instructions[i]`` is the object of ``object.__setattr__(st, "n", v)``
+    (Note [A frozen dataclass's field set]), else None."""
+    if i < 2 or i + 2 >= len(instructions):
+        return None
+    owner, method = instructions[i - 2], instructions[i - 1]
+    name, value = instructions[i + 1], instructions[i + 2]
+    if owner.opname != "LOAD_GLOBAL" or owner.argval != "object" or method.opname not in _LOOKUPS \
+            or method.argval != "__setattr__" or name.opname != "LOAD_CONST" or type(name.argval) is not str \
+            or name.argval.startswith("__") or not value.opname.startswith(("LOAD_", "BUILD_", "PUSH_NULL")):
+        return None  # (the value's expression begins with a push: nothing took the parameter and the name)
+    return name.argval
 
 
 # Note [A default list of a function of state]

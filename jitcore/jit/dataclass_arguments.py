@@ -21,7 +21,7 @@ import functools
 import types
 from typing import Any, NamedTuple
 
-from jitcore.jit.appends import MeasuredLists, parameter_uses, updated_attribute
+from jitcore.jit.appends import MeasuredLists, parameter_uses, stored_by_object_setattr, updated_attribute
 from jitcore.prologue import Path
 
 __all__ = ["FieldUses", "bind_field_lists", "field_appended_parameters", "narrows_fields"]
@@ -110,7 +110,7 @@ def _fields_appended(code: types.CodeType) -> dict[str, tuple[FieldUses, frozens
     for i, loaded, touched in uses:
         attribute = instructions[i + 1] if i + 1 < len(instructions) else None
         parameter = loaded[-1]  # the value a load pushes last (3.13's LOAD_FAST_LOAD_FAST pushes two)
-        stored = _stored_by_object_setattr(instructions, i)  # Note [A frozen dataclass's field set]
+        stored = stored_by_object_setattr(instructions, i)  # Note [A frozen dataclass's field set]
         if stored is not None and instructions[i].opname in _LOADS and parameter in touched \
                 and loaded.count(parameter) == 1 and len(loaded) == 1:
             names[parameter].add(stored)
@@ -144,22 +144,3 @@ def _fields_appended(code: types.CodeType) -> dict[str, tuple[FieldUses, frozens
         other[parameter].add(field)
     return {p: (FieldUses(frozenset(names[p]), frozenset(names[p] - other[p]), p in setattr_used),
                 frozenset(measured[p])) for p in candidates}
-
-
-# Note [A frozen dataclass's field set]
-# ``object.__setattr__(st, "step", st.step + 1)`` (a frozen dataclass's counter) beside ``st.log.append(x)``:
-# the parameter was handed to a call, so its list field was bound as an argument list, its length guarded,
-# and every call traced again (20 in 20: /tmp/eff52-probes/frozen_dc_log.py). The load of ``st`` right after
-# ``object.__setattr__`` is looked up on the global ``object`` and right before a constant name is that
-# call's first argument: a store of that field on the copy, replayed as any field store (the builtin
-# ``object``: ``field_appended_parameters`` refuses a module that defines its own).
-def _stored_by_object_setattr(instructions: list, i: int) -> str | None:
-    if i < 2 or i + 2 >= len(instructions):
-        return None
-    owner, method = instructions[i - 2], instructions[i - 1]
-    name, value = instructions[i + 1], instructions[i + 2]
-    if owner.opname != "LOAD_GLOBAL" or owner.argval != "object" or method.opname not in _LOOKUPS \
-            or method.argval != "__setattr__" or name.opname != "LOAD_CONST" or type(name.argval) is not str \
-            or name.argval.startswith("__") or not value.opname.startswith(("LOAD_", "BUILD_", "PUSH_NULL")):
-        return None  # (the value's expression begins with a push: nothing took the parameter and the name)
-    return name.argval
