@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 import torch
+from jit_helpers import assert_same
 from test_jit_retrace_free_effects import run_both
 
 import jitcore
+from jitcore.jit.helper_appends import helper_appended_parameters
 from jitcore.jit.namespace_arguments import attribute_parameters
 
 # --- ``object.__setattr__`` on a namespace argument (Note [A frozen dataclass's field set],
@@ -61,3 +63,183 @@ def _set_by_name(s, name, x):
 ])
 def test_which_namespaces_object_setattr_sets_is_proved_from_the_bytecode(fn: Any, expected: set) -> None:
     assert attribute_parameters(fn) == expected
+
+
+# --- a list argument passed to a helper otherwise than positionally by a global name (Note [Helpers called
+# otherwise than positionally by a global name], jitcore/jit/helper_appends.py)
+
+def _record(log: list, v: Any) -> None:
+    log.append(v)
+
+
+def _record_two(a: Any, log: list, v: Any = None) -> None:
+    log.extend([a, v])
+
+
+def _record_and_read(log: list, v: Any) -> Any:
+    log.append(v)
+    return log[0]
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _after_computed_arguments(log: list, x: torch.Tensor) -> torch.Tensor:
+    _record_two(x.max(), log, _same(x.min()))
+    log.append(1)
+    return x * len(log)
+
+
+def _by_keyword(log: list, x: torch.Tensor) -> torch.Tensor:
+    _record(v=x.sum(), log=log)
+    _record_two(x.max(), v=x.min(), log=log)
+    return x * 2
+
+
+def _local_helper(log: list, x: torch.Tensor) -> torch.Tensor:
+    def note(log: list, v: Any) -> None:
+        log.append(v)
+        if v is None:
+            raise RuntimeError("none")
+
+    note(log, x.sum())
+    try:
+        note(log, None)
+    except RuntimeError:
+        log.append("caught")
+    return x * 2
+
+
+def _enclosed() -> Any:
+    def note(log: list, v: Any) -> None:
+        log.append(v)
+        raise RuntimeError("always")
+
+    def program(log: list, x: torch.Tensor) -> torch.Tensor:
+        for i in range(2):
+            try:
+                note(log, i)
+            except RuntimeError:
+                log.append(x.sum())
+        return x * 2
+
+    return program
+
+
+class _Logger:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def record(self, log: list, v: Any) -> None:
+        log.append(v)
+
+    def step(self, log: list, x: torch.Tensor) -> torch.Tensor:
+        self.record(log, x.sum())
+        self.record(v=x.max(), log=log)
+        return x * 2
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _after_computed_arguments, lambda: _by_keyword, lambda: _local_helper, _enclosed,
+    lambda: _Logger().step,
+], ids=["computed_first", "keywords", "local_function", "enclosing_function", "method"])
+def test_a_list_passed_to_a_helper_that_appends_traces_once(make: Any) -> None:
+    """Before (/tmp/eff52-probes/helper_appends_probe.py f2, local_helpers.py): 100 traces in 100 calls
+    (the list passed on, bound whole, its length guarded)."""
+    jf = run_both(make(), [], 100)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _reader(log: list, v: Any) -> None:
+    log.append(len(log))
+
+
+def _rebindable() -> tuple[Any, Any]:
+    """A program calling a free variable, and a function that rebinds it (``nonlocal``)."""
+    note = _record
+
+    def program(log: list, x: torch.Tensor) -> torch.Tensor:
+        note(log, x.sum())
+        return x * 2
+
+    def rebind(fn: Any) -> None:
+        nonlocal note
+        note = fn
+
+    return program, rebind
+
+
+@pytest.mark.parametrize("replace", ["class", "instance", "cell"])
+def test_a_helper_replaced_between_calls_is_the_new_one(replace: str) -> None:
+    """A method replaced on the class, shadowed on the instance, a free variable rebound: the new function
+    reads the list, and the calls after see the caller's list as eager does."""
+    original = _Logger.record
+    eager_logger, jit_logger = _Logger(), _Logger()
+    (eager_program, eager_rebind), (program, rebind) = _rebindable(), _rebindable()
+    eager_fn = eager_logger.step if replace != "cell" else eager_program
+    jf = jitcore.jit(jit_logger.step if replace != "cell" else program)
+    elog: list = []
+    jlog: list = []
+    try:
+        for i in range(5):
+            if i == 2 and replace == "class":
+                _Logger.record = lambda self, log, v: _reader(log, v)
+            if i == 2 and replace == "instance":
+                eager_logger.record = jit_logger.record = lambda log, v: _reader(log, v)
+            if i == 2 and replace == "cell":
+                eager_rebind(_reader), rebind(_reader)
+            x = torch.randn(3)
+            assert_same(jf(jlog, x), eager_fn(elog, x))
+            assert_same(jlog, elog)
+    finally:
+        _Logger.record = original
+
+
+def _to_a_reader_by_keyword(log, x):
+    _record_and_read(v=x, log=log)
+    return x
+
+
+def _keyword_to_varargs(log, x):
+    _varargs(x, log=log)
+    return x
+
+
+def _varargs(*args: Any, **kwargs: Any) -> None:
+    kwargs["log"].append(args)
+
+
+def _method_of_another(log, x):
+    x.record(log, x)
+    return x
+
+
+def _helper_stored_twice(log, x):
+    note = _record
+    note = _record_and_read
+    note(log, x)
+    return x
+
+
+def _made_and_read(log, x):
+    def note(log, v):
+        return log[-1]
+
+    note(log, x)
+    return x
+
+
+def _item_by_keyword(log, x):
+    _record(v=x, log=log[0])
+    return x
+
+
+@pytest.mark.parametrize(("fn", "expected"), [
+    (_after_computed_arguments, {"log"}), (_by_keyword, {"log"}), (_local_helper, {"log"}),
+    (_enclosed(), {"log"}), (_Logger().step, {"log"}), (_to_a_reader_by_keyword, set()),
+    (_keyword_to_varargs, set()), (_method_of_another, set()), (_helper_stored_twice, set()),
+    (_made_and_read, set()), (_item_by_keyword, set()),
+])
+def test_which_helpers_only_append_is_proved_from_the_bytecode(fn: Any, expected: set) -> None:
+    assert helper_appended_parameters(fn) == expected

@@ -563,8 +563,8 @@ def _concatenated(log, x):
 
 
 @pytest.mark.parametrize(("fn", "expected"), [
-    (_through_a_helper, {"log"}), (_through_a_reading_helper, set()), (_keyword_call, set()),
-    (_computed_first, set()), (_rebinds, set()), (_passed_to_a_reader, set()), (_nested_argument, {"log"}),
+    (_through_a_helper, {"log"}), (_through_a_reading_helper, set()), (_keyword_call, {"log"}),
+    (_computed_first, {"log"}), (_rebinds, set()), (_passed_to_a_reader, set()), (_nested_argument, {"log"}),
     (_made_from_the_list, set()), (_an_item_of_the_list, set()), (_concatenated, set()),
 ])
 def test_which_helpers_only_append_is_proved_from_the_bytecode(fn, expected) -> None:
