@@ -110,7 +110,10 @@ _ENGINE = os.path.join(_TORCH_DIR, "autograd", "graph.py")
 # Code of the layers above whose frames the boundary reads specially; their owners register it when
 # they are imported (this package never imports those layers).
 _BACKWARD_REPLAYS: set[CodeType] = set()
-_FUNCTION_APPLY_STAND_INS: set[CodeType] = set()
+# The stand-ins for Function.apply are known by their files and names: the interpreter makes the entries it
+# hid from the program again over other code objects of the same file and name (Note [The hooks' traceback
+# entries], interpreter/tracebacks.py).
+_FUNCTION_APPLY_PLACES: set[tuple[str, str]] = set()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -124,7 +127,7 @@ def replays_backward_errors(function: F) -> F:
 def runs_as_function_apply(function: F) -> F:
     """Register ``function`` as running a user's ``autograd.Function.forward`` where eager runs it from
     ``Function.apply`` (whose frame eager shows above ``forward``)."""
-    _FUNCTION_APPLY_STAND_INS.add(function.__code__)
+    _FUNCTION_APPLY_PLACES.add((function.__code__.co_filename, function.__code__.co_name))
     return function
 
 
@@ -195,7 +198,7 @@ def _eager_stand_in(code: Any) -> TracebackType | None:
     ``MyFunction.apply(x)`` runs the user's ``forward`` on the interpreter from jitcore's lookaside;
     eagerly it runs from torch's ``Function.apply``, whose frame eager shows above ``forward``.
     """
-    if code not in _FUNCTION_APPLY_STAND_INS:
+    if (code.co_filename, code.co_name) not in _FUNCTION_APPLY_PLACES:
         return None
     return fake_traceback([_FUNCTION_APPLY_FRAME]) if _FUNCTION_APPLY_FRAME is not None else None
 

@@ -93,7 +93,7 @@ def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:
     @functools.wraps(fn)
     def interpreted(*args: object, **kwargs: object) -> object:
         from jitcore.interpreter.calls import call
-        from jitcore.interpreter.tracebacks import strip_internal
+        from jitcore.interpreter.tracebacks import restore_hidden, strip_internal
 
         run = Run(hooks)
         run.native_exc = sys.exc_info()[1]
@@ -106,6 +106,7 @@ def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:
         except BaseException as e:
             if not isinstance(e, InterpreterError):
                 e.__traceback__ = strip_internal(e.__traceback__)
+                restore_hidden(run, e)
             raise
         finally:
             runs.pop()
@@ -146,7 +147,7 @@ def interpret_code(
     """
     _check_version()
     from jitcore.interpreter.calls import run_code
-    from jitcore.interpreter.tracebacks import strip_internal
+    from jitcore.interpreter.tracebacks import restore_hidden, strip_internal
 
     run = Run(hooks if hooks is not None else Hooks())
     run.native_exc = sys.exc_info()[1]
@@ -157,6 +158,7 @@ def interpret_code(
     except BaseException as e:
         if not isinstance(e, InterpreterError):
             e.__traceback__ = strip_internal(e.__traceback__)
+            restore_hidden(run, e)
         raise
     finally:
         runs.pop()

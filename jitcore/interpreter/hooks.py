@@ -82,7 +82,10 @@ class Hooks:
             under a limit of its own and gives the caller's here: Note [The program's recursion limit]).
         host_files: prefixes of the files of the code that provides these hooks (the jit's package): an
             exception raised there, with no cause and chained to nothing of the program's, is one the hooks
-            raised as C would, and is chained as C's (Note [An error the hooks translated] in loop.py).
+            raised as C would, and is chained as C's (Note [An error the hooks translated] in loop.py); the
+            program sees no traceback entry of theirs (Note [The hooks' traceback entries] in tracebacks.py).
+        host_callees: prefixes of the files of the libraries the hooks call (torch): a run of their entries
+            between two entries of the hooks' is the hooks' machinery, hidden from the program with them.
     """
 
     lookasides: Mapping[object, Callable] = field(default_factory=dict)
@@ -105,3 +108,4 @@ class Hooks:
     type_of: Callable[[object], type] | None = None
     max_depth: int | None = None
     host_files: tuple[str, ...] = ()
+    host_callees: tuple[str, ...] = ()

@@ -25,6 +25,8 @@ from jitcore.interpreter.registry import handler_table, hooked_opcodes
 from jitcore.interpreter.tracing import traced_loop
 
 if TYPE_CHECKING:
+    from types import CodeType
+
     from jitcore.interpreter.frame import Frame
 
 __all__ = ["ACTIVE", "LIFTED_WATCH", "Run", "active_runs", "current_run", "lift_watch"]
@@ -98,6 +100,7 @@ class Run:
         "fused",
         "hooked",
         "handlers",
+        "hidden",
         "hooks",
         "left",
         "lookasides",
@@ -153,6 +156,10 @@ class Run:
         self.unentered: tuple | None = None
         self.native_exc: BaseException | None = None
         self.left: tuple = ()  # (ids of exception, entry, caller) of the last exceptions that left a frame
+        # id(entry) -> (id of the entry under it, its instruction, the hooks' entries dropped under it), for
+        # the last few entries given to the program without them (Note [The hooks' traceback entries],
+        # tracebacks.py)
+        self.hidden: dict[int, tuple[int, int, list[tuple[int, list[tuple[CodeType, int, int]]]]]] = {}
         self._resolved: dict[int, tuple[weakref.ref, Callable | None]] = {}
         # id(dict or set) -> (it, {id(key): (key, hash)}): the hashes C stored for keys this run inserted
         # (Note [A keyed C call, interpreted first], hashed_inserts.py)
@@ -179,9 +186,10 @@ class Run:
         try:
             return call(self, fn, args, kwargs)
         except BaseException as e:
-            from jitcore.interpreter.tracebacks import strip_internal
+            from jitcore.interpreter.tracebacks import restore_hidden, strip_internal
 
             e.__traceback__ = strip_internal(e.__traceback__)
+            restore_hidden(self, e)
             raise
         finally:
             stack.pop()

@@ -23,14 +23,16 @@ import sys
 from types import CellType, CodeType, FunctionType, TracebackType
 from typing import TYPE_CHECKING
 
-from jitcore.diagnostics.tracebacks import svarint, varint
+from jitcore.diagnostics.tracebacks import entries, fake_traceback, svarint, varint
 from jitcore.interpreter.frame import NULL
+from jitcore.ir import SourceFrame
 
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
+    from jitcore.interpreter.run import Run
 
 __all__ = ["DRIVEN_CODES", "add_frame", "caller_stand_in", "is_internal", "last_index", "reraised_traceback",
-           "strip_internal", "user_traceback"]
+           "restore_hidden", "strip_internal", "user_traceback"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _INTERNAL_NAMES = ("<jitcore binder>",)
@@ -140,10 +142,131 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
     if not always and tb is not None and id(tb) == getattr(frame, "tb_entry", 0):  # (unset: no entry yet)
         exc.__traceback__ = tb
         return
+    hooks = frame.run.hooks
+    hidden = None
+    if tb is not None and hooks.host_files and tb.tb_frame.f_code.co_filename.startswith(hooks.host_files):
+        tb, hidden = _without_hooks(tb, hooks.host_files, hooks.host_callees)
     entry = _entry(frame, tb, leaving)
     # only the id: holding the entry would keep the exception's frames alive after the user dropped it
     frame.tb_entry = id(entry)
     exc.__traceback__ = entry
+    if hidden:  # Note [The hooks' traceback entries]
+        kept = frame.run.hidden
+        if len(kept) >= _HIDDEN_KEPT:
+            del kept[next(iter(kept))]
+        kept[id(entry)] = (id(tb), entry.tb_lasti, hidden)
+
+
+# Note [The hooks' traceback entries]
+# Code that provides the run's hooks (the jit: a torch op's lookaside, an opaque call's watch, a subclass's
+# dispatch) stands between an interpreted frame and what the frame called, so an exception raised there, or
+# raised below by C or by code the hooks ran, carries the hooks' traceback entries (and those of the
+# library machinery they drive: torch's dispatch-mode and ``_dynamo.disable`` wrappers) after the program's.
+# CPython shows none of them: C's ``PyErr_Display`` (``_testcapi.exception_print``), ``traceback.walk_tb``
+# and every printer of the program listed ``jit/interpretation.py _opaque_call`` ... after the program's
+# frames (test_traceback's CPythonTracebackErrorCaretTests jitted). The interpreted frame's entry is
+# therefore made over the traceback without them (``_without_hooks``: the hooks' entries anywhere in it,
+# and a run of the callees' entries between two of theirs; a trailing run of the callees' is code that
+# raised as it would eagerly, and stays). The hooks' own reading of an error that leaves the interpreter
+# (the jit's error reports: was it raised in jitcore's code, in a subclass's flatten protocol) needs those
+# entries: the run keeps them, for the last few entries made that way, and an exception leaving the run
+# (``interpret``, ``interpret_code``, ``Run.call``) has them put back where they were (``restore_hidden``);
+# the boundary the jit returns through hides them from the caller as before. The run holds no frame for
+# this: a finished frame holds its locals and, through ``f_back``, its callers' (the interpreter's, holding
+# an opaque call's arguments; once they return, the program's own frames' locals too), which would then
+# outlive the exception the program dropped (an object handed to a C call that raised, freed eagerly once
+# the handler ran). An entry made that way is known by its id, the id of the entry under it and its
+# instruction; the hidden entries, by their code, instruction and line, and are made again as
+# ``fake_traceback`` makes entries (the same file, name, line and span; not the same code object: the jit's
+# boundary knows its registered stand-ins by file and name, ``diagnostics.boundary._eager_stand_in``).
+_HIDDEN_KEPT = 32
+
+
+def _without_hooks(tb: TracebackType, host: tuple[str, ...], callees: tuple[str, ...]) \
+        -> tuple[TracebackType | None, list[tuple[int, list[tuple[CodeType, int, int]]]]]:
+    """``tb`` without the hooks' entries (files under ``host``) and the runs of ``callees``' entries between
+    two of them; the entries kept above the last one dropped are copies (``tb`` is left as it is).
+
+    Returns:
+        the entries kept, linked, and the runs dropped: ``(k, entries)`` for a run that followed the k-th
+        entry kept (0: none), each entry as its code, ``tb_lasti`` and ``tb_lineno``.
+    """
+    found: list[TracebackType] = []
+    while tb is not None:
+        found.append(tb)
+        tb = tb.tb_next
+    keep = [True] * len(found)
+    machinery: list[int] = []  # the callees' entries since the hooks' last one
+    after_hooks = False
+    for i, entry in enumerate(found):
+        filename = entry.tb_frame.f_code.co_filename
+        if filename.startswith(host) or is_internal(filename):
+            keep[i] = False
+            for j in machinery:
+                keep[j] = False
+            machinery.clear()
+            after_hooks = True
+        elif after_hooks and callees and filename.startswith(callees):
+            machinery.append(i)
+        else:
+            machinery.clear()
+            after_hooks = False
+    shared = len(found)  # the entries from here on are all kept: their chain is shared as it is
+    while shared and keep[shared - 1]:
+        shared -= 1
+    head = found[shared] if shared < len(found) else None
+    for i in range(shared - 1, -1, -1):
+        if keep[i]:
+            entry = found[i]
+            head = _TracebackType(head, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    dropped: list[tuple[int, list[tuple[CodeType, int, int]]]] = []
+    count = 0
+    for i, entry in enumerate(found):
+        if keep[i]:
+            count += 1
+            continue
+        where = (entry.tb_frame.f_code, entry.tb_lasti, entry.tb_lineno)
+        if dropped and dropped[-1][0] == count:
+            dropped[-1][1].append(where)
+        else:
+            dropped.append((count, [where]))
+    return head, dropped
+
+
+def _source_frame(code: CodeType, lasti: int, lineno: int) -> SourceFrame:
+    """Where an entry of ``code`` at ``lasti`` and ``lineno`` is, as ``fake_traceback`` makes it again."""
+    positions = list(code.co_positions())
+    index = lasti // 2
+    if 0 <= index < len(positions):
+        start, end, col, end_col = positions[index]
+        if start == lineno:
+            return SourceFrame(code.co_filename, lineno, code.co_name, end, col, end_col)
+    return SourceFrame(code.co_filename, lineno, code.co_name)
+
+
+def restore_hidden(run: Run, exc: BaseException) -> None:
+    """Put the hooks' entries (Note [The hooks' traceback entries]) back into ``exc``'s traceback, where
+    they were, as ``exc`` leaves ``run``."""
+    hidden = run.hidden
+    if not hidden:
+        return
+    tb = exc.__traceback__
+    while tb is not None:
+        made = hidden.get(id(tb))
+        if made is not None and made[0] == id(tb.tb_next) and made[1] == tb.tb_lasti:
+            del hidden[id(tb)]
+            chain = [tb]
+            below = tb.tb_next
+            while below is not None:
+                chain.append(below)
+                below = below.tb_next
+            for count, dropped in reversed(made[2]):
+                if count < len(chain):
+                    made_again = entries(fake_traceback(_source_frame(*where) for where in dropped))
+                    after = chain[count]
+                    made_again[-1].tb_next = after.tb_next
+                    after.tb_next = made_again[0]
+        tb = tb.tb_next
 
 
 # Note [A throw into a generator not started]

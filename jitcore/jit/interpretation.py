@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import heapq
 import inspect
+import os
 import sys
 import types
 import warnings
@@ -125,6 +126,9 @@ from jitcore.transforms.autograd_function import AUTOGRAD_FUNCTION_LOOKASIDES
 __all__ = ["Pass", "TracedProgram"]
 
 
+
+# torch's files: the machinery the hooks drive (dispatch modes, ``_dynamo.disable`` wrappers) is among them
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 # Records whose effect eager keeps although the program raises later (Note [A program that raises]).
 _KEPT_BY_EAGER = frozenset({"inplace", "random", "global_state", "backward"})
@@ -459,6 +463,7 @@ class Pass(StateReads):
             type_of=python_type,
             max_depth=limit.max_depth,
             host_files=(JITCORE_DIR,),  # Note [An error the hooks translated] (interpreter/loop.py)
+            host_callees=(_TORCH_DIR,),  # Note [The hooks' traceback entries] (interpreter/tracebacks.py)
         )
 
     def _made_here(self, container: Any) -> bool:

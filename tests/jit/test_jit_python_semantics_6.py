@@ -10,8 +10,14 @@ from typing import Any
 
 import torch
 from jit_helpers import exception_chain
+from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
+
+try:
+    from _testcapi import exception_print as _exception_print
+except ImportError:  # a CPython built without its test extensions: traceback.walk_tb alone is compared
+    _exception_print = None
 
 
 class _Index:
@@ -208,3 +214,90 @@ def test_frames_past_the_outermost_interpreted_one_are_the_callers() -> None:
     jitted = _calls(jitcore.jit(_frames_past_a_generator), x)
     assert eager[:2] == jitted[:2]
     assert torch.equal(eager[2], jitted[2])
+
+
+class _NoSin(TwoTensor):
+    """A TwoTensor whose ``__torch_dispatch__`` refuses ``aten.sin``."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten.sin.default:
+            raise ValueError("no sin here")
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def _opaque_call_fails(x: torch.Tensor) -> Any:
+    www = 1
+    return www(0)
+
+
+def _torch_op_fails(x: torch.Tensor) -> Any:
+    return x @ torch.ones(5, 5)
+
+
+def _dispatch_fails(x: torch.Tensor) -> Any:
+    return _NoSin(x, x).sin()
+
+
+def _entries_of_caught(fails: Any, x: torch.Tensor) -> tuple[list, list, torch.Tensor]:
+    """The function name of each traceback entry of the error ``fails(x)`` raises, as ``traceback.walk_tb``
+    and C's ``PyErr_Display`` (``_testcapi.exception_print``, where there is one) show them."""
+    import io
+    import sys
+    import traceback
+
+    try:
+        fails(x)
+    except Exception as error:  # noqa: BLE001 - the program's view of it is what is compared
+        walked = [frame.f_code.co_name for frame, _ in traceback.walk_tb(error.__traceback__)]
+        printed: list = []
+        if _exception_print is not None:
+            stream, sys.stderr = sys.stderr, io.StringIO()
+            try:
+                _exception_print(error)
+                text = sys.stderr.getvalue()
+            finally:
+                sys.stderr = stream
+            printed = [line.split(", in ")[-1] for line in text.splitlines() if line.startswith("  File")]
+    return walked, printed, x + 1
+
+
+def test_a_caught_errors_traceback_shows_none_of_the_jits_entries() -> None:
+    """An error the program catches carries the program's entries only, as eagerly: one an opaque C call, a
+    torch op or a subclass's ``__torch_dispatch__`` raised listed ``_opaque_call``, ``offer_native``,
+    ``call_watched`` (or a dozen of the jit's torch-op entries and torch's ``_dynamo`` wrappers) after
+    them, in ``traceback.walk_tb`` and in C's printing (test_traceback's CPythonTracebackErrorCaretTests
+    jitted; Note [The hooks' traceback entries], interpreter/tracebacks.py)."""
+    for fails in (_opaque_call_fails, _torch_op_fails, _dispatch_fails):
+        x = torch.ones(2, 2)
+        eager = _entries_of_caught(fails, x)
+        jitted = jitcore.jit(_entries_of_caught)(fails, x)
+        assert jitted[:2] == eager[:2], fails.__name__
+        assert fails.__name__ in eager[0], eager
+        torch.testing.assert_close(jitted[2], eager[2])
+
+
+class _Dropped:
+    """An object whose lifetime is watched."""
+
+
+def _freed_after_a_caught_c_error(x: torch.Tensor) -> tuple[bool, torch.Tensor]:
+    import weakref
+
+    obj = _Dropped()
+    watch = weakref.ref(obj)
+    try:
+        len(obj)
+    except TypeError:
+        pass
+    del obj
+    return watch() is None, x + 1
+
+
+def test_an_object_a_c_call_raised_over_is_freed_once_the_error_is_dropped() -> None:
+    """The entries hidden from the program are kept for the jit's reports without the hooks' frames: a frame
+    holds its locals and its callers' (an opaque call's arguments), which would keep ``obj`` alive after the
+    handler dropped the error (Note [The hooks' traceback entries]; eagerly it is freed at once)."""
+    x = torch.ones(2)
+    assert _freed_after_a_caught_c_error(x)[0]
+    assert jitcore.jit(_freed_after_a_caught_c_error)(x)[0]
