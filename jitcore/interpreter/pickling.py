@@ -137,6 +137,8 @@ def _pickled(run: object, arguments: dict) -> object:
     if frame.f_code.co_name == "save_reduce" and str(refusal).endswith("args has the wrong class") and \
             isinstance(frame.f_locals.get("cls"), type):
         raise refusal  # C's words too: C checks the same ``__class__`` of a class it finds a type
+    if frame.f_code.co_name == "save_global" and ": it's not the same object as " in str(refusal):
+        raise refusal  # C's words too, the object's repr taken once
     refused = _refused_alone(frame, str(refusal))
     if refused is not None:
         arguments = {**arguments, "obj": refused}
@@ -150,6 +152,11 @@ def _refused_alone(frame: object, message: str) -> object:
     name, local = frame.f_code.co_name, frame.f_locals
     if name == "save_global" and issubclass(type(local.get("obj")), (types.FunctionType, type)):
         return local["obj"]  # C saves a class or function running no code
+    found_as = (local.get("module_name"), local.get("name"))
+    if name == "save_global" and all(type(part) is str for part in found_as):
+        tail = f": it's not found as {found_as[0]}.{found_as[1]}"
+        if message.startswith("Can't pickle ") and message.endswith(tail):  # a reducer's name not found
+            return _Named(found_as[1], found_as[0], message[len("Can't pickle "):-len(tail)])
     if name == "save" and "rv" in local:  # not a str or a tuple, or a tuple of another length
         return _Reduced(local["rv"])
     if name == "save_reduce" and "__newobj" not in message:  # (the class checks are against the object's)
@@ -169,6 +176,22 @@ class _Reduced:
 
     def __reduce_ex__(self, protocol: object) -> object:
         return self.result
+
+
+class _Named:
+    """An object whose ``__reduce_ex__`` gives the global ``name`` a reducer gave, whose ``__module__`` is
+    the module the Python pickler looked it up in and whose ``repr`` is the object's as its refusal showed
+    it: C, asked about it, looks the name up as for the object and words its refusal as for the object
+    (Note [C's words for what cannot be pickled])."""
+
+    def __init__(self, name: str, module: str, shown: str) -> None:
+        self.__dict__.update(name=name, shown=shown, __module__=module)
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        return self.__dict__["name"]
+
+    def __repr__(self) -> str:
+        return self.__dict__["shown"]
 
 
 def _raised_in(error: BaseException) -> object:
@@ -197,8 +220,15 @@ def _raised_in(error: BaseException) -> object:
 # C's natively; /tmp/cpy52-probes/p2b.py, p2c.py); a PicklingError the program's own code raised (a
 # reducer's) is the program's, raised as it is, as C lets it through. A ``__newobj__`` argument list of
 # another class is refused in C's words by the Python pickler itself (the same ``__class__`` compared with
-# a class), raised as it is. A reducer's name not found (C's words name the object) still asks C about the
-# whole graph, whose reducers then run twice (p2c.py).
+# a class), raised as it is. A reducer's global name not found: C's words show the object's ``repr``
+# ("Can't pickle <R object at 0x...>: attribute lookup nope on __main__ failed"), so C is asked about a
+# stand-in whose ``repr`` is the text the Python pickler's refusal showed (``repr`` runs once, as eagerly),
+# whose ``__module__`` is the module it looked in, and whose ``__reduce_ex__`` gives the same name; C
+# looks it up there as it would for the object (/tmp/cpy53-probes/p3_words.py: the module and name forms
+# C words otherwise, on 3.11 and 3.13). A name found that is another object is refused in C's words by the
+# Python pickler itself, raised as it is. (A local name, ``'f.<locals>.g'``, C refuses before it takes the
+# object's ``repr``; the Python pickler's refusal took it: a ``__repr__`` of the program's runs once more
+# than eagerly there, p3b_named.py.)
 def _c_refusal(run: object, arguments: dict) -> BaseException | None:
     """The exception C's ``pickle.dumps`` raises for the object and options of ``dumps``'s ``arguments``,
     None where it pickles them (Note [C's words for what cannot be pickled])."""

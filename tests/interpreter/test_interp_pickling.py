@@ -212,6 +212,28 @@ class ReducesToMalformed:
         return self.result
 
 
+class ReducesToAName:
+    """A reducer giving a global name, with a ``repr`` of its own (the refusals show it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce_ex__(self, protocol: int) -> object:
+        REDUCER_CALLS.append(("name", protocol))
+        return self.name
+
+    def __repr__(self) -> str:
+        REDUCER_CALLS.append(("repr",))
+        return "ReducesToAName()"
+
+
+class FromNoModule(ReducesToAName):
+    pass
+
+
+FromNoModule.__module__ = "no_module_of_that_name"
+
+
 class Holder:
     def __init__(self, o: object) -> None:
         self.o = o
@@ -222,7 +244,9 @@ def test_a_refusal_runs_each_reducer_once() -> None:
     once, as natively, and a PicklingError a reducer raises is that very exception (Note [C's words for
     what cannot be pickled]): C, asked for its words on the whole graph, ran them a second time
     (/tmp/cpy52-probes/p2b.py, p2c.py; an empty ``__newobj__`` argument list was the Python pickler's
-    IndexError). The classes are the module's: a local class is refused before its instance is reduced."""
+    IndexError; a global name not found, or found another object, ran the reducer and the object's
+    ``__repr__`` twice: /tmp/cpy53-probes/p3b_named.py). The classes are the module's: a local class is
+    refused before its instance is reduced."""
 
     def f() -> list[object]:
         out: list[object] = []
@@ -232,6 +256,8 @@ def test_a_refusal_runs_each_reducer_once() -> None:
         for result in (5, (), (len,), (len, 5), (5, ()), (len, (), None, None, None, None, None),
                        (copyreg.__newobj__, ()), (copyreg.__newobj__, (int,))):
             makers.append(lambda result=result: ReducesToMalformed(result))
+        for name in ("nope", "Holder", "a.b", "pickle"):  # not found, another object, a dotted name, a module
+            makers += [lambda name=name: ReducesToAName(name), lambda name=name: FromNoModule(name)]
         for make in makers:
             for protocol in (0, 2, 5):
                 error = None
