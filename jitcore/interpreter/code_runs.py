@@ -64,14 +64,20 @@ def _caller_builtins() -> dict:
 
 
 def function_(code: object, global_ns: object, *args: object, **kwargs: object) -> FunctionType:
-    """``types.FunctionType(code, globals, ...)`` with the calling interpreted frame's builtins."""
+    """``types.FunctionType(code, globals, ...)`` with the calling interpreted frame's builtins (told to
+    the run's ``on_made`` hook)."""
     if type(global_ns) is not dict or "__builtins__" in global_ns:
-        return FunctionType(code, global_ns, *args, **kwargs)
-    global_ns["__builtins__"] = _caller_builtins()
-    try:
-        return FunctionType(code, global_ns, *args, **kwargs)
-    finally:
-        del global_ns["__builtins__"]
+        fn = FunctionType(code, global_ns, *args, **kwargs)
+    else:
+        global_ns["__builtins__"] = _caller_builtins()
+        try:
+            fn = FunctionType(code, global_ns, *args, **kwargs)
+        finally:
+            del global_ns["__builtins__"]
+    run = current_run()
+    if run is not None and run.hooks.on_made is not None:
+        run.hooks.on_made(fn)
+    return fn
 
 
 _FUTURE_FLAGS = 0

@@ -74,6 +74,9 @@ class Hooks:
             a call of an instance, ``__getattr__``), for a class not native to the interpreter: what C
             finds on the class and never reads as an attribute (Note [A special method is looked up on
             the class], jit/provenance.py).
+        on_made: ``obj -> None`` with each function the program makes (MAKE_FUNCTION; on 3.13 again as
+            SET_FUNCTION_ATTRIBUTE gives it its closure; ``types.FunctionType(...)``) and each class a class
+            statement makes (``__build_class__``): the jit makes them again for each cached call.
         type_of: ``obj -> class``: the class an object stands for, where it differs from ``type(obj)``
             (the jit's proxies stand for tensors); consulted where CPython's semantics depend on an
             object's type, e.g. whether ``cls(...)`` runs ``__init__`` on what ``__new__`` returned.
@@ -105,6 +108,7 @@ class Hooks:
     format_percent: Callable[[str, object], object] | None = None
     native_call: Callable[[Callable, tuple, dict], object] | None = None
     on_type_lookup: Callable[[object, type, str], None] | None = None
+    on_made: Callable[[object], None] | None = None
     type_of: Callable[[object], type] | None = None
     max_depth: int | None = None
     host_files: tuple[str, ...] = ()

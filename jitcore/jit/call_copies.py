@@ -12,6 +12,8 @@ Invariants:
   as the object this call passes at its path (Note [The objects this call passes]);
 - weak references, weak containers and finalizers are made as the program made them, around the call's
   copies (jit/weak_copies.py);
+- a function the program made is made again per call over cells of its own, and a class it made (or an
+  instance of one) is refused (jit/made_functions.py);
 - an object no copy makes faithfully (``copy.deepcopy`` refuses it, its class copies itself with code of
   its own, a weak object jit/weak_copies.py does not know) is refused while tracing: the call is an eager
   entry (JC-T001), never a shared object.
@@ -36,6 +38,7 @@ import torch
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.jit import weak_copies
+from jitcore.jit.made_functions import function_parts, refused_class, remake_function
 
 __all__ = ["Owner", "holds_made", "in_one_call", "made_anew", "makers_made", "one_call", "one_per_call",
            "passed_object", "programs_own", "readers_made"]
@@ -43,6 +46,10 @@ __all__ = ["Owner", "holds_made", "in_one_call", "made_anew", "makers_made", "on
 
 def _nowhere(_obj: Any) -> Any:
     return None
+
+
+def _never(_obj: Any) -> bool:
+    return False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +63,8 @@ class Owner:
     shared: frozenset[int] = frozenset()  # the program's objects reached twice (Note [One object, one copy])
     # the caller's tensors, by the id of their proxies: where each call passes each (the effects' values)
     inputs: dict[int, Any] = dataclasses.field(default_factory=dict)
+    # whether the program made a function or class in this pass (jit/made_functions.py ``MadeHere``)
+    made: Callable[[Any], bool] = _never
 
     def __call__(self, obj: Any) -> str | None:
         return self.whose(obj)
@@ -108,11 +117,12 @@ class _CallMemo(dict):
     """A ``copy.deepcopy`` memo for one call: the objects every call shares as themselves, and the weak
     objects made as the program made them when a copy first reaches them (``deepcopy`` asks ``get``)."""
 
-    __slots__ = ("call", "trial", "weak")
+    __slots__ = ("call", "functions", "trial", "weak")
 
     def __init__(self, trial: bool = False) -> None:
         super().__init__()
         self.weak: dict[int, Any] = {}
+        self.functions: dict[int, Any] = {}  # functions the program made (Note [A function the program made])
         self.trial = trial  # the pass's trial copy: a finalizer is made detached
         self.call: tuple[tuple, dict] | None = None  # this call's (args, kwargs), where the effects run
 
@@ -127,7 +137,8 @@ class _CallMemo(dict):
             return found
         original = self.weak.get(key)
         if original is None:
-            return default
+            function = self.functions.get(key)
+            return default if function is None else remake_function(function, self, self.copied)
         if type(original) is types.BuiltinMethodType:  # Note [A method of an object the program made]
             made = getattr(self.copied(original.__self__), original.__name__)
             self[key] = made
@@ -252,19 +263,20 @@ def holds_made(key: Any, owner: Owner) -> bool:
     made])."""
     if type(key) is tuple:
         return any(holds_made(item, owner) for item in key)
-    return programs_own(key) and owner(key) is None
+    return (programs_own(key) or owner.made(key)) and owner(key) is None
 
 
 def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:
     """A function making ``value``, an object the program made (``programs_own``), anew for a call."""
     _MAKERS[0] += 1
-    kept, weak, passed = _walk(value, owner)
+    kept, weak, passed, functions = _walk(value, owner)
     if passed:
         _READERS[0] += 1
     trial = _CallMemo(trial=True)
     trial.update(kept)
     trial.update({key: found for key, (found, _path) in passed.items()})
     trial.weak.update(weak)
+    trial.functions.update(functions)
     try:
         copy.deepcopy(value, trial)
     except Exception as error:  # noqa: BLE001 - any failure of the object's own copying
@@ -281,6 +293,7 @@ def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:
         for key, (found, path) in passed.items():  # Note [The objects this call passes]
             memo[key] = memo.passed(found, path)
         memo.weak.update(weak)
+        memo.functions.update(functions)
         made = copy.deepcopy(value, memo)
         for item in finalizers:  # registered on the call's copies, held by no copy
             memo.copied(item)
@@ -296,14 +309,18 @@ def _refused(value: Any, why: str) -> UnsupportedOperationError:
     )
 
 
-def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dict[int, tuple[Any, Any]]]:
+def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dict[int, tuple[Any, Any]],
+                                              dict[int, Any]]:
     """What ``value`` reaches that every call shares (the caller's objects, tensors and torch's other
-    objects: kept as themselves), the weak objects in it (made by jit/weak_copies.py), and the objects
-    each call passes (with their paths: Note [The objects this call passes]); refuses an object no copy
-    makes faithfully."""
+    objects: kept as themselves), the weak objects in it (made by jit/weak_copies.py), the objects
+    each call passes (with their paths: Note [The objects this call passes]) and the functions the
+    program made (Note [A function the program made], jit/made_functions.py); refuses an object no copy
+    makes faithfully, and a class the program made or an instance of one."""
     kept: dict[int, Any] = {}
     weak: dict[int, Any] = {}
     passed: dict[int, tuple[Any, Any]] = {}
+    functions: dict[int, Any] = {}
+    made = owner.made if isinstance(owner, Owner) else _never
     passed_at = getattr(owner, "passed_at", _nowhere)
     seen: set[int] = set()
     todo = [value]
@@ -331,6 +348,14 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
             weak[id(item)] = item
             todo.extend(weak_copies.held(item))
             continue
+        if made(item):  # Note [A function the program made], Note [A class the program made]
+            if isinstance(item, type):
+                raise refused_class(item)
+            functions[id(item)] = item
+            todo.extend(function_parts(item))
+            continue
+        if made(type(item)):
+            raise refused_class(type(item), "instance")
         if isinstance(item, _KEPT_AS_THEMSELVES):
             continue  # Note [Finalizers on what a copy keeps]
         for found in finalizers.get(id(item), ()):  # a finalizer on it: no object holds the finalizer
@@ -339,7 +364,7 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
         if hook is not None:
             raise _refused(value, f"a copy of a {type(item).__qualname__} would run its own {hook}")
         todo.extend(_held(item))
-    return kept, weak, passed
+    return kept, weak, passed, functions
 
 
 # Note [Finalizers on what a copy keeps]

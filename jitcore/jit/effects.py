@@ -38,6 +38,7 @@ import torch.utils._pytree as pytree
 from jitcore.ir import Proxy
 from jitcore.jit.call_copies import Owner, holds_made, in_one_call
 from jitcore.jit.code_kinds import written_holder, written_namespace
+from jitcore.jit.made_functions import MadeHere
 from jitcore.jit.object_states import BUFFERS, MISSING, attributes, buffer_type, is_slot, set_slot, state_of
 from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
@@ -123,6 +124,7 @@ class StateSnapshots:
     def __init__(self) -> None:
         self._snapshots: dict[int, _Snapshot] = {}
         self._emptied: set[int] = set()  # lists a load empties unread: Note [A list the program empties]
+        self.made_here = MadeHere()  # the functions and classes the program makes (jit/made_functions.py)
 
     def take(self, obj: Any, path: Path) -> None:
         """Remember ``obj``'s state now (the first time it is reached); ``path`` reaches it per call
@@ -333,7 +335,7 @@ class StateSnapshots:
                 return None
             return snap.path if preexisting(obj) else None
 
-        return Owner(whose, passed_at)
+        return Owner(whose, passed_at, made=self.made_here.has)
 
 
 # Note [A container of the caller's stored back]

@@ -437,8 +437,8 @@ class Pass(StateReads):
             **pickler_lookasides(),  # Note [A C pickler's dump of the program's objects]
         })
         lookasides[len] = self.measured.len_lookaside(lookasides.get(len, len))
-        lookasides[type] = self.type_lookaside(lookasides.get(type, type))  # Note [The class of a
-        # caller's object] (jit/state_reads.py)
+        lookasides[type] = self.snapshots.made_here.classes_of(  # classes it makes: jit/made_functions.py
+            self.type_lookaside(lookasides.get(type, type)))  # Note [The class of a caller's object]
         # ``id(t)``/``hash(t)`` of a caller's tensor: its own id (Note [The id of a caller's tensor])
         lookasides[id] = lambda *args: self.keys.identity(id, args, self._opaque_call)
         # ... and a Python ``__hash__`` interpreted (Note [A Python __hash__'s result], interpreter/hashes.py)
@@ -460,6 +460,7 @@ class Pass(StateReads):
             format_percent=format_percent,
             native_call=self._interpreters_native_call,
             on_type_lookup=lambda obj, t, name: self.provenance.bind_type_lookup(obj, t, name),
+            on_made=self.snapshots.made_here.note,  # jit/made_functions.py
             type_of=python_type,
             max_depth=limit.max_depth,
             host_files=(JITCORE_DIR,),  # Note [An error the hooks translated] (interpreter/loop.py)

@@ -42,6 +42,7 @@ from jitcore.jit.call_copies import (
     programs_own,
     readers_made,
 )
+from jitcore.jit.made_functions import refused_class
 from jitcore.jit.object_copies import copied, copier
 from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -185,6 +186,8 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
     whose = None if type(value) in _ATOMS else owner(value)
     if whose is not None:  # the caller's, holding this call's tensors or not: the very object
         return _callers(value, whose, owner)
+    if owner.made(type(value)):  # Note [A class the program made] (jit/made_functions.py)
+        raise refused_class(type(value), "instance")
     if not (_holds_proxy(value, depth) or _holds_symbolic_shape(value, depth)):
         return _untraced(value, depth, owner)
     value = _plain_keys(value)
@@ -287,6 +290,12 @@ def _untraced(value: Any, depth: int, owner: Owner) -> Split:
         )
         refused.whatever_the_contents = True  # its eager entry: Note [Eager whatever the contents]
         raise refused  # (jit/eager_entries.py)
+    if owner.made(value) or owner.made(kind):  # jit/made_functions.py
+        if kind is not types.FunctionType:  # Note [A class the program made]
+            raise refused_class(value if isinstance(value, type) else kind,
+                                "class" if isinstance(value, type) else "instance")
+        make = made_anew(value, owner)  # Note [A function the program made]
+        return ((), lambda _results: make())
     if kind in _ATOMS or not (literal or programs_own(value)):
         return value, None  # shared by every call, as eagerly (a class, a function, a module, ...)
     whose = owner(value)

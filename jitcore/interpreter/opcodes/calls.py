@@ -121,6 +121,13 @@ def call_function_ex(frame: Frame, inst: Instruction) -> None:
     stack.append(call(frame.run, fn, args, kwargs))
 
 
+def _made(frame: Frame, fn: FunctionType) -> None:
+    """Tell the run's ``on_made`` hook of a function the program made."""
+    made = frame.run.hooks.on_made
+    if made is not None:
+        made(fn)
+
+
 @handles("MAKE_FUNCTION", since=(3, 11), until=(3, 12))
 def make_function(frame: Frame, inst: Instruction) -> None:
     """Push a new function from the code object TOS (+ closure, annotations, kwdefaults, defaults)."""
@@ -137,6 +144,7 @@ def make_function(frame: Frame, inst: Instruction) -> None:
         fn.__kwdefaults__ = kwdefaults
     if annotations is not None:
         fn.__annotations__ = dict(zip(annotations[::2], annotations[1::2]))
+    _made(frame, fn)
     stack.append(fn)
 
 
@@ -149,6 +157,7 @@ def make_function_313(frame: Frame, inst: Instruction) -> None:
     closure = tuple(CellType() for _ in code.co_freevars) if code.co_freevars else None
     fn = FunctionType(code, frame.globals, code.co_name, None, closure)
     fn.__qualname__ = code.co_qualname
+    _made(frame, fn)
     frame.stack[-1] = fn
 
 
@@ -163,6 +172,7 @@ def set_function_attribute(frame: Frame, inst: Instruction) -> None:
         # the closure comes first (codegen order), before anything else was set: make the function anew
         fn = FunctionType(fn.__code__, fn.__globals__, fn.__name__, None, value)
         fn.__qualname__ = fn.__code__.co_qualname
+        _made(frame, fn)
     elif flag == 4:
         fn.__annotations__ = dict(zip(value[::2], value[1::2])) if type(value) is tuple else value
     elif flag == 2:

@@ -1,0 +1,181 @@
+"""Functions and classes a program makes while it is traced: made again for each cached call, or refused.
+
+Eagerly every call of ``def g(): ...; return g`` (a lambda, ``functools.partial`` over one, a class
+statement, ``type(name, bases, ns)``, ``collections.namedtuple(...)``) makes a new object. ``copy.deepcopy``
+keeps functions and classes as themselves, so every cached call handed on the pass's object, and what
+the caller set on one call's (``g.hits = 1``) showed in the next call's. The interpreter tells the pass
+each function and class the program makes (``Hooks.on_made``); ``MadeHere`` remembers them.
+
+Invariants:
+- only what this pass made is made again: a function or class that existed before the call is the very
+  object on every call, as eagerly;
+- a function the program made, reached by the output or the effects, is made again per call over the
+  same code and globals, with cells, defaults, keyword defaults, annotations and ``__dict__`` of its own,
+  each taken through the call's memo (jit/call_copies.py): functions sharing a cell share the call's copy
+  of it, and one function reached twice is one function (Note [A function the program made]);
+- a class the program made is never handed to two calls: a call that returns or stores one, or an
+  instance of one, runs eagerly (``refused_class``: Note [A class the program made]).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from jitcore.errors import UnsupportedOperationError
+
+__all__ = ["MadeHere", "function_parts", "refused_class", "remake_function"]
+
+
+class MadeHere:
+    """The functions and classes one pass made (kept alive with it, so that their ids stay theirs)."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, Any] = {}
+
+    def note(self, obj: Any) -> None:
+        """``obj``, a function or class, was made by the program in this pass."""
+        self._made[id(obj)] = obj
+
+    def has(self, obj: Any) -> bool:
+        """Whether the program made ``obj`` in this pass."""
+        return obj is not None and self._made.get(id(obj)) is obj
+
+    def classes_of(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """``type`` for the program (``inner``), noting the class a three-argument call makes
+        (``type("T", (), {})``, ``collections.namedtuple``)."""
+
+        def type_(*args: Any, **kwargs: Any) -> Any:
+            if len(args) == 3 and type(args[1]) is tuple and isinstance(args[2], dict):
+                _refuse_native_class_code(args[0], args[1], args[2])  # Note [Class code C runs natively]
+            made = inner(*args, **kwargs)
+            if len(args) == 3 and isinstance(made, type):
+                self.note(made)
+            return made
+
+        return type_
+
+
+# Note [A function the program made]
+# ``def g(): ...; return g``: eagerly each call returns a new function, on which the caller may set
+# attributes (``g.hits += 1``) or which it may keep as a key. A function is an atom to ``deepcopy``: the
+# cached calls returned the pass's function, the same object on every call. A function the program
+# made in the pass is made again per call: ``types.FunctionType`` over its code and globals, with new
+# cells (empty first, so that a function found in its own cell, or two functions sharing a cell, are
+# this call's), then its defaults, keyword defaults, annotations and ``__dict__`` copied through the
+# call's memo, as eager evaluates them anew (``def g(acc=[])``: a new list per call). Its name, qualified
+# name, module, doc and type parameters are the pass's. A closure over objects of the call's is still
+# refused (Note [A closure over a call's objects], jit/outputs.py).
+def remake_function(fn: types.FunctionType, memo: dict, copied: Callable[[Any], Any]) -> types.FunctionType:
+    """This call's copy of ``fn``, a function the program made, put in ``memo`` (whose ``copied`` copies
+    what it holds) before its parts are copied (Note [A function the program made])."""
+    cells = fn.__closure__
+    closure = None if cells is None else tuple(_cell(cell, memo) for cell in cells)
+    made = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, None, closure)
+    memo[id(fn)] = made
+    for cell, new in zip(cells or (), closure or ()):
+        if _empty(new) and not _empty(cell):
+            new.cell_contents = copied(cell.cell_contents)
+    made.__qualname__ = fn.__qualname__
+    made.__module__ = fn.__module__
+    made.__doc__ = fn.__doc__
+    if fn.__defaults__ is not None:
+        made.__defaults__ = copied(fn.__defaults__)
+    if fn.__kwdefaults__ is not None:
+        made.__kwdefaults__ = copied(fn.__kwdefaults__)
+    if fn.__annotations__:
+        made.__annotations__ = copied(fn.__annotations__)
+    if getattr(fn, "__type_params__", ()):
+        made.__type_params__ = fn.__type_params__
+    if fn.__dict__:
+        made.__dict__.update(copied(dict(fn.__dict__)))
+    return made
+
+
+def _cell(cell: types.CellType, memo: dict) -> types.CellType:
+    """This call's cell for ``cell``: one per call, whichever function reaches it first."""
+    found = dict.get(memo, id(cell))
+    if found is None:
+        found = types.CellType()
+        memo[id(cell)] = found
+        memo.setdefault(id(memo), []).append(cell)  # kept alive, as ``deepcopy`` keeps what it copies
+    return found
+
+
+def _empty(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - reading an empty cell raises ValueError
+    except ValueError:
+        return True
+    return False
+
+
+def function_parts(fn: types.FunctionType) -> list[Any]:
+    """What a copy of ``fn`` copies: its cells' contents, defaults, keyword defaults, annotations and
+    attributes."""
+    found = [cell.cell_contents for cell in fn.__closure__ or () if not _empty(cell)]
+    found += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+    return found + list(fn.__annotations__.values()) + list(fn.__dict__.values())
+
+
+# Note [A class the program made]
+# ``class C: ...; return C``, ``return collections.namedtuple("P", "a b")``, an instance of either: eagerly
+# each call makes a new class, running its body, its metaclass's ``__new__``/``__init__``, its bases'
+# ``__init_subclass__``, ``__set_name__`` of what it holds and its decorators (``dataclass``) again. A
+# copy of the pass's class would run none of them, so no copy is faithful: a call that returns or stores
+# a class the program made, or an instance of one, is refused (JC-T001) and runs eagerly, whatever the
+# contents of what it reaches (Note [Eager whatever the contents], jit/eager_entries.py).
+def refused_class(cls: type, what: str = "class") -> UnsupportedOperationError:
+    """The refusal of a call that returns or stores ``cls``, a class the program made (``what``: "class",
+    or "instance" of it) (Note [A class the program made])."""
+    held = "the class" if what == "class" else "an instance of the class"
+    refused = UnsupportedOperationError(
+        f"the function returns or stores {held} {cls.__qualname__}, which it made, and eager makes a new "
+        "class on every call",
+        hints=("define the class outside the jitted function",),
+    )
+    refused.whatever_the_contents = True
+    return refused
+
+
+# Note [Class code C runs natively]
+# ``type(name, bases, ns)`` (a class statement's, through ``__build_class__``) calls the bases'
+# ``__init_subclass__`` and the ``__set_name__`` of what the namespace holds from C, natively: what they
+# write (``Registry.subclasses.append(cls)``) is no effect the pass sees, so cached calls never wrote it
+# (eager appends 3 times in 3 calls, jit once), and a call refused after it (Note [A class the program
+# made]) wrote it twice on its first call. Where either is Python code outside the standard library, the
+# class is refused before ``type`` runs: the call runs eagerly, and writes once per call.
+def _refuse_native_class_code(name: Any, bases: tuple, namespace: dict) -> None:
+    """Refuses the making of class ``name`` when C would run the program's Python code natively for it
+    (Note [Class code C runs natively])."""
+    for base in bases:
+        for klass in getattr(base, "__mro__", ()):
+            hook = vars(klass).get("__init_subclass__")
+            if hook is None:
+                continue
+            if _programs_code(getattr(hook, "__func__", hook)):
+                raise _refused_native(name, f"{klass.__qualname__}.__init_subclass__")
+            break
+    for value in list(namespace.values()):
+        hook = getattr(type(value), "__set_name__", None)
+        if hook is not None and _programs_code(hook):
+            raise _refused_native(name, f"{type(value).__qualname__}.__set_name__")
+
+
+def _programs_code(function: Any) -> bool:
+    """A Python function outside the standard library."""
+    if type(function) is not types.FunctionType:
+        return False
+    package = (function.__module__ or "builtins").split(".")[0]
+    return package not in sys.stdlib_module_names
+
+
+def _refused_native(name: Any, hook: str) -> UnsupportedOperationError:
+    refused = UnsupportedOperationError(
+        f"the function makes the class {name}, for which Python runs {hook} natively, outside jitcore",
+        hints=("define the class outside the jitted function",),
+    )
+    refused.whatever_the_contents = True
+    return refused
