@@ -652,6 +652,7 @@ class Pass(StateReads):
             return None
         if id(fn) in SETTINGS_GETTERS:  # torch.get_num_threads(): Note [Settings the program reads]
             return self.settings.read(fn, args, kwargs)
+        fn = numbers.as_item_slot(fn, args, kwargs)  # Note [An item set by operator.setitem] (jit/numbers.py)
         args, kwargs = self._native_arguments(fn, args, kwargs)
         if type(fn) is LRU_WRAPPER and (cached := self.lru_calls.call(fn, args, kwargs)) is not NOT_HANDLED:
             return cached  # Note [A cached function's call] (jit/lru_caches.py)

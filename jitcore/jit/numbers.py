@@ -34,7 +34,7 @@ from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Guard, Path, PrologueBuilder, inlined_guards
 from jitcore.proxies.number import NumberProxy, replace_numbers
 
-__all__ = ["SLOT_TYPES", "changed_number_arguments", "changed_state_numbers", "counters",
+__all__ = ["SLOT_TYPES", "as_item_slot", "changed_number_arguments", "changed_state_numbers", "counters",
            "drop_unused_arithmetic", "fold_specialized", "indexed_objects", "keeps_numbers", "roots_used",
            "specialize", "symbolic", "values_in_lists", "values_in_objects", "with_number_lookasides"]
 
@@ -180,6 +180,24 @@ def stores_items(fn: Any) -> bool:
     (``log.append(text)``): values, never keys, so text made from numbers can stay deferred there."""
     owner = _storing_owner(fn)
     return owner is not None and issubclass(owner, (list, collections.deque))
+
+
+# Note [An item set by operator.setitem]
+# ``operator.setitem(s, "k", v)`` on a dict argument wrote nothing the caller saw: once ``s["k"]`` was a
+# dynamic number (a counter), C was handed the values of the numbers (``specialize_all``), which made a
+# copy of the dict, and the write went into that copy: ``s["k"]`` read back the old value, the entry
+# replayed no store, and every call after it returned the first call's answer (eager 2, 3, 4, ...; jit 1,
+# 1, 1: /tmp/eff53-probes/setitem_dbg2.py). For an exact dict or list, ``operator.setitem``/``delitem``
+# call the type's own slot, so the call is made as ``dict.__setitem__(s, k, v)`` is: the container handed
+# on as the program's own, a number stored a name, the store noted (Note [Writes of the same object]).
+def as_item_slot(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """``type(c).__setitem__``/``__delitem__`` for ``operator.setitem``/``delitem`` of an exact dict or
+    list ``c`` (Note [An item set by operator.setitem]); ``fn`` for any other call (compared by identity:
+    a callable may hash what it refers to)."""
+    slot = "__setitem__" if fn is operator.setitem else "__delitem__" if fn is operator.delitem else None
+    if slot is None or kwargs or not args or type(args[0]) not in (dict, list):
+        return fn
+    return getattr(type(args[0]), slot)
 
 
 # Note [A list C is handed is the program's]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
 import pickle
 import types
 
@@ -314,3 +315,42 @@ def test_a_number_stored_into_a_new_object_stays_a_name(make):
         assert cfg == eager_cfg and type(cfg.step) is int
         cfg = _Config(cfg.step, cfg.lr)
     assert jitcore.cache_misses(jitted) <= 3, jitcore.miss_reasons(jitted)[-1]
+
+
+# --- ``operator.setitem``/``delitem`` of a caller's dict or list (Note [An item set by operator.setitem],
+# jitcore/jit/numbers.py)
+
+def _set_by_operator(s: dict, x: torch.Tensor) -> torch.Tensor:
+    operator.setitem(s, "k", s.get("k", 0) + 1)
+    return x * s["k"]
+
+
+def _set_a_constant_by_operator(s: dict, x: torch.Tensor) -> torch.Tensor:
+    operator.setitem(s, "k", 5)
+    return x * s["k"]
+
+
+def _set_an_item_of_a_list(s: list, x: torch.Tensor) -> torch.Tensor:
+    operator.setitem(s, 0, s[0] + 1)
+    operator.delitem(s, slice(1, None))
+    return x * s[0]
+
+
+@pytest.mark.parametrize(("fn", "make"), [
+    (_set_by_operator, dict), (_set_a_constant_by_operator, lambda: {"k": 1}),
+    (_set_an_item_of_a_list, lambda: [0, 1]),
+], ids=["counter", "constant", "list"])
+def test_an_item_set_by_operator_setitem_is_the_callers(fn, make) -> None:
+    """Before: once the item was a dynamic number, C wrote into a copy of the dict made to hand it the
+    numbers' values: the store was lost and the read gave the old value (a counter: eager 1, 2, 3, ...,
+    jit 1, 1, 1, ...; a constant store: the caller's dict never got it)."""
+    mine, twin = make(), make()
+    jf = jitcore.jit(fn)
+    for i in range(8):
+        x = torch.full((2,), float(i))
+        if i == 5:
+            mine.clear() if type(mine) is dict else mine.__setitem__(0, 10)
+            twin.clear() if type(twin) is dict else twin.__setitem__(0, 10)
+        assert_same(jf(mine, x), fn(twin, x))
+        assert mine == twin
+    assert jitcore.cache_misses(jf) <= 3
