@@ -48,8 +48,8 @@ from jitcore.interpreter.protocols import (
 )
 from jitcore.interpreter.run import Run, current_run
 
-__all__ = ["abs_", "active_run", "all_", "any_", "bin_", "context_run", "enumerate_", "filter_", "format_",
-           "frozenset_", "hex_", "iter_", "len_", "list_", "list_sort", "map_", "max_", "min_",
+__all__ = ["STEPPED", "abs_", "active_run", "all_", "any_", "bin_", "context_run", "enumerate_", "filter_",
+           "format_", "frozenset_", "hex_", "iter_", "len_", "list_", "list_sort", "map_", "max_", "min_",
            "native_iterable", "native_iterator", "next_", "number_", "oct_", "range_", "reduce_", "reversed_",
            "set_", "sorted_", "sum_", "through", "tuple_", "with_length_hint", "zip_"]
 
@@ -343,10 +343,13 @@ def native_iterable(run: Run, obj: object) -> object:
     it = get_iter(run, obj)
     t = type(it)
     if _is_python(getattr(t, "__next__", None)):
-        return _interpreted_steps(run, it)
-    if t in _FORWARDING_ITERATORS or _is_python(getattr(t, "__iter__", None)):
-        return _native_steps(it)
-    return it
+        steps = _interpreted_steps(run, it)
+    elif t in _FORWARDING_ITERATORS or _is_python(getattr(t, "__iter__", None)):
+        steps = _native_steps(it)
+    else:
+        return it
+    STEPPED[steps] = it  # Note [A reduction shows what the program gave] (stand_in_reductions.py)
+    return steps
 
 
 def native_iterator(run: Run, obj: object) -> Iterator[object]:
@@ -372,12 +375,17 @@ def _native_steps(it: object) -> Iterator[object]:
         yield value
 
 
+# generator -> the iterator it steps, for the generators ``native_iterable`` made (a finished one has no
+# frame left to say it)
+STEPPED: weakref.WeakKeyDictionary[Iterator[object], object] = weakref.WeakKeyDictionary()
+
+
 def stood_for_by_steps(v: object) -> object:
-    """The iterator ``v`` steps where it is a generator ``native_iterable`` made and still running, else
-    ``v`` (Note [A reduction shows what the program gave], stand_in_reductions.py)."""
-    if type(v) is not GeneratorType or v.gi_code not in _STEPPING_CODES or v.gi_frame is None:
+    """The iterator ``v`` steps where it is a generator ``native_iterable`` made, else ``v`` (Note [A
+    reduction shows what the program gave], stand_in_reductions.py)."""
+    if type(v) is not GeneratorType or v.gi_code not in _STEPPING_CODES:
         return v
-    return v.gi_frame.f_locals.get("it", v)
+    return STEPPED.get(v, v)
 
 
 def _interpreted_steps(run: Run, it: object) -> Iterator[object]:

@@ -7,7 +7,7 @@ Invariants:
   what that ``__reduce__`` returns (its arguments and its state, one level down) are replaced: an
   interpreted callable (``callbacks._Interpreted``) by the program's function, a sequence's items
   (``protocols._Items``) by the sequence, a generator stepping an iterator (``callbacks.native_iterable``)
-  by that iterator while it runs (``chain``'s: the one it is stepping);
+  by that iterator (``chain``'s: the one it is stepping);
 - ``object.__reduce_ex__`` of such an iterator (``copy.copy``, ``pickle``) gives the same (reductions.py).
 """
 
@@ -34,8 +34,12 @@ __all__ = ["STAND_IN_HOLDERS", "reduce_lookasides", "without_stand_ins"]
 # saw jitcore's objects (``(map, (<_Interpreted>, <list_iterator>))`` where eagerly ``(map, (<function f>,
 # ...))``), and ``copy.copy(zip(It()))`` or pickling it held a generator ("cannot pickle 'generator'
 # object" where eagerly it pickles). So the ``__reduce__`` of these C types, called by the program or by
-# ``object.__reduce_ex__``, hands back what the program gave. A generator that has finished has no frame
-# left to say what it stepped, and stays (/tmp/cpy52-probes/p3b.py).
+# ``object.__reduce_ex__``, hands back what the program gave. The generators that step an iterator are
+# known to what they step by a weak map (a finished one has no frame left to say it: ``zip`` over a Python
+# iterator it exhausted, /tmp/cpy53-probes/p4_reduce_left.py). ``chain``'s iterables not reached yet stay
+# ``_when_reached`` generators in its iterator over them (a tuple's, its state's first item): a new
+# iterator over the program's iterables would pickle, but a shallow copy (``copy.copy``) shares chain's own
+# with the original, and stepping one would no longer step the other (/tmp/cpy52-probes/p3c.py).
 def without_stand_ins(reduced: object) -> object:
     """``reduced`` (a ``__reduce__`` result) with the interpreter's stand-ins in its arguments and state
     replaced by what they stand for (the Note above)."""

@@ -234,6 +234,35 @@ def test_a_c_iterators_reduction_shows_what_the_program_gave() -> None:
     check(f)
 
 
+def test_a_finished_c_iterators_reduction_shows_the_iterator_it_stepped() -> None:
+    """The reduction of a ``zip``, ``map``, ``enumerate`` or ``filter`` that stepped a Python iterator to its
+    end holds that iterator, as eagerly: the generator stepping it had no frame left to say what it stepped,
+    so ``__reduce__`` showed a generator and ``copy.deepcopy`` or a pickle round trip raised "cannot pickle
+    'generator' object" (Note [A reduction shows what the program gave];
+    /tmp/cpy53-probes/p4_reduce_left.py)."""
+
+    def f() -> list[object]:
+        import copy
+        import pickle
+
+        makers = (lambda: zip([1, 2], _SteppedByNext()), lambda: map(abs, _SteppedByNext()),
+                  lambda: enumerate(_SteppedByNext()), lambda: filter(None, _SteppedByNext()))
+        out: list[object] = []
+        for make in makers:
+            it = make()
+            out.append(list(it))
+            reduced = it.__reduce__()
+            out.append([type(part).__name__ for part in reduced[1]])
+            for how in (copy.copy, copy.deepcopy, lambda v: pickle.loads(pickle.dumps(v))):
+                try:
+                    out.append(list(how(it)))
+                except Exception as e:
+                    out.append((type(e).__name__, str(e)))
+        return out
+
+    check(f)
+
+
 class _ReduceIsNone:
     __reduce__ = None
 
