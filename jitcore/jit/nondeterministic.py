@@ -199,9 +199,9 @@ class PerCallReads:
         ``sample`` and ``shuffle`` (Note [Seeds, samples and shuffles]), ``uuid.uuid4``/``uuid1``
         (Note [Values made anew on every call])."""
         return {
-            **{getattr(random.Random, name): self._draw_whole(name) for name in _WHOLE_DRAWS},
-            random.Random.seed: self._seed, random.Random.sample: self._sample,
-            random.Random.shuffle: self._shuffle,
+            **{_GENUINE[name]: self._draw_whole(name) for name in _WHOLE_DRAWS},
+            _GENUINE["seed"]: self._seed, _GENUINE["sample"]: self._sample,
+            _GENUINE["shuffle"]: self._shuffle,
             uuid.uuid4: self._made_whole(uuid.uuid4, "uuid.uuid4"),
             uuid.uuid1: self._made_whole(uuid.uuid1, "uuid.uuid1"),
         }
@@ -221,21 +221,21 @@ class PerCallReads:
     # a list of tensors) the call runs eagerly, as before. Over other items (``counts=``, strings,
     # tensors) the call is refused as before.
     def _seed(self, rng: random.Random, a: Any = None, version: int = 2) -> None:
-        if type(rng).seed is not random.Random.seed or not (
+        if type(rng).seed is not _GENUINE["seed"] or not (
                 a is None or type(a) in (int, float, str, bytes, bytearray) or isinstance(a, NumberProxy)):
             raise _refusal("random.seed", "a cached call could not reproduce it")
         self._record(rng.seed, (a, version), "random.seed", draws=True, made=lambda _v, _name: None)
 
     def _sample(self, rng: random.Random, population: Any, k: Any, *, counts: Any = None) -> list:
         items = tuple(population) if type(population) in (list, tuple) else population
-        if counts is not None or type(rng).random is not random.Random.random or not _numbers(items):
+        if counts is not None or not _genuine(rng) or not _numbers(items):
             raise needed_value("random.sample")
         k = k.specialize() if isinstance(k, NumberProxy) else k
         return self._record(rng.sample, (items, k), "random.sample", draws=True,
                             made=lambda value, name_of: [name_of(v) for v in value])
 
     def _shuffle(self, rng: random.Random, x: Any) -> None:
-        if type(x) is not list or type(rng).random is not random.Random.random or not _numbers(x):
+        if type(x) is not list or not _genuine(rng) or not _numbers(x):
             raise needed_value("random.shuffle")
         shuffle = types.MethodType(shuffled, rng)  # a method of ``rng``, as the draws' are
         shuffled_items = self._record(shuffle, (tuple(x),), "random.shuffle", draws=True,
@@ -267,7 +267,7 @@ class PerCallReads:
                 if not all(type(v) in (int, float) for v in _items(args[0])):
                     raise needed_value("random.choice")
                 args = (tuple(_items(args[0])), *args[1:])
-            if kwargs or type(rng).random is not random.Random.random or not all(
+            if kwargs or not _genuine(rng) or not all(
                     type(a) in (int, float, tuple, type(None)) or isinstance(a, NumberProxy) for a in args):
                 raise _refusal(f"random.{name}", "a cached call could not reproduce it")
             return self._record(method, args, f"random.{name}", draws=True)
@@ -301,6 +301,29 @@ class PerCallReads:
             if state is not None:  # (a generator the pass made is seeded again by the computation)
                 generator.setstate(state)
         self._drawn.clear()
+
+
+# Note [A generator whose draws are its own]
+# A draw made whole, a sample or a shuffle is made twice on the first call: while tracing, then by the
+# computation, after the generator's state was put back (``restore``). That holds for a generator whose
+# numbers come from its own state. A class attribute replaced (``mock.patch('random.Random.random')``,
+# whose ``side_effect`` lists the draws), an instance's own (``g.random = xs.pop``), or a variate the one
+# drawn calls replaced (``mock.patch('random.Random.gammavariate')`` under ``betavariate``) is not such
+# state: the second draw took the next numbers, a wrong value or an outcome check failing on the call that
+# made the trace (test_random's TestDistributions jitted: ``gammavariate``, ``betavariate`` JC-T002,
+# ``test_avg_std`` IndexError; /tmp/cpy53-probes/p5c.py). The class's methods are compared with the
+# standard library's own, taken when this module is imported (while patched, ``random.Random.random`` is
+# the mock; the lookasides are keyed by them too), the instance must have none of its own, and otherwise
+# the call is refused: it runs eagerly.
+_GENUINE = {name: getattr(random.Random, name)
+            for name in ("random", "getrandbits", "_randbelow", "seed", "sample", "shuffle", *_WHOLE_DRAWS)}
+
+
+def _genuine(rng: random.Random) -> bool:
+    """Whether ``rng``'s draws come from its own state (Note [A generator whose draws are its own])."""
+    t = type(rng)
+    own = getattr(rng, "__dict__", None) or {}
+    return all(getattr(t, name, None) is f and name not in own for name, f in _GENUINE.items())
 
 
 def _state(rng: random.Random) -> tuple | None:

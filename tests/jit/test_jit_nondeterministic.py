@@ -494,3 +494,35 @@ def test_a_generator_made_in_the_function_draws_as_eager() -> None:
     jfn = jitcore.jit(_gauss)
     for seed in (1, 2, 3, 2):
         assert_same(jfn(seed), _gauss(seed))
+
+
+def _patched_draws(x: torch.Tensor) -> tuple[float, list[float], int, torch.Tensor]:
+    """Variates of a generator whose ``random`` is not its own: the class's patched with a mock that lists
+    the draws, an instance's replaced by a list's ``pop``, and a variate the one drawn calls patched
+    (test_random's TestDistributions)."""
+    from unittest import mock
+
+    with mock.patch("random.Random.random") as drawn:
+        drawn.side_effect = [0.45, 0.2, 0.3, 0.9, 0.1, 0.6]
+        variate = random.gammavariate(1.1, 2.3)
+        calls = drawn.call_count
+    with mock.patch("random.Random.gammavariate") as gamma:
+        gamma.side_effect = [0.0, 0.5, 0.25]
+        betas = [random.betavariate(2.7, 3.1), random.betavariate(2.7, 3.1)]
+    rng = random.Random(5)
+    rng.random = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3].pop
+    popped = [rng.expovariate(1.5), rng.paretovariate(5.0), rng.weibullvariate(1.0, 3.0), *betas]
+    return variate, popped, calls, x + 1
+
+
+def test_a_generator_whose_random_is_not_its_own_gives_eagers_draws() -> None:
+    """A variate drawn whole is made twice on the first call (tracing, then the computation after the
+    generator's state was put back): a ``random`` that is not the generator's own state (a mock's
+    ``side_effect``, an instance's ``pop``) gave its next numbers the second time, a wrong value or JC-T002
+    (test_random's TestDistributions jitted; Note [A generator whose draws are its own])."""
+    eager = _patched_draws(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the eager entry's
+        jitted = jitcore.jit(_patched_draws)(X)
+    assert jitted[:3] == eager[:3]
+    torch.testing.assert_close(jitted[3], eager[3])
