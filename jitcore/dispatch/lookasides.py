@@ -132,14 +132,15 @@ def isinstance_of(obj: Any, cls: Any) -> bool:
             return issubclass(number, cls) or _interpreted_isinstance(obj, cls)
         except TypeError:  # not a class: isinstance's own error
             return _interpreted_isinstance(obj, cls)
-    if isinstance(obj, TextProxy):
+    t = builtins.type(obj)  # (not isinstance: it reads ``__class__``, which a class may compute)
+    if issubclass(t, TextProxy):
         return _interpreted_isinstance("", cls)
-    if isinstance(obj, Proxy):
+    if issubclass(t, Proxy):
         if builtins.type(cls) is tuple:
             return any(isinstance_of(obj, c) for c in cls)
         if issubclass(obj.python_type, cls):
             return True
-        if isinstance(obj, TensorProxy) and _checks_instances(builtins.type(cls)):  # nn.Parameter: _is_param
+        if issubclass(t, TensorProxy) and _checks_instances(builtins.type(cls)):  # nn.Parameter: _is_param
             return _interpreted_isinstance(obj, cls)
         return False
     return _interpreted_isinstance(obj, cls)
@@ -214,16 +215,22 @@ def super_of(*args: Any, **kwargs: Any) -> Any:
         args = super_arguments()
     if len(args) == 2 and not kwargs:
         cls, first = args
-        if isinstance(first, Proxy) and not isinstance(first, SubclassTensorProxy) and isinstance(cls, type) \
-                and issubclass(first.python_type, cls):
+        if _plain_proxy(first) and isinstance(cls, type) and issubclass(first.python_type, cls):
             return ProxySuper(cls, first)  # a subclass proxy is an instance of its class: the builtin serves
     return super(*args, **kwargs)
 
 
+def _plain_proxy(obj: Any) -> bool:
+    """Whether ``obj`` is a proxy and not a subclass tensor's, by its type (``isinstance`` reads the
+    ``__class__`` of the program's object, which its class may compute: inspect.getattr_static's
+    test_class_as_property)."""
+    t = builtins.type(obj)
+    return issubclass(t, Proxy) and not issubclass(t, SubclassTensorProxy)
+
+
 def _slot_field(descriptor: Any, obj: Any) -> str | None:
     """The field a member descriptor of the user's class names on a proxy of that class, or None."""
-    if isinstance(obj, Proxy) and not isinstance(obj, SubclassTensorProxy) \
-            and isinstance(descriptor, types.MemberDescriptorType) \
+    if _plain_proxy(obj) and isinstance(descriptor, types.MemberDescriptorType) \
             and issubclass(obj.python_type, descriptor.__objclass__):
         return descriptor.__name__
     return None

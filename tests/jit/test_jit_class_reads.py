@@ -74,3 +74,50 @@ def test_attribute_reads_the_program_makes_are_all_its_class_sees() -> None:
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1]
     assert sys.modules.get("m") is None
+
+
+def _class_property_reads(x: torch.Tensor) -> tuple[list, torch.Tensor]:
+    """How many times a ``__class__`` property runs for each of a few reads of an object (test_inspect's
+    TestGetattrStatic.test_class_as_property)."""
+    import inspect
+
+    reads: list[int] = []
+
+    class Base:
+        __slots__ = ("s",)
+        foo = 3
+
+        def hello(self) -> str:
+            return "base"
+
+    class Something(Base):
+        __slots__ = ("__dict__",)
+
+        @property
+        def __class__(self) -> type:  # noqa: PLR6301 - a property computing the class is the case
+            reads.append(1)
+            return object
+
+        def hello(self) -> str:
+            return super().hello()
+
+    obj = Something()
+    obj.s = 4
+    out = []
+    for step in (lambda: inspect.getattr_static(obj, "foo"), lambda: isinstance(obj, int),
+                 lambda: isinstance(obj, Base), obj.hello, lambda: Base.s.__get__(obj),
+                 lambda: super(Something, obj).hello(), lambda: isinstance(obj, (str, bytes))):
+        before = len(reads)
+        out.append((step(), len(reads) - before))
+    return out, x + 1
+
+
+def test_a_class_computed_by_a_property_is_read_as_eagerly() -> None:
+    """The jit's ``isinstance``, ``super`` and slot lookasides asked ``isinstance(obj, Proxy)`` of the
+    program's object, which runs a ``__class__`` property where ``type(obj)`` does not match: one to two
+    reads more than eagerly for each (``inspect.getattr_static`` read it, where eagerly it never does)."""
+    x = torch.ones(2)
+    eager = _class_property_reads(x)
+    jitted = jitcore.jit(_class_property_reads)(x)
+    assert jitted[0] == eager[0]
+    torch.testing.assert_close(jitted[1], eager[1])
