@@ -188,7 +188,7 @@ NATIVE_COUNTS_311 = {
     "test_type_annotations": 10, "test_type_comments": 16, "test_dict_version": 22, "test_pkg": 8,
     "test_robotparser": 60, "test_pyexpat": 39, "test_urllib_response": 4, "test_charmapcodec": 4,
     "test_http_cookies": 26, "test_shelve": 182, "test_dbm_dumb": 24, "test_wsgiref": 35,
-    "test_wave": 90, "test_filecmp": 9,
+    "test_wave": 90, "test_filecmp": 9, "datetimetester": 470,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
