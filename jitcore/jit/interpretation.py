@@ -437,6 +437,7 @@ class Pass(StateReads):
             **pickler_lookasides(),  # Note [A C pickler's dump of the program's objects]
         })
         lookasides[len] = self.measured.len_lookaside(lookasides.get(len, len))
+        lookasides[globals] = self.globals_lookaside(builtin_lookasides()[globals])  # Note [The program's ...
         lookasides[type] = self.snapshots.made_here.classes_of(  # classes it makes: jit/made_functions.py
             self.type_lookaside(lookasides.get(type, type)))  # Note [The class of a caller's object]
         # ``id(t)``/``hash(t)`` of a caller's tensor: its own id (Note [The id of a caller's tensor])

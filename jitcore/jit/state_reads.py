@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
+from jitcore.interpreter import current_run
 from jitcore.ir import Proxy
 from jitcore.jit import appends
 from jitcore.jit.appends import only_appended_to, subscripted_by
@@ -183,12 +184,21 @@ class StateReads:
             return value  # Note [Builtins read again]
         root = Path(Root("bound", f"{globals_.get('__name__', '?')}.__dict__", globals_))
         self.snapshots.take(globals_, root)
+        if name in globals_ and self.snapshots.written(globals_, name, value):
+            return value  # stored by the program in this pass (Note [A global the program made])
         if name in globals_:
             return self._bind_state(frame, value, root.key(name), name)
         # a builtin, as long as no global shadows it: one guard per name (Note [One absence per name])
         self.provenance.guard(root, "absent", name, per_expected=True)
         self.absent_globals.setdefault(id(globals_), (globals_, set()))[1].add(name)
         return value
+
+    # Note [A global the program made]
+    # ``global n; n = 7; return x * n`` where ``n`` did not exist: the load after the store bound the value at
+    # the globals' path as the call's state (a number there: an input read at the call's start, where the
+    # name is absent), so every call raised KeyError from reading the input (/tmp/eff53-probes/
+    # globals_dbg3.py). A global the program stored in this pass is its own value, as an attribute or an
+    # item it stored is (``StateSnapshots.written``); a proxy stored there was already.
 
     # Note [Builtins read again]
     # Every load of a builtin (``len``, ``hash``, ``isinstance``) in the program's code made the globals'
@@ -251,6 +261,33 @@ class StateReads:
             klass = inner(*args, **kwargs)
             return self.class_of(args[0], klass) if len(args) == 1 and not kwargs else klass
         return type_
+
+    # Note [The program's globals() dict]
+    # ``globals()`` gave the program the module's dict as a plain object of no path: what it read through
+    # it (``globals().get("n", 0)``, ``globals()["n"]``) was a constant of the trace that no guard watched,
+    # and what it stored there (``globals()["n"] = ...``) no effect the entry replayed: a counter kept in
+    # the globals gave eager's 1, 2, 3, ... and jit's 1, 1, 1, and a store then a read by name raised
+    # KeyError on every call (/tmp/eff53-probes/globals_dbg2.py). The dict is the namespace a global load
+    # reaches (Note [A module's attributes written], jit/code_kinds.py), at the same path, bound as a dict
+    # read at computed keys (Note [A dict read at a computed key], jit/appends.py: its names guarded, so a
+    # name ``get`` found absent is seen once there), its items read bound as any state dict's (guarded, a
+    # counter dynamic) and its stores effects.
+    # The globals of library code (torch's, the standard library's) and of a namespace the program made
+    # stay as they were.
+    def globals_lookaside(self, inner: Any) -> Any:
+        """``globals`` for the program: ``inner``'s answer, remembered at its path where the calling frame is
+        the program's (Note [The program's globals() dict])."""
+        def globals_(*args: Any, **kwargs: Any) -> Any:
+            namespace = inner(*args, **kwargs)
+            run = current_run()
+            frame = run.frames[-1] if run is not None and run.frames else None
+            if type(namespace) is dict and frame is not None and frame.globals is namespace \
+                    and not is_library_file(frame.code.co_filename) \
+                    and not self._namespace_made_while_tracing(frame):
+                name = namespace.get("__name__", "?")  # guarded by its names: ``get`` of one absent
+                self.provenance.bind_keyed_dict(namespace, Path(Root("bound", f"{name}.__dict__", namespace)))
+            return namespace
+        return globals_
 
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
         if name == "__class__":

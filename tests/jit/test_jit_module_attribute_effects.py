@@ -125,3 +125,40 @@ def test_a_module_the_program_makes_is_its_own() -> None:
     for _ in range(3):
         x = torch.randn(2)
         assert_same(jf(x), f(x))
+
+
+# --- the module's own globals written and read by the program (Notes [The program's globals() dict] and [A
+# global the program made], jitcore/jit/state_reads.py)
+
+_GLOBALS_PROGRAMS = {
+    "globals_subscript": "def f(x):\n    globals()['n'] = globals().get('n', 0) + 1\n"
+                         "    return x * globals()['n']\n",
+    "globals_held": "def f(x):\n    d = globals()\n    d['n'] = d.get('n', 0) + 1\n    return x * d['n']\n",
+    "global_from_get": "def f(x):\n    global n\n    n = globals().get('n', 0) + 1\n    return x * n\n",
+    "stored_then_named": "def f(x):\n    globals()['n'] = 7\n    return x * n\n",
+    "global_made": "def f(x):\n    global n\n    n = 7\n    return x * n\n",
+}
+
+
+@pytest.mark.parametrize("source", list(_GLOBALS_PROGRAMS.values()), ids=list(_GLOBALS_PROGRAMS))
+@pytest.mark.parametrize("start", [None, 0], ids=["absent", "zero"])
+def test_the_modules_globals_the_program_writes_are_the_modules(source: str, start: Any, imported) -> None:
+    """Before: ``globals()`` handed the program the module's dict as no state: its reads constants of the
+    trace, its stores no effect (eager 1, 2, 3, ...; jit 1, 1, 1, the module's ``n`` stuck at 1); a global
+    the program created, then read by name, raised KeyError on every call (/tmp/eff53-probes/
+    globals_dbg2.py)."""
+    modules = imported("user_eager_globals"), imported("user_jit_globals")
+    code = compile(source, "<globals_program>", "exec").co_consts[0]
+    eager, jitted = (types.FunctionType(code, vars(m)) for m in modules)
+    if start is not None:
+        for m in modules:
+            m.n = start
+    jf = jitcore.jit(jitted)
+    for i in range(6):
+        if i == 4:
+            for m in modules:
+                m.n = 10
+        x = torch.randn(3)
+        assert_same(jf(x), eager(x))
+        assert vars(modules[1]).get("n") == vars(modules[0]).get("n")
+    assert jitcore.cache_misses(jf) <= 3
