@@ -187,17 +187,29 @@ def stores_items(fn: Any) -> bool:
 # dynamic number (a counter), C was handed the values of the numbers (``specialize_all``), which made a
 # copy of the dict, and the write went into that copy: ``s["k"]`` read back the old value, the entry
 # replayed no store, and every call after it returned the first call's answer (eager 2, 3, 4, ...; jit 1,
-# 1, 1: /tmp/eff53-probes/setitem_dbg2.py). For an exact dict or list, ``operator.setitem``/``delitem``
-# call the type's own slot, so the call is made as ``dict.__setitem__(s, k, v)`` is: the container handed
-# on as the program's own, a number stored a name, the store noted (Note [Writes of the same object]).
+# 1, 1: /tmp/eff53-probes/setitem_dbg2.py; ``operator.ior(s, {"n": ...})`` alike: wide2.py). For an exact
+# dict, list or set, ``operator.setitem``/``delitem`` and the in-place operators call the type's own slot,
+# so the call is made as ``dict.__setitem__(s, k, v)`` is: the container handed on as the program's own, a
+# number stored a name.
+_ITEM_SLOTS = (  # the operator function, its slot, the exact types it is the slot of here
+    (operator.setitem, "__setitem__", (dict, list)), (operator.delitem, "__delitem__", (dict, list)),
+    (operator.ior, "__ior__", (dict, set)), (operator.iand, "__iand__", (set,)),
+    (operator.isub, "__isub__", (set,)), (operator.ixor, "__ixor__", (set,)),
+    (operator.iadd, "__iadd__", (list,)), (operator.imul, "__imul__", (list,)),
+)
+
+
 def as_item_slot(fn: Any, args: tuple, kwargs: dict) -> Any:
-    """``type(c).__setitem__``/``__delitem__`` for ``operator.setitem``/``delitem`` of an exact dict or
-    list ``c`` (Note [An item set by operator.setitem]); ``fn`` for any other call (compared by identity:
-    a callable may hash what it refers to)."""
-    slot = "__setitem__" if fn is operator.setitem else "__delitem__" if fn is operator.delitem else None
-    if slot is None or kwargs or not args or type(args[0]) not in (dict, list):
+    """``type(c).__setitem__`` (``__delitem__``, ``__ior__``, ...) for ``operator.setitem(c, ...)`` (and its
+    other functions that change ``c`` in place) of an exact dict, list or set ``c`` (Note [An item set by
+    operator.setitem]); ``fn`` for any other call (compared by identity: a callable may hash what it refers
+    to)."""
+    if kwargs or not args:
         return fn
-    return getattr(type(args[0]), slot)
+    for function, slot, types_ in _ITEM_SLOTS:
+        if fn is function:
+            return getattr(type(args[0]), slot) if type(args[0]) in types_ else fn
+    return fn
 
 
 # Note [A list C is handed is the program's]

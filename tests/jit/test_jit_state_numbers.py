@@ -336,10 +336,15 @@ def _set_an_item_of_a_list(s: list, x: torch.Tensor) -> torch.Tensor:
     return x * s[0]
 
 
+def _merged_by_operator(s: dict, x: torch.Tensor) -> torch.Tensor:
+    operator.ior(s, {"k": s.get("k", 0) + 1})
+    return x * s["k"]
+
+
 @pytest.mark.parametrize(("fn", "make"), [
     (_set_by_operator, dict), (_set_a_constant_by_operator, lambda: {"k": 1}),
-    (_set_an_item_of_a_list, lambda: [0, 1]),
-], ids=["counter", "constant", "list"])
+    (_set_an_item_of_a_list, lambda: [0, 1]), (_merged_by_operator, dict),
+], ids=["counter", "constant", "list", "ior"])
 def test_an_item_set_by_operator_setitem_is_the_callers(fn, make) -> None:
     """Before: once the item was a dynamic number, C wrote into a copy of the dict made to hand it the
     numbers' values: the store was lost and the read gave the old value (a counter: eager 1, 2, 3, ...,
