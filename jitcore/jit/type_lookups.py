@@ -39,14 +39,17 @@ class TypeLookups:
         if names is None or name in names:
             return
         mro = t.__mro__
-        if names == ():
-            if all(is_library_class(klass) for klass in mro):
-                self._type_lookups[t] = None
-                return
-            names = self._type_lookups[t] = set()
+        if names == () and all(is_library_class(klass) for klass in mro):
+            self._type_lookups[t] = None
+            return
         pinned = self._pinned_classes(obj, mro)
         if not pinned:
-            return  # not remembered: an object with a path may meet the class later
+            # not remembered: an object with a path may meet the class later, and a class the program made
+            # and dropped is freed as eagerly (the key would hold it to the pass's end: 3.13's test_inspect
+            # TestGetattrStatic.test_cache_does_not_cause_classes_to_persist jitted)
+            return
+        if names == ():
+            names = self._type_lookups[t] = set()
         names.add(name)
         owner = next((klass for klass in mro if name in vars(klass)), None)
         if owner is not None and owner in pinned:

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import jitcore
+from jitcore.jit.type_lookups import TypeLookups
 
 
 def _program(kind: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], type, str, Any]:
@@ -208,3 +209,44 @@ def test_a_search_that_changes_the_list() -> None:
     actual = jitcore.jit(program)(torch.ones(2))
     assert actual[0].tolist() == expected[0].tolist() and actual[1] == expected[1]
     assert log == eager_log == [0, 1]
+
+
+class _Lookups(TypeLookups):
+    """``TypeLookups`` over objects none of which has a path (all of them made by the program)."""
+
+    def __init__(self) -> None:
+        self._type_lookups: dict = {}
+        self.bound: list = []
+
+    def path_of(self, obj: Any) -> None:
+        return None
+
+    def bind_state(self, value: Any, path: Any, name: str) -> None:
+        self.bound.append(name)
+
+    def guard(self, *args: Any, **kwargs: Any) -> None:
+        self.bound.append(args)
+
+
+def test_a_class_the_program_made_is_not_held_by_its_lookups() -> None:
+    """A special method looked up on a class the program made, for an object without a path, pins nothing
+    and remembers nothing of the class: its key in the pass's table held it to the pass's end, so a class
+    the program made and dropped outlived ``gc.collect()`` (3.13's test_inspect
+    TestGetattrStatic.test_cache_does_not_cause_classes_to_persist jitted; Note [A special method is looked
+    up on the class])."""
+    import gc
+    import weakref
+
+    lookups = _Lookups()
+
+    class Made:
+        def __len__(self) -> int:
+            return 0
+
+    obj = Made()
+    lookups.bind_type_lookup(obj, Made, "__len__")
+    watch = weakref.ref(Made)
+    del Made, obj
+    gc.collect()
+    assert watch() is None
+    assert lookups.bound == []
