@@ -590,9 +590,14 @@ def _diff(obj: Any, path: Path, before: Any, after: Any, written: set[Any] = fro
     effects = [Effect(path, deleter, k, None) for k in old if k not in new]
     effects += [_item_set(path, setter, k, v) for k, v in new.items()
                 if dict.get(old, k, MISSING) is not v or _noted(k, written)]
-    if kind == "dict" and list(new) != [*(k for k in old if k in new), *(k for k in new if k not in old)]:
-        # reordered (a key popped and set again, ``move_to_end``), which item effects do not say
-        effects.append(Effect(path, "order", None, tuple(plain_key(k) for k in new)))
+    kept_order = [*(k for k in old if k in new), *(k for k in new if k not in old)]
+    if kind in ("dict", "attrs") and list(new) != kept_order:
+        # reordered (a key popped and set again, ``move_to_end``; ``del o.n; o.n = v``), which item effects do
+        # not say: an instance's own ``__dict__`` (its order is what ``vars(o)`` shows) is reordered as a dict
+        if kind == "dict":
+            effects.append(Effect(path, "order", None, tuple(plain_key(k) for k in new)))
+        elif type(getattr(obj, "__dict__", None)) is dict and not isinstance(obj, type):
+            effects.append(Effect(path.attr("__dict__"), "order", None, tuple(new)))
     return effects
 
 

@@ -526,3 +526,30 @@ def test_in_place_operators_on_state_tensors_are_recorded():
         x = torch.full((2,), float(i))
         assert_same(jf(x), program(eager_state)(x))
         assert_same(jit_state[key]["step"], eager_state[key]["step"])
+
+
+class _Ordered:
+    def __init__(self) -> None:
+        self.n, self.log = 0, []
+
+
+def test_an_attribute_deleted_and_set_again_goes_last_as_eagerly() -> None:
+    """``del o.n; o.n = v`` moves ``n`` to the end of ``vars(o)``. Before: the entry replayed the store
+    alone, and the caller's object kept ``n`` first (eager ['log', 'n'], jit ['n', 'log']:
+    /tmp/eff53-probes/del_set_order.py)."""
+
+    def f(o: _Ordered, x: torch.Tensor) -> torch.Tensor:
+        del o.n
+        o.n = 5
+        return x * o.n
+
+    mine, twin = _Ordered(), _Ordered()
+    jf = jitcore.jit(f)
+    for i in range(4):
+        if i == 2:
+            mine.__dict__ = {"n": 1, "log": []}
+            twin.__dict__ = {"n": 1, "log": []}
+        x = torch.randn(2)
+        assert_same(jf(mine, x), f(twin, x))
+        assert list(vars(mine).items()) == list(vars(twin).items())
+    assert jitcore.cache_misses(jf) == 1
