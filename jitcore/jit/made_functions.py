@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -30,10 +31,14 @@ __all__ = ["MadeHere", "function_parts", "refused_class", "remake_function"]
 
 
 class MadeHere:
-    """The functions and classes one pass made (kept alive with it, so that their ids stay theirs)."""
+    """The functions and classes one pass made, by id, held weakly: an entry goes with its object, so an id
+    is never another object's, and a function or class the program dropped is freed as eagerly (held to the
+    pass's end, a class made and dropped outlived ``gc.collect()``: test_ordered_dict's
+    test_reference_loop, test_functools' test_lru_cache_weakrefable, 3.13 test_inspect's
+    test_cache_does_not_cause_classes_to_persist jitted)."""
 
     def __init__(self) -> None:
-        self._made: dict[int, Any] = {}
+        self._made: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
     def note(self, obj: Any) -> None:
         """``obj``, a function or class, was made by the program in this pass."""

@@ -301,3 +301,34 @@ def test_an_object_a_c_call_raised_over_is_freed_once_the_error_is_dropped() -> 
     x = torch.ones(2)
     assert _freed_after_a_caught_c_error(x)[0]
     assert jitcore.jit(_freed_after_a_caught_c_error)(x)[0]
+
+
+def _a_class_made_and_dropped(x: torch.Tensor) -> tuple[bool, bool, torch.Tensor]:
+    import gc
+    import weakref
+
+    class Made:
+        pass
+
+    Made.instance = Made()
+    watch = weakref.ref(Made)
+
+    def made() -> int:
+        return 1
+
+    watch_function = weakref.ref(made)
+    del Made, made
+    gc.collect()
+    return watch() is None, watch_function() is None, x + 1
+
+
+def test_a_class_or_function_the_program_made_and_dropped_is_freed() -> None:
+    """A class or function the program made and dropped is freed at ``gc.collect()``, as eagerly: the pass's
+    record of what the program made held it to the pass's end (test_ordered_dict's test_reference_loop,
+    test_functools' test_lru_cache_weakrefable, 3.13 test_inspect's
+    test_cache_does_not_cause_classes_to_persist jitted; jit/made_functions.py MadeHere)."""
+    x = torch.ones(2)
+    eager = _a_class_made_and_dropped(x)
+    jitted = jitcore.jit(_a_class_made_and_dropped)(x)
+    assert jitted[:2] == eager[:2] == (True, True)
+    torch.testing.assert_close(jitted[2], eager[2])
