@@ -245,7 +245,7 @@ class PrologueBuilder:
         self._inputs = [p for i, p in enumerate(self._inputs) if i not in positions]
         self._input_names = [n for i, n in enumerate(self._input_names) if i not in positions]
 
-    def pin_layout(self, path: Path, strides: tuple[int, ...], storage_offset: int) -> None:
+    def pin_layout(self, path: Path, strides: tuple[int | None, ...], storage_offset: int | None) -> None:
         """Make the tensor guard at ``path`` check the input's strides and storage offset too (a
         trace recorded after the guards were made relied on them: the grad transform's)."""
         for i, guard in enumerate(self.guards):

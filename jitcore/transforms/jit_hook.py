@@ -67,7 +67,7 @@ class Differentiated:
     traces: list[Trace]
     backward_traces: list[Trace]
     inputs: list[tuple[Path, str]]
-    layouts: list[tuple[Path, tuple[int, ...], int]]
+    layouts: list[tuple[Path, tuple[int | None, ...], int | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,17 +241,15 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         raise
     # with symbolic sizes, the layout the replay's shadows had (symbolic_sizes.py): its own storage offset
     shadows = [a if sizes is not None else p for p, a in zip(trace.args, grad.forward.args)]
-    layouts = [
-        (path, tuple(replayed.shadow.stride()), replayed.shadow.storage_offset())
-        for arg, replayed, path in zip(trace.args, shadows, prologue.inputs)  # tensor inputs come first
-        if isinstance(arg, TensorProxy) and grad.layout is not None and grad.layout.relies_on(arg)
-    ]
-    if sizes is not None and any(
-            type(v) is not int for _path, stride, offset in layouts for v in (*stride, offset)):
-        return _pass_1_with_sizes(program)  # a layout guard would hold a symbolic stride
+    relied = [(arg, replayed, path) for arg, replayed, path in zip(trace.args, shadows, prologue.inputs)
+              if isinstance(arg, TensorProxy) and grad.layout is not None and grad.layout.relies_on(arg)]
+    if sizes is not None and not all(_layout_of_pass_1(arg, replayed) for arg, replayed, _path in relied
+                                     if not _is_static(replayed.shadow)):
+        return _pass_1_with_sizes(program)  # Note [A symbolic layout the shape guards check]
+    layouts = [(path, *_static_layout(replayed.shadow)) for _arg, replayed, path in relied]
     first = dict(zip(prologue.inputs, program.first_inputs))  # the traced call's tensor inputs
     if sizes is not None and any(
-            (stride, offset) != (tuple(first[path].stride()), first[path].storage_offset())
+            not _static_layout_of(first[path], stride, offset)
             for path, stride, offset in layouts if path in first):
         # the replay relied on a layout its shadow has and the traced call's input has not (an offset
         # into a larger storage): guarded so, the entry would answer no call like the one it traced
@@ -281,6 +279,50 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
 
 
 _TEXTS = ("print", "log", "dispatch_log", "warn")  # effects that format values when replayed
+
+
+# Note [A symbolic layout the shape guards check]
+# With symbolic sizes, the replay's shadow of an input has pass 1's symbolic strides (``s0, 1`` for a
+# ``(2, s0)`` index tensor, ``8*s0, 8, 1`` for a ``(2, s0, 8)`` activation), and a record of the grad
+# transform may rely on them: a wrapper's dispatch that flattens a 3-d activation for ``addmm``
+# records ``aten.view(x, [2*s0, 8])``; ``E.q[ids]`` of an int8 embedding's dispatch records index ops
+# whose backward views ``ids``'s layout. Such an entry ran pass 1 under torch's autograd instead, and
+# every warm call ran the subclass's ``__torch_dispatch__`` (an int8 weight's ``aten.t`` in each
+# ``nn.Linear`` of a transformer called on growing prompts with grad on). But a symbolic stride or
+# storage offset of an input is checked already: the prologue's shape guards are the ShapeEnv's own
+# (``produce_guards`` over every dynamic input's sizes, strides and offset: ``args[0].stride()[0] ==
+# args[0].shape[1]``). What is left to pin is the static part, as ``TensorSpec.of`` leaves symbolic
+# entries to the shape guards (None). That holds where the replay's shadow has pass 1's layout, the
+# same expressions; otherwise the entry runs pass 1 as before.
+def _layout(shadow: torch.Tensor) -> tuple[tuple[Any, ...], Any]:
+    return tuple(shadow.stride()), shadow.storage_offset()
+
+
+def _is_static(shadow: torch.Tensor) -> bool:
+    strides, offset = _layout(shadow)
+    return all(type(v) is int for v in (*strides, offset))
+
+
+def _layout_of_pass_1(arg: TensorProxy, replayed: Any) -> bool:
+    """Whether the replay's shadow of the input ``arg`` has pass 1's strides and storage offset (the
+    same numbers, the same symbolic expressions)."""
+    (strides, offset), (replayed_strides, replayed_offset) = _layout(arg.shadow), _layout(replayed.shadow)
+    return len(strides) == len(replayed_strides) and all(
+        type(a) is type(b) and (a == b if type(a) is int else a.node.expr == b.node.expr)
+        for a, b in zip((*strides, offset), (*replayed_strides, replayed_offset)))
+
+
+def _static_layout(shadow: torch.Tensor) -> tuple[tuple[int | None, ...], int | None]:
+    """The strides and storage offset of ``shadow``, a symbolic one None (left to the shape guards)."""
+    strides = tuple(s if type(s) is int else None for s in shadow.stride())
+    offset = shadow.storage_offset()
+    return strides, offset if type(offset) is int else None
+
+
+def _static_layout_of(t: torch.Tensor, strides: tuple[int | None, ...], offset: int | None) -> bool:
+    """Whether ``t`` has the static part of a layout (``_static_layout``)."""
+    same_strides = all(s is None or s == v for s, v in zip(strides, t.stride()))
+    return same_strides and offset in (None, t.storage_offset())
 
 
 def _transformed(program: Any, trace: Trace, flags: list, sizes: Any,
