@@ -268,7 +268,9 @@ class JittedFunction:
                 return self.fn(*args, **kwargs)
             entry = self._eager_entry(outcome.reason, traced) if isinstance(outcome, Eager) else outcome
             if entry.this_call_only is not None:  # Note [A cached function that raised, caught]
-                self._add(self._eager_entry(entry.this_call_only, entry.prologue), args, reasons)
+                traced = Prologue(guards=lru_caches.without_entries(entry.prologue.guards),
+                                  state=entry.prologue.state)
+                self._add(self._eager_entry(entry.this_call_only, traced), args, reasons)
             else:
                 self._add(entry, args, reasons)
         if entry.eager_reason is not None:  # FSDP2's units run jitted (Note [FSDP2: hooks eager, ...])

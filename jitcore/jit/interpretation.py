@@ -658,7 +658,7 @@ class Pass(StateReads):
         if type(fn) is LRU_WRAPPER and (cached := self.lru_calls.call(fn, args, kwargs)) is not NOT_HANDLED:
             return cached  # Note [A cached function's call] (jit/lru_caches.py)
         if is_cache_clear(fn):  # Note [A cache cleared inside the program] (jit/lru_caches.py)
-            raise self.lru_calls.clear_refused(fn, args)
+            return self.lru_calls.clear(fn, args)
         if is_cache_info(fn) and not kwargs:  # Note [A cached function's counts] (jit/lru_caches.py)
             return self.lru_calls.info(fn, args, self.per_call)
         if (writes := written_keys(fn, args, kwargs)) is not None:  # Note [Writes of the same object]

@@ -40,7 +40,7 @@ from jitcore.proxies.tensor import PlainTensorProxy
 
 __all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "RECORDED", "CacheInfoRead", "LruCalls",
            "cache_dict", "is_cache_clear", "is_cache_info", "lru_key", "made_by_runs", "new_call", "one_call",
-           "replay_lru_call"]
+           "replay_lru_call", "without_entries"]
 
 # Note [A cached function's call]
 # ``functools.lru_cache`` is C's ``_lru_cache_wrapper``: it calls the wrapped function natively on a miss,
@@ -177,12 +177,17 @@ def _caches_nothing(wrapper: Any) -> UnsupportedOperationError:
 # trace made again on every call (the entry's guard failing), a computation that read a result the
 # clear had removed (its first run, a tensor result: a crash), or, the clear first, a trace that kept
 # the first result and never ran the function again (eager runs it on every call: its effects and
-# ``cache_info()`` differed, and its answer too once what it read changed). Refused before it clears:
-# the call runs eagerly (JC-T001), and so do calls like it. The eager entry's guards leave out this
-# cache's entries, which the program empties (the entry a lookup before the clear traced is gone at the
-# next call's start: kept, that guard failed on every call, which traced again up to the clear). The
-# pass's lookups before it were made natively (a miss ran the function then): eager's run of the call
-# finds their entries; ``cache_clear`` resets ``cache_info()``, so the counts after the call are eager's.
+# ``cache_info()`` differed, and its answer too once what it read changed). So calls like it run eagerly
+# (JC-T001, an eager entry), whose guards leave out this cache's entries, which the program empties (the
+# entry a lookup before the clear traced is gone at the next call's start: kept, that guard failed on
+# every call, which traced again up to the clear). The call whose pass made it is answered by its trace
+# (Note [A cached function that raised, caught]): the clear is made natively, once per call of the program
+# (a later pass of the call takes it as made), and the pass goes on as eager does. Refused then and run
+# again eagerly, the pass's lookups before it had been made natively: the eager run found their entries
+# (a hit counted where eager missed), and what the function wrote to an object the program had read
+# before was put back with the pass's snapshots and not written again (/tmp/eff53-probes/
+# lru_clear_variants.py). Still refused before it clears, and run eagerly: a clear after a lookup whose
+# result is no plain value (a tensor is an input the first run reads from the entry the clear removes).
 def is_cache_clear(fn: Any) -> bool:
     """Whether ``fn`` is a cached function's ``cache_clear`` (bound, or C's method descriptor)."""
     return fn is _CLEAR or (type(fn) is _BOUND_CLEAR and type(getattr(fn, "__self__", None)) is LRU_WRAPPER
@@ -190,6 +195,7 @@ def is_cache_clear(fn: Any) -> bool:
 
 
 _CLEAR = LRU_WRAPPER.cache_clear
+_CLEAR_KEY = object()  # the key of a ``cache_clear()`` among a call's native calls
 _BOUND_CLEAR = type(functools.cache(len).cache_clear)
 
 
@@ -221,6 +227,14 @@ class CacheEntries:
 
     def __repr__(self) -> str:
         return f"<entries of {getattr(self.wrapper, '__qualname__', 'a cache')}>"
+
+
+def without_entries(guards: tuple) -> list:
+    """``guards`` but those that read a cache's entries: the guards of the eager entry filed for the calls
+    after one its trace answered (Note [A cached function that raised, caught]), which run the program
+    eagerly whatever the caches hold (a cleared cache's entries are new objects on every call)."""
+    return [g for g in guards
+            if all(type(path.root.obj) is not CacheEntries for path in (g.path, *g.related))]
 
 
 class _FirstRun:
@@ -400,6 +414,8 @@ class LruCalls:
         self._next = 0  # this pass's next call, as an index of ``_made``
         self._raised: _Made | None = None  # a call that raised, in this pass
         self._info_names: set[str] = set()  # the names of its ``cache_info()`` reads (PerCallReads')
+        self._held_results: set[int] = set()  # wrappers a result of which, no plain value, the pass bound
+        self._cleared: list[Any] = []  # wrappers whose ``cache_clear()`` the program called
 
     def call(self, wrapper: Any, args: tuple, kwargs: dict) -> Any:
         """The wrapper's answer for this call, traced; NOT_HANDLED where the call is left to the net."""
@@ -421,6 +437,8 @@ class LruCalls:
         if entries is None:
             entries = self._entries[id(wrapper)] = CacheEntries(wrapper, cache, bounded=maxsize is not None)
         result = self._made_once(wrapper, key, args, kwargs)
+        if not _is_plain(result):  # an input (a tensor) or an object the trace reads through the entry
+            self._held_results.add(id(wrapper))
         self._record(_FirstRun(self._next - 1, key), wrapper, *recorded)
         path = Path(Root("bound", f"{getattr(wrapper, '__qualname__', 'cache')}.cache", entries)).key(key)
         self._provenance.guard(path, "identity", result, per_expected=True)
@@ -441,10 +459,28 @@ class LruCalls:
     # class hashes it with its own Python code (its hash and equality may read anything; they run
     # natively, and the net sees that code run), and an identity-hashed object reached through no path
     # (made by the program, or a constant such as ``typing.Union``, which ``typing``'s own cache keys by).
-    def clear_refused(self, fn: Any, args: tuple) -> UnsupportedOperationError:
+    def clear(self, fn: Any, args: tuple) -> None:
+        """``cache_clear()`` made once per call of the program, natively; the calls after this one refused
+        (Note [A cache cleared inside the program]).
+
+        Raises:
+            UnsupportedOperationError: a result of the cache read before is no plain value (a tensor is an
+                input its first run reads from the entry the clear removes).
+        """
+        wrapper = args[0] if fn is _CLEAR and args else getattr(fn, "__self__", None)
+        if id(wrapper) in self._held_results:
+            raise self.clear_refused(wrapper)
+        self._made_once(wrapper, _CLEAR_KEY, (), {}, call=wrapper.cache_clear)
+        self._cleared.append(wrapper)
+        RECORDED[0] = True
+
+    def clear_refused(self, wrapper: Any) -> UnsupportedOperationError:
         """The refusal of a ``cache_clear()`` call (Note [A cache cleared inside the program]); the pass's
         guards on the cache's entries are dropped."""
-        wrapper = args[0] if fn is _CLEAR and args else getattr(fn, "__self__", None)
+        self._drop_entry_guards(wrapper)
+        return _clear_refused(wrapper)
+
+    def _drop_entry_guards(self, wrapper: Any) -> None:
         entries = self._entries.get(id(wrapper))
         if entries is not None:
             def reads_entries(guard: Any) -> bool:
@@ -452,7 +488,6 @@ class LruCalls:
 
             guards = self._provenance.prologue.guards
             guards[:] = [g for g in guards if not reads_entries(g)]
-        return _clear_refused(wrapper)
 
     def _left_to_the_net(self, value: Any, depth: int = 0) -> bool:
         """Whether C hashes ``value`` (or an item of a tuple it is) with a class's own ``__hash__``/
@@ -511,10 +546,10 @@ class LruCalls:
     # reads it at that point and no later call can replay.
     def caught_refusal(self) -> UnsupportedOperationError | None:
         """The refusal of later calls where a call raised and the program went on (eager calls the function
-        again on every call, C having cached nothing), or None: Note [A cached function that raised,
-        caught]."""
+        again on every call, C having cached nothing), or a cache was cleared, or None: Note [A cached
+        function that raised, caught]."""
         if self._raised is None:
-            return None
+            return _clear_refused(self._cleared[0]) if self._cleared else None
         name = getattr(self._raised.wrapper, "__qualname__", None) or "a cached function"
         return UnsupportedOperationError(
             f"{name} (cached by functools.lru_cache) raised {type(self._raised.error).__name__}, which "

@@ -370,3 +370,32 @@ def test_a_count_the_program_needs_is_the_first_calls_own() -> None:
     jitted, warned = _run_twins(_counts_shown, [(x,)] * 4)
     assert len(warned) == 1 and "cache_info" in warned[0]
     assert jitcore.cache_misses(jitted) == 1
+
+
+def _cleared_after_reads() -> tuple:
+    log: list = []
+    scale = [1.0]
+
+    @functools.cache
+    def table(n: int) -> float:
+        log.append(n)
+        return n * scale[0]
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        before = len(log)
+        y = x * table(2) + table(2)
+        hits = table.cache_info().hits
+        table.cache_clear()
+        return y + hits + before + table(3)
+
+    return program, table, log, scale
+
+
+def test_a_cache_cleared_inside_the_program_is_answered_on_its_first_call() -> None:
+    """Note [A cache cleared inside the program]. Before (/tmp/eff53-probes/lru_clear_variants.py): the
+    first call was run again eagerly after its pass: the lookups the pass had made natively hit (``hits``
+    one more), and the function's append to the log the program had read was undone and not made again."""
+    x = torch.ones(2)
+    jitted, warned = _run_twins(_cleared_after_reads, [(x,), (x,), CLEAR, (x,), (x,)])
+    assert len(warned) == 1 and "cache_clear()" in warned[0]
+    assert jitcore.cache_misses(jitted) == 1
