@@ -65,6 +65,16 @@ class Assembly:
     from_node: tuple[int | None, ...]
     _compiled: Callable[..., Any] | None = field(default=None, repr=False)
 
+    def sized_statically(self) -> bool:
+        """Whether the assembly trace holds no symbolic number (the wrappers' outer sizes and strides,
+        their ctx): it then builds the same wrappers for every call of an entry with symbolic sizes
+        (Note [An assembly with static sizes])."""
+        symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool, Proxy)
+        return not any(
+            isinstance(leaf, symbolic) and not isinstance(leaf, TensorProxy)
+            for b in self.trace.bound_symbols
+            for leaf in optree.tree_leaves((b.args[2:], b.kwargs), none_is_leaf=True))
+
     def build(self, outputs: Sequence[Any], inputs: Sequence[Any], n_inputs: int) -> list[Any]:
         """The tensor outputs of one call from the node's ``outputs`` and the call's ``inputs`` (the
         computation's ``n_inputs`` inputs, then subclass inputs' outer tensors)."""
@@ -135,6 +145,19 @@ def assembly_of(
         for i, out in enumerate(tensor_outputs)
     )
     return Assembly(node_outputs, trace, tuple(sources), positions, from_node)
+
+
+# Note [An assembly with static sizes]
+# An entry with symbolic sizes (a batch that changes between calls) keeps them symbolic through the
+# grad transform only where it can rewrite each SymInt of its records as a number of the computation
+# (Note [Symbolic sizes through the grad transform], symbolic_sizes.py). The assembly trace is no record
+# of the forward: its wrappers' outer sizes and strides are literals, so one of symbolic size could not
+# be built per call, and such an entry runs pass 1 under torch's autograd (every warm call runs the
+# subclass's ``__torch_dispatch__``). Where every size, stride and ctx value the assembly trace holds is
+# a plain number, it builds the same wrappers whatever the call's sizes: a training step over a model
+# with TwoTensor parameters returning ``loss.detach()`` (a 0-d TwoTensor the node hands out as its
+# inner tensors) on changing batch sizes is differentiated, its warm calls running no dispatch (before:
+# 74 dispatches a call).
 
 
 def _assembled(value: TensorProxy, inputs: dict[int, Source]) -> bool:

@@ -566,7 +566,7 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     subclass_proxies = [replay.env.get(id(p)) for p in replay.subclass_inputs]
     assembly = assembly_of(replay.forward, tensor_outputs, subclass_proxies)
     node_outputs = tensor_outputs if assembly is None else assembly.node_outputs
-    if sizes is not None and assembly is not None:  # Note [Subclass outputs the program assembles]
+    if sizes is not None and assembly is not None and not assembly.sized_statically():  # assembly.py
         raise SizesNotRewritten("the program assembles a subclass output")
     deriver = BackwardDeriver(replay, node_outputs, wrt, _fresh_leaves(node_outputs, replay))
     derived = deriver.derive()

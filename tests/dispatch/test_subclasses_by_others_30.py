@@ -2,7 +2,9 @@
 (values, output types, inner tensors, gradients, the subclass code a warm call runs): an int8 weight-only
 wrapper (a ``quantize_``-style swap of ``nn.Linear``/``nn.Embedding`` weights) in a small transformer called
 on growing prompts with grad on, whose symbolic entry's grad transform relies on symbolic strides of its
-inputs (Note [A symbolic layout the shape guards check], jitcore/transforms/jit_hook.py).
+inputs (Note [A symbolic layout the shape guards check], jitcore/transforms/jit_hook.py); a training step
+over TwoTensor parameters returning its 0-d TwoTensor loss detached, on changing batch sizes (Note [An
+assembly with static sizes], jitcore/transforms/assembly.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from subclass_checks import protocol_calls
 from torch import nn
+from torch.testing._internal.two_tensor import TwoTensor
 from torch.utils._pytree import tree_map_only
 
 import jitcore
@@ -174,3 +177,53 @@ def test_a_symbolic_entry_relying_on_its_inputs_strides_differentiates_as_eagerl
         actual.square().sum().backward()
         torch.testing.assert_close(bj.grad, b.grad)
     assert warm == []
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(8, 16), nn.Linear(16, 4)
+        weight = self.l1.weight.detach()
+        self.l1.weight = nn.Parameter(TwoTensor(weight.clone(), weight * 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(F.relu(self.l1(x)))
+
+
+def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
+    loss = model(x).square().mean()  # a TwoTensor: the parameter's class spreads to every activation
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.detach()  # no op with a graph makes it: assembled from its inner tensors after the node
+
+
+@pytest.mark.parametrize("shape", [(2, 8), (2, 3, 8)], ids=["2d", "3d"])
+def test_a_training_step_over_twotensor_parameters_on_changing_batches_runs_no_dispatch_when_warm(
+        shape: tuple[int, ...]) -> None:
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = _Mlp()
+        models.append((model, torch.optim.SGD(model.parameters(), lr=0.01)))
+    (eager, eager_opt), (model, opt) = models
+    jitted = jitcore.jit(_train_step)
+    warm: list[str] = []
+    for i, n in enumerate((4, 5, 6, 7)):
+        torch.manual_seed(i)
+        x = torch.randn(*shape[:-2], n, shape[-1])
+        expected = _train_step(eager, eager_opt, x)
+        misses = jitcore.cache_misses(jitted)
+        with protocol_calls(TwoTensor) as frames:
+            actual = jitted(model, opt, x)
+        if jitcore.cache_misses(jitted) == misses:
+            warm += frames
+        assert type(actual) is type(expected)
+        torch.testing.assert_close((actual.a, actual.b), (expected.a, expected.b))
+        for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+            assert type(q) is type(p), name
+            torch.testing.assert_close(q.detach(), p.detach(), msg=name)
+            if isinstance(p, TwoTensor):
+                torch.testing.assert_close((q.a, q.b), (p.a, p.b), msg=name)
+    assert jitcore.cache_misses(jitted) == 2
+    assert warm == []  # before: the symbolic entry ran pass 1 under torch's autograd (74 dispatches a call)
