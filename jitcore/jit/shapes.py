@@ -37,6 +37,7 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -343,7 +344,7 @@ def finish(program: Any, provenance: Any, values: Any,
         return []
     # a pass that gave subclass inputs symbolic sizes falls back to static ones for those only
     error = StaticSubclassShapes if provenance.symbolic_subclass_inputs else StaticShapes
-    if _symbolic_nested_value(program.trace, env) is not None:
+    if _symbolic_nested_input(provenance.subclass_inputs, env) is not None:
         raise StaticShapes("a nested jagged tensor has a symbolic size other than its ragged one")
     rebuilt = _rebuilt_subclass_values(program.trace, provenance.subclass_inputs)
     if program.effects is not None and _holds_sizes(program.effects.constants()):
@@ -385,33 +386,27 @@ def finish(program: Any, provenance: Any, values: Any,
 # need nothing. A flatten ctx holding a symbolic size inside an object raises StaticShapes (the
 # subclass inputs' sizes alone become static where they were symbolic: Note [Subclass inputs that
 # follow an inner tensor], jit/subclass_inputs.py). A nested jagged tensor's ragged sizes are constants
-# of the trace (its nested int) and stay as they are (jitcore/jit/ragged.py); a nested jagged tensor
-# with any other symbolic size (at any depth of the trace: its ctx and caches hold its sizes) traces
-# static shapes, as before.
-def _symbolic_nested_value(trace: Any, env: Any) -> SubclassTensorProxy | None:
-    """A nested jagged tensor of the trace (recorded at any depth, or returned) with a symbolic size or
-    stride other than a ragged one, or None: its flatten ctx holds its sizes (Note above)."""
+# of the trace (its nested int) and stay as they are (jitcore/jit/ragged.py), in its strides too
+# (``4*j``); its other sizes are computed as any subclass value's. Its class rebuilds a real value from
+# the inner tensors alone (``__tensor_unflatten__`` reads the outer sizes of fake ones only), and its
+# flatten ctx holds no size, so one the program makes from symbolic inputs (``as_nested_tensor([a, b])``
+# of tensors whose every size is a symbol: its feature size too) keeps them symbolic. A nested jagged
+# input with a symbolic size other than a ragged one traces static shapes, as before.
+def _symbolic_nested_input(inputs: list[tuple[SubclassTensorProxy, Path]],
+                           env: Any) -> SubclassTensorProxy | None:
+    """A nested jagged input with a symbolic size or stride other than a ragged one, or None (Note
+    above)."""
     def symbolic(size: Any) -> bool:
         if type(size) is not torch.SymInt:
             return False
         expr = env.simplify(size.node.expr)
         return not expr.is_number and not any(is_nested_symbol(env, s) for s in expr.free_symbols)
 
-    def found_in(tree: Any) -> SubclassTensorProxy | None:
-        for value in optree.tree_leaves(tree, none_is_leaf=True):
-            if isinstance(value, SubclassTensorProxy) and _is_jagged(value) and (
-                    any(map(symbolic, value.shadow.shape)) or any(map(symbolic, value.shadow.stride()))):
-                return value
-        return None
-
-    stack = list(trace.bound_symbols)
-    while stack:
-        bsym = stack.pop()
-        found = found_in(bsym.output)
-        if found is not None:
-            return found
-        stack.extend(bsym.subsymbols)
-    return found_in(trace.output)
+    for value, _path in inputs:
+        shadow = value.shadow
+        if _is_jagged(value) and (any(map(symbolic, shadow.shape)) or any(map(symbolic, shadow.stride()))):
+            return value
+    return None
 
 
 def _is_jagged(value: SubclassTensorProxy) -> bool:
@@ -428,10 +423,11 @@ def _rebuilt_subclass_values(trace: Any,
     leaves = optree.tree_leaves(trace.output, none_is_leaf=True)
     stack = [v for v in leaves if isinstance(v, SubclassTensorProxy)]
     stack += [proxy for proxy, _path in inputs]
+    given = {id(proxy) for proxy, _path in inputs}
     while stack:
         value = stack.pop()
-        if id(value) not in found and not _is_jagged(value):  # ragged sizes are constants of the trace
-            found[id(value)] = value
+        if id(value) not in found and not (id(value) in given and _is_jagged(value)):  # an input's ragged
+            found[id(value)] = value  # sizes are constants of the trace
             stack.extend(v for v in value.inner_tensors().values() if isinstance(v, SubclassTensorProxy))
     return list(found.values())
 
@@ -694,6 +690,11 @@ class _SizeRewriter:
             return value
         if name in _BINARY and len(operands) == 2:
             return apply(_BINARY[name], *operands)
+        if name in ("Min", "Max"):  # Note [The least of symbolic sizes] (langctx/python.py)
+            value = operands[0]
+            for operand in operands[1:]:
+                value = apply(builtins.min if name == "Min" else builtins.max, value, operand)
+            return value
         if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) >= 1:
             value = operands[0]
             for _ in range(int(expr.exp) - 1):

@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import math
 import operator
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 from torch.fx.experimental import symbolic_shapes
 
-from jitcore.interpreter.callbacks import abs_, number_
+from jitcore.interpreter.callbacks import abs_, list_, max_, min_, number_
 from jitcore.interpreter.conversions import math_dunder, real_argument, round_
 from jitcore.interpreter.run import current_run
 from jitcore.ir import BoundSymbol, Symbol, current_context
@@ -57,6 +58,8 @@ _PATHS: dict[Callable[..., Any], str] = {
     builtins.float: "builtins.float",
     builtins.int: "builtins.int",
     builtins.round: "builtins.round",
+    builtins.min: "builtins.min",  # a size's Min/Max computed per call (jit/shapes.py)
+    builtins.max: "builtins.max",
     **{getattr(math, name): f"math.{name}" for name in _MATH},
 }
 _SYMBOLS: dict[Callable[..., Any], Symbol] = {
@@ -64,6 +67,20 @@ _SYMBOLS: dict[Callable[..., Any], Symbol] = {
     for fn, path in _PATHS.items()
 }
 _MODULES = {"operator": operator, "builtins": builtins, "math": math}
+
+
+def _sizes_aware(fn: Callable[..., Any], symbolic: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` of ints, ``symbolic`` where a SymInt is among them: a ``min``/``max`` record the grad
+    transform's replay runs on the sizes' SymInts (Note [The least of symbolic sizes])."""
+    def compute(*args: Any) -> Any:
+        return symbolic(*args) if any(type(a) is torch.SymInt for a in args) else fn(*args)
+
+    return compute
+
+
+for _fn, _symbolic in ((builtins.min, torch.sym_min), (builtins.max, torch.sym_max)):
+    _SYMBOLS[_fn] = dataclasses.replace(_SYMBOLS[_fn], fn=_sizes_aware(_fn, _symbolic),
+                                        meta=_sizes_aware(_fn, _symbolic))
 
 
 @records_arithmetic
@@ -224,6 +241,32 @@ def _math(fn: Callable[..., Any]) -> Callable[..., Any]:
     return compute
 
 
+# Note [The least of symbolic sizes]
+# ``min``/``max`` of sizes compares them: torch's ``as_nested_tensor([a, b], layout=torch.jagged)`` takes
+# ``min(t.shape[0] for t in tensors)`` and the ``max`` for its seqlen caches, and in a pass with
+# symbolic sizes each comparison guarded an order of the lengths (``s1 >= s0``): every call with
+# another order traced a new entry. As torch.compile does, ``min``/``max`` of ints and SymInts (no key,
+# no default; some SymInt, none a nested int) is ``torch.sym_min``/``sym_max``: a size that is the least
+# of them, with no guard; the computation computes it per call (``builtins.min(s0, s1)``, jit/shapes.py).
+# Anything else is the interpreter's ``min``/``max``.
+def _extreme(interpreted: Callable[..., Any], symbolic: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    def compute(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or not args:
+            return interpreted(*args, **kwargs)
+        items = list_(args[0]) if len(args) == 1 else list(args)
+        sizes = [i for i in items if type(i) is torch.SymInt]
+        if not sizes or any(symbolic_shapes.is_nested_int(i) for i in sizes) or \
+                not all(type(i) in (int, torch.SymInt) for i in items):
+            return interpreted(items) if len(args) == 1 else interpreted(*args)
+        value = items[0]
+        for item in items[1:]:
+            value = symbolic(value, item)
+        return value
+
+    compute.__name__ = interpreted.__name__
+    return compute
+
+
 # Note [torch._check of a number's truth]
 # ``torch._check(loss.item() > 0)`` (or of a comparison of dynamic numbers) reaches torch's
 # ``expect_true``, which takes a bool or a SymBool and asserts ``type(a) is bool`` of anything else: the
@@ -252,5 +295,7 @@ LOOKASIDES: dict[Any, Callable[..., Any]] = {
     builtins.int: _converter(builtins.int),
     builtins.abs: _abs,
     builtins.round: _round,
+    builtins.min: _extreme(min_, torch.sym_min),  # Note [The least of symbolic sizes]
+    builtins.max: _extreme(max_, torch.sym_max),
     **{getattr(math, name): _math(getattr(math, name)) for name in _MATH},
 }

@@ -44,6 +44,7 @@ from jitcore.ir import BoundSymbol, Proxy, Trace, TraceContext, tree_any
 from jitcore.langctx import new_context
 from jitcore.langctx.backward import torch_functions_of_a_backward
 from jitcore.langctx.layout import LayoutReliance
+from jitcore.langctx.number_tensors import keeps_numbers_as_data
 from jitcore.langctx.reads import SIZE_OF
 from jitcore.langctx.shadows import share_nested_int
 from jitcore.langctx.thread_state import ThreadState, rng_state, set_rng_state
@@ -75,6 +76,17 @@ __all__ = [
     "grad_transform", "needs_grad", "reaches_no_graph", "unproduced_subclasses",
 ]
 
+
+
+# Note [A tensor of named numbers, replayed]
+# ``torch.tensor([a.shape[0], b.shape[0]])`` (an NJT's offsets, built by ``as_nested_tensor([a, b])``)
+# keeps its numbers as names in pass 1 (Note [A tensor made from named numbers],
+# langctx/number_tensors.py). Replayed natively on the sizes' SymInts, torch's factory pinned each one
+# (``s0 == 3``), so an entry with symbolic sizes under grad ran pass 1 under torch's autograd on every
+# call. Its output takes no grad and comes from no tensor: it runs in the forward as recorded.
+def _tensor_of_named_numbers(bsym: BoundSymbol) -> bool:
+    data = bsym.args[0] if bsym.args else bsym.kwargs.get("data")
+    return keeps_numbers_as_data(bsym.symbol.fn, 0, data) and not bsym.kwargs.get("requires_grad")
 
 class ReplayInconsistent(AssertionError):
     """A record uses a value the replay never produced (Note [A replay that loses an input's structure])."""
@@ -375,10 +387,11 @@ class _Replay:
                     continue
                 if "check" in bsym.symbol.tags or "data_dependent" in bsym.symbol.tags \
                         or "per_call" in bsym.symbol.tags or bsym.symbol is SIZE_OF \
-                        or (self.numbers.is_arithmetic(bsym) and not self._on_sizes(bsym)):
+                        or (self.numbers.is_arithmetic(bsym) and not self._on_sizes(bsym)) \
+                        or _tensor_of_named_numbers(bsym):
                     # value reads (jitcore/langctx/reads.py), ``random.seed`` (jit/nondeterministic.py), a
-                    # size values decided (Note [A size values decided, replayed], symbolic_sizes.py):
-                    # run as recorded
+                    # size values decided (Note [A size values decided, replayed], symbolic_sizes.py),
+                    # ``torch.tensor([s0, s1])`` (Note [A tensor of named numbers, replayed]): run as recorded
                     self._copy_record(bsym)
                     continue
                 if is_generator_record(bsym):

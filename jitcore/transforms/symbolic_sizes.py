@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
 import math
 import operator
 from collections.abc import Callable
@@ -216,6 +217,11 @@ def rewrite_sizes(trace: Trace, names: dict[sympy.Symbol, NumberProxy]) -> None:
                 found = apply(op, found, operand)
         elif type(expr).__name__ in ("FloorDiv", "CleanDiv") and len(expr.args) == 2:
             found = apply(operator.floordiv, *(value(a) for a in expr.args))
+        elif type(expr).__name__ in ("Min", "Max"):  # Note [The least of symbolic sizes], langctx/python.py
+            operands = [value(a) for a in expr.args]
+            found = operands[0]
+            for operand in operands[1:]:
+                found = apply(builtins.min if type(expr).__name__ == "Min" else builtins.max, found, operand)
         else:
             raise SizesNotRewritten(f"the size {expr} has no Python form jitcore records")
         computed[expr] = found

@@ -101,7 +101,7 @@ def test_a_length_marked_dynamic_is_one_entry() -> None:
 def test_the_trace_computes_the_offsets_from_the_calls_lengths() -> None:
     jitted = _over_lengths(_PROGRAMS["padded"], _components)
     trace = str(jitcore.last_traces(jitted)[-1])
-    assert "torch.tensor([2, s0]" in trace and "[s0]" in trace, trace
+    assert "torch.tensor([2, s0]" in trace and "builtins.max(2, s0)" in trace, trace  # the longest, per call
 
 
 def test_forward_and_backward_over_changing_lengths() -> None:
@@ -169,4 +169,52 @@ def test_a_number_of_another_type_is_another_entry() -> None:
     for k in (3, 4, 2.5, 7, 1.5):
         x = torch.ones(2, dtype=torch.int64)
         _same(jitted(x, k), f(x, k))
+    assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)
+
+
+# both components' lengths change, the shorter one first or second (equal lengths and a length of 1
+# are other entries, as in torch.compile: ``as_nested_tensor`` branches on them)
+_PAIRS = ((3, 5), (2, 7), (5, 3), (8, 9), (6, 4), (9, 2))
+
+
+def test_lengths_in_either_order_share_one_entry() -> None:
+    """``min``/``max`` of the lengths (the NJT's cached shortest and longest) are sizes computed per call,
+    not guarded orders (Note [The least of symbolic sizes], jitcore/langctx/python.py), and an NJT
+    whose feature size is a symbol too keeps it (Note [Subclass values' sizes], jitcore/jit/shapes.py):
+    one entry with ``dynamic=True`` (before: static shapes, an entry per structure)."""
+    program = _PROGRAMS["as_nested_tensor"]
+    jitted = jitcore.jit(lambda a, b, w: (program(a, b) * w).relu(), dynamic=True)
+    for i, (m, n) in enumerate(_PAIRS):
+        args = (torch.randn(m, 4), torch.randn(n, 4), torch.randn(4))
+        with protocol_calls(NestedTensor) as seen:
+            out = jitted(*args)
+        _same(out, (program(*args[:2]) * args[2]).relu())
+        assert seen == [] or i == 0  # a call from the cache runs no NestedTensor op
+    assert jitcore.cache_misses(jitted) == 1, jitcore.miss_reasons(jitted)
+
+
+def test_lengths_in_either_order_under_grad_run_no_njt_op() -> None:
+    """Under grad, the symbolic entry goes through the grad transform: ``torch.tensor`` of the lengths
+    runs in the forward as recorded (Note [A tensor of named numbers, replayed],
+    jitcore/transforms/grad.py) and ``Min``/``Max`` of sizes are computed there. Before, the entry ran
+    pass 1 under torch's autograd: every cached call ran NestedTensor's ``mul`` and ``relu``."""
+    def f(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (torch.nested.as_nested_tensor([a, b], layout=torch.jagged) * w).relu()
+
+    jitted = jitcore.jit(f)
+    torch.manual_seed(0)
+    for i, (m, n) in enumerate(_PAIRS):
+        args = (torch.randn(m, 4, requires_grad=True), torch.randn(n, 4, requires_grad=True),
+                torch.randn(4, requires_grad=True))
+        twins = tuple(a.detach().clone().requires_grad_() for a in args)
+        with protocol_calls(NestedTensor) as seen:
+            out = jitted(*args)
+        expected = f(*twins)
+        _same(out, expected)
+        if i >= 2:  # the second call traced the symbolic entry
+            assert not [op for op in seen if "aten.mul" in op or "aten.relu" in op], seen
+        out.values().square().sum().backward()
+        expected.values().square().sum().backward()
+        for a, e in zip(args, twins, strict=True):
+            torch.testing.assert_close(a.grad, e.grad)
     assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)
