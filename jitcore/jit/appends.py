@@ -56,7 +56,7 @@ from typing import Any
 __all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
            "empties_at_once", "stack_use", "item_appended_parameters", "keyed_later", "measured_by_len",
            "only_appended_to", "parameter_uses", "reads_appended_item", "stored_by_object_setattr",
-           "stored_into", "subscripted_by", "updated_attribute"]
+           "stored_into", "stored_parameters", "subscripted_by", "updated_attribute"]
 
 _APPENDING = frozenset({"append", "extend"})
 _CLEARING = frozenset({"clear"})
@@ -360,8 +360,12 @@ def keyed_later(frame: Any) -> bool:
 def stored_into(frame: Any) -> bool:
     """Whether the value the current load pushes is consumed by a ``STORE_SUBSCR`` whose key the
     instructions right after the load compute (Note [A dict only stored into])."""
-    instructions, i = frame.info.instructions, frame.index
-    above = 0  # values pushed over the dict
+    return _stored_by(frame.info.instructions, frame.index, 0)
+
+
+def _stored_by(instructions: list, i: int, above: int) -> bool:
+    """Whether the dict under ``above`` values on the stack before ``instructions[i]`` is consumed by a
+    ``STORE_SUBSCR`` whose key the instructions from ``i`` on compute."""
     for j in range(i, min(i + _SCAN, len(instructions))):
         inst = instructions[j]
         if inst.opname == "BINARY_SUBSCR" and above >= 2:  # a subscript inside the key: ``d[names[k]]``
@@ -374,6 +378,44 @@ def stored_into(frame: Any) -> bool:
             return False
         above += use[1] - use[0]
     return False
+
+
+# Note [A dict argument only stored into]
+# ``k = Key(); table[k] = x + 1`` on a dict argument: the argument was bound whole, its keys guarded,
+# and a table that gains a key per call missed on every call (3 entries in 3 calls:
+# /tmp/ana52-probes/left_growing_table.py). A parameter whose every use is a load consumed by a subscript
+# store, its key computed right after the load (``stored_into``, proved from the bytecode), reads nothing
+# of the dict: it is bound as a list only appended to is (``Provenance.bind_appended_argument``), its type
+# guarded, the program storing into a dict of its own whose items are replayed onto the dict each call
+# passes (a present key keeps its place and takes the value, a new one goes last, as eagerly). The same
+# dict reached another way (passed twice, or a global) asks for a pass that binds it whole (Note
+# [Containers reached twice]).
+@functools.cache
+def _stored_parameters(code: types.CodeType) -> frozenset[str]:
+    found = parameter_uses(code)
+    if found is None:
+        return frozenset()
+    candidates, instructions, uses = found
+    for i, names, touched in uses:
+        inst = instructions[i]
+        if inst.opname in _LOADS and len(names) == 1 and _stored_by(instructions, i + 1, 0):
+            continue
+        if inst.opname == "LOAD_FAST_LOAD_FAST" and names[0] != names[1]:  # 3.13: ``d[k] = v`` of locals
+            for name in touched:  # (the other value pushed over it, or it on top)
+                if not _stored_by(instructions, i + 1, 1 if name == names[0] else 0):
+                    candidates.discard(name)
+            continue
+        candidates -= touched
+    return frozenset(candidates)
+
+
+def stored_parameters(fn: Any) -> frozenset[str]:
+    """The parameters of ``fn`` that its bytecode only stores items into (Note [A dict argument only
+    stored into])."""
+    target = getattr(fn, "forward", fn)
+    function = getattr(target, "__func__", target)
+    code = getattr(function, "__code__", None)
+    return _stored_parameters(code) if isinstance(code, types.CodeType) else frozenset()
 
 
 def appended_parameters(fn: Any, *, emptying: bool = False) -> frozenset[str]:

@@ -357,6 +357,12 @@ class Pass(StateReads):
                                                      or name in helper_appended_parameters(self.fn)):
             return self.measured.bind_argument(value, path)  # jit/appends.py
         if type(value) is dict and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
+                and path not in self.read_lists and name in appends.stored_parameters(self.fn) \
+                and not self.provenance.reached_as_state(value):  # Note [A dict argument only stored into]
+            own = self.provenance.bind_appended_argument(value, path)
+            self.pending_keys.stored_into(own)  # a number key: Note [A key only stored] (jit/pending_keys.py)
+            return own
+        if type(value) is dict and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and (keys := item_appended_parameters(self.fn).get(name)) is not None \
                 and not self.provenance.reached_as_state(value) \
                 and not self.provenance.is_argument_container(value):  # passed twice: its first binding

@@ -521,7 +521,7 @@ class Provenance(TensorBinding, HeldCounters, TypeLookups):
         self.remember(value, path)
         return value
 
-    def bind_appended_argument(self, value: list, path: Path) -> list:
+    def bind_appended_argument(self, value: list | dict, path: Path) -> list | dict:
         """A list argument the function only appends to (``log.append(float(loss))``, proved by
         jitcore/jit/appends.py): its type is guarded, not its contents; the program appends to a
         list of its own, and the appends are replayed onto the caller's list on every call. The same
@@ -531,9 +531,9 @@ class Provenance(TensorBinding, HeldCounters, TypeLookups):
         if bound is not None:
             self.guard(path, "alias", bound[0])
             return bound[1]
-        self.guard(path, "type", list)
-        self.reach_container(value, path)
-        own: list = []
+        self.guard(path, "type", type(value))  # a dict only stored into too (Note [A dict argument only
+        self.reach_container(value, path)  # stored into], jit/appends.py)
+        own = type(value)()
         self._appended[id(value)] = path
         self.argument_copies.append((own, path))
         return own

@@ -8,6 +8,7 @@ whether the lists' growth made a call trace again.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from jit_helpers import assert_same
 
@@ -140,3 +141,52 @@ def test_the_same_dict_passed_twice_is_one_object():
             assert_same(jitted(jit, second_j, x), fn(eager, second_e, x))
             assert_same(jit, eager)
             assert_same(second_j, second_e)
+
+
+class _Key:
+    pass
+
+
+def _at_a_made_key(x, table):
+    k = _Key()
+    table[k] = x + 1
+    return k
+
+
+def _at_a_made_function(x, table):
+    k = lambda: 1  # noqa: E731
+    table[k] = x + 1
+    return k
+
+
+def _at_a_tuple_holding_a_made_key(x, table):
+    k = (_Key(), 1)
+    table[k] = x + 1
+    return k
+
+
+def _at_constant_keys(x, table):
+    table["a"] = x + 1  # there already: keeps its place, takes the value
+    table["b"] = x * 2
+    return x
+
+
+@pytest.mark.parametrize("program", [_at_a_made_key, _at_a_made_function, _at_a_tuple_holding_a_made_key,
+                                     _at_constant_keys])
+def test_a_dict_argument_only_stored_into_traces_once(program):
+    """``table[k] = x + 1`` on a dict argument whose every use is a store: its keys were guarded, and a
+    table gaining a key per call traced on every call (Note [A dict argument only stored into],
+    jitcore/jit/appends.py); each call stores at its own key, the one it returns, as eagerly."""
+
+    def calls(fn) -> list:
+        table: dict = {"a": 0, "z": 9}
+        got = []
+        for i in range(4):
+            out = fn(torch.ones(2) * i, table)
+            keys = [k if type(k) is str else ("this call's", k is out or k == out) for k in table]
+            got.append((keys, [v.tolist() if isinstance(v, torch.Tensor) else v for v in table.values()]))
+        return got
+
+    jitted = jitcore.jit(program)
+    assert calls(jitted) == calls(program)
+    assert jitcore.cache_misses(jitted) == 1
