@@ -75,6 +75,31 @@ class Assembly:
             for b in self.trace.bound_symbols
             for leaf in optree.tree_leaves((b.args[2:], b.kwargs), none_is_leaf=True))
 
+    def take_sizes(self, names: dict, forward_args: Sequence[Any]) -> None:
+        """Make each symbolic size of the assembly trace a number the computation takes, or arithmetic
+        recorded on such numbers (Note [An assembly with symbolic sizes]).
+
+        Raises:
+            SizesNotRewritten: a size is no computation input's number, nor arithmetic on them.
+        """
+        from jitcore.transforms.symbolic_sizes import SizesNotRewritten, rewrite_sizes
+
+        rewrite_sizes(self.trace, names)
+        made = {id(v) for b in self.trace.bound_symbols
+                for v in optree.tree_leaves(b.output, none_is_leaf=True) if isinstance(v, Proxy)}
+        sources = list(self.sources)
+        for b in self.trace.bound_symbols:
+            for leaf in optree.tree_leaves((b.args, b.kwargs), none_is_leaf=True):
+                if not isinstance(leaf, Proxy) or isinstance(leaf, TensorProxy) or id(leaf) in made \
+                        or any(leaf is a for a in self.trace.args):
+                    continue
+                i = next((i for i, a in enumerate(forward_args) if a is leaf), None)
+                if i is None:
+                    raise SizesNotRewritten(f"the assembly's size {leaf} is no input of the computation")
+                self.trace.args.append(leaf)
+                sources.append(("arg", i))
+        self.sources = tuple(sources)
+
     def build(self, outputs: Sequence[Any], inputs: Sequence[Any], n_inputs: int) -> list[Any]:
         """The tensor outputs of one call from the node's ``outputs`` and the call's ``inputs`` (the
         computation's ``n_inputs`` inputs, then subclass inputs' outer tensors)."""
@@ -158,6 +183,17 @@ def assembly_of(
 # with TwoTensor parameters returning ``loss.detach()`` (a 0-d TwoTensor the node hands out as its
 # inner tensors) on changing batch sizes is differentiated, its warm calls running no dispatch (before:
 # 74 dispatches a call).
+
+
+# Note [An assembly with symbolic sizes]
+# Where the assembly holds symbolic sizes (``TwoTensor(a * 2, b * 3)`` returned, or ``out.detach()`` of a
+# TwoTensor activation, over a batch that changes between calls), each SymInt of its records is made a
+# number of the computation as the forward's are (``rewrite_sizes``: ``s0``, or ``n0 = operator.mul(2,
+# s0)`` recorded in the assembly trace), and the size inputs it names become arguments of the assembly
+# trace taken from the call's inputs (``("arg", i)``). Before, the replay refused it (SizesNotRewritten):
+# the entry ran pass 1 under torch's autograd (33 TwoTensor dispatches a warm call for a step returning
+# its detached activation), or each batch size traced again (an entry per call for ``TwoTensor(a * 2, b
+# * 3)``). A size that is no computation input's number still refuses, as before.
 
 
 def _assembled(value: TensorProxy, inputs: dict[int, Source]) -> bool:

@@ -579,8 +579,6 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     subclass_proxies = [replay.env.get(id(p)) for p in replay.subclass_inputs]
     assembly = assembly_of(replay.forward, tensor_outputs, subclass_proxies)
     node_outputs = tensor_outputs if assembly is None else assembly.node_outputs
-    if sizes is not None and assembly is not None and not assembly.sized_statically():  # assembly.py
-        raise SizesNotRewritten("the program assembles a subclass output")
     deriver = BackwardDeriver(replay, node_outputs, wrt, _fresh_leaves(node_outputs, replay))
     derived = deriver.derive()
 
@@ -594,6 +592,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     names = replay.symbol_names()
     if names:
         rewrite_sizes(forward, names)
+    if sizes is not None and assembly is not None and not assembly.sized_statically():
+        assembly.take_sizes(names, forward.args)  # Note [An assembly with symbolic sizes], assembly.py
     if sizes is not None:
         source = trace.bound_symbols[-1].source if trace.bound_symbols else None
         forward.bound_symbols.extend(condition_checks(added, sizes.names(), source))

@@ -4,7 +4,8 @@ wrapper (a ``quantize_``-style swap of ``nn.Linear``/``nn.Embedding`` weights) i
 on growing prompts with grad on, whose symbolic entry's grad transform relies on symbolic strides of its
 inputs (Note [A symbolic layout the shape guards check], jitcore/transforms/jit_hook.py); a training step
 over TwoTensor parameters returning its 0-d TwoTensor loss detached, on changing batch sizes (Note [An
-assembly with static sizes], jitcore/transforms/assembly.py).
+assembly with static sizes], jitcore/transforms/assembly.py); wrappers of symbolic size a function
+assembles and returns (Note [An assembly with symbolic sizes]).
 """
 
 from __future__ import annotations
@@ -227,3 +228,51 @@ def test_a_training_step_over_twotensor_parameters_on_changing_batches_runs_no_d
                 torch.testing.assert_close((q.a, q.b), (p.a, p.b), msg=name)
     assert jitcore.cache_misses(jitted) == 2
     assert warm == []  # before: the symbolic entry ran pass 1 under torch's autograd (74 dispatches a call)
+
+
+def _activation_detached(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    out = (x @ w).relu()
+    out.sum().backward()
+    return out.detach()
+
+
+def _assembled_pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return TwoTensor(a * 2, b * 3)
+
+
+def _pair_inputs(n: int) -> tuple[torch.Tensor, ...]:
+    return torch.randn(n, requires_grad=True), torch.randn(n, requires_grad=True)
+
+
+def _weight_and_batch(n: int) -> tuple[torch.Tensor, ...]:
+    return TwoTensor(torch.randn(8, 4), torch.randn(8, 4)).requires_grad_(), torch.randn(n, 8)
+
+
+@pytest.mark.parametrize("program, make", [(_activation_detached, _weight_and_batch),
+                                           (_assembled_pair, _pair_inputs)], ids=["detached", "made"])
+def test_a_wrapper_of_symbolic_size_the_function_assembles_keeps_one_entry(program: Any, make: Any) -> None:
+    jitted = jitcore.jit(program)
+    warm: list[str] = []
+    for n in (3, 4, 5, 6, 7):
+        torch.manual_seed(n)
+        args = make(n)
+        ours = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+        expected = program(*args)
+        misses = jitcore.cache_misses(jitted)
+        with protocol_calls(TwoTensor) as frames:
+            actual = jitted(*ours)
+        if jitcore.cache_misses(jitted) == misses:
+            warm += frames
+        assert type(actual) is TwoTensor and actual.shape == expected.shape
+        flags = (expected.requires_grad, expected.a.requires_grad)
+        assert (actual.requires_grad, actual.a.requires_grad) == flags
+        torch.testing.assert_close((actual.a, actual.b), (expected.a, expected.b))
+        if expected.a.requires_grad:
+            (expected.a.square().sum() + expected.b.sum()).backward()
+            (actual.a.square().sum() + actual.b.sum()).backward()
+        for mine, theirs in zip(ours, args):
+            if theirs.requires_grad:
+                torch.testing.assert_close(mine.grad, theirs.grad)
+    # before: an entry per size ("made"), or pass 1 under torch's autograd on every warm call ("detached")
+    assert jitcore.cache_misses(jitted) == 2
+    assert warm == []
