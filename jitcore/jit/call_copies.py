@@ -63,6 +63,9 @@ class Owner:
     shared: frozenset[int] = frozenset()  # the program's objects reached twice (Note [One object, one copy])
     # the caller's tensors, by the id of their proxies: where each call passes each (the effects' values)
     inputs: dict[int, Any] = dataclasses.field(default_factory=dict)
+    # the caller's tensors and their proxies, by id: where each call passes each (Note [A weak reference
+    # to the caller's tensor], jit/outputs.py)
+    referents: dict[int, Any] = dataclasses.field(default_factory=dict)
     # whether the program made a function or class in this pass (jit/made_functions.py ``MadeHere``)
     made: Callable[[Any], bool] = _never
 
@@ -331,7 +334,8 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
             continue
         seen.add(id(item))
         if item is not value and (_torchs_own(item) or owner(item) is not None):
-            path = None if _torchs_own(item) else passed_at(item)
+            # a tensor the caller passes (a weak reference's): Note [A weak reference to the caller's tensor]
+            path = getattr(owner, "referents", {}).get(id(item)) if _torchs_own(item) else passed_at(item)
             if path is None:
                 kept[id(item)] = item
             else:

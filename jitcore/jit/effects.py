@@ -27,7 +27,6 @@ import dataclasses
 import heapq
 import types
 import warnings
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -496,8 +495,6 @@ class Effects:
                 return _FromCall(path)
             self.references.append(value)
             return _Reference(len(self.references) - 1)
-        if type(value) is weakref.ref and id(value()) in self._input_paths:  # LSTM's _flat_weight_refs
-            return _FromCall(self._input_paths[id(value())], weak=True)
         if type(value) is list:  # the very list where nothing in it changes (Note [One object, one copy])
             items = [self._template(v, preexisting) for v in value]
             return value if all(a is b for a, b in zip(items, value)) else items
@@ -507,8 +504,7 @@ class Effects:
         if type(value) is _Reference:
             return self.references[value.index]
         if type(value) is _FromCall:
-            found = value.path.get(args, kwargs)
-            return weakref.ref(found) if value.weak else found
+            return value.path.get(args, kwargs)
         if type(value) is list:  # this call's list itself, made once (Note [One object, one copy])
             for i, item in enumerate(value):
                 found = self._unwrap(item, args, kwargs)
@@ -529,13 +525,12 @@ def _per_call(leaf: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _FromCall:
-    """An object of the caller's stored somewhere (Note [The objects this call passes]), or a weak
-    reference to an input tensor (LSTM's ``_flat_weight_refs``): the object the call passes at ``path``, so
-    its identity is eager's (a Parameter stays that Parameter). An input tensor itself is found at its path
-    by the values' rebuild (``Owner.inputs``, jit/outputs.py)."""
+    """An object of the caller's stored somewhere (Note [The objects this call passes]): the object the
+    call passes at ``path``. An input tensor itself, and a weak reference to one (LSTM's
+    ``_flat_weight_refs``), are found at their paths by the values' rebuild (``Owner.inputs``, ``Owner.
+    referents``, jit/outputs.py)."""
 
     path: Path
-    weak: bool = False  # a weak reference to it
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

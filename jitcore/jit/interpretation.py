@@ -241,7 +241,8 @@ class Pass(StateReads):
                 # Note [One object, one copy] (jit/call_copies.py)
                 stored = [part for e in changes for part in (e.key, e.value)]
                 shared = outputs.reached_twice([output, *stored], owner)
-                owner = dataclasses.replace(owner, shared=shared)
+                referents = {id(v): path for path, *values in self.provenance.inputs for v in values}
+                owner = dataclasses.replace(owner, shared=shared, referents=referents)
                 output, structure = outputs.split(output, owner)  # ModelOutput, objects, ...: made per call
         except Exception:
             self.raised_after_effects = self._made_effects()  # Note [A program that raises]
@@ -259,7 +260,8 @@ class Pass(StateReads):
         # the call's arguments (Note [The objects this call passes], jit/call_copies.py)
         if changes or returned is not None or structure is not None and structure.reads_call:
             with outputs.taken_apart("stores into the caller's objects"):
-                owner = dataclasses.replace(self.snapshots.owner(args, kwargs, copies), shared=shared)
+                owner = dataclasses.replace(self.snapshots.owner(args, kwargs, copies), shared=shared,
+                                            referents=referents)
                 effects = Effects(changes, owner, input_paths)
             effects.returned = returned  # Note [Returning the caller's objects] (jit/effects.py)
         self.trace.output = output if effects is None else (output, effects.proxies)

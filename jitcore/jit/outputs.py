@@ -188,6 +188,8 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
         return _callers(value, whose, owner)
     if owner.made(type(value)):  # Note [A class the program made] (jit/made_functions.py)
         raise refused_class(type(value), "instance")
+    if (weak := _weak_input(value, owner)) is not None:
+        return weak
     if not (_holds_proxy(value, depth) or _holds_symbolic_shape(value, depth)):
         return _untraced(value, depth, owner)
     value = _plain_keys(value)
@@ -290,6 +292,8 @@ def _untraced(value: Any, depth: int, owner: Owner) -> Split:
         )
         refused.whatever_the_contents = True  # its eager entry: Note [Eager whatever the contents]
         raise refused  # (jit/eager_entries.py)
+    if (weak := _weak_input(value, owner)) is not None:
+        return weak
     if owner.made(value) or owner.made(kind):  # jit/made_functions.py
         if kind is not types.FunctionType:  # Note [A class the program made]
             raise refused_class(value if isinstance(value, type) else kind,
@@ -305,6 +309,27 @@ def _untraced(value: Any, depth: int, owner: Owner) -> Split:
         return _split_literal(value, depth, owner)  # a tuple, or per-call numbers: printed, item by item
     make = made_anew(value, owner)  # a list or dict too: one a made object also holds is that one
     return ((), lambda _results: make())
+
+
+# Note [A weak reference to the caller's tensor]
+# ``made = [weakref.ref(x)]; store.append(made); return made`` with ``x`` the tensor the caller passes (a
+# module's ``_flat_weight_refs``): the reference refers to the caller's tensor itself (jit/tensor_keys.py),
+# so it held nothing traced and was a constant: every cached call handed on the pass's reference, to the
+# first call's tensor (``ref() is x`` False from the second call); the effects' stand-in for it made the
+# stored list another list than the returned one. A plain ``weakref.ref`` to an input tensor (or to its
+# proxy) is made per call to the tensor this call passes at its path; CPython hands out one reference per
+# referent where no callback is given, so the returned and the stored one are one object, as eagerly.
+def _weak_input(value: Any, owner: Owner) -> Split | None:
+    """A weak reference to a tensor the caller passes, made per call (Note [A weak reference to the
+    caller's tensor]); None for anything else."""
+    if type(value) is not weakref.ref or value.__callback__ is not None or not owner.referents:
+        return None
+    target = value()
+    path = None if target is None else owner.referents.get(id(target))
+    if path is None:
+        return None
+    passed = passed_object(target, path)
+    return (), lambda results: weakref.ref(passed(results))
 
 
 def _callers(value: Any, whose: str, owner: Owner) -> Split:

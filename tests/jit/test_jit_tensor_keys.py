@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -163,3 +164,30 @@ def test_a_callers_tensor_reached_by_iteration_as_a_key_is_the_calls_own(
         for (ke, ve), (kj, vj) in zip(eager.state.items(), jit.state.items()):
             torch.testing.assert_close(kj, ke)
             torch.testing.assert_close(vj["step"], ve["step"])
+
+
+def _a_list_of_a_weak_reference(x, store):
+    made = [weakref.ref(x)]
+    store.append(made)
+    return made, x + 1
+
+
+def _a_weak_reference(x, store):
+    ref = weakref.ref(x)
+    store.append(ref)
+    return ref, x + 1
+
+
+@pytest.mark.parametrize("program", [_a_list_of_a_weak_reference, _a_weak_reference])
+def test_a_weak_reference_to_the_callers_tensor_refers_to_this_calls(program):
+    """``weakref.ref(x)`` of the tensor the caller passes, returned and stored: every cached call handed on
+    the pass's reference, to the first call's tensor (Note [A weak reference to the caller's tensor],
+    jitcore/jit/outputs.py); the returned and the stored one are one object, as eagerly."""
+    jitted = jitcore.jit(program)
+    xs = [torch.ones(2) * i for i in range(3)]
+    store: list = []
+    for i, x in enumerate(xs):
+        out, y = jitted(x, store)
+        ref = out[0] if isinstance(out, list) else out
+        assert out is store[-1] and ref() is x and torch.equal(y, x + 1), f"call {i}"
+    assert jitcore.cache_misses(jitted) == 1
