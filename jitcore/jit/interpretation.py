@@ -689,7 +689,7 @@ class Pass(StateReads):
                                           lambda: offer_native(fn, args, kwargs, self._native_call))
         with numbers.values_in_objects(fn, args, kwargs) if self._has_numbers() else contextlib.nullcontext():
             result = offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
-        return self.keys.dereferenced(result) if calls_weakref(fn) else result
+        return self.weak_referent(fn, self.keys.dereferenced(result)) if calls_weakref(fn) else result
 
     @staticmethod
     def _interpreters_native_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:

@@ -289,6 +289,22 @@ class StateReads:
             return namespace
         return globals_
 
+    # Note [The referent of a weak reference of state]
+    # ``o = s.ref(); o.n += 1`` with ``s.ref`` a weak reference the caller holds: the referent, handed back
+    # by C, had no path, so it counted as an object the program made: what the program read of it was a
+    # constant of the trace and what it wrote no effect (a counter: eager 1, 2, 3, jit 1, 1, 1 with the
+    # object's ``n`` stuck at 1: /tmp/eff53-probes/wide3.py "counter through weakref"). The referent of a
+    # reference reached as state is state at the reference's path called (``s.ref()``), bound as any value
+    # read there (guarded, a dead reference's None by value); one reached already keeps its path.
+    def weak_referent(self, reference: Any, referent: Any) -> Any:
+        """What calling the weak reference ``reference`` gave (Note [The referent of a weak reference of
+        state])."""
+        path = self.provenance.path_of(reference)
+        if path is None or referent is None or isinstance(referent, (Proxy, torch.Tensor)) \
+                or self.provenance.path_of(referent) is not None:
+            return referent
+        return self.provenance.bind_state(referent, path.call(), "referent")
+
     def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
         if name == "__class__":
             self.class_of(obj, value)  # Note [The class of a caller's object]

@@ -8,6 +8,7 @@ Differential: each program runs a sequence of calls eagerly and under jitcore, o
 
 from __future__ import annotations
 
+import types
 import weakref
 from typing import Any
 
@@ -382,3 +383,30 @@ def test_copies_of_a_returned_object_are_as_copy_makes_them_for_each_call():
             assert getattr(out, "n", None) == getattr(want, "n", None)
             getattr(out, mutable).clear()  # the caller changes what it got: the next call's is its own
         assert jitcore.cache_misses(jf) == 1, fn.__name__
+
+
+class _Referenced:
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def _through_a_weak_reference(s: types.SimpleNamespace, x: torch.Tensor) -> torch.Tensor:
+    o = s.ref()
+    o.n += 1
+    return x * o.n
+
+
+def test_the_referent_of_a_weak_reference_of_state_is_state() -> None:
+    """Note [The referent of a weak reference of state] (jitcore/jit/state_reads.py). Before: the referent
+    had no path: its counter a constant of the trace and its write no effect (eager 1, 2, 3, jit 1, 1, 1)."""
+    held = [_Referenced(), _Referenced()]
+    mine = types.SimpleNamespace(ref=weakref.ref(held[0]))
+    twin = types.SimpleNamespace(ref=weakref.ref(held[1]))
+    jf = jitcore.jit(_through_a_weak_reference)
+    for i in range(6):
+        if i == 3:
+            held[0].n = held[1].n = 10
+        x = torch.randn(2)
+        assert_same(jf(mine, x), _through_a_weak_reference(twin, x))
+        assert held[0].n == held[1].n
+    assert jitcore.cache_misses(jf) <= 2
