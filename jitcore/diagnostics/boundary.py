@@ -29,8 +29,8 @@ from jitcore.diagnostics.tracebacks import entries, fake_traceback, link
 from jitcore.ir import BoundSymbol, SourceFrame, Trace, print_trace
 
 __all__ = [
-    "bound_symbol_at", "is_internal_file", "on_error", "replays_backward_errors", "runs_as_function_apply",
-    "show_internal_frames",
+    "bound_symbol_at", "eager_stand_in", "is_internal_file", "on_error", "replays_backward_errors",
+    "runs_as_function_apply", "show_internal_frames",
 ]
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -181,7 +181,7 @@ def _visible(tb: TracebackType | None) -> TracebackType | None:
         filename = entry.tb_frame.f_code.co_filename
         if is_internal_file(filename) or (below_internal and filename.startswith(_TORCH_DIR)):
             below_internal = True
-            stand_in = _eager_stand_in(entry.tb_frame.f_code)
+            stand_in = eager_stand_in(entry.tb_frame.f_code)
             if stand_in is not None:
                 kept.append(stand_in)
             continue
@@ -192,7 +192,7 @@ def _visible(tb: TracebackType | None) -> TracebackType | None:
     return link(*kept)
 
 
-def _eager_stand_in(code: Any) -> TracebackType | None:
+def eager_stand_in(code: Any) -> TracebackType | None:
     """The torch frame eager shows where jitcore's ``code`` ran the user's code in its place, if any.
 
     ``MyFunction.apply(x)`` runs the user's ``forward`` on the interpreter from jitcore's lookaside;

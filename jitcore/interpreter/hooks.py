@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from types import CodeType, TracebackType
+
     from jitcore.interpreter.frame import Frame
     from jitcore.interpreter.instructions import Instruction
 
@@ -89,6 +91,9 @@ class Hooks:
             program sees no traceback entry of theirs (Note [The hooks' traceback entries] in tracebacks.py).
         host_callees: prefixes of the files of the libraries the hooks call (torch): a run of their entries
             between two entries of the hooks' is the hooks' machinery, hidden from the program with them.
+        host_stand_in: ``code -> entry or None``: the traceback entry the program sees in place of a hidden
+            entry of the hooks' ``code`` (the frame eager has where the hooks ran the program's code in a
+            library's place: the jit's ``Function.apply`` for its lookaside running a Function's forward).
     """
 
     lookasides: Mapping[object, Callable] = field(default_factory=dict)
@@ -113,3 +118,4 @@ class Hooks:
     max_depth: int | None = None
     host_files: tuple[str, ...] = ()
     host_callees: tuple[str, ...] = ()
+    host_stand_in: Callable[[CodeType], TracebackType | None] | None = None

@@ -29,6 +29,7 @@ from jitcore.ir import SourceFrame
 
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
+    from jitcore.interpreter.hooks import Hooks
     from jitcore.interpreter.run import Run
 
 __all__ = ["DRIVEN_CODES", "add_frame", "caller_stand_in", "is_internal", "last_index", "reraised_traceback",
@@ -145,7 +146,7 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
     hooks = frame.run.hooks
     hidden = None
     if tb is not None and hooks.host_files and tb.tb_frame.f_code.co_filename.startswith(hooks.host_files):
-        tb, hidden = _without_hooks(tb, hooks.host_files, hooks.host_callees)
+        tb, hidden = _without_hooks(tb, hooks)
     entry = _entry(frame, tb, leaving)
     # only the id: holding the entry would keep the exception's frames alive after the user dropped it
     frame.tb_entry = id(entry)
@@ -167,7 +168,9 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
 # frames (test_traceback's CPythonTracebackErrorCaretTests jitted). The interpreted frame's entry is
 # therefore made over the traceback without them (``_without_hooks``: the hooks' entries anywhere in it,
 # and a run of the callees' entries between two of theirs; a trailing run of the callees' is code that
-# raised as it would eagerly, and stays). The hooks' own reading of an error that leaves the interpreter
+# raised as it would eagerly, and stays; an entry of the hooks' code that runs the program's code where
+# eager runs a library's frame is shown as that frame, ``host_stand_in``: torch's ``Function.apply`` above
+# an ``autograd.Function``'s ``forward``). The hooks' own reading of an error that leaves the interpreter
 # (the jit's error reports: was it raised in jitcore's code, in a subclass's flatten protocol) needs those
 # entries: the run keeps them, for the last few entries made that way, and an exception leaving the run
 # (``interpret``, ``interpret_code``, ``Run.call``) has them put back where they were (``restore_hidden``);
@@ -182,26 +185,33 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
 _HIDDEN_KEPT = 32
 
 
-def _without_hooks(tb: TracebackType, host: tuple[str, ...], callees: tuple[str, ...]) \
+def _without_hooks(tb: TracebackType, hooks: Hooks) \
         -> tuple[TracebackType | None, list[tuple[int, list[tuple[CodeType, int, int]]]]]:
-    """``tb`` without the hooks' entries (files under ``host``) and the runs of ``callees``' entries between
-    two of them; the entries kept above the last one dropped are copies (``tb`` is left as it is).
+    """``tb`` without the hooks' entries (files under ``hooks.host_files``) and the runs of
+    ``hooks.host_callees``' entries between two of them, a hooks' entry that has a stand-in
+    (``hooks.host_stand_in``) shown as it; the entries kept above the last one dropped are copies (``tb`` is
+    left as it is).
 
     Returns:
-        the entries kept, linked, and the runs dropped: ``(k, entries)`` for a run that followed the k-th
-        entry kept (0: none), each entry as its code, ``tb_lasti`` and ``tb_lineno``.
+        the entries shown, linked, and the runs dropped: ``(k, entries)`` for a run that followed the k-th
+        entry shown (0: none), each entry as its code, ``tb_lasti`` and ``tb_lineno``.
     """
+    host, callees, stand_in = hooks.host_files, hooks.host_callees, hooks.host_stand_in
     found: list[TracebackType] = []
     while tb is not None:
         found.append(tb)
         tb = tb.tb_next
     keep = [True] * len(found)
+    stand_ins: dict[int, TracebackType] = {}  # the hooks' entries shown as an entry eager has there
     machinery: list[int] = []  # the callees' entries since the hooks' last one
     after_hooks = False
     for i, entry in enumerate(found):
         filename = entry.tb_frame.f_code.co_filename
         if filename.startswith(host) or is_internal(filename):
             keep[i] = False
+            shown = None if stand_in is None else stand_in(entry.tb_frame.f_code)
+            if shown is not None:
+                stand_ins[i] = shown
             for j in machinery:
                 keep[j] = False
             machinery.clear()
@@ -216,8 +226,8 @@ def _without_hooks(tb: TracebackType, host: tuple[str, ...], callees: tuple[str,
         shared -= 1
     head = found[shared] if shared < len(found) else None
     for i in range(shared - 1, -1, -1):
-        if keep[i]:
-            entry = found[i]
+        entry = found[i] if keep[i] else stand_ins.get(i)
+        if entry is not None:
             head = _TracebackType(head, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     dropped: list[tuple[int, list[tuple[CodeType, int, int]]]] = []
     count = 0
@@ -230,6 +240,7 @@ def _without_hooks(tb: TracebackType, host: tuple[str, ...], callees: tuple[str,
             dropped[-1][1].append(where)
         else:
             dropped.append((count, [where]))
+        count += i in stand_ins  # shown after the entry it stands for
     return head, dropped
 
 

@@ -32,7 +32,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 import jitcore
 from jitcore.diagnostics import JITCORE_DIR
-from jitcore.diagnostics.boundary import exception_template
+from jitcore.diagnostics.boundary import eager_stand_in, exception_template
 from jitcore.dispatch import resolve_call
 from jitcore.dispatch.dtensor import dispatch_state_lookasides, is_natively_dispatched
 from jitcore.dispatch.dtensor_masks import refuse_masks_left
@@ -474,6 +474,7 @@ class Pass(StateReads):
             max_depth=limit.max_depth,
             host_files=(JITCORE_DIR,),  # Note [An error the hooks translated] (interpreter/loop.py)
             host_callees=(_TORCH_DIR,),  # Note [The hooks' traceback entries] (interpreter/tracebacks.py)
+            host_stand_in=eager_stand_in,
         )
 
     def _made_here(self, container: Any) -> bool:

@@ -239,6 +239,22 @@ def _dispatch_fails(x: torch.Tensor) -> Any:
     return _NoSin(x, x).sin()
 
 
+class _RefusingForward(torch.autograd.Function):
+    """An autograd.Function whose forward raises."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("no forward here")
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def _function_forward_fails(x: torch.Tensor) -> Any:
+    return _RefusingForward.apply(x)
+
+
 def _entries_of_caught(fails: Any, x: torch.Tensor) -> tuple[list, list, torch.Tensor]:
     """The function name of each traceback entry of the error ``fails(x)`` raises, as ``traceback.walk_tb``
     and C's ``PyErr_Display`` (``_testcapi.exception_print``, where there is one) show them."""
@@ -267,8 +283,9 @@ def test_a_caught_errors_traceback_shows_none_of_the_jits_entries() -> None:
     torch op or a subclass's ``__torch_dispatch__`` raised listed ``_opaque_call``, ``offer_native``,
     ``call_watched`` (or a dozen of the jit's torch-op entries and torch's ``_dynamo`` wrappers) after
     them, in ``traceback.walk_tb`` and in C's printing (test_traceback's CPythonTracebackErrorCaretTests
-    jitted; Note [The hooks' traceback entries], interpreter/tracebacks.py)."""
-    for fails in (_opaque_call_fails, _torch_op_fails, _dispatch_fails):
+    jitted; Note [The hooks' traceback entries], interpreter/tracebacks.py). An autograd.Function's forward
+    is below torch's ``Function.apply`` frame, as eagerly (the jit's lookaside's stand-in)."""
+    for fails in (_opaque_call_fails, _torch_op_fails, _dispatch_fails, _function_forward_fails):
         x = torch.ones(2, 2)
         eager = _entries_of_caught(fails, x)
         jitted = jitcore.jit(_entries_of_caught)(fails, x)
