@@ -70,6 +70,7 @@ from jitcore.jit.code_kinds import (
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dataclass_arguments import bind_field_lists, field_appended_parameters, narrows_fields
 from jitcore.jit.dict_reads import dict_read_lookasides
+from jitcore.jit.dying_objects import refuse_dying
 from jitcore.jit.effects import Effect, Effects, StateSnapshots, emptied_list, written_keys
 from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.filesystem import FileSystem
@@ -468,7 +469,8 @@ class Pass(StateReads):
             format_field=format_field,
             format_percent=format_percent,
             native_call=self._interpreters_native_call,
-            on_type_lookup=lambda obj, t, name: self.provenance.bind_type_lookup(obj, t, name),
+            on_type_lookup=lambda obj, t, name: refuse_dying(obj, t, name) or  # jit/dying_objects.py
+            self.provenance.bind_type_lookup(obj, t, name),
             on_made=self.snapshots.made_here.note,  # jit/made_functions.py
             type_of=python_type,
             max_depth=limit.max_depth,
