@@ -548,7 +548,7 @@ def build_class(func: object, name: object, /, *bases: object, **kwds: object) -
                 raise RuntimeError(f"__class__ not set defining {name!r} as {cls!r}. Was __classcell__ "
                                    "propagated to type.__new__?")
             raise TypeError(f"__class__ set to {cell_value!r} defining {name!r} as {cls!r}")
-    if run.hooks.on_made is not None:
+    if run.hooks.on_made is not None and isinstance(cls, type):  # a metaclass may return anything
         run.hooks.on_made(cls)
     return cls
 

@@ -260,3 +260,29 @@ def test_a_class_whose_base_runs_the_programs_init_subclass_registers_once_per_c
             for i in range(3):
                 assert torch.equal(fn(torch.ones(2) * i), torch.ones(2) * i + 1)
             assert _Registered.subclasses == ["Sub"] * 3
+
+
+class _ReturnsItsName(type):
+    """A metaclass whose ``__new__`` returns no class (test_subclassinit's test_set_name_metaclass)."""
+
+    def __new__(mcs, name: str, bases: tuple, ns: dict) -> Any:
+        super().__new__(mcs, name, bases, ns)
+        return (name, len(bases))
+
+
+def test_a_class_statement_whose_metaclass_returns_no_class_binds_what_it_returned():
+    """``class A(metaclass=M)`` binds whatever ``M.__new__`` returned (a tuple here, an int, a plain
+    object): it is no class the program made, and noting it as one raised ``TypeError: cannot create
+    weak reference to 'tuple' object``."""
+
+    def f(x):
+        class A(metaclass=_ReturnsItsName):
+            pass
+
+        return x + A[1], A
+
+    jitted = jitcore.jit(f)
+    for i in range(3):
+        x = torch.ones(2) * i
+        (want, want_a), (got, got_a) = f(x), jitted(x)
+        assert torch.equal(got, want) and got_a == want_a == ("A", 0)
