@@ -106,7 +106,8 @@ def interpret(fn: Callable, hooks: Hooks | None = None) -> Callable:
         except BaseException as e:
             if not isinstance(e, InterpreterError):
                 e.__traceback__ = strip_internal(e.__traceback__)
-                restore_hidden(run, e)
+                if len(runs) == 1:  # the outermost run (Note [The hooks' traceback entries])
+                    restore_hidden(run, e)
             raise
         finally:
             runs.pop()
@@ -158,7 +159,8 @@ def interpret_code(
     except BaseException as e:
         if not isinstance(e, InterpreterError):
             e.__traceback__ = strip_internal(e.__traceback__)
-            restore_hidden(run, e)
+            if len(runs) == 1:  # the outermost run (Note [The hooks' traceback entries])
+                restore_hidden(run, e)
         raise
     finally:
         runs.pop()

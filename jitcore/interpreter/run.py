@@ -186,10 +186,9 @@ class Run:
         try:
             return call(self, fn, args, kwargs)
         except BaseException as e:
-            from jitcore.interpreter.tracebacks import restore_hidden, strip_internal
+            from jitcore.interpreter.tracebacks import strip_internal
 
             e.__traceback__ = strip_internal(e.__traceback__)
-            restore_hidden(self, e)
             raise
         finally:
             stack.pop()

@@ -172,16 +172,21 @@ def add_frame(frame: Frame, exc: BaseException, always: bool, leaving: bool = Fa
 # eager runs a library's frame is shown as that frame, ``host_stand_in``: torch's ``Function.apply`` above
 # an ``autograd.Function``'s ``forward``). The hooks' own reading of an error that leaves the interpreter
 # (the jit's error reports: was it raised in jitcore's code, in a subclass's flatten protocol) needs those
-# entries: the run keeps them, for the last few entries made that way, and an exception leaving the run
-# (``interpret``, ``interpret_code``, ``Run.call``) has them put back where they were (``restore_hidden``);
-# the boundary the jit returns through hides them from the caller as before. The run holds no frame for
-# this: a finished frame holds its locals and, through ``f_back``, its callers' (the interpreter's, holding
-# an opaque call's arguments; once they return, the program's own frames' locals too), which would then
-# outlive the exception the program dropped (an object handed to a C call that raised, freed eagerly once
-# the handler ran). An entry made that way is known by its id, the id of the entry under it and its
-# instruction; the hidden entries, by their code, instruction and line, and are made again as
-# ``fake_traceback`` makes entries (the same file, name, line and span; not the same code object: the jit's
-# boundary knows its registered stand-ins by file and name, ``diagnostics.boundary._eager_stand_in``).
+# entries: the run keeps them, for the last few entries made that way, and an exception leaving the
+# outermost run (``interpret``, ``interpret_code``) has them put back where they were (``restore_hidden``);
+# the boundary the jit returns through hides them from the caller as before. The walk stops at the entry of
+# an interpreted frame (a raiser's), whose tail was seen to when that entry was made, and nothing is put
+# back as an exception leaves a nested run (``Run.call``): a RecursionError through ~500 nested ``repr()``
+# calls the hooks made, each a ``Run.call``, was walked, put back and hidden again whole at every level
+# (test_io's PyBufferedReaderTest.test_recursive_repr jitted: 0.8 s -> over 120 s,
+# /tmp/cpy53-probes/p9_recursive_repr.py). The run holds no frame for this: a finished frame holds its
+# locals and, through ``f_back``, its callers' (the interpreter's, holding an opaque call's arguments; once
+# they return, the program's own frames' locals too), which would then outlive the exception the program
+# dropped (an object handed to a C call that raised, freed eagerly once the handler ran). An entry made
+# that way is known by its id, the id of the entry under it and its instruction; the hidden entries, by
+# their code, instruction and line, and are made again as ``fake_traceback`` makes entries (the same file,
+# name, line and span; not the same code object: the jit's boundary knows its registered stand-ins by file
+# and name, ``diagnostics.boundary.eager_stand_in``).
 _HIDDEN_KEPT = 32
 
 
@@ -198,8 +203,8 @@ def _without_hooks(tb: TracebackType, hooks: Hooks) \
     """
     host, callees, stand_in = hooks.host_files, hooks.host_callees, hooks.host_stand_in
     found: list[TracebackType] = []
-    while tb is not None:
-        found.append(tb)
+    while tb is not None and _VALUES not in tb.tb_frame.f_code.co_freevars:
+        found.append(tb)  # (up to an interpreted frame's entry, a raiser's: what is under it was seen to)
         tb = tb.tb_next
     keep = [True] * len(found)
     stand_ins: dict[int, TracebackType] = {}  # the hooks' entries shown as an entry eager has there
@@ -224,7 +229,7 @@ def _without_hooks(tb: TracebackType, hooks: Hooks) \
     shared = len(found)  # the entries from here on are all kept: their chain is shared as it is
     while shared and keep[shared - 1]:
         shared -= 1
-    head = found[shared] if shared < len(found) else None
+    head = found[shared] if shared < len(found) else tb
     for i in range(shared - 1, -1, -1):
         entry = found[i] if keep[i] else stand_ins.get(i)
         if entry is not None:
