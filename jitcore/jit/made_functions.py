@@ -62,6 +62,20 @@ class MadeHere:
 
         return type_
 
+    def new_classes_of(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """``type.__new__`` for the program (``inner``): a Python metaclass's ``super().__new__(mcls, name,
+        bases, ns)`` (``abc.ABCMeta``), checked and noted as ``classes_of`` checks and notes ``type``."""
+
+        def new(*args: Any, **kwargs: Any) -> Any:
+            if len(args) == 4 and type(args[2]) is tuple and isinstance(args[3], dict):
+                _refuse_native_class_code(args[1], args[2], args[3])  # Note [Class code C runs natively]
+            made = inner(*args, **kwargs)
+            if len(args) == 4 and isinstance(made, type):
+                self.note(made)
+            return made
+
+        return new
+
 
 # Note [A function the program made]
 # ``def g(): ...; return g``: eagerly each call returns a new function, on which the caller may set
@@ -151,7 +165,9 @@ def refused_class(cls: type, what: str = "class") -> UnsupportedOperationError:
 # write (``Registry.subclasses.append(cls)``) is no effect the pass sees, so cached calls never wrote it
 # (eager appends 3 times in 3 calls, jit once), and a call refused after it (Note [A class the program
 # made]) wrote it twice on its first call. Where either is Python code outside the standard library, the
-# class is refused before ``type`` runs: the call runs eagerly, and writes once per call.
+# class is refused before ``type`` runs: the call runs eagerly, and writes once per call. A Python
+# metaclass's ``super().__new__(mcls, name, bases, ns)`` (``abc.ABCMeta``) is ``type.__new__``, checked the
+# same way (``new_classes_of``); a C metaclass other than ``type`` is not.
 def _refuse_native_class_code(name: Any, bases: tuple, namespace: dict) -> None:
     """Refuses the making of class ``name`` when C would run the program's Python code natively for it
     (Note [Class code C runs natively])."""

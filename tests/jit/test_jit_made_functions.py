@@ -7,6 +7,7 @@ attribute on what it got and calls it, and the next call must see what eager's s
 
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 import functools
@@ -286,3 +287,31 @@ def test_a_class_statement_whose_metaclass_returns_no_class_binds_what_it_return
         x = torch.ones(2) * i
         (want, want_a), (got, got_a) = f(x), jitted(x)
         assert torch.equal(got, want) and got_a == want_a == ("A", 0)
+
+
+class _RegisteredAbstract(abc.ABC):  # noqa: B024 - a metaclass of Python code, no abstract method
+    subclasses: list = []
+
+    def __init_subclass__(cls) -> None:
+        _RegisteredAbstract.subclasses.append(cls.__name__)
+
+
+def test_a_python_metaclass_running_the_programs_init_subclass_registers_once_per_call():
+    """``abc.ABCMeta.__new__`` (interpreted) calls ``type.__new__``, which ran the base's
+    ``__init_subclass__`` natively, unwatched: 1 registration in 3 calls (Note [Class code C runs
+    natively])."""
+
+    def f(x):
+        class Sub(_RegisteredAbstract):
+            pass
+
+        return x + 1
+
+    jitted = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for fn in (f, jitted):
+            _RegisteredAbstract.subclasses.clear()
+            for i in range(3):
+                assert torch.equal(fn(torch.ones(2) * i), torch.ones(2) * i + 1)
+            assert _RegisteredAbstract.subclasses == ["Sub"] * 3
