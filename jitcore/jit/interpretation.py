@@ -450,7 +450,7 @@ class Pass(StateReads):
         lookasides[type] = self.snapshots.made_here.classes_of(  # classes it makes: jit/made_functions.py
             self.type_lookaside(lookasides.get(type, type)))  # Note [The class of a caller's object]
         made = self.snapshots.made_here  # a Python metaclass's super().__new__ too (jit/made_functions.py)
-        lookasides[type.__new__] = made.new_classes_of(lookasides.get(type.__new__, type.__new__))
+        lookasides[type.__new__] = made.classes_of(lookasides.get(type.__new__, type.__new__), skip=1)
         # ``id(t)``/``hash(t)`` of a caller's tensor: its own id (Note [The id of a caller's tensor])
         lookasides[id] = lambda *args: self.keys.identity(id, args, self._opaque_call)
         # ... and a Python ``__hash__`` interpreted (Note [A Python __hash__'s result], interpreter/hashes.py)

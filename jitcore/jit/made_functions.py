@@ -27,7 +27,7 @@ from typing import Any
 
 from jitcore.errors import UnsupportedOperationError
 
-__all__ = ["MadeHere", "function_parts", "refused_class", "remake_function"]
+__all__ = ["MadeHere", "function_parts", "is_empty_cell", "refused_class", "remake_function"]
 
 
 class MadeHere:
@@ -48,33 +48,23 @@ class MadeHere:
         """Whether the program made ``obj`` in this pass."""
         return obj is not None and self._made.get(id(obj)) is obj
 
-    def classes_of(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+    def classes_of(self, inner: Callable[..., Any], skip: int = 0) -> Callable[..., Any]:
         """``type`` for the program (``inner``), noting the class a three-argument call makes
-        (``type("T", (), {})``, ``collections.namedtuple``)."""
+        (``type("T", (), {})``, ``collections.namedtuple``); with ``skip=1``, ``type.__new__`` (a Python
+        metaclass's ``super().__new__(mcls, name, bases, ns)``, ``abc.ABCMeta``), whose first argument is
+        the metaclass."""
 
         def type_(*args: Any, **kwargs: Any) -> Any:
-            if len(args) == 3 and type(args[1]) is tuple and isinstance(args[2], dict):
-                _refuse_native_class_code(args[0], args[1], args[2])  # Note [Class code C runs natively]
+            parts = args[skip:]
+            three = len(parts) == 3 and type(parts[1]) is tuple and isinstance(parts[2], dict)
+            if three:
+                _refuse_native_class_code(*parts)  # Note [Class code C runs natively]
             made = inner(*args, **kwargs)
-            if len(args) == 3 and isinstance(made, type):
+            if three and isinstance(made, type):
                 self.note(made)
             return made
 
         return type_
-
-    def new_classes_of(self, inner: Callable[..., Any]) -> Callable[..., Any]:
-        """``type.__new__`` for the program (``inner``): a Python metaclass's ``super().__new__(mcls, name,
-        bases, ns)`` (``abc.ABCMeta``), checked and noted as ``classes_of`` checks and notes ``type``."""
-
-        def new(*args: Any, **kwargs: Any) -> Any:
-            if len(args) == 4 and type(args[2]) is tuple and isinstance(args[3], dict):
-                _refuse_native_class_code(args[1], args[2], args[3])  # Note [Class code C runs natively]
-            made = inner(*args, **kwargs)
-            if len(args) == 4 and isinstance(made, type):
-                self.note(made)
-            return made
-
-        return new
 
 
 # Note [A function the program made]
@@ -95,7 +85,7 @@ def remake_function(fn: types.FunctionType, memo: dict, copied: Callable[[Any], 
     made = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, None, closure)
     memo[id(fn)] = made
     for cell, new in zip(cells or (), closure or ()):
-        if _empty(new) and not _empty(cell):
+        if is_empty_cell(new) and not is_empty_cell(cell):
             new.cell_contents = copied(cell.cell_contents)
     made.__qualname__ = fn.__qualname__
     made.__module__ = fn.__module__
@@ -123,7 +113,8 @@ def _cell(cell: types.CellType, memo: dict) -> types.CellType:
     return found
 
 
-def _empty(cell: types.CellType) -> bool:
+def is_empty_cell(cell: types.CellType) -> bool:
+    """Whether ``cell`` holds nothing yet (reading it raises ``ValueError``)."""
     try:
         cell.cell_contents  # noqa: B018 - reading an empty cell raises ValueError
     except ValueError:
@@ -134,7 +125,7 @@ def _empty(cell: types.CellType) -> bool:
 def function_parts(fn: types.FunctionType) -> list[Any]:
     """What a copy of ``fn`` copies: its cells' contents, defaults, keyword defaults, annotations and
     attributes."""
-    found = [cell.cell_contents for cell in fn.__closure__ or () if not _empty(cell)]
+    found = [cell.cell_contents for cell in fn.__closure__ or () if not is_empty_cell(cell)]
     found += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
     return found + list(fn.__annotations__.values()) + list(fn.__dict__.values())
 
@@ -167,7 +158,7 @@ def refused_class(cls: type, what: str = "class") -> UnsupportedOperationError:
 # made]) wrote it twice on its first call. Where either is Python code outside the standard library, the
 # class is refused before ``type`` runs: the call runs eagerly, and writes once per call. A Python
 # metaclass's ``super().__new__(mcls, name, bases, ns)`` (``abc.ABCMeta``) is ``type.__new__``, checked the
-# same way (``new_classes_of``); a C metaclass other than ``type`` is not.
+# same way (``classes_of(..., skip=1)``); a C metaclass other than ``type`` is not.
 def _refuse_native_class_code(name: Any, bases: tuple, namespace: dict) -> None:
     """Refuses the making of class ``name`` when C would run the program's Python code natively for it
     (Note [Class code C runs natively])."""

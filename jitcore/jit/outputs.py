@@ -42,7 +42,7 @@ from jitcore.jit.call_copies import (
     programs_own,
     readers_made,
 )
-from jitcore.jit.made_functions import refused_class
+from jitcore.jit.made_functions import is_empty_cell, refused_class
 from jitcore.jit.object_copies import copied, copier
 from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -610,7 +610,7 @@ def _children(value: Any) -> list[Any]:
         return []
     if kind is types.FunctionType:  # a closure returned or stored: what its cells hold
         return [c.cell_contents for c in value.__closure__ or () if c.cell_contents is not None] \
-            if all(_filled(c) for c in value.__closure__ or ()) else []
+            if all(not is_empty_cell(c) for c in value.__closure__ or ()) else []
     children = list(getattr(value, "__dict__", {}).values()) if hasattr(value, "__dict__") else []
     if issubclass(kind, torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():  # a subclass's __torch_function__ sees no read
@@ -637,14 +637,6 @@ def _is_iterator(value: Any) -> bool:
 # C iterators are stateful as ``iter(l)`` is: returned as the pass's object, every cached call handed on
 # the one iterator the first caller consumed (``itertools.chain([1], [n])``: [] from the second call)
 _ITERATOR_MODULES = frozenset(("builtins", "itertools", "_collections", "collections"))
-
-
-def _filled(cell: types.CellType) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - reading an empty cell raises ValueError
-    except ValueError:
-        return False
-    return True
 
 
 def held(value: Any) -> Proxy | None:

@@ -242,13 +242,22 @@ def test_a_class_the_program_made_is_new_on_every_call(program):
         assert calls(jitted) == calls(program)
 
 
-def test_a_class_whose_base_runs_the_programs_init_subclass_registers_once_per_call():
+class _RegisteredAbstract(abc.ABC):  # noqa: B024 - a metaclass of Python code, no abstract method
+    subclasses: list = []
+
+    def __init_subclass__(cls) -> None:
+        _RegisteredAbstract.subclasses.append(cls.__name__)
+
+
+@pytest.mark.parametrize("base", [_Registered, _RegisteredAbstract], ids=["type", "abc_meta"])
+def test_a_class_whose_base_runs_the_programs_init_subclass_registers_once_per_call(base: type):
     """C runs a base's ``__init_subclass__`` natively: its write was no effect the pass saw, so cached
     calls never registered the class (1 in 3 calls), even when the class never leaves the program (Note
-    [Class code C runs natively]); such a call runs eagerly."""
+    [Class code C runs natively]); such a call runs eagerly. ``abc.ABCMeta.__new__`` (interpreted) calls
+    ``type.__new__``, which did the same."""
 
     def f(x):
-        class Sub(_Registered):
+        class Sub(base):
             pass
 
         return x + 1
@@ -257,10 +266,10 @@ def test_a_class_whose_base_runs_the_programs_init_subclass_registers_once_per_c
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for fn in (f, jitted):
-            _Registered.subclasses.clear()
+            base.subclasses.clear()
             for i in range(3):
                 assert torch.equal(fn(torch.ones(2) * i), torch.ones(2) * i + 1)
-            assert _Registered.subclasses == ["Sub"] * 3
+            assert base.subclasses == ["Sub"] * 3
 
 
 class _ReturnsItsName(type):
@@ -287,31 +296,3 @@ def test_a_class_statement_whose_metaclass_returns_no_class_binds_what_it_return
         x = torch.ones(2) * i
         (want, want_a), (got, got_a) = f(x), jitted(x)
         assert torch.equal(got, want) and got_a == want_a == ("A", 0)
-
-
-class _RegisteredAbstract(abc.ABC):  # noqa: B024 - a metaclass of Python code, no abstract method
-    subclasses: list = []
-
-    def __init_subclass__(cls) -> None:
-        _RegisteredAbstract.subclasses.append(cls.__name__)
-
-
-def test_a_python_metaclass_running_the_programs_init_subclass_registers_once_per_call():
-    """``abc.ABCMeta.__new__`` (interpreted) calls ``type.__new__``, which ran the base's
-    ``__init_subclass__`` natively, unwatched: 1 registration in 3 calls (Note [Class code C runs
-    natively])."""
-
-    def f(x):
-        class Sub(_RegisteredAbstract):
-            pass
-
-        return x + 1
-
-    jitted = jitcore.jit(f)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for fn in (f, jitted):
-            _RegisteredAbstract.subclasses.clear()
-            for i in range(3):
-                assert torch.equal(fn(torch.ones(2) * i), torch.ones(2) * i + 1)
-            assert _RegisteredAbstract.subclasses == ["Sub"] * 3
