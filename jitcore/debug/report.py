@@ -13,12 +13,11 @@ import linecache
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
+from types import CodeType, TracebackType
 from typing import IO, Any
 
-from jitcore.diagnostics.boundary import is_internal_file
+from jitcore.diagnostics.boundary import is_internal_file, traceback_points
 from jitcore.diagnostics.context import context_of
-from jitcore.diagnostics.tracebacks import entries
 
 __all__ = ["error_code_page", "install_report_hook", "render_report", "report", "user_frames"]
 
@@ -41,25 +40,25 @@ class ShownFrame:
 
 
 def user_frames(exc: BaseException) -> list[ShownFrame]:
-    """The frames of ``exc``'s traceback that are not jitcore's, outermost first."""
+    """The frames of ``exc``'s traceback that are not jitcore's, outermost first (a kept reason's too: Note
+    [A kept reason holds no frames], jitcore/diagnostics/boundary.py)."""
     shown = []
-    for tb in entries(exc.__traceback__):
-        code = tb.tb_frame.f_code
+    for code, line, lasti in traceback_points(exc):
         if is_internal_file(code.co_filename):
             continue
-        lineno, col, end_col = _position(tb)
+        lineno, col, end_col = _position(code, line, lasti)
         shown.append(ShownFrame(code.co_filename, lineno, code.co_name, col, end_col))
     return shown
 
 
-def _position(tb: TracebackType) -> tuple[int, int | None, int | None]:
-    positions = list(tb.tb_frame.f_code.co_positions())
-    index = tb.tb_lasti // 2
+def _position(code: CodeType, lineno: int, lasti: int) -> tuple[int, int | None, int | None]:
+    positions = list(code.co_positions())
+    index = lasti // 2
     if 0 <= index < len(positions):
         start, end, col, end_col = positions[index]
-        if start == tb.tb_lineno and end == start:
-            return tb.tb_lineno, col, end_col
-    return tb.tb_lineno, None, None
+        if start == lineno and end == start:
+            return lineno, col, end_col
+    return lineno, None, None
 
 
 def error_code_page(exc: BaseException) -> str | None:

@@ -29,8 +29,8 @@ from jitcore.diagnostics.tracebacks import entries, fake_traceback, link
 from jitcore.ir import BoundSymbol, SourceFrame, Trace, print_trace
 
 __all__ = [
-    "bound_symbol_at", "eager_stand_in", "is_internal_file", "on_error", "replays_backward_errors",
-    "runs_as_function_apply", "show_internal_frames",
+    "bound_symbol_at", "eager_stand_in", "is_internal_file", "kept_without_frames", "on_error",
+    "replays_backward_errors", "runs_as_function_apply", "show_internal_frames", "traceback_points",
 ]
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -38,6 +38,7 @@ _TORCH_OPS = os.path.join(_TORCH_DIR, "_ops.py")
 _FLATTEN = os.path.join(JITCORE_DIR, "dispatch", "flatten.py")
 _INTERPRETATION = os.path.join(JITCORE_DIR, "jit", "interpretation.py")
 _NOTED = "_jitcore_noted"
+_POINTS = "_jitcore_points"
 
 
 def show_internal_frames(jfn: Any) -> bool:
@@ -115,6 +116,7 @@ _BACKWARD_REPLAYS: set[CodeType] = set()
 # entries], interpreter/tracebacks.py).
 _FUNCTION_APPLY_PLACES: set[tuple[str, str]] = set()
 F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound=BaseException)
 
 
 def replays_backward_errors(function: F) -> F:
@@ -323,6 +325,42 @@ def _execution_context(jfn: Any, entry: TracebackType) -> ErrorContext:
 # without traceback: the record does not keep the pass's frames alive); an error the computation
 # raises at that symbol, chained to nothing, is chained to a new copy of it, as the program's handler
 # would have chained it.
+# Note [A kept reason holds no frames]
+# The error that made a call run eagerly is kept (``jitted.fallback_reason``, an eager entry's
+# ``eager_reason``) for as long as the jitted function lives. Its traceback's frames link, through
+# ``f_back``, to the frame that called the jitted function, which keeps its locals once it returns: the
+# caller's objects of that call (a batch, its activations) outlived it (eager frees them). A kept reason
+# drops its traceback, and its chain's; it keeps each entry's code, line and instruction offset, which
+# is all a report of it reads (``traceback_points``; jitcore/debug/report.py).
+def traceback_points(exc: BaseException) -> list[tuple[CodeType, int, int]]:
+    """``(code, line, instruction offset)`` of each entry of ``exc``'s traceback, outermost first, or of
+    the traceback it had when kept (Note [A kept reason holds no frames])."""
+    kept = getattr(exc, _POINTS, None)
+    if kept is not None and exc.__traceback__ is None:
+        return kept
+    return [(tb.tb_frame.f_code, tb.tb_lineno, tb.tb_lasti) for tb in entries(exc.__traceback__)]
+
+
+def kept_without_frames(exc: E) -> E:
+    """``exc``, to be kept, without the frames of its traceback and its chain's (Note [A kept reason holds
+    no frames])."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        chained = pending.pop()
+        if chained is None or id(chained) in seen:
+            continue
+        seen.add(id(chained))
+        if chained.__traceback__ is not None:
+            try:
+                setattr(chained, _POINTS, traceback_points(chained))
+            except (AttributeError, TypeError):  # an exception class with __slots__ keeps no points
+                pass
+            chained.__traceback__ = None
+        pending += [chained.__cause__, chained.__context__]
+    return exc
+
+
 def exception_template(exc: BaseException, depth: int = 4) -> BaseException | None:
     """A copy of ``exc`` and the exceptions it chains to (``depth`` of them), without tracebacks;
     None when it cannot be copied."""

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch._dispatch.python import enable_python_dispatcher
 
+from jitcore.diagnostics.boundary import kept_without_frames
 from jitcore.diagnostics.logs import entry_added, static_shapes, symbolic_sizes
 from jitcore.dispatch.flatten import (
     flatten_program,
@@ -261,7 +262,7 @@ class JittedFunction:
             if isinstance(outcome, Eager) and outcome.this_call_only:  # a lazy module's first call
                 return self.fn(*args, **kwargs)
             if isinstance(outcome, Eager) and outcome.from_now_on:
-                self.eager_reason = outcome.reason
+                self.eager_reason = kept_without_frames(outcome.reason)  # Note [A kept reason ...
                 warnings.warn(
                     f"jitcore: {self._label} runs eagerly from now on: {outcome.reason.summary}", stacklevel=3
                 )
@@ -510,6 +511,7 @@ class JittedFunction:
     # the pass and the stages after it, ask it (``_decide``) and return its ``Eager`` outcome.
     def _eager_entry(self, reason: BaseException, traced: Prologue | None = None) -> CacheEntry:
         """An entry whose calls run eagerly; its guards ``traced``'s, by default the last pass's."""
+        reason = kept_without_frames(reason)  # Note [A kept reason holds no frames]
         if traced is None:
             traced = self.last_prologue if self.last_prologue is not None else Prologue()
         guards = eager_entries.eager_guards(reason, traced.guards)  # Note [Eager whatever the contents]

@@ -315,3 +315,39 @@ def test_a_torchscript_function_is_traced() -> None:
         check(f, x, w, jfn=jf)
     assert jf.fallback_reason is None
     assert (jitcore.cache_misses(jf), jitcore.cache_hits(jf)) == (1, 2)
+
+
+class _Dying:
+    pass
+
+
+def _makes_a_sparse_tensor(x: torch.Tensor) -> tuple:
+    y = x.to_sparse()
+    return (y * 2).to_dense(), _Dying()  # JC-J002 at y * 2: the call runs eagerly
+
+
+def test_a_kept_reason_frees_the_callers_objects_and_still_names_the_line() -> None:
+    """Note [A kept reason holds no frames]: the reason an eager entry keeps held its traceback, whose
+    frames led (``f_back``) to the caller's frame and its locals: the caller's objects of that call
+    outlived it, where eager frees them when the caller returns. A report of the reason still names the
+    user's line."""
+    import gc
+    import weakref
+
+    from jitcore.debug.report import render_report
+
+    def caller(fn: object) -> weakref.ref:
+        out = fn(torch.ones(2))
+        return weakref.ref(out[1])
+
+    jitted = jitcore.jit(_makes_a_sparse_tensor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        alive = []
+        for fn in (_makes_a_sparse_tensor, jitted):
+            ref = caller(fn)
+            gc.collect()
+            alive.append(ref() is not None)
+    assert alive == [False, False]
+    assert jitted.fallback_reason is not None and jitted.fallback_reason.__traceback__ is None
+    assert "return (y * 2).to_dense(), _Dying()" in render_report(jitted.fallback_reason)
