@@ -537,6 +537,8 @@ class Pass(StateReads):
                 torch.inference_mode.__exit__: lambda cm, *exc_info: leave()}
 
     def _note_attribute(self, obj: Any, name: Any, *, present: bool) -> None:
+        if not present and self.numpy is not None:  # an array's attribute torch._numpy lacks: JC-N001
+            self.numpy.missing_attribute(obj, name)
         path = self.provenance.path_of(obj)
         if (
             path is None

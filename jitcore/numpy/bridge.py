@@ -334,6 +334,14 @@ class NumpyBridge:
             ) from None
         return self._as_numpy_would(result, _method_caller(name), name, args, kwargs)
 
+    def missing_attribute(self, obj: Any, name: Any) -> None:
+        """``obj.name`` raised AttributeError for the program: when ``obj`` is a wrapper and NumPy's arrays
+        have ``name`` (``a.tobytes``, ``a.ctypes``), which torch's NumPy layer does not implement, eagerly
+        the program would have it: UnsupportedNumPyError (the call runs eagerly), not NumPy's answer
+        changed into an AttributeError."""
+        if type(obj) is tnp.ndarray and type(name) is str and hasattr(np.ndarray, name):
+            raise unsupported(f"ndarray.{name}", "torch's NumPy layer (torch._numpy) does not implement it")
+
     def _isinstance(self, value: Any, cls: Any) -> bool:
         """``isinstance``: a wrapper is an ``np.ndarray``, or the NumPy scalar type it stands for."""
         if type(value) is tnp.ndarray:

@@ -167,3 +167,23 @@ def test_shape_errors_are_torchs() -> None:
         np.concatenate([A, A[:, :2]], axis=0)
     _raises(RuntimeError, lambda a: np.concatenate([a, a[:, :2]], axis=0), A)
     _raises(RuntimeError, lambda a: a + a[:2, :3], A)
+
+
+@pytest.mark.parametrize("program", [
+    lambda x: (x.numpy().tobytes(), x + 1),
+    lambda x: (np.frombuffer(x.numpy().tobytes(), dtype=np.float32).sum(), x * 2),
+    lambda x: (hasattr(x.numpy(), "tobytes"), getattr(x.numpy(), "no_such_attribute", 7), x + 1),
+], ids=["tobytes", "frombuffer", "hasattr"])
+def test_an_array_attribute_torch_numpy_lacks_runs_eagerly(program) -> None:
+    """``a.tobytes()``: NumPy's arrays have it, torch's NumPy layer's do not. The program raised
+    AttributeError under jit where eager returns; now JC-N001 (an eager entry), and an attribute NumPy's
+    arrays lack reads as eagerly."""
+    jfn = jitcore.jit(program)
+    for i in range(3):
+        x = torch.arange(4.0) / (i + 3)
+        with pytest.warns(UserWarning, match="runs eagerly") if i == 0 else contextlib.nullcontext():
+            got = jfn(x)
+        for want, have in zip(program(x), got, strict=True):
+            assert type(have) is type(want)
+            assert torch.equal(have, want) if isinstance(want, torch.Tensor) else have == want
+    assert isinstance(jfn.fallback_reason, UnsupportedNumPyError)
