@@ -138,6 +138,31 @@ def test_with_exits_run_for_the_stop() -> None:
     assert torch._C._is_torch_function_enabled()  # noqa: SLF001
 
 
+def test_a_with_exit_that_raises_at_the_stop_does_not_replace_it() -> None:
+    """unittest's ``assertRaisesRegex(TypeError, ...)`` exit saw the refusal (a TypeError with jitcore's
+    message) and raised AssertionError, which left the call in the refusal's place (test_dataclasses'
+    test_slots_with_wrong_init_subclass jitted): the exit's error is dropped, the call runs eagerly
+    (Note [Refusals pass bare excepts])."""
+    import unittest
+
+    case = unittest.TestCase()
+
+    def f(x):
+        with case.assertRaisesRegex(TypeError, "missing 1 required positional argument: 'arg'"):
+            class Sub(_NeedsArg):  # the program's __init_subclass__, which C runs: refused
+                pass
+        return x * 2
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(f, torch.randn(3, 3))
+
+
+class _NeedsArg:
+    def __init_subclass__(cls, arg: int) -> None:
+        cls.arg = arg
+
+
 @dataclasses.dataclass
 class _Log:
     losses: list
