@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from jitcore.diagnostics.boundary import is_internal_file, traceback_points
 from jitcore.diagnostics.context import context_of
+from jitcore.diagnostics.tracebacks import source_frame
 
 __all__ = ["error_code_page", "install_report_hook", "render_report", "report", "user_frames"]
 
@@ -52,12 +53,9 @@ def user_frames(exc: BaseException) -> list[ShownFrame]:
 
 
 def _position(code: CodeType, lineno: int, lasti: int) -> tuple[int, int | None, int | None]:
-    positions = list(code.co_positions())
-    index = lasti // 2
-    if 0 <= index < len(positions):
-        start, end, col, end_col = positions[index]
-        if start == lineno and end == start:
-            return lineno, col, end_col
+    where = source_frame(code, lasti, lineno)
+    if where.end_lineno == lineno:  # a span on one line: the columns of its carets
+        return lineno, where.col, where.end_col
     return lineno, None, None
 
 

@@ -16,7 +16,7 @@ from types import CodeType, FunctionType, TracebackType
 
 from jitcore.ir import SourceFrame
 
-__all__ = ["entries", "fake_traceback", "link", "svarint", "varint"]
+__all__ = ["entries", "fake_traceback", "link", "source_frame", "svarint", "varint"]
 
 
 def _template() -> CodeType:
@@ -47,6 +47,18 @@ def link(*tbs: TracebackType | None) -> TracebackType | None:
     for outer, inner in itertools.pairwise(present):
         outer.tb_next = inner
     return present[0] if present else None
+
+
+def source_frame(code: CodeType, lasti: int, lineno: int) -> SourceFrame:
+    """Where a traceback entry of ``code`` at instruction offset ``lasti`` and line ``lineno`` is: its span
+    when the instruction's positions start on that line, as ``fake_traceback`` makes an entry again."""
+    positions = list(code.co_positions())
+    index = lasti // 2
+    if 0 <= index < len(positions):
+        start, end, col, end_col = positions[index]
+        if start == lineno:
+            return SourceFrame(code.co_filename, lineno, code.co_name, end, col, end_col)
+    return SourceFrame(code.co_filename, lineno, code.co_name)
 
 
 def fake_traceback(frames: Iterable[SourceFrame]) -> TracebackType | None:

@@ -23,9 +23,8 @@ import sys
 from types import CellType, CodeType, FunctionType, TracebackType
 from typing import TYPE_CHECKING
 
-from jitcore.diagnostics.tracebacks import entries, fake_traceback, svarint, varint
+from jitcore.diagnostics.tracebacks import entries, fake_traceback, source_frame, svarint, varint
 from jitcore.interpreter.frame import NULL
-from jitcore.ir import SourceFrame
 
 if TYPE_CHECKING:
     from jitcore.interpreter.frame import Frame
@@ -249,17 +248,6 @@ def _without_hooks(tb: TracebackType, hooks: Hooks) \
     return head, dropped
 
 
-def _source_frame(code: CodeType, lasti: int, lineno: int) -> SourceFrame:
-    """Where an entry of ``code`` at ``lasti`` and ``lineno`` is, as ``fake_traceback`` makes it again."""
-    positions = list(code.co_positions())
-    index = lasti // 2
-    if 0 <= index < len(positions):
-        start, end, col, end_col = positions[index]
-        if start == lineno:
-            return SourceFrame(code.co_filename, lineno, code.co_name, end, col, end_col)
-    return SourceFrame(code.co_filename, lineno, code.co_name)
-
-
 def restore_hidden(run: Run, exc: BaseException) -> None:
     """Put the hooks' entries (Note [The hooks' traceback entries]) back into ``exc``'s traceback, where
     they were, as ``exc`` leaves ``run``."""
@@ -278,7 +266,7 @@ def restore_hidden(run: Run, exc: BaseException) -> None:
                 below = below.tb_next
             for count, dropped in reversed(made[2]):
                 if count < len(chain):
-                    made_again = entries(fake_traceback(_source_frame(*where) for where in dropped))
+                    made_again = entries(fake_traceback(source_frame(*where) for where in dropped))
                     after = chain[count]
                     made_again[-1].tb_next = after.tb_next
                     after.tb_next = made_again[0]
