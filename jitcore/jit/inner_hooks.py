@@ -11,8 +11,9 @@ Invariants (Note [Hooks registered inside the program]):
 - a hook runs only where it observes: one that returns a gradient (a replacement) runs the call eagerly
   (JC-T001), as does a hooked or retaining tensor that another backward could reach after the call (it
   is returned or stored, or an output that requires grad depends on it), a tensor changed in place after
-  its hook was registered, a tensor-subclass value, and a hook reached by ``torch.autograd.grad`` or
-  ``backward(inputs=...)``;
+  its hook was registered, and a hook reached by ``torch.autograd.grad`` or ``backward(inputs=...)``;
+- a tensor-subclass value the program computes is hooked like a plain one: its gradient, an input of the
+  record, is a value of the class eager's engine hands the hook (Note [Hooks on a subclass value]);
 - the order of hooks and of the leaves' gradients is the engine's: marker hooks on the shadows, for the
   record's own run, note the order in which torch's engine reaches them.
 """
@@ -32,7 +33,6 @@ from torch.utils.hooks import RemovableHandle
 from jitcore.errors import UnsupportedOperationError
 from jitcore.langctx.backward import graph_nodes
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["Hooked", "InnerHooks", "engine_order"]
 
@@ -60,6 +60,16 @@ class Hooked:
 # leaves, which the single record cannot express: such a call runs eagerly. A hook the caller's own
 # backward could reach after the call (the tensor escapes, or an output that requires grad depends on
 # it) would not run there either: such a call runs eagerly too.
+# Note [Hooks on a subclass value]
+# A hook or ``retain_grad()`` on a tensor-subclass value the program computes (``y = w * x`` of a
+# TwoTensor weight, an activation's gradient logged in a training step over subclass parameters) made
+# the call an eager entry, its ``__torch_dispatch__`` run on every call. Nothing in the record is
+# plain-only: the record differentiates with respect to the hooked value as it does with respect to a
+# subclass leaf, so the gradient it hands the hooks is a value of the class eager's engine hands them
+# (a TwoTensor for a TwoTensor), its inner tensors outputs of the computation, and the hooks are
+# interpreted on it. The rules of the Note above hold as for plain values (a replacing hook, a hooked
+# value the call returns, still run eagerly). A hook on a caller's subclass tensor still runs eagerly:
+# it outlives the call, as a plain one's does.
 class InnerHooks:
     """The hooks and retained gradients of the tensors one tracing pass computes."""
 
@@ -136,10 +146,10 @@ class InnerHooks:
                            "tensor after the call",))
 
     def _hooked_for(self, proxy: TensorProxy, what: str) -> Hooked:
-        if isinstance(proxy, SubclassTensorProxy) or self._is_input(proxy):
+        if self._is_input(proxy):
             raise UnsupportedOperationError(
-                f"torch.Tensor.{what} inside a jitted function on a tensor-subclass value or on a tensor "
-                "of the caller's (the hook outlives the call) is not supported")
+                f"torch.Tensor.{what} inside a jitted function on a tensor of the caller's (the hook "
+                "outlives the call) is not supported")
         if what == "register_hook" and not proxy.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         found = self._hooked.get(id(proxy))

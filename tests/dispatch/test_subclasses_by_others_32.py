@@ -1,0 +1,213 @@
+"""Tensor subclasses written by others (issue 15, zoo54), eager against ``jitcore.jit`` over three calls
+(outputs and arguments by ``assert_same_flattened``; one entry; no ``__torch_dispatch__`` frame on a warm
+call): hooks and ``retain_grad()`` the program registers on subclass values it computes, run by a backward
+inside it (gradient logging, an activation's gradient kept for attribution), as they are on plain tensors.
+Before, each such call ran eagerly (JC-T001, "on a tensor-subclass value") and its dispatch ran on every
+call. A hook that replaces a computed tensor's gradient, and a hooked value the call returns, still run
+eagerly, with eager's answer, as for plain tensors (Note [Hooks registered inside the program]).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.utils._pytree as pytree
+from subclass_checks import assert_same_flattened, protocol_calls
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+
+aten = torch.ops.aten
+
+
+class _Table(torch.Tensor):
+    """A wrapper whose classmethod ``__torch_dispatch__`` looks ``func`` up in a table of overrides and
+    otherwise unwraps, computes and rewraps with ``tree_map`` (keeping the first argument's tag)."""
+
+    HANDLED: dict[Any, Callable[..., Any]] = {}
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, tag: str = "t") -> _Table:
+        r = torch.Tensor._make_wrapper_subclass(cls, elem.shape, strides=elem.stride(), dtype=elem.dtype,
+                                                device=elem.device, requires_grad=elem.requires_grad)
+        r.elem = elem
+        r.tag = tag
+        return r
+
+    def __tensor_flatten__(self) -> tuple[list[str], dict]:
+        return ["elem"], {"tag": self.tag}
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: dict, size: Any, stride: Any) -> _Table:
+        return _Table(inner["elem"], ctx["tag"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in cls.HANDLED:
+            return cls.HANDLED[func](func, types, args, kwargs)
+        tag = next(a.tag for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, _Table))
+        unwrap = lambda t: t.elem if isinstance(t, _Table) else t  # noqa: E731
+        out = func(*pytree.tree_map(unwrap, args), **pytree.tree_map(unwrap, kwargs))
+        return pytree.tree_map_only(torch.Tensor, lambda t: _Table(t, tag), out)
+
+
+def _implements(op: Any) -> Callable[[Callable], Callable]:
+    def register(fn: Callable) -> Callable:
+        _Table.HANDLED[op] = fn
+        return fn
+    return register
+
+
+@_implements(aten.mul.Tensor)
+def _table_mul(func: Any, types: tuple, args: tuple, kwargs: dict) -> _Table:
+    a, b = args
+    first = a if isinstance(a, _Table) else b
+    unwrap = lambda t: t.elem if isinstance(t, _Table) else t  # noqa: E731
+    return _Table(unwrap(a) * unwrap(b), first.tag + "*")
+
+
+def _two(*shape: int, requires_grad: bool = False) -> TwoTensor:
+    t = TwoTensor(torch.randn(*shape), torch.randn(*shape))
+    return t.requires_grad_() if requires_grad else t
+
+
+def _three_calls(fn: Callable[..., Any], make: Callable[[], tuple], classes: tuple[type, ...]) -> tuple:
+    """``fn`` eagerly and jitted on equal fresh arguments (seeded ``make()``), three times: outputs and
+    arguments compared. Returns (entries, protocol frames of ``classes`` on cached calls, the jitted
+    function)."""
+    jitted = jitcore.jit(fn)
+    warm: list[str] = []
+    for i in range(3):
+        torch.manual_seed(i)
+        eager_args = make()
+        torch.manual_seed(i)
+        jit_args = make()
+        expected = fn(*eager_args)
+        misses = jitcore.cache_misses(jitted)
+        with protocol_calls(*classes) as frames:
+            actual = jitted(*jit_args)
+        if i and jitcore.cache_misses(jitted) == misses:
+            warm += frames
+        assert_same_flattened(actual, expected, f"call {i} output")
+        tensors = lambda args: [a for a in args if isinstance(a, torch.Tensor)]  # noqa: E731
+        assert_same_flattened(tensors(jit_args), tensors(eager_args), f"call {i} arguments")
+    return jitcore.cache_misses(jitted), warm, jitted
+
+
+def _captured(x: torch.Tensor) -> tuple:
+    y = (x * 2).sin()
+    grads: list[torch.Tensor] = []
+    y.register_hook(grads.append)
+    (y * y).sum().backward()
+    return grads, x.grad
+
+
+def _logged_norms(x: torch.Tensor) -> tuple:
+    y = x * 3
+    seen: list[Any] = []
+    first = y.register_hook(lambda g: seen.append("removed"))
+    y.register_hook(lambda g: seen.append(g.b * 1))
+    first.remove()
+    y.exp().sum().backward()
+    return seen, x.grad
+
+
+def _retained(x: torch.Tensor) -> tuple:
+    y = x * 2
+    y.retain_grad()
+    y.sum().backward(retain_graph=True)
+    (y * y).sum().backward()
+    return y.grad, y.retains_grad, x.grad
+
+
+def _plain_hooked_subclass_grad(p: torch.Tensor, t: torch.Tensor) -> tuple:
+    y = p * 2  # plain, its gradient a TwoTensor (t's)
+    grads: list[torch.Tensor] = []
+    y.register_hook(grads.append)
+    (y * t).sum().backward()
+    return grads, p.grad
+
+
+_PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], tuple], tuple[type, ...]]] = {
+    "captured": (_captured, lambda: (_two(3, requires_grad=True),), (TwoTensor,)),
+    "logged_after_remove": (_logged_norms, lambda: (_two(2, 3, requires_grad=True),), (TwoTensor,)),
+    "retained_two_backwards": (_retained, lambda: (_two(3, requires_grad=True),), (TwoTensor,)),
+    "nested": (_captured, lambda: (TwoTensor(_two(3), _two(3)).requires_grad_(),), (TwoTensor,)),
+    "table": (_captured, lambda: (_Table(torch.randn(4, requires_grad=True), "w"),), (_Table,)),
+    "plain_hooked_subclass_grad": (
+        _plain_hooked_subclass_grad, lambda: (torch.randn(3, requires_grad=True), _two(3)), (TwoTensor,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PROGRAMS))
+def test_a_hook_on_a_subclass_value_the_function_computes_is_traced(name: str) -> None:
+    fn, make, classes = _PROGRAMS[name]
+    entries, warm, jitted = _three_calls(fn, make, classes)
+    assert jitted.fallback_reason is None
+    assert (entries, warm) == (1, [])
+
+
+def _activation_gradients(m: nn.Sequential, x: torch.Tensor) -> tuple:
+    m.zero_grad()
+    h = m[0](x)
+    norms: list[torch.Tensor] = []
+    h.register_hook(lambda g: norms.append(g.norm()))
+    m[1](h.relu()).sum().backward()
+    return norms, [p.grad for p in m.parameters()]
+
+
+def test_activation_gradients_logged_in_a_training_step_over_twotensor_weights() -> None:
+    torch.manual_seed(0)
+    eager_model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    for layer in eager_model:
+        w = layer.weight.detach()
+        layer.weight = nn.Parameter(TwoTensor(w.clone(), w * 2))
+    jit_model = copy.deepcopy(eager_model)
+    step = jitcore.jit(_activation_gradients)
+    warm: list[str] = []
+    for i in range(4):
+        x = torch.randn(3, 4)
+        expected = _activation_gradients(eager_model, x)
+        misses = jitcore.cache_misses(step)
+        with protocol_calls(TwoTensor) as frames:
+            actual = step(jit_model, x)
+        warm += frames if jitcore.cache_misses(step) == misses else []
+        assert_same_flattened(actual, expected, f"call {i}")
+        assert_same_flattened(list(jit_model.parameters()), list(eager_model.parameters()), f"call {i}")
+    # two entries, as for plain weights: zero_grad() finds no .grad on the first call, one on the next
+    entries = (jitcore.cache_misses(step), jitcore.cache_hits(step))
+    assert (entries, step.fallback_reason, warm) == ((2, 2), None, [])
+
+
+def _hook_escapes(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    y.register_hook(lambda g: None)
+    return y
+
+
+def _hook_replaces(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    y.register_hook(lambda g: g * 2)
+    y.sum().backward()
+    return x.grad
+
+
+@pytest.mark.parametrize("fn", [_hook_escapes, _hook_replaces], ids=["returned", "replacing"])
+def test_a_hook_on_a_subclass_value_runs_eagerly_where_a_plain_ones_does(fn: Callable[..., Any]) -> None:
+    jitted = jitcore.jit(fn)
+    for i in range(2):
+        torch.manual_seed(i)
+        x = _two(3, requires_grad=True)
+        torch.manual_seed(i)
+        y = _two(3, requires_grad=True)
+        with pytest.warns(UserWarning) if i == 0 else contextlib.nullcontext():
+            actual = jitted(x)
+        assert_same_flattened(actual, fn(y), f"call {i}")
+    assert "JC-T001" in str(jitted.fallback_reason)
