@@ -38,10 +38,16 @@ import torch
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.jit import weak_copies
-from jitcore.jit.made_functions import function_parts, refused_class, remake_function
+from jitcore.jit.made_functions import (
+    fill_function,
+    function_parts,
+    new_function,
+    refused_class,
+    remake_function,
+)
 
-__all__ = ["Owner", "holds_made", "in_one_call", "made_anew", "makers_made", "one_call", "one_per_call",
-           "passed_object", "programs_own", "readers_made"]
+__all__ = ["Owner", "function_per_call", "holds_made", "in_one_call", "made_anew", "made_in_call",
+           "makers_made", "one_call", "one_per_call", "passed_object", "programs_own", "readers_made"]
 
 
 def _nowhere(_obj: Any) -> Any:
@@ -251,6 +257,37 @@ def one_per_call(found: Any, rebuild: Callable[[Any], Any] | None) -> Callable[[
         return made
 
     return once
+
+
+def function_per_call(fn: types.FunctionType, state: Callable[[Any], list[Any]]) -> Callable[[Any], Any]:
+    """A rebuild making ``fn``, a function the program made over traced values, again once per call: a new
+    function in the call's memo first, then ``state(results)`` (its parts, laid out as
+    jit/made_functions.py ``function_state``) given to it (Note [A closure over traced values],
+    jit/outputs.py)."""
+    _MAKERS[0] += 1
+
+    def remade(results: Any) -> Any:
+        memo = _MEMO.get()
+        if memo is None:
+            memo = _CallMemo()
+        found = dict.get(memo, id(fn), _NIL)
+        if found is not _NIL:
+            return found
+        made = new_function(fn, memo)
+        fill_function(fn, made, state(results))
+        return made
+
+    return remade
+
+
+def made_in_call(fn: types.FunctionType) -> Callable[[Any], Any]:
+    """A rebuild giving this call's ``fn``, which ``function_per_call`` put in the call's memo before
+    rebuilding what holds this (a function in its own cell, two functions holding each other)."""
+
+    def found(_results: Any) -> Any:
+        return dict.get(_MEMO.get() or {}, id(fn))
+
+    return found
 
 
 # Note [A key the program made]

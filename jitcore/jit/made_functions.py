@@ -27,7 +27,8 @@ from typing import Any
 
 from jitcore.errors import UnsupportedOperationError
 
-__all__ = ["MadeHere", "function_parts", "is_empty_cell", "refused_class", "remake_function"]
+__all__ = ["EMPTY", "MadeHere", "fill_function", "function_parts", "function_state", "is_empty_cell",
+           "new_function", "refused_class", "remake_function"]
 
 
 class MadeHere:
@@ -75,32 +76,61 @@ class MadeHere:
 # cells (empty first, so that a function found in its own cell, or two functions sharing a cell, are
 # this call's), then its defaults, keyword defaults, annotations and ``__dict__`` copied through the
 # call's memo, as eager evaluates them anew (``def g(acc=[])``: a new list per call). Its name, qualified
-# name, module, doc and type parameters are the pass's. A closure over objects of the call's is still
-# refused (Note [A closure over a call's objects], jit/outputs.py).
+# name, module, doc and type parameters are the pass's. Its cells' contents are copied through the memo
+# too: a list the program made that the closure holds (``count = [0]``) is this call's, one with the output's
+# ``count`` where it returns that as well; a closure over the caller's objects is refused (Note [A closure
+# over a call's objects], jit/outputs.py).
 def remake_function(fn: types.FunctionType, memo: dict, copied: Callable[[Any], Any]) -> types.FunctionType:
     """This call's copy of ``fn``, a function the program made, put in ``memo`` (whose ``copied`` copies
     what it holds) before its parts are copied (Note [A function the program made])."""
+    made = new_function(fn, memo)
+    fill_function(fn, made, [part if part is EMPTY else copied(part) for part in function_state(fn)])
+    return made
+
+
+EMPTY: Any = object()  # an empty cell's place, or a part the function lacks, in ``function_state``
+
+
+def function_state(fn: types.FunctionType) -> list[Any]:
+    """What is the program's in ``fn``: each cell's contents (``EMPTY`` for an empty cell), then its
+    defaults, keyword defaults, annotations and ``__dict__`` (a copy of it), each ``EMPTY`` where none."""
+    cells = [EMPTY if is_empty_cell(cell) else cell.cell_contents for cell in fn.__closure__ or ()]
+    annotations = fn.__annotations__ or EMPTY
+    parts = (fn.__defaults__, fn.__kwdefaults__, annotations, dict(fn.__dict__) if fn.__dict__ else None)
+    return cells + [EMPTY if part is None else part for part in parts]
+
+
+def new_function(fn: types.FunctionType, memo: dict) -> types.FunctionType:
+    """A new function over ``fn``'s code and globals, with this call's cells (empty where ``memo`` holds
+    none yet), put in ``memo`` under ``fn``: what its parts reach finds it there."""
     cells = fn.__closure__
     closure = None if cells is None else tuple(_cell(cell, memo) for cell in cells)
     made = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, None, closure)
     memo[id(fn)] = made
-    for cell, new in zip(cells or (), closure or ()):
-        if is_empty_cell(new) and not is_empty_cell(cell):
-            new.cell_contents = copied(cell.cell_contents)
     made.__qualname__ = fn.__qualname__
     made.__module__ = fn.__module__
     made.__doc__ = fn.__doc__
-    if fn.__defaults__ is not None:
-        made.__defaults__ = copied(fn.__defaults__)
-    if fn.__kwdefaults__ is not None:
-        made.__kwdefaults__ = copied(fn.__kwdefaults__)
-    if fn.__annotations__:
-        made.__annotations__ = copied(fn.__annotations__)
     if getattr(fn, "__type_params__", ()):
         made.__type_params__ = fn.__type_params__
-    if fn.__dict__:
-        made.__dict__.update(copied(dict(fn.__dict__)))
     return made
+
+
+def fill_function(fn: types.FunctionType, made: types.FunctionType, state: list[Any]) -> None:
+    """Gives ``made`` (``new_function``'s for ``fn``) this call's ``state``, laid out as ``function_state``:
+    a cell another function of the call filled first keeps what it holds."""
+    count = len(fn.__closure__ or ())
+    for new, value in zip(made.__closure__ or (), state[:count]):
+        if value is not EMPTY and is_empty_cell(new):
+            new.cell_contents = value
+    defaults, kwdefaults, annotations, attributes = state[count:]
+    if defaults is not EMPTY:
+        made.__defaults__ = defaults
+    if kwdefaults is not EMPTY:
+        made.__kwdefaults__ = kwdefaults
+    if annotations is not EMPTY:
+        made.__annotations__ = annotations
+    if attributes is not EMPTY:
+        made.__dict__.update(attributes)
 
 
 def _cell(cell: types.CellType, memo: dict) -> types.CellType:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import types
@@ -34,7 +35,9 @@ from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Proxy
 from jitcore.jit.call_copies import (
     Owner,
+    function_per_call,
     made_anew,
+    made_in_call,
     makers_made,
     one_call,
     one_per_call,
@@ -42,7 +45,7 @@ from jitcore.jit.call_copies import (
     programs_own,
     readers_made,
 )
-from jitcore.jit.made_functions import is_empty_cell, refused_class
+from jitcore.jit.made_functions import EMPTY, function_state, refused_class
 from jitcore.jit.object_copies import copied, copier
 from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -150,7 +153,8 @@ def reached_twice(values: list[Any], owner: Owner) -> frozenset[int]:
             continue
         if kind in _ATOMS or issubclass(kind, (Proxy, FakeTensor, TextProxy, torch.Tensor)):
             continue
-        node = kind is tuple or _is_namedtuple(value) or kind in _OPTREE_NODES or programs_own(value)
+        node = kind is tuple or _is_namedtuple(value) or kind in _OPTREE_NODES or programs_own(value) or \
+            kind is types.FunctionType and owner.made(value)
         if not node or owner(value) is not None:
             continue  # the caller's (made per call at its path), or shared by every call
         if id(value) in seen:
@@ -208,7 +212,10 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
                      depth, owner)
     if isinstance(value, (dict, list)):  # a subclass no registry knows: its items, then its attributes
         return _split_container_subclass(value, depth, owner)
-    if type(value) is types.FunctionType and value.__closure__:  # Note [Closures over traced tensors]
+    if type(value) is types.FunctionType and owner.made(value) and \
+            not _closes_over_a_calls_objects(value, owner):  # Note [A closure over traced values]
+        return _split_function(value, depth, owner)
+    if type(value) is types.FunctionType and value.__closure__:  # Note [A closure over traced values]
         raise UnsupportedOperationError(
             f"the function returns or stores the closure {value.__qualname__}, whose cells hold traced "
             "tensors",
@@ -355,13 +362,19 @@ def _per_call(value: Any, depth: int, owner: Owner) -> bool:
 # A function the program makes is kept as itself, as ``deepcopy`` keeps functions: every cached call
 # hands on the pass's function. Its cells hold what the pass's frame held: a list argument the program
 # appends to through it (``f = lambda g: log.append(g); HOLD.cb = f``) is the pass's, so what the caller
-# appended through the stored function after the call went nowhere eager sends it. A closure made while
-# tracing whose cells hold anything but constants, classes, functions, modules and the caller's objects
-# reached from fixed state is refused (JC-T001): the call runs eagerly and stores eager's closure.
+# appended through the stored function after the call went nowhere eager sends it. A function the
+# program made over objects it made (``count = [0]; def g(): count[0] += 1``, a decorator's ``calls``
+# list, ``o.size = lambda: len(o.items)``) is made again per call over new cells whose contents go through
+# the call's memo (Note [A function the program made], jit/made_functions.py): the list it shares with the
+# output or a stored object is one list, as eagerly. A closure made while tracing whose cells hold an
+# object of the caller's that its arguments reach (``log`` above, which that would bind whole, guarded
+# by its contents: a trace per call), or a function jitcore did not see made over the program's objects,
+# is refused (JC-T001): the call runs eagerly and stores eager's closure.
 def _closes_over_a_calls_objects(function: types.FunctionType, owner: Owner,
                                  _seen: set[int] | None = None) -> bool:
-    """Whether ``function``, made while tracing, closes over an object of this call's (an argument's,
-    or one the program made) (Note [A closure over a call's objects]). Each function is looked at once
+    """Whether ``function``, made while tracing, closes over an object of this call's that no copy makes
+    per call: an argument's, or one the program made where jitcore did not see ``function`` made (Note [A
+    closure over a call's objects]). Each function is looked at once
     (inner functions calling each other hold each other)."""
     seen = _seen if _seen is not None else set()
     if id(function) in seen or owner(function) is not None:
@@ -378,16 +391,77 @@ def _closes_over_a_calls_objects(function: types.FunctionType, owner: Owner,
             if held.__closure__ and _closes_over_a_calls_objects(held, owner, seen):
                 return True
             continue
-        if owner(held) != "fixed":
-            return True
+        whose = owner(held)
+        if whose == "call" or whose is None and not owner.made(function):
+            return True  # an argument's object; or the program's, in a function not made here
     return False
 
 
-# Note [Closures over traced tensors]
-# A function the program made, closing over a tensor it computed (``c = x * 2; return lambda: c``),
-# was copied as an object whose ``__dict__`` holds no proxy: the caller got the traced function, its
-# cell holding a TensorProxy. Cells may be shared with other closures (``nonlocal``), which a rebuild
-# per closure would split apart, so such a closure is refused (JC-T001: an eager entry).
+# Note [A closure over traced values]
+# A function the program made, over a tensor or number it computed (``c = x * 2; return lambda: c``, a
+# dynamic number ``n``, a list holding either) or with one in a default or an attribute (``def g(t=x * 2)``,
+# ``g.t = x * 2``), was refused, or (a default, an attribute) handed on holding the pass's TensorProxy. It is
+# taken apart as an object is: its cells' contents, defaults, keyword defaults, annotations and attributes
+# (jit/made_functions.py ``function_state``) are split, the computation returns what is traced in them,
+# and each call makes the function again over new cells (jit/call_copies.py ``function_per_call``). The
+# function is in the call's memo before its parts are rebuilt, so a function in its own cell, or two that
+# hold each other, find this call's (``made_in_call``), and functions sharing a cell share this call's cell
+# (the first to fill it fills it). A function that reaches itself again through an object (``o.cb =
+# lambda: o.t``) is refused: the object would be rebuilt inside its own rebuild, a second copy; so is a
+# closure over an argument's object (Note [A closure over a call's objects]).
+_SPLITTING: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("jitcore_functions_split",
+                                                                            default=frozenset())
+
+
+def _split_function(fn: types.FunctionType, depth: int, owner: Owner) -> Split:
+    """``_split`` of a function the program made that holds something traced (Note [A closure over traced
+    values])."""
+    splitting = _SPLITTING.get()
+    if id(fn) in splitting:
+        return (), made_in_call(fn)
+    state = function_state(fn)
+    if _reaches_through_an_object(fn, state):
+        raise UnsupportedOperationError(
+            f"the function returns or stores the function {fn.__qualname__}, made while tracing, which "
+            "reaches itself through an object holding traced tensors",
+            hints=("return the tensors and build the function outside the jitted function",),
+        )
+    token = _SPLITTING.set(splitting | {id(fn)})
+    try:
+        parts = [((), None) if part is EMPTY else _split(part, depth + 1, owner) for part in state]
+    finally:
+        _SPLITTING.reset(token)
+    rebuilds = [r for _, r in parts]
+    empty = [part is EMPTY for part in state]
+
+    def rebuilt_state(results: tuple) -> list[Any]:
+        return [EMPTY if none else r(x) if r is not None else x
+                for none, r, x in zip(empty, rebuilds, results)]
+
+    return tuple(p for p, _ in parts), function_per_call(fn, rebuilt_state)
+
+
+def _reaches_through_an_object(fn: types.FunctionType, state: list[Any]) -> bool:
+    """Whether ``fn``'s parts lead back to ``fn`` through something other than functions (Note [A closure
+    over traced values])."""
+    seen: set[tuple[int, bool]] = set()
+    todo = [(part, type(part) is not types.FunctionType) for part in state if part is not EMPTY]
+    while todo:
+        value, through_object = todo.pop()
+        if value is fn:
+            if through_object:
+                return True
+            continue
+        if type(value) in _ATOMS or issubclass(type(value), (Proxy, FakeTensor, TextProxy)):
+            continue
+        if (id(value), through_object) in seen:
+            continue
+        seen.add((id(value), through_object))
+        function = type(value) is types.FunctionType
+        todo.extend((child, through_object or not function) for child in _children(value))
+    return False
+
+
 def _in_order(rebuilt: Any, order: list | None) -> Any:
     """A registered OrderedDict subclass made again with its keys in the program's ``order``:
     transformers' ModelOutput unflattens through its constructor, which sets fields in declaration
@@ -608,9 +682,8 @@ def _children(value: Any) -> list[Any]:
         return [*value.mapping.keys(), *value.mapping.values()]
     if issubclass(kind, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):
         return []
-    if kind is types.FunctionType:  # a closure returned or stored: what its cells hold
-        return [c.cell_contents for c in value.__closure__ or () if c.cell_contents is not None] \
-            if all(not is_empty_cell(c) for c in value.__closure__ or ()) else []
+    if kind is types.FunctionType:  # a function returned or stored: what its cells, defaults, attributes hold
+        return [part for part in function_state(value) if part is not EMPTY and part is not None]
     children = list(getattr(value, "__dict__", {}).values()) if hasattr(value, "__dict__") else []
     if issubclass(kind, torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():  # a subclass's __torch_function__ sees no read

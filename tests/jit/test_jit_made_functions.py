@@ -296,3 +296,261 @@ def test_a_class_statement_whose_metaclass_returns_no_class_binds_what_it_return
         x = torch.ones(2) * i
         (want, want_a), (got, got_a) = f(x), jitted(x)
         assert torch.equal(got, want) and got_a == want_a == ("A", 0)
+
+
+# Closures over objects the program made (Note [A closure over a call's objects], jit/outputs.py): made again
+# per cached call over new cells whose contents go through the call's memo, no longer an eager entry.
+class _Box:
+    cb: Any = None
+
+
+def _a_counter(x, box):
+    count = [0]
+
+    def g(step):
+        count[0] += step
+        return count[0]
+
+    return g, x + 1
+
+
+def _a_closure_sharing_its_list_with_the_output(x, box):
+    acc: list = []
+    return (lambda v: acc.append(v)), x + 1, acc
+
+
+def _a_closure_stored_into_the_argument(x, box):
+    seen: dict = {}
+    box.cb = lambda k: (seen.setdefault(k, len(seen)), len(seen))[1]
+    return box.cb, x + 1
+
+
+def _a_closure_stored_into_a_global(x, box):
+    acc: set = set()
+    STORE.append(lambda v: (acc.add(v), len(acc))[1])
+    return STORE[-1], x + 1
+
+
+def _a_decorator_made_inside(x, box):
+    def counted(fn):
+        calls: list = []
+
+        @functools.wraps(fn)
+        def wrapper(v):
+            calls.append(v)
+            return fn(v) + len(calls)
+
+        wrapper.calls = calls
+        return wrapper
+
+    @counted
+    def h(v):
+        return v * 10
+
+    h(0)
+    return h, x + 1
+
+
+def _a_partial_over_a_made_list(x, box):
+    acc: list = []
+
+    def add(store, v):
+        store.append(v)
+        return len(store)
+
+    return functools.partial(add, acc), x + 1, acc
+
+
+def _closures_over_one_cell_and_an_object_holding_one(x, box):
+    o = types.SimpleNamespace(items=[])
+    push = lambda v: o.items.append(v)  # noqa: E731
+    o.size = lambda: len(o.items)
+    return push, x + 1, o
+
+
+def _use(out: tuple, box: _Box) -> list:
+    """Call the closure a call returned twice, then look at the other outputs and at what it shares."""
+    made, rest = out[0], out[2:]
+    seen = [made(1), made(2), getattr(made, "calls", None), made is box.cb]
+    seen.append(STORE[-1] is made if STORE else None)
+    for other in rest:
+        if isinstance(other, types.SimpleNamespace):
+            seen += [other.size(), other.items]
+        elif isinstance(other, list):
+            seen += [list(other), isinstance(made, functools.partial) and made.args[0] is other]
+            other.append("caller")
+    return seen
+
+
+@pytest.mark.parametrize("program", [
+    _a_counter, _a_closure_sharing_its_list_with_the_output, _a_closure_stored_into_the_argument,
+    _a_closure_stored_into_a_global, _a_decorator_made_inside, _a_partial_over_a_made_list,
+    _closures_over_one_cell_and_an_object_holding_one,
+])
+def test_a_closure_over_objects_the_program_made_is_made_again_per_cached_call(program):
+    """``count = [0]; def g(): count[0] += 1; ...; return g``: eagerly each call makes a new list and a new
+    closure over it. The closure was refused (an eager entry on every call); made again per cached call over
+    new cells, its state starts afresh each call, goes on across the caller's calls of it, and the objects
+    it shares with the other outputs (``acc``, ``o.items``, the argument's attribute) are one object."""
+
+    def calls(fn: Any) -> list:
+        STORE.clear()
+        box, got, previous = _Box(), [], []
+        for i in range(4):
+            out = fn(torch.ones(2) * i, box)
+            got.append((_use(out, box), any(out[0] is p for p in previous), out[1].tolist()))
+            previous.append(out[0])
+        return got
+
+    jitted = jitcore.jit(program)
+    assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def test_a_closure_over_the_callers_list_stays_an_eager_entry():
+    """A closure over an argument's list binds the list whole (guarded by its contents): made again per call
+    it traced on every call, so it stays an eager entry, one for all contents (Note [A closure over a call's
+    objects])."""
+
+    def f(x, log):
+        return (lambda v: log.append(v)), x + 1
+
+    def calls(fn: Any) -> list:
+        log: list = []
+        for i in range(4):
+            fn(torch.ones(2) * i, log)[0](i)
+        return log
+
+    jitted = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert calls(jitted) == calls(f)
+    assert jitcore.cache_misses(jitted) == 1
+
+
+# Functions over values the program computed (Note [A closure over traced values], jit/outputs.py).
+def _a_closure_over_a_computed_tensor_and_its_setter(x):
+    c = x * 2
+
+    def get():
+        return c
+
+    def put(v):
+        nonlocal c
+        c = v
+
+    return get, put, x + 1
+
+
+def _a_recursive_closure_over_a_computed_tensor(x):
+    c = x * 3
+
+    def walk(k):
+        return c if k == 0 else walk(k - 1) + 1
+
+    return walk, None, x + 1
+
+
+def _a_closure_over_a_list_it_also_returns(x):
+    acc = [x * 2]
+    return (lambda: acc), acc, x + 1
+
+
+def _a_function_with_a_computed_default_and_attribute(x):
+    def g(t=x * 2, *, k=x + 3):
+        return t + k
+
+    g.total = x.sum()
+    return g, None, x + 1
+
+
+def _a_decorator_over_a_computed_scale(x):
+    scale = x.sum()
+
+    def scaled(fn):
+        return lambda v: fn(v) * scale
+
+    @scaled
+    def h(v):
+        return v + 1
+
+    return h, None, x + 1
+
+
+def _a_closure_over_the_input_tensor(x):
+    return (lambda: x), None, x + 1
+
+
+def _use_traced(out: tuple, x: torch.Tensor) -> list:
+    made, other = out[0], out[1]
+    if callable(other):  # a setter sharing the getter's cell
+        first = made().tolist()
+        other(torch.full((1,), -1.0))
+        return [first, made().tolist()]
+    if isinstance(other, list):
+        return [made() is other, other[0].tolist()]
+    result = made(2) if made.__code__.co_argcount == 1 and made.__defaults__ is None else made()
+    seen = [type(result).__name__, result is x, result.tolist()]
+    if hasattr(made, "total"):
+        seen += [made.total.item(), type(made.__defaults__[0]).__name__]
+    return seen
+
+
+@pytest.mark.parametrize("program", [
+    _a_closure_over_a_computed_tensor_and_its_setter, _a_recursive_closure_over_a_computed_tensor,
+    _a_closure_over_a_list_it_also_returns, _a_function_with_a_computed_default_and_attribute,
+    _a_decorator_over_a_computed_scale, _a_closure_over_the_input_tensor,
+])
+def test_a_function_over_values_the_program_computed_is_made_again_over_each_calls_values(program):
+    """``c = x * 2; return lambda: c``: refused (an eager entry); a computed default or attribute (``def
+    g(t=x * 2)``) reached the caller as the pass's TensorProxy. Each cached call now makes the function again
+    over this call's tensors, sharing cells and the objects it returns beside it, as eagerly."""
+
+    def calls(fn: Any) -> list:
+        got, previous = [], []
+        for i in range(4):
+            x = torch.ones(2) * i
+            out = fn(x)
+            got.append((_use_traced(out, x), any(out[0] is p for p in previous), out[2].tolist()))
+            previous.append(out[0])
+        return got
+
+    jitted = jitcore.jit(program)
+    assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def test_a_closure_over_a_computed_tensor_carries_its_gradient():
+    """The closure's tensor is the computation's output: a backward through it reaches the caller's leaf."""
+
+    def f(x):
+        w = x * 2
+        return lambda: w.sin()
+
+    def grads(fn: Any) -> list:
+        got = []
+        for i in range(3):
+            x = torch.full((2,), float(i), requires_grad=True)
+            fn(x)().sum().backward()
+            got.append(x.grad.tolist())
+        return got
+
+    jitted = jitcore.jit(f)
+    assert grads(jitted) == grads(f)
+    assert jitted.fallback_reason is None
+
+
+def test_a_function_reaching_itself_through_an_object_over_a_tensor_runs_eagerly():
+    """``o.cb = lambda: o.t`` with ``o.t`` computed: the object would be rebuilt inside its own rebuild."""
+
+    def f(x):
+        o = types.SimpleNamespace(t=x * 2)
+        o.cb = lambda: o.t
+        return o
+
+    jitted = jitcore.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(3):
+            o = jitted(torch.ones(2) * i)
+            assert o.cb() is o.t and o.t.tolist() == [2.0 * i] * 2

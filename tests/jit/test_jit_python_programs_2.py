@@ -157,13 +157,11 @@ def test_a_hook_registered_on_a_module_argument_after_a_call_runs() -> None:
     assert jitcore.cache_misses(jfn) == 3, jitcore.miss_reasons(jfn)
 
 
-def test_a_returned_closure_over_a_computed_tensor_runs_eagerly() -> None:
+def test_a_returned_closure_over_a_computed_tensor_is_made_per_call() -> None:
     """``c = x * 2; return c.sum(), get`` with ``get`` returning ``c``: the closure's cell held the
-    TensorProxy of ``c`` (calling the returned function gave a proxy). It is refused (JC-T001): the
-    call runs eagerly, and raises under ``fullgraph=True``."""
-    import pytest
-
-    from jitcore.errors import UnsupportedOperationError
+    TensorProxy of ``c`` (calling the returned function gave a proxy); then it was refused (an eager
+    entry). The computation returns ``c`` and each call makes ``get`` again over its own (Note [A closure
+    over traced values], jit/outputs.py)."""
 
     def fn(x):
         c = x * 2
@@ -176,14 +174,10 @@ def test_a_returned_closure_over_a_computed_tensor_runs_eagerly() -> None:
     jfn = jitcore.jit(fn)
     for _ in range(2):
         x = torch.randn(3)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            total, get = jfn(x)
+        total, get = jfn(x)
         assert_same((total, get()), (fn(x)[0], fn(x)[1]()))
-    assert isinstance(jfn.fallback_reason, UnsupportedOperationError)
+    assert jfn.fallback_reason is None
     assert (jitcore.cache_misses(jfn), jitcore.cache_hits(jfn)) == (1, 1)
-    with pytest.raises(UnsupportedOperationError, match="closure"):
-        jitcore.jit(fn, fullgraph=True)(torch.randn(3))
 
 
 def test_a_model_output_filled_after_construction_keeps_its_key_order() -> None:
