@@ -84,7 +84,7 @@ from jitcore.interpreter.getters import ATTRGETTER_CALL, attrgetter_call
 from jitcore.interpreter.hashed_inserts import keyed_lookasides
 from jitcore.interpreter.hashes import hash_
 from jitcore.interpreter.iterating_calls import iterating_lookasides
-from jitcore.interpreter.pickling import dump, dumps
+from jitcore.interpreter.pickling import dump, dumps, save_global
 from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.reductions import getstate, reduce_ex
 from jitcore.interpreter.referrers import get_referrers
@@ -660,6 +660,7 @@ def builtin_lookasides() -> dict[object, Callable]:
             object.__getstate__: getstate,  # Note [Protocols 0 and 1], reductions.py
             pickle.dumps: dumps,  # Note [The Python pickler writes C's bytes]
             pickle.dump: dump,
+            pickle._Pickler.save_global: save_global,  # noqa: SLF001 - Note [A local name refused first]
             ATTRGETTER_CALL: attrgetter_call,  # Note [An attribute getter reads as getattr]
         }
         # Note [ABCMeta checks run natively]: ABCMeta.__instancecheck__/__subclasscheck__ and register (which

@@ -22,15 +22,16 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 import collections
 import inspect
+import io
 import pickle
 import types
 
 from jitcore.interpreter.callbacks import active_run
-from jitcore.interpreter.calls import call, opaque
+from jitcore.interpreter.calls import call, call_function, opaque
 from jitcore.interpreter.protocols import has_python_index, index
 from jitcore.interpreter.stand_in_reductions import STAND_IN_HOLDERS
 
-__all__ = ["built_in_values", "dump", "dumps"]
+__all__ = ["built_in_values", "dump", "dumps", "save_global"]
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (or type())
 _WALKED = 10_000
@@ -126,9 +127,11 @@ def _file_write(run: object, file: object) -> object:
 def _pickled(run: object, arguments: dict) -> object:
     """The Python pickler's bytes for ``dumps``'s ``arguments``, or C's exception where it refuses."""
     try:
-        return call(run, _PY_DUMPS, (), arguments)
-    except (pickle.PicklingError, IndexError) as error:  # (IndexError: an empty __newobj__ argument list)
+        return _python_dumps(run, arguments)
+    except (pickle.PicklingError, IndexError, _LocalName) as error:  # (IndexError: an empty __newobj__ list)
         refusal = error
+    if type(refusal) is _LocalName:  # (Note [A local name refused first]; raised here: no context)
+        raise _c_refusal(run, {**arguments, "obj": _Reduced(refusal.name)}) or AttributeError(refusal.name)
     frame = _raised_in(refusal)
     if frame is None or frame.f_code.co_filename != _PICKLER_FILE:
         raise refusal  # the program's own (a reducer's): C lets it through as it is
@@ -150,18 +153,76 @@ def _refused_alone(frame: object, message: str) -> object:
     (Note [C's words for what cannot be pickled]): the class or function ``save_global`` refused, or a
     ``_Reduced`` giving the malformed result of a reducer; None otherwise."""
     name, local = frame.f_code.co_name, frame.f_locals
-    if name == "save_global" and issubclass(type(local.get("obj")), (types.FunctionType, type)):
-        return local["obj"]  # C saves a class or function running no code
     found_as = (local.get("module_name"), local.get("name"))
     if name == "save_global" and all(type(part) is str for part in found_as):
         tail = f": it's not found as {found_as[0]}.{found_as[1]}"
-        if message.startswith("Can't pickle ") and message.endswith(tail):  # a reducer's name not found
+        if message.startswith("Can't pickle ") and message.endswith(tail):  # a name not found (a class's too)
             return _Named(found_as[1], found_as[0], message[len("Can't pickle "):-len(tail)])
+    if name == "save_global" and issubclass(type(local.get("obj")), (types.FunctionType, type)):
+        return local["obj"]  # C saves a class or function running no code
     if name == "save" and "rv" in local:  # not a str or a tuple, or a tuple of another length
         return _Reduced(local["rv"])
     if name == "save_reduce" and "__newobj" not in message:  # (the class checks are against the object's)
         return _Reduced((local["func"], local["args"]))
     return None
+
+
+# Note [A local name refused first]
+# C's ``save_global`` splits the global's name (a reducer's string, or a class's or function's
+# ``__qualname__``) and refuses one with a ``<locals>`` part before anything else ("Can't pickle local
+# object 'f.<locals>.g'"; 3.13: "Can't get local object ..."): it neither looks the object's module up
+# (``whichmodule`` reads its ``__module__``) nor takes its ``repr``. The Python pickler looks the name up in
+# the module first and, failing, words its refusal with the object's ``%r``: a program's ``__repr__`` (an
+# instance's, or a metaclass's for a local class) and a ``__module__`` property ran where eagerly they do
+# not (/tmp/cpy54-probes/p1_local_names.py, 3.11 and 3.13). So ``pickle._Pickler.save_global`` is looked
+# aside: for a pickler ``dumps`` made (``_PICKLERS``), C's check comes first, and a local name leaves the
+# pickling as ``_LocalName``, after which C is asked about an object whose ``__reduce_ex__`` gives that name,
+# for its words; any other call (a pickler of the program's) is the Python function, interpreted. The
+# pickler is made and run here step by step as ``pickle._dumps`` does (a function of jitcore's own would
+# run natively under the jit, which runs jitcore's code natively). A name not found otherwise is C's refusal
+# with the object's ``repr`` taken once, by the Python pickler's refusal (``_Named``), a class's with a
+# metaclass ``__repr__`` too (C, asked about the class itself, ran that ``__repr__`` a second time).
+class _LocalName(Exception):  # noqa: N818 - not an error: the pickling leaves with it, refused in C's words
+    """A global's name with a ``<locals>`` part, met by ``save_global`` (the Note above)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+_PICKLERS: list = []  # the picklers ``_pickled`` runs, innermost last
+_SAVE_GLOBAL = pickle._Pickler.save_global  # noqa: SLF001
+
+
+def save_global(*args: object, **kwargs: object) -> object:
+    """``pickle._Pickler.save_global(self, obj, name=None)``, interpreted, with C's first check of a local
+    name for a pickler ``dumps`` made (Note [A local name refused first])."""
+    run = active_run()
+    if not kwargs and len(args) in (2, 3) and any(pickler is args[0] for pickler in _PICKLERS):
+        obj, name = args[1], args[2] if len(args) == 3 else None
+        if name is None:  # (read as the Python pickler and C read it, once)
+            name = call(run, getattr, (obj, "__qualname__", None), None)
+        if name is None:
+            name = call(run, getattr, (obj, "__name__"), None)
+        if issubclass(type(name), str) and "<locals>" in str.split(name, "."):
+            raise _LocalName(name)
+        args = (args[0], obj, name)
+    return call_function(run, _SAVE_GLOBAL, args, kwargs)  # (not ``call``: it would come back here)
+
+
+def _python_dumps(run: object, arguments: dict) -> bytes:
+    """``pickle._dumps(**arguments)``: its pickler made and run interpreted, known to ``save_global`` (Note
+    [A local name refused first])."""
+    file = io.BytesIO()
+    options = {"fix_imports": arguments.get("fix_imports", True),
+               "buffer_callback": arguments.get("buffer_callback")}
+    pickler = call(run, pickle._Pickler, (file, arguments.get("protocol")), options)  # noqa: SLF001
+    _PICKLERS.append(pickler)
+    try:
+        call(run, pickle._Pickler.dump, (pickler, arguments["obj"]), None)  # noqa: SLF001
+    finally:
+        _PICKLERS.pop()
+    return file.getvalue()
 
 
 class _Reduced:
@@ -226,9 +287,8 @@ def _raised_in(error: BaseException) -> object:
 # whose ``__module__`` is the module it looked in, and whose ``__reduce_ex__`` gives the same name; C
 # looks it up there as it would for the object (/tmp/cpy53-probes/p3_words.py: the module and name forms
 # C words otherwise, on 3.11 and 3.13). A name found that is another object is refused in C's words by the
-# Python pickler itself, raised as it is. (A local name, ``'f.<locals>.g'``, C refuses before it takes the
-# object's ``repr``; the Python pickler's refusal took it: a ``__repr__`` of the program's runs once more
-# than eagerly there, p3b_named.py.)
+# Python pickler itself, raised as it is. A local name, ``'f.<locals>.g'``, C refuses before it takes the
+# object's ``repr``: Note [A local name refused first].
 def _c_refusal(run: object, arguments: dict) -> BaseException | None:
     """The exception C's ``pickle.dumps`` raises for the object and options of ``dumps``'s ``arguments``,
     None where it pickles them (Note [C's words for what cannot be pickled])."""

@@ -239,14 +239,45 @@ class Holder:
         self.o = o
 
 
+class ModuleAsked(ReducesToAName):
+    """A reducer giving a name, whose ``__module__`` read runs code (C's ``whichmodule`` reads it)."""
+
+    @property
+    def __module__(self) -> str:
+        REDUCER_CALLS.append(("module",))
+        return __name__
+
+
+class ShownByItsClass(type):
+    def __repr__(cls) -> str:
+        REDUCER_CALLS.append(("class repr",))
+        return "<a class>"
+
+
+def _local_class() -> type:
+    class Local(metaclass=ShownByItsClass):
+        pass
+
+    return Local
+
+
+class Renamed(metaclass=ShownByItsClass):
+    pass
+
+
+Renamed.__qualname__ = "NotInTheModule"
+
+
 def test_a_refusal_runs_each_reducer_once() -> None:
     """Where pickling is refused, each ``__reduce__``/``__reduce_ex__``/``__getstate__`` of the graph ran
     once, as natively, and a PicklingError a reducer raises is that very exception (Note [C's words for
     what cannot be pickled]): C, asked for its words on the whole graph, ran them a second time
     (/tmp/cpy52-probes/p2b.py, p2c.py; an empty ``__newobj__`` argument list was the Python pickler's
     IndexError; a global name not found, or found another object, ran the reducer and the object's
-    ``__repr__`` twice: /tmp/cpy53-probes/p3b_named.py). The classes are the module's: a local class is
-    refused before its instance is reduced."""
+    ``__repr__`` twice: /tmp/cpy53-probes/p3b_named.py). A name with a ``<locals>`` part C refuses before
+    it reads the object's ``__module__`` or ``repr``, which ran interpreted, and a class not found had its
+    metaclass ``__repr__`` run twice (Note [A local name refused first], /tmp/cpy54-probes/p1_local_names.py).
+    The classes are the module's: a local class is refused before its instance is reduced."""
 
     def f() -> list[object]:
         out: list[object] = []
@@ -258,6 +289,9 @@ def test_a_refusal_runs_each_reducer_once() -> None:
             makers.append(lambda result=result: ReducesToMalformed(result))
         for name in ("nope", "Holder", "a.b", "pickle"):  # not found, another object, a dotted name, a module
             makers += [lambda name=name: ReducesToAName(name), lambda name=name: FromNoModule(name)]
+        for name in ("f.<locals>.g", "a.<locals>", "nope"):  # C refuses a local name before reading more
+            makers += [lambda name=name: ReducesToAName(name), lambda name=name: ModuleAsked(name)]
+        makers += [_local_class, lambda: Renamed]  # a class's name: local, or not found
         for make in makers:
             for protocol in (0, 2, 5):
                 error = None
