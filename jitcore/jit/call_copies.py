@@ -38,6 +38,7 @@ import torch
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.jit import weak_copies
+from jitcore.jit.code_kinds import class_module
 from jitcore.jit.made_functions import (
     fill_function,
     function_parts,
@@ -114,7 +115,7 @@ def programs_own(value: Any) -> bool:
         return target is not None and programs_own(target)
     if _bound_to_made(value):  # Note [A method of an object the program made]
         return True
-    module = kind.__module__ or "builtins"
+    module = class_module(kind)  # (Note [A class's __module__ that is no name])
     if module == "builtins" or module.split(".")[0] in ("torch", "jitcore"):
         return False  # functions, frozensets, ...; torch's objects (symbolic numbers, placements); jitcore's
     if issubclass(kind, (type, types.ModuleType, torch.Tensor, enum.Enum)):
@@ -436,7 +437,7 @@ def _bound_to_made(value: Any) -> bool:
 
 def _torchs_own(value: Any) -> bool:
     """A tensor, or another object of torch's or jitcore's (a symbolic number, a placement, a record)."""
-    package = (type(value).__module__ or "").split(".")[0]
+    package = class_module(type(value)).split(".")[0]
     return isinstance(value, torch.Tensor) or package in ("torch", "jitcore")
 
 
@@ -463,8 +464,11 @@ def _own_copy_hook(kind: type) -> str | None:
     return None
 
 
-def _librarys(module: str | None) -> bool:
-    """Whether ``module`` is the standard library's (or a builtin's)."""
+def _librarys(module: object) -> bool:
+    """Whether ``module`` is the standard library's (or a builtin's); a ``__module__`` that is no name is
+    the program's (Note [A class's __module__ that is no name], code_kinds.py)."""
+    if not issubclass(type(module), (str, type(None))):
+        return False
     package = (module or "builtins").split(".")[0]
     return package in sys.stdlib_module_names or package in ("builtins", "_weakrefset")
 

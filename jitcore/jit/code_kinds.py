@@ -8,7 +8,8 @@ what is bound through provenance:
 - ``is_symbolic_shapes_code``: torch's SymInt methods and sympy, run natively;
 - ``is_global_hook_registry``: torch's module-wide hook dicts, the one torch state that changes;
 - ``is_torch_builtin``, ``is_unlisted_operation``, ``compiled_original``: kinds of callables;
-- ``is_stored_attribute``: whether ``obj.name`` is stored rather than computed.
+- ``is_stored_attribute``: whether ``obj.name`` is stored rather than computed;
+- ``class_module``: a class's module name, "" where its ``__module__`` is no name.
 Invariant: each answer depends only on the arguments and the installed files, never on the pass.
 """
 
@@ -26,7 +27,8 @@ import torch
 from jitcore.diagnostics import JITCORE_DIR
 
 __all__ = [
-    "STDLIB_DIR", "TORCH_DIR", "TORCH_MODULES_DIR", "compiled_original", "is_global_hook_registry",
+    "STDLIB_DIR", "TORCH_DIR", "TORCH_MODULES_DIR", "class_module", "compiled_original",
+    "is_global_hook_registry",
     "is_library_file", "is_library_module", "is_programs_class", "is_stdlib_container_code",
     "is_stored_attribute", "is_symbolic_shapes_code", "is_torch_builtin", "is_unlisted_operation",
     "written_holder", "written_namespace",
@@ -155,6 +157,26 @@ _MODULE_DICT = vars(types.ModuleType)["__dict__"]
 def _namespace(module: types.ModuleType) -> dict:
     """The module's own namespace (Note [A module's own namespace])."""
     return _MODULE_DICT.__get__(module)
+
+
+# Note [A class's __module__ that is no name]
+# ``kind.__module__`` is whatever the class body bound to ``__module__``: a class answering its instances'
+# module with a property (``@property def __module__(self)``) has the property there, and the jit's
+# ``(kind.__module__ or "").startswith("jitcore")`` raised AttributeError ('property' object has no
+# attribute 'startswith') for every jitted call taking, copying or returning such an instance (JC-I002
+# where eagerly the program ran: /tmp/cpy54-probes/p3_module_property.py, found pickling one). The name is
+# read with ``type``'s own descriptor (no metaclass's code runs) and is "" where it is no ``str``.
+_TYPE_MODULE = type.__dict__["__module__"]
+
+
+def class_module(kind: type) -> str:
+    """``kind``'s module name, "" where its ``__module__`` is not a ``str`` (Note [A class's __module__ that
+    is no name])."""
+    try:
+        module = _TYPE_MODULE.__get__(kind)
+    except AttributeError:
+        return ""
+    return module if issubclass(type(module), str) else ""
 
 
 def module_name(module: types.ModuleType) -> str | None:

@@ -45,6 +45,7 @@ from jitcore.jit.call_copies import (
     programs_own,
     readers_made,
 )
+from jitcore.jit.code_kinds import class_module
 from jitcore.jit.made_functions import EMPTY, function_state, refused_class
 from jitcore.jit.object_copies import copied, copier
 from jitcore.proxies.number import symbolic_number_class
@@ -669,7 +670,7 @@ def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None, *, iterat
 
 def _children(value: Any) -> list[Any]:
     kind = type(value)  # not isinstance: it reads ``__class__``, which a class may compute
-    if (kind.__module__ or "").startswith("jitcore"):
+    if class_module(kind).startswith("jitcore"):
         return []  # jitcore's own records (a jitted function's traces) hold proxies by design
     if issubclass(kind, (tuple, list, set, frozenset, collections.deque)):
         return list(value)

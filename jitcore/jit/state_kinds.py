@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from jitcore.jit.code_kinds import class_module
 from jitcore.prologue import Path
 from jitcore.prologue.literals import is_literal_value
 
@@ -196,4 +197,4 @@ def tensors_read_natively(value: Any, first: Any) -> list[tuple[Any, torch.Tenso
     ):
         return []
     return [(k, v) for k, v in dict.items(first) if type(v) is torch.Tensor or (
-        issubclass(type(v), torch.Tensor) and not (type(v).__module__ or "").startswith("jitcore"))]
+        issubclass(type(v), torch.Tensor) and not class_module(type(v)).startswith("jitcore"))]

@@ -17,6 +17,7 @@ import sys
 import types
 from typing import Any
 
+import pytest
 import torch
 
 import jitcore
@@ -121,3 +122,53 @@ def test_a_class_computed_by_a_property_is_read_as_eagerly() -> None:
     jitted = jitcore.jit(_class_property_reads)(x)
     assert jitted[0] == eager[0]
     torch.testing.assert_close(jitted[1], eager[1])
+
+
+class ModuleComputed:
+    """Answers its instances' module with a property: ``ModuleComputed.__module__`` is the property."""
+
+    def __init__(self) -> None:
+        self.v = 2
+
+    @property
+    def __module__(self) -> str:  # noqa: PLR6301 - a property in the class's __module__ is the case
+        return "somewhere"
+
+
+def _takes(x: torch.Tensor, obj: ModuleComputed) -> torch.Tensor:
+    return x * obj.v
+
+
+def _returns(x: torch.Tensor) -> tuple[torch.Tensor, ModuleComputed]:
+    obj = ModuleComputed()
+    obj.v = 3
+    return x + 1, obj
+
+
+def _copies(x: torch.Tensor, obj: ModuleComputed) -> torch.Tensor:
+    import copy
+
+    return x * copy.copy(obj).v + copy.deepcopy(obj).v
+
+
+def _holds(x: torch.Tensor, obj: ModuleComputed) -> list[Any]:
+    return [x * 2, obj]
+
+
+@pytest.mark.parametrize("fn", [_takes, _returns, _copies, _holds])
+def test_a_class_whose_module_is_a_property_is_taken_as_eagerly(fn: Any) -> None:
+    """A class binding ``__module__`` to a property has that property as its ``__module__``: the jit's
+    ``(kind.__module__ or "").startswith(...)`` raised AttributeError for every call taking, copying or
+    returning its instance (Note [A class's __module__ that is no name], jit/code_kinds.py)."""
+    x, obj = torch.ones(2), ModuleComputed()
+    args = (x,) if fn is _returns else (x, obj)
+    want = fn(*args)
+    jitted = jitcore.jit(fn)
+    for _ in range(2):
+        got = jitted(*args)
+        assert type(got) is type(want) and len(got) == len(want)
+        torch.testing.assert_close(got[0], want[0])
+        if fn is _holds:
+            assert got[1] is obj
+        if fn is _returns:
+            assert type(got[1]) is ModuleComputed and got[1].v == 3
