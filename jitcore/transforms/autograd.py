@@ -80,12 +80,14 @@ class GradComputation:
         self.output_tree = traces.output_tree
         unique: list[Proxy] = []
         for v in traces.output_leaves:
-            if isinstance(v, Proxy) and not any(v is u for u in unique):
+            if isinstance(v, TensorProxy) and not any(v is u for u in unique):
                 unique.append(v)
+        unique += traces.numbers  # Note [Numbers a grad entry returns], grad.py: after the tensors
+        self.n_numbers = len(traces.numbers)
         # (position among the output's leaves, index among the forward's outputs)
         self.tensor_positions = [
             (i, next(k for k, u in enumerate(unique) if u is v))
-            for i, v in enumerate(traces.output_leaves) if isinstance(v, Proxy)
+            for i, v in enumerate(traces.output_leaves) if any(v is u for u in unique)
         ]
         self.output_leaves = [None if isinstance(v, Proxy) else v for v in traces.output_leaves]
         self.differentiable = traces.differentiable
@@ -197,7 +199,8 @@ class GradComputation:
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         if self.assembly is not None:  # Note [Subclass outputs the program assembles], assembly.py
-            outputs = self.assembly.build(outputs, inputs, self.n_inputs)
+            numbers = outputs[len(outputs) - self.n_numbers:] if self.n_numbers else ()
+            outputs = [*self.assembly.build(outputs, inputs, self.n_inputs), *numbers]
         if self.backward_raises:  # Note [A backward that raises]
             node = next(
                 (o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None

@@ -128,6 +128,8 @@ class GradTraces:
         assembly: how the tensor outputs are made from the forward's outputs when the program
             assembles subclass outputs (None: they are the forward's outputs; assembly.py).
             ``differentiable`` then indexes the forward's outputs, ``fresh_leaves`` the tensor outputs.
+        numbers: the numbers the forward computes that the output holds (``loss.item()``), each once:
+            the forward returns them after its tensor outputs (Note [Numbers a grad entry returns]).
     """
 
     forward: Trace
@@ -144,6 +146,7 @@ class GradTraces:
     input_flags: tuple[tuple[int, bool], ...] = ()
     returned_inputs: tuple[tuple[int, str, int], ...] = ()
     assembly: Assembly | None = None
+    numbers: tuple[NumberProxy, ...] = ()
 
 
 # (proxy, requires_grad) of each tensor-subclass input, inner ones first: the inputs the
@@ -601,7 +604,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     body = tuple(backward.bound_symbols)
     checkpointed = frozenset(replay.checkpointed)  # activation-checkpointed regions: recomputed
     saved = split_saved(forward, backward, derived.tangent_args, derived.outputs, checkpointed)
-    forward.output = (tuple(forward_outputs), tuple(saved))
+    numbers = _numbers_made(forward, outputs)  # Note [Numbers a grad entry returns]
+    forward.output = (tuple(forward_outputs) + numbers, tuple(saved))
     backward.args = [*saved, *derived.tangent_args]
     backward.output = tuple(derived.outputs)
     collapse_view_round_trips(backward)  # Note [View round trips in a backward]
@@ -614,7 +618,27 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     return GradTraces(forward, backward, tree, outputs, derived.differentiable, grad_inputs,
                       replay.values.layout, body, forward_body, _fresh_leaves(tensor_outputs, replay),
                       deriver,
-                      input_flags(trace), returned_inputs(trace, leaves, subclass_inputs), assembly)
+                      input_flags(trace), returned_inputs(trace, leaves, subclass_inputs), assembly,
+                      numbers)
+
+
+# Note [Numbers a grad entry returns]
+# ``return out, loss.item()`` (or ``x.a.sum().item()`` of a wrapper's inner tensor) in an entry the grad
+# transform differentiates: the read stays a name of the forward where autograd records nothing of it
+# (Note [A read number under grad], replayed_numbers.py), but the forward returned only tensors, and
+# the call indexed its outputs for the number: IndexError on the first call (a TwoTensor requiring grad
+# returned beside any ``item()``). The numbers the forward makes and the output holds are returned after
+# its tensor outputs; ``torch.autograd.Function`` passes a non-tensor output through, and hands its
+# backward None for it, which no tangent reads (``OutputSpec.index`` names the tensor outputs). A number
+# the forward does not make (a counter computed beside it: Note [Counters under grad]) is not returned.
+def _numbers_made(forward: Trace, outputs: Sequence[Any]) -> tuple[NumberProxy, ...]:
+    made = {id(a) for a in forward.args}
+    made.update(id(v) for b in forward.bound_symbols for v in optree.tree_leaves(b.output, none_is_leaf=True))
+    found: list[NumberProxy] = []
+    for value in outputs:
+        if isinstance(value, NumberProxy) and id(value) in made and not any(value is f for f in found):
+            found.append(value)
+    return tuple(found)
 
 
 def _fresh_leaves(tensor_outputs: list[TensorProxy], replay: _Replay) -> tuple[int, ...]:

@@ -211,3 +211,67 @@ def test_a_hook_on_a_subclass_value_runs_eagerly_where_a_plain_ones_does(fn: Cal
             actual = jitted(x)
         assert_same_flattened(actual, fn(y), f"call {i}")
     assert "JC-T001" in str(jitted.fallback_reason)
+
+
+# --- numbers read with item() returned beside a subclass output that requires grad ----------------------
+# (Note [Numbers a grad entry returns], jitcore/transforms/grad.py): before, the grad entry's forward
+# returned only tensors, and the first call raised IndexError (a jitcore bug) where eager returns.
+
+
+def _loss_and_number(m: nn.Linear, x: torch.Tensor, y: torch.Tensor) -> list:
+    out = m(x)
+    loss = torch.nn.functional.mse_loss(out, y)
+    return [out, loss, loss.item()]
+
+
+def _assembled_and_number(a: torch.Tensor, b: torch.Tensor) -> list:
+    return [TwoTensor(a * 2, b * 3), a.sum().item() + 1]
+
+
+def _twotensor_linear() -> nn.Linear:
+    torch.manual_seed(0)
+    m = nn.Linear(4, 2)
+    w = m.weight.detach()
+    m.weight = nn.Parameter(TwoTensor(w.clone(), w * 2))
+    return m
+
+
+_NUMBER_PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], tuple], tuple[type, ...]]] = {
+    "inner_item": (lambda x: [(x * 2).sin(), x.a.sum().item()], lambda: (_two(3, requires_grad=True),),
+                   (TwoTensor,)),
+    "outer_item": (lambda x: [(x * 2).sin(), (x * 2).sum().item()], lambda: (_two(3, requires_grad=True),),
+                   (TwoTensor,)),
+    "numbers_around_tensors": (
+        lambda x, z: [z.sum().item(), (x * 2).sin(), z.max().item(), x * 3, z.sum().item()],
+        lambda: (_two(2, 3, requires_grad=True), torch.randn(3)), (TwoTensor,)),
+    "assembled": (_assembled_and_number,
+                  lambda: (torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)),
+                  (TwoTensor,)),
+    "table": (lambda x: [x * x, (x * 2).elem.sum().item()],
+              lambda: (_Table(torch.randn(3, requires_grad=True)),), (_Table,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NUMBER_PROGRAMS))
+def test_a_number_read_beside_a_subclass_output_that_requires_grad(name: str) -> None:
+    fn, make, classes = _NUMBER_PROGRAMS[name]
+    entries, warm, jitted = _three_calls(fn, make, classes)
+    assert (entries, warm, jitted.fallback_reason) == (1, [], None)
+
+
+def test_a_model_over_twotensor_weights_returning_its_loss_and_the_loss_item() -> None:
+    eager_model, jit_model = _twotensor_linear(), _twotensor_linear()
+    jitted = jitcore.jit(_loss_and_number)
+    warm: list[str] = []
+    for i in range(3):
+        x, y = torch.randn(3, 4), torch.randn(3, 2)
+        expected = _loss_and_number(eager_model, x, y)
+        misses = jitcore.cache_misses(jitted)
+        with protocol_calls(TwoTensor) as frames:
+            actual = jitted(jit_model, x, y)
+        warm += frames if jitcore.cache_misses(jitted) == misses else []
+        assert_same_flattened(actual, expected, f"call {i}")
+        expected[1].backward()
+        actual[1].backward()
+        assert_same_flattened(jit_model.weight.grad, eager_model.weight.grad, f"call {i} weight.grad")
+    assert (jitcore.cache_misses(jitted), warm) == (1, [])
