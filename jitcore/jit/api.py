@@ -36,7 +36,7 @@ from jitcore.dispatch.flatten import (
 from jitcore.executors import executors_from_options, record_lowered
 from jitcore.interpreter.run import ACTIVE as _ACTIVE
 from jitcore.ir import Trace
-from jitcore.jit import eager_entries, lru_caches, numbers, shapes
+from jitcore.jit import eager_entries, lru_caches, lru_reruns, numbers, shapes
 from jitcore.jit.cache_entry import (
     CacheEntry,
     entry_computation,
@@ -142,7 +142,8 @@ class JittedFunction:
                 return out
             if self.eager_reason is not None:
                 return self.fn(*args, **kwargs)
-            return self._miss(args, kwargs, read_misses, failed_at)
+            with contextlib.ExitStack() as rerun:
+                return self._miss(args, kwargs, read_misses, failed_at, rerun)
         except Exception as exc:
             from jitcore.diagnostics.boundary import on_error
 
@@ -228,7 +229,7 @@ class JittedFunction:
         failed_at.append((entry, failed))
 
     def _miss(self, args: tuple, kwargs: dict, read_misses: list[MissReason],
-              failed_at: list[tuple[CacheEntry, ValueCheckFailed]]) -> Any:
+              failed_at: list[tuple[CacheEntry, ValueCheckFailed]], rerun: contextlib.ExitStack) -> Any:
         with self._lock:
             tried = {m.entry for m in read_misses}  # another thread may have traced this call meanwhile
             try:
@@ -253,8 +254,10 @@ class JittedFunction:
                 outcome = Eager(self._driven.reason(driven[1].site, self._label))
                 traced = driven[0].prologue
             else:
-                with lru_caches.one_call():  # Note [One native call per call of the program]
+                with lru_caches.one_call() as made:  # Note [One native call per call of the program]
                     outcome, traced = self._trace(args, kwargs, layout_changed), None
+                if isinstance(outcome, Eager):  # Note [A pass's cached calls, run again eagerly]
+                    rerun.enter_context(lru_reruns.made_again(made))
             if isinstance(outcome, Eager) and outcome.program_raised:  # Note [A program that raises]
                 return self._raised(outcome, args, kwargs, reasons)
             if isinstance(outcome, Eager) and outcome.maybe_programs:  # Note [Raising entries]
@@ -272,7 +275,7 @@ class JittedFunction:
                 traced = Prologue(guards=lru_caches.without_entries(entry.prologue.guards),
                                   state=entry.prologue.state)
                 self._add(self._eager_entry(entry.this_call_only, traced), args, reasons)
-            else:
+            elif entry.filed:  # else the next call traces again: Note [What a cached function writes]
                 self._add(entry, args, reasons)
         if entry.eager_reason is not None:  # FSDP2's units run jitted (Note [FSDP2: hooks eager, ...])
             return eager_call(entry.eager_reason, self.fn, self._options)(*args, **kwargs)
@@ -482,7 +485,7 @@ class JittedFunction:
             prologue.inputs, prologue.input_names, [*traces, *backward_traces]
         )  # linear1_weight: linear1.weight
         entry = CacheEntry(number, prologue, traces, computation, not_compiled, effects=effects,
-                           plain_data=plain_data, this_call_only=program.this_call_only)
+                           plain_data=plain_data, this_call_only=program.this_call_only, filed=program.filed)
         entry.cached_call = entry.compile_fast_path()
         if resumable is not None:
             entry.resumable = resumable

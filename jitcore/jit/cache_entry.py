@@ -45,6 +45,7 @@ class CacheEntry:
     plain_data: bool = False  # inputs run a __torch_function__ the trace resolved: checked and run without it
     eager_reason: BaseException | None = None  # an eager entry: calls it accepts run the function eagerly
     this_call_only: BaseException | None = None  # answers its pass's call; an eager entry is filed instead
+    filed: bool = True  # False: answers its pass's call, and nothing is filed (the next call traces again)
     resumable: Resumable | None = None  # Note [Resuming at a failed check] (jit/read_resume.py)
     resumed: Callable[..., Any] | None = None  # the computation going on after a check, as it runs
     _resume_call: Callable[[tuple, dict], Any] | None = None

@@ -200,7 +200,8 @@ class Pass(StateReads):
         self.provenance.natively = lambda tensor: (  # Note [Tensors a native composite makes]
             self.reads.natively > 0 or self.autograd.transforms.made_here(tensor))
         self.context.autograd = self.autograd
-        self.lru_calls = LruCalls(self.provenance, self.context, self._source)  # jit/lru_caches.py
+        self.lru_calls = LruCalls(  # jit/lru_caches.py
+            self.provenance, self.context, self._source, self.snapshots)
 
     # --- driving -----------------------------------------------------------------------------------
     def run(self, args: tuple, kwargs: dict, *, target: Any, bound_self: Any = None) -> TracedProgram:
@@ -285,6 +286,7 @@ class Pass(StateReads):
             once = needed_value(self.per_call.needed[0])  # Note [A cached function that raised, caught]
         program.per_call_numbers = self.per_call.finish() if once is None else list(self.per_call.numbers)
         program.this_call_only = once  # JC-T001 for the calls after this one (jit/api.py)
+        program.filed = not self.lru_calls.wrote  # Note [What a cached function writes] (jit/lru_caches.py)
         program.subclass_inputs = list(self.provenance.subclass_inputs)
         program.epilogue = epilogue
         program.structure = structure
@@ -305,7 +307,8 @@ class Pass(StateReads):
         except Exception:  # noqa: BLE001 - the diff itself failed: assume the worst
             return True
         self.raised_writes = frozenset(e.path for e in effects if e.kind not in _NOT_WRITES)
-        if self.prints.effects or self.per_call.drew or self.pending_keys.has_pushes():
+        if self.prints.effects or self.per_call.drew or self.pending_keys.has_pushes() \
+                or self.lru_calls.made_natively():  # the eager run takes them (jit/lru_reruns.py)
             return True
         return bool(effects) or any(b.symbol.tags & _KEPT_BY_EAGER for b in self.trace.bound_symbols)
 

@@ -8,10 +8,12 @@ Invariants:
   guarded as that very object (Note [What keys an entry]); a key value hashed by the program's own
   ``__hash__`` goes on to the net of jit/native_python.py, as before;
 - the cache never holds a proxy: the wrapper is called with the caller's tensors;
-- the wrapper is called natively exactly once per call of the program while tracing (a hit moves the
-  entry to the front, a miss runs the wrapped function and stores its result, as eagerly); on the
-  computation's first run, right after tracing, the recorded call is skipped, on every later run it is
-  made again (a hit: ``cache_info().hits`` and the LRU order stay eager's);
+- a miss is made natively once per call of the program while tracing (it runs the wrapped function and
+  stores its result, as eagerly); a hit is found by the pass and made once, by the computation's first run
+  or by the call's eager run (Note [A hit made later]); the computation's first run skips the misses, every
+  later run makes the call again (a hit: ``cache_info().hits`` and the LRU order stay eager's);
+- what a miss's function writes into an object the program reached is made once: the trace of that call
+  answers it alone (Note [What a cached function writes]);
 - an entry's prologue holds only while the cache holds the key with the very result object traced: a
   cleared cache, an evicted or replaced entry fails it (a retrace);
 - a call that made the wrapper's calls natively in its pass is never run again eagerly where the pass
@@ -34,13 +36,15 @@ import torch
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import BoundSymbol
 from jitcore.ir.symbol import recorded_symbol
+from jitcore.jit.object_states import restore as restore_state
+from jitcore.jit.object_states import same_state, state_of
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 
-__all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "RECORDED", "CacheInfoRead", "LruCalls",
+__all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "RECORDED", "CacheInfoRead", "LruCalls", "Made",
            "cache_dict", "is_cache_clear", "is_cache_info", "lru_key", "made_by_runs", "new_call", "one_call",
-           "replay_lru_call", "without_entries"]
+           "replay_lru_call", "rewrite", "same_key", "without_entries"]
 
 # Note [A cached function's call]
 # ``functools.lru_cache`` is C's ``_lru_cache_wrapper``: it calls the wrapped function natively on a miss,
@@ -238,15 +242,17 @@ def without_entries(guards: tuple) -> list:
 
 
 class _FirstRun:
-    """A recorded call's token: set while the tracing call has made the call already; its place among the
-    pass's native calls (``ordinal``) and its key (Note [Calls an entry tried before made])."""
+    """A recorded call's token: set while the tracing call has made the call already (or holds it, a hit
+    ``made`` later: Note [A hit made later]); its place among the pass's native calls (``ordinal``) and its
+    key (Note [Calls an entry tried before made])."""
 
-    __slots__ = ("key", "ordinal", "pending")
+    __slots__ = ("key", "made", "ordinal", "pending")
 
-    def __init__(self, ordinal: int, key: Any) -> None:
+    def __init__(self, ordinal: int, key: Any, made: _Made) -> None:
         self.pending = True
         self.ordinal = ordinal
         self.key = key
+        self.made = made
 
 
 def replay_lru_call(token: _FirstRun, wrapper: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -255,6 +261,9 @@ def replay_lru_call(token: _FirstRun, wrapper: Callable[..., Any], *args: Any, *
     and where an entry tried before in this call made it (Note [Calls an entry tried before made])."""
     if token.pending:
         token.pending = False
+        if token.made.kind == "pending":  # Note [A hit made later]
+            token.made.kind = "hit"
+            wrapper(*args, **kwargs)
         return
     made_by_runs(token.ordinal, wrapper, token.key, lambda: wrapper(*args, **kwargs))
 
@@ -363,26 +372,75 @@ class CacheInfoRead:
 # call gave, in program order, where it makes the same call (the same wrapper, an equal key), and makes
 # its own native calls from the first one that differs.
 @dataclasses.dataclass(slots=True)
-class _Made:
+class Made:
+    """One native call of a call of the program. ``kind``: ``"made"`` (a ``cache_info()``/``cache_clear()``,
+    or a computation's call), and for the wrapper's calls made by a pass ``"pending"`` (a hit the pass
+    found and did not make: Note [A hit made later]), ``"hit"``, ``"miss"`` (the function ran and its
+    result is cached) or ``"raised"`` (it ran and raised)."""
+
     wrapper: Any
     key: Any
     result: Any = None
     error: BaseException | None = None
+    kind: str = "made"
+    args: tuple = ()  # a wrapper's call: the arguments it is called with natively
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    writes: list = dataclasses.field(default_factory=list)  # (object, before, after): _native_writes
+
+
+_Made = Made
 
 
 _THIS_CALL = threading.local()
 
 
 @contextlib.contextmanager
-def one_call() -> Iterator[None]:
+def one_call() -> Iterator[list[Made]]:
     """The passes interpreting one call of the jitted function (Note [One native call per call of the
-    program])."""
+    program]); yields the native calls they made, in program order."""
     outer = getattr(_THIS_CALL, "made", None)
-    _THIS_CALL.made = list(getattr(_CALL_RUNS, "made", None) or ())  # Note [Calls an entry tried before made]
+    _THIS_CALL.made = made = list(getattr(_CALL_RUNS, "made", None) or ())  # Note [Calls an entry tried ...]
     try:
-        yield
+        yield made
     finally:
         _THIS_CALL.made = outer
+
+
+@contextlib.contextmanager
+def _native_writes(snapshots: Any) -> Iterator[list[tuple[Any, Any, Any]]]:
+    """``(object, state before, state after)`` of each object the pass reached (``snapshots``, its
+    StateSnapshots) that the body's native code changed (Note [What a cached function writes])."""
+    before = [(obj, state_of(obj)) for obj in snapshots.objects()]
+    writes: list[tuple[Any, Any, Any]] = []
+    try:
+        yield writes
+    finally:
+        writes += [(obj, state, after) for obj, state in before
+                   if not same_state(after := state_of(obj), state)]
+
+
+def rewrite(writes: list[tuple[Any, Any, Any]]) -> None:
+    """A native call's writes (``_native_writes``) made again: a list's appended items
+    appended, a dict's set or removed keys set or removed, another object's state put where it is as the
+    call found it (Note [What a cached function writes])."""
+    for obj, before, after in writes:
+        kind = before[0] if type(before) is tuple else None
+        if kind == "list" and len(after[1]) >= len(before[1]) \
+                and all(a is b for a, b in zip(before[1], after[1])):
+            list.extend(obj, after[1][len(before[1]):])
+        elif kind == "dict" and type(obj) is dict:
+            for key in [k for k in before[1] if k not in after[1]]:
+                dict.pop(obj, key, None)
+            for key, value in after[1].items():
+                if before[1].get(key, _ABSENT) is not value:
+                    dict.__setitem__(obj, key, value)
+        elif same_state(state_of(obj), before):
+            restore_state(obj, after)
+
+
+def same_key(a: Any, b: Any) -> bool:
+    """Whether two keys of a wrapper's calls are the same (plain values equal, other objects identical)."""
+    return _same_key(a, b)
 
 
 def _same_key(a: Any, b: Any) -> bool:
@@ -404,8 +462,10 @@ def _made_here() -> UnsupportedOperationError:
 class LruCalls:
     """A pass's calls of lru-cached functions (Note [A cached function's call])."""
 
-    def __init__(self, provenance: Any, context: Any, source: Callable[[], Any]) -> None:
+    def __init__(self, provenance: Any, context: Any, source: Callable[[], Any], snapshots: Any) -> None:
         self._provenance = provenance
+        self._snapshots = snapshots  # the pass's StateSnapshots (Note [What a cached function writes])
+        self.wrote = False  # a function this call ran wrote an object the program reached
         self._context = context
         self._source = source
         self._entries: dict[int, CacheEntries] = {}
@@ -436,10 +496,10 @@ class LruCalls:
         entries = self._entries.get(id(wrapper))
         if entries is None:
             entries = self._entries[id(wrapper)] = CacheEntries(wrapper, cache, bounded=maxsize is not None)
-        result = self._made_once(wrapper, key, args, kwargs)
+        result = self._made_once(wrapper, key, args, kwargs, found=entries)
         if not _is_plain(result):  # an input (a tensor) or an object the trace reads through the entry
             self._held_results.add(id(wrapper))
-        self._record(_FirstRun(self._next - 1, key), wrapper, *recorded)
+        self._record(_FirstRun(self._next - 1, key, self._made[self._next - 1]), wrapper, *recorded)
         path = Path(Root("bound", f"{getattr(wrapper, '__qualname__', 'cache')}.cache", entries)).key(key)
         self._provenance.guard(path, "identity", result, per_expected=True)
         return self._provenance.bind_state(result, path, "cached")
@@ -470,6 +530,7 @@ class LruCalls:
         wrapper = args[0] if fn is _CLEAR and args else getattr(fn, "__self__", None)
         if id(wrapper) in self._held_results:
             raise self.clear_refused(wrapper)
+        self._make_pending(lambda made: made.wrapper is wrapper or made.wrapper.cache_parameters()["maxsize"])
         self._made_once(wrapper, _CLEAR_KEY, (), {}, call=wrapper.cache_clear)
         self._cleared.append(wrapper)
         RECORDED[0] = True
@@ -565,7 +626,7 @@ class LruCalls:
         """``wrapper.cache_info()``: its counts names of the computation, read on every call (Note [A cached
         function's counts]); ``per_call`` the pass's ``PerCallReads``."""
         wrapper = args[0] if fn is _INFO and args else fn.__self__
-        counts = self._made_once(wrapper, _INFO_KEY, (), {}, call=lambda: _counts(wrapper))
+        counts = self._made_once(wrapper, _INFO_KEY, (), {}, call=lambda: self._counts_here(wrapper))
         info = wrapper.cache_info()  # its type, and ``maxsize``: a constant of the wrapper
         name = f"{getattr(wrapper, '__qualname__', 'a cached function')}.cache_info"
         read = CacheInfoRead(wrapper, counts, self._next - 1)
@@ -576,24 +637,88 @@ class LruCalls:
         return type(info)(hits, misses, info.maxsize, currsize)
 
     def _made_once(self, wrapper: Any, key: Any, args: tuple, kwargs: dict,
-                   call: Callable[[], Any] | None = None) -> Any:
-        """The wrapper's answer (``call()``'s, where given): the native call's, or the one an earlier pass
-        of this call had (Note [One native call per call of the program])."""
+                   call: Callable[[], Any] | None = None, found: CacheEntries | None = None) -> Any:
+        """The wrapper's answer (``call()``'s, where given): the native call's, a hit's found in ``found``
+        (Note [A hit made later]), or the one an earlier pass of this call had (Note [One native call per
+        call of the program])."""
         i, self._next = self._next, self._next + 1
         if i < len(self._made) and self._made[i].wrapper is wrapper and _same_key(self._made[i].key, key):
             made = self._made[i]
+            rewrite(made.writes)  # as the native call wrote them: Note [What a cached function writes]
+            self.wrote = self.wrote or bool(made.writes)
         else:
             del self._made[i:]
-            made = _Made(wrapper, key)
-            try:  # a hit, or the function run this once (as eagerly)
-                made.result = wrapper(*args, **kwargs) if call is None else call()
-            except Exception as error:  # noqa: BLE001 - the program's, raised again below
-                made.error = error
+            made = self._make(wrapper, key, args, kwargs, call, found)
             self._made.append(made)
         if made.error is not None:
             self._raised = made
             raise made.error
         return made.result
+
+    # Note [A hit made later]
+    # A hit the pass made natively (``hits`` counted, the entry moved to the front) stayed made where the
+    # pass then stopped (a refusal, the program's exception after an effect) and the call ran eagerly: the
+    # eager run hit again (``hits`` 2 where eager has 1: /tmp/eff53-probes/lru_rerun_lost.py "refusal
+    # after a hit"). So the pass finds a hit in the cache (its result read from the entry, as the prologue
+    # reads it) and does not make it: the computation's first run makes it (``replay_lru_call``), or the
+    # call's eager run does, or a pass that raises the program's exception runs eagerly
+    # (``Pass._made_effects``) to make it. Counts the pass reads count the hits found before
+    # (``_counts_here``). Made natively first: a bounded cache's found hits before any miss (the miss may
+    # evict by their order), and a wrapper's own before its ``cache_clear()``; those the call's eager run
+    # makes again, whose count is taken back (jit/lru_reruns.py).
+    #
+    # Note [What a cached function writes]
+    # A miss runs the function natively, and what it writes into an object the program had reached before
+    # the call was part of the pass's diff: replayed on every cached call, all hits (eager log [2], [2]:
+    # jit [2], [2, 2]); a second pass of the call took the call as made and lost the write, which the first
+    # pass's restore had undone (/tmp/eff54-probes/miss_read_before2.py). The pass now keeps the objects'
+    # states before and after the native call (``_native_writes``): a later pass of the call
+    # taking the call makes those writes again there (``rewrite``), so does the call's eager run
+    # (jit/lru_reruns.py), and the trace of a pass that saw such writes answers its own call only (its
+    # first run replays the diff, the function's writes with the program's, reads before the call reading
+    # the state as the call found it) and is not filed (``TracedProgram.filed``): the next call, a hit,
+    # traces again and is kept. A write into an object the program had not reached is made once natively
+    # and found by the program as the state it reaches.
+    def _make(self, wrapper: Any, key: Any, args: tuple, kwargs: dict, call: Callable[[], Any] | None,
+              found: CacheEntries | None) -> Made:
+        made = _Made(wrapper, key, args=args, kwargs=kwargs)
+        if call is not None:
+            try:
+                made.result = call()
+            except Exception as error:  # noqa: BLE001 - the program's, raised again by ``_made_once``
+                made.error = error
+            return made
+        if found is not None and (result := found[key]) is not _ABSENT:  # a hit: Note [A hit made later]
+            made.result, made.kind = result, "pending"
+            return made
+        self._make_pending(lambda pending: pending.wrapper.cache_parameters()["maxsize"] is not None)
+        with _native_writes(self._snapshots) as made.writes:  # Note [What a cached function writes]
+            try:  # the function run this once (as eagerly)
+                made.result, made.kind = wrapper(*args, **kwargs), "miss"
+            except Exception as error:  # noqa: BLE001 - the program's, raised again by ``_made_once``
+                made.error, made.kind = error, "raised"
+        self.wrote = self.wrote or bool(made.writes)
+        return made
+
+    def _make_pending(self, which: Callable[[Made], Any]) -> None:  # Note [A hit made later]
+        """The hits this call found and did not make yet (``which`` of them) made natively, in program
+        order: a miss of a bounded cache after them evicts by their order, a clear empties the cache
+        (Note [A hit made later])."""
+        for made in self._made:
+            if made.kind == "pending" and which(made):
+                made.kind = "hit"
+                made.wrapper(*made.args, **made.kwargs)
+
+    def made_natively(self) -> bool:
+        """Whether this call found hits it has not made yet (Note [A hit made later]), or ran a function: the
+        call's eager run makes or takes them (Note [A pass's cached calls, run again eagerly])."""
+        return any(made.kind in ("pending", "miss", "raised") for made in self._made)
+
+    def _counts_here(self, wrapper: Any) -> list[int]:
+        """``wrapper``'s counts as eager has them here: its hits found and not made yet counted."""
+        counts = _counts(wrapper)
+        counts[0] += sum(1 for made in self._made if made.kind == "pending" and made.wrapper is wrapper)
+        return counts
 
     def _record(self, token: _FirstRun, wrapper: Any, args: tuple, kwargs: dict) -> None:
         RECORDED[0] = True

@@ -27,7 +27,7 @@ from jitcore.proxies.protocol import instance_attributes
 from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["BUFFERS", "MISSING", "attributes", "buffer_type", "get_slot", "grad_of", "is_slot", "restore",
-           "set_slot", "slot_members", "state_of"]
+           "same_state", "set_slot", "slot_members", "state_of"]
 
 MISSING = object()  # an absent field, cell contents or slot
 BUFFERS = (bytearray, array.array)  # sequences of numbers held in C, diffed as lists are
@@ -71,6 +71,34 @@ def state_of(obj: Any) -> Any:
     if slots:
         return ("slots", {name: get_slot(member, obj) for name, member in slots.items()})
     return None
+
+
+def same_state(a: Any, b: Any) -> bool:
+    """Whether two states ``state_of`` read of one object hold the very same objects (items, values, a
+    cell's contents and a ``.grad`` by identity; keys by identity or as equal plain values)."""
+    if type(a) is not tuple or type(b) is not tuple or len(a) != 2 or len(b) != 2 or a[0] != b[0]:
+        return a is b
+    if a[0] == "tensor":  # (its attributes, its grad)
+        return _same_items(a[1][0], b[1][0]) and a[1][1] is b[1][1]
+    return _same_items(a[1], b[1])
+
+
+def _same_items(a: Any, b: Any) -> bool:
+    t = type(a)
+    if t is not type(b):
+        return False
+    if t is list:
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    if t is dict:
+        return len(a) == len(b) and all(
+            _same_key(ka, kb) and va is vb for (ka, va), (kb, vb) in zip(a.items(), b.items()))
+    if t is set:
+        return len(a) == len(b) and {id(x) for x in a} == {id(x) for x in b}
+    return a is b or t in (bytes, bytearray, array.array) and a == b
+
+
+def _same_key(a: Any, b: Any) -> bool:
+    return a is b or type(a) is type(b) and type(a) in (str, int, float, bool, bytes) and a == b
 
 
 def grad_of(tensor: torch.Tensor) -> Any:

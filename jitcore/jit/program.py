@@ -50,6 +50,7 @@ class TracedProgram:
         # its trace answers the call that made it only; calls like it run eagerly, refused by this (Note [A
         # cached function that raised, caught], jit/lru_caches.py)
         self.this_call_only: BaseException | None = None
+        self.filed = True  # False: its entry answers this call only, and no entry is filed for later ones
         self.snapshots: StateSnapshots | None = None  # the state the pass reached, as the call found it
         self.size_inputs: list[
             tuple[Path, NumberProxy]
