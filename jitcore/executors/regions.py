@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from jitcore.executors.interface import Executor, FusionExecutor, Region
 from jitcore.ir import BoundSymbol, Proxy, Symbol, Trace, proxies_in
 
@@ -210,14 +212,58 @@ def lower(trace: Trace, runs: list[Assignment], grad: bool = False) -> Execution
         if executor is None:
             body.extend(run.bound_symbols)
         elif isinstance(executor, FusionExecutor):
-            region = region_of(run.bound_symbols, read_later, sizes, grad)
-            body.extend(_fused(trace, executor, region, result))
+            fused, views = _peel_views(run.bound_symbols, read_later)
+            region = region_of(fused, read_later | _read_ids(views), sizes, grad)
+            body.extend(_fused(trace, executor, region, result) if fused else ())
+            body.extend(views)
         else:
             body.append(_implemented(trace, executor, run.bound_symbols[0], result))
     if result.lowered:
         result.trace = Trace(trace.name, trace.args, body, trace.output,
                              [*trace.header, *result.lowered], trace.imports, trace.names, trace.input_notes)
     return result
+
+
+# Note [Views a region returns are made after it]
+# A view a run makes and the trace reads after it (``z.view(-1)`` returned, ``x.t()`` of an input) is, in
+# eager, a view of its base: ``_base`` set, ``_is_view()`` true, autograd's view rules (an in-place change
+# of either is seen by the other's grad_fn) apply. A compiled region returns fresh tensors; AOTAutograd's
+# wrapper regenerates aliasing of outputs but not the view relation (``_base`` is None). So such a view,
+# when nothing left in the region reads it, is not fused: the region returns its base and the view's own
+# call runs after the region, on torch, as in eager. A view is told by its shadow (the fake tensor the
+# pass made for it: ``_is_view()``), and moved only when its call writes nothing (no effect tag, no
+# ``out=``, not returning an argument, as an in-place op does); a chain of views (``z.view(-1)[::2]``)
+# moves whole, in order. A region left with no call is no region.
+def _peel_views(bound_symbols: tuple[BoundSymbol, ...], read_later: set[int]
+                ) -> tuple[tuple[BoundSymbol, ...], tuple[BoundSymbol, ...]]:
+    """``bound_symbols`` split into those to fuse and the views to run after them (Note above)."""
+    needed = set(read_later)  # ids read after the region or by a call moved after it
+    read_inside: set[int] = set()  # ids the calls kept in the region after this one read
+    kept: list[BoundSymbol] = []
+    moved: list[BoundSymbol] = []
+    for bsym in reversed(bound_symbols):
+        output = bsym.output
+        shadow = getattr(output, "shadow", None) if isinstance(output, Proxy) else None
+        if (isinstance(shadow, torch.Tensor) and shadow._is_view() and id(output) in needed  # noqa: SLF001
+                and id(output) not in read_inside and _without_effects(bsym)):
+            moved.append(bsym)
+            needed.update(_read_ids((bsym,)))
+        else:
+            kept.append(bsym)
+            read_inside.update(_read_ids((bsym,)))
+    return tuple(reversed(kept)), tuple(reversed(moved))
+
+
+def _without_effects(bsym: BoundSymbol) -> bool:
+    """A call that writes nothing: a torch/aten op, no effect tag, no ``out=``, not returning one of
+    its arguments (an in-place op returns its target)."""
+    return (bsym.symbol.langctx in ("torch", "aten") and not bsym.symbol.tags & _EFFECTS
+            and "out" not in bsym.kwargs and not is_lowered(bsym)
+            and not any(p is bsym.output for p in proxies_in((bsym.args, bsym.kwargs))))
+
+
+def _read_ids(bound_symbols: tuple[BoundSymbol, ...]) -> set[int]:
+    return {id(p) for b in bound_symbols for p in proxies_in((b.args, b.kwargs))}
 
 
 def _fused(trace: Trace, executor: FusionExecutor, region: Region,

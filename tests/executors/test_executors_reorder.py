@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from executor_helpers import INDUCTOR, assert_same, clone_tree, fused, lowered_trace
 
@@ -72,3 +73,44 @@ def test_an_in_place_write_between_two_runs_keeps_its_place() -> None:
     first = next(i for i, line in enumerate(lines) if "= fusion0(" in line)
     second = next(i for i, line in enumerate(lines) if "= fusion1(" in line)
     assert first < write < second, trace
+
+
+def _view_relations(outputs: tuple[torch.Tensor, ...], inputs: tuple[torch.Tensor, ...]) -> list[str]:
+    """For each output: whether it is a view, and of which output or input (by position)."""
+    named = [*(("out", i, t) for i, t in enumerate(outputs)), *(("in", i, t) for i, t in enumerate(inputs))]
+    relations = []
+    for t in outputs:
+        base = t._base  # noqa: SLF001
+        relations.append("no view" if base is None else next(
+            (f"view of {kind}{i}" for kind, i, u in named if u is base), "view of an intermediate"))
+    return relations
+
+
+@pytest.mark.parametrize("case", ["output", "intermediate", "input", "chain", "read_inside"])
+def test_a_view_a_region_returns_is_a_view_as_eagerly(case: str) -> None:
+    # Note [Views a region returns are made after it]: before, every output of a region was a fresh
+    # tensor (``_base`` None) where eager's is a view of its base.
+    def f(x, y):
+        z = (x * 2 + y).sin()
+        if case == "output":
+            return z, z.view(-1)
+        if case == "intermediate":
+            return z.cos().view(-1), z * 3
+        if case == "input":
+            return z, x.t()
+        if case == "chain":
+            return z, z.view(-1)[::2].unsqueeze(0)
+        v = z.view(-1)  # read inside the region after it is made: stays fused, aliasing kept
+        return v, v.exp()
+
+    jfn = jitcore.jit(f, executors=INDUCTOR)
+    for _ in range(2):
+        x, y = torch.randn(4, 8), torch.randn(4, 8)
+        expected, got = f(x, y), jfn(x, y)
+        assert_same(got, expected)
+        if case != "read_inside":
+            assert _view_relations(got, (x, y)) == _view_relations(expected, (x, y))
+        got[0].add_(1)  # a write through one output shows in the outputs that alias it, as eagerly
+        expected[0].add_(1)
+        assert_same(got, expected)
+    assert len(fused(lowered_trace(jfn))) == 1
