@@ -13,7 +13,8 @@ Invariants:
 - a record is replaced only where its own split is what eager computes on every call the entry takes:
   it takes plain tensors and Python numbers (no subclass value), the numbers names in its traces that
   torch decided nothing with (Note [A number a split Function takes]), holds no value read and computes
-  no number,
+  no number but Python arithmetic on those it takes, each comparison of which its call checks (Note
+  [Python arithmetic on a split Function's numbers], function_numbers.py),
   its arguments have static sizes, its traces rely on no argument's layout, and its backward writes
   no Python state;
 - otherwise the record stays and calls ``apply`` natively, as before.
@@ -41,6 +42,7 @@ from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.autograd_function import run_autograd_function
 from jitcore.transforms.backward_effects import BackwardWatch, watching
 from jitcore.transforms.backward_errors import RAISE
+from jitcore.transforms.function_numbers import Condition, evaluate, interpreted_forward
 from jitcore.transforms.grad import GradTraces, grad_transform
 from jitcore.transforms.mincut import saved_for_fusion
 from jitcore.transforms.saved_values import SavedValues
@@ -108,13 +110,23 @@ def _splittable(bsym: BoundSymbol) -> bool:
     inner = [sub for _depth, sub in walk(bsym.subsymbols)]
     if any(sub.symbol.tags & _NOT_SPLIT for sub in inner):
         return False
-    if any(isinstance(v, Proxy) and not isinstance(v, TensorProxy)
+    roots = {id(r) for v in leaves if _number_argument(v) for r in v.roots}
+    if any(isinstance(v, Proxy) and not isinstance(v, TensorProxy) and not _arithmetic_of(sub, v, roots)
            for sub in inner for v in optree.tree_leaves(sub.output, none_is_leaf=True)):
         return False  # a number the forward computes (a counter, a read): Note [Numbers a Function's ...]
     if _writes_an_argument(proxies, inner):
         return False
     return any(isinstance(v, SubclassTensorProxy)
                for sub in inner for v in optree.tree_leaves((sub.args, sub.output), none_is_leaf=True))
+
+
+def _arithmetic_of(sub: BoundSymbol, value: Any, roots: set[int]) -> bool:
+    """Whether ``value``, an output of ``sub``, is Python arithmetic on the record's numbers, which the
+    split computes as the forward does (Note [Python arithmetic on a split Function's numbers],
+    function_numbers.py)."""
+    return isinstance(value, NumberProxy) and value.made_by is not None \
+        and all(id(r) in roots for r in value.roots) \
+        and not any(isinstance(v, TensorProxy) for v in optree.tree_leaves((sub.args, sub.kwargs)))
 
 
 def _writes_an_argument(arguments: list[Proxy], inner: list[BoundSymbol]) -> bool:
@@ -145,9 +157,10 @@ def _writes_an_argument(arguments: list[Proxy], inner: list[BoundSymbol]) -> boo
 # the number among the saved values). ``torch.tensor(scale)`` and ``x.new_tensor(scale)`` (a float8 cast's
 # scale tensor) need the value in torch's factory: while the split is recorded they are made as
 # ``torch.full((), scale)`` with the dtype and device torch gives them (``_ScalarTensorsOfStandIns``), the
-# same values. Where torch decided something with one (a branch on it, ``pow``'s backward, a size,
-# ``math.sqrt(scale)``), the transform raises or asks for the number's value (the ``_VALUE_USED`` check),
-# and the record stays: ``apply`` runs as before. ``SplitCall`` compares each
+# same values. Where torch decided something with one (``pow``'s backward, a size; the forward's own
+# Python arithmetic and comparisons are recorded: Note [Python arithmetic on a split Function's numbers]),
+# the transform raises or asks for the number's value (the ``_VALUE_USED`` check), and the record stays:
+# ``apply`` runs as before. ``SplitCall`` compares each
 # number's type with the traced one (an int where a float was traced runs ``apply``).
 class _ScalarTensorsOfStandIns(TorchFunctionMode):
     """``torch.tensor(s)``, ``torch.as_tensor(s)`` and ``x.new_tensor(s)`` of a stand-in ``s`` (a SymFloat
@@ -209,7 +222,10 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     for v in leaves:
         if (isinstance(v, TensorProxy) or _number_argument(v)) and not any(v is a for a in args):
             args.append(v)
-    alone = Trace(name="function_forward", args=args, bound_symbols=[bsym], output=bsym.output)
+    # Note [Python arithmetic on a split Function's numbers]: the forward interpreted, its branches checked
+    cls, conditions = interpreted_forward(bsym.args[0])
+    applied = dataclasses.replace(bsym, args=(cls, *bsym.args[1:]))
+    alone = Trace(name="function_forward", args=args, bound_symbols=[applied], output=bsym.output)
     numbers = [v for v in args if isinstance(v, NumberProxy)]
     # Note [A number a split Function takes]: each a name, the check added where torch used its value
     reads = [(root, _VALUE_USED) for n in numbers for root in n.roots]
@@ -227,7 +243,7 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     positions = [next((k for k, a in enumerate(args) if a is v), None) if isinstance(v, Proxy) else None
                  for v in leaves]
     computation = _computation(grad, executor, owner, len(args), backwards)
-    call = SplitCall(computation, positions, _expected(args, grad))
+    call = SplitCall(computation, positions, _expected(args, grad), _checked(args, conditions))
     symbol = Symbol(id="split_function", name="split_function", langctx="torch", fn=call, path=None,
                     meta=bsym.symbol.meta, tags=bsym.symbol.tags)
     header = f"{_function_name(bsym)}.apply, split alone: Note [A Function split alone]"
@@ -272,16 +288,26 @@ def _expected(args: list[Proxy], grad: GradTraces) -> tuple[tuple[int, Any, Any]
     return tuple(expected)
 
 
+def _checked(args: list[Proxy], conditions: list[Condition]) -> tuple[tuple[tuple[int, int], ...],
+                                                                     tuple[Condition, ...]]:
+    """((position, id) of each number argument), the conditions over them (Note [Python arithmetic on a
+    split Function's numbers])."""
+    numbers = tuple((k, id(a)) for k, a in enumerate(args) if isinstance(a, NumberProxy))
+    return (numbers if conditions else ()), tuple(conditions)
+
+
 class SplitCall:
     """Calls a Function record's split with the record's arguments (``fn, *args, **kwargs`` as the
     record holds them), or ``apply`` natively where an argument's layout or ``requires_grad`` is not
     what the split was recorded for (Note [A Function split alone])."""
 
     def __init__(self, computation: GradComputation, positions: list[int | None],
-                 expected: tuple[tuple[int, Any, Any], ...]) -> None:
+                 expected: tuple[tuple[int, Any, Any], ...],
+                 checked: tuple[tuple[tuple[int, int], ...], tuple[Condition, ...]] = ((), ())) -> None:
         self.computation = computation
         self.positions = positions  # per leaf of (args after the class, kwargs): its tensor argument
         self.expected = expected
+        self.numbers, self.conditions = checked
 
     def __call__(self, cls: type, *args: Any, **kwargs: Any) -> Any:
         leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
@@ -293,7 +319,17 @@ class SplitCall:
             t = tensors[k]
             if not (type(t) is layout if requires_grad is None else _as_recorded(t, layout, requires_grad)):
                 return run_autograd_function(cls, *args, **kwargs)
+        if self.conditions and not self._as_traced(tensors):
+            return run_autograd_function(cls, *args, **kwargs)
         return self.computation(*tensors)
+
+    def _as_traced(self, arguments: list[Any]) -> bool:
+        """Whether each comparison the forward made of its numbers comes out as traced for these."""
+        values = {key: arguments[k] for k, key in self.numbers}
+        try:
+            return all(evaluate(c.predicate, values) == c.outcome for c in self.conditions)
+        except Exception:  # noqa: BLE001 - apply raises what the forward raises eagerly
+            return False
 
 
 def _function_name(bsym: BoundSymbol) -> str:

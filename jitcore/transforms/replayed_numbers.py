@@ -29,6 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -45,7 +46,7 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.transforms.symbolic_sizes import SizesNotRewritten
 
-__all__ = ["ReplayedNumbers"]
+__all__ = ["ReplayedNumbers", "stand_ins_of"]
 
 
 class ReplayedNumbers:
@@ -150,12 +151,26 @@ class ReplayedNumbers:
         if found is None:
             if self._env is None:
                 self._env = ShapeEnv()
+                _OWNERS[id(self._env)] = self
             env = self._env
             symbolic = env.create_unbacked_symfloat() if type(number.value) is float \
                 else env.create_unbacked_symint()
             self._ranges[symbolic.node.expr] = env.var_to_range.get(symbolic.node.expr)
             found = self._stand_ins[id(number)] = (number, symbolic)
         return found[1]
+
+    def stand_in(self, number: NumberProxy) -> Any:
+        """The stand-in of ``number``, a number computed from stand-ins' names (Note [Python arithmetic
+        on a split Function's numbers], function_numbers.py): a fresh one, named by it."""
+        return self._stand_in(number)
+
+    def standing_for(self, value: Any) -> NumberProxy | None:
+        """The name ``value`` (one of this replay's stand-ins) stands for; None for any other value."""
+        if type(value) not in (torch.SymFloat, torch.SymInt) or value.node.shape_env is not self._env:
+            return None
+        expr = value.node.expr
+        return next((number for number, symbolic in self._stand_ins.values() if symbolic.node.expr == expr),
+                    None)
 
     def stood_in(self) -> bool:
         """Whether a call was given a stand-in."""
@@ -175,6 +190,17 @@ class ReplayedNumbers:
         narrowed = any(env.var_to_range.get(s) != r for s, r in self._ranges.items())
         if env.guards or asserted or env.replacements or narrowed:
             raise SizesNotRewritten("torch assumed something of a number read from a tensor under grad")
+
+
+def stand_ins_of(value: Any) -> ReplayedNumbers | None:
+    """The replay whose stand-in ``value`` is (None: ``value`` is no stand-in of a live replay)."""
+    if type(value) not in (torch.SymFloat, torch.SymInt):
+        return None
+    return _OWNERS.get(id(value.node.shape_env))
+
+
+# each stand-ins' ShapeEnv (by id) -> its replay's numbers, while they live
+_OWNERS: weakref.WeakValueDictionary[int, ReplayedNumbers] = weakref.WeakValueDictionary()
 
 
 # Note [A read number under grad]

@@ -1,0 +1,185 @@
+"""A split Function's forward interpreted: Python arithmetic on its numbers recorded, its branches checked.
+
+A Function record split alone (function_records.py) is recorded by the grad transform running the user's
+forward natively on shadows, each number it takes a stand-in (an unbacked SymFloat or SymInt: Note [A
+number a split Function takes]). Python code the forward runs on a number (``math.sqrt(s)``, ``s > 2``)
+asked the stand-in for its value, which it has not: the record stayed, and ``apply`` ran natively on
+every call. Here the forward runs on jitcore's interpreter, where such code is looked aside (Note
+[Python arithmetic on a split Function's numbers]).
+
+Invariants:
+- a number the forward computes from stand-ins is the grad transform's record of that computation, done
+  by Python as eagerly, with a fresh stand-in of its own (never a formula torch simplified);
+- a comparison of such numbers answers the traced outcome, and is a ``Condition`` that the split's call
+  checks before it runs the split (another outcome runs ``apply`` natively);
+- every other call the forward makes runs natively, with the interpretation the forward was called in
+  current (the recording's subclass dispatch interprets on it).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import math
+import operator
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from jitcore.interpreter import Hooks, active_runs, current_run, interpret
+from jitcore.langctx.python import apply
+from jitcore.proxies.number import NumberProxy
+from jitcore.transforms.replayed_numbers import stand_ins_of
+
+__all__ = ["Condition", "evaluate", "interpreted_forward"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Condition:
+    """A comparison the split's forward made of its numbers, and its traced outcome."""
+
+    predicate: NumberProxy
+    outcome: bool
+
+
+def evaluate(number: Any, values: dict[int, Any]) -> Any:
+    """``number``'s value where the numbers keyed (by id) in ``values`` have those values, computed by
+    its recorded arithmetic (``made_by``) as the forward computed it."""
+    if not isinstance(number, NumberProxy):
+        return number
+    found = values.get(id(number), values)
+    if found is not values:
+        return found
+    if number.made_by is None:
+        raise KeyError(number.name)
+    fn, operands = number.made_by
+    return fn(*(evaluate(o, values) for o in operands))
+
+
+# Note [Python arithmetic on a split Function's numbers]
+# ``F.apply(x, s)`` whose forward computes ``x * math.sqrt(s)`` or branches on ``s > 2`` and makes
+# TwoTensor values (/tmp/ao53-probes/p4_fn_edges.py): the record was never split, so every warm call of
+# an entry with ``s`` dynamic ran ``apply`` natively, two ``__torch_dispatch__`` calls with it. The split
+# runs the forward on the interpreter instead, with lookasides for what Python does with a stand-in: an
+# arithmetic operator, a comparison, ``float``/``int`` and the ``math`` functions jitcore records
+# (langctx/python.py). Each is the grad transform's record of the same Python operation on the names
+# (``n1 = math.sqrt(s)``, exact as eagerly), answered by a fresh stand-in for ``n1``, which torch's ops
+# then take as they take ``s`` (``mul(t1, n1)`` once the names are rewritten). A comparison answers the
+# traced outcome and is kept as a Condition: ``SplitCall`` computes it from each call's numbers and runs
+# ``apply`` natively where it differs (pass 1 guarded the same comparison, so the entry's calls agree).
+# Anything else of a stand-in (a helper run natively, torch code deciding with it) still raises, and the
+# record stays as before.
+_ARITHMETIC = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
+    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
+}
+_COMPARISONS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+                "gt": operator.gt, "ge": operator.ge}
+_UNARY = {"neg": operator.neg, "pos": operator.pos, "abs": operator.abs}
+_MATH = ("sqrt", "exp", "log", "cos", "sin", "tan", "tanh", "log2", "log10", "log1p", "expm1")
+
+
+class _Numbers:
+    """The lookasides of one call of a split's forward; the conditions they find go to ``conditions``."""
+
+    def __init__(self, conditions: list[Condition], outer: Any) -> None:
+        self.conditions = conditions
+        self.native = _under(outer)
+
+    def hooks(self) -> Hooks:
+        lookasides: dict[Any, Callable[..., Any]] = {}
+        for cls in (torch.SymFloat, torch.SymInt):
+            for name, op in {**_ARITHMETIC, **_COMPARISONS}.items():
+                for dunder, flipped in ((f"__{name}__", False), (f"__r{name}__", True)):
+                    method = vars(cls).get(dunder)
+                    if isinstance(method, types.FunctionType):
+                        lookasides[method] = self._binary(op, method, flipped)
+            for name, op in _UNARY.items():
+                method = vars(cls).get(f"__{name}__")
+                if isinstance(method, types.FunctionType):
+                    lookasides[method] = self._unary(op, method)
+        for fn in (*(getattr(math, name) for name in _MATH), builtins.float, builtins.int):
+            lookasides[fn] = self._unary(fn, fn)
+        return Hooks(lookasides=lookasides, resolve_call=self._native_or_own, on_opaque_call=self.native,
+                     native_call=self.native)
+
+    def _native_or_own(self, fn: Any) -> Any:
+        """The program's own Python code is interpreted (its arithmetic on numbers is looked aside);
+        torch's and jitcore's run natively."""
+        module = getattr(fn, "__module__", None) or ""
+        if isinstance(fn, types.FunctionType) and not module.startswith(("torch", "jitcore")):
+            return None
+        return lambda *args, **kwargs: self.native(fn, args, kwargs)
+
+    def _binary(self, op: Any, method: Any, flipped: bool) -> Callable[..., Any]:
+        def looked_aside(a: Any, b: Any) -> Any:
+            return self._computed(op, (b, a) if flipped else (a, b), method, (a, b))
+        return looked_aside
+
+    def _unary(self, op: Any, fallback: Any) -> Callable[..., Any]:
+        def looked_aside(*args: Any, **kwargs: Any) -> Any:
+            if len(args) != 1 or kwargs:
+                return self.native(fallback, args, kwargs)
+            return self._computed(op, args, fallback, args)
+        return looked_aside
+
+    def _computed(self, op: Any, operands: tuple, fallback: Any, args: tuple) -> Any:
+        """``op(*operands)`` as a record of the names where a stand-in is among them (the Note above);
+        otherwise ``fallback(*args)``, natively."""
+        owners = [stand_ins_of(o) for o in operands]
+        owner = next((o for o in owners if o is not None), None)
+        names = [o if found is None else found.standing_for(o) for o, found in zip(operands, owners)]
+        if owner is None or any(n is None or type(n) not in (NumberProxy, int, float) for n in names):
+            return self.native(fallback, args)  # a stand-in with no name here raises, as it did before
+        values = [n.value if isinstance(n, NumberProxy) else n for n in names]
+        if op is operator.pow and all(type(v) is int for v in values):
+            return self.native(fallback, args)  # an int power's type depends on the exponent's sign
+        result = apply(op, *names)
+        if not isinstance(result, NumberProxy):
+            return self.native(fallback, args)
+        if type(result.value) is bool:
+            self.conditions.append(Condition(result, result.value))
+            return result.value
+        return owner.stand_in(result)
+
+
+def _under(outer: Any) -> Callable[..., Any]:
+    """Runs a callable natively with ``outer`` the current interpretation (a subclass's dispatch the
+    call reaches is interpreted on the recording's run, as without the forward's)."""
+    def native(fn: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        with _current(outer):
+            return fn(*args, **(kwargs or {}))
+    return native
+
+
+@contextlib.contextmanager
+def _current(run: Any) -> Iterator[None]:
+    stack = active_runs()
+    if run is None:
+        yield
+        return
+    stack.append(run)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def interpreted_forward(cls: type) -> tuple[type, list[Condition]]:
+    """A subclass of the Function ``cls`` whose forward runs on the interpreter (the Note above), and
+    the list its calls add their conditions to (``cls`` itself where its forward is no Python function)."""
+    conditions: list[Condition] = []
+    forward = next((vars(c)["forward"] for c in cls.__mro__ if "forward" in vars(c)), None)
+    fn = forward.__func__ if isinstance(forward, staticmethod) else forward
+    if not isinstance(fn, types.FunctionType):
+        return cls, conditions
+
+    def interpreted(*args: Any, **kwargs: Any) -> Any:
+        return interpret(fn, _Numbers(conditions, current_run()).hooks())(*args, **kwargs)
+
+    body = staticmethod(interpreted) if isinstance(forward, staticmethod) else interpreted
+    return type(cls.__name__, (cls,), {"forward": body, "__qualname__": cls.__qualname__,
+                                       "__module__": cls.__module__}), conditions
