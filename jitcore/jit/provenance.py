@@ -187,6 +187,8 @@ class Provenance(TensorBinding, HeldCounters, TypeLookups):
         # A kind that tests one thing about the value (``member``, ``absent``) keeps one guard per thing
         # tested (``per_expected``). An ``identity`` guard's value is kept by its id: the object may not
         # hash (a set an lru-cached function returned: jit/lru_caches.py), and the guard keeps it alive.
+        if kind == "alias" and expected == path:
+            return  # reached twice by one path (``config.x`` read through ``__dict__``): always itself
         if per_expected:
             key = (path, kind, id(expected) if kind == "identity" else expected)
         else:

@@ -8,6 +8,8 @@ was traced with must hold on a cache hit: the prologue guards it.
 
 from __future__ import annotations
 
+import re
+
 import torch
 from jit_helpers import assert_same
 
@@ -114,3 +116,34 @@ def test_containers_only_read_are_not_related():
     holder.b = [1, 2]  # the same contents, another object
     assert_same(jf(x), f(x))
     assert jitcore.cache_misses(jf) == 1
+
+
+class _Config:
+    """A config whose ``__getattribute__`` reads its own ``__dict__`` first, as transformers' does."""
+
+    def __init__(self) -> None:
+        self.id2label = {0: "a"}
+        self.scale = 2.0
+
+    def __getattribute__(self, key: str):
+        if super().__getattribute__("__dict__").get("_per_layer") is not None:
+            raise AttributeError(key)
+        return super().__getattribute__(key)
+
+
+def test_a_dict_walked_again_by_its_own_path_is_not_guarded_as_its_own_alias():
+    # Each attribute read walks the config's ``__dict__`` again: its items were found already at the same
+    # paths, and each got a vacuous ``v3 is not v3`` guard. What the walk does guard still holds.
+    cfg = _Config()
+
+    def f(x):
+        return x * cfg.scale + len(cfg.id2label)
+
+    jfn = jitcore.jit(f)
+    x = torch.ones(2)
+    assert_same(jfn(x), f(x))
+    prologue = str(jitcore.last_prologue_traces(jfn)[-1])
+    assert not [line for line in prologue.splitlines() if re.search(r"if (v\d+) is not \1:", line)], prologue
+    cfg.id2label[1] = "b"  # the dict's contents are still guarded
+    assert_same(jfn(x), f(x))
+    assert jitcore.cache_misses(jfn) == 2
