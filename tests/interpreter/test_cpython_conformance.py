@@ -189,6 +189,7 @@ NATIVE_COUNTS_311 = {
     "test_robotparser": 60, "test_pyexpat": 39, "test_urllib_response": 4, "test_charmapcodec": 4,
     "test_http_cookies": 26, "test_shelve": 182, "test_dbm_dumb": 24, "test_wsgiref": 35,
     "test_wave": 90, "test_filecmp": 9, "datetimetester": 470,
+    "test_heapq": 50, "test_re": 156, "test_random": 101,
 }
 NATIVE_COUNTS_313 = {
     "test_grammar": 79,
@@ -342,6 +343,7 @@ NATIVE_COUNTS_313 = {
     "test_linecache": 27,
     "test_type_annotations": 10, "test_type_comments": 17, "test_dict_version": 22, "test_pkg": 8,
     "test_robotparser": 60, "test_pyexpat": 42, "test_urllib_response": 4, "test_charmapcodec": 4,
+    "test_heapq": 50, "test_re": 162,
 }
 # 3.12: the modules chosen for what 3.12 changes (PEP 709's comprehensions, PEP 695, the call and attribute
 # layout, generators and exceptions), measured on pyenv's 3.12.1 with its own stdlib tests (2026-12-04), and
