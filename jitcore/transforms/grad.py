@@ -593,8 +593,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     if sizes is not None:  # Note [Symbolic sizes through the grad transform]
         added = sizes.added(assumed, asserted)  # the guards and asserts the replay and the backward added
     names = replay.symbol_names()
-    if names:
-        rewrite_sizes(forward, names)
+    if names:  # the output's sizes too (Note [Sizes a grad entry returns])
+        outputs = rewrite_sizes(forward, names, outputs)
     if sizes is not None and assembly is not None and not assembly.sized_statically():
         assembly.take_sizes(names, forward.args)  # Note [An assembly with symbolic sizes], assembly.py
     if sizes is not None:
@@ -604,7 +604,14 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     body = tuple(backward.bound_symbols)
     checkpointed = frozenset(replay.checkpointed)  # activation-checkpointed regions: recomputed
     saved = split_saved(forward, backward, derived.tangent_args, derived.outputs, checkpointed)
-    numbers = _numbers_made(forward, outputs)  # Note [Numbers a grad entry returns]
+    numbers = _numbers_made(forward, outputs)  # Note [Sizes a grad entry returns]
+# With symbolic sizes, the replay looks a size the output holds up as its SymInt (``x.shape``,
+# ``x.shape[0] * 2 + 1``, ``x.numel()`` returned beside a TwoTensor requiring grad): the SymInt itself
+# was kept as a constant of the entry and handed to every call (``torch.Size([s0, 3])``, ``2*s0 + 1``).
+# It is rewritten as the forward's records are, into the size number the computation takes or
+# arithmetic recorded on it, and returned as any number the forward makes (the Note below).
+
+# Note [Numbers a grad entry returns]
     forward.output = (tuple(forward_outputs) + numbers, tuple(saved))
     backward.args = [*saved, *derived.tangent_args]
     backward.output = tuple(derived.outputs)
@@ -621,6 +628,13 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
                       input_flags(trace), returned_inputs(trace, leaves, subclass_inputs), assembly,
                       numbers)
 
+
+# Note [Sizes a grad entry returns]
+# With symbolic sizes, the replay looks a size the output holds up as its SymInt (``x.shape``,
+# ``x.shape[0] * 2 + 1``, ``x.numel()`` returned beside a TwoTensor requiring grad): the SymInt itself
+# was kept as a constant of the entry and handed to every call (``torch.Size([s0, 3])``, ``2*s0 + 1``).
+# It is rewritten as the forward's records are, into the size number the computation takes or
+# arithmetic recorded on it, and returned as any number the forward makes (the Note below).
 
 # Note [Numbers a grad entry returns]
 # ``return out, loss.item()`` (or ``x.a.sum().item()`` of a wrapper's inner tensor) in an entry the grad

@@ -23,7 +23,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,8 +187,14 @@ def _is_nested(env: Any, symbol: sympy.Symbol) -> bool:
 # is rebuilt at the end of the forward; its tangent's recorded kind has symbolic sizes, which each call
 # compares through its own output's kind (Note [Tangent kinds with symbolic sizes],
 # jitcore/transforms/tangents.py).
-def rewrite_sizes(trace: Trace, names: dict[sympy.Symbol, NumberProxy]) -> None:
+def rewrite_sizes(
+    trace: Trace, names: dict[sympy.Symbol, NumberProxy], values: Sequence[Any] = ()
+) -> list[Any]:
     """Replace each SymInt in ``trace``'s records by its number or arithmetic on numbers (Note above).
+
+    Returns:
+        ``values`` with each SymInt among them so replaced, the arithmetic recorded at the end of
+        ``trace`` (Note [Sizes a grad entry returns], grad.py).
 
     Raises:
         SizesNotRewritten: a size has no Python form here, or a record outputs a symbolic number.
@@ -262,7 +268,10 @@ def rewrite_sizes(trace: Trace, names: dict[sympy.Symbol, NumberProxy]) -> None:
             records.extend(pending)
             pending.clear()
             records.append(new)
+        found = [map_symbolic(v, leaf) for v in values]
+        records.extend(pending)
     trace.bound_symbols[:] = records
+    return found
 
 
 def map_symbolic(tree: Any, leaf: Callable[[Any], Any]) -> Any:

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.utils._pytree as pytree
-from subclass_checks import assert_same_flattened, protocol_calls
+from subclass_checks import assert_same_flattened, frames_over_sizes, protocol_calls
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
@@ -275,3 +275,30 @@ def test_a_model_over_twotensor_weights_returning_its_loss_and_the_loss_item() -
         actual[1].backward()
         assert_same_flattened(jit_model.weight.grad, eager_model.weight.grad, f"call {i} weight.grad")
     assert (jitcore.cache_misses(jitted), warm) == (1, [])
+
+
+# --- sizes returned beside a subclass output that requires grad, over changing sizes ---------------------
+# (Note [Sizes a grad entry returns], jitcore/transforms/grad.py): before, the symbolic entry returned
+# the replay's SymInts (``torch.Size([s0, 3])``, ``2*s0 + 1``) to every call.
+
+
+def _sizes_beside(x: torch.Tensor) -> list:
+    return [(x * 2).sin(), x.shape, x.shape[0] * 2 + 1, x.size(1), x.numel()]
+
+
+def _read_and_size(x: torch.Tensor) -> list:
+    y = (x * 2).sin()
+    return [y, y.a.sum().item(), x.shape[0]]
+
+
+@pytest.mark.parametrize("fn", [_sizes_beside, _read_and_size], ids=["sizes", "read_and_size"])
+def test_sizes_returned_beside_a_twotensor_requiring_grad_are_each_calls(fn: Callable[..., Any]) -> None:
+    entries, warm = frames_over_sizes(fn, lambda n: (_two(n, 3, requires_grad=True),), (2, 3, 4, 5, 6),
+                                      (TwoTensor,))
+    assert (entries, warm) == (2, [])
+
+
+def test_a_number_beside_a_twotensor_assembled_over_changing_sizes() -> None:
+    entries, warm = frames_over_sizes(_assembled_and_number, lambda n: (
+        torch.randn(n, requires_grad=True), torch.randn(n, requires_grad=True)), (2, 3, 4, 5), (TwoTensor,))
+    assert (entries, warm) == (2, [])
