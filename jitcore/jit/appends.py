@@ -46,6 +46,7 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 import array
 import builtins
+import collections
 import dis
 import functools
 import inspect
@@ -54,7 +55,8 @@ import types
 from typing import Any
 
 __all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
-           "empties_at_once", "stack_use", "item_appended_parameters", "keyed_later", "measured_by_len",
+           "empties_at_once", "is_list_table", "stack_use", "item_appended_parameters", "keyed_later",
+           "measured_by_len",
            "only_appended_to", "parameter_uses", "reads_appended_item", "stored_by_object_setattr",
            "stored_into", "stored_parameters", "subscripted_by", "updated_attribute"]
 
@@ -495,6 +497,9 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
             candidates -= touched - {last}
             continue
         candidates -= touched
+    for name in candidates:
+        if read[name]:  # Note [A list set by default at a computed key]
+            keys[name].discard(_ANY_KEY)
     return {name: frozenset(keys[name] - read[name]) for name in candidates if keys[name] - read[name]}
 
 
@@ -519,8 +524,41 @@ def _set_default_list(instructions: list, i: int) -> Any:
     if not _looks_up(lookup, frozenset({"setdefault"})) or key.opname != "LOAD_CONST" \
             or type(key.argval) not in _KEYS or empty.opname != "BUILD_LIST" or empty.arg != 0 \
             or call.opname != "CALL" or call.arg != 2 or not _looks_up(append, _APPENDING):
-        return _NO_KEY
+        return _computed_default_list(instructions, i)
     return key.argval
+
+
+# Note [A list set by default at a computed key]
+# ``groups.setdefault(str(x.shape[0]), []).append(v)`` on a dict argument: the key is computed, so Note [A
+# list set by default] did not apply and the dict was bound whole, each list's length guarded: every call
+# traced again (20 in 20: /tmp/eff53-probes/wide.py "setdefault computed key"). The key expression is
+# straight-line code over the method pair (walked with ``stack_use``; a subscript takes two values), then
+# the empty list, the call with those two and the ``append``/``extend`` lookup on its answer: the dict is
+# read at that one key only, and what is there is only appended to, whatever the key is. So every list the
+# dict holds is a list only appended to (``_ANY_KEY``), unless the function also reads an item at a
+# constant key (then only the constant keys count, as before). The dict's keys are guarded as for a
+# constant key: a call that adds the key is an entry of its own (2 traces in all for one key).
+_ANY_KEY = object()
+
+
+def _computed_default_list(instructions: list, i: int) -> Any:
+    """``_ANY_KEY`` where ``instructions[i:]`` look ``setdefault`` up, compute a key, and append to the
+    answer of ``setdefault(key, [])`` (Note [A list set by default at a computed key]); else ``_NO_KEY``."""
+    if not _looks_up(instructions[i], frozenset({"setdefault"})) or stack_use(instructions[i]) != (1, 2):
+        return _NO_KEY
+    above = 0  # the values over the method pair
+    for j in range(i + 1, min(i + _SCAN, len(instructions))):
+        inst = instructions[j]
+        if above == 1 and inst.opname == "BUILD_LIST" and inst.arg == 0:
+            rest = [x for x in instructions[j + 1:j + 4] if x.opname != "PRECALL"][:2]
+            ours = len(rest) == 2 and rest[0].opname == "CALL" and rest[0].arg == 2 \
+                and _looks_up(rest[1], _APPENDING)
+            return _ANY_KEY if ours else _NO_KEY
+        use = (2, 1) if inst.opname == "BINARY_SUBSCR" else stack_use(inst)
+        if use is None or use[0] > above:
+            return _NO_KEY
+        above += use[1] - use[0]
+    return _NO_KEY
 
 
 # Note [An item updated in place]
@@ -561,18 +599,33 @@ def _updated_item(instructions: list, i: int) -> bool:
 # The same dict passed as two parameters (``f(h, h)``: one only appended through, the other measuring
 # ``len(h2["log"])``) was two copies, and what one appended the other did not see (a wrong answer): the
 # first binding is noted (``Provenance.enter_argument``), so the second is an alias guard and that copy.
+# Note [A defaultdict of lists an argument]
+# ``history = defaultdict(list)`` passed in, ``history["loss"].append(loss)``: the same proof as for a dict
+# (Note [A dict of lists an argument]), but a defaultdict was bound whole (``type(value) is dict`` only),
+# each list's length guarded: every call traced again (20 in 20: /tmp/eff53-probes/wide.py "defaultdict
+# (list)"). A defaultdict whose ``default_factory`` is ``list`` (guarded by identity) is bound so too, the
+# program's copy a ``defaultdict(list)``: an absent key's subscript makes the empty list in C, as eagerly,
+# which the copy's diff stores on the caller's dict (an entry of its own, the keys guarded), a present one
+# is a list only appended to.
+def is_list_table(value: Any) -> bool:
+    """Whether ``value`` is a dict or a ``defaultdict(list)`` (Note [A defaultdict of lists an argument])."""
+    return type(value) is dict or type(value) is collections.defaultdict and value.default_factory is list
+
+
 def bind_item_lists(provenance: Any, measured: MeasuredLists, value: dict, path: Any, name: str,
                     keys: frozenset, read_lists: frozenset) -> dict:
     """The dict argument ``value`` of a parameter only appended to through constant ``keys`` (Note [A
     dict of lists an argument]): the program's own dict, its appended lists its own."""
-    provenance.guard(path, "type", dict)
+    provenance.guard(path, "type", type(value))
+    if type(value) is collections.defaultdict:  # Note [A defaultdict of lists an argument]
+        provenance.guard(path.attr("default_factory"), "identity", list)
     provenance.guard(path, "keys", tuple(value))
     provenance.reach_container(value, path)
-    own: dict = {}
+    own: dict = {} if type(value) is dict else collections.defaultdict(list)
     provenance.enter_argument(value, path, own)  # the same dict passed again is this copy (Note above)
     for key, item in value.items():
         at = path.key(key)
-        if key in keys and type(item) is list and at not in read_lists:
+        if (key in keys or _ANY_KEY in keys) and type(item) is list and at not in read_lists:
             own[key] = measured.bind_argument(item, at)
         else:
             own[key] = provenance.bind_argument(item, at, f"{name}_{key}")
@@ -588,9 +641,16 @@ def _appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
         return frozenset(), frozenset()
     candidates, instructions, uses = found
     measured: set[str] = set()
+    stored_back: set[int] = set()  # the stores of ``s += v`` (Note [A list argument extended by +=])
     for i, names, touched in uses:
+        if i in stored_back:
+            continue
         following = _after_a_load(instructions, i, names)
         if _looks_up(following, _APPENDING):
+            continue
+        if (store := _added_in_place(instructions, i, names)) is not None:
+            stored_back.add(store)
+            candidates -= touched - {names[0]}  # a parameter the right side loads with it is used there
             continue
         if following is not None and following.opname in _CALLS and following.arg == 1 and i >= 1 \
                 and _loads_len(instructions[i - 1]):  # ``len(log)``: MeasuredLists.bind_argument
@@ -598,6 +658,40 @@ def _appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
             continue
         candidates -= touched
     return frozenset(candidates), frozenset(measured & candidates)
+
+
+# Note [A list argument extended by +=]
+# ``log += [x.sum()]`` on a list parameter compiles to ``LOAD_FAST log; <the right side>; BINARY_OP +=;
+# STORE_FAST log`` (3.13: the load may be ``LOAD_FAST_LOAD_FAST (log, x)``, the right side's first value
+# loaded with it): the store took the parameter as used otherwise, so its length was guarded and every call
+# traced again (20 in 20: /tmp/eff53-probes/wide.py "list += on an argument"). ``list.__iadd__`` extends the
+# list and returns it, so for a list argument (the only kind so bound) the statement is an ``extend`` and the
+# store puts the same list back. The right side is an expression that leaves the loaded list below it (the
+# stack walked with ``stack_use``, never taking it); an augmented assignment is a statement, so the first
+# ``BINARY_OP +=`` with one value over the list is this one, and its store must name the same parameter.
+# A right side that loads the parameter again (``log += log``) is a use of its own (that load is followed
+# by no ``+=`` with one value over it): the parameter is bound whole, as before.
+_INPLACE_ADD = 13  # BINARY_OP's oparg for ``+=`` (3.11 to 3.13)
+
+
+def _added_in_place(instructions: list, i: int, names: tuple) -> int | None:
+    """The index of the ``STORE_FAST`` of ``s += v`` where ``instructions[i]`` loads ``s`` to begin it (Note
+    [A list argument extended by +=]), else None."""
+    load = instructions[i]
+    if load.opname not in _LOADS and load.opname != "LOAD_FAST_LOAD_FAST" or names.count(names[0]) != 1:
+        return None
+    above = len(names) - 1  # the values pushed over the parameter's
+    for j in range(i + 1, len(instructions) - 1):
+        inst = instructions[j]
+        if inst.opname == "BINARY_OP" and inst.arg == _INPLACE_ADD:
+            store = instructions[j + 1]
+            ours = above == 1 and store.opname == "STORE_FAST" and store.argval == names[0]
+            return j + 1 if ours else None
+        use = stack_use(inst)
+        if use is None or use[0] > above:
+            return None
+        above += use[1] - use[0]
+    return None
 
 
 def _after_a_load(instructions: list, i: int, names: tuple) -> Any:

@@ -368,7 +368,7 @@ class Pass(StateReads):
             own = self.provenance.bind_appended_argument(value, path)
             self.pending_keys.stored_into(own)  # a number key: Note [A key only stored] (jit/pending_keys.py)
             return own
-        if type(value) is dict and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
+        if appends.is_list_table(value) and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and (keys := item_appended_parameters(self.fn).get(name)) is not None \
                 and not self.provenance.reached_as_state(value) \
                 and not self.provenance.is_argument_container(value):  # passed twice: its first binding

@@ -5,6 +5,7 @@ the number of traces counted (the helpers of test_jit_retrace_free_effects.py)."
 
 from __future__ import annotations
 
+import collections
 import types
 from typing import Any
 
@@ -243,3 +244,159 @@ def _item_by_keyword(log, x):
 ])
 def test_which_helpers_only_append_is_proved_from_the_bytecode(fn: Any, expected: set) -> None:
     assert helper_appended_parameters(fn) == expected
+
+
+# --- ``log += [v]`` on a list argument (Note [A list argument extended by +=], jitcore/jit/appends.py)
+
+
+def _extended(log, x):
+    log += [x.sum(), x.max()]
+    return x * 2
+
+
+def _extended_by_a_tuple_then_appended(log, x):
+    log += (x.sum(),)
+    log.append(x.min())
+    return x + 1
+
+
+def _extended_by_its_length(log, x):
+    log += [len(log)]
+    return x * 2
+
+
+def _extended_by_itself(log, x):
+    log += log
+    log.append(x.sum())
+    return x
+
+
+def _extended_and_returned(log, x):
+    log += [x.sum()]
+    return log
+
+
+def _other_extended(log, other, x):
+    other += [x.sum()]
+    log.append(other)
+    return x
+
+
+@pytest.mark.parametrize("fn", [_extended, _extended_by_a_tuple_then_appended])
+def test_a_list_argument_extended_by_plus_equals_traces_once(fn: Any) -> None:
+    """Before (/tmp/eff53-probes/wide.py "list += on an argument"): the store after ``+=`` bound the list
+    whole, its length guarded: 100 in 100."""
+    jf = run_both(fn, [], 100)
+    assert jitcore.cache_misses(jf) == 1
+
+
+@pytest.mark.parametrize("fn", [_extended_by_its_length, _extended_by_itself])
+def test_a_list_argument_extended_by_what_it_holds_is_the_callers(fn: Any) -> None:
+    def change(log: list, i: int) -> None:
+        if i == 3:
+            log[:] = [5.0]
+
+    run_both(fn, [1.0], 6, change=change)
+
+
+@pytest.mark.parametrize(("fn", "expected"), [
+    (_extended, {"log"}), (_extended_by_a_tuple_then_appended, {"log"}), (_extended_by_its_length, {"log"}),
+    (_extended_by_itself, set()), (_extended_and_returned, set()), (_other_extended, {"log"}),
+])
+def test_which_lists_plus_equals_extends_is_proved_from_the_bytecode(fn: Any, expected: set) -> None:
+    from jitcore.jit.appends import appended_parameters
+
+    assert set(appended_parameters(fn)) == expected
+
+
+# --- lists set by default at a computed key, a defaultdict of lists (Notes [A list set by default at a
+# computed key], [A defaultdict of lists an argument], jitcore/jit/appends.py)
+
+
+def _grouped(groups, x):
+    groups.setdefault(str(x.shape[0]), []).append(x.sum())
+    return x * 2
+
+
+def _grouped_by_a_subscript(groups, x):
+    groups.setdefault(x.shape[0] % 2, []).extend([x.min(), x.max()])
+    return x + 1
+
+
+def _grouped_by_its_size(groups, x):
+    groups.setdefault(len(groups), []).append(x.sum())  # the key reads the dict: bound whole
+    return x
+
+
+def _grouped_and_read(groups, x):
+    groups.setdefault(str(x.shape[0]), []).append(x.sum())
+    return x * len(groups["3"])  # an item read at a constant key: only the constant keys count
+
+
+def _history(history, x):
+    history["loss"].append(x.sum())
+    history["max"].append(x.max())
+    return x * 2
+
+
+def _half() -> list:
+    return [0.5]
+
+
+def _sized_runs(fn: Any, make: Any, sizes: list[int], change: Any = None) -> Any:
+    eager_state, jit_state = make(), make()
+    jf = jitcore.jit(fn)
+    torch.manual_seed(0)
+    for i, n in enumerate(sizes):
+        if change is not None:
+            change(eager_state, i)
+            change(jit_state, i)
+        x = torch.randn(n)
+        assert_same(jf(jit_state, x), fn(eager_state, x))
+        assert type(jit_state) is type(eager_state)
+        assert list(jit_state) == list(eager_state)
+        for key in eager_state:
+            assert_same(jit_state[key], eager_state[key])
+    return jf
+
+
+@pytest.mark.parametrize("fn", [_grouped, _grouped_by_a_subscript])
+def test_lists_set_by_default_at_a_computed_key_trace_once_the_key_is_there(fn: Any) -> None:
+    """Before (/tmp/eff53-probes/wide.py "setdefault computed key"): the dict was bound whole, each list's
+    length guarded: 20 in 20. Now the call that adds the key is an entry, and the one after it."""
+    jf = _sized_runs(fn, dict, [3] * 20)
+    assert jitcore.cache_misses(jf) == 2
+
+
+def test_a_defaultdict_of_lists_argument_traces_once_its_keys_are_there() -> None:
+    """Before (/tmp/eff53-probes/wide.py "defaultdict(list)"): bound whole, each list's length guarded: 20
+    in 20. Now the call that adds the keys is an entry, and the one after them."""
+    jf = _sized_runs(_history, lambda: collections.defaultdict(list), [3] * 20)
+    assert jitcore.cache_misses(jf) == 2
+
+
+@pytest.mark.parametrize(("fn", "make"), [
+    (_grouped, dict), (_grouped_by_its_size, dict), (_grouped_and_read, dict),
+    (_history, lambda: collections.defaultdict(list)),
+])
+def test_a_dict_of_lists_the_caller_changes_is_the_callers(fn: Any, make: Any) -> None:
+    def change(table: dict, i: int) -> None:
+        if i == 3:
+            table.clear()
+        if i == 5:
+            for key in list(table):
+                table[key] = [9.0]
+        if i == 2 and isinstance(table, collections.defaultdict):
+            table.default_factory = _half  # another factory: its lists begin with 0.5
+
+    _sized_runs(fn, make, [3, 3, 4, 3, 4, 3, 3, 4])
+
+
+@pytest.mark.parametrize(("fn", "expected"), [
+    (_grouped, True), (_grouped_by_a_subscript, True), (_grouped_by_its_size, False),
+    (_grouped_and_read, False),
+])
+def test_which_dicts_a_computed_key_appends_through_is_proved(fn: Any, expected: bool) -> None:
+    from jitcore.jit.appends import item_appended_parameters
+
+    assert ("groups" in item_appended_parameters(fn)) is expected
