@@ -35,10 +35,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from jitcore.errors import UnsupportedOperationError
+from jitcore.ir import Proxy
 from jitcore.jit import weak_copies
 from jitcore.jit.code_kinds import class_module
+from jitcore.jit.made_classes import class_parts, remake_class
 from jitcore.jit.made_functions import (
     fill_function,
     function_parts,
@@ -59,6 +62,10 @@ def _never(_obj: Any) -> bool:
     return False
 
 
+def _no_class(_cls: type) -> str | None:
+    return "jitcore does not know how it was made"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Owner:
     """Whose an object is (``whose``: "fixed", "call" or None, jit/effects.py ``StateSnapshots.owner``),
@@ -75,6 +82,8 @@ class Owner:
     referents: dict[int, Any] = dataclasses.field(default_factory=dict)
     # whether the program made a function or class in this pass (jit/made_functions.py ``MadeHere``)
     made: Callable[[Any], bool] = _never
+    # why a class the program made cannot be made again per call (None: it can; jit/made_classes.py)
+    class_refusal: Callable[[type], str | None] = _no_class
 
     def __call__(self, obj: Any) -> str | None:
         return self.whose(obj)
@@ -132,7 +141,8 @@ class _CallMemo(dict):
     def __init__(self, trial: bool = False) -> None:
         super().__init__()
         self.weak: dict[int, Any] = {}
-        self.functions: dict[int, Any] = {}  # functions the program made (Note [A function the program made])
+        # functions and classes the program made (Note [A function the program made], jit/made_classes.py)
+        self.functions: dict[int, Any] = {}
         self.trial = trial  # the pass's trial copy: a finalizer is made detached
         self.call: tuple[tuple, dict] | None = None  # this call's (args, kwargs), where the effects run
 
@@ -147,8 +157,12 @@ class _CallMemo(dict):
             return found
         original = self.weak.get(key)
         if original is None:
-            function = self.functions.get(key)
-            return default if function is None else remake_function(function, self, self.copied)
+            made = self.functions.get(key)
+            if made is None:
+                return default
+            if isinstance(made, type):
+                return remake_class(made, self, self.copied)
+            return remake_function(made, self, self.copied)
         if type(original) is types.BuiltinMethodType:  # Note [A method of an object the program made]
             made = getattr(self.copied(original.__self__), original.__name__)
             self[key] = made
@@ -362,6 +376,7 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
     passed: dict[int, tuple[Any, Any]] = {}
     functions: dict[int, Any] = {}
     made = owner.made if isinstance(owner, Owner) else _never
+    class_refusal = owner.class_refusal if isinstance(owner, Owner) else _no_class
     passed_at = getattr(owner, "passed_at", _nowhere)
     seen: set[int] = set()
     todo = [value]
@@ -371,6 +386,9 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
         if id(item) in seen or type(item) in _ATOMS:
             continue
         seen.add(id(item))
+        if isinstance(item, (Proxy, FakeTensor)) and id(item) not in getattr(owner, "referents", {}):
+            # reached past what ``escaped`` looks into (a class's namespace: ``class C: t = x * 2``)
+            raise _refused(value, "it holds a value the computation computes")
         if item is not value and (_torchs_own(item) or owner(item) is not None):
             # a tensor the caller passes (a weak reference's): Note [A weak reference to the caller's tensor]
             path = getattr(owner, "referents", {}).get(id(item)) if _torchs_own(item) else passed_at(item)
@@ -392,12 +410,20 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
             continue
         if made(item):  # Note [A function the program made], Note [A class the program made]
             if isinstance(item, type):
-                raise refused_class(item)
+                why = class_refusal(item)  # Note [A class made again per call] (jit/made_classes.py)
+                if why is not None:
+                    raise refused_class(item, why=why)
+                functions[id(item)] = item
+                todo.extend(class_parts(item))
+                continue
             functions[id(item)] = item
             todo.extend(function_parts(item))
             continue
         if made(type(item)):
-            raise refused_class(type(item), "instance")
+            why = class_refusal(type(item))
+            if why is not None:
+                raise refused_class(type(item), "instance", why)
+            todo.append(type(item))
         if isinstance(item, _KEPT_AS_THEMSELVES):
             continue  # Note [Finalizers on what a copy keeps]
         for found in finalizers.get(id(item), ()):  # a finalizer on it: no object holds the finalizer

@@ -334,7 +334,7 @@ class StateSnapshots:
                 return None
             return snap.path if preexisting(obj) else None
 
-        return Owner(whose, passed_at, made=self.made_here.has)
+        return Owner(whose, passed_at, made=self.made_here.has, class_refusal=self.made_here.class_refusal)
 
 
 # Note [A container of the caller's stored back]

@@ -13,8 +13,9 @@ Invariants:
   same code and globals, with cells, defaults, keyword defaults, annotations and ``__dict__`` of its own,
   each taken through the call's memo (jit/call_copies.py): functions sharing a cell share the call's copy
   of it, and one function reached twice is one function (Note [A function the program made]);
-- a class the program made is never handed to two calls: a call that returns or stores one, or an
-  instance of one, runs eagerly (``refused_class``: Note [A class the program made]).
+- a class the program made is never handed to two calls: it is made again per call where ``type`` alone
+  makes it (jit/made_classes.py), else a call that returns or stores one, or an instance of one, runs
+  eagerly (``refused_class``: Note [A class the program made]).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jitcore.errors import UnsupportedOperationError
+from jitcore.jit.made_classes import as_made, why_not_made_again
 
 __all__ = ["EMPTY", "MadeHere", "fill_function", "function_parts", "function_state", "is_empty_cell",
            "new_function", "refused_class", "remake_function"]
@@ -40,10 +42,18 @@ class MadeHere:
 
     def __init__(self) -> None:
         self._made: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._as_made: dict[int, tuple] = {}  # each class's namespace when made (jit/made_classes.py)
 
     def note(self, obj: Any) -> None:
         """``obj``, a function or class, was made by the program in this pass."""
         self._made[id(obj)] = obj
+        if type(obj) is type:  # only these are made again; a metaclass's ``__dict__`` may be a property
+            self._as_made[id(obj)] = as_made(obj)
+
+    def class_refusal(self, cls: type) -> str | None:
+        """Why a cached call cannot make ``cls``, a class the program made, again (None: it can;
+        jit/made_classes.py)."""
+        return why_not_made_again(cls, self._as_made.get(id(cls)) if self.has(cls) else None)
 
     def has(self, obj: Any) -> bool:
         """Whether the program made ``obj`` in this pass."""
@@ -164,16 +174,19 @@ def function_parts(fn: types.FunctionType) -> list[Any]:
 # ``class C: ...; return C``, ``return collections.namedtuple("P", "a b")``, an instance of either: eagerly
 # each call makes a new class, running its body, its metaclass's ``__new__``/``__init__``, its bases'
 # ``__init_subclass__``, ``__set_name__`` of what it holds and its decorators (``dataclass``) again. A
-# copy of the pass's class would run none of them, so no copy is faithful: a call that returns or stores
-# a class the program made, or an instance of one, is refused (JC-T001) and runs eagerly, whatever the
-# contents of what it reaches (Note [Eager whatever the contents], jit/eager_entries.py).
-def refused_class(cls: type, what: str = "class") -> UnsupportedOperationError:
+# copy of the pass's class would run none of them, so no copy is faithful unless none of them is the
+# program's code: a class that ``type`` alone makes, unchanged since, is made again per call
+# (jit/made_classes.py, Note [A class made again per call]); a call that returns or stores another class
+# the program made, or an instance of one, is refused (JC-T001) and runs eagerly, whatever the contents of
+# what it reaches (Note [Eager whatever the contents], jit/eager_entries.py).
+def refused_class(cls: type, what: str = "class", why: str | None = None) -> UnsupportedOperationError:
     """The refusal of a call that returns or stores ``cls``, a class the program made (``what``: "class",
-    or "instance" of it) (Note [A class the program made])."""
+    or "instance" of it; ``why``: why it is not made again, jit/made_classes.py) (Note [A class the
+    program made])."""
     held = "the class" if what == "class" else "an instance of the class"
     refused = UnsupportedOperationError(
         f"the function returns or stores {held} {cls.__qualname__}, which it made, and eager makes a new "
-        "class on every call",
+        f"class on every call{'' if why is None else ' (not made again by jitcore: ' + why + ')'}",
         hints=("define the class outside the jitted function",),
     )
     refused.whatever_the_contents = True

@@ -192,7 +192,9 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
     if whose is not None:  # the caller's, holding this call's tensors or not: the very object
         return _callers(value, whose, owner)
     if owner.made(type(value)):  # Note [A class the program made] (jit/made_functions.py)
-        raise refused_class(type(value), "instance")
+        why = owner.class_refusal(type(value))
+        if why is not None or _holds_proxy(value, depth):
+            raise refused_class(type(value), "instance", why)
     if (weak := _weak_input(value, owner)) is not None:
         return weak
     if not (_holds_proxy(value, depth) or _holds_symbolic_shape(value, depth)):
@@ -303,9 +305,10 @@ def _untraced(value: Any, depth: int, owner: Owner) -> Split:
     if (weak := _weak_input(value, owner)) is not None:
         return weak
     if owner.made(value) or owner.made(kind):  # jit/made_functions.py
-        if kind is not types.FunctionType:  # Note [A class the program made]
-            raise refused_class(value if isinstance(value, type) else kind,
-                                "class" if isinstance(value, type) else "instance")
+        cls = value if isinstance(value, type) else kind
+        why = None if kind is types.FunctionType else owner.class_refusal(cls)
+        if why is not None:  # Note [A class the program made]; else jit/made_classes.py
+            raise refused_class(cls, "class" if cls is value else "instance", why)
         make = made_anew(value, owner)  # Note [A function the program made]
         return ((), lambda _results: make())
     if kind in _ATOMS or not (literal or programs_own(value)):

@@ -223,7 +223,8 @@ def _a_registered_subclass(x):
 def test_a_class_the_program_made_is_new_on_every_call(program):
     """``class C: ...; return C`` (``type(...)``, ``namedtuple``, an instance of one): eagerly each call
     makes a new class, running ``__init_subclass__`` and decorators again; the cached calls handed on the
-    pass's class (Note [A class the program made]): such a call runs eagerly."""
+    pass's class (Note [A class the program made]): such a call runs eagerly, or makes the class again
+    where ``type`` alone makes it (jit/made_classes.py, tests/jit/test_jit_made_classes.py)."""
 
     def calls(fn: Any) -> list:
         _Registered.subclasses.clear()

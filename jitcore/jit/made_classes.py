@@ -1,0 +1,165 @@
+"""Classes a program makes whose making is ``type`` alone: made again for each cached call.
+
+``class C: ...; return C`` (or an instance of it, stored or returned): eagerly each call makes a new class.
+Where making it runs no code of the program's but its body (Note [A class made again per call]), each
+cached call makes it again with ``type(name, bases, namespace)`` over the pass's namespace copied through
+the call's memo (jit/call_copies.py): its methods are made again over new cells, and every cell of the
+call that held the pass's class holds the call's (``__class__``, read by ``super()``; ``C`` read by a
+method). Any other class the program made stays refused (Note [A class the program made],
+jit/made_functions.py).
+
+Invariants:
+- made again only where ``why_not_made_again`` finds nothing: metaclass ``type``; no ``__init_subclass__``
+  in its bases' MRO but object's; nothing in its namespace with a Python ``__set_name__``; no
+  ``__slots__``; its namespace as its statement (or ``type()``) made it: no decorator, no attribute set
+  or deleted since (``as_made``); no descriptor but functions, ``classmethod``, ``staticmethod`` and
+  ``property``; nothing traced in it (jit/call_copies.py refuses a proxy its walk reaches); no object of
+  its namespace holding the class but a function's cell; its bases are made again too or not the program's
+  (the walk of jit/call_copies.py checks each);
+- one class per call, whatever reaches it (the class, an instance, a method's cell): the call's memo holds it.
+"""
+
+from __future__ import annotations
+
+import collections
+import types
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["as_made", "class_parts", "remake_class", "why_not_made_again"]
+
+# the descriptors ``type`` adds itself, and the cache ``copyreg`` adds when a copy of an instance is made
+# (the pass's trial copy: eager's class has none until copied or pickled)
+_TYPE_MADE = ("__dict__", "__weakref__", "__slotnames__")
+_MEMBERS = (types.FunctionType, classmethod, staticmethod, property)
+
+
+def _type_made(name: Any) -> bool:
+    """Whether ``name``, a key of a class's namespace, is one of ``_TYPE_MADE`` (a key that is not text is
+    never compared: its ``__eq__`` is the program's, ``type('X', (), {Key(): 5})``)."""
+    return type(name) is str and name in _TYPE_MADE
+
+
+def as_made(cls: type) -> tuple:
+    """What ``cls``'s namespace holds, by name, id and type: taken when the class statement (or ``type()``)
+    made it, compared when it is returned or stored (ids only: nothing of the class is held)."""
+    return tuple((name if type(name) is str else id(name), id(value), id(type(value)))
+                 for name, value in vars(cls).items() if not _type_made(name))
+
+
+# Note [A class made again per call]
+# Eagerly a class statement runs its body, then ``type(name, bases, namespace)``, which calls the bases'
+# ``__init_subclass__`` and the ``__set_name__`` of what the namespace holds, then its decorators. A copy is
+# exact when ``type`` runs none of the program's code and nothing changed the class after: then the
+# pass's namespace, copied through the call's memo (a list attribute a new list, a method a new function
+# over new cells), is what the body would make again, and ``type`` over it is eager's class. While the
+# namespace is copied the memo holds the pass's class for itself; once the new class exists, the cells the
+# call made that hold the pass's class get the new one (the methods' ``__class__`` cell, a cell of the
+# program's frame that a method reads ``C`` from). An object of the namespace that holds the class some
+# other way (``C.registry.append(C)``) would keep the pass's: such a class is refused.
+def why_not_made_again(cls: type, made: tuple | None) -> str | None:
+    """Why ``cls``, a class the program made (``made``: its ``as_made`` then), cannot be made again by
+    ``type`` (Note [A class made again per call]); None where it can."""
+    if type(cls) is not type:
+        return f"its metaclass {type(cls).__qualname__} would run again"
+    if any(type(name) is not str for name in vars(cls)):
+        return "its namespace has a key that is not text"
+    if made is None or made != as_made(cls):
+        return "it changed after its class statement (a decorator, or an attribute set on it)"
+    if "__slots__" in vars(cls):
+        return "it has __slots__"
+    for klass in cls.__mro__[1:-1]:
+        if "__init_subclass__" in vars(klass):
+            return f"its base {klass.__qualname__} has __init_subclass__"
+    for name, value in vars(cls).items():
+        if _type_made(name):
+            continue
+        if type(getattr(type(value), "__set_name__", None)) is types.FunctionType:
+            return f"its {name} has a Python __set_name__"  # (``property``'s is C's, run again by ``type``)
+        if hasattr(type(value), "__get__") and type(value) not in _MEMBERS:
+            return f"its {name} is a {type(value).__qualname__}"
+    if _holds_itself(cls):
+        return "an object of its namespace holds the class"
+    return None
+
+
+def class_parts(cls: type) -> list[Any]:
+    """What a copy of ``cls`` copies: its bases, and its namespace with the functions its methods wrap."""
+    found: list[Any] = list(cls.__bases__)
+    for name, value in vars(cls).items():
+        if not _type_made(name):
+            found.extend(_wrapped(value) or [value])
+    return found
+
+
+def remake_class(cls: type, memo: dict, copied: Callable[[Any], Any]) -> type:
+    """This call's copy of ``cls`` (``why_not_made_again`` found nothing), put in ``memo`` (whose ``copied``
+    copies what it holds) (Note [A class made again per call])."""
+    memo[id(cls)] = cls  # the pass's class while its namespace is copied: the cells get the new one below
+    bases = tuple(copied(base) for base in cls.__bases__)
+    namespace = {name: _member(value, copied) for name, value in vars(cls).items() if not _type_made(name)}
+    namespace["__qualname__"] = cls.__qualname__  # kept by ``type`` outside the namespace
+    made = type(cls.__name__, bases, namespace)
+    memo[id(cls)] = made
+    for old in dict.get(memo, id(memo), ()):  # what the memo keeps alive, the call's cells among it
+        if type(old) is types.CellType:
+            new = dict.get(memo, id(old))
+            if new is not None and _contents(new) is cls:
+                new.cell_contents = made
+    return made
+
+
+def _member(value: Any, copied: Callable[[Any], Any]) -> Any:
+    """This call's copy of a value of a class's namespace: a ``classmethod``, ``staticmethod`` or ``property``
+    made again over copies of its functions (``deepcopy`` refuses the first two, keeps the third)."""
+    kind = type(value)
+    if kind is classmethod or kind is staticmethod:
+        return kind(copied(value.__func__))
+    if kind is property:
+        return property(*(copied(f) for f in (value.fget, value.fset, value.fdel)), value.__doc__)
+    return copied(value)
+
+
+def _contents(cell: types.CellType) -> Any:
+    """What ``cell`` holds; None for an empty cell."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
+
+
+def _wrapped(value: Any) -> list[Any]:
+    kind = type(value)
+    if kind is classmethod or kind is staticmethod:
+        return [value.__func__]
+    if kind is property:
+        return [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+    return []
+
+
+def _holds_itself(cls: type) -> bool:
+    """Whether an object of ``cls``'s namespace reaches ``cls`` other than as a function's cell's contents
+    (Note [A class made again per call])."""
+    seen: set[int] = set()
+    todo = [v for name, v in vars(cls).items() if not _type_made(name)]
+    while todo:
+        value = todo.pop()
+        if value is cls:
+            return True
+        if id(value) in seen or isinstance(value, (type, types.ModuleType)) or value is None:
+            continue
+        seen.add(id(value))
+        kind = type(value)
+        if kind is types.FunctionType:
+            todo.extend(_contents(c) for c in value.__closure__ or () if _contents(c) is not cls)
+            todo.extend([*(value.__defaults__ or ()), *(value.__kwdefaults__ or {}).values(),
+                         *value.__dict__.values()])
+        elif kind in (classmethod, staticmethod, property):
+            todo.extend(_wrapped(value))
+        elif issubclass(kind, (tuple, list, set, frozenset, collections.deque)):
+            todo.extend(value)
+        elif issubclass(kind, dict):
+            todo.extend([*value.keys(), *value.values()])
+        else:
+            todo.extend(getattr(value, "__dict__", {}).values())
+    return False

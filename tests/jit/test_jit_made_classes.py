@@ -1,0 +1,225 @@
+"""Classes a program makes and returns or stores (jitcore/jit/made_classes.py): where ``type`` alone makes
+one, each cached call makes it again, a new class per call as eagerly; any other runs the call eagerly.
+
+Differential: each program runs several calls eagerly and jitted; after each call the caller sets an
+attribute on the class it got, makes instances, calls their methods (``super()``, classmethods,
+staticmethods, properties) and checks them against the classes of the earlier calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+import jitcore
+
+STORE: list = []
+
+
+class _Base:
+    def who(self) -> str:
+        return "base"
+
+
+def _a_plain_class(x):
+    class C:
+        k = 1
+
+        def m(self):
+            return self.k
+
+    return C, x + 1
+
+
+def _a_class_with_super_and_descriptors(x):
+    class C(_Base):
+        def who(self):
+            return "c<" + super().who() + ">"
+
+        @classmethod
+        def make(cls):
+            return cls()
+
+        @staticmethod
+        def twice(v):
+            return v * 2
+
+        @property
+        def loud(self):
+            return self.who() + "!"
+
+    return C, x + 1
+
+
+def _a_class_over_a_class_it_made(x):
+    class A:
+        def who(self):
+            return "a"
+
+    class B(A):
+        def who(self):
+            return "b" + super().who()
+
+    return B, x + 1
+
+
+def _a_class_stored_into_a_global(x):
+    class C:
+        seen: list = []
+
+    C.seen.append(1)
+    STORE.append(C)
+    return C, x + 1
+
+
+def _a_class_whose_method_reads_it_by_name(x):
+    class C:
+        def clone(self):
+            return C()
+
+    return C, x + 1
+
+
+def _a_class_by_type(x):
+    return type("T", (_Base,), {"k": 2}), x + 1
+
+
+def _use(out: tuple, earlier: list) -> list:
+    """What the caller sees of a call's class; it then sets an attribute on it."""
+    cls = out[0]
+    obj = cls.make() if hasattr(cls, "make") else cls()
+    seen = [cls.__name__, cls.__qualname__, cls.__module__, getattr(cls, "hits", 0), type(obj) is cls]
+    seen += [any(cls is e for e in earlier), any(isinstance(obj, e) for e in earlier), isinstance(obj, _Base)]
+    for name in ("m", "who", "clone"):
+        if hasattr(obj, name):
+            got = getattr(obj, name)()
+            seen.append(type(got) is cls if name == "clone" else got)
+    if hasattr(cls, "twice"):
+        seen += [cls.twice(3), obj.loud]
+    if hasattr(cls, "seen"):
+        seen += [list(cls.seen), STORE[-1] is cls, len({id(c) for c in STORE})]
+        cls.seen.append("caller")
+    cls.hits = seen[3] + 1
+    return seen
+
+
+@pytest.mark.parametrize("program", [
+    _a_plain_class, _a_class_with_super_and_descriptors, _a_class_over_a_class_it_made,
+    _a_class_stored_into_a_global, _a_class_whose_method_reads_it_by_name, _a_class_by_type,
+])
+def test_a_class_type_alone_makes_is_made_again_per_cached_call(program):
+    """``class C: ...; return C``: every call ran eagerly (Note [A class the program made]); each cached call
+    now makes a new class whose methods' ``__class__`` (``super()``) and ``C`` are this call's class."""
+
+    def calls(fn: Any) -> list:
+        STORE.clear()
+        got, earlier = [], []
+        for i in range(4):
+            out = fn(torch.ones(2) * i)
+            got.append((_use(out, earlier), out[1].tolist()))
+            earlier.append(out[0])
+        return got
+
+    jitted = jitcore.jit(program)
+    assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def _instances_of_a_class_it_made(x, box):
+    class C:
+        def __init__(self):
+            self.items: list = []
+
+    made = C()
+    made.items.append(1)
+    box.append(C())
+    return made, type(made), x + 1
+
+
+def test_instances_of_a_class_it_made_are_of_this_calls_class():
+    """An instance returned and one stored into the argument are of one class per call, the returned one."""
+
+    def calls(fn: Any) -> list:
+        box: list = []
+        got, earlier = [], []
+        for i in range(3):
+            made, cls, y = fn(torch.ones(2) * i, box)
+            got.append((made.items, type(made) is cls, type(box[-1]) is cls, any(cls is e for e in earlier),
+                        isinstance(box[0], cls), y.tolist()))
+            made.items.append("caller")
+            earlier.append(cls)
+        return got
+
+    jitted = jitcore.jit(_instances_of_a_class_it_made)
+    assert calls(jitted) == calls(_instances_of_a_class_it_made)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def _a_dataclass(x):
+    @dataclasses.dataclass
+    class P:
+        a: int = 1
+
+    return P, x + 1
+
+
+def _a_class_changed_after(x):
+    class C:
+        pass
+
+    C.extra = 5
+    return C, x + 1
+
+
+def _an_enum(x):
+    class Color(enum.Enum):
+        RED = 1
+
+    return Color, x + 1
+
+
+def _a_class_holding_a_computed_tensor(x):
+    class C:
+        t = x * 2
+
+    return C, x + 1
+
+
+def _a_class_in_its_own_list(x):
+    class C:
+        registry: list = []
+
+    C.registry.append(C)
+    return C, x + 1
+
+
+@pytest.mark.parametrize("program", [
+    _a_dataclass, _a_class_changed_after, _an_enum, _a_class_holding_a_computed_tensor,
+    _a_class_in_its_own_list,
+])
+def test_a_class_made_by_more_than_type_runs_eagerly(program):
+    """A decorator, an attribute set afterwards, a metaclass, a traced attribute, a class holding itself:
+    no copy is eager's class, so the call runs eagerly (a traced ``t`` reached the caller as a proxy)."""
+
+    def calls(fn: Any) -> list:
+        got, earlier = [], []
+        for i in range(3):
+            cls, y = fn(torch.ones(2) * i)
+            attrs = {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in vars(cls).items()
+                     if k in ("extra", "t")}
+            got.append((cls.__qualname__, getattr(cls, "hits", 0), any(cls is e for e in earlier), attrs,
+                        y.tolist()))
+            cls.hits = 1
+            earlier.append(cls)
+        return got
+
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is not None
