@@ -38,6 +38,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.nested._internal.nested_tensor import NestedTensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 import jitcore
 from jitcore.dispatch.resolver import NO_OVERRIDE, handle_torch_function
@@ -436,13 +437,47 @@ def _obeys_layout_contract(grad: torch.Tensor, leaf: torch.Tensor) -> bool:
 # an alias of the gradient's proxy (native reads of ``.grad`` map back to it, ``Pass.grad_value``).
 
 
+# Note [The gradient of a wrapper leaf with symbolic sizes]
+# So for a caller's wrapper subclass leaf (a TwoTensor requiring grad, its sizes symbolic: Note [Subclass
+# inputs that follow an inner tensor], subclass_inputs.py) whose gradient is a value of its class: the
+# setter's size check made ``s0`` a constant, the pass kept no symbol, and a function whose backward runs
+# inside traced an entry per batch size. The leaf holds a value of the gradient's class rebuilt by its
+# ``__tensor_unflatten__`` over fake inner tensors of the caller's inner sizes and strides, with the
+# caller's outer ones; where that cannot be made (another structure, a ctx holding sizes), the gradient's
+# shadow itself, as before.
+def _wrapper_grad_to_hold(tensor: torch.Tensor, shadow: Any, fake_mode: Any) -> Any:
+    cls = type(shadow)
+    if type(tensor) is not cls or not is_traceable_wrapper_subclass(shadow) or not _symbolic(shadow):
+        return shadow
+    try:
+        names, ctx = shadow.__tensor_flatten__()
+        if list(names) != list(tensor.__tensor_flatten__()[0]) or any(
+                isinstance(v, (torch.SymInt, torch.SymFloat)) for v in torch.utils._pytree.tree_leaves(ctx)):
+            return shadow
+        inner = {}
+        for name in names:
+            grad_inner, caller_inner = getattr(shadow, name), getattr(tensor, name)
+            if type(grad_inner) is not FakeTensor or type(caller_inner) is not torch.Tensor:
+                return shadow
+            with fake_mode:
+                inner[name] = torch.empty_strided(tuple(caller_inner.shape), tuple(caller_inner.stride()),
+                                                  dtype=grad_inner.dtype, device=grad_inner.device)
+        held = cls.__tensor_unflatten__(inner, ctx, tuple(tensor.shape), tuple(tensor.stride()))
+    except Exception:  # noqa: BLE001 - the class will not rebuild it so: the shadow, as before
+        return shadow
+    return held if type(held) is cls and held.shape == tensor.shape else shadow
+
+
 def _grad_to_hold(tensor: torch.Tensor, shadow: Any, fake_mode: Any) -> Any:
     """What ``tensor.grad`` holds while tracing for the gradient whose shadow is ``shadow`` (Notes
-    [The gradient a caller's jagged tensor holds], [The gradient of a leaf with symbolic sizes])."""
+    [The gradient a caller's jagged tensor holds], [The gradient of a leaf with symbolic sizes],
+    [The gradient of a wrapper leaf with symbolic sizes])."""
     if type(tensor) is torch.Tensor and type(shadow) is FakeTensor and _symbolic(shadow):
         with fake_mode:
             return torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()), dtype=shadow.dtype,
                                        device=shadow.device)
+    if type(tensor) is not NestedTensor and type(tensor) is not torch.Tensor:
+        return _wrapper_grad_to_hold(tensor, shadow, fake_mode)
     if type(tensor) is not NestedTensor or type(shadow) is not NestedTensor:
         return shadow
     return NestedTensor(shadow.values(), tensor.offsets(), lengths=tensor.lengths(),

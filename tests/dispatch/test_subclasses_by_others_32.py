@@ -302,3 +302,30 @@ def test_a_number_beside_a_twotensor_assembled_over_changing_sizes() -> None:
     entries, warm = frames_over_sizes(_assembled_and_number, lambda n: (
         torch.randn(n, requires_grad=True), torch.randn(n, requires_grad=True)), (2, 3, 4, 5), (TwoTensor,))
     assert (entries, warm) == (2, [])
+
+
+# --- a backward inside over a TwoTensor leaf of changing sizes -------------------------------------------
+# (Note [The gradient of a wrapper leaf with symbolic sizes], jitcore/jit/autograd_calls.py): before, the
+# ``.grad`` setter's size check pinned the symbolic size, and every batch size traced an entry of its own.
+
+
+def _backward_inside(x: torch.Tensor) -> torch.Tensor:
+    y = (x * 2).sin()
+    (y * y).sum().backward()
+    return x.grad
+
+
+def _logged_backward_inside(x: torch.Tensor) -> tuple:
+    y = (x * 2).sin()
+    grads: list[torch.Tensor] = []
+    y.register_hook(grads.append)
+    (y * y).sum().backward()
+    return grads, x.grad
+
+
+@pytest.mark.parametrize("fn", [_backward_inside, _logged_backward_inside], ids=["grad", "hooked"])
+def test_a_backward_inside_over_a_twotensor_leaf_of_changing_sizes_keeps_one_symbolic_entry(
+        fn: Callable[..., Any]) -> None:
+    entries, warm = frames_over_sizes(fn, lambda n: (_two(n, 3, requires_grad=True),), (2, 3, 4, 5, 6),
+                                      (TwoTensor,))
+    assert (entries, warm) == (2, [])
