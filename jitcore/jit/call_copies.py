@@ -26,8 +26,11 @@ import collections
 import contextvars
 import copy
 import dataclasses
+import decimal
 import enum
+import fractions
 import functools
+import gc
 import sys
 import types
 import weakref
@@ -100,12 +103,22 @@ class Owner:
 # outside the standard library: eager never runs it), is refused while tracing: the call runs eagerly.
 # The C types made anew include ``array.array`` (``arr.append`` by the caller showed in the next call's)
 # and ``memoryview`` (no copy is faithful: refused), which have no ``__dict__``, and ``frozenset``: eager's
-# is a new object per call (a weak reference to one call's dies with it). Immutable objects whose
-# ``__deepcopy__`` returns themselves (``Fraction``, ``Decimal``) and atoms (``range``, numbers, text) are
-# shared, as a number or a string the program computes is.
+# is a new object per call (a weak reference to one call's dies with it). ``Fraction``, ``Decimal``,
+# ``range`` and a ``MappingProxyType`` over the program's dict are made anew too (Note [Immutable objects
+# the program makes, anew on every call]); numbers and text are shared, as eagerly a number or a string
+# the program computes may be.
 _MUTABLE_BUILTINS = (set, bytearray, collections.deque, collections.OrderedDict, collections.defaultdict,
                      collections.Counter, list, dict, array.array, memoryview, frozenset)
 _ATOMS = (int, float, bool, str, bytes, complex, type(None))
+# Note [Immutable objects the program makes, anew on every call]
+# ``return Fraction(1, 3)``, ``Decimal("1.5")``, ``range(3)``: eagerly each call makes a new object;
+# ``deepcopy`` returns these as themselves, so every cached call handed on the pass's (``seen.append(r)``
+# held one object three times, where eager holds three). Each is made again per call from its reduction
+# (``Fraction(1, 3)``), by the call's memo. A ``MappingProxyType`` over a dict the program made is made
+# again over the call's copy of the dict: it was the pass's proxy over the pass's dict, so a list inside
+# grew across calls, and a change the caller made to the dict returned beside it did not show through it.
+# (A proxy over a class's namespace, ``vars(C)``, is the class's: shared, as the class is.)
+_REMADE_ATOMS = (fractions.Fraction, decimal.Decimal, range)
 _COPY_HOOKS = ("__deepcopy__", "__reduce__", "__reduce_ex__")
 # what ``deepcopy``'s reconstruction calls on a copy (Note [A copy runs no code of the program's])
 _REBUILT_BY = ("__new__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__",
@@ -117,8 +130,10 @@ def programs_own(value: Any) -> bool:
     """Whether ``value`` is a mutable container or an instance of a class of Python code's (a weak
     reference to one too)."""
     kind = type(value)
-    if kind in _MUTABLE_BUILTINS:
+    if kind in _MUTABLE_BUILTINS or kind in _REMADE_ATOMS:
         return True
+    if kind is types.MappingProxyType:  # Note [Immutable objects the program makes, anew on every call]
+        return _proxied_dict(value) is not None
     if kind is weakref.ref:
         target = value()
         return target is not None and programs_own(target)
@@ -162,7 +177,9 @@ class _CallMemo(dict):
                 return default
             if isinstance(made, type):
                 return remake_class(made, self, self.copied)
-            return remake_function(made, self, self.copied)
+            if type(made) is types.FunctionType:
+                return remake_function(made, self, self.copied)
+            return self._remade(key, made)
         if type(original) is types.BuiltinMethodType:  # Note [A method of an object the program made]
             made = getattr(self.copied(original.__self__), original.__name__)
             self[key] = made
@@ -171,6 +188,27 @@ class _CallMemo(dict):
 
     def copied(self, value: Any) -> Any:
         return copy.deepcopy(value, self)
+
+    def _remade(self, key: int, atom: Any) -> Any:
+        """This call's copy of an immutable object (Note [Immutable objects the program makes, anew on every
+        call])."""
+        if type(atom) is types.MappingProxyType:
+            made = types.MappingProxyType(self.copied(_proxied_dict(atom)))
+        else:
+            maker, args = atom.__reduce__()
+            made = maker(*args)
+        self[key] = made
+        self.setdefault(id(self), []).append(atom)  # kept alive, as ``deepcopy`` keeps what it copies
+        return made
+
+
+def _proxied_dict(proxy: types.MappingProxyType) -> dict | None:
+    """The dict a ``MappingProxyType`` shows, where that is no class's namespace (None where it is, or
+    where the proxy shows another mapping)."""
+    found = gc.get_referents(proxy)
+    if len(found) != 1 or type(found[0]) is not dict:
+        return None
+    return None if any(isinstance(r, type) for r in gc.get_referrers(found[0])) else found[0]
 
 
 _NIL = object()
@@ -418,6 +456,11 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
                 continue
             functions[id(item)] = item
             todo.extend(function_parts(item))
+            continue
+        if type(item) in _REMADE_ATOMS or type(item) is types.MappingProxyType:
+            functions[id(item)] = item  # Note [Immutable objects the program makes, anew on every call]
+            if type(item) is types.MappingProxyType:
+                todo.append(_proxied_dict(item))
             continue
         if made(type(item)):
             why = class_refusal(type(item))

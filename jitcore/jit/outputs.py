@@ -287,7 +287,7 @@ def _as_is(result: Any) -> Any:
 # Nothing traced is in ``value``, but the call still returns it anew where eager's does: a literal's
 # items are split (a caller's list inside is handed as itself, never printed: a copy), an object the
 # program made is a deep copy of the pass's per call, and the caller's objects are the very objects.
-_ATOMS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), range, slice)
+_ATOMS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), slice)
 
 
 def _untraced(value: Any, depth: int, owner: Owner) -> Split:
