@@ -67,7 +67,12 @@ from jitcore.transforms.recording import recording
 from jitcore.transforms.replayed_numbers import ReplayedNumbers
 from jitcore.transforms.replayed_reads import ReplayedReads
 from jitcore.transforms.saving import CHECKPOINT_BEGIN, CHECKPOINT_END, split_saved
-from jitcore.transforms.symbolic_sizes import SizesNotRewritten, SymbolicSizes, condition_checks
+from jitcore.transforms.symbolic_sizes import (
+    SizesNotRewritten,
+    SizesReplaced,
+    SymbolicSizes,
+    condition_checks,
+)
 from jitcore.transforms.symbolic_sizes import rewrite_sizes as rewrite_sizes
 from jitcore.transforms.view_round_trips import collapse_view_round_trips, drop_unread_views
 
@@ -542,7 +547,8 @@ def _tree_map(fn: Any, tree: Any) -> Any:
 def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
                    unproduced: Sequence[SubclassTensorProxy],
                    reads: Sequence[tuple[NumberProxy, BoundSymbol]] = (),
-                   sizes: SymbolicSizes | None = None, stand_ins: bool = False) -> GradTraces:
+                   sizes: SymbolicSizes | None = None, stand_ins: bool = False,
+                   baseline: tuple | None = None) -> GradTraces:
     """Split ``trace`` (pass 1, torch level) into a forward and a backward trace over plain tensors.
 
     Args:
@@ -557,6 +563,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
             grad transform], symbolic_sizes.py).
         stand_ins: ``reads`` given to calls under grad are stand-ins, names in both traces (Note [A read
             number under grad], replayed_numbers.py).
+        baseline: with ``sizes``, what their ShapeEnv assumed before an earlier replay that replaced a
+            size (``SizesReplaced.baseline``): the checks are of everything added since.
 
     Returns:
         The forward and backward traces and what the runtime needs to connect them to autograd.
@@ -566,9 +574,11 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
             that requires grad), as eager would raise it.
         SizesNotRewritten: with ``sizes``, the replay cannot keep them symbolic; with ``stand_ins``,
             torch assumed something of one.
+        SizesReplaced: with ``sizes`` and no ``baseline``, the replay replaced a size midway (Note [A
+            size the replay replaced], symbolic_sizes.py): to be made again with the baseline.
     """
     replay = _Replay(trace, subclass_inputs, reads, sizes, stand_ins)
-    assumed, asserted = (None, []) if sizes is None else (sizes.state(), sizes.asserts())
+    assumed, asserted = (None, []) if sizes is None else baseline or (sizes.state(), sizes.asserts())
     replay.bind_inputs(unproduced)
     replay.run_forward()
     leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)
@@ -591,6 +601,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     forward_outputs = [rebuilt(forward, o) for o in node_outputs]
     replay.numbers.assumed_nothing()  # Note [A read number under grad]
     if sizes is not None:  # Note [Symbolic sizes through the grad transform]
+        if baseline is None and sizes.replaced(assumed):
+            raise SizesReplaced((assumed, asserted))
         added = sizes.added(assumed, asserted)  # the guards and asserts the replay and the backward added
     names = replay.symbol_names()
     if names:  # the output's sizes too (Note [Sizes a grad entry returns])
@@ -600,6 +612,13 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     if sizes is not None:
         source = trace.bound_symbols[-1].source if trace.bound_symbols else None
         forward.bound_symbols.extend(condition_checks(added, sizes.names(), source))
+        # Note [A size the replay replaced], symbolic_sizes.py: before any record relies on it
+        replaced = sizes.replaced(assumed)
+        given = {id(a) for a in forward.args}
+        if any(id(names[s]) not in given for r in replaced for s in r.expr.free_symbols if s in names):
+            raise SizesNotRewritten("the replay replaced a size the forward computes")
+        first = trace.bound_symbols[0].source if trace.bound_symbols else None
+        forward.bound_symbols[:0] = condition_checks(replaced, sizes.names(), first)
     backward = derived.backward
     body = tuple(backward.bound_symbols)
     checkpointed = frozenset(replay.checkpointed)  # activation-checkpointed regions: recomputed

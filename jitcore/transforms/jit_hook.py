@@ -40,6 +40,7 @@ from jitcore.transforms.grad import (
 from jitcore.transforms.mincut import saved_for_fusion
 from jitcore.transforms.saved_values import SavedValues
 from jitcore.transforms.state_numbers import StateNumbers, counting_numbers, state_numbers
+from jitcore.transforms.symbolic_sizes import SizesReplaced
 
 __all__ = ["Differentiated", "GradStage", "StaticSizesNeeded", "differentiate"]
 
@@ -336,15 +337,26 @@ def _transformed(program: Any, trace: Trace, flags: list, sizes: Any,
     """
     reads = program.kept_reads()
     if reads:
-        watch = BackwardWatch(watched)
         try:
-            with _state_as_found(program), watching(watch):
-                return grad_transform(trace, flags, program.unproduced_subclasses, reads, sizes, True), watch
+            return _replayed(program, trace, flags, sizes, watched, reads, True)
         except Exception:  # noqa: BLE001, S110 - made again with values, which raises what is to be raised
             pass
+    return _replayed(program, trace, flags, sizes, watched, reads, False)
+
+
+def _replayed(program: Any, trace: Trace, flags: list, sizes: Any, watched: list[Any], reads: Any,
+              stand_ins: bool) -> tuple[GradTraces, BackwardWatch]:
+    """One grad transform, made again where its replay replaced a size (Note [A size the replay
+    replaced], symbolic_sizes.py)."""
     watch = BackwardWatch(watched)
-    with _state_as_found(program), watching(watch):
-        return grad_transform(trace, flags, program.unproduced_subclasses, reads, sizes), watch
+    try:
+        with _state_as_found(program), watching(watch):
+            return grad_transform(trace, flags, program.unproduced_subclasses, reads, sizes, stand_ins), watch
+    except SizesReplaced as replaced:
+        watch = BackwardWatch(watched)
+        with _state_as_found(program), watching(watch):
+            return grad_transform(trace, flags, program.unproduced_subclasses, reads, sizes, stand_ins,
+                                  replaced.baseline), watch
 
 
 def _logs_in_dispatch(program: Any) -> bool:

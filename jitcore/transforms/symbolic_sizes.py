@@ -11,9 +11,9 @@ grad transform]).
 Invariants:
 - the replay runs under the pass's ShapeEnv, and nothing it assumed is left unchecked: a guard or
   runtime assert that the replay or the backward's recording added after the prologue was built is
-  checked at the end of the forward; where they changed a replacement, or a value range no added
-  guard or assert names, ``SizesNotRewritten`` is raised (the entry then runs pass 1 under torch's
-  autograd, as before);
+  checked at the end of the forward, a replacement of a size input at its start; where they replaced
+  a size the forward computes, or narrowed a value range no added guard, assert or replacement names,
+  ``SizesNotRewritten`` is raised (the entry then runs pass 1 under torch's autograd, as before);
 - a SymInt left in a record is a nested int only (a ragged size: a constant of the trace, as in pass 1);
   any other size without a Python form raises ``SizesNotRewritten``.
 """
@@ -34,12 +34,21 @@ import torch
 from jitcore.ir import BoundSymbol, Trace, TraceContext, tracing
 from jitcore.proxies.number import NumberProxy
 
-__all__ = ["SizesNotRewritten", "SymbolicSizes", "condition_check", "condition_checks", "map_symbolic",
-           "rewrite_sizes"]
+__all__ = ["Replaced", "SizesNotRewritten", "SizesReplaced", "SymbolicSizes", "condition_check",
+           "condition_checks", "map_symbolic", "rewrite_sizes"]
 
 
 class SizesNotRewritten(Exception):
     """The grad transform cannot keep this entry's sizes symbolic; the message says why."""
+
+
+class SizesReplaced(Exception):
+    """The replay replaced a size midway (Note [A size the replay replaced]): the transform is made again,
+    the replacement known from its start; ``baseline`` is what the ShapeEnv assumed before the first."""
+
+    def __init__(self, baseline: tuple) -> None:
+        super().__init__("the replay replaced a size")
+        self.baseline = baseline
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,20 +90,47 @@ class SymbolicSizes:
                 or assert names (nothing checks it).
         """
         guards, replacements, ranges = assumed
-        if dict(self.env.replacements) != replacements:
-            raise SizesNotRewritten("the replay replaced a size, which the prologue does not check")
         known = {id(ra) for ra in asserted}
         added = [*self.env.guards[guards:], *(ra for ra in self.asserts() if id(ra) not in known)]
-        named = set().union(*(a.expr.free_symbols for a in added))
+        named = set().union(*(a.expr.free_symbols for a in (*added, *self.replaced(assumed))))
+        named |= {s for s, target in replacements.items() if target.free_symbols & named}  # their aliases
         if any(ranges.get(s) != r and s not in named for s, r in self.env.var_to_range.items()):
             raise SizesNotRewritten("the replay narrowed the range of a size no check names")
         return added
+
+    def replaced(self, assumed: tuple) -> list[Replaced]:
+        """The replacements the ShapeEnv made since ``state()`` was ``assumed``, each as the condition
+        that it holds (Note [A size the replay replaced]): checked at the start of the forward."""
+        _guards, replacements, _ranges = assumed
+        return [Replaced(sympy.Eq(symbol, target)) for symbol, target in self.env.replacements.items()
+                if symbol not in replacements]  # one replaced before follows its target
 
     def asserts(self) -> list[Any]:
         """The ShapeEnv's deferred runtime asserts (what torch decided with the counts' traced values)."""
         return [ra for ras in self.env.deferred_runtime_asserts.values() for ra in ras]
 
 
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """A replacement the replay made (``s0 = 5``), as the condition that it holds (``expr``)."""
+
+    expr: sympy.Basic
+
+
+# Note [A size the replay replaced]
+# ``sum(t.sum() for t in x.split(2))`` of a TwoTensor requiring grad, over changing sizes: the backward of
+# the last chunk's sum expands the gradient to ``(s0 - 4, 3)``, and torch's broadcast asks whether that
+# size is 1; for ``s0 = 5`` it is, the guard ``Eq(s0 - 4, 1)`` makes the ShapeEnv replace ``s0`` by 5, and
+# the replay's records hold 5. That replacement was refused ("the replay replaced a size"), and the entry
+# ran pass 1 under torch's autograd: 13 to 19 TwoTensor dispatches on every warm call (/tmp/zoo53-probes/
+# b14.py). Shadows made before the replacement and after it disagree (the two inner gradients of the
+# TwoTensor had strides ``(1, 0)`` and ``(0, 0)``), so such a replay is made again (``SizesReplaced``,
+# jit_hook.py), the replacement known from its start, and each replacement is checked at the start of the
+# forward (``Eq(s0, 5)``), before any record relies on it, with every guard either replay added: a call
+# where it does not hold (``s0 = 6``) goes to another entry, whose replay keeps the size symbolic. That
+# trades the dispatch of every warm call for an entry per replaced size; measured (/tmp/ao54-probes/
+# b14_time.py, CPU, a loaded machine): a warm call of a traced entry took about half the time of one
+# running pass 1 under autograd, and a new entry about a second to trace.
 def condition_checks(asserts: list[Any], names: dict[sympy.Symbol, NumberProxy],
                      source: Any) -> list[BoundSymbol]:
     """A check of each of ``asserts`` (guards or runtime asserts: each has an ``expr``) over the numbers
