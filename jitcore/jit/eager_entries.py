@@ -227,7 +227,10 @@ _CONTENTS = frozenset({"len", "keys", "contents", "members", "member", "identity
 
 
 def eager_guards(reason: BaseException, guards: list) -> list:
-    """The guards of an eager entry stopped by ``reason`` (Note [Eager whatever the contents])."""
+    """The guards of an eager entry stopped by ``reason`` (Note [Eager whatever the contents]), but those
+    ``reason.unguarded`` names (Note [Context variables], jit/context_variables.py)."""
+    if (unguarded := getattr(reason, "unguarded", None)) is not None:
+        guards = [g for g in guards if not unguarded(g)]
     if not getattr(reason, "whatever_the_contents", False):
         return list(guards)
     return [g for g in guards if not (g.kind in _CONTENTS and g.path.steps)]

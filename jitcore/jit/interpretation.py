@@ -15,6 +15,7 @@ has finished without error.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import heapq
@@ -67,6 +68,7 @@ from jitcore.jit.code_kinds import (
     is_torch_builtin,
     is_unlisted_operation,
 )
+from jitcore.jit.context_variables import NOT_CONTEXT, ContextVariables
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dataclass_arguments import bind_field_lists, field_appended_parameters, narrows_fields
 from jitcore.jit.dict_reads import dict_read_lookasides
@@ -200,8 +202,8 @@ class Pass(StateReads):
         self.provenance.natively = lambda tensor: (  # Note [Tensors a native composite makes]
             self.reads.natively > 0 or self.autograd.transforms.made_here(tensor))
         self.context.autograd = self.autograd
-        self.lru_calls = LruCalls(  # jit/lru_caches.py
-            self.provenance, self.context, self._source, self.snapshots)
+        self.context_variables = ContextVariables(self.provenance)  # jit/context_variables.py
+        self.lru_calls = LruCalls(self.provenance, self.context, self._source, self.snapshots)
 
     # --- driving -----------------------------------------------------------------------------------
     def run(self, args: tuple, kwargs: dict, *, target: Any, bound_self: Any = None) -> TracedProgram:
@@ -225,6 +227,8 @@ class Pass(StateReads):
             state_at_call = implicit_state(creates_tensors=True)  # as the call found it, not as it left it
             with tracing(self.context), program_recursion() as limit, restored_on_refusal():
                 output = interpret(target, hooks=self.hooks(limit))(*pargs, **pkwargs)
+            if (changed := self.context_variables.put_back()) is not None:  # Note [Context variables]
+                raise changed
             once = self.lru_calls.caught_refusal()  # Note [A cached function that raised, caught]
             output = pin_tensor_ids(output)  # a returned id is a value (Note [The id of a caller's tensor])
             copies = frozenset(id(c) for c, _path in self.provenance.argument_copies)
@@ -250,6 +254,7 @@ class Pass(StateReads):
             self.raised_after_effects = self._made_effects()  # Note [A program that raises]
             raise
         finally:
+            self.context_variables.put_back()  # Note [Context variables]
             self.snapshots.restore()  # the caller's objects as the call found them
             self.per_call.restore()  # the generators it drew from, too
             set_rng_state(rng_at_call)  # Note [The random state while tracing]
@@ -456,6 +461,8 @@ class Pass(StateReads):
         lookasides[type.__new__] = made.classes_of(lookasides.get(type.__new__, type.__new__), skip=1)
         # ``id(t)``/``hash(t)`` of a caller's tensor: its own id (Note [The id of a caller's tensor])
         lookasides[id] = lambda *args: self.keys.identity(id, args, self._opaque_call)
+        run = contextvars.Context.run  # Note [Context variables] (jit/context_variables.py)
+        lookasides[run] = ContextVariables.run_lookaside(lookasides.get(run, builtin_lookasides()[run]))
         # ... and a Python ``__hash__`` interpreted (Note [A Python __hash__'s result], interpreter/hashes.py)
         lookasides[hash] = lambda *args: self.keys.identity(hash, args, lambda _fn, a, _k: hash_(*a))
         return Hooks(
@@ -671,6 +678,8 @@ class Pass(StateReads):
             return None
         if id(fn) in SETTINGS_GETTERS:  # torch.get_num_threads(): Note [Settings the program reads]
             return self.settings.read(fn, args, kwargs)
+        if (read := self.context_variables.call(fn, args, kwargs)) is not NOT_CONTEXT:
+            return read  # CV.get(): Note [Context variables] (jit/context_variables.py)
         fn = numbers.as_item_slot(fn, args, kwargs)  # Note [An item set by operator.setitem] (jit/numbers.py)
         args, kwargs = self._native_arguments(fn, args, kwargs)
         if type(fn) is LRU_WRAPPER and (cached := self.lru_calls.call(fn, args, kwargs)) is not NOT_HANDLED:
