@@ -78,16 +78,21 @@ class GradComputation:
         self.backward: Callable[..., Any] | None = None  # the latest call's (Note [A backward that raises])
         self.n_inputs = n_inputs
         self.output_tree = traces.output_tree
+        # Note [Views an autograd call returns] (view_outputs.py): made after the apply, from their bases
+        self.views = traces.views
+        viewed = {position for position, _slot in self.views.positions} if self.views is not None else set()
         unique: list[Proxy] = []
-        for v in traces.output_leaves:
-            if isinstance(v, TensorProxy) and not any(v is u for u in unique):
+        for i, v in enumerate(traces.output_leaves):
+            if isinstance(v, TensorProxy) and i not in viewed and not any(v is u for u in unique):
                 unique.append(v)
+        if self.views is not None:
+            unique += self.views.hidden  # the forward returns them after the output's own tensors
         unique += traces.numbers  # Note [Numbers a grad entry returns], grad.py: after the tensors
         self.n_numbers = len(traces.numbers)
         # (position among the output's leaves, index among the forward's outputs)
         self.tensor_positions = [
             (i, next(k for k, u in enumerate(unique) if u is v))
-            for i, v in enumerate(traces.output_leaves) if any(v is u for u in unique)
+            for i, v in enumerate(traces.output_leaves) if i not in viewed and any(v is u for u in unique)
         ]
         self.output_leaves = [None if isinstance(v, Proxy) else v for v in traces.output_leaves]
         self.differentiable = traces.differentiable
@@ -132,7 +137,7 @@ class GradComputation:
             self.tensor_positions[0][1]
             if self.single_leaf and len(self.tensor_positions) == 1 and counted is None
             and not self.input_flags and not self.returned_inputs and self.assembly is None
-            and not self.backward_raises and not self.fresh_leaves
+            and not self.backward_raises and not self.fresh_leaves and self.views is None
             else None
         )
 
@@ -216,6 +221,8 @@ class GradComputation:
         for (position, i), version in zip(returned_inputs, versions):
             if _version(inputs[i]) == version and (i < self.n_inputs or inputs[i].is_leaf):
                 leaves[position] = inputs[i]  # Note [Inputs returned as they are under autograd]
+        if self.views is not None:  # Note [Views an autograd call returns], view_outputs.py
+            self.views.make(leaves, outputs, inputs, self._input_index)
         if counted is not None:
             counted.fill(leaves, counts)
         return leaves[0] if self.single_leaf else optree.tree_unflatten(self.output_tree, leaves)
@@ -225,6 +232,10 @@ class GradComputation:
         of the subclass inputs that take a gradient (Note [Subclass inputs the autograd Function is
         given])."""
         return (*inputs[: self.n_inputs], *[inputs[k] for k in self.outer_applied])
+
+    def _input_index(self, kind: str, i: int) -> int:
+        """The index among the call's inputs of pass 1's argument i (``"arg"``) or subclass input i."""
+        return i if kind == "arg" else self.n_inputs + i
 
     def _raise_before_backward(self, grads: Any) -> None:
         try:

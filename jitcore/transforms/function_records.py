@@ -236,7 +236,7 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     except Exception:  # noqa: BLE001 - the record stays: apply raises there what eager raises
         return None
     if (watch.effects is not None and watch.effects.writes) or grad.input_flags or grad.returned_inputs \
-            or grad.fresh_leaves or grad.assembly is not None \
+            or grad.fresh_leaves or grad.assembly is not None or grad.views is not None \
             or any(b.symbol is RAISE or b.symbol is _VALUE_USED.symbol for b in grad.forward.bound_symbols) \
             or any(b.symbol is RAISE for b in grad.backward.bound_symbols):
         return None

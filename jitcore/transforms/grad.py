@@ -74,6 +74,7 @@ from jitcore.transforms.symbolic_sizes import (
     condition_checks,
 )
 from jitcore.transforms.symbolic_sizes import rewrite_sizes as rewrite_sizes
+from jitcore.transforms.view_outputs import ViewOutputs, drop_views_made_after, plan, view_outputs
 from jitcore.transforms.view_round_trips import collapse_view_round_trips, drop_unread_views
 
 __all__ = [
@@ -135,6 +136,9 @@ class GradTraces:
             ``differentiable`` then indexes the forward's outputs, ``fresh_leaves`` the tensor outputs.
         numbers: the numbers the forward computes that the output holds (``loss.item()``), each once:
             the forward returns them after its tensor outputs (Note [Numbers a grad entry returns]).
+        views: how the outputs that are views are made after the Function from their bases (None:
+            none is; Note [Views an autograd call returns], view_outputs.py): the forward's outputs
+            are then the other tensor outputs, then ``views.hidden``, then ``numbers``.
     """
 
     forward: Trace
@@ -152,6 +156,7 @@ class GradTraces:
     returned_inputs: tuple[tuple[int, str, int], ...] = ()
     assembly: Assembly | None = None
     numbers: tuple[NumberProxy, ...] = ()
+    views: ViewOutputs | None = None
 
 
 # (proxy, requires_grad) of each tensor-subclass input, inner ones first: the inputs the
@@ -583,14 +588,16 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     replay.run_forward()
     leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)
     outputs = [replay.lookup(v) if isinstance(v, Proxy) else v for v in leaves]
-    tensor_outputs: list[TensorProxy] = []  # each once: a tensor returned twice is one output of the Function
-    for o in outputs:
-        if isinstance(o, TensorProxy) and not any(o is t for t in tensor_outputs):
-            tensor_outputs.append(o)
+    # Note [Views an autograd call returns] (view_outputs.py): made after the Function from their base
+    found = view_outputs(trace, leaves, lambda v: replay.env.get(id(v)), replay.subclass_inputs)
+    tensor_outputs, views = _tensor_outputs(outputs, found, trace, leaves, replay.subclass_inputs)
     grad_inputs, wrt = _grad_inputs(trace, replay, subclass_inputs)
     # Note [Subclass outputs the program assembles]: the node's outputs are not all tensor outputs
     subclass_proxies = [replay.env.get(id(p)) for p in replay.subclass_inputs]
     assembly = assembly_of(replay.forward, tensor_outputs, subclass_proxies)
+    if assembly is not None and views is not None:  # the views stay the Function's outputs
+        tensor_outputs, views = _tensor_outputs(outputs, None, trace, leaves, replay.subclass_inputs)
+        assembly = assembly_of(replay.forward, tensor_outputs, subclass_proxies)
     node_outputs = tensor_outputs if assembly is None else assembly.node_outputs
     deriver = BackwardDeriver(replay, node_outputs, wrt, _fresh_leaves(node_outputs, replay))
     derived = deriver.derive()
@@ -638,6 +645,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     forward_body = tuple(forward.bound_symbols)
     if not collapse_view_round_trips(forward):  # a jitted training step's forward holds round trips
         drop_unread_views(forward)  # Note [Unread views in a forward]
+    if views is not None:
+        drop_views_made_after(forward)  # Note [Views an autograd call returns], view_outputs.py
     if derived.raises:
         # Note [A backward for other tangent kinds] (backward_deriver.py): autograd raised, as it would again
         deriver = None
@@ -645,7 +654,7 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
                       replay.values.layout, body, forward_body, _fresh_leaves(tensor_outputs, replay),
                       deriver,
                       input_flags(trace), returned_inputs(trace, leaves, subclass_inputs), assembly,
-                      numbers)
+                      numbers, views)
 
 
 # Note [Sizes a grad entry returns]
@@ -672,6 +681,22 @@ def _numbers_made(forward: Trace, outputs: Sequence[Any]) -> tuple[NumberProxy, 
         if isinstance(value, NumberProxy) and id(value) in made and not any(value is f for f in found):
             found.append(value)
     return tuple(found)
+
+
+def _tensor_outputs(
+    outputs: list[Any], found: Any, trace: Trace, leaves: list[Any], subclass_inputs: Sequence[Any],
+) -> tuple[list[TensorProxy], ViewOutputs | None]:
+    """The Function's outputs, each once (a tensor returned twice is one output), without the views
+    ``found`` (``view_outputs``'s result) and with the intermediates they view; their ``ViewOutputs``."""
+    viewed = {position for position, _base, _proxy in found[0]} if found is not None else set()
+    tensor_outputs: list[TensorProxy] = []
+    for position, o in enumerate(outputs):
+        if isinstance(o, TensorProxy) and position not in viewed and not any(o is t for t in tensor_outputs):
+            tensor_outputs.append(o)
+    if found is None:
+        return tensor_outputs, None
+    views = plan(*found, trace, leaves, subclass_inputs, tensor_outputs)
+    return [*tensor_outputs, *views.hidden], views
 
 
 def _fresh_leaves(tensor_outputs: list[TensorProxy], replay: _Replay) -> tuple[int, ...]:

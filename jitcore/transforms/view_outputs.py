@@ -1,0 +1,288 @@
+"""Outputs that are views, under autograd: made after the call's autograd Function, from their base,
+by the program's own view calls (Note [Views an autograd call returns]).
+
+``view_outputs`` finds, from the grad transform's replay, each output leaf that is a view and the
+chain of pass-1 calls that made it from its base; ``ViewOutputs.make`` runs those calls on the
+call's real base after the Function applied.
+
+Invariants:
+- a regenerated view's base is a tensor the caller's program also had: an input of the call, another
+  output, or an intermediate the Function hands back as an extra (hidden) output;
+- each call of a chain is a top-level pass-1 record of a torch function that took exactly one
+  tensor, as its first positional argument, and made a view of the base (the replay's shadows say
+  so), so running it on the real base makes what eager made: the same ``_base``, strides, view
+  ``grad_fn`` and creation kind (a ``split`` output stays a multi-output view);
+- nothing is regenerated in a program that writes a tensor in place or makes a call for its effect
+  (a grad mode set excepted: each call of a chain runs in the grad mode the program made it in):
+  the base the chain runs on after the Function would not be the one the program viewed;
+- a leaf whose view cannot be regenerated so stays an output of the Function, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optree
+import torch
+
+from jitcore.ir import BoundSymbol, Proxy, Trace, drop_unread
+from jitcore.proxies import TensorProxy
+
+__all__ = ["ViewOutputs", "drop_views_made_after", "plan", "view_outputs"]
+
+
+# Note [Views an autograd call returns]
+# A call whose inputs require grad runs as one ``torch.autograd.Function`` (autograd.py). A tensor
+# a Function returns that is a view (``(x * 2).view(-1)``, ``z[0]``, ``x.t()``) is marked by torch as
+# a view made in a custom Function: the caller's in-place op on it raised ("Output 0 of
+# JitcoreFunction is a view and is being modified inplace"), where eagerly it rebases the base's
+# history (``CopySlices``) and the gradient is right; ``_base`` and ``grad_fn`` differed too.
+# As AOTAutograd does (runtime_wrappers.py), such an output is not an output of the Function: its base
+# is (an input, another output, or the intermediate it views, handed back as a hidden output), and
+# after the apply the view is made from that base by replaying the program's own view calls (the
+# pass-1 records ``torch.Tensor.view(z, -1)``, ``torch.Tensor.__getitem__(t, slice(...))``), under
+# autograd: ``_base``, strides, ``grad_fn`` type and creation kind are eager's, a view of a leaf
+# input raises on an in-place op as eagerly, and a ``split`` output keeps eager's multi-output error.
+# The backward is derived with the base as the Function's output, so gradients through the view
+# reach it through the view's own node. The forward's own view ops that made those outputs are read
+# by nothing then, and dropped (``drop_views_made_after``: an aten view of static arguments cannot
+# raise where it ran once); ``GradTraces.forward_body`` keeps them for what recomputes. A call pays
+# about a microsecond per view call replayed (docs/autograd.md); a call without a view output keeps
+# the plain apply (Note [A call with nothing around the apply], autograd.py).
+
+# tags of the records a chain may not hold: their calls are not plain views of one tensor
+_NOT_A_VIEW_CALL = frozenset((
+    "inplace", "check", "bookkeeping", "autograd_function", "backward", "global_state", "data_dependent",
+    "per_call",
+))
+
+Root = tuple[str, int]  # ("arg", i) / ("subclass", i): an input; ("output", k): the Function's k-th output
+# (fn, the args after the viewed tensor, kwargs, slot viewed, ((slot made, index in the output or None), ...),
+#  whether grad mode was on where the program made it)
+Made = tuple[tuple[int, int | None], ...]
+Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], int, Made, bool]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ViewOutputs:
+    """How the view outputs of a call are made after its autograd Function.
+
+    Attributes:
+        roots: ``(slot, root)`` of each base: an input of the call or an output of the Function.
+        steps: the view calls, in program order, each reading one slot and filling others.
+        positions: ``(position among the output's leaves, slot)`` of each view output.
+        n_slots: how many values one call holds.
+        hidden: the forward's proxies of the intermediates handed back as extra outputs (after the
+            output's own tensors, in this order).
+    """
+
+    roots: tuple[tuple[int, Root], ...]
+    steps: tuple[Step, ...]
+    positions: tuple[tuple[int, int], ...]
+    n_slots: int
+    hidden: tuple[TensorProxy, ...]
+
+    def make(self, leaves: list[Any], outputs: Sequence[Any], inputs: Sequence[Any],
+             input_index: Callable[[str, int], int]) -> None:
+        """Fill ``leaves`` (the output's leaves) at the view positions, from ``outputs`` (the
+        Function's) and ``inputs`` (the call's, numbered by ``input_index``)."""
+        values: list[Any] = [None] * self.n_slots
+        for slot, (kind, i) in self.roots:
+            values[slot] = outputs[i] if kind == "output" else inputs[input_index(kind, i)]
+        for fn, rest, kwargs, viewed, written, grad in self.steps:
+            if grad:
+                out = fn(values[viewed], *rest, **kwargs)
+            else:  # made inside a ``no_grad`` block: eager's view of no-grad mode
+                with torch.no_grad():
+                    out = fn(values[viewed], *rest, **kwargs)
+            for slot, index in written:
+                values[slot] = out if index is None else out[index]
+        for position, slot in self.positions:
+            leaves[position] = values[slot]
+
+
+Found = list[tuple[int, Any, TensorProxy]]  # (position among the output's leaves, base, its replay proxy)
+Chains = dict[int, tuple[BoundSymbol, int | None, Any]]  # id(value) -> (record, index in its output, viewed)
+
+
+def view_outputs(
+    trace: Trace, leaves: Sequence[Any], replayed: Callable[[Any], Any], subclass_inputs: Sequence[Any],
+) -> tuple[Found, Chains] | None:
+    """The view outputs of pass 1 ``trace`` that can be made after the Function (None: none).
+
+    Args:
+        trace: the pass-1 trace.
+        leaves: the leaves of its output (pass-1 values).
+        replayed: the replay's proxy of a pass-1 value (None where it made none).
+        subclass_inputs: pass 1's subclass input proxies, in the computation's order.
+
+    Returns:
+        ``(position, base (a pass-1 value), the replay's proxy of the base)`` of each view leaf, and
+        the records making them (by id of the pass-1 value each makes): what ``plan`` takes.
+    """
+    if any(_writes_or_sets_state(b) for b in trace.bound_symbols):
+        return None
+    producers: dict[int, tuple[BoundSymbol, int | None]] = {}
+    for bsym in trace.bound_symbols:
+        out = bsym.output
+        if isinstance(out, Proxy):
+            producers[id(out)] = (bsym, None)
+        elif isinstance(out, (tuple, list)):
+            for k, v in enumerate(out):
+                if isinstance(v, Proxy):
+                    producers[id(v)] = (bsym, k)
+    inputs = {id(a) for a in trace.args} | {id(p) for p in subclass_inputs}
+    by_shadow: dict[int, Any] = {}
+    for value in (*trace.args, *subclass_inputs, *(v for v, _ in _record_values(trace))):
+        proxy = replayed(value) if isinstance(value, Proxy) else None
+        if isinstance(proxy, TensorProxy):
+            by_shadow.setdefault(id(proxy.shadow), value)
+    found: Found = []
+    chains: Chains = {}
+    for position, leaf in enumerate(leaves):
+        if not isinstance(leaf, TensorProxy) or id(leaf) in inputs:
+            continue
+        proxy = replayed(leaf)
+        base_shadow = _base_of(proxy)
+        base = by_shadow.get(id(base_shadow)) if base_shadow is not None else None
+        if base is None:
+            continue
+        chain = _chain(leaf, base, base_shadow, producers, replayed)
+        if chain is None:
+            continue
+        chains.update(chain)
+        found.append((position, base, replayed(base)))
+    return (found, chains) if found else None
+
+
+def plan(
+    found: Found, chains: Chains, trace: Trace, leaves: Sequence[Any], subclass_inputs: Sequence[Any],
+    kept: Sequence[Any],
+) -> ViewOutputs:
+    """The ``ViewOutputs`` of ``view_outputs``'s result.
+
+    Args:
+        found, chains: from ``view_outputs``.
+        trace, leaves, subclass_inputs: as for ``view_outputs``.
+        kept: the Function's outputs made from the output's own tensors (replay proxies, each once).
+    """
+    slots: dict[int, int] = {}  # id(pass-1 value) -> its slot
+
+    def slot(key: int) -> int:
+        return slots.setdefault(key, len(slots))
+
+    args = {id(a): i for i, a in enumerate(trace.args)}
+    subclasses = {id(p): i for i, p in enumerate(subclass_inputs)}
+    roots: list[tuple[int, Root]] = []
+    hidden: list[TensorProxy] = []
+    for _position, base, proxy in found:
+        if id(base) in slots:
+            continue
+        if id(base) in args:
+            root: Root = ("arg", args[id(base)])
+        elif id(base) in subclasses:
+            root = ("subclass", subclasses[id(base)])
+        else:
+            k = next((k for k, v in enumerate(kept) if v is proxy), None)
+            if k is None:
+                k = len(kept) + next((j for j, v in enumerate(hidden) if v is proxy), len(hidden))
+                if k == len(kept) + len(hidden):
+                    hidden.append(proxy)
+            root = ("output", k)
+        roots.append((slot(id(base)), root))
+    steps: list[Step] = []
+    done: set[int] = set()
+    grad = True  # the call runs under autograd: grad mode on
+    for bsym in trace.bound_symbols:  # program order: a chain's earlier calls first
+        if bsym.symbol.fn is _SET_GRAD_ENABLED:
+            grad = bool(bsym.args[0])
+        made = [(key, k) for key, (b, k, _source) in chains.items() if b is bsym]
+        if not made or id(bsym) in done:
+            continue
+        done.add(id(bsym))
+        source = chains[made[0][0]][2]
+        written = tuple((slot(key), k) for key, k in made)
+        steps.append((bsym.symbol.fn, bsym.args[1:], dict(bsym.kwargs), slot(id(source)), written, grad))
+    positions = tuple((position, slots[id(leaf)]) for position, leaf in enumerate(leaves)
+                      if id(leaf) in chains)
+    return ViewOutputs(tuple(roots), tuple(steps), positions, len(slots), tuple(hidden))
+
+
+def drop_views_made_after(forward: Trace) -> None:
+    """Drop from ``forward`` the aten view ops whose results nothing reads (the views the call makes
+    after its Function; Note [Views an autograd call returns])."""
+    drop_unread(forward, _an_aten_view)
+
+
+def _an_aten_view(bsym: BoundSymbol) -> bool:
+    fn = bsym.symbol.fn
+    return isinstance(fn, torch._ops.OpOverload) and fn.is_view and "inplace" not in bsym.symbol.tags  # noqa: SLF001
+
+
+def _chain(
+    leaf: Any, base: Any, base_shadow: torch.Tensor, producers: dict[int, tuple[BoundSymbol, int | None]],
+    replayed: Callable[[Any], Any],
+) -> Chains | None:
+    """The records making ``leaf`` from ``base`` by views (by id of the value each makes: the record,
+    the index of that value in its output, the value it viewed), or None."""
+    chain: Chains = {}
+    value = leaf
+    while value is not base:
+        if len(chain) > 16 or id(value) not in producers:
+            return None
+        bsym, index = producers[id(value)]
+        source = _viewed(bsym)
+        if source is None:
+            return None
+        shadow = getattr(replayed(source), "shadow", None)
+        if shadow is not base_shadow and _base_of(replayed(source)) is not base_shadow:
+            return None
+        chain[id(value)] = (bsym, index, source)
+        value = source
+    return chain
+
+
+def _viewed(bsym: BoundSymbol) -> Any:
+    """The one tensor ``bsym`` takes, its first positional argument (None: not a call of that shape)."""
+    if any(t in _NOT_A_VIEW_CALL for t in bsym.symbol.tags) or not bsym.args:
+        return None
+    first = bsym.args[0]
+    if not isinstance(first, TensorProxy):
+        return None
+    rest = optree.tree_leaves((bsym.args[1:], bsym.kwargs), none_is_leaf=True)
+    if any(isinstance(v, Proxy) for v in rest):
+        return None
+    return first
+
+
+def _base_of(proxy: Any) -> torch.Tensor | None:
+    """The base of the replay's shadow of ``proxy`` where that shadow is a view."""
+    if not isinstance(proxy, TensorProxy):
+        return None
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        shadow = proxy.shadow
+        return shadow._base if shadow._is_view() else None  # noqa: SLF001
+
+
+_SET_GRAD_ENABLED = torch._C._set_grad_enabled  # noqa: SLF001 - what a ``no_grad`` block records
+
+
+def _writes_or_sets_state(bsym: BoundSymbol) -> bool:
+    """An in-place write, or a call made for its effect other than a grad mode set (which ``plan``
+    follows: a view made in a ``no_grad`` block is made so again); a check makes no value either,
+    and changes nothing."""
+    tags = bsym.symbol.tags
+    if "inplace" in tags or "out" in bsym.kwargs or "global_state" in tags:
+        return True
+    return not _record_outputs(bsym) and "check" not in tags and "bookkeeping" not in tags \
+        and not (bsym.symbol.fn is _SET_GRAD_ENABLED and len(bsym.args) == 1 and not bsym.kwargs)
+
+
+def _record_outputs(bsym: BoundSymbol) -> list[Any]:
+    return [v for v in optree.tree_leaves(bsym.output, none_is_leaf=True) if isinstance(v, Proxy)]
+
+
+def _record_values(trace: Trace) -> list[tuple[Any, BoundSymbol]]:
+    return [(v, b) for b in trace.bound_symbols for v in _record_outputs(b)]

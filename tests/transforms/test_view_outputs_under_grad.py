@@ -1,0 +1,171 @@
+"""Outputs that are views, under autograd (Note [Views an autograd call returns], view_outputs.py):
+eager vs ``jitcore.jit`` over three calls, for each: the values, which object each output's ``_base``
+is, ``_is_view()``, the ``grad_fn`` before and after the caller's in-place op on an output (or the
+error eager raises for it), the input's gradient after backward, and one trace."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+
+
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return (x * 2).sin()
+
+
+def _base_and_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    return z, z.view(-1)
+
+
+def _two_views(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    return z[0], z[1]
+
+
+def _view_made_under_no_grad(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = x + 1
+    with torch.no_grad():
+        v = z.view(-1)
+    return z, v
+
+
+def _input_and_its_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x, x.view(-1), x * 2
+
+
+# name -> (function, which output the caller writes in place, the input: "leaf" or "non-leaf")
+CASES: dict[str, tuple[Callable[..., Any], int, str]] = {
+    "single view of an intermediate": (lambda x: (x * 2).view(-1), 0, "leaf"),
+    "base and view": (_base_and_view, 1, "leaf"),
+    "base and view, base written": (_base_and_view, 0, "leaf"),
+    "two views of one base": (_two_views, 1, "leaf"),
+    "view of a non-leaf input": (lambda x: x[0], 0, "non-leaf"),
+    "view of a leaf input": (lambda x: x[0], 0, "leaf"),
+    "input and its view": (_input_and_its_view, 1, "non-leaf"),
+    "view chain": (lambda x: _twice(x).view(-1)[::2], 0, "leaf"),
+    "transpose": (lambda x: (x + 1).t(), 0, "leaf"),
+    "unsqueeze": (lambda x: (x + 1).unsqueeze(0), 0, "leaf"),
+    "expand": (lambda x: (x.sum(0) + 1).expand(3, 8), 0, "leaf"),
+    "split": (lambda x: (x + 1).split(2), 1, "leaf"),
+    "chunk": (lambda x: (x + 1).chunk(2), 0, "leaf"),
+    "unbind": (lambda x: (x + 1).unbind(), 2, "leaf"),
+    "one split output": (lambda x: ((x + 1).split(2)[1], x.sum()), 0, "leaf"),
+    "view made under no_grad": (_view_made_under_no_grad, 1, "leaf"),  # eager raises its no_grad error
+    "view among other outputs": (lambda x: (x.sum(), _twice(x).view(2, 16), x.exp()), 1, "leaf"),
+}
+
+
+def _input(kind: str, seed: int, subclass: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the tensor whose gradient is compared, the function's argument)."""
+    g = torch.Generator().manual_seed(seed)
+    leaf = torch.randn(4, 8, generator=g)
+    if subclass:
+        leaf = TwoTensor(leaf, torch.randn(4, 8, generator=g))
+    leaf.requires_grad_()
+    return leaf, (leaf if kind == "leaf" else leaf * 1)
+
+
+def _describe(fn: Callable[..., Any], written: int, kind: str, seed: int, subclass: bool = False,
+              ) -> list[Any]:
+    """What a caller sees of one call (see the module docstring), or the error eager raises."""
+    leaf, x = _input(kind, seed, subclass)
+    out = fn(x)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    bases: list[Any] = []
+
+    def which(t: torch.Tensor | None) -> Any:
+        if t is None:
+            return None
+        if t is x:
+            return "input"
+        for k, o in enumerate(outs):
+            if t is o:
+                return f"output {k}"
+        if not any(t is b for b in bases):
+            bases.append(t)
+        return f"intermediate {next(k for k, b in enumerate(bases) if b is t)}: {type(t).__name__}"
+
+    # the node of an output that is no view is the call's own (JitcoreFunctionBackward): not compared
+    seen: list[Any] = []
+    for o in outs:
+        seen.append((type(o).__name__, o.detach().clone(), o._is_view(), which(o._base),
+                     type(o.grad_fn).__name__ if o._is_view() else None,
+                     tuple(o.shape), o.stride(), o.storage_offset()))
+    versions = [o._version for o in outs]
+    try:
+        outs[written].mul_(3)
+    except RuntimeError as error:
+        return [*seen, ("raised", str(error))]
+    seen.append([(type(o.grad_fn).__name__ if o._is_view() or o._version != v else None, o.detach().clone())
+                 for o, v in zip(outs, versions)])
+    try:
+        sum(o.sum() for o in outs).backward()
+    except RuntimeError as error:
+        return [*seen, ("backward raised", str(error))]
+    seen.append(leaf.grad)
+    return seen
+
+
+def _assert_same(got: Any, expected: Any, where: str = "") -> None:
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{where}: {got!r} where eager has a tensor"
+        torch.testing.assert_close(got, expected, msg=lambda m: f"{where}: {m}")
+    elif isinstance(expected, (tuple, list)):
+        assert isinstance(got, type(expected)), f"{where}: {got!r} != {expected!r}"
+        assert len(got) == len(expected), f"{where}: {got!r} != {expected!r}"
+        for k, (g, e) in enumerate(zip(got, expected)):
+            _assert_same(g, e, f"{where}[{k}]")
+    else:
+        assert got == expected, f"{where}: {got!r} != eager's {expected!r}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_view_outputs_match_eager(name: str) -> None:
+    fn, written, kind = CASES[name]
+    jfn = jitcore.jit(fn)
+    for seed in range(3):
+        expected = _describe(fn, written, kind, seed)
+        got = _describe(jfn, written, kind, seed)
+        _assert_same(got, expected, f"call {seed}")
+    assert jitcore.cache_misses(jfn) == 1
+
+
+@pytest.mark.parametrize("name", [
+    "base and view", "base and view, base written", "single view of an intermediate", "two views of one base",
+    "view chain",
+])
+def test_two_tensor_views(name: str) -> None:
+    fn, written, kind = CASES[name]
+    jfn = jitcore.jit(fn)
+    for seed in range(3):
+        expected = _describe(fn, written, kind, seed, subclass=True)
+        got = _describe(jfn, written, kind, seed, subclass=True)
+        _assert_same(got, expected, f"call {seed}")
+    assert jitcore.cache_misses(jfn) == 1
+
+
+def test_views_under_no_grad_are_unchanged() -> None:
+    jfn = jitcore.jit(_base_and_view)
+    x = torch.randn(4, 8, requires_grad=True)
+    with torch.no_grad():
+        z, v = jfn(x)
+        expected_z, expected_v = _base_and_view(x)
+    assert v._base is z and expected_v._base is expected_z
+    torch.testing.assert_close((z, v), (expected_z, expected_v))
+
+
+def test_only_calls_with_a_view_output_leave_the_plain_apply() -> None:
+    """Note [A call with nothing around the apply]: a call returning one tensor that is no view."""
+    plain, viewed = jitcore.jit(lambda x: (x * 2).sin()), jitcore.jit(lambda x: (x * 2).view(-1))
+    x = torch.randn(4, 8, requires_grad=True)
+    plain(x), viewed(x)
+    assert plain.entries[0].computation.only_output is not None
+    assert viewed.entries[0].computation.only_output is None
+    assert viewed.entries[0].computation.views is not None
