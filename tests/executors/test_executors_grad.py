@@ -143,3 +143,29 @@ def test_a_broadcast_weights_gradient_is_within_the_summation_tolerance() -> Non
     for g, e, t in zip(got, want, terms, strict=True):
         bound = summation_tolerance(t, 0) + 1e-5  # + the pointwise ops' ulps (sin, cos)
         assert ((g - e).abs() <= bound).all(), ((g - e).abs().max(), bound.min())
+
+
+def test_views_returned_under_grad_are_eager_views() -> None:
+    """Note [Views an autograd call returns] (transforms/view_outputs.py) with the forward lowered: the
+    base is the node's output, the views are made after it, an in-place op on one rebases the base's
+    history as eagerly (before: "Output 1 of JitcoreFunction is a view and is being modified")."""
+    def f(x):
+        z = (x * 2).sin()
+        return z, z.view(-1)[::2], z[1]
+
+    jfn = jitcore.jit(f, executors=INDUCTOR)
+    for seed in range(3):
+        results = []
+        for fn in (f, jfn):
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(seed)).requires_grad_()
+            z, v, r = fn(x)
+            seen = [v._base is z, r._base is z, type(v.grad_fn).__name__, type(r.grad_fn).__name__]
+            seen.append(v.stride())
+            v.mul_(3)
+            seen.append(type(z.grad_fn).__name__)
+            (z.sum() + v.sum() + r.sum()).backward()
+            results.append((seen, x.grad, z.detach().clone()))
+        assert results[1][0] == results[0][0]
+        torch.testing.assert_close(results[1][1:], results[0][1:])
+    assert jitcore.cache_misses(jfn) == 1
+    assert fused(lowered_trace(jfn))
