@@ -169,3 +169,26 @@ def test_only_calls_with_a_view_output_leave_the_plain_apply() -> None:
     assert plain.entries[0].computation.only_output is not None
     assert viewed.entries[0].computation.only_output is None
     assert viewed.entries[0].computation.views is not None
+
+
+def test_a_view_of_an_intermediate_beside_a_number() -> None:
+    """The hidden base comes after the output's tensors and before its numbers (Note [Numbers a grad
+    entry returns], grad.py: a subclass input keeps the read under the grad transform)."""
+    def f(x):
+        z = _twice(x)
+        return z.view(-1), z.sum().item(), x.exp()
+
+    jfn = jitcore.jit(f)
+    for seed in range(3):
+        results = []
+        for fn in (f, jfn):
+            leaf, x = _input("leaf", seed, subclass=True)
+            v, n, e = fn(x)
+            seen = [type(n), type(v), type(v.grad_fn).__name__, v._base.shape]
+            v.mul_(3)
+            (v.sum() + e.sum()).backward()
+            results.append((seen, n, leaf.grad))
+        assert results[1][0] == results[0][0]
+        torch.testing.assert_close(results[1][1:], results[0][1:])
+    computation = jfn.entries[0].computation
+    assert computation.views is not None and computation.n_numbers == 1
