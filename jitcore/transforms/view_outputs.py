@@ -12,9 +12,10 @@ Invariants:
   tensor, as its first positional argument, and made a view of the base (the replay's shadows say
   so), so running it on the real base makes what eager made: the same ``_base``, strides, view
   ``grad_fn`` and creation kind (a ``split`` output stays a multi-output view);
-- nothing is regenerated in a program that writes a tensor in place or makes a call for its effect
-  (a grad mode set excepted: each call of a chain runs in the grad mode the program made it in):
-  the base the chain runs on after the Function would not be the one the program viewed;
+- nothing is regenerated in a program that makes a call for its effect (a grad mode set excepted:
+  each call of a chain runs in the grad mode the program made it in), nor a view of a tensor whose
+  storage an in-place call may write (a tensor of its, or a view of one): the base the chain runs on
+  after the Function would not be the one the program viewed, or the view's history not eager's;
 - a leaf whose view cannot be regenerated so stays an output of the Function, as before.
 """
 
@@ -122,8 +123,15 @@ def view_outputs(
         ``(position, base (a pass-1 value), the replay's proxy of the base)`` of each view leaf, and
         the records making them (by id of the pass-1 value each makes): what ``plan`` takes.
     """
-    if any(_writes_or_sets_state(b) for b in trace.bound_symbols):
+    if any(_sets_state(b) for b in trace.bound_symbols):
         return None
+    # the storages an in-place call may write (the roots of each of its tensors): a view of one of
+    # them stays the Function's output (Note [Views an autograd call returns])
+    written = {
+        id(_root(replayed(v))) for b in trace.bound_symbols if _writes(b)
+        for v in optree.tree_leaves((b.args, b.kwargs, b.output), none_is_leaf=True)
+        if isinstance(v, TensorProxy)
+    }
     producers: dict[int, tuple[BoundSymbol, int | None]] = {}
     for bsym in trace.bound_symbols:
         out = bsym.output
@@ -147,7 +155,7 @@ def view_outputs(
         proxy = replayed(leaf)
         base_shadow = _base_of(proxy)
         base = by_shadow.get(id(base_shadow)) if base_shadow is not None else None
-        if base is None:
+        if base is None or id(base_shadow) in written:
             continue
         chain = _chain(leaf, base, base_shadow, producers, replayed)
         if chain is None:
@@ -269,15 +277,28 @@ def _base_of(proxy: Any) -> torch.Tensor | None:
 _SET_GRAD_ENABLED = torch._C._set_grad_enabled  # noqa: SLF001 - what a ``no_grad`` block records
 
 
-def _writes_or_sets_state(bsym: BoundSymbol) -> bool:
-    """An in-place write, or a call made for its effect other than a grad mode set (which ``plan``
+def _writes(bsym: BoundSymbol) -> bool:
+    return "inplace" in bsym.symbol.tags or "out" in bsym.kwargs
+
+
+def _sets_state(bsym: BoundSymbol) -> bool:
+    """A call made for its effect other than an in-place write or a grad mode set (which ``plan``
     follows: a view made in a ``no_grad`` block is made so again); a check makes no value either,
     and changes nothing."""
     tags = bsym.symbol.tags
-    if "inplace" in tags or "out" in bsym.kwargs or "global_state" in tags:
+    if "global_state" in tags:
         return True
-    return not _record_outputs(bsym) and "check" not in tags and "bookkeeping" not in tags \
+    return not _record_outputs(bsym) and not _writes(bsym) and "check" not in tags \
+        and "bookkeeping" not in tags \
         and not (bsym.symbol.fn is _SET_GRAD_ENABLED and len(bsym.args) == 1 and not bsym.kwargs)
+
+
+def _root(proxy: Any) -> Any:
+    """The replay's shadow of ``proxy``, or its base where it is a view (None: no tensor)."""
+    if not isinstance(proxy, TensorProxy):
+        return None
+    base = _base_of(proxy)
+    return proxy.shadow if base is None else base
 
 
 def _record_outputs(bsym: BoundSymbol) -> list[Any]:

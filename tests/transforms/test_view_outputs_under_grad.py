@@ -36,6 +36,17 @@ def _view_made_under_no_grad(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return z, v
 
 
+_RUNNING = torch.zeros(8)  # a buffer the program writes in place, as BatchNorm's running mean
+
+
+def _view_beside_in_place_writes(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x * 3
+    y.relu_()  # an intermediate the view does not share storage with
+    _RUNNING.mul_(0.9).add_(x.detach().mean(0) * 0.1)
+    z = _twice(x)
+    return y + z, z.view(-1)
+
+
 def _input_and_its_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x, x.view(-1), x * 2
 
@@ -58,6 +69,7 @@ CASES: dict[str, tuple[Callable[..., Any], int, str]] = {
     "unbind": (lambda x: (x + 1).unbind(), 2, "leaf"),
     "one split output": (lambda x: ((x + 1).split(2)[1], x.sum()), 0, "leaf"),
     "view made under no_grad": (_view_made_under_no_grad, 1, "leaf"),  # eager raises its no_grad error
+    "view beside in-place writes elsewhere": (_view_beside_in_place_writes, 1, "leaf"),
     "view among other outputs": (lambda x: (x.sum(), _twice(x).view(2, 16), x.exp()), 1, "leaf"),
 }
 
