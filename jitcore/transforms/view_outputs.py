@@ -193,23 +193,21 @@ def plan(
         elif id(base) in subclasses:
             root = ("subclass", subclasses[id(base)])
         else:
-            k = next((k for k, v in enumerate(kept) if v is proxy), None)
+            outputs = [*kept, *hidden]  # the Function's outputs, the hidden ones after the output's
+            k = next((k for k, v in enumerate(outputs) if v is proxy), None)
             if k is None:
-                k = len(kept) + next((j for j, v in enumerate(hidden) if v is proxy), len(hidden))
-                if k == len(kept) + len(hidden):
-                    hidden.append(proxy)
+                k = len(outputs)
+                hidden.append(proxy)
             root = ("output", k)
         roots.append((slot(id(base)), root))
     steps: list[Step] = []
-    done: set[int] = set()
     grad = True  # the call runs under autograd: grad mode on
     for bsym in trace.bound_symbols:  # program order: a chain's earlier calls first
         if bsym.symbol.fn is _SET_GRAD_ENABLED:
             grad = bool(bsym.args[0])
         made = [(key, k) for key, (b, k, _source) in chains.items() if b is bsym]
-        if not made or id(bsym) in done:
+        if not made:
             continue
-        done.add(id(bsym))
         source = chains[made[0][0]][2]
         written = tuple((slot(key), k) for key, k in made)
         steps.append((bsym.symbol.fn, bsym.args[1:], dict(bsym.kwargs), slot(id(source)), written, grad))
