@@ -28,7 +28,7 @@ from jitcore.diagnostics import JITCORE_DIR
 
 __all__ = [
     "STDLIB_DIR", "TORCH_DIR", "TORCH_MODULES_DIR", "class_module", "compiled_original",
-    "is_global_hook_registry",
+    "function_attributes", "is_global_hook_registry",
     "is_library_file", "is_library_module", "is_programs_class", "is_stdlib_container_code",
     "is_stored_attribute", "is_symbolic_shapes_code", "is_torch_builtin", "is_unlisted_operation",
     "written_holder", "written_namespace",
@@ -215,11 +215,30 @@ def written_namespace(module: types.ModuleType) -> dict | None:
     return namespace if type(namespace) is dict else None
 
 
+# Note [A function's attributes written]
+# A memo written in Python keeps its table and counts on the wrapper function (``wrapper.seen[n] = fn(n);
+# wrapper.misses += 1``). Snapshots skipped functions, so the pass's stores stayed in the function (made
+# once per pass: a call traced twice counted a miss twice; eager misses 1, 2, 3, jit 2, 4, 5, and the
+# answer read the pass's count: /tmp/eff54-probes/memo_attr.py), and no cached call made them again. The
+# ``__dict__`` of a function of the program's (not a library's) is the state snapshotted, at
+# ``path.__dict__``, as a module's namespace is: its changes are item effects replayed each call, the
+# pass's writes undone with the rest.
+def function_attributes(fn: types.FunctionType) -> dict | None:
+    """The attributes whose changes are a reached function's effects (Note [A function's attributes
+    written]); None for a library's function."""
+    if is_library_file(fn.__code__.co_filename):
+        return None
+    attributes = fn.__dict__
+    return attributes if type(attributes) is dict else None
+
+
 def written_holder(obj: Any) -> Any:
     """What holds ``obj``'s attributes as state: a module's namespace (Note [A module's attributes
-    written]), else ``obj`` itself."""
+    written]), a function's ``__dict__`` (Note [A function's attributes written]), else ``obj`` itself."""
     if issubclass(type(obj), types.ModuleType):
         return written_namespace(obj) or obj
+    if type(obj) is types.FunctionType:
+        return function_attributes(obj) or obj
     return obj
 
 

@@ -36,7 +36,7 @@ import torch.utils._pytree as pytree
 
 from jitcore.ir import Proxy
 from jitcore.jit.call_copies import Owner, holds_made, in_one_call
-from jitcore.jit.code_kinds import written_holder, written_namespace
+from jitcore.jit.code_kinds import function_attributes, written_holder, written_namespace
 from jitcore.jit.made_functions import MadeHere
 from jitcore.jit.object_states import BUFFERS, MISSING, attributes, buffer_type, is_slot, set_slot, state_of
 from jitcore.jit.object_states import restore as restore_state
@@ -131,6 +131,9 @@ class StateSnapshots:
         kind = type(obj)  # not isinstance: it reads ``__class__``, which a class may compute (and log)
         if issubclass(kind, types.ModuleType) and (namespace := written_namespace(obj)) is not None:
             obj, path, kind = namespace, path.attr("__dict__"), dict  # Note [A module's attributes written]
+        elif kind is types.FunctionType and (attributes := function_attributes(obj)) is not None:
+            obj, path, kind = attributes, path.attr("__dict__"), dict  # Note [A function's attributes ...
+            # written] (jit/code_kinds.py)
         if id(obj) in self._snapshots or issubclass(kind, (types.ModuleType, types.FunctionType)) or (
                 issubclass(kind, type) and obj.__module__ == "builtins"):
             return
