@@ -261,6 +261,15 @@ class ValueReads:
     # wrapper answers the program's ``item()`` (Note [A number a subclass's item reads] in
     # jitcore/dispatch/resolver.py).
     #
+    # Note [A wrapper's item in a symbolic pass]
+    # ``loss.item()`` of a TwoTensor (its dispatch runs ``aten._local_scalar_dense`` on an inner tensor,
+    # Note [A number a subclass's item reads] in jitcore/dispatch/resolver.py) was refused in a pass with
+    # symbolic sizes with the other number reads there: the pass raised, the function traced static sizes
+    # again, and a training loop over changing batch sizes took an entry per size (5 in 5 calls; 2 for
+    # a plain loss). That read of plain inner tensors, without kwargs, is a name there too, computed by
+    # the probe from the open calls' records as in a static pass; a value the program needs is checked
+    # as before. ``item``/``tolist`` of other values and reads under grad stay refused (the Note below).
+    #
     # Note [Reads inside a subclass's code under fullgraph]
     # ``fullgraph=True`` refuses the program's own reads (issue 14: a value-dependent program is what
     # it is there to report), but not those inside a subclass's ``__torch_function__``/
@@ -302,8 +311,10 @@ class ValueReads:
                                source: tuple[SourceFrame, ...] | None) -> Any:
         open_scopes = self.context.scopes[1:-1]
         symbolic = self.context.values.shape_env is not None
-        if symbolic and (symbol.fn in _NUMBER_READS or symbol.fn in _INNER_NUMBER_READS
-                         or symbol.fn in _LIST_READS or needs_grad(args, kwargs)):
+        # Note [A wrapper's item in a symbolic pass]
+        inner_number = symbol.fn in _INNER_NUMBER_READS and _plain_tensors(args) and not kwargs
+        if symbolic and not inner_number and (symbol.fn in _NUMBER_READS or symbol.fn in _INNER_NUMBER_READS
+                                              or symbol.fn in _LIST_READS or needs_grad(args, kwargs)):
             return _REFUSED  # Note [A mask in a symbolic pass] (nested ints alone leave the pass static)
         records = [b for scope in open_scopes for b in scope]
         if writes_outside(records):

@@ -329,3 +329,35 @@ def test_a_backward_inside_over_a_twotensor_leaf_of_changing_sizes_keeps_one_sym
     entries, warm = frames_over_sizes(fn, lambda n: (_two(n, 3, requires_grad=True),), (2, 3, 4, 5, 6),
                                       (TwoTensor,))
     assert (entries, warm) == (2, [])
+
+
+# --- a wrapper's item() in a pass with symbolic sizes ------------------------------------------------------
+# (Note [A wrapper's item in a symbolic pass], jitcore/jit/value_reads.py): before, the
+# ``aten._local_scalar_dense`` a TwoTensor's dispatch runs on its inner tensor was refused in a symbolic
+# pass, which traced static sizes again: ``loss.item()`` took an entry per batch size.
+
+
+def _loss_item(w: torch.Tensor, x: torch.Tensor) -> list:
+    out = x @ w
+    return [out, out.pow(2).mean().item()]
+
+
+def _scaled_by_item(x: torch.Tensor) -> list:
+    s = x.mean().item()
+    return [x * s + 1, s * 2, x / max(x.abs().max().item(), 1e-6)]
+
+
+_ITEM_OVER_SIZES: dict[str, tuple[Callable[..., Any], Callable[[int], tuple]]] = {
+    "loss_item": (_loss_item, lambda n: (_two(3, 2), torch.randn(n, 3))),
+    "loss_item_grad": (_loss_item, lambda n: (_two(3, 2, requires_grad=True), torch.randn(n, 3))),
+    "sum_item_grad": (lambda x: [x * 2, x.sum().item()], lambda n: (_two(n, 3, requires_grad=True),)),
+    "scaled_by_item": (_scaled_by_item, lambda n: (_two(n, 3),)),
+    "float": (lambda x: [x * 2, float(x.mean())], lambda n: (_two(n, 3),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ITEM_OVER_SIZES))
+def test_a_wrappers_item_over_changing_sizes_keeps_one_symbolic_entry(name: str) -> None:
+    fn, make = _ITEM_OVER_SIZES[name]
+    entries, warm = frames_over_sizes(fn, make, (2, 3, 4, 5, 6), (TwoTensor,))
+    assert (entries, warm) == (2, [])
