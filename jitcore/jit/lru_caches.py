@@ -36,8 +36,8 @@ import torch
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import BoundSymbol
 from jitcore.ir.symbol import recorded_symbol
+from jitcore.jit.object_states import attributes, same_state, state_of
 from jitcore.jit.object_states import restore as restore_state
-from jitcore.jit.object_states import same_state, state_of
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.tensor import PlainTensorProxy
@@ -421,19 +421,20 @@ def _native_writes(snapshots: Any) -> Iterator[list[tuple[Any, Any, Any]]]:
 
 def rewrite(writes: list[tuple[Any, Any, Any]]) -> None:
     """A native call's writes (``_native_writes``) made again: a list's appended items
-    appended, a dict's set or removed keys set or removed, another object's state put where it is as the
-    call found it (Note [What a cached function writes])."""
+    appended, a dict's (an instance's attributes') set or removed keys set or removed, another object's
+    state put where it is as the call found it (Note [What a cached function writes])."""
     for obj, before, after in writes:
         kind = before[0] if type(before) is tuple else None
         if kind == "list" and len(after[1]) >= len(before[1]) \
                 and all(a is b for a, b in zip(before[1], after[1])):
             list.extend(obj, after[1][len(before[1]):])
-        elif kind == "dict" and type(obj) is dict:
+        elif kind == "dict" and type(obj) is dict or kind == "attrs" and type(attributes(obj)) is dict:
+            items = obj if kind == "dict" else attributes(obj)  # an instance's ``__dict__``: its attributes
             for key in [k for k in before[1] if k not in after[1]]:
-                dict.pop(obj, key, None)
+                dict.pop(items, key, None)
             for key, value in after[1].items():
                 if before[1].get(key, _ABSENT) is not value:
-                    dict.__setitem__(obj, key, value)
+                    dict.__setitem__(items, key, value)
         elif same_state(state_of(obj), before):
             restore_state(obj, after)
 

@@ -179,3 +179,35 @@ def test_a_hit_before_the_programs_exception_is_counted_once() -> None:
     """Note [A hit made later]: the pass finds the hit without making it; the program raises after it, and
     the call's eager run makes it (the counts read in between count it)."""
     _run_twins(_hit_then_raise, calls=3)
+
+
+class _Model:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.w = 1.5
+
+    @functools.cache  # noqa: B019 - keyed by the instance, as the programs this mirrors
+    def table(self, n: int) -> float:
+        self.calls += 1
+        return n * self.w
+
+
+@pytest.mark.parametrize("touched", [False, True], ids=["read", "written before"])
+def test_a_cached_methods_write_into_its_instance_is_made_once(touched: bool) -> None:
+    """Note [What a cached function writes]: ``m.calls += 0`` makes ``calls`` a counter (a second pass of the
+    call) before the cached method's miss writes ``self.calls``. Before (/tmp/eff54-probes/lru_method.py):
+    the second pass took the call as made and lost the write: eager 3.0 and ``calls`` 1 on every call, jit
+    2.0 and 0."""
+    seen = []
+    for jit in (False, True):
+        _Model.table.cache_clear()
+        model = _Model()
+
+        def program(x: torch.Tensor, model: _Model = model) -> torch.Tensor:
+            if touched:
+                model.calls += 0
+            return x * model.table(2) + model.calls
+
+        run = jitcore.jit(program) if jit else program
+        seen.append([(run(torch.ones(2)).tolist(), model.calls, _Model.table.cache_info()) for _ in range(4)])
+    assert seen[1] == seen[0]
