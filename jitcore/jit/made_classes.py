@@ -16,7 +16,9 @@ Invariants:
   ``property``; nothing traced in it (jit/call_copies.py refuses a proxy its walk reaches); no object of
   its namespace holding the class but a function's cell; its bases are made again too or not the program's
   (the walk of jit/call_copies.py checks each);
-- one class per call, whatever reaches it (the class, an instance, a method's cell): the call's memo holds it.
+- one class per call, whatever reaches it (the class, an instance, a method's cell): the call's memo holds it;
+  an instance holding traced values (jit/outputs.py takes it apart by its attributes) gets it as its
+  ``__class__``, where its classes are over ``object`` alone.
 """
 
 from __future__ import annotations

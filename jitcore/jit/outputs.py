@@ -193,7 +193,9 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
         return _callers(value, whose, owner)
     if owner.made(type(value)):  # Note [A class the program made] (jit/made_functions.py)
         why = owner.class_refusal(type(value))
-        if why is not None or _holds_proxy(value, depth):
+        if why is None and _holds_proxy(value, depth) and not _plain_object(value):
+            why = "an instance holding traced values is remade only as a plain object"
+        if why is not None:
             raise refused_class(type(value), "instance", why)
     if (weak := _weak_input(value, owner)) is not None:
         return weak
@@ -249,14 +251,27 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
         )
     template = copied(value)  # as it is now: the pass restores the caller's objects afterwards
     copy_again = copier(template)  # Note [A template copied again from one reduction]
+    # an instance of a class the program made: of this call's class (Note [A class made again per call])
+    retype = made_anew(type(value), owner) if owner.made(type(value)) else None
 
     def rebuild_object(kids: tuple) -> Any:
         obj = copy_again()
+        if retype is not None:
+            object.__setattr__(obj, "__class__", retype())
         for name, kid in zip(names, kids):
             object.__setattr__(obj, name, kid)
         return obj
 
     return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth, owner)
+
+
+def _plain_object(value: Any) -> bool:
+    """An instance of classes of its class's module over ``object`` alone (no container, tensor or pytree
+    node among its bases, no dataclass): taken apart by its attributes."""
+    kind = type(value)
+    module = class_module(kind)
+    return all(klass is object or class_module(klass) == module for klass in kind.__mro__) and \
+        torch_pytree.SUPPORTED_NODES.get(kind) is None and not dataclasses.is_dataclass(value)
 
 
 def _split_literal(value: Any, depth: int, owner: Owner) -> Split:

@@ -223,3 +223,36 @@ def test_a_class_made_by_more_than_type_runs_eagerly(program):
         warnings.simplefilter("ignore")
         assert calls(jitted) == calls(program)
     assert jitted.fallback_reason is not None
+
+
+def _an_instance_holding_computed_tensors(x, box):
+    class C(_Base):
+        def who(self):
+            return "c" + super().who()
+
+    made = C()
+    made.t, made.items = x * 2, [1]
+    box.append(made)
+    return made, C, x + 1
+
+
+def test_an_instance_of_a_class_it_made_holding_computed_tensors_is_of_this_calls_class():
+    """``o = C(); o.t = x * 2; return o``: refused (an eager entry); now the computation returns ``o.t``
+    and each call's ``o`` is of that call's ``C``, the one it returns and stores."""
+
+    def calls(fn: Any) -> list:
+        box: list = []
+        got, earlier = [], []
+        for i in range(4):
+            made, cls, y = fn(torch.ones(2) * i, box)
+            got.append((type(made) is cls, box[-1] is made, made.t.tolist(), type(made.t) is torch.Tensor,
+                        made.who(), list(made.items), any(cls is e for e in earlier),
+                        any(isinstance(made, e) for e in earlier), getattr(cls, "hits", 0), y.tolist()))
+            made.items.append("caller")
+            cls.hits = 1
+            earlier.append(cls)
+        return got
+
+    jitted = jitcore.jit(_an_instance_holding_computed_tensors)
+    assert calls(jitted) == calls(_an_instance_holding_computed_tensors)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
