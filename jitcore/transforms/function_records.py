@@ -15,8 +15,9 @@ Invariants:
   torch decided nothing with (Note [A number a split Function takes]), holds no value read and computes
   no number but Python arithmetic on those it takes, each comparison of which its call checks (Note
   [Python arithmetic on a split Function's numbers], function_numbers.py),
-  its arguments have static sizes, its traces rely on no argument's layout, and its backward writes
-  no Python state;
+  its arguments have static sizes or sizes of the pass each read from one of its arguments (Note [A split
+  Function over symbolic sizes]) and its replay assumes nothing more of them, its traces rely on no
+  argument's symbolic layout, and its backward writes no Python state;
 - otherwise the record stays and calls ``apply`` natively, as before.
 """
 
@@ -46,6 +47,7 @@ from jitcore.transforms.function_numbers import Condition, evaluate, interpreted
 from jitcore.transforms.grad import GradTraces, grad_transform
 from jitcore.transforms.mincut import saved_for_fusion
 from jitcore.transforms.saved_values import SavedValues
+from jitcore.transforms.symbolic_sizes import SymbolicSizes
 
 __all__ = ["FunctionsSplit", "split_functions"]
 
@@ -72,7 +74,7 @@ class FunctionsSplit:
 
 
 def split_functions(trace: Trace, executor: Any, owner: Any, state: Callable[[], Any],
-                    watched: list[Any]) -> FunctionsSplit:
+                    watched: list[Any], sizes: SymbolicSizes | None = None) -> FunctionsSplit:
     """The Function records of ``trace`` whose forward makes tensor-subclass values, each split alone
     where it can be (module docstring).
 
@@ -83,17 +85,20 @@ def split_functions(trace: Trace, executor: Any, owner: Any, state: Callable[[],
         state: a context manager factory putting the program's state back as pass 1 found it after
             the transform's replay (Note [The grad transform's replay writes no state], jit_hook.py).
         watched: the objects whose writes by a backward make a record stay.
+        sizes: the pass's symbolic sizes (None: static), which a record's tensors may have (Note [A split
+            Function over symbolic sizes]).
     """
     replacements: dict[int, BoundSymbol] = {}
     backwards: list[Trace] = []
     for bsym in trace.bound_symbols:
-        split = _split(bsym, executor, owner, state, watched, backwards) if _splittable(bsym) else None
+        split = _split(bsym, executor, owner, state, watched, backwards, sizes) \
+            if _splittable(bsym, sizes) else None
         if split is not None:
             replacements[id(bsym)] = split
     return FunctionsSplit(replacements, backwards)
 
 
-def _splittable(bsym: BoundSymbol) -> bool:
+def _splittable(bsym: BoundSymbol, sizes: SymbolicSizes | None) -> bool:
     """Whether ``bsym`` applies a Function whose forward makes subclass values, over tensors only."""
     if "autograd_function" not in bsym.symbol.tags or not bsym.subsymbols:
         return False
@@ -103,9 +108,9 @@ def _splittable(bsym: BoundSymbol) -> bool:
     proxies = [v for v in leaves if isinstance(v, Proxy) and not _number_argument(v)]
     if any(not isinstance(v, TensorProxy) or isinstance(v, SubclassTensorProxy) for v in proxies):
         return False
-    if not any(isinstance(v, TensorProxy) and _static(v) for v in proxies):
+    if not any(isinstance(v, TensorProxy) for v in proxies):
         return False
-    if any(not _static(v) for v in proxies):
+    if any(not _static(v) for v in proxies) and (sizes is None or _size_sources(bsym, sizes) is None):
         return False
     inner = [sub for _depth, sub in walk(bsym.subsymbols)]
     if any(sub.symbol.tags & _NOT_SPLIT for sub in inner):
@@ -207,6 +212,43 @@ _VALUE_USED = BoundSymbol(
 _NOT_SPLIT = frozenset({"check", "data_dependent", "backward", "per_call", "python_random", "random"})
 
 
+# Note [A split Function over symbolic sizes]
+# ``Scaled.apply(x, w, scale)`` on a batch whose size changes per call (/tmp/ao53-probes/p5_split_sizes.py):
+# the entry keeps the batch size symbolic and runs pass 1 under torch's autograd, and the record was never
+# split (its tensors have symbolic sizes): 5 TwoTensor dispatches on every warm call. The split is recorded
+# with the pass's sizes, as the main grad transform replays an entry with symbolic sizes (Note [Symbolic
+# sizes through the grad transform], symbolic_sizes.py): its shadows keep the pass's SymInts, the records'
+# sizes are rewritten as the pass's size numbers, and those numbers are inputs of the split, which
+# ``SplitCall`` reads from the call's tensors (each symbol is a size of one of the record's tensors: its
+# ``(argument, dim)``). The entry's prologue checks what pass 1 assumed of the sizes; a split whose replay
+# assumed more (a guard, an assert, a replacement) or relies on a symbolic layout stays a record.
+def _size_sources(bsym: BoundSymbol, sizes: SymbolicSizes) -> dict[Any, tuple[int, int | None]] | None:
+    """symbol -> (argument among the record's leaves, dim of that tensor or None for a number taken as it
+    is) of each size symbol in the record's tensors (arguments and outputs); None where one is no plain
+    size of an argument or of the pass."""
+    leaves = optree.tree_leaves((bsym.args[1:], bsym.kwargs), none_is_leaf=True)
+    names = sizes.names()
+    sources: dict[Any, tuple[int, int | None]] = {}
+    numbered = {id(n): symbol for symbol, n in names.items()}
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        for k, v in enumerate(leaves):
+            if id(v) in numbered:  # a number the record takes that is a size (``x.reshape(n, -1)``)
+                sources.setdefault(numbered[id(v)], (k, None))
+            elif isinstance(v, TensorProxy):
+                for d, n in enumerate(v.shadow.shape):
+                    if type(n) is torch.SymInt and n.node.expr in names:
+                        sources.setdefault(n.node.expr, (k, d))
+        everything = optree.tree_leaves((bsym.args, bsym.kwargs, bsym.output), none_is_leaf=True)
+        for v in everything:
+            if not isinstance(v, TensorProxy):
+                continue
+            shadow = v.shadow
+            for n in (*shadow.shape, *shadow.stride(), shadow.storage_offset()):
+                if type(n) is torch.SymInt and not n.node.expr.free_symbols <= sources.keys():
+                    return None
+    return sources
+
+
 def _static(value: TensorProxy) -> bool:
     shadow = value.shadow
     with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
@@ -214,7 +256,7 @@ def _static(value: TensorProxy) -> bool:
 
 
 def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any], watched: list[Any],
-           backwards: list[Trace]) -> BoundSymbol | None:
+           backwards: list[Trace], sizes: SymbolicSizes | None) -> BoundSymbol | None:
     """The record calling ``bsym``'s split (its backward trace appended to ``backwards``); None where
     it stays (module docstring)."""
     leaves = optree.tree_leaves((bsym.args[1:], bsym.kwargs), none_is_leaf=True)
@@ -222,19 +264,34 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     for v in leaves:
         if (isinstance(v, TensorProxy) or _number_argument(v)) and not any(v is a for a in args):
             args.append(v)
+    # Note [A split Function over symbolic sizes]: each size a number the split takes, read per call
+    sources = _size_sources(bsym, sizes) if sizes is not None else {}
+    if sources is None:
+        return None
+    names = sizes.names() if sizes is not None else {}
+    size_numbers = {id(names[symbol]): (names[symbol], where) for symbol, where in sources.items()}
+    args = [a for a in args if id(a) not in size_numbers]
+    read: list[tuple[int, int, int | None]] = []  # (position among the split's arguments, leaf, dim)
+    for number, (leaf, dim) in size_numbers.values():
+        read.append((len(args), leaf, dim))
+        args.append(number)
+    before = sizes.state() if sizes is not None else None
+    asserted = len(sizes.asserts()) if sizes is not None else 0
     # Note [Python arithmetic on a split Function's numbers]: the forward interpreted, its branches checked
     cls, conditions = interpreted_forward(bsym.args[0])
     applied = dataclasses.replace(bsym, args=(cls, *bsym.args[1:]))
     alone = Trace(name="function_forward", args=args, bound_symbols=[applied], output=bsym.output)
-    numbers = [v for v in args if isinstance(v, NumberProxy)]
+    numbers = [v for v in args if isinstance(v, NumberProxy) and id(v) not in size_numbers]
     # Note [A number a split Function takes]: each a name, the check added where torch used its value
     reads = [(root, _VALUE_USED) for n in numbers for root in n.roots]
     watch = BackwardWatch(watched)
     try:
         with state(), watching(watch), _ScalarTensorsOfStandIns() if numbers else contextlib.nullcontext():
-            grad = grad_transform(alone, (), (), reads, stand_ins=bool(numbers))
+            grad = grad_transform(alone, (), (), reads, sizes if sources else None, bool(numbers))
     except Exception:  # noqa: BLE001 - the record stays: apply raises there what eager raises
         return None
+    if sizes is not None and (sizes.state() != before or len(sizes.asserts()) != asserted):
+        return None  # the replay assumed more of the sizes than the entry's prologue checks
     if (watch.effects is not None and watch.effects.writes) or grad.input_flags or grad.returned_inputs \
             or grad.fresh_leaves or grad.assembly is not None or grad.views is not None \
             or any(b.symbol is RAISE or b.symbol is _VALUE_USED.symbol for b in grad.forward.bound_symbols) \
@@ -242,8 +299,11 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
         return None
     positions = [next((k for k, a in enumerate(args) if a is v), None) if isinstance(v, Proxy) else None
                  for v in leaves]
+    expected = _expected(args, grad)
+    if expected is None:
+        return None
     computation = _computation(grad, executor, owner, len(args), backwards)
-    call = SplitCall(computation, positions, _expected(args, grad), _checked(args, conditions))
+    call = SplitCall(computation, positions, expected, _checked(args, conditions), tuple(read))
     symbol = Symbol(id="split_function", name="split_function", langctx="torch", fn=call, path=None,
                     meta=bsym.symbol.meta, tags=bsym.symbol.tags)
     header = f"{_function_name(bsym)}.apply, split alone: Note [A Function split alone]"
@@ -261,16 +321,16 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
 # the record's tensors as the inputs, into a forward and a backward over plain tensors (recorded from the
 # user's forward and backward as for a whole program), and the computation calls that node in the
 # record's place; the numbers around it stay symbolic, under torch's autograd.
-# The split's traces are recorded for its arguments' metadata. Their sizes, dtypes and devices follow
-# from the entry's guards (static sizes only), but the layout of a value the program computed, and the
-# ``requires_grad`` of each, are not guarded: ``SplitCall`` compares the strides and storage offset of
-# each argument the traces rely on, and every ``requires_grad``, with the recorded ones, and calls
-# ``apply`` natively (as before) where one differs. A record stays as it was where its split would not
-# be eager's on every call: a number or subclass value among its arguments or outputs, a value read, a
-# number computed or a random draw in its forward (which the split would fix), an in-place write into an
-# argument (``mark_dirty``'s rebase), a backward that writes Python state or raises, outputs the node
-# cannot hand back as they are (an input returned, a fresh leaf).
-def _expected(args: list[Proxy], grad: GradTraces) -> tuple[tuple[int, Any, Any], ...]:
+# The split's traces are recorded for its arguments' metadata. Their sizes, dtypes and devices follow from
+# the entry's guards (symbolic sizes read per call: Note [A split Function over symbolic sizes]), but the
+# layout of a value the program computed, and the ``requires_grad`` of each, are not guarded: ``SplitCall``
+# compares the strides and storage offset of each argument the traces rely on, and every ``requires_grad``,
+# with the recorded ones, and calls ``apply`` natively (as before) where one differs. A record stays as it
+# was where its split would not be eager's on every call: a number or subclass value among its arguments or
+# outputs, a value read, a number computed or a random draw in its forward (which the split would fix), an
+# in-place write into an argument (``mark_dirty``'s rebase), a backward that writes Python state or raises,
+# outputs the node cannot hand back as they are (an input returned, a fresh leaf).
+def _expected(args: list[Proxy], grad: GradTraces) -> tuple[tuple[int, Any, Any], ...] | None:
     """(position, (strides, storage offset) or None, requires_grad) of each tensor argument, (position,
     the number's type, None) of each number: what the split's traces were recorded for, where they rely
     on the layout (Note [A Function split alone])."""
@@ -284,6 +344,8 @@ def _expected(args: list[Proxy], grad: GradTraces) -> tuple[tuple[int, Any, Any]
             layout = (tuple(shadow.stride()), shadow.storage_offset())
             requires_grad = shadow.requires_grad
         relied = grad.layout is not None and grad.layout.relies_on(a)
+        if relied and any(type(n) is not int for n in (*layout[0], layout[1])):
+            return None  # a symbolic layout no call could be compared with
         expected.append((k, layout if relied else None, requires_grad))
     return tuple(expected)
 
@@ -303,11 +365,13 @@ class SplitCall:
 
     def __init__(self, computation: GradComputation, positions: list[int | None],
                  expected: tuple[tuple[int, Any, Any], ...],
-                 checked: tuple[tuple[tuple[int, int], ...], tuple[Condition, ...]] = ((), ())) -> None:
+                 checked: tuple[tuple[tuple[int, int], ...], tuple[Condition, ...]] = ((), ()),
+                 sizes: tuple[tuple[int, int, int | None], ...] = ()) -> None:
         self.computation = computation
         self.positions = positions  # per leaf of (args after the class, kwargs): its tensor argument
         self.expected = expected
         self.numbers, self.conditions = checked
+        self.sizes = sizes  # (argument, leaf, dim) of each size the split takes
 
     def __call__(self, cls: type, *args: Any, **kwargs: Any) -> Any:
         leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
@@ -315,6 +379,8 @@ class SplitCall:
         for leaf, k in zip(leaves, self.positions):
             if k is not None:
                 tensors[k] = leaf
+        for k, leaf, dim in self.sizes:  # Note [A split Function over symbolic sizes]
+            tensors[k] = leaves[leaf] if dim is None else leaves[leaf].shape[dim]
         for k, layout, requires_grad in self.expected:
             t = tensors[k]
             if not (type(t) is layout if requires_grad is None else _as_recorded(t, layout, requires_grad)):

@@ -157,8 +157,8 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         )
     if runs_pass_1 and program.symbolic_numbers():  # Note [Dynamic numbers under autograd]
         watched = _watched(program, subclass_inputs)
-        return GradStage(None, functions=split_functions(
-            trace, executor, owner, lambda: _state_as_found(program), watched))  # function_records.py
+        return GradStage(None, functions=split_functions(  # function_records.py
+            trace, executor, owner, lambda: _state_as_found(program), watched, program.symbolic_sizes))
     if _writes_a_non_leaf_input(trace, program.subclass_inputs):  # Note [In-place writes to non-leaf inputs]
         if runs_pass_1:
             return GradStage(None)

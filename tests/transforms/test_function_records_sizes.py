@@ -1,0 +1,82 @@
+"""A Function split alone over tensors whose batch size changes per call (Note [A split Function over
+symbolic sizes], jitcore/transforms/function_records.py).
+
+Such a record was never split (its tensors have symbolic sizes), so every warm call of the entry ran
+``apply`` natively: 5 or 6 TwoTensor dispatches. Each program is compared with eager exactly (values and
+both gradients), and a warm call runs no TwoTensor dispatch.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.testing._internal.two_tensor import TwoTensor
+
+import jitcore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dispatch"))
+from subclass_checks import protocol_calls  # noqa: E402
+
+_CALLS = ((4, 0.5), (5, 1.5), (6, 2.5), (7, 3.5), (7, 0.25), (4, 1.0), (9, 2.0))
+
+
+def _pairs(kind: str, x: torch.Tensor, s: float) -> TwoTensor:
+    if kind == "flattened":  # sizes the forward computes from its tensor's
+        return TwoTensor(x.reshape(-1) * s, x.reshape(x.shape[0] * x.shape[1])).reshape(x.shape)
+    if kind == "centered":  # a reduction over the changing dim
+        return TwoTensor(x - x.mean(0) * s, x)
+    if kind == "sliced":  # a slice whose bounds the pass guards
+        return TwoTensor(x[:2] * s, x[1:3] * 1)
+    return TwoTensor(x * s, x)
+
+
+def _function(kind: str) -> type:
+    class Paired(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, s: float) -> torch.Tensor:
+            ctx.save_for_backward(x, w)
+            ctx.s = s
+            x, w = x.detach(), w.detach()
+            pair = _pairs(kind, x, s) @ TwoTensor(w, w)
+            return pair.a + pair.b
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+            x, w = (t.detach() for t in ctx.saved_tensors)
+            if kind == "sliced":
+                gx = torch.zeros_like(x)
+                gx[:2] = (TwoTensor(g, g) @ TwoTensor(w, w).t()).a
+                return gx, torch.zeros_like(w), None
+            gx = TwoTensor(g, g) @ TwoTensor(w, w * ctx.s).t()
+            gw = TwoTensor(x * ctx.s, x).t() @ TwoTensor(g, g)
+            return gx.a + gx.b, gw.a + gw.b, None
+
+    return Paired
+
+
+@pytest.mark.parametrize("kind", ["scaled", "flattened", "centered", "sliced"])
+def test_a_function_over_a_changing_batch_runs_no_dispatch_when_warm(kind: str) -> None:
+    fn = _function(kind)
+
+    def program(x: torch.Tensor, w: torch.Tensor, s: float) -> torch.Tensor:
+        return fn.apply(x * 1, w, s) * 2
+
+    f = jitcore.jit(program)
+    for i, (n, s) in enumerate(_CALLS):
+        torch.manual_seed(i)
+        x, w = torch.randn(n, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        expected = program(x, w, s)
+        expected.square().sum().backward()
+        with protocol_calls(TwoTensor) as seen:
+            got = f(xj, wj, s)
+            got.square().sum().backward()
+        assert torch.equal(got, expected), (n, s)
+        assert torch.equal(xj.grad, x.grad) and torch.equal(wj.grad, w.grad), (n, s)
+        if i >= 2:  # warm: the symbolic entry is traced by then
+            assert seen == [], (n, s, seen)  # before: 5 or 6 TwoTensor dispatches per warm call
+    assert jitcore.cache_misses(f) == 2
