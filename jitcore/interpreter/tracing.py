@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
 __all__ = ["TRACE", "before", "call_event", "exception_event", "for_iter", "for_iter_next", "getprofile",
-           "gettrace", "native_functions", "native_traced", "return_event", "setprofile", "settrace",
-           "stop_iteration_event", "trace_points", "traced_loop", "traced_table", "unwound_line"]
+           "gettrace", "native_functions", "native_traced", "raise_traced", "return_event", "setprofile",
+           "settrace", "stop_iteration_event", "trace_points", "traced_loop", "traced_table", "unwound_line"]
 
 
 class _TraceState(threading.local):
@@ -54,6 +54,7 @@ _RERAISE = dis.opmap["RERAISE"]
 _OPCODE_EVENTS = sys.version_info < (3, 12)
 _MADE_BY_C = (GeneratorType, CoroutineType)
 _FOR_ITER = dis.opmap["FOR_ITER"]
+_RAISE_VARARGS = dis.opmap["RAISE_VARARGS"]
 _CONDITIONS: dict[int, Callable[[object], bool]] = {dis.opmap[name]: test for names, test in (
     (("POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE"), lambda v: not v),
     (("POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE"), bool),
@@ -363,17 +364,30 @@ def exception_event(frame: Frame, exc: BaseException, traceback: bool = True) ->
 
 def traced_table(handlers: list) -> list:
     """The run's dispatch table ``handlers`` with the tracing loop's handlers in place (FOR_ITER's events:
-    ``for_iter``); made once per table."""
+    ``for_iter``; RAISE_VARARGS: ``raise_traced``); made once per table."""
     hit = _TABLES.get(id(handlers))
     if hit is None or hit[0] is not handlers:
         table = list(handlers)
         table[_FOR_ITER] = for_iter
+        table[_RAISE_VARARGS] = raise_traced
         hit = _TABLES[id(handlers)] = (handlers, table)
     return hit[1]
 
 
 _TABLES: dict[int, tuple[list, list]] = {}
 
+
+
+def raise_traced(frame: Frame, inst: Instruction) -> None:
+    """RAISE_VARARGS as the tracing loop runs it: always raised to the loop, which notes it as the raiser
+    whose line a frame left by a handler's RERAISE shows (``unwound_line``). Routed to its handler in the
+    frame by the plain handler (Note [Raises caught in their frame], opcodes/exceptions.py), a raise inside
+    an ``except`` block was not noted: the ``return`` event of the frame it left showed the line of the
+    exception handled there (``try: next(it) except StopIteration: raise ValueError``: the ``next`` line,
+    where CPython shows the ``raise``; CPython's test_sys_settrace test_20_async_for_loop)."""
+    from jitcore.interpreter.opcodes.exceptions import raised_by
+
+    raise raised_by(frame, inst)
 
 
 def native_functions() -> tuple[object, object] | None:

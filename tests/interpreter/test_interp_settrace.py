@@ -431,3 +431,47 @@ def test_code_exec_and_eval_run_is_traced() -> None:
         return [value, namespace["y"], events, sys.gettrace(), sys.getprofile()]
 
     check(run)
+
+
+def test_a_frame_left_by_a_raise_in_its_except_block_returns_at_that_raise() -> None:
+    """The ``return`` event of a frame an exception leaves from its own ``except`` block shows the line of
+    the ``raise`` there, as CPython's RERAISE restores ``f_lasti`` to it: the plain RAISE_VARARGS routes a
+    raise inside a ``try`` to its handler itself (Note [Raises caught in their frame]), so the tracing loop
+    did not note it as the raiser, and the event showed the line of the exception handled there (a ``next``
+    raising StopIteration, a ``raise KeyError``), in a function, a generator and a coroutine alike (CPython's
+    test_sys_settrace test_20_async_for_loop; tracing.raise_traced)."""
+
+    def plain(it):
+        try:
+            return next(it)
+        except StopIteration:
+            raise ValueError from None
+
+    def plain2():
+        try:
+            raise KeyError
+        except KeyError:
+            x = 1
+            raise ValueError(x)  # noqa: B904 - chained implicitly: the case
+
+    def gen(it):
+        try:
+            yield next(it)
+        except StopIteration:
+            raise ValueError  # noqa: B904 - chained implicitly: the case
+
+    async def coro(it):
+        try:
+            return next(it)
+        except StopIteration:
+            raise ValueError  # noqa: B904 - chained implicitly: the case
+
+    def program():
+        for step in (lambda: plain(iter(())), plain2, lambda: next(gen(iter(()))),
+                     lambda: coro(iter(())).send(None)):
+            try:
+                step()
+            except ValueError:
+                pass
+
+    check(_traced(program, ("plain", "plain2", "gen", "coro")))
