@@ -13,9 +13,9 @@ Invariants:
   so), so running it on the real base makes what eager made: the same ``_base``, strides, view
   ``grad_fn`` and creation kind (a ``split`` output stays a multi-output view);
 - nothing is regenerated in a program that makes a call for its effect (a grad mode set excepted:
-  each call of a chain runs in the grad mode the program made it in), nor a view of a tensor whose
-  storage an in-place call may write (a tensor of its, or a view of one): the base the chain runs on
-  after the Function would not be the one the program viewed, or the view's history not eager's;
+  each call of a chain runs in the grad mode the program made it in); a view of a tensor whose
+  storage an in-place call writes after the view was made is made as autograd makes it again,
+  ``as_strided`` of its base (Note [A view whose base is written]), or stays the Function's;
 - a leaf whose view cannot be regenerated so stays an output of the Function, as before.
 """
 
@@ -30,6 +30,7 @@ import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace, drop_unread
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.subclass import SubclassTensorProxy
 
 __all__ = ["ViewOutputs", "drop_views_made_after", "plan", "view_outputs"]
 
@@ -106,11 +107,13 @@ class ViewOutputs:
 
 Found = list[tuple[int, Any, TensorProxy]]  # (position among the output's leaves, base, its replay proxy)
 Chains = dict[int, tuple[BoundSymbol, int | None, Any]]  # id(value) -> (record, index in its output, viewed)
+# id(view) -> (its base, size, stride, storage offset): Note [A view whose base is written]
+Strided = dict[int, tuple[Any, tuple[int, ...], tuple[int, ...], int]]
 
 
 def view_outputs(
     trace: Trace, leaves: Sequence[Any], replayed: Callable[[Any], Any], subclass_inputs: Sequence[Any],
-) -> tuple[Found, Chains] | None:
+) -> tuple[Found, Chains, Strided] | None:
     """The view outputs of pass 1 ``trace`` that can be made after the Function (None: none).
 
     Args:
@@ -120,20 +123,26 @@ def view_outputs(
         subclass_inputs: pass 1's subclass input proxies, in the computation's order.
 
     Returns:
-        ``(position, base (a pass-1 value), the replay's proxy of the base)`` of each view leaf, and
-        the records making them (by id of the pass-1 value each makes): what ``plan`` takes.
+        ``(position, base (a pass-1 value), the replay's proxy of the base)`` of each view leaf, the
+        records making them (by id of the pass-1 value each makes), and the views made with
+        ``as_strided`` (Note [A view whose base is written]): what ``plan`` takes.
     """
     if any(_sets_state(b) for b in trace.bound_symbols):
         return None
-    # the storages an in-place call may write (the roots of each of its tensors): a view of one of
-    # them stays the Function's output (Note [Views an autograd call returns])
-    written = {
-        id(_root(replayed(v))) for b in trace.bound_symbols if _writes(b)
-        for v in optree.tree_leaves((b.args, b.kwargs, b.output), none_is_leaf=True)
-        if isinstance(v, TensorProxy)
-    }
-    producers: dict[int, tuple[BoundSymbol, int | None]] = {}
+    order = {id(b): k for k, b in enumerate(trace.bound_symbols)}
+    # the last in-place call that may write each storage (the roots of each of its tensors):
+    # Note [A view whose base is written]
+    last_write: dict[int, int] = {}
+    for k, b in enumerate(trace.bound_symbols):
+        if _writes(b):
+            for v in optree.tree_leaves((b.args, b.kwargs, b.output), none_is_leaf=True):
+                if isinstance(v, TensorProxy):
+                    last_write[id(_root(replayed(v)))] = k
+    grad_mode_set = any(b.symbol.fn is _SET_GRAD_ENABLED for b in trace.bound_symbols)
+    producers: dict[int, tuple[BoundSymbol, int | None]] = {}  # the call that made each value
     for bsym in trace.bound_symbols:
+        if _writes(bsym):  # returns the tensor it wrote, made before
+            continue
         out = bsym.output
         if isinstance(out, Proxy):
             producers[id(out)] = (bsym, None)
@@ -149,30 +158,52 @@ def view_outputs(
             by_shadow.setdefault(id(proxy.shadow), value)
     found: Found = []
     chains: Chains = {}
+    strided: Strided = {}
     for position, leaf in enumerate(leaves):
         if not isinstance(leaf, TensorProxy) or id(leaf) in inputs:
             continue
         proxy = replayed(leaf)
         base_shadow = _base_of(proxy)
         base = by_shadow.get(id(base_shadow)) if base_shadow is not None else None
-        if base is None or id(base_shadow) in written:
+        if base is None:
             continue
+        write = last_write.get(id(base_shadow), -1)
         chain = _chain(leaf, base, base_shadow, producers, replayed)
-        if chain is None:
+        if chain is not None and write < min(order[id(b)] for b, _k, _v in chain.values()):
+            chains.update(chain)
+            found.append((position, base, replayed(base)))
             continue
-        chains.update(chain)
-        found.append((position, base, replayed(base)))
-    return (found, chains) if found else None
+        made = producers.get(id(leaf))
+        if made is not None and made[1] is None and write > order[id(made[0])] and not grad_mode_set:
+            layout = _plain_layout(proxy, base_shadow)
+            if layout is not None:  # Note [A view whose base is written]
+                strided[id(leaf)] = (base, *layout)
+                found.append((position, base, replayed(base)))
+    return (found, chains, strided) if found else None
+
+
+# Note [A view whose base is written]
+# ``v = z.view(-1); z.mul_(2); return z, v`` (or ``v.add_(1)``): eagerly the write bumps the version
+# of ``z``'s storage after ``v`` was made, and autograd, reading ``v.grad_fn``, makes ``v``'s node
+# again from its base: ``as_strided`` of ``z`` with ``v``'s sizes, strides and offset
+# (``AsStridedBackward0``; a plain strided tensor has no view function to replay). Replaying the
+# program's view calls after the Function would give ``ViewBackward0``, and a view of a base written
+# before the view was made keeps its own node, which the replay gives. So a view made from a base
+# some in-place call writes after it (the last such write follows the view's call) is made as
+# ``base.as_strided(size, stride, offset)``, as autograd makes it again: plain tensors of static
+# layout only, a view that is one output of its call (a ``split`` output keeps its multi-output
+# kind, which ``as_strided`` would lose), no grad mode set in the program; a write between the calls
+# of a chain, or any other case, keeps the view the Function's output.
 
 
 def plan(
-    found: Found, chains: Chains, trace: Trace, leaves: Sequence[Any], subclass_inputs: Sequence[Any],
-    kept: Sequence[Any],
+    found: Found, chains: Chains, strided: Strided, trace: Trace, leaves: Sequence[Any],
+    subclass_inputs: Sequence[Any], kept: Sequence[Any],
 ) -> ViewOutputs:
     """The ``ViewOutputs`` of ``view_outputs``'s result.
 
     Args:
-        found, chains: from ``view_outputs``.
+        found, chains, strided: from ``view_outputs``.
         trace, leaves, subclass_inputs: as for ``view_outputs``.
         kept: the Function's outputs made from the output's own tensors (replay proxies, each once).
     """
@@ -211,8 +242,11 @@ def plan(
         source = chains[made[0][0]][2]
         written = tuple((slot(key), k) for key, k in made)
         steps.append((bsym.symbol.fn, bsym.args[1:], dict(bsym.kwargs), slot(id(source)), written, grad))
+    for key, (base, size, stride, offset) in strided.items():  # Note [A view whose base is written]
+        made = ((slot(key), None),)
+        steps.append((torch.Tensor.as_strided, (size, stride, offset), {}, slots[id(base)], made, True))
     positions = tuple((position, slots[id(leaf)]) for position, leaf in enumerate(leaves)
-                      if id(leaf) in chains)
+                      if id(leaf) in chains or id(leaf) in strided)
     return ViewOutputs(tuple(roots), tuple(steps), positions, len(slots), tuple(hidden))
 
 
@@ -289,6 +323,23 @@ def _sets_state(bsym: BoundSymbol) -> bool:
     return not _record_outputs(bsym) and not _writes(bsym) and "check" not in tags \
         and "bookkeeping" not in tags \
         and not (bsym.symbol.fn is _SET_GRAD_ENABLED and len(bsym.args) == 1 and not bsym.kwargs)
+
+
+Layout = tuple[tuple[int, ...], tuple[int, ...], int]
+
+
+def _plain_layout(proxy: TensorProxy, base: torch.Tensor) -> Layout | None:
+    """The size, stride and storage offset of a plain view's shadow over a plain base, where all
+    are static (None otherwise)."""
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        shadow = proxy.shadow
+        if isinstance(proxy, SubclassTensorProxy) or not isinstance(base, torch._subclasses.FakeTensor) \
+                or not isinstance(shadow, torch._subclasses.FakeTensor):
+            return None
+        size, stride, offset = tuple(shadow.shape), tuple(shadow.stride()), shadow.storage_offset()
+    if not all(type(n) is int for n in (*size, *stride, offset)):
+        return None
+    return size, stride, offset
 
 
 def _root(proxy: Any) -> Any:

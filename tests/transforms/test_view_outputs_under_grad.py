@@ -47,6 +47,26 @@ def _view_beside_in_place_writes(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return y + z, z.view(-1)
 
 
+def _base_written_after_the_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    v = z.view(-1)
+    z.mul_(2)  # eagerly v's node is made again: AsStridedBackward0 (Note [A view whose base is written])
+    return z, v
+
+
+def _view_written_by_the_program(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    v = z[1:]
+    v.add_(1)
+    return z, v
+
+
+def _base_written_before_the_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    z.mul_(2)
+    return z, z.view(-1)[::2]
+
+
 def _input_and_its_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x, x.view(-1), x * 2
 
@@ -70,6 +90,10 @@ CASES: dict[str, tuple[Callable[..., Any], int, str]] = {
     "one split output": (lambda x: ((x + 1).split(2)[1], x.sum()), 0, "leaf"),
     "view made under no_grad": (_view_made_under_no_grad, 1, "leaf"),  # eager raises its no_grad error
     "view beside in-place writes elsewhere": (_view_beside_in_place_writes, 1, "leaf"),
+    "base written after the view": (_base_written_after_the_view, 1, "leaf"),
+    "base written after the view, base written again": (_base_written_after_the_view, 0, "leaf"),
+    "view written by the program": (_view_written_by_the_program, 1, "leaf"),
+    "base written before the view": (_base_written_before_the_view, 1, "leaf"),
     "view among other outputs": (lambda x: (x.sum(), _twice(x).view(2, 16), x.exp()), 1, "leaf"),
 }
 
