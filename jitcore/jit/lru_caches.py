@@ -34,12 +34,13 @@ from typing import Any
 import torch
 
 from jitcore.errors import UnsupportedOperationError
-from jitcore.ir import BoundSymbol
+from jitcore.ir import BoundSymbol, Proxy
 from jitcore.ir.symbol import recorded_symbol
 from jitcore.jit.object_states import attributes, same_state, state_of
 from jitcore.jit.object_states import restore as restore_state
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.tensor import PlainTensorProxy
 
 __all__ = ["KEYWORD_MARK", "LRU_WRAPPER", "NOT_HANDLED", "RECORDED", "CacheInfoRead", "LruCalls", "Made",
@@ -419,6 +420,35 @@ def _native_writes(snapshots: Any) -> Iterator[list[tuple[Any, Any, Any]]]:
                    if not same_state(after := state_of(obj), state)]
 
 
+# Note [A number the program wrote, read by a miss]
+# ``state["n"] += 1`` makes ``n`` a dynamic number: the pass holds its NumberProxy in the caller's dict. A
+# miss whose function read ``state["n"]`` natively read the proxy, and the cache kept a result computed from
+# it (a later call: ``TypeError: ... 'Tensor' and 'NumberProxy'``; /tmp/eff54-probes/lru_reads_proxy.py).
+# For the native call the reached dicts and instances hold the numbers' values (what eager's function reads
+# at that point), and the proxies are put back after it where the function left the value there. The
+# value is not guarded: eager caches what the miss computed whatever the number is on later calls, which
+# hit.
+@contextlib.contextmanager
+def _values_for_native(snapshots: Any) -> Iterator[None]:
+    """The reached dicts' and instances' NumberProxy items as their values for the body (Note [A number the
+    program wrote, read by a miss])."""
+    replaced: list[tuple[dict, Any, Any]] = []
+    for obj in snapshots.objects():
+        items = obj if type(obj) is dict else None if isinstance(obj, Proxy) else attributes(obj)
+        if type(items) is not dict:
+            continue
+        for key, value in list(dict.items(items)):
+            if isinstance(value, NumberProxy):
+                dict.__setitem__(items, key, value.value)
+                replaced.append((items, key, value))
+    try:
+        yield
+    finally:
+        for items, key, proxy in replaced:
+            if dict.get(items, key, _ABSENT) is proxy.value:
+                dict.__setitem__(items, key, proxy)
+
+
 def rewrite(writes: list[tuple[Any, Any, Any]]) -> None:
     """A native call's writes (``_native_writes``) made again: a list's appended items
     appended, a dict's (an instance's attributes') set or removed keys set or removed, another object's
@@ -693,7 +723,8 @@ class LruCalls:
             made.result, made.kind = result, "pending"
             return made
         self._make_pending(lambda pending: pending.wrapper.cache_parameters()["maxsize"] is not None)
-        with _native_writes(self._snapshots) as made.writes:  # Note [What a cached function writes]
+        with _values_for_native(self._snapshots), \
+                _native_writes(self._snapshots) as made.writes:  # Note [What a cached function writes]
             try:  # the function run this once (as eagerly)
                 made.result, made.kind = wrapper(*args, **kwargs), "miss"
             except Exception as error:  # noqa: BLE001 - the program's, raised again by ``_made_once``

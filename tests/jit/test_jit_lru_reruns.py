@@ -211,3 +211,37 @@ def test_a_cached_methods_write_into_its_instance_is_made_once(touched: bool) ->
         run = jitcore.jit(program) if jit else program
         seen.append([(run(torch.ones(2)).tolist(), model.calls, _Model.table.cache_info()) for _ in range(4)])
     assert seen[1] == seen[0]
+
+
+def _reads_the_programs_counter(log: list, state: dict) -> tuple:
+    @functools.lru_cache
+    def table(n: int) -> float:
+        log.append(state["n"])
+        return n * 1.0 + state["n"]
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        state["n"] += 1  # a counter: a dynamic number the pass holds in the caller's dict
+        return x * table(state["k"]) + state["n"]
+
+    return program, table
+
+
+def test_a_miss_reading_a_counter_the_program_wrote_reads_its_value() -> None:
+    """Note [A number the program wrote, read by a miss]. Before (/tmp/eff54-probes/lru_reads_proxy.py):
+    the miss read the pass's NumberProxy, which the cache and the log kept: a later call raised TypeError
+    ('Tensor' and 'NumberProxy')."""
+    def make(log: list, state: dict) -> tuple:
+        state["k"] = 0
+        return _reads_the_programs_counter(log, state)
+
+    def switching(log: list, state: dict) -> tuple:
+        program, table = make(log, state)
+
+        def switch(x: torch.Tensor) -> torch.Tensor:
+            state["k"] = state["n"] % 3 // 2  # 0, 0, 1, 0, 0, 1: a new key on the third call
+            return program(x)
+
+        return switch, table
+
+    _run_twins(make, calls=4)
+    _run_twins(switching, calls=6)
