@@ -109,3 +109,36 @@ class _Decided(torch.autograd.Function):
 
 def test_a_comparison_of_the_number_gives_each_calls_outcome() -> None:
     _check(_Decided, 3)
+
+
+class _Flagged(torch.autograd.Function):
+    """Computes with a comparison of its number that the program never branches on: pass 1 does not guard
+    it, so the split's call checks it and runs ``apply`` where it comes out otherwise."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, s: float) -> torch.Tensor:
+        ctx.s = s
+        x = x.detach()
+        pair = TwoTensor(x * (s > 2), x) * 2
+        return (pair.a + pair.b).clone()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return g * ctx.s, None
+
+
+def test_a_comparison_pass_1_does_not_guard_is_checked_by_the_split() -> None:
+    def program(x: torch.Tensor, s: float) -> torch.Tensor:
+        return _Flagged.apply(x * 1, s)
+
+    f = jitcore.jit(program)
+    for i, s in enumerate((1.5, 2.5, 3.5, 0.5, 4.0, 1.0)):
+        torch.manual_seed(i)
+        x = torch.randn(4, 6, requires_grad=True)
+        xj = x.detach().clone().requires_grad_()
+        expected = program(x, s)
+        expected.square().sum().backward()
+        got = f(xj, s)
+        got.square().sum().backward()
+        assert torch.equal(got, expected) and torch.equal(xj.grad, x.grad), s
+    assert jitcore.cache_misses(f) == 2
