@@ -301,6 +301,11 @@ def exception() -> BaseException | None:
     return exc_info()[1]
 
 
+def _or(value: int | None, otherwise: int) -> int:
+    """``value``, ``otherwise`` where it is None (an offset 0 is one)."""
+    return otherwise if value is None else value
+
+
 def _no_module(self: object) -> str:
     raise AttributeError("'frame' object has no attribute '__module__'")
 
@@ -322,7 +327,9 @@ class FrameProxy:
     # (while a trace function runs for an instruction the decoding dropped, its line: tracing.py)
     f_lineno = property(lambda self: getattr(self._frame, "trace_line", None) or
                         self._frame.position().lineno)
-    f_lasti = property(lambda self: self._frame.instruction.offset)
+    # (and its offset: Note [A dropped instruction's f_lasti] in tracing.py)
+    f_lasti = property(lambda self: _or(getattr(self._frame, "trace_lasti", None),
+                                        self._frame.instruction.offset))
     f_back = property(lambda self: self._back)
 
     # ``f_trace`` is kept by the frame (a proxy lives only while held), its two flags as on a frame object;

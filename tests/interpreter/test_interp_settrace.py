@@ -475,3 +475,46 @@ def test_a_frame_left_by_a_raise_in_its_except_block_returns_at_that_raise() -> 
                 pass
 
     check(_traced(program, ("plain", "plain2", "gen", "coro")))
+
+
+def test_a_trace_events_f_lasti_is_in_its_f_linenos_lines() -> None:
+    """At every event, the frame's ``f_lasti`` lies in a ``co_lines`` range of its ``f_lineno``, as CPython's
+    (3.13's test_sys_settrace asserts it in its tracer): at the ``call`` event (a RESUME the decoding dropped)
+    and the ``line`` event of a ``try:`` (a dropped NOP), ``f_lasti`` was the next decoded instruction's
+    offset (Note [A dropped instruction's f_lasti], tracing.py; /tmp/cpy54-probes/p12_lasti_line.py)."""
+
+    def run() -> list:
+        events: list = []
+
+        def agrees(frame) -> bool:
+            line = None
+            for start, end, at in frame.f_code.co_lines():
+                if start <= frame.f_lasti < end:
+                    line = at
+            return line == frame.f_lineno
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_name == "body":
+                events.append((event, frame.f_lineno - frame.f_code.co_firstlineno, agrees(frame)))
+            return tracer
+
+        def body():
+            x = 1
+            for i in range(2):
+                x += i
+            try:
+                raise KeyError
+            except KeyError:
+                pass
+            while x > 3:
+                x -= 1
+            return x
+
+        sys.settrace(tracer)
+        try:
+            body()
+        finally:
+            sys.settrace(None)
+        return events
+
+    check(run)
