@@ -153,6 +153,15 @@ def get_slot(member: Any, obj: Any) -> Any:
 
 
 
+# Note [A set put back element by element]
+# A set's iteration order is its hash table's, which its whole history of adds, removals and resizes
+# decides. Put back with ``clear()`` and ``update()``, a set the pass had added to was a new table, so the
+# replayed ``add``s (in eager's order) gave the same elements in another order from the first resize on
+# (``s.add(str(len(s)))`` on a set argument: /tmp/eff54-probes/set_order2.py, "diverged at 5"). The
+# elements the pass added are discarded and those it removed added back: a discarded element's slot is
+# found again by the replayed ``add`` of it, so the table is eager's where the call adds one element. Left:
+# several adds in one call are replayed in the set's iteration order (``_set_diff``), not the program's, and
+# a removal replays the whole contents: another order.
 def restore(obj: Any, state: Any) -> None:
     kind, old = state
     if kind == "cell":
@@ -197,9 +206,11 @@ def restore(obj: Any, state: Any) -> None:
             dict.get(target, k, MISSING) is not v for k, v in old.items()
         ):
             _refill(target, old)
-    elif kind == "set":
-        set.clear(obj)
-        set.update(obj, old)
+    elif kind == "set":  # Note [A set put back element by element]
+        now = list(set.__iter__(obj))
+        for element in reversed([e for e in now if e not in old]):
+            set.discard(obj, element)
+        set.update(obj, [e for e in old if e not in now])
     elif kind == "slots":
         for name, value in old.items():
             set_slot(obj, name, value)

@@ -599,3 +599,29 @@ def test_a_memo_in_a_functions_attributes_counts_as_eagerly(counter: bool) -> No
             seen.append((out.tolist(), dict(squared.seen), squared.misses))
         runs.append(seen)
     assert runs[1] == runs[0]
+
+
+# --- Note [A set put back element by element] (jitcore/jit/object_states.py)
+
+
+def _adds_its_size(s: set, x: torch.Tensor) -> torch.Tensor:
+    s.add(str(len(s)))
+    return x * 2
+
+
+def _adds_a_multiple(s: set, x: torch.Tensor) -> torch.Tensor:
+    s.add(len(s) * 37)
+    return x - 1
+
+
+@pytest.mark.parametrize("fn", [_adds_its_size, _adds_a_multiple])
+def test_a_set_argument_iterates_in_eagers_order(fn: Any) -> None:
+    """Before (/tmp/eff54-probes/set_order2.py): the pass's writes were undone with clear() and update(),
+    a new table: the replayed add gave eager's elements in another order from the first resize on. (Two
+    adds in one call are replayed in the set's order, not the program's: still another order.)"""
+    eager, jitted = set(), set()
+    jf = jitcore.jit(fn)
+    for _ in range(20):
+        x = torch.randn(2)
+        assert_same(jf(jitted, x), fn(eager, x))
+        assert list(jitted) == list(eager)
