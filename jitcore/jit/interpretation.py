@@ -6,19 +6,18 @@ The hooks given to the interpreter:
 - on_load_global / on_load_deref / on_load_attr / on_load_subscr / on_contains: values read from
   persistent state are bound by the pass's Provenance (tensors become inputs, the rest is guarded;
   ``StateReads``, jit/state_reads.py);
-- on_opaque_call: Python side effects of builtins (``print``) are reported, since they happen only
-  while tracing; dynamic numbers (jitcore/jit/numbers.py) handed to C code are specialized first.
+- on_opaque_call / native_call: C calls (``NativeCalls``, jit/native_calls.py): Python side effects of
+  builtins (``print``) are recorded, since they happen only while tracing; dynamic numbers
+  (jitcore/jit/numbers.py) handed to C code are specialized first.
 Invariant: the pass records into its own Trace and Prologue only; nothing is cached until the pass
 has finished without error.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import dataclasses
 import functools
-import heapq
 import inspect
 import os
 import sys
@@ -39,10 +38,9 @@ from jitcore.dispatch.dtensor import dispatch_state_lookasides, is_natively_disp
 from jitcore.dispatch.dtensor_masks import refuse_masks_left
 from jitcore.dispatch.flatten import bind_subclass_input
 from jitcore.dispatch.lookasides import DISPATCH_LOOKASIDES, python_type
-from jitcore.dispatch.modes import MODE_STACK_FUNCTIONS, offer_native, offered_lookasides
+from jitcore.dispatch.modes import offered_lookasides
 from jitcore.dispatch.raw_kernels import raw_kernel_lookasides
 from jitcore.dispatch.resolver import (
-    call_on_shadows,
     numbers_reach_dispatch,
     python_code,
     resolve_operator_or_own,
@@ -65,26 +63,25 @@ from jitcore.jit.code_kinds import (
     is_library_file,
     is_library_module,
     is_symbolic_shapes_code,
-    is_torch_builtin,
-    is_unlisted_operation,
 )
-from jitcore.jit.context_variables import NOT_CONTEXT, ContextVariables
+from jitcore.jit.context_variables import ContextVariables
 from jitcore.jit.control_flow import control_flow_lookasides, higher_order_operator
 from jitcore.jit.dataclass_arguments import bind_field_lists, field_appended_parameters, narrows_fields
 from jitcore.jit.dict_reads import dict_read_lookasides
 from jitcore.jit.dying_objects import refuse_dying
-from jitcore.jit.effects import Effect, Effects, StateSnapshots, emptied_list, written_keys
+from jitcore.jit.effects import Effect, Effects, StateSnapshots
 from jitcore.jit.environment import environ_lookasides
 from jitcore.jit.filesystem import FileSystem
 from jitcore.jit.fsdp_units import fsdp_lookasides
-from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor, run_natively
+from jitcore.jit.function_transforms import holds_functorch_tensor, run_natively
 from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.helper_appends import helper_appended_parameters
 from jitcore.jit.log_records import LogRecords
-from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, LruCalls, is_cache_clear, is_cache_info
+from jitcore.jit.lru_caches import LruCalls
 from jitcore.jit.namespace_arguments import attribute_parameters, bind_namespace_argument, is_namespace
-from jitcore.jit.native_python import call_watched, pickler_lookasides
-from jitcore.jit.nondeterministic import NOT_A_READ, PerCallReads, iterator_lookasides, needed_value
+from jitcore.jit.native_calls import NativeCalls
+from jitcore.jit.native_python import pickler_lookasides
+from jitcore.jit.nondeterministic import PerCallReads, iterator_lookasides, needed_value
 from jitcore.jit.number_sizes import NumberSizes
 from jitcore.jit.pending_keys import PendingKeys
 from jitcore.jit.printing import Prints
@@ -93,10 +90,9 @@ from jitcore.jit.program import TracedProgram
 from jitcore.jit.provenance import Provenance
 from jitcore.jit.pytree_calls import pytree_lookasides
 from jitcore.jit.recursion import ProgramLimit, program_recursion
-from jitcore.jit.settings_reads import SETTINGS_GETTERS, SettingsReads
-from jitcore.jit.state_kinds import identity_arguments
+from jitcore.jit.settings_reads import SettingsReads
 from jitcore.jit.state_reads import StateReads
-from jitcore.jit.tensor_keys import CallerKeys, calls_weakref, pin_tensor_ids
+from jitcore.jit.tensor_keys import CallerKeys, pin_tensor_ids
 from jitcore.jit.texts import format_field, format_lookasides, format_percent
 from jitcore.jit.value_reads import ValueReads
 from jitcore.jit.warning_calls import Warnings
@@ -104,11 +100,10 @@ from jitcore.langctx import new_context
 from jitcore.langctx.generators import state_lookasides as generator_state_lookasides
 from jitcore.langctx.index_bounds import check_int_list_index
 from jitcore.langctx.scalars import bind_numbers, fixes_a_float
-from jitcore.langctx.tensor_text import own_text_of_call, refuse_text_of_tensors, text_lookasides
+from jitcore.langctx.tensor_text import text_lookasides
 from jitcore.langctx.thread_state import (
     ENTER_INFERENCE_MODE,
     EXIT_INFERENCE_MODE,
-    STATE_CHANGE_SYMBOLS,
     STATE_FUNCTION_SYMBOLS,
     enter_inference_mode,
     exit_inference_mode,
@@ -116,7 +111,7 @@ from jitcore.langctx.thread_state import (
     rng_state,
     set_rng_state,
 )
-from jitcore.langctx.torch import TORCH_TABLE, dynamic_symbol
+from jitcore.langctx.torch import TORCH_TABLE
 from jitcore.numpy import new_bridge as new_numpy_bridge
 from jitcore.prologue import Path, PrologueBuilder, Root
 from jitcore.prologue.guards import DEFAULT_DEVICE, DTENSOR_SETTINGS, implicit_state
@@ -138,7 +133,7 @@ _KEPT_BY_EAGER = frozenset({"inplace", "random", "global_state", "backward"})
 _NOT_WRITES = frozenset({"print", "log", "warn"})  # effects that change no reached object's state
 
 
-class Pass(StateReads):
+class Pass(NativeCalls, StateReads):
     """Interprets ``fn`` on proxies of one call's arguments, recording a trace and a prologue."""
 
     def __init__(self, fn: Callable[..., Any], *, label: str, entry_number: int,
@@ -635,105 +630,6 @@ class Pass(StateReads):
         if code is not None and is_symbolic_shapes_code(fn, code):
             return fn  # arithmetic on symbolic sizes: torch's ShapeEnv records its guards (jit/shapes.py)
         return None
-
-    def _native_arguments(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """What C code is handed: a caller's object it uses by identity pins it, numbers are values."""
-        if self.provenance.has_loose():
-            for arg in identity_arguments(fn, args):  # ``d.get(obj)``, ``id(obj)``: its identity decides
-                self.provenance.pin(arg)
-        args = self.keys.arguments(fn, args)  # ``d.get(t)``, ``id(t)``: the caller's tensor t
-        args = self.pending_keys.added(fn, args)  # ``seen.add(n)``: Note [An element only added]
-        if type(fn) is types.WrapperDescriptorType and args and issubclass(type(args[0]), NumberProxy):
-            args = (args[0].specialize(), *args[1:])  # ``int.__repr__(n)`` (json's encoder): C checks it
-        # C code needs the values; a container method's receiver (``dict.get(d, k)``) keeps the program's
-        # own numbers in it, as for a bound method (``d.get(k)``); a number or text receiver
-        # (``float.hex(n)``) is a value to C code as any argument is
-        own = 1 if isinstance(fn, types.MethodDescriptorType) and args and \
-            not isinstance(args[0], (NumberProxy, TextProxy)) else 0
-        passed = args[own:]
-        if self._has_numbers() and tree_has((passed, kwargs), (NumberProxy, TextProxy)):
-            # text made from numbers (jit/texts.py) is its characters to C code, but for a list's items
-            kinds = () if numbers.stores_items(fn) else TextProxy if numbers.keeps_numbers(fn) \
-                else (NumberProxy, TextProxy)
-            handed = (*passed, *kwargs.values())
-            numbers.values_in_lists(handed, kinds)  # Note [A list C is handed is the program's]
-            args, kwargs = (*args[:own], *specialize_all(passed, kinds)), specialize_all(kwargs, kinds)
-        return args, kwargs
-
-    def _opaque_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        if (text := own_text_of_call(fn, args, kwargs)) is not None:
-            return text  # str(w), f"{w}": Note [A subclass's own text in print and str], tensor_text.py
-        refuse_text_of_tensors(fn, args, kwargs)  # repr(x), print(x): langctx/tensor_text.py
-        if fn is setattr and len(args) == 3 and not kwargs and self.held.store_attr(*args):
-            return None  # setattr(p, "data", v): as STORE_ATTR
-        if (number := self.per_call.read(fn, args, kwargs)) is not NOT_A_READ:  # time.time(), random.random()
-            return number
-        if type(fn) is types.BuiltinMethodType:
-            self.files.refuse_foreign_read(fn)  # f.read() of a file the program did not open
-            if fn.__name__ == "flush" and self.prints.flush(fn, args, kwargs):  # jit/printing.py
-                return None
-            if fn.__name__ == "write" and (written := self.prints.write(fn, args, kwargs)) is not None:
-                return written  # sys.stderr.write(...) of a stream of the caller's
-        if fn is heapq.heappush and self.pending_keys.push(args, kwargs):  # Note [An item only pushed]
-            return None
-        if id(fn) in SETTINGS_GETTERS:  # torch.get_num_threads(): Note [Settings the program reads]
-            return self.settings.read(fn, args, kwargs)
-        if (read := self.context_variables.call(fn, args, kwargs)) is not NOT_CONTEXT:
-            return read  # CV.get(): Note [Context variables] (jit/context_variables.py)
-        fn = numbers.as_item_slot(fn, args, kwargs)  # Note [An item set by operator.setitem] (jit/numbers.py)
-        args, kwargs = self._native_arguments(fn, args, kwargs)
-        if type(fn) is LRU_WRAPPER and (cached := self.lru_calls.call(fn, args, kwargs)) is not NOT_HANDLED:
-            return cached  # Note [A cached function's call] (jit/lru_caches.py)
-        if is_cache_clear(fn):  # Note [A cache cleared inside the program] (jit/lru_caches.py)
-            return self.lru_calls.clear(fn, args)
-        if is_cache_info(fn) and not kwargs:  # Note [A cached function's counts] (jit/lru_caches.py)
-            return self.lru_calls.info(fn, args, self.per_call)
-        if (writes := written_keys(fn, args, kwargs)) is not None:  # Note [Writes of the same object]
-            self.snapshots.note_write(*writes)
-        if (emptied := emptied_list(fn, args)) is not None and self.measured.is_copy(emptied):
-            self.snapshots.note_emptied(emptied)  # Note [A list the program empties], jit/appends.py
-        if isinstance(fn, (types.BuiltinFunctionType, type)):
-            symbol = STATE_CHANGE_SYMBOLS.get(fn)
-            if symbol is not None:  # Note [State changes inside the traced function], langctx/thread_state.py
-                return self._state_change(fn, symbol)(*args, **kwargs)
-            if fn in MODE_STACK_FUNCTIONS:  # the program's modes (jitcore/dispatch/modes.py)
-                return MODE_STACK_FUNCTIONS[fn](*args, **kwargs)
-            if fn is torch._C._InferenceMode:  # noqa: SLF001
-                raise UnsupportedOperationError(
-                    "torch.inference_mode() entered inside a jitted function is not supported",
-                    hints=("enter torch.inference_mode() around the call of the jitted function instead",),
-                )
-        if self.limit is not None and self.limit.recurses(fn, args):  # ``repr`` of a list nested 1100 deep
-            return self.limit.call_native(len(current_run().frames),
-                                          lambda: offer_native(fn, args, kwargs, self._native_call))
-        with numbers.values_in_objects(fn, args, kwargs) if self._has_numbers() else contextlib.nullcontext():
-            result = offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
-        return self.weak_referent(fn, self.keys.dereferenced(result)) if calls_weakref(fn) else result
-
-    @staticmethod
-    def _interpreters_native_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        """A C call the interpreter makes for the program's operation (a container's text for an
-        f-string field, ``sorted``'s comparisons): Note [Python code a C call ran natively]."""
-        refuse_text_of_tensors(fn, args, kwargs)  # f"{[x]}": Note [A container's text], tensor_text.py
-        return call_watched(fn, args, kwargs)
-
-    def _native_call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        if is_torch_builtin(fn) and (tree_has(args, Proxy) or tree_has(kwargs, Proxy)):
-            if is_unlisted_operation(fn):  # torch._foreach_norm: an operation, recorded
-                return dynamic_symbol(fn, f"torch.{fn.__name__}")(*args, **kwargs)
-            if holds_functorch_tensor(args, kwargs):  # Note [Function transforms run on the traced tensors]
-                return call_natively(fn, args, kwargs)
-            if tree_any(args, is_held_tensor) or tree_any(kwargs, is_held_tensor):
-                # a caller's tensor beside proxies (an optimizer's parameters, grouped by device with
-                # their gradients for its foreach step): its input proxy, as for a symbol call; the
-                # tensor itself would come back a value no record makes
-                args, kwargs = optree.tree_map(self.held.bind, (args, kwargs), none_is_leaf=True)
-            return call_on_shadows(fn, args, kwargs)  # metadata only (torch._C._group_tensors_...)
-        if fn is breakpoint:
-            from jitcore.diagnostics.markers import record_breakpoint
-
-            return record_breakpoint(self.trace, self._source())  # jitcore.debug stops there
-        return call_watched(fn, args, kwargs)  # Note [Python code a C call ran natively]
 
     def _source(self) -> tuple[SourceFrame, ...] | None:
         run = current_run()
