@@ -143,12 +143,16 @@ def view_outputs(
     for bsym in trace.bound_symbols:
         if _writes(bsym):  # returns the tensor it wrote, made before
             continue
+        # a call returning a tensor it was given (``t.to(t.dtype)``, ``t.contiguous()`` of a contiguous t)
+        # made nothing: the value's maker is the call before it
+        given = {id(v) for v in optree.tree_leaves((bsym.args, bsym.kwargs), none_is_leaf=True)
+                 if isinstance(v, Proxy)}
         out = bsym.output
-        if isinstance(out, Proxy):
+        if isinstance(out, Proxy) and id(out) not in given:
             producers[id(out)] = (bsym, None)
         elif isinstance(out, (tuple, list)):
             for k, v in enumerate(out):
-                if isinstance(v, Proxy):
+                if isinstance(v, Proxy) and id(v) not in given:
                     producers[id(v)] = (bsym, k)
     inputs = {id(a) for a in trace.args} | {id(p) for p in subclass_inputs}
     by_shadow: dict[int, Any] = {}
@@ -269,8 +273,8 @@ def _chain(
     the index of that value in its output, the value it viewed), or None."""
     chain: Chains = {}
     value = leaf
-    while value is not base:
-        if len(chain) > 16 or id(value) not in producers:
+    while value is not base:  # (a value met twice: no chain, never a loop)
+        if len(chain) > 16 or id(value) in chain or id(value) not in producers:
             return None
         bsym, index = producers[id(value)]
         source = _viewed(bsym)

@@ -95,6 +95,10 @@ CASES: dict[str, tuple[Callable[..., Any], int, str]] = {
     "view written by the program": (_view_written_by_the_program, 1, "leaf"),
     "base written before the view": (_base_written_before_the_view, 1, "leaf"),
     "view among other outputs": (lambda x: (x.sum(), _twice(x).view(2, 16), x.exp()), 1, "leaf"),
+    # ``to`` of the dtype it has returns its argument, the view itself (before: the search for the view's
+    # chain of calls looped forever on that call, which seemed to make its own argument)
+    "view returned by to() of its own dtype": (lambda x: (x * 2).t().to(torch.float32), 0, "leaf"),
+    "view returned by contiguous() of a contiguous view": (lambda x: (x * 2)[1:].contiguous(), 0, "leaf"),
 }
 
 
