@@ -208,9 +208,10 @@ def restore(obj: Any, state: Any) -> None:
             _refill(target, old)
     elif kind == "set":  # Note [A set put back element by element]
         now = list(set.__iter__(obj))
-        for element in reversed([e for e in now if e not in old]):
+        kept, present = set(old), set(now)  # membership as the set has it (hash, then identity or ==),
+        for element in reversed([e for e in now if e not in kept]):  # not a list's == on every item
             set.discard(obj, element)
-        set.update(obj, [e for e in old if e not in now])
+        set.update(obj, [e for e in old if e not in present])
     elif kind == "slots":
         for name, value in old.items():
             set_slot(obj, name, value)
