@@ -52,9 +52,12 @@ import functools
 import inspect
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["APPENDABLE", "MeasuredLists", "appended_parameters", "bind_defaults", "bind_item_lists",
+if TYPE_CHECKING:
+    from jitcore.jit.measured_lists import MeasuredLists
+
+__all__ = ["APPENDABLE", "appended_parameters", "bind_defaults", "bind_item_lists",
            "empties_at_once", "is_list_table", "stack_use", "item_appended_parameters", "keyed_later",
            "measured_by_len",
            "only_appended_to", "parameter_uses", "reads_appended_item", "stored_by_object_setattr",
@@ -145,74 +148,6 @@ def _loads_len(instruction: dis.Instruction) -> bool:
 
 _CALLS = frozenset({"PRECALL", "CALL"})
 _KEY_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_SMALL_INT"})
-
-
-class MeasuredLists:
-    """Lists of state a pass reads only through ``len()`` and ``append``/``extend`` (Note [A list's
-    length read per call]).
-
-    Note [A list's length read per call]
-    ``hist.append(x); y = x * len(hist)`` on a list of state: guarded by its length, every call found
-    a longer list and traced again. A read that only measures the list (``measured_by_len``) guards
-    its type; ``len()`` of it is a dynamic number input read per call through ``path.__len__()``,
-    plus what the pass appended before the read (appends are replayed onto the call's list, so the
-    difference is the same on every call). Any other read of the list (indexing, iterating, ``pop``)
-    binds it whole as before, its length guarded, so the number can differ from the trace's only
-    where the list's length alone does.
-    """
-
-    def __init__(self, provenance: Any) -> None:
-        self._provenance = provenance
-        # id(list the program sees) -> (its path, its length when the call started: None for a list of
-        # state, whose first state says it, and the length of the program's list then)
-        self._lists: dict[int, tuple[Any, int | None, int]] = {}
-        self.emptied: set[int] = set()  # ids of lists the pass emptied: Note [A list the program empties]
-
-    def bind(self, value: list, path: Any, name: str) -> list:
-        """The list a ``len()`` read measures: its type guarded, remembered for ``length``. A list the
-        call passes as well (an argument that is also a global) is bound whole, as any read of it:
-        the program's length is that of its own copy (Note [Containers reached twice])."""
-        if self._provenance.is_argument_container(value):
-            return self._provenance.bind_state(value, path, name)
-        self._lists[id(value)] = (path, None, 0)
-        return self._provenance.bind_appended_list(value, path)
-
-    def bind_argument(self, value: list, path: Any) -> list:
-        """A list argument the function only appends to and measures (``appended_parameters``): the
-        program appends to a list of its own (``Provenance.bind_appended_argument``), whose length for
-        ``len()`` is the caller's list's, read per call, plus the appends made before the read."""
-        if self._provenance.reached_as_state(value):  # Note [An argument reached as state first]
-            return self._provenance.bind_argument(value, path, path.describe())
-        own = self._provenance.bind_appended_argument(value, path)
-        if id(own) not in self._lists:  # the same list passed twice: one record
-            self._lists[id(own)] = (path, len(value), len(own))
-        return own
-
-    def is_copy(self, value: Any) -> bool:
-        """Whether ``value`` is the program's own copy of a list argument only appended to or emptied."""
-        found = self._lists.get(id(value))
-        return found is not None and found[1] is not None
-
-    def length(self, value: Any) -> Any:
-        """``len(value)``: a number of the computation for a measured list; None for anything else."""
-        found = self._lists.get(id(value))
-        if found is None or type(value) is not list or id(value) in self.emptied:
-            return None  # an emptied list holds the pass's own items: its length is the trace's
-        path, first, start = found
-        if first is None:
-            first = start = len(self._provenance.first_state(value))
-        read = self._provenance.bind_dynamic_number(first, path.attr("__len__").call(), "length")
-        grown = list.__len__(value) - start
-        return read + grown if grown else read
-
-    def len_lookaside(self, base: Any) -> Any:
-        """``len`` answering measured lists (``length``), every other call by ``base``."""
-
-        def len_(*args: Any, **kwargs: Any) -> Any:
-            measured = self.length(args[0]) if len(args) == 1 and not kwargs else None
-            return base(*args, **kwargs) if measured is None else measured
-
-        return len_
 
 
 # What may consume ``d[k]`` with ``d`` and the constant ``k`` on the stack: a read, a store, a delete, or

@@ -21,7 +21,8 @@ import functools
 import types
 from typing import Any, NamedTuple
 
-from jitcore.jit.appends import MeasuredLists, parameter_uses, stored_by_object_setattr, updated_attribute
+from jitcore.jit.appends import parameter_uses, stored_by_object_setattr, updated_attribute
+from jitcore.jit.measured_lists import MeasuredLists
 from jitcore.prologue import Path
 
 __all__ = ["FieldUses", "bind_field_lists", "field_appended_parameters", "narrows_fields"]

@@ -78,6 +78,7 @@ from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.helper_appends import helper_appended_parameters
 from jitcore.jit.log_records import LogRecords
 from jitcore.jit.lru_caches import LruCalls
+from jitcore.jit.measured_lists import MeasuredLists
 from jitcore.jit.namespace_arguments import attribute_parameters, bind_namespace_argument, is_namespace
 from jitcore.jit.native_calls import NativeCalls
 from jitcore.jit.native_python import pickler_lookasides
@@ -156,7 +157,7 @@ class Pass(NativeCalls, StateReads):
         )
         self.provenance = Provenance(self.context.values, self.prologue)
         self.held = HeldTensors(self.provenance)  # jit/held_tensors.py
-        self.measured = appends.MeasuredLists(self.provenance)
+        self.measured = MeasuredLists(self.provenance)
         # a caller's tensor as a key of the caller's dicts (jit/tensor_keys.py)
         self.limit: ProgramLimit | None = None  # the program's recursion limit, once the pass starts
         self.keys = CallerKeys(self.provenance, lambda obj: self.snapshots.reached(obj)
