@@ -568,7 +568,7 @@ def _through_leaves_made_inside(trace: Trace, subclass_inputs: list[tuple[Subcla
     under autograd])."""
     outputs = [v for v in optree.tree_leaves(trace.output, none_is_leaf=True) if isinstance(v, TensorProxy)]
     with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
-        shadows = [(v.shadow, v.shadow.requires_grad, v.shadow.is_leaf, v.shadow.grad_fn) for v in outputs]
+        shadows = [(v.shadow, v.shadow.requires_grad, *_leaf_and_node(v.shadow)) for v in outputs]
     if not any(isinstance(a, TensorProxy) and a.requires_grad for a in trace.args) \
             and not any(requires_grad for _proxy, requires_grad in flags) \
             and any(requires_grad for _s, requires_grad, _leaf, _node in shadows):
@@ -580,6 +580,19 @@ def _through_leaves_made_inside(trace: Trace, subclass_inputs: list[tuple[Subcla
         return False
     roots = [node for _s, _r, _leaf, node in shadows if node is not None]
     return any(id(leaf) in handed_out for leaf in graph_leaves(roots))
+
+
+def _leaf_and_node(shadow: torch.Tensor) -> tuple[bool, Any]:
+    """``shadow.is_leaf`` and ``shadow.grad_fn``; for a view whose node autograd refuses to make again
+    (a ``split`` output, or a view made under ``no_grad``, whose base the program wrote after it:
+    reading ``grad_fn`` raises, eagerly only where the caller reads it), its base's node: its
+    gradient would reach what its base's does."""
+    try:
+        return shadow.is_leaf, shadow.grad_fn
+    except RuntimeError:
+        if not shadow._is_view():  # noqa: SLF001
+            raise
+        return False, shadow._base.grad_fn  # noqa: SLF001
 
 
 # Note [Dynamic numbers under autograd]

@@ -14,8 +14,9 @@ Invariants:
   ``grad_fn`` and creation kind (a ``split`` output stays a multi-output view);
 - nothing is regenerated in a program that makes a call for its effect (a grad mode set excepted:
   each call of a chain runs in the grad mode the program made it in); a view of a tensor whose
-  storage an in-place call writes after the view was made is made as autograd makes it again,
-  ``as_strided`` of its base (Note [A view whose base is written]), or stays the Function's;
+  storage an in-place call writes after the view (or a call of its chain) was made is made as
+  autograd makes it again, ``as_strided`` of its base for a plain tensor, its chain replayed for a
+  subclass (Note [A view whose base is written]), or stays the Function's;
 - a leaf whose view cannot be regenerated so stays an output of the Function, as before.
 """
 
@@ -107,8 +108,9 @@ class ViewOutputs:
 
 Found = list[tuple[int, Any, TensorProxy]]  # (position among the output's leaves, base, its replay proxy)
 Chains = dict[int, tuple[BoundSymbol, int | None, Any]]  # id(value) -> (record, index in its output, viewed)
-# id(view) -> (its base, size, stride, storage offset): Note [A view whose base is written]
-Strided = dict[int, tuple[Any, tuple[int, ...], tuple[int, ...], int]]
+# id(view) -> (its base, size, stride, storage offset, whether it is one output of several, whether
+# grad mode was on where it was made): Note [A view whose base is written]
+Strided = dict[int, tuple[Any, tuple[int, ...], tuple[int, ...], int, bool, bool]]
 
 
 def view_outputs(
@@ -138,7 +140,7 @@ def view_outputs(
             for v in optree.tree_leaves((b.args, b.kwargs, b.output), none_is_leaf=True):
                 if isinstance(v, TensorProxy):
                     last_write[id(_root(replayed(v)))] = k
-    grad_mode_set = any(b.symbol.fn is _SET_GRAD_ENABLED for b in trace.bound_symbols)
+    grad_at = _grad_modes(trace)
     producers: dict[int, tuple[BoundSymbol, int | None]] = {}  # the call that made each value
     for bsym in trace.bound_symbols:
         if _writes(bsym):  # returns the tensor it wrote, made before
@@ -173,15 +175,26 @@ def view_outputs(
             continue
         write = last_write.get(id(base_shadow), -1)
         chain = _chain(leaf, base, base_shadow, producers, replayed)
-        if chain is not None and write < min(order[id(b)] for b, _k, _v in chain.values()):
+        if chain is not None:
+            steps = _in_order(chain, leaf, base)
+            # Note [A view whose base is written]: the calls made before the last write give way to
+            # as_strided of what the last of them made, as autograd makes that view again
+            before = [step for step in steps if order[id(step[1][0])] < write]
+            if before and _plain_layout(proxy, base_shadow) is not None:
+                pivot, (bsym, index, _source) = before[-1]
+                layout = _plain_layout(replayed(pivot), base_shadow)
+                if layout is None:
+                    continue
+                strided[id(pivot)] = (base, *layout, index is not None, grad_at[order[id(bsym)]])
+                chain = {key: made for key, made in chain.items() if order[id(made[0])] > write}
             chains.update(chain)
             found.append((position, base, replayed(base)))
             continue
         made = producers.get(id(leaf))
-        if made is not None and made[1] is None and write > order[id(made[0])] and not grad_mode_set:
+        if made is not None and write > order[id(made[0])]:
             layout = _plain_layout(proxy, base_shadow)
             if layout is not None:  # Note [A view whose base is written]
-                strided[id(leaf)] = (base, *layout)
+                strided[id(leaf)] = (base, *layout, made[1] is not None, grad_at[order[id(made[0])]])
                 found.append((position, base, replayed(base)))
     return (found, chains, strided) if found else None
 
@@ -194,10 +207,20 @@ def view_outputs(
 # program's view calls after the Function would give ``ViewBackward0``, and a view of a base written
 # before the view was made keeps its own node, which the replay gives. So a view made from a base
 # some in-place call writes after it (the last such write follows the view's call) is made as
-# ``base.as_strided(size, stride, offset)``, as autograd makes it again: plain tensors of static
-# layout only, a view that is one output of its call (a ``split`` output keeps its multi-output
-# kind, which ``as_strided`` would lose), no grad mode set in the program; a write between the calls
-# of a chain, or any other case, keeps the view the Function's output.
+# ``base.as_strided(size, stride, offset)``, as autograd makes it again (plain tensors of static
+# layout), in the grad mode the program made it in. Within a chain, ``u = z.view(-1); z.mul_(2);
+# v = u[::2]``, eagerly ``u[::2]`` first makes ``u``'s node again: what the last call before the last
+# write made is ``as_strided`` of the base, and the calls after the write are replayed on it
+# (``SliceBackward0`` over ``AsStridedBackward0``). A tensor subclass (TwoTensor) has a view function,
+# which autograd replays instead: its chain is replayed whatever the writes (``ViewBackward0``).
+# Autograd refuses to make again the node of a ``split``/``unbind`` output or of a view made under
+# ``no_grad`` (reading ``grad_fn`` raises, and so does an in-place op on it); such a view is
+# ``as_strided`` with eager's creation kind (``_as_strided_of_several``; under ``no_grad``), so an
+# in-place op on it raises eager's error. Its ``grad_fn`` reads as ``AsStridedBackward0`` where eager's
+# raises: eager's would need its version counter behind its base's, which only a write after it gives,
+# and bumping the base's counter after the Function would fail the backward of a Function that saved
+# the base (``ctx.save_for_backward``'s version check). A chain whose pivot has no static layout stays
+# the Function's output.
 
 
 def plan(
@@ -236,6 +259,10 @@ def plan(
             root = ("output", k)
         roots.append((slot(id(base)), root))
     steps: list[Step] = []
+    # Note [A view whose base is written]: first, as they read only bases; a chain's later calls read them
+    for key, (base, size, stride, offset, several, made_with_grad) in strided.items():
+        fn = _as_strided_of_several if several else torch.Tensor.as_strided
+        steps.append((fn, (size, stride, offset), {}, slots[id(base)], ((slot(key), None),), made_with_grad))
     grad = True  # the call runs under autograd: grad mode on
     for bsym in trace.bound_symbols:  # program order: a chain's earlier calls first
         if bsym.symbol.fn is _SET_GRAD_ENABLED:
@@ -246,12 +273,22 @@ def plan(
         source = chains[made[0][0]][2]
         written = tuple((slot(key), k) for key, k in made)
         steps.append((bsym.symbol.fn, bsym.args[1:], dict(bsym.kwargs), slot(id(source)), written, grad))
-    for key, (base, size, stride, offset) in strided.items():  # Note [A view whose base is written]
-        made = ((slot(key), None),)
-        steps.append((torch.Tensor.as_strided, (size, stride, offset), {}, slots[id(base)], made, True))
     positions = tuple((position, slots[id(leaf)]) for position, leaf in enumerate(leaves)
                       if id(leaf) in chains or id(leaf) in strided)
     return ViewOutputs(tuple(roots), tuple(steps), positions, len(slots), tuple(hidden))
+
+
+def _as_strided_of_several(base: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
+    """``base.as_strided(size, stride, offset)`` of a view that is one of several outputs of its call
+    (a ``split`` output): an in-place op on it raises eager's multi-output error (Note [A view whose
+    base is written])."""
+    view = base.as_strided(size, stride, offset)
+    if view.requires_grad:
+        torch._C._autograd._set_creation_meta(view, _MULTI_OUTPUT_NODE)  # noqa: SLF001
+    return view
+
+
+_MULTI_OUTPUT_NODE = torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE  # noqa: SLF001
 
 
 def drop_views_made_after(forward: Trace) -> None:
@@ -286,6 +323,28 @@ def _chain(
         chain[id(value)] = (bsym, index, source)
         value = source
     return chain
+
+
+def _in_order(chain: Chains, leaf: Any, base: Any) -> list[tuple[Any, tuple[BoundSymbol, int | None, Any]]]:
+    """The values of ``chain`` with the record making each, from the base's view to ``leaf``."""
+    steps = []
+    value = leaf
+    while value is not base:
+        made = chain[id(value)]
+        steps.append((value, made))
+        value = made[2]
+    return steps[::-1]
+
+
+def _grad_modes(trace: Trace) -> list[bool]:
+    """Whether grad mode is on (the call runs under autograd) where each record of ``trace`` is made."""
+    modes: list[bool] = []
+    grad = True
+    for bsym in trace.bound_symbols:
+        if bsym.symbol.fn is _SET_GRAD_ENABLED:
+            grad = bool(bsym.args[0])
+        modes.append(grad)
+    return modes
 
 
 def _viewed(bsym: BoundSymbol) -> Any:
