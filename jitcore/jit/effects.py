@@ -74,7 +74,7 @@ class Effect:
             (jit/warning_calls.py); ``"setitem_at"``, an item stored at a key computed per call (the
             value is ``(key, item)``: Note [A key only stored], jit/pending_keys.py); ``"add"``, elements
             added to a set (Note [An element only added]); ``"heappush"``, an item pushed onto a heap
-            list (Note [An item only pushed]).
+            list or inserted into a sorted one, the key the function (Note [An item only pushed]).
         key: the attribute name or item key (None for contents and cells; ``(sep, end, flush)``
             for a print; ``(level, pathname, lineno, func)`` for a log record).
         value: the new value, with proxies and rebuilt objects as slots filled per call.
@@ -727,8 +727,8 @@ def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = Fals
         target[effect.key] = value
     elif kind == "setitem_at":
         target[value[0]] = value[1]
-    elif kind == "heappush":
-        heapq.heappush(target, value)
+    elif kind == "heappush":  # the key: heappush or bisect.insort_right/left (Note [An item only pushed])
+        (effect.key or heapq.heappush)(target, value)
     elif kind == "add":
         for element in value:
             set.add(target, element)

@@ -23,6 +23,7 @@ import types
 from typing import Any
 
 from jitcore.jit.appends import appended_parameters, parameter_uses
+from jitcore.jit.pending_keys import is_push
 
 __all__ = ["helper_appended_parameters"]
 
@@ -96,6 +97,9 @@ def _callee(kind: str, ref: Any, function: types.FunctionType, owner: Any) -> An
     code, globals_ = function.__code__, function.__globals__
     if kind == "global":
         return globals_.get(ref)
+    if kind == "module":  # ``heapq.heappush``: a module's function (Note [A list argument only pushed onto])
+        module = globals_.get(ref[0])
+        return getattr(module, ref[1], None) if type(module) is types.ModuleType else None
     if kind == "cell":  # a free variable (the enclosing function's local): its value now, guarded as read
         if ref not in code.co_freevars or function.__closure__ is None:
             return None
@@ -123,6 +127,8 @@ def _callee(kind: str, ref: Any, function: types.FunctionType, owner: Any) -> An
 def _appends_to(callee: Any, slot: int | str, bound: bool) -> bool:
     """Whether ``callee``'s parameter at ``slot`` (a position among the call's arguments, or a keyword) is
     one it only appends to; ``bound``: a method, whose ``self`` comes first."""
+    if is_push(callee):  # Note [A list argument only pushed onto], jit/pending_keys.py: the list first
+        return slot == 0 and not bound
     if type(callee) is not types.FunctionType:
         return False
     code = callee.__code__
@@ -250,9 +256,18 @@ def _enclosing_callee(instructions: list, i: int) -> tuple[str, Any, int] | None
 
 def _callee_at(instructions: list, c: int) -> tuple[str, Any, int] | None:
     """(kind, what, the index after its pushes) where ``instructions[c]`` begins pushing a callee with its
-    NULL or ``self``: a global, a local (``PUSH_NULL`` before it, after it on 3.13), a method of a local."""
+    NULL or ``self``: a global, a local (``PUSH_NULL`` before it, after it on 3.13), a method of a local, a
+    function of a module named by a global."""
     inst = instructions[c]
     following = instructions[c + 1] if c + 1 < len(instructions) else None
+    if inst.opname == "LOAD_GLOBAL" and following is not None and (
+            (following.opname == "LOAD_ATTR" and inst.arg & 1 and sys.version_info < (3, 12))  # NULL first
+            or (following.opname == "LOAD_ATTR" and following.arg & 1 and sys.version_info >= (3, 12))):
+        return "module", (inst.argval, following.argval), c + 2  # ``heapq.heappush(...)``
+    if inst.opname == "LOAD_GLOBAL" and not inst.arg & 1 and following is not None \
+            and following.opname == "LOAD_ATTR" and not following.arg & 1 and c + 2 < len(instructions) \
+            and instructions[c + 2].opname == "PUSH_NULL" and sys.version_info >= (3, 13):  # NULL after it
+        return "module", (inst.argval, following.argval), c + 3
     if inst.opname == "LOAD_GLOBAL" and inst.arg & 1:  # with its NULL
         return "global", inst.argval, c + 1
     if following is None:

@@ -177,7 +177,9 @@ class Pass(NativeCalls, StateReads):
         self.snapshots = StateSnapshots()
         self.provenance.on_remember = self.snapshots.take  # side effects: jitcore/jit/effects.py
         self.pending_keys = PendingKeys(  # Note [A key only stored] (jit/pending_keys.py)
-            lambda container: self.provenance.bind_state(container, self.provenance.path_of(container)))
+            lambda container: self.provenance.bind_state(container, self.provenance.path_of(container)),
+            self.provenance.appended_read.add)  # Note [A list argument only pushed onto]
+        self.measured.pending = self.pending_keys.pending
         self.provenance.first_state = self.pending_keys.reading(self.snapshots.first_state)
         self.provenance.snapshot_taken = self.snapshots.reached
         self.provenance.stored_by_program = self.snapshots.stored
@@ -236,7 +238,7 @@ class Pass(NativeCalls, StateReads):
             self.provenance.put_back_counters()  # Note [Counters bound where they are held]
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
             changes = [_plain_ids(e) for e in changes]
-            changes += [Effect(path, "heappush", None, item) for path, item in self.pending_keys.pushes()]
+            changes += [Effect(path, "heappush", fn, item) for path, fn, item in self.pending_keys.pushes()]
             changes += self.prints.effects
             with outputs.taken_apart("returns"):
                 owner = self.snapshots.owner(args, kwargs, copies)  # the caller's objects, handed on
@@ -362,7 +364,10 @@ class Pass(NativeCalls, StateReads):
                 and path not in self.read_lists and (name in appended_parameters(self.fn, emptying=True)
                                                      or name in closure_appended_parameters(self.fn)
                                                      or name in helper_appended_parameters(self.fn)):
-            return self.measured.bind_argument(value, path)  # jit/appends.py
+            own = self.measured.bind_argument(value, path)  # jit/appends.py
+            if own is not value and self.measured.is_copy(own):  # Note [A list argument only pushed onto]
+                self.pending_keys.pushed_argument(own, path)
+            return own
         if type(value) is dict and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and path not in self.read_lists and name in appends.stored_parameters(self.fn) \
                 and not self.provenance.reached_as_state(value):  # Note [A dict argument only stored into]

@@ -8,6 +8,7 @@ per call plus what the pass appended before the read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["MeasuredLists"]
@@ -33,6 +34,9 @@ class MeasuredLists:
         # state, whose first state says it, and the length of the program's list then)
         self._lists: dict[int, tuple[Any, int | None, int]] = {}
         self.emptied: set[int] = set()  # ids of lists the pass emptied: Note [A list the program empties]
+        # how many pushes onto a list are recorded and not made (PendingKeys.pending, set by the pass):
+        # Note [A list argument only pushed onto], jit/pending_keys.py
+        self.pending: Callable[[Any], int] = lambda value: 0
 
     def bind(self, value: list, path: Any, name: str) -> list:
         """The list a ``len()`` read measures: its type guarded, remembered for ``length``. A list the
@@ -68,7 +72,7 @@ class MeasuredLists:
         if first is None:
             first = start = len(self._provenance.first_state(value))
         read = self._provenance.bind_dynamic_number(first, path.attr("__len__").call(), "length")
-        grown = list.__len__(value) - start
+        grown = list.__len__(value) - start + self.pending(value)
         return read + grown if grown else read
 
     def len_lookaside(self, base: Any) -> Any:

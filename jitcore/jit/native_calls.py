@@ -17,7 +17,6 @@ is known to the pass's snapshots (Note [Writes of the same object], jit/effects.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import types
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +38,7 @@ from jitcore.jit.held_tensors import is_held_tensor
 from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, is_cache_clear, is_cache_info
 from jitcore.jit.native_python import call_watched
 from jitcore.jit.nondeterministic import NOT_A_READ
+from jitcore.jit.pending_keys import is_push
 from jitcore.jit.settings_reads import SETTINGS_GETTERS
 from jitcore.jit.state_kinds import identity_arguments
 from jitcore.jit.tensor_keys import calls_weakref
@@ -112,7 +112,7 @@ class NativeCalls:
                 return None
             if fn.__name__ == "write" and (written := self.prints.write(fn, args, kwargs)) is not None:
                 return written  # sys.stderr.write(...) of a stream of the caller's
-        if fn is heapq.heappush and self.pending_keys.push(args, kwargs):  # Note [An item only pushed]
+        if is_push(fn) and self.pending_keys.push(fn, args, kwargs):  # Note [An item only pushed]
             return None
         if id(fn) in SETTINGS_GETTERS:  # torch.get_num_threads(): Note [Settings the program reads]
             return self.settings.read(fn, args, kwargs)

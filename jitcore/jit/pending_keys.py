@@ -21,6 +21,7 @@ Invariants (Note [A key only stored]):
 
 from __future__ import annotations
 
+import bisect
 import collections
 import heapq
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from jitcore.prologue import Path
 from jitcore.proxies.number import NumberProxy, ObjectProxy, specialize_all
 from jitcore.proxies.text import TextProxy
 
-__all__ = ["PendingKey", "PendingKeys", "only_added_to", "pushed_onto"]
+__all__ = ["PUSHES", "PendingKey", "PendingKeys", "is_push", "only_added_to", "pushed_onto"]
 
 # Exact types whose ``__setitem__`` is dict's own, so the stand-ins can be swapped in place (an
 # OrderedDict keeps its own order list, which ``dict.__setitem__`` would not update).
@@ -126,13 +127,36 @@ def _plain(element: Any) -> bool:
 # item), or reached through two paths, binds the list whole and is made at once, as before. Not covered:
 # items C cannot compare (``(1.0, None)`` pushed over ``(1.0, 2)``) raise eager's TypeError when the push
 # is replayed, after the computation and after the effects on other objects: eager raises at the push.
+# ``bisect.insort(top, v)`` (``insort_left``/``insort_right``, no ``lo``/``hi``/``key``) is such a push too:
+# where the item lands depends on the items there alone, compared by C (20 traces in 20 calls before:
+# /tmp/eff55-probes/push_forms.py); it is recorded and replayed as the same function.
+# Note [A list argument only pushed onto]
+# ``heapq.heappush(s, v)`` or ``bisect.insort(s, v)`` on a list parameter: the parameter was handed to a
+# call, so the list was bound whole and every call traced again (20 in 20: /tmp/eff55-probes/item1.py).
+# Such a call is a helper that only adds to the list (jit/helper_appends.py: the callee a module's
+# function, ``heapq.heappush``, or a global naming one, the list its first argument), so the parameter is
+# bound as a list only appended to: the program's own copy, empty, its type guarded. The copy is noted
+# here as a heap of its own (``pushed_argument``) and its pushes recorded as those onto a heap of state,
+# replayed onto the caller's list. ``len(s)`` (jit/measured_lists.py) counts the pushes recorded before
+# it. The copy cannot settle a push (nothing else loads it); a push it cannot record (an item C compares
+# through Python code, ``lo``/``key`` arguments), or one with appends around it (their replayed order
+# would not be the program's: the copy's appends are replayed before the pushes), asks for a pass that
+# binds the list whole (``read_argument``, Note [Containers reached twice]).
 _SCAN = 32
+PUSHES = (heapq.heappush, bisect.insort_right, bisect.insort_left)  # ``bisect.insort`` is ``insort_right``
+
+
+def is_push(fn: Any) -> bool:
+    """Whether ``fn`` is one of the C functions that add an item to a list by comparing it with the items
+    there (Note [An item only pushed])."""
+    return any(fn is push for push in PUSHES)
 
 
 def pushed_onto(frame: Any) -> bool:
-    """Whether the value the current load pushes is the heap of a ``heapq.heappush(heap, item)`` call whose
-    item the instructions right after the load compute (Note [An item only pushed])."""
-    if not any(v is heapq.heappush for v in frame.stack[-3:]):
+    """Whether the value the current load pushes is the list of a ``heapq.heappush(heap, item)`` (or
+    ``bisect.insort(top, item)``) call whose item the instructions right after the load compute (Note
+    [An item only pushed])."""
+    if not any(is_push(v) for v in frame.stack[-3:]):
         return False
     instructions, i = frame.info.instructions, frame.index
     above = 0  # values pushed over the list
@@ -157,13 +181,17 @@ def _pushable(item: Any) -> bool:
 class PendingKeys:
     """The stand-in keys of one tracing pass (Note [A key only stored])."""
 
-    def __init__(self, bind_whole: Callable[[Any], None]) -> None:
-        """``bind_whole(container)``: bind a container of state with the guards of its first state."""
+    def __init__(self, bind_whole: Callable[[Any], None], read_argument: Callable[[Path], None]) -> None:
+        """``bind_whole(container)``: bind a container of state with the guards of its first state;
+        ``read_argument(path)``: ask for a pass binding a list argument whole (Note [A list argument only
+        pushed onto])."""
         self._bind_whole = bind_whole
+        self._read_argument = read_argument
+        self._arguments: set[int] = set()  # ids of argument copies noted by ``pushed_argument``
         self._write_only: dict[int, Any] = {}  # id -> dict reached only by stores, set only by ``add``
         self._read: set[int] = set()  # ids of dicts read another way in this pass
         self._pending: dict[int, dict[int, PendingKey]] = {}  # id(dict) -> id(number) -> its stand-in
-        self._pushes: dict[int, list[Any]] = {}  # id(list) -> the items pushed onto it, not made yet
+        self._pushes: dict[int, list[Any]] = {}  # id(list) -> (function, item) pushed onto it, not made yet
         self._paths: dict[int, tuple[list, Path]] = {}  # id(list) loaded for a push -> (it, its path)
 
     def stored_into(self, container: Any) -> None:
@@ -212,33 +240,55 @@ class PendingKeys:
         elif id(heap) not in self._read:
             self._write_only[id(heap)] = heap
 
-    def push(self, args: tuple, kwargs: dict) -> bool:
-        """``heapq.heappush(*args)``: recorded, not made, where the heap is only pushed onto (Note [An
-        item only pushed]); False where it is to be made now (the list bound whole first where a load
-        for this push guarded only its type)."""
+    def pushed_argument(self, own: list, path: Path) -> None:
+        """The program's copy ``own`` of a list argument only appended to or pushed onto (Note [A list
+        argument only pushed onto])."""
+        self._arguments.add(id(own))
+        self.pushed_to(own, path)
+
+    def push(self, fn: Any, args: tuple, kwargs: dict) -> bool:
+        """``heapq.heappush(*args)``, ``bisect.insort(*args)``: recorded, not made, where the list is only
+        pushed onto (Note [An item only pushed]); False where it is to be made now (the list bound whole
+        first where a load for this push guarded only its type)."""
         if len(args) != 2 or kwargs or type(args[0]) is not list:
+            if args and id(args[0]) in self._arguments:
+                self._read_argument(self._paths[id(args[0])][1])
             return False
         heap, item = args
-        if self._write_only.get(id(heap)) is heap and _pushable(item):
-            self._pushes.setdefault(id(heap), []).append(item)
+        argument = id(heap) in self._arguments
+        if self._write_only.get(id(heap)) is heap and _pushable(item) and not (argument and heap):
+            self._pushes.setdefault(id(heap), []).append((fn, item))
             return True
-        if id(heap) in self._paths:
+        if argument:  # an item C compares through Python code, or the copy's appends before it
+            self._read_argument(self._paths[id(heap)][1])
+        elif id(heap) in self._paths:
             self._bind_whole(heap)
         return False
+
+    def pending(self, container: Any) -> int:
+        """How many pushes onto ``container`` are recorded and not made (its ``len()`` counts them)."""
+        return len(self._pushes.get(id(container), ()))
 
     def has_pushes(self) -> bool:
         """Whether pushes are recorded and not made (effects eager keeps)."""
         return any(self._pushes.values())
 
-    def pushes(self) -> list[tuple[Path, Any]]:
-        """The recorded pushes (where the heap is, the item), in program order: ``"heappush"`` effects."""
-        return [(self._paths[key][1], item) for key, items in self._pushes.items() for item in items]
+    def pushes(self) -> list[tuple[Path, Any, Any]]:
+        """The recorded pushes (where the list is, the function, the item), in program order:
+        ``"heappush"`` effects. An argument's copy appended to after its pushes asks for a pass binding
+        it whole (Note [A list argument only pushed onto])."""
+        for key, items in self._pushes.items():
+            if key in self._arguments and items and list.__len__(self._paths[key][0]):
+                self._read_argument(self._paths[key][1])
+        return [(self._paths[key][1], fn, item) for key, items in self._pushes.items() for fn, item in items]
 
     def read(self, container: Any) -> None:
         """Any other load or binding of ``container``: its stand-ins settle, and it takes no more."""
         key = id(container)
         if key in self._read:
             return
+        if key in self._arguments and self._pushes.get(key):  # Note [A list argument only pushed onto]
+            self._read_argument(self._paths[key][1])
         if self._write_only.get(key) is container:
             self.settle(container)
             del self._write_only[key]
@@ -284,8 +334,8 @@ class PendingKeys:
         """Replace each stand-in of ``container`` by its number, in eager's place: hashed there, as the
         store would have hashed it (its value guarded, or only which value it equals where it is computed:
         Note [Hashing a computed number])."""
-        for item in self._pushes.pop(id(container), ()):
-            heapq.heappush(container, specialize_all(item, (NumberProxy, TextProxy)))
+        for fn, item in self._pushes.pop(id(container), ()):
+            fn(container, specialize_all(item, (NumberProxy, TextProxy)))
         pending = self._pending.pop(id(container), None)
         if not pending:
             return

@@ -12,10 +12,13 @@ set's members; a heap's items in order) are compared with eager's.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import heapq
+from bisect import insort
 from heapq import heappush
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -220,6 +223,18 @@ def heap_on_an_object_by_name():
 
 
 @program
+def sorted_by_loss():  # bisect.insort: Note [An item only pushed]
+    top = [(0.5, -1)]
+
+    def f(x, step):
+        bisect.insort(top, (x.sum().item(), step))
+        insort(top, (float(step % 3), step + 100))
+        return x * 2
+
+    return f, top
+
+
+@program
 def heap_then_popped():  # a read after the push: the heap is bound whole, as before
     heap = []
 
@@ -264,7 +279,7 @@ def test_a_key_only_stored_is_replayed_per_call() -> None:
     """The issue's program: 10 calls, the step first specialized, then one entry for every step."""
     for name in ("metrics_by_step", "two_keys_of_one_step", "computed_key_then_step",
                  "attribute_dict_of_a_module", "seen_steps", "seen_labels_of_values", "seen_on_an_object",
-                 "heap_of_losses", "heap_on_an_object_by_name"):
+                 "heap_of_losses", "heap_on_an_object_by_name", "sorted_by_loss"):
         jitted = _check(name, STEPS)
         assert jitcore.cache_misses(jitted) == 2, (name, jitcore.miss_reasons(jitted))
 
@@ -314,3 +329,90 @@ def test_a_state_number_that_changes_keys_the_store() -> None:
 @given(st.sampled_from(sorted(PROGRAMS)), st.lists(st.integers(0, 6), min_size=2, max_size=8))
 def test_stores_keyed_by_steps_match_eager(name: str, steps: list[int]) -> None:
     _check(name, steps)
+
+
+class _Loss:
+    """An item C compares through Python code (its ``__lt__``)."""
+
+    def __init__(self, v: float) -> None:
+        self.v = v
+
+    def __lt__(self, other: _Loss) -> bool:
+        return self.v < other.v
+
+    def __repr__(self) -> str:
+        return f"_Loss({self.v})"
+
+
+def _insort_measured(s, x):
+    bisect.insort(s, round(x.sum().item(), 3))
+    return x * len(s)
+
+
+def _imported_pushes(s, x):
+    insort(s, 2)
+    heappush(s, 1)
+    return x * len(s)
+
+
+def _measured_into_the_item(s, x):
+    n = len(s)
+    heapq.heappush(s, (n, "a"))
+    return x * len(s)
+
+
+def _left_and_right(s, x):
+    bisect.insort_left(s, (1, "b"))
+    bisect.insort_right(s, (1, "a"))
+    return x * 3
+
+
+def _pushed_then_appended(s, x):  # the appends' replayed order would not be the program's: bound whole
+    bisect.insort(s, 3)
+    s.append(0)
+    return x * len(s)
+
+
+def _appended_then_pushed(s, x):
+    s.append(0)
+    heapq.heappush(s, 3)
+    return x * len(s)
+
+
+def _pushed_by_a_key(s, x):  # a key= argument: C calls Python code, the call runs eagerly
+    bisect.insort(s, 3, key=lambda v: -v)
+    return x * 2
+
+
+def _pushed_python_items(s, x):  # C compares through ``_Loss.__lt__``: the call runs eagerly
+    bisect.insort(s, _Loss(x.sum().item()))
+    return x * len(s)
+
+
+_PUSHED_ARGUMENTS = {  # program -> (the list passed, whether it traces once over 20 calls)
+    _insort_measured: (lambda: [0.0, 1.0], True),
+    _imported_pushes: (lambda: [1, 5], True),
+    _measured_into_the_item: (list, True),
+    _left_and_right: (list, True),
+    _pushed_then_appended: (lambda: [1, 5], False),
+    _appended_then_pushed: (lambda: [1, 5], False),
+    _pushed_by_a_key: (lambda: [5, 1], False),
+    _pushed_python_items: (lambda: [_Loss(0.0)], False),
+}
+
+
+@pytest.mark.parametrize("fn", list(_PUSHED_ARGUMENTS), ids=lambda fn: fn.__name__)
+def test_a_list_argument_only_pushed_onto(fn) -> None:
+    """``bisect.insort(s, v)``, ``heapq.heappush(s, v)`` on a list argument traced once over 20 calls, the
+    push replayed onto each call's list (Note [A list argument only pushed onto]); before, every call
+    traced again. Appends around the pushes, and items or keys C compares through Python code, bind the
+    list whole as before. Every call's result and the list after it are eager's."""
+    make, once = _PUSHED_ARGUMENTS[fn]
+    eager, traced, jf = make(), make(), jitcore.jit(fn)
+    for i in range(20):
+        x = x_of(i)
+        expected, got = fn(eager, x), jf(traced, x)
+        assert same(snap(got), snap(expected)), i
+        assert repr(traced) == repr(eager), (i, traced, eager)
+    if once:
+        assert jitcore.cache_misses(jf) == 1, jitcore.miss_reasons(jf)
