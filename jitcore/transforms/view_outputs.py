@@ -9,7 +9,8 @@ Invariants:
 - a regenerated view's base is a tensor the caller's program also had: an input of the call, another
   output, or an intermediate the Function hands back as an extra (hidden) output;
 - each call of a chain is a top-level pass-1 record of a torch function that took exactly one
-  tensor, as its first positional argument, and made a view of the base (the replay's shadows say
+  tensor, as its first positional argument (or a second one only for its static sizes: ``view_as``,
+  Note [A view call with a second tensor]), and made a view of the base (the replay's shadows say
   so), so running it on the real base makes what eager made: the same ``_base``, strides, view
   ``grad_fn`` and creation kind (a ``split`` output stays a multi-output view);
 - nothing is regenerated in a program that makes a call for its effect (a grad mode set excepted:
@@ -272,7 +273,8 @@ def plan(
             continue
         source = chains[made[0][0]][2]
         written = tuple((slot(key), k) for key, k in made)
-        steps.append((bsym.symbol.fn, bsym.args[1:], dict(bsym.kwargs), slot(id(source)), written, grad))
+        fn, rest, kwargs = _call_of(bsym)  # type: ignore[misc] - a chain's calls have one
+        steps.append((fn, rest, kwargs, slot(id(source)), written, grad))
     positions = tuple((position, slots[id(leaf)]) for position, leaf in enumerate(leaves)
                       if id(leaf) in chains or id(leaf) in strided)
     return ViewOutputs(tuple(roots), tuple(steps), positions, len(slots), tuple(hidden))
@@ -348,16 +350,40 @@ def _grad_modes(trace: Trace) -> list[bool]:
 
 
 def _viewed(bsym: BoundSymbol) -> Any:
-    """The one tensor ``bsym`` takes, its first positional argument (None: not a call of that shape)."""
+    """The one tensor ``bsym`` views, its first positional argument (None: not a call of that shape)."""
     if any(t in _NOT_A_VIEW_CALL for t in bsym.symbol.tags) or not bsym.args:
         return None
     first = bsym.args[0]
-    if not isinstance(first, TensorProxy):
-        return None
-    rest = optree.tree_leaves((bsym.args[1:], bsym.kwargs), none_is_leaf=True)
-    if any(isinstance(v, Proxy) for v in rest):
+    if not isinstance(first, TensorProxy) or _call_of(bsym) is None:
         return None
     return first
+
+
+# Note [A view call with a second tensor]
+# ``x.view_as(y)``, ``x.expand_as(y)``, ``x.reshape_as(y)`` read only ``y``'s sizes: torch defines them
+# as ``x.view(y.size())`` (and ``expand``, ``reshape``), the node is the same (``ViewBackward0``,
+# ``ExpandBackward0``). Made after the Function, such a call is that call with ``y``'s sizes, static
+# in the trace; ``y`` need not be at hand (an intermediate the Function does not return).
+_SIZED_BY_ANOTHER = {
+    torch.Tensor.view_as: torch.Tensor.view,
+    torch.Tensor.expand_as: torch.Tensor.expand,
+    torch.Tensor.reshape_as: torch.Tensor.reshape,
+}
+
+
+def _call_of(bsym: BoundSymbol) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None:
+    """What a view call of ``bsym`` makes its view with, after its first argument (None: it reads
+    another proxy, a tensor or a number of the trace)."""
+    fn, rest, kwargs = bsym.symbol.fn, bsym.args[1:], dict(bsym.kwargs)
+    sized = _SIZED_BY_ANOTHER.get(fn)
+    if sized is not None and len(rest) == 1 and not kwargs and isinstance(rest[0], TensorProxy):
+        sizes = tuple(rest[0].shape)  # Note [A view call with a second tensor]
+        if not all(type(n) is int for n in sizes):
+            return None
+        fn, rest = sized, (sizes,)
+    if any(isinstance(v, Proxy) for v in optree.tree_leaves((rest, kwargs), none_is_leaf=True)):
+        return None
+    return fn, rest, kwargs
 
 
 def _base_of(proxy: Any) -> torch.Tensor | None:

@@ -114,6 +114,12 @@ CASES: dict[str, tuple[Callable[..., Any], int, str]] = {
     "base written between the view calls, base written again":
         (_base_written_between_the_view_calls, 0, "leaf"),
     "base written after the view, no_grad block": (_base_written_in_a_program_with_no_grad, 1, "leaf"),
+    # Note [A view call with a second tensor] (view_outputs.py): made with the other tensor's sizes
+    "view_as of a leaf input": (lambda x: x.view_as(x), 0, "leaf"),  # eager raises its leaf error
+    "view_as of a non-leaf input": (lambda x: (x.view_as(x), x.exp()), 0, "non-leaf"),
+    "view_as of an intermediate": (lambda x: _twice(x).view_as(x.t()), 0, "leaf"),
+    "expand_as": (lambda x: (x.sum(0) + 1).expand_as(x), 0, "leaf"),
+    "reshape_as": (lambda x: (x * 2).reshape_as(x.view(32)), 0, "leaf"),
     "view among other outputs": (lambda x: (x.sum(), _twice(x).view(2, 16), x.exp()), 1, "leaf"),
     # ``to`` of the dtype it has returns its argument, the view itself (before: the search for the view's
     # chain of calls looped forever on that call, which seemed to make its own argument)
@@ -200,7 +206,7 @@ def test_view_outputs_match_eager(name: str) -> None:
 @pytest.mark.parametrize("name", [
     "base and view", "base and view, base written", "single view of an intermediate", "two views of one base",
     "view chain", "base written after the view", "base written between the view calls",
-    "view written by the program",
+    "view written by the program", "view_as of an intermediate", "expand_as",
 ])
 def test_two_tensor_views(name: str) -> None:
     fn, written, kind = CASES[name]
