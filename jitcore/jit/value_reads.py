@@ -268,7 +268,9 @@ class ValueReads:
     # again, and a training loop over changing batch sizes took an entry per size (5 in 5 calls; 2 for
     # a plain loss). That read of plain inner tensors, without kwargs, is a name there too, computed by
     # the probe from the open calls' records as in a static pass; a value the program needs is checked
-    # as before. ``item``/``tolist`` of other values and reads under grad stay refused (the Note below).
+    # as before. So is a dispatch's own ``self.scale.item()`` of a plain tensor it holds, without grad
+    # (Note [A number a subclass's code reads]: a quantized weight over activations of changing sizes).
+    # ``item``/``tolist`` of other values and reads under grad stay refused (the Note below).
     #
     # Note [Reads inside a subclass's code under fullgraph]
     # ``fullgraph=True`` refuses the program's own reads (issue 14: a value-dependent program is what
@@ -312,7 +314,8 @@ class ValueReads:
         open_scopes = self.context.scopes[1:-1]
         symbolic = self.context.values.shape_env is not None
         # Note [A wrapper's item in a symbolic pass]
-        inner_number = symbol.fn in _INNER_NUMBER_READS and _plain_tensors(args) and not kwargs
+        inner_number = (symbol.fn in _INNER_NUMBER_READS or symbol.fn in _NUMBER_READS) \
+            and _plain_tensors(args) and not kwargs
         if symbolic and not inner_number and (symbol.fn in _NUMBER_READS or symbol.fn in _INNER_NUMBER_READS
                                               or symbol.fn in _LIST_READS or needs_grad(args, kwargs)):
             return _REFUSED  # Note [A mask in a symbolic pass] (nested ints alone leave the pass static)

@@ -361,3 +361,44 @@ def test_a_wrappers_item_over_changing_sizes_keeps_one_symbolic_entry(name: str)
     fn, make = _ITEM_OVER_SIZES[name]
     entries, warm = frames_over_sizes(fn, make, (2, 3, 4, 5, 6), (TwoTensor,))
     assert (entries, warm) == (2, [])
+
+
+class _ItemScaled(torch.Tensor):
+    """An int8 weight whose dispatch reads its scale with ``self.scale.item()`` and branches on it."""
+
+    @staticmethod
+    def __new__(cls, q: torch.Tensor, scale: torch.Tensor) -> _ItemScaled:
+        return torch.Tensor._make_wrapper_subclass(cls, q.shape, dtype=torch.float32, device=q.device)
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor) -> None:
+        self.q, self.scale = q, scale
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["q", "scale"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> _ItemScaled:
+        return _ItemScaled(inner["q"], inner["scale"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        if func is aten.t.default:
+            return _ItemScaled(args[0].q.t(), args[0].scale)
+
+        def dequantized(t: Any) -> Any:
+            if not isinstance(t, _ItemScaled):
+                return t
+            s = t.scale.item()
+            return t.q.float() * (s if s > 0.5 else max(s, 0.01))
+
+        return func(*pytree.tree_map(dequantized, args), **pytree.tree_map(dequantized, kwargs or {}))
+
+
+def test_a_dispatch_reading_its_scale_over_activations_of_changing_sizes() -> None:
+    def make(n: int) -> tuple:
+        q = torch.randint(-5, 5, (4, 8), dtype=torch.int8)
+        return torch.randn(n, 8), _ItemScaled(q, torch.tensor(0.2 + (n % 2) * 0.5))
+
+    entries, warm = frames_over_sizes(lambda x, w: torch.nn.functional.linear(x, w).relu(), make,
+                                      (2, 3, 4, 5, 6, 7), (_ItemScaled,))
+    assert (entries, warm) == (3, [])  # the static first call, then one symbolic entry per branch
