@@ -19,6 +19,8 @@ import sys
 import types
 from typing import Any
 
+from jitcore.jit.appends import stack_use
+
 __all__ = ["closure_appended_parameters"]
 
 _APPENDING = frozenset({"append", "extend"})
@@ -46,33 +48,94 @@ def closure_appended_parameters(fn: Any) -> frozenset[str]:
     target = getattr(fn, "forward", fn)
     function = getattr(target, "__func__", target)
     code = getattr(function, "__code__", None)
-    return _closure_appended(code) if isinstance(code, types.CodeType) else frozenset()
+    if not isinstance(code, types.CodeType):
+        return frozenset()
+    found, callees = _closure_appended(code)
+    globals_ = getattr(function, "__globals__", {})
+    if any(name in globals_ for name in callees):  # Note [A closure handed to sorted as its key]
+        return frozenset()
+    return found
 
 
 @functools.cache
-def _closure_appended(code: types.CodeType) -> frozenset[str]:
+def _closure_appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
+    """The parameters only appended to through closures, and the builtins those closures are handed to
+    (which must be the builtins where the function runs: Note [A closure handed to sorted as its key])."""
     if _FRAME_ACCESS & set(code.co_names) or code.co_flags & _RESUMABLE:
-        return frozenset()
+        return frozenset(), frozenset()
     count = code.co_argcount + code.co_kwonlyargcount
     candidates = set(code.co_varnames[:count]) & set(code.co_cellvars)
     if not candidates:
-        return frozenset()
+        return frozenset(), frozenset()
     instructions = list(dis.get_instructions(code))
     closures: set[str] = set()  # the locals holding closures made over a candidate
+    callees: set[str] = set()  # the builtins closures made over a candidate are handed to as ``key=``
     for i, inst in enumerate(instructions):
         names = _names(inst)
         if candidates.isdisjoint(names) or inst.opname == "MAKE_CELL":
             continue
         if inst.opname == "LOAD_DEREF" and _looks_up_appending(instructions, i + 1):
             continue
-        local = _closure_made(instructions, i) if inst.opname in _CLOSURE_LOADS else None
+        local = _closure_made(instructions, i, code.co_consts) if inst.opname in _CLOSURE_LOADS else None
         if local is None:
             candidates.difference_update(names)
+        elif local.startswith(_KEY_OF):
+            callees.add(local[len(_KEY_OF):])
         else:
             closures.add(local)
     if candidates and not all(_only_called(code, instructions, local) for local in closures):
-        return frozenset()
-    return frozenset(candidates)
+        return frozenset(), frozenset()
+    return frozenset(candidates), frozenset(callees)
+
+
+# Note [A closure handed to sorted as its key]
+# ``sorted(xs, key=lambda v: log.append(v) or v)`` with a list argument ``log``: the closure was no local
+# only called, so the list was bound whole and every call traced again (20 in 20: /tmp/eff55-probes/
+# item1.py "sorted key logs"). ``sorted``, ``min`` and ``max`` call their ``key`` during the call and keep
+# nothing of it: a closure made right there as the last keyword argument ``key`` (``KW_NAMES``/``CALL_KW``'s
+# names end with it, the call right after the function is made) of a call of the global ``sorted``/``min``/
+# ``max`` loaded with its NULL (the positional arguments between the callee and the closure walked with
+# ``stack_use``, none taking the callee) is as good as a local only called. The name must be the builtin:
+# the function's module defines no global of that name (checked where it is bound, as for ``len``).
+# ``xs.sort(key=...)`` is not covered: nothing proves ``xs`` a list.
+_KEY_OF = "key of "  # ``_closure_made``'s answer for a closure handed to a builtin: this, then its name
+_KEYED_BUILTINS = frozenset({"sorted", "min", "max"})
+_SCAN = 32
+
+
+def _keyed_builtin(instructions: list, i: int, k: int, consts: tuple) -> str | None:
+    """The builtin whose ``key=`` the closure made from ``instructions[i]`` to ``instructions[k - 1]`` is
+    (Note [A closure handed to sorted as its key]), else None."""
+    following = [x for x in instructions[k:k + 3] if x.opname != "PRECALL"]
+    if len(following) < 2:
+        return None
+    names, call = following[0], following[1]
+    if names.opname == "KW_NAMES" and call.opname == "CALL":  # 3.11, 3.12
+        keywords = consts[names.arg]  # (3.11's dis does not show the names)
+    elif names.opname == "LOAD_CONST" and call.opname == "CALL_KW":  # 3.13
+        keywords = names.argval
+    else:
+        return None
+    if type(keywords) is not tuple or not keywords or keywords[-1] != "key":
+        return None
+    positional = call.arg - len(keywords)
+    for c in range(i - 1, max(-1, i - _SCAN), -1):
+        callee = instructions[c]
+        if callee.opname != "LOAD_GLOBAL" or not callee.arg & 1 or callee.argval not in _KEYED_BUILTINS:
+            continue
+        above = 0
+        for inst in instructions[c + 1:i]:
+            use = stack_use(inst)
+            if inst.opname == "LIST_EXTEND" and inst.arg == 1:
+                use = (2, 1)
+            if use is None or use[0] > above:
+                above = -1
+                break
+            above += use[1] - use[0]
+        if above == positional and len(keywords) == 1:
+            return callee.argval
+        return None
+    return None
 
 
 def _names(inst: dis.Instruction) -> tuple:
@@ -88,9 +151,11 @@ def _looks_up_appending(instructions: list, i: int) -> bool:
     return following is not None and following.opname in _LOOKUPS and following.argval in _APPENDING
 
 
-def _closure_made(instructions: list, i: int) -> str | None:
+def _closure_made(instructions: list, i: int, consts: tuple) -> str | None:
     """The local a closure goes into, when the cell ``instructions[i]`` loads is one of a closure tuple whose
-    function only appends through it and is stored in a local right away; None otherwise."""
+    function only appends through it and is stored in a local right away (``_KEY_OF`` and the builtin's name
+    where it is handed to one as its ``key``: Note [A closure handed to sorted as its key]); None
+    otherwise."""
     j = i
     while j < len(instructions) and instructions[j].opname in _CLOSURE_LOADS:
         j += 1
@@ -101,9 +166,11 @@ def _closure_made(instructions: list, i: int) -> str | None:
     k = j + 3
     while k < len(instructions) and instructions[k].opname == "SET_FUNCTION_ATTRIBUTE":
         k += 1
-    if not isinstance(inner, types.CodeType) or not _appends_only(inner, name) or k >= len(instructions) \
-            or instructions[k].opname != "STORE_FAST":
+    if not isinstance(inner, types.CodeType) or not _appends_only(inner, name) or k >= len(instructions):
         return None
+    if instructions[k].opname != "STORE_FAST":
+        keyed = _keyed_builtin(instructions, i, k, consts)  # Note [A closure handed to sorted as its key]
+        return None if keyed is None else _KEY_OF + keyed
     return instructions[k].argval
 
 

@@ -301,6 +301,36 @@ def test_a_closure_that_reads_the_list_or_is_passed_on_sees_the_callers_list(fn)
     run_both(fn, [], 6, change=change)
 
 
+# --- a closure handed to sorted/min/max as its key (Note [A closure handed to sorted as its key])
+
+def _sorted_by_a_logging_key(log: list, x: torch.Tensor) -> torch.Tensor:
+    order = sorted([3, 1, 2], key=lambda v: log.append(v) or -v)
+    return x * order[0]
+
+
+def _min_and_max_by_logging_keys(log: list, x: torch.Tensor) -> torch.Tensor:
+    low = min(range(3), key=lambda i: log.append(("min", i)) or (i - 1) ** 2)
+    high = max([0, 1, 2], key=lambda i: log.append(("max", i)) or -i)
+    return x[low] - x[high]
+
+
+@pytest.mark.parametrize("fn", [_sorted_by_a_logging_key, _min_and_max_by_logging_keys],
+                         ids=["sorted", "min_max"])
+def test_a_list_argument_appended_to_from_a_sort_key_traces_once(fn) -> None:
+    """Traced on every call before (20 in 20): the closure was handed to ``sorted``, not stored in a local."""
+    jf = run_both(fn, [], 20)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def test_a_sort_key_closure_under_a_shadowed_sorted_binds_the_list_whole() -> None:
+    """A module global named ``sorted`` is not the builtin: the closure could be kept, the list is read."""
+    kept = []
+    scope = {"sorted": lambda xs, key: kept.append(key) or list(xs), "__builtins__": __builtins__}
+    fn = types.FunctionType(_sorted_by_a_logging_key.__code__, scope, "shadowed")
+    assert closure_appended_parameters(_sorted_by_a_logging_key) == {"log"}
+    assert closure_appended_parameters(fn) == frozenset()
+    run_both(fn, [], 3)
+
 
 def _pass(*args: Any) -> Any:
     return args
