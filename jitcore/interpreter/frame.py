@@ -65,6 +65,7 @@ class Frame:
         "globals",
         "index",
         "info",
+        "jump",
         "kw_names",
         "locals",
         "pending",
@@ -103,7 +104,8 @@ class Frame:
         # ``result`` is set by RETURN_VALUE/YIELD_VALUE before it is read; ``pending`` is set by the generator
         # code, ``tb_entry`` by tracebacks.add_frame, ``caught`` by loop._route, ``trace`` and ``trace_flags``
         # (the frame's ``f_trace``, ``f_trace_lines`` and ``f_trace_opcodes``) by its frame object,
-        # ``trace_line`` and ``trace_lasti`` by tracing.py, ``proxy`` (a weak reference to the frame's frame
+        # ``trace_line`` and ``trace_lasti`` by tracing.py, ``jump`` (a jump set in a yield's ``return``
+        # event) by line_jumps.py, ``proxy`` (a weak reference to the frame's frame
         # object) by lookasides.frame_proxy, ``f_locals`` (before 3.13, the dict ``locals()`` returns in a
         # function frame) and ``extra_locals`` (3.13: names written into ``frame.f_locals`` that are no
         # local's) by frame_locals.py, which read them with a default: left

@@ -24,7 +24,8 @@ from jitcore.interpreter.private_modules import private_copy
 
 dis = private_copy("dis")  # decoding must not see a program's builtins.len (private_modules.py)
 
-__all__ = ["CODE_INFO", "CodeInfo", "ExceptionEntry", "Instruction", "decode"]
+__all__ = ["CODE_INFO", "CodeInfo", "ExceptionEntry", "Instruction", "decode", "dropped_before",
+           "raw_instructions"]
 
 _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 _GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
@@ -170,6 +171,11 @@ class CodeInfo:
         if found is None:
             found = self._fused_hooked[hooked] = _fuse(self.instructions, hooked)
         return found
+
+    def index_at(self, offset: int) -> int:
+        """The index of the instruction at byte ``offset``, or of the first kept after it where the decoding
+        dropped that one (Note [Dropped instructions])."""
+        return self._index_of[offset]
 
     def exception_table(self) -> tuple[ExceptionEntry, ...]:
         """The parsed exception table (parsed on first use)."""
@@ -335,6 +341,13 @@ def _decode_instructions(code: CodeType) -> tuple[list[Instruction], dict[int, i
         out.append(Instruction(opcode, opname, arg, argval, offset, len(out), lineno, end_lineno, col,
                                end_col))
     return out, index_of
+
+
+def raw_instructions(code: CodeType) -> list[tuple]:
+    """Every instruction of ``code``, dropped ones included, as ``(offset, opcode, opname, arg, argval,
+    lineno, end_lineno, col, end_col)`` (``dis.get_instructions``' fields; a jump's argval: its target's
+    offset)."""
+    return _raw(code)
 
 
 def dropped_before(code: CodeType) -> tuple[list[tuple[tuple[int, int, int | None], ...]], dict[int, int]]:

@@ -84,6 +84,7 @@ from jitcore.interpreter.getters import ATTRGETTER_CALL, attrgetter_call
 from jitcore.interpreter.hashed_inserts import keyed_lookasides
 from jitcore.interpreter.hashes import hash_
 from jitcore.interpreter.iterating_calls import iterating_lookasides
+from jitcore.interpreter.line_jumps import set_lineno
 from jitcore.interpreter.pickling import dump, dumps, save_global
 from jitcore.interpreter.protocols import index, truth
 from jitcore.interpreter.reductions import getstate, reduce_ex
@@ -310,6 +311,10 @@ def _no_module(self: object) -> str:
     raise AttributeError("'frame' object has no attribute '__module__'")
 
 
+def _no_delete(self: FrameProxy) -> None:
+    raise AttributeError("cannot delete attribute")
+
+
 class FrameProxy:
     """What ``sys._getframe()`` returns for an interpreted frame: the ``f_*`` attributes of a frame object."""
 
@@ -326,7 +331,9 @@ class FrameProxy:
     f_code = property(lambda self: self._frame.code)
     # (while a trace function runs for an instruction the decoding dropped, its line: tracing.py)
     f_lineno = property(lambda self: getattr(self._frame, "trace_line", None) or
-                        self._frame.position().lineno)
+                        self._frame.position().lineno,
+                        lambda self, value: set_lineno(self._frame, value),  # a jump: line_jumps.py
+                        _no_delete)
     # (and its offset: Note [A dropped instruction's f_lasti] in tracing.py)
     f_lasti = property(lambda self: _or(getattr(self._frame, "trace_lasti", None),
                                         self._frame.instruction.offset))

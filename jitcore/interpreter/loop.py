@@ -28,6 +28,7 @@ from jitcore.interpreter import tracing
 from jitcore.interpreter.errors import InterpreterError, JitcoreInterpreterError
 from jitcore.interpreter.frame import Frame
 from jitcore.interpreter.instructions import CodeInfo, Instruction
+from jitcore.interpreter.line_jumps import resume_jump
 from jitcore.interpreter.tracebacks import (
     add_frame,
     is_internal,
@@ -124,25 +125,28 @@ def execute_settrace(frame: Frame, pending: BaseException | None = None) -> None
     frames.append(frame)
     handlers = tracing.traced_table(run.handlers)
     instructions = frame.info.instructions
-    cursor = [None, None, False, None]  # tracing.before's: the last instruction executed (dropped ones too)
+    # tracing.before's: the last instruction executed (dropped ones too), ...
+    cursor = [None, None, False, None, None]
     try:
         if pending is not None:
             cursor[3] = instructions[frame.index - 1] if frame.index else None  # where it is thrown in
             tracing.call_event(frame)
             _raise_into(frame, pending)
+        elif frame.index:  # resumed: a jump its yield's ``return`` event set (Note [A jump from a yield])
+            tracing.landed(cursor, *resume_jump(frame))
         while True:
             try:
                 while True:
                     inst = instructions[frame.index]
                     frame.index = inst.after
-                    if tracing.TRACE.active:
-                        tracing.before(frame, inst, cursor)
+                    if tracing.TRACE.active and tracing.before(frame, inst, cursor):
+                        continue  # a trace function jumped (Note [A jump from a trace function])
                     if handlers[inst.opcode](frame, inst) is not None:
                         break
             except BaseException as exc:
                 line = tracing.unwound_line(cursor)
                 if not unwind(frame, exc):
-                    tracing.return_event(frame, None, line)
+                    tracing.return_event(frame, None, line, True)
                     raise
                 continue
             tracing.return_event(frame, frame.result)

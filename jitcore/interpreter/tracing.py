@@ -10,6 +10,8 @@ Invariants:
 - While either is set, a traceable run starts every frame in ``loop.execute_settrace``, whose events
   are CPython 3.11's (Note [Trace events of interpreted frames] in loop.py). Frames already running when it
   was set give no line events.
+- A trace function may set its frame's ``f_lineno`` (a jump: line_jumps.py); the tracing loop then fetches at
+  the frame's new index (Note [A jump from a trace function]).
 - While the trace function runs (``TRACE.busy``) nothing is traced, as under CPython's ``tstate->tracing``; an
   exception it raises unsets it (``sys.settrace(None)``) and propagates from the traced instruction.
 """
@@ -34,8 +36,9 @@ if TYPE_CHECKING:
     from jitcore.interpreter.run import Run
 
 __all__ = ["TRACE", "before", "call_event", "exception_event", "for_iter", "for_iter_next", "getprofile",
-           "gettrace", "native_functions", "native_traced", "raise_traced", "return_event", "setprofile",
-           "settrace", "stop_iteration_event", "trace_points", "traced_loop", "traced_table", "unwound_line"]
+           "gettrace", "landed", "native_functions", "native_traced", "raise_traced", "return_event",
+           "setprofile", "settrace", "stop_iteration_event", "trace_points", "traced_loop", "traced_table",
+           "unwound_line"]
 
 
 class _TraceState(threading.local):
@@ -44,6 +47,11 @@ class _TraceState(threading.local):
         self.profile: object = None  # what it passed to sys.setprofile, or None
         self.active = False  # either is set
         self.busy = False  # a trace or profile function is running (CPython's tstate->tracing)
+        # while one runs, ``(frame, what, offset)`` of its event (Note [Which events may jump] in
+        # line_jumps.py); the ``(frame, offset, line)`` a jump it made lands on, until the frame's loop sees
+        # it (the trace function's own frame runs meanwhile)
+        self.event: tuple | None = None
+        self.jump: tuple[int, int] | None = None
 
 
 TRACE = _TraceState()
@@ -151,17 +159,50 @@ def trace_points(code: CodeType) -> tuple[list[tuple], dict[int, int], int]:
 _POINTS: dict[int, tuple[CodeType, list, dict, int]] = {}
 
 
-def before(frame: Frame, inst: Instruction, cursor: list) -> None:
+def before(frame: Frame, inst: Instruction, cursor: list) -> bool:
     """The events before ``inst`` executes in ``frame``: those of the instructions dropped before it that
     CPython executed on the way (``_dropped_run``), then its own (``_step``). ``cursor``: the frame's
-    ``[last point, last decoded instruction, whether that jumped, the last that raised]``, updated."""
+    ``[last point, last decoded instruction, whether that jumped, the last that raised, the offset a jump
+    landed on]``, updated. Returns whether a trace function jumped (set ``f_lineno``): ``inst`` does not run,
+    the frame goes on at its new index (Note [A jump from a trace function])."""
     dropped, targets, first = trace_points(frame.code)
     prev, last, jumped = cursor[0], cursor[1], cursor[2]
-    for point in _dropped_run(dropped[inst.index], inst, last, jumped, targets):
+    points = _dropped_run(dropped[inst.index], inst, last, jumped, targets)
+    if cursor[4] is not None:  # the first instruction after a jump: from its target on
+        points = tuple(point for point in points if point[0] > cursor[4])
+        cursor[4] = None
+    for point in points:
         prev = _step(frame, point, prev, first, True)
+        if TRACE.jump is not None and TRACE.jump[0] is frame:
+            return _jumped(cursor)
     cursor[0] = _step(frame, (inst.offset, inst.opcode, inst.lineno), prev, first, False)
+    if TRACE.jump is not None and TRACE.jump[0] is frame:
+        return _jumped(cursor)
     cursor[1] = inst
     cursor[2] = _jumps(inst, frame.stack)
+    return False
+
+
+# Note [A jump from a trace function]
+# A trace function that sets ``f_lineno`` in a ``line`` event (line_jumps.set_lineno) has moved the frame's
+# index to the target's instruction and popped its stack; the instruction whose event it was does not run.
+# CPython then executes the target without tracing it (3.11's DO_TRACING dispatches the instruction its
+# ``prev_instr`` now names; 3.12+'s LINE instrumentation sees the target's line as the one it came from): the
+# next ``line`` event is for a line after it, or a jump backwards. The cursor takes the target as the point
+# executed last, and the dropped instructions before the next decoded one that come before the target are
+# not run (a jump to a dropped instruction runs those after it).
+def _jumped(cursor: list) -> bool:
+    _frame, offset, line = TRACE.jump
+    TRACE.jump = None
+    landed(cursor, offset, line)
+    cursor[1], cursor[2] = None, False
+    return True
+
+
+def landed(cursor: list, offset: int | None, line: int | None) -> None:
+    """``cursor`` of a frame going on at ``offset`` (line ``line``) after a jump (None: none was made)."""
+    if offset is not None:
+        cursor[0], cursor[4] = (offset, None, line), offset
 
 
 def _dropped_run(points: tuple, inst: Instruction, last: Instruction | None, jumped: bool,
@@ -198,8 +239,8 @@ def _step(frame: Frame, point: tuple, prev: tuple | None, first: int, dropped: b
     if offset < first or TRACE.busy or not TRACE.active:
         return point
     shown, at = (line, offset) if dropped else (None, None)
-    if opcode == RESUME:
-        _entry(frame, shown, at)
+    if opcode == RESUME:  # (a frame's start is a RESUME the decoding dropped; one kept resumes a generator)
+        _entry(frame, shown, at, "start" if dropped else "resume")
         return point
     callback = getattr(frame, "trace", None) if TRACE.function is not None else None
     if callback is None:
@@ -208,11 +249,11 @@ def _step(frame: Frame, point: tuple, prev: tuple | None, first: int, dropped: b
     if line is not None and proxy.f_trace_lines:
         last = -1 if prev is None or prev[0] <= first or prev[2] is None else prev[2]
         if line != last or (prev is not None and offset < prev[0] and opcode != _SEND):
-            _call_trace(frame, callback, "line", None, shown, at)
+            _call_trace(frame, callback, "line", None, shown, at, "line", offset)
     if _OPCODE_EVENTS and proxy.f_trace_opcodes and TRACE.function is not None:
         callback = getattr(frame, "trace", None)
         if callback is not None:
-            _call_trace(frame, callback, "opcode", None, shown, at)
+            _call_trace(frame, callback, "opcode", None, shown, at, "opcode", offset)
     return point
 
 
@@ -224,14 +265,17 @@ def _proxy(frame: Frame) -> object:
 
 
 def _call_trace(frame: Frame, callback: Callable, event: str, arg: object, line: int | None = None,
-                lasti: int | None = None) -> None:
+                lasti: int | None = None, what: str | None = None, offset: int | None = None) -> None:
     """``callback(frame, event, arg)`` as CPython's ``trace_trampoline``: its result, if not None, becomes the
     frame's ``f_trace``; if it raises, tracing stops (``sys.settrace(None)``) and the exception propagates.
     ``line``, ``lasti``: the frame's ``f_lineno`` and ``f_lasti`` meanwhile, where the instruction is one the
-    decoding dropped (Note [A dropped instruction's f_lasti])."""
+    decoding dropped (Note [A dropped instruction's f_lasti]). ``what``, ``offset``: the event as
+    line_jumps.py tells them apart (``event`` by default), and the instruction's offset (the current one's by
+    default)."""
     from jitcore.interpreter.calls import call
 
     TRACE.busy = True
+    TRACE.event = (frame, what or event, frame.instruction.offset if offset is None else offset)
     frame.trace_line, frame.trace_lasti = line, lasti
     try:
         result = call(frame.run, callback, (_proxy(frame), event, arg), None)
@@ -242,18 +286,20 @@ def _call_trace(frame: Frame, callback: Callable, event: str, arg: object, line:
         raise
     finally:
         TRACE.busy = False
+        TRACE.event = None
         frame.trace_line = frame.trace_lasti = None
     if result is not None:
         frame.trace = result
 
 
 def _call_profile(frame: Frame, event: str, arg: object, line: int | None = None,
-                  lasti: int | None = None) -> None:
+                  lasti: int | None = None, what: str | None = None) -> None:
     """``profile(frame, event, arg)`` as CPython's ``profile_trampoline``: its result is ignored; if it
     raises, profiling stops (``sys.setprofile(None)``) and the exception propagates."""
     from jitcore.interpreter.calls import call
 
     TRACE.busy = True
+    TRACE.event = (frame, what or event, frame.instruction.offset if lasti is None else lasti)
     frame.trace_line, frame.trace_lasti = line, lasti
     try:
         call(frame.run, TRACE.profile, (_proxy(frame), event, arg), None)
@@ -263,6 +309,7 @@ def _call_profile(frame: Frame, event: str, arg: object, line: int | None = None
         raise
     finally:
         TRACE.busy = False
+        TRACE.event = None
         frame.trace_line = frame.trace_lasti = None
 
 
@@ -273,33 +320,34 @@ def _call_profile(frame: Frame, event: str, arg: object, line: int | None = None
 # line (3.13's test_sys_settrace asserts they agree at every event in its tracer: the assertion stopped
 # tracing and ~250 of its tests saw no events; /tmp/cpy54-probes/p12_lasti_line.py). While its events run,
 # the frame shows the dropped instruction's offset too (``trace_lasti``).
-def _entry(frame: Frame, line: int | None = None, lasti: int | None = None) -> None:
-    """The ``call`` events of a frame starting or resuming: the trace function's, then the profile
-    function's, as CPython's ``trace_function_entry``."""
+def _entry(frame: Frame, line: int | None = None, lasti: int | None = None, what: str = "start") -> None:
+    """The ``call`` events of a frame starting or resuming (``what``: start, resume, throw): the trace
+    function's, then the profile function's, as CPython's ``trace_function_entry``."""
     if TRACE.function is not None:
-        _call_trace(frame, TRACE.function, "call", None, line, lasti)
+        _call_trace(frame, TRACE.function, "call", None, line, lasti, what)
     if TRACE.profile is not None and not TRACE.busy:
-        _call_profile(frame, "call", None, line, lasti)
+        _call_profile(frame, "call", None, line, lasti, what)
 
 
 def call_event(frame: Frame) -> None:
     """The ``call`` events of an exception thrown into a generator's frame (CPython's
     TRACE_FUNCTION_THROW_ENTRY: no RESUME runs)."""
     if TRACE.active and not TRACE.busy:
-        _entry(frame)
+        _entry(frame, what="throw")
 
 
-def return_event(frame: Frame, value: object, line: int | None = None) -> None:
-    """The ``return`` events of a frame returning or yielding ``value`` (None when an exception leaves it;
-    ``line``: the frame's ``f_lineno`` then, where a RERAISE restored another, ``unwound_line``): to its
-    ``f_trace``, then to the profile function, as CPython's ``trace_function_exit``."""
+def return_event(frame: Frame, value: object, line: int | None = None, unwound: bool = False) -> None:
+    """The ``return`` events of a frame returning or yielding ``value`` (None when an exception leaves it,
+    ``unwound``; ``line``: the frame's ``f_lineno`` then, where a RERAISE restored another, ``unwound_line``):
+    to its ``f_trace``, then to the profile function, as CPython's ``trace_function_exit``."""
     if not TRACE.active or TRACE.busy:
         return
+    what = "unwind" if unwound else "yield" if frame.index in frame.info.yield_resumes else "return"
     callback = getattr(frame, "trace", None) if TRACE.function is not None else None
     if callback is not None:
-        _call_trace(frame, callback, "return", value, line)
+        _call_trace(frame, callback, "return", value, line, None, what)
     if TRACE.profile is not None and not TRACE.busy:
-        _call_profile(frame, "return", value, line)
+        _call_profile(frame, "return", value, line, None, what)
 
 
 def unwound_line(cursor: list) -> int | None:
