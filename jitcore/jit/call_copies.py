@@ -42,13 +42,11 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Proxy
-from jitcore.jit import weak_copies
+from jitcore.jit import copy_plans, weak_copies
 from jitcore.jit.code_kinds import class_module
 from jitcore.jit.made_classes import class_parts, remake_class
 from jitcore.jit.made_functions import (
-    fill_function,
     function_parts,
-    new_function,
     refused_class,
     remake_function,
 )
@@ -245,7 +243,13 @@ def one_call(rebuild: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``rebuild`` run ``in_one_call``."""
 
     def rebuild_one_call(results: Any) -> Any:
-        return in_one_call(lambda: rebuild(results))
+        if _MEMO.get() is not None:
+            return rebuild(results)
+        token = _MEMO.set(_CallMemo())  # (``in_one_call``'s, without its closure: on every cached call)
+        try:
+            return rebuild(results)
+        finally:
+            _MEMO.reset(token)
 
     return rebuild_one_call
 
@@ -316,19 +320,13 @@ def function_per_call(fn: types.FunctionType, state: Callable[[Any], list[Any]])
     """A rebuild making ``fn``, a function the program made over traced values, again once per call: a new
     function in the call's memo first, then ``state(results)`` (its parts, laid out as
     jit/made_functions.py ``function_state``) given to it (Note [A closure over traced values],
-    jit/outputs.py)."""
+    jit/outputs.py), by a maker compiled once (Note [A copy planned once per entry])."""
     _MAKERS[0] += 1
+    make = copy_plans.function_maker(fn)
 
     def remade(results: Any) -> Any:
         memo = _MEMO.get()
-        if memo is None:
-            memo = _CallMemo()
-        found = dict.get(memo, id(fn), _NIL)
-        if found is not _NIL:
-            return found
-        made = new_function(fn, memo)
-        fill_function(fn, made, state(results))
-        return made
+        return make(_CallMemo() if memo is None else memo, lambda: state(results))
 
     return remade
 
@@ -359,6 +357,14 @@ def holds_made(key: Any, owner: Owner) -> bool:
     return (programs_own(key) or owner.made(key)) and owner(key) is None
 
 
+# Note [A copy planned once per entry]
+# A deep copy through the call's memo finds out again on every call what each object is (``deepcopy``'s
+# dispatch, reductions, the memo's hooks for the functions and classes the program made): a closure
+# over a list cost 20 us per cached call, a class 150 us, where eager makes them in 2-20 us. Where every
+# object the pass's object reaches is a list, dict, tuple, set, plain instance, function or class the
+# program made, an atom or the caller's, ``made_anew`` compiles once the steps that make this call's copy
+# (jit/copy_plans.py), each doing what ``deepcopy`` did for its object, in the same order and with the
+# same memo entries; the rest (weak objects, methods, deques, ``Fraction`` ...) is copied as before.
 def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:
     """A function making ``value``, an object the program made (``programs_own``), anew for a call."""
     _MAKERS[0] += 1
@@ -377,6 +383,14 @@ def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:
     finalizers = [item for item in weak.values() if isinstance(item, weakref.finalize)]
     for item in finalizers:
         weak_copies.take_finalizer(item)  # Note [A finalizer of an object the program made]
+    planned = None if weak else copy_plans.plan(value, kept, passed, functions)
+    if planned is not None:  # Note [A copy planned once per entry]
+
+        def make_planned() -> Any:
+            memo = _MEMO.get()
+            return planned(_CallMemo() if memo is None else memo)
+
+        return make_planned
 
     def make() -> Any:
         memo = _MEMO.get()

@@ -290,7 +290,16 @@ def _split_literal(value: Any, depth: int, owner: Owner) -> Split:
         leaves = optree.tree_flatten(results, is_leaf=lambda v: v is not results, none_is_leaf=True)[0]
         return optree.tree_unflatten(spec, [r(x) if r is not None else x for r, x in zip(rebuilds, leaves)])
 
-    return flat, rebuild_node
+    kind, count = type(value), len(children)
+    if kind is not tuple and kind is not list:
+        return flat, rebuild_node
+
+    def rebuild_sequence(results: Any) -> Any:  # optree's one level of a tuple or list, without optree
+        if type(results) is not kind or len(results) != count:
+            return rebuild_node(results)
+        return kind([r(x) if r is not None else x for r, x in zip(rebuilds, results)])
+
+    return flat, rebuild_sequence
 
 
 def _as_is(result: Any) -> Any:
