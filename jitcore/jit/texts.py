@@ -79,6 +79,13 @@ def _specialized_all(values: Any) -> Any:
     return specialized_sizes(values)
 
 
+# Note [A converted field]
+# ``f"{x!r}"`` of a subclass whose ``__repr__`` the interpreter runs (a TwoTensor's, a class's own) gives
+# a TextProxy when that text holds an inner tensor's snapshot; FORMAT_VALUE then formatted it with
+# ``format(text, "")``, which needs its characters (JC-T001, an eager entry). A field converted with
+# ``!r``/``!s`` and no spec is its conversion's text, whatever it is made of.
+
+
 def format_field(value: Any, conversion: int, spec: Any) -> Any:
     """The ``format_field`` hook: an f-string field's text (see the module docstring)."""
     specialized = specialized_sizes(value)
@@ -87,6 +94,8 @@ def format_field(value: Any, conversion: int, spec: Any) -> Any:
                          spec.specialize() if isinstance(spec, TextProxy) else spec)
     if type(spec) is str and not spec and (snapshot := _tensor_text(value, conversion)) is not None:
         return TextProxy.field(snapshot, conversion, "")
+    if type(spec) is str and not spec and conversion in (1, 2) and issubclass(type(value), TensorProxy):
+        return (to_str if conversion == 1 else to_repr)(current_run(), value)  # Note [A converted field]
     made = isinstance(spec, TextProxy)  # ``f"{x:.{n}f}"``: the spec's characters are needed now
     if made:
         spec = spec.specialize()

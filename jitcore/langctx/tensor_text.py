@@ -89,20 +89,65 @@ def shown_snapshot(value: Any) -> TensorProxy | None:
     return current_run().call(torch.clone, value)
 
 
-def _proxy_repr(self: TensorProxy) -> str:
+def _proxy_repr(self: TensorProxy, *, tensor_contents: Any = None) -> Any:
+    if tensor_contents is not None:  # Note [Torch's text around a subclass's own contents]
+        return _text_around(self, tensor_contents)
     own = _own_repr(self.python_type)
     if own is not None and id(self) not in _IN_OWN_REPR:  # Note [A plain subclass's own repr]
-        run = current_run()
-        _IN_OWN_REPR.add(id(self))
-        try:
-            return run.call(own, self) if run is not None else own(self)
-        finally:
-            _IN_OWN_REPR.discard(id(self))
+        return _interpreted_repr(self, own)
     refuse_text("repr")
     return ""  # not reached
 
 
+def _interpreted_repr(value: TensorProxy, method: FunctionType) -> Any:
+    """``method(value)``, the ``__repr__`` of ``value``'s class, interpreted; a ``super().__repr__()``
+    inside it reaching the proxy's own again refuses (``_IN_OWN_REPR``)."""
+    run = current_run()
+    _IN_OWN_REPR.add(id(value))
+    try:
+        return run.call(method, value) if run is not None else method(value)
+    finally:
+        _IN_OWN_REPR.discard(id(value))
+
+
 _IN_OWN_REPR: set[int] = set()  # the proxies whose class's own __repr__ is running
+
+
+# Note [Torch's text around a subclass's own contents]
+# A wrapper subclass's ``__repr__`` is often ``super().__repr__(tensor_contents=f"{self.elem}")`` (torch's
+# LoggingTensor, subclass_zoo's classes): ``Tensor.__repr__`` writes the class's name, the contents it is
+# given and suffixes from metadata (``dtype=``, ``device=``, ``requires_grad=True``), reading no value.
+# The proxy's ``__repr__`` took no ``tensor_contents``: ``repr(x)`` raised TypeError where eager gave its
+# text, and ``print(x)`` raised it too. The text around the contents is now torch's own, made from a
+# stand-in of the class with the proxy's metadata (``_make_wrapper_subclass``: no storage, none of the
+# class's attributes; torch's text code runs no dispatch on it) around a marker, and the contents are put
+# in the marker's place: a str, or a TextProxy whose characters each call makes (an inner tensor's
+# snapshot). Refused (JC-T001) where the text would depend on what the pass does not know: a value that
+# requires grad (``grad_fn=<...>`` names a node of eager's graph), symbolic sizes, a layout other than
+# strided, and suffixes after contents made per call (torch breaks the line by the contents' length).
+_CONTENTS = "\x00jitcore-tensor-contents\x00"
+
+
+def _text_around(value: TensorProxy, contents: Any) -> Any:
+    """``Tensor.__repr__(value, tensor_contents=contents)`` of a traced tensor (the Note above)."""
+    from jitcore.proxies.text import TextProxy  # (a text proxy is made only where such a repr runs)
+
+    if type(contents) is not str and not isinstance(contents, TextProxy):
+        refuse_text("repr")
+    if value.requires_grad or value.layout is not torch.strided \
+            or not all(type(n) is int for n in (*value.shape, *value.stride())):
+        refuse_text("repr")
+    stand_in = torch.Tensor._make_wrapper_subclass(
+        value.python_type, tuple(value.shape), strides=tuple(value.stride()), dtype=value.dtype,
+        device=value.device)
+    with torch._C.DisableTorchFunctionSubclass():
+        text = torch._tensor_str._str(stand_in, tensor_contents=_CONTENTS)
+    before, after = text.split(_CONTENTS)
+    if type(contents) is str:
+        return before + contents + after
+    if after != ")":
+        refuse_text("repr")
+    return TextProxy((before, *contents.parts, after))
 
 
 # Note [A plain subclass's own repr]
@@ -131,9 +176,44 @@ def own_text(value: Any) -> Any:
     if not _traced_tensor(value):
         return None
     cls = value.python_type
+    wrapper = _wrapper_repr(value)
+    if wrapper is not None:  # Note [A wrapper's text made of its inner tensors' text]
+        return _interpreted_repr(value, wrapper)
     if _own_repr(cls) is None or any("__str__" in vars(klass) for klass in _own_classes(cls)):
         return None
     return _proxy_repr(value)
+
+
+# Note [A wrapper's text made of its inner tensors' text]
+# ``print(x)`` or ``f"{x}"`` of a TwoTensor shows ``TwoTensor(tensor([...]), tensor([...]))``: its class's
+# ``__repr__`` formats ``repr(self.a)`` and ``repr(self.b)``. Such a class of torch's (TwoTensor,
+# LoggingTensor, DTensor) was left to the tensor-text refusal (Note [A plain subclass's own repr] keeps
+# torch's classes out), so the call ran eagerly from its first call, its dispatch on every call, while
+# ``repr(x)`` already interpreted the same method. A wrapper subclass's (one with ``__torch_dispatch__``)
+# Python ``__repr__``, torch's included, is now interpreted for ``print`` and ``str``/``format`` too: each
+# inner tensor's text is a snapshot the computation takes (a TextProxy field), so every call prints its
+# own values, in program order among the other prints (jit/printing.py). What such a ``__repr__`` needs
+# while tracing (a nested jagged tensor's offsets, MaskedTensor's ``item()``) is read as any read of the
+# program's, or refused as before. A class with its own ``__str__`` keeps the refusal.
+_TEXT_READS_VALUES = frozenset((  # torch's classes whose __repr__ reads what a pass does not have
+    "torch.masked.maskedtensor.core",  # MaskedTensor: each value with item() (an entry per call)
+    "torch.nested._internal.nested_tensor",  # NestedTensor: its ragged size's name is the pass's
+))
+
+
+def _wrapper_repr(value: Any) -> FunctionType | None:
+    """The Python ``__repr__`` of the wrapper subclass ``value`` stands for (its class or a base before
+    ``torch.Tensor``, torch's own classes included); None for a plain tensor, a subclass without
+    ``__torch_dispatch__``, a class with a ``__str__`` of its own, or a ``__repr__`` written in C."""
+    if not isinstance(value, SubclassTensorProxy) or value.python_type.__module__ in _TEXT_READS_VALUES:
+        return None
+    for klass in value.python_type.__mro__:
+        if klass is torch.Tensor or "__str__" in vars(klass):
+            return None
+        method = vars(klass).get("__repr__")
+        if method is not None:
+            return method if type(method) is FunctionType else None
+    return None
 
 
 def own_text_of_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
