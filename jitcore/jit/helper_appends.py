@@ -129,6 +129,9 @@ def _appends_to(callee: Any, slot: int | str, bound: bool) -> bool:
     one it only appends to; ``bound``: a method, whose ``self`` comes first."""
     if is_push(callee):  # Note [A list argument only pushed onto], jit/pending_keys.py: the list first
         return slot == 0 and not bound
+    if type(callee) is type:  # Note [A list argument passed to a class's __init__]
+        init = _plain_init(callee)
+        return init is not None and not bound and _appends_to(init, slot, True)
     if type(callee) is not types.FunctionType:
         return False
     code = callee.__code__
@@ -145,6 +148,35 @@ def _appends_to(callee: Any, slot: int | str, bound: bool) -> bool:
             return False
         name = slot
     return name in appended_parameters(callee)
+
+
+# Note [A list argument passed to a class's __init__]
+# ``raise E(log)`` with ``E.__init__`` appending to its argument (``log.append("init"); super().__init__()``):
+# the parameter was passed to a call of a class, so the list was bound whole and every call traced again
+# (20 in 20: /tmp/eff55-probes/item1.py). A class whose metaclass is ``type`` (no ``__call__`` of its own),
+# whose ``__new__`` is C's (``object``'s, or an exception's: no Python ``__new__`` on its MRO) and whose
+# ``__init__`` is a plain function only appending to its parameter there (``self`` first) is such a helper.
+# ``object.__new__`` keeps nothing of its arguments; an exception's ``__new__`` keeps them as its ``args``
+# until its ``__init__`` calls ``BaseException.__init__`` (``super().__init__()``): while it holds the
+# program's copy, a read of it would read the copy, not the caller's list. So such an ``__init__`` must not
+# name ``args``, and an exception that still holds the copy when the pass ends (``MeasuredLists.note_made``,
+# ``check_made``) asks for a pass that binds the list whole (Note [Containers reached twice]).
+def _plain_init(cls: type) -> Any:
+    """The ``__init__`` of ``cls`` where calling the class is calling it on a new object that holds none of
+    its arguments (or an exception's ``args``): Note [A list argument passed to a class's __init__]."""
+    init = new = None
+    for klass in cls.__mro__:
+        own = vars(klass)
+        if new is None and "__new__" in own:
+            new = own["__new__"]
+            builtin_exception = issubclass(klass, BaseException) and klass.__module__ == "builtins"
+            if klass is not object and not builtin_exception:
+                return None
+        if init is None and "__init__" in own:
+            init = own["__init__"]
+    if type(init) is not types.FunctionType or "args" in init.__code__.co_names:
+        return None
+    return init
 
 
 @functools.cache

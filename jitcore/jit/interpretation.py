@@ -239,6 +239,7 @@ class Pass(NativeCalls, StateReads):
             changes = [_grad_as_proxy(e, self.context.values) for e in self.snapshots.effects()]
             changes = [_plain_ids(e) for e in changes]
             changes += [Effect(path, "heappush", fn, item) for path, fn, item in self.pending_keys.pushes()]
+            self.measured.check_made()  # Note [A list argument passed to a class's __init__]
             changes += self.prints.effects
             with outputs.taken_apart("returns"):
                 owner = self.snapshots.owner(args, kwargs, copies)  # the caller's objects, handed on

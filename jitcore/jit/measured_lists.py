@@ -37,6 +37,7 @@ class MeasuredLists:
         # how many pushes onto a list are recorded and not made (PendingKeys.pending, set by the pass):
         # Note [A list argument only pushed onto], jit/pending_keys.py
         self.pending: Callable[[Any], int] = lambda value: 0
+        self._made: list[tuple[BaseException, list]] = []  # exceptions made holding copies: ``note_made``
 
     def bind(self, value: list, path: Any, name: str) -> list:
         """The list a ``len()`` read measures: its type guarded, remembered for ``length``. A list the
@@ -57,6 +58,23 @@ class MeasuredLists:
         if id(own) not in self._lists:  # the same list passed twice: one record
             self._lists[id(own)] = (path, len(value), len(own))
         return own
+
+    def note_made(self, fn: Any, args: tuple, made: Any) -> None:
+        """``made = fn(*args)``, a C call: an exception's ``__new__`` handed the program's copy of a list
+        argument keeps it as its ``args`` (Note [A list argument passed to a class's __init__],
+        jit/helper_appends.py)."""
+        if self._lists and isinstance(made, BaseException) and getattr(fn, "__name__", None) == "__new__":
+            held = [a for a in args[1:] if type(a) is list and self.is_copy(a)]
+            if held:
+                self._made.append((made, held))
+
+    def check_made(self) -> None:
+        """When the pass ends: a list argument whose copy an exception still holds is read after all (a pass
+        binding it whole: Note [Containers reached twice])."""
+        for made, held in self._made:
+            for copy in held:
+                if any(item is copy for item in tuple.__iter__(BaseException.args.__get__(made))):
+                    self._provenance.appended_read.add(self._lists[id(copy)][0])
 
     def is_copy(self, value: Any) -> bool:
         """Whether ``value`` is the program's own copy of a list argument only appended to or emptied."""

@@ -146,6 +146,7 @@ class NativeCalls:
                                           lambda: offer_native(fn, args, kwargs, self._native_call))
         with numbers.values_in_objects(fn, args, kwargs) if self._has_numbers() else contextlib.nullcontext():
             result = offer_native(fn, args, kwargs, self._native_call)  # to the program's modes, as eagerly
+        self.measured.note_made(fn, args, result)  # Note [A list argument passed to a class's __init__]
         return self.weak_referent(fn, self.keys.dereferenced(result)) if calls_weakref(fn) else result
 
     @staticmethod
