@@ -144,9 +144,9 @@ def execute_settrace(frame: Frame, pending: BaseException | None = None) -> None
                     if handlers[inst.opcode](frame, inst) is not None:
                         break
             except BaseException as exc:
-                line = tracing.unwound_line(cursor)
+                shown = tracing.unwound_at(cursor)
                 if not unwind(frame, exc):
-                    tracing.return_event(frame, None, line, True)
+                    tracing.return_event(frame, None, shown, True)
                     raise
                 continue
             tracing.return_event(frame, frame.result)

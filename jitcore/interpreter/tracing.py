@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["TRACE", "before", "call_event", "exception_event", "for_iter", "for_iter_next", "getprofile",
            "gettrace", "landed", "native_functions", "native_traced", "raise_traced", "return_event",
            "setprofile", "settrace", "stop_iteration_event", "trace_points", "traced_loop", "traced_table",
-           "unwound_line"]
+           "unwound_at"]
 
 
 class _TraceState(threading.local):
@@ -336,29 +336,31 @@ def call_event(frame: Frame) -> None:
         _entry(frame, what="throw")
 
 
-def return_event(frame: Frame, value: object, line: int | None = None, unwound: bool = False) -> None:
+def return_event(frame: Frame, value: object, shown: Instruction | None = None,
+                 unwound: bool = False) -> None:
     """The ``return`` events of a frame returning or yielding ``value`` (None when an exception leaves it,
-    ``unwound``; ``line``: the frame's ``f_lineno`` then, where a RERAISE restored another, ``unwound_line``):
-    to its ``f_trace``, then to the profile function, as CPython's ``trace_function_exit``."""
+    ``unwound``; ``shown``: the instruction whose ``f_lineno`` and ``f_lasti`` the frame shows then, where a
+    RERAISE restored another, ``unwound_at``): to its ``f_trace``, then to the profile function, as CPython's
+    ``trace_function_exit``."""
     if not TRACE.active or TRACE.busy:
         return
     what = "unwind" if unwound else "yield" if frame.index in frame.info.yield_resumes else "return"
+    line, lasti = (None, None) if shown is None else (shown.lineno, shown.offset)
     callback = getattr(frame, "trace", None) if TRACE.function is not None else None
     if callback is not None:
-        _call_trace(frame, callback, "return", value, line, None, what)
+        _call_trace(frame, callback, "return", value, line, lasti, what)
     if TRACE.profile is not None and not TRACE.busy:
-        _call_profile(frame, "return", value, line, None, what)
+        _call_profile(frame, "return", value, line, lasti, what)
 
 
-def unwound_line(cursor: list) -> int | None:
-    """The line CPython's frame shows when an exception raised by ``cursor[1]`` (the instruction executed
-    last) leaves it: where that is a RERAISE with an argument (the end of an ``except``/``with`` block's
-    cleanup), the line of the instruction it restores ``f_lasti`` to, the last one that raised otherwise
-    (``cursor[3]``, which it updates); None for the current instruction's."""
+def unwound_at(cursor: list) -> Instruction | None:
+    """The instruction CPython's frame shows (its line, its ``f_lasti``) when an exception raised by
+    ``cursor[1]`` (the instruction executed last) leaves it: where that is a RERAISE with an argument (the
+    end of an ``except``/``with`` block's cleanup), the instruction it restores ``f_lasti`` to, the last one
+    that raised otherwise (``cursor[3]``, which it updates); None for the current instruction."""
     last = cursor[1]
     if last is not None and last.opcode == _RERAISE and last.arg:
-        raiser = cursor[3]
-        return None if raiser is None else raiser.lineno
+        return cursor[3]
     cursor[3] = last
     return None
 
@@ -438,7 +440,7 @@ _TABLES: dict[int, tuple[list, list]] = {}
 
 def raise_traced(frame: Frame, inst: Instruction) -> None:
     """RAISE_VARARGS as the tracing loop runs it: always raised to the loop, which notes it as the raiser
-    whose line a frame left by a handler's RERAISE shows (``unwound_line``). Routed to its handler in the
+    whose line a frame left by a handler's RERAISE shows (``unwound_at``). Routed to its handler in the
     frame by the plain handler (Note [Raises caught in their frame], opcodes/exceptions.py), a raise inside
     an ``except`` block was not noted: the ``return`` event of the frame it left showed the line of the
     exception handled there (``try: next(it) except StopIteration: raise ValueError``: the ``next`` line,

@@ -518,3 +518,43 @@ def test_a_trace_events_f_lasti_is_in_its_f_linenos_lines() -> None:
         return events
 
     check(run)
+
+
+def test_the_return_event_of_a_frame_left_by_a_raise_in_its_except_block_shows_that_raises_f_lasti() -> None:
+    """The ``return`` event of a frame an exception leaves from its ``except`` block (``raise KeyError(key)
+    from None``, os._Environ.__getitem__'s) shows the raise's line and an ``f_lasti`` in it, as CPython's
+    RERAISE restores them: ``f_lasti`` was the RERAISE's, in another line (3.13's JumpTracer asserts they
+    agree: every async JumpTestCase of its test_sys_settrace failed in asyncio's ``os.environ.get``;
+    /tmp/cpy55-probes/p4_lasti_exception.py)."""
+
+    def run() -> list:
+        events: list = []
+
+        def agrees(frame) -> bool:
+            line = None
+            for start, end, at in frame.f_code.co_lines():
+                if start <= frame.f_lasti < end:
+                    line = at
+            return line == frame.f_lineno
+
+        def tracer(frame, event, arg):
+            if frame.f_code.co_name == "body":
+                events.append((event, frame.f_lineno - frame.f_code.co_firstlineno, agrees(frame)))
+            return tracer
+
+        def body(key):
+            try:
+                return {}[key]
+            except KeyError:
+                raise KeyError(key) from None
+
+        sys.settrace(tracer)
+        try:
+            body("k")
+        except KeyError:
+            pass
+        finally:
+            sys.settrace(None)
+        return events
+
+    check(run)
