@@ -44,7 +44,7 @@ from jitcore.errors import UnsupportedOperationError
 from jitcore.ir import Proxy
 from jitcore.jit import copy_plans, weak_copies
 from jitcore.jit.code_kinds import class_module
-from jitcore.jit.made_classes import class_parts, remake_class
+from jitcore.jit.made_classes import class_parts, library_maker, remake_class
 from jitcore.jit.made_functions import (
     function_parts,
     refused_class,
@@ -538,7 +538,7 @@ def _own_copy_hook(kind: type) -> str | None:
     ``deepcopy``'s reconstruction calls (Note [A copy runs no code of the program's])."""
     names = (*_COPY_HOOKS, *_REBUILT_BY, *(("__init__",) if issubclass(kind, _REBUILT_BY_CALLING) else ()))
     for klass in kind.__mro__:
-        if _librarys(klass.__module__):
+        if _librarys(klass.__module__) or library_maker(klass) is not None:  # (a namedtuple's methods)
             continue
         for name in names:
             method = vars(klass).get(name)

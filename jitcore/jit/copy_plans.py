@@ -28,7 +28,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from jitcore.jit.made_classes import remake_class
+from jitcore.jit.made_classes import library_maker, remake_class
 from jitcore.jit.made_functions import EMPTY, fill_function, function_state
 
 __all__ = ["Step", "function_maker", "plan"]
@@ -104,6 +104,8 @@ class _Planner:
             return self._set(value)
         if _plain_instance(value):
             return self._instance(value)
+        if isinstance(value, tuple) and library_maker(kind) is not None:
+            return self._named_tuple(value)
         raise _Unplanned
 
     def _put(self, key: int, step: Step) -> Step:
@@ -199,6 +201,24 @@ class _Planner:
         if state is not None:
             parts.append(self.step(state))
         return instance
+
+    def _named_tuple(self, value: tuple) -> Step:
+        """``deepcopy``'s instance of a ``namedtuple`` class (its reduction: ``copyreg.__newobj__`` over the
+        class and its items): the call's class and the items' copies, then ``cls.__new__``, in the memo."""
+        key, kids = id(value), []
+
+        def named_tuple(memo: dict) -> Any:
+            made = dict.get(memo, key, _NIL)
+            if made is not _NIL:
+                return made
+            cls, *items = [kid(memo) for kid in kids]
+            made = cls.__new__(cls, *items)
+            memo[key] = made
+            return made
+
+        self._put(key, named_tuple)
+        kids.extend(self.step(item) for item in (type(value), *value))
+        return named_tuple
 
     def _function(self, fn: types.FunctionType) -> Step:
         """A function the program made (``function_maker``), its parts made by their steps."""
@@ -303,6 +323,8 @@ def _pairs(value: dict) -> list[Any]:
 def _class_copies(cls: type) -> list[Any]:
     """What ``remake_class`` copies of ``cls``: its bases, and its namespace's values (a classmethod's,
     staticmethod's or property's functions in its place)."""
+    if library_maker(cls) is not None:
+        return []
     found: list[Any] = list(cls.__bases__)
     for name, value in vars(cls).items():
         if name in ("__dict__", "__weakref__", "__slotnames__"):

@@ -1,11 +1,13 @@
-"""Classes a program makes whose making is ``type`` alone: made again for each cached call.
+"""Classes a program makes whose making is ``type`` alone (or ``collections.namedtuple``): made again for each
+cached call.
 
 ``class C: ...; return C`` (or an instance of it, stored or returned): eagerly each call makes a new class.
 Where making it runs no code of the program's but its body (Note [A class made again per call]), each
 cached call makes it again with ``type(name, bases, namespace)`` over the pass's namespace copied through
 the call's memo (jit/call_copies.py): its methods are made again over new cells, and every cell of the
 call that held the pass's class holds the call's (``__class__``, read by ``super()``; ``C`` read by a
-method). Any other class the program made stays refused (Note [A class the program made],
+method); a class ``collections.namedtuple`` made is made again by it (Note [A class the standard library
+made]). Any other class the program made stays refused (Note [A class the program made],
 jit/made_functions.py).
 
 Invariants:
@@ -25,10 +27,11 @@ from __future__ import annotations
 
 import collections
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["as_made", "class_parts", "remake_class", "why_not_made_again"]
+__all__ = ["as_made", "class_parts", "library_maker", "remake_class", "why_not_made_again"]
 
 # the descriptors ``type`` adds itself, and the cache ``copyreg`` adds when a copy of an instance is made
 # (the pass's trial copy: eager's class has none until copied or pickled)
@@ -64,6 +67,8 @@ def why_not_made_again(cls: type, made: tuple | None) -> str | None:
     ``type`` (Note [A class made again per call]); None where it can."""
     if type(cls) is not type:
         return f"its metaclass {type(cls).__qualname__} would run again"
+    if library_maker(cls) is not None:  # Note [A class the standard library made]
+        return None
     if any(type(name) is not str for name in vars(cls)):
         return "its namespace has a key that is not text"
     if made is None or made != as_made(cls):
@@ -86,7 +91,10 @@ def why_not_made_again(cls: type, made: tuple | None) -> str | None:
 
 
 def class_parts(cls: type) -> list[Any]:
-    """What a copy of ``cls`` copies: its bases, and its namespace with the functions its methods wrap."""
+    """What a copy of ``cls`` copies: its bases, and its namespace with the functions its methods wrap
+    (nothing of a class the standard library makes again)."""
+    if library_maker(cls) is not None:
+        return []
     found: list[Any] = list(cls.__bases__)
     for name, value in vars(cls).items():
         if not _type_made(name):
@@ -97,6 +105,11 @@ def class_parts(cls: type) -> list[Any]:
 def remake_class(cls: type, memo: dict, copied: Callable[[Any], Any]) -> type:
     """This call's copy of ``cls`` (``why_not_made_again`` found nothing), put in ``memo`` (whose ``copied``
     copies what it holds) (Note [A class made again per call])."""
+    maker = library_maker(cls)
+    if maker is not None:  # Note [A class the standard library made]
+        made = maker()
+        memo[id(cls)] = made
+        return made
     memo[id(cls)] = cls  # the pass's class while its namespace is copied: the cells get the new one below
     bases = tuple(copied(base) for base in cls.__bases__)
     namespace = {name: _member(value, copied) for name, value in vars(cls).items() if not _type_made(name)}
@@ -165,3 +178,105 @@ def _holds_itself(cls: type) -> bool:
         else:
             todo.extend(getattr(value, "__dict__", {}).values())
     return False
+
+
+# Note [A class the standard library made]
+# ``P = collections.namedtuple("P", "a b"); return P(1, 2)``: eagerly each call makes a new class by
+# ``namedtuple``, which sets ``__module__`` on it after ``type`` made it (and its ``__slots__`` is ``()``):
+# "changed after its class statement", every such call was an eager entry. A class ``namedtuple`` made,
+# unchanged since, is made again per call by ``namedtuple`` itself, called natively with the same name,
+# fields, defaults and module, as eager's call makes it: its methods are the library's. A
+# ``typing.NamedTuple`` class statement is ``namedtuple`` and then its annotations (on the class and its
+# ``__new__``), ``__orig_bases__`` (3.13: ``__firstlineno__``, ``__static_attributes__``) and qualified
+# name set: made again the same way (one with methods of
+# its own, or ``Generic``, is not). Unchanged: at
+# trace time a class made by that call has the same namespace, compared value by value (functions by
+# code, defaults, cells and attributes; ``_tuplegetter`` by its reduction); a method or attribute the
+# program added or replaced, a default that is not a number or text (a list: eager's is new per call),
+# another base: refused as before.
+_LIBRARY_MAKERS: weakref.WeakKeyDictionary[type, Callable[[], type] | None] = weakref.WeakKeyDictionary()
+_ATOMS = (int, float, bool, str, bytes, complex, type(None))
+_STATEMENTS_OWN = ("__firstlineno__", "__static_attributes__", "__orig_bases__")
+
+
+def library_maker(cls: type) -> Callable[[], type] | None:
+    """What makes ``cls`` again as the standard library made it (``collections.namedtuple``), None where
+    no call of it makes ``cls`` (Note [A class the standard library made]); found once per class."""
+    try:
+        return _LIBRARY_MAKERS[cls]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referable: no class statement's
+        return None
+    maker = _namedtuple_maker(cls)
+    _LIBRARY_MAKERS[cls] = maker
+    return maker
+
+
+def _namedtuple_maker(cls: type) -> Callable[[], type] | None:
+    namespace = vars(cls)
+    fields = namespace.get("_fields")
+    field_defaults = namespace.get("_field_defaults")
+    if type(cls) is not type or cls.__bases__ != (tuple,) or type(fields) is not tuple or \
+            type(field_defaults) is not dict or not all(type(f) is str for f in fields):
+        return None
+    defaults = tuple(field_defaults.values())
+    if list(field_defaults) != list(fields[len(fields) - len(defaults):]) or \
+            not all(type(d) in _ATOMS for d in defaults):
+        return None
+    name, module, qualname = cls.__name__, namespace.get("__module__"), cls.__qualname__
+    if type(name) is not str or type(module) is not str:
+        return None
+    annotations = namespace.get("__annotations__")  # typing.NamedTuple's: on the class and its __new__
+    # what typing.NamedTuple copies from its class statement's namespace, in its order
+    copied = [(k, v) for k, v in namespace.items() if k in _STATEMENTS_OWN]
+
+    def make() -> type:  # holds nothing of ``cls``: the entry's weak key stays weak
+        made = collections.namedtuple(name, fields, rename=True, defaults=defaults or None, module=module)
+        if annotations is not None:
+            made.__annotations__ = made.__new__.__annotations__ = dict(annotations)
+        for key, value in copied:
+            setattr(made, key, value)
+        if made.__qualname__ != qualname:
+            made.__qualname__ = qualname
+        return made
+
+    try:
+        fresh = make()
+    except Exception:  # noqa: BLE001 - names namedtuple refuses: no call of it made ``cls``
+        return None
+    same = cls.__qualname__ == fresh.__qualname__ and list(namespace) == list(vars(fresh)) and \
+        all(_same(namespace[k], vars(fresh)[k]) for k in namespace)
+    return make if same else None
+
+
+def _same(a: Any, b: Any, depth: int = 0) -> bool:
+    """Whether ``a`` (of the pass's class) and ``b`` (of one made again) are the same value: atoms and
+    containers of them equal, functions of one code over the same values (Note [A class the standard
+    library made])."""
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b) or depth > 8:
+        return False
+    if kind in _ATOMS:
+        return a == b
+    if kind is tuple or kind is list:
+        return len(a) == len(b) and all(_same(x, y, depth + 1) for x, y in zip(a, b))
+    if kind is dict:
+        return list(a) == list(b) and all(_same(a[k], b[k], depth + 1) for k in a)
+    if kind is staticmethod or kind is classmethod:
+        return _same(a.__func__, b.__func__, depth + 1)
+    if kind is types.FunctionType:
+        parts = ("__defaults__", "__kwdefaults__", "__dict__", "__qualname__", "__name__", "__module__",
+                 "__doc__", "__annotations__")
+        return a.__code__ == b.__code__ and \
+            all(_same(getattr(a, n), getattr(b, n), depth + 1) for n in parts) and \
+            _same(tuple(_contents(c) for c in a.__closure__ or ()),
+                  tuple(_contents(c) for c in b.__closure__ or ()), depth + 1)
+    if kind is _TUPLEGETTER:
+        return a.__reduce__() == b.__reduce__()
+    return False
+
+
+_TUPLEGETTER = type(collections.namedtuple("_Probe", "a").a)

@@ -176,7 +176,8 @@ def function_parts(fn: types.FunctionType) -> list[Any]:
 # ``__init_subclass__``, ``__set_name__`` of what it holds and its decorators (``dataclass``) again. A
 # copy of the pass's class would run none of them, so no copy is faithful unless none of them is the
 # program's code: a class that ``type`` alone makes, unchanged since, is made again per call
-# (jit/made_classes.py, Note [A class made again per call]); a call that returns or stores another class
+# (jit/made_classes.py, Note [A class made again per call]), and one ``collections.namedtuple`` made is
+# made again by it (Note [A class the standard library made]); a call that returns or stores another class
 # the program made, or an instance of one, is refused (JC-T001) and runs eagerly, whatever the contents of
 # what it reaches (Note [Eager whatever the contents], jit/eager_entries.py).
 def refused_class(cls: type, what: str = "class", why: str | None = None) -> UnsupportedOperationError:

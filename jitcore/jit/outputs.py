@@ -46,6 +46,7 @@ from jitcore.jit.call_copies import (
     readers_made,
 )
 from jitcore.jit.code_kinds import class_module
+from jitcore.jit.made_classes import library_maker
 from jitcore.jit.made_functions import EMPTY, function_state, refused_class
 from jitcore.jit.object_copies import copied, copier
 from jitcore.proxies.number import symbolic_number_class
@@ -193,7 +194,8 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
         return _callers(value, whose, owner)
     if owner.made(type(value)):  # Note [A class the program made] (jit/made_functions.py)
         why = owner.class_refusal(type(value))
-        if why is None and _holds_proxy(value, depth) and not _plain_object(value):
+        if why is None and _holds_proxy(value, depth) and not _plain_object(value) and \
+                not (_is_namedtuple(value) and library_maker(type(value)) is not None):
             why = "an instance holding traced values is remade only as a plain object"
         if why is not None:
             raise refused_class(type(value), "instance", why)
@@ -207,7 +209,10 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
     if unprintable is not None:
         return _node(*unprintable, depth, owner)
     if kind in _OPTREE_NODES or _is_namedtuple(value):
-        return _split_literal(value, depth, owner)
+        flat, rebuild = _split_literal(value, depth, owner)
+        if not (_is_namedtuple(value) and owner.made(kind)):
+            return flat, rebuild
+        return flat, _of_this_calls_class(rebuild, made_anew(kind, owner))
     node = torch_pytree.SUPPORTED_NODES.get(kind)
     if node is not None:
         children, context = node.flatten_fn(value)
@@ -263,6 +268,19 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
         return obj
 
     return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth, owner)
+
+
+def _of_this_calls_class(rebuild: Callable[[Any], Any] | None,
+                         retype: Callable[[], Any]) -> Callable[[Any], Any]:
+    """The rebuild of an instance of a ``namedtuple`` class the program made, holding traced values: the
+    items rebuilt, in an instance of this call's class (Note [A class the standard library made],
+    jit/made_classes.py)."""
+
+    def rebuild_named(results: Any) -> Any:
+        items = results if rebuild is None or rebuild is _as_is else rebuild(results)
+        return retype()._make(items)
+
+    return rebuild_named
 
 
 def _plain_object(value: Any) -> bool:

@@ -8,8 +8,10 @@ staticmethods, properties) and checks them against the classes of the earlier ca
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
+import typing
 import warnings
 from typing import Any
 
@@ -256,3 +258,89 @@ def test_an_instance_of_a_class_it_made_holding_computed_tensors_is_of_this_call
     jitted = jitcore.jit(_an_instance_holding_computed_tensors)
     assert calls(jitted) == calls(_an_instance_holding_computed_tensors)
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def _a_namedtuple_class(x):
+    P = collections.namedtuple("P", "a b", defaults=[0])
+    return P, P(1), x + 1
+
+
+def _a_namedtuple_over_a_tensor(x):
+    P = collections.namedtuple("P", ["t", "n"])
+    return P, P(x + 1, 2), x + 1
+
+
+def _a_namedtuple_stored(x):
+    P = collections.namedtuple("P", "a b")
+    STORE.append(P(1, [2]))
+    return P, STORE[-1], x + 1
+
+
+def _a_typing_namedtuple(x):
+    class P(typing.NamedTuple):
+        a: int
+        b: int = 2
+
+    return P, P(1), x + 1
+
+
+@pytest.mark.parametrize("program", [
+    _a_namedtuple_class, _a_namedtuple_over_a_tensor, _a_namedtuple_stored, _a_typing_namedtuple,
+])
+def test_a_namedtuple_class_is_made_again_per_cached_call_by_namedtuple(program):
+    """``P = collections.namedtuple(...)`` (or a ``typing.NamedTuple`` statement) and an instance of it,
+    returned or stored: every call ran eagerly (``namedtuple`` sets ``__module__`` after ``type``); each
+    cached call now makes a new class as ``namedtuple`` does, its instance of that class (Note [A class
+    the standard library made])."""
+
+    def calls(fn: Any) -> list:
+        STORE.clear()
+        got, earlier = [], []
+        for i in range(4):
+            cls, made, y = fn(torch.ones(2) * i)
+            items = [v.tolist() if isinstance(v, torch.Tensor) else v for v in made]
+            got.append((cls.__qualname__, cls.__module__, cls._fields, cls._field_defaults, type(made) is cls,
+                        any(cls is e for e in earlier), getattr(cls, "hits", 0), items, made._asdict().keys(),
+                        getattr(cls, "__annotations__", None), STORE[-1] is made if STORE else None,
+                        len({id(type(s)) for s in STORE}), y.tolist()))
+            cls.hits = 1  # the caller's mark on one call's class is not on the next call's
+            if STORE:
+                made.b.append("caller")
+            earlier.append(cls)
+        return got
+
+    jitted = jitcore.jit(program)
+    assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def _a_namedtuple_changed_after(x):
+    P = collections.namedtuple("P", "a b")
+    P.area = property(lambda self: self.a * self.b)
+    return P, P(2, 3), x + 1
+
+
+def _a_namedtuple_with_a_list_default(x):
+    P = collections.namedtuple("P", "a b", defaults=[[]])
+    return P, P(1), x + 1
+
+
+@pytest.mark.parametrize("program", [_a_namedtuple_changed_after, _a_namedtuple_with_a_list_default])
+def test_a_namedtuple_class_the_program_changed_runs_eagerly(program):
+    """A namedtuple class given a property after ``namedtuple`` made it, or a default no call of
+    ``namedtuple`` with the same arguments shares (a list): no remaking is eager's class, so the call runs
+    eagerly."""
+
+    def calls(fn: Any) -> list:
+        got = []
+        for i in range(3):
+            cls, made, y = fn(torch.ones(2) * i)
+            got.append((tuple(made), getattr(made, "area", None), cls._field_defaults, y.tolist()))
+            cls._field_defaults.setdefault("caller", 1)
+        return got
+
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is not None
