@@ -81,6 +81,10 @@ _JUMPS = _opcodes("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
 _ENDS = _opcodes("RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE")
 _OP = dis.opmap
 _GET_ITERS = _opcodes("GET_ITER", "GET_AITER")
+# the opcodes ``_after`` models one by one; any other pushes (pops) its stack effect's objects
+_MODELLED = _POP_JUMPS | _OR_POP_JUMPS | _JUMPS | _ENDS | _GET_ITERS | _opcodes(
+    "SEND", "FOR_ITER", "PUSH_EXC_INFO", "POP_EXCEPT", "PUSH_NULL", "LOAD_GLOBAL", "SWAP", "COPY",
+    *(("LOAD_METHOD", "CALL") if _V311 else ("LOAD_ATTR",)))
 
 
 def _after(op: int, arg: int | None, stack: int) -> tuple[int | None, int | None]:
@@ -122,17 +126,24 @@ def _after(op: int, arg: int | None, stack: int) -> tuple[int | None, int | None
         return _swap(stack, arg), None
     if op == _OP["COPY"]:
         return _push(stack, _peek(stack, arg)), None
-    delta = dis.stack_effect(op) if arg is None else dis.stack_effect(op, arg)
-    for _ in range(-delta):
-        stack = _pop(stack)
+    return _effect(stack, dis.stack_effect(op) if arg is None else dis.stack_effect(op, arg)), None
+
+
+def _effect(stack: int, delta: int) -> int:
+    """``stack`` after an instruction of stack effect ``delta`` (objects pushed, or values popped)."""
+    if delta < 0:
+        return stack >> (_BITS * -delta)
     for _ in range(delta):
         stack = _push(stack, _OBJECT)
-    return stack, None
+    return stack
 
 
 def _mark_stacks(code: CodeType) -> dict[int, int]:
     """The modelled value stack before each instruction (by offset): frameobject.c's ``mark_stacks``."""
-    insts = [(raw[0], raw[1], raw[3], raw[4]) for raw in raw_instructions(code)]
+    # (offset, opcode, arg, jump target, stack effect where _after need not model it: most instructions)
+    insts = [(offset, op, arg, argval, None if op in _MODELLED else
+              dis.stack_effect(op) if arg is None else dis.stack_effect(op, arg))
+             for offset, op, _name, arg, argval, *_ in raw_instructions(code)]
     stacks = dict.fromkeys([inst[0] for inst in insts], _UNINITIALIZED)
     first = insts[0][0] if insts else 0
     stacks[first] = _EMPTY
@@ -143,9 +154,14 @@ def _mark_stacks(code: CodeType) -> dict[int, int]:
     todo = True
     while todo:
         todo = False
-        for offset, op, arg, argval in insts:
+        for offset, op, arg, argval, delta in insts:
             stack = stacks[offset]
             if stack == _UNINITIALIZED:
+                continue
+            if delta is not None:
+                nxt = following[offset]
+                if nxt is not None:
+                    stacks[nxt] = _effect(stack, delta)
                 continue
             fall, target = _after(op, arg, stack)
             if target is not None:
