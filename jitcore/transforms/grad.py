@@ -508,7 +508,9 @@ class _Replay:
 
     def _on_sizes(self, bsym: BoundSymbol) -> bool:
         """A record of arithmetic that reads sizes: replayed on their SymInts."""
-        return any(id(v) in self.size_values for v in optree.tree_leaves((bsym.args, bsym.kwargs)))
+        leaves = optree.tree_leaves((bsym.args, bsym.kwargs))
+        bounds = [b for s in leaves if type(s) is slice for b in (s.start, s.stop, s.step)]
+        return any(id(v) in self.size_values for v in (*leaves, *bounds))
 
 
     def _note_returned_inputs(self, bsym: BoundSymbol, call: tuple, out: Any) -> None:
@@ -546,7 +548,16 @@ def _shadow(value: Any) -> Any:
 
 
 def _tree_map(fn: Any, tree: Any) -> Any:
-    return optree.tree_map(fn, tree, none_is_leaf=True)
+    """``fn`` mapped over the leaves of ``tree``, and over a slice's bounds (Note [Slice bounds replayed])."""
+    return optree.tree_map(lambda v: _slice_map(fn, v) if type(v) is slice else fn(v), tree, none_is_leaf=True)
+
+
+# Note [Slice bounds replayed]
+# ``z[: x.shape[0] // 2]`` holds a NumberProxy inside a slice, which is no pytree node: replayed as it
+# was, the proxy became the aten op's number through ``__index__``, pass 1's value, a constant of an
+# entry with symbolic sizes (a TwoTensor of 8 rows sliced as of 6: 3 rows where eager has 4).
+def _slice_map(fn: Any, s: slice) -> slice:
+    return slice(fn(s.start), fn(s.stop), fn(s.step))
 
 
 def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,

@@ -381,9 +381,17 @@ def _call_of(bsym: BoundSymbol) -> tuple[Callable[..., Any], tuple[Any, ...], di
         if not all(type(n) is int for n in sizes):
             return None
         fn, rest = sized, (sizes,)
-    if any(isinstance(v, Proxy) for v in optree.tree_leaves((rest, kwargs), none_is_leaf=True)):
+    if any(_holds_proxy(v) for v in optree.tree_leaves((rest, kwargs), none_is_leaf=True)):
         return None
     return fn, rest, kwargs
+
+
+def _holds_proxy(value: Any) -> bool:
+    """Whether ``value`` is a proxy or a slice of one (``z[: x.shape[0] // 2]`` with symbolic sizes: a
+    slice is no pytree node, and its bound, replayed as a constant, was pass 1's size)."""
+    if isinstance(value, slice):
+        return any(isinstance(v, Proxy) for v in (value.start, value.stop, value.step))
+    return isinstance(value, Proxy)
 
 
 def _base_of(proxy: Any) -> torch.Tensor | None:
