@@ -74,7 +74,13 @@ from jitcore.transforms.symbolic_sizes import (
     condition_checks,
 )
 from jitcore.transforms.symbolic_sizes import rewrite_sizes as rewrite_sizes
-from jitcore.transforms.view_outputs import ViewOutputs, drop_views_made_after, plan, view_outputs
+from jitcore.transforms.view_outputs import (
+    ViewOutputs,
+    drop_views_made_after,
+    numbers_taken,
+    plan,
+    view_outputs,
+)
 from jitcore.transforms.view_round_trips import collapse_view_round_trips, drop_unread_views
 
 __all__ = [
@@ -548,8 +554,9 @@ def _shadow(value: Any) -> Any:
 
 
 def _tree_map(fn: Any, tree: Any) -> Any:
-    """``fn`` mapped over the leaves of ``tree``, and over a slice's bounds (Note [Slice bounds replayed])."""
-    return optree.tree_map(lambda v: _slice_map(fn, v) if type(v) is slice else fn(v), tree, none_is_leaf=True)
+    """``fn`` mapped over the leaves of ``tree`` and a slice's bounds (Note [Slice bounds replayed])."""
+    return optree.tree_map(lambda v: _slice_map(fn, v) if type(v) is slice else fn(v), tree,
+                           none_is_leaf=True)
 
 
 # Note [Slice bounds replayed]
@@ -600,7 +607,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     leaves, tree = optree.tree_flatten(trace.output, none_is_leaf=True)
     outputs = [replay.lookup(v) if isinstance(v, Proxy) else v for v in leaves]
     # Note [Views an autograd call returns] (view_outputs.py): made after the Function from their base
-    found = view_outputs(trace, leaves, lambda v: replay.env.get(id(v)), replay.subclass_inputs)
+    found = view_outputs(trace, leaves, lambda v: replay.env.get(id(v)), replay.subclass_inputs,
+                         lambda n: id(n) in replay.size_values)
     tensor_outputs, views = _tensor_outputs(outputs, found, trace, leaves, replay.subclass_inputs)
     grad_inputs, wrt = _grad_inputs(trace, replay, subclass_inputs)
     # Note [Subclass outputs the program assembles]: the node's outputs are not all tensor outputs
@@ -623,8 +631,11 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
             raise SizesReplaced((assumed, asserted))
         added = sizes.added(assumed, asserted)  # the guards and asserts the replay and the backward added
     names = replay.symbol_names()
+    # Note [View calls of symbolic sizes] (view_outputs.py): the numbers they take are returned as well
+    view_numbers = [replay.lookup(n) for n in views.numbers] if views is not None else []
     if names:  # the output's sizes too (Note [Sizes a grad entry returns])
-        outputs = rewrite_sizes(forward, names, outputs)
+        rewritten = rewrite_sizes(forward, names, [*outputs, *view_numbers])
+        outputs, view_numbers = rewritten[: len(outputs)], rewritten[len(outputs):]
     if sizes is not None and assembly is not None and not assembly.sized_statically():
         assembly.take_sizes(names, forward.args)  # Note [An assembly with symbolic sizes], assembly.py
     if sizes is not None:
@@ -641,7 +652,9 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     body = tuple(backward.bound_symbols)
     checkpointed = frozenset(replay.checkpointed)  # activation-checkpointed regions: recomputed
     saved = split_saved(forward, backward, derived.tangent_args, derived.outputs, checkpointed)
-    numbers = _numbers_made(forward, outputs)  # Note [Sizes a grad entry returns]
+    numbers = _numbers_made(forward, [*outputs, *view_numbers])  # Note [Sizes a grad entry returns]
+    if view_numbers:
+        views = numbers_taken(views, view_numbers, numbers, len(forward_outputs))
 # With symbolic sizes, the replay looks a size the output holds up as its SymInt (``x.shape``,
 # ``x.shape[0] * 2 + 1``, ``x.numel()`` returned beside a TwoTensor requiring grad): the SymInt itself
 # was kept as a constant of the entry and handed to every call (``torch.Size([s0, 3])``, ``2*s0 + 1``).

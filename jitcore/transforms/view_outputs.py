@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +32,11 @@ import optree
 import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace, drop_unread
-from jitcore.proxies import TensorProxy
+from jitcore.proxies import NumberProxy, TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
+from jitcore.transforms.symbolic_sizes import SizesNotRewritten
 
-__all__ = ["ViewOutputs", "drop_views_made_after", "plan", "view_outputs"]
+__all__ = ["ViewOutputs", "drop_views_made_after", "numbers_taken", "plan", "view_outputs"]
 
 
 # Note [Views an autograd call returns]
@@ -80,6 +82,9 @@ class ViewOutputs:
         n_slots: how many values one call holds.
         hidden: the forward's proxies of the intermediates handed back as extra outputs (after the
             output's own tensors, in this order).
+        numbers: pass 1's numbers the view calls take (sizes: Note [View calls of symbolic sizes]),
+            ``_Number(k)`` in their arguments.
+        number_outputs: the index among the Function's outputs of each of ``numbers`` (grad.py).
     """
 
     roots: tuple[tuple[int, Root], ...]
@@ -87,6 +92,8 @@ class ViewOutputs:
     positions: tuple[tuple[int, int], ...]
     n_slots: int
     hidden: tuple[TensorProxy, ...]
+    numbers: tuple[NumberProxy, ...] = ()
+    number_outputs: tuple[int, ...] = ()
 
     def make(self, leaves: list[Any], outputs: Sequence[Any], inputs: Sequence[Any],
              input_index: Callable[[str, int], int]) -> None:
@@ -95,7 +102,10 @@ class ViewOutputs:
         values: list[Any] = [None] * self.n_slots
         for slot, (kind, i) in self.roots:
             values[slot] = outputs[i] if kind == "output" else inputs[input_index(kind, i)]
+        numbers = [outputs[k] for k in self.number_outputs] if self.number_outputs else None
         for fn, rest, kwargs, viewed, written, grad in self.steps:
+            if numbers is not None:  # Note [View calls of symbolic sizes]
+                rest, kwargs = _filled((rest, kwargs), numbers)
             if grad:
                 out = fn(values[viewed], *rest, **kwargs)
             else:  # made inside a ``no_grad`` block: eager's view of no-grad mode
@@ -116,6 +126,7 @@ Strided = dict[int, tuple[Any, tuple[int, ...], tuple[int, ...], int, bool, bool
 
 def view_outputs(
     trace: Trace, leaves: Sequence[Any], replayed: Callable[[Any], Any], subclass_inputs: Sequence[Any],
+    sized: Callable[[NumberProxy], bool] = lambda number: False,
 ) -> tuple[Found, Chains, Strided] | None:
     """The view outputs of pass 1 ``trace`` that can be made after the Function (None: none).
 
@@ -124,6 +135,8 @@ def view_outputs(
         leaves: the leaves of its output (pass-1 values).
         replayed: the replay's proxy of a pass-1 value (None where it made none).
         subclass_inputs: pass 1's subclass input proxies, in the computation's order.
+        sized: whether a number of pass 1 is a size the replay keeps symbolic (Note [View calls of
+            symbolic sizes]); a view call taking another number stays the Function's output.
 
     Returns:
         ``(position, base (a pass-1 value), the replay's proxy of the base)`` of each view leaf, the
@@ -175,7 +188,7 @@ def view_outputs(
         if base is None:
             continue
         write = last_write.get(id(base_shadow), -1)
-        chain = _chain(leaf, base, base_shadow, producers, replayed)
+        chain = _chain(leaf, base, base_shadow, producers, replayed, sized)
         if chain is not None:
             steps = _in_order(chain, leaf, base)
             # Note [A view whose base is written]: the calls made before the last write give way to
@@ -260,6 +273,7 @@ def plan(
             root = ("output", k)
         roots.append((slot(id(base)), root))
     steps: list[Step] = []
+    numbers: list[NumberProxy] = []
     # Note [A view whose base is written]: first, as they read only bases; a chain's later calls read them
     for key, (base, size, stride, offset, several, made_with_grad) in strided.items():
         fn = _as_strided_of_several if several else torch.Tensor.as_strided
@@ -274,10 +288,11 @@ def plan(
         source = chains[made[0][0]][2]
         written = tuple((slot(key), k) for key, k in made)
         fn, rest, kwargs = _call_of(bsym)  # type: ignore[misc] - a chain's calls have one
+        rest, kwargs = _numbered((rest, kwargs), numbers)  # Note [View calls of symbolic sizes]
         steps.append((fn, rest, kwargs, slot(id(source)), written, grad))
     positions = tuple((position, slots[id(leaf)]) for position, leaf in enumerate(leaves)
                       if id(leaf) in chains or id(leaf) in strided)
-    return ViewOutputs(tuple(roots), tuple(steps), positions, len(slots), tuple(hidden))
+    return ViewOutputs(tuple(roots), tuple(steps), positions, len(slots), tuple(hidden), tuple(numbers))
 
 
 def _as_strided_of_several(base: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
@@ -306,7 +321,7 @@ def _an_aten_view(bsym: BoundSymbol) -> bool:
 
 def _chain(
     leaf: Any, base: Any, base_shadow: torch.Tensor, producers: dict[int, tuple[BoundSymbol, int | None]],
-    replayed: Callable[[Any], Any],
+    replayed: Callable[[Any], Any], sized: Callable[[NumberProxy], bool],
 ) -> Chains | None:
     """The records making ``leaf`` from ``base`` by views (by id of the value each makes: the record,
     the index of that value in its output, the value it viewed), or None."""
@@ -316,7 +331,7 @@ def _chain(
         if len(chain) > 16 or id(value) in chain or id(value) not in producers:
             return None
         bsym, index = producers[id(value)]
-        source = _viewed(bsym)
+        source = _viewed(bsym, sized)
         if source is None:
             return None
         shadow = getattr(replayed(source), "shadow", None)
@@ -349,12 +364,12 @@ def _grad_modes(trace: Trace) -> list[bool]:
     return modes
 
 
-def _viewed(bsym: BoundSymbol) -> Any:
+def _viewed(bsym: BoundSymbol, sized: Callable[[NumberProxy], bool]) -> Any:
     """The one tensor ``bsym`` views, its first positional argument (None: not a call of that shape)."""
     if any(t in _NOT_A_VIEW_CALL for t in bsym.symbol.tags) or not bsym.args:
         return None
     first = bsym.args[0]
-    if not isinstance(first, TensorProxy) or _call_of(bsym) is None:
+    if not isinstance(first, TensorProxy) or _call_of(bsym, sized) is None:
         return None
     return first
 
@@ -371,27 +386,95 @@ _SIZED_BY_ANOTHER = {
 }
 
 
-def _call_of(bsym: BoundSymbol) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None:
+def _call_of(
+    bsym: BoundSymbol, sized: Callable[[NumberProxy], bool] = lambda number: True,
+) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None:
     """What a view call of ``bsym`` makes its view with, after its first argument (None: it reads
-    another proxy, a tensor or a number of the trace)."""
+    another proxy, a tensor or a number of the trace that is not ``sized``)."""
     fn, rest, kwargs = bsym.symbol.fn, bsym.args[1:], dict(bsym.kwargs)
-    sized = _SIZED_BY_ANOTHER.get(fn)
-    if sized is not None and len(rest) == 1 and not kwargs and isinstance(rest[0], TensorProxy):
+    by_sizes = _SIZED_BY_ANOTHER.get(fn)
+    if by_sizes is not None and len(rest) == 1 and not kwargs and isinstance(rest[0], TensorProxy):
         sizes = tuple(rest[0].shape)  # Note [A view call with a second tensor]
-        if not all(type(n) is int for n in sizes):
+        if not all(type(n) is int or isinstance(n, NumberProxy) for n in sizes):
             return None
-        fn, rest = sized, (sizes,)
-    if any(_holds_proxy(v) for v in optree.tree_leaves((rest, kwargs), none_is_leaf=True)):
+        fn, rest = by_sizes, (sizes,)
+    if any(isinstance(v, Proxy) and not (isinstance(v, NumberProxy) and sized(v))
+           for v in _leaves((rest, kwargs))):
         return None
     return fn, rest, kwargs
 
 
-def _holds_proxy(value: Any) -> bool:
-    """Whether ``value`` is a proxy or a slice of one (``z[: x.shape[0] // 2]`` with symbolic sizes: a
-    slice is no pytree node, and its bound, replayed as a constant, was pass 1's size)."""
-    if isinstance(value, slice):
-        return any(isinstance(v, Proxy) for v in (value.start, value.stop, value.step))
-    return isinstance(value, Proxy)
+def _leaves(tree: Any) -> list[Any]:
+    """The leaves of ``tree`` and the bounds of the slices among them (``z[: x.shape[0] // 2]``: a
+    slice is no pytree node, and its bound, replayed as it was, was pass 1's number)."""
+    leaves = optree.tree_leaves(tree, none_is_leaf=True)
+    return leaves + [b for v in leaves if type(v) is slice for b in (v.start, v.stop, v.step)]
+
+
+# Note [View calls of symbolic sizes]
+# In an entry of symbolic sizes that the grad transform differentiates (a TwoTensor over changing
+# sizes), a view call takes sizes as numbers of the pass (``z.view(z.shape[0], -1)``,
+# ``z[: x.shape[0] // 2]``, ``z.view_as(y)``). Each call has its own: the forward computes them from its
+# sizes (the arithmetic ``rewrite_sizes`` records) and returns them after the output's numbers, and the
+# view call takes them there (``_Number(k)`` in its arguments, filled per call). Before, such a view
+# stayed the Function's output: for a subclass a new tensor, not a view, which the caller's in-place op
+# wrote without writing the base.
+@dataclass(frozen=True, slots=True)
+class _Number:
+    k: int
+
+
+def _numbered(tree: Any, numbers: list[NumberProxy]) -> Any:
+    """``tree`` with each number proxy (in a slice too) replaced by ``_Number(its index in numbers)``."""
+    def number(v: Any) -> Any:
+        if not isinstance(v, NumberProxy):
+            return v
+        k = next((k for k, n in enumerate(numbers) if n is v), None)
+        if k is None:
+            k = len(numbers)
+            numbers.append(v)
+        return _Number(k)
+    return optree.tree_map(
+        lambda v: slice(number(v.start), number(v.stop), number(v.step)) if type(v) is slice else number(v),
+        tree, none_is_leaf=True)
+
+
+def numbers_taken(
+    views: ViewOutputs, values: Sequence[Any], returned: Sequence[Any], offset: int,
+) -> ViewOutputs:
+    """``views`` taking its numbers from the Function's outputs (Note [View calls of symbolic sizes]).
+
+    Args:
+        views: ``plan``'s result.
+        values: the forward's value of each of ``views.numbers`` (a number proxy, or an int).
+        returned: the numbers the forward returns, after its ``offset`` tensor outputs.
+
+    Raises:
+        SizesNotRewritten: a number the forward does not return.
+    """
+    taken: list[int] = []
+    filled: list[Any] = []
+    for value in values:
+        if type(value) is int:
+            filled.append(value)
+            continue
+        k = next((k for k, n in enumerate(returned) if n is value), None)
+        if k is None:
+            raise SizesNotRewritten("a view call's number is no number the forward returns")
+        filled.append(_Number(len(taken)))
+        taken.append(offset + k)
+    steps = tuple((fn, *_filled((rest, kwargs), filled), viewed, written, grad)
+                  for fn, rest, kwargs, viewed, written, grad in views.steps)
+    return dataclasses.replace(views, steps=steps, number_outputs=tuple(taken))
+
+
+def _filled(tree: Any, numbers: Sequence[Any]) -> Any:
+    """``tree`` with each ``_Number(k)`` (in a slice too) replaced by ``numbers[k]``."""
+    def number(v: Any) -> Any:
+        return numbers[v.k] if type(v) is _Number else v
+    return optree.tree_map(
+        lambda v: slice(number(v.start), number(v.stop), number(v.step)) if type(v) is slice else number(v),
+        tree, none_is_leaf=True)
 
 
 def _base_of(proxy: Any) -> torch.Tensor | None:

@@ -128,20 +128,20 @@ CASES: dict[str, tuple[Callable[..., Any], int, str]] = {
 }
 
 
-def _input(kind: str, seed: int, subclass: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def _input(kind: str, seed: int, subclass: bool = False, rows: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """(the tensor whose gradient is compared, the function's argument)."""
     g = torch.Generator().manual_seed(seed)
-    leaf = torch.randn(4, 8, generator=g)
+    leaf = torch.randn(rows, 8, generator=g)
     if subclass:
-        leaf = TwoTensor(leaf, torch.randn(4, 8, generator=g))
+        leaf = TwoTensor(leaf, torch.randn(rows, 8, generator=g))
     leaf.requires_grad_()
     return leaf, (leaf if kind == "leaf" else leaf * 1)
 
 
 def _describe(fn: Callable[..., Any], written: int, kind: str, seed: int, subclass: bool = False,
-              ) -> list[Any]:
+              rows: int = 4) -> list[Any]:
     """What a caller sees of one call (see the module docstring), or the error eager raises."""
-    leaf, x = _input(kind, seed, subclass)
+    leaf, x = _input(kind, seed, subclass, rows)
     out = fn(x)
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     bases: list[Any] = []
@@ -216,6 +216,35 @@ def test_two_tensor_views(name: str) -> None:
         got = _describe(jfn, written, kind, seed, subclass=True)
         _assert_same(got, expected, f"call {seed}")
     assert jitcore.cache_misses(jfn) == 1
+
+
+def _rows_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    return z, z.view(z.shape[0] * 2, -1)
+
+
+def _first_half(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    return z, z[: x.shape[0] // 2]
+
+
+def _narrowed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    return z, z.narrow(0, 1, x.shape[0] // 2)
+
+
+@pytest.mark.parametrize("fn", [_rows_view, _first_half, _narrowed])
+def test_two_tensor_views_of_symbolic_sizes(fn: Callable[..., Any]) -> None:
+    """Note [View calls of symbolic sizes] (view_outputs.py): the entry of symbolic sizes (the second)
+    makes each call's view with that call's sizes. Before, the view stayed the Function's output, a new
+    TwoTensor: the caller's in-place op on it did not write the base (values and gradients wrong)."""
+    jfn = jitcore.jit(fn)
+    for rows in (4, 6, 8):
+        expected = _describe(fn, 1, "leaf", rows, subclass=True, rows=rows)
+        got = _describe(jfn, 1, "leaf", rows, subclass=True, rows=rows)
+        _assert_same(got, expected, f"{rows} rows")
+    assert jitcore.cache_misses(jfn) == 2
+    assert all(entry.computation.views is not None for entry in jfn.entries)
 
 
 def test_views_under_no_grad_are_unchanged() -> None:
