@@ -33,8 +33,9 @@ from jitcore.interpreter import Hooks, active_runs, current_run, interpret
 from jitcore.langctx.python import apply
 from jitcore.proxies.number import NumberProxy
 from jitcore.transforms.replayed_numbers import stand_ins_of
+from jitcore.transforms.symbolic_sizes import SizesNotRewritten
 
-__all__ = ["Condition", "evaluate", "interpreted_forward"]
+__all__ = ["Condition", "assumed_conditions", "evaluate", "interpreted_forward"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,6 +58,34 @@ def evaluate(number: Any, values: dict[int, Any]) -> Any:
         raise KeyError(number.name)
     fn, operands = number.made_by
     return fn(*(evaluate(o, values) for o in operands))
+
+
+def assumed_conditions(conditions: list[Any], names: dict[Any, NumberProxy]) -> list[Condition]:
+    """``conditions`` (what torch assumed of a split's backed stand-ins: sympy booleans over their
+    symbols, ``names`` the numbers they stand for) as one Condition computed from the split's numbers
+    (Note [A split Function's int as a size], replayed_numbers.py); none where there are none.
+
+    Raises:
+        SizesNotRewritten: a condition has a symbol no number names, no Python form, or does not hold
+            for the traced values.
+    """
+    from torch.utils._sympy.printers import PythonPrinter
+
+    if not conditions:
+        return []
+    symbols = sorted(set().union(*(c.free_symbols for c in conditions)), key=str)
+    if any(s not in names for s in symbols):
+        raise SizesNotRewritten(f"a condition of {conditions} has a symbol no number names")
+    text = " and ".join(f"({PythonPrinter().doprint(c)})" for c in conditions)
+    operands = tuple(names[s] for s in symbols)
+    try:
+        check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
+        holds = check(*(n.value for n in operands)) is True
+    except Exception as exc:  # noqa: BLE001 - a form Python cannot evaluate
+        raise SizesNotRewritten(f"the conditions {text} have no Python form: {exc}") from None
+    if not holds:
+        raise SizesNotRewritten(f"the conditions {text} do not hold for the traced values")
+    return [Condition(NumberProxy(f"({text})", True, made_by=(check, operands)), True)]
 
 
 # Note [Python arithmetic on a split Function's numbers]

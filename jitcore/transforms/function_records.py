@@ -16,8 +16,9 @@ Invariants:
   no number but Python arithmetic on those it takes, each comparison of which its call checks (Note
   [Python arithmetic on a split Function's numbers], function_numbers.py),
   its arguments have static sizes or sizes of the pass each read from one of its arguments (Note [A split
-  Function over symbolic sizes]) and its replay assumes nothing more of them, its traces rely on no
-  argument's symbolic layout, and its backward writes no Python state;
+  Function over symbolic sizes]) and its replay assumes nothing more of them (what it assumes of an int it
+  takes is a condition its call checks: Note [A split Function's int as a size], replayed_numbers.py),
+  its traces rely on no argument's symbolic layout, and its backward writes no Python state;
 - otherwise the record stays and calls ``apply`` natively, as before.
 """
 
@@ -43,9 +44,10 @@ from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.autograd_function import run_autograd_function
 from jitcore.transforms.backward_effects import BackwardWatch, watching
 from jitcore.transforms.backward_errors import RAISE
-from jitcore.transforms.function_numbers import Condition, evaluate, interpreted_forward
+from jitcore.transforms.function_numbers import Condition, assumed_conditions, evaluate, interpreted_forward
 from jitcore.transforms.grad import GradTraces, grad_transform
 from jitcore.transforms.mincut import saved_for_fusion
+from jitcore.transforms.replayed_numbers import Assumed
 from jitcore.transforms.saved_values import SavedValues
 from jitcore.transforms.symbolic_sizes import SymbolicSizes
 
@@ -110,7 +112,8 @@ def _splittable(bsym: BoundSymbol, sizes: SymbolicSizes | None) -> bool:
         return False
     if not any(isinstance(v, TensorProxy) for v in proxies):
         return False
-    if any(not _static(v) for v in proxies) and (sizes is None or _size_sources(bsym, sizes) is None):
+    if any(not _static(v) for v in proxies) and (sizes is None or _size_sources(bsym, sizes) is None) \
+            and not _sized_by_its_numbers(bsym):
         return False
     inner = [sub for _depth, sub in walk(bsym.subsymbols)]
     if any(sub.symbol.tags & _NOT_SPLIT for sub in inner):
@@ -123,6 +126,15 @@ def _splittable(bsym: BoundSymbol, sizes: SymbolicSizes | None) -> bool:
         return False
     return any(isinstance(v, SubclassTensorProxy)
                for sub in inner for v in optree.tree_leaves((sub.args, sub.output), none_is_leaf=True))
+
+
+def _sized_by_its_numbers(bsym: BoundSymbol) -> bool:
+    """Whether only outputs have symbolic sizes, in an entry whose numbers are sizes (``x.reshape(s, -1)``):
+    the split's replay computes them from its stand-ins (Note [A split Function's int as a size],
+    replayed_numbers.py)."""
+    arguments = optree.tree_leaves((bsym.args[1:], bsym.kwargs), none_is_leaf=True)
+    return any(_number_argument(v) and type(v.value) is int for v in arguments) \
+        and all(_static(v) for v in arguments if isinstance(v, TensorProxy))
 
 
 def _arithmetic_of(sub: BoundSymbol, value: Any, roots: set[int]) -> bool:
@@ -285,9 +297,13 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     # Note [A number a split Function takes]: each a name, the check added where torch used its value
     reads = [(root, _VALUE_USED) for n in numbers for root in n.roots]
     watch = BackwardWatch(watched)
+    assumed = Assumed() if numbers else False  # Note [A split Function's int as a size], replayed_numbers.py
     try:
         with state(), watching(watch), _ScalarTensorsOfStandIns() if numbers else contextlib.nullcontext():
-            grad = grad_transform(alone, (), (), reads, sizes if sources else None, bool(numbers))
+            grad = grad_transform(alone, (), (), reads, sizes if sources else None, assumed)
+        if assumed:
+            conditions += assumed_conditions(assumed.conditions, assumed.names)
+            assumed.sealed = True
     except Exception:  # noqa: BLE001 - the record stays: apply raises there what eager raises
         return None
     if sizes is not None and (sizes.state() != before or len(sizes.asserts()) != asserted):

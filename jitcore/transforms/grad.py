@@ -64,7 +64,7 @@ from jitcore.transforms.backward_deriver import (
 )
 from jitcore.transforms.inputs_handed_back import input_flags, returned_inputs
 from jitcore.transforms.recording import recording
-from jitcore.transforms.replayed_numbers import ReplayedNumbers
+from jitcore.transforms.replayed_numbers import Assumed, ReplayedNumbers
 from jitcore.transforms.replayed_reads import ReplayedReads
 from jitcore.transforms.saving import CHECKPOINT_BEGIN, CHECKPOINT_END, split_saved
 from jitcore.transforms.symbolic_sizes import (
@@ -233,7 +233,7 @@ class _Replay:
 
     def __init__(self, trace: Trace, subclass_inputs: SubclassInputs,
                  reads: Sequence[tuple[NumberProxy, BoundSymbol]] = (),
-                 sizes: SymbolicSizes | None = None, stand_ins: bool = False) -> None:
+                 sizes: SymbolicSizes | None = None, stand_ins: bool | Assumed = False) -> None:
         self.source = trace
         # t.item() results kept as names (replayed_numbers.py)
         self.numbers = ReplayedNumbers(reads, stand_ins=stand_ins)
@@ -570,7 +570,7 @@ def _slice_map(fn: Any, s: slice) -> slice:
 def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
                    unproduced: Sequence[SubclassTensorProxy],
                    reads: Sequence[tuple[NumberProxy, BoundSymbol]] = (),
-                   sizes: SymbolicSizes | None = None, stand_ins: bool = False,
+                   sizes: SymbolicSizes | None = None, stand_ins: bool | Assumed = False,
                    baseline: tuple | None = None) -> GradTraces:
     """Split ``trace`` (pass 1, torch level) into a forward and a backward trace over plain tensors.
 
@@ -585,7 +585,8 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
         sizes: the pass's symbolic sizes (None: its sizes are static; Note [Symbolic sizes through the
             grad transform], symbolic_sizes.py).
         stand_ins: ``reads`` given to calls under grad are stand-ins, names in both traces (Note [A read
-            number under grad], replayed_numbers.py).
+            number under grad], replayed_numbers.py); an ``Assumed``: an int's stand-in is
+            backed, what torch assumed of them collected there (Note [A split Function's int as a size]).
         baseline: with ``sizes``, what their ShapeEnv assumed before an earlier replay that replaced a
             size (``SizesReplaced.baseline``): the checks are of everything added since.
 

@@ -23,7 +23,9 @@ Invariants:
   records, as pass 1's checks were;
 - the backward holds such a name only where the forward computes it (among the saved values), and only
   where the stand-ins' ShapeEnv assumed nothing of them (``assumed_nothing``): no guard, no runtime
-  assert, no narrowed range, as a value torch decided nothing with.
+  assert, no narrowed range, as a value torch decided nothing with; but for a split Function's int,
+  whose stand-in is backed and what torch assumed of it a condition the split's call checks (Note [A
+  split Function's int as a size]).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from typing import Any
 import optree
 import sympy
 import torch
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
 from jitcore.dispatch.resolver import dispatched_numbers, number_leaves
 from jitcore.errors import DataDependentError
@@ -46,17 +49,39 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
 from jitcore.transforms.symbolic_sizes import SizesNotRewritten
 
-__all__ = ["ReplayedNumbers", "stand_ins_of"]
+__all__ = ["Assumed", "ReplayedNumbers", "stand_ins_of"]
+
+
+class Assumed:
+    """What torch assumed of a split Function's int stand-ins, which are backed (Note [A split Function's
+    int as a size]): each condition a sympy boolean over the stand-ins' symbols, true for the traced
+    values. Given as ``stand_ins`` to the grad transform; sealed once the split is made, after which a
+    later backward that assumes more raises ``SizesNotRewritten`` (nothing would check it)."""
+
+    def __init__(self) -> None:
+        self.conditions: list[Any] = []
+        self.names: dict[sympy.Symbol, NumberProxy] = {}
+        self.sealed = False
+
+    def found(self, conditions: list[Any], names: dict[sympy.Symbol, NumberProxy]) -> None:
+        if self.sealed and not set(conditions) <= set(self.conditions):
+            raise SizesNotRewritten("a later backward assumed more of a split Function's number")
+        if not self.sealed:
+            self.conditions, self.names = conditions, names
 
 
 class ReplayedNumbers:
     """The read numbers of one replay: which stay names, and the checks of those that do not."""
 
-    def __init__(self, reads: Sequence[tuple[NumberProxy, BoundSymbol]], *, stand_ins: bool = False) -> None:
+    def __init__(self, reads: Sequence[tuple[NumberProxy, BoundSymbol]], *,
+                 stand_ins: bool | Assumed = False) -> None:
         """Args:
             reads: the numbers pass 1 read and kept as names, each with its check.
-            stand_ins: names given to a call under grad are stand-ins (Note [A read number under grad]).
+            stand_ins: names given to a call under grad are stand-ins (Note [A read number under grad]);
+                an ``Assumed``: an int's stand-in is backed by its value, and what torch assumed of the
+                stand-ins goes there instead of raising (Note [A split Function's int as a size]).
         """
+        self._assumed = stand_ins if isinstance(stand_ins, Assumed) else None
         self._checks = {id(number): check for number, check in reads}
         self._needed: dict[int, BoundSymbol] = {}
         self._made: set[int] = set()  # numbers the forward computes by a copied record (a read's)
@@ -149,12 +174,18 @@ class ReplayedNumbers:
         """The unbacked SymFloat or SymInt that stands for ``number`` in calls under grad."""
         found = self._stand_ins.get(id(number))
         if found is None:
-            if self._env is None:
-                self._env = ShapeEnv()
+            if self._env is None:  # backed ints: neither 0 and 1 nor equal values made constants or one
+                self._env = ShapeEnv(specialize_zero_one=False, duck_shape=False)
                 _OWNERS[id(self._env)] = self
             env = self._env
-            symbolic = env.create_unbacked_symfloat() if type(number.value) is float \
-                else env.create_unbacked_symint()
+            if type(number.value) is float:
+                symbolic = env.create_unbacked_symfloat()
+            elif self._assumed is not None:  # Note [A split Function's int as a size]
+                symbol = env.create_symbol(number.value, ConstantSource(f"jitcore_{number.name}"),
+                                           DimDynamic.DYNAMIC, positive=None, do_not_specialize_zero_one=True)
+                symbolic = env.create_symintnode(symbol, hint=number.value)
+            else:
+                symbolic = env.create_unbacked_symint()
             self._ranges[symbolic.node.expr] = env.var_to_range.get(symbolic.node.expr)
             found = self._stand_ins[id(number)] = (number, symbolic)
         return found[1]
@@ -168,9 +199,9 @@ class ReplayedNumbers:
         """The name ``value`` (one of this replay's stand-ins) stands for; None for any other value."""
         if type(value) not in (torch.SymFloat, torch.SymInt) or value.node.shape_env is not self._env:
             return None
-        expr = value.node.expr
-        return next((number for number, symbolic in self._stand_ins.values() if symbolic.node.expr == expr),
-                    None)
+        expr = value.node._expr  # noqa: SLF001 - the symbol itself: ``expr`` applies replacements
+        return next((number for number, symbolic in self._stand_ins.values()
+                     if symbolic.node._expr == expr), None)  # noqa: SLF001
 
     def stood_in(self) -> bool:
         """Whether a call was given a stand-in."""
@@ -178,7 +209,8 @@ class ReplayedNumbers:
 
     def names(self) -> dict[sympy.Symbol, NumberProxy]:
         """Each stand-in's symbol and the name it stands for."""
-        return {symbolic.node.expr: number for number, symbolic in (self._stand_ins or {}).values()}
+        return {symbolic.node._expr: number  # noqa: SLF001 - the symbol, not what replaced it
+                for number, symbolic in (self._stand_ins or {}).values()}
 
     def assumed_nothing(self) -> None:
         """Raises SizesNotRewritten where torch decided something with a stand-in (a guard, a runtime
@@ -188,8 +220,50 @@ class ReplayedNumbers:
             return
         asserted = any(env.deferred_runtime_asserts.values())
         narrowed = any(env.var_to_range.get(s) != r for s, r in self._ranges.items())
+        if self._assumed is not None:  # Note [A split Function's int as a size]
+            self._assumed.found(_assumptions(env, self._ranges), self.names())
+            return
         if env.guards or asserted or env.replacements or narrowed:
             raise SizesNotRewritten("torch assumed something of a number read from a tensor under grad")
+
+
+def _assumptions(env: ShapeEnv, ranges: dict[sympy.Symbol, Any]) -> list[Any]:
+    """Everything ``env`` assumed of its symbols, each as a condition that holds for their hints: its
+    guards, runtime asserts, replacements (``Eq(s, 3)``) and the ranges narrowed since ``ranges``."""
+    found = [g.expr for g in env.guards]
+    found += [ra.expr for ras in env.deferred_runtime_asserts.values() for ra in ras]
+    found += [sympy.Eq(symbol, target) for symbol, target in env.replacements.items()]
+    for symbol, made in ranges.items():
+        now = env.var_to_range.get(symbol)
+        if now is None or now == made:
+            continue
+        if _finite(now.lower):
+            found.append(sympy.Ge(symbol, now.lower))
+        if _finite(now.upper):
+            found.append(sympy.Le(symbol, now.upper))
+    return list(dict.fromkeys(found))
+
+
+# Note [A split Function's int as a size]
+# ``F.apply(x, s)`` whose forward makes TwoTensor values of ``x.reshape(s, -1)``, ``x[:s]``,
+# ``x.repeat(s, 1)`` or ``x.new_zeros(s, 6)``, ``s`` an int the entry keeps dynamic
+# (/tmp/ao53-probes/p4_fn_edges.py ``size``): the split's stand-in for ``s`` was unbacked, torch guarded
+# on it (``Eq(Mod(24, s), 0)``), and the record stayed: 1 to 3 TwoTensor dispatches on every warm call.
+# A split's int stand-in is backed instead (a symbol of the stand-ins' ShapeEnv with the traced value as
+# its hint; neither 0 and 1 nor equal values made constants or one symbol), so torch decides as it would
+# with the value and writes down what it assumed: its guards, runtime asserts, replacements (``s = 3``
+# where it had to specialize) and narrowed ranges. ``assumed_nothing`` hands those to the split's
+# ``Assumed`` instead of raising; the split makes them one ``Condition`` over its numbers
+# (``assumed_conditions``, function_numbers.py), which ``SplitCall`` computes on every call, running
+# ``apply`` natively where it is false, as for a comparison the forward made. Pass 1 guarded the same ops
+# with the entry's own symbols, so the entry's calls agree. The sizes the split's traces hold are the
+# stand-ins' expressions, rewritten as arithmetic on the names (``rewrite_sizes``). A float's stand-in
+# stays unbacked: a value torch decides with still keeps the record. A backward derived later (another
+# tangent kind) that assumes more raises: nothing would check it.
+def _finite(bound: Any) -> bool:
+    from torch.utils._sympy.numbers import int_oo
+
+    return bool(bound.is_finite) and bound not in (int_oo, -int_oo)  # int_oo counts itself finite
 
 
 def stand_ins_of(value: Any) -> ReplayedNumbers | None:
