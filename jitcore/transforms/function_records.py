@@ -15,10 +15,11 @@ Invariants:
   torch decided nothing with (Note [A number a split Function takes]), holds no value read and computes
   no number but Python arithmetic on those it takes, each comparison of which its call checks (Note
   [Python arithmetic on a split Function's numbers], function_numbers.py),
-  its arguments have static sizes or sizes of the pass each read from one of its arguments (Note [A split
-  Function over symbolic sizes]) and its replay assumes nothing more of them (what it assumes of an int it
-  takes is a condition its call checks: Note [A split Function's int as a size], replayed_numbers.py),
-  its traces rely on no argument's symbolic layout, and its backward writes no Python state;
+  its arguments have static sizes or sizes of the pass each read from one of its arguments, a multiple
+  of it plus a constant too (Note [A split Function over symbolic sizes]) and its replay assumes nothing
+  more of them (what it assumes of an int it takes is a condition its call checks: Note [A split
+  Function's int as a size], replayed_numbers.py), its traces rely on no argument's symbolic layout,
+  and its backward writes no Python state;
 - otherwise the record stays and calls ``apply`` natively, as before.
 """
 
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import optree
+import sympy
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -224,6 +226,9 @@ _VALUE_USED = BoundSymbol(
 _NOT_SPLIT = frozenset({"check", "data_dependent", "backward", "per_call", "python_random", "random"})
 
 
+_Source = tuple[int, int | None, int, int]  # (leaf, dim, scale, offset): _size_sources
+
+
 # Note [A split Function over symbolic sizes]
 # ``Scaled.apply(x, w, scale)`` on a batch whose size changes per call (/tmp/ao53-probes/p5_split_sizes.py):
 # the entry keeps the batch size symbolic and runs pass 1 under torch's autograd, and the record was never
@@ -234,22 +239,27 @@ _NOT_SPLIT = frozenset({"check", "data_dependent", "backward", "per_call", "pyth
 # ``SplitCall`` reads from the call's tensors (each symbol is a size of one of the record's tensors: its
 # ``(argument, dim)``). The entry's prologue checks what pass 1 assumed of the sizes; a split whose replay
 # assumed more (a guard, an assert, a replacement) or relies on a symbolic layout stays a record.
-def _size_sources(bsym: BoundSymbol, sizes: SymbolicSizes) -> dict[Any, tuple[int, int | None]] | None:
+def _size_sources(bsym: BoundSymbol, sizes: SymbolicSizes) -> dict[Any, _Source] | None:
     """symbol -> (argument among the record's leaves, dim of that tensor or None for a number taken as it
-    is) of each size symbol in the record's tensors (arguments and outputs); None where one is no plain
-    size of an argument or of the pass."""
+    is, scale, offset: the dim's size is ``scale * symbol + offset``) of each size symbol in the record's
+    tensors (arguments and outputs); None where one is no size of an argument or of the pass that way."""
     leaves = optree.tree_leaves((bsym.args[1:], bsym.kwargs), none_is_leaf=True)
     names = sizes.names()
-    sources: dict[Any, tuple[int, int | None]] = {}
+    sources: dict[Any, _Source] = {}
     numbered = {id(n): symbol for symbol, n in names.items()}
+    linear: list[tuple[Any, tuple[int, int, int, int]]] = []
     with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
         for k, v in enumerate(leaves):
             if id(v) in numbered:  # a number the record takes that is a size (``x.reshape(n, -1)``)
-                sources.setdefault(numbered[id(v)], (k, None))
+                sources.setdefault(numbered[id(v)], (k, None, 1, 0))
             elif isinstance(v, TensorProxy):
                 for d, n in enumerate(v.shadow.shape):
                     if type(n) is torch.SymInt and n.node.expr in names:
-                        sources.setdefault(n.node.expr, (k, d))
+                        sources.setdefault(n.node.expr, (k, d, 1, 0))
+                    elif type(n) is torch.SymInt and (found := _linear(n.node.expr, names)) is not None:
+                        linear.append((found[0], (k, d, *found[1:])))  # Note [A size of a split's ...]
+        for symbol, where in linear:  # a plain size where there is one
+            sources.setdefault(symbol, where)
         everything = optree.tree_leaves((bsym.args, bsym.kwargs, bsym.output), none_is_leaf=True)
         for v in everything:
             if not isinstance(v, TensorProxy):
@@ -259,6 +269,28 @@ def _size_sources(bsym: BoundSymbol, sizes: SymbolicSizes) -> dict[Any, tuple[in
                 if type(n) is torch.SymInt and not n.node.expr.free_symbols <= sources.keys():
                     return None
     return sources
+
+
+# Note [A size of a split's tensor that is an expression]
+# ``F.apply(x.flatten(0, 1), w, s)`` with ``x`` of size ``(s0, 2, 3)``: the record's tensor has size
+# ``2*s0``, no plain size of any argument, so the record stayed (/tmp/ao54-probes/p8_split_sizes.py ``3d``:
+# 5 TwoTensor dispatches per warm call). A size ``scale * s0 + offset`` (integers, ``scale`` not 0) gives
+# ``s0`` as ``(size - offset) // scale`` of each call's tensor, exactly, for every call the entry's
+# prologue accepts; a size of any other form (``s0*s1``, ``s0 // 2``) still keeps the record.
+def _linear(expr: Any, names: dict[Any, NumberProxy]) -> tuple[Any, int, int] | None:
+    """(symbol, scale, offset) where ``expr`` is ``scale * symbol + offset`` of one of ``names``."""
+    free = expr.free_symbols
+    if len(free) != 1 or not free <= names.keys():
+        return None
+    (symbol,) = free
+    try:
+        poly = sympy.Poly(expr, symbol)
+    except sympy.PolynomialError:
+        return None
+    coeffs = poly.all_coeffs()
+    if poly.degree() != 1 or not all(c.is_Integer for c in coeffs) or coeffs[0] == 0:
+        return None
+    return symbol, int(coeffs[0]), int(coeffs[1])
 
 
 def _static(value: TensorProxy) -> bool:
@@ -283,9 +315,10 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     names = sizes.names() if sizes is not None else {}
     size_numbers = {id(names[symbol]): (names[symbol], where) for symbol, where in sources.items()}
     args = [a for a in args if id(a) not in size_numbers]
-    read: list[tuple[int, int, int | None]] = []  # (position among the split's arguments, leaf, dim)
-    for number, (leaf, dim) in size_numbers.values():
-        read.append((len(args), leaf, dim))
+    read: list[tuple[int, int, int | None, int, int]] = []  # (position among the split's arguments, leaf,
+    # dim, scale, offset)
+    for number, (leaf, dim, scale, offset) in size_numbers.values():
+        read.append((len(args), leaf, dim, scale, offset))
         args.append(number)
     before = sizes.state() if sizes is not None else None
     asserted = len(sizes.asserts()) if sizes is not None else 0
@@ -382,12 +415,12 @@ class SplitCall:
     def __init__(self, computation: GradComputation, positions: list[int | None],
                  expected: tuple[tuple[int, Any, Any], ...],
                  checked: tuple[tuple[tuple[int, int], ...], tuple[Condition, ...]] = ((), ()),
-                 sizes: tuple[tuple[int, int, int | None], ...] = ()) -> None:
+                 sizes: tuple[tuple[int, int, int | None, int, int], ...] = ()) -> None:
         self.computation = computation
         self.positions = positions  # per leaf of (args after the class, kwargs): its tensor argument
         self.expected = expected
         self.numbers, self.conditions = checked
-        self.sizes = sizes  # (argument, leaf, dim) of each size the split takes
+        self.sizes = sizes  # (argument, leaf, dim, scale, offset) of each size the split takes
 
     def __call__(self, cls: type, *args: Any, **kwargs: Any) -> Any:
         leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
@@ -395,8 +428,8 @@ class SplitCall:
         for leaf, k in zip(leaves, self.positions):
             if k is not None:
                 tensors[k] = leaf
-        for k, leaf, dim in self.sizes:  # Note [A split Function over symbolic sizes]
-            tensors[k] = leaves[leaf] if dim is None else leaves[leaf].shape[dim]
+        for k, leaf, dim, scale, offset in self.sizes:  # Note [A split Function over symbolic sizes]
+            tensors[k] = leaves[leaf] if dim is None else (leaves[leaf].shape[dim] - offset) // scale
         for k, layout, requires_grad in self.expected:
             t = tensors[k]
             if not (type(t) is layout if requires_grad is None else _as_recorded(t, layout, requires_grad)):

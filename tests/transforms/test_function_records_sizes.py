@@ -80,3 +80,33 @@ def test_a_function_over_a_changing_batch_runs_no_dispatch_when_warm(kind: str) 
         if i >= 2:  # warm: the symbolic entry is traced by then
             assert seen == [], (n, s, seen)  # before: 5 or 6 TwoTensor dispatches per warm call
     assert jitcore.cache_misses(f) == 2
+
+
+@pytest.mark.parametrize("merged", ["flatten", "concatenated"])
+def test_a_function_over_a_size_that_is_an_expression_runs_no_dispatch_when_warm(merged: str) -> None:
+    """Note [A size of a split's tensor that is an expression]: the record's tensor has size ``2*s0`` or
+    ``2*s0 + 2``, no plain size of an argument; before, 5 TwoTensor dispatches per warm call."""
+    fn = _function("scaled")
+
+    def program(x: torch.Tensor, w: torch.Tensor, s: float) -> torch.Tensor:
+        if merged == "flatten":
+            return fn.apply(x.flatten(0, 1), w, s) * 2
+        return fn.apply(torch.cat([x[0], x[1], x[0][:2]]) * 1, w, s) * 2
+
+    f = jitcore.jit(program)
+    for i, (n, s) in enumerate(_CALLS[:5]):
+        torch.manual_seed(i)
+        x = torch.randn(n, 2, 3, requires_grad=True) if merged == "flatten" else \
+            torch.randn(2, n, 3, requires_grad=True)
+        w = torch.randn(3, 5, requires_grad=True)
+        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        expected = program(x, w, s)
+        expected.square().sum().backward()
+        with protocol_calls(TwoTensor) as seen:
+            got = f(xj, wj, s)
+            got.square().sum().backward()
+        assert torch.equal(got, expected), (n, s)
+        assert torch.equal(xj.grad, x.grad) and torch.equal(wj.grad, w.grad), (n, s)
+        if i >= 2:  # warm: the symbolic entry is traced by then
+            assert seen == [], (n, s, seen)
+    assert jitcore.cache_misses(f) == 2
