@@ -1,18 +1,21 @@
-"""A split Function's forward interpreted: Python arithmetic on its numbers recorded, its branches checked.
+"""A split Function's forward and backward interpreted: Python arithmetic on its numbers recorded, its
+branches checked.
 
 A Function record split alone (function_records.py) is recorded by the grad transform running the user's
 forward natively on shadows, each number it takes a stand-in (an unbacked SymFloat or SymInt: Note [A
 number a split Function takes]). Python code the forward runs on a number (``math.sqrt(s)``, ``s > 2``)
 asked the stand-in for its value, which it has not: the record stayed, and ``apply`` ran natively on
 every call. Here the forward runs on jitcore's interpreter, where such code is looked aside (Note
-[Python arithmetic on a split Function's numbers]).
+[Python arithmetic on a split Function's numbers]), and so does the backward (Note [A split Function's
+backward computing with its numbers]).
 
 Invariants:
 - a number the forward computes from stand-ins is the grad transform's record of that computation, done
   by Python as eagerly, with a fresh stand-in of its own (never a formula torch simplified);
 - a comparison of such numbers answers the traced outcome, and is a ``Condition`` that the split's call
-  checks before it runs the split (another outcome runs ``apply`` natively);
-- every other call the forward makes runs natively, with the interpretation the forward was called in
+  checks before it runs the split (another outcome runs ``apply`` natively); once the call holds them
+  (``Conditions.sealed``) a comparison raises: a backward derived later makes none nothing would check;
+- every other call the forward or backward makes runs natively, with the interpretation it was called in
   current (the recording's subclass dispatch interprets on it).
 """
 
@@ -35,7 +38,7 @@ from jitcore.proxies.number import NumberProxy
 from jitcore.transforms.replayed_numbers import stand_ins_of
 from jitcore.transforms.symbolic_sizes import SizesNotRewritten
 
-__all__ = ["Condition", "assumed_conditions", "evaluate", "interpreted_forward"]
+__all__ = ["Condition", "Conditions", "assumed_conditions", "evaluate", "interpreted_forward"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -44,6 +47,12 @@ class Condition:
 
     predicate: NumberProxy
     outcome: bool
+
+
+class Conditions(list):
+    """The conditions of one split's forward and backward; ``sealed`` once the split's call holds them."""
+
+    sealed = False
 
 
 def evaluate(number: Any, values: dict[int, Any]) -> Any:
@@ -114,7 +123,7 @@ _MATH = ("sqrt", "exp", "log", "cos", "sin", "tan", "tanh", "log2", "log10", "lo
 class _Numbers:
     """The lookasides of one call of a split's forward; the conditions they find go to ``conditions``."""
 
-    def __init__(self, conditions: list[Condition], outer: Any) -> None:
+    def __init__(self, conditions: Conditions, outer: Any) -> None:
         self.conditions = conditions
         self.native = _under(outer)
 
@@ -170,6 +179,8 @@ class _Numbers:
         if not isinstance(result, NumberProxy):
             return self.native(fallback, args)
         if type(result.value) is bool:
+            if getattr(self.conditions, "sealed", False):  # a backward derived later: nothing would check it
+                raise SizesNotRewritten("a backward derived after the split compared the split's numbers")
             self.conditions.append(Condition(result, result.value))
             return result.value
         return owner.stand_in(result)
@@ -197,18 +208,34 @@ def _current(run: Any) -> Iterator[None]:
         stack.pop()
 
 
-def interpreted_forward(cls: type) -> tuple[type, list[Condition]]:
-    """A subclass of the Function ``cls`` whose forward runs on the interpreter (the Note above), and
-    the list its calls add their conditions to (``cls`` itself where its forward is no Python function)."""
-    conditions: list[Condition] = []
-    forward = next((vars(c)["forward"] for c in cls.__mro__ if "forward" in vars(c)), None)
-    fn = forward.__func__ if isinstance(forward, staticmethod) else forward
-    if not isinstance(fn, types.FunctionType):
-        return cls, conditions
+def interpreted_forward(cls: type) -> tuple[type, Conditions]:
+    """A subclass of the Function ``cls`` whose forward and backward run on the interpreter (the Notes
+    above and [A split Function's backward computing with its numbers]), and the list their calls add
+    their conditions to (``cls`` itself where its forward is no Python function)."""
+    conditions = Conditions()
+    body: dict[str, Any] = {}
+    for name in ("forward", "backward"):
+        method = next((vars(c)[name] for c in cls.__mro__ if name in vars(c)), None)
+        fn = method.__func__ if isinstance(method, staticmethod) else method
+        if not isinstance(fn, types.FunctionType):
+            if name == "forward":
+                return cls, conditions
+            continue
 
-    def interpreted(*args: Any, **kwargs: Any) -> Any:
-        return interpret(fn, _Numbers(conditions, current_run()).hooks())(*args, **kwargs)
+        def interpreted(*args: Any, fn: Any = fn, **kwargs: Any) -> Any:
+            return interpret(fn, _Numbers(conditions, current_run()).hooks())(*args, **kwargs)
 
-    body = staticmethod(interpreted) if isinstance(forward, staticmethod) else interpreted
-    return type(cls.__name__, (cls,), {"forward": body, "__qualname__": cls.__qualname__,
+        body[name] = staticmethod(interpreted) if isinstance(method, staticmethod) else interpreted
+    return type(cls.__name__, (cls,), {**body, "__qualname__": cls.__qualname__,
                                        "__module__": cls.__module__}), conditions
+
+
+# Note [A split Function's backward computing with its numbers]
+# ``ctx.s = s`` in the forward and ``g * math.sqrt(ctx.s)`` or ``if ctx.s > 2`` in the backward: the
+# backward ran natively on the stand-in, which has no value, so the replay raised and the record stayed
+# (``apply`` natively, 2 TwoTensor dispatches per warm call: /tmp/ao55-probes/p3_backward.py). The
+# backward runs on the interpreter as the forward does, with the same lookasides: its arithmetic is
+# recorded into the backward trace (the number it reads among the saved values), and its comparisons
+# are conditions of the same list. They are of the numbers only, so ``SplitCall`` checks them before it
+# runs the split, as it checks the forward's: the backward is derived while the split is made, before
+# any call.

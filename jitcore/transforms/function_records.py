@@ -353,6 +353,7 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
         return None
     computation = _computation(grad, executor, owner, len(args), backwards)
     call = SplitCall(computation, positions, expected, _checked(args, conditions), tuple(read))
+    conditions.sealed = True  # Note [A split Function's backward computing with its numbers]
     symbol = Symbol(id="split_function", name="split_function", langctx="torch", fn=call, path=None,
                     meta=bsym.symbol.meta, tags=bsym.symbol.tags)
     header = f"{_function_name(bsym)}.apply, split alone: Note [A Function split alone]"

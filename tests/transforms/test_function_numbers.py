@@ -142,3 +142,52 @@ def test_a_comparison_pass_1_does_not_guard_is_checked_by_the_split() -> None:
         got.square().sum().backward()
         assert torch.equal(got, expected) and torch.equal(xj.grad, x.grad), s
     assert jitcore.cache_misses(f) == 2
+
+
+def _backward_computing(scale: Callable[[float], float]) -> type:
+    """Note [A split Function's backward computing with its numbers]: Python on ``ctx.s`` in the backward."""
+
+    class Scaled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor, s: float) -> torch.Tensor:
+            ctx.s = s
+            x = x.detach()
+            pair = TwoTensor(x * s, x) * 2
+            return (pair.a + pair.b).clone()
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+            pair = TwoTensor(g * scale(ctx.s), g) * 3
+            return pair.a + pair.b, None
+
+    return Scaled
+
+
+@pytest.mark.parametrize("name", ["sqrt", "chain"])
+def test_a_backward_computing_with_the_number_runs_no_dispatch_when_warm(name: str) -> None:
+    scale = math.sqrt if name == "sqrt" else (lambda s: (s + 1) * 3 - math.exp(-s))
+    _check(_backward_computing(scale), 2)  # before: 2 TwoTensor dispatches per warm call
+
+
+def test_a_backward_branching_on_the_number_is_checked_by_the_split() -> None:
+    """The backward's ``ctx.s > 2`` is no guard of the entry (pass 1 runs no backward): the split, traced
+    at 2.5, runs where it comes out True and ``apply`` natively elsewhere, each as eagerly."""
+    fn = _backward_computing(lambda s: s * 2 if s > 2 else 1.0 - s)
+
+    def program(x: torch.Tensor, s: float) -> torch.Tensor:
+        return fn.apply(x * 1, s)
+
+    f = jitcore.jit(program)
+    for i, s in enumerate(_SCALES):
+        torch.manual_seed(i)
+        x = torch.randn(4, 6, requires_grad=True)
+        xj = x.detach().clone().requires_grad_()
+        expected = program(x, s)
+        expected.square().sum().backward()
+        with protocol_calls(TwoTensor) as seen:
+            got = f(xj, s)
+            got.square().sum().backward()
+        assert torch.equal(got, expected) and torch.equal(xj.grad, x.grad), (s, got, expected)
+        if i >= 2 and s > 2:
+            assert seen == [], (s, seen)
+    assert jitcore.cache_misses(f) == 2
