@@ -199,3 +199,36 @@ def test_f_lineno_cannot_be_deleted() -> None:
         return "deleted"
 
     check(run)
+
+
+def test_pdbs_jump_command() -> None:
+    """pdb's ``jump`` (bdb's trace function sets ``curframe.f_lineno``): forwards, backwards, and refused into
+    a ``for`` loop's body with pdb's report of CPython's words (/tmp/cpy55-probes/p6_pdb_jump.py)."""
+    import io
+    import pdb
+
+    def body(out):
+        out.append(1)
+        out.append(2)
+        out.append(3)
+        for i in range(2):
+            out.append(("i", i))
+        out.append(9)
+
+    def run():
+        out = []
+        first = body.__code__.co_firstlineno
+        commands = f"jump {first + 3}\nnext\njump {first + 1}\nnext\nnext\njump {first + 5}\ncontinue\n"
+        shown = io.StringIO()
+        debugger = pdb.Pdb(stdin=io.StringIO(commands), stdout=shown, nosigint=True, readrc=False)
+        debugger.use_rawinput = False
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                debugger.runcall(body, out)
+            finally:
+                sys.settrace(None)
+        reports = [line for line in shown.getvalue().splitlines() if "***" in line]
+        return out, reports, [str(w.message) for w in caught]
+
+    check(run)
