@@ -25,6 +25,7 @@ import collections
 import contextlib
 import dataclasses
 import heapq
+import itertools
 import types
 import warnings
 from collections.abc import Callable, Iterator
@@ -43,6 +44,7 @@ from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
 from jitcore.jit.pending_keys import PendingKey
 from jitcore.jit.returned_objects import RETURNED, ReturnedObjects, is_size
+from jitcore.jit.set_tables import put_back, table_of
 from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
 from jitcore.proxies import TensorProxy
@@ -51,7 +53,7 @@ from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import plain_key
 
 __all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record", "emit_warning",
-           "emptied_list", "print_line", "written_keys"]
+           "emptied_list", "print_line", "set_op", "written_keys"]
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "setitem_at", "delitem", "contents", "extend",
@@ -73,8 +75,10 @@ class Effect:
             ``"warn"``, a ``warnings.warn`` call blaming the module whose globals are at ``path``
             (jit/warning_calls.py); ``"setitem_at"``, an item stored at a key computed per call (the
             value is ``(key, item)``: Note [A key only stored], jit/pending_keys.py); ``"add"``, elements
-            added to a set (Note [An element only added]); ``"heappush"``, an item pushed onto a heap
-            list or inserted into a sorted one, the key the function (Note [An item only pushed]).
+            added to a set (Note [An element only added]), or added and discarded in program order, the
+            key each one's op (Note [A set's changes in program order]); ``"heappush"``, an item pushed
+            onto a heap list or inserted into a sorted one, the key the function (Note [An item only
+            pushed]).
         key: the attribute name or item key (None for contents and cells; ``(sep, end, flush)``
             for a print; ``(level, pathname, lineno, func)`` for a log record).
         value: the new value, with proxies and rebuilt objects as slots filled per call.
@@ -115,6 +119,10 @@ class _Snapshot:
     path: Path
     state: Any
     written: set[Any] = dataclasses.field(default_factory=set)  # Note [Writes of the same object]
+    # a set's adds and discards in program order, ``("other", None)`` for any other change (Note [A set's
+    # changes in program order])
+    set_ops: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+    table: Any = None  # an exact set's table when first reached (Note [A set's table put back exactly])
 
 
 class StateSnapshots:
@@ -142,7 +150,8 @@ class StateSnapshots:
             # _bind_tensor_attributes): what the program sets there is set on the tensor
         state = state_of(obj)
         if state is not None:
-            self._snapshots[id(obj)] = _Snapshot(obj, path, state)
+            table = table_of(obj) if kind is set else None  # Note [A set's table put back exactly]
+            self._snapshots[id(obj)] = _Snapshot(obj, path, state, table=table)
 
     def note_emptied(self, obj: list) -> None:
         """The program empties the reached list ``obj`` without reading it (jit/appends.py, Note [A list
@@ -178,6 +187,20 @@ class StateSnapshots:
                 snap.written.add(key)
             except TypeError:  # an unhashable key: no dict or attribute holds it
                 pass
+
+    def note_set_op(self, obj: set, op: str, elements: Any) -> None:
+        """The program calls ``obj.<op>`` (``add``, ``discard``, ``remove`` of one element, ``update`` of
+        the elements of a list, tuple or set; any other op: the order is no longer known) on a reached set
+        (Note [A set's changes in program order])."""
+        snap = self._snapshots.get(id(obj))
+        if snap is None or snap.obj is not obj:
+            return
+        if op in ("add", "discard", "remove") and len(elements) == 1:
+            snap.set_ops.append(("add" if op == "add" else "discard", elements[0]))
+        elif op == "update" and all(type(e) in (list, tuple, set, frozenset) for e in elements):
+            snap.set_ops += [("add", e) for each in elements for e in each]
+        else:
+            snap.set_ops.append(("other", None))
 
     def stored(self, obj: Any, key: Any) -> bool:
         """Whether the program stored ``obj.key`` or ``obj[key]`` in this pass (``note_write``)."""
@@ -252,13 +275,18 @@ class StateSnapshots:
             if key in self._emptied:
                 out.append(Effect(snap.path, "contents", None, list(list.__iter__(snap.obj))))
                 continue
+            if snap.state[0] == "set":  # Note [A set's changes in program order]
+                out += _set_diff(snap.path, snap.state[1], set(set.__iter__(snap.obj)), snap.set_ops)
+                continue
             out += _diff(snap.obj, snap.path, snap.state, state_of(snap.obj), snap.written)
         return out
 
     def restore(self) -> None:
-        """Put every reached object back into its snapshot state."""
+        """Put every reached object back into its snapshot state (a set the pass only added to, its very
+        table: Note [A set's table put back exactly], jit/set_tables.py)."""
         for snap in reversed(list(self._snapshots.values())):
-            restore_state(snap.obj, snap.state)
+            if snap.table is None or not put_back(snap.obj, snap.table):
+                restore_state(snap.obj, snap.state)
 
     @contextlib.contextmanager
     def writing_nothing(self) -> Iterator[None]:
@@ -607,9 +635,24 @@ def _item_set(path: Path, setter: EffectKind, key: Any, value: Any) -> Effect:
     return Effect(path, setter, plain_key(key), value)
 
 
-def _set_diff(path: Path, old: set, new: set) -> list[Effect]:
-    """A set's change: the elements added (``add``, replayed onto the set each call finds; a stand-in as
-    its call's number: Note [An element only added], jit/pending_keys.py), else its whole contents."""
+# Note [A set's changes in program order]
+# A set iterates in the order of its hash table, which depends on the order its elements went in (and came
+# out: a discard leaves a dummy slot). The diff of a set's contents gave its added elements in the table's
+# order after the pass, not the program's: ``S.add(a); S.add(b); S.add(c)`` of numbers per call, or an add
+# and a discard, were replayed in another order, and iterating the set after some calls differed from eager
+# (/tmp/eff55-probes/set_order3.py; a removal replayed the whole contents, a new table). The pass notes each
+# ``add``/``discard``/``remove``/``update`` C call on a reached set (``note_set_op``, the element as C got
+# it: a stand-in for a number only added, Note [An element only added]); where those ops, made on the
+# set's first state, give the set the pass left (they explain every change), they are the effect, replayed
+# in program order onto the set each call finds (the ``"add"`` effect, its key each element's op). Any other
+# change (``pop``, ``clear``, a settled stand-in, an op C made unseen) leaves the diff as before.
+def _set_diff(path: Path, old: set, new: set, ops: list[tuple[str, Any]] | None = None) -> list[Effect]:
+    """A set's change: its adds and discards in program order (Note [A set's changes in program order]),
+    else the elements added (``add``, replayed onto the set each call finds; a stand-in as its call's
+    number: Note [An element only added], jit/pending_keys.py), else its whole contents."""
+    if ops and _explains(old, new, ops):
+        elements = [k.number if type(k) is PendingKey else plain_key(k) for _op, k in ops]
+        return [Effect(path, "add", tuple(op for op, _k in ops), elements)]
     pending = [k.number for k in new if type(k) is PendingKey]
     # Note [A key of the computation's numbers]: a number's or text's element is its value
     plain = [plain_key(k) for k in new if type(k) is not PendingKey]
@@ -618,6 +661,19 @@ def _set_diff(path: Path, old: set, new: set) -> list[Effect]:
     if all(k in plain for k in old):  # added to only
         return [Effect(path, "add", None, [*(k for k in plain if k not in old), *pending])]
     return [Effect(path, "contents", None, {*plain, *(number.specialize() for number in pending)})]
+
+
+def _explains(old: set, new: set, ops: list[tuple[str, Any]]) -> bool:
+    """Whether ``ops`` made on ``old`` give ``new`` (compared as C compares the elements)."""
+    made = set(old)
+    if any(op == "other" for op, _element in ops):
+        return False
+    try:
+        for op, element in ops:
+            (set.add if op == "add" else set.discard)(made, element)
+    except TypeError:  # an unhashable element: the op raised in the pass too
+        return False
+    return made == new
 
 
 def _buffer_diff(path: Path, old: Any, new: Any) -> list[Effect]:
@@ -651,6 +707,25 @@ def _frozen(items: Any) -> Any:
 
 
 _ITEM_WRITERS = frozenset({"__setitem__", "setdefault", "update"})
+
+
+_SET_WRITES = frozenset({"add", "discard", "remove", "update", "pop", "clear", "difference_update",
+                         "intersection_update", "symmetric_difference_update", "__ior__", "__iand__",
+                         "__isub__", "__ixor__"})
+
+
+def set_op(fn: Any, args: tuple) -> tuple[set, str, tuple] | None:
+    """``(the set, the op, its arguments)`` where the C call ``fn(*args)`` writes a set (bound, or through
+    ``set``), else None (Note [A set's changes in program order])."""
+    name = getattr(fn, "__name__", None)
+    if name not in _SET_WRITES:
+        return None
+    owner = getattr(fn, "__self__", None)
+    if type(owner) is set:
+        return owner, name, args
+    if getattr(set, name, None) is fn and args and type(args[0]) is set:
+        return args[0], name, args[1:]
+    return None
 
 
 def written_keys(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple] | None:
@@ -729,9 +804,9 @@ def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = Fals
         target[value[0]] = value[1]
     elif kind == "heappush":  # the key: heappush or bisect.insort_right/left (Note [An item only pushed])
         (effect.key or heapq.heappush)(target, value)
-    elif kind == "add":
-        for element in value:
-            set.add(target, element)
+    elif kind == "add":  # the key: each op in program order (Note [A set's changes in program order])
+        for op, element in zip(effect.key or itertools.repeat("add"), value):
+            (set.add if op == "add" else set.discard)(target, element)
     elif kind == "delitem":
         del target[effect.key]
     elif kind == "extend":

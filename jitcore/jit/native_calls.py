@@ -32,7 +32,7 @@ from jitcore.ir import Proxy, tree_any, tree_has
 from jitcore.jit import numbers
 from jitcore.jit.code_kinds import is_torch_builtin, is_unlisted_operation
 from jitcore.jit.context_variables import NOT_CONTEXT
-from jitcore.jit.effects import emptied_list, written_keys
+from jitcore.jit.effects import emptied_list, set_op, written_keys
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor
 from jitcore.jit.held_tensors import is_held_tensor
 from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, is_cache_clear, is_cache_info
@@ -120,6 +120,8 @@ class NativeCalls:
             return read  # CV.get(): Note [Context variables] (jit/context_variables.py)
         fn = numbers.as_item_slot(fn, args, kwargs)  # Note [An item set by operator.setitem] (jit/numbers.py)
         args, kwargs = self._native_arguments(fn, args, kwargs)
+        if (op := set_op(fn, args)) is not None:  # Note [A set's changes in program order] (jit/effects.py)
+            self.snapshots.note_set_op(*op)
         if type(fn) is LRU_WRAPPER and (cached := self.lru_calls.call(fn, args, kwargs)) is not NOT_HANDLED:
             return cached  # Note [A cached function's call] (jit/lru_caches.py)
         if is_cache_clear(fn):  # Note [A cache cleared inside the program] (jit/lru_caches.py)

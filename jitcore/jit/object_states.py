@@ -159,9 +159,10 @@ def get_slot(member: Any, obj: Any) -> Any:
 # replayed ``add``s (in eager's order) gave the same elements in another order from the first resize on
 # (``s.add(str(len(s)))`` on a set argument: /tmp/eff54-probes/set_order2.py, "diverged at 5"). The
 # elements the pass added are discarded and those it removed added back: a discarded element's slot is
-# found again by the replayed ``add`` of it, so the table is eager's where the call adds one element. Left:
-# several adds in one call are replayed in the set's iteration order (``_set_diff``), not the program's, and
-# a removal replays the whole contents: another order.
+# found again by the replayed ``add`` of it, so the table is eager's where the call adds one element. (Not
+# so in general: CPython never inserts into a dummy. An exact set's table is now written back as the pass
+# found it, Note [A set's table put back exactly], jit/set_tables.py; this is the fallback where that cannot
+# be done.)
 def restore(obj: Any, state: Any) -> None:
     kind, old = state
     if kind == "cell":

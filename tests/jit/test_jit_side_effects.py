@@ -625,3 +625,63 @@ def test_a_set_argument_iterates_in_eagers_order(fn: Any) -> None:
         x = torch.randn(2)
         assert_same(jf(jitted, x), fn(eager, x))
         assert list(jitted) == list(eager)
+
+
+# --- Note [A set's table put back exactly] (jitcore/jit/set_tables.py) and Note [A set's changes in program
+# order] (jitcore/jit/effects.py)
+
+
+def _adds_two(s: set, x: torch.Tensor) -> torch.Tensor:
+    n = len(s)
+    s.add(n * 8)
+    s.add(n * 8 + 64)  # the same slot of a small table: the second probes on
+    return x * 2
+
+
+def _adds_two_and_discards(s: set, x: torch.Tensor) -> torch.Tensor:
+    n = len(s)
+    s.add(n * 16 + 3)
+    s.add(n * 16 + 131)
+    s.discard((n // 2) * 16 + 3)
+    return x + 1
+
+
+def _discards_then_adds_back(s: set, x: torch.Tensor) -> torch.Tensor:
+    s.discard(0)
+    s.add(0)
+    s.add(len(s) * 8)
+    return x - 1
+
+
+SEEN: set = set()
+
+
+def _adds_numbers_to_state(x: torch.Tensor, n: int) -> torch.Tensor:
+    SEEN.add(n * 8)  # only added to: each call's number replayed (Note [An element only added])
+    SEEN.add(n * 8 + 64)
+    return x * 3
+
+
+@pytest.mark.parametrize("fn", [_adds_two, _adds_two_and_discards, _discards_then_adds_back])
+def test_a_set_changed_several_times_in_a_call_iterates_in_eagers_order(fn: Any) -> None:
+    """Several adds, or a discard, in one call: before, the pass's adds were undone by discards (dummy
+    slots, which CPython never fills again), and the diff replayed the added elements in the set's order:
+    the set iterated in another order than eager's within a few calls (/tmp/eff55-probes/set_order3.py)."""
+    eager, jitted = {0}, {0}
+    jf = jitcore.jit(fn)
+    for _ in range(30):
+        x = torch.randn(2)
+        assert_same(jf(jitted, x), fn(eager, x))
+        assert list(jitted) == list(eager)
+
+
+def test_a_set_of_state_only_added_to_iterates_in_eagers_order() -> None:
+    runs = []
+    for run in (_adds_numbers_to_state, jitcore.jit(_adds_numbers_to_state)):
+        SEEN.clear()
+        orders = []
+        for n in [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]:
+            run(torch.ones(2), n)
+            orders.append(list(SEEN))
+        runs.append(orders)
+    assert runs[1] == runs[0]

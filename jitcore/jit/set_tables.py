@@ -1,0 +1,113 @@
+"""A set's hash table put back exactly as it was before the pass changed it.
+
+Note [A set's table put back exactly]
+A set iterates in its hash table's order, which its whole history decides: a discard leaves a dummy slot,
+and CPython (3.7 on) never inserts into a dummy, so an add probes past it. The pass makes the program's
+``add``s and ``discard``s on the caller's set, and ``object_states.restore`` then discarded what it added
+and added back what it removed: the table kept those dummies, so the replayed ops, the same in the same
+order, probed past them and landed elsewhere, and the set iterated in another order than eager's
+(``S.add(a); S.add(b)`` per call, an add and a discard: /tmp/eff55-probes/set_order3.py,
+set_dummy_demo.py). ``table_of`` copies the table's entries (each slot's key and hash, dummies included)
+with ``fill``, ``used`` and ``finger`` when the pass first reaches the set; ``put_back`` writes them back
+where the pass left the same table (the same ``mask`` and table memory: no resize), taking a reference
+to each key it puts back and releasing those of the keys it replaces, so the set is the very table the
+pass found and the replayed ops make eager's. A small table the pass outgrew (its entries inline in the
+object, the new table allocated by the resize) is put back too: the entries written inline again, the
+table pointer and mask set back, the new table freed with ``PyMem_Free`` as setobject.c frees one. The
+fields are read through ``ctypes`` at the
+``PySetObject`` offsets, checked at import on probe sets (3.11 to 3.13: ``fill``, ``used``, ``mask``,
+``table``, ``hash``, ``finger`` after the object header, the small table inline after them); where the
+check fails or the pass resized a bigger table (the old one freed), nothing is done here and the set is
+put back as before (its order may then differ from eager's).
+
+Invariant: ``put_back`` changes the set only to the table ``table_of`` read, entry for entry; the keys it
+holds are those of the snapshot (``keys``, which keeps them alive), each with one reference of the set's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+__all__ = ["SetTable", "put_back", "table_of"]
+
+
+class _SetHeader(ctypes.Structure):
+    _fields_ = [("refcnt", ctypes.c_ssize_t), ("type", ctypes.c_void_p), ("fill", ctypes.c_ssize_t),
+                ("used", ctypes.c_ssize_t), ("mask", ctypes.c_ssize_t), ("table", ctypes.c_void_p),
+                ("hash", ctypes.c_ssize_t), ("finger", ctypes.c_ssize_t)]
+
+
+SetTable = tuple  # (mask, table address, fill, used, finger, entries, {id: key})
+
+
+def _header(s: set) -> _SetHeader:
+    return _SetHeader.from_address(id(s))
+
+
+def _entries(header: _SetHeader) -> Any:
+    return (ctypes.c_ssize_t * (2 * (header.mask + 1))).from_address(header.table)
+
+
+def _dummy_address() -> int | None:
+    """The address of CPython's dummy key (a discarded slot's), read from a probe set; None where the
+    layout is not the one expected."""
+    try:
+        small = {1, 2}
+        header = _header(small)
+        if (header.fill, header.used, header.mask) != (2, 2, 7) \
+                or header.table != id(small) + ctypes.sizeof(_SetHeader) or header.type != id(set):
+            return None
+        big = set(range(100))
+        entries = _entries(_header(big))
+        if {entries[2 * i] for i in range(_header(big).mask + 1)} - {0} != {id(k) for k in big}:
+            return None
+        small.discard(1)
+        keys = {_entries(header)[2 * i] for i in range(8)} - {0, id(2)}
+        return keys.pop() if len(keys) == 1 and header.fill == 2 and header.used == 1 else None
+    except Exception:  # noqa: BLE001 - any surprise disables the exact put-back
+        return None
+
+
+_DUMMY = _dummy_address()
+
+
+def table_of(s: set) -> SetTable | None:
+    """A copy of an exact ``set``'s table now; None where the layout was not confirmed."""
+    if _DUMMY is None or type(s) is not set:
+        return None
+    header = _header(s)
+    entries = tuple(_entries(header))
+    keys = {id(k): k for k in set.__iter__(s)}
+    return header.mask, header.table, header.fill, header.used, header.finger, entries, keys
+
+
+def put_back(s: set, before: SetTable | None) -> bool:
+    """Write the table ``before`` back into ``s`` where the pass did not resize it (Note [A set's table put
+    back exactly]); whether it did."""
+    if before is None or type(s) is not set or _DUMMY is None:
+        return False
+    mask, table, fill, used, finger, entries, keys = before
+    header = _header(s)
+    small = id(s) + ctypes.sizeof(_SetHeader)  # the small table, inline: never freed
+    grown = table == small and header.table != small  # a small table the pass outgrew (a new one, malloc'd)
+    if (header.mask, header.table) != (mask, table) and not grown:
+        return False
+    if not grown and tuple(_entries(header)) == entries and (header.fill, header.used) == (fill, used):
+        return True
+    if any(e not in keys for e in entries[0::2] if e and e != _DUMMY):
+        return False  # (cannot happen: the snapshot's keys are the table's)
+    held = [k for k in set.__iter__(s)]  # the keys the set holds now: released once the table is written
+    for key in keys.values():
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(key))
+    outgrown = header.table if grown else None
+    header.table, header.mask = table, mask
+    now = _entries(header)
+    for i, value in enumerate(entries):
+        now[i] = value
+    header.fill, header.used, header.finger = fill, used, finger
+    if outgrown is not None:  # the table the resize made (setobject.c allocates it with PyMem_NEW)
+        ctypes.pythonapi.PyMem_Free(ctypes.c_void_p(outgrown))
+    for key in held:
+        ctypes.pythonapi.Py_DecRef(ctypes.py_object(key))
+    return True
