@@ -131,7 +131,11 @@ def execute_settrace(frame: Frame, pending: BaseException | None = None) -> None
         if pending is not None:
             cursor[3] = instructions[frame.index - 1] if frame.index else None  # where it is thrown in
             tracing.call_event(frame)
-            _raise_into(frame, pending)
+            try:
+                _raise_into(frame, pending)
+            except BaseException:  # not handled in the frame: it leaves (3.11: no handler of its own)
+                tracing.return_event(frame, None, None, True)
+                raise
         elif frame.index:  # resumed: a jump its yield's ``return`` event set (Note [A jump from a yield])
             tracing.landed(cursor, *resume_jump(frame))
         while True:

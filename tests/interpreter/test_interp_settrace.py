@@ -558,3 +558,24 @@ def test_the_return_event_of_a_frame_left_by_a_raise_in_its_except_block_shows_t
         return events
 
     check(run)
+
+
+def test_a_generator_an_exception_thrown_in_leaves_gives_its_return_event() -> None:
+    """``gen.throw(exc)`` that the generator does not catch: ``call``, ``exception``, then ``return`` None as
+    the exception leaves, as CPython's; 3.11's interpreted frame (no handler of its own there) gave no
+    ``return`` (/tmp/cpy55-probes/p7_throw_events.py)."""
+
+    def gen(out):
+        out.append(1)
+        yield 2
+        out.append(3)
+
+    def program():
+        g = gen([])
+        next(g)
+        try:
+            g.throw(KeyError("k"))
+        except KeyError:
+            pass
+
+    check(_traced(program, ("gen",)))
