@@ -538,8 +538,8 @@ def _own_copy_hook(kind: type) -> str | None:
     ``deepcopy``'s reconstruction calls (Note [A copy runs no code of the program's])."""
     names = (*_COPY_HOOKS, *_REBUILT_BY, *(("__init__",) if issubclass(kind, _REBUILT_BY_CALLING) else ()))
     for klass in kind.__mro__:
-        if _librarys(klass.__module__) or library_maker(klass) is not None:  # (a namedtuple's methods)
-            continue
+        if _librarys(klass.__module__) or issubclass(klass, tuple) and library_maker(klass) is not None:
+            continue  # the library's; a namedtuple's (Note [A class the standard library made])
         for name in names:
             method = vars(klass).get(name)
             if method is not None and not _librarys(getattr(method, "__module__", None) or klass.__module__):

@@ -323,8 +323,9 @@ def _pairs(value: dict) -> list[Any]:
 def _class_copies(cls: type) -> list[Any]:
     """What ``remake_class`` copies of ``cls``: its bases, and its namespace's values (a classmethod's,
     staticmethod's or property's functions in its place)."""
-    if library_maker(cls) is not None:
-        return []
+    maker = library_maker(cls)
+    if maker is not None:  # (``None``: a property's missing function)
+        return [*maker.parts(cls), None]
     found: list[Any] = list(cls.__bases__)
     for name, value in vars(cls).items():
         if name in ("__dict__", "__weakref__", "__slotnames__"):

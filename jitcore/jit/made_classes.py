@@ -26,6 +26,8 @@ Invariants:
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
 import types
 import weakref
 from collections.abc import Callable
@@ -93,8 +95,9 @@ def why_not_made_again(cls: type, made: tuple | None) -> str | None:
 def class_parts(cls: type) -> list[Any]:
     """What a copy of ``cls`` copies: its bases, and its namespace with the functions its methods wrap
     (nothing of a class the standard library makes again)."""
-    if library_maker(cls) is not None:
-        return []
+    maker = library_maker(cls)
+    if maker is not None:
+        return maker.parts(cls)
     found: list[Any] = list(cls.__bases__)
     for name, value in vars(cls).items():
         if not _type_made(name):
@@ -105,16 +108,16 @@ def class_parts(cls: type) -> list[Any]:
 def remake_class(cls: type, memo: dict, copied: Callable[[Any], Any]) -> type:
     """This call's copy of ``cls`` (``why_not_made_again`` found nothing), put in ``memo`` (whose ``copied``
     copies what it holds) (Note [A class made again per call])."""
+    memo[id(cls)] = cls  # the pass's class while its namespace is copied: the cells get the new one below
     maker = library_maker(cls)
     if maker is not None:  # Note [A class the standard library made]
-        made = maker()
-        memo[id(cls)] = made
-        return made
-    memo[id(cls)] = cls  # the pass's class while its namespace is copied: the cells get the new one below
-    bases = tuple(copied(base) for base in cls.__bases__)
-    namespace = {name: _member(value, copied) for name, value in vars(cls).items() if not _type_made(name)}
-    namespace["__qualname__"] = cls.__qualname__  # kept by ``type`` outside the namespace
-    made = type(cls.__name__, bases, namespace)
+        made = maker.make(cls, copied)
+    else:
+        bases = tuple(copied(base) for base in cls.__bases__)
+        namespace = {name: _member(value, copied) for name, value in vars(cls).items()
+                     if not _type_made(name)}
+        namespace["__qualname__"] = cls.__qualname__  # kept by ``type`` outside the namespace
+        made = type(cls.__name__, bases, namespace)
     memo[id(cls)] = made
     for old in dict.get(memo, id(memo), ()):  # what the memo keeps alive, the call's cells among it
         if type(old) is types.CellType:
@@ -189,31 +192,50 @@ def _holds_itself(cls: type) -> bool:
 # ``typing.NamedTuple`` class statement is ``namedtuple`` and then its annotations (on the class and its
 # ``__new__``), ``__orig_bases__`` (3.13: ``__firstlineno__``, ``__static_attributes__``) and qualified
 # name set: made again the same way (one with methods of
-# its own, or ``Generic``, is not). Unchanged: at
+# its own, or ``Generic``, is not). A class ``@dataclasses.dataclass`` (without ``slots``, fields only:
+# no ``ClassVar``/``InitVar``) decorated is made again as its statement and decorator make it: ``type``
+# over this call's copy of the statement's namespace (what ``dataclass`` wrote left out, a new ``Field``
+# per field, its default and factory this call's), then ``dataclass`` with the decorator's options read
+# from ``__dataclass_params__`` (3.11 records no ``match_args``/``kw_only``: ``__match_args__`` tells the
+# first, each field's ``kw_only`` the second). Either is accepted only where such a remaking over the
+# pass's own objects gives the pass's namespace value by value (the class itself in a generated
+# method's cell, a frozen one's ``__setattr__``, counted as the new class). The makers hold nothing of the
+# class: the class is freed as before. Unchanged: at
 # trace time a class made by that call has the same namespace, compared value by value (functions by
 # code, defaults, cells and attributes; ``_tuplegetter`` by its reduction); a method or attribute the
 # program added or replaced, a default that is not a number or text (a list: eager's is new per call),
 # another base: refused as before.
-_LIBRARY_MAKERS: weakref.WeakKeyDictionary[type, Callable[[], type] | None] = weakref.WeakKeyDictionary()
+@dataclasses.dataclass(frozen=True, slots=True)
+class LibraryMaker:
+    """How a class the standard library made is made again: ``make(cls, copied)`` (``copied``: this call's
+    copy of an object of the pass's class ``cls``), and ``parts(cls)``, the pass's objects it copies.
+    Neither holds the class (nor its functions): the cache of makers is keyed weakly by the class."""
+
+    make: Callable[[type, Callable[[Any], Any]], type]
+    parts: Callable[[type], list[Any]]
+
+
+_LIBRARY_MAKERS: weakref.WeakKeyDictionary[type, LibraryMaker | None] = weakref.WeakKeyDictionary()
 _ATOMS = (int, float, bool, str, bytes, complex, type(None))
 _STATEMENTS_OWN = ("__firstlineno__", "__static_attributes__", "__orig_bases__")
 
 
-def library_maker(cls: type) -> Callable[[], type] | None:
-    """What makes ``cls`` again as the standard library made it (``collections.namedtuple``), None where
-    no call of it makes ``cls`` (Note [A class the standard library made]); found once per class."""
+def library_maker(cls: type) -> LibraryMaker | None:
+    """What makes ``cls`` again as the standard library made it (``collections.namedtuple``,
+    ``dataclasses.dataclass``), None where nothing does (Note [A class the standard library made]); found
+    once per class."""
     try:
         return _LIBRARY_MAKERS[cls]
     except KeyError:
         pass
     except TypeError:  # not weakly referable: no class statement's
         return None
-    maker = _namedtuple_maker(cls)
+    maker = _namedtuple_maker(cls) or _dataclass_maker(cls)
     _LIBRARY_MAKERS[cls] = maker
     return maker
 
 
-def _namedtuple_maker(cls: type) -> Callable[[], type] | None:
+def _namedtuple_maker(cls: type) -> LibraryMaker | None:
     namespace = vars(cls)
     fields = namespace.get("_fields")
     field_defaults = namespace.get("_field_defaults")
@@ -231,7 +253,7 @@ def _namedtuple_maker(cls: type) -> Callable[[], type] | None:
     # what typing.NamedTuple copies from its class statement's namespace, in its order
     copied = [(k, v) for k, v in namespace.items() if k in _STATEMENTS_OWN]
 
-    def make() -> type:  # holds nothing of ``cls``: the entry's weak key stays weak
+    def make(_cls: type, _copied: Callable[[Any], Any]) -> type:  # holds nothing of ``cls``
         made = collections.namedtuple(name, fields, rename=True, defaults=defaults or None, module=module)
         if annotations is not None:
             made.__annotations__ = made.__new__.__annotations__ = dict(annotations)
@@ -241,20 +263,94 @@ def _namedtuple_maker(cls: type) -> Callable[[], type] | None:
             made.__qualname__ = qualname
         return made
 
-    try:
-        fresh = make()
-    except Exception:  # noqa: BLE001 - names namedtuple refuses: no call of it made ``cls``
+    return _checked(cls, LibraryMaker(make, _no_parts))
+
+
+# what ``dataclasses.dataclass`` writes into a class (``__doc__`` aside: kept, it is what it wrote)
+_DATACLASS_MADE = frozenset({"__dataclass_params__", "__dataclass_fields__", "__init__", "__repr__", "__eq__",
+                             "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__match_args__",
+                             "__setattr__", "__delattr__", "__dict__", "__weakref__", "__slotnames__",
+                             "__replace__"})
+
+
+def _dataclass_maker(cls: type) -> LibraryMaker | None:
+    namespace = vars(cls)
+    params, fields = namespace.get("__dataclass_params__"), namespace.get("__dataclass_fields__")
+    if type(cls) is not type or type(fields) is not dict or type(params) is not dataclasses._DataclassParams \
+            or "__slots__" in namespace or any(type(k) is not str for k in namespace):  # noqa: SLF001
         return None
-    same = cls.__qualname__ == fresh.__qualname__ and list(namespace) == list(vars(fresh)) and \
-        all(_same(namespace[k], vars(fresh)[k]) for k in namespace)
-    return make if same else None
+    if any(f._field_type is not dataclasses._FIELD for f in fields.values()):  # noqa: SLF001 - ClassVar...
+        return None
+    options = {n: getattr(params, n) for n in type(params).__slots__}
+    if options.get("slots"):
+        return None
+    options.setdefault("match_args", "__match_args__" in namespace)  # (3.11 records neither of these)
+    options.setdefault("kw_only", False)  # each field says its own
+    maker = LibraryMaker(functools.partial(_remade_dataclass, options=options), _dataclass_parts)
+    return _checked(cls, maker)
 
 
-def _same(a: Any, b: Any, depth: int = 0) -> bool:
+def _no_parts(_cls: type) -> list[Any]:
+    return []
+
+
+def _statement(cls: type) -> tuple[list[tuple[str, Any]], dict[str, dict[str, Any]]]:
+    """A dataclass's class statement's namespace, in its order (what ``dataclass`` wrote left out; a
+    field's place is where its Field goes), and each field's arguments to ``dataclasses.field``."""
+    namespace = vars(cls)
+    own = [(k, v) for k, v in namespace.items() if k not in _DATACLASS_MADE]
+    keys = list(namespace)
+    if "__dict__" in keys and keys.index("__doc__") > keys.index("__dict__"):  # ``type``'s None, rewritten
+        own = [(k, v) for k, v in own if k != "__doc__"]
+    specs = {f.name: {n: getattr(f, n) for n in ("default", "default_factory", "init", "repr", "hash",
+                                                  "compare", "kw_only", "metadata")}
+             for f in namespace["__dataclass_fields__"].values()}
+    return own, specs
+
+
+def _remade_dataclass(cls: type, copied: Callable[[Any], Any], options: dict[str, Any]) -> type:
+    """``cls``, a dataclass, made again: ``type`` over this call's copy of its statement's namespace with
+    a new Field per field (its default and factory this call's copies), then ``dataclass``."""
+    own, specs = _statement(cls)
+    namespace = {k: None if k in specs else _member(v, copied) for k, v in own}
+    for field, spec in specs.items():  # a new Field each call, as eager's class statement makes
+        arguments = {k: copied(v) if k in _FIELD_COPIED and v is not dataclasses.MISSING else v
+                     for k, v in spec.items()}
+        namespace[field] = dataclasses.field(**arguments)
+    namespace["__qualname__"] = cls.__qualname__
+    return dataclasses.dataclass(type(cls.__name__, tuple(copied(b) for b in cls.__bases__), namespace),
+                                 **options)
+
+
+_FIELD_COPIED = ("default", "default_factory")
+
+
+def _dataclass_parts(cls: type) -> list[Any]:
+    own, specs = _statement(cls)
+    found = [*cls.__bases__, *(p for k, v in own if k not in specs for p in _wrapped(v) or [v])]
+    return found + [spec[n] for spec in specs.values() for n in _FIELD_COPIED
+                    if spec[n] is not dataclasses.MISSING]
+
+
+def _checked(cls: type, maker: LibraryMaker) -> LibraryMaker | None:
+    """``maker`` where the class it makes over the pass's own objects is ``cls`` value by value (Note [A
+    class the standard library made]), else None."""
+    try:
+        fresh = maker.make(cls, lambda value: value)
+    except Exception:  # noqa: BLE001 - arguments the library refuses: no call of it made ``cls``
+        return None
+    namespace = vars(cls)
+    same = cls.__qualname__ == fresh.__qualname__ and cls.__bases__ == fresh.__bases__ and \
+        list(namespace) == list(vars(fresh)) and \
+        all(_type_made(k) or _same(namespace[k], vars(fresh)[k], pair=(cls, fresh)) for k in namespace)
+    return maker if same else None
+
+
+def _same(a: Any, b: Any, depth: int = 0, pair: tuple = ()) -> bool:
     """Whether ``a`` (of the pass's class) and ``b`` (of one made again) are the same value: atoms and
     containers of them equal, functions of one code over the same values (Note [A class the standard
     library made])."""
-    if a is b:
+    if a is b or pair and a is pair[0] and b is pair[1]:  # (``pair``: the pass's class and the new one)
         return True
     kind = type(a)
     if kind is not type(b) or depth > 8:
@@ -262,20 +358,26 @@ def _same(a: Any, b: Any, depth: int = 0) -> bool:
     if kind in _ATOMS:
         return a == b
     if kind is tuple or kind is list:
-        return len(a) == len(b) and all(_same(x, y, depth + 1) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y, depth + 1, pair) for x, y in zip(a, b))
     if kind is dict:
-        return list(a) == list(b) and all(_same(a[k], b[k], depth + 1) for k in a)
+        return list(a) == list(b) and all(_same(a[k], b[k], depth + 1, pair) for k in a)
     if kind is staticmethod or kind is classmethod:
-        return _same(a.__func__, b.__func__, depth + 1)
+        return _same(a.__func__, b.__func__, depth + 1, pair)
     if kind is types.FunctionType:
         parts = ("__defaults__", "__kwdefaults__", "__dict__", "__qualname__", "__name__", "__module__",
                  "__doc__", "__annotations__")
         return a.__code__ == b.__code__ and \
-            all(_same(getattr(a, n), getattr(b, n), depth + 1) for n in parts) and \
+            all(_same(getattr(a, n), getattr(b, n), depth + 1, pair) for n in parts) and \
             _same(tuple(_contents(c) for c in a.__closure__ or ()),
-                  tuple(_contents(c) for c in b.__closure__ or ()), depth + 1)
+                  tuple(_contents(c) for c in b.__closure__ or ()), depth + 1, pair)
     if kind is _TUPLEGETTER:
         return a.__reduce__() == b.__reduce__()
+    if kind is set or kind is frozenset:
+        return a == b and all(type(x) in _ATOMS for x in a)
+    if kind is types.MappingProxyType:
+        return _same(dict(a), dict(b), depth + 1, pair)
+    if kind is dataclasses.Field or kind is dataclasses._DataclassParams:  # noqa: SLF001
+        return all(_same(getattr(a, n), getattr(b, n), depth + 1, pair) for n in kind.__slots__)
     return False
 
 

@@ -200,8 +200,16 @@ def _a_class_in_its_own_list(x):
     return C, x + 1
 
 
+def _a_dataclass_with_slots(x):
+    @dataclasses.dataclass(slots=True)
+    class P:
+        a: int = 1
+
+    return P, x + 1
+
+
 @pytest.mark.parametrize("program", [
-    _a_dataclass, _a_class_changed_after, _an_enum, _a_class_holding_a_computed_tensor,
+    _a_dataclass_with_slots, _a_class_changed_after, _an_enum, _a_class_holding_a_computed_tensor,
     _a_class_in_its_own_list,
 ])
 def test_a_class_made_by_more_than_type_runs_eagerly(program):
@@ -344,3 +352,59 @@ def test_a_namedtuple_class_the_program_changed_runs_eagerly(program):
         warnings.simplefilter("ignore")
         assert calls(jitted) == calls(program)
     assert jitted.fallback_reason is not None
+
+
+def _a_dataclass_and_its_instance(x):
+    @dataclasses.dataclass
+    class P(_Base):
+        a: int
+        items: list = dataclasses.field(default_factory=list)
+        tag: str = "t"
+
+        def who(self):
+            return "p" + super().who() + str(self.a)
+
+    made = P(3)
+    made.items.append(1)
+    STORE.append(made)
+    return P, made, x + 1
+
+
+def _a_frozen_ordered_dataclass(x):
+    @dataclasses.dataclass(frozen=True, order=True)
+    class P:
+        a: int = 1
+        b: tuple = (1, 2)
+
+    return P, P(2), x + 1
+
+
+@pytest.mark.parametrize("program", [_a_dataclass_and_its_instance, _a_frozen_ordered_dataclass])
+def test_a_dataclass_is_made_again_per_cached_call_by_dataclass(program):
+    """``@dataclasses.dataclass class P: ...`` returned with an instance: every call ran eagerly (the
+    decorator changed the class after its statement); each cached call now makes the class again by
+    ``dataclass`` over this call's copy of its statement's namespace, with new Fields: a new class per call
+    whose ``super()`` is this call's, its instance of that class with its own default list (Note [A
+    class the standard library made])."""
+
+    def calls(fn: Any) -> list:
+        STORE.clear()
+        got, earlier = [], []
+        for i in range(4):
+            cls, made, y = fn(torch.ones(2) * i)
+            fields = cls.__dataclass_fields__
+            used = made.who() if hasattr(made, "who") else made < cls(3)
+            got.append((repr(made), cls.__qualname__, cls.__doc__, type(made) is cls,
+                        any(cls is e for e in earlier), getattr(cls, "hits", 0),
+                        made == cls(**dataclasses.asdict(made)), list(fields),
+                        any(fields is e.__dataclass_fields__ for e in earlier), used,
+                        STORE[-1] is made if STORE else None, y.tolist()))
+            cls.hits = 1
+            if hasattr(made, "items"):
+                made.items.append("caller")  # not the next call's default list
+            earlier.append(cls)
+        return got
+
+    jitted = jitcore.jit(program)
+    assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
