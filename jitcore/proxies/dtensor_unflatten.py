@@ -16,16 +16,32 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import torch
+
 __all__ = ["dtensor_unflatten"]
 
 
 def dtensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
     """``cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)``, or, for a DTensor ctx whose
     strided shards are not its shard order, a DTensor with that spec (Note [A strided shard's order])."""
+    if _is_dtensor(cls) and type(outer_size) is not torch.Size \
+            and all(type(n) is int for n in outer_size):  # Note [A DTensor spec's shape]
+        outer_size = torch.Size(outer_size)
     spec = _strided_spec(cls, inner, ctx, outer_size, outer_stride)
     if spec is None:
         return cls.__tensor_unflatten__(inner, ctx, outer_size, outer_stride)
     return cls(inner["_local_tensor"], spec, requires_grad=ctx[3])
+
+
+# Note [A DTensor spec's shape]
+# A DTensor output rebuilt from its local tensor got its outer size as a tuple, and torch's unflatten
+# stores it in the spec: ``out._spec.tensor_meta.shape`` (its flatten ctx) was ``(4,)`` where eager's
+# sharding propagation gives ``torch.Size([4])`` (equal by ``==``, another type). The size is a
+# torch.Size, as a tensor's ``size()`` is.
+def _is_dtensor(cls: type) -> bool:
+    """Whether ``cls`` unflattens with DTensor's own ``__tensor_unflatten__``."""
+    api = sys.modules.get("torch.distributed.tensor._api")
+    return api is not None and getattr(cls, "__tensor_unflatten__", None) is api.DTensor.__tensor_unflatten__
 
 
 # Note [A strided shard's order]
@@ -35,8 +51,7 @@ def dtensor_unflatten(cls: type, inner: dict[str, Any], ctx: Any, outer_size: An
 # ``_StridedShard`` and a ``shard_order``; torch's ``__tensor_unflatten__`` raised on it ("DTensorSpec
 # doesn't allow specify shard_order ..."), so every program returning such a DTensor ran eagerly.
 def _strided_spec(cls: type, inner: dict[str, Any], ctx: Any, outer_size: Any, outer_stride: Any) -> Any:
-    api = sys.modules.get("torch.distributed.tensor._api")
-    if api is None or getattr(cls, "__tensor_unflatten__", None) is not api.DTensor.__tensor_unflatten__:
+    if not _is_dtensor(cls):
         return None
     placements, meta, shard_order, _ = ctx
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta

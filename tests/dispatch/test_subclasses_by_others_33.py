@@ -144,3 +144,19 @@ def test_torchs_text_around_contents_with_a_dtype_suffix_is_eagers() -> None:
     contents' length: the call runs eagerly, with eager's text (before: TypeError)."""
     program = _CONTENTS_TEXTS["print"]
     _printed_as_eagerly(program, lambda: (_Wrap(torch.randn(2, dtype=torch.float64)),), (_Wrap,))
+
+
+# --- a DTensor's text, and its output's spec ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("placement", ["shard", "replicate"])
+def test_a_dtensors_text_and_its_outputs_spec_are_eagers(mesh: Any, placement: str) -> None:
+    """``print(f"{x}")`` of a DTensor shows its local tensor, mesh and placements, made per call; the
+    output's spec holds ``TensorMeta(shape=torch.Size([4]), ...)`` as eagerly (before: a tuple shape,
+    Note [A DTensor spec's shape], jitcore/proxies/dtensor_unflatten.py)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    placements = [Shard(0) if placement == "shard" else Replicate()]
+    make = lambda: (distribute_tensor(torch.randn(4), mesh, placements),)  # noqa: E731
+    program = lambda x: (print(f"{x}"), x + 1)[1]  # noqa: E731
+    assert _printed_as_eagerly(program, make, (DTensor,)) == (1, None, [])
