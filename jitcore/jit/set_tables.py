@@ -11,14 +11,15 @@ set_dummy_demo.py). ``table_of`` copies the table's entries (each slot's key and
 with ``fill``, ``used`` and ``finger`` when the pass first reaches the set; ``put_back`` writes them back
 where the pass left the same table (the same ``mask`` and table memory: no resize), taking a reference
 to each key it puts back and releasing those of the keys it replaces, so the set is the very table the
-pass found and the replayed ops make eager's. A small table the pass outgrew (its entries inline in the
-object, the new table allocated by the resize) is put back too: the entries written inline again, the
-table pointer and mask set back, the new table freed with ``PyMem_Free`` as setobject.c frees one. The
+pass found and the replayed ops make eager's. A table the pass resized is put back too: the entries
+written into the inline small table again where it was that one, else into a table of the old size
+allocated with ``PyMem_Malloc`` (the old one was freed by the resize), the table pointer and mask set
+back, and the table the resize made freed with ``PyMem_Free``, as setobject.c allocates and frees them. The
 fields are read through ``ctypes`` at the
 ``PySetObject`` offsets, checked at import on probe sets (3.11 to 3.13: ``fill``, ``used``, ``mask``,
 ``table``, ``hash``, ``finger`` after the object header, the small table inline after them); where the
-check fails or the pass resized a bigger table (the old one freed), nothing is done here and the set is
-put back as before (its order may then differ from eager's).
+check fails, nothing is done here and the set is put back as before (its order may then differ from
+eager's).
 
 Invariant: ``put_back`` changes the set only to the table ``table_of`` read, entry for entry; the keys it
 holds are those of the snapshot (``keys``, which keeps them alive), each with one reference of the set's.
@@ -70,6 +71,8 @@ def _dummy_address() -> int | None:
 
 
 _DUMMY = _dummy_address()
+_MALLOC = ctypes.pythonapi.PyMem_Malloc  # setobject.c's PyMem_NEW and PyMem_Free
+_MALLOC.restype, _MALLOC.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 
 
 def table_of(s: set) -> SetTable | None:
@@ -90,18 +93,21 @@ def put_back(s: set, before: SetTable | None) -> bool:
     mask, table, fill, used, finger, entries, keys = before
     header = _header(s)
     small = id(s) + ctypes.sizeof(_SetHeader)  # the small table, inline: never freed
-    grown = table == small and header.table != small  # a small table the pass outgrew (a new one, malloc'd)
-    if (header.mask, header.table) != (mask, table) and not grown:
-        return False
-    if not grown and tuple(_entries(header)) == entries and (header.fill, header.used) == (fill, used):
+    resized = (header.mask, header.table) != (mask, table)  # the pass's resize made another table
+    if not resized and tuple(_entries(header)) == entries and (header.fill, header.used) == (fill, used):
         return True
     if any(e not in keys for e in entries[0::2] if e and e != _DUMMY):
         return False  # (cannot happen: the snapshot's keys are the table's)
+    target = table
+    if resized and table != small:  # the old table was freed by the resize: one of the same size again
+        target = _MALLOC(ctypes.sizeof(ctypes.c_ssize_t) * len(entries))
+        if not target:
+            return False
     held = [k for k in set.__iter__(s)]  # the keys the set holds now: released once the table is written
     for key in keys.values():
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(key))
-    outgrown = header.table if grown else None
-    header.table, header.mask = table, mask
+    outgrown = header.table if resized and header.table != small else None
+    header.table, header.mask = target, mask
     now = _entries(header)
     for i, value in enumerate(entries):
         now[i] = value

@@ -653,6 +653,23 @@ def _discards_then_adds_back(s: set, x: torch.Tensor) -> torch.Tensor:
     return x - 1
 
 
+def _grows_a_big_table(s: set, x: torch.Tensor) -> torch.Tensor:
+    n = len(s)
+    s.add(n * 8)
+    s.add(n * 8 + 1)
+    s.discard(n * 4)  # the pass resizes a table past the small one now and then (the old one freed)
+    return x * 2
+
+
+def test_a_set_whose_table_the_pass_resizes_iterates_in_eagers_order() -> None:
+    eager, jitted = set(range(0, 200, 3)), set(range(0, 200, 3))
+    jf = jitcore.jit(_grows_a_big_table)
+    for i in range(40):
+        x = torch.randn(2)
+        assert_same(jf(jitted, x), _grows_a_big_table(eager, x))
+        assert list(jitted) == list(eager), i
+
+
 SEEN: set = set()
 
 
