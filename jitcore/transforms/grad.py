@@ -609,7 +609,7 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     outputs = [replay.lookup(v) if isinstance(v, Proxy) else v for v in leaves]
     # Note [Views an autograd call returns] (view_outputs.py): made after the Function from their base
     found = view_outputs(trace, leaves, lambda v: replay.env.get(id(v)), replay.subclass_inputs,
-                         lambda n: id(n) in replay.size_values)
+                         lambda n: isinstance(n, torch.SymInt) or id(n) in replay.size_values)
     tensor_outputs, views = _tensor_outputs(outputs, found, trace, leaves, replay.subclass_inputs)
     grad_inputs, wrt = _grad_inputs(trace, replay, subclass_inputs)
     # Note [Subclass outputs the program assembles]: the node's outputs are not all tensor outputs

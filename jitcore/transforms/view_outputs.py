@@ -395,12 +395,14 @@ def _call_of(
     by_sizes = _SIZED_BY_ANOTHER.get(fn)
     if by_sizes is not None and len(rest) == 1 and not kwargs and isinstance(rest[0], TensorProxy):
         sizes = tuple(rest[0].shape)  # Note [A view call with a second tensor]
-        if not all(type(n) is int or isinstance(n, NumberProxy) for n in sizes):
+        if not all(type(n) in (int, torch.SymInt) for n in sizes):
             return None
         fn, rest = by_sizes, (sizes,)
-    if any(isinstance(v, Proxy) and not (isinstance(v, NumberProxy) and sized(v))
-           for v in _leaves((rest, kwargs))):
-        return None
+    for v in _leaves((rest, kwargs)):
+        if isinstance(v, Proxy) and not (isinstance(v, NumberProxy) and sized(v)):
+            return None
+        if isinstance(v, torch.SymInt) and not sized(v):  # a size of the pass (``y.shape`` of view_as)
+            return None
     return fn, rest, kwargs
 
 
@@ -427,7 +429,7 @@ class _Number:
 def _numbered(tree: Any, numbers: list[NumberProxy]) -> Any:
     """``tree`` with each number proxy (in a slice too) replaced by ``_Number(its index in numbers)``."""
     def number(v: Any) -> Any:
-        if not isinstance(v, NumberProxy):
+        if not isinstance(v, (NumberProxy, torch.SymInt)):
             return v
         k = next((k for k, n in enumerate(numbers) if n is v), None)
         if k is None:
