@@ -37,7 +37,7 @@ from jitcore.jit.function_transforms import call_natively, holds_functorch_tenso
 from jitcore.jit.held_tensors import is_held_tensor
 from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, is_cache_clear, is_cache_info
 from jitcore.jit.native_python import call_watched
-from jitcore.jit.nondeterministic import NOT_A_READ
+from jitcore.jit.nondeterministic import NOT_A_READ, refuse_advance
 from jitcore.jit.pending_keys import is_push
 from jitcore.jit.settings_reads import SETTINGS_GETTERS
 from jitcore.jit.state_kinds import identity_arguments
@@ -106,6 +106,8 @@ class NativeCalls:
             return None  # setattr(p, "data", v): as STORE_ATTR
         if (number := self.per_call.read(fn, args, kwargs)) is not NOT_A_READ:  # time.time(), random.random()
             return number
+        refuse_advance(fn, self.provenance.path_of)  # g.send(v): Note [An iterator of state advanced by its
+        # methods] (jit/nondeterministic.py)
         if type(fn) is types.BuiltinMethodType:
             self.files.refuse_foreign_read(fn)  # f.read() of a file the program did not open
             if fn.__name__ == "flush" and self.prints.flush(fn, args, kwargs):  # jit/printing.py

@@ -415,6 +415,33 @@ def _reads_the_clock(fn: Any, args: tuple) -> bool:
     return not args or args[0] is None
 
 
+# Note [An iterator of state advanced by its methods]
+# ``g.send(2)`` of a generator kept across calls (a global, an argument's attribute) ran natively while
+# tracing and its answer was a constant of the trace: every cached call computed with the first call's item
+# and the generator no longer advanced (/tmp/eff55-probes/gen_send.py: eager 2, 4, 6, 8; jit 2, 2, 2, 2).
+# ``next(g)`` was already refused (``iterator_lookasides``); its method forms are refused the same way
+# (JC-T001): ``send``, ``throw``, ``close`` and ``__next__`` called on an iterator the program reached from
+# its arguments or state whose ``__next__`` is C code (a generator made outside the call runs natively).
+_ADVANCING = frozenset({"send", "throw", "close", "__next__"})
+
+
+def refuse_advance(fn: Any, path_of: Callable[[Any], Any]) -> None:
+    """Raise JC-T001 where the C call ``fn`` advances an iterator of the caller's (Note [An iterator of state
+    advanced by its methods])."""
+    if type(fn) is not types.BuiltinMethodType and type(fn) is not types.MethodWrapperType:
+        return
+    if getattr(fn, "__name__", None) not in _ADVANCING:
+        return
+    owner = getattr(fn, "__self__", None)
+    step = getattr(type(owner), "__next__", None)
+    if step is not None and not isinstance(step, types.FunctionType) and path_of(owner) is not None:
+        raise UnsupportedOperationError(
+            f"{fn.__name__}() of a {type(owner).__name__} the function reaches from its arguments or state "
+            "advances it in C code, which a cached call could not replay",
+            hints=("take the item outside the jitted function and pass it in as an argument",),
+        )
+
+
 def iterator_lookasides(path_of: Callable[[Any], Any], base: Callable[..., Any]) -> dict[Any, Callable]:
     """``next``: refused (JC-T001) for an iterator the program reached from its arguments or state
     (``path_of`` finds a path) whose ``__next__`` is C code; otherwise ``base``, the interpreter's own."""

@@ -526,3 +526,27 @@ def test_a_generator_whose_random_is_not_its_own_gives_eagers_draws() -> None:
         jitted = jitcore.jit(_patched_draws)(X)
     assert jitted[:3] == eager[:3]
     torch.testing.assert_close(jitted[3], eager[3])
+
+
+# --- Note [An iterator of state advanced by its methods]
+
+def _counting():
+    n = 0
+    while True:
+        got = yield n
+        n += got or 1
+
+
+@pytest.mark.parametrize("advance", [lambda g: g.send(2), lambda g: g.__next__(), lambda g: g.send(None)],
+                         ids=["send", "__next__", "send_none"])
+def test_a_generator_of_state_advanced_by_its_methods_advances_on_every_call(advance) -> None:
+    """``g.send(2)`` of a generator kept across calls: its answer was a constant of the trace (eager 2, 4, 6,
+    8; jit 2, 2, 2, 2) and the generator stopped advancing. Such a call now runs eagerly, as ``next(g)``."""
+    runs = []
+    for jit in (False, True):
+        g = _counting()
+        next(g)
+        fn = (lambda x, g=g: x * advance(g))
+        fn = jitcore.jit(fn) if jit else fn
+        runs.append([float(fn(torch.ones(1))) for _ in range(4)] + [next(g)])
+    assert runs[1] == runs[0]
