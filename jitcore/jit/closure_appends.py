@@ -59,8 +59,9 @@ def closure_appended_parameters(fn: Any) -> frozenset[str]:
 
 @functools.cache
 def _closure_appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
-    """The parameters only appended to through closures, and the builtins those closures are handed to
-    (which must be the builtins where the function runs: Note [A closure handed to sorted as its key])."""
+    """The parameters only appended to through closures (or measured by ``len``), and the builtins those
+    closures are handed to and ``len`` where it measures one (which must be the builtins where the function
+    runs: Note [A closure handed to sorted as its key])."""
     if _FRAME_ACCESS & set(code.co_names) or code.co_flags & _RESUMABLE:
         return frozenset(), frozenset()
     count = code.co_argcount + code.co_kwonlyargcount
@@ -75,6 +76,9 @@ def _closure_appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[s
         if candidates.isdisjoint(names) or inst.opname == "MAKE_CELL":
             continue
         if inst.opname == "LOAD_DEREF" and _looks_up_appending(instructions, i + 1):
+            continue
+        if inst.opname == "LOAD_DEREF" and _measured(instructions, i):  # ``len(log)``: read per call
+            callees.add("len")  # (MeasuredLists; the builtin where the function runs)
             continue
         local = _closure_made(instructions, i, code.co_consts) if inst.opname in _CLOSURE_LOADS else None
         if local is None:
@@ -136,6 +140,15 @@ def _keyed_builtin(instructions: list, i: int, k: int, consts: tuple) -> str | N
             return callee.argval
         return None
     return None
+
+
+def _measured(instructions: list, i: int) -> bool:
+    """Whether the cell ``instructions[i]`` loads is the one argument of a call of the global ``len`` (the
+    list's length, read per call: Note [A list's length read per call], jit/measured_lists.py)."""
+    call = next((x for x in instructions[i + 1:i + 3] if x.opname != "PRECALL"), None)
+    before = instructions[i - 1] if i >= 1 else None
+    return call is not None and call.opname == "CALL" and call.arg == 1 and before is not None \
+        and before.opname == "LOAD_GLOBAL" and before.argval == "len" and bool(before.arg & 1)
 
 
 def _names(inst: dis.Instruction) -> tuple:

@@ -322,6 +322,25 @@ def test_a_list_argument_appended_to_from_a_sort_key_traces_once(fn) -> None:
     assert jitcore.cache_misses(jf) == 1
 
 
+def _appended_from_a_closure_then_measured(log: list, x: torch.Tensor) -> torch.Tensor:
+    f = lambda g: log.append(g)  # noqa: E731
+    f(1)
+    order = sorted([2, 1], key=lambda v: log.append(v) or v)
+    return x * len(log) + order[0]
+
+
+def test_a_list_argument_appended_to_from_closures_and_measured() -> None:
+    """``len(log)`` beside closures that append: the caller's length read per call plus the call's appends
+    (20 traces in 20 before); the caller replacing the list's items between calls too."""
+
+    def change(log: list, i: int) -> None:
+        if i == 5:
+            log[:] = [7] * 2
+
+    jf = run_both(_appended_from_a_closure_then_measured, [], 20, change=change)
+    assert jitcore.cache_misses(jf) == 1
+
+
 def test_a_sort_key_closure_under_a_shadowed_sorted_binds_the_list_whole() -> None:
     """A module global named ``sorted`` is not the builtin: the closure could be kept, the list is read."""
     kept = []
