@@ -365,8 +365,9 @@ def holds_made(key: Any, owner: Owner) -> bool:
 # program made, an atom or the caller's, ``made_anew`` compiles once the steps that make this call's copy
 # (jit/copy_plans.py), each doing what ``deepcopy`` did for its object, in the same order and with the
 # same memo entries; the rest (weak objects, methods, deques, ``Fraction`` ...) is copied as before.
-def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:
-    """A function making ``value``, an object the program made (``programs_own``), anew for a call."""
+def made_anew(value: Any, owner: Owner) -> Callable[..., Any]:
+    """A function making ``value``, an object the program made (``programs_own``), anew for a call (its one
+    optional argument, the computation's results where it is an output's rebuild, is not read)."""
     _MAKERS[0] += 1
     kept, weak, passed, functions = _walk(value, owner)
     if passed:
@@ -386,13 +387,13 @@ def made_anew(value: Any, owner: Owner) -> Callable[[], Any]:
     planned = None if weak else copy_plans.plan(value, kept, passed, functions)
     if planned is not None:  # Note [A copy planned once per entry]
 
-        def make_planned() -> Any:
+        def make_planned(_results: Any = None) -> Any:  # (also an output's rebuild: results unread)
             memo = _MEMO.get()
             return planned(_CallMemo() if memo is None else memo)
 
         return make_planned
 
-    def make() -> Any:
+    def make(_results: Any = None) -> Any:
         memo = _MEMO.get()
         if memo is None:
             memo = _CallMemo()

@@ -62,10 +62,8 @@ def plan(value: Any, kept: dict[int, Any], passed: dict[int, tuple[Any, Any]],
     except _Unplanned:
         return None
 
-    def run(memo: dict, _held: list[Any] = planner.held) -> Any:  # the planned objects live as the plan
-        return root(memo)
-
-    return run
+    root.held = planner.held  # type: ignore[attr-defined] - the planned objects live as the plan does
+    return root
 
 
 class _Planner:
@@ -289,8 +287,10 @@ def function_maker(fn: types.FunctionType) -> Callable[[dict, Callable[[], list[
                     new.cell_contents  # noqa: B018 - filled by another function of the call: kept
                 except ValueError:
                     new.cell_contents = value
-        if any(value is not EMPTY for value in state[count:]):
-            fill_function(fn, made, [EMPTY] * count + state[count:])
+        for value in state[count:]:  # (a loop, not ``any``: on every call)
+            if value is not EMPTY:
+                fill_function(fn, made, [EMPTY] * count + state[count:])
+                break
         return made
 
     return make

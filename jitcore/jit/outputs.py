@@ -352,7 +352,7 @@ def _untraced(value: Any, depth: int, owner: Owner) -> Split:
         if why is not None:  # Note [A class the program made]; else jit/made_classes.py
             raise refused_class(cls, "class" if cls is value else "instance", why)
         make = made_anew(value, owner)  # Note [A function the program made]
-        return ((), lambda _results: make())
+        return ((), make)
     if kind in _ATOMS or not (literal or programs_own(value)):
         return value, None  # shared by every call, as eagerly (a class, a function, a module, ...)
     whose = owner(value)
@@ -361,7 +361,7 @@ def _untraced(value: Any, depth: int, owner: Owner) -> Split:
     if literal and (kind not in (list, dict) or _holds_symbolic_number(value, depth)):
         return _split_literal(value, depth, owner)  # a tuple, or per-call numbers: printed, item by item
     make = made_anew(value, owner)  # a list or dict too: one a made object also holds is that one
-    return ((), lambda _results: make())
+    return ((), make)
 
 
 # Note [A weak reference to the caller's tensor]
