@@ -190,15 +190,16 @@ class StateSnapshots:
 
     def note_set_op(self, obj: set, op: str, elements: Any) -> None:
         """The program calls ``obj.<op>`` (``add``, ``discard``, ``remove`` of one element, ``update`` of
-        the elements of a list, tuple or set; any other op: the order is no longer known) on a reached set
+        the elements of a list or tuple; any other op, ``update`` of a set (C merges it, resizing first):
+        the order is no longer known) on a reached set
         (Note [A set's changes in program order])."""
         snap = self._snapshots.get(id(obj))
         if snap is None or snap.obj is not obj:
             return
         if op in ("add", "discard", "remove") and len(elements) == 1:
             snap.set_ops.append(("add" if op == "add" else "discard", elements[0]))
-        elif op == "update" and all(type(e) in (list, tuple, set, frozenset) for e in elements):
-            snap.set_ops += [("add", e) for each in elements for e in each]
+        elif op == "update" and all(type(e) in (list, tuple) for e in elements):  # C adds them one by one
+            snap.set_ops.extend(("add", e) for each in elements for e in each)  # (a set's merge resizes)
         else:
             snap.set_ops.append(("other", None))
 

@@ -679,7 +679,14 @@ def _adds_numbers_to_state(x: torch.Tensor, n: int) -> torch.Tensor:
     return x * 3
 
 
-@pytest.mark.parametrize("fn", [_adds_two, _adds_two_and_discards, _discards_then_adds_back])
+def _updates_from_a_list(s: set, x: torch.Tensor) -> torch.Tensor:
+    n = len(s)
+    s.update([n * 8, n * 8 + 64, n * 8 + 128])  # added one by one, as C does
+    return x * 2
+
+
+@pytest.mark.parametrize("fn", [_adds_two, _adds_two_and_discards, _discards_then_adds_back,
+                                _updates_from_a_list])
 def test_a_set_changed_several_times_in_a_call_iterates_in_eagers_order(fn: Any) -> None:
     """Several adds, or a discard, in one call: before, the pass's adds were undone by discards (dummy
     slots, which CPython never fills again), and the diff replayed the added elements in the set's order:
