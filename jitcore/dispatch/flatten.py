@@ -256,7 +256,10 @@ def restrided(proxy: SubclassTensorProxy, record: BoundSymbol) -> bool:
 # ``y.backward()`` must fill the leaf's ``.grad``, and a plain value computed from a subclass leaf must
 # require grad; pass 2 has no graph for either (it rebuilds subclass values from inner tensors and
 # computes plain ones from them). Such a program runs eagerly
-# (``refuse_values_computed_from_leaves_made_inside``, JC-J002).
+# (``refuse_values_computed_from_leaves_made_inside``, JC-J002). So does a subclass value computed from a
+# *plain* leaf the program made (a module built inside: ``F.linear(x, w)`` of a TwoTensor weight and a new
+# ``nn.Parameter`` bias): eagerly its class's dispatch runs below autograd, so its inner tensors require no
+# grad; pass 2 computes them from that leaf with autograd, and they required grad (``out.a.requires_grad``).
 _REQUIRES_GRAD = TORCH_TABLE.lookup(torch.Tensor.requires_grad_)
 
 
@@ -508,8 +511,10 @@ def refuse_values_computed_from_leaves_made_inside(trace: Trace) -> None:
     """Raise EagerOnlyValue (JC-J002) when an output or a stored value of pass 1 requires grad through a
     graph pass 2 cannot give and the caller could tell (Note [Subclass values that require grad]): a
     subclass value computed from a leaf the program made and also returns or stores (a backward must
-    fill that leaf's ``.grad``), or a plain value computed from a subclass leaf the program made (pass 2
-    computes it from inner tensors: it would not require grad). Programs without subclasses are fine."""
+    fill that leaf's ``.grad``), a subclass value computed from a plain leaf the program made (pass 2's
+    inner tensors would require grad), or a plain value computed from a subclass leaf the program made
+    (pass 2 computes it from inner tensors: it would not require grad). Programs without subclasses are
+    fine."""
     if not involves_subclasses(trace):
         return
     values = [v for v in optree.tree_leaves(trace.output, none_is_leaf=True) if isinstance(v, TensorProxy)]
@@ -520,8 +525,11 @@ def refuse_values_computed_from_leaves_made_inside(trace: Trace) -> None:
             if not shadow.requires_grad or shadow.grad_fn is None:
                 continue
         leaves = graph_leaves([shadow.grad_fn])  # shadows: a plain one a FakeTensor
-        if any(id(leaf) in reachable for leaf in leaves) if isinstance(value, SubclassTensorProxy) \
-                else any(not isinstance(leaf, FakeTensor) for leaf in leaves):
+        if isinstance(value, SubclassTensorProxy):  # a plain leaf's shadow is a FakeTensor
+            refused = any(id(leaf) in reachable or isinstance(leaf, FakeTensor) for leaf in leaves)
+        else:
+            refused = any(not isinstance(leaf, FakeTensor) for leaf in leaves)
+        if refused:
             raise EagerOnlyValue(
                 f"{value.name} requires grad through a leaf made inside the function with requires_grad, "
                 "in a tensor-subclass program: that gradient graph is not traced",

@@ -160,3 +160,25 @@ def test_a_dtensors_text_and_its_outputs_spec_are_eagers(mesh: Any, placement: s
     make = lambda: (distribute_tensor(torch.randn(4), mesh, placements),)  # noqa: E731
     program = lambda x: (print(f"{x}"), x + 1)[1]  # noqa: E731
     assert _printed_as_eagerly(program, make, (DTensor,)) == (1, None, [])
+
+
+# --- a subclass value computed from a plain leaf the program made -------------------------------------------
+
+
+def _module_built_inside(weight: torch.Tensor) -> torch.Tensor:
+    layer = torch.nn.Linear(3, 2)
+    layer.load_state_dict({"weight": weight, "bias": torch.zeros(2)}, assign=True)
+    return layer(torch.ones(1, 3))
+
+
+def test_a_subclass_value_computed_from_a_plain_leaf_made_inside_is_eagers() -> None:
+    """A module built inside from a TwoTensor weight (its new bias a plain Parameter): eagerly the
+    output's inner tensors require no grad (the dispatch runs below autograd); the flattened computation
+    computed them from the bias with autograd, and ``out.a.requires_grad`` was True. The call runs
+    eagerly instead (JC-J002, Note [Subclass values that require grad], jitcore/dispatch/flatten.py)."""
+    f = jitcore.jit(_module_built_inside)
+    for _ in range(2):
+        weight = _two(2, 3)
+        got, expected = f(weight), _module_built_inside(weight)
+        assert_same_flattened(got, expected, "output")  # the inner tensors' requires_grad included
+        assert got.grad_fn is not None
