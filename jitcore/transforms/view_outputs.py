@@ -14,7 +14,8 @@ Invariants:
   so), so running it on the real base makes what eager made: the same ``_base``, strides, view
   ``grad_fn`` and creation kind (a ``split`` output stays a multi-output view);
 - nothing is regenerated in a program that makes a call for its effect (a grad mode set excepted:
-  each call of a chain runs in the grad mode the program made it in); a view of a tensor whose
+  each call of a chain runs in the grad mode the program made it in; and a seed, which no view call
+  reads); a view of a tensor whose
   storage an in-place call writes after the view (or a call of its chain) was made is made as
   autograd makes it again, ``as_strided`` of its base for a plain tensor, its chain replayed for a
   subclass (Note [A view whose base is written]), or stays the Function's;
@@ -500,6 +501,8 @@ def _sets_state(bsym: BoundSymbol) -> bool:
     follows: a view made in a ``no_grad`` block is made so again); a check makes no value either,
     and changes nothing."""
     tags = bsym.symbol.tags
+    if bsym.symbol.fn is torch.random.manual_seed:  # the random state: no view call reads it
+        return False
     if "global_state" in tags:
         return True
     return not _record_outputs(bsym) and not _writes(bsym) and "check" not in tags \

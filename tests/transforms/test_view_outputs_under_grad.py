@@ -83,6 +83,12 @@ def _base_written_in_a_program_with_no_grad(x: torch.Tensor) -> tuple[torch.Tens
     return z, v, w
 
 
+def _view_beside_a_seed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)  # a call made for its effect, which no view call reads
+    z = _twice(x) + torch.rand(8)
+    return z, z.view(-1)
+
+
 def _input_and_its_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x, x.view(-1), x * 2
 
@@ -120,6 +126,7 @@ CASES: dict[str, tuple[Callable[..., Any], int, str]] = {
     "view_as of an intermediate": (lambda x: _twice(x).view_as(x.t()), 0, "leaf"),
     "expand_as": (lambda x: (x.sum(0) + 1).expand_as(x), 0, "leaf"),
     "reshape_as": (lambda x: (x * 2).reshape_as(x.view(32)), 0, "leaf"),
+    "view beside a seed": (_view_beside_a_seed, 1, "leaf"),
     "view among other outputs": (lambda x: (x.sum(), _twice(x).view(2, 16), x.exp()), 1, "leaf"),
     # ``to`` of the dtype it has returns its argument, the view itself (before: the search for the view's
     # chain of calls looped forever on that call, which seemed to make its own argument)
@@ -206,7 +213,7 @@ def test_view_outputs_match_eager(name: str) -> None:
 @pytest.mark.parametrize("name", [
     "base and view", "base and view, base written", "single view of an intermediate", "two views of one base",
     "view chain", "base written after the view", "base written between the view calls",
-    "view written by the program", "view_as of an intermediate", "expand_as",
+    "view written by the program", "view_as of an intermediate", "expand_as", "view beside a seed",
 ])
 def test_two_tensor_views(name: str) -> None:
     fn, written, kind = CASES[name]
