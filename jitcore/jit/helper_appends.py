@@ -292,10 +292,16 @@ def _callee_at(instructions: list, c: int) -> tuple[str, Any, int] | None:
     function of a module named by a global."""
     inst = instructions[c]
     following = instructions[c + 1] if c + 1 < len(instructions) else None
-    if inst.opname == "LOAD_GLOBAL" and following is not None and (
-            (following.opname == "LOAD_ATTR" and inst.arg & 1 and sys.version_info < (3, 12))  # NULL first
-            or (following.opname == "LOAD_ATTR" and following.arg & 1 and sys.version_info >= (3, 12))):
-        return "module", (inst.argval, following.argval), c + 2  # ``heapq.heappush(...)``
+    # ``heapq.heappush(...)``: the global with its NULL and the function; or the global, then the function
+    # loaded as a method (3.11's LOAD_METHOD, 3.12's LOAD_ATTR with its low bit: a name no import statement
+    # of the module binds), which pushes the NULL itself
+    method_load = inst.opname == "LOAD_GLOBAL" and following is not None and not inst.arg & 1 and (
+        following.opname == "LOAD_METHOD" or following.opname == "LOAD_ATTR" and following.arg & 1
+        and sys.version_info >= (3, 12))
+    if inst.opname == "LOAD_GLOBAL" and following is not None and (method_load or (
+            following.opname == "LOAD_ATTR" and inst.arg & 1
+            and not (following.arg & 1 and sys.version_info >= (3, 12)))):
+        return "module", (inst.argval, following.argval), c + 2
     if inst.opname == "LOAD_GLOBAL" and not inst.arg & 1 and following is not None \
             and following.opname == "LOAD_ATTR" and not following.arg & 1 and c + 2 < len(instructions) \
             and instructions[c + 2].opname == "PUSH_NULL" and sys.version_info >= (3, 13):  # NULL after it

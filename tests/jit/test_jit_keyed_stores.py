@@ -46,6 +46,17 @@ def _into_a_heap(x: torch.Tensor, heap: list, i: int) -> torch.Tensor:
     return loss
 
 
+# a module bound by no import statement: 3.11 loads its function with LOAD_METHOD, 3.12 with a method
+# LOAD_ATTR, where ``heapq.heappush`` is the global with its NULL and a plain LOAD_ATTR
+_hq = __import__("heapq")
+
+
+def _into_a_heap_by_another_name(x: torch.Tensor, heap: list, i: int) -> torch.Tensor:
+    loss = (x ** 2).mean()
+    _hq.heappush(heap, (loss.item(), i))
+    return loss
+
+
 def _run(fn, mine, theirs, keys) -> object:
     jfn = jitcore.jit(fn)
     for i, key in enumerate(keys):
@@ -82,4 +93,10 @@ def test_heappush_of_a_read_loss_into_the_callers_heap() -> None:
     jfn = _run(_into_a_heap, [], [], list(range(12)))
     # only pushed onto: the push replayed with each call's item (Note [A list argument only pushed onto]),
     # the step specialized on the first trace
+    assert jitcore.cache_misses(jfn) == 2
+
+
+def test_heappush_through_a_module_loaded_as_a_method() -> None:
+    """The push seen whichever way the bytecode loads ``heappush`` (3.11 to 3.13): a trace, not one a call."""
+    jfn = _run(_into_a_heap_by_another_name, [], [], list(range(12)))
     assert jitcore.cache_misses(jfn) == 2
