@@ -24,10 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import heapq
-import itertools
 import types
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -38,8 +35,9 @@ import torch.utils._pytree as pytree
 from jitcore.ir import Proxy
 from jitcore.jit.call_copies import Owner, holds_made, in_one_call
 from jitcore.jit.code_kinds import function_attributes, written_holder, written_namespace
+from jitcore.jit.effect_performing import perform
 from jitcore.jit.made_functions import MadeHere
-from jitcore.jit.object_states import BUFFERS, MISSING, attributes, buffer_type, is_slot, set_slot, state_of
+from jitcore.jit.object_states import MISSING, attributes, state_of
 from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
 from jitcore.jit.pending_keys import PendingKey
@@ -52,8 +50,7 @@ from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import plain_key
 
-__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emit_record", "emit_warning",
-           "emptied_list", "print_line", "set_op", "written_keys"]
+__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emptied_list", "set_op", "written_keys"]
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "setitem_at", "delitem", "contents", "extend",
@@ -498,7 +495,7 @@ class Effects:
         values = [self._unwrap(value, args, kwargs) for value in values]
         reshare(values, self._shared)  # a list stored in two places is one list, as eagerly
         for effect, target, value in zip(self.effects, targets, values):
-            _perform(effect, target, value, self.dispatch_runs)
+            perform(effect, target, value, self.dispatch_runs)
         output = self.post(output)
         return output if self.returned is None else self.returned.fill(output, args, kwargs)
 
@@ -777,90 +774,3 @@ def _appended(old: list, new: list, maxlen: int | None) -> list | None:
                                 and len(old) + len(tail) - maxlen == dropped):
                 return tail
     return None
-
-
-def _perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = False) -> None:
-    kind = effect.kind
-    if kind == "setattr":  # the instance dict was diffed: it is written as the traced __setattr__ left it
-        if isinstance(target, type):
-            type.__setattr__(target, effect.key, value)
-        elif is_slot(type(target), effect.key):  # a typed proxy's dict held the tensor's slot field
-            set_slot(target, effect.key, value)
-        else:
-            vars(target)[effect.key] = value
-    elif kind == "delattr":
-        if isinstance(target, type):
-            type.__delattr__(target, effect.key)
-        elif is_slot(type(target), effect.key):
-            set_slot(target, effect.key, MISSING)
-        else:
-            del vars(target)[effect.key]
-    elif kind == "setslot":
-        set_slot(target, effect.key, value)
-    elif kind == "delslot":
-        set_slot(target, effect.key, MISSING)
-    elif kind == "setitem":
-        target[effect.key] = value
-    elif kind == "setitem_at":
-        target[value[0]] = value[1]
-    elif kind == "heappush":  # the key: heappush or bisect.insort_right/left (Note [An item only pushed])
-        (effect.key or heapq.heappush)(target, value)
-    elif kind == "add":  # the key: each op in program order (Note [A set's changes in program order])
-        for op, element in zip(effect.key or itertools.repeat("add"), value):
-            (set.add if op == "add" else set.discard)(target, element)
-    elif kind == "delitem":
-        del target[effect.key]
-    elif kind == "extend":
-        if isinstance(target, collections.deque):
-            target.extend(value)
-        else:
-            (buffer_type(target) if isinstance(target, BUFFERS) else list).extend(target, value)
-    elif kind == "contents":
-        if isinstance(target, BUFFERS):
-            buffer_type(target).__setitem__(target, slice(None), value)
-        elif isinstance(target, list):
-            target[:] = value
-        elif isinstance(target, collections.deque):
-            target.clear()
-            target.extend(value)
-        else:
-            target.clear()
-            target.update(value)
-    elif kind == "order":
-        for key in (k for k in value if dict.__contains__(target, k)):
-            if isinstance(target, collections.OrderedDict):
-                collections.OrderedDict.move_to_end(target, key)
-            else:
-                dict.__setitem__(target, key, dict.pop(target, key))  # to the end
-    elif kind == "cell":
-        target.cell_contents = value
-    elif kind == "grad":
-        target.grad = value
-    elif kind == "print":
-        print_line(effect, target, value)
-    elif kind == "log" or kind == "dispatch_log" and not dispatch_runs:
-        emit_record(effect, target, value)
-    elif kind == "warn":
-        emit_warning(effect, target, value)
-
-
-def print_line(effect: Effect, stream: Any, pieces: list) -> None:
-    """Perform a ``"print"`` effect: its pieces (text, or this call's numbers) to ``stream``."""
-    sep, end, flush = effect.key
-    print(*pieces, sep=sep, end=end, file=stream, flush=flush)
-
-
-def emit_warning(effect: Effect, module_globals: dict, value: list) -> None:
-    """Perform a ``"warn"`` effect: ``warn_explicit`` as ``warnings.warn`` calls it, with the registry the
-    blamed module holds now."""
-    category, filename, lineno, module = effect.key
-    registry = module_globals.setdefault("__warningregistry__", {})
-    warnings.warn_explicit(value[0], category, filename, lineno, module, registry)
-
-
-def emit_record(effect: Effect, logger: Any, value: list) -> None:
-    """Perform a ``"log"`` effect: the record made and handled as ``Logger._log`` does."""
-    level, pathname, lineno, func = effect.key
-    msg, args, extra = value
-    logger.handle(logger.makeRecord(logger.name, level, pathname, lineno, msg, tuple(args), None, func, extra,
-                                    None))
