@@ -36,7 +36,7 @@ from jitcore.interpreter import Hooks, active_runs, current_run, interpret
 from jitcore.langctx.python import apply
 from jitcore.proxies.number import NumberProxy
 from jitcore.transforms.replayed_numbers import stand_ins_of
-from jitcore.transforms.symbolic_sizes import SizesNotRewritten
+from jitcore.transforms.symbolic_sizes import SizesNotRewritten, python_check
 
 __all__ = ["Condition", "Conditions", "assumed_conditions", "evaluate", "interpreted_forward"]
 
@@ -87,13 +87,7 @@ def assumed_conditions(conditions: list[Any], names: dict[Any, NumberProxy]) -> 
         raise SizesNotRewritten(f"a condition of {conditions} has a symbol no number names")
     text = " and ".join(f"({PythonPrinter().doprint(c)})" for c in conditions)
     operands = tuple(names[s] for s in symbols)
-    try:
-        check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
-        holds = check(*(n.value for n in operands)) is True
-    except Exception as exc:  # noqa: BLE001 - a form Python cannot evaluate
-        raise SizesNotRewritten(f"the conditions {text} have no Python form: {exc}") from None
-    if not holds:
-        raise SizesNotRewritten(f"the conditions {text} do not hold for the traced values")
+    check = python_check(text, symbols, operands, SizesNotRewritten)
     return [Condition(NumberProxy(f"({text})", True, made_by=(check, operands)), True)]
 
 

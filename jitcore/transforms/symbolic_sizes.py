@@ -35,7 +35,7 @@ from jitcore.ir import BoundSymbol, Trace, TraceContext, tracing
 from jitcore.proxies.number import NumberProxy
 
 __all__ = ["Replaced", "SizesNotRewritten", "SizesReplaced", "SymbolicSizes", "condition_check",
-           "condition_checks", "map_symbolic", "rewrite_sizes"]
+           "condition_checks", "map_symbolic", "python_check", "rewrite_sizes"]
 
 
 class SizesNotRewritten(Exception):
@@ -163,15 +163,27 @@ def condition_check(condition: sympy.Basic, symbols: list[sympy.Symbol], operand
     from jitcore.langctx.reads import READ, ReadSite
 
     text = PythonPrinter().doprint(condition)
-    try:  # its Python form must hold for the traced sizes, as torch decided
+    check = python_check(text, symbols, operands, error)
+    site = ReadSite(f"the size condition {text}", source)
+    return BoundSymbol(READ, (site, True, check, *operands), {}, None, (), source)
+
+
+def python_check(text: str, symbols: list[sympy.Symbol], operands: Sequence[NumberProxy],
+                 error: type[Exception]) -> Callable[..., Any]:
+    """``lambda <symbols>: <text>``, the Python form of a condition torch decided over ``symbols`` (named by
+    ``operands``), which must hold for their traced values as it did for torch.
+
+    Raises:
+        error: the condition has no Python form, or does not hold for the traced values.
+    """
+    try:
         check = eval(f"lambda {', '.join(map(str, symbols))}: {text}", {"math": math})  # noqa: S307
         holds = check(*(n.value for n in operands)) is True
     except Exception as exc:  # noqa: BLE001 - a form Python cannot evaluate
-        raise error(f"the size condition {condition} has no Python form: {exc}") from None
+        raise error(f"the size condition {text} has no Python form: {exc}") from None
     if not holds:
-        raise error(f"the size condition {text} does not hold for the traced sizes")
-    site = ReadSite(f"the size condition {text}", source)
-    return BoundSymbol(READ, (site, True, check, *operands), {}, None, (), source)
+        raise error(f"the size condition {text} does not hold for the traced values")
+    return check
 
 
 # Note [A size values decided, replayed]

@@ -477,6 +477,15 @@ def test_a_frame_left_by_a_raise_in_its_except_block_returns_at_that_raise() -> 
     check(_traced(program, ("plain", "plain2", "gen", "coro")))
 
 
+def _lasti_in_lineno(frame) -> bool:
+    """Whether ``frame.f_lasti`` lies in a ``co_lines`` range of ``frame.f_lineno``."""
+    line = None
+    for start, end, at in frame.f_code.co_lines():
+        if start <= frame.f_lasti < end:
+            line = at
+    return line == frame.f_lineno
+
+
 def test_a_trace_events_f_lasti_is_in_its_f_linenos_lines() -> None:
     """At every event, the frame's ``f_lasti`` lies in a ``co_lines`` range of its ``f_lineno``, as CPython's
     (3.13's test_sys_settrace asserts it in its tracer): at the ``call`` event (a RESUME the decoding dropped)
@@ -486,16 +495,9 @@ def test_a_trace_events_f_lasti_is_in_its_f_linenos_lines() -> None:
     def run() -> list:
         events: list = []
 
-        def agrees(frame) -> bool:
-            line = None
-            for start, end, at in frame.f_code.co_lines():
-                if start <= frame.f_lasti < end:
-                    line = at
-            return line == frame.f_lineno
-
         def tracer(frame, event, arg):
             if frame.f_code.co_name == "body":
-                events.append((event, frame.f_lineno - frame.f_code.co_firstlineno, agrees(frame)))
+                events.append((event, frame.f_lineno - frame.f_code.co_firstlineno, _lasti_in_lineno(frame)))
             return tracer
 
         def body():
@@ -530,16 +532,9 @@ def test_the_return_event_of_a_frame_left_by_a_raise_in_its_except_block_shows_t
     def run() -> list:
         events: list = []
 
-        def agrees(frame) -> bool:
-            line = None
-            for start, end, at in frame.f_code.co_lines():
-                if start <= frame.f_lasti < end:
-                    line = at
-            return line == frame.f_lineno
-
         def tracer(frame, event, arg):
             if frame.f_code.co_name == "body":
-                events.append((event, frame.f_lineno - frame.f_code.co_firstlineno, agrees(frame)))
+                events.append((event, frame.f_lineno - frame.f_code.co_firstlineno, _lasti_in_lineno(frame)))
             return tracer
 
         def body(key):
