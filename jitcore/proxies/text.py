@@ -183,9 +183,16 @@ def _text(value: Any) -> Any:
 
 def plain_key(value: Any) -> Any:
     """``value`` as a key or element of a dict or set that outlives the pass: a TextProxy's text, a
-    NumberProxy's value (hashing either specialized it already, so this adds no guard; Note [A key of
+    NumberProxy's value (hashing either guarded it already, so this adds no guard; Note [A key of
     the computation's numbers], jitcore/jit/effects.py), also inside a tuple or frozenset key
-    (``d[(k, "a")]``): a copy then, ``value`` itself where nothing in it is such a proxy."""
+    (``d[(k, "a")]``): a copy then, ``value`` itself where nothing in it is such a proxy.
+
+    A computed number's hash guards only its value (``(i % 4) == 0``: Note [Hashing a computed number],
+    number.py): its value is taken through that same guard, as specializing it would pin the inputs it
+    was computed from (``i == 4``: an entry per ``i``)."""
+    if type(value) is NumberProxy and value.made_by is not None and value.value == value.value:
+        hash(value)  # the guard the set's or dict's own hash of it made (no new one)
+        return value.value
     if isinstance(value, (TextProxy, NumberProxy)):
         return value.specialize()
     if type(value) in (tuple, frozenset):
