@@ -199,6 +199,8 @@ def explain_text(jfn: Any) -> str:
                 f"{n} = {p.describe()}" for n, p in zip(entry.prologue.input_names, entry.prologue.inputs)
             )
             out.append(f"  computation inputs: {names}")
+        if entry.autograd_reason is not None:  # GradStage.reason (transforms/jit_hook.py)
+            out.append(f"  pass 1 runs under torch's autograd, because {entry.autograd_reason}")
         for number, trace in enumerate(entry.traces, start=1):
             out.append(f"\n  computation trace, pass {number}:")
             out += [f"    {line}" for line in trace.python_source().splitlines()]

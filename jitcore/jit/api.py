@@ -485,7 +485,8 @@ class JittedFunction:
             prologue.inputs, prologue.input_names, [*traces, *backward_traces]
         )  # linear1_weight: linear1.weight
         entry = CacheEntry(number, prologue, traces, computation, not_compiled, effects=effects,
-                           plain_data=plain_data, this_call_only=program.this_call_only, filed=program.filed)
+                           plain_data=plain_data, this_call_only=program.this_call_only, filed=program.filed,
+                           autograd_reason=grad.reason)
         entry.cached_call = entry.compile_fast_path()
         if resumable is not None:
             entry.resumable = resumable

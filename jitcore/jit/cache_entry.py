@@ -44,6 +44,7 @@ class CacheEntry:
     effects: Effects | None = None  # Python side effects performed after the computation
     plain_data: bool = False  # inputs run a __torch_function__ the trace resolved: checked and run without it
     eager_reason: BaseException | None = None  # an eager entry: calls it accepts run the function eagerly
+    autograd_reason: str | None = None  # why it runs pass 1 under torch's autograd (GradStage.reason)
     this_call_only: BaseException | None = None  # answers its pass's call; an eager entry is filed instead
     filed: bool = True  # False: answers its pass's call, and nothing is filed (the next call traces again)
     resumable: Resumable | None = None  # Note [Resuming at a failed check] (jit/read_resume.py)

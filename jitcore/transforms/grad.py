@@ -79,6 +79,7 @@ from jitcore.transforms.view_outputs import (
     drop_views_made_after,
     numbers_taken,
     plan,
+    refuse_views_left,
     view_outputs,
 )
 from jitcore.transforms.view_round_trips import collapse_view_round_trips, drop_unread_views
@@ -618,6 +619,9 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     if assembly is not None and views is not None:  # the views stay the Function's outputs
         tensor_outputs, views = _tensor_outputs(outputs, None, trace, leaves, replay.subclass_inputs)
         assembly = assembly_of(replay.forward, tensor_outputs, subclass_proxies)
+    # Note [A view left to the Function] (view_outputs.py)
+    refuse_views_left(trace, leaves, views, lambda v: replay.env.get(id(v)), replay.subclass_inputs,
+                      assembly is not None)
     node_outputs = tensor_outputs if assembly is None else assembly.node_outputs
     deriver = BackwardDeriver(replay, node_outputs, wrt, _fresh_leaves(node_outputs, replay))
     derived = deriver.derive()

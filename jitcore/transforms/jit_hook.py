@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optree
@@ -41,6 +41,7 @@ from jitcore.transforms.mincut import saved_for_fusion
 from jitcore.transforms.saved_values import SavedValues
 from jitcore.transforms.state_numbers import StateNumbers, counting_numbers, state_numbers
 from jitcore.transforms.symbolic_sizes import SizesReplaced
+from jitcore.transforms.view_outputs import ViewLeftToTheFunction
 
 __all__ = ["Differentiated", "GradStage", "StaticSizesNeeded", "differentiate"]
 
@@ -89,6 +90,8 @@ class GradStage:
             arguments are taken whole (``pass_1_under_autograd``).
         functions: where pass 1 runs under torch's autograd with dynamic numbers, its Function
             records whose forwards make subclass values, each split alone (function_records.py).
+        reason: why the entry runs pass 1 under torch's autograd where the grad transform refused it
+            (what ``jitcore.explain`` shows; None: not said).
     """
 
     differentiated: Differentiated | None
@@ -97,6 +100,7 @@ class GradStage:
     without_graph: bool = False
     pass_1: bool = False
     functions: FunctionsSplit | None = None
+    reason: str | None = None
 
 
 def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
@@ -226,6 +230,14 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
     watched = _watched(program, subclass_inputs)  # Note [Effects of a backward's hooks]
     try:
         grad, watch = _transformed(program, trace, flags, sizes, watched)
+    except ViewLeftToTheFunction as left:  # Note [A view left to the Function] (view_outputs.py)
+        if runs_pass_1:
+            return GradStage(None, reason=str(left))
+        if sizes is not None:
+            return _pass_1_with_sizes(program)
+        stage = _pass_1_or_eager(program.trace, program.subclass_inputs, str(left),
+                                 "return the view's base and make the view after the call")
+        return replace(stage, reason=str(left))
     except DataDependentError:
         if sizes is not None:
             return _pass_1_with_sizes(program)

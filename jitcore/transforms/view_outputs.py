@@ -13,13 +13,15 @@ Invariants:
   Note [A view call with a second tensor]), and made a view of the base (the replay's shadows say
   so), so running it on the real base makes what eager made: the same ``_base``, strides, view
   ``grad_fn`` and creation kind (a ``split`` output stays a multi-output view);
-- nothing is regenerated in a program that makes a call for its effect (a grad mode set excepted:
-  each call of a chain runs in the grad mode the program made it in; and a seed, which no view call
-  reads); a view of a tensor whose
-  storage an in-place call writes after the view (or a call of its chain) was made is made as
-  autograd makes it again, ``as_strided`` of its base for a plain tensor, its chain replayed for a
-  subclass (Note [A view whose base is written]), or stays the Function's;
-- a leaf whose view cannot be regenerated so stays an output of the Function, as before.
+- nothing is regenerated in a program that makes a call for its effect, except grad and inference
+  mode sets (each call of a chain runs in the mode the program made it in) and the calls no view call
+  reads (a seed, the default dtype, autocast: Note [Calls made for their effect beside views]);
+- a view of a tensor whose storage an in-place call writes after the view (or a call of its chain)
+  was made is made as autograd makes it again, ``as_strided`` of its base for a plain tensor, its
+  chain replayed for a subclass (Note [A view whose base is written]);
+- no output leaf that is a view stays an output of the Function: where one cannot be made so, the
+  grad transform refuses the entry (``ViewLeftToTheFunction``), which then runs pass 1 under torch's
+  autograd, or eagerly (Note [A view left to the Function]).
 """
 
 from __future__ import annotations
@@ -33,11 +35,15 @@ import optree
 import torch
 
 from jitcore.ir import BoundSymbol, Proxy, Trace, drop_unread
+from jitcore.langctx.thread_state import ENTER_INFERENCE_MODE, EXIT_INFERENCE_MODE, STATE_CHANGE_SYMBOLS
 from jitcore.proxies import NumberProxy, TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.symbolic_sizes import SizesNotRewritten
 
-__all__ = ["ViewOutputs", "drop_views_made_after", "numbers_taken", "plan", "view_outputs"]
+__all__ = [
+    "ViewLeftToTheFunction", "ViewOutputs", "drop_views_made_after", "numbers_taken", "plan",
+    "refuse_views_left", "view_outputs",
+]
 
 
 # Note [Views an autograd call returns]
@@ -66,10 +72,13 @@ _NOT_A_VIEW_CALL = frozenset((
 ))
 
 Root = tuple[str, int]  # ("arg", i) / ("subclass", i): an input; ("output", k): the Function's k-th output
+# where the program made a view: "grad" (grad mode on), "no_grad" (a ``no_grad`` block) or "inference"
+# (a ``torch.inference_mode()`` block): Note [The mode a view is made in]
+Mode = str
 # (fn, the args after the viewed tensor, kwargs, slot viewed, ((slot made, index in the output or None), ...),
-#  whether grad mode was on where the program made it)
+#  the mode the program made it in)
 Made = tuple[tuple[int, int | None], ...]
-Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], int, Made, bool]
+Step = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], int, Made, Mode]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -104,13 +113,13 @@ class ViewOutputs:
         for slot, (kind, i) in self.roots:
             values[slot] = outputs[i] if kind == "output" else inputs[input_index(kind, i)]
         numbers = [outputs[k] for k in self.number_outputs] if self.number_outputs else None
-        for fn, rest, kwargs, viewed, written, grad in self.steps:
+        for fn, rest, kwargs, viewed, written, mode in self.steps:
             if numbers is not None:  # Note [View calls of symbolic sizes]
                 rest, kwargs = _filled((rest, kwargs), numbers)
-            if grad:
+            if mode == "grad":
                 out = fn(values[viewed], *rest, **kwargs)
-            else:  # made inside a ``no_grad`` block: eager's view of no-grad mode
-                with torch.no_grad():
+            else:  # Note [The mode a view is made in]
+                with torch.no_grad() if mode == "no_grad" else torch.inference_mode():
                     out = fn(values[viewed], *rest, **kwargs)
             for slot, index in written:
                 values[slot] = out if index is None else out[index]
@@ -120,9 +129,9 @@ class ViewOutputs:
 
 Found = list[tuple[int, Any, TensorProxy]]  # (position among the output's leaves, base, its replay proxy)
 Chains = dict[int, tuple[BoundSymbol, int | None, Any]]  # id(value) -> (record, index in its output, viewed)
-# id(view) -> (its base, size, stride, storage offset, whether it is one output of several, whether
-# grad mode was on where it was made): Note [A view whose base is written]
-Strided = dict[int, tuple[Any, tuple[int, ...], tuple[int, ...], int, bool, bool]]
+# id(view) -> (its base, size, stride, storage offset, whether it is one output of several, the mode
+# it was made in): Note [A view whose base is written]
+Strided = dict[int, tuple[Any, tuple[int, ...], tuple[int, ...], int, bool, Mode]]
 
 
 def view_outputs(
@@ -155,7 +164,7 @@ def view_outputs(
             for v in optree.tree_leaves((b.args, b.kwargs, b.output), none_is_leaf=True):
                 if isinstance(v, TensorProxy):
                     last_write[id(_root(replayed(v)))] = k
-    grad_at = _grad_modes(trace)
+    mode_at = _modes(trace)
     producers: dict[int, tuple[BoundSymbol, int | None]] = {}  # the call that made each value
     for bsym in trace.bound_symbols:
         if _writes(bsym):  # returns the tensor it wrote, made before
@@ -200,7 +209,7 @@ def view_outputs(
                 layout = _plain_layout(replayed(pivot), base_shadow)
                 if layout is None:
                     continue
-                strided[id(pivot)] = (base, *layout, index is not None, grad_at[order[id(bsym)]])
+                strided[id(pivot)] = (base, *layout, index is not None, mode_at[order[id(bsym)]])
                 chain = {key: made for key, made in chain.items() if order[id(made[0])] > write}
             chains.update(chain)
             found.append((position, base, replayed(base)))
@@ -209,7 +218,7 @@ def view_outputs(
         if made is not None and write > order[id(made[0])]:
             layout = _plain_layout(proxy, base_shadow)
             if layout is not None:  # Note [A view whose base is written]
-                strided[id(leaf)] = (base, *layout, made[1] is not None, grad_at[order[id(made[0])]])
+                strided[id(leaf)] = (base, *layout, made[1] is not None, mode_at[order[id(made[0])]])
                 found.append((position, base, replayed(base)))
     return (found, chains, strided) if found else None
 
@@ -234,8 +243,8 @@ def view_outputs(
 # in-place op on it raises eager's error. Its ``grad_fn`` reads as ``AsStridedBackward0`` where eager's
 # raises: eager's would need its version counter behind its base's, which only a write after it gives,
 # and bumping the base's counter after the Function would fail the backward of a Function that saved
-# the base (``ctx.save_for_backward``'s version check). A chain whose pivot has no static layout stays
-# the Function's output.
+# the base (``ctx.save_for_backward``'s version check). A chain whose pivot has no static layout is
+# not made so (Note [A view left to the Function]).
 
 
 def plan(
@@ -276,13 +285,10 @@ def plan(
     steps: list[Step] = []
     numbers: list[NumberProxy] = []
     # Note [A view whose base is written]: first, as they read only bases; a chain's later calls read them
-    for key, (base, size, stride, offset, several, made_with_grad) in strided.items():
+    for key, (base, size, stride, offset, several, mode) in strided.items():
         fn = _as_strided_of_several if several else torch.Tensor.as_strided
-        steps.append((fn, (size, stride, offset), {}, slots[id(base)], ((slot(key), None),), made_with_grad))
-    grad = True  # the call runs under autograd: grad mode on
-    for bsym in trace.bound_symbols:  # program order: a chain's earlier calls first
-        if bsym.symbol.fn is _SET_GRAD_ENABLED:
-            grad = bool(bsym.args[0])
+        steps.append((fn, (size, stride, offset), {}, slots[id(base)], ((slot(key), None),), mode))
+    for bsym, mode in zip(trace.bound_symbols, _modes(trace)):  # program order: a chain's earlier calls first
         made = [(key, k) for key, (b, k, _source) in chains.items() if b is bsym]
         if not made:
             continue
@@ -290,10 +296,52 @@ def plan(
         written = tuple((slot(key), k) for key, k in made)
         fn, rest, kwargs = _call_of(bsym)  # type: ignore[misc] - a chain's calls have one
         rest, kwargs = _numbered((rest, kwargs), numbers)  # Note [View calls of symbolic sizes]
-        steps.append((fn, rest, kwargs, slot(id(source)), written, grad))
+        steps.append((fn, rest, kwargs, slot(id(source)), written, mode))
     positions = tuple((position, slots[id(leaf)]) for position, leaf in enumerate(leaves)
                       if id(leaf) in chains or id(leaf) in strided)
     return ViewOutputs(tuple(roots), tuple(steps), positions, len(slots), tuple(hidden), tuple(numbers))
+
+
+# Note [A view left to the Function]
+# A view output the Function returned itself was no eager view: for a plain tensor, an in-place op of
+# the caller's on it raised "Output 1 of JitcoreFunction is a view and is being modified inplace" where
+# eager computes, and its ``grad_fn`` was the Function's; for a tensor subclass (TwoTensor) it was a new
+# tensor, no view at all, which the caller's in-place op wrote without writing its base: a wrong
+# gradient, with no error. Where ``view_outputs`` cannot make a view output after the Function (a call
+# made for an effect jitcore does not know, a view call reading another tensor such as
+# ``torch.meshgrid``, a pivot of no static layout, beside an output the program assembles), the grad
+# transform raises ``ViewLeftToTheFunction``; the entry runs pass 1 under torch's autograd (every call
+# of a subclass program then resolves its dispatch, as eagerly), or, where pass 1 cannot run so, the
+# call runs eagerly (JC-J002). ``jitcore.explain`` shows the reason.
+class ViewLeftToTheFunction(Exception):  # noqa: N818 - a refusal, as SizesNotRewritten
+    """An output that is a view cannot be made after the Function (Note [A view left to the Function])."""
+
+
+def refuse_views_left(
+    trace: Trace, leaves: Sequence[Any], views: ViewOutputs | None, replayed: Callable[[Any], Any],
+    subclass_inputs: Sequence[Any], assembled: bool,
+) -> None:
+    """Raise ``ViewLeftToTheFunction`` where an output leaf is a view (its replay shadow is one) that
+    ``views`` does not make, and no input.
+
+    Args:
+        trace, leaves, replayed, subclass_inputs: as for ``view_outputs``.
+        views: the plan of the views made after the Function (None: none is).
+        assembled: the Function's outputs are assembled (the views stay its outputs then).
+    """
+    made = {position for position, _slot in views.positions} if views is not None else set()
+    given = {id(v) for v in (*trace.args, *subclass_inputs)}
+    left = next((position for position, leaf in enumerate(leaves)
+                 if isinstance(leaf, TensorProxy) and id(leaf) not in given and position not in made
+                 and _base_of(replayed(leaf)) is not None), None)
+    if left is None:
+        return
+    effect = next((b for b in trace.bound_symbols if _sets_state(b)), None)
+    why = ("beside a tensor subclass the program assembles" if assembled
+           else f"in a program that calls {effect.symbol.name} for its effect" if effect is not None
+           else "made by a call that reads another tensor or number, or from a base written after it")
+    raise ViewLeftToTheFunction(
+        f"output {left} of the function is a view that cannot be made after the call's autograd node, {why}")
 
 
 def _as_strided_of_several(base: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
@@ -354,14 +402,25 @@ def _in_order(chain: Chains, leaf: Any, base: Any) -> list[tuple[Any, tuple[Boun
     return steps[::-1]
 
 
-def _grad_modes(trace: Trace) -> list[bool]:
-    """Whether grad mode is on (the call runs under autograd) where each record of ``trace`` is made."""
-    modes: list[bool] = []
-    grad = True
+# Note [The mode a view is made in]
+# A view the program makes inside ``with torch.no_grad():`` is eagerly a view of no-grad mode, and one
+# made inside ``with torch.inference_mode():`` a view of inference mode (``CreationMeta``): an in-place
+# op on either outside raises, each with its own message. Made after the Function, each view call runs
+# in the mode the program made it in, read from the trace's records: grad mode sets
+# (``_set_grad_enabled``) and inference mode blocks (``enter_inference_mode``/``exit_inference_mode``,
+# innermost last). The call runs under autograd, so grad mode is on, inference mode off, at its start.
+def _modes(trace: Trace) -> list[Mode]:
+    """The mode (``Mode``) each record of ``trace`` is made in."""
+    modes: list[Mode] = []
+    grad, inference = True, [False]
     for bsym in trace.bound_symbols:
         if bsym.symbol.fn is _SET_GRAD_ENABLED:
             grad = bool(bsym.args[0])
-        modes.append(grad)
+        elif bsym.symbol is ENTER_INFERENCE_MODE:
+            inference.append(bool(bsym.args[0]) if bsym.args else True)
+        elif bsym.symbol is EXIT_INFERENCE_MODE and len(inference) > 1:
+            inference.pop()
+        modes.append("inference" if inference[-1] else "grad" if grad else "no_grad")
     return modes
 
 
@@ -466,8 +525,8 @@ def numbers_taken(
             raise SizesNotRewritten("a view call's number is no number the forward returns")
         filled.append(_Number(len(taken)))
         taken.append(offset + k)
-    steps = tuple((fn, *_filled((rest, kwargs), filled), viewed, written, grad)
-                  for fn, rest, kwargs, viewed, written, grad in views.steps)
+    steps = tuple((fn, *_filled((rest, kwargs), filled), viewed, written, mode)
+                  for fn, rest, kwargs, viewed, written, mode in views.steps)
     return dataclasses.replace(views, steps=steps, number_outputs=tuple(taken))
 
 
@@ -496,12 +555,28 @@ def _writes(bsym: BoundSymbol) -> bool:
     return "inplace" in bsym.symbol.tags or "out" in bsym.kwargs
 
 
+# Note [Calls made for their effect beside views]
+# A program that makes a call for its effect (``torch.manual_seed``, ``torch.set_default_dtype``,
+# ``with torch.autocast(...)``, ``with torch.inference_mode()``) kept every view output the Function's:
+# for a tensor subclass a new tensor, no view, which the caller's in-place op wrote without writing its
+# base (a wrong gradient: x.grad sum 35.9616 where eager has 53.9424, /tmp/grd55-probes/fallback_tt.py).
+# No view call reads the random state, the default dtype, or autocast's settings (no view op is one
+# autocast casts), so those leave the views to be made after the Function; inference mode blocks are
+# followed as grad mode is (Note [The mode a view is made in]). Another such call (one jitcore does not
+# know) still leaves its views the Function's, and the entry then runs pass 1 under torch's autograd
+# (Note [A view left the Function's]).
+_READ_BY_NO_VIEW_CALL = frozenset((
+    torch.random.manual_seed, torch.set_default_dtype, torch.autocast,  # (the block's object, made)
+    *(fn for fn in STATE_CHANGE_SYMBOLS if fn is not _SET_GRAD_ENABLED),  # autocast's settings
+))
+
+
 def _sets_state(bsym: BoundSymbol) -> bool:
-    """A call made for its effect other than an in-place write or a grad mode set (which ``plan``
-    follows: a view made in a ``no_grad`` block is made so again); a check makes no value either,
-    and changes nothing."""
+    """A call made for its effect other than an in-place write, a grad or inference mode set (which
+    ``plan`` follows: Note [The mode a view is made in]) and one no view call reads (Note [Calls made
+    for their effect beside views]); a check makes no value either, and changes nothing."""
     tags = bsym.symbol.tags
-    if bsym.symbol.fn is torch.random.manual_seed:  # the random state: no view call reads it
+    if bsym.symbol.fn in _READ_BY_NO_VIEW_CALL or bsym.symbol in (ENTER_INFERENCE_MODE, EXIT_INFERENCE_MODE):
         return False
     if "global_state" in tags:
         return True

@@ -13,6 +13,7 @@ import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
+from jitcore.debug.explain import explain_text
 
 
 def _twice(x: torch.Tensor) -> torch.Tensor:
@@ -89,6 +90,49 @@ def _view_beside_a_seed(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return z, z.view(-1)
 
 
+def _view_beside_autocast(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # Note [Calls made for their effect beside views]
+        z = _twice(x) @ x.t()
+    return z, z.view(-1)
+
+
+def _view_beside_inference_mode(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    with torch.inference_mode():
+        w = torch.ones(3) * 2
+    z = _twice(x) * w.sum()
+    return z, z.view(-1)
+
+
+def _view_made_under_inference_mode(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    with torch.inference_mode():  # eagerly a view of inference mode: the caller's in-place op raises
+        v = z.view(-1)
+    return z, v
+
+
+def _view_beside_set_default_dtype(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    torch.set_default_dtype(torch.float32)
+    z = _twice(x)
+    return z, z[1:]
+
+
+def _broadcast_tensors(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    _a, b = torch.broadcast_tensors(z, x.sum(0) + 1)  # b: a view of the intermediate, made by expand
+    return z, b
+
+
+def _meshgrid(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    a, _b = torch.meshgrid(z[0], z[1], indexing="ij")
+    return z, a
+
+
+def _view_beside_an_assembled_subclass(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    return TwoTensor(x * 2, x * 3), z, z.view(-1)
+
+
 def _input_and_its_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x, x.view(-1), x * 2
 
@@ -127,6 +171,14 @@ CASES: dict[str, tuple[Callable[..., Any], int, str]] = {
     "expand_as": (lambda x: (x.sum(0) + 1).expand_as(x), 0, "leaf"),
     "reshape_as": (lambda x: (x * 2).reshape_as(x.view(32)), 0, "leaf"),
     "view beside a seed": (_view_beside_a_seed, 1, "leaf"),
+    "view beside autocast": (_view_beside_autocast, 1, "leaf"),
+    "view beside inference mode": (_view_beside_inference_mode, 1, "leaf"),
+    "view made under inference mode": (_view_made_under_inference_mode, 1, "leaf"),
+    "view beside set_default_dtype": (_view_beside_set_default_dtype, 1, "leaf"),
+    # Note [A view left to the Function]: pass 1 runs under torch's autograd
+    "broadcast_tensors": (_broadcast_tensors, 0, "leaf"),
+    "meshgrid": (_meshgrid, 0, "leaf"),
+    "view beside an assembled subclass output": (_view_beside_an_assembled_subclass, 2, "leaf"),
     "view among other outputs": (lambda x: (x.sum(), _twice(x).view(2, 16), x.exp()), 1, "leaf"),
     # ``to`` of the dtype it has returns its argument, the view itself (before: the search for the view's
     # chain of calls looped forever on that call, which seemed to make its own argument)
@@ -214,6 +266,8 @@ def test_view_outputs_match_eager(name: str) -> None:
     "base and view", "base and view, base written", "single view of an intermediate", "two views of one base",
     "view chain", "base written after the view", "base written between the view calls",
     "view written by the program", "view_as of an intermediate", "expand_as", "view beside a seed",
+    "view beside autocast", "view beside inference mode", "view beside set_default_dtype",
+    "broadcast_tensors", "meshgrid",  # (a TwoTensor view made under inference mode raises eagerly)
 ])
 def test_two_tensor_views(name: str) -> None:
     fn, written, kind = CASES[name]
@@ -257,6 +311,16 @@ def test_two_tensor_views_of_symbolic_sizes(fn: Callable[..., Any]) -> None:
         _assert_same(got, expected, f"{rows} rows")
     assert jitcore.cache_misses(jfn) == 2
     assert all(entry.computation.views is not None for entry in jfn.entries)
+
+
+def test_a_view_left_to_the_function_is_explained() -> None:
+    """Note [A view left to the Function] (view_outputs.py): the entry runs pass 1 under torch's
+    autograd, and ``jitcore.explain`` says why."""
+    jfn = jitcore.jit(_meshgrid)
+    jfn(torch.randn(4, 8, requires_grad=True))
+    reason = jfn.entries[0].autograd_reason
+    assert reason is not None and "output 1 of the function is a view" in reason
+    assert f"pass 1 runs under torch's autograd, because {reason}" in explain_text(jfn)
 
 
 def test_views_under_no_grad_are_unchanged() -> None:
