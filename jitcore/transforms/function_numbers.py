@@ -14,7 +14,8 @@ Invariants:
   by Python as eagerly, with a fresh stand-in of its own (never a formula torch simplified);
 - a comparison of such numbers answers the traced outcome, and is a ``Condition`` that the split's call
   checks before it runs the split (another outcome runs ``apply`` natively); once the call holds them
-  (``Conditions.sealed``) a comparison raises: a backward derived later makes none nothing would check;
+  (``Conditions.sealed``) a comparison raises unless it is one of them: a backward derived later makes
+  none nothing would check;
 - every other call the forward or backward makes runs natively, with the interpretation it was called in
   current (the recording's subclass dispatch interprets on it).
 """
@@ -34,11 +35,14 @@ import torch
 
 from jitcore.interpreter import Hooks, active_runs, current_run, interpret
 from jitcore.langctx.python import apply
-from jitcore.proxies.number import NumberProxy
+from jitcore.prologue import Guard, Path
+from jitcore.prologue.guards import Predicate
+from jitcore.proxies.number import NumberProxy, formula
 from jitcore.transforms.replayed_numbers import stand_ins_of
 from jitcore.transforms.symbolic_sizes import SizesNotRewritten, python_check
 
-__all__ = ["Condition", "Conditions", "assumed_conditions", "evaluate", "interpreted_forward"]
+__all__ = ["Condition", "Conditions", "assumed_conditions", "backward_guards", "evaluate",
+           "interpreted_forward"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,12 +51,25 @@ class Condition:
 
     predicate: NumberProxy
     outcome: bool
+    in_backward: bool = False  # the backward's: pass 1 ran no backward, so it guarded none of these
 
 
 class Conditions(list):
     """The conditions of one split's forward and backward; ``sealed`` once the split's call holds them."""
 
     sealed = False
+
+    def outcome_of(self, predicate: NumberProxy) -> bool | None:
+        """The traced outcome of a condition computing what ``predicate`` computes (the same operations
+        on the same numbers), which each call of the split has checked; None where there is none."""
+        key = _computes(predicate)
+        return next((c.outcome for c in self if _computes(c.predicate) == key), None)
+
+
+def _computes(number: NumberProxy) -> tuple[tuple[int, ...], str]:
+    """What ``number`` computes: its roots, and its formula over them."""
+    _compute, text = formula(number)
+    return tuple(id(r) for r in number.roots), text([f"r{k}" for k in range(len(number.roots))])
 
 
 def evaluate(number: Any, values: dict[int, Any]) -> Any:
@@ -117,9 +134,10 @@ _MATH = ("sqrt", "exp", "log", "cos", "sin", "tan", "tanh", "log2", "log10", "lo
 class _Numbers:
     """The lookasides of one call of a split's forward; the conditions they find go to ``conditions``."""
 
-    def __init__(self, conditions: Conditions, outer: Any) -> None:
+    def __init__(self, conditions: Conditions, outer: Any, in_backward: bool = False) -> None:
         self.conditions = conditions
         self.native = _under(outer)
+        self.in_backward = in_backward
 
     def hooks(self) -> Hooks:
         lookasides: dict[Any, Callable[..., Any]] = {}
@@ -173,9 +191,12 @@ class _Numbers:
         if not isinstance(result, NumberProxy):
             return self.native(fallback, args)
         if type(result.value) is bool:
-            if getattr(self.conditions, "sealed", False):  # a backward derived later: nothing would check it
-                raise SizesNotRewritten("a backward derived after the split compared the split's numbers")
-            self.conditions.append(Condition(result, result.value))
+            if getattr(self.conditions, "sealed", False):  # Note [A backward derived later compares numbers]
+                known = self.conditions.outcome_of(result)
+                if known is None:  # nothing would check it
+                    raise SizesNotRewritten("a backward derived after the split compared the split's numbers")
+                return known
+            self.conditions.append(Condition(result, result.value, self.in_backward))
             return result.value
         return owner.stand_in(result)
 
@@ -215,13 +236,24 @@ def interpreted_forward(cls: type) -> tuple[type, Conditions]:
             if name == "forward":
                 return cls, conditions
             continue
-
-        def interpreted(*args: Any, fn: Any = fn, **kwargs: Any) -> Any:
-            return interpret(fn, _Numbers(conditions, current_run()).hooks())(*args, **kwargs)
-
+        interpreted = _interpreted(fn, conditions, in_backward=name == "backward")
         body[name] = staticmethod(interpreted) if isinstance(method, staticmethod) else interpreted
     return type(cls.__name__, (cls,), {**body, "__qualname__": cls.__qualname__,
                                        "__module__": cls.__module__}), conditions
+
+
+# Note [A backward derived later compares numbers]
+# A split's output given a gradient of another kind than traced (``(out * tw).sum().backward()``, ``tw`` a
+# TwoTensor) has its backward derived again for that kind, once the split is made. A backward branching
+# on the number (``ctx.s > 2``) compared it again there, and the sealed list raised: TangentMismatchError
+# [JC-G001] where eager computes (/tmp/ao56-probes/p2_rederive.py ``branch``). The comparison is the
+# backward's own, made when the split was: every call that runs the split has checked that condition
+# (``SplitCall``, and the entry's guard), so the derived backward answers its outcome. A comparison no
+# condition computes (a branch on the gradient's type first) still raises: no call would check it.
+def _interpreted(fn: Any, conditions: Conditions, *, in_backward: bool) -> Callable[..., Any]:
+    def interpreted(*args: Any, **kwargs: Any) -> Any:
+        return interpret(fn, _Numbers(conditions, current_run(), in_backward).hooks())(*args, **kwargs)
+    return interpreted
 
 
 # Note [A split Function's backward computing with its numbers]
@@ -232,4 +264,27 @@ def interpreted_forward(cls: type) -> tuple[type, Conditions]:
 # recorded into the backward trace (the number it reads among the saved values), and its comparisons
 # are conditions of the same list. They are of the numbers only, so ``SplitCall`` checks them before it
 # runs the split, as it checks the forward's: the backward is derived while the split is made, before
-# any call.
+# any call. The backward's comparison answers the outcome of the call the split was traced for, which
+# pass 1 had not guarded (it runs no backward): a call with the other outcome (``s`` 0.5 where 2.5 was
+# traced) ran ``apply`` natively on every call, 2 TwoTensor dispatches each. Each such condition over the
+# entry's dynamic numbers is a guard of the entry's prologue too (``backward_guards``), as pass 1 guards
+# the forward's own comparisons: a call with the other outcome misses and is traced again, and its
+# split's backward takes that outcome. A condition over a number that is no dynamic-number input (a
+# read) keeps ``SplitCall``'s check alone.
+
+
+def backward_guards(conditions: list[Condition],
+                    number_inputs: list[tuple[Path, NumberProxy]]) -> list[Guard]:
+    """A prologue guard for each comparison a split's backward made of the entry's dynamic numbers (Note
+    [A split Function's backward computing with its numbers])."""
+    paths = {id(proxy): path for path, proxy in number_inputs}
+    guards: list[Guard] = []
+    for condition in conditions:
+        number = condition.predicate
+        if not condition.in_backward or not number.roots or any(id(r) not in paths for r in number.roots):
+            continue
+        compute, text = formula(number)
+        roots = tuple(paths[id(r)] for r in number.roots)
+        predicate = Predicate(compute, roots, condition.outcome, text([p.describe() for p in roots]))
+        guards.append(Guard(roots[0], "predicate", predicate))
+    return guards

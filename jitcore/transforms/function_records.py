@@ -64,10 +64,14 @@ class FunctionsSplit:
         replacements: id of a record of pass 1 -> the record that calls its split in its place.
         backwards: the splits' backward traces, in the order of the records (each followed by its
             lowering, once lowered): what ``last_backward_traces`` shows for the entry.
+        conditions: the comparisons the splits' forwards and backwards made of their numbers (the
+            backward's are the entry's guards: Note [A split Function's backward computing with its
+            numbers], function_numbers.py).
     """
 
     replacements: dict[int, BoundSymbol]
     backwards: list[Trace]
+    conditions: list[Condition] = dataclasses.field(default_factory=list)
 
     def applied(self, trace: Trace) -> Trace:
         """``trace`` with the records replaced (a record not of pass 1 stays)."""
@@ -94,12 +98,14 @@ def split_functions(trace: Trace, executor: Any, owner: Any, state: Callable[[],
     """
     replacements: dict[int, BoundSymbol] = {}
     backwards: list[Trace] = []
+    conditions: list[Condition] = []
     for bsym in trace.bound_symbols:
         split = _split(bsym, executor, owner, state, watched, backwards, sizes) \
             if _splittable(bsym, sizes) else None
         if split is not None:
             replacements[id(bsym)] = split
-    return FunctionsSplit(replacements, backwards)
+            conditions += split.symbol.fn.conditions
+    return FunctionsSplit(replacements, backwards, conditions)
 
 
 def _splittable(bsym: BoundSymbol, sizes: SymbolicSizes | None) -> bool:

@@ -29,6 +29,7 @@ from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.transforms.autograd import GradComputation
 from jitcore.transforms.backward_effects import BackwardWatch, EffectsByState, watching
 from jitcore.transforms.backward_errors import RAISE
+from jitcore.transforms.function_numbers import backward_guards
 from jitcore.transforms.function_records import FunctionsSplit, split_functions
 from jitcore.transforms.grad import (
     GradTraces,
@@ -161,8 +162,11 @@ def differentiate(program: Any, executor: Any, owner: Any) -> GradStage:
         )
     if runs_pass_1 and program.symbolic_numbers():  # Note [Dynamic numbers under autograd]
         watched = _watched(program, subclass_inputs)
-        return GradStage(None, functions=split_functions(  # function_records.py
-            trace, executor, owner, lambda: _state_as_found(program), watched, program.symbolic_sizes))
+        functions = split_functions(  # function_records.py
+            trace, executor, owner, lambda: _state_as_found(program), watched, program.symbolic_sizes)
+        # Note [A split Function's backward computing with its numbers] (function_numbers.py)
+        return GradStage(None, tuple(backward_guards(functions.conditions, program.number_inputs)),
+                         functions=functions)
     if _writes_a_non_leaf_input(trace, program.subclass_inputs):  # Note [In-place writes to non-leaf inputs]
         if runs_pass_1:
             return GradStage(None)
