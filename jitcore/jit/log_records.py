@@ -31,6 +31,7 @@ computation (records are made after it, as prints are).
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import enum
 import logging
@@ -46,6 +47,7 @@ from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter import current_run
 from jitcore.interpreter.calls import call_function
 from jitcore.jit.effects import Effect
+from jitcore.jit.texts import percent_of_tensors
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
@@ -137,6 +139,10 @@ class LogRecords:
                                   "stacklevel": stacklevel})
         if exc_info or stack_info:
             _refuse(call, "with exc_info or stack_info (a traceback of this call's frames)")
+        if not library and _unreplayable(args) is not None and _unreplayable(args, True) is None:
+            # Note [A record's tensor arguments]: its only arguments that cannot be carried are tensors
+            text = _message(msg, args)
+            msg, args = (msg, args) if text is None else (text, ())
         for value in (msg, args, extra):
             bad = _unreplayable(value, library)
             if bad is not None:
@@ -208,6 +214,32 @@ def _unreplayable(value: Any, library: bool = False) -> Any:
         leaves = (v for kv in value.items() for v in kv)
         return next((bad for v in leaves if (bad := _unreplayable(v, library)) is not None), None)
     return value
+
+
+# Note [A record's tensor arguments]
+# ``logger.info("val %s", x)``, ``x`` a tensor (plain or a subclass): the handler's ``record.getMessage()``
+# formats ``msg % args`` when the record is handled, which is during the call eagerly, so the text shows
+# ``x``'s values at the log call. Such a record was refused (JC-T001), and the call ran eagerly: the
+# subclass's dispatch on every call (/tmp/zoo55-probes/p_pct.py). Its message is formatted where the
+# program logs it instead, each tensor's ``%s``/``%r`` text as the f-string field ``{x}`` makes it
+# (``percent_of_tensors``, jit/texts.py): a TextProxy made from each call's tensors (a snapshot, as
+# print's: Note [A tensor the program prints], jit/printing.py), in program order. The record carries
+# that text as its ``msg`` and no ``args``: what ``getMessage()`` gives, and every handler's output, is
+# eager's; a filter reading ``record.args`` sees ``()``. Where the formatting cannot be made so (a tensor
+# that requires grad, a width, a template that raises), the record is refused as before.
+def _message(msg: Any, args: Any) -> str | TextProxy | None:
+    """``msg % args`` as ``LogRecord.getMessage`` makes it, each tensor's text made from each call's
+    values (Note [A record's tensor arguments]); None (the record refused, as before) where it cannot
+    be."""
+    if type(msg) is not str or type(args) is not tuple:
+        return None
+    if len(args) == 1 and isinstance(args[0], collections.abc.Mapping) and args[0]:
+        args = args[0]  # LogRecord.__init__'s own rule: one mapping argument is the mapping
+    try:
+        text = percent_of_tensors(msg, args)
+    except Exception:  # noqa: BLE001 - a text jitcore cannot make, or eager's handler reports the error
+        return None
+    return text if isinstance(text, (str, TextProxy)) else None
 
 
 def _caller(logger: logging.Logger, stacklevel: int, call: str, frames: list[Any]) -> tuple[str, int, str]:

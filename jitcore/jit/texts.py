@@ -41,7 +41,7 @@ from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy, symbolic_number_class
 from jitcore.proxies.text import CONVERTERS, Field, TextProxy
 
-__all__ = ["format_field", "format_lookasides", "format_percent", "specialized_sizes"]
+__all__ = ["format_field", "format_lookasides", "format_percent", "percent_of_tensors", "specialized_sizes"]
 
 _DEFERRED = (NumberProxy, TextProxy)
 _CODES = {None: 0, "s": 1, "r": 2, "a": 3}  # a str.format conversion letter -> its code
@@ -323,3 +323,48 @@ def _percent_field(value: Any, match: re.Match) -> Field | str | None:
     if value.python_type is not int or precision is not None:
         return None  # ``%d`` of a float truncates and ``%.3d`` pads with zeros: ``format`` does neither
     return Field(value, 0, f"{align}{sign}{alternate}{fill}{width}{_INTEGERS[kind]}")
+
+
+def percent_of_tensors(template: str, values: Any) -> Any:
+    """``template % values`` where ``values`` holds traced tensors (a logging record's message: Note [A
+    record's tensor arguments], jit/log_records.py): each tensor converted by ``%s``, ``%r`` or ``%a``
+    with no flags, width or precision has the text the f-string field ``{x!s}`` (``!r``, ``!a``) makes
+    of it (``format_field``, from each call's values), the rest is ``format_percent``'s. NotImplemented
+    where a tensor is converted otherwise, or the template does not read as Python's ``%`` would."""
+    items = values if type(values) in (tuple, dict) else (values,)
+    texts: Any = dict(items) if type(items) is dict else list(items)
+    pieces: list[str] = []
+    position, end = 0, 0
+    for match in _PERCENT.finditer(template):
+        if "%" in template[end:match.start()]:
+            return NotImplemented  # a conversion this parser does not read
+        pieces.append(template[end:match.start()])
+        end = match.end()
+        kind, key = match["type"], match["key"]
+        if kind == "%":
+            pieces.append(match.group(0))
+            continue
+        if (key is not None) != (type(items) is dict) or (key is not None and key not in items) \
+                or (key is None and position >= len(items)):
+            return NotImplemented
+        where = key if key is not None else position
+        position += key is None
+        value = items[where]
+        if not issubclass(type(value), TensorProxy):
+            pieces.append(match.group(0))
+            continue
+        plain = match["flags"] == match["width"] == "" and match["precision"] is None
+        if kind not in _TEXTS or not plain or match.group(0) not in (f"%{kind}", f"%({key}){kind}"):
+            return NotImplemented
+        text = format_field(value, _TEXTS[kind], "")
+        if text is NotImplemented:
+            return NotImplemented
+        texts[where] = text
+        pieces.append(match.group(0)[:-1] + "s")  # the text, as it is
+    if "%" in template[end:] or (type(items) is tuple and position != len(items)):
+        return NotImplemented
+    pieces.append(template[end:])
+    rewritten = "".join(pieces)
+    converted = texts if type(texts) is dict else tuple(texts)
+    text = format_percent(rewritten, converted)
+    return rewritten % converted if text is NotImplemented else text

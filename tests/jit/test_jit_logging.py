@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -13,8 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dispatch"))
+from subclass_checks import protocol_calls  # noqa: E402
 
 _FORMAT = "%(levelname)s %(name)s %(filename)s:%(lineno)d %(funcName)s %(message)s"
 
@@ -152,7 +157,7 @@ def test_records_a_cached_call_could_not_make_run_eagerly(logged, case: str) -> 
 
     def f(x):
         if case == "tensor":
-            logger.info("x = %s", x)
+            logger.info("x = %30s", x)  # a width: no f-string field makes that text
         elif case == "exc_info":
             try:
                 raise KeyError("k")
@@ -170,3 +175,41 @@ def test_records_a_cached_call_could_not_make_run_eagerly(logged, case: str) -> 
         torch.testing.assert_close(_quiet(jf, x), expected)
         assert _taken(stream) == eager_text
     assert "JC-T001" in str(jf.fallback_reason)
+
+
+_TENSOR_MESSAGES = {
+    "s": lambda logger, x: logger.info("val %s", x),
+    "r_and_number": lambda logger, x: logger.warning("val %r and %d%%", x, 3),
+    "mapping": lambda logger, x: logger.info("val %(a)s at %(b)s", {"a": x * 3, "b": "end"}),
+    "before_a_write": lambda logger, x: (logger.info("before %s", x), x.add_(1), logger.info("after %s", x)),
+}
+
+
+@pytest.mark.parametrize("kind", ["plain", "TwoTensor"])
+@pytest.mark.parametrize("name", sorted(_TENSOR_MESSAGES))
+def test_a_tensor_argument_is_formatted_with_each_calls_values(logged, name: str, kind: str) -> None:
+    """Note [A record's tensor arguments]: ``logger.info("val %s", x)`` is traced, its text made from each
+    call's tensor where the program logs it. Before: JC-T001, the call ran eagerly (TwoTensor's dispatch
+    on every call)."""
+    logger, stream = logged
+    message = _TENSOR_MESSAGES[name]
+
+    def f(x):
+        x = x.clone()
+        message(logger, x)
+        return x * 2
+
+    jf = jitcore.jit(f)
+    for i in range(3):
+        torch.manual_seed(i)
+        x = torch.randn(3) if kind == "plain" else TwoTensor(torch.randn(3), torch.randn(3))
+        expected = f(x)
+        eager_text = _taken(stream)
+        with protocol_calls(TwoTensor) as seen:
+            got = jf(x)
+        assert _taken(stream) == eager_text, (name, kind, i)
+        assert type(got) is type(expected) and torch.equal(got, expected)
+        if i:
+            assert seen == [], seen
+    assert jf.fallback_reason is None and jitcore.cache_misses(jf) == 1
+    assert "tensor(" in eager_text
