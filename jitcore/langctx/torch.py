@@ -583,15 +583,39 @@ def _set_data(self: TensorProxy, value: Any) -> None:
     """
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"Variable data has to be a tensor, but got {type(value).__name__}")
+    if isinstance(self, SubclassTensorProxy) and isinstance(value, SubclassTensorProxy) \
+            and _outer_layout(self) is not None and _outer_layout(self) == _outer_layout(value):
+        return  # Note [x.data = y of a wrapper subclass]: eager keeps x's inner tensors
     if isinstance(self, SubclassTensorProxy) or isinstance(value, SubclassTensorProxy):
         raise UnsupportedOperationError(
-            "x.data = y on a wrapper tensor subclass is not supported while tracing")
+            "x.data = y on a wrapper tensor subclass is not supported while tracing, but where both are "
+            "wrapper subclasses of the same sizes, strides, dtype and device")
     if (value.dtype, value.device) != (self.dtype, self.device):
         raise UnsupportedOperationError(
             f"x.data = y with another dtype or device ({self.dtype} on {self.device} given "
             f"{value.dtype} on {value.device}) is not supported while tracing")
     with recorded_grad_mode(False):
         torch.Tensor.set_(self, value.detach())
+
+
+# Note [x.data = y of a wrapper subclass]
+# Eager's ``set_data`` copies ``y``'s TensorImpl metadata (sizes, strides, storage) into ``x``'s and keeps
+# ``x``'s Python object: a wrapper subclass keeps its inner tensors (TwoTensor's ``x.a``, ``x.b``), so
+# ``x.data = y; x * 2`` computes with ``x``'s old values (/tmp/zoo55-probes/b5.py ``data_assign``). It
+# was refused (JC-T001: the call ran eagerly, the class's dispatch on every call). Where ``y`` is a
+# wrapper subclass too, of ``x``'s outer sizes, strides, storage offset, dtype and device, what changes is
+# only the wrapper's storage, which holds no data: nothing a program computes with, so nothing is
+# recorded. Any other case (other sizes, which leave ``x``'s outer sizes unlike its inner tensors, or a
+# plain tensor on one side, whose real storage the wrapper would then report) is still refused.
+def _outer_layout(t: SubclassTensorProxy) -> tuple | None:
+    """``t``'s outer sizes, strides, storage offset, dtype and device; None where one is symbolic (compared,
+    it would add a ShapeEnv guard no prologue checks)."""
+    with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
+        shadow = t.shadow
+        numbers = (*shadow.shape, *shadow.stride(), shadow.storage_offset())
+        if any(type(n) is not int for n in numbers):
+            return None
+        return (tuple(shadow.shape), shadow.stride(), shadow.storage_offset(), shadow.dtype, shadow.device)
 
 
 def _swap_tensors(t1: Any, t2: Any) -> None:

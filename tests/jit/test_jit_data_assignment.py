@@ -8,12 +8,18 @@ setter`` while tracing (bitsandbytes-style code swapping a parameter's data, a t
 
 from __future__ import annotations
 
+import sys
 import warnings
+from pathlib import Path
 
+import pytest
 import torch
 from torch.testing._internal.two_tensor import TwoTensor
 
 import jitcore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dispatch"))
+from subclass_checks import protocol_calls  # noqa: E402
 
 
 def _swap_then_write(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -90,11 +96,10 @@ def _wrapper(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def test_what_is_not_traced_runs_eagerly_with_eagers_result() -> None:
-    """Another dtype (eager changes ``x``'s) and a wrapper subclass (eager swaps its outer tensor only)
-    are eager entries (JC-T001)."""
+    """Another dtype (eager changes ``x``'s) and a plain tensor into a wrapper subclass (eager swaps its
+    outer tensor only, which then reports the plain tensor's storage) are eager entries (JC-T001)."""
     for program, make in ((_other_dtype, lambda: (torch.randn(3), torch.randn(3))),
-                          (_wrapper, lambda: (TwoTensor(torch.randn(3), torch.randn(3)),
-                                              TwoTensor(torch.randn(3), torch.randn(3))))):
+                          (_wrapper, lambda: (TwoTensor(torch.randn(3), torch.randn(3)), torch.randn(3)))):
         jitted = jitcore.jit(program)
         torch.manual_seed(0)
         eager_args = make()
@@ -148,3 +153,37 @@ def test_data_assignment_to_parameters_the_module_yields() -> None:
                 assert type(p) is torch.nn.Parameter and p.requires_grad
         assert jitted.fallback_reason is None
         assert jitcore.cache_hits(jitted) >= 1
+
+
+def _wrapper_under_grad(p: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    p.data = y * 3
+    return (p * 2).sum()
+
+
+@pytest.mark.parametrize("program", [_wrapper, _wrapper_under_grad], ids=["plain", "parameter"])
+def test_a_wrapper_subclass_given_a_wrappers_data_keeps_its_inner_tensors(program) -> None:
+    """Note [x.data = y of a wrapper subclass]: eager keeps ``x``'s inner tensors (``x + 1`` computes with
+    its old values); traced, with no dispatch on a warm call. Before: JC-T001, the call ran eagerly."""
+    parameter = program is _wrapper_under_grad
+    jitted = jitcore.jit(program)
+    for i in range(3):
+        def make(i: int = i) -> tuple[torch.Tensor, torch.Tensor]:
+            torch.manual_seed(i)
+            x = TwoTensor(torch.randn(3), torch.randn(3))
+            return (torch.nn.Parameter(x) if parameter else x), TwoTensor(torch.randn(3), torch.randn(3))
+        eager_args, jit_args = make(), make()
+        expected = program(*eager_args)
+        with protocol_calls(TwoTensor) as seen:
+            got = jitted(*jit_args)
+        assert type(got) is type(expected)
+        assert torch.equal(got.a, expected.a) and torch.equal(got.b, expected.b)
+        assert torch.equal(jit_args[0].a, eager_args[0].a) and torch.equal(jit_args[0].b, eager_args[0].b)
+        if parameter:
+            expected.backward()
+            got.backward()
+            assert type(jit_args[0].grad) is type(eager_args[0].grad)
+            assert torch.equal(jit_args[0].grad.a, eager_args[0].grad.a)
+            assert torch.equal(jit_args[0].grad.b, eager_args[0].grad.b)
+        if i:
+            assert seen == [], seen
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
