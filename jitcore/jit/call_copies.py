@@ -362,9 +362,9 @@ def holds_made(key: Any, owner: Owner) -> bool:
 # dispatch, reductions, the memo's hooks for the functions and classes the program made): a closure
 # over a list cost 20 us per cached call, a class 150 us, where eager makes them in 2-20 us. Where every
 # object the pass's object reaches is a list, dict, tuple, set, plain instance, function or class the
-# program made, an atom or the caller's, ``made_anew`` compiles once the steps that make this call's copy
-# (jit/copy_plans.py), each doing what ``deepcopy`` did for its object, in the same order and with the
-# same memo entries; the rest (weak objects, methods, deques, ``Fraction`` ...) is copied as before.
+# program made, an atom or the caller's, ``made_anew`` writes once the function that makes this call's
+# copy (jit/copy_plans.py), each object's lines doing what ``deepcopy`` did for it, in the same order and
+# with the same memo entries; the rest (weak objects, methods, deques, ``Fraction`` ...) is copied as before.
 def made_anew(value: Any, owner: Owner) -> Callable[..., Any]:
     """A function making ``value``, an object the program made (``programs_own``), anew for a call (its one
     optional argument, the computation's results where it is an output's rebuild, is not read)."""
@@ -384,14 +384,9 @@ def made_anew(value: Any, owner: Owner) -> Callable[..., Any]:
     finalizers = [item for item in weak.values() if isinstance(item, weakref.finalize)]
     for item in finalizers:
         weak_copies.take_finalizer(item)  # Note [A finalizer of an object the program made]
-    planned = None if weak else copy_plans.plan(value, kept, passed, functions)
+    planned = None if weak else copy_plans.plan(value, kept, passed, functions, _MEMO.get, _CallMemo)
     if planned is not None:  # Note [A copy planned once per entry]
-
-        def make_planned(_results: Any = None) -> Any:  # (also an output's rebuild: results unread)
-            memo = _MEMO.get()
-            return planned(_CallMemo() if memo is None else memo)
-
-        return make_planned
+        return planned  # (also an output's rebuild: its one argument, the results, unread)
 
     def make(_results: Any = None) -> Any:
         memo = _MEMO.get()

@@ -1,24 +1,28 @@
-"""Copy plans: what ``made_anew`` makes for each cached call, compiled once per entry into steps.
+"""Copy plans: what ``made_anew`` makes for each cached call, written once per entry as one function.
 
 ``made_anew`` (jit/call_copies.py) makes an object the program made anew per call as ``copy.deepcopy`` of
 the pass's object through the call's memo. ``deepcopy`` finds out again on every call what each object is
 (its dispatch, its reduction, the memo subclass's hooks for functions and classes): 20-200 us for a
 closure or a class whose eager making costs 3-20 us. A plan walks the pass's object once, when the entry
-is made, and keeps, for each object it reaches, a step that makes this call's copy directly: a list a new
-list of its items' steps, a function the program made a new function over new cells, a class the program
-made ``type`` over its namespace's steps, an instance of a plain class ``cls.__new__(cls)`` and its
-``__dict__``'s step, the caller's objects and ``deepcopy``'s atoms the object itself.
+is made, and writes, for each object it reaches, the lines that make this call's copy directly: a list a
+new list of its items' copies, a function the program made a new function over new cells, a class the
+program made ``type`` over its namespace's copies, an instance of a plain class ``cls.__new__(cls)`` and
+its ``__dict__``'s copy, the caller's objects and ``deepcopy``'s atoms the object itself (Note [A copy
+plan written as one function]).
 
 Invariants:
-- a step makes exactly what ``deepcopy`` of its object through the call's memo made: it looks in the memo
-  first, and puts its copy there when ``deepcopy`` does (a list or dict before its items, a tuple or a
-  set after, and only where it is a new object), so an object reached twice, by this plan or by another
-  copy of the call (jit/call_copies.py ``in_one_call``), is one object, and a cycle ends where
-  ``deepcopy``'s ends;
+- each object's lines make exactly what ``deepcopy`` of its object through the call's memo made: they
+  look in the memo first, and put its copy there when ``deepcopy`` does (a list or dict before its
+  items, a tuple or a set after, and only where it is a new object), so an object reached twice, by
+  this plan or by another copy of the call (jit/call_copies.py ``in_one_call``), is one object, and a
+  cycle ends where ``deepcopy``'s ends (a cycle back to a tuple or set is not planned);
+- the pass's values reach the generated source only as bound constants; its text holds local names,
+  memo keys (integers) and fixed attribute names;
 - the pass's objects a plan walks are the entry's own: nothing changes them after the pass (the calls
-  get copies), so the steps' view of them, taken once, is what a walk on every call would find;
-- a plan is made only where every object reached is of a kind below; else ``plan`` returns None and
-  ``made_anew`` copies with ``deepcopy`` as before (weak objects, methods, deques, ``Fraction`` ...).
+  get copies), so the plan's view of them, taken once, is what a walk on every call would find;
+- a plan is made only where every object reached is of a kind below (and its source is not huge); else
+  ``plan`` returns None and ``made_anew`` copies with ``deepcopy`` as before (weak objects, methods,
+  deques, ``Fraction`` ...).
 """
 
 from __future__ import annotations
@@ -28,12 +32,11 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from jitcore.ir.codegen import compile_source
 from jitcore.jit.made_classes import library_maker, remake_class
 from jitcore.jit.made_functions import EMPTY, fill_function, function_state
 
-__all__ = ["Step", "function_maker", "plan"]
-
-Step = Callable[[dict], Any]  # this call's copy of one object, given the call's memo
+__all__ = ["function_maker", "plan"]
 
 # what ``deepcopy`` returns as itself (its ``_deepcopy_atomic`` types; ``range`` and ``weakref.ref``
 # are made by the call's memo, not planned)
@@ -51,40 +54,101 @@ class _Unplanned(Exception):
     """An object no step makes: ``deepcopy`` makes it."""
 
 
-def plan(value: Any, kept: dict[int, Any], passed: dict[int, tuple[Any, Any]],
-         functions: dict[int, Any]) -> Step | None:
-    """The step making this call's copy of ``value`` (``made_anew``'s walk found ``kept``: what every
+def plan(value: Any, kept: dict[int, Any], passed: dict[int, tuple[Any, Any]], functions: dict[int, Any],
+         memo_get: Callable[[], dict | None], new_memo: Callable[[], dict]) -> Callable[..., Any] | None:
+    """The function making this call's copy of ``value`` (``made_anew``'s walk found ``kept``: what every
     call shares, ``passed``: what each call passes, ``functions``: the functions and classes the program
-    made), or None where ``value`` reaches an object no step makes."""
+    made), generated once (Note [A copy plan written as one function]); it takes one optional argument (an
+    output's results, unread) and copies through the memo ``memo_get()`` gives, else through a new
+    ``new_memo()``. None where ``value`` reaches an object no plan makes."""
     planner = _Planner(kept, passed, functions)
     try:
         root = planner.step(value)
     except _Unplanned:
         return None
+    if len(planner.lines) > _MOST_LINES:
+        return None
+    source = "\n".join([
+        "def copy_made(_results=None):",
+        "    memo = memo_get()",
+        "    if memo is None:",
+        "        memo = new_memo()",
+        *("    " + line for line in planner.lines),
+        f"    return {root}",
+    ]) + "\n"
+    # (no object this call passes: a memo no other copy shares is a plain dict, cheaper to make)
+    namespace = {**planner.constants, "memo_get": memo_get, "new_memo": new_memo if passed else dict,
+                 "get": dict.get,
+                 "NIL": _NIL, "EMPTY": EMPTY, "new_cell": types.CellType, "new_function": types.FunctionType,
+                 "fill_function": fill_function, "remake_class": remake_class, "Copies": _Copies,
+                 "held": planner.held}
+    return compile_source(source, "copy_made", namespace, tag="copy")
 
-    root.held = planner.held  # type: ignore[attr-defined] - the planned objects live as the plan does
-    return root
+
+_MOST_LINES = 3000  # a larger plan (thousands of objects) is copied by ``deepcopy``: its source would be long
+
+
+# Note [A copy plan written as one function]
+# A plan's steps were a closure per object, calling each other: for a closure over a list, ~10 Python
+# calls per cached call (the list's step, the function's, its parts' list, the memo's wrapper) where eager
+# makes it in ~0.2 us. The plan is now written, once per entry, as the source of one function (compiled as
+# the prologue is, jitcore/ir/codegen.py), each object's making a few lines of it. Every value of the pass
+# reaches that source only as a bound constant (``k3``), never as text: the generated text holds names,
+# memo keys (``id``s, integers) and the fixed attribute names below. Each object's lines keep its step's
+# order: look in the memo, make the object, put it there (a list, dict, instance or function before its
+# parts, a tuple or set after), then its parts, then fill it. The lines are not nested: an object's parts'
+# lines run even where the memo held the object already (another copy of this call made it, and with it
+# its parts, which are then found in the memo: the result is the same), so each object's local is bound
+# on every path and a second reach of it, or a cycle back to it, reads the local. A cycle back to a tuple,
+# set or namedtuple instance while its parts are being made (``deepcopy`` would make it twice) is not
+# planned.
+class _Copies(dict):
+    """``remake_class``'s ``copied``: this call's copy of each part of a class, by the part's ``id``."""
+
+    __slots__ = ()
+
+    def __call__(self, part: Any) -> Any:
+        return self[id(part)]
 
 
 class _Planner:
-    """Compiles the steps of one object, each object's once (a cycle's step is found while it is made)."""
+    """Writes the lines making one object, each object's once; ``step`` gives the name of its copy."""
 
     def __init__(self, kept: dict[int, Any], passed: dict[int, tuple[Any, Any]],
                  functions: dict[int, Any]) -> None:
         self.kept, self.passed, self.functions = kept, passed, functions
-        self.steps: dict[int, Step] = {}
+        self.names: dict[int, str] = {}  # id -> the local (or constant) naming this call's copy
+        self.lines: list[str] = []
+        self.constants: dict[str, Any] = {}
         self.held: list[Any] = []  # the objects planned, alive while the plan is: their ids stay theirs
+        self.count = 0
+        self.open: set[int] = set()  # tuples, sets and namedtuple instances whose parts are being made
 
-    def step(self, value: Any) -> Step:
-        found = self.steps.get(id(value))
+    def constant(self, value: Any) -> str:
+        name = f"k{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def local(self, value: Any) -> str:
+        name = self.names[id(value)] = self.fresh("v")
+        return name
+
+    def step(self, value: Any) -> str:
+        found = self.names.get(id(value))
         if found is not None:
             return found
+        if id(value) in self.open:
+            raise _Unplanned  # Note [A copy plan written as one function]
         self.held.append(value)
         key = id(value)
         if key in self.kept:
-            return self._put(key, _constant(value))
+            return self._constant(value)
         if key in self.passed:
-            return self._put(key, _passed(key, *self.passed[key]))
+            return self._passed(value, *self.passed[key])
         if key in self.functions:
             if type(value) is types.FunctionType:
                 return self._function(value)
@@ -93,7 +157,7 @@ class _Planner:
             raise _Unplanned  # an immutable made again by the memo (jit/call_copies.py ``_remade``)
         kind = type(value)
         if kind in _ATOMIC or isinstance(value, type):  # (a class of another metaclass: ``deepcopy``'s atom)
-            return self._put(key, _constant(value))
+            return self._constant(value)
         if kind is list or kind is dict:
             return self._container(value)
         if kind is tuple:
@@ -106,145 +170,171 @@ class _Planner:
             return self._named_tuple(value)
         raise _Unplanned
 
-    def _put(self, key: int, step: Step) -> Step:
-        self.steps[key] = step
-        return step
+    def _constant(self, value: Any) -> str:
+        name = self.constant(value)
+        self.names[id(value)] = name
+        return name
 
-    def _container(self, value: list | dict) -> Step:
+    def _made_first(self, value: Any, making: str) -> str:
+        """The lines looking ``value`` up in the memo, else making it by ``making`` and putting it there
+        before its parts; the local ``n<name>`` says whether it was made here."""
+        name = self.local(value)
+        self.lines += [f"{name} = get(memo, {id(value)}, NIL)",
+                       f"if {name} is NIL:",
+                       f"    {name} = {making}",
+                       f"    memo[{id(value)}] = {name}",
+                       f"    n{name} = True",
+                       "else:",
+                       f"    n{name} = False"]
+        return name
+
+    def _made_after(self, value: Any, making: str) -> None:
+        """The lines making ``value`` (named already) by ``making`` after its parts, where the memo holds
+        none (a cycle through it may have put one there), and putting it there."""
+        name = self.names[id(value)]
+        self.lines += [f"{name} = get(memo, {id(value)}, NIL)",
+                       f"if {name} is NIL:",
+                       f"    {name} = {making}",
+                       f"    memo[{id(value)}] = {name}"]
+
+    def _passed(self, value: Any, found: Any, path: Any) -> str:
+        """The object this call passes at ``path`` (Note [The objects this call passes],
+        jit/call_copies.py)."""
+        name = self.local(value)
+        self.lines += [f"{name} = get(memo, {id(value)}, NIL)",
+                       f"if {name} is NIL:",
+                       f"    {name} = memo.passed({self.constant(found)}, {self.constant(path)})",
+                       f"    memo[{id(value)}] = {name}"]
+        return name
+
+    def _container(self, value: list | dict) -> str:
         """``deepcopy``'s list or dict: the new one in the memo before its items (a key before its value)."""
-        key, kids = id(value), []
         is_list = type(value) is list
+        name = self._made_first(value, "[]" if is_list else "{}")
+        kids = [self.step(item) for item in (value if is_list else _pairs(value))]
+        if is_list:
+            if kids:
+                self.lines += [f"if n{name}:", f"    {name}.extend(({', '.join(kids)},))"]
+        elif kids:
+            self.lines.append(f"if n{name}:")
+            self.lines += [f"    {name}[{k}] = {v}" for k, v in zip(kids[::2], kids[1::2])]
+        return name
 
-        def container(memo: dict) -> Any:
-            made = dict.get(memo, key, _NIL)
-            if made is not _NIL:
-                return made
-            if is_list:
-                made = []
-                memo[key] = made
-                made.extend([kid(memo) for kid in kids])  # (item by item: a later item may read the memo)
-                return made
-            made = {}
-            memo[key] = made
-            for k, v in zip(kids[::2], kids[1::2]):
-                made[k(memo)] = v(memo)
-            return made
+    def _parts_then(self, value: Any, parts: list[Any]) -> list[str]:
+        """The names of ``parts``' copies, made while ``value`` is open (a cycle back to it is refused)."""
+        self.open.add(id(value))
+        kids = [self.step(part) for part in parts]
+        self.open.discard(id(value))
+        return kids
 
-        self._put(key, container)
-        kids.extend(self.step(item) for item in (value if is_list else _pairs(value)))
-        return container
+    def _tuple(self, value: tuple) -> str:
+        """``deepcopy``'s tuple: its items first; itself where each item's copy is the item (not put in the
+        memo), else a new tuple put there (a cycle through it may have put one there already)."""
+        kids = self._parts_then(value, list(value))
+        changing = [(kid, item) for kid, item in zip(kids, value)
+                    if kid not in self.constants or self.constants[kid] is not item]
+        if not changing:
+            return self._constant(value)
+        name, own = self.local(value), self.constant(value)
+        same = " and ".join(f"{kid} is {self.constant(item)}" for kid, item in changing)
+        self.lines += [f"{name} = get(memo, {id(value)}, NIL)",
+                       f"if {name} is NIL:",
+                       f"    if {same}:",
+                       f"        {name} = {own}",
+                       "    else:",
+                       f"        {name} = ({', '.join(kids)},)",
+                       f"        memo[{id(value)}] = {name}"]
+        return name
 
-    def _tuple(self, value: tuple) -> Step:
-        """``deepcopy``'s tuple: its items first; itself where each item's copy is the item, else a new
-        tuple put in the memo (a cycle through it may have put one there already)."""
-        key, kids = id(value), []
-
-        def copied_tuple(memo: dict) -> Any:
-            made = dict.get(memo, key, _NIL)
-            if made is not _NIL:
-                return made
-            items = [kid(memo) for kid in kids]
-            made = dict.get(memo, key, _NIL)
-            if made is not _NIL:
-                return made
-            if all(a is b for a, b in zip(items, value)):
-                return value
-            made = tuple(items)
-            memo[key] = made
-            return made
-
-        self._put(key, copied_tuple)
-        kids.extend(self.step(item) for item in value)
-        return copied_tuple
-
-    def _set(self, value: set | frozenset) -> Step:
+    def _set(self, value: set | frozenset) -> str:
         """``deepcopy``'s set or frozenset (by its reduction): the class over its items' copies, then in the
         memo."""
-        key, kind, kids = id(value), type(value), []
+        kids = self._parts_then(value, list(value))
+        self.local(value)
+        self._made_after(value, f"{self.constant(type(value))}(({', '.join(kids)}{',' if kids else ''}))")
+        return self.names[id(value)]
 
-        def copied_set(memo: dict) -> Any:
-            made = dict.get(memo, key, _NIL)
-            if made is not _NIL:
-                return made
-            made = kind([kid(memo) for kid in kids])
-            memo[key] = made
-            return made
+    def _named_tuple(self, value: tuple) -> str:
+        """``deepcopy``'s instance of a ``namedtuple`` class (its reduction: ``copyreg.__newobj__`` over the
+        class and its items): the call's class and the items' copies, then ``cls.__new__``, in the memo."""
+        cls, *items = self._parts_then(value, [type(value), *value])
+        self.local(value)
+        self._made_after(value, f"{cls}.__new__({', '.join([cls, *items])})")
+        return self.names[id(value)]
 
-        self._put(key, copied_set)
-        kids.extend(self.step(item) for item in value)
-        return copied_set
-
-    def _instance(self, value: Any) -> Step:
+    def _instance(self, value: Any) -> str:
         """``deepcopy``'s instance of a plain class (its reduction ``copyreg.__newobj__``, its ``__dict__``
         the state): the call's class (a class the program made: this call's), ``__new__``, in the memo,
         then its ``__dict__``'s copy."""
-        key, parts = id(value), []
         state = value.__reduce_ex__(4)[2]
-
-        def instance(memo: dict) -> Any:
-            made = dict.get(memo, key, _NIL)
-            if made is not _NIL:
-                return made
-            cls = parts[0](memo)
-            made = cls.__new__(cls)
-            memo[key] = made
-            if len(parts) > 1:
-                copied_state = parts[1](memo)
-                if copied_state:
-                    made.__dict__.update(copied_state)
-            return made
-
-        self._put(key, instance)
-        parts.append(self.step(type(value)))
+        cls = self.step(type(value))
+        name = self._made_first(value, f"{cls}.__new__({cls})")
         if state is not None:
-            parts.append(self.step(state))
-        return instance
+            copied = self.step(state)
+            self.lines += [f"if n{name} and {copied}:", f"    {name}.__dict__.update({copied})"]
+        return name
 
-    def _named_tuple(self, value: tuple) -> Step:
-        """``deepcopy``'s instance of a ``namedtuple`` class (its reduction: ``copyreg.__newobj__`` over the
-        class and its items): the call's class and the items' copies, then ``cls.__new__``, in the memo."""
-        key, kids = id(value), []
+    def _function(self, fn: types.FunctionType) -> str:
+        """A function the program made, as ``function_maker`` makes it: this call's cells (one per cell of
+        the pass, whichever function reaches it first), the function in the memo, then its parts, the
+        cells still empty filled with theirs and the other parts set."""
+        cells = [self.fresh("c") for _ in fn.__closure__ or ()]
+        closure = f"({', '.join(cells)},)" if cells else "None"
+        name = self.local(fn)
+        self.lines += [f"{name} = get(memo, {id(fn)}, NIL)", f"if {name} is NIL:"]
+        for cell, original in zip(cells, fn.__closure__ or ()):
+            self.lines += [f"    {cell} = get(memo, {id(original)})",
+                           f"    if {cell} is None:",
+                           f"        {cell} = new_cell()",
+                           f"        memo[{id(original)}] = {cell}",
+                           f"        memo.setdefault(id(memo), []).append({self.constant(original)})"]
+        made = ", ".join(self.constant(part) for part in (fn.__code__, fn.__globals__, fn.__name__))
+        self.lines += [f"    {name} = new_function({made}, None, {closure})",
+                       f"    memo[{id(fn)}] = {name}"]
+        self.lines += [f"    {name}.{attribute} = {self.constant(value)}" for attribute, value in _told(fn)]
+        self.lines += [f"    n{name} = True", "else:", f"    n{name} = False"]
+        state = function_state(fn)
+        kids = [None if part is EMPTY else self.step(part) for part in state]
+        count = len(cells)
+        fills = []
+        for cell, kid in zip(cells, kids):
+            if kid is not None:
+                fills += ["    try:", f"        {cell}.cell_contents", "    except ValueError:",
+                          f"        {cell}.cell_contents = {kid}"]
+        rest = kids[count:]
+        if any(kid is not None for kid in rest):
+            listed = ", ".join(["EMPTY"] * count + ["EMPTY" if kid is None else kid for kid in rest])
+            fills.append(f"    fill_function({self.constant(fn)}, {name}, [{listed}])")
+        if fills:
+            self.lines += [f"if n{name}:", *fills]
+        return name
 
-        def named_tuple(memo: dict) -> Any:
-            made = dict.get(memo, key, _NIL)
-            if made is not _NIL:
-                return made
-            cls, *items = [kid(memo) for kid in kids]
-            made = cls.__new__(cls, *items)
-            memo[key] = made
-            return made
-
-        self._put(key, named_tuple)
-        kids.extend(self.step(item) for item in (type(value), *value))
-        return named_tuple
-
-    def _function(self, fn: types.FunctionType) -> Step:
-        """A function the program made (``function_maker``), its parts made by their steps."""
-        kids: list[Step | None] = []
-        make = function_maker(fn)
-
-        def function(memo: dict) -> Any:
-            return make(memo, lambda: [EMPTY if kid is None else kid(memo) for kid in kids])
-
-        self._put(id(fn), function)
-        kids.extend(None if part is EMPTY else self.step(part) for part in function_state(fn))
-        return function
-
-    def _class(self, cls: type) -> Step:
+    def _class(self, cls: type) -> str:
         """A class the program made that ``type`` makes again (jit/made_classes.py ``remake_class``), its
-        namespace's objects copied by their steps."""
-        key, steps = id(cls), self.steps
+        namespace's objects copied first (the pass's class standing for it meanwhile, as in the memo)."""
+        original = self.constant(cls)
+        name = self.local(cls)
+        self.lines += [f"{name} = get(memo, {id(cls)}, NIL)",
+                       f"if {name} is NIL:",
+                       f"    {name} = {original}",
+                       f"    memo[{id(cls)}] = {name}",
+                       f"    n{name} = True",
+                       "else:",
+                       f"    n{name} = False"]
+        parts = {id(part): self.step(part) for part in _class_copies(cls)}
+        copies = ", ".join(f"{key}: {kid}" for key, kid in parts.items())
+        self.lines += [f"if n{name}:", f"    {name} = remake_class({original}, memo, Copies({{{copies}}}))"]
+        return name
 
-        def made_class(memo: dict) -> Any:
-            made = dict.get(memo, key, _NIL)
-            if made is not _NIL:
-                return made
-            return remake_class(cls, memo, lambda part: steps[id(part)](memo))
 
-        self._put(key, made_class)
-        for part in _class_copies(cls):
-            self.step(part)
-        return made_class
+def _told(fn: types.FunctionType) -> list[tuple[str, Any]]:
+    """What ``FunctionType`` does not give ``fn``'s copy without being told: only these are set on it."""
+    probe = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, None,
+                               tuple(types.CellType() for _ in fn.__closure__ or ()) or None)
+    names = {"__qualname__": fn.__qualname__, "__module__": fn.__module__, "__doc__": fn.__doc__}
+    if getattr(fn, "__type_params__", ()):
+        names["__type_params__"] = fn.__type_params__
+    return [(n, v) for n, v in names.items() if getattr(probe, n, None) is not v]
 
 
 def function_maker(fn: types.FunctionType) -> Callable[[dict, Callable[[], list[Any]]], Any]:
@@ -256,12 +346,7 @@ def function_maker(fn: types.FunctionType) -> Callable[[dict, Callable[[], list[
     code, globals_, name = fn.__code__, fn.__globals__, fn.__name__
     cells = [(id(cell), cell) for cell in fn.__closure__ or ()]
     count = len(cells)
-    # what ``FunctionType`` gives without being told: only the rest is set on each call's function
-    probe = types.FunctionType(code, globals_, name, None, tuple(types.CellType() for _ in cells) or None)
-    names = {"__qualname__": fn.__qualname__, "__module__": fn.__module__, "__doc__": fn.__doc__}
-    if getattr(fn, "__type_params__", ()):
-        names["__type_params__"] = fn.__type_params__
-    told = [(n, v) for n, v in names.items() if getattr(probe, n, None) is not v]
+    told = _told(fn)
     new_cell, new_function = types.CellType, types.FunctionType
 
     def make(memo: dict, parts: Callable[[], list[Any]]) -> Any:
@@ -294,26 +379,6 @@ def function_maker(fn: types.FunctionType) -> Callable[[dict, Callable[[], list[
         return made
 
     return make
-
-
-def _constant(value: Any) -> Step:
-    def as_itself(_memo: dict) -> Any:
-        return value
-
-    return as_itself
-
-
-def _passed(key: int, found: Any, path: Any) -> Step:
-    """The object this call passes at ``path`` (Note [The objects this call passes], jit/call_copies.py)."""
-
-    def passed(memo: Any) -> Any:
-        made = dict.get(memo, key, _NIL)
-        if made is _NIL:
-            made = memo.passed(found, path)
-            memo[key] = made
-        return made
-
-    return passed
 
 
 def _pairs(value: dict) -> list[Any]:

@@ -134,8 +134,20 @@ def split(output: Any, owner: Owner | None = None) -> tuple[Any, OutputStructure
         return flat, None  # the output itself, or a copy with plain keys (``_plain_keys``)
     if makers_made() == before:
         return flat, OutputStructure(rebuild)
+    reads_call = readers_made() != readers
+    if makers_made() == before + 1 and not reads_call:  # Note [One copy needs no call's memo]
+        return flat, OutputStructure(rebuild, copies=True)
     return flat, OutputStructure(one_call(rebuild), copies=True,  # Note [One call's copies share ...]
-                                 reads_call=readers_made() != readers)
+                                 reads_call=reads_call)
+
+
+# Note [One copy needs no call's memo]
+# ``one_call`` opens a memo for the call around the output's rebuild (a context variable set and reset, a
+# ``_CallMemo``: ~1 us of a cached call that returns a closure, where eager makes it in 0.2 us), so that
+# the output's copies share their objects. Where the output makes one object anew by one maker (one
+# ``made_anew``, ``one_per_call`` or ``function_per_call``) and reads nothing the call passes, there is
+# nothing to share among copies: the maker opens a memo of its own, used by it alone (or the memo
+# the call's effects opened: jit/effects.py ``Effects.finish``).
 
 
 def reached_twice(values: list[Any], owner: Owner) -> frozenset[int]:
