@@ -250,3 +250,41 @@ def test_a_region_whose_outputs_alias_keeps_aotautograds_wrapper(case: str) -> N
         return [pointers.index(p) for p in pointers[2:]]
 
     assert sharing(jfn(x, y)) == sharing(f(x, y))
+
+
+def _codes_run(fn, *args) -> set:
+    """The code objects of the Python functions a call of ``fn`` runs."""
+    import sys
+
+    codes: set = set()
+
+    def profile(frame, event, arg):  # noqa: ANN001, ANN202 - sys.setprofile's callback
+        if event == "call":
+            codes.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return codes
+
+
+def test_an_unwrapped_region_calls_inductors_code_without_the_compiled_graphs_call() -> None:
+    """Note [Calling the compiled graph's code]: a cached call runs inductor's generated code without
+    ``CompiledFxGraph.__call__`` (~1 us a region); under torch's profiler that call runs, so the
+    profile holds its range; values as eager either way, with grad mode on and off."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    jfn = jitcore.jit(chain, executors=INDUCTOR)
+    check(chain, x, y, jfn=jfn)
+    check(chain, x, y, jfn=jfn)
+    assert CompiledFxGraph.__call__.__code__ not in _codes_run(jfn, x, y)
+    with torch.no_grad():
+        check(chain, x, y, jfn=jfn)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        check(chain, x, y, jfn=jfn)
+    assert any("Call CompiledFxGraph" in e.name for e in prof.events())
+    assert CompiledFxGraph.__call__.__code__ not in _codes_run(jfn, x, y)  # the profiler closed: direct again
+    assert jitcore.cache_hits(jfn) == 4  # the first call traced, and the first under no_grad
