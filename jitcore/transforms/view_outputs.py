@@ -159,7 +159,12 @@ def view_outputs(
     # the last in-place call that may write each storage (the roots of each of its tensors):
     # Note [A view whose base is written]
     last_write: dict[int, int] = {}
+    changed: dict[int, list[BoundSymbol]] = {}  # id(value) -> the in-place calls changing its metadata
     for k, b in enumerate(trace.bound_symbols):
+        if _changes_metadata(b):  # Note [A view's metadata changed in place]
+            changed.setdefault(id(b.args[0]), []).append(b)
+            if _base_of(replayed(b.args[0])) is not None:  # a view's: no write
+                continue
         if _writes(b):
             for v in optree.tree_leaves((b.args, b.kwargs, b.output), none_is_leaf=True):
                 if isinstance(v, TensorProxy):
@@ -201,9 +206,15 @@ def view_outputs(
         chain = _chain(leaf, base, base_shadow, producers, replayed, sized)
         if chain is not None:
             steps = _in_order(chain, leaf, base)
+            reshaped = _metadata_changes(steps, base, changed, order, sized)
+            if reshaped is None:
+                continue
             # Note [A view whose base is written]: the calls made before the last write give way to
             # as_strided of what the last of them made, as autograd makes that view again
             before = [step for step in steps if order[id(step[1][0])] < write]
+            if before and reshaped:  # (the pivot's layout where the write was made is not at hand)
+                continue
+            chain.update(reshaped)
             if before and _plain_layout(proxy, base_shadow) is not None:
                 pivot, (bsym, index, _source) = before[-1]
                 layout = _plain_layout(replayed(pivot), base_shadow)
@@ -215,7 +226,7 @@ def view_outputs(
             found.append((position, base, replayed(base)))
             continue
         made = producers.get(id(leaf))
-        if made is not None and write > order[id(made[0])]:
+        if made is not None and write > order[id(made[0])] and id(leaf) not in changed:
             layout = _plain_layout(proxy, base_shadow)
             if layout is not None:  # Note [A view whose base is written]
                 strided[id(leaf)] = (base, *layout, made[1] is not None, mode_at[order[id(made[0])]])
@@ -293,7 +304,9 @@ def plan(
         if not made:
             continue
         source = chains[made[0][0]][2]
-        written = tuple((slot(key), k) for key, k in made)
+        # Note [A view's metadata changed in place]: the call changes the value it is given, in place
+        written = ((slot(id(source)), None),) if _changes_metadata(bsym) \
+            else tuple((slot(key), k) for key, k in made)
         fn, rest, kwargs = _call_of(bsym)  # type: ignore[misc] - a chain's calls have one
         rest, kwargs = _numbered((rest, kwargs), numbers)  # Note [View calls of symbolic sizes]
         steps.append((fn, rest, kwargs, slot(id(source)), written, mode))
@@ -389,6 +402,47 @@ def _chain(
         chain[id(value)] = (bsym, index, source)
         value = source
     return chain
+
+
+# Note [A view's metadata changed in place]
+# ``v = z.view(4, 8); v.unsqueeze_(0)`` (``squeeze_``, ``t_``, ``transpose_``, ``swapdims_``,
+# ``as_strided_``) changes ``v``'s sizes and strides in place, not its data: eagerly its node becomes
+# the op's (``UnsqueezeBackward1``), and the version of the storage stays. Counted as a write, ``v``
+# was ``as_strided`` of its base (``AsStridedBackward0``), and for a tensor subclass, whose chain is
+# replayed, the call was not made at all: a view of pass 1's first sizes (``z[1:]`` then ``t_()`` of a
+# TwoTensor came back (3, 8) where eager's is (8, 3): wrong shapes and values). Such a call on a value
+# of a view's chain is a step of that chain, made in program order on the value after the Function
+# (in place, as eagerly). On a base, after the chain's first call, it changes what the chain reads:
+# a plain view is then made by ``as_strided`` (it counts as a write of the base), a subclass view is
+# not made after the Function (Note [A view left to the Function]); so too a chain whose base is
+# written and whose values are changed so (the pivot's layout at the write is not known).
+_METADATA_IN_PLACE = frozenset((
+    torch.Tensor.unsqueeze_, torch.Tensor.squeeze_, torch.Tensor.t_, torch.Tensor.transpose_,
+    torch.Tensor.swapdims_, torch.Tensor.swapaxes_, torch.Tensor.as_strided_, torch.as_strided_,
+))
+
+
+def _changes_metadata(bsym: BoundSymbol) -> bool:
+    return bsym.symbol.fn in _METADATA_IN_PLACE and bool(bsym.args) and isinstance(bsym.args[0], TensorProxy)
+
+
+def _metadata_changes(
+    steps: list[tuple[Any, tuple[BoundSymbol, int | None, Any]]], base: Any,
+    changed: dict[int, list[BoundSymbol]], order: dict[int, int], sized: Callable[[NumberProxy], bool],
+) -> Chains | None:
+    """The in-place metadata calls on the values of a chain (``steps``, from ``_in_order``), as chain
+    entries keyed by the record's id (None: the chain cannot be made after the Function: Note [A
+    view's metadata changed in place])."""
+    first = order[id(steps[0][1][0])] if steps else -1
+    if isinstance(base, SubclassTensorProxy) and any(order[id(b)] > first for b in changed.get(id(base), ())):
+        return None
+    found: Chains = {}
+    for value, _made in steps:
+        for b in changed.get(id(value), ()):
+            if _call_of(b, sized) is None:
+                return None
+            found[id(b)] = (b, None, value)
+    return found
 
 
 def _in_order(chain: Chains, leaf: Any, base: Any) -> list[tuple[Any, tuple[BoundSymbol, int | None, Any]]]:

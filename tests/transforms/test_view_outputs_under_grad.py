@@ -133,6 +133,49 @@ def _view_beside_an_assembled_subclass(x: torch.Tensor) -> tuple[torch.Tensor, .
     return TwoTensor(x * 2, x * 3), z, z.view(-1)
 
 
+def _unsqueeze_of_a_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    v = z.view(4, 8)
+    v.unsqueeze_(0)  # Note [A view's metadata changed in place]: eagerly UnsqueezeBackward1
+    return z, v
+
+
+def _t_of_a_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    v = z[1:]
+    v.t_()
+    return z, v
+
+
+def _as_strided_of_a_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    v = z[1:]
+    v.as_strided_((2, 2), (1, 2), 1)
+    return z, v
+
+
+def _transpose_in_a_chain(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    u = z.view(2, 2, 8)
+    u.transpose_(0, 2)
+    return z, u[1]
+
+
+def _t_of_the_base_after_the_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    v = z[0]
+    z.t_()
+    return z, v
+
+
+def _unsqueeze_then_base_written(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(x)
+    v = z.view(4, 8)
+    v.unsqueeze_(0)
+    z.mul_(2)
+    return z, v
+
+
 def _input_and_its_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return x, x.view(-1), x * 2
 
@@ -179,6 +222,13 @@ CASES: dict[str, tuple[Callable[..., Any], int, str]] = {
     "broadcast_tensors": (_broadcast_tensors, 0, "leaf"),
     "meshgrid": (_meshgrid, 0, "leaf"),
     "view beside an assembled subclass output": (_view_beside_an_assembled_subclass, 2, "leaf"),
+    # Note [A view's metadata changed in place]
+    "unsqueeze_ of a view": (_unsqueeze_of_a_view, 1, "leaf"),
+    "t_ of a view": (_t_of_a_view, 1, "leaf"),
+    "as_strided_ of a view": (_as_strided_of_a_view, 1, "leaf"),
+    "transpose_ in a chain": (_transpose_in_a_chain, 1, "leaf"),
+    "t_ of the base after the view": (_t_of_the_base_after_the_view, 1, "leaf"),
+    "unsqueeze_ of a view, then its base written": (_unsqueeze_then_base_written, 1, "leaf"),
     "view among other outputs": (lambda x: (x.sum(), _twice(x).view(2, 16), x.exp()), 1, "leaf"),
     # ``to`` of the dtype it has returns its argument, the view itself (before: the search for the view's
     # chain of calls looped forever on that call, which seemed to make its own argument)
@@ -268,6 +318,8 @@ def test_view_outputs_match_eager(name: str) -> None:
     "view written by the program", "view_as of an intermediate", "expand_as", "view beside a seed",
     "view beside autocast", "view beside inference mode", "view beside set_default_dtype",
     "broadcast_tensors", "meshgrid",  # (a TwoTensor view made under inference mode raises eagerly)
+    "unsqueeze_ of a view", "t_ of a view", "as_strided_ of a view", "transpose_ in a chain",
+    "t_ of the base after the view", "unsqueeze_ of a view, then its base written",
 ])
 def test_two_tensor_views(name: str) -> None:
     fn, written, kind = CASES[name]
