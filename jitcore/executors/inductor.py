@@ -290,8 +290,11 @@ class _Unwrapped:
         from torch._inductor.output_code import CompiledFxGraph
 
         self.wrapped, self.graph = wrapped, graph
-        self.direct = type(graph) is CompiledFxGraph  # its __call__'s work is known (the Note)
         self.profiler, self.inductor_debug = torch.autograd.profiler, inductor_debug
+        # its __call__'s work is known (the Note), for the torch this was written against (2.13)
+        self.direct = (type(graph) is CompiledFxGraph and hasattr(graph, "_compile_context")
+                       and hasattr(inductor_debug, "RECORD_GRAPH_EXECUTION")
+                       and hasattr(self.profiler, "_is_profiler_enabled"))
 
     def call(self, *args: Any) -> Any:
         if torch._C._is_any_autocast_enabled():  # noqa: SLF001
