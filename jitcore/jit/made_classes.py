@@ -273,13 +273,21 @@ _DATACLASS_MADE = frozenset({"__dataclass_params__", "__dataclass_fields__", "__
                              "__replace__"})
 
 
+# Note [A ClassVar or InitVar field]
+# ``n: ClassVar[int] = 0`` and ``i: InitVar[int] = 3`` are in ``__dataclass_fields__`` too, of their own
+# kinds; their defaults stay in the class as its attributes (as a field's default does). The remaking
+# writes a Field for each, which ``dataclass`` reads the same way (it finds the kind from the annotation,
+# this call's copy of ``ClassVar[int]``), and ``_checked`` compares the result with the pass's class.
+_FIELD_KINDS = (dataclasses._FIELD, dataclasses._FIELD_CLASSVAR, dataclasses._FIELD_INITVAR)  # noqa: SLF001
+
+
 def _dataclass_maker(cls: type) -> LibraryMaker | None:
     namespace = vars(cls)
     params, fields = namespace.get("__dataclass_params__"), namespace.get("__dataclass_fields__")
     if type(cls) is not type or type(fields) is not dict or type(params) is not dataclasses._DataclassParams \
             or "__slots__" in namespace or any(type(k) is not str for k in namespace):  # noqa: SLF001
         return None
-    if any(f._field_type is not dataclasses._FIELD for f in fields.values()):  # noqa: SLF001 - ClassVar...
+    if any(f._field_type not in _FIELD_KINDS for f in fields.values()):  # Note [A ClassVar or InitVar field]
         return None
     options = {n: getattr(params, n) for n in type(params).__slots__}
     if options.get("slots"):

@@ -205,9 +205,9 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
     if whose is not None:  # the caller's, holding this call's tensors or not: the very object
         return _callers(value, whose, owner)
     if owner.made(type(value)):  # Note [A class the program made] (jit/made_functions.py)
-        why = owner.class_refusal(type(value))
-        if why is None and _holds_proxy(value, depth) and not _plain_object(value) and \
-                not (_is_namedtuple(value) and library_maker(type(value)) is not None):
+        why, maker = owner.class_refusal(type(value)), library_maker(type(value))
+        if why is None and _holds_proxy(value, depth) and not _plain_object(value, maker) and \
+                not (_is_namedtuple(value) and maker is not None):
             why = "an instance holding traced values is remade only as a plain object"
         if why is not None:
             raise refused_class(type(value), "instance", why)
@@ -295,13 +295,24 @@ def _of_this_calls_class(rebuild: Callable[[Any], Any] | None,
     return rebuild_named
 
 
-def _plain_object(value: Any) -> bool:
+def _plain_object(value: Any, maker: Any = None) -> bool:
     """An instance of classes of its class's module over ``object`` alone (no container, tensor or pytree
-    node among its bases, no dataclass): taken apart by its attributes."""
+    node among its bases, no dataclass but one ``maker``, jit/made_classes.py ``library_maker``, makes
+    again: Note [A dataclass instance holding traced values]): taken apart by its attributes."""
     kind = type(value)
     module = class_module(kind)
     return all(klass is object or class_module(klass) == module for klass in kind.__mro__) and \
-        torch_pytree.SUPPORTED_NODES.get(kind) is None and not dataclasses.is_dataclass(value)
+        torch_pytree.SUPPORTED_NODES.get(kind) is None and \
+        (maker is not None or not dataclasses.is_dataclass(value))
+
+
+# Note [A dataclass instance holding traced values]
+# ``@dataclass class Out: t: Tensor`` made in the function, ``return Out(x * 2)``: the instance was refused
+# (an eager entry per call), as only plain objects were rebuilt around traced values. A dataclass that
+# jit/made_classes.py makes again per call (``library_maker``) is rebuilt as a plain object is: its fields
+# are its parts (``dataclasses.fields``), a copy of the pass's instance gets this call's values with
+# ``object.__setattr__`` (a frozen one too) and this call's class (its ``__eq__``, ``__repr__`` and
+# methods are this call's class's, as eager's are).
 
 
 def _split_literal(value: Any, depth: int, owner: Owner) -> Split:

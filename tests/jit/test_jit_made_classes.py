@@ -408,3 +408,103 @@ def test_a_dataclass_is_made_again_per_cached_call_by_dataclass(program):
     jitted = jitcore.jit(program)
     assert calls(jitted) == calls(program)
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def _a_dataclass_with_class_and_init_variables(x):
+    @dataclasses.dataclass
+    class P:
+        count: typing.ClassVar[int] = 0
+        seen: typing.ClassVar[list] = []
+        a: int = 1
+        scale: dataclasses.InitVar[int] = 3
+        b: int = dataclasses.field(default=0, init=False)
+
+        def __post_init__(self, scale):
+            self.b = self.a * scale + P.count
+            P.seen.append(self.a)  # (a class variable's list changed; ``P.count += 1`` changes the class:
+            # refused as any class changed after its statement is)
+
+    made = P(2)
+    STORE.append(P)
+    return P, made, P(4, 5), x + 1
+
+
+def test_a_dataclass_with_classvar_and_initvar_fields_is_made_again_per_cached_call():
+    """``n: ClassVar[int] = 0`` / ``s: InitVar[int] = 3`` in a dataclass the function made: every call ran
+    eagerly ("changed after its class statement": the maker refused fields of those kinds); each cached
+    call now makes it again, its class variables this call's (Note [A ClassVar or InitVar field])."""
+
+    def calls(fn: Any) -> list:
+        STORE.clear()
+        got, earlier = [], []
+        for i in range(4):
+            cls, made, other, y = fn(torch.ones(2) * i)
+            got.append((repr(made), repr(other), made.b, other.b, cls.count, cls.seen, type(other) is cls,
+                        any(cls is e for e in earlier), any(cls.seen is e.seen for e in earlier),
+                        sorted(cls.__dataclass_fields__), [f.name for f in dataclasses.fields(made)],
+                        STORE[-1] is cls, y.tolist()))
+            cls.seen.append("caller")  # not the next call's list
+            earlier.append(cls)
+        return got
+
+    jitted = jitcore.jit(_a_dataclass_with_class_and_init_variables)
+    assert calls(jitted) == calls(_a_dataclass_with_class_and_init_variables)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def _a_dataclass_instance_holding_tensors(x):
+    @dataclasses.dataclass
+    class Out:
+        loss: torch.Tensor
+        logits: torch.Tensor
+        n: int = 2
+        extra: list = dataclasses.field(default_factory=list)
+
+        def scaled(self):
+            return self.logits * self.n
+
+    out = Out(x.sum(), x * 2)
+    out.extra.append(x + 1)
+    STORE.append(out)
+    return out, x + 1
+
+
+def _a_frozen_dataclass_instance_holding_a_tensor(x):
+    @dataclasses.dataclass(frozen=True)
+    class Out:
+        value: torch.Tensor
+        kind: typing.ClassVar[str] = "out"
+
+    return Out(x * 3), x + 1
+
+
+@pytest.mark.parametrize("program", [_a_dataclass_instance_holding_tensors,
+                                     _a_frozen_dataclass_instance_holding_a_tensor])
+def test_a_dataclass_instance_holding_computed_tensors_is_rebuilt_per_cached_call(program):
+    """``return Out(x.sum(), x * 2)`` with ``Out`` a dataclass the function made: every call ran eagerly
+    (only plain objects were rebuilt around traced values); now its fields are this call's values in an
+    instance of this call's class (Note [A dataclass instance holding traced values], jit/outputs.py)."""
+
+    def calls(fn: Any) -> list:
+        STORE.clear()
+        got, earlier = [], []
+        for i in range(4):
+            out, y = fn(torch.ones(2) * i)
+            fields = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
+            values = {k: v.tolist() if isinstance(v, torch.Tensor) else
+                      [t.tolist() for t in v] if isinstance(v, list) else v for k, v in fields.items()}
+            try:
+                object.__getattribute__(out, "__setattr__")("n", 5)
+                frozen = False
+            except dataclasses.FrozenInstanceError:
+                frozen = True
+            got.append((values, type(out).__qualname__, any(type(out) is e for e in earlier), frozen,
+                        repr(out).split("(")[0], out.scaled().tolist() if hasattr(out, "scaled") else None,
+                        type(dataclasses.replace(out)) is type(out), STORE[-1] is out if STORE else None,
+                        type(fields[next(iter(fields))]).__name__, y.tolist()))
+            earlier.append(type(out))
+        return got
+
+    jitted = jitcore.jit(program)
+    assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
