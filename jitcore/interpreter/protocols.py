@@ -75,8 +75,9 @@ HASHED_CONTAINERS = (dict, set, frozenset, type({}.keys()))
 _HASHED_EXACT = frozenset((*HASHED_CONTAINERS, collections.OrderedDict, collections.defaultdict))
 # Left operands whose binary operators run natively when the right one is native too: not ``str``,
 # whose ``%`` goes through ``hooks.format_percent`` when a run sets it, nor the bytes templates, whose
-# ``%`` formats a tuple's items through their dunders (``binary_op``).
-NATIVE_OPERANDS = NATIVE_TYPES - {str, bytes, bytearray}
+# ``%`` formats a tuple's items through their dunders (``binary_op``), nor ``set``, whose in-place operators
+# are calls the run sees (Note [A set changed in place is a call]).
+NATIVE_OPERANDS = NATIVE_TYPES - {str, bytes, bytearray, set}
 # Operands whose comparison calls no dunder of another object: not containers (their items' ``__eq__``,
 # ``__lt__``, ``__hash__``), which ``compare_op`` compares through ``Run.native``
 NATIVE_COMPARANDS = NATIVE_TYPES - {list, tuple, dict, set, frozenset}
@@ -168,6 +169,8 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
         text = run.hooks.format_percent(a, b)
         if text is not NotImplemented:
             return text
+    if ta is set and iname is not None and tb in (set, frozenset):  # Note [A set changed in place is a call]
+        return call(run, _slot(ta, iname), (a, b), None)
     if ta in NATIVE_TYPES and tb in NATIVE_TYPES:
         # (``%`` formats a tuple's or a dict's items: their dunders, natively)
         return native(a, b) if tb in _SCALARS or native not in _PERCENT else run.native(native, (a, b), {})
@@ -192,6 +195,12 @@ def binary_op(run: Run, op: int, a: object, b: object) -> object:
             return binary(run, a, b, name, rname, symbol, native)
         return binary(run, a, b, name, rname, symbol, BINARY_OPS[op - 13][4], inplace_tried=True)
     return binary(run, a, b, name, rname, symbol, native)
+
+
+# Note [A set changed in place is a call]
+# ``s |= t`` (``-=``, ``&=``, ``^=``) of two sets ran natively, unseen by the run's hooks: a tracer that
+# replays a set's changes in the order they were made (jitcore/jit/set_ops.py) saw the set changed by
+# no call. It is the call of ``set.__ior__`` (...) the run makes, as any C method the program calls.
 
 
 # Note [An in-place operator's error names it]

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import collections
 import heapq
-import itertools
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from jitcore.jit import set_ops
 from jitcore.jit.object_states import BUFFERS, MISSING, buffer_type, is_slot, set_slot
 
 if TYPE_CHECKING:
@@ -51,8 +51,7 @@ def perform(effect: Effect, target: Any, value: Any, dispatch_runs: bool = False
     elif kind == "heappush":  # the key: heappush or bisect.insort_right/left (Note [An item only pushed])
         (effect.key or heapq.heappush)(target, value)
     elif kind == "add":  # the key: each op in program order (Note [A set's changes in program order])
-        for op, element in zip(effect.key or itertools.repeat("add"), value):
-            (set.add if op == "add" else set.discard)(target, element)
+        set_ops.perform(target, effect.key, value)
     elif kind == "delitem":
         del target[effect.key]
     elif kind == "extend":

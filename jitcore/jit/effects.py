@@ -42,6 +42,7 @@ from jitcore.jit.object_states import restore as restore_state
 from jitcore.jit.outputs import split
 from jitcore.jit.pending_keys import PendingKey
 from jitcore.jit.returned_objects import RETURNED, ReturnedObjects, is_size
+from jitcore.jit.set_ops import SetOp, effect_key, explains, noted, replay
 from jitcore.jit.set_tables import put_back, table_of
 from jitcore.jit.shared_containers import reshare, shared_places
 from jitcore.prologue import Path
@@ -50,7 +51,7 @@ from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.tensor import PlainTensorProxy
 from jitcore.proxies.text import plain_key
 
-__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emptied_list", "set_op", "written_keys"]
+__all__ = ["PRINT_STREAMS", "Effect", "Effects", "StateSnapshots", "emptied_list", "written_keys"]
 
 EffectKind = Literal[
     "setattr", "delattr", "setslot", "delslot", "setitem", "setitem_at", "delitem", "contents", "extend",
@@ -116,9 +117,9 @@ class _Snapshot:
     path: Path
     state: Any
     written: set[Any] = dataclasses.field(default_factory=set)  # Note [Writes of the same object]
-    # a set's adds and discards in program order, ``("other", None)`` for any other change (Note [A set's
-    # changes in program order])
-    set_ops: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+    # a set's changes in program order, ``OTHER`` for one whose order is not known (Note [A set's changes in
+    # program order], jit/set_ops.py)
+    set_ops: list[SetOp] = dataclasses.field(default_factory=list)
     table: Any = None  # an exact set's table when first reached (Note [A set's table put back exactly])
 
 
@@ -185,20 +186,23 @@ class StateSnapshots:
             except TypeError:  # an unhashable key: no dict or attribute holds it
                 pass
 
-    def note_set_op(self, obj: set, op: str, elements: Any) -> None:
-        """The program calls ``obj.<op>`` (``add``, ``discard``, ``remove`` of one element, ``update`` of
-        the elements of a list or tuple; any other op, ``update`` of a set (C merges it, resizing first):
-        the order is no longer known) on a reached set
-        (Note [A set's changes in program order])."""
+    def note_set_op(self, obj: set, op: str, args: tuple) -> None:
+        """The program calls ``obj.<op>(*args)`` on a set, about to run: noted where the set is a reached
+        one (Note [A set's changes in program order], jit/set_ops.py)."""
         snap = self._snapshots.get(id(obj))
-        if snap is None or snap.obj is not obj:
-            return
-        if op in ("add", "discard", "remove") and len(elements) == 1:
-            snap.set_ops.append(("add" if op == "add" else "discard", elements[0]))
-        elif op == "update" and all(type(e) in (list, tuple) for e in elements):  # C adds them one by one
-            snap.set_ops.extend(("add", e) for each in elements for e in each)  # (a set's merge resizes)
-        else:
-            snap.set_ops.append(("other", None))
+        if snap is not None and snap.obj is obj:
+            snap.set_ops.extend(noted(obj, op, args))
+
+    def settle_set(self, obj: set, stand_ins: dict[int, PendingKey]) -> bool:
+        """Put the reached set ``obj``'s stand-ins in eager's place: its table as first reached, then its
+        ops again with each stand-in its number (Note [A set's stand-ins settled in eager's place],
+        jit/set_ops.py); whether it could."""
+        snap = self._snapshots.get(id(obj))
+        if snap is None or snap.obj is not obj or snap.table is None:
+            return False
+        numbers = {id(k): k.number for k in stand_ins.values()}
+        ops = [(op, tuple(numbers.get(id(k), k) for k in each), layout) for op, each, layout in snap.set_ops]
+        return replay(obj, snap.table, ops, snap.set_ops)
 
     def stored(self, obj: Any, key: Any) -> bool:
         """Whether the program stored ``obj.key`` or ``obj[key]`` in this pass (``note_write``)."""
@@ -633,24 +637,13 @@ def _item_set(path: Path, setter: EffectKind, key: Any, value: Any) -> Effect:
     return Effect(path, setter, plain_key(key), value)
 
 
-# Note [A set's changes in program order]
-# A set iterates in the order of its hash table, which depends on the order its elements went in (and came
-# out: a discard leaves a dummy slot). The diff of a set's contents gave its added elements in the table's
-# order after the pass, not the program's: ``S.add(a); S.add(b); S.add(c)`` of numbers per call, or an add
-# and a discard, were replayed in another order, and iterating the set after some calls differed from eager
-# (/tmp/eff55-probes/set_order3.py; a removal replayed the whole contents, a new table). The pass notes each
-# ``add``/``discard``/``remove``/``update`` C call on a reached set (``note_set_op``, the element as C got
-# it: a stand-in for a number only added, Note [An element only added]); where those ops, made on the
-# set's first state, give the set the pass left (they explain every change), they are the effect, replayed
-# in program order onto the set each call finds (the ``"add"`` effect, its key each element's op). Any other
-# change (``pop``, ``clear``, a settled stand-in, an op C made unseen) leaves the diff as before.
-def _set_diff(path: Path, old: set, new: set, ops: list[tuple[str, Any]] | None = None) -> list[Effect]:
-    """A set's change: its adds and discards in program order (Note [A set's changes in program order]),
+def _set_diff(path: Path, old: set, new: set, ops: list[SetOp] | None = None) -> list[Effect]:
+    """A set's change: its ops in program order (Note [A set's changes in program order], jit/set_ops.py),
     else the elements added (``add``, replayed onto the set each call finds; a stand-in as its call's
     number: Note [An element only added], jit/pending_keys.py), else its whole contents."""
-    if ops and _explains(old, new, ops):
-        elements = [k.number if type(k) is PendingKey else plain_key(k) for _op, k in ops]
-        return [Effect(path, "add", tuple(op for op, _k in ops), elements)]
+    if ops and explains(old, new, ops):
+        elements = [k.number if type(k) is PendingKey else plain_key(k) for _o, each, _l in ops for k in each]
+        return [Effect(path, "add", effect_key(ops), elements)]
     pending = [k.number for k in new if type(k) is PendingKey]
     # Note [A key of the computation's numbers]: a number's or text's element is its value
     plain = [plain_key(k) for k in new if type(k) is not PendingKey]
@@ -659,19 +652,6 @@ def _set_diff(path: Path, old: set, new: set, ops: list[tuple[str, Any]] | None 
     if all(k in plain for k in old):  # added to only
         return [Effect(path, "add", None, [*(k for k in plain if k not in old), *pending])]
     return [Effect(path, "contents", None, {*plain, *(number.specialize() for number in pending)})]
-
-
-def _explains(old: set, new: set, ops: list[tuple[str, Any]]) -> bool:
-    """Whether ``ops`` made on ``old`` give ``new`` (compared as C compares the elements)."""
-    made = set(old)
-    if any(op == "other" for op, _element in ops):
-        return False
-    try:
-        for op, element in ops:
-            (set.add if op == "add" else set.discard)(made, element)
-    except TypeError:  # an unhashable element: the op raised in the pass too
-        return False
-    return made == new
 
 
 def _buffer_diff(path: Path, old: Any, new: Any) -> list[Effect]:
@@ -705,25 +685,6 @@ def _frozen(items: Any) -> Any:
 
 
 _ITEM_WRITERS = frozenset({"__setitem__", "setdefault", "update"})
-
-
-_SET_WRITES = frozenset({"add", "discard", "remove", "update", "pop", "clear", "difference_update",
-                         "intersection_update", "symmetric_difference_update", "__ior__", "__iand__",
-                         "__isub__", "__ixor__"})
-
-
-def set_op(fn: Any, args: tuple) -> tuple[set, str, tuple] | None:
-    """``(the set, the op, its arguments)`` where the C call ``fn(*args)`` writes a set (bound, or through
-    ``set``), else None (Note [A set's changes in program order])."""
-    name = getattr(fn, "__name__", None)
-    if name not in _SET_WRITES:
-        return None
-    owner = getattr(fn, "__self__", None)
-    if type(owner) is set:
-        return owner, name, args
-    if getattr(set, name, None) is fn and args and type(args[0]) is set:
-        return args[0], name, args[1:]
-    return None
 
 
 def written_keys(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple] | None:

@@ -179,6 +179,7 @@ class Pass(NativeCalls, StateReads):
         self.pending_keys = PendingKeys(  # Note [A key only stored] (jit/pending_keys.py)
             lambda container: self.provenance.bind_state(container, self.provenance.path_of(container)),
             self.provenance.appended_read.add)  # Note [A list argument only pushed onto]
+        self.pending_keys.settle_set = self.snapshots.settle_set
         self.measured.pending = self.pending_keys.pending
         self.provenance.first_state = self.pending_keys.reading(self.snapshots.first_state)
         self.provenance.snapshot_taken = self.snapshots.reached

@@ -32,13 +32,14 @@ from jitcore.ir import Proxy, tree_any, tree_has
 from jitcore.jit import numbers
 from jitcore.jit.code_kinds import is_torch_builtin, is_unlisted_operation
 from jitcore.jit.context_variables import NOT_CONTEXT
-from jitcore.jit.effects import emptied_list, set_op, written_keys
+from jitcore.jit.effects import emptied_list, written_keys
 from jitcore.jit.function_transforms import call_natively, holds_functorch_tensor
 from jitcore.jit.held_tensors import is_held_tensor
 from jitcore.jit.lru_caches import LRU_WRAPPER, NOT_HANDLED, is_cache_clear, is_cache_info
 from jitcore.jit.native_python import call_watched
 from jitcore.jit.nondeterministic import NOT_A_READ, refuse_advance
 from jitcore.jit.pending_keys import is_push
+from jitcore.jit.set_ops import popped_unread, set_op
 from jitcore.jit.settings_reads import SETTINGS_GETTERS
 from jitcore.jit.state_kinds import identity_arguments
 from jitcore.jit.tensor_keys import calls_weakref
@@ -122,7 +123,15 @@ class NativeCalls:
             return read  # CV.get(): Note [Context variables] (jit/context_variables.py)
         fn = numbers.as_item_slot(fn, args, kwargs)  # Note [An item set by operator.setitem] (jit/numbers.py)
         args, kwargs = self._native_arguments(fn, args, kwargs)
-        if (op := set_op(fn, args)) is not None:  # Note [A set's changes in program order] (jit/effects.py)
+        if (op := set_op(fn, args)) is not None:  # Note [A set's changes in program order] (jit/set_ops.py)
+            frame = current_run().frames[-1]
+            if op[1] == "pop" and self.snapshots.reached(op[0]) and not popped_unread(frame):
+                raise UnsupportedOperationError(  # Note [A set's merges replayed as C makes them]
+                    "pop() of a set the function reaches from its arguments or state returns the element its "
+                    "hash table holds first, which a cached call's check of the set's contents does not see",
+                    hints=("take the element outside the jitted function and pass it in as an argument",
+                           "or drop pop()'s result and read the element another way (min(s), sorted(s)[0])"),
+                )
             self.snapshots.note_set_op(*op)
         if type(fn) is LRU_WRAPPER and (cached := self.lru_calls.call(fn, args, kwargs)) is not NOT_HANDLED:
             return cached  # Note [A cached function's call] (jit/lru_caches.py)

@@ -193,6 +193,8 @@ class PendingKeys:
         self._pending: dict[int, dict[int, PendingKey]] = {}  # id(dict) -> id(number) -> its stand-in
         self._pushes: dict[int, list[Any]] = {}  # id(list) -> (function, item) pushed onto it, not made yet
         self._paths: dict[int, tuple[list, Path]] = {}  # id(list) loaded for a push -> (it, its path)
+        # ``settle_set(s, stand_ins)``: put a reached set's stand-ins in eager's place, whether it could
+        self.settle_set: Callable[[set, dict[int, PendingKey]], bool] | None = None
 
     def stored_into(self, container: Any) -> None:
         """A load of ``container`` consumed by a subscript store (its type alone guarded)."""
@@ -340,6 +342,8 @@ class PendingKeys:
         if not pending:
             return
         if type(container) is set:
+            if self.settle_set is not None and self.settle_set(container, pending):
+                return  # Note [A set's stand-ins settled in eager's place] (jit/set_ops.py)
             for stand_in in pending.values():
                 if set.__contains__(container, stand_in):
                     set.discard(container, stand_in)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-__all__ = ["SetTable", "put_back", "table_of"]
+__all__ = ["SetTable", "arrange", "filled", "layout_of", "next_popped", "put_back", "table_of"]
 
 
 class _SetHeader(ctypes.Structure):
@@ -117,3 +117,58 @@ def put_back(s: set, before: SetTable | None) -> bool:
     for key in held:
         ctypes.pythonapi.Py_DecRef(ctypes.py_object(key))
     return True
+
+
+def next_popped(s: set) -> tuple[bool, Any]:
+    """``(True, the element s.pop() returns now)``: the first key at or after the table's ``finger``, as
+    setobject.c's ``set_pop`` finds it; ``(False, None)`` for an empty set or where the layout was not
+    confirmed (Note [A set's merges replayed as C makes them], jit/set_ops.py)."""
+    if _DUMMY is None or type(s) is not set or not set.__len__(s):
+        return False, None
+    header = _header(s)
+    entries, size = _entries(header), header.mask + 1
+    keys = {id(k): k for k in set.__iter__(s)}
+    for step in range(size):
+        address = entries[2 * ((header.finger + step) % size)]
+        if address and address != _DUMMY:
+            return (True, keys[address]) if address in keys else (False, None)
+    return False, None
+
+
+def layout_of(s: set | frozenset) -> tuple[int, tuple[int, ...]] | None:
+    """``(mask, the slot of each element in iteration order)`` of an exact set or frozenset without dummies
+    (the tables setobject.c's ``set_merge`` copies slot for slot into an empty set); None otherwise."""
+    if _DUMMY is None or type(s) not in (set, frozenset):
+        return None
+    header = _header(s)
+    if header.fill != header.used:
+        return None
+    entries = _entries(header)
+    return header.mask, tuple(i for i in range(header.mask + 1) if entries[2 * i])
+
+
+def arrange(s: set, layout: tuple[int, tuple[int, ...]], elements: Any) -> None:
+    """Move each of ``elements`` (the keys of ``s``, which has no dummies and a table of ``layout``'s size)
+    to its slot in ``layout`` (``elements[i]`` to ``layout[1][i]``): the table ``set_merge`` makes by copying
+    the slots of a set of that layout into an empty one (Note [A set's merges replayed as C makes them],
+    jit/set_ops.py)."""
+    mask, slots = layout
+    if _DUMMY is None or type(s) is not set or len(slots) != len(elements):
+        return
+    header = _header(s)
+    if header.mask != mask or header.fill != header.used or header.used != len(slots):
+        return
+    entries = _entries(header)
+    slot_of = {id(e): slot for e, slot in zip(elements, slots)}
+    held = [(entries[2 * i], entries[2 * i + 1]) for i in range(mask + 1) if entries[2 * i]]
+    if any(key not in slot_of for key, _hashed in held):
+        return
+    for i in range(2 * (mask + 1)):
+        entries[i] = 0
+    for key, hashed in held:
+        entries[2 * slot_of[key]], entries[2 * slot_of[key] + 1] = key, hashed
+
+
+def filled(s: set) -> int | None:
+    """The ``fill`` of an exact set (its entries and dummies); None where the layout was not confirmed."""
+    return _header(s).fill if _DUMMY is not None and type(s) is set else None
