@@ -130,6 +130,17 @@ def _number_site(site: ReadSite) -> tuple | None:
 # a tensor with static sizes static, so an offset that was relied on still pins the entry.
 
 
+# Note [A miss for another reason with other sizes]
+# A miss is reported by the first check of each entry that fails, and an input's sizes are checked after
+# the state the program reads: a training step's first call sees every ``p.grad`` None, its second a
+# tensor, so the second call misses on ``weight.grad == None`` whatever its batch size. That miss says
+# nothing of the sizes, and a static pass used to follow: with the batch size changing on every call,
+# the third call missed on the shape and traced a third, symbolic entry. As torch.compile's automatic
+# dynamic compares each input's sizes with the last frame's whatever made it recompile, a pass also
+# has a ShapeEnv when a tensor input of the last trace, at the same path, comes with other sizes
+# (``ShapePolicy._sizes_changed``); ``dims_for`` then makes exactly those dimensions symbols.
+
+
 class StaticShapes(Exception):
     """The symbolic path cannot handle this program; the message says why (it is logged)."""
 
@@ -201,9 +212,24 @@ class ShapePolicy:
         learnt = self._dims or self._stride_dims
         if self.dynamic is True or (self.dynamic is None and (shape_changed or learnt)):
             return True
+        if self.dynamic is None and self._sizes_changed(args, kwargs):  # Note [A miss for another reason
+            return True  # with other sizes]
         if (self._read_dims or self._read_numbers) and self.reads_refused is None:
             return True
         return any(_marked(t) for t in _tensors((args, kwargs)))
+
+    def _sizes_changed(self, args: tuple, kwargs: dict) -> bool:
+        """Whether a tensor input the last trace saw (by path) has other sizes in this call, with as many
+        dimensions: those ``dims_for`` makes symbolic (Note [A miss for another reason with other sizes])."""
+        with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - no subclass code for jitcore's reads
+            for path, shape in self._seen.items():
+                try:
+                    value = path.get(args, kwargs)
+                    if isinstance(value, torch.Tensor) and value.dim() == len(shape) and value.shape != shape:
+                        return True
+                except Exception:  # noqa: BLE001, S112 - a path this call does not have: no size to compare
+                    continue
+        return False
 
     def note_read(self, failed: ValueCheckFailed) -> None:
         """A cached call's value check failed: where it is the sizes of a value-shaped output that

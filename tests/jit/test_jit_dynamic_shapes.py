@@ -431,3 +431,27 @@ def test_grad_when_the_trace_uses_no_size():
         x2 = x.detach().clone().requires_grad_(True)
         torch.testing.assert_close(torch.autograd.grad(jf(x2), x2)[0], torch.autograd.grad(f(x), x)[0])
     assert jitcore.cache_misses(jf) == 1
+
+
+def _step(model: torch.nn.Module, x: torch.Tensor) -> tuple:
+    loss = model(x).square().mean()
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def test_a_miss_on_state_with_other_sizes_traces_them_symbolic():
+    """A training step's first call finds every ``.grad`` None, its second a tensor: that miss comes with
+    another batch size too, so the second pass is symbolic (Note [A miss for another reason with other
+    sizes]); before, a static entry came between, and the third size traced a third entry."""
+    torch.manual_seed(0)
+    eager_model = torch.nn.Linear(4, 6)
+    jit_model = torch.nn.Linear(4, 6)
+    jit_model.load_state_dict(eager_model.state_dict())
+    jitted = jitcore.jit(_step)
+    for n in (2, 3, 4, 5):
+        x = torch.randn(n, 4)
+        expected, got = _step(eager_model, x), jitted(jit_model, x.clone())
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        torch.testing.assert_close([p.grad for p in jit_model.parameters()],
+                                   [p.grad for p in eager_model.parameters()], rtol=0, atol=0)
+    assert jitcore.cache_misses(jitted) == 2
