@@ -16,6 +16,7 @@ from jitcore.errors import DataDependentError, JitcoreError, UnsupportedInputErr
 # version-specific
 from jitcore.interpreter import SUPPORTED_VERSIONS  # noqa: F401, I001
 from jitcore.jit.api import JittedFunction, jit
+from jitcore.jit.dynamic_marks import mark_dynamic
 from jitcore.jit.inspection import (
     cache_hits,
     cache_misses,
@@ -25,7 +26,6 @@ from jitcore.jit.inspection import (
     last_traces,
     miss_reasons,
 )
-from jitcore.jit.shapes import mark_dynamic
 
 __all__ = [
     "DataDependentError",

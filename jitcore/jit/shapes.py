@@ -47,6 +47,7 @@ import sympy
 import torch
 
 from jitcore.ir import BoundSymbol, TraceContext, tracing
+from jitcore.jit.dynamic_marks import marked_dims
 from jitcore.jit.ragged import is_nested_symbol
 from jitcore.langctx.reads import SHAPE_OF, SIZE_OF, ReadSite, ValueCheckFailed
 from jitcore.prologue import Guard, Path
@@ -56,12 +57,8 @@ from jitcore.proxies.number import SYMBOLIC_NUMBERS, NumberProxy
 from jitcore.proxies.subclass import SubclassTensorProxy, inner_tensors_first
 from jitcore.transforms.symbolic_sizes import SymbolicSizes, condition_check, map_symbolic
 
-__all__ = ["MARK", "ShapePolicy", "StaticShapes", "StaticSubclassShapes", "finish", "is_symbolic",
-           "mark_dynamic"]
+__all__ = ["ShapePolicy", "StaticShapes", "StaticSubclassShapes", "finish", "is_symbolic"]
 
-# The attribute ``mark_dynamic`` sets on a tensor: the set of its dimensions that are symbolic.
-MARK = "_jitcore_dynamic_dims"
-_TORCH_MARK = "_dynamo_dynamic_indices"  # torch._dynamo.mark_dynamic's, honoured too
 
 
 # Note [Sizes that values decide]
@@ -150,33 +147,6 @@ class StaticSubclassShapes(StaticShapes):
     are static from now on, other inputs' may still be symbolic."""
 
 
-def mark_dynamic(t: torch.Tensor, dim: int | list[int] | tuple[int, ...]) -> None:
-    """Make dimension ``dim`` of ``t`` symbolic in every trace that reads ``t``, from its first call.
-
-    As ``torch._dynamo.mark_dynamic`` (whose marks jitcore honours too). A size of 0 or 1 is still
-    specialized, and a size the program needs as a Python int (``range(x.shape[0])``) is guarded to
-    its value, as torch does; neither is an error.
-
-    Args:
-        t: a tensor argument.
-        dim: a dimension, or several.
-
-    Raises:
-        IndexError: a dimension out of range for ``t``.
-    """
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    marked = set(getattr(t, MARK, ()))
-    for d in dims:
-        if not -t.dim() <= d < t.dim():
-            raise IndexError(f"mark_dynamic: dimension {d} out of range for a tensor of {t.dim()} dimensions")
-        marked.add(d % t.dim())
-    setattr(t, MARK, marked)
-
-
-def _marked(t: torch.Tensor) -> frozenset[int]:
-    return frozenset(getattr(t, MARK, ())) | frozenset(getattr(t, _TORCH_MARK, ()))
-
-
 class ShapePolicy:
     """One jitted function's choice of symbolic dimensions (the ``dynamic=`` option), and what its
     misses taught it (automatic mode)."""
@@ -216,7 +186,7 @@ class ShapePolicy:
             return True  # with other sizes]
         if (self._read_dims or self._read_numbers) and self.reads_refused is None:
             return True
-        return any(_marked(t) for t in _tensors((args, kwargs)))
+        return any(marked_dims(t) for t in _tensors((args, kwargs)))
 
     def _sizes_changed(self, args: tuple, kwargs: dict) -> bool:
         """Whether a tensor input the last trace saw (by path) has other sizes in this call, with as many
@@ -298,7 +268,7 @@ class ShapePolicy:
 
     def dims_for(self, path: Path, tensor: torch.Tensor) -> frozenset[int]:
         """The dimensions of the input ``tensor`` (found at ``path``) that the pass makes symbolic."""
-        dims = _marked(tensor)
+        dims = marked_dims(tensor)
         if self.dynamic is True and path.root.kind in ("args", "kwargs"):
             return frozenset(range(tensor.dim()))
         if self.dynamic is None:
