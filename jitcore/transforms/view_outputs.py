@@ -10,7 +10,8 @@ Invariants:
   output, or an intermediate the Function hands back as an extra (hidden) output;
 - each call of a chain is a top-level pass-1 record of a torch function that took exactly one
   tensor, as its first positional argument (or a second one only for its static sizes: ``view_as``,
-  Note [A view call with a second tensor]), and made a view of the base (the replay's shadows say
+  Note [A view call with a second tensor]; ``broadcast_tensors``, each output its own input's
+  ``expand``: Note [The outputs of broadcast_tensors]), and made a view of the base (the replay's shadows say
   so), so running it on the real base makes what eager made: the same ``_base``, strides, view
   ``grad_fn`` and creation kind (a ``split`` output stays a multi-output view);
 - nothing is regenerated in a program that makes a call for its effect, except grad and inference
@@ -303,6 +304,12 @@ def plan(
         made = [(key, k) for key, (b, k, _source) in chains.items() if b is bsym]
         if not made:
             continue
+        if bsym.symbol.fn is torch.broadcast_tensors:  # Note [The outputs of broadcast_tensors]: a call each
+            for key, k in made:
+                fn, rest, kwargs = _call_of(bsym, index=k)  # type: ignore[misc] - a chain's calls have one
+                rest, kwargs = _numbered((rest, kwargs), numbers)
+                steps.append((fn, rest, kwargs, slot(id(chains[key][2])), ((slot(key), None),), mode))
+            continue
         source = chains[made[0][0]][2]
         # Note [A view's metadata changed in place]: the call changes the value it is given, in place
         written = ((slot(id(source)), None),) if _changes_metadata(bsym) \
@@ -393,7 +400,7 @@ def _chain(
         if len(chain) > 16 or id(value) in chain or id(value) not in producers:
             return None
         bsym, index = producers[id(value)]
-        source = _viewed(bsym, sized)
+        source = _viewed(bsym, sized, index)
         if source is None:
             return None
         shadow = getattr(replayed(source), "shadow", None)
@@ -478,10 +485,15 @@ def _modes(trace: Trace) -> list[Mode]:
     return modes
 
 
-def _viewed(bsym: BoundSymbol, sized: Callable[[NumberProxy], bool]) -> Any:
-    """The one tensor ``bsym`` views, its first positional argument (None: not a call of that shape)."""
+def _viewed(bsym: BoundSymbol, sized: Callable[[NumberProxy], bool], index: int | None = None) -> Any:
+    """The one tensor ``bsym`` views, its first positional argument (the ``index``-th of
+    ``broadcast_tensors``, which makes output ``index``); None: not a call of that shape."""
     if any(t in _NOT_A_VIEW_CALL for t in bsym.symbol.tags) or not bsym.args:
         return None
+    if bsym.symbol.fn is torch.broadcast_tensors:  # Note [The outputs of broadcast_tensors]
+        if index is None or index >= len(bsym.args) or bsym.kwargs or _call_of(bsym, sized, index) is None:
+            return None
+        return bsym.args[index] if isinstance(bsym.args[index], TensorProxy) else None
     first = bsym.args[0]
     if not isinstance(first, TensorProxy) or _call_of(bsym, sized) is None:
         return None
@@ -500,11 +512,18 @@ _SIZED_BY_ANOTHER = {
 }
 
 
+# Note [The outputs of broadcast_tensors]
+# ``torch.broadcast_tensors(a, b)`` makes its k-th output as ``args[k].expand(shape)`` (an input of that
+# shape is returned as it is), the shape of the output: ``ExpandBackward0`` eagerly. Made after the
+# Function, each output is that call on its own input, with the output's sizes (as a second tensor's,
+# Note [A view call with a second tensor]). Before, such an output stayed the Function's (for a
+# TwoTensor no view; since Note [A view left to the Function], an entry running pass 1 under autograd).
 def _call_of(
-    bsym: BoundSymbol, sized: Callable[[NumberProxy], bool] = lambda number: True,
+    bsym: BoundSymbol, sized: Callable[[NumberProxy], bool] = lambda number: True, index: int | None = None,
 ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None:
-    """What a view call of ``bsym`` makes its view with, after its first argument (None: it reads
-    another proxy, a tensor or a number of the trace that is not ``sized``)."""
+    """What a view call of ``bsym`` makes its view with, after its first argument (its output
+    ``index``'s, for ``broadcast_tensors``); None: it reads another proxy, a tensor or a number of
+    the trace that is not ``sized``."""
     fn, rest, kwargs = bsym.symbol.fn, bsym.args[1:], dict(bsym.kwargs)
     by_sizes = _SIZED_BY_ANOTHER.get(fn)
     if by_sizes is not None and len(rest) == 1 and not kwargs and isinstance(rest[0], TensorProxy):
@@ -512,6 +531,14 @@ def _call_of(
         if not all(type(n) in (int, torch.SymInt) for n in sizes):
             return None
         fn, rest = by_sizes, (sizes,)
+    elif fn is torch.broadcast_tensors:  # Note [The outputs of broadcast_tensors]
+        out = bsym.output
+        if index is None or not isinstance(out, (tuple, list)) or not isinstance(out[index], TensorProxy):
+            return None
+        sizes = tuple(out[index].shape)
+        if not all(type(n) in (int, torch.SymInt) for n in sizes):
+            return None
+        fn, rest, kwargs = torch.Tensor.expand, (sizes,), {}
     for v in _leaves((rest, kwargs)):
         if isinstance(v, Proxy) and not (isinstance(v, NumberProxy) and sized(v)):
             return None

@@ -375,6 +375,15 @@ def test_a_view_left_to_the_function_is_explained() -> None:
     assert f"pass 1 runs under torch's autograd, because {reason}" in explain_text(jfn)
 
 
+def test_the_outputs_of_broadcast_tensors_are_made_after_the_function() -> None:
+    """Note [The outputs of broadcast_tensors] (view_outputs.py): made by ``expand``, not by pass 1
+    under torch's autograd."""
+    jfn = jitcore.jit(_broadcast_tensors)
+    jfn(torch.randn(4, 8, requires_grad=True))
+    assert jfn.entries[0].autograd_reason is None
+    assert getattr(jfn.entries[0].computation, "views", None) is not None
+
+
 def test_views_under_no_grad_are_unchanged() -> None:
     jfn = jitcore.jit(_base_and_view)
     x = torch.randn(4, 8, requires_grad=True)
