@@ -8,8 +8,9 @@ flatten ctx that change between calls (float8-style scaled tensors, a row/column
 ``torch.library.custom_op`` with a ``register_torch_dispatch`` rule for TwoTensor, subclass ops under
 ``no_grad``/``autocast``/``inference_mode``, ``.to(dtype)``/``.cpu()``/``.half()``, ``copy.deepcopy``
 inside and pickling of the outputs after, a ``_make_subclass`` Parameter subclass in a training step,
-optimizers over TwoTensor parameters, and a training step over batch sizes whose first call finds every
-``.grad`` None (Note [A miss for another reason with other sizes], jitcore/jit/shapes.py).
+SGD with momentum over TwoTensor parameters (Adam's are covered by other files), and a training step
+over batch sizes whose first call finds every ``.grad`` None (Note [A miss for another reason with other
+sizes], jitcore/jit/shapes.py).
 """
 
 from __future__ import annotations
@@ -407,7 +408,6 @@ def _optimizer_step(m: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -
 
 
 OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
-    "Adam": lambda ps: torch.optim.Adam(ps, lr=0.1),
     "SGD nesterov": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
 }
 
