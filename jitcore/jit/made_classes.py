@@ -250,20 +250,48 @@ def _namedtuple_maker(cls: type) -> LibraryMaker | None:
     if type(name) is not str or type(module) is not str:
         return None
     annotations = namespace.get("__annotations__")  # typing.NamedTuple's: on the class and its __new__
-    # what typing.NamedTuple copies from its class statement's namespace, in its order
-    copied = [(k, v) for k, v in namespace.items() if k in _STATEMENTS_OWN]
+    # what typing.NamedTuple copies from its class statement's namespace, in its order: its own names, and
+    # the methods and attributes the statement defines (Note [A NamedTuple's own methods])
+    # (typing.NamedTuple passes ``defaults=[]`` where none: ``__new__.__defaults__`` is ``()``, not None)
+    new = namespace.get("__new__")
+    if getattr(getattr(new, "__func__", None), "__defaults__", None) == ():
+        defaults = ()
+    else:
+        defaults = defaults or None
+    try:
+        plain = vars(collections.namedtuple(name, fields, rename=True, defaults=defaults, module=module))
+    except Exception:  # noqa: BLE001 - arguments namedtuple refuses: no call of it made ``cls``
+        return None
+    statement = "__orig_bases__" in namespace  # typing.NamedTuple's class statement (else namedtuple's call)
+    own = [k for k in namespace if k in _STATEMENTS_OWN or statement and k not in plain]
 
-    def make(_cls: type, _copied: Callable[[Any], Any]) -> type:  # holds nothing of ``cls``
-        made = collections.namedtuple(name, fields, rename=True, defaults=defaults or None, module=module)
+    def make(cls: type, copied: Callable[[Any], Any]) -> type:  # holds nothing of ``cls``
+        made = collections.namedtuple(name, fields, rename=True, defaults=defaults, module=module)
         if annotations is not None:
             made.__annotations__ = made.__new__.__annotations__ = dict(annotations)
-        for key, value in copied:
-            setattr(made, key, value)
+        namespace = vars(cls)
+        for key in own:
+            value = namespace[key]
+            setattr(made, key, value if key in _STATEMENTS_OWN else _member(value, copied))
         if made.__qualname__ != qualname:
             made.__qualname__ = qualname
         return made
 
-    return _checked(cls, LibraryMaker(make, _no_parts))
+    def parts(cls: type) -> list[Any]:
+        namespace = vars(cls)
+        return [p for k in own if k not in _STATEMENTS_OWN for p in _wrapped(namespace[k]) or [namespace[k]]]
+
+    return _checked(cls, LibraryMaker(make, parts))
+
+
+# Note [A NamedTuple's own methods]
+# ``class P(typing.NamedTuple): a: int; def twice(self): ...``: typing makes the class by ``namedtuple``
+# and then sets on it each name of the statement that is no field (a method, a class attribute), in
+# the statement's order. Such a class ran eagerly on every call (the maker knew only the fields); its
+# maker now sets those names too, each this call's copy (a method's cell holding the class gets this
+# call's class: ``remake_class``), read from the class when it is made (the maker holds nothing of it).
+# A class ``collections.namedtuple`` made and the program changed after (``P.area = property(...)``) is
+# still refused: no statement says those names are the class's own.
 
 
 # what ``dataclasses.dataclass`` writes into a class (``__doc__`` aside: kept, it is what it wrote)
@@ -371,6 +399,9 @@ def _same(a: Any, b: Any, depth: int = 0, pair: tuple = ()) -> bool:
         return list(a) == list(b) and all(_same(a[k], b[k], depth + 1, pair) for k in a)
     if kind is staticmethod or kind is classmethod:
         return _same(a.__func__, b.__func__, depth + 1, pair)
+    if kind is property:
+        return all(_same(getattr(a, n), getattr(b, n), depth + 1, pair) for n in ("fget", "fset", "fdel",
+                                                                                 "__doc__"))
     if kind is types.FunctionType:
         parts = ("__defaults__", "__kwdefaults__", "__dict__", "__qualname__", "__name__", "__module__",
                  "__doc__", "__annotations__")

@@ -508,3 +508,66 @@ def test_a_dataclass_instance_holding_computed_tensors_is_rebuilt_per_cached_cal
     jitted = jitcore.jit(program)
     assert calls(jitted) == calls(program)
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def _a_named_tuple_with_methods(x):
+    class P(typing.NamedTuple):
+        a: int
+        b: float = 0.5
+        SCALE = 3
+
+        def twice(self):
+            return 2 * self.a * P.SCALE  # the class in a cell: this call's
+
+        @property
+        def total(self):
+            return self.a + self.b
+
+        @classmethod
+        def make(cls, a):
+            return cls(a)
+
+    made = P(1)
+    STORE.append(made)
+    return made, P.make(4), x + 1
+
+
+def _a_named_tuple_holding_a_tensor(x):
+    class Out(typing.NamedTuple):  # no defaults: ``__new__.__defaults__`` is ``()``
+        loss: torch.Tensor
+
+        def doubled(self):
+            return self.loss * 2
+
+    return Out(x.sum()), x + 1
+
+
+@pytest.mark.parametrize("program", [_a_named_tuple_with_methods, _a_named_tuple_holding_a_tensor])
+def test_a_typing_named_tuple_with_methods_is_made_again_per_cached_call(program):
+    """``class P(typing.NamedTuple)`` with methods, a property, a classmethod and a class attribute, or with
+    no default: every call ran eagerly (the maker knew only the fields; passed ``defaults=None`` where
+    typing passes ``[]``); each cached call now makes it again with this call's methods (Note [A
+    NamedTuple's own methods])."""
+
+    def calls(fn: Any) -> list:
+        STORE.clear()
+        got, earlier = [], []
+        for i in range(4):
+            made, other, y = _three(fn(torch.ones(2) * i))
+            cls = type(made)
+            if hasattr(made, "twice"):
+                used = (made.twice(), made.total, other.twice(), type(other) is cls, cls.SCALE,
+                        STORE[-1] is made, repr(made))
+            else:
+                used = (made.loss.item(), made.doubled().item(), type(made.loss).__name__, repr(made)[:8])
+            got.append((used, cls.__qualname__, cls._fields, any(cls is e for e in earlier), y.tolist()))
+            earlier.append(cls)
+        return got
+
+    jitted = jitcore.jit(program)
+    assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def _three(result: tuple) -> tuple:
+    return result if len(result) == 3 else (result[0], None, result[1])
