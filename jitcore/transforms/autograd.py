@@ -250,8 +250,8 @@ class GradComputation:
         ``outputs``: the recorded kind, with the call's sizes where it has symbolic ones (Note [Tangent
         kinds with symbolic sizes], tangents.py)."""
         kinds = [spec.kind for spec in self.differentiable]
-        for k in self.sized_kinds:
-            kinds[k] = kind_of_gradient(outputs[self.differentiable[k].index])
+        for k in self.sized_kinds:  # Note [A subclass kind's outer shape unread], tangents.py
+            kinds[k] = kind_of_gradient(outputs[self.differentiable[k].index], outer_shape=False)
         return kinds
 
     def tangents(
@@ -277,9 +277,11 @@ class GradComputation:
             if spec.kind.subclass is None and type(grad) in _PLAIN:  # the common case, checked first
                 flat.append(grad.contiguous())
                 continue
-            kind = None if grad is None else _kind_of(spec, grad)  # None: Note [Outputs no gradient reaches]
-            want = spec.kind if expected is None else expected[k]
+            kind = None if grad is None else _kind_of(spec, grad, False)  # None: Note [Outputs no gradient
+            want = spec.kind if expected is None else expected[k]  # reaches]
             if kind != want:
+                kind = kind if kind is None else _kind_of(spec, grad)  # read whole: Note [A subclass kind's
+                # outer shape unread], tangents.py
                 kinds = kinds or [s.kind for s in self.differentiable]
                 kinds[k] = kind if kind is None or want is spec.kind else symbolized(kind, want, spec.kind)
             if kind is not None:
@@ -330,9 +332,9 @@ class GradComputation:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def _kind_of(spec: OutputSpec, grad: Any) -> TangentKind:
+def _kind_of(spec: OutputSpec, grad: Any, outer_shape: bool = True) -> TangentKind:
     try:
-        return kind_of_gradient(grad)
+        return kind_of_gradient(grad, outer_shape=outer_shape)
     except Exception as exc:  # noqa: BLE001 - a subclass jitcore cannot flatten: nothing to trace
         raise _mismatch(spec, None, f"a {type(grad).__qualname__} cannot be flattened ({exc})") from exc
 

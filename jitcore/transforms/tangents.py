@@ -54,7 +54,7 @@ class TangentKind:
     subclass: type | None
     ctx: Any
     inner: tuple[tuple[str, TangentKind], ...]
-    shape: tuple[int, ...]
+    shape: tuple[int, ...] | None  # None: left unread (Note [A subclass kind's outer shape unread])
     dtype: torch.dtype
     device: torch.device
     attributes: tuple[tuple[str, Any], ...] = ()
@@ -172,9 +172,11 @@ def _needing_no_grad(ctx: Any) -> Any:
     return ctx
 
 
-def kind_of_gradient(grad: torch.Tensor, inner_of_subclass: bool = False) -> TangentKind:
+def kind_of_gradient(grad: torch.Tensor, inner_of_subclass: bool = False, *,
+                     outer_shape: bool = True) -> TangentKind:
     """The kind of a gradient autograd handed to the backward (``inner_of_subclass``: an inner tensor
-    of one, whose expansion is part of its kind: Note [An expanded inner gradient]).
+    of one, whose expansion is part of its kind: Note [An expanded inner gradient]). ``outer_shape``
+    False: a subclass's own shape is left out (None; Note [A subclass kind's outer shape unread]).
 
     Raises:
         TypeError: ``grad`` is a tensor subclass without the flatten protocol (nothing to trace).
@@ -185,8 +187,20 @@ def kind_of_gradient(grad: torch.Tensor, inner_of_subclass: bool = False) -> Tan
         return _plain(grad)
     names, ctx = tensor_flatten(grad)
     inner = tuple((n, kind_of_gradient(getattr(grad, n), True)) for n in names)
-    return TangentKind(type(grad), ctx, inner, tuple(grad.shape), grad.dtype, grad.device,
-                       outside_attributes(grad, type(grad), names))
+    return TangentKind(type(grad), ctx, inner, tuple(grad.shape) if outer_shape else None, grad.dtype,
+                       grad.device, outside_attributes(grad, type(grad), names))
+
+
+# Note [A subclass kind's outer shape unread]
+# A subclass kind's equality is its class, ctx, inner kinds and attributes, never its own shape; the shape
+# is only what a backward derived for it is recorded with. Reading it is a ``__torch_dispatch__`` call
+# where the class computes its sizes (NestedTensor's ``aten.sym_size``): one per NJT output on every call
+# of an entry with symbolic sizes (``expected_kinds`` of the output), and one per NJT gradient in its
+# backward. Autograd hands a node only a gradient of its output's shape (its InputMetadata check), so
+# the top-level shape tells nothing the inner kinds do not: the expected kind of an output and the
+# gradient's kind in the usual case leave it out (None), and a gradient of another kind, for which a
+# backward is derived, is read whole (``symbolized`` takes the recorded shape where the expected one is
+# None: the gradient's is the output's).
 
 
 # Note [An expanded inner gradient]
@@ -226,7 +240,8 @@ def symbolized(kind: TangentKind, expected: TangentKind, recorded: TangentKind) 
         return kind
     inner = tuple((n, symbolized(k, e, r)) for (n, k), (_n, e), (_m, r)
                   in zip(kind.inner, expected.inner, recorded.inner))
-    shape = recorded.shape if _same_sizes(kind.shape, expected.shape) else kind.shape
+    same = expected.shape is None or _same_sizes(kind.shape, expected.shape)  # Note [A subclass kind's outer
+    shape = recorded.shape if same else kind.shape  # shape unread]
     return TangentKind(kind.subclass, kind.ctx, inner, shape, kind.dtype, kind.device, kind.attributes)
 
 
