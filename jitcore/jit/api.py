@@ -393,6 +393,7 @@ class JittedFunction:
         tracing_pass, program = self._interpret(number, args, kwargs, shape_changed)
         if isinstance(program, Eager):
             return program
+        self._counters |= tracing_pass.counts_added  # Note [A count a Counter gains] (jit/effects.py)
         if tracing_pass.found_counters - self._counters:  # traced again with them dynamic (jit/effects.py)
             self._counters |= tracing_pass.found_counters
             return self._trace(args, kwargs, shape_changed)

@@ -189,6 +189,7 @@ class Pass(NativeCalls, StateReads):
         self.provenance.dynamic_strides = shapes.stride_dims_for if shapes is not None else None
         self.provenance.symbolic_subclasses = shapes is not None and shapes.subclasses_refused is None
         self.found_counters: set[Path] = set()
+        self.counts_added: set[Path] = set()  # counters from the next pass on (jit/effects.py)
         self.prints = Prints(path_of=self.provenance.path_of)  # jit/printing.py
         self.files = FileSystem(self.provenance.guard, self.provenance.path_of,  # jit/filesystem.py
                                 written=self.prints.wrote_to)
@@ -261,6 +262,7 @@ class Pass(NativeCalls, StateReads):
         self._refuse_escapes(output, (args, kwargs, bound_self))
         refuse_masks_left(self.context.values.proxies())  # Note [A mask left in a MaskBuffer]
         self.found_counters = numbers.counters(changes, self.provenance.pins_value)  # read-modify-write
+        self.counts_added = self.snapshots.counts_added(changes)  # Note [A count a Counter gains]
         input_paths = {id(proxy): path for path, proxy, _tensor in self.provenance.inputs}
         effects = None
         # an output that reads the objects the call passes is rebuilt where the effects run, which have

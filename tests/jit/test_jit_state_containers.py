@@ -740,3 +740,26 @@ def test_a_dict_only_reordered_is_put_back_after_a_pass(kind: type) -> None:
     assert list(d) == ["b", "c", "a"]
     snapshots.restore()
     assert list(d.items()) == [("a", 1), ("b", 2), ("c", 3)]
+
+
+def test_a_counter_counting_keys_of_two_paths_takes_an_entry_per_key_set_and_path():
+    """``c[str(x.dtype)] += 1`` on a global-like ``Counter`` with int and float inputs in turn: the
+    count a call adds at a new key is a counter from the next pass on (Note [A count a Counter gains],
+    jitcore/jit/effects.py). Before, the pass on the other dtype guarded that count by value though it
+    never read it, and missed once more when it changed (5 entries for 4: the key sets [], 2 and 3
+    keys, each dtype once the keys settle)."""
+
+    def program(c):
+        def f(x):
+            c[str(x.dtype)] += 1
+            c["n"] += x.numel()
+            return x + len(c)
+        return f
+
+    jitted, eager = collections.Counter(), collections.Counter()
+    jf, ef = jitcore.jit(program(jitted)), program(eager)
+    for i in range(20):
+        x = torch.randn(3) if i % 2 else torch.arange(3)
+        assert_same(jf(x), ef(x))
+        assert type(jitted) is collections.Counter and list(jitted.items()) == list(eager.items())
+    assert jitcore.cache_misses(jf) == 4
