@@ -49,6 +49,7 @@ from jitcore.jit.code_kinds import class_module
 from jitcore.jit.made_classes import library_maker
 from jitcore.jit.made_functions import EMPTY, function_state, refused_class
 from jitcore.jit.object_copies import copied, copier
+from jitcore.jit.set_tables import made_as, shape_of
 from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.subclass import SubclassTensorProxy
 from jitcore.proxies.text import TextProxy, plain_key
@@ -249,8 +250,9 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
             "which a cached call could not give again in the state eager leaves it",
             hints=("return a list of its items instead",),
         )
-    if type(value) in (set, frozenset):
-        return _node(tuple(value), type(value), depth, owner)
+    if type(value) in (set, frozenset):  # in the pass's table (Note [A made set's table as the pass made it])
+        make = made_as(shape_of(value)) if type(value) is set else frozenset
+        return _node(tuple(value), make, depth, owner)
     if type(value) in _DICT_VIEWS:
         flat, rebuild = _split(dict(value.mapping), depth + 1, owner)
         view = _DICT_VIEWS[type(value)]
@@ -675,8 +677,8 @@ def _plain_keys(value: Any) -> Any:
         if type(value) is collections.defaultdict:
             return collections.defaultdict(value.default_factory, items)
         return type(value)(items) if type(value) in _OPTREE_NODES else dict(items)
-    if type(value) in (set, frozenset) and any(plain_key(k) is not k for k in value):
-        return type(value)(map(plain_key, value))
+    if type(value) in (set, frozenset) and any(plain_key(k) is not k for k in value):  # in the pass's table
+        return (made_as(shape_of(value)) if type(value) is set else frozenset)(tuple(map(plain_key, value)))
     return value
 
 

@@ -23,6 +23,8 @@ eager's).
 
 Invariant: ``put_back`` changes the set only to the table ``table_of`` read, entry for entry; the keys it
 holds are those of the snapshot (``keys``, which keeps them alive), each with one reference of the set's.
+``made_as`` writes a set it has just made into the table ``shape_of`` read only where each element's hash is
+the one its slot held there (Note [A made set's table as the pass made it]).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-__all__ = ["SetTable", "arrange", "filled", "layout_of", "next_popped", "put_back", "table_of"]
+__all__ = ["SetShape", "SetTable", "arrange", "filled", "layout_of", "made_as", "next_popped", "put_back",
+           "shape_of", "table_of"]
 
 
 class _SetHeader(ctypes.Structure):
@@ -172,3 +175,60 @@ def arrange(s: set, layout: tuple[int, tuple[int, ...]], elements: Any) -> None:
 def filled(s: set) -> int | None:
     """The ``fill`` of an exact set (its entries and dummies); None where the layout was not confirmed."""
     return _header(s).fill if _DUMMY is not None and type(s) is set else None
+
+
+# Note [A made set's table as the pass made it]
+# A set the program makes (``S | {a, b}``, ``S - {m}``) and stores into state or returns is made again each
+# call from its elements (jit/outputs.py). ``set(elements)`` adds them one by one into a table growing as it
+# goes; C's ``set_or`` copied ``S``'s table and merged the other into it (a resize of its own rule), so the
+# made set had other slots, and the next call's op on it (a merge, a resize reinserting in table order)
+# iterated in another order than eager's (/tmp/set57-probes/wide_sets.py ``rebind``: eager
+# [0, 64, 16, 80, 8, 72], jit [0, 64, 8, 72, 16, 80] at call 2). ``shape_of`` reads the table of the set the
+# pass made (its size, each slot's element or dummy, ``fill``, ``used``, ``finger`` and each element's hash)
+# and ``made_as`` writes the set made again into that table (``put_back``) where its elements have the
+# pass's hashes, one for one in iteration order, so it is the table C made. Where a hash differs (a number
+# of the trace that is another value on a later call) the slots would not be the elements', and the set is
+# ``set(elements)`` as before (its order may then differ from eager's).
+SetShape = tuple  # (mask, fill, used, finger, each slot's element index / -1 a dummy / None, the hashes)
+
+
+def shape_of(s: Any) -> SetShape | None:
+    """The table of an exact ``set`` (Note [A made set's table as the pass made it]); None for any other
+    object or where the layout was not confirmed."""
+    if _DUMMY is None or type(s) is not set:
+        return None
+    header = _header(s)
+    entries = _entries(header)
+    index = {id(k): i for i, k in enumerate(set.__iter__(s))}
+    keys = [entries[2 * i] for i in range(header.mask + 1)]
+    if any(k and k != _DUMMY and k not in index for k in keys):
+        return None
+    slots = tuple(None if not k else -1 if k == _DUMMY else index[k] for k in keys)
+    hashes = tuple(entries[2 * i + 1] for i, k in enumerate(keys) if k and k != _DUMMY)
+    return header.mask, header.fill, header.used, header.finger, slots, hashes
+
+
+def made_as(shape: SetShape | None) -> Any:
+    """A maker of a set from its elements (in the iteration order of the set ``shape`` was read from) with
+    that set's table where their hashes are its (Note [A made set's table as the pass made it])."""
+
+    def make(elements: tuple) -> set:
+        made = set(elements)
+        if shape is None or len(made) != len(elements) or len(elements) != len(shape[5]):
+            return made
+        mask, fill, used, finger, slots, hashes = shape
+        try:
+            if tuple(hash(e) for e in elements) != hashes:
+                return made
+        except TypeError:
+            return made
+        entries: list[int] = []
+        for slot in slots:
+            entries += (0, 0) if slot is None else (_DUMMY, -1) if slot == -1 else \
+                (id(elements[slot]), hashes[slot])  # a dummy's hash is -1, as set_discard_entry leaves it
+        small = id(made) + ctypes.sizeof(_SetHeader)
+        put_back(made, (mask, small if mask == 7 else 0, fill, used, finger, tuple(entries),
+                        {id(e): e for e in elements}))
+        return made
+
+    return make

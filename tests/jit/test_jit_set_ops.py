@@ -195,3 +195,35 @@ def test_a_set_of_state_settled_then_popped_pops_eagers_element() -> None:
     for (expected, eager_order), (got, jit_order) in zip(*runs):
         assert_same(got, expected)
         assert jit_order == eager_order
+
+
+MADE: set = {0}
+
+
+def _rebinds_a_made_set(x: torch.Tensor, n: int) -> torch.Tensor:
+    global MADE
+    MADE = MADE | {n * 8, n * 8 + 64}  # C copies MADE's table, then merges (a resize of its own)
+    if len(MADE) > 6:
+        MADE = MADE - {min(MADE)}  # a dummy where min(MADE) was
+    return x * len(MADE)
+
+
+def test_a_made_set_stored_into_state_iterates_in_eagers_order() -> None:
+    """Before (/tmp/set57-probes/wide_sets.py ``rebind``): the made set was built again each call as
+    ``set(elements)``, a table of other slots than C's ``set_or``/``set_sub`` made, and the next call's merge
+    iterated in another order at call 2: eager [0, 64, 16, 80, 8, 72], jit [0, 64, 8, 72, 16, 80] (Note [A
+    made set's table as the pass made it], jitcore/jit/set_tables.py)."""
+    global MADE
+    runs = []
+    jf = jitcore.jit(_rebinds_a_made_set)
+    for run in (_rebinds_a_made_set, jf):
+        MADE = {0}
+        out = []
+        for n in range(20):
+            got = run(torch.ones(1), n)
+            out.append((got, type(MADE), list(MADE)))
+        runs.append(out)
+    for n, ((expected, eager_type, eager_order), (got, jit_type, jit_order)) in enumerate(zip(*runs)):
+        assert_same(got, expected)
+        assert (jit_type, jit_order) == (eager_type, eager_order), n
+    assert jitcore.cache_misses(jf) == 20  # MADE's contents differ every call: one pass each, as before
