@@ -289,8 +289,9 @@ def test_an_njt_training_step_with_a_layer_norm_is_one_symbolic_entry(optimizer:
     """Before: 'EphemeralSource' object has no attribute 'base' while the symbolic pass's guards were
     printed (``Ne(s3, 8)`` over an intermediate nested int), so each ragged structure traced a static
     entry of its own (6 misses in 6 steps, each running NestedTensor's dispatch 260 to 510 times). Now
-    the third step on is a cache hit that dispatches no NestedTensor op; every step's loss and
-    parameters equal eager's."""
+    the second step, which misses on the optimizer's state with another ragged structure, traces it
+    symbolic (Note [A miss for another reason with other sizes]), so the third step on is a cache hit that
+    dispatches no NestedTensor op; every step's loss and parameters equal eager's."""
     torch.manual_seed(0)
     eager = _NormedBlock()
     traced = _NormedBlock()
@@ -302,14 +303,14 @@ def test_an_njt_training_step_with_a_layer_norm_is_one_symbolic_entry(optimizer:
     for i, lengths in enumerate(_STRUCTURES[:6]):
         values, target = torch.randn(sum(lengths), 8), torch.randn(sum(lengths), 8)
         offsets = _offsets(lengths)
-        with _njt_dispatches(i >= 3) as dispatched:
+        with _njt_dispatches(i >= 2) as dispatched:
             got = jitted(traced, traced_opt, values, offsets, target)
         torch.testing.assert_close(got, _training_step(eager, eager_opt, values, offsets, target))
         for a, b in zip(traced.parameters(), eager.parameters(), strict=True):
             torch.testing.assert_close(a, b)
-        if i >= 3:
+        if i >= 2:
             assert dispatched == [], dispatched
-    assert jitcore.cache_misses(jitted) == 3, jitcore.miss_reasons(jitted)
+    assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)
 
 
 @pytest.mark.filterwarnings("error:jitcore")
