@@ -35,6 +35,7 @@ from typing import Any
 from jitcore.ir.codegen import compile_source
 from jitcore.jit.made_classes import library_maker, remake_class
 from jitcore.jit.made_functions import EMPTY, fill_function, function_state
+from jitcore.jit.set_tables import made_as, shape_of
 
 __all__ = ["function_maker", "plan"]
 
@@ -251,7 +252,9 @@ class _Planner:
         memo."""
         kids = self._parts_then(value, list(value))
         self.local(value)
-        self._made_after(value, f"{self.constant(type(value))}(({', '.join(kids)}{',' if kids else ''}))")
+        # a set in the pass's table (Note [A made set's table as the pass made it], jit/set_tables.py)
+        make = made_as(shape_of(value)) if type(value) is set else type(value)
+        self._made_after(value, f"{self.constant(make)}(({', '.join(kids)}{',' if kids else ''}))")
         return self.names[id(value)]
 
     def _named_tuple(self, value: tuple) -> str:

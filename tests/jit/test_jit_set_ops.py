@@ -227,3 +227,33 @@ def test_a_made_set_stored_into_state_iterates_in_eagers_order() -> None:
         assert_same(got, expected)
         assert (jit_type, jit_order) == (eager_type, eager_order), n
     assert jitcore.cache_misses(jf) == 20  # MADE's contents differ every call: one pass each, as before
+
+
+def _makes_a_set_of_constants(x: torch.Tensor, n: int) -> torch.Tensor:
+    global MADE
+    MADE = {0, 16, 64, 3}  # made again each call (a copy of the pass's)
+    return x * 2
+
+
+def _merges_into_the_made_set(x: torch.Tensor, n: int) -> torch.Tensor:
+    global MADE
+    MADE = MADE | {n * 8 + 128, n + 1000}  # C copies MADE's table: its slots decide the order
+    return x * 3
+
+
+def test_a_set_of_constants_made_each_call_iterates_in_eagers_order() -> None:
+    """Before (/tmp/set57-probes/hit.py): the set of constants was copied each call as ``set(items)``, another
+    table than the display's, and merging into it iterated in another order at call 0: eager
+    [0, 16, 64, 3, 128, 1000], jit [0, 64, 128, 3, 1000, 16]."""
+    global MADE
+    jitted = (jitcore.jit(_makes_a_set_of_constants), jitcore.jit(_merges_into_the_made_set))
+    runs = []
+    for fns in ((_makes_a_set_of_constants, _merges_into_the_made_set), jitted):
+        out = []
+        for n in range(6):
+            for fn in fns:
+                out.append((fn(torch.ones(1), n), list(MADE)))
+        runs.append(out)
+    for k, ((expected, eager_order), (got, jit_order)) in enumerate(zip(*runs)):
+        assert_same(got, expected)
+        assert jit_order == eager_order, k
