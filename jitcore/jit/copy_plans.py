@@ -316,14 +316,7 @@ class _Planner:
         """A class the program made that ``type`` makes again (jit/made_classes.py ``remake_class``), its
         namespace's objects copied first (the pass's class standing for it meanwhile, as in the memo)."""
         original = self.constant(cls)
-        name = self.local(cls)
-        self.lines += [f"{name} = get(memo, {id(cls)}, NIL)",
-                       f"if {name} is NIL:",
-                       f"    {name} = {original}",
-                       f"    memo[{id(cls)}] = {name}",
-                       f"    n{name} = True",
-                       "else:",
-                       f"    n{name} = False"]
+        name = self._made_first(cls, original)
         parts = {id(part): self.step(part) for part in _class_copies(cls)}
         copies = ", ".join(f"{key}: {kid}" for key, kid in parts.items())
         self.lines += [f"if n{name}:", f"    {name} = remake_class({original}, memo, Copies({{{copies}}}))"]
