@@ -333,6 +333,15 @@ def plan(
 # transform raises ``ViewLeftToTheFunction``; the entry runs pass 1 under torch's autograd (every call
 # of a subclass program then resolves its dispatch, as eagerly), or, where pass 1 cannot run so, the
 # call runs eagerly (JC-J002). ``jitcore.explain`` shows the reason.
+# Note [A view of a base the caller cannot reach]
+# Only a view whose base the caller can reach is refused: the base is (the base of) an input or of another
+# output. A view of an intermediate no output or input shares (``conv1d``'s squeeze of its conv2d, a 3-d
+# ``linear``'s view of its matmul, a nested jagged tensor's view of its values buffer) stays the Function's
+# output, as before the refusal: its values and gradients are eager's, the caller's in-place write of it
+# writing nothing else the caller sees; what differs is its view metadata (``_is_view()``, ``grad_fn``),
+# and for a plain tensor an in-place write of it raises "Output 0 of JitcoreFunction is a view" where
+# eager computes. Refusing it made every such entry run pass 1 under torch's autograd: 53 OpInfo entries
+# lost their traced backward, and float8/DTensor linears and nested jagged SDPA dispatched on warm calls.
 class ViewLeftToTheFunction(Exception):  # noqa: N818 - a refusal, as SizesNotRewritten
     """An output that is a view cannot be made after the Function (Note [A view left to the Function])."""
 
@@ -351,9 +360,18 @@ def refuse_views_left(
     """
     made = {position for position, _slot in views.positions} if views is not None else set()
     given = {id(v) for v in (*trace.args, *subclass_inputs)}
-    left = next((position for position, leaf in enumerate(leaves)
-                 if isinstance(leaf, TensorProxy) and id(leaf) not in given and position not in made
-                 and _base_of(replayed(leaf)) is not None), None)
+    bases = {position: _base_of(replayed(leaf)) for position, leaf in enumerate(leaves)
+             if isinstance(leaf, TensorProxy) and id(leaf) not in given and position not in made}
+    # Note [A view of a base the caller cannot reach]
+    inputs = [_root(replayed(v)) for v in (*trace.args, *subclass_inputs)]
+    outputs = [_root(replayed(leaf)) for leaf in leaves]
+
+    def reached(position: int, base: torch.Tensor) -> bool:
+        others = (root for p, root in enumerate(outputs) if p != position)
+        return any(root is base for root in (*inputs, *others))
+
+    left = next((position for position, base in bases.items()
+                 if base is not None and reached(position, base)), None)
     if left is None:
         return
     effect = next((b for b in trace.bound_symbols if _sets_state(b)), None)
