@@ -217,10 +217,10 @@ def made_as(shape: SetShape | None) -> Any:
         if shape is None or len(made) != len(elements) or len(elements) != len(shape[5]):
             return made
         mask, fill, used, finger, slots, hashes = shape
-        try:
-            if tuple(hash(e) for e in elements) != hashes:
-                return made
-        except TypeError:
+        header = _header(made)  # each element's hash as ``set`` stored it (no second ``__hash__`` call)
+        now = _entries(header)
+        stored = {now[2 * i]: now[2 * i + 1] for i in range(header.mask + 1) if now[2 * i]}
+        if tuple(stored.get(id(e)) for e in elements) != hashes:
             return made
         entries: list[int] = []
         for slot in slots:
