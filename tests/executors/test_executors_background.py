@@ -132,17 +132,46 @@ def test_inductor_in_the_background() -> None:
     assert "fused by inductor" in lowered_trace(jfn)
 
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_subclass_chain.py"
+AT_EXIT = """
+import atexit, sys
+
+def after_jitcore():  # atexit runs handlers last-registered first: this one after jitcore's own
+    from jitcore.executors import background
+    thread = background._COMPILER.thread
+    print("compile thread alive after jitcore's exit handler:", thread is not None and thread.is_alive(),
+          flush=True)
+
+atexit.register(after_jitcore)
+import torch
+import jitcore
+from jitcore.executors import background
+
+def chain(x):
+    for _ in range(5):
+        x = ((x + 1) * 0.5).sin().cos() - 0.25
+    return x
+
+jitted = jitcore.jit(chain)
+x = torch.randn(64, 64)
+for _ in range(5):  # JITCORE_FUSE_AFTER=3: the fourth call hands the lowering to the compile thread
+    jitted(x)
+print("compiles pending at the end of the program:", background._COMPILER.pending, flush=True)
+"""
 
 
-def test_a_program_that_used_the_compile_thread_exits_cleanly(tmp_path: Path) -> None:
-    """Note [The compile thread at exit]: the subclass-chain benchmark (a jitted TwoTensor chain lowered
-    in the background, then torch.compile) aborted at exit on every run, status 134 with "terminate
-    called without an active exception": the idle compile thread was still alive when the runtime was
-    torn down. Only the exit status and the report are checked, not the times."""
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "JITCORE_BACKGROUND_COMPILE": "1"}
-    done = subprocess.run([sys.executable, str(BENCHMARK)], env=env, capture_output=True, text=True,
-                          timeout=900)
+def test_a_compile_running_at_exit_is_let_finish(tmp_path: Path) -> None:
+    """Note [The compile thread at exit]: a program whose last call had just handed an entry over
+    ended while the compile thread ran inductor; the runtime was torn down under it ("terminate
+    called without an active exception", status 134, seen with the subclass-chain benchmark). At
+    exit the job running now is let finish: after jitcore's exit handler the thread has ended. (The
+    abort itself does not reproduce on every torch build; the thread's state at exit does.)"""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "JITCORE_BACKGROUND_COMPILE": "1",
+           "JITCORE_FUSE_AFTER": "3"}
+    done = subprocess.run([sys.executable, "-c", AT_EXIT], env=env, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "terminate called" not in done.stderr
-    assert "jitcore (TwoTensor)" in done.stdout
+    # the program ended with its compile still running (an empty inductor cache: seconds of work) ...
+    assert "compiles pending at the end of the program: 1" in done.stdout, done.stdout
+    # ... and jitcore's exit handler waited for it
+    assert "compile thread alive after jitcore's exit handler: False" in done.stdout, done.stdout
