@@ -1,13 +1,15 @@
-"""List arguments the jitted function only appends to through closures it makes and only calls.
+"""List arguments the jitted function only appends to through closures it makes and only calls or hands out.
 
 ``appended_parameters`` (jit/appends.py) refuses a parameter captured by a closure: the closure could do
 anything with the list, or outlive the call. ``closure_appended_parameters(fn)`` proves from the bytecode of
-the function and of the closures it makes that neither happens: the parameter's cell is read only to look
-``append``/``extend`` up on the list (in the function and in each closure), or to make a closure whose code
-does only that, and each such closure is stored in a local that is only ever called
-(``f = lambda g: log.append(g.sum()); f(h)``).
+the function and of the closures it makes that the list is never read: the parameter's cell is read only
+to look ``append``/``extend`` up on the list (in the function and in each closure), or to make a closure
+whose code does only that, and each such closure is stored in a local that is only ever called
+(``f = lambda g: log.append(g.sum()); f(h)``) or handed out (returned or stored: Note [A closure over a
+list argument handed out]).
 Invariant: such a parameter is bound as a list argument only appended to (``MeasuredLists.bind_argument``):
-the cell holds the program's own list for the pass, whose appends are replayed onto the caller's list.
+the cell holds the program's own list for the pass, whose appends are replayed onto the caller's list; a
+closure handed out is made again per call over the caller's list (jit/outputs.py).
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def _closure_appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[s
         local = _closure_made(instructions, i, code.co_consts) if inst.opname in _CLOSURE_LOADS else None
         if local is None:
             candidates.difference_update(names)
+        elif local == _HANDED_OUT:  # Note [A closure over a list argument handed out]
+            continue
         elif local.startswith(_KEY_OF):
             callees.add(local[len(_KEY_OF):])
         else:
@@ -183,7 +187,9 @@ def _closure_made(instructions: list, i: int, consts: tuple) -> str | None:
         return None
     if instructions[k].opname != "STORE_FAST":
         keyed = _keyed_builtin(instructions, i, k, consts)  # Note [A closure handed to sorted as its key]
-        return None if keyed is None else _KEY_OF + keyed
+        if keyed is not None:
+            return _KEY_OF + keyed
+        return _HANDED_OUT if _handed_out(instructions, k, 0) else None
     return instructions[k].argval
 
 
@@ -198,11 +204,12 @@ def _appends_only(inner: types.CodeType, name: str) -> bool:
 
 def _only_called(code: types.CodeType, instructions: list, local: str) -> bool:
     """Whether the local ``local`` is only stored by making a closure (``_closure_made``) and only loaded as
-    the callee of a call."""
+    the callee of a call, or to hand the closure out (Note [A closure over a list argument handed out])."""
     if local in code.co_cellvars:
         return False
     for i, inst in enumerate(instructions):
-        if local not in _names(inst):
+        names = _names(inst)
+        if local not in names:
             continue
         if inst.opname == "STORE_FAST" and i >= 1 and instructions[i - 1].opname in (
                 "MAKE_FUNCTION", "SET_FUNCTION_ATTRIBUTE"):
@@ -211,5 +218,50 @@ def _only_called(code: types.CodeType, instructions: list, local: str) -> bool:
         if inst.opname in ("LOAD_FAST", "LOAD_FAST_CHECK") and 0 <= null < len(instructions) \
                 and instructions[null].opname == "PUSH_NULL":
             continue
+        loads = inst.opname in _LOCAL_LOADS and names.count(local) == 1
+        if loads and _handed_out(instructions, i + 1, len(names) - 1 - names.index(local)):
+            continue
         return False
     return True
+
+
+# Note [A closure over a list argument handed out]
+# ``f = lambda v: log.append(v); return f, x + 1`` (or ``HOLD.cb = f``) with a list argument ``log``: the
+# closure outlives the call, so the argument was bound whole, its length guarded, and every call traced
+# again (an eager entry before: Note [A closure over a call's objects], jit/outputs.py). The closure can
+# only append to the list, during the call or after it; the function hands it out and reads nothing
+# through it. So a closure whose code only appends through the cell may also be loaded to be handed out:
+# its value, followed on the stack through straight-line code (``stack_use``; no jump, no other consumer),
+# ends in the value returned, or the value of a ``STORE_ATTR``/``STORE_GLOBAL``/``STORE_SUBSCR``, directly
+# or inside a tuple or list built for one of those. The pass appends to its own list (replayed onto the
+# caller's); the closure handed out is made again per call over the list this call passes
+# (jit/outputs.py, ``passed_at``), so what the caller appends through it later reaches its own list, as
+# eagerly. The proof is of the function's bytecode: code that reads the handed-out closure's cell
+# (``f.__closure__[0].cell_contents``) later in the same call would see the pass's own list.
+_LOCAL_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST"})
+_HANDED_OUT = "handed out"  # ``_closure_made``'s answer for a closure made and handed out right there
+_STORES = {"STORE_GLOBAL": (1, 0), "STORE_NAME": (1, 0), "STORE_ATTR": (2, 1), "STORE_SUBSCR": (3, 2)}
+
+
+def _handed_out(instructions: list, start: int, depth: int) -> bool:
+    """Whether the value ``depth`` places below the top of the stack before ``instructions[start]`` is
+    returned or stored as a value, directly or in a tuple or list built for that, by the straight-line
+    code from there (Note [A closure over a list argument handed out])."""
+    for inst in instructions[start:start + _SCAN]:
+        name = inst.opname
+        if name == "RETURN_VALUE":
+            return depth == 0
+        if name in _STORES:
+            taken, at = _STORES[name]
+            if depth < taken:
+                return depth == at
+            depth -= taken
+            continue
+        if name in ("BUILD_TUPLE", "BUILD_LIST") and depth < inst.arg:
+            depth = 0  # the container holding it is handed on
+            continue
+        use = stack_use(inst)
+        if use is None or use[0] > depth:
+            return False
+        depth += use[1] - use[0]
+    return False

@@ -437,10 +437,13 @@ def _per_call(value: Any, depth: int, owner: Owner) -> bool:
 # program made over objects it made (``count = [0]; def g(): count[0] += 1``, a decorator's ``calls``
 # list, ``o.size = lambda: len(o.items)``) is made again per call over new cells whose contents go through
 # the call's memo (Note [A function the program made], jit/made_functions.py): the list it shares with the
-# output or a stored object is one list, as eagerly. A closure made while tracing whose cells hold an
-# object of the caller's that its arguments reach (``log`` above, which that would bind whole, guarded
-# by its contents: a trace per call), or a function jitcore did not see made over the program's objects,
-# is refused (JC-T001): the call runs eagerly and stores eager's closure.
+# output or a stored object is one list, as eagerly. A closure over an object of the caller's that a path
+# from the arguments reaches (``log`` above: ``Owner.passed_at``) is made again per call too, that cell
+# holding the object this call passes at that path (Note [The objects this call passes], jit/call_copies.py);
+# a list argument it only appends to is bound by its type (Note [A closure over a list argument handed out],
+# jit/closure_appends.py), any other use binds it whole, guarded by its contents. A closure over an
+# object of this call's that no path reaches, or a function jitcore did not see made over the program's
+# objects, is refused (JC-T001): the call runs eagerly and stores eager's closure.
 def _closes_over_a_calls_objects(function: types.FunctionType, owner: Owner,
                                  _seen: set[int] | None = None) -> bool:
     """Whether ``function``, made while tracing, closes over an object of this call's that no copy makes
@@ -463,8 +466,8 @@ def _closes_over_a_calls_objects(function: types.FunctionType, owner: Owner,
                 return True
             continue
         whose = owner(held)
-        if whose == "call" or whose is None and not owner.made(function):
-            return True  # an argument's object; or the program's, in a function not made here
+        if whose == "call" and owner.passed_at(held) is None or whose is None and not owner.made(function):
+            return True  # an argument's object no path reaches; or the program's, in a function not made here
     return False
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import pytest
 import torch
 
 import jitcore
@@ -126,3 +127,64 @@ def test_a_closure_over_an_argument_stored_into_it_does_not_trace_every_call() -
             state.cb(-k), eager.cb(-k)
             assert [float(v) for v in state.log] == [float(v) for v in eager.log]
     assert jitcore.cache_misses(jitted) == 1
+
+
+def _returns_the_closure(log: list, x: torch.Tensor) -> Any:
+    f = lambda v: log.append(v)  # noqa: E731
+    return x + 1, f
+
+
+def _stores_the_closure(log: list, x: torch.Tensor) -> Any:
+    f = lambda v: log.append(v)  # noqa: E731
+    Holder.callback = f
+    return x + 1, None
+
+
+def _calls_then_returns_it(log: list, x: torch.Tensor) -> Any:
+    f = lambda v: log.append(v)  # noqa: E731
+    f(x.sum())
+    return x * 2, f
+
+
+def _returns_it_made_there(log: list, x: torch.Tensor) -> Any:
+    return x - 1, (lambda v: log.extend([v, v]))
+
+
+@pytest.mark.parametrize("program", [_returns_the_closure, _stores_the_closure, _calls_then_returns_it,
+                                     _returns_it_made_there], ids=lambda p: p.__name__.strip("_"))
+def test_a_closure_over_a_list_argument_handed_out_is_traced_once(program: Any) -> None:
+    """Note [A closure over a list argument handed out] (jit/closure_appends.py): ``f = lambda v:
+    log.append(v); return f`` with ``log`` an argument was an eager entry on every call ("whose cells hold
+    objects of this call's"); the caller appends to ``log`` between calls. Now one trace; each call's
+    closure appends to that call's list, as eager's."""
+    Holder.callback = None
+    eager, eager_log, eager_cells = [], [], []
+    jitted_log: list = []
+    jitted = jitcore.jit(program)
+    got, got_cells = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for runner, log, seen, cells in ((program, eager_log, eager, eager_cells),
+                                         (jitted, jitted_log, got, got_cells)):
+            for k in range(4):
+                out = runner(log, torch.full((2,), float(k)))
+                closure = out[1] if out[1] is not None else Holder.callback
+                cells.append(closure.__closure__[0].cell_contents is log)
+                closure(10 * k)
+                log.append(-k)  # the caller's own append between calls
+                seen.append((out[0].tolist(), [float(v) for v in log]))
+    assert got == eager
+    assert got_cells == eager_cells == [True] * 4
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
+def test_a_handed_out_closure_that_reads_the_list_argument_reads_the_callers_list() -> None:
+    """A closure that reads the list (``len(log)``, ``log[-1]``) is no appending closure: the list is bound
+    whole (a trace per length), and each call's closure reads the list that call passes, as eager's."""
+
+    def program(log: list, x: torch.Tensor) -> Any:
+        log.append(len(log))
+        return x + len(log), lambda v: (log.append(v), len(log), log[-2])[1:]
+
+    eager, got, _ = _both(program)
+    assert got == eager
