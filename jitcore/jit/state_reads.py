@@ -47,7 +47,7 @@ from jitcore.jit.state_kinds import is_library_class, is_module_registry, is_str
 from jitcore.langctx import python as python_langctx
 from jitcore.prologue import Path, Root
 from jitcore.proxies import TensorProxy
-from jitcore.proxies.number import NumberProxy
+from jitcore.proxies.number import NumberProxy, ObjectProxy
 from jitcore.proxies.tensor import protocol_method, torch_owns_name
 
 __all__ = ["StateReads"]
@@ -378,6 +378,7 @@ class StateReads:
         path = self.provenance.path_of(container)
         if path is None or isinstance(container, TensorProxy):
             return value
+        key = _hashed_number_key(container, key)  # Note [An item at a computed number's key]
         if not _is_plain_key(key) and not (isinstance(key, torch.Tensor) and self.provenance.path_of(key)):
             if id(container) in self.provenance.keyed:  # its items are guarded only by such reads
                 self.provenance.bind_state(container, path)
@@ -432,6 +433,25 @@ def _pushed_by_the_frame(frame: Any) -> bool:
     i = frame.index - 1
     instructions = frame.info.instructions
     return not (0 <= i < len(instructions) and instructions[i].opname in _CALL_OPS)
+
+
+# Note [An item at a computed number's key]
+# ``groups.setdefault(n % 3, []).append(v)``, ``D[n % 3].add(v)``, ``hist[step // 10].append(y)`` with a
+# dynamic number: the item's path could not be named by the number, so the read bound the whole dict
+# (every item's contents guarded), and the lists and sets at its keys, which grow on every call, traced
+# again on every call (20 in 20: /tmp/eff56-probes/wide_sets.py ``dict_of_sets``). The dict found the
+# item by hashing the number, and hashing a dynamic number guards its value for the entry (the
+# predicate ``number == value`` of Note [Hashing a computed number], jitcore/proxies/number.py, or the
+# value of the inputs it was computed from), so every call the entry accepts reads the item at that
+# value's key: the item is bound at the path of the value, as at a constant key (a list there only
+# appended to guarded by its type, a set only added to likewise). Only for a dict (C hashes the key
+# it is subscripted by) and a number that is no NaN (whose hash specializes nothing the same way).
+def _hashed_number_key(container: Any, key: Any) -> Any:
+    """The value of a dynamic number ``key`` a dict was subscripted by (Note above); else ``key``."""
+    if isinstance(key, NumberProxy) and not isinstance(key, ObjectProxy) and isinstance(container, dict) \
+            and type(key.value) in (int, bool, float) and key.value == key.value:
+        return key.value
+    return key
 
 
 def _is_plain_key(key: Any) -> bool:
