@@ -73,17 +73,34 @@ def refusal(tensor: torch.Tensor, path: Path) -> EagerOnlySubclass | None:
 # symbolic sizes is rebuilt from sizes the computation computes (jit/shapes.py, Note [Subclass
 # values' sizes]). Any other subclass (a packed int4 weight, a nested jagged tensor, one whose
 # ``__torch_dispatch__`` answers its strides) keeps static inner shapes.
-def following_inner(tensor: torch.Tensor, names: list[str]) -> str | None:
-    """The name of the first inner tensor of ``tensor`` with its sizes and strides, where all its inner
-    tensors are plain strided tensors (Note above); None otherwise."""
+def following_inner(tensor: torch.Tensor, names: list[str], *, sizes_only: bool = False) -> str | None:
+    """The name of the first inner tensor of ``tensor`` with its sizes and strides (``sizes_only``: its
+    sizes, for a wrapper whose ``__torch_dispatch__`` answers its strides), where all its inner tensors
+    are plain strided tensors (Notes above and [A wrapper that answers its strides]); None otherwise."""
     inner = [getattr(tensor, n) for n in names]
     plain = (torch.Tensor, torch.nn.Parameter)
     if tensor.dim() == 0 or tensor.layout is not torch.strided or any(
             type(t) not in plain or t.layout is not torch.strided for t in inner):
         return None
     with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - jitcore's own reads
+        if sizes_only:  # reading the strides would run the class's __torch_dispatch__
+            return next((n for n, t in zip(names, inner) if t.shape == tensor.shape), None)
         layout = tuple(tensor.shape), tuple(tensor.stride())
         return next((n for n, t in zip(names, inner) if (tuple(t.shape), tuple(t.stride())) == layout), None)
+
+
+# Note [A wrapper that answers its strides]
+# A wrapper made with ``dispatch_sizes_strides_policy="strides"`` (torch.masked's MaskedTensor) has sizes
+# of its own but asks its ``__torch_dispatch__`` for its strides (``aten.sym_stride``), which the prologue
+# must not run, so its spec has ``layout_from_inner`` and no strides. It was bound with static inner
+# shapes: a MaskedTensor program traced one entry per size, where the same program over plain tensors
+# traces one symbolic entry from the second size on. Where its sizes are those of one of its inner
+# tensors (``following_inner(..., sizes_only=True)``: MaskedTensor's data and mask both) and all its
+# inner tensors are plain, a symbolic pass binds them as plain inputs are bound and the outer shadow
+# takes that inner shadow's sizes, SymInts included; its strides stay what the class answers (the
+# shadow's dispatch asks the inner shadows). The prologue checks that the caller's value still has that
+# inner tensor's sizes (``follows(..., sizes_only=True)``: no stride is read), and its ``tensor`` guard
+# leaves the symbolic sizes to it.
 
 
 # Note [A wrapper that answers its sizes]
@@ -153,9 +170,12 @@ def ctx_places(tensor: torch.Tensor, ctx: Any, dims: frozenset[int]) -> tuple[Pl
     return places_of(ctx, shape, frozenset(d for d in dims if d < len(shape) and shape[d] > 1))
 
 
-def follows(path: Path, inner: Path) -> ShapeCondition:
-    """The ``shape`` condition that the tensor at ``path`` has the sizes and strides of its inner tensor
-    at ``inner`` (Note [Subclass inputs that follow an inner tensor])."""
+def follows(path: Path, inner: Path, *, sizes_only: bool = False) -> ShapeCondition:
+    """The ``shape`` condition that the tensor at ``path`` has the sizes and strides (``sizes_only``: the
+    sizes) of its inner tensor at ``inner`` (Notes [Subclass inputs that follow an inner tensor], [A
+    wrapper that answers its strides])."""
+    if sizes_only:
+        return ShapeCondition("{0}.shape == {1}.shape", (path, inner))
     return ShapeCondition("{0}.shape == {1}.shape and {0}.stride() == {1}.stride()", (path, inner))
 
 

@@ -201,7 +201,9 @@ class TensorBinding:
         self.guard(path, "type", cls)
         nested = has_nested_ints(tensor)  # Note [Nested ints], jitcore/langctx/shadows.py
         spec = TensorSpec.of_nested(tensor) if nested else TensorSpec.of_subclass(tensor)
-        leading = None if nested or spec.layout_from_inner else following_inner(tensor, names)
+        strides_answered = spec.layout_from_inner and not spec.outer_from_inner  # Note [A wrapper that
+        leading = None if nested or (spec.layout_from_inner and not strides_answered) \
+            else following_inner(tensor, names, sizes_only=strides_answered)  # answers its strides]
         answered = not nested and answers_its_sizes(spec, tensor, names)  # Note [A wrapper that answers ...]
         symbolic = (leading is not None or answered) and self.dynamic_dims is not None \
             and self.symbolic_subclasses
@@ -239,8 +241,10 @@ class TensorBinding:
             if has_symbols(lead):
                 layout = tuple(lead.shape), tuple(lead.stride())
                 ctx = with_sizes(ctx, places, layout[0])
-                spec = TensorSpec.of(tensor, with_strides=True, traced=(*layout, tensor.storage_offset()))
-                self.guard(path, "shape", follows(path, path.attr(leading)))
+                spec = dataclasses.replace(TensorSpec.of(tensor, with_strides=False, traced=layout),
+                                           layout_from_inner=True) if strides_answered else \
+                    TensorSpec.of(tensor, with_strides=True, traced=(*layout, tensor.storage_offset()))
+                self.guard(path, "shape", follows(path, path.attr(leading), sizes_only=strides_answered))
                 self.symbolic_subclass_inputs += 1
             self.guard(path, "tensor", spec)
         try:

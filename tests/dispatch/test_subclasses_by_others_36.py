@@ -1,0 +1,78 @@
+"""Tensor subclasses written by others (issue 15, zoo58): torch.masked's MaskedTensor as its users pass it,
+over the sizes a user varies, eager against ``jitcore.jit`` (values, masks, output types by
+``assert_same_flattened``; no eager entry; no ``__torch_dispatch__`` frame on a warm call; the entries
+expected). MaskedTensor answers its strides in its ``__torch_dispatch__`` (``dispatch_sizes_strides_policy=
+"strides"``); its inputs traced one entry per size (Note [A wrapper that answers its strides],
+jitcore/jit/subclass_inputs.py).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from subclass_checks import assert_same_flattened, protocol_calls
+from torch.masked import MaskedTensor, masked_tensor
+
+import jitcore
+
+SIZES = (5, 7, 4, 9)
+
+
+def _masked(n: int) -> tuple[MaskedTensor]:
+    data = torch.randn(3, n)
+    with warnings.catch_warnings():  # "The PyTorch API of MaskedTensors is in prototype stage ..."
+        warnings.simplefilter("ignore")
+        return (masked_tensor(data, data > 0),)
+
+
+PROGRAMS: dict[str, Callable[[MaskedTensor], Any]] = {
+    "pointwise": lambda x: (x * 2 + 1).sin(),
+    "sum over a dim": lambda x: torch.sum(x, 1),
+    "mean": lambda x: x.mean(),
+    "to_tensor": lambda x: (x.exp() * 3).to_tensor(0.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_masked_tensor_inputs_over_sizes_share_one_symbolic_entry(name: str) -> None:
+    """A MaskedTensor of 3 rows and 5, 7, 4, 9 columns: eager's values and masks on every call, the
+    second size traced with symbolic sizes and the next ones answered from it without running
+    MaskedTensor's ``__torch_dispatch__`` (before: an entry per size, its sizes static)."""
+    program = PROGRAMS[name]
+    jitted = jitcore.jit(program)
+    warm: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, n in enumerate(SIZES):
+            torch.manual_seed(i)
+            args = _masked(n)
+            expected = program(*args)
+            misses = jitcore.cache_misses(jitted)
+            with protocol_calls(MaskedTensor) as frames:
+                got = jitted(*args)
+            if jitcore.cache_misses(jitted) == misses:
+                warm += frames
+            assert_same_flattened(got, expected, f"call {i} (3 x {n})")
+    assert jitted.fallback_reason is None
+    assert warm == []
+    assert jitcore.cache_misses(jitted) == 2
+
+
+def test_masked_tensors_over_rows_and_columns() -> None:
+    """Columns change first (symbolic from the second call), then rows (a miss: the prologue checks the
+    MaskedTensor's sizes through its data's, its ``shape`` check, and the next entry has both symbolic):
+    eager's answers, three entries for five shapes (before: five)."""
+    program = PROGRAMS["sum over a dim"]
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, (rows, n) in enumerate(((3, 5), (3, 7), (3, 8), (4, 8), (2, 3))):
+            torch.manual_seed(i)
+            data = torch.randn(rows, n)
+            x = masked_tensor(data, data > 0)
+            assert_same_flattened(jitted(x), program(x), f"call {i} ({rows} x {n})")
+    assert jitcore.cache_misses(jitted) == 3
