@@ -19,6 +19,8 @@ Invariants:
   its namespace holding the class but a function's cell; its bases are made again too or not the program's
   (the walk of jit/call_copies.py checks each);
 - one class per call, whatever reaches it (the class, an instance, a method's cell): the call's memo holds it;
+  an instance the call copied while its class was being made gets it too (Note [An instance made while
+  its class is made]);
   an instance holding traced values (jit/outputs.py takes it apart by its attributes) gets it as its
   ``__class__``, where its classes are over ``object`` alone.
 """
@@ -114,8 +116,8 @@ def remake_class(cls: type, memo: dict, copied: Callable[[Any], Any]) -> type:
         made = maker.make(cls, copied)
     else:
         bases = tuple(copied(base) for base in cls.__bases__)
-        namespace = {name: _member(value, copied) for name, value in vars(cls).items()
-                     if not _type_made(name)}
+        namespace = {name: _member(value, copied) for name, value in list(vars(cls).items())
+                     if not _type_made(name)}  # (a copy of an instance adds ``__slotnames__`` meanwhile)
         namespace["__qualname__"] = cls.__qualname__  # kept by ``type`` outside the namespace
         made = type(cls.__name__, bases, namespace)
     memo[id(cls)] = made
@@ -124,7 +126,19 @@ def remake_class(cls: type, memo: dict, copied: Callable[[Any], Any]) -> type:
             new = dict.get(memo, id(old))
             if new is not None and _contents(new) is cls:
                 new.cell_contents = made
+    for key, new in list(dict.items(memo)):  # Note [An instance made while its class is made]
+        if type(new) is cls and key != id(new):
+            object.__setattr__(new, "__class__", made)
     return made
+
+
+# Note [An instance made while its class is made]
+# ``class Node: registry = []``, ``Node.registry.append(Node())``, ``return Node``: the namespace's copy is
+# made while the memo holds the pass's class for the class (Note [A class made again per call]), so the
+# registry's copy held an instance of the pass's class (``type(Node.registry[0]) is Node`` False on every
+# cached call). Once the call's class exists, each copy the call's memo holds that is of the pass's class
+# gets the call's class, as the cells holding it do; the layouts are one (the same bases, slots and
+# ``__dict__``). A memo entry that is its object itself (the caller's objects, kept) is never changed.
 
 
 def _member(value: Any, copied: Callable[[Any], Any]) -> Any:
@@ -192,8 +206,9 @@ def _holds_itself(cls: type) -> bool:
 # ``typing.NamedTuple`` class statement is ``namedtuple`` and then its annotations (on the class and its
 # ``__new__``), ``__orig_bases__`` (3.13: ``__firstlineno__``, ``__static_attributes__``) and qualified
 # name set: made again the same way (one with methods of
-# its own, or ``Generic``, is not). A class ``@dataclasses.dataclass`` (without ``slots``, fields only:
-# no ``ClassVar``/``InitVar``) decorated is made again as its statement and decorator make it: ``type``
+# its own, or ``Generic``, is not). A class ``@dataclasses.dataclass`` (``slots`` too: Note [A dataclass
+# with slots]; fields, ``ClassVar``/``InitVar`` too) decorated is made again as its statement and
+# decorator make it: ``type``
 # over this call's copy of the statement's namespace (what ``dataclass`` wrote left out, a new ``Field``
 # per field, its default and factory this call's), then ``dataclass`` with the decorator's options read
 # from ``__dataclass_params__`` (3.11 records no ``match_args``/``kw_only``: ``__match_args__`` tells the
@@ -313,17 +328,54 @@ def _dataclass_maker(cls: type) -> LibraryMaker | None:
     namespace = vars(cls)
     params, fields = namespace.get("__dataclass_params__"), namespace.get("__dataclass_fields__")
     if type(cls) is not type or type(fields) is not dict or type(params) is not dataclasses._DataclassParams \
-            or "__slots__" in namespace or any(type(k) is not str for k in namespace):  # noqa: SLF001
+            or any(type(k) is not str for k in namespace):  # noqa: SLF001
         return None
     if any(f._field_type not in _FIELD_KINDS for f in fields.values()):  # Note [A ClassVar or InitVar field]
         return None
     options = {n: getattr(params, n) for n in type(params).__slots__}
-    if options.get("slots"):
+    if "__slots__" in namespace and not _slotted(cls, options):  # Note [A dataclass with slots]
         return None
-    options.setdefault("match_args", "__match_args__" in namespace)  # (3.11 records neither of these)
+    options.setdefault("slots", "__slots__" in namespace)  # (3.11 records none of these)
+    options.setdefault("weakref_slot", "__weakref__" in namespace.get("__slots__", ()))
+    options.setdefault("match_args", "__match_args__" in namespace)
     options.setdefault("kw_only", False)  # each field says its own
     maker = LibraryMaker(functools.partial(_remade_dataclass, options=options), _dataclass_parts)
     return _checked(cls, maker)
+
+
+# Note [A dataclass with slots]
+# ``@dataclass(slots=True)`` makes a second class: ``type`` over the first class's namespace less the
+# fields' defaults, with ``__slots__`` (the fields, ``__weakref__`` with ``weakref_slot``); ``type`` adds a
+# member descriptor per slot, and a frozen one gets dataclasses' ``__getstate__``/``__setstate__``. Such a
+# class ran eagerly on every call ("it has __slots__"). Its statement is the slotted class's namespace
+# without what ``dataclass`` wrote, the slots and their descriptors (``_statement``): made again as the
+# other dataclasses are, ``dataclass(slots=True)`` over ``type`` of it, and ``_checked`` as they are (a
+# member descriptor the same where its name is and its class is the class compared; a frozen one's
+# ``__setattr__`` holds the first class, unslotted: ``_first_classes``). A ``__slots__`` the
+# statement wrote itself (no ``slots=True``), or one that is not the fields', is still refused. Its
+# instances hold no ``__dict__``: they are copied by ``deepcopy`` (its slots as state), of this call's class.
+def _slotted(cls: type, options: dict[str, Any]) -> bool:
+    """Whether ``cls``'s ``__slots__`` is the one ``dataclass(slots=True)`` wrote (Note [A dataclass with
+    slots])."""
+    if options.get("slots") is False:
+        return False
+    names = tuple(f.name for f in cls.__dataclass_fields__.values()
+                  if f._field_type is dataclasses._FIELD)  # noqa: SLF001
+    slots = vars(cls)["__slots__"]
+    return slots in (names, (*names, "__weakref__")) and all(
+        type(vars(cls).get(n)) is types.MemberDescriptorType for n in names)
+
+
+_SLOTS_MADE = ("__slots__", "__getstate__", "__setstate__")
+
+
+def _first_classes(a: type, b: type, pair: tuple) -> bool:
+    """Whether ``a`` and ``b`` are the classes ``dataclass(slots=True)`` made first for the slotted
+    classes ``pair`` (a frozen one's ``__setattr__`` holds it): of their name, unslotted, dataclasses."""
+    return "__slots__" in vars(pair[0]) and "__slots__" in vars(pair[1]) and \
+        a.__qualname__ == b.__qualname__ == pair[0].__qualname__ and \
+        "__slots__" not in vars(a) and "__slots__" not in vars(b) and \
+        "__dataclass_fields__" in vars(a) and "__dataclass_fields__" in vars(b)
 
 
 def _no_parts(_cls: type) -> list[Any]:
@@ -334,7 +386,10 @@ def _statement(cls: type) -> tuple[list[tuple[str, Any]], dict[str, dict[str, An
     """A dataclass's class statement's namespace, in its order (what ``dataclass`` wrote left out; a
     field's place is where its Field goes), and each field's arguments to ``dataclasses.field``."""
     namespace = vars(cls)
-    own = [(k, v) for k, v in namespace.items() if k not in _DATACLASS_MADE]
+    slotted = "__slots__" in namespace  # Note [A dataclass with slots]
+    own = [(k, v) for k, v in namespace.items() if k not in _DATACLASS_MADE and not (
+        slotted and (k in _SLOTS_MADE or type(v) is types.MemberDescriptorType and k not in
+                     namespace["__dataclass_fields__"]))]
     keys = list(namespace)
     if "__dict__" in keys and keys.index("__doc__") > keys.index("__dict__"):  # ``type``'s None, rewritten
         own = [(k, v) for k, v in own if k != "__doc__"]
@@ -411,6 +466,10 @@ def _same(a: Any, b: Any, depth: int = 0, pair: tuple = ()) -> bool:
                   tuple(_contents(c) for c in b.__closure__ or ()), depth + 1, pair)
     if kind is _TUPLEGETTER:
         return a.__reduce__() == b.__reduce__()
+    if isinstance(a, type) and pair and _first_classes(a, b, pair):  # Note [A dataclass with slots]
+        return True
+    if kind is types.MemberDescriptorType:  # a slot's (Note [A dataclass with slots])
+        return a.__name__ == b.__name__ and bool(pair) and (a.__objclass__, b.__objclass__) == pair
     if kind is set or kind is frozenset:
         return a == b and all(type(x) in _ATOMS for x in a)
     if kind is types.MappingProxyType:

@@ -162,6 +162,51 @@ def test_instances_of_a_class_it_made_are_of_this_calls_class():
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
 
 
+def _a_class_registering_its_instances(x):
+    class Node:
+        registry: list = []
+
+        def __init__(self):
+            self.kids = []
+
+    root = Node()
+    root.kids.append(Node())
+    Node.registry.append(root)
+    return Node, x + 1
+
+
+def _an_instance_of_a_class_registering_it(x):
+    return _a_class_registering_its_instances(x)[0].registry[0], x * 2
+
+
+@pytest.mark.parametrize("program", [_a_class_registering_its_instances,
+                                     _an_instance_of_a_class_registering_it])
+def test_instances_in_the_namespace_of_a_class_it_made_are_of_this_calls_class(program):
+    """Note [An instance made while its class is made] (jit/made_classes.py): ``Node.registry.append(Node())``
+    was an eager entry on every call (the trial copy failed: "dictionary changed size during iteration");
+    made again, the registry's instance would have been of the pass's class. Each cached call's registry now
+    holds instances of that call's class."""
+
+    def calls(fn: Any) -> list:
+        got, earlier = [], []
+        for i in range(3):
+            out, y = fn(torch.ones(2) * i)
+            cls = out if isinstance(out, type) else type(out)
+            root = cls.registry[0]
+            got.append((len(cls.registry), type(root) is cls, type(root.kids[0]) is cls, root.kids[0].kids,
+                        out is root or out is cls, any(cls is e or isinstance(root, e) for e in earlier),
+                        y.tolist()))
+            cls.registry.append("caller")
+            earlier.append(cls)
+        return got
+
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert calls(jitted) == calls(program)
+    assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
 def _a_dataclass(x):
     @dataclasses.dataclass
     class P:
@@ -200,16 +245,17 @@ def _a_class_in_its_own_list(x):
     return C, x + 1
 
 
-def _a_dataclass_with_slots(x):
-    @dataclasses.dataclass(slots=True)
+def _a_dataclass_with_own_slots(x):
+    @dataclasses.dataclass
     class P:
-        a: int = 1
+        __slots__ = ("a",)
+        a: int
 
     return P, x + 1
 
 
 @pytest.mark.parametrize("program", [
-    _a_dataclass_with_slots, _a_class_changed_after, _an_enum, _a_class_holding_a_computed_tensor,
+    _a_dataclass_with_own_slots, _a_class_changed_after, _an_enum, _a_class_holding_a_computed_tensor,
     _a_class_in_its_own_list,
 ])
 def test_a_class_made_by_more_than_type_runs_eagerly(program):
@@ -379,7 +425,34 @@ def _a_frozen_ordered_dataclass(x):
     return P, P(2), x + 1
 
 
-@pytest.mark.parametrize("program", [_a_dataclass_and_its_instance, _a_frozen_ordered_dataclass])
+def _a_dataclass_with_slots_and_its_instance(x):
+    @dataclasses.dataclass(slots=True)
+    class P(_Base):
+        a: int
+        items: list = dataclasses.field(default_factory=list)
+        tag: str = "t"
+
+        def who(self):
+            return "p" + _Base.who(self) + str(self.a) + str(hasattr(self, "__dict__"))
+
+    made = P(3)
+    made.items.append(1)
+    STORE.append(made)
+    return P, made, x + 1
+
+
+def _a_frozen_ordered_dataclass_with_slots(x):
+    @dataclasses.dataclass(frozen=True, order=True, slots=True, weakref_slot=True)
+    class P:
+        a: int = 1
+        b: tuple = (1, 2)
+
+    return P, P(2), x + 1
+
+
+@pytest.mark.parametrize("program", [_a_dataclass_and_its_instance, _a_frozen_ordered_dataclass,
+                                     _a_dataclass_with_slots_and_its_instance,
+                                     _a_frozen_ordered_dataclass_with_slots])
 def test_a_dataclass_is_made_again_per_cached_call_by_dataclass(program):
     """``@dataclasses.dataclass class P: ...`` returned with an instance: every call ran eagerly (the
     decorator changed the class after its statement); each cached call now makes the class again by
