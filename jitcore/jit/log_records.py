@@ -225,8 +225,9 @@ def _unreplayable(value: Any, library: bool = False) -> Any:
 # (``percent_of_tensors``, jit/texts.py): a TextProxy made from each call's tensors (a snapshot, as
 # print's: Note [A tensor the program prints], jit/printing.py), in program order. The record carries
 # that text as its ``msg`` and no ``args``: what ``getMessage()`` gives, and every handler's output, is
-# eager's; a filter reading ``record.args`` sees ``()``. Where the formatting cannot be made so (a tensor
-# that requires grad, a width, a template that raises), the record is refused as before.
+# eager's; a filter reading ``record.args`` sees ``()``. A width or a precision (``%30s``) pads or cuts that
+# text as ``%`` does (Note [A tensor's text with a width], jit/texts.py). Where the formatting cannot be made
+# so (a tensor that requires grad, a template that raises), the record is refused as before.
 def _message(msg: Any, args: Any) -> str | TextProxy | None:
     """``msg % args`` as ``LogRecord.getMessage`` makes it, each tensor's text made from each call's
     values (Note [A record's tensor arguments]); None (the record refused, as before) where it cannot

@@ -325,11 +325,19 @@ def _percent_field(value: Any, match: re.Match) -> Field | str | None:
     return Field(value, 0, f"{align}{sign}{alternate}{fill}{width}{_INTEGERS[kind]}")
 
 
+# Note [A tensor's text with a width]
+# ``logger.info("x = %30s", x)``: Python's ``%`` pads (or, with a precision, cuts) the text ``str(x)`` gives,
+# flags other than ``-`` ignored, as it does any str; ``%30r`` and ``%30a`` the ``repr``/``ascii`` text. The
+# tensor's text is the f-string field's (a TextProxy made from each call's values), and the conversion is
+# rewritten as ``%30s`` of that text, which ``format_percent`` makes the field ``format(text, ">30")``
+# (``%-30s``: ``"<30"``; ``%.8s``: ``">.8"``), what ``%`` makes of a str. Before, a width or a precision
+# refused the record (JC-T001: the call ran eagerly, a subclass's dispatch with it on every call).
 def percent_of_tensors(template: str, values: Any) -> Any:
     """``template % values`` where ``values`` holds traced tensors (a logging record's message: Note [A
     record's tensor arguments], jit/log_records.py): each tensor converted by ``%s``, ``%r`` or ``%a``
-    with no flags, width or precision has the text the f-string field ``{x!s}`` (``!r``, ``!a``) makes
-    of it (``format_field``, from each call's values), the rest is ``format_percent``'s. NotImplemented
+    has the text the f-string field ``{x!s}`` (``!r``, ``!a``) makes of it (``format_field``, from each
+    call's values), put in as ``%s`` with the conversion's flags, width and precision (Note [A tensor's
+    text with a width]); the rest is ``format_percent``'s. NotImplemented
     where a tensor is converted otherwise, or the template does not read as Python's ``%`` would."""
     items = values if type(values) in (tuple, dict) else (values,)
     texts: Any = dict(items) if type(items) is dict else list(items)
@@ -353,9 +361,8 @@ def percent_of_tensors(template: str, values: Any) -> Any:
         if not issubclass(type(value), TensorProxy):
             pieces.append(match.group(0))
             continue
-        plain = match["flags"] == match["width"] == "" and match["precision"] is None
-        if kind not in _TEXTS or not plain or match.group(0) not in (f"%{kind}", f"%({key}){kind}"):
-            return NotImplemented
+        if kind not in _TEXTS:  # (flags, a width and a precision apply to the text: Note [A tensor's text ...
+            return NotImplemented  # ... with a width])
         text = format_field(value, _TEXTS[kind], "")
         if text is NotImplemented:
             return NotImplemented

@@ -157,7 +157,7 @@ def test_records_a_cached_call_could_not_make_run_eagerly(logged, case: str) -> 
 
     def f(x):
         if case == "tensor":
-            logger.info("x = %30s", x)  # a width: no f-string field makes that text
+            logger.info("x = %s", x * 3)  # its text names its grad_fn: Note [A tensor the program prints]
         elif case == "exc_info":
             try:
                 raise KeyError("k")
@@ -169,7 +169,7 @@ def test_records_a_cached_call_could_not_make_run_eagerly(logged, case: str) -> 
 
     jf = jitcore.jit(f)
     for i in range(3):
-        x = torch.full((2,), float(i))
+        x = torch.full((2,), float(i), requires_grad=case == "tensor")
         expected = f(x)
         eager_text = _taken(stream)
         torch.testing.assert_close(_quiet(jf, x), expected)
@@ -182,6 +182,9 @@ _TENSOR_MESSAGES = {
     "r_and_number": lambda logger, x: logger.warning("val %r and %d%%", x, 3),
     "mapping": lambda logger, x: logger.info("val %(a)s at %(b)s", {"a": x * 3, "b": "end"}),
     "before_a_write": lambda logger, x: (logger.info("before %s", x), x.add_(1), logger.info("after %s", x)),
+    # Note [A tensor's text with a width]: before, JC-T001 (the call ran eagerly)
+    "widths": lambda logger, x: logger.info("val %30s|%-60r|%.8s|%-5s", x, x * 2, x, x),
+    "keyed_width": lambda logger, x: logger.info("val %(a)70s at %(b)-6s", {"a": x, "b": "end"}),
 }
 
 
