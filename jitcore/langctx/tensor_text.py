@@ -34,6 +34,7 @@ import torch
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter import current_run
 from jitcore.ir import tree_has
+from jitcore.langctx.masked_text import masked_lookasides, masked_text
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
 
@@ -175,6 +176,8 @@ def own_text(value: Any) -> Any:
     [A subclass's own text in print and str])."""
     if not _traced_tensor(value):
         return None
+    if (masked := masked_text(value)) is not None:  # Note [A MaskedTensor's text] (masked_text.py)
+        return masked
     cls = value.python_type
     wrapper = _wrapper_repr(value)
     if wrapper is not None:  # Note [A wrapper's text made of its inner tensors' text]
@@ -196,7 +199,7 @@ def own_text(value: Any) -> Any:
 # while tracing (a nested jagged tensor's offsets, MaskedTensor's ``item()``) is read as any read of the
 # program's, or refused as before. A class with its own ``__str__`` keeps the refusal.
 _TEXT_READS_VALUES = frozenset((  # torch's classes whose __repr__ reads what a pass does not have
-    "torch.masked.maskedtensor.core",  # MaskedTensor: each value with item() (an entry per call)
+    "torch.masked.maskedtensor.core",  # MaskedTensor: item() of each value (its text: masked_text.py)
     "torch.nested._internal.nested_tensor",  # NestedTensor: its ragged size's name is the pass's
 ))
 
@@ -250,4 +253,5 @@ def _own_classes(cls: type) -> list[type]:
 def text_lookasides() -> dict[Any, Callable[..., Any]]:
     """What the interpreter calls instead of a proxy's own ``__repr__`` when the program reaches it (a
     subclass's own ``__repr__`` is interpreted instead: interpreter/protocols.py ``_stood_for_method``)."""
-    return {TensorProxy.__repr__: _proxy_repr, SubclassTensorProxy.__repr__: _proxy_repr}
+    return {TensorProxy.__repr__: _proxy_repr, SubclassTensorProxy.__repr__: _proxy_repr,
+            **masked_lookasides()}  # Note [A MaskedTensor's text] (masked_text.py)

@@ -29,7 +29,7 @@ then ``format(value, spec)``, in the order of the pieces.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from jitcore.errors import UnsupportedOperationError
@@ -44,11 +44,14 @@ CONVERTERS = {0: None, 1: str, 2: repr, 3: ascii}
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Field:
-    """One formatted value: ``format(conversion(value), spec)``."""
+    """One formatted value: ``format(conversion(value), spec)``; with ``render``, ``value`` is a tuple of
+    tensors and the text ``format(render(*values), spec)`` (a tensor subclass's text made from its inner
+    tensors' snapshots: Note [A MaskedTensor's text], langctx/masked_text.py)."""
 
-    value: NumberProxy | TextProxy | TensorProxy
+    value: NumberProxy | TextProxy | TensorProxy | tuple[TensorProxy, ...]
     conversion: int  # 0: none, 1: !s, 2: !r, 3: !a (the numbering of CPython's FORMAT_VALUE)
     spec: str
+    render: Callable[..., str] | None = None
 
 
 class TextProxy:
@@ -72,7 +75,8 @@ class TextProxy:
         found: list[NumberProxy | TensorProxy] = []
         for part in self.parts:
             if isinstance(part, Field):
-                found.extend(part.value.numbers() if isinstance(part.value, TextProxy) else (part.value,))
+                found.extend(part.value.numbers() if isinstance(part.value, TextProxy)
+                             else part.value if part.render is not None else (part.value,))
         return found
 
     def text_of(self, values: tuple | list) -> str:
@@ -88,6 +92,9 @@ class TextProxy:
         for part in self.parts:
             if type(part) is str:
                 pieces.append(part)
+                continue
+            if part.render is not None:
+                pieces.append(format(part.render(*(next(values) for _ in part.value)), part.spec))
                 continue
             value = part.value._text(values) if isinstance(part.value, TextProxy) else next(values)
             convert = CONVERTERS[part.conversion]
