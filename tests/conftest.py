@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from jitcore.executors import wait_for_compiles
 from jitcore.interpreter import current_run
 from jitcore.jit.api import JittedFunction
 from jitcore.jit.outputs import escaped
@@ -43,6 +44,14 @@ def _no_proxy_escapes() -> Any:
     JittedFunction.__call__ = _CALL  # type: ignore[method-assign]
 
 
+@pytest.fixture(autouse=True)
+def _no_compile_left_running() -> Any:
+    """A lowering an earlier test made hot runs on the background compile thread (Note [Compiling in
+    the background]); waiting for it before each test keeps its imports' warnings, its log lines and
+    its CPU out of the next test (a test recording every warning its program issues failed when the
+    thread's first import of inductor warned meanwhile)."""
+    wait_for_compiles()
+    yield
 
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 
