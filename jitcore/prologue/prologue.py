@@ -27,7 +27,7 @@ import torch
 from jitcore.ir import compile_source
 from jitcore.prologue.guards import Guard, StateGuard
 from jitcore.prologue.paths import Path
-from jitcore.prologue.tensor_checks import render_tensor_failure_fast
+from jitcore.prologue.tensor_checks import applies, render_tensor_failure_fast, render_tensor_run_failure_fast
 
 __all__ = ["MISS", "MissReason", "Prologue", "PrologueBuilder", "inlined_guards"]
 
@@ -126,12 +126,23 @@ class Prologue:
             variables[path] = expr
             return expr
 
-        def render(guards: tuple[Guard, ...]) -> None:
+        def flat(guards: tuple[Guard, ...]) -> Iterable[Guard]:
             for guard in guards:
                 grouped = inlined_guards(guard) if inline else None
                 if grouped is not None:
-                    render(grouped)
+                    yield from flat(grouped)
+                else:
+                    yield guard
+
+        def render(guards: list[Guard]) -> None:
+            i = 0
+            while i < len(guards):
+                run = _tensor_run(guards, i) if inline else 1
+                if run > 1 and render_run(guards[i:i + run]):
+                    i += run
                     continue
+                guard = guards[i]
+                i += 1
                 v = var(guard.path)
                 related = tuple(var(p) for p in guard.related)
                 hint[0] = guard.path
@@ -143,7 +154,20 @@ class Prologue:
                     failure = guard.render_failure(v, bind, related)
                 lines.append(f"  if {failure}: return {miss}")
 
-        render(self.guards)
+        def render_run(run: list[Guard]) -> bool:
+            """A run of tensor guards in one C call (Note [A run of tensor checks in one C call],
+            tensor_checks.py); False, rendering nothing, where it does not apply."""
+            tensors = [(var(guard.path), guard.expected) for guard in run]  # (reads only: lines kept)
+            hint[0] = run[0].path
+            paths = {v: guard.path for (v, _), guard in zip(tensors, run, strict=True)}
+            failure = render_tensor_run_failure_fast(
+                tensors, bind, lambda v, spec: _render_tensor_guard(paths[v], v, bind, spec))
+            if failure is None:
+                return False
+            lines.append(f"  if {failure}: return {miss}")
+            return True
+
+        render(list(flat(self.guards)))
         for state in self.state:
             lines.append(f"  if {state.render_failure(bind)}: return {miss}")
         inputs = [var(p) for p in self.inputs]
@@ -281,6 +305,23 @@ _RESERVED = frozenset({"__MISS", "__computation"})
 
 def _render_tensor_guard(path: Path, v: str, bind: Callable[[Any], str], spec: Any) -> str:
     return Guard(path, "tensor", spec).render_failure(v, bind)
+
+
+def _tensor_run(guards: list[Guard], start: int) -> int:
+    """How many guards from ``start`` on form a run of tensor guards checked in one C call: consecutive
+    tensor guards the C check applies to, none read through another of the run (Note [A run of tensor
+    checks in one C call], tensor_checks.py)."""
+    paths: list[Path] = []
+    for guard in guards[start:]:
+        if guard.kind != "tensor" or guard.related or not applies(guard.expected) \
+                or any(_starts_with(guard.path, p) for p in paths):
+            break
+        paths.append(guard.path)
+    return len(paths)
+
+
+def _starts_with(path: Path, prefix: Path) -> bool:
+    return path.root == prefix.root and path.steps[:len(prefix.steps)] == prefix.steps
 
 
 def inlined_guards(guard: Guard) -> tuple[Guard, ...] | None:

@@ -10,6 +10,7 @@ eager's answer."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -195,3 +196,62 @@ def test_a_hook_a_submodule_gains_after_tracing_misses(hook, where):
     assert jitcore.cache_misses(jitted) == 2, jitcore.miss_reasons(jitted)
     reasons = " | ".join(str(r) for r in jitcore.miss_reasons(jitted)[-1])
     assert ("compiled call" if hook == "compiled_call" else hook.replace("_", " ")) in reasons, reasons
+
+
+_PARAMETER_CHANGES = {  # each: how a parameter of the module is replaced or changed between calls
+    "same values, new tensor": lambda p: nn.Parameter(p.detach().clone()),
+    "float64": lambda p: nn.Parameter(p.detach().double()),
+    "shape": lambda p: nn.Parameter(torch.randn(*p.shape[:-1], p.shape[-1] + 1)),
+    "no grad": lambda p: nn.Parameter(p.detach().clone(), requires_grad=False),
+    "plain tensor": lambda p: p.detach().clone(),
+    "transposed": lambda p: nn.Parameter(p.detach().clone().t().contiguous().t()) if p.dim() == 2 else None,
+    "offset": lambda p: nn.Parameter(torch.randn(p.numel() + 3)[3:].view(p.shape)),
+    "negative view": lambda p: nn.Parameter(p.detach().clone()._neg_view()),
+    "subclass": lambda p: nn.Parameter(p.detach().clone().as_subclass(_Sub)),
+}
+
+
+def test_a_run_of_tensor_checks_is_one_c_call_and_accepts_exactly_what_the_prologue_accepts():
+    # Note [A run of tensor checks in one C call] (jitcore/prologue/tensor_checks.py): a module's parameters
+    # are checked by one TensorGuards call; a change to any one of them, first, middle or last of the run,
+    # misses exactly where the printed prologue's checks miss, and the call gives eager's answer.
+    import linecache
+
+    from jitcore.prologue import MISS
+
+    def f(x, m):
+        return m(x) + x.storage_offset()  # the input's layout guarded too
+
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 6), nn.Linear(6, 2))
+    x = torch.randn(3, 4)
+    jf = jitcore.jit(f, executor="torch")
+    assert_same(jf(x, model), f(x, model))
+    entry = jf.entries[0]
+    source = "".join(linecache.getlines(entry.cached_call.__code__.co_filename))
+    runs = [re.search(r"not (__check\w*)\(([^)]*)\)", line) for line in source.splitlines()]
+    runs = [found.group(2).split(", ") for found in runs if found is not None]
+    assert [len(run) for run in runs] == [7], source  # the input and six parameters: one call
+    for which in ("0", "2", "3"):
+        for attr in ("weight", "bias"):
+            for name, change in _PARAMETER_CHANGES.items():
+                layer = model[int(which)]
+                old = getattr(layer, attr)
+                new = change(old)
+                if new is None:
+                    continue
+                layer._parameters[attr] = new
+                try:
+                    expected = entry.prologue.explain((x, model), {}) is None
+                    got = entry.cached_call((x, model), {})
+                    assert (got is not MISS) == expected, (which, attr, name)
+                    if got is not MISS:
+                        assert_same(got, f(x, model))
+                    assert expected == (name == "same values, new tensor"), (which, attr, name)
+                finally:
+                    layer._parameters[attr] = old
+    with torch.inference_mode():
+        inference = torch.randn(3, 4)
+    fast = entry.prologue.compile(lambda *inputs: "hit")  # (a computation saving it for backward raises)
+    assert fast((inference, model), {}) == "hit"  # the C check refuses it; the Python checks decide
+    assert entry.prologue.explain((inference, model), {}) is None
+    assert_same(jf(x, model), f(x, model))
