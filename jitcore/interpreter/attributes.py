@@ -355,7 +355,7 @@ def object_getattribute(obj: object, name: object, /) -> object:
 
     run = active_run()
     value = _generic_getattribute(run, obj, type(obj), name, object.__getattribute__)
-    hook = run.hooks.on_load_attr  # the read is the program's, as ``getattr``'s is (lookasides.py)
+    hook = run.hooks.on_generic_attr or run.hooks.on_load_attr  # the program's read, as ``getattr``'s is
     if hook is not None and run.frames:
         value = hook(run.frames[-1], obj, name, value)
     return value

@@ -41,6 +41,9 @@ class Hooks:
         global/builtin.
         on_load_deref: ``(frame, name, value) -> value`` after LOAD_DEREF/LOAD_CLASSDEREF.
         on_load_attr: ``(frame, obj, name, value) -> value`` after LOAD_ATTR/LOAD_METHOD/getattr().
+        on_generic_attr: ``(frame, obj, name, value) -> value`` after ``object.__getattribute__(obj,
+            name)`` (a Python ``__getattribute__``'s ``super().__getattribute__(name)``) read a value;
+            ``on_load_attr`` where it is not set.
         on_missing_attr: ``(frame, obj, name) -> None`` when LOAD_ATTR/LOAD_METHOD raise
             AttributeError (before the program sees it); only in runs that set ``on_load_attr``.
         on_load_subscr: ``(frame, container, key, value) -> value`` after BINARY_SUBSCR.
@@ -103,6 +106,7 @@ class Hooks:
     on_load_global: Callable[[Frame, str, object], object] | None = None
     on_load_deref: Callable[[Frame, str, object], object] | None = None
     on_load_attr: Callable[[Frame, object, str, object], object] | None = None
+    on_generic_attr: Callable[[Frame, object, str, object], object] | None = None
     on_missing_attr: Callable[[Frame, object, str], None] | None = None
     on_load_subscr: Callable[[Frame, object, object, object], object] | None = None
     on_contains: Callable[[Frame, object, object], object] | None = None

@@ -477,6 +477,7 @@ class Pass(NativeCalls, StateReads):
             on_load_global=self._load_global,
             on_load_deref=self._load_deref,
             on_load_attr=self._load_attr,
+            on_generic_attr=self._generic_attr,
             on_missing_attr=lambda _frame, obj, name: self._note_attribute(obj, name, present=False),
             on_load_subscr=self._load_subscr,
             on_contains=self._contains,

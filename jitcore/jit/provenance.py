@@ -106,6 +106,9 @@ class Provenance(TensorBinding, HeldCounters, TypeLookups):
         self._container_paths: dict[int, Path] = {}  # state containers guarded element by element
         self._guarded: set[tuple] = set()
         self._type_lookups: dict[type, set[str] | None] = {}  # Note [A special method is looked up ...]
+        # (id(obj), name) -> the value a hook's generic read returned (Note [A value a Python __getattribute__
+        # read from the instance dict], jit/type_lookups.py)
+        self._read_through_hooks: dict[tuple[int, str], Any] = {}
         # tensor-subclass inputs with the path each was bound at, inner ones before the ones holding them
         self.subclass_inputs: list[tuple[TensorProxy, Path]] = []
         self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order

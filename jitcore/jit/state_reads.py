@@ -305,7 +305,14 @@ class StateReads:
             return referent
         return self.provenance.bind_state(referent, path.call(), "referent")
 
-    def _load_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
+    def _generic_attr(self, frame: Any, obj: Any, name: str, value: Any) -> Any:
+        """``object.__getattribute__(obj, name)`` read for the program (a Python ``__getattribute__``'s
+        ``super().__getattribute__(name)``): as any attribute read, bound at the instance dict where
+        that is what it reads (Note [A value a Python __getattribute__ read from the instance dict],
+        jit/type_lookups.py)."""
+        return self._load_attr(frame, obj, name, value, generic=True)
+
+    def _load_attr(self, frame: Any, obj: Any, name: str, value: Any, generic: bool = False) -> Any:
         if name == "__class__":
             self.class_of(obj, value)  # Note [The class of a caller's object]
         if issubclass(type(obj), TensorProxy):
@@ -344,6 +351,12 @@ class StateReads:
             self.provenance.bind_class_attribute(obj, path, name)  # a method or property: pin it
             self._remember_static_function(value, path.attr(name))
             return value  # computed by a descriptor or __getattr__, whose own reads are hooked
+        if generic:
+            at = self.provenance.bind_read_through_hooks(frame.code, obj, path, name, value)
+            if at is not None:
+                return self._bind_state(frame, value, at, name)
+        elif self.provenance.read_through_hooks(obj, name, value):
+            return value  # what the hooks' generic read returned, bound there
         return self._bind_state(frame, value, path.attr(name), name)
 
     # Note [The cells of a static method]

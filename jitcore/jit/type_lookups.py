@@ -9,6 +9,7 @@ pinned.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from jitcore.jit.state_kinds import is_library_class
@@ -70,3 +71,88 @@ class TypeLookups:
         callers = self.path_of(obj) is not None
         return [klass for klass in mro
                 if not is_library_class(klass) and (callers or self.path_of(klass) is not None)]
+
+    # Note [A value a Python __getattribute__ read from the instance dict]
+    # ``config.return_dict`` on a transformers config runs two Python ``__getattribute__`` hooks
+    # (PreTrainedConfig's, then HeterogeneousConfigMixin's through ``super()``), which end in
+    # ``object.__getattribute__(config, "return_dict")`` (jitcore/interpreter/attributes.py
+    # ``object_getattribute``). The interpreter runs the hooks, so their reads are guarded where they
+    # happen; the value was guarded twice more: at ``config.return_dict``, which the fast path evaluated
+    # by calling both hooks natively (~2.2 us a read, ten reads and ~25 us of the tiny Llama's ~85 us
+    # prologue), and, where the program also read ``config.__dict__``, at ``config.__dict__[name]``.
+    # Now the generic read is bound at ``config.__dict__[name]`` and the hooks' result is not bound
+    # again, where that is what the call reads:
+    # - the class is pinned (``type(config)``, a type guard), and the ``__getattribute__`` entry or its
+    #   absence in every class of its MRO (the hooks' code is pinned with each function): the same
+    #   hooks run, in the same order, on the same object;
+    # - the hooks' own reads were guarded as they ran (``attribute_map``, the ``_heterogeneity_spec``
+    #   lookup): they take the same branches and end in the same generic read;
+    # - that read is ``obj.__dict__[name]``: the name is in the instance dict and no class of the MRO
+    #   has a data descriptor of that name (its absence from each is guarded, or, for a class default
+    #   the instance's value shadows, its identity: a property or slot added later would answer
+    #   instead). The prologue reads ``obj.__dict__`` as ``obj.__dict__``, through the pinned hooks (the
+    #   configs' answer with the instance dict; a hook of the class's that answers ``__dict__`` with
+    #   another dict is not told apart: none is known).
+    # Before, the generic read was bound at ``obj.name``, which the prologue evaluates through the
+    # hooks: a hook that returns something other than the generic read (``value * 3``) had the
+    # computation's input read as the hook's answer where the program had read the instance's value
+    # (eager 7, jit 19 after replacing the hook: tests/jit/test_jit_hooked_attribute_reads.py).
+    # The hooks' result is not bound again only where it is the object the generic read of one of the
+    # hooks returned, for the same object and name (``_read_through_hooks``: the outer read, after the
+    # hooks returned). A generic read the program makes itself is bound at the instance dict alone.
+    # Anything else (a name only a class defines, such as the configs' ``attribute_map``; a data
+    # descriptor; a class's own ``__dict__``) keeps the binding at ``obj.name``.
+    def bind_read_through_hooks(self, code: Any, obj: Any, path: Path, name: str, value: Any) -> Path | None:
+        """The path to bind ``object.__getattribute__(obj, name)``'s ``value`` at, for ``obj`` (at
+        ``path``) whose class has a Python ``__getattribute__``, read by ``code``, with the class
+        pinned; None where the read keeps its attribute path (Note [A value a Python
+        __getattribute__ read from the instance dict])."""
+        t = type(obj)
+        mro = t.__mro__
+        hook = next((vars(k)["__getattribute__"] for k in mro if "__getattribute__" in vars(k)), None)
+        if type(hook) is not types.FunctionType or name == "__dict__":
+            return None
+        if any((name in vars(k) and _is_data_descriptor(vars(k)[name])) or ("__dict__" in vars(k) and type(
+                vars(k)["__dict__"]) is not types.GetSetDescriptorType) for k in mro):
+            return None  # a data descriptor, or an instance dict of a class's own making
+        instance_dict = object.__getattribute__(obj, "__dict__")
+        at = path.attr("__dict__")
+        if type(instance_dict) is not dict or instance_dict.get(name, _ABSENT) is not value:
+            return None
+        pinned = self._pinned_classes(obj, mro)
+        if len(pinned) != sum(not is_library_class(k) for k in mro):
+            return None
+        self.guard(path, "type", t)
+        names = self._type_lookups.setdefault(t, set())
+        if names is not None and ("__getattribute__", "every class") not in names:
+            names.add(("__getattribute__", "every class"))
+            for klass in pinned:
+                namespace = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__")
+                if "__getattribute__" in vars(klass):
+                    self.bind_state(vars(klass)["__getattribute__"], namespace.key("__getattribute__"),
+                                    "__getattribute__")
+                else:
+                    self.guard(namespace, "absent", "__getattribute__", per_expected=True)
+        for klass in pinned:
+            namespace = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__")
+            if name in vars(klass):  # a class default the instance's value shadows: kept what it is
+                self.pin(vars(klass)[name])
+                self.guard(namespace.key(name), "identity", vars(klass)[name])
+            else:
+                self.guard(namespace, "absent", name, per_expected=True)  # Note [One absence per name]
+        hooks = {vars(k)["__getattribute__"] for k in mro if "__getattribute__" in vars(k)}
+        if any(type(h) is types.FunctionType and h.__code__ is code for h in hooks):
+            self._read_through_hooks[(id(obj), name)] = value  # a hook's read: its result follows
+        return at.key(name)
+
+    def read_through_hooks(self, obj: Any, name: str, value: Any) -> bool:
+        """Whether ``obj.name``'s ``value`` is what the hooks' generic read returned, bound at the
+        instance dict (Note [A value a Python __getattribute__ read from the instance dict])."""
+        return self._read_through_hooks.pop((id(obj), name), _ABSENT) is value
+
+
+_ABSENT = object()
+
+
+def _is_data_descriptor(attribute: Any) -> bool:
+    return hasattr(type(attribute), "__set__") or hasattr(type(attribute), "__delete__")
