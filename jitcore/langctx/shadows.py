@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from jitcore.errors import DataDependentError, EagerOnlyValue
 from jitcore.ir import NameGenerator, Trace, TraceContext, current_context
 from jitcore.langctx.input_writes import input_metadata, may_write_inputs, resized, tensor_metadata
+from jitcore.langctx.kernels_without_meta import KERNELS_WITHOUT_META
 from jitcore.langctx.layout import LayoutReliance
 from jitcore.langctx.number_tensors import tensor_of_numbers
 from jitcore.langctx.saved_outputs import SavedOutputs, adopt_saved, builds_graph
@@ -731,6 +732,10 @@ def _outputs_of_eager_kernel(fn: Callable[..., Any], args: tuple, kwargs: dict, 
             large to replay, symbolic sizes, outputs that are numbers or views): the call becomes a
             value read.
     """
+    rule = KERNELS_WITHOUT_META.get(fn)
+    if rule is not None:  # Note [Kernels without a meta kernel], jitcore/langctx/kernels_without_meta.py
+        with fake_mode:
+            return rule(*args, **kwargs)
     leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
     if any(not all(type(n) is int for n in tensor_metadata(f)[0] + tensor_metadata(f)[1]) for f in leaves
            if isinstance(f, FakeTensor)):

@@ -3,7 +3,9 @@ over the sizes a user varies, eager against ``jitcore.jit`` (values, masks, outp
 ``assert_same_flattened``; no eager entry; no ``__torch_dispatch__`` frame on a warm call; the entries
 expected). MaskedTensor answers its strides in its ``__torch_dispatch__`` (``dispatch_sizes_strides_policy=
 "strides"``); its inputs traced one entry per size (Note [A wrapper that answers its strides],
-jitcore/jit/subclass_inputs.py).
+jitcore/jit/subclass_inputs.py); its softmax calls ``aten._masked_softmax``, which has no meta kernel, so
+it was read on the values with symbolic sizes and every size was an entry (Note [Kernels without a meta
+kernel], jitcore/langctx/shadows.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ PROGRAMS: dict[str, Callable[[MaskedTensor], Any]] = {
     "sum over a dim": lambda x: torch.sum(x, 1),
     "mean": lambda x: x.mean(),
     "to_tensor": lambda x: (x.exp() * 3).to_tensor(0.0),
+    "softmax": lambda x: torch.softmax(x, -1),
 }
 
 
@@ -76,3 +79,47 @@ def test_masked_tensors_over_rows_and_columns() -> None:
             x = masked_tensor(data, data > 0)
             assert_same_flattened(jitted(x), program(x), f"call {i} ({rows} x {n})")
     assert jitcore.cache_misses(jitted) == 3
+
+
+def test_a_masked_tensor_made_inside_over_sizes() -> None:
+    """``masked_tensor(data, mask)`` made inside from plain inputs of 5, 7, 4, 9 columns, its row sums and
+    softmax returned: eager's values and types, two entries (before: four; the softmax's sizes were
+    decided by its values)."""
+
+    def program(data: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, MaskedTensor]:
+        x = masked_tensor(data, mask)
+        return x.sum(1).get_data(), torch.softmax(x, -1)
+
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, n in enumerate(SIZES):
+            torch.manual_seed(i)
+            data, mask = torch.randn(2, n), torch.rand(2, n) > 0.3
+            assert_same_flattened(jitted(data, mask), program(data, mask), f"call {i} (2 x {n})")
+    assert jitted.fallback_reason is None
+    assert jitcore.cache_misses(jitted) == 2
+
+
+def test_masked_softmax_gradients_over_sizes() -> None:
+    """``torch.softmax(x * 2, -1)`` of a MaskedTensor requiring grad, ``backward`` taken outside with a
+    MaskedTensor gradient, over 5, 7, 4, 9 columns: eager's outputs and gradients (data and mask), two
+    entries (before: four; ``aten._masked_softmax_backward`` has no meta kernel either)."""
+
+    def program(x: MaskedTensor) -> MaskedTensor:
+        return torch.softmax(x * 2, -1)
+
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, n in enumerate(SIZES):
+            torch.manual_seed(i)
+            data, mask, grad = torch.randn(3, n), torch.randn(3, n) > -0.5, torch.randn(3, n)
+            eager_x, jit_x = (masked_tensor(data.clone(), mask.clone(), requires_grad=True) for _ in range(2))
+            expected, got = program(eager_x), jitted(jit_x)
+            for out in (expected, got):
+                out.backward(masked_tensor(grad, mask))
+            assert_same_flattened(got, expected, f"call {i} (3 x {n}) output")
+            assert_same_flattened(jit_x.grad, eager_x.grad, f"call {i} (3 x {n}) gradient")
+    assert jitted.fallback_reason is None
+    assert jitcore.cache_misses(jitted) == 2
