@@ -175,6 +175,10 @@ class _CallMemo(dict):
                 return default
             if isinstance(made, type):
                 return remake_class(made, self, self.copied)
+            if isinstance(made, enum.Enum):  # a member of an Enum it made (Note [An Enum it made])
+                member = self.copied(type(made))[made._name_]
+                self[key] = member
+                return member
             if type(made) is types.FunctionType:
                 return remake_function(made, self, self.copied)
             return self._remade(key, made)
@@ -477,6 +481,9 @@ def _walk(value: Any, owner: Owner) -> tuple[dict[int, Any], dict[int, Any], dic
             if why is not None:
                 raise refused_class(type(item), "instance", why)
             todo.append(type(item))
+        if isinstance(item, enum.Enum) and made(type(item)):  # Note [An Enum it made] (jit/made_classes.py)
+            functions[id(item)] = item
+            continue
         if isinstance(item, _KEPT_AS_THEMSELVES):
             continue  # Note [Finalizers on what a copy keeps]
         for found in finalizers.get(id(item), ()):  # a finalizer on it: no object holds the finalizer

@@ -1,5 +1,5 @@
-"""Classes a program makes whose making is ``type`` alone (or ``collections.namedtuple``): made again for each
-cached call.
+"""Classes a program makes whose making is ``type`` alone (or ``collections.namedtuple``, ``dataclass``, a
+plain ``enum.Enum``): made again for each cached call.
 
 ``class C: ...; return C`` (or an instance of it, stored or returned): eagerly each call makes a new class.
 Where making it runs no code of the program's but its body (Note [A class made again per call]), each
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import functools
 import types
 import weakref
@@ -69,10 +70,11 @@ def as_made(cls: type) -> tuple:
 def why_not_made_again(cls: type, made: tuple | None) -> str | None:
     """Why ``cls``, a class the program made (``made``: its ``as_made`` then), cannot be made again by
     ``type`` (Note [A class made again per call]); None where it can."""
+    if type(cls) is type or type(cls) is enum.EnumType:  # (another metaclass's hash is not looked up)
+        if library_maker(cls) is not None:  # Note [A class the standard library made], Note [An Enum it made]
+            return None
     if type(cls) is not type:
         return f"its metaclass {type(cls).__qualname__} would run again"
-    if library_maker(cls) is not None:  # Note [A class the standard library made]
-        return None
     if any(type(name) is not str for name in vars(cls)):
         return "its namespace has a key that is not text"
     if made is None or made != as_made(cls):
@@ -245,7 +247,7 @@ def library_maker(cls: type) -> LibraryMaker | None:
         pass
     except TypeError:  # not weakly referable: no class statement's
         return None
-    maker = _namedtuple_maker(cls) or _dataclass_maker(cls)
+    maker = _namedtuple_maker(cls) or _dataclass_maker(cls) or _enum_maker(cls)
     _LIBRARY_MAKERS[cls] = maker
     return maker
 
@@ -378,6 +380,32 @@ def _first_classes(a: type, b: type, pair: tuple) -> bool:
         "__dataclass_fields__" in vars(a) and "__dataclass_fields__" in vars(b)
 
 
+# Note [An Enum it made]
+# ``class Color(enum.Enum): RED = 1`` made in the function ran eagerly on every call (its metaclass
+# ``EnumType`` would run again). A class statement over ``Enum`` alone whose namespace holds only its
+# members, of number or text values, is what ``Enum``'s functional API makes of the same names and values
+# (module and qualified name given): made again per call by it, and ``_checked`` as the other library
+# classes are (a member the same where its name and value are, of the class compared). Its members are
+# this call's class's: a copy reaching one asks the call's memo (jit/call_copies.py), which gives the
+# member of that name of this call's class. An alias, a method, ``auto()`` with another
+# ``_generate_next_value_``, a ``Flag`` or an ``IntEnum`` differ from what the functional API makes (or are
+# not over ``Enum`` alone): refused as before. On 3.13 the statement's ``__firstlineno__`` and
+# ``__static_attributes__`` come before the members, where no setting puts them: refused there.
+def _enum_maker(cls: type) -> LibraryMaker | None:
+    if type(cls) is not enum.EnumType or cls.__bases__ != (enum.Enum,):
+        return None
+    names = list(cls._member_names_)
+    values = [cls._member_map_[n]._value_ for n in names]
+    name, module, qualname = cls.__name__, vars(cls).get("__module__"), cls.__qualname__
+    if not all(type(v) in _ATOMS for v in values) or type(name) is not str or type(module) is not str:
+        return None
+
+    def make(_cls: type, _copied: Callable[[Any], Any]) -> type:  # holds nothing of ``cls``
+        return enum.Enum(name, list(zip(names, values)), module=module, qualname=qualname)
+
+    return _checked(cls, LibraryMaker(make, _no_parts))
+
+
 def _no_parts(_cls: type) -> list[Any]:
     return []
 
@@ -444,6 +472,8 @@ def _same(a: Any, b: Any, depth: int = 0, pair: tuple = ()) -> bool:
     if a is b or pair and a is pair[0] and b is pair[1]:  # (``pair``: the pass's class and the new one)
         return True
     kind = type(a)
+    if pair and kind is pair[0] and type(b) is pair[1] and isinstance(a, enum.Enum):  # Note [An Enum it made]
+        return a._name_ == b._name_ and _same(a._value_, b._value_, depth + 1, pair)
     if kind is not type(b) or depth > 8:
         return False
     if kind in _ATOMS:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import sys
 import typing
 import warnings
 from typing import Any
@@ -207,6 +208,50 @@ def test_instances_in_the_namespace_of_a_class_it_made_are_of_this_calls_class(p
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
 
 
+def _an_enum_class(x):
+    class Color(enum.Enum):
+        RED = 1
+        GREEN = "g"
+
+    return Color, Color.RED, x + 1
+
+
+def _enum_members_stored(x):
+    class Color(enum.Enum):
+        RED = 1
+        GREEN = 2
+
+    STORE.append([Color.GREEN, Color.RED])
+    return None, Color.GREEN, x * 2
+
+
+@pytest.mark.parametrize("program", [_an_enum_class, _enum_members_stored])
+def test_an_enum_it_made_is_made_again_per_cached_call(program):
+    """Note [An Enum it made] (jit/made_classes.py): ``class Color(enum.Enum): RED = 1`` made in the function
+    was an eager entry on every call ("its metaclass EnumType would run again"). Each cached call now makes
+    it again by the functional API: a new class per call, its members (returned, stored) of that class."""
+
+    def calls(fn: Any) -> list:
+        STORE.clear()
+        got, earlier = [], []
+        for i in range(3):
+            cls, member, y = fn(torch.ones(2) * i)
+            cls = type(member) if cls is None else cls
+            stored = [type(m) is cls for m in STORE[-1]] if STORE else None
+            got.append((repr(member), cls.__qualname__, [m.name for m in cls], member is cls(member.value),
+                        type(member) is cls, any(cls is e or isinstance(member, e) for e in earlier), stored,
+                        y.tolist()))
+            earlier.append(cls)
+        return got
+
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert calls(jitted) == calls(program)
+    if sys.version_info < (3, 13):  # 3.13's __firstlineno__ comes before the members: refused there
+        assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
+
+
 def _a_dataclass(x):
     @dataclasses.dataclass
     class P:
@@ -223,9 +268,12 @@ def _a_class_changed_after(x):
     return C, x + 1
 
 
-def _an_enum(x):
+def _an_enum_with_a_method(x):
     class Color(enum.Enum):
         RED = 1
+
+        def loud(self):
+            return self.name + "!"
 
     return Color, x + 1
 
@@ -255,8 +303,8 @@ def _a_dataclass_with_own_slots(x):
 
 
 @pytest.mark.parametrize("program", [
-    _a_dataclass_with_own_slots, _a_class_changed_after, _an_enum, _a_class_holding_a_computed_tensor,
-    _a_class_in_its_own_list,
+    _a_dataclass_with_own_slots, _a_class_changed_after, _an_enum_with_a_method,
+    _a_class_holding_a_computed_tensor, _a_class_in_its_own_list,
 ])
 def test_a_class_made_by_more_than_type_runs_eagerly(program):
     """A decorator, an attribute set afterwards, a metaclass, a traced attribute, a class holding itself:
