@@ -32,6 +32,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter.calls import opaque
 from jitcore.interpreter.hashed_inserts import rerun_allowed
@@ -217,8 +219,24 @@ def _of_the_programs_class(frame: types.FrameType) -> bool:
 # but a C pickler object does not say which protocol or file it was made with. Its ``dump`` of a graph
 # reaching an instance of a Python class makes the call run eagerly (JC-T001); of built-in values alone,
 # it is the C call, as before.
+# Note [torch.save refused before it writes]
+# ``torch.save(x, buf)`` opens its zip writer on ``buf`` (C++ writes into it natively) and then dumps ``x``
+# with a C pickler, which the lookaside below refuses for a tensor (JC-T001): the writer's ``__exit__`` had
+# already written its records into the caller's buffer, and the eager rerun wrote the whole file after them
+# (/tmp/ao58-probes/p_save_partial.py: 2251 bytes where eager wrote 1577). With no tensor (``torch.save({"a":
+# 1}, buf)``) the traced call raised TypeError where eager writes. ``torch.save`` is refused before it
+# writes anything: the call runs eagerly, and the bytes are eager's.
+def _refused_save(*_args: Any, **_kwargs: Any) -> Any:
+    raise UnsupportedOperationError(
+        "torch.save(obj, f) writes with a C zip writer and pickler, which jitcore does not see: the bytes "
+        "would not be written on later calls",
+        hints=("the call runs eagerly; save outside the jitted function",),
+    )
+
+
 def pickler_lookasides() -> dict[Any, Callable[..., Any]]:
-    """``{pickle.Pickler.dump: ...}`` (Note [A C pickler's dump of the program's objects])."""
+    """``{pickle.Pickler.dump: ..., torch.save: ...}`` (Note [A C pickler's dump of the program's objects],
+    Note [torch.save refused before it writes])."""
 
     def dump(pickler: Any, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and not built_in_values(args[0]):
@@ -230,7 +248,7 @@ def pickler_lookasides() -> dict[Any, Callable[..., Any]]:
             )
         return opaque(current_run(), _PICKLER_DUMP, (pickler, *args), kwargs)
 
-    return {_PICKLER_DUMP: dump}
+    return {_PICKLER_DUMP: dump, torch.save: _refused_save}
 
 
 _PICKLER_DUMP = pickle.Pickler.dump

@@ -17,6 +17,7 @@ import collections
 import dataclasses
 import functools
 import heapq
+import io
 import json
 import math
 import operator
@@ -292,3 +293,25 @@ def test_a_standard_library_wrapper_of_a_callers_dunder_follows_each_call(case: 
                 configs[0].scale, ranked[0].rank = 12345.5, 7
             x = torch.ones(2)
             assert_same(jf(x), f(x))
+
+
+@pytest.mark.parametrize("saved", ["tensor", "built_in_values"])
+def test_torch_save_to_a_callers_buffer_writes_eagers_bytes(saved: str) -> None:
+    """Note [torch.save refused before it writes]: before, the traced call wrote the zip writer's records
+    into the caller's buffer before the refusal (then the eager rerun wrote the file after them: 2251
+    bytes for eager's 1577), and ``torch.save`` of built-in values raised TypeError."""
+    def f(x, buffer):
+        torch.save(x * 2 if saved == "tensor" else {"a": 1, "b": [2, 3]}, buffer)
+        return x + 1
+
+    jf = jitcore.jit(f)
+    for i in range(3):
+        x = torch.arange(3.0) + i
+        eager_buffer, jit_buffer = io.BytesIO(), io.BytesIO()
+        expected = f(x, eager_buffer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the "runs eagerly" warning
+            got = jf(x.clone(), jit_buffer)
+        assert torch.equal(got, expected)
+        assert jit_buffer.getvalue() == eager_buffer.getvalue(), i
+    assert "torch.save" in str(jf.fallback_reason)
