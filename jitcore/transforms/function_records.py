@@ -15,8 +15,9 @@ Invariants:
   torch decided nothing with (Note [A number a split Function takes]), holds no value read and computes
   no number but Python arithmetic on those it takes, each comparison of which its call checks (Note
   [Python arithmetic on a split Function's numbers], function_numbers.py),
-  its arguments have static sizes or sizes of the pass each read from one of its arguments, a multiple
-  of it plus a constant too (Note [A split Function over symbolic sizes]) and its replay assumes nothing
+  its arguments have static sizes or sizes of the pass, each read from one of its arguments (a multiple
+  of it plus a constant too) or taken as the entry's size number (Note [A split Function over symbolic
+  sizes]) and its replay assumes nothing
   more of them (what it assumes of an int it takes is a condition its call checks: Note [A split
   Function's int as a size], replayed_numbers.py), its traces rely on no argument's symbolic layout,
   and its backward writes no Python state;
@@ -232,7 +233,7 @@ _VALUE_USED = BoundSymbol(
 _NOT_SPLIT = frozenset({"check", "data_dependent", "backward", "per_call", "python_random", "random"})
 
 
-_Source = tuple[int, int | None, int, int]  # (leaf, dim, scale, offset): _size_sources
+_Source = tuple[int | None, int | None, int, int]  # (leaf, dim, scale, offset): _size_sources
 
 
 # Note [A split Function over symbolic sizes]
@@ -248,7 +249,8 @@ _Source = tuple[int, int | None, int, int]  # (leaf, dim, scale, offset): _size_
 def _size_sources(bsym: BoundSymbol, sizes: SymbolicSizes) -> dict[Any, _Source] | None:
     """symbol -> (argument among the record's leaves, dim of that tensor or None for a number taken as it
     is, scale, offset: the dim's size is ``scale * symbol + offset``) of each size symbol in the record's
-    tensors (arguments and outputs); None where one is no size of an argument or of the pass that way."""
+    tensors (arguments and outputs), ``(None, None, 1, 0)`` for one no argument gives (the entry's own
+    size number, taken by the record); None where a symbol is none of the pass's size numbers."""
     leaves = optree.tree_leaves((bsym.args[1:], bsym.kwargs), none_is_leaf=True)
     names = sizes.names()
     sources: dict[Any, _Source] = {}
@@ -272,8 +274,12 @@ def _size_sources(bsym: BoundSymbol, sizes: SymbolicSizes) -> dict[Any, _Source]
                 continue
             shadow = v.shadow
             for n in (*shadow.shape, *shadow.stride(), shadow.storage_offset()):
-                if type(n) is torch.SymInt and not n.node.expr.free_symbols <= sources.keys():
-                    return None
+                if type(n) is not torch.SymInt:
+                    continue
+                for symbol in n.node.expr.free_symbols - sources.keys():
+                    if symbol not in names:
+                        return None
+                    sources[symbol] = (None, None, 1, 0)  # Note [A size of a split's tensor that is ...]
     return sources
 
 
@@ -282,7 +288,12 @@ def _size_sources(bsym: BoundSymbol, sizes: SymbolicSizes) -> dict[Any, _Source]
 # ``2*s0``, no plain size of any argument, so the record stayed (/tmp/ao54-probes/p8_split_sizes.py ``3d``:
 # 5 TwoTensor dispatches per warm call). A size ``scale * s0 + offset`` (integers, ``scale`` not 0) gives
 # ``s0`` as ``(size - offset) // scale`` of each call's tensor, exactly, for every call the entry's
-# prologue accepts; a size of any other form (``s0*s1``, ``s0 // 2``) still keeps the record.
+# prologue accepts. A size of any other form (``s0*s1`` of ``x.flatten(0, 1)``, ``s0 // 2`` of
+# ``x[: x.shape[0] // 2]``) gives no symbol back (/tmp/ao56-probes/p13_split_size_forms.py ``prod``, ``half``:
+# the record stayed, 5 TwoTensor dispatches per warm call): the symbol is then the entry's own size number
+# (a size input the prologue reads, or a size the computation computes before the record), passed to the
+# split as a trailing argument of its record (``SplitCall.taken``). The prologue checks what pass 1
+# assumed of it, and a split whose replay assumed more stays a record (``_split``), as for every size.
 def _linear(expr: Any, names: dict[Any, NumberProxy]) -> tuple[Any, int, int] | None:
     """(symbol, scale, offset) where ``expr`` is ``scale * symbol + offset`` of one of ``names``."""
     free = expr.free_symbols
@@ -323,7 +334,11 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     args = [a for a in args if id(a) not in size_numbers]
     read: list[tuple[int, int, int | None, int, int]] = []  # (position among the split's arguments, leaf,
     # dim, scale, offset)
+    taken: list[NumberProxy] = []  # the entry's own size numbers, trailing arguments of the record
     for number, (leaf, dim, scale, offset) in size_numbers.values():
+        if leaf is None:  # Note [A size of a split's tensor that is an expression]
+            leaf = len(leaves) + len(taken)
+            taken.append(number)
         read.append((len(args), leaf, dim, scale, offset))
         args.append(number)
     before = sizes.state() if sizes is not None else None
@@ -358,12 +373,13 @@ def _split(bsym: BoundSymbol, executor: Any, owner: Any, state: Callable[[], Any
     if expected is None:
         return None
     computation = _computation(grad, executor, owner, len(args), backwards)
-    call = SplitCall(computation, positions, expected, _checked(args, conditions), tuple(read))
+    call = SplitCall(computation, positions, expected, _checked(args, conditions), tuple(read), len(taken))
     conditions.sealed = True  # Note [A split Function's backward computing with its numbers]
     symbol = Symbol(id="split_function", name="split_function", langctx="torch", fn=call, path=None,
                     meta=bsym.symbol.meta, tags=bsym.symbol.tags)
     header = f"{_function_name(bsym)}.apply, split alone: Note [A Function split alone]"
-    return BoundSymbol(symbol, bsym.args, bsym.kwargs, bsym.output, bsym.subsymbols, bsym.source, header)
+    return BoundSymbol(symbol, (*bsym.args, *taken), bsym.kwargs, bsym.output, bsym.subsymbols, bsym.source,
+                       header)
 
 
 # Note [A Function split alone]
@@ -416,21 +432,26 @@ def _checked(args: list[Proxy], conditions: list[Condition]) -> tuple[tuple[tupl
 
 class SplitCall:
     """Calls a Function record's split with the record's arguments (``fn, *args, **kwargs`` as the
-    record holds them), or ``apply`` natively where an argument's layout or ``requires_grad`` is not
-    what the split was recorded for (Note [A Function split alone])."""
+    record holds them, then the entry's size numbers it takes), or ``apply`` natively where an argument's
+    layout or ``requires_grad`` is not what the split was recorded for (Note [A Function split alone])."""
 
     def __init__(self, computation: GradComputation, positions: list[int | None],
                  expected: tuple[tuple[int, Any, Any], ...],
                  checked: tuple[tuple[tuple[int, int], ...], tuple[Condition, ...]] = ((), ()),
-                 sizes: tuple[tuple[int, int, int | None, int, int], ...] = ()) -> None:
+                 sizes: tuple[tuple[int, int, int | None, int, int], ...] = (), taken: int = 0) -> None:
         self.computation = computation
         self.positions = positions  # per leaf of (args after the class, kwargs): its tensor argument
         self.expected = expected
         self.numbers, self.conditions = checked
         self.sizes = sizes  # (argument, leaf, dim, scale, offset) of each size the split takes
+        self.taken = taken  # how many of the entry's size numbers trail the record's arguments
 
     def __call__(self, cls: type, *args: Any, **kwargs: Any) -> Any:
-        leaves = optree.tree_leaves((args, kwargs), none_is_leaf=True)
+        if self.taken:  # Note [A size of a split's tensor that is an expression]
+            args, taken = args[:-self.taken], args[-self.taken:]
+        else:
+            taken = ()
+        leaves = [*optree.tree_leaves((args, kwargs), none_is_leaf=True), *taken]
         tensors: list[Any] = [None] * len(self.expected)
         for leaf, k in zip(leaves, self.positions):
             if k is not None:

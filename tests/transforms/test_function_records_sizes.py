@@ -110,3 +110,35 @@ def test_a_function_over_a_size_that_is_an_expression_runs_no_dispatch_when_warm
         if i >= 2:  # warm: the symbolic entry is traced by then
             assert seen == [], (n, s, seen)
     assert jitcore.cache_misses(f) == 2
+
+
+@pytest.mark.parametrize("form", ["product", "halved"])
+def test_a_function_over_a_size_of_no_linear_form_runs_no_dispatch_when_warm(form: str) -> None:
+    """Note [A size of a split's tensor that is an expression]: the record's tensor has size ``s0*s1``
+    (``x.flatten(0, 1)`` of ``(s0, s1, 3)``) or ``s0 // 2`` (``x[: x.shape[0] // 2]``), no size of an
+    argument gives ``s0``: the split takes the entry's own size numbers. Before, the record stayed: 5
+    TwoTensor dispatches per warm call."""
+    fn = _function("scaled")
+
+    def program(x: torch.Tensor, w: torch.Tensor, s: float) -> torch.Tensor:
+        if form == "product":
+            return fn.apply(x.flatten(0, 1), w, s) * 2
+        return fn.apply(x[: x.shape[0] // 2], w, s) * 2
+
+    f = jitcore.jit(program)
+    for i, (n, s) in enumerate(_CALLS[:5]):
+        torch.manual_seed(i)
+        x = torch.randn(n, n - 2, 3, requires_grad=True) if form == "product" else \
+            torch.randn(n, 3, requires_grad=True)
+        w = torch.randn(3, 5, requires_grad=True)
+        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        expected = program(x, w, s)
+        expected.square().sum().backward()
+        with protocol_calls(TwoTensor) as seen:
+            got = f(xj, wj, s)
+            got.square().sum().backward()
+        assert type(got) is torch.Tensor and torch.equal(got, expected), (n, s)
+        assert torch.equal(xj.grad, x.grad) and torch.equal(wj.grad, w.grad), (n, s)
+        if i >= 2:  # warm: the symbolic entry is traced by then
+            assert seen == [], (n, s, seen)
+    assert jitcore.cache_misses(f) == 2 and f.fallback_reason is None
