@@ -94,9 +94,14 @@ class NumberProxy(Proxy):
         return format(self.specialize(), spec)
 
     def __hash__(self) -> int:
+        return hash(self._value_by_predicate())  # Note [Hashing a computed number]
+
+    def _value_by_predicate(self) -> int | float:
+        """The value, guarded as the predicate ``number == value`` where the number is computed (Note
+        [Hashing a computed number]); else specialized."""
         if self.made_by is not None and self.value == self.value and bool(self == self.value):
-            return hash(self.value)  # Note [Hashing a computed number]
-        return hash(self.specialize())
+            return self.value
+        return self.specialize()
 
     def __bool__(self) -> bool:
         outcome = bool(self.value)
@@ -118,7 +123,7 @@ class NumberProxy(Proxy):
     def __index__(self) -> int:
         if type(self.value) is not int:
             raise TypeError(f"'{type(self.value).__name__}' object cannot be interpreted as an integer")
-        return self.specialize()
+        return self._value_by_predicate()  # ``range(n % 4)``: Note [Hashing a computed number]
 
     def __round__(self, ndigits: int | None = None) -> Any:
         return round(self.specialize(), ndigits)
@@ -204,7 +209,9 @@ def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
 # by recorded arithmetic, not a NaN) guards the predicate ``number == value`` instead (Note [Predicate
 # guards]), and every call whose number has that value shares the entry. Where no root can guard a
 # predicate, ``__bool__`` of the comparison specializes, as before. An input itself is guarded by
-# value either way.
+# value either way. ``__index__`` (``range(n % 4)``, ``xs[n % 4]``, a slice bound) needs only the value
+# too: before, ``H.tags.update(f"t{k}" for k in range(n % 4))`` pinned ``n`` itself, an entry per call
+# (12 in 12: /tmp/eff58-probes/genupd.py), now one per value of ``n % 4``.
 # Note [Predicate guards]
 # A branch on a dynamic number (``if self.last_epoch % self.step_size != 0:`` in an LR scheduler, a
 # counter that a schedule tests) needs only the branch's outcome, not the number's value. Guarding the

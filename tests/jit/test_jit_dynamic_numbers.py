@@ -683,6 +683,39 @@ def test_a_computed_number_hashed_guards_its_value_not_its_inputs(kind: str) -> 
         jitcore.miss_reasons(jitted)[-1]
 
 
+class _Tags:
+    tags: set = set()
+
+
+INDEXED_BY_A_COMPUTED_NUMBER = {  # (program, at most this many entries over i = 0..11 twice)
+    "range-into-a-class-set": (lambda x, i: (_Tags.tags.update(f"t{k}" for k in range(i % 4)), x * 2)[1], 8),
+    "range-loop": (lambda x, i: sum((x * k for k in range(i % 3)), x), 4),
+    "list-index": (lambda x, i: x * [5, 6, 7][i % 3], 4),
+}
+
+
+@pytest.mark.parametrize("kind", list(INDEXED_BY_A_COMPUTED_NUMBER))
+def test_a_computed_number_as_an_index_guards_its_value_not_its_inputs(kind: str) -> None:
+    """Note [Hashing a computed number] (jitcore/proxies/number.py): ``range(i % 4)`` and ``xs[i % 3]`` took
+    ``__index__`` of the number, which pinned ``i`` by value: an entry per ``i`` (24 calls, 13 to 16 entries;
+    /tmp/eff58-probes/genupd.py). Now the guard is ``(i % 4) == v``. Results and the class's set
+    (its order too) are compared with eager's after every call."""
+    program, bound = INDEXED_BY_A_COMPUTED_NUMBER[kind]
+
+    def run(fn) -> list:
+        _Tags.tags = set()
+        out = []
+        for i in [*range(12), *range(12)]:
+            x = torch.arange(4.0) + i
+            out.append((fn(x, i).tolist(), list(_Tags.tags)))
+        return out
+
+    eager = run(program)
+    jitted = jitcore.jit(program)
+    assert run(jitted) == eager
+    assert jitcore.cache_misses(jitted) <= bound, jitcore.miss_reasons(jitted)[-1]
+
+
 # Note [A tensor of a named number has no constant] (jitcore/langctx/shadows.py): the shadow of
 # ``torch.tensor(s)`` kept the traced ``s`` as a constant, so ``.item()`` answered it on every later call (a
 # wrong answer from the third call); ``x.new_tensor(s)`` specialized ``s``: an entry per value.
