@@ -427,6 +427,14 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
                 read[last].add(key.argval)  # ``h["n"] = v``, ``h["n"] += 1``: Note [An item updated in place]
                 candidates -= touched - {last}
                 continue
+        first = names[0]  # 3.13's ``LOAD_FAST_LOAD_FAST (h, i)``: the key's first value loaded with it
+        paired = instructions[i].opname == "LOAD_FAST_LOAD_FAST" and first in touched \
+            and names.count(first) == 1
+        if (alone and last in touched or paired) \
+                and _computed_item_appended(instructions, i + 1, above=len(names) - 1 if paired else 0):
+            keys[first if paired else last].add(_ANY_KEY)  # Note [A list at a computed key appended to]
+            candidates -= touched - {first if paired else last}
+            continue
         if alone and last in touched and (key := _set_default_list(instructions, i + 1)) is not _NO_KEY:
             keys[last].add(key)  # ``h.setdefault("k", []).append(v)``: Note [A list set by default]
             candidates -= touched - {last}
@@ -494,6 +502,33 @@ def _computed_default_list(instructions: list, i: int) -> Any:
             return _NO_KEY
         above += use[1] - use[0]
     return _NO_KEY
+
+
+# Note [A list at a computed key appended to]
+# ``metrics[name].append(v)``, ``hist[n % 2].append(y)`` on a ``defaultdict(list)`` (or dict) argument: the
+# key is computed, so the dict was bound whole, each list's length guarded, and every call traced again
+# (12 in 12: /tmp/eff58-probes/ddarg.py). The key expression is straight-line code after the load (walked
+# with ``stack_use``), the subscript takes it with the dict right under it, and the next instruction looks
+# ``append``/``extend`` up on the item: the dict is read at that one key only, and the item only appended
+# to, whatever the key is, so every list the dict holds is one only appended to (``_ANY_KEY``, as Note [A
+# list set by default at a computed key]). The dict's keys are guarded: an absent key is a KeyError of a
+# dict, or a new empty list of a ``defaultdict(list)`` made in the program's copy, as eagerly, each such
+# call an entry of its own.
+def _computed_item_appended(instructions: list, i: int, above: int = 0) -> bool:
+    """Whether ``instructions[i:]``, after a load of a dict (``above`` values loaded over it with it), compute
+    a key, subscript the dict with it and look ``append``/``extend`` up on the item (Note [A list at a
+    computed key appended to])."""
+    start = above
+    for j in range(i, min(i + _SCAN, len(instructions))):
+        inst = instructions[j]
+        if inst.opname == "BINARY_SUBSCR" and above == 1:
+            rest = [x for x in instructions[j + 1:j + 3] if x.opname not in _NOTHING][:1]
+            return (j > i or start == 1) and bool(rest) and _looks_up(rest[0], _APPENDING)
+        use = (2, 1) if inst.opname == "BINARY_SUBSCR" else stack_use(inst)
+        if use is None or use[0] > above:
+            return False
+        above += use[1] - use[0]
+    return False
 
 
 # Note [An item updated in place]

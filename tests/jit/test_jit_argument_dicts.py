@@ -190,3 +190,29 @@ def test_a_dict_argument_only_stored_into_traces_once(program):
     jitted = jitcore.jit(program)
     assert calls(jitted) == calls(program)
     assert jitcore.cache_misses(jitted) == 1
+
+
+def _metric_by_name(metrics, x, i):  # a name chosen per call
+    metrics[("loss", "norm")[i % 2]].append(float(x.sum()))
+    return x * 2
+
+
+def _bucket_by_number(metrics, x, i):  # a key computed from a dynamic number
+    metrics[i % 3].extend((i, "a"))
+    return x + 1
+
+
+@pytest.mark.parametrize(("program", "make", "traces"), [
+    (_metric_by_name, lambda: __import__("collections").defaultdict(list), 4),  # keys [], [loss], both
+    (_bucket_by_number, lambda: {0: [], 1: [7], 2: []}, 4),  # i == 0 a constant, then one entry per i % 3
+])
+def test_a_list_at_a_computed_key_appended_to_does_not_retrace(program, make, traces):
+    """Note [A list at a computed key appended to] (jitcore/jit/appends.py): the dict argument was bound
+    whole, each list's length guarded: 20 traces in 20 calls before."""
+    jitted, eager_metrics, jit_metrics = jitcore.jit(program), make(), make()
+    for i in range(20):
+        x = torch.randn(3, generator=torch.Generator().manual_seed(i))
+        assert_same(jitted(jit_metrics, x, i), program(eager_metrics, x, i))
+        assert jit_metrics == eager_metrics and list(jit_metrics) == list(eager_metrics)
+        assert type(jit_metrics) is type(eager_metrics)
+    assert jitcore.cache_misses(jitted) == traces, jitcore.miss_reasons(jitted)[-1]
