@@ -761,7 +761,10 @@ def _children(value: Any) -> list[Any]:
     children = list(getattr(value, "__dict__", {}).values()) if hasattr(value, "__dict__") else []
     if issubclass(kind, torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():  # a subclass's __torch_function__ sees no read
-            grad = value.grad if value.is_leaf else None  # (a non-leaf's .grad warns and is unused)
+            try:  # (a non-leaf's .grad warns and is unused)
+                grad = value.grad if value.is_leaf else None
+            except RuntimeError:  # a view autograd refuses to make again (transforms/view_versions.py)
+                grad = None
         if grad is not None:
             children.append(grad)  # set by a backward the program ran
     for klass in type(value).__mro__:

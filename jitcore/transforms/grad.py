@@ -83,6 +83,7 @@ from jitcore.transforms.view_outputs import (
     view_outputs,
 )
 from jitcore.transforms.view_round_trips import collapse_view_round_trips, drop_unread_views
+from jitcore.transforms.view_versions import bumped_after_written_views, shares_a_saved_value
 
 __all__ = [
     "BackwardDeriver", "DerivedBackward", "GradTraces", "OutputSpec", "ReplayInconsistent", "SubclassInputs",
@@ -660,6 +661,10 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
     numbers = _numbers_made(forward, [*outputs, *view_numbers])  # Note [Sizes a grad entry returns]
     if view_numbers:
         views = numbers_taken(views, view_numbers, numbers, len(forward_outputs))
+    if views is not None and views.n_strided:  # Note [The version of a written base] (view_versions.py)
+        views = bumped_after_written_views(views, shares_a_saved_value(saved, lambda root: (
+            tensor_outputs[root[1]] if root[0] == "output" else replay.env.get(id(trace.args[root[1]]))
+            if root[0] == "arg" else None)))
 # With symbolic sizes, the replay looks a size the output holds up as its SymInt (``x.shape``,
 # ``x.shape[0] * 2 + 1``, ``x.numel()`` returned beside a TwoTensor requiring grad): the SymInt itself
 # was kept as a constant of the entry and handed to every call (``torch.Size([s0, 3])``, ``2*s0 + 1``).

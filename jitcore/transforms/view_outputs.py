@@ -96,6 +96,8 @@ class ViewOutputs:
         numbers: pass 1's numbers the view calls take (sizes: Note [View calls of symbolic sizes]),
             ``_Number(k)`` in their arguments.
         number_outputs: the index among the Function's outputs of each of ``numbers`` (grad.py).
+        n_strided: how many of ``steps``, first, make a view with ``as_strided`` of its base (Note [A
+            view whose base is written]).
     """
 
     roots: tuple[tuple[int, Root], ...]
@@ -105,6 +107,7 @@ class ViewOutputs:
     hidden: tuple[TensorProxy, ...]
     numbers: tuple[NumberProxy, ...] = ()
     number_outputs: tuple[int, ...] = ()
+    n_strided: int = 0
 
     def make(self, leaves: list[Any], outputs: Sequence[Any], inputs: Sequence[Any],
              input_index: Callable[[str, int], int]) -> None:
@@ -252,11 +255,10 @@ def view_outputs(
 # Autograd refuses to make again the node of a ``split``/``unbind`` output or of a view made under
 # ``no_grad`` (reading ``grad_fn`` raises, and so does an in-place op on it); such a view is
 # ``as_strided`` with eager's creation kind (``_as_strided_of_several``; under ``no_grad``), so an
-# in-place op on it raises eager's error. Its ``grad_fn`` reads as ``AsStridedBackward0`` where eager's
-# raises: eager's would need its version counter behind its base's, which only a write after it gives,
-# and bumping the base's counter after the Function would fail the backward of a Function that saved
-# the base (``ctx.save_for_backward``'s version check). A chain whose pivot has no static layout is
-# not made so (Note [A view left to the Function]).
+# in-place op on it raises eager's error; its base's version is then bumped, so that reading its
+# ``grad_fn`` or a backward through it raises as eagerly (Note [The version of a written base],
+# view_versions.py). A chain whose pivot has no static layout is not made so (Note [A view left to
+# the Function]).
 
 
 def plan(
@@ -319,7 +321,8 @@ def plan(
         steps.append((fn, rest, kwargs, slot(id(source)), written, mode))
     positions = tuple((position, slots[id(leaf)]) for position, leaf in enumerate(leaves)
                       if id(leaf) in chains or id(leaf) in strided)
-    return ViewOutputs(tuple(roots), tuple(steps), positions, len(slots), tuple(hidden), tuple(numbers))
+    return ViewOutputs(tuple(roots), tuple(steps), positions, len(slots), tuple(hidden), tuple(numbers),
+                       n_strided=len(strided))
 
 
 # Note [A view left to the Function]

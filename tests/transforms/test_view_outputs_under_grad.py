@@ -459,8 +459,9 @@ def test_views_autograd_does_not_make_again(fn: Callable[..., Any]) -> None:
     """A ``split``/``unbind`` output, or a view made under ``no_grad``, whose base the program writes
     after it: eagerly autograd refuses to make its node again (reading it raises), and an in-place op
     on it raises. Before, the jitted call itself raised while it was traced. Compared: values, the
-    view's ``_base``, creation kind and layout, the in-place error, the gradient through the base
-    (the node jitcore gives the view, ``as_strided``'s, is documented in docs/autograd.md)."""
+    view's ``_base``, creation kind and layout, the in-place error, the error of reading its
+    ``grad_fn`` and of a backward through it (before: ``AsStridedBackward0`` and a gradient), the
+    gradient through the base."""
     jfn = jitcore.jit(fn)
     for seed in range(3):
         results = []
@@ -472,6 +473,12 @@ def test_views_autograd_does_not_make_again(fn: Callable[..., Any]) -> None:
             with pytest.raises(RuntimeError) as error:
                 v.mul_(3)
             seen.append(str(error.value).split(" is a view ", 1)[-1])  # eager names the view's op there
+            with pytest.raises(RuntimeError) as error:  # Note [The version of a written base]
+                _ = v.grad_fn
+            seen.append(str(error.value).split(" is a view ", 1)[-1])
+            with pytest.raises(RuntimeError) as error:
+                torch.autograd.grad(v.sum(), leaf, retain_graph=True)
+            seen.append(str(error.value).split(" is a view ", 1)[-1])
             z.sum().backward()
             seen.append(leaf.grad)
             results.append(seen)
