@@ -250,12 +250,13 @@ def restrided(proxy: SubclassTensorProxy, record: BoundSymbol) -> bool:
 # ``requires_grad_()`` on a subclass value the program made sets its *outer* tensor's flag: below
 # autograd, ``__torch_dispatch__`` sees no operation, so the call's resolution is empty and pass 2
 # (used only when no input requires grad) would drop it. A subclass output whose pass-1 value is such
-# a leaf gets the flag back once rebuilt, and so does a subclass value computed from such a leaf (it
-# comes back a leaf where eager's has a grad_fn: only ``is_leaf``/``grad_fn`` differ while the leaf it
-# came from is out of the caller's reach). When the caller can reach that leaf too (returned, stored),
-# ``y.backward()`` must fill the leaf's ``.grad``, and a plain value computed from a subclass leaf must
-# require grad; pass 2 has no graph for either (it rebuilds subclass values from inner tensors and
-# computes plain ones from them). Such a program runs eagerly
+# a leaf gets the flag back once rebuilt. A subclass value computed from such a leaf would come back a
+# leaf too, where eager's has a grad_fn: ``p = nn.Parameter(x); return p * 2`` gave ``is_leaf`` True,
+# ``grad_fn`` None, and ``out.grad`` filled by ``out.sum().backward()`` where eager's stays None (it was
+# let through while the leaf was out of the caller's reach; /tmp/ao58-probes/p_leaf.py). When the caller
+# can reach that leaf too (returned, stored), ``y.backward()`` must fill the leaf's ``.grad``, and a plain
+# value computed from a subclass leaf must require grad; pass 2 has no graph for any of these (it
+# rebuilds subclass values from inner tensors and computes plain ones from them). Such a program runs eagerly
 # (``refuse_values_computed_from_leaves_made_inside``, JC-J002). So does a subclass value computed from a
 # *plain* leaf the program made (a module built inside: ``F.linear(x, w)`` of a TwoTensor weight and a new
 # ``nn.Parameter`` bias): eagerly its class's dispatch runs below autograd, so its inner tensors require no
@@ -510,25 +511,23 @@ def _coefficient(expr: Any, symbol: Any) -> int | None:
 def refuse_values_computed_from_leaves_made_inside(trace: Trace) -> None:
     """Raise EagerOnlyValue (JC-J002) when an output or a stored value of pass 1 requires grad through a
     graph pass 2 cannot give and the caller could tell (Note [Subclass values that require grad]): a
-    subclass value computed from a leaf the program made and also returns or stores (a backward must
-    fill that leaf's ``.grad``), a subclass value computed from a plain leaf the program made (pass 2's
-    inner tensors would require grad), or a plain value computed from a subclass leaf the program made
-    (pass 2 computes it from inner tensors: it would not require grad). Programs without subclasses are
-    fine."""
+    subclass value computed from a leaf the program made (pass 2 would rebuild it as a leaf, where
+    eager's has a grad_fn; from a plain leaf its inner tensors would require grad), or a plain value
+    computed from a subclass leaf the program made (pass 2 computes it from inner tensors: it would not
+    require grad). Programs without subclasses are fine. Used only where no input requires grad: every
+    leaf of such a graph is one the program made."""
     if not involves_subclasses(trace):
         return
     values = [v for v in optree.tree_leaves(trace.output, none_is_leaf=True) if isinstance(v, TensorProxy)]
-    reachable = {id(v.shadow) for v in values}
     for value in values:
         shadow = value.shadow
         with torch._C.DisableTorchFunctionSubclass():  # noqa: SLF001 - Note [jitcore's reads of a shadow]
             if not shadow.requires_grad or shadow.grad_fn is None:
                 continue
-        leaves = graph_leaves([shadow.grad_fn])  # shadows: a plain one a FakeTensor
-        if isinstance(value, SubclassTensorProxy):  # a plain leaf's shadow is a FakeTensor
-            refused = any(id(leaf) in reachable or isinstance(leaf, FakeTensor) for leaf in leaves)
-        else:
-            refused = any(not isinstance(leaf, FakeTensor) for leaf in leaves)
+        if isinstance(value, SubclassTensorProxy):  # rebuilt from inner tensors: a leaf, not eager's node
+            refused = True
+        else:  # shadows: a plain one a FakeTensor
+            refused = any(not isinstance(leaf, FakeTensor) for leaf in graph_leaves([shadow.grad_fn]))
         if refused:
             raise EagerOnlyValue(
                 f"{value.name} requires grad through a leaf made inside the function with requires_grad, "

@@ -54,15 +54,35 @@ def test_subclass_argument_cloned_then_flagged() -> None:
     _compare(_of_an_argument, TwoTensor(torch.randn(3), torch.randn(3)))
 
 
-def test_computed_from_a_flagged_subclass_requires_grad() -> None:
-    def f(x):
-        y = TwoTensor(x.clone(), x).requires_grad_()
-        return y * 2
+def _flagged_then_computed(x):
+    y = TwoTensor(x.clone(), x).requires_grad_()
+    return y * 2
 
-    out = jitcore.jit(f)(torch.randn(3))
-    assert type(out) is TwoTensor and out.requires_grad  # eagerly too (there with a grad_fn)
-    assert f(torch.randn(3)).requires_grad
-    out.sum().backward()  # eagerly a backward to the dropped leaf; here into the output's own .grad
+
+def _parameter_then_computed(x):
+    p = torch.nn.Parameter(x)
+    return p * 2
+
+
+@pytest.mark.parametrize("fn, make", [
+    (_flagged_then_computed, lambda: torch.randn(3)),
+    (_parameter_then_computed, lambda: TwoTensor(torch.randn(2, 3), torch.randn(2, 3))),
+], ids=["flagged", "parameter"])
+def test_computed_from_a_subclass_leaf_made_inside_has_eagers_node(fn, make) -> None:
+    """A subclass value computed from a leaf the program made and keeps: eagerly a non-leaf with a
+    grad_fn, whose backward leaves its own ``.grad`` None. It came back a leaf (grad_fn None, its
+    ``.grad`` filled by the backward): the program now runs eagerly (JC-J002)."""
+    jitted = jitcore.jit(fn)
+    for _ in range(2):
+        x = make()
+        expected, actual = fn(x), jitted(x)
+        assert _flags(actual) == _flags(expected)
+        assert type(actual.grad_fn) is type(expected.grad_fn)
+        torch.testing.assert_close(actual.a, expected.a)
+        expected.sum().backward()
+        actual.sum().backward()
+        assert expected.grad is None and actual.grad is None
+    assert "JC-J002" in str(jitted.fallback_reason)
 
 
 @pytest.mark.parametrize("fn", [_made_inside, _of_an_argument])
