@@ -111,6 +111,16 @@ def _use(out: tuple, earlier: list) -> list:
     return seen
 
 
+def _calls_as_eager(program: Any, calls: Any) -> Any:
+    """``calls(fn)`` (what a sequence of calls returned and made) equal for ``program`` jitted and
+    eagerly, warnings ignored (a class statement's own); returns the jitted function."""
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert calls(jitted) == calls(program)
+    return jitted
+
+
 @pytest.mark.parametrize("program", [
     _a_plain_class, _a_class_with_super_and_descriptors, _a_class_over_a_class_it_made,
     _a_class_stored_into_a_global, _a_class_whose_method_reads_it_by_name, _a_class_by_type,
@@ -128,8 +138,7 @@ def test_a_class_type_alone_makes_is_made_again_per_cached_call(program):
             earlier.append(out[0])
         return got
 
-    jitted = jitcore.jit(program)
-    assert calls(jitted) == calls(program)
+    jitted = _calls_as_eager(program, calls)
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
 
 
@@ -201,10 +210,7 @@ def test_instances_in_the_namespace_of_a_class_it_made_are_of_this_calls_class(p
             earlier.append(cls)
         return got
 
-    jitted = jitcore.jit(program)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert calls(jitted) == calls(program)
+    jitted = _calls_as_eager(program, calls)
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
 
 
@@ -244,10 +250,7 @@ def test_an_enum_it_made_is_made_again_per_cached_call(program):
             earlier.append(cls)
         return got
 
-    jitted = jitcore.jit(program)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert calls(jitted) == calls(program)
+    jitted = _calls_as_eager(program, calls)
     if sys.version_info < (3, 13):  # 3.13's __firstlineno__ comes before the members: refused there
         assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
 
@@ -322,10 +325,7 @@ def test_a_class_made_by_more_than_type_runs_eagerly(program):
             earlier.append(cls)
         return got
 
-    jitted = jitcore.jit(program)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert calls(jitted) == calls(program)
+    jitted = _calls_as_eager(program, calls)
     assert jitted.fallback_reason is not None
 
 
@@ -411,8 +411,7 @@ def test_a_namedtuple_class_is_made_again_per_cached_call_by_namedtuple(program)
             earlier.append(cls)
         return got
 
-    jitted = jitcore.jit(program)
-    assert calls(jitted) == calls(program)
+    jitted = _calls_as_eager(program, calls)
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
 
 
@@ -441,10 +440,7 @@ def test_a_namedtuple_class_the_program_changed_runs_eagerly(program):
             cls._field_defaults.setdefault("caller", 1)
         return got
 
-    jitted = jitcore.jit(program)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert calls(jitted) == calls(program)
+    jitted = _calls_as_eager(program, calls)
     assert jitted.fallback_reason is not None
 
 
@@ -526,8 +522,7 @@ def test_a_dataclass_is_made_again_per_cached_call_by_dataclass(program):
             earlier.append(cls)
         return got
 
-    jitted = jitcore.jit(program)
-    assert calls(jitted) == calls(program)
+    jitted = _calls_as_eager(program, calls)
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
 
 
@@ -626,8 +621,7 @@ def test_a_dataclass_instance_holding_computed_tensors_is_rebuilt_per_cached_cal
             earlier.append(type(out))
         return got
 
-    jitted = jitcore.jit(program)
-    assert calls(jitted) == calls(program)
+    jitted = _calls_as_eager(program, calls)
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
 
 
@@ -685,8 +679,7 @@ def test_a_typing_named_tuple_with_methods_is_made_again_per_cached_call(program
             earlier.append(cls)
         return got
 
-    jitted = jitcore.jit(program)
-    assert calls(jitted) == calls(program)
+    jitted = _calls_as_eager(program, calls)
     assert jitted.fallback_reason is None and jitcore.cache_misses(jitted) == 1
 
 

@@ -58,6 +58,28 @@ def _function(kind: str) -> type:
     return Paired
 
 
+def _check_warm_calls_dispatch_nothing(program: Any, make_x: Any, calls: list) -> Any:
+    """``program(x, w, s)`` eagerly and jitted over ``calls`` (``(n, s)`` pairs, ``x = make_x(n)``):
+    values, both gradients equal; from the third call on (the symbolic entry traced by then) no
+    TwoTensor dispatch; two cache misses. Returns the jitted function."""
+    f = jitcore.jit(program)
+    for i, (n, s) in enumerate(calls):
+        torch.manual_seed(i)
+        x, w = make_x(n), torch.randn(3, 5, requires_grad=True)
+        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        expected = program(x, w, s)
+        expected.square().sum().backward()
+        with protocol_calls(TwoTensor) as seen:
+            got = f(xj, wj, s)
+            got.square().sum().backward()
+        assert type(got) is torch.Tensor and torch.equal(got, expected), (n, s)
+        assert torch.equal(xj.grad, x.grad) and torch.equal(wj.grad, w.grad), (n, s)
+        if i >= 2:
+            assert seen == [], (n, s, seen)
+    assert jitcore.cache_misses(f) == 2
+    return f
+
+
 @pytest.mark.parametrize("kind", ["scaled", "flattened", "centered", "sliced"])
 def test_a_function_over_a_changing_batch_runs_no_dispatch_when_warm(kind: str) -> None:
     fn = _function(kind)
@@ -65,21 +87,8 @@ def test_a_function_over_a_changing_batch_runs_no_dispatch_when_warm(kind: str) 
     def program(x: torch.Tensor, w: torch.Tensor, s: float) -> torch.Tensor:
         return fn.apply(x * 1, w, s) * 2
 
-    f = jitcore.jit(program)
-    for i, (n, s) in enumerate(_CALLS):
-        torch.manual_seed(i)
-        x, w = torch.randn(n, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
-        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
-        expected = program(x, w, s)
-        expected.square().sum().backward()
-        with protocol_calls(TwoTensor) as seen:
-            got = f(xj, wj, s)
-            got.square().sum().backward()
-        assert torch.equal(got, expected), (n, s)
-        assert torch.equal(xj.grad, x.grad) and torch.equal(wj.grad, w.grad), (n, s)
-        if i >= 2:  # warm: the symbolic entry is traced by then
-            assert seen == [], (n, s, seen)  # before: 5 or 6 TwoTensor dispatches per warm call
-    assert jitcore.cache_misses(f) == 2
+    # before: 5 or 6 TwoTensor dispatches per warm call
+    _check_warm_calls_dispatch_nothing(program, lambda n: torch.randn(n, 3, requires_grad=True), _CALLS)
 
 
 @pytest.mark.parametrize("merged", ["flatten", "concatenated"])
@@ -93,23 +102,8 @@ def test_a_function_over_a_size_that_is_an_expression_runs_no_dispatch_when_warm
             return fn.apply(x.flatten(0, 1), w, s) * 2
         return fn.apply(torch.cat([x[0], x[1], x[0][:2]]) * 1, w, s) * 2
 
-    f = jitcore.jit(program)
-    for i, (n, s) in enumerate(_CALLS[:5]):
-        torch.manual_seed(i)
-        x = torch.randn(n, 2, 3, requires_grad=True) if merged == "flatten" else \
-            torch.randn(2, n, 3, requires_grad=True)
-        w = torch.randn(3, 5, requires_grad=True)
-        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
-        expected = program(x, w, s)
-        expected.square().sum().backward()
-        with protocol_calls(TwoTensor) as seen:
-            got = f(xj, wj, s)
-            got.square().sum().backward()
-        assert torch.equal(got, expected), (n, s)
-        assert torch.equal(xj.grad, x.grad) and torch.equal(wj.grad, w.grad), (n, s)
-        if i >= 2:  # warm: the symbolic entry is traced by then
-            assert seen == [], (n, s, seen)
-    assert jitcore.cache_misses(f) == 2
+    _check_warm_calls_dispatch_nothing(program, lambda n: torch.randn(
+        *((n, 2, 3) if merged == "flatten" else (2, n, 3)), requires_grad=True), _CALLS[:5])
 
 
 @pytest.mark.parametrize("form", ["product", "halved"])
@@ -125,20 +119,6 @@ def test_a_function_over_a_size_of_no_linear_form_runs_no_dispatch_when_warm(for
             return fn.apply(x.flatten(0, 1), w, s) * 2
         return fn.apply(x[: x.shape[0] // 2], w, s) * 2
 
-    f = jitcore.jit(program)
-    for i, (n, s) in enumerate(_CALLS[:5]):
-        torch.manual_seed(i)
-        x = torch.randn(n, n - 2, 3, requires_grad=True) if form == "product" else \
-            torch.randn(n, 3, requires_grad=True)
-        w = torch.randn(3, 5, requires_grad=True)
-        xj, wj = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
-        expected = program(x, w, s)
-        expected.square().sum().backward()
-        with protocol_calls(TwoTensor) as seen:
-            got = f(xj, wj, s)
-            got.square().sum().backward()
-        assert type(got) is torch.Tensor and torch.equal(got, expected), (n, s)
-        assert torch.equal(xj.grad, x.grad) and torch.equal(wj.grad, w.grad), (n, s)
-        if i >= 2:  # warm: the symbolic entry is traced by then
-            assert seen == [], (n, s, seen)
-    assert jitcore.cache_misses(f) == 2 and f.fallback_reason is None
+    f = _check_warm_calls_dispatch_nothing(program, lambda n: torch.randn(
+        *((n, n - 2, 3) if form == "product" else (n, 3)), requires_grad=True), _CALLS[:5])
+    assert f.fallback_reason is None
