@@ -171,6 +171,7 @@ class PerCallReads:
             number = kind(self._context.values.names.fresh("n"), v,
                           on_specialize=lambda: self._needed.append(name))
             number.on_predicate = lambda n, outcome: self._branch(n, outcome, name, draws)
+            number.per_call = True
             self.numbers.append((number, name))
             return number
 

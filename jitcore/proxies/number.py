@@ -47,13 +47,14 @@ __all__ = [
 ]
 
 
-_SLOTS = frozenset(("name", "value", "roots", "on_specialize", "on_predicate", "specialized", "made_by"))
+_SLOTS = frozenset(("name", "value", "roots", "on_specialize", "on_predicate", "specialized", "made_by",
+                    "per_call"))
 
 
 class NumberProxy(Proxy):
     """A named int or float whose value is an input of the trace."""
 
-    __slots__ = ("name", "value", "roots", "on_specialize", "on_predicate", "specialized", "made_by")
+    __slots__ = tuple(sorted(_SLOTS))
 
     def __init__(self, name: str, value: int | float, roots: tuple[NumberProxy, ...] = (),
                  on_specialize: Callable[[], None] | None = None,
@@ -67,6 +68,10 @@ class NumberProxy(Proxy):
         self.on_predicate: Callable[[NumberProxy, bool], bool] | None = None
         self.specialized = False  # set on an input once the program needed its value
         self.made_by = made_by  # (fn, operands) for a number computed by recorded arithmetic
+        # read anew by every call (a clock, a draw: jit/nondeterministic.py): no call but this one has its
+        # value, so a hash or an index of a number computed from it specializes (Note [Hashing a computed
+        # number])
+        self.per_call = False
 
     @property
     def python_type(self) -> type:
@@ -99,7 +104,8 @@ class NumberProxy(Proxy):
     def _value_by_predicate(self) -> int | float:
         """The value, guarded as the predicate ``number == value`` where the number is computed (Note
         [Hashing a computed number]); else specialized."""
-        if self.made_by is not None and self.value == self.value and bool(self == self.value):
+        if self.made_by is not None and self.value == self.value and not any(r.per_call for r in self.roots) \
+                and bool(self == self.value):
             return self.value
         return self.specialize()
 
@@ -211,7 +217,11 @@ def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
 # predicate, ``__bool__`` of the comparison specializes, as before. An input itself is guarded by
 # value either way. ``__index__`` (``range(n % 4)``, ``xs[n % 4]``, a slice bound) needs only the value
 # too: before, ``H.tags.update(f"t{k}" for k in range(n % 4))`` pinned ``n`` itself, an entry per call
-# (12 in 12: /tmp/eff58-probes/genupd.py), now one per value of ``n % 4``.
+# (12 in 12: /tmp/eff58-probes/genupd.py), now one per value of ``n % 4``. Not for a number computed from
+# one read anew by every call (``range(10)[time.time_ns() % 10]``, ``{random.randrange(3): v}``): no
+# entry could serve another call, which its predicate would check in the computation and miss on
+# almost every call (a trace per call); it specializes, and the call runs eagerly (JC-T001, Note [Clock
+# reads and random draws on every call], jit/nondeterministic.py).
 # Note [Predicate guards]
 # A branch on a dynamic number (``if self.last_epoch % self.step_size != 0:`` in an LR scheduler, a
 # counter that a schedule tests) needs only the branch's outcome, not the number's value. Guarding the

@@ -187,6 +187,7 @@ def test_an_elapsed_time_logged_as_text() -> None:
 @pytest.mark.parametrize("clock", [
     lambda: datetime.datetime.now().microsecond, lambda: datetime.date.today().year, lambda: time.localtime(),
     lambda: uuid.uuid4().hex, lambda: os.urandom(8)[0], lambda: range(10)[time.time_ns() % 10],
+    lambda: {time.time_ns() % 10: 0},  # a key: its hash needs the value (a trace per value before)
 ])
 def test_clocks_and_system_randomness_whose_values_are_needed_run_eagerly(clock: Callable[[], Any]) -> None:
     def f(x):
