@@ -140,11 +140,12 @@ def compare_over_sizes(fn: Callable[..., Any], make: Callable[[int], tuple], siz
 
 
 def frames_over_sizes(fn: Callable[..., Any], make: Callable[[int], tuple], sizes: tuple[int, ...],
-                      classes: tuple[type, ...] = ()) -> tuple[int, list[str]]:
-    """``fn`` eagerly, then jitted, on equal fresh arguments (``make(n)``, seeded) of each size, outputs and
-    arguments afterwards compared by ``assert_same_flattened``. Returns the entries traced and the protocol
-    frames of ``classes`` (``protocol_calls``) that the calls the cache served ran."""
-    jitted = jitcore.jit(fn)
+                      classes: tuple[type, ...] = (), jitted: Any = None) -> tuple[int, list[str]]:
+    """``fn`` eagerly, then jitted (``jitted``, else ``jitcore.jit(fn)``), on equal fresh arguments
+    (``make(n)``, seeded) of each size, outputs and arguments afterwards compared by
+    ``assert_same_flattened``. Returns the entries traced and the protocol frames of ``classes``
+    (``protocol_calls``) that the calls the cache served ran."""
+    jitted = jitcore.jit(fn) if jitted is None else jitted
     hit_frames: list[str] = []
     for i, n in enumerate(sizes):
         torch.manual_seed(i)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from subclass_checks import assert_same_flattened, protocol_calls
+from subclass_checks import assert_same_flattened, frames_over_sizes
 from torch.masked import MaskedTensor, masked_tensor
 
 import jitcore
@@ -47,22 +47,12 @@ def test_masked_tensor_inputs_over_sizes_share_one_symbolic_entry(name: str) -> 
     MaskedTensor's ``__torch_dispatch__`` (before: an entry per size, its sizes static)."""
     program = PROGRAMS[name]
     jitted = jitcore.jit(program)
-    warm: list[str] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i, n in enumerate(SIZES):
-            torch.manual_seed(i)
-            args = _masked(n)
-            expected = program(*args)
-            misses = jitcore.cache_misses(jitted)
-            with protocol_calls(MaskedTensor) as frames:
-                got = jitted(*args)
-            if jitcore.cache_misses(jitted) == misses:
-                warm += frames
-            assert_same_flattened(got, expected, f"call {i} (3 x {n})")
+        misses, warm = frames_over_sizes(program, _masked, SIZES, (MaskedTensor,), jitted=jitted)
     assert jitted.fallback_reason is None
     assert warm == []
-    assert jitcore.cache_misses(jitted) == 2
+    assert misses == 2
 
 
 def test_masked_tensors_over_rows_and_columns() -> None:
