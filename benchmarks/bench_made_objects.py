@@ -1,6 +1,7 @@
 """Cached calls of programs that return closures, classes and objects they make (issue 14), in one run.
 
-Eagerly each call makes a new closure (or class, or instance); jitcore's cached call makes them again
+Eagerly each call makes a new closure (or class, or instance; ``over_a_list_argument``'s closure holds the
+list the caller passes); jitcore's cached call makes them again
 from a copy plan compiled once per entry (jit/copy_plans.py). Prints, for each program, the per-call time
 of eager PyTorch, of jitcore's cached call and of torch.compile(backend="eager"), and jitcore's and
 torch.compile's ratio to eager; the programs are tiny (one add on 4 elements), so the ratio is the cost of
@@ -60,16 +61,20 @@ def an_instance(x):
     return C(), x + 1
 
 
-def per_call_us(fns: list, arg, number: int = 500, repeat: int = 25) -> list[float]:
+def over_a_list_argument(x, log):
+    return (lambda v: log.append(v)), x + 1
+
+
+def per_call_us(fns: list, *args, number: int = 500, repeat: int = 25) -> list[float]:
     """Best per-call time of each of ``fns``, measured interleaved."""
     for fn in fns:
         for _ in range(110):  # past jitcore's fuse_after: the entry is hot and lowered
-            fn(arg)
+            fn(*args)
     wait_for_compiles(600.0)
     best = [float("inf")] * len(fns)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
-            took = timeit.timeit(lambda: fn(arg), number=number, timer=time.process_time)  # noqa: B023
+            took = timeit.timeit(lambda: fn(*args), number=number, timer=time.process_time)  # noqa: B023
             best[i] = min(best[i], took)
     return [b / number * 1e6 for b in best]
 
@@ -80,9 +85,10 @@ def main() -> None:
     torch._dynamo.config.cache_size_limit = 64  # noqa: SLF001 - each program its own entries
     x = torch.ones(4)
     print(f"{'program':12} {'eager us':>9} {'jitcore us':>11} {'ratio':>6} {'compile us':>11} {'ratio':>6}")
-    for fn in (plain, counter, over_tensor, a_class, an_instance):
+    for fn in (plain, counter, over_tensor, a_class, an_instance, over_a_list_argument):
         jitted = jitcore.jit(fn)
-        eager, cached, compiled = per_call_us([fn, jitted, torch.compile(fn, backend="eager")], x)
+        args = (x, []) if fn is over_a_list_argument else (x,)  # a closure over the caller's list
+        eager, cached, compiled = per_call_us([fn, jitted, torch.compile(fn, backend="eager")], *args)
         assert jitted.fallback_reason is None, jitted.fallback_reason  # a cached call, not an eager entry
         print(f"{fn.__name__:12} {eager:9.2f} {cached:11.2f} {cached / eager:6.2f} {compiled:11.2f} "
               f"{compiled / eager:6.2f}")

@@ -52,7 +52,8 @@ from jitcore.jit.made_functions import (
 )
 
 __all__ = ["Owner", "function_per_call", "holds_made", "in_one_call", "made_anew", "made_in_call",
-           "makers_made", "one_call", "one_per_call", "passed_object", "programs_own", "readers_made"]
+           "makers_made", "one_call", "one_per_call", "output_in_call", "passed_object", "programs_own",
+           "readers_made"]
 
 
 def _nowhere(_obj: Any) -> Any:
@@ -239,6 +240,20 @@ def in_one_call(run: Callable[[], Any], call: tuple[tuple, dict] | None = None) 
     token = _MEMO.set(memo)
     try:
         return run()
+    finally:
+        _MEMO.reset(token)
+
+
+def output_in_call(rebuild: Callable[[Any], Any], output: Any, call: tuple[tuple, dict]) -> Any:
+    """``rebuild(output)`` in one memo for the call ``call`` (``in_one_call`` without a closure to make:
+    Note [Effects that perform nothing], jit/effects.py)."""
+    if _MEMO.get() is not None:
+        return in_one_call(lambda: rebuild(output), call)
+    memo = _CallMemo()
+    memo.call = call
+    token = _MEMO.set(memo)
+    try:
+        return rebuild(output)
     finally:
         _MEMO.reset(token)
 
