@@ -84,13 +84,13 @@ def main() -> None:
     logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # its recompile-limit warnings
     torch._dynamo.config.cache_size_limit = 64  # noqa: SLF001 - each program its own entries
     x = torch.ones(4)
-    print(f"{'program':12} {'eager us':>9} {'jitcore us':>11} {'ratio':>6} {'compile us':>11} {'ratio':>6}")
+    print(f"{'program':20} {'eager us':>9} {'jitcore us':>11} {'ratio':>6} {'compile us':>11} {'ratio':>6}")
     for fn in (plain, counter, over_tensor, a_class, an_instance, over_a_list_argument):
         jitted = jitcore.jit(fn)
         args = (x, []) if fn is over_a_list_argument else (x,)  # a closure over the caller's list
         eager, cached, compiled = per_call_us([fn, jitted, torch.compile(fn, backend="eager")], *args)
         assert jitted.fallback_reason is None, jitted.fallback_reason  # a cached call, not an eager entry
-        print(f"{fn.__name__:12} {eager:9.2f} {cached:11.2f} {cached / eager:6.2f} {compiled:11.2f} "
+        print(f"{fn.__name__:20} {eager:9.2f} {cached:11.2f} {cached / eager:6.2f} {compiled:11.2f} "
               f"{compiled / eager:6.2f}")
 
 

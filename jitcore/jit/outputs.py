@@ -46,9 +46,16 @@ from jitcore.jit.call_copies import (
     readers_made,
 )
 from jitcore.jit.code_kinds import class_module
+from jitcore.jit.held_values import DICT_VIEWS as _DICT_VIEWS
+from jitcore.jit.held_values import MAX_DEPTH as _MAX_DEPTH
+from jitcore.jit.held_values import children as _children
+from jitcore.jit.held_values import escaped, held
+from jitcore.jit.held_values import holds_proxy as _holds_proxy
+from jitcore.jit.held_values import is_iterator as _is_iterator
 from jitcore.jit.made_classes import library_maker
 from jitcore.jit.made_functions import EMPTY, function_state, refused_class
 from jitcore.jit.object_copies import copied, copier
+from jitcore.jit.object_states import MISSING, get_slot, set_slot, slot_members
 from jitcore.jit.set_tables import made_as, shape_of
 from jitcore.proxies.number import symbolic_number_class
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -62,7 +69,6 @@ __all__ = ["OutputStructure", "escaped", "held", "reached_twice", "split", "take
 Split = tuple[Any, Callable[[Any], Any] | None]  # (what the computation returns for a value, rebuild or None)
 
 _OPTREE_NODES = (tuple, list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
-_MAX_DEPTH = 64
 
 
 # Note [Nodes the trace cannot print]
@@ -257,11 +263,14 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
         flat, rebuild = _split(dict(value.mapping), depth + 1, owner)
         view = _DICT_VIEWS[type(value)]
         return flat, lambda results: view(rebuild(results) if rebuild is not None else results)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    slots = {n: get_slot(m, value) for n, m in slot_members(kind).items()}  # Note [An instance with slots
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # holding traced values]
         names = [f.name for f in dataclasses.fields(value)]
     else:
         names = [n for n, v in getattr(value, "__dict__", {}).items() if _per_call(v, depth + 1, owner)]
+        names += [n for n, v in slots.items() if v is not MISSING and _per_call(v, depth + 1, owner)]
     attributes = [id(v) for v in getattr(value, "__dict__", {}).values()]
+    attributes += [id(slots[n]) for n in names if n in slots]
     if any(id(c) not in attributes and _holds_proxy(c, depth + 1) for c in _children(value)):
         raise UnsupportedOperationError(  # held outside its __dict__: a copy would share them
             f"the function returns or stores a {type(value).__qualname__} over traced tensors, which "
@@ -278,12 +287,24 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
         if retype is not None:
             object.__setattr__(obj, "__class__", retype())
         for name, kid in zip(names, kids):
-            object.__setattr__(obj, name, kid)
+            if name in slots:
+                set_slot(obj, name, kid)
+            else:
+                object.__setattr__(obj, name, kid)
         return obj
 
-    return _node(tuple(getattr(value, n) for n in names), rebuild_object, depth, owner)
+    return _node(tuple(slots[n] if n in slots else getattr(value, n) for n in names), rebuild_object, depth,
+                 owner)
 
 
+# Note [An instance with slots holding traced values]
+# ``@dataclass(slots=True) class Out: t: Tensor; return Out(x * 2)``, or an instance of a class with
+# ``__slots__`` holding a tensor (returned, or stored on an argument): its values were held outside its
+# ``__dict__``, so it was refused (an eager entry per call). Its slots are its parts as its ``__dict__``'s
+# attributes are (a dataclass's fields, else each slot set that holds a per-call value), read and set
+# through the slot's member descriptor (jit/object_states.py ``slot_members``: a private slot by its
+# mangled name), on a copy of the pass's instance made from its reduction (a slotted dataclass's
+# ``__getstate__``, else copyreg's ``(dict, slots)``).
 def _of_this_calls_class(rebuild: Callable[[Any], Any] | None,
                          retype: Callable[[], Any]) -> Callable[[Any], Any]:
     """The rebuild of an instance of a ``namedtuple`` class the program made, holding traced values: the
@@ -556,7 +577,6 @@ def _in_order(rebuilt: Any, order: list | None) -> Any:
 # are made again around the call's tensors, a dict view around its dict made again; an iterator
 # (``escaped`` reports it: none may leave a pass), or an object holding a proxy outside its
 # ``__dict__``, is refused (JC-T001: the call runs eagerly).
-_DICT_VIEWS = {type({}.keys()): dict.keys, type({}.values()): dict.values, type({}.items()): dict.items}
 
 
 def _split_typed(proxy: Proxy, depth: int, owner: Owner) -> Split:
@@ -715,84 +735,3 @@ def _found_in_nodes(value: Any, depth: int, test: Callable[[Any], bool], seen: s
     seen.add(id(value))
     items = value.values() if isinstance(value, dict) else value
     return any(_found_in_nodes(v, depth + 1, test, seen) for v in items)
-
-
-def _holds_proxy(value: Any, depth: int) -> bool:
-    """A proxy, or an iterator made while tracing (taken apart only here: ``split``), is in ``value``."""
-    return escaped(value, depth, iterators=True) is not None
-
-
-def escaped(value: Any, depth: int = 0, _seen: set[int] | None = None, *, iterators: bool = False) -> Any:
-    """A proxy, or a fake tensor (a shadow: a subclass value's inner tensor, a gradient), reachable from
-    ``value`` through containers, pytree nodes, dataclass fields, instance dicts, slots and tensors'
-    ``.grad``, at most ``_MAX_DEPTH - depth`` steps away (None: none is)."""
-    if issubclass(type(value), (Proxy, FakeTensor, TextProxy)) or iterators and _is_iterator(value):
-        return value
-    if depth > _MAX_DEPTH or value is None or type(value) in (int, float, bool, str, bytes, complex):
-        return None
-    seen = _seen if _seen is not None else set()
-    if id(value) in seen:
-        return None
-    seen.add(id(value))
-    for child in _children(value):
-        found = escaped(child, depth + 1, seen, iterators=iterators)
-        if found is not None:
-            return found
-    return None
-
-
-def _children(value: Any) -> list[Any]:
-    kind = type(value)  # not isinstance: it reads ``__class__``, which a class may compute
-    if class_module(kind).startswith("jitcore"):
-        return []  # jitcore's own records (a jitted function's traces) hold proxies by design
-    if issubclass(kind, (tuple, list, set, frozenset, collections.deque)):
-        return list(value)
-    if kind is weakref.ref:  # a weak reference to a proxy leaks it as surely as a strong one
-        target = value()
-        return [] if target is None else [target]
-    if issubclass(kind, dict):
-        return [*value.values(), *(k for k in value if plain_key(k) is not k)]
-    if kind in _DICT_VIEWS:
-        return [*value.mapping.keys(), *value.mapping.values()]
-    if issubclass(kind, (type, types.ModuleType)) or callable(value) and not hasattr(value, "__dict__"):
-        return []
-    if kind is types.FunctionType:  # a function returned or stored: what its cells, defaults, attributes hold
-        return [part for part in function_state(value) if part is not EMPTY and part is not None]
-    children = list(getattr(value, "__dict__", {}).values()) if hasattr(value, "__dict__") else []
-    if issubclass(kind, torch.Tensor):
-        with torch._C.DisableTorchFunctionSubclass():  # a subclass's __torch_function__ sees no read
-            try:  # (a non-leaf's .grad warns and is unused)
-                grad = value.grad if value.is_leaf else None
-            except RuntimeError:  # a view autograd refuses to make again (transforms/view_versions.py)
-                grad = None
-        if grad is not None:
-            children.append(grad)  # set by a backward the program ran
-    for klass in type(value).__mro__:
-        for slot in getattr(klass, "__slots__", ()):
-            if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
-                child = getattr(value, slot, None)
-                if child is not None:
-                    children.append(child)
-    return children
-
-
-def _is_iterator(value: Any) -> bool:
-    """A generator, or a builtin or ``itertools`` iterator (``iter(l)``, ``zip``, ``map``, ``enumerate``,
-    ``itertools.count``): stateful, made while tracing (Note [Sets, views and iterators in outputs])."""
-    return issubclass(type(value), types.GeneratorType) or (
-        type(value).__module__ in _ITERATOR_MODULES and hasattr(type(value), "__next__"))
-
-
-# ``itertools``' iterators (``count``, ``chain``, ``islice``, ``product``, ...) and the ``collections``
-# C iterators are stateful as ``iter(l)`` is: returned as the pass's object, every cached call handed on
-# the one iterator the first caller consumed (``itertools.chain([1], [n])``: [] from the second call)
-_ITERATOR_MODULES = frozenset(("builtins", "itertools", "_collections", "collections"))
-
-
-def held(value: Any) -> Proxy | None:
-    """A proxy ``value`` holds directly: as an item, a dict value, an attribute or a slot."""
-    if issubclass(type(value), Proxy):
-        return value
-    if value is None or type(value) in (int, float, bool, str, bytes, complex):
-        return None
-    return next((child for child in _children(value) if issubclass(type(child), Proxy)), None)
