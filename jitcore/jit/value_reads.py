@@ -341,8 +341,10 @@ class ValueReads:
             listed = self._numbers_of_list(symbol, args, kwargs, out, site)
             if listed is not _REFUSED:
                 return Inlined(listed)
-        if symbolic and (not isinstance(out, torch.Tensor) or holds(SubclassTensorProxy, (args, kwargs))):
+        if symbolic and type(out) is not bool \
+                and (not isinstance(out, torch.Tensor) or holds(SubclassTensorProxy, (args, kwargs))):
             return _REFUSED  # a value-shaped tensor of plain tensors only (Note [A mask in a symbolic pass])
+        # a truth value (Note [A truth value a subclass's code reads in a symbolic pass])
         if not holds(torch.Tensor, out):
             self._record(BoundSymbol(READ, (site, out, symbol.fn, *args), kwargs, None, (), source))
             self._log(site, out)
@@ -370,6 +372,11 @@ class ValueReads:
         self._record_shaped(symbol, args, kwargs, output, pairs, site, {"data_dependent"})
         return Inlined(output)
 
+    # Note [A truth value a subclass's code reads in a symbolic pass]
+    # MaskedTensor's binary ops check that the masks match (``torch.eq(a, b).all().item()`` of its plain
+    # inner masks). A pass with symbolic sizes refused every read that gave no tensor, so it traced static
+    # again: ``x + x * x`` took an entry per size. A truth value (``bool``) read of plain tensors is no
+    # size and no number computed with: a constant behind a check run on every call there too.
     # Note [The counts of a split in a subclass's code]
     # An NJT's CPU SDPA splits its values by lengths it holds as 0-dim tensors (``torch.split(v, [t23,
     # t24, ...])``, jitcore/dispatch/jagged_attention.py). A static pass without grad recorded that

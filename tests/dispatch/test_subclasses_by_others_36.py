@@ -5,7 +5,9 @@ expected). MaskedTensor answers its strides in its ``__torch_dispatch__`` (``dis
 "strides"``); its inputs traced one entry per size (Note [A wrapper that answers its strides],
 jitcore/jit/subclass_inputs.py); its softmax calls ``aten._masked_softmax``, which has no meta kernel, so
 it was read on the values with symbolic sizes and every size was an entry (Note [Kernels without a meta
-kernel], jitcore/langctx/shadows.py).
+kernel], jitcore/langctx/shadows.py); a binary op between two MaskedTensors reads whether their masks
+match, a truth value that was refused with symbolic sizes (Note [A truth value a subclass's code reads in a
+symbolic pass], jitcore/jit/value_reads.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ PROGRAMS: dict[str, Callable[[MaskedTensor], Any]] = {
     "mean": lambda x: x.mean(),
     "to_tensor": lambda x: (x.exp() * 3).to_tensor(0.0),
     "softmax": lambda x: torch.softmax(x, -1),
+    "binary between MaskedTensors": lambda x: x + x * x,
 }
 
 
@@ -113,3 +116,34 @@ def test_masked_softmax_gradients_over_sizes() -> None:
             assert_same_flattened(jit_x.grad, eager_x.grad, f"call {i} (3 x {n}) gradient")
     assert jitted.fallback_reason is None
     assert jitcore.cache_misses(jitted) == 2
+
+
+def test_binary_ops_between_masked_tensors_check_their_masks_on_every_call() -> None:
+    """``x + x * y`` of two MaskedTensors over 5, 7, 4, 9, 6, 8 columns, with y's mask another than x's at
+    6 columns: eager's values and masks, and eager's ValueError ("Input masks must match") where they
+    differ. MaskedTensor reads ``torch.eq(mask_x, mask_y).all().item()``; that truth value is checked on
+    every call, so the call with other masks takes an entry of its own and the others share the symbolic
+    one: three entries (before: six, one per size)."""
+
+    def program(x: MaskedTensor, y: MaskedTensor) -> MaskedTensor:
+        return x + x * y
+
+    jitted = jitcore.jit(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, n in enumerate((5, 7, 4, 9, 6, 8)):
+            torch.manual_seed(i)
+            data = torch.randn(3, n)
+            y_mask = data > 0.5 if n == 6 else data > 0
+            x, y = masked_tensor(data, data > 0), masked_tensor(data * 2, y_mask)
+            try:
+                expected = program(x, y)
+            except ValueError as exc:
+                with pytest.raises(ValueError, match="Input masks must match") as raised:
+                    jitted(x, y)
+                assert str(raised.value) == str(exc)
+                continue
+            assert n != 6
+            assert_same_flattened(jitted(x, y), expected, f"call {i} (3 x {n})")
+    assert jitted.fallback_reason is None
+    assert jitcore.cache_misses(jitted) == 3
