@@ -382,28 +382,58 @@ def _first_classes(a: type, b: type, pair: tuple) -> bool:
 
 # Note [An Enum it made]
 # ``class Color(enum.Enum): RED = 1`` made in the function ran eagerly on every call (its metaclass
-# ``EnumType`` would run again). A class statement over ``Enum`` alone whose namespace holds only its
-# members, of number or text values, is what ``Enum``'s functional API makes of the same names and values
-# (module and qualified name given): made again per call by it, and ``_checked`` as the other library
-# classes are (a member the same where its name and value are, of the class compared). Its members are
-# this call's class's: a copy reaching one asks the call's memo (jit/call_copies.py), which gives the
-# member of that name of this call's class. An alias, a method, ``auto()`` with another
-# ``_generate_next_value_``, a ``Flag`` or an ``IntEnum`` differ from what the functional API makes (or are
-# not over ``Enum`` alone): refused as before. On 3.13 the statement's ``__firstlineno__`` and
-# ``__static_attributes__`` come before the members, where no setting puts them: refused there.
+# ``EnumType`` would run again). A class statement over one of ``Enum``, ``IntEnum``, ``StrEnum``, ``Flag``
+# or ``IntFlag`` whose members have number or text values (``auto()`` ones too: the namespace holds the
+# values they gave) is made again per call as its statement made it: ``EnumType`` over a namespace from
+# ``EnumType.__prepare__`` filled with the statement's names in their order (``__module__``,
+# ``__qualname__``, 3.13's ``__firstlineno__`` and ``__static_attributes__``, its methods), then its
+# members (the class puts them after the other names wherever the statement wrote them), and
+# ``_checked`` as the other library classes are (a member the same where its name and value are, of the
+# class compared). (``Enum``'s functional API made plain ones before, on 3.11 and 3.12 only: on 3.13 it
+# writes no ``__firstlineno__``/``__static_attributes__``.) Its members are this call's class's: a copy
+# reaching one asks the call's memo (jit/call_copies.py), which gives the member of that name of this
+# call's class. Its methods (properties, class and static methods too) are this call's copies, as a
+# dataclass's are; one holding a cell (``super()``'s ``__class__``) is not made again. An alias, a
+# ``_generate_next_value_`` of its own, a ``Flag`` whose pass made a combined member (``A | B``: it sits
+# in ``_value2member_map_``) differ from what that makes: refused as before (the call runs eagerly).
+_ENUM_BASES = (enum.Enum, enum.IntEnum, enum.StrEnum, enum.Flag, enum.IntFlag)
+_ENUM_STATEMENT = ("__module__", "__firstlineno__", "__static_attributes__")  # (with its methods, in order)
+
+
 def _enum_maker(cls: type) -> LibraryMaker | None:
-    if type(cls) is not enum.EnumType or cls.__bases__ != (enum.Enum,):
+    if type(cls) is not enum.EnumType or len(cls.__bases__) != 1 or cls.__bases__[0] not in _ENUM_BASES:
         return None
-    names = list(cls._member_names_)
-    values = [cls._member_map_[n]._value_ for n in names]
-    name, module, qualname = cls.__name__, vars(cls).get("__module__"), cls.__qualname__
-    if not all(type(v) in _ATOMS for v in values) or type(name) is not str or type(module) is not str:
+    base, name, qualname, namespace = cls.__bases__[0], cls.__name__, cls.__qualname__, vars(cls)
+    members = [(n, cls._member_map_[n]._value_) for n in cls._member_names_]
+    keys = [k for k, v in namespace.items() if k in _ENUM_STATEMENT or _enum_method(v, qualname)]
+    if not all(type(v) in _ATOMS for _n, v in members) or type(name) is not str or type(qualname) is not str \
+            or not all(type(namespace[k]) in (str, int, tuple) for k in keys if k in _ENUM_STATEMENT):
         return None
 
-    def make(_cls: type, _copied: Callable[[Any], Any]) -> type:  # holds nothing of ``cls``
-        return enum.Enum(name, list(zip(names, values)), module=module, qualname=qualname)
+    def make(pass_class: type, copied: Callable[[Any], Any]) -> type:  # holds nothing of ``cls``
+        statement = enum.EnumType.__prepare__(name, (base,))
+        for key in keys:  # the members go after the statement's other names, wherever it wrote them
+            value = vars(pass_class)[key]
+            statement[key] = value if key in _ENUM_STATEMENT else _member(value, copied)
+            if key == "__module__":
+                statement["__qualname__"] = qualname
+        for key, value in members:
+            statement[key] = value
+        return enum.EnumType(name, (base,), statement)
 
-    return _checked(cls, LibraryMaker(make, _no_parts))
+    def parts(pass_class: type) -> list[Any]:
+        methods = [vars(pass_class)[k] for k in keys if k not in _ENUM_STATEMENT]
+        return [p for v in methods for p in _wrapped(v) or [v]]
+
+    return _checked(cls, LibraryMaker(make, parts))
+
+
+def _enum_method(value: Any, qualname: str) -> bool:
+    """A function (or property, classmethod, staticmethod) its class statement wrote, holding no cell
+    (``super()``'s ``__class__`` would be the pass's class)."""
+    functions = _wrapped(value) or [value]
+    return all(type(f) is types.FunctionType and f.__qualname__.startswith(f"{qualname}.") and
+               f.__closure__ is None for f in functions)
 
 
 def _no_parts(_cls: type) -> list[Any]:
