@@ -93,10 +93,15 @@ class NumberProxy(Proxy):
         return repr(self.specialize())
 
     def __str__(self) -> str:
-        return str(self.specialize())
+        return str(self.value_for_text())
 
     def __format__(self, spec: str) -> str:
-        return format(self.specialize(), spec)
+        return format(self.value_for_text(), spec)
+
+    def value_for_text(self) -> int | float:
+        """The value, for making its text: a computed int's guarded as the predicate ``number == value``, any
+        other specialized (Note [The text of a computed number])."""
+        return self._value_by_predicate() if type(self.value) is int else self.specialize()
 
     def __hash__(self) -> int:
         return hash(self._value_by_predicate())  # Note [Hashing a computed number]
@@ -222,6 +227,14 @@ def _compare(op: Callable[[Any, Any], bool], a: NumberProxy, b: Any) -> Any:
 # entry could serve another call, which its predicate would check in the computation and miss on
 # almost every call (a trace per call); it specializes, and the call runs eagerly (JC-T001, Note [Clock
 # reads and random draws on every call], jit/nondeterministic.py).
+# Note [The text of a computed number]
+# ``metrics[f"loss_{i % 2}"].append(v)``, ``str(step % 4)``: the text of a computed number needs only its
+# value, as its hash does (Note [Hashing a computed number]); specialized, it pinned the inputs it was
+# computed from (``i == 10``), an entry per call (12 in 12: /tmp/eff58-probes/fstr_key.py). An int's text is
+# a function of its value alone, so ``value_for_text`` guards ``number == value`` as ``__hash__`` does, and
+# an entry serves every call whose number has that value (the inputs' types are guarded, so the computed
+# number's type is the traced one's). Not a float: ``-0.0 == 0.0`` holds but their texts differ, so a float
+# (and a bool, whose equality with an int also holds) is specialized, as before.
 # Note [Predicate guards]
 # A branch on a dynamic number (``if self.last_epoch % self.step_size != 0:`` in an LR scheduler, a
 # counter that a schedule tests) needs only the branch's outcome, not the number's value. Guarding the

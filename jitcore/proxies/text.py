@@ -12,8 +12,9 @@ the output (jit/outputs.py) hand the numbers out of the computation and format t
 - ``+`` with a str or a TextProxy gives a TextProxy; ``format(n, spec)`` and ``"...".format(n)`` of such
   numbers give one too (their lookasides in jit/interpretation.py).
 - Every other use needs the characters (comparing, hashing, ``len``, indexing, str methods, a C
-  function it is passed to): the text is *specialized*, each number through ``NumberProxy.specialize``
-  (guarded as any use of its value), and the use gets the str.
+  function it is passed to): the text is *specialized*, each number through ``NumberProxy.value_for_text``
+  (a computed int guarded as ``number == value``, any other number as any use of its value), and the use
+  gets the str.
 - In interpreted code ``type(t)`` is ``str`` and ``isinstance(t, str)`` holds (dispatch/lookasides.py).
 - A field may also be a plain tensor of the computation (``f"y = {y}"``: a snapshot the computation takes
   where the text is made, Note [A tensor the program prints], jit/printing.py): its text is torch's, made
@@ -214,4 +215,4 @@ def _specialized(value: NumberProxy | TensorProxy) -> Any:
         raise UnsupportedOperationError(
             "the text of a traced tensor shows its values, which are not known while tracing",
             hints=("print the text or return it: its characters are made on each call",))
-    return value.specialize()
+    return value.value_for_text()  # Note [The text of a computed number], number.py
