@@ -616,7 +616,7 @@ def _appended(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
         if i in stored_back:
             continue
         following = _after_a_load(instructions, i, names)
-        if _looks_up(following, _APPENDING):
+        if _looks_up(following, _APPENDING) or _extended_by_iadd(instructions, i, following):
             continue
         if (store := _added_in_place(instructions, i, names)) is not None:
             stored_back.add(store)
@@ -662,6 +662,32 @@ def _added_in_place(instructions: list, i: int, names: tuple) -> int | None:
             return None
         above += use[1] - use[0]
     return None
+
+
+# Note [A list argument extended by __iadd__]
+# ``s.__iadd__([1])`` on a list parameter, its answer dropped: the method call took the parameter as used
+# otherwise, so its length was guarded and every call traced again (20 in 20: /tmp/eff58-probes/why.py
+# ``iadd``). ``list.__iadd__`` extends the list and returns it; with the answer dropped (the call's result
+# popped at once) the statement is an ``extend``, which the program's copy records as its appends. The
+# lookup, straight-line arguments over the method pair (walked with ``stack_use``), the call with one
+# argument and ``POP_TOP`` must follow the load in that order; an answer kept (``t = s.__iadd__(v)``) is
+# the list itself, read later: a use like any other.
+def _extended_by_iadd(instructions: list, i: int, following: Any) -> bool:
+    """Whether the load ``instructions[i]`` (followed by ``following``) begins ``s.__iadd__(v)`` whose answer
+    is dropped (Note [A list argument extended by __iadd__])."""
+    if not _looks_up(following, frozenset({"__iadd__"})) or stack_use(following) != (1, 2):
+        return False
+    above = 0  # the values over the method pair
+    for j in range(i + 2, min(i + _SCAN, len(instructions))):
+        inst = instructions[j]
+        if inst.opname == "CALL" and inst.arg == above:  # the call taking the method pair
+            rest = [x for x in instructions[j + 1:j + 3] if x.opname not in _NOTHING][:1]
+            return inst.arg == 1 and rest[:1] != [] and rest[0].opname == "POP_TOP"
+        use = stack_use(inst)
+        if use is None or use[0] > above:
+            return False
+        above += use[1] - use[0]
+    return False
 
 
 def _after_a_load(instructions: list, i: int, names: tuple) -> Any:

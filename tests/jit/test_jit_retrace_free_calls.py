@@ -276,21 +276,31 @@ def _extended_and_returned(log, x):
     return log
 
 
+def _extended_by_iadd(log, x):
+    log.__iadd__([x.sum(), x.max()])  # Note [A list argument extended by __iadd__]
+    return x * len(log)
+
+
+def _iadd_kept(log, x):
+    grown = log.__iadd__([x.sum()])  # the answer, the list itself, is read
+    return x * len(grown)
+
+
 def _other_extended(log, other, x):
     other += [x.sum()]
     log.append(other)
     return x
 
 
-@pytest.mark.parametrize("fn", [_extended, _extended_by_a_tuple_then_appended])
+@pytest.mark.parametrize("fn", [_extended, _extended_by_a_tuple_then_appended, _extended_by_iadd])
 def test_a_list_argument_extended_by_plus_equals_traces_once(fn: Any) -> None:
-    """Before (/tmp/eff53-probes/wide.py "list += on an argument"): the store after ``+=`` bound the list
-    whole, its length guarded: 100 in 100."""
+    """Before (/tmp/eff53-probes/wide.py "list += on an argument", /tmp/eff58-probes/why.py ``iadd``): the
+    store after ``+=`` (the call of ``__iadd__``) bound the list whole, its length guarded: 100 in 100."""
     jf = run_both(fn, [], 100)
     assert jitcore.cache_misses(jf) == 1
 
 
-@pytest.mark.parametrize("fn", [_extended_by_its_length, _extended_by_itself])
+@pytest.mark.parametrize("fn", [_extended_by_its_length, _extended_by_itself, _extended_by_iadd, _iadd_kept])
 def test_a_list_argument_extended_by_what_it_holds_is_the_callers(fn: Any) -> None:
     def change(log: list, i: int) -> None:
         if i == 3:
@@ -302,6 +312,7 @@ def test_a_list_argument_extended_by_what_it_holds_is_the_callers(fn: Any) -> No
 @pytest.mark.parametrize(("fn", "expected"), [
     (_extended, {"log"}), (_extended_by_a_tuple_then_appended, {"log"}), (_extended_by_its_length, {"log"}),
     (_extended_by_itself, set()), (_extended_and_returned, set()), (_other_extended, {"log"}),
+    (_extended_by_iadd, {"log"}), (_iadd_kept, set()),
 ])
 def test_which_lists_plus_equals_extends_is_proved_from_the_bytecode(fn: Any, expected: set) -> None:
     from jitcore.jit.appends import appended_parameters
