@@ -665,13 +665,10 @@ def _added_in_place(instructions: list, i: int, names: tuple) -> int | None:
 
 
 # Note [A list argument extended by __iadd__]
-# ``s.__iadd__([1])`` on a list parameter, its answer dropped: the method call took the parameter as used
-# otherwise, so its length was guarded and every call traced again (20 in 20: /tmp/eff58-probes/why.py
-# ``iadd``). ``list.__iadd__`` extends the list and returns it; with the answer dropped (the call's result
-# popped at once) the statement is an ``extend``, which the program's copy records as its appends. The
-# lookup, straight-line arguments over the method pair (walked with ``stack_use``), the call with one
-# argument and ``POP_TOP`` must follow the load in that order; an answer kept (``t = s.__iadd__(v)``) is
-# the list itself, read later: a use like any other.
+# ``s.__iadd__([1])`` on a list parameter: a method call, the list was bound whole, its length guarded: a
+# trace per call (20 in 20: /tmp/eff58-probes/why.py ``iadd``). ``list.__iadd__`` extends the list and returns
+# it, so with its answer dropped at once (``POP_TOP`` after the call taking the method pair, its one argument
+# straight-line code walked with ``stack_use``) it is an ``extend``. A kept answer is the list: a use.
 def _extended_by_iadd(instructions: list, i: int, following: Any) -> bool:
     """Whether the load ``instructions[i]`` (followed by ``following``) begins ``s.__iadd__(v)`` whose answer
     is dropped (Note [A list argument extended by __iadd__])."""

@@ -1,5 +1,5 @@
-"""The text of a computed int guards ``number == value``, not the inputs it is computed from (Note [The text of
-a computed number], jitcore/proxies/number.py): jitted vs eager, every call's result and mutated objects."""
+"""The text of a computed int guards ``number == value``, not the inputs it is computed from (Note [The text
+of a computed number], jitcore/proxies/number.py): jitted vs eager, each result and mutated object."""
 
 from __future__ import annotations
 
