@@ -364,10 +364,11 @@ class Pass(NativeCalls, StateReads):
         dynamic = self.dynamic_numbers
         if type(value) in (int, float) and (dynamic is True or (dynamic and name in dynamic)):
             return self.provenance.bind_dynamic_number(value, path, name)
-        if type(value) is list and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
-                and path not in self.read_lists and (name in appended_parameters(self.fn, emptying=True)
-                                                     or name in closure_appended_parameters(self.fn)
-                                                     or name in helper_appended_parameters(self.fn)):
+        if type(value) in appends.APPENDABLE and path.root.kind in ("args", "kwargs") \
+                and len(path.steps) == 1 and path not in self.read_lists \
+                and (name in appended_parameters(self.fn, emptying=True)
+                     or name in closure_appended_parameters(self.fn)
+                     or name in helper_appended_parameters(self.fn)):
             own = self.measured.bind_argument(value, path)  # jit/appends.py
             if own is not value and self.measured.is_copy(own):  # Note [A list argument only pushed onto]
                 self.pending_keys.pushed_argument(own, path)

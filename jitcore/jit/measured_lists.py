@@ -8,10 +8,22 @@ per call plus what the pass appended before the read.
 
 from __future__ import annotations
 
+import array
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["MeasuredLists"]
+
+# Note [A buffer argument only appended to]
+# ``buf.append(3); return x * len(buf)`` with an ``array.array`` (or ``bytearray``) argument: only a list
+# parameter was bound as one only appended to, so the buffer was bound whole, its length and items guarded,
+# and every call traced again (20 in 20: /tmp/eff58-probes/why.py ``arr``). The bytecode proof
+# (``appended_parameters``, jit/appends.py) does not depend on the type, and these exact types' ``append``
+# and ``extend`` read no item (Note [A buffer only appended to]): the argument is bound as a list is, its
+# type guarded and an array's typecode (what ``append`` accepts and makes), the program appending to an
+# empty buffer of its own of that typecode, whose items are replayed onto the caller's (the ``extend``
+# effect). Its ``len()`` is the caller's buffer's read per call plus the copy's items, as a list's.
+_MEASURED = (list, bytearray, array.array)  # exact types whose ``__len__`` counts items and runs no code
 
 
 class MeasuredLists:
@@ -84,13 +96,13 @@ class MeasuredLists:
     def length(self, value: Any) -> Any:
         """``len(value)``: a number of the computation for a measured list; None for anything else."""
         found = self._lists.get(id(value))
-        if found is None or type(value) is not list or id(value) in self.emptied:
+        if found is None or type(value) not in _MEASURED or id(value) in self.emptied:
             return None  # an emptied list holds the pass's own items: its length is the trace's
         path, first, start = found
         if first is None:
             first = start = len(self._provenance.first_state(value))
         read = self._provenance.bind_dynamic_number(first, path.attr("__len__").call(), "length")
-        grown = list.__len__(value) - start + self.pending(value)
+        grown = type(value).__len__(value) - start + self.pending(value)
         return read + grown if grown else read
 
     def len_lookaside(self, base: Any) -> Any:

@@ -538,7 +538,9 @@ class Provenance(TensorBinding, HeldCounters, TypeLookups):
             return bound[1]
         self.guard(path, "type", type(value))  # a dict only stored into too (Note [A dict argument only
         self.reach_container(value, path)  # stored into], jit/appends.py)
-        own = type(value)()
+        if type(value) is array.array:  # Note [A buffer argument only appended to], jit/measured_lists.py
+            self.guard(path.attr("typecode"), "value", value.typecode)
+        own = array.array(value.typecode) if type(value) is array.array else type(value)()
         self._appended[id(value)] = path
         self.argument_copies.append((own, path))
         return own

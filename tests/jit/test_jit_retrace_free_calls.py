@@ -5,6 +5,7 @@ the number of traces counted (the helpers of test_jit_retrace_free_effects.py)."
 
 from __future__ import annotations
 
+import array
 import collections
 import types
 from typing import Any
@@ -411,3 +412,74 @@ def test_which_dicts_a_computed_key_appends_through_is_proved(fn: Any, expected:
     from jitcore.jit.appends import item_appended_parameters
 
     assert ("groups" in item_appended_parameters(fn)) is expected
+
+
+# --- a buffer argument only appended to and measured (Note [A buffer argument only appended to],
+# jitcore/jit/measured_lists.py)
+
+
+def _buffer_appended_and_measured(buf, x):
+    buf.append(300)
+    buf.extend([4, 5])
+    return x * len(buf)
+
+
+def _bytes_extended_and_measured(buf, x):
+    buf.extend(b"ab")
+    return x + len(buf)
+
+
+def _floats_appended(buf, x):
+    buf.append(2.5)
+    return x * 2
+
+
+BUFFERS = {
+    "int-array": (_buffer_appended_and_measured, lambda: array.array("i", [1])),
+    "bytearray": (_bytes_extended_and_measured, lambda: bytearray(b"z")),
+    "float-array": (_floats_appended, lambda: array.array("d")),
+}
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return "ok", fn(*args).tolist()
+    except Exception as e:  # noqa: BLE001 (eager's exception is compared with jitted's)
+        return type(e).__name__, str(e)
+
+
+def _buffer_runs(fn: Any, make: Any, calls: int, change: Any = None) -> Any:
+    eager_buffer, jit_buffer = make(), make()
+    jf = jitcore.jit(fn)
+    for i in range(calls):
+        if change is not None:
+            eager_buffer, jit_buffer = change(eager_buffer, i), change(jit_buffer, i)
+        x = torch.arange(3.0) + i
+        assert _outcome(jf, jit_buffer, x) == _outcome(fn, eager_buffer, x)
+        assert type(jit_buffer) is type(eager_buffer) and jit_buffer == eager_buffer
+    return jf
+
+
+@pytest.mark.parametrize("kind", list(BUFFERS))
+def test_a_buffer_argument_appended_to_and_measured_traces_once(kind: str) -> None:
+    """Before (/tmp/eff58-probes/why.py ``arr``): an ``array.array`` or ``bytearray`` argument was bound
+    whole, its length and items guarded: 20 in 20."""
+    jf = _buffer_runs(*BUFFERS[kind], 20)
+    assert jitcore.cache_misses(jf) == 1
+
+
+def _other_buffer(buffer: Any, i: int) -> Any:
+    if i in (2, 5):
+        del buffer[:]  # emptied: its length read per call is 0 again
+    if i == 3:
+        return array.array("d", [1.5])  # the typecode is guarded: what ``append`` accepts and makes
+    if i == 6:
+        return array.array("b", [1])  # ``append(300)`` overflows a signed char, as eagerly
+    if i == 8:
+        return array.array("h", [7])
+    return buffer
+
+
+def test_a_buffer_argument_the_caller_changes_is_the_callers() -> None:
+    jf = _buffer_runs(_buffer_appended_and_measured, lambda: array.array("i", [1]), 10, change=_other_buffer)
+    assert jitcore.cache_misses(jf) <= 5
