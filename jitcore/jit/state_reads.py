@@ -67,6 +67,13 @@ _CONTAINERS = (list, dict, set, collections.defaultdict, collections.OrderedDict
 # after all (``appended_read``: a pass that binds it whole). The other order, an argument whose
 # container the pass reached as state first (an attribute of a subclass input bound before it), is
 # Note [An argument reached as state first] in jit/provenance.py.
+# Note [A dict measured by len()]
+# ``D.setdefault(n % 3, []).append(v); return x * len(D)`` on a global dict: the load that ``len()`` consumes
+# bound the dict whole, every list's length guarded, so every call traced again (20 in 20:
+# /tmp/eff59-probes/len_dict.py). The length of a dict (or a defaultdict: ``len`` makes no item) is the
+# number of its keys, and C reads nothing else: such a load is bound as a read at a computed key is
+# (``bind_keyed_dict``: its type and keys as the call started guarded, no item), so the length each call
+# sees is the trace's, and the keys the pass adds before the read are its own, replayed onto each call's.
 class StateReads:
     """The state-read hooks of a tracing pass (``Pass`` in jit/interpretation.py), which provides
     the attributes below."""
@@ -129,6 +136,8 @@ class StateReads:
                 return self.provenance.bind_subscripted_dict(value, path, key)
             if appends.keyed_later(frame):  # Note [A dict read at a computed key], jit/appends.py
                 return self.provenance.bind_keyed_dict(value, path)
+            if type(value) in (dict, collections.defaultdict) and appends.measured_by_len(frame):
+                return self.provenance.bind_keyed_dict(value, path)  # Note [A dict measured by len()]
         return self.provenance.bind_state(value, path, name)
 
     def _emptied_unread(self, frame: Any, value: list) -> bool:

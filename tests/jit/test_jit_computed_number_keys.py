@@ -65,3 +65,62 @@ def test_an_item_at_a_computed_numbers_key_grows_without_traces(
     jf = jitcore.jit(fn)
     assert run(jf) == eager
     assert jitcore.cache_misses(jf) == traces
+
+
+# --- ``len()`` of such a dict (Note [A dict measured by len()], jitcore/jit/state_reads.py)
+
+
+def _lists_by_default_measured(x: torch.Tensor, n: int) -> torch.Tensor:
+    STATE.setdefault(n % 3, []).append(n * 8)
+    return x * len(STATE)
+
+
+def _lists_subscripted_measured(x: torch.Tensor, n: int) -> torch.Tensor:
+    STATE[n % 2].append(n)
+    return x + len(STATE)
+
+
+def _stored_then_measured(x: torch.Tensor, n: int) -> torch.Tensor:
+    STATE[n % 4] = n  # a dict only stored into: its type guarded (Note [A dict only stored into])
+    return x * len(STATE)
+
+
+def _callers_changes(n: int) -> None:
+    """What the caller does to the dict between calls: the length ``len()`` reads changes (a key added, the
+    dict emptied), or does not (a list replaced by another, an item of another type)."""
+    if n == 7:
+        STATE["other"] = 1.5
+    if n == 9:
+        STATE[1] = [-1]
+    if n == 12:
+        STATE.clear()
+        STATE.update({0: [], 1: []})
+    if n == 15:
+        STATE[5] = []
+
+
+@pytest.mark.parametrize(("fn", "start", "traces", "change"), [
+    (_lists_by_default_measured, {}, 6, False),  # as _lists_by_default: n == 0, keys [0], [0, 1], n % 3
+    (_lists_subscripted_measured, {0: [], 1: [9]}, 3, False),
+    (_lists_by_default_measured, {}, 20, True),
+    (_lists_subscripted_measured, {0: [], 1: [9]}, 20, True),
+    (_stored_then_measured, {}, 20, True),  # here the keys only ``len()`` guards decide the length
+])
+def test_the_length_of_a_dict_whose_items_grow_reads_its_keys(
+        fn: Callable[[torch.Tensor, int], torch.Tensor], start: dict, traces: int, change: bool) -> None:
+    """Before: the load ``len()`` takes bound the dict whole, each list's length guarded: 20 traces in 20."""
+
+    def run(call: Callable[[torch.Tensor, int], torch.Tensor]) -> list:
+        STATE.clear()
+        STATE.update({k: list(v) for k, v in start.items()})
+        out = []
+        for n in range(20):
+            if change:
+                _callers_changes(n)
+            out.append((call(torch.full((2,), float(n)), n).tolist(), _view(STATE)))
+        return out
+
+    eager = run(fn)
+    jf = jitcore.jit(fn)
+    assert run(jf) == eager
+    assert jitcore.cache_misses(jf) <= traces
