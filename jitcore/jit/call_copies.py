@@ -34,7 +34,7 @@ import gc
 import sys
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -146,19 +146,30 @@ def programs_own(value: Any) -> bool:
     return hasattr(value, "__dict__") or any(getattr(k, "__slots__", ()) for k in kind.__mro__[:-1])
 
 
+_NOTHING: Mapping[int, Any] = types.MappingProxyType({})  # (``_CallMemo``'s until filled)
+
+
 class _CallMemo(dict):
     """A ``copy.deepcopy`` memo for one call: the objects every call shares as themselves, and the weak
     objects made as the program made them when a copy first reaches them (``deepcopy`` asks ``get``)."""
 
     __slots__ = ("call", "functions", "trial", "weak")
 
-    def __init__(self, trial: bool = False) -> None:
-        super().__init__()
-        self.weak: dict[int, Any] = {}
-        # functions and classes the program made (Note [A function the program made], jit/made_classes.py)
-        self.functions: dict[int, Any] = {}
+    def __init__(self, trial: bool = False) -> None:  # (no ``dict.__init__``: the dict is empty already)
+        # the weak objects and, Note [A function the program made] (jit/made_classes.py), the functions and
+        # classes the program made: read-only and shared until ``note`` fills them (most calls' memos
+        # never do: a cached call opens one per call, Note [Effects that perform nothing], jit/effects.py)
+        self.weak: Mapping[int, Any] = _NOTHING
+        self.functions: Mapping[int, Any] = _NOTHING
         self.trial = trial  # the pass's trial copy: a finalizer is made detached
         self.call: tuple[tuple, dict] | None = None  # this call's (args, kwargs), where the effects run
+
+    def note(self, weak: dict[int, Any], functions: dict[int, Any]) -> None:
+        """Put ``weak`` objects and ``functions`` the program made where ``get`` finds them."""
+        if weak:
+            self.weak = {**self.weak, **weak}
+        if functions:
+            self.functions = {**self.functions, **functions}
 
     def passed(self, found: Any, path: Any) -> Any:
         """The object this call passes at ``path``, where the pass found ``found`` (Note [The objects
@@ -394,8 +405,7 @@ def made_anew(value: Any, owner: Owner) -> Callable[..., Any]:
     trial = _CallMemo(trial=True)
     trial.update(kept)
     trial.update({key: found for key, (found, _path) in passed.items()})
-    trial.weak.update(weak)
-    trial.functions.update(functions)
+    trial.note(weak, functions)
     try:
         copy.deepcopy(value, trial)
     except Exception as error:  # noqa: BLE001 - any failure of the object's own copying
@@ -414,8 +424,7 @@ def made_anew(value: Any, owner: Owner) -> Callable[..., Any]:
         memo.update(kept)
         for key, (found, path) in passed.items():  # Note [The objects this call passes]
             memo[key] = memo.passed(found, path)
-        memo.weak.update(weak)
-        memo.functions.update(functions)
+        memo.note(weak, functions)
         made = copy.deepcopy(value, memo)
         for item in finalizers:  # registered on the call's copies, held by no copy
             memo.copied(item)
