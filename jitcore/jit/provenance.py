@@ -109,6 +109,9 @@ class Provenance(TensorBinding, HeldCounters, TypeLookups):
         # (id(obj), name) -> the value a hook's generic read returned (Note [A value a Python __getattribute__
         # read from the instance dict], jit/type_lookups.py)
         self._read_through_hooks: dict[tuple[int, str], Any] = {}
+        # (id(obj), name) of the hooks' generic reads guarded absent (Note [A class value or an absence a
+        # Python __getattribute__ read], jit/type_lookups.py)
+        self._missing_through_hooks: set[tuple[int, str]] = set()
         # tensor-subclass inputs with the path each was bound at, inner ones before the ones holding them
         self.subclass_inputs: list[tuple[TensorProxy, Path]] = []
         self.number_inputs: list[tuple[Path, NumberProxy]] = []  # dynamic numbers, in binding order
@@ -184,6 +187,13 @@ class Provenance(TensorBinding, HeldCounters, TypeLookups):
     # function read was guarded (``len`` of ``x * len(l) + abs(-3)``), and a global ``abs`` the caller
     # defined after the first call was not seen: the cached call gave the builtin's answer, eager the
     # global's.
+    # Note [One hasattr guard per name]
+    # A ``hasattr`` guard tests one name of an object, and was kept per path: only the first name the
+    # program tested on an object was guarded. ``hasattr(o, "a")`` then ``hasattr(o, "b")``, both False:
+    # after the caller set ``o.b`` the cached call still took the branch of its absence (eager 6, jit 2:
+    # /tmp/spd59-probes/two_hasattr.py; transformers' ``getattr(config, "sliding_window", None)`` and
+    # eight other absences of a Llama config were unguarded). It is kept per name, with the answer of
+    # the pass's first test of that name (a later one may see the program's own ``setattr``).
     def guard(self, path: Path, kind: str, expected: Any, *, per_expected: bool = False) -> None:
         # The first read of a path is what the call started with; a later read of the same path in
         # the same pass may see the program's own mutation (side effects happen while tracing only).
@@ -192,7 +202,9 @@ class Provenance(TensorBinding, HeldCounters, TypeLookups):
         # hash (a set an lru-cached function returned: jit/lru_caches.py), and the guard keeps it alive.
         if kind == "alias" and expected == path:
             return  # reached twice by one path (``config.x`` read through ``__dict__``): always itself
-        if per_expected:
+        if kind == "hasattr":  # one per name, the first read's answer (Note [One hasattr guard per name])
+            key = (path, kind, expected[0])
+        elif per_expected:
             key = (path, kind, id(expected) if kind == "identity" else expected)
         else:
             key = (path, kind)

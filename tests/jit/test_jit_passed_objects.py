@@ -12,6 +12,7 @@ import types
 import weakref
 from typing import Any
 
+import pytest
 import torch
 from jit_helpers import assert_same
 
@@ -42,6 +43,40 @@ def test_a_new_object_per_call_is_a_cache_hit():
     x = torch.randn(3)
     jitted = _run(f, [(x, Box(2.0, torch.randn(3))) for _ in range(4)])
     assert jitcore.cache_misses(jitted) == 1
+
+
+@pytest.mark.parametrize("how", ["hasattr", "getattr with a default"])
+def test_each_name_the_program_tests_is_guarded(how):
+    """Note [One hasattr guard per name] (jit/provenance.py): the absence of each name tested, not only
+    of the first; the program's own setattr of a name it tested does not make the entry miss."""
+    box = Box(2.0)
+
+    def has(name: str) -> bool:
+        return hasattr(box, name) if how == "hasattr" else getattr(box, name, None) is not None
+
+    def f(x):
+        y = x + 1
+        if has("first"):
+            y = y * 2
+        if has("second"):
+            y = y * 3
+        if not has("written"):
+            box.written = True
+        return y * 5 if has("written") else y
+
+    jitted = jitcore.jit(f)
+    x = torch.randn(3)
+    for change in (None, lambda: setattr(box, "second", 1), lambda: setattr(box, "first", 1),
+                   lambda: delattr(box, "second")):
+        if change is not None:
+            change()
+        for _ in range(2):
+            vars(box).pop("written", None)
+            expected = f(x)
+            del box.written
+            torch.testing.assert_close(jitted(x), expected)
+            assert box.written is True
+    assert jitcore.cache_misses(jitted) == 4, jitcore.miss_reasons(jitted)  # four states of the two names
 
 
 def test_what_is_read_from_the_object_is_guarded():
