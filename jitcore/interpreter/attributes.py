@@ -354,7 +354,13 @@ def object_getattribute(obj: object, name: object, /) -> object:
     from jitcore.interpreter.callbacks import active_run
 
     run = active_run()
-    value = _generic_getattribute(run, obj, type(obj), name, object.__getattribute__)
+    try:
+        value = _generic_getattribute(run, obj, type(obj), name, object.__getattribute__)
+    except AttributeError:
+        missing = run.hooks.on_generic_missing
+        if missing is not None and run.frames:
+            missing(run.frames[-1], obj, name)
+        raise
     hook = run.hooks.on_generic_attr or run.hooks.on_load_attr  # the program's read, as ``getattr``'s is
     if hook is not None and run.frames:
         value = hook(run.frames[-1], obj, name, value)

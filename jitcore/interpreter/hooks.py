@@ -44,6 +44,9 @@ class Hooks:
         on_generic_attr: ``(frame, obj, name, value) -> value`` after ``object.__getattribute__(obj,
             name)`` (a Python ``__getattribute__``'s ``super().__getattribute__(name)``) read a value;
             ``on_load_attr`` where it is not set.
+        on_generic_missing: ``(frame, obj, name) -> None`` when ``object.__getattribute__(obj, name)``
+            (a Python ``__getattribute__``'s ``super().__getattribute__(name)``) raised AttributeError,
+            before the hook's code sees it.
         on_missing_attr: ``(frame, obj, name) -> None`` when LOAD_ATTR/LOAD_METHOD raise
             AttributeError (before the program sees it); only in runs that set ``on_load_attr``.
         on_load_subscr: ``(frame, container, key, value) -> value`` after BINARY_SUBSCR.
@@ -107,6 +110,7 @@ class Hooks:
     on_load_deref: Callable[[Frame, str, object], object] | None = None
     on_load_attr: Callable[[Frame, object, str, object], object] | None = None
     on_generic_attr: Callable[[Frame, object, str, object], object] | None = None
+    on_generic_missing: Callable[[Frame, object, str], None] | None = None
     on_missing_attr: Callable[[Frame, object, str], None] | None = None
     on_load_subscr: Callable[[Frame, object, object, object], object] | None = None
     on_contains: Callable[[Frame, object, object], object] | None = None

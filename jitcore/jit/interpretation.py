@@ -479,6 +479,7 @@ class Pass(NativeCalls, StateReads):
             on_load_deref=self._load_deref,
             on_load_attr=self._load_attr,
             on_generic_attr=self._generic_attr,
+            on_generic_missing=lambda _frame, obj, name: self._generic_missing(obj, name),
             on_missing_attr=lambda _frame, obj, name: self._note_attribute(obj, name, present=False),
             on_load_subscr=self._load_subscr,
             on_contains=self._contains,
@@ -564,11 +565,22 @@ class Pass(NativeCalls, StateReads):
             or self.context.subclass_code
         ):
             return
+        if not present and self.provenance.missing_through_hooks(obj, name):
+            return  # Note [A class value or an absence a Python __getattribute__ read], jit/type_lookups.py
         owner = obj if isinstance(obj, types.ModuleType) else sys.modules.get(obj.__module__, sys) \
             if isinstance(obj, types.FunctionType) else None
         if owner is not None and is_library_module(owner):
             return  # a library module's, or its functions' (torch's lazily cached wrappers): constant
         self.provenance.guard(path, "hasattr", (name, present))
+
+    def _generic_missing(self, obj: Any, name: str) -> None:
+        """A hook's generic read of ``obj.name`` raised AttributeError: its absence, guarded where that
+        is what raised (Note [A class value or an absence a Python __getattribute__ read],
+        jit/type_lookups.py)."""
+        path = self.provenance.path_of(obj)
+        if path is None or isinstance(obj, TensorProxy) or self.context.subclass_code:
+            return
+        self.provenance.bind_absence_through_hooks(obj, path, name)
 
     def _call_symbol(self, symbol: Any, args: tuple, kwargs: dict) -> Any:
         """Every symbol call of the pass: real tensors that reached it are bound as inputs first."""

@@ -100,15 +100,103 @@ class TypeLookups:
     # The hooks' result is not bound again only where it is the object the generic read of one of the
     # hooks returned, for the same object and name (``_read_through_hooks``: the outer read, after the
     # hooks returned). A generic read the program makes itself is bound at the instance dict alone.
-    # Anything else (a name only a class defines, such as the configs' ``attribute_map``; a data
-    # descriptor; a class's own ``__dict__``) keeps the binding at ``obj.name``.
+    # A name only a class defines (the configs' ``attribute_map``) and a generic read that raised: Note
+    # [A class value or an absence a Python __getattribute__ read]. Anything else (a data descriptor; a
+    # class's own ``__dict__``) keeps the binding at ``obj.name``.
+    # Note [A class value or an absence a Python __getattribute__ read]
+    # The same hooks also read ``attribute_map``, which only a class defines (PreTrainedConfig's and
+    # each config class's), and ``hasattr(config, "vision_feature_layer")`` ends in a generic read that
+    # raises AttributeError. Both kept their attribute path (``config.attribute_map``; the absence as
+    # ``hasattr(config, name)``), which the prologue evaluates by calling the hooks natively: about 2.2
+    # and 3.5 us of the tiny Llama's prologue, on every cached call. Now, with the class and hooks
+    # pinned as above (the same hooks run, in the same order, on the same object, and their own reads
+    # are guarded where they ran):
+    # - a value the generic read found in a class (not the instance dict) is bound at that class's
+    #   ``__dict__[name]``, with the name's absence guarded in the instance dict and in each class
+    #   before it in the MRO: ``object.__getattribute__`` finds that entry, a value with no ``__get__``
+    #   (so neither data descriptor nor method), and returns it as it is, since the instance dict does
+    #   not have the name. A later class's entry is never consulted.
+    # - a generic read that raised AttributeError is guarded by the name's absence from the instance
+    #   dict and from every class of the MRO, and by ``__getattr__``'s absence from every class:
+    #   ``object.__getattribute__`` then raises AttributeError (no descriptor, no instance value), and
+    #   nothing turns it into a value after the hooks raise it. The program's own failed read of the
+    #   same object and name (``hasattr``'s, after the hooks) is then not guarded again at its
+    #   attribute path (``missing_through_hooks``), as a found value's outer read is not.
+    # Library classes of the MRO (``object``) are taken as constant, as everywhere.
     def bind_read_through_hooks(self, code: Any, obj: Any, path: Path, name: str, value: Any) -> Path | None:
         """The path to bind ``object.__getattribute__(obj, name)``'s ``value`` at, for ``obj`` (at
         ``path``) whose class has a Python ``__getattribute__``, read by ``code``, with the class
         pinned; None where the read keeps its attribute path (Note [A value a Python
-        __getattribute__ read from the instance dict])."""
+        __getattribute__ read from the instance dict], Note [A class value or an absence a Python
+        __getattribute__ read])."""
         t = type(obj)
         mro = t.__mro__
+        instance_dict = self._hooked_instance_dict(obj, mro, name)
+        if instance_dict is None:
+            return None
+        found = instance_dict.get(name, _ABSENT)
+        owner = None
+        if found is not value:
+            owner = next((k for k in mro if name in vars(k)), None)
+            if found is not _ABSENT or owner is None or vars(owner)[name] is not value \
+                    or hasattr(type(value), "__get__"):
+                return None
+        pinned = self._pinned_hooks(obj, path, t, mro)
+        if pinned is None or (owner is not None and owner not in pinned):
+            return None
+        if owner is None:
+            at = path.attr("__dict__").key(name)
+            for klass in pinned:
+                namespace = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__")
+                if name in vars(klass):  # a class default the instance's value shadows: kept what it is
+                    self.pin(vars(klass)[name])
+                    self.guard(namespace.key(name), "identity", vars(klass)[name])
+                else:
+                    self.guard(namespace, "absent", name, per_expected=True)  # Note [One absence per name]
+        else:  # Note [A class value or an absence a Python __getattribute__ read]
+            at = Path(Root("bound", owner.__qualname__, owner)).attr("__dict__").key(name)
+            self.guard(path.attr("__dict__"), "absent", name, per_expected=True)
+            for klass in pinned[: pinned.index(owner)]:
+                namespace = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__")
+                self.guard(namespace, "absent", name, per_expected=True)
+        hooks = {vars(k)["__getattribute__"] for k in mro if "__getattribute__" in vars(k)}
+        if any(type(h) is types.FunctionType and h.__code__ is code for h in hooks):
+            self._read_through_hooks[(id(obj), name)] = value  # a hook's read: its result follows
+        return at
+
+    def bind_absence_through_hooks(self, obj: Any, path: Path, name: str) -> None:
+        """``object.__getattribute__(obj, name)`` raised AttributeError for ``obj`` (at ``path``) whose
+        class has a Python ``__getattribute__``: guard the absence at the instance dict and the classes
+        where that is what raised (Note [A class value or an absence a Python __getattribute__ read])."""
+        t = type(obj)
+        mro = t.__mro__
+        if any(name in vars(k) or "__getattr__" in vars(k) for k in mro):
+            return  # a descriptor raised, or a __getattr__ would answer: the program's read keeps its path
+        instance_dict = self._hooked_instance_dict(obj, mro, name)
+        if instance_dict is None or name in instance_dict:
+            return
+        pinned = self._pinned_hooks(obj, path, t, mro)
+        if pinned is None:
+            return
+        self.guard(path.attr("__dict__"), "absent", name, per_expected=True)
+        for klass in pinned:
+            namespace = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__")
+            self.guard(namespace, "absent", name, per_expected=True)
+            self.guard(namespace, "absent", "__getattr__", per_expected=True)
+        self._missing_through_hooks.add((id(obj), name))
+
+    def missing_through_hooks(self, obj: Any, name: str) -> bool:
+        """Whether a failed read of ``obj.name`` follows from a hook's generic read guarded absent
+        (Note [A class value or an absence a Python __getattribute__ read])."""
+        if (id(obj), name) in self._missing_through_hooks:
+            self._missing_through_hooks.discard((id(obj), name))
+            return True
+        return False
+
+    @staticmethod
+    def _hooked_instance_dict(obj: Any, mro: tuple[type, ...], name: str) -> dict[str, Any] | None:
+        """``obj``'s instance dict where a generic read of ``name`` is one the hooks' pinning describes: a
+        Python ``__getattribute__``, no data descriptor of ``name``, the C instance dict; else None."""
         hook = next((vars(k)["__getattribute__"] for k in mro if "__getattribute__" in vars(k)), None)
         if type(hook) is not types.FunctionType or name == "__dict__":
             return None
@@ -116,9 +204,11 @@ class TypeLookups:
                 vars(k)["__dict__"]) is not types.GetSetDescriptorType) for k in mro):
             return None  # a data descriptor, or an instance dict of a class's own making
         instance_dict = object.__getattribute__(obj, "__dict__")
-        at = path.attr("__dict__")
-        if type(instance_dict) is not dict or instance_dict.get(name, _ABSENT) is not value:
-            return None
+        return instance_dict if type(instance_dict) is dict else None
+
+    def _pinned_hooks(self, obj: Any, path: Path, t: type, mro: tuple[type, ...]) -> list[type] | None:
+        """The non-library classes of ``mro``, with ``obj``'s class guarded and each one's
+        ``__getattribute__`` entry pinned (or its absence guarded); None where some cannot be pinned."""
         pinned = self._pinned_classes(obj, mro)
         if len(pinned) != sum(not is_library_class(k) for k in mro):
             return None
@@ -133,17 +223,7 @@ class TypeLookups:
                                     "__getattribute__")
                 else:
                     self.guard(namespace, "absent", "__getattribute__", per_expected=True)
-        for klass in pinned:
-            namespace = Path(Root("bound", klass.__qualname__, klass)).attr("__dict__")
-            if name in vars(klass):  # a class default the instance's value shadows: kept what it is
-                self.pin(vars(klass)[name])
-                self.guard(namespace.key(name), "identity", vars(klass)[name])
-            else:
-                self.guard(namespace, "absent", name, per_expected=True)  # Note [One absence per name]
-        hooks = {vars(k)["__getattribute__"] for k in mro if "__getattribute__" in vars(k)}
-        if any(type(h) is types.FunctionType and h.__code__ is code for h in hooks):
-            self._read_through_hooks[(id(obj), name)] = value  # a hook's read: its result follows
-        return at.key(name)
+        return pinned
 
     def read_through_hooks(self, obj: Any, name: str, value: Any) -> bool:
         """Whether ``obj.name``'s ``value`` is what the hooks' generic read returned, bound at the
