@@ -18,7 +18,8 @@ whatever list each call finds (jitcore/jit/effects.py, ``extend``). These places
   ``vars()``, ``eval``/``exec`` or frame objects (and ``len`` is the builtin in the function's globals);
 - ``item_appended_parameters(fn)``: the same for a dict parameter only ever subscripted by constant keys
   (``history["loss"].append(x)``, ``state["model"](x)``): its type and keys guarded, the lists at keys
-  only appended to by type, the other items as any argument's (Note [A dict of lists an argument]).
+  only appended to by type, the other items as any argument's (Note [A dict of lists an argument]; bound
+  by jit/item_lists.py).
 
 - ``subscripted_by(frame)``: a read of a dict from state whose value is consumed by subscripting it
   with a constant (``self.log["losses"].append``), or by ``get`` with a constant (an instance's
@@ -46,19 +47,16 @@ __builtins__ = dict(vars(__import__("builtins")))
 
 import array
 import builtins
-import collections
+import dataclasses
 import dis
 import functools
 import inspect
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from jitcore.jit.measured_lists import MeasuredLists
-
-__all__ = ["APPENDABLE", "appended_parameters", "bind_defaults", "bind_item_lists",
-           "empties_at_once", "is_list_table", "stack_use", "item_appended_parameters", "keyed_later",
+__all__ = ["ANY_KEY", "APPENDABLE", "NestedLists", "appended_parameters", "bind_defaults",
+           "empties_at_once", "stack_use", "item_appended_parameters", "keyed_later",
            "measured_by_len",
            "only_appended_to", "parameter_uses", "reads_appended_item", "stored_by_object_setattr",
            "stored_into", "stored_parameters", "subscripted_by", "updated_attribute"]
@@ -432,8 +430,12 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
             and names.count(first) == 1
         if (alone and last in touched or paired) \
                 and _computed_item_appended(instructions, i + 1, above=len(names) - 1 if paired else 0):
-            keys[first if paired else last].add(_ANY_KEY)  # Note [A list at a computed key appended to]
+            keys[first if paired else last].add(ANY_KEY)  # Note [A list at a computed key appended to]
             candidates -= touched - {first if paired else last}
+            continue
+        if alone and last in touched and (nested := _nested_default(instructions, i + 1)) is not None:
+            keys[last].add(nested)  # ``h.setdefault("a", {}).setdefault(k, []).append(v)``: Note [Lists set
+            candidates -= touched - {last}  # by default in a dict set by default]
             continue
         if alone and last in touched and (key := _set_default_list(instructions, i + 1)) is not _NO_KEY:
             keys[last].add(key)  # ``h.setdefault("k", []).append(v)``: Note [A list set by default]
@@ -442,8 +444,41 @@ def _items_appended(code: types.CodeType) -> dict[str, frozenset]:
         candidates -= touched
     for name in candidates:
         if read[name]:  # Note [A list set by default at a computed key]
-            keys[name].discard(_ANY_KEY)
+            keys[name] -= {k for k in keys[name] if k is ANY_KEY or type(k) is NestedLists
+                           and (k.key in read[name] or k.inner is ANY_KEY)}
     return {name: frozenset(keys[name] - read[name]) for name in candidates if keys[name] - read[name]}
+
+
+# Note [Lists set by default in a dict set by default]
+# ``s.setdefault("a", {}).setdefault(k, []).append(v)`` on a dict argument: a method call on the parameter
+# bound it whole, every inner list's length guarded, so every call traced again (6 in 6:
+# /tmp/eff58-probes/ddarg.py ``setdef_nested``). Looking ``setdefault`` up, a constant key, an empty dict and
+# the call with those two, then Note [A list set by default] (or its computed key) on the answer, reads the
+# dict at that key only, and the dict there only at the inner key, to append to the list there: the key is
+# a ``NestedLists`` whose dict is bound as a dict argument of such lists is (``bind_item_lists``, jit/
+# item_lists.py, its own keys guarded). An item at that key also read otherwise binds it whole.
+@dataclasses.dataclass(frozen=True, slots=True)
+class NestedLists:
+    """A dict set by default at the constant ``key`` whose lists at ``inner`` (a constant or ``ANY_KEY``)
+    are only appended to (Note [Lists set by default in a dict set by default])."""
+
+    key: Any
+    inner: Any
+
+
+def _nested_default(instructions: list, i: int) -> NestedLists | None:
+    """The ``NestedLists`` where ``instructions[i:]`` begin ``.setdefault(k, {}).setdefault(...)`` as Note
+    [Lists set by default in a dict set by default] says; else None."""
+    at = [j for j in range(i, min(i + 8, len(instructions))) if instructions[j].opname != "PRECALL"][:4]
+    if len(at) < 4:
+        return None
+    lookup, key, empty, call = (instructions[j] for j in at)
+    if not _looks_up(lookup, frozenset({"setdefault"})) or key.opname != "LOAD_CONST" \
+            or type(key.argval) not in _KEYS or empty.opname != "BUILD_MAP" or empty.arg != 0 \
+            or call.opname != "CALL" or call.arg != 2:
+        return None
+    inner = _set_default_list(instructions, at[-1] + 1)
+    return None if inner is _NO_KEY else NestedLists(key.argval, inner)
 
 
 # Note [A list set by default]
@@ -478,14 +513,14 @@ def _set_default_list(instructions: list, i: int) -> Any:
 # straight-line code over the method pair (walked with ``stack_use``; a subscript takes two values), then
 # the empty list, the call with those two and the ``append``/``extend`` lookup on its answer: the dict is
 # read at that one key only, and what is there is only appended to, whatever the key is. So every list the
-# dict holds is a list only appended to (``_ANY_KEY``), unless the function also reads an item at a
+# dict holds is a list only appended to (``ANY_KEY``), unless the function also reads an item at a
 # constant key (then only the constant keys count, as before). The dict's keys are guarded as for a
 # constant key: a call that adds the key is an entry of its own (2 traces in all for one key).
-_ANY_KEY = object()
+ANY_KEY = object()
 
 
 def _computed_default_list(instructions: list, i: int) -> Any:
-    """``_ANY_KEY`` where ``instructions[i:]`` look ``setdefault`` up, compute a key, and append to the
+    """``ANY_KEY`` where ``instructions[i:]`` look ``setdefault`` up, compute a key, and append to the
     answer of ``setdefault(key, [])`` (Note [A list set by default at a computed key]); else ``_NO_KEY``."""
     if not _looks_up(instructions[i], frozenset({"setdefault"})) or stack_use(instructions[i]) != (1, 2):
         return _NO_KEY
@@ -496,7 +531,7 @@ def _computed_default_list(instructions: list, i: int) -> Any:
             rest = [x for x in instructions[j + 1:j + 4] if x.opname != "PRECALL"][:2]
             ours = len(rest) == 2 and rest[0].opname == "CALL" and rest[0].arg == 2 \
                 and _looks_up(rest[1], _APPENDING)
-            return _ANY_KEY if ours else _NO_KEY
+            return ANY_KEY if ours else _NO_KEY
         use = (2, 1) if inst.opname == "BINARY_SUBSCR" else stack_use(inst)
         if use is None or use[0] > above:
             return _NO_KEY
@@ -510,7 +545,7 @@ def _computed_default_list(instructions: list, i: int) -> Any:
 # (12 in 12: /tmp/eff58-probes/ddarg.py). The key expression is straight-line code after the load (walked
 # with ``stack_use``), the subscript takes it with the dict right under it, and the next instruction looks
 # ``append``/``extend`` up on the item: the dict is read at that one key only, and the item only appended
-# to, whatever the key is, so every list the dict holds is one only appended to (``_ANY_KEY``, as Note [A
+# to, whatever the key is, so every list the dict holds is one only appended to (``ANY_KEY``, as Note [A
 # list set by default at a computed key]). The dict's keys are guarded: an absent key is a KeyError of a
 # dict, or a new empty list of a ``defaultdict(list)`` made in the program's copy, as eagerly, each such
 # call an entry of its own.
@@ -550,57 +585,6 @@ def _updated_item(instructions: list, i: int) -> bool:
             return instructions[j + 1].opname == "SWAP" and instructions[j + 1].arg == 2 \
                 and instructions[j + 2].opname == "STORE_SUBSCR"
     return False
-
-
-# Note [A dict of lists an argument]
-# ``step(x, y, history)`` with ``history["loss"].append(loss.item())``: a dict argument was bound whole,
-# each list's length and items guarded, so every call found longer lists and traced again (a training
-# loop's history dict made every step a miss). A parameter the function's own bytecode only
-# subscripts by constant keys to append to the item (``_items_appended``) reads nothing of those
-# lists: the dict's type and keys are guarded, each list so appended to is bound as a list argument
-# only appended to is (its type guarded, the appends replayed onto the call's list), and every other
-# item as any argument. A list reached another way too is bound whole by a later pass (Note
-# [Containers reached twice]). The dict's other items may be read (a training step's state dict,
-# ``s["model"](x)``, ``s["opt"].step()``, ``s["log"].append(loss.item())``): each subscript by a constant
-# key reads that item alone, bound as it would be in the dict bound whole; a key whose item is both read
-# and appended to is read; so is a key stored at or updated in place (``s["n"] += 1``, ``s["n"] = v``:
-# Note [An item updated in place]). Any other use of the parameter (iterated, passed on, a computed key)
-# binds it whole, as before: that retraced on every call, the lists' lengths guarded.
-# The same dict passed as two parameters (``f(h, h)``: one only appended through, the other measuring
-# ``len(h2["log"])``) was two copies, and what one appended the other did not see (a wrong answer): the
-# first binding is noted (``Provenance.enter_argument``), so the second is an alias guard and that copy.
-# Note [A defaultdict of lists an argument]
-# ``history = defaultdict(list)`` passed in, ``history["loss"].append(loss)``: the same proof as for a dict
-# (Note [A dict of lists an argument]), but a defaultdict was bound whole (``type(value) is dict`` only),
-# each list's length guarded: every call traced again (20 in 20: /tmp/eff53-probes/wide.py "defaultdict
-# (list)"). A defaultdict whose ``default_factory`` is ``list`` (guarded by identity) is bound so too, the
-# program's copy a ``defaultdict(list)``: an absent key's subscript makes the empty list in C, as eagerly,
-# which the copy's diff stores on the caller's dict (an entry of its own, the keys guarded), a present one
-# is a list only appended to.
-def is_list_table(value: Any) -> bool:
-    """Whether ``value`` is a dict or a ``defaultdict(list)`` (Note [A defaultdict of lists an argument])."""
-    return type(value) is dict or type(value) is collections.defaultdict and value.default_factory is list
-
-
-def bind_item_lists(provenance: Any, measured: MeasuredLists, value: dict, path: Any, name: str,
-                    keys: frozenset, read_lists: frozenset) -> dict:
-    """The dict argument ``value`` of a parameter only appended to through constant ``keys`` (Note [A
-    dict of lists an argument]): the program's own dict, its appended lists its own."""
-    provenance.guard(path, "type", type(value))
-    if type(value) is collections.defaultdict:  # Note [A defaultdict of lists an argument]
-        provenance.guard(path.attr("default_factory"), "identity", list)
-    provenance.guard(path, "keys", tuple(value))
-    provenance.reach_container(value, path)
-    own: dict = {} if type(value) is dict else collections.defaultdict(list)
-    provenance.enter_argument(value, path, own)  # the same dict passed again is this copy (Note above)
-    for key, item in value.items():
-        at = path.key(key)
-        if (key in keys or _ANY_KEY in keys) and type(item) is list and at not in read_lists:
-            own[key] = measured.bind_argument(item, at)
-        else:
-            own[key] = provenance.bind_argument(item, at, f"{name}_{key}")
-    provenance.argument_copies.append((own, path))
-    return own
 
 
 @functools.cache

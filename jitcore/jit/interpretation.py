@@ -52,7 +52,7 @@ from jitcore.interpreter.hashes import hash_
 from jitcore.interpreter.lookasides import builtin_lookasides
 from jitcore.ir import BoundSymbol, Inlined, Proxy, SourceFrame, Symbol, Trace, tracing, tree_any, tree_has
 from jitcore.jit import appends, numbers, outputs
-from jitcore.jit.appends import appended_parameters, bind_item_lists, item_appended_parameters
+from jitcore.jit.appends import appended_parameters, item_appended_parameters
 from jitcore.jit.autograd_calls import AutogradCalls
 from jitcore.jit.caught_errors import refuse_caught_read_error, refuse_caught_value_errors
 from jitcore.jit.checkpoint import checkpoint_lookasides
@@ -76,6 +76,7 @@ from jitcore.jit.fsdp_units import fsdp_lookasides
 from jitcore.jit.function_transforms import holds_functorch_tensor, run_natively
 from jitcore.jit.held_tensors import HeldTensors, is_held_tensor
 from jitcore.jit.helper_appends import helper_appended_parameters
+from jitcore.jit.item_lists import bind_item_lists, is_list_table
 from jitcore.jit.log_records import LogRecords
 from jitcore.jit.lru_caches import LruCalls
 from jitcore.jit.measured_lists import MeasuredLists
@@ -379,7 +380,7 @@ class Pass(NativeCalls, StateReads):
             own = self.provenance.bind_appended_argument(value, path)
             self.pending_keys.stored_into(own)  # a number key: Note [A key only stored] (jit/pending_keys.py)
             return own
-        if appends.is_list_table(value) and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
+        if is_list_table(value) and path.root.kind in ("args", "kwargs") and len(path.steps) == 1 \
                 and (keys := item_appended_parameters(self.fn).get(name)) is not None \
                 and not self.provenance.reached_as_state(value) \
                 and not self.provenance.is_argument_container(value):  # passed twice: its first binding

@@ -483,3 +483,73 @@ def _other_buffer(buffer: Any, i: int) -> Any:
 def test_a_buffer_argument_the_caller_changes_is_the_callers() -> None:
     jf = _buffer_runs(_buffer_appended_and_measured, lambda: array.array("i", [1]), 10, change=_other_buffer)
     assert jitcore.cache_misses(jf) <= 5
+
+
+# --- lists set by default in a dict set by default (Note [Lists set by default in a dict set by default],
+# jitcore/jit/appends.py)
+
+
+def _nested_by_a_computed_key(stats, x, n):
+    stats.setdefault("a", {}).setdefault(n % 3, []).append(n)
+    return x * 2
+
+
+def _nested_by_constant_keys(stats, x, n):
+    stats.setdefault("loss", {}).setdefault("train", []).append(float(x.sum()))
+    stats.setdefault("loss", {}).setdefault("val", []).extend([n, n])
+    return x + 1
+
+
+def _nested_and_read(stats, x, n):
+    stats.setdefault("a", {}).setdefault(n % 3, []).append(n)
+    return x * len(stats["a"])  # the dict at "a" read otherwise: bound whole
+
+
+def _nested_runs(fn: Any, calls: int, change: Any = None) -> Any:
+    eager_stats, jit_stats = {}, {}
+    jf = jitcore.jit(fn)
+    for n in range(calls):
+        if change is not None:
+            change(eager_stats, n)
+            change(jit_stats, n)
+        x = torch.arange(3.0) + n
+        assert _outcome(jf, jit_stats, x, n) == _outcome(fn, eager_stats, x, n)
+        assert repr(jit_stats) == repr(eager_stats)  # the keys' order, the lists' items, the types
+    return jf
+
+
+@pytest.mark.parametrize(("fn", "traces"), [
+    (_nested_by_a_computed_key, 6),  # n == 0; keys ["a"] with inner keys [0], [0, 1]; then one per n % 3
+    (_nested_by_constant_keys, 3),  # keys [], ["loss"] with ["train", "val"] after the first call
+])
+def test_lists_set_by_default_in_a_dict_set_by_default_grow_without_traces(fn: Any, traces: int) -> None:
+    """Before (/tmp/eff58-probes/ddarg.py ``setdef_nested``): the dict argument was bound whole, each inner
+    list's length guarded: 20 in 20."""
+    jf = _nested_runs(fn, 20)
+    assert jitcore.cache_misses(jf) <= traces
+
+
+def _change_nested(stats: dict, n: int) -> None:
+    if n == 4:
+        stats["a"] = {1: [7], 5: []}  # another inner dict, with a key the program never sets
+    if n == 7:
+        stats["a"][2] = [8, 9]  # another inner list
+    if n == 9:
+        stats.clear()
+    if n == 12:
+        stats["a"] = [1]  # not a dict: ``setdefault`` raises AttributeError, as eagerly
+
+
+@pytest.mark.parametrize("fn", [_nested_by_a_computed_key, _nested_and_read])
+def test_lists_set_by_default_in_a_dict_the_caller_changes_are_the_callers(fn: Any) -> None:
+    _nested_runs(fn, 14, change=_change_nested)
+
+
+@pytest.mark.parametrize(("fn", "expected"), [
+    (_nested_by_a_computed_key, True), (_nested_by_constant_keys, True), (_nested_and_read, False),
+])
+def test_which_dicts_nested_defaults_append_through_is_proved(fn: Any, expected: bool) -> None:
+    from jitcore.jit.appends import NestedLists, item_appended_parameters
+
+    keys = item_appended_parameters(fn).get("stats", frozenset())
+    assert any(type(k) is NestedLists for k in keys) is expected
