@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from jitcore.ir import Proxy
 from jitcore.jit.code_kinds import class_module
 from jitcore.jit.made_functions import EMPTY, function_state
+from jitcore.jit.object_states import MISSING, get_slot, slot_members
 from jitcore.proxies.text import TextProxy, plain_key
 
 __all__ = ["DICT_VIEWS", "MAX_DEPTH", "children", "escaped", "held", "holds_proxy", "is_iterator"]
@@ -78,12 +79,10 @@ def children(value: Any) -> list[Any]:
                 grad = None
         if grad is not None:
             found.append(grad)  # set by a backward the program ran
-    for klass in type(value).__mro__:
-        for slot in getattr(klass, "__slots__", ()):
-            if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
-                child = getattr(value, slot, None)
-                if child is not None:
-                    found.append(child)
+    for member in slot_members(kind).values():  # through the descriptors: a private slot by its mangled name
+        child = get_slot(member, value)
+        if child is not MISSING and child is not None:
+            found.append(child)
     return found
 
 

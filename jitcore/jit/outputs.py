@@ -303,8 +303,9 @@ def _split_value(value: Any, depth: int, owner: Owner) -> Split:
 # ``__dict__``, so it was refused (an eager entry per call). Its slots are its parts as its ``__dict__``'s
 # attributes are (a dataclass's fields, else each slot set that holds a per-call value), read and set
 # through the slot's member descriptor (jit/object_states.py ``slot_members``: a private slot by its
-# mangled name), on a copy of the pass's instance made from its reduction (a slotted dataclass's
-# ``__getstate__``, else copyreg's ``(dict, slots)``).
+# mangled name; the walk for traced values reads them so too, jit/held_values.py ``children``), on a
+# copy of the pass's instance made from its reduction (a slotted dataclass's ``__getstate__``, else
+# copyreg's ``(dict, slots)``).
 def _of_this_calls_class(rebuild: Callable[[Any], Any] | None,
                          retype: Callable[[], Any]) -> Callable[[Any], Any]:
     """The rebuild of an instance of a ``namedtuple`` class the program made, holding traced values: the

@@ -30,6 +30,16 @@ class Triple(Pair):
     __slots__ = ("c",)
 
 
+class Private:
+    __slots__ = ("__t", "n")
+
+    def __init__(self, t: Any) -> None:
+        self.__t, self.n = t, 3
+
+    def t(self) -> Any:
+        return self.__t
+
+
 class Holder:
     out: Any = None
 
@@ -73,6 +83,10 @@ def _returned_and_stored(x: torch.Tensor, holder: Holder) -> Any:
     return made, x + 1
 
 
+def _a_private_slot(x: torch.Tensor, holder: Holder) -> Any:
+    return Private(x * 2), x + 1
+
+
 def _seen(value: Any) -> Any:
     """What the caller sees of ``value``: tensors' values, each slot (or ``UNSET``), the class's name."""
     if isinstance(value, torch.Tensor):
@@ -81,7 +95,8 @@ def _seen(value: Any) -> Any:
         return [_seen(v) for v in value]
     if value is None or isinstance(value, (int, float, str)):
         return value
-    slots = [s for klass in type(value).__mro__ for s in getattr(klass, "__slots__", ())]
+    slots = [f"_{klass.__name__}{s}" if s.startswith("__") else s for klass in type(value).__mro__
+             for s in getattr(klass, "__slots__", ())]  # (a private slot by its mangled name)
     return (type(value).__qualname__, hasattr(value, "__dict__"),
             {s: _seen(getattr(value, s, "UNSET")) for s in slots if s != "__weakref__"})
 
@@ -101,11 +116,13 @@ def _calls(runner: Any) -> list:
 
 @pytest.mark.parametrize("program", [_a_dataclass_with_slots, _a_frozen_one_holding_a_list,
                                      _a_slotted_instance, _stored_on_an_argument, _a_slot_left_unset,
-                                     _returned_and_stored],
+                                     _returned_and_stored, _a_private_slot],
                          ids=lambda p: p.__name__.strip("_"))
 def test_an_instance_with_slots_holding_computed_tensors_is_made_per_cached_call(program: Any) -> None:
     """Before, each was an eager entry on every call ("a Pair over traced tensors, which jitcore cannot make
-    again for each call"): the tensors were held outside the instance's ``__dict__``."""
+    again for each call"): the tensors were held outside the instance's ``__dict__``; a private slot
+    (``__t``) was not seen by the walk for traced values (read unmangled), and its copy's deepcopy raised
+    a RecursionError."""
     jitted = jitcore.jit(program)
     assert _calls(jitted) == _calls(program)
     assert jitted.fallback_reason is None, jitted.fallback_reason
