@@ -93,6 +93,7 @@ class TensorValues:
             prologue guards the inputs' strides too).
         layout: which inputs' strides and storage offset the recorded calls relied on
             (jitcore/langctx/layout.py).
+        nested_int_inputs: the ids of the input proxies whose tensor has a nested int (an NJT's offsets).
     """
 
     __slots__ = (
@@ -101,6 +102,7 @@ class TensorValues:
         "fake_mode",
         "layout",
         "names",
+        "nested_int_inputs",
         "shape_env",
         "strides_queried",
     )
@@ -113,6 +115,7 @@ class TensorValues:
         self.layout = LayoutReliance()
         self._by_shadow: dict[int, TensorProxy] = {}
         self._aliases: dict[int, tuple[torch.Tensor, TensorProxy]] = {}
+        self.nested_int_inputs: set[int] = set()  # ids of input proxies whose tensor has a nested int
 
     def any_requires_grad(self) -> bool:
         """Whether a tensor of the pass so far requires grad (the grad transform will replay it). A
@@ -133,7 +136,8 @@ class TensorValues:
         name = self.names.claim(name) if name else self.names.fresh("t")
         if keep_zero_one and isinstance(self.shape_env, _ShapeEnv):
             self.shape_env.keep_zero_one.add(name)
-        if tensor.dim() == 1 and _tensor_symint_registry.get(tensor) is not None:
+        nested = tensor.dim() == 1 and _tensor_symint_registry.get(tensor) is not None
+        if nested:
             self.allow_nested_ints()  # the offsets of a nested jagged tensor: its shadow gets the nested int
         if (dynamic_dims or dynamic_strides) and self.shape_env is not None:
             from torch._dynamo.source import LocalSource
@@ -156,6 +160,8 @@ class TensorValues:
                 shadow = self.fake_mode.from_tensor(_described_by_torch(tensor), static_shapes=True)
         proxy = self._bind(shadow, name)
         self.layout.seed(shadow, proxy)
+        if nested:  # Note [A nested jagged tensor's text] (jagged_text.py)
+            self.nested_int_inputs.add(id(proxy))
         return proxy
 
     def allow_nested_ints(self) -> None:

@@ -34,6 +34,7 @@ import torch
 from jitcore.errors import UnsupportedOperationError
 from jitcore.interpreter import current_run
 from jitcore.ir import tree_has
+from jitcore.langctx.jagged_text import jagged_text
 from jitcore.langctx.masked_text import masked_lookasides, masked_text
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.subclass import SubclassTensorProxy
@@ -178,6 +179,8 @@ def own_text(value: Any) -> Any:
         return None
     if (masked := masked_text(value)) is not None:  # Note [A MaskedTensor's text] (masked_text.py)
         return masked
+    if (jagged := jagged_text(value)) is not None:  # Note [A nested jagged tensor's text] (jagged_text.py)
+        return jagged
     cls = value.python_type
     wrapper = _wrapper_repr(value)
     if wrapper is not None:  # Note [A wrapper's text made of its inner tensors' text]
