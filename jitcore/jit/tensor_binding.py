@@ -261,9 +261,12 @@ class TensorBinding:
         for key, value in instance_attributes(tensor).items():  # Note [A subclass input's own containers]
             if type(value) in (list, dict, set) and getattr(shadow, key, None) is value:
                 self.bind_state(value, path.attr(key), key)
-            elif carried and _not_reproduced(key, value, rebuilt, names, pinned_ctx):
+            elif carried and _not_reproduced(key, value, rebuilt, names, pinned_ctx, cls):
                 # Note [An attribute the flatten protocol does not report]
                 object.__setattr__(shadow, key, self.bind_state(value, path.attr(key), key))
+            elif carried and _tensor_not_rebuilt(key, value, rebuilt, names):
+                # Note [A tensor attribute the rebuilt value lacks]
+                object.__setattr__(shadow, key, self._tensor(value, path.attr(key), f"{name}_{key}").shadow)
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
         if not nested:  # Note [A wrapper that answers its own layout, while tracing], proxies/subclass.py
             proxy.set_policy(_layout_policy(spec))
@@ -334,6 +337,12 @@ _ABSENT = object()
 # jit/numbers.py). One the ctx gave (the very object a ctx entry holds: ``{"scale": self.scale}``) is
 # left to the ``flatten`` guard, which checks it as the class asks (its ``__metadata_guard__`` may accept
 # another tag up to case: a guard by value there would add misses the class does not want).
+# Only for a class with a ``__metadata_guard__``: "the very object" is no proof that the attribute came
+# from the ctx, because equal literals are often one object (the constants of one code object are
+# merged: ``{"scale": 1.0}`` and ``self.extra = 1.0`` in one ``__new__``; small ints, True, False, None
+# and short strings are shared process-wide), so an ``extra`` the caller later set to 3.0 ran the entry
+# traced with 1.0 (a wrong answer). Without a ``__metadata_guard__`` the ``flatten`` guard compares the
+# ctx with ``==``, so a guard by value on an attribute that did come from it adds no miss.
 
 
 def _carries_attributes(cls: type) -> bool:
@@ -343,17 +352,19 @@ def _carries_attributes(cls: type) -> bool:
     return not module.startswith("torch.") or module.startswith("torch.testing.")
 
 
-def _not_reproduced(key: str, value: Any, attributes: dict[str, Any], names: list[str], ctx: Any) -> bool:
-    """Whether the caller's attribute ``key`` (holding ``value``) is one to carry over the rebuilt
-    value's ``attributes`` (``names``: the inner tensors; ``ctx``: the flatten ctx it was rebuilt from):
-    Note [An attribute the flatten protocol does not report]."""
+def _not_reproduced(key: str, value: Any, attributes: dict[str, Any], names: list[str], ctx: Any,
+                    cls: type) -> bool:
+    """Whether the caller's attribute ``key`` (holding ``value``) of a ``cls`` is one to carry over the
+    rebuilt value's ``attributes`` (``names``: the inner tensors; ``ctx``: the flatten ctx it was rebuilt
+    from): Note [An attribute the flatten protocol does not report]."""
     if key in names or is_torch_cache(key):
         return False
     rebuilt = attributes.get(key, _ABSENT)
     if is_literal_value(value):  # Note [An attribute the rebuilt value happens to hold]
         if rebuilt is _ABSENT or not is_literal_value(rebuilt):
             return rebuilt is _ABSENT
-        from_ctx = any(rebuilt is leaf for leaf in tree_leaves(ctx))
+        from_ctx = getattr(cls, "__metadata_guard__", None) is not None and any(  # Note [An attribute
+            rebuilt is leaf for leaf in tree_leaves(ctx))  # the rebuilt value happens to hold]
         return not from_ctx or type(rebuilt) is not type(value) or rebuilt != value
     if rebuilt is value:
         return False
@@ -362,6 +373,26 @@ def _not_reproduced(key: str, value: Any, attributes: dict[str, Any], names: lis
             is_literal_value(leaf) for leaf in tree_leaves(rebuilt))) and not any(
             isinstance(leaf, torch.Tensor) for leaf in tree_leaves(value))
     return False
+
+
+# Note [A tensor attribute the rebuilt value lacks]
+# A caller may set a tensor on a wrapper value outside its flatten protocol (an adapter's delta on a
+# frozen weight, ``w.delta = d``; a dequantized copy the class memoizes on the instance the first time
+# its ``__torch_dispatch__`` runs). The rebuilt value got what ``__init__`` sets (None, or nothing), so
+# the class's code read None there: the trace computed without the delta, and every later call too (a
+# wrong answer; the ``== None`` guard of the traced call only made the next call trace again, as wrong).
+# A plain tensor attribute of the caller's value where the rebuilt value holds None or nothing is bound
+# as an input of its own at its path (``args[0].delta``, guarded as any input is) and set on the rebuilt
+# value as its shadow. Where the rebuilt value holds a tensor, that tensor is its class's function of the
+# inner tensors (``self.scale_inv = 1 / scale`` in ``__init__``) and stays.
+def _tensor_not_rebuilt(key: str, value: Any, attributes: dict[str, Any], names: list[str]) -> bool:
+    """Whether the caller's attribute ``key`` holds a plain tensor where the rebuilt value's
+    ``attributes`` hold None or nothing (``names``: the inner tensors): Note [A tensor attribute the
+    rebuilt value lacks]."""
+    if key in names or is_torch_cache(key) or type(value) not in (torch.Tensor, torch.nn.Parameter):
+        return False
+    rebuilt = attributes.get(key, _ABSENT)
+    return rebuilt is None or rebuilt is _ABSENT
 
 
 def _layout_policy(spec: TensorSpec) -> str | None:

@@ -1,0 +1,191 @@
+"""Tensor subclasses written by others (issue 15, zoo59), eager against ``jitcore.jit`` over three or more
+calls (outputs and arguments by ``assert_same_flattened``; no eager entry; the entries expected).
+
+A wrapper keeping a literal attribute outside its flatten protocol (a flag or factor the user sets on the
+value after making it, as bitsandbytes-, Transformer-Engine- and torchao-style weights do) next to a ctx
+holding an equal literal: the constants of one ``__new__`` are one object (``{"scale": 1.0}`` and
+``self.alpha = 1.0``), as are small ints, ``True``/``False`` and short strings, so the attribute was taken
+for the ctx's and left unchecked (Note [An attribute the rebuilt value happens to hold],
+jitcore/jit/tensor_binding.py): a call after the user changed it ran the entry traced with the default.
+
+A wrapper holding a tensor outside its flatten protocol that the caller sets (an adapter's delta on a frozen
+weight) or that its ``__torch_dispatch__`` memoizes on the instance (a dequantized copy): the rebuilt value
+held ``__init__``'s None there, so the trace computed without it (Note [A tensor attribute the rebuilt value
+lacks], jitcore/jit/tensor_binding.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from subclass_checks import assert_same_flattened, protocol_calls
+from torch.utils._pytree import tree_map_only
+
+import jitcore
+
+
+class _Tagged(torch.Tensor):
+    """A wrapper whose ctx is a dict of literals made in ``__new__``; ``alpha``, ``transposed`` and
+    ``shift`` are set there to literals equal to the ctx's and changed by the caller afterwards."""
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, meta: dict | None = None) -> _Tagged:
+        out = torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype, strides=data.stride())
+        out.data_ = data
+        out.meta = {"scale": 1.0, "packed": False, "bits": 4} if meta is None else meta
+        out.alpha = 1.0
+        out.transposed = False
+        out.shift = 4
+        return out
+
+    def __tensor_flatten__(self) -> tuple[list[str], dict]:
+        return ["data_"], self.meta
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner: dict, meta: dict, size: Any, stride: Any) -> _Tagged:
+        return cls(inner["data_"], meta)
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def value(self) -> torch.Tensor:
+        data = self.data_.t() if self.transposed else self.data_
+        return data * self.meta["scale"] * self.alpha + self.shift
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*tree_map_only(cls, cls.value, args), **(kwargs or {}))
+
+
+SETTINGS = {
+    "a float equal to a ctx float": ("alpha", (1.0, 3.0, 1.0, 0.5)),
+    "a bool equal to a ctx bool": ("transposed", (False, True, False)),
+    "a small int equal to a ctx int": ("shift", (4, 0, 4, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_an_attribute_equal_to_a_ctx_literal_is_checked(name: str) -> None:
+    """``x + 1`` over a 3 x 3 ``_Tagged`` whose attribute the caller sets before each call: eager's values
+    on every call (before: the calls after the first change returned the first call's answer)."""
+    attribute, settings = SETTINGS[name]
+
+    def program(x: _Tagged) -> torch.Tensor:
+        return x + 1
+
+    jitted = jitcore.jit(program)
+    for i, setting in enumerate(settings):
+        torch.manual_seed(i)
+        data = torch.randn(3, 3)
+        eager_x, jit_x = _Tagged(data.clone()), _Tagged(data.clone())
+        for x in (eager_x, jit_x):
+            setattr(x, attribute, setting)
+        assert_same_flattened(jitted(jit_x), program(eager_x), f"call {i} ({attribute} = {setting})")
+    assert jitted.fallback_reason is None
+    assert jitcore.cache_misses(jitted) <= len(set(settings))
+
+
+class _Adapted(torch.Tensor):
+    """A frozen weight the caller may give a ``delta`` (None from ``__init__``), added when it is used."""
+
+    @staticmethod
+    def __new__(cls, weight: torch.Tensor) -> _Adapted:
+        out = torch.Tensor._make_wrapper_subclass(cls, weight.shape, dtype=weight.dtype,
+                                                  strides=weight.stride())
+        out.weight = weight
+        out.delta = None
+        return out
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["weight"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _Adapted:
+        return _Adapted(inner["weight"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def value(self) -> torch.Tensor:
+        return self.weight if self.delta is None else self.weight + self.delta
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*tree_map_only(cls, cls.value, args), **(kwargs or {}))
+
+
+def test_a_tensor_the_caller_sets_outside_the_flatten_protocol_is_an_input() -> None:
+    """``F.linear(x, w).relu()`` over an ``_Adapted`` weight, without a delta, then with a fresh delta on
+    each call: eager's values, two entries, no ``__torch_dispatch__`` on a cached call (before: the calls
+    with a delta returned the weight's answer without it)."""
+
+    def program(w: _Adapted, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, w).relu()
+
+    jitted = jitcore.jit(program)
+    warm: list[str] = []
+    for i in range(4):
+        torch.manual_seed(i)
+        weight, delta, x = torch.randn(4, 3), torch.randn(4, 3), torch.randn(2, 3)
+        eager_w, jit_w = _Adapted(weight), _Adapted(weight.clone())
+        if i:
+            eager_w.delta, jit_w.delta = delta, delta.clone()
+        expected = program(eager_w, x)
+        misses = jitcore.cache_misses(jitted)
+        with protocol_calls(_Adapted) as frames:
+            actual = jitted(jit_w, x)
+        warm += frames if jitcore.cache_misses(jitted) == misses else []
+        assert_same_flattened(actual, expected, f"call {i}")
+    assert jitted.fallback_reason is None
+    assert jitcore.cache_misses(jitted) == 2
+    assert warm == []
+
+
+class _Memoized(torch.Tensor):
+    """An int8 weight whose ``__torch_dispatch__`` dequantizes it once and keeps the copy on the instance."""
+
+    @staticmethod
+    def __new__(cls, q: torch.Tensor, scale: torch.Tensor) -> _Memoized:
+        out = torch.Tensor._make_wrapper_subclass(cls, q.shape, dtype=torch.float32, strides=q.stride())
+        out.q, out.scale, out.dequantized = q, scale, None
+        return out
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["q", "scale"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _Memoized:
+        return _Memoized(inner["q"], inner["scale"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def value(self) -> torch.Tensor:
+        if self.dequantized is None:
+            self.dequantized = self.q.float() * self.scale
+        return self.dequantized
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*tree_map_only(cls, cls.value, args), **(kwargs or {}))
+
+
+def test_a_copy_the_class_memoizes_on_the_instance_is_used_as_eagerly() -> None:
+    """One ``_Memoized`` weight used by three calls, its scale doubled in place between them: eagerly the
+    first call's copy answers every later call; jitted the same, and the caller's weight holds the copy
+    after each call (before: the later calls dequantized again with the doubled scale)."""
+
+    def program(w: _Memoized, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, w)
+
+    torch.manual_seed(0)
+    q, scale = torch.randint(-8, 8, (4, 3), dtype=torch.int8), torch.tensor(0.5)
+    eager_w, jit_w = _Memoized(q, scale), _Memoized(q.clone(), scale.clone())
+    jitted = jitcore.jit(program)
+    for i in range(3):
+        x = torch.randn(2, 3)
+        assert_same_flattened(jitted(jit_w, x), program(eager_w, x), f"call {i}")
+        assert_same_flattened(jit_w.dequantized, eager_w.dequantized, f"call {i} copy")
+        with torch.no_grad():
+            eager_w.scale.mul_(2)
+            jit_w.scale.mul_(2)
+    assert jitted.fallback_reason is None
