@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import enum
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,7 @@ from jitcore.dispatch.shadow_map import DispatchState
 from jitcore.errors import EagerOnlyValue, LazyState
 from jitcore.jit.ctx_numbers import bind_ctx_numbers
 from jitcore.jit.ragged import ragged_dims
+from jitcore.jit.state_kinds import is_plain_instance
 from jitcore.jit.state_names import qualified_name
 from jitcore.jit.subclass_inputs import (
     answered_layout,
@@ -45,6 +47,7 @@ from jitcore.prologue import Path, Root, TensorSpec
 from jitcore.prologue.ctx_sizes import SizedContext, with_sizes
 from jitcore.prologue.literals import is_literal_value
 from jitcore.proxies import TensorProxy
+from jitcore.proxies.number import NumberProxy
 from jitcore.proxies.protocol import (
     has_nested_ints,
     has_own_protocol,
@@ -267,6 +270,9 @@ class TensorBinding:
             elif carried and _tensor_not_rebuilt(key, value, rebuilt, names):
                 # Note [A tensor attribute the rebuilt value lacks]
                 object.__setattr__(shadow, key, self._tensor(value, path.attr(key), f"{name}_{key}").shadow)
+            elif carried and _object_not_rebuilt(key, value, rebuilt, names):
+                # Note [An object attribute the rebuilt value does not derive]
+                object.__setattr__(shadow, key, self.bind_state(value, path.attr(key), key))
         proxy = DispatchState.of(self.values).adopt(shadow, self.values.names.claim(name))
         if not nested:  # Note [A wrapper that answers its own layout, while tracing], proxies/subclass.py
             proxy.set_policy(_layout_policy(spec))
@@ -393,6 +399,37 @@ def _tensor_not_rebuilt(key: str, value: Any, attributes: dict[str, Any], names:
         return False
     rebuilt = attributes.get(key, _ABSENT)
     return rebuilt is None or rebuilt is _ABSENT
+
+
+# Note [An object attribute the rebuilt value does not derive]
+# Besides literals and tensors, a caller's wrapper value holds objects outside its flatten protocol that
+# its ``__torch_dispatch__`` reads: an enum member (a rounding mode), a config dataclass, a tuple or
+# dict of tensors (a LoRA pair), a function (an activation to apply), set by ``__init__`` to a default
+# or by the caller afterwards. The rebuilt value held ``__init__``'s object, so the trace computed with
+# the default and no guard looked at the caller's (a wrong answer on every call after the caller set
+# another). Such an attribute is carried to the rebuilt value and bound as state at its path (its reads
+# guarded as any state's: an enum member by identity, a plain instance by the attributes read, a
+# container item by item) where the rebuilt value holds None or nothing there, an enum member, or a plain
+# instance of the same class holding no tensor and no symbolic number. Not carried: what the rebuilt value
+# derives from its inner tensors or sizes (an object or container holding a tensor, a SymInt, a proxy),
+# and a default function or other object (a per-instance closure guarded by identity would be a miss
+# per value).
+def _object_not_rebuilt(key: str, value: Any, attributes: dict[str, Any], names: list[str]) -> bool:
+    """Whether the caller's attribute ``key`` holds an object to carry over the rebuilt value's
+    ``attributes`` (``names``: the inner tensors): Note [An object attribute the rebuilt value does not
+    derive]."""
+    if key in names or is_torch_cache(key) or is_literal_value(value) or isinstance(value, torch.Tensor):
+        return False
+    rebuilt = attributes.get(key, _ABSENT)
+    if rebuilt is None or rebuilt is _ABSENT:
+        return True
+    if isinstance(rebuilt, enum.Enum):
+        return True
+    return type(rebuilt) is type(value) and is_plain_instance(rebuilt) and not any(
+        isinstance(leaf, _DERIVED) for leaf in tree_leaves(list(vars(rebuilt).values())))
+
+
+_DERIVED = (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool, NumberProxy)
 
 
 def _layout_policy(spec: TensorSpec) -> str | None:

@@ -12,10 +12,18 @@ A wrapper holding a tensor outside its flatten protocol that the caller sets (an
 weight) or that its ``__torch_dispatch__`` memoizes on the instance (a dequantized copy): the rebuilt value
 held ``__init__``'s None there, so the trace computed without it (Note [A tensor attribute the rebuilt value
 lacks], jitcore/jit/tensor_binding.py).
+
+A wrapper whose ``__torch_dispatch__`` reads objects outside its flatten protocol that ``__init__`` sets to
+defaults and the caller replaces (an enum mode, a config dataclass, a pair of tensors, a function): the
+rebuilt value held the defaults, unchecked (Note [An object attribute the rebuilt value does not derive],
+jitcore/jit/tensor_binding.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -189,3 +197,102 @@ def test_a_copy_the_class_memoizes_on_the_instance_is_used_as_eagerly() -> None:
             eager_w.scale.mul_(2)
             jit_w.scale.mul_(2)
     assert jitted.fallback_reason is None
+
+
+class _Rounding(enum.Enum):
+    NEAREST = 1
+    DOUBLE = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    gain: float = 1.0
+
+
+class _Configured(torch.Tensor):
+    """A wrapper whose ``__torch_dispatch__`` reads a mode, a config, an optional low-rank pair and an
+    optional function, all set by ``__init__`` to defaults outside the flatten protocol."""
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor) -> _Configured:
+        out = torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype, strides=data.stride())
+        out.data_ = data
+        out.rounding, out.config, out.low_rank, out.post = _Rounding.NEAREST, _Config(), None, None
+        return out
+
+    def __tensor_flatten__(self) -> tuple[list[str], None]:
+        return ["data_"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: None, size: Any, stride: Any) -> _Configured:
+        return _Configured(inner["data_"])
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def value(self) -> torch.Tensor:
+        out = self.data_ * self.config.gain * (2 if self.rounding is _Rounding.DOUBLE else 1)
+        if self.low_rank is not None:
+            out = out + self.low_rank[0] @ self.low_rank[1]
+        return out if self.post is None else self.post(out)
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*tree_map_only(cls, cls.value, args), **(kwargs or {}))
+
+
+def _low_rank(w: _Configured) -> None:
+    w.low_rank = (torch.ones(4, 2), torch.full((2, 3), 0.5))
+
+
+SETTERS: dict[str, Callable[[_Configured], None]] = {
+    "an enum member": lambda w: setattr(w, "rounding", _Rounding.DOUBLE),
+    "a frozen dataclass": lambda w: setattr(w, "config", _Config(3.0)),
+    "a pair of tensors": _low_rank,
+    "a function": lambda w: setattr(w, "post", torch.tanh),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETTERS))
+def test_an_object_the_caller_sets_outside_the_flatten_protocol_is_checked(name: str) -> None:
+    """``F.linear(x, w)`` over a fresh ``_Configured`` weight per call, its defaults kept on the first call
+    and replaced on the next three: eager's values, two entries, no ``__torch_dispatch__`` on a cached
+    call (before: the calls after the first returned the defaults' answer)."""
+
+    def program(w: _Configured, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, w)
+
+    jitted = jitcore.jit(program)
+    warm: list[str] = []
+    for i in range(4):
+        torch.manual_seed(i)
+        weight, x = torch.randn(4, 3), torch.randn(2, 3)
+        eager_w, jit_w = _Configured(weight), _Configured(weight.clone())
+        if i:
+            SETTERS[name](eager_w)
+            SETTERS[name](jit_w)
+        expected = program(eager_w, x)
+        misses = jitcore.cache_misses(jitted)
+        with protocol_calls(_Configured) as frames:
+            actual = jitted(jit_w, x)
+        warm += frames if jitcore.cache_misses(jitted) == misses else []
+        assert_same_flattened(actual, expected, f"call {i}")
+    assert jitted.fallback_reason is None
+    assert jitcore.cache_misses(jitted) == 2
+    assert warm == []
+
+
+def test_fresh_default_configs_share_one_entry() -> None:
+    """``F.linear(x, w)`` over a fresh ``_Configured`` weight per call, each with its own default
+    ``_Config()``: one entry (the config is checked by what is read from it, not by identity). A control
+    for the Note: it passed before too."""
+
+    def program(w: _Configured, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, w)
+
+    jitted = jitcore.jit(program)
+    for i in range(3):
+        torch.manual_seed(i)
+        weight, x = torch.randn(4, 3), torch.randn(2, 3)
+        expected = program(_Configured(weight), x)
+        assert_same_flattened(jitted(_Configured(weight.clone()), x), expected, f"call {i}")
+    assert jitcore.cache_misses(jitted) == 1
