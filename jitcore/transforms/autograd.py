@@ -35,6 +35,7 @@ from jitcore.transforms.grad import GradTraces
 from jitcore.transforms.rederive import Unsaved, describe_unsaved, rederived_backward
 from jitcore.transforms.state_numbers import StateNumbers
 from jitcore.transforms.tangents import TangentKind, flatten_tangent, kind_of_gradient, symbolized
+from jitcore.transforms.version_witnesses import check_witnesses, witnesses
 
 __all__ = ["GradComputation", "JitcoreFunction", "TangentMismatchError"]
 
@@ -128,6 +129,7 @@ class GradComputation:
         # Note [Symbolic sizes through the grad transform]: sizes the backward reads are saved numbers
         self.saved_numbers = tuple(i for i, v in enumerate(own_saved) if isinstance(v, NumberProxy))
         self.saved_of = saved_of or (lambda _backward: own_saved)
+        self.witnessed = traces.witnessed  # Note [A saved subclass output written], version_witnesses.py
         # backwards derived for other tangent kinds: (saved values, kinds, callable), and their traces
         self.rederived: list[tuple[Sequence[Any], list[TangentKind | None], Callable[..., Any]]] = []
         self.rederived_traces: list[Trace] = []
@@ -368,6 +370,8 @@ class JitcoreFunction(torch.autograd.Function):
             ctx.saved_numbers = tuple(saved[i] for i in computation.saved_numbers)
         else:
             ctx.to_save = tuple(saved)  # ctx.save_for_backward(*saved), without its Python frame
+        if computation.witnessed:  # Note [A saved subclass output written], version_witnesses.py
+            ctx.witnesses = witnesses(outputs, computation.witnessed)
         ctx.materialize_grads = False  # ctx.set_materialize_grads(False): Note [Outputs no gradient reaches]
         if computation.sized_kinds:  # Note [Tangent kinds with symbolic sizes], tangents.py
             ctx.kinds = computation.expected_kinds(outputs)
@@ -386,6 +390,8 @@ class JitcoreFunction(torch.autograd.Function):
         backward, tangents = computation.tangents(
             grads, ctx.backward, ctx.kinds if computation.sized_kinds else None)
         try:
+            if computation.witnessed:  # Note [A saved subclass output written], version_witnesses.py
+                check_witnesses(ctx.witnesses)
             saved = ctx.saved_tensors
             if computation.saved_numbers:
                 saved = list(saved)

@@ -74,6 +74,7 @@ from jitcore.transforms.symbolic_sizes import (
     condition_checks,
 )
 from jitcore.transforms.symbolic_sizes import rewrite_sizes as rewrite_sizes
+from jitcore.transforms.version_witnesses import witnessed_outputs
 from jitcore.transforms.view_outputs import (
     ViewOutputs,
     drop_views_made_after,
@@ -147,6 +148,8 @@ class GradTraces:
         views: how the outputs that are views are made after the Function from their bases (None:
             none is; Note [Views an autograd call returns], view_outputs.py): the forward's outputs
             are then the other tensor outputs, then ``views.hidden``, then ``numbers``.
+        witnessed: the indices among the forward's outputs of the subclass outputs the Function also
+            saves a witness of (Note [A saved subclass output written], version_witnesses.py).
     """
 
     forward: Trace
@@ -165,6 +168,7 @@ class GradTraces:
     assembly: Assembly | None = None
     numbers: tuple[NumberProxy, ...] = ()
     views: ViewOutputs | None = None
+    witnessed: tuple[int, ...] = ()
 
 
 # (proxy, requires_grad) of each tensor-subclass input, inner ones first: the inputs the
@@ -688,7 +692,7 @@ def grad_transform(trace: Trace, subclass_inputs: SubclassInputs,
                       replay.values.layout, body, forward_body, _fresh_leaves(tensor_outputs, replay),
                       deriver,
                       input_flags(trace), returned_inputs(trace, leaves, subclass_inputs), assembly,
-                      numbers, views)
+                      numbers, views, witnessed_outputs(forward_outputs, saved))
 
 
 # Note [Sizes a grad entry returns]
