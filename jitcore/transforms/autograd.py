@@ -75,7 +75,7 @@ class GradComputation:
         self.backward_effects: EffectsByState | None = None
         self.traces = traces
         self.on_error = on_error
-        self.select = select
+        self.select = select  # also resets ``settled`` (the property's setter)
         self.backward: Callable[..., Any] | None = None  # the latest call's (Note [A backward that raises])
         self.n_inputs = n_inputs
         self.output_tree = traces.output_tree
@@ -229,6 +229,18 @@ class GradComputation:
             counted.fill(leaves, counts)
         return leaves[0] if self.single_leaf else optree.tree_unflatten(self.output_tree, leaves)
 
+    @property
+    def select(self) -> Callable[[], tuple[Callable[..., Any], ...]]:
+        """The compiled (forward, backward) of one call (see ``__init__``)."""
+        return self._select
+
+    @select.setter
+    def select(self, select: Callable[[], tuple[Callable[..., Any], ...]]) -> None:
+        self._select = select
+        # the pair every call runs once ``select`` is settled (Note [The pair of a settled select],
+        # saved_values.py); None: each call asks ``select``
+        self.settled: tuple[Callable[..., Any], ...] | None = None
+
     def _applied(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
         """What the autograd Function is given of ``inputs``: the plain inputs, then the outer tensors
         of the subclass inputs that take a gradient (Note [Subclass inputs the autograd Function is
@@ -361,7 +373,11 @@ class JitcoreFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, computation: GradComputation, *inputs: Any) -> Any:  # type: ignore[override]
-        forward, backward = computation.select()
+        pair = computation.settled  # Note [The pair of a settled select], saved_values.py
+        if pair is None:
+            pair = computation.select()
+            computation.settled = getattr(computation.select, "settled", None)
+        forward, backward = pair
         outputs, saved = forward(*inputs[: computation.n_inputs])
         ctx.computation, ctx.backward = computation, backward  # the backward taking what was saved
         computation.backward = backward

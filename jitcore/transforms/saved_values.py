@@ -15,6 +15,14 @@ from jitcore.ir import Trace
 __all__ = ["SavedValues"]
 
 
+# Note [The pair of a settled select]
+# Once the executors' ``select`` is settled (executors/plan.py, Note [A settled choice]) it returns one
+# pair for good, and ``tracked`` has recorded that pair's saved values on the call that returned it:
+# nothing a later call of ``tracked`` would record is new. ``tracked.settled`` is then that pair, and
+# the grad computation's forward uses it without calling ``tracked`` (autograd.py). A pair is only
+# marked settled by the call that recorded it, so ``of(backward)`` finds every backward a forward ran with.
+
+
 class SavedValues:
     """Which forward values the forward paired with each backward callable saves: the grad
     transform's own choice, or the lowered forward's (the pair chosen for fusion, mincut.py), so that
@@ -32,14 +40,21 @@ class SavedValues:
         return self._record(trace)
 
     def tracking(self, select: Any) -> Any:
+        """``select`` (a grad computation's pair of each call), recording which values each pair's
+        forward saves; its ``settled`` attribute is the pair once ``select``'s is and that pair has
+        been recorded (Note [The pair of a settled select])."""
+
         def tracked() -> Any:
             pair = select()
             backward = untimed(pair[1])  # the trial's timing of the pair (executors/trial.py)
             if id(backward) not in self._by_backward:  # first seen: the pair lowered last, if any
                 saved = self._own if self._lowered is None else self._lowered
                 self._by_backward[id(backward)] = (backward, saved)
+            if getattr(select, "settled", None) is pair:
+                tracked.settled = pair  # type: ignore[attr-defined]
             return pair
 
+        tracked.settled = None  # type: ignore[attr-defined]
         return tracked
 
     def of(self, backward: Any) -> Any:

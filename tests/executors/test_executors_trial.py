@@ -168,6 +168,53 @@ def test_a_trial_of_a_grad_pair_gives_eager_gradients_on_every_call(monkeypatch)
     assert "fused by inductor" in lowered_trace(jfn)  # the fake clock never moved: a tie
 
 
+_CHOOSING = ("saved_values.py", "executors/plan.py", "executors/trial.py")  # files of choosing a pair
+
+
+@pytest.mark.parametrize("cost, kept", [(5, "torch"), (0, "lowered")])
+def test_a_decided_grad_pair_runs_without_choosing_and_gives_eager_gradients(monkeypatch, cost, kept) -> None:
+    """Once the trial decided (Note [A settled choice], plan.py), a call runs the kept pair without
+    a frame of the plan's select, the saved values' tracking or the trial, and its forward saves what
+    the kept backward takes: outputs and gradients equal eager's on every call, before and after."""
+    from jit_helpers import calls_entered
+
+    monkeypatch.setenv(BACKGROUND_ENV, "0")
+
+    def g(x, w):
+        return ((x @ w).tanh() * 2).sum()
+
+    class SlowAtenTanh(SlowTanh):  # the grad transform's forward calls aten's tanh
+        def claim(self, bsym: BoundSymbol) -> str | None:
+            return None if bsym.symbol.id == "torch.ops.aten.tanh.default" else "not tanh"
+
+    clock = FakeClock()
+    slow = SlowAtenTanh(clock, cost)
+    jfn = _measured(jitcore.jit(g, executors=(slow, "torch"), fuse_after=2), clock, runs=3)
+
+    def call() -> None:
+        x, w = torch.randn(4, 3), torch.randn(3, 5)
+        xe, we = x.clone().requires_grad_(), w.clone().requires_grad_()
+        xj, wj = x.clone().requires_grad_(), w.clone().requires_grad_()
+        expected, out = g(xe, we), jfn(xj, wj)
+        expected.backward()
+        out.backward()
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close((xj.grad, wj.grad), (xe.grad, we.grad))
+
+    def choosing() -> list[tuple[str, str]]:
+        x, w = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+        frames = calls_entered(lambda: jfn(x, w))
+        return [f for f in frames if f[0].endswith(_CHOOSING)]
+
+    for _ in range(3 + 5):  # runs 0-2 on torch (lowered at run 2), then the trial's runs but its last
+        call()
+    assert choosing()  # the trial's last run: still timed
+    for _ in range(3):
+        call()
+    assert not choosing()
+    assert slow.calls == (3 if kept == "torch" else 3 + 3 + 1)  # the trial ran the lowered one 3 times
+
+
 def test_a_backward_for_another_tangent_kind_takes_what_its_runs_forward_saved(monkeypatch) -> None:
     """A plain gradient to a TwoTensor output gets a backward derived for it, taking what the run's
     forward saved: the torch forward's values or the fused forward's, as the trial alternates them

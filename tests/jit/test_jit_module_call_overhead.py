@@ -81,6 +81,9 @@ def test_a_cached_module_call_enters_the_autograd_function_and_nothing_around_it
     assert not [f for f in frames if f[0].endswith("torch/autograd/function.py")], frames
     wrapper = [f[1] for f in frames if f[0].endswith("jitcore/transforms/autograd.py")]
     assert wrapper == ["__call__", "forward"], frames  # GradComputation.__call__, JitcoreFunction.forward
+    # Note [A settled choice] (executors/plan.py): the pair is settled, no select or tracking frame
+    choosing = [f for f in frames if f[0].endswith(("saved_values.py", "executors/plan.py", "trial.py"))]
+    assert not choosing, frames
     for _ in range(3):  # gradients and outputs as eager's, through the cached entry
         out, expected = jitted(x), model(x)
         assert_same(out, expected)
