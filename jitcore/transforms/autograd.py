@@ -374,9 +374,10 @@ class JitcoreFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, computation: GradComputation, *inputs: Any) -> Any:  # type: ignore[override]
         pair = computation.settled  # Note [The pair of a settled select], saved_values.py
-        if pair is None:
-            pair = computation.select()
-            computation.settled = getattr(computation.select, "settled", None)
+        if pair is None:  # ``_select``: the property's frame is not entered on each call
+            select = computation._select  # noqa: SLF001
+            pair = select()
+            computation.settled = getattr(select, "settled", None)
         forward, backward = pair
         outputs, saved = forward(*inputs[: computation.n_inputs])
         ctx.computation, ctx.backward = computation, backward  # the backward taking what was saved
