@@ -58,6 +58,7 @@ from jitcore.jit.read_rollback import nondeterministic_read
 from jitcore.jit.run_modes import runs_torch_function, runs_without_grad, without_grad, without_torch_function
 from jitcore.jit.shapes import ShapePolicy
 from jitcore.jit.state_names import note_state_inputs
+from jitcore.jit.subclass_views import subclass_views
 from jitcore.jit.value_driven import DrivenReads
 from jitcore.langctx.reads import ValueCheckFailed
 from jitcore.prologue import MISS, MissReason, Prologue, PrologueBuilder
@@ -432,7 +433,7 @@ class JittedFunction:
         """The stages after interpretation: grad, flatten, executors, prologue; the new cache entry."""
         # the pipeline of a miss (docs/architecture.md): interpret -> grad -> flatten -> executors -> prologue
         grad = differentiate(program, self.executor, self)  # inputs that require grad: docs/autograd.md
-        resumable, no_graph = None, False
+        resumable, no_graph, viewing = None, False, None
         if grad.differentiated is not None:  # flat already, compiled with its backward
             computation = grad.differentiated.computation
             traces = grad.differentiated.traces  # one list: a lowered forward is appended once
@@ -451,6 +452,11 @@ class JittedFunction:
             # Note [A Function without grad runs its recorded forward] (transforms/autograd_function.py):
             # inlined before flattening, since a forward's records may compute with subclass values
             inlined = forwards_inlined(program.trace)
+            # Note [Subclass views without grad] (jit/subclass_views.py): the bases returned as well
+            viewing = subclass_views(inlined, program.subclass_inputs) \
+                if grad.functions is None and program.effects is None else None
+            if viewing is not None:
+                inlined, views = viewing
             flat = flatten_program(inlined, program.subclass_inputs, program.outer_layouts)
             no_graph = grad.without_graph and flat.trace is not inlined  # Note [A graph no output
             if no_graph:  # reaches]
@@ -471,6 +477,8 @@ class JittedFunction:
                 resumable.full, computation = computation, resumable.computation
             if no_graph:
                 computation = without_grad(computation)
+            if viewing is not None:
+                computation = views.wrap(computation)
         prologue = self._finish_prologue(prologue_of(program.prologue, grad, inputs))
         self.last_prologue = prologue
         plain_data = runs_torch_function(program)  # recorded on the data: jitcore/proxies/typed.py
@@ -492,6 +500,7 @@ class JittedFunction:
         if resumable is not None:
             entry.resumable = resumable
             resumed = without_grad(resumable.resumed) if no_graph else resumable.resumed
+            resumed = views.wrap(resumed) if viewing is not None else resumed
             entry.resumed = entry_computation(program, traces[0], resumed)
         return entry
 

@@ -81,9 +81,17 @@ def check(fn, *args: Any) -> Any:
     again = jfn(*args)
     assert_same_value(again, expected)
     assert DISPATCH_LOG == [], "a cached call must not run __torch_dispatch__"
+    # views as eager's (Note [Subclass views without grad], jitcore/jit/subclass_views.py)
+    assert _views(again) == _views(expected)
     assert jitcore.cache_hits(jfn) == 1
     assert_runs_on_plain_tensors(jitcore.last_traces(jfn)[-1])
     return jfn
+
+
+def _views(value: Any) -> list[tuple[bool, int | None]]:
+    """Of each tensor in ``value``: whether it is a view, and which earlier one is its base."""
+    tensors = [t for t in optree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return [(t._is_view(), next((k for k, u in enumerate(tensors) if u is t._base), None)) for t in tensors]
 
 
 def assert_runs_on_plain_tensors(trace) -> None:
@@ -123,8 +131,8 @@ def test_two_tensor_end_to_end_and_trace_shape() -> None:
     assert _executed_ops(jfn) == [
         "torch.ops.aten.add.Tensor", "torch.ops.aten.add.Tensor", "torch.ops.aten.t.default",
         "torch.ops.aten.mm.default", "torch.ops.aten.mm.default", "torch.ops.aten.permute.default",
-        "torch.ops.aten.permute.default", "unflatten_tensor_subclass",
-    ]
+        "torch.ops.aten.permute.default", "unflatten_tensor_subclass", "unflatten_tensor_subclass",
+    ]  # the output's base, ``F.linear``'s, rebuilt too: its ``.T`` is made of it after the computation
 
 
 def test_linear_reaches_subclass_decomposed_never_as_linear() -> None:
