@@ -219,7 +219,7 @@ def view_outputs(
             if before and reshaped:  # (the pivot's layout where the write was made is not at hand)
                 continue
             chain.update(reshaped)
-            if before and _plain_layout(proxy, base_shadow) is not None:
+            if before and not isinstance(proxy, SubclassTensorProxy):  # a subclass view replays its chain
                 pivot, (bsym, index, _source) = before[-1]
                 layout = _plain_layout(replayed(pivot), base_shadow)
                 if layout is None:

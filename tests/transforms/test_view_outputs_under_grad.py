@@ -365,6 +365,34 @@ def test_two_tensor_views_of_symbolic_sizes(fn: Callable[..., Any]) -> None:
     assert all(entry.computation.views is not None for entry in jfn.entries)
 
 
+def _plain_view_of_a_written_base(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    z = _twice(y)
+    v = z.view(-1)
+    z.mul_(2)  # eagerly v's node is made again: AsStridedBackward0
+    return z, v, x * 2  # x a TwoTensor: the sizes of the second entry are symbolic
+
+
+def test_a_plain_view_of_a_written_base_of_symbolic_sizes() -> None:
+    """Note [A view whose base is written] (view_outputs.py): a plain view whose pivot has no static
+    layout (the entry of symbolic sizes) is not made by replaying its view calls. Before, it was (as a
+    subclass view is): ``grad_fn`` read ``ViewBackward0`` where eager's reads ``AsStridedBackward0``."""
+    jfn = jitcore.jit(_plain_view_of_a_written_base)
+    for rows in (4, 6, 10):
+        seen = []
+        for fn in (_plain_view_of_a_written_base, jfn):
+            g = torch.Generator().manual_seed(rows)
+            y = torch.randn(rows, 8, generator=g, requires_grad=True)
+            a, b = torch.randn(rows, 8, generator=g), torch.randn(rows, 8, generator=g)
+            z, v, _w = fn(TwoTensor(a, b).requires_grad_(), y)
+            info: list[Any] = [type(v.grad_fn).__name__, v._is_view(), v._base is z, tuple(v.shape)]
+            v.mul_(3)
+            (z.sum() + v.sum()).backward()
+            info += [type(v.grad_fn).__name__, round(float(y.grad.sum()), 4)]
+            seen.append(info)
+        assert seen[1] == seen[0], f"{rows} rows"
+    assert jitcore.cache_misses(jfn) == 2
+
+
 def test_a_view_left_to_the_function_is_explained() -> None:
     """Note [A view left to the Function] (view_outputs.py): the entry runs pass 1 under torch's
     autograd, and ``jitcore.explain`` says why."""
