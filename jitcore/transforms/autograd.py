@@ -28,6 +28,7 @@ from jitcore.errors import JitcoreError
 from jitcore.ir import Proxy, Trace, compile_trace
 from jitcore.proxies import TensorProxy
 from jitcore.proxies.number import NumberProxy
+from jitcore.transforms.applied_layouts import apply_with_layouts, outside_applied_layouts
 from jitcore.transforms.backward_deriver import OutputSpec
 from jitcore.transforms.backward_effects import EffectsByState
 from jitcore.transforms.backward_errors import RAISE
@@ -115,6 +116,8 @@ class GradComputation:
         self.n_applied = n_inputs + len(self.outer_applied)
         rank = iter(range(n_inputs, self.n_applied))
         self.grad_positions = tuple(i if kind == "arg" else next(rank) for kind, i in traces.grad_inputs)
+        # Note [The layouts of the applied subclass inputs]: their layouts on the entry's first run
+        self.outer_layouts: tuple[torch.layout, ...] | None = None
         self.single_leaf = self.output_tree.is_leaf()  # the output is one value: nothing to unflatten
         self.backward_raises = any(b.symbol is RAISE for b in traces.backward.bound_symbols)
         self.fresh_leaves = traces.fresh_leaves
@@ -183,6 +186,9 @@ class GradComputation:
         if only is not None:  # Note [A call with nothing around the apply]
             if len(inputs) != self.n_applied:
                 inputs = self._applied(inputs)
+            if self.outer_applied:
+                outputs = self._with_outer_layouts(inputs)
+                return outputs[only] if isinstance(outputs, tuple) else outputs
             if self.tensor_inputs and not _functorch_transforms_active():
                 return _function_base_apply(self, *map(_unwrap_if_dead, inputs))[only]
             outputs = JitcoreFunction.apply(self, *inputs)
@@ -196,8 +202,10 @@ class GradComputation:
                 inputs[position].requires_grad_(True)
         versions = [_version(inputs[i]) for _position, i in returned_inputs] if returned_inputs else ()
         applied = inputs if len(inputs) == self.n_applied else self._applied(inputs)
-        if self.tensor_inputs and not _functorch_transforms_active():  # Note [Entering the autograd Function]
-            outputs = _function_base_apply(self, *map(_unwrap_if_dead, applied))
+        if self.outer_applied:
+            outputs = self._with_outer_layouts(applied)
+        elif self.tensor_inputs and not _functorch_transforms_active():  # Note [Entering the autograd
+            outputs = _function_base_apply(self, *map(_unwrap_if_dead, applied))  # Function]
         else:
             outputs = JitcoreFunction.apply(self, *applied)
         for position, flag in input_flags:  # ``p.requires_grad_(False)``: after, as the graph used it
@@ -240,6 +248,21 @@ class GradComputation:
         # the pair every call runs once ``select`` is settled (Note [The pair of a settled select],
         # saved_values.py); None: each call asks ``select``
         self.settled: tuple[Callable[..., Any], ...] | None = None
+
+    def _with_outer_layouts(self, applied: Sequence[Any]) -> Any:
+        """The Function applied to ``applied``, which holds subclass outer tensors: their layouts answered
+        as on the entry's first run (Note [The layouts of the applied subclass inputs])."""
+
+        def apply() -> Any:
+            if self.tensor_inputs and not _functorch_transforms_active():  # Note [Entering the autograd
+                return _function_base_apply(self, *map(_unwrap_if_dead, applied))  # Function]
+            return JitcoreFunction.apply(self, *applied)
+
+        outer = applied[self.n_inputs:]
+        if self.outer_layouts is None:  # the first run (the call that traced the entry): asked as eagerly
+            self.outer_layouts = tuple(t.layout for t in outer)
+            return apply()
+        return apply_with_layouts(apply, outer, self.outer_layouts)
 
     def _applied(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
         """What the autograd Function is given of ``inputs``: the plain inputs, then the outer tensors
@@ -379,7 +402,10 @@ class JitcoreFunction(torch.autograd.Function):
             pair = select()
             computation.settled = getattr(select, "settled", None)
         forward, backward = pair
-        outputs, saved = forward(*inputs[: computation.n_inputs])
+        if computation.outer_applied:  # Note [The layouts of the applied subclass inputs]
+            outputs, saved = outside_applied_layouts(lambda: forward(*inputs[: computation.n_inputs]))
+        else:
+            outputs, saved = forward(*inputs[: computation.n_inputs])
         ctx.computation, ctx.backward = computation, backward  # the backward taking what was saved
         computation.backward = backward
         if computation.saved_numbers:  # sizes (ints), which save_for_backward refuses
@@ -438,6 +464,15 @@ class JitcoreFunction(torch.autograd.Function):
 # the tensor guard's ``requires_grad``): through them the gradient reaches the caller's graph (an
 # NJT's own ``grad_fn`` back to its values), which the inner tensors would not (an NJT an op made
 # holds inner tensors without history). ``grad_positions`` number gradients among those arguments.
+
+
+# Note [The layouts of the applied subclass inputs]
+# A wrapper made with ``dispatch_layout=True`` (MaskedTensor) answers ``layout`` in its
+# ``__torch_dispatch__``, and the C apply reads the layout of each outer tensor it is given (the note
+# above; twice per call): a MaskedTensor input requiring grad ran ``prim.layout`` twice on every cached
+# call (``torch.softmax(x, -1).sum()``). The apply now runs under ``AppliedLayouts``
+# (jitcore/transforms/applied_layouts.py), which answers those reads with the layouts the first run
+# read as eagerly; the forward runs with that mode popped. Only entries given outer tensors pay for it.
 
 
 # Note [A call with nothing around the apply]

@@ -157,10 +157,11 @@ def _attention_step(model: torch.nn.Module, values: torch.Tensor, offsets: torch
     return loss.detach()
 
 
-# What torch's autograd Function reads of an NJT input that requires grad (its layout and sizes, kept
-# to make zeros for an undefined gradient): no op of the program. Note [Subclass inputs the autograd
-# Function is given], jitcore/transforms/autograd.py.
-_INPUT_METADATA = ["aten.sym_size.default", "prim.layout.default"]
+# What torch's autograd Function reads of an NJT input that requires grad (its sizes, kept to make
+# zeros for an undefined gradient): no op of the program. Note [Subclass inputs the autograd Function is
+# given], jitcore/transforms/autograd.py; its layout is answered without dispatch (Note [The layouts of
+# the applied subclass inputs]).
+_INPUT_METADATA = ["aten.sym_size.default"]
 
 
 @pytest.mark.filterwarnings("error:jitcore")
