@@ -133,13 +133,14 @@ def test_inductor_in_the_background() -> None:
 
 
 AT_EXIT = """
-import atexit, sys
+import atexit, sys, time
 
 def after_jitcore():  # atexit runs handlers last-registered first: this one after jitcore's own
     from jitcore.executors import background
     thread = background._COMPILER.thread
     print("compile thread alive after jitcore's exit handler:", thread is not None and thread.is_alive(),
           flush=True)
+    print("seconds since the program ended:", round(time.monotonic() - ENDED, 1), flush=True)
 
 atexit.register(after_jitcore)
 import torch
@@ -156,6 +157,7 @@ x = torch.randn(64, 64)
 for _ in range(5):  # JITCORE_FUSE_AFTER=3: the fourth call hands the lowering to the compile thread
     jitted(x)
 print("compiles pending at the end of the program:", background._COMPILER.pending, flush=True)
+ENDED = time.monotonic()
 """
 
 
@@ -173,5 +175,8 @@ def test_a_compile_running_at_exit_is_let_finish(tmp_path: Path) -> None:
     assert "terminate called" not in done.stderr
     # the program ended with its compile still running (an empty inductor cache: seconds of work) ...
     assert "compiles pending at the end of the program: 1" in done.stdout, done.stdout
-    # ... and jitcore's exit handler waited for it
-    assert "compile thread alive after jitcore's exit handler: False" in done.stdout, done.stdout
+    # ... and jitcore's exit handler waited for it: until it ended, or for its bound (120 s, reached
+    # only on a loaded machine, where inductor's first compile can take longer)
+    waited = float(done.stdout.rsplit("seconds since the program ended: ", 1)[1].split()[0])
+    alive = "compile thread alive after jitcore's exit handler: True" in done.stdout
+    assert not alive or waited >= 119.0, done.stdout
