@@ -15,6 +15,7 @@ the result holds no subclass proxy except as a trailing argument taken whole or 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,8 +98,9 @@ def set_attributes(value: Any, attributes: tuple[tuple[str, Any], ...]) -> None:
 # A subclass output is rebuilt at the computation's end by its class's ``__tensor_unflatten__``, which
 # often passes only what ``__tensor_flatten__`` reports: ``K(t * k, k)`` made by the dispatch came back
 # as ``K(inner["a"])``, ``k`` the constructor's default 1.0 where eager's output holds 3.0. The record
-# that rebuilds it names the literal instance attributes (numbers, strings, tuples of them) the traced
-# value held outside its flatten protocol, and sets those the rebuilt value lacks or holds otherwise.
+# that rebuilds it names the literal instance attributes (numbers, strings, tuples of them) and enum
+# members (a mode the dispatch sets: a constant, kept by identity) the traced value held outside its
+# flatten protocol, and sets those the rebuilt value lacks or holds otherwise.
 # Only for classes with their own protocol and not torch's own (as for inputs: Note [An attribute the
 # flatten protocol does not report], jitcore/jit/tensor_binding.py); a number the computation computes
 # per call (a number proxy: a ``k`` that changed between calls is read per call) is the record's input.
@@ -117,15 +119,16 @@ def kept_attributes(value: SubclassTensorProxy) -> tuple[tuple[str, Any], ...]:
 def outside_attributes(
     value: Any, cls: type, names: Sequence[str], *, numbers: bool = False
 ) -> tuple[tuple[str, Any], ...]:
-    """The literal instance attributes of ``value`` (a real instance of ``cls`` or its proxy) that are
-    not its inner tensors ``names``, sorted by name; with ``numbers``, number proxies too. None (empty)
-    for a class without its own protocol (its derived ctx holds them) or torch's own."""
+    """The literal and enum-member instance attributes of ``value`` (a real instance of ``cls`` or its
+    proxy) that are not its inner tensors ``names``, sorted by name; with ``numbers``, number proxies
+    too. None (empty) for a class without its own protocol (its derived ctx holds them) or torch's own."""
     module = getattr(cls, "__module__", "") or ""
     if not has_own_protocol(cls) or (module.startswith("torch.") and not module.startswith("torch.testing.")):
         return ()
     inner = set(names)
     return tuple((k, v) for k, v in sorted(instance_attributes(value, cls).items()) if k not in inner
-                 and not is_torch_cache(k) and (is_literal_value(v) or numbers and type(v) is NumberProxy))
+                 and not is_torch_cache(k) and (is_literal_value(v) or isinstance(v, enum.Enum)
+                                                  or numbers and type(v) is NumberProxy))
 
 
 # Note [A subclass output made in inference mode]: eagerly a wrapper made inside
