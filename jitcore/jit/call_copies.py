@@ -52,8 +52,7 @@ from jitcore.jit.made_functions import (
 )
 
 __all__ = ["Owner", "function_per_call", "holds_made", "in_one_call", "made_anew", "made_in_call",
-           "makers_made", "one_call", "one_per_call", "output_in_call", "passed_object", "programs_own",
-           "readers_made"]
+           "makers_made", "one_call", "one_per_call", "passed_object", "programs_own", "readers_made"]
 
 
 def _nowhere(_obj: Any) -> Any:
@@ -238,33 +237,21 @@ _NIL = object()
 _MEMO: contextvars.ContextVar[_CallMemo | None] = contextvars.ContextVar("jitcore_call_memo", default=None)
 
 
-def in_one_call(run: Callable[[], Any], call: tuple[tuple, dict] | None = None) -> Any:
-    """``run()`` with the copies it makes sharing one memo (Note [One call's copies share their objects]);
-    ``call``: the call's (args, kwargs), where the objects it passes are found."""
+def in_one_call(run: Callable[..., Any], call: tuple[tuple, dict] | None = None, *args: Any) -> Any:
+    """``run(*args)`` with the copies it makes sharing one memo (Note [One call's copies share their
+    objects]); ``call``: the call's (args, kwargs), where the objects it passes are found. (``args``: a
+    cached call passes its output here instead of making a closure, Note [Effects that perform nothing],
+    jit/effects.py.)"""
     memo = _MEMO.get()
     if memo is not None:
         if call is not None and memo.call is None:
             memo.call = call
-        return run()
+        return run(*args)
     memo = _CallMemo()
     memo.call = call
     token = _MEMO.set(memo)
     try:
-        return run()
-    finally:
-        _MEMO.reset(token)
-
-
-def output_in_call(rebuild: Callable[[Any], Any], output: Any, call: tuple[tuple, dict]) -> Any:
-    """``rebuild(output)`` in one memo for the call ``call`` (``in_one_call`` without a closure to make:
-    Note [Effects that perform nothing], jit/effects.py)."""
-    if _MEMO.get() is not None:
-        return in_one_call(lambda: rebuild(output), call)
-    memo = _CallMemo()
-    memo.call = call
-    token = _MEMO.set(memo)
-    try:
-        return rebuild(output)
+        return run(*args)
     finally:
         _MEMO.reset(token)
 

@@ -33,7 +33,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from jitcore.ir import Proxy
-from jitcore.jit.call_copies import Owner, holds_made, in_one_call, output_in_call
+from jitcore.jit.call_copies import Owner, holds_made, in_one_call
 from jitcore.jit.code_kinds import function_attributes, written_holder, written_namespace
 from jitcore.jit.effect_performing import perform
 from jitcore.jit.made_functions import MadeHere
@@ -529,7 +529,7 @@ class Effects:
 
             def output_of_the_call(args: tuple, kwargs: dict) -> Any:  # Note [Effects that perform nothing]
                 result = cached_call(args, kwargs)
-                return result if result is miss else output_in_call(post, result[0], (args, kwargs))
+                return result if result is miss else in_one_call(post, (args, kwargs), result[0])
 
             return output_of_the_call
 
